@@ -1,0 +1,100 @@
+"""Argument checks shared by the native wrapper and the reference twins.
+
+Everything the C side would reject is caught here first, with a message that
+names the argument, so the native call itself only fails on a bug.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from typing import Union
+
+from ._errors import InvalidInputError, RecordFormatError
+from ._records import RECORD_FIELDS, RecordType
+
+__all__ = ["ALL_FIELDS", "Buffer", "as_bytes_view", "as_offsets", "check_offsets", "field_mask"]
+
+#: Anything that exposes a contiguous byte buffer.
+Buffer = Union[bytes, bytearray, memoryview]
+
+#: Mask with every field bit set (``CP_ALL_FIELDS``).
+ALL_FIELDS = 0xFFFFFFFF
+
+
+def as_bytes_view(data: object, name: str) -> memoryview:
+    """A flat, C-contiguous byte view of ``data`` or :class:`InvalidInputError`."""
+    if isinstance(data, str) or not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(
+            f"{name} must be a bytes-like object",
+            expected="bytes, bytearray or memoryview",
+            got=type(data).__name__,
+        )
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise InvalidInputError(f"{name} must be C-contiguous", got="a strided memoryview")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def as_offsets(offsets: object) -> array[int]:
+    """Batch offsets as a uint64 array (shape only; see :func:`check_offsets`)."""
+    if isinstance(offsets, (bytes, bytearray, memoryview)):
+        view = memoryview(offsets)
+        if view.nbytes % 8:
+            raise InvalidInputError(
+                "offsets buffer must hold whole uint64 values",
+                expected="a multiple of 8 bytes",
+                got=f"{view.nbytes} bytes",
+            )
+        offs = array("Q")
+        offs.frombytes(view.cast("B"))
+    else:
+        if not isinstance(offsets, Iterable):
+            raise InvalidInputError(
+                "offsets must be a sequence of ints or a uint64 buffer",
+                got=type(offsets).__name__,
+            )
+        try:
+            offs = array("Q", offsets)
+        except (TypeError, OverflowError) as exc:
+            raise InvalidInputError(
+                "offsets must be ints in [0, 2**64)", got=str(exc)
+            ) from None
+    if len(offs) == 0:
+        raise InvalidInputError("offsets must have n+1 entries", expected=">= 1 entry", got=0)
+    return offs
+
+
+def check_offsets(offs: array[int], data_len: int) -> None:
+    """Raise unless ``offs`` never decreases and ends within ``data_len`` bytes."""
+    prev = offs[0]
+    for i, off in enumerate(offs):
+        if off < prev:
+            raise InvalidInputError(
+                "offsets must never decrease", where=f"offsets[{i}]", expected=f">= {prev}", got=off
+            )
+        prev = off
+    if prev > data_len:
+        raise InvalidInputError(
+            "last offset is past the end of the data",
+            where=f"offsets[{len(offs) - 1}]",
+            expected=f"<= {data_len}",
+            got=prev,
+        )
+
+
+def field_mask(rtype: RecordType, fields: Iterable[str] | None) -> int:
+    """The bit mask for the named fields of ``rtype`` (None: every byte)."""
+    if fields is None:
+        return ALL_FIELDS
+    if isinstance(fields, str):
+        fields = (fields,)
+    names = [name for name, _, _ in RECORD_FIELDS[rtype]]
+    mask = 0
+    for field in fields:
+        if field not in names:
+            raise RecordFormatError(
+                f"unknown field of {rtype.name.lower()} records", expected=names, got=field
+            )
+        mask |= 1 << names.index(field)
+    return mask

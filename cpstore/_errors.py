@@ -1,0 +1,175 @@
+"""The exception hierarchy: one root, narrow subclasses that carry data.
+
+Every exception cpstore raises on purpose derives from :class:`CpstoreError`,
+which is never raised itself. Subclasses that describe bad input also derive
+from the matching builtin (``ValueError``, ``KeyError``) so callers that
+already catch those keep working. Each carries ``what``, ``where``,
+``expected`` and ``got`` and prints them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AuditChainError",
+    "CanonicalEncodingError",
+    "ConflictError",
+    "CpstoreError",
+    "DocumentError",
+    "ForkError",
+    "FormatVersionError",
+    "GateError",
+    "IntegrityError",
+    "InvalidInputError",
+    "LedgerGuardError",
+    "LedgerSealedError",
+    "NativeError",
+    "NotFoundError",
+    "RecordFormatError",
+    "RecordingGapError",
+    "ReplayDivergenceError",
+    "SignOffError",
+    "StoreError",
+    "StoreFullError",
+    "StoreReadOnlyError",
+]
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        text = raw.hex()
+        return text if len(text) <= 80 else f"{text[:64]}... ({len(raw)} bytes)"
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+class CpstoreError(Exception):
+    """Root of every error cpstore raises; never raised directly."""
+
+    what: str
+    where: str | None
+    expected: Any
+    got: Any
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        where: str | None = None,
+        expected: Any = None,
+        got: Any = None,
+    ) -> None:
+        self.what = what
+        self.where = where
+        self.expected = expected
+        self.got = got
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        parts = [self.what]
+        if self.where is not None:
+            parts.append(f"at {self.where}")
+        if self.expected is not None:
+            parts.append(f"expected {_show(self.expected)}")
+        if self.got is not None:
+            parts.append(f"got {_show(self.got)}")
+        return "; ".join(parts)
+
+    def __str__(self) -> str:
+        return self._message()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only constructor: rebuild through a helper so errors survive
+        # pickling across processes (multiprocessing workers, crash tests).
+        return (_rebuild, (type(self), self.what, self.where, self.expected, self.got))
+
+
+def _rebuild(
+    cls: type[CpstoreError], what: str, where: str | None, expected: Any, got: Any
+) -> CpstoreError:
+    return cls(what, where=where, expected=expected, got=got)
+
+
+class InvalidInputError(CpstoreError, ValueError):
+    """An argument has the wrong type, size, shape or value."""
+
+
+class RecordFormatError(InvalidInputError):
+    """A packed record buffer is malformed (wrong size, type or content)."""
+
+
+class CanonicalEncodingError(InvalidInputError):
+    """A value cannot be put in (or read from) the canonical encoding."""
+
+
+class DocumentError(InvalidInputError):
+    """A run document is missing a field or has one of the wrong type."""
+
+
+class FormatVersionError(InvalidInputError):
+    """Data of a format version this cpstore does not know; never misread."""
+
+
+class NotFoundError(CpstoreError, KeyError):
+    """A digest, checkpoint, run, branch or payload is not in the store."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self._message()
+
+
+class IntegrityError(CpstoreError):
+    """Stored bytes do not match their digest, or a reference does not resolve."""
+
+
+class NativeError(CpstoreError):
+    """The native core returned a status the wrapper did not expect."""
+
+
+class StoreError(CpstoreError):
+    """The store cannot do what was asked (environment, version, state)."""
+
+
+class StoreFullError(StoreError):
+    """The disk or the map size limit is full; nothing was written."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write was asked of a store opened read-only or on a read-only disk."""
+
+
+class ForkError(StoreError):
+    """A store environment was used in a process other than the one that opened it."""
+
+
+class ConflictError(StoreError):
+    """A compare-and-set on a ref lost: the ref moved since it was read."""
+
+
+class LedgerSealedError(StoreError):
+    """A write to a sealed side-effect ledger; sealed ledgers never change."""
+
+
+class ReplayDivergenceError(CpstoreError):
+    """A replay cursor met a token it must not resolve (seed 002)."""
+
+
+class RecordingGapError(ReplayDivergenceError, NotFoundError):
+    """A replay needs a recorded observation that is not there; never re-fetch."""
+
+
+class LedgerGuardError(ReplayDivergenceError):
+    """A replay tried an effect that is not in the sealed ledger; stopped before it escaped."""
+
+
+class GateError(CpstoreError):
+    """A resume, rollback or release the decision does not allow."""
+
+
+class SignOffError(GateError):
+    """A sign-off that cannot be given (non-releasable, forged, replayed)."""
+
+
+class AuditChainError(IntegrityError):
+    """The hash-chained audit log is broken at a record."""

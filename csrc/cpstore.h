@@ -1,0 +1,127 @@
+/*
+ * cpstore native core: canonical digests and elementwise comparison of
+ * packed record buffers.
+ *
+ * Pure C: functions over caller-owned buffers that return status codes.
+ * No allocation, no I/O, no Python. build.py reads this header (lines that
+ * start with '#' are dropped before it is handed to cffi's cdef), so it
+ * holds only declarations cffi understands.
+ *
+ * The digest is XXH3-128; a digest is written as 16 bytes, big-endian
+ * (XXH128_canonicalFromHash), so it equals xxhash.xxh3_128_digest().
+ *
+ * Record types and their layouts are documented in docs/format.md; the
+ * numbers here must match cpstore/_records.py.
+ */
+#ifndef CPSTORE_H
+#define CPSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Status codes: 0 is success, every failure has its own negative code. */
+#define CP_OK 0
+#define CP_ERR_NULL -1          /* a required pointer was NULL */
+#define CP_ERR_RECORD_TYPE -2   /* unknown record type */
+#define CP_ERR_MISALIGNED -3    /* a length is not a whole number of records */
+#define CP_ERR_OFFSETS -4       /* offsets not monotonic or past the data */
+#define CP_ERR_STATE -5         /* streaming state not initialised or corrupt */
+#define CP_ERR_PARTIAL -6       /* digest asked while a record is incomplete */
+#define CP_ERR_UNSUPPORTED -7   /* the CPU lacks the asked instruction set */
+
+/* Digest kernel choices for cp_simd_select. */
+#define CP_SIMD_AUTO 0
+#define CP_SIMD_BASELINE 1      /* the build's baseline (SSE2 on x86-64) */
+#define CP_SIMD_AVX2 2
+#define CP_SIMD_AVX512 3
+
+/* Record types (docs/format.md). */
+#define CP_REC_TOKEN 1          /* 32 bytes */
+#define CP_REC_OBSERVATION 2    /* 56 bytes */
+#define CP_REC_DECISION 3       /* 32 bytes */
+#define CP_REC_EFFECT 4         /* 48 bytes */
+
+/* Result of cp_first_divergence. */
+#define CP_DIV_EQUAL 0          /* same count, every record equal */
+#define CP_DIV_RECORD 1         /* record `index` differs; `fields` says which */
+#define CP_DIV_COUNT 2          /* one array is a strict prefix of the other */
+
+#define CP_ALL_FIELDS 0xFFFFFFFF
+#define CP_NONE 0xFFFFFFFFFFFFFFFF
+
+typedef struct {
+    int32_t kind;        /* CP_DIV_EQUAL, CP_DIV_RECORD or CP_DIV_COUNT */
+    uint32_t fields;     /* bit i set: field i of the record type differs */
+    uint64_t index;      /* first differing record, or the shorter count */
+    uint64_t count_a;    /* records in a */
+    uint64_t count_b;    /* records in b */
+} cp_divergence;
+
+/* Streaming sequence-digest state. Caller-owned, opaque, and must not be
+ * moved in memory between cp_seq_init and the last use (the XXH3 state is
+ * kept at a 64-byte aligned address inside it). */
+typedef struct {
+    unsigned char opaque[1024];
+} cp_seq_state;
+
+/* Size in bytes of one record of `record_type`, or 0 when unknown. */
+size_t cp_record_size(uint32_t record_type);
+
+/* Number of fields of `record_type` (bits used in cp_divergence.fields). */
+uint32_t cp_record_field_count(uint32_t record_type);
+
+/* Name of the SIMD path the digest functions use ("avx512", "avx2", "sse2",
+ * "scalar"). Never NULL; the string is static. */
+const char *cp_simd_path(void);
+
+/* Choose the digest kernels. CP_SIMD_AUTO (what every process starts with)
+ * picks the best the CPU has; asking for one the CPU lacks returns
+ * CP_ERR_UNSUPPORTED and changes nothing. Every choice gives the same bytes;
+ * this exists so tests can prove that and benchmarks can compare them. */
+int cp_simd_select(uint32_t level);
+
+/* XXH3-128 of data[0:len] into out[16]. data may be NULL when len is 0. */
+int cp_digest(const uint8_t *data, size_t len, uint8_t *out);
+
+/* XXH3-128 of n items: item i is data[offsets[i]:offsets[i+1]].
+ * offsets has n+1 entries, starts anywhere, never decreases, and
+ * offsets[n] <= data_len. out has room for n*16 bytes. */
+int cp_digest_batch(const uint8_t *data, size_t data_len,
+                    const uint64_t *offsets, size_t n, uint8_t *out);
+
+/* Sequence digest of a packed record array, in one call. */
+int cp_seq_digest(uint32_t record_type, const uint8_t *records, size_t len,
+                  uint8_t *out);
+
+/* Streaming sequence digest. Updates may split records anywhere; the digest
+ * may be taken at any record boundary and updating may go on after it. */
+int cp_seq_init(cp_seq_state *state, uint32_t record_type);
+int cp_seq_update(cp_seq_state *state, const uint8_t *data, size_t len);
+int cp_seq_final(const cp_seq_state *state, uint8_t *out);
+/* Records hashed so far (complete records only); CP_ERR_STATE on a bad state. */
+int cp_seq_count(const cp_seq_state *state, uint64_t *count);
+
+/* First divergence between packed arrays a and b of `record_type`,
+ * comparing only the fields whose bit is set in field_mask (bit i is field
+ * i of the record type; CP_ALL_FIELDS compares every byte). Runs at memcmp
+ * speed over equal stretches. */
+int cp_first_divergence(uint32_t record_type, uint32_t field_mask,
+                        const uint8_t *a, size_t a_len,
+                        const uint8_t *b, size_t b_len,
+                        cp_divergence *out);
+
+/* One pass over a packed token array: what the decision table needs to know
+ * about a single log (docs/decision-table.md). An index of CP_NONE means
+ * "no such record". */
+typedef struct {
+    uint64_t count;            /* records in the array */
+    uint64_t first_live;       /* first record whose provenance is not RECORDED */
+    uint64_t live_count;       /* records whose provenance is not RECORDED */
+    uint64_t first_seq_break;  /* first record i whose seq is not i */
+    uint64_t first_malformed;  /* first record with kind 0, provenance not 1 or 2,
+                                  or non-zero reserved bytes */
+} cp_token_scan;
+
+int cp_scan_tokens(const uint8_t *records, size_t len, cp_token_scan *out);
+
+#endif
