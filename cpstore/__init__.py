@@ -36,6 +36,7 @@ from ._native import (
     SequenceHasher,
     digest,
     digest_batch,
+    digest_batch_into,
     first_divergence,
     scan_tokens,
     select_simd,
@@ -60,10 +61,32 @@ from ._records import (
     pack_tokens,
     value_digest,
 )
+from ._store import Durability, Store, open
+from ._store_model import (
+    CHUNK_SIZE,
+    MAX_OBJECT_SIZE,
+    AuditRecord,
+    Manifest,
+    Problem,
+    VerifyReport,
+)
+from ._store_reader import CheckpointView
+from ._store_recorder import Recorder
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "open",
+    "VerifyReport",
+    "Store",
+    "Recorder",
+    "Problem",
+    "Manifest",
+    "Durability",
+    "CheckpointView",
+    "AuditRecord",
+    "MAX_OBJECT_SIZE",
+    "CHUNK_SIZE",
     "FORMAT_VERSION",
     "RECORD_SIZE",
     "AuditChainError",
@@ -98,6 +121,7 @@ __all__ = [
     "decode_value",
     "digest",
     "digest_batch",
+    "digest_batch_into",
     "encode_value",
     "first_divergence",
     "kind_code",

@@ -13,7 +13,7 @@ from typing import Union
 from ._errors import InvalidInputError, RecordFormatError
 from ._records import RECORD_FIELDS, RecordType
 
-__all__ = ["ALL_FIELDS", "Buffer", "as_bytes_view", "as_offsets", "check_offsets", "field_mask"]
+__all__ = ["ALL_FIELDS", "Buffer", "as_bytes_view", "as_offsets", "check_offsets", "field_mask", "writable_view"]
 
 #: Anything that exposes a contiguous byte buffer.
 Buffer = Union[bytes, bytearray, memoryview]
@@ -36,10 +36,31 @@ def as_bytes_view(data: object, name: str) -> memoryview:
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
 
 
+def writable_view(out: object, size: int, name: str) -> memoryview:
+    """A flat writable byte view of ``out`` holding at least ``size`` bytes."""
+    if not isinstance(out, (bytearray, memoryview)):
+        raise InvalidInputError(
+            f"{name} must be a writable buffer",
+            expected="bytearray or writable memoryview",
+            got=type(out).__name__,
+        )
+    view = memoryview(out)
+    if view.readonly or not view.c_contiguous:
+        raise InvalidInputError(f"{name} must be writable and C-contiguous", got="read-only or strided")
+    view = view.cast("B")
+    if len(view) < size:
+        raise InvalidInputError(
+            f"{name} is too small", expected=f">= {size} bytes", got=f"{len(view)} bytes"
+        )
+    return view
+
+
 def as_offsets(offsets: object) -> array[int]:
     """Batch offsets as a uint64 array (shape only; see :func:`check_offsets`)."""
     if isinstance(offsets, (bytes, bytearray, memoryview)):
         view = memoryview(offsets)
+        if not view.c_contiguous:
+            raise InvalidInputError("offsets must be C-contiguous", got="a strided memoryview")
         if view.nbytes % 8:
             raise InvalidInputError(
                 "offsets buffer must hold whole uint64 values",
@@ -89,12 +110,21 @@ def field_mask(rtype: RecordType, fields: Iterable[str] | None) -> int:
         return ALL_FIELDS
     if isinstance(fields, str):
         fields = (fields,)
+    if not isinstance(fields, Iterable) or isinstance(fields, (bytes, bytearray, memoryview)):
+        raise RecordFormatError(
+            "fields must be None, a field name or an iterable of field names",
+            where="fields",
+            got=type(fields).__name__,
+        )
     names = [name for name, _, _ in RECORD_FIELDS[rtype]]
     mask = 0
     for field in fields:
         if field not in names:
             raise RecordFormatError(
-                f"unknown field of {rtype.name.lower()} records", expected=names, got=field
+                f"unknown field of {rtype.name.lower()} records",
+                where="fields",
+                expected=names,
+                got=field,
             )
         mask |= 1 << names.index(field)
     return mask

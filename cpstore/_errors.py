@@ -33,6 +33,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoreReadOnlyError",
+    "ValidationFailedError",
 ]
 
 
@@ -173,3 +174,13 @@ class SignOffError(GateError):
 
 class AuditChainError(IntegrityError):
     """The hash-chained audit log is broken at a record."""
+
+
+class ValidationFailedError(ReplayDivergenceError):
+    """A validation did not end in ACCEPT and the caller asked for an exception.
+
+    Raised only on request (``validate(..., raise_on_failure=True)`` or
+    ``Decision.raise_for_verdict()``); ``decision`` holds the decision.
+    """
+
+    decision: Any = None

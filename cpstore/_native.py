@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ._args import Buffer, as_bytes_view, as_offsets, check_offsets, field_mask
+from ._args import (
+    Buffer,
+    as_bytes_view,
+    as_offsets,
+    check_offsets,
+    field_mask,
+    writable_view,
+)
 from ._errors import InvalidInputError, NativeError, RecordFormatError
 from ._records import (
     NONE,
@@ -39,6 +46,7 @@ __all__ = [
     "SequenceHasher",
     "digest",
     "digest_batch",
+    "digest_batch_into",
     "first_divergence",
     "scan_tokens",
     "select_simd",
@@ -115,19 +123,37 @@ def digest(data: Buffer) -> Digest:
     return Digest(ffi.buffer(out, 16)[:])
 
 
-def digest_batch(data: Buffer, offsets: Iterable[int] | Buffer) -> bytes:
-    """Digests of ``data[offsets[i]:offsets[i+1]]`` for each i, concatenated (n*16 bytes)."""
+def _batch_args(data: Buffer, offsets: Iterable[int] | Buffer) -> tuple[memoryview, Any, int]:
     view = as_bytes_view(data, "data")
     offs = as_offsets(offsets)
-    n = len(offs) - 1
-    out = bytearray(16 * n)
-    rc = lib.cp_digest_batch(
-        _buf(view), len(view), ffi.from_buffer("uint64_t[]", offs), n, ffi.from_buffer("uint8_t[]", out, require_writable=True)
-    )
+    return view, offs, len(offs) - 1
+
+
+def _batch(view: memoryview, offs: Any, n: int, out: Any) -> None:
+    rc = lib.cp_digest_batch(_buf(view), len(view), ffi.from_buffer("uint64_t[]", offs), n, out)
     if rc == lib.CP_ERR_OFFSETS:
         check_offsets(offs, len(view))  # raises with the index and values
     _check(rc, "cp_digest_batch")
-    return bytes(out)
+
+
+def digest_batch(data: Buffer, offsets: Iterable[int] | Buffer) -> bytes:
+    """Digests of ``data[offsets[i]:offsets[i+1]]`` for each i, concatenated (n*16 bytes)."""
+    view, offs, n = _batch_args(data, offsets)
+    out = ffi.new("uint8_t[]", 16 * n) if n else ffi.NULL
+    _batch(view, offs, n, out)
+    return ffi.buffer(out, 16 * n)[:] if n else b""
+
+
+def digest_batch_into(data: Buffer, offsets: Iterable[int] | Buffer, out: bytearray | memoryview) -> int:
+    """Write the batch digests into the caller's writable ``out``; returns n.
+
+    The allocation-free form of :func:`digest_batch` for engines that hash
+    batch after batch into one reused buffer.
+    """
+    view, offs, n = _batch_args(data, offsets)
+    target = writable_view(out, 16 * n, "out")
+    _batch(view, offs, n, ffi.from_buffer("uint8_t[]", target, require_writable=True))
+    return n
 
 
 class SequenceHasher:

@@ -267,12 +267,15 @@ def unpack_effect(record: bytes) -> tuple[int, Digest, Digest]:
 
 def record_type(value: Any) -> RecordType:
     """Coerce to :class:`RecordType` or raise :class:`RecordFormatError`."""
-    try:
-        return RecordType(value)
-    except ValueError:
-        raise RecordFormatError(
-            "unknown record type", expected=[int(t) for t in RecordType], got=value
-        ) from None
+    # bool and float would coerce silently (True -> TOKEN); a record type is an int.
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return RecordType(value)
+        except ValueError:
+            pass
+    raise RecordFormatError(
+        "unknown record type", where="rtype", expected=[int(t) for t in RecordType], got=value
+    )
 
 
 def record_count(rtype: RecordType, length: int, *, where: str = "buffer") -> int:

@@ -14,7 +14,14 @@ from collections.abc import Iterable
 
 import xxhash
 
-from ._args import Buffer, as_bytes_view, as_offsets, check_offsets, field_mask
+from ._args import (
+    Buffer,
+    as_bytes_view,
+    as_offsets,
+    check_offsets,
+    field_mask,
+    writable_view,
+)
 from ._records import (
     NONE,
     RECORD_FIELDS,
@@ -36,6 +43,7 @@ __all__ = [
     "SequenceHasher",
     "digest",
     "digest_batch",
+    "digest_batch_into",
     "first_divergence",
     "scan_tokens",
     "sequence_digest",
@@ -55,6 +63,18 @@ def digest_batch(data: Buffer, offsets: Iterable[int] | Buffer) -> bytes:
     return b"".join(
         xxhash.xxh3_128_digest(view[offs[i] : offs[i + 1]]) for i in range(len(offs) - 1)
     )
+
+
+def digest_batch_into(
+    data: Buffer, offsets: Iterable[int] | Buffer, out: bytearray | memoryview
+) -> int:
+    """Write the batch digests into the caller's writable ``out``; returns n."""
+    view = as_bytes_view(data, "data")
+    offs = as_offsets(offsets)
+    n = len(offs) - 1
+    target = writable_view(out, 16 * n, "out")
+    target[: 16 * n] = digest_batch(view, offs)
+    return n
 
 
 class SequenceHasher:
@@ -92,8 +112,11 @@ class SequenceHasher:
 
 def sequence_digest(rtype: RecordType | int, records: Buffer) -> Digest:
     """Sequence digest of a whole packed record array."""
-    hasher = SequenceHasher(rtype)
-    hasher.update(records)
+    rt = record_type(rtype)
+    view = as_bytes_view(records, "records")
+    record_count(rt, len(view), where="records")
+    hasher = SequenceHasher(rt)
+    hasher.update(view)
     return hasher.digest()
 
 

@@ -14,7 +14,6 @@
 typedef struct {
     const char *name;
     void (*hash128)(const uint8_t *data, size_t len, uint8_t *out);
-    void (*batch)(const uint8_t *data, const uint64_t *offsets, size_t n, uint8_t *out);
     void (*update)(void *state, const uint8_t *data, size_t len);
     void (*digest)(const void *state, uint8_t *out);
 } cp_kernels;

@@ -22,5 +22,5 @@
 #endif
 #else
 /* Not x86-64: the table exists but is never selected (cp_cpu_has() is 0). */
-const cp_kernels cp_kernels_avx2 = {"avx2", 0, 0, 0, 0};
+const cp_kernels cp_kernels_avx2 = {"avx2", 0, 0, 0};
 #endif

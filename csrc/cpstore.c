@@ -89,13 +89,8 @@ static void hash128_base(const uint8_t *data, size_t len, uint8_t *out)
     XXH128_canonicalFromHash((XXH128_canonical_t *)out, XXH3_128bits(data, len));
 }
 
-static void batch_base(const uint8_t *data, const uint64_t *offsets, size_t n, uint8_t *out)
-{
-    for (size_t i = 0; i < n; i++) {
-        XXH128_hash_t h = XXH3_128bits(data + offsets[i], (size_t)(offsets[i + 1] - offsets[i]));
-        XXH128_canonicalFromHash((XXH128_canonical_t *)(out + 16 * i), h);
-    }
-}
+/* Longest input XXH3 hashes without its SIMD accumulate loop (XXH3_MIDSIZE_MAX). */
+#define CP_SCALAR_MAX 240u
 
 static void update_base(void *state, const uint8_t *data, size_t len)
 {
@@ -115,7 +110,7 @@ static void digest_base(const void *state, uint8_t *out)
 #endif
 
 static const cp_kernels KERNELS_BASE = {
-    CP_BASE_NAME, hash128_base, batch_base, update_base, digest_base,
+    CP_BASE_NAME, hash128_base, update_base, digest_base,
 };
 
 static int cpu_has(uint32_t level)
@@ -190,7 +185,18 @@ int cp_digest_batch(const uint8_t *data, size_t data_len, const uint64_t *offset
         return CP_ERR_OFFSETS;
     if (n != 0 && data == NULL)
         data = (const uint8_t *)""; /* every item is empty */
-    kernels()->batch(data, offsets, n, out);
+    /* XXH3 hashes items of up to 240 bytes with scalar code that no SIMD
+     * kernel changes; the baseline build of it, inlined here, is about twice
+     * as fast on such items as the copy compiled under target("avx2") and
+     * saves an indirect call per item. Longer items go to the kernel. */
+    const cp_kernels *k = kernels();
+    for (size_t i = 0; i < n; i++) {
+        size_t len = (size_t)(offsets[i + 1] - offsets[i]);
+        if (len <= CP_SCALAR_MAX)
+            hash128_base(data + offsets[i], len, out + 16 * i);
+        else
+            k->hash128(data + offsets[i], len, out + 16 * i);
+    }
     return CP_OK;
 }
 

@@ -1,0 +1,75 @@
+"""Print cpstore benchmark figures beside their same-run baselines as ratios.
+
+Used two ways: ``benchmarks/conftest.py`` calls :func:`table` at the end of a
+pytest-benchmark run, and ``python benchmarks/report.py RUN.json`` prints the
+same table from a ``--benchmark-json`` file.
+
+A benchmark takes part when its ``extra_info`` carries ``label`` (its name in
+the table) and ``items`` (records per round, for a per-record time). A
+measurement also names its ``baseline`` label and its ``target`` ratio. The
+ratio is baseline time per item over measured time per item, so a baseline
+timed on a smaller slice is scaled per record; higher means faster than the
+baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+def _per_item(bench: Mapping[str, Any]) -> float:
+    return float(bench["stats"]["median"]) / int(bench["extra_info"]["items"])
+
+
+def _fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def table(benchmarks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Lines of the ratio table for every benchmark that carries a label."""
+    rows = [b for b in benchmarks if "label" in b.get("extra_info", {})]
+    by_label = {b["extra_info"]["label"]: b for b in rows}
+    lines = []
+    header = (
+        f"{'figure':<44} {'median':>9} {'per item':>10} {'baseline':<28} "
+        f"{'base/item':>10} {'ratio':>7} {'target':>7}  ok"
+    )
+    for bench in rows:
+        info = bench["extra_info"]
+        base = by_label.get(info.get("baseline", ""))
+        if base is None:
+            continue
+        ratio = _per_item(base) / _per_item(bench)
+        target = info.get("target")
+        lines.append(
+            f"{info['label']:<44} {_fmt_time(bench['stats']['median']):>9} "
+            f"{_fmt_time(_per_item(bench)):>10} {base['extra_info']['label']:<28} "
+            f"{_fmt_time(_per_item(base)):>10} {ratio:>6.2f}x "
+            + (f"{float(target):>6.2f}x  {'yes' if ratio >= float(target) else 'NO'}"
+               if target is not None else f"{'-':>7}  -")
+        )
+    if not lines:
+        return []
+    return [header, "-" * len(header), *lines]
+
+
+def main(argv: list[str]) -> int:
+    """Print the table of a ``--benchmark-json`` file."""
+    if len(argv) != 2:
+        print("usage: python benchmarks/report.py RUN.json", file=sys.stderr)
+        return 2
+    with open(argv[1], encoding="utf-8") as fh:
+        data = json.load(fh)
+    for line in table(data["benchmarks"]):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,150 @@
+"""Golden bytes: the version-1 formats (docs/format.md) must never drift."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import xxhash
+
+import cpstore
+from cpstore import _records as R
+from cpstore import _reference as ref
+
+CANONICAL = [
+    (None, "c0"),
+    (False, "c2"),
+    (True, "c3"),
+    (0, "00"),
+    (1, "01"),
+    (-1, "ff"),
+    (127, "7f"),
+    (128, "cc80"),
+    (-33, "d0df"),
+    (2**32, "cf0000000100000000"),
+    (2**64 - 1, "cfffffffffffffffff"),
+    (-(2**63), "d38000000000000000"),
+    (2**64, "c70901010000000000000000"),
+    (-(2**63) - 1, "c70901ff7fffffffffffffff"),
+    (1.0, "cb3ff0000000000000"),
+    (-0.0, "cb0000000000000000"),
+    (0.0, "cb0000000000000000"),
+    (math.nan, "cb7ff8000000000000"),
+    (math.inf, "cb7ff0000000000000"),
+    ("", "a0"),
+    ("1", "a131"),
+    ("é", "a2c3a9"),
+    (b"", "c400"),
+    (b"1", "c40131"),
+    ([], "90"),
+    ([1, "a"], "9201a161"),
+    ((1, "a"), "9201a161"),
+    ({}, "80"),
+    ({"b": 1, "a": 2}, "82a16102a16201"),
+    ({1: "x", "1": "y"}, "8201a178a131a179"),
+    ({"k": [None, {"z": b"\x00"}]}, "81a16b92c081a17ac40100"),
+]
+
+
+@pytest.mark.parametrize(("value", "hexbytes"), CANONICAL, ids=[repr(v) for v, _ in CANONICAL])
+def test_canonical_encoding_bytes_are_pinned(value: object, hexbytes: str) -> None:
+    """Each canonical encoding is exactly the documented bytes and decodes back."""
+    encoded = cpstore.encode_value(value)
+    assert encoded.hex() == hexbytes
+    again = cpstore.decode_value(encoded)
+    assert cpstore.encode_value(again) == encoded
+
+
+def test_nan_with_other_payload_bits_encodes_as_the_one_nan() -> None:
+    """Every NaN, whatever its payload bits, has the one documented encoding."""
+    import struct
+
+    odd_nan = struct.unpack(">d", bytes.fromhex("7ff8000000000abc"))[0]
+    assert math.isnan(odd_nan)
+    assert cpstore.encode_value(odd_nan).hex() == "cb7ff8000000000000"
+
+
+def test_values_of_different_types_have_different_digests() -> None:
+    """1, 1.0, True, "1" and b"1" are five different values (seed 002)."""
+    digests = {cpstore.value_digest(v) for v in (1, 1.0, True, "1", b"1")}
+    assert len(digests) == 5
+
+
+def test_value_digest_is_xxh3_128_of_the_canonical_bytes() -> None:
+    """value_digest(42) is pinned and is XXH3-128 of encode_value(42)."""
+    assert cpstore.value_digest(42).hex() == "14c9ae9594c463c479d03016b7aeed0d"
+    assert cpstore.value_digest(42) == xxhash.xxh3_128_digest(b"\x2a")
+
+
+def test_standard_and_custom_kind_codes_are_pinned() -> None:
+    """The standard kinds have fixed codes; custom kinds hash with the top bit set."""
+    assert [R.kind_code(k) for k in ("rng", "clock", "tool", "env")] == [1, 2, 3, 4]
+    assert R.kind_code("cache") == 0x964101EE
+
+
+def test_token_record_bytes_are_pinned() -> None:
+    """A token record is seq|kind|provenance|reserved|value digest, little-endian."""
+    record = cpstore.pack_token(7, "rng", cpstore.Provenance.RECORDED, cpstore.value_digest(42))
+    assert record.hex() == (
+        "0700000000000000" "01000000" "01" "000000" "14c9ae9594c463c479d03016b7aeed0d"
+    )
+    assert R.unpack_token(record) == (7, 1, cpstore.Provenance.RECORDED, cpstore.value_digest(42))
+
+
+def test_observation_record_bytes_are_pinned() -> None:
+    """An observation record carries step, pinned_at, flags, source and payload."""
+    source = R.string_digest("read_config")
+    record = cpstore.pack_observation(12, source, bytes(range(16)), 1700000000.5)
+    assert record.hex() == (
+        "0c00000000000000"
+        "00002040fc54d941"
+        "01000000"
+        "00000000"
+        "2239b1eabe27dbe6d90e0431171a9cd8"
+        "000102030405060708090a0b0c0d0e0f"
+    )
+    assert R.unpack_observation(record) == (12, source, bytes(range(16)), 1700000000.5)
+    unpinned = cpstore.pack_observation(12, source, bytes(range(16)), None)
+    assert unpinned[8:20] == bytes(12)
+    assert R.unpack_observation(unpinned)[3] is None
+
+
+def test_decision_and_effect_record_bytes_are_pinned() -> None:
+    """Decision and effect records have the documented layouts."""
+    assert cpstore.pack_decision(3, bytes(range(16))).hex() == (
+        "0300000000000000" "0000000000000000" "000102030405060708090a0b0c0d0e0f"
+    )
+    assert cpstore.pack_effect(2, bytes(16), b"\xff" * 16).hex() == (
+        "0200000000000000" + "00" * 8 + "00" * 16 + "ff" * 16
+    )
+
+
+def test_record_sizes_are_pinned() -> None:
+    """Record sizes are part of the format."""
+    assert dict(cpstore.RECORD_SIZE) == {
+        cpstore.RecordType.TOKEN: 32,
+        cpstore.RecordType.OBSERVATION: 56,
+        cpstore.RecordType.DECISION: 32,
+        cpstore.RecordType.EFFECT: 48,
+    }
+
+
+def test_sequence_digest_is_prefix_records_trailer() -> None:
+    """The sequence digest hashes the 16-byte prefix, the records and the u64 count."""
+    record = cpstore.pack_token(7, "rng", 1, cpstore.value_digest(42))
+    prefix = R.seq_prefix(cpstore.RecordType.TOKEN)
+    assert prefix.hex() == "43505351" "0100" "0100" "20000000" "00000000"
+    by_hand = xxhash.xxh3_128_digest(prefix + record + (1).to_bytes(8, "little"))
+    assert cpstore.sequence_digest(cpstore.RecordType.TOKEN, record) == by_hand
+    assert by_hand.hex() == "043fb2cd4c1fa1f1a43ecd12041a2a24"
+    assert cpstore.sequence_digest(1, b"").hex() == "aeb4d2e868a304eb3bbf15bc73d7c551"
+
+
+def test_sequence_digest_binds_record_type_and_count() -> None:
+    """The same bytes as another record type, or one record fewer, give another digest."""
+    two = cpstore.pack_decision(1, bytes(16)) * 2
+    assert cpstore.sequence_digest(cpstore.RecordType.DECISION, two) != cpstore.sequence_digest(
+        cpstore.RecordType.TOKEN, two
+    )
+    assert cpstore.sequence_digest(3, two) != cpstore.sequence_digest(3, two[:32])
+    assert ref.sequence_digest(3, two) == cpstore.sequence_digest(3, two)
