@@ -1,0 +1,451 @@
+"""The store: content-addressed objects, checkpoints, refs and the audit log on LMDB.
+
+``cpstore.open(path)`` returns a :class:`Store`. Layout, manifest format and
+retention rules are in docs/store.md; what each durability mode can lose in a
+crash, and the fork/thread rules, are in docs/durability.md.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Literal
+
+from ._errors import (
+    ConflictError,
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    StoreError,
+)
+from ._native import digest
+from ._records import Digest
+from ._store_audit import append_audit, audit_records, get_audit
+from ._store_env import (
+    EnvOptions,
+    Txn,
+    acquire_env,
+    as_digest,
+    get_object,
+    put_object,
+    release_env,
+)
+from ._store_maint import delete_run, prune, verify
+from ._store_model import (
+    AuditRecord,
+    CheckpointWrite,
+    Manifest,
+    VerifyReport,
+    as_payload,
+    check_name,
+    decode_manifest,
+    hex_id,
+    parse_id,
+    ref_key,
+    split_ref_key,
+    unpack_checkpoint_value,
+)
+from ._store_reader import CheckpointView
+from ._store_recorder import Recorder
+
+__all__ = ["Durability", "Store", "open"]
+
+#: ``"sync"``: every checkpoint is fsynced before the call returns.
+#: ``"batched"``: checkpoints are queued and committed ``batch_size`` at a time.
+Durability = Literal["sync", "batched"]
+
+_DEFAULT_MAP = 1 << 30
+_DEFAULT_MAX_MAP = 1 << 40
+
+
+class Store:
+    """An open cpstore store; use as a context manager or call :meth:`close`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        durability: Durability = "sync",
+        readonly: bool = False,
+        map_size: int = _DEFAULT_MAP,
+        max_map_size: int = _DEFAULT_MAX_MAP,
+        batch_size: int = 64,
+    ) -> None:
+        if durability not in ("sync", "batched"):
+            raise InvalidInputError(
+                "unknown durability mode", expected=["sync", "batched"], got=durability
+            )
+        for name, value in (
+            ("map_size", map_size),
+            ("max_map_size", max_map_size),
+            ("batch_size", batch_size),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InvalidInputError(f"{name} must be a positive int", got=value)
+        if max_map_size < map_size:
+            raise InvalidInputError(
+                "max_map_size must be at least map_size",
+                expected=f">= {map_size}",
+                got=max_map_size,
+            )
+        self._path = os.fspath(path)
+        self._durability: Durability = durability
+        self._batch_size = batch_size
+        self._pending: list[CheckpointWrite] = []
+        self._pending_lock = threading.Lock()
+        self._e = acquire_env(self._path, EnvOptions(bool(readonly), map_size, max_map_size))
+        self._closed = False
+
+    # -- lifecycle -----------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The store directory."""
+        return self._path
+
+    @property
+    def durability(self) -> Durability:
+        """The durability mode this handle was opened with."""
+        return self._durability
+
+    @property
+    def readonly(self) -> bool:
+        """True when opened read-only."""
+        return self._e.options.readonly
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush queued checkpoints (batched mode) and release the environment."""
+        if self._closed:
+            return
+        try:
+            if self._pending and os.getpid() == self._e.pid:
+                self.flush()
+        finally:
+            self._closed = True
+            release_env(self._e)
+
+    def _live(self) -> None:
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        self._e.check_pid()
+
+    @contextmanager
+    def _read(self) -> Iterator[Txn[memoryview]]:
+        self._live()
+        with self._e.read() as txn:
+            yield txn
+
+    def _write(self, fn: Callable[[Txn[memoryview]], Any]) -> Any:
+        self._live()
+        return self._e.write(fn)
+
+    def _db(self, name: str) -> Any:
+        return self._e.dbs[name]
+
+    def disk_bytes(self) -> int:
+        """Bytes of the data file that hold pages (what a copy would need)."""
+        self._live()
+        info = self._e.env.info()
+        return (info["last_pgno"] + 1) * self._e.env.stat()["psize"]
+
+    # -- objects -------------------------------------------------------------
+
+    def put_object(self, data: bytes) -> Digest:
+        """Store ``data`` under its digest (write-once) and return the raw digest."""
+        payload = as_payload(data, "object")
+        key = digest(payload)
+        objects = self._db("objects")
+        self._write(lambda txn: put_object(txn, objects, key, payload))
+        return key
+
+    def get_object(self, digest: bytes | str, *, verify: bool = True) -> bytes:
+        """The bytes stored under ``digest`` (raw or hex), hash-checked unless ``verify=False``."""
+        key = as_digest(digest)
+        with self._read() as txn:
+            return bytes(
+                get_object(
+                    txn, self._db("objects"), key, verify=verify, where=f"objects/{key.hex()}"
+                )
+            )
+
+    def has_object(self, digest: bytes | str) -> bool:
+        """True when an object is stored under ``digest``."""
+        key = as_digest(digest)
+        with self._read() as txn:
+            return txn.get(key, db=self._db("objects")) is not None
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def recorder(self, run_id: str, *, branch: str = "main", parent: str | None = None) -> Recorder:
+        """A recorder for ``run_id``/``branch``; ``parent`` (a checkpoint id) forks from it."""
+        self._live()
+        return Recorder(self, check_name(run_id, "run_id"), check_name(branch, "branch"), parent)
+
+    def _load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
+        value = txn.get(cid, db=self._db("checkpoints"))
+        if value is None:
+            pruned = txn.get(cid, db=self._db("tombstones")) is not None
+            raise NotFoundError(
+                "checkpoint was pruned" if pruned else "no such checkpoint",
+                where="checkpoints",
+                got=cid.hex(),
+            )
+        created, data = unpack_checkpoint_value(value)
+        if verify and digest(data) != cid:
+            raise IntegrityError(
+                "manifest bytes do not match the checkpoint id",
+                where=f"checkpoints/{cid.hex()}",
+                expected=cid.hex(),
+                got=digest(data).hex(),
+            )
+        return decode_manifest(cid, data, created)
+
+    def manifest(self, checkpoint_id: str, *, verify: bool = True) -> Manifest:
+        """The manifest of a checkpoint."""
+        cid = parse_id(checkpoint_id)
+        with self._read() as txn:
+            return self._load_manifest(txn, cid, verify=verify)
+
+    @contextmanager
+    def read(self, checkpoint_id: str, *, verify: bool = True) -> Iterator[CheckpointView]:
+        """A reader over one checkpoint inside one read txn; its views die with the block."""
+        cid = parse_id(checkpoint_id)
+        with self._read() as txn:
+            view = CheckpointView(self, txn, self._load_manifest(txn, cid, verify=verify), verify)
+            try:
+                yield view
+            finally:
+                view._close()
+
+    def _commit(self, op: CheckpointWrite) -> None:
+        if self._durability == "sync":
+            self._write(lambda txn: self._apply(txn, op))
+            return
+        self._live()
+        with self._pending_lock:
+            self._pending.append(op)
+            full = len(self._pending) >= self._batch_size
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit every queued checkpoint in one durable txn (batched mode).
+
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        """
+        with self._pending_lock:
+            ops, self._pending = self._pending, []
+
+        def apply_all(txn: Txn[memoryview]) -> None:
+            for op in ops:
+                self._apply(txn, op)
+
+        if ops:
+            self._write(apply_all)
+
+    @property
+    def pending(self) -> int:
+        """Checkpoints queued but not yet committed (always 0 in sync mode)."""
+        return len(self._pending)
+
+    def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
+        refs, objects, cps = self._db("refs"), self._db("objects"), self._db("checkpoints")
+        rkey = ref_key(op.run_id, op.branch)
+        current = txn.get(rkey, db=refs)
+        current_b = None if current is None else bytes(current)
+        if current_b != op.expected_ref:
+            raise ConflictError(
+                "the branch moved since this recorder read it",
+                where=f"refs/{op.run_id}/{op.branch}",
+                expected=hex_id(op.expected_ref),
+                got=hex_id(current_b),
+            )
+        for key, data in op.objects.items():
+            put_object(txn, objects, key, data)
+        for key in op.must_exist:
+            if txn.get(key, db=objects) is None:
+                raise IntegrityError(
+                    "checkpoint references an object that is not stored",
+                    where=f"checkpoint {op.cid.hex()}",
+                    expected=bytes(key).hex(),
+                )
+        if (
+            op.parent is not None
+            and txn.get(op.parent, db=cps) is None
+            and txn.get(op.parent, db=self._db("tombstones")) is None
+        ):
+            raise NotFoundError("parent checkpoint is not stored", got=op.parent.hex())
+        if not txn.put(op.cid, op.value, overwrite=False, db=cps):
+            _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
+            if existing != memoryview(op.value)[8:]:
+                raise IntegrityError(
+                    "different manifest stored under this checkpoint id",
+                    where=f"checkpoints/{op.cid.hex()}",
+                )
+        txn.delete(op.cid, db=self._db("tombstones"))
+        if op.sealed_ledger is not None:
+            txn.put(op.sealed_ledger, op.cid, overwrite=False, db=self._db("ledgers"))
+        txn.put(rkey, op.cid, db=refs)
+
+    # -- refs ----------------------------------------------------------------
+
+    def ref(self, run_id: str, branch: str = "main") -> str | None:
+        """The head checkpoint id of ``run_id``/``branch``, or None."""
+        key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+        with self._read() as txn:
+            value = txn.get(key, db=self._db("refs"))
+            return None if value is None else bytes(value).hex()
+
+    def set_ref(
+        self, run_id: str, branch: str, new: str | None, *, expected_old: str | None
+    ) -> None:
+        """Compare-and-set a head: move it to ``new`` (None deletes) if it is ``expected_old``."""
+        key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+        new_raw = None if new is None else parse_id(new)
+        old_raw = None if expected_old is None else parse_id(expected_old, "expected_old")
+
+        def cas(txn: Txn[memoryview]) -> None:
+            current = txn.get(key, db=self._db("refs"))
+            current_b = None if current is None else bytes(current)
+            if current_b != old_raw:
+                raise ConflictError(
+                    "ref compare-and-set lost",
+                    where=f"refs/{run_id}/{branch}",
+                    expected=expected_old,
+                    got=hex_id(current_b),
+                )
+            if new_raw is None:
+                txn.delete(key, db=self._db("refs"))
+                return
+            m = self._load_manifest(txn, new_raw, verify=True)
+            if m.run_id != run_id:
+                raise InvalidInputError(
+                    "a ref can only point at a checkpoint of its own run",
+                    where=f"refs/{run_id}/{branch}",
+                    expected=run_id,
+                    got=m.run_id,
+                )
+            txn.put(key, new_raw, db=self._db("refs"))
+
+        self._write(cas)
+
+    def fork(self, run_id: str, branch: str, checkpoint_id: str) -> None:
+        """Create ``branch`` of ``run_id`` at ``checkpoint_id``; ConflictError if it exists."""
+        self.set_ref(run_id, branch, checkpoint_id, expected_old=None)
+
+    def runs(self, *, limit: int | None = None) -> list[str]:
+        """Run ids that have at least one ref, in sorted order."""
+        out: list[str] = []
+        with self._read() as txn, txn.cursor(db=self._db("refs")) as cur:
+            found = cur.first()
+            while found and (limit is None or len(out) < limit):
+                run, _ = split_ref_key(cur.key())
+                out.append(run)
+                found = cur.set_range(run.encode("utf-8", "surrogatepass") + b"\x01")
+        return out
+
+    def branches(self, run_id: str) -> dict[str, str]:
+        """Branch name -> head checkpoint id for ``run_id``."""
+        prefix = ref_key(check_name(run_id, "run_id"), "x")[:-1]
+        out: dict[str, str] = {}
+        with self._read() as txn, txn.cursor(db=self._db("refs")) as cur:
+            found = cur.set_range(prefix)
+            while found and bytes(cur.key()).startswith(prefix):
+                out[split_ref_key(cur.key())[1]] = bytes(cur.value()).hex()
+                found = cur.next()
+        return out
+
+    def history(
+        self, run_id: str, branch: str = "main", *, limit: int | None = None, verify: bool = True
+    ) -> list[Manifest]:
+        """Manifests from the head of ``branch`` back through parents, newest first.
+
+        The walk stops at ``limit``, at a run's first checkpoint or at a pruned one.
+        """
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise InvalidInputError("limit must be a non-negative int or None", got=limit)
+        key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+        out: list[Manifest] = []
+        cps = self._db("checkpoints")
+        with self._read() as txn:
+            head = txn.get(key, db=self._db("refs"))
+            cid = None if head is None else bytes(head)
+            while cid is not None and (limit is None or len(out) < limit):
+                if txn.get(cid, db=cps) is None:
+                    break  # pruned: history ends here
+                m = self._load_manifest(txn, cid, verify=verify)
+                out.append(m)
+                cid = None if m.parent is None else bytes.fromhex(m.parent)
+        return out
+
+    # -- audit ---------------------------------------------------------------
+
+    def append_audit(self, kind: str, body: Mapping[str, Any]) -> AuditRecord:
+        """Append a hash-chained audit record (committed durably before returning)."""
+        return append_audit(self, kind, body)
+
+    def audit_records(
+        self, *, kind: str | None = None, start: int = 0, limit: int | None = None
+    ) -> Iterator[AuditRecord]:
+        """Audit records in order from index ``start``, optionally of one ``kind``."""
+        return audit_records(self, kind=kind, start=start, limit=limit)
+
+    def get_audit(self, digest_hex: str) -> AuditRecord:
+        """The audit record with this digest (NotFoundError if none)."""
+        return get_audit(self, digest_hex)
+
+    # -- maintenance ---------------------------------------------------------
+
+    def verify(self) -> VerifyReport:
+        """Re-hash every object and manifest, resolve every reference, check the audit chain."""
+        self._live()
+        return verify(self)
+
+    def delete_run(self, run_id: str) -> int:
+        """Delete every ref of ``run_id`` and sweep; returns checkpoints removed."""
+        self._live()
+        return delete_run(self, check_name(run_id, "run_id"))
+
+    def prune(self, *, keep_last: int, run_id: str | None = None) -> int:
+        """Keep each branch's newest ``keep_last`` checkpoints (of ``run_id`` or all); sweep."""
+        if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
+            raise InvalidInputError("keep_last must be an int >= 1", got=keep_last)
+        self._live()
+        return prune(
+            self,
+            keep_last=keep_last,
+            run_id=None if run_id is None else check_name(run_id, "run_id"),
+        )
+
+    def now(self) -> float:
+        """The clock the store stamps records with (overridable in tests)."""
+        return time.time()
+
+
+def open(
+    path: str | os.PathLike[str],
+    *,
+    durability: Durability = "sync",
+    readonly: bool = False,
+    map_size: int = _DEFAULT_MAP,
+    max_map_size: int = _DEFAULT_MAX_MAP,
+    batch_size: int = 64,
+) -> Store:
+    """Open (or create) the store at ``path``; see :class:`Store`."""
+    return Store(
+        path,
+        durability=durability,
+        readonly=readonly,
+        map_size=map_size,
+        max_map_size=max_map_size,
+        batch_size=batch_size,
+    )

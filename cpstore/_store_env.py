@@ -1,0 +1,422 @@
+"""The LMDB environment behind a store, and the object primitives on a txn.
+
+One :class:`Env` per data file per process (py-lmdb refuses a second open of
+the same files in one process, and LMDB's fcntl locks belong to the process),
+shared by every :class:`~cpstore.Store` handle on that path. This module is the
+only one that opens environments, begins transactions or changes the map size.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import lmdb
+
+from ._canonical import decode_value, encode_value
+from ._errors import (
+    CanonicalEncodingError,
+    CpstoreError,
+    ForkError,
+    FormatVersionError,
+    IntegrityError,
+    NotFoundError,
+    StoreError,
+    StoreFullError,
+    StoreReadOnlyError,
+)
+from ._native import digest
+from ._records import DIGEST_SIZE, Digest
+from ._store_model import CHUNK_SIZE, STORE_VERSION, parse_id
+
+__all__ = ["DB_NAMES", "Env", "acquire_env", "release_env"]
+
+T = TypeVar("T")
+Txn = lmdb.Transaction
+
+#: Every named database of a store (docs/store.md, "Named databases").
+DB_NAMES = (
+    "meta",
+    "objects",
+    "checkpoints",
+    "refs",
+    "tombstones",
+    "ledgers",
+    "audit",
+    "audit_index",
+)
+_FORMAT_KEY = b"format"
+_FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
+
+
+def translate(exc: lmdb.Error, where: str) -> CpstoreError:
+    """The cpstore exception for an LMDB failure (full, read-only, corrupt, other)."""
+    code = getattr(exc, "code", 0)
+    text = str(exc)
+    if isinstance(exc, lmdb.MapFullError) or code in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError("the store is full", where=where, got=text)
+    if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EACCES, errno.EROFS, errno.EPERM):
+        return StoreReadOnlyError("the store cannot be written", where=where, got=text)
+    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PanicError)):
+        return IntegrityError("the LMDB data file is corrupt", where=where, got=text)
+    if isinstance(exc, (lmdb.VersionMismatchError, lmdb.InvalidError)):
+        return FormatVersionError(
+            "not an LMDB environment this build can read", where=where, got=text
+        )
+    return StoreError("LMDB failed", where=where, got=text)
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """How an environment was opened; handles sharing it must agree."""
+
+    readonly: bool
+    map_size: int
+    max_map_size: int
+
+
+class Env:
+    """An open LMDB environment, its named databases and its txn bookkeeping."""
+
+    def __init__(self, path: str, options: EnvOptions) -> None:
+        self.path = path
+        self.options = options
+        self.pid = os.getpid()
+        self.handles = 0
+        self.write_lock = threading.RLock()
+        self._gate = threading.Condition()
+        self._readers = 0
+        self._resizing = False
+        self._local = threading.local()
+        try:
+            if not options.readonly:
+                os.makedirs(path, exist_ok=True)
+            elif not os.path.exists(os.path.join(path, "data.mdb")):
+                raise NotFoundError("no store at this path", where=path)
+            self.env = lmdb.open(
+                path,
+                map_size=options.map_size,
+                subdir=True,
+                readonly=options.readonly,
+                create=not options.readonly,
+                max_dbs=len(DB_NAMES) + 4,
+                max_readers=1022,
+                readahead=False,
+                sync=True,
+                metasync=True,
+                lock=True,
+            )
+        except lmdb.Error as exc:
+            raise translate(exc, path) from None
+        except PermissionError as exc:
+            raise StoreReadOnlyError(
+                "the store directory cannot be created", where=path, got=str(exc)
+            ) from None
+        try:
+            # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
+            self.env.reader_check()
+            self.dbs = self._open_dbs()
+            self._check_format()
+        except BaseException:
+            self.env.close()
+            raise
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    def check_pid(self) -> None:
+        """Raise :class:`ForkError` when used in a process other than the opener."""
+        if os.getpid() != self.pid:
+            raise ForkError(
+                "store used after fork(); open it again in the child",
+                where=self.path,
+                expected=f"pid {self.pid}",
+                got=f"pid {os.getpid()}",
+            )
+
+    def close(self) -> None:
+        """Close the environment (in the opening process only)."""
+        if os.getpid() == self.pid:
+            self.env.close()
+        # After fork() the child must not touch the parent's environment at all:
+        # closing it would release reader slots and locks the parent still uses.
+
+    def _open_dbs(self) -> dict[str, Any]:
+        dbs: dict[str, Any] = {}
+        try:
+            if self.options.readonly:
+                for name in DB_NAMES:
+                    dbs[name] = self.env.open_db(name.encode(), create=False)
+            else:
+                with self.write_lock, self.env.begin(write=True) as txn:
+                    for name in DB_NAMES:
+                        dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
+        except lmdb.NotFoundError:
+            raise StoreError(
+                "not a cpstore store (named databases missing)", where=self.path
+            ) from None
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from None
+        return dbs
+
+    def _check_format(self) -> None:
+        with self.env.begin() as txn:
+            raw = txn.get(_FORMAT_KEY, db=self.dbs["meta"])
+        if raw is None:
+            if self.options.readonly:
+                raise StoreError("not a cpstore store (no format record)", where=self.path)
+            with self.write_lock, self.env.begin(write=True) as txn:
+                txn.put(_FORMAT_KEY, encode_value(_FORMAT), overwrite=False, db=self.dbs["meta"])
+                raw = txn.get(_FORMAT_KEY, db=self.dbs["meta"])
+        try:
+            fmt = decode_value(raw or b"")
+        except CanonicalEncodingError:
+            fmt = None
+        if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
+            raise StoreError("not a cpstore store (bad format record)", where=self.path, got=raw)
+        if fmt.get("version") != STORE_VERSION or fmt.get("digest") != "xxh3-128":
+            raise FormatVersionError(
+                "store of an unknown version",
+                where=self.path,
+                expected={"version": STORE_VERSION, "digest": "xxh3-128"},
+                got={"version": fmt.get("version"), "digest": fmt.get("digest")},
+            )
+
+    # -- transactions -------------------------------------------------------
+
+    def _leave_read(self) -> None:
+        with self._gate:
+            self._readers -= 1
+            self._gate.notify_all()
+        self._local.readers = getattr(self._local, "readers", 1) - 1
+
+    @contextmanager
+    def read(self) -> Iterator[Txn[memoryview]]:
+        """A read txn handing out zero-copy views; views die with the txn."""
+        self.check_pid()
+        retried_slots = False
+        while True:
+            with self._gate:
+                while self._resizing:
+                    self._gate.wait()
+                self._readers += 1
+            self._local.readers = getattr(self._local, "readers", 0) + 1
+            try:
+                txn = self.env.begin(buffers=True)
+            except lmdb.MapResizedError:
+                self._leave_read()
+                self.adopt_map_size()
+                continue
+            except lmdb.ReadersFullError as exc:
+                self._leave_read()
+                if retried_slots:
+                    raise translate(exc, self.path) from None
+                self.env.reader_check()
+                retried_slots = True
+                continue
+            except lmdb.Error as exc:
+                self._leave_read()
+                raise translate(exc, self.path) from None
+            except BaseException:
+                self._leave_read()
+                raise
+            break
+        try:
+            with txn:
+                yield txn
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from None
+        finally:
+            self._leave_read()
+
+    def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
+        """Run ``fn`` in one write txn and commit; retried after growing the map.
+
+        ``fn`` must depend only on the txn (it may run more than once). Views
+        it reads are valid only until its next put.
+        """
+        self.check_pid()
+        if self.options.readonly:
+            raise StoreReadOnlyError("the store was opened read-only", where=self.path)
+        while True:
+            try:
+                with self.write_lock:
+                    try:
+                        txn = self.env.begin(write=True, buffers=True)
+                    except lmdb.MapResizedError:
+                        self.adopt_map_size()
+                        continue
+                    with txn:
+                        return fn(txn)
+            except lmdb.MapFullError:
+                self.grow()
+            except lmdb.Error as exc:
+                raise translate(exc, self.path) from None
+
+    # -- the one place the map size changes ------------------------------
+
+    def _resize(self, size: int) -> None:
+        # LMDB allows mdb_env_set_mapsize only while this process has no open
+        # txn: hold the write lock and wait for every reader to leave.
+        if getattr(self._local, "readers", 0):
+            raise StoreError(
+                "the map must change size but this thread holds an open read view",
+                where=self.path,
+                expected="no open store.read() in the writing thread",
+            )
+        with self.write_lock, self._gate:
+            self._resizing = True
+            try:
+                while self._readers:
+                    self._gate.wait()
+                self.env.set_mapsize(size)
+            finally:
+                self._resizing = False
+                self._gate.notify_all()
+
+    def adopt_map_size(self) -> None:
+        """Take up a map size another process grew the file to."""
+        self._resize(0)
+
+    def grow(self) -> None:
+        """Double the map (up to ``max_map_size``) or raise :class:`StoreFullError`."""
+        current = self.env.info()["map_size"]
+        limit = self.options.max_map_size
+        if current >= limit:
+            raise StoreFullError(
+                "the store reached its maximum map size",
+                where=self.path,
+                expected=f"<= {limit} bytes",
+                got=f"{current} bytes in use",
+            )
+        self._resize(min(current * 2, limit))
+
+
+_REGISTRY: dict[str, Env] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def acquire_env(path: str, options: EnvOptions) -> Env:
+    """The process's :class:`Env` for ``path``, opened on first use."""
+    key = os.path.realpath(path)
+    with _REGISTRY_LOCK:
+        env = _REGISTRY.get(key)
+        if env is not None and env.pid != os.getpid():
+            # Inherited through fork(): it must not be reused or closed here, and
+            # py-lmdb refuses to open the same files again in this process.
+            raise ForkError(
+                "the store was opened before fork(); open it only after fork() "
+                "(or use the spawn start method)",
+                where=key,
+                expected=f"pid {env.pid}",
+                got=f"pid {os.getpid()}",
+            )
+        if env is None:
+            env = Env(key, options)
+            _REGISTRY[key] = env
+        elif env.options.readonly != options.readonly:
+            raise StoreError(
+                "the store is already open in this process with another mode",
+                where=key,
+                expected=f"readonly={env.options.readonly}",
+                got=f"readonly={options.readonly}",
+            )
+        env.handles += 1
+        return env
+
+
+def release_env(env: Env) -> None:
+    """Drop one handle; the last one closes the environment."""
+    with _REGISTRY_LOCK:
+        env.handles -= 1
+        if env.handles > 0:
+            return
+        if _REGISTRY.get(env.path) is env:
+            del _REGISTRY[env.path]
+    env.close()
+
+
+# -- objects on a txn ---------------------------------------------------------
+
+
+def put_object(txn: Txn[memoryview], objects: Any, key: bytes, data: bytes | memoryview) -> bool:
+    """Write-once put of ``data`` under its digest ``key``; True if it was new.
+
+    An existing identical object is a no-op; different bytes under the key
+    mean the stored copy is corrupt, which is an :class:`IntegrityError`.
+    """
+    if txn.put(key, data, overwrite=False, db=objects):
+        return True
+    existing = txn.get(key, db=objects)
+    if existing is None or (len(existing) != len(data) or existing != data):
+        got = None if existing is None else digest(existing).hex()
+        raise IntegrityError(
+            "different bytes are stored under this digest",
+            where=f"objects/{key.hex()}",
+            expected=key.hex(),
+            got=got,
+        )
+    return False
+
+
+def get_object(
+    txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
+) -> memoryview:
+    """Zero-copy view of an object, hash-checked unless ``verify`` is False."""
+    view = txn.get(key, db=objects)
+    if view is None:
+        raise NotFoundError("object not in the store", where=where, got=bytes(key).hex())
+    if verify:
+        got = digest(view)
+        if got != key:
+            raise IntegrityError(
+                "object bytes do not match their digest",
+                where=where,
+                expected=bytes(key).hex(),
+                got=got.hex(),
+            )
+    return view
+
+
+def chunk_index(data: bytes) -> tuple[list[bytes], bytes]:
+    """Fixed-size chunks of ``data`` and the canonical bytes of their index."""
+    chunks = [data[i : i + CHUNK_SIZE] for i in range(0, len(data), CHUNK_SIZE)]
+    index = encode_value([len(data), [digest(c) for c in chunks]])
+    return chunks, index
+
+
+def load_chunked(
+    txn: Txn[memoryview], objects: Any, index_key: bytes, whole: bytes, *, verify: bool, where: str
+) -> bytes:
+    """Reassemble a chunked value from its index; checks the whole digest too."""
+    raw = get_object(txn, objects, index_key, verify=verify, where=f"{where} (chunk index)")
+    try:
+        size, keys = decode_value(raw)
+        ok = isinstance(size, int) and isinstance(keys, list)
+    except (CanonicalEncodingError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise IntegrityError("chunk index is malformed", where=where, got=bytes(raw))
+    data = b"".join(
+        bytes(get_object(txn, objects, k, verify=verify, where=f"{where} chunk {i}"))
+        for i, k in enumerate(keys)
+    )
+    if len(data) != size or (verify and digest(data) != whole):
+        raise IntegrityError(
+            "chunked value does not match its digest",
+            where=where,
+            expected=bytes(whole).hex(),
+            got=digest(data).hex(),
+        )
+    return data
+
+
+def as_digest(value: object, what: str = "digest") -> Digest:
+    """A raw digest from raw bytes (16) or a 32-character hex str."""
+    if isinstance(value, (bytes, bytearray)) and len(value) == DIGEST_SIZE:
+        return Digest(bytes(value))
+    return parse_id(value, what)

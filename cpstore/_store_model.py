@@ -1,0 +1,400 @@
+"""Data shapes of the store and the byte layouts of its keys and manifests.
+
+Everything here is pure: argument checks, key codecs, the manifest codec
+(docs/store.md, "Manifest format version 1") and the frozen result types.
+Nothing in this module touches LMDB.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+from ._canonical import _ext_hook, encode_value
+from ._errors import (
+    CanonicalEncodingError,
+    FormatVersionError,
+    IntegrityError,
+    InvalidInputError,
+)
+from ._records import DIGEST_SIZE, Digest
+
+__all__ = [
+    "CHUNK_SIZE",
+    "MANIFEST_VERSION",
+    "MAX_NAME_BYTES",
+    "MAX_OBJECT_SIZE",
+    "STORE_VERSION",
+    "AuditRecord",
+    "CheckpointWrite",
+    "Manifest",
+    "Problem",
+    "VerifyReport",
+    "as_payload",
+    "check_name",
+    "decode_manifest",
+    "hex_id",
+    "parse_id",
+    "ref_key",
+    "split_ref_key",
+]
+
+#: Version of the store layout (named databases and key layouts, docs/store.md).
+STORE_VERSION = 1
+#: Version of the manifest encoding (docs/store.md, "Manifest format version 1").
+MANIFEST_VERSION = 1
+#: State parts (and bytes states) whose encoding is longer than this are chunked.
+CHUNK_SIZE = 64 * 1024
+#: Largest single object accepted (1 GiB); larger values are refused, never cut.
+MAX_OBJECT_SIZE = 1 << 30
+#: Longest run id or branch name, in UTF-8 bytes (LMDB keys are at most 511).
+MAX_NAME_BYTES = 200
+
+_CREATED = struct.Struct("<d")
+
+
+def check_name(value: object, what: str) -> str:
+    """A run id or branch name, or :class:`InvalidInputError` naming ``what``."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a str", got=type(value).__name__)
+    raw = value.encode("utf-8", "surrogatepass")
+    if not raw or len(raw) > MAX_NAME_BYTES or "\x00" in value:
+        raise InvalidInputError(
+            f"{what} must be 1 to {MAX_NAME_BYTES} UTF-8 bytes without NUL",
+            got=value,
+        )
+    return value
+
+
+def as_payload(value: object, what: str) -> bytes:
+    """Bytes of a payload argument, or :class:`InvalidInputError` (size, type)."""
+    if isinstance(value, str) or not isinstance(value, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(
+            f"{what} must be bytes-like",
+            expected="bytes, bytearray or memoryview",
+            got=type(value).__name__,
+        )
+    data = bytes(value)
+    if len(data) > MAX_OBJECT_SIZE:
+        raise InvalidInputError(
+            f"{what} is larger than the largest object",
+            expected=f"<= {MAX_OBJECT_SIZE} bytes",
+            got=f"{len(data)} bytes",
+        )
+    return data
+
+
+def parse_id(value: object, what: str = "checkpoint id") -> Digest:
+    """Raw digest of a 32-character hex id, or :class:`InvalidInputError`."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a 32-character hex str", got=type(value).__name__)
+    if len(value) != 2 * DIGEST_SIZE:
+        raise InvalidInputError(f"{what} must be a 32-character hex str", expected=32, got=value)
+    try:
+        return Digest(bytes.fromhex(value))
+    except ValueError:
+        raise InvalidInputError(f"{what} is not hex", got=value) from None
+
+
+def hex_id(raw: bytes | None) -> str | None:
+    """Lowercase hex of a raw digest (None stays None)."""
+    return None if raw is None else bytes(raw).hex()
+
+
+def ref_key(run_id: str, branch: str) -> bytes:
+    """Key of a ref: ``run_id`` UTF-8, NUL, ``branch`` UTF-8."""
+    return run_id.encode("utf-8", "surrogatepass") + b"\0" + branch.encode("utf-8", "surrogatepass")
+
+
+def split_ref_key(key: bytes | memoryview) -> tuple[str, str]:
+    """(run_id, branch) of a ref key."""
+    run, _, branch = bytes(key).partition(b"\0")
+    return run.decode("utf-8", "surrogatepass"), branch.decode("utf-8", "surrogatepass")
+
+
+def pack_checkpoint_value(created_at: float, manifest: bytes) -> bytes:
+    """Value of a ``checkpoints`` entry: created_at (float64 LE) then the manifest."""
+    return _CREATED.pack(created_at) + manifest
+
+
+def unpack_checkpoint_value(value: bytes | memoryview) -> tuple[float, memoryview]:
+    """(created_at, manifest bytes view) of a ``checkpoints`` entry."""
+    view = memoryview(value)
+    if len(view) < _CREATED.size:
+        raise IntegrityError("checkpoint entry is shorter than its header", got=len(view))
+    return _CREATED.unpack_from(view)[0], view[_CREATED.size :]
+
+
+@dataclass
+class CheckpointWrite:
+    """Everything one checkpoint commits in one txn (built by the recorder)."""
+
+    cid: Digest
+    value: bytes
+    run_id: str
+    branch: str
+    expected_ref: bytes | None
+    parent: bytes | None
+    objects: dict[bytes, bytes] = field(default_factory=dict)
+    must_exist: list[bytes] = field(default_factory=list)
+    sealed_ledger: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A checkpoint's manifest: what it names, each part by digest (hex)."""
+
+    id: str
+    """Checkpoint id: hex digest of the canonical manifest bytes."""
+    run_id: str
+    """The run this checkpoint belongs to."""
+    branch: str
+    """The branch it was recorded on."""
+    step: int
+    """The runtime's step number."""
+    parent: str | None
+    """The checkpoint this one follows (or was forked from); None for a run's first."""
+    state_digest: str
+    """Digest of the state (bytes: of the bytes; parts: of the name -> part digest map)."""
+    state_kind: str
+    """``"bytes"`` or ``"parts"``."""
+    state_parts: dict[str, str]
+    """Part name -> part digest (digest of the part's canonical encoding); empty for bytes."""
+    provenance_tags: tuple[str, ...]
+    """Provenance tags, inherited from the parent and sticky within a recorder."""
+    ledger_sealed: bool
+    """True when the side-effect ledger was sealed by this checkpoint."""
+    transcript_digest: str | None
+    """Digest of the transcript bytes, None when none was recorded."""
+    metadata: dict[str, Any]
+    """User metadata (canonical values)."""
+    created_at: float
+    """When this checkpoint was first written (not part of the id)."""
+    tokens_digest: str | None
+    """Digest of the packed TOKEN records blob, None when no token was recorded."""
+    token_count: int
+    """Number of recorded tokens."""
+    observations_digest: str | None
+    """Digest of the observation log object."""
+    call_graph_digest: str | None
+    """Digest of the call-graph object."""
+    effects_digest: str | None
+    """Digest of the side-effect ledger object."""
+    harness_digest: str | None
+    """Digest of the harness-access stream object."""
+    raw: dict[str, Any] = field(repr=False, compare=False)
+    """The decoded manifest map itself (raw digests), for the store's own use."""
+
+
+def decode_trusted(data: bytes | memoryview) -> Any:
+    """Decode canonical bytes already proven by their digest (no re-encode check).
+
+    Only for bytes read under a digest that was checked (or deliberately not):
+    the writer produced them with encode_value, and the digest certifies them.
+    """
+    try:
+        return msgpack.unpackb(
+            data, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True
+        )
+    except CanonicalEncodingError:
+        raise
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise CanonicalEncodingError("bytes are not a msgpack value", got=str(exc)) from None
+
+
+def _opt_digest(value: object, where: str) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, bytes) or len(value) != DIGEST_SIZE:
+        raise IntegrityError("manifest field is not a digest", where=where, got=value)
+    return value
+
+
+def _expect(cond: bool, where: str, got: object) -> None:
+    if not cond:
+        raise IntegrityError("manifest field has the wrong shape", where=where, got=got)
+
+
+def decode_manifest(cid: bytes, data: bytes | memoryview, created_at: float) -> Manifest:
+    """Decode and shape-check a manifest; unknown versions are refused."""
+    where = f"checkpoint {bytes(cid).hex()}"
+    try:
+        m = decode_trusted(data)
+    except CanonicalEncodingError as exc:
+        raise IntegrityError("manifest is not canonical", where=where, got=str(exc)) from None
+    if not isinstance(m, dict):
+        raise IntegrityError("manifest is not a map", where=where, got=type(m).__name__)
+    version = m.get("cpstore")
+    if version != MANIFEST_VERSION:
+        raise FormatVersionError(
+            "unknown manifest version", where=where, expected=MANIFEST_VERSION, got=version
+        )
+    state: Any = m.get("state")
+    _expect(isinstance(state, dict), f"{where}.state", state)
+    kind = state.get("kind")
+    _expect(kind in ("bytes", "parts"), f"{where}.state.kind", kind)
+    parts: Any = state.get("parts") or {}
+    _expect(isinstance(parts, dict), f"{where}.state.parts", parts)
+    state_digest = _opt_digest(state.get("digest"), f"{where}.state.digest")
+    _expect(state_digest is not None, f"{where}.state.digest", None)
+    tokens: Any = m.get("tokens")
+    _expect(tokens is None or isinstance(tokens, dict), f"{where}.tokens", tokens)
+    tags: Any = m.get("tags")
+    _expect(isinstance(tags, list) and all(isinstance(t, str) for t in tags), f"{where}.tags", tags)
+    meta: Any = m.get("metadata")
+    _expect(isinstance(meta, dict), f"{where}.metadata", meta)
+    for name in ("run_id", "branch"):
+        _expect(isinstance(m.get(name), str), f"{where}.{name}", m.get(name))
+    step: Any = m.get("step")
+    _expect(isinstance(step, int) and not isinstance(step, bool), f"{where}.step", step)
+    _expect(
+        isinstance(m.get("ledger_sealed"), bool), f"{where}.ledger_sealed", m.get("ledger_sealed")
+    )
+    for name, value in parts.items():
+        _expect(isinstance(name, str), f"{where}.state.parts", name)
+        _opt_digest(value, f"{where}.state.parts[{name!r}]")
+    chunked: Any = state.get("chunked") or {}
+    _expect(isinstance(chunked, dict), f"{where}.state.chunked", chunked)
+    for name, value in chunked.items():
+        _expect(name in parts or (kind == "bytes" and name == "bytes"), f"{where}.chunked", name)
+        _opt_digest(value, f"{where}.state.chunked[{name!r}]")
+    token_count: Any = 0
+    tokens_digest = None
+    if tokens is not None:
+        tokens_digest = _opt_digest(tokens.get("records"), f"{where}.tokens.records")
+        for name in ("values", "offsets"):
+            _expect(
+                _opt_digest(tokens.get(name), f"{where}.tokens.{name}") is not None,
+                f"{where}.tokens.{name}",
+                None,
+            )
+        _expect(isinstance(tokens.get("kinds"), dict), f"{where}.tokens.kinds", tokens.get("kinds"))
+        token_count = tokens.get("count")
+        _expect(
+            isinstance(token_count, int) and token_count >= 0, f"{where}.tokens.count", token_count
+        )
+    return Manifest(
+        id=bytes(cid).hex(),
+        run_id=m["run_id"],
+        branch=m["branch"],
+        step=step,
+        parent=hex_id(_opt_digest(m.get("parent"), f"{where}.parent")),
+        state_digest=bytes(state_digest or b"").hex(),
+        state_kind=kind,
+        state_parts={name: bytes(d).hex() for name, d in parts.items()},
+        provenance_tags=tuple(tags),
+        ledger_sealed=m["ledger_sealed"],
+        transcript_digest=hex_id(_opt_digest(m.get("transcript"), f"{where}.transcript")),
+        metadata=meta,
+        created_at=created_at,
+        tokens_digest=hex_id(tokens_digest),
+        token_count=token_count,
+        observations_digest=hex_id(_opt_digest(m.get("observations"), f"{where}.observations")),
+        call_graph_digest=hex_id(_opt_digest(m.get("call_graph"), f"{where}.call_graph")),
+        effects_digest=hex_id(_opt_digest(m.get("effects"), f"{where}.effects")),
+        harness_digest=hex_id(_opt_digest(m.get("harness"), f"{where}.harness")),
+        raw=m,
+    )
+
+
+def manifest_references(m: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    """(field, digest) of every object a decoded manifest names directly."""
+    refs: list[tuple[str, bytes]] = []
+    state = m["state"]
+    chunked: Mapping[str, bytes] = state.get("chunked") or {}
+    if state["kind"] == "bytes":
+        if "bytes" in chunked:
+            refs.append(("state.chunked", chunked["bytes"]))
+        else:
+            refs.append(("state.digest", state["digest"]))
+    else:
+        for name, d in (state.get("parts") or {}).items():
+            if name in chunked:
+                refs.append((f"state.chunked[{name!r}]", chunked[name]))
+            else:
+                refs.append((f"state.parts[{name!r}]", d))
+    tokens: Any = m.get("tokens")
+    if tokens is not None:
+        for name in ("records", "values", "offsets"):
+            refs.append((f"tokens.{name}", tokens[name]))
+    for name in ("observations", "call_graph", "effects", "harness", "transcript"):
+        if m.get(name) is not None:
+            refs.append((name, m[name]))
+    return refs
+
+
+def encode_manifest(fields: Mapping[str, Any]) -> bytes:
+    """Canonical bytes of a manifest map (version key added here)."""
+    return encode_value({"cpstore": MANIFEST_VERSION, **fields})
+
+
+def check_metadata(value: object, what: str) -> dict[str, Any]:
+    """A metadata/detail mapping with str keys that has a canonical encoding."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be a mapping", got=type(value).__name__)
+    out = dict(value)
+    for key in out:
+        if not isinstance(key, str):
+            raise InvalidInputError(f"{what} keys must be str", got=key)
+    encode_value(out)  # raises CanonicalEncodingError naming the bad path
+    return out
+
+
+def check_tags(tags: object) -> tuple[str, ...]:
+    """Provenance tags as a tuple of non-empty str."""
+    if isinstance(tags, str) or not isinstance(tags, Sequence):
+        raise InvalidInputError("tags must be a sequence of str", got=type(tags).__name__)
+    for tag in tags:
+        if not isinstance(tag, str) or not tag:
+            raise InvalidInputError("each tag must be a non-empty str", got=tag)
+    return tuple(tags)
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One record of the hash-chained, append-only audit log."""
+
+    index: int
+    """Position in the log, from 0."""
+    digest: str
+    """Hex digest of the record's canonical bytes (its identity)."""
+    prev: str | None
+    """Digest of the previous record; None for the first."""
+    kind: str
+    """What the record is about (e.g. ``"decision"``, ``"signoff"``)."""
+    body: dict[str, Any]
+    """The record's content (canonical values)."""
+    time: float
+    """Wall-clock time of the append (seconds since the epoch)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing :meth:`Store.verify` found wrong."""
+
+    what: str
+    """What is wrong."""
+    where: str
+    """Which database, key or field."""
+    expected: Any = None
+    """What should have been there (hex for digests)."""
+    got: Any = None
+    """What was there."""
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of :meth:`Store.verify`: every problem, and what was checked."""
+
+    ok: bool
+    """True when no problem was found."""
+    problems: tuple[Problem, ...]
+    """Everything found wrong, in walk order."""
+    counts: dict[str, int]
+    """How many objects, checkpoints, refs, ledgers and audit records were checked."""

@@ -1,0 +1,276 @@
+"""The reader a replay engine uses: one checkpoint, inside one LMDB read txn.
+
+Buffers handed out (``tokens()``, ``token_values()``) are zero-copy views of
+the LMDB map; they are released when the ``with store.read(...)`` block ends,
+so a view kept past it fails loudly instead of reading reused pages. Every
+object is hash-checked on first use unless the reader was opened with
+``verify=False``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from typing import TYPE_CHECKING, Any
+
+from ._errors import (
+    CanonicalEncodingError,
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    RecordingGapError,
+)
+from ._native import digest
+from ._records import (
+    Provenance,
+    kind_name,
+    pack_decision,
+    pack_effect,
+    pack_observation,
+    string_digest,
+    value_digest,
+)
+from ._store_env import Txn, get_object, load_chunked
+from ._store_model import Manifest, decode_trusted
+
+if TYPE_CHECKING:
+    from ._store import Store
+
+__all__ = ["CheckpointView"]
+
+_TOKEN_HEAD = struct.Struct("<QIB")
+_OFFSET = struct.Struct("<Q")
+_PROV_NAMES = {int(Provenance.RECORDED): "recorded", int(Provenance.LIVE): "live"}
+
+
+class CheckpointView:
+    """One checkpoint's manifest, logs, payloads and state; from :meth:`Store.read`."""
+
+    def __init__(
+        self, store: Store, txn: Txn[memoryview], manifest: Manifest, verify: bool
+    ) -> None:
+        self._store = store
+        self._txn: Txn[memoryview] | None = txn
+        self._objects = store._db("objects")
+        self._manifest = manifest
+        self._verify = verify
+        self._views: list[memoryview] = []
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def manifest(self) -> Manifest:
+        """The checkpoint's manifest."""
+        return self._manifest
+
+    @property
+    def id(self) -> str:
+        """The checkpoint id."""
+        return self._manifest.id
+
+    def _close(self) -> None:
+        for view in self._views:
+            with contextlib.suppress(BufferError):  # still exported: the txn ends anyway
+                view.release()
+        self._views.clear()
+        self._cache.clear()
+        self._txn = None
+
+    def _object(self, key: bytes, where: str) -> memoryview:
+        if self._txn is None:
+            raise InvalidInputError("the checkpoint reader is closed", where=self.id)
+        view = get_object(
+            self._txn, self._objects, key, verify=self._verify, where=f"{where} of {self.id}"
+        )
+        self._views.append(view)
+        return view
+
+    def _decoded(self, name: str) -> list[Any]:
+        if name not in self._cache:
+            key = self._manifest.raw[name]
+            value: list[Any] = []
+            if key is not None:
+                try:
+                    value = decode_trusted(self._object(key, name))
+                except CanonicalEncodingError as exc:
+                    raise IntegrityError(
+                        "log object is not canonical", where=f"{name} of {self.id}", got=str(exc)
+                    ) from None
+            self._cache[name] = value
+        result: list[Any] = self._cache[name]
+        return result
+
+    # -- tokens --------------------------------------------------------------
+
+    def tokens(self) -> memoryview:
+        """Packed TOKEN records (32 bytes each), zero-copy from LMDB."""
+        if "tokens" not in self._cache:
+            log = self._manifest.raw["tokens"]
+            self._cache["tokens"] = (
+                memoryview(b"") if log is None else self._object(log["records"], "token records")
+            )
+        view: memoryview = self._cache["tokens"]
+        return view
+
+    def token_count(self) -> int:
+        """Number of recorded tokens."""
+        return self._manifest.token_count
+
+    def token_values(self) -> tuple[memoryview, memoryview]:
+        """(concatenated canonical value encodings, uint64 LE offsets), zero-copy."""
+        if "values" not in self._cache:
+            log = self._manifest.raw["tokens"]
+            if log is None:
+                self._cache["values"] = (memoryview(b""), memoryview(bytes(8)))
+            else:
+                values = self._object(log["values"], "token values")
+                offsets = self._object(log["offsets"], "token offsets")
+                if len(offsets) != 8 * (log["count"] + 1):
+                    raise IntegrityError(
+                        "token offsets do not match the token count",
+                        where=f"tokens of {self.id}",
+                        expected=8 * (log["count"] + 1),
+                        got=len(offsets),
+                    )
+                self._cache["values"] = (values, offsets)
+        pair: tuple[memoryview, memoryview] = self._cache["values"]
+        return pair
+
+    def token(self, i: int) -> tuple[int, str, str, Any]:
+        """(seq, kind name, provenance, value) of token ``i``, for reports."""
+        count = self.token_count()
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < count:
+            raise InvalidInputError("token index out of range", expected=f"0 <= i < {count}", got=i)
+        records = self.tokens()
+        seq, code, prov = _TOKEN_HEAD.unpack_from(records, 32 * i)
+        values, offsets = self.token_values()
+        start = _OFFSET.unpack_from(offsets, 8 * i)[0]
+        end = _OFFSET.unpack_from(offsets, 8 * i + 8)[0]
+        if not start <= end <= len(values):
+            raise IntegrityError(
+                "token value offsets out of range",
+                where=f"token {i} of {self.id}",
+                got=(start, end),
+            )
+        enc = values[start:end]
+        value = decode_trusted(enc)
+        if self._verify and digest(enc) != bytes(records[32 * i + 16 : 32 * i + 32]):
+            raise IntegrityError(
+                "token value does not match its record", where=f"token {i} of {self.id}"
+            )
+        kinds = self._manifest.raw["tokens"]["kinds"]
+        name = kind_name(code) or kinds.get(code) or f"0x{code:08x}"
+        return seq, name, _PROV_NAMES.get(prov, f"unknown({prov})"), value
+
+    # -- observations --------------------------------------------------------
+
+    def observations(self) -> list[tuple[int, str, str, float | None]]:
+        """(step, source, payload digest hex, pinned_at) in recorded order."""
+        return [(o[0], o[1], bytes(o[2]).hex(), o[3]) for o in self._decoded("observations")]
+
+    def observation_records(self) -> bytes:
+        """The observation log as packed OBSERVATION records (source as string digest)."""
+        return b"".join(
+            pack_observation(o[0], string_digest(o[1]), o[2], o[3])
+            for o in self._decoded("observations")
+        )
+
+    def payload(self, step: int, source: str, *, occurrence: int = 0) -> bytes:
+        """The pinned payload of the ``occurrence``-th read of ``source`` at ``step``.
+
+        Raises RecordingGapError when there is no such observation or it was not
+        pinned: a replay must never re-fetch it.
+        """
+        seen = 0
+        for o in self._decoded("observations"):
+            if o[0] == step and o[1] == source:
+                if seen == occurrence:
+                    if o[3] is None:
+                        raise RecordingGapError(
+                            "observation was re-fetched, not pinned (cannot be replayed)",
+                            where=f"step {step} source {source!r} of {self.id}",
+                        )
+                    return bytes(self._object(o[2], f"payload of step {step} source {source!r}"))
+                seen += 1
+        raise RecordingGapError(
+            "no recorded observation",
+            where=f"step {step} source {source!r} of {self.id}",
+            expected=f"occurrence {occurrence}",
+            got=f"{seen} recorded",
+        )
+
+    # -- call graph, effects, harness, transcript -----------------------------
+
+    def call_graph(self) -> list[dict[str, Any]]:
+        """Decision nodes in order; each has ``"step"`` and ``"node"``."""
+        return [dict(n) for n in self._decoded("call_graph")]
+
+    def decision_records(self) -> bytes:
+        """The call graph as packed DECISION records (node as value digest)."""
+        return b"".join(
+            pack_decision(n["step"], value_digest(n)) for n in self._decoded("call_graph")
+        )
+
+    def effects(self) -> list[tuple[int, str, str]]:
+        """The side-effect ledger: (seq, target, payload digest hex)."""
+        return [(e[0], e[1], bytes(e[2]).hex()) for e in self._decoded("effects")]
+
+    def effect_records(self) -> bytes:
+        """The ledger as packed EFFECT records (target as string digest)."""
+        return b"".join(
+            pack_effect(e[0], string_digest(e[1]), e[2]) for e in self._decoded("effects")
+        )
+
+    def effect_payload(self, seq: int) -> bytes:
+        """The payload of ledger entry ``seq``."""
+        for e in self._decoded("effects"):
+            if e[0] == seq:
+                return bytes(self._object(e[2], f"effect {seq} payload"))
+        raise NotFoundError("no such ledger entry", where=self.id, got=seq)
+
+    def harness_accesses(self) -> list[dict[str, Any]]:
+        """Harness accesses in order: ``{"resource": str, "detail": dict}``."""
+        return [dict(h) for h in self._decoded("harness")]
+
+    def transcript(self) -> bytes | None:
+        """The transcript bytes, or None when none was recorded."""
+        key = self._manifest.raw["transcript"]
+        return None if key is None else bytes(self._object(key, "transcript"))
+
+    # -- state ---------------------------------------------------------------
+
+    def _blob(self, name: str, whole: bytes) -> bytes:
+        chunked = self._manifest.raw["state"]["chunked"] or {}
+        if name in chunked:
+            if self._txn is None:
+                raise InvalidInputError("the checkpoint reader is closed", where=self.id)
+            return load_chunked(
+                self._txn,
+                self._objects,
+                chunked[name],
+                whole,
+                verify=self._verify,
+                where=f"state[{name!r}] of {self.id}",
+            )
+        return bytes(self._object(whole, f"state[{name!r}]"))
+
+    def state(self) -> bytes | dict[str, Any]:
+        """The whole state: bytes, or part name -> value."""
+        st = self._manifest.raw["state"]
+        if st["kind"] == "bytes":
+            return self._blob("bytes", st["digest"])
+        return {name: self.state_part(name) for name in st["parts"]}
+
+    def state_part(self, name: str) -> Any:
+        """The value of one state part."""
+        st = self._manifest.raw["state"]
+        parts = st["parts"] or {}
+        if st["kind"] != "parts" or name not in parts:
+            raise NotFoundError(
+                "no such state part", where=self.id, expected=sorted(parts), got=name
+            )
+        try:
+            return decode_trusted(self._blob(name, parts[name]))
+        except CanonicalEncodingError as exc:
+            raise IntegrityError(
+                "state part is not canonical", where=f"state[{name!r}] of {self.id}", got=str(exc)
+            ) from None

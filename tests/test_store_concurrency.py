@@ -1,0 +1,106 @@
+"""Concurrency: many processes and threads on one store; fork() is refused."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from cpstore._errors import ForkError
+from cpstore._store import open as open_store
+
+
+def _writer(path: str, run: str, steps: int) -> list[str]:
+    with open_store(path) as st:
+        rec = st.recorder(run)
+        out = [rec.checkpoint(i, {"i": i, "run": run}) for i in range(steps)]
+        for i in range(3):
+            st.append_audit("note", {"run": run, "i": i})
+        return out
+
+
+class TestProcesses:
+    def test_concurrent_writer_processes_all_land(self, tmp_path: Path) -> None:
+        """Four processes writing at once: every checkpoint is there, the audit chain holds."""
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(4) as pool:
+            results = pool.starmap(_writer, [(str(tmp_path / "s"), f"r{i}", 25) for i in range(4)])
+        with open_store(tmp_path / "s") as st:
+            for i, ids in enumerate(results):
+                assert [m.id for m in st.history(f"r{i}")] == ids[::-1]
+            report = st.verify()
+            assert report.ok, report.problems
+            assert report.counts["audit"] == 12
+
+    def test_use_after_fork_is_refused(self, tmp_path: Path) -> None:
+        """A child that touches its parent's store gets ForkError; the parent is unharmed."""
+        with open_store(tmp_path / "s") as st:
+            key = st.put_object(b"parent")
+            pid = os.fork()
+            if pid == 0:  # child
+                code = 1
+                try:
+                    st.get_object(key)
+                except ForkError:
+                    code = 0
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert st.get_object(key) == b"parent"
+
+    def test_reopening_in_a_forked_child_is_a_fork_error(self, tmp_path: Path) -> None:
+        """py-lmdb cannot reopen inherited files: open() in the child says so clearly."""
+        with open_store(tmp_path / "s"):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    open_store(tmp_path / "s")
+                except ForkError:
+                    code = 0
+                except BaseException:
+                    code = 2
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+
+
+class TestThreads:
+    def test_readers_run_while_a_writer_writes_and_the_map_grows(self, tmp_path: Path) -> None:
+        """Reader threads never see a partial checkpoint, even across map growth."""
+        errors: list[BaseException] = []
+        with open_store(tmp_path / "s", map_size=1 << 20) as st:
+            first = st.recorder("run").checkpoint(0, {"blob": b"x" * 1000})
+            stop = threading.Event()
+
+            def reader() -> None:
+                try:
+                    while not stop.is_set():
+                        head = st.ref("run") or first
+                        with st.read(head) as cp:
+                            assert len(cp.state()["blob"]) >= 1000
+                except BaseException as exc:  # surfaced below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=reader) for _ in range(3)]
+            for t in threads:
+                t.start()
+            rec = st.recorder("run", parent=first)
+            for i in range(1, 40):
+                rec.checkpoint(i, {"blob": os.urandom(50_000)})
+            stop.set()
+            for t in threads:
+                t.join()
+            assert st._e.env.info()["map_size"] > 1 << 20
+        assert not errors, errors
+
+    def test_two_handles_in_one_process_share_the_environment(self, tmp_path: Path) -> None:
+        """open() twice on one path works (one LMDB env per process)."""
+        with open_store(tmp_path / "s") as a, open_store(tmp_path / "s") as b:
+            key = a.put_object(b"shared")
+            assert b.get_object(key) == b"shared"
+        with pytest.raises(Exception):  # noqa: B017 - any error: the handle is closed
+            a.get_object(key)

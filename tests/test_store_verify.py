@@ -1,0 +1,138 @@
+"""verify(): every object re-hashed, every reference resolved, the audit chain checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cpstore._canonical import encode_value
+from cpstore._errors import AuditChainError, IntegrityError, InvalidInputError, NotFoundError
+from cpstore._store import Store
+from cpstore._store import open as open_store
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    with open_store(tmp_path / "s") as st:
+        yield st
+
+
+def _raw(store: Store, db: str, key: bytes, value: bytes | None) -> None:
+    with store._e.env.begin(write=True) as txn:
+        if value is None:
+            txn.delete(key, db=store._db(db))
+        else:
+            txn.put(key, value, db=store._db(db))
+
+
+def _sample(store: Store) -> str:
+    rec = store.recorder("run")
+    rec.observe(1, "cfg", b"pinned payload bytes", pinned_at=1.0)
+    rec.tokens([("rng", i) for i in range(10)])
+    rec.effect("sink", b"effect payload")
+    return rec.checkpoint(1, {"a": b"A" * 100, "b": b"B" * 100})
+
+
+class TestVerify:
+    def test_a_healthy_store_verifies(self, store: Store) -> None:
+        """verify() is ok and counts what it walked."""
+        _sample(store)
+        store.append_audit("decision", {"v": 1})
+        report = store.verify()
+        assert report.ok and report.problems == ()
+        assert report.counts["checkpoints"] == 1 and report.counts["audit"] == 1
+
+    def test_a_flipped_byte_in_the_data_file_is_found(self, tmp_path: Path) -> None:
+        """Corrupting a blob's bytes on disk is caught by verify and by the read."""
+        path = tmp_path / "s"
+        marker = b"FIND-ME-" * 64
+        with open_store(path) as st:
+            key = st.put_object(marker)
+        data = bytearray((path / "data.mdb").read_bytes())
+        at = data.find(marker)
+        assert at >= 0
+        data[at + 100] ^= 0x01
+        (path / "data.mdb").write_bytes(bytes(data))
+        with open_store(path) as st:
+            report = st.verify()
+            assert not report.ok
+            assert report.problems[0].where == f"objects/{key.hex()}"
+            with pytest.raises(IntegrityError):
+                st.get_object(key)
+
+    def test_a_missing_object_is_a_dangling_reference(self, store: Store) -> None:
+        """A deleted payload is reported where the manifest names it."""
+        cid = _sample(store)
+        with store.read(cid) as cp:
+            payload = bytes.fromhex(cp.observations()[0][2])
+        _raw(store, "objects", payload, None)
+        report = store.verify()
+        assert not report.ok
+        assert any(
+            p.what == "reference does not resolve" and cid in p.where for p in report.problems
+        )
+
+    def test_a_tampered_manifest_is_found(self, store: Store) -> None:
+        """Manifest bytes must hash to the checkpoint id."""
+        cid = _sample(store)
+        with store._e.env.begin() as txn:
+            value = bytearray(txn.get(bytes.fromhex(cid), db=store._db("checkpoints")))
+        value[-1] ^= 0x01
+        _raw(store, "checkpoints", bytes.fromhex(cid), bytes(value))
+        assert not store.verify().ok
+        with pytest.raises(IntegrityError), store.read(cid):
+            pass
+
+    def test_a_dangling_ref_is_found(self, store: Store) -> None:
+        """A ref to a missing checkpoint is a problem."""
+        _raw(store, "refs", b"run\x00ghost", bytes(16))
+        problems = store.verify().problems
+        assert [p.what for p in problems] == ["ref does not resolve"]
+
+
+class TestAuditLog:
+    def test_records_are_chained_by_digest(self, store: Store) -> None:
+        """Each record carries the previous record's digest."""
+        a = store.append_audit("decision", {"verdict": "ACCEPT"})
+        b = store.append_audit("signoff", {"operator": "kim"})
+        assert (a.index, a.prev) == (0, None)
+        assert (b.index, b.prev) == (1, a.digest)
+        assert store.get_audit(b.digest) == b
+        assert [r.kind for r in store.audit_records()] == ["decision", "signoff"]
+        assert list(store.audit_records(kind="signoff")) == [b]
+        assert [r.index for r in store.audit_records(start=1)] == [1]
+
+    def test_a_tampered_record_breaks_the_chain(self, store: Store) -> None:
+        """Changing an old record is found by verify and by get_audit."""
+        a = store.append_audit("decision", {"verdict": "REJECT"})
+        store.append_audit("decision", {"verdict": "ACCEPT"})
+        forged = encode_value(
+            {
+                "index": 0,
+                "prev": None,
+                "kind": "decision",
+                "body": {"verdict": "ACCEPT"},
+                "time": a.time,
+            }
+        )
+        _raw(store, "audit", (0).to_bytes(8, "big"), forged)
+        assert any(p.what == "audit chain broken" for p in store.verify().problems)
+        with pytest.raises(AuditChainError):
+            store.get_audit(a.digest)
+
+    def test_losing_the_newest_record_is_found(self, store: Store) -> None:
+        """The audit head in meta catches a truncated tail."""
+        store.append_audit("decision", {"n": 1})
+        store.append_audit("decision", {"n": 2})
+        _raw(store, "audit", (1).to_bytes(8, "big"), None)
+        assert any("audit head" in p.what for p in store.verify().problems)
+
+    def test_unknown_audit_digest_and_bad_bodies(self, store: Store) -> None:
+        """Lookups of unknown digests raise NotFoundError; bodies must be str-keyed maps."""
+        with pytest.raises(NotFoundError):
+            store.get_audit("00" * 16)
+        with pytest.raises(InvalidInputError):
+            store.append_audit("decision", {1: "x"})
+        with pytest.raises(InvalidInputError):
+            store.append_audit("", {})
