@@ -1,0 +1,268 @@
+"""Decision-table benchmarks (issue 4), each beside a baseline timed in the same run.
+
+Run: ``.venv/bin/python -m pytest benchmarks/bench_validate.py --benchmark-only``.
+Sizes: ``CPSTORE_BENCH_SIZE=quick`` (default, 1 M tokens) or ``full`` (10 M);
+``CPSTORE_BENCH_TOKENS=N`` overrides either. Figures (no timing is asserted):
+
+- end-to-end validation of an N-token replay against its recording *from the
+  store* (read txn, verify-on-read of the token log, zero-copy view, native
+  scan of both logs, native first divergence, findings): tokens/s, target
+  >= 100 M tokens/s; beside the seed-style pure-Python elementwise loop over
+  ``Token`` objects (timed on a 200 000-token slice and scaled per token);
+- peak memory over the packed R + P logs (target <= 2x): the Python-heap peak
+  of one validation (tracemalloc), and the peak RSS (VmHWM) of a fresh process
+  that builds a packed replay and validates it (Linux only);
+- the per-token cost of :class:`ReplayCursor` (target <= 1 us/token), over
+  in-memory values and over a stored checkpoint (which adds decode + verify).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from cpstore._decision import Verdict, validate
+from cpstore._document import PackedTokens, ReplayMode, Run, Token
+from cpstore._replay import ReplayCursor
+from cpstore._store import open as open_store
+
+TOKENS = {"quick": 1_000_000, "full": 10_000_000}
+SEED_SLICE = 200_000
+CURSOR_TOKENS = 200_000
+KINDS = ("rng", "clock", "tool", "env")
+
+
+def _token_count(size: str) -> int:
+    override = os.environ.get("CPSTORE_BENCH_TOKENS")
+    return int(override) if override else TOKENS[size]
+
+
+@dataclass
+class Recording:
+    path: str
+    store: Any
+    cid: str
+    replay: Run
+    count: int
+    packed_bytes: int
+
+
+@pytest.fixture(scope="module")
+def recording(size: str) -> Iterator[Recording]:
+    """An N-token recording in a fresh store, and a faithful replay as a packed buffer."""
+    count = _token_count(size)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        open_store(os.path.join(tmp, "s"), durability="sync") as store,
+    ):
+        rec = store.recorder("bench")
+        chunk = 1_000_000
+        for start in range(0, count, chunk):
+            rec.tokens((KINDS[i % 4], i) for i in range(start, min(count, start + chunk)))
+        cid = rec.checkpoint(1, b"state")
+        with store.read(cid) as cp:
+            # What a replay engine hands over: its own packed buffer (a copy, not a view).
+            buffer = bytes(cp.tokens())
+            man = cp.manifest
+        replay = Run(
+            man.run_id,
+            man.step,
+            man.state_digest,
+            tokens=PackedTokens(buffer),
+            transcript_digest=man.transcript_digest,
+            mode=ReplayMode.STRICT,
+        )
+        yield Recording(os.path.join(tmp, "s"), store, cid, replay, count, 2 * len(buffer))
+
+
+def _info(benchmark: Any, **info: Any) -> None:
+    benchmark.extra_info.update(info)
+
+
+@pytest.mark.benchmark(group="validate")
+def test_validate_from_store(benchmark: Any, recording: Recording) -> None:
+    """validate(checkpoint id, packed replay) end to end, zero-copy from LMDB."""
+    r = recording
+    _info(
+        benchmark,
+        label="validate from store",
+        items=r.count,
+        baseline="validate: seed-style Python",
+    )
+    decision = benchmark.pedantic(
+        lambda: validate(r.cid, r.replay, store=r.store, record=False),
+        rounds=5,
+        iterations=1,
+        warmup_rounds=1,
+    )
+    assert decision.verdict is Verdict.ACCEPT, decision.findings
+    benchmark.extra_info["tokens_per_s"] = r.count / benchmark.stats.stats.median
+
+
+@pytest.mark.benchmark(group="validate")
+def test_validate_seed_style_python(benchmark: Any, recording: Recording) -> None:
+    """Baseline: seed 002's elementwise loop over Token objects (slice, scaled per token)."""
+    n = min(SEED_SLICE, recording.count)
+    rec = [Token(i, KINDS[i % 4], i) for i in range(n)]
+    rep = [Token(i, KINDS[i % 4], i) for i in range(n)]
+
+    def seed_style() -> bool:
+        for expected, observed in zip(rec, rep, strict=True):
+            if observed.provenance != "recorded":
+                return False
+            if observed.kind != expected.kind or observed.value != expected.value:
+                return False
+        return len(rec) == len(rep)
+
+    _info(benchmark, label="validate: seed-style Python", items=n)
+    assert benchmark.pedantic(seed_style, rounds=5, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["tokens_per_s"] = n / benchmark.stats.stats.median
+
+
+@pytest.mark.benchmark(group="validate")
+def test_validate_seed_style_from_store(benchmark: Any, recording: Recording) -> None:
+    """Baseline: seed-style path on this store: each recorded token read as an object, then
+    compared elementwise with the replay's Token objects (slice, scaled per token)."""
+    n = min(20_000, recording.count)
+    rep = [Token(i, KINDS[i % 4], i) for i in range(n)]
+    r = recording
+
+    def seed_style() -> bool:
+        with r.store.read(r.cid) as cp:
+            for i, observed in enumerate(rep):
+                seq, kind, provenance, value = cp.token(i)
+                expected = Token(seq, kind, value, provenance)
+                if observed.provenance != "recorded" or expected.provenance != "recorded":
+                    return False
+                if observed.kind != expected.kind or observed.value != expected.value:
+                    return False
+        return True
+
+    _info(benchmark, label="validate: seed-style from store", items=n)
+    assert benchmark.pedantic(seed_style, rounds=3, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["tokens_per_s"] = n / benchmark.stats.stats.median
+
+
+@pytest.mark.benchmark(group="validate")
+def test_validate_from_store_vs_seed_end_to_end(benchmark: Any, recording: Recording) -> None:
+    """The same end-to-end validation, labelled against the seed-style store path."""
+    r = recording
+    _info(
+        benchmark,
+        label="validate from store (vs seed e2e)",
+        items=r.count,
+        baseline="validate: seed-style from store",
+    )
+    decision = benchmark.pedantic(
+        lambda: validate(r.cid, r.replay, store=r.store, record=False),
+        rounds=3,
+        iterations=1,
+        warmup_rounds=1,
+    )
+    assert decision.verdict is Verdict.ACCEPT
+
+
+@pytest.mark.benchmark(group="validate-memory")
+def test_validate_peak_python_heap(benchmark: Any, recording: Recording) -> None:
+    """Python-heap peak of one validation, over the packed log bytes (R and P)."""
+    r = recording
+
+    def measure() -> float:
+        tracemalloc.start()
+        try:
+            validate(r.cid, r.replay, store=r.store, record=False)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        return peak / r.packed_bytes
+
+    ratio = benchmark.pedantic(measure, rounds=1, iterations=1)
+    _info(benchmark, heap_peak_over_packed=ratio)
+    assert ratio < 2.0
+
+
+# Peak RSS from /proc (VmHWM): ru_maxrss is inherited across fork/exec on Linux,
+# so a child of the big benchmark process would report the parent's peak.
+_RSS_CHILD = """
+import sys
+from cpstore._document import PackedTokens, ReplayMode, Run
+from cpstore._decision import validate
+from cpstore._store import open as open_store
+path, cid = sys.argv[1], sys.argv[2]
+with open_store(path, readonly=True) as store:
+    with store.read(cid) as cp:
+        m = cp.manifest
+        buffer = bytes(cp.tokens())
+    replay = Run(m.run_id, m.step, m.state_digest, tokens=PackedTokens(buffer),
+                 transcript_digest=m.transcript_digest, mode=ReplayMode.STRICT)
+    validate(cid, replay, store=store, record=False)
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+print(int(hwm.split()[1]) * 1024, 2 * len(buffer))
+"""
+
+
+@pytest.mark.benchmark(group="validate-memory")
+def test_validate_peak_rss(benchmark: Any, recording: Recording) -> None:
+    """Peak RSS of a fresh process that builds a packed replay and validates it, over R + P."""
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs Linux /proc for the peak RSS")
+    r = recording
+
+    def measure() -> float:
+        out = subprocess.run(
+            [sys.executable, "-c", _RSS_CHILD, r.path, r.cid],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        return int(out[0]) / int(out[1])
+
+    ratio = benchmark.pedantic(measure, rounds=1, iterations=1)
+    _info(benchmark, peak_rss_over_packed=ratio)
+
+
+@pytest.mark.benchmark(group="cursor")
+def test_cursor_in_memory(benchmark: Any) -> None:
+    """Per-token cost of ReplayCursor.resolve over in-memory values (target <= 1 us)."""
+    packed = PackedTokens.from_tokens(Token(i, KINDS[i % 4], i) for i in range(CURSOR_TOKENS))
+    kinds = [KINDS[i % 4] for i in range(CURSOR_TOKENS)]
+
+    def run() -> int:
+        cursor = ReplayCursor(packed)
+        resolve = cursor.resolve
+        for kind in kinds:
+            resolve(kind)
+        cursor.assert_fully_consumed()
+        return cursor.position
+
+    _info(benchmark, label="cursor resolve (in memory)", items=CURSOR_TOKENS)
+    assert benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1) == CURSOR_TOKENS
+    benchmark.extra_info["us_per_token"] = benchmark.stats.stats.median / CURSOR_TOKENS * 1e6
+
+
+@pytest.mark.benchmark(group="cursor")
+def test_cursor_from_store(benchmark: Any, recording: Recording) -> None:
+    """Per-token cost of a cursor over a stored checkpoint (adds decode + verify per value)."""
+    n = min(CURSOR_TOKENS, recording.count)
+    kinds = [KINDS[i % 4] for i in range(n)]
+    r = recording
+
+    def run() -> int:
+        with r.store.read(r.cid) as cp:
+            cursor = ReplayCursor.from_checkpoint(cp)
+            resolve = cursor.resolve
+            for kind in kinds:
+                resolve(kind)
+            return cursor.position
+
+    _info(benchmark, label="cursor resolve (from store)", items=n)
+    assert benchmark.pedantic(run, rounds=3, iterations=1, warmup_rounds=1) == n
+    benchmark.extra_info["us_per_token"] = benchmark.stats.stats.median / n * 1e6

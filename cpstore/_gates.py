@@ -1,0 +1,364 @@
+"""Gates: what a decision allows, decided from the store's audit log alone.
+
+A :class:`~cpstore._decision.Decision` object in the caller's hands proves
+nothing (anyone can build one); every gate here looks the decision up in the
+store's hash-chained audit log, re-derives what it allows from the recorded
+finding codes and :data:`FINDING_RULES`, and appends a record of what it
+let through. The rules (docs/decision-table.md, "Gates"):
+
+* **Resume** from a checkpoint needs the checkpoint's latest decision to be
+  ACCEPT, or to have only releasable findings plus an operator sign-off
+  recorded after it. A sign-off releases one resume only.
+* **Rollback** certification needs the checkpoint's latest decision to be an
+  ACCEPT from a STRICT replay, and the branch never to have been quarantined.
+* **Sign-off** is refused for an ACCEPT (nothing to release) and for any
+  decision with a non-releasable finding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._decision import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
+from ._errors import AuditChainError, GateError, InvalidInputError, NotFoundError, SignOffError
+
+__all__ = [
+    "AUDIT_DECISION",
+    "AUDIT_GATE",
+    "AUDIT_SIGNOFF",
+    "ResumePermit",
+    "RollbackCertificate",
+    "SignOff",
+    "certify_rollback",
+    "resume_gate",
+    "sign_off",
+]
+
+#: Audit record kinds written by the gates (decisions: ``AUDIT_DECISION``).
+AUDIT_SIGNOFF = "signoff"
+AUDIT_GATE = "gate"
+
+
+@dataclass(frozen=True)
+class SignOff:
+    """An operator's release of a releasable decision, as recorded in the audit log."""
+
+    decision_id: str
+    """The decision released."""
+    checkpoint_id: str
+    """The checkpoint that decision is about."""
+    operator: str
+    """Who signed."""
+    reason: str
+    """Why."""
+    time: float
+    """When (seconds since the epoch)."""
+    audit_digest: str
+    """Digest of the sign-off's audit record: what a gate is given."""
+
+
+@dataclass(frozen=True)
+class ResumePermit:
+    """A resume the gate let through."""
+
+    checkpoint_id: str
+    """Where the run resumes."""
+    decision_id: str
+    """The decision that allowed it."""
+    verdict: Verdict
+    """That decision's verdict."""
+    sign_off: str | None
+    """Audit digest of the sign-off used (None for an ACCEPT)."""
+    audit_digest: str
+    """Digest of the gate's own audit record."""
+
+
+@dataclass(frozen=True)
+class RollbackCertificate:
+    """A rollback the gate certified."""
+
+    checkpoint_id: str
+    """The checkpoint whose branch may be rolled back."""
+    run_id: str
+    """Its run."""
+    branch: str | None
+    """Its branch."""
+    decision_id: str
+    """The STRICT ACCEPT decision that certified it."""
+    audit_digest: str
+    """Digest of the gate's own audit record."""
+
+
+# -- reading the audit log ------------------------------------------------------
+
+
+def _records(store: Any, kind: str) -> Iterator[Any]:
+    yield from store.audit_records(kind=kind)
+
+
+def _linked(store: Any, rec: Any) -> None:
+    """Check ``rec`` is where the chain says: its prev is the record before it."""
+    if rec.index == 0:
+        if rec.prev is not None:
+            raise AuditChainError("first audit record names a predecessor", where="audit[0]")
+        return
+    before = list(store.audit_records(start=rec.index - 1, limit=1))
+    if not before or before[0].digest != rec.prev:
+        raise AuditChainError(
+            "audit record does not chain to its predecessor",
+            where=f"audit[{rec.index}]",
+            expected=rec.prev,
+            got=None if not before else before[0].digest,
+        )
+
+
+def _decision_id(decision: Decision | str) -> str:
+    if isinstance(decision, Decision):
+        return decision.id
+    if isinstance(decision, str) and decision:
+        return decision
+    raise InvalidInputError("decision must be a Decision or a decision id", got=decision)
+
+
+def _decision_record(store: Any, decision: Decision | str) -> Any:
+    """The one audit record of ``decision``; the caller's object is not trusted."""
+    ident = _decision_id(decision)
+    found = [r for r in _records(store, AUDIT_DECISION) if r.body.get("decision_id") == ident]
+    if not found:
+        raise NotFoundError("no such decision in the audit log", where="audit", got=ident)
+    if len(found) > 1:
+        raise GateError(
+            "decision id appears more than once in the audit log; refusing to trust it",
+            got=[r.digest for r in found],
+        )
+    rec = found[0]
+    if isinstance(decision, Decision) and decision.audit_digest not in (None, rec.digest):
+        raise GateError(
+            "decision object does not match its audit record",
+            expected=rec.digest,
+            got=decision.audit_digest,
+        )
+    _linked(store, rec)
+    return rec
+
+
+def _checkpoint_of(rec: Any) -> str | None:
+    recorded = rec.body.get("recorded")
+    return recorded.get("checkpoint_id") if isinstance(recorded, Mapping) else None
+
+
+def _codes(rec: Any) -> list[FindingCode]:
+    out = []
+    for f in rec.body.get("findings", []):
+        try:
+            out.append(FindingCode(f.get("code")))
+        except (ValueError, AttributeError):
+            # An unknown code cannot be released by anyone.
+            raise GateError(
+                "decision record holds an unknown finding code", where=rec.digest, got=f
+            ) from None
+    return out
+
+
+def _verdict(rec: Any) -> Verdict:
+    # Re-derive from the codes; the stored verdict must agree with them.
+    derived = max((FINDING_RULES[c][0] for c in _codes(rec)), default=Verdict.ACCEPT)
+    if rec.body.get("verdict") != derived.name:
+        raise GateError(
+            "decision record's verdict does not follow from its findings",
+            where=rec.digest,
+            expected=derived.name,
+            got=rec.body.get("verdict"),
+        )
+    return derived
+
+
+def _latest_for(store: Any, checkpoint_id: str) -> Any | None:
+    latest = None
+    for r in _records(store, AUDIT_DECISION):
+        if _checkpoint_of(r) == checkpoint_id:
+            latest = r
+    return latest
+
+
+def _check_current(store: Any, rec: Any, checkpoint_id: str) -> None:
+    if _checkpoint_of(rec) != checkpoint_id:
+        raise GateError(
+            "decision is about another checkpoint",
+            expected=checkpoint_id,
+            got=_checkpoint_of(rec),
+        )
+    latest = _latest_for(store, checkpoint_id)
+    if latest is not None and latest.digest != rec.digest:
+        raise GateError(
+            "a later decision supersedes this one for the checkpoint",
+            where=f"checkpoint {checkpoint_id}",
+            expected=latest.body.get("decision_id"),
+            got=rec.body.get("decision_id"),
+        )
+
+
+def _text(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string", got=value)
+    return value
+
+
+# -- the gates ------------------------------------------------------------------
+
+
+def sign_off(store: Any, decision: Decision | str, *, operator: str, reason: str) -> SignOff:
+    """Record an operator's release of a releasable decision (audit kind ``signoff``)."""
+    operator = _text(operator, "operator")
+    reason = _text(reason, "reason")
+    rec = _decision_record(store, decision)
+    verdict = _verdict(rec)
+    cid = _checkpoint_of(rec)
+    if verdict is Verdict.ACCEPT:
+        raise SignOffError("an ACCEPT needs no sign-off", where=rec.body.get("decision_id"))
+    blocked = sorted({c.value for c in _codes(rec) if not FINDING_RULES[c][1]})
+    if blocked:
+        raise SignOffError(
+            "decision has findings no sign-off can release",
+            where=rec.body.get("decision_id"),
+            expected="only releasable findings",
+            got=blocked,
+        )
+    if cid is None:
+        raise SignOffError(
+            "decision is not about a stored checkpoint; nothing to release",
+            where=rec.body.get("decision_id"),
+        )
+    now = time.time()
+    body = {
+        "decision_id": rec.body["decision_id"],
+        "decision_audit": rec.digest,
+        "checkpoint_id": cid,
+        "operator": operator,
+        "reason": reason,
+        "time": now,
+    }
+    out = store.append_audit(AUDIT_SIGNOFF, body)
+    return SignOff(rec.body["decision_id"], cid, operator, reason, now, out.digest)
+
+
+def _used_sign_offs(store: Any) -> set[str]:
+    return {
+        r.body.get("sign_off")
+        for r in _records(store, AUDIT_GATE)
+        if r.body.get("sign_off") is not None
+    }
+
+
+def _valid_sign_off(store: Any, digest: str, rec: Any) -> Any:
+    try:
+        so = store.get_audit(digest)
+    except NotFoundError:
+        raise SignOffError("sign-off is not in the audit log", got=digest) from None
+    body = so.body
+    if (
+        so.kind != AUDIT_SIGNOFF
+        or body.get("decision_id") != rec.body.get("decision_id")
+        or body.get("decision_audit") != rec.digest
+        or so.index <= rec.index
+        or not isinstance(body.get("operator"), str)
+        or not body.get("operator")
+    ):
+        raise SignOffError(
+            "sign-off does not release this decision",
+            where=f"audit[{so.index}]",
+            expected=rec.body.get("decision_id"),
+            got=body.get("decision_id"),
+        )
+    _linked(store, so)
+    if so.digest in _used_sign_offs(store):
+        raise SignOffError("sign-off was already used; it releases one resume", got=so.digest)
+    return so
+
+
+def resume_gate(
+    store: Any,
+    checkpoint_id: str,
+    decision: Decision | str,
+    *,
+    sign_off: SignOff | str | None = None,
+) -> ResumePermit:
+    """Allow a resume from ``checkpoint_id`` or raise :class:`GateError`."""
+    _text(checkpoint_id, "checkpoint_id")
+    rec = _decision_record(store, decision)
+    _check_current(store, rec, checkpoint_id)
+    verdict = _verdict(rec)
+    used: str | None = None
+    if verdict is not Verdict.ACCEPT:
+        blocked = sorted({c.value for c in _codes(rec) if not FINDING_RULES[c][1]})
+        if blocked:
+            raise GateError(
+                "decision has findings no sign-off can release; the run cannot resume here",
+                where=f"checkpoint {checkpoint_id}",
+                got=blocked,
+            )
+        if sign_off is None:
+            raise GateError(
+                f"a {verdict.name} decision needs an operator sign-off to resume",
+                where=f"checkpoint {checkpoint_id}",
+            )
+        digest = sign_off.audit_digest if isinstance(sign_off, SignOff) else sign_off
+        used = _valid_sign_off(store, _text(digest, "sign_off"), rec).digest
+    out = store.append_audit(
+        AUDIT_GATE,
+        {
+            "gate": "resume",
+            "checkpoint_id": checkpoint_id,
+            "decision_id": rec.body["decision_id"],
+            "decision_audit": rec.digest,
+            "sign_off": used,
+        },
+    )
+    return ResumePermit(checkpoint_id, rec.body["decision_id"], verdict, used, out.digest)
+
+
+def certify_rollback(
+    store: Any, checkpoint_id: str, decision: Decision | str
+) -> RollbackCertificate:
+    """Certify rolling back the branch of ``checkpoint_id`` or raise :class:`GateError`."""
+    _text(checkpoint_id, "checkpoint_id")
+    rec = _decision_record(store, decision)
+    _check_current(store, rec, checkpoint_id)
+    verdict = _verdict(rec)
+    if verdict is not Verdict.ACCEPT or rec.body.get("mode") != "strict":
+        raise GateError(
+            "a rollback needs an ACCEPT from a STRICT replay",
+            where=f"checkpoint {checkpoint_id}",
+            expected="ACCEPT, strict",
+            got=f"{verdict.name}, {rec.body.get('mode')}",
+        )
+    recorded = rec.body.get("recorded") or {}
+    run_id, branch = recorded.get("run_id"), recorded.get("branch")
+    for r in _records(store, AUDIT_DECISION):
+        other = r.body.get("recorded") or {}
+        if (
+            other.get("run_id") == run_id
+            and other.get("branch") == branch
+            and r.body.get("verdict") == Verdict.QUARANTINE.name
+        ):
+            raise GateError(
+                "the branch was quarantined; a quarantined branch is never rolled back",
+                where=f"run {run_id!r} branch {branch!r}",
+                got=r.body.get("decision_id"),
+            )
+    out = store.append_audit(
+        AUDIT_GATE,
+        {
+            "gate": "rollback",
+            "checkpoint_id": checkpoint_id,
+            "decision_id": rec.body["decision_id"],
+            "decision_audit": rec.digest,
+            "sign_off": None,
+        },
+    )
+    return RollbackCertificate(
+        checkpoint_id, str(run_id), branch, rec.body["decision_id"], out.digest
+    )

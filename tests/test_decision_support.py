@@ -1,0 +1,54 @@
+"""Shared builders for the decision-table tests (no tests of its own)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+def clean_doc(tokens: int = 6, **overrides: Any) -> dict[str, Any]:
+    """A clean recording: sealed ledger, every read pinned, strict, seqs 0..n-1."""
+    doc: dict[str, Any] = {
+        "format": 1,
+        "run_id": "run-1",
+        "step": 47,
+        "state_digest": "state-47",
+        "observations": [
+            {"step": 3, "source": "clock", "payload_digest": "c3", "pinned_at": 100.0},
+            {"step": 12, "source": "read_config", "payload_digest": "cfg-v1", "pinned_at": 101.5},
+            {"step": 30, "source": "search", "payload_digest": "s30", "pinned_at": 102.0},
+        ],
+        "tokens": [
+            {
+                "seq": i,
+                "kind": ("rng", "clock", "tool")[i % 3],
+                "value": i * 7,
+                "provenance": "recorded",
+            }
+            for i in range(tokens)
+        ],
+        "call_graph": [
+            {"step": 1, "node": "plan"},
+            {"step": 12, "node": "read_config"},
+            {"step": 30, "node": {"tool": "search", "args": ["q"]}},
+        ],
+        "transcript_digest": "transcript-1",
+        "effects": [
+            {"seq": 0, "target": "db", "payload_digest": "e0"},
+            {"seq": 1, "target": "mail", "payload_digest": "e1"},
+        ],
+        "ledger_sealed": True,
+        "harness_accesses": [],
+        "provenance_tags": ["agent:v1"],
+        "mode": "strict",
+    }
+    doc.update(overrides)
+    return doc
+
+
+def replay_of(doc: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    """A faithful strict replay of ``doc`` (a deep copy), then ``overrides``."""
+    out = copy.deepcopy(doc)
+    out["mode"] = "strict"
+    out.update(overrides)
+    return out
