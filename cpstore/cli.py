@@ -1,0 +1,93 @@
+"""The ``cpstore`` command line: one entry point, ``--help`` everywhere.
+
+A user mistake (bad input, a missing object, a refused gate) prints one line
+on stderr and exits with its own code; only a bug in cpstore shows a
+traceback. Exit codes (also in README.md):
+
+====  ==========================================================
+0     success; for ``validate``, the verdict is ACCEPT
+1     an unexpected internal error (a bug: please report it)
+2     usage error (unknown option, missing argument)
+3     bad input: a malformed document, file or argument
+4     not found: no such store, checkpoint, run, object or record
+5     integrity: verification found damage (``verify`` and reads)
+6     refused: a gate, sign-off or sealed ledger said no
+10    ``validate``: the verdict is REJECT
+11    ``validate``: the verdict is QUARANTINE
+====  ==========================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from . import _cli_store, _cli_validate, _demo
+from ._errors import CpstoreError
+from ._exit import (
+    EXIT_BAD_INPUT,
+    EXIT_INTEGRITY,
+    EXIT_INTERNAL,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_QUARANTINE,
+    EXIT_REFUSED,
+    EXIT_REJECT,
+    EXIT_USAGE,
+    exit_code_for,
+)
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_INTEGRITY",
+    "EXIT_INTERNAL",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_QUARANTINE",
+    "EXIT_REFUSED",
+    "EXIT_REJECT",
+    "EXIT_USAGE",
+    "exit_code_for",
+    "main",
+]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cpstore",
+        description="A checkpoint store for durable agent runtimes and replay auditors.",
+        epilog="Exit codes: 0 ok/ACCEPT, 2 usage, 3 bad input, 4 not found, "
+        "5 integrity, 6 refused, 10 REJECT, 11 QUARANTINE, 1 internal error.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _demo.add_parser(sub)
+    _cli_validate.add_validate_parser(sub)
+    _cli_store.add_parsers(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except CpstoreError as exc:
+        print(f"cpstore {args.command}: {exc}", file=sys.stderr)
+        return exit_code_for(exc)
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        print(f"cpstore {args.command}: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"cpstore {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
