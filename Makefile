@@ -6,4 +6,4 @@ setup demo test bench lint:
 asan:
 	./dev asan
 valgrind:
-	$(MAKE) -f mk/native.mk valgrind PY=.venv/bin/python
+	$(MAKE) -f mk/native.mk valgrind NATIVE_PY=.venv/bin/python

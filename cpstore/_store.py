@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal
 
 from ._errors import (
@@ -40,9 +40,10 @@ from ._store_model import (
     Manifest,
     VerifyReport,
     as_payload,
+    check_manifest,
     check_name,
-    decode_manifest,
     hex_id,
+    manifest_from_raw,
     parse_id,
     ref_key,
     split_ref_key,
@@ -138,11 +139,10 @@ class Store:
             raise StoreError("the store is closed", where=self._path)
         self._e.check_pid()
 
-    @contextmanager
-    def _read(self) -> Iterator[Txn[memoryview]]:
-        self._live()
-        with self._e.read() as txn:
-            yield txn
+    def _read(self) -> AbstractContextManager[Txn[memoryview]]:
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        return self._e.read()  # checks the pid
 
     def _write(self, fn: Callable[[Txn[memoryview]], Any]) -> Any:
         self._live()
@@ -191,7 +191,14 @@ class Store:
         return Recorder(self, check_name(run_id, "run_id"), check_name(branch, "branch"), parent)
 
     def _load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
-        value = txn.get(cid, db=self._db("checkpoints"))
+        raw, created = self._load_raw(txn, cid, verify=verify)
+        return manifest_from_raw(cid, raw, created)
+
+    def _load_raw(
+        self, txn: Txn[memoryview], cid: bytes, *, verify: bool
+    ) -> tuple[dict[str, Any], float]:
+        """(shape-checked manifest map, created_at) of a checkpoint, hash-checked."""
+        value = txn.get(cid, None, self._e.dbs["checkpoints"])
         if value is None:
             pruned = txn.get(cid, db=self._db("tombstones")) is not None
             raise NotFoundError(
@@ -207,7 +214,7 @@ class Store:
                 expected=cid.hex(),
                 got=digest(data).hex(),
             )
-        return decode_manifest(cid, data, created)
+        return check_manifest(cid, data), created
 
     def manifest(self, checkpoint_id: str, *, verify: bool = True) -> Manifest:
         """The manifest of a checkpoint."""
@@ -219,8 +226,13 @@ class Store:
     def read(self, checkpoint_id: str, *, verify: bool = True) -> Iterator[CheckpointView]:
         """A reader over one checkpoint inside one read txn; its views die with the block."""
         cid = parse_id(checkpoint_id)
-        with self._read() as txn:
-            view = CheckpointView(self, txn, self._load_manifest(txn, cid, verify=verify), verify)
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        with self._e.read() as txn:
+            raw, created = self._load_raw(txn, cid, verify=verify)
+            view = CheckpointView(
+                self, txn, cid=cid, raw=raw, created_at=created, verify=verify
+            )
             try:
                 yield view
             finally:
@@ -302,7 +314,7 @@ class Store:
         """The head checkpoint id of ``run_id``/``branch``, or None."""
         key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
         with self._read() as txn:
-            value = txn.get(key, db=self._db("refs"))
+            value = txn.get(key, None, self._e.dbs["refs"])
             return None if value is None else bytes(value).hex()
 
     def set_ref(

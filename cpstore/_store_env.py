@@ -89,6 +89,9 @@ class Env:
         self.pid = os.getpid()
         self.handles = 0
         self.write_lock = threading.RLock()
+        # Readers are counted under _count (cheap, every read); _gate is only
+        # waited on while the map is being resized.
+        self._count = threading.Lock()
         self._gate = threading.Condition()
         self._readers = 0
         self._resizing = False
@@ -189,42 +192,54 @@ class Env:
     # -- transactions -------------------------------------------------------
 
     def _leave_read(self) -> None:
-        with self._gate:
+        with self._count:
             self._readers -= 1
-            self._gate.notify_all()
-        self._local.readers = getattr(self._local, "readers", 1) - 1
-
-    @contextmanager
-    def read(self) -> Iterator[Txn[memoryview]]:
-        """A read txn handing out zero-copy views; views die with the txn."""
-        self.check_pid()
-        retried_slots = False
-        while True:
+            resizing = self._resizing
+        if resizing:  # never take _gate while holding _count (the resizer nests them)
             with self._gate:
-                while self._resizing:
-                    self._gate.wait()
-                self._readers += 1
-            self._local.readers = getattr(self._local, "readers", 0) + 1
+                self._gate.notify_all()
+        self._local.readers -= 1
+
+    def _begin_read(self) -> Txn[memoryview]:
+        retried_slots = False
+        local = self._local
+        while True:
+            with self._count:
+                if self._resizing:
+                    wait = True
+                else:
+                    wait = False
+                    self._readers += 1
+            if wait:
+                with self._gate:
+                    while self._resizing:
+                        self._gate.wait()
+                continue
+            local.readers = getattr(local, "readers", 0) + 1
             try:
-                txn = self.env.begin(buffers=True)
+                return self.env.begin(buffers=True)
             except lmdb.MapResizedError:
                 self._leave_read()
                 self.adopt_map_size()
-                continue
             except lmdb.ReadersFullError as exc:
                 self._leave_read()
                 if retried_slots:
                     raise translate(exc, self.path) from None
                 self.env.reader_check()
                 retried_slots = True
-                continue
             except lmdb.Error as exc:
                 self._leave_read()
                 raise translate(exc, self.path) from None
             except BaseException:
                 self._leave_read()
                 raise
-            break
+
+    @contextmanager
+    def read(self) -> Iterator[Txn[memoryview]]:
+        """A read txn handing out zero-copy views; views die with the txn."""
+        if os.getpid() != self.pid:
+            self.check_pid()
+        txn = self._begin_read()
         try:
             with txn:
                 yield txn
@@ -269,13 +284,18 @@ class Env:
                 expected="no open store.read() in the writing thread",
             )
         with self.write_lock, self._gate:
-            self._resizing = True
+            with self._count:
+                self._resizing = True
             try:
-                while self._readers:
-                    self._gate.wait()
+                while True:
+                    with self._count:
+                        if not self._readers:
+                            break
+                    self._gate.wait(0.05)
                 self.env.set_mapsize(size)
             finally:
-                self._resizing = False
+                with self._count:
+                    self._resizing = False
                 self._gate.notify_all()
 
     def adopt_map_size(self) -> None:
@@ -367,7 +387,7 @@ def get_object(
     txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
 ) -> memoryview:
     """Zero-copy view of an object, hash-checked unless ``verify`` is False."""
-    view = txn.get(key, db=objects)
+    view = txn.get(key, None, objects)
     if view is None:
         raise NotFoundError("object not in the store", where=where, got=bytes(key).hex())
     if verify:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
-import msgpack  # type: ignore[import-untyped]
+import msgpack
 
 from ._canonical import _ext_hook, encode_value
 from ._errors import (
@@ -35,9 +35,11 @@ __all__ = [
     "Problem",
     "VerifyReport",
     "as_payload",
+    "check_manifest",
     "check_name",
     "decode_manifest",
     "hex_id",
+    "manifest_from_raw",
     "parse_id",
     "ref_key",
     "split_ref_key",
@@ -206,97 +208,140 @@ def decode_trusted(data: bytes | memoryview) -> Any:
         raise CanonicalEncodingError("bytes are not a msgpack value", got=str(exc)) from None
 
 
-def _opt_digest(value: object, where: str) -> bytes | None:
+_LOG_FIELDS = ("parent", "transcript", "observations", "call_graph", "effects", "harness")
+
+
+def _is_digest(value: object) -> bool:
+    return type(value) is bytes and len(value) == DIGEST_SIZE
+
+
+def _opt_hex(m: Mapping[str, Any], name: str, cid: bytes) -> str | None:
+    value = m.get(name)
     if value is None:
         return None
-    if not isinstance(value, bytes) or len(value) != DIGEST_SIZE:
-        raise IntegrityError("manifest field is not a digest", where=where, got=value)
-    return value
+    if not _is_digest(value):
+        _bad(cid, name, value, "manifest field is not a digest")
+    return bytes(value).hex()
 
 
-def _expect(cond: bool, where: str, got: object) -> None:
-    if not cond:
-        raise IntegrityError("manifest field has the wrong shape", where=where, got=got)
+def _bad(
+    cid: bytes, field: str, got: object, what: str = "manifest field has the wrong shape"
+) -> NoReturn:
+    raise IntegrityError(what, where=f"checkpoint {bytes(cid).hex()}.{field}", got=got)
 
 
 def decode_manifest(cid: bytes, data: bytes | memoryview, created_at: float) -> Manifest:
     """Decode and shape-check a manifest; unknown versions are refused."""
-    where = f"checkpoint {bytes(cid).hex()}"
+    return manifest_from_raw(cid, check_manifest(cid, data), created_at)
+
+
+def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
+    """The decoded manifest map after every shape check :class:`Manifest` relies on.
+
+    Runs on every checkpoint read, so the checks build their messages only
+    when one fails.
+    """
     try:
         m = decode_trusted(data)
     except CanonicalEncodingError as exc:
-        raise IntegrityError("manifest is not canonical", where=where, got=str(exc)) from None
-    if not isinstance(m, dict):
-        raise IntegrityError("manifest is not a map", where=where, got=type(m).__name__)
+        raise IntegrityError(
+            "manifest is not canonical", where=f"checkpoint {bytes(cid).hex()}", got=str(exc)
+        ) from None
+    if type(m) is not dict:
+        raise IntegrityError(
+            "manifest is not a map", where=f"checkpoint {bytes(cid).hex()}", got=type(m).__name__
+        )
     version = m.get("cpstore")
-    if version != MANIFEST_VERSION:
+    if version != MANIFEST_VERSION or type(version) is not int:
         raise FormatVersionError(
-            "unknown manifest version", where=where, expected=MANIFEST_VERSION, got=version
+            "unknown manifest version",
+            where=f"checkpoint {bytes(cid).hex()}",
+            expected=MANIFEST_VERSION,
+            got=version,
         )
     state: Any = m.get("state")
-    _expect(isinstance(state, dict), f"{where}.state", state)
+    if type(state) is not dict:
+        _bad(cid, "state", state)
     kind = state.get("kind")
-    _expect(kind in ("bytes", "parts"), f"{where}.state.kind", kind)
+    if kind not in ("bytes", "parts"):
+        _bad(cid, "state.kind", kind)
     parts: Any = state.get("parts") or {}
-    _expect(isinstance(parts, dict), f"{where}.state.parts", parts)
-    state_digest = _opt_digest(state.get("digest"), f"{where}.state.digest")
-    _expect(state_digest is not None, f"{where}.state.digest", None)
-    tokens: Any = m.get("tokens")
-    _expect(tokens is None or isinstance(tokens, dict), f"{where}.tokens", tokens)
-    tags: Any = m.get("tags")
-    _expect(isinstance(tags, list) and all(isinstance(t, str) for t in tags), f"{where}.tags", tags)
-    meta: Any = m.get("metadata")
-    _expect(isinstance(meta, dict), f"{where}.metadata", meta)
-    for name in ("run_id", "branch"):
-        _expect(isinstance(m.get(name), str), f"{where}.{name}", m.get(name))
-    step: Any = m.get("step")
-    _expect(isinstance(step, int) and not isinstance(step, bool), f"{where}.step", step)
-    _expect(
-        isinstance(m.get("ledger_sealed"), bool), f"{where}.ledger_sealed", m.get("ledger_sealed")
-    )
+    if type(parts) is not dict:
+        _bad(cid, "state.parts", parts)
+    state_digest = state.get("digest")
+    if not _is_digest(state_digest):
+        _bad(cid, "state.digest", state_digest)
     for name, value in parts.items():
-        _expect(isinstance(name, str), f"{where}.state.parts", name)
-        _opt_digest(value, f"{where}.state.parts[{name!r}]")
+        if type(name) is not str:
+            _bad(cid, "state.parts", name)
+        if not _is_digest(value):
+            _bad(cid, f"state.parts[{name!r}]", value, "manifest field is not a digest")
     chunked: Any = state.get("chunked") or {}
-    _expect(isinstance(chunked, dict), f"{where}.state.chunked", chunked)
+    if type(chunked) is not dict:
+        _bad(cid, "state.chunked", chunked)
     for name, value in chunked.items():
-        _expect(name in parts or (kind == "bytes" and name == "bytes"), f"{where}.chunked", name)
-        _opt_digest(value, f"{where}.state.chunked[{name!r}]")
-    token_count: Any = 0
-    tokens_digest = None
+        if not (name in parts or (kind == "bytes" and name == "bytes")):
+            _bad(cid, "chunked", name)
+        if not _is_digest(value):
+            _bad(cid, f"state.chunked[{name!r}]", value, "manifest field is not a digest")
+    tags: Any = m.get("tags")
+    if type(tags) is not list or not all(type(t) is str for t in tags):
+        _bad(cid, "tags", tags)
+    meta: Any = m.get("metadata")
+    if type(meta) is not dict:
+        _bad(cid, "metadata", meta)
+    for name in ("run_id", "branch"):
+        if type(m.get(name)) is not str:
+            _bad(cid, name, m.get(name))
+    step: Any = m.get("step")
+    if type(step) is not int:
+        _bad(cid, "step", step)
+    if type(m.get("ledger_sealed")) is not bool:
+        _bad(cid, "ledger_sealed", m.get("ledger_sealed"))
+    tokens: Any = m.get("tokens")
     if tokens is not None:
-        tokens_digest = _opt_digest(tokens.get("records"), f"{where}.tokens.records")
+        if type(tokens) is not dict:
+            _bad(cid, "tokens", tokens)
+        _opt_hex(tokens, "records", cid)
         for name in ("values", "offsets"):
-            _expect(
-                _opt_digest(tokens.get(name), f"{where}.tokens.{name}") is not None,
-                f"{where}.tokens.{name}",
-                None,
-            )
-        _expect(isinstance(tokens.get("kinds"), dict), f"{where}.tokens.kinds", tokens.get("kinds"))
+            if not _is_digest(tokens.get(name)):
+                _bad(cid, f"tokens.{name}", tokens.get(name))
+        if type(tokens.get("kinds")) is not dict:
+            _bad(cid, "tokens.kinds", tokens.get("kinds"))
         token_count = tokens.get("count")
-        _expect(
-            isinstance(token_count, int) and token_count >= 0, f"{where}.tokens.count", token_count
-        )
+        if type(token_count) is not int or token_count < 0:
+            _bad(cid, "tokens.count", token_count)
+    for name in _LOG_FIELDS:
+        value = m.get(name)
+        if value is not None and not _is_digest(value):
+            _bad(cid, name, value, "manifest field is not a digest")
+    return m
+
+
+def manifest_from_raw(cid: bytes, m: dict[str, Any], created_at: float) -> Manifest:
+    """The :class:`Manifest` of a map that passed :func:`check_manifest`."""
+    state = m["state"]
+    tokens = m.get("tokens")
     return Manifest(
         id=bytes(cid).hex(),
         run_id=m["run_id"],
         branch=m["branch"],
-        step=step,
-        parent=hex_id(_opt_digest(m.get("parent"), f"{where}.parent")),
-        state_digest=bytes(state_digest or b"").hex(),
-        state_kind=kind,
-        state_parts={name: bytes(d).hex() for name, d in parts.items()},
-        provenance_tags=tuple(tags),
+        step=m["step"],
+        parent=_opt_hex(m, "parent", cid),
+        state_digest=state["digest"].hex(),
+        state_kind=state["kind"],
+        state_parts={name: d.hex() for name, d in (state.get("parts") or {}).items()},
+        provenance_tags=tuple(m["tags"]),
         ledger_sealed=m["ledger_sealed"],
-        transcript_digest=hex_id(_opt_digest(m.get("transcript"), f"{where}.transcript")),
-        metadata=meta,
+        transcript_digest=_opt_hex(m, "transcript", cid),
+        metadata=m["metadata"],
         created_at=created_at,
-        tokens_digest=hex_id(tokens_digest),
-        token_count=token_count,
-        observations_digest=hex_id(_opt_digest(m.get("observations"), f"{where}.observations")),
-        call_graph_digest=hex_id(_opt_digest(m.get("call_graph"), f"{where}.call_graph")),
-        effects_digest=hex_id(_opt_digest(m.get("effects"), f"{where}.effects")),
-        harness_digest=hex_id(_opt_digest(m.get("harness"), f"{where}.harness")),
+        tokens_digest=None if tokens is None else _opt_hex(tokens, "records", cid),
+        token_count=0 if tokens is None else tokens["count"],
+        observations_digest=_opt_hex(m, "observations", cid),
+        call_graph_digest=_opt_hex(m, "call_graph", cid),
+        effects_digest=_opt_hex(m, "effects", cid),
+        harness_digest=_opt_hex(m, "harness", cid),
         raw=m,
     )
 
@@ -330,6 +375,85 @@ def manifest_references(m: Mapping[str, Any]) -> list[tuple[str, bytes]]:
 def encode_manifest(fields: Mapping[str, Any]) -> bytes:
     """Canonical bytes of a manifest map (version key added here)."""
     return encode_value({"cpstore": MANIFEST_VERSION, **fields})
+
+
+def _enc_digest(value: bytes | None) -> bytes:
+    return b"\xc0" if value is None else b"\xc4\x10" + value
+
+
+#: Manifest keys in canonical order (sorted by their encoded bytes).
+_MANIFEST_KEYS = sorted(
+    (encode_value(k), k)
+    for k in (
+        "cpstore", "run_id", "branch", "step", "parent", "state", "tokens", "observations",
+        "call_graph", "effects", "ledger_sealed", "harness", "transcript", "tags", "metadata",
+    )
+)
+_STATE_KEYS = sorted((encode_value(k), k) for k in ("kind", "digest", "parts", "chunked"))
+_ENCODED_NAMES: dict[str, bytes] = {}
+
+
+def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
+    """Canonical bytes of a str -> raw digest map (``encode_value`` of it, faster)."""
+    items = []
+    for name, key in names.items():
+        enc = _ENCODED_NAMES.get(name)
+        if enc is None:
+            enc = encode_value(name)
+            if len(_ENCODED_NAMES) < 4096:
+                _ENCODED_NAMES[name] = enc
+        items.append((enc, key))
+    items.sort()
+    n = len(items)
+    if n < 16:
+        head = bytes((0x80 | n,))
+    elif n < 2**16:
+        head = b"\xde" + n.to_bytes(2, "big")
+    else:
+        head = b"\xdf" + n.to_bytes(4, "big")
+    return head + b"".join(enc + b"\xc4\x10" + key for enc, key in items)
+
+
+def encode_manifest_parts(
+    fields: Mapping[str, Any], encoded: Mapping[str, bytes]
+) -> bytes:
+    """Canonical manifest bytes from already-encoded field values.
+
+    ``encoded`` holds the canonical bytes of some fields (state, tokens,
+    tags, metadata, run_id, branch); the rest are digests, None, bools or the
+    step. Equal to :func:`encode_manifest` of the same map (a test pins it);
+    it exists because the recorder writes one manifest per step.
+    """
+    out = [bytes((0x80 | len(_MANIFEST_KEYS),))]
+    for enc_key, key in _MANIFEST_KEYS:
+        out.append(enc_key)
+        if key == "cpstore":
+            out.append(encode_value(MANIFEST_VERSION))
+        elif key in encoded:
+            out.append(encoded[key])
+        elif key == "step":
+            out.append(encode_value(fields["step"]))
+        elif key == "ledger_sealed":
+            out.append(b"\xc3" if fields[key] else b"\xc2")
+        else:
+            out.append(_enc_digest(fields[key]))
+    return b"".join(out)
+
+
+def encode_state(state: Mapping[str, Any], parts_bytes: bytes) -> bytes:
+    """Canonical bytes of a manifest's ``state`` map, the parts map pre-encoded."""
+    out = [bytes((0x80 | len(_STATE_KEYS),))]
+    for enc_key, key in _STATE_KEYS:
+        out.append(enc_key)
+        if key == "parts":
+            out.append(parts_bytes)
+        elif key == "chunked":
+            out.append(encode_digest_map(state["chunked"]))
+        elif key == "digest":
+            out.append(_enc_digest(state["digest"]))
+        else:
+            out.append(encode_value(state["kind"]))
+    return b"".join(out)
 
 
 def check_metadata(value: object, what: str) -> dict[str, Any]:

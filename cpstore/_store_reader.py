@@ -20,7 +20,7 @@ from ._errors import (
     NotFoundError,
     RecordingGapError,
 )
-from ._native import digest
+from ._native import digest, digest_batch
 from ._records import (
     Provenance,
     kind_name,
@@ -31,7 +31,7 @@ from ._records import (
     value_digest,
 )
 from ._store_env import Txn, get_object, load_chunked
-from ._store_model import Manifest, decode_trusted
+from ._store_model import Manifest, decode_trusted, manifest_from_raw
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -47,15 +47,34 @@ class CheckpointView:
     """One checkpoint's manifest, logs, payloads and state; from :meth:`Store.read`."""
 
     def __init__(
-        self, store: Store, txn: Txn[memoryview], manifest: Manifest, verify: bool
+        self,
+        store: Store,
+        txn: Txn[memoryview],
+        *,
+        cid: bytes,
+        raw: dict[str, Any],
+        created_at: float,
+        verify: bool,
     ) -> None:
         self._store = store
         self._txn: Txn[memoryview] | None = txn
         self._objects = store._db("objects")
-        self._manifest = manifest
+        self._cid = cid
+        self._raw = raw
+        self._created_at = created_at
+        self._built: Manifest | None = None
+        self._id: str | None = None
         self._verify = verify
         self._views: list[memoryview] = []
         self._cache: dict[str, Any] = {}
+
+    @property
+    def _manifest(self) -> Manifest:
+        # Built on first use: a replay that only wants the state never pays
+        # for the hex fields (the map was shape-checked when it was read).
+        if self._built is None:
+            self._built = manifest_from_raw(self._cid, self._raw, self._created_at)
+        return self._built
 
     @property
     def manifest(self) -> Manifest:
@@ -65,7 +84,9 @@ class CheckpointView:
     @property
     def id(self) -> str:
         """The checkpoint id."""
-        return self._manifest.id
+        if self._id is None:
+            self._id = self._cid.hex()
+        return self._id
 
     def _close(self) -> None:
         for view in self._views:
@@ -86,7 +107,7 @@ class CheckpointView:
 
     def _decoded(self, name: str) -> list[Any]:
         if name not in self._cache:
-            key = self._manifest.raw[name]
+            key = self._raw[name]
             value: list[Any] = []
             if key is not None:
                 try:
@@ -104,7 +125,7 @@ class CheckpointView:
     def tokens(self) -> memoryview:
         """Packed TOKEN records (32 bytes each), zero-copy from LMDB."""
         if "tokens" not in self._cache:
-            log = self._manifest.raw["tokens"]
+            log = self._raw["tokens"]
             self._cache["tokens"] = (
                 memoryview(b"") if log is None else self._object(log["records"], "token records")
             )
@@ -118,7 +139,7 @@ class CheckpointView:
     def token_values(self) -> tuple[memoryview, memoryview]:
         """(concatenated canonical value encodings, uint64 LE offsets), zero-copy."""
         if "values" not in self._cache:
-            log = self._manifest.raw["tokens"]
+            log = self._raw["tokens"]
             if log is None:
                 self._cache["values"] = (memoryview(b""), memoryview(bytes(8)))
             else:
@@ -157,7 +178,7 @@ class CheckpointView:
             raise IntegrityError(
                 "token value does not match its record", where=f"token {i} of {self.id}"
             )
-        kinds = self._manifest.raw["tokens"]["kinds"]
+        kinds = self._raw["tokens"]["kinds"]
         name = kind_name(code) or kinds.get(code) or f"0x{code:08x}"
         return seq, name, _PROV_NAMES.get(prov, f"unknown({prov})"), value
 
@@ -233,13 +254,13 @@ class CheckpointView:
 
     def transcript(self) -> bytes | None:
         """The transcript bytes, or None when none was recorded."""
-        key = self._manifest.raw["transcript"]
+        key = self._raw["transcript"]
         return None if key is None else bytes(self._object(key, "transcript"))
 
     # -- state ---------------------------------------------------------------
 
     def _blob(self, name: str, whole: bytes) -> bytes:
-        chunked = self._manifest.raw["state"]["chunked"] or {}
+        chunked = self._raw["state"]["chunked"] or {}
         if name in chunked:
             if self._txn is None:
                 raise InvalidInputError("the checkpoint reader is closed", where=self.id)
@@ -255,14 +276,52 @@ class CheckpointView:
 
     def state(self) -> bytes | dict[str, Any]:
         """The whole state: bytes, or part name -> value."""
-        st = self._manifest.raw["state"]
+        st = self._raw["state"]
         if st["kind"] == "bytes":
             return self._blob("bytes", st["digest"])
+        whole = self._verified_parts(st)
+        if whole is not None:
+            return whole
         return {name: self.state_part(name) for name in st["parts"]}
+
+    def _verified_parts(self, st: dict[str, Any]) -> dict[str, Any] | None:
+        """Every part, hash-checked with one batch digest and decoded in one call.
+
+        None sends the caller to the part-by-part path, which raises with the
+        exact part that is missing or wrong (or decodes a ``verify=False``
+        reader, where slices of unchecked bytes are not trusted to line up).
+        """
+        parts: dict[str, bytes] = st["parts"]
+        if not self._verify or st.get("chunked") or not parts or self._txn is None:
+            return None
+        get, objects = self._txn.get, self._objects
+        views = []
+        offsets = [0]
+        end = 0
+        for key in parts.values():
+            view = get(key, None, objects)  # positional: keyword parsing costs more here
+            if view is None:
+                return None
+            views.append(view)
+            end += len(view)
+            offsets.append(end)
+        blob = b"".join(views)
+        if digest_batch(blob, offsets) != b"".join(parts.values()):
+            return None
+        # Each slice is now proven to be one canonical value written by
+        # encode_value, so the concatenation under an array header decodes
+        # to exactly those values in order.
+        n = len(views)
+        head = bytes((0x90 | n,)) if n < 16 else b"\xdd" + n.to_bytes(4, "big")
+        try:
+            values = decode_trusted(head + blob)
+        except CanonicalEncodingError:
+            return None
+        return dict(zip(parts, values, strict=True))
 
     def state_part(self, name: str) -> Any:
         """The value of one state part."""
-        st = self._manifest.raw["state"]
+        st = self._raw["state"]
         parts = st["parts"] or {}
         if st["kind"] != "parts" or name not in parts:
             raise NotFoundError(

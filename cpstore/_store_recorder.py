@@ -30,7 +30,9 @@ from ._store_model import (
     as_payload,
     check_metadata,
     check_tags,
-    encode_manifest,
+    encode_digest_map,
+    encode_manifest_parts,
+    encode_state,
     manifest_references,
     pack_checkpoint_value,
     parse_id,
@@ -96,6 +98,7 @@ class Recorder:
         # name -> (immutable value, part digest, chunk index digest): unchanged
         # bytes/str parts are not re-encoded or re-hashed each checkpoint.
         self._parts: dict[str, tuple[object, bytes, bytes | None]] = {}
+        self._names: tuple[bytes, bytes] | None = None
         if parent is not None:
             self._load_parent(parse_id(parent, "parent"))
 
@@ -308,11 +311,13 @@ class Recorder:
             return digest(data)
         return self._stash(data)
 
-    def _state(self, state: bytes | Mapping[str, Any]) -> dict[str, Any]:
+    def _state(self, state: bytes | Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """The manifest's state map and its canonical bytes."""
         chunked: dict[str, bytes] = {}
         if isinstance(state, (bytes, bytearray, memoryview)):
             whole = self._blob(as_payload(state, "state"), chunked, "bytes")
-            return {"kind": "bytes", "digest": whole, "parts": {}, "chunked": chunked}
+            st = {"kind": "bytes", "digest": whole, "parts": {}, "chunked": chunked}
+            return st, encode_state(st, b"\x80")
         if not isinstance(state, Mapping):
             raise InvalidInputError(
                 "state must be bytes or a mapping of part names to values",
@@ -339,12 +344,9 @@ class Recorder:
             parts[name] = self._blob(enc, chunked, name)
             if isinstance(value, (bytes, str)):
                 self._parts[name] = (value, parts[name], chunked.get(name))
-        return {
-            "kind": "parts",
-            "digest": digest(encode_value(parts)),
-            "parts": parts,
-            "chunked": chunked,
-        }
+        parts_bytes = encode_digest_map(parts)
+        st = {"kind": "parts", "digest": digest(parts_bytes), "parts": parts, "chunked": chunked}
+        return st, encode_state(st, parts_bytes)
 
     def _log(self, name: str) -> bytes | None:
         if name not in self._dirty:
@@ -397,13 +399,15 @@ class Recorder:
         _step(step)
         self._tags.update(dict.fromkeys(check_tags(tags)))
         meta = check_metadata(metadata, "metadata")
+        state_map, state_bytes = self._state(state)
+        tokens = self._token_log()
         fields = {
             "run_id": self._run_id,
             "branch": self._branch,
             "step": step,
             "parent": self._parent,
-            "state": self._state(state),
-            "tokens": self._token_log(),
+            "state": state_map,
+            "tokens": tokens,
             "observations": self._log("observations"),
             "call_graph": self._log("call_graph"),
             "effects": self._log("effects"),
@@ -413,7 +417,20 @@ class Recorder:
             "tags": list(self._tags),
             "metadata": meta,
         }
-        manifest = encode_manifest(fields)
+        if self._names is None:
+            self._names = (encode_value(self._run_id), encode_value(self._branch))
+        cached_tokens = self._logs.get("tokens")
+        manifest = encode_manifest_parts(
+            fields,
+            {
+                "run_id": self._names[0],
+                "branch": self._names[1],
+                "state": state_bytes,
+                "tokens": b"\xc0" if cached_tokens is None else cached_tokens,
+                "tags": encode_value(fields["tags"]),
+                "metadata": encode_value(meta) if meta else b"\x80",
+            },
+        )
         cid = Digest(digest(manifest))
         refs = {key for _, key in manifest_references(fields)} | self._inherited
         must_exist = [k for k in refs if k not in self._pending and k not in self._confirmed]

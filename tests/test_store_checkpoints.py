@@ -18,7 +18,7 @@ from cpstore._native import digest, sequence_digest
 from cpstore._records import Provenance, RecordType, pack_token, value_digest
 from cpstore._store import Store
 from cpstore._store import open as open_store
-from cpstore._store_model import CHUNK_SIZE
+from cpstore._store_model import CHUNK_SIZE, unpack_checkpoint_value
 from cpstore._store_recorder import Recorder
 
 
@@ -312,3 +312,24 @@ class TestRecorderInput:
         """Run ids are 1-200 UTF-8 bytes without NUL."""
         with pytest.raises(InvalidInputError):
             store.recorder(name)  # type: ignore[arg-type]
+
+
+class TestManifestEncoding:
+    def test_recorded_manifests_are_the_canonical_encoding_of_their_map(self, store: Store) -> None:
+        """The recorder's fast manifest encoder writes exactly encode_value of the manifest map."""
+        rec = store.recorder("run")
+        ids = [record_sample(rec)]
+        big = {f"part{i:02d}": bytes([i]) * 10 for i in range(20)}  # > 15 parts: map16 header
+        big["huge"] = b"x" * (CHUNK_SIZE + 5)
+        ids.append(rec.checkpoint(48, big, metadata={"z": 1, "a": [None, 2.5]}, tags=["b", "a"]))
+        ids.append(rec.checkpoint(49, b"raw bytes state", seal_ledger=False))
+        fork = store.recorder("run", branch="side", parent=ids[0])
+        ids.append(fork.checkpoint(50, {"ü": "x", "a": 1}))
+        with store._e.read() as txn:
+            for cid in ids:
+                value = txn.get(bytes.fromhex(cid), db=store._db("checkpoints"))
+                _, data = unpack_checkpoint_value(value)
+                raw = store.manifest(cid).raw
+                assert bytes(data) == encode_value(raw)
+                if raw["state"]["kind"] == "parts":
+                    assert digest(encode_value(raw["state"]["parts"])) == raw["state"]["digest"]
