@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable
-from typing import Union
 
 from ._errors import InvalidInputError, RecordFormatError
 from ._records import RECORD_FIELDS, RecordType
 
-__all__ = ["ALL_FIELDS", "Buffer", "as_bytes_view", "as_offsets", "check_offsets", "field_mask", "writable_view"]
+__all__ = [
+    "ALL_FIELDS",
+    "Buffer",
+    "as_bytes_view",
+    "as_offsets",
+    "check_offsets",
+    "field_mask",
+    "writable_view",
+]
 
 #: Anything that exposes a contiguous byte buffer.
-Buffer = Union[bytes, bytearray, memoryview]
+Buffer = bytes | bytearray | memoryview
 
 #: Mask with every field bit set (``CP_ALL_FIELDS``).
 ALL_FIELDS = 0xFFFFFFFF
@@ -46,7 +53,9 @@ def writable_view(out: object, size: int, name: str) -> memoryview:
         )
     view = memoryview(out)
     if view.readonly or not view.c_contiguous:
-        raise InvalidInputError(f"{name} must be writable and C-contiguous", got="read-only or strided")
+        raise InvalidInputError(
+            f"{name} must be writable and C-contiguous", got="read-only or strided"
+        )
     view = view.cast("B")
     if len(view) < size:
         raise InvalidInputError(
@@ -78,9 +87,7 @@ def as_offsets(offsets: object) -> array[int]:
         try:
             offs = array("Q", offsets)
         except (TypeError, OverflowError) as exc:
-            raise InvalidInputError(
-                "offsets must be ints in [0, 2**64)", got=str(exc)
-            ) from None
+            raise InvalidInputError("offsets must be ints in [0, 2**64)", got=str(exc)) from None
     if len(offs) == 0:
         raise InvalidInputError("offsets must have n+1 entries", expected=">= 1 entry", got=0)
     return offs

@@ -16,6 +16,7 @@ encoding compares values "by type and by value" (seed 002).
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 from collections.abc import Mapping
@@ -55,7 +56,8 @@ def _map_header(n: int) -> bytes:
 def _bigint(value: int) -> bytes:
     size = (value + (value < 0)).bit_length() // 8 + 1
     body = value.to_bytes(size, "big", signed=True)
-    return msgpack.packb(msgpack.ExtType(_BIGINT_EXT, body))
+    packed: bytes = msgpack.packb(msgpack.ExtType(_BIGINT_EXT, body))
+    return packed
 
 
 def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
@@ -100,7 +102,7 @@ def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
             _encode(item, vparts, depth + 1, kpath)
             entries.append((b"".join(kparts), b"".join(vparts)))
         entries.sort(key=lambda kv: kv[0])
-        for (k1, _), (k2, _) in zip(entries, entries[1:]):
+        for (k1, _), (k2, _) in itertools.pairwise(entries):
             if k1 == k2:
                 raise CanonicalEncodingError(
                     "two map keys have the same canonical encoding", where=path, got=k1

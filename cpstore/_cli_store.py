@@ -134,7 +134,7 @@ def _inspect(args: argparse.Namespace) -> int:
                 "count": len(cp.harness_accesses()),
             },
         }
-        info = {
+        info: dict[str, Any] = {
             "id": m.id,
             "run_id": m.run_id,
             "branch": m.branch,

@@ -19,8 +19,8 @@ from typing import Any, TextIO
 
 from ._decision import Decision, Verdict, validate
 from ._errors import NotFoundError
-from ._store import open as open_store
 from ._exit import EXIT_OK, EXIT_QUARANTINE, EXIT_REJECT
+from ._store import open as open_store
 
 __all__ = ["EXIT_FOR_VERDICT", "add_validate_parser", "format_decision", "run_validate"]
 

@@ -144,7 +144,9 @@ def digest_batch(data: Buffer, offsets: Iterable[int] | Buffer) -> bytes:
     return ffi.buffer(out, 16 * n)[:] if n else b""
 
 
-def digest_batch_into(data: Buffer, offsets: Iterable[int] | Buffer, out: bytearray | memoryview) -> int:
+def digest_batch_into(
+    data: Buffer, offsets: Iterable[int] | Buffer, out: bytearray | memoryview
+) -> int:
     """Write the batch digests into the caller's writable ``out``; returns n.
 
     The allocation-free form of :func:`digest_batch` for engines that hash

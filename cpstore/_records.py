@@ -8,6 +8,7 @@ the bytes.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import math
 import struct
@@ -142,9 +143,7 @@ _OBS_PINNED = 1
 
 def field_names(record_type: RecordType, mask: int) -> tuple[str, ...]:
     """Names of the fields whose bits are set in ``mask``."""
-    return tuple(
-        name for i, (name, _, _) in enumerate(RECORD_FIELDS[record_type]) if mask >> i & 1
-    )
+    return tuple(name for i, (name, _, _) in enumerate(RECORD_FIELDS[record_type]) if mask >> i & 1)
 
 
 def value_digest(value: Any) -> Digest:
@@ -203,10 +202,8 @@ def pack_token_value(seq: int, kind: str, provenance: Provenance | int, value: A
 def unpack_token(record: bytes) -> tuple[int, int, Provenance | int, Digest]:
     """(seq, kind code, provenance, value digest) of one token record."""
     seq, kind, prov, digest = _TOKEN.unpack(record)
-    try:
+    with contextlib.suppress(ValueError):  # unknown bytes stay ints for the caller to see
         prov = Provenance(prov)
-    except ValueError:
-        pass
     return seq, kind, prov, Digest(digest)
 
 

@@ -167,9 +167,7 @@ def scan_tokens(records: Buffer) -> TokenScan:
                 first_live = i
         if seq != i and first_break == NONE:
             first_break = i
-        if first_bad == NONE and (
-            kind == 0 or prov not in (1, 2) or reserved != b"\0\0\0"
-        ):
+        if first_bad == NONE and (kind == 0 or prov not in (1, 2) or reserved != b"\0\0\0"):
             first_bad = i
     return TokenScan(
         count=count,

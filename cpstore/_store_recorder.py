@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import decode_value, encode_value
-from ._errors import InvalidInputError, LedgerSealedError
+from ._errors import InvalidInputError
 from ._native import digest, digest_batch
 from ._records import Digest, kind_code
 from ._store_env import chunk_index, get_object
@@ -174,7 +174,7 @@ class Recorder:
 
     @property
     def ledger_sealed(self) -> bool:
-        """True once a checkpoint sealed this recorder's ledger."""
+        """True when the last checkpoint sealed the ledger and no effect came after it."""
         return self._sealed
 
     # -- logs ----------------------------------------------------------------
@@ -276,18 +276,18 @@ class Recorder:
         self._dirty.add("call_graph")
 
     def effect(self, target: str, payload: bytes) -> int:
-        """Append a side effect to the ledger and return its seq; sealed ledgers refuse."""
-        if self._sealed:
-            raise LedgerSealedError(
-                "the side-effect ledger was sealed by a checkpoint; fork a new recorder from it",
-                where=f"run {self._run_id} branch {self._branch} checkpoint {self.head}",
-                got=target,
-            )
+        """Append a side effect to the ledger and return its seq.
+
+        A sealed ledger never changes: after a sealing checkpoint the effect
+        goes to a new ledger that starts with the sealed entries, exactly as
+        a recorder forked from that checkpoint would.
+        """
         _text(target, "effect target")
         data = as_payload(payload, "effect payload")
         seq = len(self._effects)
         self._effects.append([seq, target, self._stash(data)])
         self._dirty.add("effects")
+        self._sealed = False
         return seq
 
     def harness_access(self, resource: str, detail: Mapping[str, Any] | None = None) -> None:
@@ -393,8 +393,9 @@ class Recorder:
         """Write a checkpoint of everything recorded so far; return its id (hex).
 
         In ``"sync"`` mode it is durable when this returns; in ``"batched"`` mode
-        when the batch is flushed. ``seal_ledger`` seals the side-effect ledger:
-        later :meth:`effect` calls on this recorder raise LedgerSealedError.
+        when the batch is flushed. ``seal_ledger`` seals the side-effect ledger as
+        it stands: that ledger object never changes, and later :meth:`effect`
+        calls build the next checkpoint's ledger on top of it.
         """
         _step(step)
         self._tags.update(dict.fromkeys(check_tags(tags)))

@@ -209,14 +209,20 @@ def test_guard_refuses_writes_and_unsealed_ledgers():
     assert not LedgerGuard(ledger(), sealed=False, allow_unsealed=True).sealed
 
 
-def test_recorder_refuses_to_write_a_sealed_ledger(tmp_path):
-    """Through the store: after a sealing checkpoint, effect() raises LedgerSealedError."""
+def test_a_sealed_ledger_never_changes_and_a_replay_cannot_write_it(tmp_path):
+    """Through the store: the sealed ledger stays as sealed; the guard refuses any write."""
     with open_store(tmp_path / "s") as store:
         rec = store.recorder("r")
         rec.effect("db", b"a")
-        rec.checkpoint(1, b"s")
-        with pytest.raises(LedgerSealedError):
-            rec.effect("db", b"b")
+        sealed = rec.checkpoint(1, b"s")
+        rec.effect("db", b"b")  # goes to the next checkpoint's ledger
+        rec.checkpoint(2, b"s")
+        with store.read(sealed) as cp:
+            assert [t for _, t, _ in cp.effects()] == ["db"]
+            guard = LedgerGuard.from_checkpoint(cp)
+            with pytest.raises(LedgerSealedError):
+                guard.append("db", b"b")
+            assert [t for _, t, _ in cp.effects()] == ["db"]
 
 
 # -- a whole session on the store --------------------------------------------

@@ -10,7 +10,6 @@ import pytest
 from cpstore._canonical import encode_value
 from cpstore._errors import (
     InvalidInputError,
-    LedgerSealedError,
     NotFoundError,
     RecordingGapError,
 )
@@ -231,13 +230,23 @@ class TestPinnedPayloads:
 
 
 class TestLedger:
-    def test_effects_after_a_sealing_checkpoint_raise(self, store: Store) -> None:
-        """A sealed ledger never changes: the recorder refuses further effects."""
+    def test_effects_after_a_sealing_checkpoint_go_to_a_new_ledger(self, store: Store) -> None:
+        """A sealed ledger never changes; later effects extend it in the next checkpoint's."""
         rec = store.recorder("run")
         rec.effect("db", b"write 1")
-        rec.checkpoint(1, b"s")
-        with pytest.raises(LedgerSealedError):
-            rec.effect("db", b"write 2")
+        first = rec.checkpoint(1, b"s")
+        assert rec.ledger_sealed
+        assert rec.effect("db", b"write 2") == 1
+        assert not rec.ledger_sealed
+        second = rec.checkpoint(2, b"s")
+        with store.read(first) as cp:
+            assert [e[0] for e in cp.effects()] == [0]
+            sealed_digest = cp.manifest.effects_digest
+        with store.read(second) as cp:
+            assert [e[0] for e in cp.effects()] == [0, 1]
+            assert cp.manifest.ledger_sealed and cp.manifest.effects_digest != sealed_digest
+        with store.read(first) as cp:
+            assert cp.manifest.effects_digest == sealed_digest
 
     def test_an_unsealed_checkpoint_keeps_the_ledger_open(self, store: Store) -> None:
         """seal_ledger=False records ledger_sealed False and allows more effects."""
