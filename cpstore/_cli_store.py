@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -73,14 +73,23 @@ def _human(n: float) -> str:
 # -- verify ----------------------------------------------------------------------
 
 
+def _progress_bar(label: str, width: int = 40) -> Callable[[int, int], None]:
+    """A one-line progress bar on stderr, redrawn in place (terminals only)."""
+
+    def draw(done: int, total: int) -> None:
+        frac = done / total if total else 1.0
+        filled = int(frac * width)
+        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        sys.stderr.flush()
+
+    return draw
+
+
 def _verify(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        tty = sys.stderr.isatty() and not args.json
-        if tty:
-            sys.stderr.write(f"verifying {store.path} ...")
-            sys.stderr.flush()
-        report = store.verify()
-        if tty:
+        bar = _progress_bar("verify") if sys.stderr.isatty() else None
+        report = store.verify(progress=bar)
+        if bar is not None:
             sys.stderr.write("\r\x1b[K")
     if args.json:
         _print_json(

@@ -115,12 +115,25 @@ def select_simd(level: str) -> None:
     _check(rc, "cp_simd_select")
 
 
+_new = ffi.new
+_buffer = ffi.buffer
+_cp_digest = lib.cp_digest
+
+
 def digest(data: Buffer) -> Digest:
     """XXH3-128 of ``data`` (16 bytes, big-endian; equals ``xxh3_128_digest``)."""
-    view = as_bytes_view(data, "data")
-    out = ffi.new("uint8_t[16]")
-    _check(lib.cp_digest(_buf(view), len(view), out), "cp_digest")
-    return Digest(ffi.buffer(out, 16)[:])
+    # Digests of small objects are on every read path, so the common case
+    # (bytes) skips the view and passes the object itself: cffi hands C a
+    # pointer to its immutable storage, no copy.
+    out = _new("uint8_t[16]")
+    if type(data) is bytes:
+        rc = _cp_digest(data, len(data), out)
+    else:
+        view = as_bytes_view(data, "data")
+        rc = _cp_digest(_buf(view), len(view), out)
+    if rc:
+        _check(rc, "cp_digest")
+    return Digest(_buffer(out)[:])
 
 
 def _batch_args(data: Buffer, offsets: Iterable[int] | Buffer) -> tuple[memoryview, Any, int]:

@@ -417,10 +417,13 @@ class Store:
 
     # -- maintenance ---------------------------------------------------------
 
-    def verify(self) -> VerifyReport:
-        """Re-hash every object and manifest, resolve every reference, check the audit chain."""
+    def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+        """Re-hash every object and manifest, resolve every reference, check the audit chain.
+
+        ``progress(done, total)`` is called every few thousand entries and once at the end.
+        """
         self._live()
-        return verify(self)
+        return verify(self, progress)
 
     def delete_run(self, run_id: str) -> int:
         """Delete every ref of ``run_id`` and sweep; returns checkpoints removed."""

@@ -163,15 +163,33 @@ def _check_checkpoint(
         _check_tokens(txn, objects, f"{where}.tokens", m.raw["tokens"], problems)
 
 
-def verify(store: Store) -> VerifyReport:
+#: Entries between two progress reports of :func:`verify`.
+PROGRESS_EVERY = 4096
+
+Progress = Callable[[int, int], None]
+
+
+def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
     """Walk every database; see :meth:`Store.verify`."""
     dbs = store._e.dbs
     problems: list[Problem] = []
     counts = dict.fromkeys(("objects", "checkpoints", "refs", "ledgers", "tombstones", "audit"), 0)
     with store._read() as txn:
+        total = sum(
+            txn.stat(dbs[name])["entries"] for name in ("objects", "checkpoints", "refs", "ledgers")
+        )
+        done = 0
+
+        def tick() -> None:
+            nonlocal done
+            done += 1
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(done, total)
+
         try:
             with txn.cursor(db=dbs["objects"]) as cur:
                 for key, value in cur:
+                    tick()
                     counts["objects"] += 1
                     got = digest(value)
                     if len(key) != DIGEST_SIZE or got != bytes(key):
@@ -185,10 +203,12 @@ def verify(store: Store) -> VerifyReport:
                         )
             with txn.cursor(db=dbs["checkpoints"]) as cur:
                 for key, value in cur:
+                    tick()
                     counts["checkpoints"] += 1
                     _check_checkpoint(txn, dbs, bytes(key), value, problems)
             with txn.cursor(db=dbs["refs"]) as cur:
                 for key, value in cur:
+                    tick()
                     counts["refs"] += 1
                     if txn.get(bytes(value), db=dbs["checkpoints"]) is None:
                         run, branch = split_ref_key(key)
@@ -201,6 +221,7 @@ def verify(store: Store) -> VerifyReport:
                         )
             with txn.cursor(db=dbs["ledgers"]) as cur:
                 for key, _ in cur:
+                    tick()
                     counts["ledgers"] += 1
                     if txn.get(bytes(key), db=dbs["objects"]) is None:
                         problems.append(
@@ -227,6 +248,8 @@ def verify(store: Store) -> VerifyReport:
             problems.append(
                 Problem("LMDB reported an error while walking", "data.mdb", got=str(exc))
             )
+    if progress is not None:
+        progress(total, total)
     return VerifyReport(ok=not problems, problems=tuple(problems), counts=counts)
 
 

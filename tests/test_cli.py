@@ -194,3 +194,31 @@ def test_entry_point_help_works_in_a_subprocess() -> None:
     for command in ("demo", "validate", "verify", "inspect", "diff", "log", "audit",
                     "sign-off", "gc", "prune", "stats"):
         assert command in out
+
+
+def test_verify_reports_progress_up_to_the_total(store_path: tuple[str, str, str]) -> None:
+    """Store.verify(progress=...) ends with (total, total) over every walked entry."""
+    calls: list[tuple[int, int]] = []
+    with cpstore.open(store_path[0]) as store:
+        report = store.verify(progress=lambda done, total: calls.append((done, total)))
+    walked = sum(report.counts[k] for k in ("objects", "checkpoints", "refs", "ledgers"))
+    assert calls and calls[-1] == (walked, walked)
+
+
+def test_verify_draws_a_progress_bar_only_on_a_terminal(
+    store_path: tuple[str, str, str],
+) -> None:
+    """On a pty stderr shows a bar; piped, stderr stays empty."""
+    import os
+    import pty
+
+    argv = [sys.executable, "-m", "cpstore.cli", "verify", "--store", store_path[0]]
+    piped = subprocess.run(argv, capture_output=True, text=True, check=True)
+    assert piped.stderr == "" and piped.stdout.strip().endswith("ok")
+    leader, follower = pty.openpty()
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=follower, check=True)
+    os.close(follower)
+    shown = os.read(leader, 65536).decode()
+    os.close(leader)
+    assert "verify [" in shown and "#" in shown
+    assert proc.stdout.decode().strip().endswith("ok")
