@@ -105,6 +105,7 @@ def test_validate_from_store(benchmark: Any, recording: Recording) -> None:
     )
     assert decision.verdict is Verdict.ACCEPT, decision.findings
     benchmark.extra_info["tokens_per_s"] = r.count / benchmark.stats.stats.median
+    benchmark.extra_info["tokens_per_s_target"] = 100e6
 
 
 @pytest.mark.benchmark(group="validate")
@@ -185,7 +186,7 @@ def test_validate_peak_python_heap(benchmark: Any, recording: Recording) -> None
         return peak / r.packed_bytes
 
     ratio = benchmark.pedantic(measure, rounds=1, iterations=1)
-    _info(benchmark, heap_peak_over_packed=ratio)
+    _info(benchmark, heap_peak_over_packed=ratio, heap_peak_over_packed_target=2.0)
     assert ratio < 2.0
 
 
@@ -226,7 +227,7 @@ def test_validate_peak_rss(benchmark: Any, recording: Recording) -> None:
         return int(out[0]) / int(out[1])
 
     ratio = benchmark.pedantic(measure, rounds=1, iterations=1)
-    _info(benchmark, peak_rss_over_packed=ratio)
+    _info(benchmark, peak_rss_over_packed=ratio, peak_rss_over_packed_target=2.0)
 
 
 @pytest.mark.benchmark(group="cursor")
@@ -246,6 +247,7 @@ def test_cursor_in_memory(benchmark: Any) -> None:
     _info(benchmark, label="cursor resolve (in memory)", items=CURSOR_TOKENS)
     assert benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1) == CURSOR_TOKENS
     benchmark.extra_info["us_per_token"] = benchmark.stats.stats.median / CURSOR_TOKENS * 1e6
+    benchmark.extra_info["us_per_token_target"] = 1.0
 
 
 @pytest.mark.benchmark(group="cursor")
@@ -266,3 +268,4 @@ def test_cursor_from_store(benchmark: Any, recording: Recording) -> None:
     _info(benchmark, label="cursor resolve (from store)", items=n)
     assert benchmark.pedantic(run, rounds=3, iterations=1, warmup_rounds=1) == n
     benchmark.extra_info["us_per_token"] = benchmark.stats.stats.median / n * 1e6
+    benchmark.extra_info["us_per_token_target"] = 1.0

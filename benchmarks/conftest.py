@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from report import table  # noqa: E402
+from report import figures, table  # noqa: E402
 
 SIZES = ("quick", "full")
 
@@ -46,11 +46,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     session = getattr(config, "_benchmarksession", None)
     if session is None or not session.benchmarks:
         return
-    lines = table(
-        {"stats": {"median": b.stats.median}, "extra_info": b.extra_info}
+    rows = [
+        {"name": b.name, "stats": {"median": b.stats.median}, "extra_info": b.extra_info}
         for b in session.benchmarks
         if b.stats is not None
-    )
+    ]
+    lines = table(rows)
+    extra = figures(rows)
+    if extra:
+        lines = [*lines, "", *extra]
     if lines:
         terminalreporter.section(f"cpstore ratios (CPSTORE_BENCH_SIZE={bench_size()})")
         for line in lines:

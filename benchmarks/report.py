@@ -59,6 +59,42 @@ def table(benchmarks: Iterable[Mapping[str, Any]]) -> list[str]:
     return [header, "-" * len(header), *lines]
 
 
+#: Figures that are not a time ratio: extra_info key -> (name, unit, scale, higher is better).
+#: A benchmark states its own target as ``<key>_target`` (in the key's raw unit);
+#: baselines state none.
+FIGURES: dict[str, tuple[str, str, float, bool]] = {
+    "tokens_per_s": ("validation throughput", "M tokens/s", 1e6, True),
+    "us_per_token": ("cursor cost", "us/token", 1.0, False),
+    "disk_ratio": ("disk bytes / unique bytes", "x", 1.0, False),
+    "peer_disk_ratio": ("peer disk bytes / unique bytes", "x", 1.0, False),
+    "heap_peak_over_packed": ("Python heap peak / packed logs", "x", 1.0, False),
+    "peak_rss_over_packed": ("peak RSS / packed logs", "x", 1.0, False),
+}
+
+
+def figures(benchmarks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Lines for the measured figures that are not ratios (throughput, memory, disk)."""
+    lines = []
+    for bench in benchmarks:
+        info = bench.get("extra_info", {})
+        name = bench.get("name") or info.get("label", "?")
+        for key, (what, unit, scale, higher) in FIGURES.items():
+            if key not in info:
+                continue
+            value = float(info[key]) / scale
+            raw_target = info.get(f"{key}_target")
+            target = None if raw_target is None else float(raw_target) / scale
+            verdict = "-"
+            if target is not None:
+                verdict = "yes" if (value >= target if higher else value <= target) else "NO"
+            bound = "-" if target is None else f"{'>=' if higher else '<='} {target:g}"
+            lines.append(f"{what:<32} {value:>10.3g} {unit:<11} {bound:<9} {verdict:<4} {name}")
+    if not lines:
+        return []
+    header = f"{'figure':<32} {'value':>10} {'unit':<11} {'target':<9} {'ok':<4} benchmark"
+    return [header, "-" * len(header), *lines]
+
+
 def main(argv: list[str]) -> int:
     """Print the table of a ``--benchmark-json`` file."""
     if len(argv) != 2:
@@ -67,6 +103,9 @@ def main(argv: list[str]) -> int:
     with open(argv[1], encoding="utf-8") as fh:
         data = json.load(fh)
     for line in table(data["benchmarks"]):
+        print(line)
+    print()
+    for line in figures(data["benchmarks"]):
         print(line)
     return 0
 
