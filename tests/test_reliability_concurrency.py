@@ -1,0 +1,233 @@
+"""Concurrency suite: processes and threads record, read, validate and verify one store at once.
+
+For a fixed time (5 s; 60 s with CPSTORE_SOAK=1) three writer processes each
+record their own run **and** race on one shared branch (compare-and-set:
+a lost race is a ConflictError, re-read, retry), a fourth process validates
+and verifies in a loop, and in this process reader threads time every read
+while a thread holds a write txn open for a long time. Afterwards: nothing
+acknowledged is lost, the shared branch is one linear history holding every
+acknowledged checkpoint (no CAS was bypassed), readers were never blocked,
+and the audit chain is dense with no fork.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cpstore._decision import Verdict, validate
+from cpstore._errors import ConflictError
+from cpstore._store import open as open_store
+
+SOAK = bool(os.environ.get("CPSTORE_SOAK"))
+
+
+def _report(suite: str, figures: dict[str, Any]) -> None:
+    target = os.environ.get("CPSTORE_RELIABILITY_REPORT")
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"suite": suite, **figures}) + "\n")
+
+
+def _writer(path: str, name: str, seconds: float) -> dict[str, Any]:
+    own: list[str] = []
+    shared: list[str] = []
+    audit: list[tuple[str, int]] = []
+    conflicts = 0
+    rng = random.Random(name)
+    with open_store(path) as st:
+        rec = st.recorder(name)
+        deadline = time.monotonic() + seconds
+        step = 0
+        while time.monotonic() < deadline:
+            rec.observe(step, "cfg", b"c%d" % step, pinned_at=float(step))
+            rec.tokens([("rng", rng.random())])
+            rec.decision(step, {"node": name})
+            own.append(
+                rec.checkpoint(step, {"w": name, "i": step}, metadata={"replay_mode": "strict"})
+            )
+            a = st.append_audit("note", {"writer": name, "step": step})
+            audit.append((a.digest, a.index))
+            # The shared branch: CAS from the head we read; a lost race retries.
+            while True:
+                head = st.ref("shared")
+                srec = st.recorder("shared", parent=head)
+                if srec.head != head or srec._expected != (head and bytes.fromhex(head)):
+                    # The ref moved between ref() and recorder(): the recorder would CAS
+                    # from the new head onto a child of the old one (see the xfail below).
+                    conflicts += 1
+                    continue
+                try:
+                    shared.append(srec.checkpoint(step, {"by": name, "i": step}))
+                    break
+                except ConflictError:
+                    conflicts += 1
+            step += 1
+    return {"own": own, "shared": shared, "audit": audit, "conflicts": conflicts, "name": name}
+
+
+def _validator(path: str, seconds: float) -> dict[str, Any]:
+    validations = verifies = 0
+    audit: list[tuple[str, int]] = []
+    bad: list[str] = []
+    with open_store(path) as st:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            heads = [st.ref(f"w{i}") for i in range(3)]
+            for cid in filter(None, heads):
+                d = validate(cid, cid, store=st)
+                validations += 1
+                if d.verdict is not Verdict.ACCEPT:
+                    bad.append(f"{cid}: {[f.code.value for f in d.findings]}")
+                rec = st.get_audit(d.audit_digest)
+                audit.append((rec.digest, rec.index))
+            report = st.verify()
+            verifies += 1
+            if not report.ok:
+                bad.append(str(report.problems[:3]))
+            time.sleep(0.05)
+    return {"validations": validations, "verifies": verifies, "audit": audit, "bad": bad}
+
+
+def _run(path: Path, seconds: float) -> dict[str, Any]:
+    with open_store(path) as st:  # create it before the children race to
+        first = st.recorder("seed").checkpoint(0, {"blob": b"x" * 4096})
+    ctx = multiprocessing.get_context("spawn")
+    latencies: list[float] = []
+    during_long_txn: list[float] = []
+    reader_errors: list[BaseException] = []
+    long_holds = 0
+    with ctx.Pool(4) as pool, open_store(path) as st:
+        writers = [pool.apply_async(_writer, (str(path), f"w{i}", seconds)) for i in range(3)]
+        checker = pool.apply_async(_validator, (str(path), seconds))
+        stop = threading.Event()
+        holding = threading.Event()
+
+        def reader() -> None:
+            try:
+                while not stop.is_set():
+                    t0 = time.perf_counter()
+                    head = st.ref("shared") or first
+                    with st.read(head) as cp:
+                        cp.state()
+                    dt = time.perf_counter() - t0
+                    latencies.append(dt)
+                    if holding.is_set():
+                        during_long_txn.append(dt)
+                    time.sleep(0.002)
+            except BaseException as exc:
+                reader_errors.append(exc)
+
+        def long_writer() -> None:
+            nonlocal long_holds
+            while not stop.is_set():
+
+                def hold(txn: Any) -> None:
+                    holding.set()
+                    time.sleep(0.5)  # a writer that holds the write lock for 0.5 s
+                    holding.clear()
+
+                st._e.write(hold)
+                long_holds += 1
+                time.sleep(0.3)
+
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        threads.append(threading.Thread(target=long_writer))
+        for t in threads:
+            t.start()
+        results = [w.get(timeout=seconds + 120) for w in writers]
+        checked = checker.get(timeout=seconds + 120)
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not reader_errors, reader_errors
+    assert not checked["bad"], checked["bad"][:5]
+
+    with open_store(path) as st:
+        report = st.verify()
+        assert report.ok, report.problems
+        for r in results:  # nothing acknowledged is lost
+            assert [m.id for m in st.history(r["name"])] == r["own"][::-1]
+        shared_history = [m.id for m in st.history("shared")]
+        acked_shared = [cid for r in results for cid in r["shared"]]
+        # Every acknowledged shared checkpoint is on the one linear history: no
+        # ref move overwrote another writer's checkpoint.
+        assert set(acked_shared) == set(shared_history), "a CAS was bypassed"
+        assert len(shared_history) == len(acked_shared)
+        audit = [*(a for r in results for a in r["audit"]), *checked["audit"]]
+        indexes = [i for _, i in audit]
+        assert len(set(indexes)) == len(indexes), "two records claim one index (a fork)"
+        for dig, index in audit:
+            assert st.get_audit(dig).index == index
+        records = list(st.audit_records())
+        assert [r.index for r in records] == list(range(len(records)))
+        assert all(b.prev == a.digest for a, b in zip(records, records[1:]))
+    figures = {
+        "seconds": seconds,
+        "writer_processes": 3,
+        "validator_processes": 1,
+        "reader_threads": 3,
+        "checkpoints_own": sum(len(r["own"]) for r in results),
+        "checkpoints_shared": len(acked_shared),
+        "cas_conflicts": sum(r["conflicts"] for r in results),
+        "validations": checked["validations"],
+        "verifies": checked["verifies"],
+        "audit_records": len(records),
+        "reads": len(latencies),
+        "max_read_ms": round(1000 * max(latencies), 1),
+        "reads_during_long_write_txn": len(during_long_txn),
+        "max_read_ms_during_long_write_txn": round(1000 * max(during_long_txn, default=0), 1),
+        "long_write_txns_0_5s": long_holds,
+        "lost": 0,
+    }
+    _report("concurrency", figures)
+    return figures
+
+
+class TestCompareAndSet:
+    @pytest.mark.xfail(
+        strict=True,
+        reason="BUG: cpstore/_store_recorder.py Recorder.__init__ sets the CAS expectation to "
+        "the branch's ref *when the recorder is created*, not to `parent`; a recorder forked "
+        "from a head that has since moved commits a child of the old head over the new one, "
+        "silently dropping the newer checkpoints from the branch history (and prune then "
+        "sweeps them)",
+    )
+    def test_a_recorder_built_on_a_stale_head_cannot_overwrite_a_newer_one(
+        self, tmp_path: Path
+    ) -> None:
+        """Read head H; another writer moves H -> X; a recorder on H must get ConflictError."""
+        with open_store(tmp_path / "s") as st:
+            h = st.recorder("run").checkpoint(0, {"i": 0})
+            x = st.recorder("run", parent=h).checkpoint(1, {"by": "other"})
+            stale = st.recorder("run", parent=h)  # built on H, ref is now X
+            try:
+                stale.checkpoint(1, {"by": "me"})
+            except ConflictError:
+                pass
+            assert x in [m.id for m in st.history("run")], "acknowledged X left the branch"
+
+
+class TestConcurrency:
+    def test_processes_and_threads_on_one_store_lose_nothing(self, tmp_path: Path) -> None:
+        """5 s of 3 writers, a validator and readers: nothing lost, CAS only, no fork."""
+        fig = _run(tmp_path / "s", 5.0)
+        assert fig["checkpoints_shared"] > 0 and fig["validations"] > 0
+        assert fig["reads_during_long_write_txn"] > 0
+        # Readers never wait for the writer: a 0.5 s write txn must not show in reads.
+        assert fig["max_read_ms_during_long_write_txn"] < 250, fig
+
+    @pytest.mark.soak
+    @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
+    def test_concurrency_soak(self, tmp_path: Path) -> None:
+        """The same for 60 s (CPSTORE_SOAK=1)."""
+        fig = _run(tmp_path / "s", float(os.environ.get("CPSTORE_CONCURRENCY_SECONDS", "60")))
+        assert fig["max_read_ms_during_long_write_txn"] < 250, fig
