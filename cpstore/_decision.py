@@ -351,6 +351,7 @@ class _Side:
     checkpoint_id: str | None = None
     branch: str | None = None
     from_store: bool = False
+    integrity: Sequence[Finding] = ()
 
     def subject(self) -> Subject:
         return Subject(
@@ -396,10 +397,60 @@ def _store_token_info(cp: Any, view: memoryview) -> Callable[[int], TokenInfo]:
     return info
 
 
+#: Streams a store problem can be located in (the field after the checkpoint id).
+_STORE_STREAMS = frozenset(
+    ("state", "tokens", "observations", "call_graph", "effects", "harness", "transcript")
+)
+
+
+def _integrity_finding(problem: Any, label: str) -> Finding:
+    """An INTEGRITY finding for one problem :meth:`Store.verify_checkpoint` reported."""
+    field = problem.where.partition(".")[2]
+    stream = field[: len(field) - len(field.lstrip("abcdefghijklmnopqrstuvwxyz_"))]
+    position = problem.position
+    return Finding(
+        FindingCode.INTEGRITY,
+        stream if stream in _STORE_STREAMS else "integrity",
+        label,
+        position,
+        "" if position is None else "index",
+        _canonical_or_repr(problem.expected),
+        _canonical_or_repr(problem.got),
+        f"{label} checkpoint: {problem.what} at {problem.where}",
+    )
+
+
+class _DamagedSideError(Exception):
+    """The side could not be built; the integrity findings found first travel with it."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        super().__init__()
+        self.findings = findings
+
+
 def _side_from_store(
     stack: ExitStack, store: Any, checkpoint_id: str, label: str, verify: bool
 ) -> _Side:
     cp = stack.enter_context(store.read(checkpoint_id, verify=verify))
+    view = memoryview(cp.tokens()).cast("B")
+    # Re-hash everything R names only by digest, in this read txn (the records
+    # blob was just checked by tokens() and is not hashed again). Token value
+    # digests are not re-derived one by one: the values and offsets objects
+    # are re-hashed whole, and the verified manifest names them.
+    integrity = (
+        [_integrity_finding(p, label) for p in cp.verify_objects(derive_tokens=False)]
+        if verify
+        else []
+    )
+    try:
+        return _fill_side(cp, view, label, integrity)
+    except (NotFoundError, IntegrityError) as exc:
+        if not integrity:
+            raise
+        raise _DamagedSideError(integrity) from exc
+
+
+def _fill_side(cp: Any, view: memoryview, label: str, integrity: list[Finding]) -> _Side:
     man = cp.manifest
     metadata = man.metadata if isinstance(man.metadata, Mapping) else {}
     mode_text = metadata.get("replay_mode")
@@ -407,7 +458,6 @@ def _side_from_store(
         mode = None if mode_text is None else ReplayMode(mode_text)
     except ValueError:
         mode = None
-    view = memoryview(cp.tokens()).cast("B")
     return _Side(
         label=label,
         run_id=man.run_id,
@@ -426,6 +476,7 @@ def _side_from_store(
         checkpoint_id=man.id,
         branch=man.branch,
         from_store=True,
+        integrity=integrity,
     )
 
 
@@ -442,31 +493,35 @@ def _checkpoint_ref(source: object, store: Any) -> str | None:
 
 def _load_side(
     stack: ExitStack, source: object, label: str, store: Any, verify: bool
-) -> tuple[_Side | None, Finding | None]:
-    """The side, or (None, INTEGRITY finding) when the store cannot give it."""
+) -> tuple[_Side | None, list[Finding]]:
+    """The side, or (None, INTEGRITY findings) when the store cannot give it."""
     if isinstance(source, Run):
-        return _side_from_run(source, label), None
+        return _side_from_run(source, label), []
     if isinstance(source, Mapping):
-        return _side_from_run(parse_document(source), label), None
+        return _side_from_run(parse_document(source), label), []
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return _side_from_run(load_document(source), label), None
+        return _side_from_run(load_document(source), label), []
     ref = _checkpoint_ref(source, store)
     if ref is not None:
         try:
-            return _side_from_store(stack, store, ref, label, verify), None
+            return _side_from_store(stack, store, ref, label, verify), []
+        except _DamagedSideError as exc:
+            return None, exc.findings
         except (NotFoundError, IntegrityError) as exc:
-            return None, Finding(
-                FindingCode.INTEGRITY,
-                "integrity",
-                label,
-                None,
-                "",
-                "readable and verified",
-                str(exc),
-                f"{label} checkpoint {source} cannot be read: {exc}",
-            )
+            return None, [
+                Finding(
+                    FindingCode.INTEGRITY,
+                    "integrity",
+                    label,
+                    None,
+                    "",
+                    "readable and verified",
+                    str(exc),
+                    f"{label} checkpoint {source} cannot be read: {exc}",
+                )
+            ]
     if isinstance(source, (str, os.PathLike)):
-        return _side_from_run(load_document(source), label), None
+        return _side_from_run(load_document(source), label), []
     raise InvalidInputError(
         f"{label} must be a Run, a run document (mapping, bytes or path) or a checkpoint id",
         got=type(source).__name__,
@@ -709,7 +764,7 @@ def _check_effects(r: _Side, p: _Side, out: list[Finding]) -> None:
 
 
 def _findings(r: _Side, p: _Side) -> tuple[list[Finding], int | None]:
-    out: list[Finding] = []
+    out: list[Finding] = [*r.integrity, *p.integrity]
     tags = [(i, t) for i, t in enumerate(r.provenance_tags) if t.startswith("replay:")]
     if tags:
         out.append(
@@ -846,13 +901,15 @@ def validate(
         p, p_bad = _load_side(stack, replayed, "replayed", store, verify)
         cg_step: int | None = None
         if r is None or p is None:
-            findings = [f for f in (r_bad, p_bad) if f is not None]
+            findings = [*r_bad, *p_bad, *(r.integrity if r else ()), *(p.integrity if p else ())]
         else:
             try:
                 findings, cg_step = _findings(r, p)
             except (NotFoundError, IntegrityError) as exc:
                 # Lazy store reads (payloads, token values) can still find damage.
                 findings = [
+                    *r.integrity,
+                    *p.integrity,
                     Finding(
                         FindingCode.INTEGRITY,
                         "integrity",

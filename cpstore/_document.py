@@ -583,6 +583,8 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
             raise DocumentError(
                 "cannot read run document", where=str(path), got=exc.strerror or str(exc)
             ) from None
+        except ValueError as exc:  # e.g. an embedded NUL: no OS path can hold it
+            raise DocumentError("not a usable path", where=repr(str(path)), got=str(exc)) from None
         if len(raw) > max_bytes:
             raise DocumentError(
                 "document too large",

@@ -100,7 +100,8 @@ def _records(store: Any, kind: str) -> Iterator[Any]:
 
 
 def _linked(store: Any, rec: Any) -> None:
-    """Check ``rec`` is where the chain says: its prev is the record before it."""
+    """Check ``rec`` is where the chain says, and (keyed store) that its MAC verifies."""
+    store.check_audit_mac(rec.index)
     if rec.index == 0:
         if rec.prev is not None:
             raise AuditChainError("first audit record names a predecessor", where="audit[0]")

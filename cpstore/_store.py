@@ -14,7 +14,9 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal
 
+from ._audit_mac import check_key
 from ._errors import (
+    AuditChainError,
     ConflictError,
     IntegrityError,
     InvalidInputError,
@@ -33,11 +35,13 @@ from ._store_env import (
     put_object,
     release_env,
 )
-from ._store_maint import delete_run, prune, verify
+from ._store_keyed import adopt_key, check_mac
+from ._store_maint import check_checkpoint_objects, delete_run, prune, verify
 from ._store_model import (
     AuditRecord,
     CheckpointWrite,
     Manifest,
+    Problem,
     VerifyReport,
     as_payload,
     check_manifest,
@@ -74,6 +78,7 @@ class Store:
         map_size: int = _DEFAULT_MAP,
         max_map_size: int = _DEFAULT_MAX_MAP,
         batch_size: int = 64,
+        audit_key: bytes | None = None,
     ) -> None:
         if durability not in ("sync", "batched"):
             raise InvalidInputError(
@@ -97,8 +102,21 @@ class Store:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
+        key = None if audit_key is None else check_key(audit_key)
         self._e = acquire_env(self._path, EnvOptions(bool(readonly), map_size, max_map_size))
         self._closed = False
+        self._audit_key = key
+        try:
+            if key is None or readonly:
+                with self._read() as txn:
+                    self._audit_keyed = adopt_key(txn, self._e.dbs, key)
+            else:
+                self._audit_keyed = bool(
+                    self._write(lambda txn: adopt_key(txn, self._e.dbs, key))
+                )
+        except BaseException:
+            self.close()
+            raise
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -186,7 +204,13 @@ class Store:
     # -- checkpoints ---------------------------------------------------------
 
     def recorder(self, run_id: str, *, branch: str = "main", parent: str | None = None) -> Recorder:
-        """A recorder for ``run_id``/``branch``; ``parent`` (a checkpoint id) forks from it."""
+        """A recorder for ``run_id``/``branch``.
+
+        On an existing branch it continues from the head (its logs, ledger and
+        token numbering); ``parent`` may only name that head (ConflictError
+        otherwise: fork a new branch instead). On a new branch, ``parent`` (a
+        checkpoint id) forks from that checkpoint, and None starts a new run.
+        """
         self._live()
         return Recorder(self, check_name(run_id, "run_id"), check_name(branch, "branch"), parent)
 
@@ -206,7 +230,7 @@ class Store:
                 where="checkpoints",
                 got=cid.hex(),
             )
-        created, data = unpack_checkpoint_value(value)
+        created, data = unpack_checkpoint_value(value, cid if verify else None)
         if verify and digest(data) != cid:
             raise IntegrityError(
                 "manifest bytes do not match the checkpoint id",
@@ -298,7 +322,7 @@ class Store:
             raise NotFoundError("parent checkpoint is not stored", got=op.parent.hex())
         if not txn.put(op.cid, op.value, overwrite=False, db=cps):
             _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
-            if existing != memoryview(op.value)[8:]:
+            if existing != unpack_checkpoint_value(op.value)[1]:
                 raise IntegrityError(
                     "different manifest stored under this checkpoint id",
                     where=f"checkpoints/{op.cid.hex()}",
@@ -411,6 +435,27 @@ class Store:
         """Audit records in order from index ``start``, optionally of one ``kind``."""
         return audit_records(self, kind=kind, start=start, limit=limit)
 
+    @property
+    def audit_keyed(self) -> bool:
+        """True when this store's audit log carries keyed MACs (docs/security.md)."""
+        return self._audit_keyed
+
+    def check_audit_mac(self, index: int) -> None:
+        """Raise AuditChainError unless audit record ``index`` carries its true keyed MAC.
+
+        A no-op on an unkeyed store; on a keyed store opened without the key it
+        raises, since nothing it reads can be trusted against a forger.
+        """
+        if not self._audit_keyed:
+            return
+        if self._audit_key is None:
+            raise AuditChainError(
+                "this store's audit log is keyed; open it with audit_key= to trust a record",
+                where=f"audit/{index}",
+            )
+        with self._read() as txn:
+            check_mac(txn, self._e.dbs, self._audit_key, index)
+
     def get_audit(self, digest_hex: str) -> AuditRecord:
         """The audit record with this digest (NotFoundError if none)."""
         return get_audit(self, digest_hex)
@@ -424,6 +469,18 @@ class Store:
         """
         self._live()
         return verify(self, progress)
+
+    def verify_checkpoint(self, checkpoint_id: str) -> tuple[Problem, ...]:
+        """Re-hash everything ``checkpoint_id`` reaches, in one read txn; () when intact.
+
+        The manifest and its header, every state part, chunk index and chunk,
+        every log, observation and effect payload, the transcript and the token
+        records, values and offsets. Each problem names the object.
+        """
+        cid = parse_id(checkpoint_id)
+        self._live()
+        with self._read() as txn:
+            return tuple(check_checkpoint_objects(txn, self._e.dbs, cid))
 
     def delete_run(self, run_id: str) -> int:
         """Delete every ref of ``run_id`` and sweep; returns checkpoints removed."""
@@ -454,8 +511,13 @@ def open(
     map_size: int = _DEFAULT_MAP,
     max_map_size: int = _DEFAULT_MAX_MAP,
     batch_size: int = 64,
+    audit_key: bytes | None = None,
 ) -> Store:
-    """Open (or create) the store at ``path``; see :class:`Store`."""
+    """Open (or create) the store at ``path``; see :class:`Store`.
+
+    ``audit_key`` (16 to 64 bytes, kept outside the store) makes the audit log
+    and sign-offs tamper-evident with keyed MACs (docs/security.md).
+    """
     return Store(
         path,
         durability=durability,
@@ -463,4 +525,5 @@ def open(
         map_size=map_size,
         max_map_size=max_map_size,
         batch_size=batch_size,
+        audit_key=audit_key,
     )

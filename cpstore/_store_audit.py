@@ -14,9 +14,16 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import decode_value, encode_value
-from ._errors import AuditChainError, CanonicalEncodingError, InvalidInputError, NotFoundError
+from ._errors import (
+    AuditChainError,
+    CanonicalEncodingError,
+    InvalidInputError,
+    NotFoundError,
+    StoreError,
+)
 from ._native import digest
 from ._store_env import Txn
+from ._store_keyed import mac_append
 from ._store_model import AuditRecord, Problem, check_metadata, parse_id
 
 if TYPE_CHECKING:
@@ -39,7 +46,8 @@ def _decode(index: int, raw: bytes | memoryview, where: str) -> AuditRecord:
         or not isinstance(rec.get("kind"), str)
         or not isinstance(rec.get("body"), dict)
         or not isinstance(rec.get("time"), float)
-        or not (rec.get("prev") is None or isinstance(rec.get("prev"), bytes))
+        or "prev" not in rec  # present even for record 0 (as nil)
+        or not (rec["prev"] is None or isinstance(rec["prev"], bytes))
     ):
         raise AuditChainError("audit record has the wrong shape", where=where, got=rec)
     prev = rec["prev"]
@@ -58,6 +66,11 @@ def append_audit(store: Store, kind: str, body: Mapping[str, Any]) -> AuditRecor
     if not isinstance(kind, str) or not kind:
         raise InvalidInputError("audit kind must be a non-empty str", got=kind)
     content = check_metadata(body, "audit body")
+    if store.audit_keyed and store._audit_key is None:
+        raise StoreError(
+            "this store's audit log is keyed; open it with audit_key= to append",
+            where=store.path,
+        )
     audit, index_db, meta = store._db("audit"), store._db("audit_index"), store._db("meta")
     when = float(store.now())
 
@@ -75,6 +88,8 @@ def append_audit(store: Store, kind: str, body: Mapping[str, Any]) -> AuditRecor
         key = digest(raw)
         if not txn.put(_INDEX.pack(index), raw, overwrite=False, db=audit):
             raise AuditChainError("audit index already used", where=f"audit/{index}")
+        if store._audit_key is not None:
+            mac_append(txn, store._e.dbs, store._audit_key, index, raw)
         txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
         txn.put(HEAD_KEY, encode_value([index + 1, key]), db=meta)
         return AuditRecord(
@@ -138,6 +153,11 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
     count = 0
     with txn.cursor(db=dbs["audit"]) as cur:
         for key, raw in cur:
+            if len(key) != _INDEX.size:
+                problems.append(
+                    Problem("audit key is not an 8-byte index", f"audit/{bytes(key).hex()}")
+                )
+                continue
             index = _INDEX.unpack(key)[0]
             where = f"audit/{index}"
             if index != count:
@@ -163,7 +183,10 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
             prev = d
             count = index + 1
     head_raw = txn.get(HEAD_KEY, db=dbs["meta"])
-    head = None if head_raw is None else decode_value(head_raw)
+    try:
+        head = None if head_raw is None else decode_value(head_raw)
+    except CanonicalEncodingError as exc:
+        head = f"not canonical: {exc}"
     expected_head = None if count == 0 else [count, prev]
     if head != expected_head:
         problems.append(

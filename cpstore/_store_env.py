@@ -49,6 +49,7 @@ DB_NAMES = (
     "ledgers",
     "audit",
     "audit_index",
+    "audit_mac",
 )
 _FORMAT_KEY = b"format"
 _FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
@@ -123,11 +124,30 @@ class Env:
         try:
             # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
             self.env.reader_check()
+            self._check_file_size()
             self.dbs = self._open_dbs()
             self._check_format()
         except BaseException:
             self.env.close()
             raise
+
+    def _check_file_size(self) -> None:
+        """Refuse a data file shorter than its meta page says (a truncated copy).
+
+        LMDB maps the file and trusts the meta page: reading a page past the
+        end of a truncated file kills the process with SIGBUS. Checking the
+        size first turns that into an error that names the file.
+        """
+        data = os.path.join(self.path, "data.mdb")
+        needed = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
+        size = os.path.getsize(data)
+        if size < needed:
+            raise IntegrityError(
+                "the data file is shorter than its last committed page (truncated?)",
+                where=data,
+                expected=f">= {needed} bytes",
+                got=f"{size} bytes",
+            )
 
     # -- bookkeeping ---------------------------------------------------------
 

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 import lmdb
 
 from ._canonical import decode_value, encode_value
-from ._errors import CpstoreError
+from ._errors import CanonicalEncodingError, CpstoreError
 from ._native import digest, digest_batch
 from ._records import DIGEST_SIZE
 from ._store_audit import check_audit_chain
 from ._store_env import Txn, load_chunked
+from ._store_keyed import check_macs
 from ._store_model import (
     Manifest,
     Problem,
@@ -34,7 +35,7 @@ from ._store_model import (
 if TYPE_CHECKING:
     from ._store import Store
 
-__all__ = ["delete_run", "prune", "verify"]
+__all__ = ["check_checkpoint_objects", "delete_run", "prune", "verify"]
 
 
 def _decode_list(txn: Txn[memoryview], objects: Any, key: bytes) -> list[Any]:
@@ -91,16 +92,19 @@ def _check_tokens(
         problems.append(Problem("token values do not match their records", where))
 
 
-def _check_checkpoint(
-    txn: Txn[memoryview],
-    dbs: Mapping[str, Any],
-    cid: bytes,
-    value: memoryview,
-    problems: list[Problem],
-) -> None:
-    where = f"checkpoints/{cid.hex()}"
-    objects = dbs["objects"]
-    created, data = unpack_checkpoint_value(value)
+def _check_entry(
+    cid: bytes, value: memoryview, where: str, problems: list[Problem]
+) -> Manifest | None:
+    """The manifest of one ``checkpoints`` entry, or None after reporting why not."""
+    try:
+        created, data = unpack_checkpoint_value(value)
+    except CpstoreError as exc:
+        problems.append(Problem(exc.what, exc.where or where, exc.expected, exc.got))
+        return None
+    try:
+        unpack_checkpoint_value(value, cid)
+    except CpstoreError as exc:  # created_at damaged: the manifest may still be intact
+        problems.append(Problem(exc.what, exc.where or where, exc.expected, exc.got))
     got = digest(data)
     if got != cid:
         problems.append(
@@ -111,12 +115,17 @@ def _check_checkpoint(
                 got=got.hex(),
             )
         )
-        return
+        return None
     try:
-        m = decode_manifest(cid, data, created)
+        return decode_manifest(cid, data, created)
     except CpstoreError as exc:
         problems.append(Problem(exc.what, exc.where or where, exc.expected, exc.got))
-        return
+        return None
+
+
+def _check_parent(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], m: Manifest, where: str, problems: list[Problem]
+) -> None:
     if m.parent is not None:
         parent = bytes.fromhex(m.parent)
         if (
@@ -126,10 +135,30 @@ def _check_checkpoint(
             problems.append(
                 Problem("parent checkpoint does not resolve", f"{where}.parent", expected=m.parent)
             )
+
+
+def _check_checkpoint(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    cid: bytes,
+    value: memoryview,
+    problems: list[Problem],
+) -> None:
+    where = f"checkpoints/{cid.hex()}"
+    objects = dbs["objects"]
+    m = _check_entry(cid, value, where, problems)
+    if m is None:
+        return
+    _check_parent(txn, dbs, m, where, problems)
     for field, key in manifest_references(m.raw):
         if txn.get(key, db=objects) is None:
             problems.append(
-                Problem("reference does not resolve", f"{where}.{field}", expected=bytes(key).hex())
+                Problem(
+                    "reference does not resolve",
+                    f"{where}.{field} (objects/{bytes(key).hex()})",
+                    expected=bytes(key).hex(),
+                    got="missing",
+                )
             )
             continue
         try:
@@ -138,8 +167,10 @@ def _check_checkpoint(
                     problems.append(
                         Problem(
                             "reference does not resolve",
-                            f"{where}.{field}[{i}]",
+                            f"{where}.{field}[{i}] (objects/{bytes(child).hex()})",
                             expected=bytes(child).hex(),
+                            got="missing",
+                            position=i,
                         )
                     )
         except (CpstoreError, TypeError, ValueError, IndexError) as exc:
@@ -161,6 +192,200 @@ def _check_checkpoint(
             )
     if m.raw["tokens"] is not None:
         _check_tokens(txn, objects, f"{where}.tokens", m.raw["tokens"], problems)
+
+
+# -- one checkpoint, every byte it reaches -------------------------------------
+
+#: Objects up to this size are re-hashed together, one ``digest_batch`` call
+#: over their concatenation; larger ones in place (zero-copy), one call each.
+_BATCH_MAX = 64 * 1024
+
+
+class _Rehash:
+    """Re-hash the objects of one read txn against their keys, reporting each bad one."""
+
+    def __init__(
+        self,
+        txn: Txn[memoryview],
+        objects: Any,
+        where: str,
+        checked: set[bytes],
+        problems: list[Problem],
+    ) -> None:
+        self._get = txn.get
+        self._objects = objects
+        self.where = where
+        self._checked = checked
+        self.problems = problems
+        self._queue: list[tuple[bytes, memoryview, str, int | None]] = []
+
+    def get(
+        self, key: bytes, field: str, position: int | None = None, *, now: bool = False
+    ) -> memoryview | None:
+        """The object's view (queued for re-hash), or None when it is missing.
+
+        ``now`` hashes before returning, and gives None for a bad object too:
+        for objects the caller decodes (logs, chunk indexes).
+        """
+        key = bytes(key)
+        view = self._get(key, None, self._objects)
+        if view is None:
+            self.problems.append(
+                Problem(
+                    "object not in the store",
+                    f"{self.where}.{field} (objects/{key.hex()})",
+                    expected=key.hex(),
+                    got="missing",
+                    position=position,
+                )
+            )
+            return None
+        if key in self._checked:
+            return view
+        if now or len(view) > _BATCH_MAX:
+            return view if self._check(key, digest(view), field, position) else None
+        self._queue.append((key, view, field, position))
+        return view
+
+    def _check(self, key: bytes, got: bytes, field: str, position: int | None) -> bool:
+        if got == key:
+            self._checked.add(key)
+            return True
+        self.problems.append(
+            Problem(
+                "object bytes do not match their digest",
+                f"{self.where}.{field} (objects/{key.hex()})",
+                expected=key.hex(),
+                got=got.hex(),
+                position=position,
+            )
+        )
+        return False
+
+    def flush(self) -> None:
+        """Re-hash everything queued, in one native call."""
+        queue, self._queue = self._queue, []
+        if not queue:
+            return
+        offsets = [0]
+        for _, view, _, _ in queue:
+            offsets.append(offsets[-1] + len(view))
+        digests = digest_batch(b"".join(view for _, view, _, _ in queue), offsets)
+        for i, (key, _, field, position) in enumerate(queue):
+            self._check(key, digests[16 * i : 16 * i + 16], field, position)
+
+
+def _rehash_chunked(objs: _Rehash, index: bytes, whole: bytes, field: str) -> None:
+    raw = objs.get(index, field, now=True)
+    if raw is None:
+        return
+    try:
+        size, keys = decode_value(raw)
+        if not isinstance(size, int) or not isinstance(keys, list):
+            raise TypeError(type(keys).__name__)
+    except (CanonicalEncodingError, TypeError, ValueError) as exc:
+        objs.problems.append(
+            Problem("chunk index is malformed", f"{objs.where}.{field}", got=str(exc))
+        )
+        return
+    before = len(objs.problems)
+    views = [objs.get(k, f"{field}[{i}]", i) for i, k in enumerate(keys)]
+    objs.flush()
+    if len(objs.problems) != before:
+        return  # a chunk is missing or damaged: the whole cannot match
+    data = b"".join(v for v in views if v is not None)
+    got = digest(data)
+    if len(data) != size or got != whole:
+        objs.problems.append(
+            Problem(
+                "chunked value does not match its digest",
+                f"{objs.where}.{field}",
+                expected=bytes(whole).hex(),
+                got=got.hex(),
+            )
+        )
+
+
+def _rehash_log(objs: _Rehash, name: str, key: bytes) -> None:
+    raw = objs.get(key, name, now=True)
+    if raw is None or name not in ("observations", "effects"):
+        return
+    try:
+        entries = decode_value(raw)
+        payloads = [bytes(entry[2]) for entry in entries]
+    except (CanonicalEncodingError, TypeError, ValueError, IndexError, KeyError) as exc:
+        objs.problems.append(
+            Problem("log object is malformed", f"{objs.where}.{name}", got=str(exc))
+        )
+        return
+    for i, payload in enumerate(payloads):
+        objs.get(payload, f"{name}[{i}].payload", i)
+
+
+def check_checkpoint_objects(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    cid: bytes,
+    *,
+    checked: set[bytes] | None = None,
+    derive_tokens: bool = True,
+) -> list[Problem]:
+    """Every problem with one checkpoint and the objects it reaches, all re-hashed.
+
+    ``checked`` holds objects already hash-checked in this txn (skipped);
+    objects found intact are added to it. ``derive_tokens`` also re-derives
+    the token value digests from ``values``/``offsets`` and compares them
+    with the records (as :func:`verify` does; one digest per token).
+    """
+    where = f"checkpoints/{cid.hex()}"
+    problems: list[Problem] = []
+    value = txn.get(cid, db=dbs["checkpoints"])
+    if value is None:
+        pruned = txn.get(cid, db=dbs["tombstones"]) is not None
+        what = "checkpoint was pruned" if pruned else "checkpoint not in the store"
+        return [Problem(what, where, expected=cid.hex(), got="missing")]
+    m = _check_entry(cid, value, where, problems)
+    if m is None:
+        return problems
+    _check_parent(txn, dbs, m, where, problems)
+    objs = _Rehash(txn, dbs["objects"], where, set() if checked is None else checked, problems)
+    state = m.raw["state"]
+    chunked = state["chunked"] or {}
+    wholes = {"bytes": state["digest"]} if state["kind"] == "bytes" else state["parts"] or {}
+    for i, (name, whole) in enumerate(wholes.items()):
+        if name in chunked:
+            _rehash_chunked(objs, chunked[name], whole, f"state.chunked[{name!r}]")
+        elif state["kind"] == "bytes":
+            objs.get(whole, "state.digest")
+        else:
+            objs.get(whole, f"state.parts[{name!r}]", i)
+    for name in ("observations", "call_graph", "effects", "harness"):
+        if m.raw[name] is not None:
+            _rehash_log(objs, name, m.raw[name])
+    if m.raw["transcript"] is not None:
+        objs.get(m.raw["transcript"], "transcript")
+    log = m.raw["tokens"]
+    if log is not None:
+        before = len(problems)
+        records = objs.get(log["records"], "tokens.records")
+        objs.get(log["values"], "tokens.values")
+        offsets = objs.get(log["offsets"], "tokens.offsets")
+        objs.flush()
+        if len(problems) == before and derive_tokens:
+            _check_tokens(txn, dbs["objects"], f"{where}.tokens", log, problems)
+        elif len(problems) == before:
+            sizes = (len(records or b""), len(offsets or b""))
+            if sizes != (32 * log["count"], 8 * (log["count"] + 1)):
+                problems.append(
+                    Problem(
+                        "token log sizes disagree with its count",
+                        f"{where}.tokens",
+                        expected=log["count"],
+                        got=sizes,
+                    )
+                )
+    objs.flush()
+    return problems
 
 
 #: Entries between two progress reports of :func:`verify`.
@@ -232,17 +457,32 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                             )
                         )
                         continue
-                    for i, entry in enumerate(_decode_list(txn, dbs["objects"], bytes(key))):
-                        if txn.get(entry[2], db=dbs["objects"]) is None:
+                    try:
+                        entries = _decode_list(txn, dbs["objects"], bytes(key))
+                        payloads = [bytes(entry[2]) for entry in entries]
+                    except (CpstoreError, TypeError, ValueError, IndexError, KeyError) as exc:
+                        problems.append(
+                            Problem(
+                                "sealed ledger object is malformed",
+                                f"ledgers/{bytes(key).hex()}",
+                                got=str(exc),
+                            )
+                        )
+                        continue
+                    for i, payload in enumerate(payloads):
+                        if txn.get(payload, db=dbs["objects"]) is None:
                             problems.append(
                                 Problem(
                                     "ledger payload does not resolve",
                                     f"ledgers/{bytes(key).hex()}[{i}]",
-                                    expected=bytes(entry[2]).hex(),
+                                    expected=payload.hex(),
+                                    position=i,
                                 )
                             )
             counts["tombstones"] = txn.stat(dbs["tombstones"])["entries"]
             counts["audit"], audit_problems = check_audit_chain(txn, dbs)
+            if store._audit_key is not None:
+                audit_problems.extend(check_macs(txn, dbs, store._audit_key))
             problems.extend(audit_problems)
         except lmdb.Error as exc:
             problems.append(

@@ -21,6 +21,7 @@ from ._errors import (
     IntegrityError,
     InvalidInputError,
 )
+from ._native import digest
 from ._records import DIGEST_SIZE, Digest
 
 __all__ = [
@@ -57,6 +58,10 @@ MAX_OBJECT_SIZE = 1 << 30
 MAX_NAME_BYTES = 200
 
 _CREATED = struct.Struct("<d")
+#: Bytes of the created_at check that follows it in a ``checkpoints`` value.
+_CHECK_SIZE = 8
+#: created_at + its check: the manifest starts here in a ``checkpoints`` value.
+_HEADER_SIZE = _CREATED.size + _CHECK_SIZE
 
 
 def check_name(value: object, what: str) -> str:
@@ -118,17 +123,49 @@ def split_ref_key(key: bytes | memoryview) -> tuple[str, str]:
     return run.decode("utf-8", "surrogatepass"), branch.decode("utf-8", "surrogatepass")
 
 
-def pack_checkpoint_value(created_at: float, manifest: bytes) -> bytes:
-    """Value of a ``checkpoints`` entry: created_at (float64 LE) then the manifest."""
-    return _CREATED.pack(created_at) + manifest
+def _created_check(cid: bytes, created: bytes | memoryview) -> bytes:
+    """The 8-byte check of a ``checkpoints`` header: XXH3-128(id || created_at)[:8]."""
+    return digest(bytes(cid) + bytes(created))[:_CHECK_SIZE]
 
 
-def unpack_checkpoint_value(value: bytes | memoryview) -> tuple[float, memoryview]:
-    """(created_at, manifest bytes view) of a ``checkpoints`` entry."""
+def pack_checkpoint_value(created_at: float, manifest: bytes, cid: bytes | None = None) -> bytes:
+    """Value of a ``checkpoints`` entry: created_at (float64 LE), its check, the manifest.
+
+    ``cid`` is the digest of ``manifest`` (computed when not given).
+    """
+    created = _CREATED.pack(created_at)
+    key = digest(manifest) if cid is None else cid
+    return created + _created_check(key, created) + manifest
+
+
+def unpack_checkpoint_value(
+    value: bytes | memoryview, cid: bytes | None = None
+) -> tuple[float, memoryview]:
+    """(created_at, manifest bytes view) of a ``checkpoints`` entry.
+
+    With ``cid`` the header check is verified (IntegrityError naming the
+    checkpoint); every verified read passes it. Without it nothing in the
+    header is checked (the manifest is checked against the id separately).
+    """
     view = memoryview(value)
-    if len(view) < _CREATED.size:
-        raise IntegrityError("checkpoint entry is shorter than its header", got=len(view))
-    return _CREATED.unpack_from(view)[0], view[_CREATED.size :]
+    if len(view) < _HEADER_SIZE:
+        raise IntegrityError(
+            "checkpoint entry is shorter than its header",
+            where=None if cid is None else f"checkpoints/{bytes(cid).hex()}",
+            expected=f">= {_HEADER_SIZE} bytes",
+            got=len(view),
+        )
+    if cid is not None:
+        got = bytes(view[_CREATED.size : _HEADER_SIZE])
+        want = _created_check(cid, view[: _CREATED.size])
+        if got != want:
+            raise IntegrityError(
+                "checkpoint created_at does not match its check",
+                where=f"checkpoints/{bytes(cid).hex()}.created_at",
+                expected=want.hex(),
+                got=got.hex(),
+            )
+    return _CREATED.unpack_from(view)[0], view[_HEADER_SIZE:]
 
 
 @dataclass
@@ -510,6 +547,8 @@ class Problem:
     """What should have been there (hex for digests)."""
     got: Any = None
     """What was there."""
+    position: int | None = None
+    """Index in the log, chunk list or part map it names, when it has one."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from ._records import (
     value_digest,
 )
 from ._store_env import Txn, get_object, load_chunked
-from ._store_model import Manifest, decode_trusted, manifest_from_raw
+from ._store_maint import check_checkpoint_objects
+from ._store_model import Manifest, Problem, decode_trusted, manifest_from_raw
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -67,6 +68,8 @@ class CheckpointView:
         self._verify = verify
         self._views: list[memoryview] = []
         self._cache: dict[str, Any] = {}
+        # Objects hash-checked in this txn: none is hashed twice by one reader.
+        self._checked: set[bytes] = set()
 
     @property
     def _manifest(self) -> Manifest:
@@ -99,11 +102,34 @@ class CheckpointView:
     def _object(self, key: bytes, where: str) -> memoryview:
         if self._txn is None:
             raise InvalidInputError("the checkpoint reader is closed", where=self.id)
+        check = self._verify and key not in self._checked
         view = get_object(
-            self._txn, self._objects, key, verify=self._verify, where=f"{where} of {self.id}"
+            self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
         )
+        if check:
+            self._checked.add(bytes(key))
         self._views.append(view)
         return view
+
+    def verify_objects(self, *, derive_tokens: bool = True) -> tuple[Problem, ...]:
+        """Re-hash everything this checkpoint reaches, in this reader's txn; () when intact.
+
+        What :meth:`Store.verify_checkpoint` checks. Objects this reader has
+        already hash-checked are not hashed again. ``derive_tokens=False``
+        skips re-deriving each token's value digest (one digest per token;
+        the values and offsets objects are still re-hashed whole).
+        """
+        if self._txn is None:
+            raise InvalidInputError("the checkpoint reader is closed", where=self.id)
+        return tuple(
+            check_checkpoint_objects(
+                self._txn,
+                self._store._e.dbs,
+                self._cid,
+                checked=self._checked,
+                derive_tokens=derive_tokens,
+            )
+        )
 
     def _decoded(self, name: str) -> list[Any]:
         if name not in self._cache:
@@ -308,6 +334,7 @@ class CheckpointView:
         blob = b"".join(views)
         if digest_batch(blob, offsets) != b"".join(parts.values()):
             return None
+        self._checked.update(parts.values())
         # Each slice is now proven to be one canonical value written by
         # encode_value, so the concatenation under an array header decodes
         # to exactly those values in order.

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import decode_value, encode_value
-from ._errors import InvalidInputError
+from ._errors import ConflictError, InvalidInputError
 from ._native import digest, digest_batch
 from ._records import Digest, kind_code
 from ._store_env import chunk_index, get_object
@@ -76,7 +76,8 @@ class Recorder:
         self._store = store
         self._run_id = run_id
         self._branch = branch
-        self._expected = _raw(store.ref(run_id, branch))
+        head = _raw(store.ref(run_id, branch))
+        self._expected = head
         self._parent: bytes | None = None
         self._tokens = bytearray()
         self._values = bytearray()
@@ -99,8 +100,21 @@ class Recorder:
         # bytes/str parts are not re-encoded or re-hashed each checkpoint.
         self._parts: dict[str, tuple[object, bytes, bytes | None]] = {}
         self._names: tuple[bytes, bytes] | None = None
-        if parent is not None:
-            self._load_parent(parse_id(parent, "parent"))
+        start: bytes | None = None if parent is None else parse_id(parent, "parent")
+        if head is not None:
+            # An existing branch only ever grows from its head: recording from an
+            # older checkpoint would move the head sideways and drop what came
+            # after it from the branch's history (and from retention's marks).
+            if start is not None and start != head:
+                raise ConflictError(
+                    "the branch has moved past this parent; fork a new branch from it",
+                    where=f"run {run_id} branch {branch}",
+                    expected=start.hex(),
+                    got=head.hex(),
+                )
+            start = head
+        if start is not None:
+            self._load_parent(start)
 
     def _load_parent(self, cid: bytes) -> None:
         store = self._store

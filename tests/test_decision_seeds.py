@@ -322,3 +322,29 @@ def test_missing_checkpoint_is_an_integrity_reject(tmp_path):
     with open_store(tmp_path / "s") as store:
         d = validate("ab" * 16, Run("r", 1, "s", mode=ReplayMode.STRICT), store=store)
         assert d.codes == {FindingCode.INTEGRITY} and d.verdict is Verdict.REJECT
+
+
+def test_a_damaged_object_named_only_by_digest_is_an_integrity_reject(tmp_path):
+    """A flipped byte in an object R names only by digest (a state part) is INTEGRITY, located."""
+    path = tmp_path / "s"
+    with open_store(path) as store:
+        rec = store.recorder("r")
+        rec.observe(1, "cfg", b"payload", pinned_at=1.0)
+        cid = rec.checkpoint(1, {"a": "x" * 40, "b": "y" * 40})
+        key = bytes.fromhex(store.manifest(cid).state_parts["b"])
+        assert validate(cid, cid, store=store, record=False).codes == {FindingCode.BEST_EFFORT}
+    env = lmdb.open(str(path), max_dbs=32, subdir=True)
+    objects = env.open_db(b"objects", create=False)
+    with env.begin(write=True, db=objects) as txn:
+        data = bytearray(txn.get(key))
+        data[5] ^= 0x01
+        txn.put(key, bytes(data))
+    env.close()
+    with open_store(path) as store:
+        d = validate(cid, cid, store=store, record=False)
+        assert d.verdict is Verdict.REJECT and FindingCode.INTEGRITY in d.codes
+        f = next(f for f in d.findings if f.code is FindingCode.INTEGRITY)
+        assert (f.stream, f.side, f.position, f.unit) == ("state", "recorded", 1, "index")
+        assert f.expected == key.hex() and f.observed != key.hex() and key.hex() in f.message
+        skipped = validate(cid, cid, store=store, record=False, verify=False)
+        assert FindingCode.INTEGRITY not in skipped.codes  # verify=False: the explicit opt-out

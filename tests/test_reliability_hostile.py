@@ -244,19 +244,13 @@ class TestCli:
             ),
             max_size=6,
         )
-    )  # NUL: see the xfail
+    )
     def test_garbage_arguments(self, argv: list[str]) -> None:
         """Any argument list: a documented exit code, never a traceback."""
         code, err = _cli(argv)
         assert code in DOCUMENTED_EXITS, (argv, code, err)
         assert "Traceback" not in err
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="BUG: `cpstore validate $'\\0' B` -> cpstore/_document.py load_document passes "
-        "the path to the OS, which raises ValueError('embedded null byte'); cli.main does not "
-        "catch it, so the user gets a traceback (exit 1) instead of one line and exit 3",
-    )
     def test_a_nul_in_a_path_argument_is_bad_input(self) -> None:
         """A path with a NUL byte is exit 3 with one line on stderr."""
         code, err = _cli(["validate", "\x00", "validate"])

@@ -127,12 +127,14 @@ class TestContentAddressing:
                 ids.append(record_sample(st.recorder("run")))
         assert ids[0] == ids[1]
 
-    def test_recording_the_same_run_again_in_one_store_is_a_no_op(self, store: Store) -> None:
-        """A second identical recording writes no new checkpoint."""
+    def test_a_second_recorder_on_a_branch_continues_from_its_head(self, store: Store) -> None:
+        """After a restart, recorder(run) extends the head instead of starting a new root."""
         first = record_sample(store.recorder("run"))
-        second = record_sample(store.recorder("run"))
-        assert first == second
-        assert store.verify().counts["checkpoints"] == 1
+        rec = store.recorder("run")
+        assert rec.head == first
+        second = rec.checkpoint(99, b"after restart")
+        assert [m.id for m in store.history("run")] == [second, first]
+        assert store.manifest(second).parent == first
 
     def test_a_different_observation_changes_the_id(self, tmp_path: Path) -> None:
         """The id certifies everything the manifest reaches."""

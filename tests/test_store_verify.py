@@ -91,6 +91,92 @@ class TestVerify:
         assert [p.what for p in problems] == ["ref does not resolve"]
 
 
+class TestVerifyCheckpoint:
+    def test_an_intact_checkpoint_has_no_problems(self, store: Store) -> None:
+        """verify_checkpoint of a healthy checkpoint is ()."""
+        cid = _sample(store)
+        store.append_audit("note", {})
+        assert store.verify_checkpoint(cid) == ()
+
+    @pytest.mark.parametrize("what", ["part", "payload", "values"])
+    def test_every_object_a_checkpoint_names_is_re_hashed(self, store: Store, what: str) -> None:
+        """A flipped state part, observation payload or token values object is named."""
+        cid = _sample(store)
+        m = store.manifest(cid)
+        with store.read(cid) as cp:
+            key = {
+                "part": bytes.fromhex(m.state_parts["b"]),
+                "payload": bytes.fromhex(cp.observations()[0][2]),
+                "values": bytes(m.raw["tokens"]["values"]),
+            }[what]
+        data = bytearray(store.get_object(key))
+        data[0] ^= 0x20
+        _raw(store, "objects", key, bytes(data))
+        (problem,) = store.verify_checkpoint(cid)
+        assert problem.what == "object bytes do not match their digest"
+        assert cid in problem.where and key.hex() in problem.where
+        assert problem.expected == key.hex()
+
+    def test_a_missing_object_is_named(self, store: Store) -> None:
+        """A deleted effect payload is reported as missing, with its ledger position."""
+        cid = _sample(store)
+        with store.read(cid) as cp:
+            key = bytes.fromhex(cp.effects()[0][2])
+        _raw(store, "objects", key, None)
+        problems = store.verify_checkpoint(cid)
+        assert any(
+            p.what == "object not in the store" and p.position == 0 and "effects[0]" in p.where
+            for p in problems
+        ), problems
+
+
+class TestCreatedAt:
+    def test_a_flipped_created_at_byte_is_found_by_verify_and_by_reads(self, store: Store) -> None:
+        """created_at has its own check: verify reports it, a verified read raises."""
+        cid = _sample(store)
+        key = bytes.fromhex(cid)
+        with store._read() as txn:
+            value = bytearray(txn.get(key, db=store._db("checkpoints")))
+        value[3] ^= 0x01
+        _raw(store, "checkpoints", key, bytes(value))
+        report = store.verify()
+        assert [p.where for p in report.problems] == [f"checkpoints/{cid}.created_at"]
+        with pytest.raises(IntegrityError, match="created_at"):
+            store.manifest(cid)
+        assert store.manifest(cid, verify=False).id == cid  # the explicit opt-out
+
+    def test_the_checkpoint_value_layout_is_pinned(self) -> None:
+        """created_at (float64 LE), XXH3-128(id || created_at)[:8], then the manifest."""
+        from cpstore._native import digest
+        from cpstore._store_model import pack_checkpoint_value, unpack_checkpoint_value
+
+        manifest = b"\x81\xa1a\x01"
+        cid = digest(manifest)
+        value = pack_checkpoint_value(1.5, manifest)
+        created = bytes.fromhex("000000000000f83f")  # 1.5, float64 LE
+        assert value == created + digest(cid + created)[:8] + manifest
+        assert unpack_checkpoint_value(value, cid) == (1.5, memoryview(manifest))
+
+
+class TestVerifyNeverRaises:
+    def test_an_audit_record_without_prev_is_reported(self, store: Store) -> None:
+        """A damaged audit record lacking 'prev' is a problem naming it, not a KeyError."""
+        store.append_audit("note", {"i": 0})
+        bad = encode_value({"index": 0, "kind": "note", "body": {}, "time": 1.0})
+        _raw(store, "audit", (0).to_bytes(8, "big"), bad)
+        report = store.verify()
+        assert any(p.where == "audit/0" and "shape" in p.what for p in report.problems)
+
+    def test_a_damaged_sealed_ledger_is_reported(self, store: Store) -> None:
+        """A sealed ledger object that no longer decodes is a problem naming it."""
+        cid = _sample(store)
+        key = bytes(store.manifest(cid).raw["effects"])
+        _raw(store, "objects", key, b"\xc1 not msgpack")
+        report = store.verify()
+        assert any(p.where == f"ledgers/{key.hex()}" for p in report.problems), report.problems
+        assert any(p.where == f"objects/{key.hex()}" for p in report.problems)
+
+
 class TestAuditLog:
     def test_records_are_chained_by_digest(self, store: Store) -> None:
         """Each record carries the previous record's digest."""
