@@ -11,6 +11,12 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#if defined(__GNUC__) || defined(__clang__)
+#define CP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#else
+#define CP_UNLIKELY(x) (x)
+#endif
+
 /* ---- record layouts (must match cpstore/_records.py) ------------------ */
 
 typedef struct {
@@ -57,17 +63,31 @@ uint32_t cp_record_field_count(uint32_t record_type)
     return l ? l->nfields : 0;
 }
 
-static uint64_t load_u64le(const uint8_t *p)
+/* Little-endian loads: one unaligned load on little-endian hosts (memcpy is
+ * how C spells that without undefined behaviour), a byte loop elsewhere. */
+static inline uint64_t load_u64le(const uint8_t *p)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+#else
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
+#endif
 }
 
-static uint32_t load_u32le(const uint8_t *p)
+static inline uint32_t load_u32le(const uint8_t *p)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+#else
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+#endif
 }
 
 static void store_u64le(uint8_t *p, uint64_t v)
@@ -403,19 +423,27 @@ int cp_scan_tokens(const uint8_t *records, size_t len, cp_token_scan *out)
     out->live_count = 0;
     out->first_seq_break = CP_NONE;
     out->first_malformed = CP_NONE;
+    /* The common case is a clean log: every record recorded, seq == index,
+     * well formed. The loop keeps that path branch-light and only records
+     * the first exception of each kind. */
+    uint64_t live = 0;
     for (size_t i = 0; i < n; i++) {
-        const uint8_t *r = records + i * l->size;
+        const uint8_t *r = records + i * 32;
         uint8_t prov = r[12];
-        if (prov != 1) {
-            out->live_count++;
-            if (out->first_live == CP_NONE)
+        int not_recorded = prov != 1;
+        live += (uint64_t)not_recorded;
+        int bad_seq = load_u64le(r) != (uint64_t)i;
+        int malformed = load_u32le(r + 8) == 0 || prov == 0 || prov > 2 ||
+                        (r[13] | r[14] | r[15]) != 0;
+        if (CP_UNLIKELY(not_recorded | bad_seq | malformed)) {
+            if (not_recorded && out->first_live == CP_NONE)
                 out->first_live = i;
+            if (bad_seq && out->first_seq_break == CP_NONE)
+                out->first_seq_break = i;
+            if (malformed && out->first_malformed == CP_NONE)
+                out->first_malformed = i;
         }
-        if (out->first_seq_break == CP_NONE && load_u64le(r) != (uint64_t)i)
-            out->first_seq_break = i;
-        if (out->first_malformed == CP_NONE &&
-            (load_u32le(r + 8) == 0 || prov == 0 || prov > 2 || r[13] | r[14] | r[15]))
-            out->first_malformed = i;
     }
+    out->live_count = live;
     return CP_OK;
 }
