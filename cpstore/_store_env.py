@@ -55,12 +55,31 @@ _FORMAT_KEY = b"format"
 _FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
 
 
+#: Free bytes below which an I/O error on write is taken for a full disk.
+FULL_DISK_SLACK = 1 << 20
+
+
+def _disk_nearly_full(where: str) -> bool:
+    """True when the filesystem holding ``where`` has (almost) no room left."""
+    path = where
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path or ".")
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < FULL_DISK_SLACK
+
+
 def translate(exc: lmdb.Error, where: str) -> CpstoreError:
     """The cpstore exception for an LMDB failure (full, read-only, corrupt, other)."""
     code = getattr(exc, "code", 0)
     text = str(exc)
     if isinstance(exc, lmdb.MapFullError) or code in (errno.ENOSPC, errno.EDQUOT):
         return StoreFullError("the store is full", where=where, got=text)
+    if code == errno.EIO and _disk_nearly_full(where):
+        # LMDB reports a short pwrite() on a full filesystem as EIO, not ENOSPC.
+        return StoreFullError("the disk holding the store is full", where=where, got=text)
     if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EACCES, errno.EROFS, errno.EPERM):
         return StoreReadOnlyError("the store cannot be written", where=where, got=text)
     if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PanicError)):

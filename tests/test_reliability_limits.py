@@ -144,13 +144,6 @@ def _fill_tmpfs(path: Path) -> dict[str, object]:
 
 
 class TestRealDiskFull:
-    @pytest.mark.xfail(
-        strict=False,  # ENOSPC on a whole-page write, EIO on a short one: varies
-        reason="BUG: on a full filesystem LMDB's mdb_txn_commit fails with EIO (it reports a "
-        "short pwrite as 'Input/output error', not ENOSPC), and cpstore/_store_env.py "
-        "translate() maps that to a plain StoreError('LMDB failed'), not the StoreFullError "
-        "docs/durability.md promises for a full disk",
-    )
     def test_a_full_filesystem_raises_store_full(self, tmp_path: Path) -> None:
         """The error on a full disk is StoreFullError."""
         with _tmpfs(tmp_path / "mnt", "2m") as mnt:
