@@ -94,13 +94,17 @@ class _CheckpointValues(Sequence[Any]):
         first = block * self._BLOCK
         last = min(self._count, first + self._BLOCK)
         digests = digest_batch(self._values, self._offsets[8 * first : 8 * (last + 1)])
-        records = self._records
-        for j in range(last - first):
-            i = first + j
-            if digests[16 * j : 16 * j + 16] != records[32 * i + 16 : 32 * i + 32]:
-                raise IntegrityError(
-                    "token value does not match its record", where=f"token {i} of {self._where}"
-                )
+        block = bytes(self._records[32 * first : 32 * last])
+        # Column by column (byte k of every digest against byte 16+k of every
+        # record): 16 C-level slice compares per block instead of one Python
+        # compare per token; a mismatch is then located token by token.
+        if any(digests[k::16] != block[16 + k :: 32] for k in range(16)):
+            for j in range(last - first):
+                if digests[16 * j : 16 * j + 16] != block[32 * j + 16 : 32 * j + 32]:
+                    raise IntegrityError(
+                        "token value does not match its record",
+                        where=f"token {first + j} of {self._where}",
+                    )
         start = _OFFSET.unpack_from(self._offsets, 8 * first)[0]
         end = _OFFSET.unpack_from(self._offsets, 8 * last)[0]
         # Every encoding matched the digest computed from its canonical bytes at
