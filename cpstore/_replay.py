@@ -94,13 +94,13 @@ class _CheckpointValues(Sequence[Any]):
         first = block * self._BLOCK
         last = min(self._count, first + self._BLOCK)
         digests = digest_batch(self._values, self._offsets[8 * first : 8 * (last + 1)])
-        block = bytes(self._records[32 * first : 32 * last])
+        recs = bytes(self._records[32 * first : 32 * last])
         # Column by column (byte k of every digest against byte 16+k of every
         # record): 16 C-level slice compares per block instead of one Python
         # compare per token; a mismatch is then located token by token.
-        if any(digests[k::16] != block[16 + k :: 32] for k in range(16)):
+        if any(digests[k::16] != recs[16 + k :: 32] for k in range(16)):
             for j in range(last - first):
-                if digests[16 * j : 16 * j + 16] != block[32 * j + 16 : 32 * j + 32]:
+                if digests[16 * j : 16 * j + 16] != recs[32 * j + 16 : 32 * j + 32]:
                     raise IntegrityError(
                         "token value does not match its record",
                         where=f"token {first + j} of {self._where}",
