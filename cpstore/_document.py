@@ -40,9 +40,9 @@ from ._errors import (
 )
 from ._records import (
     RECORD_SIZE,
+    KindTable,
     Provenance,
     RecordType,
-    kind_code,
     kind_name,
     pack_token,
     record_count,
@@ -211,8 +211,7 @@ class _TokenPacker:
     def __init__(self) -> None:
         self.buffer = bytearray()
         self.values: list[Any] = []
-        self.kind_names: dict[int, str] = {}
-        self._codes: dict[str, int] = {}
+        self._kinds = KindTable()
 
     def add(self, seq: Any, kind: Any, value: Any, provenance: Any, where: str) -> None:
         _check_uint(seq, f"{where}.seq")
@@ -220,20 +219,13 @@ class _TokenPacker:
             raise DocumentError(
                 "token kind must be a non-empty string", where=f"{where}.kind", got=kind
             )
-        code = self._codes.get(kind)
-        if code is None:
-            code = kind_code(kind)
-            self._codes[kind] = code
-            if kind_name(code) is None:
-                known = self.kind_names.setdefault(code, kind)
-                if known != kind:
-                    # Two names, one 31-bit code: they would compare equal. Refuse.
-                    raise DocumentError(
-                        "two token kinds hash to the same code",
-                        where=f"{where}.kind",
-                        expected=known,
-                        got=kind,
-                    )
+        try:
+            code = self._kinds.code(kind)
+        except RecordFormatError as exc:
+            # Two names, one 31-bit code: they would compare equal. Refuse.
+            raise DocumentError(
+                exc.what, where=f"{where}.kind", expected=exc.expected, got=kind
+            ) from None
         prov = _PROVENANCE.get(provenance) if isinstance(provenance, str) else None
         if prov is None:
             raise DocumentError(
@@ -251,7 +243,9 @@ class _TokenPacker:
         self.values.append(value)
 
     def finish(self) -> PackedTokens:
-        return PackedTokens(bytes(self.buffer), values=self.values, kind_names=self.kind_names)
+        return PackedTokens(
+            bytes(self.buffer), values=self.values, kind_names=dict(self._kinds.names)
+        )
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ __all__ = [
     "Digest",
     "Divergence",
     "DivergenceKind",
+    "KindTable",
     "Provenance",
     "RecordType",
     "TokenScan",
@@ -169,6 +170,39 @@ def kind_code(kind: str) -> int:
 def kind_name(code: int) -> str | None:
     """The name of a standard kind code, or ``None`` for a hashed one."""
     return _KIND_NAMES.get(code)
+
+
+class KindTable:
+    """Kind names and codes of one token log; two names never share a hashed code.
+
+    Standard kinds have fixed codes; any other name gets a 31-bit hashed code
+    (docs/format.md), and the table keeps the name so the log can say it back.
+    A second name hashing to a code already taken would compare equal to the
+    first, so it is refused.
+    """
+
+    def __init__(self, names: Mapping[int, str] | None = None) -> None:
+        self.names: dict[int, str] = dict(names or {})
+        """Hashed code -> kind name."""
+        self._codes: dict[str, int] = {}
+
+    def code(self, kind: str) -> int:
+        """The code of ``kind``; RecordFormatError when its hash collides with another kind."""
+        code = self._codes.get(kind) if isinstance(kind, str) else None  # kind_code says why
+        if code is None:
+            code = kind_code(kind)
+            if kind_name(code) is None:
+                known = self.names.setdefault(code, kind)
+                if known != kind:
+                    raise RecordFormatError(
+                        "two token kinds hash to the same code", expected=known, got=kind
+                    )
+            self._codes[kind] = code
+        return code
+
+    def label(self, code: int) -> str:
+        """The kind's name, or ``kind#<code>`` for a hashed code this table never saw."""
+        return kind_name(code) or self.names.get(code) or f"kind#{code}"
 
 
 def _u64(value: int, name: str) -> int:

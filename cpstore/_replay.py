@@ -34,11 +34,12 @@ from ._errors import (
     InvalidInputError,
     LedgerGuardError,
     LedgerSealedError,
+    RecordFormatError,
     RecordingGapError,
     ReplayDivergenceError,
 )
 from ._native import digest, digest_batch
-from ._records import RECORD_SIZE, Provenance, RecordType, kind_code, kind_name, pack_token
+from ._records import RECORD_SIZE, KindTable, Provenance, RecordType, pack_token
 from ._records import value_digest as _value_digest
 
 __all__ = [
@@ -130,10 +131,6 @@ class _CheckpointValues(Sequence[Any]):
         raise TypeError(f"token value index must be an int, not {type(index).__name__}")
 
 
-def _kind_label(code: int, names: Mapping[int, str]) -> str:
-    return kind_name(code) or names.get(code) or f"kind#{code}"
-
-
 class ReplayCursor:
     """Resolves nondeterminism tokens from the recorded log, in order (seed 002).
 
@@ -154,12 +151,11 @@ class ReplayCursor:
             )
         self._view = recorded.view()
         self._values: Sequence[Any] = recorded.values
-        self._names = dict(recorded.kind_names)
+        self._kinds = KindTable(recorded.kind_names)
         self._count = len(recorded)
         self._mode = mode
         self._strict = mode is ReplayMode.STRICT
         self._idx = 0
-        self._codes: dict[str, int] = {}
         self._out = bytearray()
         self._out_values: list[Any] = []
 
@@ -189,21 +185,16 @@ class ReplayCursor:
         return max(0, self._count - self._idx)
 
     def _code(self, kind: str) -> int:
-        code = self._codes.get(kind)
-        if code is None:
-            code = kind_code(kind)
-            if kind_name(code) is None:
-                known = self._names.setdefault(code, kind)
-                if known != kind:
-                    # Two names, one 31-bit code: the cursor could not tell them apart.
-                    raise InvalidInputError(
-                        "token kind hashes to the code of another kind",
-                        where=f"seq={self._idx}",
-                        expected=known,
-                        got=kind,
-                    )
-            self._codes[kind] = code
-        return code
+        try:
+            return self._kinds.code(kind)
+        except RecordFormatError as exc:
+            # Two names, one 31-bit code: the cursor could not tell them apart.
+            raise InvalidInputError(
+                "token kind hashes to the code of another kind",
+                where=f"seq={self._idx}",
+                expected=exc.expected,
+                got=kind,
+            ) from None
 
     def resolve(self, kind: str, *, live: Callable[[], Any] | None = None) -> Any:
         """The recorded value of the next token, which must be of ``kind``.
@@ -211,7 +202,7 @@ class ReplayCursor:
         ``live`` is consulted only in BEST_EFFORT mode, when the log cannot
         answer; in STRICT mode that situation raises instead.
         """
-        code = self._codes.get(kind) or self._code(kind)
+        code = self._code(kind)
         i = self._idx
         if i >= self._count:
             return self._fall_through(
@@ -236,7 +227,7 @@ class ReplayCursor:
                 kind,
                 live,
                 "token kind differs from the recording",
-                expected=_kind_label(rcode, self._names),
+                expected=self._kinds.label(rcode),
                 got=kind,
             )
         self._out += self._view[i * _SIZE : (i + 1) * _SIZE]
@@ -283,7 +274,7 @@ class ReplayCursor:
     def replayed(self) -> PackedTokens:
         """The tokens this replay resolved, packed (``live`` ones tagged)."""
         return PackedTokens(
-            bytes(self._out), values=list(self._out_values), kind_names=dict(self._names)
+            bytes(self._out), values=list(self._out_values), kind_names=dict(self._kinds.names)
         )
 
 

@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import decode_value, encode_value
-from ._errors import ConflictError, InvalidInputError
+from ._errors import ConflictError, InvalidInputError, RecordFormatError
 from ._native import digest, digest_batch
-from ._records import Digest, kind_code
+from ._records import Digest, KindTable
 from ._store_env import chunk_index, get_object
 from ._store_model import (
     CHUNK_SIZE,
@@ -82,8 +82,7 @@ class Recorder:
         self._tokens = bytearray()
         self._values = bytearray()
         self._offsets = array("Q", [0])
-        self._kinds: dict[int, str] = {}
-        self._kind_cache: dict[str, int] = {}
+        self._kinds = KindTable()
         self._observations: list[list[Any]] = []
         self._graph: list[dict[str, Any]] = []
         self._effects: list[list[Any]] = []
@@ -142,7 +141,7 @@ class Recorder:
                 if sys.byteorder == "big":
                     offs.byteswap()
                 self._offsets = offs
-                self._kinds = {int(k): v for k, v in tokens["kinds"].items()}
+                self._kinds = KindTable({int(k): v for k, v in tokens["kinds"].items()})
             for name, attr in (
                 ("observations", "_observations"),
                 ("call_graph", "_graph"),
@@ -216,17 +215,10 @@ class Recorder:
         self._dirty.add("observations")
 
     def _kind(self, kind: str) -> int:
-        code = self._kind_cache.get(kind)
-        if code is None:
-            code = kind_code(kind)
-            if code & 0x80000000:
-                known = self._kinds.setdefault(code, kind)
-                if known != kind:
-                    raise InvalidInputError(
-                        "two token kinds hash to the same code", expected=known, got=kind
-                    )
-            self._kind_cache[kind] = code
-        return code
+        try:
+            return self._kinds.code(kind)
+        except RecordFormatError as exc:
+            raise InvalidInputError(exc.what, expected=exc.expected, got=kind) from None
 
     def token(self, kind: str, value: Any, *, provenance: str = "recorded") -> int:
         """Record one nondeterminism token and return its seq."""
@@ -386,7 +378,7 @@ class Recorder:
                         "values": self._stash(bytes(self._values)),
                         "offsets": self._stash(_offsets_bytes(self._offsets)),
                         "count": len(self._tokens) // _TOKEN.size,
-                        "kinds": dict(sorted(self._kinds.items())),
+                        "kinds": dict(sorted(self._kinds.names.items())),
                     }
                 )
             else:

@@ -148,3 +148,13 @@ def test_sequence_digest_binds_record_type_and_count() -> None:
     )
     assert cpstore.sequence_digest(3, two) != cpstore.sequence_digest(3, two[:32])
     assert ref.sequence_digest(3, two) == cpstore.sequence_digest(3, two)
+
+
+def test_a_kind_table_refuses_two_names_with_one_hashed_code() -> None:
+    """Names that hash to one code would compare equal; the second is refused."""
+    table = R.KindTable()
+    assert table.code("k9870") == R.kind_code("k9870") and table.code("rng") == 1
+    with pytest.raises(cpstore.RecordFormatError, match="same code"):
+        table.code("k53003")  # same 31-bit hashed code as k9870
+    assert table.label(R.kind_code("k9870")) == "k9870" and table.label(1) == "rng"
+    assert table.label(0x80000001) == "kind#2147483649"
