@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 import msgpack
 
+from ._args import as_bytes_view
 from ._canonical import _ext_hook, encode_value
 from ._errors import (
     CanonicalEncodingError,
@@ -79,13 +80,7 @@ def check_name(value: object, what: str) -> str:
 
 def as_payload(value: object, what: str) -> bytes:
     """Bytes of a payload argument, or :class:`InvalidInputError` (size, type)."""
-    if isinstance(value, str) or not isinstance(value, (bytes, bytearray, memoryview)):
-        raise InvalidInputError(
-            f"{what} must be bytes-like",
-            expected="bytes, bytearray or memoryview",
-            got=type(value).__name__,
-        )
-    data = bytes(value)
+    data = bytes(as_bytes_view(value, what))
     if len(data) > MAX_OBJECT_SIZE:
         raise InvalidInputError(
             f"{what} is larger than the largest object",
