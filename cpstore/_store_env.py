@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import lmdb
 
@@ -37,7 +37,40 @@ from ._store_model import CHUNK_SIZE, STORE_VERSION, parse_id
 __all__ = ["DB_NAMES", "Env", "acquire_env", "release_env"]
 
 T = TypeVar("T")
-Txn = lmdb.Transaction
+_V_co = TypeVar("_V_co", covariant=True)
+
+
+class Txn(Protocol[_V_co]):
+    """What cpstore uses of an LMDB txn; ``_V_co`` is the value type ``get`` returns.
+
+    Our own protocol rather than the binding's type: py-lmdb ships no type
+    information before 2.0, and cpstore keeps lmdb < 2 (pyproject.toml).
+    """
+
+    def get(self, key: bytes, default: Any = None, db: Any = None) -> _V_co | None: ...
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes | memoryview,
+        *,
+        dupdata: bool = True,
+        overwrite: bool = True,
+        append: bool = False,
+        db: Any = None,
+    ) -> bool: ...
+
+    def delete(self, key: bytes, value: bytes = b"", db: Any = None) -> bool: ...
+
+    def cursor(self, db: Any = None) -> Any: ...
+
+    def stat(self, db: Any) -> dict[str, int]: ...
+
+    def abort(self) -> None: ...
+
+    def __enter__(self) -> Txn[_V_co]: ...
+
+    def __exit__(self, *exc: object) -> Any: ...
 
 #: Every named database of a store (docs/store.md, "Named databases").
 DB_NAMES = (
@@ -71,10 +104,21 @@ def _disk_nearly_full(where: str) -> bool:
     return st.f_bavail * st.f_frsize < FULL_DISK_SLACK
 
 
+_ERRNO_TEXT = {
+    os.strerror(code): code
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EROFS, errno.EPERM)
+}
+
+
+def _errno_of(text: str) -> int:
+    """The errno of an LMDB error message ``"call: strerror"`` (py-lmdb 1.x has no ``code``)."""
+    return _ERRNO_TEXT.get(text.rpartition(": ")[2], 0)
+
+
 def translate(exc: lmdb.Error, where: str) -> CpstoreError:
     """The cpstore exception for an LMDB failure (full, read-only, corrupt, other)."""
-    code = getattr(exc, "code", 0)
     text = str(exc)
+    code = getattr(exc, "code", 0) or _errno_of(text)
     if isinstance(exc, lmdb.MapFullError) or code in (errno.ENOSPC, errno.EDQUOT):
         return StoreFullError("the store is full", where=where, got=text)
     if code == errno.EIO and _disk_nearly_full(where):
@@ -239,24 +283,29 @@ class Env:
                 self._gate.notify_all()
         self._local.readers -= 1
 
+    def _enter_read(self) -> None:
+        count = self._count
+        while True:
+            with count:
+                if not self._resizing:
+                    self._readers += 1
+                    break
+            with self._gate:
+                while self._resizing:
+                    self._gate.wait()
+        local = self._local
+        try:
+            local.readers += 1
+        except AttributeError:
+            local.readers = 1
+
     def _begin_read(self) -> Txn[memoryview]:
         retried_slots = False
-        local = self._local
         while True:
-            with self._count:
-                if self._resizing:
-                    wait = True
-                else:
-                    wait = False
-                    self._readers += 1
-            if wait:
-                with self._gate:
-                    while self._resizing:
-                        self._gate.wait()
-                continue
-            local.readers = getattr(local, "readers", 0) + 1
+            self._enter_read()
             try:
-                return self.env.begin(buffers=True)
+                txn: Txn[memoryview] = self.env.begin(buffers=True)
+                return txn
             except lmdb.MapResizedError:
                 self._leave_read()
                 self.adopt_map_size()
@@ -273,19 +322,33 @@ class Env:
                 self._leave_read()
                 raise
 
+    def begin_read(self) -> Txn[memoryview]:
+        """Begin a read txn that hands out zero-copy views; pair it with :meth:`end_read`.
+
+        For readers that live as an object (the checkpoint view) rather than
+        a ``with env.read()`` block; the views die when the txn ends.
+        """
+        if os.getpid() != self.pid:
+            self.check_pid()
+        return self._begin_read()
+
+    def end_read(self, txn: Txn[memoryview]) -> None:
+        """End a txn from :meth:`begin_read` (exactly once)."""
+        try:
+            txn.abort()
+        finally:
+            self._leave_read()
+
     @contextmanager
     def read(self) -> Iterator[Txn[memoryview]]:
         """A read txn handing out zero-copy views; views die with the txn."""
-        if os.getpid() != self.pid:
-            self.check_pid()
-        txn = self._begin_read()
+        txn = self.begin_read()
         try:
-            with txn:
-                yield txn
+            yield txn
         except lmdb.Error as exc:
             raise translate(exc, self.path) from None
         finally:
-            self._leave_read()
+            self.end_read(txn)
 
     def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn and commit; retried after growing the map.

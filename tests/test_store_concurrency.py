@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cpstore._errors import ForkError
+from cpstore._errors import ConflictError, ForkError
 from cpstore._store import open as open_store
 
 
@@ -96,6 +96,49 @@ class TestThreads:
                 t.join()
             assert st._e.env.info()["map_size"] > 1 << 20
         assert not errors, errors
+
+    def test_a_write_that_fails_returns_while_readers_read_without_pause(
+        self, tmp_path: Path
+    ) -> None:
+        """A refused write (its txn aborted) comes back while three threads read nonstop.
+
+        py-lmdb 2.0 to 3.0 make an aborting write txn wait until no read of
+        the environment is in flight, which under steady reads never happens;
+        pyproject.toml keeps lmdb below 2 for this. The writer runs in a
+        thread so a hang fails the test instead of stalling the suite.
+        """
+        with open_store(tmp_path / "s") as st:
+            head = st.recorder("run").checkpoint(0, {"blob": b"x" * 1000})
+            stop = threading.Event()
+            reads = [0, 0, 0]
+
+            def reader(slot: int) -> None:
+                while not stop.is_set():
+                    with st.read(head) as cp:
+                        cp.state()
+                    reads[slot] += 1
+
+            refused: list[BaseException] = []
+
+            def writer() -> None:
+                for _ in range(20):
+                    try:  # the CAS fails inside the write txn, which is aborted
+                        st.set_ref("run", "main", head, expected_old="0" * 32)
+                    except ConflictError as exc:
+                        refused.append(exc)
+
+            threads = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(3)]
+            for t in threads:
+                t.start()
+            w = threading.Thread(target=writer, daemon=True)
+            w.start()
+            w.join(60)
+            stop.set()
+            for t in threads:
+                t.join(60)
+            assert not w.is_alive(), "the aborting writer never returned"
+            assert len(refused) == 20
+            assert all(reads), reads
 
     def test_two_handles_in_one_process_share_the_environment(self, tmp_path: Path) -> None:
         """open() twice on one path works (one LMDB env per process)."""
