@@ -7,8 +7,10 @@ after the call. Signatures and results match :mod:`cpstore._reference`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+from xxhash import xxh3_128_digest as _xxh3_128
 
 from ._args import (
     Buffer,
@@ -47,7 +49,9 @@ __all__ = [
     "digest",
     "digest_batch",
     "digest_batch_into",
+    "digest_small",
     "first_divergence",
+    "native_digest",
     "scan_tokens",
     "select_simd",
     "sequence_digest",
@@ -119,12 +123,37 @@ _new = ffi.new
 _buffer = ffi.buffer
 _cp_digest = lib.cp_digest
 
+#: Below this size :func:`digest` hands the buffer to python-xxhash's one-shot
+#: XXH3-128 (the same function, its reference twin) instead of the C core: a
+#: cffi call costs ~0.6-1.2 us of argument handling, python-xxhash ~0.03 us,
+#: and every store read hashes a manifest and several small objects. Above
+#: it the bytes dominate and the selected native kernel is used. Measured in
+#: benchmarks/bench_core.py (``digest_small``); 64 KiB is the store's chunk size.
+SMALL_DIGEST = 64 * 1024
+
+
+#: XXH3-128 of a C-contiguous buffer, straight to python-xxhash: for loops
+#: over many small objects (store reads), where even :func:`digest`'s type
+#: dispatch shows. Same bytes as :func:`digest`; raises TypeError or
+#: BufferError on anything that is not a contiguous buffer.
+digest_small: Callable[[Buffer], bytes] = _xxh3_128
+
 
 def digest(data: Buffer) -> Digest:
     """XXH3-128 of ``data`` (16 bytes, big-endian; equals ``xxh3_128_digest``)."""
-    # Digests of small objects are on every read path, so the common case
-    # (bytes) skips the view and passes the object itself: cffi hands C a
-    # pointer to its immutable storage, no copy.
+    if (type(data) is bytes or type(data) is memoryview) and len(data) < SMALL_DIGEST:
+        # python-xxhash refuses a strided view with TypeError; send those on.
+        try:
+            return Digest(_xxh3_128(data))
+        except (TypeError, BufferError):
+            pass
+    return native_digest(data)
+
+
+def native_digest(data: Buffer) -> Digest:
+    """:func:`digest` always through the C core's selected kernel (any size)."""
+    # The common case (bytes) skips the view and passes the object itself:
+    # cffi hands C a pointer to its immutable storage, no copy.
     out = _new("uint8_t[16]")
     if type(data) is bytes:
         rc = _cp_digest(data, len(data), out)

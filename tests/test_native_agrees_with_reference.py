@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 import cpstore
 from cpstore import _reference as reference
+from cpstore._native import SMALL_DIGEST, native_digest
 from cpstore._records import RECORD_FIELDS, RECORD_SIZE, RecordType
 
 QUICK = os.environ.get("CPSTORE_NATIVE_QUICK") == "1"
@@ -168,6 +169,8 @@ def test_digest_equals_xxh3_128_at_every_internal_boundary(kernel: str) -> None:
         data = _bytes(n)
         expected = xxhash.xxh3_128_digest(data)
         assert cpstore.digest(data) == expected, n
+        assert native_digest(data) == expected, n
+        assert native_digest(memoryview(data)) == expected, n
         assert reference.digest(data) == expected, n
         assert cpstore.digest(bytearray(data)) == expected, n
         assert cpstore.digest(memoryview(data)[1:] if n else b"") == xxhash.xxh3_128_digest(
@@ -182,7 +185,7 @@ def test_digest_equals_xxh3_128_at_every_internal_boundary(kernel: str) -> None:
 def test_digest_equals_xxh3_128_for_any_bytes(kernel: str, data: bytes) -> None:
     """digest(data) is xxh3_128_digest(data) and the reference's result, for any bytes."""
     got = cpstore.digest(data)
-    assert got == xxhash.xxh3_128_digest(data) == reference.digest(data)
+    assert got == native_digest(data) == xxhash.xxh3_128_digest(data) == reference.digest(data)
     assert len(got) == 16
 
 
@@ -190,6 +193,9 @@ def test_digest_of_huge_buffer_equals_xxh3_128(kernel: str) -> None:
     """A multi-megabyte buffer digests to xxh3_128_digest, also through a strided-free view."""
     data = _bytes(HUGE + 17, seed=1)
     assert cpstore.digest(data) == xxhash.xxh3_128_digest(data) == reference.digest(data)
+    assert native_digest(memoryview(data)[:SMALL_DIGEST - 1]) == xxhash.xxh3_128_digest(
+        data[: SMALL_DIGEST - 1]
+    )
 
 
 def test_digest_accepts_wider_formats_as_their_bytes() -> None:
