@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 from ._audit_mac import check_key
@@ -173,7 +173,7 @@ class Store:
         """Bytes of the data file that hold pages (what a copy would need)."""
         self._live()
         info = self._e.env.info()
-        return (info["last_pgno"] + 1) * self._e.env.stat()["psize"]
+        return int((info["last_pgno"] + 1) * self._e.env.stat()["psize"])
 
     # -- objects -------------------------------------------------------------
 
@@ -246,21 +246,26 @@ class Store:
         with self._read() as txn:
             return self._load_manifest(txn, cid, verify=verify)
 
-    @contextmanager
-    def read(self, checkpoint_id: str, *, verify: bool = True) -> Iterator[CheckpointView]:
-        """A reader over one checkpoint inside one read txn; its views die with the block."""
+    def read(self, checkpoint_id: str, *, verify: bool = True) -> CheckpointView:
+        """A reader over one checkpoint: ``with store.read(id) as cp: ...``.
+
+        Entering begins one read txn and reads the manifest, hash-checked
+        against the id (``verify=False`` skips every hash check of the
+        reader); views it hands out die with the block.
+        """
         cid = parse_id(checkpoint_id)
-        if self._closed:
-            raise StoreError("the store is closed", where=self._path)
-        with self._e.read() as txn:
-            raw, created = self._load_raw(txn, cid, verify=verify)
-            view = CheckpointView(
-                self, txn, cid=cid, raw=raw, created_at=created, verify=verify
-            )
-            try:
-                yield view
-            finally:
-                view._close()
+        self._live()
+        return CheckpointView(self, cid, verify=verify)
+
+    def latest(self, run_id: str, branch: str = "main", *, verify: bool = True) -> CheckpointView:
+        """A reader over the head of ``run_id``/``branch``: ``with store.latest(run) as cp``.
+
+        The ref and the checkpoint are read in the same txn, so the head
+        cannot move in between. NotFoundError when the branch does not exist.
+        """
+        key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+        self._live()
+        return CheckpointView(self, None, verify=verify, head=(key, f"{run_id}/{branch}"))
 
     def _commit(self, op: CheckpointWrite) -> None:
         if self._durability == "sync":

@@ -151,14 +151,14 @@ def unpack_checkpoint_value(
             got=len(view),
         )
     if cid is not None:
-        got = bytes(view[_CREATED.size : _HEADER_SIZE])
-        want = _created_check(cid, view[: _CREATED.size])
-        if got != want:
+        head = bytes(view[:_HEADER_SIZE])
+        want = digest(bytes(cid) + head[: _CREATED.size])[:_CHECK_SIZE]
+        if head[_CREATED.size :] != want:
             raise IntegrityError(
                 "checkpoint created_at does not match its check",
                 where=f"checkpoints/{bytes(cid).hex()}.created_at",
                 expected=want.hex(),
-                got=got.hex(),
+                got=head[_CREATED.size :].hex(),
             )
     return _CREATED.unpack_from(view)[0], view[_HEADER_SIZE:]
 
@@ -240,6 +240,9 @@ def decode_trusted(data: bytes | memoryview) -> Any:
         raise CanonicalEncodingError("bytes are not a msgpack value", got=str(exc)) from None
 
 
+_STR = {str}
+_BYTES = {bytes}
+_DIGEST_LEN = {DIGEST_SIZE}
 _LOG_FIELDS = ("parent", "transcript", "observations", "call_graph", "effects", "harness")
 
 
@@ -303,11 +306,16 @@ def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
     state_digest = state.get("digest")
     if not _is_digest(state_digest):
         _bad(cid, "state.digest", state_digest)
-    for name, value in parts.items():
-        if type(name) is not str:
-            _bad(cid, "state.parts", name)
-        if not _is_digest(value):
-            _bad(cid, f"state.parts[{name!r}]", value, "manifest field is not a digest")
+    if parts and (
+        set(map(type, parts)) != _STR
+        or set(map(type, parts.values())) != _BYTES
+        or set(map(len, parts.values())) != _DIGEST_LEN
+    ):
+        for name, value in parts.items():
+            if type(name) is not str:
+                _bad(cid, "state.parts", name)
+            if not _is_digest(value):
+                _bad(cid, f"state.parts[{name!r}]", value, "manifest field is not a digest")
     chunked: Any = state.get("chunked") or {}
     if type(chunked) is not dict:
         _bad(cid, "state.chunked", chunked)
@@ -343,9 +351,10 @@ def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
         token_count = tokens.get("count")
         if type(token_count) is not int or token_count < 0:
             _bad(cid, "tokens.count", token_count)
+    get = m.get
     for name in _LOG_FIELDS:
-        value = m.get(name)
-        if value is not None and not _is_digest(value):
+        value = get(name)
+        if value is not None and (type(value) is not bytes or len(value) != DIGEST_SIZE):
             _bad(cid, name, value, "manifest field is not a digest")
     return m
 

@@ -9,6 +9,7 @@ import pytest
 
 from cpstore._canonical import encode_value
 from cpstore._errors import (
+    IntegrityError,
     InvalidInputError,
     NotFoundError,
     RecordingGapError,
@@ -17,7 +18,12 @@ from cpstore._native import digest, sequence_digest
 from cpstore._records import Provenance, RecordType, pack_token, value_digest
 from cpstore._store import Store
 from cpstore._store import open as open_store
-from cpstore._store_model import CHUNK_SIZE, unpack_checkpoint_value
+from cpstore._store_model import (
+    CHUNK_SIZE,
+    encode_manifest,
+    pack_checkpoint_value,
+    unpack_checkpoint_value,
+)
 from cpstore._store_recorder import Recorder
 
 
@@ -116,6 +122,87 @@ class TestRoundTrip:
         """An id that names nothing raises NotFoundError."""
         with pytest.raises(NotFoundError), store.read("ab" * 16):
             pass
+
+
+class TestReaderLifecycle:
+    def test_latest_reads_the_branch_head_in_one_txn(self, store: Store) -> None:
+        """store.latest(run) is the head checkpoint, state included; it follows the ref."""
+        rec = store.recorder("run")
+        first = rec.checkpoint(0, {"a": 1})
+        with store.latest("run") as cp:
+            assert cp.id == first and cp.state() == {"a": 1}
+        second = rec.checkpoint(1, {"a": 2})
+        with store.latest("run") as cp:
+            assert cp.id == second == store.ref("run")
+            assert cp.manifest.parent == first and cp.state() == {"a": 2}
+        store.fork("run", "side", first)
+        with store.latest("run", "side") as cp:
+            assert cp.id == first
+
+    def test_latest_of_a_missing_branch_is_not_found(self, store: Store) -> None:
+        """No ref: NotFoundError naming the run and branch; bad names are InvalidInputError."""
+        store.recorder("run").checkpoint(0, b"s")
+        with pytest.raises(NotFoundError, match="no such branch") as info, store.latest(
+            "run", "nope"
+        ):
+            pass
+        assert info.value.where == "refs/run/nope"
+        with pytest.raises(InvalidInputError):
+            store.latest("")
+
+    def test_a_reader_is_used_inside_its_block_and_entered_once(self, store: Store) -> None:
+        """Outside the with block a reader refuses use; a second entry is refused."""
+        cid = store.recorder("run").checkpoint(0, {"a": 1})
+        reader = store.read(cid)
+        with pytest.raises(InvalidInputError, match="not open"):
+            reader.state()
+        with reader as cp:
+            assert cp.state() == {"a": 1}
+        with pytest.raises(InvalidInputError, match="entered once"), reader:
+            pass
+        assert reader.manifest.id == cid  # the decoded manifest outlives the txn
+        with pytest.raises(InvalidInputError, match="closed"):
+            reader.state()
+
+    def test_every_canonical_part_value_reads_back(self, store: Store) -> None:
+        """Int-keyed maps, big ints, floats, nested lists: the whole-state read returns them."""
+        state = {"m": {1: "x", 2: [3, 4]}, "big": 2**70, "f": [1.5, None, True], "b": b"\0"}
+        cid = store.recorder("run").checkpoint(0, state)
+        with store.read(cid) as cp:
+            assert cp.state() == state
+            assert cp.state_part("big") == 2**70
+
+    def test_a_failed_entry_leaves_no_open_read(self, store: Store) -> None:
+        """A reader whose checkpoint is missing ends its txn: the map can still grow."""
+        for _ in range(50):
+            with pytest.raises(NotFoundError), store.read("ab" * 16):
+                pass
+        assert store._e._readers == 0
+        assert getattr(store._e._local, "readers", 0) == 0
+
+
+class TestHostileState:
+    def test_parts_that_split_values_across_objects_are_refused(self, store: Store) -> None:
+        """A manifest whose parts hold 2 values and 0 values is an error, never misassigned.
+
+        Both objects are well-formed content-addressed objects and every digest
+        matches, so only decoding each part on its own catches the misalignment.
+        """
+        cid = store.recorder("run").checkpoint(0, {"a": 1, "b": 2})
+        two = store.put_object(encode_value(1) + encode_value(2))
+        none = store.put_object(b"")
+        m = store.manifest(cid).raw
+        parts = {"a": two, "b": none}
+        m["state"] = {**m["state"], "parts": parts, "digest": digest(encode_value(parts))}
+        manifest = encode_manifest(m)
+        forged = digest(manifest)
+        store._write(
+            lambda txn: txn.put(
+                forged, pack_checkpoint_value(1.0, manifest), db=store._db("checkpoints")
+            )
+        )
+        with store.read(forged.hex()) as cp, pytest.raises(IntegrityError, match="canonical"):
+            cp.state()
 
 
 class TestContentAddressing:
