@@ -207,13 +207,13 @@ def test_peer_latest(benchmark: Any, peer_recorded: tuple[Peer, list[str]]) -> N
 
 
 def test_latest(benchmark: Any, recorded: tuple[Store, list[str]]) -> None:
-    """store.ref() + read + whole state."""
+    """store.latest(): the ref and the head checkpoint in one txn, whole state, verified."""
     store, _ = recorded
     benchmark.extra_info.update(_info("cpstore: latest", 1, "sqlite: latest", 1.0))
 
     def run() -> None:
-        with store.read(store.ref("thread-1") or "") as cp:
-            cp.state()
+        with store.latest("thread-1") as cp:
+            assert len(cp.state()) == PARTS
 
     benchmark(run)
 
