@@ -23,7 +23,7 @@ from ._errors import (
     NotFoundError,
     StoreError,
 )
-from ._native import digest
+from ._native import digest, digest_small
 from ._records import Digest
 from ._store_audit import append_audit, audit_records, get_audit
 from ._store_env import (
@@ -45,11 +45,14 @@ from ._store_model import (
     VerifyReport,
     as_payload,
     check_manifest,
+    check_manifest_state,
     check_name,
+    created_at_of,
     hex_id,
     manifest_from_raw,
     parse_id,
     ref_key,
+    split_checkpoint_value,
     split_ref_key,
     unpack_checkpoint_value,
 )
@@ -215,13 +218,18 @@ class Store:
         return Recorder(self, check_name(run_id, "run_id"), check_name(branch, "branch"), parent)
 
     def _load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
-        raw, created = self._load_raw(txn, cid, verify=verify)
-        return manifest_from_raw(cid, raw, created)
+        raw, header = self._load_raw(txn, cid, verify=verify)
+        return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
 
     def _load_raw(
-        self, txn: Txn[memoryview], cid: bytes, *, verify: bool
-    ) -> tuple[dict[str, Any], float]:
-        """(shape-checked manifest map, created_at) of a checkpoint, hash-checked."""
+        self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
+    ) -> tuple[dict[str, Any], bytes]:
+        """(manifest map, 16-byte entry header) of a checkpoint, manifest hash-checked.
+
+        ``full=False`` shape-checks only the version and the state (the
+        reader checks the rest before it uses another field). The header's
+        created_at check is :func:`created_at_of`'s, when created_at is used.
+        """
         value = txn.get(cid, None, self._e.dbs["checkpoints"])
         if value is None:
             pruned = txn.get(cid, db=self._db("tombstones")) is not None
@@ -230,15 +238,15 @@ class Store:
                 where="checkpoints",
                 got=cid.hex(),
             )
-        created, data = unpack_checkpoint_value(value, cid if verify else None)
-        if verify and digest(data) != cid:
+        header, data = split_checkpoint_value(value, cid)
+        if verify and digest_small(data) != cid:
             raise IntegrityError(
                 "manifest bytes do not match the checkpoint id",
                 where=f"checkpoints/{cid.hex()}",
                 expected=cid.hex(),
                 got=digest(data).hex(),
             )
-        return check_manifest(cid, data), created
+        return (check_manifest(cid, data) if full else check_manifest_state(cid, data)), header
 
     def manifest(self, checkpoint_id: str, *, verify: bool = True) -> Manifest:
         """The manifest of a checkpoint."""

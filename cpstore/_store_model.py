@@ -133,6 +133,23 @@ def pack_checkpoint_value(created_at: float, manifest: bytes, cid: bytes | None 
     return created + _created_check(key, created) + manifest
 
 
+def split_checkpoint_value(value: bytes | memoryview, cid: bytes) -> tuple[bytes, memoryview]:
+    """(16-byte header, manifest view) of a ``checkpoints`` entry; nothing is checked.
+
+    IntegrityError when the entry is shorter than its header. The header is
+    copied, so it outlives the txn; check it with :func:`created_at_of`.
+    """
+    if len(value) < _HEADER_SIZE:
+        unpack_checkpoint_value(value, cid)  # raises, naming the checkpoint
+    view = memoryview(value)
+    return bytes(view[:_HEADER_SIZE]), view[_HEADER_SIZE:]
+
+
+def created_at_of(header: bytes, cid: bytes | None) -> float:
+    """created_at of a ``checkpoints`` header, its check verified when ``cid`` is given."""
+    return unpack_checkpoint_value(header, cid)[0]
+
+
 def unpack_checkpoint_value(
     value: bytes | memoryview, cid: bytes | None = None
 ) -> tuple[float, memoryview]:
@@ -271,10 +288,19 @@ def decode_manifest(cid: bytes, data: bytes | memoryview, created_at: float) -> 
 
 
 def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
-    """The decoded manifest map after every shape check :class:`Manifest` relies on.
+    """The decoded manifest map after every shape check :class:`Manifest` relies on."""
+    m = check_manifest_state(cid, data)
+    check_manifest_rest(cid, m)
+    return m
 
-    Runs on every checkpoint read, so the checks build their messages only
-    when one fails.
+
+def check_manifest_state(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
+    """Decode a manifest and check its version and ``state`` map; nothing else.
+
+    Enough for a reader that only wants the state; it runs
+    :func:`check_manifest_rest` before it touches any other field. Runs on
+    every checkpoint read, so the checks build their messages only when one
+    fails.
     """
     try:
         m = decode_trusted(data)
@@ -324,6 +350,11 @@ def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
             _bad(cid, "chunked", name)
         if not _is_digest(value):
             _bad(cid, f"state.chunked[{name!r}]", value, "manifest field is not a digest")
+    return m
+
+
+def check_manifest_rest(cid: bytes, m: dict[str, Any]) -> None:
+    """The shape checks of every field but the version and ``state``."""
     tags: Any = m.get("tags")
     if type(tags) is not list or not all(type(t) is str for t in tags):
         _bad(cid, "tags", tags)
@@ -356,7 +387,6 @@ def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
         value = get(name)
         if value is not None and (type(value) is not bytes or len(value) != DIGEST_SIZE):
             _bad(cid, name, value, "manifest field is not a digest")
-    return m
 
 
 def manifest_from_raw(cid: bytes, m: dict[str, Any], created_at: float) -> Manifest:

@@ -37,7 +37,14 @@ from ._records import (
 )
 from ._store_env import Txn, get_object, load_chunked, translate
 from ._store_maint import check_checkpoint_objects
-from ._store_model import Manifest, Problem, decode_trusted, manifest_from_raw
+from ._store_model import (
+    Manifest,
+    Problem,
+    check_manifest_rest,
+    created_at_of,
+    decode_trusted,
+    manifest_from_raw,
+)
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -91,7 +98,8 @@ class CheckpointView:
         self._cid = cid or b""
         self._head = head  # (ref key, "run/branch") for Store.latest
         self._raw: dict[str, Any] = _NOT_OPEN
-        self._created_at = 0.0
+        self._rest_checked = False  # state is checked on entry, the rest on first use
+        self._header = b""
         self._built: Manifest | None = None
         self._id: str | None = None
         self._verify = verify
@@ -118,7 +126,9 @@ class CheckpointView:
                 if head is None:
                     raise NotFoundError("no such branch", where=f"refs/{where}")
                 self._cid = bytes(head)
-            self._raw, self._created_at = store._load_raw(txn, self._cid, verify=self._verify)
+            self._raw, self._header = store._load_raw(
+                txn, self._cid, verify=self._verify, full=False
+            )
         except lmdb.Error as exc:
             env.end_read(txn)
             raise translate(exc, store.path) from None
@@ -137,12 +147,20 @@ class CheckpointView:
         if isinstance(exc, lmdb.Error):
             raise translate(exc, self._store.path) from None
 
+    def _fields(self) -> dict[str, Any]:
+        """The manifest map with every field shape-checked (checked once, on first use)."""
+        if not self._rest_checked:
+            check_manifest_rest(self._cid, self._raw)
+            self._rest_checked = True
+        return self._raw
+
     @property
     def _manifest(self) -> Manifest:
         # Built on first use: a replay that only wants the state never pays
         # for the hex fields (the map was shape-checked when it was read).
         if self._built is None:
-            self._built = manifest_from_raw(self._cid, self._raw, self._created_at)
+            created = created_at_of(self._header, self._cid if self._verify else None)
+            self._built = manifest_from_raw(self._cid, self._fields(), created)
         return self._built
 
     @property
@@ -199,7 +217,7 @@ class CheckpointView:
 
     def _decoded(self, name: str) -> list[Any]:
         if name not in self._cache:
-            key = self._raw[name]
+            key = self._fields()[name]
             value: list[Any] = []
             if key is not None:
                 try:
@@ -217,7 +235,7 @@ class CheckpointView:
     def tokens(self) -> memoryview:
         """Packed TOKEN records (32 bytes each), zero-copy from LMDB."""
         if "tokens" not in self._cache:
-            log = self._raw["tokens"]
+            log = self._fields()["tokens"]
             self._cache["tokens"] = (
                 memoryview(b"") if log is None else self._object(log["records"], "token records")
             )
@@ -231,7 +249,7 @@ class CheckpointView:
     def token_values(self) -> tuple[memoryview, memoryview]:
         """(concatenated canonical value encodings, uint64 LE offsets), zero-copy."""
         if "values" not in self._cache:
-            log = self._raw["tokens"]
+            log = self._fields()["tokens"]
             if log is None:
                 self._cache["values"] = (memoryview(b""), memoryview(bytes(8)))
             else:
@@ -270,7 +288,7 @@ class CheckpointView:
             raise IntegrityError(
                 "token value does not match its record", where=f"token {i} of {self.id}"
             )
-        kinds = self._raw["tokens"]["kinds"]
+        kinds = self._fields()["tokens"]["kinds"]
         name = kind_name(code) or kinds.get(code) or f"0x{code:08x}"
         return seq, name, _PROV_NAMES.get(prov, f"unknown({prov})"), value
 
@@ -346,7 +364,7 @@ class CheckpointView:
 
     def transcript(self) -> bytes | None:
         """The transcript bytes, or None when none was recorded."""
-        key = self._raw["transcript"]
+        key = self._fields()["transcript"]
         return None if key is None else bytes(self._object(key, "transcript"))
 
     # -- state ---------------------------------------------------------------

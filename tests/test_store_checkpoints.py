@@ -205,6 +205,43 @@ class TestHostileState:
             cp.state()
 
 
+    def test_a_bad_field_outside_the_state_is_refused_when_used(self, store: Store) -> None:
+        """The reader checks the state on entry and every other field before its first use."""
+        cid = store.recorder("run").checkpoint(0, {"a": 1})
+        m = store.manifest(cid).raw
+        m["tags"] = 5
+        manifest = encode_manifest(m)
+        forged = digest(manifest)
+        store._write(
+            lambda txn: txn.put(
+                forged, pack_checkpoint_value(1.0, manifest), db=store._db("checkpoints")
+            )
+        )
+        with store.read(forged.hex()) as cp:
+            assert cp.state() == {"a": 1}  # the state itself is sound and certified
+            for use in (lambda: cp.manifest, cp.observations, cp.tokens, cp.transcript):
+                with pytest.raises(IntegrityError, match="wrong shape") as info:
+                    use()
+                assert info.value.where == f"checkpoint {forged.hex()}.tags"
+        with pytest.raises(IntegrityError, match="wrong shape"):
+            store.manifest(forged.hex())
+
+    def test_a_damaged_created_at_is_refused_when_used(self, store: Store) -> None:
+        """A flipped created_at byte fails the manifest and verify, never passes silently."""
+        cid = store.recorder("run").checkpoint(0, {"a": 1})
+        raw = bytes.fromhex(cid)
+        cps = store._db("checkpoints")
+        with store._read() as txn:
+            value = bytearray(txn.get(raw, db=cps))
+        value[0] ^= 1
+        store._write(lambda txn: txn.put(raw, bytes(value), db=cps))
+        with store.read(cid) as cp, pytest.raises(IntegrityError, match="created_at"):
+            cp.manifest
+        with pytest.raises(IntegrityError, match="created_at"):
+            store.manifest(cid)
+        assert not store.verify().ok
+
+
 class TestContentAddressing:
     def test_the_same_run_recorded_twice_gets_the_same_id(self, tmp_path: Path) -> None:
         """created_at is kept outside the manifest, so equal recordings have equal ids."""
