@@ -262,8 +262,9 @@ class Store:
         reader); views it hands out die with the block.
         """
         cid = parse_id(checkpoint_id)
-        self._live()
-        return CheckpointView(self, cid, verify=verify)
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        return CheckpointView(self, cid, verify=verify)  # the pid is checked on entry
 
     def latest(self, run_id: str, branch: str = "main", *, verify: bool = True) -> CheckpointView:
         """A reader over the head of ``run_id``/``branch``: ``with store.latest(run) as cp``.

@@ -11,9 +11,11 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from threading import get_ident
 from typing import Any, Protocol, TypeVar
 
 import lmdb
@@ -153,13 +155,12 @@ class Env:
         self.pid = os.getpid()
         self.handles = 0
         self.write_lock = threading.RLock()
-        # Readers are counted under _count (cheap, every read); _gate is only
-        # waited on while the map is being resized.
-        self._count = threading.Lock()
+        # One entry (the thread's ident) per open read txn of this process.
+        # deque append/remove are single steps under the GIL, so entering
+        # and leaving take no lock; _gate is only waited on during a resize.
+        self._active: deque[int] = deque()
         self._gate = threading.Condition()
-        self._readers = 0
         self._resizing = False
-        self._local = threading.local()
         try:
             if not options.readonly:
                 os.makedirs(path, exist_ok=True)
@@ -275,29 +276,25 @@ class Env:
     # -- transactions -------------------------------------------------------
 
     def _leave_read(self) -> None:
-        with self._count:
-            self._readers -= 1
-            resizing = self._resizing
-        if resizing:  # never take _gate while holding _count (the resizer nests them)
+        self._active.remove(get_ident())
+        if self._resizing:
             with self._gate:
                 self._gate.notify_all()
-        self._local.readers -= 1
 
     def _enter_read(self) -> None:
-        count = self._count
+        # Publish the entry, then look for a resize: the resizer sets
+        # _resizing, then waits for _active to empty, so one of the two
+        # always sees the other (the GIL orders these steps).
+        active, me = self._active, get_ident()
         while True:
-            with count:
-                if not self._resizing:
-                    self._readers += 1
-                    break
+            active.append(me)
+            if not self._resizing:
+                return
+            active.remove(me)
             with self._gate:
+                self._gate.notify_all()
                 while self._resizing:
                     self._gate.wait()
-        local = self._local
-        try:
-            local.readers += 1
-        except AttributeError:
-            local.readers = 1
 
     def _begin_read(self) -> Txn[memoryview]:
         retried_slots = False
@@ -379,25 +376,20 @@ class Env:
     def _resize(self, size: int) -> None:
         # LMDB allows mdb_env_set_mapsize only while this process has no open
         # txn: hold the write lock and wait for every reader to leave.
-        if getattr(self._local, "readers", 0):
+        if get_ident() in self._active:
             raise StoreError(
                 "the map must change size but this thread holds an open read view",
                 where=self.path,
                 expected="no open store.read() in the writing thread",
             )
         with self.write_lock, self._gate:
-            with self._count:
-                self._resizing = True
+            self._resizing = True
             try:
-                while True:
-                    with self._count:
-                        if not self._readers:
-                            break
+                while self._active:
                     self._gate.wait(0.05)
                 self.env.set_mapsize(size)
             finally:
-                with self._count:
-                    self._resizing = False
+                self._resizing = False
                 self._gate.notify_all()
 
     def adopt_map_size(self) -> None:

@@ -83,6 +83,24 @@ class CheckpointView:
     handed out. A reader is entered once.
     """
 
+    __slots__ = (
+        "_built",
+        "_cache",
+        "_checked",
+        "_cid",
+        "_entered",
+        "_head",
+        "_header",
+        "_id",
+        "_objects",
+        "_raw",
+        "_rest_checked",
+        "_store",
+        "_txn",
+        "_verify",
+        "_views",
+    )
+
     def __init__(
         self,
         store: Store,

@@ -177,8 +177,7 @@ class TestReaderLifecycle:
         for _ in range(50):
             with pytest.raises(NotFoundError), store.read("ab" * 16):
                 pass
-        assert store._e._readers == 0
-        assert getattr(store._e._local, "readers", 0) == 0
+        assert not store._e._active
 
 
 class TestHostileState:
