@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import lmdb
+import msgpack
 import pytest
+import xxhash
 
 from cpstore._store import Store
 from cpstore._store import open as open_store
@@ -101,7 +104,7 @@ class Peer:
 
 
 def _info(
-    label: str, items: int, baseline: str | None = None, target: float = 1.0
+    label: str, items: int, baseline: str | None = None, target: float | None = 1.0
 ) -> dict[str, Any]:
     info: dict[str, Any] = {"label": label, "items": items}
     if baseline:
@@ -254,3 +257,77 @@ def test_disk_ratio(
         line += f"; sqlite disk/unique = {theirs:.2f}"
     print("\n" + line)
     benchmark.pedantic(store.disk_bytes, rounds=1, iterations=1)
+
+
+# -- raw limits ----------------------------------------------------------------
+#
+# What LMDB and Python allow at all on this machine, with none of cpstore's
+# checks: the ceiling for each store figure, reported as a ratio against the
+# peer (no target). If the raw limit is near the target, the target cannot be
+# met by this design in Python, whatever the store does.
+
+
+class RawLimit:
+    """The workload as bare LMDB: msgpack parts keyed by XXH3-128, one manifest map per step."""
+
+    def __init__(self, path: Path, *, sync: bool) -> None:
+        self.env = lmdb.open(str(path), map_size=1 << 30, sync=sync, metasync=sync)
+
+    def record(self, steps: int) -> list[bytes]:
+        ids = []
+        h = xxhash.xxh3_128_digest
+        for state in states(steps):
+            with self.env.begin(write=True) as txn:
+                parts = {}
+                for name, value in state.items():
+                    enc = msgpack.packb(value)
+                    parts[name] = key = h(enc)
+                    txn.put(key, enc, overwrite=False)
+                manifest = msgpack.packb({"parts": parts, "step": len(ids)})
+                txn.put(h(manifest), manifest)
+                ids.append(h(manifest))
+        return ids
+
+
+def test_raw_limit_durable_put(
+    benchmark: Any, tmp_path_factory: pytest.TempPathFactory, steps: int
+) -> None:
+    """Bare LMDB, sync + metasync, one B-tree, one commit per step: no checks, no refs."""
+    benchmark.extra_info.update(
+        _info("raw limit: LMDB durable put", steps, "sqlite: durable put", None)
+    )
+    benchmark.pedantic(
+        lambda: RawLimit(tmp_path_factory.mktemp("rl") / "e", sync=True).record(steps),
+        rounds=3,
+        iterations=1,
+    )
+
+
+def test_raw_limit_get_by_id(
+    benchmark: Any, tmp_path_factory: pytest.TempPathFactory, steps: int
+) -> None:
+    """Bare loop: a read txn, 11 gets, 11 python-xxhash checks, 11 msgpack decodes."""
+    raw = RawLimit(tmp_path_factory.mktemp("rg") / "e", sync=False)
+    ids = raw.record(steps)
+    picks = ids[:: max(1, len(ids) // GETS)][:GETS]
+    benchmark.extra_info.update(
+        _info("raw limit: get by id", len(picks), "sqlite: get by id", None)
+    )
+    h, unpack = xxhash.xxh3_128_digest, msgpack.unpackb
+
+    def run() -> None:
+        for cid in picks:
+            with raw.env.begin(buffers=True) as txn:
+                get = txn.get
+                m = get(cid)
+                if h(m) != cid:
+                    raise AssertionError("manifest")
+                state = {}
+                for name, key in unpack(m)["parts"].items():
+                    value = get(key)
+                    if h(value) != key:
+                        raise AssertionError(name)
+                    state[name] = unpack(value)
+                assert len(state) == PARTS
+
+    benchmark(run)
