@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from report import figures, table  # noqa: E402
+from report import figures, table
 
 SIZES = ("quick", "full")
 
