@@ -12,6 +12,9 @@ Run: ``CPSTORE_BENCH_SIZE=quick|full .venv/bin/python -m pytest benchmarks/bench
 - sequence digest of 64 MiB vs ``xxhash.xxh3_128_digest`` one-shot (target
   >= 0.8x), under every SIMD kernel the CPU has.
 
+- one 1 KiB digest through `digest()` and through the cffi call, vs python-xxhash
+  (why `digest()` sends buffers below 64 KiB to python-xxhash).
+
 No timing is asserted; the table says what was met.
 """
 
@@ -228,3 +231,44 @@ def test_seq_native(benchmark: Any, big_log: bytes, size: str, kernel: str) -> N
              items=len(big_log) // 32, baseline="seq: xxh3_128_digest one-shot", target=0.8)
     finally:
         cpstore.select_simd("auto")
+
+
+# ---- one small digest (why digest() hands small buffers to python-xxhash) --------
+
+SMALL_OBJECTS = 10_000
+
+
+@pytest.fixture(scope="module")
+def small_objects() -> list[memoryview]:
+    """1 KiB buffers as a store read hands them out (memoryviews)."""
+    rng = random.Random(5)
+    return [memoryview(rng.randbytes(1024)) for _ in range(SMALL_OBJECTS)]
+
+
+@pytest.mark.benchmark(group="core-digest-small")
+def test_digest_small_xxhash(benchmark: Any, small_objects: list[memoryview], size: str) -> None:
+    """Baseline: python-xxhash one-shot over 10 000 views of 1 KiB."""
+    h = xxhash.xxh3_128_digest
+    _run(benchmark, lambda: [h(v) for v in small_objects], rounds=ROUNDS[size],
+         label="digest 1 KiB: python-xxhash", items=SMALL_OBJECTS)
+
+
+@pytest.mark.benchmark(group="core-digest-small")
+def test_digest_small_dispatch(benchmark: Any, small_objects: list[memoryview],
+                               size: str) -> None:
+    """cpstore.digest(): below 64 KiB it is python-xxhash behind a type check."""
+    got = _run(benchmark, lambda: [cpstore.digest(v) for v in small_objects],
+               rounds=ROUNDS[size], label="digest 1 KiB: digest()", items=SMALL_OBJECTS,
+               baseline="digest 1 KiB: python-xxhash")
+    assert got[0] == xxhash.xxh3_128_digest(small_objects[0])
+
+
+@pytest.mark.benchmark(group="core-digest-small")
+def test_digest_small_native(benchmark: Any, small_objects: list[memoryview], size: str) -> None:
+    """native_digest(): the cffi call into the C kernel, per object."""
+    from cpstore._native import native_digest
+
+    got = _run(benchmark, lambda: [native_digest(v) for v in small_objects],
+               rounds=ROUNDS[size], label="digest 1 KiB: native (cffi)", items=SMALL_OBJECTS,
+               baseline="digest 1 KiB: python-xxhash")
+    assert got[0] == xxhash.xxh3_128_digest(small_objects[0])

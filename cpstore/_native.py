@@ -128,7 +128,7 @@ _cp_digest = lib.cp_digest
 #: cffi call costs ~0.6-1.2 us of argument handling, python-xxhash ~0.03 us,
 #: and every store read hashes a manifest and several small objects. Above
 #: it the bytes dominate and the selected native kernel is used. Measured in
-#: benchmarks/bench_core.py (``digest_small``); 64 KiB is the store's chunk size.
+#: benchmarks/bench_core.py (``test_digest_small_*``); 64 KiB is the store's chunk size.
 SMALL_DIGEST = 64 * 1024
 
 
