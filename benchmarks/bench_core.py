@@ -32,6 +32,7 @@ import xxhash
 import cpstore
 from cpstore import RecordType
 from cpstore import _reference as reference
+from cpstore._native import native_digest
 
 COMPARE_RECORDS = {"quick": 1_000_000, "full": 10_000_000}
 REFERENCE_RECORDS = 20_000
@@ -266,8 +267,6 @@ def test_digest_small_dispatch(benchmark: Any, small_objects: list[memoryview],
 @pytest.mark.benchmark(group="core-digest-small")
 def test_digest_small_native(benchmark: Any, small_objects: list[memoryview], size: str) -> None:
     """native_digest(): the cffi call into the C kernel, per object."""
-    from cpstore._native import native_digest
-
     got = _run(benchmark, lambda: [native_digest(v) for v in small_objects],
                rounds=ROUNDS[size], label="digest 1 KiB: native (cffi)", items=SMALL_OBJECTS,
                baseline="digest 1 KiB: python-xxhash")
