@@ -287,8 +287,11 @@ class Env:
         # always sees the other (the GIL orders these steps).
         active, me = self._active, get_ident()
         while True:
+            # A thread that already holds a read goes on: the resize waits for
+            # that read anyway, and making this one wait would deadlock.
+            nested = me in active
             active.append(me)
-            if not self._resizing:
+            if not self._resizing or nested:
                 return
             active.remove(me)
             with self._gate:
@@ -358,7 +361,8 @@ class Env:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
         while True:
             try:
-                with self.write_lock:
+                self._lock_writes()
+                try:
                     try:
                         txn = self.env.begin(write=True, buffers=True)
                     except lmdb.MapResizedError:
@@ -366,10 +370,34 @@ class Env:
                         continue
                     with txn:
                         return fn(txn)
+                finally:
+                    self.write_lock.release()
             except lmdb.MapFullError:
                 self.grow()
             except lmdb.Error as exc:
                 raise translate(exc, self.path) from None
+
+    def _holds_read_during_resize(self) -> StoreError:
+        return StoreError(
+            "the map must change size but this thread holds an open read view",
+            where=self.path,
+            expected="no open store.read() in a thread that writes while the map grows",
+        )
+
+    def _lock_writes(self) -> None:
+        """Take the write lock, or StoreError where waiting would deadlock.
+
+        A resize holds the write lock until every read of this process has
+        ended; a thread that holds a read and waits for the lock would wait
+        forever, so it gets the error instead (and its read block can end).
+        """
+        lock = self.write_lock
+        if lock.acquire(blocking=False):
+            return
+        me = get_ident()
+        while not lock.acquire(timeout=0.05):
+            if self._resizing and me in self._active:
+                raise self._holds_read_during_resize()
 
     # -- the one place the map size changes ------------------------------
 
@@ -377,11 +405,7 @@ class Env:
         # LMDB allows mdb_env_set_mapsize only while this process has no open
         # txn: hold the write lock and wait for every reader to leave.
         if get_ident() in self._active:
-            raise StoreError(
-                "the map must change size but this thread holds an open read view",
-                where=self.path,
-                expected="no open store.read() in the writing thread",
-            )
+            raise self._holds_read_during_resize()
         with self.write_lock, self._gate:
             self._resizing = True
             try:

@@ -6,10 +6,11 @@ import multiprocessing
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cpstore._errors import ConflictError, ForkError
+from cpstore._errors import ConflictError, ForkError, StoreError
 from cpstore._store import open as open_store
 
 
@@ -139,6 +140,70 @@ class TestThreads:
             assert not w.is_alive(), "the aborting writer never returned"
             assert len(refused) == 20
             assert all(reads), reads
+
+    def _resize_in_background(self, st: Any) -> threading.Thread:
+        """Start growing the map in another thread; return once it waits for readers."""
+        grower = threading.Thread(target=st._e.grow, daemon=True)
+        grower.start()
+        for _ in range(2000):
+            if st._e._resizing:
+                return grower
+            threading.Event().wait(0.005)
+        raise AssertionError("the resize never started")
+
+    def test_a_reader_that_writes_while_the_map_grows_gets_an_error_not_a_deadlock(
+        self, tmp_path: Path
+    ) -> None:
+        """A thread in a read block that writes during another thread's resize: StoreError.
+
+        The resize waits for that read to end and holds the write lock, so
+        waiting for the lock would never end; the error lets the block end.
+        """
+        with open_store(tmp_path / "s") as st:
+            cid = st.recorder("run").checkpoint(0, {"a": 1})
+            size = st._e.env.info()["map_size"]
+            outcome: list[object] = []
+
+            def reader_that_writes() -> None:
+                try:
+                    with st.read(cid):
+                        grower = self._resize_in_background(st)
+                        st.put_object(b"written inside a read block")
+                    outcome.append("wrote")
+                except StoreError as exc:
+                    outcome.append(exc)
+                grower.join(30)
+                outcome.append(grower.is_alive())
+
+            t = threading.Thread(target=reader_that_writes, daemon=True)
+            t.start()
+            t.join(60)
+            assert not t.is_alive(), "deadlock: reader and resize wait on each other"
+            assert isinstance(outcome[0], StoreError) and "holds an open read" in str(outcome[0])
+            assert outcome[1] is False  # the resize finished once the block ended
+            assert st._e.env.info()["map_size"] == 2 * size
+            st.put_object(b"after")  # and writes work again
+
+    def test_a_nested_read_while_the_map_grows_does_not_deadlock(self, tmp_path: Path) -> None:
+        """A thread holding a read opens another during a resize: it proceeds, then both end."""
+        with open_store(tmp_path / "s") as st:
+            cid = st.recorder("run").checkpoint(0, {"a": 1})
+            states: list[object] = []
+
+            def nested_reader() -> None:
+                with st.read(cid) as outer:
+                    grower = self._resize_in_background(st)
+                    with st.read(cid) as inner:
+                        states.append(inner.state())
+                    states.append(outer.state())
+                grower.join(30)
+                states.append(grower.is_alive())
+
+            t = threading.Thread(target=nested_reader, daemon=True)
+            t.start()
+            t.join(60)
+            assert not t.is_alive(), "deadlock: nested read waits for a resize that waits for it"
+            assert states == [{"a": 1}, {"a": 1}, False]
 
     def test_two_handles_in_one_process_share_the_environment(self, tmp_path: Path) -> None:
         """open() twice on one path works (one LMDB env per process)."""
