@@ -151,6 +151,14 @@ class TestThreads:
             threading.Event().wait(0.005)
         raise AssertionError("the resize never started")
 
+    @staticmethod
+    def _finishes(fn: Any, deadlock: str) -> None:
+        """Run ``fn`` in a daemon thread; a hang fails the test instead of the suite."""
+        t = threading.Thread(target=fn, daemon=True)
+        t.start()
+        t.join(60)
+        assert not t.is_alive(), deadlock
+
     def test_a_reader_that_writes_while_the_map_grows_gets_an_error_not_a_deadlock(
         self, tmp_path: Path
     ) -> None:
@@ -175,10 +183,7 @@ class TestThreads:
                 grower.join(30)
                 outcome.append(grower.is_alive())
 
-            t = threading.Thread(target=reader_that_writes, daemon=True)
-            t.start()
-            t.join(60)
-            assert not t.is_alive(), "deadlock: reader and resize wait on each other"
+            self._finishes(reader_that_writes, "deadlock: reader and resize wait on each other")
             assert isinstance(outcome[0], StoreError) and "holds an open read" in str(outcome[0])
             assert outcome[1] is False  # the resize finished once the block ended
             assert st._e.env.info()["map_size"] == 2 * size
@@ -199,10 +204,7 @@ class TestThreads:
                 grower.join(30)
                 states.append(grower.is_alive())
 
-            t = threading.Thread(target=nested_reader, daemon=True)
-            t.start()
-            t.join(60)
-            assert not t.is_alive(), "deadlock: nested read waits for a resize that waits for it"
+            self._finishes(nested_reader, "deadlock: nested read waits for a resize waiting for it")
             assert states == [{"a": 1}, {"a": 1}, False]
 
     def test_two_handles_in_one_process_share_the_environment(self, tmp_path: Path) -> None:
