@@ -415,26 +415,27 @@ class CheckpointView:
     def _verified_parts(self, st: dict[str, Any]) -> dict[str, Any] | None:
         """Every part, hash-checked and decoded, on the fast path of a whole-state read.
 
-        None sends the caller to the part-by-part path, which raises with the
-        exact part that is missing or wrong (or decodes a ``verify=False``
-        reader, where slices of unchecked bytes are not trusted to line up).
+        One loop of get, hash and decode per part. None sends the caller to
+        the part-by-part path, which raises naming the part that is missing,
+        wrong or not one canonical value (and serves ``verify=False`` readers).
         """
         parts: dict[str, bytes] = st["parts"]
         if not self._verify or st.get("chunked") or not parts or self._txn is None:
             return None
         get, objects = self._txn.get, self._objects
-        keys = list(parts.values())
-        views: list[Any] = [get(key, None, objects) for key in keys]  # positional: cheaper
+        out: dict[str, Any] = {}
         try:
-            if list(map(digest_small, views)) != keys:  # a missing part is None: TypeError
-                return None
-            # Only ext_hook (big ints): each keyword costs ~0.05 us per part here.
-            # Maps with int keys raise ValueError and take the slow path.
-            values = [_unpackb(v, ext_hook=_ext_hook) for v in views]
+            for name, key in parts.items():
+                view: Any = get(key, None, objects)  # positional: keyword parsing costs more
+                if digest_small(view) != key:  # a missing part is None: TypeError
+                    return None
+                # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
+                # Maps with int keys raise ValueError and take the slow path.
+                out[name] = _unpackb(view, ext_hook=_ext_hook)
         except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
             return None  # CanonicalEncodingError (a bad ext) is a ValueError too
-        self._checked.update(keys)
-        return dict(zip(parts, values, strict=True))
+        self._checked.update(parts.values())
+        return out
 
     def state_part(self, name: str) -> Any:
         """The value of one state part."""
