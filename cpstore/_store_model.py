@@ -417,8 +417,12 @@ def manifest_from_raw(cid: bytes, m: dict[str, Any], created_at: float) -> Manif
     )
 
 
-def manifest_references(m: Mapping[str, Any]) -> list[tuple[str, bytes]]:
-    """(field, digest) of every object a decoded manifest names directly."""
+def manifest_references(m: Mapping[str, Any], *, named: bool = True) -> list[tuple[str, bytes]]:
+    """(field, digest) of every object a decoded manifest names directly.
+
+    ``named=False`` leaves the field names empty: the recorder, which wants
+    only the digests at every checkpoint, skips formatting one per part.
+    """
     refs: list[tuple[str, bytes]] = []
     state = m["state"]
     chunked: Mapping[str, bytes] = state.get("chunked") or {}
@@ -430,9 +434,9 @@ def manifest_references(m: Mapping[str, Any]) -> list[tuple[str, bytes]]:
     else:
         for name, d in (state.get("parts") or {}).items():
             if name in chunked:
-                refs.append((f"state.chunked[{name!r}]", chunked[name]))
+                refs.append((f"state.chunked[{name!r}]" if named else "", chunked[name]))
             else:
-                refs.append((f"state.parts[{name!r}]", d))
+                refs.append((f"state.parts[{name!r}]" if named else "", d))
     tokens: Any = m.get("tokens")
     if tokens is not None:
         for name in ("records", "values", "offsets"):

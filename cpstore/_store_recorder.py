@@ -439,7 +439,7 @@ class Recorder:
             },
         )
         cid = Digest(digest(manifest))
-        refs = {key for _, key in manifest_references(fields)} | self._inherited
+        refs = {key for _, key in manifest_references(fields, named=False)} | self._inherited
         must_exist = [k for k in refs if k not in self._pending and k not in self._confirmed]
         effects_key = self._log("effects")
         sealed = effects_key if seal_ledger else None
