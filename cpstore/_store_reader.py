@@ -177,8 +177,9 @@ class CheckpointView:
         # Built on first use: a replay that only wants the state never pays
         # for the hex fields (the map was shape-checked when it was read).
         if self._built is None:
+            fields = self._fields()  # first: a reader never entered says so here
             created = created_at_of(self._header, self._cid if self._verify else None)
-            self._built = manifest_from_raw(self._cid, self._fields(), created)
+            self._built = manifest_from_raw(self._cid, fields, created)
         return self._built
 
     @property

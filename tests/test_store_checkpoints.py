@@ -154,8 +154,9 @@ class TestReaderLifecycle:
         """Outside the with block a reader refuses use; a second entry is refused."""
         cid = store.recorder("run").checkpoint(0, {"a": 1})
         reader = store.read(cid)
-        with pytest.raises(InvalidInputError, match="not open"):
-            reader.state()
+        for use in (reader.state, lambda: reader.manifest, reader.token_count, reader.tokens):
+            with pytest.raises(InvalidInputError, match="not open"):
+                use()
         with reader as cp:
             assert cp.state() == {"a": 1}
         with pytest.raises(InvalidInputError, match="entered once"), reader:
