@@ -280,6 +280,22 @@ def _valid_sign_off(store: Any, digest: str, rec: Any) -> Any:
     return so
 
 
+def _record_gate(
+    store: Any, gate: str, checkpoint_id: str, rec: Any, sign_off: str | None
+) -> Any:
+    """Append the audit record of a gate passage (the only proof a gate was passed)."""
+    return store.append_audit(
+        AUDIT_GATE,
+        {
+            "gate": gate,
+            "checkpoint_id": checkpoint_id,
+            "decision_id": rec.body["decision_id"],
+            "decision_audit": rec.digest,
+            "sign_off": sign_off,
+        },
+    )
+
+
 def resume_gate(
     store: Any,
     checkpoint_id: str,
@@ -308,16 +324,7 @@ def resume_gate(
             )
         digest = sign_off.audit_digest if isinstance(sign_off, SignOff) else sign_off
         used = _valid_sign_off(store, _text(digest, "sign_off"), rec).digest
-    out = store.append_audit(
-        AUDIT_GATE,
-        {
-            "gate": "resume",
-            "checkpoint_id": checkpoint_id,
-            "decision_id": rec.body["decision_id"],
-            "decision_audit": rec.digest,
-            "sign_off": used,
-        },
-    )
+    out = _record_gate(store, "resume", checkpoint_id, rec, used)
     return ResumePermit(checkpoint_id, rec.body["decision_id"], verdict, used, out.digest)
 
 
@@ -350,16 +357,7 @@ def certify_rollback(
                 where=f"run {run_id!r} branch {branch!r}",
                 got=r.body.get("decision_id"),
             )
-    out = store.append_audit(
-        AUDIT_GATE,
-        {
-            "gate": "rollback",
-            "checkpoint_id": checkpoint_id,
-            "decision_id": rec.body["decision_id"],
-            "decision_audit": rec.digest,
-            "sign_off": None,
-        },
-    )
+    out = _record_gate(store, "rollback", checkpoint_id, rec, None)
     return RollbackCertificate(
         checkpoint_id, str(run_id), branch, rec.body["decision_id"], out.digest
     )

@@ -273,7 +273,8 @@ class Store:
         cannot move in between. NotFoundError when the branch does not exist.
         """
         key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
-        self._live()
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
         return CheckpointView(self, None, verify=verify, head=(key, f"{run_id}/{branch}"))
 
     def _commit(self, op: CheckpointWrite) -> None:

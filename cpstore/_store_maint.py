@@ -137,6 +137,18 @@ def _check_parent(
             )
 
 
+def _unresolved(where: str, key: bytes, position: int | None = None) -> Problem:
+    """A manifest, log or chunk index names an object that is not stored."""
+    hexkey = bytes(key).hex()
+    return Problem(
+        "reference does not resolve",
+        f"{where} (objects/{hexkey})",
+        expected=hexkey,
+        got="missing",
+        position=position,
+    )
+
+
 def _check_checkpoint(
     txn: Txn[memoryview],
     dbs: Mapping[str, Any],
@@ -152,27 +164,12 @@ def _check_checkpoint(
     _check_parent(txn, dbs, m, where, problems)
     for field, key in manifest_references(m.raw):
         if txn.get(key, db=objects) is None:
-            problems.append(
-                Problem(
-                    "reference does not resolve",
-                    f"{where}.{field} (objects/{bytes(key).hex()})",
-                    expected=bytes(key).hex(),
-                    got="missing",
-                )
-            )
+            problems.append(_unresolved(f"{where}.{field}", key))
             continue
         try:
             for i, child in enumerate(_children(txn, objects, field, key)):
                 if txn.get(child, db=objects) is None:
-                    problems.append(
-                        Problem(
-                            "reference does not resolve",
-                            f"{where}.{field}[{i}] (objects/{bytes(child).hex()})",
-                            expected=bytes(child).hex(),
-                            got="missing",
-                            position=i,
-                        )
-                    )
+                    problems.append(_unresolved(f"{where}.{field}[{i}]", child, i))
         except (CpstoreError, TypeError, ValueError, IndexError) as exc:
             problems.append(
                 Problem("log or chunk index is malformed", f"{where}.{field}", got=str(exc))

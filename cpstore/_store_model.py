@@ -38,12 +38,16 @@ __all__ = [
     "VerifyReport",
     "as_payload",
     "check_manifest",
+    "check_manifest_rest",
+    "check_manifest_state",
     "check_name",
+    "created_at_of",
     "decode_manifest",
     "hex_id",
     "manifest_from_raw",
     "parse_id",
     "ref_key",
+    "split_checkpoint_value",
     "split_ref_key",
 ]
 
@@ -169,7 +173,7 @@ def unpack_checkpoint_value(
         )
     if cid is not None:
         head = bytes(view[:_HEADER_SIZE])
-        want = digest(bytes(cid) + head[: _CREATED.size])[:_CHECK_SIZE]
+        want = _created_check(cid, head[: _CREATED.size])
         if head[_CREATED.size :] != want:
             raise IntegrityError(
                 "checkpoint created_at does not match its check",

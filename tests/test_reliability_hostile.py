@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 import cpstore
 from cpstore import cli
+from cpstore._document import _TOP_OPTIONAL, _TOP_REQUIRED
 from cpstore._errors import CpstoreError
 from cpstore._records import RecordType
 
@@ -37,21 +38,7 @@ json_values = st.recursive(
     lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
     max_leaves=20,
 )
-DOC_KEYS = [
-    "format",
-    "run_id",
-    "step",
-    "state_digest",
-    "observations",
-    "tokens",
-    "call_graph",
-    "transcript_digest",
-    "effects",
-    "ledger_sealed",
-    "harness_accesses",
-    "provenance_tags",
-    "mode",
-]
+DOC_KEYS = [*_TOP_REQUIRED, *_TOP_OPTIONAL]  # every key a run document may carry
 documents = st.dictionaries(
     st.sampled_from(DOC_KEYS) | st.text(max_size=5), json_values, max_size=14
 )
