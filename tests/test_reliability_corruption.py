@@ -266,19 +266,26 @@ def _named(row: dict[str, Any], names: list[str]) -> bool:
     return any(n in text for n in names)
 
 
+def _check_logical_damages(
+    src: Path, cid: str, reach: list[str], root: Path
+) -> tuple[list[tuple[str, str, bytes, Any]], dict[str, Any]]:
+    """Each logical damage applied to its own copy of ``src``, and the checker's rows."""
+    damages = _logical_damages(src, cid, reach)
+    items = []
+    for n, (label, db, key, value) in enumerate(damages):
+        dst = _copy(src, root / f"d{n}")
+        _lmdb_edit(dst, db, key, value)
+        items.append({"id": label, "dir": str(dst), "cid": cid, "reach": reach})
+    return damages, _run_checker(items)
+
+
 class TestLogicalDamage:
     def test_every_damaged_object_or_record_is_found_and_named(
         self, pristine: tuple[Path, str, list[str], str], tmp_path: Path
     ) -> None:
         """Flip/truncate/empty/delete each reached object, the manifest, refs and audit records."""
         src, cid, reach, _ = pristine
-        damages = _logical_damages(src, cid, reach)
-        items = []
-        for n, (label, db, key, value) in enumerate(damages):
-            dst = _copy(src, tmp_path / f"d{n}")
-            _lmdb_edit(dst, db, key, value)
-            items.append({"id": label, "dir": str(dst), "cid": cid, "reach": reach})
-        results = _run_checker(items)
+        damages, results = _check_logical_damages(src, cid, reach, tmp_path)
         missed, unnamed, crashed, undocumented, accepted = [], [], [], [], []
         for label, db, key, _ in damages:
             row = results[label]
@@ -313,13 +320,7 @@ class TestLogicalDamage:
     ) -> None:
         """verify() never raises on damage; its report names the damaged key."""
         src, cid, reach = pristine[:3]
-        damages = _logical_damages(src, cid, reach)
-        items = []
-        for n, (label, db, key, value) in enumerate(damages):
-            dst = _copy(src, tmp_path / f"d{n}")
-            _lmdb_edit(dst, db, key, value)
-            items.append({"id": label, "dir": str(dst), "cid": cid, "reach": reach})
-        results = _run_checker(items)
+        damages, results = _check_logical_damages(src, cid, reach, tmp_path)
         bad = []
         for label, _db, key, _ in damages:
             row = results[label]
