@@ -43,7 +43,7 @@ ROUNDS = {"quick": 5, "full": 10}
 
 def _run(
     benchmark: Any, fn: Callable[[], Any], *, rounds: int, label: str, items: int,
-    baseline: str | None = None, target: float | None = None,
+    baseline: str | list[str] | None = None, target: float | None = None,
 ) -> Any:
     benchmark.extra_info.update(label=label, items=items)
     if baseline is not None:
@@ -83,7 +83,8 @@ def test_compare_equal_native(benchmark: Any, token_logs: tuple[bytes, bytes, by
     a, b, _ = token_logs
     result = _run(benchmark, lambda: cpstore.first_divergence(RecordType.TOKEN, a, b),
                   rounds=ROUNDS[size], label=f"compare equal {len(a) // 32:,} tokens",
-                  items=len(a) // 32, baseline="compare equal: bytes ==", target=0.9)
+                  items=len(a) // 32, target=0.9,
+                  baseline=["compare equal: bytes ==", "compare equal: reference"])
     assert result.equal
 
 
@@ -96,16 +97,6 @@ def test_compare_equal_reference(benchmark: Any, token_logs: tuple[bytes, bytes,
     _run(benchmark, lambda: reference.first_divergence(RecordType.TOKEN, sa, sb), rounds=3,
          label="compare equal: reference", items=REFERENCE_RECORDS)
     benchmark.extra_info["note"] = "reference timed on a slice"
-
-
-@pytest.mark.benchmark(group="core-compare-equal")
-def test_compare_equal_native_vs_reference(benchmark: Any, token_logs: tuple[bytes, bytes, bytes],
-                                           size: str) -> None:
-    """The native comparison again, set against the reference (shown for scale, no target)."""
-    a, b, _ = token_logs
-    _run(benchmark, lambda: cpstore.first_divergence(RecordType.TOKEN, a, b),
-         rounds=ROUNDS[size], label="compare equal vs reference", items=len(a) // 32,
-         baseline="compare equal: reference")
 
 
 @pytest.mark.benchmark(group="core-compare-last")
@@ -124,7 +115,8 @@ def test_compare_last_native(benchmark: Any, token_logs: tuple[bytes, bytes, byt
     a, _, c = token_logs
     result = _run(benchmark, lambda: cpstore.first_divergence(RecordType.TOKEN, a, c),
                   rounds=ROUNDS[size], label=f"compare last {len(a) // 32:,} tokens",
-                  items=len(a) // 32, baseline="compare last: bytes ==", target=0.9)
+                  items=len(a) // 32, target=0.9,
+                  baseline=["compare last: bytes ==", "compare last: reference"])
     assert result.index == len(a) // 32 - 1
 
 
@@ -136,16 +128,6 @@ def test_compare_last_reference(benchmark: Any, token_logs: tuple[bytes, bytes, 
     sa, sc = a[-32 * REFERENCE_RECORDS :], c[-32 * REFERENCE_RECORDS :]
     _run(benchmark, lambda: reference.first_divergence(RecordType.TOKEN, sa, sc), rounds=3,
          label="compare last: reference", items=REFERENCE_RECORDS)
-
-
-@pytest.mark.benchmark(group="core-compare-last")
-def test_compare_last_native_vs_reference(benchmark: Any, token_logs: tuple[bytes, bytes, bytes],
-                                          size: str) -> None:
-    """The native comparison again, set against the reference (shown for scale)."""
-    a, _, c = token_logs
-    _run(benchmark, lambda: cpstore.first_divergence(RecordType.TOKEN, a, c),
-         rounds=ROUNDS[size], label="compare last vs reference", items=len(a) // 32,
-         baseline="compare last: reference")
 
 
 # ---- batch digest -----------------------------------------------------------

@@ -95,7 +95,7 @@ def test_validate_from_store(benchmark: Any, recording: Recording) -> None:
         benchmark,
         label="validate from store",
         items=r.count,
-        baseline="validate: seed-style Python",
+        baseline=["validate: seed-style Python", "validate: seed-style from store"],
     )
     decision = benchmark.pedantic(
         lambda: validate(r.cid, r.replay, store=r.store, record=False),
@@ -150,25 +150,6 @@ def test_validate_seed_style_from_store(benchmark: Any, recording: Recording) ->
     _info(benchmark, label="validate: seed-style from store", items=n)
     assert benchmark.pedantic(seed_style, rounds=3, iterations=1, warmup_rounds=1)
     benchmark.extra_info["tokens_per_s"] = n / benchmark.stats.stats.median
-
-
-@pytest.mark.benchmark(group="validate")
-def test_validate_from_store_vs_seed_end_to_end(benchmark: Any, recording: Recording) -> None:
-    """The same end-to-end validation, labelled against the seed-style store path."""
-    r = recording
-    _info(
-        benchmark,
-        label="validate from store (vs seed e2e)",
-        items=r.count,
-        baseline="validate: seed-style from store",
-    )
-    decision = benchmark.pedantic(
-        lambda: validate(r.cid, r.replay, store=r.store, record=False),
-        rounds=3,
-        iterations=1,
-        warmup_rounds=1,
-    )
-    assert decision.verdict is Verdict.ACCEPT
 
 
 @pytest.mark.benchmark(group="validate-memory")

@@ -6,7 +6,8 @@ same table from a ``--benchmark-json`` file.
 
 A benchmark takes part when its ``extra_info`` carries ``label`` (its name in
 the table) and ``items`` (records per round, for a per-record time). A
-measurement also names its ``baseline`` label and its ``target`` ratio. The
+measurement also names its ``baseline`` label (or a list of them, the
+``target`` ratio belonging to the first). The
 ratio is baseline time per item over measured time per item, so a baseline
 timed on a smaller slice is scaled per record; higher means faster than the
 baseline.
@@ -31,6 +32,23 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def _pairs(
+    rows: list[Mapping[str, Any]], by_label: Mapping[str, Mapping[str, Any]]
+) -> Iterable[tuple[Mapping[str, Any], Mapping[str, Any], Any]]:
+    """(measurement, baseline, target) for each baseline a measurement names.
+
+    ``baseline`` is a label or a list of labels: one timing is set against
+    several baselines without being run again. ``target`` belongs to the first.
+    """
+    for bench in rows:
+        info = bench["extra_info"]
+        names = info.get("baseline", [])
+        for i, name in enumerate([names] if isinstance(names, str) else names):
+            base = by_label.get(name)
+            if base is not None:
+                yield bench, base, info.get("target") if i == 0 else None
+
+
 def table(benchmarks: Iterable[Mapping[str, Any]]) -> list[str]:
     """Lines of the ratio table for every benchmark that carries a label."""
     rows = [b for b in benchmarks if "label" in b.get("extra_info", {})]
@@ -40,13 +58,9 @@ def table(benchmarks: Iterable[Mapping[str, Any]]) -> list[str]:
         f"{'figure':<44} {'median':>9} {'per item':>10} {'baseline':<28} "
         f"{'base/item':>10} {'ratio':>7} {'target':>7}  ok"
     )
-    for bench in rows:
+    for bench, base, target in _pairs(rows, by_label):
         info = bench["extra_info"]
-        base = by_label.get(info.get("baseline", ""))
-        if base is None:
-            continue
         ratio = _per_item(base) / _per_item(bench)
-        target = info.get("target")
         lines.append(
             f"{info['label']:<44} {_fmt_time(bench['stats']['median']):>9} "
             f"{_fmt_time(_per_item(bench)):>10} {base['extra_info']['label']:<28} "
