@@ -78,6 +78,7 @@ class Store:
         *,
         durability: Durability = "sync",
         readonly: bool = False,
+        create: bool = True,
         map_size: int = _DEFAULT_MAP,
         max_map_size: int = _DEFAULT_MAX_MAP,
         batch_size: int = 64,
@@ -106,7 +107,9 @@ class Store:
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
         key = None if audit_key is None else check_key(audit_key)
-        self._e = acquire_env(self._path, EnvOptions(bool(readonly), map_size, max_map_size))
+        self._e = acquire_env(
+            self._path, EnvOptions(bool(readonly), map_size, max_map_size, bool(create))
+        )
         self._closed = False
         self._audit_key = key
         try:
@@ -523,12 +526,22 @@ def open(
     *,
     durability: Durability = "sync",
     readonly: bool = False,
+    create: bool = True,
     map_size: int = _DEFAULT_MAP,
     max_map_size: int = _DEFAULT_MAX_MAP,
     batch_size: int = 64,
     audit_key: bytes | None = None,
 ) -> Store:
-    """Open (or create) the store at ``path``; see :class:`Store`.
+    """Open the store at ``path``, or make a new one there; see :class:`Store`.
+
+    A new store is made only when ``create`` is true (the default), the open
+    is not ``readonly`` and ``path`` is missing or an empty directory;
+    anything else that is not a cpstore store (an empty or foreign data.mdb,
+    a folder of other files) raises :class:`FormatVersionError` naming the
+    path, and a missing store opened with ``create=False`` or ``readonly``
+    raises :class:`NotFoundError`. A ``readonly`` open of a store whose
+    folder this user cannot write works without LMDB's lock file
+    (docs/store.md, "Read-only opens").
 
     ``audit_key`` (16 to 64 bytes, kept outside the store) makes the audit log
     and sign-offs tamper-evident with keyed MACs (docs/security.md).
@@ -537,6 +550,7 @@ def open(
         path,
         durability=durability,
         readonly=readonly,
+        create=create,
         map_size=map_size,
         max_map_size=max_map_size,
         batch_size=batch_size,

@@ -70,6 +70,8 @@ class Txn(Protocol[_V_co]):
 
     def abort(self) -> None: ...
 
+    def commit(self) -> None: ...
+
     def __enter__(self) -> Txn[_V_co]: ...
 
     def __exit__(self, *exc: object) -> Any: ...
@@ -144,6 +146,58 @@ class EnvOptions:
     readonly: bool
     map_size: int
     max_map_size: int
+    #: Make a new store when the directory is missing or empty (never otherwise).
+    create: bool = True
+
+
+def _refuse(what: str, where: str) -> FormatVersionError:
+    return FormatVersionError(
+        f"not a cpstore store ({what})", where=where, expected="a cpstore store"
+    )
+
+
+def _check_new_store_path(path: str, options: EnvOptions) -> None:
+    """Raise unless ``path`` (which has no data.mdb) may become a new store.
+
+    A store is created only where nothing can be lost: a missing directory or
+    an empty one (a lone lock.mdb is what a crash before LMDB made its data
+    file leaves). Read-only opens and ``create=False`` never create.
+    """
+    if not os.path.exists(path):
+        if options.readonly or not options.create:
+            raise NotFoundError("no store at this path", where=path)
+        return
+    if not os.path.isdir(path):
+        raise _refuse("not a directory", path)
+    if options.readonly or not options.create:
+        raise NotFoundError("no store at this path (no data.mdb)", where=path)
+    others = sorted(set(os.listdir(path)) - {"lock.mdb"})
+    if others:
+        raise _refuse("the directory is not empty and has no data.mdb", path)
+
+
+def _is_lock_permission_error(exc: lmdb.Error) -> bool:
+    code = getattr(exc, "code", 0) or _errno_of(str(exc))
+    return code in (errno.EACCES, errno.EROFS, errno.EPERM)
+
+
+def _check_format(raw: bytes | memoryview | None, path: str) -> None:
+    """Raise unless ``raw`` is the format record of a store this build reads."""
+    if raw is None:
+        raise _refuse("no cpstore format record", path)
+    try:
+        fmt = decode_value(raw)
+    except CanonicalEncodingError:
+        fmt = None
+    if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
+        raise _refuse("bad format record", path)
+    if fmt.get("version") != STORE_VERSION or fmt.get("digest") != "xxh3-128":
+        raise FormatVersionError(
+            "store of an unknown version",
+            where=path,
+            expected={"version": STORE_VERSION, "digest": "xxh3-128"},
+            got={"version": fmt.get("version"), "digest": fmt.get("digest")},
+        )
 
 
 class Env:
@@ -161,24 +215,21 @@ class Env:
         self._active: deque[int] = deque()
         self._gate = threading.Condition()
         self._resizing = False
+        #: False when a read-only open could not use the lock file (see _open_env).
+        self.locked = True
+        data = os.path.join(path, "data.mdb")
         try:
-            if not options.readonly:
+            if os.path.isfile(data):
+                if os.path.getsize(data) == 0:
+                    # LMDB would initialise an empty file as a new environment,
+                    # silently turning a truncated store into an empty one.
+                    raise _refuse("data.mdb is empty", data)
+            elif os.path.isdir(data):
+                raise _refuse("data.mdb is a directory", data)
+            else:
+                _check_new_store_path(path, options)
                 os.makedirs(path, exist_ok=True)
-            elif not os.path.exists(os.path.join(path, "data.mdb")):
-                raise NotFoundError("no store at this path", where=path)
-            self.env = lmdb.open(
-                path,
-                map_size=options.map_size,
-                subdir=True,
-                readonly=options.readonly,
-                create=not options.readonly,
-                max_dbs=len(DB_NAMES) + 4,
-                max_readers=1022,
-                readahead=False,
-                sync=True,
-                metasync=True,
-                lock=True,
-            )
+            self.env = self._open_env()
         except lmdb.Error as exc:
             raise translate(exc, path) from None
         except PermissionError as exc:
@@ -190,10 +241,45 @@ class Env:
             self.env.reader_check()
             self._check_file_size()
             self.dbs = self._open_dbs()
-            self._check_format()
         except BaseException:
             self.env.close()
             raise
+
+    def _open_env(self) -> Any:
+        """Open LMDB; a read-only open falls back to no lock file when it cannot write one.
+
+        LMDB's lock file holds the reader table, which it writes even for a
+        read-only open; an auditor who may read the store but not write its
+        folder would otherwise be refused. Without the lock file this process
+        takes no reader slot, so a writer running at the same time may reuse
+        the pages it reads (docs/store.md, "Read-only opens").
+        """
+        options = self.options
+        kwargs: dict[str, Any] = {
+            "map_size": options.map_size,
+            "subdir": True,
+            "readonly": options.readonly,
+            "create": False,
+            "max_dbs": len(DB_NAMES) + 4,
+            "max_readers": 1022,
+            "readahead": False,
+            "sync": True,
+            "metasync": True,
+        }
+
+        def attempt() -> Any:
+            if self.locked:
+                try:
+                    return lmdb.open(self.path, lock=True, **kwargs)
+                except lmdb.Error as exc:
+                    if not (options.readonly and _is_lock_permission_error(exc)):
+                        raise
+                self.locked = False
+            return lmdb.open(self.path, lock=False, **kwargs)
+
+        # py-lmdb begins a txn inside open(); a map grown meanwhile fails it,
+        # and opening again reads the new size.
+        return self._adopting_growth(attempt, adopt=False)
 
     def _check_file_size(self) -> None:
         """Refuse a data file shorter than its meta page says (a truncated copy).
@@ -233,45 +319,63 @@ class Env:
         # closing it would release reader slots and locks the parent still uses.
 
     def _open_dbs(self) -> dict[str, Any]:
-        dbs: dict[str, Any] = {}
+        """Open the named databases of a cpstore store, or make a new store's.
+
+        One txn decides and acts, so two processes creating the same new store
+        cannot both initialise it. Only an environment no txn ever committed
+        to is new; anything else must carry the cpstore format record.
+        """
         try:
             if self.options.readonly:
-                for name in DB_NAMES:
-                    dbs[name] = self.env.open_db(name.encode(), create=False)
-            else:
-                with self.write_lock, self.env.begin(write=True) as txn:
-                    for name in DB_NAMES:
-                        dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
-        except lmdb.NotFoundError:
-            raise StoreError(
-                "not a cpstore store (named databases missing)", where=self.path
-            ) from None
+                return self._adopting_growth(self._open_dbs_readonly)
+            return self.write(self._open_dbs_writable)
         except lmdb.Error as exc:
             raise translate(exc, self.path) from None
+
+    def _open_dbs_writable(self, txn: Txn[memoryview]) -> dict[str, Any]:
+        dbs: dict[str, Any] = {}
+        try:
+            meta = self.env.open_db(b"meta", txn=txn, create=False)
+        except lmdb.NotFoundError:
+            if not self._never_committed(txn):
+                raise _refuse("no cpstore format record", self.path) from None
+            for name in DB_NAMES:
+                dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
+            txn.put(_FORMAT_KEY, encode_value(_FORMAT), overwrite=False, db=dbs["meta"])
+            return dbs
+        _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
+        for name in DB_NAMES:
+            # A store from before a database was added gets it here.
+            dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         return dbs
 
-    def _check_format(self) -> None:
-        with self.env.begin() as txn:
-            raw = txn.get(_FORMAT_KEY, db=self.dbs["meta"])
-        if raw is None:
-            if self.options.readonly:
-                raise StoreError("not a cpstore store (no format record)", where=self.path)
-            with self.write_lock, self.env.begin(write=True) as txn:
-                txn.put(_FORMAT_KEY, encode_value(_FORMAT), overwrite=False, db=self.dbs["meta"])
-                raw = txn.get(_FORMAT_KEY, db=self.dbs["meta"])
+    def _open_dbs_readonly(self) -> dict[str, Any]:
+        # py-lmdb resets (not commits) a read txn we pass it, which would close
+        # the handles again; open_db without a txn commits its own.
+        dbs: dict[str, Any] = {}
         try:
-            fmt = decode_value(raw or b"")
-        except CanonicalEncodingError:
-            fmt = None
-        if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
-            raise StoreError("not a cpstore store (bad format record)", where=self.path, got=raw)
-        if fmt.get("version") != STORE_VERSION or fmt.get("digest") != "xxh3-128":
-            raise FormatVersionError(
-                "store of an unknown version",
-                where=self.path,
-                expected={"version": STORE_VERSION, "digest": "xxh3-128"},
-                got={"version": fmt.get("version"), "digest": fmt.get("digest")},
-            )
+            meta = self.env.open_db(b"meta", create=False)
+        except lmdb.NotFoundError:
+            raise _refuse("no cpstore format record", self.path) from None
+        txn = self._begin(write=False)
+        try:
+            _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
+        finally:
+            self.end_read(txn)
+        for name in DB_NAMES:
+            try:
+                dbs[name] = self.env.open_db(name.encode(), create=False)
+            except lmdb.NotFoundError:
+                raise StoreError(
+                    "the store lacks a named database; open it writable once to add it",
+                    where=self.path,
+                    expected=name,
+                ) from None
+        return dbs
+
+    def _never_committed(self, txn: Txn[memoryview]) -> bool:
+        """True for an environment LMDB just made: no txn committed, nothing in it."""
+        return int(self.env.info()["last_txnid"]) == 0 and not txn.cursor().first()
 
     # -- transactions -------------------------------------------------------
 
@@ -299,28 +403,51 @@ class Env:
                 while self._resizing:
                     self._gate.wait()
 
-    def _begin_read(self) -> Txn[memoryview]:
-        retried_slots = False
+    def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
+        """Run ``attempt`` (which begins txns) again until the map it sees is current.
+
+        The one place that handles growth by another process: LMDB then
+        refuses every txn of this one with MDB_MAP_RESIZED until it adopts
+        the new size (:meth:`adopt_map_size`; ``adopt=False`` while the
+        environment is being opened, when opening again does it).
+        """
         while True:
+            try:
+                return attempt()
+            except lmdb.MapResizedError:
+                if adopt:
+                    self.adopt_map_size()
+
+    def _begin(self, *, write: bool) -> Txn[memoryview]:
+        """Begin a txn (the only call of ``env.begin``), adopting map growth.
+
+        A read is entered in the bookkeeping (pair it with :meth:`_leave_read`);
+        a write needs the caller to hold ``write_lock``.
+        """
+
+        def attempt() -> Txn[memoryview]:
+            if write:
+                txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
+                return txn
             self._enter_read()
             try:
-                txn: Txn[memoryview] = self.env.begin(buffers=True)
-                return txn
-            except lmdb.MapResizedError:
+                txn = self.env.begin(buffers=True)
+            except BaseException:
                 self._leave_read()
-                self.adopt_map_size()
+                raise
+            return txn
+
+        retried_slots = False
+        while True:
+            try:
+                return self._adopting_growth(attempt)
             except lmdb.ReadersFullError as exc:
-                self._leave_read()
                 if retried_slots:
                     raise translate(exc, self.path) from None
                 self.env.reader_check()
                 retried_slots = True
             except lmdb.Error as exc:
-                self._leave_read()
                 raise translate(exc, self.path) from None
-            except BaseException:
-                self._leave_read()
-                raise
 
     def begin_read(self) -> Txn[memoryview]:
         """Begin a read txn that hands out zero-copy views; pair it with :meth:`end_read`.
@@ -330,7 +457,7 @@ class Env:
         """
         if os.getpid() != self.pid:
             self.check_pid()
-        return self._begin_read()
+        return self._begin(write=False)
 
     def end_read(self, txn: Txn[memoryview]) -> None:
         """End a txn from :meth:`begin_read` (exactly once)."""
@@ -363,12 +490,7 @@ class Env:
             try:
                 self._lock_writes()
                 try:
-                    try:
-                        txn = self.env.begin(write=True, buffers=True)
-                    except lmdb.MapResizedError:
-                        self.adopt_map_size()
-                        continue
-                    with txn:
+                    with self._begin(write=True) as txn:
                         return fn(txn)
                 finally:
                     self.write_lock.release()

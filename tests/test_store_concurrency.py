@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +216,55 @@ class TestThreads:
             assert b.get_object(key) == b"shared"
         with pytest.raises(Exception):  # noqa: B017 - any error: the handle is closed
             a.get_object(key)
+
+
+def _grow_map(path: str, seconds: float, ready: Any) -> int:
+    """Write big objects until ``seconds`` pass; returns how often the map grew."""
+    with open_store(path, map_size=1 << 20) as st:
+        ready.set()
+        start, grown, last = time.monotonic(), 0, st._e.env.info()["map_size"]
+        i = 0
+        while time.monotonic() - start < seconds:
+            st.put_object(os.urandom(64) + bytes(256 * 1024) + i.to_bytes(8, "little"))
+            i += 1
+            size = st._e.env.info()["map_size"]
+            grown += size != last
+            last = size
+        return grown
+
+
+def _open_read_close(path: str, seconds: float, readonly: bool) -> list[str]:
+    """Open, read and close in a loop; returns the failures (as tracebacks)."""
+    failures: list[str] = []
+    start, rounds = time.monotonic(), 0
+    while time.monotonic() - start < seconds:
+        rounds += 1
+        try:
+            with open_store(path, readonly=readonly, map_size=1 << 20) as st:
+                st.runs()
+                with st._read() as txn:
+                    txn.stat(st._db("objects"))
+        except StoreError:
+            failures.append(traceback.format_exc())
+    return failures if rounds > 1 else ["the loop never ran"]
+
+
+class TestMapGrowthAcrossProcesses:
+    @pytest.mark.parametrize("readonly", [False, True], ids=["read-write", "read-only"])
+    def test_opening_while_another_process_grows_the_map_never_fails(
+        self, tmp_path: Path, readonly: bool
+    ) -> None:
+        """~8 s of open/read/close beside a process that keeps growing the map: no failure."""
+        path = str(tmp_path / "s")
+        with open_store(path, map_size=1 << 20):
+            pass
+        ctx = multiprocessing.get_context("spawn")
+        ready = ctx.Manager().Event()
+        with ctx.Pool(2) as pool:
+            grower = pool.apply_async(_grow_map, (path, 8.0, ready))
+            ready.wait(30)
+            opener = pool.apply_async(_open_read_close, (path, 7.0, readonly))
+            failures = opener.get(60)
+            grown = grower.get(60)
+        assert grown >= 3, "the map never grew: the test proves nothing"
+        assert failures == [], "\n".join(failures)
