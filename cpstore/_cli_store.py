@@ -9,17 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
+import signal
 import sys
+import tempfile
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any
 
 from ._decision import validate
-from ._errors import InvalidInputError, NotFoundError
-from ._exit import EXIT_INTEGRITY, EXIT_OK
+from ._errors import CpstoreError, IntegrityError, InvalidInputError, NotFoundError, StoreError
+from ._exit import EXIT_INTEGRITY, EXIT_INTERNAL, EXIT_OK
 from ._gates import sign_off
 from ._store import Store
 from ._store import open as open_store
+from ._store_env import is_open_here
+from ._store_model import VerifyReport
 from ._store_stats import store_stats
 
 __all__ = ["add_parsers"]
@@ -45,7 +51,8 @@ def _open(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[Store]
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
     if not os.path.isdir(path):
         raise NotFoundError("no store at this path", where=path)
-    with open_store(path, readonly=readonly) as store:
+    # No command makes a store: a mistyped path must not become an empty one.
+    with open_store(path, readonly=readonly, create=False) as store:
         yield store
 
 
@@ -85,12 +92,130 @@ def _progress_bar(label: str, width: int = 40) -> Callable[[int, int], None]:
     return draw
 
 
+#: Signals by which liblmdb dies on a damaged page (assertions, wild pointers).
+_DAMAGE_SIGNALS = frozenset(
+    getattr(signal, name) for name in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
+)
+
+
+def _verify_report(
+    args: argparse.Namespace, progress: Callable[[int, int], None] | None
+) -> VerifyReport:
+    """Verify the store in a child process, so damage that kills liblmdb is reported.
+
+    LMDB 0.9 has no page checksums: walking some damaged B-tree pages makes
+    it abort (an assertion) or fault, which no Python code can catch. The
+    walk runs in a forked child (nothing is open yet in this process); a
+    child killed by such a signal means damaged pages, reported as an
+    :class:`IntegrityError` (exit 5). Where fork() is missing, or this
+    process already has the store open, the walk runs here and is not
+    protected.
+    """
+    if not hasattr(os, "fork") or is_open_here(args.store or ""):
+        with _open(args) as store:
+            return store.verify(progress=progress)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as err:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, which never returns
+            os.close(read_end)
+            _verify_child(args, write_end, err.fileno(), progress is not None)
+        os.close(write_end)
+        try:
+            return _verify_parent(args, pid, read_end, err, progress)
+        finally:
+            os.close(read_end)
+
+
+def _verify_child(args: argparse.Namespace, out_fd: int, err_fd: int, progress: bool) -> None:
+    """The child half of :func:`_verify_report`: every result goes down ``out_fd``."""
+    code = 0
+    try:
+        os.dup2(err_fd, 2)  # liblmdb's assertion text, for the parent's one line
+        with os.fdopen(out_fd, "wb") as out:
+
+            def send(kind: str, value: Any) -> None:
+                pickle.dump((kind, value), out)
+                out.flush()
+
+            try:
+                send("phase", "opening the store")
+                with _open(args) as store:
+                    send("phase", "walking the store")
+                    report = store.verify(
+                        progress=(lambda done, total: send("progress", (done, total)))
+                        if progress
+                        else None
+                    )
+                send("report", report)
+            except CpstoreError as exc:
+                send("error", exc)
+    except BaseException:
+        traceback.print_exc()
+        code = EXIT_INTERNAL
+    finally:
+        os._exit(code)
+
+
+def _verify_parent(
+    args: argparse.Namespace,
+    pid: int,
+    read_end: int,
+    err: IO[bytes],
+    progress: Callable[[int, int], None] | None,
+) -> VerifyReport:
+    """The parent half of :func:`_verify_report`: relay progress, then the result."""
+    phase, done, total = "starting", 0, 0
+    result: VerifyReport | CpstoreError | None = None
+    status = None
+    try:
+        with os.fdopen(os.dup(read_end), "rb") as inp:
+            while True:
+                try:
+                    kind, value = pickle.load(inp)
+                except (EOFError, pickle.UnpicklingError):
+                    break
+                if kind == "phase":
+                    phase = value
+                elif kind == "progress":
+                    done, total = value
+                    if progress is not None:
+                        progress(done, total)
+                else:
+                    result = value
+        _, status = os.waitpid(pid, 0)
+    finally:
+        if status is None:  # interrupted: the child must not outlive the command
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if isinstance(result, CpstoreError):
+        raise result
+    if isinstance(result, VerifyReport):
+        return result
+    err.seek(0)
+    lines = err.read().decode("utf-8", "replace").strip().splitlines()
+    where = f"{args.store} ({phase}" + (f", after {done} of {total} entries)" if total else ")")
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in _DAMAGE_SIGNALS:
+        raise IntegrityError(
+            "the data file is damaged: liblmdb died with "
+            f"{signal.Signals(os.WTERMSIG(status)).name} walking it",
+            where=where,
+            got=lines[-1] if lines else None,
+        )
+    raise StoreError(
+        "the verify process ended without a result",
+        where=where,
+        got=lines[-1] if lines else f"wait status {status}",
+    )
+
+
 def _verify(args: argparse.Namespace) -> int:
-    with _open(args) as store:
-        bar = _progress_bar("verify") if sys.stderr.isatty() else None
-        report = store.verify(progress=bar)
-        if bar is not None:
-            sys.stderr.write("\r\x1b[K")
+    bar = _progress_bar("verify") if sys.stderr.isatty() else None
+    report = _verify_report(args, bar)
+    if bar is not None:
+        sys.stderr.write("\r\x1b[K")
     if args.json:
         _print_json(
             {

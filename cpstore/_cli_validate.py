@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any, TextIO
 
 from ._decision import Decision, Verdict, validate
-from ._errors import NotFoundError
 from ._exit import EXIT_OK, EXIT_QUARANTINE, EXIT_REJECT
 from ._store import open as open_store
 
@@ -131,11 +129,9 @@ def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     if args.store is None:
         decision = validate(args.recorded, args.replayed)
     else:
-        if not os.path.exists(args.store):
-            # cpstore.open would create an empty store; validating against one is a typo.
-            raise NotFoundError("no store at this path", where="--store", got=args.store)
         readonly = bool(args.no_record)
-        with open_store(args.store, readonly=readonly) as store:
+        # create=False: validating against a store that is not there is a typo.
+        with open_store(args.store, readonly=readonly, create=False) as store:
             decision = validate(
                 args.recorded,
                 args.replayed,

@@ -36,7 +36,7 @@ from ._native import digest
 from ._records import DIGEST_SIZE, Digest
 from ._store_model import CHUNK_SIZE, STORE_VERSION, parse_id
 
-__all__ = ["DB_NAMES", "Env", "acquire_env", "release_env"]
+__all__ = ["DB_NAMES", "Env", "acquire_env", "is_open_here", "release_env"]
 
 T = TypeVar("T")
 _V_co = TypeVar("_V_co", covariant=True)
@@ -176,6 +176,27 @@ def _check_new_store_path(path: str, options: EnvOptions) -> None:
         raise _refuse("the directory is not empty and has no data.mdb", path)
 
 
+#: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
+_META_MAGIC = (0xBEEFC0DE).to_bytes(4, "little")
+
+
+def _has_lmdb_meta_page(data: str) -> bool:
+    """True when either meta page of ``data`` carries LMDB's magic.
+
+    LMDB refuses a file with one bad meta page as "not an LMDB file"; one
+    good meta page says it is an LMDB file with a damaged page instead.
+    Page 1 sits one page in, so each page size LMDB may use is tried.
+    """
+    try:
+        with open(data, "rb") as fh:
+            head = fh.read(65536 + 32)
+    except OSError:
+        return False
+    return any(
+        head[at + 16 : at + 20] == _META_MAGIC for at in (0, 4096, 8192, 16384, 32768, 65536)
+    )
+
+
 def _is_lock_permission_error(exc: lmdb.Error) -> bool:
     code = getattr(exc, "code", 0) or _errno_of(str(exc))
     return code in (errno.EACCES, errno.EROFS, errno.EPERM)
@@ -230,6 +251,12 @@ class Env:
                 _check_new_store_path(path, options)
                 os.makedirs(path, exist_ok=True)
             self.env = self._open_env()
+        except lmdb.InvalidError as exc:
+            if _has_lmdb_meta_page(data):
+                raise IntegrityError(
+                    "an LMDB meta page of the data file is damaged", where=data, got=str(exc)
+                ) from None
+            raise translate(exc, path) from None
         except lmdb.Error as exc:
             raise translate(exc, path) from None
         except PermissionError as exc:
@@ -587,6 +614,13 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
             )
         env.handles += 1
         return env
+
+
+def is_open_here(path: str) -> bool:
+    """True when this process (not a parent before fork()) has ``path`` open."""
+    with _REGISTRY_LOCK:
+        env = _REGISTRY.get(os.path.realpath(path))
+        return env is not None and env.pid == os.getpid()
 
 
 def release_env(env: Env) -> None:

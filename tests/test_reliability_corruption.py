@@ -119,6 +119,32 @@ for line in sys.stdin:
 """
 
 
+# Runs `cpstore verify` on each folder read from stdin, in one interpreter: the
+# command must survive every damage itself (its walk runs in a child process).
+CLI_VERIFY = r"""
+import contextlib, io, json, sys
+from cpstore import cli
+for folder in sys.stdin.read().split():
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["verify", "--store", folder])
+    print(json.dumps({"dir": folder, "code": code, "err": err.getvalue()}), flush=True)
+"""
+
+
+def _cli_verify_each(folders: list[str]) -> tuple[int, dict[str, dict[str, Any]]]:
+    """(exit status of the driving interpreter, row per folder) of `cpstore verify`."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI_VERIFY],
+        input="\n".join(folders),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    return proc.returncode, {row["dir"]: row for row in rows}
+
+
 def _report(suite: str, figures: dict[str, Any]) -> None:
     target = os.environ.get("CPSTORE_RELIABILITY_REPORT")
     if target:
@@ -505,6 +531,53 @@ class TestPhysicalDamage:
             {"tried": len(items), "crashed": crashed, "missed": missed},
         )
         assert not crashed and not missed, (crashed, missed)
+
+    def test_cpstore_verify_reports_every_zeroed_page_without_dying(
+        self, pristine: tuple[Path, str, list[str], str], tmp_path: Path
+    ) -> None:
+        """`cpstore verify` on each zeroed page: exit 0 or 5 with at most one line, never a signal."""
+        src, _, _, _ = pristine
+        data = (src / "data.mdb").read_bytes()
+        folders = []
+        for page in range(len(data) // PAGE):
+            dst = tmp_path / f"z{page}"
+            dst.mkdir()
+            damaged = bytearray(data)
+            damaged[page * PAGE : (page + 1) * PAGE] = bytes(PAGE)
+            (dst / "data.mdb").write_bytes(bytes(damaged))
+            folders.append(str(dst))
+        status, rows = _cli_verify_each(folders)
+        assert status == 0, "the cpstore verify command itself died"
+        assert sorted(rows) == sorted(folders)
+        wrong = {d: r for d, r in rows.items() if r["code"] not in (0, 5)}
+        chatty = {d: r["err"] for d, r in rows.items() if len(r["err"].splitlines()) > 1}
+        died = [d for d, r in rows.items() if "liblmdb died" in r["err"]]
+        _report(
+            "corruption-zero-pages-cli",
+            {"tried": len(folders), "liblmdb_died": len(died), "wrong_code": sorted(wrong)},
+        )
+        assert not wrong, wrong
+        assert not chatty, chatty
+
+    def test_cpstore_verify_turns_a_liblmdb_abort_into_exit_5(
+        self, pristine: tuple[Path, str, list[str], str]
+    ) -> None:
+        """A verify walk killed by SIGABRT is reported as damage (exit 5, one line naming it)."""
+        src, _, _, _ = pristine
+        aborting = (
+            "import os, sys\n"
+            "from cpstore import cli\n"
+            "from cpstore._store import Store\n"
+            "Store.verify = lambda self, **kw: os.abort()\n"
+            "sys.exit(cli.main(['verify', '--store', sys.argv[1]]))\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", aborting, str(src)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 5, proc.stderr
+        assert len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert "liblmdb died with SIGABRT" in proc.stderr
+        assert "walking the store" in proc.stderr
 
     @pytest.mark.soak
     @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
