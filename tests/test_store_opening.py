@@ -1,0 +1,326 @@
+"""Opening a store: what becomes a new store, what is refused, and read-only access.
+
+A store is created only in a missing or empty folder; an empty or foreign
+data.mdb is refused and left as it was; read-only opens and every CLI command
+never create. A user who may read a store but not write its folder can still
+verify and read it (the readers here really are unprivileged: root ignores
+file modes, so the child drops to the ``nobody`` user).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import locale  # noqa: F401 - argparse imports it lazily; the unprivileged child cannot
+import multiprocessing
+import os
+import pwd
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import lmdb
+import pytest
+
+import cpstore
+from cpstore import cli
+from cpstore._errors import FormatVersionError, NotFoundError, StoreReadOnlyError
+
+
+def _make_store(path: str) -> tuple[str, str]:
+    """A store with one run of two checkpoints; (first id, head id)."""
+    with cpstore.open(path) as store:
+        rec = store.recorder("run-a")
+        rec.token("rng", 7)
+        first = rec.checkpoint(1, {"memory": "hello"})
+        head = rec.checkpoint(2, {"memory": "hello again"})
+    return first, head
+
+
+def _cli(argv: list[str]) -> tuple[int, str, str]:
+    """Run the CLI in-process; (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir())}
+
+
+# -- what becomes a store --------------------------------------------------------
+
+
+class TestCreation:
+    def test_a_missing_folder_becomes_a_new_store(self, tmp_path: Path) -> None:
+        """open() makes a store where nothing is."""
+        with cpstore.open(tmp_path / "new") as store:
+            assert store.runs() == []
+        assert (tmp_path / "new" / "data.mdb").is_file()
+
+    def test_an_empty_folder_becomes_a_new_store(self, tmp_path: Path) -> None:
+        """open() makes a store in an empty folder (nothing there can be lost)."""
+        (tmp_path / "empty").mkdir()
+        with cpstore.open(tmp_path / "empty") as store:
+            assert store.verify().ok
+
+    def test_create_false_and_readonly_never_create(self, tmp_path: Path) -> None:
+        """A missing or empty folder opened with create=False or readonly is NotFoundError."""
+        (tmp_path / "empty").mkdir()
+        for where in (tmp_path / "missing", tmp_path / "empty"):
+            with pytest.raises(NotFoundError):
+                cpstore.open(where, create=False)
+            with pytest.raises(NotFoundError):
+                cpstore.open(where, readonly=True)
+        assert not (tmp_path / "missing").exists()
+        assert list((tmp_path / "empty").iterdir()) == []
+
+    def test_a_folder_of_other_files_is_refused_not_adopted(self, tmp_path: Path) -> None:
+        """A non-empty folder without data.mdb is not a store and is not made one."""
+        (tmp_path / "docs").mkdir()
+        (tmp_path / "docs" / "notes.txt").write_text("mine")
+        with pytest.raises(FormatVersionError, match="not a cpstore store") as info:
+            cpstore.open(tmp_path / "docs")
+        assert str(tmp_path / "docs") in str(info.value)
+        assert _files(tmp_path / "docs") == {"notes.txt": b"mine"}
+
+    def test_processes_creating_one_store_at_once_all_open_it(self, tmp_path: Path) -> None:
+        """Four processes opening one new folder at once: all succeed, one store results."""
+        path = str(tmp_path / "s")
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(4) as pool:
+            heads = pool.starmap(_record_one, [(path, f"r{i}") for i in range(4)])
+        with cpstore.open(path, readonly=True) as store:
+            assert sorted(store.runs()) == ["r0", "r1", "r2", "r3"]
+            assert [store.ref(f"r{i}") for i in range(4)] == heads
+            assert store.verify().ok
+
+
+def _record_one(path: str, run: str) -> str:
+    with cpstore.open(path) as store:
+        return store.recorder(run).checkpoint(1, {"run": run})
+
+
+# -- what is refused -------------------------------------------------------------
+
+
+class TestRefusal:
+    def test_an_emptied_data_file_is_refused_not_reinitialised(self, tmp_path: Path) -> None:
+        """data.mdb truncated to 0 bytes: every open is refused and the file stays as it was."""
+        path = tmp_path / "s"
+        _make_store(str(path))
+        (path / "data.mdb").write_bytes(b"")
+        for kwargs in ({}, {"readonly": True}, {"create": False}):
+            with pytest.raises(FormatVersionError, match=r"data\.mdb is empty") as info:
+                cpstore.open(path, **kwargs)
+            assert str(path / "data.mdb") in str(info.value)
+        assert (path / "data.mdb").stat().st_size == 0
+        code, _, err = _cli(["verify", "--store", str(path)])
+        assert code not in (0, 1) and "data.mdb is empty" in err
+
+    @pytest.mark.parametrize("named_db", [True, False], ids=["named-db", "main-db-only"])
+    def test_a_foreign_lmdb_environment_is_refused_not_converted(
+        self, tmp_path: Path, named_db: bool
+    ) -> None:
+        """Another program's LMDB environment is refused by open() and left unchanged."""
+        path = tmp_path / "foreign"
+        env = lmdb.open(str(path), max_dbs=4)
+        with env.begin(write=True) as txn:
+            db = env.open_db(b"theirs", txn=txn) if named_db else None
+            txn.put(b"key", b"value", db=db)
+        env.close()
+        before = (path / "data.mdb").read_bytes()
+        for kwargs in ({}, {"readonly": True}):
+            with pytest.raises(FormatVersionError, match="not a cpstore store") as info:
+                cpstore.open(path, **kwargs)
+            assert str(path) in str(info.value)
+        assert (path / "data.mdb").read_bytes() == before
+        env = lmdb.open(str(path), max_dbs=4, readonly=True)
+        with env.begin() as txn:
+            assert [bytes(k) for k, _ in txn.cursor()] == [b"theirs" if named_db else b"key"]
+        env.close()
+
+    @pytest.mark.parametrize(
+        "argv",
+        [
+            ["validate", "00" * 16, "00" * 16, "--store"],
+            ["validate", "00" * 16, "00" * 16, "--no-record", "--store"],
+            ["verify", "--store"],
+            ["log", "--store"],
+            ["stats", "--store"],
+        ],
+        ids=["validate", "validate-no-record", "verify", "log", "stats"],
+    )
+    def test_no_command_makes_a_store_in_an_empty_folder(
+        self, tmp_path: Path, argv: list[str]
+    ) -> None:
+        """A command given an empty folder says no store is there and leaves it empty."""
+        (tmp_path / "empty").mkdir()
+        code, _, err = _cli([*argv, str(tmp_path / "empty")])
+        assert code == cli.EXIT_NOT_FOUND, err
+        assert "no store" in err and len(err.splitlines()) == 1
+        assert list((tmp_path / "empty").iterdir()) == []
+
+    def test_a_store_missing_a_newer_database_gains_it_on_a_writable_open(
+        self, tmp_path: Path
+    ) -> None:
+        """A cpstore store from before a named database existed still opens and gets it."""
+        path = tmp_path / "s"
+        _, head = _make_store(str(path))
+        env = lmdb.open(str(path), max_dbs=16)
+        with env.begin(write=True) as txn:
+            txn.drop(env.open_db(b"audit_mac", txn=txn), delete=True)
+        env.close()
+        with cpstore.open(path) as store:
+            assert store.ref("run-a") == head
+            assert store.verify().ok
+
+
+# -- read-only access -------------------------------------------------------------
+
+
+def _nobody() -> tuple[int, int]:
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return 65534, 65534
+    return entry.pw_uid, entry.pw_gid
+
+
+def _unprivileged(fn: Callable[[], int]) -> tuple[int, str, str]:
+    """Run ``fn`` in a forked child that cannot write the store; (its return, stdout, stderr).
+
+    As root the child drops to ``nobody`` (root ignores file modes, so chmod
+    alone proves nothing); otherwise the caller's own modes already deny it.
+    fork rather than a new interpreter: ``nobody`` may not reach the Python
+    installation (under /root here), while the forked image has it loaded.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 99
+            buf_out, buf_err = io.StringIO(), io.StringIO()
+            try:
+                if os.geteuid() == 0:
+                    uid, gid = _nobody()
+                    os.setgroups([])
+                    os.setgid(gid)
+                    os.setuid(uid)
+                with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err):
+                    code = fn()
+            except BaseException as exc:
+                buf_err.write(f"{type(exc).__name__}: {exc}\n")
+            finally:
+                out.write(buf_out.getvalue().encode())
+                err.write(buf_err.getvalue().encode())
+                out.flush()
+                err.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return (
+            os.waitstatus_to_exitcode(status),
+            out.read().decode(),
+            err.read().decode(),
+        )
+
+
+@pytest.fixture()
+def unwritable_store() -> Iterator[tuple[str, str, str]]:
+    """A store in a folder the test's child cannot write; (path, first id, head id)."""
+    root = tempfile.mkdtemp(prefix="cpstore-ro-")
+    try:
+        os.chmod(root, 0o755)  # reachable by the unprivileged child
+        path = os.path.join(root, "s")
+        first, head = _make_store(path)
+        if os.geteuid() != 0:
+            for name in os.listdir(path):
+                os.chmod(os.path.join(path, name), 0o444)
+            os.chmod(path, 0o555)
+        yield path, first, head
+    finally:
+        for dirpath, _, _ in os.walk(root):
+            os.chmod(dirpath, 0o755)
+        shutil.rmtree(root)
+
+
+class TestReadOnlyAccess:
+    def test_the_child_really_cannot_write_the_store(
+        self, unwritable_store: tuple[str, str, str]
+    ) -> None:
+        """The test's premise: the unprivileged child is denied writing the lock file."""
+        path = unwritable_store[0]
+
+        def try_write() -> int:
+            try:
+                with open(os.path.join(path, "lock.mdb"), "r+b"):
+                    return 1
+            except PermissionError:
+                return 0
+
+        assert _unprivileged(try_write)[0] == 0
+
+    @pytest.mark.parametrize(
+        "command",
+        [
+            ["verify"],
+            ["log"],
+            ["log", "run-a"],
+            ["inspect", "{head}"],
+            ["stats"],
+            ["validate", "{first}", "{head}", "--no-record"],
+            ["validate", "{head}", "{head}", "--no-record"],
+        ],
+        ids=["verify", "log", "log-run", "inspect", "stats", "validate-reject", "validate-accept"],
+    )
+    def test_read_only_commands_read_a_store_the_user_cannot_write(
+        self, unwritable_store: tuple[str, str, str], command: list[str]
+    ) -> None:
+        """verify, log, inspect, stats, validate --no-record: the code a writer would get."""
+        path, first, head = unwritable_store
+        argv = [a.format(first=first, head=head) for a in command] + ["--store", path]
+        before = {n: os.stat(os.path.join(path, n)).st_mtime_ns for n in os.listdir(path)}
+        code, out, err = _unprivileged(lambda: cli.main(argv))
+        assert code in (0, cli.EXIT_REJECT, cli.EXIT_QUARANTINE), err
+        assert err == "" and out
+        after = {n: os.stat(os.path.join(path, n)).st_mtime_ns for n in os.listdir(path)}
+        assert after == before
+        assert code == _cli(argv)[0]  # what a user who may write gets
+
+    def test_the_api_reads_and_verifies_without_the_lock_file(
+        self, unwritable_store: tuple[str, str, str]
+    ) -> None:
+        """cpstore.open(readonly=True) reads state and verifies clean; a write is refused."""
+        path, _, head = unwritable_store
+
+        def read() -> int:
+            with cpstore.open(path, readonly=True) as store, store.read(head) as cp:
+                assert cp.state() == {"memory": "hello again"}
+                assert store.verify().ok
+                assert not store._e.locked
+                try:
+                    store.put_object(b"x")
+                except StoreReadOnlyError:
+                    return 0
+                return 1
+
+        code, _, err = _unprivileged(read)
+        assert code == 0, err
+
+    def test_a_write_on_a_store_the_user_cannot_write_is_one_line(
+        self, unwritable_store: tuple[str, str, str]
+    ) -> None:
+        """validate that would record fails with one line, not a traceback, and changes nothing."""
+        path, _, head = unwritable_store
+        code, _, err = _unprivileged(lambda: cli.main(["validate", head, head, "--store", path]))
+        assert code not in (0, 99) and len(err.splitlines()) == 1, err
+        assert "cannot be written" in err
+
+    def test_a_readonly_open_uses_the_lock_file_when_it_can(self, tmp_path: Path) -> None:
+        """Where the lock file is writable, a read-only open keeps LMDB's reader coordination."""
+        _make_store(str(tmp_path / "s"))
+        with cpstore.open(tmp_path / "s", readonly=True) as store:
+            assert store._e.locked
