@@ -366,6 +366,8 @@ class Env:
         except lmdb.NotFoundError:
             if not self._never_committed(txn):
                 raise _refuse("no cpstore format record", self.path) from None
+            if not self.options.create:
+                raise self._nothing_here() from None
             for name in DB_NAMES:
                 dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
             txn.put(_FORMAT_KEY, encode_value(_FORMAT), overwrite=False, db=dbs["meta"])
@@ -383,6 +385,13 @@ class Env:
         try:
             meta = self.env.open_db(b"meta", create=False)
         except lmdb.NotFoundError:
+            txn = self._begin(write=False)
+            try:
+                empty = self._never_committed(txn)
+            finally:
+                self.end_read(txn)
+            if empty:
+                raise self._nothing_here() from None
             raise _refuse("no cpstore format record", self.path) from None
         txn = self._begin(write=False)
         try:
@@ -399,6 +408,9 @@ class Env:
                     expected=name,
                 ) from None
         return dbs
+
+    def _nothing_here(self) -> NotFoundError:
+        return NotFoundError("no store at this path (an empty LMDB environment)", where=self.path)
 
     def _never_committed(self, txn: Txn[memoryview]) -> bool:
         """True for an environment LMDB just made: no txn committed, nothing in it."""

@@ -86,6 +86,18 @@ class TestCreation:
         assert str(tmp_path / "docs") in str(info.value)
         assert _files(tmp_path / "docs") == {"notes.txt": b"mine"}
 
+    def test_an_environment_never_committed_to_becomes_a_store_only_when_creating(
+        self, tmp_path: Path
+    ) -> None:
+        """A data.mdb LMDB made but never committed to (a crash at creation) holds nothing."""
+        path = tmp_path / "s"
+        lmdb.open(str(path), max_dbs=4).close()
+        for kwargs in ({"create": False}, {"readonly": True}):
+            with pytest.raises(NotFoundError, match="empty LMDB environment"):
+                cpstore.open(path, **kwargs)
+        with cpstore.open(path) as store:
+            assert store.verify().ok
+
     def test_processes_creating_one_store_at_once_all_open_it(self, tmp_path: Path) -> None:
         """Four processes opening one new folder at once: all succeed, one store results."""
         path = str(tmp_path / "s")
