@@ -484,6 +484,9 @@ class Store:
         """Re-hash every object and manifest, resolve every reference, check the audit chain.
 
         ``progress(done, total)`` is called every few thousand entries and once at the end.
+        It runs in this process: some damaged B-tree pages make liblmdb abort or fault,
+        which kills the interpreter. ``cpstore verify`` runs the walk in a child process
+        and reports that as damage (exit 5); use it for a store you do not trust.
         """
         self._live()
         return verify(self, progress)

@@ -500,8 +500,10 @@ class TestPhysicalDamage:
         strict=True,
         reason="LIMIT (LMDB 0.9 has no page checksums): zeroing some B-tree pages makes "
         "liblmdb abort the interpreter (SIGABRT, 'mdb.c: Assertion IS_LEAF(mp) failed in "
-        "mdb_cursor_next()') during verify(); cpstore cannot catch it. Repro: zero page 52 "
-        "of this suite's pristine store, then cpstore.open(path, readonly=True).verify()",
+        "mdb_cursor_next()') during the in-process store.verify(); no Python code can catch "
+        "it. Repro: zero page 51 of this suite's pristine store, then "
+        "cpstore.open(path, readonly=True).verify(). The CLI survives it: see "
+        "test_cpstore_verify_reports_every_zeroed_page_without_dying",
     )
     def test_zeroing_any_single_page_never_crashes(
         self, pristine: tuple[Path, str, list[str], str], tmp_path: Path
