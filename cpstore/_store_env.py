@@ -302,7 +302,17 @@ class Env:
                     if not (options.readonly and _is_lock_permission_error(exc)):
                         raise
                 self.locked = False
-            return lmdb.open(self.path, lock=False, **kwargs)
+            try:
+                return lmdb.open(self.path, lock=False, **kwargs)
+            except lmdb.Error as exc:
+                if not _is_lock_permission_error(exc):
+                    raise
+                # Not the lock file then: this user may not read the data file.
+                raise StoreError(
+                    "the store cannot be read (permission denied)",
+                    where=os.path.join(self.path, "data.mdb"),
+                    got=str(exc),
+                ) from None
 
         # py-lmdb begins a txn inside open(); a map grown meanwhile fails it,
         # and opening again reads the new size.

@@ -331,6 +331,21 @@ class TestReadOnlyAccess:
         assert code not in (0, 99) and len(err.splitlines()) == 1, err
         assert "cannot be written" in err
 
+    def test_a_store_the_user_cannot_read_says_so_in_one_line(
+        self, unwritable_store: tuple[str, str, str]
+    ) -> None:
+        """A data file this user may not read is 'cannot be read', not 'cannot be written'."""
+        path = unwritable_store[0]
+        data = os.path.join(path, "data.mdb")
+        mode = os.stat(data).st_mode
+        os.chmod(data, 0o600 if os.geteuid() == 0 else 0)
+        try:
+            code, _, err = _unprivileged(lambda: cli.main(["verify", "--store", path]))
+        finally:
+            os.chmod(data, mode)
+        assert code not in (0, 99) and len(err.splitlines()) == 1, err
+        assert "cannot be read" in err and "data.mdb" in err
+
     def test_a_readonly_open_uses_the_lock_file_when_it_can(self, tmp_path: Path) -> None:
         """Where the lock file is writable, a read-only open keeps LMDB's reader coordination."""
         _make_store(str(tmp_path / "s"))
