@@ -175,7 +175,7 @@ def _verify_parent(
             while True:
                 try:
                     kind, value = pickle.load(inp)
-                except (EOFError, pickle.UnpicklingError):
+                except Exception:  # the end, or a frame cut short by the child's death
                     break
                 if kind == "phase":
                     phase = value
