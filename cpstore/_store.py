@@ -320,6 +320,21 @@ class Store:
                 expected=hex_id(op.expected_ref),
                 got=hex_id(current_b),
             )
+        if op.parent is not None and txn.get(op.parent, db=cps) is None:
+            # Only a fork's first checkpoint can get here (a branch head is
+            # never pruned): retention swept the checkpoint it forks from while
+            # the recorder held it. Its history is gone, so refuse rather than
+            # write a child whose parent (and inherited logs) are not stored.
+            pruned = txn.get(op.parent, db=self._db("tombstones")) is not None
+            raise ConflictError(
+                "the parent checkpoint was pruned while this recorder held it; "
+                "fork from a stored checkpoint"
+                if pruned
+                else "parent checkpoint is not stored",
+                where=f"refs/{op.run_id}/{op.branch}",
+                expected=op.parent.hex(),
+                got="pruned" if pruned else "missing",
+            )
         for key, data in op.objects.items():
             put_object(txn, objects, key, data)
         for key in op.must_exist:
@@ -329,12 +344,6 @@ class Store:
                     where=f"checkpoint {op.cid.hex()}",
                     expected=bytes(key).hex(),
                 )
-        if (
-            op.parent is not None
-            and txn.get(op.parent, db=cps) is None
-            and txn.get(op.parent, db=self._db("tombstones")) is None
-        ):
-            raise NotFoundError("parent checkpoint is not stored", got=op.parent.hex())
         if not txn.put(op.cid, op.value, overwrite=False, db=cps):
             _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
             if existing != unpack_checkpoint_value(op.value)[1]:
