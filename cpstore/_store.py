@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Literal
@@ -35,6 +36,7 @@ from ._store_env import (
     put_object,
     release_env,
 )
+from ._store_exit import track_store
 from ._store_keyed import adopt_key, check_mac
 from ._store_maint import check_checkpoint_objects, delete_run, prune, verify
 from ._store_model import (
@@ -120,6 +122,7 @@ class Store:
         except BaseException:
             self.close()
             raise
+        track_store(self)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -154,6 +157,27 @@ class Store:
         finally:
             self._closed = True
             release_env(self._e)
+
+    def _flush_at_exit(self) -> None:
+        """Commit queued checkpoints at interpreter exit (in the opening process only)."""
+        if not self._closed and self._pending and os.getpid() == self._e.pid:
+            self.flush()
+
+    def __del__(self) -> None:
+        # A batched store dropped without close() still owes its queued
+        # checkpoints: their ids were returned. Flush, and say close() was missed.
+        if getattr(self, "_closed", True) or not self._pending:
+            return
+        if os.getpid() != self._e.pid:
+            return
+        count = len(self._pending)
+        self.flush()
+        warnings.warn(
+            f"cpstore store {self._path} garbage-collected without close(); "
+            f"flushed {count} queued checkpoint(s)",
+            ResourceWarning,
+            stacklevel=2,
+        )
 
     def _live(self) -> None:
         if self._closed:

@@ -14,15 +14,23 @@ from __future__ import annotations
 import math
 import struct
 import sys
+import warnings
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import decode_value, encode_value
-from ._errors import ConflictError, InvalidInputError, RecordFormatError
+from ._errors import (
+    ConflictError,
+    InvalidInputError,
+    RecordFormatError,
+    StoreError,
+    UnsealedEffectsError,
+)
 from ._native import digest, digest_batch
 from ._records import Digest, KindTable
 from ._store_env import chunk_index, get_object
+from ._store_exit import track_recorder
 from ._store_model import (
     CHUNK_SIZE,
     MAX_OBJECT_SIZE,
@@ -90,6 +98,8 @@ class Recorder:
         self._transcript: bytes | None = None
         self._tags: dict[str, None] = {}
         self._sealed = False
+        self._sealed_count = 0  # effects covered by this recorder's last sealing checkpoint
+        self._closed = False
         self._pending: dict[bytes, bytes] = {}
         # Objects a stash may skip: only what the head this recorder extends
         # reaches. The commit txn's ref CAS proves that head is still the
@@ -125,6 +135,8 @@ class Recorder:
             start = head
         if start is not None:
             self._load_parent(start)
+        self._sealed_count = len(self._effects)
+        track_recorder(self)
 
     def _load_parent(self, cid: bytes) -> None:
         store = self._store
@@ -425,6 +437,8 @@ class Recorder:
         calls build the next checkpoint's ledger on top of it.
         """
         _step(step)
+        if self._closed:
+            raise StoreError("the recorder is closed", where=f"run {self._run_id}")
         self._tags.update(dict.fromkeys(check_tags(tags)))
         meta = check_metadata(metadata, "metadata")
         self._chunks = []
@@ -491,11 +505,68 @@ class Recorder:
         self._parent = cid
         if seal_ledger:
             self._sealed = True
+            self._sealed_count = len(self._effects)
         return cid.hex()
 
     def flush(self) -> None:
         """Commit the store's queued checkpoints now (batched mode)."""
         self._store.flush()
+
+    @property
+    def unsealed_effects(self) -> int:
+        """Effects this recorder appended that no checkpoint of it sealed yet."""
+        return len(self._effects) - self._sealed_count
+
+    def close(self, *, discard_effects: bool = False) -> None:
+        """Flush the store's queued checkpoints and end this recorder.
+
+        Raises :class:`UnsealedEffectsError` (nothing is flushed or ended) when
+        effects were appended that no checkpoint sealed, unless
+        ``discard_effects=True`` says dropping them is intended. A side effect
+        that happened but is in no sealed ledger is one a replay cannot guard.
+        """
+        if self._closed:
+            return
+        count = self.unsealed_effects
+        if count and not discard_effects:
+            raise UnsealedEffectsError(
+                "recorder closed holding side effects no checkpoint sealed; "
+                "checkpoint them (seal_ledger=True) or close(discard_effects=True)",
+                where=f"run {self._run_id} branch {self._branch}",
+                expected=0,
+                got=count,
+            )
+        self._closed = True
+        self._store.flush()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Leaving on an error: do not mask it; say what is dropped instead.
+        self._warn_unsealed("leaving its with-block on an error")
+        self._closed = True
+
+    def _warn_unsealed(self, when: str) -> None:
+        """RuntimeWarning naming the run when effects are dropped unsealed (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        count = self.unsealed_effects
+        if count:
+            warnings.warn(
+                f"cpstore recorder for run {self._run_id!r} branch {self._branch!r} "
+                f"dropped {count} side effect(s) no checkpoint sealed, {when}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def __del__(self) -> None:
+        if hasattr(self, "_closed"):
+            self._warn_unsealed("when garbage-collected")
 
 
 def _raw(hex_value: str | None) -> bytes | None:
