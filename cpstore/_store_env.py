@@ -34,7 +34,8 @@ from ._errors import (
 )
 from ._native import digest
 from ._records import DIGEST_SIZE, Digest
-from ._store_model import CHUNK_SIZE, STORE_VERSION, parse_id
+from ._store_model import CHUNK_SIZE, READABLE_VERSIONS, STORE_VERSION, parse_id
+from ._store_refs import upgrade_refs_v1
 
 __all__ = ["DB_NAMES", "Env", "acquire_env", "release_env"]
 
@@ -265,13 +266,26 @@ class Env:
             fmt = None
         if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
             raise StoreError("not a cpstore store (bad format record)", where=self.path, got=raw)
-        if fmt.get("version") != STORE_VERSION or fmt.get("digest") != "xxh3-128":
+        version = fmt.get("version")
+        if version not in READABLE_VERSIONS or fmt.get("digest") != "xxh3-128":
             raise FormatVersionError(
                 "store of an unknown version",
                 where=self.path,
                 expected={"version": STORE_VERSION, "digest": "xxh3-128"},
                 got={"version": fmt.get("version"), "digest": fmt.get("digest")},
             )
+        self.layout: int = version
+        if version != STORE_VERSION and not self.options.readonly:
+            self._upgrade()
+
+    def _upgrade(self) -> None:
+        """Bring a layout-1 store to the current layout in one write txn (docs/store.md)."""
+        with self.write_lock, self.env.begin(write=True) as txn:
+            fmt = decode_value(txn.get(_FORMAT_KEY, db=self.dbs["meta"]) or b"")
+            if fmt.get("version") == 1:  # another process may have upgraded it meanwhile
+                upgrade_refs_v1(txn, self.dbs)
+                txn.put(_FORMAT_KEY, encode_value(_FORMAT), db=self.dbs["meta"])
+        self.layout = STORE_VERSION
 
     # -- transactions -------------------------------------------------------
 
