@@ -55,7 +55,7 @@ class TestSameProcess:
             assert st.verify().ok
 
     def test_fork_whose_parent_was_pruned_is_refused(self, tmp_path: Path) -> None:
-        """A fork's first checkpoint after its parent was pruned: refused, never a dangling parent."""
+        """A fork whose parent was pruned meanwhile is refused, never given a dangling parent."""
         with open_store(tmp_path / "s") as st:
             rec = st.recorder("r")
             first = rec.checkpoint(1, {"a": 1})
