@@ -529,6 +529,9 @@ def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None
             ]
         # Heads an audited reset_ref moved away from: whole lineage, until released.
         heads.extend((None, cid) for cid in retained_heads(txn, dbs["meta"]))
+        # Checkpoints whose whole lineage is marked: only an unlimited walk may
+        # stop at one (a limited walk may have marked just its newest few).
+        complete: set[bytes] = set()
         for run_id, head in heads:
             limit = None if run_id is None else keep(run_id)
             cid: bytes | None = head
@@ -538,9 +541,11 @@ def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None
                 if value is None:
                     break
                 walked += 1
-                if cid in live_cps:
-                    if limit is None:
+                if limit is None:
+                    if cid in complete:
                         break  # the rest of this lineage is already marked
+                    complete.add(cid)
+                if cid in live_cps:
                     m = live_cps[cid]
                 else:
                     created, data = unpack_checkpoint_value(value)

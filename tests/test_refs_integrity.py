@@ -266,3 +266,13 @@ class TestLayoutUpgrade:
                 pass
             with pytest.raises(IntegrityError):
                 ro.ref("q")
+
+
+class TestRetainedLineage:
+    def test_a_retained_head_keeps_its_whole_lineage_past_a_kept_head(self, store: Store) -> None:
+        """A head kept with keep_last=1 inside a retained lineage does not cut the lineage short."""
+        ids = _three(store)
+        store.reset_ref("r", "main", ids[1], expected_old=ids[2], operator="o", reason="r")
+        assert store.prune(keep_last=1) == 0
+        assert all(_readable(store, cid) for cid in ids)
+        assert store.verify().ok
