@@ -280,11 +280,14 @@ class Env:
 
     def _upgrade(self) -> None:
         """Bring a layout-1 store to the current layout in one write txn (docs/store.md)."""
-        with self.write_lock, self.env.begin(write=True) as txn:
-            fmt = decode_value(txn.get(_FORMAT_KEY, db=self.dbs["meta"]) or b"")
-            if fmt.get("version") == 1:  # another process may have upgraded it meanwhile
-                upgrade_refs_v1(txn, self.dbs)
-                txn.put(_FORMAT_KEY, encode_value(_FORMAT), db=self.dbs["meta"])
+        try:
+            with self.write_lock, self.env.begin(write=True) as txn:
+                fmt = decode_value(txn.get(_FORMAT_KEY, db=self.dbs["meta"]) or b"")
+                if fmt.get("version") == 1:  # another process may have upgraded it meanwhile
+                    upgrade_refs_v1(txn, self.dbs)
+                    txn.put(_FORMAT_KEY, encode_value(_FORMAT), db=self.dbs["meta"])
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from None
         self.layout = STORE_VERSION
 
     # -- transactions -------------------------------------------------------

@@ -191,3 +191,26 @@ class TestNormalExit:
             with pytest.warns(RuntimeWarning, match="dropped 1 side effect"):
                 del rec
                 gc.collect()
+
+    def test_exit_hook_in_a_forked_child_leaves_the_parents_queue_alone(
+        self, tmp_path: Path
+    ) -> None:
+        """A fork child's exit hooks never flush (or touch) the parent's store."""
+        import atexit
+
+        with open_store(tmp_path / "s", durability="batched") as st:
+            cid = st.recorder("r").checkpoint(0, {"a": 1})
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    atexit._run_exitfuncs()  # what a normal exit of the child runs
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert st.pending == 1
+            assert st.ref("r") is None  # the child flushed nothing
+        with open_store(tmp_path / "s") as st:
+            assert st.ref("r") == cid
