@@ -50,6 +50,7 @@ from ._errors import (
     LedgerGuardError,
     LedgerSealedError,
     NativeError,
+    NotDescendantError,
     NotFoundError,
     RecordFormatError,
     RecordingGapError,
@@ -58,6 +59,7 @@ from ._errors import (
     StoreError,
     StoreFullError,
     StoreReadOnlyError,
+    UnsealedEffectsError,
     ValidationFailedError,
 )
 from ._gates import (
@@ -153,6 +155,7 @@ __all__ = [
     "LedgerSealedError",
     "Manifest",
     "NativeError",
+    "NotDescendantError",
     "NotFoundError",
     "Observation",
     "PackedTokens",
@@ -184,6 +187,7 @@ __all__ = [
     "Token",
     "TokenInfo",
     "TokenScan",
+    "UnsealedEffectsError",
     "ValidationFailedError",
     "Verdict",
     "VerifyReport",

@@ -25,6 +25,7 @@ __all__ = [
     "LedgerGuardError",
     "LedgerSealedError",
     "NativeError",
+    "NotDescendantError",
     "NotFoundError",
     "RecordFormatError",
     "RecordingGapError",
@@ -33,6 +34,7 @@ __all__ = [
     "StoreError",
     "StoreFullError",
     "StoreReadOnlyError",
+    "UnsealedEffectsError",
     "ValidationFailedError",
 ]
 
@@ -146,6 +148,14 @@ class ForkError(StoreError):
 
 class ConflictError(StoreError):
     """A compare-and-set on a ref lost: the ref moved since it was read."""
+
+
+class NotDescendantError(ConflictError):
+    """A ref move to a checkpoint that does not descend from the head; use ``reset_ref``."""
+
+
+class UnsealedEffectsError(StoreError):
+    """A recorder was closed holding side effects no checkpoint sealed (``got`` is how many)."""
 
 
 class LedgerSealedError(StoreError):

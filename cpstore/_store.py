@@ -10,22 +10,25 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 from ._audit_mac import check_key
+from ._canonical import encode_value
 from ._errors import (
     AuditChainError,
     ConflictError,
     IntegrityError,
     InvalidInputError,
+    NotDescendantError,
     NotFoundError,
     StoreError,
 )
 from ._native import digest, digest_small
 from ._records import Digest
-from ._store_audit import append_audit, audit_records, get_audit
+from ._store_audit import append_audit, append_audit_txn, audit_records, get_audit
 from ._store_env import (
     EnvOptions,
     Txn,
@@ -35,6 +38,7 @@ from ._store_env import (
     put_object,
     release_env,
 )
+from ._store_exit import track_store
 from ._store_keyed import adopt_key, check_mac
 from ._store_maint import check_checkpoint_objects, delete_run, prune, verify
 from ._store_model import (
@@ -58,6 +62,17 @@ from ._store_model import (
 )
 from ._store_reader import CheckpointView
 from ._store_recorder import Recorder
+from ._store_refs import (
+    RECORDED,
+    SET,
+    check_ref_target,
+    delete_ref,
+    read_ref,
+    retained_heads,
+    retained_key,
+    unpack_ref,
+    write_ref,
+)
 
 __all__ = ["Durability", "Store", "open"]
 
@@ -123,6 +138,7 @@ class Store:
         except BaseException:
             self.close()
             raise
+        track_store(self)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -157,6 +173,27 @@ class Store:
         finally:
             self._closed = True
             release_env(self._e)
+
+    def _flush_at_exit(self) -> None:
+        """Commit queued checkpoints at interpreter exit (in the opening process only)."""
+        if not self._closed and self._pending and os.getpid() == self._e.pid:
+            self.flush()
+
+    def __del__(self) -> None:
+        # A batched store dropped without close() still owes its queued
+        # checkpoints: their ids were returned. Flush, and say close() was missed.
+        if getattr(self, "_closed", True) or not self._pending:
+            return
+        if os.getpid() != self._e.pid:
+            return
+        count = len(self._pending)
+        self.flush()
+        warnings.warn(
+            f"cpstore store {self._path} garbage-collected without close(); "
+            f"flushed {count} queued checkpoint(s)",
+            ResourceWarning,
+            stacklevel=2,
+        )
 
     def _live(self) -> None:
         if self._closed:
@@ -312,16 +349,31 @@ class Store:
         return len(self._pending)
 
     def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
-        refs, objects, cps = self._db("refs"), self._db("objects"), self._db("checkpoints")
+        objects, cps = self._db("objects"), self._db("checkpoints")
         rkey = ref_key(op.run_id, op.branch)
-        current = txn.get(rkey, db=refs)
-        current_b = None if current is None else bytes(current)
+        current = read_ref(txn, self._e.dbs, rkey, layout=self._e.layout)
+        current_b = None if current is None else current[0]
         if current_b != op.expected_ref:
             raise ConflictError(
                 "the branch moved since this recorder read it",
                 where=f"refs/{op.run_id}/{op.branch}",
                 expected=hex_id(op.expected_ref),
                 got=hex_id(current_b),
+            )
+        if op.parent is not None and txn.get(op.parent, db=cps) is None:
+            # Only a fork's first checkpoint can get here (a branch head is
+            # never pruned): retention swept the checkpoint it forks from while
+            # the recorder held it. Its history is gone, so refuse rather than
+            # write a child whose parent (and inherited logs) are not stored.
+            pruned = txn.get(op.parent, db=self._db("tombstones")) is not None
+            raise ConflictError(
+                "the parent checkpoint was pruned while this recorder held it; "
+                "fork from a stored checkpoint"
+                if pruned
+                else "parent checkpoint is not stored",
+                where=f"refs/{op.run_id}/{op.branch}",
+                expected=op.parent.hex(),
+                got="pruned" if pruned else "missing",
             )
         for key, data in op.objects.items():
             put_object(txn, objects, key, data)
@@ -332,12 +384,6 @@ class Store:
                     where=f"checkpoint {op.cid.hex()}",
                     expected=bytes(key).hex(),
                 )
-        if (
-            op.parent is not None
-            and txn.get(op.parent, db=cps) is None
-            and txn.get(op.parent, db=self._db("tombstones")) is None
-        ):
-            raise NotFoundError("parent checkpoint is not stored", got=op.parent.hex())
         if not txn.put(op.cid, op.value, overwrite=False, db=cps):
             _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
             if existing != unpack_checkpoint_value(op.value)[1]:
@@ -348,7 +394,7 @@ class Store:
         txn.delete(op.cid, db=self._db("tombstones"))
         if op.sealed_ledger is not None:
             txn.put(op.sealed_ledger, op.cid, overwrite=False, db=self._db("ledgers"))
-        txn.put(rkey, op.cid, db=refs)
+        write_ref(txn, self._e.dbs, rkey, op.cid, RECORDED)
 
     # -- refs ----------------------------------------------------------------
 
@@ -356,41 +402,187 @@ class Store:
         """The head checkpoint id of ``run_id``/``branch``, or None."""
         key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
         with self._read() as txn:
-            value = txn.get(key, None, self._e.dbs["refs"])
-            return None if value is None else bytes(value).hex()
+            return hex_id(self._head(txn, key))
 
-    def set_ref(
-        self, run_id: str, branch: str, new: str | None, *, expected_old: str | None
-    ) -> None:
-        """Compare-and-set a head: move it to ``new`` (None deletes) if it is ``expected_old``."""
+    def _head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
+        """The checkpoint ref ``key`` names, or None; its check and target are verified.
+
+        IntegrityError when the ref fails its check, names a checkpoint that
+        is not stored, or one of another run (or branch, for a recorded head).
+        """
+        found = read_ref(txn, self._e.dbs, key, layout=self._e.layout)
+        if found is None:
+            return None
+        cid, origin = found
+        try:
+            raw, _ = self._load_raw(txn, cid, verify=True, full=False)
+        except NotFoundError as exc:
+            run, branch = split_ref_key(key)
+            raise IntegrityError(
+                "ref does not resolve",
+                where=f"refs/{run}/{branch}",
+                expected=cid.hex(),
+                got=exc.what,
+            ) from None
+        check_ref_target(key, origin, raw.get("run_id"), raw.get("branch"))
+        return cid
+
+    def set_ref(self, run_id: str, branch: str, new: str, *, expected_old: str | None) -> None:
+        """Compare-and-set a head: move it to ``new`` if it is ``expected_old``.
+
+        Only forward: ``new`` must descend from the current head (or the
+        branch must not exist yet), else :class:`NotDescendantError`; moving
+        a branch elsewhere or deleting it (``new=None``) is :meth:`reset_ref`,
+        which is audited and keeps the old history until it is released.
+        """
         key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
-        new_raw = None if new is None else parse_id(new)
+        if new is None:
+            raise NotDescendantError(
+                "deleting a branch drops its history; use reset_ref(..., None, ...)",
+                where=f"refs/{run_id}/{branch}",
+                expected="a checkpoint id",
+                got=None,
+            )
+        new_raw = parse_id(new)
         old_raw = None if expected_old is None else parse_id(expected_old, "expected_old")
 
         def cas(txn: Txn[memoryview]) -> None:
-            current = txn.get(key, db=self._db("refs"))
-            current_b = None if current is None else bytes(current)
-            if current_b != old_raw:
-                raise ConflictError(
-                    "ref compare-and-set lost",
+            self._cas(txn, key, old_raw)
+            origin = self._ref_target(txn, key, new_raw)
+            if old_raw is not None and not self._descends(txn, new_raw, old_raw):
+                raise NotDescendantError(
+                    "the checkpoint does not descend from the branch head; "
+                    "use reset_ref to move a branch back or sideways",
                     where=f"refs/{run_id}/{branch}",
-                    expected=expected_old,
-                    got=hex_id(current_b),
+                    expected=f"a descendant of {old_raw.hex()}",
+                    got=new_raw.hex(),
                 )
-            if new_raw is None:
-                txn.delete(key, db=self._db("refs"))
-                return
-            m = self._load_manifest(txn, new_raw, verify=True)
-            if m.run_id != run_id:
-                raise InvalidInputError(
-                    "a ref can only point at a checkpoint of its own run",
-                    where=f"refs/{run_id}/{branch}",
-                    expected=run_id,
-                    got=m.run_id,
-                )
-            txn.put(key, new_raw, db=self._db("refs"))
+            write_ref(txn, self._e.dbs, key, new_raw, origin)
 
         self._write(cas)
+
+    def _cas(self, txn: Txn[memoryview], key: bytes, expected: bytes | None) -> None:
+        found = read_ref(txn, self._e.dbs, key, layout=self._e.layout)
+        current = None if found is None else found[0]
+        if current != expected:
+            run, branch = split_ref_key(key)
+            raise ConflictError(
+                "ref compare-and-set lost",
+                where=f"refs/{run}/{branch}",
+                expected=hex_id(expected),
+                got=hex_id(current),
+            )
+
+    def _ref_target(self, txn: Txn[memoryview], key: bytes, cid: bytes) -> int:
+        """The origin a ref ``key`` -> ``cid`` gets; InvalidInputError for another run."""
+        run, branch = split_ref_key(key)
+        m = self._load_manifest(txn, cid, verify=True)
+        if m.run_id != run:
+            raise InvalidInputError(
+                "a ref can only point at a checkpoint of its own run",
+                where=f"refs/{run}/{branch}",
+                expected=run,
+                got=m.run_id,
+            )
+        return RECORDED if m.branch == branch else SET
+
+    def _descends(self, txn: Txn[memoryview], cid: bytes, ancestor: bytes) -> bool:
+        """True when ``ancestor`` is ``cid`` or on its parent chain (up to a pruned link)."""
+        cps = self._db("checkpoints")
+        at: bytes | None = cid
+        while at is not None:
+            if at == ancestor:
+                return True
+            if txn.get(at, None, cps) is None:
+                return False
+            parent = self._load_manifest(txn, at, verify=True).parent
+            at = None if parent is None else bytes.fromhex(parent)
+        return False
+
+    def reset_ref(
+        self,
+        run_id: str,
+        branch: str,
+        new: str | None,
+        *,
+        expected_old: str | None,
+        operator: str,
+        reason: str,
+    ) -> AuditRecord:
+        """Move a head anywhere in its run (or delete it, ``new=None``), audited.
+
+        In one write txn: the CAS on ``expected_old``, a ``ref_reset`` audit
+        record naming the operator and reason, and the old head kept as a
+        retention root (its whole history survives ``prune``) until
+        :meth:`release_retained` lets it go. Returns the audit record.
+        """
+        key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+        new_raw = None if new is None else parse_id(new)
+        old_raw = None if expected_old is None else parse_id(expected_old, "expected_old")
+        who = check_name(operator, "operator")
+        why = check_name(reason, "reason")
+        when = float(self.now())
+
+        def reset(txn: Txn[memoryview]) -> AuditRecord:
+            self._cas(txn, key, old_raw)
+            origin = None if new_raw is None else self._ref_target(txn, key, new_raw)
+            record = append_audit_txn(
+                self,
+                txn,
+                "ref_reset",
+                {
+                    "run": run_id,
+                    "branch": branch,
+                    "old": hex_id(old_raw),
+                    "new": hex_id(new_raw),
+                    "operator": who,
+                    "reason": why,
+                },
+                when,
+            )
+            if old_raw is not None and old_raw != new_raw:
+                txn.put(
+                    retained_key(old_raw),
+                    encode_value({"run": run_id, "branch": branch, "audit": record.digest}),
+                    db=self._db("meta"),
+                )
+            if new_raw is None or origin is None:
+                delete_ref(txn, self._e.dbs, key)
+            else:
+                write_ref(txn, self._e.dbs, key, new_raw, origin)
+            return record
+
+        result: AuditRecord = self._write(reset)
+        return result
+
+    def retained(self) -> dict[str, dict[str, Any]]:
+        """Heads kept by :meth:`reset_ref`: id -> ``{"run", "branch", "audit"}``."""
+        with self._read() as txn:
+            heads = retained_heads(txn, self._db("meta"))
+        return {cid.hex(): record for cid, record in heads.items()}
+
+    def release_retained(self, checkpoint_id: str, *, operator: str, reason: str) -> AuditRecord:
+        """Stop keeping a head :meth:`reset_ref` retained; audited. The next prune may sweep it."""
+        cid = parse_id(checkpoint_id)
+        who = check_name(operator, "operator")
+        why = check_name(reason, "reason")
+        when = float(self.now())
+
+        def release(txn: Txn[memoryview]) -> AuditRecord:
+            if not txn.delete(retained_key(cid), db=self._db("meta")):
+                raise NotFoundError(
+                    "no retained head with this id", where="retained", got=cid.hex()
+                )
+            return append_audit_txn(
+                self,
+                txn,
+                "retained_release",
+                {"checkpoint": cid.hex(), "operator": who, "reason": why},
+                when,
+            )
+
+        result: AuditRecord = self._write(release)
+        return result
 
     def fork(self, run_id: str, branch: str, checkpoint_id: str) -> None:
         """Create ``branch`` of ``run_id`` at ``checkpoint_id``; ConflictError if it exists."""
@@ -402,6 +594,8 @@ class Store:
         with self._read() as txn, txn.cursor(db=self._db("refs")) as cur:
             found = cur.first()
             while found and (limit is None or len(out) < limit):
+                if self._e.layout != 1:
+                    unpack_ref(cur.key(), cur.value())  # a damaged key names no run
                 run, _ = split_ref_key(cur.key())
                 out.append(run)
                 found = cur.set_range(run.encode("utf-8", "surrogatepass") + b"\x01")
@@ -411,11 +605,17 @@ class Store:
         """Branch name -> head checkpoint id for ``run_id``."""
         prefix = ref_key(check_name(run_id, "run_id"), "x")[:-1]
         out: dict[str, str] = {}
-        with self._read() as txn, txn.cursor(db=self._db("refs")) as cur:
-            found = cur.set_range(prefix)
-            while found and bytes(cur.key()).startswith(prefix):
-                out[split_ref_key(cur.key())[1]] = bytes(cur.value()).hex()
-                found = cur.next()
+        with self._read() as txn:
+            with txn.cursor(db=self._db("refs")) as cur:
+                keys: list[bytes] = []
+                found = cur.set_range(prefix)
+                while found and bytes(cur.key()).startswith(prefix):
+                    keys.append(bytes(cur.key()))
+                    found = cur.next()
+            for key in keys:
+                head = self._head(txn, key)
+                if head is not None:
+                    out[split_ref_key(key)[1]] = head.hex()
         return out
 
     def history(
@@ -431,8 +631,7 @@ class Store:
         out: list[Manifest] = []
         cps = self._db("checkpoints")
         with self._read() as txn:
-            head = txn.get(key, db=self._db("refs"))
-            cid = None if head is None else bytes(head)
+            cid = self._head(txn, key)
             while cid is not None and (limit is None or len(out) < limit):
                 if txn.get(cid, db=cps) is None:
                     break  # pruned: history ends here

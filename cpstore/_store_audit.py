@@ -29,7 +29,13 @@ from ._store_model import AuditRecord, Problem, check_metadata, parse_id
 if TYPE_CHECKING:
     from ._store import Store
 
-__all__ = ["append_audit", "audit_records", "check_audit_chain", "get_audit"]
+__all__ = [
+    "append_audit",
+    "append_audit_txn",
+    "audit_records",
+    "check_audit_chain",
+    "get_audit",
+]
 
 _INDEX = struct.Struct(">Q")
 HEAD_KEY = b"audit_head"
@@ -66,38 +72,39 @@ def append_audit(store: Store, kind: str, body: Mapping[str, Any]) -> AuditRecor
     if not isinstance(kind, str) or not kind:
         raise InvalidInputError("audit kind must be a non-empty str", got=kind)
     content = check_metadata(body, "audit body")
+    when = float(store.now())
+    result: AuditRecord = store._write(
+        lambda txn: append_audit_txn(store, txn, kind, content, when)
+    )
+    return result
+
+
+def append_audit_txn(
+    store: Store, txn: Txn[memoryview], kind: str, content: dict[str, Any], when: float
+) -> AuditRecord:
+    """Append one record in the caller's write txn (for a change audited atomically with it)."""
     if store.audit_keyed and store._audit_key is None:
         raise StoreError(
             "this store's audit log is keyed; open it with audit_key= to append",
             where=store.path,
         )
     audit, index_db, meta = store._db("audit"), store._db("audit_index"), store._db("meta")
-    when = float(store.now())
-
-    def append(txn: Txn[memoryview]) -> AuditRecord:
-        with txn.cursor(db=audit) as cur:
-            if cur.last():
-                last_index = _INDEX.unpack(cur.key())[0]
-                prev: bytes | None = digest(cur.value())
-                index = last_index + 1
-            else:
-                prev, index = None, 0
-        raw = encode_value(
-            {"index": index, "prev": prev, "kind": kind, "body": content, "time": when}
-        )
-        key = digest(raw)
-        if not txn.put(_INDEX.pack(index), raw, overwrite=False, db=audit):
-            raise AuditChainError("audit index already used", where=f"audit/{index}")
-        if store._audit_key is not None:
-            mac_append(txn, store._e.dbs, store._audit_key, index, raw)
-        txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
-        txn.put(HEAD_KEY, encode_value([index + 1, key]), db=meta)
-        return AuditRecord(
-            index, key.hex(), None if prev is None else prev.hex(), kind, content, when
-        )
-
-    result: AuditRecord = store._write(append)
-    return result
+    with txn.cursor(db=audit) as cur:
+        if cur.last():
+            last_index = _INDEX.unpack(cur.key())[0]
+            prev: bytes | None = digest(cur.value())
+            index = last_index + 1
+        else:
+            prev, index = None, 0
+    raw = encode_value({"index": index, "prev": prev, "kind": kind, "body": content, "time": when})
+    key = digest(raw)
+    if not txn.put(_INDEX.pack(index), raw, overwrite=False, db=audit):
+        raise AuditChainError("audit index already used", where=f"audit/{index}")
+    if store._audit_key is not None:
+        mac_append(txn, store._e.dbs, store._audit_key, index, raw)
+    txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
+    txn.put(HEAD_KEY, encode_value([index + 1, key]), db=meta)
+    return AuditRecord(index, key.hex(), None if prev is None else prev.hex(), kind, content, when)
 
 
 def audit_records(

@@ -34,7 +34,8 @@ from ._errors import (
 )
 from ._native import digest
 from ._records import DIGEST_SIZE, Digest
-from ._store_model import CHUNK_SIZE, STORE_VERSION, parse_id
+from ._store_model import CHUNK_SIZE, READABLE_VERSIONS, STORE_VERSION, parse_id
+from ._store_refs import upgrade_refs_v1
 
 __all__ = ["DB_NAMES", "Env", "acquire_env", "is_open_here", "release_env"]
 
@@ -202,8 +203,8 @@ def _is_lock_permission_error(exc: lmdb.Error) -> bool:
     return code in (errno.EACCES, errno.EROFS, errno.EPERM)
 
 
-def _check_format(raw: bytes | memoryview | None, path: str) -> None:
-    """Raise unless ``raw`` is the format record of a store this build reads."""
+def _check_format(raw: bytes | memoryview | None, path: str) -> int:
+    """The layout version of format record ``raw``; raise unless this build reads it."""
     if raw is None:
         raise _refuse("no cpstore format record", path)
     try:
@@ -212,13 +213,15 @@ def _check_format(raw: bytes | memoryview | None, path: str) -> None:
         fmt = None
     if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
         raise _refuse("bad format record", path)
-    if fmt.get("version") != STORE_VERSION or fmt.get("digest") != "xxh3-128":
+    version = fmt.get("version")
+    if version not in READABLE_VERSIONS or fmt.get("digest") != "xxh3-128":
         raise FormatVersionError(
             "store of an unknown version",
             where=path,
             expected={"version": STORE_VERSION, "digest": "xxh3-128"},
-            got={"version": fmt.get("version"), "digest": fmt.get("digest")},
+            got={"version": version, "digest": fmt.get("digest")},
         )
+    return int(version)
 
 
 class Env:
@@ -238,6 +241,9 @@ class Env:
         self._resizing = False
         #: False when a read-only open could not use the lock file (see _open_env).
         self.locked = True
+        #: The store layout read from the format record (docs/store.md); a
+        #: writable open has upgraded an older one to STORE_VERSION.
+        self.layout: int = STORE_VERSION
         data = os.path.join(path, "data.mdb")
         try:
             if os.path.isfile(data):
@@ -381,11 +387,18 @@ class Env:
             for name in DB_NAMES:
                 dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
             txn.put(_FORMAT_KEY, encode_value(_FORMAT), overwrite=False, db=dbs["meta"])
+            self.layout = STORE_VERSION
             return dbs
-        _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
+        version = _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
         for name in DB_NAMES:
             # A store from before a database was added gets it here.
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
+        if version != STORE_VERSION:
+            # A layout-1 store is brought up to date in this same txn (docs/store.md,
+            # "Store layout versions"); a concurrent opener sees either layout whole.
+            upgrade_refs_v1(txn, dbs)
+            txn.put(_FORMAT_KEY, encode_value(_FORMAT), db=dbs["meta"])
+        self.layout = STORE_VERSION
         return dbs
 
     def _open_dbs_readonly(self) -> dict[str, Any]:
@@ -405,7 +418,8 @@ class Env:
             raise _refuse("no cpstore format record", self.path) from None
         txn = self._begin(write=False)
         try:
-            _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
+            # A read-only open reads an older layout as it is (no upgrade).
+            self.layout = _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
         finally:
             self.end_read(txn)
         for name in DB_NAMES:

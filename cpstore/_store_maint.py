@@ -31,6 +31,7 @@ from ._store_model import (
     split_ref_key,
     unpack_checkpoint_value,
 )
+from ._store_refs import check_refs, delete_ref, retained_heads, unpack_ref
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -428,19 +429,33 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                     tick()
                     counts["checkpoints"] += 1
                     _check_checkpoint(txn, dbs, bytes(key), value, problems)
-            with txn.cursor(db=dbs["refs"]) as cur:
-                for key, value in cur:
-                    tick()
-                    counts["refs"] += 1
-                    if txn.get(bytes(value), db=dbs["checkpoints"]) is None:
-                        run, branch = split_ref_key(key)
-                        problems.append(
-                            Problem(
-                                "ref does not resolve",
-                                f"refs/{run}/{branch}",
-                                expected=bytes(value).hex(),
+            if store._e.layout == 1:  # read-only open of a layout-1 store: no checks stored
+                with txn.cursor(db=dbs["refs"]) as cur:
+                    for key, value in cur:
+                        tick()
+                        counts["refs"] += 1
+                        if txn.get(bytes(value), db=dbs["checkpoints"]) is None:
+                            run, branch = split_ref_key(key)
+                            problems.append(
+                                Problem(
+                                    "ref does not resolve",
+                                    f"refs/{run}/{branch}",
+                                    expected=bytes(value).hex(),
+                                )
                             )
+            else:
+                counts["refs"] = check_refs(txn, dbs, problems)
+                for _ in range(counts["refs"]):
+                    tick()
+            for cid in retained_heads(txn, dbs["meta"]):
+                if txn.get(cid, db=dbs["checkpoints"]) is None:
+                    problems.append(
+                        Problem(
+                            "retained head does not resolve",
+                            f"meta/retained/{cid.hex()}",
+                            expected=cid.hex(),
                         )
+                    )
             with txn.cursor(db=dbs["ledgers"]) as cur:
                 for key, _ in cur:
                     tick()
@@ -504,12 +519,21 @@ def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None
             with txn.cursor(db=dbs["refs"]) as cur:
                 doomed = [bytes(k) for k, _ in cur if bytes(k).startswith(prefix)]
             for key in doomed:
-                txn.delete(key, db=dbs["refs"])
+                delete_ref(txn, dbs, key)
         live_cps: dict[bytes, Manifest] = {}
         with txn.cursor(db=dbs["refs"]) as cur:
-            heads = [(split_ref_key(k)[0], bytes(v)) for k, v in cur]
+            # A ref that fails its check stops the sweep (IntegrityError): sweeping
+            # by a damaged head could delete the history the true head reaches.
+            heads: list[tuple[str | None, bytes]] = [
+                (split_ref_key(k)[0], unpack_ref(k, v)[0]) for k, v in cur
+            ]
+        # Heads an audited reset_ref moved away from: whole lineage, until released.
+        heads.extend((None, cid) for cid in retained_heads(txn, dbs["meta"]))
+        # Checkpoints whose whole lineage is marked: only an unlimited walk may
+        # stop at one (a limited walk may have marked just its newest few).
+        complete: set[bytes] = set()
         for run_id, head in heads:
-            limit = keep(run_id)
+            limit = None if run_id is None else keep(run_id)
             cid: bytes | None = head
             walked = 0
             while cid is not None and (limit is None or walked < limit):
@@ -517,9 +541,11 @@ def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None
                 if value is None:
                     break
                 walked += 1
-                if cid in live_cps:
-                    if limit is None:
+                if limit is None:
+                    if cid in complete:
                         break  # the rest of this lineage is already marked
+                    complete.add(cid)
+                if cid in live_cps:
                     m = live_cps[cid]
                 else:
                     created, data = unpack_checkpoint_value(value)

@@ -30,6 +30,7 @@ __all__ = [
     "MANIFEST_VERSION",
     "MAX_NAME_BYTES",
     "MAX_OBJECT_SIZE",
+    "READABLE_VERSIONS",
     "STORE_VERSION",
     "AuditRecord",
     "CheckpointWrite",
@@ -52,7 +53,10 @@ __all__ = [
 ]
 
 #: Version of the store layout (named databases and key layouts, docs/store.md).
-STORE_VERSION = 1
+STORE_VERSION = 2
+#: Layouts a store may have on open: 1 is upgraded in place on a writable open
+#: and read as it is on a read-only one (docs/store.md, "Store layout versions").
+READABLE_VERSIONS = (1, 2)
 #: Version of the manifest encoding (docs/store.md, "Manifest format version 1").
 MANIFEST_VERSION = 1
 #: State parts (and bytes states) whose encoding is longer than this are chunked.

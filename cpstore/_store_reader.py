@@ -45,6 +45,7 @@ from ._store_model import (
     decode_trusted,
     manifest_from_raw,
 )
+from ._store_refs import check_ref_target, read_ref
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -140,13 +141,17 @@ class CheckpointView:
         try:
             if self._head is not None:
                 key, where = self._head
-                head = txn.get(key, None, env.dbs["refs"])
+                head = read_ref(txn, env.dbs, key, layout=env.layout)
                 if head is None:
                     raise NotFoundError("no such branch", where=f"refs/{where}")
-                self._cid = bytes(head)
+                self._cid, origin = head
             self._raw, self._header = store._load_raw(
                 txn, self._cid, verify=self._verify, full=False
             )
+            if self._head is not None:
+                # The ref's check caught a damaged key; this catches a ref that
+                # names another run's (or branch's) checkpoint all the same.
+                check_ref_target(key, origin, self._raw.get("run_id"), self._raw.get("branch"))
         except lmdb.Error as exc:
             env.end_read(txn)
             raise translate(exc, store.path) from None

@@ -14,15 +14,23 @@ from __future__ import annotations
 import math
 import struct
 import sys
+import warnings
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import decode_value, encode_value
-from ._errors import ConflictError, InvalidInputError, RecordFormatError
+from ._errors import (
+    ConflictError,
+    InvalidInputError,
+    RecordFormatError,
+    StoreError,
+    UnsealedEffectsError,
+)
 from ._native import digest, digest_batch
 from ._records import Digest, KindTable
 from ._store_env import chunk_index, get_object
+from ._store_exit import track_recorder
 from ._store_model import (
     CHUNK_SIZE,
     MAX_OBJECT_SIZE,
@@ -90,8 +98,21 @@ class Recorder:
         self._transcript: bytes | None = None
         self._tags: dict[str, None] = {}
         self._sealed = False
+        self._sealed_count = 0  # effects covered by this recorder's last sealing checkpoint
+        self._closed = False
         self._pending: dict[bytes, bytes] = {}
+        # Objects a stash may skip: only what the head this recorder extends
+        # reaches. The commit txn's ref CAS proves that head is still the
+        # branch head, and retention never sweeps what a head reaches, so
+        # these are stored whatever ran since (prune included, any process).
+        # Anything older (an earlier checkpoint's state part) is stashed again
+        # and put write-once: a no-op when it is still there.
         self._confirmed: set[bytes] = set()
+        # Payload keys of the logs: logs are cumulative, so once committed
+        # every one is reached by the head's observations or effects log.
+        self._logged: set[bytes] = set()
+        self._unlogged: list[bytes] = []
+        self._chunks: list[bytes] = []
         self._logs: dict[str, bytes | None] = {}
         self._dirty = {"tokens", "observations", "call_graph", "effects", "harness"}
         self._inherited: set[bytes] = set()
@@ -114,6 +135,8 @@ class Recorder:
             start = head
         if start is not None:
             self._load_parent(start)
+        self._sealed_count = len(self._effects)
+        track_recorder(self)
 
     def _load_parent(self, cid: bytes) -> None:
         store = self._store
@@ -152,9 +175,10 @@ class Recorder:
                     setattr(self, attr, decode_value(load(raw[name], name)))
             self._transcript = raw["transcript"]
             # Objects the fork inherits: checked to still exist at the first commit.
-            self._inherited = {key for _, key in manifest_references(raw)}
-            self._inherited.update(obs[2] for obs in self._observations)
-            self._inherited.update(eff[2] for eff in self._effects)
+            self._confirmed = {key for _, key in manifest_references(raw, named=False)}
+            self._logged = {obs[2] for obs in self._observations}
+            self._logged.update(eff[2] for eff in self._effects)
+            self._inherited = self._confirmed | self._logged
         self._tags = dict.fromkeys(m.provenance_tags)
         self._parent = cid
         self._logs = {
@@ -194,8 +218,13 @@ class Recorder:
 
     def _stash(self, data: bytes) -> bytes:
         key = digest(data)
-        if key not in self._confirmed:
+        if key not in self._confirmed and key not in self._logged:
             self._pending[key] = data
+        return key
+
+    def _stash_payload(self, data: bytes) -> bytes:
+        key = self._stash(data)
+        self._unlogged.append(key)
         return key
 
     def observe(self, step: int, source: str, payload: bytes, *, pinned_at: float | None) -> None:
@@ -211,7 +240,7 @@ class Recorder:
             ):
                 raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
             pinned_at = float(pinned_at) + 0.0
-        self._observations.append([step, source, self._stash(data), pinned_at])
+        self._observations.append([step, source, self._stash_payload(data), pinned_at])
         self._dirty.add("observations")
 
     def _kind(self, kind: str) -> int:
@@ -291,7 +320,7 @@ class Recorder:
         _text(target, "effect target")
         data = as_payload(payload, "effect payload")
         seq = len(self._effects)
-        self._effects.append([seq, target, self._stash(data)])
+        self._effects.append([seq, target, self._stash_payload(data)])
         self._dirty.add("effects")
         self._sealed = False
         return seq
@@ -312,7 +341,7 @@ class Recorder:
         if len(data) > CHUNK_SIZE:
             chunks, index = chunk_index(data)
             for chunk in chunks:
-                self._stash(chunk)
+                self._chunks.append(self._stash(chunk))
             chunked[name] = self._stash(index)
             return digest(data)
         return self._stash(data)
@@ -330,14 +359,18 @@ class Recorder:
                 got=type(state).__name__,
             )
         parts: dict[str, bytes] = {}
+        # The cache keeps only this checkpoint's parts: a hit must name an
+        # object the head reaches (see _confirmed), never an older one.
+        cache, self._parts = self._parts, {}
         for name, value in state.items():
             if not isinstance(name, str) or not name:
                 raise InvalidInputError("state part names must be non-empty str", got=name)
-            cached = self._parts.get(name)
+            cached = cache.get(name)
             if cached is not None and cached[0] is value:
                 parts[name] = cached[1]
                 if cached[2] is not None:
                     chunked[name] = cached[2]
+                self._parts[name] = cached
                 continue
             enc = encode_value(value)
             if len(enc) > MAX_OBJECT_SIZE:
@@ -404,8 +437,11 @@ class Recorder:
         calls build the next checkpoint's ledger on top of it.
         """
         _step(step)
+        if self._closed:
+            raise StoreError("the recorder is closed", where=f"run {self._run_id}")
         self._tags.update(dict.fromkeys(check_tags(tags)))
         meta = check_metadata(metadata, "metadata")
+        self._chunks = []
         state_map, state_bytes = self._state(state)
         tokens = self._token_log()
         fields = {
@@ -439,8 +475,11 @@ class Recorder:
             },
         )
         cid = Digest(digest(manifest))
-        refs = {key for _, key in manifest_references(fields, named=False)} | self._inherited
-        must_exist = [k for k in refs if k not in self._pending and k not in self._confirmed]
+        named = {key for _, key in manifest_references(fields, named=False)}
+        # Every object the manifest names and this txn does not write is
+        # checked in the commit txn itself: nothing acknowledged can name an
+        # object that is not stored when the checkpoint becomes visible.
+        must_exist = [k for k in named | self._inherited if k not in self._pending]
         effects_key = self._log("effects")
         sealed = effects_key if seal_ledger else None
         op = CheckpointWrite(
@@ -454,20 +493,80 @@ class Recorder:
             must_exist=must_exist,
             sealed_ledger=sealed,
         )
+        self._chunks, chunks = [], self._chunks
         self._store._commit(op)
-        self._confirmed.update(self._pending)
-        self._confirmed.update(must_exist)
+        named.update(chunks)
+        self._confirmed = named
+        self._logged.update(self._unlogged)
+        self._unlogged.clear()
         self._pending.clear()
         self._inherited.clear()
         self._expected = cid
         self._parent = cid
         if seal_ledger:
             self._sealed = True
+            self._sealed_count = len(self._effects)
         return cid.hex()
 
     def flush(self) -> None:
         """Commit the store's queued checkpoints now (batched mode)."""
         self._store.flush()
+
+    @property
+    def unsealed_effects(self) -> int:
+        """Effects this recorder appended that no checkpoint of it sealed yet."""
+        return len(self._effects) - self._sealed_count
+
+    def close(self, *, discard_effects: bool = False) -> None:
+        """Flush the store's queued checkpoints and end this recorder.
+
+        Raises :class:`UnsealedEffectsError` (nothing is flushed or ended) when
+        effects were appended that no checkpoint sealed, unless
+        ``discard_effects=True`` says dropping them is intended. A side effect
+        that happened but is in no sealed ledger is one a replay cannot guard.
+        """
+        if self._closed:
+            return
+        count = self.unsealed_effects
+        if count and not discard_effects:
+            raise UnsealedEffectsError(
+                "recorder closed holding side effects no checkpoint sealed; "
+                "checkpoint them (seal_ledger=True) or close(discard_effects=True)",
+                where=f"run {self._run_id} branch {self._branch}",
+                expected=0,
+                got=count,
+            )
+        self._closed = True
+        self._store.flush()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Leaving on an error: do not mask it; say what is dropped instead.
+        self._warn_unsealed("leaving its with-block on an error")
+        self._closed = True
+
+    def _warn_unsealed(self, when: str) -> None:
+        """RuntimeWarning naming the run when effects are dropped unsealed (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        count = self.unsealed_effects
+        if count:
+            warnings.warn(
+                f"cpstore recorder for run {self._run_id!r} branch {self._branch!r} "
+                f"dropped {count} side effect(s) no checkpoint sealed, {when}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def __del__(self) -> None:
+        if hasattr(self, "_closed"):
+            self._warn_unsealed("when garbage-collected")
 
 
 def _raw(hex_value: str | None) -> bytes | None:

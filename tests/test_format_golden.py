@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import xxhash
@@ -158,3 +159,29 @@ def test_a_kind_table_refuses_two_names_with_one_hashed_code() -> None:
         table.code("k53003")  # same 31-bit hashed code as k9870
     assert table.label(R.kind_code("k9870")) == "k9870" and table.label(1) == "rng"
     assert table.label(0x80000001) == "kind#2147483649"
+
+
+def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) -> None:
+    """A ref value is id, origin, XXH3-128(id || origin || key)[:8]; meta holds XOR + count."""
+    from cpstore._store import open as open_store
+    from cpstore._store_refs import REFS_DIGEST_KEY, pack_ref, write_ref
+
+    main, side = bytes(range(16)), bytes(range(16, 32))
+    assert pack_ref(b"run\0main", main, 0).hex() == (
+        "000102030405060708090a0b0c0d0e0f" + "00" + "d3527d18098437b1"
+    )
+    assert pack_ref(b"run\0main", main, 1).hex() == (
+        "000102030405060708090a0b0c0d0e0f" + "01" + "5fb0dd95afae89d6"
+    )
+    assert pack_ref(b"run\0main", main, 0)[17:] == xxhash.xxh3_128_digest(
+        main + b"\x00" + b"run\0main"
+    )[:8]
+    with open_store(tmp_path / "s") as st:
+        with st._e.env.begin(write=True) as txn:
+            write_ref(txn, st._e.dbs, b"run\0main", main, 0)
+            write_ref(txn, st._e.dbs, b"run\0side", side, 1)
+        with st._e.env.begin() as txn:
+            raw = bytes(txn.get(REFS_DIGEST_KEY, db=st._db("meta")))
+            fmt = cpstore.decode_value(txn.get(b"format", db=st._db("meta")))
+    assert raw.hex() == "0961205f4cf21499361b3e1d164a506e" + "0200000000000000"
+    assert fmt == {"layout": "cpstore", "version": 2, "digest": "xxh3-128"}

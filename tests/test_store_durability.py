@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cpstore._errors import UnsealedEffectsError
 from cpstore._store import open as open_store
 
 CHILD = r"""
@@ -114,3 +116,101 @@ class TestBatchedMode:
             assert st.ref("run") == flushed[-1]
             assert [m.step for m in st.history("run", limit=1)] == [11]
             assert st.verify().ok
+
+
+EXIT_CHILD = r"""
+import sys
+from cpstore._store import open as open_store
+st = open_store(sys.argv[1], durability="batched", batch_size=64)
+rec = st.recorder("r")
+for step in range(10):
+    cid = rec.checkpoint(step, {"step": step})
+print(cid, st.pending, flush=True)
+# a normal exit: no close(), no flush()
+"""
+
+UNSEALED_CHILD = r"""
+import sys
+from cpstore._store import open as open_store
+st = open_store(sys.argv[1])
+rec = st.recorder("run-x")
+rec.checkpoint(0, {"a": 1})
+rec.effect("mail", b"sent")
+rec.effect("mail", b"sent again")
+"""
+
+
+def _run_child(code: str, path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+class TestNormalExit:
+    def test_batched_checkpoints_survive_an_exit_without_close(self, tmp_path: Path) -> None:
+        """Ids checkpoint() returned in batched mode are committed by a normal exit."""
+        done = _run_child(EXIT_CHILD, tmp_path / "s")
+        assert done.returncode == 0, done.stderr
+        cid, pending = done.stdout.split()
+        assert pending == "10"  # all of them were still queued when the script ended
+        with open_store(tmp_path / "s") as st, st.latest("r") as cp:
+            assert cp.id == cid
+            assert cp.state() == {"step": 9}
+
+    def test_unsealed_effects_at_exit_are_reported(self, tmp_path: Path) -> None:
+        """A recorder left holding unsealed effects at exit warns, naming the run and count."""
+        done = _run_child(UNSEALED_CHILD, tmp_path / "s")
+        assert done.returncode == 0, done.stderr
+        assert "RuntimeWarning" in done.stderr
+        assert "'run-x'" in done.stderr and "dropped 2 side effect(s)" in done.stderr
+
+    def test_close_with_unsealed_effects_raises(self, tmp_path: Path) -> None:
+        """Recorder.close() refuses to drop unsealed effects unless told to."""
+        with open_store(tmp_path / "s") as st:
+            rec = st.recorder("r")
+            rec.checkpoint(0, {"a": 1})
+            rec.effect("mail", b"x")
+            with pytest.raises(UnsealedEffectsError) as info:
+                rec.close()
+            assert info.value.got == 1
+            rec.checkpoint(1, {"a": 2})  # seals: now close() is clean
+            rec.close()
+            other = st.recorder("r")
+            other.effect("mail", b"y")
+            other.close(discard_effects=True)
+
+    def test_garbage_collected_recorder_with_unsealed_effects_warns(self, tmp_path: Path) -> None:
+        """Dropping a recorder that holds unsealed effects is a RuntimeWarning, not silence."""
+        with open_store(tmp_path / "s") as st:
+            rec = st.recorder("r")
+            rec.effect("mail", b"x")
+            with pytest.warns(RuntimeWarning, match="dropped 1 side effect"):
+                del rec
+                gc.collect()
+
+    def test_exit_hook_in_a_forked_child_leaves_the_parents_queue_alone(
+        self, tmp_path: Path
+    ) -> None:
+        """A fork child's exit hooks never flush (or touch) the parent's store."""
+        import atexit
+
+        with open_store(tmp_path / "s", durability="batched") as st:
+            cid = st.recorder("r").checkpoint(0, {"a": 1})
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    atexit._run_exitfuncs()  # what a normal exit of the child runs
+                except BaseException:
+                    code = 1
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert st.pending == 1
+            assert st.ref("r") is None  # the child flushed nothing
+        with open_store(tmp_path / "s") as st:
+            assert st.ref("r") == cid

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
-from cpstore._errors import ConflictError, InvalidInputError, NotFoundError
+from cpstore._errors import (
+    ConflictError,
+    InvalidInputError,
+    NotDescendantError,
+    NotFoundError,
+)
 from cpstore._store import Store
 from cpstore._store import open as open_store
 
@@ -35,7 +41,7 @@ class TestCompareAndSet:
         with pytest.raises(ConflictError) as info:
             store.set_ref("run", "main", c1, expected_old=c1)
         assert info.value.got == c2
-        store.set_ref("run", "main", c1, expected_old=c2)
+        store.reset_ref("run", "main", c1, expected_old=c2, operator="op", reason="test")
         assert store.ref("run") == c1
 
     def test_two_recorders_on_one_branch_conflict_and_the_loser_writes_nothing(
@@ -61,11 +67,14 @@ class TestCompareAndSet:
         with pytest.raises(InvalidInputError):
             store.set_ref("run", "main", other, expected_old=None)
 
-    def test_set_ref_none_deletes_the_branch(self, store: Store) -> None:
-        """new=None removes the head (with the same CAS rule)."""
+    def test_reset_ref_none_deletes_the_branch(self, store: Store) -> None:
+        """new=None removes the head (with the same CAS rule), through the audited reset."""
         c1 = store.recorder("run").checkpoint(1, b"s")
-        store.set_ref("run", "main", None, expected_old=c1)
+        with pytest.raises(NotDescendantError):
+            store.set_ref("run", "main", None, expected_old=c1)  # type: ignore[arg-type]
+        store.reset_ref("run", "main", None, expected_old=c1, operator="op", reason="gone")
         assert store.ref("run") is None
+        assert store.retained() == {c1: {"run": "run", "branch": "main", "audit": ANY}}
 
 
 class TestBranches:

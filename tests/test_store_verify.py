@@ -10,6 +10,7 @@ from cpstore._canonical import encode_value
 from cpstore._errors import AuditChainError, IntegrityError, InvalidInputError, NotFoundError
 from cpstore._store import Store
 from cpstore._store import open as open_store
+from cpstore._store_refs import SET, write_ref
 
 
 @pytest.fixture
@@ -85,8 +86,9 @@ class TestVerify:
             pass
 
     def test_a_dangling_ref_is_found(self, store: Store) -> None:
-        """A ref to a missing checkpoint is a problem."""
-        _raw(store, "refs", b"run\x00ghost", bytes(16))
+        """A ref (with a true check) to a missing checkpoint is a problem."""
+        with store._e.env.begin(write=True) as txn:
+            write_ref(txn, store._e.dbs, b"run\x00ghost", bytes(16), SET)
         problems = store.verify().problems
         assert [p.what for p in problems] == ["ref does not resolve"]
 
