@@ -104,7 +104,9 @@ class _CheckpointValues(Sequence[Any]):
             raise self._closed_error()
         first = block * self._BLOCK
         last = min(self._count, first + self._BLOCK)
-        digests = digest_batch(self._values, self._offsets[8 * first : 8 * (last + 1)])
+        digests = digest_batch(
+            self._values, self._offsets[8 * first : 8 * (last + 1)], byteorder="little"
+        )
         recs = bytes(self._records[32 * first : 32 * last])
         # Column by column (byte k of every digest against byte 16+k of every
         # record): 16 C-level slice compares per block instead of one Python

@@ -71,6 +71,7 @@ def _child(tmp_path: Path, scenario: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
 
 
@@ -110,7 +111,7 @@ class TestAfterTheMapGrows:
 
 class TestCursorAfterTheBlock:
     def test_resolve_after_the_block_raises_reader_closed(self, store: Store) -> None:
-        """The next resolve() after the block raises, even inside the block of values already decoded."""
+        """The next resolve() after the block raises, even within a block of decoded values."""
         cid = _recorded(store)
         with store.read(cid) as cp:
             cursor = ReplayCursor.from_checkpoint(cp)
