@@ -25,11 +25,19 @@ from cpstore._store import open as open_store
 
 N_TOKENS = 5000
 
+_GROW = (
+    "import os, sys, cpstore\n"
+    "with cpstore.open(sys.argv[1], map_size=1 << 20) as s:\n"
+    "    for _ in range(40): s.put_object(os.urandom(4 << 20))\n"
+)
+
 #: Child: record, read inside a block, leave it, grow the map by ~160 MB
 #: (a 1 MiB initial map is remapped elsewhere), then use what the block made.
-_CHILD = textwrap.dedent(
+#: In the "-other" scenarios another process grows it, and a new read
+#: adopts the new size (which remaps it here).
+_CHILD = f"GROW = {_GROW!r}\n" + textwrap.dedent(
     """
-    import os, sys
+    import os, subprocess, sys
     import cpstore
     from cpstore import InvalidInputError, ReplayCursor, ReplaySession
 
@@ -48,8 +56,14 @@ _CHILD = textwrap.dedent(
         held = [tokens, tokens[32:4096], tokens.cast("Q"), memoryview(tokens)[64:].cast("Q"),
                 values, values[1:], offsets.cast("Q"), offsets[8:800]]
         inside = [bytes(v) for v in held]
-    for _ in range(40):
-        store.put_object(os.urandom(4 << 20))
+    if scenario.endswith("-other"):
+        subprocess.run([sys.executable, "-c", GROW, path], check=True)
+        with store.read(cid):
+            pass
+        scenario = scenario.removesuffix("-other")
+    else:
+        for _ in range(40):
+            store.put_object(os.urandom(4 << 20))
     if scenario == "views":
         after = [bytes(v) for v in reversed(held)][::-1]  # derived views first
         print("SAME" if after == inside else "DIFFERENT")
@@ -91,7 +105,7 @@ def _recorded(store: Store, n: int = N_TOKENS) -> str:
 
 
 class TestAfterTheMapGrows:
-    @pytest.mark.parametrize("scenario", ["cursor", "session"])
+    @pytest.mark.parametrize("scenario", ["cursor", "session", "cursor-other"])
     def test_a_cursor_used_after_its_block_raises_instead_of_crashing(
         self, tmp_path: Path, scenario: str
     ) -> None:
@@ -101,9 +115,12 @@ class TestAfterTheMapGrows:
         assert out.stdout.strip() == "CLOSED", out.stdout
         assert out.stderr == ""
 
-    def test_handed_out_views_their_slices_and_casts_stay_valid(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("scenario", ["views", "views-other"])
+    def test_handed_out_views_their_slices_and_casts_stay_valid(
+        self, tmp_path: Path, scenario: str
+    ) -> None:
         """tokens()/token_values() and views sliced or cast from them read the same bytes later."""
-        out = _child(tmp_path, "views")
+        out = _child(tmp_path, scenario)
         assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
         assert out.stdout.strip() == "SAME", out.stdout
         assert out.stderr == ""
