@@ -60,7 +60,7 @@ _ALWAYS = (True,)
 
 
 def _never_closed() -> Exception:  # pragma: no cover - _ALWAYS is never empty
-    return AssertionError("an in-memory cursor has no reader to close")
+    return InvalidInputError("an in-memory cursor has no reader to close")
 
 
 class PayloadSource(Protocol):

@@ -77,16 +77,6 @@ class _NotOpen(dict[str, Any]):
 _NOT_OPEN = _NotOpen()
 
 
-def closed_error(where: str) -> InvalidInputError:
-    """The error for any use of a reader, or of an object built from it, after its block."""
-    return InvalidInputError(
-        "the checkpoint reader is closed",
-        where=where,
-        expected="use inside with store.read(checkpoint_id) as cp: ...",
-        got="use after the with block ended",
-    )
-
-
 class CheckpointView:
     """One checkpoint's manifest, logs, payloads and state, inside one read txn.
 
@@ -216,7 +206,13 @@ class CheckpointView:
         return self._id
 
     def _closed_error(self) -> InvalidInputError:
-        return closed_error(self.id)
+        """The error for any use of this reader, or of an object built from it, after its block."""
+        return InvalidInputError(
+            "the checkpoint reader is closed",
+            where=self.id,
+            expected="use inside with store.read(checkpoint_id) as cp: ...",
+            got="use after the with block ended",
+        )
 
     def _close(self) -> None:
         self._lease.clear()  # first: nothing built from this reader reads the map again
