@@ -6,15 +6,20 @@ names the argument, so the native call itself only fails on a bug.
 
 from __future__ import annotations
 
+import struct
+import sys
 from array import array
 from collections.abc import Iterable
+from typing import Literal
 
 from ._errors import InvalidInputError, RecordFormatError
 from ._records import RECORD_FIELDS, RecordType
 
 __all__ = [
     "ALL_FIELDS",
+    "HOST_BYTE_ORDER",
     "Buffer",
+    "ByteOrder",
     "as_bytes_view",
     "as_offsets",
     "check_offsets",
@@ -27,6 +32,17 @@ Buffer = bytes | bytearray | memoryview
 
 #: Mask with every field bit set (``CP_ALL_FIELDS``).
 ALL_FIELDS = 0xFFFFFFFF
+
+#: How a uint64 offsets buffer is laid out: the host's order, or an explicit one
+#: (stored offsets are ``"little"``, docs/store.md).
+ByteOrder = Literal["native", "little", "big"]
+
+#: The host's byte order: the one place that decides whether a buffer in an
+#: explicit order can be read as native uint64s. Read at call time, so tests
+#: set it to ``"big"`` to run the big-endian path on a little-endian machine.
+HOST_BYTE_ORDER: str = sys.byteorder
+
+_STRUCT_ORDER = {"little": "<", "big": ">"}
 
 
 def as_bytes_view(data: object, name: str) -> memoryview:
@@ -64,8 +80,17 @@ def writable_view(out: object, size: int, name: str) -> memoryview:
     return view
 
 
-def as_offsets(offsets: object) -> array[int]:
-    """Batch offsets as a uint64 array (shape only; see :func:`check_offsets`)."""
+def as_offsets(offsets: object, byteorder: ByteOrder = "native") -> array[int]:
+    """Batch offsets as a native uint64 array (shape only; see :func:`check_offsets`).
+
+    ``byteorder`` says how a *buffer* of offsets is laid out (a sequence of
+    ints has no byte order): ``"native"``, or ``"little"``/``"big"``, which
+    are converted on a host of the other order.
+    """
+    if byteorder not in ("native", "little", "big"):
+        raise InvalidInputError(
+            "unknown offsets byte order", expected=["native", "little", "big"], got=byteorder
+        )
     if isinstance(offsets, (bytes, bytearray, memoryview)):
         view = memoryview(offsets)
         if not view.c_contiguous:
@@ -76,8 +101,15 @@ def as_offsets(offsets: object) -> array[int]:
                 expected="a multiple of 8 bytes",
                 got=f"{view.nbytes} bytes",
             )
-        offs = array("Q")
-        offs.frombytes(view.cast("B"))
+        raw = view.cast("B")
+        if byteorder in ("native", HOST_BYTE_ORDER):
+            offs = array("Q")
+            offs.frombytes(raw)
+        else:
+            # Decoded by value, not by reinterpreting memory, so this path
+            # gives the same numbers on any host (and is testable on any host).
+            order = _STRUCT_ORDER[byteorder]
+            offs = array("Q", struct.unpack(f"{order}{len(raw) // 8}Q", raw))
     else:
         if not isinstance(offsets, Iterable):
             raise InvalidInputError(

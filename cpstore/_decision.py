@@ -432,9 +432,9 @@ def _side_from_store(
     stack: ExitStack, store: Any, checkpoint_id: str, label: str, verify: bool
 ) -> _Side:
     cp = stack.enter_context(store.read(checkpoint_id, verify=verify))
-    view = memoryview(cp.tokens()).cast("B")
+    view = memoryview(cp._token_records()).cast("B")  # zero-copy: used inside the block
     # Re-hash everything R names only by digest, in this read txn (the records
-    # blob was just checked by tokens() and is not hashed again). Token value
+    # blob was just checked by _token_records() and is not hashed again). Token value
     # digests are not re-derived one by one: the values and offsets objects
     # are re-hashed whole, and the verified manifest names them.
     integrity = (

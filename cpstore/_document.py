@@ -12,7 +12,10 @@ Parsing is strict: a missing field, a field of the wrong type, an unknown
 field or an unknown ``format`` raises :class:`DocumentError` (or
 :class:`FormatVersionError`) naming the field, never a verdict. Nothing is
 allocated from a count the document declares; memory grows only with bytes
-actually read, and :data:`MAX_DOCUMENT_BYTES` bounds those.
+actually read, and :data:`MAX_DOCUMENT_BYTES` bounds those: parsing is not
+streaming, and a document peaks at about 8x (JSON) to 11x (msgpack) its size
+in memory (docs/run-document.md), so the limit is checked on the byte size
+before anything is parsed.
 """
 
 from __future__ import annotations
@@ -67,8 +70,11 @@ __all__ = [
 
 #: The run-document format version this cpstore reads and writes.
 DOCUMENT_FORMAT = 1
-#: Largest document :func:`load_document` reads, in bytes (a keyword overrides it).
-MAX_DOCUMENT_BYTES = 1 << 30
+#: Largest document :func:`load_document` reads, in bytes (``max_bytes=`` overrides it).
+#: Parsing holds the whole document as Python objects: a token document peaks at
+#: about 8x its size (JSON) to 11x (msgpack) in RSS, so 128 MiB keeps the peak
+#: near 1.4 GiB (measured in docs/run-document.md, "Bounded memory").
+MAX_DOCUMENT_BYTES = 128 << 20
 
 _PROVENANCE = {"recorded": Provenance.RECORDED, "live": Provenance.LIVE}
 _PROVENANCE_NAME = {int(v): k for k, v in _PROVENANCE.items()}
@@ -558,18 +564,37 @@ def _decode(raw: bytes) -> Any:
         ) from None
 
 
+def _too_large(where: str | None, size: int | str, max_bytes: int) -> DocumentError:
+    return DocumentError(
+        "document too large to parse in bounded memory (max_bytes= raises the limit)",
+        where=where,
+        expected=f"<= {max_bytes} bytes",
+        got=f"{size} bytes" if isinstance(size, int) else size,
+    )
+
+
 def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Run:
-    """Parse a run document from a path or from its bytes (JSON or msgpack)."""
+    """Parse a run document from a path or from its bytes (JSON or msgpack).
+
+    A document over ``max_bytes`` (default :data:`MAX_DOCUMENT_BYTES`) is
+    refused from its size, before it is read or parsed; pass a larger
+    ``max_bytes`` only with about 11x its size in free memory.
+    """
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise InvalidInputError("max_bytes must be a non-negative int", got=max_bytes)
     if isinstance(source, (bytes, bytearray, memoryview)):
+        size = memoryview(source).nbytes
+        if size > max_bytes:
+            raise _too_large("document", size, max_bytes)
         raw = bytes(source)
-        if len(raw) > max_bytes:
-            raise DocumentError(
-                "document too large", expected=f"<= {max_bytes} bytes", got=len(raw)
-            )
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
             with path.open("rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size > max_bytes:
+                    raise _too_large(str(path), size, max_bytes)
+                # Bounded even when the size lies (a growing file, a pipe).
                 raw = fh.read(max_bytes + 1)
         except FileNotFoundError:
             raise NotFoundError("no such run document", where=str(path)) from None
@@ -578,14 +603,11 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
                 "cannot read run document", where=str(path), got=exc.strerror or str(exc)
             ) from None
         except ValueError as exc:  # e.g. an embedded NUL: no OS path can hold it
+            if isinstance(exc, DocumentError):
+                raise
             raise DocumentError("not a usable path", where=repr(str(path)), got=str(exc)) from None
         if len(raw) > max_bytes:
-            raise DocumentError(
-                "document too large",
-                where=str(path),
-                expected=f"<= {max_bytes} bytes",
-                got=f"> {max_bytes}",
-            )
+            raise _too_large(str(path), f"> {max_bytes} bytes", max_bytes)
     else:
         raise InvalidInputError("a run document is a path or bytes", got=type(source).__name__)
     return parse_document(_decode(raw))

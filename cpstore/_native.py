@@ -14,6 +14,7 @@ from xxhash import xxh3_128_digest as _xxh3_128
 
 from ._args import (
     Buffer,
+    ByteOrder,
     as_bytes_view,
     as_offsets,
     check_offsets,
@@ -165,9 +166,11 @@ def native_digest(data: Buffer) -> Digest:
     return Digest(_buffer(out)[:])
 
 
-def _batch_args(data: Buffer, offsets: Iterable[int] | Buffer) -> tuple[memoryview, Any, int]:
+def _batch_args(
+    data: Buffer, offsets: Iterable[int] | Buffer, byteorder: ByteOrder
+) -> tuple[memoryview, Any, int]:
     view = as_bytes_view(data, "data")
-    offs = as_offsets(offsets)
+    offs = as_offsets(offsets, byteorder)  # native uint64s: what the C reads
     return view, offs, len(offs) - 1
 
 
@@ -178,23 +181,34 @@ def _batch(view: memoryview, offs: Any, n: int, out: Any) -> None:
     _check(rc, "cp_digest_batch")
 
 
-def digest_batch(data: Buffer, offsets: Iterable[int] | Buffer) -> bytes:
-    """Digests of ``data[offsets[i]:offsets[i+1]]`` for each i, concatenated (n*16 bytes)."""
-    view, offs, n = _batch_args(data, offsets)
+def digest_batch(
+    data: Buffer, offsets: Iterable[int] | Buffer, *, byteorder: ByteOrder = "native"
+) -> bytes:
+    """Digests of ``data[offsets[i]:offsets[i+1]]`` for each i, concatenated (n*16 bytes).
+
+    ``byteorder`` is the layout of an offsets *buffer*: ``"native"``, or
+    ``"little"`` for offsets as cpstore stores them (converted on a
+    big-endian host).
+    """
+    view, offs, n = _batch_args(data, offsets, byteorder)
     out = ffi.new("uint8_t[]", 16 * n) if n else ffi.NULL
     _batch(view, offs, n, out)
     return ffi.buffer(out, 16 * n)[:] if n else b""
 
 
 def digest_batch_into(
-    data: Buffer, offsets: Iterable[int] | Buffer, out: bytearray | memoryview
+    data: Buffer,
+    offsets: Iterable[int] | Buffer,
+    out: bytearray | memoryview,
+    *,
+    byteorder: ByteOrder = "native",
 ) -> int:
     """Write the batch digests into the caller's writable ``out``; returns n.
 
     The allocation-free form of :func:`digest_batch` for engines that hash
     batch after batch into one reused buffer.
     """
-    view, offs, n = _batch_args(data, offsets)
+    view, offs, n = _batch_args(data, offsets, byteorder)
     target = writable_view(out, 16 * n, "out")
     _batch(view, offs, n, ffi.from_buffer("uint8_t[]", target, require_writable=True))
     return n

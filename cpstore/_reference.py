@@ -16,6 +16,7 @@ import xxhash
 
 from ._args import (
     Buffer,
+    ByteOrder,
     as_bytes_view,
     as_offsets,
     check_offsets,
@@ -55,10 +56,12 @@ def digest(data: Buffer) -> Digest:
     return Digest(xxhash.xxh3_128_digest(as_bytes_view(data, "data")))
 
 
-def digest_batch(data: Buffer, offsets: Iterable[int] | Buffer) -> bytes:
+def digest_batch(
+    data: Buffer, offsets: Iterable[int] | Buffer, *, byteorder: ByteOrder = "native"
+) -> bytes:
     """Digests of ``data[offsets[i]:offsets[i+1]]`` for each i, concatenated."""
     view = as_bytes_view(data, "data")
-    offs = as_offsets(offsets)
+    offs = as_offsets(offsets, byteorder)
     check_offsets(offs, len(view))
     return b"".join(
         xxhash.xxh3_128_digest(view[offs[i] : offs[i + 1]]) for i in range(len(offs) - 1)
@@ -66,11 +69,15 @@ def digest_batch(data: Buffer, offsets: Iterable[int] | Buffer) -> bytes:
 
 
 def digest_batch_into(
-    data: Buffer, offsets: Iterable[int] | Buffer, out: bytearray | memoryview
+    data: Buffer,
+    offsets: Iterable[int] | Buffer,
+    out: bytearray | memoryview,
+    *,
+    byteorder: ByteOrder = "native",
 ) -> int:
     """Write the batch digests into the caller's writable ``out``; returns n."""
     view = as_bytes_view(data, "data")
-    offs = as_offsets(offsets)
+    offs = as_offsets(offsets, byteorder)
     n = len(offs) - 1
     target = writable_view(out, 16 * n, "out")
     target[: 16 * n] = digest_batch(view, offs)

@@ -22,7 +22,7 @@ decision boundary):
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any, Protocol, TypeVar
 
 import msgpack
@@ -56,6 +56,11 @@ _SIZE = RECORD_SIZE[RecordType.TOKEN]
 _HEAD = struct.Struct("<QIB")
 _RECORDED = int(Provenance.RECORDED)
 _OFFSET = struct.Struct("<Q")
+_ALWAYS = (True,)
+
+
+def _never_closed() -> Exception:  # pragma: no cover - _ALWAYS is never empty
+    return InvalidInputError("an in-memory cursor has no reader to close")
 
 
 class PayloadSource(Protocol):
@@ -73,13 +78,16 @@ class _CheckpointValues(Sequence[Any]):
 
     One native ``digest_batch`` call checks a block of value encodings against
     the digests in the token records, so the per-token cost stays far below a
-    native call per value (the cursor's 1 us budget).
+    native call per value (the cursor's 1 us budget). The views point into the
+    LMDB map: a block is loaded only while the reader's lease is held.
     """
 
     _BLOCK = 4096
 
     def __init__(self, cp: Any, records: memoryview, count: int) -> None:
-        values, offsets = cp.token_values()
+        values, offsets = cp._token_value_views()
+        self._lease: list[bool] = cp._lease
+        self._closed_error: Callable[[], Exception] = cp._closed_error
         self._values = memoryview(values).cast("B")
         self._offsets = memoryview(offsets).cast("B")
         self._records = records
@@ -92,9 +100,13 @@ class _CheckpointValues(Sequence[Any]):
         return self._count
 
     def _load_block(self, block: int) -> None:
+        if not self._lease:
+            raise self._closed_error()
         first = block * self._BLOCK
         last = min(self._count, first + self._BLOCK)
-        digests = digest_batch(self._values, self._offsets[8 * first : 8 * (last + 1)])
+        digests = digest_batch(
+            self._values, self._offsets[8 * first : 8 * (last + 1)], byteorder="little"
+        )
         recs = bytes(self._records[32 * first : 32 * last])
         # Column by column (byte k of every digest against byte 16+k of every
         # record): 16 C-level slice compares per block instead of one Python
@@ -138,6 +150,12 @@ class ReplayCursor:
     advances. In STRICT mode it never calls a live source. The tokens the
     replay consumed are kept packed; :meth:`replayed` hands them to the
     validator.
+
+    A cursor from :meth:`from_checkpoint` reads the LMDB map directly: once
+    the reader's ``with`` block ends, :meth:`resolve` raises
+    :class:`InvalidInputError` ("the checkpoint reader is closed") instead of
+    reading memory the map may no longer hold. :meth:`replayed` keeps working
+    (it holds copies).
     """
 
     def __init__(self, recorded: PackedTokens, *, mode: ReplayMode = ReplayMode.STRICT) -> None:
@@ -158,16 +176,24 @@ class ReplayCursor:
         self._idx = 0
         self._out = bytearray()
         self._out_values: list[Any] = []
+        # In-memory tokens are the caller's own memory: always readable.
+        self._lease: Sized = _ALWAYS
+        self._closed_error: Callable[[], Exception] = _never_closed
 
     @classmethod
     def from_checkpoint(cls, cp: Any, *, mode: ReplayMode = ReplayMode.STRICT) -> ReplayCursor:
-        """A cursor over an open checkpoint view; use it only inside that ``with``."""
-        view = memoryview(cp.tokens()).cast("B")
+        """A zero-copy cursor over an open checkpoint view, usable inside that ``with``."""
+        # Zero-copy: the views are private to the cursor, which checks the
+        # reader's lease before each read (a copy of a 10 M token log is 320 MB).
+        view = memoryview(cp._token_records()).cast("B")
         count = view.nbytes // _SIZE
         log = cp.manifest.raw.get("tokens") if isinstance(cp.manifest.raw, Mapping) else None
         names = dict(log.get("kinds") or {}) if isinstance(log, Mapping) else {}
         values = _CheckpointValues(cp, view, count)
-        return cls(PackedTokens(view, values=values, kind_names=names), mode=mode)
+        cursor = cls(PackedTokens(view, values=values, kind_names=names), mode=mode)
+        cursor._lease = cp._lease
+        cursor._closed_error = cp._closed_error
+        return cursor
 
     @property
     def mode(self) -> ReplayMode:
@@ -202,6 +228,8 @@ class ReplayCursor:
         ``live`` is consulted only in BEST_EFFORT mode, when the log cannot
         answer; in STRICT mode that situation raises instead.
         """
+        if not self._lease:
+            raise self._closed_error()
         code = self._code(kind)
         i = self._idx
         if i >= self._count:

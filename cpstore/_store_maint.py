@@ -83,7 +83,7 @@ def _check_tokens(
         )
         return
     try:
-        digests = digest_batch(values, offsets)
+        digests = digest_batch(values, offsets, byteorder="little")  # stored little-endian
     except CpstoreError as exc:
         problems.append(Problem("token value offsets are malformed", where, got=exc.what))
         return

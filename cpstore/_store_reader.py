@@ -1,10 +1,13 @@
 """The reader a replay engine uses: one checkpoint, inside one LMDB read txn.
 
-Buffers handed out (``tokens()``, ``token_values()``) are zero-copy views of
-the LMDB map; they are released when the ``with store.read(...)`` block ends,
-so a view kept past it fails loudly instead of reading reused pages. Every
-object is hash-checked on first use unless the reader was opened with
-``verify=False``.
+Nothing handed to user code points into the LMDB map: ``tokens()`` and
+``token_values()`` return owned copies, and every other accessor returns
+decoded values or bytes. The zero-copy views of the map stay inside the
+package (validate, the replay cursor), which check :attr:`CheckpointView._lease`
+before each use, because CPython cannot revoke a memoryview's slices and
+py-lmdb's buffers point straight into the map: once the block ends and the
+map grows, such a view would read unmapped memory (SIGSEGV). Every object is
+hash-checked on first use unless the reader was opened with ``verify=False``.
 """
 
 from __future__ import annotations
@@ -80,8 +83,10 @@ class CheckpointView:
 
     From :meth:`Store.read` or :meth:`Store.latest`; use it as a context
     manager. Entering begins the txn and reads the manifest (hash-checked
-    unless ``verify=False``); leaving ends the txn and releases every view
-    handed out. A reader is entered once.
+    unless ``verify=False``); leaving ends the txn, and any later use of the
+    reader or of a cursor built from it raises :class:`InvalidInputError`.
+    What it hands out (copies, decoded values) stays valid. A reader is
+    entered once.
     """
 
     __slots__ = (
@@ -93,6 +98,7 @@ class CheckpointView:
         "_head",
         "_header",
         "_id",
+        "_lease",
         "_objects",
         "_raw",
         "_rest_checked",
@@ -123,6 +129,10 @@ class CheckpointView:
         self._id: str | None = None
         self._verify = verify
         self._views: list[memoryview] = []
+        # Non-empty exactly while the txn is open. Objects built from this
+        # reader (the replay cursor) keep a reference and test its truth
+        # before touching a view of the map: one cheap check per call.
+        self._lease: list[bool] = []
         self._cache: dict[str, Any] = {}
         # Objects hash-checked in this txn: none is hashed twice by one reader.
         self._checked: set[bytes] = set()
@@ -159,6 +169,7 @@ class CheckpointView:
             env.end_read(txn)
             raise
         self._txn = txn
+        self._lease.append(True)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -199,7 +210,17 @@ class CheckpointView:
             self._id = self._cid.hex()
         return self._id
 
+    def _closed_error(self) -> InvalidInputError:
+        """The error for any use of this reader, or of an object built from it, after its block."""
+        return InvalidInputError(
+            "the checkpoint reader is closed",
+            where=self.id,
+            expected="use inside with store.read(checkpoint_id) as cp: ...",
+            got="use after the with block ended",
+        )
+
     def _close(self) -> None:
+        self._lease.clear()  # first: nothing built from this reader reads the map again
         for view in self._views:
             with contextlib.suppress(BufferError):  # still exported: the txn ends anyway
                 view.release()
@@ -209,7 +230,7 @@ class CheckpointView:
 
     def _object(self, key: bytes, where: str) -> memoryview:
         if self._txn is None:
-            raise InvalidInputError("the checkpoint reader is closed", where=self.id)
+            raise self._closed_error()
         check = self._verify and key not in self._checked
         view = get_object(
             self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
@@ -228,7 +249,7 @@ class CheckpointView:
         the values and offsets objects are still re-hashed whole).
         """
         if self._txn is None:
-            raise InvalidInputError("the checkpoint reader is closed", where=self.id)
+            raise self._closed_error()
         return tuple(
             check_checkpoint_objects(
                 self._txn,
@@ -257,7 +278,18 @@ class CheckpointView:
     # -- tokens --------------------------------------------------------------
 
     def tokens(self) -> memoryview:
-        """Packed TOKEN records (32 bytes each), zero-copy from LMDB."""
+        """Packed TOKEN records (32 bytes each): a view of an owned copy.
+
+        Copied once per reader (about 3 ms per million tokens, 32 MB), so the view and
+        anything sliced or cast from it stay valid after the block ends.
+        """
+        if "tokens_copy" not in self._cache:
+            self._cache["tokens_copy"] = memoryview(bytes(self._token_records()))
+        view: memoryview = self._cache["tokens_copy"]
+        return view
+
+    def _token_records(self) -> memoryview:
+        """The packed TOKEN records, zero-copy from LMDB: only for use inside the block."""
         if "tokens" not in self._cache:
             log = self._fields()["tokens"]
             self._cache["tokens"] = (
@@ -271,7 +303,18 @@ class CheckpointView:
         return self._manifest.token_count
 
     def token_values(self) -> tuple[memoryview, memoryview]:
-        """(concatenated canonical value encodings, uint64 LE offsets), zero-copy."""
+        """(concatenated canonical value encodings, uint64 LE offsets): views of owned copies.
+
+        Copied once per reader, like :meth:`tokens`.
+        """
+        if "values_copy" not in self._cache:
+            values, offsets = self._token_value_views()
+            self._cache["values_copy"] = (memoryview(bytes(values)), memoryview(bytes(offsets)))
+        pair: tuple[memoryview, memoryview] = self._cache["values_copy"]
+        return pair
+
+    def _token_value_views(self) -> tuple[memoryview, memoryview]:
+        """(values, offsets), zero-copy from LMDB: only for use inside the block."""
         if "values" not in self._cache:
             log = self._fields()["tokens"]
             if log is None:
@@ -295,9 +338,9 @@ class CheckpointView:
         count = self.token_count()
         if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < count:
             raise InvalidInputError("token index out of range", expected=f"0 <= i < {count}", got=i)
-        records = self.tokens()
+        records = self._token_records()
         seq, code, prov = _TOKEN_HEAD.unpack_from(records, 32 * i)
-        values, offsets = self.token_values()
+        values, offsets = self._token_value_views()
         start = _OFFSET.unpack_from(offsets, 8 * i)[0]
         end = _OFFSET.unpack_from(offsets, 8 * i + 8)[0]
         if not start <= end <= len(values):
@@ -397,7 +440,7 @@ class CheckpointView:
         chunked = self._raw["state"]["chunked"] or {}
         if name in chunked:
             if self._txn is None:
-                raise InvalidInputError("the checkpoint reader is closed", where=self.id)
+                raise self._closed_error()
             return load_chunked(
                 self._txn,
                 self._objects,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tracemalloc
 
 import msgpack
@@ -12,6 +14,7 @@ from test_decision_support import clean_doc
 from cpstore._decision import Verdict, validate
 from cpstore._document import (
     DOCUMENT_FORMAT,
+    MAX_DOCUMENT_BYTES,
     ReplayMode,
     dump_document,
     load_document,
@@ -158,6 +161,57 @@ def test_document_larger_than_the_limit_is_refused(tmp_path):
     path.write_bytes(json.dumps(clean_doc(tokens=200)).encode())
     with pytest.raises(DocumentError, match="too large"):
         load_document(path, max_bytes=1000)
+
+
+_OVER_THE_LIMIT = r"""
+import resource, sys
+import cpstore
+from cpstore import DocumentError, MAX_DOCUMENT_BYTES
+path = sys.argv[1]
+with open(path, "wb") as fh:
+    fh.truncate(MAX_DOCUMENT_BYTES + 1)  # sparse: no disk, no memory
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    cpstore.load_document(path)
+except DocumentError as exc:
+    grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    print(grew, exc.where, exc.expected, exc.got, exc.what, sep="|")
+"""
+
+
+def test_a_file_just_over_the_default_limit_is_refused_from_its_size(tmp_path):
+    """One byte over MAX_DOCUMENT_BYTES is refused from the file size, without reading it."""
+    path = tmp_path / "sparse.json"
+    out = subprocess.run(
+        [sys.executable, "-c", _OVER_THE_LIMIT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    grew, where, expected, got, what = out.stdout.strip().split("|")
+    assert int(grew) < 16 * 1024, grew  # KiB: the 128 MiB were never read
+    assert where == str(path)
+    assert expected == f"<= {MAX_DOCUMENT_BYTES} bytes"
+    assert got == f"{MAX_DOCUMENT_BYTES + 1} bytes"
+    assert "too large" in what and "max_bytes" in what
+
+
+def test_max_bytes_is_the_exact_limit_for_files_and_bytes(tmp_path):
+    """A document of exactly max_bytes parses; one byte less refuses it, naming the size."""
+    raw = json.dumps(clean_doc(tokens=20)).encode()
+    path = tmp_path / "doc.json"
+    path.write_bytes(raw)
+    for source in (path, raw, memoryview(raw)):
+        assert load_document(source, max_bytes=len(raw)).run_id == "run-1"
+        with pytest.raises(DocumentError, match="too large") as info:
+            load_document(source, max_bytes=len(raw) - 1)
+        assert info.value.got == f"{len(raw)} bytes"
+        assert info.value.expected == f"<= {len(raw) - 1} bytes"
+    with pytest.raises(DocumentError) as info:
+        load_document(path, max_bytes=10)
+    assert info.value.where == str(path)
 
 
 def test_missing_file_is_not_found_naming_the_path(tmp_path):

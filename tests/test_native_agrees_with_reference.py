@@ -224,6 +224,19 @@ def test_digest_batch_matches_reference(
     )
 
 
+@PROPERTY
+@given(batch=_batch(), order=st.sampled_from(["little", "big"]))
+def test_digest_batch_reads_offsets_in_the_byte_order_it_is_told(
+    kernel: str, batch: tuple[bytes, list[int]], order: str
+) -> None:
+    """Offsets packed little- or big-endian, with that byteorder, digest as the plain ints do."""
+    data, offsets = batch
+    packed = struct.pack(f"{'<' if order == 'little' else '>'}{len(offsets)}Q", *offsets)
+    expected = reference.digest_batch(data, offsets)
+    assert cpstore.digest_batch(data, packed, byteorder=order) == expected  # type: ignore[arg-type]
+    assert reference.digest_batch(data, packed, byteorder=order) == expected  # type: ignore[arg-type]
+
+
 def test_digest_batch_of_huge_buffer_matches_reference(kernel: str) -> None:
     """A multi-megabyte batch of small, boundary-sized and large items agrees."""
     rng = random.Random(7)
