@@ -13,6 +13,10 @@ let through. The rules (docs/decision-table.md, "Gates"):
   ACCEPT from a STRICT replay, and the branch never to have been quarantined.
 * **Sign-off** is refused for an ACCEPT (nothing to release) and for any
   decision with a non-releasable finding.
+* **Recording** on from a checkpoint (:meth:`Store.recorder` continuing a
+  branch or forking from it) needs, when the checkpoint's standing decision
+  is not ACCEPT, a :class:`ResumePermit` for that decision, used once
+  (:func:`check_resume`).
 
 Every check a gate makes runs inside the write txn that appends its record
 (:func:`~cpstore._store_audit.append_audit_checked`): two processes racing
@@ -28,16 +32,18 @@ from typing import Any
 
 from ._decision import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
 from ._errors import AuditChainError, GateError, InvalidInputError, NotFoundError, SignOffError
-from ._store_audit import AuditView, append_audit_checked
+from ._store_audit import AuditView, append_audit_checked, audit_view
 
 __all__ = [
     "AUDIT_DECISION",
     "AUDIT_GATE",
+    "AUDIT_RESUME",
     "AUDIT_SIGNOFF",
     "ResumePermit",
     "RollbackCertificate",
     "SignOff",
     "certify_rollback",
+    "check_resume",
     "resume_gate",
     "sign_off",
 ]
@@ -45,6 +51,8 @@ __all__ = [
 #: Audit record kinds written by the gates (decisions: ``AUDIT_DECISION``).
 AUDIT_SIGNOFF = "signoff"
 AUDIT_GATE = "gate"
+#: Audit record kind of a permit used by a recorder (one per permit).
+AUDIT_RESUME = "resume"
 
 
 @dataclass(frozen=True)
@@ -382,4 +390,103 @@ def certify_rollback(
     out = append_audit_checked(store, AUDIT_GATE, prepare)
     return RollbackCertificate(
         checkpoint_id, str(passed["run_id"]), passed["branch"], passed["decision_id"], out.digest
+    )
+
+
+def _permit_digest(permit: ResumePermit | str) -> str:
+    if isinstance(permit, ResumePermit):
+        return _text(permit.audit_digest, "permit")
+    if isinstance(permit, str):
+        return _text(permit, "permit")
+    raise InvalidInputError("permit must be a ResumePermit or its audit digest", got=permit)
+
+
+def _standing(log: AuditView, checkpoint_id: str) -> tuple[Any | None, Verdict | None]:
+    """The checkpoint's standing decision (its latest) and that decision's verdict."""
+    rec = log.latest_decision(checkpoint_id)
+    return rec, None if rec is None else _verdict(rec)
+
+
+def _use_permit(
+    log: AuditView, digest: str, checkpoint_id: str, run_id: str, branch: str
+) -> dict[str, Any]:
+    """The body recording that ``digest`` was used, or GateError (all read in ``log``'s txn)."""
+    try:
+        gate = log.get_audit(digest)
+    except (NotFoundError, InvalidInputError):
+        raise GateError("permit is not in the audit log", got=digest) from None
+    body = gate.body
+    if gate.kind != AUDIT_GATE or body.get("gate") != "resume":
+        raise GateError("not a resume permit", where=f"audit[{gate.index}]", got=gate.kind)
+    if body.get("checkpoint_id") != checkpoint_id:
+        raise GateError(
+            "permit is for another checkpoint",
+            where=f"audit[{gate.index}]",
+            expected=checkpoint_id,
+            got=body.get("checkpoint_id"),
+        )
+    _linked(log, gate)
+    standing, _ = _standing(log, checkpoint_id)
+    if standing is None or standing.digest != body.get("decision_audit"):
+        raise GateError(
+            "a later decision supersedes the one the permit was given for",
+            where=f"checkpoint {checkpoint_id}",
+            expected=None if standing is None else standing.body.get("decision_id"),
+            got=body.get("decision_id"),
+        )
+    for used in log.audit_records(kind=AUDIT_RESUME, start=gate.index + 1):
+        if used.body.get("permit") == gate.digest:
+            raise GateError(
+                "permit was already used; it allows one resume",
+                where=f"audit[{used.index}]",
+                got=gate.digest,
+            )
+    return {
+        "checkpoint_id": checkpoint_id,
+        "run_id": run_id,
+        "branch": branch,
+        "permit": gate.digest,
+        "decision_id": body.get("decision_id"),
+    }
+
+
+def check_resume(
+    store: Any,
+    checkpoint_id: str | None,
+    *,
+    run_id: str,
+    branch: str,
+    permit: ResumePermit | str | None = None,
+) -> None:
+    """Refuse recording on from ``checkpoint_id`` unless its standing decision allows it.
+
+    The standing decision is the latest decision recorded about the
+    checkpoint (the decision index, :class:`~cpstore._store_audit.AuditView`).
+    None or an ACCEPT needs no permit; anything else needs ``permit``, a
+    :class:`ResumePermit` from :func:`resume_gate` for this checkpoint and for
+    that very decision, not used before. A permit given is always checked and
+    used up (audit kind ``resume``), in the write txn that records its use.
+    """
+    if permit is None:
+        if checkpoint_id is None:
+            return
+        with audit_view(store) as log:
+            standing, verdict = _standing(log, checkpoint_id)
+        if standing is None or verdict is Verdict.ACCEPT:
+            return
+        raise GateError(
+            f"the checkpoint's standing decision is {verdict.name if verdict else None}; "
+            "recording on from it needs a ResumePermit from resume_gate (permit=)",
+            where=f"checkpoint {checkpoint_id} (run {run_id!r} branch {branch!r})",
+            got=standing.body.get("decision_id"),
+        )
+    digest = _permit_digest(permit)
+    if checkpoint_id is None:
+        raise GateError(
+            "a permit releases a resume from a checkpoint; this recorder starts a new run",
+            where=f"run {run_id!r} branch {branch!r}",
+            got=digest,
+        )
+    append_audit_checked(
+        store, AUDIT_RESUME, lambda log: _use_permit(log, digest, checkpoint_id, run_id, branch)
     )

@@ -9,7 +9,7 @@ from typing import Any
 from cpstore._decision import AUDIT_DECISION, Verdict, validate
 from cpstore._document import Observation, PackedTokens, ReplayMode, Run
 from cpstore._errors import CpstoreError
-from cpstore._gates import AUDIT_GATE, resume_gate, sign_off
+from cpstore._gates import AUDIT_GATE, AUDIT_RESUME, resume_gate, sign_off
 from cpstore._store import open as open_store
 
 ROUNDS = 24
@@ -38,7 +38,11 @@ def _replay(store: Any, cid: str, **changes: Any) -> Run:
 
 
 def _report(queue: Any, slot: int, target: Any, args: tuple[Any, ...]) -> None:
-    queue.put((slot, target(*args)))
+    try:
+        queue.put((slot, target(*args)))
+    except BaseException as exc:  # the parent fails the test with it instead of waiting
+        args[1].abort()
+        queue.put((slot, f"worker raised {exc!r}"))
 
 
 def _race(target: Any, args: list[tuple[Any, ...]]) -> list[Any]:
@@ -140,3 +144,34 @@ def test_a_gate_never_passes_on_a_decision_superseded_before_its_record(tmp_path
             ]
             assert all(g < min(newer) for g in gates), (cid, gates, newer)
         assert st.verify().ok
+
+
+def _recorder_with_permit(path: str, barrier: Any, rounds: list[tuple[str, str]]) -> list[bool]:
+    """Each round: wait for all, then open a recorder on the run with the round's permit."""
+    out: list[bool] = []
+    with open_store(path) as st:
+        for run, permit in rounds:
+            barrier.wait()
+            try:
+                st.recorder(run, permit=permit)
+                out.append(True)
+            except CpstoreError:
+                out.append(False)
+    return out
+
+
+def test_one_permit_opens_one_recorder_among_racing_processes(tmp_path: Path) -> None:
+    """24 rounds of 4 processes racing one permit on a rejected-then-released head: one each."""
+    path = str(tmp_path / "s")
+    rounds = []
+    with open_store(path) as st:
+        for i in range(ROUNDS):
+            cid = _checkpoint(st, f"run-{i}")
+            d = validate(cid, _replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
+            so = sign_off(st, d, operator="op", reason="drill")
+            rounds.append((f"run-{i}", resume_gate(st, cid, d, sign_off=so).audit_digest))
+    results = _race(_recorder_with_permit, [(path, rounds)] * WORKERS)
+    assert [sum(r[i] for r in results) for i in range(ROUNDS)] == [1] * ROUNDS
+    with open_store(path) as st:
+        used = [r.body["permit"] for r in st.audit_records(kind=AUDIT_RESUME)]
+        assert sorted(used) == sorted(p for _, p in rounds)
