@@ -6,6 +6,8 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cpstore._decision import AUDIT_DECISION, Verdict, validate
 from cpstore._document import Observation, PackedTokens, ReplayMode, Run
 from cpstore._errors import CpstoreError
@@ -63,10 +65,12 @@ def _race(target: Any, args: list[tuple[Any, ...]]) -> list[Any]:
     return [results[i] for i in range(len(args))]
 
 
-def _resumer(path: str, barrier: Any, rounds: list[tuple[str, str, str]]) -> list[str | None]:
+def _resumer(
+    path: str, barrier: Any, rounds: list[tuple[str, str, str]], key: bytes | None
+) -> list[str | None]:
     """Each round: wait for all, then try the round's sign-off; the permit digest or None."""
     out: list[str | None] = []
-    with open_store(path) as st:
+    with open_store(path, audit_key=key) as st:
         for cid, decision_id, so in rounds:
             barrier.wait()
             try:
@@ -76,21 +80,24 @@ def _resumer(path: str, barrier: Any, rounds: list[tuple[str, str, str]]) -> lis
     return out
 
 
-def test_one_sign_off_releases_one_resume_among_racing_processes(tmp_path: Path) -> None:
-    """24 rounds of 4 processes racing one sign-off: exactly one permit per round."""
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["plain", "keyed"])
+def test_one_sign_off_releases_one_resume_among_racing_processes(
+    tmp_path: Path, key: bytes | None
+) -> None:
+    """24 rounds of 4 processes racing one sign-off: exactly one permit per round (keyed too)."""
     path = str(tmp_path / "s")
     rounds = []
-    with open_store(path) as st:
+    with open_store(path, audit_key=key) as st:
         for i in range(ROUNDS):
             cid = _checkpoint(st, f"run-{i}")
             d = validate(cid, _replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
             assert d.verdict is Verdict.QUARANTINE
             so = sign_off(st, d, operator="op", reason="drill")
             rounds.append((cid, d.id, so.audit_digest))
-    results = _race(_resumer, [(path, rounds)] * WORKERS)
+    results = _race(_resumer, [(path, rounds, key)] * WORKERS)
     permits = [sum(r[i] is not None for r in results) for i in range(ROUNDS)]
     assert permits == [1] * ROUNDS
-    with open_store(path) as st:
+    with open_store(path, audit_key=key) as st:
         gates = [g.body["sign_off"] for g in st.audit_records(kind=AUDIT_GATE)]
         assert sorted(gates) == sorted(so for _, _, so in rounds)
         assert st.verify().ok
