@@ -64,6 +64,7 @@ from ._errors import (
 )
 from ._gates import (
     AUDIT_GATE,
+    AUDIT_RESUME,
     AUDIT_SIGNOFF,
     ResumePermit,
     RollbackCertificate,
@@ -121,6 +122,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AUDIT_DECISION",
     "AUDIT_GATE",
+    "AUDIT_RESUME",
     "AUDIT_SIGNOFF",
     "CHUNK_SIZE",
     "DOCUMENT_FORMAT",

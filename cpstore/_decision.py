@@ -20,6 +20,8 @@ import enum
 import os
 import re
 import secrets
+import struct
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -103,6 +105,8 @@ class FindingCode(str, enum.Enum):
     """Codes of the decision table, one per row."""
 
     INTEGRITY = "INTEGRITY"
+    RUN_MISMATCH = "RUN_MISMATCH"
+    STEP_MISMATCH = "STEP_MISMATCH"
     REPLAY_OF_REPLAY = "REPLAY_OF_REPLAY"
     STATE_MISMATCH = "STATE_MISMATCH"
     TOKEN_MISMATCH = "TOKEN_MISMATCH"
@@ -124,6 +128,8 @@ _R, _Q, _A = Verdict.REJECT, Verdict.QUARANTINE, Verdict.ACCEPT
 #: The table: each code's level and whether an operator sign-off can release it.
 FINDING_RULES: Mapping[FindingCode, tuple[Verdict, bool]] = {
     FindingCode.INTEGRITY: (_R, False),
+    FindingCode.RUN_MISMATCH: (_R, False),
+    FindingCode.STEP_MISMATCH: (_R, False),
     FindingCode.REPLAY_OF_REPLAY: (_R, False),
     FindingCode.STATE_MISMATCH: (_R, False),
     FindingCode.TOKEN_MISMATCH: (_R, False),
@@ -148,8 +154,9 @@ class Finding:
     code: FindingCode
     """The table row."""
     stream: str
-    """``state``, ``tokens``, ``observations``, ``call_graph``, ``transcript``,
-    ``effects``, ``ledger``, ``harness``, ``mode``, ``provenance`` or ``integrity``."""
+    """``identity``, ``state``, ``tokens``, ``observations``, ``call_graph``,
+    ``transcript``, ``effects``, ``ledger``, ``harness``, ``mode``, ``provenance``
+    or ``integrity``."""
     side: str
     """Whose data shows it: ``recorded``, ``replayed`` or ``both`` (a comparison)."""
     position: int | None
@@ -340,6 +347,7 @@ class _Side:
     state_digest: str
     tokens: memoryview
     token_info: Callable[[int], TokenInfo]
+    kind_names: Mapping[int, str]
     observations: Sequence[Observation]
     call_graph: Sequence[Mapping[str, Any]]
     transcript_digest: str | None
@@ -371,6 +379,7 @@ def _side_from_run(run: Run, label: str) -> _Side:
         state_digest=run.state_digest,
         tokens=run.tokens.view(),
         token_info=run.tokens.info,
+        kind_names=run.tokens.kind_names,
         observations=run.observations,
         call_graph=run.call_graph,
         transcript_digest=run.transcript_digest,
@@ -452,12 +461,8 @@ def _side_from_store(
 
 def _fill_side(cp: Any, view: memoryview, label: str, integrity: list[Finding]) -> _Side:
     man = cp.manifest
-    metadata = man.metadata if isinstance(man.metadata, Mapping) else {}
-    mode_text = metadata.get("replay_mode")
-    try:
-        mode = None if mode_text is None else ReplayMode(mode_text)
-    except ValueError:
-        mode = None
+    log = man.raw.get("tokens") if isinstance(man.raw, Mapping) else None
+    kinds = log.get("kinds") if isinstance(log, Mapping) else None
     return _Side(
         label=label,
         run_id=man.run_id,
@@ -465,6 +470,11 @@ def _fill_side(cp: Any, view: memoryview, label: str, integrity: list[Finding]) 
         state_digest=man.state_digest,
         tokens=view,
         token_info=_store_token_info(cp, view),
+        kind_names=(
+            {k: v for k, v in kinds.items() if isinstance(k, int)}
+            if isinstance(kinds, Mapping)
+            else {}
+        ),
         observations=[Observation(s, src, d, p) for s, src, d, p in cp.observations()],
         call_graph=list(cp.call_graph()),
         transcript_digest=man.transcript_digest,
@@ -472,7 +482,10 @@ def _fill_side(cp: Any, view: memoryview, label: str, integrity: list[Finding]) 
         ledger_sealed=bool(man.ledger_sealed),
         harness_accesses=list(cp.harness_accesses()),
         provenance_tags=tuple(man.provenance_tags),
-        mode=mode,
+        # A stored checkpoint records how a run executed, never how a replay
+        # resolved its tokens: its mode is undeclared, whatever its user
+        # metadata says (metadata is the caller's, not the replay's).
+        mode=None,
         checkpoint_id=man.id,
         branch=man.branch,
         from_store=True,
@@ -572,8 +585,16 @@ def _check_tokens(r: _Side, p: _Side, out: list[Finding]) -> None:
             )
         scans[side.label] = scan
     div = first_divergence(RecordType.TOKEN, r.tokens, p.tokens, fields=_TOKEN_FIELDS)
-    if div.kind is DivergenceKind.RECORD and div.index is not None:
-        ri, pi = r.token_info(div.index), p.token_info(div.index)
+    index = div.index if div.kind is DivergenceKind.RECORD else None
+    fields = div.fields
+    limit = min(div.count_a, div.count_b) if index is None else index
+    # The kernel compares kind *codes*; a hashed code is 31 bits of a name's
+    # hash, so equal codes prove nothing until the names behind them agree.
+    renamed = _kind_name_divergence(r, p, limit)
+    if renamed is not None:
+        index, fields = renamed, ("kind",)
+    if index is not None:
+        ri, pi = r.token_info(index), p.token_info(index)
         out.append(
             Finding(
                 FindingCode.TOKEN_MISMATCH,
@@ -583,7 +604,7 @@ def _check_tokens(r: _Side, p: _Side, out: list[Finding]) -> None:
                 "seq",
                 _canonical_or_repr(_token_dict(ri)),
                 _canonical_or_repr(_token_dict(pi)),
-                f"token {div.index} differs in {', '.join(div.fields)}: recorded {ri.kind} "
+                f"token {index} differs in {', '.join(fields)}: recorded {ri.kind} "
                 f"{_short(ri)} vs replayed {pi.kind} {_short(pi)}",
             )
         )
@@ -635,6 +656,48 @@ def _check_tokens(r: _Side, p: _Side, out: list[Finding]) -> None:
                 "seqs must be 0, 1, 2, ...",
             )
         )
+
+
+_HASHED_KIND = 0x80000000
+_KIND_FIELD = struct.Struct("<8xI20x")
+
+
+def _kind_column(tokens: memoryview, limit: int) -> Sequence[int]:
+    """The kind code of each of the first ``limit`` token records."""
+    if sys.byteorder == "little":
+        return tokens[: limit * _TOKEN_SIZE].cast("I")[2::8]
+    return [c for (c,) in _KIND_FIELD.iter_unpack(tokens[: limit * _TOKEN_SIZE])]
+
+
+def _kind_name_divergence(r: _Side, p: _Side, limit: int) -> int | None:
+    """First token before ``limit`` whose equal hashed kind code stands for different names.
+
+    Before ``limit`` the records are equal field by field, so only R's codes
+    are read. A stored R names every hashed code it uses (its recorder's kind
+    table refuses two names with one code); any other R is scanned, and a
+    hashed code it does not name is bad input. A code P does not name, or
+    names differently, is not proven the same kind: a TOKEN_MISMATCH.
+    """
+    if r.from_store:
+        used: Sequence[int] | set[int] = [c for c in r.kind_names if c & _HASHED_KIND]
+    else:
+        count = r.tokens.nbytes // _TOKEN_SIZE
+        used = {c for c in _kind_column(r.tokens, count) if c & _HASHED_KIND}
+        unnamed = sorted(c for c in used if c not in r.kind_names)
+        if unnamed:
+            raise InvalidInputError(
+                "a hashed token kind code has no name; kind identity cannot rest on a hash",
+                where=f"{r.label}.tokens.kind_names",
+                expected="a name for every hashed code used",
+                got=f"0x{unnamed[0]:08x}",
+            )
+    suspect = {c for c in used if p.kind_names.get(c) != r.kind_names.get(c)}
+    if not suspect or limit == 0:
+        return None
+    for i, code in enumerate(_kind_column(r.tokens, limit)):
+        if code in suspect:
+            return i
+    return None
 
 
 def _short(info: TokenInfo) -> str:
@@ -763,8 +826,41 @@ def _check_effects(r: _Side, p: _Side, out: list[Finding]) -> None:
         )
 
 
+def _check_identity(r: _Side, p: _Side, out: list[Finding]) -> None:
+    # A replay is of one run and reaches the step of the checkpoint it
+    # replays. The branch is not compared: a replay recorded on a fork of the
+    # run is still a replay of that run.
+    if r.run_id != p.run_id:
+        out.append(
+            Finding(
+                FindingCode.RUN_MISMATCH,
+                "identity",
+                "both",
+                None,
+                "",
+                r.run_id,
+                p.run_id,
+                f"replay is of run {p.run_id!r}, not the recorded run {r.run_id!r}",
+            )
+        )
+    if r.step != p.step:
+        out.append(
+            Finding(
+                FindingCode.STEP_MISMATCH,
+                "identity",
+                "both",
+                p.step,
+                "step",
+                r.step,
+                p.step,
+                f"replay reached step {p.step}, not the recorded checkpoint's step {r.step}",
+            )
+        )
+
+
 def _findings(r: _Side, p: _Side) -> tuple[list[Finding], int | None]:
     out: list[Finding] = [*r.integrity, *p.integrity]
+    _check_identity(r, p, out)
     tags = [(i, t) for i, t in enumerate(r.provenance_tags) if t.startswith("replay:")]
     if tags:
         out.append(

@@ -465,6 +465,12 @@ def run_demo(
                 ),
             )
         )
+        gates.append(
+            _gate(
+                "record on from the seed 004 (rejected) checkpoint",
+                lambda: store.recorder(RUN_ID),
+            )
+        )
         big, cursor_s = bulk(store, bulk_tokens)
         rows.append(big)
         _print_table(rows, say)

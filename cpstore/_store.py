@@ -26,6 +26,7 @@ from ._errors import (
     NotFoundError,
     StoreError,
 )
+from ._gates import ResumePermit, check_resume
 from ._native import digest, digest_small
 from ._records import Digest
 from ._store_audit import append_audit, append_audit_txn, audit_records, get_audit
@@ -246,16 +247,31 @@ class Store:
 
     # -- checkpoints ---------------------------------------------------------
 
-    def recorder(self, run_id: str, *, branch: str = "main", parent: str | None = None) -> Recorder:
+    def recorder(
+        self,
+        run_id: str,
+        *,
+        branch: str = "main",
+        parent: str | None = None,
+        permit: ResumePermit | str | None = None,
+    ) -> Recorder:
         """A recorder for ``run_id``/``branch``.
 
         On an existing branch it continues from the head (its logs, ledger and
         token numbering); ``parent`` may only name that head (ConflictError
         otherwise: fork a new branch instead). On a new branch, ``parent`` (a
         checkpoint id) forks from that checkpoint, and None starts a new run.
+
+        Continuing from a checkpoint whose standing decision (the latest one
+        recorded about it) is not ACCEPT needs ``permit``, the
+        :class:`ResumePermit` :func:`resume_gate` gave for it; GateError
+        otherwise. A permit is checked against the audit log and used once.
         """
         self._live()
-        return Recorder(self, check_name(run_id, "run_id"), check_name(branch, "branch"), parent)
+        run_id, branch = check_name(run_id, "run_id"), check_name(branch, "branch")
+        rec = Recorder(self, run_id, branch, parent)
+        check_resume(self, rec.head, run_id=run_id, branch=branch, permit=permit)
+        return rec
 
     def _load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
         raw, header = self._load_raw(txn, cid, verify=verify)

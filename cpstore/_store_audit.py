@@ -5,12 +5,25 @@ Record ``i`` is the canonical encoding of ``{"index", "prev", "kind", "body",
 identity and ``prev`` is the digest of record ``i - 1``. The meta key
 ``audit_head`` holds ``[count, last digest]`` so that losing the newest
 records is found too. Nothing in cpstore deletes an audit record.
+
+:func:`append_audit_checked` evaluates the caller's check *inside* the write
+txn that appends, over an :class:`AuditView` of that txn: no other writer, in
+any process, can append between the check and the record (LMDB has one
+writer at a time). The gates use it so that "not used before" and "not
+superseded" hold when their record lands.
+
+The decision index (meta keys ``decision/<checkpoint id>``, covered count
+under ``decisions_indexed``) maps a checkpoint to the audit index of the
+latest ``decision`` record about it (its ``recorded.checkpoint_id``). It is
+maintained in the append's txn, caught up from the log when it lags (a store
+written before it existed), and checked by :func:`check_audit_chain`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import decode_value, encode_value
@@ -23,22 +36,29 @@ from ._errors import (
 )
 from ._native import digest
 from ._store_env import Txn
-from ._store_keyed import mac_append
+from ._store_keyed import check_mac, mac_append
 from ._store_model import AuditRecord, Problem, check_metadata, parse_id
 
 if TYPE_CHECKING:
     from ._store import Store
 
 __all__ = [
+    "AuditView",
     "append_audit",
+    "append_audit_checked",
     "append_audit_txn",
     "audit_records",
+    "audit_view",
     "check_audit_chain",
     "get_audit",
 ]
 
 _INDEX = struct.Struct(">Q")
 HEAD_KEY = b"audit_head"
+#: Audit kind whose records the decision index covers (``cpstore._decision.AUDIT_DECISION``).
+DECISION_KIND = "decision"
+DECISION_PREFIX = b"decision/"
+DECISIONS_INDEXED = b"decisions_indexed"
 
 
 def _decode(index: int, raw: bytes | memoryview, where: str) -> AuditRecord:
@@ -67,28 +87,169 @@ def _decode(index: int, raw: bytes | memoryview, where: str) -> AuditRecord:
     )
 
 
+def _decided_checkpoint(kind: str, body: Mapping[str, Any]) -> bytes | None:
+    """The checkpoint (16 raw bytes) a decision record is about, or None."""
+    if kind != DECISION_KIND:
+        return None
+    recorded = body.get("recorded")
+    cid = recorded.get("checkpoint_id") if isinstance(recorded, Mapping) else None
+    if not isinstance(cid, str) or len(cid) != 32:
+        return None
+    try:
+        return bytes.fromhex(cid)
+    except ValueError:
+        return None
+
+
+def _indexed_count(txn: Txn[memoryview], meta: Any) -> int:
+    raw = txn.get(DECISIONS_INDEXED, db=meta)
+    try:
+        count = None if raw is None else decode_value(raw)
+    except CanonicalEncodingError:
+        count = None
+    return count if isinstance(count, int) and count >= 0 else 0
+
+
+def _index_decisions(txn: Txn[memoryview], dbs: Mapping[str, Any], start: int, end: int) -> None:
+    """Put the index entries of decision records ``start`` to ``end - 1`` (a catch-up)."""
+    with txn.cursor(db=dbs["audit"]) as cur:
+        found = cur.set_range(_INDEX.pack(start))
+        entries: list[tuple[bytes, int]] = []
+        while found:
+            index = _INDEX.unpack(cur.key())[0]
+            if index >= end:
+                break
+            rec = _decode(index, cur.value(), f"audit/{index}")
+            cid = _decided_checkpoint(rec.kind, rec.body)
+            if cid is not None:
+                entries.append((cid, index))
+            found = cur.next()
+    for cid, index in entries:
+        txn.put(DECISION_PREFIX + cid, encode_value(index), db=dbs["meta"])
+
+
+class AuditView:
+    """The audit log as one txn sees it (read, or the appending write txn).
+
+    It offers the read methods of :class:`~cpstore._store.Store` under the same
+    names, so the gates' checks run unchanged over a store or inside an append.
+    Use it only while its txn is open.
+    """
+
+    def __init__(self, store: Store, txn: Txn[memoryview]) -> None:
+        self._store = store
+        self._txn = txn
+        self._dbs = store._e.dbs
+
+    def audit_records(
+        self, *, kind: str | None = None, start: int = 0, limit: int | None = None
+    ) -> Iterator[AuditRecord]:
+        """Records from ``start`` in order, filtered by ``kind``."""
+        produced = 0
+        with self._txn.cursor(db=self._dbs["audit"]) as cur:
+            found = cur.set_range(_INDEX.pack(start))
+            while found and (limit is None or produced < limit):
+                index = _INDEX.unpack(cur.key())[0]
+                rec = _decode(index, cur.value(), f"audit/{index}")
+                if kind is None or rec.kind == kind:
+                    yield rec
+                    produced += 1
+                found = cur.next()
+
+    def get_audit(self, digest_hex: str) -> AuditRecord:
+        """The record whose digest is ``digest_hex``."""
+        return _get(self._txn, self._dbs, digest_hex)
+
+    def check_audit_mac(self, index: int) -> None:
+        """Raise AuditChainError unless record ``index`` carries its true keyed MAC."""
+        store = self._store
+        if not store.audit_keyed:
+            return
+        if store._audit_key is None:
+            raise StoreError(
+                "this store's audit log is keyed; open it with audit_key= to trust a record",
+                where=f"audit/{index}",
+            )
+        check_mac(self._txn, self._dbs, store._audit_key, index)
+
+    def latest_decision(self, checkpoint_id: str) -> AuditRecord | None:
+        """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail)."""
+        cid = parse_id(checkpoint_id, "checkpoint id")
+        txn, meta = self._txn, self._dbs["meta"]
+        latest: AuditRecord | None = None
+        raw = txn.get(DECISION_PREFIX + cid, db=meta)
+        if raw is not None:
+            try:
+                index = decode_value(raw)
+            except CanonicalEncodingError:
+                index = None
+            found = list(self.audit_records(start=index, limit=1)) if isinstance(index, int) else []
+            if (
+                not found
+                or found[0].index != index
+                or _decided_checkpoint(found[0].kind, found[0].body) != cid
+            ):
+                raise AuditChainError(
+                    "decision index names a record that is not a decision about the checkpoint",
+                    where=f"meta/decision/{checkpoint_id}",
+                    got=index,
+                )
+            latest = found[0]
+        # Records the index does not cover yet (written by an older cpstore).
+        for rec in self.audit_records(kind=DECISION_KIND, start=_indexed_count(txn, meta)):
+            if _decided_checkpoint(rec.kind, rec.body) == cid:
+                latest = rec
+        return latest
+
+
+@contextmanager
+def audit_view(store: Store) -> Iterator[AuditView]:
+    """An :class:`AuditView` over a read txn, for the ``with`` block."""
+    with store._read() as txn:
+        yield AuditView(store, txn)
+
+
 def append_audit(store: Store, kind: str, body: Mapping[str, Any]) -> AuditRecord:
     """Append one record after the current last one, in one durable txn."""
+    return append_audit_checked(store, kind, lambda _log: body)
+
+
+def append_audit_checked(
+    store: Store, kind: str, prepare: Callable[[AuditView], Mapping[str, Any]]
+) -> AuditRecord:
+    """Append the body ``prepare`` returns, ``prepare`` running inside the append's txn.
+
+    ``prepare`` sees the log through an :class:`AuditView` of the write txn and
+    raises to refuse: nothing is appended then. It may run more than once (the
+    txn is retried after the map grows), so it must depend only on the view.
+    """
     if not isinstance(kind, str) or not kind:
         raise InvalidInputError("audit kind must be a non-empty str", got=kind)
-    content = check_metadata(body, "audit body")
     when = float(store.now())
-    result: AuditRecord = store._write(
-        lambda txn: append_audit_txn(store, txn, kind, content, when)
-    )
+
+    def append(txn: Txn[memoryview]) -> AuditRecord:
+        content = check_metadata(prepare(AuditView(store, txn)), "audit body")
+        return append_audit_txn(store, txn, kind, content, when)
+
+    result: AuditRecord = store._write(append)
     return result
 
 
 def append_audit_txn(
     store: Store, txn: Txn[memoryview], kind: str, content: dict[str, Any], when: float
 ) -> AuditRecord:
-    """Append one record in the caller's write txn (for a change audited atomically with it)."""
+    """Append one record in the caller's write txn (for a change audited atomically with it).
+
+    ``content`` must already have passed ``check_metadata``. The decision index
+    (docs/store.md) is kept in this same txn.
+    """
     if store.audit_keyed and store._audit_key is None:
         raise StoreError(
             "this store's audit log is keyed; open it with audit_key= to append",
             where=store.path,
         )
-    audit, index_db, meta = store._db("audit"), store._db("audit_index"), store._db("meta")
+    dbs = store._e.dbs
+    audit, index_db, meta = dbs["audit"], dbs["audit_index"], dbs["meta"]
     with txn.cursor(db=audit) as cur:
         if cur.last():
             last_index = _INDEX.unpack(cur.key())[0]
@@ -101,9 +262,16 @@ def append_audit_txn(
     if not txn.put(_INDEX.pack(index), raw, overwrite=False, db=audit):
         raise AuditChainError("audit index already used", where=f"audit/{index}")
     if store._audit_key is not None:
-        mac_append(txn, store._e.dbs, store._audit_key, index, raw)
+        mac_append(txn, dbs, store._audit_key, index, raw)
     txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
     txn.put(HEAD_KEY, encode_value([index + 1, key]), db=meta)
+    indexed = _indexed_count(txn, meta)
+    if indexed < index:
+        _index_decisions(txn, dbs, indexed, index)
+    cid = _decided_checkpoint(kind, content)
+    if cid is not None:
+        txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
+    txn.put(DECISIONS_INDEXED, encode_value(index + 1), db=meta)
     return AuditRecord(index, key.hex(), None if prev is None else prev.hex(), kind, content, when)
 
 
@@ -139,18 +307,20 @@ def audit_records(
 
 def get_audit(store: Store, digest_hex: str) -> AuditRecord:
     """The record whose digest is ``digest_hex``."""
-    key = parse_id(digest_hex, "audit digest")
     with store._read() as txn:
-        pos = txn.get(key, db=store._db("audit_index"))
-        if pos is None:
-            raise NotFoundError("no audit record with this digest", where="audit", got=digest_hex)
-        index = _INDEX.unpack(pos)[0]
-        raw = txn.get(bytes(pos), db=store._db("audit"))
-        if raw is None or digest(raw) != key:
-            raise AuditChainError(
-                "audit index points at a different record", where=f"audit/{index}"
-            )
-        return _decode(index, raw, f"audit/{index}")
+        return _get(txn, store._e.dbs, digest_hex)
+
+
+def _get(txn: Txn[memoryview], dbs: Mapping[str, Any], digest_hex: str) -> AuditRecord:
+    key = parse_id(digest_hex, "audit digest")
+    pos = txn.get(key, db=dbs["audit_index"])
+    if pos is None:
+        raise NotFoundError("no audit record with this digest", where="audit", got=digest_hex)
+    index = _INDEX.unpack(pos)[0]
+    raw = txn.get(bytes(pos), db=dbs["audit"])
+    if raw is None or digest(raw) != key:
+        raise AuditChainError("audit index points at a different record", where=f"audit/{index}")
+    return _decode(index, raw, f"audit/{index}")
 
 
 def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int, list[Problem]]:
@@ -158,6 +328,8 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
     problems: list[Problem] = []
     prev: bytes | None = None
     count = 0
+    indexed = _indexed_count(txn, dbs["meta"])
+    decided: dict[bytes, int] = {}
     with txn.cursor(db=dbs["audit"]) as cur:
         for key, raw in cur:
             if len(key) != _INDEX.size:
@@ -176,6 +348,9 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
                 prev = digest(raw)
                 count = index + 1
                 continue
+            cid = _decided_checkpoint(rec.kind, rec.body)
+            if cid is not None and index < indexed:
+                decided[cid] = index
             expected_prev = None if prev is None else prev.hex()
             if rec.prev != expected_prev:
                 problems.append(
@@ -189,6 +364,7 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
                 )
             prev = d
             count = index + 1
+    problems.extend(_check_decision_index(txn, dbs, decided))
     head_raw = txn.get(HEAD_KEY, db=dbs["meta"])
     try:
         head = None if head_raw is None else decode_value(head_raw)
@@ -205,3 +381,39 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
             )
         )
     return count, problems
+
+
+def _check_decision_index(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], decided: Mapping[bytes, int]
+) -> list[Problem]:
+    """The decision index must name, for each checkpoint, its latest indexed decision."""
+    problems: list[Problem] = []
+    seen: set[bytes] = set()
+    with txn.cursor(db=dbs["meta"]) as cur:
+        found = cur.set_range(DECISION_PREFIX)
+        while found and bytes(cur.key()).startswith(DECISION_PREFIX):
+            cid = bytes(cur.key())[len(DECISION_PREFIX) :]
+            try:
+                got: Any = decode_value(cur.value())
+            except CanonicalEncodingError:
+                got = bytes(cur.value()).hex()
+            seen.add(cid)
+            if decided.get(cid) != got:
+                problems.append(
+                    Problem(
+                        "decision index disagrees with the audit log",
+                        f"meta/decision/{cid.hex()}",
+                        expected=decided.get(cid),
+                        got=got,
+                    )
+                )
+            found = cur.next()
+    for cid in sorted(set(decided) - seen):
+        problems.append(
+            Problem(
+                "decision index lacks a checkpoint's latest decision",
+                f"meta/decision/{cid.hex()}",
+                expected=decided[cid],
+            )
+        )
+    return problems

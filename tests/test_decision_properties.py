@@ -8,9 +8,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from test_decision_support import colliding_kinds
+
 from cpstore._decision import FINDING_RULES, Finding, FindingCode, Verdict, validate, verdict_for
 
-KINDS = ("rng", "clock", "tool", "env", "custom")
+#: Two custom kinds whose 31-bit codes collide: the recording uses the first.
+KIND_A, KIND_B = colliding_kinds()
+KINDS = ("rng", "clock", "tool", "env", "custom", KIND_A)
 values = st.one_of(
     st.integers(-(2**70), 2**70),
     st.floats(allow_nan=False),
@@ -82,11 +86,25 @@ def _tok_kind(doc: dict[str, Any]) -> None:
         _tok_value(doc)
 
 
+def _tok_colliding_kind(doc: dict[str, Any]) -> None:
+    # The other name with the same 31-bit code: equal codes, different kinds.
+    hits = [t for t in doc["tokens"] if t["kind"] == KIND_A]
+    if not hits and doc["tokens"]:
+        hits = doc["tokens"][:1]
+    for t in hits:
+        t["kind"] = KIND_B
+    if not hits:
+        doc["tokens"].append({"seq": 0, "kind": KIND_B, "value": 1, "provenance": "recorded"})
+
+
 #: Mutations of P, each making one row of the table fire (R stays clean).
 MUTATIONS: dict[str, Any] = {
     "state": lambda d: d.update(state_digest=d["state_digest"] + "'"),
     "token_value": _tok_value,
     "token_kind": _tok_kind,
+    "token_kind_collision": _tok_colliding_kind,
+    "run_id": lambda d: d.update(run_id=d["run_id"] + "'"),
+    "step": lambda d: d.update(step=999),
     "token_extra": lambda d: d["tokens"].append(
         {"seq": len(d["tokens"]), "kind": "rng", "value": 0, "provenance": "recorded"}
     ),
@@ -105,6 +123,9 @@ MUTATIONS: dict[str, Any] = {
 STRUCTURAL = {
     "token_value": {FindingCode.TOKEN_MISMATCH, FindingCode.TOKEN_COUNT},
     "token_kind": {FindingCode.TOKEN_MISMATCH, FindingCode.TOKEN_COUNT},
+    "token_kind_collision": {FindingCode.TOKEN_MISMATCH, FindingCode.TOKEN_COUNT},
+    "run_id": {FindingCode.RUN_MISMATCH},
+    "step": {FindingCode.STEP_MISMATCH},
     "token_extra": {FindingCode.TOKEN_COUNT},
     "call_graph": {FindingCode.CALL_GRAPH_MISMATCH},
     "observation": {FindingCode.OBSERVATION_MISMATCH},

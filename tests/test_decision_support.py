@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import copy
+import functools
+import itertools
 from typing import Any
+
+from cpstore._records import kind_code
 
 
 def clean_doc(tokens: int = 6, **overrides: Any) -> dict[str, Any]:
@@ -52,3 +56,16 @@ def replay_of(doc: dict[str, Any], **overrides: Any) -> dict[str, Any]:
     out["mode"] = "strict"
     out.update(overrides)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def colliding_kinds() -> tuple[str, str]:
+    """Two custom token kind names with one 31-bit code (a birthday search, ~50k names)."""
+    seen: dict[int, str] = {}
+    for i in itertools.count():
+        name = f"kind-{i}"
+        code = kind_code(name)
+        if code in seen:
+            return seen[code], name
+        seen[code] = name
+    raise AssertionError("unreachable")

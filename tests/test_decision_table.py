@@ -307,6 +307,8 @@ def test_every_finding_is_reported_not_just_the_first():
     r["observations"][0]["pinned_at"] = None
     p = replay_of(
         r,
+        run_id="another-run",
+        step=r["step"] + 1,
         state_digest="s2",
         transcript_digest="t2",
         mode="best_effort",
@@ -330,6 +332,8 @@ def test_table_levels_and_releasability_match_the_issue():
     rejects = {c for c, (lvl, _) in FINDING_RULES.items() if lvl is Verdict.REJECT}
     assert {c.value for c in rejects} == {
         "INTEGRITY",
+        "RUN_MISMATCH",
+        "STEP_MISMATCH",
         "REPLAY_OF_REPLAY",
         "STATE_MISMATCH",
         "TOKEN_MISMATCH",
@@ -340,6 +344,8 @@ def test_table_levels_and_releasability_match_the_issue():
     unreleasable = {c.value for c, (_, rel) in FINDING_RULES.items() if not rel}
     assert unreleasable == {
         "INTEGRITY",
+        "RUN_MISMATCH",
+        "STEP_MISMATCH",
         "REPLAY_OF_REPLAY",
         "STATE_MISMATCH",
         "TOKEN_MISMATCH",

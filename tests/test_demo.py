@@ -84,6 +84,7 @@ def test_gates_allow_and_refuse_what_the_verdicts_say(report: DemoReport) -> Non
     assert gates["certify rollback of the seed 002 (quarantined) branch"].startswith("REFUSED")
     assert gates["sign off the seed 004 call-graph divergence"].startswith("REFUSED")
     assert gates["resume after the unrecorded effect without sign-off"].startswith("REFUSED")
+    assert gates["record on from the seed 004 (rejected) checkpoint"].startswith("REFUSED")
 
 
 def test_demo_store_verifies_and_audit_holds_every_decision(report: DemoReport) -> None:

@@ -151,7 +151,7 @@ class TestStoredGarbage:
         with cpstore.open(path) as s:
             rec = s.recorder("run")
             rec.observe(1, "cfg", b"p", pinned_at=1.0)
-            cid = rec.checkpoint(1, {"a": 1}, metadata={"replay_mode": "strict"})
+            cid = rec.checkpoint(1, {"a": 1})
             s.append_audit("note", {})
             with s._e.env.begin() as txn:
                 okey = bytes(next(iter(txn.cursor(db=s._db("objects"))))[0])

@@ -1,0 +1,184 @@
+"""Gates under races between processes: a sign-off releases one resume, a newer decision wins."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cpstore._decision import AUDIT_DECISION, Verdict, validate
+from cpstore._document import Observation, PackedTokens, ReplayMode, Run
+from cpstore._errors import CpstoreError
+from cpstore._gates import AUDIT_GATE, AUDIT_RESUME, resume_gate, sign_off
+from cpstore._store import open as open_store
+
+ROUNDS = 24
+WORKERS = 4
+
+
+def _checkpoint(store: Any, run: str) -> str:
+    rec = store.recorder(run)
+    rec.observe(1, "clock", b"t", pinned_at=1.0)
+    rec.token("rng", 1)
+    return str(rec.checkpoint(1, b"state"))
+
+
+def _replay(store: Any, cid: str, **changes: Any) -> Run:
+    with store.read(cid) as cp:
+        m = cp.manifest
+        fields: dict[str, Any] = {
+            "tokens": PackedTokens(bytes(cp.tokens()), values=[1]),
+            "observations": tuple(Observation(*o) for o in cp.observations()),
+            "mode": ReplayMode.STRICT,
+            "transcript_digest": m.transcript_digest,
+        }
+        state = changes.pop("state_digest", m.state_digest)
+        fields.update(changes)
+        return Run(m.run_id, m.step, state, **fields)
+
+
+def _report(queue: Any, slot: int, target: Any, args: tuple[Any, ...]) -> None:
+    try:
+        queue.put((slot, target(*args)))
+    except BaseException as exc:  # the parent fails the test with it instead of waiting
+        args[1].abort()
+        queue.put((slot, f"worker raised {exc!r}"))
+
+
+def _race(target: Any, args: list[tuple[Any, ...]]) -> list[Any]:
+    """Run ``target(barrier, *a)`` in one spawned process per ``a``; their results in order."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(args))
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_report, args=(queue, i, target, (a[0], barrier, *a[1:])))
+        for i, a in enumerate(args)
+    ]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    return [results[i] for i in range(len(args))]
+
+
+def _resumer(
+    path: str, barrier: Any, rounds: list[tuple[str, str, str]], key: bytes | None
+) -> list[str | None]:
+    """Each round: wait for all, then try the round's sign-off; the permit digest or None."""
+    out: list[str | None] = []
+    with open_store(path, audit_key=key) as st:
+        for cid, decision_id, so in rounds:
+            barrier.wait()
+            try:
+                out.append(resume_gate(st, cid, decision_id, sign_off=so).audit_digest)
+            except CpstoreError:
+                out.append(None)
+    return out
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["plain", "keyed"])
+def test_one_sign_off_releases_one_resume_among_racing_processes(
+    tmp_path: Path, key: bytes | None
+) -> None:
+    """24 rounds of 4 processes racing one sign-off: exactly one permit per round (keyed too)."""
+    path = str(tmp_path / "s")
+    rounds = []
+    with open_store(path, audit_key=key) as st:
+        for i in range(ROUNDS):
+            cid = _checkpoint(st, f"run-{i}")
+            d = validate(cid, _replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
+            assert d.verdict is Verdict.QUARANTINE
+            so = sign_off(st, d, operator="op", reason="drill")
+            rounds.append((cid, d.id, so.audit_digest))
+    results = _race(_resumer, [(path, rounds, key)] * WORKERS)
+    permits = [sum(r[i] is not None for r in results) for i in range(ROUNDS)]
+    assert permits == [1] * ROUNDS
+    with open_store(path, audit_key=key) as st:
+        gates = [g.body["sign_off"] for g in st.audit_records(kind=AUDIT_GATE)]
+        assert sorted(gates) == sorted(so for _, _, so in rounds)
+        assert st.verify().ok
+
+
+def _gate_or_supersede(
+    path: str, barrier: Any, role: int, rounds: list[tuple[str, str]]
+) -> list[str | None]:
+    """Roles 0-1 pass the ACCEPT's resume gate; roles 2-3 record a newer REJECT."""
+    out: list[str | None] = []
+    with open_store(path) as st:
+        for cid, accept_id in rounds:
+            barrier.wait()
+            try:
+                if role < 2:
+                    out.append(resume_gate(st, cid, accept_id).audit_digest)
+                else:
+                    d = validate(cid, _replay(st, cid, state_digest=f"other-{role}"), store=st)
+                    out.append(d.audit_digest)
+            except CpstoreError:
+                out.append(None)
+    return out
+
+
+def test_a_gate_never_passes_on_a_decision_superseded_before_its_record(tmp_path: Path) -> None:
+    """Gates racing newer decisions: every gate record precedes any newer decision about it."""
+    path = str(tmp_path / "s")
+    rounds = []
+    with open_store(path) as st:
+        for i in range(ROUNDS):
+            cid = _checkpoint(st, f"run-{i}")
+            d = validate(cid, _replay(st, cid), store=st)
+            assert d.verdict is Verdict.ACCEPT
+            rounds.append((cid, d.id))
+    _race(_gate_or_supersede, [(path, role, rounds) for role in range(WORKERS)])
+    with open_store(path) as st:
+        records = list(st.audit_records())
+        for cid, accept_id in rounds:
+            newer = [
+                r.index
+                for r in records
+                if r.kind == AUDIT_DECISION
+                and r.body["recorded"]["checkpoint_id"] == cid
+                and r.body["decision_id"] != accept_id
+            ]
+            assert len(newer) == 2
+            gates = [
+                r.index
+                for r in records
+                if r.kind == AUDIT_GATE and r.body["checkpoint_id"] == cid
+            ]
+            assert all(g < min(newer) for g in gates), (cid, gates, newer)
+        assert st.verify().ok
+
+
+def _recorder_with_permit(path: str, barrier: Any, rounds: list[tuple[str, str]]) -> list[bool]:
+    """Each round: wait for all, then open a recorder on the run with the round's permit."""
+    out: list[bool] = []
+    with open_store(path) as st:
+        for run, permit in rounds:
+            barrier.wait()
+            try:
+                st.recorder(run, permit=permit)
+                out.append(True)
+            except CpstoreError:
+                out.append(False)
+    return out
+
+
+def test_one_permit_opens_one_recorder_among_racing_processes(tmp_path: Path) -> None:
+    """24 rounds of 4 processes racing one permit on a rejected-then-released head: one each."""
+    path = str(tmp_path / "s")
+    rounds = []
+    with open_store(path) as st:
+        for i in range(ROUNDS):
+            cid = _checkpoint(st, f"run-{i}")
+            d = validate(cid, _replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
+            so = sign_off(st, d, operator="op", reason="drill")
+            rounds.append((f"run-{i}", resume_gate(st, cid, d, sign_off=so).audit_digest))
+    results = _race(_recorder_with_permit, [(path, rounds)] * WORKERS)
+    assert [sum(r[i] for r in results) for i in range(ROUNDS)] == [1] * ROUNDS
+    with open_store(path) as st:
+        used = [r.body["permit"] for r in st.audit_records(kind=AUDIT_RESUME)]
+        assert sorted(used) == sorted(p for _, p in rounds)
