@@ -8,13 +8,18 @@ traceback. Exit codes (also in README.md):
 0     success; for ``validate``, the verdict is ACCEPT
 1     an unexpected internal error (a bug: please report it)
 2     usage error (unknown option, missing argument)
-3     bad input: a malformed document, file or argument
+3     bad input: a malformed document, file, path or argument
 4     not found: no such store, checkpoint, run, object or record
 5     integrity: verification found damage (``verify`` and reads)
 6     refused: a gate, sign-off or sealed ledger said no
+7     store unavailable: full, read-only, closed or used across a fork
+8     conflict: a ref moved since it was read (re-read and retry)
+9     unknown format version of a store or run document
 10    ``validate``: the verdict is REJECT
 11    ``validate``: the verdict is QUARANTINE
 ====  ==========================================================
+
+Each error class's code is in :data:`cpstore._exit.EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from . import _cli_store, _cli_validate, _demo
 from ._errors import CpstoreError
 from ._exit import (
     EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_CONFLICT,
+    EXIT_EPILOG,
+    EXIT_FORMAT,
     EXIT_INTEGRITY,
     EXIT_INTERNAL,
     EXIT_NOT_FOUND,
@@ -34,12 +43,16 @@ from ._exit import (
     EXIT_QUARANTINE,
     EXIT_REFUSED,
     EXIT_REJECT,
+    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     exit_code_for,
 )
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CODES",
+    "EXIT_CONFLICT",
+    "EXIT_FORMAT",
     "EXIT_INTEGRITY",
     "EXIT_INTERNAL",
     "EXIT_NOT_FOUND",
@@ -47,6 +60,7 @@ __all__ = [
     "EXIT_QUARANTINE",
     "EXIT_REFUSED",
     "EXIT_REJECT",
+    "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
     "exit_code_for",
     "main",
@@ -59,8 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cpstore",
         description="A checkpoint store for durable agent runtimes and replay auditors.",
-        epilog="Exit codes: 0 ok/ACCEPT, 2 usage, 3 bad input, 4 not found, "
-        "5 integrity, 6 refused, 10 REJECT, 11 QUARANTINE, 1 internal error.",
+        epilog=EXIT_EPILOG,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _demo.add_parser(sub)
