@@ -21,6 +21,7 @@ import enum
 import json
 import math
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any, Union
 
 import msgpack
 
-from ._args import as_bytes_view
+from ._args import as_bytes_view, check_text
 from ._canonical import encode_value
 from ._errors import (
     CanonicalEncodingError,
@@ -330,7 +331,7 @@ def _check_uint(value: Any, where: str) -> int:
 def _check_str(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise DocumentError("must be a string", where=where, got=type(value).__name__)
-    return value
+    return check_text(value, where, DocumentError)
 
 
 def _check_items(items: Any, cls: type, where: str) -> None:
@@ -558,6 +559,43 @@ def _decode(raw: bytes) -> Any:
         ) from None
 
 
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _read_regular_file(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``path``; DocumentError unless it is a regular file.
+
+    Opened non-blocking and checked with fstat on the open descriptor: a FIFO
+    with no writer can neither block the open nor the read, a device such as
+    /dev/zero is never read, and nothing can swap the file between the check
+    and the read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DocumentError(
+                "a run document must be a regular file",
+                where=str(path),
+                got=_file_kind(mode),
+            )
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read(limit)
+    finally:
+        os.close(fd)
+
+
 def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Run:
     """Parse a run document from a path or from its bytes (JSON or msgpack)."""
     if isinstance(source, (bytes, bytearray, memoryview)):
@@ -569,8 +607,9 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            with path.open("rb") as fh:
-                raw = fh.read(max_bytes + 1)
+            raw = _read_regular_file(path, max_bytes + 1)
+        except DocumentError:
+            raise
         except FileNotFoundError:
             raise NotFoundError("no such run document", where=str(path)) from None
         except OSError as exc:

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import msgpack
 
-from ._args import as_bytes_view
+from ._args import as_bytes_view, check_text
 from ._canonical import _ext_hook, encode_value
 from ._errors import (
     CanonicalEncodingError,
@@ -73,7 +73,7 @@ def check_name(value: object, what: str) -> str:
     """A run id or branch name, or :class:`InvalidInputError` naming ``what``."""
     if not isinstance(value, str):
         raise InvalidInputError(f"{what} must be a str", got=type(value).__name__)
-    raw = value.encode("utf-8", "surrogatepass")
+    raw = check_text(value, what).encode("utf-8")
     if not raw or len(raw) > MAX_NAME_BYTES or "\x00" in value:
         raise InvalidInputError(
             f"{what} must be 1 to {MAX_NAME_BYTES} UTF-8 bytes without NUL",
@@ -545,7 +545,12 @@ def check_metadata(value: object, what: str) -> dict[str, Any]:
     for key in out:
         if not isinstance(key, str):
             raise InvalidInputError(f"{what} keys must be str", got=key)
-    encode_value(out)  # raises CanonicalEncodingError naming the bad path
+    try:
+        encode_value(out)
+    except CanonicalEncodingError as exc:  # its path starts at "$": name the argument
+        raise CanonicalEncodingError(
+            exc.what, where=what + (exc.where or "$")[1:], expected=exc.expected, got=exc.got
+        ) from None
     return out
 
 
@@ -556,6 +561,7 @@ def check_tags(tags: object) -> tuple[str, ...]:
     for tag in tags:
         if not isinstance(tag, str) or not tag:
             raise InvalidInputError("each tag must be a non-empty str", got=tag)
+        check_text(tag, "tags")
     return tuple(tags)
 
 
