@@ -323,6 +323,16 @@ class TestLoneSurrogates:
             assert st.verify().ok
 
 
+def test_an_audit_start_past_uint64_is_invalid_input(tmp_path: Path) -> None:
+    """audit_records(start=2**64) is InvalidInputError, not struct.error from the key."""
+    with cpstore.open(tmp_path / "s") as st:
+        st.append_audit("note", {})
+        for start in (2**64, 2**200, -1, True):
+            with pytest.raises(cpstore.InvalidInputError):
+                list(st.audit_records(start=start))
+        assert list(st.audit_records(start=2**64 - 1)) == []
+
+
 def test_opening_a_file_as_a_store_is_bad_input_naming_the_path(tmp_path: Path) -> None:
     """cpstore.open() of a regular file, a path through one, or a NUL: InvalidInputError."""
     file = tmp_path / "f"
