@@ -571,25 +571,28 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _must_be_regular(mode: int, path: Path) -> None:
+    if not stat.S_ISREG(mode):
+        raise DocumentError(
+            "a run document must be a regular file", where=str(path), got=_file_kind(mode)
+        )
+
+
 def _read_regular_file(path: Path, limit: int) -> bytes:
     """At most ``limit`` bytes of ``path``; DocumentError unless it is a regular file.
 
-    Opened non-blocking and checked with fstat on the open descriptor: a FIFO
-    with no writer can neither block the open nor the read, a device such as
-    /dev/zero is never read, and nothing can swap the file between the check
-    and the read.
+    Checked with stat before opening, so a device whose open has effects (a
+    tape, a watchdog) is never opened; then opened non-blocking and checked
+    again on the descriptor, so a FIFO swapped in between can block neither
+    the open nor the read.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
+    _must_be_regular(os.stat(path).st_mode, path)
+    nonblock: int = getattr(os, "O_NONBLOCK", 0)  # POSIX only; Windows has no FIFOs to open
+    fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise DocumentError(
-                "a run document must be a regular file",
-                where=str(path),
-                got=_file_kind(mode),
-            )
-        os.set_blocking(fd, True)
+        _must_be_regular(os.fstat(fd).st_mode, path)
+        if nonblock:
+            os.set_blocking(fd, True)
         with os.fdopen(fd, "rb", closefd=False) as fh:
             return fh.read(limit)
     finally:
