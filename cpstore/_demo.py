@@ -26,7 +26,7 @@ from ._args import int_argument
 from ._decision import Decision, validate
 from ._document import Observation, PackedTokens, ReplayMode, Run
 from ._errors import GateError, InvalidInputError, LedgerGuardError
-from ._exit import EXIT_INTEGRITY, EXIT_OK
+from ._exit import EXIT_BAD_INPUT, EXIT_INTEGRITY, EXIT_OK, EXIT_UNAVAILABLE, exit_epilog
 from ._gates import certify_rollback, resume_gate, sign_off
 from ._native import digest
 from ._records import RECORD_SIZE, Provenance, RecordType, kind_code, pack_token, value_digest
@@ -538,7 +538,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Add ``cpstore demo``."""
-    p = sub.add_parser("demo", help="record, replay and validate an agent run (the main job)")
+    p = sub.add_parser(
+        "demo",
+        help="record, replay and validate an agent run (the main job)",
+        epilog=exit_epilog(EXIT_BAD_INPUT, EXIT_INTEGRITY, EXIT_UNAVAILABLE),
+    )
     p.add_argument("--path", help="a fresh folder for the store (default: a new temp folder)")
     p.add_argument(
         "--steps",

@@ -82,6 +82,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    """``text`` with control characters and surrogates escaped: a path or name holding
+    a newline must not split the one error line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = _parser()
@@ -90,10 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except CpstoreError as exc:
-        print(f"cpstore {args.command}: {exc}", file=sys.stderr)
+        print(f"cpstore {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return exit_code_for(exc)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"cpstore {args.command}: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        text = _one_line(f"{exc.strerror}: {exc.filename}")
+        print(f"cpstore {args.command}: {text}", file=sys.stderr)
         return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"cpstore {args.command}: interrupted", file=sys.stderr)

@@ -199,3 +199,16 @@ def test_a_store_of_another_format_version_exits_9(
     for argv in (["verify", "--store", path], ["log", "--store", path]):
         code, err = _run(argv, capsys)
         assert code == cli.EXIT_FORMAT == 9 and "version" in err
+
+
+def test_every_command_help_lists_only_documented_exit_codes() -> None:
+    """Each sub-command's --help has an exit-code epilog naming codes of the table."""
+    parser = cli._parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    documented = {0, 2, *EXIT_CODES.values(), cli.EXIT_QUARANTINE}
+    assert sub.choices
+    for name, command in sub.choices.items():
+        epilog = command.epilog or ""
+        assert epilog.startswith("exit codes: "), name
+        codes = {int(m) for m in re.findall(r"(?:^exit codes: |, )(\d+) ", epilog)}
+        assert {0, 1, 2} <= codes <= documented, (name, codes)
