@@ -118,8 +118,12 @@ def ref_key(run_id: str, branch: str) -> bytes:
 
 def split_ref_key(key: bytes | memoryview) -> tuple[str, str]:
     """(run_id, branch) of a ref key."""
-    run, _, branch = bytes(key).partition(b"\0")
-    return run.decode("utf-8", "surrogatepass"), branch.decode("utf-8", "surrogatepass")
+    raw = bytes(key)
+    run, _, branch = raw.partition(b"\0")
+    try:
+        return run.decode("utf-8", "surrogatepass"), branch.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # only damage writes a key no name encodes to
+        raise IntegrityError("a ref key is not UTF-8", where="refs", got=raw) from None
 
 
 def _created_check(cid: bytes, created: bytes | memoryview) -> bytes:

@@ -333,6 +333,22 @@ def test_an_audit_start_past_uint64_is_invalid_input(tmp_path: Path) -> None:
         assert list(st.audit_records(start=2**64 - 1)) == []
 
 
+def test_a_ref_key_damaged_into_non_utf8_is_an_integrity_error_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """A flipped ref key no name encodes to: log and gc exit 5 with one line (was a traceback)."""
+    path = str(tmp_path / "s")
+    with cpstore.open(path) as st:
+        cid = st.recorder("run").checkpoint(1, {"a": 1})
+        with st._e.env.begin(write=True) as txn:
+            txn.put(b"\xff\x00main", bytes.fromhex(cid), db=st._db("refs"))
+    for argv in (["log", "--store", path], ["gc", "--store", path, "--keep-last", "1"]):
+        code, err = _cli(argv)
+        assert code == 5 and "ref key" in err and len(err.strip().splitlines()) == 1, err
+    with cpstore.open(path) as st:
+        assert st.ref("run") == cid  # gc refused before it removed anything
+
+
 def test_opening_a_file_as_a_store_is_bad_input_naming_the_path(tmp_path: Path) -> None:
     """cpstore.open() of a regular file, a path through one, or a NUL: InvalidInputError."""
     file = tmp_path / "f"
