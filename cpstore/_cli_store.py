@@ -318,7 +318,7 @@ def _sign_off(args: argparse.Namespace) -> int:
 def _gc(args: argparse.Namespace) -> int:
     with _open(args, readonly=False) as store:
         before = store.disk_bytes()
-        if args.delete_run:
+        if args.delete_run is not None:
             removed = store.delete_run(args.delete_run)
         else:
             removed = store.prune(keep_last=args.keep_last, run_id=args.run)

@@ -349,6 +349,12 @@ def test_a_ref_key_damaged_into_non_utf8_is_an_integrity_error_not_a_traceback(
         assert st.ref("run") == cid  # gc refused before it removed anything
 
 
+def test_gc_delete_run_of_an_empty_name_names_the_run_id(hostile: dict[str, str]) -> None:
+    """--delete-run '' is refused as a bad run id, not taken for a missing --keep-last."""
+    code, err = _cli(["gc", "--delete-run", "", "--store", hostile["STORE"]])
+    assert code == 3 and "run_id" in err and len(err.strip().splitlines()) == 1, err
+
+
 def test_opening_a_file_as_a_store_is_bad_input_naming_the_path(tmp_path: Path) -> None:
     """cpstore.open() of a regular file, a path through one, or a NUL: InvalidInputError."""
     file = tmp_path / "f"
