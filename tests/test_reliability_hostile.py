@@ -375,6 +375,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         rec.token("rng", 1)
         cid = rec.checkpoint(1, {"a": 1})
     (d / "file").write_text("{}")
+    surrogate_kind = {**DOC, "tokens": [{**DOC["tokens"][0], "kind": SURROGATE}]}
+    (d / "kind.json").write_text(json.dumps(surrogate_kind))  # ASCII JSON, "\ud800" escape
     (d / "folder").mkdir()
     os.mkfifo(d / "fifo")
     badbytes = bytes(d / "st") + b"\xff"  # a folder whose name is not UTF-8
@@ -383,6 +385,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "STORE": store,
         "CID": cid,
         "FILE": str(d / "file"),
+        "SURROGATE_KIND": str(d / "kind.json"),
         "FOLDER": str(d / "folder"),
         "FIFO": str(d / "fifo"),
         "UNDER_FILE": str(d / "file" / "x"),
@@ -411,6 +414,8 @@ BAD_INTS = [HUGE, str(2**63), "-1", "-" + HUGE, "NaN", "inf", "", "1e3", "\x00",
 
 #: (argv, exit code): hostile strings and paths where the CLI takes them.
 CLI_CASES: list[tuple[list[str], int]] = [
+    (["validate", "SURROGATE_KIND", "SURROGATE_KIND"], 3),
+    (["diff", "SURROGATE_KIND", "SURROGATE_KIND"], 3),
     (["validate", "FIFO", "FILE"], 3),
     (["validate", "FILE", "FIFO"], 3),
     (["diff", "FIFO", "FIFO"], 3),
