@@ -188,9 +188,10 @@ class ReplayCursor:
         try:
             return self._kinds.code(kind)
         except RecordFormatError as exc:
-            # Two names, one 31-bit code: the cursor could not tell them apart.
+            # Two names, one 31-bit code (the cursor could not tell them apart),
+            # or a name with no UTF-8 form: exc.what says which.
             raise InvalidInputError(
-                "token kind hashes to the code of another kind",
+                exc.what,
                 where=f"seq={self._idx}",
                 expected=exc.expected,
                 got=kind,

@@ -323,6 +323,20 @@ class TestLoneSurrogates:
             assert st.verify().ok
 
 
+def test_a_replay_cursor_asked_for_a_surrogate_kind_says_so(tmp_path: Path) -> None:
+    """ReplayCursor.resolve("\ud800") is InvalidInputError about the surrogate, not a hash clash."""
+    with cpstore.open(tmp_path / "s") as st:
+        rec = st.recorder("run")
+        rec.token("rng", 1)
+        cid = rec.checkpoint(1, {"a": 1})
+        with st.read(cid) as cp:
+            cursor = cpstore.ReplayCursor.from_checkpoint(cp)
+            with pytest.raises(cpstore.InvalidInputError) as info:
+                cursor.resolve(SURROGATE)
+            assert "surrogate" in str(info.value)
+            assert cursor.resolve("rng") == 1  # the refused call consumed nothing
+
+
 def test_an_audit_start_past_uint64_is_invalid_input(tmp_path: Path) -> None:
     """audit_records(start=2**64) is InvalidInputError, not struct.error from the key."""
     with cpstore.open(tmp_path / "s") as st:
