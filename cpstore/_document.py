@@ -289,6 +289,12 @@ class Run:
             )
         _check_items(self.observations, Observation, "observations")
         _check_items(self.effects, Effect, "effects")
+        for i, obs in enumerate(self.observations):
+            _check_str(obs.source, f"observations[{i}].source")
+            _check_str(obs.payload_digest, f"observations[{i}].payload_digest")
+        for i, eff in enumerate(self.effects):
+            _check_str(eff.target, f"effects[{i}].target")
+            _check_str(eff.payload_digest, f"effects[{i}].payload_digest")
         if not isinstance(self.call_graph, tuple):
             raise DocumentError(
                 "call_graph must be a tuple", where="call_graph", got=type(self.call_graph).__name__

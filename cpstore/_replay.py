@@ -189,9 +189,11 @@ class ReplayCursor:
             return self._kinds.code(kind)
         except RecordFormatError as exc:
             # Two names, one 31-bit code (the cursor could not tell them apart),
-            # or a name with no UTF-8 form: exc.what says which.
+            # or a name with no UTF-8 form (no expected name: exc.what says so).
             raise InvalidInputError(
-                exc.what,
+                exc.what
+                if exc.expected is None
+                else "token kind hashes to the code of another kind",
                 where=f"seq={self._idx}",
                 expected=exc.expected,
                 got=kind,

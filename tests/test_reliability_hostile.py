@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cpstore
-from cpstore import cli
+from cpstore import Effect, Observation, cli
 from cpstore._document import _TOP_OPTIONAL, _TOP_REQUIRED
 from cpstore._errors import CpstoreError
 from cpstore._records import RecordType
@@ -290,6 +290,31 @@ class TestLoneSurrogates:
         raw = json.dumps(doc).encode()  # ASCII JSON with a \ud800 escape
         with pytest.raises(cpstore.DocumentError) as info:
             cpstore.load_document(raw)
+        assert info.value.where == where
+
+    @pytest.mark.parametrize(
+        ("where", "fields"),
+        [
+            ("run_id", {"run_id": SURROGATE}),
+            ("state_digest", {"state_digest": SURROGATE}),
+            ("observations[0].source", {"observations": (Observation(0, SURROGATE, "p", 1.0),)}),
+            (
+                "observations[0].payload_digest",
+                {"observations": (Observation(0, "s", SURROGATE, 1.0),)},
+            ),
+            ("effects[0].target", {"effects": (Effect(0, SURROGATE, "d"),)}),
+            ("effects[0].payload_digest", {"effects": (Effect(0, "t", SURROGATE),)}),
+            ("provenance_tags[0]", {"provenance_tags": (SURROGATE,)}),
+        ],
+        ids=lambda v: v if isinstance(v, str) else "",
+    )
+    def test_a_run_built_in_code_with_a_lone_surrogate_is_refused_naming_it(
+        self, where: str, fields: dict[str, Any]
+    ) -> None:
+        """Run(...) checks the same text fields a document does, with the same where."""
+        args = {"run_id": "r", "state_digest": "s", **fields}
+        with pytest.raises(cpstore.DocumentError) as info:
+            cpstore.Run(args.pop("run_id"), 0, args.pop("state_digest"), **args)
         assert info.value.where == where
 
     @pytest.mark.parametrize(
