@@ -116,7 +116,9 @@ class Store:
                 with self._read() as txn:
                     self._audit_keyed = adopt_key(txn, self._e.dbs, key)
             else:
-                self._audit_keyed = bool(self._write(lambda txn: adopt_key(txn, self._e.dbs, key)))
+                self._audit_keyed = bool(
+                    self._write(lambda txn: adopt_key(txn, self._e.dbs, key))
+                )
         except BaseException:
             self.close()
             raise
@@ -537,8 +539,9 @@ def _check_store_path(path: object) -> None:
             got=exc.strerror or str(exc),
         ) from None
     if not stat.S_ISDIR(st.st_mode):
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "a FIFO, socket or device"
         raise InvalidInputError(
-            "not a store folder", where=os.fsdecode(path), expected="a folder", got="a file"
+            "not a store folder", where=os.fsdecode(path), expected="a folder", got=kind
         )
 
 
