@@ -6,10 +6,11 @@ names the argument, so the native call itself only fails on a bug.
 
 from __future__ import annotations
 
+import argparse
 import struct
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from ._errors import InvalidInputError, RecordFormatError
@@ -23,7 +24,9 @@ __all__ = [
     "as_bytes_view",
     "as_offsets",
     "check_offsets",
+    "check_text",
     "field_mask",
+    "int_argument",
     "writable_view",
 ]
 
@@ -57,6 +60,45 @@ def as_bytes_view(data: object, name: str) -> memoryview:
     if not view.c_contiguous:
         raise InvalidInputError(f"{name} must be C-contiguous", got="a strided memoryview")
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def check_text(value: str, where: str, error: type[InvalidInputError] = InvalidInputError) -> str:
+    """``value``, or ``error`` naming ``where`` when it has no UTF-8 form (a lone surrogate).
+
+    Every text field is stored or hashed as UTF-8; a surrogate half (``"\\ud800"``,
+    or an undecodable byte a command line smuggled in as ``"\\udcff"``) has none.
+    """
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(
+            "text must be valid Unicode (it holds a lone surrogate)",
+            where=where,
+            got=value[exc.start : exc.end],
+        ) from None
+    return value
+
+
+def int_argument(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an int in ``[low, high]``, else a usage error (exit 2).
+
+    Every integer the command line takes is bounded, so no huge value reaches a
+    fixed-width key, a struct or an allocation.
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its messages
+    return parse
 
 
 def writable_view(out: object, size: int, name: str) -> memoryview:

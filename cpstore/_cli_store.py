@@ -18,9 +18,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
+from ._args import int_argument
 from ._decision import validate
 from ._errors import CpstoreError, IntegrityError, InvalidInputError, NotFoundError, StoreError
-from ._exit import EXIT_INTEGRITY, EXIT_INTERNAL, EXIT_OK
+from ._exit import (
+    EXIT_BAD_INPUT,
+    EXIT_FORMAT,
+    EXIT_INTEGRITY,
+    EXIT_INTERNAL,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    exit_epilog,
+)
 from ._gates import sign_off
 from ._store import Store
 from ._store import open as open_store
@@ -49,7 +60,7 @@ def _open(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[Store]
     path = args.store
     if not path:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
-    if not os.path.isdir(path):
+    if not os.path.exists(path):
         raise NotFoundError("no store at this path", where=path)
     # No command makes a store: a mistyped path must not become an empty one.
     with open_store(path, readonly=readonly, create=False) as store:
@@ -433,7 +444,7 @@ def _sign_off(args: argparse.Namespace) -> int:
 def _gc(args: argparse.Namespace) -> int:
     with _open(args, readonly=False) as store:
         before = store.disk_bytes()
-        if args.delete_run:
+        if args.delete_run is not None:
             removed = store.delete_run(args.delete_run)
         else:
             removed = store.prune(keep_last=args.keep_last, run_id=args.run)
@@ -476,29 +487,23 @@ def _stats(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
-    """An argparse type: an int >= ``low``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
-        return value
-
-    return parse
+#: Largest count or index the command line takes (fits every signed 64-bit key).
+_MAX_COUNT = 2**63 - 1
+_positive = int_argument(1, _MAX_COUNT)
+_nonnegative = int_argument(0, _MAX_COUNT)
 
 
-_positive = _int_at_least(1)
-_nonnegative = _int_at_least(0)
+#: Exit codes any command that opens a store can give (besides its own).
+_STORE_CODES = (EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_UNAVAILABLE, EXIT_FORMAT)
+_STORE_EPILOG = exit_epilog(*_STORE_CODES)
 
 
 def add_parsers(sub: Any) -> None:
     """Add the store sub-commands to the main parser."""
     p = sub.add_parser(
-        "verify", help="re-hash every object, resolve every reference, check the audit chain"
+        "verify",
+        help="re-hash every object, resolve every reference, check the audit chain",
+        epilog=_STORE_EPILOG,
     )
     _store_arg(p)
     _json_arg(p)
@@ -506,7 +511,9 @@ def add_parsers(sub: Any) -> None:
 
     for name in ("inspect", "show"):
         p = sub.add_parser(
-            name, help="a checkpoint's manifest, its logs with counts and digests, a state part"
+            name,
+            help="a checkpoint's manifest, its logs with counts and digests, a state part",
+            epilog=_STORE_EPILOG,
         )
         p.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint id (32 hex)")
         p.add_argument("--part", metavar="NAME", help="print this state part's value")
@@ -522,7 +529,9 @@ def add_parsers(sub: Any) -> None:
         p.set_defaults(handler=_inspect)
 
     p = sub.add_parser(
-        "diff", help="first divergence per stream between two checkpoints or run documents"
+        "diff",
+        help="first divergence per stream between two checkpoints or run documents",
+        epilog=_STORE_EPILOG,
     )
     p.add_argument("a", metavar="A", help="run-document file or checkpoint id (expected)")
     p.add_argument("b", metavar="B", help="run-document file or checkpoint id (observed)")
@@ -530,7 +539,9 @@ def add_parsers(sub: Any) -> None:
     _json_arg(p)
     p.set_defaults(handler=_diff)
 
-    p = sub.add_parser("log", help="runs and branches, or a branch's history newest first")
+    p = sub.add_parser(
+        "log", help="runs and branches, or a branch's history newest first", epilog=_STORE_EPILOG
+    )
     p.add_argument("run", metavar="RUN", nargs="?", help="a run id (omit to list runs)")
     p.add_argument("--branch", default="main", help="branch of RUN (default: main)")
     p.add_argument("--limit", type=_positive, default=None, help="at most N entries")
@@ -538,7 +549,11 @@ def add_parsers(sub: Any) -> None:
     _json_arg(p)
     p.set_defaults(handler=_log)
 
-    p = sub.add_parser("audit", help="the hash-chained audit log, filterable, and its chain check")
+    p = sub.add_parser(
+        "audit",
+        help="the hash-chained audit log, filterable, and its chain check",
+        epilog=_STORE_EPILOG,
+    )
     p.add_argument("--kind", help="only records of this kind (decision, signoff, gate, ...)")
     p.add_argument("--start", type=_nonnegative, default=0, help="first index")
     p.add_argument("--limit", type=_positive, default=None, help="at most N records")
@@ -547,7 +562,11 @@ def add_parsers(sub: Any) -> None:
     _json_arg(p)
     p.set_defaults(handler=_audit)
 
-    p = sub.add_parser("sign-off", help="operator release of a releasable decision")
+    p = sub.add_parser(
+        "sign-off",
+        help="operator release of a releasable decision",
+        epilog=exit_epilog(*_STORE_CODES, EXIT_REFUSED),
+    )
     p.add_argument("decision", metavar="DECISION", help="decision id or its audit digest")
     p.add_argument("--operator", required=True, help="who signs off")
     p.add_argument("--reason", required=True, help="why")
@@ -557,7 +576,9 @@ def add_parsers(sub: Any) -> None:
 
     for name in ("gc", "prune"):
         p = sub.add_parser(
-            name, help="retention: keep the newest N per branch or delete a run; sweep"
+            name,
+            help="retention: keep the newest N per branch or delete a run; sweep",
+            epilog=_STORE_EPILOG,
         )
         group = p.add_mutually_exclusive_group(required=True)
         group.add_argument(
@@ -569,7 +590,7 @@ def add_parsers(sub: Any) -> None:
         _json_arg(p)
         p.set_defaults(handler=_gc)
 
-    p = sub.add_parser("stats", help="object counts, bytes, dedupe ratio")
+    p = sub.add_parser("stats", help="object counts, bytes, dedupe ratio", epilog=_STORE_EPILOG)
     _store_arg(p)
     _json_arg(p)
     p.set_defaults(handler=_stats)

@@ -13,11 +13,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, TextIO
 
 from ._decision import Decision, Verdict, validate
-from ._exit import EXIT_OK, EXIT_QUARANTINE, EXIT_REJECT
+from ._errors import NotFoundError
+from ._exit import (
+    EXIT_BAD_INPUT,
+    EXIT_FORMAT,
+    EXIT_INTEGRITY,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_QUARANTINE,
+    EXIT_REJECT,
+    EXIT_UNAVAILABLE,
+    exit_epilog,
+)
 from ._store import open as open_store
 
 __all__ = ["EXIT_FOR_VERDICT", "add_validate_parser", "format_decision", "run_validate"]
@@ -29,9 +41,15 @@ EXIT_FOR_VERDICT = {
     Verdict.QUARANTINE: EXIT_QUARANTINE,
 }
 
-_EPILOG = (
-    "exit codes: 0 ACCEPT, 10 REJECT, 11 QUARANTINE, 3 bad input, 4 not found, "
-    "2 usage, 1 internal error"
+_EPILOG = exit_epilog(
+    EXIT_REJECT,
+    EXIT_QUARANTINE,
+    EXIT_BAD_INPUT,
+    EXIT_NOT_FOUND,
+    EXIT_INTEGRITY,
+    EXIT_UNAVAILABLE,
+    EXIT_FORMAT,
+    ok="ACCEPT",
 )
 
 
@@ -130,6 +148,8 @@ def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         decision = validate(args.recorded, args.replayed)
     else:
         readonly = bool(args.no_record)
+        if not os.path.exists(args.store):  # as every store command says it (exit 4)
+            raise NotFoundError("no store at this path", where=args.store)
         # create=False: validating against a store that is not there is a typo.
         with open_store(args.store, readonly=readonly, create=False) as store:
             decision = validate(

@@ -22,10 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ._args import int_argument
 from ._decision import Decision, validate
 from ._document import Observation, PackedTokens, ReplayMode, Run
 from ._errors import GateError, InvalidInputError, LedgerGuardError
-from ._exit import EXIT_INTEGRITY, EXIT_OK
+from ._exit import EXIT_BAD_INPUT, EXIT_INTEGRITY, EXIT_OK, EXIT_UNAVAILABLE, exit_epilog
 from ._gates import certify_rollback, resume_gate, sign_off
 from ._native import digest
 from ._records import RECORD_SIZE, Provenance, RecordType, kind_code, pack_token, value_digest
@@ -532,6 +533,8 @@ def _run(args: argparse.Namespace) -> int:
     for name in ("steps", "every", "tokens"):
         if getattr(args, name) < 1:
             raise InvalidInputError(f"--{name} must be >= 1", got=getattr(args, name))
+    if args.path and os.path.exists(args.path) and not os.path.isdir(args.path):
+        raise InvalidInputError("the demo needs a folder", where=args.path, got="a file")
     if args.path and os.path.exists(args.path) and os.listdir(args.path):
         raise InvalidInputError("the demo needs a fresh folder", where=args.path, got="not empty")
     path = args.path or tempfile.mkdtemp(prefix="cpstore-demo-")
@@ -541,13 +544,27 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """Add ``cpstore demo``."""
-    p = sub.add_parser("demo", help="record, replay and validate an agent run (the main job)")
+    p = sub.add_parser(
+        "demo",
+        help="record, replay and validate an agent run (the main job)",
+        epilog=exit_epilog(EXIT_BAD_INPUT, EXIT_INTEGRITY, EXIT_UNAVAILABLE),
+    )
     p.add_argument("--path", help="a fresh folder for the store (default: a new temp folder)")
-    p.add_argument("--steps", type=int, default=2000, help="agent steps to record (default 2000)")
-    p.add_argument("--every", type=int, default=5, help="checkpoint every N steps (default 5)")
+    p.add_argument(
+        "--steps",
+        type=int_argument(1, 10**7),
+        default=2000,
+        help="agent steps to record (default 2000)",
+    )
+    p.add_argument(
+        "--every",
+        type=int_argument(1, 10**7),
+        default=5,
+        help="checkpoint every N steps (default 5)",
+    )
     p.add_argument(
         "--tokens",
-        type=int,
+        type=int_argument(1, 10**8),
         default=2_000_000,
         help="tokens in the bulk validation (default 2,000,000)",
     )

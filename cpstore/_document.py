@@ -24,6 +24,7 @@ import enum
 import json
 import math
 import os
+import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any, Union
 
 import msgpack
 
-from ._args import as_bytes_view
+from ._args import as_bytes_view, check_text
 from ._canonical import encode_value
 from ._errors import (
     CanonicalEncodingError,
@@ -294,6 +295,12 @@ class Run:
             )
         _check_items(self.observations, Observation, "observations")
         _check_items(self.effects, Effect, "effects")
+        for i, obs in enumerate(self.observations):
+            _check_str(obs.source, f"observations[{i}].source")
+            _check_str(obs.payload_digest, f"observations[{i}].payload_digest")
+        for i, eff in enumerate(self.effects):
+            _check_str(eff.target, f"effects[{i}].target")
+            _check_str(eff.payload_digest, f"effects[{i}].payload_digest")
         if not isinstance(self.call_graph, tuple):
             raise DocumentError(
                 "call_graph must be a tuple", where="call_graph", got=type(self.call_graph).__name__
@@ -336,7 +343,7 @@ def _check_uint(value: Any, where: str) -> int:
 def _check_str(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise DocumentError("must be a string", where=where, got=type(value).__name__)
-    return value
+    return check_text(value, where, DocumentError)
 
 
 def _check_items(items: Any, cls: type, where: str) -> None:
@@ -573,6 +580,52 @@ def _too_large(where: str | None, size: int | str, max_bytes: int) -> DocumentEr
     )
 
 
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _must_be_regular(mode: int, path: Path) -> None:
+    if not stat.S_ISREG(mode):
+        raise DocumentError(
+            "a run document must be a regular file", where=str(path), got=_file_kind(mode)
+        )
+
+
+def _read_regular_file(path: Path, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of ``path``; DocumentError unless it is a regular file.
+
+    A file larger than ``max_bytes`` by its size is refused before any read.
+
+    Checked with stat before opening, so a device whose open has effects (a
+    tape, a watchdog) is never opened; then opened non-blocking and checked
+    again on the descriptor, so a FIFO swapped in between can block neither
+    the open nor the read.
+    """
+    _must_be_regular(os.stat(path).st_mode, path)
+    nonblock: int = getattr(os, "O_NONBLOCK", 0)  # POSIX only; Windows has no FIFOs to open
+    fd = os.open(path, os.O_RDONLY | nonblock | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        _must_be_regular(info.st_mode, path)
+        if info.st_size > max_bytes:
+            raise _too_large(str(path), info.st_size, max_bytes)
+        if nonblock:
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            # Bounded even when the size lies (a file growing meanwhile).
+            return fh.read(max_bytes + 1)
+    finally:
+        os.close(fd)
+
+
 def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Run:
     """Parse a run document from a path or from its bytes (JSON or msgpack).
 
@@ -590,12 +643,9 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            with path.open("rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size > max_bytes:
-                    raise _too_large(str(path), size, max_bytes)
-                # Bounded even when the size lies (a growing file, a pipe).
-                raw = fh.read(max_bytes + 1)
+            raw = _read_regular_file(path, max_bytes)
+        except DocumentError:
+            raise
         except FileNotFoundError:
             raise NotFoundError("no such run document", where=str(path)) from None
         except OSError as exc:

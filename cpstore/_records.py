@@ -164,7 +164,14 @@ def kind_code(kind: str) -> int:
     code = STANDARD_KINDS.get(kind)
     if code is not None:
         return code
-    return 0x80000000 | (xxhash.xxh3_64_intdigest(kind.encode("utf-8")) & 0x7FFFFFFF)
+    try:
+        raw = kind.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RecordFormatError(
+            "token kind must be valid Unicode text (it holds a lone surrogate)",
+            got=kind[exc.start : exc.end],
+        ) from None
+    return 0x80000000 | (xxhash.xxh3_64_intdigest(raw) & 0x7FFFFFFF)
 
 
 def kind_name(code: int) -> str | None:

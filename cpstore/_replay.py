@@ -214,9 +214,12 @@ class ReplayCursor:
         try:
             return self._kinds.code(kind)
         except RecordFormatError as exc:
-            # Two names, one 31-bit code: the cursor could not tell them apart.
+            # Two names, one 31-bit code (the cursor could not tell them apart),
+            # or a name with no UTF-8 form (no expected name: exc.what says so).
             raise InvalidInputError(
-                "token kind hashes to the code of another kind",
+                exc.what
+                if exc.expected is None
+                else "token kind hashes to the code of another kind",
                 where=f"seq={self._idx}",
                 expected=exc.expected,
                 got=kind,

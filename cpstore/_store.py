@@ -8,6 +8,7 @@ crash, and the fork/thread rules, are in docs/durability.md.
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import time
 import warnings
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Literal
 
+from ._args import check_text
 from ._audit_mac import check_key
 from ._canonical import encode_value
 from ._errors import (
@@ -739,6 +741,31 @@ class Store:
         return time.time()
 
 
+def _check_store_path(path: object) -> None:
+    """Refuse a path that cannot be a store folder before anything touches it."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise InvalidInputError("a store path must be a str or path", got=type(path).__name__)
+    # LMDB takes the path as UTF-8: a name with undecodable bytes has no such form.
+    check_text(os.fsdecode(path), "store path")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return  # a new store
+    except ValueError as exc:  # an embedded NUL: no OS path can hold it
+        raise InvalidInputError("not a usable path", where="store path", got=str(exc)) from None
+    except OSError as exc:
+        raise InvalidInputError(
+            "cannot use this path as a store folder",
+            where=os.fsdecode(path),
+            got=exc.strerror or str(exc),
+        ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "a FIFO, socket or device"
+        raise InvalidInputError(
+            "not a store folder", where=os.fsdecode(path), expected="a folder", got=kind
+        )
+
+
 def open(
     path: str | os.PathLike[str],
     *,
@@ -764,6 +791,7 @@ def open(
     ``audit_key`` (16 to 64 bytes, kept outside the store) makes the audit log
     and sign-offs tamper-evident with keyed MACs (docs/security.md).
     """
+    _check_store_path(path)
     return Store(
         path,
         durability=durability,

@@ -279,8 +279,8 @@ def audit_records(
     store: Store, *, kind: str | None = None, start: int = 0, limit: int | None = None
 ) -> Iterator[AuditRecord]:
     """Records from ``start`` in order, filtered by ``kind``; read in pages of 256."""
-    if not isinstance(start, int) or start < 0:
-        raise InvalidInputError("start must be a non-negative int", got=start)
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < 2**64:
+        raise InvalidInputError("start must be an int in [0, 2**64)", got=start)
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise InvalidInputError("limit must be a non-negative int or None", got=limit)
     audit = store._db("audit")

@@ -654,8 +654,12 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
 
 def is_open_here(path: str) -> bool:
     """True when this process (not a parent before fork()) has ``path`` open."""
+    try:
+        real = os.path.realpath(path)
+    except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
+        return False
     with _REGISTRY_LOCK:
-        env = _REGISTRY.get(os.path.realpath(path))
+        env = _REGISTRY.get(real)
         return env is not None and env.pid == os.getpid()
 
 

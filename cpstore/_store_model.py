@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import msgpack
 
-from ._args import as_bytes_view
+from ._args import as_bytes_view, check_text
 from ._canonical import _ext_hook, encode_value
 from ._errors import (
     CanonicalEncodingError,
@@ -77,7 +77,7 @@ def check_name(value: object, what: str) -> str:
     """A run id or branch name, or :class:`InvalidInputError` naming ``what``."""
     if not isinstance(value, str):
         raise InvalidInputError(f"{what} must be a str", got=type(value).__name__)
-    raw = value.encode("utf-8", "surrogatepass")
+    raw = check_text(value, what).encode("utf-8")
     if not raw or len(raw) > MAX_NAME_BYTES or "\x00" in value:
         raise InvalidInputError(
             f"{what} must be 1 to {MAX_NAME_BYTES} UTF-8 bytes without NUL",
@@ -122,8 +122,12 @@ def ref_key(run_id: str, branch: str) -> bytes:
 
 def split_ref_key(key: bytes | memoryview) -> tuple[str, str]:
     """(run_id, branch) of a ref key."""
-    run, _, branch = bytes(key).partition(b"\0")
-    return run.decode("utf-8", "surrogatepass"), branch.decode("utf-8", "surrogatepass")
+    raw = bytes(key)
+    run, _, branch = raw.partition(b"\0")
+    try:
+        return run.decode("utf-8", "surrogatepass"), branch.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:  # only damage writes a key no name encodes to
+        raise IntegrityError("a ref key is not UTF-8", where="refs", got=raw) from None
 
 
 def _created_check(cid: bytes, created: bytes | memoryview) -> bytes:
@@ -549,7 +553,12 @@ def check_metadata(value: object, what: str) -> dict[str, Any]:
     for key in out:
         if not isinstance(key, str):
             raise InvalidInputError(f"{what} keys must be str", got=key)
-    encode_value(out)  # raises CanonicalEncodingError naming the bad path
+    try:
+        encode_value(out)
+    except CanonicalEncodingError as exc:  # its path starts at "$": name the argument
+        raise CanonicalEncodingError(
+            exc.what, where=what + (exc.where or "$")[1:], expected=exc.expected, got=exc.got
+        ) from None
     return out
 
 
@@ -560,6 +569,7 @@ def check_tags(tags: object) -> tuple[str, ...]:
     for tag in tags:
         if not isinstance(tag, str) or not tag:
             raise InvalidInputError("each tag must be a non-empty str", got=tag)
+        check_text(tag, "tags")
     return tuple(tags)
 
 

@@ -19,6 +19,7 @@ from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._args import check_text
 from ._canonical import decode_value, encode_value
 from ._errors import (
     ConflictError,
@@ -66,7 +67,7 @@ def _step(value: object) -> int:
 def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidInputError(f"{what} must be a non-empty str", got=value)
-    return value
+    return check_text(value, what)
 
 
 def _offsets_bytes(offsets: array[int]) -> bytes:
@@ -247,7 +248,9 @@ class Recorder:
         try:
             return self._kinds.code(kind)
         except RecordFormatError as exc:
-            raise InvalidInputError(exc.what, expected=exc.expected, got=kind) from None
+            raise InvalidInputError(
+                exc.what, where="kind", expected=exc.expected, got=exc.got
+            ) from None
 
     def token(self, kind: str, value: Any, *, provenance: str = "recorded") -> int:
         """Record one nondeterminism token and return its seq."""
@@ -365,6 +368,7 @@ class Recorder:
         for name, value in state.items():
             if not isinstance(name, str) or not name:
                 raise InvalidInputError("state part names must be non-empty str", got=name)
+            check_text(name, "state part name")
             cached = cache.get(name)
             if cached is not None and cached[0] is value:
                 parts[name] = cached[1]

@@ -8,13 +8,18 @@ traceback. Exit codes (also in README.md):
 0     success; for ``validate``, the verdict is ACCEPT
 1     an unexpected internal error (a bug: please report it)
 2     usage error (unknown option, missing argument)
-3     bad input: a malformed document, file or argument
+3     bad input: a malformed document, file, path or argument
 4     not found: no such store, checkpoint, run, object or record
 5     integrity: verification found damage (``verify`` and reads)
 6     refused: a gate, sign-off or sealed ledger said no
+7     store unavailable: full, read-only, closed or used across a fork
+8     conflict: a ref moved since it was read (re-read and retry)
+9     unknown format version of a store or run document
 10    ``validate``: the verdict is REJECT
 11    ``validate``: the verdict is QUARANTINE
 ====  ==========================================================
+
+Each error class's code is in :data:`cpstore._exit.EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from . import _cli_store, _cli_validate, _demo
 from ._errors import CpstoreError
 from ._exit import (
     EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_CONFLICT,
+    EXIT_EPILOG,
+    EXIT_FORMAT,
     EXIT_INTEGRITY,
     EXIT_INTERNAL,
     EXIT_NOT_FOUND,
@@ -34,12 +43,16 @@ from ._exit import (
     EXIT_QUARANTINE,
     EXIT_REFUSED,
     EXIT_REJECT,
+    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     exit_code_for,
 )
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CODES",
+    "EXIT_CONFLICT",
+    "EXIT_FORMAT",
     "EXIT_INTEGRITY",
     "EXIT_INTERNAL",
     "EXIT_NOT_FOUND",
@@ -47,6 +60,7 @@ __all__ = [
     "EXIT_QUARANTINE",
     "EXIT_REFUSED",
     "EXIT_REJECT",
+    "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
     "exit_code_for",
     "main",
@@ -59,14 +73,21 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cpstore",
         description="A checkpoint store for durable agent runtimes and replay auditors.",
-        epilog="Exit codes: 0 ok/ACCEPT, 2 usage, 3 bad input, 4 not found, "
-        "5 integrity, 6 refused, 10 REJECT, 11 QUARANTINE, 1 internal error.",
+        epilog=EXIT_EPILOG,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _demo.add_parser(sub)
     _cli_validate.add_validate_parser(sub)
     _cli_store.add_parsers(sub)
     return parser
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters and surrogates escaped: a path or name holding
+    a newline must not split the one error line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,10 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except CpstoreError as exc:
-        print(f"cpstore {args.command}: {exc}", file=sys.stderr)
+        print(f"cpstore {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return exit_code_for(exc)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        print(f"cpstore {args.command}: {exc.strerror}: {exc.filename}", file=sys.stderr)
+        text = _one_line(f"{exc.strerror}: {exc.filename}")
+        print(f"cpstore {args.command}: {text}", file=sys.stderr)
         return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print(f"cpstore {args.command}: interrupted", file=sys.stderr)

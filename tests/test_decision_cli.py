@@ -78,10 +78,15 @@ def test_main_cli_prints_one_line_and_exits_3_for_bad_input(tmp_path, capsys):
     from cpstore.cli import main  # noqa: PLC0415 - only once the lead's CLI modules exist
 
     bad = tmp_path / "bad.json"
-    bad.write_text('{"format": 9}')
+    bad.write_text('{"format": 1}')
     code = main(["validate", str(bad), str(bad)])
     err = capsys.readouterr().err
     assert code == 3
+    assert err.count("\n") == 1 and "Traceback" not in err and "missing field" in err
+    bad.write_text('{"format": 9}')
+    code = main(["validate", str(bad), str(bad)])
+    err = capsys.readouterr().err
+    assert code == 9  # an unknown format version has its own code (cpstore._exit.EXIT_FORMAT)
     assert err.count("\n") == 1 and "Traceback" not in err and "format" in err
 
 
