@@ -31,8 +31,8 @@ import xxhash
 
 import cpstore
 from cpstore import RecordType
-from cpstore import _reference as reference
-from cpstore._native import native_digest
+from cpstore.native import reference
+from cpstore.native.binding import native_digest
 
 COMPARE_RECORDS = {"quick": 1_000_000, "full": 10_000_000}
 REFERENCE_RECORDS = 20_000

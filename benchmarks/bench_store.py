@@ -22,8 +22,8 @@ import msgpack
 import pytest
 import xxhash
 
-from cpstore._store import Store
-from cpstore._store import open as open_store
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
 
 PARTS = 10
 PART_SIZE = 1024

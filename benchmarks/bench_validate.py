@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
-from cpstore._decision import Verdict, validate
-from cpstore._document import PackedTokens, ReplayMode, Run, Token
-from cpstore._replay import ReplayCursor
-from cpstore._store import open as open_store
+from cpstore.decision.validate import Verdict, validate
+from cpstore.replay.session import ReplayCursor
+from cpstore.run.document import PackedTokens, ReplayMode, Run, Token
+from cpstore.store.facade import open as open_store
 
 TOKENS = {"quick": 1_000_000, "full": 10_000_000}
 SEED_SLICE = 200_000
@@ -175,9 +175,9 @@ def test_validate_peak_python_heap(benchmark: Any, recording: Recording) -> None
 # so a child of the big benchmark process would report the parent's peak.
 _RSS_CHILD = """
 import sys
-from cpstore._document import PackedTokens, ReplayMode, Run
-from cpstore._decision import validate
-from cpstore._store import open as open_store
+from cpstore.run.document import PackedTokens, ReplayMode, Run
+from cpstore.decision.validate import validate
+from cpstore.store.facade import open as open_store
 path, cid = sys.argv[1], sys.argv[2]
 with open_store(path, readonly=True) as store:
     with store.read(cid) as cp:

@@ -8,8 +8,18 @@ REJECT or QUARANTINE.
 
 from __future__ import annotations
 
-from ._canonical import decode_value, encode_value
-from ._decision import (
+from cpstore.decision.gates import (
+    AUDIT_GATE,
+    AUDIT_RESUME,
+    AUDIT_SIGNOFF,
+    ResumePermit,
+    RollbackCertificate,
+    SignOff,
+    certify_rollback,
+    resume_gate,
+    sign_off,
+)
+from cpstore.decision.validate import (
     AUDIT_DECISION,
     FINDING_RULES,
     Decision,
@@ -22,21 +32,7 @@ from ._decision import (
     validate,
     verdict_for,
 )
-from ._document import (
-    DOCUMENT_FORMAT,
-    MAX_DOCUMENT_BYTES,
-    Effect,
-    Observation,
-    PackedTokens,
-    ReplayMode,
-    Run,
-    Token,
-    TokenInfo,
-    dump_document,
-    load_document,
-    parse_document,
-)
-from ._errors import (
+from cpstore.errors import (
     AuditChainError,
     CanonicalEncodingError,
     ConflictError,
@@ -62,18 +58,7 @@ from ._errors import (
     UnsealedEffectsError,
     ValidationFailedError,
 )
-from ._gates import (
-    AUDIT_GATE,
-    AUDIT_RESUME,
-    AUDIT_SIGNOFF,
-    ResumePermit,
-    RollbackCertificate,
-    SignOff,
-    certify_rollback,
-    resume_gate,
-    sign_off,
-)
-from ._native import (
+from cpstore.native.binding import (
     SequenceHasher,
     digest,
     digest_batch,
@@ -84,7 +69,8 @@ from ._native import (
     sequence_digest,
     simd_path,
 )
-from ._records import (
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.records import (
     FORMAT_VERSION,
     RECORD_SIZE,
     Digest,
@@ -102,10 +88,30 @@ from ._records import (
     pack_tokens,
     value_digest,
 )
-from ._replay import LedgerGuard, PayloadSource, PinnedObservations, ReplayCursor, ReplaySession
-from ._state import part_digest, state_digest
-from ._store import Durability, Store, open
-from ._store_model import (
+from cpstore.native.state import part_digest, state_digest
+from cpstore.replay.session import (
+    LedgerGuard,
+    PayloadSource,
+    PinnedObservations,
+    ReplayCursor,
+    ReplaySession,
+)
+from cpstore.run.document import (
+    DOCUMENT_FORMAT,
+    MAX_DOCUMENT_BYTES,
+    Effect,
+    Observation,
+    PackedTokens,
+    ReplayMode,
+    Run,
+    Token,
+    TokenInfo,
+    dump_document,
+    load_document,
+    parse_document,
+)
+from cpstore.store.facade import Durability, Store, open
+from cpstore.store.model import (
     CHUNK_SIZE,
     MAX_OBJECT_SIZE,
     AuditRecord,
@@ -113,9 +119,9 @@ from ._store_model import (
     Problem,
     VerifyReport,
 )
-from ._store_reader import CheckpointView
-from ._store_recorder import Recorder
-from ._store_stats import StoreStats, store_stats
+from cpstore.store.reader import CheckpointView
+from cpstore.store.recorder import Recorder
+from cpstore.store.stats import StoreStats, store_stats
 
 __version__ = "0.1.0"
 

@@ -1,6 +1,6 @@
 """Exit codes: every public error class has one documented code, and the CLI gives it.
 
-The table is ``cpstore._exit.EXIT_CODES``; README.md ("Command line") documents
+The table is ``cpstore.cli.exit_codes.EXIT_CODES``; README.md ("Command line") documents
 it. The end-to-end tests provoke a full store, a read-only store, a lost
 compare-and-set and a store of another format version through ``cli.main``.
 """
@@ -17,17 +17,20 @@ from typing import Any
 import pytest
 
 import cpstore
-from cpstore import _cli_store, _cli_validate, cli
-from cpstore._canonical import encode_value
-from cpstore._errors import (
+from cpstore import cli
+from cpstore.cli import entry as cli_main
+from cpstore.cli import store_commands as _cli_store
+from cpstore.cli import validate_command as _cli_validate
+from cpstore.cli.exit_codes import EXIT_CODES, exit_code_for
+from cpstore.errors import (
     ConflictError,
     CpstoreError,
     NativeError,
     StoreFullError,
     StoreReadOnlyError,
 )
-from cpstore._exit import EXIT_CODES, exit_code_for
-from cpstore._store import Store
+from cpstore.native.canonical import encode_value
+from cpstore.store.facade import Store
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 #: Error classes that stand for a bug in cpstore, so exit 1 ("internal error") is right.
@@ -203,7 +206,7 @@ def test_a_store_of_another_format_version_exits_9(
 
 def test_every_command_help_lists_only_documented_exit_codes() -> None:
     """Each sub-command's --help has an exit-code epilog naming codes of the table."""
-    parser = cli._parser()
+    parser = cli_main._parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     documented = {0, 2, *EXIT_CODES.values(), cli.EXIT_QUARANTINE}
     assert sub.choices

@@ -9,10 +9,10 @@ import json
 import pytest
 from test_decision_support import clean_doc, replay_of
 
-from cpstore._cli_validate import EXIT_FOR_VERDICT, add_validate_parser
-from cpstore._decision import Verdict
-from cpstore._errors import CpstoreError, DocumentError, NotFoundError
-from cpstore._store import open as open_store
+from cpstore.cli.validate_command import EXIT_FOR_VERDICT, add_validate_parser
+from cpstore.decision.validate import Verdict
+from cpstore.errors import CpstoreError, DocumentError, NotFoundError
+from cpstore.store.facade import open as open_store
 
 
 def cli(argv):
@@ -72,9 +72,9 @@ def test_bad_document_raises_a_document_error_for_the_cli_to_report(tmp_path):
 
 
 def test_main_cli_prints_one_line_and_exits_3_for_bad_input(tmp_path, capsys):
-    """Through cpstore.cli.main: bad input is one stderr line and exit code 3."""
-    pytest.importorskip("cpstore._cli_store")  # the lead's CLI wiring, landing separately
-    pytest.importorskip("cpstore._demo")
+    """Through cpstore.cli.entry: bad input is one stderr line and exit code 3."""
+    pytest.importorskip("cpstore.cli.store_commands")  # the lead's CLI wiring, landing separately
+    pytest.importorskip("cpstore.cli.demo")
     from cpstore.cli import main  # noqa: PLC0415 - only once the lead's CLI modules exist
 
     bad = tmp_path / "bad.json"
@@ -86,7 +86,7 @@ def test_main_cli_prints_one_line_and_exits_3_for_bad_input(tmp_path, capsys):
     bad.write_text('{"format": 9}')
     code = main(["validate", str(bad), str(bad)])
     err = capsys.readouterr().err
-    assert code == 9  # an unknown format version has its own code (cpstore._exit.EXIT_FORMAT)
+    assert code == 9  # an unknown format version has its own code (cpstore.cli.exit_codes.EXIT_FORMAT)
     assert err.count("\n") == 1 and "Traceback" not in err and "format" in err
 
 

@@ -11,8 +11,9 @@ import msgpack
 import pytest
 from test_decision_support import clean_doc
 
-from cpstore._decision import Verdict, validate
-from cpstore._document import (
+from cpstore.decision.validate import Verdict, validate
+from cpstore.errors import DocumentError, FormatVersionError, InvalidInputError, NotFoundError
+from cpstore.run.document import (
     DOCUMENT_FORMAT,
     MAX_DOCUMENT_BYTES,
     ReplayMode,
@@ -20,7 +21,6 @@ from cpstore._document import (
     load_document,
     parse_document,
 )
-from cpstore._errors import DocumentError, FormatVersionError, InvalidInputError, NotFoundError
 
 
 def test_json_and_msgpack_documents_parse_to_the_same_run(tmp_path):

@@ -7,11 +7,17 @@ import itertools
 
 import pytest
 
-from cpstore._decision import Verdict, validate
-from cpstore._document import Observation, PackedTokens, ReplayMode, Run
-from cpstore._errors import GateError, NotFoundError, SignOffError
-from cpstore._gates import AUDIT_GATE, AUDIT_SIGNOFF, certify_rollback, resume_gate, sign_off
-from cpstore._store import open as open_store
+from cpstore.decision.gates import (
+    AUDIT_GATE,
+    AUDIT_SIGNOFF,
+    certify_rollback,
+    resume_gate,
+    sign_off,
+)
+from cpstore.decision.validate import Verdict, validate
+from cpstore.errors import GateError, NotFoundError, SignOffError
+from cpstore.run.document import Observation, PackedTokens, ReplayMode, Run
+from cpstore.store.facade import open as open_store
 
 
 @pytest.fixture

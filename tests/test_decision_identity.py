@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_decision_support import clean_doc, colliding_kinds, replay_of
 
-from cpstore._decision import FindingCode, Verdict, validate
-from cpstore._document import PackedTokens, ReplayMode, Run, Token
-from cpstore._errors import GateError, InvalidInputError
-from cpstore._gates import certify_rollback
-from cpstore._records import kind_code
-from cpstore._store import open as open_store
+from cpstore.decision.gates import certify_rollback
+from cpstore.decision.validate import FindingCode, Verdict, validate
+from cpstore.errors import GateError, InvalidInputError
+from cpstore.native.records import kind_code
+from cpstore.run.document import PackedTokens, ReplayMode, Run, Token
+from cpstore.store.facade import open as open_store
 
 
 def test_a_replay_of_another_run_is_a_non_releasable_reject():

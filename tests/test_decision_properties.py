@@ -7,10 +7,16 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from test_decision_support import colliding_kinds
 
-from cpstore._decision import FINDING_RULES, Finding, FindingCode, Verdict, validate, verdict_for
+from cpstore.decision.validate import (
+    FINDING_RULES,
+    Finding,
+    FindingCode,
+    Verdict,
+    validate,
+    verdict_for,
+)
 
 #: Two custom kinds whose 31-bit codes collide: the recording uses the first.
 KIND_A, KIND_B = colliding_kinds()

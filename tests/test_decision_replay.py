@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from cpstore._decision import FindingCode, Verdict, validate
-from cpstore._document import Effect, PackedTokens, ReplayMode, Run, Token
-from cpstore._errors import (
+from cpstore.decision.validate import FindingCode, Verdict, validate
+from cpstore.errors import (
     InvalidInputError,
     LedgerGuardError,
     LedgerSealedError,
     RecordingGapError,
     ReplayDivergenceError,
 )
-from cpstore._native import digest
-from cpstore._replay import LedgerGuard, PinnedObservations, ReplayCursor, ReplaySession
-from cpstore._store import open as open_store
+from cpstore.native.binding import digest
+from cpstore.replay.session import LedgerGuard, PinnedObservations, ReplayCursor, ReplaySession
+from cpstore.run.document import Effect, PackedTokens, ReplayMode, Run, Token
+from cpstore.store.facade import open as open_store
 
 
 def recorded(n: int = 4) -> PackedTokens:
@@ -257,7 +257,7 @@ def test_stored_cursor_detects_a_damaged_value_even_without_verify_on_read(tmp_p
     """A flipped byte in the stored values blob raises IntegrityError, never a wrong value."""
     import lmdb  # noqa: PLC0415 - only this test writes LMDB behind the store's back
 
-    from cpstore._errors import IntegrityError  # noqa: PLC0415
+    from cpstore.errors import IntegrityError  # noqa: PLC0415
 
     path = tmp_path / "s"
     with open_store(path) as store:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import lmdb
 import pytest
 
-from cpstore._decision import Fidelity, FindingCode, Verdict, validate
-from cpstore._document import Effect, Observation, PackedTokens, ReplayMode, Run, Token
-from cpstore._errors import GateError, LedgerGuardError, ReplayDivergenceError
-from cpstore._gates import certify_rollback, resume_gate, sign_off
-from cpstore._native import digest
-from cpstore._replay import ReplaySession
-from cpstore._store import open as open_store
+from cpstore.decision.gates import certify_rollback, resume_gate, sign_off
+from cpstore.decision.validate import Fidelity, FindingCode, Verdict, validate
+from cpstore.errors import GateError, LedgerGuardError, ReplayDivergenceError
+from cpstore.native.binding import digest
+from cpstore.replay.session import ReplaySession
+from cpstore.run.document import Effect, Observation, PackedTokens, ReplayMode, Run, Token
+from cpstore.store.facade import open as open_store
 
 CONFIG_V1 = b'{"region": "eu", "limit": 10}'
 CONFIG_V2 = b'{"region": "eu", "limit": 20}'  # mutated in the backing store after the run

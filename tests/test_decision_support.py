@@ -7,7 +7,7 @@ import functools
 import itertools
 from typing import Any
 
-from cpstore._records import kind_code
+from cpstore.native.records import kind_code
 
 
 def clean_doc(tokens: int = 6, **overrides: Any) -> dict[str, Any]:

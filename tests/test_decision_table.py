@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 from test_decision_support import clean_doc, replay_of
 
-from cpstore._canonical import decode_value, encode_value
-from cpstore._decision import (
+from cpstore.decision.validate import (
     FINDING_RULES,
     Fidelity,
     FindingCode,
     Verdict,
     validate,
 )
-from cpstore._document import PackedTokens, ReplayMode, Run, Token, parse_document
-from cpstore._errors import InvalidInputError, RecordFormatError, ValidationFailedError
-from cpstore._records import pack_token_value
+from cpstore.errors import InvalidInputError, RecordFormatError, ValidationFailedError
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.records import pack_token_value
+from cpstore.run.document import PackedTokens, ReplayMode, Run, Token, parse_document
 
 
 def only(decision, code):

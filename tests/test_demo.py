@@ -9,7 +9,7 @@ import pytest
 import cpstore
 from cpstore import FindingCode as C
 from cpstore import Verdict, cli
-from cpstore._demo import DemoReport, run_demo
+from cpstore.cli.demo import DemoReport, run_demo
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 import xxhash
 
 import cpstore
-from cpstore import _records as R
-from cpstore import _reference as ref
+from cpstore.native import records as R
+from cpstore.native import reference as ref
 
 CANONICAL = [
     (None, "c0"),
@@ -163,8 +163,8 @@ def test_a_kind_table_refuses_two_names_with_one_hashed_code() -> None:
 
 def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) -> None:
     """A ref value is id, origin, XXH3-128(id || origin || key)[:8]; meta holds XOR + count."""
-    from cpstore._store import open as open_store
-    from cpstore._store_refs import REFS_DIGEST_KEY, pack_ref, write_ref
+    from cpstore.store.facade import open as open_store
+    from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
 
     main, side = bytes(range(16)), bytes(range(16, 32))
     assert pack_ref(b"run\0main", main, 0).hex() == (

@@ -8,13 +8,13 @@ from typing import Any
 import lmdb
 import pytest
 
-from cpstore._canonical import decode_value, encode_value
-from cpstore._decision import Verdict, validate
-from cpstore._document import Observation, PackedTokens, ReplayMode, Run
-from cpstore._errors import GateError
-from cpstore._gates import AUDIT_RESUME, resume_gate, sign_off
-from cpstore._store import open as open_store
-from cpstore._store_audit import DECISION_PREFIX, DECISIONS_INDEXED, audit_view
+from cpstore.decision.gates import AUDIT_RESUME, resume_gate, sign_off
+from cpstore.decision.validate import Verdict, validate
+from cpstore.errors import GateError
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.run.document import Observation, PackedTokens, ReplayMode, Run
+from cpstore.store.audit import DECISION_PREFIX, DECISIONS_INDEXED, audit_view
+from cpstore.store.facade import open as open_store
 
 
 @pytest.fixture

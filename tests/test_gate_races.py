@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from cpstore._decision import AUDIT_DECISION, Verdict, validate
-from cpstore._document import Observation, PackedTokens, ReplayMode, Run
-from cpstore._errors import CpstoreError
-from cpstore._gates import AUDIT_GATE, AUDIT_RESUME, resume_gate, sign_off
-from cpstore._store import open as open_store
+from cpstore.decision.gates import AUDIT_GATE, AUDIT_RESUME, resume_gate, sign_off
+from cpstore.decision.validate import AUDIT_DECISION, Verdict, validate
+from cpstore.errors import CpstoreError
+from cpstore.run.document import Observation, PackedTokens, ReplayMode, Run
+from cpstore.store.facade import open as open_store
 
 ROUNDS = 24
 WORKERS = 4

@@ -1,6 +1,6 @@
 """The native core agrees with its pure-Python reference byte for byte.
 
-Every native function is checked against its twin in ``cpstore._reference``
+Every native function is checked against its twin in ``cpstore.native.reference``
 on empty, single, tiny, multi-megabyte and adversarial inputs; the digest
 functions are checked under every SIMD kernel this CPU supports, and the
 digest itself against python-xxhash's ``xxh3_128_digest``.
@@ -24,9 +24,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import cpstore
-from cpstore import _reference as reference
-from cpstore._native import SMALL_DIGEST, native_digest
-from cpstore._records import RECORD_FIELDS, RECORD_SIZE, RecordType
+from cpstore.native import reference
+from cpstore.native.binding import SMALL_DIGEST, native_digest
+from cpstore.native.records import RECORD_FIELDS, RECORD_SIZE, RecordType
 
 QUICK = os.environ.get("CPSTORE_NATIVE_QUICK") == "1"
 EXAMPLES = 5 if QUICK else 200

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 import cpstore
 from cpstore import InvalidInputError, NativeError, RecordFormatError, RecordType
-from cpstore import _native as native
-from cpstore import _reference as reference
+from cpstore.native import binding as native
+from cpstore.native import reference
 
 QUICK = os.environ.get("CPSTORE_NATIVE_QUICK") == "1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,7 +186,8 @@ def test_behaviour_is_the_same_under_python_dash_o() -> None:
         import sys
         if sys.flags.optimize != 1:
             sys.exit("not running under -O")
-        from cpstore import _native, _reference
+        from cpstore.native import binding as _native
+        from cpstore.native import reference as _reference
         sys.path.insert(0, sys.argv[1])
         from test_native_errors import CASES
         for name, call, cls, word in CASES:

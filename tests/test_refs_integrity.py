@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cpstore._canonical import decode_value, encode_value
-from cpstore._errors import ConflictError, IntegrityError, NotDescendantError, NotFoundError
-from cpstore._store import Store
-from cpstore._store import open as open_store
-from cpstore._store_refs import REFS_DIGEST_KEY, SET, unpack_ref, write_ref
+from cpstore.errors import ConflictError, IntegrityError, NotDescendantError, NotFoundError
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+from cpstore.store.refs import REFS_DIGEST_KEY, SET, unpack_ref, write_ref
 
 
 @pytest.fixture

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from cpstore._decision import Decision, FindingCode, Verdict, validate, verdict_for
-from cpstore._errors import ConflictError
-from cpstore._store import open as open_store
+from cpstore.decision.validate import Decision, FindingCode, Verdict, validate, verdict_for
+from cpstore.errors import ConflictError
+from cpstore.store.facade import open as open_store
 
 
 def _data_verdict(d: Decision) -> Verdict:

@@ -28,10 +28,10 @@ from typing import Any
 import lmdb
 import pytest
 
-from cpstore._decision import Decision, FindingCode, Verdict, validate, verdict_for
-from cpstore._store import open as open_store
-from cpstore._store_maint import _children
-from cpstore._store_model import manifest_references
+from cpstore.decision.validate import Decision, FindingCode, Verdict, validate, verdict_for
+from cpstore.store.facade import open as open_store
+from cpstore.store.model import manifest_references
+from cpstore.store.verify import _children
 
 
 def _data_verdict(d: Decision) -> Verdict:
@@ -46,8 +46,8 @@ CHECKER = r"""
 import hashlib, json, sys, traceback
 import lmdb
 import cpstore
-from cpstore._errors import CpstoreError
-from cpstore._store import open as open_store
+from cpstore.errors import CpstoreError
+from cpstore.store.facade import open as open_store
 
 def dump(path):
     # Two digests of every (db, key, value): as stored, and without the 8-byte
@@ -578,7 +578,7 @@ class TestPhysicalDamage:
         aborting = (
             "import os, sys\n"
             "from cpstore import cli\n"
-            "from cpstore._store import Store\n"
+            "from cpstore.store.facade import Store\n"
             "Store.verify = lambda self, **kw: os.abort()\n"
             "sys.exit(cli.main(['verify', '--store', sys.argv[1]]))\n"
         )

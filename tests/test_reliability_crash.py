@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from cpstore._store import open as open_store
+from cpstore.store.facade import open as open_store
 
 SOAK = bool(os.environ.get("CPSTORE_SOAK"))
 
 CHILD = r"""
 import os, sys
-from cpstore._store import open as open_store
+from cpstore.store.facade import open as open_store
 path, run, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 out = sys.stdout
 with open_store(path, durability=mode, batch_size=3) as st:

@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 
 import cpstore
 from cpstore import Effect, Observation, cli
-from cpstore._document import _TOP_OPTIONAL, _TOP_REQUIRED
-from cpstore._errors import CpstoreError
-from cpstore._records import RecordType
+from cpstore.errors import CpstoreError
+from cpstore.native.records import RecordType
+from cpstore.run.document import _TOP_OPTIONAL, _TOP_REQUIRED
 
 #: Every exit code but 1 (internal error: a bug).
 DOCUMENTED_EXITS = {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
@@ -72,7 +72,7 @@ class TestDocuments:
         """A 30-byte msgpack doc declaring 10^9 tokens peaks under 20 MiB RSS growth."""
         code = r"""
 import resource, msgpack, cpstore
-from cpstore._errors import CpstoreError
+from cpstore.errors import CpstoreError
 head = msgpack.packb({"format": 1, "run_id": "r", "step": 0, "state_digest": "s",
                       "observations": [], "call_graph": [], "transcript_digest": None,
                       "effects": []})
@@ -116,7 +116,7 @@ class TestCanonicalAndPackedLogs:
 STORE_PROBE = r"""
 import sys, json, traceback
 import cpstore
-from cpstore._errors import CpstoreError
+from cpstore.errors import CpstoreError
 path, cid = sys.argv[1], sys.argv[2]
 bad = []
 with cpstore.open(path, readonly=True) as st:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from cpstore._decision import Decision, FindingCode, Verdict, validate, verdict_for
-from cpstore._errors import StoreFullError, StoreReadOnlyError
-from cpstore._store import open as open_store
+from cpstore.decision.validate import Decision, FindingCode, Verdict, validate, verdict_for
+from cpstore.errors import StoreFullError, StoreReadOnlyError
+from cpstore.store.facade import open as open_store
 
 
 def _data_verdict(d: Decision) -> Verdict:
@@ -100,8 +100,8 @@ class TestMapFull:
 
 TMPFS_CHILD = r"""
 import json, os, sys
-from cpstore._errors import CpstoreError
-from cpstore._store import open as open_store
+from cpstore.errors import CpstoreError
+from cpstore.store.facade import open as open_store
 path = sys.argv[1]
 acked, error, kind = [], None, None
 with open_store(path) as st:

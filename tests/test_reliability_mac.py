@@ -9,7 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cpstore._audit_mac import (
+from cpstore.errors import InvalidInputError
+from cpstore.native.binding import digest
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.audit_mac import (
     MAC_SIZE,
     chain_macs,
     check_key,
@@ -19,10 +22,7 @@ from cpstore._audit_mac import (
     mac_record,
     verify_macs,
 )
-from cpstore._canonical import decode_value, encode_value
-from cpstore._errors import InvalidInputError
-from cpstore._native import digest
-from cpstore._store import open as open_store
+from cpstore.store.facade import open as open_store
 
 KEY = bytes(range(32))
 OTHER = bytes(range(1, 33))

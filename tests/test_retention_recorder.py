@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cpstore._errors import ConflictError, NotFoundError
-from cpstore._store import open as open_store
+from cpstore.errors import ConflictError, NotFoundError
+from cpstore.store.facade import open as open_store
 
 
 def _state(i: int) -> dict[str, Any]:

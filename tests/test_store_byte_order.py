@@ -4,8 +4,8 @@ The token log's ``offsets`` object is ``count + 1`` uint64 little-endian values
 (docs/store.md). The replay cursor and verify hand them to ``digest_batch``;
 on a big-endian host, reading them in native order gives byte-swapped offsets.
 These tests run the big-endian path on this machine: ``big_endian_host`` sets
-``cpstore._args.HOST_BYTE_ORDER`` to ``"big"`` and makes ``array.frombytes``
-in ``cpstore._args`` byte-swap, which is exactly what native-order reading of
+``cpstore.native.args.HOST_BYTE_ORDER`` to ``"big"`` and makes ``array.frombytes``
+in ``cpstore.native.args`` byte-swap, which is exactly what native-order reading of
 little-endian bytes does on a big-endian host.
 """
 
@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 import cpstore
-from cpstore import _args
-from cpstore import _reference as reference
-from cpstore._errors import InvalidInputError
-from cpstore._replay import ReplayCursor
-from cpstore._store import Store
-from cpstore._store import open as open_store
+from cpstore.errors import InvalidInputError
+from cpstore.native import args as _args
+from cpstore.native import reference
+from cpstore.replay.session import ReplayCursor
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
 
 #: Values spanning several 4096-token cursor blocks, of several encoded sizes.
 VALUES: list[Any] = [i * 7919 if i % 3 else f"v{i}" * (i % 5) for i in range(9000)]

@@ -7,24 +7,24 @@ from typing import Any
 
 import pytest
 
-from cpstore._canonical import encode_value
-from cpstore._errors import (
+from cpstore.errors import (
     IntegrityError,
     InvalidInputError,
     NotFoundError,
     RecordingGapError,
 )
-from cpstore._native import digest, sequence_digest
-from cpstore._records import Provenance, RecordType, pack_token, value_digest
-from cpstore._store import Store
-from cpstore._store import open as open_store
-from cpstore._store_model import (
+from cpstore.native.binding import digest, sequence_digest
+from cpstore.native.canonical import encode_value
+from cpstore.native.records import Provenance, RecordType, pack_token, value_digest
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+from cpstore.store.model import (
     CHUNK_SIZE,
     encode_manifest,
     pack_checkpoint_value,
     unpack_checkpoint_value,
 )
-from cpstore._store_recorder import Recorder
+from cpstore.store.recorder import Recorder
 
 
 @pytest.fixture

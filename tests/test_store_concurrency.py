@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cpstore._errors import ConflictError, ForkError, StoreError
-from cpstore._store import open as open_store
+from cpstore.errors import ConflictError, ForkError, StoreError
+from cpstore.store.facade import open as open_store
 
 
 def _writer(path: str, run: str, steps: int) -> list[str]:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from cpstore._errors import UnsealedEffectsError
-from cpstore._store import open as open_store
+from cpstore.errors import UnsealedEffectsError
+from cpstore.store.facade import open as open_store
 
 CHILD = r"""
 import sys, os
-from cpstore._store import open as open_store
+from cpstore.store.facade import open as open_store
 path, run, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 with open_store(path, durability=mode, batch_size=4) as st:
     rec = st.recorder(run)
@@ -120,7 +120,7 @@ class TestBatchedMode:
 
 EXIT_CHILD = r"""
 import sys
-from cpstore._store import open as open_store
+from cpstore.store.facade import open as open_store
 st = open_store(sys.argv[1], durability="batched", batch_size=64)
 rec = st.recorder("r")
 for step in range(10):
@@ -131,7 +131,7 @@ print(cid, st.pending, flush=True)
 
 UNSEALED_CHILD = r"""
 import sys
-from cpstore._store import open as open_store
+from cpstore.store.facade import open as open_store
 st = open_store(sys.argv[1])
 rec = st.recorder("run-x")
 rec.checkpoint(0, {"a": 1})

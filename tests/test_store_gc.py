@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from cpstore._errors import InvalidInputError, NotFoundError
-from cpstore._store import Store
-from cpstore._store import open as open_store
+from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
 
 
 @pytest.fixture

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import cpstore._store_model as model
-from cpstore._canonical import encode_value
-from cpstore._errors import (
+from cpstore.errors import (
     FormatVersionError,
     IntegrityError,
     InvalidInputError,
@@ -16,9 +14,11 @@ from cpstore._errors import (
     StoreFullError,
     StoreReadOnlyError,
 )
-from cpstore._native import digest
-from cpstore._store import Store
-from cpstore._store import open as open_store
+from cpstore.native.binding import digest
+from cpstore.native.canonical import encode_value
+from cpstore.store import model
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import pytest
 
 import cpstore
 from cpstore import cli
-from cpstore._errors import FormatVersionError, NotFoundError, StoreReadOnlyError
+from cpstore.errors import FormatVersionError, NotFoundError, StoreReadOnlyError
 
 
 def _make_store(path: str) -> tuple[str, str]:

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from cpstore._errors import InvalidInputError
-from cpstore._replay import ReplayCursor, ReplaySession
-from cpstore._store import Store
-from cpstore._store import open as open_store
+from cpstore.errors import InvalidInputError
+from cpstore.replay.session import ReplayCursor, ReplaySession
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
 
 N_TOKENS = 5000
 

@@ -7,14 +7,14 @@ from unittest.mock import ANY
 
 import pytest
 
-from cpstore._errors import (
+from cpstore.errors import (
     ConflictError,
     InvalidInputError,
     NotDescendantError,
     NotFoundError,
 )
-from cpstore._store import Store
-from cpstore._store import open as open_store
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
 
 
 @pytest.fixture

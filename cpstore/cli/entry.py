@@ -1,0 +1,115 @@
+"""The ``cpstore`` command line: one entry point, ``--help`` everywhere.
+
+A user mistake (bad input, a missing object, a refused gate) prints one line
+on stderr and exits with its own code; only a bug in cpstore shows a
+traceback. Exit codes (also in README.md):
+
+====  ==========================================================
+0     success; for ``validate``, the verdict is ACCEPT
+1     an unexpected internal error (a bug: please report it)
+2     usage error (unknown option, missing argument)
+3     bad input: a malformed document, file, path or argument
+4     not found: no such store, checkpoint, run, object or record
+5     integrity: verification found damage (``verify`` and reads)
+6     refused: a gate, sign-off or sealed ledger said no
+7     store unavailable: full, read-only, closed or used across a fork
+8     conflict: a ref moved since it was read (re-read and retry)
+9     unknown format version of a store or run document
+10    ``validate``: the verdict is REJECT
+11    ``validate``: the verdict is QUARANTINE
+====  ==========================================================
+
+Each error class's code is in :data:`cpstore.cli.exit_codes.EXIT_CODES`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from cpstore.cli import demo, store_commands, validate_command
+from cpstore.cli.exit_codes import (
+    EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_CONFLICT,
+    EXIT_EPILOG,
+    EXIT_FORMAT,
+    EXIT_INTEGRITY,
+    EXIT_INTERNAL,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_QUARANTINE,
+    EXIT_REFUSED,
+    EXIT_REJECT,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    exit_code_for,
+)
+from cpstore.errors import CpstoreError
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_CODES",
+    "EXIT_CONFLICT",
+    "EXIT_FORMAT",
+    "EXIT_INTEGRITY",
+    "EXIT_INTERNAL",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_QUARANTINE",
+    "EXIT_REFUSED",
+    "EXIT_REJECT",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "exit_code_for",
+    "main",
+]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cpstore",
+        description="A checkpoint store for durable agent runtimes and replay auditors.",
+        epilog=EXIT_EPILOG,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    demo.add_parser(sub)
+    validate_command.add_validate_parser(sub)
+    store_commands.add_parsers(sub)
+    return parser
+
+
+def _one_line(text: str) -> str:
+    """``text`` with control characters and surrogates escaped: a path or name holding
+    a newline must not split the one error line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except CpstoreError as exc:
+        print(f"cpstore {args.command}: {_one_line(str(exc))}", file=sys.stderr)
+        return exit_code_for(exc)
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        text = _one_line(f"{exc.strerror}: {exc.filename}")
+        print(f"cpstore {args.command}: {text}", file=sys.stderr)
+        return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"cpstore {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,498 @@
+"""Gates: what a decision allows, decided from the store's audit log alone.
+
+A :class:`~cpstore.decision.validate.Decision` object in the caller's hands proves
+nothing (anyone can build one); every gate here looks the decision up in the
+store's hash-chained audit log, re-derives what it allows from the recorded
+finding codes and :data:`FINDING_RULES`, and appends a record of what it
+let through. The rules (docs/decision-table.md, "Gates"):
+
+* **Resume** from a checkpoint needs the checkpoint's latest decision to be
+  ACCEPT, or to have only releasable findings plus an operator sign-off
+  recorded after it. A sign-off releases one resume only.
+* **Rollback** certification needs the checkpoint's latest decision to be an
+  ACCEPT from a STRICT replay, and the branch never to have been quarantined.
+* **Sign-off** is refused for an ACCEPT (nothing to release) and for any
+  decision with a non-releasable finding.
+* **Recording** on from a checkpoint (:meth:`Store.recorder` continuing a
+  branch or forking from it) needs, when the checkpoint's standing decision
+  is not ACCEPT, a :class:`ResumePermit` for that decision, used once
+  (:func:`check_resume`).
+
+Every check a gate makes runs inside the write txn that appends its record
+(:func:`~cpstore.store.audit.append_audit_checked`): two processes racing
+with one sign-off, or a gate racing a newer decision, cannot both pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cpstore.decision.validate import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
+from cpstore.errors import (
+    AuditChainError,
+    GateError,
+    InvalidInputError,
+    NotFoundError,
+    SignOffError,
+)
+from cpstore.store.audit import AuditView, append_audit_checked, audit_view
+
+__all__ = [
+    "AUDIT_DECISION",
+    "AUDIT_GATE",
+    "AUDIT_RESUME",
+    "AUDIT_SIGNOFF",
+    "ResumePermit",
+    "RollbackCertificate",
+    "SignOff",
+    "certify_rollback",
+    "check_resume",
+    "resume_gate",
+    "sign_off",
+]
+
+#: Audit record kinds written by the gates (decisions: ``AUDIT_DECISION``).
+AUDIT_SIGNOFF = "signoff"
+AUDIT_GATE = "gate"
+#: Audit record kind of a permit used by a recorder (one per permit).
+AUDIT_RESUME = "resume"
+
+
+@dataclass(frozen=True)
+class SignOff:
+    """An operator's release of a releasable decision, as recorded in the audit log."""
+
+    decision_id: str
+    """The decision released."""
+    checkpoint_id: str
+    """The checkpoint that decision is about."""
+    operator: str
+    """Who signed."""
+    reason: str
+    """Why."""
+    time: float
+    """When (seconds since the epoch)."""
+    audit_digest: str
+    """Digest of the sign-off's audit record: what a gate is given."""
+
+
+@dataclass(frozen=True)
+class ResumePermit:
+    """A resume the gate let through."""
+
+    checkpoint_id: str
+    """Where the run resumes."""
+    decision_id: str
+    """The decision that allowed it."""
+    verdict: Verdict
+    """That decision's verdict."""
+    sign_off: str | None
+    """Audit digest of the sign-off used (None for an ACCEPT)."""
+    audit_digest: str
+    """Digest of the gate's own audit record."""
+
+
+@dataclass(frozen=True)
+class RollbackCertificate:
+    """A rollback the gate certified."""
+
+    checkpoint_id: str
+    """The checkpoint whose branch may be rolled back."""
+    run_id: str
+    """Its run."""
+    branch: str | None
+    """Its branch."""
+    decision_id: str
+    """The STRICT ACCEPT decision that certified it."""
+    audit_digest: str
+    """Digest of the gate's own audit record."""
+
+
+# -- reading the audit log ------------------------------------------------------
+
+
+def _records(store: Any, kind: str) -> Iterator[Any]:
+    yield from store.audit_records(kind=kind)
+
+
+def _linked(store: Any, rec: Any) -> None:
+    """Check ``rec`` is where the chain says, and (keyed store) that its MAC verifies."""
+    store.check_audit_mac(rec.index)
+    if rec.index == 0:
+        if rec.prev is not None:
+            raise AuditChainError("first audit record names a predecessor", where="audit[0]")
+        return
+    before = list(store.audit_records(start=rec.index - 1, limit=1))
+    if not before or before[0].digest != rec.prev:
+        raise AuditChainError(
+            "audit record does not chain to its predecessor",
+            where=f"audit[{rec.index}]",
+            expected=rec.prev,
+            got=None if not before else before[0].digest,
+        )
+
+
+def _decision_id(decision: Decision | str) -> str:
+    if isinstance(decision, Decision):
+        return decision.id
+    if isinstance(decision, str) and decision:
+        return decision
+    raise InvalidInputError("decision must be a Decision or a decision id", got=decision)
+
+
+def _decision_record(store: Any, decision: Decision | str) -> Any:
+    """The one audit record of ``decision``; the caller's object is not trusted."""
+    ident = _decision_id(decision)
+    found = [r for r in _records(store, AUDIT_DECISION) if r.body.get("decision_id") == ident]
+    if not found:
+        raise NotFoundError("no such decision in the audit log", where="audit", got=ident)
+    if len(found) > 1:
+        raise GateError(
+            "decision id appears more than once in the audit log; refusing to trust it",
+            got=[r.digest for r in found],
+        )
+    rec = found[0]
+    if isinstance(decision, Decision) and decision.audit_digest not in (None, rec.digest):
+        raise GateError(
+            "decision object does not match its audit record",
+            expected=rec.digest,
+            got=decision.audit_digest,
+        )
+    _linked(store, rec)
+    return rec
+
+
+def _checkpoint_of(rec: Any) -> str | None:
+    recorded = rec.body.get("recorded")
+    return recorded.get("checkpoint_id") if isinstance(recorded, Mapping) else None
+
+
+def _codes(rec: Any) -> list[FindingCode]:
+    out = []
+    for f in rec.body.get("findings", []):
+        try:
+            out.append(FindingCode(f.get("code")))
+        except (ValueError, AttributeError):
+            # An unknown code cannot be released by anyone.
+            raise GateError(
+                "decision record holds an unknown finding code", where=rec.digest, got=f
+            ) from None
+    return out
+
+
+def _verdict(rec: Any) -> Verdict:
+    # Re-derive from the codes; the stored verdict must agree with them.
+    derived = max((FINDING_RULES[c][0] for c in _codes(rec)), default=Verdict.ACCEPT)
+    if rec.body.get("verdict") != derived.name:
+        raise GateError(
+            "decision record's verdict does not follow from its findings",
+            where=rec.digest,
+            expected=derived.name,
+            got=rec.body.get("verdict"),
+        )
+    return derived
+
+
+def _latest_for(log: AuditView, checkpoint_id: str) -> Any | None:
+    return log.latest_decision(checkpoint_id)
+
+
+def _check_current(store: Any, rec: Any, checkpoint_id: str) -> None:
+    if _checkpoint_of(rec) != checkpoint_id:
+        raise GateError(
+            "decision is about another checkpoint",
+            expected=checkpoint_id,
+            got=_checkpoint_of(rec),
+        )
+    latest = _latest_for(store, checkpoint_id)
+    if latest is not None and latest.digest != rec.digest:
+        raise GateError(
+            "a later decision supersedes this one for the checkpoint",
+            where=f"checkpoint {checkpoint_id}",
+            expected=latest.body.get("decision_id"),
+            got=rec.body.get("decision_id"),
+        )
+
+
+def _text(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string", got=value)
+    return value
+
+
+# -- the gates ------------------------------------------------------------------
+
+
+def sign_off(store: Any, decision: Decision | str, *, operator: str, reason: str) -> SignOff:
+    """Record an operator's release of a releasable decision (audit kind ``signoff``)."""
+    operator = _text(operator, "operator")
+    reason = _text(reason, "reason")
+    now = time.time()
+
+    def prepare(log: AuditView) -> Mapping[str, Any]:
+        rec = _decision_record(log, decision)
+        verdict = _verdict(rec)
+        cid = _checkpoint_of(rec)
+        if verdict is Verdict.ACCEPT:
+            raise SignOffError("an ACCEPT needs no sign-off", where=rec.body.get("decision_id"))
+        blocked = sorted({c.value for c in _codes(rec) if not FINDING_RULES[c][1]})
+        if blocked:
+            raise SignOffError(
+                "decision has findings no sign-off can release",
+                where=rec.body.get("decision_id"),
+                expected="only releasable findings",
+                got=blocked,
+            )
+        if cid is None:
+            raise SignOffError(
+                "decision is not about a stored checkpoint; nothing to release",
+                where=rec.body.get("decision_id"),
+            )
+        return {
+            "decision_id": rec.body["decision_id"],
+            "decision_audit": rec.digest,
+            "checkpoint_id": cid,
+            "operator": operator,
+            "reason": reason,
+            "time": now,
+        }
+
+    out = append_audit_checked(store, AUDIT_SIGNOFF, prepare)
+    body = out.body
+    return SignOff(body["decision_id"], body["checkpoint_id"], operator, reason, now, out.digest)
+
+
+def _used_sign_offs(store: Any) -> set[str]:
+    return {
+        r.body.get("sign_off")
+        for r in _records(store, AUDIT_GATE)
+        if r.body.get("sign_off") is not None
+    }
+
+
+def _valid_sign_off(store: Any, digest: str, rec: Any) -> Any:
+    try:
+        so = store.get_audit(digest)
+    except NotFoundError:
+        raise SignOffError("sign-off is not in the audit log", got=digest) from None
+    body = so.body
+    if (
+        so.kind != AUDIT_SIGNOFF
+        or body.get("decision_id") != rec.body.get("decision_id")
+        or body.get("decision_audit") != rec.digest
+        or so.index <= rec.index
+        or not isinstance(body.get("operator"), str)
+        or not body.get("operator")
+    ):
+        raise SignOffError(
+            "sign-off does not release this decision",
+            where=f"audit[{so.index}]",
+            expected=rec.body.get("decision_id"),
+            got=body.get("decision_id"),
+        )
+    _linked(store, so)
+    if so.digest in _used_sign_offs(store):
+        raise SignOffError("sign-off was already used; it releases one resume", got=so.digest)
+    return so
+
+
+def _gate_body(gate: str, checkpoint_id: str, rec: Any, sign_off: str | None) -> dict[str, Any]:
+    """The audit body of a gate passage (the only proof a gate was passed)."""
+    return {
+        "gate": gate,
+        "checkpoint_id": checkpoint_id,
+        "decision_id": rec.body["decision_id"],
+        "decision_audit": rec.digest,
+        "sign_off": sign_off,
+    }
+
+
+def resume_gate(
+    store: Any,
+    checkpoint_id: str,
+    decision: Decision | str,
+    *,
+    sign_off: SignOff | str | None = None,
+) -> ResumePermit:
+    """Allow a resume from ``checkpoint_id`` or raise :class:`GateError`."""
+    _text(checkpoint_id, "checkpoint_id")
+    _decision_id(decision)
+    digest: str | None = None
+    if sign_off is not None:
+        digest = _text(
+            sign_off.audit_digest if isinstance(sign_off, SignOff) else sign_off, "sign_off"
+        )
+    passed: dict[str, Any] = {}
+
+    def prepare(log: AuditView) -> Mapping[str, Any]:
+        # Checked in the txn that appends the gate record: a sign-off used by
+        # a racing gate, or a decision superseded meanwhile, is seen here.
+        rec = _decision_record(log, decision)
+        _check_current(log, rec, checkpoint_id)
+        verdict = _verdict(rec)
+        used: str | None = None
+        if verdict is not Verdict.ACCEPT:
+            blocked = sorted({c.value for c in _codes(rec) if not FINDING_RULES[c][1]})
+            if blocked:
+                raise GateError(
+                    "decision has findings no sign-off can release; the run cannot resume here",
+                    where=f"checkpoint {checkpoint_id}",
+                    got=blocked,
+                )
+            if digest is None:
+                raise GateError(
+                    f"a {verdict.name} decision needs an operator sign-off to resume",
+                    where=f"checkpoint {checkpoint_id}",
+                )
+            used = _valid_sign_off(log, digest, rec).digest
+        passed.update(decision_id=rec.body["decision_id"], verdict=verdict, sign_off=used)
+        return _gate_body("resume", checkpoint_id, rec, used)
+
+    out = append_audit_checked(store, AUDIT_GATE, prepare)
+    return ResumePermit(
+        checkpoint_id, passed["decision_id"], passed["verdict"], passed["sign_off"], out.digest
+    )
+
+
+def certify_rollback(
+    store: Any, checkpoint_id: str, decision: Decision | str
+) -> RollbackCertificate:
+    """Certify rolling back the branch of ``checkpoint_id`` or raise :class:`GateError`."""
+    _text(checkpoint_id, "checkpoint_id")
+    _decision_id(decision)
+    passed: dict[str, Any] = {}
+
+    def prepare(log: AuditView) -> Mapping[str, Any]:
+        rec = _decision_record(log, decision)
+        _check_current(log, rec, checkpoint_id)
+        verdict = _verdict(rec)
+        if verdict is not Verdict.ACCEPT or rec.body.get("mode") != "strict":
+            raise GateError(
+                "a rollback needs an ACCEPT from a STRICT replay",
+                where=f"checkpoint {checkpoint_id}",
+                expected="ACCEPT, strict",
+                got=f"{verdict.name}, {rec.body.get('mode')}",
+            )
+        recorded = rec.body.get("recorded") or {}
+        run_id, branch = recorded.get("run_id"), recorded.get("branch")
+        for r in _records(log, AUDIT_DECISION):
+            other = r.body.get("recorded") or {}
+            if (
+                other.get("run_id") == run_id
+                and other.get("branch") == branch
+                and r.body.get("verdict") == Verdict.QUARANTINE.name
+            ):
+                raise GateError(
+                    "the branch was quarantined; a quarantined branch is never rolled back",
+                    where=f"run {run_id!r} branch {branch!r}",
+                    got=r.body.get("decision_id"),
+                )
+        passed.update(run_id=run_id, branch=branch, decision_id=rec.body["decision_id"])
+        return _gate_body("rollback", checkpoint_id, rec, None)
+
+    out = append_audit_checked(store, AUDIT_GATE, prepare)
+    return RollbackCertificate(
+        checkpoint_id, str(passed["run_id"]), passed["branch"], passed["decision_id"], out.digest
+    )
+
+
+def _permit_digest(permit: ResumePermit | str) -> str:
+    if isinstance(permit, ResumePermit):
+        return _text(permit.audit_digest, "permit")
+    if isinstance(permit, str):
+        return _text(permit, "permit")
+    raise InvalidInputError("permit must be a ResumePermit or its audit digest", got=permit)
+
+
+def _standing(log: AuditView, checkpoint_id: str) -> tuple[Any | None, Verdict | None]:
+    """The checkpoint's standing decision (its latest) and that decision's verdict."""
+    rec = log.latest_decision(checkpoint_id)
+    return rec, None if rec is None else _verdict(rec)
+
+
+def _use_permit(
+    log: AuditView, digest: str, checkpoint_id: str, run_id: str, branch: str
+) -> dict[str, Any]:
+    """The body recording that ``digest`` was used, or GateError (all read in ``log``'s txn)."""
+    try:
+        gate = log.get_audit(digest)
+    except (NotFoundError, InvalidInputError):
+        raise GateError("permit is not in the audit log", got=digest) from None
+    body = gate.body
+    if gate.kind != AUDIT_GATE or body.get("gate") != "resume":
+        raise GateError("not a resume permit", where=f"audit[{gate.index}]", got=gate.kind)
+    if body.get("checkpoint_id") != checkpoint_id:
+        raise GateError(
+            "permit is for another checkpoint",
+            where=f"audit[{gate.index}]",
+            expected=checkpoint_id,
+            got=body.get("checkpoint_id"),
+        )
+    _linked(log, gate)
+    standing, _ = _standing(log, checkpoint_id)
+    if standing is None or standing.digest != body.get("decision_audit"):
+        raise GateError(
+            "a later decision supersedes the one the permit was given for",
+            where=f"checkpoint {checkpoint_id}",
+            expected=None if standing is None else standing.body.get("decision_id"),
+            got=body.get("decision_id"),
+        )
+    for used in log.audit_records(kind=AUDIT_RESUME, start=gate.index + 1):
+        if used.body.get("permit") == gate.digest:
+            raise GateError(
+                "permit was already used; it allows one resume",
+                where=f"audit[{used.index}]",
+                got=gate.digest,
+            )
+    return {
+        "checkpoint_id": checkpoint_id,
+        "run_id": run_id,
+        "branch": branch,
+        "permit": gate.digest,
+        "decision_id": body.get("decision_id"),
+    }
+
+
+def check_resume(
+    store: Any,
+    checkpoint_id: str | None,
+    *,
+    run_id: str,
+    branch: str,
+    permit: ResumePermit | str | None = None,
+) -> None:
+    """Refuse recording on from ``checkpoint_id`` unless its standing decision allows it.
+
+    The standing decision is the latest decision recorded about the
+    checkpoint (the decision index, :class:`~cpstore.store.audit.AuditView`).
+    None or an ACCEPT needs no permit; anything else needs ``permit``, a
+    :class:`ResumePermit` from :func:`resume_gate` for this checkpoint and for
+    that very decision, not used before. A permit given is always checked and
+    used up (audit kind ``resume``), in the write txn that records its use.
+    """
+    if permit is None:
+        if checkpoint_id is None:
+            return
+        with audit_view(store) as log:
+            standing, verdict = _standing(log, checkpoint_id)
+        if standing is None or verdict is Verdict.ACCEPT:
+            return
+        raise GateError(
+            f"the checkpoint's standing decision is {verdict.name if verdict else None}; "
+            "recording on from it needs a ResumePermit from resume_gate (permit=)",
+            where=f"checkpoint {checkpoint_id} (run {run_id!r} branch {branch!r})",
+            got=standing.body.get("decision_id"),
+        )
+    digest = _permit_digest(permit)
+    if checkpoint_id is None:
+        raise GateError(
+            "a permit releases a resume from a checkpoint; this recorder starts a new run",
+            where=f"run {run_id!r} branch {branch!r}",
+            got=digest,
+        )
+    append_audit_checked(
+        store, AUDIT_RESUME, lambda log: _use_permit(log, digest, checkpoint_id, run_id, branch)
+    )

@@ -1,0 +1,1 @@
+"""The low level: cffi binding, argument checks, reference twins, record formats, encoding."""

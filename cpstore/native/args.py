@@ -1,0 +1,211 @@
+"""Argument checks shared by the native wrapper and the reference twins.
+
+Everything the C side would reject is caught here first, with a message that
+names the argument, so the native call itself only fails on a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+import sys
+from array import array
+from collections.abc import Callable, Iterable
+from typing import Literal
+
+from cpstore.errors import InvalidInputError, RecordFormatError
+from cpstore.native.records import RECORD_FIELDS, RecordType
+
+__all__ = [
+    "ALL_FIELDS",
+    "HOST_BYTE_ORDER",
+    "Buffer",
+    "ByteOrder",
+    "as_bytes_view",
+    "as_offsets",
+    "check_offsets",
+    "check_text",
+    "field_mask",
+    "int_argument",
+    "writable_view",
+]
+
+#: Anything that exposes a contiguous byte buffer.
+Buffer = bytes | bytearray | memoryview
+
+#: Mask with every field bit set (``CP_ALL_FIELDS``).
+ALL_FIELDS = 0xFFFFFFFF
+
+#: How a uint64 offsets buffer is laid out: the host's order, or an explicit one
+#: (stored offsets are ``"little"``, docs/store.md).
+ByteOrder = Literal["native", "little", "big"]
+
+#: The host's byte order: the one place that decides whether a buffer in an
+#: explicit order can be read as native uint64s. Read at call time, so tests
+#: set it to ``"big"`` to run the big-endian path on a little-endian machine.
+HOST_BYTE_ORDER: str = sys.byteorder
+
+_STRUCT_ORDER = {"little": "<", "big": ">"}
+
+
+def as_bytes_view(data: object, name: str) -> memoryview:
+    """A flat, C-contiguous byte view of ``data`` or :class:`InvalidInputError`."""
+    if isinstance(data, str) or not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(
+            f"{name} must be a bytes-like object",
+            expected="bytes, bytearray or memoryview",
+            got=type(data).__name__,
+        )
+    view = memoryview(data)
+    if not view.c_contiguous:
+        raise InvalidInputError(f"{name} must be C-contiguous", got="a strided memoryview")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def check_text(value: str, where: str, error: type[InvalidInputError] = InvalidInputError) -> str:
+    """``value``, or ``error`` naming ``where`` when it has no UTF-8 form (a lone surrogate).
+
+    Every text field is stored or hashed as UTF-8; a surrogate half (``"\\ud800"``,
+    or an undecodable byte a command line smuggled in as ``"\\udcff"``) has none.
+    """
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise error(
+            "text must be valid Unicode (it holds a lone surrogate)",
+            where=where,
+            got=value[exc.start : exc.end],
+        ) from None
+    return value
+
+
+def int_argument(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an int in ``[low, high]``, else a usage error (exit 2).
+
+    Every integer the command line takes is bounded, so no huge value reaches a
+    fixed-width key, a struct or an allocation.
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {text}")
+        return value
+
+    parse.__name__ = "integer"  # argparse names the type in its messages
+    return parse
+
+
+def writable_view(out: object, size: int, name: str) -> memoryview:
+    """A flat writable byte view of ``out`` holding at least ``size`` bytes."""
+    if not isinstance(out, (bytearray, memoryview)):
+        raise InvalidInputError(
+            f"{name} must be a writable buffer",
+            expected="bytearray or writable memoryview",
+            got=type(out).__name__,
+        )
+    view = memoryview(out)
+    if view.readonly or not view.c_contiguous:
+        raise InvalidInputError(
+            f"{name} must be writable and C-contiguous", got="read-only or strided"
+        )
+    view = view.cast("B")
+    if len(view) < size:
+        raise InvalidInputError(
+            f"{name} is too small", expected=f">= {size} bytes", got=f"{len(view)} bytes"
+        )
+    return view
+
+
+def as_offsets(offsets: object, byteorder: ByteOrder = "native") -> array[int]:
+    """Batch offsets as a native uint64 array (shape only; see :func:`check_offsets`).
+
+    ``byteorder`` says how a *buffer* of offsets is laid out (a sequence of
+    ints has no byte order): ``"native"``, or ``"little"``/``"big"``, which
+    are converted on a host of the other order.
+    """
+    if byteorder not in ("native", "little", "big"):
+        raise InvalidInputError(
+            "unknown offsets byte order", expected=["native", "little", "big"], got=byteorder
+        )
+    if isinstance(offsets, (bytes, bytearray, memoryview)):
+        view = memoryview(offsets)
+        if not view.c_contiguous:
+            raise InvalidInputError("offsets must be C-contiguous", got="a strided memoryview")
+        if view.nbytes % 8:
+            raise InvalidInputError(
+                "offsets buffer must hold whole uint64 values",
+                expected="a multiple of 8 bytes",
+                got=f"{view.nbytes} bytes",
+            )
+        raw = view.cast("B")
+        if byteorder in ("native", HOST_BYTE_ORDER):
+            offs = array("Q")
+            offs.frombytes(raw)
+        else:
+            # Decoded by value, not by reinterpreting memory, so this path
+            # gives the same numbers on any host (and is testable on any host).
+            order = _STRUCT_ORDER[byteorder]
+            offs = array("Q", struct.unpack(f"{order}{len(raw) // 8}Q", raw))
+    else:
+        if not isinstance(offsets, Iterable):
+            raise InvalidInputError(
+                "offsets must be a sequence of ints or a uint64 buffer",
+                got=type(offsets).__name__,
+            )
+        try:
+            offs = array("Q", offsets)
+        except (TypeError, OverflowError) as exc:
+            raise InvalidInputError("offsets must be ints in [0, 2**64)", got=str(exc)) from None
+    if len(offs) == 0:
+        raise InvalidInputError("offsets must have n+1 entries", expected=">= 1 entry", got=0)
+    return offs
+
+
+def check_offsets(offs: array[int], data_len: int) -> None:
+    """Raise unless ``offs`` never decreases and ends within ``data_len`` bytes."""
+    prev = offs[0]
+    for i, off in enumerate(offs):
+        if off < prev:
+            raise InvalidInputError(
+                "offsets must never decrease", where=f"offsets[{i}]", expected=f">= {prev}", got=off
+            )
+        prev = off
+    if prev > data_len:
+        raise InvalidInputError(
+            "last offset is past the end of the data",
+            where=f"offsets[{len(offs) - 1}]",
+            expected=f"<= {data_len}",
+            got=prev,
+        )
+
+
+def field_mask(rtype: RecordType, fields: Iterable[str] | None) -> int:
+    """The bit mask for the named fields of ``rtype`` (None: every byte)."""
+    if fields is None:
+        return ALL_FIELDS
+    if isinstance(fields, str):
+        fields = (fields,)
+    if not isinstance(fields, Iterable) or isinstance(fields, (bytes, bytearray, memoryview)):
+        raise RecordFormatError(
+            "fields must be None, a field name or an iterable of field names",
+            where="fields",
+            got=type(fields).__name__,
+        )
+    names = [name for name, _, _ in RECORD_FIELDS[rtype]]
+    mask = 0
+    for field in fields:
+        if field not in names:
+            raise RecordFormatError(
+                f"unknown field of {rtype.name.lower()} records",
+                where="fields",
+                expected=names,
+                got=field,
+            )
+        mask |= 1 << names.index(field)
+    return mask

@@ -1,0 +1,310 @@
+"""The one module that touches the compiled core (``ffi``/``lib``).
+
+Every argument is checked here before the C call, whole buffers are passed
+(never one call per record), and every status code is checked on the line
+after the call. Signatures and results match :mod:`cpstore.native.reference`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from xxhash import xxh3_128_digest as _xxh3_128
+
+from cpstore.errors import InvalidInputError, NativeError, RecordFormatError
+from cpstore.native.args import (
+    Buffer,
+    ByteOrder,
+    as_bytes_view,
+    as_offsets,
+    check_offsets,
+    field_mask,
+    writable_view,
+)
+from cpstore.native.records import (
+    NONE,
+    RECORD_FIELDS,
+    RECORD_SIZE,
+    Digest,
+    Divergence,
+    DivergenceKind,
+    RecordType,
+    TokenScan,
+    field_names,
+    record_count,
+    record_type,
+)
+
+try:
+    from cpstore._cpstore_native import ffi, lib
+except ImportError as exc:  # pragma: no cover - a packaging fault, not input
+    raise ImportError(
+        "cpstore's native core is not built; run `make setup` (or `pip install -e .`) "
+        f"from the source tree ({exc})"
+    ) from exc
+
+__all__ = [
+    "SIMD_LEVELS",
+    "SequenceHasher",
+    "digest",
+    "digest_batch",
+    "digest_batch_into",
+    "digest_small",
+    "first_divergence",
+    "native_digest",
+    "scan_tokens",
+    "select_simd",
+    "sequence_digest",
+    "simd_path",
+]
+
+_MESSAGES = {
+    lib.CP_ERR_NULL: "a required buffer was NULL",
+    lib.CP_ERR_RECORD_TYPE: "unknown record type",
+    lib.CP_ERR_MISALIGNED: "length is not a whole number of records",
+    lib.CP_ERR_OFFSETS: "offsets decrease or run past the data",
+    lib.CP_ERR_STATE: "streaming state is not initialised or was moved",
+    lib.CP_ERR_PARTIAL: "a record is incomplete",
+    lib.CP_ERR_UNSUPPORTED: "this CPU lacks that instruction set",
+}
+
+#: Kernel choices for :func:`select_simd` (``CP_SIMD_*``).
+SIMD_LEVELS = {
+    "auto": lib.CP_SIMD_AUTO,
+    "baseline": lib.CP_SIMD_BASELINE,
+    "avx2": lib.CP_SIMD_AVX2,
+    "avx512": lib.CP_SIMD_AVX512,
+}
+
+# The C layouts must be the ones _records documents; a mismatch is a build
+# fault that would silently corrupt every comparison, so refuse to load.
+for _rt in RecordType:
+    if lib.cp_record_size(_rt) != RECORD_SIZE[_rt] or lib.cp_record_field_count(_rt) != len(
+        RECORD_FIELDS[_rt]
+    ):
+        raise ImportError(f"native core disagrees with _records on {_rt.name} layout")
+
+
+def _check(rc: int, call: str) -> None:
+    if rc != lib.CP_OK:
+        raise NativeError(
+            f"native {call} failed: {_MESSAGES.get(rc, 'unknown status')}",
+            where=call,
+            expected=lib.CP_OK,
+            got=rc,
+        )
+
+
+def _buf(view: memoryview) -> Any:
+    # from_buffer keeps a reference to the view for the lifetime of the cdata;
+    # an empty view still yields a valid (non-dereferenced) pointer.
+    return ffi.from_buffer("uint8_t[]", view)
+
+
+def simd_path() -> str:
+    """The XXH3 kernel in use: "avx512", "avx2", "sse2" or "scalar"."""
+    return str(ffi.string(lib.cp_simd_path()).decode("ascii"))
+
+
+def select_simd(level: str) -> None:
+    """Choose the digest kernel ("auto", "baseline", "avx2", "avx512").
+
+    Every kernel gives the same bytes; this exists for tests and benchmarks.
+    """
+    if level not in SIMD_LEVELS:
+        raise InvalidInputError("unknown SIMD level", expected=sorted(SIMD_LEVELS), got=level)
+    rc = lib.cp_simd_select(SIMD_LEVELS[level])
+    if rc == lib.CP_ERR_UNSUPPORTED:
+        raise InvalidInputError("this CPU lacks the asked instruction set", got=level)
+    _check(rc, "cp_simd_select")
+
+
+_new = ffi.new
+_buffer = ffi.buffer
+_cp_digest = lib.cp_digest
+
+#: Below this size :func:`digest` hands the buffer to python-xxhash's one-shot
+#: XXH3-128 (the same function, its reference twin) instead of the C core: a
+#: cffi call costs ~0.6-1.2 us of argument handling, python-xxhash ~0.03 us,
+#: and every store read hashes a manifest and several small objects. Above
+#: it the bytes dominate and the selected native kernel is used. Measured in
+#: benchmarks/bench_core.py (``test_digest_small_*``); 64 KiB is the store's chunk size.
+SMALL_DIGEST = 64 * 1024
+
+
+#: XXH3-128 of a C-contiguous buffer, straight to python-xxhash: for loops
+#: over many small objects (store reads), where even :func:`digest`'s type
+#: dispatch shows. Same bytes as :func:`digest`; raises TypeError or
+#: BufferError on anything that is not a contiguous buffer.
+digest_small: Callable[[Buffer], bytes] = _xxh3_128
+
+
+def digest(data: Buffer) -> Digest:
+    """XXH3-128 of ``data`` (16 bytes, big-endian; equals ``xxh3_128_digest``)."""
+    if (type(data) is bytes or type(data) is memoryview) and len(data) < SMALL_DIGEST:
+        # python-xxhash refuses a strided view with TypeError; send those on.
+        try:
+            return Digest(_xxh3_128(data))
+        except (TypeError, BufferError):
+            pass
+    return native_digest(data)
+
+
+def native_digest(data: Buffer) -> Digest:
+    """:func:`digest` always through the C core's selected kernel (any size)."""
+    # The common case (bytes) skips the view and passes the object itself:
+    # cffi hands C a pointer to its immutable storage, no copy.
+    out = _new("uint8_t[16]")
+    if type(data) is bytes:
+        rc = _cp_digest(data, len(data), out)
+    else:
+        view = as_bytes_view(data, "data")
+        rc = _cp_digest(_buf(view), len(view), out)
+    if rc:
+        _check(rc, "cp_digest")
+    return Digest(_buffer(out)[:])
+
+
+def _batch_args(
+    data: Buffer, offsets: Iterable[int] | Buffer, byteorder: ByteOrder
+) -> tuple[memoryview, Any, int]:
+    view = as_bytes_view(data, "data")
+    offs = as_offsets(offsets, byteorder)  # native uint64s: what the C reads
+    return view, offs, len(offs) - 1
+
+
+def _batch(view: memoryview, offs: Any, n: int, out: Any) -> None:
+    rc = lib.cp_digest_batch(_buf(view), len(view), ffi.from_buffer("uint64_t[]", offs), n, out)
+    if rc == lib.CP_ERR_OFFSETS:
+        check_offsets(offs, len(view))  # raises with the index and values
+    _check(rc, "cp_digest_batch")
+
+
+def digest_batch(
+    data: Buffer, offsets: Iterable[int] | Buffer, *, byteorder: ByteOrder = "native"
+) -> bytes:
+    """Digests of ``data[offsets[i]:offsets[i+1]]`` for each i, concatenated (n*16 bytes).
+
+    ``byteorder`` is the layout of an offsets *buffer*: ``"native"``, or
+    ``"little"`` for offsets as cpstore stores them (converted on a
+    big-endian host).
+    """
+    view, offs, n = _batch_args(data, offsets, byteorder)
+    out = ffi.new("uint8_t[]", 16 * n) if n else ffi.NULL
+    _batch(view, offs, n, out)
+    return ffi.buffer(out, 16 * n)[:] if n else b""
+
+
+def digest_batch_into(
+    data: Buffer,
+    offsets: Iterable[int] | Buffer,
+    out: bytearray | memoryview,
+    *,
+    byteorder: ByteOrder = "native",
+) -> int:
+    """Write the batch digests into the caller's writable ``out``; returns n.
+
+    The allocation-free form of :func:`digest_batch` for engines that hash
+    batch after batch into one reused buffer.
+    """
+    view, offs, n = _batch_args(data, offsets, byteorder)
+    target = writable_view(out, 16 * n, "out")
+    _batch(view, offs, n, ffi.from_buffer("uint8_t[]", target, require_writable=True))
+    return n
+
+
+class SequenceHasher:
+    """Streaming sequence digest: feed record bytes in any chunks."""
+
+    def __init__(self, rtype: RecordType | int) -> None:
+        self._type = record_type(rtype)
+        self._state = ffi.new("cp_seq_state *")
+        _check(lib.cp_seq_init(self._state, self._type), "cp_seq_init")
+
+    @property
+    def record_type(self) -> RecordType:
+        """The record type being hashed."""
+        return self._type
+
+    @property
+    def count(self) -> int:
+        """Complete records hashed so far."""
+        count = ffi.new("uint64_t *")
+        _check(lib.cp_seq_count(self._state, count), "cp_seq_count")
+        return int(count[0])
+
+    def update(self, data: Buffer) -> None:
+        """Hash more record bytes; a record may be split across calls."""
+        view = as_bytes_view(data, "data")
+        _check(lib.cp_seq_update(self._state, _buf(view), len(view)), "cp_seq_update")
+
+    def digest(self) -> Digest:
+        """The digest of the records so far; hashing may go on afterwards."""
+        out = ffi.new("uint8_t[16]")
+        rc = lib.cp_seq_final(self._state, out)
+        if rc == lib.CP_ERR_PARTIAL:
+            size = RECORD_SIZE[self._type]
+            raise RecordFormatError(
+                f"sequence ends inside a {self._type.name.lower()} record",
+                where="sequence so far",
+                expected=f"a multiple of {size} bytes",
+                got=f"{self.count} records and a partial one",
+            )
+        _check(rc, "cp_seq_final")
+        return Digest(ffi.buffer(out, 16)[:])
+
+
+def sequence_digest(rtype: RecordType | int, records: Buffer) -> Digest:
+    """Sequence digest of a whole packed record array."""
+    rt = record_type(rtype)
+    view = as_bytes_view(records, "records")
+    record_count(rt, len(view), where="records")
+    out = ffi.new("uint8_t[16]")
+    _check(lib.cp_seq_digest(rt, _buf(view), len(view), out), "cp_seq_digest")
+    return Digest(ffi.buffer(out, 16)[:])
+
+
+def first_divergence(
+    rtype: RecordType | int,
+    a: Buffer,
+    b: Buffer,
+    *,
+    fields: Iterable[str] | None = None,
+) -> Divergence:
+    """Where packed arrays ``a`` and ``b`` first differ in the named fields."""
+    rt = record_type(rtype)
+    mask = field_mask(rt, fields)
+    va, vb = as_bytes_view(a, "a"), as_bytes_view(b, "b")
+    record_count(rt, len(va), where="a")
+    record_count(rt, len(vb), where="b")
+    out = ffi.new("cp_divergence *")
+    rc = lib.cp_first_divergence(rt, mask, _buf(va), len(va), _buf(vb), len(vb), out)
+    _check(rc, "cp_first_divergence")
+    kind = DivergenceKind(out.kind)
+    return Divergence(
+        kind,
+        None if kind is DivergenceKind.EQUAL else int(out.index),
+        field_names(rt, out.fields),
+        int(out.count_a),
+        int(out.count_b),
+    )
+
+
+def _index(value: int) -> int | None:
+    return None if value == NONE else int(value)
+
+
+def scan_tokens(records: Buffer) -> TokenScan:
+    """One pass over a packed token log (see :class:`TokenScan`)."""
+    view = as_bytes_view(records, "records")
+    record_count(RecordType.TOKEN, len(view), where="records")
+    out = ffi.new("cp_token_scan *")
+    _check(lib.cp_scan_tokens(_buf(view), len(view), out), "cp_scan_tokens")
+    return TokenScan(
+        count=int(out.count),
+        first_live=_index(out.first_live),
+        live_count=int(out.live_count),
+        first_seq_break=_index(out.first_seq_break),
+        first_malformed=_index(out.first_malformed),
+    )

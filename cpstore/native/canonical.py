@@ -1,0 +1,156 @@
+"""The canonical value encoding (docs/format.md, "Canonical values", version 1).
+
+A subset of MessagePack with one encoding per value: equal values give equal
+bytes and values of different types never share bytes, so a digest of the
+encoding compares values "by type and by value" (seed 002).
+
+* ``None``, ``True``/``False``: msgpack nil / bool.
+* ``int`` in [-2**63, 2**64): msgpack's shortest integer form; outside it,
+  ext type 1 holding the minimal big-endian two's-complement bytes.
+* ``float``: always float 64; every NaN is written as ``0x7ff8000000000000``
+  and ``-0.0`` as ``0.0`` (they compare equal in Python, so they encode equal).
+* ``str``: UTF-8 msgpack str; ``bytes``/``bytearray``/``memoryview``: msgpack bin.
+* ``list``/``tuple``: msgpack array (a tuple is a list here).
+* ``dict``: msgpack map, entries sorted by the bytes of the encoded key.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from cpstore.errors import CanonicalEncodingError
+
+__all__ = ["MAX_DEPTH", "decode_value", "encode_value"]
+
+#: Deepest nesting accepted; deeper values are refused, never recursed into.
+MAX_DEPTH = 256
+
+_BIGINT_EXT = 1
+_NAN = struct.pack(">Bd", 0xCB, math.nan)
+_INT_MIN = -(2**63)
+_INT_END = 2**64
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 2**16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _map_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x80 | n,))
+    if n < 2**16:
+        return b"\xde" + n.to_bytes(2, "big")
+    return b"\xdf" + n.to_bytes(4, "big")
+
+
+def _bigint(value: int) -> bytes:
+    size = (value + (value < 0)).bit_length() // 8 + 1
+    body = value.to_bytes(size, "big", signed=True)
+    packed: bytes = msgpack.packb(msgpack.ExtType(_BIGINT_EXT, body))
+    return packed
+
+
+def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
+    if depth > MAX_DEPTH:
+        raise CanonicalEncodingError(
+            "value nested too deeply", where=path, expected=f"depth <= {MAX_DEPTH}"
+        )
+    if value is None or value is True or value is False:
+        out.append(msgpack.packb(value))
+    elif isinstance(value, int):
+        if _INT_MIN <= value < _INT_END:
+            out.append(msgpack.packb(int(value)))
+        else:
+            out.append(_bigint(int(value)))
+    elif isinstance(value, float):
+        if math.isnan(value):
+            out.append(_NAN)
+        else:
+            out.append(struct.pack(">Bd", 0xCB, value + 0.0))  # -0.0 + 0.0 == 0.0
+    elif isinstance(value, str):
+        try:
+            out.append(msgpack.packb(value))
+        except UnicodeEncodeError as exc:
+            raise CanonicalEncodingError(
+                "string is not valid UTF-8 (lone surrogate)",
+                where=path,
+                got=value[exc.start : exc.end],
+            ) from None
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        out.append(msgpack.packb(bytes(value), use_bin_type=True))
+    elif isinstance(value, (list, tuple)):
+        out.append(_array_header(len(value)))
+        for i, item in enumerate(value):
+            _encode(item, out, depth + 1, f"{path}[{i}]")
+    elif isinstance(value, Mapping):
+        entries: list[tuple[bytes, bytes]] = []
+        for key, item in value.items():
+            kpath = f"{path}{{{key!r}}}"
+            kparts: list[bytes] = []
+            _encode(key, kparts, depth + 1, kpath)
+            vparts: list[bytes] = []
+            _encode(item, vparts, depth + 1, kpath)
+            entries.append((b"".join(kparts), b"".join(vparts)))
+        entries.sort(key=lambda kv: kv[0])
+        for (k1, _), (k2, _) in itertools.pairwise(entries):
+            if k1 == k2:
+                raise CanonicalEncodingError(
+                    "two map keys have the same canonical encoding", where=path, got=k1
+                )
+        out.append(_map_header(len(entries)))
+        for k, v in entries:
+            out.append(k)
+            out.append(v)
+    else:
+        raise CanonicalEncodingError(
+            "value of an unsupported type",
+            where=path,
+            expected="None, bool, int, float, str, bytes, list, tuple or dict",
+            got=type(value).__name__,
+        )
+
+
+def encode_value(value: Any) -> bytes:
+    """Return the canonical encoding of ``value`` (docs/format.md)."""
+    out: list[bytes] = []
+    _encode(value, out, 0, "$")
+    return b"".join(out)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code != _BIGINT_EXT or not data:
+        raise CanonicalEncodingError(
+            "unknown msgpack ext type", expected=f"ext {_BIGINT_EXT}", got=code
+        )
+    return int.from_bytes(data, "big", signed=True)
+
+
+def decode_value(data: bytes | bytearray | memoryview) -> Any:
+    """Decode canonical bytes; anything not in canonical form is refused."""
+    raw = bytes(data)
+    try:
+        value = msgpack.unpackb(
+            raw, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True
+        )
+    except CanonicalEncodingError:
+        raise
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise CanonicalEncodingError(
+            "bytes are not a msgpack value", got=raw, expected=str(exc) or None
+        ) from None
+    again = encode_value(value)
+    if again != raw:
+        raise CanonicalEncodingError(
+            "bytes are msgpack but not the canonical encoding", expected=again, got=raw
+        )
+    return value

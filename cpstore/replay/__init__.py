@@ -1,0 +1,1 @@
+"""Replaying a recorded run: token cursor, pinned observations, ledger guard, session."""

@@ -1,0 +1,1 @@
+"""The store: LMDB environment and tables, recorder, reader, audit, verify, retention, refs."""

@@ -1,0 +1,419 @@
+"""The hash-chained, append-only audit log (docs/store.md, "Audit log").
+
+Record ``i`` is the canonical encoding of ``{"index", "prev", "kind", "body",
+"time"}`` stored under the 8-byte big-endian key ``i``; its digest is its
+identity and ``prev`` is the digest of record ``i - 1``. The meta key
+``audit_head`` holds ``[count, last digest]`` so that losing the newest
+records is found too. Nothing in cpstore deletes an audit record.
+
+:func:`append_audit_checked` evaluates the caller's check *inside* the write
+txn that appends, over an :class:`AuditView` of that txn: no other writer, in
+any process, can append between the check and the record (LMDB has one
+writer at a time). The gates use it so that "not used before" and "not
+superseded" hold when their record lands.
+
+The decision index (meta keys ``decision/<checkpoint id>``, covered count
+under ``decisions_indexed``) maps a checkpoint to the audit index of the
+latest ``decision`` record about it (its ``recorded.checkpoint_id``). It is
+maintained in the append's txn, caught up from the log when it lags (a store
+written before it existed), and checked by :func:`check_audit_chain`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from cpstore.errors import (
+    AuditChainError,
+    CanonicalEncodingError,
+    InvalidInputError,
+    NotFoundError,
+    StoreError,
+)
+from cpstore.native.binding import digest
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.keyed_audit import check_mac, mac_append
+from cpstore.store.lmdb_env import Txn
+from cpstore.store.model import AuditRecord, Problem, check_metadata, parse_id
+
+if TYPE_CHECKING:
+    from cpstore.store.facade import Store
+
+__all__ = [
+    "AuditView",
+    "append_audit",
+    "append_audit_checked",
+    "append_audit_txn",
+    "audit_records",
+    "audit_view",
+    "check_audit_chain",
+    "get_audit",
+]
+
+_INDEX = struct.Struct(">Q")
+HEAD_KEY = b"audit_head"
+#: Audit kind the decision index covers (``cpstore.decision`` AUDIT_DECISION).
+DECISION_KIND = "decision"
+DECISION_PREFIX = b"decision/"
+DECISIONS_INDEXED = b"decisions_indexed"
+
+
+def _decode(index: int, raw: bytes | memoryview, where: str) -> AuditRecord:
+    try:
+        rec = decode_value(raw)
+    except CanonicalEncodingError as exc:
+        raise AuditChainError("audit record is not canonical", where=where, got=str(exc)) from None
+    if (
+        not isinstance(rec, dict)
+        or rec.get("index") != index
+        or not isinstance(rec.get("kind"), str)
+        or not isinstance(rec.get("body"), dict)
+        or not isinstance(rec.get("time"), float)
+        or "prev" not in rec  # present even for record 0 (as nil)
+        or not (rec["prev"] is None or isinstance(rec["prev"], bytes))
+    ):
+        raise AuditChainError("audit record has the wrong shape", where=where, got=rec)
+    prev = rec["prev"]
+    return AuditRecord(
+        index=index,
+        digest=digest(raw).hex(),
+        prev=None if prev is None else prev.hex(),
+        kind=rec["kind"],
+        body=rec["body"],
+        time=rec["time"],
+    )
+
+
+def _decided_checkpoint(kind: str, body: Mapping[str, Any]) -> bytes | None:
+    """The checkpoint (16 raw bytes) a decision record is about, or None."""
+    if kind != DECISION_KIND:
+        return None
+    recorded = body.get("recorded")
+    cid = recorded.get("checkpoint_id") if isinstance(recorded, Mapping) else None
+    if not isinstance(cid, str) or len(cid) != 32:
+        return None
+    try:
+        return bytes.fromhex(cid)
+    except ValueError:
+        return None
+
+
+def _indexed_count(txn: Txn[memoryview], meta: Any) -> int:
+    raw = txn.get(DECISIONS_INDEXED, db=meta)
+    try:
+        count = None if raw is None else decode_value(raw)
+    except CanonicalEncodingError:
+        count = None
+    return count if isinstance(count, int) and count >= 0 else 0
+
+
+def _index_decisions(txn: Txn[memoryview], dbs: Mapping[str, Any], start: int, end: int) -> None:
+    """Put the index entries of decision records ``start`` to ``end - 1`` (a catch-up)."""
+    with txn.cursor(db=dbs["audit"]) as cur:
+        found = cur.set_range(_INDEX.pack(start))
+        entries: list[tuple[bytes, int]] = []
+        while found:
+            index = _INDEX.unpack(cur.key())[0]
+            if index >= end:
+                break
+            rec = _decode(index, cur.value(), f"audit/{index}")
+            cid = _decided_checkpoint(rec.kind, rec.body)
+            if cid is not None:
+                entries.append((cid, index))
+            found = cur.next()
+    for cid, index in entries:
+        txn.put(DECISION_PREFIX + cid, encode_value(index), db=dbs["meta"])
+
+
+class AuditView:
+    """The audit log as one txn sees it (read, or the appending write txn).
+
+    It offers the read methods of :class:`~cpstore.store.facade.Store` under the same
+    names, so the gates' checks run unchanged over a store or inside an append.
+    Use it only while its txn is open.
+    """
+
+    def __init__(self, store: Store, txn: Txn[memoryview]) -> None:
+        self._store = store
+        self._txn = txn
+        self._dbs = store._e.dbs
+
+    def audit_records(
+        self, *, kind: str | None = None, start: int = 0, limit: int | None = None
+    ) -> Iterator[AuditRecord]:
+        """Records from ``start`` in order, filtered by ``kind``."""
+        produced = 0
+        with self._txn.cursor(db=self._dbs["audit"]) as cur:
+            found = cur.set_range(_INDEX.pack(start))
+            while found and (limit is None or produced < limit):
+                index = _INDEX.unpack(cur.key())[0]
+                rec = _decode(index, cur.value(), f"audit/{index}")
+                if kind is None or rec.kind == kind:
+                    yield rec
+                    produced += 1
+                found = cur.next()
+
+    def get_audit(self, digest_hex: str) -> AuditRecord:
+        """The record whose digest is ``digest_hex``."""
+        return _get(self._txn, self._dbs, digest_hex)
+
+    def check_audit_mac(self, index: int) -> None:
+        """Raise AuditChainError unless record ``index`` carries its true keyed MAC."""
+        store = self._store
+        if not store.audit_keyed:
+            return
+        if store._audit_key is None:
+            raise StoreError(
+                "this store's audit log is keyed; open it with audit_key= to trust a record",
+                where=f"audit/{index}",
+            )
+        check_mac(self._txn, self._dbs, store._audit_key, index)
+
+    def latest_decision(self, checkpoint_id: str) -> AuditRecord | None:
+        """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail)."""
+        cid = parse_id(checkpoint_id, "checkpoint id")
+        txn, meta = self._txn, self._dbs["meta"]
+        latest: AuditRecord | None = None
+        raw = txn.get(DECISION_PREFIX + cid, db=meta)
+        if raw is not None:
+            try:
+                index = decode_value(raw)
+            except CanonicalEncodingError:
+                index = None
+            found = list(self.audit_records(start=index, limit=1)) if isinstance(index, int) else []
+            if (
+                not found
+                or found[0].index != index
+                or _decided_checkpoint(found[0].kind, found[0].body) != cid
+            ):
+                raise AuditChainError(
+                    "decision index names a record that is not a decision about the checkpoint",
+                    where=f"meta/decision/{checkpoint_id}",
+                    got=index,
+                )
+            latest = found[0]
+        # Records the index does not cover yet (written by an older cpstore).
+        for rec in self.audit_records(kind=DECISION_KIND, start=_indexed_count(txn, meta)):
+            if _decided_checkpoint(rec.kind, rec.body) == cid:
+                latest = rec
+        return latest
+
+
+@contextmanager
+def audit_view(store: Store) -> Iterator[AuditView]:
+    """An :class:`AuditView` over a read txn, for the ``with`` block."""
+    with store._read() as txn:
+        yield AuditView(store, txn)
+
+
+def append_audit(store: Store, kind: str, body: Mapping[str, Any]) -> AuditRecord:
+    """Append one record after the current last one, in one durable txn."""
+    return append_audit_checked(store, kind, lambda _log: body)
+
+
+def append_audit_checked(
+    store: Store, kind: str, prepare: Callable[[AuditView], Mapping[str, Any]]
+) -> AuditRecord:
+    """Append the body ``prepare`` returns, ``prepare`` running inside the append's txn.
+
+    ``prepare`` sees the log through an :class:`AuditView` of the write txn and
+    raises to refuse: nothing is appended then. It may run more than once (the
+    txn is retried after the map grows), so it must depend only on the view.
+    """
+    if not isinstance(kind, str) or not kind:
+        raise InvalidInputError("audit kind must be a non-empty str", got=kind)
+    when = float(store.now())
+
+    def append(txn: Txn[memoryview]) -> AuditRecord:
+        content = check_metadata(prepare(AuditView(store, txn)), "audit body")
+        return append_audit_txn(store, txn, kind, content, when)
+
+    result: AuditRecord = store._write(append)
+    return result
+
+
+def append_audit_txn(
+    store: Store, txn: Txn[memoryview], kind: str, content: dict[str, Any], when: float
+) -> AuditRecord:
+    """Append one record in the caller's write txn (for a change audited atomically with it).
+
+    ``content`` must already have passed ``check_metadata``. The decision index
+    (docs/store.md) is kept in this same txn.
+    """
+    if store.audit_keyed and store._audit_key is None:
+        raise StoreError(
+            "this store's audit log is keyed; open it with audit_key= to append",
+            where=store.path,
+        )
+    dbs = store._e.dbs
+    audit, index_db, meta = dbs["audit"], dbs["audit_index"], dbs["meta"]
+    with txn.cursor(db=audit) as cur:
+        if cur.last():
+            last_index = _INDEX.unpack(cur.key())[0]
+            prev: bytes | None = digest(cur.value())
+            index = last_index + 1
+        else:
+            prev, index = None, 0
+    raw = encode_value({"index": index, "prev": prev, "kind": kind, "body": content, "time": when})
+    key = digest(raw)
+    if not txn.put(_INDEX.pack(index), raw, overwrite=False, db=audit):
+        raise AuditChainError("audit index already used", where=f"audit/{index}")
+    if store._audit_key is not None:
+        mac_append(txn, dbs, store._audit_key, index, raw)
+    txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
+    txn.put(HEAD_KEY, encode_value([index + 1, key]), db=meta)
+    indexed = _indexed_count(txn, meta)
+    if indexed < index:
+        _index_decisions(txn, dbs, indexed, index)
+    cid = _decided_checkpoint(kind, content)
+    if cid is not None:
+        txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
+    txn.put(DECISIONS_INDEXED, encode_value(index + 1), db=meta)
+    return AuditRecord(index, key.hex(), None if prev is None else prev.hex(), kind, content, when)
+
+
+def audit_records(
+    store: Store, *, kind: str | None = None, start: int = 0, limit: int | None = None
+) -> Iterator[AuditRecord]:
+    """Records from ``start`` in order, filtered by ``kind``; read in pages of 256."""
+    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < 2**64:
+        raise InvalidInputError("start must be an int in [0, 2**64)", got=start)
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise InvalidInputError("limit must be a non-negative int or None", got=limit)
+    audit = store._db("audit")
+    produced = 0
+    position = start
+    while limit is None or produced < limit:
+        page: list[AuditRecord] = []
+        with store._read() as txn, txn.cursor(db=audit) as cur:
+            found = cur.set_range(_INDEX.pack(position))
+            while found and len(page) < 256:
+                index = _INDEX.unpack(cur.key())[0]
+                page.append(_decode(index, cur.value(), f"audit/{index}"))
+                found = cur.next()
+        if not page:
+            return
+        for rec in page:
+            position = rec.index + 1
+            if kind is None or rec.kind == kind:
+                yield rec
+                produced += 1
+                if limit is not None and produced >= limit:
+                    return
+
+
+def get_audit(store: Store, digest_hex: str) -> AuditRecord:
+    """The record whose digest is ``digest_hex``."""
+    with store._read() as txn:
+        return _get(txn, store._e.dbs, digest_hex)
+
+
+def _get(txn: Txn[memoryview], dbs: Mapping[str, Any], digest_hex: str) -> AuditRecord:
+    key = parse_id(digest_hex, "audit digest")
+    pos = txn.get(key, db=dbs["audit_index"])
+    if pos is None:
+        raise NotFoundError("no audit record with this digest", where="audit", got=digest_hex)
+    index = _INDEX.unpack(pos)[0]
+    raw = txn.get(bytes(pos), db=dbs["audit"])
+    if raw is None or digest(raw) != key:
+        raise AuditChainError("audit index points at a different record", where=f"audit/{index}")
+    return _decode(index, raw, f"audit/{index}")
+
+
+def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int, list[Problem]]:
+    """Walk the chain: indexes dense from 0, each ``prev`` the digest before, head matches."""
+    problems: list[Problem] = []
+    prev: bytes | None = None
+    count = 0
+    indexed = _indexed_count(txn, dbs["meta"])
+    decided: dict[bytes, int] = {}
+    with txn.cursor(db=dbs["audit"]) as cur:
+        for key, raw in cur:
+            if len(key) != _INDEX.size:
+                problems.append(
+                    Problem("audit key is not an 8-byte index", f"audit/{bytes(key).hex()}")
+                )
+                continue
+            index = _INDEX.unpack(key)[0]
+            where = f"audit/{index}"
+            if index != count:
+                problems.append(Problem("audit log has a gap", where, expected=count, got=index))
+            try:
+                rec = _decode(index, raw, where)
+            except AuditChainError as exc:
+                problems.append(Problem(exc.what, where, got=exc.got))
+                prev = digest(raw)
+                count = index + 1
+                continue
+            cid = _decided_checkpoint(rec.kind, rec.body)
+            if cid is not None and index < indexed:
+                decided[cid] = index
+            expected_prev = None if prev is None else prev.hex()
+            if rec.prev != expected_prev:
+                problems.append(
+                    Problem("audit chain broken", where, expected=expected_prev, got=rec.prev)
+                )
+            d = digest(raw)
+            pos = txn.get(d, db=dbs["audit_index"])
+            if pos is None or bytes(pos) != bytes(key):
+                problems.append(
+                    Problem("audit digest index missing or wrong", where, expected=d.hex())
+                )
+            prev = d
+            count = index + 1
+    problems.extend(_check_decision_index(txn, dbs, decided))
+    head_raw = txn.get(HEAD_KEY, db=dbs["meta"])
+    try:
+        head = None if head_raw is None else decode_value(head_raw)
+    except CanonicalEncodingError as exc:
+        head = f"not canonical: {exc}"
+    expected_head = None if count == 0 else [count, prev]
+    if head != expected_head:
+        problems.append(
+            Problem(
+                "audit head does not match the last record (records lost?)",
+                "meta/audit_head",
+                expected=expected_head,
+                got=head,
+            )
+        )
+    return count, problems
+
+
+def _check_decision_index(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], decided: Mapping[bytes, int]
+) -> list[Problem]:
+    """The decision index must name, for each checkpoint, its latest indexed decision."""
+    problems: list[Problem] = []
+    seen: set[bytes] = set()
+    with txn.cursor(db=dbs["meta"]) as cur:
+        found = cur.set_range(DECISION_PREFIX)
+        while found and bytes(cur.key()).startswith(DECISION_PREFIX):
+            cid = bytes(cur.key())[len(DECISION_PREFIX) :]
+            try:
+                got: Any = decode_value(cur.value())
+            except CanonicalEncodingError:
+                got = bytes(cur.value()).hex()
+            seen.add(cid)
+            if decided.get(cid) != got:
+                problems.append(
+                    Problem(
+                        "decision index disagrees with the audit log",
+                        f"meta/decision/{cid.hex()}",
+                        expected=decided.get(cid),
+                        got=got,
+                    )
+                )
+            found = cur.next()
+    for cid in sorted(set(decided) - seen):
+        problems.append(
+            Problem(
+                "decision index lacks a checkpoint's latest decision",
+                f"meta/decision/{cid.hex()}",
+                expected=decided[cid],
+            )
+        )
+    return problems

@@ -1,0 +1,105 @@
+"""The keyed audit option: the store side of :mod:`cpstore.store.audit_mac`.
+
+A store opened with ``audit_key=`` keeps, beside every audit record ``i``, a
+BLAKE2b MAC chained to record ``i - 1``'s MAC (named database ``audit_mac``,
+same 8-byte key as ``audit``), and a MAC of the head (count, last MAC) under
+meta ``audit_mac_head``. The key never enters the store; meta ``audit_key_id``
+holds its public fingerprint so a wrong key is told apart from tampering.
+
+A log is keyed from its first record or never: a key cannot be added to a
+log that already has unkeyed records (they could have been forged before).
+A handle without the key can read and verify the plain chain of a keyed
+store but cannot append to it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from cpstore.errors import AuditChainError, StoreError
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.audit_mac import check_record_mac, key_id, mac_head, mac_record, verify_macs
+from cpstore.store.lmdb_env import Txn
+from cpstore.store.model import Problem
+
+__all__ = ["KEY_ID", "MAC_HEAD", "adopt_key", "check_mac", "check_macs", "mac_append"]
+
+KEY_ID = b"audit_key_id"
+MAC_HEAD = b"audit_mac_head"
+_INDEX = struct.Struct(">Q")
+
+
+def adopt_key(txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes | None) -> bool:
+    """Check ``key`` against the store (writing its id on a fresh log); True if keyed.
+
+    Raises :class:`StoreError` for a wrong key, or for a key offered to a log
+    that already holds unkeyed records.
+    """
+    stored = txn.get(KEY_ID, db=dbs["meta"])
+    stored_id = None if stored is None else str(decode_value(stored))
+    if key is None:
+        return stored_id is not None
+    want = key_id(key)
+    if stored_id is not None:
+        if stored_id != want:
+            raise StoreError(
+                "wrong audit key for this store",
+                where="meta/audit_key_id",
+                expected=stored_id,
+                got=want,
+            )
+        return True
+    if txn.stat(dbs["audit"])["entries"]:
+        raise StoreError(
+            "the audit log already has unkeyed records; a key can only be set on an empty log",
+            where="audit",
+        )
+    txn.put(KEY_ID, encode_value(want), db=dbs["meta"])
+    return True
+
+
+def mac_append(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes, index: int, raw: bytes
+) -> None:
+    """Store record ``index``'s MAC and the new head MAC, in the append's txn."""
+    prev = None if index == 0 else txn.get(_INDEX.pack(index - 1), db=dbs["audit_mac"])
+    mac = mac_record(key, None if prev is None else bytes(prev), raw)
+    txn.put(_INDEX.pack(index), mac, db=dbs["audit_mac"])
+    txn.put(MAC_HEAD, encode_value([index + 1, mac_head(key, index + 1, mac)]), db=dbs["meta"])
+
+
+def check_mac(txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes, index: int) -> None:
+    """Raise :class:`AuditChainError` unless record ``index`` carries its true MAC."""
+    raw = txn.get(_INDEX.pack(index), db=dbs["audit"])
+    mac = txn.get(_INDEX.pack(index), db=dbs["audit_mac"])
+    prev = None if index == 0 else txn.get(_INDEX.pack(index - 1), db=dbs["audit_mac"])
+    if raw is None or mac is None or (index and prev is None):
+        raise AuditChainError("audit record or its MAC is missing", where=f"audit/{index}")
+    if not check_record_mac(key, None if prev is None else bytes(prev), raw, bytes(mac)):
+        raise AuditChainError(
+            "audit record MAC does not verify (forged or altered)", where=f"audit/{index}"
+        )
+
+
+def check_macs(txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes) -> list[Problem]:
+    """Every record and the head whose MAC fails, for :meth:`Store.verify`."""
+    records = []
+    with txn.cursor(db=dbs["audit"]) as cur:
+        for k, raw in cur:
+            (index,) = _INDEX.unpack(k)
+            mac = txn.get(k, db=dbs["audit_mac"])
+            records.append((index, bytes(raw), None if mac is None else bytes(mac)))
+    head_raw = txn.get(MAC_HEAD, db=dbs["meta"])
+    head: tuple[int, bytes | None] = (0, None)
+    if head_raw is not None:
+        try:
+            count, head_mac = decode_value(head_raw)
+            head = (int(count), bytes(head_mac))
+        except (ValueError, TypeError) as exc:
+            return [
+                *verify_macs(records, key),
+                Problem("audit MAC head is damaged", "meta/audit_mac_head", got=str(exc)),
+            ]
+    return verify_macs(records, key, head=head)

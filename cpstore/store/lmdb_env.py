@@ -1,0 +1,756 @@
+"""The LMDB environment behind a store, and the object primitives on a txn.
+
+One :class:`Env` per data file per process (py-lmdb refuses a second open of
+the same files in one process, and LMDB's fcntl locks belong to the process),
+shared by every :class:`~cpstore.Store` handle on that path. This module is the
+only one that opens environments, begins transactions or changes the map size.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from threading import get_ident
+from typing import Any, Protocol, TypeVar
+
+import lmdb
+
+from cpstore.errors import (
+    CanonicalEncodingError,
+    CpstoreError,
+    ForkError,
+    FormatVersionError,
+    IntegrityError,
+    NotFoundError,
+    StoreError,
+    StoreFullError,
+    StoreReadOnlyError,
+)
+from cpstore.native.binding import digest
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.records import DIGEST_SIZE, Digest
+from cpstore.store.model import CHUNK_SIZE, READABLE_VERSIONS, STORE_VERSION, parse_id
+from cpstore.store.refs import upgrade_refs_v1
+
+__all__ = ["DB_NAMES", "Env", "acquire_env", "is_open_here", "release_env"]
+
+T = TypeVar("T")
+_V_co = TypeVar("_V_co", covariant=True)
+
+
+class Txn(Protocol[_V_co]):
+    """What cpstore uses of an LMDB txn; ``_V_co`` is the value type ``get`` returns.
+
+    Our own protocol rather than the binding's type: py-lmdb ships no type
+    information before 2.0, and cpstore keeps lmdb < 2 (pyproject.toml).
+    """
+
+    def get(self, key: bytes, default: Any = None, db: Any = None) -> _V_co | None: ...
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes | memoryview,
+        *,
+        dupdata: bool = True,
+        overwrite: bool = True,
+        append: bool = False,
+        db: Any = None,
+    ) -> bool: ...
+
+    def delete(self, key: bytes, value: bytes = b"", db: Any = None) -> bool: ...
+
+    def cursor(self, db: Any = None) -> Any: ...
+
+    def stat(self, db: Any) -> dict[str, int]: ...
+
+    def abort(self) -> None: ...
+
+    def commit(self) -> None: ...
+
+    def __enter__(self) -> Txn[_V_co]: ...
+
+    def __exit__(self, *exc: object) -> Any: ...
+
+#: Every named database of a store (docs/store.md, "Named databases").
+DB_NAMES = (
+    "meta",
+    "objects",
+    "checkpoints",
+    "refs",
+    "tombstones",
+    "ledgers",
+    "audit",
+    "audit_index",
+    "audit_mac",
+)
+_FORMAT_KEY = b"format"
+_FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
+
+
+#: Free bytes below which an I/O error on write is taken for a full disk.
+FULL_DISK_SLACK = 1 << 20
+
+
+def _disk_nearly_full(where: str) -> bool:
+    """True when the filesystem holding ``where`` has (almost) no room left."""
+    path = where
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path or ".")
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < FULL_DISK_SLACK
+
+
+_ERRNO_TEXT = {
+    os.strerror(code): code
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EROFS, errno.EPERM)
+}
+
+
+def _errno_of(text: str) -> int:
+    """The errno of an LMDB error message ``"call: strerror"`` (py-lmdb 1.x has no ``code``)."""
+    return _ERRNO_TEXT.get(text.rpartition(": ")[2], 0)
+
+
+def translate(exc: lmdb.Error, where: str) -> CpstoreError:
+    """The cpstore exception for an LMDB failure (full, read-only, corrupt, other)."""
+    text = str(exc)
+    code = getattr(exc, "code", 0) or _errno_of(text)
+    if isinstance(exc, lmdb.MapFullError) or code in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError("the store is full", where=where, got=text)
+    if code == errno.EIO and _disk_nearly_full(where):
+        # LMDB reports a short pwrite() on a full filesystem as EIO, not ENOSPC.
+        return StoreFullError("the disk holding the store is full", where=where, got=text)
+    if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EACCES, errno.EROFS, errno.EPERM):
+        return StoreReadOnlyError("the store cannot be written", where=where, got=text)
+    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PanicError)):
+        return IntegrityError("the LMDB data file is corrupt", where=where, got=text)
+    if isinstance(exc, (lmdb.VersionMismatchError, lmdb.InvalidError)):
+        return FormatVersionError(
+            "not an LMDB environment this build can read", where=where, got=text
+        )
+    return StoreError("LMDB failed", where=where, got=text)
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """How an environment was opened; handles sharing it must agree."""
+
+    readonly: bool
+    map_size: int
+    max_map_size: int
+    #: Make a new store when the directory is missing or empty (never otherwise).
+    create: bool = True
+
+
+def _refuse(what: str, where: str) -> FormatVersionError:
+    return FormatVersionError(
+        f"not a cpstore store ({what})", where=where, expected="a cpstore store"
+    )
+
+
+def _check_new_store_path(path: str, options: EnvOptions) -> None:
+    """Raise unless ``path`` (which has no data.mdb) may become a new store.
+
+    A store is created only where nothing can be lost: a missing directory or
+    an empty one (a lone lock.mdb is what a crash before LMDB made its data
+    file leaves). Read-only opens and ``create=False`` never create.
+    """
+    if not os.path.exists(path):
+        if options.readonly or not options.create:
+            raise NotFoundError("no store at this path", where=path)
+        return
+    if not os.path.isdir(path):
+        raise _refuse("not a directory", path)
+    if options.readonly or not options.create:
+        raise NotFoundError("no store at this path (no data.mdb)", where=path)
+    others = sorted(set(os.listdir(path)) - {"lock.mdb"})
+    if others:
+        raise _refuse("the directory is not empty and has no data.mdb", path)
+
+
+#: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
+_META_MAGIC = (0xBEEFC0DE).to_bytes(4, "little")
+
+
+def _has_lmdb_meta_page(data: str) -> bool:
+    """True when either meta page of ``data`` carries LMDB's magic.
+
+    LMDB refuses a file with one bad meta page as "not an LMDB file"; one
+    good meta page says it is an LMDB file with a damaged page instead.
+    Page 1 sits one page in, so each page size LMDB may use is tried.
+    """
+    try:
+        with open(data, "rb") as fh:
+            head = fh.read(65536 + 32)
+    except OSError:
+        return False
+    return any(
+        head[at + 16 : at + 20] == _META_MAGIC for at in (0, 4096, 8192, 16384, 32768, 65536)
+    )
+
+
+def _is_lock_permission_error(exc: lmdb.Error) -> bool:
+    code = getattr(exc, "code", 0) or _errno_of(str(exc))
+    return code in (errno.EACCES, errno.EROFS, errno.EPERM)
+
+
+def _check_format(raw: bytes | memoryview | None, path: str) -> int:
+    """The layout version of format record ``raw``; raise unless this build reads it."""
+    if raw is None:
+        raise _refuse("no cpstore format record", path)
+    try:
+        fmt = decode_value(raw)
+    except CanonicalEncodingError:
+        fmt = None
+    if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
+        raise _refuse("bad format record", path)
+    version = fmt.get("version")
+    if version not in READABLE_VERSIONS or fmt.get("digest") != "xxh3-128":
+        raise FormatVersionError(
+            "store of an unknown version",
+            where=path,
+            expected={"version": STORE_VERSION, "digest": "xxh3-128"},
+            got={"version": version, "digest": fmt.get("digest")},
+        )
+    return int(version)
+
+
+class Env:
+    """An open LMDB environment, its named databases and its txn bookkeeping."""
+
+    def __init__(self, path: str, options: EnvOptions) -> None:
+        self.path = path
+        self.options = options
+        self.pid = os.getpid()
+        self.handles = 0
+        self.write_lock = threading.RLock()
+        # One entry (the thread's ident) per open read txn of this process.
+        # deque append/remove are single steps under the GIL, so entering
+        # and leaving take no lock; _gate is only waited on during a resize.
+        self._active: deque[int] = deque()
+        self._gate = threading.Condition()
+        self._resizing = False
+        #: False when a read-only open could not use the lock file (see _open_env).
+        self.locked = True
+        #: The store layout read from the format record (docs/store.md); a
+        #: writable open has upgraded an older one to STORE_VERSION.
+        self.layout: int = STORE_VERSION
+        data = os.path.join(path, "data.mdb")
+        try:
+            if os.path.isfile(data):
+                if os.path.getsize(data) == 0:
+                    # LMDB would initialise an empty file as a new environment,
+                    # silently turning a truncated store into an empty one.
+                    raise _refuse("data.mdb is empty", data)
+            elif os.path.isdir(data):
+                raise _refuse("data.mdb is a directory", data)
+            else:
+                _check_new_store_path(path, options)
+                os.makedirs(path, exist_ok=True)
+            self.env = self._open_env()
+        except lmdb.InvalidError as exc:
+            if _has_lmdb_meta_page(data):
+                raise IntegrityError(
+                    "an LMDB meta page of the data file is damaged", where=data, got=str(exc)
+                ) from None
+            raise translate(exc, path) from None
+        except lmdb.Error as exc:
+            raise translate(exc, path) from None
+        except PermissionError as exc:
+            raise StoreReadOnlyError(
+                "the store directory cannot be created", where=path, got=str(exc)
+            ) from None
+        try:
+            # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
+            self.env.reader_check()
+            self._check_file_size()
+            self.dbs = self._open_dbs()
+        except BaseException:
+            self.env.close()
+            raise
+
+    def _open_env(self) -> Any:
+        """Open LMDB; a read-only open falls back to no lock file when it cannot write one.
+
+        LMDB's lock file holds the reader table, which it writes even for a
+        read-only open; an auditor who may read the store but not write its
+        folder would otherwise be refused. Without the lock file this process
+        takes no reader slot, so a writer running at the same time may reuse
+        the pages it reads (docs/store.md, "Read-only opens").
+        """
+        options = self.options
+        kwargs: dict[str, Any] = {
+            "map_size": options.map_size,
+            "subdir": True,
+            "readonly": options.readonly,
+            "create": False,
+            "max_dbs": len(DB_NAMES) + 4,
+            "max_readers": 1022,
+            "readahead": False,
+            "sync": True,
+            "metasync": True,
+        }
+
+        def attempt() -> Any:
+            if self.locked:
+                try:
+                    return lmdb.open(self.path, lock=True, **kwargs)
+                except lmdb.Error as exc:
+                    if not (options.readonly and _is_lock_permission_error(exc)):
+                        raise
+                self.locked = False
+            try:
+                return lmdb.open(self.path, lock=False, **kwargs)
+            except lmdb.Error as exc:
+                if not _is_lock_permission_error(exc):
+                    raise
+                # Not the lock file then: this user may not read the data file.
+                raise StoreError(
+                    "the store cannot be read (permission denied)",
+                    where=os.path.join(self.path, "data.mdb"),
+                    got=str(exc),
+                ) from None
+
+        # py-lmdb begins a txn inside open(); a map grown meanwhile fails it,
+        # and opening again reads the new size.
+        return self._adopting_growth(attempt, adopt=False)
+
+    def _check_file_size(self) -> None:
+        """Refuse a data file shorter than its meta page says (a truncated copy).
+
+        LMDB maps the file and trusts the meta page: reading a page past the
+        end of a truncated file kills the process with SIGBUS. Checking the
+        size first turns that into an error that names the file.
+        """
+        data = os.path.join(self.path, "data.mdb")
+        needed = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
+        size = os.path.getsize(data)
+        if size < needed:
+            raise IntegrityError(
+                "the data file is shorter than its last committed page (truncated?)",
+                where=data,
+                expected=f">= {needed} bytes",
+                got=f"{size} bytes",
+            )
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    def check_pid(self) -> None:
+        """Raise :class:`ForkError` when used in a process other than the opener."""
+        if os.getpid() != self.pid:
+            raise ForkError(
+                "store used after fork(); open it again in the child",
+                where=self.path,
+                expected=f"pid {self.pid}",
+                got=f"pid {os.getpid()}",
+            )
+
+    def close(self) -> None:
+        """Close the environment (in the opening process only)."""
+        if os.getpid() == self.pid:
+            self.env.close()
+        # After fork() the child must not touch the parent's environment at all:
+        # closing it would release reader slots and locks the parent still uses.
+
+    def _open_dbs(self) -> dict[str, Any]:
+        """Open the named databases of a cpstore store, or make a new store's.
+
+        One txn decides and acts, so two processes creating the same new store
+        cannot both initialise it. Only an environment no txn ever committed
+        to is new; anything else must carry the cpstore format record.
+        """
+        try:
+            if self.options.readonly:
+                return self._adopting_growth(self._open_dbs_readonly)
+            return self.write(self._open_dbs_writable)
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from None
+
+    def _open_dbs_writable(self, txn: Txn[memoryview]) -> dict[str, Any]:
+        dbs: dict[str, Any] = {}
+        try:
+            meta = self.env.open_db(b"meta", txn=txn, create=False)
+        except lmdb.NotFoundError:
+            if not self._never_committed(txn):
+                raise _refuse("no cpstore format record", self.path) from None
+            if not self.options.create:
+                raise self._nothing_here() from None
+            for name in DB_NAMES:
+                dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
+            txn.put(_FORMAT_KEY, encode_value(_FORMAT), overwrite=False, db=dbs["meta"])
+            self.layout = STORE_VERSION
+            return dbs
+        version = _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
+        for name in DB_NAMES:
+            # A store from before a database was added gets it here.
+            dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
+        if version != STORE_VERSION:
+            # A layout-1 store is brought up to date in this same txn (docs/store.md,
+            # "Store layout versions"); a concurrent opener sees either layout whole.
+            upgrade_refs_v1(txn, dbs)
+            txn.put(_FORMAT_KEY, encode_value(_FORMAT), db=dbs["meta"])
+        self.layout = STORE_VERSION
+        return dbs
+
+    def _open_dbs_readonly(self) -> dict[str, Any]:
+        # py-lmdb resets (not commits) a read txn we pass it, which would close
+        # the handles again; open_db without a txn commits its own.
+        dbs: dict[str, Any] = {}
+        try:
+            meta = self.env.open_db(b"meta", create=False)
+        except lmdb.NotFoundError:
+            txn = self._begin(write=False)
+            try:
+                empty = self._never_committed(txn)
+            finally:
+                self.end_read(txn)
+            if empty:
+                raise self._nothing_here() from None
+            raise _refuse("no cpstore format record", self.path) from None
+        txn = self._begin(write=False)
+        try:
+            # A read-only open reads an older layout as it is (no upgrade).
+            self.layout = _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
+        finally:
+            self.end_read(txn)
+        for name in DB_NAMES:
+            try:
+                dbs[name] = self.env.open_db(name.encode(), create=False)
+            except lmdb.NotFoundError:
+                raise StoreError(
+                    "the store lacks a named database; open it writable once to add it",
+                    where=self.path,
+                    expected=name,
+                ) from None
+        return dbs
+
+    def _nothing_here(self) -> NotFoundError:
+        return NotFoundError("no store at this path (an empty LMDB environment)", where=self.path)
+
+    def _never_committed(self, txn: Txn[memoryview]) -> bool:
+        """True for an environment LMDB just made: no txn committed, nothing in it."""
+        return int(self.env.info()["last_txnid"]) == 0 and not txn.cursor().first()
+
+    # -- transactions -------------------------------------------------------
+
+    def _leave_read(self) -> None:
+        self._active.remove(get_ident())
+        if self._resizing:
+            with self._gate:
+                self._gate.notify_all()
+
+    def _enter_read(self) -> None:
+        # Publish the entry, then look for a resize: the resizer sets
+        # _resizing, then waits for _active to empty, so one of the two
+        # always sees the other (the GIL orders these steps).
+        active, me = self._active, get_ident()
+        while True:
+            # A thread that already holds a read goes on: the resize waits for
+            # that read anyway, and making this one wait would deadlock.
+            nested = me in active
+            active.append(me)
+            if not self._resizing or nested:
+                return
+            active.remove(me)
+            with self._gate:
+                self._gate.notify_all()
+                while self._resizing:
+                    self._gate.wait()
+
+    def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
+        """Run ``attempt`` (which begins txns) again until the map it sees is current.
+
+        The one place that handles growth by another process: LMDB then
+        refuses every txn of this one with MDB_MAP_RESIZED until it adopts
+        the new size (:meth:`adopt_map_size`; ``adopt=False`` while the
+        environment is being opened, when opening again does it).
+        """
+        while True:
+            try:
+                return attempt()
+            except lmdb.MapResizedError:
+                if adopt:
+                    self.adopt_map_size()
+
+    def _begin(self, *, write: bool) -> Txn[memoryview]:
+        """Begin a txn (the only call of ``env.begin``), adopting map growth.
+
+        A read is entered in the bookkeeping (pair it with :meth:`_leave_read`);
+        a write needs the caller to hold ``write_lock``.
+        """
+
+        def attempt() -> Txn[memoryview]:
+            if write:
+                txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
+                return txn
+            self._enter_read()
+            try:
+                txn = self.env.begin(buffers=True)
+            except BaseException:
+                self._leave_read()
+                raise
+            return txn
+
+        retried_slots = False
+        while True:
+            try:
+                return self._adopting_growth(attempt)
+            except lmdb.ReadersFullError as exc:
+                if retried_slots:
+                    raise translate(exc, self.path) from None
+                self.env.reader_check()
+                retried_slots = True
+            except lmdb.Error as exc:
+                raise translate(exc, self.path) from None
+
+    def begin_read(self) -> Txn[memoryview]:
+        """Begin a read txn that hands out zero-copy views; pair it with :meth:`end_read`.
+
+        For readers that live as an object (the checkpoint view) rather than
+        a ``with env.read()`` block; the views die when the txn ends.
+        """
+        if os.getpid() != self.pid:
+            self.check_pid()
+        return self._begin(write=False)
+
+    def end_read(self, txn: Txn[memoryview]) -> None:
+        """End a txn from :meth:`begin_read` (exactly once)."""
+        try:
+            txn.abort()
+        finally:
+            self._leave_read()
+
+    @contextmanager
+    def read(self) -> Iterator[Txn[memoryview]]:
+        """A read txn handing out zero-copy views; views die with the txn."""
+        txn = self.begin_read()
+        try:
+            yield txn
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from None
+        finally:
+            self.end_read(txn)
+
+    def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
+        """Run ``fn`` in one write txn and commit; retried after growing the map.
+
+        ``fn`` must depend only on the txn (it may run more than once). Views
+        it reads are valid only until its next put.
+        """
+        self.check_pid()
+        if self.options.readonly:
+            raise StoreReadOnlyError("the store was opened read-only", where=self.path)
+        while True:
+            try:
+                self._lock_writes()
+                try:
+                    with self._begin(write=True) as txn:
+                        return fn(txn)
+                finally:
+                    self.write_lock.release()
+            except lmdb.MapFullError:
+                self.grow()
+            except lmdb.Error as exc:
+                raise translate(exc, self.path) from None
+
+    def _holds_read_during_resize(self) -> StoreError:
+        return StoreError(
+            "the map must change size but this thread holds an open read view",
+            where=self.path,
+            expected="no open store.read() in a thread that writes while the map grows",
+        )
+
+    def _lock_writes(self) -> None:
+        """Take the write lock, or StoreError where waiting would deadlock.
+
+        A resize holds the write lock until every read of this process has
+        ended; a thread that holds a read and waits for the lock would wait
+        forever, so it gets the error instead (and its read block can end).
+        """
+        lock = self.write_lock
+        if lock.acquire(blocking=False):
+            return
+        me = get_ident()
+        while not lock.acquire(timeout=0.05):
+            if self._resizing and me in self._active:
+                raise self._holds_read_during_resize()
+
+    # -- the one place the map size changes ------------------------------
+
+    def _resize(self, size: int) -> None:
+        # LMDB allows mdb_env_set_mapsize only while this process has no open
+        # txn: hold the write lock and wait for every reader to leave.
+        if get_ident() in self._active:
+            raise self._holds_read_during_resize()
+        with self.write_lock, self._gate:
+            self._resizing = True
+            try:
+                while self._active:
+                    self._gate.wait(0.05)
+                self.env.set_mapsize(size)
+            finally:
+                self._resizing = False
+                self._gate.notify_all()
+
+    def adopt_map_size(self) -> None:
+        """Take up a map size another process grew the file to."""
+        self._resize(0)
+
+    def grow(self) -> None:
+        """Double the map (up to ``max_map_size``) or raise :class:`StoreFullError`."""
+        current = self.env.info()["map_size"]
+        limit = self.options.max_map_size
+        if current >= limit:
+            raise StoreFullError(
+                "the store reached its maximum map size",
+                where=self.path,
+                expected=f"<= {limit} bytes",
+                got=f"{current} bytes in use",
+            )
+        self._resize(min(current * 2, limit))
+
+
+_REGISTRY: dict[str, Env] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def acquire_env(path: str, options: EnvOptions) -> Env:
+    """The process's :class:`Env` for ``path``, opened on first use."""
+    key = os.path.realpath(path)
+    with _REGISTRY_LOCK:
+        env = _REGISTRY.get(key)
+        if env is not None and env.pid != os.getpid():
+            # Inherited through fork(): it must not be reused or closed here, and
+            # py-lmdb refuses to open the same files again in this process.
+            raise ForkError(
+                "the store was opened before fork(); open it only after fork() "
+                "(or use the spawn start method)",
+                where=key,
+                expected=f"pid {env.pid}",
+                got=f"pid {os.getpid()}",
+            )
+        if env is None:
+            env = Env(key, options)
+            _REGISTRY[key] = env
+        elif env.options.readonly != options.readonly:
+            raise StoreError(
+                "the store is already open in this process with another mode",
+                where=key,
+                expected=f"readonly={env.options.readonly}",
+                got=f"readonly={options.readonly}",
+            )
+        env.handles += 1
+        return env
+
+
+def is_open_here(path: str) -> bool:
+    """True when this process (not a parent before fork()) has ``path`` open."""
+    try:
+        real = os.path.realpath(path)
+    except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
+        return False
+    with _REGISTRY_LOCK:
+        env = _REGISTRY.get(real)
+        return env is not None and env.pid == os.getpid()
+
+
+def release_env(env: Env) -> None:
+    """Drop one handle; the last one closes the environment."""
+    with _REGISTRY_LOCK:
+        env.handles -= 1
+        if env.handles > 0:
+            return
+        if _REGISTRY.get(env.path) is env:
+            del _REGISTRY[env.path]
+    env.close()
+
+
+# -- objects on a txn ---------------------------------------------------------
+
+
+def put_object(txn: Txn[memoryview], objects: Any, key: bytes, data: bytes | memoryview) -> bool:
+    """Write-once put of ``data`` under its digest ``key``; True if it was new.
+
+    An existing identical object is a no-op; different bytes under the key
+    mean the stored copy is corrupt, which is an :class:`IntegrityError`.
+    """
+    if txn.put(key, data, overwrite=False, db=objects):
+        return True
+    existing = txn.get(key, db=objects)
+    if existing is None or (len(existing) != len(data) or existing != data):
+        got = None if existing is None else digest(existing).hex()
+        raise IntegrityError(
+            "different bytes are stored under this digest",
+            where=f"objects/{key.hex()}",
+            expected=key.hex(),
+            got=got,
+        )
+    return False
+
+
+def get_object(
+    txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
+) -> memoryview:
+    """Zero-copy view of an object, hash-checked unless ``verify`` is False."""
+    view = txn.get(key, None, objects)
+    if view is None:
+        raise NotFoundError("object not in the store", where=where, got=bytes(key).hex())
+    if verify:
+        got = digest(view)
+        if got != key:
+            raise IntegrityError(
+                "object bytes do not match their digest",
+                where=where,
+                expected=bytes(key).hex(),
+                got=got.hex(),
+            )
+    return view
+
+
+def chunk_index(data: bytes) -> tuple[list[bytes], bytes]:
+    """Fixed-size chunks of ``data`` and the canonical bytes of their index."""
+    chunks = [data[i : i + CHUNK_SIZE] for i in range(0, len(data), CHUNK_SIZE)]
+    index = encode_value([len(data), [digest(c) for c in chunks]])
+    return chunks, index
+
+
+def load_chunked(
+    txn: Txn[memoryview], objects: Any, index_key: bytes, whole: bytes, *, verify: bool, where: str
+) -> bytes:
+    """Reassemble a chunked value from its index; checks the whole digest too."""
+    raw = get_object(txn, objects, index_key, verify=verify, where=f"{where} (chunk index)")
+    try:
+        size, keys = decode_value(raw)
+        ok = isinstance(size, int) and isinstance(keys, list)
+    except (CanonicalEncodingError, TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise IntegrityError("chunk index is malformed", where=where, got=bytes(raw))
+    data = b"".join(
+        bytes(get_object(txn, objects, k, verify=verify, where=f"{where} chunk {i}"))
+        for i, k in enumerate(keys)
+    )
+    if len(data) != size or (verify and digest(data) != whole):
+        raise IntegrityError(
+            "chunked value does not match its digest",
+            where=where,
+            expected=bytes(whole).hex(),
+            got=digest(data).hex(),
+        )
+    return data
+
+
+def as_digest(value: object, what: str = "digest") -> Digest:
+    """A raw digest from raw bytes (16) or a 32-character hex str."""
+    if isinstance(value, (bytes, bytearray)) and len(value) == DIGEST_SIZE:
+        return Digest(bytes(value))
+    return parse_id(value, what)

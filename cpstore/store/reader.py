@@ -1,0 +1,502 @@
+"""The reader a replay engine uses: one checkpoint, inside one LMDB read txn.
+
+Nothing handed to user code points into the LMDB map: ``tokens()`` and
+``token_values()`` return owned copies, and every other accessor returns
+decoded values or bytes. The zero-copy views of the map stay inside the
+package (validate, the replay cursor), which check :attr:`CheckpointView._lease`
+before each use, because CPython cannot revoke a memoryview's slices and
+py-lmdb's buffers point straight into the map: once the block ends and the
+map grows, such a view would read unmapped memory (SIGSEGV). Every object is
+hash-checked on first use unless the reader was opened with ``verify=False``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from typing import TYPE_CHECKING, Any
+
+import lmdb
+import msgpack
+
+from cpstore.errors import (
+    CanonicalEncodingError,
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    RecordingGapError,
+    StoreError,
+)
+from cpstore.native.binding import digest, digest_small
+from cpstore.native.canonical import _ext_hook
+from cpstore.native.records import (
+    Provenance,
+    kind_name,
+    pack_decision,
+    pack_effect,
+    pack_observation,
+    string_digest,
+    value_digest,
+)
+from cpstore.store.lmdb_env import Txn, get_object, load_chunked, translate
+from cpstore.store.model import (
+    Manifest,
+    Problem,
+    check_manifest_rest,
+    created_at_of,
+    decode_trusted,
+    manifest_from_raw,
+)
+from cpstore.store.refs import check_ref_target, read_ref
+from cpstore.store.verify import check_checkpoint_objects
+
+if TYPE_CHECKING:
+    from cpstore.store.facade import Store
+
+__all__ = ["CheckpointView"]
+
+_unpackb = msgpack.unpackb
+_TOKEN_HEAD = struct.Struct("<QIB")
+_OFFSET = struct.Struct("<Q")
+_PROV_NAMES = {int(Provenance.RECORDED): "recorded", int(Provenance.LIVE): "live"}
+
+
+class _NotOpen(dict[str, Any]):
+    """The manifest map of a reader that was never entered: any use says so."""
+
+    def __missing__(self, key: str) -> Any:
+        raise InvalidInputError(
+            "the checkpoint reader is not open",
+            expected="with store.read(checkpoint_id) as cp: ...",
+            got=f"use of {key!r} outside the with block",
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key]
+
+
+_NOT_OPEN = _NotOpen()
+
+
+class CheckpointView:
+    """One checkpoint's manifest, logs, payloads and state, inside one read txn.
+
+    From :meth:`Store.read` or :meth:`Store.latest`; use it as a context
+    manager. Entering begins the txn and reads the manifest (hash-checked
+    unless ``verify=False``); leaving ends the txn, and any later use of the
+    reader or of a cursor built from it raises :class:`InvalidInputError`.
+    What it hands out (copies, decoded values) stays valid. A reader is
+    entered once.
+    """
+
+    __slots__ = (
+        "_built",
+        "_cache",
+        "_checked",
+        "_cid",
+        "_entered",
+        "_head",
+        "_header",
+        "_id",
+        "_lease",
+        "_objects",
+        "_raw",
+        "_rest_checked",
+        "_store",
+        "_txn",
+        "_verify",
+        "_views",
+    )
+
+    def __init__(
+        self,
+        store: Store,
+        cid: bytes | None,
+        *,
+        verify: bool,
+        head: tuple[bytes, str] | None = None,
+    ) -> None:
+        self._store = store
+        self._txn: Txn[memoryview] | None = None
+        self._entered = False
+        self._objects = store._db("objects")
+        self._cid = cid or b""
+        self._head = head  # (ref key, "run/branch") for Store.latest
+        self._raw: dict[str, Any] = _NOT_OPEN
+        self._rest_checked = False  # state is checked on entry, the rest on first use
+        self._header = b""
+        self._built: Manifest | None = None
+        self._id: str | None = None
+        self._verify = verify
+        self._views: list[memoryview] = []
+        # Non-empty exactly while the txn is open. Objects built from this
+        # reader (the replay cursor) keep a reference and test its truth
+        # before touching a view of the map: one cheap check per call.
+        self._lease: list[bool] = []
+        self._cache: dict[str, Any] = {}
+        # Objects hash-checked in this txn: none is hashed twice by one reader.
+        self._checked: set[bytes] = set()
+
+    def __enter__(self) -> CheckpointView:
+        if self._entered:
+            raise InvalidInputError(
+                "a checkpoint reader is entered once", where=self._cid.hex() or None
+            )
+        self._entered = True
+        store = self._store
+        env = store._e
+        if store._closed:
+            raise StoreError("the store is closed", where=store.path)
+        txn = env.begin_read()
+        try:
+            if self._head is not None:
+                key, where = self._head
+                head = read_ref(txn, env.dbs, key, layout=env.layout)
+                if head is None:
+                    raise NotFoundError("no such branch", where=f"refs/{where}")
+                self._cid, origin = head
+            self._raw, self._header = store._load_raw(
+                txn, self._cid, verify=self._verify, full=False
+            )
+            if self._head is not None:
+                # The ref's check caught a damaged key; this catches a ref that
+                # names another run's (or branch's) checkpoint all the same.
+                check_ref_target(key, origin, self._raw.get("run_id"), self._raw.get("branch"))
+        except lmdb.Error as exc:
+            env.end_read(txn)
+            raise translate(exc, store.path) from None
+        except BaseException:
+            env.end_read(txn)
+            raise
+        self._txn = txn
+        self._lease.append(True)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        txn = self._txn
+        if txn is None:
+            return
+        self._close()
+        self._store._e.end_read(txn)
+        if isinstance(exc, lmdb.Error):
+            raise translate(exc, self._store.path) from None
+
+    def _fields(self) -> dict[str, Any]:
+        """The manifest map with every field shape-checked (checked once, on first use)."""
+        if not self._rest_checked:
+            check_manifest_rest(self._cid, self._raw)
+            self._rest_checked = True
+        return self._raw
+
+    @property
+    def _manifest(self) -> Manifest:
+        # Built on first use: a replay that only wants the state never pays
+        # for the hex fields (the map was shape-checked when it was read).
+        if self._built is None:
+            fields = self._fields()  # first: a reader never entered says so here
+            created = created_at_of(self._header, self._cid if self._verify else None)
+            self._built = manifest_from_raw(self._cid, fields, created)
+        return self._built
+
+    @property
+    def manifest(self) -> Manifest:
+        """The checkpoint's manifest."""
+        return self._manifest
+
+    @property
+    def id(self) -> str:
+        """The checkpoint id."""
+        if self._id is None:
+            self._id = self._cid.hex()
+        return self._id
+
+    def _closed_error(self) -> InvalidInputError:
+        """The error for any use of this reader, or of an object built from it, after its block."""
+        return InvalidInputError(
+            "the checkpoint reader is closed",
+            where=self.id,
+            expected="use inside with store.read(checkpoint_id) as cp: ...",
+            got="use after the with block ended",
+        )
+
+    def _close(self) -> None:
+        self._lease.clear()  # first: nothing built from this reader reads the map again
+        for view in self._views:
+            with contextlib.suppress(BufferError):  # still exported: the txn ends anyway
+                view.release()
+        self._views.clear()
+        self._cache.clear()
+        self._txn = None
+
+    def _object(self, key: bytes, where: str) -> memoryview:
+        if self._txn is None:
+            raise self._closed_error()
+        check = self._verify and key not in self._checked
+        view = get_object(
+            self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
+        )
+        if check:
+            self._checked.add(bytes(key))
+        self._views.append(view)
+        return view
+
+    def verify_objects(self, *, derive_tokens: bool = True) -> tuple[Problem, ...]:
+        """Re-hash everything this checkpoint reaches, in this reader's txn; () when intact.
+
+        What :meth:`Store.verify_checkpoint` checks. Objects this reader has
+        already hash-checked are not hashed again. ``derive_tokens=False``
+        skips re-deriving each token's value digest (one digest per token;
+        the values and offsets objects are still re-hashed whole).
+        """
+        if self._txn is None:
+            raise self._closed_error()
+        return tuple(
+            check_checkpoint_objects(
+                self._txn,
+                self._store._e.dbs,
+                self._cid,
+                checked=self._checked,
+                derive_tokens=derive_tokens,
+            )
+        )
+
+    def _decoded(self, name: str) -> list[Any]:
+        if name not in self._cache:
+            key = self._fields()[name]
+            value: list[Any] = []
+            if key is not None:
+                try:
+                    value = decode_trusted(self._object(key, name))
+                except CanonicalEncodingError as exc:
+                    raise IntegrityError(
+                        "log object is not canonical", where=f"{name} of {self.id}", got=str(exc)
+                    ) from None
+            self._cache[name] = value
+        result: list[Any] = self._cache[name]
+        return result
+
+    # -- tokens --------------------------------------------------------------
+
+    def tokens(self) -> memoryview:
+        """Packed TOKEN records (32 bytes each): a view of an owned copy.
+
+        Copied once per reader (about 3 ms per million tokens, 32 MB), so the view and
+        anything sliced or cast from it stay valid after the block ends.
+        """
+        if "tokens_copy" not in self._cache:
+            self._cache["tokens_copy"] = memoryview(bytes(self._token_records()))
+        view: memoryview = self._cache["tokens_copy"]
+        return view
+
+    def _token_records(self) -> memoryview:
+        """The packed TOKEN records, zero-copy from LMDB: only for use inside the block."""
+        if "tokens" not in self._cache:
+            log = self._fields()["tokens"]
+            self._cache["tokens"] = (
+                memoryview(b"") if log is None else self._object(log["records"], "token records")
+            )
+        view: memoryview = self._cache["tokens"]
+        return view
+
+    def token_count(self) -> int:
+        """Number of recorded tokens."""
+        return self._manifest.token_count
+
+    def token_values(self) -> tuple[memoryview, memoryview]:
+        """(concatenated canonical value encodings, uint64 LE offsets): views of owned copies.
+
+        Copied once per reader, like :meth:`tokens`.
+        """
+        if "values_copy" not in self._cache:
+            values, offsets = self._token_value_views()
+            self._cache["values_copy"] = (memoryview(bytes(values)), memoryview(bytes(offsets)))
+        pair: tuple[memoryview, memoryview] = self._cache["values_copy"]
+        return pair
+
+    def _token_value_views(self) -> tuple[memoryview, memoryview]:
+        """(values, offsets), zero-copy from LMDB: only for use inside the block."""
+        if "values" not in self._cache:
+            log = self._fields()["tokens"]
+            if log is None:
+                self._cache["values"] = (memoryview(b""), memoryview(bytes(8)))
+            else:
+                values = self._object(log["values"], "token values")
+                offsets = self._object(log["offsets"], "token offsets")
+                if len(offsets) != 8 * (log["count"] + 1):
+                    raise IntegrityError(
+                        "token offsets do not match the token count",
+                        where=f"tokens of {self.id}",
+                        expected=8 * (log["count"] + 1),
+                        got=len(offsets),
+                    )
+                self._cache["values"] = (values, offsets)
+        pair: tuple[memoryview, memoryview] = self._cache["values"]
+        return pair
+
+    def token(self, i: int) -> tuple[int, str, str, Any]:
+        """(seq, kind name, provenance, value) of token ``i``, for reports."""
+        count = self.token_count()
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < count:
+            raise InvalidInputError("token index out of range", expected=f"0 <= i < {count}", got=i)
+        records = self._token_records()
+        seq, code, prov = _TOKEN_HEAD.unpack_from(records, 32 * i)
+        values, offsets = self._token_value_views()
+        start = _OFFSET.unpack_from(offsets, 8 * i)[0]
+        end = _OFFSET.unpack_from(offsets, 8 * i + 8)[0]
+        if not start <= end <= len(values):
+            raise IntegrityError(
+                "token value offsets out of range",
+                where=f"token {i} of {self.id}",
+                got=(start, end),
+            )
+        enc = values[start:end]
+        value = decode_trusted(enc)
+        if self._verify and digest(enc) != bytes(records[32 * i + 16 : 32 * i + 32]):
+            raise IntegrityError(
+                "token value does not match its record", where=f"token {i} of {self.id}"
+            )
+        kinds = self._fields()["tokens"]["kinds"]
+        name = kind_name(code) or kinds.get(code) or f"0x{code:08x}"
+        return seq, name, _PROV_NAMES.get(prov, f"unknown({prov})"), value
+
+    # -- observations --------------------------------------------------------
+
+    def observations(self) -> list[tuple[int, str, str, float | None]]:
+        """(step, source, payload digest hex, pinned_at) in recorded order."""
+        return [(o[0], o[1], bytes(o[2]).hex(), o[3]) for o in self._decoded("observations")]
+
+    def observation_records(self) -> bytes:
+        """The observation log as packed OBSERVATION records (source as string digest)."""
+        return b"".join(
+            pack_observation(o[0], string_digest(o[1]), o[2], o[3])
+            for o in self._decoded("observations")
+        )
+
+    def payload(self, step: int, source: str, *, occurrence: int = 0) -> bytes:
+        """The pinned payload of the ``occurrence``-th read of ``source`` at ``step``.
+
+        Raises RecordingGapError when there is no such observation or it was not
+        pinned: a replay must never re-fetch it.
+        """
+        seen = 0
+        for o in self._decoded("observations"):
+            if o[0] == step and o[1] == source:
+                if seen == occurrence:
+                    if o[3] is None:
+                        raise RecordingGapError(
+                            "observation was re-fetched, not pinned (cannot be replayed)",
+                            where=f"step {step} source {source!r} of {self.id}",
+                        )
+                    return bytes(self._object(o[2], f"payload of step {step} source {source!r}"))
+                seen += 1
+        raise RecordingGapError(
+            "no recorded observation",
+            where=f"step {step} source {source!r} of {self.id}",
+            expected=f"occurrence {occurrence}",
+            got=f"{seen} recorded",
+        )
+
+    # -- call graph, effects, harness, transcript -----------------------------
+
+    def call_graph(self) -> list[dict[str, Any]]:
+        """Decision nodes in order; each has ``"step"`` and ``"node"``."""
+        return [dict(n) for n in self._decoded("call_graph")]
+
+    def decision_records(self) -> bytes:
+        """The call graph as packed DECISION records (node as value digest)."""
+        return b"".join(
+            pack_decision(n["step"], value_digest(n)) for n in self._decoded("call_graph")
+        )
+
+    def effects(self) -> list[tuple[int, str, str]]:
+        """The side-effect ledger: (seq, target, payload digest hex)."""
+        return [(e[0], e[1], bytes(e[2]).hex()) for e in self._decoded("effects")]
+
+    def effect_records(self) -> bytes:
+        """The ledger as packed EFFECT records (target as string digest)."""
+        return b"".join(
+            pack_effect(e[0], string_digest(e[1]), e[2]) for e in self._decoded("effects")
+        )
+
+    def effect_payload(self, seq: int) -> bytes:
+        """The payload of ledger entry ``seq``."""
+        for e in self._decoded("effects"):
+            if e[0] == seq:
+                return bytes(self._object(e[2], f"effect {seq} payload"))
+        raise NotFoundError("no such ledger entry", where=self.id, got=seq)
+
+    def harness_accesses(self) -> list[dict[str, Any]]:
+        """Harness accesses in order: ``{"resource": str, "detail": dict}``."""
+        return [dict(h) for h in self._decoded("harness")]
+
+    def transcript(self) -> bytes | None:
+        """The transcript bytes, or None when none was recorded."""
+        key = self._fields()["transcript"]
+        return None if key is None else bytes(self._object(key, "transcript"))
+
+    # -- state ---------------------------------------------------------------
+
+    def _blob(self, name: str, whole: bytes) -> bytes:
+        chunked = self._raw["state"]["chunked"] or {}
+        if name in chunked:
+            if self._txn is None:
+                raise self._closed_error()
+            return load_chunked(
+                self._txn,
+                self._objects,
+                chunked[name],
+                whole,
+                verify=self._verify,
+                where=f"state[{name!r}] of {self.id}",
+            )
+        return bytes(self._object(whole, f"state[{name!r}]"))
+
+    def state(self) -> bytes | dict[str, Any]:
+        """The whole state: bytes, or part name -> value."""
+        st = self._raw["state"]
+        if st["kind"] == "bytes":
+            return self._blob("bytes", st["digest"])
+        whole = self._verified_parts(st)
+        if whole is not None:
+            return whole
+        return {name: self.state_part(name) for name in st["parts"]}
+
+    def _verified_parts(self, st: dict[str, Any]) -> dict[str, Any] | None:
+        """Every part, hash-checked and decoded, on the fast path of a whole-state read.
+
+        One loop of get, hash and decode per part. None sends the caller to
+        the part-by-part path, which raises naming the part that is missing,
+        wrong or not one canonical value (and serves ``verify=False`` readers).
+        """
+        parts: dict[str, bytes] = st["parts"]
+        if not self._verify or st.get("chunked") or not parts or self._txn is None:
+            return None
+        get, objects = self._txn.get, self._objects
+        out: dict[str, Any] = {}
+        try:
+            for name, key in parts.items():
+                view: Any = get(key, None, objects)  # positional: keyword parsing costs more
+                if digest_small(view) != key:  # a missing part is None: TypeError
+                    return None
+                # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
+                # Maps with int keys raise ValueError and take the slow path.
+                out[name] = _unpackb(view, ext_hook=_ext_hook)
+        except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
+            return None  # CanonicalEncodingError (a bad ext) is a ValueError too
+        self._checked.update(parts.values())
+        return out
+
+    def state_part(self, name: str) -> Any:
+        """The value of one state part."""
+        st = self._raw["state"]
+        parts = st["parts"] or {}
+        if st["kind"] != "parts" or name not in parts:
+            raise NotFoundError(
+                "no such state part", where=self.id, expected=sorted(parts), got=name
+            )
+        try:
+            return decode_trusted(self._blob(name, parts[name]))
+        except CanonicalEncodingError as exc:
+            raise IntegrityError(
+                "state part is not canonical", where=f"state[{name!r}] of {self.id}", got=str(exc)
+            ) from None

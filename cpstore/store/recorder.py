@@ -1,0 +1,577 @@
+"""The recorder: what a runtime calls step by step while a run executes.
+
+Everything a recorder is given is held in memory and written, with the
+manifest and the ref move, in the one txn of the next :meth:`Recorder.checkpoint`;
+nothing partial ever reaches the store. Logs are cumulative: a checkpoint's
+logs cover the run from its first step (or from the run's start, through the
+fork parent), so a replay of any checkpoint has the whole history.
+
+A recorder is not thread-safe: use one per thread (or lock around it).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import sys
+import warnings
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from cpstore.errors import (
+    ConflictError,
+    InvalidInputError,
+    RecordFormatError,
+    StoreError,
+    UnsealedEffectsError,
+)
+from cpstore.native.args import check_text
+from cpstore.native.binding import digest, digest_batch
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.records import Digest, KindTable
+from cpstore.store.at_exit import track_recorder
+from cpstore.store.lmdb_env import chunk_index, get_object
+from cpstore.store.model import (
+    CHUNK_SIZE,
+    MAX_OBJECT_SIZE,
+    CheckpointWrite,
+    as_payload,
+    check_metadata,
+    check_tags,
+    encode_digest_map,
+    encode_manifest_parts,
+    encode_state,
+    manifest_references,
+    pack_checkpoint_value,
+    parse_id,
+)
+
+if TYPE_CHECKING:
+    from cpstore.store.facade import Store
+
+__all__ = ["Recorder"]
+
+# Same bytes as cpstore.native.records.pack_token (a golden test pins it); inlined
+# here because token() is on the runtime's hot path.
+_TOKEN = struct.Struct("<QIB3x16s")
+_PROVENANCE = {"recorded": 1, "live": 2}
+
+
+def _step(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+        raise InvalidInputError("step must be an int in [0, 2**63)", got=value)
+    return value
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{what} must be a non-empty str", got=value)
+    return check_text(value, what)
+
+
+def _offsets_bytes(offsets: array[int]) -> bytes:
+    if sys.byteorder == "big":
+        swapped = array("Q", offsets)
+        swapped.byteswap()
+        return swapped.tobytes()
+    return offsets.tobytes()
+
+
+class Recorder:
+    """Records one run on one branch; create with :meth:`Store.recorder`."""
+
+    def __init__(self, store: Store, run_id: str, branch: str, parent: str | None) -> None:
+        self._store = store
+        self._run_id = run_id
+        self._branch = branch
+        head = _raw(store.ref(run_id, branch))
+        self._expected = head
+        self._parent: bytes | None = None
+        self._tokens = bytearray()
+        self._values = bytearray()
+        self._offsets = array("Q", [0])
+        self._kinds = KindTable()
+        self._observations: list[list[Any]] = []
+        self._graph: list[dict[str, Any]] = []
+        self._effects: list[list[Any]] = []
+        self._harness: list[dict[str, Any]] = []
+        self._transcript: bytes | None = None
+        self._tags: dict[str, None] = {}
+        self._sealed = False
+        self._sealed_count = 0  # effects covered by this recorder's last sealing checkpoint
+        self._closed = False
+        self._pending: dict[bytes, bytes] = {}
+        # Objects a stash may skip: only what the head this recorder extends
+        # reaches. The commit txn's ref CAS proves that head is still the
+        # branch head, and retention never sweeps what a head reaches, so
+        # these are stored whatever ran since (prune included, any process).
+        # Anything older (an earlier checkpoint's state part) is stashed again
+        # and put write-once: a no-op when it is still there.
+        self._confirmed: set[bytes] = set()
+        # Payload keys of the logs: logs are cumulative, so once committed
+        # every one is reached by the head's observations or effects log.
+        self._logged: set[bytes] = set()
+        self._unlogged: list[bytes] = []
+        self._chunks: list[bytes] = []
+        self._logs: dict[str, bytes | None] = {}
+        self._dirty = {"tokens", "observations", "call_graph", "effects", "harness"}
+        self._inherited: set[bytes] = set()
+        # name -> (immutable value, part digest, chunk index digest): unchanged
+        # bytes/str parts are not re-encoded or re-hashed each checkpoint.
+        self._parts: dict[str, tuple[object, bytes, bytes | None]] = {}
+        self._names: tuple[bytes, bytes] | None = None
+        start: bytes | None = None if parent is None else parse_id(parent, "parent")
+        if head is not None:
+            # An existing branch only ever grows from its head: recording from an
+            # older checkpoint would move the head sideways and drop what came
+            # after it from the branch's history (and from retention's marks).
+            if start is not None and start != head:
+                raise ConflictError(
+                    "the branch has moved past this parent; fork a new branch from it",
+                    where=f"run {run_id} branch {branch}",
+                    expected=start.hex(),
+                    got=head.hex(),
+                )
+            start = head
+        if start is not None:
+            self._load_parent(start)
+        self._sealed_count = len(self._effects)
+        track_recorder(self)
+
+    def _load_parent(self, cid: bytes) -> None:
+        store = self._store
+        objects = store._db("objects")
+        with store._read() as txn:
+            m = store._load_manifest(txn, cid, verify=True)
+            if m.run_id != self._run_id:
+                raise InvalidInputError(
+                    "a branch can only fork from a checkpoint of its own run",
+                    where=f"run {self._run_id}",
+                    expected=self._run_id,
+                    got=m.run_id,
+                )
+            raw = m.raw
+
+            def load(key: bytes, where: str) -> memoryview:
+                return get_object(txn, objects, key, verify=True, where=f"{where} of {m.id}")
+
+            tokens = raw["tokens"]
+            if tokens is not None:
+                self._tokens = bytearray(load(tokens["records"], "token records"))
+                self._values = bytearray(load(tokens["values"], "token values"))
+                offs = array("Q")
+                offs.frombytes(load(tokens["offsets"], "token offsets"))
+                if sys.byteorder == "big":
+                    offs.byteswap()
+                self._offsets = offs
+                self._kinds = KindTable({int(k): v for k, v in tokens["kinds"].items()})
+            for name, attr in (
+                ("observations", "_observations"),
+                ("call_graph", "_graph"),
+                ("effects", "_effects"),
+                ("harness", "_harness"),
+            ):
+                if raw[name] is not None:
+                    setattr(self, attr, decode_value(load(raw[name], name)))
+            self._transcript = raw["transcript"]
+            # Objects the fork inherits: checked to still exist at the first commit.
+            self._confirmed = {key for _, key in manifest_references(raw, named=False)}
+            self._logged = {obs[2] for obs in self._observations}
+            self._logged.update(eff[2] for eff in self._effects)
+            self._inherited = self._confirmed | self._logged
+        self._tags = dict.fromkeys(m.provenance_tags)
+        self._parent = cid
+        self._logs = {
+            name: raw[name] for name in ("observations", "call_graph", "effects", "harness")
+        }
+        self._logs["tokens"] = None if raw["tokens"] is None else encode_value(raw["tokens"])
+        self._dirty = set()
+
+    # -- properties ----------------------------------------------------------
+
+    @property
+    def run_id(self) -> str:
+        """The run being recorded."""
+        return self._run_id
+
+    @property
+    def branch(self) -> str:
+        """The branch whose ref each checkpoint moves."""
+        return self._branch
+
+    @property
+    def head(self) -> str | None:
+        """The last checkpoint this recorder wrote (or forked from)."""
+        return None if self._parent is None else self._parent.hex()
+
+    @property
+    def token_count(self) -> int:
+        """Tokens recorded so far (the next token's seq)."""
+        return len(self._tokens) // _TOKEN.size
+
+    @property
+    def ledger_sealed(self) -> bool:
+        """True when the last checkpoint sealed the ledger and no effect came after it."""
+        return self._sealed
+
+    # -- logs ----------------------------------------------------------------
+
+    def _stash(self, data: bytes) -> bytes:
+        key = digest(data)
+        if key not in self._confirmed and key not in self._logged:
+            self._pending[key] = data
+        return key
+
+    def _stash_payload(self, data: bytes) -> bytes:
+        key = self._stash(data)
+        self._unlogged.append(key)
+        return key
+
+    def observe(self, step: int, source: str, payload: bytes, *, pinned_at: float | None) -> None:
+        """Record an external read; ``pinned_at`` None means re-fetched (unpinned)."""
+        _step(step)
+        _text(source, "source")
+        data = as_payload(payload, "observation payload")
+        if pinned_at is not None:
+            if (
+                isinstance(pinned_at, bool)
+                or not isinstance(pinned_at, (int, float))
+                or not math.isfinite(pinned_at)
+            ):
+                raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
+            pinned_at = float(pinned_at) + 0.0
+        self._observations.append([step, source, self._stash_payload(data), pinned_at])
+        self._dirty.add("observations")
+
+    def _kind(self, kind: str) -> int:
+        try:
+            return self._kinds.code(kind)
+        except RecordFormatError as exc:
+            raise InvalidInputError(
+                exc.what, where="kind", expected=exc.expected, got=exc.got
+            ) from None
+
+    def token(self, kind: str, value: Any, *, provenance: str = "recorded") -> int:
+        """Record one nondeterminism token and return its seq."""
+        prov = _PROVENANCE.get(provenance)
+        if prov is None:
+            raise InvalidInputError(
+                "unknown provenance", expected=list(_PROVENANCE), got=provenance
+            )
+        code = self._kind(kind)
+        enc = encode_value(value)
+        seq = len(self._tokens) // _TOKEN.size
+        self._tokens += _TOKEN.pack(seq, code, prov, digest(enc))
+        self._values += enc
+        self._offsets.append(len(self._values))
+        self._dirty.add("tokens")
+        return seq
+
+    def tokens(self, items: Iterable[tuple[str, Any]], *, provenance: str = "recorded") -> None:
+        """Record many tokens at once (one batch digest over their encodings)."""
+        prov = _PROVENANCE.get(provenance)
+        if prov is None:
+            raise InvalidInputError(
+                "unknown provenance", expected=list(_PROVENANCE), got=provenance
+            )
+        codes: list[int] = []
+        encs: list[bytes] = []
+        offsets = [0]
+        for item in items:
+            if not isinstance(item, tuple) or len(item) != 2:
+                raise InvalidInputError("each token must be a (kind, value) tuple", got=item)
+            codes.append(self._kind(item[0]))
+            enc = encode_value(item[1])
+            encs.append(enc)
+            offsets.append(offsets[-1] + len(enc))
+        if not encs:
+            return
+        blob = b"".join(encs)
+        digests = digest_batch(blob, offsets)
+        seq = len(self._tokens) // _TOKEN.size
+        base = len(self._values)
+        pack = _TOKEN.pack
+        self._tokens += b"".join(
+            pack(seq + i, code, prov, digests[16 * i : 16 * i + 16]) for i, code in enumerate(codes)
+        )
+        self._values += blob
+        self._offsets.extend(base + off for off in offsets[1:])
+        self._dirty.add("tokens")
+
+    def decision(self, step: int, node: Mapping[str, Any]) -> None:
+        """Record a call-graph decision; stored as ``node`` with ``"step"`` set."""
+        _step(step)
+        entry = check_metadata(node, "decision node")
+        if "node" not in entry:
+            raise InvalidInputError("decision node must have a 'node' key", got=sorted(entry))
+        if "step" in entry and entry["step"] != step:
+            raise InvalidInputError(
+                "decision node's 'step' disagrees with step", expected=step, got=entry["step"]
+            )
+        entry["step"] = step
+        self._graph.append(entry)
+        self._dirty.add("call_graph")
+
+    def effect(self, target: str, payload: bytes) -> int:
+        """Append a side effect to the ledger and return its seq.
+
+        A sealed ledger never changes: after a sealing checkpoint the effect
+        goes to a new ledger that starts with the sealed entries, exactly as
+        a recorder forked from that checkpoint would.
+        """
+        _text(target, "effect target")
+        data = as_payload(payload, "effect payload")
+        seq = len(self._effects)
+        self._effects.append([seq, target, self._stash_payload(data)])
+        self._dirty.add("effects")
+        self._sealed = False
+        return seq
+
+    def harness_access(self, resource: str, detail: Mapping[str, Any] | None = None) -> None:
+        """Record an access the replay harness itself made (seed 004)."""
+        _text(resource, "resource")
+        self._harness.append({"resource": resource, "detail": check_metadata(detail, "detail")})
+        self._dirty.add("harness")
+
+    def transcript(self, data: bytes) -> None:
+        """Replace the transcript recorded so far."""
+        self._transcript = self._stash(as_payload(data, "transcript"))
+
+    # -- checkpoint ----------------------------------------------------------
+
+    def _blob(self, data: bytes, chunked: dict[str, bytes], name: str) -> bytes:
+        if len(data) > CHUNK_SIZE:
+            chunks, index = chunk_index(data)
+            for chunk in chunks:
+                self._chunks.append(self._stash(chunk))
+            chunked[name] = self._stash(index)
+            return digest(data)
+        return self._stash(data)
+
+    def _state(self, state: bytes | Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """The manifest's state map and its canonical bytes."""
+        chunked: dict[str, bytes] = {}
+        if isinstance(state, (bytes, bytearray, memoryview)):
+            whole = self._blob(as_payload(state, "state"), chunked, "bytes")
+            st = {"kind": "bytes", "digest": whole, "parts": {}, "chunked": chunked}
+            return st, encode_state(st, b"\x80")
+        if not isinstance(state, Mapping):
+            raise InvalidInputError(
+                "state must be bytes or a mapping of part names to values",
+                got=type(state).__name__,
+            )
+        parts: dict[str, bytes] = {}
+        # The cache keeps only this checkpoint's parts: a hit must name an
+        # object the head reaches (see _confirmed), never an older one.
+        cache, self._parts = self._parts, {}
+        for name, value in state.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidInputError("state part names must be non-empty str", got=name)
+            check_text(name, "state part name")
+            cached = cache.get(name)
+            if cached is not None and cached[0] is value:
+                parts[name] = cached[1]
+                if cached[2] is not None:
+                    chunked[name] = cached[2]
+                self._parts[name] = cached
+                continue
+            enc = encode_value(value)
+            if len(enc) > MAX_OBJECT_SIZE:
+                raise InvalidInputError(
+                    "state part is larger than the largest object",
+                    where=f"state[{name!r}]",
+                    expected=f"<= {MAX_OBJECT_SIZE} bytes",
+                    got=f"{len(enc)} bytes",
+                )
+            parts[name] = self._blob(enc, chunked, name)
+            if isinstance(value, (bytes, str)):
+                self._parts[name] = (value, parts[name], chunked.get(name))
+        parts_bytes = encode_digest_map(parts)
+        st = {"kind": "parts", "digest": digest(parts_bytes), "parts": parts, "chunked": chunked}
+        return st, encode_state(st, parts_bytes)
+
+    def _log(self, name: str) -> bytes | None:
+        if name not in self._dirty:
+            return self._logs.get(name)
+        logs: dict[str, list[Any]] = {
+            "observations": self._observations,
+            "call_graph": self._graph,
+            "effects": self._effects,
+            "harness": self._harness,
+        }
+        value = logs[name]
+        key = self._stash(encode_value(value)) if value else None
+        self._logs[name] = key
+        self._dirty.discard(name)
+        return key
+
+    def _token_log(self) -> dict[str, Any] | None:
+        if "tokens" in self._dirty:
+            if self._tokens:
+                self._logs["tokens"] = encode_value(
+                    {
+                        "records": self._stash(bytes(self._tokens)),
+                        "values": self._stash(bytes(self._values)),
+                        "offsets": self._stash(_offsets_bytes(self._offsets)),
+                        "count": len(self._tokens) // _TOKEN.size,
+                        "kinds": dict(sorted(self._kinds.names.items())),
+                    }
+                )
+            else:
+                self._logs["tokens"] = None
+            self._dirty.discard("tokens")
+        cached = self._logs.get("tokens")
+        return None if cached is None else dict(decode_value(cached))
+
+    def checkpoint(
+        self,
+        step: int,
+        state: bytes | Mapping[str, Any],
+        *,
+        tags: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        seal_ledger: bool = True,
+    ) -> str:
+        """Write a checkpoint of everything recorded so far; return its id (hex).
+
+        In ``"sync"`` mode it is durable when this returns; in ``"batched"`` mode
+        when the batch is flushed. ``seal_ledger`` seals the side-effect ledger as
+        it stands: that ledger object never changes, and later :meth:`effect`
+        calls build the next checkpoint's ledger on top of it.
+        """
+        _step(step)
+        if self._closed:
+            raise StoreError("the recorder is closed", where=f"run {self._run_id}")
+        self._tags.update(dict.fromkeys(check_tags(tags)))
+        meta = check_metadata(metadata, "metadata")
+        self._chunks = []
+        state_map, state_bytes = self._state(state)
+        tokens = self._token_log()
+        fields = {
+            "run_id": self._run_id,
+            "branch": self._branch,
+            "step": step,
+            "parent": self._parent,
+            "state": state_map,
+            "tokens": tokens,
+            "observations": self._log("observations"),
+            "call_graph": self._log("call_graph"),
+            "effects": self._log("effects"),
+            "ledger_sealed": bool(seal_ledger),
+            "harness": self._log("harness"),
+            "transcript": self._transcript,
+            "tags": list(self._tags),
+            "metadata": meta,
+        }
+        if self._names is None:
+            self._names = (encode_value(self._run_id), encode_value(self._branch))
+        cached_tokens = self._logs.get("tokens")
+        manifest = encode_manifest_parts(
+            fields,
+            {
+                "run_id": self._names[0],
+                "branch": self._names[1],
+                "state": state_bytes,
+                "tokens": b"\xc0" if cached_tokens is None else cached_tokens,
+                "tags": encode_value(fields["tags"]),
+                "metadata": encode_value(meta) if meta else b"\x80",
+            },
+        )
+        cid = Digest(digest(manifest))
+        named = {key for _, key in manifest_references(fields, named=False)}
+        # Every object the manifest names and this txn does not write is
+        # checked in the commit txn itself: nothing acknowledged can name an
+        # object that is not stored when the checkpoint becomes visible.
+        must_exist = [k for k in named | self._inherited if k not in self._pending]
+        effects_key = self._log("effects")
+        sealed = effects_key if seal_ledger else None
+        op = CheckpointWrite(
+            cid=cid,
+            value=pack_checkpoint_value(self._store.now(), manifest),
+            run_id=self._run_id,
+            branch=self._branch,
+            expected_ref=self._expected,
+            parent=self._parent,
+            objects=dict(self._pending),
+            must_exist=must_exist,
+            sealed_ledger=sealed,
+        )
+        self._chunks, chunks = [], self._chunks
+        self._store._commit(op)
+        named.update(chunks)
+        self._confirmed = named
+        self._logged.update(self._unlogged)
+        self._unlogged.clear()
+        self._pending.clear()
+        self._inherited.clear()
+        self._expected = cid
+        self._parent = cid
+        if seal_ledger:
+            self._sealed = True
+            self._sealed_count = len(self._effects)
+        return cid.hex()
+
+    def flush(self) -> None:
+        """Commit the store's queued checkpoints now (batched mode)."""
+        self._store.flush()
+
+    @property
+    def unsealed_effects(self) -> int:
+        """Effects this recorder appended that no checkpoint of it sealed yet."""
+        return len(self._effects) - self._sealed_count
+
+    def close(self, *, discard_effects: bool = False) -> None:
+        """Flush the store's queued checkpoints and end this recorder.
+
+        Raises :class:`UnsealedEffectsError` (nothing is flushed or ended) when
+        effects were appended that no checkpoint sealed, unless
+        ``discard_effects=True`` says dropping them is intended. A side effect
+        that happened but is in no sealed ledger is one a replay cannot guard.
+        """
+        if self._closed:
+            return
+        count = self.unsealed_effects
+        if count and not discard_effects:
+            raise UnsealedEffectsError(
+                "recorder closed holding side effects no checkpoint sealed; "
+                "checkpoint them (seal_ledger=True) or close(discard_effects=True)",
+                where=f"run {self._run_id} branch {self._branch}",
+                expected=0,
+                got=count,
+            )
+        self._closed = True
+        self._store.flush()
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        # Leaving on an error: do not mask it; say what is dropped instead.
+        self._warn_unsealed("leaving its with-block on an error")
+        self._closed = True
+
+    def _warn_unsealed(self, when: str) -> None:
+        """RuntimeWarning naming the run when effects are dropped unsealed (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        count = self.unsealed_effects
+        if count:
+            warnings.warn(
+                f"cpstore recorder for run {self._run_id!r} branch {self._branch!r} "
+                f"dropped {count} side effect(s) no checkpoint sealed, {when}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def __del__(self) -> None:
+        if hasattr(self, "_closed"):
+            self._warn_unsealed("when garbage-collected")
+
+
+def _raw(hex_value: str | None) -> bytes | None:
+    return None if hex_value is None else bytes.fromhex(hex_value)

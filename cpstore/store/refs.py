@@ -1,0 +1,276 @@
+"""Refs on a txn: each value carries a check, and ``meta`` a digest of the whole table.
+
+Store layout 2 (docs/store.md, "Refs"). A ref value is the checkpoint id
+(16 B), an origin byte and an 8-byte check: the first 8 bytes of
+XXH3-128(id || origin || key). A flipped bit in the key or the value fails
+the check, so a ref never silently names another run's (or branch's)
+checkpoint. ``meta/refs_digest`` holds the XOR of the full XXH3-128 of every
+ref plus the ref count, updated in the write txn of every ref change
+(constant cost per move); :func:`check_refs` recomputes it, which tells a
+vanished (or smuggled-in) ref from an intact table.
+
+Origin: ``RECORDED`` for a head moved by a checkpoint recorded on this
+branch (the manifest's branch must equal the key's), ``SET`` for a head set
+by ``fork``/``set_ref``/``reset_ref`` (it may name a checkpoint recorded on
+another branch of the same run, as a fork does). Every ref must name a
+checkpoint of its key's run.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from cpstore.errors import CpstoreError, IntegrityError
+from cpstore.native.binding import digest
+from cpstore.native.canonical import decode_value
+from cpstore.native.records import DIGEST_SIZE
+from cpstore.store.model import (
+    Problem,
+    decode_manifest,
+    split_ref_key,
+    unpack_checkpoint_value,
+)
+
+__all__ = [
+    "RECORDED",
+    "REFS_DIGEST_KEY",
+    "RETAINED_PREFIX",
+    "SET",
+    "check_ref_target",
+    "check_refs",
+    "delete_ref",
+    "read_ref",
+    "retained_heads",
+    "retained_key",
+    "unpack_ref",
+    "upgrade_refs_v1",
+    "write_ref",
+]
+
+RECORDED = 0
+SET = 1
+_CHECK = 8
+REF_SIZE = DIGEST_SIZE + 1 + _CHECK
+REFS_DIGEST_KEY = b"refs_digest"
+_COUNT = struct.Struct("<Q")
+_ZERO = bytes(DIGEST_SIZE)
+
+
+def _hash(key: bytes, cid: bytes, origin: int) -> bytes:
+    return digest(bytes(cid) + bytes((origin,)) + bytes(key))
+
+
+def pack_ref(key: bytes, cid: bytes, origin: int) -> bytes:
+    """The stored value of ref ``key`` naming ``cid``."""
+    return bytes(cid) + bytes((origin,)) + _hash(key, cid, origin)[:_CHECK]
+
+
+def _where(key: bytes | memoryview) -> str:
+    try:
+        run, branch = split_ref_key(key)
+    except UnicodeDecodeError:
+        return f"refs/{bytes(key).hex()}"
+    return f"refs/{run}/{branch}"
+
+
+def unpack_ref(key: bytes | memoryview, value: bytes | memoryview) -> tuple[bytes, int]:
+    """(checkpoint id, origin) of a stored ref; IntegrityError when its check fails."""
+    raw = bytes(value)
+    if len(raw) != REF_SIZE or raw[DIGEST_SIZE] not in (RECORDED, SET):
+        raise IntegrityError(
+            "ref value is malformed", where=_where(key), expected=f"{REF_SIZE} bytes", got=raw
+        )
+    cid, origin = raw[:DIGEST_SIZE], raw[DIGEST_SIZE]
+    check = _hash(bytes(key), cid, origin)[:_CHECK]
+    if check != raw[DIGEST_SIZE + 1 :]:
+        raise IntegrityError(
+            "ref does not match its check (key or value damaged)",
+            where=_where(key),
+            expected=check.hex(),
+            got=raw[DIGEST_SIZE + 1 :].hex(),
+        )
+    return cid, origin
+
+
+def read_ref(
+    txn: Any, dbs: Mapping[str, Any], key: bytes, *, layout: int
+) -> tuple[bytes, int] | None:
+    """(checkpoint id, origin) of ref ``key``, or None; a layout-1 value has no check."""
+    value = txn.get(key, None, dbs["refs"])
+    if value is None:
+        return None
+    if layout == 1:
+        return bytes(value), SET  # read-only open of a layout-1 store: no check stored
+    return unpack_ref(key, value)
+
+
+def check_ref_target(key: bytes, origin: int, run_id: object, branch: object) -> None:
+    """IntegrityError unless a manifest's run (and branch, if RECORDED) fit the ref key."""
+    run, name = split_ref_key(key)
+    if run_id != run or (origin == RECORDED and branch != name):
+        raise IntegrityError(
+            "ref names a checkpoint of another run or branch",
+            where=f"refs/{run}/{name}",
+            expected=f"run {run}" + (f" branch {name}" if origin == RECORDED else ""),
+            got=f"run {run_id} branch {branch}",
+        )
+
+
+def _digest_state(txn: Any, meta: Any) -> tuple[bytes, int]:
+    raw = txn.get(REFS_DIGEST_KEY, None, meta)
+    if raw is None:
+        return _ZERO, 0
+    raw = bytes(raw)
+    if len(raw) != DIGEST_SIZE + _COUNT.size:
+        raise IntegrityError(
+            "refs digest is malformed", where="meta/refs_digest", expected=24, got=raw
+        )
+    return raw[:DIGEST_SIZE], _COUNT.unpack_from(raw, DIGEST_SIZE)[0]
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(
+        DIGEST_SIZE, "little"
+    )
+
+
+def _update_digest(txn: Any, meta: Any, out: bytes | None, into: bytes | None) -> None:
+    acc, count = _digest_state(txn, meta)
+    if out is not None:
+        acc, count = _xor(acc, out), count - 1
+    if into is not None:
+        acc, count = _xor(acc, into), count + 1
+    txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(count), db=meta)
+
+
+def write_ref(txn: Any, dbs: Mapping[str, Any], key: bytes, cid: bytes, origin: int) -> None:
+    """Point ref ``key`` at ``cid``; the table digest moves in this same txn."""
+    old = txn.get(key, None, dbs["refs"])
+    out = None
+    if old is not None:
+        old_cid, old_origin = unpack_ref(key, old)
+        out = _hash(key, old_cid, old_origin)
+    txn.put(key, pack_ref(key, cid, origin), db=dbs["refs"])
+    _update_digest(txn, dbs["meta"], out, _hash(key, cid, origin))
+
+
+def delete_ref(txn: Any, dbs: Mapping[str, Any], key: bytes) -> None:
+    """Delete ref ``key`` (a no-op when absent); the table digest moves in this txn."""
+    old = txn.get(key, None, dbs["refs"])
+    if old is None:
+        return
+    old_cid, old_origin = unpack_ref(key, old)
+    txn.delete(key, db=dbs["refs"])
+    _update_digest(txn, dbs["meta"], _hash(key, old_cid, old_origin), None)
+
+
+def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int:
+    """Check every ref (its check, its target's run and branch) and the table digest."""
+    acc, count = _ZERO, 0
+    cps = dbs["checkpoints"]
+    with txn.cursor(db=dbs["refs"]) as cur:
+        for k, v in cur:
+            key, count = bytes(k), count + 1
+            raw = bytes(v)
+            if len(raw) == REF_SIZE:  # hash what is stored, even when damaged
+                acc = _xor(acc, _hash(key, raw[:DIGEST_SIZE], raw[DIGEST_SIZE]))
+            try:
+                cid, origin = unpack_ref(key, raw)
+            except CpstoreError as exc:
+                problems.append(Problem(exc.what, exc.where or "refs", exc.expected, exc.got))
+                continue
+            value = txn.get(cid, None, cps)
+            if value is None:
+                problems.append(Problem("ref does not resolve", _where(key), expected=cid.hex()))
+                continue
+            try:
+                created, data = unpack_checkpoint_value(value)
+                m = decode_manifest(cid, bytes(data), created)
+                check_ref_target(key, origin, m.run_id, m.branch)
+            except CpstoreError as exc:
+                problems.append(Problem(exc.what, exc.where or _where(key), exc.expected, exc.got))
+    try:
+        want_acc, want_count = _digest_state(txn, dbs["meta"])
+    except CpstoreError as exc:
+        problems.append(Problem(exc.what, exc.where or "meta", exc.expected, exc.got))
+        return count
+    if want_count != count:
+        problems.append(
+            Problem(
+                "refs table does not match its digest: "
+                + ("a ref vanished" if count < want_count else "a ref was added outside cpstore"),
+                "meta/refs_digest",
+                expected=f"{want_count} refs",
+                got=f"{count} refs",
+            )
+        )
+    elif want_acc != acc:
+        problems.append(
+            Problem(
+                "refs table does not match its digest: a ref was changed outside cpstore",
+                "meta/refs_digest",
+                expected=want_acc.hex(),
+                got=acc.hex(),
+            )
+        )
+    return count
+
+
+def upgrade_refs_v1(txn: Any, dbs: Mapping[str, Any]) -> int:
+    """Rewrite every layout-1 ref (a bare id) with its origin and check; returns how many.
+
+    The origin is RECORDED when the target's manifest was recorded on the
+    key's branch and SET otherwise (a fork pointer). A ref whose target is
+    not stored (damage layout 1 could not detect) keeps SET; verify reports it.
+    """
+    refs, cps = dbs["refs"], dbs["checkpoints"]
+    with txn.cursor(db=refs) as cur:
+        old = [(bytes(k), bytes(v)) for k, v in cur]
+    acc = _ZERO
+    for key, cid in old:
+        origin = SET
+        value = txn.get(cid, None, cps) if len(cid) == DIGEST_SIZE else None
+        if value is not None:
+            try:
+                created, data = unpack_checkpoint_value(value)
+                m = decode_manifest(cid, bytes(data), created)
+                if m.branch == split_ref_key(key)[1]:
+                    origin = RECORDED
+            except (CpstoreError, ValueError):
+                pass  # damaged target: verify reports it after the upgrade
+        if len(cid) != DIGEST_SIZE:
+            continue  # not a ref layout 1 could have written: left for verify to report
+        txn.put(key, pack_ref(key, cid, origin), db=refs)
+        acc = _xor(acc, _hash(key, cid, origin))
+    txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(len(old)), db=dbs["meta"])
+    return len(old)
+
+
+# -- retained heads -------------------------------------------------------------
+
+#: ``meta`` keys of heads an audited reset moved a branch away from: retention
+#: treats each as a root (its whole lineage) until an operator releases it.
+RETAINED_PREFIX = b"retained/"
+
+
+def retained_key(cid: bytes) -> bytes:
+    """``meta`` key of a retained head."""
+    return RETAINED_PREFIX + bytes(cid)
+
+
+def retained_heads(txn: Any, meta: Any) -> dict[bytes, dict[str, Any]]:
+    """Retained head id -> its record (run, branch, the audit digest of the reset)."""
+    out: dict[bytes, dict[str, Any]] = {}
+    with txn.cursor(db=meta) as cur:
+        found = cur.set_range(RETAINED_PREFIX)
+        while found and bytes(cur.key()).startswith(RETAINED_PREFIX):
+            key = bytes(cur.key())
+            try:
+                record = decode_value(cur.value())
+            except CpstoreError:
+                record = {}
+            out[key[len(RETAINED_PREFIX) :]] = record if isinstance(record, dict) else {}
+            found = cur.next()
+    return out

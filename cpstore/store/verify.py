@@ -1,0 +1,596 @@
+"""Whole-store checks and retention: verify, mark-and-sweep, delete, prune.
+
+``verify`` is composed of small per-entry checks and reports every problem as
+data. Retention marks from every ref head (its whole lineage, or its newest
+``keep_last`` checkpoints) and from every sealed ledger, then sweeps
+checkpoints and objects nothing marked; pruned checkpoint ids get a tombstone
+so a surviving child's ``parent`` is known to be pruned, not lost. Audit
+records are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import lmdb
+
+from cpstore.errors import CanonicalEncodingError, CpstoreError
+from cpstore.native.binding import digest, digest_batch
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.records import DIGEST_SIZE
+from cpstore.store.audit import check_audit_chain
+from cpstore.store.keyed_audit import check_macs
+from cpstore.store.lmdb_env import Txn, load_chunked
+from cpstore.store.model import (
+    Manifest,
+    Problem,
+    VerifyReport,
+    decode_manifest,
+    manifest_references,
+    split_ref_key,
+    unpack_checkpoint_value,
+)
+from cpstore.store.refs import check_refs, delete_ref, retained_heads, unpack_ref
+
+if TYPE_CHECKING:
+    from cpstore.store.facade import Store
+
+__all__ = ["check_checkpoint_objects", "delete_run", "prune", "verify"]
+
+
+def _decode_list(txn: Txn[memoryview], objects: Any, key: bytes) -> list[Any]:
+    raw = txn.get(key, db=objects)
+    if raw is None:
+        return []
+    value = decode_value(raw)
+    return value if isinstance(value, list) else []
+
+
+def _children(txn: Txn[memoryview], objects: Any, field: str, key: bytes) -> Iterable[bytes]:
+    """Objects an object names: chunks of a chunk index, payloads of a log."""
+    if field.startswith("state.chunked"):
+        raw = txn.get(key, db=objects)
+        if raw is not None:
+            _, keys = decode_value(raw)
+            yield from keys
+    elif field in ("observations", "effects"):
+        slot = 2
+        for entry in _decode_list(txn, objects, key):
+            yield entry[slot]
+
+
+# -- verify ---------------------------------------------------------------
+
+
+def _check_tokens(
+    txn: Txn[memoryview], objects: Any, where: str, log: Mapping[str, Any], problems: list[Problem]
+) -> None:
+    records = txn.get(log["records"], db=objects)
+    values = txn.get(log["values"], db=objects)
+    offsets = txn.get(log["offsets"], db=objects)
+    if records is None or values is None or offsets is None:
+        return  # reported as unresolved references
+    count = log["count"]
+    if len(records) != 32 * count or len(offsets) != 8 * (count + 1):
+        problems.append(
+            Problem(
+                "token log sizes disagree with its count",
+                where,
+                expected=count,
+                got=(len(records), len(offsets)),
+            )
+        )
+        return
+    try:
+        digests = digest_batch(values, offsets, byteorder="little")  # stored little-endian
+    except CpstoreError as exc:
+        problems.append(Problem("token value offsets are malformed", where, got=exc.what))
+        return
+    rec = records.cast("Q")
+    dig = memoryview(digests).cast("Q")
+    if rec[2::4].tolist() != dig[0::2].tolist() or rec[3::4].tolist() != dig[1::2].tolist():
+        problems.append(Problem("token values do not match their records", where))
+
+
+def _check_entry(
+    cid: bytes, value: memoryview, where: str, problems: list[Problem]
+) -> Manifest | None:
+    """The manifest of one ``checkpoints`` entry, or None after reporting why not."""
+    try:
+        created, data = unpack_checkpoint_value(value)
+    except CpstoreError as exc:
+        problems.append(Problem(exc.what, exc.where or where, exc.expected, exc.got))
+        return None
+    try:
+        unpack_checkpoint_value(value, cid)
+    except CpstoreError as exc:  # created_at damaged: the manifest may still be intact
+        problems.append(Problem(exc.what, exc.where or where, exc.expected, exc.got))
+    got = digest(data)
+    if got != cid:
+        problems.append(
+            Problem(
+                "manifest bytes do not match the checkpoint id",
+                where,
+                expected=cid.hex(),
+                got=got.hex(),
+            )
+        )
+        return None
+    try:
+        return decode_manifest(cid, data, created)
+    except CpstoreError as exc:
+        problems.append(Problem(exc.what, exc.where or where, exc.expected, exc.got))
+        return None
+
+
+def _check_parent(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], m: Manifest, where: str, problems: list[Problem]
+) -> None:
+    if m.parent is not None:
+        parent = bytes.fromhex(m.parent)
+        if (
+            txn.get(parent, db=dbs["checkpoints"]) is None
+            and txn.get(parent, db=dbs["tombstones"]) is None
+        ):
+            problems.append(
+                Problem("parent checkpoint does not resolve", f"{where}.parent", expected=m.parent)
+            )
+
+
+def _unresolved(where: str, key: bytes, position: int | None = None) -> Problem:
+    """A manifest, log or chunk index names an object that is not stored."""
+    hexkey = bytes(key).hex()
+    return Problem(
+        "reference does not resolve",
+        f"{where} (objects/{hexkey})",
+        expected=hexkey,
+        got="missing",
+        position=position,
+    )
+
+
+def _check_checkpoint(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    cid: bytes,
+    value: memoryview,
+    problems: list[Problem],
+) -> None:
+    where = f"checkpoints/{cid.hex()}"
+    objects = dbs["objects"]
+    m = _check_entry(cid, value, where, problems)
+    if m is None:
+        return
+    _check_parent(txn, dbs, m, where, problems)
+    for field, key in manifest_references(m.raw):
+        if txn.get(key, db=objects) is None:
+            problems.append(_unresolved(f"{where}.{field}", key))
+            continue
+        try:
+            for i, child in enumerate(_children(txn, objects, field, key)):
+                if txn.get(child, db=objects) is None:
+                    problems.append(_unresolved(f"{where}.{field}[{i}]", child, i))
+        except (CpstoreError, TypeError, ValueError, IndexError) as exc:
+            problems.append(
+                Problem("log or chunk index is malformed", f"{where}.{field}", got=str(exc))
+            )
+    chunked = m.raw["state"]["chunked"] or {}
+    wholes = {"bytes": m.raw["state"]["digest"], **(m.raw["state"]["parts"] or {})}
+    for name, index in chunked.items():
+        try:
+            load_chunked(
+                txn, objects, index, wholes[name], verify=True, where=f"{where}.state[{name!r}]"
+            )
+        except CpstoreError as exc:
+            problems.append(Problem(exc.what, exc.where or where, exc.expected, exc.got))
+        except KeyError:
+            problems.append(
+                Problem("chunked entry names no part", f"{where}.state.chunked", got=name)
+            )
+    if m.raw["tokens"] is not None:
+        _check_tokens(txn, objects, f"{where}.tokens", m.raw["tokens"], problems)
+
+
+# -- one checkpoint, every byte it reaches -------------------------------------
+
+#: Objects up to this size are re-hashed together, one ``digest_batch`` call
+#: over their concatenation; larger ones in place (zero-copy), one call each.
+_BATCH_MAX = 64 * 1024
+
+
+class _Rehash:
+    """Re-hash the objects of one read txn against their keys, reporting each bad one."""
+
+    def __init__(
+        self,
+        txn: Txn[memoryview],
+        objects: Any,
+        where: str,
+        checked: set[bytes],
+        problems: list[Problem],
+    ) -> None:
+        self._get = txn.get
+        self._objects = objects
+        self.where = where
+        self._checked = checked
+        self.problems = problems
+        self._queue: list[tuple[bytes, memoryview, str, int | None]] = []
+
+    def get(
+        self, key: bytes, field: str, position: int | None = None, *, now: bool = False
+    ) -> memoryview | None:
+        """The object's view (queued for re-hash), or None when it is missing.
+
+        ``now`` hashes before returning, and gives None for a bad object too:
+        for objects the caller decodes (logs, chunk indexes).
+        """
+        key = bytes(key)
+        view = self._get(key, None, self._objects)
+        if view is None:
+            self.problems.append(
+                Problem(
+                    "object not in the store",
+                    f"{self.where}.{field} (objects/{key.hex()})",
+                    expected=key.hex(),
+                    got="missing",
+                    position=position,
+                )
+            )
+            return None
+        if key in self._checked:
+            return view
+        if now or len(view) > _BATCH_MAX:
+            return view if self._check(key, digest(view), field, position) else None
+        self._queue.append((key, view, field, position))
+        return view
+
+    def _check(self, key: bytes, got: bytes, field: str, position: int | None) -> bool:
+        if got == key:
+            self._checked.add(key)
+            return True
+        self.problems.append(
+            Problem(
+                "object bytes do not match their digest",
+                f"{self.where}.{field} (objects/{key.hex()})",
+                expected=key.hex(),
+                got=got.hex(),
+                position=position,
+            )
+        )
+        return False
+
+    def flush(self) -> None:
+        """Re-hash everything queued, in one native call."""
+        queue, self._queue = self._queue, []
+        if not queue:
+            return
+        offsets = [0]
+        for _, view, _, _ in queue:
+            offsets.append(offsets[-1] + len(view))
+        digests = digest_batch(b"".join(view for _, view, _, _ in queue), offsets)
+        for i, (key, _, field, position) in enumerate(queue):
+            self._check(key, digests[16 * i : 16 * i + 16], field, position)
+
+
+def _rehash_chunked(objs: _Rehash, index: bytes, whole: bytes, field: str) -> None:
+    raw = objs.get(index, field, now=True)
+    if raw is None:
+        return
+    try:
+        size, keys = decode_value(raw)
+        if not isinstance(size, int) or not isinstance(keys, list):
+            raise TypeError(type(keys).__name__)
+    except (CanonicalEncodingError, TypeError, ValueError) as exc:
+        objs.problems.append(
+            Problem("chunk index is malformed", f"{objs.where}.{field}", got=str(exc))
+        )
+        return
+    before = len(objs.problems)
+    views = [objs.get(k, f"{field}[{i}]", i) for i, k in enumerate(keys)]
+    objs.flush()
+    if len(objs.problems) != before:
+        return  # a chunk is missing or damaged: the whole cannot match
+    data = b"".join(v for v in views if v is not None)
+    got = digest(data)
+    if len(data) != size or got != whole:
+        objs.problems.append(
+            Problem(
+                "chunked value does not match its digest",
+                f"{objs.where}.{field}",
+                expected=bytes(whole).hex(),
+                got=got.hex(),
+            )
+        )
+
+
+def _rehash_log(objs: _Rehash, name: str, key: bytes) -> None:
+    raw = objs.get(key, name, now=True)
+    if raw is None or name not in ("observations", "effects"):
+        return
+    try:
+        entries = decode_value(raw)
+        payloads = [bytes(entry[2]) for entry in entries]
+    except (CanonicalEncodingError, TypeError, ValueError, IndexError, KeyError) as exc:
+        objs.problems.append(
+            Problem("log object is malformed", f"{objs.where}.{name}", got=str(exc))
+        )
+        return
+    for i, payload in enumerate(payloads):
+        objs.get(payload, f"{name}[{i}].payload", i)
+
+
+def check_checkpoint_objects(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    cid: bytes,
+    *,
+    checked: set[bytes] | None = None,
+    derive_tokens: bool = True,
+) -> list[Problem]:
+    """Every problem with one checkpoint and the objects it reaches, all re-hashed.
+
+    ``checked`` holds objects already hash-checked in this txn (skipped);
+    objects found intact are added to it. ``derive_tokens`` also re-derives
+    the token value digests from ``values``/``offsets`` and compares them
+    with the records (as :func:`verify` does; one digest per token).
+    """
+    where = f"checkpoints/{cid.hex()}"
+    problems: list[Problem] = []
+    value = txn.get(cid, db=dbs["checkpoints"])
+    if value is None:
+        pruned = txn.get(cid, db=dbs["tombstones"]) is not None
+        what = "checkpoint was pruned" if pruned else "checkpoint not in the store"
+        return [Problem(what, where, expected=cid.hex(), got="missing")]
+    m = _check_entry(cid, value, where, problems)
+    if m is None:
+        return problems
+    _check_parent(txn, dbs, m, where, problems)
+    objs = _Rehash(txn, dbs["objects"], where, set() if checked is None else checked, problems)
+    state = m.raw["state"]
+    chunked = state["chunked"] or {}
+    wholes = {"bytes": state["digest"]} if state["kind"] == "bytes" else state["parts"] or {}
+    for i, (name, whole) in enumerate(wholes.items()):
+        if name in chunked:
+            _rehash_chunked(objs, chunked[name], whole, f"state.chunked[{name!r}]")
+        elif state["kind"] == "bytes":
+            objs.get(whole, "state.digest")
+        else:
+            objs.get(whole, f"state.parts[{name!r}]", i)
+    for name in ("observations", "call_graph", "effects", "harness"):
+        if m.raw[name] is not None:
+            _rehash_log(objs, name, m.raw[name])
+    if m.raw["transcript"] is not None:
+        objs.get(m.raw["transcript"], "transcript")
+    log = m.raw["tokens"]
+    if log is not None:
+        before = len(problems)
+        records = objs.get(log["records"], "tokens.records")
+        objs.get(log["values"], "tokens.values")
+        offsets = objs.get(log["offsets"], "tokens.offsets")
+        objs.flush()
+        if len(problems) == before and derive_tokens:
+            _check_tokens(txn, dbs["objects"], f"{where}.tokens", log, problems)
+        elif len(problems) == before:
+            sizes = (len(records or b""), len(offsets or b""))
+            if sizes != (32 * log["count"], 8 * (log["count"] + 1)):
+                problems.append(
+                    Problem(
+                        "token log sizes disagree with its count",
+                        f"{where}.tokens",
+                        expected=log["count"],
+                        got=sizes,
+                    )
+                )
+    objs.flush()
+    return problems
+
+
+#: Entries between two progress reports of :func:`verify`.
+PROGRESS_EVERY = 4096
+
+Progress = Callable[[int, int], None]
+
+
+def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
+    """Walk every database; see :meth:`Store.verify`."""
+    dbs = store._e.dbs
+    problems: list[Problem] = []
+    counts = dict.fromkeys(("objects", "checkpoints", "refs", "ledgers", "tombstones", "audit"), 0)
+    with store._read() as txn:
+        total = sum(
+            txn.stat(dbs[name])["entries"] for name in ("objects", "checkpoints", "refs", "ledgers")
+        )
+        done = 0
+
+        def tick() -> None:
+            nonlocal done
+            done += 1
+            if progress is not None and done % PROGRESS_EVERY == 0:
+                progress(done, total)
+
+        try:
+            with txn.cursor(db=dbs["objects"]) as cur:
+                for key, value in cur:
+                    tick()
+                    counts["objects"] += 1
+                    got = digest(value)
+                    if len(key) != DIGEST_SIZE or got != bytes(key):
+                        problems.append(
+                            Problem(
+                                "object bytes do not match their digest",
+                                f"objects/{bytes(key).hex()}",
+                                expected=bytes(key).hex(),
+                                got=got.hex(),
+                            )
+                        )
+            with txn.cursor(db=dbs["checkpoints"]) as cur:
+                for key, value in cur:
+                    tick()
+                    counts["checkpoints"] += 1
+                    _check_checkpoint(txn, dbs, bytes(key), value, problems)
+            if store._e.layout == 1:  # read-only open of a layout-1 store: no checks stored
+                with txn.cursor(db=dbs["refs"]) as cur:
+                    for key, value in cur:
+                        tick()
+                        counts["refs"] += 1
+                        if txn.get(bytes(value), db=dbs["checkpoints"]) is None:
+                            run, branch = split_ref_key(key)
+                            problems.append(
+                                Problem(
+                                    "ref does not resolve",
+                                    f"refs/{run}/{branch}",
+                                    expected=bytes(value).hex(),
+                                )
+                            )
+            else:
+                counts["refs"] = check_refs(txn, dbs, problems)
+                for _ in range(counts["refs"]):
+                    tick()
+            for cid in retained_heads(txn, dbs["meta"]):
+                if txn.get(cid, db=dbs["checkpoints"]) is None:
+                    problems.append(
+                        Problem(
+                            "retained head does not resolve",
+                            f"meta/retained/{cid.hex()}",
+                            expected=cid.hex(),
+                        )
+                    )
+            with txn.cursor(db=dbs["ledgers"]) as cur:
+                for key, _ in cur:
+                    tick()
+                    counts["ledgers"] += 1
+                    if txn.get(bytes(key), db=dbs["objects"]) is None:
+                        problems.append(
+                            Problem(
+                                "sealed ledger does not resolve",
+                                f"ledgers/{bytes(key).hex()}",
+                                expected=bytes(key).hex(),
+                            )
+                        )
+                        continue
+                    try:
+                        entries = _decode_list(txn, dbs["objects"], bytes(key))
+                        payloads = [bytes(entry[2]) for entry in entries]
+                    except (CpstoreError, TypeError, ValueError, IndexError, KeyError) as exc:
+                        problems.append(
+                            Problem(
+                                "sealed ledger object is malformed",
+                                f"ledgers/{bytes(key).hex()}",
+                                got=str(exc),
+                            )
+                        )
+                        continue
+                    for i, payload in enumerate(payloads):
+                        if txn.get(payload, db=dbs["objects"]) is None:
+                            problems.append(
+                                Problem(
+                                    "ledger payload does not resolve",
+                                    f"ledgers/{bytes(key).hex()}[{i}]",
+                                    expected=payload.hex(),
+                                    position=i,
+                                )
+                            )
+            counts["tombstones"] = txn.stat(dbs["tombstones"])["entries"]
+            counts["audit"], audit_problems = check_audit_chain(txn, dbs)
+            if store._audit_key is not None:
+                audit_problems.extend(check_macs(txn, dbs, store._audit_key))
+            problems.extend(audit_problems)
+        except lmdb.Error as exc:
+            problems.append(
+                Problem("LMDB reported an error while walking", "data.mdb", got=str(exc))
+            )
+    if progress is not None:
+        progress(total, total)
+    return VerifyReport(ok=not problems, problems=tuple(problems), counts=counts)
+
+
+# -- retention ---------------------------------------------------------------
+
+
+def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None) -> int:
+    dbs = store._e.dbs
+    objects = dbs["objects"]
+    now = store.now()
+
+    def run(txn: Txn[memoryview]) -> int:
+        if drop_run is not None:
+            prefix = drop_run.encode("utf-8", "surrogatepass") + b"\0"
+            with txn.cursor(db=dbs["refs"]) as cur:
+                doomed = [bytes(k) for k, _ in cur if bytes(k).startswith(prefix)]
+            for key in doomed:
+                delete_ref(txn, dbs, key)
+        live_cps: dict[bytes, Manifest] = {}
+        with txn.cursor(db=dbs["refs"]) as cur:
+            # A ref that fails its check stops the sweep (IntegrityError): sweeping
+            # by a damaged head could delete the history the true head reaches.
+            heads: list[tuple[str | None, bytes]] = [
+                (split_ref_key(k)[0], unpack_ref(k, v)[0]) for k, v in cur
+            ]
+        # Heads an audited reset_ref moved away from: whole lineage, until released.
+        heads.extend((None, cid) for cid in retained_heads(txn, dbs["meta"]))
+        # Checkpoints whose whole lineage is marked: only an unlimited walk may
+        # stop at one (a limited walk may have marked just its newest few).
+        complete: set[bytes] = set()
+        for run_id, head in heads:
+            limit = None if run_id is None else keep(run_id)
+            cid: bytes | None = head
+            walked = 0
+            while cid is not None and (limit is None or walked < limit):
+                value = txn.get(cid, db=dbs["checkpoints"])
+                if value is None:
+                    break
+                walked += 1
+                if limit is None:
+                    if cid in complete:
+                        break  # the rest of this lineage is already marked
+                    complete.add(cid)
+                if cid in live_cps:
+                    m = live_cps[cid]
+                else:
+                    created, data = unpack_checkpoint_value(value)
+                    m = decode_manifest(cid, bytes(data), created)
+                    live_cps[cid] = m
+                cid = None if m.parent is None else bytes.fromhex(m.parent)
+        marked: set[bytes] = set()
+        for m in live_cps.values():
+            for field, key in manifest_references(m.raw):
+                if key in marked:
+                    continue
+                marked.add(key)
+                marked.update(bytes(c) for c in _children(txn, objects, field, key))
+        with txn.cursor(db=dbs["ledgers"]) as cur:
+            ledgers = [bytes(k) for k, _ in cur]
+        for key in ledgers:
+            marked.add(key)
+            marked.update(bytes(c) for c in _children(txn, objects, "effects", key))
+        # Only what a swept checkpoint named is a candidate: objects stored with
+        # put_object and never referenced are the caller's, not garbage.
+        candidates: set[bytes] = set()
+        with txn.cursor(db=dbs["checkpoints"]) as cur:
+            dead = [(bytes(k), bytes(v)) for k, v in cur if bytes(k) not in live_cps]
+        tomb = encode_value({"pruned_at": now})
+        for cid, entry in dead:
+            created, data = unpack_checkpoint_value(entry)
+            for field, key in manifest_references(decode_manifest(cid, data, created).raw):
+                if key not in marked and key not in candidates:
+                    candidates.add(key)
+                    candidates.update(bytes(c) for c in _children(txn, objects, field, key))
+            txn.delete(cid, db=dbs["checkpoints"])
+            txn.put(cid, tomb, db=dbs["tombstones"])
+        for key in candidates - marked:
+            txn.delete(key, db=objects)
+        return len(dead)
+
+    removed: int = store._write(run)
+    return removed
+
+
+def delete_run(store: Store, run_id: str) -> int:
+    """Drop every ref of ``run_id``, then sweep everything unreachable."""
+    return _sweep(store, lambda _run: None, run_id)
+
+
+def prune(store: Store, *, keep_last: int, run_id: str | None) -> int:
+    """Keep each branch's newest ``keep_last`` checkpoints (of ``run_id`` or all runs)."""
+    return _sweep(store, lambda run: keep_last if run_id is None or run == run_id else None, None)
