@@ -196,9 +196,9 @@ def test_a_store_of_another_format_version_exits_9(
 ) -> None:
     """A store whose format record names another version: exit 9 (was 3, 'bad input')."""
     path, _ = store
-    with cpstore.open(path) as st, st._e.env.begin(write=True) as txn:
+    with cpstore.open(path) as st, st.backend.env.env.begin(write=True) as txn:
         record = {"layout": "cpstore", "version": 99, "digest": "xxh3-128"}
-        txn.put(b"format", encode_value(record), db=st._db("meta"))
+        txn.put(b"format", encode_value(record), db=st.backend.db("meta"))
     for argv in (["verify", "--store", path], ["log", "--store", path]):
         code, err = _run(argv, capsys)
         assert code == cli.EXIT_FORMAT == 9 and "version" in err

@@ -86,7 +86,7 @@ def test_main_cli_prints_one_line_and_exits_3_for_bad_input(tmp_path, capsys):
     bad.write_text('{"format": 9}')
     code = main(["validate", str(bad), str(bad)])
     err = capsys.readouterr().err
-    assert code == 9  # an unknown format version has its own code (cpstore.cli.exit_codes.EXIT_FORMAT)
+    assert code == 9  # an unknown format version has its own code (EXIT_FORMAT)
     assert err.count("\n") == 1 and "Traceback" not in err and "format" in err
 
 

@@ -177,11 +177,11 @@ def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) ->
         main + b"\x00" + b"run\0main"
     )[:8]
     with open_store(tmp_path / "s") as st:
-        with st._e.env.begin(write=True) as txn:
-            write_ref(txn, st._e.dbs, b"run\0main", main, 0)
-            write_ref(txn, st._e.dbs, b"run\0side", side, 1)
-        with st._e.env.begin() as txn:
-            raw = bytes(txn.get(REFS_DIGEST_KEY, db=st._db("meta")))
-            fmt = cpstore.decode_value(txn.get(b"format", db=st._db("meta")))
+        with st.backend.env.env.begin(write=True) as txn:
+            write_ref(txn, st.backend.env.dbs, b"run\0main", main, 0)
+            write_ref(txn, st.backend.env.dbs, b"run\0side", side, 1)
+        with st.backend.env.env.begin() as txn:
+            raw = bytes(txn.get(REFS_DIGEST_KEY, db=st.backend.db("meta")))
+            fmt = cpstore.decode_value(txn.get(b"format", db=st.backend.db("meta")))
     assert raw.hex() == "0961205f4cf21499361b3e1d164a506e" + "0200000000000000"
     assert fmt == {"layout": "cpstore", "version": 2, "digest": "xxh3-128"}

@@ -13,7 +13,7 @@ from cpstore.decision.validate import Verdict, validate
 from cpstore.errors import GateError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.run.document import Observation, PackedTokens, ReplayMode, Run
-from cpstore.store.audit import DECISION_PREFIX, DECISIONS_INDEXED, audit_view
+from cpstore.store.audit import DECISION_PREFIX, DECISIONS_INDEXED
 from cpstore.store.facade import open as open_store
 
 
@@ -168,7 +168,7 @@ def test_a_store_without_the_decision_index_is_still_enforced(tmp_path):
         d = rejected(st, cid)
     _drop_decision_index(path)
     with open_store(path) as st:
-        with audit_view(st) as log:
+        with st.audit_view() as log:
             latest = log.latest_decision(cid)
             assert latest is not None and latest.body["decision_id"] == d.id
         with pytest.raises(GateError):

@@ -139,19 +139,19 @@ class TestResetRace:
 
 
 def _raw_put(store: Store, key: bytes, value: bytes | None, db: str = "refs") -> None:
-    with store._e.env.begin(write=True) as txn:
+    with store.backend.env.env.begin(write=True) as txn:
         if value is None:
-            txn.delete(key, db=store._db(db))
+            txn.delete(key, db=store.backend.db(db))
         else:
-            txn.put(key, value, db=store._db(db))
+            txn.put(key, value, db=store.backend.db(db))
 
 
 class TestCheckedRefs:
     def test_a_flipped_key_bit_naming_another_run_is_refused(self, store: Store) -> None:
         """run-3's ref renamed run-1 by one bit: latest, ref, history refuse; verify reports it."""
         _three(store, "run-3")
-        with store._e.env.begin() as txn:
-            value = bytes(txn.get(b"run-3\0main", db=store._db("refs")))
+        with store.backend.env.env.begin() as txn:
+            value = bytes(txn.get(b"run-3\0main", db=store.backend.db("refs")))
         _raw_put(store, b"run-3\0main", None)
         _raw_put(store, b"run-1\0main", value)  # '3' ^ 0x02 == '1'
         with pytest.raises(IntegrityError), store.latest("run-1"):
@@ -172,8 +172,8 @@ class TestCheckedRefs:
     ) -> None:
         """A ref whose check holds but whose target is another run's is an IntegrityError."""
         other = _three(store, "run-2")[2]
-        with store._e.env.begin(write=True) as txn:
-            write_ref(txn, store._e.dbs, b"run-1\0main", bytes.fromhex(other), SET)
+        with store.backend.env.env.begin(write=True) as txn:
+            write_ref(txn, store.backend.env.dbs, b"run-1\0main", bytes.fromhex(other), SET)
         with pytest.raises(IntegrityError), store.latest("run-1"):
             pass
         assert "ref names a checkpoint of another run or branch" in [
@@ -209,14 +209,14 @@ def _make_v1(path: Path) -> list[str]:
     with open_store(path) as st:
         ids = _three(st)
         st.fork("r", "side", ids[0])
-        with st._e.env.begin(write=True) as txn:
-            refs = st._db("refs")
+        with st.backend.env.env.begin(write=True) as txn:
+            refs = st.backend.db("refs")
             for key, value in list(txn.cursor(db=refs)):
                 txn.put(bytes(key), unpack_ref(bytes(key), bytes(value))[0], db=refs)
-            txn.delete(REFS_DIGEST_KEY, db=st._db("meta"))
-            fmt = decode_value(txn.get(b"format", db=st._db("meta")))
+            txn.delete(REFS_DIGEST_KEY, db=st.backend.db("meta"))
+            fmt = decode_value(txn.get(b"format", db=st.backend.db("meta")))
             fmt["version"] = 1
-            txn.put(b"format", encode_value(fmt), db=st._db("meta"))
+            txn.put(b"format", encode_value(fmt), db=st.backend.db("meta"))
     return ids
 
 
@@ -228,17 +228,17 @@ class TestLayoutUpgrade:
         path = tmp_path / "s"
         ids = _make_v1(path)
         with open_store(path, readonly=True) as ro:
-            assert ro._e.layout == 1
+            assert ro.backend.env.layout == 1
             with ro.latest("r") as cp:
                 assert cp.id == ids[2]
             assert ro.branches("r") == {"main": ids[2], "side": ids[0]}
             assert ro.verify().ok
         with open_store(path) as st:
-            assert st._e.layout == 2
-            with st._e.env.begin() as txn:
-                fmt = decode_value(txn.get(b"format", db=st._db("meta")))
-                main = unpack_ref(b"r\0main", txn.get(b"r\0main", db=st._db("refs")))
-                side = unpack_ref(b"r\0side", txn.get(b"r\0side", db=st._db("refs")))
+            assert st.backend.env.layout == 2
+            with st.backend.env.env.begin() as txn:
+                fmt = decode_value(txn.get(b"format", db=st.backend.db("meta")))
+                main = unpack_ref(b"r\0main", txn.get(b"r\0main", db=st.backend.db("refs")))
+                side = unpack_ref(b"r\0side", txn.get(b"r\0side", db=st.backend.db("refs")))
             assert fmt["version"] == 2
             assert main == (bytes.fromhex(ids[2]), 0)  # recorded on main
             assert side == (bytes.fromhex(ids[0]), 1)  # a fork pointer
@@ -253,14 +253,14 @@ class TestLayoutUpgrade:
         ids = _make_v1(path)
         with open_store(path) as st:
             pass  # upgraded; make it layout 1 again with a bad ref
-        with open_store(path) as st, st._e.env.begin(write=True) as txn:
-            txn.put(b"q\0main", bytes.fromhex(ids[2]), db=st._db("refs"))
-            txn.delete(b"r\0main", db=st._db("refs"))
-            for key, value in list(txn.cursor(db=st._db("refs"))):
-                txn.put(bytes(key), bytes(value)[:16], db=st._db("refs"))
-            fmt = decode_value(txn.get(b"format", db=st._db("meta")))
+        with open_store(path) as st, st.backend.env.env.begin(write=True) as txn:
+            txn.put(b"q\0main", bytes.fromhex(ids[2]), db=st.backend.db("refs"))
+            txn.delete(b"r\0main", db=st.backend.db("refs"))
+            for key, value in list(txn.cursor(db=st.backend.db("refs"))):
+                txn.put(bytes(key), bytes(value)[:16], db=st.backend.db("refs"))
+            fmt = decode_value(txn.get(b"format", db=st.backend.db("meta")))
             fmt["version"] = 1
-            txn.put(b"format", encode_value(fmt), db=st._db("meta"))
+            txn.put(b"format", encode_value(fmt), db=st.backend.db("meta"))
         with open_store(path, readonly=True) as ro:
             with pytest.raises(IntegrityError), ro.latest("q"):
                 pass

@@ -137,7 +137,7 @@ def _run(path: Path, seconds: float) -> dict[str, Any]:
                     time.sleep(0.5)  # a writer that holds the write lock for 0.5 s
                     holding.clear()
 
-                st._e.write(hold)
+                st.backend.env.write(hold)
                 long_holds += 1
                 time.sleep(0.3)
 

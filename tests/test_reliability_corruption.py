@@ -31,7 +31,7 @@ import pytest
 from cpstore.decision.validate import Decision, FindingCode, Verdict, validate, verdict_for
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import manifest_references
-from cpstore.store.verify import _children
+from cpstore.store.verify import children as _children
 
 
 def _data_verdict(d: Decision) -> Verdict:
@@ -182,10 +182,10 @@ def _build(path: Path) -> tuple[str, list[str]]:
             st.append_audit("note", {"i": i})
         assert _data_verdict(validate(cid, cid, store=st, record=False)) is Verdict.ACCEPT
         reach: set[bytes] = set()
-        objects = st._db("objects")
-        with st._read() as txn:
+        objects = st.backend.db("objects")
+        with st.backend.read_txn() as txn:
             for c in (first, cid):
-                m = st._load_manifest(txn, bytes.fromhex(c), verify=True)
+                m = st.backend.load_manifest(txn, bytes.fromhex(c), verify=True)
                 for field, key in manifest_references(m.raw):
                     reach.add(bytes(key))
                     reach.update(bytes(k) for k in _children(txn, objects, field, key))
@@ -374,12 +374,13 @@ class TestLogicalDamage:
         src, cid, reach, _ = pristine
         # Only what cid itself names: its parent's own objects are not R's (its
         # logs are cumulative), and a replay of cid never reads them.
-        with open_store(src, readonly=True) as st, st._read() as txn:
-            m = st._load_manifest(txn, bytes.fromhex(cid), verify=True)
+        with open_store(src, readonly=True) as st, st.backend.read_txn() as txn:
+            m = st.backend.load_manifest(txn, bytes.fromhex(cid), verify=True)
             own = set()
             for field, key in manifest_references(m.raw):
                 own.add(bytes(key).hex())
-                own.update(bytes(k).hex() for k in _children(txn, st._db("objects"), field, key))
+                objects = st.backend.db("objects")
+                own.update(bytes(k).hex() for k in _children(txn, objects, field, key))
         assert own < set(reach)
         accepted = []
         for n, (label, _db, key, value) in enumerate(_logical_damages(src, cid, reach)[:-6]):

@@ -125,8 +125,8 @@ def _check(
             assert cid in [m.id for m in st.history(run, limit=8)], (run, cid, head)
         for dig, index in seen.audit.items():
             assert st.get_audit(dig).index == index
-        db = st._db("ledgers")
-        with st._read() as txn, txn.cursor(db=db) as cur:
+        db = st.backend.db("ledgers")
+        with st.backend.read_txn() as txn, txn.cursor(db=db) as cur:
             ledgers = [bytes(k) for k, _ in cur]
         for key in ledgers:
             data = st.get_object(key)

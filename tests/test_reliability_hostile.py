@@ -157,8 +157,8 @@ class TestStoredGarbage:
             rec.observe(1, "cfg", b"p", pinned_at=1.0)
             cid = rec.checkpoint(1, {"a": 1})
             s.append_audit("note", {})
-            with s._e.env.begin() as txn:
-                okey = bytes(next(iter(txn.cursor(db=s._db("objects"))))[0])
+            with s.backend.env.env.begin() as txn:
+                okey = bytes(next(iter(txn.cursor(db=s.backend.db("objects"))))[0])
         key = {"checkpoints": bytes.fromhex(cid), "objects": okey, "audit": bytes(8)}[db]
         value = (b"\0" * 8 + garbage) if db == "checkpoints" else garbage
         env = lmdb.open(str(path), max_dbs=16)
@@ -379,8 +379,8 @@ def test_a_ref_key_damaged_into_non_utf8_is_an_integrity_error_not_a_traceback(
     path = str(tmp_path / "s")
     with cpstore.open(path) as st:
         cid = st.recorder("run").checkpoint(1, {"a": 1})
-        with st._e.env.begin(write=True) as txn:
-            txn.put(b"\xff\x00main", bytes.fromhex(cid), db=st._db("refs"))
+        with st.backend.env.env.begin(write=True) as txn:
+            txn.put(b"\xff\x00main", bytes.fromhex(cid), db=st.backend.db("refs"))
     for argv in (["log", "--store", path], ["gc", "--store", path, "--keep-last", "1"]):
         code, err = _cli(argv)
         assert code == 5 and "ref key" in err and len(err.strip().splitlines()) == 1, err

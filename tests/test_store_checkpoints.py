@@ -176,7 +176,7 @@ class TestReaderLifecycle:
         for _ in range(50):
             with pytest.raises(NotFoundError), store.read("ab" * 16):
                 pass
-        assert not store._e._active
+        assert not store.backend.env._active
 
 
 class TestHostileState:
@@ -194,9 +194,9 @@ class TestHostileState:
         m["state"] = {**m["state"], "parts": parts, "digest": digest(encode_value(parts))}
         manifest = encode_manifest(m)
         forged = digest(manifest)
-        store._write(
+        store.backend.write_txn(
             lambda txn: txn.put(
-                forged, pack_checkpoint_value(1.0, manifest), db=store._db("checkpoints")
+                forged, pack_checkpoint_value(1.0, manifest), db=store.backend.db("checkpoints")
             )
         )
         with store.read(forged.hex()) as cp, pytest.raises(IntegrityError, match="canonical"):
@@ -210,9 +210,9 @@ class TestHostileState:
         m["tags"] = 5
         manifest = encode_manifest(m)
         forged = digest(manifest)
-        store._write(
+        store.backend.write_txn(
             lambda txn: txn.put(
-                forged, pack_checkpoint_value(1.0, manifest), db=store._db("checkpoints")
+                forged, pack_checkpoint_value(1.0, manifest), db=store.backend.db("checkpoints")
             )
         )
         with store.read(forged.hex()) as cp:
@@ -228,11 +228,11 @@ class TestHostileState:
         """A flipped created_at byte fails the manifest and verify, never passes silently."""
         cid = store.recorder("run").checkpoint(0, {"a": 1})
         raw = bytes.fromhex(cid)
-        cps = store._db("checkpoints")
-        with store._read() as txn:
+        cps = store.backend.db("checkpoints")
+        with store.backend.read_txn() as txn:
             value = bytearray(txn.get(raw, db=cps))
         value[0] ^= 1
-        store._write(lambda txn: txn.put(raw, bytes(value), db=cps))
+        store.backend.write_txn(lambda txn: txn.put(raw, bytes(value), db=cps))
         with store.read(cid) as cp, pytest.raises(IntegrityError, match="created_at"):
             cp.manifest
         with pytest.raises(IntegrityError, match="created_at"):
@@ -458,9 +458,9 @@ class TestManifestEncoding:
         ids.append(rec.checkpoint(49, b"raw bytes state", seal_ledger=False))
         fork = store.recorder("run", branch="side", parent=ids[0])
         ids.append(fork.checkpoint(50, {"ü": "x", "a": 1}))
-        with store._e.read() as txn:
+        with store.backend.env.read() as txn:
             for cid in ids:
-                value = txn.get(bytes.fromhex(cid), db=store._db("checkpoints"))
+                value = txn.get(bytes.fromhex(cid), db=store.backend.db("checkpoints"))
                 _, data = unpack_checkpoint_value(value)
                 raw = store.manifest(cid).raw
                 assert bytes(data) == encode_value(raw)

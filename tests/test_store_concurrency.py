@@ -97,7 +97,7 @@ class TestThreads:
             stop.set()
             for t in threads:
                 t.join()
-            assert st._e.env.info()["map_size"] > 1 << 20
+            assert st.backend.env.env.info()["map_size"] > 1 << 20
         assert not errors, errors
 
     def test_a_write_that_fails_returns_while_readers_read_without_pause(
@@ -145,10 +145,10 @@ class TestThreads:
 
     def _resize_in_background(self, st: Any) -> threading.Thread:
         """Start growing the map in another thread; return once it waits for readers."""
-        grower = threading.Thread(target=st._e.grow, daemon=True)
+        grower = threading.Thread(target=st.backend.env.grow, daemon=True)
         grower.start()
         for _ in range(2000):
-            if st._e._resizing:
+            if st.backend.env._resizing:
                 return grower
             threading.Event().wait(0.005)
         raise AssertionError("the resize never started")
@@ -171,7 +171,7 @@ class TestThreads:
         """
         with open_store(tmp_path / "s") as st:
             cid = st.recorder("run").checkpoint(0, {"a": 1})
-            size = st._e.env.info()["map_size"]
+            size = st.backend.env.env.info()["map_size"]
             outcome: list[object] = []
 
             def reader_that_writes() -> None:
@@ -188,7 +188,7 @@ class TestThreads:
             self._finishes(reader_that_writes, "deadlock: reader and resize wait on each other")
             assert isinstance(outcome[0], StoreError) and "holds an open read" in str(outcome[0])
             assert outcome[1] is False  # the resize finished once the block ended
-            assert st._e.env.info()["map_size"] == 2 * size
+            assert st.backend.env.env.info()["map_size"] == 2 * size
             st.put_object(b"after")  # and writes work again
 
     def test_a_nested_read_while_the_map_grows_does_not_deadlock(self, tmp_path: Path) -> None:
@@ -222,12 +222,12 @@ def _grow_map(path: str, seconds: float, ready: Any) -> int:
     """Write big objects until ``seconds`` pass; returns how often the map grew."""
     with open_store(path, map_size=1 << 20) as st:
         ready.set()
-        start, grown, last = time.monotonic(), 0, st._e.env.info()["map_size"]
+        start, grown, last = time.monotonic(), 0, st.backend.env.env.info()["map_size"]
         i = 0
         while time.monotonic() - start < seconds:
             st.put_object(os.urandom(64) + bytes(256 * 1024) + i.to_bytes(8, "little"))
             i += 1
-            size = st._e.env.info()["map_size"]
+            size = st.backend.env.env.info()["map_size"]
             grown += size != last
             last = size
         return grown
@@ -242,8 +242,8 @@ def _open_read_close(path: str, seconds: float, readonly: bool) -> list[str]:
         try:
             with open_store(path, readonly=readonly, map_size=1 << 20) as st:
                 st.runs()
-                with st._read() as txn:
-                    txn.stat(st._db("objects"))
+                with st.backend.read_txn() as txn:
+                    txn.stat(st.backend.db("objects"))
         except StoreError:
             failures.append(traceback.format_exc())
     return failures if rounds > 1 else ["the loop never ran"]

@@ -29,8 +29,8 @@ def store(tmp_path: Path) -> Store:
 
 def _poke(store: Store, db: str, key: bytes, value: bytes) -> None:
     """Write raw bytes behind the store's back (simulates corruption)."""
-    with store._e.env.begin(write=True) as txn:
-        txn.put(key, value, db=store._db(db))
+    with store.backend.env.env.begin(write=True) as txn:
+        txn.put(key, value, db=store.backend.db(db))
 
 
 class TestWriteOnce:
@@ -159,7 +159,7 @@ class TestReadOnlyAndFull:
         with open_store(tmp_path / "s", map_size=1 << 20, max_map_size=1 << 26) as st:
             keys = [st.put_object(bytes([i]) * 300_000) for i in range(8)]
             assert all(len(st.get_object(k)) == 300_000 for k in keys)
-            assert st._e.env.info()["map_size"] > 1 << 20
+            assert st.backend.env.env.info()["map_size"] > 1 << 20
 
     def test_a_full_store_raises_and_stays_usable(self, tmp_path: Path) -> None:
         """Past max_map_size a write raises StoreFullError and writes nothing."""

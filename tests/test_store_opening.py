@@ -312,7 +312,7 @@ class TestReadOnlyAccess:
             with cpstore.open(path, readonly=True) as store, store.read(head) as cp:
                 assert cp.state() == {"memory": "hello again"}
                 assert store.verify().ok
-                assert not store._e.locked
+                assert not store.backend.env.locked
                 try:
                     store.put_object(b"x")
                 except StoreReadOnlyError:
@@ -350,4 +350,4 @@ class TestReadOnlyAccess:
         """Where the lock file is writable, a read-only open keeps LMDB's reader coordination."""
         _make_store(str(tmp_path / "s"))
         with cpstore.open(tmp_path / "s", readonly=True) as store:
-            assert store._e.locked
+            assert store.backend.env.locked

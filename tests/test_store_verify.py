@@ -20,11 +20,11 @@ def store(tmp_path: Path) -> Store:
 
 
 def _raw(store: Store, db: str, key: bytes, value: bytes | None) -> None:
-    with store._e.env.begin(write=True) as txn:
+    with store.backend.env.env.begin(write=True) as txn:
         if value is None:
-            txn.delete(key, db=store._db(db))
+            txn.delete(key, db=store.backend.db(db))
         else:
-            txn.put(key, value, db=store._db(db))
+            txn.put(key, value, db=store.backend.db(db))
 
 
 def _sample(store: Store) -> str:
@@ -77,8 +77,8 @@ class TestVerify:
     def test_a_tampered_manifest_is_found(self, store: Store) -> None:
         """Manifest bytes must hash to the checkpoint id."""
         cid = _sample(store)
-        with store._e.env.begin() as txn:
-            value = bytearray(txn.get(bytes.fromhex(cid), db=store._db("checkpoints")))
+        with store.backend.env.env.begin() as txn:
+            value = bytearray(txn.get(bytes.fromhex(cid), db=store.backend.db("checkpoints")))
         value[-1] ^= 0x01
         _raw(store, "checkpoints", bytes.fromhex(cid), bytes(value))
         assert not store.verify().ok
@@ -87,8 +87,8 @@ class TestVerify:
 
     def test_a_dangling_ref_is_found(self, store: Store) -> None:
         """A ref (with a true check) to a missing checkpoint is a problem."""
-        with store._e.env.begin(write=True) as txn:
-            write_ref(txn, store._e.dbs, b"run\x00ghost", bytes(16), SET)
+        with store.backend.env.env.begin(write=True) as txn:
+            write_ref(txn, store.backend.env.dbs, b"run\x00ghost", bytes(16), SET)
         problems = store.verify().problems
         assert [p.what for p in problems] == ["ref does not resolve"]
 
@@ -137,8 +137,8 @@ class TestCreatedAt:
         """created_at has its own check: verify reports it, a verified read raises."""
         cid = _sample(store)
         key = bytes.fromhex(cid)
-        with store._read() as txn:
-            value = bytearray(txn.get(key, db=store._db("checkpoints")))
+        with store.backend.read_txn() as txn:
+            value = bytearray(txn.get(key, db=store.backend.db("checkpoints")))
         value[3] ^= 0x01
         _raw(store, "checkpoints", key, bytes(value))
         report = store.verify()

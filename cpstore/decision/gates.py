@@ -19,7 +19,7 @@ let through. The rules (docs/decision-table.md, "Gates"):
   (:func:`check_resume`).
 
 Every check a gate makes runs inside the write txn that appends its record
-(:func:`~cpstore.store.audit.append_audit_checked`): two processes racing
+(``append_audit_checked``): two processes racing
 with one sign-off, or a gate racing a newer decision, cannot both pass.
 """
 
@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from cpstore.decision.ports import AuditEntry, AuditLog, AuditStore, AuditView
 from cpstore.decision.validate import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
 from cpstore.errors import (
     AuditChainError,
@@ -38,7 +39,6 @@ from cpstore.errors import (
     NotFoundError,
     SignOffError,
 )
-from cpstore.store.audit import AuditView, append_audit_checked, audit_view
 
 __all__ = [
     "AUDIT_DECISION",
@@ -114,11 +114,11 @@ class RollbackCertificate:
 # -- reading the audit log ------------------------------------------------------
 
 
-def _records(store: Any, kind: str) -> Iterator[Any]:
+def _records(store: AuditLog, kind: str) -> Iterator[AuditEntry]:
     yield from store.audit_records(kind=kind)
 
 
-def _linked(store: Any, rec: Any) -> None:
+def _linked(store: AuditLog, rec: AuditEntry) -> None:
     """Check ``rec`` is where the chain says, and (keyed store) that its MAC verifies."""
     store.check_audit_mac(rec.index)
     if rec.index == 0:
@@ -143,7 +143,7 @@ def _decision_id(decision: Decision | str) -> str:
     raise InvalidInputError("decision must be a Decision or a decision id", got=decision)
 
 
-def _decision_record(store: Any, decision: Decision | str) -> Any:
+def _decision_record(store: AuditLog, decision: Decision | str) -> AuditEntry:
     """The one audit record of ``decision``; the caller's object is not trusted."""
     ident = _decision_id(decision)
     found = [r for r in _records(store, AUDIT_DECISION) if r.body.get("decision_id") == ident]
@@ -165,12 +165,12 @@ def _decision_record(store: Any, decision: Decision | str) -> Any:
     return rec
 
 
-def _checkpoint_of(rec: Any) -> str | None:
+def _checkpoint_of(rec: AuditEntry) -> str | None:
     recorded = rec.body.get("recorded")
     return recorded.get("checkpoint_id") if isinstance(recorded, Mapping) else None
 
 
-def _codes(rec: Any) -> list[FindingCode]:
+def _codes(rec: AuditEntry) -> list[FindingCode]:
     out = []
     for f in rec.body.get("findings", []):
         try:
@@ -183,7 +183,7 @@ def _codes(rec: Any) -> list[FindingCode]:
     return out
 
 
-def _verdict(rec: Any) -> Verdict:
+def _verdict(rec: AuditEntry) -> Verdict:
     # Re-derive from the codes; the stored verdict must agree with them.
     derived = max((FINDING_RULES[c][0] for c in _codes(rec)), default=Verdict.ACCEPT)
     if rec.body.get("verdict") != derived.name:
@@ -196,11 +196,11 @@ def _verdict(rec: Any) -> Verdict:
     return derived
 
 
-def _latest_for(log: AuditView, checkpoint_id: str) -> Any | None:
+def _latest_for(log: AuditView, checkpoint_id: str) -> AuditEntry | None:
     return log.latest_decision(checkpoint_id)
 
 
-def _check_current(store: Any, rec: Any, checkpoint_id: str) -> None:
+def _check_current(store: AuditView, rec: AuditEntry, checkpoint_id: str) -> None:
     if _checkpoint_of(rec) != checkpoint_id:
         raise GateError(
             "decision is about another checkpoint",
@@ -226,7 +226,7 @@ def _text(value: object, name: str) -> str:
 # -- the gates ------------------------------------------------------------------
 
 
-def sign_off(store: Any, decision: Decision | str, *, operator: str, reason: str) -> SignOff:
+def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reason: str) -> SignOff:
     """Record an operator's release of a releasable decision (audit kind ``signoff``)."""
     operator = _text(operator, "operator")
     reason = _text(reason, "reason")
@@ -260,12 +260,12 @@ def sign_off(store: Any, decision: Decision | str, *, operator: str, reason: str
             "time": now,
         }
 
-    out = append_audit_checked(store, AUDIT_SIGNOFF, prepare)
+    out = store.append_audit_checked(AUDIT_SIGNOFF, prepare)
     body = out.body
     return SignOff(body["decision_id"], body["checkpoint_id"], operator, reason, now, out.digest)
 
 
-def _used_sign_offs(store: Any) -> set[str]:
+def _used_sign_offs(store: AuditLog) -> set[object]:
     return {
         r.body.get("sign_off")
         for r in _records(store, AUDIT_GATE)
@@ -273,7 +273,7 @@ def _used_sign_offs(store: Any) -> set[str]:
     }
 
 
-def _valid_sign_off(store: Any, digest: str, rec: Any) -> Any:
+def _valid_sign_off(store: AuditLog, digest: str, rec: AuditEntry) -> AuditEntry:
     try:
         so = store.get_audit(digest)
     except NotFoundError:
@@ -299,7 +299,9 @@ def _valid_sign_off(store: Any, digest: str, rec: Any) -> Any:
     return so
 
 
-def _gate_body(gate: str, checkpoint_id: str, rec: Any, sign_off: str | None) -> dict[str, Any]:
+def _gate_body(
+    gate: str, checkpoint_id: str, rec: AuditEntry, sign_off: str | None
+) -> dict[str, Any]:
     """The audit body of a gate passage (the only proof a gate was passed)."""
     return {
         "gate": gate,
@@ -311,7 +313,7 @@ def _gate_body(gate: str, checkpoint_id: str, rec: Any, sign_off: str | None) ->
 
 
 def resume_gate(
-    store: Any,
+    store: AuditStore,
     checkpoint_id: str,
     decision: Decision | str,
     *,
@@ -351,14 +353,14 @@ def resume_gate(
         passed.update(decision_id=rec.body["decision_id"], verdict=verdict, sign_off=used)
         return _gate_body("resume", checkpoint_id, rec, used)
 
-    out = append_audit_checked(store, AUDIT_GATE, prepare)
+    out = store.append_audit_checked(AUDIT_GATE, prepare)
     return ResumePermit(
         checkpoint_id, passed["decision_id"], passed["verdict"], passed["sign_off"], out.digest
     )
 
 
 def certify_rollback(
-    store: Any, checkpoint_id: str, decision: Decision | str
+    store: AuditStore, checkpoint_id: str, decision: Decision | str
 ) -> RollbackCertificate:
     """Certify rolling back the branch of ``checkpoint_id`` or raise :class:`GateError`."""
     _text(checkpoint_id, "checkpoint_id")
@@ -393,7 +395,7 @@ def certify_rollback(
         passed.update(run_id=run_id, branch=branch, decision_id=rec.body["decision_id"])
         return _gate_body("rollback", checkpoint_id, rec, None)
 
-    out = append_audit_checked(store, AUDIT_GATE, prepare)
+    out = store.append_audit_checked(AUDIT_GATE, prepare)
     return RollbackCertificate(
         checkpoint_id, str(passed["run_id"]), passed["branch"], passed["decision_id"], out.digest
     )
@@ -407,7 +409,7 @@ def _permit_digest(permit: ResumePermit | str) -> str:
     raise InvalidInputError("permit must be a ResumePermit or its audit digest", got=permit)
 
 
-def _standing(log: AuditView, checkpoint_id: str) -> tuple[Any | None, Verdict | None]:
+def _standing(log: AuditView, checkpoint_id: str) -> tuple[AuditEntry | None, Verdict | None]:
     """The checkpoint's standing decision (its latest) and that decision's verdict."""
     rec = log.latest_decision(checkpoint_id)
     return rec, None if rec is None else _verdict(rec)
@@ -457,7 +459,7 @@ def _use_permit(
 
 
 def check_resume(
-    store: Any,
+    store: AuditStore,
     checkpoint_id: str | None,
     *,
     run_id: str,
@@ -467,7 +469,7 @@ def check_resume(
     """Refuse recording on from ``checkpoint_id`` unless its standing decision allows it.
 
     The standing decision is the latest decision recorded about the
-    checkpoint (the decision index, :class:`~cpstore.store.audit.AuditView`).
+    checkpoint (the decision index, :class:`~cpstore.decision.ports.AuditView`).
     None or an ACCEPT needs no permit; anything else needs ``permit``, a
     :class:`ResumePermit` from :func:`resume_gate` for this checkpoint and for
     that very decision, not used before. A permit given is always checked and
@@ -476,7 +478,7 @@ def check_resume(
     if permit is None:
         if checkpoint_id is None:
             return
-        with audit_view(store) as log:
+        with store.audit_view() as log:
             standing, verdict = _standing(log, checkpoint_id)
         if standing is None or verdict is Verdict.ACCEPT:
             return
@@ -493,6 +495,6 @@ def check_resume(
             where=f"run {run_id!r} branch {branch!r}",
             got=digest,
         )
-    append_audit_checked(
-        store, AUDIT_RESUME, lambda log: _use_permit(log, digest, checkpoint_id, run_id, branch)
+    store.append_audit_checked(
+        AUDIT_RESUME, lambda log: _use_permit(log, digest, checkpoint_id, run_id, branch)
     )

@@ -21,7 +21,7 @@ __all__ = ["track_recorder", "track_store"]
 
 
 class _Flushable(Protocol):
-    def _flush_at_exit(self) -> None: ...
+    def flush_at_exit(self) -> None: ...
 
 
 class _Closable(Protocol):
@@ -52,7 +52,7 @@ def _at_exit() -> None:
         recorder._warn_unsealed("at interpreter exit")
     for store in list(_STORES):
         try:
-            store._flush_at_exit()
+            store.flush_at_exit()
         except Exception as exc:  # an exit hook must not hide the others
             warnings.warn(
                 f"cpstore could not flush queued checkpoints at exit: {exc}",

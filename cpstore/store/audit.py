@@ -24,7 +24,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cpstore.errors import (
     AuditChainError,
@@ -35,12 +35,9 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.backend import Backend, Txn
 from cpstore.store.keyed_audit import check_mac, mac_append
-from cpstore.store.lmdb_env import Txn
 from cpstore.store.model import AuditRecord, Problem, check_metadata, parse_id
-
-if TYPE_CHECKING:
-    from cpstore.store.facade import Store
 
 __all__ = [
     "AuditView",
@@ -136,10 +133,10 @@ class AuditView:
     Use it only while its txn is open.
     """
 
-    def __init__(self, store: Store, txn: Txn[memoryview]) -> None:
+    def __init__(self, store: Backend, txn: Txn[memoryview]) -> None:
         self._store = store
         self._txn = txn
-        self._dbs = store._e.dbs
+        self._dbs = store.dbs
 
     def audit_records(
         self, *, kind: str | None = None, start: int = 0, limit: int | None = None
@@ -165,12 +162,12 @@ class AuditView:
         store = self._store
         if not store.audit_keyed:
             return
-        if store._audit_key is None:
+        if store.audit_key is None:
             raise StoreError(
                 "this store's audit log is keyed; open it with audit_key= to trust a record",
                 where=f"audit/{index}",
             )
-        check_mac(self._txn, self._dbs, store._audit_key, index)
+        check_mac(self._txn, self._dbs, store.audit_key, index)
 
     def latest_decision(self, checkpoint_id: str) -> AuditRecord | None:
         """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail)."""
@@ -203,19 +200,19 @@ class AuditView:
 
 
 @contextmanager
-def audit_view(store: Store) -> Iterator[AuditView]:
+def audit_view(store: Backend) -> Iterator[AuditView]:
     """An :class:`AuditView` over a read txn, for the ``with`` block."""
-    with store._read() as txn:
+    with store.read_txn() as txn:
         yield AuditView(store, txn)
 
 
-def append_audit(store: Store, kind: str, body: Mapping[str, Any]) -> AuditRecord:
+def append_audit(store: Backend, kind: str, body: Mapping[str, Any]) -> AuditRecord:
     """Append one record after the current last one, in one durable txn."""
     return append_audit_checked(store, kind, lambda _log: body)
 
 
 def append_audit_checked(
-    store: Store, kind: str, prepare: Callable[[AuditView], Mapping[str, Any]]
+    store: Backend, kind: str, prepare: Callable[[AuditView], Mapping[str, Any]]
 ) -> AuditRecord:
     """Append the body ``prepare`` returns, ``prepare`` running inside the append's txn.
 
@@ -231,24 +228,24 @@ def append_audit_checked(
         content = check_metadata(prepare(AuditView(store, txn)), "audit body")
         return append_audit_txn(store, txn, kind, content, when)
 
-    result: AuditRecord = store._write(append)
+    result: AuditRecord = store.write_txn(append)
     return result
 
 
 def append_audit_txn(
-    store: Store, txn: Txn[memoryview], kind: str, content: dict[str, Any], when: float
+    store: Backend, txn: Txn[memoryview], kind: str, content: dict[str, Any], when: float
 ) -> AuditRecord:
     """Append one record in the caller's write txn (for a change audited atomically with it).
 
     ``content`` must already have passed ``check_metadata``. The decision index
     (docs/store.md) is kept in this same txn.
     """
-    if store.audit_keyed and store._audit_key is None:
+    if store.audit_keyed and store.audit_key is None:
         raise StoreError(
             "this store's audit log is keyed; open it with audit_key= to append",
             where=store.path,
         )
-    dbs = store._e.dbs
+    dbs = store.dbs
     audit, index_db, meta = dbs["audit"], dbs["audit_index"], dbs["meta"]
     with txn.cursor(db=audit) as cur:
         if cur.last():
@@ -261,8 +258,8 @@ def append_audit_txn(
     key = digest(raw)
     if not txn.put(_INDEX.pack(index), raw, overwrite=False, db=audit):
         raise AuditChainError("audit index already used", where=f"audit/{index}")
-    if store._audit_key is not None:
-        mac_append(txn, dbs, store._audit_key, index, raw)
+    if store.audit_key is not None:
+        mac_append(txn, dbs, store.audit_key, index, raw)
     txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
     txn.put(HEAD_KEY, encode_value([index + 1, key]), db=meta)
     indexed = _indexed_count(txn, meta)
@@ -276,19 +273,19 @@ def append_audit_txn(
 
 
 def audit_records(
-    store: Store, *, kind: str | None = None, start: int = 0, limit: int | None = None
+    store: Backend, *, kind: str | None = None, start: int = 0, limit: int | None = None
 ) -> Iterator[AuditRecord]:
     """Records from ``start`` in order, filtered by ``kind``; read in pages of 256."""
     if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < 2**64:
         raise InvalidInputError("start must be an int in [0, 2**64)", got=start)
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise InvalidInputError("limit must be a non-negative int or None", got=limit)
-    audit = store._db("audit")
+    audit = store.db("audit")
     produced = 0
     position = start
     while limit is None or produced < limit:
         page: list[AuditRecord] = []
-        with store._read() as txn, txn.cursor(db=audit) as cur:
+        with store.read_txn() as txn, txn.cursor(db=audit) as cur:
             found = cur.set_range(_INDEX.pack(position))
             while found and len(page) < 256:
                 index = _INDEX.unpack(cur.key())[0]
@@ -305,10 +302,10 @@ def audit_records(
                     return
 
 
-def get_audit(store: Store, digest_hex: str) -> AuditRecord:
+def get_audit(store: Backend, digest_hex: str) -> AuditRecord:
     """The record whose digest is ``digest_hex``."""
-    with store._read() as txn:
-        return _get(txn, store._e.dbs, digest_hex)
+    with store.read_txn() as txn:
+        return _get(txn, store.dbs, digest_hex)
 
 
 def _get(txn: Txn[memoryview], dbs: Mapping[str, Any], digest_hex: str) -> AuditRecord:

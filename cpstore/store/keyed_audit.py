@@ -21,7 +21,7 @@ from typing import Any
 from cpstore.errors import AuditChainError, StoreError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.audit_mac import check_record_mac, key_id, mac_head, mac_record, verify_macs
-from cpstore.store.lmdb_env import Txn
+from cpstore.store.backend import Txn
 from cpstore.store.model import Problem
 
 __all__ = ["KEY_ID", "MAC_HEAD", "adopt_key", "check_mac", "check_macs", "mac_append"]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from threading import get_ident
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import lmdb
 
@@ -31,51 +31,15 @@ from cpstore.errors import (
     StoreFullError,
     StoreReadOnlyError,
 )
-from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.native.records import DIGEST_SIZE, Digest
-from cpstore.store.model import CHUNK_SIZE, READABLE_VERSIONS, STORE_VERSION, parse_id
+from cpstore.store.backend import Txn
+from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
 __all__ = ["DB_NAMES", "Env", "acquire_env", "is_open_here", "release_env"]
 
 T = TypeVar("T")
-_V_co = TypeVar("_V_co", covariant=True)
 
-
-class Txn(Protocol[_V_co]):
-    """What cpstore uses of an LMDB txn; ``_V_co`` is the value type ``get`` returns.
-
-    Our own protocol rather than the binding's type: py-lmdb ships no type
-    information before 2.0, and cpstore keeps lmdb < 2 (pyproject.toml).
-    """
-
-    def get(self, key: bytes, default: Any = None, db: Any = None) -> _V_co | None: ...
-
-    def put(
-        self,
-        key: bytes,
-        value: bytes | memoryview,
-        *,
-        dupdata: bool = True,
-        overwrite: bool = True,
-        append: bool = False,
-        db: Any = None,
-    ) -> bool: ...
-
-    def delete(self, key: bytes, value: bytes = b"", db: Any = None) -> bool: ...
-
-    def cursor(self, db: Any = None) -> Any: ...
-
-    def stat(self, db: Any) -> dict[str, int]: ...
-
-    def abort(self) -> None: ...
-
-    def commit(self) -> None: ...
-
-    def __enter__(self) -> Txn[_V_co]: ...
-
-    def __exit__(self, *exc: object) -> Any: ...
 
 #: Every named database of a store (docs/store.md, "Named databases").
 DB_NAMES = (
@@ -672,85 +636,3 @@ def release_env(env: Env) -> None:
         if _REGISTRY.get(env.path) is env:
             del _REGISTRY[env.path]
     env.close()
-
-
-# -- objects on a txn ---------------------------------------------------------
-
-
-def put_object(txn: Txn[memoryview], objects: Any, key: bytes, data: bytes | memoryview) -> bool:
-    """Write-once put of ``data`` under its digest ``key``; True if it was new.
-
-    An existing identical object is a no-op; different bytes under the key
-    mean the stored copy is corrupt, which is an :class:`IntegrityError`.
-    """
-    if txn.put(key, data, overwrite=False, db=objects):
-        return True
-    existing = txn.get(key, db=objects)
-    if existing is None or (len(existing) != len(data) or existing != data):
-        got = None if existing is None else digest(existing).hex()
-        raise IntegrityError(
-            "different bytes are stored under this digest",
-            where=f"objects/{key.hex()}",
-            expected=key.hex(),
-            got=got,
-        )
-    return False
-
-
-def get_object(
-    txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
-) -> memoryview:
-    """Zero-copy view of an object, hash-checked unless ``verify`` is False."""
-    view = txn.get(key, None, objects)
-    if view is None:
-        raise NotFoundError("object not in the store", where=where, got=bytes(key).hex())
-    if verify:
-        got = digest(view)
-        if got != key:
-            raise IntegrityError(
-                "object bytes do not match their digest",
-                where=where,
-                expected=bytes(key).hex(),
-                got=got.hex(),
-            )
-    return view
-
-
-def chunk_index(data: bytes) -> tuple[list[bytes], bytes]:
-    """Fixed-size chunks of ``data`` and the canonical bytes of their index."""
-    chunks = [data[i : i + CHUNK_SIZE] for i in range(0, len(data), CHUNK_SIZE)]
-    index = encode_value([len(data), [digest(c) for c in chunks]])
-    return chunks, index
-
-
-def load_chunked(
-    txn: Txn[memoryview], objects: Any, index_key: bytes, whole: bytes, *, verify: bool, where: str
-) -> bytes:
-    """Reassemble a chunked value from its index; checks the whole digest too."""
-    raw = get_object(txn, objects, index_key, verify=verify, where=f"{where} (chunk index)")
-    try:
-        size, keys = decode_value(raw)
-        ok = isinstance(size, int) and isinstance(keys, list)
-    except (CanonicalEncodingError, TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise IntegrityError("chunk index is malformed", where=where, got=bytes(raw))
-    data = b"".join(
-        bytes(get_object(txn, objects, k, verify=verify, where=f"{where} chunk {i}"))
-        for i, k in enumerate(keys)
-    )
-    if len(data) != size or (verify and digest(data) != whole):
-        raise IntegrityError(
-            "chunked value does not match its digest",
-            where=where,
-            expected=bytes(whole).hex(),
-            got=digest(data).hex(),
-        )
-    return data
-
-
-def as_digest(value: object, what: str = "digest") -> Digest:
-    """A raw digest from raw bytes (16) or a 32-character hex str."""
-    if isinstance(value, (bytes, bytearray)) and len(value) == DIGEST_SIZE:
-        return Digest(bytes(value))
-    return parse_id(value, what)

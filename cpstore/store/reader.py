@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import lmdb
 import msgpack
 
 from cpstore.errors import (
@@ -25,7 +24,6 @@ from cpstore.errors import (
     InvalidInputError,
     NotFoundError,
     RecordingGapError,
-    StoreError,
 )
 from cpstore.native.binding import digest, digest_small
 from cpstore.native.canonical import _ext_hook
@@ -38,7 +36,7 @@ from cpstore.native.records import (
     string_digest,
     value_digest,
 )
-from cpstore.store.lmdb_env import Txn, get_object, load_chunked, translate
+from cpstore.store.backend import Backend, Txn
 from cpstore.store.model import (
     Manifest,
     Problem,
@@ -47,11 +45,9 @@ from cpstore.store.model import (
     decode_trusted,
     manifest_from_raw,
 )
+from cpstore.store.objects import get_object, load_chunked
 from cpstore.store.refs import check_ref_target, read_ref
 from cpstore.store.verify import check_checkpoint_objects
-
-if TYPE_CHECKING:
-    from cpstore.store.facade import Store
 
 __all__ = ["CheckpointView"]
 
@@ -110,7 +106,7 @@ class CheckpointView:
 
     def __init__(
         self,
-        store: Store,
+        store: Backend,
         cid: bytes | None,
         *,
         verify: bool,
@@ -119,7 +115,7 @@ class CheckpointView:
         self._store = store
         self._txn: Txn[memoryview] | None = None
         self._entered = False
-        self._objects = store._db("objects")
+        self._objects = store.db("objects")
         self._cid = cid or b""
         self._head = head  # (ref key, "run/branch") for Store.latest
         self._raw: dict[str, Any] = _NOT_OPEN
@@ -144,29 +140,26 @@ class CheckpointView:
             )
         self._entered = True
         store = self._store
-        env = store._e
-        if store._closed:
-            raise StoreError("the store is closed", where=store.path)
-        txn = env.begin_read()
+        txn = store.begin_read()  # refuses a closed store, checks the pid
         try:
             if self._head is not None:
                 key, where = self._head
-                head = read_ref(txn, env.dbs, key, layout=env.layout)
+                head = read_ref(txn, store.dbs, key, layout=store.layout)
                 if head is None:
                     raise NotFoundError("no such branch", where=f"refs/{where}")
                 self._cid, origin = head
-            self._raw, self._header = store._load_raw(
+            self._raw, self._header = store.load_raw(
                 txn, self._cid, verify=self._verify, full=False
             )
             if self._head is not None:
                 # The ref's check caught a damaged key; this catches a ref that
                 # names another run's (or branch's) checkpoint all the same.
                 check_ref_target(key, origin, self._raw.get("run_id"), self._raw.get("branch"))
-        except lmdb.Error as exc:
-            env.end_read(txn)
-            raise translate(exc, store.path) from None
+        except store.engine_error as exc:
+            store.end_read(txn)
+            raise store.translate(exc) from None
         except BaseException:
-            env.end_read(txn)
+            store.end_read(txn)
             raise
         self._txn = txn
         self._lease.append(True)
@@ -177,9 +170,9 @@ class CheckpointView:
         if txn is None:
             return
         self._close()
-        self._store._e.end_read(txn)
-        if isinstance(exc, lmdb.Error):
-            raise translate(exc, self._store.path) from None
+        self._store.end_read(txn)
+        if isinstance(exc, self._store.engine_error):
+            raise self._store.translate(exc) from None
 
     def _fields(self) -> dict[str, Any]:
         """The manifest map with every field shape-checked (checked once, on first use)."""
@@ -253,7 +246,7 @@ class CheckpointView:
         return tuple(
             check_checkpoint_objects(
                 self._txn,
-                self._store._e.dbs,
+                self._store.dbs,
                 self._cid,
                 checked=self._checked,
                 derive_tokens=derive_tokens,

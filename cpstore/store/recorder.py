@@ -17,7 +17,7 @@ import sys
 import warnings
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cpstore.errors import (
     ConflictError,
@@ -31,7 +31,8 @@ from cpstore.native.binding import digest, digest_batch
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import Digest, KindTable
 from cpstore.store.at_exit import track_recorder
-from cpstore.store.lmdb_env import chunk_index, get_object
+from cpstore.store.backend import Backend
+from cpstore.store.branches import head_of
 from cpstore.store.model import (
     CHUNK_SIZE,
     MAX_OBJECT_SIZE,
@@ -46,9 +47,7 @@ from cpstore.store.model import (
     pack_checkpoint_value,
     parse_id,
 )
-
-if TYPE_CHECKING:
-    from cpstore.store.facade import Store
+from cpstore.store.objects import chunk_index, get_object
 
 __all__ = ["Recorder"]
 
@@ -81,11 +80,11 @@ def _offsets_bytes(offsets: array[int]) -> bytes:
 class Recorder:
     """Records one run on one branch; create with :meth:`Store.recorder`."""
 
-    def __init__(self, store: Store, run_id: str, branch: str, parent: str | None) -> None:
+    def __init__(self, store: Backend, run_id: str, branch: str, parent: str | None) -> None:
         self._store = store
         self._run_id = run_id
         self._branch = branch
-        head = _raw(store.ref(run_id, branch))
+        head = _raw(head_of(store, run_id, branch))
         self._expected = head
         self._parent: bytes | None = None
         self._tokens = bytearray()
@@ -141,9 +140,9 @@ class Recorder:
 
     def _load_parent(self, cid: bytes) -> None:
         store = self._store
-        objects = store._db("objects")
-        with store._read() as txn:
-            m = store._load_manifest(txn, cid, verify=True)
+        objects = store.db("objects")
+        with store.read_txn() as txn:
+            m = store.load_manifest(txn, cid, verify=True)
             if m.run_id != self._run_id:
                 raise InvalidInputError(
                     "a branch can only fork from a checkpoint of its own run",
@@ -498,7 +497,7 @@ class Recorder:
             sealed_ledger=sealed,
         )
         self._chunks, chunks = [], self._chunks
-        self._store._commit(op)
+        self._store.commit(op)
         named.update(chunks)
         self._confirmed = named
         self._logged.update(self._unlogged)

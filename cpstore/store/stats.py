@@ -43,18 +43,18 @@ def store_stats(store: Store) -> StoreStats:
     sizes: dict[bytes, int] = {}
     referenced = 0
     checkpoints = refs = audit = 0
-    with store._read() as txn:
-        with txn.cursor(db=store._db("objects")) as cur:
+    with store.backend.read_txn() as txn:
+        with txn.cursor(db=store.backend.db("objects")) as cur:
             for key, value in cur:
                 sizes[bytes(key)] = len(value)
-        with txn.cursor(db=store._db("checkpoints")) as cur:
+        with txn.cursor(db=store.backend.db("checkpoints")) as cur:
             for key, value in cur:
                 checkpoints += 1
                 created, body = unpack_checkpoint_value(value)
                 manifest = decode_manifest(bytes(key), body, created)
                 referenced += sum(sizes.get(d, 0) for _, d in manifest_references(manifest.raw))
-        refs = txn.stat(store._db("refs"))["entries"]
-        audit = txn.stat(store._db("audit"))["entries"]
+        refs = txn.stat(store.backend.db("refs"))["entries"]
+        audit = txn.stat(store.backend.db("audit"))["entries"]
     return StoreStats(
         objects=len(sizes),
         object_bytes=sum(sizes.values()),

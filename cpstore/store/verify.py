@@ -1,27 +1,21 @@
-"""Whole-store checks and retention: verify, mark-and-sweep, delete, prune.
+"""Whole-store and per-checkpoint checks: ``verify`` and ``check_checkpoint_objects``.
 
 ``verify`` is composed of small per-entry checks and reports every problem as
-data. Retention marks from every ref head (its whole lineage, or its newest
-``keep_last`` checkpoints) and from every sealed ledger, then sweeps
-checkpoints and objects nothing marked; pruned checkpoint ids get a tombstone
-so a surviving child's ``parent`` is known to be pruned, not lost. Audit
-records are never touched.
+data (retention, which shares the reference walk, is :mod:`cpstore.store.retention`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
-
-import lmdb
+from typing import Any
 
 from cpstore.errors import CanonicalEncodingError, CpstoreError
 from cpstore.native.binding import digest, digest_batch
-from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.canonical import decode_value
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import check_audit_chain
+from cpstore.store.backend import Backend, Txn
 from cpstore.store.keyed_audit import check_macs
-from cpstore.store.lmdb_env import Txn, load_chunked
 from cpstore.store.model import (
     Manifest,
     Problem,
@@ -31,12 +25,10 @@ from cpstore.store.model import (
     split_ref_key,
     unpack_checkpoint_value,
 )
-from cpstore.store.refs import check_refs, delete_ref, retained_heads, unpack_ref
+from cpstore.store.objects import load_chunked
+from cpstore.store.refs import check_refs, retained_heads
 
-if TYPE_CHECKING:
-    from cpstore.store.facade import Store
-
-__all__ = ["check_checkpoint_objects", "delete_run", "prune", "verify"]
+__all__ = ["check_checkpoint_objects", "children", "verify"]
 
 
 def _decode_list(txn: Txn[memoryview], objects: Any, key: bytes) -> list[Any]:
@@ -47,7 +39,7 @@ def _decode_list(txn: Txn[memoryview], objects: Any, key: bytes) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _children(txn: Txn[memoryview], objects: Any, field: str, key: bytes) -> Iterable[bytes]:
+def children(txn: Txn[memoryview], objects: Any, field: str, key: bytes) -> Iterable[bytes]:
     """Objects an object names: chunks of a chunk index, payloads of a log."""
     if field.startswith("state.chunked"):
         raw = txn.get(key, db=objects)
@@ -168,7 +160,7 @@ def _check_checkpoint(
             problems.append(_unresolved(f"{where}.{field}", key))
             continue
         try:
-            for i, child in enumerate(_children(txn, objects, field, key)):
+            for i, child in enumerate(children(txn, objects, field, key)):
                 if txn.get(child, db=objects) is None:
                     problems.append(_unresolved(f"{where}.{field}[{i}]", child, i))
         except (CpstoreError, TypeError, ValueError, IndexError) as exc:
@@ -392,12 +384,12 @@ PROGRESS_EVERY = 4096
 Progress = Callable[[int, int], None]
 
 
-def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
+def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
     """Walk every database; see :meth:`Store.verify`."""
-    dbs = store._e.dbs
+    dbs = store.dbs
     problems: list[Problem] = []
     counts = dict.fromkeys(("objects", "checkpoints", "refs", "ledgers", "tombstones", "audit"), 0)
-    with store._read() as txn:
+    with store.read_txn() as txn:
         total = sum(
             txn.stat(dbs[name])["entries"] for name in ("objects", "checkpoints", "refs", "ledgers")
         )
@@ -429,7 +421,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                     tick()
                     counts["checkpoints"] += 1
                     _check_checkpoint(txn, dbs, bytes(key), value, problems)
-            if store._e.layout == 1:  # read-only open of a layout-1 store: no checks stored
+            if store.layout == 1:  # read-only open of a layout-1 store: no checks stored
                 with txn.cursor(db=dbs["refs"]) as cur:
                     for key, value in cur:
                         tick()
@@ -493,104 +485,13 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                             )
             counts["tombstones"] = txn.stat(dbs["tombstones"])["entries"]
             counts["audit"], audit_problems = check_audit_chain(txn, dbs)
-            if store._audit_key is not None:
-                audit_problems.extend(check_macs(txn, dbs, store._audit_key))
+            if store.audit_key is not None:
+                audit_problems.extend(check_macs(txn, dbs, store.audit_key))
             problems.extend(audit_problems)
-        except lmdb.Error as exc:
+        except store.engine_error as exc:
             problems.append(
                 Problem("LMDB reported an error while walking", "data.mdb", got=str(exc))
             )
     if progress is not None:
         progress(total, total)
     return VerifyReport(ok=not problems, problems=tuple(problems), counts=counts)
-
-
-# -- retention ---------------------------------------------------------------
-
-
-def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None) -> int:
-    dbs = store._e.dbs
-    objects = dbs["objects"]
-    now = store.now()
-
-    def run(txn: Txn[memoryview]) -> int:
-        if drop_run is not None:
-            prefix = drop_run.encode("utf-8", "surrogatepass") + b"\0"
-            with txn.cursor(db=dbs["refs"]) as cur:
-                doomed = [bytes(k) for k, _ in cur if bytes(k).startswith(prefix)]
-            for key in doomed:
-                delete_ref(txn, dbs, key)
-        live_cps: dict[bytes, Manifest] = {}
-        with txn.cursor(db=dbs["refs"]) as cur:
-            # A ref that fails its check stops the sweep (IntegrityError): sweeping
-            # by a damaged head could delete the history the true head reaches.
-            heads: list[tuple[str | None, bytes]] = [
-                (split_ref_key(k)[0], unpack_ref(k, v)[0]) for k, v in cur
-            ]
-        # Heads an audited reset_ref moved away from: whole lineage, until released.
-        heads.extend((None, cid) for cid in retained_heads(txn, dbs["meta"]))
-        # Checkpoints whose whole lineage is marked: only an unlimited walk may
-        # stop at one (a limited walk may have marked just its newest few).
-        complete: set[bytes] = set()
-        for run_id, head in heads:
-            limit = None if run_id is None else keep(run_id)
-            cid: bytes | None = head
-            walked = 0
-            while cid is not None and (limit is None or walked < limit):
-                value = txn.get(cid, db=dbs["checkpoints"])
-                if value is None:
-                    break
-                walked += 1
-                if limit is None:
-                    if cid in complete:
-                        break  # the rest of this lineage is already marked
-                    complete.add(cid)
-                if cid in live_cps:
-                    m = live_cps[cid]
-                else:
-                    created, data = unpack_checkpoint_value(value)
-                    m = decode_manifest(cid, bytes(data), created)
-                    live_cps[cid] = m
-                cid = None if m.parent is None else bytes.fromhex(m.parent)
-        marked: set[bytes] = set()
-        for m in live_cps.values():
-            for field, key in manifest_references(m.raw):
-                if key in marked:
-                    continue
-                marked.add(key)
-                marked.update(bytes(c) for c in _children(txn, objects, field, key))
-        with txn.cursor(db=dbs["ledgers"]) as cur:
-            ledgers = [bytes(k) for k, _ in cur]
-        for key in ledgers:
-            marked.add(key)
-            marked.update(bytes(c) for c in _children(txn, objects, "effects", key))
-        # Only what a swept checkpoint named is a candidate: objects stored with
-        # put_object and never referenced are the caller's, not garbage.
-        candidates: set[bytes] = set()
-        with txn.cursor(db=dbs["checkpoints"]) as cur:
-            dead = [(bytes(k), bytes(v)) for k, v in cur if bytes(k) not in live_cps]
-        tomb = encode_value({"pruned_at": now})
-        for cid, entry in dead:
-            created, data = unpack_checkpoint_value(entry)
-            for field, key in manifest_references(decode_manifest(cid, data, created).raw):
-                if key not in marked and key not in candidates:
-                    candidates.add(key)
-                    candidates.update(bytes(c) for c in _children(txn, objects, field, key))
-            txn.delete(cid, db=dbs["checkpoints"])
-            txn.put(cid, tomb, db=dbs["tombstones"])
-        for key in candidates - marked:
-            txn.delete(key, db=objects)
-        return len(dead)
-
-    removed: int = store._write(run)
-    return removed
-
-
-def delete_run(store: Store, run_id: str) -> int:
-    """Drop every ref of ``run_id``, then sweep everything unreachable."""
-    return _sweep(store, lambda _run: None, run_id)
-
-
-def prune(store: Store, *, keep_last: int, run_id: str | None) -> int:
-    """Keep each branch's newest ``keep_last`` checkpoints (of ``run_id`` or all runs)."""
-    return _sweep(store, lambda run: keep_last if run_id is None or run == run_id else None, None)

@@ -1,0 +1,85 @@
+"""What the decision layer needs of a store, as small Protocols.
+
+Decision and the gates are policy: they read checkpoints and the audit log
+and append records, and import nothing of the store. Any object with these
+methods will do; :class:`cpstore.Store` and the audit log's one-txn view
+(:class:`cpstore.store.audit.AuditView`) are the ones cpstore ships. The
+store, in turn, calls :func:`cpstore.decision.gates.check_resume` when a
+recorder resumes: the dependency points from the store to this layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+__all__ = ["AuditEntry", "AuditLog", "AuditStore", "AuditView", "CheckpointStore"]
+
+
+class AuditEntry(Protocol):
+    """One audit record as the gates read it."""
+
+    @property
+    def index(self) -> int:
+        """Position in the log, from 0."""
+
+    @property
+    def digest(self) -> str:
+        """Hex digest of the record (its identity)."""
+
+    @property
+    def prev(self) -> str | None:
+        """Digest of the record before it; None for the first."""
+
+    @property
+    def kind(self) -> str:
+        """What the record is about (``"decision"``, ``"signoff"``, ``"gate"`` …)."""
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The record's content."""
+
+
+class AuditLog(Protocol):
+    """The audit log read in one txn (a store, or the view inside an append)."""
+
+    def audit_records(
+        self, *, kind: str | None = None, start: int = 0, limit: int | None = None
+    ) -> Iterator[AuditEntry]:
+        """Records in order from ``start``, optionally of one ``kind``."""
+
+    def get_audit(self, digest_hex: str) -> AuditEntry:
+        """The record with this digest; NotFoundError if none."""
+
+    def check_audit_mac(self, index: int) -> None:
+        """Raise unless record ``index`` carries its true keyed MAC (keyed stores)."""
+
+
+class AuditView(AuditLog, Protocol):
+    """The audit log inside one txn, with the decision index."""
+
+    def latest_decision(self, checkpoint_id: str) -> AuditEntry | None:
+        """The latest decision record about ``checkpoint_id``, or None."""
+
+
+class AuditStore(AuditLog, Protocol):
+    """What the gates need: read the log, and append a checked record in one txn."""
+
+    def audit_view(self) -> AbstractContextManager[Any]:
+        """The log as one read txn sees it (an :class:`AuditView`)."""
+
+    def append_audit_checked(
+        self, kind: str, prepare: Callable[[Any], Mapping[str, Any]]
+    ) -> AuditEntry:
+        """Append the body ``prepare(view)`` returns, ``prepare`` running in the append's txn."""
+
+
+class CheckpointStore(Protocol):
+    """What :func:`cpstore.decision.validate` needs: read checkpoints, append a decision."""
+
+    def read(self, checkpoint_id: str, *, verify: bool = True) -> AbstractContextManager[Any]:
+        """A reader over one checkpoint, for a ``with`` block."""
+
+    def append_audit(self, kind: str, body: Mapping[str, Any]) -> AuditEntry:
+        """Append one audit record."""

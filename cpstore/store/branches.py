@@ -1,0 +1,278 @@
+"""Ref operations: compare-and-set moves, audited resets, retained heads, listing, history.
+
+The ref codec and its checks are :mod:`cpstore.store.refs`; these are the
+operations :class:`~cpstore.store.facade.Store` offers on top of it, written
+against the :class:`~cpstore.store.backend.Backend` seam.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpstore.errors import ConflictError, InvalidInputError, NotDescendantError, NotFoundError
+from cpstore.native.canonical import encode_value
+from cpstore.store.audit import append_audit_txn
+from cpstore.store.backend import Backend, Txn
+from cpstore.store.model import (
+    AuditRecord,
+    Manifest,
+    check_name,
+    hex_id,
+    parse_id,
+    ref_key,
+    split_ref_key,
+)
+from cpstore.store.refs import (
+    RECORDED,
+    SET,
+    delete_ref,
+    read_ref,
+    retained_heads,
+    retained_key,
+    unpack_ref,
+    write_ref,
+)
+
+__all__ = [
+    "branches",
+    "head_of",
+    "history",
+    "release_retained",
+    "reset_ref",
+    "retained",
+    "runs",
+    "set_ref",
+]
+
+
+def head_of(backend: Backend, run_id: str, branch: str = "main") -> str | None:
+    """The head checkpoint id of ``run_id``/``branch``, or None (ref check and target verified)."""
+    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+    with backend.read_txn() as txn:
+        return hex_id(backend.head(txn, key))
+
+
+def set_ref(
+    backend: Backend, run_id: str, branch: str, new: str, *, expected_old: str | None
+) -> None:
+    """Compare-and-set a head: move it to ``new`` if it is ``expected_old``.
+
+    Only forward: ``new`` must descend from the current head (or the
+    branch must not exist yet), else :class:`NotDescendantError`; moving
+    a branch elsewhere or deleting it (``new=None``) is :func:`reset_ref`,
+    which is audited and keeps the old history until it is released.
+    """
+    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+    if new is None:
+        raise NotDescendantError(
+            "deleting a branch drops its history; use reset_ref(..., None, ...)",
+            where=f"refs/{run_id}/{branch}",
+            expected="a checkpoint id",
+            got=None,
+        )
+    new_raw = parse_id(new)
+    old_raw = None if expected_old is None else parse_id(expected_old, "expected_old")
+
+    def cas(txn: Txn[memoryview]) -> None:
+        _cas(backend, txn, key, old_raw)
+        origin = _ref_target(backend, txn, key, new_raw)
+        if old_raw is not None and not _descends(backend, txn, new_raw, old_raw):
+            raise NotDescendantError(
+                "the checkpoint does not descend from the branch head; "
+                "use reset_ref to move a branch back or sideways",
+                where=f"refs/{run_id}/{branch}",
+                expected=f"a descendant of {old_raw.hex()}",
+                got=new_raw.hex(),
+            )
+        write_ref(txn, backend.dbs, key, new_raw, origin)
+
+    backend.write_txn(cas)
+
+
+def _cas(backend: Backend, txn: Txn[memoryview], key: bytes, expected: bytes | None) -> None:
+    found = read_ref(txn, backend.dbs, key, layout=backend.layout)
+    current = None if found is None else found[0]
+    if current != expected:
+        run, branch = split_ref_key(key)
+        raise ConflictError(
+            "ref compare-and-set lost",
+            where=f"refs/{run}/{branch}",
+            expected=hex_id(expected),
+            got=hex_id(current),
+        )
+
+
+def _ref_target(backend: Backend, txn: Txn[memoryview], key: bytes, cid: bytes) -> int:
+    """The origin a ref ``key`` -> ``cid`` gets; InvalidInputError for another run."""
+    run, branch = split_ref_key(key)
+    m = backend.load_manifest(txn, cid, verify=True)
+    if m.run_id != run:
+        raise InvalidInputError(
+            "a ref can only point at a checkpoint of its own run",
+            where=f"refs/{run}/{branch}",
+            expected=run,
+            got=m.run_id,
+        )
+    return RECORDED if m.branch == branch else SET
+
+
+def _descends(backend: Backend, txn: Txn[memoryview], cid: bytes, ancestor: bytes) -> bool:
+    """True when ``ancestor`` is ``cid`` or on its parent chain (up to a pruned link)."""
+    cps = backend.db("checkpoints")
+    at: bytes | None = cid
+    while at is not None:
+        if at == ancestor:
+            return True
+        if txn.get(at, None, cps) is None:
+            return False
+        parent = backend.load_manifest(txn, at, verify=True).parent
+        at = None if parent is None else bytes.fromhex(parent)
+    return False
+
+
+def reset_ref(
+    backend: Backend,
+    run_id: str,
+    branch: str,
+    new: str | None,
+    *,
+    expected_old: str | None,
+    operator: str,
+    reason: str,
+) -> AuditRecord:
+    """Move a head anywhere in its run (or delete it, ``new=None``), audited.
+
+    In one write txn: the CAS on ``expected_old``, a ``ref_reset`` audit
+    record naming the operator and reason, and the old head kept as a
+    retention root (its whole history survives ``prune``) until
+    :func:`release_retained` lets it go. Returns the audit record.
+    """
+    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+    new_raw = None if new is None else parse_id(new)
+    old_raw = None if expected_old is None else parse_id(expected_old, "expected_old")
+    who = check_name(operator, "operator")
+    why = check_name(reason, "reason")
+    when = float(backend.now())
+
+    def reset(txn: Txn[memoryview]) -> AuditRecord:
+        _cas(backend, txn, key, old_raw)
+        origin = None if new_raw is None else _ref_target(backend, txn, key, new_raw)
+        record = append_audit_txn(
+            backend,
+            txn,
+            "ref_reset",
+            {
+                "run": run_id,
+                "branch": branch,
+                "old": hex_id(old_raw),
+                "new": hex_id(new_raw),
+                "operator": who,
+                "reason": why,
+            },
+            when,
+        )
+        if old_raw is not None and old_raw != new_raw:
+            txn.put(
+                retained_key(old_raw),
+                encode_value({"run": run_id, "branch": branch, "audit": record.digest}),
+                db=backend.db("meta"),
+            )
+        if new_raw is None or origin is None:
+            delete_ref(txn, backend.dbs, key)
+        else:
+            write_ref(txn, backend.dbs, key, new_raw, origin)
+        return record
+
+    result: AuditRecord = backend.write_txn(reset)
+    return result
+
+
+def retained(backend: Backend) -> dict[str, dict[str, Any]]:
+    """Heads kept by :func:`reset_ref`: id -> ``{"run", "branch", "audit"}``."""
+    with backend.read_txn() as txn:
+        heads = retained_heads(txn, backend.db("meta"))
+    return {cid.hex(): record for cid, record in heads.items()}
+
+
+def release_retained(
+    backend: Backend, checkpoint_id: str, *, operator: str, reason: str
+) -> AuditRecord:
+    """Stop keeping a head :func:`reset_ref` retained; audited. The next prune may sweep it."""
+    cid = parse_id(checkpoint_id)
+    who = check_name(operator, "operator")
+    why = check_name(reason, "reason")
+    when = float(backend.now())
+
+    def release(txn: Txn[memoryview]) -> AuditRecord:
+        if not txn.delete(retained_key(cid), db=backend.db("meta")):
+            raise NotFoundError("no retained head with this id", where="retained", got=cid.hex())
+        return append_audit_txn(
+            backend,
+            txn,
+            "retained_release",
+            {"checkpoint": cid.hex(), "operator": who, "reason": why},
+            when,
+        )
+
+    result: AuditRecord = backend.write_txn(release)
+    return result
+
+
+def runs(backend: Backend, *, limit: int | None = None) -> list[str]:
+    """Run ids that have at least one ref, in sorted order."""
+    out: list[str] = []
+    with backend.read_txn() as txn, txn.cursor(db=backend.db("refs")) as cur:
+        found = cur.first()
+        while found and (limit is None or len(out) < limit):
+            if backend.layout != 1:
+                unpack_ref(cur.key(), cur.value())  # a damaged key names no run
+            run, _ = split_ref_key(cur.key())
+            out.append(run)
+            found = cur.set_range(run.encode("utf-8", "surrogatepass") + b"\x01")
+    return out
+
+
+def branches(backend: Backend, run_id: str) -> dict[str, str]:
+    """Branch name -> head checkpoint id for ``run_id``."""
+    prefix = ref_key(check_name(run_id, "run_id"), "x")[:-1]
+    out: dict[str, str] = {}
+    with backend.read_txn() as txn:
+        with txn.cursor(db=backend.db("refs")) as cur:
+            keys: list[bytes] = []
+            found = cur.set_range(prefix)
+            while found and bytes(cur.key()).startswith(prefix):
+                keys.append(bytes(cur.key()))
+                found = cur.next()
+        for key in keys:
+            head = backend.head(txn, key)
+            if head is not None:
+                out[split_ref_key(key)[1]] = head.hex()
+    return out
+
+
+def history(
+    backend: Backend,
+    run_id: str,
+    branch: str = "main",
+    *,
+    limit: int | None = None,
+    verify: bool = True,
+) -> list[Manifest]:
+    """Manifests from the head of ``branch`` back through parents, newest first.
+
+    The walk stops at ``limit``, at a run's first checkpoint or at a pruned one.
+    """
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise InvalidInputError("limit must be a non-negative int or None", got=limit)
+    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+    out: list[Manifest] = []
+    cps = backend.db("checkpoints")
+    with backend.read_txn() as txn:
+        cid = backend.head(txn, key)
+        while cid is not None and (limit is None or len(out) < limit):
+            if txn.get(cid, db=cps) is None:
+                break  # pruned: history ends here
+            m = backend.load_manifest(txn, cid, verify=verify)
+            out.append(m)
+            cid = None if m.parent is None else bytes.fromhex(m.parent)
+    return out

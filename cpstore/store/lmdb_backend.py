@@ -1,0 +1,353 @@
+"""The LMDB backend: the first implementation of :class:`~cpstore.store.backend.Backend`.
+
+It owns the environment handle (shared per data file per process, see
+:mod:`cpstore.store.lmdb_env`), the audit key, and the checkpoint write
+queue of batched durability. Everything the upper modules do to LMDB goes
+through it; :class:`~cpstore.store.facade.Store` composes it with them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import Any, Literal, TypeVar
+
+import lmdb
+
+from cpstore.errors import ConflictError, CpstoreError, IntegrityError, NotFoundError, StoreError
+from cpstore.native.binding import digest, digest_small
+from cpstore.native.records import Digest
+from cpstore.store.audit_mac import check_key
+from cpstore.store.backend import Txn
+from cpstore.store.keyed_audit import adopt_key
+from cpstore.store.lmdb_env import EnvOptions, acquire_env, release_env, translate
+from cpstore.store.model import (
+    CheckpointWrite,
+    Manifest,
+    check_manifest,
+    check_manifest_state,
+    created_at_of,
+    hex_id,
+    manifest_from_raw,
+    ref_key,
+    split_checkpoint_value,
+    split_ref_key,
+    unpack_checkpoint_value,
+)
+from cpstore.store.objects import get_object, put_object
+from cpstore.store.refs import RECORDED, check_ref_target, read_ref, write_ref
+
+__all__ = ["Durability", "LmdbBackend"]
+
+T = TypeVar("T")
+
+#: ``"sync"``: every checkpoint is fsynced before the call returns.
+#: ``"batched"``: checkpoints are queued and committed ``batch_size`` at a time.
+Durability = Literal["sync", "batched"]
+
+
+class LmdbBackend:
+    """One open store on LMDB (see :class:`~cpstore.store.backend.Backend`)."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        durability: Durability,
+        readonly: bool,
+        create: bool,
+        map_size: int,
+        max_map_size: int,
+        batch_size: int,
+        audit_key: bytes | None,
+    ) -> None:
+        self._path = path
+        self.durability: Durability = durability
+        self._batch_size = batch_size
+        self._pending: list[CheckpointWrite] = []
+        self._pending_lock = threading.Lock()
+        key = None if audit_key is None else check_key(audit_key)
+        self.env = acquire_env(
+            path, EnvOptions(bool(readonly), map_size, max_map_size, bool(create))
+        )
+        self._closed = False
+        self._audit_key = key
+        try:
+            if key is None or readonly:
+                with self.read_txn() as txn:
+                    self._audit_keyed = adopt_key(txn, self.env.dbs, key)
+            else:
+                self._audit_keyed = bool(
+                    self.write_txn(lambda txn: adopt_key(txn, self.env.dbs, key))
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    # -- what it is ------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The store directory."""
+        return self._path
+
+    @property
+    def readonly(self) -> bool:
+        """True when opened read-only."""
+        return bool(self.env.options.readonly)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    @property
+    def layout(self) -> int:
+        """The store layout read from the format record."""
+        return self.env.layout
+
+    @property
+    def dbs(self) -> Mapping[str, Any]:
+        """Named database -> its LMDB handle."""
+        return self.env.dbs
+
+    @property
+    def audit_key(self) -> bytes | None:
+        """The audit MAC key this handle was opened with, or None."""
+        return self._audit_key
+
+    @property
+    def audit_keyed(self) -> bool:
+        """True when the store's audit log carries keyed MACs."""
+        return self._audit_keyed
+
+    @property
+    def engine_error(self) -> type[Exception]:
+        """``lmdb.Error``: what :meth:`translate` maps."""
+        error: type[Exception] = lmdb.Error
+        return error
+
+    def translate(self, exc: Exception) -> CpstoreError:
+        """The cpstore error for an LMDB failure."""
+        return translate(exc, self._path)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush queued checkpoints (batched mode) and release the environment."""
+        if self._closed:
+            return
+        try:
+            if self._pending and os.getpid() == self.env.pid:
+                self.flush()
+        finally:
+            self._closed = True
+            release_env(self.env)
+
+    def owes_flush(self) -> bool:
+        """True when this process queued checkpoints it has not committed yet."""
+        return not self._closed and bool(self._pending) and os.getpid() == self.env.pid
+
+    def live(self) -> None:
+        """Raise StoreError when closed, or used from a forked child."""
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        self.env.check_pid()
+
+    def now(self) -> float:
+        """The clock records are stamped with."""
+        return time.time()
+
+    def disk_bytes(self) -> int:
+        """Bytes of the data file that hold pages (what a copy would need)."""
+        self.live()
+        info = self.env.env.info()
+        return int((info["last_pgno"] + 1) * self.env.env.stat()["psize"])
+
+    # -- transactions ------------------------------------------------------------
+
+    def db(self, name: str) -> Any:
+        """The LMDB handle of database ``name``."""
+        return self.env.dbs[name]
+
+    def read_txn(self) -> AbstractContextManager[Txn[memoryview]]:
+        """A read txn for a ``with`` block (the pid is checked)."""
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        return self.env.read()
+
+    def begin_read(self) -> Txn[memoryview]:
+        """A read txn held by an object; end it with :meth:`end_read`."""
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        return self.env.begin_read()
+
+    def end_read(self, txn: Txn[memoryview]) -> None:
+        """End a txn from :meth:`begin_read`."""
+        self.env.end_read(txn)
+
+    def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
+        """Run ``fn`` in one write txn and commit (retried after the map grows)."""
+        self.live()
+        return self.env.write(fn)
+
+    # -- objects -------------------------------------------------------------------
+
+    def put_objects(self, objects: Mapping[bytes, bytes]) -> None:
+        """Write-once put of every object, in one txn."""
+        handle = self.db("objects")
+
+        def put(txn: Txn[memoryview]) -> None:
+            for key, data in objects.items():
+                put_object(txn, handle, key, data)
+
+        self.write_txn(put)
+
+    def get_objects(self, keys: list[Digest], *, verify: bool) -> list[bytes]:
+        """The bytes under each key, in one read txn."""
+        handle = self.db("objects")
+        with self.read_txn() as txn:
+            return [
+                bytes(get_object(txn, handle, key, verify=verify, where=f"objects/{key.hex()}"))
+                for key in keys
+            ]
+
+    # -- checkpoints -------------------------------------------------------------
+
+    def load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
+        """The decoded manifest of ``cid``."""
+        raw, header = self.load_raw(txn, cid, verify=verify)
+        return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
+
+    def load_raw(
+        self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
+    ) -> tuple[dict[str, Any], bytes]:
+        """(manifest map, 16-byte entry header) of a checkpoint, manifest hash-checked.
+
+        ``full=False`` shape-checks only the version and the state (the
+        reader checks the rest before it uses another field). The header's
+        created_at check is :func:`created_at_of`'s, when created_at is used.
+        """
+        value = txn.get(cid, None, self.env.dbs["checkpoints"])
+        if value is None:
+            pruned = txn.get(cid, db=self.db("tombstones")) is not None
+            raise NotFoundError(
+                "checkpoint was pruned" if pruned else "no such checkpoint",
+                where="checkpoints",
+                got=cid.hex(),
+            )
+        header, data = split_checkpoint_value(value, cid)
+        if verify and digest_small(data) != cid:
+            raise IntegrityError(
+                "manifest bytes do not match the checkpoint id",
+                where=f"checkpoints/{cid.hex()}",
+                expected=cid.hex(),
+                got=digest(data).hex(),
+            )
+        return (check_manifest(cid, data) if full else check_manifest_state(cid, data)), header
+
+    def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
+        """The checkpoint ref ``key`` names, or None; its check and target are verified.
+
+        IntegrityError when the ref fails its check, names a checkpoint that
+        is not stored, or one of another run (or branch, for a recorded head).
+        """
+        found = read_ref(txn, self.env.dbs, key, layout=self.env.layout)
+        if found is None:
+            return None
+        cid, origin = found
+        try:
+            raw, _ = self.load_raw(txn, cid, verify=True, full=False)
+        except NotFoundError as exc:
+            run, branch = split_ref_key(key)
+            raise IntegrityError(
+                "ref does not resolve",
+                where=f"refs/{run}/{branch}",
+                expected=cid.hex(),
+                got=exc.what,
+            ) from None
+        check_ref_target(key, origin, raw.get("run_id"), raw.get("branch"))
+        return cid
+
+    def commit(self, op: CheckpointWrite) -> None:
+        """Commit ``op`` now (sync) or queue it (batched, flushed every ``batch_size``)."""
+        if self.durability == "sync":
+            self.write_txn(lambda txn: self._apply(txn, op))
+            return
+        self.live()
+        with self._pending_lock:
+            self._pending.append(op)
+            full = len(self._pending) >= self._batch_size
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit every queued checkpoint in one durable txn (batched mode).
+
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        """
+        with self._pending_lock:
+            ops, self._pending = self._pending, []
+
+        def apply_all(txn: Txn[memoryview]) -> None:
+            for op in ops:
+                self._apply(txn, op)
+
+        if ops:
+            self.write_txn(apply_all)
+
+    @property
+    def pending(self) -> int:
+        """Checkpoints queued but not yet committed (always 0 in sync mode)."""
+        return len(self._pending)
+
+    def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
+        objects, cps = self.db("objects"), self.db("checkpoints")
+        rkey = ref_key(op.run_id, op.branch)
+        current = read_ref(txn, self.env.dbs, rkey, layout=self.env.layout)
+        current_b = None if current is None else current[0]
+        if current_b != op.expected_ref:
+            raise ConflictError(
+                "the branch moved since this recorder read it",
+                where=f"refs/{op.run_id}/{op.branch}",
+                expected=hex_id(op.expected_ref),
+                got=hex_id(current_b),
+            )
+        if op.parent is not None and txn.get(op.parent, db=cps) is None:
+            # Only a fork's first checkpoint can get here (a branch head is
+            # never pruned): retention swept the checkpoint it forks from while
+            # the recorder held it. Its history is gone, so refuse rather than
+            # write a child whose parent (and inherited logs) are not stored.
+            pruned = txn.get(op.parent, db=self.db("tombstones")) is not None
+            raise ConflictError(
+                "the parent checkpoint was pruned while this recorder held it; "
+                "fork from a stored checkpoint"
+                if pruned
+                else "parent checkpoint is not stored",
+                where=f"refs/{op.run_id}/{op.branch}",
+                expected=op.parent.hex(),
+                got="pruned" if pruned else "missing",
+            )
+        for key, data in op.objects.items():
+            put_object(txn, objects, key, data)
+        for key in op.must_exist:
+            if txn.get(key, db=objects) is None:
+                raise IntegrityError(
+                    "checkpoint references an object that is not stored",
+                    where=f"checkpoint {op.cid.hex()}",
+                    expected=bytes(key).hex(),
+                )
+        if not txn.put(op.cid, op.value, overwrite=False, db=cps):
+            _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
+            if existing != unpack_checkpoint_value(op.value)[1]:
+                raise IntegrityError(
+                    "different manifest stored under this checkpoint id",
+                    where=f"checkpoints/{op.cid.hex()}",
+                )
+        txn.delete(op.cid, db=self.db("tombstones"))
+        if op.sealed_ledger is not None:
+            txn.put(op.sealed_ledger, op.cid, overwrite=False, db=self.db("ledgers"))
+        write_ref(txn, self.env.dbs, rkey, op.cid, RECORDED)
