@@ -29,9 +29,10 @@ from typing import Any
 
 import pytest
 
-from cpstore.decision.validate import Verdict, validate
+from cpstore.decision.table import Verdict
+from cpstore.decision.validate import validate
 from cpstore.replay.session import ReplayCursor
-from cpstore.run.document import PackedTokens, ReplayMode, Run, Token
+from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 
 TOKENS = {"quick": 1_000_000, "full": 10_000_000}

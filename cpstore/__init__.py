@@ -19,7 +19,7 @@ from cpstore.decision.gates import (
     resume_gate,
     sign_off,
 )
-from cpstore.decision.validate import (
+from cpstore.decision.table import (
     AUDIT_DECISION,
     FINDING_RULES,
     Decision,
@@ -29,9 +29,9 @@ from cpstore.decision.validate import (
     RecordingGap,
     Subject,
     Verdict,
-    validate,
     verdict_for,
 )
+from cpstore.decision.validate import validate
 from cpstore.errors import (
     AuditChainError,
     CanonicalEncodingError,
@@ -99,26 +99,14 @@ from cpstore.replay.session import (
 from cpstore.run.document import (
     DOCUMENT_FORMAT,
     MAX_DOCUMENT_BYTES,
-    Effect,
-    Observation,
-    PackedTokens,
-    ReplayMode,
-    Run,
-    Token,
-    TokenInfo,
     dump_document,
     load_document,
     parse_document,
 )
+from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run, Token, TokenInfo
 from cpstore.store.facade import Durability, Store, open
-from cpstore.store.model import (
-    CHUNK_SIZE,
-    MAX_OBJECT_SIZE,
-    AuditRecord,
-    Manifest,
-    Problem,
-    VerifyReport,
-)
+from cpstore.store.manifest import Manifest
+from cpstore.store.model import CHUNK_SIZE, MAX_OBJECT_SIZE, AuditRecord, Problem, VerifyReport
 from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
 from cpstore.store.stats import StoreStats, store_stats

@@ -18,8 +18,8 @@ import pytest
 
 import cpstore
 from cpstore import cli
+from cpstore.cli import common as cli_common
 from cpstore.cli import entry as cli_main
-from cpstore.cli import store_commands as _cli_store
 from cpstore.cli import validate_command as _cli_validate
 from cpstore.cli.exit_codes import EXIT_CODES, exit_code_for
 from cpstore.errors import (
@@ -168,7 +168,7 @@ def test_a_read_only_store_refusing_a_write_exits_7(
     def read_only(p: str, **options: Any) -> Store:
         return cpstore.open(p, **{**options, "readonly": True})
 
-    monkeypatch.setattr(_cli_store, "open_store", read_only)
+    monkeypatch.setattr(cli_common, "open_store", read_only)
     code, err = _run(["gc", "--store", path, "--delete-run", "run"], capsys)
     assert code == cli.EXIT_UNAVAILABLE == 7 and "read-only" in err
     assert exit_code_for(StoreReadOnlyError("x")) == 7

@@ -10,7 +10,7 @@ import pytest
 from test_decision_support import clean_doc, replay_of
 
 from cpstore.cli.validate_command import EXIT_FOR_VERDICT, add_validate_parser
-from cpstore.decision.validate import Verdict
+from cpstore.decision.table import Verdict
 from cpstore.errors import CpstoreError, DocumentError, NotFoundError
 from cpstore.store.facade import open as open_store
 

@@ -11,16 +11,17 @@ import msgpack
 import pytest
 from test_decision_support import clean_doc
 
-from cpstore.decision.validate import Verdict, validate
+from cpstore.decision.table import Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import DocumentError, FormatVersionError, InvalidInputError, NotFoundError
 from cpstore.run.document import (
     DOCUMENT_FORMAT,
     MAX_DOCUMENT_BYTES,
-    ReplayMode,
     dump_document,
     load_document,
     parse_document,
 )
+from cpstore.run.model import ReplayMode
 
 
 def test_json_and_msgpack_documents_parse_to_the_same_run(tmp_path):

@@ -14,9 +14,10 @@ from cpstore.decision.gates import (
     resume_gate,
     sign_off,
 )
-from cpstore.decision.validate import Verdict, validate
+from cpstore.decision.table import Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import GateError, NotFoundError, SignOffError
-from cpstore.run.document import Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.facade import open as open_store
 
 

@@ -8,10 +8,11 @@ from hypothesis import strategies as st
 from test_decision_support import clean_doc, colliding_kinds, replay_of
 
 from cpstore.decision.gates import certify_rollback
-from cpstore.decision.validate import FindingCode, Verdict, validate
+from cpstore.decision.table import FindingCode, Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import GateError, InvalidInputError
 from cpstore.native.records import kind_code
-from cpstore.run.document import PackedTokens, ReplayMode, Run, Token
+from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 
 

@@ -9,14 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_decision_support import colliding_kinds
 
-from cpstore.decision.validate import (
-    FINDING_RULES,
-    Finding,
-    FindingCode,
-    Verdict,
-    validate,
-    verdict_for,
-)
+from cpstore.decision.table import FINDING_RULES, Finding, FindingCode, Verdict, verdict_for
+from cpstore.decision.validate import validate
 
 #: Two custom kinds whose 31-bit codes collide: the recording uses the first.
 KIND_A, KIND_B = colliding_kinds()

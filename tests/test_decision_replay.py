@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cpstore.decision.validate import FindingCode, Verdict, validate
+from cpstore.decision.table import FindingCode, Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import (
     InvalidInputError,
     LedgerGuardError,
@@ -14,7 +15,7 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import digest
 from cpstore.replay.session import LedgerGuard, PinnedObservations, ReplayCursor, ReplaySession
-from cpstore.run.document import Effect, PackedTokens, ReplayMode, Run, Token
+from cpstore.run.model import Effect, PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 
 

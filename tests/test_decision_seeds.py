@@ -6,11 +6,12 @@ import lmdb
 import pytest
 
 from cpstore.decision.gates import certify_rollback, resume_gate, sign_off
-from cpstore.decision.validate import Fidelity, FindingCode, Verdict, validate
+from cpstore.decision.table import Fidelity, FindingCode, Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import GateError, LedgerGuardError, ReplayDivergenceError
 from cpstore.native.binding import digest
 from cpstore.replay.session import ReplaySession
-from cpstore.run.document import Effect, Observation, PackedTokens, ReplayMode, Run, Token
+from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 
 CONFIG_V1 = b'{"region": "eu", "limit": 10}'

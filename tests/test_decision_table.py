@@ -7,17 +7,13 @@ from pathlib import Path
 import pytest
 from test_decision_support import clean_doc, replay_of
 
-from cpstore.decision.validate import (
-    FINDING_RULES,
-    Fidelity,
-    FindingCode,
-    Verdict,
-    validate,
-)
+from cpstore.decision.table import FINDING_RULES, Fidelity, FindingCode, Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import InvalidInputError, RecordFormatError, ValidationFailedError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import pack_token_value
-from cpstore.run.document import PackedTokens, ReplayMode, Run, Token, parse_document
+from cpstore.run.document import parse_document
+from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
 
 
 def only(decision, code):

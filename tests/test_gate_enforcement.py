@@ -9,10 +9,11 @@ import lmdb
 import pytest
 
 from cpstore.decision.gates import AUDIT_RESUME, resume_gate, sign_off
-from cpstore.decision.validate import Verdict, validate
+from cpstore.decision.table import Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import GateError
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.run.document import Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.audit import DECISION_PREFIX, DECISIONS_INDEXED
 from cpstore.store.facade import open as open_store
 

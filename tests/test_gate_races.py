@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from cpstore.decision.gates import AUDIT_GATE, AUDIT_RESUME, resume_gate, sign_off
-from cpstore.decision.validate import AUDIT_DECISION, Verdict, validate
+from cpstore.decision.table import AUDIT_DECISION, Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import CpstoreError
-from cpstore.run.document import Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.facade import open as open_store
 
 ROUNDS = 24

@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from cpstore.decision.validate import Decision, FindingCode, Verdict, validate, verdict_for
+from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
+from cpstore.decision.validate import validate
 from cpstore.errors import ConflictError
 from cpstore.store.facade import open as open_store
 

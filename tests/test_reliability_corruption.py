@@ -28,9 +28,10 @@ from typing import Any
 import lmdb
 import pytest
 
-from cpstore.decision.validate import Decision, FindingCode, Verdict, validate, verdict_for
+from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
+from cpstore.decision.validate import validate
 from cpstore.store.facade import open as open_store
-from cpstore.store.model import manifest_references
+from cpstore.store.manifest import manifest_references
 from cpstore.store.verify import children as _children
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cpstore.decision.validate import Decision, FindingCode, Verdict, validate, verdict_for
+from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
+from cpstore.decision.validate import validate
 from cpstore.errors import StoreFullError, StoreReadOnlyError
 from cpstore.store.facade import open as open_store
 

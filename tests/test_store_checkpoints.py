@@ -18,12 +18,8 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import Provenance, RecordType, pack_token, value_digest
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-from cpstore.store.model import (
-    CHUNK_SIZE,
-    encode_manifest,
-    pack_checkpoint_value,
-    unpack_checkpoint_value,
-)
+from cpstore.store.manifest import encode_manifest
+from cpstore.store.model import CHUNK_SIZE, pack_checkpoint_value, unpack_checkpoint_value
 from cpstore.store.recorder import Recorder
 
 

@@ -30,7 +30,8 @@ from cpstore.cli.exit_codes import (
     exit_epilog,
 )
 from cpstore.decision.gates import certify_rollback, resume_gate, sign_off
-from cpstore.decision.validate import Decision, validate
+from cpstore.decision.table import Decision
+from cpstore.decision.validate import validate
 from cpstore.errors import GateError, InvalidInputError, LedgerGuardError
 from cpstore.native.args import int_argument
 from cpstore.native.binding import digest
@@ -44,7 +45,7 @@ from cpstore.native.records import (
 )
 from cpstore.native.state import state_digest
 from cpstore.replay.session import ReplaySession
-from cpstore.run.document import Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.recorder import Recorder

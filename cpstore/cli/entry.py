@@ -28,7 +28,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cpstore.cli import demo, store_commands, validate_command
+from cpstore.cli import demo, store_commands, validate_command, verify_command
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_CODES,
@@ -78,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo.add_parser(sub)
     validate_command.add_validate_parser(sub)
+    verify_command.add_verify_parser(sub)
     store_commands.add_parsers(sub)
     return parser
 

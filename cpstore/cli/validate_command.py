@@ -28,7 +28,8 @@ from cpstore.cli.exit_codes import (
     EXIT_UNAVAILABLE,
     exit_epilog,
 )
-from cpstore.decision.validate import Decision, Verdict, validate
+from cpstore.decision.table import Decision, Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import NotFoundError
 from cpstore.store.facade import open as open_store
 

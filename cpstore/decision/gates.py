@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpstore.decision.ports import AuditEntry, AuditLog, AuditStore, AuditView
-from cpstore.decision.validate import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
+from cpstore.decision.table import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
 from cpstore.errors import (
     AuditChainError,
     GateError,

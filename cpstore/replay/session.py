@@ -40,7 +40,7 @@ from cpstore.native.binding import digest, digest_batch
 from cpstore.native.canonical import _ext_hook
 from cpstore.native.records import RECORD_SIZE, KindTable, Provenance, RecordType, pack_token
 from cpstore.native.records import value_digest as _value_digest
-from cpstore.run.document import Effect, Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run
 
 __all__ = [
     "LedgerGuard",

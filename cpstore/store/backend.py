@@ -17,7 +17,8 @@ from typing import Any, Protocol, TypeVar
 
 from cpstore.errors import CpstoreError
 from cpstore.native.records import Digest
-from cpstore.store.model import CheckpointWrite, Manifest
+from cpstore.store.manifest import Manifest
+from cpstore.store.model import CheckpointWrite
 
 __all__ = ["Backend", "Txn"]
 

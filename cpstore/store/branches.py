@@ -13,15 +13,8 @@ from cpstore.errors import ConflictError, InvalidInputError, NotDescendantError,
 from cpstore.native.canonical import encode_value
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.model import (
-    AuditRecord,
-    Manifest,
-    check_name,
-    hex_id,
-    parse_id,
-    ref_key,
-    split_ref_key,
-)
+from cpstore.store.manifest import Manifest
+from cpstore.store.model import AuditRecord, check_name, hex_id, parse_id, ref_key, split_ref_key
 from cpstore.store.refs import (
     RECORDED,
     SET,

@@ -40,9 +40,9 @@ from cpstore.store.branches import (
 )
 from cpstore.store.keyed_audit import check_mac
 from cpstore.store.lmdb_backend import Durability, LmdbBackend
+from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
     AuditRecord,
-    Manifest,
     Problem,
     VerifyReport,
     as_payload,

@@ -23,15 +23,13 @@ from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import Txn
 from cpstore.store.keyed_audit import adopt_key
-from cpstore.store.lmdb_env import EnvOptions, acquire_env, release_env, translate
+from cpstore.store.lmdb_env import EnvOptions, acquire_env, release_env
+from cpstore.store.lmdb_errors import translate
+from cpstore.store.manifest import Manifest, check_manifest, check_manifest_state, manifest_from_raw
 from cpstore.store.model import (
     CheckpointWrite,
-    Manifest,
-    check_manifest,
-    check_manifest_state,
     created_at_of,
     hex_id,
-    manifest_from_raw,
     ref_key,
     split_checkpoint_value,
     split_ref_key,

@@ -1,4 +1,4 @@
-"""The LMDB environment behind a store, and the object primitives on a txn.
+"""The LMDB environment behind a store: opening, txn bookkeeping, map growth.
 
 One :class:`Env` per data file per process (py-lmdb refuses a second open of
 the same files in one process, and LMDB's fcntl locks belong to the process),
@@ -22,7 +22,6 @@ import lmdb
 
 from cpstore.errors import (
     CanonicalEncodingError,
-    CpstoreError,
     ForkError,
     FormatVersionError,
     IntegrityError,
@@ -33,6 +32,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.backend import Txn
+from cpstore.store.lmdb_errors import errno_of, translate
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
@@ -55,53 +55,6 @@ DB_NAMES = (
 )
 _FORMAT_KEY = b"format"
 _FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
-
-
-#: Free bytes below which an I/O error on write is taken for a full disk.
-FULL_DISK_SLACK = 1 << 20
-
-
-def _disk_nearly_full(where: str) -> bool:
-    """True when the filesystem holding ``where`` has (almost) no room left."""
-    path = where
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    try:
-        st = os.statvfs(path or ".")
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < FULL_DISK_SLACK
-
-
-_ERRNO_TEXT = {
-    os.strerror(code): code
-    for code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EROFS, errno.EPERM)
-}
-
-
-def _errno_of(text: str) -> int:
-    """The errno of an LMDB error message ``"call: strerror"`` (py-lmdb 1.x has no ``code``)."""
-    return _ERRNO_TEXT.get(text.rpartition(": ")[2], 0)
-
-
-def translate(exc: lmdb.Error, where: str) -> CpstoreError:
-    """The cpstore exception for an LMDB failure (full, read-only, corrupt, other)."""
-    text = str(exc)
-    code = getattr(exc, "code", 0) or _errno_of(text)
-    if isinstance(exc, lmdb.MapFullError) or code in (errno.ENOSPC, errno.EDQUOT):
-        return StoreFullError("the store is full", where=where, got=text)
-    if code == errno.EIO and _disk_nearly_full(where):
-        # LMDB reports a short pwrite() on a full filesystem as EIO, not ENOSPC.
-        return StoreFullError("the disk holding the store is full", where=where, got=text)
-    if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EACCES, errno.EROFS, errno.EPERM):
-        return StoreReadOnlyError("the store cannot be written", where=where, got=text)
-    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PanicError)):
-        return IntegrityError("the LMDB data file is corrupt", where=where, got=text)
-    if isinstance(exc, (lmdb.VersionMismatchError, lmdb.InvalidError)):
-        return FormatVersionError(
-            "not an LMDB environment this build can read", where=where, got=text
-        )
-    return StoreError("LMDB failed", where=where, got=text)
 
 
 @dataclass(frozen=True)
@@ -163,7 +116,7 @@ def _has_lmdb_meta_page(data: str) -> bool:
 
 
 def _is_lock_permission_error(exc: lmdb.Error) -> bool:
-    code = getattr(exc, "code", 0) or _errno_of(str(exc))
+    code = getattr(exc, "code", 0) or errno_of(str(exc))
     return code in (errno.EACCES, errno.EROFS, errno.EPERM)
 
 

@@ -1,7 +1,7 @@
 """Data shapes of the store and the byte layouts of its keys and manifests.
 
-Everything here is pure: argument checks, key codecs, the manifest codec
-(docs/store.md, "Manifest format version 1") and the frozen result types.
+Everything here is pure: argument checks, key and checkpoint-value codecs
+and the frozen result types (the manifest codec is :mod:`cpstore.store.manifest`).
 Nothing in this module touches LMDB.
 """
 
@@ -10,19 +10,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
-
-import msgpack
+from typing import Any
 
 from cpstore.errors import (
     CanonicalEncodingError,
-    FormatVersionError,
     IntegrityError,
     InvalidInputError,
 )
 from cpstore.native.args import as_bytes_view, check_text
 from cpstore.native.binding import digest
-from cpstore.native.canonical import _ext_hook, encode_value
+from cpstore.native.canonical import encode_value
 from cpstore.native.records import DIGEST_SIZE, Digest
 
 __all__ = [
@@ -34,18 +31,12 @@ __all__ = [
     "STORE_VERSION",
     "AuditRecord",
     "CheckpointWrite",
-    "Manifest",
     "Problem",
     "VerifyReport",
     "as_payload",
-    "check_manifest",
-    "check_manifest_rest",
-    "check_manifest_state",
     "check_name",
     "created_at_of",
-    "decode_manifest",
     "hex_id",
-    "manifest_from_raw",
     "parse_id",
     "ref_key",
     "split_checkpoint_value",
@@ -205,342 +196,6 @@ class CheckpointWrite:
     objects: dict[bytes, bytes] = field(default_factory=dict)
     must_exist: list[bytes] = field(default_factory=list)
     sealed_ledger: bytes | None = None
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """A checkpoint's manifest: what it names, each part by digest (hex)."""
-
-    id: str
-    """Checkpoint id: hex digest of the canonical manifest bytes."""
-    run_id: str
-    """The run this checkpoint belongs to."""
-    branch: str
-    """The branch it was recorded on."""
-    step: int
-    """The runtime's step number."""
-    parent: str | None
-    """The checkpoint this one follows (or was forked from); None for a run's first."""
-    state_digest: str
-    """Digest of the state (bytes: of the bytes; parts: of the name -> part digest map)."""
-    state_kind: str
-    """``"bytes"`` or ``"parts"``."""
-    state_parts: dict[str, str]
-    """Part name -> part digest (digest of the part's canonical encoding); empty for bytes."""
-    provenance_tags: tuple[str, ...]
-    """Provenance tags, inherited from the parent and sticky within a recorder."""
-    ledger_sealed: bool
-    """True when the side-effect ledger was sealed by this checkpoint."""
-    transcript_digest: str | None
-    """Digest of the transcript bytes, None when none was recorded."""
-    metadata: dict[str, Any]
-    """User metadata (canonical values)."""
-    created_at: float
-    """When this checkpoint was first written (not part of the id)."""
-    tokens_digest: str | None
-    """Digest of the packed TOKEN records blob, None when no token was recorded."""
-    token_count: int
-    """Number of recorded tokens."""
-    observations_digest: str | None
-    """Digest of the observation log object."""
-    call_graph_digest: str | None
-    """Digest of the call-graph object."""
-    effects_digest: str | None
-    """Digest of the side-effect ledger object."""
-    harness_digest: str | None
-    """Digest of the harness-access stream object."""
-    raw: dict[str, Any] = field(repr=False, compare=False)
-    """The decoded manifest map itself (raw digests), for the store's own use."""
-
-
-def decode_trusted(data: bytes | memoryview) -> Any:
-    """Decode canonical bytes already proven by their digest (no re-encode check).
-
-    Only for bytes read under a digest that was checked (or deliberately not):
-    the writer produced them with encode_value, and the digest certifies them.
-    """
-    try:
-        return msgpack.unpackb(
-            data, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True
-        )
-    except CanonicalEncodingError:
-        raise
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        raise CanonicalEncodingError("bytes are not a msgpack value", got=str(exc)) from None
-
-
-_STR = {str}
-_BYTES = {bytes}
-_DIGEST_LEN = {DIGEST_SIZE}
-_LOG_FIELDS = ("parent", "transcript", "observations", "call_graph", "effects", "harness")
-
-
-def _is_digest(value: object) -> bool:
-    return type(value) is bytes and len(value) == DIGEST_SIZE
-
-
-def _opt_hex(m: Mapping[str, Any], name: str, cid: bytes) -> str | None:
-    value = m.get(name)
-    if value is None:
-        return None
-    if not _is_digest(value):
-        _bad(cid, name, value, "manifest field is not a digest")
-    return bytes(value).hex()
-
-
-def _bad(
-    cid: bytes, field: str, got: object, what: str = "manifest field has the wrong shape"
-) -> NoReturn:
-    raise IntegrityError(what, where=f"checkpoint {bytes(cid).hex()}.{field}", got=got)
-
-
-def decode_manifest(cid: bytes, data: bytes | memoryview, created_at: float) -> Manifest:
-    """Decode and shape-check a manifest; unknown versions are refused."""
-    return manifest_from_raw(cid, check_manifest(cid, data), created_at)
-
-
-def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
-    """The decoded manifest map after every shape check :class:`Manifest` relies on."""
-    m = check_manifest_state(cid, data)
-    check_manifest_rest(cid, m)
-    return m
-
-
-def check_manifest_state(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
-    """Decode a manifest and check its version and ``state`` map; nothing else.
-
-    Enough for a reader that only wants the state; it runs
-    :func:`check_manifest_rest` before it touches any other field. Runs on
-    every checkpoint read, so the checks build their messages only when one
-    fails.
-    """
-    try:
-        m = decode_trusted(data)
-    except CanonicalEncodingError as exc:
-        raise IntegrityError(
-            "manifest is not canonical", where=f"checkpoint {bytes(cid).hex()}", got=str(exc)
-        ) from None
-    if type(m) is not dict:
-        raise IntegrityError(
-            "manifest is not a map", where=f"checkpoint {bytes(cid).hex()}", got=type(m).__name__
-        )
-    version = m.get("cpstore")
-    if version != MANIFEST_VERSION or type(version) is not int:
-        raise FormatVersionError(
-            "unknown manifest version",
-            where=f"checkpoint {bytes(cid).hex()}",
-            expected=MANIFEST_VERSION,
-            got=version,
-        )
-    state: Any = m.get("state")
-    if type(state) is not dict:
-        _bad(cid, "state", state)
-    kind = state.get("kind")
-    if kind not in ("bytes", "parts"):
-        _bad(cid, "state.kind", kind)
-    parts: Any = state.get("parts") or {}
-    if type(parts) is not dict:
-        _bad(cid, "state.parts", parts)
-    state_digest = state.get("digest")
-    if not _is_digest(state_digest):
-        _bad(cid, "state.digest", state_digest)
-    if parts and (
-        set(map(type, parts)) != _STR
-        or set(map(type, parts.values())) != _BYTES
-        or set(map(len, parts.values())) != _DIGEST_LEN
-    ):
-        for name, value in parts.items():
-            if type(name) is not str:
-                _bad(cid, "state.parts", name)
-            if not _is_digest(value):
-                _bad(cid, f"state.parts[{name!r}]", value, "manifest field is not a digest")
-    chunked: Any = state.get("chunked") or {}
-    if type(chunked) is not dict:
-        _bad(cid, "state.chunked", chunked)
-    for name, value in chunked.items():
-        if not (name in parts or (kind == "bytes" and name == "bytes")):
-            _bad(cid, "chunked", name)
-        if not _is_digest(value):
-            _bad(cid, f"state.chunked[{name!r}]", value, "manifest field is not a digest")
-    return m
-
-
-def check_manifest_rest(cid: bytes, m: dict[str, Any]) -> None:
-    """The shape checks of every field but the version and ``state``."""
-    tags: Any = m.get("tags")
-    if type(tags) is not list or not all(type(t) is str for t in tags):
-        _bad(cid, "tags", tags)
-    meta: Any = m.get("metadata")
-    if type(meta) is not dict:
-        _bad(cid, "metadata", meta)
-    for name in ("run_id", "branch"):
-        if type(m.get(name)) is not str:
-            _bad(cid, name, m.get(name))
-    step: Any = m.get("step")
-    if type(step) is not int:
-        _bad(cid, "step", step)
-    if type(m.get("ledger_sealed")) is not bool:
-        _bad(cid, "ledger_sealed", m.get("ledger_sealed"))
-    tokens: Any = m.get("tokens")
-    if tokens is not None:
-        if type(tokens) is not dict:
-            _bad(cid, "tokens", tokens)
-        _opt_hex(tokens, "records", cid)
-        for name in ("values", "offsets"):
-            if not _is_digest(tokens.get(name)):
-                _bad(cid, f"tokens.{name}", tokens.get(name))
-        if type(tokens.get("kinds")) is not dict:
-            _bad(cid, "tokens.kinds", tokens.get("kinds"))
-        token_count = tokens.get("count")
-        if type(token_count) is not int or token_count < 0:
-            _bad(cid, "tokens.count", token_count)
-    get = m.get
-    for name in _LOG_FIELDS:
-        value = get(name)
-        if value is not None and (type(value) is not bytes or len(value) != DIGEST_SIZE):
-            _bad(cid, name, value, "manifest field is not a digest")
-
-
-def manifest_from_raw(cid: bytes, m: dict[str, Any], created_at: float) -> Manifest:
-    """The :class:`Manifest` of a map that passed :func:`check_manifest`."""
-    state = m["state"]
-    tokens = m.get("tokens")
-    return Manifest(
-        id=bytes(cid).hex(),
-        run_id=m["run_id"],
-        branch=m["branch"],
-        step=m["step"],
-        parent=_opt_hex(m, "parent", cid),
-        state_digest=state["digest"].hex(),
-        state_kind=state["kind"],
-        state_parts={name: d.hex() for name, d in (state.get("parts") or {}).items()},
-        provenance_tags=tuple(m["tags"]),
-        ledger_sealed=m["ledger_sealed"],
-        transcript_digest=_opt_hex(m, "transcript", cid),
-        metadata=m["metadata"],
-        created_at=created_at,
-        tokens_digest=None if tokens is None else _opt_hex(tokens, "records", cid),
-        token_count=0 if tokens is None else tokens["count"],
-        observations_digest=_opt_hex(m, "observations", cid),
-        call_graph_digest=_opt_hex(m, "call_graph", cid),
-        effects_digest=_opt_hex(m, "effects", cid),
-        harness_digest=_opt_hex(m, "harness", cid),
-        raw=m,
-    )
-
-
-def manifest_references(m: Mapping[str, Any], *, named: bool = True) -> list[tuple[str, bytes]]:
-    """(field, digest) of every object a decoded manifest names directly.
-
-    ``named=False`` leaves the field names empty: the recorder, which wants
-    only the digests at every checkpoint, skips formatting one per part.
-    """
-    refs: list[tuple[str, bytes]] = []
-    state = m["state"]
-    chunked: Mapping[str, bytes] = state.get("chunked") or {}
-    if state["kind"] == "bytes":
-        if "bytes" in chunked:
-            refs.append(("state.chunked", chunked["bytes"]))
-        else:
-            refs.append(("state.digest", state["digest"]))
-    else:
-        for name, d in (state.get("parts") or {}).items():
-            if name in chunked:
-                refs.append((f"state.chunked[{name!r}]" if named else "", chunked[name]))
-            else:
-                refs.append((f"state.parts[{name!r}]" if named else "", d))
-    tokens: Any = m.get("tokens")
-    if tokens is not None:
-        for name in ("records", "values", "offsets"):
-            refs.append((f"tokens.{name}", tokens[name]))
-    for name in ("observations", "call_graph", "effects", "harness", "transcript"):
-        if m.get(name) is not None:
-            refs.append((name, m[name]))
-    return refs
-
-
-def encode_manifest(fields: Mapping[str, Any]) -> bytes:
-    """Canonical bytes of a manifest map (version key added here)."""
-    return encode_value({"cpstore": MANIFEST_VERSION, **fields})
-
-
-def _enc_digest(value: bytes | None) -> bytes:
-    return b"\xc0" if value is None else b"\xc4\x10" + value
-
-
-#: Manifest keys in canonical order (sorted by their encoded bytes).
-_MANIFEST_KEYS = sorted(
-    (encode_value(k), k)
-    for k in (
-        "cpstore", "run_id", "branch", "step", "parent", "state", "tokens", "observations",
-        "call_graph", "effects", "ledger_sealed", "harness", "transcript", "tags", "metadata",
-    )
-)
-_STATE_KEYS = sorted((encode_value(k), k) for k in ("kind", "digest", "parts", "chunked"))
-_ENCODED_NAMES: dict[str, bytes] = {}
-
-
-def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
-    """Canonical bytes of a str -> raw digest map (``encode_value`` of it, faster)."""
-    items = []
-    for name, key in names.items():
-        enc = _ENCODED_NAMES.get(name)
-        if enc is None:
-            enc = encode_value(name)
-            if len(_ENCODED_NAMES) < 4096:
-                _ENCODED_NAMES[name] = enc
-        items.append((enc, key))
-    items.sort()
-    n = len(items)
-    if n < 16:
-        head = bytes((0x80 | n,))
-    elif n < 2**16:
-        head = b"\xde" + n.to_bytes(2, "big")
-    else:
-        head = b"\xdf" + n.to_bytes(4, "big")
-    return head + b"".join(enc + b"\xc4\x10" + key for enc, key in items)
-
-
-def encode_manifest_parts(
-    fields: Mapping[str, Any], encoded: Mapping[str, bytes]
-) -> bytes:
-    """Canonical manifest bytes from already-encoded field values.
-
-    ``encoded`` holds the canonical bytes of some fields (state, tokens,
-    tags, metadata, run_id, branch); the rest are digests, None, bools or the
-    step. Equal to :func:`encode_manifest` of the same map (a test pins it);
-    it exists because the recorder writes one manifest per step.
-    """
-    out = [bytes((0x80 | len(_MANIFEST_KEYS),))]
-    for enc_key, key in _MANIFEST_KEYS:
-        out.append(enc_key)
-        if key == "cpstore":
-            out.append(encode_value(MANIFEST_VERSION))
-        elif key in encoded:
-            out.append(encoded[key])
-        elif key == "step":
-            out.append(encode_value(fields["step"]))
-        elif key == "ledger_sealed":
-            out.append(b"\xc3" if fields[key] else b"\xc2")
-        else:
-            out.append(_enc_digest(fields[key]))
-    return b"".join(out)
-
-
-def encode_state(state: Mapping[str, Any], parts_bytes: bytes) -> bytes:
-    """Canonical bytes of a manifest's ``state`` map, the parts map pre-encoded."""
-    out = [bytes((0x80 | len(_STATE_KEYS),))]
-    for enc_key, key in _STATE_KEYS:
-        out.append(enc_key)
-        if key == "parts":
-            out.append(parts_bytes)
-        elif key == "chunked":
-            out.append(encode_digest_map(state["chunked"]))
-        elif key == "digest":
-            out.append(_enc_digest(state["digest"]))
-        else:
-            out.append(encode_value(state["kind"]))
-    return b"".join(out)
 
 
 def check_metadata(value: object, what: str) -> dict[str, Any]:

@@ -37,14 +37,8 @@ from cpstore.native.records import (
     value_digest,
 )
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.model import (
-    Manifest,
-    Problem,
-    check_manifest_rest,
-    created_at_of,
-    decode_trusted,
-    manifest_from_raw,
-)
+from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
+from cpstore.store.model import Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
 from cpstore.store.refs import check_ref_target, read_ref
 from cpstore.store.verify import check_checkpoint_objects

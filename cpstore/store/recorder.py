@@ -33,6 +33,12 @@ from cpstore.native.records import Digest, KindTable
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
+from cpstore.store.manifest import (
+    encode_digest_map,
+    encode_manifest_parts,
+    encode_state,
+    manifest_references,
+)
 from cpstore.store.model import (
     CHUNK_SIZE,
     MAX_OBJECT_SIZE,
@@ -40,10 +46,6 @@ from cpstore.store.model import (
     as_payload,
     check_metadata,
     check_tags,
-    encode_digest_map,
-    encode_manifest_parts,
-    encode_state,
-    manifest_references,
     pack_checkpoint_value,
     parse_id,
 )

@@ -26,12 +26,8 @@ from cpstore.errors import CpstoreError, IntegrityError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value
 from cpstore.native.records import DIGEST_SIZE
-from cpstore.store.model import (
-    Problem,
-    decode_manifest,
-    split_ref_key,
-    unpack_checkpoint_value,
-)
+from cpstore.store.manifest import decode_manifest
+from cpstore.store.model import Problem, split_ref_key, unpack_checkpoint_value
 
 __all__ = [
     "RECORDED",

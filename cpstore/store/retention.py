@@ -13,13 +13,8 @@ from collections.abc import Callable
 
 from cpstore.native.canonical import encode_value
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.model import (
-    Manifest,
-    decode_manifest,
-    manifest_references,
-    split_ref_key,
-    unpack_checkpoint_value,
-)
+from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
+from cpstore.store.model import split_ref_key, unpack_checkpoint_value
 from cpstore.store.refs import delete_ref, retained_heads, unpack_ref
 from cpstore.store.verify import children
 

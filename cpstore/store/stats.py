@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cpstore.store.model import decode_manifest, manifest_references, unpack_checkpoint_value
+from cpstore.store.manifest import decode_manifest, manifest_references
+from cpstore.store.model import unpack_checkpoint_value
 
 if TYPE_CHECKING:
     from cpstore.store.facade import Store

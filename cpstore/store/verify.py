@@ -16,15 +16,8 @@ from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import check_audit_chain
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.keyed_audit import check_macs
-from cpstore.store.model import (
-    Manifest,
-    Problem,
-    VerifyReport,
-    decode_manifest,
-    manifest_references,
-    split_ref_key,
-    unpack_checkpoint_value,
-)
+from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
+from cpstore.store.model import Problem, VerifyReport, split_ref_key, unpack_checkpoint_value
 from cpstore.store.objects import load_chunked
 from cpstore.store.refs import check_refs, retained_heads
 

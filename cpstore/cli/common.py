@@ -1,0 +1,66 @@
+"""What every store command shares: the ``--store`` and ``--json`` options, opening, JSON output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from cpstore.errors import (
+    InvalidInputError,
+    NotFoundError,
+)
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+
+__all__ = ["human", "json_arg", "jsonable", "open_store_at", "print_json", "store_arg"]
+
+
+def store_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="PATH",
+        default=os.environ.get("CPSTORE_PATH"),
+        help="the store folder (default: $CPSTORE_PATH)",
+    )
+
+
+def json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+@contextmanager
+def open_store_at(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[Store]:
+    path = args.store
+    if not path:
+        raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
+    if not os.path.exists(path):
+        raise NotFoundError("no store at this path", where=path)
+    # No command makes a store: a mistyped path must not become an empty one.
+    with open_store(path, readonly=readonly, create=False) as store:
+        yield store
+
+
+def print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, indent=2, sort_keys=True, default=jsonable)
+    sys.stdout.write("\n")
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return repr(value)
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"

@@ -1,0 +1,206 @@
+"""``cpstore verify``: walk the store in a child process, so damage that kills liblmdb is reported.
+
+The child opens the store and walks it, relaying progress and the report
+over a pipe; a child killed by a signal is reported as damage (exit 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from typing import IO, Any
+
+from cpstore.cli.common import json_arg, open_store_at, print_json, store_arg
+from cpstore.cli.exit_codes import (
+    EXIT_INTEGRITY,
+    EXIT_INTERNAL,
+    EXIT_OK,
+)
+from cpstore.cli.store_commands import STORE_EPILOG
+from cpstore.errors import (
+    CpstoreError,
+    IntegrityError,
+    StoreError,
+)
+from cpstore.store.lmdb_env import is_open_here
+from cpstore.store.model import VerifyReport
+
+__all__ = ["add_verify_parser"]
+
+
+def _progress_bar(label: str, width: int = 40) -> Callable[[int, int], None]:
+    """A one-line progress bar on stderr, redrawn in place (terminals only)."""
+
+    def draw(done: int, total: int) -> None:
+        frac = done / total if total else 1.0
+        filled = int(frac * width)
+        sys.stderr.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        sys.stderr.flush()
+
+    return draw
+
+
+#: Signals by which liblmdb dies on a damaged page (assertions, wild pointers).
+_DAMAGE_SIGNALS = frozenset(
+    getattr(signal, name) for name in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
+)
+
+
+def _verify_report(
+    args: argparse.Namespace, progress: Callable[[int, int], None] | None
+) -> VerifyReport:
+    """Verify the store in a child process, so damage that kills liblmdb is reported.
+
+    LMDB 0.9 has no page checksums: walking some damaged B-tree pages makes
+    it abort (an assertion) or fault, which no Python code can catch. The
+    walk runs in a forked child (nothing is open yet in this process); a
+    child killed by such a signal means damaged pages, reported as an
+    :class:`IntegrityError` (exit 5). Where fork() is missing, or this
+    process already has the store open, the walk runs here and is not
+    protected.
+    """
+    if not hasattr(os, "fork") or is_open_here(args.store or ""):
+        with open_store_at(args) as store:
+            return store.verify(progress=progress)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as err:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, which never returns
+            os.close(read_end)
+            _verify_child(args, write_end, err.fileno(), progress is not None)
+        os.close(write_end)
+        try:
+            return _verify_parent(args, pid, read_end, err, progress)
+        finally:
+            os.close(read_end)
+
+
+def _verify_child(args: argparse.Namespace, out_fd: int, err_fd: int, progress: bool) -> None:
+    """The child half of :func:`_verify_report`: every result goes down ``out_fd``."""
+    code = 0
+    try:
+        os.dup2(err_fd, 2)  # liblmdb's assertion text, for the parent's one line
+        with os.fdopen(out_fd, "wb") as out:
+
+            def send(kind: str, value: Any) -> None:
+                pickle.dump((kind, value), out)
+                out.flush()
+
+            try:
+                send("phase", "opening the store")
+                with open_store_at(args) as store:
+                    send("phase", "walking the store")
+                    report = store.verify(
+                        progress=(lambda done, total: send("progress", (done, total)))
+                        if progress
+                        else None
+                    )
+                send("report", report)
+            except CpstoreError as exc:
+                send("error", exc)
+    except BaseException:
+        traceback.print_exc()
+        code = EXIT_INTERNAL
+    finally:
+        os._exit(code)
+
+
+def _verify_parent(
+    args: argparse.Namespace,
+    pid: int,
+    read_end: int,
+    err: IO[bytes],
+    progress: Callable[[int, int], None] | None,
+) -> VerifyReport:
+    """The parent half of :func:`_verify_report`: relay progress, then the result."""
+    phase, done, total = "starting", 0, 0
+    result: VerifyReport | CpstoreError | None = None
+    status = None
+    try:
+        with os.fdopen(os.dup(read_end), "rb") as inp:
+            while True:
+                try:
+                    kind, value = pickle.load(inp)
+                except Exception:  # the end, or a frame cut short by the child's death
+                    break
+                if kind == "phase":
+                    phase = value
+                elif kind == "progress":
+                    done, total = value
+                    if progress is not None:
+                        progress(done, total)
+                else:
+                    result = value
+        _, status = os.waitpid(pid, 0)
+    finally:
+        if status is None:  # interrupted: the child must not outlive the command
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if isinstance(result, CpstoreError):
+        raise result
+    if isinstance(result, VerifyReport):
+        return result
+    err.seek(0)
+    lines = err.read().decode("utf-8", "replace").strip().splitlines()
+    where = f"{args.store} ({phase}" + (f", after {done} of {total} entries)" if total else ")")
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in _DAMAGE_SIGNALS:
+        raise IntegrityError(
+            "the data file is damaged: liblmdb died with "
+            f"{signal.Signals(os.WTERMSIG(status)).name} walking it",
+            where=where,
+            got=lines[-1] if lines else None,
+        )
+    raise StoreError(
+        "the verify process ended without a result",
+        where=where,
+        got=lines[-1] if lines else f"wait status {status}",
+    )
+
+
+def _verify(args: argparse.Namespace) -> int:
+    bar = _progress_bar("verify") if sys.stderr.isatty() else None
+    report = _verify_report(args, bar)
+    if bar is not None:
+        sys.stderr.write("\r\x1b[K")
+    if args.json:
+        print_json(
+            {
+                "ok": report.ok,
+                "counts": report.counts,
+                "problems": [
+                    {"what": p.what, "where": p.where, "expected": p.expected, "got": p.got}
+                    for p in report.problems
+                ],
+            }
+        )
+    else:
+        counts = ", ".join(f"{v} {k}" for k, v in sorted(report.counts.items()))
+        print(f"checked {counts}")
+        for p in report.problems:
+            extra = "".join(
+                f"; {label} {value!r}"
+                for label, value in (("expected", p.expected), ("got", p.got))
+                if value is not None
+            )
+            print(f"PROBLEM {p.where}: {p.what}{extra}")
+        print("ok" if report.ok else f"{len(report.problems)} problem(s) found")
+    return EXIT_OK if report.ok else EXIT_INTEGRITY
+
+def add_verify_parser(sub: Any) -> None:
+    """Add ``verify`` to the main parser."""
+    p = sub.add_parser(
+        "verify",
+        help="re-hash every object, resolve every reference, check the audit chain",
+        epilog=STORE_EPILOG,
+    )
+    store_arg(p)
+    json_arg(p)
+    p.set_defaults(handler=_verify)

@@ -1,0 +1,421 @@
+"""The checks, one per stream: tokens, observations, call graph, effects, identity.
+
+Each appends its findings; :func:`find_all` runs them all in the order of
+docs/decision-table.md.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from cpstore.decision.sides import Side, canonical_or_repr
+from cpstore.decision.table import (
+    TOKEN_FIELDS,
+    TOKEN_SIZE,
+    Finding,
+    FindingCode,
+)
+from cpstore.errors import (
+    InvalidInputError,
+    RecordFormatError,
+)
+from cpstore.native.binding import first_divergence, scan_tokens
+from cpstore.native.canonical import encode_value
+from cpstore.native.records import DivergenceKind, RecordType
+from cpstore.run.model import Observation, ReplayMode, TokenInfo
+
+__all__ = ["find_all"]
+
+# -- the checks, one per stream -------------------------------------------------
+
+
+def _token_dict(info: TokenInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {"seq": info.seq, "kind": info.kind, "provenance": info.provenance}
+    if info.has_value:
+        out["value"] = info.value
+    out["value_digest"] = info.value_digest
+    return out
+
+
+
+def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
+    scans = {}
+    for side in (r, p):
+        scan = scan_tokens(side.tokens)
+        if scan.first_malformed is not None:
+            where = f"{side.label}.tokens[{scan.first_malformed}]"
+            if not side.from_store:
+                raise RecordFormatError(
+                    "malformed token record (kind 0, unknown provenance or reserved bytes set)",
+                    where=where,
+                )
+            out.append(
+                Finding(
+                    FindingCode.INTEGRITY,
+                    "tokens",
+                    side.label,
+                    scan.first_malformed,
+                    "index",
+                    "a well-formed token record",
+                    "malformed",
+                    f"stored token record {where} is malformed",
+                )
+            )
+        scans[side.label] = scan
+    div = first_divergence(RecordType.TOKEN, r.tokens, p.tokens, fields=TOKEN_FIELDS)
+    index = div.index if div.kind is DivergenceKind.RECORD else None
+    fields = div.fields
+    limit = min(div.count_a, div.count_b) if index is None else index
+    # The kernel compares kind *codes*; a hashed code is 31 bits of a name's
+    # hash, so equal codes prove nothing until the names behind them agree.
+    renamed = _kind_name_divergence(r, p, limit)
+    if renamed is not None:
+        index, fields = renamed, ("kind",)
+    if index is not None:
+        ri, pi = r.token_info(index), p.token_info(index)
+        out.append(
+            Finding(
+                FindingCode.TOKEN_MISMATCH,
+                "tokens",
+                "both",
+                ri.seq,
+                "seq",
+                canonical_or_repr(_token_dict(ri)),
+                canonical_or_repr(_token_dict(pi)),
+                f"token {index} differs in {', '.join(fields)}: recorded {ri.kind} "
+                f"{_short(ri)} vs replayed {pi.kind} {_short(pi)}",
+            )
+        )
+    if div.count_a != div.count_b:
+        more = "more" if div.count_b > div.count_a else "fewer"
+        out.append(
+            Finding(
+                FindingCode.TOKEN_COUNT,
+                "tokens",
+                "both",
+                min(div.count_a, div.count_b),
+                "index",
+                div.count_a,
+                div.count_b,
+                f"replay consumed {div.count_b} tokens, {more} than the {div.count_a} recorded",
+            )
+        )
+    for side in (r, p):
+        scan = scans[side.label]
+        if scan.first_live is not None:
+            info = side.token_info(scan.first_live)
+            out.append(
+                Finding(
+                    FindingCode.LIVE_RESOLUTION,
+                    "tokens",
+                    side.label,
+                    info.seq,
+                    "seq",
+                    "recorded",
+                    info.provenance,
+                    f"{side.label} token seq={info.seq} kind={info.kind} was resolved from a live "
+                    f"source ({scan.live_count} such tokens)",
+                    scan.live_count,
+                )
+            )
+    rscan = scans[r.label]
+    if rscan.first_seq_break is not None:
+        info = r.token_info(rscan.first_seq_break)
+        out.append(
+            Finding(
+                FindingCode.TOKEN_SEQUENCE,
+                "tokens",
+                "recorded",
+                rscan.first_seq_break,
+                "index",
+                rscan.first_seq_break,
+                info.seq,
+                f"recorded token {rscan.first_seq_break} has seq {info.seq}; "
+                "seqs must be 0, 1, 2, ...",
+            )
+        )
+
+
+_HASHED_KIND = 0x80000000
+_KIND_FIELD = struct.Struct("<8xI20x")
+
+
+def _kind_column(tokens: memoryview, limit: int) -> Sequence[int]:
+    """The kind code of each of the first ``limit`` token records."""
+    if sys.byteorder == "little":
+        return tokens[: limit * TOKEN_SIZE].cast("I")[2::8]
+    return [c for (c,) in _KIND_FIELD.iter_unpack(tokens[: limit * TOKEN_SIZE])]
+
+
+def _kind_name_divergence(r: Side, p: Side, limit: int) -> int | None:
+    """First token before ``limit`` whose equal hashed kind code stands for different names.
+
+    Before ``limit`` the records are equal field by field, so only R's codes
+    are read. A stored R names every hashed code it uses (its recorder's kind
+    table refuses two names with one code); any other R is scanned, and a
+    hashed code it does not name is bad input. A code P does not name, or
+    names differently, is not proven the same kind: a TOKEN_MISMATCH.
+    """
+    if r.from_store:
+        used: Sequence[int] | set[int] = [c for c in r.kind_names if c & _HASHED_KIND]
+    else:
+        count = r.tokens.nbytes // TOKEN_SIZE
+        used = {c for c in _kind_column(r.tokens, count) if c & _HASHED_KIND}
+        unnamed = sorted(c for c in used if c not in r.kind_names)
+        if unnamed:
+            raise InvalidInputError(
+                "a hashed token kind code has no name; kind identity cannot rest on a hash",
+                where=f"{r.label}.tokens.kind_names",
+                expected="a name for every hashed code used",
+                got=f"0x{unnamed[0]:08x}",
+            )
+    suspect = {c for c in used if p.kind_names.get(c) != r.kind_names.get(c)}
+    if not suspect or limit == 0:
+        return None
+    for i, code in enumerate(_kind_column(r.tokens, limit)):
+        if code in suspect:
+            return i
+    return None
+
+
+def _short(info: TokenInfo) -> str:
+    if info.has_value:
+        text = repr(info.value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return f"#{info.value_digest[:12]}"
+
+
+def _obs_key(o: Observation) -> list[Any]:
+    return [o.step, o.source, o.payload_digest]
+
+
+def _first_difference(a: Sequence[Any], b: Sequence[Any], key: Callable[[Any], Any]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if key(x) != key(y):
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
+    i = _first_difference(r.observations, p.observations, _obs_key)
+    if i is not None:
+        ro = r.observations[i] if i < len(r.observations) else None
+        po = p.observations[i] if i < len(p.observations) else None
+        step = (ro or po).step  # type: ignore[union-attr]  # one exists at a difference
+        out.append(
+            Finding(
+                FindingCode.OBSERVATION_MISMATCH,
+                "observations",
+                "both",
+                step,
+                "step",
+                None if ro is None else _obs_key(ro),
+                None if po is None else _obs_key(po),
+                f"observation {i} differs at step {step}: recorded "
+                f"{'nothing' if ro is None else f'{ro.source}={ro.payload_digest}'} vs replayed "
+                f"{'nothing' if po is None else f'{po.source}={po.payload_digest}'}",
+            )
+        )
+    for side in (r, p):
+        unpinned = [o for o in side.observations if o.pinned_at is None]
+        if unpinned:
+            first = unpinned[0]
+            out.append(
+                Finding(
+                    FindingCode.UNPINNED_OBSERVATION,
+                    "observations",
+                    side.label,
+                    first.step,
+                    "step",
+                    "pinned_at set",
+                    None,
+                    f"{side.label} observation {first.source} at step {first.step} was re-fetched, "
+                    f"not pinned ({len(unpinned)} unpinned)",
+                    len(unpinned),
+                )
+            )
+
+
+def _node_bytes(node: Mapping[str, Any]) -> bytes:
+    return encode_value(dict(node))
+
+
+def _check_call_graph(r: Side, p: Side, out: list[Finding]) -> int | None:
+    i = _first_difference(r.call_graph, p.call_graph, _node_bytes)
+    if i is None:
+        return None
+    rn = r.call_graph[i] if i < len(r.call_graph) else None
+    pn = p.call_graph[i] if i < len(p.call_graph) else None
+    node = rn if rn is not None else pn
+    step = int(node["step"]) if node is not None else 0
+    out.append(
+        Finding(
+            FindingCode.CALL_GRAPH_MISMATCH,
+            "call_graph",
+            "both",
+            i,
+            "index",
+            None if rn is None else canonical_or_repr(dict(rn)),
+            None if pn is None else canonical_or_repr(dict(pn)),
+            f"decision {i} (step {step}) differs: recorded "
+            f"{'nothing' if rn is None else rn.get('node')!r} vs replayed "
+            f"{'nothing' if pn is None else pn.get('node')!r}",
+        )
+    )
+    return step
+
+
+def _check_effects(r: Side, p: Side, out: list[Finding]) -> None:
+    if not r.ledger_sealed:
+        out.append(
+            Finding(
+                FindingCode.LEDGER_UNSEALED,
+                "ledger",
+                "recorded",
+                None,
+                "",
+                True,
+                False,
+                "the recorded side-effect ledger was not sealed at checkpoint time",
+            )
+        )
+    bad = [i for i, e in enumerate(p.effects) if i >= len(r.effects) or r.effects[i] != e]
+    if bad:
+        i = bad[0]
+        e = p.effects[i]
+        expected = (
+            None
+            if i >= len(r.effects)
+            else [r.effects[i].seq, r.effects[i].target, r.effects[i].payload_digest]
+        )
+        out.append(
+            Finding(
+                FindingCode.UNRECORDED_EFFECT,
+                "effects",
+                "replayed",
+                e.seq,
+                "seq",
+                expected,
+                [e.seq, e.target, e.payload_digest],
+                f"replay attempted effect seq={e.seq} on {e.target} that is not in the sealed "
+                f"ledger at that position ({len(bad)} such effects)",
+                len(bad),
+            )
+        )
+
+
+def _check_identity(r: Side, p: Side, out: list[Finding]) -> None:
+    # A replay is of one run and reaches the step of the checkpoint it
+    # replays. The branch is not compared: a replay recorded on a fork of the
+    # run is still a replay of that run.
+    if r.run_id != p.run_id:
+        out.append(
+            Finding(
+                FindingCode.RUN_MISMATCH,
+                "identity",
+                "both",
+                None,
+                "",
+                r.run_id,
+                p.run_id,
+                f"replay is of run {p.run_id!r}, not the recorded run {r.run_id!r}",
+            )
+        )
+    if r.step != p.step:
+        out.append(
+            Finding(
+                FindingCode.STEP_MISMATCH,
+                "identity",
+                "both",
+                p.step,
+                "step",
+                r.step,
+                p.step,
+                f"replay reached step {p.step}, not the recorded checkpoint's step {r.step}",
+            )
+        )
+
+
+def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
+    out: list[Finding] = [*r.integrity, *p.integrity]
+    _check_identity(r, p, out)
+    tags = [(i, t) for i, t in enumerate(r.provenance_tags) if t.startswith("replay:")]
+    if tags:
+        out.append(
+            Finding(
+                FindingCode.REPLAY_OF_REPLAY,
+                "provenance",
+                "recorded",
+                tags[0][0],
+                "index",
+                "no replay: tag",
+                tags[0][1],
+                f"recorded run carries replay-provenance tag {tags[0][1]!r}: "
+                "replay-of-replay is not evidence",
+                len(tags),
+            )
+        )
+    if r.state_digest != p.state_digest:
+        out.append(
+            Finding(
+                FindingCode.STATE_MISMATCH,
+                "state",
+                "both",
+                r.step,
+                "step",
+                r.state_digest,
+                p.state_digest,
+                f"post-state digest differs at step {r.step}",
+            )
+        )
+    _check_tokens(r, p, out)
+    cg_step = _check_call_graph(r, p, out)
+    _check_observations(r, p, out)
+    if p.mode is not ReplayMode.STRICT:
+        observed = "undeclared" if p.mode is None else p.mode.value
+        out.append(
+            Finding(
+                FindingCode.BEST_EFFORT,
+                "mode",
+                "replayed",
+                None,
+                "",
+                "strict",
+                observed,
+                f"replay mode is {observed}, not strict: evidence of nothing",
+            )
+        )
+    _check_effects(r, p, out)
+    if p.harness_accesses:
+        out.append(
+            Finding(
+                FindingCode.HARNESS_PERTURBATION,
+                "harness",
+                "replayed",
+                0,
+                "index",
+                [],
+                canonical_or_repr(p.harness_accesses[0]),
+                f"the replay harness made {len(p.harness_accesses)} access(es) of its own",
+                len(p.harness_accesses),
+            )
+        )
+    if r.transcript_digest != p.transcript_digest:
+        out.append(
+            Finding(
+                FindingCode.TRANSCRIPT_MISMATCH,
+                "transcript",
+                "both",
+                None,
+                "",
+                r.transcript_digest,
+                p.transcript_digest,
+                "transcript digest differs",
+            )
+        )
+    order = list(FindingCode)
+    out.sort(key=lambda f: order.index(f.code))
+    return out, cg_step

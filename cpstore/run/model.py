@@ -1,0 +1,384 @@
+"""The run model: a run as a runtime, a replay engine and the validator hold it.
+
+A :class:`Run` holds its token stream *packed* (32-byte TOKEN records in one
+buffer, :class:`PackedTokens`) so that validating millions of tokens never
+builds one Python object per token. Constructing one checks every field the
+way a run document is checked (:mod:`cpstore.run.document`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any
+
+from cpstore.errors import (
+    CanonicalEncodingError,
+    DocumentError,
+    InvalidInputError,
+    RecordFormatError,
+)
+from cpstore.native.args import as_bytes_view, check_text
+from cpstore.native.canonical import encode_value
+from cpstore.native.records import (
+    RECORD_SIZE,
+    KindTable,
+    Provenance,
+    RecordType,
+    kind_name,
+    pack_token,
+    record_count,
+    unpack_token,
+    value_digest,
+)
+
+__all__ = [
+    "PROVENANCE",
+    "PROVENANCE_NAME",
+    "Effect",
+    "Observation",
+    "PackedTokens",
+    "ReplayMode",
+    "Run",
+    "Token",
+    "TokenInfo",
+    "TokenPacker",
+    "check_items",
+    "check_node",
+    "check_str",
+    "check_uint",
+    "fields_of",
+    "list_of",
+    "pinned_or_none",
+]
+
+PROVENANCE = {"recorded": Provenance.RECORDED, "live": Provenance.LIVE}
+PROVENANCE_NAME = {int(v): k for k, v in PROVENANCE.items()}
+_TOKEN_SIZE = RECORD_SIZE[RecordType.TOKEN]
+
+
+
+class ReplayMode(enum.Enum):
+    """How a replay resolved nondeterminism tokens (seed 002)."""
+
+    STRICT = "strict"
+    """Every token from the recorded log; anything else raises."""
+    BEST_EFFORT = "best_effort"
+    """Debugging only: may fall through to live sources; evidence of nothing."""
+
+
+@dataclass(frozen=True)
+class Token:
+    """One nondeterminism token as a replay engine or a document states it."""
+
+    seq: int
+    """Position in the token log; a recording numbers them 0, 1, 2, ..."""
+    kind: str
+    """Kind of nondeterminism: ``rng``, ``clock``, ``tool``, ``env`` or any other name."""
+    value: Any
+    """The resolved value; compared by type and by value (canonical encoding)."""
+    provenance: str = "recorded"
+    """``"recorded"`` (resolved from the log) or ``"live"`` (from a live source)."""
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What is known of one packed token, for findings and messages."""
+
+    seq: int
+    """The record's seq field."""
+    kind: str
+    """Kind name, or ``"kind#<code>"`` for a hashed kind whose name is unknown."""
+    provenance: str
+    """``"recorded"``, ``"live"`` or ``"invalid#<byte>"``."""
+    value_digest: str
+    """Hex digest of the value's canonical encoding."""
+    value: Any = None
+    """The value itself when known (see :attr:`has_value`)."""
+    has_value: bool = False
+    """True when :attr:`value` holds the real value (it may legitimately be None)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One external read (seed 000): compared on (step, source, payload_digest)."""
+
+    step: int
+    """Agent step that made the read."""
+    source: str
+    """What was read (tool, clock, config...)."""
+    payload_digest: str
+    """Digest of what the read returned; an opaque string compared exactly."""
+    pinned_at: float | None
+    """When the payload was pinned in the log; None means re-fetched (unprovable)."""
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One side effect: an entry of the sealed ledger, or one a replay attempted."""
+
+    seq: int
+    """Position in the ledger."""
+    target: str
+    """Where the effect goes."""
+    payload_digest: str
+    """Digest of what was written; an opaque string compared exactly."""
+
+
+@dataclass(frozen=True, eq=False)
+class PackedTokens:
+    """A token stream as one buffer of packed TOKEN records (docs/format.md).
+
+    ``records`` is used as given (no copy), so a replay engine can hand over
+    the buffer it built and the validator compares it in one native call.
+    ``values`` (one per record) and ``kind_names`` (names of hashed kind
+    codes) are optional and only make findings more readable.
+    """
+
+    records: bytes | bytearray | memoryview
+    """Packed 32-byte TOKEN records."""
+    _: KW_ONLY
+    values: Sequence[Any] | None = None
+    """The value of each record, or None when only digests are known."""
+    kind_names: Mapping[int, str] = field(default_factory=dict)
+    """Names of kind codes that are not standard (``rng``, ``clock``, ``tool``, ``env``)."""
+
+    def __post_init__(self) -> None:
+        view = as_bytes_view(self.records, "tokens.records")
+        count = record_count(RecordType.TOKEN, len(view), where="tokens.records")
+        if self.values is not None and len(self.values) != count:
+            raise InvalidInputError(
+                "tokens.values must hold one value per record",
+                where="tokens.values",
+                expected=count,
+                got=len(self.values),
+            )
+
+    def __len__(self) -> int:
+        return memoryview(self.records).nbytes // _TOKEN_SIZE
+
+    def view(self) -> memoryview:
+        """A flat byte view of the records (no copy)."""
+        return as_bytes_view(self.records, "tokens.records")
+
+    def info(self, index: int) -> TokenInfo:
+        """What is known of record ``index``."""
+        view = self.view()
+        seq, code, prov, dig = unpack_token(
+            bytes(view[index * _TOKEN_SIZE : (index + 1) * _TOKEN_SIZE])
+        )
+        name = kind_name(code) or self.kind_names.get(code) or f"kind#{code}"
+        pname = PROVENANCE_NAME.get(int(prov), f"invalid#{int(prov)}")
+        if self.values is None:
+            return TokenInfo(seq, name, pname, dig.hex())
+        return TokenInfo(seq, name, pname, dig.hex(), self.values[index], True)
+
+    @classmethod
+    def from_tokens(cls, tokens: Iterable[Token]) -> PackedTokens:
+        """Pack :class:`Token` objects (a convenience for tests and small runs)."""
+        packer = TokenPacker()
+        for i, token in enumerate(tokens):
+            if not isinstance(token, Token):
+                raise InvalidInputError(
+                    "tokens must be Token objects", where=f"tokens[{i}]", got=type(token).__name__
+                )
+            packer.add(token.seq, token.kind, token.value, token.provenance, f"tokens[{i}]")
+        return packer.finish()
+
+
+class TokenPacker:
+    """Appends token records to one growing buffer (memory follows input)."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+        self.values: list[Any] = []
+        self._kinds = KindTable()
+
+    def add(self, seq: Any, kind: Any, value: Any, provenance: Any, where: str) -> None:
+        check_uint(seq, f"{where}.seq")
+        if not isinstance(kind, str) or not kind:
+            raise DocumentError(
+                "token kind must be a non-empty string", where=f"{where}.kind", got=kind
+            )
+        try:
+            code = self._kinds.code(kind)
+        except RecordFormatError as exc:
+            # Two names, one 31-bit code: they would compare equal. Refuse.
+            raise DocumentError(
+                exc.what, where=f"{where}.kind", expected=exc.expected, got=kind
+            ) from None
+        prov = PROVENANCE.get(provenance) if isinstance(provenance, str) else None
+        if prov is None:
+            raise DocumentError(
+                "token provenance must be 'recorded' or 'live'",
+                where=f"{where}.provenance",
+                got=provenance,
+            )
+        try:
+            vd = value_digest(value)
+        except CanonicalEncodingError as exc:
+            raise DocumentError(
+                "token value cannot be canonically encoded", where=f"{where}.value", got=exc.what
+            ) from None
+        self.buffer += pack_token(seq, code, prov, vd)
+        self.values.append(value)
+
+    def finish(self) -> PackedTokens:
+        return PackedTokens(
+            bytes(self.buffer), values=self.values, kind_names=dict(self._kinds.names)
+        )
+
+
+@dataclass(frozen=True)
+class Run:
+    """A recorded run or a replay, as the validator sees it (docs/run-document.md)."""
+
+    run_id: str
+    """The run this is (or replays)."""
+    step: int
+    """The step of the checkpoint (R) or the step the replay reached (P)."""
+    state_digest: str
+    """Digest of the post-state; an opaque string compared exactly."""
+    _: KW_ONLY
+    tokens: PackedTokens = field(default_factory=lambda: PackedTokens(b""))
+    """The nondeterminism-token stream, packed."""
+    observations: tuple[Observation, ...] = ()
+    """External reads in order."""
+    call_graph: tuple[Mapping[str, Any], ...] = ()
+    """Decision nodes in order; each has at least ``step`` and ``node``."""
+    transcript_digest: str | None = None
+    """Digest of the emitted transcript, or None when none was recorded."""
+    effects: tuple[Effect, ...] = ()
+    """R: the side-effect ledger. P: the effects the replay attempted."""
+    ledger_sealed: bool = False
+    """R: whether the ledger was sealed at checkpoint time."""
+    harness_accesses: tuple[Any, ...] = ()
+    """P: the replay harness's own accesses (seed 004); should be empty."""
+    provenance_tags: tuple[str, ...] = ()
+    """Tags; one starting with ``replay:`` marks a recording of a replay."""
+    mode: ReplayMode | None = None
+    """P: how the replay resolved tokens; None means not declared (not strict)."""
+
+    def __post_init__(self) -> None:
+        check_str(self.run_id, "run_id")
+        check_uint(self.step, "step")
+        check_str(self.state_digest, "state_digest")
+        if not isinstance(self.tokens, PackedTokens):
+            raise DocumentError(
+                "tokens must be PackedTokens", where="tokens", got=type(self.tokens).__name__
+            )
+        check_items(self.observations, Observation, "observations")
+        check_items(self.effects, Effect, "effects")
+        for i, obs in enumerate(self.observations):
+            check_str(obs.source, f"observations[{i}].source")
+            check_str(obs.payload_digest, f"observations[{i}].payload_digest")
+        for i, eff in enumerate(self.effects):
+            check_str(eff.target, f"effects[{i}].target")
+            check_str(eff.payload_digest, f"effects[{i}].payload_digest")
+        if not isinstance(self.call_graph, tuple):
+            raise DocumentError(
+                "call_graph must be a tuple", where="call_graph", got=type(self.call_graph).__name__
+            )
+        for i, node in enumerate(self.call_graph):
+            check_node(node, f"call_graph[{i}]")
+        if self.transcript_digest is not None:
+            check_str(self.transcript_digest, "transcript_digest")
+        if not isinstance(self.ledger_sealed, bool):
+            raise DocumentError(
+                "ledger_sealed must be a bool", where="ledger_sealed", got=self.ledger_sealed
+            )
+        if not isinstance(self.harness_accesses, tuple):
+            raise DocumentError(
+                "harness_accesses must be a tuple",
+                where="harness_accesses",
+                got=type(self.harness_accesses).__name__,
+            )
+        if not isinstance(self.provenance_tags, tuple):
+            raise DocumentError(
+                "provenance_tags must be a tuple",
+                where="provenance_tags",
+                got=type(self.provenance_tags).__name__,
+            )
+        for i, tag in enumerate(self.provenance_tags):
+            check_str(tag, f"provenance_tags[{i}]")
+        if self.mode is not None and not isinstance(self.mode, ReplayMode):
+            raise DocumentError("mode must be a ReplayMode or None", where="mode", got=self.mode)
+
+
+# -- field checks ---------------------------------------------------------------
+
+
+def check_uint(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
+        raise DocumentError("must be an integer in [0, 2**64)", where=where, got=value)
+    return value
+
+
+def check_str(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise DocumentError("must be a string", where=where, got=type(value).__name__)
+    return check_text(value, where, DocumentError)
+
+
+def check_items(items: Any, cls: type, where: str) -> None:
+    if not isinstance(items, tuple):
+        raise DocumentError(f"{where} must be a tuple", where=where, got=type(items).__name__)
+    for i, item in enumerate(items):
+        if not isinstance(item, cls):
+            raise DocumentError(
+                f"must be {cls.__name__}", where=f"{where}[{i}]", got=type(item).__name__
+            )
+
+
+def check_node(node: Any, where: str) -> None:
+    if not isinstance(node, Mapping):
+        raise DocumentError(
+            "a decision node must be a mapping", where=where, got=type(node).__name__
+        )
+    if "step" not in node:
+        raise DocumentError("missing field", where=f"{where}.step")
+    if "node" not in node:
+        raise DocumentError("missing field", where=f"{where}.node")
+    check_uint(node["step"], f"{where}.step")
+    try:
+        encode_value(dict(node))
+    except CanonicalEncodingError as exc:
+        raise DocumentError(
+            "decision node cannot be canonically encoded", where=where, got=exc.what
+        ) from None
+
+
+def fields_of(
+    obj: Any, where: str, required: Sequence[str], optional: Sequence[str] = ()
+) -> Mapping[str, Any]:
+    if not isinstance(obj, Mapping):
+        raise DocumentError("must be an object", where=where, got=type(obj).__name__)
+    for key in obj:
+        if key not in required and key not in optional:
+            raise DocumentError(
+                "unknown field",
+                where=f"{where}.{key}" if where else str(key),
+                expected=sorted([*required, *optional]),
+            )
+    for key in required:
+        if key not in obj:
+            raise DocumentError("missing field", where=f"{where}.{key}" if where else key)
+    return obj
+
+
+def list_of(obj: Any, where: str) -> list[Any]:
+    if not isinstance(obj, list):
+        raise DocumentError("must be a list", where=where, got=type(obj).__name__)
+    return obj
+
+
+def pinned_or_none(value: Any, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DocumentError("must be a number or null", where=where, got=value)
+    if not math.isfinite(value):
+        raise DocumentError("must be finite", where=where, got=value)
+    return float(value)

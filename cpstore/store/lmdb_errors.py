@@ -1,0 +1,71 @@
+"""LMDB failures as cpstore errors: full, read-only, corrupt, foreign, other.
+
+py-lmdb 1.x carries no errno on most errors, so the errno is read back from
+the message; a short write on a full filesystem arrives as EIO and is told
+apart by looking at the free space.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import lmdb
+
+from cpstore.errors import (
+    CpstoreError,
+    FormatVersionError,
+    IntegrityError,
+    StoreError,
+    StoreFullError,
+    StoreReadOnlyError,
+)
+
+__all__ = ["FULL_DISK_SLACK", "errno_of", "translate"]
+
+
+#: Free bytes below which an I/O error on write is taken for a full disk.
+FULL_DISK_SLACK = 1 << 20
+
+
+def _disk_nearly_full(where: str) -> bool:
+    """True when the filesystem holding ``where`` has (almost) no room left."""
+    path = where
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path)
+    try:
+        st = os.statvfs(path or ".")
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < FULL_DISK_SLACK
+
+
+_ERRNO_TEXT = {
+    os.strerror(code): code
+    for code in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EACCES, errno.EROFS, errno.EPERM)
+}
+
+
+def errno_of(text: str) -> int:
+    """The errno of an LMDB error message ``"call: strerror"`` (py-lmdb 1.x has no ``code``)."""
+    return _ERRNO_TEXT.get(text.rpartition(": ")[2], 0)
+
+
+def translate(exc: lmdb.Error, where: str) -> CpstoreError:
+    """The cpstore exception for an LMDB failure (full, read-only, corrupt, other)."""
+    text = str(exc)
+    code = getattr(exc, "code", 0) or errno_of(text)
+    if isinstance(exc, lmdb.MapFullError) or code in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError("the store is full", where=where, got=text)
+    if code == errno.EIO and _disk_nearly_full(where):
+        # LMDB reports a short pwrite() on a full filesystem as EIO, not ENOSPC.
+        return StoreFullError("the disk holding the store is full", where=where, got=text)
+    if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EACCES, errno.EROFS, errno.EPERM):
+        return StoreReadOnlyError("the store cannot be written", where=where, got=text)
+    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PanicError)):
+        return IntegrityError("the LMDB data file is corrupt", where=where, got=text)
+    if isinstance(exc, (lmdb.VersionMismatchError, lmdb.InvalidError)):
+        return FormatVersionError(
+            "not an LMDB environment this build can read", where=where, got=text
+        )
+    return StoreError("LMDB failed", where=where, got=text)
