@@ -30,8 +30,7 @@ import pytest
 import xxhash
 
 import cpstore
-from cpstore import RecordType
-from cpstore.native import reference
+from cpstore.native import RecordType, reference
 from cpstore.native.binding import native_digest
 
 COMPARE_RECORDS = {"quick": 1_000_000, "full": 10_000_000}
@@ -81,7 +80,7 @@ def test_compare_equal_native(benchmark: Any, token_logs: tuple[bytes, bytes, by
                               size: str) -> None:
     """first_divergence on two equal token logs."""
     a, b, _ = token_logs
-    result = _run(benchmark, lambda: cpstore.first_divergence(RecordType.TOKEN, a, b),
+    result = _run(benchmark, lambda: cpstore.native.first_divergence(RecordType.TOKEN, a, b),
                   rounds=ROUNDS[size], label=f"compare equal {len(a) // 32:,} tokens",
                   items=len(a) // 32, target=0.9,
                   baseline=["compare equal: bytes ==", "compare equal: reference"])
@@ -113,7 +112,7 @@ def test_compare_last_native(benchmark: Any, token_logs: tuple[bytes, bytes, byt
                              size: str) -> None:
     """first_divergence on logs that differ in the last record (returns the index)."""
     a, _, c = token_logs
-    result = _run(benchmark, lambda: cpstore.first_divergence(RecordType.TOKEN, a, c),
+    result = _run(benchmark, lambda: cpstore.native.first_divergence(RecordType.TOKEN, a, c),
                   rounds=ROUNDS[size], label=f"compare last {len(a) // 32:,} tokens",
                   items=len(a) // 32, target=0.9,
                   baseline=["compare last: bytes ==", "compare last: reference"])
@@ -155,7 +154,7 @@ def test_batch_xxhash_loop(benchmark: Any, batch: tuple[bytes, bytes]) -> None:
 def test_batch_native(benchmark: Any, batch: tuple[bytes, bytes], size: str) -> None:
     """digest_batch of 1 M 32-byte values (offsets as a uint64 buffer)."""
     values, offsets = batch
-    out = _run(benchmark, lambda: cpstore.digest_batch(values, offsets), rounds=ROUNDS[size],
+    out = _run(benchmark, lambda: cpstore.native.digest_batch(values, offsets), rounds=ROUNDS[size],
                label="batch digest 1 M x 32 B", items=BATCH_VALUES,
                baseline="batch: python-xxhash loop", target=5.0)
     assert out[:16] == xxhash.xxh3_128_digest(values[:32])
@@ -166,7 +165,7 @@ def test_batch_native_into(benchmark: Any, batch: tuple[bytes, bytes], size: str
     """digest_batch_into a reused caller-owned buffer (no allocation per call)."""
     values, offsets = batch
     out = bytearray(16 * BATCH_VALUES)
-    _run(benchmark, lambda: cpstore.digest_batch_into(values, offsets, out), rounds=ROUNDS[size],
+    _run(benchmark, lambda: cpstore.native.digest_batch_into(values, offsets, out), rounds=ROUNDS[size],
          label="batch digest into reused buffer", items=BATCH_VALUES,
          baseline="batch: python-xxhash loop", target=5.0)
     assert bytes(out[:16]) == xxhash.xxh3_128_digest(values[:32])
@@ -179,7 +178,7 @@ def test_batch_native_offsets_list(benchmark: Any, batch: tuple[bytes, bytes], s
     offs = array("Q")
     offs.frombytes(offsets)
     listed = offs.tolist()
-    _run(benchmark, lambda: cpstore.digest_batch(values, listed), rounds=3,
+    _run(benchmark, lambda: cpstore.native.digest_batch(values, listed), rounds=3,
          label="batch digest, offsets as list", items=BATCH_VALUES,
          baseline="batch: python-xxhash loop", target=5.0)
 
@@ -204,16 +203,16 @@ def test_seq_xxh3_one_shot(benchmark: Any, big_log: bytes, size: str) -> None:
 def test_seq_native(benchmark: Any, big_log: bytes, size: str, kernel: str) -> None:
     """sequence_digest of 64 MiB under one SIMD kernel."""
     try:
-        cpstore.select_simd(kernel)
+        cpstore.native.select_simd(kernel)
     except cpstore.InvalidInputError:
         pytest.skip(f"CPU lacks {kernel}")
     try:
-        name = cpstore.simd_path()
-        _run(benchmark, lambda: cpstore.sequence_digest(RecordType.TOKEN, big_log),
+        name = cpstore.native.simd_path()
+        _run(benchmark, lambda: cpstore.native.sequence_digest(RecordType.TOKEN, big_log),
              rounds=ROUNDS[size], label=f"seq digest 64 MiB [{kernel}: {name}]",
              items=len(big_log) // 32, baseline="seq: xxh3_128_digest one-shot", target=0.8)
     finally:
-        cpstore.select_simd("auto")
+        cpstore.native.select_simd("auto")
 
 
 # ---- one small digest (why digest() hands small buffers to python-xxhash) --------
@@ -239,8 +238,8 @@ def test_digest_small_xxhash(benchmark: Any, small_objects: list[memoryview], si
 @pytest.mark.benchmark(group="core-digest-small")
 def test_digest_small_dispatch(benchmark: Any, small_objects: list[memoryview],
                                size: str) -> None:
-    """cpstore.digest(): below 64 KiB it is python-xxhash behind a type check."""
-    got = _run(benchmark, lambda: [cpstore.digest(v) for v in small_objects],
+    """cpstore.native.digest(): below 64 KiB it is python-xxhash behind a type check."""
+    got = _run(benchmark, lambda: [cpstore.native.digest(v) for v in small_objects],
                rounds=ROUNDS[size], label="digest 1 KiB: digest()", items=SMALL_OBJECTS,
                baseline="digest 1 KiB: python-xxhash")
     assert got[0] == xxhash.xxh3_128_digest(small_objects[0])

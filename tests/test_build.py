@@ -62,10 +62,10 @@ def test_cdef_is_read_from_the_header_and_matches_the_compiled_lib() -> None:
 @pytest.mark.parametrize("level", ["auto", "baseline"])
 def test_simd_path_is_named(level: str) -> None:
     """The chosen kernel has a name, and selecting one never changes a digest."""
-    before = cpstore.digest(b"x" * 4096)
-    cpstore.select_simd(level)
+    before = cpstore.native.digest(b"x" * 4096)
+    cpstore.native.select_simd(level)
     try:
-        assert cpstore.simd_path() in {"avx512", "avx2", "sse2", "scalar"}
-        assert cpstore.digest(b"x" * 4096) == before
+        assert cpstore.native.simd_path() in {"avx512", "avx2", "sse2", "scalar"}
+        assert cpstore.native.digest(b"x" * 4096) == before
     finally:
-        cpstore.select_simd("auto")
+        cpstore.native.select_simd("auto")

@@ -41,8 +41,8 @@ def _norm(value: Any) -> Any:
 @given(values)
 def test_encoding_round_trips_and_is_stable(value: Any) -> None:
     """decode(encode(v)) re-encodes to the same bytes."""
-    encoded = cpstore.encode_value(value)
-    assert cpstore.encode_value(cpstore.decode_value(encoded)) == encoded
+    encoded = cpstore.native.encode_value(value)
+    assert cpstore.native.encode_value(cpstore.native.decode_value(encoded)) == encoded
 
 
 @given(st.dictionaries(st.text(max_size=8), st.integers(), max_size=12), st.randoms())
@@ -50,27 +50,27 @@ def test_map_key_order_never_changes_the_bytes(mapping: dict[str, int], rnd: Any
     """Equal maps built in any insertion order encode the same."""
     items = list(mapping.items())
     rnd.shuffle(items)
-    assert cpstore.encode_value(dict(items)) == cpstore.encode_value(mapping)
+    assert cpstore.native.encode_value(dict(items)) == cpstore.native.encode_value(mapping)
 
 
 @given(values, values)
 def test_equal_encodings_only_for_equal_values(a: Any, b: Any) -> None:
     """Different bytes for values Python calls different (NaN aside)."""
-    ea, eb = cpstore.encode_value(a), cpstore.encode_value(b)
+    ea, eb = cpstore.native.encode_value(a), cpstore.native.encode_value(b)
     if ea == eb:
-        assert repr(_norm(cpstore.decode_value(ea))) == repr(_norm(cpstore.decode_value(eb)))
+        assert repr(_norm(cpstore.native.decode_value(ea))) == repr(_norm(cpstore.native.decode_value(eb)))
 
 
 @given(st.integers(min_value=-(2**200), max_value=2**200))
 def test_every_int_round_trips(value: int) -> None:
     """Big and small ints decode to themselves."""
-    assert cpstore.decode_value(cpstore.encode_value(value)) == value
+    assert cpstore.native.decode_value(cpstore.native.encode_value(value)) == value
 
 
 def test_negative_zero_and_zero_share_bytes_but_differ_from_int_zero() -> None:
     """-0.0 and 0.0 encode equally (they are equal); 0 and False do not."""
-    assert cpstore.encode_value(-0.0) == cpstore.encode_value(0.0)
-    assert len({cpstore.encode_value(v) for v in (0, 0.0, False, "", b"", None)}) == 6
+    assert cpstore.native.encode_value(-0.0) == cpstore.native.encode_value(0.0)
+    assert len({cpstore.native.encode_value(v) for v in (0, 0.0, False, "", b"", None)}) == 6
 
 
 @pytest.mark.parametrize(
@@ -84,16 +84,16 @@ def test_negative_zero_and_zero_share_bytes_but_differ_from_int_zero() -> None:
 )
 def test_unsupported_values_are_refused_with_their_path(value: Any, where: str) -> None:
     """Unsupported types and lone surrogates raise CanonicalEncodingError naming the path."""
-    with pytest.raises(cpstore.CanonicalEncodingError) as info:
-        cpstore.encode_value(value)
+    with pytest.raises(cpstore.errors.CanonicalEncodingError) as info:
+        cpstore.native.encode_value(value)
     assert info.value.where == where
     assert isinstance(info.value, ValueError)
 
 
 def test_colliding_map_keys_are_refused() -> None:
     """Two distinct NaN keys would encode the same; the map is refused."""
-    with pytest.raises(cpstore.CanonicalEncodingError, match="same canonical encoding"):
-        cpstore.encode_value({math.nan: 1, float("nan"): 2})
+    with pytest.raises(cpstore.errors.CanonicalEncodingError, match="same canonical encoding"):
+        cpstore.native.encode_value({math.nan: 1, float("nan"): 2})
 
 
 def test_too_deep_nesting_is_refused_not_recursed() -> None:
@@ -101,8 +101,8 @@ def test_too_deep_nesting_is_refused_not_recursed() -> None:
     deep: Any = []
     for _ in range(300):
         deep = [deep]
-    with pytest.raises(cpstore.CanonicalEncodingError, match="too deeply"):
-        cpstore.encode_value(deep)
+    with pytest.raises(cpstore.errors.CanonicalEncodingError, match="too deeply"):
+        cpstore.native.encode_value(deep)
 
 
 @pytest.mark.parametrize(
@@ -120,5 +120,5 @@ def test_too_deep_nesting_is_refused_not_recursed() -> None:
 )
 def test_non_canonical_bytes_are_refused(hexbytes: str) -> None:
     """decode_value refuses anything that is not the one canonical encoding."""
-    with pytest.raises(cpstore.CanonicalEncodingError):
-        cpstore.decode_value(bytes.fromhex(hexbytes))
+    with pytest.raises(cpstore.errors.CanonicalEncodingError):
+        cpstore.native.decode_value(bytes.fromhex(hexbytes))

@@ -54,11 +54,11 @@ PUBLIC_ERRORS = sorted(
 
 
 def test_every_public_error_class_is_exported() -> None:
-    """The sweep below sees every error class cpstore exports (and nothing is hidden)."""
+    """The sweep below sees every error class cpstore.errors exports (and nothing is hidden)."""
     exported = {
         obj
-        for name in cpstore.__all__
-        if isinstance(obj := getattr(cpstore, name), type) and issubclass(obj, CpstoreError)
+        for name in cpstore.errors.__all__
+        if isinstance(obj := getattr(cpstore.errors, name), type) and issubclass(obj, CpstoreError)
     }
     assert exported - {CpstoreError} == set(PUBLIC_ERRORS)
 

@@ -167,7 +167,8 @@ def test_document_larger_than_the_limit_is_refused(tmp_path):
 _OVER_THE_LIMIT = r"""
 import resource, sys
 import cpstore
-from cpstore import DocumentError, MAX_DOCUMENT_BYTES
+from cpstore import DocumentError
+from cpstore.run import MAX_DOCUMENT_BYTES
 path = sys.argv[1]
 with open(path, "wb") as fh:
     fh.truncate(MAX_DOCUMENT_BYTES + 1)  # sparse: no disk, no memory

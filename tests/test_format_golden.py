@@ -50,10 +50,10 @@ CANONICAL = [
 @pytest.mark.parametrize(("value", "hexbytes"), CANONICAL, ids=[repr(v) for v, _ in CANONICAL])
 def test_canonical_encoding_bytes_are_pinned(value: object, hexbytes: str) -> None:
     """Each canonical encoding is exactly the documented bytes and decodes back."""
-    encoded = cpstore.encode_value(value)
+    encoded = cpstore.native.encode_value(value)
     assert encoded.hex() == hexbytes
-    again = cpstore.decode_value(encoded)
-    assert cpstore.encode_value(again) == encoded
+    again = cpstore.native.decode_value(encoded)
+    assert cpstore.native.encode_value(again) == encoded
 
 
 def test_nan_with_other_payload_bits_encodes_as_the_one_nan() -> None:
@@ -62,19 +62,19 @@ def test_nan_with_other_payload_bits_encodes_as_the_one_nan() -> None:
 
     odd_nan = struct.unpack(">d", bytes.fromhex("7ff8000000000abc"))[0]
     assert math.isnan(odd_nan)
-    assert cpstore.encode_value(odd_nan).hex() == "cb7ff8000000000000"
+    assert cpstore.native.encode_value(odd_nan).hex() == "cb7ff8000000000000"
 
 
 def test_values_of_different_types_have_different_digests() -> None:
     """1, 1.0, True, "1" and b"1" are five different values (seed 002)."""
-    digests = {cpstore.value_digest(v) for v in (1, 1.0, True, "1", b"1")}
+    digests = {cpstore.native.value_digest(v) for v in (1, 1.0, True, "1", b"1")}
     assert len(digests) == 5
 
 
 def test_value_digest_is_xxh3_128_of_the_canonical_bytes() -> None:
     """value_digest(42) is pinned and is XXH3-128 of encode_value(42)."""
-    assert cpstore.value_digest(42).hex() == "14c9ae9594c463c479d03016b7aeed0d"
-    assert cpstore.value_digest(42) == xxhash.xxh3_128_digest(b"\x2a")
+    assert cpstore.native.value_digest(42).hex() == "14c9ae9594c463c479d03016b7aeed0d"
+    assert cpstore.native.value_digest(42) == xxhash.xxh3_128_digest(b"\x2a")
 
 
 def test_standard_and_custom_kind_codes_are_pinned() -> None:
@@ -85,17 +85,17 @@ def test_standard_and_custom_kind_codes_are_pinned() -> None:
 
 def test_token_record_bytes_are_pinned() -> None:
     """A token record is seq|kind|provenance|reserved|value digest, little-endian."""
-    record = cpstore.pack_token(7, "rng", cpstore.Provenance.RECORDED, cpstore.value_digest(42))
+    record = cpstore.native.pack_token(7, "rng", cpstore.native.Provenance.RECORDED, cpstore.native.value_digest(42))
     assert record.hex() == (
         "0700000000000000" "01000000" "01" "000000" "14c9ae9594c463c479d03016b7aeed0d"
     )
-    assert R.unpack_token(record) == (7, 1, cpstore.Provenance.RECORDED, cpstore.value_digest(42))
+    assert R.unpack_token(record) == (7, 1, cpstore.native.Provenance.RECORDED, cpstore.native.value_digest(42))
 
 
 def test_observation_record_bytes_are_pinned() -> None:
     """An observation record carries step, pinned_at, flags, source and payload."""
     source = R.string_digest("read_config")
-    record = cpstore.pack_observation(12, source, bytes(range(16)), 1700000000.5)
+    record = cpstore.native.pack_observation(12, source, bytes(range(16)), 1700000000.5)
     assert record.hex() == (
         "0c00000000000000"
         "00002040fc54d941"
@@ -105,57 +105,57 @@ def test_observation_record_bytes_are_pinned() -> None:
         "000102030405060708090a0b0c0d0e0f"
     )
     assert R.unpack_observation(record) == (12, source, bytes(range(16)), 1700000000.5)
-    unpinned = cpstore.pack_observation(12, source, bytes(range(16)), None)
+    unpinned = cpstore.native.pack_observation(12, source, bytes(range(16)), None)
     assert unpinned[8:20] == bytes(12)
     assert R.unpack_observation(unpinned)[3] is None
 
 
 def test_decision_and_effect_record_bytes_are_pinned() -> None:
     """Decision and effect records have the documented layouts."""
-    assert cpstore.pack_decision(3, bytes(range(16))).hex() == (
+    assert cpstore.native.pack_decision(3, bytes(range(16))).hex() == (
         "0300000000000000" "0000000000000000" "000102030405060708090a0b0c0d0e0f"
     )
-    assert cpstore.pack_effect(2, bytes(16), b"\xff" * 16).hex() == (
+    assert cpstore.native.pack_effect(2, bytes(16), b"\xff" * 16).hex() == (
         "0200000000000000" + "00" * 8 + "00" * 16 + "ff" * 16
     )
 
 
 def test_record_sizes_are_pinned() -> None:
     """Record sizes are part of the format."""
-    assert dict(cpstore.RECORD_SIZE) == {
-        cpstore.RecordType.TOKEN: 32,
-        cpstore.RecordType.OBSERVATION: 56,
-        cpstore.RecordType.DECISION: 32,
-        cpstore.RecordType.EFFECT: 48,
+    assert dict(cpstore.native.RECORD_SIZE) == {
+        cpstore.native.RecordType.TOKEN: 32,
+        cpstore.native.RecordType.OBSERVATION: 56,
+        cpstore.native.RecordType.DECISION: 32,
+        cpstore.native.RecordType.EFFECT: 48,
     }
 
 
 def test_sequence_digest_is_prefix_records_trailer() -> None:
     """The sequence digest hashes the 16-byte prefix, the records and the u64 count."""
-    record = cpstore.pack_token(7, "rng", 1, cpstore.value_digest(42))
-    prefix = R.seq_prefix(cpstore.RecordType.TOKEN)
+    record = cpstore.native.pack_token(7, "rng", 1, cpstore.native.value_digest(42))
+    prefix = R.seq_prefix(cpstore.native.RecordType.TOKEN)
     assert prefix.hex() == "43505351" "0100" "0100" "20000000" "00000000"
     by_hand = xxhash.xxh3_128_digest(prefix + record + (1).to_bytes(8, "little"))
-    assert cpstore.sequence_digest(cpstore.RecordType.TOKEN, record) == by_hand
+    assert cpstore.native.sequence_digest(cpstore.native.RecordType.TOKEN, record) == by_hand
     assert by_hand.hex() == "043fb2cd4c1fa1f1a43ecd12041a2a24"
-    assert cpstore.sequence_digest(1, b"").hex() == "aeb4d2e868a304eb3bbf15bc73d7c551"
+    assert cpstore.native.sequence_digest(1, b"").hex() == "aeb4d2e868a304eb3bbf15bc73d7c551"
 
 
 def test_sequence_digest_binds_record_type_and_count() -> None:
     """The same bytes as another record type, or one record fewer, give another digest."""
-    two = cpstore.pack_decision(1, bytes(16)) * 2
-    assert cpstore.sequence_digest(cpstore.RecordType.DECISION, two) != cpstore.sequence_digest(
-        cpstore.RecordType.TOKEN, two
+    two = cpstore.native.pack_decision(1, bytes(16)) * 2
+    assert cpstore.native.sequence_digest(cpstore.native.RecordType.DECISION, two) != cpstore.native.sequence_digest(
+        cpstore.native.RecordType.TOKEN, two
     )
-    assert cpstore.sequence_digest(3, two) != cpstore.sequence_digest(3, two[:32])
-    assert ref.sequence_digest(3, two) == cpstore.sequence_digest(3, two)
+    assert cpstore.native.sequence_digest(3, two) != cpstore.native.sequence_digest(3, two[:32])
+    assert ref.sequence_digest(3, two) == cpstore.native.sequence_digest(3, two)
 
 
 def test_a_kind_table_refuses_two_names_with_one_hashed_code() -> None:
     """Names that hash to one code would compare equal; the second is refused."""
     table = R.KindTable()
     assert table.code("k9870") == R.kind_code("k9870") and table.code("rng") == 1
-    with pytest.raises(cpstore.RecordFormatError, match="same code"):
+    with pytest.raises(cpstore.errors.RecordFormatError, match="same code"):
         table.code("k53003")  # same 31-bit hashed code as k9870
     assert table.label(R.kind_code("k9870")) == "k9870" and table.label(1) == "rng"
     assert table.label(0x80000001) == "kind#2147483649"
@@ -182,6 +182,6 @@ def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) ->
             write_ref(txn, st.backend.env.dbs, b"run\0side", side, 1)
         with st.backend.env.env.begin() as txn:
             raw = bytes(txn.get(REFS_DIGEST_KEY, db=st.backend.db("meta")))
-            fmt = cpstore.decode_value(txn.get(b"format", db=st.backend.db("meta")))
+            fmt = cpstore.native.decode_value(txn.get(b"format", db=st.backend.db("meta")))
     assert raw.hex() == "0961205f4cf21499361b3e1d164a506e" + "0200000000000000"
     assert fmt == {"layout": "cpstore", "version": 2, "digest": "xxh3-128"}

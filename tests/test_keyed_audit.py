@@ -41,15 +41,15 @@ def _forge(path: Path, kind: str, body: dict[str, Any]) -> str:
         with txn.cursor(db=audit) as cur:
             assert cur.last()
             index = _INDEX.unpack(cur.key())[0] + 1
-            prev = cpstore.digest(cur.value())
-        rec = cpstore.decode_value(txn.get(_INDEX.pack(index - 1), db=audit))
-        raw = cpstore.encode_value(
+            prev = cpstore.native.digest(cur.value())
+        rec = cpstore.native.decode_value(txn.get(_INDEX.pack(index - 1), db=audit))
+        raw = cpstore.native.encode_value(
             {"index": index, "prev": prev, "kind": kind, "body": body, "time": rec["time"] + 1}
         )
-        key = cpstore.digest(raw)
+        key = cpstore.native.digest(raw)
         txn.put(_INDEX.pack(index), raw, db=audit)
         txn.put(key, _INDEX.pack(index), db=index_db)
-        txn.put(b"audit_head", cpstore.encode_value([index + 1, key]), db=meta)
+        txn.put(b"audit_head", cpstore.native.encode_value([index + 1, key]), db=meta)
     env.close()
     return key.hex()
 
@@ -93,12 +93,12 @@ def test_an_altered_decision_record_fails_its_mac(tmp_path: Path) -> None:
     env = lmdb.open(str(path), max_dbs=16)
     audit, index_db, meta = (env.open_db(n) for n in (b"audit", b"audit_index", b"meta"))
     with env.begin(write=True) as txn:
-        rec = cpstore.decode_value(txn.get(_INDEX.pack(0), db=audit))
+        rec = cpstore.native.decode_value(txn.get(_INDEX.pack(0), db=audit))
         rec["body"]["verdict"] = "ACCEPT"
-        raw = cpstore.encode_value(rec)
+        raw = cpstore.native.encode_value(rec)
         txn.put(_INDEX.pack(0), raw, db=audit)
-        txn.put(cpstore.digest(raw), _INDEX.pack(0), db=index_db)
-        txn.put(b"audit_head", cpstore.encode_value([1, cpstore.digest(raw)]), db=meta)
+        txn.put(cpstore.native.digest(raw), _INDEX.pack(0), db=index_db)
+        txn.put(b"audit_head", cpstore.native.encode_value([1, cpstore.native.digest(raw)]), db=meta)
     env.close()
     with cpstore.open(path, audit_key=KEY) as store:
         problems = store.verify().problems

@@ -54,13 +54,13 @@ def _bytes(n: int, seed: int = 0) -> bytes:
 def kernel(request: pytest.FixtureRequest) -> Iterator[str]:
     """Select one digest kernel for the test, skipping ones the CPU lacks."""
     try:
-        cpstore.select_simd(request.param)
+        cpstore.native.select_simd(request.param)
     except cpstore.InvalidInputError:
         pytest.skip(f"CPU lacks {request.param}")
     try:
         yield request.param
     finally:
-        cpstore.select_simd("auto")
+        cpstore.native.select_simd("auto")
 
 
 # ---- strategies -----------------------------------------------------------
@@ -168,12 +168,12 @@ def test_digest_equals_xxh3_128_at_every_internal_boundary(kernel: str) -> None:
     for n in XXH3_BOUNDARIES:
         data = _bytes(n)
         expected = xxhash.xxh3_128_digest(data)
-        assert cpstore.digest(data) == expected, n
+        assert cpstore.native.digest(data) == expected, n
         assert native_digest(data) == expected, n
         assert native_digest(memoryview(data)) == expected, n
         assert reference.digest(data) == expected, n
-        assert cpstore.digest(bytearray(data)) == expected, n
-        assert cpstore.digest(memoryview(data)[1:] if n else b"") == xxhash.xxh3_128_digest(
+        assert cpstore.native.digest(bytearray(data)) == expected, n
+        assert cpstore.native.digest(memoryview(data)[1:] if n else b"") == xxhash.xxh3_128_digest(
             data[1:]
         ), n
 
@@ -184,7 +184,7 @@ def test_digest_equals_xxh3_128_at_every_internal_boundary(kernel: str) -> None:
 @example(data=b"\xff" * 241)
 def test_digest_equals_xxh3_128_for_any_bytes(kernel: str, data: bytes) -> None:
     """digest(data) is xxh3_128_digest(data) and the reference's result, for any bytes."""
-    got = cpstore.digest(data)
+    got = cpstore.native.digest(data)
     assert got == native_digest(data) == xxhash.xxh3_128_digest(data) == reference.digest(data)
     assert len(got) == 16
 
@@ -192,7 +192,7 @@ def test_digest_equals_xxh3_128_for_any_bytes(kernel: str, data: bytes) -> None:
 def test_digest_of_huge_buffer_equals_xxh3_128(kernel: str) -> None:
     """A multi-megabyte buffer digests to xxh3_128_digest, also through a strided-free view."""
     data = _bytes(HUGE + 17, seed=1)
-    assert cpstore.digest(data) == xxhash.xxh3_128_digest(data) == reference.digest(data)
+    assert cpstore.native.digest(data) == xxhash.xxh3_128_digest(data) == reference.digest(data)
     assert native_digest(memoryview(data)[:SMALL_DIGEST - 1]) == xxhash.xxh3_128_digest(
         data[: SMALL_DIGEST - 1]
     )
@@ -201,7 +201,7 @@ def test_digest_of_huge_buffer_equals_xxh3_128(kernel: str) -> None:
 def test_digest_accepts_wider_formats_as_their_bytes() -> None:
     """A memoryview of another item format is hashed as its raw bytes."""
     values = array("Q", range(100))
-    assert cpstore.digest(memoryview(values)) == xxhash.xxh3_128_digest(values.tobytes())
+    assert cpstore.native.digest(memoryview(values)) == xxhash.xxh3_128_digest(values.tobytes())
 
 
 # ---- digest_batch ---------------------------------------------------------
@@ -217,7 +217,7 @@ def test_digest_batch_matches_reference(
     """digest_batch agrees with the reference for any offsets, as list or uint64 buffer."""
     data, offsets = batch
     offs: list[int] | bytes = array("Q", offsets).tobytes() if as_buffer else offsets
-    got = cpstore.digest_batch(data, offs)
+    got = cpstore.native.digest_batch(data, offs)
     assert got == reference.digest_batch(data, offs)
     assert got == b"".join(
         xxhash.xxh3_128_digest(data[offsets[i] : offsets[i + 1]]) for i in range(len(offsets) - 1)
@@ -233,7 +233,7 @@ def test_digest_batch_reads_offsets_in_the_byte_order_it_is_told(
     data, offsets = batch
     packed = struct.pack(f"{'<' if order == 'little' else '>'}{len(offsets)}Q", *offsets)
     expected = reference.digest_batch(data, offsets)
-    assert cpstore.digest_batch(data, packed, byteorder=order) == expected  # type: ignore[arg-type]
+    assert cpstore.native.digest_batch(data, packed, byteorder=order) == expected  # type: ignore[arg-type]
     assert reference.digest_batch(data, packed, byteorder=order) == expected  # type: ignore[arg-type]
 
 
@@ -248,7 +248,7 @@ def test_digest_batch_of_huge_buffer_matches_reference(kernel: str) -> None:
         if offsets[-1] + step > len(data):
             break
         offsets.append(offsets[-1] + step)
-    assert cpstore.digest_batch(data, offsets) == reference.digest_batch(data, offsets)
+    assert cpstore.native.digest_batch(data, offsets) == reference.digest_batch(data, offsets)
 
 
 # ---- sequence_digest and SequenceHasher -------------------------------------
@@ -258,23 +258,23 @@ def test_digest_batch_of_huge_buffer_matches_reference(kernel: str) -> None:
 def test_sequence_digest_matches_reference(kernel: str, typed: tuple[RecordType, bytes]) -> None:
     """One-shot sequence digests agree for every record type and content."""
     rtype, data = typed
-    assert cpstore.sequence_digest(rtype, data) == reference.sequence_digest(rtype, data)
-    assert cpstore.sequence_digest(int(rtype), bytearray(data)) == reference.sequence_digest(
+    assert cpstore.native.sequence_digest(rtype, data) == reference.sequence_digest(rtype, data)
+    assert cpstore.native.sequence_digest(int(rtype), bytearray(data)) == reference.sequence_digest(
         rtype, data
     )
 
 
 def test_sequence_digest_separates_types_and_empty_logs() -> None:
     """Empty logs of different types, and same bytes under different types, digest apart."""
-    empties = {cpstore.sequence_digest(rt, b"") for rt in RECORD_TYPES}
+    empties = {cpstore.native.sequence_digest(rt, b"") for rt in RECORD_TYPES}
     assert len(empties) == len(RECORD_TYPES)
     for rt in RECORD_TYPES:
-        assert cpstore.sequence_digest(rt, b"") == reference.sequence_digest(rt, b"")
+        assert cpstore.native.sequence_digest(rt, b"") == reference.sequence_digest(rt, b"")
     raw = b"\xff" * 96  # whole records of the 32- and 48-byte types
-    assert cpstore.sequence_digest(RecordType.TOKEN, raw) != cpstore.sequence_digest(
+    assert cpstore.native.sequence_digest(RecordType.TOKEN, raw) != cpstore.native.sequence_digest(
         RecordType.DECISION, raw
     )
-    assert cpstore.sequence_digest(RecordType.EFFECT, raw) == reference.sequence_digest(
+    assert cpstore.native.sequence_digest(RecordType.EFFECT, raw) == reference.sequence_digest(
         RecordType.EFFECT, raw
     )
 
@@ -288,7 +288,7 @@ def test_sequence_hasher_matches_reference_for_any_chunking(
     rtype, records = typed
     size = RECORD_SIZE[rtype]
     cuts = sorted(data.draw(st.lists(st.integers(0, len(records)), max_size=10)))
-    ours, theirs = cpstore.SequenceHasher(rtype), reference.SequenceHasher(rtype)
+    ours, theirs = cpstore.native.SequenceHasher(rtype), reference.SequenceHasher(rtype)
     start = 0
     for cut in [*cuts, len(records)]:
         chunk = records[start:cut]
@@ -299,7 +299,7 @@ def test_sequence_hasher_matches_reference_for_any_chunking(
         if cut % size == 0:
             got = ours.digest()
             assert got == theirs.digest()
-            assert got == cpstore.sequence_digest(rtype, records[:cut])
+            assert got == cpstore.native.sequence_digest(rtype, records[:cut])
             assert ours.digest() == got  # taking a digest changes nothing
     assert ours.digest() == reference.sequence_digest(rtype, records)
     assert ours.record_type is rtype
@@ -310,19 +310,19 @@ def test_sequence_hasher_gives_same_digest_when_kernel_changes_midstream() -> No
     available = []
     for level in KERNELS:
         try:
-            cpstore.select_simd(level)
+            cpstore.native.select_simd(level)
             available.append(level)
         except cpstore.InvalidInputError:
             pass
     try:
         records = _bytes(32 * 5000, seed=3)
-        hasher = cpstore.SequenceHasher(RecordType.TOKEN)
+        hasher = cpstore.native.SequenceHasher(RecordType.TOKEN)
         for i, start in enumerate(range(0, len(records), 7777)):
-            cpstore.select_simd(available[i % len(available)])
+            cpstore.native.select_simd(available[i % len(available)])
             hasher.update(records[start : start + 7777])
         assert hasher.digest() == reference.sequence_digest(RecordType.TOKEN, records)
     finally:
-        cpstore.select_simd("auto")
+        cpstore.native.select_simd("auto")
 
 
 @pytest.mark.parametrize("rtype", RECORD_TYPES, ids=lambda rt: rt.name.lower())
@@ -331,8 +331,8 @@ def test_sequence_digest_of_huge_log_matches_reference(kernel: str, rtype: Recor
     size = RECORD_SIZE[rtype]
     records = _bytes(HUGE // size * size, seed=4)
     expected = reference.sequence_digest(rtype, records)
-    assert cpstore.sequence_digest(rtype, records) == expected
-    hasher = cpstore.SequenceHasher(rtype)
+    assert cpstore.native.sequence_digest(rtype, records) == expected
+    hasher = cpstore.native.SequenceHasher(rtype)
     view = memoryview(records)
     for start in range(0, len(records), 100_003):
         hasher.update(view[start : start + 100_003])
@@ -342,8 +342,8 @@ def test_sequence_digest_of_huge_log_matches_reference(kernel: str, rtype: Recor
 
 # ---- first_divergence ------------------------------------------------------
 
-def _agree(rtype: RecordType, a: bytes, b: bytes, fields: object = None) -> cpstore.Divergence:
-    got = cpstore.first_divergence(rtype, a, b, fields=fields)  # type: ignore[arg-type]
+def _agree(rtype: RecordType, a: bytes, b: bytes, fields: object = None) -> cpstore.native.Divergence:
+    got = cpstore.native.first_divergence(rtype, a, b, fields=fields)  # type: ignore[arg-type]
     assert got == reference.first_divergence(rtype, a, b, fields=fields)  # type: ignore[arg-type]
     return got
 
@@ -406,7 +406,7 @@ def test_first_divergence_matches_reference_around_block_boundaries(rtype: Recor
             assert got.index == index + 1
         # Equal prefixes of different lengths across the boundary.
         got = _agree(rtype, base[: index * size], base)
-        assert (got.kind, got.index) == (cpstore.DivergenceKind.COUNT, index)
+        assert (got.kind, got.index) == (cpstore.native.DivergenceKind.COUNT, index)
         _agree(rtype, base, base[: (index + 1) * size])
 
 
@@ -444,14 +444,14 @@ def test_first_divergence_of_huge_token_logs_matches_reference() -> None:
 @example(log=b"\xff" * 64)
 def test_scan_tokens_matches_reference(log: bytes) -> None:
     """scan_tokens agrees on breaks, live records (provenance 0/3/255 too) and malformed ones."""
-    assert cpstore.scan_tokens(log) == reference.scan_tokens(log)
+    assert cpstore.native.scan_tokens(log) == reference.scan_tokens(log)
 
 
 @PROPERTY
 @given(records=_records(RecordType.TOKEN))
 def test_scan_tokens_matches_reference_on_arbitrary_bytes(records: bytes) -> None:
     """scan_tokens agrees on arbitrary (mostly malformed) token bytes."""
-    assert cpstore.scan_tokens(records) == reference.scan_tokens(records)
+    assert cpstore.native.scan_tokens(records) == reference.scan_tokens(records)
 
 
 def test_scan_tokens_of_huge_log_matches_reference() -> None:
@@ -463,6 +463,6 @@ def test_scan_tokens_of_huge_log_matches_reference() -> None:
     assert reference.scan_tokens(bytes(packed)).first_seq_break is None
     struct.pack_into("<Q", packed, (count - 2) * 32, 0)
     packed[(count - 1) * 32 + 12] = 2
-    got = cpstore.scan_tokens(packed)
+    got = cpstore.native.scan_tokens(packed)
     assert got == reference.scan_tokens(bytes(packed))
     assert (got.first_seq_break, got.first_live, got.live_count) == (count - 2, count - 1, 1)

@@ -23,9 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cpstore
-from cpstore import InvalidInputError, NativeError, RecordFormatError, RecordType
+from cpstore import InvalidInputError
+from cpstore.errors import NativeError, RecordFormatError
+from cpstore.native import RecordType, reference
 from cpstore.native import binding as native
-from cpstore.native import reference
 
 QUICK = os.environ.get("CPSTORE_NATIVE_QUICK") == "1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +120,7 @@ def test_bad_input_raises_documented_value_error(
 
 def test_partial_record_leaves_hasher_usable() -> None:
     """After the partial-record error, completing the record gives the right digest."""
-    hasher = cpstore.SequenceHasher(RecordType.TOKEN)
+    hasher = cpstore.native.SequenceHasher(RecordType.TOKEN)
     hasher.update(b"\x01" * 40)
     with pytest.raises(RecordFormatError):
         hasher.digest()
@@ -130,10 +131,10 @@ def test_partial_record_leaves_hasher_usable() -> None:
 
 def test_unknown_simd_level_is_invalid_input() -> None:
     """select_simd rejects an unknown level with InvalidInputError and keeps the kernel."""
-    before = cpstore.simd_path()
+    before = cpstore.native.simd_path()
     with pytest.raises(InvalidInputError, match="SIMD level"):
-        cpstore.select_simd("sse9")
-    assert cpstore.simd_path() == before
+        cpstore.native.select_simd("sse9")
+    assert cpstore.native.simd_path() == before
 
 
 _ANY = st.one_of(

@@ -108,7 +108,7 @@ for line in sys.stdin:
                 # A stored checkpoint used as P declares no replay mode
                 # (BEST_EFFORT); any other finding is what the damage caused.
                 data = [f for f in d.findings if f.code.value != "BEST_EFFORT"]
-                out["verdict"] = cpstore.verdict_for(data).name
+                out["verdict"] = cpstore.decision.verdict_for(data).name
                 out["codes"] = [f.code.value for f in d.findings]
             attempt("validate", val)
     except CpstoreError as e:

@@ -97,20 +97,20 @@ class TestCanonicalAndPackedLogs:
     def test_decode_value_on_garbage(self, data: bytes) -> None:
         """decode_value accepts only canonical bytes and fails with CanonicalEncodingError."""
         try:
-            value = cpstore.decode_value(data)
-        except cpstore.CanonicalEncodingError:
+            value = cpstore.native.decode_value(data)
+        except cpstore.errors.CanonicalEncodingError:
             return
-        assert cpstore.encode_value(value) == data
+        assert cpstore.native.encode_value(value) == data
 
     @FAST
     @given(st.binary(max_size=400), st.binary(max_size=400))
     def test_packed_logs_with_garbage(self, a: bytes, b: bytes) -> None:
         """first_divergence and scan_tokens: a result or RecordFormatError, never a crash."""
         for rt in RecordType:
-            with contextlib.suppress(cpstore.RecordFormatError):
-                cpstore.first_divergence(rt, a, b)
-        with contextlib.suppress(cpstore.RecordFormatError):
-            cpstore.scan_tokens(a)
+            with contextlib.suppress(cpstore.errors.RecordFormatError):
+                cpstore.native.first_divergence(rt, a, b)
+        with contextlib.suppress(cpstore.errors.RecordFormatError):
+            cpstore.native.scan_tokens(a)
 
 
 STORE_PROBE = r"""
@@ -145,7 +145,7 @@ class TestStoredGarbage:
     )
     @given(
         st.sampled_from(["checkpoints", "objects", "audit"]),
-        st.one_of(st.binary(max_size=80), json_values.map(cpstore.encode_value)),
+        st.one_of(st.binary(max_size=80), json_values.map(cpstore.native.encode_value)),
     )
     def test_garbage_manifests_objects_and_audit_records(
         self, tmp_path_factory: pytest.TempPathFactory, db: str, garbage: bytes
@@ -355,7 +355,7 @@ def test_a_replay_cursor_asked_for_a_surrogate_kind_says_so(tmp_path: Path) -> N
         rec.token("rng", 1)
         cid = rec.checkpoint(1, {"a": 1})
         with st.read(cid) as cp:
-            cursor = cpstore.ReplayCursor.from_checkpoint(cp)
+            cursor = cpstore.replay.ReplayCursor.from_checkpoint(cp)
             with pytest.raises(cpstore.InvalidInputError) as info:
                 cursor.resolve(SURROGATE)
             assert "surrogate" in str(info.value)

@@ -108,13 +108,13 @@ class TestBigEndianHost:
         values, offsets = _stored_values_and_offsets(store, _record(store))
         ints = list(struct.unpack(f"<{len(offsets) // 8}Q", offsets))
         expected = reference.digest_batch(values, ints)
-        assert cpstore.digest_batch(values, offsets, byteorder="little") == expected
+        assert cpstore.native.digest_batch(values, offsets, byteorder="little") == expected
         monkeypatch.setattr(_args, "HOST_BYTE_ORDER", "big", raising=False)
         monkeypatch.setattr(_args, "array", _BigEndianHostArray)
-        assert cpstore.digest_batch(values, offsets, byteorder="little") == expected
+        assert cpstore.native.digest_batch(values, offsets, byteorder="little") == expected
         assert reference.digest_batch(values, offsets, byteorder="little") == expected
         out = bytearray(len(expected))
-        assert cpstore.digest_batch_into(values, offsets, out, byteorder="little") == len(VALUES)
+        assert cpstore.native.digest_batch_into(values, offsets, out, byteorder="little") == len(VALUES)
         assert bytes(out) == expected
 
     def test_stored_offsets_read_without_conversion_are_caught(
@@ -122,13 +122,13 @@ class TestBigEndianHost:
     ) -> None:
         """Byte-swapped offsets (native order on a big-endian host) are refused, never hashed."""
         values, offsets = _stored_values_and_offsets(store, _record(store))
-        for batch in (cpstore.digest_batch, reference.digest_batch):
+        for batch in (cpstore.native.digest_batch, reference.digest_batch):
             with pytest.raises(InvalidInputError, match="offsets"):
                 batch(values, offsets)  # native order: the bug this file pins
 
 
 def test_an_unknown_byte_order_is_refused() -> None:
     """byteorder must be native, little or big."""
-    for batch in (cpstore.digest_batch, reference.digest_batch):
+    for batch in (cpstore.native.digest_batch, reference.digest_batch):
         with pytest.raises(InvalidInputError, match="byte order"):
             batch(b"ab", bytes(16), byteorder="middle")  # type: ignore[arg-type]

@@ -39,7 +39,8 @@ _CHILD = f"GROW = {_GROW!r}\n" + textwrap.dedent(
     """
     import os, subprocess, sys
     import cpstore
-    from cpstore import InvalidInputError, ReplayCursor, ReplaySession
+    from cpstore import InvalidInputError, ReplaySession
+    from cpstore.replay import ReplayCursor
 
     path, scenario, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     store = cpstore.open(path, map_size=1 << 20)
