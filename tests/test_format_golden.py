@@ -118,6 +118,12 @@ def test_decision_and_effect_record_bytes_are_pinned() -> None:
     assert cpstore.native.pack_effect(2, bytes(16), b"\xff" * 16).hex() == (
         "0200000000000000" + "00" * 8 + "00" * 16 + "ff" * 16
     )
+    assert R.unpack_decision(cpstore.native.pack_decision(3, bytes(16))) == (3, bytes(16))
+    assert R.unpack_effect(cpstore.native.pack_effect(2, bytes(16), b"\xff" * 16)) == (
+        2,
+        bytes(16),
+        b"\xff" * 16,
+    )
 
 
 def test_record_sizes_are_pinned() -> None:

@@ -51,8 +51,9 @@ def print_json(value: Any) -> None:
 
 
 def jsonable(value: Any) -> Any:
+    """The JSON form of what ``json`` cannot encode; bytes stay told apart from text."""
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return bytes(value).hex()
+        return {"bytes_hex": bytes(value).hex()}
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     return repr(value)

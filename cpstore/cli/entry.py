@@ -19,7 +19,7 @@ traceback. Exit codes (also in README.md):
 11    ``validate``: the verdict is QUARANTINE
 ====  ==========================================================
 
-Each error class's code is in :data:`cpstore.cli.exit_codes.EXIT_CODES`.
+Each error class's code is in :data:`cpstore.cli.EXIT_CODES` (:mod:`cpstore.cli.exit_codes`).
 """
 
 from __future__ import annotations
@@ -31,40 +31,14 @@ from collections.abc import Callable, Sequence
 from cpstore.cli import demo, store_commands, validate_command, verify_command
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
-    EXIT_CODES,
-    EXIT_CONFLICT,
     EXIT_EPILOG,
-    EXIT_FORMAT,
-    EXIT_INTEGRITY,
-    EXIT_INTERNAL,
     EXIT_NOT_FOUND,
     EXIT_OK,
-    EXIT_QUARANTINE,
-    EXIT_REFUSED,
-    EXIT_REJECT,
-    EXIT_UNAVAILABLE,
-    EXIT_USAGE,
     exit_code_for,
 )
 from cpstore.errors import CpstoreError
 
-__all__ = [
-    "EXIT_BAD_INPUT",
-    "EXIT_CODES",
-    "EXIT_CONFLICT",
-    "EXIT_FORMAT",
-    "EXIT_INTEGRITY",
-    "EXIT_INTERNAL",
-    "EXIT_NOT_FOUND",
-    "EXIT_OK",
-    "EXIT_QUARANTINE",
-    "EXIT_REFUSED",
-    "EXIT_REJECT",
-    "EXIT_UNAVAILABLE",
-    "EXIT_USAGE",
-    "exit_code_for",
-    "main",
-]
+__all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Any, TextIO
 
+from cpstore.cli.common import jsonable
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_FORMAT,
@@ -91,7 +92,7 @@ def _cell(value: Any, width: int = 40) -> str:
         if value is None
         else value
         if isinstance(value, str)
-        else json.dumps(value, default=_json_default, sort_keys=True)
+        else json.dumps(value, default=jsonable, sort_keys=True)
     )
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -136,12 +137,6 @@ def format_decision(decision: Decision) -> str:
     return "\n".join(lines)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"bytes_hex": bytes(value).hex()}
-    return repr(value)
-
-
 def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     """Run ``cpstore validate``; returns the exit code (errors propagate to the CLI)."""
     stream = out if out is not None else sys.stdout
@@ -161,7 +156,7 @@ def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
                 verify=not args.no_verify,
             )
     if args.json:
-        json.dump(decision.to_dict(), stream, default=_json_default, sort_keys=True)
+        json.dump(decision.to_dict(), stream, default=jsonable, sort_keys=True)
         stream.write("\n")
     else:
         stream.write(format_decision(decision) + "\n")

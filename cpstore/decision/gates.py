@@ -39,6 +39,7 @@ from cpstore.errors import (
     NotFoundError,
     SignOffError,
 )
+from cpstore.native.args import non_empty_text
 
 __all__ = [
     "AUDIT_DECISION",
@@ -135,7 +136,8 @@ def _linked(store: AuditLog, rec: AuditEntry) -> None:
         )
 
 
-def _decision_id(decision: Decision | str) -> str:
+def _id_of(decision: Decision | str) -> str:
+    """The id a caller names a decision by: the Decision's own, or the str given."""
     if isinstance(decision, Decision):
         return decision.id
     if isinstance(decision, str) and decision:
@@ -145,7 +147,7 @@ def _decision_id(decision: Decision | str) -> str:
 
 def _decision_record(store: AuditLog, decision: Decision | str) -> AuditEntry:
     """The one audit record of ``decision``; the caller's object is not trusted."""
-    ident = _decision_id(decision)
+    ident = _id_of(decision)
     found = [r for r in _records(store, AUDIT_DECISION) if r.body.get("decision_id") == ident]
     if not found:
         raise NotFoundError("no such decision in the audit log", where="audit", got=ident)
@@ -217,19 +219,13 @@ def _check_current(store: AuditView, rec: AuditEntry, checkpoint_id: str) -> Non
         )
 
 
-def _text(value: object, name: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError(f"{name} must be a non-empty string", got=value)
-    return value
-
-
 # -- the gates ------------------------------------------------------------------
 
 
 def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reason: str) -> SignOff:
     """Record an operator's release of a releasable decision (audit kind ``signoff``)."""
-    operator = _text(operator, "operator")
-    reason = _text(reason, "reason")
+    operator = non_empty_text(operator, "operator")
+    reason = non_empty_text(reason, "reason")
     now = time.time()
 
     def prepare(log: AuditView) -> Mapping[str, Any]:
@@ -320,11 +316,11 @@ def resume_gate(
     sign_off: SignOff | str | None = None,
 ) -> ResumePermit:
     """Allow a resume from ``checkpoint_id`` or raise :class:`GateError`."""
-    _text(checkpoint_id, "checkpoint_id")
-    _decision_id(decision)
+    non_empty_text(checkpoint_id, "checkpoint_id")
+    _id_of(decision)
     digest: str | None = None
     if sign_off is not None:
-        digest = _text(
+        digest = non_empty_text(
             sign_off.audit_digest if isinstance(sign_off, SignOff) else sign_off, "sign_off"
         )
     passed: dict[str, Any] = {}
@@ -363,8 +359,8 @@ def certify_rollback(
     store: AuditStore, checkpoint_id: str, decision: Decision | str
 ) -> RollbackCertificate:
     """Certify rolling back the branch of ``checkpoint_id`` or raise :class:`GateError`."""
-    _text(checkpoint_id, "checkpoint_id")
-    _decision_id(decision)
+    non_empty_text(checkpoint_id, "checkpoint_id")
+    _id_of(decision)
     passed: dict[str, Any] = {}
 
     def prepare(log: AuditView) -> Mapping[str, Any]:
@@ -403,9 +399,9 @@ def certify_rollback(
 
 def _permit_digest(permit: ResumePermit | str) -> str:
     if isinstance(permit, ResumePermit):
-        return _text(permit.audit_digest, "permit")
+        return non_empty_text(permit.audit_digest, "permit")
     if isinstance(permit, str):
-        return _text(permit, "permit")
+        return non_empty_text(permit, "permit")
     raise InvalidInputError("permit must be a ResumePermit or its audit digest", got=permit)
 
 

@@ -73,7 +73,8 @@ def _empty_subject(source: object) -> Subject:
     return Subject("", 0, cid, None, 0)
 
 
-def _decision_id(body: Mapping[str, Any]) -> str:
+def _body_digest(body: Mapping[str, Any]) -> str:
+    """A decision's id: the hex digest of its canonical body (nonce included)."""
     return bytes(digest(encode_value(dict(body)))).hex()
 
 
@@ -130,7 +131,7 @@ def validate(
         mode = p.mode if p is not None else None
     created = time.time()
     verdict = verdict_for(findings)
-    ident = _decision_id(
+    ident = _body_digest(
         {
             "recorded": r_subj.to_dict(),
             "replayed": p_subj.to_dict(),

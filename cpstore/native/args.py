@@ -27,6 +27,7 @@ __all__ = [
     "check_text",
     "field_mask",
     "int_argument",
+    "non_empty_text",
     "writable_view",
 ]
 
@@ -79,6 +80,17 @@ def check_text(value: str, where: str, error: type[InvalidInputError] = InvalidI
             got=value[exc.start : exc.end],
         ) from None
     return value
+
+
+def non_empty_text(value: object, what: str) -> str:
+    """``value`` when it is a str with something besides whitespace, valid as UTF-8.
+
+    The one rule for names a caller gives (an observation source, an effect
+    target, an operator, a reason, a permit digest).
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{what} must be a non-empty string", got=value)
+    return check_text(value, what)
 
 
 def int_argument(low: int, high: int) -> Callable[[str], int]:

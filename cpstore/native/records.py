@@ -12,8 +12,9 @@ import contextlib
 import enum
 import math
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, NewType
 
 import xxhash
@@ -25,9 +26,11 @@ __all__ = [
     "DIGEST_SIZE",
     "FORMAT_VERSION",
     "NONE",
+    "PROVENANCE_CODES",
     "RECORD_FIELDS",
     "RECORD_SIZE",
     "SEQ_MAGIC",
+    "STEP_LIMIT",
     "Digest",
     "Divergence",
     "DivergenceKind",
@@ -36,7 +39,6 @@ __all__ = [
     "RecordType",
     "TokenScan",
     "field_names",
-    "iter_records",
     "kind_code",
     "kind_name",
     "pack_decision",
@@ -44,6 +46,7 @@ __all__ = [
     "pack_observation",
     "pack_token",
     "pack_token_value",
+    "provenance_name",
     "record_count",
     "seq_prefix",
     "seq_trailer",
@@ -82,6 +85,24 @@ class Provenance(enum.IntEnum):
 
     RECORDED = 1
     LIVE = 2
+
+
+#: Provenance as run documents and the recorder name it.
+PROVENANCE_CODES: Mapping[str, Provenance] = MappingProxyType(
+    {"recorded": Provenance.RECORDED, "live": Provenance.LIVE}
+)
+_PROVENANCE_NAMES = {int(code): name for name, code in PROVENANCE_CODES.items()}
+
+
+def provenance_name(code: int) -> str:
+    """The name of provenance ``code``; ``invalid#N`` for a code no recorder writes."""
+    return _PROVENANCE_NAMES.get(int(code), f"invalid#{int(code)}")
+
+
+#: Steps are ints in ``[0, STEP_LIMIT)`` wherever they are taken (recorder, run
+#: documents, records): a step fits a signed 64-bit column, and never meets the
+#: all-ones ``NONE`` of the record formats.
+STEP_LIMIT = 2**63
 
 
 class DivergenceKind(enum.IntEnum):
@@ -328,15 +349,6 @@ def record_count(rtype: RecordType, length: int, *, where: str = "buffer") -> in
             got=f"{length} bytes",
         )
     return count
-
-
-def iter_records(rtype: RecordType, data: bytes | memoryview) -> Iterator[memoryview]:
-    """Each record of a packed array, as a memoryview slice."""
-    size = RECORD_SIZE[rtype]
-    view = memoryview(data).cast("B")
-    record_count(rtype, len(view))
-    for start in range(0, len(view), size):
-        yield view[start : start + size]
 
 
 def seq_prefix(rtype: RecordType) -> bytes:

@@ -38,14 +38,15 @@ from cpstore.errors import (
     RecordFormatError,
 )
 from cpstore.native.canonical import encode_value
+from cpstore.native.records import PROVENANCE_CODES
 from cpstore.run.model import (
-    PROVENANCE,
     Effect,
     Observation,
     ReplayMode,
     Run,
     TokenPacker,
     check_node,
+    check_step,
     check_str,
     check_uint,
     fields_of,
@@ -118,7 +119,7 @@ def parse_document(doc: Any) -> Run:
         obs = fields_of(item, where, ("step", "source", "payload_digest", "pinned_at"))
         observations.append(
             Observation(
-                check_uint(obs["step"], f"{where}.step"),
+                check_step(obs["step"], f"{where}.step"),
                 check_str(obs["source"], f"{where}.source"),
                 check_str(obs["payload_digest"], f"{where}.payload_digest"),
                 pinned_or_none(obs["pinned_at"], f"{where}.pinned_at"),
@@ -174,7 +175,7 @@ def parse_document(doc: Any) -> Run:
 
     return Run(
         check_str(top["run_id"], "run_id"),
-        check_uint(top["step"], "step"),
+        check_step(top["step"], "step"),
         check_str(top["state_digest"], "state_digest"),
         tokens=packer.finish(),
         observations=tuple(observations),
@@ -336,7 +337,7 @@ def _document_dict(run: Run) -> dict[str, Any]:
     tokens = []
     for i in range(len(packed)):
         info = packed.info(i)
-        if info.provenance not in PROVENANCE:
+        if info.provenance not in PROVENANCE_CODES:
             raise RecordFormatError(
                 "token has an invalid provenance", where=f"tokens[{i}]", got=info.provenance
             )

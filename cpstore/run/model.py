@@ -23,20 +23,20 @@ from cpstore.errors import (
 from cpstore.native.args import as_bytes_view, check_text
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import (
+    PROVENANCE_CODES,
     RECORD_SIZE,
+    STEP_LIMIT,
     KindTable,
-    Provenance,
     RecordType,
     kind_name,
     pack_token,
+    provenance_name,
     record_count,
     unpack_token,
     value_digest,
 )
 
 __all__ = [
-    "PROVENANCE",
-    "PROVENANCE_NAME",
     "Effect",
     "Observation",
     "PackedTokens",
@@ -47,6 +47,7 @@ __all__ = [
     "TokenPacker",
     "check_items",
     "check_node",
+    "check_step",
     "check_str",
     "check_uint",
     "fields_of",
@@ -54,8 +55,6 @@ __all__ = [
     "pinned_or_none",
 ]
 
-PROVENANCE = {"recorded": Provenance.RECORDED, "live": Provenance.LIVE}
-PROVENANCE_NAME = {int(v): k for k, v in PROVENANCE.items()}
 _TOKEN_SIZE = RECORD_SIZE[RecordType.TOKEN]
 
 
@@ -170,7 +169,7 @@ class PackedTokens:
             bytes(view[index * _TOKEN_SIZE : (index + 1) * _TOKEN_SIZE])
         )
         name = kind_name(code) or self.kind_names.get(code) or f"kind#{code}"
-        pname = PROVENANCE_NAME.get(int(prov), f"invalid#{int(prov)}")
+        pname = provenance_name(prov)
         if self.values is None:
             return TokenInfo(seq, name, pname, dig.hex())
         return TokenInfo(seq, name, pname, dig.hex(), self.values[index], True)
@@ -209,7 +208,7 @@ class TokenPacker:
             raise DocumentError(
                 exc.what, where=f"{where}.kind", expected=exc.expected, got=kind
             ) from None
-        prov = PROVENANCE.get(provenance) if isinstance(provenance, str) else None
+        prov = PROVENANCE_CODES.get(provenance) if isinstance(provenance, str) else None
         if prov is None:
             raise DocumentError(
                 "token provenance must be 'recorded' or 'live'",
@@ -263,7 +262,7 @@ class Run:
 
     def __post_init__(self) -> None:
         check_str(self.run_id, "run_id")
-        check_uint(self.step, "step")
+        check_step(self.step, "step")
         check_str(self.state_digest, "state_digest")
         if not isinstance(self.tokens, PackedTokens):
             raise DocumentError(
@@ -310,6 +309,13 @@ class Run:
 # -- field checks ---------------------------------------------------------------
 
 
+def check_step(value: Any, where: str) -> int:
+    """A step: an int in ``[0, STEP_LIMIT)`` (:data:`cpstore.native.records.STEP_LIMIT`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < STEP_LIMIT:
+        raise DocumentError("must be an integer in [0, 2**63)", where=where, got=value)
+    return value
+
+
 def check_uint(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
         raise DocumentError("must be an integer in [0, 2**64)", where=where, got=value)
@@ -341,7 +347,7 @@ def check_node(node: Any, where: str) -> None:
         raise DocumentError("missing field", where=f"{where}.step")
     if "node" not in node:
         raise DocumentError("missing field", where=f"{where}.node")
-    check_uint(node["step"], f"{where}.step")
+    check_step(node["step"], f"{where}.step")
     try:
         encode_value(dict(node))
     except CanonicalEncodingError as exc:

@@ -47,6 +47,7 @@ __all__ = [
     "audit_records",
     "audit_view",
     "check_audit_chain",
+    "check_record_mac",
     "get_audit",
 ]
 
@@ -159,15 +160,7 @@ class AuditView:
 
     def check_audit_mac(self, index: int) -> None:
         """Raise AuditChainError unless record ``index`` carries its true keyed MAC."""
-        store = self._store
-        if not store.audit_keyed:
-            return
-        if store.audit_key is None:
-            raise StoreError(
-                "this store's audit log is keyed; open it with audit_key= to trust a record",
-                where=f"audit/{index}",
-            )
-        check_mac(self._txn, self._dbs, store.audit_key, index)
+        check_record_mac(self._store, self._txn, index)
 
     def latest_decision(self, checkpoint_id: str) -> AuditRecord | None:
         """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail)."""
@@ -197,6 +190,22 @@ class AuditView:
             if _decided_checkpoint(rec.kind, rec.body) == cid:
                 latest = rec
         return latest
+
+
+def check_record_mac(store: Backend, txn: Txn[memoryview], index: int) -> None:
+    """Raise AuditChainError unless audit record ``index`` carries its true keyed MAC.
+
+    A no-op on an unkeyed store; on a keyed store opened without the key it
+    raises, since nothing it reads can be trusted against a forger.
+    """
+    if not store.audit_keyed:
+        return
+    if store.audit_key is None:
+        raise AuditChainError(
+            "this store's audit log is keyed; open it with audit_key= to trust a record",
+            where=f"audit/{index}",
+        )
+    check_mac(txn, store.dbs, store.audit_key, index)
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """Keyed MACs over the audit log: tamper evidence against someone who can write the data file.
 
-The audit chain (``_store_audit``) links records by XXH3-128 digests, which
+The audit chain (:mod:`cpstore.store.audit`) links records by XXH3-128 digests, which
 anyone can recompute: it catches accidents, not a forger. This module is the
 primitive the keyed-audit store option is built on. With a secret key kept
 **outside** the store (16 to 64 bytes), each record ``i`` gets

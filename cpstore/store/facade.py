@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
-from cpstore.errors import AuditChainError, InvalidInputError, StoreError
+from cpstore.errors import InvalidInputError, StoreError
 from cpstore.native.args import check_text
 from cpstore.native.binding import digest
 from cpstore.native.records import Digest
@@ -26,6 +26,7 @@ from cpstore.store.audit import (
     append_audit_checked,
     audit_records,
     audit_view,
+    check_record_mac,
     get_audit,
 )
 from cpstore.store.branches import (
@@ -38,7 +39,6 @@ from cpstore.store.branches import (
     runs,
     set_ref,
 )
-from cpstore.store.keyed_audit import check_mac
 from cpstore.store.lmdb_backend import Durability, LmdbBackend
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
@@ -368,16 +368,8 @@ class Store:
         A no-op on an unkeyed store; on a keyed store opened without the key it
         raises, since nothing it reads can be trusted against a forger.
         """
-        backend = self._backend
-        if not backend.audit_keyed:
-            return
-        if backend.audit_key is None:
-            raise AuditChainError(
-                "this store's audit log is keyed; open it with audit_key= to trust a record",
-                where=f"audit/{index}",
-            )
-        with backend.read_txn() as txn:
-            check_mac(txn, backend.dbs, backend.audit_key, index)
+        with self._backend.read_txn() as txn:
+            check_record_mac(self._backend, txn, index)
 
     def get_audit(self, digest_hex: str) -> AuditRecord:
         """The audit record with this digest (NotFoundError if none)."""

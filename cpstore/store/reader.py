@@ -28,13 +28,8 @@ from cpstore.errors import (
 from cpstore.native.binding import digest, digest_small
 from cpstore.native.canonical import _ext_hook
 from cpstore.native.records import (
-    Provenance,
     kind_name,
-    pack_decision,
-    pack_effect,
-    pack_observation,
-    string_digest,
-    value_digest,
+    provenance_name,
 )
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
@@ -48,7 +43,6 @@ __all__ = ["CheckpointView"]
 _unpackb = msgpack.unpackb
 _TOKEN_HEAD = struct.Struct("<QIB")
 _OFFSET = struct.Struct("<Q")
-_PROV_NAMES = {int(Provenance.RECORDED): "recorded", int(Provenance.LIVE): "live"}
 
 
 class _NotOpen(dict[str, Any]):
@@ -344,20 +338,13 @@ class CheckpointView:
             )
         kinds = self._fields()["tokens"]["kinds"]
         name = kind_name(code) or kinds.get(code) or f"0x{code:08x}"
-        return seq, name, _PROV_NAMES.get(prov, f"unknown({prov})"), value
+        return seq, name, provenance_name(prov), value
 
     # -- observations --------------------------------------------------------
 
     def observations(self) -> list[tuple[int, str, str, float | None]]:
         """(step, source, payload digest hex, pinned_at) in recorded order."""
         return [(o[0], o[1], bytes(o[2]).hex(), o[3]) for o in self._decoded("observations")]
-
-    def observation_records(self) -> bytes:
-        """The observation log as packed OBSERVATION records (source as string digest)."""
-        return b"".join(
-            pack_observation(o[0], string_digest(o[1]), o[2], o[3])
-            for o in self._decoded("observations")
-        )
 
     def payload(self, step: int, source: str, *, occurrence: int = 0) -> bytes:
         """The pinned payload of the ``occurrence``-th read of ``source`` at ``step``.
@@ -389,21 +376,9 @@ class CheckpointView:
         """Decision nodes in order; each has ``"step"`` and ``"node"``."""
         return [dict(n) for n in self._decoded("call_graph")]
 
-    def decision_records(self) -> bytes:
-        """The call graph as packed DECISION records (node as value digest)."""
-        return b"".join(
-            pack_decision(n["step"], value_digest(n)) for n in self._decoded("call_graph")
-        )
-
     def effects(self) -> list[tuple[int, str, str]]:
         """The side-effect ledger: (seq, target, payload digest hex)."""
         return [(e[0], e[1], bytes(e[2]).hex()) for e in self._decoded("effects")]
-
-    def effect_records(self) -> bytes:
-        """The ledger as packed EFFECT records (target as string digest)."""
-        return b"".join(
-            pack_effect(e[0], string_digest(e[1]), e[2]) for e in self._decoded("effects")
-        )
 
     def effect_payload(self, seq: int) -> bytes:
         """The payload of ledger entry ``seq``."""

@@ -26,10 +26,10 @@ from cpstore.errors import (
     StoreError,
     UnsealedEffectsError,
 )
-from cpstore.native.args import check_text
+from cpstore.native.args import check_text, non_empty_text
 from cpstore.native.binding import digest, digest_batch
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.native.records import Digest, KindTable
+from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
@@ -56,19 +56,12 @@ __all__ = ["Recorder"]
 # Same bytes as cpstore.native.records.pack_token (a golden test pins it); inlined
 # here because token() is on the runtime's hot path.
 _TOKEN = struct.Struct("<QIB3x16s")
-_PROVENANCE = {"recorded": 1, "live": 2}
 
 
 def _step(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < STEP_LIMIT:
         raise InvalidInputError("step must be an int in [0, 2**63)", got=value)
     return value
-
-
-def _text(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInputError(f"{what} must be a non-empty str", got=value)
-    return check_text(value, what)
 
 
 def _offsets_bytes(offsets: array[int]) -> bytes:
@@ -232,7 +225,7 @@ class Recorder:
     def observe(self, step: int, source: str, payload: bytes, *, pinned_at: float | None) -> None:
         """Record an external read; ``pinned_at`` None means re-fetched (unpinned)."""
         _step(step)
-        _text(source, "source")
+        non_empty_text(source, "source")
         data = as_payload(payload, "observation payload")
         if pinned_at is not None:
             if (
@@ -255,10 +248,10 @@ class Recorder:
 
     def token(self, kind: str, value: Any, *, provenance: str = "recorded") -> int:
         """Record one nondeterminism token and return its seq."""
-        prov = _PROVENANCE.get(provenance)
+        prov = PROVENANCE_CODES.get(provenance)
         if prov is None:
             raise InvalidInputError(
-                "unknown provenance", expected=list(_PROVENANCE), got=provenance
+                "unknown provenance", expected=list(PROVENANCE_CODES), got=provenance
             )
         code = self._kind(kind)
         enc = encode_value(value)
@@ -271,10 +264,10 @@ class Recorder:
 
     def tokens(self, items: Iterable[tuple[str, Any]], *, provenance: str = "recorded") -> None:
         """Record many tokens at once (one batch digest over their encodings)."""
-        prov = _PROVENANCE.get(provenance)
+        prov = PROVENANCE_CODES.get(provenance)
         if prov is None:
             raise InvalidInputError(
-                "unknown provenance", expected=list(_PROVENANCE), got=provenance
+                "unknown provenance", expected=list(PROVENANCE_CODES), got=provenance
             )
         codes: list[int] = []
         encs: list[bytes] = []
@@ -321,7 +314,7 @@ class Recorder:
         goes to a new ledger that starts with the sealed entries, exactly as
         a recorder forked from that checkpoint would.
         """
-        _text(target, "effect target")
+        non_empty_text(target, "effect target")
         data = as_payload(payload, "effect payload")
         seq = len(self._effects)
         self._effects.append([seq, target, self._stash_payload(data)])
@@ -331,7 +324,7 @@ class Recorder:
 
     def harness_access(self, resource: str, detail: Mapping[str, Any] | None = None) -> None:
         """Record an access the replay harness itself made (seed 004)."""
-        _text(resource, "resource")
+        non_empty_text(resource, "resource")
         self._harness.append({"resource": resource, "detail": check_metadata(detail, "detail")})
         self._dirty.add("harness")
 
