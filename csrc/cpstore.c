@@ -1,6 +1,6 @@
 /*
  * cpstore native core. See cpstore.h for the contract of every function and
- * docs/format.md for the record layouts; cpstore/_reference.py is the
+ * docs/format.md for the record layouts; cpstore/native/reference.py is the
  * executable spec this file must agree with byte for byte.
  */
 #include <string.h>
@@ -17,7 +17,7 @@
 #define CP_UNLIKELY(x) (x)
 #endif
 
-/* ---- record layouts (must match cpstore/_records.py) ------------------ */
+/* ---- record layouts (must match cpstore/native/records.py) ------------------ */
 
 typedef struct {
     uint32_t offset;

@@ -11,7 +11,7 @@
  * (XXH128_canonicalFromHash), so it equals xxhash.xxh3_128_digest().
  *
  * Record types and their layouts are documented in docs/format.md; the
- * numbers here must match cpstore/_records.py.
+ * numbers here must match cpstore/native/records.py.
  */
 #ifndef CPSTORE_H
 #define CPSTORE_H
