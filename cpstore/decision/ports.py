@@ -14,7 +14,17 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-__all__ = ["AuditEntry", "AuditLog", "AuditStore", "AuditView", "CheckpointStore"]
+from cpstore.replay.source import CheckpointManifest, CheckpointSource
+
+__all__ = [
+    "AuditEntry",
+    "AuditLog",
+    "AuditStore",
+    "AuditView",
+    "CheckpointStore",
+    "StoredCheckpoint",
+    "StoredManifest",
+]
 
 
 class AuditEntry(Protocol):
@@ -75,10 +85,56 @@ class AuditStore(AuditLog, Protocol):
         """Append the body ``prepare(view)`` returns, ``prepare`` running in the append's txn."""
 
 
+class StoredManifest(CheckpointManifest, Protocol):
+    """The manifest fields a validation compares."""
+
+    @property
+    def id(self) -> str:
+        """The checkpoint id (hex)."""
+
+    @property
+    def branch(self) -> str:
+        """The branch the checkpoint was recorded on."""
+
+    @property
+    def state_digest(self) -> str:
+        """The digest of the recorded state."""
+
+    @property
+    def transcript_digest(self) -> str | None:
+        """The digest of the recorded transcript, if any."""
+
+    @property
+    def provenance_tags(self) -> tuple[str, ...]:
+        """The recording's provenance tags."""
+
+
+class StoredCheckpoint(CheckpointSource, Protocol):
+    """A checkpoint read as one side of a validation (what a replay reads, and more)."""
+
+    @property
+    def manifest(self) -> StoredManifest:
+        """The checkpoint's manifest."""
+
+    def token(self, i: int) -> tuple[int, str, str, Any]:
+        """(seq, kind name, provenance name, value) of token ``i``."""
+
+    def call_graph(self) -> list[dict[str, Any]]:
+        """Decision nodes in order."""
+
+    def harness_accesses(self) -> list[dict[str, Any]]:
+        """Accesses the recording harness made."""
+
+    def verify_objects(self, *, derive_tokens: bool = True) -> tuple[Any, ...]:
+        """Problems found re-hashing what the checkpoint reaches; () when intact."""
+
+
 class CheckpointStore(Protocol):
     """What :func:`cpstore.decision.validate` needs: read checkpoints, append a decision."""
 
-    def read(self, checkpoint_id: str, *, verify: bool = True) -> AbstractContextManager[Any]:
+    def read(
+        self, checkpoint_id: str, *, verify: bool = True
+    ) -> AbstractContextManager[StoredCheckpoint]:
         """A reader over one checkpoint, for a ``with`` block."""
 
     def append_audit(self, kind: str, body: Mapping[str, Any]) -> AuditEntry:

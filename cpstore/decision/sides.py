@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, Union
 
-from cpstore.decision.ports import CheckpointStore
+from cpstore.decision.ports import CheckpointStore, StoredCheckpoint
 from cpstore.decision.table import (
     TOKEN_SIZE,
     Finding,
@@ -95,7 +95,7 @@ def _side_from_run(run: Run, label: str) -> Side:
     )
 
 
-def _store_token_info(cp: Any, view: memoryview) -> Callable[[int], TokenInfo]:
+def _store_token_info(cp: StoredCheckpoint, view: memoryview) -> Callable[[int], TokenInfo]:
     def info(index: int) -> TokenInfo:
         seq, code, prov, dig = unpack_token(
             bytes(view[index * TOKEN_SIZE : (index + 1) * TOKEN_SIZE])
@@ -145,9 +145,9 @@ def _side_from_store(
     stack: ExitStack, store: CheckpointStore, checkpoint_id: str, label: str, verify: bool
 ) -> Side:
     cp = stack.enter_context(store.read(checkpoint_id, verify=verify))
-    view = memoryview(cp._token_records()).cast("B")  # zero-copy: used inside the block
+    view = memoryview(cp.token_records()).cast("B")  # zero-copy: used inside the block
     # Re-hash everything R names only by digest, in this read txn (the records
-    # blob was just checked by _token_records() and is not hashed again). Token value
+    # blob was just checked by token_records() and is not hashed again). Token value
     # digests are not re-derived one by one: the values and offsets objects
     # are re-hashed whole, and the verified manifest names them.
     integrity = (
@@ -163,7 +163,9 @@ def _side_from_store(
         raise DamagedSideError(integrity) from exc
 
 
-def _fill_side(cp: Any, view: memoryview, label: str, integrity: list[Finding]) -> Side:
+def _fill_side(
+    cp: StoredCheckpoint, view: memoryview, label: str, integrity: list[Finding]
+) -> Side:
     man = cp.manifest
     log = man.raw.get("tokens") if isinstance(man.raw, Mapping) else None
     kinds = log.get("kinds") if isinstance(log, Mapping) else None

@@ -9,8 +9,11 @@ from cpstore.replay.session import (
     ReplayCursor,
     ReplaySession,
 )
+from cpstore.replay.source import CheckpointManifest, CheckpointSource
 
 __all__ = [
+    "CheckpointManifest",
+    "CheckpointSource",
     "LedgerGuard",
     "PayloadSource",
     "PinnedObservations",

@@ -40,6 +40,7 @@ from cpstore.native.binding import digest, digest_batch
 from cpstore.native.canonical import _ext_hook
 from cpstore.native.records import RECORD_SIZE, KindTable, Provenance, RecordType, pack_token
 from cpstore.native.records import value_digest as _value_digest
+from cpstore.replay.source import CheckpointSource
 from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run
 
 __all__ = [
@@ -84,10 +85,10 @@ class _CheckpointValues(Sequence[Any]):
 
     _BLOCK = 4096
 
-    def __init__(self, cp: Any, records: memoryview, count: int) -> None:
-        values, offsets = cp._token_value_views()
-        self._lease: list[bool] = cp._lease
-        self._closed_error: Callable[[], Exception] = cp._closed_error
+    def __init__(self, cp: CheckpointSource, records: memoryview, count: int) -> None:
+        values, offsets = cp.token_value_views()
+        self._lease: Sized = cp.lease
+        self._closed_error: Callable[[], Exception] = cp.closed_error
         self._values = memoryview(values).cast("B")
         self._offsets = memoryview(offsets).cast("B")
         self._records = records
@@ -181,18 +182,20 @@ class ReplayCursor:
         self._closed_error: Callable[[], Exception] = _never_closed
 
     @classmethod
-    def from_checkpoint(cls, cp: Any, *, mode: ReplayMode = ReplayMode.STRICT) -> ReplayCursor:
+    def from_checkpoint(
+        cls, cp: CheckpointSource, *, mode: ReplayMode = ReplayMode.STRICT
+    ) -> ReplayCursor:
         """A zero-copy cursor over an open checkpoint view, usable inside that ``with``."""
         # Zero-copy: the views are private to the cursor, which checks the
         # reader's lease before each read (a copy of a 10 M token log is 320 MB).
-        view = memoryview(cp._token_records()).cast("B")
+        view = memoryview(cp.token_records()).cast("B")
         count = view.nbytes // _SIZE
         log = cp.manifest.raw.get("tokens") if isinstance(cp.manifest.raw, Mapping) else None
         names = dict(log.get("kinds") or {}) if isinstance(log, Mapping) else {}
         values = _CheckpointValues(cp, view, count)
         cursor = cls(PackedTokens(view, values=values, kind_names=names), mode=mode)
-        cursor._lease = cp._lease
-        cursor._closed_error = cp._closed_error
+        cursor._lease = cp.lease
+        cursor._closed_error = cp.closed_error
         return cursor
 
     @property
@@ -367,7 +370,7 @@ class LedgerGuard:
         self._attempted: list[Effect] = []
 
     @classmethod
-    def from_checkpoint(cls, cp: Any, *, allow_unsealed: bool = False) -> LedgerGuard:
+    def from_checkpoint(cls, cp: CheckpointSource, *, allow_unsealed: bool = False) -> LedgerGuard:
         """A guard over an open checkpoint's ledger."""
         return cls(
             (Effect(s, t, d) for s, t, d in cp.effects()),
@@ -441,7 +444,11 @@ class ReplaySession:
     """
 
     def __init__(
-        self, cp: Any, *, mode: ReplayMode = ReplayMode.STRICT, allow_unsealed: bool = False
+        self,
+        cp: CheckpointSource,
+        *,
+        mode: ReplayMode = ReplayMode.STRICT,
+        allow_unsealed: bool = False,
     ) -> None:
         self._cp = cp
         self.cursor = ReplayCursor.from_checkpoint(cp, mode=mode)

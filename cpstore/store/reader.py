@@ -3,7 +3,7 @@
 Nothing handed to user code points into the LMDB map: ``tokens()`` and
 ``token_values()`` return owned copies, and every other accessor returns
 decoded values or bytes. The zero-copy views of the map stay inside the
-package (validate, the replay cursor), which check :attr:`CheckpointView._lease`
+package (validate, the replay cursor), which check :attr:`CheckpointView.lease`
 before each use, because CPython cannot revoke a memoryview's slices and
 py-lmdb's buffers point straight into the map: once the block ends and the
 map grows, such a view would read unmapped memory (SIGSEGV). Every object is
@@ -191,7 +191,12 @@ class CheckpointView:
             self._id = self._cid.hex()
         return self._id
 
-    def _closed_error(self) -> InvalidInputError:
+    @property
+    def lease(self) -> list[bool]:
+        """Non-empty exactly while this reader's txn is open (checked before zero-copy reads)."""
+        return self._lease
+
+    def closed_error(self) -> InvalidInputError:
         """The error for any use of this reader, or of an object built from it, after its block."""
         return InvalidInputError(
             "the checkpoint reader is closed",
@@ -211,7 +216,7 @@ class CheckpointView:
 
     def _object(self, key: bytes, where: str) -> memoryview:
         if self._txn is None:
-            raise self._closed_error()
+            raise self.closed_error()
         check = self._verify and key not in self._checked
         view = get_object(
             self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
@@ -230,7 +235,7 @@ class CheckpointView:
         the values and offsets objects are still re-hashed whole).
         """
         if self._txn is None:
-            raise self._closed_error()
+            raise self.closed_error()
         return tuple(
             check_checkpoint_objects(
                 self._txn,
@@ -265,11 +270,11 @@ class CheckpointView:
         anything sliced or cast from it stay valid after the block ends.
         """
         if "tokens_copy" not in self._cache:
-            self._cache["tokens_copy"] = memoryview(bytes(self._token_records()))
+            self._cache["tokens_copy"] = memoryview(bytes(self.token_records()))
         view: memoryview = self._cache["tokens_copy"]
         return view
 
-    def _token_records(self) -> memoryview:
+    def token_records(self) -> memoryview:
         """The packed TOKEN records, zero-copy from LMDB: only for use inside the block."""
         if "tokens" not in self._cache:
             log = self._fields()["tokens"]
@@ -289,12 +294,12 @@ class CheckpointView:
         Copied once per reader, like :meth:`tokens`.
         """
         if "values_copy" not in self._cache:
-            values, offsets = self._token_value_views()
+            values, offsets = self.token_value_views()
             self._cache["values_copy"] = (memoryview(bytes(values)), memoryview(bytes(offsets)))
         pair: tuple[memoryview, memoryview] = self._cache["values_copy"]
         return pair
 
-    def _token_value_views(self) -> tuple[memoryview, memoryview]:
+    def token_value_views(self) -> tuple[memoryview, memoryview]:
         """(values, offsets), zero-copy from LMDB: only for use inside the block."""
         if "values" not in self._cache:
             log = self._fields()["tokens"]
@@ -319,9 +324,9 @@ class CheckpointView:
         count = self.token_count()
         if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < count:
             raise InvalidInputError("token index out of range", expected=f"0 <= i < {count}", got=i)
-        records = self._token_records()
+        records = self.token_records()
         seq, code, prov = _TOKEN_HEAD.unpack_from(records, 32 * i)
-        values, offsets = self._token_value_views()
+        values, offsets = self.token_value_views()
         start = _OFFSET.unpack_from(offsets, 8 * i)[0]
         end = _OFFSET.unpack_from(offsets, 8 * i + 8)[0]
         if not start <= end <= len(values):
@@ -402,7 +407,7 @@ class CheckpointView:
         chunked = self._raw["state"]["chunked"] or {}
         if name in chunked:
             if self._txn is None:
-                raise self._closed_error()
+                raise self.closed_error()
             return load_chunked(
                 self._txn,
                 self._objects,
