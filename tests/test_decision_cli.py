@@ -73,7 +73,7 @@ def test_bad_document_raises_a_document_error_for_the_cli_to_report(tmp_path):
 
 def test_main_cli_prints_one_line_and_exits_3_for_bad_input(tmp_path, capsys):
     """Through cpstore.cli.entry: bad input is one stderr line and exit code 3."""
-    pytest.importorskip("cpstore.cli.store_commands")  # the lead's CLI wiring, landing separately
+    pytest.importorskip("cpstore.cli.inspect_commands")  # the lead's CLI wiring, landing separately
     pytest.importorskip("cpstore.cli.demo")
     from cpstore.cli import main  # noqa: PLC0415 - only once the lead's CLI modules exist
 

@@ -10,14 +10,35 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from cpstore.cli.exit_codes import (
+    EXIT_BAD_INPUT,
+    EXIT_FORMAT,
+    EXIT_INTEGRITY,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+    exit_epilog,
+)
 from cpstore.errors import (
     InvalidInputError,
     NotFoundError,
 )
+from cpstore.native.args import int_argument
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 
-__all__ = ["human", "json_arg", "jsonable", "open_store_at", "print_json", "store_arg"]
+__all__ = [
+    "MAX_COUNT",
+    "STORE_CODES",
+    "STORE_EPILOG",
+    "human",
+    "json_arg",
+    "jsonable",
+    "nonnegative",
+    "open_store_at",
+    "positive",
+    "print_json",
+    "store_arg",
+]
 
 
 def store_arg(parser: argparse.ArgumentParser) -> None:
@@ -65,3 +86,14 @@ def human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+#: Largest count or index the command line takes (fits every signed 64-bit key).
+MAX_COUNT = 2**63 - 1
+positive = int_argument(1, MAX_COUNT)
+nonnegative = int_argument(0, MAX_COUNT)
+
+
+#: Exit codes any command that opens a store can give (besides its own).
+STORE_CODES = (EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_UNAVAILABLE, EXIT_FORMAT)
+STORE_EPILOG = exit_epilog(*STORE_CODES)

@@ -28,7 +28,14 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from cpstore.cli import demo, store_commands, validate_command, verify_command
+from cpstore.cli import (
+    audit_commands,
+    demo,
+    inspect_commands,
+    maintenance_commands,
+    validate_command,
+    verify_command,
+)
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_EPILOG,
@@ -53,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_parser(sub)
     validate_command.add_validate_parser(sub)
     verify_command.add_verify_parser(sub)
-    store_commands.add_parsers(sub)
+    inspect_commands.add_inspect_parsers(sub)
+    audit_commands.add_audit_parsers(sub)
+    maintenance_commands.add_maintenance_parsers(sub)
     return parser
 
 

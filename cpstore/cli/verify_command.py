@@ -16,13 +16,12 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
-from cpstore.cli.common import json_arg, open_store_at, print_json, store_arg
+from cpstore.cli.common import STORE_EPILOG, json_arg, open_store_at, print_json, store_arg
 from cpstore.cli.exit_codes import (
     EXIT_INTEGRITY,
     EXIT_INTERNAL,
     EXIT_OK,
 )
-from cpstore.cli.store_commands import STORE_EPILOG
 from cpstore.errors import (
     CpstoreError,
     IntegrityError,
