@@ -31,7 +31,7 @@ import pytest
 
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
-from cpstore.replay.session import ReplayCursor
+from cpstore.replay.cursor import ReplayCursor
 from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 

@@ -14,7 +14,9 @@ from cpstore.errors import (
     ReplayDivergenceError,
 )
 from cpstore.native.binding import digest
-from cpstore.replay.session import LedgerGuard, PinnedObservations, ReplayCursor, ReplaySession
+from cpstore.replay.cursor import ReplayCursor
+from cpstore.replay.guards import LedgerGuard, PinnedObservations
+from cpstore.replay.session import ReplaySession
 from cpstore.run.model import Effect, PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 

@@ -23,7 +23,7 @@ import cpstore
 from cpstore.errors import InvalidInputError
 from cpstore.native import args as _args
 from cpstore.native import reference
-from cpstore.replay.session import ReplayCursor
+from cpstore.replay.cursor import ReplayCursor
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 

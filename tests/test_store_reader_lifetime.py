@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from cpstore.errors import InvalidInputError
-from cpstore.replay.session import ReplayCursor, ReplaySession
+from cpstore.replay.cursor import ReplayCursor
+from cpstore.replay.session import ReplaySession
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from cpstore.replay.session import (
-    LedgerGuard,
-    PayloadSource,
-    PinnedObservations,
-    ReplayCursor,
-    ReplaySession,
-)
+from cpstore.replay.cursor import ReplayCursor
+from cpstore.replay.guards import LedgerGuard, PayloadSource, PinnedObservations
+from cpstore.replay.session import ReplaySession
 from cpstore.replay.source import CheckpointManifest, CheckpointSource
 
 __all__ = [

@@ -1,0 +1,161 @@
+"""The replay's guards: pinned reads and the side-effect ledger.
+
+* :class:`PinnedObservations` serves each external read from the recording
+  by (step, source); a missing one raises :class:`RecordingGapError`, it is
+  never re-fetched (seed 000, condition 3).
+* :class:`LedgerGuard` checks each side effect against the sealed ledger and
+  raises *before* the effect escapes when it is not there at that position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
+
+from cpstore.errors import (
+    InvalidInputError,
+    LedgerGuardError,
+    LedgerSealedError,
+    RecordingGapError,
+)
+from cpstore.native.binding import digest
+from cpstore.replay.source import CheckpointSource
+from cpstore.run.model import Effect, Observation
+
+__all__ = ["LedgerGuard", "PayloadSource", "PinnedObservations"]
+
+T = TypeVar("T")
+
+
+class PayloadSource(Protocol):
+    """What :class:`PinnedObservations` reads from: a checkpoint view of the store."""
+
+    def observations(self) -> Sequence[tuple[int, str, str, float | None]]:
+        """(step, source, payload digest, pinned_at) of every recorded read."""
+
+    def payload(self, step: int, source: str, *, occurrence: int = 0) -> bytes:
+        """The ``occurrence``-th recorded payload; :class:`RecordingGapError` when none."""
+
+
+class PinnedObservations:
+    """Serves a replay's external reads from the recording (never re-fetches)."""
+
+    def __init__(self, source: PayloadSource) -> None:
+        self._source = source
+        self._index: dict[tuple[int, str], list[tuple[str, float | None]]] = {}
+        for step, src, dig, pinned in source.observations():
+            self._index.setdefault((step, src), []).append((dig, pinned))
+        self._used: dict[tuple[int, str], int] = {}
+        self._read: list[Observation] = []
+
+    def read(self, step: int, source: str) -> bytes:
+        """The recorded payload of ``source`` at ``step``; RecordingGapError if none."""
+        key = (step, source)
+        entries = self._index.get(key)
+        used = self._used.get(key, 0)
+        if not entries or used >= len(entries):
+            raise RecordingGapError(
+                "the replay needs an observation the recording does not hold; "
+                "it is never re-fetched",
+                where=f"step {step}, source {source!r}",
+                expected="a recorded observation",
+                got="none" if not entries else f"only {len(entries)} recorded",
+            )
+        payload = self._source.payload(step, source, occurrence=used)
+        dig, pinned = entries[used]
+        self._used[key] = used + 1
+        self._read.append(Observation(step, source, dig, pinned))
+        return payload
+
+    @property
+    def observations(self) -> tuple[Observation, ...]:
+        """What the replay read, in order: its observation stream."""
+        return tuple(self._read)
+
+
+class LedgerGuard:
+    """Checks every effect a replay attempts against the sealed ledger, first."""
+
+    def __init__(
+        self, ledger: Iterable[Effect], *, sealed: bool, allow_unsealed: bool = False
+    ) -> None:
+        self._ledger = tuple(ledger)
+        for i, e in enumerate(self._ledger):
+            if not isinstance(e, Effect):
+                raise InvalidInputError(
+                    "ledger entries must be Effect", where=f"ledger[{i}]", got=type(e).__name__
+                )
+        if not sealed and not allow_unsealed:
+            raise LedgerGuardError(
+                "the side-effect ledger is not sealed; a replay against it proves nothing",
+                expected="a sealed ledger",
+                got="unsealed",
+            )
+        self._sealed = sealed
+        self._attempted: list[Effect] = []
+
+    @classmethod
+    def from_checkpoint(cls, cp: CheckpointSource, *, allow_unsealed: bool = False) -> LedgerGuard:
+        """A guard over an open checkpoint's ledger."""
+        return cls(
+            (Effect(s, t, d) for s, t, d in cp.effects()),
+            sealed=bool(cp.manifest.ledger_sealed),
+            allow_unsealed=allow_unsealed,
+        )
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the ledger was sealed."""
+        return self._sealed
+
+    def check(self, target: str, payload: bytes) -> Effect:
+        """Admit the next effect or raise :class:`LedgerGuardError` before it escapes."""
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
+        return self.check_digest(target, bytes(digest(payload)).hex())
+
+    def check_digest(self, target: str, payload_digest: str) -> Effect:
+        """As :meth:`check`, for a payload already digested (hex)."""
+        if not isinstance(target, str) or not isinstance(payload_digest, str):
+            raise InvalidInputError(
+                "target and payload_digest must be str",
+                got=(type(target).__name__, type(payload_digest).__name__),
+            )
+        i = len(self._attempted)
+        expected = self._ledger[i] if i < len(self._ledger) else None
+        seq = (
+            expected.seq
+            if expected is not None
+            else (self._ledger[-1].seq + 1 + i - len(self._ledger) if self._ledger else i)
+        )
+        attempt = Effect(seq, target, payload_digest)
+        self._attempted.append(attempt)
+        if expected is None or expected != attempt:
+            raise LedgerGuardError(
+                "effect is not in the sealed ledger at this position; stopped before it escaped",
+                where=f"effect seq={seq}",
+                expected="end of the ledger"
+                if expected is None
+                else [expected.target, expected.payload_digest],
+                got=[target, payload_digest],
+            )
+        return attempt
+
+    def perform(self, target: str, payload: bytes, action: Callable[[], T]) -> T:
+        """Check the effect, then (only if admitted) run ``action`` and return its result."""
+        self.check(target, payload)
+        return action()
+
+    def append(self, target: str, payload: bytes) -> None:
+        """Writing to the ledger during a replay: always refused."""
+        raise LedgerSealedError(
+            "a replay never writes the side-effect ledger"
+            if not self._sealed
+            else "the side-effect ledger is sealed; it never changes",
+            where=f"effect on {target!r}",
+        )
+
+    @property
+    def attempted(self) -> tuple[Effect, ...]:
+        """Every effect the replay attempted, including a refused one."""
+        return tuple(self._attempted)
