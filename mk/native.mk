@@ -28,7 +28,8 @@ asan:
 	# resolve against the copy above.
 	CC=$(NATIVE_CC) CPSTORE_CFLAGS="-O1 -g $(SAN_FLAGS)" CPSTORE_LDFLAGS="$(SAN_FLAGS)" \
 	  $(NATIVE_PY) -c "import build; build.ffibuilder.compile(tmpdir='$(NATIVE_TMP)/asan')"
-	cp cpstore/*.py cpstore/py.typed $(NATIVE_TMP)/asan/cpstore/
+	# The package's sources, subpackages included (not the unsanitized build).
+	cd cpstore && find . \( -name '*.py' -o -name py.typed \) -exec cp --parents {} $(NATIVE_TMP)/asan/cpstore/ \;
 	PYTHONPATH=$(NATIVE_TMP)/asan \
 	LD_PRELOAD="$$($(NATIVE_CC) -print-file-name=libasan.so) $$($(NATIVE_CC) -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1 \
