@@ -379,6 +379,7 @@ class TestLedger:
         cid = rec.checkpoint(1, b"s", seal_ledger=False)
         assert rec.effect("db", b"2") == 1
         assert not store.manifest(cid).ledger_sealed
+        rec.close(discard_effects=True)  # the two unsealed effects are dropped on purpose
 
     def test_a_fork_continues_the_sealed_ledger_in_a_new_one(self, store: Store) -> None:
         """A recorder forked from a sealed checkpoint starts a new ledger after its entries."""
