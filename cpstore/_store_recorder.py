@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import math
 import struct
-import sys
 import warnings
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._args import check_text
+from ._args import as_offsets, check_text, little_endian_offsets
 from ._canonical import decode_value, encode_value
 from ._errors import (
     ConflictError,
@@ -68,14 +67,6 @@ def _text(value: object, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidInputError(f"{what} must be a non-empty str", got=value)
     return check_text(value, what)
-
-
-def _offsets_bytes(offsets: array[int]) -> bytes:
-    if sys.byteorder == "big":
-        swapped = array("Q", offsets)
-        swapped.byteswap()
-        return swapped.tobytes()
-    return offsets.tobytes()
 
 
 class Recorder:
@@ -163,11 +154,7 @@ class Recorder:
             if tokens is not None:
                 self._tokens = bytearray(load(tokens["records"], "token records"))
                 self._values = bytearray(load(tokens["values"], "token values"))
-                offs = array("Q")
-                offs.frombytes(load(tokens["offsets"], "token offsets"))
-                if sys.byteorder == "big":
-                    offs.byteswap()
-                self._offsets = offs
+                self._offsets = as_offsets(load(tokens["offsets"], "token offsets"), "little")
                 self._kinds = KindTable({int(k): v for k, v in tokens["kinds"].items()})
             for name, attr in (
                 ("observations", "_observations"),
@@ -416,7 +403,7 @@ class Recorder:
                     {
                         "records": self._stash(bytes(self._tokens)),
                         "values": self._stash(bytes(self._values)),
-                        "offsets": self._stash(_offsets_bytes(self._offsets)),
+                        "offsets": self._stash(little_endian_offsets(self._offsets)),
                         "count": len(self._tokens) // _TOKEN.size,
                         "kinds": dict(sorted(self._kinds.names.items())),
                     }
