@@ -478,6 +478,20 @@ def _physical_run(pristine: tuple[Path, str, list[str], str], root: Path, n: int
     return fig
 
 
+def _zeroed_copies(src: Path, tmp_path: Path) -> list[Path]:
+    """One copy of ``src``'s store per page of data.mdb, with that page zeroed."""
+    data = (src / "data.mdb").read_bytes()
+    copies = []
+    for page in range(len(data) // PAGE):
+        dst = tmp_path / f"z{page}"
+        dst.mkdir()
+        damaged = bytearray(data)
+        damaged[page * PAGE : (page + 1) * PAGE] = bytes(PAGE)
+        (dst / "data.mdb").write_bytes(bytes(damaged))
+        copies.append(dst)
+    return copies
+
+
 class TestPhysicalDamage:
     def test_a_truncated_data_file_is_an_error_not_a_crash(
         self, pristine: tuple[Path, str, list[str], str], tmp_path: Path
@@ -519,15 +533,10 @@ class TestPhysicalDamage:
     ) -> None:
         """Every page of data.mdb zeroed in turn: found or harmless, never a crash."""
         src, cid, reach, base_dump = pristine
-        data = (src / "data.mdb").read_bytes()
-        items = []
-        for page in range(len(data) // PAGE):
-            dst = tmp_path / f"z{page}"
-            dst.mkdir()
-            damaged = bytearray(data)
-            damaged[page * PAGE : (page + 1) * PAGE] = bytes(PAGE)
-            (dst / "data.mdb").write_bytes(bytes(damaged))
-            items.append({"id": f"zero page {page}", "dir": str(dst), "cid": cid, "reach": reach})
+        items = [
+            {"id": f"zero page {page}", "dir": str(dst), "cid": cid, "reach": reach}
+            for page, dst in enumerate(_zeroed_copies(src, tmp_path))
+        ]
         results = _run_checker(items)
         crashed = [i["id"] for i in items if "crash" in results.get(i["id"], {})]
         missed = [
@@ -548,15 +557,7 @@ class TestPhysicalDamage:
     ) -> None:
         """`cpstore verify` on each zeroed page: exit 0 or 5 with at most one line, never a signal."""
         src, _, _, _ = pristine
-        data = (src / "data.mdb").read_bytes()
-        folders = []
-        for page in range(len(data) // PAGE):
-            dst = tmp_path / f"z{page}"
-            dst.mkdir()
-            damaged = bytearray(data)
-            damaged[page * PAGE : (page + 1) * PAGE] = bytes(PAGE)
-            (dst / "data.mdb").write_bytes(bytes(damaged))
-            folders.append(str(dst))
+        folders = [str(dst) for dst in _zeroed_copies(src, tmp_path)]
         status, rows = _cli_verify_each(folders)
         assert status == 0, "the cpstore verify command itself died"
         assert sorted(rows) == sorted(folders)
