@@ -89,6 +89,7 @@ def _validator(path: str, seconds: float) -> dict[str, Any]:
                 validations += 1
                 if _data_verdict(d) is not Verdict.ACCEPT:
                     bad.append(f"{cid}: {[f.code.value for f in d.findings]}")
+                assert d.audit_digest is not None  # validate records by default
                 rec = st.get_audit(d.audit_digest)
                 audit.append((rec.digest, rec.index))
             report = st.verify()

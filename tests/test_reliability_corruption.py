@@ -430,14 +430,15 @@ def _physical(src: Path, dst: Path, how: str, rng: random.Random) -> str:
 def _physical_run(pristine: tuple[Path, str, list[str], str], root: Path, n: int) -> dict[str, Any]:
     src, cid, reach, base_dump = pristine
     rng = random.Random(606)
-    items, labels = [], {}
+    items: list[dict[str, Any]] = []
+    labels: dict[str, str] = {}
     for i in range(n):
         how = "flip"
         dst = root / f"p{i}"
         labels[f"p{i}"] = _physical(src, dst, how, rng)
         items.append({"id": f"p{i}", "dir": str(dst), "cid": cid, "reach": reach})
     results = _run_checker(items)
-    fig = {
+    fig: dict[str, Any] = {
         "tried": n,
         "effective": 0,
         "harmless": 0,
@@ -520,7 +521,7 @@ class TestPhysicalDamage:
         """Every page of data.mdb zeroed in turn: found or harmless, never a crash."""
         src, cid, reach, base_dump = pristine
         data = (src / "data.mdb").read_bytes()
-        items = []
+        items: list[dict[str, Any]] = []
         for page in range(len(data) // PAGE):
             dst = tmp_path / f"z{page}"
             dst.mkdir()

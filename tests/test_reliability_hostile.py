@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,14 @@ class TestDocuments:
 
     @FAST
     @given(documents)
-    def test_garbage_mappings_raise_only_cpstore_errors(self, doc: dict) -> None:
+    def test_garbage_mappings_raise_only_cpstore_errors(self, doc: dict[str, Any]) -> None:
         """parse_document, and load_document of its JSON and msgpack forms, fail only cleanly."""
-        for attempt in (
+        attempts: tuple[Callable[[], object], ...] = (
             lambda: cpstore.parse_document(doc),
             lambda: cpstore.load_document(json.dumps(doc).encode()),
             lambda: cpstore.load_document(msgpack.packb(doc)),
-        ):
+        )
+        for attempt in attempts:
             with contextlib.suppress(CpstoreError, ValueError, OverflowError):
                 attempt()
 
@@ -250,7 +252,7 @@ class TestCli:
 # -- hostile values, field by field -------------------------------------------------
 
 SURROGATE = "\ud800"  # a lone surrogate: a str with no UTF-8 form
-DOC = {
+DOC: dict[str, Any] = {
     "format": 1,
     "run_id": "r",
     "step": 0,

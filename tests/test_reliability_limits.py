@@ -33,10 +33,10 @@ def _data_verdict(d: Decision) -> Verdict:
 MAP = 256 * 1024
 
 
-def _fill(path: Path, **options: int) -> tuple[list[str], StoreFullError]:
+def _fill(path: Path, *, map_size: int, max_map_size: int) -> tuple[list[str], StoreFullError]:
     """Checkpoint ever larger states until the store is full; (acknowledged ids, the error)."""
     acked: list[str] = []
-    with open_store(path, **options) as st:
+    with open_store(path, map_size=map_size, max_map_size=max_map_size) as st:
         rec = st.recorder("run")
         rec.observe(0, "cfg", b"cfg", pinned_at=0.0)
         rec.effect("db", b"fx")
@@ -61,7 +61,8 @@ def _consistent(path: Path, acked: list[str], **options: object) -> None:
         assert st.ref("run") == acked[-1]  # the failed checkpoint moved nothing
         for cid in acked:
             with st.read(cid) as cp:
-                assert len(cp.state()["blob"]) == 20_000
+                state = cp.state()
+                assert isinstance(state, dict) and len(state["blob"]) == 20_000
         d = validate(acked[-1], acked[-1], store=st, record=False)
         assert _data_verdict(d) is Verdict.ACCEPT, d.findings
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from cpstore._store_refs import SET, write_ref
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as st:
         yield st
 
@@ -138,7 +139,9 @@ class TestCreatedAt:
         cid = _sample(store)
         key = bytes.fromhex(cid)
         with store._read() as txn:
-            value = bytearray(txn.get(key, db=store._db("checkpoints")))
+            stored = txn.get(key, db=store._db("checkpoints"))
+            assert stored is not None
+            value = bytearray(stored)
         value[3] ^= 0x01
         _raw(store, "checkpoints", key, bytes(value))
         report = store.verify()
@@ -221,6 +224,6 @@ class TestAuditLog:
         with pytest.raises(NotFoundError):
             store.get_audit("00" * 16)
         with pytest.raises(InvalidInputError):
-            store.append_audit("decision", {1: "x"})
+            store.append_audit("decision", {1: "x"})  # type: ignore[dict-item]
         with pytest.raises(InvalidInputError):
             store.append_audit("", {})
