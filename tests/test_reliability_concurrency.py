@@ -12,6 +12,7 @@ and the audit chain is dense with no fork.
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import os
@@ -172,7 +173,7 @@ def _run(path: Path, seconds: float) -> dict[str, Any]:
             assert st.get_audit(dig).index == index
         records = list(st.audit_records())
         assert [r.index for r in records] == list(range(len(records)))
-        assert all(b.prev == a.digest for a, b in zip(records, records[1:]))
+        assert all(b.prev == a.digest for a, b in itertools.pairwise(records))
     figures = {
         "seconds": seconds,
         "writer_processes": 3,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import lmdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,7 +37,7 @@ def _log(n: int) -> list[bytes]:
 def _entries(
     records: list[bytes], macs: list[bytes | None]
 ) -> list[tuple[int, bytes, bytes | None]]:
-    return [(i, r, m) for i, (r, m) in enumerate(zip(records, macs))]
+    return [(i, r, m) for i, (r, m) in enumerate(zip(records, macs, strict=True))]
 
 
 class TestKeys:
@@ -147,8 +148,6 @@ class TestMacs:
 
 
 def _raw_audit(path: Path) -> list[bytes]:
-    import lmdb
-
     env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
     try:
         db = env.open_db(b"audit", create=False)
@@ -160,8 +159,6 @@ def _raw_audit(path: Path) -> list[bytes]:
 
 def _rewrite_audit(path: Path, index: int, body: dict[str, object]) -> None:
     """What a forger with write access does: edit one record and re-chain every digest after it."""
-    import lmdb
-
     env = lmdb.open(str(path), max_dbs=16)
     try:
         audit, idx, meta = (env.open_db(n) for n in (b"audit", b"audit_index", b"meta"))

@@ -237,7 +237,7 @@ class TestHostileState:
         value[0] ^= 1
         store._write(lambda txn: txn.put(raw, bytes(value), db=cps))
         with store.read(cid) as cp, pytest.raises(IntegrityError, match="created_at"):
-            cp.manifest
+            _ = cp.manifest
         with pytest.raises(IntegrityError, match="created_at"):
             store.manifest(cid)
         assert not store.verify().ok

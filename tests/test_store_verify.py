@@ -9,8 +9,10 @@ import pytest
 
 from cpstore._canonical import encode_value
 from cpstore._errors import AuditChainError, IntegrityError, InvalidInputError, NotFoundError
+from cpstore._native import digest
 from cpstore._store import Store
 from cpstore._store import open as open_store
+from cpstore._store_model import pack_checkpoint_value, unpack_checkpoint_value
 from cpstore._store_refs import SET, write_ref
 
 
@@ -152,9 +154,6 @@ class TestCreatedAt:
 
     def test_the_checkpoint_value_layout_is_pinned(self) -> None:
         """created_at (float64 LE), XXH3-128(id || created_at)[:8], then the manifest."""
-        from cpstore._native import digest
-        from cpstore._store_model import pack_checkpoint_value, unpack_checkpoint_value
-
         manifest = b"\x81\xa1a\x01"
         cid = digest(manifest)
         value = pack_checkpoint_value(1.5, manifest)
