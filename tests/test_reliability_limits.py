@@ -17,12 +17,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 import pytest
 
 from cpstore._decision import Decision, FindingCode, Verdict, validate, verdict_for
 from cpstore._errors import StoreFullError, StoreReadOnlyError
 from cpstore._store import open as open_store
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 
 def _data_verdict(d: Decision) -> Verdict:
@@ -54,8 +58,16 @@ def _fill(path: Path, *, map_size: int, max_map_size: int) -> tuple[list[str], S
     raise AssertionError("the store never filled up")
 
 
-def _consistent(path: Path, acked: list[str], **options: object) -> None:
-    with open_store(path, **options) as st:  # type: ignore[arg-type]
+class _OpenOptions(TypedDict, total=False):
+    """The open() options a consistency check reopens with."""
+
+    map_size: int
+    max_map_size: int
+    readonly: bool
+
+
+def _consistent(path: Path, acked: list[str], **options: Unpack[_OpenOptions]) -> None:
+    with open_store(path, **options) as st:
         report = st.verify()
         assert report.ok, report.problems
         assert st.ref("run") == acked[-1]  # the failed checkpoint moved nothing
@@ -164,14 +176,16 @@ class TestRealDiskFull:
         with _tmpfs(tmp_path / "mnt", "2m") as mnt:
             path = mnt / "s"
             result = _fill_tmpfs(path)
-            _consistent(path, result["acked"])  # type: ignore[arg-type]
+            acked = result["acked"]
+            assert isinstance(acked, list)
+            _consistent(path, acked)
             # Read-only remount: still verifiable and validatable, writes refused.
             ro = subprocess.run(
                 ["mount", "-o", "remount,ro", str(mnt)], capture_output=True, text=True, check=False
             )
             if ro.returncode != 0:
                 pytest.skip(f"cannot remount read-only: {ro.stderr.strip()}")
-            _consistent(path, result["acked"], readonly=True)  # type: ignore[arg-type]
+            _consistent(path, acked, readonly=True)
             with pytest.raises(StoreReadOnlyError):
                 open_store(path)
 
