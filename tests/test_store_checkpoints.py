@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from cpstore._store_recorder import Recorder
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as st:
         yield st
 
@@ -230,11 +231,13 @@ class TestHostileState:
         raw = bytes.fromhex(cid)
         cps = store._db("checkpoints")
         with store._read() as txn:
-            value = bytearray(txn.get(raw, db=cps))
+            stored = txn.get(raw, db=cps)
+            assert stored is not None
+            value = bytearray(stored)
         value[0] ^= 1
         store._write(lambda txn: txn.put(raw, bytes(value), db=cps))
         with store.read(cid) as cp, pytest.raises(IntegrityError, match="created_at"):
-            cp.manifest
+            _ = cp.manifest
         with pytest.raises(IntegrityError, match="created_at"):
             store.manifest(cid)
         assert not store.verify().ok
@@ -462,6 +465,7 @@ class TestManifestEncoding:
         with store._e.read() as txn:
             for cid in ids:
                 value = txn.get(bytes.fromhex(cid), db=store._db("checkpoints"))
+                assert value is not None
                 _, data = unpack_checkpoint_value(value)
                 raw = store.manifest(cid).raw
                 assert bytes(data) == encode_value(raw)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import random
@@ -196,8 +197,6 @@ class TestNormalExit:
         self, tmp_path: Path
     ) -> None:
         """A fork child's exit hooks never flush (or touch) the parent's store."""
-        import atexit
-
         with open_store(tmp_path / "s", durability="batched") as st:
             cid = st.recorder("r").checkpoint(0, {"a": 1})
             pid = os.fork()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from cpstore._store import open as open_store
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as st:
         yield st
 
@@ -35,7 +36,8 @@ class TestPrune:
         with pytest.raises(NotFoundError, match="pruned"), store.read(ids[0]):
             pass
         with store.read(ids[-1]) as cp:
-            assert cp.state()["step"] == 5
+            state = cp.state()
+            assert isinstance(state, dict) and state["step"] == 5
             assert len(cp.observations()) == 6  # cumulative log kept whole
         assert store.verify().ok
 

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypedDict
 
 import lmdb
 import pytest
@@ -26,6 +27,13 @@ import pytest
 import cpstore
 from cpstore import cli
 from cpstore._errors import FormatVersionError, NotFoundError, StoreReadOnlyError
+
+
+class _Flags(TypedDict, total=False):
+    """The open() flags these tests vary."""
+
+    create: bool
+    readonly: bool
 
 
 def _make_store(path: str) -> tuple[str, str]:
@@ -92,7 +100,8 @@ class TestCreation:
         """A data.mdb LMDB made but never committed to (a crash at creation) holds nothing."""
         path = tmp_path / "s"
         lmdb.open(str(path), max_dbs=4).close()
-        for kwargs in ({"create": False}, {"readonly": True}):
+        flag_sets: tuple[_Flags, ...] = ({"create": False}, {"readonly": True})
+        for kwargs in flag_sets:
             with pytest.raises(NotFoundError, match="empty LMDB environment"):
                 cpstore.open(path, **kwargs)
         with cpstore.open(path) as store:
@@ -124,7 +133,8 @@ class TestRefusal:
         path = tmp_path / "s"
         _make_store(str(path))
         (path / "data.mdb").write_bytes(b"")
-        for kwargs in ({}, {"readonly": True}, {"create": False}):
+        flag_sets: tuple[_Flags, ...] = ({}, {"readonly": True}, {"create": False})
+        for kwargs in flag_sets:
             with pytest.raises(FormatVersionError, match=r"data\.mdb is empty") as info:
                 cpstore.open(path, **kwargs)
             assert str(path / "data.mdb") in str(info.value)
@@ -144,7 +154,8 @@ class TestRefusal:
             txn.put(b"key", b"value", db=db)
         env.close()
         before = (path / "data.mdb").read_bytes()
-        for kwargs in ({}, {"readonly": True}):
+        flag_sets: tuple[_Flags, ...] = ({}, {"readonly": True})
+        for kwargs in flag_sets:
             with pytest.raises(FormatVersionError, match="not a cpstore store") as info:
                 cpstore.open(path, **kwargs)
             assert str(path) in str(info.value)
