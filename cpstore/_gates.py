@@ -43,7 +43,6 @@ __all__ = [
     "RollbackCertificate",
     "SignOff",
     "certify_rollback",
-    "check_extend",
     "check_resume",
     "resume_gate",
     "sign_off",
@@ -448,7 +447,6 @@ def _use_permit(
         "branch": branch,
         "permit": gate.digest,
         "decision_id": body.get("decision_id"),
-        "decision_audit": standing.digest,
     }
 
 
@@ -459,7 +457,7 @@ def check_resume(
     run_id: str,
     branch: str,
     permit: ResumePermit | str | None = None,
-) -> str | None:
+) -> None:
     """Refuse recording on from ``checkpoint_id`` unless its standing decision allows it.
 
     The standing decision is the latest decision recorded about the
@@ -468,16 +466,14 @@ def check_resume(
     :class:`ResumePermit` from :func:`resume_gate` for this checkpoint and for
     that very decision, not used before. A permit given is always checked and
     used up (audit kind ``resume``), in the write txn that records its use.
-    Returns the audit digest of the decision the permit released (None
-    without a permit), for :func:`check_extend`.
     """
     if permit is None:
         if checkpoint_id is None:
-            return None
+            return
         with audit_view(store) as log:
             standing, verdict = _standing(log, checkpoint_id)
         if standing is None or verdict is Verdict.ACCEPT:
-            return None
+            return
         raise GateError(
             f"the checkpoint's standing decision is {verdict.name if verdict else None}; "
             "recording on from it needs a ResumePermit from resume_gate (permit=)",
@@ -491,27 +487,6 @@ def check_resume(
             where=f"run {run_id!r} branch {branch!r}",
             got=digest,
         )
-    record = append_audit_checked(
+    append_audit_checked(
         store, AUDIT_RESUME, lambda log: _use_permit(log, digest, checkpoint_id, run_id, branch)
-    )
-    released = record.body.get("decision_audit")
-    return released if isinstance(released, str) else None
-
-
-def check_extend(log: AuditView, checkpoint_id: str, released: str | None) -> None:
-    """Refuse a checkpoint that extends ``checkpoint_id`` when its standing decision forbids it.
-
-    Run by the store for every checkpoint a recorder commits (in the commit
-    txn in sync mode), so a decision recorded while a recorder is open stops
-    it too. ``released`` is the standing decision a permit released when the
-    recorder was created (:func:`check_resume`'s return value), or None.
-    """
-    standing, verdict = _standing(log, checkpoint_id)
-    if standing is None or verdict is Verdict.ACCEPT or standing.digest == released:
-        return
-    raise GateError(
-        f"a {verdict.name if verdict else None} decision was recorded about the checkpoint "
-        "this recorder extends; recording on needs a new recorder with a ResumePermit",
-        where=f"checkpoint {checkpoint_id}",
-        got=standing.body.get("decision_id"),
     )

@@ -28,10 +28,10 @@ from ._errors import (
     NotFoundError,
     StoreError,
 )
-from ._gates import ResumePermit, check_extend, check_resume
+from ._gates import ResumePermit, check_resume
 from ._native import digest, digest_small
 from ._records import Digest
-from ._store_audit import AuditView, append_audit, append_audit_txn, audit_records, get_audit
+from ._store_audit import append_audit, append_audit_txn, audit_records, get_audit
 from ._store_env import (
     EnvOptions,
     Txn,
@@ -272,7 +272,7 @@ class Store:
         self._live()
         run_id, branch = check_name(run_id, "run_id"), check_name(branch, "branch")
         rec = Recorder(self, run_id, branch, parent)
-        rec._released = check_resume(self, rec.head, run_id=run_id, branch=branch, permit=permit)
+        check_resume(self, rec.head, run_id=run_id, branch=branch, permit=permit)
         return rec
 
     def _load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
@@ -337,13 +337,9 @@ class Store:
 
     def _commit(self, op: CheckpointWrite) -> None:
         if self._durability == "sync":
-            self._write(lambda txn: self._apply(txn, op, gate=True))
+            self._write(lambda txn: self._apply(txn, op))
             return
         self._live()
-        # Batched: the gate is checked now, so a flush never drops a batch for
-        # it (a decision recorded between this check and the flush is not seen).
-        with self._read() as txn:
-            self._check_gate(txn, op)
         with self._pending_lock:
             self._pending.append(op)
             full = len(self._pending) >= self._batch_size
@@ -360,7 +356,7 @@ class Store:
 
         def apply_all(txn: Txn[memoryview]) -> None:
             for op in ops:
-                self._apply(txn, op, gate=False)
+                self._apply(txn, op)
 
         if ops:
             self._write(apply_all)
@@ -370,12 +366,7 @@ class Store:
         """Checkpoints queued but not yet committed (always 0 in sync mode)."""
         return len(self._pending)
 
-    def _check_gate(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
-        """GateError when the standing decision of the checkpoint ``op`` extends forbids it."""
-        if op.parent is not None:
-            check_extend(AuditView(self, txn), op.parent.hex(), op.released)
-
-    def _apply(self, txn: Txn[memoryview], op: CheckpointWrite, *, gate: bool) -> None:
+    def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
         objects, cps = self._db("objects"), self._db("checkpoints")
         rkey = ref_key(op.run_id, op.branch)
         current = read_ref(txn, self._e.dbs, rkey, layout=self._e.layout)
@@ -402,8 +393,6 @@ class Store:
                 expected=op.parent.hex(),
                 got="pruned" if pruned else "missing",
             )
-        if gate:
-            self._check_gate(txn, op)
         for key, data in op.objects.items():
             put_object(txn, objects, key, data)
         for key in op.must_exist:

@@ -205,8 +205,6 @@ class CheckpointWrite:
     objects: dict[bytes, bytes] = field(default_factory=dict)
     must_exist: list[bytes] = field(default_factory=list)
     sealed_ledger: bytes | None = None
-    released: str | None = None
-    """Audit digest of the standing decision a permit released for ``parent`` (gates)."""
 
 
 @dataclass(frozen=True)

@@ -79,9 +79,6 @@ class Recorder:
         head = _raw(store.ref(run_id, branch))
         self._expected = head
         self._parent: bytes | None = None
-        #: The standing decision a permit released when this recorder was
-        #: created (set by Store.recorder); every commit re-checks the gate.
-        self._released: str | None = None
         self._tokens = bytearray()
         self._values = bytearray()
         self._offsets = array("Q", [0])
@@ -486,7 +483,6 @@ class Recorder:
             objects=dict(self._pending),
             must_exist=must_exist,
             sealed_ledger=sealed,
-            released=self._released,
         )
         self._chunks, chunks = [], self._chunks
         self._store._commit(op)

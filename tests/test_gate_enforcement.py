@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 import pytest
@@ -203,66 +202,3 @@ def test_verify_finds_a_decision_index_pointing_at_an_older_decision(tmp_path: P
         assert not report.ok
         assert any("decision index" in p.what for p in report.problems)
 
-
-class TestOpenRecorder:
-    """A decision recorded while a recorder is open stops that recorder at its next checkpoint."""
-
-    @pytest.mark.parametrize("durability", ["sync", "batched"])
-    def test_a_reject_recorded_while_a_recorder_is_open_stops_its_next_checkpoint(
-        self, tmp_path: Path, durability: Literal["sync", "batched"]
-    ) -> None:
-        """Created before the REJECT, its next checkpoint is GateError; nothing written."""
-        with open_store(tmp_path / "s", durability=durability) as s:
-            rec = s.recorder("r")
-            rec.observe(1, "clock", b"t", pinned_at=1.0)
-            rec.token("rng", 1)
-            cid = rec.checkpoint(1, b"state")
-            s.flush()
-            rejected(s, cid)
-            with pytest.raises(GateError, match="decision was recorded") as err:
-                rec.checkpoint(2, b"state 2")
-            assert err.value.where == f"checkpoint {cid}"
-            s.flush()
-            assert s.ref("r") == cid and len(list(s.history("r"))) == 1
-
-    def test_a_permit_released_recorder_keeps_recording_past_the_checkpoint(
-        self, store: Store
-    ) -> None:
-        """With the permit for the standing decision, every later checkpoint commits."""
-        cid = checkpoint(store)
-        permit = permit_for(store, cid)
-        rec = store.recorder("r", permit=permit)
-        second = rec.checkpoint(2, b"s2")
-        third = rec.checkpoint(3, b"s3")
-        assert store.ref("r") == third and [m.id for m in store.history("r")][:2] == [third, second]
-
-    def test_a_newer_decision_stops_a_permit_released_recorder(self, store: Store) -> None:
-        """A permit releases only its own decision: a later REJECT still stops the recorder."""
-        cid = checkpoint(store)
-        rec = store.recorder("r", permit=permit_for(store, cid))
-        rejected(store, cid)
-        with pytest.raises(GateError):
-            rec.checkpoint(2, b"s2")
-        assert store.ref("r") == cid
-
-    def test_a_decision_in_another_process_stops_an_open_recorder(self, tmp_path: Path) -> None:
-        """The REJECT comes from another process; the open recorder's next checkpoint is refused."""
-        path = tmp_path / "s"
-        with open_store(path) as s:
-            rec = s.recorder("r")
-            rec.observe(1, "clock", b"t", pinned_at=1.0)
-            rec.token("rng", 1)
-            cid = rec.checkpoint(1, b"state")
-            ctx = multiprocessing.get_context("spawn")
-            child = ctx.Process(target=_reject_in_child, args=(str(path), cid))
-            child.start()
-            child.join(60)
-            assert child.exitcode == 0
-            with pytest.raises(GateError):
-                rec.checkpoint(2, b"state 2")
-            assert s.ref("r") == cid
-
-
-def _reject_in_child(path: str, cid: str) -> None:
-    with open_store(path) as s:
-        rejected(s, cid)
