@@ -494,13 +494,20 @@ def _fill_side(cp: Any, view: memoryview, label: str, integrity: list[Finding]) 
 
 
 def _checkpoint_ref(source: object, store: Any) -> str | None:
-    """``source`` when it names a checkpoint (an id that is not an existing file)."""
+    """``source`` when it names a checkpoint: a str that is exactly a checkpoint id.
+
+    Such a str is always an id, never a path: which recording is validated
+    must not depend on what files the working directory holds. A document
+    whose file name looks like an id is passed as ``Path(name)`` or ``./name``.
+    """
     if not isinstance(source, str) or not _CHECKPOINT_ID.fullmatch(source):
         return None
-    if os.path.exists(source):
-        return None
     if store is None:
-        raise InvalidInputError("a checkpoint id needs a store (store= or --store)", got=source)
+        raise InvalidInputError(
+            "a checkpoint id needs a store (store= or --store); "
+            "for a document file named like an id, pass ./NAME",
+            got=source,
+        )
     return source
 
 
@@ -982,7 +989,8 @@ def validate(
     """Validate replay ``replayed`` (P) against recording ``recorded`` (R).
 
     Each of R and P is a :class:`Run`, a run-document mapping, the bytes or
-    path of a run document, or (with ``store``) a checkpoint id. Every finding
+    path of a run document, or (with ``store``) a checkpoint id; a str that is
+    exactly 32 hex characters is always an id, never a path. Every finding
     is reported; the verdict is the worst level among them. With ``store`` and
     ``record`` (the default) the decision is appended to the store's audit
     log, and :attr:`Decision.audit_digest` names the record; the gates act

@@ -115,3 +115,23 @@ def test_checkpoint_ids_with_store_and_missing_store(tmp_path: Path) -> None:
         cli([cid, cid, "--store", str(tmp_path / "nowhere")])
     assert not (tmp_path / "nowhere").exists()
     assert issubclass(NotFoundError, CpstoreError)
+
+
+def test_a_file_named_like_the_checkpoint_id_never_replaces_the_stored_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 32-hex argument is the stored checkpoint even when the working directory has such a file."""
+    with open_store(tmp_path / "s") as st:
+        rec = st.recorder("r")
+        cid = rec.checkpoint(1, b"recorded state")
+    # A document (a faithful replay of itself) saved under the checkpoint's id.
+    doc = clean_doc()
+    (tmp_path / cid).write_text(json.dumps(doc))
+    replay = write(tmp_path, "p.json", replay_of(doc))
+    monkeypatch.chdir(tmp_path)
+    code, out = cli([cid, replay, "--store", str(tmp_path / "s"), "--no-record"])
+    assert code == EXIT_FOR_VERDICT[Verdict.REJECT], out
+    assert "STATE_MISMATCH" in out
+    # The file is still reachable, spelled as a path.
+    code, out = cli([f"./{cid}", replay])
+    assert code == 0, out
