@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from cpstore._errors import InvalidInputError, NotFoundError
+from cpstore._native import digest
+from cpstore._store_env import chunk_index
+from cpstore._store_model import CHUNK_SIZE
 from cpstore._store import Store
 from cpstore._store import open as open_store
 
@@ -52,6 +55,55 @@ class TestPrune:
         """Pruning a head away is refused."""
         with pytest.raises(InvalidInputError):
             store.prune(keep_last=0)
+
+
+class TestMarkingByRole:
+    """Bytes that are a leaf in one role and a log or chunk index in another."""
+
+    def test_observations_log_equal_to_a_state_part_keeps_its_payloads(
+        self, store: Store
+    ) -> None:
+        """A head whose state part encodes like its observations log keeps the payloads."""
+        rec = store.recorder("r")
+        rec.observe(1, "src", b"payload-P", pinned_at=1.0)
+        rec.checkpoint(1, {"mode": "idle"})
+        rec.observe(2, "src", b"payload-Q", pinned_at=2.0)
+        log = [[1, "src", digest(b"payload-P"), 1.0], [2, "src", digest(b"payload-Q"), 2.0]]
+        head = rec.checkpoint(2, {"obs": log})
+        rec.close()
+        assert store.prune(keep_last=1) == 1
+        assert store.verify().ok
+        with store.read(head) as cp:
+            assert cp.payload(1, "src") == b"payload-P"
+
+    def test_effects_log_equal_to_a_state_part_keeps_its_payloads(self, store: Store) -> None:
+        """A head whose state part encodes like its (unsealed) effects log keeps the payloads."""
+        rec = store.recorder("r")
+        rec.effect("bank", b"transfer 10")
+        rec.checkpoint(1, b"a", seal_ledger=False)
+        rec.effect("bank", b"transfer 20")
+        log = [[0, "bank", digest(b"transfer 10")], [1, "bank", digest(b"transfer 20")]]
+        head = rec.checkpoint(2, {"effects": log}, seal_ledger=False)
+        rec.close(discard_effects=True)
+        assert store.prune(keep_last=1) == 1
+        assert store.verify().ok
+        with store.read(head) as cp:
+            assert cp.effect_payload(0) == b"transfer 10"
+
+    def test_chunk_index_equal_to_a_state_part_keeps_its_chunks(self, store: Store) -> None:
+        """A live chunked state keeps its chunks when the head has a part encoding like its index."""
+        big = bytes(range(256)) * (CHUNK_SIZE // 128 + 1)
+        chunks, _ = chunk_index(big)
+        index_value = [len(big), [digest(c) for c in chunks]]
+        rec = store.recorder("r")
+        rec.checkpoint(1, big + b"tail")  # another index over the same first chunks
+        live = rec.checkpoint(2, big)
+        rec.checkpoint(3, {"index": index_value})  # marked first, as a plain part
+        rec.close()
+        assert store.prune(keep_last=2) == 1
+        assert store.verify().ok
+        with store.read(live) as cp:
+            assert cp.state() == big
 
 
 class TestDeleteRun:
