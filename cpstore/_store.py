@@ -70,6 +70,7 @@ from ._store_refs import (
     SET,
     check_ref_target,
     delete_ref,
+    pinned_key,
     read_ref,
     retained_heads,
     retained_key,
@@ -224,12 +225,33 @@ class Store:
     # -- objects -------------------------------------------------------------
 
     def put_object(self, data: bytes) -> Digest:
-        """Store ``data`` under its digest (write-once) and return the raw digest."""
+        """Store ``data`` under its digest (write-once), pinned, and return the raw digest.
+
+        The object is a retention root: ``prune`` and ``delete_run`` keep it
+        even when a swept checkpoint named the same bytes, until
+        :meth:`unpin_object`.
+        """
         payload = as_payload(data, "object")
         key = digest(payload)
-        objects = self._db("objects")
-        self._write(lambda txn: put_object(txn, objects, key, payload))
+        objects, meta = self._db("objects"), self._db("meta")
+
+        def put(txn: Txn[memoryview]) -> None:
+            put_object(txn, objects, key, payload)
+            txn.put(pinned_key(key), b"", db=meta)
+
+        self._write(put)
         return key
+
+    def unpin_object(self, digest: bytes | str) -> bool:
+        """Stop keeping an object :meth:`put_object` stored; False if it was not pinned.
+
+        The object stays until a later ``prune`` or ``delete_run`` sweeps a
+        checkpoint that names it (an object no checkpoint names is never swept).
+        """
+        key = as_digest(digest)
+        meta = self._db("meta")
+        result: bool = self._write(lambda txn: bool(txn.delete(pinned_key(key), db=meta)))
+        return result
 
     def get_object(self, digest: bytes | str, *, verify: bool = True) -> bytes:
         """The bytes stored under ``digest`` (raw or hex), hash-checked unless ``verify=False``."""

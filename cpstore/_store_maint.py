@@ -31,7 +31,7 @@ from ._store_model import (
     split_ref_key,
     unpack_checkpoint_value,
 )
-from ._store_refs import check_refs, delete_ref, retained_heads, unpack_ref
+from ._store_refs import check_refs, delete_ref, pinned_objects, retained_heads, unpack_ref
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -465,6 +465,15 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                             expected=cid.hex(),
                         )
                     )
+            for key in pinned_objects(txn, dbs["meta"]):
+                if txn.get(key, db=dbs["objects"]) is None:
+                    problems.append(
+                        Problem(
+                            "pinned object does not resolve",
+                            f"meta/pinned/{key.hex()}",
+                            expected=key.hex(),
+                        )
+                    )
             with txn.cursor(db=dbs["ledgers"]) as cur:
                 for key, _ in cur:
                     tick()
@@ -581,6 +590,8 @@ def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None
             ledgers = [bytes(k) for k, _ in cur]
         for key in ledgers:
             mark(marked, "effects", key)
+        for key in pinned_objects(txn, dbs["meta"]):
+            marked.add(key)  # put_object's: the caller's until unpin_object
         # Only what a swept checkpoint named is a candidate: objects stored with
         # put_object and never referenced are the caller's, not garbage.
         candidates: set[bytes] = set()

@@ -34,6 +34,7 @@ from ._store_model import (
 )
 
 __all__ = [
+    "PINNED_PREFIX",
     "RECORDED",
     "REFS_DIGEST_KEY",
     "RETAINED_PREFIX",
@@ -41,6 +42,8 @@ __all__ = [
     "check_ref_target",
     "check_refs",
     "delete_ref",
+    "pinned_key",
+    "pinned_objects",
     "read_ref",
     "retained_heads",
     "retained_key",
@@ -272,5 +275,29 @@ def retained_heads(txn: Any, meta: Any) -> dict[bytes, dict[str, Any]]:
             except CpstoreError:
                 record = {}
             out[key[len(RETAINED_PREFIX) :]] = record if isinstance(record, dict) else {}
+            found = cur.next()
+    return out
+
+
+# -- pinned objects -------------------------------------------------------------
+
+#: ``meta`` keys of objects stored with ``Store.put_object``: retention roots
+#: until ``Store.unpin_object``, so content addressing never lets a swept
+#: checkpoint that named the same bytes take the caller's object with it.
+PINNED_PREFIX = b"pinned/"
+
+
+def pinned_key(key: bytes) -> bytes:
+    """``meta`` key of a pinned object."""
+    return PINNED_PREFIX + bytes(key)
+
+
+def pinned_objects(txn: Any, meta: Any) -> list[bytes]:
+    """Digests of every pinned object."""
+    out: list[bytes] = []
+    with txn.cursor(db=meta) as cur:
+        found = cur.set_range(PINNED_PREFIX)
+        while found and bytes(cur.key()).startswith(PINNED_PREFIX):
+            out.append(bytes(cur.key())[len(PINNED_PREFIX) :])
             found = cur.next()
     return out

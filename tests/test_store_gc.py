@@ -9,10 +9,10 @@ import pytest
 
 from cpstore._errors import InvalidInputError, NotFoundError
 from cpstore._native import digest
-from cpstore._store_env import chunk_index
-from cpstore._store_model import CHUNK_SIZE
 from cpstore._store import Store
 from cpstore._store import open as open_store
+from cpstore._store_env import chunk_index
+from cpstore._store_model import CHUNK_SIZE
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ class TestMarkingByRole:
             assert cp.effect_payload(0) == b"transfer 10"
 
     def test_chunk_index_equal_to_a_state_part_keeps_its_chunks(self, store: Store) -> None:
-        """A live chunked state keeps its chunks when the head has a part encoding like its index."""
+        """A live chunked state keeps its chunks when the head has a part encoded like its index."""
         big = bytes(range(256)) * (CHUNK_SIZE // 128 + 1)
         chunks, _ = chunk_index(big)
         index_value = [len(big), [digest(c) for c in chunks]]
@@ -129,6 +129,38 @@ class TestDeleteRun:
         store.delete_run("a")
         assert store.has_object(ledger)
         assert len(list(store.audit_records())) == 1
+        assert store.verify().ok
+
+    def test_put_object_survives_prune_of_a_checkpoint_naming_the_same_bytes(
+        self, store: Store
+    ) -> None:
+        """put_object pins: a swept checkpoint with the same bytes does not take the object."""
+        key = store.put_object(b"shared config v1")
+        with store._read() as txn:  # the pin's on-disk key (docs/store.md)
+            assert txn.get(b"pinned/" + key, db=store._db("meta")) is not None
+        rec = store.recorder("r")
+        rec.transcript(b"shared config v1")
+        rec.checkpoint(1, b"a")
+        rec.transcript(b"other")
+        rec.checkpoint(2, b"b")
+        rec.close()
+        assert store.prune(keep_last=1) == 1
+        assert store.get_object(key) == b"shared config v1"
+        assert store.verify().ok
+
+    def test_unpinned_object_is_swept_with_a_checkpoint_naming_it(self, store: Store) -> None:
+        """unpin_object hands the object back to retention; a second unpin says False."""
+        key = store.put_object(b"shared config v1")
+        rec = store.recorder("r")
+        rec.transcript(b"shared config v1")
+        rec.checkpoint(1, b"a")
+        rec.transcript(b"other")
+        rec.checkpoint(2, b"b")
+        rec.close()
+        assert store.unpin_object(key) is True
+        assert store.unpin_object(key.hex()) is False
+        store.prune(keep_last=1)
+        assert not store.has_object(key)
         assert store.verify().ok
 
     def test_objects_put_directly_are_not_garbage(self, store: Store) -> None:
