@@ -30,7 +30,7 @@ from ._errors import (
 )
 from ._gates import ResumePermit, check_resume
 from ._native import digest, digest_small
-from ._records import Digest
+from ._records import DIGEST_SIZE, Digest
 from ._store_audit import append_audit, append_audit_txn, audit_records, get_audit
 from ._store_env import (
     EnvOptions,
@@ -72,6 +72,7 @@ from ._store_refs import (
     delete_ref,
     pinned_key,
     read_ref,
+    replace_damaged_ref,
     retained_heads,
     retained_key,
     unpack_ref,
@@ -593,6 +594,84 @@ class Store:
             return record
 
         result: AuditRecord = self._write(reset)
+        return result
+
+    def repair_ref(
+        self,
+        run_id: str,
+        branch: str,
+        new: str | None,
+        *,
+        operator: str,
+        reason: str,
+    ) -> AuditRecord:
+        """Replace (or delete, ``new=None``) a ref that fails its check, audited.
+
+        The repair path for a damaged ref, which blocks ``prune`` and every
+        CAS: refused with :class:`ConflictError` unless the stored ref fails
+        its check. In one write txn: a ``ref_repair`` audit record (``run``,
+        ``branch``, ``damaged``: the stored value in hex, ``new``, ``retained``,
+        ``operator``, ``reason``), the new value, and, when the damaged value's
+        first 16 bytes name a stored checkpoint, that checkpoint kept as a
+        retained head (as :meth:`reset_ref` keeps an old head). Returns the record.
+        """
+        key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+        new_raw = None if new is None else parse_id(new)
+        who = check_name(operator, "operator")
+        why = check_name(reason, "reason")
+        when = float(self.now())
+
+        def repair(txn: Txn[memoryview]) -> AuditRecord:
+            stored = txn.get(key, None, self._db("refs"))
+            if stored is None:
+                raise NotFoundError("no such ref", where=f"refs/{run_id}/{branch}")
+            damaged = bytes(stored)
+            try:
+                unpack_ref(key, damaged)
+            except IntegrityError:
+                pass
+            else:
+                raise ConflictError(
+                    "the ref passes its check; repair_ref only replaces a damaged ref "
+                    "(use set_ref or reset_ref)",
+                    where=f"refs/{run_id}/{branch}",
+                    expected="a ref that fails its check",
+                    got=damaged.hex(),
+                )
+            origin = SET if new_raw is None else self._ref_target(txn, key, new_raw)
+            named = damaged[:DIGEST_SIZE]
+            keep = (
+                named
+                if len(named) == DIGEST_SIZE
+                and named != new_raw
+                and txn.get(named, None, self._db("checkpoints")) is not None
+                else None
+            )
+            record = append_audit_txn(
+                self,
+                txn,
+                "ref_repair",
+                {
+                    "run": run_id,
+                    "branch": branch,
+                    "damaged": damaged.hex(),
+                    "new": hex_id(new_raw),
+                    "retained": hex_id(keep),
+                    "operator": who,
+                    "reason": why,
+                },
+                when,
+            )
+            if keep is not None:
+                txn.put(
+                    retained_key(keep),
+                    encode_value({"run": run_id, "branch": branch, "audit": record.digest}),
+                    db=self._db("meta"),
+                )
+            replace_damaged_ref(txn, self._e.dbs, key, new_raw, origin)
+            return record
+
+        result: AuditRecord = self._write(repair)
         return result
 
     def retained(self) -> dict[str, dict[str, Any]]:

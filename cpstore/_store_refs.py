@@ -45,6 +45,7 @@ __all__ = [
     "pinned_key",
     "pinned_objects",
     "read_ref",
+    "replace_damaged_ref",
     "retained_heads",
     "retained_key",
     "unpack_ref",
@@ -167,6 +168,35 @@ def delete_ref(txn: Any, dbs: Mapping[str, Any], key: bytes) -> None:
     old_cid, old_origin = unpack_ref(key, old)
     txn.delete(key, db=dbs["refs"])
     _update_digest(txn, dbs["meta"], _hash(key, old_cid, old_origin), None)
+
+
+def replace_damaged_ref(
+    txn: Any, dbs: Mapping[str, Any], key: bytes, cid: bytes | None, origin: int
+) -> None:
+    """Overwrite (or, ``cid=None``, delete) a ref whose check fails; re-derive the digest.
+
+    The damaged value's true hash is unknowable, so the table digest's XOR is
+    recomputed over the table as it now stands (hashing what is stored, as
+    :func:`check_refs` does). The count is carried forward by the change, so a
+    ref that vanished before the repair is still reported as vanished.
+    """
+    refs = dbs["refs"]
+    try:
+        _, want_count = _digest_state(txn, dbs["meta"])
+    except IntegrityError:
+        want_count = txn.stat(refs)["entries"]
+    if cid is None:
+        txn.delete(key, db=refs)
+        want_count -= 1
+    else:
+        txn.put(key, pack_ref(key, cid, origin), db=refs)
+    acc = _ZERO
+    with txn.cursor(db=refs) as cur:
+        for k, v in cur:
+            raw = bytes(v)
+            if len(raw) == REF_SIZE:
+                acc = _xor(acc, _hash(bytes(k), raw[:DIGEST_SIZE], raw[DIGEST_SIZE]))
+    txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(want_count), db=dbs["meta"])
 
 
 def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int:
