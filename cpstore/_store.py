@@ -490,14 +490,8 @@ class Store:
         def cas(txn: Txn[memoryview]) -> None:
             self._cas(txn, key, old_raw)
             origin = self._ref_target(txn, key, new_raw)
-            if old_raw is not None and not self._descends(txn, new_raw, old_raw):
-                raise NotDescendantError(
-                    "the checkpoint does not descend from the branch head; "
-                    "use reset_ref to move a branch back or sideways",
-                    where=f"refs/{run_id}/{branch}",
-                    expected=f"a descendant of {old_raw.hex()}",
-                    got=new_raw.hex(),
-                )
+            if old_raw is not None:
+                self._check_descends(txn, key, new_raw, old_raw)
             write_ref(txn, self._e.dbs, key, new_raw, origin)
 
         self._write(cas)
@@ -527,18 +521,40 @@ class Store:
             )
         return RECORDED if m.branch == branch else SET
 
-    def _descends(self, txn: Txn[memoryview], cid: bytes, ancestor: bytes) -> bool:
-        """True when ``ancestor`` is ``cid`` or on its parent chain (up to a pruned link)."""
+    def _check_descends(
+        self, txn: Txn[memoryview], key: bytes, cid: bytes, ancestor: bytes
+    ) -> None:
+        """NotDescendantError unless ``ancestor`` is ``cid`` or on its parent chain.
+
+        A chain that reaches a link no longer stored (pruned, or missing) is
+        refused too, but says so: past that link descent can be neither proven
+        nor refuted, and the caller needs reset_ref, not a wrong reason.
+        """
+        run, branch = split_ref_key(key)
         cps = self._db("checkpoints")
         at: bytes | None = cid
         while at is not None:
             if at == ancestor:
-                return True
+                return
             if txn.get(at, None, cps) is None:
-                return False
+                pruned = txn.get(at, None, self._db("tombstones")) is not None
+                raise NotDescendantError(
+                    "descent cannot be proven: the checkpoint's history is "
+                    f"{'pruned' if pruned else 'missing (not pruned)'} at {at.hex()}; "
+                    "use reset_ref to move the branch",
+                    where=f"refs/{run}/{branch}",
+                    expected=f"a descendant of {ancestor.hex()}",
+                    got=cid.hex(),
+                )
             parent = self._load_manifest(txn, at, verify=True).parent
             at = None if parent is None else bytes.fromhex(parent)
-        return False
+        raise NotDescendantError(
+            "the checkpoint does not descend from the branch head; "
+            "use reset_ref to move a branch back or sideways",
+            where=f"refs/{run}/{branch}",
+            expected=f"a descendant of {ancestor.hex()}",
+            got=cid.hex(),
+        )
 
     def reset_ref(
         self,

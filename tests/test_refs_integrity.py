@@ -60,6 +60,24 @@ class TestForwardOnly:
             assert cp.id == ahead
         assert store.verify().ok
 
+    def test_fast_forward_past_pruned_history_says_descent_cannot_be_proven(
+        self, store: Store
+    ) -> None:
+        """A true descendant whose link to the head was pruned: refused, naming the pruned id."""
+        rec = store.recorder("r")
+        head = rec.checkpoint(1, b"a")
+        fork = store.recorder("r", branch="f", parent=head)
+        middle = fork.checkpoint(2, b"b")
+        tip = fork.checkpoint(3, b"c")
+        store.prune(keep_last=1)
+        with pytest.raises(NotDescendantError) as info:
+            store.set_ref("r", "main", tip, expected_old=head)
+        message = str(info.value)
+        assert "cannot be proven" in message and f"pruned at {middle}" in message
+        assert "does not descend" not in message
+        assert info.value.got == tip and head in info.value.expected
+        assert store.ref("r") == head
+
     def test_deleting_a_branch_needs_the_audited_reset(self, store: Store) -> None:
         """set_ref(None) is refused: a deletion would drop the branch's history silently."""
         ids = _three(store)
