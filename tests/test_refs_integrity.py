@@ -316,9 +316,7 @@ def _repair_race(path: str, new: str, who: str) -> bool:
 
 
 class TestRefRepair:
-    def test_a_damaged_ref_is_repaired_audited_and_retention_runs_again(
-        self, store: Store
-    ) -> None:
+    def test_a_damaged_ref_is_repaired_audited_and_retention_runs_again(self, store: Store) -> None:
         """Flip a bit, repair_ref: audited with the damaged bytes, then prune and verify work."""
         ids = _three(store)
         _three(store, "other")
@@ -334,9 +332,7 @@ class TestRefRepair:
         assert store.ref("r") == ids[2] and _readable(store, ids[2])
         assert store.verify().ok
 
-    def test_repair_retains_the_checkpoint_a_damaged_value_still_names(
-        self, store: Store
-    ) -> None:
+    def test_repair_retains_the_checkpoint_a_damaged_value_still_names(self, store: Store) -> None:
         """A flip in the check keeps the named head as a retained head; new=None drops the ref."""
         ids = _three(store)
         _flip(store, b"r\0main", 20)

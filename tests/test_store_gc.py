@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,9 +62,7 @@ class TestPrune:
 class TestMarkingByRole:
     """Bytes that are a leaf in one role and a log or chunk index in another."""
 
-    def test_observations_log_equal_to_a_state_part_keeps_its_payloads(
-        self, store: Store
-    ) -> None:
+    def test_observations_log_equal_to_a_state_part_keeps_its_payloads(self, store: Store) -> None:
         """A head whose state part encodes like its observations log keeps the payloads."""
         rec = store.recorder("r")
         rec.observe(1, "src", b"payload-P", pinned_at=1.0)
@@ -131,6 +131,17 @@ class TestDeleteRun:
         assert len(list(store.audit_records())) == 1
         assert store.verify().ok
 
+    def test_objects_put_directly_are_not_garbage(self, store: Store) -> None:
+        """The sweep only considers objects a swept checkpoint named."""
+        key = store.put_object(b"caller's blob")
+        _run(store, "a", 2)
+        store.delete_run("a")
+        assert store.get_object(key) == b"caller's blob"
+
+
+class TestPinnedObjects:
+    """put_object pins its object until unpin_object."""
+
     def test_put_object_survives_prune_of_a_checkpoint_naming_the_same_bytes(
         self, store: Store
     ) -> None:
@@ -163,9 +174,44 @@ class TestDeleteRun:
         assert not store.has_object(key)
         assert store.verify().ok
 
-    def test_objects_put_directly_are_not_garbage(self, store: Store) -> None:
-        """The sweep only considers objects a swept checkpoint named."""
-        key = store.put_object(b"caller's blob")
-        _run(store, "a", 2)
-        store.delete_run("a")
-        assert store.get_object(key) == b"caller's blob"
+
+def _record_and_put(path: str, seconds: float) -> int:
+    """Record transcripts and put_object the same bytes; return how many were put."""
+    with open_store(path) as st:
+        rec = st.recorder("r")
+        deadline = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < deadline:
+            rec.transcript(b"blob-%d" % i)
+            rec.checkpoint(i, b"s")
+            st.put_object(b"blob-%d" % i)
+            i += 1
+        rec.close()
+    return i
+
+
+def _prune_loop(path: str, seconds: float) -> None:
+    with open_store(path) as st:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            st.prune(keep_last=1)
+            time.sleep(0.05)
+
+
+class TestPinsBesideAPruner:
+    def test_put_objects_survive_a_pruner_in_another_process(self, tmp_path: Path) -> None:
+        """put_object beside a pruning process: every pinned object survives; verify clean."""
+        path = str(tmp_path / "s")
+        open_store(path).close()
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(2) as pool:
+            writer = pool.apply_async(_record_and_put, (path, 4.0))
+            pruner = pool.apply_async(_prune_loop, (path, 4.0))
+            count = writer.get(60)
+            pruner.get(60)
+        assert count > 10
+        with open_store(path) as st:
+            st.prune(keep_last=1)
+            for i in range(count):
+                assert st.get_object(digest(b"blob-%d" % i)) == b"blob-%d" % i
+            assert st.verify().ok
