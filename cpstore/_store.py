@@ -30,7 +30,7 @@ from ._errors import (
 )
 from ._gates import ResumePermit, check_resume
 from ._native import digest, digest_small
-from ._records import Digest
+from ._records import DIGEST_SIZE, Digest
 from ._store_audit import append_audit, append_audit_txn, audit_records, get_audit
 from ._store_env import (
     EnvOptions,
@@ -70,7 +70,9 @@ from ._store_refs import (
     SET,
     check_ref_target,
     delete_ref,
+    pinned_key,
     read_ref,
+    replace_damaged_ref,
     retained_heads,
     retained_key,
     unpack_ref,
@@ -224,12 +226,33 @@ class Store:
     # -- objects -------------------------------------------------------------
 
     def put_object(self, data: bytes) -> Digest:
-        """Store ``data`` under its digest (write-once) and return the raw digest."""
+        """Store ``data`` under its digest (write-once), pinned, and return the raw digest.
+
+        The object is a retention root: ``prune`` and ``delete_run`` keep it
+        even when a swept checkpoint named the same bytes, until
+        :meth:`unpin_object`.
+        """
         payload = as_payload(data, "object")
         key = digest(payload)
-        objects = self._db("objects")
-        self._write(lambda txn: put_object(txn, objects, key, payload))
+        objects, meta = self._db("objects"), self._db("meta")
+
+        def put(txn: Txn[memoryview]) -> None:
+            put_object(txn, objects, key, payload)
+            txn.put(pinned_key(key), b"", db=meta)
+
+        self._write(put)
         return key
+
+    def unpin_object(self, digest: bytes | str) -> bool:
+        """Stop keeping an object :meth:`put_object` stored; False if it was not pinned.
+
+        The object stays until a later ``prune`` or ``delete_run`` sweeps a
+        checkpoint that names it (an object no checkpoint names is never swept).
+        """
+        key = as_digest(digest)
+        meta = self._db("meta")
+        result: bool = self._write(lambda txn: bool(txn.delete(pinned_key(key), db=meta)))
+        return result
 
     def get_object(self, digest: bytes | str, *, verify: bool = True) -> bytes:
         """The bytes stored under ``digest`` (raw or hex), hash-checked unless ``verify=False``."""
@@ -467,14 +490,8 @@ class Store:
         def cas(txn: Txn[memoryview]) -> None:
             self._cas(txn, key, old_raw)
             origin = self._ref_target(txn, key, new_raw)
-            if old_raw is not None and not self._descends(txn, new_raw, old_raw):
-                raise NotDescendantError(
-                    "the checkpoint does not descend from the branch head; "
-                    "use reset_ref to move a branch back or sideways",
-                    where=f"refs/{run_id}/{branch}",
-                    expected=f"a descendant of {old_raw.hex()}",
-                    got=new_raw.hex(),
-                )
+            if old_raw is not None:
+                self._check_descends(txn, key, new_raw, old_raw)
             write_ref(txn, self._e.dbs, key, new_raw, origin)
 
         self._write(cas)
@@ -504,18 +521,40 @@ class Store:
             )
         return RECORDED if m.branch == branch else SET
 
-    def _descends(self, txn: Txn[memoryview], cid: bytes, ancestor: bytes) -> bool:
-        """True when ``ancestor`` is ``cid`` or on its parent chain (up to a pruned link)."""
+    def _check_descends(
+        self, txn: Txn[memoryview], key: bytes, cid: bytes, ancestor: bytes
+    ) -> None:
+        """NotDescendantError unless ``ancestor`` is ``cid`` or on its parent chain.
+
+        A chain that reaches a link no longer stored (pruned, or missing) is
+        refused too, but says so: past that link descent can be neither proven
+        nor refuted, and the caller needs reset_ref, not a wrong reason.
+        """
+        run, branch = split_ref_key(key)
         cps = self._db("checkpoints")
         at: bytes | None = cid
         while at is not None:
             if at == ancestor:
-                return True
+                return
             if txn.get(at, None, cps) is None:
-                return False
+                pruned = txn.get(at, None, self._db("tombstones")) is not None
+                raise NotDescendantError(
+                    "descent cannot be proven: the checkpoint's history is "
+                    f"{'pruned' if pruned else 'missing (not pruned)'} at {at.hex()}; "
+                    "use reset_ref to move the branch",
+                    where=f"refs/{run}/{branch}",
+                    expected=f"a descendant of {ancestor.hex()}",
+                    got=cid.hex(),
+                )
             parent = self._load_manifest(txn, at, verify=True).parent
             at = None if parent is None else bytes.fromhex(parent)
-        return False
+        raise NotDescendantError(
+            "the checkpoint does not descend from the branch head; "
+            "use reset_ref to move a branch back or sideways",
+            where=f"refs/{run}/{branch}",
+            expected=f"a descendant of {ancestor.hex()}",
+            got=cid.hex(),
+        )
 
     def reset_ref(
         self,
@@ -571,6 +610,84 @@ class Store:
             return record
 
         result: AuditRecord = self._write(reset)
+        return result
+
+    def repair_ref(
+        self,
+        run_id: str,
+        branch: str,
+        new: str | None,
+        *,
+        operator: str,
+        reason: str,
+    ) -> AuditRecord:
+        """Replace (or delete, ``new=None``) a ref that fails its check, audited.
+
+        The repair path for a damaged ref, which blocks ``prune`` and every
+        CAS: refused with :class:`ConflictError` unless the stored ref fails
+        its check. In one write txn: a ``ref_repair`` audit record (``run``,
+        ``branch``, ``damaged``: the stored value in hex, ``new``, ``retained``,
+        ``operator``, ``reason``), the new value, and, when the damaged value's
+        first 16 bytes name a stored checkpoint, that checkpoint kept as a
+        retained head (as :meth:`reset_ref` keeps an old head). Returns the record.
+        """
+        key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+        new_raw = None if new is None else parse_id(new)
+        who = check_name(operator, "operator")
+        why = check_name(reason, "reason")
+        when = float(self.now())
+
+        def repair(txn: Txn[memoryview]) -> AuditRecord:
+            stored = txn.get(key, None, self._db("refs"))
+            if stored is None:
+                raise NotFoundError("no such ref", where=f"refs/{run_id}/{branch}")
+            damaged = bytes(stored)
+            try:
+                unpack_ref(key, damaged)
+            except IntegrityError:
+                pass
+            else:
+                raise ConflictError(
+                    "the ref passes its check; repair_ref only replaces a damaged ref "
+                    "(use set_ref or reset_ref)",
+                    where=f"refs/{run_id}/{branch}",
+                    expected="a ref that fails its check",
+                    got=damaged.hex(),
+                )
+            origin = SET if new_raw is None else self._ref_target(txn, key, new_raw)
+            named = damaged[:DIGEST_SIZE]
+            keep = (
+                named
+                if len(named) == DIGEST_SIZE
+                and named != new_raw
+                and txn.get(named, None, self._db("checkpoints")) is not None
+                else None
+            )
+            record = append_audit_txn(
+                self,
+                txn,
+                "ref_repair",
+                {
+                    "run": run_id,
+                    "branch": branch,
+                    "damaged": damaged.hex(),
+                    "new": hex_id(new_raw),
+                    "retained": hex_id(keep),
+                    "operator": who,
+                    "reason": why,
+                },
+                when,
+            )
+            if keep is not None:
+                txn.put(
+                    retained_key(keep),
+                    encode_value({"run": run_id, "branch": branch, "audit": record.digest}),
+                    db=self._db("meta"),
+                )
+            replace_damaged_ref(txn, self._e.dbs, key, new_raw, origin)
+            return record
+
+        result: AuditRecord = self._write(repair)
         return result
 
     def retained(self) -> dict[str, dict[str, Any]]:

@@ -31,7 +31,7 @@ from ._store_model import (
     split_ref_key,
     unpack_checkpoint_value,
 )
-from ._store_refs import check_refs, delete_ref, retained_heads, unpack_ref
+from ._store_refs import check_refs, delete_ref, pinned_objects, retained_heads, unpack_ref
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -45,6 +45,15 @@ def _decode_list(txn: Txn[memoryview], objects: Any, key: bytes) -> list[Any]:
         return []
     value = decode_value(raw)
     return value if isinstance(value, list) else []
+
+
+def _child_kind(field: str) -> str | None:
+    """How an object in role ``field`` names others (None: it names none)."""
+    if field.startswith("state.chunked"):
+        return "chunks"
+    if field in ("observations", "effects"):
+        return "log"
+    return None
 
 
 def _children(txn: Txn[memoryview], objects: Any, field: str, key: bytes) -> Iterable[bytes]:
@@ -456,6 +465,15 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                             expected=cid.hex(),
                         )
                     )
+            for key in pinned_objects(txn, dbs["meta"]):
+                if txn.get(key, db=dbs["objects"]) is None:
+                    problems.append(
+                        Problem(
+                            "pinned object does not resolve",
+                            f"meta/pinned/{key.hex()}",
+                            expected=key.hex(),
+                        )
+                    )
             with txn.cursor(db=dbs["ledgers"]) as cur:
                 for key, _ in cur:
                     tick()
@@ -552,18 +570,28 @@ def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None
                     m = decode_manifest(cid, bytes(data), created)
                     live_cps[cid] = m
                 cid = None if m.parent is None else bytes.fromhex(m.parent)
+        # The same bytes can be a leaf in one role (a state part) and a log or
+        # chunk index in another: "seen" must not stop the expansion of a role
+        # that has children, so each (object, role kind) is expanded once.
         marked: set[bytes] = set()
+        expanded: set[tuple[bytes, str]] = set()
+
+        def mark(into: set[bytes], field: str, key: bytes) -> None:
+            into.add(key)
+            kind = _child_kind(field)
+            if kind is not None and (key, kind) not in expanded:
+                expanded.add((key, kind))
+                into.update(bytes(c) for c in _children(txn, objects, field, key))
+
         for m in live_cps.values():
             for field, key in manifest_references(m.raw):
-                if key in marked:
-                    continue
-                marked.add(key)
-                marked.update(bytes(c) for c in _children(txn, objects, field, key))
+                mark(marked, field, key)
         with txn.cursor(db=dbs["ledgers"]) as cur:
             ledgers = [bytes(k) for k, _ in cur]
         for key in ledgers:
-            marked.add(key)
-            marked.update(bytes(c) for c in _children(txn, objects, "effects", key))
+            mark(marked, "effects", key)
+        for key in pinned_objects(txn, dbs["meta"]):
+            marked.add(key)  # put_object's: the caller's until unpin_object
         # Only what a swept checkpoint named is a candidate: objects stored with
         # put_object and never referenced are the caller's, not garbage.
         candidates: set[bytes] = set()
@@ -573,9 +601,8 @@ def _sweep(store: Store, keep: Callable[[str], int | None], drop_run: str | None
         for cid, entry in dead:
             created, data = unpack_checkpoint_value(entry)
             for field, key in manifest_references(decode_manifest(cid, data, created).raw):
-                if key not in marked and key not in candidates:
-                    candidates.add(key)
-                    candidates.update(bytes(c) for c in _children(txn, objects, field, key))
+                # An (object, role) expanded while marking has only marked children.
+                mark(candidates, field, key)
             txn.delete(cid, db=dbs["checkpoints"])
             txn.put(cid, tomb, db=dbs["tombstones"])
         for key in candidates - marked:
