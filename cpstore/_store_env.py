@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -239,6 +240,9 @@ class Env:
         self._active: deque[int] = deque()
         self._gate = threading.Condition()
         self._resizing = False
+        #: Seconds a resize waits for this process's reads to end (None: no bound).
+        #: Bounded at interpreter exit, where a daemon thread's read may never end.
+        self.resize_wait: float | None = None
         #: False when a read-only open could not use the lock file (see _open_env).
         self.locked = True
         #: The store layout read from the format record (docs/store.md); a
@@ -433,6 +437,17 @@ class Env:
                 ) from None
         return dbs
 
+    def layout_in(self, txn: Txn[memoryview]) -> int:
+        """The store layout ``txn`` sees.
+
+        A read-only handle on a layout-1 store reads it as it is, but another
+        process's writable open upgrades it to layout 2 in one txn; so an older
+        layout is read again from the format record in the txn at hand.
+        """
+        if self.layout == STORE_VERSION:
+            return STORE_VERSION  # layouts only move forward
+        return _check_format(txn.get(_FORMAT_KEY, db=self.dbs["meta"]), self.path)
+
     def _nothing_here(self) -> NotFoundError:
         return NotFoundError("no store at this path (an empty LMDB environment)", where=self.path)
 
@@ -594,7 +609,17 @@ class Env:
         with self.write_lock, self._gate:
             self._resizing = True
             try:
+                bound = self.resize_wait
+                deadline = None if bound is None else time.monotonic() + bound
                 while self._active:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise StoreError(
+                            "the map must change size but a read of another thread "
+                            "of this process did not end",
+                            where=self.path,
+                            expected=f"every store.read() block ended within {bound} s",
+                            got=f"{len(self._active)} open read(s)",
+                        )
                     self._gate.wait(0.05)
                 self.env.set_mapsize(size)
             finally:
