@@ -9,6 +9,7 @@ only one that opens environments, begins transactions or changes the map size.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import threading
 import time
@@ -178,6 +179,32 @@ def _check_new_store_path(path: str, options: EnvOptions) -> None:
         raise _refuse("the directory is not empty and has no data.mdb", path)
 
 
+@contextmanager
+def _creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
+    """``flock`` the store directory around deciding what it holds and opening LMDB.
+
+    LMDB creates data.mdb and then writes its meta pages; a second opener
+    looking in between would see a half-made store (no data.mdb beside a
+    lock.mdb, or an empty data.mdb) and refuse it. Writable opens take the
+    lock exclusively, read-only ones shared. The directory itself is locked,
+    so no file is added to it; where it is missing or cannot be locked (a
+    file system without flock), the open goes on unlocked.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield  # missing or not a directory: the checks under it say so
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        except OSError:
+            pass  # no flock here: open as before
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 #: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
 _META_MAGIC = (0xBEEFC0DE).to_bytes(4, "little")
 
@@ -250,17 +277,22 @@ class Env:
         self.layout: int = STORE_VERSION
         data = os.path.join(path, "data.mdb")
         try:
-            if os.path.isfile(data):
-                if os.path.getsize(data) == 0:
-                    # LMDB would initialise an empty file as a new environment,
-                    # silently turning a truncated store into an empty one.
-                    raise _refuse("data.mdb is empty", data)
-            elif os.path.isdir(data):
-                raise _refuse("data.mdb is a directory", data)
-            else:
-                _check_new_store_path(path, options)
-                os.makedirs(path, exist_ok=True)
-            self.env = self._open_env()
+            if not options.readonly and options.create and not os.path.exists(path):
+                os.makedirs(path, exist_ok=True)  # another creator may make it too
+            with _creation_lock(path, exclusive=not options.readonly):
+                # Under the lock, another process's lmdb.open cannot be half way
+                # through making data.mdb: what we see here is whole.
+                if os.path.isfile(data):
+                    if os.path.getsize(data) == 0:
+                        # LMDB would initialise an empty file as a new environment,
+                        # silently turning a truncated store into an empty one.
+                        raise _refuse("data.mdb is empty", data)
+                elif os.path.isdir(data):
+                    raise _refuse("data.mdb is a directory", data)
+                else:
+                    _check_new_store_path(path, options)
+                    os.makedirs(path, exist_ok=True)
+                self.env = self._open_env()
         except lmdb.InvalidError as exc:
             if _has_lmdb_meta_page(data):
                 raise IntegrityError(

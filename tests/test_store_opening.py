@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import lmdb
 import pytest
@@ -122,6 +122,43 @@ class TestCreation:
 def _record_one(path: str, run: str) -> str:
     with cpstore.open(path) as store:
         return store.recorder(run).checkpoint(1, {"run": run})
+
+
+def _create_when_told(path: str, go: Any, results: Any) -> None:
+    """Open ``path`` (a new store) once ``go`` is set; put "ok" or the error on ``results``."""
+    go.wait(30)
+    try:
+        with cpstore.open(path) as store:
+            store.recorder(f"r{os.getpid()}").checkpoint(0, b"x")
+    except Exception as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+        return
+    results.put("ok")
+
+
+class TestCreationRace:
+    def test_processes_released_together_all_create_one_new_store(self, tmp_path: Path) -> None:
+        """100 trials of 5 processes opening one new store at the same instant: none refused."""
+        # fork (no store is open here): processes start in milliseconds, so they
+        # really meet inside LMDB's creation of data.mdb.
+        ctx = multiprocessing.get_context("fork")
+        failures: list[str] = []
+        for trial in range(100):
+            path = str(tmp_path / f"s{trial}")
+            go, results = ctx.Event(), ctx.Queue()
+            procs = [
+                ctx.Process(target=_create_when_told, args=(path, go, results)) for _ in range(5)
+            ]
+            for proc in procs:
+                proc.start()
+            go.set()
+            got = [results.get(timeout=60) for _ in procs]
+            for proc in procs:
+                proc.join()
+            failures += [g for g in got if g != "ok"]
+            with cpstore.open(path, readonly=True) as store:
+                assert len(store.runs()) == got.count("ok")
+        assert failures == []
 
 
 # -- what is refused -------------------------------------------------------------
