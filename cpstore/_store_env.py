@@ -15,7 +15,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, Protocol, TypeVar
@@ -196,10 +196,8 @@ def _creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
         yield  # missing or not a directory: the checks under it say so
         return
     try:
-        try:
+        with suppress(OSError):  # no flock here: open as before
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        except OSError:
-            pass  # no flock here: open as before
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -16,6 +16,8 @@ import multiprocessing
 import os
 import pwd
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,9 +25,11 @@ from typing import Any, TypedDict
 
 import lmdb
 import pytest
+from test_refs_integrity import _make_v1
 
 import cpstore
 from cpstore import cli
+from cpstore._canonical import decode_value
 from cpstore._errors import FormatVersionError, NotFoundError, StoreReadOnlyError
 
 
@@ -399,3 +403,28 @@ class TestReadOnlyAccess:
         _make_store(str(tmp_path / "s"))
         with cpstore.open(tmp_path / "s", readonly=True) as store:
             assert store._e.locked
+
+
+class TestReadOnlyAcrossAnUpgrade:
+    def test_a_read_only_handle_on_layout_1_reads_refs_after_another_process_upgrades(
+        self, tmp_path: Path
+    ) -> None:
+        """A read-only handle opened on layout 1 still resolves refs after a concurrent upgrade."""
+        path = tmp_path / "s"
+        ids = _make_v1(path)
+        with cpstore.open(path, readonly=True) as ro:
+            assert ro._e.layout == 1
+            assert ro.ref("r") == ids[2]
+            upgrade = "import sys, cpstore; cpstore.open(sys.argv[1]).close()"
+            subprocess.run([sys.executable, "-c", upgrade, str(path)], check=True, timeout=60)
+            with ro._read() as txn:  # the other process did upgrade the store
+                fmt = txn.get(b"format", db=ro._db("meta"))
+                assert fmt is not None and decode_value(fmt)["version"] == 2
+            assert ro.ref("r") == ids[2]
+            assert ro.branches("r") == {"main": ids[2], "side": ids[0]}
+            assert ro.runs() == ["r"]
+            with ro.latest("r") as cp:
+                assert cp.id == ids[2]
+            report = ro.verify()
+            assert report.ok, report.problems
+
