@@ -191,16 +191,33 @@ def _creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
     file system without flock), the open goes on unlocked.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         yield  # missing or not a directory: the checks under it say so
         return
+    _LOCK_FDS.add(fd)
     try:
         with suppress(OSError):  # no flock here: open as before
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
     finally:
+        _LOCK_FDS.discard(fd)
         os.close(fd)  # releases the lock
+
+
+#: Folder fds a creation lock holds right now. A fork() child (another thread
+#: forked mid-open) closes its copies, or its lifetime would hold the lock.
+_LOCK_FDS: set[int] = set()
+
+
+def _drop_lock_fds_in_child() -> None:
+    for fd in list(_LOCK_FDS):
+        with suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_lock_fds_in_child)
 
 
 #: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
