@@ -87,6 +87,22 @@ Durability = Literal["sync", "batched"]
 
 _DEFAULT_MAP = 1 << 30
 _DEFAULT_MAX_MAP = 1 << 40
+#: Seconds the exit flush waits for other threads' reads before a map growth.
+_EXIT_RESIZE_WAIT = 5.0
+
+
+def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
+    """The exit warning for a batch that could not be written: every lost id, by branch."""
+    lost: dict[tuple[str, str], list[str]] = {}
+    for op in queued:
+        lost.setdefault((op.run_id, op.branch), []).append(bytes(op.cid).hex())
+    named = "; ".join(
+        f"run {run!r} branch {branch!r}: {', '.join(ids)}" for (run, branch), ids in lost.items()
+    )
+    return (
+        f"cpstore store {path}: {len(queued)} queued checkpoint(s) were NOT written at "
+        f"interpreter exit (batched mode acknowledged them as queued only): {named} ({exc})"
+    )
 
 
 class Store:
@@ -180,9 +196,20 @@ class Store:
             release_env(self._e)
 
     def _flush_at_exit(self) -> None:
-        """Commit queued checkpoints at interpreter exit (in the opening process only)."""
-        if not self._closed and self._pending and os.getpid() == self._e.pid:
+        """Commit queued checkpoints at interpreter exit (in the opening process only).
+
+        Never hangs: a map growth waits at most ``_EXIT_RESIZE_WAIT`` seconds
+        for reads of other threads (a daemon thread's read may never end). A
+        flush that fails is a RuntimeWarning naming every checkpoint not written.
+        """
+        if self._closed or not self._pending or os.getpid() != self._e.pid:
+            return
+        queued = list(self._pending)
+        self._e.resize_wait = _EXIT_RESIZE_WAIT
+        try:
             self.flush()
+        except Exception as exc:  # an exit hook must say what is lost, not raise
+            warnings.warn(_lost_at_exit(self._path, queued, exc), RuntimeWarning, stacklevel=1)
 
     def __del__(self) -> None:
         # A batched store dropped without close() still owes its queued
@@ -727,9 +754,10 @@ class Store:
         """Run ids that have at least one ref, in sorted order."""
         out: list[str] = []
         with self._read() as txn, txn.cursor(db=self._db("refs")) as cur:
+            checked = self._e.layout_in(txn) != 1
             found = cur.first()
             while found and (limit is None or len(out) < limit):
-                if self._e.layout != 1:
+                if checked:
                     unpack_ref(cur.key(), cur.value())  # a damaged key names no run
                 run, _ = split_ref_key(cur.key())
                 out.append(run)

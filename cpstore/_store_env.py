@@ -9,11 +9,13 @@ only one that opens environments, begins transactions or changes the map size.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, Protocol, TypeVar
@@ -177,6 +179,47 @@ def _check_new_store_path(path: str, options: EnvOptions) -> None:
         raise _refuse("the directory is not empty and has no data.mdb", path)
 
 
+@contextmanager
+def _creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
+    """``flock`` the store directory around deciding what it holds and opening LMDB.
+
+    LMDB creates data.mdb and then writes its meta pages; a second opener
+    looking in between would see a half-made store (no data.mdb beside a
+    lock.mdb, or an empty data.mdb) and refuse it. Writable opens take the
+    lock exclusively, read-only ones shared. The directory itself is locked,
+    so no file is added to it; where it is missing or cannot be locked (a
+    file system without flock), the open goes on unlocked.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield  # missing or not a directory: the checks under it say so
+        return
+    _LOCK_FDS.add(fd)
+    try:
+        with suppress(OSError):  # no flock here: open as before
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        _LOCK_FDS.discard(fd)
+        os.close(fd)  # releases the lock
+
+
+#: Folder fds a creation lock holds right now. A fork() child (another thread
+#: forked mid-open) closes its copies, or its lifetime would hold the lock.
+_LOCK_FDS: set[int] = set()
+
+
+def _drop_lock_fds_in_child() -> None:
+    for fd in list(_LOCK_FDS):
+        with suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_lock_fds_in_child)
+
+
 #: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
 _META_MAGIC = (0xBEEFC0DE).to_bytes(4, "little")
 
@@ -239,6 +282,9 @@ class Env:
         self._active: deque[int] = deque()
         self._gate = threading.Condition()
         self._resizing = False
+        #: Seconds a resize waits for this process's reads to end (None: no bound).
+        #: Bounded at interpreter exit, where a daemon thread's read may never end.
+        self.resize_wait: float | None = None
         #: False when a read-only open could not use the lock file (see _open_env).
         self.locked = True
         #: The store layout read from the format record (docs/store.md); a
@@ -246,17 +292,22 @@ class Env:
         self.layout: int = STORE_VERSION
         data = os.path.join(path, "data.mdb")
         try:
-            if os.path.isfile(data):
-                if os.path.getsize(data) == 0:
-                    # LMDB would initialise an empty file as a new environment,
-                    # silently turning a truncated store into an empty one.
-                    raise _refuse("data.mdb is empty", data)
-            elif os.path.isdir(data):
-                raise _refuse("data.mdb is a directory", data)
-            else:
-                _check_new_store_path(path, options)
-                os.makedirs(path, exist_ok=True)
-            self.env = self._open_env()
+            if not options.readonly and options.create and not os.path.exists(path):
+                os.makedirs(path, exist_ok=True)  # another creator may make it too
+            with _creation_lock(path, exclusive=not options.readonly):
+                # Under the lock, another process's lmdb.open cannot be half way
+                # through making data.mdb: what we see here is whole.
+                if os.path.isfile(data):
+                    if os.path.getsize(data) == 0:
+                        # LMDB would initialise an empty file as a new environment,
+                        # silently turning a truncated store into an empty one.
+                        raise _refuse("data.mdb is empty", data)
+                elif os.path.isdir(data):
+                    raise _refuse("data.mdb is a directory", data)
+                else:
+                    _check_new_store_path(path, options)
+                    os.makedirs(path, exist_ok=True)
+                self.env = self._open_env()
         except lmdb.InvalidError as exc:
             if _has_lmdb_meta_page(data):
                 raise IntegrityError(
@@ -433,6 +484,17 @@ class Env:
                 ) from None
         return dbs
 
+    def layout_in(self, txn: Txn[memoryview]) -> int:
+        """The store layout ``txn`` sees.
+
+        A read-only handle on a layout-1 store reads it as it is, but another
+        process's writable open upgrades it to layout 2 in one txn; so an older
+        layout is read again from the format record in the txn at hand.
+        """
+        if self.layout == STORE_VERSION:
+            return STORE_VERSION  # layouts only move forward
+        return _check_format(txn.get(_FORMAT_KEY, db=self.dbs["meta"]), self.path)
+
     def _nothing_here(self) -> NotFoundError:
         return NotFoundError("no store at this path (an empty LMDB environment)", where=self.path)
 
@@ -594,7 +656,17 @@ class Env:
         with self.write_lock, self._gate:
             self._resizing = True
             try:
+                bound = self.resize_wait
+                deadline = None if bound is None else time.monotonic() + bound
                 while self._active:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise StoreError(
+                            "the map must change size but a read of another thread "
+                            "of this process did not end",
+                            where=self.path,
+                            expected=f"every store.read() block ended within {bound} s",
+                            got=f"{len(self._active)} open read(s)",
+                        )
                     self._gate.wait(0.05)
                 self.env.set_mapsize(size)
             finally:

@@ -438,7 +438,7 @@ def verify(store: Store, progress: Progress | None = None) -> VerifyReport:
                     tick()
                     counts["checkpoints"] += 1
                     _check_checkpoint(txn, dbs, bytes(key), value, problems)
-            if store._e.layout == 1:  # read-only open of a layout-1 store: no checks stored
+            if store._e.layout_in(txn) == 1:  # read-only open of a layout-1 store: no checks stored
                 with txn.cursor(db=dbs["refs"]) as cur:
                     for key, value in cur:
                         tick()

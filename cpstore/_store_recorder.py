@@ -12,6 +12,7 @@ A recorder is not thread-safe: use one per thread (or lock around it).
 from __future__ import annotations
 
 import math
+import os
 import struct
 import warnings
 from array import array
@@ -74,6 +75,9 @@ class Recorder:
 
     def __init__(self, store: Store, run_id: str, branch: str, parent: str | None) -> None:
         self._store = store
+        # A fork() child inherits this object but not its effects: only the
+        # process that made it may report them dropped (docs/durability.md).
+        self._pid = os.getpid()
         self._run_id = run_id
         self._branch = branch
         head = _raw(store.ref(run_id, branch))
@@ -543,8 +547,8 @@ class Recorder:
 
     def _warn_unsealed(self, when: str) -> None:
         """RuntimeWarning naming the run when effects are dropped unsealed (once)."""
-        if self._closed:
-            return
+        if self._closed or os.getpid() != self._pid:
+            return  # a fork() child's copy: the parent still holds (and seals) them
         self._closed = True
         count = self.unsealed_effects
         if count:

@@ -101,12 +101,19 @@ def unpack_ref(key: bytes | memoryview, value: bytes | memoryview) -> tuple[byte
 def read_ref(
     txn: Any, dbs: Mapping[str, Any], key: bytes, *, layout: int
 ) -> tuple[bytes, int] | None:
-    """(checkpoint id, origin) of ref ``key``, or None; a layout-1 value has no check."""
+    """(checkpoint id, origin) of ref ``key``, or None; a layout-1 value has no check.
+
+    ``layout`` is the one the handle saw at open: a read-only handle on a
+    layout-1 store may meet layout-2 values once another process upgraded
+    the store (one txn, so a txn sees one layout whole). So the value's
+    length decides there: a bare id (layout 1, unchecked) or a checked
+    value; a layout-2 handle accepts only checked values.
+    """
     value = txn.get(key, None, dbs["refs"])
     if value is None:
         return None
-    if layout == 1:
-        return bytes(value), SET  # read-only open of a layout-1 store: no check stored
+    if layout == 1 and len(value) == DIGEST_SIZE:
+        return bytes(value), SET  # a layout-1 store read as it is: no check stored
     return unpack_ref(key, value)
 
 

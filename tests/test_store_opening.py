@@ -16,16 +16,20 @@ import multiprocessing
 import os
 import pwd
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import lmdb
 import pytest
+from test_refs_integrity import _make_v1
 
 import cpstore
 from cpstore import cli
+from cpstore._canonical import decode_value
 from cpstore._errors import FormatVersionError, NotFoundError, StoreReadOnlyError
 
 
@@ -122,6 +126,43 @@ class TestCreation:
 def _record_one(path: str, run: str) -> str:
     with cpstore.open(path) as store:
         return store.recorder(run).checkpoint(1, {"run": run})
+
+
+def _create_when_told(path: str, go: Any, results: Any) -> None:
+    """Open ``path`` (a new store) once ``go`` is set; put "ok" or the error on ``results``."""
+    go.wait(30)
+    try:
+        with cpstore.open(path) as store:
+            store.recorder(f"r{os.getpid()}").checkpoint(0, b"x")
+    except Exception as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+        return
+    results.put("ok")
+
+
+class TestCreationRace:
+    def test_processes_released_together_all_create_one_new_store(self, tmp_path: Path) -> None:
+        """100 trials of 5 processes opening one new store at the same instant: none refused."""
+        # fork (no store is open here): processes start in milliseconds, so they
+        # really meet inside LMDB's creation of data.mdb.
+        ctx = multiprocessing.get_context("fork")
+        failures: list[str] = []
+        for trial in range(100):
+            path = str(tmp_path / f"s{trial}")
+            go, results = ctx.Event(), ctx.Queue()
+            procs = [
+                ctx.Process(target=_create_when_told, args=(path, go, results)) for _ in range(5)
+            ]
+            for proc in procs:
+                proc.start()
+            go.set()
+            got = [results.get(timeout=60) for _ in procs]
+            for proc in procs:
+                proc.join()
+            failures += [g for g in got if g != "ok"]
+            with cpstore.open(path, readonly=True) as store:
+                assert len(store.runs()) == got.count("ok")
+        assert failures == []
 
 
 # -- what is refused -------------------------------------------------------------
@@ -362,3 +403,28 @@ class TestReadOnlyAccess:
         _make_store(str(tmp_path / "s"))
         with cpstore.open(tmp_path / "s", readonly=True) as store:
             assert store._e.locked
+
+
+class TestReadOnlyAcrossAnUpgrade:
+    def test_a_read_only_handle_on_layout_1_reads_refs_after_another_process_upgrades(
+        self, tmp_path: Path
+    ) -> None:
+        """A read-only handle opened on layout 1 still resolves refs after a concurrent upgrade."""
+        path = tmp_path / "s"
+        ids = _make_v1(path)
+        with cpstore.open(path, readonly=True) as ro:
+            assert ro._e.layout == 1
+            assert ro.ref("r") == ids[2]
+            upgrade = "import sys, cpstore; cpstore.open(sys.argv[1]).close()"
+            subprocess.run([sys.executable, "-c", upgrade, str(path)], check=True, timeout=60)
+            with ro._read() as txn:  # the other process did upgrade the store
+                fmt = txn.get(b"format", db=ro._db("meta"))
+                assert fmt is not None and decode_value(fmt)["version"] == 2
+            assert ro.ref("r") == ids[2]
+            assert ro.branches("r") == {"main": ids[2], "side": ids[0]}
+            assert ro.runs() == ["r"]
+            with ro.latest("r") as cp:
+                assert cp.id == ids[2]
+            report = ro.verify()
+            assert report.ok, report.problems
+
