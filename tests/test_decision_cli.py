@@ -120,7 +120,7 @@ def test_checkpoint_ids_with_store_and_missing_store(tmp_path: Path) -> None:
 def test_a_file_named_like_the_checkpoint_id_never_replaces_the_stored_recording(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 32-hex argument is the stored checkpoint even when the working directory has such a file."""
+    """A 32-hex argument is the stored checkpoint even when the cwd holds a file of that name."""
     with open_store(tmp_path / "s") as st:
         rec = st.recorder("r")
         cid = rec.checkpoint(1, b"recorded state")
