@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import xxhash
+from pytest_benchmark.fixture import BenchmarkFixture
 
 import cpstore
 from cpstore.native import RecordType, reference
@@ -41,7 +42,7 @@ ROUNDS = {"quick": 5, "full": 10}
 
 
 def _run(
-    benchmark: Any, fn: Callable[[], Any], *, rounds: int, label: str, items: int,
+    benchmark: BenchmarkFixture, fn: Callable[[], Any], *, rounds: int, label: str, items: int,
     baseline: str | list[str] | None = None, target: float | None = None,
 ) -> Any:
     benchmark.extra_info.update(label=label, items=items)
@@ -67,7 +68,7 @@ def token_logs(size: str) -> Iterator[tuple[bytes, bytes, bytes]]:
 
 
 @pytest.mark.benchmark(group="core-compare-equal")
-def test_compare_equal_bytes_eq(benchmark: Any, token_logs: tuple[bytes, bytes, bytes],
+def test_compare_equal_bytes_eq(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
                                 size: str) -> None:
     """Baseline: ``bytes ==`` on two equal token logs."""
     a, b, _ = token_logs
@@ -76,7 +77,7 @@ def test_compare_equal_bytes_eq(benchmark: Any, token_logs: tuple[bytes, bytes, 
 
 
 @pytest.mark.benchmark(group="core-compare-equal")
-def test_compare_equal_native(benchmark: Any, token_logs: tuple[bytes, bytes, bytes],
+def test_compare_equal_native(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
                               size: str) -> None:
     """first_divergence on two equal token logs."""
     a, b, _ = token_logs
@@ -88,8 +89,9 @@ def test_compare_equal_native(benchmark: Any, token_logs: tuple[bytes, bytes, by
 
 
 @pytest.mark.benchmark(group="core-compare-equal")
-def test_compare_equal_reference(benchmark: Any, token_logs: tuple[bytes, bytes, bytes],
-                                 size: str) -> None:
+def test_compare_equal_reference(
+    benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes], size: str
+) -> None:
     """The reference on the first 20 000 records (scaled per record in the table)."""
     a, b, _ = token_logs
     sa, sb = a[: 32 * REFERENCE_RECORDS], b[: 32 * REFERENCE_RECORDS]
@@ -99,7 +101,7 @@ def test_compare_equal_reference(benchmark: Any, token_logs: tuple[bytes, bytes,
 
 
 @pytest.mark.benchmark(group="core-compare-last")
-def test_compare_last_bytes_eq(benchmark: Any, token_logs: tuple[bytes, bytes, bytes],
+def test_compare_last_bytes_eq(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
                                size: str) -> None:
     """Baseline: ``bytes ==`` on logs that differ in the last record."""
     a, _, c = token_logs
@@ -108,7 +110,7 @@ def test_compare_last_bytes_eq(benchmark: Any, token_logs: tuple[bytes, bytes, b
 
 
 @pytest.mark.benchmark(group="core-compare-last")
-def test_compare_last_native(benchmark: Any, token_logs: tuple[bytes, bytes, bytes],
+def test_compare_last_native(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
                              size: str) -> None:
     """first_divergence on logs that differ in the last record (returns the index)."""
     a, _, c = token_logs
@@ -120,7 +122,7 @@ def test_compare_last_native(benchmark: Any, token_logs: tuple[bytes, bytes, byt
 
 
 @pytest.mark.benchmark(group="core-compare-last")
-def test_compare_last_reference(benchmark: Any, token_logs: tuple[bytes, bytes, bytes],
+def test_compare_last_reference(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
                                 size: str) -> None:
     """The reference on the last 20 000 records (scaled per record in the table)."""
     a, _, c = token_logs
@@ -139,7 +141,7 @@ def batch() -> tuple[bytes, bytes]:
 
 
 @pytest.mark.benchmark(group="core-batch")
-def test_batch_xxhash_loop(benchmark: Any, batch: tuple[bytes, bytes]) -> None:
+def test_batch_xxhash_loop(benchmark: BenchmarkFixture, batch: tuple[bytes, bytes]) -> None:
     """Baseline: python-xxhash called once per value."""
     values, _ = batch
     view = memoryview(values)
@@ -151,7 +153,7 @@ def test_batch_xxhash_loop(benchmark: Any, batch: tuple[bytes, bytes]) -> None:
 
 
 @pytest.mark.benchmark(group="core-batch")
-def test_batch_native(benchmark: Any, batch: tuple[bytes, bytes], size: str) -> None:
+def test_batch_native(benchmark: BenchmarkFixture, batch: tuple[bytes, bytes], size: str) -> None:
     """digest_batch of 1 M 32-byte values (offsets as a uint64 buffer)."""
     values, offsets = batch
     out = _run(benchmark, lambda: cpstore.native.digest_batch(values, offsets), rounds=ROUNDS[size],
@@ -161,18 +163,23 @@ def test_batch_native(benchmark: Any, batch: tuple[bytes, bytes], size: str) -> 
 
 
 @pytest.mark.benchmark(group="core-batch")
-def test_batch_native_into(benchmark: Any, batch: tuple[bytes, bytes], size: str) -> None:
+def test_batch_native_into(
+    benchmark: BenchmarkFixture, batch: tuple[bytes, bytes], size: str
+) -> None:
     """digest_batch_into a reused caller-owned buffer (no allocation per call)."""
     values, offsets = batch
     out = bytearray(16 * BATCH_VALUES)
-    _run(benchmark, lambda: cpstore.native.digest_batch_into(values, offsets, out), rounds=ROUNDS[size],
+    _run(benchmark, lambda: cpstore.native.digest_batch_into(values, offsets, out),
+         rounds=ROUNDS[size],
          label="batch digest into reused buffer", items=BATCH_VALUES,
          baseline="batch: python-xxhash loop", target=5.0)
     assert bytes(out[:16]) == xxhash.xxh3_128_digest(values[:32])
 
 
 @pytest.mark.benchmark(group="core-batch")
-def test_batch_native_offsets_list(benchmark: Any, batch: tuple[bytes, bytes], size: str) -> None:
+def test_batch_native_offsets_list(
+    benchmark: BenchmarkFixture, batch: tuple[bytes, bytes], size: str
+) -> None:
     """digest_batch with offsets as a Python list (pays the list-to-uint64 conversion)."""
     values, offsets = batch
     offs = array("Q")
@@ -192,7 +199,7 @@ def big_log() -> bytes:
 
 
 @pytest.mark.benchmark(group="core-seqdigest")
-def test_seq_xxh3_one_shot(benchmark: Any, big_log: bytes, size: str) -> None:
+def test_seq_xxh3_one_shot(benchmark: BenchmarkFixture, big_log: bytes, size: str) -> None:
     """Baseline: xxhash.xxh3_128_digest of the whole 64 MiB."""
     _run(benchmark, lambda: xxhash.xxh3_128_digest(big_log), rounds=ROUNDS[size],
          label="seq: xxh3_128_digest one-shot", items=len(big_log) // 32)
@@ -200,7 +207,7 @@ def test_seq_xxh3_one_shot(benchmark: Any, big_log: bytes, size: str) -> None:
 
 @pytest.mark.benchmark(group="core-seqdigest")
 @pytest.mark.parametrize("kernel", ["auto", "baseline", "avx2", "avx512"])
-def test_seq_native(benchmark: Any, big_log: bytes, size: str, kernel: str) -> None:
+def test_seq_native(benchmark: BenchmarkFixture, big_log: bytes, size: str, kernel: str) -> None:
     """sequence_digest of 64 MiB under one SIMD kernel."""
     try:
         cpstore.native.select_simd(kernel)
@@ -228,7 +235,9 @@ def small_objects() -> list[memoryview]:
 
 
 @pytest.mark.benchmark(group="core-digest-small")
-def test_digest_small_xxhash(benchmark: Any, small_objects: list[memoryview], size: str) -> None:
+def test_digest_small_xxhash(
+    benchmark: BenchmarkFixture, small_objects: list[memoryview], size: str
+) -> None:
     """Baseline: python-xxhash one-shot over 10 000 views of 1 KiB."""
     h = xxhash.xxh3_128_digest
     _run(benchmark, lambda: [h(v) for v in small_objects], rounds=ROUNDS[size],
@@ -236,7 +245,7 @@ def test_digest_small_xxhash(benchmark: Any, small_objects: list[memoryview], si
 
 
 @pytest.mark.benchmark(group="core-digest-small")
-def test_digest_small_dispatch(benchmark: Any, small_objects: list[memoryview],
+def test_digest_small_dispatch(benchmark: BenchmarkFixture, small_objects: list[memoryview],
                                size: str) -> None:
     """cpstore.native.digest(): below 64 KiB it is python-xxhash behind a type check."""
     got = _run(benchmark, lambda: [cpstore.native.digest(v) for v in small_objects],
@@ -246,7 +255,9 @@ def test_digest_small_dispatch(benchmark: Any, small_objects: list[memoryview],
 
 
 @pytest.mark.benchmark(group="core-digest-small")
-def test_digest_small_native(benchmark: Any, small_objects: list[memoryview], size: str) -> None:
+def test_digest_small_native(
+    benchmark: BenchmarkFixture, small_objects: list[memoryview], size: str
+) -> None:
     """native_digest(): the cffi call into the C kernel, per object."""
     got = _run(benchmark, lambda: [native_digest(v) for v in small_objects],
                rounds=ROUNDS[size], label="digest 1 KiB: native (cffi)", items=SMALL_OBJECTS,

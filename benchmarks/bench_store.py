@@ -21,6 +21,7 @@ import lmdb
 import msgpack
 import pytest
 import xxhash
+from pytest_benchmark.fixture import BenchmarkFixture
 
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -94,7 +95,7 @@ class Peer:
             cp = empty_checkpoint()
             cp["channel_values"] = state
             cp["channel_versions"] = {k: step for k in state}
-            config = self.saver.put(config, cp, {"step": step, "source": "loop"}, {})  # type: ignore[arg-type, typeddict-item]
+            config = self.saver.put(config, cp, {"step": step, "source": "loop"}, {})
             ids.append(config["configurable"]["checkpoint_id"])
         return ids
 
@@ -133,7 +134,7 @@ def peer_recorded(tmp_path_factory: pytest.TempPathFactory, steps: int) -> tuple
 
 @needs_peer
 def test_peer_durable_put(
-    benchmark: Any, tmp_path_factory: pytest.TempPathFactory, steps: int
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, steps: int
 ) -> None:
     """SqliteSaver.put, one durable commit per checkpoint."""
     benchmark.extra_info.update(_info("sqlite: durable put", steps))
@@ -144,7 +145,9 @@ def test_peer_durable_put(
     )
 
 
-def test_durable_put(benchmark: Any, tmp_path_factory: pytest.TempPathFactory, steps: int) -> None:
+def test_durable_put(
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, steps: int
+) -> None:
     """cpstore checkpoint in "sync" mode: fsynced before it returns."""
     benchmark.extra_info.update(_info("cpstore: durable put", steps, "sqlite: durable put", 1.0))
 
@@ -155,7 +158,9 @@ def test_durable_put(benchmark: Any, tmp_path_factory: pytest.TempPathFactory, s
     benchmark.pedantic(run, rounds=3, iterations=1)
 
 
-def test_batched_put(benchmark: Any, tmp_path_factory: pytest.TempPathFactory, steps: int) -> None:
+def test_batched_put(
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, steps: int
+) -> None:
     """cpstore checkpoint in "batched" mode (64 per commit) vs the peer's durable put."""
     benchmark.extra_info.update(_info("cpstore: batched put", steps, "sqlite: durable put", 5.0))
 
@@ -170,7 +175,7 @@ def test_batched_put(benchmark: Any, tmp_path_factory: pytest.TempPathFactory, s
 
 
 @needs_peer
-def test_peer_get_by_id(benchmark: Any, peer_recorded: tuple[Peer, list[str]]) -> None:
+def test_peer_get_by_id(benchmark: BenchmarkFixture, peer_recorded: tuple[Peer, list[str]]) -> None:
     """SqliteSaver.get_tuple by checkpoint id, state included."""
     peer, ids = peer_recorded
     picks = ids[:: max(1, len(ids) // GETS)][:GETS]
@@ -181,12 +186,12 @@ def test_peer_get_by_id(benchmark: Any, peer_recorded: tuple[Peer, list[str]]) -
             cfg = {
                 "configurable": {"thread_id": "thread-1", "checkpoint_ns": "", "checkpoint_id": cid}
             }
-            assert peer.saver.get_tuple(cfg) is not None  # type: ignore[arg-type]
+            assert peer.saver.get_tuple(cfg) is not None
 
     benchmark(run)
 
 
-def test_get_by_id(benchmark: Any, recorded: tuple[Store, list[str]]) -> None:
+def test_get_by_id(benchmark: BenchmarkFixture, recorded: tuple[Store, list[str]]) -> None:
     """store.read(id) + the whole state, verified."""
     store, ids = recorded
     picks = ids[:: max(1, len(ids) // GETS)][:GETS]
@@ -201,15 +206,15 @@ def test_get_by_id(benchmark: Any, recorded: tuple[Store, list[str]]) -> None:
 
 
 @needs_peer
-def test_peer_latest(benchmark: Any, peer_recorded: tuple[Peer, list[str]]) -> None:
+def test_peer_latest(benchmark: BenchmarkFixture, peer_recorded: tuple[Peer, list[str]]) -> None:
     """SqliteSaver.get_tuple without an id (the latest), state included."""
     peer, _ = peer_recorded
     benchmark.extra_info.update(_info("sqlite: latest", 1))
     cfg = {"configurable": {"thread_id": "thread-1", "checkpoint_ns": ""}}
-    benchmark(lambda: peer.saver.get_tuple(cfg))  # type: ignore[arg-type]
+    benchmark(lambda: peer.saver.get_tuple(cfg))
 
 
-def test_latest(benchmark: Any, recorded: tuple[Store, list[str]]) -> None:
+def test_latest(benchmark: BenchmarkFixture, recorded: tuple[Store, list[str]]) -> None:
     """store.latest(): the ref and the head checkpoint in one txn, whole state, verified."""
     store, _ = recorded
     benchmark.extra_info.update(_info("cpstore: latest", 1, "sqlite: latest", 1.0))
@@ -222,15 +227,15 @@ def test_latest(benchmark: Any, recorded: tuple[Store, list[str]]) -> None:
 
 
 @needs_peer
-def test_peer_history(benchmark: Any, peer_recorded: tuple[Peer, list[str]]) -> None:
+def test_peer_history(benchmark: BenchmarkFixture, peer_recorded: tuple[Peer, list[str]]) -> None:
     """SqliteSaver.list(limit=100), newest first."""
     peer, _ = peer_recorded
     benchmark.extra_info.update(_info("sqlite: history 100", 100))
     cfg = {"configurable": {"thread_id": "thread-1"}}
-    benchmark(lambda: list(peer.saver.list(cfg, limit=100)))  # type: ignore[arg-type]
+    benchmark(lambda: list(peer.saver.list(cfg, limit=100)))
 
 
-def test_history(benchmark: Any, recorded: tuple[Store, list[str]]) -> None:
+def test_history(benchmark: BenchmarkFixture, recorded: tuple[Store, list[str]]) -> None:
     """store.history(limit=100): manifests newest first, verified."""
     store, _ = recorded
     benchmark.extra_info.update(_info("cpstore: history 100", 100, "sqlite: history 100", 1.0))
@@ -241,7 +246,10 @@ def test_history(benchmark: Any, recorded: tuple[Store, list[str]]) -> None:
 
 
 def test_disk_ratio(
-    benchmark: Any, recorded: tuple[Store, list[str]], steps: int, request: pytest.FixtureRequest
+    benchmark: BenchmarkFixture,
+    recorded: tuple[Store, list[str]],
+    steps: int,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Disk bytes / unique bytes for both stores (reported, not timed)."""
     store, _ = recorded
@@ -274,7 +282,7 @@ class RawLimit:
         self.env = lmdb.open(str(path), map_size=1 << 30, sync=sync, metasync=sync)
 
     def record(self, steps: int) -> list[bytes]:
-        ids = []
+        ids: list[bytes] = []
         h = xxhash.xxh3_128_digest
         for state in states(steps):
             with self.env.begin(write=True) as txn:
@@ -290,7 +298,7 @@ class RawLimit:
 
 
 def test_raw_limit_durable_put(
-    benchmark: Any, tmp_path_factory: pytest.TempPathFactory, steps: int
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, steps: int
 ) -> None:
     """Bare LMDB, sync + metasync, one B-tree, one commit per step: no checks, no refs."""
     benchmark.extra_info.update(
@@ -304,7 +312,7 @@ def test_raw_limit_durable_put(
 
 
 def test_raw_limit_get_by_id(
-    benchmark: Any, tmp_path_factory: pytest.TempPathFactory, steps: int
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, steps: int
 ) -> None:
     """Bare loop: a read txn, 11 gets, 11 python-xxhash checks, 11 msgpack decodes."""
     raw = RawLimit(tmp_path_factory.mktemp("rg") / "e", sync=False)

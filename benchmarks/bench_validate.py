@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from pytest_benchmark.fixture import BenchmarkFixture
 
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
@@ -84,12 +85,18 @@ def recording(size: str) -> Iterator[Recording]:
         yield Recording(os.path.join(tmp, "s"), store, cid, replay, count, 2 * len(buffer))
 
 
-def _info(benchmark: Any, **info: Any) -> None:
+def _info(benchmark: BenchmarkFixture, **info: Any) -> None:
     benchmark.extra_info.update(info)
 
 
+def _median(benchmark: BenchmarkFixture) -> float:
+    """The median round time (s) of the pedantic() run that just ended."""
+    assert benchmark.stats is not None  # pedantic() sets it
+    return float(benchmark.stats.stats.median)
+
+
 @pytest.mark.benchmark(group="validate")
-def test_validate_from_store(benchmark: Any, recording: Recording) -> None:
+def test_validate_from_store(benchmark: BenchmarkFixture, recording: Recording) -> None:
     """validate(checkpoint id, packed replay) end to end, zero-copy from LMDB."""
     r = recording
     _info(
@@ -105,12 +112,12 @@ def test_validate_from_store(benchmark: Any, recording: Recording) -> None:
         warmup_rounds=1,
     )
     assert decision.verdict is Verdict.ACCEPT, decision.findings
-    benchmark.extra_info["tokens_per_s"] = r.count / benchmark.stats.stats.median
+    benchmark.extra_info["tokens_per_s"] = r.count / _median(benchmark)
     benchmark.extra_info["tokens_per_s_target"] = 100e6
 
 
 @pytest.mark.benchmark(group="validate")
-def test_validate_seed_style_python(benchmark: Any, recording: Recording) -> None:
+def test_validate_seed_style_python(benchmark: BenchmarkFixture, recording: Recording) -> None:
     """Baseline: seed 002's elementwise loop over Token objects (slice, scaled per token)."""
     n = min(SEED_SLICE, recording.count)
     rec = [Token(i, KINDS[i % 4], i) for i in range(n)]
@@ -126,11 +133,11 @@ def test_validate_seed_style_python(benchmark: Any, recording: Recording) -> Non
 
     _info(benchmark, label="validate: seed-style Python", items=n)
     assert benchmark.pedantic(seed_style, rounds=5, iterations=1, warmup_rounds=1)
-    benchmark.extra_info["tokens_per_s"] = n / benchmark.stats.stats.median
+    benchmark.extra_info["tokens_per_s"] = n / _median(benchmark)
 
 
 @pytest.mark.benchmark(group="validate")
-def test_validate_seed_style_from_store(benchmark: Any, recording: Recording) -> None:
+def test_validate_seed_style_from_store(benchmark: BenchmarkFixture, recording: Recording) -> None:
     """Baseline: seed-style path on this store: each recorded token read as an object, then
     compared elementwise with the replay's Token objects (slice, scaled per token)."""
     n = min(20_000, recording.count)
@@ -150,11 +157,11 @@ def test_validate_seed_style_from_store(benchmark: Any, recording: Recording) ->
 
     _info(benchmark, label="validate: seed-style from store", items=n)
     assert benchmark.pedantic(seed_style, rounds=3, iterations=1, warmup_rounds=1)
-    benchmark.extra_info["tokens_per_s"] = n / benchmark.stats.stats.median
+    benchmark.extra_info["tokens_per_s"] = n / _median(benchmark)
 
 
 @pytest.mark.benchmark(group="validate-memory")
-def test_validate_peak_python_heap(benchmark: Any, recording: Recording) -> None:
+def test_validate_peak_python_heap(benchmark: BenchmarkFixture, recording: Recording) -> None:
     """Python-heap peak of one validation, over the packed log bytes (R and P)."""
     r = recording
 
@@ -193,7 +200,7 @@ print(int(hwm.split()[1]) * 1024, 2 * len(buffer))
 
 
 @pytest.mark.benchmark(group="validate-memory")
-def test_validate_peak_rss(benchmark: Any, recording: Recording) -> None:
+def test_validate_peak_rss(benchmark: BenchmarkFixture, recording: Recording) -> None:
     """Peak RSS of a fresh process that builds a packed replay and validates it, over R + P."""
     if not os.path.exists("/proc/self/status"):
         pytest.skip("needs Linux /proc for the peak RSS")
@@ -213,7 +220,7 @@ def test_validate_peak_rss(benchmark: Any, recording: Recording) -> None:
 
 
 @pytest.mark.benchmark(group="cursor")
-def test_cursor_in_memory(benchmark: Any) -> None:
+def test_cursor_in_memory(benchmark: BenchmarkFixture) -> None:
     """Per-token cost of ReplayCursor.resolve over in-memory values (target <= 1 us)."""
     packed = PackedTokens.from_tokens(Token(i, KINDS[i % 4], i) for i in range(CURSOR_TOKENS))
     kinds = [KINDS[i % 4] for i in range(CURSOR_TOKENS)]
@@ -228,12 +235,12 @@ def test_cursor_in_memory(benchmark: Any) -> None:
 
     _info(benchmark, label="cursor resolve (in memory)", items=CURSOR_TOKENS)
     assert benchmark.pedantic(run, rounds=5, iterations=1, warmup_rounds=1) == CURSOR_TOKENS
-    benchmark.extra_info["us_per_token"] = benchmark.stats.stats.median / CURSOR_TOKENS * 1e6
+    benchmark.extra_info["us_per_token"] = _median(benchmark) / CURSOR_TOKENS * 1e6
     benchmark.extra_info["us_per_token_target"] = 1.0
 
 
 @pytest.mark.benchmark(group="cursor")
-def test_cursor_from_store(benchmark: Any, recording: Recording) -> None:
+def test_cursor_from_store(benchmark: BenchmarkFixture, recording: Recording) -> None:
     """Per-token cost of a cursor over a stored checkpoint (adds decode + verify per value)."""
     n = min(CURSOR_TOKENS, recording.count)
     kinds = [KINDS[i % 4] for i in range(n)]
@@ -249,5 +256,5 @@ def test_cursor_from_store(benchmark: Any, recording: Recording) -> None:
 
     _info(benchmark, label="cursor resolve (from store)", items=n)
     assert benchmark.pedantic(run, rounds=3, iterations=1, warmup_rounds=1) == n
-    benchmark.extra_info["us_per_token"] = benchmark.stats.stats.median / n * 1e6
+    benchmark.extra_info["us_per_token"] = _median(benchmark) / n * 1e6
     benchmark.extra_info["us_per_token_target"] = 1.0

@@ -19,7 +19,12 @@ LAYERS = ("errors", "native", "run", "replay", "decision", "store", "cli")
 
 #: The modules that may touch the storage engine (the LMDB backend of the seam).
 LMDB_MODULES = frozenset(
-    {"cpstore.store.lmdb_env", "cpstore.store.lmdb_errors", "cpstore.store.lmdb_backend"}
+    {
+        "cpstore.store.lmdb_env",
+        "cpstore.store.lmdb_errors",
+        "cpstore.store.lmdb_open",
+        "cpstore.store.lmdb_backend",
+    }
 )
 
 MAX_LINES = 600

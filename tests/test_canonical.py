@@ -58,7 +58,8 @@ def test_equal_encodings_only_for_equal_values(a: Any, b: Any) -> None:
     """Different bytes for values Python calls different (NaN aside)."""
     ea, eb = cpstore.native.encode_value(a), cpstore.native.encode_value(b)
     if ea == eb:
-        assert repr(_norm(cpstore.native.decode_value(ea))) == repr(_norm(cpstore.native.decode_value(eb)))
+        decode = cpstore.native.decode_value
+        assert repr(_norm(decode(ea))) == repr(_norm(decode(eb)))
 
 
 @given(st.integers(min_value=-(2**200), max_value=2**200))

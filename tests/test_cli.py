@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
+import lmdb
 import pytest
 
 import cpstore
@@ -37,7 +39,9 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out, err
 
 
-def test_verify_reports_ok_and_exit_zero(store_path: tuple[str, str, str], capsys: Any) -> None:
+def test_verify_reports_ok_and_exit_zero(
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """verify checks everything and exits 0 on a sound store."""
     code, out, _ = run(["verify", "--store", store_path[0]], capsys)
     assert code == cli.EXIT_OK
@@ -45,7 +49,7 @@ def test_verify_reports_ok_and_exit_zero(store_path: tuple[str, str, str], capsy
 
 
 def test_verify_json_lists_counts_and_no_problems(
-    store_path: tuple[str, str, str], capsys: Any
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """verify --json is machine-readable."""
     code, out, _ = run(["verify", "--store", store_path[0], "--json"], capsys)
@@ -55,11 +59,9 @@ def test_verify_json_lists_counts_and_no_problems(
 
 
 def test_verify_finds_a_flipped_object_and_exits_integrity(
-    store_path: tuple[str, str, str], capsys: Any
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A damaged object is reported by verify with exit code 5."""
-    import lmdb
-
     path, _, head = store_path
     with cpstore.open(path) as store:
         state_part = next(iter(store.manifest(head).state_parts.values()))
@@ -77,7 +79,7 @@ def test_verify_finds_a_flipped_object_and_exits_integrity(
 
 
 def test_inspect_shows_manifest_logs_and_a_state_part(
-    store_path: tuple[str, str, str], capsys: Any
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """inspect names the run, the logs with counts, and prints a part."""
     path, _, head = store_path
@@ -95,7 +97,7 @@ def test_inspect_shows_manifest_logs_and_a_state_part(
 
 
 def test_log_lists_runs_and_history_newest_first(
-    store_path: tuple[str, str, str], capsys: Any
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """log without a run lists runs; with one, its history newest first."""
     path, first, head = store_path
@@ -105,7 +107,9 @@ def test_log_lists_runs_and_history_newest_first(
     assert [e["id"] for e in json.loads(out)] == [head, first]
 
 
-def test_log_of_an_unknown_run_is_not_found(store_path: tuple[str, str, str], capsys: Any) -> None:
+def test_log_of_an_unknown_run_is_not_found(
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
     """An unknown run is exit 4 with one line on stderr."""
     code, _, err = run(["log", "nope", "--store", store_path[0]], capsys)
     assert code == cli.EXIT_NOT_FOUND
@@ -113,10 +117,10 @@ def test_log_of_an_unknown_run_is_not_found(store_path: tuple[str, str, str], ca
 
 
 def test_validate_records_decisions_and_audit_lists_and_checks_them(
-    store_path: tuple[str, str, str], capsys: Any
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """validate appends a decision; audit shows it and --check verifies the chain."""
-    path, first, head = store_path
+    path, _, head = store_path
     code, _, _ = run(["validate", head, head, "--store", path], capsys)
     assert code == cli.EXIT_QUARANTINE  # a stored checkpoint as P does not declare strict mode
     code, out, _ = run(["audit", "--store", path, "--check", "--json"], capsys)
@@ -126,7 +130,7 @@ def test_validate_records_decisions_and_audit_lists_and_checks_them(
 
 
 def test_diff_names_the_first_divergence_per_stream(
-    store_path: tuple[str, str, str], capsys: Any
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """diff of two checkpoints of one run shows where state and tokens part."""
     path, first, head = store_path
@@ -139,7 +143,7 @@ def test_diff_names_the_first_divergence_per_stream(
 
 
 def test_sign_off_refuses_a_non_releasable_decision(
-    store_path: tuple[str, str, str], capsys: Any
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A REJECT for a state mismatch cannot be signed off: exit 6."""
     path, first, head = store_path
@@ -153,10 +157,10 @@ def test_sign_off_refuses_a_non_releasable_decision(
 
 
 def test_gc_keeps_the_newest_and_stats_reports_dedupe(
-    store_path: tuple[str, str, str], capsys: Any
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """prune --keep-last 1 removes the older checkpoint; stats counts what is left."""
-    path, first, head = store_path
+    path, _, _ = store_path
     code, out, _ = run(["stats", "--store", path, "--json"], capsys)
     before = json.loads(out)
     assert before["checkpoints"] == 2 and before["dedupe_ratio"] > 1.0
@@ -177,7 +181,10 @@ def test_gc_keeps_the_newest_and_stats_reports_dedupe(
     ],
 )
 def test_user_mistakes_are_one_line_with_their_exit_code(
-    argv: list[str], expected: int, store_path: tuple[str, str, str], capsys: Any
+    argv: list[str],
+    expected: int,
+    store_path: tuple[str, str, str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Bad input never shows a traceback; the exit code says what kind of mistake."""
     argv = [a.replace("{store}", store_path[0]) for a in argv]
@@ -209,9 +216,6 @@ def test_verify_draws_a_progress_bar_only_on_a_terminal(
     store_path: tuple[str, str, str],
 ) -> None:
     """On a pty stderr shows a bar; piped, stderr stays empty."""
-    import os
-    import pty
-
     argv = [sys.executable, "-m", "cpstore.cli", "verify", "--store", store_path[0]]
     piped = subprocess.run(argv, capture_output=True, text=True, check=True)
     assert piped.stderr == "" and piped.stdout.strip().endswith("ok")

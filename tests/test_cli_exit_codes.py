@@ -7,6 +7,7 @@ compare-and-set and a store of another format version through ``cli.main``.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import re
@@ -37,7 +38,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 BUG_CLASSES = {NativeError}
 
 
-def _subclasses(cls: type) -> Iterator[type]:
+def _subclasses(cls: type[CpstoreError]) -> Iterator[type[CpstoreError]]:
     for sub in cls.__subclasses__():
         yield sub
         yield from _subclasses(sub)
@@ -207,7 +208,8 @@ def test_a_store_of_another_format_version_exits_9(
 def test_every_command_help_lists_only_documented_exit_codes() -> None:
     """Each sub-command's --help has an exit-code epilog naming codes of the table."""
     parser = cli_main._parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
+    sub: argparse.Action = next(a for a in parser._actions if a.dest == "command")
+    assert isinstance(sub, argparse._SubParsersAction)
     documented = {0, 2, *EXIT_CODES.values(), cli.EXIT_QUARANTINE}
     assert sub.choices
     for name, command in sub.choices.items():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 from test_decision_support import clean_doc, replay_of
@@ -15,7 +17,7 @@ from cpstore.errors import CpstoreError, DocumentError, NotFoundError
 from cpstore.store.facade import open as open_store
 
 
-def cli(argv):
+def cli(argv: list[str]) -> tuple[int, str]:
     parser = argparse.ArgumentParser(prog="cpstore")
     add_validate_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["validate", *argv])
@@ -23,13 +25,13 @@ def cli(argv):
     return args.handler(args, out=out), out.getvalue()
 
 
-def write(tmp_path, name, doc):
+def write(tmp_path: Path, name: str, doc: dict[str, Any]) -> str:
     path = tmp_path / name
     path.write_text(json.dumps(doc))
     return str(path)
 
 
-def test_accept_exits_zero_with_a_readable_table(tmp_path):
+def test_accept_exits_zero_with_a_readable_table(tmp_path: Path) -> None:
     """ACCEPT prints the verdict and fidelity and exits 0."""
     r = clean_doc()
     code, out = cli([write(tmp_path, "r.json", r), write(tmp_path, "p.json", replay_of(r))])
@@ -41,7 +43,9 @@ def test_accept_exits_zero_with_a_readable_table(tmp_path):
     ("change", "code", "verdict"),
     [({"state_digest": "x"}, 10, "REJECT"), ({"mode": "best_effort"}, 11, "QUARANTINE")],
 )
-def test_reject_and_quarantine_have_their_own_exit_codes(tmp_path, change, code, verdict):
+def test_reject_and_quarantine_have_their_own_exit_codes(
+    tmp_path: Path, change: dict[str, str], code: int, verdict: str
+) -> None:
     """REJECT exits 10, QUARANTINE 11; --json gives verdict, fidelity and coded findings."""
     r = clean_doc()
     got, out = cli(
@@ -53,7 +57,7 @@ def test_reject_and_quarantine_have_their_own_exit_codes(tmp_path, change, code,
     assert all("code" in f for f in body["findings"]) and body["findings"]
 
 
-def test_table_lists_every_finding(tmp_path):
+def test_table_lists_every_finding(tmp_path: Path) -> None:
     """The readable output has one row per finding code."""
     r = clean_doc()
     p = replay_of(r, state_digest="x", transcript_digest="t2")
@@ -62,7 +66,7 @@ def test_table_lists_every_finding(tmp_path):
     assert "STATE_MISMATCH" in out and "TRANSCRIPT_MISMATCH" in out and "hypothesis" in out
 
 
-def test_bad_document_raises_a_document_error_for_the_cli_to_report(tmp_path):
+def test_bad_document_raises_a_document_error_for_the_cli_to_report(tmp_path: Path) -> None:
     """A malformed file propagates DocumentError (cpstore.cli prints one line, exit 3)."""
     r = write(tmp_path, "r.json", clean_doc())
     bad = tmp_path / "bad.json"
@@ -71,7 +75,9 @@ def test_bad_document_raises_a_document_error_for_the_cli_to_report(tmp_path):
         cli([r, str(bad)])
 
 
-def test_main_cli_prints_one_line_and_exits_3_for_bad_input(tmp_path, capsys):
+def test_main_cli_prints_one_line_and_exits_3_for_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Through cpstore.cli.entry: bad input is one stderr line and exit code 3."""
     pytest.importorskip("cpstore.cli.inspect_commands")  # the lead's CLI wiring, landing separately
     pytest.importorskip("cpstore.cli.demo")
@@ -90,7 +96,7 @@ def test_main_cli_prints_one_line_and_exits_3_for_bad_input(tmp_path, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err and "format" in err
 
 
-def test_checkpoint_ids_with_store_and_missing_store(tmp_path):
+def test_checkpoint_ids_with_store_and_missing_store(tmp_path: Path) -> None:
     """With --store, ids are checkpoints and the decision is audited; a missing store is 4."""
     path = tmp_path / "s"
     with open_store(path) as store:
@@ -109,3 +115,23 @@ def test_checkpoint_ids_with_store_and_missing_store(tmp_path):
         cli([cid, cid, "--store", str(tmp_path / "nowhere")])
     assert not (tmp_path / "nowhere").exists()
     assert issubclass(NotFoundError, CpstoreError)
+
+
+def test_a_file_named_like_the_checkpoint_id_never_replaces_the_stored_recording(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 32-hex argument is the stored checkpoint even when the cwd holds a file of that name."""
+    with open_store(tmp_path / "s") as st:
+        rec = st.recorder("r")
+        cid = rec.checkpoint(1, b"recorded state")
+    # A document (a faithful replay of itself) saved under the checkpoint's id.
+    doc = clean_doc()
+    (tmp_path / cid).write_text(json.dumps(doc))
+    replay = write(tmp_path, "p.json", replay_of(doc))
+    monkeypatch.chdir(tmp_path)
+    code, out = cli([cid, replay, "--store", str(tmp_path / "s"), "--no-record"])
+    assert code == EXIT_FOR_VERDICT[Verdict.REJECT], out
+    assert "STATE_MISMATCH" in out
+    # The file is still reachable, spelled as a path.
+    code, out = cli([f"./{cid}", replay])
+    assert code == 0, out

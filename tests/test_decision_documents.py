@@ -6,6 +6,9 @@ import json
 import subprocess
 import sys
 import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -24,7 +27,7 @@ from cpstore.run.document import (
 from cpstore.run.model import ReplayMode
 
 
-def test_json_and_msgpack_documents_parse_to_the_same_run(tmp_path):
+def test_json_and_msgpack_documents_parse_to_the_same_run(tmp_path: Path) -> None:
     """The same document as JSON and as msgpack gives identical packed tokens."""
     doc = clean_doc()
     a = load_document(json.dumps(doc).encode())
@@ -36,7 +39,7 @@ def test_json_and_msgpack_documents_parse_to_the_same_run(tmp_path):
 
 
 @pytest.mark.parametrize("encoding", ["json", "msgpack"])
-def test_dump_then_load_round_trips(encoding):
+def test_dump_then_load_round_trips(encoding: str) -> None:
     """dump_document/load_document keep every field."""
     run = parse_document(clean_doc())
     again = load_document(dump_document(run, encoding=encoding))
@@ -50,7 +53,7 @@ def test_dump_then_load_round_trips(encoding):
     assert validate(run, again).verdict is Verdict.ACCEPT
 
 
-def test_json_keeps_int_and_float_distinct():
+def test_json_keeps_int_and_float_distinct() -> None:
     """1 and 1.0 in a JSON document are different token values."""
     r = clean_doc(tokens=1)
     p = clean_doc(tokens=1)
@@ -87,7 +90,9 @@ def test_json_keeps_int_and_float_distinct():
         (lambda d: d["tokens"][0].update(extra=1), "tokens[0].extra"),
     ],
 )
-def test_bad_fields_raise_document_error_naming_the_field(mutate, where):
+def test_bad_fields_raise_document_error_naming_the_field(
+    mutate: Callable[[dict[str, Any]], object], where: str
+) -> None:
     """Missing, mistyped and unknown fields are DocumentError with ``where`` set."""
     doc = clean_doc()
     mutate(doc)
@@ -96,7 +101,7 @@ def test_bad_fields_raise_document_error_naming_the_field(mutate, where):
     assert info.value.where == where
 
 
-def test_document_errors_are_value_errors_never_verdicts():
+def test_document_errors_are_value_errors_never_verdicts() -> None:
     """validate() raises on a bad document rather than returning a verdict."""
     doc = clean_doc()
     del doc["run_id"]
@@ -105,7 +110,7 @@ def test_document_errors_are_value_errors_never_verdicts():
 
 
 @pytest.mark.parametrize("version", [0, 2, "1", None])
-def test_unknown_format_version_is_refused(version):
+def test_unknown_format_version_is_refused(version: object) -> None:
     """Any format other than the integer 1 is refused, never misread."""
     doc = clean_doc(format=version)
     with pytest.raises((FormatVersionError, DocumentError)) as info:
@@ -127,19 +132,19 @@ def test_unknown_format_version_is_refused(version):
         b'"just a string"',
     ],
 )
-def test_garbage_is_a_document_error(raw):
+def test_garbage_is_a_document_error(raw: bytes) -> None:
     """Non-documents (bad JSON, JSON constants, duplicate keys, bad msgpack) raise DocumentError."""
     with pytest.raises(DocumentError):
         load_document(raw)
 
 
-def test_deep_nesting_is_a_document_error_not_a_crash():
+def test_deep_nesting_is_a_document_error_not_a_crash() -> None:
     """100k nested arrays raise DocumentError (no RecursionError escapes)."""
     with pytest.raises(DocumentError):
         load_document(b"[" * 100_000 + b"]" * 100_000)
 
 
-def test_msgpack_header_declaring_a_billion_tokens_is_refused_without_allocating():
+def test_msgpack_header_declaring_a_billion_tokens_is_refused_without_allocating() -> None:
     """An array32 header of 10**9 entries in a tiny document allocates nothing big."""
     head = msgpack.packb({"format": 1, "run_id": "r", "step": 1, "state_digest": "s"})
     # Rewrite the map to declare one more entry, "tokens", whose array claims 10**9 items.
@@ -156,7 +161,7 @@ def test_msgpack_header_declaring_a_billion_tokens_is_refused_without_allocating
     assert peak < 10 * 1024 * 1024
 
 
-def test_document_larger_than_the_limit_is_refused(tmp_path):
+def test_document_larger_than_the_limit_is_refused(tmp_path: Path) -> None:
     """max_bytes bounds what is read from a file."""
     path = tmp_path / "big.json"
     path.write_bytes(json.dumps(clean_doc(tokens=200)).encode())
@@ -181,7 +186,7 @@ except DocumentError as exc:
 """
 
 
-def test_a_file_just_over_the_default_limit_is_refused_from_its_size(tmp_path):
+def test_a_file_just_over_the_default_limit_is_refused_from_its_size(tmp_path: Path) -> None:
     """One byte over MAX_DOCUMENT_BYTES is refused from the file size, without reading it."""
     path = tmp_path / "sparse.json"
     out = subprocess.run(
@@ -200,7 +205,7 @@ def test_a_file_just_over_the_default_limit_is_refused_from_its_size(tmp_path):
     assert "too large" in what and "max_bytes" in what
 
 
-def test_max_bytes_is_the_exact_limit_for_files_and_bytes(tmp_path):
+def test_max_bytes_is_the_exact_limit_for_files_and_bytes(tmp_path: Path) -> None:
     """A document of exactly max_bytes parses; one byte less refuses it, naming the size."""
     raw = json.dumps(clean_doc(tokens=20)).encode()
     path = tmp_path / "doc.json"
@@ -216,20 +221,20 @@ def test_max_bytes_is_the_exact_limit_for_files_and_bytes(tmp_path):
     assert info.value.where == str(path)
 
 
-def test_missing_file_is_not_found_naming_the_path(tmp_path):
+def test_missing_file_is_not_found_naming_the_path(tmp_path: Path) -> None:
     """A path that does not exist raises NotFoundError with the path as ``where``."""
     with pytest.raises(NotFoundError) as info:
         load_document(tmp_path / "nope.json")
-    assert info.value.where.endswith("nope.json")
+    assert info.value.where is not None and info.value.where.endswith("nope.json")
 
 
-def test_unknown_version_is_reported_before_missing_fields():
+def test_unknown_version_is_reported_before_missing_fields() -> None:
     """A format-2 document with other fields is a FormatVersionError, not 'missing field'."""
     with pytest.raises(FormatVersionError):
         load_document(b'{"format": 2, "something": "else"}')
 
 
-def test_json_cannot_carry_bytes_values_so_dump_says_use_msgpack():
+def test_json_cannot_carry_bytes_values_so_dump_says_use_msgpack() -> None:
     """A bytes token value dumps to msgpack but JSON refuses with a clear error."""
     doc = clean_doc(tokens=1)
     doc["tokens"][0]["value"] = b"\x01"
@@ -239,14 +244,14 @@ def test_json_cannot_carry_bytes_values_so_dump_says_use_msgpack():
         dump_document(run, encoding="json")
 
 
-def test_large_document_tokens_are_held_packed():
+def test_large_document_tokens_are_held_packed() -> None:
     """Parsing 20k tokens yields one bytes buffer of 32-byte records."""
     run = parse_document(clean_doc(tokens=20_000))
     assert isinstance(run.tokens.records, bytes)
     assert len(run.tokens.records) == 20_000 * 32
 
 
-def test_two_kind_names_with_one_hashed_code_are_refused():
+def test_two_kind_names_with_one_hashed_code_are_refused() -> None:
     """k9870 and k53003 share a 31-bit kind code; a document using both is refused."""
     doc = clean_doc(tokens=2)
     doc["tokens"][0]["kind"] = "k9870"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,24 +23,27 @@ from cpstore.errors import GateError, NotFoundError, SignOffError
 from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.facade import open as open_store
 
+if TYPE_CHECKING:
+    from cpstore import Decision, Store
+
 
 @pytest.fixture
-def store(tmp_path):
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as s:
         yield s
 
 
-def checkpoint(store, run="r", branch="main", **obs):
+def checkpoint(store: Store, run: str = "r", branch: str = "main", **obs: float) -> str:
     rec = store.recorder(run, branch=branch)
     rec.observe(1, "clock", b"t", pinned_at=obs.get("pinned_at", 1.0))
     rec.token("rng", 1)
     return rec.checkpoint(1, b"state")
 
 
-def replay(store, cid, **changes):
+def replay(store: Store, cid: str, **changes: Any) -> Run:
     with store.read(cid) as cp:
         m = cp.manifest
-        fields = {
+        fields: dict[str, Any] = {
             "tokens": PackedTokens(bytes(cp.tokens()), values=[1]),
             "observations": tuple(Observation(*o) for o in cp.observations()),
             "mode": ReplayMode.STRICT,
@@ -48,11 +54,11 @@ def replay(store, cid, **changes):
         return Run(m.run_id, m.step, state, **fields)
 
 
-def quarantined(store, cid):
+def quarantined(store: Store, cid: str) -> Decision:
     return validate(cid, replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
 
 
-def test_accept_opens_the_resume_gate_and_is_recorded(store):
+def test_accept_opens_the_resume_gate_and_is_recorded(store: Store) -> None:
     """An ACCEPT for the checkpoint lets the resume through and logs a gate record."""
     cid = checkpoint(store)
     d = validate(cid, replay(store, cid), store=store)
@@ -62,7 +68,7 @@ def test_accept_opens_the_resume_gate_and_is_recorded(store):
     assert gate.body["decision_id"] == d.id and gate.digest == permit.audit_digest
 
 
-def test_releasable_decision_needs_a_sign_off_that_releases_once(store):
+def test_releasable_decision_needs_a_sign_off_that_releases_once(store: Store) -> None:
     """QUARANTINE: refused without sign-off, passes with one, refused when it is replayed."""
     cid = checkpoint(store)
     d = quarantined(store, cid)
@@ -80,7 +86,7 @@ def test_releasable_decision_needs_a_sign_off_that_releases_once(store):
         resume_gate(store, cid, d, sign_off=so)
 
 
-def test_sign_off_refused_for_non_releasable_and_for_accept(store):
+def test_sign_off_refused_for_non_releasable_and_for_accept(store: Store) -> None:
     """STATE_MISMATCH cannot be signed off; an ACCEPT needs no sign-off."""
     cid = checkpoint(store)
     bad = validate(cid, replay(store, cid, state_digest="00" * 16), store=store)
@@ -95,7 +101,7 @@ def test_sign_off_refused_for_non_releasable_and_for_accept(store):
     assert list(store.audit_records(kind=AUDIT_SIGNOFF)) == []
 
 
-def test_sign_off_needs_operator_and_reason(store):
+def test_sign_off_needs_operator_and_reason(store: Store) -> None:
     """Empty operator or reason is bad input."""
     cid = checkpoint(store)
     d = quarantined(store, cid)
@@ -105,7 +111,9 @@ def test_sign_off_needs_operator_and_reason(store):
         sign_off(store, d, operator="a", reason="  ")
 
 
-def test_forged_sign_off_record_for_a_non_releasable_decision_does_not_release(store):
+def test_forged_sign_off_record_for_a_non_releasable_decision_does_not_release(
+    store: Store,
+) -> None:
     """A sign-off appended straight to the audit log for a REJECT never opens the gate."""
     cid = checkpoint(store)
     bad = validate(cid, replay(store, cid, state_digest="00" * 16), store=store)
@@ -124,7 +132,7 @@ def test_forged_sign_off_record_for_a_non_releasable_decision_does_not_release(s
         resume_gate(store, cid, bad, sign_off=forged.digest)
 
 
-def test_sign_off_for_another_decision_does_not_release(store):
+def test_sign_off_for_another_decision_does_not_release(store: Store) -> None:
     """A sign-off for decision A presented with decision B is refused."""
     a_cid = checkpoint(store, run="a")
     b_cid = checkpoint(store, run="b")
@@ -135,7 +143,7 @@ def test_sign_off_for_another_decision_does_not_release(store):
         resume_gate(store, b_cid, b, sign_off=so_a)
 
 
-def test_sign_off_not_in_the_log_does_not_release(store):
+def test_sign_off_not_in_the_log_does_not_release(store: Store) -> None:
     """A SignOff object made up by the caller (unknown digest) is refused."""
     cid = checkpoint(store)
     d = quarantined(store, cid)
@@ -145,7 +153,7 @@ def test_sign_off_not_in_the_log_does_not_release(store):
         resume_gate(store, cid, d, sign_off=fake)
 
 
-def test_forged_decision_object_is_ignored_in_favour_of_the_log(store):
+def test_forged_decision_object_is_ignored_in_favour_of_the_log(store: Store) -> None:
     """A Decision object edited to ACCEPT still needs the sign-off its record requires."""
     cid = checkpoint(store)
     d = quarantined(store, cid)
@@ -154,7 +162,7 @@ def test_forged_decision_object_is_ignored_in_favour_of_the_log(store):
         resume_gate(store, cid, forged)
 
 
-def test_forged_decision_record_whose_verdict_does_not_follow_is_refused(store):
+def test_forged_decision_record_whose_verdict_does_not_follow_is_refused(store: Store) -> None:
     """An audit record claiming ACCEPT with a STATE_MISMATCH finding is refused."""
     cid = checkpoint(store)
     store.append_audit(
@@ -171,7 +179,7 @@ def test_forged_decision_record_whose_verdict_does_not_follow_is_refused(store):
         resume_gate(store, cid, "f" * 32)
 
 
-def test_unrecorded_decision_opens_nothing(store):
+def test_unrecorded_decision_opens_nothing(store: Store) -> None:
     """A decision made without the store (or with record=False) is not in the log."""
     cid = checkpoint(store)
     d = validate(cid, replay(store, cid), store=store, record=False)
@@ -180,7 +188,7 @@ def test_unrecorded_decision_opens_nothing(store):
         resume_gate(store, cid, d)
 
 
-def test_superseded_and_foreign_decisions_are_refused(store):
+def test_superseded_and_foreign_decisions_are_refused(store: Store) -> None:
     """An older ACCEPT after a newer REJECT, or a decision about another checkpoint, is refused."""
     cid = checkpoint(store, run="a")
     other = checkpoint(store, run="b")
@@ -193,7 +201,7 @@ def test_superseded_and_foreign_decisions_are_refused(store):
         resume_gate(store, cid, fresh)
 
 
-def test_rollback_needs_a_strict_accept(store):
+def test_rollback_needs_a_strict_accept(store: Store) -> None:
     """A strict ACCEPT certifies a rollback; a QUARANTINE with a sign-off does not."""
     cid = checkpoint(store, run="ok")
     cert = certify_rollback(store, cid, validate(cid, replay(store, cid), store=store))
@@ -205,7 +213,7 @@ def test_rollback_needs_a_strict_accept(store):
         certify_rollback(store, q_cid, q)
 
 
-def test_audit_chain_verifies_after_decisions_sign_offs_and_gates(store):
+def test_audit_chain_verifies_after_decisions_sign_offs_and_gates(store: Store) -> None:
     """Every record the gates wrote chains to the one before; store.verify() is clean."""
     cid = checkpoint(store)
     d = quarantined(store, cid)

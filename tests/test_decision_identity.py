@@ -1,6 +1,9 @@
-"""What a replay is of: its run, its step, its mode and its token kinds are compared, not assumed."""
+"""What a replay is of: its run, step, mode and token kinds are compared, not assumed."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,8 +18,11 @@ from cpstore.native.records import kind_code
 from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 
+if TYPE_CHECKING:
+    from cpstore import Decision, Store
 
-def test_a_replay_of_another_run_is_a_non_releasable_reject():
+
+def test_a_replay_of_another_run_is_a_non_releasable_reject() -> None:
     """P naming another run_id (all else equal): REJECT with RUN_MISMATCH, no sign-off."""
     r = clean_doc()
     d = validate(r, replay_of(r, run_id="someone-else"))
@@ -26,7 +32,7 @@ def test_a_replay_of_another_run_is_a_non_releasable_reject():
     assert (f.expected, f.observed) == ("run-1", "someone-else")
 
 
-def test_a_replay_that_reached_another_step_is_a_non_releasable_reject():
+def test_a_replay_that_reached_another_step_is_a_non_releasable_reject() -> None:
     """P at step 999 against R at step 47: REJECT with STEP_MISMATCH."""
     r = clean_doc()
     d = validate(r, replay_of(r, step=999))
@@ -34,14 +40,16 @@ def test_a_replay_that_reached_another_step_is_a_non_releasable_reject():
     assert not d.releasable and d.divergences["identity"].position == 999
 
 
-def test_a_replay_of_another_run_and_step_lists_both():
+def test_a_replay_of_another_run_and_step_lists_both() -> None:
     """The issue's repro: another run_id and step 999 give both identity findings."""
     r = clean_doc()
     d = validate(r, replay_of(r, run_id="other", step=999))
     assert d.codes == {FindingCode.RUN_MISMATCH, FindingCode.STEP_MISMATCH}
 
 
-def test_a_replay_recorded_on_another_branch_of_the_run_is_compared_normally(tmp_path):
+def test_a_replay_recorded_on_another_branch_of_the_run_is_compared_normally(
+    tmp_path: Path,
+) -> None:
     """The branch may differ (a replay branch or a fork): no identity finding for it."""
     with open_store(tmp_path / "s") as store:
         rec = store.recorder("run")
@@ -55,7 +63,7 @@ def test_a_replay_recorded_on_another_branch_of_the_run_is_compared_normally(tmp
         assert FindingCode.STEP_MISMATCH not in d.codes
 
 
-def _self_validated(store, metadata):
+def _self_validated(store: Store, metadata: dict[str, Any]) -> tuple[str, Decision]:
     rec = store.recorder("run")
     rec.observe(1, "clock", b"t", pinned_at=1.0)
     rec.token("rng", 1)
@@ -63,7 +71,7 @@ def _self_validated(store, metadata):
     return cid, validate(cid, cid, store=store)
 
 
-def test_user_metadata_never_declares_a_replay_strict(tmp_path):
+def test_user_metadata_never_declares_a_replay_strict(tmp_path: Path) -> None:
     """A checkpoint whose metadata says replay_mode=strict, validated against itself: QUARANTINE."""
     with open_store(tmp_path / "s") as store:
         cid, d = _self_validated(store, {"replay_mode": "strict"})
@@ -80,7 +88,9 @@ def test_user_metadata_never_declares_a_replay_strict(tmp_path):
         st.sampled_from(["strict", "STRICT", "FAITHFUL", "ACCEPT", ["replay:x"]]),
     )
 )
-def test_no_metadata_changes_the_decision_about_a_stored_replay(tmp_path_factory, metadata):
+def test_no_metadata_changes_the_decision_about_a_stored_replay(
+    tmp_path_factory: pytest.TempPathFactory, metadata: dict[str, Any]
+) -> None:
     """Whatever the user metadata holds, a stored P's mode, tags and verdict stay the same."""
     with open_store(tmp_path_factory.mktemp("m") / "s") as store:
         _, d = _self_validated(store, metadata)
@@ -88,7 +98,7 @@ def test_no_metadata_changes_the_decision_about_a_stored_replay(tmp_path_factory
     assert d.verdict is Verdict.QUARANTINE and d.fidelity.value == "UNVERIFIED"
 
 
-def test_colliding_kind_codes_are_still_different_kinds():
+def test_colliding_kind_codes_are_still_different_kinds() -> None:
     """Two custom kinds with one 31-bit code, same values: REJECT TOKEN_MISMATCH in kind."""
     a, b = colliding_kinds()
     assert kind_code(a) == kind_code(b)
@@ -103,7 +113,9 @@ def test_colliding_kind_codes_are_still_different_kinds():
     assert "kind" in f.message
 
 
-def test_colliding_kind_codes_against_a_stored_recording_are_different_kinds(tmp_path):
+def test_colliding_kind_codes_against_a_stored_recording_are_different_kinds(
+    tmp_path: Path,
+) -> None:
     """R in the store (kinds table) vs P naming the other colliding kind: TOKEN_MISMATCH."""
     a, b = colliding_kinds()
     with open_store(tmp_path / "s") as store:
@@ -125,7 +137,7 @@ def test_colliding_kind_codes_against_a_stored_recording_are_different_kinds(tmp
         assert d.divergences["tokens"].position == 1
 
 
-def test_a_replayed_hashed_kind_without_a_name_is_not_the_recorded_kind(tmp_path):
+def test_a_replayed_hashed_kind_without_a_name_is_not_the_recorded_kind(tmp_path: Path) -> None:
     """P handing over packed records with no kind_names: its hashed kinds match nothing."""
     a, _ = colliding_kinds()
     with open_store(tmp_path / "s") as store:
@@ -141,7 +153,7 @@ def test_a_replayed_hashed_kind_without_a_name_is_not_the_recorded_kind(tmp_path
         assert ok.verdict is Verdict.ACCEPT, ok.findings
 
 
-def test_a_recording_with_an_unnamed_hashed_kind_is_bad_input():
+def test_a_recording_with_an_unnamed_hashed_kind_is_bad_input() -> None:
     """An in-memory R whose packed records use a hashed code it does not name is refused."""
     raw = PackedTokens.from_tokens([Token(0, "custom", 1)]).records
     r = Run("run", 1, "s", tokens=PackedTokens(raw))
@@ -149,7 +161,7 @@ def test_a_recording_with_an_unnamed_hashed_kind_is_bad_input():
         validate(r, r)
 
 
-def test_a_recorder_refuses_two_kind_names_with_one_code(tmp_path):
+def test_a_recorder_refuses_two_kind_names_with_one_code(tmp_path: Path) -> None:
     """Within one log, a second name with a taken code is refused, not merged."""
     a, b = colliding_kinds()
     with open_store(tmp_path / "s") as store:

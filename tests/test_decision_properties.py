@@ -26,7 +26,7 @@ values = st.one_of(
 
 
 @st.composite
-def recordings(draw: Any) -> dict[str, Any]:
+def recordings(draw: st.DrawFn) -> dict[str, Any]:
     """A clean recording: every condition of the table holds."""
     n_tok = draw(st.integers(0, 30))
     steps = sorted(draw(st.lists(st.integers(0, 60), min_size=1, max_size=8)))
@@ -141,7 +141,7 @@ def mutated(doc: dict[str, Any], names: list[str]) -> dict[str, Any]:
 
 @settings(max_examples=60, deadline=None)
 @given(recordings())
-def test_equal_inputs_always_accept(r):
+def test_equal_inputs_always_accept(r: dict[str, Any]) -> None:
     """A clean recording validated against itself is ACCEPT, FAITHFUL, no findings."""
     d = validate(r, copy.deepcopy(r))
     assert d.verdict is Verdict.ACCEPT and not d.findings
@@ -149,7 +149,7 @@ def test_equal_inputs_always_accept(r):
 
 @settings(max_examples=80, deadline=None)
 @given(recordings(), st.sampled_from(sorted(STRUCTURAL)))
-def test_state_equality_never_overrides_a_stream_difference(r, name):
+def test_state_equality_never_overrides_a_stream_difference(r: dict[str, Any], name: str) -> None:
     """Equal state digests, yet an observation/token/call-graph difference: REJECT."""
     p = mutated(r, [name])
     assert p["state_digest"] == r["state_digest"]
@@ -161,7 +161,7 @@ def test_state_equality_never_overrides_a_stream_difference(r, name):
 
 @settings(max_examples=80, deadline=None)
 @given(recordings(), st.lists(st.sampled_from(sorted(MUTATIONS)), unique=True, max_size=6))
-def test_verdict_is_the_maximum_level_over_findings(r, names):
+def test_verdict_is_the_maximum_level_over_findings(r: dict[str, Any], names: list[str]) -> None:
     """For any replay, verdict == max(level of each finding), ACCEPT when none."""
     d = validate(r, mutated(r, names))
     assert d.verdict == max((FINDING_RULES[f.code][0] for f in d.findings), default=Verdict.ACCEPT)
@@ -174,7 +174,9 @@ def test_verdict_is_the_maximum_level_over_findings(r, names):
     st.lists(st.sampled_from(sorted(MUTATIONS)), unique=True, max_size=5),
     st.sampled_from(sorted(MUTATIONS)),
 )
-def test_adding_a_divergence_never_improves_the_verdict(r, names, extra):
+def test_adding_a_divergence_never_improves_the_verdict(
+    r: dict[str, Any], names: list[str], extra: str
+) -> None:
     """Applying one more mutation never lowers the verdict nor removes a code."""
     before = validate(r, mutated(r, names))
     after = validate(r, mutated(r, [*names, extra] if extra not in names else names))
@@ -190,7 +192,9 @@ def _finding(code: FindingCode) -> Finding:
 
 
 @given(st.lists(finding_codes), finding_codes)
-def test_adding_a_finding_never_improves_verdict_for(codes, extra):
+def test_adding_a_finding_never_improves_verdict_for(
+    codes: list[FindingCode], extra: FindingCode
+) -> None:
     """verdict_for is monotone: one more finding never lowers it."""
     base = [_finding(c) for c in codes]
     assert verdict_for([*base, _finding(extra)]) >= verdict_for(base)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import pytest
 
 from cpstore.decision.table import FindingCode, Verdict
@@ -28,7 +31,7 @@ def recorded(n: int = 4) -> PackedTokens:
 # -- cursor -------------------------------------------------------------------
 
 
-def test_strict_cursor_returns_recorded_values_in_order():
+def test_strict_cursor_returns_recorded_values_in_order() -> None:
     """resolve() hands back each recorded value and advances."""
     c = ReplayCursor(recorded())
     assert [c.resolve(k) for k in ("rng", "clock", "rng", "clock")] == [0, 10, 20, 30]
@@ -36,7 +39,7 @@ def test_strict_cursor_returns_recorded_values_in_order():
     c.assert_fully_consumed()
 
 
-def test_strict_cursor_replayed_buffer_equals_the_recording():
+def test_strict_cursor_replayed_buffer_equals_the_recording() -> None:
     """What a strict cursor consumed is byte-identical to the recording."""
     rec = recorded()
     c = ReplayCursor(rec)
@@ -45,7 +48,7 @@ def test_strict_cursor_replayed_buffer_equals_the_recording():
     assert bytes(c.replayed().view()) == bytes(rec.view())
 
 
-def test_kind_mismatch_raises_at_that_seq_with_expected_and_observed():
+def test_kind_mismatch_raises_at_that_seq_with_expected_and_observed() -> None:
     """Asking for a clock where an rng was recorded raises at seq 0."""
     c = ReplayCursor(recorded())
     with pytest.raises(ReplayDivergenceError) as info:
@@ -55,7 +58,7 @@ def test_kind_mismatch_raises_at_that_seq_with_expected_and_observed():
     assert c.position == 0
 
 
-def test_strict_cursor_never_calls_the_live_source():
+def test_strict_cursor_never_calls_the_live_source() -> None:
     """Even with a live fallback given, STRICT raises on a mismatch and never calls it."""
     calls = []
     c = ReplayCursor(recorded())
@@ -64,7 +67,7 @@ def test_strict_cursor_never_calls_the_live_source():
     assert calls == []
 
 
-def test_exhausted_log_raises():
+def test_exhausted_log_raises() -> None:
     """Resolving past the end of the log raises with the seq."""
     c = ReplayCursor(recorded(1))
     c.resolve("rng")
@@ -73,7 +76,7 @@ def test_exhausted_log_raises():
     assert info.value.where == "seq=1"
 
 
-def test_trailing_tokens_are_caught():
+def test_trailing_tokens_are_caught() -> None:
     """assert_fully_consumed raises when tokens were left unresolved."""
     c = ReplayCursor(recorded(3))
     c.resolve("rng")
@@ -82,7 +85,7 @@ def test_trailing_tokens_are_caught():
     assert info.value.where == "seq=1"
 
 
-def test_recorded_token_with_live_provenance_is_refused():
+def test_recorded_token_with_live_provenance_is_refused() -> None:
     """A recording whose token was itself live is refused, in any mode."""
     rec = PackedTokens.from_tokens([Token(0, "rng", 1, "live")])
     for mode in ReplayMode:
@@ -90,7 +93,7 @@ def test_recorded_token_with_live_provenance_is_refused():
             ReplayCursor(rec, mode=mode).resolve("rng", live=lambda: 1)
 
 
-def test_best_effort_falls_through_and_tags_live_so_validation_quarantines():
+def test_best_effort_falls_through_and_tags_live_so_validation_quarantines() -> None:
     """BEST_EFFORT may go live; the tokens are tagged live and the decision is QUARANTINE."""
     rec = recorded(2)
     c = ReplayCursor(rec, mode=ReplayMode.BEST_EFFORT)
@@ -106,14 +109,14 @@ def test_best_effort_falls_through_and_tags_live_so_validation_quarantines():
     assert not d.evidence
 
 
-def test_best_effort_without_a_live_source_still_raises():
+def test_best_effort_without_a_live_source_still_raises() -> None:
     """BEST_EFFORT with nothing to fall through to raises."""
     c = ReplayCursor(recorded(0), mode=ReplayMode.BEST_EFFORT)
     with pytest.raises(ReplayDivergenceError, match="no live source"):
         c.resolve("rng")
 
 
-def test_cursor_needs_values_and_a_mode():
+def test_cursor_needs_values_and_a_mode() -> None:
     """A cursor over digests only, or with a string mode, is refused."""
     with pytest.raises(InvalidInputError):
         ReplayCursor(PackedTokens(recorded().view()))
@@ -125,17 +128,21 @@ def test_cursor_needs_values_and_a_mode():
 
 
 class FakeCheckpoint:
-    def __init__(self, obs, payloads):
+    def __init__(
+        self,
+        obs: Sequence[tuple[int, str, str, float | None]],
+        payloads: dict[tuple[int, str, int], bytes],
+    ) -> None:
         self._obs, self._payloads = obs, payloads
 
-    def observations(self):
+    def observations(self) -> Sequence[tuple[int, str, str, float | None]]:
         return self._obs
 
-    def payload(self, step, source, *, occurrence=0):
+    def payload(self, step: int, source: str, *, occurrence: int = 0) -> bytes:
         return self._payloads[(step, source, occurrence)]
 
 
-def test_pinned_reader_serves_payloads_and_records_the_stream():
+def test_pinned_reader_serves_payloads_and_records_the_stream() -> None:
     """Each read comes from the recording; repeated reads take the next occurrence."""
     src = FakeCheckpoint(
         [(1, "clock", "d1", 5.0), (1, "clock", "d2", 6.0)],
@@ -147,19 +154,19 @@ def test_pinned_reader_serves_payloads_and_records_the_stream():
     assert [o.payload_digest for o in reader.observations] == ["d1", "d2"]
 
 
-def test_pinned_reader_raises_a_recording_gap_never_refetches():
+def test_pinned_reader_raises_a_recording_gap_never_refetches() -> None:
     """An unrecorded (step, source), or one read too often, is a RecordingGapError."""
     reader = PinnedObservations(FakeCheckpoint([(1, "clock", "d", 5.0)], {(1, "clock", 0): b"t"}))
     with pytest.raises(RecordingGapError) as info:
         reader.read(2, "clock")
-    assert "step 2" in info.value.where
+    assert info.value.where is not None and "step 2" in info.value.where
     reader.read(1, "clock")
     with pytest.raises(RecordingGapError):
         reader.read(1, "clock")
     assert isinstance(info.value, KeyError)  # RecordingGapError is also a NotFoundError
 
 
-def test_pinned_reader_on_the_store_refuses_an_unpinned_observation(tmp_path):
+def test_pinned_reader_on_the_store_refuses_an_unpinned_observation(tmp_path: Path) -> None:
     """The store holds the payload of an unpinned read, but replay must not use it."""
     with open_store(tmp_path / "s") as store:
         rec = store.recorder("r")
@@ -172,11 +179,11 @@ def test_pinned_reader_on_the_store_refuses_an_unpinned_observation(tmp_path):
 # -- ledger guard -------------------------------------------------------------
 
 
-def ledger():
+def ledger() -> list[Effect]:
     return [Effect(0, "db", digest(b"a").hex()), Effect(1, "mail", digest(b"b").hex())]
 
 
-def test_guard_admits_the_ledger_in_order():
+def test_guard_admits_the_ledger_in_order() -> None:
     """Effects equal to the sealed ledger, in order, pass and run their action."""
     g = LedgerGuard(ledger(), sealed=True)
     assert g.perform("db", b"a", lambda: "done") == "done"
@@ -184,7 +191,7 @@ def test_guard_admits_the_ledger_in_order():
     assert g.attempted == tuple(ledger())
 
 
-def test_guard_raises_before_an_unrecorded_effect_escapes():
+def test_guard_raises_before_an_unrecorded_effect_escapes() -> None:
     """A different payload at seq 0 raises and the action is never called."""
     escaped = []
     g = LedgerGuard(ledger(), sealed=True)
@@ -195,7 +202,7 @@ def test_guard_raises_before_an_unrecorded_effect_escapes():
     assert g.attempted[0].payload_digest == digest(b"other").hex()
 
 
-def test_guard_raises_on_an_effect_beyond_the_ledger():
+def test_guard_raises_on_an_effect_beyond_the_ledger() -> None:
     """One effect more than the ledger holds is refused."""
     g = LedgerGuard(ledger()[:1], sealed=True)
     g.check("db", b"a")
@@ -203,7 +210,7 @@ def test_guard_raises_on_an_effect_beyond_the_ledger():
         g.check("db", b"a")
 
 
-def test_guard_refuses_writes_and_unsealed_ledgers():
+def test_guard_refuses_writes_and_unsealed_ledgers() -> None:
     """append() always raises LedgerSealedError; an unsealed ledger needs explicit opt-in."""
     with pytest.raises(LedgerSealedError):
         LedgerGuard(ledger(), sealed=True).append("db", b"x")
@@ -212,7 +219,7 @@ def test_guard_refuses_writes_and_unsealed_ledgers():
     assert not LedgerGuard(ledger(), sealed=False, allow_unsealed=True).sealed
 
 
-def test_a_sealed_ledger_never_changes_and_a_replay_cannot_write_it(tmp_path):
+def test_a_sealed_ledger_never_changes_and_a_replay_cannot_write_it(tmp_path: Path) -> None:
     """Through the store: the sealed ledger stays as sealed; the guard refuses any write."""
     with open_store(tmp_path / "s") as store:
         rec = store.recorder("r")
@@ -231,7 +238,7 @@ def test_a_sealed_ledger_never_changes_and_a_replay_cannot_write_it(tmp_path):
 # -- a whole session on the store --------------------------------------------
 
 
-def test_session_on_a_stored_checkpoint_validates_accept(tmp_path):
+def test_session_on_a_stored_checkpoint_validates_accept(tmp_path: Path) -> None:
     """Cursor, pinned reads and guard over a stored checkpoint give an ACCEPT replay."""
     with open_store(tmp_path / "s") as store:
         rec = store.recorder("r")
@@ -256,7 +263,7 @@ def test_session_on_a_stored_checkpoint_validates_accept(tmp_path):
         assert d.verdict is Verdict.ACCEPT, d.findings
 
 
-def test_stored_cursor_detects_a_damaged_value_even_without_verify_on_read(tmp_path):
+def test_stored_cursor_detects_a_damaged_value_even_without_verify_on_read(tmp_path: Path) -> None:
     """A flipped byte in the stored values blob raises IntegrityError, never a wrong value."""
     import lmdb  # noqa: PLC0415 - only this test writes LMDB behind the store's back
 
@@ -281,7 +288,7 @@ def test_stored_cursor_detects_a_damaged_value_even_without_verify_on_read(tmp_p
             cursor.resolve("rng")
 
 
-def test_cursor_refuses_a_kind_whose_code_collides_with_the_recorded_kind():
+def test_cursor_refuses_a_kind_whose_code_collides_with_the_recorded_kind() -> None:
     """Asking for k53003 where k9870 (same hashed code) was recorded raises, never matches."""
     c = ReplayCursor(PackedTokens.from_tokens([Token(0, "k9870", 1)]))
     with pytest.raises(InvalidInputError, match="another kind"):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 import lmdb
 import pytest
 
@@ -14,6 +17,9 @@ from cpstore.replay.session import ReplaySession
 from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 
+if TYPE_CHECKING:
+    from cpstore import CheckpointView, Store
+
 CONFIG_V1 = b'{"region": "eu", "limit": 10}'
 CONFIG_V2 = b'{"region": "eu", "limit": 20}'  # mutated in the backing store after the run
 
@@ -25,7 +31,7 @@ def hexd(data: bytes) -> str:
 # -- seed 000: stale config at step 12 of a step-47 checkpoint ---------------
 
 
-def record_seed_000(store):
+def record_seed_000(store: Store) -> str:
     rec = store.recorder("agent-000")
     for step in range(1, 48):
         if step == 12:
@@ -40,7 +46,7 @@ def record_seed_000(store):
     return rec.checkpoint(47, {"memory": "same", "plan": [1, 2, 3]})
 
 
-def replay_seed_000(cp, *, refetch_config: bytes | None):
+def replay_seed_000(cp: CheckpointView, *, refetch_config: bytes | None) -> Run:
     """The recovery replay; ``refetch_config`` re-issues read_config live (the bug)."""
     s = ReplaySession(cp)
     for step in range(1, 48):
@@ -72,7 +78,7 @@ def replay_seed_000(cp, *, refetch_config: bytes | None):
     )
 
 
-def test_seed_000_faithful_recovery_accepts_and_resumes(tmp_path):
+def test_seed_000_faithful_recovery_accepts_and_resumes(tmp_path: Path) -> None:
     """Replaying with every read pinned from the store: ACCEPT, and the resume gate opens."""
     with open_store(tmp_path / "s") as store:
         cid = record_seed_000(store)
@@ -83,7 +89,7 @@ def test_seed_000_faithful_recovery_accepts_and_resumes(tmp_path):
         assert resume_gate(store, cid, d).verdict is Verdict.ACCEPT
 
 
-def test_seed_000_stale_config_under_equal_state_is_rejected_and_gated(tmp_path):
+def test_seed_000_stale_config_under_equal_state_is_rejected_and_gated(tmp_path: Path) -> None:
     """Re-fetched newer config at step 12, identical state hash: REJECT, sign-off needed."""
     with open_store(tmp_path / "s") as store:
         cid = record_seed_000(store)
@@ -109,7 +115,7 @@ def test_seed_000_stale_config_under_equal_state_is_rejected_and_gated(tmp_path)
         assert permit.sign_off == so.audit_digest
 
 
-def test_seed_000_identical_refetch_is_still_not_accepted(tmp_path):
+def test_seed_000_identical_refetch_is_still_not_accepted(tmp_path: Path) -> None:
     """Re-fetched but identical payload: equivalence unprovable, so QUARANTINE."""
     with open_store(tmp_path / "s") as store:
         cid = record_seed_000(store)
@@ -123,7 +129,7 @@ def test_seed_000_identical_refetch_is_still_not_accepted(tmp_path):
 # -- seed 002: evicted cache, re-seeded RNG, orphaned write -------------------
 
 
-def record_seed_002(store):
+def record_seed_002(store: Store) -> str:
     base = store.recorder("agent-002").checkpoint(0, {"plan": "start"})
     rec = store.recorder("agent-002", branch="speculative", parent=base)
     rec.observe(1, "tool:cache", b"cached-response", pinned_at=1_700_000_100.0)
@@ -135,7 +141,7 @@ def record_seed_002(store):
     return rec.checkpoint(2, {"answer": 42})
 
 
-def test_seed_002_strict_replay_stops_at_the_exact_token_and_effect(tmp_path):
+def test_seed_002_strict_replay_stops_at_the_exact_token_and_effect(tmp_path: Path) -> None:
     """STRICT: re-seeding from the clock raises at seq 1; the live write never escapes."""
     with open_store(tmp_path / "s") as store:
         cid = record_seed_002(store)
@@ -157,7 +163,7 @@ def test_seed_002_strict_replay_stops_at_the_exact_token_and_effect(tmp_path):
             assert escaped == [] and guard.value.where == "effect seq=0"
 
 
-def test_seed_002_best_effort_match_is_quarantined_and_never_rolled_back(tmp_path):
+def test_seed_002_best_effort_match_is_quarantined_and_never_rolled_back(tmp_path: Path) -> None:
     """Same answer via live tool call and clock-seeded RNG: QUARANTINE; rollback refused forever."""
     with open_store(tmp_path / "s") as store:
         cid = record_seed_002(store)
@@ -210,7 +216,7 @@ def test_seed_002_best_effort_match_is_quarantined_and_never_rolled_back(tmp_pat
 # -- seed 004: harness counter and idempotent branch --------------------------
 
 
-def record_seed_004(store):
+def record_seed_004(store: Store) -> str:
     rec = store.recorder("session-004")
     rec.observe(1, "cache_dir", b"listing", pinned_at=10.0)
     rec.observe(2, "rate_limiter", b"count=7", pinned_at=11.0)
@@ -221,7 +227,9 @@ def record_seed_004(store):
     return rec.checkpoint(3, {"scratch": "x"})
 
 
-def record_replay_004(store, cid, *, tool: str, transcript: bytes, harness: bool):
+def record_replay_004(
+    store: Store, cid: str, *, tool: str, transcript: bytes, harness: bool
+) -> str:
     """The replay harness records its own run as a checkpoint tagged replay:<cid>.
 
     A fresh branch of the same run, not a fork: a forked recorder would inherit
@@ -244,7 +252,7 @@ def record_replay_004(store, cid, *, tool: str, transcript: bytes, harness: bool
     return rec.checkpoint(3, {"scratch": "x"}, tags=[f"replay:{cid}"])
 
 
-def test_seed_004_idempotent_branch_with_harness_counter_is_perturbed(tmp_path):
+def test_seed_004_idempotent_branch_with_harness_counter_is_perturbed(tmp_path: Path) -> None:
     """Equal transcript, different tool, harness bumped a counter: REJECT, DIVERGENT_PERTURBED."""
     with open_store(tmp_path / "s") as store:
         cid = record_seed_004(store)
@@ -264,7 +272,7 @@ def test_seed_004_idempotent_branch_with_harness_counter_is_perturbed(tmp_path):
         assert d.standing == "hypothesis" and d.replayed.checkpoint_id == pid
 
 
-def test_seed_004_transcript_and_graph_differ_is_causal_with_recording_gap(tmp_path):
+def test_seed_004_transcript_and_graph_differ_is_causal_with_recording_gap(tmp_path: Path) -> None:
     """Both differ: DIVERGENT_CAUSAL, the gap report names step 2 and the unpinned source."""
     with open_store(tmp_path / "s") as store:
         cid = record_seed_004(store)
@@ -277,7 +285,7 @@ def test_seed_004_transcript_and_graph_differ_is_causal_with_recording_gap(tmp_p
         assert gap.step == 2 and gap.unpinned_sources == ("rate_limiter",)
 
 
-def test_seed_004_replay_of_replay_is_rejected(tmp_path):
+def test_seed_004_replay_of_replay_is_rejected(tmp_path: Path) -> None:
     """A recording that is itself a replay (tag replay:...) can never be evidence."""
     with open_store(tmp_path / "s") as store:
         cid = record_seed_004(store)
@@ -296,13 +304,15 @@ def test_seed_004_replay_of_replay_is_rejected(tmp_path):
 # -- INTEGRITY through the store ---------------------------------------------
 
 
-def test_damaged_recording_is_an_integrity_reject_not_an_exception(tmp_path):
+def test_damaged_recording_is_an_integrity_reject_not_an_exception(tmp_path: Path) -> None:
     """A flipped byte in R's token log gives REJECT (INTEGRITY) and is recorded."""
     path = tmp_path / "s"
     with open_store(path) as store:
         cid = record_seed_002(store)
         with store.read(cid) as cp:
-            key = bytes.fromhex(cp.manifest.tokens_digest)
+            tokens_digest = cp.manifest.tokens_digest
+            assert tokens_digest is not None  # the recording has a token log
+            key = bytes.fromhex(tokens_digest)
             p = Run(cp.manifest.run_id, 2, cp.manifest.state_digest, mode=ReplayMode.STRICT)
     env = lmdb.open(str(path), max_dbs=32, subdir=True)
     objects = env.open_db(b"objects", create=False)
@@ -319,14 +329,14 @@ def test_damaged_recording_is_an_integrity_reject_not_an_exception(tmp_path):
         assert any(r.body["decision_id"] == d.id for r in store.audit_records(kind="decision"))
 
 
-def test_missing_checkpoint_is_an_integrity_reject(tmp_path):
+def test_missing_checkpoint_is_an_integrity_reject(tmp_path: Path) -> None:
     """A checkpoint id the store does not hold ends in INTEGRITY, never an exception."""
     with open_store(tmp_path / "s") as store:
         d = validate("ab" * 16, Run("r", 1, "s", mode=ReplayMode.STRICT), store=store)
         assert d.codes == {FindingCode.INTEGRITY} and d.verdict is Verdict.REJECT
 
 
-def test_a_damaged_object_named_only_by_digest_is_an_integrity_reject(tmp_path):
+def test_a_damaged_object_named_only_by_digest_is_an_integrity_reject(tmp_path: Path) -> None:
     """A flipped byte in an object R names only by digest (a state part) is INTEGRITY, located."""
     path = tmp_path / "s"
     with open_store(path) as store:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from test_decision_support import clean_doc, replay_of
@@ -15,8 +16,11 @@ from cpstore.native.records import pack_token_value
 from cpstore.run.document import parse_document
 from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
 
+if TYPE_CHECKING:
+    from cpstore import Decision, Finding
 
-def only(decision, code):
+
+def only(decision: Decision, code: FindingCode) -> Finding:
     """The one finding of ``code`` (and assert there is exactly one)."""
     found = [f for f in decision.findings if f.code is code]
     assert len(found) == 1, decision.findings
@@ -26,7 +30,7 @@ def only(decision, code):
 # -- the clean case -----------------------------------------------------------
 
 
-def test_equal_clean_inputs_accept_as_faithful_evidence():
+def test_equal_clean_inputs_accept_as_faithful_evidence() -> None:
     """Identical clean R and P: ACCEPT, FAITHFUL, evidence, no findings."""
     r = clean_doc()
     d = validate(r, replay_of(r))
@@ -40,7 +44,7 @@ def test_equal_clean_inputs_accept_as_faithful_evidence():
 # -- REJECT rows --------------------------------------------------------------
 
 
-def test_replay_of_replay_tag_rejects_unreleasably():
+def test_replay_of_replay_tag_rejects_unreleasably() -> None:
     """R tagged ``replay:...`` is REPLAY_OF_REPLAY (seed 004 recursion guard)."""
     r = clean_doc(provenance_tags=["agent:v1", "replay:abc"])
     d = validate(r, replay_of(r))
@@ -49,20 +53,20 @@ def test_replay_of_replay_tag_rejects_unreleasably():
     assert d.verdict is Verdict.REJECT and not d.releasable
 
 
-def test_tag_merely_containing_replay_is_not_replay_of_replay():
+def test_tag_merely_containing_replay_is_not_replay_of_replay() -> None:
     """Only a tag *starting* with ``replay:`` counts."""
     r = clean_doc(provenance_tags=["agent:replay:x", "REPLAY:y"])
     assert validate(r, replay_of(r)).verdict is Verdict.ACCEPT
 
 
-def test_state_mismatch_rejects():
+def test_state_mismatch_rejects() -> None:
     """A different post-state digest is STATE_MISMATCH at R's step."""
     r = clean_doc()
     f = only(validate(r, replay_of(r, state_digest="other")), FindingCode.STATE_MISMATCH)
     assert (f.position, f.unit, f.expected, f.observed) == (47, "step", "state-47", "other")
 
 
-def test_token_value_mismatch_located_by_seq_and_compared_by_type():
+def test_token_value_mismatch_located_by_seq_and_compared_by_type() -> None:
     """Value 14 vs 14.0 at seq 2 is TOKEN_MISMATCH at seq 2 (type-distinct)."""
     r = clean_doc()
     p = replay_of(r)
@@ -76,7 +80,7 @@ def test_token_value_mismatch_located_by_seq_and_compared_by_type():
     assert d.verdict is Verdict.REJECT
 
 
-def test_token_kind_mismatch_is_a_token_mismatch():
+def test_token_kind_mismatch_is_a_token_mismatch() -> None:
     """Same value, different kind: TOKEN_MISMATCH naming both kinds."""
     r = clean_doc()
     p = replay_of(r)
@@ -86,7 +90,7 @@ def test_token_kind_mismatch_is_a_token_mismatch():
 
 
 @pytest.mark.parametrize("delta", [-2, +1])
-def test_token_count_differs(delta):
+def test_token_count_differs(delta: int) -> None:
     """Fewer or more tokens than recorded is TOKEN_COUNT with both counts."""
     r = clean_doc(tokens=6)
     p = replay_of(r, tokens=clean_doc(tokens=6 + delta)["tokens"])
@@ -96,7 +100,7 @@ def test_token_count_differs(delta):
     assert FindingCode.TOKEN_MISMATCH not in d.codes
 
 
-def test_call_graph_mismatch_located_by_index():
+def test_call_graph_mismatch_located_by_index() -> None:
     """A different decision node at index 1 is CALL_GRAPH_MISMATCH at index 1."""
     r = clean_doc()
     p = replay_of(r)
@@ -106,7 +110,7 @@ def test_call_graph_mismatch_located_by_index():
     assert f.observed["node"] == "read_config_cached"
 
 
-def test_call_graph_extra_node_is_a_mismatch():
+def test_call_graph_extra_node_is_a_mismatch() -> None:
     """A replay that took one more decision diverges at the first extra index."""
     r = clean_doc()
     p = replay_of(r)
@@ -115,7 +119,7 @@ def test_call_graph_extra_node_is_a_mismatch():
     assert f.position == 3 and f.expected is None
 
 
-def test_observation_mismatch_rejects_but_is_releasable():
+def test_observation_mismatch_rejects_but_is_releasable() -> None:
     """A different payload at step 12 is OBSERVATION_MISMATCH, REJECT, releasable."""
     r = clean_doc()
     p = replay_of(r)
@@ -131,7 +135,7 @@ def test_observation_mismatch_rejects_but_is_releasable():
     assert d.verdict is Verdict.REJECT and d.releasable
 
 
-def test_observation_compare_ignores_pinned_at_value():
+def test_observation_compare_ignores_pinned_at_value() -> None:
     """Observations compare on (step, source, payload_digest); a different pin time is equal."""
     r = clean_doc()
     p = replay_of(r)
@@ -139,7 +143,7 @@ def test_observation_compare_ignores_pinned_at_value():
     assert validate(r, p).verdict is Verdict.ACCEPT
 
 
-def test_missing_observation_is_a_mismatch():
+def test_missing_observation_is_a_mismatch() -> None:
     """A replay that skipped a read diverges at that read."""
     r = clean_doc()
     p = replay_of(r)
@@ -151,7 +155,7 @@ def test_missing_observation_is_a_mismatch():
 # -- QUARANTINE rows ----------------------------------------------------------
 
 
-def test_unpinned_observation_quarantines_with_count():
+def test_unpinned_observation_quarantines_with_count() -> None:
     """pinned_at null (re-fetched) is UNPINNED_OBSERVATION; reported per side with a count."""
     r = clean_doc()
     r["observations"][1]["pinned_at"] = None
@@ -162,7 +166,7 @@ def test_unpinned_observation_quarantines_with_count():
     assert d.verdict is Verdict.QUARANTINE and d.releasable
 
 
-def test_live_resolution_quarantines_at_first_live_seq():
+def test_live_resolution_quarantines_at_first_live_seq() -> None:
     """A P token with provenance live is LIVE_RESOLUTION at its seq."""
     r = clean_doc()
     p = replay_of(r)
@@ -175,7 +179,7 @@ def test_live_resolution_quarantines_at_first_live_seq():
 
 
 @pytest.mark.parametrize("mode", ["best_effort", None])
-def test_non_strict_mode_quarantines(mode):
+def test_non_strict_mode_quarantines(mode: str | None) -> None:
     """best_effort, or no declared mode, is BEST_EFFORT: evidence of nothing."""
     r = clean_doc()
     d = validate(r, replay_of(r, mode=mode))
@@ -184,7 +188,7 @@ def test_non_strict_mode_quarantines(mode):
     assert d.verdict is Verdict.QUARANTINE and not d.evidence
 
 
-def test_mode_absent_from_document_is_not_strict():
+def test_mode_absent_from_document_is_not_strict() -> None:
     """A replay document without ``mode`` is not trusted as strict."""
     r = clean_doc()
     p = replay_of(r)
@@ -192,7 +196,7 @@ def test_mode_absent_from_document_is_not_strict():
     assert FindingCode.BEST_EFFORT in validate(r, p).codes
 
 
-def test_token_sequence_break_in_recording_quarantines():
+def test_token_sequence_break_in_recording_quarantines() -> None:
     """R seqs not 0,1,2,... is TOKEN_SEQUENCE at the first break."""
     r = clean_doc()
     r["tokens"][3]["seq"] = 9
@@ -202,7 +206,7 @@ def test_token_sequence_break_in_recording_quarantines():
     assert d.verdict is Verdict.QUARANTINE
 
 
-def test_unsealed_ledger_quarantines():
+def test_unsealed_ledger_quarantines() -> None:
     """R's ledger not sealed is LEDGER_UNSEALED."""
     r = clean_doc(ledger_sealed=False)
     d = validate(r, replay_of(r))
@@ -210,14 +214,14 @@ def test_unsealed_ledger_quarantines():
     assert d.verdict is Verdict.QUARANTINE
 
 
-def test_ledger_sealed_defaults_to_false_when_absent():
+def test_ledger_sealed_defaults_to_false_when_absent() -> None:
     """A recording that does not say its ledger was sealed is treated as unsealed."""
     r = clean_doc()
     del r["ledger_sealed"]
     assert FindingCode.LEDGER_UNSEALED in validate(r, replay_of(r)).codes
 
 
-def test_unrecorded_effect_quarantines_at_its_seq():
+def test_unrecorded_effect_quarantines_at_its_seq() -> None:
     """An effect not in the sealed ledger at that position is UNRECORDED_EFFECT."""
     r = clean_doc()
     p = replay_of(r)
@@ -228,7 +232,7 @@ def test_unrecorded_effect_quarantines_at_its_seq():
     assert d.verdict is Verdict.QUARANTINE
 
 
-def test_effect_fewer_than_ledger_is_not_unrecorded():
+def test_effect_fewer_than_ledger_is_not_unrecorded() -> None:
     """A replay that performed only a prefix of the ledger attempted nothing unrecorded."""
     r = clean_doc()
     p = replay_of(r)
@@ -236,7 +240,7 @@ def test_effect_fewer_than_ledger_is_not_unrecorded():
     assert validate(r, p).verdict is Verdict.ACCEPT
 
 
-def test_harness_perturbation_quarantines_as_perturbed():
+def test_harness_perturbation_quarantines_as_perturbed() -> None:
     """A non-empty harness-access stream is HARNESS_PERTURBATION, DIVERGENT_PERTURBED."""
     r = clean_doc()
     d = validate(r, replay_of(r, harness_accesses=[{"resource": "rate_limiter", "op": "incr"}]))
@@ -246,7 +250,7 @@ def test_harness_perturbation_quarantines_as_perturbed():
     assert d.fidelity is Fidelity.DIVERGENT_PERTURBED
 
 
-def test_transcript_mismatch_alone_quarantines_as_lossy():
+def test_transcript_mismatch_alone_quarantines_as_lossy() -> None:
     """Transcript differs with an equal call graph: TRANSCRIPT_MISMATCH, QUARANTINE."""
     r = clean_doc()
     d = validate(r, replay_of(r, transcript_digest="transcript-2"))
@@ -258,7 +262,7 @@ def test_transcript_mismatch_alone_quarantines_as_lossy():
 # -- fidelity -----------------------------------------------------------------
 
 
-def test_call_graph_divergence_hidden_by_equal_transcript_is_perturbed():
+def test_call_graph_divergence_hidden_by_equal_transcript_is_perturbed() -> None:
     """Seed 004's dangerous case: equal transcript, different call graph."""
     r = clean_doc()
     p = replay_of(r)
@@ -269,7 +273,7 @@ def test_call_graph_divergence_hidden_by_equal_transcript_is_perturbed():
     assert d.recording_gaps == ()
 
 
-def test_call_graph_and_transcript_both_differ_is_causal_with_gap_report():
+def test_call_graph_and_transcript_both_differ_is_causal_with_gap_report() -> None:
     """Both differ: DIVERGENT_CAUSAL and a recording gap naming the step and unpinned sources."""
     r = clean_doc()
     r["observations"][1]["pinned_at"] = None
@@ -286,7 +290,7 @@ def test_call_graph_and_transcript_both_differ_is_causal_with_gap_report():
     assert gap.unrecorded_sources == ("env",)
 
 
-def test_other_findings_are_unverified_not_faithful():
+def test_other_findings_are_unverified_not_faithful() -> None:
     """A state mismatch alone is REJECT with fidelity UNVERIFIED."""
     r = clean_doc()
     d = validate(r, replay_of(r, state_digest="x"))
@@ -296,7 +300,7 @@ def test_other_findings_are_unverified_not_faithful():
 # -- reporting ----------------------------------------------------------------
 
 
-def test_every_finding_is_reported_not_just_the_first():
+def test_every_finding_is_reported_not_just_the_first() -> None:
     """A replay wrong in every stream lists one finding per row that fired."""
     r = clean_doc(provenance_tags=["replay:x"], ledger_sealed=False)
     r["tokens"][1]["seq"] = 5
@@ -323,7 +327,7 @@ def test_every_finding_is_reported_not_just_the_first():
     assert d.divergences["tokens"].code is FindingCode.TOKEN_MISMATCH
 
 
-def test_table_levels_and_releasability_match_the_issue():
+def test_table_levels_and_releasability_match_the_issue() -> None:
     """FINDING_RULES is the table: REJECT rows, and which ones a sign-off releases."""
     rejects = {c for c, (lvl, _) in FINDING_RULES.items() if lvl is Verdict.REJECT}
     assert {c.value for c in rejects} == {
@@ -351,14 +355,14 @@ def test_table_levels_and_releasability_match_the_issue():
     assert set(FINDING_RULES) == set(FindingCode)
 
 
-def test_decision_ids_are_unique_per_validation():
+def test_decision_ids_are_unique_per_validation() -> None:
     """Two validations of the same pair get different decision ids."""
     r = clean_doc()
     a, b = validate(r, replay_of(r)), validate(r, replay_of(r))
     assert a.id != b.id and len(a.id) == 32
 
 
-def test_failure_is_data_unless_raise_is_requested():
+def test_failure_is_data_unless_raise_is_requested() -> None:
     """A REJECT returns; raise_on_failure raises ValidationFailedError carrying it."""
     r = clean_doc()
     p = replay_of(r, state_digest="x")
@@ -370,7 +374,7 @@ def test_failure_is_data_unless_raise_is_requested():
     validate(r, replay_of(r), raise_on_failure=True)  # ACCEPT does not raise
 
 
-def test_to_dict_is_canonical_plain_data():
+def test_to_dict_is_canonical_plain_data() -> None:
     """The decision's dict (audit body, --json) round-trips the canonical encoding."""
     r = clean_doc()
     p = replay_of(r, state_digest="x")
@@ -383,7 +387,7 @@ def test_to_dict_is_canonical_plain_data():
 # -- packed inputs ------------------------------------------------------------
 
 
-def test_packed_buffer_from_a_replay_engine_is_compared_directly():
+def test_packed_buffer_from_a_replay_engine_is_compared_directly() -> None:
     """A Run built on a raw packed buffer (no values) validates and names the digest."""
     r = parse_document(clean_doc(tokens=4))
     raw = b"".join(
@@ -405,7 +409,7 @@ def test_packed_buffer_from_a_replay_engine_is_compared_directly():
     assert f.position == 2 and "value" not in f.observed and len(f.observed["value_digest"]) == 32
 
 
-def test_malformed_packed_replay_buffer_is_bad_input_not_a_verdict():
+def test_malformed_packed_replay_buffer_is_bad_input_not_a_verdict() -> None:
     """A hand-built buffer with reserved bytes set raises RecordFormatError."""
     r = parse_document(clean_doc(tokens=2))
     raw = bytearray(r.tokens.view())
@@ -417,7 +421,7 @@ def test_malformed_packed_replay_buffer_is_bad_input_not_a_verdict():
         validate(r, p)
 
 
-def test_packed_tokens_from_tokens_round_trips_info():
+def test_packed_tokens_from_tokens_round_trips_info() -> None:
     """PackedTokens.from_tokens keeps values and names of custom kinds."""
     pt = PackedTokens.from_tokens([Token(0, "rng", 4), Token(1, "my-kind", "x", "live")])
     assert len(pt) == 2
@@ -425,19 +429,19 @@ def test_packed_tokens_from_tokens_round_trips_info():
     assert (info.seq, info.kind, info.value, info.provenance) == (1, "my-kind", "x", "live")
 
 
-def test_checkpoint_id_without_store_is_bad_input():
+def test_checkpoint_id_without_store_is_bad_input() -> None:
     """A 32-hex id with no store is refused as input, not validated as a path."""
     with pytest.raises(InvalidInputError, match="needs a store"):
         validate("0" * 32, clean_doc())
 
 
-def test_unsupported_input_type_is_bad_input():
+def test_unsupported_input_type_is_bad_input() -> None:
     """Anything but a Run, a mapping, bytes or a path raises InvalidInputError."""
     with pytest.raises(InvalidInputError):
         validate(42, clean_doc())  # type: ignore[arg-type]
 
 
-def test_docs_decision_table_matches_finding_rules():
+def test_docs_decision_table_matches_finding_rules() -> None:
     """Every row of docs/decision-table.md's findings table equals FINDING_RULES."""
     text = (Path(__file__).parent.parent / "docs" / "decision-table.md").read_text()
     rows = {}

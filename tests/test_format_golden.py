@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import math
+import struct
 from pathlib import Path
 
 import pytest
 import xxhash
 
 import cpstore
-from cpstore.native import records as R
+from cpstore.native import records
 from cpstore.native import reference as ref
+from cpstore.store.facade import open as open_store
+from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
 
 CANONICAL = [
     (None, "c0"),
@@ -58,8 +61,6 @@ def test_canonical_encoding_bytes_are_pinned(value: object, hexbytes: str) -> No
 
 def test_nan_with_other_payload_bits_encodes_as_the_one_nan() -> None:
     """Every NaN, whatever its payload bits, has the one documented encoding."""
-    import struct
-
     odd_nan = struct.unpack(">d", bytes.fromhex("7ff8000000000abc"))[0]
     assert math.isnan(odd_nan)
     assert cpstore.native.encode_value(odd_nan).hex() == "cb7ff8000000000000"
@@ -79,22 +80,25 @@ def test_value_digest_is_xxh3_128_of_the_canonical_bytes() -> None:
 
 def test_standard_and_custom_kind_codes_are_pinned() -> None:
     """The standard kinds have fixed codes; custom kinds hash with the top bit set."""
-    assert [R.kind_code(k) for k in ("rng", "clock", "tool", "env")] == [1, 2, 3, 4]
-    assert R.kind_code("cache") == 0x964101EE
+    assert [records.kind_code(k) for k in ("rng", "clock", "tool", "env")] == [1, 2, 3, 4]
+    assert records.kind_code("cache") == 0x964101EE
 
 
 def test_token_record_bytes_are_pinned() -> None:
     """A token record is seq|kind|provenance|reserved|value digest, little-endian."""
-    record = cpstore.native.pack_token(7, "rng", cpstore.native.Provenance.RECORDED, cpstore.native.value_digest(42))
+    native = cpstore.native
+    record = native.pack_token(7, "rng", native.Provenance.RECORDED, native.value_digest(42))
     assert record.hex() == (
         "0700000000000000" "01000000" "01" "000000" "14c9ae9594c463c479d03016b7aeed0d"
     )
-    assert R.unpack_token(record) == (7, 1, cpstore.native.Provenance.RECORDED, cpstore.native.value_digest(42))
+    assert records.unpack_token(record) == (
+        7, 1, cpstore.native.Provenance.RECORDED, cpstore.native.value_digest(42)
+    )
 
 
 def test_observation_record_bytes_are_pinned() -> None:
     """An observation record carries step, pinned_at, flags, source and payload."""
-    source = R.string_digest("read_config")
+    source = records.string_digest("read_config")
     record = cpstore.native.pack_observation(12, source, bytes(range(16)), 1700000000.5)
     assert record.hex() == (
         "0c00000000000000"
@@ -104,10 +108,10 @@ def test_observation_record_bytes_are_pinned() -> None:
         "2239b1eabe27dbe6d90e0431171a9cd8"
         "000102030405060708090a0b0c0d0e0f"
     )
-    assert R.unpack_observation(record) == (12, source, bytes(range(16)), 1700000000.5)
+    assert records.unpack_observation(record) == (12, source, bytes(range(16)), 1700000000.5)
     unpinned = cpstore.native.pack_observation(12, source, bytes(range(16)), None)
     assert unpinned[8:20] == bytes(12)
-    assert R.unpack_observation(unpinned)[3] is None
+    assert records.unpack_observation(unpinned)[3] is None
 
 
 def test_decision_and_effect_record_bytes_are_pinned() -> None:
@@ -118,8 +122,8 @@ def test_decision_and_effect_record_bytes_are_pinned() -> None:
     assert cpstore.native.pack_effect(2, bytes(16), b"\xff" * 16).hex() == (
         "0200000000000000" + "00" * 8 + "00" * 16 + "ff" * 16
     )
-    assert R.unpack_decision(cpstore.native.pack_decision(3, bytes(16))) == (3, bytes(16))
-    assert R.unpack_effect(cpstore.native.pack_effect(2, bytes(16), b"\xff" * 16)) == (
+    assert records.unpack_decision(cpstore.native.pack_decision(3, bytes(16))) == (3, bytes(16))
+    assert records.unpack_effect(cpstore.native.pack_effect(2, bytes(16), b"\xff" * 16)) == (
         2,
         bytes(16),
         b"\xff" * 16,
@@ -139,7 +143,7 @@ def test_record_sizes_are_pinned() -> None:
 def test_sequence_digest_is_prefix_records_trailer() -> None:
     """The sequence digest hashes the 16-byte prefix, the records and the u64 count."""
     record = cpstore.native.pack_token(7, "rng", 1, cpstore.native.value_digest(42))
-    prefix = R.seq_prefix(cpstore.native.RecordType.TOKEN)
+    prefix = records.seq_prefix(cpstore.native.RecordType.TOKEN)
     assert prefix.hex() == "43505351" "0100" "0100" "20000000" "00000000"
     by_hand = xxhash.xxh3_128_digest(prefix + record + (1).to_bytes(8, "little"))
     assert cpstore.native.sequence_digest(cpstore.native.RecordType.TOKEN, record) == by_hand
@@ -150,8 +154,9 @@ def test_sequence_digest_is_prefix_records_trailer() -> None:
 def test_sequence_digest_binds_record_type_and_count() -> None:
     """The same bytes as another record type, or one record fewer, give another digest."""
     two = cpstore.native.pack_decision(1, bytes(16)) * 2
-    assert cpstore.native.sequence_digest(cpstore.native.RecordType.DECISION, two) != cpstore.native.sequence_digest(
-        cpstore.native.RecordType.TOKEN, two
+    native = cpstore.native
+    assert native.sequence_digest(native.RecordType.DECISION, two) != native.sequence_digest(
+        native.RecordType.TOKEN, two
     )
     assert cpstore.native.sequence_digest(3, two) != cpstore.native.sequence_digest(3, two[:32])
     assert ref.sequence_digest(3, two) == cpstore.native.sequence_digest(3, two)
@@ -159,19 +164,16 @@ def test_sequence_digest_binds_record_type_and_count() -> None:
 
 def test_a_kind_table_refuses_two_names_with_one_hashed_code() -> None:
     """Names that hash to one code would compare equal; the second is refused."""
-    table = R.KindTable()
-    assert table.code("k9870") == R.kind_code("k9870") and table.code("rng") == 1
+    table = records.KindTable()
+    assert table.code("k9870") == records.kind_code("k9870") and table.code("rng") == 1
     with pytest.raises(cpstore.errors.RecordFormatError, match="same code"):
         table.code("k53003")  # same 31-bit hashed code as k9870
-    assert table.label(R.kind_code("k9870")) == "k9870" and table.label(1) == "rng"
+    assert table.label(records.kind_code("k9870")) == "k9870" and table.label(1) == "rng"
     assert table.label(0x80000001) == "kind#2147483649"
 
 
 def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) -> None:
     """A ref value is id, origin, XXH3-128(id || origin || key)[:8]; meta holds XOR + count."""
-    from cpstore.store.facade import open as open_store
-    from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
-
     main, side = bytes(range(16)), bytes(range(16, 32))
     assert pack_ref(b"run\0main", main, 0).hex() == (
         "000102030405060708090a0b0c0d0e0f" + "00" + "d3527d18098437b1"

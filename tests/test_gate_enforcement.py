@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lmdb
 import pytest
@@ -17,21 +18,24 @@ from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.audit import DECISION_PREFIX, DECISIONS_INDEXED
 from cpstore.store.facade import open as open_store
 
+if TYPE_CHECKING:
+    from cpstore import Decision, ResumePermit, Store
+
 
 @pytest.fixture
-def store(tmp_path: Path) -> Any:
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as s:
         yield s
 
 
-def checkpoint(store: Any, run: str = "r", step: int = 1) -> str:
+def checkpoint(store: Store, run: str = "r", step: int = 1) -> str:
     rec = store.recorder(run)
     rec.observe(step, "clock", b"t", pinned_at=1.0)
     rec.token("rng", step)
     return str(rec.checkpoint(step, b"state"))
 
 
-def replay(store: Any, cid: str, **changes: Any) -> Run:
+def replay(store: Store, cid: str, **changes: Any) -> Run:
     with store.read(cid) as cp:
         m = cp.manifest
         fields: dict[str, Any] = {
@@ -45,20 +49,20 @@ def replay(store: Any, cid: str, **changes: Any) -> Run:
         return Run(m.run_id, m.step, state, **fields)
 
 
-def rejected(store: Any, cid: str) -> Any:
+def rejected(store: Store, cid: str) -> Decision:
     d = validate(cid, replay(store, cid, state_digest="other"), store=store)
     assert d.verdict is Verdict.REJECT and not d.releasable
     return d
 
 
-def permit_for(store: Any, cid: str) -> Any:
+def permit_for(store: Store, cid: str) -> ResumePermit:
     d = validate(cid, replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
     assert d.verdict is Verdict.QUARANTINE
     so = sign_off(store, d, operator="op", reason="checked")
     return resume_gate(store, cid, d, sign_off=so)
 
 
-def test_recording_on_after_a_reject_is_refused(store):
+def test_recording_on_after_a_reject_is_refused(store: Store) -> None:
     """REJECT about the branch head, then a recorder on that branch: GateError, nothing written."""
     cid = checkpoint(store)
     d = rejected(store, cid)
@@ -68,7 +72,7 @@ def test_recording_on_after_a_reject_is_refused(store):
     assert store.ref("r") == cid and len(list(store.history("r"))) == 1
 
 
-def test_forking_from_a_rejected_checkpoint_is_refused(store):
+def test_forking_from_a_rejected_checkpoint_is_refused(store: Store) -> None:
     """A new branch forked from the REJECTed checkpoint resumes from it too: GateError."""
     cid = checkpoint(store)
     rejected(store, cid)
@@ -77,7 +81,7 @@ def test_forking_from_a_rejected_checkpoint_is_refused(store):
     assert store.ref("r", "retry") is None
 
 
-def test_a_valid_permit_allows_recording_on_once(store):
+def test_a_valid_permit_allows_recording_on_once(store: Store) -> None:
     """QUARANTINE, sign-off, resume_gate: the permit opens one recorder and is recorded as used."""
     cid = checkpoint(store)
     permit = permit_for(store, cid)
@@ -88,7 +92,7 @@ def test_a_valid_permit_allows_recording_on_once(store):
     assert used.body["permit"] == permit.audit_digest and used.body["checkpoint_id"] == cid
 
 
-def test_a_used_permit_is_refused(store):
+def test_a_used_permit_is_refused(store: Store) -> None:
     """The same permit a second time: GateError (a permit releases one resume)."""
     cid = checkpoint(store)
     permit = permit_for(store, cid)
@@ -99,7 +103,7 @@ def test_a_used_permit_is_refused(store):
         store.recorder("r", permit=permit.audit_digest)
 
 
-def test_a_permit_for_another_checkpoint_is_refused(store):
+def test_a_permit_for_another_checkpoint_is_refused(store: Store) -> None:
     """A permit given for run a's checkpoint does not open run b's rejected branch."""
     a = checkpoint(store, "a")
     b = checkpoint(store, "b")
@@ -110,7 +114,7 @@ def test_a_permit_for_another_checkpoint_is_refused(store):
     store.recorder("a", permit=permit)  # still unused: the refusal used nothing
 
 
-def test_a_permit_superseded_by_a_newer_decision_is_refused(store):
+def test_a_permit_superseded_by_a_newer_decision_is_refused(store: Store) -> None:
     """A REJECT recorded after the permit: the permit no longer opens the branch."""
     cid = checkpoint(store)
     permit = permit_for(store, cid)
@@ -119,7 +123,7 @@ def test_a_permit_superseded_by_a_newer_decision_is_refused(store):
         store.recorder("r", permit=permit)
 
 
-def test_a_forged_permit_is_refused(store):
+def test_a_forged_permit_is_refused(store: Store) -> None:
     """A permit object naming no audit record, or a non-gate record, opens nothing."""
     cid = checkpoint(store)
     rejected(store, cid)
@@ -129,21 +133,21 @@ def test_a_forged_permit_is_refused(store):
             store.recorder("r", permit=forged)
 
 
-def test_an_accept_needs_no_permit(store):
+def test_an_accept_needs_no_permit(store: Store) -> None:
     """The head's standing decision is ACCEPT: a recorder continues freely."""
     cid = checkpoint(store)
     assert validate(cid, replay(store, cid), store=store).verdict is Verdict.ACCEPT
     store.recorder("r").checkpoint(2, b"next")
 
 
-def test_a_branch_with_no_decision_needs_no_permit(store):
+def test_a_branch_with_no_decision_needs_no_permit(store: Store) -> None:
     """No decision about the head: a recorder continues freely; a new run never needs one."""
     checkpoint(store)
     store.recorder("r").checkpoint(2, b"next")
     store.recorder("fresh").checkpoint(0, b"s")
 
 
-def test_only_the_latest_decision_stands(store):
+def test_only_the_latest_decision_stands(store: Store) -> None:
     """REJECT then ACCEPT about the same head: the ACCEPT stands, no permit needed."""
     cid = checkpoint(store)
     rejected(store, cid)
@@ -161,7 +165,7 @@ def _drop_decision_index(path: Path) -> None:
     env.close()
 
 
-def test_a_store_without_the_decision_index_is_still_enforced(tmp_path):
+def test_a_store_without_the_decision_index_is_still_enforced(tmp_path: Path) -> None:
     """An older store (no decision index): the log tail is read, and the next append indexes it."""
     path = tmp_path / "s"
     with open_store(path) as st:
@@ -181,7 +185,7 @@ def test_a_store_without_the_decision_index_is_still_enforced(tmp_path):
             st.recorder("r")
 
 
-def test_verify_finds_a_decision_index_pointing_at_an_older_decision(tmp_path):
+def test_verify_finds_a_decision_index_pointing_at_an_older_decision(tmp_path: Path) -> None:
     """An index entry rewound to an older ACCEPT is a named verify problem."""
     path = tmp_path / "s"
     with open_store(path) as st:
@@ -198,3 +202,4 @@ def test_verify_finds_a_decision_index_pointing_at_an_older_decision(tmp_path):
         report = st.verify()
         assert not report.ok
         assert any("decision index" in p.what for p in report.problems)
+

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,18 +15,21 @@ from cpstore.errors import CpstoreError
 from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.facade import open as open_store
 
+if TYPE_CHECKING:
+    from cpstore import Store
+
 ROUNDS = 24
 WORKERS = 4
 
 
-def _checkpoint(store: Any, run: str) -> str:
+def _checkpoint(store: Store, run: str) -> str:
     rec = store.recorder(run)
     rec.observe(1, "clock", b"t", pinned_at=1.0)
     rec.token("rng", 1)
     return str(rec.checkpoint(1, b"state"))
 
 
-def _replay(store: Any, cid: str, **changes: Any) -> Run:
+def _replay(store: Store, cid: str, **changes: Any) -> Run:
     with store.read(cid) as cp:
         m = cp.manifest
         fields: dict[str, Any] = {

@@ -98,7 +98,8 @@ def test_an_altered_decision_record_fails_its_mac(tmp_path: Path) -> None:
         raw = cpstore.native.encode_value(rec)
         txn.put(_INDEX.pack(0), raw, db=audit)
         txn.put(cpstore.native.digest(raw), _INDEX.pack(0), db=index_db)
-        txn.put(b"audit_head", cpstore.native.encode_value([1, cpstore.native.digest(raw)]), db=meta)
+        head = cpstore.native.encode_value([1, cpstore.native.digest(raw)])
+        txn.put(b"audit_head", head, db=meta)
     env.close()
     with cpstore.open(path, audit_key=KEY) as store:
         problems = store.verify().problems
@@ -124,7 +125,7 @@ def test_a_key_cannot_be_added_to_a_log_with_unkeyed_records(tmp_path: Path) -> 
 def test_without_the_key_a_keyed_log_is_readable_but_closed_to_appends(tmp_path: Path) -> None:
     """A handle without the key reads and verifies the chain but cannot append or gate."""
     with cpstore.open(tmp_path / "s", audit_key=KEY) as store:
-        cid, decision = _quarantined(store)
+        _quarantined(store)
     with cpstore.open(tmp_path / "s") as store:
         assert store.audit_keyed
         assert len(list(store.audit_records())) == 1

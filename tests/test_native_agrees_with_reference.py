@@ -17,6 +17,7 @@ import random
 import struct
 from array import array
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 import xxhash
@@ -227,14 +228,14 @@ def test_digest_batch_matches_reference(
 @PROPERTY
 @given(batch=_batch(), order=st.sampled_from(["little", "big"]))
 def test_digest_batch_reads_offsets_in_the_byte_order_it_is_told(
-    kernel: str, batch: tuple[bytes, list[int]], order: str
+    kernel: str, batch: tuple[bytes, list[int]], order: Literal["little", "big"]
 ) -> None:
     """Offsets packed little- or big-endian, with that byteorder, digest as the plain ints do."""
     data, offsets = batch
     packed = struct.pack(f"{'<' if order == 'little' else '>'}{len(offsets)}Q", *offsets)
     expected = reference.digest_batch(data, offsets)
-    assert cpstore.native.digest_batch(data, packed, byteorder=order) == expected  # type: ignore[arg-type]
-    assert reference.digest_batch(data, packed, byteorder=order) == expected  # type: ignore[arg-type]
+    assert cpstore.native.digest_batch(data, packed, byteorder=order) == expected
+    assert reference.digest_batch(data, packed, byteorder=order) == expected
 
 
 def test_digest_batch_of_huge_buffer_matches_reference(kernel: str) -> None:
@@ -342,7 +343,9 @@ def test_sequence_digest_of_huge_log_matches_reference(kernel: str, rtype: Recor
 
 # ---- first_divergence ------------------------------------------------------
 
-def _agree(rtype: RecordType, a: bytes, b: bytes, fields: object = None) -> cpstore.native.Divergence:
+def _agree(
+    rtype: RecordType, a: bytes, b: bytes, fields: object = None
+) -> cpstore.native.Divergence:
     got = cpstore.native.first_divergence(rtype, a, b, fields=fields)  # type: ignore[arg-type]
     assert got == reference.first_divergence(rtype, a, b, fields=fields)  # type: ignore[arg-type]
     return got

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from cpstore.store.refs import REFS_DIGEST_KEY, SET, unpack_ref, write_ref
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as st:
         yield st
 
@@ -58,6 +59,24 @@ class TestForwardOnly:
         with store.latest("r") as cp:
             assert cp.id == ahead
         assert store.verify().ok
+
+    def test_fast_forward_past_pruned_history_says_descent_cannot_be_proven(
+        self, store: Store
+    ) -> None:
+        """A true descendant whose link to the head was pruned: refused, naming the pruned id."""
+        rec = store.recorder("r")
+        head = rec.checkpoint(1, b"a")
+        fork = store.recorder("r", branch="f", parent=head)
+        middle = fork.checkpoint(2, b"b")
+        tip = fork.checkpoint(3, b"c")
+        store.prune(keep_last=1)
+        with pytest.raises(NotDescendantError) as info:
+            store.set_ref("r", "main", tip, expected_old=head)
+        message = str(info.value)
+        assert "cannot be proven" in message and f"pruned at {middle}" in message
+        assert "does not descend" not in message
+        assert info.value.got == tip and head in info.value.expected
+        assert store.ref("r") == head
 
     def test_deleting_a_branch_needs_the_audited_reset(self, store: Store) -> None:
         """set_ref(None) is refused: a deletion would drop the branch's history silently."""
@@ -276,3 +295,72 @@ class TestRetainedLineage:
         assert store.prune(keep_last=1) == 0
         assert all(_readable(store, cid) for cid in ids)
         assert store.verify().ok
+
+
+def _flip(store: Store, key: bytes, at: int) -> bytes:
+    """Flip one bit of ref ``key``'s stored value at byte ``at``; return the damaged value."""
+    with store.backend.env.env.begin() as txn:
+        value = bytearray(txn.get(key, db=store.backend.db("refs")))
+    value[at] ^= 1
+    _raw_put(store, key, bytes(value))
+    return bytes(value)
+
+
+def _repair_race(path: str, new: str, who: str) -> bool:
+    with open_store(path) as st:
+        try:
+            st.repair_ref("r", "main", new, operator=who, reason="race")
+        except ConflictError:
+            return False
+        return True
+
+
+class TestRefRepair:
+    def test_a_damaged_ref_is_repaired_audited_and_retention_runs_again(self, store: Store) -> None:
+        """Flip a bit, repair_ref: audited with the damaged bytes, then prune and verify work."""
+        ids = _three(store)
+        _three(store, "other")
+        damaged = _flip(store, b"r\0main", 3)  # in the id: the damaged value names nothing
+        with pytest.raises(IntegrityError):
+            store.prune(keep_last=1)
+        record = store.repair_ref("r", "main", ids[2], operator="ops", reason="bit flip")
+        assert record.kind == "ref_repair"
+        assert record.body["damaged"] == damaged.hex()
+        assert record.body["new"] == ids[2] and record.body["retained"] is None
+        assert store.verify().ok
+        assert store.prune(keep_last=1) == 4
+        assert store.ref("r") == ids[2] and _readable(store, ids[2])
+        assert store.verify().ok
+
+    def test_repair_retains_the_checkpoint_a_damaged_value_still_names(self, store: Store) -> None:
+        """A flip in the check keeps the named head as a retained head; new=None drops the ref."""
+        ids = _three(store)
+        _flip(store, b"r\0main", 20)
+        record = store.repair_ref("r", "main", None, operator="ops", reason="drop")
+        assert record.body["retained"] == ids[2] and store.ref("r") is None
+        assert list(store.retained()) == [ids[2]]
+        assert store.prune(keep_last=1) == 0
+        assert all(_readable(store, cid) for cid in ids)
+        assert store.verify().ok
+
+    def test_repairing_an_intact_ref_is_refused(self, store: Store) -> None:
+        """repair_ref only replaces a ref whose check fails; an intact one is set_ref's."""
+        ids = _three(store)
+        with pytest.raises(ConflictError, match="passes its check"):
+            store.repair_ref("r", "main", ids[0], operator="ops", reason="no")
+        assert store.ref("r") == ids[2]
+        assert list(store.audit_records()) == []
+
+    def test_concurrent_repairs_one_wins_and_one_audit_record(self, tmp_path: Path) -> None:
+        """Four processes repair the same damaged ref at once: one wins, one record."""
+        path = str(tmp_path / "s")
+        with open_store(path) as st:
+            ids = _three(st)
+            _flip(st, b"r\0main", 3)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(4) as pool:
+            wins = pool.starmap(_repair_race, [(path, ids[i % 3], f"op{i}") for i in range(4)])
+        assert sum(wins) == 1
+        with open_store(path) as st:
+            assert len(list(st.audit_records(kind="ref_repair"))) == 1
+            assert st.verify().ok

@@ -194,7 +194,7 @@ def _crash_loop(root: Path, rounds: int, seed: int, per_store: int) -> dict[str,
 
 class TestCrashes:
     def test_random_sigkills_lose_nothing_acknowledged(self, tmp_path: Path) -> None:
-        """20 kills (4 stores x 5) of a writer that records, seals ledgers and audits; each one checked."""
+        """20 kills (4 stores x 5) of a writer that records, seals ledgers, audits; each checked."""
         figures = _crash_loop(tmp_path, 20, seed=6, per_store=5)
         assert figures["kills"] >= 15
         assert figures["acknowledged_checkpoints"] > 0 and figures["sealed_ledgers"] > 0

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +59,14 @@ class TestDocuments:
 
     @FAST
     @given(documents)
-    def test_garbage_mappings_raise_only_cpstore_errors(self, doc: dict) -> None:
+    def test_garbage_mappings_raise_only_cpstore_errors(self, doc: dict[str, Any]) -> None:
         """parse_document, and load_document of its JSON and msgpack forms, fail only cleanly."""
-        for attempt in (
+        attempts: tuple[Callable[[], object], ...] = (
             lambda: cpstore.parse_document(doc),
             lambda: cpstore.load_document(json.dumps(doc).encode()),
             lambda: cpstore.load_document(msgpack.packb(doc)),
-        ):
+        )
+        for attempt in attempts:
             with contextlib.suppress(CpstoreError, ValueError, OverflowError):
                 attempt()
 
@@ -76,7 +78,8 @@ from cpstore.errors import CpstoreError
 head = msgpack.packb({"format": 1, "run_id": "r", "step": 0, "state_digest": "s",
                       "observations": [], "call_graph": [], "transcript_digest": None,
                       "effects": []})
-doc = bytes([head[0] + 1]) + head[1:] + msgpack.packb("tokens") + b"\xdd" + (10**9).to_bytes(4, "big")
+doc = (bytes([head[0] + 1]) + head[1:] + msgpack.packb("tokens")
+       + b"\xdd" + (10**9).to_bytes(4, "big"))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:
     cpstore.load_document(doc)
@@ -85,7 +88,7 @@ except CpstoreError:
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 """
         out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
         )
         assert out.returncode == 0, out.stderr
         assert int(out.stdout) < 20 * 1024, out.stdout  # KiB
@@ -173,6 +176,7 @@ class TestStoredGarbage:
             capture_output=True,
             text=True,
             timeout=60,
+            check=False,
         )
         assert out.returncode == 0, out.stderr[-1500:]
         assert json.loads(out.stdout) == [], out.stdout
@@ -250,7 +254,7 @@ class TestCli:
 # -- hostile values, field by field -------------------------------------------------
 
 SURROGATE = "\ud800"  # a lone surrogate: a str with no UTF-8 form
-DOC = {
+DOC: dict[str, Any] = {
     "format": 1,
     "run_id": "r",
     "step": 0,
@@ -547,6 +551,7 @@ class TestCliHostileValues:
                 capture_output=True,
                 text=True,
                 timeout=60,
+                check=False,
             )
             assert out.returncode == 0, out.stderr[-2000:]
             code, err = json.loads(out.stdout)

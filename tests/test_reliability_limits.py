@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
 import pytest
 
@@ -24,6 +25,9 @@ from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
 from cpstore.decision.validate import validate
 from cpstore.errors import StoreFullError, StoreReadOnlyError
 from cpstore.store.facade import open as open_store
+
+if TYPE_CHECKING:
+    from typing import Unpack
 
 
 def _data_verdict(d: Decision) -> Verdict:
@@ -34,10 +38,10 @@ def _data_verdict(d: Decision) -> Verdict:
 MAP = 256 * 1024
 
 
-def _fill(path: Path, **options: int) -> tuple[list[str], StoreFullError]:
+def _fill(path: Path, *, map_size: int, max_map_size: int) -> tuple[list[str], StoreFullError]:
     """Checkpoint ever larger states until the store is full; (acknowledged ids, the error)."""
     acked: list[str] = []
-    with open_store(path, **options) as st:
+    with open_store(path, map_size=map_size, max_map_size=max_map_size) as st:
         rec = st.recorder("run")
         rec.observe(0, "cfg", b"cfg", pinned_at=0.0)
         rec.effect("db", b"fx")
@@ -55,14 +59,23 @@ def _fill(path: Path, **options: int) -> tuple[list[str], StoreFullError]:
     raise AssertionError("the store never filled up")
 
 
-def _consistent(path: Path, acked: list[str], **options: object) -> None:
-    with open_store(path, **options) as st:  # type: ignore[arg-type]
+class _OpenOptions(TypedDict, total=False):
+    """The open() options a consistency check reopens with."""
+
+    map_size: int
+    max_map_size: int
+    readonly: bool
+
+
+def _consistent(path: Path, acked: list[str], **options: Unpack[_OpenOptions]) -> None:
+    with open_store(path, **options) as st:
         report = st.verify()
         assert report.ok, report.problems
         assert st.ref("run") == acked[-1]  # the failed checkpoint moved nothing
         for cid in acked:
             with st.read(cid) as cp:
-                assert len(cp.state()["blob"]) == 20_000
+                state = cp.state()
+                assert isinstance(state, dict) and len(state["blob"]) == 20_000
         d = validate(acked[-1], acked[-1], store=st, record=False)
         assert _data_verdict(d) is Verdict.ACCEPT, d.findings
 
@@ -128,6 +141,7 @@ def _tmpfs(where: Path, size: str) -> Iterator[Path]:
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
         capture_output=True,
         text=True,
+        check=False,
     )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
@@ -143,6 +157,7 @@ def _fill_tmpfs(path: Path) -> dict[str, object]:
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert child.returncode == 0, (child.returncode, child.stderr[-2000:])  # no crash
     result: dict[str, object] = json.loads(child.stdout)
@@ -162,14 +177,16 @@ class TestRealDiskFull:
         with _tmpfs(tmp_path / "mnt", "2m") as mnt:
             path = mnt / "s"
             result = _fill_tmpfs(path)
-            _consistent(path, result["acked"])  # type: ignore[arg-type]
+            acked = result["acked"]
+            assert isinstance(acked, list)
+            _consistent(path, acked)
             # Read-only remount: still verifiable and validatable, writes refused.
             ro = subprocess.run(
-                ["mount", "-o", "remount,ro", str(mnt)], capture_output=True, text=True
+                ["mount", "-o", "remount,ro", str(mnt)], capture_output=True, text=True, check=False
             )
             if ro.returncode != 0:
                 pytest.skip(f"cannot remount read-only: {ro.stderr.strip()}")
-            _consistent(path, result["acked"], readonly=True)  # type: ignore[arg-type]
+            _consistent(path, acked, readonly=True)
             with pytest.raises(StoreReadOnlyError):
                 open_store(path)
 
@@ -201,7 +218,7 @@ class TestReadOnly:
             assert st.verify().counts["audit"] == 1
 
     def test_a_chmod_readonly_folder(self, tmp_path: Path) -> None:
-        """Without write permission the store still verifies read-only; as root chmod cannot bite."""
+        """Without write permission the store still verifies read-only; root ignores the chmod."""
         path = tmp_path / "s"
         cid = self._store(path)
         modes = {p: p.stat().st_mode for p in (path, path / "data.mdb", path / "lock.mdb")}

@@ -96,13 +96,13 @@ class TestProcesses:
     def test_prune_in_another_process_never_loses_an_acknowledged_checkpoint(
         self, tmp_path: Path
     ) -> None:
-        """Writer beside a pruner process for ~18 s: every acked id reads back or was pruned."""
+        """Writer beside a pruner process for 20 s: every acked id reads back or was pruned."""
         path = str(tmp_path / "s")
         open_store(path).close()
         ctx = multiprocessing.get_context("spawn")
         out = ctx.Queue()
-        writer = ctx.Process(target=_record, args=(path, 18.0, out))
-        pruner = ctx.Process(target=_prune, args=(path, 18.0))
+        writer = ctx.Process(target=_record, args=(path, 20.0, out))
+        pruner = ctx.Process(target=_prune, args=(path, 20.0))
         writer.start()
         pruner.start()
         acked: list[tuple[str, int]] = []

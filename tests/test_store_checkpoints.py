@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from cpstore.store.recorder import Recorder
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as st:
         yield st
 
@@ -226,11 +227,13 @@ class TestHostileState:
         raw = bytes.fromhex(cid)
         cps = store.backend.db("checkpoints")
         with store.backend.read_txn() as txn:
-            value = bytearray(txn.get(raw, db=cps))
+            stored = txn.get(raw, db=cps)
+            assert stored is not None
+            value = bytearray(stored)
         value[0] ^= 1
         store.backend.write_txn(lambda txn: txn.put(raw, bytes(value), db=cps))
         with store.read(cid) as cp, pytest.raises(IntegrityError, match="created_at"):
-            cp.manifest
+            _ = cp.manifest
         with pytest.raises(IntegrityError, match="created_at"):
             store.manifest(cid)
         assert not store.verify().ok
@@ -375,6 +378,7 @@ class TestLedger:
         cid = rec.checkpoint(1, b"s", seal_ledger=False)
         assert rec.effect("db", b"2") == 1
         assert not store.manifest(cid).ledger_sealed
+        rec.close(discard_effects=True)  # the two unsealed effects are dropped on purpose
 
     def test_a_fork_continues_the_sealed_ledger_in_a_new_one(self, store: Store) -> None:
         """A recorder forked from a sealed checkpoint starts a new ledger after its entries."""
@@ -457,6 +461,7 @@ class TestManifestEncoding:
         with store.backend.env.read() as txn:
             for cid in ids:
                 value = txn.get(bytes.fromhex(cid), db=store.backend.db("checkpoints"))
+                assert value is not None
                 _, data = unpack_checkpoint_value(value)
                 raw = store.manifest(cid).raw
                 assert bytes(data) == encode_value(raw)

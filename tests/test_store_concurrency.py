@@ -84,7 +84,8 @@ class TestThreads:
                     while not stop.is_set():
                         head = st.ref("run") or first
                         with st.read(head) as cp:
-                            assert len(cp.state()["blob"]) >= 1000
+                            state = cp.state()
+                            assert isinstance(state, dict) and len(state["blob"]) >= 1000
                 except BaseException as exc:  # surfaced below
                     errors.append(exc)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import random
@@ -196,8 +197,6 @@ class TestNormalExit:
         self, tmp_path: Path
     ) -> None:
         """A fork child's exit hooks never flush (or touch) the parent's store."""
-        import atexit
-
         with open_store(tmp_path / "s", durability="batched") as st:
             cid = st.recorder("r").checkpoint(0, {"a": 1})
             pid = os.fork()
@@ -214,3 +213,88 @@ class TestNormalExit:
             assert st.ref("r") is None  # the child flushed nothing
         with open_store(tmp_path / "s") as st:
             assert st.ref("r") == cid
+
+
+EXIT_WITH_STUCK_READER = r"""
+import os, sys, threading
+from cpstore.store.facade import open as open_store
+st = open_store(sys.argv[1], durability="batched", map_size=1 << 20, batch_size=1000)
+rec = st.recorder("r")
+first = rec.checkpoint(0, b"x")
+st.flush()
+def monitor():
+    with st.read(first):
+        threading.Event().wait()  # a daemon thread's read that never ends
+threading.Thread(target=monitor, daemon=True).start()
+queued = [rec.checkpoint(step, os.urandom(400_000)) for step in range(1, 6)]
+print(first, *queued, flush=True)
+# a normal exit: the flush must grow the map past the 1 MiB it has
+"""
+
+EXIT_FLUSH_FAILS = r"""
+import os, sys
+from cpstore.store.facade import open as open_store
+st = open_store(sys.argv[1], durability="batched", map_size=1 << 20,
+                max_map_size=1 << 20, batch_size=1000)
+rec = st.recorder("r")
+queued = [rec.checkpoint(step, os.urandom(400_000)) for step in range(3)]
+print(*queued, flush=True)
+# a normal exit: the flush cannot fit in the map
+"""
+
+FORK_CHILD_EXITS = r"""
+import os, sys
+from cpstore.store.facade import open as open_store
+st = open_store(sys.argv[1], durability="batched")
+rec = st.recorder("r")
+rec.effect("bank", b"pay 10")  # not sealed yet: the parent seals it below
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a normal interpreter exit in the child
+os.waitpid(pid, 0)
+rec.checkpoint(1, b"x")
+rec.close()
+st.close()
+print("sealed", flush=True)
+"""
+
+
+class TestExitNeverHangsOrHidesLoss:
+    def test_exit_flush_gives_up_on_a_read_that_never_ends_and_names_the_lost_ids(
+        self, tmp_path: Path
+    ) -> None:
+        """A daemon thread's endless read cannot hang the exit flush; the warning names each id."""
+        done = subprocess.run(
+            [sys.executable, "-c", EXIT_WITH_STUCK_READER, str(tmp_path / "s")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        first, *queued = done.stdout.split()
+        assert "RuntimeWarning" in done.stderr and "NOT written" in done.stderr
+        assert "run 'r' branch 'main'" in done.stderr
+        assert all(cid in done.stderr for cid in queued)
+        with open_store(tmp_path / "s") as st:
+            assert st.ref("r") == first  # nothing half-written
+
+    def test_a_failed_exit_flush_names_every_lost_checkpoint(self, tmp_path: Path) -> None:
+        """When the exit flush fails (store full), the warning names the branch and each id."""
+        done = _run_child(EXIT_FLUSH_FAILS, tmp_path / "s")
+        assert done.returncode == 0, done.stderr
+        queued = done.stdout.split()
+        assert len(queued) == 3
+        assert "NOT written" in done.stderr and "run 'r' branch 'main'" in done.stderr
+        assert all(cid in done.stderr for cid in queued)
+
+    def test_a_fork_child_exiting_normally_reports_nothing_of_the_parents_recorder(
+        self, tmp_path: Path
+    ) -> None:
+        """The parent's unsealed effects are not 'dropped' when a fork() child exits."""
+        done = _run_child(FORK_CHILD_EXITS, tmp_path / "s")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["sealed"]
+        assert "dropped" not in done.stderr, done.stderr
+        with open_store(tmp_path / "s") as st:
+            assert [m.step for m in st.history("r")] == [1]

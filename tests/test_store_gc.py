@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.native.binding import digest
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.model import CHUNK_SIZE
+from cpstore.store.objects import chunk_index
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as st:
         yield st
 
@@ -35,7 +41,8 @@ class TestPrune:
         with pytest.raises(NotFoundError, match="pruned"), store.read(ids[0]):
             pass
         with store.read(ids[-1]) as cp:
-            assert cp.state()["step"] == 5
+            state = cp.state()
+            assert isinstance(state, dict) and state["step"] == 5
             assert len(cp.observations()) == 6  # cumulative log kept whole
         assert store.verify().ok
 
@@ -50,6 +57,53 @@ class TestPrune:
         """Pruning a head away is refused."""
         with pytest.raises(InvalidInputError):
             store.prune(keep_last=0)
+
+
+class TestMarkingByRole:
+    """Bytes that are a leaf in one role and a log or chunk index in another."""
+
+    def test_observations_log_equal_to_a_state_part_keeps_its_payloads(self, store: Store) -> None:
+        """A head whose state part encodes like its observations log keeps the payloads."""
+        rec = store.recorder("r")
+        rec.observe(1, "src", b"payload-P", pinned_at=1.0)
+        rec.checkpoint(1, {"mode": "idle"})
+        rec.observe(2, "src", b"payload-Q", pinned_at=2.0)
+        log = [[1, "src", digest(b"payload-P"), 1.0], [2, "src", digest(b"payload-Q"), 2.0]]
+        head = rec.checkpoint(2, {"obs": log})
+        rec.close()
+        assert store.prune(keep_last=1) == 1
+        assert store.verify().ok
+        with store.read(head) as cp:
+            assert cp.payload(1, "src") == b"payload-P"
+
+    def test_effects_log_equal_to_a_state_part_keeps_its_payloads(self, store: Store) -> None:
+        """A head whose state part encodes like its (unsealed) effects log keeps the payloads."""
+        rec = store.recorder("r")
+        rec.effect("bank", b"transfer 10")
+        rec.checkpoint(1, b"a", seal_ledger=False)
+        rec.effect("bank", b"transfer 20")
+        log = [[0, "bank", digest(b"transfer 10")], [1, "bank", digest(b"transfer 20")]]
+        head = rec.checkpoint(2, {"effects": log}, seal_ledger=False)
+        rec.close(discard_effects=True)
+        assert store.prune(keep_last=1) == 1
+        assert store.verify().ok
+        with store.read(head) as cp:
+            assert cp.effect_payload(0) == b"transfer 10"
+
+    def test_chunk_index_equal_to_a_state_part_keeps_its_chunks(self, store: Store) -> None:
+        """A live chunked state keeps its chunks when the head has a part encoded like its index."""
+        big = bytes(range(256)) * (CHUNK_SIZE // 128 + 1)
+        chunks, _ = chunk_index(big)
+        index_value = [len(big), [digest(c) for c in chunks]]
+        rec = store.recorder("r")
+        rec.checkpoint(1, big + b"tail")  # another index over the same first chunks
+        live = rec.checkpoint(2, big)
+        rec.checkpoint(3, {"index": index_value})  # marked first, as a plain part
+        rec.close()
+        assert store.prune(keep_last=2) == 1
+        assert store.verify().ok
+        with store.read(live) as cp:
+            assert cp.state() == big
 
 
 class TestDeleteRun:
@@ -83,3 +137,81 @@ class TestDeleteRun:
         _run(store, "a", 2)
         store.delete_run("a")
         assert store.get_object(key) == b"caller's blob"
+
+
+class TestPinnedObjects:
+    """put_object pins its object until unpin_object."""
+
+    def test_put_object_survives_prune_of_a_checkpoint_naming_the_same_bytes(
+        self, store: Store
+    ) -> None:
+        """put_object pins: a swept checkpoint with the same bytes does not take the object."""
+        key = store.put_object(b"shared config v1")
+        with store.backend.read_txn() as txn:  # the pin's on-disk key (docs/store.md)
+            assert txn.get(b"pinned/" + key, db=store.backend.db("meta")) is not None
+        rec = store.recorder("r")
+        rec.transcript(b"shared config v1")
+        rec.checkpoint(1, b"a")
+        rec.transcript(b"other")
+        rec.checkpoint(2, b"b")
+        rec.close()
+        assert store.prune(keep_last=1) == 1
+        assert store.get_object(key) == b"shared config v1"
+        assert store.verify().ok
+
+    def test_unpinned_object_is_swept_with_a_checkpoint_naming_it(self, store: Store) -> None:
+        """unpin_object hands the object back to retention; a second unpin says False."""
+        key = store.put_object(b"shared config v1")
+        rec = store.recorder("r")
+        rec.transcript(b"shared config v1")
+        rec.checkpoint(1, b"a")
+        rec.transcript(b"other")
+        rec.checkpoint(2, b"b")
+        rec.close()
+        assert store.unpin_object(key) is True
+        assert store.unpin_object(key.hex()) is False
+        store.prune(keep_last=1)
+        assert not store.has_object(key)
+        assert store.verify().ok
+
+
+def _record_and_put(path: str, seconds: float) -> int:
+    """Record transcripts and put_object the same bytes; return how many were put."""
+    with open_store(path) as st:
+        rec = st.recorder("r")
+        deadline = time.monotonic() + seconds
+        i = 0
+        while time.monotonic() < deadline:
+            rec.transcript(b"blob-%d" % i)
+            rec.checkpoint(i, b"s")
+            st.put_object(b"blob-%d" % i)
+            i += 1
+        rec.close()
+    return i
+
+
+def _prune_loop(path: str, seconds: float) -> None:
+    with open_store(path) as st:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            st.prune(keep_last=1)
+            time.sleep(0.05)
+
+
+class TestPinsBesideAPruner:
+    def test_put_objects_survive_a_pruner_in_another_process(self, tmp_path: Path) -> None:
+        """put_object beside a pruning process: every pinned object survives; verify clean."""
+        path = str(tmp_path / "s")
+        open_store(path).close()
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(2) as pool:
+            writer = pool.apply_async(_record_and_put, (path, 4.0))
+            pruner = pool.apply_async(_prune_loop, (path, 4.0))
+            count = writer.get(60)
+            pruner.get(60)
+        assert count > 10
+        with open_store(path) as st:
+            st.prune(keep_last=1)
+            for i in range(count):
+                assert st.get_object(digest(b"blob-%d" % i)) == b"blob-%d" % i
+            assert st.verify().ok

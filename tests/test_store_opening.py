@@ -16,16 +16,28 @@ import multiprocessing
 import os
 import pwd
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypedDict
 
 import lmdb
 import pytest
+from test_refs_integrity import _make_v1
 
 import cpstore
 from cpstore import cli
 from cpstore.errors import FormatVersionError, NotFoundError, StoreReadOnlyError
+from cpstore.native.canonical import decode_value
+
+
+class _Flags(TypedDict, total=False):
+    """The open() flags these tests vary."""
+
+    create: bool
+    readonly: bool
 
 
 def _make_store(path: str) -> tuple[str, str]:
@@ -92,7 +104,8 @@ class TestCreation:
         """A data.mdb LMDB made but never committed to (a crash at creation) holds nothing."""
         path = tmp_path / "s"
         lmdb.open(str(path), max_dbs=4).close()
-        for kwargs in ({"create": False}, {"readonly": True}):
+        flag_sets: tuple[_Flags, ...] = ({"create": False}, {"readonly": True})
+        for kwargs in flag_sets:
             with pytest.raises(NotFoundError, match="empty LMDB environment"):
                 cpstore.open(path, **kwargs)
         with cpstore.open(path) as store:
@@ -115,6 +128,43 @@ def _record_one(path: str, run: str) -> str:
         return store.recorder(run).checkpoint(1, {"run": run})
 
 
+def _create_when_told(path: str, go: Any, results: Any) -> None:
+    """Open ``path`` (a new store) once ``go`` is set; put "ok" or the error on ``results``."""
+    go.wait(30)
+    try:
+        with cpstore.open(path) as store:
+            store.recorder(f"r{os.getpid()}").checkpoint(0, b"x")
+    except Exception as exc:
+        results.put(f"{type(exc).__name__}: {exc}")
+        return
+    results.put("ok")
+
+
+class TestCreationRace:
+    def test_processes_released_together_all_create_one_new_store(self, tmp_path: Path) -> None:
+        """100 trials of 5 processes opening one new store at the same instant: none refused."""
+        # fork (no store is open here): processes start in milliseconds, so they
+        # really meet inside LMDB's creation of data.mdb.
+        ctx = multiprocessing.get_context("fork")
+        failures: list[str] = []
+        for trial in range(100):
+            path = str(tmp_path / f"s{trial}")
+            go, results = ctx.Event(), ctx.Queue()
+            procs = [
+                ctx.Process(target=_create_when_told, args=(path, go, results)) for _ in range(5)
+            ]
+            for proc in procs:
+                proc.start()
+            go.set()
+            got = [results.get(timeout=60) for _ in procs]
+            for proc in procs:
+                proc.join()
+            failures += [g for g in got if g != "ok"]
+            with cpstore.open(path, readonly=True) as store:
+                assert len(store.runs()) == got.count("ok")
+        assert failures == []
+
+
 # -- what is refused -------------------------------------------------------------
 
 
@@ -124,7 +174,8 @@ class TestRefusal:
         path = tmp_path / "s"
         _make_store(str(path))
         (path / "data.mdb").write_bytes(b"")
-        for kwargs in ({}, {"readonly": True}, {"create": False}):
+        flag_sets: tuple[_Flags, ...] = ({}, {"readonly": True}, {"create": False})
+        for kwargs in flag_sets:
             with pytest.raises(FormatVersionError, match=r"data\.mdb is empty") as info:
                 cpstore.open(path, **kwargs)
             assert str(path / "data.mdb") in str(info.value)
@@ -144,7 +195,8 @@ class TestRefusal:
             txn.put(b"key", b"value", db=db)
         env.close()
         before = (path / "data.mdb").read_bytes()
-        for kwargs in ({}, {"readonly": True}):
+        flag_sets: tuple[_Flags, ...] = ({}, {"readonly": True})
+        for kwargs in flag_sets:
             with pytest.raises(FormatVersionError, match="not a cpstore store") as info:
                 cpstore.open(path, **kwargs)
             assert str(path) in str(info.value)
@@ -351,3 +403,28 @@ class TestReadOnlyAccess:
         _make_store(str(tmp_path / "s"))
         with cpstore.open(tmp_path / "s", readonly=True) as store:
             assert store.backend.env.locked
+
+
+class TestReadOnlyAcrossAnUpgrade:
+    def test_a_read_only_handle_on_layout_1_reads_refs_after_another_process_upgrades(
+        self, tmp_path: Path
+    ) -> None:
+        """A read-only handle opened on layout 1 still resolves refs after a concurrent upgrade."""
+        path = tmp_path / "s"
+        ids = _make_v1(path)
+        with cpstore.open(path, readonly=True) as ro:
+            assert ro.backend.env.layout == 1
+            assert ro.ref("r") == ids[2]
+            upgrade = "import sys, cpstore; cpstore.open(sys.argv[1]).close()"
+            subprocess.run([sys.executable, "-c", upgrade, str(path)], check=True, timeout=60)
+            with ro.backend.read_txn() as txn:  # the other process did upgrade the store
+                fmt = txn.get(b"format", db=ro.backend.db("meta"))
+                assert fmt is not None and decode_value(fmt)["version"] == 2
+            assert ro.ref("r") == ids[2]
+            assert ro.branches("r") == {"main": ids[2], "side": ids[0]}
+            assert ro.runs() == ["r"]
+            with ro.latest("r") as cp:
+                assert cp.id == ids[2]
+            report = ro.verify()
+            assert report.ok, report.problems
+

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cpstore.errors import AuditChainError, IntegrityError, InvalidInputError, NotFoundError
+from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.model import pack_checkpoint_value, unpack_checkpoint_value
 from cpstore.store.refs import SET, write_ref
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     with open_store(tmp_path / "s") as st:
         yield st
 
@@ -138,7 +141,9 @@ class TestCreatedAt:
         cid = _sample(store)
         key = bytes.fromhex(cid)
         with store.backend.read_txn() as txn:
-            value = bytearray(txn.get(key, db=store.backend.db("checkpoints")))
+            stored = txn.get(key, db=store.backend.db("checkpoints"))
+            assert stored is not None
+            value = bytearray(stored)
         value[3] ^= 0x01
         _raw(store, "checkpoints", key, bytes(value))
         report = store.verify()
@@ -149,9 +154,6 @@ class TestCreatedAt:
 
     def test_the_checkpoint_value_layout_is_pinned(self) -> None:
         """created_at (float64 LE), XXH3-128(id || created_at)[:8], then the manifest."""
-        from cpstore.native.binding import digest
-        from cpstore.store.model import pack_checkpoint_value, unpack_checkpoint_value
-
         manifest = b"\x81\xa1a\x01"
         cid = digest(manifest)
         value = pack_checkpoint_value(1.5, manifest)
@@ -221,6 +223,6 @@ class TestAuditLog:
         with pytest.raises(NotFoundError):
             store.get_audit("00" * 16)
         with pytest.raises(InvalidInputError):
-            store.append_audit("decision", {1: "x"})
+            store.append_audit("decision", {1: "x"})  # type: ignore[dict-item]
         with pytest.raises(InvalidInputError):
             store.append_audit("", {})

@@ -61,7 +61,8 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         "validate",
         help="validate a replay against its recording (decision table)",
         description="Validate REPLAYED against RECORDED and print the verdict, fidelity "
-        "and every finding. Each is a run-document file or, with --store, a checkpoint id.",
+        "and every finding. Each is a run-document file or, with --store, a checkpoint id "
+        "(32 hex characters are always an id; write ./NAME for a file named like one).",
         epilog=_EPILOG,
     )
     parser.add_argument(

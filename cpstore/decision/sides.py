@@ -200,13 +200,20 @@ def _fill_side(
 
 
 def _checkpoint_ref(source: object, store: CheckpointStore | None) -> str | None:
-    """``source`` when it names a checkpoint (an id that is not an existing file)."""
+    """``source`` when it names a checkpoint: a str that is exactly a checkpoint id.
+
+    Such a str is always an id, never a path: which recording is validated
+    must not depend on what files the working directory holds. A document
+    whose file name looks like an id is passed as ``Path(name)`` or ``./name``.
+    """
     if not isinstance(source, str) or not _CHECKPOINT_ID.fullmatch(source):
         return None
-    if os.path.exists(source):
-        return None
     if store is None:
-        raise InvalidInputError("a checkpoint id needs a store (store= or --store)", got=source)
+        raise InvalidInputError(
+            "a checkpoint id needs a store (store= or --store); "
+            "for a document file named like an id, pass ./NAME",
+            got=source,
+        )
     return source
 
 

@@ -90,7 +90,8 @@ def validate(
     """Validate replay ``replayed`` (P) against recording ``recorded`` (R).
 
     Each of R and P is a :class:`Run`, a run-document mapping, the bytes or
-    path of a run document, or (with ``store``) a checkpoint id. Every finding
+    path of a run document, or (with ``store``) a checkpoint id; a str that is
+    exactly 32 hex characters is always an id, never a path. Every finding
     is reported; the verdict is the worst level among them. With ``store`` and
     ``record`` (the default) the decision is appended to the store's audit
     log, and :attr:`Decision.audit_digest` names the record; the gates act

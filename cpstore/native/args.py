@@ -27,6 +27,7 @@ __all__ = [
     "check_text",
     "field_mask",
     "int_argument",
+    "little_endian_offsets",
     "non_empty_text",
     "writable_view",
 ]
@@ -132,6 +133,17 @@ def writable_view(out: object, size: int, name: str) -> memoryview:
             f"{name} is too small", expected=f">= {size} bytes", got=f"{len(view)} bytes"
         )
     return view
+
+
+def little_endian_offsets(offsets: array[int]) -> bytes:
+    """``offsets`` (native uint64s) as stored: uint64 little-endian on every host.
+
+    The write-side twin of ``as_offsets(raw, "little")``: on a big-endian
+    host the values are packed by value, so the path is testable anywhere.
+    """
+    if HOST_BYTE_ORDER == "little":
+        return offsets.tobytes()
+    return struct.pack(f"<{len(offsets)}Q", *offsets)
 
 
 def as_offsets(offsets: object, byteorder: ByteOrder = "native") -> array[int]:

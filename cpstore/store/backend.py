@@ -80,6 +80,9 @@ class Backend(Protocol):
     def layout(self) -> int:
         """The store layout version read from its format record."""
 
+    def layout_in(self, txn: Txn[memoryview]) -> int:
+        """The layout as ``txn`` sees it (another process may have upgraded the store)."""
+
     @property
     def dbs(self) -> Mapping[str, Any]:
         """Named table -> the handle a txn's ``db=`` takes."""

@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpstore.errors import ConflictError, InvalidInputError, NotDescendantError, NotFoundError
+from cpstore.errors import (
+    ConflictError,
+    IntegrityError,
+    InvalidInputError,
+    NotDescendantError,
+    NotFoundError,
+)
 from cpstore.native.canonical import encode_value
+from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.manifest import Manifest
@@ -20,6 +27,7 @@ from cpstore.store.refs import (
     SET,
     delete_ref,
     read_ref,
+    replace_damaged_ref,
     retained_heads,
     retained_key,
     unpack_ref,
@@ -31,6 +39,7 @@ __all__ = [
     "head_of",
     "history",
     "release_retained",
+    "repair_ref",
     "reset_ref",
     "retained",
     "runs",
@@ -69,14 +78,8 @@ def set_ref(
     def cas(txn: Txn[memoryview]) -> None:
         _cas(backend, txn, key, old_raw)
         origin = _ref_target(backend, txn, key, new_raw)
-        if old_raw is not None and not _descends(backend, txn, new_raw, old_raw):
-            raise NotDescendantError(
-                "the checkpoint does not descend from the branch head; "
-                "use reset_ref to move a branch back or sideways",
-                where=f"refs/{run_id}/{branch}",
-                expected=f"a descendant of {old_raw.hex()}",
-                got=new_raw.hex(),
-            )
+        if old_raw is not None:
+            _check_descends(backend, txn, key, new_raw, old_raw)
         write_ref(txn, backend.dbs, key, new_raw, origin)
 
     backend.write_txn(cas)
@@ -109,18 +112,40 @@ def _ref_target(backend: Backend, txn: Txn[memoryview], key: bytes, cid: bytes) 
     return RECORDED if m.branch == branch else SET
 
 
-def _descends(backend: Backend, txn: Txn[memoryview], cid: bytes, ancestor: bytes) -> bool:
-    """True when ``ancestor`` is ``cid`` or on its parent chain (up to a pruned link)."""
+def _check_descends(
+    backend: Backend, txn: Txn[memoryview], key: bytes, cid: bytes, ancestor: bytes
+) -> None:
+    """NotDescendantError unless ``ancestor`` is ``cid`` or on its parent chain.
+
+    A chain that reaches a link no longer stored (pruned, or missing) is
+    refused too, but says so: past that link descent can be neither proven
+    nor refuted, and the caller needs reset_ref, not a wrong reason.
+    """
+    run, branch = split_ref_key(key)
     cps = backend.db("checkpoints")
     at: bytes | None = cid
     while at is not None:
         if at == ancestor:
-            return True
+            return
         if txn.get(at, None, cps) is None:
-            return False
+            pruned = txn.get(at, None, backend.db("tombstones")) is not None
+            raise NotDescendantError(
+                "descent cannot be proven: the checkpoint's history is "
+                f"{'pruned' if pruned else 'missing (not pruned)'} at {at.hex()}; "
+                "use reset_ref to move the branch",
+                where=f"refs/{run}/{branch}",
+                expected=f"a descendant of {ancestor.hex()}",
+                got=cid.hex(),
+            )
         parent = backend.load_manifest(txn, at, verify=True).parent
         at = None if parent is None else bytes.fromhex(parent)
-    return False
+    raise NotDescendantError(
+        "the checkpoint does not descend from the branch head; "
+        "use reset_ref to move a branch back or sideways",
+        where=f"refs/{run}/{branch}",
+        expected=f"a descendant of {ancestor.hex()}",
+        got=cid.hex(),
+    )
 
 
 def reset_ref(
@@ -180,6 +205,85 @@ def reset_ref(
     return result
 
 
+def repair_ref(
+    backend: Backend,
+    run_id: str,
+    branch: str,
+    new: str | None,
+    *,
+    operator: str,
+    reason: str,
+) -> AuditRecord:
+    """Replace (or delete, ``new=None``) a ref that fails its check, audited.
+
+    The repair path for a damaged ref, which blocks ``prune`` and every
+    CAS: refused with :class:`ConflictError` unless the stored ref fails
+    its check. In one write txn: a ``ref_repair`` audit record (``run``,
+    ``branch``, ``damaged``: the stored value in hex, ``new``, ``retained``,
+    ``operator``, ``reason``), the new value, and, when the damaged value's
+    first 16 bytes name a stored checkpoint, that checkpoint kept as a
+    retained head (as :func:`reset_ref` keeps an old head). Returns the record.
+    """
+    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+    new_raw = None if new is None else parse_id(new)
+    who = check_name(operator, "operator")
+    why = check_name(reason, "reason")
+    when = float(backend.now())
+
+    def repair(txn: Txn[memoryview]) -> AuditRecord:
+        stored = txn.get(key, None, backend.db("refs"))
+        if stored is None:
+            raise NotFoundError("no such ref", where=f"refs/{run_id}/{branch}")
+        damaged = bytes(stored)
+        try:
+            unpack_ref(key, damaged)
+        except IntegrityError:
+            pass
+        else:
+            raise ConflictError(
+                "the ref passes its check; repair_ref only replaces a damaged ref "
+                "(use set_ref or reset_ref)",
+                where=f"refs/{run_id}/{branch}",
+                expected="a ref that fails its check",
+                got=damaged.hex(),
+            )
+        origin = SET if new_raw is None else _ref_target(backend, txn, key, new_raw)
+        named = damaged[:DIGEST_SIZE]
+        keep = (
+            named
+            if len(named) == DIGEST_SIZE
+            and named != new_raw
+            and txn.get(named, None, backend.db("checkpoints")) is not None
+            else None
+        )
+        record = append_audit_txn(
+            backend,
+            txn,
+            "ref_repair",
+            {
+                "run": run_id,
+                "branch": branch,
+                "damaged": damaged.hex(),
+                "new": hex_id(new_raw),
+                "retained": hex_id(keep),
+                "operator": who,
+                "reason": why,
+            },
+            when,
+        )
+        if keep is not None:
+            txn.put(
+                retained_key(keep),
+                encode_value({"run": run_id, "branch": branch, "audit": record.digest}),
+                db=backend.db("meta"),
+            )
+        replace_damaged_ref(txn, backend.dbs, key, new_raw, origin)
+        return record
+
+    result: AuditRecord = backend.write_txn(repair)
+    return result
+
+
 def retained(backend: Backend) -> dict[str, dict[str, Any]]:
     """Heads kept by :func:`reset_ref`: id -> ``{"run", "branch", "audit"}``."""
     with backend.read_txn() as txn:
@@ -215,9 +319,10 @@ def runs(backend: Backend, *, limit: int | None = None) -> list[str]:
     """Run ids that have at least one ref, in sorted order."""
     out: list[str] = []
     with backend.read_txn() as txn, txn.cursor(db=backend.db("refs")) as cur:
+        checked = backend.layout_in(txn) != 1
         found = cur.first()
         while found and (limit is None or len(out) < limit):
-            if backend.layout != 1:
+            if checked:
                 unpack_ref(cur.key(), cur.value())  # a damaged key names no run
             run, _ = split_ref_key(cur.key())
             out.append(run)

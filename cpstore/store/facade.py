@@ -29,11 +29,13 @@ from cpstore.store.audit import (
     check_record_mac,
     get_audit,
 )
+from cpstore.store.backend import Txn
 from cpstore.store.branches import (
     branches,
     head_of,
     history,
     release_retained,
+    repair_ref,
     reset_ref,
     retained,
     runs,
@@ -51,8 +53,10 @@ from cpstore.store.model import (
     ref_key,
 )
 from cpstore.store.objects import as_digest
+from cpstore.store.objects import put_object as put_stored_object
 from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
+from cpstore.store.refs import pinned_key
 from cpstore.store.retention import delete_run, prune
 from cpstore.store.verify import check_checkpoint_objects, verify
 
@@ -60,6 +64,8 @@ __all__ = ["Durability", "Store", "open"]
 
 _DEFAULT_MAP = 1 << 30
 _DEFAULT_MAX_MAP = 1 << 40
+#: Seconds the exit flush waits for other threads' reads before a map growth.
+_EXIT_RESIZE_WAIT = 5.0
 
 
 class Store:
@@ -144,9 +150,13 @@ class Store:
         self._backend.close()
 
     def flush_at_exit(self) -> None:
-        """Commit queued checkpoints at interpreter exit (in the opening process only)."""
-        if self._backend.owes_flush():
-            self._backend.flush()
+        """Commit queued checkpoints at interpreter exit (in the opening process only).
+
+        Never hangs: a map growth waits at most ``_EXIT_RESIZE_WAIT`` seconds
+        for reads of other threads; a flush that fails is a RuntimeWarning
+        naming every checkpoint not written.
+        """
+        self._backend.flush_at_exit(_EXIT_RESIZE_WAIT)
 
     def __del__(self) -> None:
         # A batched store dropped without close() still owes its queued
@@ -170,11 +180,36 @@ class Store:
     # -- objects -------------------------------------------------------------
 
     def put_object(self, data: bytes) -> Digest:
-        """Store ``data`` under its digest (write-once) and return the raw digest."""
+        """Store ``data`` under its digest (write-once), pinned, and return the raw digest.
+
+        The object is a retention root: ``prune`` and ``delete_run`` keep it
+        even when a swept checkpoint named the same bytes, until
+        :meth:`unpin_object`.
+        """
         payload = as_payload(data, "object")
         key = digest(payload)
-        self._backend.put_objects({key: payload})
+        backend = self._backend
+        objects, meta = backend.db("objects"), backend.db("meta")
+
+        def put(txn: Txn[memoryview]) -> None:
+            put_stored_object(txn, objects, key, payload)
+            txn.put(pinned_key(key), b"", db=meta)
+
+        backend.write_txn(put)
         return key
+
+    def unpin_object(self, digest: bytes | str) -> bool:
+        """Stop keeping an object :meth:`put_object` stored; False if it was not pinned.
+
+        The object stays until a later ``prune`` or ``delete_run`` sweeps a
+        checkpoint that names it (an object no checkpoint names is never swept).
+        """
+        key = as_digest(digest)
+        meta = self._backend.db("meta")
+        result: bool = self._backend.write_txn(
+            lambda txn: bool(txn.delete(pinned_key(key), db=meta))
+        )
+        return result
 
     def get_object(self, digest: bytes | str, *, verify: bool = True) -> bytes:
         """The bytes stored under ``digest`` (raw or hex), hash-checked unless ``verify=False``."""
@@ -300,6 +335,20 @@ class Store:
             expected_old=expected_old,
             operator=operator,
             reason=reason,
+        )
+
+    def repair_ref(
+        self, run_id: str, branch: str, new: str | None, *, operator: str, reason: str
+    ) -> AuditRecord:
+        """Replace (or delete, ``new=None``) a ref that fails its check, audited.
+
+        The repair path for a damaged ref (which blocks ``prune`` and every
+        CAS): ConflictError unless the stored ref fails its check. The audit
+        record carries the damaged bytes; a checkpoint they still name is kept
+        as a retained head. See docs/store.md, "Repairing a damaged ref".
+        """
+        return repair_ref(
+            self._backend, run_id, branch, new, operator=operator, reason=reason
         )
 
     def retained(self) -> dict[str, dict[str, Any]]:

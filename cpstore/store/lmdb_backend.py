@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
@@ -23,8 +24,9 @@ from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import Txn
 from cpstore.store.keyed_audit import adopt_key
-from cpstore.store.lmdb_env import EnvOptions, acquire_env, release_env
+from cpstore.store.lmdb_env import acquire_env, release_env
 from cpstore.store.lmdb_errors import translate
+from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.manifest import Manifest, check_manifest, check_manifest_state, manifest_from_raw
 from cpstore.store.model import (
     CheckpointWrite,
@@ -45,6 +47,20 @@ T = TypeVar("T")
 #: ``"sync"``: every checkpoint is fsynced before the call returns.
 #: ``"batched"``: checkpoints are queued and committed ``batch_size`` at a time.
 Durability = Literal["sync", "batched"]
+
+
+def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
+    """The exit warning for a batch that could not be written: every lost id, by branch."""
+    lost: dict[tuple[str, str], list[str]] = {}
+    for op in queued:
+        lost.setdefault((op.run_id, op.branch), []).append(bytes(op.cid).hex())
+    named = "; ".join(
+        f"run {run!r} branch {branch!r}: {', '.join(ids)}" for (run, branch), ids in lost.items()
+    )
+    return (
+        f"cpstore store {path}: {len(queued)} queued checkpoint(s) were NOT written at "
+        f"interpreter exit (batched mode acknowledged them as queued only): {named} ({exc})"
+    )
 
 
 class LmdbBackend:
@@ -107,6 +123,10 @@ class LmdbBackend:
         """The store layout read from the format record."""
         return self.env.layout
 
+    def layout_in(self, txn: Txn[memoryview]) -> int:
+        """The layout as ``txn`` sees it (another process may have upgraded the store)."""
+        return self.env.layout_in(txn)
+
     @property
     def dbs(self) -> Mapping[str, Any]:
         """Named database -> its LMDB handle."""
@@ -148,6 +168,22 @@ class LmdbBackend:
     def owes_flush(self) -> bool:
         """True when this process queued checkpoints it has not committed yet."""
         return not self._closed and bool(self._pending) and os.getpid() == self.env.pid
+
+    def flush_at_exit(self, wait: float) -> None:
+        """Commit queued checkpoints at interpreter exit; never hangs, never hides a loss.
+
+        A map growth waits at most ``wait`` seconds for reads of other threads
+        (a daemon thread's read may never end). A flush that fails is a
+        RuntimeWarning naming every checkpoint not written.
+        """
+        if not self.owes_flush():
+            return
+        queued = list(self._pending)
+        self.env.resize_wait = wait
+        try:
+            self.flush()
+        except Exception as exc:  # an exit hook must say what is lost, not raise
+            warnings.warn(_lost_at_exit(self._path, queued, exc), RuntimeWarning, stacklevel=1)
 
     def live(self) -> None:
         """Raise StoreError when closed, or used from a forked child."""

@@ -8,32 +8,40 @@ only one that opens environments, begins transactions or changes the map size.
 
 from __future__ import annotations
 
-import errno
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from threading import get_ident
 from typing import Any, TypeVar
 
 import lmdb
 
 from cpstore.errors import (
-    CanonicalEncodingError,
     ForkError,
-    FormatVersionError,
     IntegrityError,
     NotFoundError,
     StoreError,
     StoreFullError,
     StoreReadOnlyError,
 )
-from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.canonical import encode_value
 from cpstore.store.backend import Txn
-from cpstore.store.lmdb_errors import errno_of, translate
-from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
+from cpstore.store.lmdb_errors import translate
+from cpstore.store.lmdb_open import (
+    FORMAT,
+    FORMAT_KEY,
+    EnvOptions,
+    check_format,
+    check_new_store_path,
+    creation_lock,
+    has_lmdb_meta_page,
+    is_lock_permission_error,
+    refuse,
+)
+from cpstore.store.model import STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
 __all__ = ["DB_NAMES", "Env", "acquire_env", "is_open_here", "release_env"]
@@ -53,94 +61,6 @@ DB_NAMES = (
     "audit_index",
     "audit_mac",
 )
-_FORMAT_KEY = b"format"
-_FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
-
-
-@dataclass(frozen=True)
-class EnvOptions:
-    """How an environment was opened; handles sharing it must agree."""
-
-    readonly: bool
-    map_size: int
-    max_map_size: int
-    #: Make a new store when the directory is missing or empty (never otherwise).
-    create: bool = True
-
-
-def _refuse(what: str, where: str) -> FormatVersionError:
-    return FormatVersionError(
-        f"not a cpstore store ({what})", where=where, expected="a cpstore store"
-    )
-
-
-def _check_new_store_path(path: str, options: EnvOptions) -> None:
-    """Raise unless ``path`` (which has no data.mdb) may become a new store.
-
-    A store is created only where nothing can be lost: a missing directory or
-    an empty one (a lone lock.mdb is what a crash before LMDB made its data
-    file leaves). Read-only opens and ``create=False`` never create.
-    """
-    if not os.path.exists(path):
-        if options.readonly or not options.create:
-            raise NotFoundError("no store at this path", where=path)
-        return
-    if not os.path.isdir(path):
-        raise _refuse("not a directory", path)
-    if options.readonly or not options.create:
-        raise NotFoundError("no store at this path (no data.mdb)", where=path)
-    others = sorted(set(os.listdir(path)) - {"lock.mdb"})
-    if others:
-        raise _refuse("the directory is not empty and has no data.mdb", path)
-
-
-#: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
-_META_MAGIC = (0xBEEFC0DE).to_bytes(4, "little")
-
-
-def _has_lmdb_meta_page(data: str) -> bool:
-    """True when either meta page of ``data`` carries LMDB's magic.
-
-    LMDB refuses a file with one bad meta page as "not an LMDB file"; one
-    good meta page says it is an LMDB file with a damaged page instead.
-    Page 1 sits one page in, so each page size LMDB may use is tried.
-    """
-    try:
-        with open(data, "rb") as fh:
-            head = fh.read(65536 + 32)
-    except OSError:
-        return False
-    return any(
-        head[at + 16 : at + 20] == _META_MAGIC for at in (0, 4096, 8192, 16384, 32768, 65536)
-    )
-
-
-def _is_lock_permission_error(exc: lmdb.Error) -> bool:
-    code = getattr(exc, "code", 0) or errno_of(str(exc))
-    return code in (errno.EACCES, errno.EROFS, errno.EPERM)
-
-
-def _check_format(raw: bytes | memoryview | None, path: str) -> int:
-    """The layout version of format record ``raw``; raise unless this build reads it."""
-    if raw is None:
-        raise _refuse("no cpstore format record", path)
-    try:
-        fmt = decode_value(raw)
-    except CanonicalEncodingError:
-        fmt = None
-    if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
-        raise _refuse("bad format record", path)
-    version = fmt.get("version")
-    if version not in READABLE_VERSIONS or fmt.get("digest") != "xxh3-128":
-        raise FormatVersionError(
-            "store of an unknown version",
-            where=path,
-            expected={"version": STORE_VERSION, "digest": "xxh3-128"},
-            got={"version": version, "digest": fmt.get("digest")},
-        )
-    return int(version)
-
-
 class Env:
     """An open LMDB environment, its named databases and its txn bookkeeping."""
 
@@ -156,6 +76,9 @@ class Env:
         self._active: deque[int] = deque()
         self._gate = threading.Condition()
         self._resizing = False
+        #: Seconds a resize waits for this process's reads to end (None: no bound).
+        #: Bounded at interpreter exit, where a daemon thread's read may never end.
+        self.resize_wait: float | None = None
         #: False when a read-only open could not use the lock file (see _open_env).
         self.locked = True
         #: The store layout read from the format record (docs/store.md); a
@@ -163,19 +86,24 @@ class Env:
         self.layout: int = STORE_VERSION
         data = os.path.join(path, "data.mdb")
         try:
-            if os.path.isfile(data):
-                if os.path.getsize(data) == 0:
-                    # LMDB would initialise an empty file as a new environment,
-                    # silently turning a truncated store into an empty one.
-                    raise _refuse("data.mdb is empty", data)
-            elif os.path.isdir(data):
-                raise _refuse("data.mdb is a directory", data)
-            else:
-                _check_new_store_path(path, options)
-                os.makedirs(path, exist_ok=True)
-            self.env = self._open_env()
+            if not options.readonly and options.create and not os.path.exists(path):
+                os.makedirs(path, exist_ok=True)  # another creator may make it too
+            with creation_lock(path, exclusive=not options.readonly):
+                # Under the lock, another process's lmdb.open cannot be half way
+                # through making data.mdb: what we see here is whole.
+                if os.path.isfile(data):
+                    if os.path.getsize(data) == 0:
+                        # LMDB would initialise an empty file as a new environment,
+                        # silently turning a truncated store into an empty one.
+                        raise refuse("data.mdb is empty", data)
+                elif os.path.isdir(data):
+                    raise refuse("data.mdb is a directory", data)
+                else:
+                    check_new_store_path(path, options)
+                    os.makedirs(path, exist_ok=True)
+                self.env = self._open_env()
         except lmdb.InvalidError as exc:
-            if _has_lmdb_meta_page(data):
+            if has_lmdb_meta_page(data):
                 raise IntegrityError(
                     "an LMDB meta page of the data file is damaged", where=data, got=str(exc)
                 ) from None
@@ -222,13 +150,13 @@ class Env:
                 try:
                     return lmdb.open(self.path, lock=True, **kwargs)
                 except lmdb.Error as exc:
-                    if not (options.readonly and _is_lock_permission_error(exc)):
+                    if not (options.readonly and is_lock_permission_error(exc)):
                         raise
                 self.locked = False
             try:
                 return lmdb.open(self.path, lock=False, **kwargs)
             except lmdb.Error as exc:
-                if not _is_lock_permission_error(exc):
+                if not is_lock_permission_error(exc):
                     raise
                 # Not the lock file then: this user may not read the data file.
                 raise StoreError(
@@ -298,15 +226,15 @@ class Env:
             meta = self.env.open_db(b"meta", txn=txn, create=False)
         except lmdb.NotFoundError:
             if not self._never_committed(txn):
-                raise _refuse("no cpstore format record", self.path) from None
+                raise refuse("no cpstore format record", self.path) from None
             if not self.options.create:
                 raise self._nothing_here() from None
             for name in DB_NAMES:
                 dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
-            txn.put(_FORMAT_KEY, encode_value(_FORMAT), overwrite=False, db=dbs["meta"])
+            txn.put(FORMAT_KEY, encode_value(FORMAT), overwrite=False, db=dbs["meta"])
             self.layout = STORE_VERSION
             return dbs
-        version = _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
+        version = check_format(txn.get(FORMAT_KEY, db=meta), self.path)
         for name in DB_NAMES:
             # A store from before a database was added gets it here.
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
@@ -314,7 +242,7 @@ class Env:
             # A layout-1 store is brought up to date in this same txn (docs/store.md,
             # "Store layout versions"); a concurrent opener sees either layout whole.
             upgrade_refs_v1(txn, dbs)
-            txn.put(_FORMAT_KEY, encode_value(_FORMAT), db=dbs["meta"])
+            txn.put(FORMAT_KEY, encode_value(FORMAT), db=dbs["meta"])
         self.layout = STORE_VERSION
         return dbs
 
@@ -332,11 +260,11 @@ class Env:
                 self.end_read(txn)
             if empty:
                 raise self._nothing_here() from None
-            raise _refuse("no cpstore format record", self.path) from None
+            raise refuse("no cpstore format record", self.path) from None
         txn = self._begin(write=False)
         try:
             # A read-only open reads an older layout as it is (no upgrade).
-            self.layout = _check_format(txn.get(_FORMAT_KEY, db=meta), self.path)
+            self.layout = check_format(txn.get(FORMAT_KEY, db=meta), self.path)
         finally:
             self.end_read(txn)
         for name in DB_NAMES:
@@ -349,6 +277,17 @@ class Env:
                     expected=name,
                 ) from None
         return dbs
+
+    def layout_in(self, txn: Txn[memoryview]) -> int:
+        """The store layout ``txn`` sees.
+
+        A read-only handle on a layout-1 store reads it as it is, but another
+        process's writable open upgrades it to layout 2 in one txn; so an older
+        layout is read again from the format record in the txn at hand.
+        """
+        if self.layout == STORE_VERSION:
+            return STORE_VERSION  # layouts only move forward
+        return check_format(txn.get(FORMAT_KEY, db=self.dbs["meta"]), self.path)
 
     def _nothing_here(self) -> NotFoundError:
         return NotFoundError("no store at this path (an empty LMDB environment)", where=self.path)
@@ -511,7 +450,17 @@ class Env:
         with self.write_lock, self._gate:
             self._resizing = True
             try:
+                bound = self.resize_wait
+                deadline = None if bound is None else time.monotonic() + bound
                 while self._active:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise StoreError(
+                            "the map must change size but a read of another thread "
+                            "of this process did not end",
+                            where=self.path,
+                            expected=f"every store.read() block ended within {bound} s",
+                            got=f"{len(self._active)} open read(s)",
+                        )
                     self._gate.wait(0.05)
                 self.env.set_mapsize(size)
             finally:

@@ -12,8 +12,8 @@ A recorder is not thread-safe: use one per thread (or lock around it).
 from __future__ import annotations
 
 import math
+import os
 import struct
-import sys
 import warnings
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,7 +26,7 @@ from cpstore.errors import (
     StoreError,
     UnsealedEffectsError,
 )
-from cpstore.native.args import check_text, non_empty_text
+from cpstore.native.args import as_offsets, check_text, little_endian_offsets, non_empty_text
 from cpstore.native.binding import digest, digest_batch
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
@@ -64,12 +64,6 @@ def _step(value: object) -> int:
     return value
 
 
-def _offsets_bytes(offsets: array[int]) -> bytes:
-    if sys.byteorder == "big":
-        swapped = array("Q", offsets)
-        swapped.byteswap()
-        return swapped.tobytes()
-    return offsets.tobytes()
 
 
 class Recorder:
@@ -77,6 +71,9 @@ class Recorder:
 
     def __init__(self, store: Backend, run_id: str, branch: str, parent: str | None) -> None:
         self._store = store
+        # A fork() child inherits this object but not its effects: only the
+        # process that made it may report them dropped (docs/durability.md).
+        self._pid = os.getpid()
         self._run_id = run_id
         self._branch = branch
         head = _raw(head_of(store, run_id, branch))
@@ -154,11 +151,7 @@ class Recorder:
             if tokens is not None:
                 self._tokens = bytearray(load(tokens["records"], "token records"))
                 self._values = bytearray(load(tokens["values"], "token values"))
-                offs = array("Q")
-                offs.frombytes(load(tokens["offsets"], "token offsets"))
-                if sys.byteorder == "big":
-                    offs.byteswap()
-                self._offsets = offs
+                self._offsets = as_offsets(load(tokens["offsets"], "token offsets"), "little")
                 self._kinds = KindTable({int(k): v for k, v in tokens["kinds"].items()})
             for name, attr in (
                 ("observations", "_observations"),
@@ -407,7 +400,7 @@ class Recorder:
                     {
                         "records": self._stash(bytes(self._tokens)),
                         "values": self._stash(bytes(self._values)),
-                        "offsets": self._stash(_offsets_bytes(self._offsets)),
+                        "offsets": self._stash(little_endian_offsets(self._offsets)),
                         "count": len(self._tokens) // _TOKEN.size,
                         "kinds": dict(sorted(self._kinds.names.items())),
                     }
@@ -550,8 +543,8 @@ class Recorder:
 
     def _warn_unsealed(self, when: str) -> None:
         """RuntimeWarning naming the run when effects are dropped unsealed (once)."""
-        if self._closed:
-            return
+        if self._closed or os.getpid() != self._pid:
+            return  # a fork() child's copy: the parent still holds (and seals) them
         self._closed = True
         count = self.unsealed_effects
         if count:

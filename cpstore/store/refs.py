@@ -30,6 +30,7 @@ from cpstore.store.manifest import decode_manifest
 from cpstore.store.model import Problem, split_ref_key, unpack_checkpoint_value
 
 __all__ = [
+    "PINNED_PREFIX",
     "RECORDED",
     "REFS_DIGEST_KEY",
     "RETAINED_PREFIX",
@@ -37,7 +38,10 @@ __all__ = [
     "check_ref_target",
     "check_refs",
     "delete_ref",
+    "pinned_key",
+    "pinned_objects",
     "read_ref",
+    "replace_damaged_ref",
     "retained_heads",
     "retained_key",
     "unpack_ref",
@@ -93,12 +97,19 @@ def unpack_ref(key: bytes | memoryview, value: bytes | memoryview) -> tuple[byte
 def read_ref(
     txn: Any, dbs: Mapping[str, Any], key: bytes, *, layout: int
 ) -> tuple[bytes, int] | None:
-    """(checkpoint id, origin) of ref ``key``, or None; a layout-1 value has no check."""
+    """(checkpoint id, origin) of ref ``key``, or None; a layout-1 value has no check.
+
+    ``layout`` is the one the handle saw at open: a read-only handle on a
+    layout-1 store may meet layout-2 values once another process upgraded
+    the store (one txn, so a txn sees one layout whole). So the value's
+    length decides there: a bare id (layout 1, unchecked) or a checked
+    value; a layout-2 handle accepts only checked values.
+    """
     value = txn.get(key, None, dbs["refs"])
     if value is None:
         return None
-    if layout == 1:
-        return bytes(value), SET  # read-only open of a layout-1 store: no check stored
+    if layout == 1 and len(value) == DIGEST_SIZE:
+        return bytes(value), SET  # a layout-1 store read as it is: no check stored
     return unpack_ref(key, value)
 
 
@@ -160,6 +171,35 @@ def delete_ref(txn: Any, dbs: Mapping[str, Any], key: bytes) -> None:
     old_cid, old_origin = unpack_ref(key, old)
     txn.delete(key, db=dbs["refs"])
     _update_digest(txn, dbs["meta"], _hash(key, old_cid, old_origin), None)
+
+
+def replace_damaged_ref(
+    txn: Any, dbs: Mapping[str, Any], key: bytes, cid: bytes | None, origin: int
+) -> None:
+    """Overwrite (or, ``cid=None``, delete) a ref whose check fails; re-derive the digest.
+
+    The damaged value's true hash is unknowable, so the table digest's XOR is
+    recomputed over the table as it now stands (hashing what is stored, as
+    :func:`check_refs` does). The count is carried forward by the change, so a
+    ref that vanished before the repair is still reported as vanished.
+    """
+    refs = dbs["refs"]
+    try:
+        _, want_count = _digest_state(txn, dbs["meta"])
+    except IntegrityError:
+        want_count = txn.stat(refs)["entries"]
+    if cid is None:
+        txn.delete(key, db=refs)
+        want_count -= 1
+    else:
+        txn.put(key, pack_ref(key, cid, origin), db=refs)
+    acc = _ZERO
+    with txn.cursor(db=refs) as cur:
+        for k, v in cur:
+            raw = bytes(v)
+            if len(raw) == REF_SIZE:
+                acc = _xor(acc, _hash(bytes(k), raw[:DIGEST_SIZE], raw[DIGEST_SIZE]))
+    txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(want_count), db=dbs["meta"])
 
 
 def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int:
@@ -268,5 +308,29 @@ def retained_heads(txn: Any, meta: Any) -> dict[bytes, dict[str, Any]]:
             except CpstoreError:
                 record = {}
             out[key[len(RETAINED_PREFIX) :]] = record if isinstance(record, dict) else {}
+            found = cur.next()
+    return out
+
+
+# -- pinned objects -------------------------------------------------------------
+
+#: ``meta`` keys of objects stored with ``Store.put_object``: retention roots
+#: until ``Store.unpin_object``, so content addressing never lets a swept
+#: checkpoint that named the same bytes take the caller's object with it.
+PINNED_PREFIX = b"pinned/"
+
+
+def pinned_key(key: bytes) -> bytes:
+    """``meta`` key of a pinned object."""
+    return PINNED_PREFIX + bytes(key)
+
+
+def pinned_objects(txn: Any, meta: Any) -> list[bytes]:
+    """Digests of every pinned object."""
+    out: list[bytes] = []
+    with txn.cursor(db=meta) as cur:
+        found = cur.set_range(PINNED_PREFIX)
+        while found and bytes(cur.key()).startswith(PINNED_PREFIX):
+            out.append(bytes(cur.key())[len(PINNED_PREFIX) :])
             found = cur.next()
     return out

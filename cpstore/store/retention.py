@@ -1,10 +1,10 @@
 """Retention: mark from every ref head and sealed ledger, sweep the rest; delete, prune.
 
 Retention marks from every ref head (its whole lineage, or its newest
-``keep_last`` checkpoints), from every head an audited reset retained and
-from every sealed ledger, then sweeps checkpoints and objects nothing marked;
-pruned checkpoint ids get a tombstone so a surviving child's ``parent`` is
-known to be pruned, not lost. Audit records are never touched.
+``keep_last`` checkpoints), from every head an audited reset retained, from
+every sealed ledger and from every object ``put_object`` pinned, then sweeps
+checkpoints and objects nothing marked; pruned checkpoint ids get a tombstone
+so a surviving child's ``parent`` is known to be pruned, not lost. Audit records are never touched.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from cpstore.native.canonical import encode_value
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import split_ref_key, unpack_checkpoint_value
-from cpstore.store.refs import delete_ref, retained_heads, unpack_ref
-from cpstore.store.verify import children
+from cpstore.store.refs import delete_ref, pinned_objects, retained_heads, unpack_ref
+from cpstore.store.verify import child_kind, children
 
 __all__ = ["delete_run", "prune"]
 
@@ -65,18 +65,28 @@ def _sweep(store: Backend, keep: Callable[[str], int | None], drop_run: str | No
                     m = decode_manifest(cid, bytes(data), created)
                     live_cps[cid] = m
                 cid = None if m.parent is None else bytes.fromhex(m.parent)
+        # The same bytes can be a leaf in one role (a state part) and a log or
+        # chunk index in another: "seen" must not stop the expansion of a role
+        # that has children, so each (object, role kind) is expanded once.
         marked: set[bytes] = set()
+        expanded: set[tuple[bytes, str]] = set()
+
+        def mark(into: set[bytes], field: str, key: bytes) -> None:
+            into.add(key)
+            kind = child_kind(field)
+            if kind is not None and (key, kind) not in expanded:
+                expanded.add((key, kind))
+                into.update(bytes(c) for c in children(txn, objects, field, key))
+
         for m in live_cps.values():
             for field, key in manifest_references(m.raw):
-                if key in marked:
-                    continue
-                marked.add(key)
-                marked.update(bytes(c) for c in children(txn, objects, field, key))
+                mark(marked, field, key)
         with txn.cursor(db=dbs["ledgers"]) as cur:
             ledgers = [bytes(k) for k, _ in cur]
         for key in ledgers:
-            marked.add(key)
-            marked.update(bytes(c) for c in children(txn, objects, "effects", key))
+            mark(marked, "effects", key)
+        for key in pinned_objects(txn, dbs["meta"]):
+            marked.add(key)  # put_object's: the caller's until unpin_object
         # Only what a swept checkpoint named is a candidate: objects stored with
         # put_object and never referenced are the caller's, not garbage.
         candidates: set[bytes] = set()
@@ -86,9 +96,8 @@ def _sweep(store: Backend, keep: Callable[[str], int | None], drop_run: str | No
         for cid, entry in dead:
             created, data = unpack_checkpoint_value(entry)
             for field, key in manifest_references(decode_manifest(cid, data, created).raw):
-                if key not in marked and key not in candidates:
-                    candidates.add(key)
-                    candidates.update(bytes(c) for c in children(txn, objects, field, key))
+                # An (object, role) expanded while marking has only marked children.
+                mark(candidates, field, key)
             txn.delete(cid, db=dbs["checkpoints"])
             txn.put(cid, tomb, db=dbs["tombstones"])
         for key in candidates - marked:

@@ -19,9 +19,9 @@ from cpstore.store.keyed_audit import check_macs
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import Problem, VerifyReport, split_ref_key, unpack_checkpoint_value
 from cpstore.store.objects import load_chunked
-from cpstore.store.refs import check_refs, retained_heads
+from cpstore.store.refs import check_refs, pinned_objects, retained_heads
 
-__all__ = ["check_checkpoint_objects", "children", "verify"]
+__all__ = ["check_checkpoint_objects", "child_kind", "children", "verify"]
 
 
 def _decode_list(txn: Txn[memoryview], objects: Any, key: bytes) -> list[Any]:
@@ -30,6 +30,15 @@ def _decode_list(txn: Txn[memoryview], objects: Any, key: bytes) -> list[Any]:
         return []
     value = decode_value(raw)
     return value if isinstance(value, list) else []
+
+
+def child_kind(field: str) -> str | None:
+    """How an object in role ``field`` names others (None: it names none)."""
+    if field.startswith("state.chunked"):
+        return "chunks"
+    if field in ("observations", "effects"):
+        return "log"
+    return None
 
 
 def children(txn: Txn[memoryview], objects: Any, field: str, key: bytes) -> Iterable[bytes]:
@@ -414,7 +423,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                     tick()
                     counts["checkpoints"] += 1
                     _check_checkpoint(txn, dbs, bytes(key), value, problems)
-            if store.layout == 1:  # read-only open of a layout-1 store: no checks stored
+            if store.layout_in(txn) == 1:  # read-only open of a layout-1 store: no checks stored
                 with txn.cursor(db=dbs["refs"]) as cur:
                     for key, value in cur:
                         tick()
@@ -439,6 +448,15 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                             "retained head does not resolve",
                             f"meta/retained/{cid.hex()}",
                             expected=cid.hex(),
+                        )
+                    )
+            for key in pinned_objects(txn, dbs["meta"]):
+                if txn.get(key, db=dbs["objects"]) is None:
+                    problems.append(
+                        Problem(
+                            "pinned object does not resolve",
+                            f"meta/pinned/{key.hex()}",
+                            expected=key.hex(),
                         )
                     )
             with txn.cursor(db=dbs["ledgers"]) as cur:

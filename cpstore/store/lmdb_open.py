@@ -1,0 +1,164 @@
+"""Opening rules for an LMDB store: what becomes a store, what is refused, the format record.
+
+A store is created only in a missing or empty folder (docs/store.md,
+"Opening"); an emptied, foreign or unknown-version data file is refused
+before LMDB can re-initialise it. The checks and the LMDB open run under a
+``flock`` on the folder so processes creating one new store together agree.
+Used by :mod:`cpstore.store.lmdb_env`, the one module that opens environments.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+
+import lmdb
+
+from cpstore.errors import CanonicalEncodingError, FormatVersionError, NotFoundError
+from cpstore.native.canonical import decode_value
+from cpstore.store.lmdb_errors import errno_of
+from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_KEY",
+    "EnvOptions",
+    "check_format",
+    "check_new_store_path",
+    "creation_lock",
+    "has_lmdb_meta_page",
+    "is_lock_permission_error",
+    "refuse",
+]
+
+FORMAT_KEY = b"format"
+FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """How an environment was opened; handles sharing it must agree."""
+
+    readonly: bool
+    map_size: int
+    max_map_size: int
+    #: Make a new store when the directory is missing or empty (never otherwise).
+    create: bool = True
+
+
+def refuse(what: str, where: str) -> FormatVersionError:
+    return FormatVersionError(
+        f"not a cpstore store ({what})", where=where, expected="a cpstore store"
+    )
+
+
+def check_new_store_path(path: str, options: EnvOptions) -> None:
+    """Raise unless ``path`` (which has no data.mdb) may become a new store.
+
+    A store is created only where nothing can be lost: a missing directory or
+    an empty one (a lone lock.mdb is what a crash before LMDB made its data
+    file leaves). Read-only opens and ``create=False`` never create.
+    """
+    if not os.path.exists(path):
+        if options.readonly or not options.create:
+            raise NotFoundError("no store at this path", where=path)
+        return
+    if not os.path.isdir(path):
+        raise refuse("not a directory", path)
+    if options.readonly or not options.create:
+        raise NotFoundError("no store at this path (no data.mdb)", where=path)
+    others = sorted(set(os.listdir(path)) - {"lock.mdb"})
+    if others:
+        raise refuse("the directory is not empty and has no data.mdb", path)
+
+
+@contextmanager
+def creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
+    """``flock`` the store directory around deciding what it holds and opening LMDB.
+
+    LMDB creates data.mdb and then writes its meta pages; a second opener
+    looking in between would see a half-made store (no data.mdb beside a
+    lock.mdb, or an empty data.mdb) and refuse it. Writable opens take the
+    lock exclusively, read-only ones shared. The directory itself is locked,
+    so no file is added to it; where it is missing or cannot be locked (a
+    file system without flock), the open goes on unlocked.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield  # missing or not a directory: the checks under it say so
+        return
+    _LOCK_FDS.add(fd)
+    try:
+        with suppress(OSError):  # no flock here: open as before
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        _LOCK_FDS.discard(fd)
+        os.close(fd)  # releases the lock
+
+
+#: Folder fds a creation lock holds right now. A fork() child (another thread
+#: forked mid-open) closes its copies, or its lifetime would hold the lock.
+_LOCK_FDS: set[int] = set()
+
+
+def _drop_lock_fds_in_child() -> None:
+    for fd in list(_LOCK_FDS):
+        with suppress(OSError):
+            os.close(fd)
+    _LOCK_FDS.clear()
+
+
+os.register_at_fork(after_in_child=_drop_lock_fds_in_child)
+
+
+#: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
+_META_MAGIC = (0xBEEFC0DE).to_bytes(4, "little")
+
+
+def has_lmdb_meta_page(data: str) -> bool:
+    """True when either meta page of ``data`` carries LMDB's magic.
+
+    LMDB refuses a file with one bad meta page as "not an LMDB file"; one
+    good meta page says it is an LMDB file with a damaged page instead.
+    Page 1 sits one page in, so each page size LMDB may use is tried.
+    """
+    try:
+        with open(data, "rb") as fh:
+            head = fh.read(65536 + 32)
+    except OSError:
+        return False
+    return any(
+        head[at + 16 : at + 20] == _META_MAGIC for at in (0, 4096, 8192, 16384, 32768, 65536)
+    )
+
+
+def is_lock_permission_error(exc: lmdb.Error) -> bool:
+    code = getattr(exc, "code", 0) or errno_of(str(exc))
+    return code in (errno.EACCES, errno.EROFS, errno.EPERM)
+
+
+def check_format(raw: bytes | memoryview | None, path: str) -> int:
+    """The layout version of format record ``raw``; raise unless this build reads it."""
+    if raw is None:
+        raise refuse("no cpstore format record", path)
+    try:
+        fmt = decode_value(raw)
+    except CanonicalEncodingError:
+        fmt = None
+    if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
+        raise refuse("bad format record", path)
+    version = fmt.get("version")
+    if version not in READABLE_VERSIONS or fmt.get("digest") != "xxh3-128":
+        raise FormatVersionError(
+            "store of an unknown version",
+            where=path,
+            expected={"version": STORE_VERSION, "digest": "xxh3-128"},
+            got={"version": version, "digest": fmt.get("digest")},
+        )
+    return int(version)
