@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,16 @@ def test_simd_path_is_named(level: str) -> None:
         assert cpstore.native.digest(b"x" * 4096) == before
     finally:
         cpstore.native.select_simd("auto")
+
+
+def test_the_wheel_metadata_names_the_license_and_ships_the_xxhash_notice() -> None:
+    """pyproject names MIT and license files that exist, xxHash's BSD-2-Clause notice among them."""
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "MIT"
+    files = [f for pattern in project["license-files"] for f in glob.glob(str(root / pattern))]
+    names = {Path(f).name for f in files}
+    assert {"LICENSE", "xxHash-BSD-2-Clause.txt"} <= names
+    notice = (root / "LICENSES" / "xxHash-BSD-2-Clause.txt").read_text()
+    assert "BSD 2-Clause License" in notice and "Yann Collet" in notice
+    assert "MIT License" in (root / "LICENSE").read_text()

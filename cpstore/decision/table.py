@@ -68,7 +68,7 @@ class Fidelity(enum.Enum):
     """Some other finding: not shown faithful, not one of seed 004's divergence classes."""
 
 
-class FindingCode(str, enum.Enum):
+class FindingCode(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() of every code in printed output
     """Codes of the decision table, one per row."""
 
     INTEGRITY = "INTEGRITY"
