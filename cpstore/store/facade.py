@@ -41,7 +41,7 @@ from cpstore.store.branches import (
     runs,
     set_ref,
 )
-from cpstore.store.lmdb_backend import Durability, LmdbBackend
+from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
     AuditRecord,
@@ -88,9 +88,9 @@ class Store:
         batch_size: int = 64,
         audit_key: bytes | None = None,
     ) -> None:
-        if durability not in ("sync", "batched"):
+        if not isinstance(durability, str) or durability not in DURABILITY_MODES:
             raise InvalidInputError(
-                "unknown durability mode", expected=["sync", "batched"], got=durability
+                "unknown durability mode", expected=list(DURABILITY_MODES), got=durability
             )
         for name, value in (
             ("map_size", map_size),
@@ -286,6 +286,8 @@ class Store:
         """Commit every queued checkpoint in one durable txn (batched mode).
 
         On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        With ``durability="none"``, fsync every checkpoint committed so far (one
+        fsync of the data file): the point from which an OS crash loses nothing.
         """
         self._backend.flush()
 

@@ -40,13 +40,18 @@ from cpstore.store.model import (
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.refs import RECORDED, check_ref_target, read_ref, write_ref
 
-__all__ = ["Durability", "LmdbBackend"]
+__all__ = ["DURABILITY_MODES", "Durability", "LmdbBackend"]
 
 T = TypeVar("T")
 
 #: ``"sync"``: every checkpoint is fsynced before the call returns.
 #: ``"batched"``: checkpoints are queued and committed ``batch_size`` at a time.
-Durability = Literal["sync", "batched"]
+#: ``"none"``: every checkpoint is committed at once but never fsynced by cpstore
+#: (a process crash loses nothing, an OS crash may lose the last commits).
+Durability = Literal["sync", "batched", "none"]
+
+#: Every durability mode, in the order errors list them.
+DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
 
 
 def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
@@ -85,7 +90,15 @@ class LmdbBackend:
         self._pending_lock = threading.Lock()
         key = None if audit_key is None else check_key(audit_key)
         self.env = acquire_env(
-            path, EnvOptions(bool(readonly), map_size, max_map_size, bool(create))
+            path,
+            EnvOptions(
+                bool(readonly),
+                map_size,
+                max_map_size,
+                bool(create),
+                # A read-only open commits nothing: it never asks for no-sync.
+                sync=durability != "none" or bool(readonly),
+            ),
         )
         self._closed = False
         self._audit_key = key
@@ -224,9 +237,17 @@ class LmdbBackend:
         self.env.end_read(txn)
 
     def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
-        """Run ``fn`` in one write txn and commit (retried after the map grows)."""
+        """Run ``fn`` in one write txn and commit (retried after the map grows).
+
+        Durable on return in every mode: with ``durability="none"`` (whose
+        environment does not sync commits) the data file is fsynced after the
+        commit. Only checkpoint commits skip it (:meth:`commit`).
+        """
         self.live()
-        return self.env.write(fn)
+        result = self.env.write(fn)
+        if not self.env.options.sync:
+            self.env.sync()  # audit records, ref moves, prune: always durable
+        return result
 
     # -- objects -------------------------------------------------------------------
 
@@ -307,9 +328,13 @@ class LmdbBackend:
         return cid
 
     def commit(self, op: CheckpointWrite) -> None:
-        """Commit ``op`` now (sync) or queue it (batched, flushed every ``batch_size``)."""
+        """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
         if self.durability == "sync":
             self.write_txn(lambda txn: self._apply(txn, op))
+            return
+        if self.durability == "none":
+            self.live()
+            self.env.write(lambda txn: self._apply(txn, op))  # no fsync: the point of "none"
             return
         self.live()
         with self._pending_lock:
@@ -322,7 +347,12 @@ class LmdbBackend:
         """Commit every queued checkpoint in one durable txn (batched mode).
 
         On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        With ``durability="none"`` it fsyncs every commit made so far instead.
         """
+        if self.durability == "none":
+            if not self.readonly and not self._closed:
+                self.env.sync()  # checks the pid: a forked child never syncs the parent's
+            return
         with self._pending_lock:
             ops, self._pending = self._pending, []
 

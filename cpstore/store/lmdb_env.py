@@ -141,7 +141,11 @@ class Env:
             "max_dbs": len(DB_NAMES) + 4,
             "max_readers": 1022,
             "readahead": False,
-            "sync": True,
+            # durability="none" is MDB_NOSYNC: commits are written to the file
+            # (the kernel holds them if the process dies) but never fsynced.
+            # metasync only matters when sync is on (MDB_NOMETASYNC is refused
+            # for "sync": docs/durability.md).
+            "sync": options.sync,
             "metasync": True,
         }
 
@@ -199,10 +203,27 @@ class Env:
                 got=f"pid {os.getpid()}",
             )
 
+    def sync(self) -> None:
+        """Force every commit of this environment to disk (one fsync of the data file)."""
+        self.check_pid()
+        try:
+            self.env.sync(True)
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from None
+
     def close(self) -> None:
-        """Close the environment (in the opening process only)."""
+        """Close the environment (in the opening process only).
+
+        Without fsync per commit (``durability="none"``) the last handle's
+        close fsyncs once, so a store closed cleanly is durable; LMDB's own
+        close does not sync.
+        """
         if os.getpid() == self.pid:
-            self.env.close()
+            try:
+                if not self.options.sync and not self.options.readonly:
+                    self.env.sync(True)
+            finally:
+                self.env.close()
         # After fork() the child must not touch the parent's environment at all:
         # closing it would release reader slots and locks the parent still uses.
 
@@ -513,6 +534,18 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                 where=key,
                 expected=f"readonly={env.options.readonly}",
                 got=f"readonly={options.readonly}",
+            )
+        elif env.options.sync != options.sync and not options.readonly:
+            # MDB_NOSYNC is a flag of the one LMDB environment handle this
+            # process has for the path: "none" beside "sync"/"batched" would
+            # silently weaken (or strengthen) the other handle's commits.
+            raise StoreError(
+                "the store is already open in this process with another durability",
+                where=key,
+                expected='durability="none"'
+                if not env.options.sync
+                else 'durability="sync" or "batched"',
+                got='durability="none"' if not options.sync else 'durability="sync" or "batched"',
             )
         env.handles += 1
         return env

@@ -48,6 +48,10 @@ class EnvOptions:
     max_map_size: int
     #: Make a new store when the directory is missing or empty (never otherwise).
     create: bool = True
+    #: LMDB fsyncs each commit (``durability="sync"``/``"batched"``); False is
+    #: ``MDB_NOSYNC`` (``durability="none"``, docs/durability.md). A flag of the
+    #: environment handle, so every store handle of one process shares it.
+    sync: bool = True
 
 
 def refuse(what: str, where: str) -> FormatVersionError:
