@@ -19,6 +19,9 @@ from cpstore.store.facade import (
     Store,
     open,
 )
+from cpstore.store.history import (
+    HistoryEntry,
+)
 from cpstore.store.lmdb_backend import (
     LmdbBackend,
 )
@@ -51,6 +54,7 @@ __all__ = [
     "Backend",
     "CheckpointView",
     "Durability",
+    "HistoryEntry",
     "LmdbBackend",
     "Manifest",
     "Problem",

@@ -41,6 +41,7 @@ from cpstore.store.branches import (
     runs,
     set_ref,
 )
+from cpstore.store.history import HistoryEntry, history_states
 from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
@@ -381,6 +382,18 @@ class Store:
         The walk stops at ``limit``, at a run's first checkpoint or at a pruned one.
         """
         return history(self._backend, run_id, branch, limit=limit, verify=verify)
+
+    def history_states(
+        self, run_id: str, branch: str = "main", *, limit: int | None = None, verify: bool = True
+    ) -> list[HistoryEntry]:
+        """:meth:`history` with each checkpoint's state: ``entry.manifest``, ``entry.state``.
+
+        One read txn for the whole walk (a consistent snapshot while writers
+        move the head); every state is read, hash-checked and decoded as
+        ``store.read(id).state()`` reads it. A damaged object raises
+        :class:`IntegrityError` naming it and its checkpoint.
+        """
+        return history_states(self._backend, run_id, branch, limit=limit, verify=verify)
 
     # -- audit ---------------------------------------------------------------
 

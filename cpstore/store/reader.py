@@ -70,7 +70,9 @@ class CheckpointView:
     unless ``verify=False``); leaving ends the txn, and any later use of the
     reader or of a cursor built from it raises :class:`InvalidInputError`.
     What it hands out (copies, decoded values) stays valid. A reader is
-    entered once.
+    entered once. Given ``txn`` (a read txn its caller owns and ends, as
+    :func:`~cpstore.store.history.history_states` does), it reads in that txn
+    and leaving the block leaves the txn open.
     """
 
     __slots__ = (
@@ -84,6 +86,7 @@ class CheckpointView:
         "_id",
         "_lease",
         "_objects",
+        "_owner",
         "_raw",
         "_rest_checked",
         "_store",
@@ -99,9 +102,13 @@ class CheckpointView:
         *,
         verify: bool,
         head: tuple[bytes, str] | None = None,
+        txn: Txn[memoryview] | None = None,
     ) -> None:
         self._store = store
         self._txn: Txn[memoryview] | None = None
+        # A txn the caller owns (a history walk reads many checkpoints in one):
+        # entering uses it, leaving closes the reader but leaves the txn open.
+        self._owner = txn
         self._entered = False
         self._objects = store.db("objects")
         self._cid = cid or b""
@@ -128,7 +135,9 @@ class CheckpointView:
             )
         self._entered = True
         store = self._store
-        txn = store.begin_read()  # refuses a closed store, checks the pid
+        borrowed = self._owner
+        # begin_read refuses a closed store and checks the pid
+        txn = store.begin_read() if borrowed is None else borrowed
         try:
             if self._head is not None:
                 key, where = self._head
@@ -144,10 +153,12 @@ class CheckpointView:
                 # names another run's (or branch's) checkpoint all the same.
                 check_ref_target(key, origin, self._raw.get("run_id"), self._raw.get("branch"))
         except store.engine_error as exc:
-            store.end_read(txn)
+            if borrowed is None:
+                store.end_read(txn)
             raise store.translate(exc) from None
         except BaseException:
-            store.end_read(txn)
+            if borrowed is None:
+                store.end_read(txn)
             raise
         self._txn = txn
         self._lease.append(True)
@@ -158,7 +169,8 @@ class CheckpointView:
         if txn is None:
             return
         self._close()
-        self._store.end_read(txn)
+        if self._owner is None:
+            self._store.end_read(txn)
         if isinstance(exc, self._store.engine_error):
             raise self._store.translate(exc) from None
 
