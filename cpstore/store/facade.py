@@ -532,6 +532,13 @@ def open(
     folder this user cannot write works without LMDB's lock file
     (docs/store.md, "Read-only opens").
 
+    ``durability`` is ``"sync"`` (every checkpoint fsynced before it is
+    acknowledged), ``"batched"`` (queued in this process, committed durably
+    ``batch_size`` at a time) or ``"none"`` (committed at once, never fsynced
+    by cpstore: a process crash loses nothing, an OS crash may lose the last
+    commits); what each can lose is in docs/durability.md. In one process,
+    every writable handle of a path has the same fsync behaviour.
+
     ``audit_key`` (16 to 64 bytes, kept outside the store) makes the audit log
     and sign-offs tamper-evident with keyed MACs (docs/security.md).
     """
