@@ -294,7 +294,7 @@ class Store:
 
     @property
     def pending(self) -> int:
-        """Checkpoints queued but not yet committed (always 0 in sync mode)."""
+        """Checkpoints queued but not yet committed (always 0 in sync and none modes)."""
         return self._backend.pending
 
     # -- refs ----------------------------------------------------------------

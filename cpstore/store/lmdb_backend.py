@@ -365,7 +365,7 @@ class LmdbBackend:
 
     @property
     def pending(self) -> int:
-        """Checkpoints queued but not yet committed (always 0 in sync mode)."""
+        """Checkpoints queued but not yet committed (always 0 in sync and none modes)."""
         return len(self._pending)
 
     def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
