@@ -500,7 +500,7 @@ class Recorder:
         return cid.hex()
 
     def flush(self) -> None:
-        """Commit the store's queued checkpoints now (batched mode); fsync them (none mode)."""
+        """Commit the store's queued checkpoints (batched mode); fsync its commits (none mode)."""
         self._store.flush()
 
     @property
