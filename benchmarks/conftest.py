@@ -105,7 +105,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     rows = [
         {"name": b.name, "stats": {"median": b.stats.median}, "extra_info": b.extra_info}
         for b in session.benchmarks
-        if b.stats is not None
+        # A benchmark that failed mid-run has stats but no rounds.
+        if b.stats is not None and b.stats.data
     ]
     lines = table(rows)
     for extra in (figures(rows), interleaved(rows)):
@@ -118,3 +119,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line("")
         versions = "; ".join(f"{k} {v}" for k, v in ENVIRONMENT.items())
         terminalreporter.write_line(f"environment: {versions}")
+        if hasattr(os, "getloadavg"):
+            load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+            terminalreporter.write_line(f"loadavg at end: {load}")

@@ -84,6 +84,7 @@ FIGURES: dict[str, tuple[str, str, float, bool]] = {
     "lmdbsaver_disk_ratio": ("LMDBSaver disk / unique bytes", "x", 1.0, False),
     "sqlitesaver_disk_ratio": ("SqliteSaver disk / unique bytes", "x", 1.0, False),
     "heap_peak_over_packed": ("Python heap peak / packed logs", "x", 1.0, False),
+    "validate_heap_peak_over_packed": ("validate's own heap peak / packed", "x", 1.0, False),
     "peak_rss_over_packed": ("peak RSS / packed logs", "x", 1.0, False),
 }
 
