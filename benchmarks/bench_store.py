@@ -17,7 +17,9 @@ metadata, new_versions)``, ``get_tuple``, ``list``):
 - ``InMemorySaver`` (langgraph): no disk at all.
 
 cpstore records the same states through its public API
-(``store.recorder(...).checkpoint(step, state)``).
+(``store.recorder(...).checkpoint(step, state)``). A *raw limit* runs beside
+durable puts and gets by id: the same objects in bare LMDB with none of
+cpstore's checks (:class:`RawLmdb`), to show which part of a gap is cpstore's.
 
 Every figure is one test whose rounds are *repeats*: each repeat runs every
 contender once, the order rotated between repeats (A, B, C; B, C, A; ...), so
@@ -47,10 +49,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
-from typing import Any
+from typing import Any, TypeVar
 
 import lmdb
+import msgpack
 import pytest
+import xxhash
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from cpstore.errors import CpstoreError
@@ -62,6 +66,7 @@ PART_SIZE = 1024
 GETS = 200
 HISTORY = 100
 THREAD = "thread-1"
+_T = TypeVar("_T")
 MAP_SIZE = 1 << 31
 
 try:
@@ -138,7 +143,7 @@ def steps(size: str) -> int:
 @pytest.fixture(scope="module")
 def repeats(size: str) -> int:
     """Interleaved repeats per figure (at least 5)."""
-    return max(5, int(os.environ.get("CPSTORE_BENCH_REPEATS", "5" if size == "quick" else "7")))
+    return max(5, int(os.environ.get("CPSTORE_BENCH_REPEATS", "5" if size == "quick" else "11")))
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +244,61 @@ def memory_saver(path: Path) -> SaverSide:
     return SaverSide(InMemorySaver(), lambda: None, lambda: 0)
 
 
-Side = CpstoreSide | SaverSide
+class RawLmdb:
+    """The raw limit: the workload as bare LMDB, none of cpstore's checks or tables.
+
+    Per step, in one write txn: each channel msgpack-encoded and put under its
+    XXH3-128 (``overwrite=False``: an unchanged part is found, not rewritten),
+    then a msgpack manifest under its digest. ``sync`` is LMDB's sync + metasync,
+    the same promise as cpstore's "sync". What this loop costs is what LMDB and
+    Python allow at all; cpstore's time above it is cpstore's own.
+    """
+
+    def __init__(self, path: Path, *, sync: bool) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.env = lmdb.open(str(path), map_size=MAP_SIZE, sync=sync, metasync=sync)
+
+    def record(self, wl: Workload) -> list[bytes]:
+        """One commit per step; returns manifest digests."""
+        h, pack = xxhash.xxh3_128_digest, msgpack.packb
+        ids: list[bytes] = []
+        for step, state in enumerate(wl.states):
+            with self.env.begin(write=True) as txn:
+                parts = {}
+                for name, value in state.items():
+                    enc = pack(value)
+                    parts[name] = key = h(enc)
+                    txn.put(key, enc, overwrite=False)
+                manifest = pack({"parts": parts, "step": step})
+                ids.append(h(manifest))
+                txn.put(ids[-1], manifest)
+        return ids
+
+    def get(self, cid: bytes) -> dict[str, Any]:
+        """One read txn: 11 gets, 11 hash checks, 11 decodes."""
+        h, unpack = xxhash.xxh3_128_digest, msgpack.unpackb
+        with self.env.begin(buffers=True) as txn:
+            m = txn.get(cid)
+            if h(m) != cid:
+                raise AssertionError("manifest")
+            state = {}
+            for name, key in unpack(m)["parts"].items():
+                value = txn.get(key)
+                if h(value) != key:
+                    raise AssertionError(name)
+                state[name] = unpack(value)
+            return state
+
+    def disk(self) -> int:
+        """Pages of the data file in use."""
+        return int((self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])
+
+    def close(self) -> None:
+        """Close the env."""
+        self.env.close()
+
+
+Side = CpstoreSide | SaverSide | RawLmdb
 OPENERS: dict[str, Callable[[Path], Side]] = {
     "cpstore durable": lambda p: CpstoreSide(p, "sync"),
     "cpstore batched": lambda p: CpstoreSide(p, "batched"),
@@ -248,6 +307,7 @@ OPENERS: dict[str, Callable[[Path], Side]] = {
     "SqliteSaver FULL": lambda p: sqlite_saver(p, sync=True),
     "SqliteSaver OFF": lambda p: sqlite_saver(p, sync=False),
     "InMemorySaver": memory_saver,
+    "raw LMDB durable": lambda p: RawLmdb(p, sync=True),
 }
 
 
@@ -382,6 +442,10 @@ def test_put(
         Comparison("cpstore batched", "SqliteSaver OFF", None, False),
         Comparison("cpstore batched", "InMemorySaver", None, False),
         Comparison("cpstore none", "LMDBSaver sync=False", 1.0, True),
+        # The raw limit: is the gap cpstore's own code, or the engine's?
+        Comparison("cpstore durable", "raw LMDB durable", None, True, "raw limit"),
+        Comparison("raw LMDB durable", "LMDBSaver durable", None, True, "raw limit vs peer"),
+        Comparison("raw LMDB durable", "SqliteSaver FULL", None, True, "raw limit vs peer"),
     ]
     interleave(
         benchmark,
@@ -402,6 +466,8 @@ class Recorded:
 
     ours: CpstoreSide
     ours_ids: list[str]
+    raw: RawLmdb
+    raw_ids: list[bytes]
     peers: dict[str, SaverSide]
     peer_ids: dict[str, list[str]]
     paths: dict[str, Path]
@@ -417,13 +483,15 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, workload: Workload) -> It
         "SqliteSaver": sqlite_saver(paths["SqliteSaver"], sync=True),
         "InMemorySaver": memory_saver(Path()),
     }
-    rec = Recorded(ours, ours.record(workload), peers, {}, paths)
+    raw = RawLmdb(tmp_path_factory.mktemp("raw"), sync=True)
+    rec = Recorded(ours, ours.record(workload), raw, raw.record(workload), peers, {}, paths)
     for name, side in peers.items():
         rec.peer_ids[name] = side.record(workload)
     try:
         yield rec
     finally:
         ours.close()
+        raw.close()
         for side in peers.values():
             side.close()
 
@@ -442,7 +510,7 @@ def _check_state(values: Any) -> None:
         raise AssertionError(f"{len(values)} channels, expected {PARTS}")
 
 
-def _picks(ids: list[str]) -> list[str]:
+def _picks(ids: list[_T]) -> list[_T]:
     return ids[:: max(1, len(ids) // GETS)][:GETS]
 
 
@@ -469,7 +537,14 @@ def test_get_by_id(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int
 
         return run
 
-    runs = {"cpstore": cpstore, **{n: peer(n) for n in recorded.peers}}
+    raw = recorded.raw
+    raw_picks = _picks(recorded.raw_ids)
+
+    def raw_limit() -> None:
+        for cid in raw_picks:
+            _check_state(raw.get(cid))
+
+    runs = {"cpstore": cpstore, **{n: peer(n) for n in recorded.peers}, "raw LMDB": raw_limit}
     for fn in runs.values():
         fn()  # warm every side once, untimed
     interleave(
@@ -477,7 +552,11 @@ def test_get_by_id(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int
         "get by id (whole state)",
         {n: _timer(fn) for n, fn in runs.items()},
         repeats,
-        _peer_comparisons(),
+        [
+            *_peer_comparisons(),
+            Comparison("cpstore", "raw LMDB", None, note="raw limit"),
+            Comparison("raw LMDB", "LMDBSaver", None, note="raw limit vs peer"),
+        ],
         items=len(ours),
     )
 
