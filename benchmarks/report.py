@@ -161,6 +161,10 @@ def main(argv: list[str]) -> int:
     print()
     for line in interleaved(data["benchmarks"]):
         print(line)
+    envs = {json.dumps(b["extra_info"]["environment"], sort_keys=True)
+            for b in data["benchmarks"] if "environment" in b.get("extra_info", {})}
+    for env in sorted(envs):
+        print("\nenvironment: " + "; ".join(f"{k} {v}" for k, v in json.loads(env).items()))
     return 0
 
 
