@@ -8,10 +8,13 @@ Sizes: ``CPSTORE_BENCH_SIZE=quick`` (default, 1 M tokens) or ``full`` (10 M);
   store* (read txn, verify-on-read of the token log, zero-copy view, native
   scan of both logs, native first divergence, findings): tokens/s, target
   >= 100 M tokens/s; beside the seed-style pure-Python elementwise loop over
-  ``Token`` objects (timed on a 200 000-token slice and scaled per token);
+  ``Token`` objects (timed on a 200 000-token slice and scaled per token) and
+  the seed-style loop reading each token from the store (20 000-token slice,
+  the one-off verification of the whole log done before timing);
 - peak memory over the packed R + P logs (target <= 2x): the Python-heap peak
-  of one validation (tracemalloc), and the peak RSS (VmHWM) of a fresh process
-  that builds a packed replay and validates it (Linux only);
+  of building the replay's packed log and validating it (both under
+  tracemalloc), and the peak RSS (VmHWM) of a fresh process that builds a
+  packed replay and validates it (Linux only);
 - the per-token cost of :class:`ReplayCursor` (target <= 1 us/token), over
   in-memory values and over a stored checkpoint (which adds decode + verify).
 """
@@ -139,13 +142,20 @@ def test_validate_seed_style_python(benchmark: BenchmarkFixture, recording: Reco
 @pytest.mark.benchmark(group="validate")
 def test_validate_seed_style_from_store(benchmark: BenchmarkFixture, recording: Recording) -> None:
     """Baseline: seed-style path on this store: each recorded token read as an object, then
-    compared elementwise with the replay's Token objects (slice, scaled per token)."""
+    compared elementwise with the replay's Token objects (slice, scaled per token).
+
+    The reader is opened and its token log verified once, before timing: the
+    first ``token()`` call hashes the whole N-token log, a one-off cost that,
+    timed with a 20 000-token slice, inflated the per-token figure (issue 12).
+    """
     n = min(20_000, recording.count)
     rep = [Token(i, KINDS[i % 4], i) for i in range(n)]
     r = recording
 
-    def seed_style() -> bool:
-        with r.store.read(r.cid) as cp:
+    with r.store.read(r.cid) as cp:
+        cp.token(0)  # verifies the whole log once, untimed
+
+        def seed_style() -> bool:
             for i, observed in enumerate(rep):
                 seq, kind, provenance, value = cp.token(i)
                 expected = Token(seq, kind, value, provenance)
@@ -153,37 +163,67 @@ def test_validate_seed_style_from_store(benchmark: BenchmarkFixture, recording: 
                     return False
                 if observed.kind != expected.kind or observed.value != expected.value:
                     return False
-        return True
+            return True
 
-    _info(benchmark, label="validate: seed-style from store", items=n)
-    assert benchmark.pedantic(seed_style, rounds=3, iterations=1, warmup_rounds=1)
+        _info(benchmark, label="validate: seed-style from store", items=n)
+        assert benchmark.pedantic(seed_style, rounds=5, iterations=1, warmup_rounds=1)
     benchmark.extra_info["tokens_per_s"] = n / _median(benchmark)
 
 
 @pytest.mark.benchmark(group="validate-memory")
 def test_validate_peak_python_heap(benchmark: BenchmarkFixture, recording: Recording) -> None:
-    """Python-heap peak of one validation, over the packed log bytes (R and P)."""
+    """Python-heap peak of building a replay's packed log and validating it, over R + P.
+
+    Everything a validation needs from the Python heap is allocated under
+    tracemalloc: the replay's packed buffer P (copied from the store, as a replay
+    engine hands over its own) and whatever ``validate`` allocates; the recorded
+    log R is read zero-copy from LMDB's map, outside the heap. The check fails if
+    validation copies more than about 1.5x the logs (it used to allocate P before
+    tracemalloc started, so nothing it measured could reach the bound). That the
+    instrument sees an allocation of P's size is asserted, so it cannot pass by
+    measuring nothing. validate's own peak (from a reset) is reported too.
+    """
     r = recording
 
-    def measure() -> float:
+    def measure() -> tuple[float, float]:
         tracemalloc.start()
         try:
-            validate(r.cid, r.replay, store=r.store, record=False)
+            with r.store.read(r.cid) as cp:
+                buffer = bytes(cp.tokens())
+            m = r.replay
+            replay = Run(
+                m.run_id,
+                m.step,
+                m.state_digest,
+                tokens=PackedTokens(buffer),
+                transcript_digest=m.transcript_digest,
+                mode=ReplayMode.STRICT,
+            )
+            held, _ = tracemalloc.get_traced_memory()
+            assert held >= len(buffer), "tracemalloc did not see the replay buffer"
+            tracemalloc.reset_peak()
+            decision = validate(r.cid, replay, store=r.store, record=False)
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        return peak / r.packed_bytes
+        assert decision.verdict is Verdict.ACCEPT, decision.findings
+        return peak / r.packed_bytes, (peak - held) / r.packed_bytes
 
-    ratio = benchmark.pedantic(measure, rounds=1, iterations=1)
-    _info(benchmark, heap_peak_over_packed=ratio, heap_peak_over_packed_target=2.0)
-    assert ratio < 2.0
+    total, own = benchmark.pedantic(measure, rounds=1, iterations=1)
+    _info(
+        benchmark,
+        heap_peak_over_packed=total,
+        heap_peak_over_packed_target=2.0,
+        validate_heap_peak_over_packed=own,
+    )
+    assert total <= 2.0, f"Python heap peak {total:.2f}x the packed logs"
 
 
 # Peak RSS from /proc (VmHWM): ru_maxrss is inherited across fork/exec on Linux,
 # so a child of the big benchmark process would report the parent's peak.
 _RSS_CHILD = """
 import sys
-from cpstore.run.document import PackedTokens, ReplayMode, Run
+from cpstore.run.model import PackedTokens, ReplayMode, Run
 from cpstore.decision.validate import validate
 from cpstore.store.facade import open as open_store
 path, cid = sys.argv[1], sys.argv[2]

@@ -81,7 +81,10 @@ FIGURES: dict[str, tuple[str, str, float, bool]] = {
     "us_per_token": ("cursor cost", "us/token", 1.0, False),
     "disk_ratio": ("disk bytes / unique bytes", "x", 1.0, False),
     "peer_disk_ratio": ("peer disk bytes / unique bytes", "x", 1.0, False),
+    "lmdbsaver_disk_ratio": ("LMDBSaver disk / unique bytes", "x", 1.0, False),
+    "sqlitesaver_disk_ratio": ("SqliteSaver disk / unique bytes", "x", 1.0, False),
     "heap_peak_over_packed": ("Python heap peak / packed logs", "x", 1.0, False),
+    "validate_heap_peak_over_packed": ("validate's own heap peak / packed", "x", 1.0, False),
     "peak_rss_over_packed": ("peak RSS / packed logs", "x", 1.0, False),
 }
 
@@ -109,6 +112,40 @@ def figures(benchmarks: Iterable[Mapping[str, Any]]) -> list[str]:
     return [header, "-" * len(header), *lines]
 
 
+def interleaved(benchmarks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Lines for the interleaved figures of bench_store.py: times and paired ratios.
+
+    A contender's time is the median (min-max) of its per-item time over the
+    repeats; a ratio is peer time / cpstore time paired within each repeat,
+    its median (min-max). ``equal durability`` says whether both sides make the
+    same crash promise.
+    """
+    lines: list[str] = []
+    for bench in benchmarks:
+        info = bench.get("extra_info", {}).get("interleaved")
+        if not info:
+            continue
+        lines.append(f"{info['figure']} ({info['repeats']} interleaved repeats, per item)")
+        for name, t in info["times"].items():
+            lines.append(
+                f"  {name:<24} {_fmt_time(t['median']):>9}  "
+                f"({_fmt_time(t['min'])} - {_fmt_time(t['max'])})"
+            )
+        for r in info["ratios"]:
+            target = r.get("target")
+            verdict = "-" if target is None else ("yes" if r["median"] >= target else "NO")
+            eq = r.get("equal_durability")
+            eq_text = "" if eq is None else ("equal durability" if eq else "unequal durability")
+            note = "; ".join(x for x in (eq_text, r.get("note", "")) if x)
+            lines.append(
+                f"  {r['ours']} vs {r['peer']}: {r['median']:.2f}x "
+                f"({r['min']:.2f}-{r['max']:.2f})"
+                + (f"  target >= {target:g}x {verdict}" if target is not None else "")
+                + (f"  [{note}]" if note else "")
+            )
+    return lines
+
+
 def main(argv: list[str]) -> int:
     """Print the table of a ``--benchmark-json`` file."""
     if len(argv) != 2:
@@ -121,6 +158,13 @@ def main(argv: list[str]) -> int:
     print()
     for line in figures(data["benchmarks"]):
         print(line)
+    print()
+    for line in interleaved(data["benchmarks"]):
+        print(line)
+    envs = {json.dumps(b["extra_info"]["environment"], sort_keys=True)
+            for b in data["benchmarks"] if "environment" in b.get("extra_info", {})}
+    for env in sorted(envs):
+        print("\nenvironment: " + "; ".join(f"{k} {v}" for k, v in json.loads(env).items()))
     return 0
 
 
