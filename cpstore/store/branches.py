@@ -7,7 +7,8 @@ against the :class:`~cpstore.store.backend.Backend` seam.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from cpstore.errors import (
     ConflictError,
@@ -44,7 +45,11 @@ __all__ = [
     "retained",
     "runs",
     "set_ref",
+    "walk_history",
 ]
+
+
+_E = TypeVar("_E")
 
 
 def head_of(backend: Backend, run_id: str, branch: str = "main") -> str | None:
@@ -348,6 +353,34 @@ def branches(backend: Backend, run_id: str) -> dict[str, str]:
     return out
 
 
+def walk_history(
+    backend: Backend,
+    run_id: str,
+    branch: str,
+    limit: int | None,
+    load: Callable[[Txn[memoryview], bytes], tuple[_E, str | None]],
+) -> list[_E]:
+    """``load(txn, cid)`` of each checkpoint from the head of ``branch`` back, in one read txn.
+
+    ``load`` returns the entry and its manifest's parent (hex or None). The
+    walk stops at ``limit``, at a run's first checkpoint or at a pruned one.
+    """
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise InvalidInputError("limit must be a non-negative int or None", got=limit)
+    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+    out: list[_E] = []
+    cps = backend.db("checkpoints")
+    with backend.read_txn() as txn:
+        cid = backend.head(txn, key)
+        while cid is not None and (limit is None or len(out) < limit):
+            if txn.get(cid, db=cps) is None:
+                break  # pruned: history ends here
+            entry, parent = load(txn, cid)
+            out.append(entry)
+            cid = None if parent is None else bytes.fromhex(parent)
+    return out
+
+
 def history(
     backend: Backend,
     run_id: str,
@@ -360,17 +393,9 @@ def history(
 
     The walk stops at ``limit``, at a run's first checkpoint or at a pruned one.
     """
-    if limit is not None and (not isinstance(limit, int) or limit < 0):
-        raise InvalidInputError("limit must be a non-negative int or None", got=limit)
-    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
-    out: list[Manifest] = []
-    cps = backend.db("checkpoints")
-    with backend.read_txn() as txn:
-        cid = backend.head(txn, key)
-        while cid is not None and (limit is None or len(out) < limit):
-            if txn.get(cid, db=cps) is None:
-                break  # pruned: history ends here
-            m = backend.load_manifest(txn, cid, verify=verify)
-            out.append(m)
-            cid = None if m.parent is None else bytes.fromhex(m.parent)
-    return out
+
+    def load(txn: Txn[memoryview], cid: bytes) -> tuple[Manifest, str | None]:
+        m = backend.load_manifest(txn, cid, verify=verify)
+        return m, m.parent
+
+    return walk_history(backend, run_id, branch, limit, load)

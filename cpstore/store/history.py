@@ -14,10 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cpstore.errors import InvalidInputError
-from cpstore.store.backend import Backend
+from cpstore.store.backend import Backend, Txn
+from cpstore.store.branches import walk_history
 from cpstore.store.manifest import Manifest
-from cpstore.store.model import check_name, ref_key
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["HistoryEntry", "history_states"]
@@ -56,20 +55,11 @@ def history_states(
     :class:`IntegrityError` naming the object and the checkpoint, and no
     entry is returned.
     """
-    if limit is not None and (
-        not isinstance(limit, int) or isinstance(limit, bool) or limit < 0
-    ):
-        raise InvalidInputError("limit must be a non-negative int or None", got=limit)
-    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
-    out: list[HistoryEntry] = []
-    cps = backend.db("checkpoints")
-    with backend.read_txn() as txn:
-        cid = backend.head(txn, key)
-        while cid is not None and (limit is None or len(out) < limit):
-            if txn.get(cid, db=cps) is None:
-                break  # pruned: history ends here
-            with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
-                manifest = view.manifest
-                out.append(HistoryEntry(manifest, view.state()))
-            cid = None if manifest.parent is None else bytes.fromhex(manifest.parent)
-    return out
+
+    def load(txn: Txn[memoryview], cid: bytes) -> tuple[HistoryEntry, str | None]:
+        with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
+            manifest = view.manifest
+            entry = HistoryEntry(manifest, view.state())
+        return entry, manifest.parent
+
+    return walk_history(backend, run_id, branch, limit, load)
