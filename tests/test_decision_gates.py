@@ -6,9 +6,10 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
+from test_decision_support import stored_replay
 
 from cpstore.decision.gates import (
     AUDIT_GATE,
@@ -20,7 +21,7 @@ from cpstore.decision.gates import (
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import GateError, NotFoundError, SignOffError
-from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import ReplayMode
 from cpstore.store.facade import open as open_store
 
 if TYPE_CHECKING:
@@ -40,28 +41,14 @@ def checkpoint(store: Store, run: str = "r", branch: str = "main", **obs: float)
     return rec.checkpoint(1, b"state")
 
 
-def replay(store: Store, cid: str, **changes: Any) -> Run:
-    with store.read(cid) as cp:
-        m = cp.manifest
-        fields: dict[str, Any] = {
-            "tokens": PackedTokens(bytes(cp.tokens()), values=[1]),
-            "observations": tuple(Observation(*o) for o in cp.observations()),
-            "mode": ReplayMode.STRICT,
-            "transcript_digest": m.transcript_digest,
-        }
-        fields.update(changes)
-        state = fields.pop("state_digest", m.state_digest)
-        return Run(m.run_id, m.step, state, **fields)
-
-
 def quarantined(store: Store, cid: str) -> Decision:
-    return validate(cid, replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
+    return validate(cid, stored_replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
 
 
 def test_accept_opens_the_resume_gate_and_is_recorded(store: Store) -> None:
     """An ACCEPT for the checkpoint lets the resume through and logs a gate record."""
     cid = checkpoint(store)
-    d = validate(cid, replay(store, cid), store=store)
+    d = validate(cid, stored_replay(store, cid), store=store)
     permit = resume_gate(store, cid, d)
     assert permit.verdict is Verdict.ACCEPT and permit.sign_off is None
     (gate,) = list(store.audit_records(kind=AUDIT_GATE))
@@ -89,13 +76,13 @@ def test_releasable_decision_needs_a_sign_off_that_releases_once(store: Store) -
 def test_sign_off_refused_for_non_releasable_and_for_accept(store: Store) -> None:
     """STATE_MISMATCH cannot be signed off; an ACCEPT needs no sign-off."""
     cid = checkpoint(store)
-    bad = validate(cid, replay(store, cid, state_digest="00" * 16), store=store)
+    bad = validate(cid, stored_replay(store, cid, state_digest="00" * 16), store=store)
     with pytest.raises(SignOffError, match="no sign-off can release") as info:
         sign_off(store, bad, operator="alice", reason="ship it")
     assert info.value.got == ["STATE_MISMATCH"]
     with pytest.raises(GateError, match="cannot resume"):
         resume_gate(store, cid, bad)
-    good = validate(cid, replay(store, cid), store=store)
+    good = validate(cid, stored_replay(store, cid), store=store)
     with pytest.raises(SignOffError, match="needs no sign-off"):
         sign_off(store, good, operator="alice", reason="x")
     assert list(store.audit_records(kind=AUDIT_SIGNOFF)) == []
@@ -116,7 +103,7 @@ def test_forged_sign_off_record_for_a_non_releasable_decision_does_not_release(
 ) -> None:
     """A sign-off appended straight to the audit log for a REJECT never opens the gate."""
     cid = checkpoint(store)
-    bad = validate(cid, replay(store, cid, state_digest="00" * 16), store=store)
+    bad = validate(cid, stored_replay(store, cid, state_digest="00" * 16), store=store)
     forged = store.append_audit(
         AUDIT_SIGNOFF,
         {
@@ -182,7 +169,7 @@ def test_forged_decision_record_whose_verdict_does_not_follow_is_refused(store: 
 def test_unrecorded_decision_opens_nothing(store: Store) -> None:
     """A decision made without the store (or with record=False) is not in the log."""
     cid = checkpoint(store)
-    d = validate(cid, replay(store, cid), store=store, record=False)
+    d = validate(cid, stored_replay(store, cid), store=store, record=False)
     assert d.audit_digest is None
     with pytest.raises(NotFoundError):
         resume_gate(store, cid, d)
@@ -192,11 +179,11 @@ def test_superseded_and_foreign_decisions_are_refused(store: Store) -> None:
     """An older ACCEPT after a newer REJECT, or a decision about another checkpoint, is refused."""
     cid = checkpoint(store, run="a")
     other = checkpoint(store, run="b")
-    old = validate(cid, replay(store, cid), store=store)
-    validate(cid, replay(store, cid, state_digest="00" * 16), store=store)
+    old = validate(cid, stored_replay(store, cid), store=store)
+    validate(cid, stored_replay(store, cid, state_digest="00" * 16), store=store)
     with pytest.raises(GateError, match="supersedes"):
         resume_gate(store, cid, old)
-    fresh = validate(other, replay(store, other), store=store)
+    fresh = validate(other, stored_replay(store, other), store=store)
     with pytest.raises(GateError, match="another checkpoint"):
         resume_gate(store, cid, fresh)
 
@@ -204,7 +191,7 @@ def test_superseded_and_foreign_decisions_are_refused(store: Store) -> None:
 def test_rollback_needs_a_strict_accept(store: Store) -> None:
     """A strict ACCEPT certifies a rollback; a QUARANTINE with a sign-off does not."""
     cid = checkpoint(store, run="ok")
-    cert = certify_rollback(store, cid, validate(cid, replay(store, cid), store=store))
+    cert = certify_rollback(store, cid, validate(cid, stored_replay(store, cid), store=store))
     assert (cert.run_id, cert.branch) == ("ok", "main")
     q_cid = checkpoint(store, run="q")
     q = quarantined(store, q_cid)

@@ -5,9 +5,13 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpstore.native.records import kind_code
+from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
+
+if TYPE_CHECKING:
+    from cpstore import Store
 
 
 def clean_doc(tokens: int = 6, **overrides: Any) -> dict[str, Any]:
@@ -69,3 +73,22 @@ def colliding_kinds() -> tuple[str, str]:
             return seen[code], name
         seen[code] = name
     raise AssertionError("unreachable")
+
+
+def stored_replay(store: Store, cid: str, **changes: Any) -> Run:
+    """A faithful STRICT replay of stored checkpoint ``cid`` as a Run; ``changes`` override fields.
+
+    ``state_digest`` among ``changes`` replaces the replayed state digest. The
+    checkpoint must hold one token (its value is read back from the store).
+    """
+    with store.read(cid) as cp:
+        m = cp.manifest
+        fields: dict[str, Any] = {
+            "tokens": PackedTokens(bytes(cp.tokens()), values=[cp.token(0)[3]]),
+            "observations": tuple(Observation(*o) for o in cp.observations()),
+            "mode": ReplayMode.STRICT,
+            "transcript_digest": m.transcript_digest,
+        }
+        fields.update(changes)
+        state = fields.pop("state_digest", m.state_digest)
+        return Run(m.run_id, m.step, state, **fields)

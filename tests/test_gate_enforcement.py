@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import lmdb
 import pytest
+from test_decision_support import stored_replay
 
 from cpstore.decision.gates import AUDIT_RESUME, resume_gate, sign_off
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import GateError
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import ReplayMode
 from cpstore.store.audit import DECISION_PREFIX, DECISIONS_INDEXED
 from cpstore.store.facade import open as open_store
 
@@ -35,28 +36,14 @@ def checkpoint(store: Store, run: str = "r", step: int = 1) -> str:
     return str(rec.checkpoint(step, b"state"))
 
 
-def replay(store: Store, cid: str, **changes: Any) -> Run:
-    with store.read(cid) as cp:
-        m = cp.manifest
-        fields: dict[str, Any] = {
-            "tokens": PackedTokens(bytes(cp.tokens()), values=[cp.token(0)[3]]),
-            "observations": tuple(Observation(*o) for o in cp.observations()),
-            "mode": ReplayMode.STRICT,
-            "transcript_digest": m.transcript_digest,
-        }
-        state = changes.pop("state_digest", m.state_digest)
-        fields.update(changes)
-        return Run(m.run_id, m.step, state, **fields)
-
-
 def rejected(store: Store, cid: str) -> Decision:
-    d = validate(cid, replay(store, cid, state_digest="other"), store=store)
+    d = validate(cid, stored_replay(store, cid, state_digest="other"), store=store)
     assert d.verdict is Verdict.REJECT and not d.releasable
     return d
 
 
 def permit_for(store: Store, cid: str) -> ResumePermit:
-    d = validate(cid, replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
+    d = validate(cid, stored_replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
     assert d.verdict is Verdict.QUARANTINE
     so = sign_off(store, d, operator="op", reason="checked")
     return resume_gate(store, cid, d, sign_off=so)
@@ -136,7 +123,7 @@ def test_a_forged_permit_is_refused(store: Store) -> None:
 def test_an_accept_needs_no_permit(store: Store) -> None:
     """The head's standing decision is ACCEPT: a recorder continues freely."""
     cid = checkpoint(store)
-    assert validate(cid, replay(store, cid), store=store).verdict is Verdict.ACCEPT
+    assert validate(cid, stored_replay(store, cid), store=store).verdict is Verdict.ACCEPT
     store.recorder("r").checkpoint(2, b"next")
 
 
@@ -151,7 +138,7 @@ def test_only_the_latest_decision_stands(store: Store) -> None:
     """REJECT then ACCEPT about the same head: the ACCEPT stands, no permit needed."""
     cid = checkpoint(store)
     rejected(store, cid)
-    validate(cid, replay(store, cid), store=store)
+    validate(cid, stored_replay(store, cid), store=store)
     store.recorder("r").checkpoint(2, b"next")
 
 
@@ -190,7 +177,7 @@ def test_verify_finds_a_decision_index_pointing_at_an_older_decision(tmp_path: P
     path = tmp_path / "s"
     with open_store(path) as st:
         cid = checkpoint(st)
-        validate(cid, replay(st, cid), store=st)
+        validate(cid, stored_replay(st, cid), store=st)
         rejected(st, cid)
     env = lmdb.open(str(path), max_dbs=16)
     meta = env.open_db(b"meta")

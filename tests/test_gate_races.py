@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from test_decision_support import stored_replay
 
 from cpstore.decision.gates import AUDIT_GATE, AUDIT_RESUME, resume_gate, sign_off
 from cpstore.decision.table import AUDIT_DECISION, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import CpstoreError
-from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import ReplayMode
 from cpstore.store.facade import open as open_store
 
 if TYPE_CHECKING:
@@ -27,20 +28,6 @@ def _checkpoint(store: Store, run: str) -> str:
     rec.observe(1, "clock", b"t", pinned_at=1.0)
     rec.token("rng", 1)
     return str(rec.checkpoint(1, b"state"))
-
-
-def _replay(store: Store, cid: str, **changes: Any) -> Run:
-    with store.read(cid) as cp:
-        m = cp.manifest
-        fields: dict[str, Any] = {
-            "tokens": PackedTokens(bytes(cp.tokens()), values=[1]),
-            "observations": tuple(Observation(*o) for o in cp.observations()),
-            "mode": ReplayMode.STRICT,
-            "transcript_digest": m.transcript_digest,
-        }
-        state = changes.pop("state_digest", m.state_digest)
-        fields.update(changes)
-        return Run(m.run_id, m.step, state, **fields)
 
 
 def _report(queue: Any, slot: int, target: Any, args: tuple[Any, ...]) -> None:
@@ -94,7 +81,7 @@ def test_one_sign_off_releases_one_resume_among_racing_processes(
     with open_store(path, audit_key=key) as st:
         for i in range(ROUNDS):
             cid = _checkpoint(st, f"run-{i}")
-            d = validate(cid, _replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
+            d = validate(cid, stored_replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
             assert d.verdict is Verdict.QUARANTINE
             so = sign_off(st, d, operator="op", reason="drill")
             rounds.append((cid, d.id, so.audit_digest))
@@ -119,7 +106,8 @@ def _gate_or_supersede(
                 if role < 2:
                     out.append(resume_gate(st, cid, accept_id).audit_digest)
                 else:
-                    d = validate(cid, _replay(st, cid, state_digest=f"other-{role}"), store=st)
+                    diverged = stored_replay(st, cid, state_digest=f"other-{role}")
+                    d = validate(cid, diverged, store=st)
                     out.append(d.audit_digest)
             except CpstoreError:
                 out.append(None)
@@ -133,7 +121,7 @@ def test_a_gate_never_passes_on_a_decision_superseded_before_its_record(tmp_path
     with open_store(path) as st:
         for i in range(ROUNDS):
             cid = _checkpoint(st, f"run-{i}")
-            d = validate(cid, _replay(st, cid), store=st)
+            d = validate(cid, stored_replay(st, cid), store=st)
             assert d.verdict is Verdict.ACCEPT
             rounds.append((cid, d.id))
     _race(_gate_or_supersede, [(path, role, rounds) for role in range(WORKERS)])
@@ -178,7 +166,7 @@ def test_one_permit_opens_one_recorder_among_racing_processes(tmp_path: Path) ->
     with open_store(path) as st:
         for i in range(ROUNDS):
             cid = _checkpoint(st, f"run-{i}")
-            d = validate(cid, _replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
+            d = validate(cid, stored_replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
             so = sign_off(st, d, operator="op", reason="drill")
             rounds.append((f"run-{i}", resume_gate(st, cid, d, sign_off=so).audit_digest))
     results = _race(_recorder_with_permit, [(path, rounds)] * WORKERS)
