@@ -186,8 +186,8 @@ def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) ->
     )[:8]
     with open_store(tmp_path / "s") as st:
         with st.backend.env.env.begin(write=True) as txn:
-            write_ref(txn, st.backend.env.dbs, b"run\0main", main, 0)
-            write_ref(txn, st.backend.env.dbs, b"run\0side", side, 1)
+            write_ref(txn, st.backend.env.dbs, b"run\0main", main, 0, old=None)
+            write_ref(txn, st.backend.env.dbs, b"run\0side", side, 1, old=None)
         with st.backend.env.env.begin() as txn:
             raw = bytes(txn.get(REFS_DIGEST_KEY, db=st.backend.db("meta")))
             fmt = cpstore.native.decode_value(txn.get(b"format", db=st.backend.db("meta")))

@@ -12,7 +12,7 @@ from cpstore.errors import ConflictError, IntegrityError, NotDescendantError, No
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-from cpstore.store.refs import REFS_DIGEST_KEY, SET, unpack_ref, write_ref
+from cpstore.store.refs import REFS_DIGEST_KEY, SET, read_ref, unpack_ref, write_ref
 
 
 @pytest.fixture
@@ -192,7 +192,9 @@ class TestCheckedRefs:
         """A ref whose check holds but whose target is another run's is an IntegrityError."""
         other = _three(store, "run-2")[2]
         with store.backend.env.env.begin(write=True) as txn:
-            write_ref(txn, store.backend.env.dbs, b"run-1\0main", bytes.fromhex(other), SET)
+            dbs, key = store.backend.env.dbs, b"run-1\0main"
+            old = read_ref(txn, dbs, key, layout=2)
+            write_ref(txn, dbs, key, bytes.fromhex(other), SET, old=old)
         with pytest.raises(IntegrityError), store.latest("run-1"):
             pass
         assert "ref names a checkpoint of another run or branch" in [

@@ -91,7 +91,7 @@ class TestVerify:
     def test_a_dangling_ref_is_found(self, store: Store) -> None:
         """A ref (with a true check) to a missing checkpoint is a problem."""
         with store.backend.env.env.begin(write=True) as txn:
-            write_ref(txn, store.backend.env.dbs, b"run\x00ghost", bytes(16), SET)
+            write_ref(txn, store.backend.env.dbs, b"run\x00ghost", bytes(16), SET, old=None)
         problems = store.verify().problems
         assert [p.what for p in problems] == ["ref does not resolve"]
 

@@ -81,16 +81,19 @@ def set_ref(
     old_raw = None if expected_old is None else parse_id(expected_old, "expected_old")
 
     def cas(txn: Txn[memoryview]) -> None:
-        _cas(backend, txn, key, old_raw)
+        found = _cas(backend, txn, key, old_raw)
         origin = _ref_target(backend, txn, key, new_raw)
         if old_raw is not None:
             _check_descends(backend, txn, key, new_raw, old_raw)
-        write_ref(txn, backend.dbs, key, new_raw, origin)
+        write_ref(txn, backend.dbs, key, new_raw, origin, old=found)
 
     backend.write_txn(cas)
 
 
-def _cas(backend: Backend, txn: Txn[memoryview], key: bytes, expected: bytes | None) -> None:
+def _cas(
+    backend: Backend, txn: Txn[memoryview], key: bytes, expected: bytes | None
+) -> tuple[bytes, int] | None:
+    """The ref as stored (checked), when it names ``expected``; ConflictError otherwise."""
     found = read_ref(txn, backend.dbs, key, layout=backend.layout)
     current = None if found is None else found[0]
     if current != expected:
@@ -101,6 +104,7 @@ def _cas(backend: Backend, txn: Txn[memoryview], key: bytes, expected: bytes | N
             expected=hex_id(expected),
             got=hex_id(current),
         )
+    return found
 
 
 def _ref_target(backend: Backend, txn: Txn[memoryview], key: bytes, cid: bytes) -> int:
@@ -178,7 +182,7 @@ def reset_ref(
     when = float(backend.now())
 
     def reset(txn: Txn[memoryview]) -> AuditRecord:
-        _cas(backend, txn, key, old_raw)
+        found = _cas(backend, txn, key, old_raw)
         origin = None if new_raw is None else _ref_target(backend, txn, key, new_raw)
         record = append_audit_txn(
             backend,
@@ -203,7 +207,7 @@ def reset_ref(
         if new_raw is None or origin is None:
             delete_ref(txn, backend.dbs, key)
         else:
-            write_ref(txn, backend.dbs, key, new_raw, origin)
+            write_ref(txn, backend.dbs, key, new_raw, origin, old=found)
         return record
 
     result: AuditRecord = backend.write_txn(reset)

@@ -414,4 +414,4 @@ class LmdbBackend:
         txn.delete(op.cid, db=self.db("tombstones"))
         if op.sealed_ledger is not None:
             txn.put(op.sealed_ledger, op.cid, overwrite=False, db=self.db("ledgers"))
-        write_ref(txn, self.env.dbs, rkey, op.cid, RECORDED)
+        write_ref(txn, self.env.dbs, rkey, op.cid, RECORDED, old=current)

@@ -152,13 +152,21 @@ def _update_digest(txn: Any, meta: Any, out: bytes | None, into: bytes | None) -
     txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(count), db=meta)
 
 
-def write_ref(txn: Any, dbs: Mapping[str, Any], key: bytes, cid: bytes, origin: int) -> None:
-    """Point ref ``key`` at ``cid``; the table digest moves in this same txn."""
-    old = txn.get(key, None, dbs["refs"])
-    out = None
-    if old is not None:
-        old_cid, old_origin = unpack_ref(key, old)
-        out = _hash(key, old_cid, old_origin)
+def write_ref(
+    txn: Any,
+    dbs: Mapping[str, Any],
+    key: bytes,
+    cid: bytes,
+    origin: int,
+    *,
+    old: tuple[bytes, int] | None,
+) -> None:
+    """Point ref ``key`` at ``cid``; the table digest moves in this same txn.
+
+    ``old`` is the ref as :func:`read_ref` gave it earlier in this txn (every
+    caller reads it first for its compare-and-set), so it is not read again.
+    """
+    out = None if old is None else _hash(key, old[0], old[1])
     txn.put(key, pack_ref(key, cid, origin), db=dbs["refs"])
     _update_digest(txn, dbs["meta"], out, _hash(key, cid, origin))
 
