@@ -156,7 +156,7 @@ def test_a_full_store_exits_7(
     # The command line opens stores with growth allowed; give it this one's fixed limit.
     tiny = functools.partial(cpstore.open, map_size=MAP, max_map_size=MAP)
     monkeypatch.setattr(_cli_validate, "open_store", tiny)
-    code, err = _run(["validate", cid, cid, "--store", path], capsys)
+    code, err = _run(["validate", cid, cid, "--store", path, "--record"], capsys)
     assert code == cli.EXIT_UNAVAILABLE == 7 and "full" in err
 
 
@@ -210,7 +210,7 @@ def test_every_command_help_lists_only_documented_exit_codes() -> None:
     parser = cli_main._parser()
     sub: argparse.Action = next(a for a in parser._actions if a.dest == "command")
     assert isinstance(sub, argparse._SubParsersAction)
-    documented = {0, 2, *EXIT_CODES.values(), cli.EXIT_QUARANTINE}
+    documented = {0, 2, *EXIT_CODES.values(), cli.EXIT_QUARANTINE, cli.EXIT_DIFFERENT}
     assert sub.choices
     for name, command in sub.choices.items():
         epilog = command.epilog or ""

@@ -42,6 +42,7 @@ from cpstore.store.branches import (
     set_ref,
 )
 from cpstore.store.history import HistoryEntry, history_states
+from cpstore.store.ids import resolve
 from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
@@ -249,6 +250,17 @@ class Store:
         rec = Recorder(self._backend, run_id, branch, parent)
         check_resume(self, rec.head, run_id=run_id, branch=branch, permit=permit)
         return rec
+
+    def resolve(self, name: str) -> str:
+        """The checkpoint id ``name`` names: a full id, a unique prefix of >= 8 hex
+        characters, ``RUN@BRANCH`` or ``RUN@BRANCH~N`` (N parents back from the head).
+
+        An ambiguous prefix is InvalidInputError listing the candidates; no match,
+        no such branch or too few ancestors is NotFoundError (docs/store.md, "Naming
+        checkpoints").
+        """
+        self._refuse_closed()
+        return resolve(self._backend, name)
 
     def manifest(self, checkpoint_id: str, *, verify: bool = True) -> Manifest:
         """The manifest of a checkpoint."""
