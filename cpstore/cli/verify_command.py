@@ -193,6 +193,7 @@ def _verify(args: argparse.Namespace) -> int:
         print("ok" if report.ok else f"{len(report.problems)} problem(s) found")
     return EXIT_OK if report.ok else EXIT_INTEGRITY
 
+
 def add_verify_parser(sub: Any) -> None:
     """Add ``verify`` to the main parser."""
     p = sub.add_parser(

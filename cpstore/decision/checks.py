@@ -40,7 +40,6 @@ def _token_dict(info: TokenInfo) -> dict[str, Any]:
     return out
 
 
-
 def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
     scans = {}
     for side in (r, p):

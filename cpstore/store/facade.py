@@ -29,7 +29,7 @@ from cpstore.store.audit import (
     check_record_mac,
     get_audit,
 )
-from cpstore.store.backend import Txn
+from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.branches import (
     branches,
     head_of,
@@ -59,7 +59,7 @@ from cpstore.store.objects import put_object as put_stored_object
 from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
 from cpstore.store.refs import pinned_key
-from cpstore.store.retention import delete_run, prune
+from cpstore.store.retention import GcReport, delete_run, gc, prune
 from cpstore.store.verify import check_checkpoint_objects, verify
 
 __all__ = ["Durability", "Store", "open"]
@@ -179,6 +179,10 @@ class Store:
         """Bytes of the data file that hold pages (what a copy would need)."""
         return self._backend.disk_bytes()
 
+    def space(self) -> StoreSpace:
+        """The data file's size, bytes in use and bytes free for reuse (after a gc)."""
+        return self._backend.space()
+
     # -- objects -------------------------------------------------------------
 
     def put_object(self, data: bytes) -> Digest:
@@ -253,12 +257,7 @@ class Store:
 
     def resolve(self, name: str) -> str:
         """The checkpoint id ``name`` names: a full id, a unique prefix of >= 8 hex
-        characters, ``RUN@BRANCH`` or ``RUN@BRANCH~N`` (N parents back from the head).
-
-        An ambiguous prefix is InvalidInputError listing the candidates; no match,
-        no such branch or too few ancestors is NotFoundError (docs/store.md, "Naming
-        checkpoints").
-        """
+        characters, ``RUN@BRANCH`` or ``RUN@BRANCH~N`` (docs/store.md, "Naming checkpoints")."""
         self._refuse_closed()
         return resolve(self._backend, name)
 
@@ -287,9 +286,7 @@ class Store:
         """
         key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
         self._refuse_closed()
-        return CheckpointView(
-            self._backend, None, verify=verify, head=(key, f"{run_id}/{branch}")
-        )
+        return CheckpointView(self._backend, None, verify=verify, head=(key, f"{run_id}/{branch}"))
 
     def _refuse_closed(self) -> None:
         if self._backend.closed:
@@ -362,9 +359,7 @@ class Store:
         record carries the damaged bytes; a checkpoint they still name is kept
         as a retained head. See docs/store.md, "Repairing a damaged ref".
         """
-        return repair_ref(
-            self._backend, run_id, branch, new, operator=operator, reason=reason
-        )
+        return repair_ref(self._backend, run_id, branch, new, operator=operator, reason=reason)
 
     def retained(self) -> dict[str, dict[str, Any]]:
         """Heads kept by :meth:`reset_ref`: id -> ``{"run", "branch", "audit"}``."""
@@ -491,6 +486,20 @@ class Store:
             keep_last=keep_last,
             run_id=None if run_id is None else check_name(run_id, "run_id"),
         )
+
+    def gc(
+        self,
+        *,
+        keep_last: int | None = None,
+        run_id: str | None = None,
+        delete_run: str | None = None,
+        dry_run: bool = False,
+    ) -> GcReport:
+        """:meth:`prune` (``keep_last``) or :meth:`delete_run` (NotFoundError for a run
+        without refs), reporting every checkpoint removed, the objects and bytes, and
+        those the audit log names; ``dry_run`` changes nothing (docs/store.md, "gc")."""
+        self._backend.live()
+        return gc(self._backend, keep_last, run_id, delete_run, dry_run)
 
     def now(self) -> float:
         """The clock the store stamps records with."""
