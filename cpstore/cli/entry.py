@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 from cpstore.cli import (
     audit_commands,
+    cat_command,
     demo,
     inspect_commands,
     maintenance_commands,
@@ -64,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     validate_command.add_validate_parser(sub)
     verify_command.add_verify_parser(sub)
     inspect_commands.add_inspect_parsers(sub)
+    cat_command.add_cat_parser(sub)
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
     return parser
