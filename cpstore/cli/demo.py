@@ -212,7 +212,7 @@ class ReplayIO(AgentIO):
     def decide(self, step: int, node: dict[str, Any]) -> None:
         if step == self.faults.flip_tool_at:
             node = {**node, "tool": "calculator" if node["tool"] == "search" else "search"}
-        self.s.decision(step, node["node"], **{k: v for k, v in node.items() if k != "node"})
+        self.s.decision(step, node)
 
     def effect(self, step: int, target: str, payload: bytes) -> None:
         try:

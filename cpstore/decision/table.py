@@ -67,6 +67,9 @@ class Fidelity(enum.Enum):
     UNVERIFIED = "UNVERIFIED"
     """Some other finding: not shown faithful, not one of seed 004's divergence classes."""
 
+    def __str__(self) -> str:
+        return self.value  # as str(Verdict.X) prints the bare name
+
 
 class FindingCode(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() of every code in printed output
     """Codes of the decision table, one per row."""

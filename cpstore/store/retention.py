@@ -88,7 +88,7 @@ def _sweep(
     objects = dbs["objects"]
     now = store.now()
 
-    def run(txn: Txn[memoryview]) -> int:
+    def run(txn: Txn[memoryview]) -> GcReport:
         if drop_run is not None:
             prefix = drop_run.encode("utf-8", "surrogatepass") + b"\0"
             with txn.cursor(db=dbs["refs"]) as cur:
