@@ -53,7 +53,8 @@ def _gc(args: argparse.Namespace) -> int:
                 "decided_checkpoint_ids": list(report.decided),
                 "objects_removed": report.objects_removed,
                 "bytes_removed": report.bytes_removed,
-                "file_bytes": after.file_bytes,
+                "file_bytes_before": before.file_bytes,
+                "file_bytes_after": after.file_bytes,
                 "reusable_bytes_before": before.reusable_bytes,
                 "reusable_bytes_after": after.reusable_bytes,
             }
@@ -73,10 +74,10 @@ def _gc(args: argparse.Namespace) -> int:
         return EXIT_OK
     freed = after.reusable_bytes - before.reusable_bytes
     print(
-        f"data file {human(after.file_bytes)} (unchanged: LMDB reuses freed pages and never "
-        f"shrinks the file); reusable inside it {human(before.reusable_bytes)} -> "
-        f"{human(after.reusable_bytes)} ({'+' if freed >= 0 else ''}{human(freed)}); "
-        "run cpstore compact to shrink the file"
+        f"data file {human(before.file_bytes)} -> {human(after.file_bytes)} (LMDB reuses "
+        "freed pages for later writes and never shrinks the file); reusable inside it "
+        f"{human(before.reusable_bytes)} -> {human(after.reusable_bytes)} "
+        f"({'+' if freed >= 0 else '-'}{human(abs(freed))}); cpstore compact shrinks the file"
     )
     return EXIT_OK
 

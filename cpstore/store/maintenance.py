@@ -17,10 +17,11 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from cpstore.errors import IntegrityError, InvalidInputError
+from cpstore.errors import IntegrityError, InvalidInputError, StoreError
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_copy import compact_in_place
+from cpstore.store.lmdb_env import is_open_here
 from cpstore.store.model import VerifyReport
 
 __all__ = ["CompactReport", "compact_store", "copy_store"]
@@ -78,6 +79,8 @@ def compact_store(path: str | os.PathLike[str]) -> CompactReport:
     original before it replaces it; otherwise nothing changes.
     """
     where = os.fspath(path)
+    if is_open_here(where):
+        raise StoreError("close the store in this process before compacting it", where=where)
     before = _verified(where)
 
     def check(copy_path: str) -> None:
