@@ -55,6 +55,14 @@ _DOC: dict[str, Any] = {
 }
 
 
+def _subcommand(name: str) -> argparse.ArgumentParser:
+    """The parser of one sub-command, as --help shows it."""
+    sub = next(a for a in cli_entry._parser()._actions if a.dest == "command")
+    assert isinstance(sub, argparse._SubParsersAction)
+    parser: argparse.ArgumentParser = sub.choices[name]
+    return parser
+
+
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Run the CLI in-process; (exit code, stdout, stderr)."""
     code = cli.main(argv)
@@ -216,15 +224,7 @@ def test_audit_check_fails_on_a_damaged_object_as_its_help_says(
     code, out, _ = run(["audit", "--store", path, "--check"], capsys)
     assert code == cli.EXIT_INTEGRITY
     assert "STORE DAMAGED" in out and part in out
-    assert (
-        "verify the whole store"
-        in cli_entry._parser()
-        ._subparsers._group_actions[  # type: ignore[union-attr]
-            0
-        ]
-        .choices["audit"]
-        .format_help()
-    )
+    assert "verify the whole store" in _subcommand("audit").format_help()
 
 
 def test_audit_shows_times_gate_rows_and_a_summary_and_refuses_a_bogus_kind(

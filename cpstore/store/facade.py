@@ -286,7 +286,9 @@ class Store:
         """
         key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
         self._refuse_closed()
-        return CheckpointView(self._backend, None, verify=verify, head=(key, f"{run_id}/{branch}"))
+        return CheckpointView(
+            self._backend, None, verify=verify, head=(key, f"{run_id}/{branch}")
+        )
 
     def _refuse_closed(self) -> None:
         if self._backend.closed:
@@ -359,7 +361,9 @@ class Store:
         record carries the damaged bytes; a checkpoint they still name is kept
         as a retained head. See docs/store.md, "Repairing a damaged ref".
         """
-        return repair_ref(self._backend, run_id, branch, new, operator=operator, reason=reason)
+        return repair_ref(
+            self._backend, run_id, branch, new, operator=operator, reason=reason
+        )
 
     def retained(self) -> dict[str, dict[str, Any]]:
         """Heads kept by :meth:`reset_ref`: id -> ``{"run", "branch", "audit"}``."""

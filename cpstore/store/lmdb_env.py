@@ -61,8 +61,6 @@ DB_NAMES = (
     "audit_index",
     "audit_mac",
 )
-
-
 class Env:
     """An open LMDB environment, its named databases and its txn bookkeeping."""
 

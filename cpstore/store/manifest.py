@@ -36,7 +36,6 @@ __all__ = [
     "manifest_references",
 ]
 
-
 @dataclass(frozen=True)
 class Manifest:
     """A checkpoint's manifest: what it names, each part by digest (hex)."""
@@ -302,21 +301,8 @@ def _enc_digest(value: bytes | None) -> bytes:
 _MANIFEST_KEYS = sorted(
     (encode_value(k), k)
     for k in (
-        "cpstore",
-        "run_id",
-        "branch",
-        "step",
-        "parent",
-        "state",
-        "tokens",
-        "observations",
-        "call_graph",
-        "effects",
-        "ledger_sealed",
-        "harness",
-        "transcript",
-        "tags",
-        "metadata",
+        "cpstore", "run_id", "branch", "step", "parent", "state", "tokens", "observations",
+        "call_graph", "effects", "ledger_sealed", "harness", "transcript", "tags", "metadata",
     )
 )
 _STATE_KEYS = sorted((encode_value(k), k) for k in ("kind", "digest", "parts", "chunked"))
@@ -344,7 +330,9 @@ def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
     return head + b"".join(enc + b"\xc4\x10" + key for enc, key in items)
 
 
-def encode_manifest_parts(fields: Mapping[str, Any], encoded: Mapping[str, bytes]) -> bytes:
+def encode_manifest_parts(
+    fields: Mapping[str, Any], encoded: Mapping[str, bytes]
+) -> bytes:
     """Canonical manifest bytes from already-encoded field values.
 
     ``encoded`` holds the canonical bytes of some fields (state, tokens,

@@ -66,6 +66,8 @@ def _step(value: object) -> int:
     return value
 
 
+
+
 class Recorder:
     """Records one run on one branch; create with :meth:`Store.recorder`."""
 
