@@ -651,3 +651,32 @@ def test_verify_names_the_checkpoints_a_damaged_object_affects(
     }
     assert affects[part] == [head]
     assert affects[shared] == sorted([first, head])  # "hello" is in both checkpoints
+
+
+def _sign(path: str, decision_id: str, who: str) -> str:
+    try:
+        with cpstore.open(path) as store:
+            cpstore.sign_off(store, decision_id, operator=who, reason="race")
+        return "signed"
+    except cpstore.SignOffError as exc:
+        return "refused: " + exc.what
+
+
+def test_two_processes_signing_one_decision_get_exactly_one_sign_off(
+    store_path: tuple[str, str, str],
+) -> None:
+    """Racing sign-offs of one decision: one lands, the others are refused, the log has one."""
+    path, _, head = store_path
+    ctx = multiprocessing.get_context("spawn")
+    for _ in range(3):
+        decision_id = _quarantine_decision(path, head)
+        with ctx.Pool(4) as pool:
+            results = pool.starmap(_sign, [(path, decision_id, f"op{i}") for i in range(4)])
+        with cpstore.open(path) as store:
+            signed = [
+                r
+                for r in store.audit_records(kind="signoff")
+                if r.body["decision_id"] == decision_id
+            ]
+        assert len(signed) == 1 and results.count("signed") == 1, results
+        assert all(r == "signed" or "already signed off" in r for r in results), results
