@@ -181,12 +181,11 @@ def test_a_lost_compare_and_set_exits_8(
     """A ref that moved under a command: the store's ConflictError exits 8 (was 1)."""
     path, cid = store
 
-    def racing_prune(self: Store, **_: Any) -> int:
+    def racing_gc(self: Store, **_: Any) -> Any:
         # Another writer moved the branch between this command's read and its write.
         self.set_ref("run", "main", cid, expected_old="00" * 16)
-        return 0
 
-    monkeypatch.setattr(Store, "prune", racing_prune)
+    monkeypatch.setattr(Store, "gc", racing_gc)
     code, err = _run(["gc", "--store", path, "--keep-last", "1"], capsys)
     assert code == cli.EXIT_CONFLICT == 8 and "refs/run/main" in err
     assert exit_code_for(ConflictError("x")) == 8

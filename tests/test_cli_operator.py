@@ -242,9 +242,9 @@ def test_audit_shows_times_gate_rows_and_a_summary_and_refuses_a_bogus_kind(
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", out)
     assert "decision " + decision.id in out and "signed off by 'ann'" in out
     assert re.search(r"^2 record\(s\): 1 decision, 1 signoff$", out, re.M)
-    with pytest.raises(SystemExit) as exc:
-        cli.main(["audit", "--store", path, "--kind", "bogus"])
-    assert exc.value.code == cli.EXIT_USAGE
+    code, _, err = run(["audit", "--store", path, "--kind", "bogus"], capsys)
+    assert code == cli.EXIT_USAGE and "unknown record kind 'bogus'" in err
+    assert err.count("\n") == 1
 
 
 # -- diff --------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ Each handler returns an exit code (see :mod:`cpstore.cli`); errors propagate as
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from cpstore.cli.common import (
@@ -24,6 +25,7 @@ from cpstore.cli.exit_codes import (
     EXIT_INTEGRITY,
     EXIT_OK,
     EXIT_REFUSED,
+    EXIT_USAGE,
 )
 from cpstore.decision.gates import sign_off
 
@@ -80,6 +82,14 @@ def _summary(kind: str, body: dict[str, Any]) -> str:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    if args.kind is not None and args.kind not in AUDIT_KINDS:
+        # A usage error in one line (argparse's own would print the whole usage).
+        shown = repr(args.kind).encode("ascii", "backslashreplace").decode()
+        print(
+            f"cpstore audit: unknown record kind {shown}; expected one of {', '.join(AUDIT_KINDS)}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     with open_store_at(args) as store:
         records = list(store.audit_records(kind=args.kind, start=args.start, limit=args.limit))
         report = store.verify() if args.check else None
@@ -172,7 +182,11 @@ def add_audit_parsers(sub: Any) -> None:
         "problem, in the store or in the chain.",
         STORE_CODES,
     )
-    p.add_argument("--kind", choices=AUDIT_KINDS, help="only records of this kind")
+    p.add_argument(
+        "--kind",
+        metavar="KIND",
+        help="only records of this kind: " + ", ".join(AUDIT_KINDS) + " (another is exit 2)",
+    )
     p.add_argument("--start", type=nonnegative, default=0, help="first index")
     p.add_argument("--limit", type=positive, default=None, help="at most N records")
     p.add_argument(

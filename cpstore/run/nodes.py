@@ -1,8 +1,9 @@
 """A call-graph decision node, built the same way by the recorder and the replay session.
 
 Both take ``decision(step, node, /, **fields)`` where ``node`` is the node's
-name (a str) with its other fields as keywords, or one mapping holding a
-``"node"`` key and the fields (then no keywords). Both forms make the same
+name (a non-empty str) with its other fields as keywords, or one mapping holding
+a ``"node"`` key (any canonical value, as run documents allow) and the fields
+(then no keywords). Both forms make the same
 stored entry ``{"step": step, "node": name, **fields}``, so a recording and
 its replay compare equal exactly when the runtime took the same decision; a
 malformed node is refused at the call, never later as a CALL_GRAPH_MISMATCH.
@@ -49,8 +50,8 @@ def decision_node(step: object, node: object, fields: Mapping[str, Any]) -> dict
     for key in entry:
         if not isinstance(key, str):
             raise InvalidInputError("decision node keys must be str", got=key)
-    if not isinstance(entry["node"], str) or not entry["node"]:
-        raise InvalidInputError("decision node's 'node' must be a non-empty str", got=entry["node"])
+    if isinstance(node, str) and not node:
+        raise InvalidInputError("decision node's name must be a non-empty str", got=node)
     if "step" in entry and entry["step"] != step:
         raise InvalidInputError(
             "decision node's 'step' disagrees with step", expected=step, got=entry["step"]
