@@ -680,3 +680,13 @@ def test_two_processes_signing_one_decision_get_exactly_one_sign_off(
             ]
         assert len(signed) == 1 and results.count("signed") == 1, results
         assert all(r == "signed" or "already signed off" in r for r in results), results
+
+
+def test_a_missing_document_with_a_store_is_not_found_not_a_bad_id(
+    store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped file name beside a checkpoint is 'no such run document' (exit 4)."""
+    path, _, head = store_path
+    for command in ("validate", "diff"):
+        code, _, err = run([command, "missing.json", head, "--store", path], capsys)
+        assert code == cli.EXIT_NOT_FOUND and "missing.json" in err, (command, err)

@@ -37,6 +37,7 @@ __all__ = [
     "is_full_id",
     "json_arg",
     "jsonable",
+    "names_checkpoint",
     "nonnegative",
     "open_store_at",
     "positive",
@@ -139,3 +140,12 @@ def stamp(seconds: float | None) -> str:
 def is_full_id(text: str) -> bool:
     """True for 32 lowercase hex characters: always a checkpoint id, never a file name."""
     return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
+def names_checkpoint(arg: str) -> bool:
+    """True when ``arg`` is not an existing file and reads as a checkpoint name (hex or @)."""
+    if is_full_id(arg):
+        return True
+    if os.path.exists(arg):
+        return False
+    return "@" in arg or (len(arg) >= 8 and all(c in "0123456789abcdefABCDEF" for c in arg))

@@ -7,15 +7,14 @@ Each handler returns an exit code (see :mod:`cpstore.cli`); errors propagate as
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from cpstore.cli.common import (
     ID_HELP,
     STORE_CODES,
     command,
-    is_full_id,
     json_arg,
+    names_checkpoint,
     nonnegative,
     open_store_at,
     positive,
@@ -156,7 +155,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 def _side(store: Any, name: str) -> str:
     """A file stays a file; anything else names a checkpoint (prefix, RUN@BRANCH~N)."""
-    if os.path.exists(name) and not is_full_id(name):
+    if not names_checkpoint(name):
         return name
     resolved: str = store.resolve(name)
     return resolved

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from cpstore.cli.common import jsonable
+from cpstore.cli.common import is_full_id, jsonable, names_checkpoint
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_FORMAT,
@@ -164,6 +164,8 @@ def format_decision(decision: Decision, *, wide: bool = False) -> str:
 
 def _named(path: str, exc: CpstoreError) -> CpstoreError:
     """``exc`` with the file it came from in front of its message (``bad.json: ...``)."""
+    if exc.where == path:
+        return exc  # it already names the file
     try:
         return type(exc)(f"{path}: {exc.what}", where=exc.where, expected=exc.expected, got=exc.got)
     except TypeError:  # a class with its own constructor: keep the original
@@ -173,12 +175,13 @@ def _named(path: str, exc: CpstoreError) -> CpstoreError:
 def _load(arg: str, store: Store | None) -> str | Run:
     """A side as :func:`validate` takes it: a checkpoint id (resolved) or a loaded file.
 
-    32 hex characters are always an id; an existing file is a document; anything
-    else, with a store, is an id prefix or ``RUN@BRANCH[~N]``.
+    32 hex characters are always an id; an existing file is a document; with a
+    store, hex of 8+ characters is an id prefix and a name with ``@`` is
+    ``RUN@BRANCH[~N]``; anything else is a file (a missing one is exit 4).
     """
-    if store is not None and (not os.path.exists(arg) or _is_full_id(arg)):
+    if store is not None and names_checkpoint(arg):
         return store.resolve(arg)
-    if _is_full_id(arg):
+    if is_full_id(arg):
         return arg  # validate says a checkpoint id needs a store
     try:
         return load_document(arg)
@@ -186,10 +189,6 @@ def _load(arg: str, store: Store | None) -> str | Run:
         raise
     except CpstoreError as exc:
         raise _named(arg, exc) from None
-
-
-def _is_full_id(arg: str) -> bool:
-    return len(arg) == 32 and all(c in "0123456789abcdef" for c in arg)
 
 
 def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
