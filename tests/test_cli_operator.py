@@ -690,3 +690,53 @@ def test_a_missing_document_with_a_store_is_not_found_not_a_bad_id(
     for command in ("validate", "diff"):
         code, _, err = run([command, "missing.json", head, "--store", path], capsys)
         assert code == cli.EXIT_NOT_FOUND and "missing.json" in err, (command, err)
+
+
+def _open_read_close(path: str, seconds: float, ready: Any, result: Any) -> None:
+    """Open, read the head's state whole (verified), close; again and again."""
+    errors: list[str] = []
+    reads = 0
+    end = time.monotonic() + seconds
+    ready.set()
+    while time.monotonic() < end:
+        try:
+            with cpstore.open(path, readonly=True) as store, store.latest("big") as cp:
+                cp.state()
+                reads += 1
+        except Exception as exc:  # every failure is the finding
+            errors.append(f"{type(exc).__name__}: {exc}")
+        time.sleep(0.005)
+    result.put((reads, errors))
+
+
+def test_compact_with_another_process_opening_and_reading_loses_nothing(tmp_path: Path) -> None:
+    """A process opening the store during compaction waits or is seen: its reads all verify."""
+    path = str(tmp_path / "s")
+    with cpstore.open(path) as store:
+        rec = store.recorder("big")
+        for i in range(30):
+            rec.checkpoint(i, {"i": i, "blob": os.urandom(40_000)})
+        store.gc(keep_last=2)
+        head = store.ref("big")
+    ctx = multiprocessing.get_context("spawn")
+    ready, result = ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_open_read_close, args=(path, 4.0, ready, result))
+    proc.start()
+    compacted = refused = 0
+    try:
+        assert ready.wait(30)
+        end = time.monotonic() + 3.0
+        while time.monotonic() < end:
+            try:
+                compact_store(path)
+                compacted += 1
+            except cpstore.StoreError as exc:
+                assert "another process" in str(exc) or "already open" in str(exc), exc
+                refused += 1
+        reads, errors = result.get(timeout=60)
+    finally:
+        proc.join(60)
+    assert proc.exitcode == 0 and errors == [] and reads > 0
+    assert compacted + refused > 0
+    with cpstore.open(path) as store:
+        assert store.ref("big") == head and store.verify().ok

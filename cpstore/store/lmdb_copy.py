@@ -13,10 +13,13 @@ snapshot and leaves out free pages:
   writes, so it needs the store closed everywhere: it takes an exclusive
   ``fcntl`` lock on byte 0 of ``lock.mdb``, the byte every process that has
   the environment open holds a shared lock on (LMDB's own liveness lock), and
-  refuses when another process holds it. While it holds the lock a process
-  that starts to open the store waits inside LMDB (before it opens the data
-  file); the swap re-initialises the lock file's reader table (LMDB does so
-  for the first opener) before letting go.
+  refuses when another process holds it. Before that it takes the folder's
+  creation lock (``lmdb_open.creation_lock``, exclusive), which every cpstore
+  open holds around ``lmdb.open``: LMDB opens a *read-only* environment's data
+  file before its lock file, so without it a read-only opener could keep the
+  old, unlinked file. A process that starts to open the store meanwhile waits
+  for the swap; the lock file's reader table is re-initialised for the new
+  file (LMDB does so for the first opener) before letting go.
 
 The caller verifies the copy before anything trusts it (the facade does).
 """
@@ -34,6 +37,7 @@ import lmdb
 
 from cpstore.errors import InvalidInputError, StoreError
 from cpstore.store.lmdb_env import DB_NAMES, is_open_here
+from cpstore.store.lmdb_open import creation_lock
 
 __all__ = ["compact_in_place", "copy_env", "space_of"]
 
@@ -111,7 +115,11 @@ def compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int]
     if not os.path.isfile(data):
         raise InvalidInputError("not a store folder (no data.mdb)", where=path)
     work = os.path.join(path, "compact.tmp")
-    with _exclusive(lock_path):
+    # The folder's creation lock first (exclusive): a cpstore open is never inside
+    # lmdb.open while the file is swapped. LMDB opens a read-only environment's data
+    # file *before* taking its lock, so the liveness lock alone would let a read-only
+    # opener keep the old (unlinked) file.
+    with creation_lock(path, exclusive=True), _exclusive(lock_path):
         before = os.path.getsize(data)
         shutil.rmtree(work, ignore_errors=True)  # a copy left by an interrupted compact
         env = lmdb.open(path, subdir=True, readonly=True, lock=False, max_dbs=len(DB_NAMES) + 4)
