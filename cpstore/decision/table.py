@@ -61,7 +61,7 @@ class Fidelity(enum.Enum):
     FAITHFUL = "FAITHFUL"
     """No finding at all."""
     DIVERGENT_PERTURBED = "DIVERGENT_PERTURBED"
-    """Harness perturbation, or a call-graph divergence hidden by an equal transcript."""
+    """Harness perturbation, or a call-graph divergence hidden by an equal recorded transcript."""
     DIVERGENT_CAUSAL = "DIVERGENT_CAUSAL"
     """Call graph and transcript both differ: the recording is insufficient."""
     UNVERIFIED = "UNVERIFIED"
