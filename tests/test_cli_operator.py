@@ -108,7 +108,7 @@ def test_sign_off_accepts_the_audit_digest_that_audit_prints(
     assert decision_id in out
 
 
-def test_sign_off_takes_a_unique_prefix_and_lists_candidates_when_ambiguous(
+def test_sign_off_takes_a_decision_prefix_of_eight_or_more_hex(
     store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """An 8-character prefix of the decision id works; shorter is refused as not a prefix."""
