@@ -24,6 +24,7 @@ LMDB_MODULES = frozenset(
         "cpstore.store.lmdb_errors",
         "cpstore.store.lmdb_open",
         "cpstore.store.lmdb_backend",
+        "cpstore.store.lmdb_copy",
     }
 )
 

@@ -92,7 +92,7 @@ def test_inspect_shows_manifest_logs_and_a_state_part(
     assert code == 0 and out.strip() == "[1, 2, 3]"
     code, out, _ = run(["inspect", head, "--store", path, "--json"], capsys)
     data = json.loads(out)
-    assert data["id"] == head and data["logs"]["effects"]["sealed"] is True
+    assert data["checkpoint_id"] == head and data["logs"]["effects"]["sealed"] is True
     assert data["logs"]["tokens"]["count"] == 2
 
 
@@ -104,7 +104,7 @@ def test_log_lists_runs_and_history_newest_first(
     code, out, _ = run(["log", "--store", path], capsys)
     assert code == 0 and "run-a" in out and head[:12] in out
     code, out, _ = run(["log", "run-a", "--store", path, "--json"], capsys)
-    assert [e["id"] for e in json.loads(out)] == [head, first]
+    assert [e["checkpoint_id"] for e in json.loads(out)] == [head, first]
 
 
 def test_log_of_an_unknown_run_is_not_found(
@@ -119,9 +119,9 @@ def test_log_of_an_unknown_run_is_not_found(
 def test_validate_records_decisions_and_audit_lists_and_checks_them(
     store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """validate appends a decision; audit shows it and --check verifies the chain."""
+    """validate --record appends a decision; audit shows it and --check verifies the chain."""
     path, _, head = store_path
-    code, _, _ = run(["validate", head, head, "--store", path], capsys)
+    code, _, _ = run(["validate", head, head, "--store", path, "--record"], capsys)
     assert code == cli.EXIT_QUARANTINE  # a stored checkpoint as P does not declare strict mode
     code, out, _ = run(["audit", "--store", path, "--check", "--json"], capsys)
     data = json.loads(out)
@@ -132,10 +132,10 @@ def test_validate_records_decisions_and_audit_lists_and_checks_them(
 def test_diff_names_the_first_divergence_per_stream(
     store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """diff of two checkpoints of one run shows where state and tokens part."""
+    """diff of two checkpoints of one run shows where state and tokens part (exit 12)."""
     path, first, head = store_path
     code, out, _ = run(["diff", first, head, "--store", path], capsys)
-    assert code == 0
+    assert code == cli.EXIT_DIFFERENT == 12
     assert "state" in out and "STATE_MISMATCH" in out
     assert "tokens" in out and "TOKEN_COUNT" in out
     with cpstore.open(path) as store:
@@ -147,7 +147,7 @@ def test_sign_off_refuses_a_non_releasable_decision(
 ) -> None:
     """A REJECT for a state mismatch cannot be signed off: exit 6."""
     path, first, head = store_path
-    code, out, _ = run(["validate", first, head, "--store", path, "--json"], capsys)
+    code, out, _ = run(["validate", first, head, "--store", path, "--json", "--record"], capsys)
     decision = json.loads(out)["decision_id"]
     code, _, err = run(
         ["sign-off", decision, "--store", path, "--operator", "me", "--reason", "x"], capsys

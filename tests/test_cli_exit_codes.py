@@ -156,7 +156,7 @@ def test_a_full_store_exits_7(
     # The command line opens stores with growth allowed; give it this one's fixed limit.
     tiny = functools.partial(cpstore.open, map_size=MAP, max_map_size=MAP)
     monkeypatch.setattr(_cli_validate, "open_store", tiny)
-    code, err = _run(["validate", cid, cid, "--store", path], capsys)
+    code, err = _run(["validate", cid, cid, "--store", path, "--record"], capsys)
     assert code == cli.EXIT_UNAVAILABLE == 7 and "full" in err
 
 
@@ -181,12 +181,11 @@ def test_a_lost_compare_and_set_exits_8(
     """A ref that moved under a command: the store's ConflictError exits 8 (was 1)."""
     path, cid = store
 
-    def racing_prune(self: Store, **_: Any) -> int:
+    def racing_gc(self: Store, **_: Any) -> Any:
         # Another writer moved the branch between this command's read and its write.
         self.set_ref("run", "main", cid, expected_old="00" * 16)
-        return 0
 
-    monkeypatch.setattr(Store, "prune", racing_prune)
+    monkeypatch.setattr(Store, "gc", racing_gc)
     code, err = _run(["gc", "--store", path, "--keep-last", "1"], capsys)
     assert code == cli.EXIT_CONFLICT == 8 and "refs/run/main" in err
     assert exit_code_for(ConflictError("x")) == 8
@@ -210,7 +209,7 @@ def test_every_command_help_lists_only_documented_exit_codes() -> None:
     parser = cli_main._parser()
     sub: argparse.Action = next(a for a in parser._actions if a.dest == "command")
     assert isinstance(sub, argparse._SubParsersAction)
-    documented = {0, 2, *EXIT_CODES.values(), cli.EXIT_QUARANTINE}
+    documented = {0, 2, *EXIT_CODES.values(), cli.EXIT_QUARANTINE, cli.EXIT_DIFFERENT}
     assert sub.choices
     for name, command in sub.choices.items():
         epilog = command.epilog or ""

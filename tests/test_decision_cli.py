@@ -97,18 +97,19 @@ def test_main_cli_prints_one_line_and_exits_3_for_bad_input(
 
 
 def test_checkpoint_ids_with_store_and_missing_store(tmp_path: Path) -> None:
-    """With --store, ids are checkpoints and the decision is audited; a missing store is 4."""
+    """With --store, ids are checkpoints; --record audits the decision; a missing store is 4."""
     path = tmp_path / "s"
     with open_store(path) as store:
         rec = store.recorder("r")
         rec.token("rng", 1)
         cid = rec.checkpoint(1, b"s")
-    code, out = cli([cid, cid, "--store", str(path), "--json"])
+    code, out = cli([cid, cid, "--store", str(path), "--json", "--record"])
     # A checkpoint has no declared replay mode unless its metadata says so: not evidence.
     assert code == EXIT_FOR_VERDICT[Verdict[json.loads(out)["verdict"]]] == 11
     with open_store(path) as store:
         assert len(list(store.audit_records(kind="decision"))) == 1
     code, _ = cli([cid, cid, "--store", str(path), "--no-record"])
+    code, _ = cli([cid, cid, "--store", str(path)])  # looking (the default) records nothing
     with open_store(path) as store:
         assert len(list(store.audit_records(kind="decision"))) == 1
     with pytest.raises(NotFoundError):

@@ -486,7 +486,7 @@ CLI_CASES: list[tuple[list[str], int]] = [
     (["gc", "--delete-run", "\udcff", "--store", "STORE"], 3),
     (["gc", "--keep-last", "1", "--run", "\udcff", "--store", "STORE"], 3),
     (["sign-off", "\ud800", "--operator", "o", "--reason", "r", "--store", "STORE"], 4),
-    (["audit", "--kind", "\udcff", "--store", "STORE"], 0),
+    (["audit", "--kind", "\udcff", "--store", "STORE"], 2),  # not a kind cpstore writes
     (["verify", "--store", "MISSING\nsecond line"], 4),  # a newline cannot split the line
     (["validate", "MISSING\rx\ny", "FILE"], 4),
     (["log", "run\nx", "--store", "STORE"], 4),

@@ -379,7 +379,9 @@ class TestReadOnlyAccess:
     ) -> None:
         """validate that would record fails with one line, not a traceback, and changes nothing."""
         path, _, head = unwritable_store
-        code, _, err = _unprivileged(lambda: cli.main(["validate", head, head, "--store", path]))
+        code, _, err = _unprivileged(
+            lambda: cli.main(["validate", head, head, "--store", path, "--record"])
+        )
         assert code not in (0, 99) and len(err.splitlines()) == 1, err
         assert "cannot be written" in err
 

@@ -7,23 +7,25 @@ Each handler returns an exit code (see :mod:`cpstore.cli`); errors propagate as
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from cpstore.cli.common import (
     STORE_CODES,
-    STORE_EPILOG,
+    command,
     json_arg,
     nonnegative,
     open_store_at,
     positive,
     print_json,
+    stamp,
     store_arg,
 )
 from cpstore.cli.exit_codes import (
     EXIT_INTEGRITY,
     EXIT_OK,
     EXIT_REFUSED,
-    exit_epilog,
+    EXIT_USAGE,
 )
 from cpstore.decision.gates import sign_off
 
@@ -33,14 +35,69 @@ __all__ = ["add_audit_parsers"]
 # -- audit -----------------------------------------------------------------------------
 
 
+#: Record kinds cpstore writes (``--kind`` takes one of these).
+AUDIT_KINDS = (
+    "decision",
+    "signoff",
+    "gate",
+    "resume",
+    "ref_reset",
+    "ref_repair",
+    "retained_release",
+    "gc",
+)
+
+
+def _summary(kind: str, body: dict[str, Any]) -> str:
+    """One readable line about an audit record: what it decided, about what, by whom."""
+    if kind == "decision":
+        recorded = body.get("recorded") or {}
+        return (
+            f"{body.get('verdict')} decision {body.get('decision_id')} "
+            f"checkpoint {recorded.get('checkpoint_id') or '-'}"
+        )
+    if kind == "signoff":
+        return (
+            f"decision {body.get('decision_id')} signed off by {body.get('operator')!r}: "
+            f"{body.get('reason')}"
+        )
+    if kind == "gate":
+        so = body.get("sign_off")
+        return (
+            f"{body.get('gate')} passed checkpoint {body.get('checkpoint_id')} "
+            f"decision {body.get('decision_id')}" + (f" sign-off {so}" if so else "")
+        )
+    if kind == "resume":
+        return (
+            f"permit {body.get('permit')} used by {body.get('run_id')}@{body.get('branch')} "
+            f"from checkpoint {body.get('checkpoint_id')}"
+        )
+    if kind == "gc":
+        return (
+            f"{body.get('operation')} removed {body.get('checkpoints_removed')} checkpoint(s)"
+            + (f", {len(body.get('decided') or [])} with decisions" if body.get("decided") else "")
+        )
+    who = body.get("operator")
+    return f"by {who!r}: {body.get('reason')}" if who else ""
+
+
 def _audit(args: argparse.Namespace) -> int:
+    if args.kind is not None and args.kind not in AUDIT_KINDS:
+        # A usage error in one line (argparse's own would print the whole usage).
+        shown = repr(args.kind).encode("ascii", "backslashreplace").decode()
+        print(
+            f"cpstore audit: unknown record kind {shown}; expected one of {', '.join(AUDIT_KINDS)}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     with open_store_at(args) as store:
         records = list(store.audit_records(kind=args.kind, start=args.start, limit=args.limit))
         report = store.verify() if args.check else None
+    problems = [] if report is None else list(report.problems)
     chain_ok = (
         None
         if report is None
-        else not any("audit" in p.where or "audit" in p.what for p in report.problems)
+        else not any("audit" in p.where or "audit" in p.what for p in problems)
     )
     if args.json:
         print_json(
@@ -57,15 +114,34 @@ def _audit(args: argparse.Namespace) -> int:
                     for r in records
                 ],
                 "chain_ok": chain_ok,
+                "store_ok": None if report is None else report.ok,
+                "problems": [
+                    {"what": p.what, "where": p.where, "expected": p.expected, "got": p.got}
+                    for p in problems
+                ],
             }
         )
     else:
         for r in records:
-            summary = r.body.get("verdict") or r.body.get("operator") or ""
-            print(f"{r.index:>6}  {r.digest}  {r.kind:<10} {summary}")
-        if chain_ok is not None:
+            head = f"{r.index:>6}  {stamp(r.time)}  {r.digest}  {r.kind:<10}"
+            print(f"{head} {_summary(r.kind, r.body)}".rstrip())
+        counts: dict[str, int] = {}
+        for r in records:
+            counts[r.kind] = counts.get(r.kind, 0) + 1
+        print(
+            f"{len(records)} record(s)"
+            + (": " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts else "")
+        )
+        if report is not None:
+            for p in problems:
+                print(f"PROBLEM {p.where}: {p.what}")
             print("audit chain verifies" if chain_ok else "AUDIT CHAIN BROKEN")
-    return EXIT_INTEGRITY if chain_ok is False else EXIT_OK
+            print(
+                "store verifies"
+                if report.ok
+                else f"STORE DAMAGED: {len(problems)} problem(s) (cpstore verify for details)"
+            )
+    return EXIT_INTEGRITY if report is not None and not report.ok else EXIT_OK
 
 
 # -- sign-off --------------------------------------------------------------------------
@@ -78,37 +154,63 @@ def _sign_off(args: argparse.Namespace) -> int:
         print_json(
             {
                 "sign_off": signed.audit_digest,
-                "decision": signed.decision_id,
-                "checkpoint": signed.checkpoint_id,
+                "decision_id": signed.decision_id,
+                "checkpoint_id": signed.checkpoint_id,
                 "operator": signed.operator,
+                "reason": signed.reason,
+                "time": signed.time,
             }
         )
     else:
-        print(f"signed off decision {signed.decision_id} as {signed.audit_digest}")
+        print(
+            f"signed off decision {signed.decision_id} (checkpoint {signed.checkpoint_id}) "
+            f"as {signed.audit_digest}"
+        )
     return EXIT_OK
 
 
 def add_audit_parsers(sub: Any) -> None:
     """Add audit and sign-off to the main parser."""
-    p = sub.add_parser(
+    p = command(
+        sub,
         "audit",
-        help="the hash-chained audit log, filterable, and its chain check",
-        epilog=STORE_EPILOG,
+        "the hash-chained audit log, filterable; --check verifies the store and the chain",
+        "List audit records oldest first: index, time (UTC), digest, kind and what each "
+        "says (a decision's verdict, id and checkpoint; a sign-off's decision and "
+        "operator; a gate's passage), then a count per kind. --check also verifies the "
+        f"whole store and the chain (as cpstore verify) and exits {EXIT_INTEGRITY} on any "
+        "problem, in the store or in the chain.",
+        STORE_CODES,
     )
-    p.add_argument("--kind", help="only records of this kind (decision, signoff, gate, ...)")
+    p.add_argument(
+        "--kind",
+        metavar="KIND",
+        help="only records of this kind: " + ", ".join(AUDIT_KINDS) + " (another is exit 2)",
+    )
     p.add_argument("--start", type=nonnegative, default=0, help="first index")
     p.add_argument("--limit", type=positive, default=None, help="at most N records")
-    p.add_argument("--check", action="store_true", help="verify the store and the chain")
+    p.add_argument(
+        "--check", action="store_true", help="verify the whole store and the audit chain"
+    )
     store_arg(p)
     json_arg(p)
     p.set_defaults(handler=_audit)
 
-    p = sub.add_parser(
+    p = command(
+        sub,
         "sign-off",
-        help="operator release of a releasable decision",
-        epilog=exit_epilog(*STORE_CODES, EXIT_REFUSED),
+        "operator release of a releasable decision",
+        "Record an operator's release of a QUARANTINE decision whose findings are all "
+        "releasable, so resume_gate lets the runtime resume once. DECISION is the "
+        "decision id, the digest of its audit record (both printed by cpstore audit), or "
+        "a unique prefix of >= 8 hex characters of either. Refused (exit 6): an ACCEPT, "
+        "a decision with a finding no sign-off releases, a decision a later one "
+        "supersedes, a decision already signed off.",
+        (*STORE_CODES, EXIT_REFUSED),
     )
-    p.add_argument("decision", metavar="DECISION", help="decision id or its audit digest")
+    p.add_argument(
+        "decision", metavar="DECISION", help="decision id or its audit digest (or a prefix)"
+    )
     p.add_argument("--operator", required=True, help="who signs off")
     p.add_argument("--reason", required=True, help="why")
     store_arg(p)

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,16 +28,22 @@ from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 
 __all__ = [
+    "ID_HELP",
     "MAX_COUNT",
     "STORE_CODES",
     "STORE_EPILOG",
+    "command",
     "human",
+    "is_full_id",
     "json_arg",
     "jsonable",
+    "names_checkpoint",
     "nonnegative",
     "open_store_at",
     "positive",
     "print_json",
+    "show",
+    "stamp",
     "store_arg",
 ]
 
@@ -97,3 +104,48 @@ nonnegative = int_argument(0, MAX_COUNT)
 #: Exit codes any command that opens a store can give (besides its own).
 STORE_CODES = (EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_INTEGRITY, EXIT_UNAVAILABLE, EXIT_FORMAT)
 STORE_EPILOG = exit_epilog(*STORE_CODES)
+
+
+#: How every command that takes a checkpoint says what it accepts.
+ID_HELP = (
+    "A checkpoint is named by its 32-hex id, a unique prefix of at least 8 hex "
+    "characters, RUN@BRANCH (the head) or RUN@BRANCH~N (N parents back)."
+)
+
+
+def command(
+    sub: Any, name: str, summary: str, description: str, codes: tuple[int, ...]
+) -> argparse.ArgumentParser:
+    """A sub-command whose ``--help`` has a description and lists its exit codes."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=description, epilog=exit_epilog(*codes)
+    )
+    return parser
+
+
+def show(value: Any) -> str:
+    """A value in text output, as ``--json`` shows it (bytes as ``{"bytes_hex": ...}``)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, default=jsonable, sort_keys=True, ensure_ascii=False)
+
+
+def stamp(seconds: float | None) -> str:
+    """A timestamp in text output: UTC, to the second, ISO 8601."""
+    if seconds is None:
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def is_full_id(text: str) -> bool:
+    """True for 32 lowercase hex characters: always a checkpoint id, never a file name."""
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
+def names_checkpoint(arg: str) -> bool:
+    """True when ``arg`` is not an existing file and reads as a checkpoint name (hex or @)."""
+    if is_full_id(arg):
+        return True
+    if os.path.exists(arg):
+        return False
+    return "@" in arg or (len(arg) >= 8 and all(c in "0123456789abcdefABCDEF" for c in arg))

@@ -212,7 +212,7 @@ class ReplayIO(AgentIO):
     def decide(self, step: int, node: dict[str, Any]) -> None:
         if step == self.faults.flip_tool_at:
             node = {**node, "tool": "calculator" if node["tool"] == "search" else "search"}
-        self.s.decision(step, node["node"], **{k: v for k, v in node.items() if k != "node"})
+        self.s.decision(step, node)
 
     def effect(self, step: int, target: str, payload: bytes) -> None:
         try:
@@ -561,6 +561,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "demo",
         help="record, replay and validate an agent run (the main job)",
+        description="Record an agent run into a fresh store, replay it from a checkpoint, "
+        "validate the replay (decision table) and print what each step cost.",
         epilog=exit_epilog(EXIT_BAD_INPUT, EXIT_INTEGRITY, EXIT_UNAVAILABLE),
     )
     p.add_argument("--path", help="a fresh folder for the store (default: a new temp folder)")

@@ -17,6 +17,7 @@ traceback. Exit codes (also in README.md):
 9     unknown format version of a store or run document
 10    ``validate``: the verdict is REJECT
 11    ``validate``: the verdict is QUARANTINE
+12    ``diff``: the two sides differ
 ====  ==========================================================
 
 Each error class's code is in :data:`cpstore.cli.EXIT_CODES` (:mod:`cpstore.cli.exit_codes`).
@@ -25,11 +26,13 @@ Each error class's code is in :data:`cpstore.cli.EXIT_CODES` (:mod:`cpstore.cli.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Callable, Sequence
 
 from cpstore.cli import (
     audit_commands,
+    cat_command,
     demo,
     inspect_commands,
     maintenance_commands,
@@ -56,14 +59,24 @@ def _parser() -> argparse.ArgumentParser:
         description="A checkpoint store for durable agent runtimes and replay auditors.",
         epilog=EXIT_EPILOG,
     )
+    parser.add_argument("--version", action="version", version=f"cpstore {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo.add_parser(sub)
     validate_command.add_validate_parser(sub)
     verify_command.add_verify_parser(sub)
     inspect_commands.add_inspect_parsers(sub)
+    cat_command.add_cat_parser(sub)
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (the CLI room may not import the package root)."""
+    try:
+        return importlib.metadata.version("cpstore")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def _one_line(text: str) -> str:

@@ -43,6 +43,7 @@ __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_CODES",
     "EXIT_CONFLICT",
+    "EXIT_DIFFERENT",
     "EXIT_EPILOG",
     "EXIT_FORMAT",
     "EXIT_INTEGRITY",
@@ -82,6 +83,11 @@ EXIT_REJECT = 10
 """``validate``: the verdict is REJECT (also a replay stopped by a divergence)."""
 EXIT_QUARANTINE = 11
 """``validate``: the verdict is QUARANTINE."""
+EXIT_DIFFERENT = 12
+"""``diff``: the two sides differ (0 when they do not).
+
+Its own code, not 1 as in ``git diff --exit-code`` (1 is a bug here) and not
+10 (REJECT is a verdict the gates act on; a diff decides nothing)."""
 
 #: Every public error class and its exit code (README.md, "Command line").
 EXIT_CODES: Mapping[type[CpstoreError], int] = {
@@ -124,6 +130,7 @@ _LABELS = {
     EXIT_FORMAT: "not a format this cpstore reads",
     EXIT_REJECT: "REJECT",
     EXIT_QUARANTINE: "QUARANTINE",
+    EXIT_DIFFERENT: "diff: the sides differ",
 }
 
 

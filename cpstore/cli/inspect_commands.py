@@ -10,21 +10,27 @@ import argparse
 from typing import Any
 
 from cpstore.cli.common import (
-    STORE_EPILOG,
+    ID_HELP,
+    STORE_CODES,
+    command,
     json_arg,
+    names_checkpoint,
     nonnegative,
     open_store_at,
     positive,
     print_json,
+    show,
+    stamp,
     store_arg,
 )
 from cpstore.cli.exit_codes import (
+    EXIT_DIFFERENT,
     EXIT_OK,
 )
-from cpstore.decision.validate import validate
 from cpstore.errors import (
     NotFoundError,
 )
+from cpstore.store.diff import diff
 
 __all__ = ["add_inspect_parsers"]
 
@@ -33,14 +39,14 @@ __all__ = ["add_inspect_parsers"]
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    with open_store_at(args) as store, store.read(args.checkpoint) as cp:
+    with open_store_at(args) as store, store.read(store.resolve(args.checkpoint)) as cp:
         m = cp.manifest
         if args.part is not None:
             value = cp.state_part(args.part)
             if args.json:
-                print_json({"part": args.part, "value": value})
+                print_json({"checkpoint_id": m.id, "part": args.part, "value": value})
             else:
-                print(repr(value))
+                print(show(value))
             return EXIT_OK
         logs = {
             "tokens": {"digest": m.tokens_digest, "count": m.token_count},
@@ -57,7 +63,7 @@ def _inspect(args: argparse.Namespace) -> int:
             },
         }
         info: dict[str, Any] = {
-            "id": m.id,
+            "checkpoint_id": m.id,
             "run_id": m.run_id,
             "branch": m.branch,
             "step": m.step,
@@ -71,12 +77,18 @@ def _inspect(args: argparse.Namespace) -> int:
         }
         if args.tokens:
             limit = min(args.tokens, m.token_count)
-            info["first_tokens"] = [list(cp.token(i)) for i in range(limit)]
+            info["first_tokens"] = [
+                {"seq": seq, "kind": kind, "provenance": prov, "value": value}
+                for seq, kind, prov, value in (cp.token(i) for i in range(limit))
+            ]
     if args.json:
         print_json(info)
         return EXIT_OK
     print(f"checkpoint {m.id}")
     print(f"  run {m.run_id}  branch {m.branch}  step {m.step}  parent {m.parent or '-'}")
+    print(f"  created {stamp(m.created_at)}")
+    for key, value in sorted(m.metadata.items()):
+        print(f"  metadata {key} = {show(value)}")
     print(f"  state {m.state_kind} {m.state_digest}")
     for name, digest in sorted(m.state_parts.items()):
         print(f"    part {name:<20} {digest}")
@@ -85,8 +97,8 @@ def _inspect(args: argparse.Namespace) -> int:
     for name, log in logs.items():
         sealed = "" if "sealed" not in log else (" sealed" if log["sealed"] else " UNSEALED")
         print(f"  {name:<17} {log['count']:>10} records  {log['digest'] or '-'}{sealed}")
-    for seq, kind, prov, value in info.get("first_tokens", []):
-        print(f"    token {seq:>6} {kind:<8} {prov:<9} {value!r}")
+    for t in info.get("first_tokens", []):
+        print(f"    token {t['seq']:>6} {t['kind']:<8} {t['provenance']:<9} {show(t['value'])}")
     return EXIT_OK
 
 
@@ -94,28 +106,59 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    def run() -> Any:
-        return validate(args.a, args.b, store=store, record=False)
-
     if args.store:
         with open_store_at(args) as store:
-            decision = run()
+            result = diff(_side(store, args.a), _side(store, args.b), store=store)
     else:
-        store = None
-        decision = run()
-    firsts = decision.divergences
+        result = diff(args.a, args.b)
+    firsts = result.first_per_stream()
     if args.json:
-        print_json({s: f.to_dict() for s, f in firsts.items()})
-        return EXIT_OK
-    if not firsts:
-        print("no divergence: every stream is equal")
+        print_json(
+            {
+                "a": result.a,
+                "b": result.b,
+                "differs": result.differs,
+                "streams": {s: f.to_dict() for s, f in firsts.items()},
+                "state_parts": [
+                    {
+                        "part": p.name,
+                        "expected_digest": p.expected,
+                        "observed_digest": p.observed,
+                        "expected": p.expected_value,
+                        "observed": p.observed_value,
+                    }
+                    for p in result.state_parts
+                ],
+            }
+        )
+        return EXIT_DIFFERENT if result.differs else EXIT_OK
+    if not result.differs:
+        print("no difference: every stream is equal")
         return EXIT_OK
     for stream, f in firsts.items():
         where = f"{f.unit} {f.position}" if f.position is not None else "-"
         print(f"{stream:<14} {f.code.value:<22} at {where}")
-        print(f"  expected {f.expected!r}")
-        print(f"  observed {f.observed!r}")
-    return EXIT_OK
+        if stream == "state" and result.state_parts:
+            for p in result.state_parts:
+                print(f"  part {p.name!r}")
+                print(
+                    f"    expected {'(absent)' if p.expected is None else show(p.expected_value)}"
+                )
+                print(
+                    f"    observed {'(absent)' if p.observed is None else show(p.observed_value)}"
+                )
+            continue
+        print(f"  expected {show(f.expected)}")
+        print(f"  observed {show(f.observed)}")
+    return EXIT_DIFFERENT
+
+
+def _side(store: Any, name: str) -> str:
+    """A file stays a file; anything else names a checkpoint (prefix, RUN@BRANCH~N)."""
+    if not names_checkpoint(name):
+        return name
+    resolved: str = store.resolve(name)
+    return resolved
 
 
 # -- log -------------------------------------------------------------------------------
@@ -130,7 +173,7 @@ def _log(args: argparse.Namespace) -> int:
                 print_json(out)
             else:
                 for run, branches in out.items():
-                    print(f"{run}: {', '.join(f'{b} -> {c[:12]}' for b, c in branches.items())}")
+                    print(f"{run}: {', '.join(f'{b} -> {c}' for b, c in branches.items())}")
             return EXIT_OK
         history = store.history(args.run, args.branch, limit=args.limit)
         if not history and store.ref(args.run, args.branch) is None:
@@ -139,13 +182,13 @@ def _log(args: argparse.Namespace) -> int:
         print_json(
             [
                 {
-                    "id": m.id,
+                    "checkpoint_id": m.id,
                     "step": m.step,
                     "parent": m.parent,
                     "created_at": m.created_at,
                     "tokens": m.token_count,
                     "sealed": m.ledger_sealed,
-                    "tags": list(m.provenance_tags),
+                    "provenance_tags": list(m.provenance_tags),
                 }
                 for m in history
             ]
@@ -153,19 +196,27 @@ def _log(args: argparse.Namespace) -> int:
     else:
         for m in history:
             tags = f"  [{', '.join(m.provenance_tags)}]" if m.provenance_tags else ""
-            print(f"{m.id}  step {m.step:>6}  tokens {m.token_count:>8}{tags}")
+            print(
+                f"{m.id}  {stamp(m.created_at)}  step {m.step:>6}  tokens {m.token_count:>8}{tags}"
+            )
     return EXIT_OK
 
 
 def add_inspect_parsers(sub: Any) -> None:
     """Add inspect/show, diff and log to the main parser."""
     for name in ("inspect", "show"):
-        p = sub.add_parser(
+        p = command(
+            sub,
             name,
-            help="a checkpoint's manifest, its logs with counts and digests, a state part",
-            epilog=STORE_EPILOG,
+            "a checkpoint's manifest, its logs with counts and digests, a state part",
+            "Print a checkpoint's manifest (run, branch, step, parent, creation time, "
+            "metadata, state parts, provenance tags) and each log's record count and "
+            "digest; --part prints one state part's value, --tokens the first N tokens. " + ID_HELP,
+            STORE_CODES,
         )
-        p.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint id (32 hex)")
+        p.add_argument(
+            "checkpoint", metavar="CHECKPOINT", help="checkpoint (id, prefix, RUN@BRANCH~N)"
+        )
         p.add_argument("--part", metavar="NAME", help="print this state part's value")
         p.add_argument(
             "--tokens",
@@ -178,19 +229,31 @@ def add_inspect_parsers(sub: Any) -> None:
         json_arg(p)
         p.set_defaults(handler=_inspect)
 
-    p = sub.add_parser(
+    p = command(
+        sub,
         "diff",
-        help="first divergence per stream between two checkpoints or run documents",
-        epilog=STORE_EPILOG,
+        "what differs between two checkpoints or run documents, first per stream",
+        "Compare A (expected) with B (observed) stream by stream and print the first "
+        "difference of each; a state difference lists the state parts that differ with "
+        "both values. Only content counts: a side's replay mode, unsealed ledger or tags "
+        f"are not differences. Exit {EXIT_DIFFERENT} when they differ, 0 when they do "
+        "not. " + ID_HELP,
+        (*STORE_CODES, EXIT_DIFFERENT),
     )
-    p.add_argument("a", metavar="A", help="run-document file or checkpoint id (expected)")
-    p.add_argument("b", metavar="B", help="run-document file or checkpoint id (observed)")
+    p.add_argument("a", metavar="A", help="run-document file or checkpoint (expected)")
+    p.add_argument("b", metavar="B", help="run-document file or checkpoint (observed)")
     store_arg(p)
     json_arg(p)
     p.set_defaults(handler=_diff)
 
-    p = sub.add_parser(
-        "log", help="runs and branches, or a branch's history newest first", epilog=STORE_EPILOG
+    p = command(
+        sub,
+        "log",
+        "runs and branches, or a branch's history newest first",
+        "Without RUN, list every run with its branches and their head ids. With RUN, "
+        "print the history of --branch newest first: full id (what inspect takes), "
+        "creation time (UTC), step, token count and provenance tags.",
+        STORE_CODES,
     )
     p.add_argument("run", metavar="RUN", nargs="?", help="a run id (omit to list runs)")
     p.add_argument("--branch", default="main", help="branch of RUN (default: main)")

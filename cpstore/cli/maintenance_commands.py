@@ -1,4 +1,4 @@
-"""``cpstore gc``/``prune`` and ``stats``: retention and what the store holds.
+"""``cpstore gc``/``prune``, ``compact``, ``copy`` and ``stats``: retention, space, backups.
 
 Each handler returns an exit code (see :mod:`cpstore.cli`); errors propagate as
 :class:`~cpstore.CpstoreError` and the entry point turns them into one line.
@@ -7,10 +7,12 @@ Each handler returns an exit code (see :mod:`cpstore.cli`); errors propagate as
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from cpstore.cli.common import (
-    STORE_EPILOG,
+    STORE_CODES,
+    command,
     human,
     json_arg,
     open_store_at,
@@ -21,6 +23,8 @@ from cpstore.cli.common import (
 from cpstore.cli.exit_codes import (
     EXIT_OK,
 )
+from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.store.maintenance import compact_store, copy_store
 from cpstore.store.stats import store_stats
 
 __all__ = ["add_maintenance_parsers"]
@@ -30,20 +34,94 @@ __all__ = ["add_maintenance_parsers"]
 
 
 def _gc(args: argparse.Namespace) -> int:
+    # A dry run runs the sweep in a write txn and aborts it: the same code says what goes.
     with open_store_at(args, readonly=False) as store:
-        before = store.disk_bytes()
-        if args.delete_run is not None:
-            removed = store.delete_run(args.delete_run)
-        else:
-            removed = store.prune(keep_last=args.keep_last, run_id=args.run)
-        after = store.disk_bytes()
+        before = store.space()
+        report = store.gc(
+            keep_last=args.keep_last,
+            run_id=args.run,
+            delete_run=args.delete_run,
+            dry_run=args.dry_run,
+        )
+        after = store.space()
     if args.json:
         print_json(
-            {"checkpoints_removed": removed, "disk_bytes_before": before, "disk_bytes_after": after}
+            {
+                "dry_run": report.dry_run,
+                "checkpoints_removed": len(report.checkpoints),
+                "checkpoint_ids": list(report.checkpoints),
+                "decided_checkpoint_ids": list(report.decided),
+                "objects_removed": report.objects_removed,
+                "bytes_removed": report.bytes_removed,
+                "file_bytes_before": before.file_bytes,
+                "file_bytes_after": after.file_bytes,
+                "reusable_bytes_before": before.reusable_bytes,
+                "reusable_bytes_after": after.reusable_bytes,
+            }
+        )
+        return EXIT_OK
+    verb = "would remove" if report.dry_run else "removed"
+    print(
+        f"{verb} {len(report.checkpoints)} checkpoint(s) and {report.objects_removed} "
+        f"object(s), {human(report.bytes_removed)} of data"
+    )
+    for cid in report.decided:
+        print(f"  {cid} is named by a decision, sign-off or gate in the audit log")
+    if report.decided and not report.dry_run:
+        print("  (recorded as a gc audit record)")
+    if report.dry_run:
+        print("dry run: nothing changed")
+        return EXIT_OK
+    freed = after.reusable_bytes - before.reusable_bytes
+    print(
+        f"data file {human(before.file_bytes)} -> {human(after.file_bytes)} (LMDB reuses "
+        "freed pages for later writes and never shrinks the file); reusable inside it "
+        f"{human(before.reusable_bytes)} -> {human(after.reusable_bytes)} "
+        f"({'+' if freed >= 0 else '-'}{human(abs(freed))}); cpstore compact shrinks the file"
+    )
+    return EXIT_OK
+
+
+# -- compact / copy --------------------------------------------------------------------
+
+
+def _compact(args: argparse.Namespace) -> int:
+    if not args.store:
+        raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
+    if not os.path.exists(args.store):
+        raise NotFoundError("no store at this path", where=args.store)
+    report = compact_store(args.store)
+    if args.json:
+        print_json(
+            {
+                "bytes_before": report.bytes_before,
+                "bytes_after": report.bytes_after,
+                "verified_counts": report.counts,
+            }
         )
     else:
-        print(f"removed {removed} checkpoint(s); pages in use {human(before)} -> {human(after)}")
+        print(
+            f"data file {human(report.bytes_before)} -> {human(report.bytes_after)}; "
+            f"the rewritten file verified ({_counts(report.counts)})"
+        )
     return EXIT_OK
+
+
+def _copy(args: argparse.Namespace) -> int:
+    with open_store_at(args) as store:
+        report = copy_store(store, args.dest, compact=not args.no_compact)
+    size = os.path.getsize(os.path.join(args.dest, "data.mdb"))
+    if args.json:
+        print_json({"dest": args.dest, "file_bytes": size, "verified_counts": report.counts})
+    else:
+        print(
+            f"copied to {args.dest} ({human(size)}); the copy verified ({_counts(report.counts)})"
+        )
+    return EXIT_OK
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
 
 
 # -- stats -----------------------------------------------------------------------------
@@ -60,6 +138,8 @@ def _stats(args: argparse.Namespace) -> int:
         "audit_records": s.audit_records,
         "referenced_bytes": s.referenced_bytes,
         "disk_bytes": s.disk_bytes,
+        "reusable_bytes": s.reusable_bytes,
+        "unreferenced_bytes": s.unreferenced_bytes,
         "dedupe_ratio": round(s.dedupe_ratio, 3),
     }
     if args.json:
@@ -71,17 +151,26 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"audit records    {s.audit_records:>12}")
         print(f"referenced       {human(s.referenced_bytes):>12}")
         print(f"dedupe ratio     {s.dedupe_ratio:>12.2f}x")
-        print(f"disk (pages)     {human(s.disk_bytes):>12}")
+        print(f"unreferenced     {human(s.unreferenced_bytes):>12}  (pinned objects, ledgers)")
+        print(f"data file        {human(s.disk_bytes):>12}")
+        print(f"reusable         {human(s.reusable_bytes):>12}  (freed by gc; compact shrinks)")
     return EXIT_OK
 
 
 def add_maintenance_parsers(sub: Any) -> None:
-    """Add gc/prune and stats to the main parser."""
+    """Add gc/prune, compact, copy and stats to the main parser."""
     for name in ("gc", "prune"):
-        p = sub.add_parser(
+        p = command(
+            sub,
             name,
-            help="retention: keep the newest N per branch or delete a run; sweep",
-            epilog=STORE_EPILOG,
+            "retention: keep the newest N per branch or delete a run; sweep",
+            "Remove checkpoints retention does not keep (each branch's newest --keep-last, "
+            "or every checkpoint of --delete-run) and the objects only they named. The "
+            "report lists what went, and every removed checkpoint the audit log names "
+            "(also recorded as a gc audit record). The data file does not shrink: LMDB "
+            "reuses freed pages for later writes; cpstore compact gives them back. "
+            "--dry-run reports without changing anything. A run with no refs is exit 4.",
+            STORE_CODES,
         )
         group = p.add_mutually_exclusive_group(required=True)
         group.add_argument(
@@ -89,11 +178,50 @@ def add_maintenance_parsers(sub: Any) -> None:
         )
         group.add_argument("--delete-run", metavar="RUN", help="delete every ref of RUN")
         p.add_argument("--run", help="with --keep-last: only this run")
+        p.add_argument(
+            "--dry-run", action="store_true", help="report what would be removed; change nothing"
+        )
         store_arg(p)
         json_arg(p)
         p.set_defaults(handler=_gc)
 
-    p = sub.add_parser("stats", help="object counts, bytes, dedupe ratio", epilog=STORE_EPILOG)
+    p = command(
+        sub,
+        "compact",
+        "rewrite the data file compactly (verified), so the disk shrinks after gc",
+        "Copy the store's live pages into a new data file (LMDB's compacting copy), "
+        "verify it fully with the same counts as the store, then swap it in. The store "
+        "must be closed in every process: refused (exit 7) while one has it open.",
+        STORE_CODES,
+    )
+    store_arg(p)
+    json_arg(p)
+    p.set_defaults(handler=_compact)
+
+    p = command(
+        sub,
+        "copy",
+        "a verified hot copy (backup) of the store into a new folder",
+        "Write one consistent snapshot of the store into DEST (a new or empty folder) "
+        "while writers keep going, compacted unless --no-compact, then verify the copy "
+        "fully; a copy that fails is removed (exit 5). DEST is a store: open it as one.",
+        STORE_CODES,
+    )
+    p.add_argument("dest", metavar="DEST", help="a new or empty folder")
+    p.add_argument("--no-compact", action="store_true", help="copy free pages too")
+    store_arg(p)
+    json_arg(p)
+    p.set_defaults(handler=_copy)
+
+    p = command(
+        sub,
+        "stats",
+        "object counts, bytes, dedupe ratio, file size and reusable space",
+        "Count objects, checkpoints, refs and audit records; bytes stored once versus "
+        "bytes the checkpoints reach (the dedupe ratio); the data file's size and the "
+        "space inside it gc freed for reuse.",
+        STORE_CODES,
+    )
     store_arg(p)
     json_arg(p)
     p.set_defaults(handler=_stats)

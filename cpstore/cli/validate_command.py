@@ -1,12 +1,16 @@
 """``cpstore validate RECORDED REPLAYED``: the decision table from the command line.
 
 Each of RECORDED and REPLAYED is a run-document file (JSON or msgpack) or,
-with ``--store PATH``, a checkpoint id. Prints a readable table (or, with
-``--json``, one JSON object with ``verdict``, ``fidelity`` and ``findings``)
-and exits 0 only for ACCEPT, 10 for REJECT and 11 for QUARANTINE; bad input
-is 3, a missing store or checkpoint 4 (see :mod:`cpstore.cli`). With a store
-the decision is appended to its audit log unless ``--no-record`` is given,
-which also opens the store read-only.
+with ``--store PATH`` (default ``$CPSTORE_PATH``), a checkpoint id, a unique
+prefix of >= 8 hex characters, ``RUN@BRANCH`` or ``RUN@BRANCH~N``. Prints a
+readable table (or, with ``--json``, one JSON object with ``verdict``,
+``fidelity`` and ``findings``) and exits 0 only for ACCEPT, 10 for REJECT and
+11 for QUARANTINE; bad input is 3, a missing store or checkpoint 4 (see
+:mod:`cpstore.cli`).
+
+Looking does not act: the store is opened read-only and the decision is not
+recorded unless ``--record`` is given (then it is appended to the audit log,
+where it becomes the checkpoint's standing decision, which gates follow).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from cpstore.cli.common import jsonable
+from cpstore.cli.common import is_full_id, jsonable, names_checkpoint
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_FORMAT,
@@ -31,7 +35,10 @@ from cpstore.cli.exit_codes import (
 )
 from cpstore.decision.table import Decision, Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import NotFoundError
+from cpstore.errors import CpstoreError, NotFoundError
+from cpstore.run.document import load_document
+from cpstore.run.model import Run
+from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 
 __all__ = ["EXIT_FOR_VERDICT", "add_validate_parser", "format_decision", "run_validate"]
@@ -62,7 +69,8 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="validate a replay against its recording (decision table)",
         description="Validate REPLAYED against RECORDED and print the verdict, fidelity "
         "and every finding. Each is a run-document file or, with --store, a checkpoint id "
-        "(32 hex characters are always an id; write ./NAME for a file named like one).",
+        "(32 hex characters are always an id; write ./NAME for a file named like one). "
+        "Only looks: nothing is written unless --record is given.",
         epilog=_EPILOG,
     )
     parser.add_argument(
@@ -71,12 +79,28 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "replayed", metavar="REPLAYED", help="replay: document file or checkpoint id"
     )
-    parser.add_argument("--store", metavar="PATH", help="the store holding checkpoint ids")
+    parser.add_argument(
+        "--store",
+        metavar="PATH",
+        default=os.environ.get("CPSTORE_PATH"),
+        help="the store holding checkpoint ids (default: $CPSTORE_PATH)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="show expected and observed values in full in the table (default: cut at 30)",
+    )
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="append the decision to the store's audit log, where it becomes the "
+        "checkpoint's standing decision (the one gates follow); default: look only",
+    )
     parser.add_argument(
         "--no-record",
         action="store_true",
-        help="do not append the decision to the audit log (opens the store read-only)",
+        help="do not record the decision (the default; kept for scripts that pass it)",
     )
     parser.add_argument(
         "--no-verify",
@@ -95,11 +119,11 @@ def _cell(value: Any, width: int = 40) -> str:
         if isinstance(value, str)
         else json.dumps(value, default=jsonable, sort_keys=True)
     )
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return text if width <= 0 or len(text) <= width else text[: width - 3] + "..."
 
 
-def format_decision(decision: Decision) -> str:
-    """The readable table the command prints."""
+def format_decision(decision: Decision, *, wide: bool = False) -> str:
+    """The readable table the command prints; ``wide`` shows values in full."""
     lines = [
         f"verdict   {decision.verdict.name}",
         f"fidelity  {decision.fidelity.value}",
@@ -119,8 +143,8 @@ def format_decision(decision: Decision) -> str:
                 f.level.name,
                 f.stream,
                 "-" if f.position is None else f"{f.unit} {f.position}",
-                _cell(f.expected, 30),
-                _cell(f.observed, 30),
+                _cell(f.expected, 0 if wide else 30),
+                _cell(f.observed, 0 if wide else 30),
             )
             for f in decision.findings
         ]
@@ -138,27 +162,56 @@ def format_decision(decision: Decision) -> str:
     return "\n".join(lines)
 
 
+def _named(path: str, exc: CpstoreError) -> CpstoreError:
+    """``exc`` with the file it came from in front of its message (``bad.json: ...``)."""
+    if exc.where == path:
+        return exc  # it already names the file
+    try:
+        return type(exc)(f"{path}: {exc.what}", where=exc.where, expected=exc.expected, got=exc.got)
+    except TypeError:  # a class with its own constructor: keep the original
+        return exc
+
+
+def _load(arg: str, store: Store | None) -> str | Run:
+    """A side as :func:`validate` takes it: a checkpoint id (resolved) or a loaded file.
+
+    32 hex characters are always an id; an existing file is a document; with a
+    store, hex of 8+ characters is an id prefix and a name with ``@`` is
+    ``RUN@BRANCH[~N]``; anything else is a file (a missing one is exit 4).
+    """
+    if store is not None and names_checkpoint(arg):
+        return store.resolve(arg)
+    if is_full_id(arg):
+        return arg  # validate says a checkpoint id needs a store
+    try:
+        return load_document(arg)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        raise
+    except CpstoreError as exc:
+        raise _named(arg, exc) from None
+
+
 def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     """Run ``cpstore validate``; returns the exit code (errors propagate to the CLI)."""
     stream = out if out is not None else sys.stdout
+    record = bool(args.record) and not args.no_record
     if args.store is None:
-        decision = validate(args.recorded, args.replayed)
+        decision = validate(_load(args.recorded, None), _load(args.replayed, None))
     else:
-        readonly = bool(args.no_record)
         if not os.path.exists(args.store):  # as every store command says it (exit 4)
             raise NotFoundError("no store at this path", where=args.store)
         # create=False: validating against a store that is not there is a typo.
-        with open_store(args.store, readonly=readonly, create=False) as store:
+        with open_store(args.store, readonly=not record, create=False) as store:
             decision = validate(
-                args.recorded,
-                args.replayed,
+                _load(args.recorded, store),
+                _load(args.replayed, store),
                 store=store,
-                record=not readonly,
+                record=record,
                 verify=not args.no_verify,
             )
     if args.json:
         json.dump(decision.to_dict(), stream, default=jsonable, sort_keys=True)
         stream.write("\n")
     else:
-        stream.write(format_decision(decision) + "\n")
+        stream.write(format_decision(decision, wide=bool(getattr(args, "wide", False))) + "\n")
     return EXIT_FOR_VERDICT[decision.verdict]

@@ -16,7 +16,14 @@ import traceback
 from collections.abc import Callable
 from typing import IO, Any
 
-from cpstore.cli.common import STORE_EPILOG, json_arg, open_store_at, print_json, store_arg
+from cpstore.cli.common import (
+    STORE_CODES,
+    command,
+    json_arg,
+    open_store_at,
+    print_json,
+    store_arg,
+)
 from cpstore.cli.exit_codes import (
     EXIT_INTEGRITY,
     EXIT_INTERNAL,
@@ -27,8 +34,9 @@ from cpstore.errors import (
     IntegrityError,
     StoreError,
 )
+from cpstore.store.affected import checkpoints_reaching
 from cpstore.store.lmdb_env import is_open_here
-from cpstore.store.model import VerifyReport
+from cpstore.store.model import Problem, VerifyReport
 
 __all__ = ["add_verify_parser"]
 
@@ -66,7 +74,9 @@ def _verify_report(
     """
     if not hasattr(os, "fork") or is_open_here(args.store or ""):
         with open_store_at(args) as store:
-            return store.verify(progress=progress)
+            report = store.verify(progress=progress)
+            args.affects = _affects(store, report)
+            return report
     sys.stdout.flush()
     sys.stderr.flush()
     with tempfile.TemporaryFile() as err:
@@ -102,6 +112,8 @@ def _verify_child(args: argparse.Namespace, out_fd: int, err_fd: int, progress: 
                         if progress
                         else None
                     )
+                    affects = _affects(store, report)
+                send("affects", affects)
                 send("report", report)
             except CpstoreError as exc:
                 send("error", exc)
@@ -136,6 +148,8 @@ def _verify_parent(
                     done, total = value
                     if progress is not None:
                         progress(done, total)
+                elif kind == "affects":
+                    args.affects = value
                 else:
                     result = value
         _, status = os.waitpid(pid, 0)
@@ -164,7 +178,34 @@ def _verify_parent(
     )
 
 
+def _damaged_object(problem: Problem) -> bytes | None:
+    """The raw digest of the object a problem is about, when it is about one."""
+    for text in (problem.where, problem.expected):
+        if isinstance(text, str):
+            head = text.removeprefix("objects/")[:32]
+            if text.startswith("objects/") or text == head:
+                try:
+                    raw = bytes.fromhex(head)
+                except ValueError:
+                    continue
+                if len(raw) == 16:
+                    return raw
+    return None
+
+
+def _affects(store: Any, report: VerifyReport) -> dict[str, list[Any]]:
+    """Damaged object (hex) -> the checkpoints reaching it (run, branch, step)."""
+    digests = {d for d in map(_damaged_object, report.problems) if d is not None}
+    if not digests:
+        return {}
+    try:
+        return checkpoints_reaching(store.backend, digests)
+    except CpstoreError:
+        return {}  # the walk itself hit damage: the problems above still stand
+
+
 def _verify(args: argparse.Namespace) -> int:
+    args.affects = {}
     bar = _progress_bar("verify") if sys.stderr.isatty() else None
     report = _verify_report(args, bar)
     if bar is not None:
@@ -175,7 +216,16 @@ def _verify(args: argparse.Namespace) -> int:
                 "ok": report.ok,
                 "counts": report.counts,
                 "problems": [
-                    {"what": p.what, "where": p.where, "expected": p.expected, "got": p.got}
+                    {
+                        "what": p.what,
+                        "where": p.where,
+                        "expected": p.expected,
+                        "got": p.got,
+                        "affects": [
+                            {"checkpoint_id": c, "run_id": r, "branch": b, "step": s}
+                            for c, r, b, s in _affected(args, p)
+                        ],
+                    }
                     for p in report.problems
                 ],
             }
@@ -190,15 +240,30 @@ def _verify(args: argparse.Namespace) -> int:
                 if value is not None
             )
             print(f"PROBLEM {p.where}: {p.what}{extra}")
+            hit = _affected(args, p)
+            if hit:
+                print(f"  affects {len(hit)} checkpoint(s):")
+                for c, r, b, s in hit:
+                    print(f"    {c}  {r}@{b} step {s}")
         print("ok" if report.ok else f"{len(report.problems)} problem(s) found")
     return EXIT_OK if report.ok else EXIT_INTEGRITY
 
+
+def _affected(args: argparse.Namespace, problem: Problem) -> list[Any]:
+    digest = _damaged_object(problem)
+    return [] if digest is None else list(args.affects.get(digest.hex(), []))
+
+
 def add_verify_parser(sub: Any) -> None:
     """Add ``verify`` to the main parser."""
-    p = sub.add_parser(
+    p = command(
+        sub,
         "verify",
-        help="re-hash every object, resolve every reference, check the audit chain",
-        epilog=STORE_EPILOG,
+        "re-hash every object, resolve every reference, check the audit chain",
+        "Walk the whole store in a child process (damage that kills liblmdb is reported, "
+        "exit 5): re-hash every object and manifest, resolve every reference, check the "
+        "audit chain. Each damaged object is listed with the checkpoints that reach it.",
+        STORE_CODES,
     )
     store_arg(p)
     json_arg(p)

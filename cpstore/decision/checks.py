@@ -19,6 +19,7 @@ from cpstore.decision.table import (
     FindingCode,
 )
 from cpstore.errors import (
+    CpstoreError,
     InvalidInputError,
     RecordFormatError,
 )
@@ -38,7 +39,6 @@ def _token_dict(info: TokenInfo) -> dict[str, Any]:
         out["value"] = info.value
     out["value_digest"] = info.value_digest
     return out
-
 
 
 def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
@@ -243,6 +243,31 @@ def _node_bytes(node: Mapping[str, Any]) -> bytes:
     return encode_value(dict(node))
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as the canonical encoding sees them (1 and 1.0, True and 1 differ)."""
+    try:
+        return encode_value(a) == encode_value(b)
+    except CpstoreError:
+        return bool(a == b)
+
+
+def _node_difference(rn: Mapping[str, Any] | None, pn: Mapping[str, Any] | None) -> str:
+    """The keys whose values differ, each with both values (``tool: 'a' vs 'b'``)."""
+    if rn is None or pn is None:
+        node = rn if rn is not None else pn
+        name = None if node is None else node.get("node")
+        return f"only the {'recorded' if pn is None else 'replayed'} side took {name!r}"
+    missing = object()
+    parts = []
+    for key in sorted(set(rn) | set(pn), key=str):
+        a, b = rn.get(key, missing), pn.get(key, missing)
+        if a is missing or b is missing or not _same_value(a, b):
+            shown_a = "(absent)" if a is missing else repr(a)
+            shown_b = "(absent)" if b is missing else repr(b)
+            parts.append(f"{key}: recorded {shown_a} vs replayed {shown_b}")
+    return "; ".join(parts) or f"recorded {rn.get('node')!r} vs replayed {pn.get('node')!r}"
+
+
 def _check_call_graph(r: Side, p: Side, out: list[Finding]) -> int | None:
     i = _first_difference(r.call_graph, p.call_graph, _node_bytes)
     if i is None:
@@ -260,9 +285,7 @@ def _check_call_graph(r: Side, p: Side, out: list[Finding]) -> int | None:
             "index",
             None if rn is None else canonical_or_repr(dict(rn)),
             None if pn is None else canonical_or_repr(dict(pn)),
-            f"decision {i} (step {step}) differs: recorded "
-            f"{'nothing' if rn is None else rn.get('node')!r} vs replayed "
-            f"{'nothing' if pn is None else pn.get('node')!r}",
+            f"decision {i} (step {step}) differs: {_node_difference(rn, pn)}",
         )
     )
     return step

@@ -11,8 +11,9 @@ let through. The rules (docs/decision-table.md, "Gates"):
   recorded after it. A sign-off releases one resume only.
 * **Rollback** certification needs the checkpoint's latest decision to be an
   ACCEPT from a STRICT replay, and the branch never to have been quarantined.
-* **Sign-off** is refused for an ACCEPT (nothing to release) and for any
-  decision with a non-releasable finding.
+* **Sign-off** is refused for an ACCEPT (nothing to release), for any
+  decision with a non-releasable finding, for a decision a later one
+  supersedes (the gate would refuse it) and for a decision already signed off.
 * **Recording** on from a checkpoint (:meth:`Store.recorder` continuing a
   branch or forking from it) needs, when the checkpoint's standing decision
   is not ACCEPT, a :class:`ResumePermit` for that decision, used once
@@ -46,6 +47,7 @@ __all__ = [
     "AUDIT_GATE",
     "AUDIT_RESUME",
     "AUDIT_SIGNOFF",
+    "MIN_PREFIX",
     "ResumePermit",
     "RollbackCertificate",
     "SignOff",
@@ -145,12 +147,60 @@ def _id_of(decision: Decision | str) -> str:
     raise InvalidInputError("decision must be a Decision or a decision id", got=decision)
 
 
+#: Shortest prefix of a decision id or audit digest an operator may type (as git's ids).
+MIN_PREFIX = 8
+
+
+def _decision_by_name(store: AuditLog, ident: str) -> list[AuditEntry]:
+    """Decision records ``ident`` names: by decision id, else by the record's audit digest,
+    else (a str of >= 8 hex characters) by a unique prefix of either."""
+    records = list(_records(store, AUDIT_DECISION))
+    found = [r for r in records if r.body.get("decision_id") == ident]
+    if found:
+        return found
+    found = [r for r in records if r.digest == ident]
+    if found or len(ident) < MIN_PREFIX or not _is_hex(ident):
+        return found
+    low = ident.lower()
+    matches = {
+        r.digest: r
+        for r in records
+        if str(r.body.get("decision_id", "")).startswith(low) or r.digest.startswith(low)
+    }
+    if len(matches) > 1:
+        raise InvalidInputError(
+            "ambiguous decision prefix; give more characters",
+            where=ident,
+            expected="one of "
+            + ", ".join(
+                f"{r.body.get('decision_id')} (audit {r.digest})" for r in matches.values()
+            ),
+            got=f"{len(matches)} decisions",
+        )
+    return list(matches.values())
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdefABCDEF" for c in text)
+
+
 def _decision_record(store: AuditLog, decision: Decision | str) -> AuditEntry:
-    """The one audit record of ``decision``; the caller's object is not trusted."""
+    """The one audit record of ``decision``; the caller's object is not trusted.
+
+    A str names the decision by its id or by its audit record's digest (what
+    ``cpstore audit`` prints), or by a unique prefix of >= 8 hex characters of either.
+    """
     ident = _id_of(decision)
-    found = [r for r in _records(store, AUDIT_DECISION) if r.body.get("decision_id") == ident]
+    if isinstance(decision, Decision):
+        found = [r for r in _records(store, AUDIT_DECISION) if r.body.get("decision_id") == ident]
+    else:
+        found = _decision_by_name(store, ident)
     if not found:
-        raise NotFoundError("no such decision in the audit log", where="audit", got=ident)
+        raise NotFoundError(
+            "no such decision in the audit log (neither a decision id nor its audit digest)",
+            where="audit",
+            got=ident,
+        )
     if len(found) > 1:
         raise GateError(
             "decision id appears more than once in the audit log; refusing to trust it",
@@ -247,6 +297,22 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
                 "decision is not about a stored checkpoint; nothing to release",
                 where=rec.body.get("decision_id"),
             )
+        latest = _latest_for(log, cid)
+        if latest is not None and latest.digest != rec.digest:
+            # The gate would refuse it: a later decision stands for the checkpoint.
+            raise SignOffError(
+                "a later decision supersedes this one; sign off the standing decision",
+                where=f"checkpoint {cid}",
+                expected=latest.body.get("decision_id"),
+                got=rec.body.get("decision_id"),
+            )
+        for earlier in log.audit_records(kind=AUDIT_SIGNOFF, start=rec.index + 1):
+            if earlier.body.get("decision_audit") == rec.digest:
+                raise SignOffError(
+                    "decision is already signed off; one decision takes one sign-off",
+                    where=f"audit[{earlier.index}]",
+                    got=earlier.digest,
+                )
         return {
             "decision_id": rec.body["decision_id"],
             "decision_audit": rec.digest,

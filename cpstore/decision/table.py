@@ -61,11 +61,14 @@ class Fidelity(enum.Enum):
     FAITHFUL = "FAITHFUL"
     """No finding at all."""
     DIVERGENT_PERTURBED = "DIVERGENT_PERTURBED"
-    """Harness perturbation, or a call-graph divergence hidden by an equal transcript."""
+    """Harness perturbation, or a call-graph divergence hidden by an equal recorded transcript."""
     DIVERGENT_CAUSAL = "DIVERGENT_CAUSAL"
     """Call graph and transcript both differ: the recording is insufficient."""
     UNVERIFIED = "UNVERIFIED"
     """Some other finding: not shown faithful, not one of seed 004's divergence classes."""
+
+    def __str__(self) -> str:
+        return self.value  # as str(Verdict.X) prints the bare name
 
 
 class FindingCode(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() of every code in printed output

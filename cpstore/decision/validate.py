@@ -63,7 +63,16 @@ def fidelity_of(
             sorted({o.source for o in p.observations if o.step == cg_step} - recorded)
         )
         return Fidelity.DIVERGENT_CAUSAL, (RecordingGap(cg_step, unpinned, unrecorded),)
-    if FindingCode.HARNESS_PERTURBATION in codes or (cg and not tr):
+    # Seed 004's idempotent-branch case needs the transcripts shown *equal*: two
+    # missing transcripts are not equal transcripts, so a call-graph divergence
+    # without any transcript is not classified (UNVERIFIED), never PERTURBED.
+    no_transcripts = (
+        r is not None
+        and p is not None
+        and r.transcript_digest is None
+        and p.transcript_digest is None
+    )
+    if FindingCode.HARNESS_PERTURBATION in codes or (cg and not tr and not no_transcripts):
         return Fidelity.DIVERGENT_PERTURBED, ()
     return Fidelity.UNVERIFIED, ()
 
@@ -104,6 +113,16 @@ def validate(
     with ExitStack() as stack:
         r, r_bad = load_side(stack, recorded, "recorded", store, verify)
         p, p_bad = load_side(stack, replayed, "replayed", store, verify)
+        if r is not None and p is not None and r.mode is not None and p.from_store:
+            # A replay's Run as R against a stored recording as P would be judged
+            # backwards (and end in QUARANTINE for a mode the checkpoint lacks).
+            raise InvalidInputError(
+                "the sides look swapped: RECORDED is a replay (it declares a replay "
+                "mode) and REPLAYED is a stored checkpoint",
+                where="validate(recorded, replayed)",
+                expected="validate(checkpoint_id, replay_run)",
+                got=f"validate(replay_run with mode={r.mode.value}, {p.checkpoint_id})",
+            )
         cg_step: int | None = None
         if r is None or p is None:
             findings = [*r_bad, *p_bad, *(r.integrity if r else ()), *(p.integrity if p else ())]

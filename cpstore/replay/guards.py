@@ -67,6 +67,21 @@ class PinnedObservations:
         self._read.append(Observation(step, source, dig, pinned))
         return payload
 
+    def record_live(self, step: int, source: str, payload: bytes) -> None:
+        """Add a read the replay made *live* (re-fetched, not from the recording).
+
+        It enters the replay's observation stream unpinned (``pinned_at`` None),
+        where validation reports it (UNPINNED_OBSERVATION, and OBSERVATION_MISMATCH
+        where it differs from the recording): a live read is always visible.
+        """
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise InvalidInputError("step must be an int >= 0", got=step)
+        if not isinstance(source, str) or not source:
+            raise InvalidInputError("source must be a non-empty str", got=source)
+        if not isinstance(payload, (bytes, bytearray, memoryview)):
+            raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
+        self._read.append(Observation(step, source, bytes(digest(bytes(payload))).hex(), None))
+
     @property
     def observations(self) -> tuple[Observation, ...]:
         """What the replay read, in order: its observation stream."""

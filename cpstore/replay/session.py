@@ -21,12 +21,15 @@ decision boundary):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from cpstore.errors import InvalidInputError
 from cpstore.replay.cursor import ReplayCursor
 from cpstore.replay.guards import LedgerGuard, PinnedObservations
 from cpstore.replay.source import CheckpointSource
 from cpstore.run.model import ReplayMode, Run
+from cpstore.run.nodes import decision_node
 
 __all__ = ["ReplaySession"]
 
@@ -55,16 +58,33 @@ class ReplaySession:
         self._decisions: list[dict[str, Any]] = []
         self._harness: list[Any] = []
 
-    def decision(self, step: int, node: Any, **extra: Any) -> None:
-        """Record a decision node the replay took."""
-        self._decisions.append({"step": step, "node": node, **extra})
+    def decision(self, step: int, node: str | Mapping[str, Any], /, **fields: Any) -> None:
+        """Record a decision node the replay took; the recorder's signature exactly:
+        ``decision(step, "select_tool", tool="search")`` or ``decision(step, {"node":
+        "select_tool", "tool": "search"})`` make the same entry."""
+        self._decisions.append(decision_node(step, node, fields))
 
     def harness_access(self, access: Any) -> None:
         """Record an access the replay harness itself made (seed 004)."""
         self._harness.append(access)
 
+    def observe_live(self, step: int, source: str, payload: bytes) -> None:
+        """Record a read this replay made live (unpinned): validation will report it."""
+        self.observations.record_live(step, source, payload)
+
     def finish(self, state_digest: str, *, transcript_digest: str | None = None) -> Run:
-        """The replay as a :class:`Run`, ready for :func:`validate`."""
+        """The replay as a :class:`Run`, ready for :func:`validate`.
+
+        ``state_digest`` is the replayed post-state's digest, as
+        :func:`cpstore.state_digest` computes it from the state.
+        """
+        if not isinstance(state_digest, str):
+            raise InvalidInputError(
+                "finish takes the replayed state's digest, not the state",
+                where="finish(state_digest)",
+                expected="session.finish(cpstore.state_digest(state))",
+                got=type(state_digest).__name__,
+            )
         man = self._cp.manifest
         return Run(
             man.run_id,

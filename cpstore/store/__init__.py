@@ -12,7 +12,13 @@ from cpstore.store.audit import (
 )
 from cpstore.store.backend import (
     Backend,
+    StoreSpace,
     Txn,
+)
+from cpstore.store.diff import (
+    Diff,
+    PartDiff,
+    diff,
 )
 from cpstore.store.facade import (
     Durability,
@@ -24,6 +30,11 @@ from cpstore.store.history import (
 )
 from cpstore.store.lmdb_backend import (
     LmdbBackend,
+)
+from cpstore.store.maintenance import (
+    CompactReport,
+    compact_store,
+    copy_store,
 )
 from cpstore.store.manifest import (
     Manifest,
@@ -41,6 +52,9 @@ from cpstore.store.reader import (
 from cpstore.store.recorder import (
     Recorder,
 )
+from cpstore.store.retention import (
+    GcReport,
+)
 from cpstore.store.stats import (
     StoreStats,
     store_stats,
@@ -53,16 +67,24 @@ __all__ = [
     "AuditView",
     "Backend",
     "CheckpointView",
+    "CompactReport",
+    "Diff",
     "Durability",
+    "GcReport",
     "HistoryEntry",
     "LmdbBackend",
     "Manifest",
+    "PartDiff",
     "Problem",
     "Recorder",
     "Store",
+    "StoreSpace",
     "StoreStats",
     "Txn",
     "VerifyReport",
+    "compact_store",
+    "copy_store",
+    "diff",
     "open",
     "store_stats",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from cpstore.errors import CpstoreError
@@ -20,7 +21,7 @@ from cpstore.native.records import Digest
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import CheckpointWrite
 
-__all__ = ["Backend", "Txn"]
+__all__ = ["Backend", "StoreSpace", "Txn"]
 
 T = TypeVar("T")
 _V_co = TypeVar("_V_co", covariant=True)
@@ -59,6 +60,18 @@ class Txn(Protocol[_V_co]):
     def __enter__(self) -> Txn[_V_co]: ...
 
     def __exit__(self, *exc: object) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StoreSpace:
+    """What a store occupies on disk, and how much of it later writes can reuse."""
+
+    file_bytes: int
+    """Size of the store's data on disk (LMDB: ``data.mdb``; it never shrinks by itself)."""
+    used_bytes: int
+    """Bytes in pages holding live data."""
+    reusable_bytes: int
+    """Bytes in pages freed (by gc) that later writes reuse before the file grows."""
 
 
 class Backend(Protocol):
@@ -152,6 +165,14 @@ class Backend(Protocol):
 
     def disk_bytes(self) -> int:
         """Bytes the store occupies on disk."""
+
+    def space(self) -> StoreSpace:
+        """File size, bytes in use and bytes free for reuse (the gc report's figures)."""
+
+    def copy_to(self, dest: str, *, compact: bool) -> None:
+        """Write one consistent snapshot of the whole store into ``dest`` (a new or empty
+        folder), durably, while writers keep going; ``compact`` leaves free space out.
+        The caller verifies the copy."""
 
     def close(self) -> None:
         """Flush queued writes and release the engine."""

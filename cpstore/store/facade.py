@@ -29,7 +29,7 @@ from cpstore.store.audit import (
     check_record_mac,
     get_audit,
 )
-from cpstore.store.backend import Txn
+from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.branches import (
     branches,
     head_of,
@@ -42,6 +42,7 @@ from cpstore.store.branches import (
     set_ref,
 )
 from cpstore.store.history import HistoryEntry, history_states
+from cpstore.store.ids import resolve
 from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
@@ -58,7 +59,7 @@ from cpstore.store.objects import put_object as put_stored_object
 from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
 from cpstore.store.refs import pinned_key
-from cpstore.store.retention import delete_run, prune
+from cpstore.store.retention import GcReport, delete_run, gc, prune
 from cpstore.store.verify import check_checkpoint_objects, verify
 
 __all__ = ["Durability", "Store", "open"]
@@ -178,6 +179,10 @@ class Store:
         """Bytes of the data file that hold pages (what a copy would need)."""
         return self._backend.disk_bytes()
 
+    def space(self) -> StoreSpace:
+        """The data file's size, bytes in use and bytes free for reuse (after a gc)."""
+        return self._backend.space()
+
     # -- objects -------------------------------------------------------------
 
     def put_object(self, data: bytes) -> Digest:
@@ -249,6 +254,12 @@ class Store:
         rec = Recorder(self._backend, run_id, branch, parent)
         check_resume(self, rec.head, run_id=run_id, branch=branch, permit=permit)
         return rec
+
+    def resolve(self, name: str) -> str:
+        """The checkpoint id ``name`` names: a full id, a unique prefix of >= 8 hex
+        characters, ``RUN@BRANCH`` or ``RUN@BRANCH~N`` (docs/store.md, "Naming checkpoints")."""
+        self._refuse_closed()
+        return resolve(self._backend, name)
 
     def manifest(self, checkpoint_id: str, *, verify: bool = True) -> Manifest:
         """The manifest of a checkpoint."""
@@ -479,6 +490,20 @@ class Store:
             keep_last=keep_last,
             run_id=None if run_id is None else check_name(run_id, "run_id"),
         )
+
+    def gc(
+        self,
+        *,
+        keep_last: int | None = None,
+        run_id: str | None = None,
+        delete_run: str | None = None,
+        dry_run: bool = False,
+    ) -> GcReport:
+        """:meth:`prune` (``keep_last``) or :meth:`delete_run` (NotFoundError for a run
+        without refs), reporting every checkpoint removed, the objects and bytes, and
+        those the audit log names; ``dry_run`` changes nothing (docs/store.md, "gc")."""
+        self._backend.live()
+        return gc(self._backend, keep_last, run_id, delete_run, dry_run)
 
     def now(self) -> float:
         """The clock the store stamps records with."""

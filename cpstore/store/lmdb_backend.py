@@ -22,8 +22,9 @@ from cpstore.errors import ConflictError, CpstoreError, IntegrityError, NotFound
 from cpstore.native.binding import digest, digest_small
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
-from cpstore.store.backend import Txn
+from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.keyed_audit import adopt_key
+from cpstore.store.lmdb_copy import copy_env, space_of
 from cpstore.store.lmdb_env import acquire_env, release_env
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
@@ -213,6 +214,19 @@ class LmdbBackend:
         self.live()
         info = self.env.env.info()
         return int((info["last_pgno"] + 1) * self.env.env.stat()["psize"])
+
+    def space(self) -> StoreSpace:
+        """File size, bytes in pages in use, bytes in free pages (lmdb_copy.space_of)."""
+        self.live()
+        with self.read_txn() as txn:
+            return StoreSpace(*space_of(self.env.env, txn, self.env.dbs))
+
+    def copy_to(self, dest: str, *, compact: bool) -> None:
+        """LMDB's environment copy of one read snapshot (queued checkpoints flushed first)."""
+        self.live()
+        if self.pending:
+            self.flush()
+        copy_env(self.env.env, dest, compact=compact)
 
     # -- transactions ------------------------------------------------------------
 

@@ -198,7 +198,14 @@ class CheckpointView:
 
     @property
     def id(self) -> str:
-        """The checkpoint id."""
+        """The checkpoint id (of ``store.latest``: known once the block is entered)."""
+        if not self._cid:
+            raise InvalidInputError(
+                "the head is read when the block is entered; its id is not known yet",
+                where=None if self._head is None else f"refs/{self._head[1]}",
+                expected="with store.latest(run) as cp: cp.id, or store.ref(run, branch)",
+                got="use outside the with block",
+            )
         if self._id is None:
             self._id = self._cid.hex()
         return self._id
@@ -212,7 +219,7 @@ class CheckpointView:
         """The error for any use of this reader, or of an object built from it, after its block."""
         return InvalidInputError(
             "the checkpoint reader is closed",
-            where=self.id,
+            where=self._cid.hex() or None,
             expected="use inside with store.read(checkpoint_id) as cp: ...",
             got="use after the with block ended",
         )

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cpstore.errors import (
+    CanonicalEncodingError,
     ConflictError,
     InvalidInputError,
     RecordFormatError,
@@ -30,6 +31,7 @@ from cpstore.native.args import as_offsets, check_text, little_endian_offsets, n
 from cpstore.native.binding import digest, digest_batch
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
+from cpstore.run.nodes import decision_node
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
@@ -79,6 +81,8 @@ class Recorder:
         head = _raw(head_of(store, run_id, branch))
         self._expected = head
         self._parent: bytes | None = None
+        # The step of the checkpoint this recorder extends: steps never go backwards.
+        self._last_step: int | None = None
         self._tokens = bytearray()
         self._values = bytearray()
         self._offsets = array("Q", [0])
@@ -135,6 +139,7 @@ class Recorder:
         objects = store.db("objects")
         with store.read_txn() as txn:
             m = store.load_manifest(txn, cid, verify=True)
+            self._last_step = m.step
             if m.run_id != self._run_id:
                 raise InvalidInputError(
                     "a branch can only fork from a checkpoint of its own run",
@@ -286,18 +291,11 @@ class Recorder:
         self._offsets.extend(base + off for off in offsets[1:])
         self._dirty.add("tokens")
 
-    def decision(self, step: int, node: Mapping[str, Any]) -> None:
-        """Record a call-graph decision; stored as ``node`` with ``"step"`` set."""
-        _step(step)
-        entry = check_metadata(node, "decision node")
-        if "node" not in entry:
-            raise InvalidInputError("decision node must have a 'node' key", got=sorted(entry))
-        if "step" in entry and entry["step"] != step:
-            raise InvalidInputError(
-                "decision node's 'step' disagrees with step", expected=step, got=entry["step"]
-            )
-        entry["step"] = step
-        self._graph.append(entry)
+    def decision(self, step: int, node: str | Mapping[str, Any], /, **fields: Any) -> None:
+        """Record a call-graph decision: ``decision(step, "select_tool", tool="search")`` or
+        ``decision(step, {"node": "select_tool", "tool": "search"})`` (the same entry;
+        :func:`cpstore.run.nodes.decision_node`, shared with the replay session)."""
+        self._graph.append(decision_node(step, node, fields))
         self._dirty.add("call_graph")
 
     def effect(self, target: str, payload: bytes) -> int:
@@ -363,7 +361,15 @@ class Recorder:
                     chunked[name] = cached[2]
                 self._parts[name] = cached
                 continue
-            enc = encode_value(value)
+            try:
+                enc = encode_value(value)
+            except CanonicalEncodingError as exc:  # its path starts at "$": name the part
+                raise CanonicalEncodingError(
+                    exc.what,
+                    where=f"state[{name!r}]" + (exc.where or "$")[1:],
+                    expected=exc.expected,
+                    got=exc.got,
+                ) from None
             if len(enc) > MAX_OBJECT_SIZE:
                 raise InvalidInputError(
                     "state part is larger than the largest object",
@@ -430,6 +436,13 @@ class Recorder:
         _step(step)
         if self._closed:
             raise StoreError("the recorder is closed", where=f"run {self._run_id}")
+        if self._last_step is not None and step < self._last_step:
+            raise InvalidInputError(
+                "steps never go backwards: a checkpoint's step is at least its parent's",
+                where=f"run {self._run_id} branch {self._branch}",
+                expected=f">= {self._last_step}",
+                got=step,
+            )
         self._tags.update(dict.fromkeys(check_tags(tags)))
         meta = check_metadata(metadata, "metadata")
         self._chunks = []
@@ -494,6 +507,7 @@ class Recorder:
         self._inherited.clear()
         self._expected = cid
         self._parent = cid
+        self._last_step = step
         if seal_ledger:
             self._sealed = True
             self._sealed_count = len(self._effects)

@@ -5,28 +5,90 @@ Retention marks from every ref head (its whole lineage, or its newest
 every sealed ledger and from every object ``put_object`` pinned, then sweeps
 checkpoints and objects nothing marked; pruned checkpoint ids get a tombstone
 so a surviving child's ``parent`` is known to be pruned, not lost. Audit records are never touched.
+
+A checkpoint the audit log names (a decision about it, a sign-off or a gate
+passage) is swept like any other when retention says so, but never silently:
+the :class:`GcReport` lists it, and the sweep appends one ``gc`` audit record
+naming every such checkpoint, in the sweep's own txn. ``dry_run`` runs the
+whole sweep and rolls it back: the report says exactly what a real run removes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
+from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.canonical import encode_value
+from cpstore.store.audit import AuditView, append_audit_txn
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.branches import branches
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
-from cpstore.store.model import split_ref_key, unpack_checkpoint_value
+from cpstore.store.model import check_name, split_ref_key, unpack_checkpoint_value
 from cpstore.store.refs import delete_ref, pinned_objects, retained_heads, unpack_ref
 from cpstore.store.verify import child_kind, children
 
-__all__ = ["delete_run", "prune"]
+__all__ = ["AUDIT_GC", "GcReport", "delete_run", "gc", "prune", "sweep"]
+
+#: Audit kind of the record a sweep leaves when it removes checkpoints the log names.
+AUDIT_GC = "gc"
 
 
-def _sweep(store: Backend, keep: Callable[[str], int | None], drop_run: str | None) -> int:
+@dataclass(frozen=True)
+class GcReport:
+    """What a retention sweep removed (or, for a dry run, would remove)."""
+
+    checkpoints: tuple[str, ...]
+    """Ids of the checkpoints removed, sorted."""
+    objects_removed: int
+    """Objects removed (payloads, state parts, logs no kept checkpoint names)."""
+    bytes_removed: int
+    """Bytes of the removed objects and checkpoint entries (their values)."""
+    decided: tuple[str, ...]
+    """Removed checkpoints the audit log names (a decision, a sign-off or a gate)."""
+    dry_run: bool
+    """True when nothing was changed."""
+
+
+class _DryRunDoneError(Exception):
+    """Rolls a dry run's txn back, carrying its report out."""
+
+    def __init__(self, report: GcReport) -> None:
+        super().__init__("dry run")
+        self.report = report
+
+
+def _audited_checkpoints(store: Backend, txn: Txn[memoryview]) -> set[str]:
+    """Checkpoint ids the audit log names: decisions (both sides), sign-offs, gates."""
+    named: set[str] = set()
+    for rec in AuditView(store, txn).audit_records():
+        body: dict[str, Any] = rec.body
+        if rec.kind == "decision":
+            for side in ("recorded", "replayed"):
+                sub = body.get(side)
+                if isinstance(sub, dict) and isinstance(sub.get("checkpoint_id"), str):
+                    named.add(sub["checkpoint_id"])
+        elif rec.kind in ("signoff", "gate", "resume") and isinstance(
+            body.get("checkpoint_id"), str
+        ):
+            named.add(body["checkpoint_id"])
+    return named
+
+
+def _sweep(
+    store: Backend,
+    keep: Callable[[str], int | None],
+    drop_run: str | None,
+    *,
+    dry_run: bool = False,
+    operation: str = "gc",
+) -> GcReport:
     dbs = store.dbs
     objects = dbs["objects"]
     now = store.now()
 
-    def run(txn: Txn[memoryview]) -> int:
+    def run(txn: Txn[memoryview]) -> GcReport:
         if drop_run is not None:
             prefix = drop_run.encode("utf-8", "surrogatepass") + b"\0"
             with txn.cursor(db=dbs["refs"]) as cur:
@@ -93,6 +155,7 @@ def _sweep(store: Backend, keep: Callable[[str], int | None], drop_run: str | No
         with txn.cursor(db=dbs["checkpoints"]) as cur:
             dead = [(bytes(k), bytes(v)) for k, v in cur if bytes(k) not in live_cps]
         tomb = encode_value({"pruned_at": now})
+        removed_bytes = sum(len(v) for _, v in dead)
         for cid, entry in dead:
             created, data = unpack_checkpoint_value(entry)
             for field, key in manifest_references(decode_manifest(cid, data, created).raw):
@@ -100,19 +163,85 @@ def _sweep(store: Backend, keep: Callable[[str], int | None], drop_run: str | No
                 mark(candidates, field, key)
             txn.delete(cid, db=dbs["checkpoints"])
             txn.put(cid, tomb, db=dbs["tombstones"])
-        for key in candidates - marked:
+        doomed_objects = candidates - marked
+        for key in doomed_objects:
+            value = txn.get(key, db=objects)
+            removed_bytes += 0 if value is None else len(value)
             txn.delete(key, db=objects)
-        return len(dead)
+        ids = tuple(sorted(cid.hex() for cid, _ in dead))
+        decided = tuple(c for c in ids if c in _audited_checkpoints(store, txn)) if ids else ()
+        report = GcReport(ids, len(doomed_objects), removed_bytes, decided, dry_run)
+        if dry_run:
+            raise _DryRunDoneError(report)
+        if decided:
+            body = {
+                "operation": operation,
+                "checkpoints_removed": len(ids),
+                "decided": list(decided),
+            }
+            append_audit_txn(store, txn, AUDIT_GC, body, float(now))
+        return report
 
-    removed: int = store.write_txn(run)
-    return removed
+    try:
+        result: GcReport = store.write_txn(run)
+    except _DryRunDoneError as done:
+        return done.report
+    return result
+
+
+def sweep(
+    store: Backend,
+    *,
+    keep_last: int | None = None,
+    run_id: str | None = None,
+    delete_run: str | None = None,
+    dry_run: bool = False,
+) -> GcReport:
+    """Delete the run ``delete_run``, or keep each branch's newest ``keep_last`` (of
+    ``run_id`` or all runs); sweep everything unreachable; report it (module docstring)."""
+    if delete_run is not None:
+        return _sweep(store, lambda _run: None, delete_run, dry_run=dry_run, operation="delete-run")
+    limit = keep_last
+
+    def keep(run: str) -> int | None:
+        return limit if run_id is None or run == run_id else None
+
+    return _sweep(store, keep, None, dry_run=dry_run, operation="prune")
 
 
 def delete_run(store: Backend, run_id: str) -> int:
     """Drop every ref of ``run_id``, then sweep everything unreachable."""
-    return _sweep(store, lambda _run: None, run_id)
+    return len(sweep(store, delete_run=run_id).checkpoints)
 
 
 def prune(store: Backend, *, keep_last: int, run_id: str | None) -> int:
     """Keep each branch's newest ``keep_last`` checkpoints (of ``run_id`` or all runs)."""
-    return _sweep(store, lambda run: keep_last if run_id is None or run == run_id else None, None)
+    return len(sweep(store, keep_last=keep_last, run_id=run_id).checkpoints)
+
+
+def gc(
+    store: Backend,
+    keep_last: int | None,
+    run_id: str | None,
+    drop_run: str | None,
+    dry_run: bool,
+) -> GcReport:
+    """:func:`sweep` with its arguments checked: exactly one of ``keep_last`` and
+    ``drop_run``; a run named that has no refs is NotFoundError (a typo must not
+    look like "nothing to remove")."""
+    if (keep_last is None) == (drop_run is None):
+        raise InvalidInputError("give exactly one of keep_last and delete_run")
+    if not isinstance(dry_run, bool):
+        raise InvalidInputError("dry_run must be a bool", got=dry_run)
+    if keep_last is not None and (
+        not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1
+    ):
+        raise InvalidInputError("keep_last must be an int >= 1", got=keep_last)
+    named = drop_run if drop_run is not None else run_id
+    if named is not None:
+        named = check_name(named, "run_id")
+        if not branches(store, named):
+            raise NotFoundError("no such run (it has no refs)", where=named)
+    if drop_run is not None:
+        return sweep(store, delete_run=named, dry_run=dry_run)
+    return sweep(store, keep_last=keep_last, run_id=named, dry_run=dry_run)

@@ -1,0 +1,119 @@
+"""Naming a checkpoint the way git users do: a full id, a unique prefix, ``RUN@BRANCH~N``.
+
+:func:`resolve` turns what an operator types into one checkpoint id:
+
+* 32 hex characters: that id (it need not exist; the read says so).
+* 8 to 31 hex characters: the one stored checkpoint whose id starts with them;
+  :class:`InvalidInputError` listing the candidates when more than one does,
+  :class:`NotFoundError` when none does. Eight is git's and restic's usual short
+  form; shorter prefixes collide too often to be typed safely.
+* ``RUN@BRANCH``: the head of that branch; ``RUN@BRANCH~N``: its N-th ancestor
+  through parents (``~0`` is the head). A pruned ancestor is NotFoundError.
+
+The prefix scan is a cursor range over the ``checkpoints`` table (keyed by the
+raw id), so it reads only the matching keys; it uses only the seam's
+:class:`~cpstore.store.backend.Txn` (``cursor``), no engine feature.
+"""
+
+from __future__ import annotations
+
+from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.native.args import check_text
+from cpstore.store.backend import Backend
+from cpstore.store.model import check_name, ref_key
+
+__all__ = ["MAX_CANDIDATES", "MIN_PREFIX", "resolve"]
+
+#: Shortest id prefix accepted (git's and restic's short ids are 7 to 8 characters).
+MIN_PREFIX = 8
+#: Candidates listed in an "ambiguous prefix" error.
+MAX_CANDIDATES = 10
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def resolve(backend: Backend, spec: str) -> str:
+    """The checkpoint id ``spec`` names (module docstring); errors say what was tried."""
+    if not isinstance(spec, str):
+        raise InvalidInputError("a checkpoint must be named by a str", got=type(spec).__name__)
+    check_text(spec, "checkpoint")
+    text = spec.strip()
+    low = text.lower()
+    if low and set(low) <= _HEX:
+        if len(low) == 32:
+            return low
+        if len(low) > 32:
+            raise InvalidInputError(
+                "a checkpoint id has 32 hex characters", expected="<= 32", got=text
+            )
+        if len(low) < MIN_PREFIX:
+            raise InvalidInputError(
+                f"an id prefix needs at least {MIN_PREFIX} hex characters",
+                expected=f">= {MIN_PREFIX}",
+                got=text,
+            )
+        return _by_prefix(backend, low)
+    if "@" in text:
+        return _by_ref(backend, text)
+    raise InvalidInputError(
+        "not a checkpoint name",
+        expected=f"a 32-hex id, a prefix of >= {MIN_PREFIX} hex, RUN@BRANCH or RUN@BRANCH~N",
+        got=text,
+    )
+
+
+def _by_prefix(backend: Backend, prefix: str) -> str:
+    # An odd prefix's last nibble bounds the range too: start at nibble 0 of that byte.
+    start = bytes.fromhex(prefix if len(prefix) % 2 == 0 else prefix + "0")
+    found: list[str] = []
+    with backend.read_txn() as txn, txn.cursor(db=backend.db("checkpoints")) as cur:
+        if cur.set_range(start):
+            for key in cur.iternext(keys=True, values=False):
+                hexed = bytes(key).hex()
+                if not hexed.startswith(prefix):
+                    break
+                found.append(hexed)
+                if len(found) > MAX_CANDIDATES:
+                    break
+    if not found:
+        raise NotFoundError(
+            "no checkpoint id starts with this prefix", where="checkpoints", got=prefix
+        )
+    if len(found) > 1:
+        more = " and more" if len(found) > MAX_CANDIDATES else ""
+        raise InvalidInputError(
+            "ambiguous checkpoint prefix; give more characters",
+            where=prefix,
+            expected="one of " + ", ".join(found[:MAX_CANDIDATES]) + more,
+            got=f"{len(found)}{'+' if more else ''} checkpoints",
+        )
+    return found[0]
+
+
+def _by_ref(backend: Backend, text: str) -> str:
+    run_id, _, rest = text.rpartition("@")
+    branch, steps = rest, 0
+    head, tilde, count = rest.rpartition("~")
+    if tilde:
+        if not count.isdigit():
+            raise InvalidInputError(
+                "RUN@BRANCH~N needs a non-negative integer N", where=text, got=count
+            )
+        branch, steps = head, int(count)
+    run_id = check_name(run_id, "run_id")
+    branch = check_name(branch or "main", "branch")
+    with backend.read_txn() as txn:
+        cid = backend.head(txn, ref_key(run_id, branch))
+        if cid is None:
+            raise NotFoundError("no such run or branch", where=f"{run_id}@{branch}")
+        for n in range(steps):
+            parent = backend.load_manifest(txn, cid, verify=True).parent
+            if parent is None:
+                raise NotFoundError(
+                    f"{run_id}@{branch} has no ancestor {steps} back",
+                    where=text,
+                    expected=f"<= {n}",
+                    got=steps,
+                )
+            cid = bytes.fromhex(parent)
+    return bytes(cid).hex()

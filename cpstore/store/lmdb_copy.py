@@ -1,0 +1,161 @@
+"""Copying and compacting an LMDB store: hot copies, and a data file that shrinks after gc.
+
+LMDB never shrinks its data file: pages a sweep frees go on its free list and
+are reused by later writes, so ``gc`` makes room *inside* the file. Two ways
+to give the space back, both through LMDB's own environment copy
+(``mdb_env_copy2`` with ``MDB_CP_COMPACT``), which writes one consistent read
+snapshot and leaves out free pages:
+
+* :func:`copy_env` - a hot copy into a new folder while writers keep going
+  (backup: ``cpstore copy``).
+* :func:`compact_in_place` - copy, then swap the copy in for ``data.mdb``
+  (``cpstore compact``). Swapping a file under another process would lose its
+  writes, so it needs the store closed everywhere: it takes an exclusive
+  ``fcntl`` lock on byte 0 of ``lock.mdb``, the byte every process that has
+  the environment open holds a shared lock on (LMDB's own liveness lock), and
+  refuses when another process holds it. Before that it takes the folder's
+  creation lock (``lmdb_open.creation_lock``, exclusive), which every cpstore
+  open holds around ``lmdb.open``: LMDB opens a *read-only* environment's data
+  file before its lock file, so without it a read-only opener could keep the
+  old, unlinked file. A process that starts to open the store meanwhile waits
+  for the swap; the lock file's reader table is re-initialised for the new
+  file (LMDB does so for the first opener) before letting go.
+
+The caller verifies the copy before anything trusts it (the facade does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+from collections.abc import Callable
+
+import lmdb
+
+from cpstore.errors import InvalidInputError, StoreError
+from cpstore.store.lmdb_env import DB_NAMES, is_open_here
+from cpstore.store.lmdb_open import creation_lock
+
+__all__ = ["compact_in_place", "copy_env", "space_of"]
+
+
+def _fsync_path(path: str, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _check_dest(dest: str) -> None:
+    """A copy goes into a new or empty folder: it never overwrites anything."""
+    if os.path.lexists(dest):
+        if not os.path.isdir(dest) or os.listdir(dest):
+            raise InvalidInputError(
+                "the copy's destination must be a new or empty folder", where=dest
+            )
+    else:
+        os.makedirs(dest)
+
+
+def copy_env(env: object, dest: str, *, compact: bool) -> None:
+    """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced."""
+    _check_dest(dest)
+    try:
+        env.copy(dest, compact=compact)  # type: ignore[attr-defined]
+    except lmdb.Error as exc:
+        raise StoreError("LMDB could not copy the store", where=dest, got=str(exc)) from None
+    _fsync_path(os.path.join(dest, "data.mdb"))
+    _fsync_path(dest, directory=True)
+
+
+def space_of(env: object, txn: object, dbs: dict[str, object]) -> tuple[int, int, int]:
+    """(file bytes, bytes in pages in use, bytes in pages free for reuse) of ``env``.
+
+    In use: every named database's branch, leaf and overflow pages, the main
+    database's and the two meta pages. Free: the rest of the pages up to the
+    last one written, i.e. what LMDB's free list will hand to later writes
+    (the free list's own pages count as free).
+    """
+    info = env.info()  # type: ignore[attr-defined]
+    psize = int(env.stat()["psize"])  # type: ignore[attr-defined]
+    pages = int(info["last_pgno"]) + 1
+
+    def used(stat: dict[str, int]) -> int:
+        return int(stat["branch_pages"]) + int(stat["leaf_pages"]) + int(stat["overflow_pages"])
+
+    in_use = 2 + used(env.stat())  # type: ignore[attr-defined]
+    for name in DB_NAMES:
+        handle = dbs.get(name)
+        if handle is not None:
+            in_use += used(txn.stat(handle))  # type: ignore[attr-defined]
+    in_use = min(in_use, pages)
+    path = env.path()  # type: ignore[attr-defined]
+    try:
+        file_bytes = os.path.getsize(os.path.join(path, "data.mdb"))
+    except OSError:
+        file_bytes = pages * psize
+    return file_bytes, in_use * psize, (pages - in_use) * psize
+
+
+def compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int]:
+    """Swap a compacted, checked copy in for ``path``'s data file; (bytes before, after).
+
+    ``check(copy_path)`` must raise if the copy is not a sound store (the
+    facade runs a full verify); nothing is swapped then. Refused with
+    :class:`StoreError` while any process, this one included, has the store open.
+    """
+    if is_open_here(path):
+        raise StoreError("close the store in this process before compacting it", where=path)
+    data = os.path.join(path, "data.mdb")
+    lock_path = os.path.join(path, "lock.mdb")
+    if not os.path.isfile(data):
+        raise InvalidInputError("not a store folder (no data.mdb)", where=path)
+    work = os.path.join(path, "compact.tmp")
+    # The folder's creation lock first (exclusive): a cpstore open is never inside
+    # lmdb.open while the file is swapped. LMDB opens a read-only environment's data
+    # file *before* taking its lock, so the liveness lock alone would let a read-only
+    # opener keep the old (unlinked) file.
+    with creation_lock(path, exclusive=True), _exclusive(lock_path):
+        before = os.path.getsize(data)
+        shutil.rmtree(work, ignore_errors=True)  # a copy left by an interrupted compact
+        env = lmdb.open(path, subdir=True, readonly=True, lock=False, max_dbs=len(DB_NAMES) + 4)
+        try:
+            copy_env(env, work, compact=True)
+        finally:
+            env.close()
+        try:
+            check(work)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        os.replace(os.path.join(work, "data.mdb"), data)
+        _fsync_path(path, directory=True)
+        shutil.rmtree(work, ignore_errors=True)
+        # The first opener re-initialises lock.mdb's reader table and txn id for
+        # the new file; our exclusive lock makes this open that first opener.
+        lmdb.open(path, subdir=True, max_dbs=len(DB_NAMES) + 4).close()
+        after = os.path.getsize(data)
+    return before, after
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: str):  # type: ignore[no-untyped-def]
+    """Hold LMDB's liveness byte exclusively, or refuse: another process has the store open."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0, os.SEEK_SET)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                raise StoreError(
+                    "another process has the store open; compact needs it closed everywhere",
+                    where=os.path.dirname(lock_path),
+                ) from None
+            raise
+        yield
+    finally:
+        os.close(fd)  # closing any descriptor of the file drops this process's locks

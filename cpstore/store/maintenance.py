@@ -1,0 +1,97 @@
+"""Backups and compaction: a verified hot copy, and giving gc's freed space back to the disk.
+
+* :func:`copy_store` - one consistent snapshot of an open store (writers may
+  keep going) into a new folder, then a full :meth:`~cpstore.store.Store.verify`
+  of the copy; a copy that fails it is deleted and the failure raised. This is
+  the backup (restic/borg users: the copy is a store, open it as one).
+* :func:`compact_store` - after ``gc`` the data file keeps its size (LMDB
+  reuses freed pages but never shrinks the file); this rewrites it compactly,
+  checks the rewritten copy with a full verify and the same object, checkpoint,
+  ref and audit counts, then swaps it in. The store must be closed everywhere
+  (refused otherwise); see :mod:`cpstore.store.lmdb_copy`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+from cpstore.errors import IntegrityError, InvalidInputError, StoreError
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+from cpstore.store.lmdb_copy import compact_in_place
+from cpstore.store.lmdb_env import is_open_here
+from cpstore.store.model import VerifyReport
+
+__all__ = ["CompactReport", "compact_store", "copy_store"]
+
+
+@dataclass(frozen=True)
+class CompactReport:
+    """What :func:`compact_store` did."""
+
+    bytes_before: int
+    """Size of the data file before."""
+    bytes_after: int
+    """Size of the data file after."""
+    counts: dict[str, int]
+    """What the verify of the rewritten file counted (the same as before)."""
+
+
+def _verified(path: str) -> VerifyReport:
+    with open_store(path, readonly=True, create=False) as copy:
+        report = copy.verify()
+    if not report.ok:
+        first = report.problems[0]
+        raise IntegrityError(
+            f"the copy fails verification ({len(report.problems)} problem(s))",
+            where=path,
+            got=f"{first.where}: {first.what}",
+        )
+    return report
+
+
+def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = True) -> VerifyReport:
+    """Copy ``store`` into ``dest`` (a new or empty folder) and verify the copy.
+
+    Hot: one read snapshot, writers keep going (queued batched checkpoints
+    of this handle are flushed first). ``compact`` (the default) leaves free
+    pages out. Returns the copy's verify report; a copy that fails it is removed
+    and :class:`IntegrityError` raised.
+    """
+    target = os.fspath(dest)
+    if os.path.realpath(target) == os.path.realpath(store.path):
+        raise InvalidInputError("a store cannot be copied onto itself", where=target)
+    store.backend.copy_to(target, compact=compact)
+    try:
+        return _verified(target)
+    except IntegrityError:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def compact_store(path: str | os.PathLike[str]) -> CompactReport:
+    """Rewrite the closed store at ``path`` compactly, verified; the data file shrinks.
+
+    Refused (:class:`~cpstore.StoreError`) while any process has the store open.
+    The rewritten file must pass a full verify with the same counts as the
+    original before it replaces it; otherwise nothing changes.
+    """
+    where = os.fspath(path)
+    if is_open_here(where):
+        raise StoreError("close the store in this process before compacting it", where=where)
+    before = _verified(where)
+
+    def check(copy_path: str) -> None:
+        after = _verified(copy_path)
+        if after.counts != before.counts:
+            raise IntegrityError(
+                "the compacted copy does not hold what the store holds",
+                where=copy_path,
+                expected=before.counts,
+                got=after.counts,
+            )
+
+    size_before, size_after = compact_in_place(where, check)
+    return CompactReport(size_before, size_after, dict(before.counts))
