@@ -223,7 +223,7 @@ def run_processes(kind: str, path: Path, steps: int) -> float:
     ]
     for p in procs:
         p.start()
-    spans = [out.get(timeout=600) for _ in procs]
+    spans: list[tuple[float, float]] = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join()
         if p.exitcode != 0:
