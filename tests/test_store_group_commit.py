@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cpstore.errors import ConflictError
+from cpstore.errors import ConflictError, StoreError
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.group_commit import GroupCommit
@@ -267,3 +267,66 @@ class TestStoreProcesses:
                 with st.read(cid) as cp:
                     state = cp.state()
                     assert isinstance(state, dict) and state["pad"] == "y" * 800
+
+
+class TestReadHeldDuringGroup:
+    def test_a_writer_holding_a_read_while_the_map_grows_gets_an_error_not_a_deadlock(
+        self, tmp_path: Path
+    ) -> None:
+        """A thread that commits inside a read block never waits on a group a resize blocks.
+
+        The grower waits for that read; a leader waits for the grower's write
+        lock; were the reader queued behind the leader, no one would move.
+        """
+        with open_store(tmp_path / "s") as st:
+            lead_rec, read_rec = st.recorder("lead"), st.recorder("reader")
+            head = read_rec.checkpoint(0, {"v": 0})
+            lead_rec.checkpoint(0, {"v": 0})
+            reading, go = threading.Event(), threading.Event()
+            outcome: dict[str, str] = {}
+
+            def reader() -> None:
+                with st.read(head):
+                    reading.set()
+                    go.wait(30)
+                    try:
+                        read_rec.checkpoint(1, {"v": 1})
+                        outcome["reader"] = "ok"
+                    except StoreError as exc:
+                        outcome["reader"] = exc.what
+
+            def leader() -> None:
+                lead_rec.checkpoint(1, {"v": 1})
+                outcome["leader"] = "ok"
+
+            r = threading.Thread(target=reader, daemon=True)
+            r.start()
+            assert reading.wait(30)
+            grower = threading.Thread(target=st.backend.env.grow, daemon=True)
+            grower.start()
+            while not st.backend.env._resizing:
+                time.sleep(0.001)
+            lead = threading.Thread(target=leader, daemon=True)
+            lead.start()
+            while not st.backend.group._leading:
+                time.sleep(0.001)
+            go.set()
+            for t in (r, grower, lead):
+                t.join(60)
+                assert not t.is_alive(), "deadlock: a thread never returned"
+            assert outcome["leader"] == "ok"
+            assert "holds an open read view" in outcome["reader"]
+            assert st.ref("lead") is not None and st.verify().ok
+
+    def test_a_commit_inside_a_read_block_is_stored_without_joining_a_group(
+        self, tmp_path: Path
+    ) -> None:
+        """A checkpoint written while its thread holds a read is committed alone, and stored."""
+        with open_store(tmp_path / "s") as st:
+            rec = st.recorder("run")
+            first = rec.checkpoint(0, {"v": 0})
+            writes = st.backend.group.writes
+            with st.read(first):
+                second = rec.checkpoint(1, {"v": 1})
+            assert st.backend.group.writes == writes
+            assert st.ref("run") == second

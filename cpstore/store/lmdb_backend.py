@@ -334,7 +334,12 @@ class LmdbBackend:
         """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
         if self.durability == "sync":
             self.live()  # before the group's lock: a forked child must not wait on it
-            self.group.commit(op)
+            if self.env.holds_read():
+                # Never wait on a group while holding a read: a leader growing the
+                # map waits for this read to end. Alone, _lock_writes says so instead.
+                self._commit_many([op])
+            else:
+                self.group.commit(op)
             return
         if self.durability == "none":
             self.live()
