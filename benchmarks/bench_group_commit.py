@@ -4,10 +4,11 @@ Target: 4 writer threads, and 4 writer processes, on one cpstore store
 (``durability="sync"``) reach >= 3x the aggregate durable puts/s of 4
 ``SqliteSaver`` writers (WAL, ``synchronous=FULL``, each writer its own
 connection to one database file, as 4 LangGraph workers would have).
-``LMDBSaver`` on a durable env (one env per process, a saver per thread) and,
-for processes, bare LMDB (one sync commit per put: :class:`RawWriter`) run
-beside them; bare LMDB is the raw limit of one-writer-at-a-time LMDB across
-processes.
+``LMDBSaver`` on a durable env (one env per process, a saver per thread) and
+bare LMDB (one sync commit per put: :class:`RawWriter`) run beside them; bare
+LMDB is the raw limit of one-writer-at-a-time LMDB across processes. For
+threads, :func:`run_raw_grouped` is the raw limit of grouping: all 4 writers'
+step in one fsync'd txn, with nothing else to do.
 
 Each writer records its own LangGraph thread (cpstore: its own run) of the
 issue-12 workload (10 channels x 1 KB, one changes per step), ``WRITES`` puts.
@@ -194,6 +195,33 @@ def run_threads(kind: str, path: Path, wls: list[Workload]) -> float:
         _close(shared)
 
 
+def run_raw_grouped(path: Path, wls: list[Workload]) -> float:
+    """The ideal group: every writer's step ``i`` in one sync commit, no threads, no checks.
+
+    The raw limit of grouping on LMDB: what one fsync'd txn per round of 4
+    puts costs when nothing else does (the encoding and hashing are the same
+    as :class:`RawWriter`'s).
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    env = lmdb.open(str(path), map_size=MAP_SIZE, sync=True, metasync=True)
+    h, pack = xxhash.xxh3_128_digest, msgpack.packb
+    try:
+        t0 = time.perf_counter()
+        for step in range(len(wls[0].states)):
+            with env.begin(write=True) as txn:
+                for w, wl in enumerate(wls):
+                    parts = {}
+                    for name, value in wl.states[step].items():
+                        enc = pack(value)
+                        parts[name] = key = h(enc)
+                        txn.put(key, enc, overwrite=False)
+                    manifest = pack({"thread": w, "parts": parts, "step": step})
+                    txn.put(h(manifest), manifest)
+        return time.perf_counter() - t0
+    finally:
+        env.close()
+
+
 def _process_writer(job: tuple[str, str, int, int], start: Any, out: Any) -> None:
     kind, path, index, steps = job
     opener, make = KINDS[kind]
@@ -272,12 +300,26 @@ def test_group_commit_threads(
     def contender(kind: str) -> Callable[[], float]:
         return lambda: run_threads(kind, tmp_path_factory.mktemp("gct"), wls)
 
+    contenders = {f"{kind} 4 threads": contender(kind) for kind in KINDS}
+    contenders["raw LMDB ideal group"] = lambda: run_raw_grouped(
+        tmp_path_factory.mktemp("gcr"), wls
+    )
     interleave(
         benchmark,
         f"group commit, {WRITERS} writer threads (aggregate)",
-        {f"{kind} 4 threads": contender(kind) for kind in KINDS},
+        contenders,
         repeats,
-        _comparisons("4 threads"),
+        [
+            *_comparisons("4 threads"),
+            Comparison("cpstore 4 threads", "raw LMDB ideal group", None, True, "raw limit"),
+            Comparison(
+                "raw LMDB ideal group",
+                "SqliteSaver FULL 4 threads",
+                None,
+                True,
+                "raw limit of grouping vs peer",
+            ),
+        ],
         items=WRITERS * writes,
     )
 
