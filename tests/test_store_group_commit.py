@@ -134,6 +134,56 @@ class TestGrouping:
         assert sorted([outcome["boom"], outcome["other"]]) == ["KeyboardInterrupt", "StoreError"]
 
 
+class TestGathering:
+    def _group_of_three(self, gc: GroupCommit[str], gate: _Gate) -> None:
+        _queue_behind_leader(gc, gate, ["a", "b"])  # groups: [lead], [a, b]
+        gc._last_size, gc._last_seconds = 3, 10.0
+
+    def test_a_new_leader_waits_for_as_many_writes_as_its_last_group(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """After a group of 3, the next leader holds its txn until two more writes queue."""
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 30.0)
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        self._group_of_three(gc, gate)
+        done: list[str] = []
+
+        def commit(name: str) -> None:
+            gc.commit(name)
+            done.append(name)
+
+        first = threading.Thread(target=commit, args=("x",))
+        first.start()
+        deadline = time.monotonic() + 10
+        while not gc._leading and not done and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)  # a leader that did not gather would commit "x" alone now
+        assert not done and len(gate.groups) == 2  # gathering, not committing
+        others = [threading.Thread(target=commit, args=(n,)) for n in "yz"]
+        for t in others:
+            t.start()
+        for t in [first, *others]:
+            t.join(10)
+        assert sorted(gate.groups[2]) == ["x", "y", "z"]
+        assert sorted(done) == ["x", "y", "z"]
+
+    def test_a_gathering_leader_gives_up_after_the_cap(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Writers that never come cost the leader at most the cap; it then commits alone."""
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 0.05)
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        self._group_of_three(gc, gate)
+        t = threading.Thread(target=gc.commit, args=("alone",))
+        t.start()
+        t.join(10)
+        assert not t.is_alive()
+        assert gate.groups[2] == ["alone"]
+        assert gc._last_size == 1  # so the next lone writer does not wait at all
+
+
 def _record(path: Path, run: str, steps: int, ids: dict[str, list[str]]) -> None:
     with open_store(path) as st:
         rec = st.recorder(run)
