@@ -309,6 +309,7 @@ OPENERS: dict[str, Callable[[Path], Side]] = {
     "SqliteSaver OFF": lambda p: sqlite_saver(p, sync=False),
     "InMemorySaver": memory_saver,
     "raw LMDB durable": lambda p: RawLmdb(p, sync=True),
+    "raw LMDB sync=False": lambda p: RawLmdb(p, sync=False),
 }
 
 
@@ -447,6 +448,9 @@ def test_put(
         Comparison("cpstore durable", "raw LMDB durable", None, True, "raw limit"),
         Comparison("raw LMDB durable", "LMDBSaver durable", None, True, "raw limit vs peer"),
         Comparison("raw LMDB durable", "SqliteSaver FULL", None, True, "raw limit vs peer"),
+        # The CPU race's raw limit: the same loop with no fsync at all.
+        Comparison("cpstore none", "raw LMDB sync=False", None, True, "raw limit"),
+        Comparison("raw LMDB sync=False", "LMDBSaver sync=False", None, True, "raw limit vs peer"),
     ]
     interleave(
         benchmark,

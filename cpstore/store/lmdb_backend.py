@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
 
@@ -23,6 +23,7 @@ from cpstore.native.binding import digest, digest_small
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_copy import copy_env, space_of
 from cpstore.store.lmdb_env import acquire_env, release_env
@@ -89,6 +90,8 @@ class LmdbBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
+        # sync mode: concurrent threads' checkpoints share one txn and fsync.
+        self.group = GroupCommit[CheckpointWrite](self._commit_many)
         key = None if audit_key is None else check_key(audit_key)
         self.env = acquire_env(
             path,
@@ -344,7 +347,13 @@ class LmdbBackend:
     def commit(self, op: CheckpointWrite) -> None:
         """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
         if self.durability == "sync":
-            self.write_txn(lambda txn: self._apply(txn, op))
+            self.live()  # before the group's lock: a forked child must not wait on it
+            if self.env.holds_read():
+                # Never wait on a group while holding a read: a leader growing the
+                # map waits for this read to end. Alone, _lock_writes says so instead.
+                self._commit_many([op])
+            else:
+                self.group.commit(op)
             return
         if self.durability == "none":
             self.live()
@@ -356,6 +365,15 @@ class LmdbBackend:
             full = len(self._pending) >= self._batch_size
         if full:
             self.flush()
+
+    def _commit_many(self, ops: Sequence[CheckpointWrite]) -> None:
+        """Apply ``ops`` in order in one durable write txn (all or nothing)."""
+
+        def apply_all(txn: Txn[memoryview]) -> None:
+            for op in ops:
+                self._apply(txn, op)
+
+        self.write_txn(apply_all)
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one durable txn (batched mode).

@@ -319,6 +319,10 @@ class Env:
 
     # -- transactions -------------------------------------------------------
 
+    def holds_read(self) -> bool:
+        """True when the calling thread has a read txn of this env open."""
+        return get_ident() in self._active
+
     def _leave_read(self) -> None:
         self._active.remove(get_ident())
         if self._resizing:

@@ -1,0 +1,382 @@
+"""Group commit (sync durability): concurrent threads' checkpoints share one txn and fsync."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from cpstore.errors import ConflictError, StoreError
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+from cpstore.store.group_commit import GroupCommit
+
+
+class _Gate:
+    """A commit_many that holds its first group until told, recording every group."""
+
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.groups: list[list[str]] = []
+        self.stored: list[str] = []
+        self.release = threading.Event()
+        self.entered = threading.Event()
+        self.fail = fail or set()
+
+    def __call__(self, writes: Sequence[str]) -> None:
+        self.groups.append(list(writes))
+        if len(self.groups) == 1:
+            self.entered.set()
+            self.release.wait(10)
+        bad = [w for w in writes if w in self.fail]
+        if bad:
+            raise ValueError(f"refused {bad[0]}")
+        self.stored.extend(writes)
+
+
+def _queue_behind_leader(gc: GroupCommit[str], gate: _Gate, names: list[str]) -> dict[str, str]:
+    """Leader commits 'lead'; ``names`` queue while it holds; returns name -> outcome."""
+    outcome: dict[str, str] = {}
+
+    def one(name: str) -> None:
+        try:
+            gc.commit(name)
+            outcome[name] = "ok"
+        except BaseException as exc:
+            outcome[name] = f"{type(exc).__name__}: {exc}"
+
+    lead = threading.Thread(target=one, args=("lead",))
+    lead.start()
+    assert gate.entered.wait(10)
+    others = [threading.Thread(target=one, args=(n,)) for n in names]
+    for t in others:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(gc._queue) < len(names) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    gate.release.set()
+    for t in [lead, *others]:
+        t.join(10)
+    return outcome
+
+
+class TestGrouping:
+    def test_writes_queued_behind_a_leader_commit_in_one_group(self) -> None:
+        """Three writes that queue while a group commits go in the next group, together."""
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        outcome = _queue_behind_leader(gc, gate, ["a", "b", "c"])
+        assert outcome == {"lead": "ok", "a": "ok", "b": "ok", "c": "ok"}
+        assert gate.groups[0] == ["lead"]
+        assert sorted(gate.groups[1]) == ["a", "b", "c"]
+        assert (gc.groups, gc.writes) == (2, 4)
+
+    def test_a_failing_write_fails_alone_and_the_rest_commit(self) -> None:
+        """One refused write in a group: the group is retried write by write; only it fails."""
+        gate = _Gate(fail={"b"})
+        gc = GroupCommit[str](gate)
+        outcome = _queue_behind_leader(gc, gate, ["a", "b", "c"])
+        assert outcome["b"] == "ValueError: refused b"
+        assert {k: v for k, v in outcome.items() if k != "b"} == {
+            "lead": "ok",
+            "a": "ok",
+            "c": "ok",
+        }
+        assert sorted(gate.stored) == ["a", "c", "lead"]
+        assert gc.writes == 3
+
+    def test_an_interrupted_leader_leaves_no_follower_waiting(self) -> None:
+        """KeyboardInterrupt in the leader: it re-raises; followers get StoreError, not a hang."""
+        calls: list[list[str]] = []
+        entered, release = threading.Event(), threading.Event()
+
+        def commit_many(writes: Sequence[str]) -> None:
+            calls.append(list(writes))
+            if len(calls) == 1:
+                entered.set()
+                release.wait(10)
+            elif "boom" in writes:
+                raise KeyboardInterrupt
+
+        gc = GroupCommit[str](commit_many)
+        outcome: dict[str, str] = {}
+
+        def one(name: str) -> None:
+            try:
+                gc.commit(name)
+                outcome[name] = "ok"
+            except BaseException as exc:
+                outcome[name] = type(exc).__name__
+
+        first = threading.Thread(target=one, args=("first",))
+        first.start()
+        assert entered.wait(10)
+        # "boom" queues first so it leads the second group (and is interrupted in it).
+        boom = threading.Thread(target=one, args=("boom",))
+        boom.start()
+        while len(gc._queue) < 1:
+            time.sleep(0.001)
+        other = threading.Thread(target=one, args=("other",))
+        other.start()
+        while len(gc._queue) < 2:
+            time.sleep(0.001)
+        release.set()
+        for t in (first, boom, other):
+            t.join(10)
+            assert not t.is_alive()
+        assert outcome["first"] == "ok"
+        assert sorted([outcome["boom"], outcome["other"]]) == ["KeyboardInterrupt", "StoreError"]
+
+
+class TestGathering:
+    def _group_of_three(self, gc: GroupCommit[str], gate: _Gate) -> None:
+        _queue_behind_leader(gc, gate, ["a", "b"])  # groups: [lead], [a, b]
+        gc._last_size, gc._last_seconds = 3, 10.0
+
+    def test_a_new_leader_waits_for_as_many_writes_as_its_last_group(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """After a group of 3, the next leader holds its txn until two more writes queue."""
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 30.0)
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        self._group_of_three(gc, gate)
+        done: list[str] = []
+
+        def commit(name: str) -> None:
+            gc.commit(name)
+            done.append(name)
+
+        first = threading.Thread(target=commit, args=("x",))
+        first.start()
+        deadline = time.monotonic() + 10
+        while not gc._leading and not done and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)  # a leader that did not gather would commit "x" alone now
+        assert not done and len(gate.groups) == 2  # gathering, not committing
+        others = [threading.Thread(target=commit, args=(n,)) for n in "yz"]
+        for t in others:
+            t.start()
+        for t in [first, *others]:
+            t.join(10)
+        assert sorted(gate.groups[2]) == ["x", "y", "z"]
+        assert sorted(done) == ["x", "y", "z"]
+
+    def test_a_gathering_leader_gives_up_after_the_cap(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Writers that never come cost the leader at most the cap; it then commits alone."""
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 0.05)
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        self._group_of_three(gc, gate)
+        t = threading.Thread(target=gc.commit, args=("alone",))
+        t.start()
+        t.join(10)
+        assert not t.is_alive()
+        assert gate.groups[2] == ["alone"]
+        assert gc._last_size == 1  # so the next lone writer does not wait at all
+
+
+def _record(path: Path, run: str, steps: int, ids: dict[str, list[str]]) -> None:
+    with open_store(path) as st:
+        rec = st.recorder(run)
+        ids[run] = [rec.checkpoint(i, {"i": i, "run": run, "pad": "x" * 500}) for i in range(steps)]
+
+
+def _race_two_recorders(st: Store) -> list[str]:
+    recs = [st.recorder("run") for _ in range(2)]
+    outcome: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def go(i: int) -> None:
+        barrier.wait()
+        try:
+            outcome.append(recs[i].checkpoint(1, {"v": i, "t": time.time()}))
+        except ConflictError:
+            outcome.append("conflict")
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return outcome
+
+
+class TestStoreThreads:
+    def test_concurrent_thread_writers_all_land_in_order(self, tmp_path: Path) -> None:
+        """Eight threads in sync mode: every branch's history is exactly its acknowledged ids."""
+        path = tmp_path / "s"
+        ids: dict[str, list[str]] = {}
+        with open_store(path) as st:
+            threads = [
+                threading.Thread(target=_record, args=(path, f"r{i}", 30, ids)) for i in range(8)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            for run, got in ids.items():
+                assert [m.id for m in st.history(run)] == got[::-1]
+            assert len(ids) == 8
+            report = st.verify()
+            assert report.ok, report.problems
+
+    def test_racing_recorders_on_one_branch_one_wins_per_head(self, tmp_path: Path) -> None:
+        """Two recorders from one head in two threads: one checkpoint lands, the other conflicts."""
+        with open_store(tmp_path / "s") as st:
+            base = st.recorder("run").checkpoint(0, {"v": 0})
+            for _ in range(20):
+                outcome = _race_two_recorders(st)
+                assert outcome.count("conflict") == 1, outcome
+                assert st.ref("run") == next(o for o in outcome if o != "conflict")
+            assert st.history("run")[-1].id == base
+            assert st.verify().ok
+
+
+CHILD = r"""
+import sys, threading
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+path, tag = sys.argv[1], sys.argv[2]
+st = open_store(path)
+lock = threading.Lock()
+def write(t):
+    rec = st.recorder(f"{tag}-{t}")
+    for step in range(100000):
+        cid = rec.checkpoint(step, {"step": step, "pad": "y" * 800})
+        with lock:
+            print(cid, flush=True)
+for t in range(4):
+    threading.Thread(target=write, args=(t,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
+def _proc_writer(path: str, run: str, steps: int) -> list[str]:
+    ids: dict[str, list[str]] = {}
+    threads = [
+        threading.Thread(target=_record, args=(Path(path), f"{run}-{t}", steps, ids))
+        for t in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return [cid for name in sorted(ids) for cid in ids[name]]
+
+
+class TestStoreProcesses:
+    def test_processes_of_grouping_threads_all_land(self, tmp_path: Path) -> None:
+        """Four processes of three writer threads each: every acknowledged checkpoint is stored."""
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(4) as pool:
+            jobs = [(str(tmp_path / "s"), f"p{i}", 15) for i in range(4)]
+            results = pool.starmap(_proc_writer, jobs)
+        with open_store(tmp_path / "s") as st:
+            for ids in results:
+                assert len(ids) == 45
+                for cid in ids:
+                    with st.read(cid) as cp:
+                        cp.state()
+            assert len(st.runs()) == 12
+            report = st.verify()
+            assert report.ok, report.problems
+
+    @pytest.mark.parametrize("kills", [6])
+    def test_sigkill_of_grouping_writers_loses_nothing_acknowledged(
+        self, tmp_path: Path, kills: int
+    ) -> None:
+        """Processes of four grouping writer threads killed mid-write: every printed id is whole."""
+        path = tmp_path / "s"
+        acknowledged: list[str] = []
+        for i in range(kills):
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(path), f"k{i}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            time.sleep(0.4 + 0.07 * i)
+            child.send_signal(signal.SIGKILL)
+            out, err = child.communicate()
+            assert child.returncode == -signal.SIGKILL, err
+            acknowledged += out.split()
+        assert acknowledged, "no child acknowledged a checkpoint before being killed"
+        with open_store(path) as st:
+            report = st.verify()
+            assert report.ok, report.problems
+            for cid in acknowledged:
+                with st.read(cid) as cp:
+                    state = cp.state()
+                    assert isinstance(state, dict) and state["pad"] == "y" * 800
+
+
+class TestReadHeldDuringGroup:
+    def test_a_writer_holding_a_read_while_the_map_grows_gets_an_error_not_a_deadlock(
+        self, tmp_path: Path
+    ) -> None:
+        """A thread that commits inside a read block never waits on a group a resize blocks.
+
+        The grower waits for that read; a leader waits for the grower's write
+        lock; were the reader queued behind the leader, no one would move.
+        """
+        with open_store(tmp_path / "s") as st:
+            lead_rec, read_rec = st.recorder("lead"), st.recorder("reader")
+            head = read_rec.checkpoint(0, {"v": 0})
+            lead_rec.checkpoint(0, {"v": 0})
+            reading, go = threading.Event(), threading.Event()
+            outcome: dict[str, str] = {}
+
+            def reader() -> None:
+                with st.read(head):
+                    reading.set()
+                    go.wait(30)
+                    try:
+                        read_rec.checkpoint(1, {"v": 1})
+                        outcome["reader"] = "ok"
+                    except StoreError as exc:
+                        outcome["reader"] = exc.what
+
+            def leader() -> None:
+                lead_rec.checkpoint(1, {"v": 1})
+                outcome["leader"] = "ok"
+
+            r = threading.Thread(target=reader, daemon=True)
+            r.start()
+            assert reading.wait(30)
+            grower = threading.Thread(target=st.backend.env.grow, daemon=True)
+            grower.start()
+            while not st.backend.env._resizing:
+                time.sleep(0.001)
+            lead = threading.Thread(target=leader, daemon=True)
+            lead.start()
+            while not st.backend.group._leading:
+                time.sleep(0.001)
+            go.set()
+            for t in (r, grower, lead):
+                t.join(60)
+                assert not t.is_alive(), "deadlock: a thread never returned"
+            assert outcome["leader"] == "ok"
+            assert "holds an open read view" in outcome["reader"]
+            assert st.ref("lead") is not None and st.verify().ok
+
+    def test_a_commit_inside_a_read_block_is_stored_without_joining_a_group(
+        self, tmp_path: Path
+    ) -> None:
+        """A checkpoint written while its thread holds a read is committed alone, and stored."""
+        with open_store(tmp_path / "s") as st:
+            rec = st.recorder("run")
+            first = rec.checkpoint(0, {"v": 0})
+            writes = st.backend.group.writes
+            with st.read(first):
+                second = rec.checkpoint(1, {"v": 1})
+            assert st.backend.group.writes == writes
+            assert st.ref("run") == second
