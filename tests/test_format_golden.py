@@ -13,6 +13,7 @@ import cpstore
 from cpstore.native import records
 from cpstore.native import reference as ref
 from cpstore.store.facade import open as open_store
+from cpstore.store.model import STORE_VERSION
 from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
 
 CANONICAL = [
@@ -192,4 +193,4 @@ def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) ->
             raw = bytes(txn.get(REFS_DIGEST_KEY, db=st.backend.db("meta")))
             fmt = cpstore.native.decode_value(txn.get(b"format", db=st.backend.db("meta")))
     assert raw.hex() == "0961205f4cf21499361b3e1d164a506e" + "0200000000000000"
-    assert fmt == {"layout": "cpstore", "version": 2, "digest": "xxh3-128"}
+    assert fmt == {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}

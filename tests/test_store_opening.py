@@ -31,6 +31,7 @@ import cpstore
 from cpstore import cli
 from cpstore.errors import FormatVersionError, NotFoundError, StoreReadOnlyError
 from cpstore.native.canonical import decode_value
+from cpstore.store.model import STORE_VERSION
 
 
 class _Flags(TypedDict, total=False):
@@ -419,7 +420,7 @@ class TestReadOnlyAcrossAnUpgrade:
             subprocess.run([sys.executable, "-c", upgrade, str(path)], check=True, timeout=60)
             with ro.backend.read_txn() as txn:  # the other process did upgrade the store
                 fmt = txn.get(b"format", db=ro.backend.db("meta"))
-                assert fmt is not None and decode_value(fmt)["version"] == 2
+                assert fmt is not None and decode_value(fmt)["version"] == STORE_VERSION
             assert ro.ref("r") == ids[2]
             assert ro.branches("r") == {"main": ids[2], "side": ids[0]}
             assert ro.runs() == ["r"]

@@ -41,7 +41,7 @@ from cpstore.store.lmdb_open import (
     is_lock_permission_error,
     refuse,
 )
-from cpstore.store.model import STORE_VERSION
+from cpstore.store.model import BARE_REF_LAYOUTS, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
 __all__ = ["DB_NAMES", "Env", "acquire_env", "is_open_here", "release_env"]
@@ -260,9 +260,10 @@ class Env:
             # A store from before a database was added gets it here.
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         if version != STORE_VERSION:
-            # A layout-1 store is brought up to date in this same txn (docs/store.md,
+            # An older store is brought up to date in this same txn (docs/store.md,
             # "Store layout versions"); a concurrent opener sees either layout whole.
-            upgrade_refs_v1(txn, dbs)
+            if version in BARE_REF_LAYOUTS:
+                upgrade_refs_v1(txn, dbs)
             txn.put(FORMAT_KEY, encode_value(FORMAT), db=dbs["meta"])
         self.layout = STORE_VERSION
         return dbs
