@@ -41,7 +41,7 @@ from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.backend import Txn
-from cpstore.store.codec import check_frame, decode_frame, encode_frame, frame_key
+from cpstore.store.codec import FRAME_TAG, check_frame, decode_frame, encode_frame, frame_key
 
 __all__ = [
     "FANOUT_BITS",
@@ -52,7 +52,9 @@ __all__ = [
     "ChunkTree",
     "build_tree",
     "load_tree",
-    "read_index",
+    "read_node",
+    "read_root",
+    "read_v2_index",
     "stash_tree",
     "tree_objects",
     "value_cuts",
@@ -63,7 +65,7 @@ TREE_THRESHOLD = 4 * 1024
 #: Element runs: cut at the first top-level element end this far past the last cut.
 RUN_MIN = 512
 #: A node ends after an entry whose digest's last byte has these bits clear.
-FANOUT_BITS = 0x07
+FANOUT_BITS = 0x03
 #: ...or when it has this many entries.
 MAX_FANOUT = 64
 #: Deepest tree read (64**12 chunks is far past any value cpstore accepts).
@@ -71,26 +73,36 @@ MAX_LEVEL = 12
 
 _ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
 _MAP = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+#: Header size of a msgpack str or bin by its first byte (fixstr: 1).
+_STRING_HEAD = {0xD9: 2, 0xDA: 3, 0xDB: 5, 0xC4: 2, 0xC5: 3, 0xC6: 5} | {
+    b: 1 for b in range(0xA0, 0xC0)
+}
 
 
 def _cdc(data: bytes, start: int, end: int, out: list[int]) -> None:
     out.extend(start + c for c in chunk_cuts(memoryview(data)[start:end]))
 
 
-def value_cuts(data: bytes, *, canonical: bool) -> list[int]:
-    """Chunk end offsets of ``data`` (see the module docstring); the last is ``len(data)``."""
+def value_cuts(data: bytes, *, canonical: bool) -> tuple[int, list[int]]:
+    """(head, chunk end offsets) of ``data`` (see the module docstring).
+
+    ``head`` is the size of a canonical value's msgpack header (array, map,
+    str or bin), which holds its length and so changes on every append: it is
+    kept in the root, not in a chunk. The chunks cover ``data[head:]``; the
+    last offset is ``len(data)``.
+    """
     cuts: list[int] = []
-    if not data:
-        return cuts
-    if not canonical or (data[0] not in _ARRAY and data[0] not in _MAP):
-        _cdc(data, 0, len(data), cuts)
-        return cuts
+    first = data[0] if data else None
+    if not canonical or first is None or (first not in _ARRAY and first not in _MAP):
+        head = _STRING_HEAD.get(first, 0) if canonical and first is not None else 0
+        if head < len(data):
+            _cdc(data, head, len(data), cuts)
+        return head, cuts
     unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1))
     unpacker.feed(data)
-    is_map = data[0] in _MAP
+    is_map = first in _MAP
     count = unpacker.read_map_header() if is_map else unpacker.read_array_header()
-    start = unpacker.tell()
-    cuts.append(start)
+    head = start = unpacker.tell()
     for _ in range(count):
         unpacker.skip()
         if is_map:
@@ -104,7 +116,7 @@ def value_cuts(data: bytes, *, canonical: bool) -> list[int]:
             start = end
     if start < len(data):
         cuts.append(len(data))  # the tail run is shorter than RUN_MIN
-    return cuts
+    return head, cuts
 
 
 @dataclass
@@ -126,40 +138,40 @@ def _ends_node(key: bytes, count: int) -> bool:
 
 
 def build_tree(data: bytes, *, canonical: bool) -> ChunkTree:
-    """Cut ``data``, hash every chunk (one native call) and build the node levels."""
-    cuts = value_cuts(data, canonical=canonical)
-    offsets = [0, *cuts]
+    """Cut ``data``, hash every chunk (one native call), build the complete nodes and the root."""
+    head, cuts = value_cuts(data, canonical=canonical)
+    offsets = [head, *cuts]
     digests = digest_batch(data, offsets)
     keys = [digests[i : i + DIGEST_SIZE] for i in range(0, len(digests), DIGEST_SIZE)]
     tree = ChunkTree(whole=digest(data), root=b"")
-    tree.chunks = [
-        (frame_key(k), offsets[i], offsets[i + 1]) for i, k in enumerate(keys)
-    ]
+    tree.chunks = [(frame_key(k), offsets[i], offsets[i + 1]) for i, k in enumerate(keys)]
     sizes = [b - a for a, b in zip(offsets, cuts, strict=False)]
+    spine: list[bytes] = []
     level = 1
     while True:
-        groups: list[tuple[list[bytes], int]] = []
+        complete: list[bytes] = []
+        complete_sizes: list[int] = []
         run: list[bytes] = []
         span = 0
         for key, size in zip(keys, sizes, strict=True):
             run.append(key)
             span += size
             if _ends_node(key, len(run)):
-                groups.append((run, span))
+                node = encode_value([level, span, b"".join(run)])
+                node_key = digest(node)
+                tree.nodes[node_key] = node
+                complete.append(node_key)
+                complete_sizes.append(span)
                 run, span = [], 0
-        if run:
-            groups.append((run, span))
-        keys, sizes = [], []
-        for entries, span in groups:
-            node = encode_value([level, span, entries])
-            key = digest(node)
-            tree.nodes[key] = node
-            keys.append(key)
-            sizes.append(span)
-        if len(keys) == 1:
-            tree.root = keys[0]
-            return tree
+        spine.append(b"".join(run))  # this level's tail: in the root, never a node of its own
+        if not complete:
+            break
+        keys, sizes = complete, complete_sizes
         level += 1
+    root = encode_value({"head": data[:head], "size": len(data), "spine": spine})
+    tree.root = digest(root)
+    tree.nodes[tree.root] = root
+    return tree
 
 
 def stash_tree(
@@ -185,28 +197,78 @@ def _bad(what: str, where: str, got: object = None, expected: object = None) -> 
     return IntegrityError(what, where=where, expected=expected, got=got)
 
 
-def read_index(raw: bytes | memoryview, where: str) -> tuple[int, int, list[bytes]]:
-    """(level, size, child digests) of a node; level 0 is a layout-2 chunk index."""
+def _malformed(raw: bytes | memoryview, where: str) -> IntegrityError:
+    return _bad("chunk index is malformed", where, got=bytes(raw)[:64])
+
+
+def _digests(value: object) -> bool:
+    return isinstance(value, bytes) and len(value) % DIGEST_SIZE == 0
+
+
+def _split(joined: bytes) -> list[bytes]:
+    return [joined[i : i + DIGEST_SIZE] for i in range(0, len(joined), DIGEST_SIZE)]
+
+
+def _decode(raw: bytes | memoryview, where: str) -> Any:
     try:
-        value: Any = decode_value(raw)
+        return decode_value(raw)
     except CanonicalEncodingError as exc:
         raise _bad("chunk index is malformed", where, got=str(exc)) from None
+
+
+def read_root(raw: bytes | memoryview, where: str) -> tuple[bytes, int, list[list[bytes]]]:
+    """(head, size, spine) of a chunk tree root.
+
+    The spine lists each level's tail from level 1 (chunk digests) up.
+    """
+    value = _decode(raw, where)
+    ok = (
+        isinstance(value, dict)
+        and sorted(value) == ["head", "size", "spine"]
+        and isinstance(value["head"], bytes)
+        and type(value["size"]) is int
+        and value["size"] >= 0
+        and isinstance(value["spine"], list)
+        and 1 <= len(value["spine"]) <= MAX_LEVEL
+        and all(_digests(tail) for tail in value["spine"])
+    )
+    if not ok:
+        raise _malformed(raw, where)
+    return value["head"], value["size"], [_split(tail) for tail in value["spine"]]
+
+
+def read_v2_index(raw: bytes | memoryview, where: str) -> tuple[int, list[bytes]] | None:
+    """(size, chunk digests) of a layout-2 chunk index, None when ``raw`` is not one."""
+    value = _decode(raw, where)
     if isinstance(value, list) and len(value) == 2:
-        value = [0, *value]
+        keys = value[1]
+        if (
+            type(value[0]) is int
+            and value[0] >= 0
+            and isinstance(keys, list)
+            and all(isinstance(k, bytes) and len(k) == DIGEST_SIZE for k in keys)
+        ):
+            return value[0], keys
+        raise _malformed(raw, where)
+    return None
+
+
+def read_node(raw: bytes | memoryview, where: str) -> tuple[int, int, list[bytes]]:
+    """(level, size, entries) of a complete node."""
+    value = _decode(raw, where)
     ok = (
         isinstance(value, list)
         and len(value) == 3
         and type(value[0]) is int
-        and 0 <= value[0] <= MAX_LEVEL
+        and 1 <= value[0] <= MAX_LEVEL
         and type(value[1]) is int
         and value[1] >= 0
-        and isinstance(value[2], list)
-        and all(isinstance(k, bytes) and len(k) == DIGEST_SIZE for k in value[2])
-        and (value[0] == 0 or value[2])
+        and _digests(value[2])
+        and value[2]
     )
     if not ok:
-        raise _bad("chunk index is malformed", where, got=bytes(raw)[:64])
-    return value[0], value[1], value[2]
+        raise _malformed(raw, where)
+    return value[0], value[1], _split(value[2])
 
 
 def _get(txn: Txn[memoryview], objects: Any, key: bytes, where: str) -> memoryview:
@@ -216,33 +278,38 @@ def _get(txn: Txn[memoryview], objects: Any, key: bytes, where: str) -> memoryvi
     return view
 
 
+def _checked_plain(
+    txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
+) -> memoryview:
+    raw = _get(txn, objects, key, where)
+    if verify and digest(raw) != key:
+        raise _bad(
+            "object bytes do not match their digest",
+            where,
+            got=digest(raw).hex(),
+            expected=bytes(key).hex(),
+        )
+    return raw
+
+
 def load_tree(
     txn: Txn[memoryview], objects: Any, root: bytes, whole: bytes, *, verify: bool, where: str
 ) -> bytes:
     """Reassemble a chunk tree (or a layout-2 index) and check it against ``whole``."""
     pieces: list[bytes] = []
-    root_raw = _get(txn, objects, root, f"{where} (chunk index)")
-    if verify and digest(root_raw) != root:
-        raise _bad(
-            "object bytes do not match their digest",
-            f"{where} (chunk index)",
-            got=digest(root_raw).hex(),
-            expected=bytes(root).hex(),
-        )
-    level, size, keys = read_index(root_raw, f"{where} (chunk index)")
-    if level == 0:
-        for i, key in enumerate(keys):
-            view = _get(txn, objects, key, f"{where} chunk {i}")
-            if verify and digest(view) != key:
-                raise _bad(
-                    "object bytes do not match their digest",
-                    f"{where} chunk {i}",
-                    got=digest(view).hex(),
-                    expected=key.hex(),
-                )
+    at = f"{where} (chunk index)"
+    root_raw = _checked_plain(txn, objects, root, verify=verify, where=at)
+    v2 = read_v2_index(root_raw, at)
+    if v2 is not None:
+        size = v2[0]
+        for i, key in enumerate(v2[1]):
+            view = _checked_plain(txn, objects, key, verify=verify, where=f"{where} chunk {i}")
             pieces.append(bytes(view))
     else:
-        _walk(txn, objects, (level, size, keys), pieces, verify=verify, where=where)
+        head, size, spine = read_root(root_raw, at)
+        pieces.append(head)
+        for level in range(len(spine), 0, -1):  # oldest bytes sit in the top level's tail
+            _walk(txn, objects, (level, -1, spine[level - 1]), pieces, verify=verify, where=where)
     data = b"".join(pieces)
     if len(data) != size or (verify and digest(data) != whole):
         raise _bad(
@@ -263,31 +330,31 @@ def _walk(
     verify: bool,
     where: str,
 ) -> int:
-    """Append the chunks under a node of ``level`` to ``out``; return their byte count.
+    """Append the chunks under ``node`` (level, size or -1 unchecked, entries) to ``out``.
 
-    A verified read checks each node's size against the bytes under it.
+    Returns their byte count; a verified read checks each node's size.
     """
     level, size, keys = node
     total = 0
     if level == 1:
+        get = txn.get
         for key in keys:
-            fkey = frame_key(key)
-            at = f"{where} chunk {key.hex()}"
-            view = _get(txn, objects, fkey, at)
-            piece = check_frame(fkey, view, at) if verify else decode_frame(view, at)
+            fkey = key + FRAME_TAG
+            view = get(fkey, None, objects)
+            if view is None:
+                raise IntegrityError("chunk not in the store", where=where, got=key.hex())
+            # The frame's own errors name the key: "where" stays the node's.
+            piece = check_frame(fkey, view, where) if verify else decode_frame(view, where)
             out.append(piece)
             total += len(piece)
     else:
         for key in keys:
             at = f"{where} node {key.hex()}"
-            raw = _get(txn, objects, key, at)
-            if verify and digest(raw) != key:
-                raise _bad("object bytes do not match their digest", at, got=digest(raw).hex())
-            child = read_index(raw, at)
+            child = read_node(_checked_plain(txn, objects, key, verify=verify, where=at), at)
             if child[0] != level - 1:
                 raise _bad("chunk tree node is at the wrong level", at, child[0], level - 1)
             total += _walk(txn, objects, child, out, verify=verify, where=at)
-    if verify and total != size:
+    if verify and size >= 0 and total != size:
         raise _bad("chunk tree node spans the wrong size", where, got=total, expected=size)
     return total
 
@@ -302,13 +369,14 @@ def tree_objects(txn: Txn[memoryview], objects: Any, root: bytes) -> Iterator[by
     if raw is None:
         return
     try:
-        level, _, keys = read_index(raw, "")
+        v2 = read_v2_index(raw, "")
+        if v2 is not None:
+            yield from v2[1]
+            return
+        _, _, spine = read_root(raw, "")
     except IntegrityError:
         return
-    if level == 0:
-        yield from keys
-        return
-    stack = [(level, keys)]
+    stack = [(level + 1, keys) for level, keys in enumerate(spine)]
     while stack:
         level, keys = stack.pop()
         for key in keys:
@@ -320,7 +388,7 @@ def tree_objects(txn: Txn[memoryview], objects: Any, root: bytes) -> Iterator[by
             if child is None:
                 continue
             try:
-                child_level, _, child_keys = read_index(child, "")
+                child_level, _, child_keys = read_node(child, "")
             except IntegrityError:
                 continue
             if child_level == level - 1:
