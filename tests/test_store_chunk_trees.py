@@ -33,6 +33,7 @@ from cpstore.store.facade import open as open_store
 from cpstore.store.model import CHUNK_SIZE, STORE_VERSION
 from cpstore.store.objects import chunk_index, put_object
 from cpstore.store.recorder import Recorder
+from cpstore.store.stats import store_stats
 
 WORDS = (
     "the", "planner", "asked", "search", "tool", "for", "weather", "and", "then", "wrote", "a",
@@ -347,3 +348,21 @@ class TestProcesses:
         with open_store(tmp_path / "one") as one:
             # Four runs of the same history store the frames of one run: shared.
             assert frames == {k for k in _objects(one) if is_frame_key(k)}
+
+
+class TestStats:
+    def test_stats_count_logical_unique_and_stored_bytes(self, store: Store) -> None:
+        """Logical counts every checkpoint's whole value; unique each chunk once; stored less."""
+        rec = store.recorder("r")
+        history = _history(40)
+        for step in range(1, 41):
+            rec.checkpoint(step, {"messages": history[:step]})
+        s = store_stats(store)
+        message_bytes = sum(len(encode_value(m)) for m in history)
+        # Every checkpoint references its whole history: ~sum of prefixes.
+        assert s.logical_bytes > 15 * message_bytes
+        # Unique bytes: each message once, plus nodes, roots, small parts.
+        assert message_bytes < s.unique_bytes < 3 * message_bytes
+        assert s.stored_bytes == s.object_bytes < s.unique_bytes
+        assert s.compression_ratio > 1.2
+        assert s.dedupe_ratio == s.logical_bytes / s.unique_bytes

@@ -61,6 +61,10 @@ def _stats(args: argparse.Namespace) -> int:
         "referenced_bytes": s.referenced_bytes,
         "disk_bytes": s.disk_bytes,
         "dedupe_ratio": round(s.dedupe_ratio, 3),
+        "logical_bytes": s.logical_bytes,
+        "unique_bytes": s.unique_bytes,
+        "stored_bytes": s.stored_bytes,
+        "compression_ratio": round(s.compression_ratio, 3),
     }
     if args.json:
         print_json(data)
@@ -69,8 +73,11 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"checkpoints      {s.checkpoints:>12}")
         print(f"refs             {s.refs:>12}")
         print(f"audit records    {s.audit_records:>12}")
-        print(f"referenced       {human(s.referenced_bytes):>12}")
+        print(f"logical          {human(s.logical_bytes):>12}")
+        print(f"unique           {human(s.unique_bytes):>12}")
+        print(f"stored           {human(s.stored_bytes):>12}")
         print(f"dedupe ratio     {s.dedupe_ratio:>12.2f}x")
+        print(f"compression      {s.compression_ratio:>12.2f}x")
         print(f"disk (pages)     {human(s.disk_bytes):>12}")
     return EXIT_OK
 

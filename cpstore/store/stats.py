@@ -1,10 +1,14 @@
-"""Store statistics: object counts, bytes, and how much content addressing saves."""
+"""Store statistics: object counts, bytes, and what deduplication and compression save."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from cpstore.errors import IntegrityError
+from cpstore.store.chunk_tree import read_root, read_v2_index
+from cpstore.store.codec import frame_content_size, is_frame_key
 from cpstore.store.manifest import decode_manifest, manifest_references
 from cpstore.store.model import unpack_checkpoint_value
 
@@ -19,9 +23,9 @@ class StoreStats:
     """What a store holds (``cpstore stats``)."""
 
     objects: int
-    """Distinct objects (blobs keyed by digest)."""
+    """Distinct objects (blobs keyed by digest; framed chunks included)."""
     object_bytes: int
-    """Bytes of all distinct objects: what is actually stored once."""
+    """Bytes of all distinct objects as stored (compressed chunks at their stored size)."""
     checkpoints: int
     """Checkpoints (manifests) in the store."""
     refs: int
@@ -29,39 +33,82 @@ class StoreStats:
     audit_records: int
     """Records in the hash-chained audit log."""
     referenced_bytes: int
-    """Bytes the checkpoints reference, counting an object once per checkpoint naming it."""
+    """Logical bytes: what the checkpoints reference, counting an object once per
+    checkpoint naming it, a chunked value at its whole size, before compression."""
     disk_bytes: int
     """Bytes of the data file that hold pages."""
+    unique_bytes: int = 0
+    """Bytes of all distinct objects before compression (a chunk at its own size)."""
+
+    @property
+    def logical_bytes(self) -> int:
+        """What a store without deduplication or compression would hold (``referenced_bytes``)."""
+        return self.referenced_bytes
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of all distinct objects as stored (``object_bytes``)."""
+        return self.object_bytes
 
     @property
     def dedupe_ratio(self) -> float:
-        """referenced_bytes / object_bytes: how many times each stored byte is reused."""
-        return self.referenced_bytes / self.object_bytes if self.object_bytes else 1.0
+        """logical_bytes / unique_bytes: how many times each unique byte is referenced."""
+        return self.referenced_bytes / self.unique_bytes if self.unique_bytes else 1.0
+
+    @property
+    def compression_ratio(self) -> float:
+        """unique_bytes / stored_bytes: what compression of chunks saves (1.0: nothing)."""
+        return self.unique_bytes / self.object_bytes if self.object_bytes else 1.0
+
+
+def _whole_size(raw: Any) -> int:
+    """Size of the value a chunk tree root (or layout-2 index) stands for; 0 when damaged."""
+    try:
+        v2 = read_v2_index(raw, "")
+        return v2[0] if v2 is not None else read_root(raw, "")[1]
+    except IntegrityError:
+        return 0
 
 
 def store_stats(store: Store) -> StoreStats:
     """Walk the store once (one read transaction) and count."""
     sizes: dict[bytes, int] = {}
+    stored = 0
     referenced = 0
+    whole: dict[bytes, int] = {}
     checkpoints = refs = audit = 0
+    objects = store.backend.db("objects")
     with store.backend.read_txn() as txn:
-        with txn.cursor(db=store.backend.db("objects")) as cur:
+        with txn.cursor(db=objects) as cur:
             for key, value in cur:
-                sizes[bytes(key)] = len(value)
+                stored += len(value)
+                size = len(value)
+                if is_frame_key(key):
+                    with suppress(IntegrityError):  # damaged: counted as stored
+                        size = frame_content_size(value, "")
+                sizes[bytes(key)] = size
         with txn.cursor(db=store.backend.db("checkpoints")) as cur:
             for key, value in cur:
                 checkpoints += 1
                 created, body = unpack_checkpoint_value(value)
                 manifest = decode_manifest(bytes(key), body, created)
-                referenced += sum(sizes.get(d, 0) for _, d in manifest_references(manifest.raw))
+                for field, d in manifest_references(manifest.raw):
+                    if field.startswith("state.chunked"):
+                        if d not in whole:
+                            raw = txn.get(d, None, objects)
+                            whole[d] = 0 if raw is None else _whole_size(raw)
+                        referenced += whole[d]
+                    else:
+                        referenced += sizes.get(d, 0)
         refs = txn.stat(store.backend.db("refs"))["entries"]
         audit = txn.stat(store.backend.db("audit"))["entries"]
     return StoreStats(
         objects=len(sizes),
-        object_bytes=sum(sizes.values()),
+        object_bytes=stored,
         checkpoints=checkpoints,
         refs=refs,
         audit_records=audit,
         referenced_bytes=referenced,
         disk_bytes=store.disk_bytes(),
+        unique_bytes=sum(sizes.values()),
     )
