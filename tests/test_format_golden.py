@@ -202,7 +202,7 @@ def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) ->
 # -- store layout 4: chunk trees and framed chunks (issue 16, docs/format.md) -------
 
 #: Twelve 480-byte strs: one element per chunk (each >= RUN_MIN), the array header in the root.
-_TREE_VALUE = [("message %03d " % i) * 40 for i in range(12)]
+_TREE_VALUE = [f"message {i:03d} " * 40 for i in range(12)]
 _TREE_ROOT = (
     "83a468656164c4019ca473697a65cd16a5a57370696e6592c450156916c4c37604817fbb975cb3c8e05d"
     "69791cb1cd5953a6778c95bc1259ad2b7638cf324489515990a34c0b6da3f1ba7c1f51ae96fa8ecc8e0e"
