@@ -9,6 +9,7 @@ would repeat and flatter deduplication). Same seed, same text.
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections import defaultdict
@@ -27,7 +28,7 @@ def _chain() -> tuple[dict[str, list[str]], list[str]]:
     )
     words = re.findall(r"\S+", text)
     follow: dict[str, list[str]] = defaultdict(list)
-    for a, b in zip(words, words[1:], strict=False):
+    for a, b in itertools.pairwise(words):
         follow[a].append(b)
     return dict(follow), words
 

@@ -30,9 +30,9 @@ import pytest
 
 from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
 from cpstore.decision.validate import validate
+from cpstore.store.codec import FRAME_KEY_SIZE
 from cpstore.store.facade import open as open_store
 from cpstore.store.manifest import manifest_references
-from cpstore.store.codec import FRAME_KEY_SIZE
 from cpstore.store.verify import children as _children
 
 
