@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cpstore.errors import InvalidInputError
-from cpstore.native import binding, chunking
+from cpstore.native import binding, chunking, reference
 from cpstore.native.chunking import CHUNK_AVG, CHUNK_MAX, CHUNK_MIN, cut_points
 
 QUICK = os.environ.get("CPSTORE_NATIVE_QUICK") == "1"
@@ -112,6 +112,7 @@ def test_chunk_digests_are_the_digests_of_the_cut_chunks() -> None:
     data = _random(300_000, 3)
     cuts, digests = binding.chunk_digests(data)
     assert cuts == cut_points(data)
+    assert (cuts, digests) == reference.chunk_digests(data)
     starts = [0, *cuts[:-1]]
     want = b"".join(binding.digest(data[a:b]) for a, b in zip(starts, cuts, strict=True))
     assert digests == want

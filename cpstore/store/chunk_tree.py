@@ -35,9 +35,9 @@ from typing import Any
 
 import msgpack
 
-from cpstore.errors import CanonicalEncodingError, IntegrityError
+from cpstore.errors import IntegrityError
 from cpstore.native.binding import chunk_cuts, digest, digest_batch
-from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.canonical import encode_value
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.backend import Txn
@@ -210,10 +210,12 @@ def _split(joined: bytes) -> list[bytes]:
 
 
 def _decode(raw: bytes | memoryview, where: str) -> Any:
+    # Plain msgpack, not decode_value's canonical re-encoding: a node's bytes
+    # are checked against its digest, and its shape by the callers.
     try:
-        return decode_value(raw)
-    except CanonicalEncodingError as exc:
-        raise _bad("chunk index is malformed", where, got=str(exc)) from None
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False, use_list=True)
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise _bad("chunk index is malformed", where, got=str(exc) or type(exc).__name__) from None
 
 
 def read_root(raw: bytes | memoryview, where: str) -> tuple[bytes, int, list[list[bytes]]]:
@@ -343,8 +345,13 @@ def _walk(
             view = get(fkey, None, objects)
             if view is None:
                 raise IntegrityError("chunk not in the store", where=where, got=key.hex())
-            # The frame's own errors name the key: "where" stays the node's.
-            piece = check_frame(fkey, view, where) if verify else decode_frame(view, where)
+            try:
+                piece = check_frame(fkey, view, where) if verify else decode_frame(view, where)
+            except IntegrityError as exc:  # name the frame (built only on this path)
+                raise IntegrityError(
+                    exc.what, where=f"{where} (objects/{fkey.hex()})", expected=exc.expected,
+                    got=exc.got,
+                ) from None
             out.append(piece)
             total += len(piece)
     else:

@@ -116,7 +116,7 @@ def frame_content_size(value: bytes | memoryview, where: str) -> int:
         raise _bad("framed object has an unknown codec", where, expected=(0, 1), got=codec)
     if len(value) < 1 + _SIZE_BYTES:
         raise _bad("framed object is shorter than its header", where, got=len(value))
-    size = int.from_bytes(bytes(value[1 : 1 + _SIZE_BYTES]), "little")
+    size = int.from_bytes(value[1 : 1 + _SIZE_BYTES], "little")
     if size > MAX_FRAME_CONTENT:
         raise _bad(
             "framed object declares more bytes than a frame may hold (refused before inflating)",
@@ -132,7 +132,7 @@ def decode_frame(value: bytes | memoryview, where: str) -> bytes:
     size = frame_content_size(value, where)
     if value[0] == CODEC_STORED:
         return bytes(value[1:])
-    body = bytes(value[1 + _SIZE_BYTES :])
+    body = memoryview(value)[1 + _SIZE_BYTES :]  # zstandard reads any buffer: no copy
     try:
         # The zstd frame header's own size must be the declared one: the
         # decompressor allocates what the header says, so check it first.
