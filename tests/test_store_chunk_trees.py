@@ -366,3 +366,23 @@ class TestStats:
         assert s.stored_bytes == s.object_bytes < s.unique_bytes
         assert s.compression_ratio > 1.2
         assert s.dedupe_ratio == s.logical_bytes / s.unique_bytes
+
+
+class TestRetentionWalk:
+    def test_a_shared_node_is_walked_once_and_its_chunks_stay_marked(self, store: Store) -> None:
+        """tree_objects with a walked set names a shared node but does not walk it again."""
+        rec = store.recorder("r")
+        a = rec.checkpoint(1, {"h": _history(200)})
+        b = rec.checkpoint(2, {"h": _history(201)})
+        objects = store.backend.db("objects")
+        with store.backend.read_txn() as txn:
+            roots = []
+            for cid in (a, b):
+                m = store.backend.load_manifest(txn, bytes.fromhex(cid), verify=True)
+                roots.append(m.raw["state"]["chunked"]["h"])
+            full_b = list(chunk_tree.tree_objects(txn, objects, roots[1]))
+            walked: set[bytes] = set()
+            first = set(chunk_tree.tree_objects(txn, objects, roots[0], walked))
+            second = list(chunk_tree.tree_objects(txn, objects, roots[1], walked))
+        assert walked and len(second) < len(full_b)
+        assert first | set(second) == first | set(full_b)

@@ -366,11 +366,15 @@ def _walk(
     return total
 
 
-def tree_objects(txn: Txn[memoryview], objects: Any, root: bytes) -> Iterator[bytes]:
+def tree_objects(
+    txn: Txn[memoryview], objects: Any, root: bytes, walked: set[bytes] | None = None
+) -> Iterator[bytes]:
     """Keys of every object under a root (nodes and frames; chunks of a layout-2 index).
 
     Missing or malformed nodes end their branch quietly: callers (retention,
-    verify) report those themselves.
+    verify) report those themselves. With ``walked``, a complete node already
+    in it is yielded but not descended into (the caller walked it before), and
+    every node descended into is added to it.
     """
     raw = txn.get(root, None, objects)
     if raw is None:
@@ -391,6 +395,10 @@ def tree_objects(txn: Txn[memoryview], objects: Any, root: bytes) -> Iterator[by
                 yield frame_key(key)
                 continue
             yield key
+            if walked is not None:
+                if key in walked:
+                    continue
+                walked.add(key)
             child = txn.get(key, None, objects)
             if child is None:
                 continue

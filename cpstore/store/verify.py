@@ -43,10 +43,16 @@ def child_kind(field: str) -> str | None:
     return None
 
 
-def children(txn: Txn[memoryview], objects: Any, field: str, key: bytes) -> Iterable[bytes]:
-    """Objects an object names: chunks of a chunk index, payloads of a log."""
+def children(
+    txn: Txn[memoryview], objects: Any, field: str, key: bytes, walked: set[bytes] | None = None
+) -> Iterable[bytes]:
+    """Objects an object names: nodes and chunks of a chunk tree, payloads of a log.
+
+    ``walked`` (chunk trees): complete nodes already expanded by an earlier
+    call, whose descendants the caller holds; they are named, not walked again.
+    """
     if field.startswith("state.chunked"):
-        yield from tree_objects(txn, objects, key)  # nodes and chunk frames (issue 16)
+        yield from tree_objects(txn, objects, key, walked)  # nodes and frames (issue 16)
     elif field in ("observations", "effects"):
         slot = 2
         for entry in _decode_list(txn, objects, key):
