@@ -8,6 +8,7 @@ the appended bytes, damage and decompression bombs are refused by name, old
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import random
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import lmdb
 import pytest
 
+from cpstore import cli
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
@@ -386,3 +388,23 @@ class TestRetentionWalk:
             second = list(chunk_tree.tree_objects(txn, objects, roots[1], walked))
         assert walked and len(second) < len(full_b)
         assert first | set(second) == first | set(full_b)
+
+
+def test_cli_stats_prints_logical_unique_stored_and_compression(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cpstore stats --json` carries the four issue-16 figures, consistent with store_stats."""
+    path = tmp_path / "s"
+    with open_store(path) as st:
+        rec = st.recorder("r")
+        for step in range(1, 21):
+            rec.checkpoint(step, {"messages": _history(step + 5)})
+        want = store_stats(st)
+    assert cli.main(["stats", "--store", str(path), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["logical_bytes"] == want.logical_bytes > got["unique_bytes"] == want.unique_bytes
+    assert got["stored_bytes"] == want.stored_bytes < want.unique_bytes
+    assert got["compression_ratio"] == round(want.compression_ratio, 3) > 1.0
+    assert cli.main(["stats", "--store", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "compression" in text and "logical" in text and "stored" in text
