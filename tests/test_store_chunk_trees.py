@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -320,6 +321,29 @@ class TestRetention:
             reach = set(chunk_tree.tree_objects(txn, store.backend.db("objects"), root))
         frames = {k for k in _objects(store) if is_frame_key(k)}
         assert frames == {k for k in reach if is_frame_key(k)}
+
+
+class TestThreads:
+    def test_threads_reading_compressed_chunks_get_equal_values(self, store: Store) -> None:
+        """Four threads inflate the same frames at once (per-thread zstd contexts)."""
+        history = _history(60)
+        cid = store.recorder("r").checkpoint(1, {"h": history})
+        errors: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                for _ in range(15):
+                    with store.read(cid) as cp:
+                        assert cp.state_part("h") == history
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
 
 
 def _grow(path: str, run: str, steps: int) -> str:
