@@ -21,7 +21,7 @@ import pytest
 from cpstore import cli
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest
-from cpstore.native.canonical import encode_value
+from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store import chunk_tree, codec
 from cpstore.store.chunk_tree import RUN_MIN, TREE_THRESHOLD, build_tree, value_cuts
 from cpstore.store.codec import (
@@ -432,3 +432,12 @@ def test_cli_stats_prints_logical_unique_stored_and_compression(
     assert cli.main(["stats", "--store", str(path)]) == 0
     text = capsys.readouterr().out
     assert "compression" in text and "logical" in text and "stored" in text
+
+
+def test_nodes_and_roots_are_canonical_encodings() -> None:
+    """Every node and root build_tree writes is exactly encode_value of what it decodes to."""
+    for value in (_history(300), _text(200_000, 11)):
+        tree = build_tree(encode_value(value), canonical=True)
+        assert len(tree.nodes) > 2
+        for node in tree.nodes.values():
+            assert encode_value(decode_value(node)) == node

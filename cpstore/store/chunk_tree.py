@@ -37,7 +37,6 @@ import msgpack
 
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import chunk_cuts, digest, digest_batch
-from cpstore.native.canonical import encode_value
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.backend import Txn
@@ -133,6 +132,15 @@ class ChunkTree:
     """(frame key, start, end) of each chunk, in order."""
 
 
+def _pack(value: list[Any] | dict[str, Any]) -> bytes:
+    """Canonical bytes of a node or root: non-negative ints, bytes, lists, and a map
+    whose keys ("head" < "size" < "spine") are given in canonical order, which is all
+    msgpack's packer needs to write exactly what ``encode_value`` would (pinned by
+    tests/test_format_golden.py and tests/test_store_chunk_trees.py)."""
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
 def _ends_node(key: bytes, count: int) -> bool:
     return not key[DIGEST_SIZE - 1] & FANOUT_BITS or count >= MAX_FANOUT
 
@@ -144,7 +152,8 @@ def build_tree(data: bytes, *, canonical: bool) -> ChunkTree:
     digests = digest_batch(data, offsets)
     keys = [digests[i : i + DIGEST_SIZE] for i in range(0, len(digests), DIGEST_SIZE)]
     tree = ChunkTree(whole=digest(data), root=b"")
-    tree.chunks = [(frame_key(k), offsets[i], offsets[i + 1]) for i, k in enumerate(keys)]
+    tag = FRAME_TAG
+    tree.chunks = [(k + tag, offsets[i], offsets[i + 1]) for i, k in enumerate(keys)]
     sizes = [b - a for a, b in zip(offsets, cuts, strict=False)]
     spine: list[bytes] = []
     level = 1
@@ -157,7 +166,7 @@ def build_tree(data: bytes, *, canonical: bool) -> ChunkTree:
             run.append(key)
             span += size
             if _ends_node(key, len(run)):
-                node = encode_value([level, span, b"".join(run)])
+                node = _pack([level, span, b"".join(run)])
                 node_key = digest(node)
                 tree.nodes[node_key] = node
                 complete.append(node_key)
@@ -168,7 +177,7 @@ def build_tree(data: bytes, *, canonical: bool) -> ChunkTree:
             break
         keys, sizes = complete, complete_sizes
         level += 1
-    root = encode_value({"head": data[:head], "size": len(data), "spine": spine})
+    root = _pack({"head": data[:head], "size": len(data), "spine": spine})
     tree.root = digest(root)
     tree.nodes[tree.root] = root
     return tree
