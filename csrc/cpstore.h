@@ -124,4 +124,23 @@ typedef struct {
 
 int cp_scan_tokens(const uint8_t *records, size_t len, cp_token_scan *out);
 
+/* ---- issue 16: content-defined chunking (csrc/cp_chunk.c) -------------- */
+/* Spec: cpstore/native/chunking.py (cut_points); docs/format.md,
+ * "Content-defined chunks". */
+
+#define CP_ERR_CHUNK_PARAMS -21 /* chunk sizes out of bounds (see cp_chunk_cuts) */
+#define CP_ERR_CHUNK_SPACE -22  /* more chunks than the cuts array holds */
+
+/* End offsets (exclusive) of the content-defined chunks of data[0:len] into
+ * cuts[0:*count], the last one len; no chunks for len 0. Sizes must satisfy
+ * 1 <= min_size <= avg_size <= max_size <= 2**30 and avg_size must be a
+ * power of two from 64 (else CP_ERR_CHUNK_PARAMS). Every chunk but the last
+ * is at least min_size bytes, so cap = len / min_size + 1 always suffices;
+ * with less room CP_ERR_CHUNK_SPACE is returned and *count holds the cuts
+ * written. data may be NULL when len is 0, cuts when cap is 0. */
+int cp_chunk_cuts(const uint8_t *data, size_t len, uint32_t min_size, uint32_t avg_size,
+                  uint32_t max_size, uint64_t *cuts, size_t cap, size_t *count);
+
+/* ---- end issue 16 ------------------------------------------------------- */
+
 #endif

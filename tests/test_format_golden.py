@@ -1,4 +1,4 @@
-"""Golden bytes: the version-1 formats (docs/format.md) must never drift."""
+"""Golden bytes: the stored formats (docs/format.md, docs/store.md) must never drift."""
 
 from __future__ import annotations
 
@@ -12,7 +12,11 @@ import xxhash
 import cpstore
 from cpstore.native import records
 from cpstore.native import reference as ref
+from cpstore.native.canonical import encode_value
+from cpstore.store.chunk_tree import build_tree, value_cuts
+from cpstore.store.codec import decode_frame, encode_frame
 from cpstore.store.facade import open as open_store
+from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
 from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
 
 CANONICAL = [
@@ -192,4 +196,46 @@ def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) ->
             raw = bytes(txn.get(REFS_DIGEST_KEY, db=st.backend.db("meta")))
             fmt = cpstore.native.decode_value(txn.get(b"format", db=st.backend.db("meta")))
     assert raw.hex() == "0961205f4cf21499361b3e1d164a506e" + "0200000000000000"
-    assert fmt == {"layout": "cpstore", "version": 2, "digest": "xxh3-128"}
+    assert fmt == {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
+
+
+# -- store layout 3: chunk trees and framed chunks (issue 16, docs/format.md) -------
+
+#: Twelve 480-byte strs: one element per chunk (each >= RUN_MIN), the array header in the root.
+_TREE_VALUE = [f"message {i:03d} " * 40 for i in range(12)]
+_TREE_ROOT = (
+    "83a468656164c4019ca473697a65cd16a5a57370696e6592c450156916c4c37604817fbb975cb3c8e05d"
+    "69791cb1cd5953a6778c95bc1259ad2b7638cf324489515990a34c0b6da3f1ba7c1f51ae96fa8ecc8e0e"
+    "dd011474e15d9c44d261a303365000cfe75067cffa8fc4107946170c918997af6fd6953eb4dede21"
+)
+
+
+def test_chunk_tree_of_a_fixed_list_is_pinned() -> None:
+    """Cuts, root bytes (head, size, spine), a complete node and the frame keys never drift."""
+    enc = encode_value(_TREE_VALUE)
+    assert value_cuts(enc, canonical=True) == (1, [967, 1933, 2899, 3865, 4831, 5797])
+    tree = build_tree(enc, canonical=True)
+    assert tree.whole.hex() == "18ce8c89dffcfd66e50d468e5010cc95"
+    assert tree.root.hex() == "bcdae46b03753d2cafe8ae19c535674c"
+    assert tree.nodes[tree.root].hex() == _TREE_ROOT
+    node = bytes.fromhex("7946170c918997af6fd6953eb4dede21")
+    assert tree.nodes[node].hex() == "9301cd03c6c4108a82a82f23a6e7ca7c0120cda1de0bf4"
+    assert (tree.chunks[0][0].hex(), tree.chunks[0][1:]) == (
+        "8a82a82f23a6e7ca7c0120cda1de0bf401",
+        (1, 967),
+    )
+
+
+def test_frame_bytes_are_pinned() -> None:
+    """A stored frame is 0x00 + bytes; a pinned zstd frame (0x01, size LE32, zstd) decodes."""
+    assert encode_frame(b"abc", compress=False).hex() == "00616263"
+    # Compressor output may change between zstd releases; what was written must still read.
+    written = bytes.fromhex("012c01000028b52ffd602c0055000018616263010026aa6e08")
+    assert decode_frame(written, "golden") == b"abc" * 100
+    assert encode_frame(b"abc" * 100)[:5] == written[:5]
+
+
+def test_store_layout_version_is_3() -> None:
+    """Layout 3 (chunk trees) is what this build writes; 1 and 2 are still read."""
+    assert STORE_VERSION == 3
+    assert set(READABLE_VERSIONS) >= {1, 2, 3}

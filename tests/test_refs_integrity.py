@@ -12,6 +12,7 @@ from cpstore.errors import ConflictError, IntegrityError, NotDescendantError, No
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.model import STORE_VERSION
 from cpstore.store.refs import REFS_DIGEST_KEY, SET, read_ref, unpack_ref, write_ref
 
 
@@ -255,12 +256,12 @@ class TestLayoutUpgrade:
             assert ro.branches("r") == {"main": ids[2], "side": ids[0]}
             assert ro.verify().ok
         with open_store(path) as st:
-            assert st.backend.env.layout == 2
+            assert st.backend.env.layout == STORE_VERSION
             with st.backend.env.env.begin() as txn:
                 fmt = decode_value(txn.get(b"format", db=st.backend.db("meta")))
                 main = unpack_ref(b"r\0main", txn.get(b"r\0main", db=st.backend.db("refs")))
                 side = unpack_ref(b"r\0side", txn.get(b"r\0side", db=st.backend.db("refs")))
-            assert fmt["version"] == 2
+            assert fmt["version"] == STORE_VERSION
             assert main == (bytes.fromhex(ids[2]), 0)  # recorded on main
             assert side == (bytes.fromhex(ids[0]), 1)  # a fork pointer
             report = st.verify()

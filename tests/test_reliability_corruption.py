@@ -30,6 +30,7 @@ import pytest
 
 from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
 from cpstore.decision.validate import validate
+from cpstore.store.codec import FRAME_KEY_SIZE
 from cpstore.store.facade import open as open_store
 from cpstore.store.manifest import manifest_references
 from cpstore.store.verify import children as _children
@@ -100,7 +101,8 @@ for line in sys.stdin:
                     cp.call_graph(); cp.harness_accesses()
             attempt("read", read_all)
             for key in item["reach"]:
-                attempt("get_object", lambda key=key: st.get_object(key))
+                if len(key) == 32:  # a framed chunk (34 hex) is no public object
+                    attempt("get_object", lambda key=key: st.get_object(key))
             attempt("history", lambda: st.history("run"))
             attempt("audit", lambda: list(st.audit_records()))
             def val():
@@ -178,8 +180,10 @@ def _build(path: Path) -> tuple[str, list[str]]:
         first = rec.checkpoint(1, {"small": "s" * 50, "raw": b"R" * 300})
         rec = st.recorder("run", parent=first)
         rec.tokens([("clock", 1.5)])
-        big = bytes(random.Random(1).randbytes(150_000))  # chunked: 3 chunks
-        cid = rec.checkpoint(2, {"small": "t" * 50, "big": big})
+        big = bytes(random.Random(1).randbytes(150_000))  # a chunk tree of stored frames
+        # A chunk tree of compressed frames: element runs of real-looking text.
+        notes = [f"note {i}: the planner asked the search tool again " * 12 for i in range(30)]
+        cid = rec.checkpoint(2, {"small": "t" * 50, "big": big, "notes": notes})
         for i in range(3):
             st.append_audit("note", {"i": i})
         assert _data_verdict(validate(cid, cid, store=st, record=False)) is Verdict.ACCEPT
@@ -276,6 +280,13 @@ def _logical_damages(src: Path, cid: str, reach: list[str]) -> list[tuple[str, s
         out.append((f"object {hexkey} truncate", "objects", key, value[: len(value) // 2]))
         out.append((f"object {hexkey} empty", "objects", key, b""))
         out.append((f"object {hexkey} delete", "objects", key, None))
+        if len(key) == FRAME_KEY_SIZE and value[:1] == b"\x01":  # a zstd frame
+            # A decompression bomb: a declared size past the bound, and a
+            # declared size the zstd header disagrees with.
+            bomb = value[:1] + (1 << 31).to_bytes(4, "little") + value[5:]
+            out.append((f"object {hexkey} bomb", "objects", key, bomb))
+            lie = value[:1] + (int.from_bytes(value[1:5], "little") - 1).to_bytes(4, "little")
+            out.append((f"object {hexkey} size lie", "objects", key, lie + value[5:]))
     ck, cv = _lmdb_get(src, "checkpoints", bytes.fromhex(cid))
     out.append(("manifest flip", "checkpoints", ck, _flip(cv, 8 + len(cv[8:]) // 2)))
     out.append(("manifest truncate", "checkpoints", ck, cv[: 8 + (len(cv) - 8) // 2]))

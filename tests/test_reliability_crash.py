@@ -41,7 +41,9 @@ with open_store(path, durability=mode, batch_size=3) as st:
         rec.effect("db", b"write-%d" % step)
         state[f"p{step % 6}"] = os.urandom(512)
         if step % 11 == 0:
-            state["big"] = os.urandom(90_000)  # chunked part
+            state["big"] = os.urandom(90_000)  # chunk tree of stored frames
+        # A growing history: a chunk tree of zstd frames, one element appended a step.
+        state["history"] = [*state.get("history", []), f"step {step} said: " + "text " * 120]
         seal = step % 3 == 2
         cid = rec.checkpoint(step, dict(state), seal_ledger=seal)
         effects = rec._log("effects").hex()

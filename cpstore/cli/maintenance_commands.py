@@ -141,6 +141,10 @@ def _stats(args: argparse.Namespace) -> int:
         "reusable_bytes": s.reusable_bytes,
         "unreferenced_bytes": s.unreferenced_bytes,
         "dedupe_ratio": round(s.dedupe_ratio, 3),
+        "logical_bytes": s.logical_bytes,
+        "unique_bytes": s.unique_bytes,
+        "stored_bytes": s.stored_bytes,
+        "compression_ratio": round(s.compression_ratio, 3),
     }
     if args.json:
         print_json(data)
@@ -149,8 +153,11 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"checkpoints      {s.checkpoints:>12}")
         print(f"refs             {s.refs:>12}")
         print(f"audit records    {s.audit_records:>12}")
-        print(f"referenced       {human(s.referenced_bytes):>12}")
+        print(f"logical          {human(s.logical_bytes):>12}")
+        print(f"unique           {human(s.unique_bytes):>12}")
+        print(f"stored           {human(s.stored_bytes):>12}")
         print(f"dedupe ratio     {s.dedupe_ratio:>12.2f}x")
+        print(f"compression      {s.compression_ratio:>12.2f}x")
         print(f"unreferenced     {human(s.unreferenced_bytes):>12}  (pinned objects, ledgers)")
         print(f"data file        {human(s.disk_bytes):>12}")
         print(f"reusable         {human(s.reusable_bytes):>12}  (freed by gc; compact shrinks)")

@@ -22,6 +22,8 @@ from cpstore.native.args import (
     field_mask,
     writable_view,
 )
+from cpstore.native.chunking import CHUNK_AVG, CHUNK_MAX, CHUNK_MIN
+from cpstore.native.chunking import check_params as check_chunk_params
 from cpstore.native.records import (
     NONE,
     RECORD_FIELDS,
@@ -47,6 +49,8 @@ except ImportError as exc:  # pragma: no cover - a packaging fault, not input
 __all__ = [
     "SIMD_LEVELS",
     "SequenceHasher",
+    "chunk_cuts",
+    "chunk_digests",
     "digest",
     "digest_batch",
     "digest_batch_into",
@@ -67,6 +71,8 @@ _MESSAGES = {
     lib.CP_ERR_STATE: "streaming state is not initialised or was moved",
     lib.CP_ERR_PARTIAL: "a record is incomplete",
     lib.CP_ERR_UNSUPPORTED: "this CPU lacks that instruction set",
+    lib.CP_ERR_CHUNK_PARAMS: "chunk sizes are out of bounds",
+    lib.CP_ERR_CHUNK_SPACE: "more chunks than the cuts array holds",
 }
 
 #: Kernel choices for :func:`select_simd` (``CP_SIMD_*``).
@@ -308,3 +314,48 @@ def scan_tokens(records: Buffer) -> TokenScan:
         first_seq_break=_index(out.first_seq_break),
         first_malformed=_index(out.first_malformed),
     )
+
+
+# -- issue 16: content-defined chunking (csrc/cp_chunk.c) ----------------------------
+
+
+def chunk_cuts(
+    data: Buffer,
+    min_size: int = CHUNK_MIN,
+    avg_size: int = CHUNK_AVG,
+    max_size: int = CHUNK_MAX,
+) -> list[int]:
+    """End offsets of the content-defined chunks of ``data`` (twin of ``chunking.cut_points``)."""
+    lo, avg, hi = check_chunk_params(min_size, avg_size, max_size)
+    view = as_bytes_view(data, "data")
+    if not view:
+        return []
+    cap = len(view) // lo + 1  # every chunk but the last has >= min_size bytes
+    cuts = _new("uint64_t[]", cap)
+    count = _new("size_t *")
+    rc = lib.cp_chunk_cuts(_buf(view), len(view), lo, avg, hi, cuts, cap, count)
+    _check(rc, "cp_chunk_cuts")
+    return list(cuts[0 : count[0]])
+
+
+def chunk_digests(
+    data: Buffer,
+    min_size: int = CHUNK_MIN,
+    avg_size: int = CHUNK_AVG,
+    max_size: int = CHUNK_MAX,
+) -> tuple[list[int], bytes]:
+    """(chunk end offsets, their digests concatenated: 16 bytes per chunk) in two C calls."""
+    lo, avg, hi = check_chunk_params(min_size, avg_size, max_size)
+    view = as_bytes_view(data, "data")
+    if not view:
+        return [], b""
+    cap = len(view) // lo + 1
+    offsets = _new("uint64_t[]", cap + 1)  # offsets[0] = 0, the cuts after it
+    count = _new("size_t *")
+    buf = _buf(view)
+    rc = lib.cp_chunk_cuts(buf, len(view), lo, avg, hi, offsets + 1, cap, count)
+    _check(rc, "cp_chunk_cuts")
+    n = int(count[0])
+    out = _new("uint8_t[]", 16 * n)
+    _check(lib.cp_digest_batch(buf, len(view), offsets, n, out), "cp_digest_batch")
+    return list(offsets[1 : n + 1]), _buffer(out)[:]

@@ -23,6 +23,8 @@ from cpstore.native.args import (
     field_mask,
     writable_view,
 )
+from cpstore.native.chunking import CHUNK_AVG, CHUNK_MAX, CHUNK_MIN
+from cpstore.native.chunking import cut_points as chunk_cuts
 from cpstore.native.records import (
     NONE,
     RECORD_FIELDS,
@@ -42,6 +44,8 @@ from cpstore.native.records import (
 
 __all__ = [
     "SequenceHasher",
+    "chunk_cuts",
+    "chunk_digests",
     "digest",
     "digest_batch",
     "digest_batch_into",
@@ -183,3 +187,16 @@ def scan_tokens(records: Buffer) -> TokenScan:
         first_seq_break=None if first_break == NONE else first_break,
         first_malformed=None if first_bad == NONE else first_bad,
     )
+
+
+def chunk_digests(
+    data: Buffer,
+    min_size: int = CHUNK_MIN,
+    avg_size: int = CHUNK_AVG,
+    max_size: int = CHUNK_MAX,
+) -> tuple[list[int], bytes]:
+    """(chunk end offsets, their digests concatenated); ``chunk_cuts`` is chunking.cut_points."""
+    view = as_bytes_view(data, "data")
+    cuts = chunk_cuts(view, min_size, avg_size, max_size)
+    starts = [0, *cuts[:-1]]
+    return cuts, b"".join(digest(view[a:b]) for a, b in zip(starts, cuts, strict=True))

@@ -23,6 +23,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import DIGEST_SIZE, Digest
 
 __all__ = [
+    "BARE_REF_LAYOUTS",
     "CHUNK_SIZE",
     "MANIFEST_VERSION",
     "MAX_NAME_BYTES",
@@ -43,14 +44,22 @@ __all__ = [
     "split_ref_key",
 ]
 
+# -- store layout versions: every version number the code checks is here -----
 #: Version of the store layout (named databases and key layouts, docs/store.md).
-STORE_VERSION = 2
-#: Layouts a store may have on open: 1 is upgraded in place on a writable open
-#: and read as it is on a read-only one (docs/store.md, "Store layout versions").
-READABLE_VERSIONS = (1, 2)
+#: 3 (issue 16): chunked values are chunk trees over content-defined, framed
+#: (compressed) chunks.
+STORE_VERSION = 3
+#: Layouts a store may have on open: older ones are upgraded in place on a
+#: writable open and read as they are on a read-only one (docs/store.md,
+#: "Store layout versions").
+READABLE_VERSIONS = (1, 2, 3)
+#: Layouts whose ref values are bare ids: their upgrade rewrites the refs table.
+BARE_REF_LAYOUTS = (1,)
+# -----------------------------------------------------------------------------
 #: Version of the manifest encoding (docs/store.md, "Manifest format version 1").
 MANIFEST_VERSION = 1
-#: State parts (and bytes states) whose encoding is longer than this are chunked.
+#: Chunk size of layout-2 chunk indexes (read, no longer written: layout 3
+#: stores chunk trees, cpstore/store/chunk_tree.py).
 CHUNK_SIZE = 64 * 1024
 #: Largest single object accepted (1 GiB); larger values are refused, never cut.
 MAX_OBJECT_SIZE = 1 << 30

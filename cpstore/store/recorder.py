@@ -35,6 +35,7 @@ from cpstore.run.nodes import decision_node
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
+from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.manifest import (
     encode_digest_map,
     encode_manifest_parts,
@@ -42,7 +43,6 @@ from cpstore.store.manifest import (
     manifest_references,
 )
 from cpstore.store.model import (
-    CHUNK_SIZE,
     MAX_OBJECT_SIZE,
     CheckpointWrite,
     as_payload,
@@ -51,7 +51,7 @@ from cpstore.store.model import (
     pack_checkpoint_value,
     parse_id,
 )
-from cpstore.store.objects import chunk_index, get_object
+from cpstore.store.objects import get_object
 
 __all__ = ["Recorder"]
 
@@ -325,20 +325,21 @@ class Recorder:
 
     # -- checkpoint ----------------------------------------------------------
 
-    def _blob(self, data: bytes, chunked: dict[str, bytes], name: str) -> bytes:
-        if len(data) > CHUNK_SIZE:
-            chunks, index = chunk_index(data)
-            for chunk in chunks:
-                self._chunks.append(self._stash(chunk))
-            chunked[name] = self._stash(index)
-            return digest(data)
+    def _blob(
+        self, data: bytes, chunked: dict[str, bytes], name: str, *, canonical: bool = True
+    ) -> bytes:
+        if len(data) > TREE_THRESHOLD:  # issue 16: a chunk tree (docs/format.md)
+            tree = build_tree(data, canonical=canonical)
+            self._chunks.extend(stash_tree(tree, data, self._pending, self._confirmed))
+            chunked[name] = tree.root
+            return tree.whole
         return self._stash(data)
 
     def _state(self, state: bytes | Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
         """The manifest's state map and its canonical bytes."""
         chunked: dict[str, bytes] = {}
         if isinstance(state, (bytes, bytearray, memoryview)):
-            whole = self._blob(as_payload(state, "state"), chunked, "bytes")
+            whole = self._blob(as_payload(state, "state"), chunked, "bytes", canonical=False)
             st = {"kind": "bytes", "digest": whole, "parts": {}, "chunked": chunked}
             return st, encode_state(st, b"\x80")
         if not isinstance(state, Mapping):

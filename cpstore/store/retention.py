@@ -132,13 +132,17 @@ def _sweep(
         # that has children, so each (object, role kind) is expanded once.
         marked: set[bytes] = set()
         expanded: set[tuple[bytes, str]] = set()
+        # Complete chunk-tree nodes never change: one walk marks what is under
+        # each, however many roots share it (live roots are walked first, so a
+        # node shared with a dead one keeps its chunks out of the candidates).
+        tree_walked: set[bytes] = set()
 
         def mark(into: set[bytes], field: str, key: bytes) -> None:
             into.add(key)
             kind = child_kind(field)
             if kind is not None and (key, kind) not in expanded:
                 expanded.add((key, kind))
-                into.update(bytes(c) for c in children(txn, objects, field, key))
+                into.update(bytes(c) for c in children(txn, objects, field, key, tree_walked))
 
         for m in live_cps.values():
             for field, key in manifest_references(m.raw):

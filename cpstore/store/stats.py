@@ -1,10 +1,14 @@
-"""Store statistics: object counts, bytes, and how much content addressing saves."""
+"""Store statistics: object counts, bytes, and what deduplication and compression save."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from cpstore.errors import IntegrityError
+from cpstore.store.chunk_tree import read_root, read_v2_index
+from cpstore.store.codec import frame_content_size, is_frame_key
 from cpstore.store.manifest import decode_manifest, manifest_references
 from cpstore.store.model import unpack_checkpoint_value
 from cpstore.store.verify import child_kind, children
@@ -20,9 +24,9 @@ class StoreStats:
     """What a store holds (``cpstore stats``)."""
 
     objects: int
-    """Distinct objects (blobs keyed by digest)."""
+    """Distinct objects (blobs keyed by digest; framed chunks included)."""
     object_bytes: int
-    """Bytes of all distinct objects: what is actually stored once."""
+    """Bytes of all distinct objects as stored (compressed chunks at their stored size)."""
     checkpoints: int
     """Checkpoints (manifests) in the store."""
     refs: int
@@ -30,64 +34,108 @@ class StoreStats:
     audit_records: int
     """Records in the hash-chained audit log."""
     referenced_bytes: int
-    """Bytes the checkpoints reach (directly, or through a chunk index or a log), counting
-    an object once per checkpoint reaching it: what storing each checkpoint whole would take."""
+    """Logical bytes: what the checkpoints reference, counting an object once per
+    checkpoint naming it (a log with its payloads), a chunked value at its whole size,
+    before compression: what storing each checkpoint whole would take."""
     disk_bytes: int
-    """Bytes of the data file that hold pages."""
+    """Bytes of the data file (LMDB: pages in use plus pages gc freed for reuse)."""
+    unique_bytes: int = 0
+    """Bytes of all distinct objects before compression (a chunk at its own size)."""
     reusable_bytes: int = 0
     """Bytes of pages inside the data file freed by gc, reused by later writes."""
     unreferenced_bytes: int = 0
-    """Bytes of objects no checkpoint reaches (pinned by put_object, or sealed ledgers)."""
+    """Bytes (before compression) of objects no checkpoint reaches (pinned by
+    put_object, or sealed ledgers)."""
+
+    @property
+    def logical_bytes(self) -> int:
+        """What a store without deduplication or compression would hold (``referenced_bytes``)."""
+        return self.referenced_bytes
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of all distinct objects as stored (``object_bytes``)."""
+        return self.object_bytes
 
     @property
     def dedupe_ratio(self) -> float:
-        """referenced_bytes / bytes of the objects checkpoints reach: how many times each
-        stored byte is reused (>= 1; objects no checkpoint reaches are left out)."""
-        reached = self.object_bytes - self.unreferenced_bytes
+        """logical_bytes / unique bytes of the objects checkpoints reach: how many times
+        each unique byte is referenced (objects no checkpoint reaches are left out)."""
+        reached = self.unique_bytes - self.unreferenced_bytes
         return self.referenced_bytes / reached if reached > 0 else 1.0
+
+    @property
+    def compression_ratio(self) -> float:
+        """unique_bytes / stored_bytes: what compression of chunks saves (1.0: nothing)."""
+        return self.unique_bytes / self.object_bytes if self.object_bytes else 1.0
+
+
+def _whole_size(raw: Any) -> int:
+    """Size of the value a chunk tree root (or layout-2 index) stands for; 0 when damaged."""
+    try:
+        v2 = read_v2_index(raw, "")
+        return v2[0] if v2 is not None else read_root(raw, "")[1]
+    except IntegrityError:
+        return 0
 
 
 def store_stats(store: Store) -> StoreStats:
     """Walk the store once (one read transaction) and count."""
     sizes: dict[bytes, int] = {}
+    stored = 0
     referenced = 0
+    whole: dict[bytes, int] = {}
+    logs: dict[bytes, int] = {}
     checkpoints = refs = audit = 0
     reached_any: set[bytes] = set()
-    expansions: dict[tuple[bytes, str], tuple[bytes, ...]] = {}
+    walked: set[bytes] = set()  # complete chunk-tree nodes already expanded
     objects = store.backend.db("objects")
     with store.backend.read_txn() as txn:
         with txn.cursor(db=objects) as cur:
             for key, value in cur:
-                sizes[bytes(key)] = len(value)
+                stored += len(value)
+                size = len(value)
+                if is_frame_key(key):
+                    with suppress(IntegrityError):  # damaged: counted as stored
+                        size = frame_content_size(value, "")
+                sizes[bytes(key)] = size
         with txn.cursor(db=store.backend.db("checkpoints")) as cur:
             for key, value in cur:
                 checkpoints += 1
                 created, body = unpack_checkpoint_value(value)
                 manifest = decode_manifest(bytes(key), body, created)
-                reached: set[bytes] = set()
-                for field, digest in manifest_references(manifest.raw):
-                    reached.add(digest)
+                for field, d in manifest_references(manifest.raw):
+                    d = bytes(d)
+                    reached_any.add(d)
                     kind = child_kind(field)
-                    if kind is None:
-                        continue
-                    known = expansions.get((digest, kind))
-                    if known is None:
-                        known = tuple(bytes(c) for c in children(txn, objects, field, digest))
-                        expansions[(digest, kind)] = known
-                    reached.update(known)
-                referenced += sum(sizes.get(d, 0) for d in reached)
-                reached_any |= reached
+                    if kind == "chunks":
+                        if d not in whole:
+                            raw = txn.get(d, None, objects)
+                            whole[d] = 0 if raw is None else _whole_size(raw)
+                            reached_any.update(
+                                bytes(c) for c in children(txn, objects, field, d, walked)
+                            )
+                        referenced += whole[d]
+                    elif kind == "log":
+                        if d not in logs:
+                            named = [bytes(c) for c in children(txn, objects, field, d)]
+                            reached_any.update(named)
+                            logs[d] = sum(sizes.get(c, 0) for c in named)
+                        referenced += sizes.get(d, 0) + logs[d]
+                    else:
+                        referenced += sizes.get(d, 0)
         refs = txn.stat(store.backend.db("refs"))["entries"]
         audit = txn.stat(store.backend.db("audit"))["entries"]
     space = store.space()
     return StoreStats(
         objects=len(sizes),
-        object_bytes=sum(sizes.values()),
+        object_bytes=stored,
         checkpoints=checkpoints,
         refs=refs,
         audit_records=audit,
         referenced_bytes=referenced,
         disk_bytes=space.file_bytes,
+        unique_bytes=sum(sizes.values()),
         reusable_bytes=space.reusable_bytes,
         unreferenced_bytes=sum(n for d, n in sizes.items() if d not in reached_any),
     )

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cpstore.errors import CanonicalEncodingError, CpstoreError
+from cpstore.errors import CanonicalEncodingError, CpstoreError, IntegrityError
 from cpstore.native.binding import digest, digest_batch
 from cpstore.native.canonical import decode_value
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import check_audit_chain
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.chunk_tree import load_tree, tree_objects
+from cpstore.store.codec import FRAME_KEY_SIZE, stored_key
 from cpstore.store.keyed_audit import check_macs
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import Problem, VerifyReport, split_ref_key, unpack_checkpoint_value
@@ -41,13 +43,16 @@ def child_kind(field: str) -> str | None:
     return None
 
 
-def children(txn: Txn[memoryview], objects: Any, field: str, key: bytes) -> Iterable[bytes]:
-    """Objects an object names: chunks of a chunk index, payloads of a log."""
+def children(
+    txn: Txn[memoryview], objects: Any, field: str, key: bytes, walked: set[bytes] | None = None
+) -> Iterable[bytes]:
+    """Objects an object names: nodes and chunks of a chunk tree, payloads of a log.
+
+    ``walked`` (chunk trees): complete nodes already expanded by an earlier
+    call, whose descendants the caller holds; they are named, not walked again.
+    """
     if field.startswith("state.chunked"):
-        raw = txn.get(key, db=objects)
-        if raw is not None:
-            _, keys = decode_value(raw)
-            yield from keys
+        yield from tree_objects(txn, objects, key, walked)  # nodes and frames (issue 16)
     elif field in ("observations", "effects"):
         slot = 2
         for entry in _decode_list(txn, objects, key):
@@ -206,6 +211,7 @@ class _Rehash:
     ) -> None:
         self._get = txn.get
         self._objects = objects
+        self.txn, self.objects = txn, objects
         self.where = where
         self._checked = checked
         self.problems = problems
@@ -268,34 +274,11 @@ class _Rehash:
 
 
 def _rehash_chunked(objs: _Rehash, index: bytes, whole: bytes, field: str) -> None:
-    raw = objs.get(index, field, now=True)
-    if raw is None:
-        return
+    # Chunk trees are read whole, every node and frame hash-checked (issue 16).
     try:
-        size, keys = decode_value(raw)
-        if not isinstance(size, int) or not isinstance(keys, list):
-            raise TypeError(type(keys).__name__)
-    except (CanonicalEncodingError, TypeError, ValueError) as exc:
-        objs.problems.append(
-            Problem("chunk index is malformed", f"{objs.where}.{field}", got=str(exc))
-        )
-        return
-    before = len(objs.problems)
-    views = [objs.get(k, f"{field}[{i}]", i) for i, k in enumerate(keys)]
-    objs.flush()
-    if len(objs.problems) != before:
-        return  # a chunk is missing or damaged: the whole cannot match
-    data = b"".join(v for v in views if v is not None)
-    got = digest(data)
-    if len(data) != size or got != whole:
-        objs.problems.append(
-            Problem(
-                "chunked value does not match its digest",
-                f"{objs.where}.{field}",
-                expected=bytes(whole).hex(),
-                got=got.hex(),
-            )
-        )
+        load_tree(objs.txn, objs.objects, index, whole, verify=True, where=f"{objs.where}.{field}")
+    except IntegrityError as exc:
+        objs.problems.append(Problem(exc.what, exc.where or objs.where, exc.expected, exc.got))
 
 
 def _rehash_log(objs: _Rehash, name: str, key: bytes) -> None:
@@ -408,8 +391,8 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 for key, value in cur:
                     tick()
                     counts["objects"] += 1
-                    got = digest(value)
-                    if len(key) != DIGEST_SIZE or got != bytes(key):
+                    got = stored_key(key, value)  # a frame: its chunk's digest (issue 16)
+                    if len(key) not in (DIGEST_SIZE, FRAME_KEY_SIZE) or got != bytes(key):
                         problems.append(
                             Problem(
                                 "object bytes do not match their digest",

@@ -1,0 +1,388 @@
+"""Content-defined chunking, compression and chunk trees (issue 16), same-run ratios.
+
+Figures (each prints a ``ISSUE16`` line; ``-s`` shows them):
+
+- **chunker throughput**: ``chunk_digests`` (cut + XXH3-128 of every chunk)
+  over one 64 MiB random buffer against python-xxhash's ``xxh3_128`` one-shot
+  of the same buffer (target >= 0.1x), and the pure-Python reference on 1 MiB;
+  repeats interleaved.
+- **chunk parameters**: a growing bytes state (a transcript, ~1 KB of real
+  text appended per step) cut with candidate (min, avg, max): stored chunk
+  bytes per appended byte and chunks per MiB. The store defaults are the row
+  with the least re-stored bytes whose chunk count stays moderate.
+- **codec**: zstd bindings compressing and inflating one ~1 KB and one 64 KiB
+  chunk of real text (zstandard, backports.zstd, pyzstd; absent ones skipped).
+- **chat workload** (1,000 and 2,000 steps, ``durability="none"``): one ~1 KB
+  message of real text (benchmarks/chat_text.py) appended per step to a
+  ``messages`` list part. Layout 3 (chunk trees, compressed frames) against
+  layout 2 (fixed 64 KiB raw chunks, what cpstore wrote before) in the same
+  run: bytes on disk / unique message bytes (target <= 2.0x), put time at
+  steps 100/1000/2000 (median of the 21 puts around each), and whole-state
+  reads of the last checkpoint, compressed vs uncompressed frames (target
+  compressed within 1.5x), repeats interleaved.
+- **10 x 1 KB workload** (bench_store's issue-12 workload): layout 3 against
+  layout 2, put and get interleaved, and disk / unique.
+
+Run: ``.venv/bin/python -m pytest benchmarks/bench_chunk.py --benchmark-only -s``
+(``CPSTORE_BENCH_SIZE=full`` adds the 2,000-step chat run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import pytest
+import xxhash
+from bench_store import Comparison, interleave, make_workload
+from chat_text import chat_states, messages
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from cpstore.native import binding, chunking
+from cpstore.native.binding import digest
+from cpstore.store import chunk_tree
+from cpstore.store.codec import encode_frame
+from cpstore.store.facade import open as open_store
+from cpstore.store.model import CHUNK_SIZE
+from cpstore.store.objects import chunk_index
+from cpstore.store.recorder import Recorder
+
+MIB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def repeats(size: str) -> int:
+    """Interleaved repeats per figure (at least 5)."""
+    return max(5, int(os.environ.get("CPSTORE_BENCH_REPEATS", "5" if size == "quick" else "11")))
+
+
+def _say(line: str) -> None:
+    print(f"\nISSUE16 {line}", flush=True)
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+# -- chunker ------------------------------------------------------------------------
+
+
+def test_chunker_throughput(benchmark: BenchmarkFixture, repeats: int) -> None:
+    """chunk_digests over 64 MiB vs xxh3_128 one-shot (target >= 0.1x); reference on 1 MiB."""
+    data = random.Random(16).randbytes(64 * MIB)
+    small = data[:MIB]
+    fig = interleave(
+        benchmark,
+        "chunk + digest 64 MiB",
+        {
+            "chunk_digests": lambda: _timed(lambda: binding.chunk_digests(data)),
+            "xxh3_128 one-shot": lambda: _timed(lambda: xxhash.xxh3_128_digest(data)),
+            "reference cut_points (1 MiB, x64)": lambda: 64
+            * _timed(lambda: chunking.cut_points(small)),
+        },
+        max(3, repeats // 2),
+        [
+            Comparison("chunk_digests", "xxh3_128 one-shot", target=0.1),
+            Comparison("chunk_digests", "reference cut_points (1 MiB, x64)"),
+        ],
+        items=64 * MIB,
+    )
+    pairs = [x / c for c, x in zip(fig.runs["chunk_digests"], fig.runs["xxh3_128 one-shot"],
+                                   strict=True)]
+    ref = [r / c for c, r in zip(fig.runs["chunk_digests"],
+                                 fig.runs["reference cut_points (1 MiB, x64)"], strict=True)]
+    gbs = [1 / t / 1e9 for t in fig.runs["chunk_digests"]]
+    _say(
+        f"chunker: chunk_digests {median(gbs):.2f} GB/s; ratio to xxh3_128 one-shot "
+        f"{median(pairs):.3f}x ({min(pairs):.3f}-{max(pairs):.3f}, target >= 0.1); "
+        f"vs pure-Python reference {median(ref):.0f}x"
+    )
+
+
+PARAMS = [
+    (256, 1024, 8192),
+    (512, 2048, 16384),
+    (1024, 4096, 32768),
+    (2048, 8192, 65536),
+    (4096, 16384, 131072),
+    (8192, 32768, 262144),
+]
+
+
+#: Bytes a stored chunk costs beside its frame: key, LMDB node header, index entry.
+PER_CHUNK = 17 + 8 + 16
+
+
+def test_chunk_params_dedupe(benchmark: BenchmarkFixture) -> None:
+    """Stored bytes (compressed, with per-chunk costs) per appended byte, per parameter set."""
+    texts = [t.encode() for t in messages(400, seed=7)]
+    results: dict[tuple[int, int, int], tuple[float, float]] = {}
+
+    def run() -> None:
+        for p in PARAMS:
+            seen: set[bytes] = set()
+            stored = 0
+            data = b""
+            chunks = 0
+            for text in texts:
+                data += text + b"\n"
+                cuts, digests = binding.chunk_digests(data, *p)
+                starts = [0, *cuts[:-1]]
+                for i, (a, b) in enumerate(zip(starts, cuts, strict=True)):
+                    key = digests[16 * i : 16 * i + 16]
+                    if key not in seen:
+                        seen.add(key)
+                        # As stored: the compressed frame plus a per-chunk cost
+                        # (17-byte key, LMDB node header, 16-byte index entry).
+                        stored += len(encode_frame(data[a:b])) + PER_CHUNK
+                chunks = len(cuts)
+            results[p] = (stored / len(data), chunks / (len(data) / MIB))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info["params"] = {str(k): v for k, v in results.items()}
+    for p, (ratio, per_mib) in results.items():
+        _say(f"params min/avg/max {p}: stored/appended {ratio:.2f}x, {per_mib:.0f} chunks/MiB")
+
+
+# -- codec ------------------------------------------------------------------------------
+
+
+def _codecs() -> dict[str, tuple[Callable[[bytes], bytes], Callable[[bytes, int], bytes]]]:
+    out: dict[str, tuple[Callable[[bytes], bytes], Callable[[bytes, int], bytes]]] = {}
+    with contextlib.suppress(ImportError):
+        zstandard: Any = importlib.import_module("zstandard")
+        zc, zd = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
+        out[f"zstandard {zstandard.__version__}"] = (zc.compress, lambda c, n: zd.decompress(c))
+    with contextlib.suppress(ImportError):
+        bz: Any = importlib.import_module("backports.zstd")
+
+        def bz_inflate(c: bytes, n: int) -> bytes:
+            d = bz.ZstdDecompressor()
+            return bytes(d.decompress(c, max_length=n))
+
+        out["backports.zstd"] = (lambda b: bz.compress(b, level=3), bz_inflate)
+    with contextlib.suppress(ImportError):
+        pz: Any = importlib.import_module("pyzstd")
+        out[f"pyzstd {pz.__version__}"] = (
+            lambda b: pz.compress(b, 3),
+            lambda c, n: pz.decompress(c),
+        )
+    return out
+
+
+@pytest.mark.parametrize("chunk_bytes", [1024, 65536])
+def test_codec_speed(benchmark: BenchmarkFixture, chunk_bytes: int, repeats: int) -> None:
+    """Compress and inflate one real-text chunk per binding (2,000 calls each), interleaved."""
+    text = " ".join(messages(chunk_bytes // 900 + 2, seed=3)).encode()[:chunk_bytes]
+    contenders: dict[str, Callable[[], float]] = {}
+    def compress(pack: Callable[[bytes], bytes]) -> Callable[[], float]:
+        return lambda: _timed(lambda: [pack(text) for _ in range(2000)])
+
+    def inflate(unpack: Callable[[bytes, int], bytes], packed: bytes) -> Callable[[], float]:
+        return lambda: _timed(lambda: [unpack(packed, chunk_bytes) for _ in range(2000)])
+
+    for name, (pack, unpack) in _codecs().items():
+        packed = pack(text)
+        assert unpack(packed, chunk_bytes) == text
+        contenders[f"{name} compress"] = compress(pack)
+        contenders[f"{name} inflate"] = inflate(unpack, packed)
+    fig = interleave(
+        benchmark, f"zstd {chunk_bytes} B", contenders, max(3, repeats // 2), [], items=2000
+    )
+    for name, runs in fig.runs.items():
+        _say(f"codec {chunk_bytes} B {name}: {median(runs) * 1e6:.2f} us "
+             f"({min(runs) * 1e6:.2f}-{max(runs) * 1e6:.2f})")
+
+
+# -- stores as layout 2 wrote them ----------------------------------------------------
+
+
+def _layout2_blob(
+    self: Recorder, data: bytes, chunked: dict[str, bytes], name: str, **_: Any
+) -> bytes:
+    """What cpstore wrote before layout 3: fixed 64 KiB raw chunks, a flat index."""
+    if len(data) > CHUNK_SIZE:
+        chunks, index = chunk_index(data)
+        for chunk in chunks:
+            self._chunks.append(self._stash(chunk))
+        chunked[name] = self._stash(index)
+        return digest(data)
+    return self._stash(data)
+
+
+@contextlib.contextmanager
+def _layout(kind: str) -> Iterator[None]:
+    """Record as layout 3 ("cdc"), layout 3 with uncompressed frames ("raw"), or layout 2."""
+    saved_blob, saved_frame = Recorder._blob, getattr(chunk_tree, "encode_frame")  # noqa: B009
+
+    def stored(data: bytes) -> bytes:
+        return encode_frame(data, compress=False)
+
+    try:
+        if kind == "layout2":
+            setattr(Recorder, "_blob", _layout2_blob)  # noqa: B010
+        elif kind == "raw":
+            setattr(chunk_tree, "encode_frame", stored)  # noqa: B010
+        yield
+    finally:
+        setattr(Recorder, "_blob", saved_blob)  # noqa: B010
+        setattr(chunk_tree, "encode_frame", saved_frame)  # noqa: B010
+
+
+def _record_chat(path: Path, states: list[Any], kind: str) -> tuple[str, list[float], int]:
+    with _layout(kind), open_store(path, durability="none") as st:
+        rec = st.recorder("chat")
+        times, cid = [], ""
+        for step, state in enumerate(states):
+            t0 = time.perf_counter()
+            cid = rec.checkpoint(step, state)
+            times.append(time.perf_counter() - t0)
+        st.flush()
+        return cid, times, st.disk_bytes()
+
+
+def _around(times: list[float], step: int) -> float:
+    return median(times[max(0, step - 11) : step + 10])
+
+
+def test_chat_workload(
+    benchmark: BenchmarkFixture,
+    tmp_path_factory: pytest.TempPathFactory,
+    chat_steps: int,
+    repeats: int,
+) -> None:
+    """Disk / unique message bytes, put time by step, compressed vs uncompressed reads."""
+    states, unique = chat_states(chat_steps)
+    root = tmp_path_factory.mktemp("chat")
+    recorded = {k: _record_chat(root / k, states, k) for k in ("cdc", "raw", "layout2")}
+    stores = {k: open_store(root / k, readonly=True) for k in ("cdc", "raw")}
+    want = states[-1]
+
+    def reader(kind: str) -> Callable[[], float]:
+        def run() -> float:
+            t0 = time.perf_counter()
+            with stores[kind].read(recorded[kind][0]) as cp:
+                got = cp.state()
+            elapsed = time.perf_counter() - t0
+            assert got == want
+            return elapsed
+
+        return run
+
+    try:
+        fig = interleave(
+            benchmark,
+            f"chat {chat_steps}: whole-state read",
+            {"compressed frames": reader("cdc"), "uncompressed frames": reader("raw")},
+            repeats,
+            [Comparison("compressed frames", "uncompressed frames", target=1 / 1.5)],
+        )
+    finally:
+        for st in stores.values():
+            st.close()
+    slow = [c / r for c, r in zip(fig.runs["compressed frames"], fig.runs["uncompressed frames"],
+                                  strict=True)]
+    steps = [s for s in (100, 1000, 2000) if s <= chat_steps]
+    info: dict[str, Any] = {"unique_message_bytes": unique, "steps": chat_steps}
+    for kind, (_, times, disk) in recorded.items():
+        puts = {s: _around(times, s) for s in steps}
+        info[kind] = {"disk": disk, "disk_ratio": disk / unique, "put_s": puts}
+        _say(
+            f"chat {chat_steps} steps, {kind}: disk {disk:,} B = {disk / unique:.2f}x unique "
+            f"({unique:,} B); put " + ", ".join(f"@{s} {t * 1e3:.2f} ms" for s, t in puts.items())
+        )
+    _say(
+        f"chat {chat_steps} steps: compressed read / uncompressed read {median(slow):.2f}x "
+        f"({min(slow):.2f}-{max(slow):.2f}, target <= 1.5); compressed read "
+        f"{median(fig.runs['compressed frames']) * 1e3:.2f} ms"
+    )
+    benchmark.extra_info["chat"] = info
+
+
+@pytest.fixture(scope="module", params=[1000, 2000])
+def chat_steps(request: pytest.FixtureRequest, size: str) -> int:
+    """Chat workload lengths: 1,000 always, 2,000 with CPSTORE_BENCH_SIZE=full."""
+    steps = int(request.param)
+    if steps > 1000 and size != "full" and not os.environ.get("CPSTORE_BENCH_CHAT2000"):
+        pytest.skip("2,000-step chat run: CPSTORE_BENCH_SIZE=full or CPSTORE_BENCH_CHAT2000=1")
+    return steps
+
+
+# -- the issue-12 10 x 1 KB workload: no worse than before ----------------------------
+
+
+def test_ten_parts_workload_no_worse(
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, repeats: int
+) -> None:
+    """Layout 3 vs layout 2 on 300 steps of 10 x 1 KB parts: put, get, disk / unique."""
+    wl = make_workload(300)
+    root = tmp_path_factory.mktemp("ten")
+    turn = [0]
+    disks: dict[str, int] = {}
+    ids: dict[str, str] = {}
+
+    def putter(kind: str) -> Callable[[], float]:
+        def run() -> float:
+            turn[0] += 1
+            path = root / f"{kind}{turn[0]}"
+            with _layout(kind), open_store(path, durability="none") as st:
+                rec = st.recorder("t")
+                t0 = time.perf_counter()
+                for step, state in enumerate(wl.states):
+                    ids[kind] = rec.checkpoint(step, state)
+                st.flush()
+                elapsed = time.perf_counter() - t0
+                disks[kind] = st.disk_bytes()
+                ids[kind + "path"] = str(path)
+            return elapsed
+
+        return run
+
+    put = interleave(
+        benchmark,
+        "10 x 1 KB put",
+        {"layout 3": putter("cdc"), "layout 2": putter("layout2")},
+        repeats,
+        [Comparison("layout 3", "layout 2", target=1 / 1.1)],
+        items=wl.steps,
+    )
+    stores = {k: open_store(ids[k + "path"], readonly=True) for k in ("cdc", "layout2")}
+
+    def getter(kind: str) -> Callable[[], float]:
+        def run() -> float:
+            t0 = time.perf_counter()
+            for _ in range(200):
+                with stores[kind].read(ids[kind]) as cp:
+                    cp.state()
+            return time.perf_counter() - t0
+
+        return run
+
+    try:
+        # pytest-benchmark times one figure per test: the gets are paired by hand,
+        # the order rotated each repeat as interleave() does.
+        gets: dict[str, list[float]] = {"layout 3": [], "layout 2": []}
+        for turn_ in range(repeats):
+            order = [("layout 3", "cdc"), ("layout 2", "layout2")][:: 1 if turn_ % 2 else -1]
+            for label, kind in order:
+                gets[label].append(getter(kind)() / 200)
+    finally:
+        for st in stores.values():
+            st.close()
+    benchmark.extra_info["get"] = gets
+    for name, runs in (("put", put.runs), ("get", gets)):
+        r = [a / b for a, b in zip(runs["layout 3"], runs["layout 2"], strict=True)]
+        _say(f"10x1KB {name}: layout 3 / layout 2 time {median(r):.3f}x "
+             f"({min(r):.3f}-{max(r):.3f}, target <= 1.10)")
+    unique = wl.unique_bytes()
+    _say(f"10x1KB disk / unique: layout 3 {disks['cdc'] / unique:.2f}x, "
+         f"layout 2 {disks['layout2'] / unique:.2f}x (target <= 2.0)")

@@ -1,0 +1,419 @@
+"""Chunk trees: large values cut where their content says, indexed by a tree of digests.
+
+A state part (or bytes state) whose stored bytes are longer than
+:data:`TREE_THRESHOLD` is stored as a *chunk tree* (docs/format.md, "Chunk
+trees", store layout 3):
+
+- **cuts**: a part's canonical encoding of a list or map is cut after its
+  header and then at top-level element ends, a cut falling at the first
+  element end at least :data:`RUN_MIN` bytes after the last cut; a run longer
+  than ``CHUNK_MAX`` is cut inside by the content-defined chunker
+  (:func:`cpstore.native.binding.chunk_cuts`). Anything else (a bytes state,
+  one long str) is cut by the chunker alone. So appending to a list, or
+  appending bytes, leaves every earlier chunk as it was.
+- **chunks** are stored as frames (:mod:`cpstore.store.codec`: compressed when
+  that is smaller, keyed by the digest of their bytes).
+- **nodes**: the canonical list ``[level, size, [digest, ...]]``: a level-1
+  node lists chunk digests, a level-k node lists level-(k-1) node digests;
+  ``size`` is the bytes the node spans. Entries are grouped into nodes the
+  way Prolly trees do: a node ends after an entry whose digest's last byte
+  has its low :data:`FANOUT_BITS` bits clear (1 in 8), or at
+  :data:`MAX_FANOUT` entries, so an append rewrites one node per level and
+  the index of a long history is not stored again. Levels are built until
+  one node remains: the *root*, whose digest the manifest names in
+  ``state.chunked``. Nodes are plain objects (digest of their bytes).
+
+A layout-2 chunk index (``[size, [digest, ...]]`` over fixed 64 KiB raw
+chunks) is still read: the root's entry count says which it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from cpstore.errors import IntegrityError
+from cpstore.native.binding import chunk_cuts, digest, digest_batch
+from cpstore.native.chunking import CHUNK_MAX
+from cpstore.native.records import DIGEST_SIZE
+from cpstore.store.backend import Txn
+from cpstore.store.codec import FRAME_TAG, check_frame, decode_frame, encode_frame, frame_key
+
+__all__ = [
+    "FANOUT_BITS",
+    "MAX_FANOUT",
+    "MAX_LEVEL",
+    "RUN_MIN",
+    "TREE_THRESHOLD",
+    "ChunkTree",
+    "build_tree",
+    "load_tree",
+    "read_node",
+    "read_root",
+    "read_v2_index",
+    "stash_tree",
+    "tree_objects",
+    "value_cuts",
+]
+
+#: Values whose stored bytes are longer than this are chunk trees.
+TREE_THRESHOLD = 4 * 1024
+#: Element runs: cut at the first top-level element end this far past the last cut.
+RUN_MIN = 512
+#: A node ends after an entry whose digest's last byte has these bits clear.
+FANOUT_BITS = 0x03
+#: ...or when it has this many entries.
+MAX_FANOUT = 64
+#: Deepest tree read (64**12 chunks is far past any value cpstore accepts).
+MAX_LEVEL = 12
+
+_ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
+_MAP = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
+#: Header size of a msgpack str or bin by its first byte (fixstr: 1).
+_STRING_HEAD = {0xD9: 2, 0xDA: 3, 0xDB: 5, 0xC4: 2, 0xC5: 3, 0xC6: 5} | {
+    b: 1 for b in range(0xA0, 0xC0)
+}
+
+
+def _cdc(data: bytes, start: int, end: int, out: list[int]) -> None:
+    out.extend(start + c for c in chunk_cuts(memoryview(data)[start:end]))
+
+
+def value_cuts(data: bytes, *, canonical: bool) -> tuple[int, list[int]]:
+    """(head, chunk end offsets) of ``data`` (see the module docstring).
+
+    ``head`` is the size of a canonical value's msgpack header (array, map,
+    str or bin), which holds its length and so changes on every append: it is
+    kept in the root, not in a chunk. The chunks cover ``data[head:]``; the
+    last offset is ``len(data)``.
+    """
+    cuts: list[int] = []
+    first = data[0] if data else None
+    if not canonical or first is None or (first not in _ARRAY and first not in _MAP):
+        head = _STRING_HEAD.get(first, 0) if canonical and first is not None else 0
+        if head < len(data):
+            _cdc(data, head, len(data), cuts)
+        return head, cuts
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(data), 1))
+    unpacker.feed(data)
+    is_map = first in _MAP
+    count = unpacker.read_map_header() if is_map else unpacker.read_array_header()
+    head = start = unpacker.tell()
+    for _ in range(count):
+        unpacker.skip()
+        if is_map:
+            unpacker.skip()
+        end = unpacker.tell()
+        if end - start >= RUN_MIN:
+            if end - start > CHUNK_MAX:
+                _cdc(data, start, end, cuts)
+            else:
+                cuts.append(end)
+            start = end
+    if start < len(data):
+        cuts.append(len(data))  # the tail run is shorter than RUN_MIN
+    return head, cuts
+
+
+@dataclass
+class ChunkTree:
+    """What a chunked value stores: its root, its nodes and its chunks."""
+
+    whole: bytes
+    """Digest of the whole value (what the manifest's part digest says)."""
+    root: bytes
+    """Digest of the root node (``state.chunked``)."""
+    nodes: dict[bytes, bytes] = field(default_factory=dict)
+    """Node digest -> node bytes (plain objects), the root included."""
+    chunks: list[tuple[bytes, int, int]] = field(default_factory=list)
+    """(frame key, start, end) of each chunk, in order."""
+
+
+def _pack(value: list[Any] | dict[str, Any]) -> bytes:
+    """Canonical bytes of a node or root: non-negative ints, bytes, lists, and a map
+    whose keys ("head" < "size" < "spine") are given in canonical order, which is all
+    msgpack's packer needs to write exactly what ``encode_value`` would (pinned by
+    tests/test_format_golden.py and tests/test_store_chunk_trees.py)."""
+    packed: bytes = msgpack.packb(value, use_bin_type=True)
+    return packed
+
+
+def _ends_node(key: bytes, count: int) -> bool:
+    return not key[DIGEST_SIZE - 1] & FANOUT_BITS or count >= MAX_FANOUT
+
+
+def build_tree(data: bytes, *, canonical: bool) -> ChunkTree:
+    """Cut ``data``, hash every chunk (one native call), build the complete nodes and the root."""
+    head, cuts = value_cuts(data, canonical=canonical)
+    offsets = [head, *cuts]
+    digests = digest_batch(data, offsets)
+    keys = [digests[i : i + DIGEST_SIZE] for i in range(0, len(digests), DIGEST_SIZE)]
+    tree = ChunkTree(whole=digest(data), root=b"")
+    tag = FRAME_TAG
+    tree.chunks = [(k + tag, offsets[i], offsets[i + 1]) for i, k in enumerate(keys)]
+    sizes = [b - a for a, b in zip(offsets, cuts, strict=False)]
+    spine: list[bytes] = []
+    level = 1
+    while True:
+        complete: list[bytes] = []
+        complete_sizes: list[int] = []
+        run: list[bytes] = []
+        span = 0
+        for key, size in zip(keys, sizes, strict=True):
+            run.append(key)
+            span += size
+            if _ends_node(key, len(run)):
+                node = _pack([level, span, b"".join(run)])
+                node_key = digest(node)
+                tree.nodes[node_key] = node
+                complete.append(node_key)
+                complete_sizes.append(span)
+                run, span = [], 0
+        spine.append(b"".join(run))  # this level's tail: in the root, never a node of its own
+        if not complete:
+            break
+        keys, sizes = complete, complete_sizes
+        level += 1
+    root = _pack({"head": data[:head], "size": len(data), "spine": spine})
+    tree.root = digest(root)
+    tree.nodes[tree.root] = root
+    return tree
+
+
+def stash_tree(
+    tree: ChunkTree, data: bytes, pending: dict[bytes, bytes], stored: set[bytes]
+) -> list[bytes]:
+    """Add the tree's objects that ``stored`` lacks to ``pending``; return every key.
+
+    Only chunks not yet stored are sliced and compressed, so a checkpoint
+    after an append frames the appended chunks, not the whole value.
+    """
+    keys = list(tree.nodes)
+    for key, node in tree.nodes.items():
+        if key not in stored:
+            pending[key] = node
+    for fkey, start, end in tree.chunks:
+        keys.append(fkey)
+        if fkey not in stored and fkey not in pending:
+            pending[fkey] = encode_frame(memoryview(data)[start:end])
+    return keys
+
+
+def _bad(what: str, where: str, got: object = None, expected: object = None) -> IntegrityError:
+    return IntegrityError(what, where=where, expected=expected, got=got)
+
+
+def _malformed(raw: bytes | memoryview, where: str) -> IntegrityError:
+    return _bad("chunk index is malformed", where, got=bytes(raw)[:64])
+
+
+def _digests(value: object) -> bool:
+    return isinstance(value, bytes) and len(value) % DIGEST_SIZE == 0
+
+
+def _split(joined: bytes) -> list[bytes]:
+    return [joined[i : i + DIGEST_SIZE] for i in range(0, len(joined), DIGEST_SIZE)]
+
+
+def _decode(raw: bytes | memoryview, where: str) -> Any:
+    # Plain msgpack, not decode_value's canonical re-encoding: a node's bytes
+    # are checked against its digest, and its shape by the callers.
+    try:
+        return msgpack.unpackb(raw, raw=False, strict_map_key=False, use_list=True)
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise _bad("chunk index is malformed", where, got=str(exc) or type(exc).__name__) from None
+
+
+def read_root(raw: bytes | memoryview, where: str) -> tuple[bytes, int, list[list[bytes]]]:
+    """(head, size, spine) of a chunk tree root.
+
+    The spine lists each level's tail from level 1 (chunk digests) up.
+    """
+    value = _decode(raw, where)
+    ok = (
+        isinstance(value, dict)
+        and sorted(value) == ["head", "size", "spine"]
+        and isinstance(value["head"], bytes)
+        and type(value["size"]) is int
+        and value["size"] >= 0
+        and isinstance(value["spine"], list)
+        and 1 <= len(value["spine"]) <= MAX_LEVEL
+        and all(_digests(tail) for tail in value["spine"])
+    )
+    if not ok:
+        raise _malformed(raw, where)
+    return value["head"], value["size"], [_split(tail) for tail in value["spine"]]
+
+
+def read_v2_index(raw: bytes | memoryview, where: str) -> tuple[int, list[bytes]] | None:
+    """(size, chunk digests) of a layout-2 chunk index, None when ``raw`` is not one."""
+    value = _decode(raw, where)
+    if isinstance(value, list) and len(value) == 2:
+        keys = value[1]
+        if (
+            type(value[0]) is int
+            and value[0] >= 0
+            and isinstance(keys, list)
+            and all(isinstance(k, bytes) and len(k) == DIGEST_SIZE for k in keys)
+        ):
+            return value[0], keys
+        raise _malformed(raw, where)
+    return None
+
+
+def read_node(raw: bytes | memoryview, where: str) -> tuple[int, int, list[bytes]]:
+    """(level, size, entries) of a complete node."""
+    value = _decode(raw, where)
+    ok = (
+        isinstance(value, list)
+        and len(value) == 3
+        and type(value[0]) is int
+        and 1 <= value[0] <= MAX_LEVEL
+        and type(value[1]) is int
+        and value[1] >= 0
+        and _digests(value[2])
+        and value[2]
+    )
+    if not ok:
+        raise _malformed(raw, where)
+    return value[0], value[1], _split(value[2])
+
+
+def _get(txn: Txn[memoryview], objects: Any, key: bytes, where: str) -> memoryview:
+    view = txn.get(key, None, objects)
+    if view is None:
+        raise IntegrityError("object not in the store", where=where, got=bytes(key).hex())
+    return view
+
+
+def _checked_plain(
+    txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
+) -> memoryview:
+    raw = _get(txn, objects, key, where)
+    if verify and digest(raw) != key:
+        raise _bad(
+            "object bytes do not match their digest",
+            where,
+            got=digest(raw).hex(),
+            expected=bytes(key).hex(),
+        )
+    return raw
+
+
+def load_tree(
+    txn: Txn[memoryview], objects: Any, root: bytes, whole: bytes, *, verify: bool, where: str
+) -> bytes:
+    """Reassemble a chunk tree (or a layout-2 index) and check it against ``whole``."""
+    pieces: list[bytes] = []
+    at = f"{where} (chunk index)"
+    root_raw = _checked_plain(txn, objects, root, verify=verify, where=at)
+    v2 = read_v2_index(root_raw, at)
+    if v2 is not None:
+        size = v2[0]
+        for i, key in enumerate(v2[1]):
+            view = _checked_plain(txn, objects, key, verify=verify, where=f"{where} chunk {i}")
+            pieces.append(bytes(view))
+    else:
+        head, size, spine = read_root(root_raw, at)
+        pieces.append(head)
+        for level in range(len(spine), 0, -1):  # oldest bytes sit in the top level's tail
+            _walk(txn, objects, (level, -1, spine[level - 1]), pieces, verify=verify, where=where)
+    data = b"".join(pieces)
+    if len(data) != size or (verify and digest(data) != whole):
+        raise _bad(
+            "chunked value does not match its digest",
+            where,
+            expected=bytes(whole).hex(),
+            got=digest(data).hex(),
+        )
+    return data
+
+
+def _walk(
+    txn: Txn[memoryview],
+    objects: Any,
+    node: tuple[int, int, list[bytes]],
+    out: list[bytes],
+    *,
+    verify: bool,
+    where: str,
+) -> int:
+    """Append the chunks under ``node`` (level, size or -1 unchecked, entries) to ``out``.
+
+    Returns their byte count; a verified read checks each node's size.
+    """
+    level, size, keys = node
+    total = 0
+    if level == 1:
+        get = txn.get
+        for key in keys:
+            fkey = key + FRAME_TAG
+            view = get(fkey, None, objects)
+            if view is None:
+                raise IntegrityError("chunk not in the store", where=where, got=key.hex())
+            try:
+                piece = check_frame(fkey, view, where) if verify else decode_frame(view, where)
+            except IntegrityError as exc:  # name the frame (built only on this path)
+                raise IntegrityError(
+                    exc.what, where=f"{where} (objects/{fkey.hex()})", expected=exc.expected,
+                    got=exc.got,
+                ) from None
+            out.append(piece)
+            total += len(piece)
+    else:
+        for key in keys:
+            at = f"{where} node {key.hex()}"
+            child = read_node(_checked_plain(txn, objects, key, verify=verify, where=at), at)
+            if child[0] != level - 1:
+                raise _bad("chunk tree node is at the wrong level", at, child[0], level - 1)
+            total += _walk(txn, objects, child, out, verify=verify, where=at)
+    if verify and size >= 0 and total != size:
+        raise _bad("chunk tree node spans the wrong size", where, got=total, expected=size)
+    return total
+
+
+def tree_objects(
+    txn: Txn[memoryview], objects: Any, root: bytes, walked: set[bytes] | None = None
+) -> Iterator[bytes]:
+    """Keys of every object under a root (nodes and frames; chunks of a layout-2 index).
+
+    Missing or malformed nodes end their branch quietly: callers (retention,
+    verify) report those themselves. With ``walked``, a complete node already
+    in it is yielded but not descended into (the caller walked it before), and
+    every node descended into is added to it.
+    """
+    raw = txn.get(root, None, objects)
+    if raw is None:
+        return
+    try:
+        v2 = read_v2_index(raw, "")
+        if v2 is not None:
+            yield from v2[1]
+            return
+        _, _, spine = read_root(raw, "")
+    except IntegrityError:
+        return
+    stack = [(level + 1, keys) for level, keys in enumerate(spine)]
+    while stack:
+        level, keys = stack.pop()
+        for key in keys:
+            if level == 1:
+                yield frame_key(key)
+                continue
+            yield key
+            if walked is not None:
+                if key in walked:
+                    continue
+                walked.add(key)
+            child = txn.get(key, None, objects)
+            if child is None:
+                continue
+            try:
+                child_level, _, child_keys = read_node(child, "")
+            except IntegrityError:
+                continue
+            if child_level == level - 1:
+                stack.append((child_level, child_keys))

@@ -1,0 +1,183 @@
+"""Framed objects: the chunks of chunk trees, stored compressed when it saves space.
+
+A *frame* holds one chunk of a chunked value (docs/format.md, "Framed
+objects"). It is stored in the ``objects`` table under a 17-byte key, the
+XXH3-128 of the chunk's *uncompressed* bytes followed by :data:`FRAME_TAG`,
+so ids never depend on compression and a frame never shares a key with a
+plain object (whose key is the 16-byte digest of its stored bytes).
+
+Frame value, first byte the codec:
+
+- ``0x00`` *stored*: the chunk bytes follow as they are;
+- ``0x01`` *zstd*: the chunk's size as 4 bytes little-endian, then one zstd
+  frame (RFC 8878) that inflates to exactly that many bytes.
+
+Reads refuse a declared size above :data:`MAX_FRAME_CONTENT` before
+inflating anything, inflate at most the declared size, and check that the
+frame ends there (a decompression bomb is an :class:`IntegrityError`, never
+an allocation); verified reads then hash the inflated bytes against the key.
+Engine-neutral: every backend stores these like any other object.
+
+zstd comes from ``zstandard`` (python-zstandard): its compressor and
+decompressor contexts are reusable, which makes a 1 KB chunk ~5x faster to
+inflate than with ``compression.zstd``/``backports.zstd``, whose one-shot
+calls build a context each time (benchmarks/bench_chunk.py, the codec row).
+Contexts are per thread (they are not thread-safe) and survive ``fork()``.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import zstandard
+
+from cpstore.errors import IntegrityError
+from cpstore.native.binding import digest
+from cpstore.native.records import DIGEST_SIZE
+
+__all__ = [
+    "CODEC_STORED",
+    "CODEC_ZSTD",
+    "FRAME_KEY_SIZE",
+    "FRAME_TAG",
+    "MAX_FRAME_CONTENT",
+    "ZSTD_LEVEL",
+    "check_frame",
+    "decode_frame",
+    "encode_frame",
+    "frame_content_size",
+    "frame_key",
+    "is_frame_key",
+    "stored_key",
+]
+
+#: Last byte of a frame's key (after the 16-byte digest of its content).
+FRAME_TAG = b"\x01"
+FRAME_KEY_SIZE = DIGEST_SIZE + 1
+CODEC_STORED = 0
+CODEC_ZSTD = 1
+#: Largest chunk a frame may hold; a larger declared size is refused unread.
+#: cpstore writes chunks of at most 64 KiB (chunking.CHUNK_MAX).
+MAX_FRAME_CONTENT = 1 << 20
+#: zstd level: 3 is zstd's default, ~300 MB/s to compress a 1 KB text chunk here
+#: and within a few percent of level 9's size on such chunks (benchmarks/bench_chunk.py).
+ZSTD_LEVEL = 3
+#: Chunks shorter than this are stored as they are: zstd's frame header and
+#: our size field eat what it could save.
+_MIN_TRY = 64
+_SIZE_BYTES = 4
+
+
+class _Contexts(threading.local):
+    """One zstd compressor and decompressor per thread."""
+
+    def __init__(self) -> None:
+        self.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        self.decompressor = zstandard.ZstdDecompressor()
+
+
+_CONTEXTS = _Contexts()
+
+
+def frame_key(content_digest: bytes) -> bytes:
+    """The ``objects`` key of the frame holding the chunk with this digest."""
+    return bytes(content_digest) + FRAME_TAG
+
+
+def is_frame_key(key: bytes | memoryview) -> bool:
+    """True for a frame's 17-byte key (a plain object's key has 16 bytes)."""
+    return len(key) == FRAME_KEY_SIZE and key[DIGEST_SIZE] == FRAME_TAG[0]
+
+
+def encode_frame(content: bytes | memoryview, *, compress: bool = True) -> bytes:
+    """The stored value of a chunk: zstd when that is smaller, else the bytes as they are."""
+    raw = bytes(content)
+    if len(raw) > MAX_FRAME_CONTENT:
+        raise ValueError(f"chunk of {len(raw)} bytes exceeds the frame bound")
+    if compress and len(raw) >= _MIN_TRY:
+        packed = _CONTEXTS.compressor.compress(raw)
+        if len(packed) + _SIZE_BYTES < len(raw):
+            return bytes((CODEC_ZSTD,)) + len(raw).to_bytes(_SIZE_BYTES, "little") + packed
+    return bytes((CODEC_STORED,)) + raw
+
+
+def _bad(what: str, where: str, expected: object = None, got: object = None) -> IntegrityError:
+    return IntegrityError(what, where=where, expected=expected, got=got)
+
+
+def frame_content_size(value: bytes | memoryview, where: str) -> int:
+    """Size of the chunk a frame holds, read from its header (nothing is inflated)."""
+    if len(value) < 1:
+        raise _bad("framed object is empty", where)
+    codec = value[0]
+    if codec == CODEC_STORED:
+        return len(value) - 1
+    if codec != CODEC_ZSTD:
+        raise _bad("framed object has an unknown codec", where, expected=(0, 1), got=codec)
+    if len(value) < 1 + _SIZE_BYTES:
+        raise _bad("framed object is shorter than its header", where, got=len(value))
+    size = int.from_bytes(value[1 : 1 + _SIZE_BYTES], "little")
+    if size > MAX_FRAME_CONTENT:
+        raise _bad(
+            "framed object declares more bytes than a frame may hold (refused before inflating)",
+            where,
+            expected=f"<= {MAX_FRAME_CONTENT}",
+            got=size,
+        )
+    return size
+
+
+def decode_frame(value: bytes | memoryview, where: str) -> bytes:
+    """The chunk bytes of a frame; the size is bounded and checked, the digest is not."""
+    size = frame_content_size(value, where)
+    if value[0] == CODEC_STORED:
+        return bytes(value[1:])
+    body = memoryview(value)[1 + _SIZE_BYTES :]  # zstandard reads any buffer: no copy
+    try:
+        # The zstd frame header's own size must be the declared one: the
+        # decompressor allocates what the header says, so check it first.
+        header_size = zstandard.frame_content_size(body)
+    except zstandard.ZstdError as exc:
+        raise _bad("compressed frame has no valid zstd header", where, got=str(exc)) from None
+    if header_size != size:
+        raise _bad(
+            "compressed frame's zstd header disagrees with its declared size",
+            where,
+            expected=size,
+            got=header_size,
+        )
+    try:
+        out = _CONTEXTS.decompressor.decompress(body)
+    except zstandard.ZstdError as exc:
+        raise _bad("compressed frame does not inflate", where, got=str(exc)) from None
+    if len(out) != size:  # zstandard already refuses this; kept as the contract
+        raise _bad("compressed frame does not inflate to its size", where, size, len(out))
+    return out
+
+
+def check_frame(key: bytes, value: bytes | memoryview, where: str) -> bytes:
+    """The chunk bytes of the frame under ``key``, hash-checked against the key."""
+    content = decode_frame(value, where)
+    got = digest(content)
+    if got != bytes(key[:DIGEST_SIZE]):
+        raise _bad(
+            "framed object does not match its digest",
+            where,
+            expected=bytes(key[:DIGEST_SIZE]).hex(),
+            got=got.hex(),
+        )
+    return content
+
+
+def stored_key(key: bytes | memoryview, value: bytes | memoryview) -> bytes:
+    """The key ``value`` belongs under: a frame's chunk digest + tag, else the digest.
+
+    A damaged frame gives the digest of its stored bytes, which matches no
+    frame key, so a whole-store check reports it like any other bad object.
+    """
+    if is_frame_key(key):
+        try:
+            return frame_key(digest(decode_frame(value, "")))
+        except IntegrityError:
+            return digest(value)
+    return digest(value)
