@@ -41,7 +41,7 @@ from cpstore.store.lmdb_open import (
     is_lock_permission_error,
     refuse,
 )
-from cpstore.store.model import STORE_VERSION
+from cpstore.store.model import BARE_REF_LAYOUTS, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
 __all__ = ["DB_NAMES", "Env", "acquire_env", "is_open_here", "release_env"]
@@ -118,6 +118,8 @@ class Env:
             # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
             self.env.reader_check()
             self._check_file_size()
+            self._psize = int(self.env.stat()["psize"])
+            self._covered = 0
             self.dbs = self._open_dbs()
         except BaseException:
             self.env.close()
@@ -174,12 +176,8 @@ class Env:
         return self._adopting_growth(attempt, adopt=False)
 
     def _check_file_size(self) -> None:
-        """Refuse a data file shorter than its meta page says (a truncated copy).
-
-        LMDB maps the file and trusts the meta page: reading a page past the
-        end of a truncated file kills the process with SIGBUS. Checking the
-        size first turns that into an error that names the file.
-        """
+        """Refuse a data file shorter than its meta page says (a truncated copy): LMDB
+        trusts the meta page, and reading past the end of the file is a SIGBUS."""
         data = os.path.join(self.path, "data.mdb")
         needed = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
         size = os.path.getsize(data)
@@ -190,6 +188,27 @@ class Env:
                 expected=f">= {needed} bytes",
                 got=f"{size} bytes",
             )
+
+    def _cover_tail(self) -> None:
+        """After a commit, make the data file reach every page the meta page counts.
+
+        Without a write map LMDB writes only dirty pages: pages a txn took from
+        the end and freed again (loose pages) count in ``last_pgno`` but are never
+        written, so the file can end short and :meth:`_check_file_size` would take
+        it for a truncation. ``posix_fallocate`` zero-fills past the end, never
+        shrinks or touches written bytes: racing processes are safe.
+        """
+        need = (self.env.info()["last_pgno"] + 1) * self._psize
+        if need <= self._covered:
+            return
+        fd = os.open(os.path.join(self.path, "data.mdb"), os.O_WRONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if size < need:
+                os.posix_fallocate(fd, size, need - size)
+        finally:
+            os.close(fd)
+        self._covered = need
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -260,9 +279,10 @@ class Env:
             # A store from before a database was added gets it here.
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         if version != STORE_VERSION:
-            # A layout-1 store is brought up to date in this same txn (docs/store.md,
+            # An older store is brought up to date in this same txn (docs/store.md,
             # "Store layout versions"); a concurrent opener sees either layout whole.
-            upgrade_refs_v1(txn, dbs)
+            if version in BARE_REF_LAYOUTS:
+                upgrade_refs_v1(txn, dbs)
             txn.put(FORMAT_KEY, encode_value(FORMAT), db=dbs["meta"])
         self.layout = STORE_VERSION
         return dbs
@@ -435,7 +455,9 @@ class Env:
                 self._lock_writes()
                 try:
                     with self._begin(write=True) as txn:
-                        return fn(txn)
+                        result = fn(txn)
+                    self._cover_tail()
+                    return result
                 finally:
                     self.write_lock.release()
             except lmdb.MapFullError:
