@@ -1,0 +1,246 @@
+"""Writing LangGraph checkpoints: each one a cpstore checkpoint plus its index entry, one txn.
+
+A put continues the branch whose head is its parent (the common case: one
+recorder per branch, kept between puts, so unchanged channel values are
+neither re-serialized nor re-hashed), or forks a new branch from the parent
+(time travel, ``update_state`` on an older checkpoint, a parent another
+process moved past). The index entry is written in the commit txn of the
+checkpoint itself (``Recorder.checkpoint(extra_meta=)``): a crash leaves both
+or neither. A lost ref race (another process moved the branch) is retried,
+and then forks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cpstore.errors import ConflictError, StoreError
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    branch_label,
+    fork_branch,
+    pack_typed,
+    run_for,
+    unpack_typed,
+)
+from cpstore.langgraph._read import Entry, load_parts
+from cpstore.store import Store
+from cpstore.store.lg_index import checkpoint_key, pack
+from cpstore.store.model import ref_key
+from cpstore.store.recorder import Recorder
+
+__all__ = ["Writer"]
+
+_EMPTY = pack_typed(("empty", b""))
+_CACHED_BRANCHES = 256
+_RETRIES = 8
+
+
+@dataclass
+class _Branch:
+    """A branch this process records on: its recorder and the last checkpoint's values."""
+
+    recorder: Recorder
+    #: channel -> (version, the part bytes object the recorder last hashed).
+    values: dict[str, tuple[Any, bytes]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    run: str
+    branch: str
+    #: The cpstore checkpoint a new branch forks from (None: continue, or a root).
+    fork_from: str | None
+    new_branch: bool
+    #: The parent's entry when the parent is indexed.
+    parent: Entry | None
+
+
+class Writer:
+    """The put path of one saver (one lock: puts of one saver are serialized)."""
+
+    def __init__(self, store: Store, serde: Any) -> None:
+        self.store = store
+        self.serde = serde
+        self.lock = threading.Lock()
+        self._branches: OrderedDict[tuple[str, str], _Branch] = OrderedDict()
+
+    def forget(self, run: str | None = None) -> None:
+        """Drop cached recorders (of one run, or all): the store changed under them."""
+        with self.lock:
+            for key in [k for k in self._branches if run is None or k[0] == run]:
+                self._branches.pop(key).recorder.close()
+
+    def put(
+        self,
+        thread_id: str,
+        ns: str,
+        parent_id: str | None,
+        checkpoint: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        new_versions: Mapping[str, Any],
+    ) -> str:
+        """Store one checkpoint; return its LangGraph id."""
+        c = dict(checkpoint)
+        values: Mapping[str, Any] = c.pop("channel_values", None) or {}
+        checkpoint_id = str(c["id"])
+        versions: Mapping[str, Any] = c.get("channel_versions") or {}
+        fresh = {
+            k: pack_typed(self.serde.dumps_typed(values[k])) if k in values else _EMPTY
+            for k in new_versions
+            if k in versions
+        }
+        head_parts = {
+            "checkpoint": pack_typed(self.serde.dumps_typed(c)),
+            "metadata": pack_typed(self.serde.dumps_typed(dict(metadata))),
+        }
+        step = metadata.get("step")
+        step = step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
+        run_id = metadata.get("run_id")
+        return self.commit(
+            thread_id, ns, parent_id, checkpoint_id, step,
+            run_id if isinstance(run_id, str) else None,
+            head_parts, fresh, versions, values,
+        )  # fmt: skip
+
+    def commit(
+        self,
+        thread_id: str,
+        ns: str,
+        parent_id: str | None,
+        checkpoint_id: str,
+        step: int,
+        run_id: str | None,
+        head_parts: Mapping[str, bytes],
+        fresh: Mapping[str, bytes],
+        versions: Mapping[str, Any],
+        values: Mapping[str, Any],
+    ) -> str:
+        """Record the parts (``fresh``: packed values of new versions) and the index entry."""
+        with self.lock:
+            for attempt in range(_RETRIES):
+                plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
+                branch = self._branch(plan)
+                parts = dict(head_parts)
+                inherited: dict[str, tuple[Any, bytes]] | None = None
+                for k, version in versions.items():
+                    part = fresh.get(k)
+                    if part is None:
+                        known = branch.values.get(k)
+                        if known is not None and known[0] == version and not plan.new_branch:
+                            part = known[1]
+                        elif k in values:
+                            part = pack_typed(self.serde.dumps_typed(values[k]))
+                        else:
+                            if inherited is None:
+                                inherited = self._parent_parts(plan.parent)
+                            held = inherited.get(k)
+                            part = held[1] if held is not None and held[0] == version else None
+                    if part is not None:
+                        parts[CHANNEL + k] = part
+                have = sorted(
+                    k for k in versions if CHANNEL + k in parts and parts[CHANNEL + k] != _EMPTY
+                )
+                key = checkpoint_key(thread_id, ns, checkpoint_id)
+
+                def extra(cid: bytes, *, plan: _Plan = plan, have: list[str] = have) -> list[
+                    tuple[bytes, bytes | None]
+                ]:
+                    entry = Entry(
+                        thread_id, ns, checkpoint_id, bytes(cid), plan.run, plan.branch,
+                        parent_id, run_id, tuple(have),
+                    )  # fmt: skip
+                    return [(key, pack(key, entry.body()))]
+
+                try:
+                    branch.recorder.checkpoint(
+                        step,
+                        parts,
+                        metadata={"langgraph": {"checkpoint_id": checkpoint_id, "ns": ns}},
+                        extra_meta=extra,
+                    )
+                except ConflictError:
+                    # Another process moved the branch (or pruned the fork
+                    # parent): plan again from what the store holds now.
+                    self._drop(plan.run, plan.branch)
+                    continue
+                branch.values = {
+                    k: (versions[k], parts[CHANNEL + k]) for k in versions if CHANNEL + k in parts
+                }
+                return checkpoint_id
+        raise StoreError(
+            "could not record the checkpoint: its branch kept moving",
+            where=f"thread {thread_id!r} ns {ns!r} checkpoint {checkpoint_id}",
+        )
+
+    def _plan(
+        self, thread_id: str, ns: str, parent_id: str | None, checkpoint_id: str, attempt: int
+    ) -> _Plan:
+        backend = self.store.backend
+        meta = backend.db("meta")
+        with backend.read_txn() as txn:
+            parent: Entry | None = None
+            if parent_id is not None:
+                pkey = checkpoint_key(thread_id, ns, parent_id)
+                raw = txn.get(pkey, db=meta)
+                if raw is not None:
+                    parent = Entry.decode(pkey, bytes(raw))
+            if parent is not None and txn.get(parent.cid, db=backend.db("checkpoints")) is None:
+                parent = None  # retention pruned it: record a root
+            if parent is not None:
+                head = backend.head(txn, ref_key(parent.run, parent.branch))
+                if head == parent.cid:
+                    return _Plan(parent.run, parent.branch, None, False, parent)
+                run, fork_from = parent.run, parent.cid.hex()
+            else:
+                run, fork_from = run_for(thread_id), None
+                label = branch_label(ns)
+                if backend.head(txn, ref_key(run, label)) is None:
+                    return _Plan(run, label, None, True, None)
+            for n in range(attempt, attempt + 64):
+                name = fork_branch(ns, checkpoint_id, n)
+                if backend.head(txn, ref_key(run, name)) is None:
+                    return _Plan(run, name, fork_from, True, parent)
+        raise StoreError("no free fork branch name", where=f"thread {thread_id!r}")
+
+    def _branch(self, plan: _Plan) -> _Branch:
+        key = (plan.run, plan.branch)
+        cached = self._branches.get(key)
+        if cached is not None and not plan.new_branch:
+            self._branches.move_to_end(key)
+            return cached
+        self._drop(*key)
+        rec = self.store.recorder(plan.run, branch=plan.branch, parent=plan.fork_from)
+        branch = _Branch(rec)
+        self._branches[key] = branch
+        while len(self._branches) > _CACHED_BRANCHES:
+            self._branches.popitem(last=False)[1].recorder.close()
+        return branch
+
+    def _drop(self, run: str, branch: str) -> None:
+        cached = self._branches.pop((run, branch), None)
+        if cached is not None:
+            cached.recorder.close()
+
+    def _parent_parts(self, parent: Entry | None) -> dict[str, tuple[Any, bytes]]:
+        """channel -> (the parent's version, its stored value part).
+
+        A value the caller does not pass is the one stored at the same version
+        (InMemorySaver's blob per version), which only the parent can hold here.
+        """
+        if parent is None:
+            return {}
+        with self.store.backend.read_txn() as txn:
+            parts = load_parts(txn, self.store, parent)
+        where = f"checkpoint {parent.cid.hex()}"
+        cp = self.serde.loads_typed(unpack_typed(parts["checkpoint"], where))
+        parent_versions = cp.get("channel_versions") or {}
+        return {
+            name[len(CHANNEL) :]: (parent_versions[name[len(CHANNEL) :]], part)
+            for name, part in parts.items()
+            if name.startswith(CHANNEL) and name[len(CHANNEL) :] in parent_versions
+        }
