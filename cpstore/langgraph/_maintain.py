@@ -16,7 +16,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, unpack_typed
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
-from cpstore.langgraph._write import Writer
+from cpstore.langgraph._write import Put, Writer
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.lg_index import WRITE_PREFIX, checkpoint_key, field, pack, scan, write_key
@@ -153,7 +153,7 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
             with CheckpointView(backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step
             writes = stored_writes(txn, meta, e.thread_id, e.ns, e.checkpoint_id)
-        _copy_one(store, writer, target, e, parts, step, writes)
+        _copy_one(store, writer, target, e, (parts, step, writes))
 
 
 def _copy_one(
@@ -161,10 +161,9 @@ def _copy_one(
     writer: Writer,
     target: str,
     e: Entry,
-    parts: dict[str, bytes],
-    step: int,
-    writes: list[StoredWrite],
+    read: tuple[dict[str, bytes], int, list[StoredWrite]],
 ) -> None:
+    parts, step, writes = read
     head = {k: parts[k] for k in ("checkpoint", "metadata")}
     values = {k[len(CHANNEL) :]: v for k, v in parts.items() if k.startswith(CHANNEL)}
     cp = writer.serde.loads_typed(unpack_typed(parts["checkpoint"], "checkpoint"))
@@ -172,9 +171,11 @@ def _copy_one(
     if not isinstance(versions, dict):
         raise NotFoundError("checkpoint without channel_versions", where=e.checkpoint_id)
     writer.commit(
-        target, e.ns, e.parent, e.checkpoint_id, step, e.run_id, head,
-        {k: v for k, v in values.items() if k in versions}, versions, {},
-    )  # fmt: skip
+        Put(
+            target, e.ns, e.parent, e.checkpoint_id, step, e.run_id, head,
+            {k: v for k, v in values.items() if k in versions}, versions, {},
+        )
+    )
     backend = store.backend
     meta = backend.db("meta")
     records = []

@@ -62,7 +62,9 @@ class Entry:
                 tuple(body["have"]),
             )
         except (KeyError, TypeError):
-            raise IntegrityError("LangGraph index entry has the wrong shape", where=f"meta/{key!r}") from None
+            raise IntegrityError(
+                "LangGraph index entry has the wrong shape", where=f"meta/{key!r}"
+            ) from None
 
     @staticmethod
     def id_of(key: bytes) -> str:
@@ -122,7 +124,9 @@ def stored_writes(
             path, task_id, idx, channel, kind, data = body
             out.append(StoredWrite(path, task_id, idx, channel, (kind, bytes(data))))
         except (TypeError, ValueError):
-            raise IntegrityError("pending write has the wrong shape", where=f"meta/{key!r}") from None
+            raise IntegrityError(
+                "pending write has the wrong shape", where=f"meta/{key!r}"
+            ) from None
     out.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
     return out
 
@@ -192,8 +196,8 @@ def entry_at(
     """The entry of a checkpoint id, or the newest of the namespace when it is None."""
     if checkpoint_id is not None:
         key = checkpoint_key(thread_id, ns, checkpoint_id)
-        value = txn.get(key, db=meta)
-        return None if value is None else Entry.decode(key, bytes(value))
+        found = txn.get(key, db=meta)
+        return None if found is None else Entry.decode(key, bytes(found))
     for key, value in entries(txn, meta, checkpoint_key(thread_id, ns)):
         return Entry.decode(key, value)
     return None

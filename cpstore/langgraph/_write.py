@@ -50,6 +50,26 @@ class _Branch:
 
 
 @dataclass(frozen=True, slots=True)
+class Put:
+    """One checkpoint to record: where, and its parts."""
+
+    thread_id: str
+    ns: str
+    parent_id: str | None
+    checkpoint_id: str
+    step: int
+    #: ``metadata["run_id"]`` when it is a str.
+    run_id: str | None
+    #: The ``checkpoint`` and ``metadata`` parts.
+    head_parts: Mapping[str, bytes]
+    #: channel -> packed value, for the channels of new versions.
+    fresh: Mapping[str, bytes]
+    versions: Mapping[str, Any]
+    #: The caller's channel values (serialized only when needed).
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     run: str
     branch: str
@@ -80,6 +100,7 @@ class Writer:
         thread_id: str,
         ns: str,
         parent_id: str | None,
+        *,
         checkpoint: Mapping[str, Any],
         metadata: Mapping[str, Any],
         new_versions: Mapping[str, Any],
@@ -102,25 +123,21 @@ class Writer:
         step = step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
         run_id = metadata.get("run_id")
         return self.commit(
-            thread_id, ns, parent_id, checkpoint_id, step,
-            run_id if isinstance(run_id, str) else None,
-            head_parts, fresh, versions, values,
-        )  # fmt: skip
+            Put(
+                thread_id, ns, parent_id, checkpoint_id, step,
+                run_id if isinstance(run_id, str) else None,
+                head_parts, fresh, versions, values,
+            )
+        )
 
-    def commit(
-        self,
-        thread_id: str,
-        ns: str,
-        parent_id: str | None,
-        checkpoint_id: str,
-        step: int,
-        run_id: str | None,
-        head_parts: Mapping[str, bytes],
-        fresh: Mapping[str, bytes],
-        versions: Mapping[str, Any],
-        values: Mapping[str, Any],
-    ) -> str:
-        """Record the parts (``fresh``: packed values of new versions) and the index entry."""
+    def commit(self, put: Put) -> str:
+        """Record the parts and the index entry in one txn; return the LangGraph id."""
+        thread_id, ns, parent_id, checkpoint_id = (
+            put.thread_id, put.ns, put.parent_id, put.checkpoint_id
+        )
+        head_parts, fresh, versions, values = put.head_parts, put.fresh, put.versions, put.values
+        run_id = put.run_id
+        key = checkpoint_key(thread_id, ns, checkpoint_id)
         with self.lock:
             for attempt in range(_RETRIES):
                 plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
@@ -145,7 +162,6 @@ class Writer:
                 have = sorted(
                     k for k in versions if CHANNEL + k in parts and parts[CHANNEL + k] != _EMPTY
                 )
-                key = checkpoint_key(thread_id, ns, checkpoint_id)
 
                 def extra(cid: bytes, *, plan: _Plan = plan, have: list[str] = have) -> list[
                     tuple[bytes, bytes | None]
@@ -158,7 +174,7 @@ class Writer:
 
                 try:
                     branch.recorder.checkpoint(
-                        step,
+                        put.step,
                         parts,
                         metadata={"langgraph": {"checkpoint_id": checkpoint_id, "ns": ns}},
                         extra_meta=extra,

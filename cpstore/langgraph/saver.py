@@ -77,7 +77,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
     def from_conn_string(
         cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
     ) -> Iterator[CpstoreSaver]:
-        """Open the store at ``conn_string`` (``cpstore.open(conn_string, **options)``), yield a saver."""
+        """Open ``cpstore.open(conn_string, **options)``, yield a saver, close the store on exit."""
         store = _store.open(conn_string, **options)
         try:
             yield cls(store, serde=serde)
@@ -104,7 +104,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         before: Any = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first (per namespace), filtered by metadata, ``before`` and ``limit``."""
+        """Checkpoints newest first per namespace, filtered by metadata, ``before``, ``limit``."""
         if config is not None:
             thread_id, _, checkpoint_id = _target(config)
             ns = config["configurable"].get("checkpoint_ns")
@@ -150,8 +150,9 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         thread_id, ns, parent_id = _target(config)
         metadata = get_checkpoint_metadata(config, metadata)
         checkpoint_id = self._writer.put(
-            thread_id, ns, parent_id, checkpoint, metadata, new_versions
-        )
+            thread_id, ns, parent_id,
+            checkpoint=checkpoint, metadata=metadata, new_versions=new_versions,
+        )  # fmt: skip
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -249,12 +250,14 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         _maintain.delete_threads(self.store, self._writer, [str(thread_id)])
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is one of ``run_ids``."""
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
         _maintain.delete_for_runs(self.store, self._writer, [str(r) for r in run_ids])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another; no value bytes are copied."""
-        _maintain.copy_thread(self.store, self._writer, str(source_thread_id), str(target_thread_id))
+        _maintain.copy_thread(
+            self.store, self._writer, str(source_thread_id), str(target_thread_id)
+        )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest`` per namespace (and the ancestors DeltaChannel needs), or ``delete``."""

@@ -59,7 +59,9 @@ def field(text: str, what: str) -> bytes:
     return len(raw).to_bytes(2, "big") + raw
 
 
-def checkpoint_key(thread_id: str, ns: str | None = None, checkpoint_id: str | None = None) -> bytes:
+def checkpoint_key(
+    thread_id: str, ns: str | None = None, checkpoint_id: str | None = None
+) -> bytes:
     """The entry key, or the prefix of a thread's (or a namespace's) entries."""
     key = CHECKPOINT_PREFIX + field(thread_id, "thread_id")
     if ns is None:
@@ -118,7 +120,9 @@ def unpack(key: bytes, value: bytes | memoryview) -> Any:
     try:
         return decode_value(data)
     except CanonicalEncodingError:  # pragma: no cover - the check passed
-        raise IntegrityError("LangGraph index entry is not canonical", where=f"meta/{key!r}") from None
+        raise IntegrityError(
+            "LangGraph index entry is not canonical", where=f"meta/{key!r}"
+        ) from None
 
 
 def scan(
@@ -129,8 +133,8 @@ def scan(
     if not reverse:
         if not cursor.set_range(prefix):
             return
-        for key, value in cursor:
-            key = bytes(key)
+        for raw, value in cursor:
+            key = bytes(raw)
             if not key.startswith(prefix):
                 return
             yield key, bytes(value)

@@ -23,8 +23,8 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import DIGEST_SIZE, Digest
 
 __all__ = [
-    "EXTENSION_META_PREFIXES",
     "CHUNK_SIZE",
+    "EXTENSION_META_PREFIXES",
     "MANIFEST_VERSION",
     "MAX_NAME_BYTES",
     "MAX_OBJECT_SIZE",
