@@ -172,8 +172,16 @@ def _copy_one(
         raise NotFoundError("checkpoint without channel_versions", where=e.checkpoint_id)
     writer.commit(
         Put(
-            target, e.ns, e.parent, e.checkpoint_id, step, e.run_id, head,
-            {k: v for k, v in values.items() if k in versions}, versions, {},
+            target,
+            e.ns,
+            e.parent,
+            e.checkpoint_id,
+            step,
+            e.run_id,
+            head,
+            {k: v for k, v in values.items() if k in versions},
+            versions,
+            {},
         )
     )
     backend = store.backend

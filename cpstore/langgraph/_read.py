@@ -184,9 +184,7 @@ def load_tuple(
         (w.task_id, w.channel, serde.loads_typed(w.typed))
         for w in stored_writes(txn, meta, entry.thread_id, entry.ns, entry.checkpoint_id)
     ]
-    parent = (
-        None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
-    )
+    parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
     return CheckpointTuple(entry.config(), checkpoint, metadata, parent, writes)
 
 
@@ -203,13 +201,9 @@ def entry_at(
     return None
 
 
-def thread_entries(
-    txn: Txn[memoryview], meta: Any, thread_ids: Iterable[str]
-) -> list[Entry]:
+def thread_entries(txn: Txn[memoryview], meta: Any, thread_ids: Iterable[str]) -> list[Entry]:
     """Every entry of the threads, each check verified."""
     out: list[Entry] = []
     for thread_id in thread_ids:
-        out.extend(
-            Entry.decode(k, v) for k, v in scan(txn, meta, checkpoint_key(thread_id))
-        )
+        out.extend(Entry.decode(k, v) for k, v in scan(txn, meta, checkpoint_key(thread_id)))
     return out

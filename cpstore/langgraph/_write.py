@@ -124,16 +124,26 @@ class Writer:
         run_id = metadata.get("run_id")
         return self.commit(
             Put(
-                thread_id, ns, parent_id, checkpoint_id, step,
+                thread_id,
+                ns,
+                parent_id,
+                checkpoint_id,
+                step,
                 run_id if isinstance(run_id, str) else None,
-                head_parts, fresh, versions, values,
+                head_parts,
+                fresh,
+                versions,
+                values,
             )
         )
 
     def commit(self, put: Put) -> str:
         """Record the parts and the index entry in one txn; return the LangGraph id."""
         thread_id, ns, parent_id, checkpoint_id = (
-            put.thread_id, put.ns, put.parent_id, put.checkpoint_id
+            put.thread_id,
+            put.ns,
+            put.parent_id,
+            put.checkpoint_id,
         )
         head_parts, fresh, versions, values = put.head_parts, put.fresh, put.versions, put.values
         run_id = put.run_id
@@ -163,9 +173,9 @@ class Writer:
                     k for k in versions if CHANNEL + k in parts and parts[CHANNEL + k] != _EMPTY
                 )
 
-                def extra(cid: bytes, *, plan: _Plan = plan, have: list[str] = have) -> list[
-                    tuple[bytes, bytes | None]
-                ]:
+                def extra(
+                    cid: bytes, *, plan: _Plan = plan, have: list[str] = have
+                ) -> list[tuple[bytes, bytes | None]]:
                     entry = Entry(
                         thread_id, ns, checkpoint_id, bytes(cid), plan.run, plan.branch,
                         parent_id, run_id, tuple(have),
