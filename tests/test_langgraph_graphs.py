@@ -112,7 +112,7 @@ def test_time_travel_fork_history_equals_in_memory(tmp_path: Path) -> None:
         config: dict[str, Any] = {"configurable": {"thread_id": "t"}}
         graph.invoke({"items": [], "note": ""}, config)
         graph.invoke(Command(resume="no"), config)
-        past = [s for s in graph.get_state_history(config) if s.next == ("review",)][0]
+        past = next(s for s in graph.get_state_history(config) if s.next == ("review",))
         forked = graph.update_state(past.config, {"note": "edited", "items": ["x"]})
         graph.invoke(None, forked)
         after = graph.invoke(Command(resume="again"), forked)
@@ -131,7 +131,7 @@ def test_fork_lands_on_its_own_cpstore_branch(tmp_path: Path) -> None:
         graph.invoke({"items": [], "note": ""}, config)
         graph.invoke(Command(resume="no"), config)
         main_head = saver.store.ref("lg:t", "main")
-        past = [s for s in graph.get_state_history(config) if s.next == ("review",)][0]
+        past = next(s for s in graph.get_state_history(config) if s.next == ("review",))
         graph.update_state(past.config, {"note": "edited"})
         branches = saver.store.branches("lg:t")
         assert branches["main"] == main_head
@@ -216,7 +216,9 @@ def test_send_fan_out_equals_in_memory(tmp_path: Path, durability: str) -> None:
     def scenario(cp: Any) -> Any:
         graph = _fanout_graph(cp)
         config: dict[str, Any] = {"configurable": {"thread_id": "f"}}
-        out = graph.invoke({"topics": ["a", "b", "c"], "results": []}, config, durability=durability)
+        out = graph.invoke(
+            {"topics": ["a", "b", "c"], "results": []}, config, durability=durability
+        )
         return sorted(out["results"]), _history(graph, config)
 
     expected, got = _both(tmp_path, scenario)
