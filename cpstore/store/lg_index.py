@@ -14,17 +14,19 @@ naming the key, never another checkpoint's state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from cpstore.errors import CanonicalEncodingError, IntegrityError, InvalidInputError
+from cpstore.errors import CanonicalEncodingError, CpstoreError, IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.backend import Txn
+from cpstore.store.model import Problem
 
 __all__ = [
     "CHECKPOINT_PREFIX",
     "WRITE_PREFIX",
+    "check_index",
     "checkpoint_key",
     "field",
     "pack",
@@ -164,3 +166,38 @@ def _after(prefix: bytes) -> bytes | None:
             return bytes(raw)
         raw.pop()
     return None
+
+
+def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Problem]) -> int:
+    """Verify every LangGraph index record; returns how many there are (``verify()``).
+
+    Each record's check, each entry's shape, and that the checkpoint an entry
+    names is stored or was pruned by retention (a tombstone).
+    """
+    count = 0
+    for prefix in (CHECKPOINT_PREFIX, WRITE_PREFIX):
+        for key, value in scan(txn, dbs["meta"], prefix):
+            count += 1
+            where = f"meta/{key!r}"
+            try:
+                body = unpack(key, value)
+                if prefix != CHECKPOINT_PREFIX:
+                    continue
+                split_checkpoint_key(key)
+                cid = body["cp"] if isinstance(body, dict) else None
+                if not isinstance(cid, bytes) or len(cid) != 16:
+                    problems.append(Problem("LangGraph index entry has the wrong shape", where))
+                    continue
+            except CpstoreError as exc:
+                problems.append(Problem(exc.what, where, got=exc.got))
+                continue
+            stored = txn.get(cid, db=dbs["checkpoints"]) is not None
+            if not stored and txn.get(cid, db=dbs["tombstones"]) is None:
+                problems.append(
+                    Problem(
+                        "LangGraph index names a checkpoint that is not stored",
+                        where,
+                        expected=cid.hex(),
+                    )
+                )
+    return count

@@ -1,0 +1,211 @@
+"""CpstoreSaver on the store: dedup, verified reads, the index, DeltaChannel, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+from cpstore.errors import IntegrityError, InvalidInputError
+from cpstore.langgraph import CpstoreSaver
+from cpstore.store import Store
+from cpstore.store.lg_index import CHECKPOINT_PREFIX, scan
+
+
+def _cfg(thread: str, parent: str | None = None, ns: str = "") -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if parent is not None:
+        conf["checkpoint_id"] = parent
+    return {"configurable": conf}
+
+
+def _put(
+    saver: CpstoreSaver, thread: str, values: dict[str, Any], parent: str | None = None
+) -> str:
+    cp = empty_checkpoint()
+    cp["channel_values"] = values
+    cp["channel_versions"] = {k: 1 for k in values}
+    out = saver.put(
+        _cfg(thread, parent), cp, {"source": "loop", "step": 0}, dict.fromkeys(values, 1)
+    )
+    return str(out["configurable"]["checkpoint_id"])
+
+
+def _objects(store: Store) -> tuple[int, int]:
+    """(object count, object bytes) in the store."""
+    with store.backend.read_txn() as txn:
+        n, size = 0, 0
+        for _, value in txn.cursor(db=store.backend.db("objects")):
+            n += 1
+            size += len(value)
+    return n, size
+
+
+@pytest.fixture
+def saver(tmp_path: Path) -> Any:
+    with CpstoreSaver.from_conn_string(tmp_path / "store", durability="none") as s:
+        yield s
+
+
+class TestDedup:
+    def test_identical_values_are_stored_once_across_threads(self, saver: CpstoreSaver) -> None:
+        """The same 200 KB value put on 20 threads adds its bytes once."""
+        big = "x" * 200_000
+        _put(saver, "t0", {"doc": big})
+        before = _objects(saver.store)[1]
+        for i in range(1, 20):
+            _put(saver, f"t{i}", {"doc": big})
+        assert _objects(saver.store)[1] - before < 20 * 2_000
+
+    def test_copy_thread_writes_no_value_bytes(self, saver: CpstoreSaver) -> None:
+        """copy_thread adds no object at all: values, checkpoint and metadata parts exist."""
+        parent = None
+        for i in range(5):
+            parent = _put(saver, "src", {"doc": "v" * 50_000 + str(i)}, parent)
+        before = _objects(saver.store)
+        saver.copy_thread("src", "dst")
+        assert _objects(saver.store) == before
+        src = [t.checkpoint["channel_values"] for t in saver.list(_cfg("src"))]
+        dst = [t.checkpoint["channel_values"] for t in saver.list(_cfg("dst"))]
+        assert dst == src and len(dst) == 5
+
+
+class TestVerifiedReads:
+    def test_a_damaged_value_is_an_integrity_error_never_a_wrong_state(
+        self, saver: CpstoreSaver
+    ) -> None:
+        """Flip bytes of a stored channel value: get_tuple and list raise; verify reports it."""
+        cid = _put(saver, "t", {"secret": "the true value" * 10})
+        store = saver.store
+        backend = store.backend
+        with backend.read_txn() as txn:
+            targets = [
+                bytes(k) for k, v in txn.cursor(db=backend.db("objects")) if b"the true" in bytes(v)
+            ]
+        assert targets
+
+        def damage(txn: Any) -> None:
+            for key in targets:
+                value = bytes(txn.get(key, db=backend.db("objects")))
+                txn.put(key, value.replace(b"true", b"fake"), db=backend.db("objects"))
+
+        backend.write_txn(damage)
+        with pytest.raises(IntegrityError):
+            saver.get_tuple(_cfg("t", cid))
+        with pytest.raises(IntegrityError):
+            list(saver.list(_cfg("t")))
+        assert not store.verify().ok
+
+    def test_a_damaged_index_entry_is_an_integrity_error(self, saver: CpstoreSaver) -> None:
+        """A flipped bit in a LangGraph index entry is refused by reads and reported by verify."""
+        cid = _put(saver, "t", {"a": 1})
+        backend = saver.store.backend
+        meta = backend.db("meta")
+        with backend.read_txn() as txn:
+            key, value = next(scan(txn, meta, CHECKPOINT_PREFIX))
+
+        def damage(txn: Any) -> None:
+            txn.put(key, value[:-1] + bytes([value[-1] ^ 1]), db=meta)
+
+        backend.write_txn(damage)
+        with pytest.raises(IntegrityError):
+            saver.get_tuple(_cfg("t", cid))
+        report = saver.store.verify()
+        assert any("LangGraph index" in p.what for p in report.problems)
+
+    def test_a_config_without_thread_id_is_a_clear_error(self, saver: CpstoreSaver) -> None:
+        """get_tuple of a config with no thread_id raises InvalidInputError (a ValueError)."""
+        with pytest.raises(InvalidInputError, match="thread_id"):
+            saver.get_tuple({"configurable": {}})
+
+    def test_verify_counts_the_index(self, saver: CpstoreSaver) -> None:
+        """verify() walks the LangGraph index and finds an intact store ok."""
+        _put(saver, "t", {"a": 1})
+        report = saver.store.verify()
+        assert report.ok and report.counts["langgraph"] == 1
+
+
+def _concat(state: list[str] | None, writes: Any) -> list[str]:
+    out = list(state or [])
+    for w in writes:
+        out.extend(w)
+    return out
+
+
+class Delta(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=3)]
+
+
+def _delta_graph(cp: Any) -> Any:
+    g = StateGraph(Delta)
+    g.add_node("step", lambda s: {"log": [f"n{len(s['log'])}"]})
+    g.add_edge(START, "step")
+    g.add_edge("step", END)
+    return g.compile(checkpointer=cp)
+
+
+class TestDeltaChannel:
+    def test_delta_channel_state_equals_in_memory(self, saver: CpstoreSaver) -> None:
+        """A DeltaChannel rebuilt from get_delta_channel_history equals InMemorySaver's."""
+        results = []
+        for cp in (InMemorySaver(), saver):
+            graph = _delta_graph(cp)
+            config: dict[str, Any] = {"configurable": {"thread_id": "d"}}
+            for i in range(7):
+                graph.invoke({"log": [f"in{i}"]}, config)
+            results.append(graph.get_state(config).values["log"])
+        assert results[0] == results[1]
+        assert len(results[1]) == 14
+
+    def test_prune_keep_latest_keeps_what_the_delta_channel_needs(
+        self, saver: CpstoreSaver
+    ) -> None:
+        """keep_latest keeps ancestors back to the last snapshot: the state survives pruning."""
+        graph = _delta_graph(saver)
+        config: dict[str, Any] = {"configurable": {"thread_id": "d"}}
+        for i in range(7):
+            graph.invoke({"log": [f"in{i}"]}, config)
+        before = graph.get_state(config).values["log"]
+        count = len(list(saver.list(config)))
+        saver.prune(["d"], strategy="keep_latest")
+        assert 1 < len(list(saver.list(config))) < count
+        assert graph.get_state(config).values["log"] == before
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cpstore.cli", *args], capture_output=True, text=True, check=False
+    )
+
+
+class TestCommandLine:
+    def test_saver_threads_show_in_log_inspect_verify_and_gc(self, tmp_path: Path) -> None:
+        """A thread is a run: log lists it, inspect reads it, verify passes, gc deletes it."""
+        path = tmp_path / "store"
+        with CpstoreSaver.from_conn_string(path) as saver:
+            first = _put(saver, "chat-1", {"msgs": ["hi"]})
+            _put(saver, "chat-1", {"msgs": ["hi", "there"]}, first)
+        runs = json.loads(_cli("log", "--store", str(path), "--json").stdout)
+        assert "lg:chat-1" in json.dumps(runs)
+        log = _cli("log", "lg:chat-1", "--store", str(path), "--json")
+        assert log.returncode == 0
+        head = json.loads(log.stdout)
+        cid = json.dumps(head)
+        with Store(path) as store:
+            head_id = store.ref("lg:chat-1", "main")
+        assert head_id is not None and head_id in cid
+        assert _cli("inspect", head_id, "--store", str(path)).returncode == 0
+        verified = _cli("verify", "--store", str(path))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert _cli("gc", "--delete-run", "lg:chat-1", "--store", str(path)).returncode == 0
+        with CpstoreSaver.from_conn_string(path) as saver:
+            assert saver.get_tuple(_cfg("chat-1")) is None
+            assert list(saver.list(_cfg("chat-1"))) == []
