@@ -14,7 +14,7 @@ from typing import Any
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from cpstore.errors import NotFoundError
-from cpstore.langgraph._codec import CHANNEL, unpack_typed
+from cpstore.langgraph._codec import CHANNEL, channel_parts, load_value, unpack_typed
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer
 from cpstore.store import Store
@@ -113,12 +113,11 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
         chain.append(entry)
         found = [c for c in missing if c in entry.have]
         if found and stored(txn, store, entry):
-            with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
-                for c in found:
-                    value = serde.loads_typed(unpack_typed(view.state_part(CHANNEL + c), c))
-                    if isinstance(value, _DeltaSnapshot):
-                        kept.update(e.checkpoint_id for e in chain)
-                    missing.discard(c)
+            held = load_parts(txn, store, entry)
+            for c in found:
+                if isinstance(load_value(serde, held, c, c), _DeltaSnapshot):
+                    kept.update(e.checkpoint_id for e in chain)
+                missing.discard(c)
         at = entry.parent
     return kept
 
@@ -165,11 +164,11 @@ def _copy_one(
 ) -> None:
     parts, step, writes = read
     head = {k: parts[k] for k in ("checkpoint", "metadata")}
-    values = {k[len(CHANNEL) :]: v for k, v in parts.items() if k.startswith(CHANNEL)}
     cp = writer.serde.loads_typed(unpack_typed(parts["checkpoint"], "checkpoint"))
     versions = cp.get("channel_versions") or {}
     if not isinstance(versions, dict):
         raise NotFoundError("checkpoint without channel_versions", where=e.checkpoint_id)
+    values = {k: channel_parts(parts, k, e.checkpoint_id) for k in versions if CHANNEL + k in parts}
     writer.commit(
         Put(
             target,

@@ -15,7 +15,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 
 from cpstore.errors import IntegrityError
-from cpstore.langgraph._codec import CHANNEL, unpack_typed
+from cpstore.langgraph._codec import CHANNEL, load_value, unpack_typed
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.lg_index import checkpoint_key, scan, split_checkpoint_key, unpack, write_key
@@ -175,9 +175,9 @@ def load_tuple(
     values: dict[str, Any] = {}
     for name, part in parts.items():
         if name.startswith(CHANNEL):
-            typed = unpack_typed(part, f"state[{name!r}] of {entry.cid.hex()}")
-            if typed[0] != "empty":
-                values[name[len(CHANNEL) :]] = serde.loads_typed(typed)
+            at = f"state[{name!r}] of {entry.cid.hex()}"
+            if unpack_typed(part, at)[0] != "empty":
+                values[name[len(CHANNEL) :]] = load_value(serde, parts, name[len(CHANNEL) :], at)
     checkpoint["channel_values"] = values
     meta = store.backend.db("meta")
     writes: list[PendingWrite] = [

@@ -22,8 +22,10 @@ from cpstore.errors import ConflictError, StoreError
 from cpstore.langgraph._codec import (
     CHANNEL,
     branch_label,
+    channel_parts,
     fork_branch,
     pack_typed,
+    pack_value,
     run_for,
     unpack_typed,
 )
@@ -36,6 +38,12 @@ from cpstore.store.recorder import Recorder
 __all__ = ["Writer"]
 
 _EMPTY = pack_typed(("empty", b""))
+
+
+def _empty(channel: str) -> dict[str, bytes]:
+    return {CHANNEL + channel: _EMPTY}
+
+
 _CACHED_BRANCHES = 256
 _RETRIES = 8
 
@@ -45,8 +53,10 @@ class _Branch:
     """A branch this process records on: its recorder and the last checkpoint's values."""
 
     recorder: Recorder
-    #: channel -> (version, the part bytes object the recorder last hashed).
-    values: dict[str, tuple[Any, bytes]] = field(default_factory=dict)
+    #: channel -> (version, its parts: the bytes objects the recorder last hashed).
+    values: dict[str, tuple[Any, dict[str, bytes]]] = field(default_factory=dict)
+    #: part name -> bytes of the last checkpoint (equal bytes reuse the object: no re-hash).
+    last: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +72,13 @@ class Put:
     run_id: str | None
     #: The ``checkpoint`` and ``metadata`` parts.
     head_parts: Mapping[str, bytes]
-    #: channel -> packed value, for the channels of new versions.
-    fresh: Mapping[str, bytes]
+    #: channel -> its value's parts, for the channels of new versions.
+    fresh: Mapping[str, Mapping[str, bytes]]
     versions: Mapping[str, Any]
     #: The caller's channel values (serialized only when needed).
     values: Mapping[str, Any]
+    #: Channels of new versions to serialize from ``values`` (absent: the empty marker).
+    new: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +122,7 @@ class Writer:
         values: Mapping[str, Any] = c.pop("channel_values", None) or {}
         checkpoint_id = str(c["id"])
         versions: Mapping[str, Any] = c.get("channel_versions") or {}
-        fresh = {
-            k: pack_typed(self.serde.dumps_typed(values[k])) if k in values else _EMPTY
-            for k in new_versions
-            if k in versions
-        }
+        new = frozenset(k for k in new_versions if k in versions)
         head_parts = {
             "checkpoint": pack_typed(self.serde.dumps_typed(c)),
             "metadata": pack_typed(self.serde.dumps_typed(dict(metadata))),
@@ -131,9 +139,10 @@ class Writer:
                 step,
                 run_id if isinstance(run_id, str) else None,
                 head_parts,
-                fresh,
+                {},
                 versions,
                 values,
+                new,
             )
         )
 
@@ -153,25 +162,32 @@ class Writer:
                 plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
                 branch = self._branch(plan)
                 parts = dict(head_parts)
-                inherited: dict[str, tuple[Any, bytes]] | None = None
+                held_by: dict[str, tuple[Any, dict[str, bytes]]] = {}
+                inherited: dict[str, tuple[Any, dict[str, bytes]]] | None = None
                 for k, version in versions.items():
-                    part = fresh.get(k)
-                    if part is None:
+                    chan = fresh.get(k)
+                    if chan is None and k in put.new:
+                        chan = (
+                            pack_value(self.serde, k, values[k], branch.last)
+                            if k in values
+                            else _empty(k)
+                        )
+                    if chan is None:
                         known = branch.values.get(k)
                         if known is not None and known[0] == version and not plan.new_branch:
-                            part = known[1]
+                            chan = known[1]
                         elif k in values:
-                            part = pack_typed(self.serde.dumps_typed(values[k]))
+                            chan = pack_value(self.serde, k, values[k], branch.last)
                         else:
                             if inherited is None:
                                 inherited = self._parent_parts(plan.parent)
                             held = inherited.get(k)
-                            part = held[1] if held is not None and held[0] == version else None
-                    if part is not None:
-                        parts[CHANNEL + k] = part
-                have = sorted(
-                    k for k in versions if CHANNEL + k in parts and parts[CHANNEL + k] != _EMPTY
-                )
+                            chan = held[1] if held is not None and held[0] == version else None
+                    if chan is not None:
+                        chan = {n: _same(branch.last.get(n), b) for n, b in chan.items()}
+                        held_by[k] = (version, chan)
+                        parts.update(chan)
+                have = sorted(k for k, (_, chan) in held_by.items() if chan[CHANNEL + k] != _EMPTY)
 
                 def extra(
                     cid: bytes, *, plan: _Plan = plan, have: list[str] = have
@@ -194,9 +210,8 @@ class Writer:
                     # parent): plan again from what the store holds now.
                     self._drop(plan.run, plan.branch)
                     continue
-                branch.values = {
-                    k: (versions[k], parts[CHANNEL + k]) for k in versions if CHANNEL + k in parts
-                }
+                branch.values = held_by
+                branch.last = parts
                 return checkpoint_id
         raise StoreError(
             "could not record the checkpoint: its branch kept moving",
@@ -252,8 +267,8 @@ class Writer:
         if cached is not None:
             cached.recorder.close()
 
-    def _parent_parts(self, parent: Entry | None) -> dict[str, tuple[Any, bytes]]:
-        """channel -> (the parent's version, its stored value part).
+    def _parent_parts(self, parent: Entry | None) -> dict[str, tuple[Any, dict[str, bytes]]]:
+        """channel -> (the parent's version, its stored value's parts).
 
         A value the caller does not pass is the one stored at the same version
         (InMemorySaver's blob per version), which only the parent can hold here.
@@ -266,7 +281,12 @@ class Writer:
         cp = self.serde.loads_typed(unpack_typed(parts["checkpoint"], where))
         parent_versions = cp.get("channel_versions") or {}
         return {
-            name[len(CHANNEL) :]: (parent_versions[name[len(CHANNEL) :]], part)
-            for name, part in parts.items()
-            if name.startswith(CHANNEL) and name[len(CHANNEL) :] in parent_versions
+            k: (v, channel_parts(parts, k, where))
+            for k, v in parent_versions.items()
+            if CHANNEL + k in parts
         }
+
+
+def _same(old: bytes | None, new: bytes) -> bytes:
+    """``old`` when it holds the same bytes: the recorder then skips encoding and hashing it."""
+    return old if old is not None and old == new else new

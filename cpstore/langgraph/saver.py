@@ -32,12 +32,19 @@ from langgraph.checkpoint.base import (
 import cpstore.store as _store
 from cpstore.errors import InvalidInputError
 from cpstore.langgraph import _maintain
-from cpstore.langgraph._codec import CHANNEL, pack_typed, unpack_typed
-from cpstore.langgraph._read import Entry, entries, entry_at, load_tuple, stored, stored_writes
+from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed
+from cpstore.langgraph._read import (
+    Entry,
+    entries,
+    entry_at,
+    load_parts,
+    load_tuple,
+    stored,
+    stored_writes,
+)
 from cpstore.langgraph._write import Writer
 from cpstore.store import Store
 from cpstore.store.lg_index import CHECKPOINT_PREFIX, checkpoint_key, pack, write_key
-from cpstore.store.reader import CheckpointView
 
 __all__ = ["AsyncCpstoreSaver", "CpstoreSaver"]
 
@@ -227,13 +234,12 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
                             (w.task_id, w.channel, self.serde.loads_typed(w.typed))
                         )
                 if ends:
-                    with CheckpointView(backend, entry.cid, verify=True, txn=txn) as view:
-                        for c in ends:
-                            part = view.state_part(CHANNEL + c)
-                            seeds[c] = self.serde.loads_typed(
-                                unpack_typed(part, f"state[{CHANNEL + c!r}]")
-                            )
-                            remaining.discard(c)
+                    parts = load_parts(txn, self.store, entry)
+                    for c in ends:
+                        seeds[c] = load_value(
+                            self.serde, parts, c, f"{CHANNEL}{c} of {entry.cid.hex()}"
+                        )
+                        remaining.discard(c)
                 parent = entry.parent
         out: dict[str, DeltaChannelHistory] = {}
         for c in channels:
