@@ -9,13 +9,17 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 
 from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph._codec import load_value, pack_value
 from cpstore.store import Store
 from cpstore.store.lg_index import CHECKPOINT_PREFIX, scan
 
@@ -209,3 +213,64 @@ class TestCommandLine:
         with CpstoreSaver.from_conn_string(path) as saver:
             assert saver.get_tuple(_cfg("chat-1")) is None
             assert list(saver.list(_cfg("chat-1"))) == []
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)  # what msgpack holds
+    | st.text(max_size=300)
+    | st.binary(max_size=300),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=20,
+)
+
+
+class TestListChannels:
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(_json, max_size=200), st.integers(min_value=0, max_value=3))
+    def test_a_list_reads_back_exactly_as_the_serde_decodes_it(
+        self, value: list[Any], repeat: int
+    ) -> None:
+        """Any list (empty, tiny, over many segments) reads back as the whole-list serde pair."""
+        serde = JsonPlusSerializer()
+        value = value * (1 + repeat * 40)
+        parts = pack_value(serde, "messages", value)
+        expected = serde.loads_typed(serde.dumps_typed(value))
+        assert load_value(serde, parts, "messages", "test") == expected
+
+    def test_appending_keeps_every_closed_segment(self) -> None:
+        """One more message changes only the last segment and the head, not the closed ones."""
+        serde = JsonPlusSerializer()
+        history = [{"role": "user", "content": "m" * 1000 + str(i)} for i in range(200)]
+        before = pack_value(serde, "messages", history)
+        after = pack_value(serde, "messages", [*history, {"content": "new"}], before)
+        segments = len(before) - 1  # all but the head
+        closed = [f"segment/messages/{i}" for i in range(segments - 1)]  # the last one fills
+        assert len(closed) >= 10
+        assert all(after[name] is before[name] for name in closed)
+        assert after["segment/messages/0"] == before["segment/messages/0"]
+
+    def test_a_missing_or_short_segment_is_an_integrity_error(self) -> None:
+        """A segment gone or cut short is refused, never decoded into a shorter history."""
+        serde = JsonPlusSerializer()
+        parts = pack_value(serde, "m", ["x" * 1000] * 100)
+        gone = {k: v for k, v in parts.items() if k != "segment/m/1"}
+        with pytest.raises(IntegrityError):
+            load_value(serde, gone, "m", "test")
+        short = dict(parts, **{"segment/m/1": parts["segment/m/1"][:-10]})
+        with pytest.raises(IntegrityError):
+            load_value(serde, short, "m", "test")
+
+    def test_a_chat_history_on_disk_grows_with_the_messages_not_their_square(
+        self, saver: CpstoreSaver
+    ) -> None:
+        """300 steps of a growing message list: disk stays within 20x the unique message bytes."""
+        parent = None
+        history: list[str] = []
+        for i in range(300):
+            history = [*history, f"{i:04d}" + "m" * 1000]
+            parent = _put(saver, "chat", {"messages": history}, parent)
+        assert saver.store.disk_bytes() < 20 * sum(len(m) for m in history)
+        tup = saver.get_tuple(_cfg("chat"))
+        assert tup is not None and tup.checkpoint["channel_values"]["messages"] == history
