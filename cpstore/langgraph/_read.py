@@ -15,7 +15,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 
 from cpstore.errors import IntegrityError
-from cpstore.langgraph._codec import CHANNEL, load_value, unpack_typed
+from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, unpack_typed
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.lg_index import checkpoint_key, scan, split_checkpoint_key, unpack, write_key
@@ -45,10 +45,13 @@ class Entry:
     have: tuple[str, ...]
 
     @classmethod
-    def decode(cls, key: bytes, value: bytes) -> Entry:
-        """The entry stored under ``key``; IntegrityError when it fails its check or shape."""
+    def decode(cls, key: bytes, value: bytes, names: tuple[str, str, str] | None = None) -> Entry:
+        """The entry stored under ``key``; IntegrityError when it fails its check or shape.
+
+        ``names`` is ``(thread_id, ns, checkpoint_id)`` when the caller built the key.
+        """
         body = unpack(key, value)
-        thread_id, ns, checkpoint_id = split_checkpoint_key(key)
+        thread_id, ns, checkpoint_id = names or split_checkpoint_key(key)
         try:
             return cls(
                 thread_id,
@@ -175,9 +178,12 @@ def load_tuple(
     values: dict[str, Any] = {}
     for name, part in parts.items():
         if name.startswith(CHANNEL):
-            at = f"state[{name!r}] of {entry.cid.hex()}"
-            if unpack_typed(part, at)[0] != "empty":
+            kind, data = unpack_typed(part, name)
+            if kind == LIST_KIND:
+                at = f"state[{name!r}] of {entry.cid.hex()}"
                 values[name[len(CHANNEL) :]] = load_value(serde, parts, name[len(CHANNEL) :], at)
+            elif kind != "empty":
+                values[name[len(CHANNEL) :]] = serde.loads_typed((kind, data))
     checkpoint["channel_values"] = values
     meta = store.backend.db("meta")
     writes: list[PendingWrite] = [
@@ -195,7 +201,9 @@ def entry_at(
     if checkpoint_id is not None:
         key = checkpoint_key(thread_id, ns, checkpoint_id)
         found = txn.get(key, db=meta)
-        return None if found is None else Entry.decode(key, bytes(found))
+        if found is None:
+            return None
+        return Entry.decode(key, bytes(found), (thread_id, ns, checkpoint_id))
     for key, value in entries(txn, meta, checkpoint_key(thread_id, ns)):
         return Entry.decode(key, value)
     return None

@@ -35,7 +35,6 @@ from cpstore.langgraph import _maintain
 from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed
 from cpstore.langgraph._read import (
     Entry,
-    entries,
     entry_at,
     load_parts,
     load_tuple,
@@ -44,7 +43,7 @@ from cpstore.langgraph._read import (
 )
 from cpstore.langgraph._write import Writer
 from cpstore.store import Store
-from cpstore.store.lg_index import CHECKPOINT_PREFIX, checkpoint_key, pack, write_key
+from cpstore.store.lg_index import CHECKPOINT_PREFIX, checkpoint_key, pack, scan, write_key
 
 __all__ = ["AsyncCpstoreSaver", "CpstoreSaver"]
 
@@ -121,19 +120,16 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         before_id = get_checkpoint_id(before) if before else None
         backend = self.store.backend
         meta = backend.db("meta")
-        with backend.read_txn() as txn:
-            picked = [
-                (key, value)
-                for key, value in entries(txn, meta, prefix)
-                if _wanted(key, checkpoint_id, before_id)
-            ]
         left = limit
-        for start in range(0, len(picked), _BATCH):
-            if left is not None and left <= 0:
-                return
+        below: bytes | None = None
+        while left is None or left > 0:
             batch: list[CheckpointTuple] = []
             with backend.read_txn() as txn:
-                for key, value in picked[start : start + _BATCH]:
+                seen = 0
+                for key, value in scan(txn, meta, prefix, reverse=True, below=below):
+                    below, seen = key, seen + 1
+                    if not _wanted(key, checkpoint_id, before_id):
+                        continue
                     tup = load_tuple(txn, self.store, self.serde, Entry.decode(key, value))
                     if tup is None or not _matches(tup.metadata, filter):
                         continue
@@ -142,7 +138,12 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
                         left -= 1
                         if left <= 0:
                             break
+                    if seen >= _BATCH:
+                        break
+                done = seen < _BATCH or (left is not None and left <= 0)
             yield from batch
+            if done:
+                return
 
     # -- writes ----------------------------------------------------------------
 

@@ -19,8 +19,9 @@ from typing import Any
 
 from cpstore.errors import CanonicalEncodingError, CpstoreError, IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
-from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.canonical import encode_value
 from cpstore.store.backend import Txn
+from cpstore.store.manifest import decode_trusted
 from cpstore.store.model import Problem
 
 __all__ = [
@@ -119,8 +120,8 @@ def unpack(key: bytes, value: bytes | memoryview) -> Any:
         raise IntegrityError(
             "LangGraph index entry fails its check", where=f"meta/{key!r}", got=raw[:32].hex()
         )
-    try:
-        return decode_value(data)
+    try:  # written by encode_value and certified by the check: no re-encode
+        return decode_trusted(data)
     except CanonicalEncodingError:  # pragma: no cover - the check passed
         raise IntegrityError(
             "LangGraph index entry is not canonical", where=f"meta/{key!r}"
@@ -128,9 +129,17 @@ def unpack(key: bytes, value: bytes | memoryview) -> Any:
 
 
 def scan(
-    txn: Txn[memoryview], db: Any, prefix: bytes, *, reverse: bool = False
+    txn: Txn[memoryview],
+    db: Any,
+    prefix: bytes,
+    *,
+    reverse: bool = False,
+    below: bytes | None = None,
 ) -> Iterator[tuple[bytes, bytes]]:
-    """``(key, value)`` of every record under ``prefix``, in key order (or reversed)."""
+    """``(key, value)`` of every record under ``prefix``, in key order (or reversed).
+
+    ``below`` (reversed only): start below this key instead of at the end.
+    """
     cursor = txn.cursor(db=db)
     if not reverse:
         if not cursor.set_range(prefix):
@@ -141,7 +150,7 @@ def scan(
                 return
             yield key, bytes(value)
         return
-    upper = _after(prefix)
+    upper = _after(prefix) if below is None else below
     positioned = cursor.set_range(upper) if upper is not None else False
     if positioned:
         if not cursor.prev():
