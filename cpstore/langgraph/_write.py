@@ -57,6 +57,8 @@ class _Branch:
     values: dict[str, tuple[Any, dict[str, bytes]]] = field(default_factory=dict)
     #: part name -> bytes of the last checkpoint (equal bytes reuse the object: no re-hash).
     last: dict[str, bytes] = field(default_factory=dict)
+    #: (thread, ns, checkpoint id) of the head this writer recorded last.
+    tip: tuple[str, str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +102,16 @@ class Writer:
         self.serde = serde
         self.lock = threading.Lock()
         self._branches: OrderedDict[tuple[str, str], _Branch] = OrderedDict()
+        # (thread, ns, checkpoint id) -> (run, branch) of each cached branch's head
+        # this writer recorded: a put whose parent is one continues that branch
+        # without a planning read (the commit's ref CAS still proves the head).
+        self._tips: dict[tuple[str, str, str], tuple[str, str]] = {}
 
     def forget(self, run: str | None = None) -> None:
         """Drop cached recorders (of one run, or all): the store changed under them."""
         with self.lock:
             for key in [k for k in self._branches if run is None or k[0] == run]:
-                self._branches.pop(key).recorder.close()
+                self._drop(*key)
 
     def put(
         self,
@@ -159,7 +165,11 @@ class Writer:
         key = checkpoint_key(thread_id, ns, checkpoint_id)
         with self.lock:
             for attempt in range(_RETRIES):
-                plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
+                tip = None if parent_id is None else self._tips.get((thread_id, ns, parent_id))
+                if tip is not None and attempt == 0:
+                    plan = _Plan(tip[0], tip[1], None, False, None)
+                else:
+                    plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
                 branch = self._branch(plan)
                 parts = dict(head_parts)
                 held_by: dict[str, tuple[Any, dict[str, bytes]]] = {}
@@ -180,7 +190,9 @@ class Writer:
                             chan = pack_value(self.serde, k, values[k], branch.last)
                         else:
                             if inherited is None:
-                                inherited = self._parent_parts(plan.parent)
+                                inherited = self._parent_parts(
+                                    plan.parent or self._entry(thread_id, ns, parent_id)
+                                )
                             held = inherited.get(k)
                             chan = held[1] if held is not None and held[0] == version else None
                     if chan is not None:
@@ -199,12 +211,7 @@ class Writer:
                     return [(key, pack(key, entry.body()))]
 
                 try:
-                    branch.recorder.checkpoint(
-                        put.step,
-                        parts,
-                        metadata={"langgraph": {"checkpoint_id": checkpoint_id, "ns": ns}},
-                        extra_meta=extra,
-                    )
+                    branch.recorder.checkpoint(put.step, parts, extra_meta=extra)
                 except ConflictError:
                     # Another process moved the branch (or pruned the fork
                     # parent): plan again from what the store holds now.
@@ -212,6 +219,10 @@ class Writer:
                     continue
                 branch.values = held_by
                 branch.last = parts
+                if branch.tip is not None:
+                    self._tips.pop(branch.tip, None)
+                branch.tip = (thread_id, ns, checkpoint_id)
+                self._tips[branch.tip] = (plan.run, plan.branch)
                 return checkpoint_id
         raise StoreError(
             "could not record the checkpoint: its branch kept moving",
@@ -259,13 +270,24 @@ class Writer:
         branch = _Branch(rec)
         self._branches[key] = branch
         while len(self._branches) > _CACHED_BRANCHES:
-            self._branches.popitem(last=False)[1].recorder.close()
+            self._drop(*next(iter(self._branches)))
         return branch
 
     def _drop(self, run: str, branch: str) -> None:
         cached = self._branches.pop((run, branch), None)
         if cached is not None:
+            if cached.tip is not None:
+                self._tips.pop(cached.tip, None)
             cached.recorder.close()
+
+    def _entry(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Entry | None:
+        if checkpoint_id is None:
+            return None
+        backend = self.store.backend
+        key = checkpoint_key(thread_id, ns, checkpoint_id)
+        with backend.read_txn() as txn:
+            raw = txn.get(key, db=backend.db("meta"))
+            return None if raw is None else Entry.decode(key, bytes(raw))
 
     def _parent_parts(self, parent: Entry | None) -> dict[str, tuple[Any, dict[str, bytes]]]:
         """channel -> (the parent's version, its stored value's parts).

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import msgpack
+
 from cpstore.errors import CanonicalEncodingError, CpstoreError, IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
-from cpstore.native.canonical import encode_value
 from cpstore.store.backend import Txn
 from cpstore.store.manifest import decode_trusted
 from cpstore.store.model import Problem
@@ -107,8 +108,13 @@ def write_key(
 
 
 def pack(key: bytes, body: Any) -> bytes:
-    """The stored value of ``body`` under ``key``: canonical bytes, then the check."""
-    data = encode_value(body)
+    """The stored value of ``body`` under ``key``: msgpack bytes, then the check.
+
+    Plain msgpack of the body as built (the callers build it in one field
+    order), not the canonical encoding: the check certifies the bytes, and
+    nothing is addressed by their digest.
+    """
+    data: bytes = msgpack.packb(body, use_bin_type=True)
     return data + digest(key + data)[:_CHECK]
 
 
