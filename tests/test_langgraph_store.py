@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
 
 from cpstore.errors import IntegrityError, InvalidInputError
-from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph import CpstoreSaver, diff_threads
 from cpstore.langgraph._codec import load_value, pack_value
 from cpstore.store import Store
 from cpstore.store.lg_index import CHECKPOINT_PREFIX, scan
@@ -274,3 +275,58 @@ class TestListChannels:
         assert saver.store.disk_bytes() < 20 * sum(len(m) for m in history)
         tup = saver.get_tuple(_cfg("chat"))
         assert tup is not None and tup.checkpoint["channel_values"]["messages"] == history
+
+
+class TestThreadDiff:
+    def _graph(self, saver: CpstoreSaver, flip_at: int | None) -> Any:
+        class S(TypedDict):
+            n: int
+            trail: Annotated[list[str], operator.add]
+
+        def step(state: S) -> dict[str, Any]:
+            n = state["n"] + 1
+            mark = "flipped" if flip_at is not None and n == flip_at else "ok"
+            return {"n": n, "trail": [f"{n}:{mark}"]}
+
+        g = StateGraph(S)
+        g.add_node("step", step)
+        g.add_node("check", lambda s: {"trail": ["checked"]})
+        g.add_edge(START, "step")
+        g.add_conditional_edges("step", lambda s: "check" if s["n"] >= 4 else "step")
+        g.add_edge("check", END)
+        return g.compile(checkpointer=saver)
+
+    def test_two_threads_diverge_at_the_first_different_step_node_and_channel(
+        self, saver: CpstoreSaver, tmp_path: Path
+    ) -> None:
+        """Same graph, one step different: lg-diff names its step, node and channel."""
+        self._graph(saver, None).invoke({"n": 0, "trail": []}, _cfg("a"))
+        self._graph(saver, 3).invoke({"n": 0, "trail": []}, _cfg("b"))
+        found = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert not found.same
+        assert found.step == 3 and found.nodes == ("step",) and found.channels == ("trail",)
+        assert diff_threads(saver.store, _cfg("a"), _cfg("a")).same
+
+    def test_a_thread_and_its_fork_share_history_until_the_fork(self, saver: CpstoreSaver) -> None:
+        """A fork by update_state: the diff names the channel it changed and the shared part."""
+        graph = self._graph(saver, None)
+        graph.invoke({"n": 0, "trail": []}, _cfg("t"))
+        head = graph.get_state(_cfg("t")).config  # the fork becomes the thread's newest
+        past = next(s for s in graph.get_state_history(_cfg("t")) if s.values.get("n") == 2)
+        fork = graph.update_state(past.config, {"trail": ["edited"]})
+        found = diff_threads(saver.store, head, fork)
+        assert found.channels == ("trail",)
+        assert found.shared_until is not None and found.index == found.shared_until + 1
+
+    def test_the_lg_diff_command_prints_the_divergence(self, tmp_path: Path) -> None:
+        """cpstore lg-diff --json on a store the saver wrote reports step, node and channel."""
+        path = tmp_path / "store"
+        with CpstoreSaver.from_conn_string(path) as saver:
+            self._graph(saver, None).invoke({"n": 0, "trail": []}, _cfg("a"))
+            self._graph(saver, 3).invoke({"n": 0, "trail": []}, _cfg("b"))
+        out = _cli("lg-diff", "a", "b", "--store", str(path), "--json")
+        assert out.returncode == 0, out.stderr
+        found = json.loads(out.stdout)
+        assert (found["step"], found["nodes"], found["channels"]) == (3, ["step"], ["trail"])
+        missing = _cli("lg-diff", "a", "nope", "--store", str(path))
+        assert missing.returncode == 4 and "no such LangGraph checkpoint" in missing.stderr

@@ -32,6 +32,7 @@ from cpstore.cli import (
     audit_commands,
     demo,
     inspect_commands,
+    lg_diff_command,
     maintenance_commands,
     validate_command,
     verify_command,
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect_commands.add_inspect_parsers(sub)
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
+    lg_diff_command.add_lg_diff_parser(sub)
     return parser
 
 
