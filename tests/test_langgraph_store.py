@@ -315,7 +315,8 @@ class TestThreadDiff:
         past = next(s for s in graph.get_state_history(_cfg("t")) if s.values.get("n") == 2)
         fork = graph.update_state(past.config, {"trail": ["edited"]})
         found = diff_threads(saver.store, head, fork)
-        assert found.channels == ("trail",)
+        # A went on to n=3; the fork holds n=2 with an edited trail
+        assert found.channels == ("n", "trail") and found.step == 3
         assert found.shared_until is not None and found.index == found.shared_until + 1
 
     def test_the_lg_diff_command_prints_the_divergence(self, tmp_path: Path) -> None:
