@@ -131,6 +131,14 @@ class TestVerifiedReads:
         with pytest.raises(InvalidInputError, match="thread_id"):
             saver.get_tuple({"configurable": {}})
 
+    def test_a_batched_store_is_refused(self, tmp_path: Path) -> None:
+        """A batched store would hide a put from the next read: the saver refuses it."""
+        with (
+            Store(tmp_path / "b", durability="batched") as store,
+            pytest.raises(InvalidInputError, match="commits every put"),
+        ):
+            CpstoreSaver(store)
+
     def test_verify_counts_the_index(self, saver: CpstoreSaver) -> None:
         """verify() walks the LangGraph index and finds an intact store ok."""
         _put(saver, "t", {"a": 1})

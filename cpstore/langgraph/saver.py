@@ -74,6 +74,14 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
     def __init__(self, store: Store, *, serde: Any = None) -> None:
         if not isinstance(store, Store):
             raise InvalidInputError("CpstoreSaver wraps a cpstore Store", got=type(store).__name__)
+        if store.durability == "batched":
+            # A queued checkpoint is invisible to reads until the batch commits,
+            # and LangGraph reads back what it just put.
+            raise InvalidInputError(
+                "a LangGraph saver needs a store that commits every put",
+                expected=["sync", "none"],
+                got="batched",
+            )
         super().__init__(serde=serde)
         self.store = store
         self._writer = Writer(store, self.serde)
