@@ -86,3 +86,49 @@ def test_two_processes_on_one_store_lose_nothing(tmp_path: Path) -> None:
         final = saver.get_tuple({"configurable": {"thread_id": "shared"}})
         assert final is not None
         assert saver.store.verify().ok
+
+
+def _putter(path: str, n: int) -> list[tuple[str, str]]:
+    """Put ``n`` checkpoints in a chain on thread "p"; return (id, value) of each."""
+    from langgraph.checkpoint.base import empty_checkpoint  # noqa: PLC0415
+
+    out = []
+    with CpstoreSaver.from_conn_string(path) as saver:
+        parent = None
+        for i in range(n):
+            cp = empty_checkpoint()
+            value = f"v{i}" + "x" * 5000
+            cp["channel_values"] = {"doc": value}
+            cp["channel_versions"] = {"doc": i + 1}
+            conf: dict[str, Any] = {"thread_id": "p", "checkpoint_ns": ""}
+            if parent is not None:
+                conf["checkpoint_id"] = parent
+            got = saver.put({"configurable": conf}, cp, {"step": i}, {"doc": i + 1})
+            parent = got["configurable"]["checkpoint_id"]
+            out.append((parent, value))
+    return out
+
+
+def _pruner(path: str, rounds: int) -> int:
+    with CpstoreSaver.from_conn_string(path) as saver:
+        for _ in range(rounds):
+            saver.prune(["p"], strategy="keep_latest")
+        return rounds
+
+
+def test_prune_while_another_process_puts_loses_no_head(tmp_path: Path) -> None:
+    """keep_latest racing a writer: the writer's last checkpoint survives, every entry reads."""
+    path = str(tmp_path / "store")
+    _putter(path, 1)  # the store and the thread exist before the race
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        puts = pool.apply_async(_putter, (path, 40))
+        prunes = pool.apply_async(_pruner, (path, 8))
+        acked, _ = puts.get(timeout=120), prunes.get(timeout=120)
+    with CpstoreSaver.from_conn_string(path) as saver:
+        last_id, last_value = acked[-1]
+        tup = saver.get_tuple({"configurable": {"thread_id": "p", "checkpoint_id": last_id}})
+        assert tup is not None and tup.checkpoint["channel_values"]["doc"] == last_value
+        listed = list(saver.list({"configurable": {"thread_id": "p"}}))
+        assert last_id in {t.config["configurable"]["checkpoint_id"] for t in listed}
+        assert saver.store.verify().ok

@@ -193,6 +193,31 @@ class TestDeltaChannel:
         assert graph.get_state(config).values["log"] == before
 
 
+class TestPruneReclaims:
+    def test_keep_latest_sweeps_the_dropped_checkpoints_and_keeps_the_latest_intact(
+        self, saver: CpstoreSaver
+    ) -> None:
+        """keep_latest sweeps the old checkpoints and their unique values; the rest reads."""
+        parent = None
+        for i in range(20):
+            parent = _put(saver, "t", {"doc": f"{i:03d}" + "v" * 20_000}, parent)
+        saver.put_writes(_cfg("t", parent), [("doc", "pending")], "task-1")
+        _put(saver, "other", {"doc": "kept elsewhere"})
+        before = _objects(saver.store)
+        saver.prune(["t"], strategy="keep_latest")
+        after = _objects(saver.store)
+        assert after[1] < before[1] - 15 * 20_000  # the 19 dropped values are gone
+        tup = saver.get_tuple(_cfg("t"))
+        assert tup is not None and tup.config["configurable"]["checkpoint_id"] == parent
+        assert tup.checkpoint["channel_values"]["doc"].startswith("019")
+        assert tup.pending_writes == [("task-1", "doc", "pending")]
+        assert [len(saver.store.history("lg:t", b)) for b in saver.store.branches("lg:t")] == [1]
+        assert saver.get_tuple(_cfg("other")) is not None
+        assert saver.store.verify().ok
+        _put(saver, "t", {"doc": "next"}, parent)  # the thread goes on from the kept head
+        assert len(list(saver.list(_cfg("t")))) == 2
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cpstore.cli", *args], capture_output=True, text=True, check=False

@@ -13,7 +13,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from cpstore.errors import NotFoundError
+from cpstore.errors import ConflictError, NotFoundError
 from cpstore.langgraph._codec import CHANNEL, channel_parts, load_value, unpack_typed
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer
@@ -83,18 +83,64 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     meta = backend.db("meta")
     for thread_id in thread_ids:
 
-        def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> None:
+        def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> list[list[Entry]]:
             by_ns: dict[str, dict[str, Entry]] = {}
             for k, v in scan(txn, meta, checkpoint_key(thread_id)):
                 e = Entry.decode(k, v)
                 by_ns.setdefault(e.ns, {})[e.checkpoint_id] = e
             doomed: list[Entry] = []
+            chains: list[list[Entry]] = []
             for group in by_ns.values():
                 kept = _needed(txn, store, writer.serde, group)
                 doomed.extend(e for cid, e in group.items() if cid not in kept)
+                chains.append(sorted((group[c] for c in kept), key=lambda e: e.checkpoint_id))
             _drop_entries(txn, meta, doomed)
+            return chains
 
-        backend.write_txn(prune)
+        chains: list[list[Entry]] = backend.write_txn(prune)
+        _reclaim(store, writer, thread_id, chains)
+
+
+_OPERATOR = "cpstore.langgraph"
+
+
+def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Entry]]) -> None:
+    """Free what ``keep_latest`` dropped from the index: the old branches' checkpoints.
+
+    The kept checkpoints are recorded again, oldest first, on fresh branches
+    (their parts exist: no value bytes are written; their index entries move to
+    the new checkpoints in the same txns). Only then is each branch the run had
+    before deleted (``reset_ref`` to None, compare-and-set on the head seen
+    first, audited, then released) and the run pruned to the longest kept chain.
+    A branch another process moved meanwhile fails its compare-and-set and is
+    left as it is, so nothing acknowledged is swept.
+    """
+    kept = [e for chain in chains for e in chain]
+    runs = sorted({e.run for e in kept})
+    if not kept:
+        return
+    before = {run: store.branches(run) for run in runs}
+    writer.forget()
+    for e in kept:
+        with store.backend.read_txn() as txn:
+            if not stored(txn, store, e):
+                continue
+            parts = load_parts(txn, store, e)
+            with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
+                step = view.manifest.step
+        _copy_one(store, writer, thread_id, e, (parts, step, []))
+    writer.forget()
+    reason = f"LangGraph prune keep_latest of thread {thread_id!r}"
+    for run, heads in before.items():
+        for branch, head in sorted(heads.items()):
+            try:
+                store.reset_ref(
+                    run, branch, None, expected_old=head, operator=_OPERATOR, reason=reason
+                )
+            except ConflictError:
+                continue  # moved by another writer since: keep it
+            store.release_retained(head, operator=_OPERATOR, reason=reason)
+        store.prune(keep_last=max(len(c) for c in chains if c), run_id=run)
 
 
 def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Entry]) -> set[str]:
