@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Interrupt, Send, interrupt
@@ -245,3 +247,35 @@ def test_async_saver_runs_a_graph_like_in_memory(tmp_path: Path) -> None:
     expected, got = _plain(asyncio.run(run()))
     assert got == expected
     assert got[0]["items"] == ["draft", "review:y", "published"]
+
+
+def test_async_methods_run_the_store_off_the_event_loop_thread(tmp_path: Path) -> None:
+    """aput, aget_tuple, alist and aput_writes do their store work in an executor thread."""
+    seen: dict[str, int] = {}
+
+    class Watching(AsyncCpstoreSaver):
+        def put(self, *args: Any, **kwargs: Any) -> Any:
+            seen["put"] = threading.get_ident()
+            return super().put(*args, **kwargs)
+
+        def get_tuple(self, config: Any) -> Any:
+            seen["get_tuple"] = threading.get_ident()
+            return super().get_tuple(config)
+
+        def put_writes(self, *args: Any, **kwargs: Any) -> None:
+            seen["put_writes"] = threading.get_ident()
+            super().put_writes(*args, **kwargs)
+
+    async def run() -> int:
+        async with Watching.from_conn_string(tmp_path / "store") as saver:
+            cp = empty_checkpoint()
+            conf = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            stored = await saver.aput(conf, cp, {"step": 0}, {})
+            await saver.aput_writes(stored, [("c", 1)], "task")
+            assert await saver.aget_tuple(stored) is not None
+            assert len([t async for t in saver.alist(conf)]) == 1
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(run())
+    assert set(seen) == {"put", "get_tuple", "put_writes"}
+    assert loop_thread not in seen.values()

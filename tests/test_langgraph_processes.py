@@ -7,6 +7,7 @@ import operator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
 from cpstore.langgraph import CpstoreSaver
@@ -90,8 +91,6 @@ def test_two_processes_on_one_store_lose_nothing(tmp_path: Path) -> None:
 
 def _putter(path: str, n: int) -> list[tuple[str, str]]:
     """Put ``n`` checkpoints in a chain on thread "p"; return (id, value) of each."""
-    from langgraph.checkpoint.base import empty_checkpoint  # noqa: PLC0415
-
     out = []
     with CpstoreSaver.from_conn_string(path) as saver:
         parent = None
