@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "cpstore"
 #: The rooms, lowest first: a module may import from its own room and the rooms
 #: before it, never from one after it. ``cpstore/__init__.py`` (the public API)
 #: sits above them all and nothing in the package imports it.
-LAYERS = ("errors", "native", "run", "replay", "decision", "store", "cli")
+LANGGRAPH_CLI = {"cpstore.cli.lg_diff_command"}
+LAYERS = ("errors", "native", "run", "replay", "decision", "store", "langgraph", "cli")
 
 #: The modules that may touch the storage engine (the LMDB backend of the seam).
 LMDB_MODULES = frozenset(
@@ -139,3 +140,13 @@ def test_only_the_binding_touches_the_compiled_core() -> None:
     """Exactly one module imports ``cpstore._cpstore_native`` (the cffi ``ffi``/``lib``)."""
     users = {m for m, p in MODULES.items() if "cpstore._cpstore_native" in _imports(m, p)}
     assert users == {"cpstore.native.binding"}
+
+
+def test_only_the_langgraph_room_imports_langgraph() -> None:
+    """LangGraph is an optional extra: only ``cpstore.langgraph`` and its CLI module import it."""
+    users = {
+        m
+        for m, p in MODULES.items()
+        if any(i == "langgraph" or i.startswith("langgraph.") for i in _imports(m, p))
+    }
+    assert {u for u in users if not u.startswith("cpstore.langgraph")} <= LANGGRAPH_CLI

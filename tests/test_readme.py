@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -34,3 +36,26 @@ def test_quick_start_is_at_most_twenty_lines_of_code() -> None:
     """The issue asks for a 20-line quick start; keep it honest."""
     lines = [ln for ln in _quick_start().splitlines() if ln.strip()]
     assert len(lines) <= 25
+
+
+def _langgraph_example() -> str:
+    section = README.read_text().split("## Use with LangGraph", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None, "README has no LangGraph code block"
+    return match.group(1)
+
+
+def test_langgraph_example_runs_interrupts_resumes_and_verifies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The "Use with LangGraph" example resumes after the interrupt and the store verifies."""
+    monkeypatch.chdir(tmp_path)
+    # A real module: LangGraph resolves the State annotations through sys.modules.
+    module = types.ModuleType("readme_langgraph")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(_langgraph_example(), str(README), "exec"), module.__dict__)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "['user: hello', 'reviewer: yes']"
+    assert out[1].endswith("checkpoints, verified: True")
+    assert int(out[1].split()[0]) == 3  # input, before review, after review
+    assert (tmp_path / "lg-store").is_dir()

@@ -434,7 +434,7 @@ class TestReadOnlyAcrossAnUpgrade:
 
 
 def test_a_store_whose_last_txn_freed_its_tail_pages_opens_again(tmp_path: Path) -> None:
-    """gc of large chunked states leaves freed (never written) pages at the end: the store still opens."""
+    """gc of large chunked states leaves freed, never written pages at the end: it opens."""
     path = str(tmp_path / "s")
     with cpstore.open(path) as store:
         rec = store.recorder("big")

@@ -35,6 +35,7 @@ from cpstore.cli import (
     cat_command,
     demo,
     inspect_commands,
+    lg_diff_command,
     maintenance_commands,
     validate_command,
     verify_command,
@@ -68,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     cat_command.add_cat_parser(sub)
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
+    lg_diff_command.add_lg_diff_parser(sub)
     return parser
 
 

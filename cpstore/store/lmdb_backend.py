@@ -447,3 +447,8 @@ class LmdbBackend:
         if op.sealed_ledger is not None:
             txn.put(op.sealed_ledger, op.cid, overwrite=False, db=self.db("ledgers"))
         write_ref(txn, self.env.dbs, rkey, op.cid, RECORDED, old=current)
+        for mkey, mvalue in op.extra_meta:
+            if mvalue is None:
+                txn.delete(mkey, db=self.db("meta"))
+            else:
+                txn.put(mkey, mvalue, db=self.db("meta"))

@@ -25,6 +25,7 @@ from cpstore.native.records import DIGEST_SIZE, Digest
 __all__ = [
     "BARE_REF_LAYOUTS",
     "CHUNK_SIZE",
+    "EXTENSION_META_PREFIXES",
     "MANIFEST_VERSION",
     "MAX_NAME_BYTES",
     "MAX_OBJECT_SIZE",
@@ -192,6 +193,12 @@ def unpack_checkpoint_value(
     return _CREATED.unpack_from(view)[0], view[_HEADER_SIZE:]
 
 
+#: ``meta`` key prefixes a checkpoint commit may write beside the checkpoint
+#: (``Recorder.checkpoint(extra_meta=)``): ``lg/`` is the LangGraph index
+#: (cpstore/store/lg_index.py). Anything else in ``meta`` is the store's own.
+EXTENSION_META_PREFIXES: tuple[bytes, ...] = (b"lg/",)
+
+
 @dataclass
 class CheckpointWrite:
     """Everything one checkpoint commits in one txn (built by the recorder)."""
@@ -205,6 +212,9 @@ class CheckpointWrite:
     objects: dict[bytes, bytes] = field(default_factory=dict)
     must_exist: list[bytes] = field(default_factory=list)
     sealed_ledger: bytes | None = None
+    #: ``meta`` records written (value) or deleted (None) in the same txn; keys
+    #: are under an extension prefix (``EXTENSION_META_PREFIXES``, docs/store.md).
+    extra_meta: tuple[tuple[bytes, bytes | None], ...] = ()
 
 
 def check_metadata(value: object, what: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import os
 import struct
 import warnings
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from cpstore.errors import (
@@ -43,6 +43,7 @@ from cpstore.store.manifest import (
     manifest_references,
 )
 from cpstore.store.model import (
+    EXTENSION_META_PREFIXES,
     MAX_OBJECT_SIZE,
     CheckpointWrite,
     as_payload,
@@ -426,6 +427,7 @@ class Recorder:
         tags: Sequence[str] = (),
         metadata: Mapping[str, Any] | None = None,
         seal_ledger: bool = True,
+        extra_meta: Callable[[bytes], Sequence[tuple[bytes, bytes | None]]] | None = None,
     ) -> str:
         """Write a checkpoint of everything recorded so far; return its id (hex).
 
@@ -433,6 +435,8 @@ class Recorder:
         when the batch is flushed. ``seal_ledger`` seals the side-effect ledger as
         it stands: that ledger object never changes, and later :meth:`effect`
         calls build the next checkpoint's ledger on top of it.
+        ``extra_meta(cid)`` returns ``meta`` records (value, or None to delete)
+        committed in the same txn, keys under ``EXTENSION_META_PREFIXES``.
         """
         _step(step)
         if self._closed:
@@ -498,6 +502,8 @@ class Recorder:
             must_exist=must_exist,
             sealed_ledger=sealed,
         )
+        if extra_meta is not None:
+            op.extra_meta = _extension_records(extra_meta(cid))
         self._chunks, chunks = [], self._chunks
         self._store.commit(op)
         named.update(chunks)
@@ -573,6 +579,20 @@ class Recorder:
     def __del__(self) -> None:
         if hasattr(self, "_closed"):
             self._warn_unsealed("when garbage-collected")
+
+
+def _extension_records(
+    records: Sequence[tuple[bytes, bytes | None]],
+) -> tuple[tuple[bytes, bytes | None], ...]:
+    out = tuple((bytes(k), None if v is None else bytes(v)) for k, v in records)
+    for key, _ in out:
+        if not key.startswith(EXTENSION_META_PREFIXES):
+            raise InvalidInputError(
+                "extra meta keys must be under an extension prefix",
+                expected=[p.decode() for p in EXTENSION_META_PREFIXES],
+                got=key[:16],
+            )
+    return out
 
 
 def _raw(hex_value: str | None) -> bytes | None:

@@ -104,8 +104,8 @@ def store_stats(store: Store) -> StoreStats:
                 checkpoints += 1
                 created, body = unpack_checkpoint_value(value)
                 manifest = decode_manifest(bytes(key), body, created)
-                for field, d in manifest_references(manifest.raw):
-                    d = bytes(d)
+                for field, ref in manifest_references(manifest.raw):
+                    d = bytes(ref)
                     reached_any.add(d)
                     kind = child_kind(field)
                     if kind == "chunks":

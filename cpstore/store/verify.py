@@ -18,6 +18,7 @@ from cpstore.store.backend import Backend, Txn
 from cpstore.store.chunk_tree import load_tree, tree_objects
 from cpstore.store.codec import FRAME_KEY_SIZE, stored_key
 from cpstore.store.keyed_audit import check_macs
+from cpstore.store.lg_index import check_index
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import Problem, VerifyReport, split_ref_key, unpack_checkpoint_value
 from cpstore.store.objects import load_chunked
@@ -442,6 +443,9 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                             expected=key.hex(),
                         )
                     )
+            indexed = check_index(txn, dbs, problems)
+            if indexed:
+                counts["langgraph"] = indexed
             with txn.cursor(db=dbs["ledgers"]) as cur:
                 for key, _ in cur:
                     tick()

@@ -1,0 +1,63 @@
+"""``cpstore lg-diff``: where two LangGraph threads (or a thread and its fork) diverge.
+
+A separate command from ``cpstore diff`` (which compares two cpstore
+checkpoints or run documents): it reads threads the LangGraph saver wrote and
+needs the ``langgraph`` extra, imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cpstore.cli.common import STORE_EPILOG, json_arg, open_store_at, print_json, store_arg
+from cpstore.cli.exit_codes import EXIT_OK
+from cpstore.errors import InvalidInputError
+
+__all__ = ["add_lg_diff_parser"]
+
+
+def add_lg_diff_parser(sub: Any) -> None:
+    """Add ``lg-diff`` to the main parser."""
+    p = sub.add_parser(
+        "lg-diff",
+        help="first step, node and channel where two LangGraph threads diverge",
+        epilog=STORE_EPILOG,
+    )
+    p.add_argument("thread_a", metavar="THREAD_A", help="a LangGraph thread id")
+    p.add_argument("thread_b", metavar="THREAD_B", help="another (or the same) thread id")
+    p.add_argument("--ns", default="", help="checkpoint namespace of both (default: root)")
+    p.add_argument("--checkpoint-a", metavar="ID", help="compare up to this checkpoint of A")
+    p.add_argument("--checkpoint-b", metavar="ID", help="compare up to this checkpoint of B")
+    store_arg(p)
+    json_arg(p)
+    p.set_defaults(handler=_lg_diff)
+
+
+def _config(thread: str, ns: str, checkpoint: str | None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ns}
+    if checkpoint:
+        conf["checkpoint_id"] = checkpoint
+    return {"configurable": conf}
+
+
+def _lg_diff(args: argparse.Namespace) -> int:
+    try:
+        from cpstore.langgraph.diff import diff_threads  # noqa: PLC0415 - the optional extra
+    except ImportError:
+        raise InvalidInputError(
+            "lg-diff needs the langgraph extra", expected="pip install cpstore[langgraph]"
+        ) from None
+    with open_store_at(args) as store:
+        found = diff_threads(
+            store,
+            _config(args.thread_a, args.ns, args.checkpoint_a),
+            _config(args.thread_b, args.ns, args.checkpoint_b),
+        )
+    if args.json:
+        print_json(found.as_dict())
+    else:
+        print(found.summary)
+        if not found.same:
+            print(f"  A: {found.checkpoint_a}\n  B: {found.checkpoint_b}")
+    return EXIT_OK  # a divergence is the answer, not an error (as ``diff``)

@@ -1,0 +1,301 @@
+"""Names and encodings the LangGraph savers share: run ids, branch names, state parts.
+
+A LangGraph thread is the cpstore run ``lg:<thread_id>``; its root namespace
+records on branch ``main``, a subgraph namespace ``ns`` on ``ns:<ns>``, and a
+checkpoint whose parent is not its branch's head (time travel, a fork) starts
+the branch ``<label>@<checkpoint_id>``. A checkpoint's state has the parts
+``checkpoint`` (the LangGraph checkpoint without its channel values),
+``metadata``, and one ``channel/<name>`` per stored channel value, each the
+saver's serde output packed as ``type`` NUL ``bytes`` (a list also has
+``segment/<name>/<i>`` parts, ``pack_value``; docs/langgraph.md).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from cpstore.errors import IntegrityError, InvalidInputError
+from cpstore.native.binding import digest
+
+__all__ = [
+    "CHANNEL",
+    "LIST_KIND",
+    "SEGMENT",
+    "branch_label",
+    "channel_parts",
+    "fork_branch",
+    "load_value",
+    "pack_typed",
+    "pack_value",
+    "run_for",
+    "unpack_typed",
+]
+
+#: State part name prefix of a channel value.
+CHANNEL = "channel/"
+#: State part name prefix of a list channel's segments.
+SEGMENT = "segment/"
+#: The type tag of a list stored element by element (``pack_value``).
+LIST_KIND = "cpstore.list"
+#: A list segment closes once it holds at least this many bytes.
+SEGMENT_BYTES = 16 * 1024
+_NAME_LIMIT = 200
+_LEN = struct.Struct("<I")
+_COUNT = struct.Struct("<Q")
+
+
+def _fits(name: str) -> bool:
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return 0 < len(raw) <= _NAME_LIMIT and b"\x00" not in raw
+
+
+def _hashed(prefix: str, text: str) -> str:
+    return prefix + digest(text.encode("utf-8", "surrogatepass")).hex()
+
+
+def run_for(thread_id: str) -> str:
+    """The cpstore run id of a LangGraph thread (hashed when the id cannot be a run name)."""
+    name = "lg:" + thread_id
+    return name if _fits(name) else _hashed("lg:#", thread_id)
+
+
+def branch_label(ns: str) -> str:
+    """The branch a namespace records on: ``main`` for the root, ``ns:<ns>`` otherwise."""
+    if not ns:
+        return "main"
+    name = "ns:" + ns
+    return name if _fits(name) else _hashed("ns#", ns)
+
+
+def fork_branch(ns: str, checkpoint_id: str, attempt: int = 0) -> str:
+    """The branch a checkpoint starts when its parent is not its branch's head."""
+    name = f"{branch_label(ns)}@{checkpoint_id}" + (f"~{attempt}" if attempt else "")
+    return name if _fits(name) else _hashed("fork#", name)
+
+
+def pack_typed(typed: tuple[str, bytes]) -> bytes:
+    """One serde ``(type, bytes)`` pair as one state part value."""
+    kind, data = typed
+    if not isinstance(kind, str) or "\x00" in kind:
+        raise InvalidInputError("a serde type tag must be a str without NUL", got=kind)
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidInputError("serde data must be bytes", got=type(data).__name__)
+    return kind.encode("utf-8") + b"\x00" + bytes(data)
+
+
+def unpack_typed(part: Any, where: str) -> tuple[str, bytes]:
+    """The serde ``(type, bytes)`` pair a state part holds."""
+    if isinstance(part, (bytes, bytearray, memoryview)):
+        raw = bytes(part)
+        cut = raw.find(b"\x00")
+        if cut >= 0:
+            return raw[:cut].decode("utf-8", "replace"), raw[cut + 1 :]
+    raise IntegrityError("not a LangGraph value part", where=where, got=type(part).__name__)
+
+
+def segment_name(channel: str, i: int) -> str:
+    """The state part holding segment ``i`` of a list channel's elements."""
+    return f"{SEGMENT}{channel}/{i}"
+
+
+def pack_value(
+    serde: Any, channel: str, value: Any, previous: Mapping[str, bytes] | None = None
+) -> dict[str, bytes]:
+    """A channel value as state parts: ``channel/<name>``, and its segments for a list.
+
+    Most values are one part, the serde pair. When the serde gives msgpack
+    bytes of an array (a list, e.g. a message history, with the default
+    JsonPlusSerializer), those very bytes are cut at element boundaries into
+    segments of at least ``SEGMENT_BYTES`` (parts ``segment/<name>/<i>``), and
+    ``channel/<name>`` holds ``cpstore.list`` NUL, the type tag, the array
+    header and the segment count and total length. Appending to the list
+    leaves every closed segment unchanged, so a growing history stores each
+    message once, not once per step. Reading joins the bytes back: the serde
+    decodes exactly what it encoded, whatever the values are, so where the cuts
+    fall decides only how much is shared, never what is read.
+
+    ``previous`` (this channel's parts at the last checkpoint) lets the closed
+    segments it had be found again with a byte compare instead of a parse.
+    """
+    kind, data = serde.dumps_typed(value)
+    data = bytes(data)
+    header = _array_header(data) if kind == "msgpack" and len(data) > SEGMENT_BYTES else None
+    if header is None:
+        return {CHANNEL + channel: pack_typed((kind, data))}
+    start = at = header
+    parts: dict[str, bytes] = {}
+    for seg in _closed_segments(previous, channel):
+        if not data.startswith(seg, at):
+            break
+        parts[segment_name(channel, len(parts))] = seg
+        at += len(seg)
+    ends = _element_ends(data, at)
+    if ends is None:
+        ends = [len(data)]  # not elements we can walk: one open segment, still exact
+    for end in ends:
+        if end - at >= SEGMENT_BYTES or end == len(data):
+            parts[segment_name(channel, len(parts))] = data[at:end]
+            at = end
+    tag = kind.encode("utf-8")
+    head = (
+        bytes([len(tag)])
+        + tag
+        + bytes([start])
+        + data[:start]
+        + _COUNT.pack(len(parts))
+        + _COUNT.pack(len(data))
+    )
+    return {CHANNEL + channel: LIST_KIND.encode() + b"\x00" + head, **parts}
+
+
+def _array_header(data: bytes) -> int | None:
+    """The length of the msgpack array header ``data`` starts with, or None."""
+    first = data[0]
+    if 0x90 <= first <= 0x9F:
+        return 1
+    return {0xDC: 3, 0xDD: 5}.get(first)
+
+
+def _closed_segments(previous: Mapping[str, bytes] | None, channel: str) -> list[bytes]:
+    """The segments of ``previous`` but its last (the one still filling)."""
+    if not previous:
+        return []
+    out: list[bytes] = []
+    while (seg := previous.get(segment_name(channel, len(out)))) is not None:
+        out.append(seg)
+    return out[:-1]
+
+
+def _element_ends(data: bytes, at: int) -> list[int] | None:
+    """The end offset of each msgpack value from ``at`` to the end; None if they do not parse."""
+    ends = []
+    try:
+        while at < len(data):
+            at = _skip(data, at)
+            ends.append(at)
+    except (IndexError, ValueError, RecursionError):
+        return None
+    return ends if at == len(data) else None
+
+
+_FIXED = {
+    0xC0: 1,
+    0xC2: 1,
+    0xC3: 1,
+    0xCA: 5,
+    0xCB: 9,
+    0xCC: 2,
+    0xCD: 3,
+    0xCE: 5,
+    0xCF: 9,
+    0xD0: 2,
+    0xD1: 3,
+    0xD2: 5,
+    0xD3: 9,
+    0xD4: 3,
+    0xD5: 4,
+    0xD6: 6,
+    0xD7: 10,
+    0xD8: 18,
+}
+#: code -> (bytes of the length field, bytes before the payload besides it)
+_SIZED = {
+    0xC4: (1, 0),
+    0xC5: (2, 0),
+    0xC6: (4, 0),
+    0xC7: (1, 1),
+    0xC8: (2, 1),
+    0xC9: (4, 1),
+    0xD9: (1, 0),
+    0xDA: (2, 0),
+    0xDB: (4, 0),
+}
+
+
+def _skip(data: bytes, at: int) -> int:
+    """The offset after the msgpack value at ``at`` (ValueError on a bad byte)."""
+    b = data[at]
+    if b <= 0x7F or b >= 0xE0:
+        return at + 1
+    if 0xA0 <= b <= 0xBF:
+        return at + 1 + (b & 0x1F)
+    fixed = _FIXED.get(b)
+    if fixed is not None:
+        return at + fixed
+    sized = _SIZED.get(b)
+    if sized is not None:
+        width, extra = sized
+        size = int.from_bytes(data[at + 1 : at + 1 + width], "big")
+        end = at + 1 + width + extra + size
+        if end > len(data):
+            raise ValueError("value runs past the end")
+        return end
+    if 0x80 <= b <= 0x9F:
+        items, at = (b & 0x0F) * (2 if b <= 0x8F else 1), at + 1
+    elif b in (0xDC, 0xDE):
+        items = int.from_bytes(data[at + 1 : at + 3], "big") * (2 if b == 0xDE else 1)
+        at += 3
+    elif b in (0xDD, 0xDF):
+        items = int.from_bytes(data[at + 1 : at + 5], "big") * (2 if b == 0xDF else 1)
+        at += 5
+    else:
+        raise ValueError(f"not a msgpack byte: {b:#x}")
+    for _ in range(items):
+        at = _skip(data, at)
+    return at
+
+
+def channel_parts(parts: Mapping[str, Any], channel: str, where: str) -> dict[str, bytes]:
+    """The parts of one channel's value out of a checkpoint's parts (head and segments)."""
+    head = parts[CHANNEL + channel]
+    out = {CHANNEL + channel: head}
+    kind, data = unpack_typed(head, where)
+    if kind == LIST_KIND:
+        for i in range(_list_head(data, where)[2]):
+            name = segment_name(channel, i)
+            if name not in parts:
+                raise IntegrityError("a list segment is missing", where=f"{where}: {name}")
+            out[name] = parts[name]
+    return out
+
+
+def _list_head(data: bytes, where: str) -> tuple[str, bytes, int, int]:
+    """``(type tag, array header, segment count, total length)`` of a list head."""
+    try:
+        n = data[0]
+        tag = data[1 : 1 + n].decode("utf-8")
+        m = data[1 + n]
+        prefix = data[2 + n : 2 + n + m]
+        rest = data[2 + n + m :]
+        if len(prefix) != m or len(rest) != 2 * _COUNT.size:
+            raise ValueError("wrong length")
+    except (IndexError, ValueError, UnicodeDecodeError):
+        raise IntegrityError("a stored list head is malformed", where=where) from None
+    return tag, prefix, _COUNT.unpack_from(rest, 0)[0], _COUNT.unpack_from(rest, _COUNT.size)[0]
+
+
+def load_value(serde: Any, parts: Mapping[str, Any], channel: str, where: str) -> Any:
+    """The value of ``channel`` the parts hold (IntegrityError when the framing is wrong)."""
+    kind, data = unpack_typed(parts[CHANNEL + channel], where)
+    if kind != LIST_KIND:
+        return serde.loads_typed((kind, data))
+    tag, prefix, segments, total = _list_head(data, where)
+    pieces = [prefix]
+    for i in range(segments):
+        seg = parts.get(segment_name(channel, i))
+        if not isinstance(seg, (bytes, bytearray, memoryview)):
+            raise IntegrityError(
+                "a list segment is missing", where=f"{where}: {segment_name(channel, i)}"
+            )
+        pieces.append(bytes(seg))
+    whole = b"".join(pieces)
+    if len(whole) != total:
+        raise IntegrityError(
+            "a stored list value is malformed", where=where, expected=total, got=len(whole)
+        )
+    return serde.loads_typed((tag, whole))

@@ -1,0 +1,245 @@
+"""Deleting, copying and pruning LangGraph threads on a cpstore store.
+
+The index entries and writes go in one write txn per thread; the cpstore run
+of a deleted thread is then swept (``Store.delete_run``). ``copy_thread``
+records each checkpoint again on the target thread's run from the parts the
+source stores: the objects already exist, so only manifests, index entries
+and writes are written (no value bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.checkpoint.serde.types import _DeltaSnapshot
+
+from cpstore.errors import ConflictError, NotFoundError
+from cpstore.langgraph._codec import CHANNEL, channel_parts, load_value, unpack_typed
+from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
+from cpstore.langgraph._write import Put, Writer
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+from cpstore.store.lg_index import WRITE_PREFIX, checkpoint_key, field, pack, scan, write_key
+from cpstore.store.reader import CheckpointView
+
+__all__ = ["copy_thread", "delete_for_runs", "delete_threads", "keep_latest"]
+
+
+def _thread_writes(thread_id: str) -> bytes:
+    return WRITE_PREFIX + field(thread_id, "thread_id")
+
+
+def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
+    """Delete the threads' entries and writes, then sweep their runs."""
+    backend = store.backend
+    meta = backend.db("meta")
+    for thread_id in thread_ids:
+
+        def drop(txn: Txn[memoryview], thread_id: str = thread_id) -> set[str]:
+            runs: set[str] = set()
+            keys = [k for k, _ in scan(txn, meta, checkpoint_key(thread_id))]
+            for key in keys:
+                runs.add(Entry.decode(key, bytes(txn.get(key, db=meta) or b"")).run)
+            keys += [k for k, _ in scan(txn, meta, _thread_writes(thread_id))]
+            for key in keys:
+                txn.delete(key, db=meta)
+            return runs
+
+        runs: set[str] = backend.write_txn(drop)
+        for run in sorted(runs):
+            writer.forget(run)
+            store.delete_run(run)
+
+
+def _drop_entries(txn: Txn[memoryview], meta: Any, doomed: list[Entry]) -> None:
+    for e in doomed:
+        txn.delete(checkpoint_key(e.thread_id, e.ns, e.checkpoint_id), db=meta)
+        for key, _ in list(scan(txn, meta, write_key(e.thread_id, e.ns, e.checkpoint_id))):
+            txn.delete(key, db=meta)
+
+
+def delete_for_runs(store: Store, writer: Writer, run_ids: list[str]) -> None:
+    """Delete every entry (and its writes) whose metadata ``run_id`` is listed."""
+    if not run_ids:
+        return
+    wanted = set(run_ids)
+    backend = store.backend
+    meta = backend.db("meta")
+
+    def drop(txn: Txn[memoryview]) -> None:
+        doomed = [
+            e
+            for e in (Entry.decode(k, v) for k, v in scan(txn, meta, b"lg/c/"))
+            if e.run_id in wanted
+        ]
+        _drop_entries(txn, meta, doomed)
+
+    backend.write_txn(drop)
+
+
+def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
+    """Keep each namespace's newest checkpoint and the ancestors its DeltaChannels need."""
+    backend = store.backend
+    meta = backend.db("meta")
+    for thread_id in thread_ids:
+
+        def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> list[list[Entry]]:
+            by_ns: dict[str, dict[str, Entry]] = {}
+            for k, v in scan(txn, meta, checkpoint_key(thread_id)):
+                e = Entry.decode(k, v)
+                by_ns.setdefault(e.ns, {})[e.checkpoint_id] = e
+            doomed: list[Entry] = []
+            chains: list[list[Entry]] = []
+            for group in by_ns.values():
+                kept = _needed(txn, store, writer.serde, group)
+                doomed.extend(e for cid, e in group.items() if cid not in kept)
+                chains.append(sorted((group[c] for c in kept), key=lambda e: e.checkpoint_id))
+            _drop_entries(txn, meta, doomed)
+            return chains
+
+        chains: list[list[Entry]] = backend.write_txn(prune)
+        _reclaim(store, writer, thread_id, chains)
+
+
+_OPERATOR = "cpstore.langgraph"
+
+
+def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Entry]]) -> None:
+    """Free what ``keep_latest`` dropped from the index: the old branches' checkpoints.
+
+    The kept checkpoints are recorded again, oldest first, on fresh branches
+    (their parts exist: no value bytes are written; their index entries move to
+    the new checkpoints in the same txns). Only then is each branch the run had
+    before deleted (``reset_ref`` to None, compare-and-set on the head seen
+    first, audited, then released) and the run pruned to the longest kept chain.
+    A branch another process moved meanwhile fails its compare-and-set and is
+    left as it is, so nothing acknowledged is swept.
+    """
+    kept = [e for chain in chains for e in chain]
+    runs = sorted({e.run for e in kept})
+    if not kept:
+        return
+    before = {run: store.branches(run) for run in runs}
+    writer.forget()
+    for e in kept:
+        with store.backend.read_txn() as txn:
+            if not stored(txn, store, e):
+                continue
+            parts = load_parts(txn, store, e)
+            with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
+                step = view.manifest.step
+        _copy_one(store, writer, thread_id, e, (parts, step, []))
+    writer.forget()
+    reason = f"LangGraph prune keep_latest of thread {thread_id!r}"
+    for run, heads in before.items():
+        for branch, head in sorted(heads.items()):
+            try:
+                store.reset_ref(
+                    run, branch, None, expected_old=head, operator=_OPERATOR, reason=reason
+                )
+            except ConflictError:
+                continue  # moved by another writer since: keep it
+            store.release_retained(head, operator=_OPERATOR, reason=reason)
+        store.prune(keep_last=max(len(c) for c in chains if c), run_id=run)
+
+
+def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Entry]) -> set[str]:
+    """The newest id and its ancestors up to each delta channel's nearest snapshot."""
+    latest = group[max(group)]
+    kept = {latest.checkpoint_id}
+    if not stored(txn, store, latest):
+        return kept
+    parts = load_parts(txn, store, latest)
+    cp = serde.loads_typed(unpack_typed(parts["checkpoint"], "checkpoint"))
+    missing = {c for c in cp.get("channel_versions") or {} if c not in latest.have}
+    chain: list[Entry] = []
+    at = latest.parent
+    while missing and at is not None and at in group:
+        entry = group[at]
+        chain.append(entry)
+        found = [c for c in missing if c in entry.have]
+        if found and stored(txn, store, entry):
+            held = load_parts(txn, store, entry)
+            for c in found:
+                if isinstance(load_value(serde, held, c, c), _DeltaSnapshot):
+                    kept.update(e.checkpoint_id for e in chain)
+                missing.discard(c)
+        at = entry.parent
+    return kept
+
+
+def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
+    """Record every checkpoint of ``source`` on ``target`` (parents first), with its writes."""
+    backend = store.backend
+    meta = backend.db("meta")
+    with backend.read_txn() as txn:
+        found = [Entry.decode(k, v) for k, v in scan(txn, meta, checkpoint_key(source))]
+    if not found:
+        return
+    ids = {(e.ns, e.checkpoint_id) for e in found}
+    done: set[tuple[str, str]] = set()
+    order: list[Entry] = []
+    pending = sorted(found, key=lambda e: (e.ns, e.checkpoint_id))
+    while pending:
+        ready = [
+            e
+            for e in pending
+            if e.parent is None or (e.ns, e.parent) not in ids or (e.ns, e.parent) in done
+        ] or pending[:1]  # a cycle cannot be recorded in order: break it
+        for e in ready:
+            order.append(e)
+            done.add((e.ns, e.checkpoint_id))
+        pending = [e for e in pending if (e.ns, e.checkpoint_id) not in done]
+    for e in order:
+        with backend.read_txn() as txn:
+            if not stored(txn, store, e):
+                continue
+            parts = load_parts(txn, store, e)
+            with CheckpointView(backend, e.cid, verify=True, txn=txn) as view:
+                step = view.manifest.step
+            writes = stored_writes(txn, meta, e.thread_id, e.ns, e.checkpoint_id)
+        _copy_one(store, writer, target, e, (parts, step, writes))
+
+
+def _copy_one(
+    store: Store,
+    writer: Writer,
+    target: str,
+    e: Entry,
+    read: tuple[dict[str, bytes], int, list[StoredWrite]],
+) -> None:
+    parts, step, writes = read
+    head = {k: parts[k] for k in ("checkpoint", "metadata")}
+    cp = writer.serde.loads_typed(unpack_typed(parts["checkpoint"], "checkpoint"))
+    versions = cp.get("channel_versions") or {}
+    if not isinstance(versions, dict):
+        raise NotFoundError("checkpoint without channel_versions", where=e.checkpoint_id)
+    values = {k: channel_parts(parts, k, e.checkpoint_id) for k in versions if CHANNEL + k in parts}
+    writer.commit(
+        Put(
+            target,
+            e.ns,
+            e.parent,
+            e.checkpoint_id,
+            step,
+            e.run_id,
+            head,
+            {k: v for k, v in values.items() if k in versions},
+            versions,
+            {},
+        )
+    )
+    backend = store.backend
+    meta = backend.db("meta")
+    records = []
+    for w in writes:
+        key = write_key(target, e.ns, e.checkpoint_id, w.task_id, w.idx)
+        body = [w.task_path, w.task_id, w.idx, w.channel, w.typed[0], w.typed[1]]
+        records.append((key, pack(key, body)))
+
+    def put(txn: Txn[memoryview]) -> None:
+        for key, value in records:
+            txn.put(key, value, db=meta)
+
+    if records:
+        backend.write_txn(put)

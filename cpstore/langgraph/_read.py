@@ -1,0 +1,217 @@
+"""Reading LangGraph checkpoints back: index entry -> verified cpstore checkpoint -> tuple.
+
+Every read goes through the index entry's check, then a
+:class:`~cpstore.store.reader.CheckpointView` of the checkpoint it names (the
+manifest hash-checked against its id, every state part hash-checked), so a
+damaged byte anywhere is an :class:`IntegrityError`, never a wrong state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
+
+from cpstore.errors import IntegrityError
+from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, unpack_typed
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+from cpstore.store.lg_index import checkpoint_key, scan, split_checkpoint_key, unpack, write_key
+from cpstore.store.reader import CheckpointView
+
+__all__ = ["Entry", "StoredWrite", "entries", "load_parts", "load_tuple", "stored_writes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One LangGraph index entry, its check verified."""
+
+    #: ``(thread_id, checkpoint_ns, checkpoint_id)``.
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    #: The raw id of the cpstore checkpoint holding it.
+    cid: bytes
+    #: The cpstore run and branch it was recorded on.
+    run: str
+    branch: str
+    #: The LangGraph parent checkpoint id, or None.
+    parent: str | None
+    #: ``metadata["run_id"]`` when it is a str (``delete_for_runs``).
+    run_id: str | None
+    #: Channels whose value the checkpoint stores (``channel/<name>`` parts).
+    have: tuple[str, ...]
+
+    @classmethod
+    def decode(cls, key: bytes, value: bytes, names: tuple[str, str, str] | None = None) -> Entry:
+        """The entry stored under ``key``; IntegrityError when it fails its check or shape.
+
+        ``names`` is ``(thread_id, ns, checkpoint_id)`` when the caller built the key.
+        """
+        body = unpack(key, value)
+        thread_id, ns, checkpoint_id = names or split_checkpoint_key(key)
+        try:
+            return cls(
+                thread_id,
+                ns,
+                checkpoint_id,
+                bytes(body["cp"]),
+                str(body["run"]),
+                str(body["branch"]),
+                body["parent"],
+                body["run_id"],
+                tuple(body["have"]),
+            )
+        except (KeyError, TypeError):
+            raise IntegrityError(
+                "LangGraph index entry has the wrong shape", where=f"meta/{key!r}"
+            ) from None
+
+    @staticmethod
+    def id_of(key: bytes) -> str:
+        """The LangGraph checkpoint id an entry key names."""
+        return split_checkpoint_key(key)[2]
+
+    def body(self) -> dict[str, Any]:
+        """The canonical map stored for this entry."""
+        return {
+            "cp": self.cid,
+            "run": self.run,
+            "branch": self.branch,
+            "parent": self.parent,
+            "run_id": self.run_id,
+            "have": list(self.have),
+        }
+
+    def config(self) -> dict[str, Any]:
+        """The RunnableConfig naming this checkpoint."""
+        return _config(self.thread_id, self.ns, self.checkpoint_id)
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWrite:
+    """One pending write as stored: its sort key, channel and serde pair."""
+
+    task_path: str
+    task_id: str
+    idx: int
+    channel: str
+    typed: tuple[str, bytes]
+
+
+def entries(txn: Txn[memoryview], meta: Any, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Index entries under ``prefix``, newest checkpoint id first within each namespace."""
+    return scan(txn, meta, prefix, reverse=True)
+
+
+def stored_writes(
+    txn: Txn[memoryview], meta: Any, thread_id: str, ns: str, checkpoint_id: str
+) -> list[StoredWrite]:
+    """A checkpoint's pending writes in ``writes_sort_key`` order, each check verified."""
+    out: list[StoredWrite] = []
+    for key, value in scan(txn, meta, write_key(thread_id, ns, checkpoint_id)):
+        body = unpack(key, value)
+        try:
+            path, task_id, idx, channel, kind, data = body
+            out.append(StoredWrite(path, task_id, idx, channel, (kind, bytes(data))))
+        except (TypeError, ValueError):
+            raise IntegrityError(
+                "pending write has the wrong shape", where=f"meta/{key!r}"
+            ) from None
+    out.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
+    return out
+
+
+def stored(txn: Txn[memoryview], store: Store, entry: Entry) -> bool:
+    """True when the entry's checkpoint is stored; False when retention pruned it.
+
+    A checkpoint neither stored nor pruned is damage (IntegrityError).
+    """
+    backend = store.backend
+    if txn.get(entry.cid, db=backend.db("checkpoints")) is not None:
+        return True
+    if txn.get(entry.cid, db=backend.db("tombstones")) is not None:
+        return False
+    raise IntegrityError(
+        "the LangGraph index names a checkpoint that is not stored",
+        where=f"thread {entry.thread_id!r} checkpoint {entry.checkpoint_id}",
+        expected=entry.cid.hex(),
+        got="missing",
+    )
+
+
+def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, bytes]:
+    """The checkpoint's state parts (name -> packed serde bytes), every object hash-checked."""
+    with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+        state = view.state()
+    if not isinstance(state, dict) or "checkpoint" not in state or "metadata" not in state:
+        raise IntegrityError(
+            "not a LangGraph checkpoint",
+            where=f"checkpoint {entry.cid.hex()}",
+            expected="parts checkpoint, metadata",
+        )
+    return state
+
+
+def load_tuple(
+    txn: Txn[memoryview], store: Store, serde: Any, entry: Entry
+) -> CheckpointTuple | None:
+    """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
+    if not stored(txn, store, entry):
+        return None
+    parts = load_parts(txn, store, entry)
+    where = f"checkpoint {entry.cid.hex()}"
+    checkpoint = serde.loads_typed(unpack_typed(parts["checkpoint"], where))
+    metadata = serde.loads_typed(unpack_typed(parts["metadata"], where))
+    values: dict[str, Any] = {}
+    for name, part in parts.items():
+        if name.startswith(CHANNEL):
+            kind, data = unpack_typed(part, name)
+            if kind == LIST_KIND:
+                at = f"state[{name!r}] of {entry.cid.hex()}"
+                values[name[len(CHANNEL) :]] = load_value(serde, parts, name[len(CHANNEL) :], at)
+            elif kind != "empty":
+                values[name[len(CHANNEL) :]] = serde.loads_typed((kind, data))
+    checkpoint["channel_values"] = values
+    meta = store.backend.db("meta")
+    writes: list[PendingWrite] = [
+        (w.task_id, w.channel, serde.loads_typed(w.typed))
+        for w in stored_writes(txn, meta, entry.thread_id, entry.ns, entry.checkpoint_id)
+    ]
+    parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
+    return CheckpointTuple(entry.config(), checkpoint, metadata, parent, writes)
+
+
+def entry_at(
+    txn: Txn[memoryview], meta: Any, thread_id: str, ns: str, checkpoint_id: str | None
+) -> Entry | None:
+    """The entry of a checkpoint id, or the newest of the namespace when it is None."""
+    if checkpoint_id is not None:
+        key = checkpoint_key(thread_id, ns, checkpoint_id)
+        found = txn.get(key, db=meta)
+        if found is None:
+            return None
+        return Entry.decode(key, bytes(found), (thread_id, ns, checkpoint_id))
+    for key, value in entries(txn, meta, checkpoint_key(thread_id, ns)):
+        return Entry.decode(key, value)
+    return None
+
+
+def thread_entries(txn: Txn[memoryview], meta: Any, thread_ids: Iterable[str]) -> list[Entry]:
+    """Every entry of the threads, each check verified."""
+    out: list[Entry] = []
+    for thread_id in thread_ids:
+        out.extend(Entry.decode(k, v) for k, v in scan(txn, meta, checkpoint_key(thread_id)))
+    return out

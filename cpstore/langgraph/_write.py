@@ -1,0 +1,314 @@
+"""Writing LangGraph checkpoints: each one a cpstore checkpoint plus its index entry, one txn.
+
+A put continues the branch whose head is its parent (the common case: one
+recorder per branch, kept between puts, so unchanged channel values are
+neither re-serialized nor re-hashed), or forks a new branch from the parent
+(time travel, ``update_state`` on an older checkpoint, a parent another
+process moved past). The index entry is written in the commit txn of the
+checkpoint itself (``Recorder.checkpoint(extra_meta=)``): a crash leaves both
+or neither. A lost ref race (another process moved the branch) is retried,
+and then forks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cpstore.errors import ConflictError, StoreError
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    branch_label,
+    channel_parts,
+    fork_branch,
+    pack_typed,
+    pack_value,
+    run_for,
+    unpack_typed,
+)
+from cpstore.langgraph._read import Entry, load_parts
+from cpstore.store import Store
+from cpstore.store.lg_index import checkpoint_key, pack
+from cpstore.store.model import ref_key
+from cpstore.store.recorder import Recorder
+
+__all__ = ["Writer"]
+
+_EMPTY = pack_typed(("empty", b""))
+
+
+def _empty(channel: str) -> dict[str, bytes]:
+    return {CHANNEL + channel: _EMPTY}
+
+
+_CACHED_BRANCHES = 256
+_RETRIES = 8
+
+
+@dataclass
+class _Branch:
+    """A branch this process records on: its recorder and the last checkpoint's values."""
+
+    recorder: Recorder
+    #: channel -> (version, its parts: the bytes objects the recorder last hashed).
+    values: dict[str, tuple[Any, dict[str, bytes]]] = field(default_factory=dict)
+    #: part name -> bytes of the last checkpoint (equal bytes reuse the object: no re-hash).
+    last: dict[str, bytes] = field(default_factory=dict)
+    #: (thread, ns, checkpoint id) of the head this writer recorded last.
+    tip: tuple[str, str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """One checkpoint to record: where, and its parts."""
+
+    thread_id: str
+    ns: str
+    parent_id: str | None
+    checkpoint_id: str
+    step: int
+    #: ``metadata["run_id"]`` when it is a str.
+    run_id: str | None
+    #: The ``checkpoint`` and ``metadata`` parts.
+    head_parts: Mapping[str, bytes]
+    #: channel -> its value's parts, for the channels of new versions.
+    fresh: Mapping[str, Mapping[str, bytes]]
+    versions: Mapping[str, Any]
+    #: The caller's channel values (serialized only when needed).
+    values: Mapping[str, Any]
+    #: Channels of new versions to serialize from ``values`` (absent: the empty marker).
+    new: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    run: str
+    branch: str
+    #: The cpstore checkpoint a new branch forks from (None: continue, or a root).
+    fork_from: str | None
+    new_branch: bool
+    #: The parent's entry when the parent is indexed.
+    parent: Entry | None
+
+
+class Writer:
+    """The put path of one saver (one lock: puts of one saver are serialized)."""
+
+    def __init__(self, store: Store, serde: Any) -> None:
+        self.store = store
+        self.serde = serde
+        self.lock = threading.Lock()
+        self._branches: OrderedDict[tuple[str, str], _Branch] = OrderedDict()
+        # (thread, ns, checkpoint id) -> (run, branch) of each cached branch's head
+        # this writer recorded: a put whose parent is one continues that branch
+        # without a planning read (the commit's ref CAS still proves the head).
+        self._tips: dict[tuple[str, str, str], tuple[str, str]] = {}
+
+    def forget(self, run: str | None = None) -> None:
+        """Drop cached recorders (of one run, or all): the store changed under them."""
+        with self.lock:
+            for key in [k for k in self._branches if run is None or k[0] == run]:
+                self._drop(*key)
+
+    def put(
+        self,
+        thread_id: str,
+        ns: str,
+        parent_id: str | None,
+        *,
+        checkpoint: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        new_versions: Mapping[str, Any],
+    ) -> str:
+        """Store one checkpoint; return its LangGraph id."""
+        c = dict(checkpoint)
+        values: Mapping[str, Any] = c.pop("channel_values", None) or {}
+        checkpoint_id = str(c["id"])
+        versions: Mapping[str, Any] = c.get("channel_versions") or {}
+        new = frozenset(k for k in new_versions if k in versions)
+        head_parts = {
+            "checkpoint": pack_typed(self.serde.dumps_typed(c)),
+            "metadata": pack_typed(self.serde.dumps_typed(dict(metadata))),
+        }
+        step = metadata.get("step")
+        step = step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
+        run_id = metadata.get("run_id")
+        return self.commit(
+            Put(
+                thread_id,
+                ns,
+                parent_id,
+                checkpoint_id,
+                step,
+                run_id if isinstance(run_id, str) else None,
+                head_parts,
+                {},
+                versions,
+                values,
+                new,
+            )
+        )
+
+    def commit(self, put: Put) -> str:
+        """Record the parts and the index entry in one txn; return the LangGraph id."""
+        thread_id, ns, parent_id, checkpoint_id = (
+            put.thread_id,
+            put.ns,
+            put.parent_id,
+            put.checkpoint_id,
+        )
+        head_parts, fresh, versions, values = put.head_parts, put.fresh, put.versions, put.values
+        run_id = put.run_id
+        key = checkpoint_key(thread_id, ns, checkpoint_id)
+        with self.lock:
+            for attempt in range(_RETRIES):
+                tip = None if parent_id is None else self._tips.get((thread_id, ns, parent_id))
+                if tip is not None and attempt == 0:
+                    plan = _Plan(tip[0], tip[1], None, False, None)
+                else:
+                    plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
+                branch = self._branch(plan)
+                parts = dict(head_parts)
+                held_by: dict[str, tuple[Any, dict[str, bytes]]] = {}
+                inherited: dict[str, tuple[Any, dict[str, bytes]]] | None = None
+                for k, version in versions.items():
+                    chan = fresh.get(k)
+                    if chan is None and k in put.new:
+                        chan = (
+                            pack_value(self.serde, k, values[k], branch.last)
+                            if k in values
+                            else _empty(k)
+                        )
+                    if chan is None:
+                        known = branch.values.get(k)
+                        if known is not None and known[0] == version and not plan.new_branch:
+                            chan = known[1]
+                        elif k in values:
+                            chan = pack_value(self.serde, k, values[k], branch.last)
+                        else:
+                            if inherited is None:
+                                inherited = self._parent_parts(
+                                    plan.parent or self._entry(thread_id, ns, parent_id)
+                                )
+                            held = inherited.get(k)
+                            chan = held[1] if held is not None and held[0] == version else None
+                    if chan is not None:
+                        chan = {n: _same(branch.last.get(n), b) for n, b in chan.items()}
+                        held_by[k] = (version, chan)
+                        parts.update(chan)
+                have = sorted(k for k, (_, chan) in held_by.items() if chan[CHANNEL + k] != _EMPTY)
+
+                def extra(
+                    cid: bytes, *, plan: _Plan = plan, have: list[str] = have
+                ) -> list[tuple[bytes, bytes | None]]:
+                    entry = Entry(
+                        thread_id, ns, checkpoint_id, bytes(cid), plan.run, plan.branch,
+                        parent_id, run_id, tuple(have),
+                    )  # fmt: skip
+                    return [(key, pack(key, entry.body()))]
+
+                try:
+                    branch.recorder.checkpoint(put.step, parts, extra_meta=extra)
+                except ConflictError:
+                    # Another process moved the branch (or pruned the fork
+                    # parent): plan again from what the store holds now.
+                    self._drop(plan.run, plan.branch)
+                    continue
+                branch.values = held_by
+                branch.last = parts
+                if branch.tip is not None:
+                    self._tips.pop(branch.tip, None)
+                branch.tip = (thread_id, ns, checkpoint_id)
+                self._tips[branch.tip] = (plan.run, plan.branch)
+                return checkpoint_id
+        raise StoreError(
+            "could not record the checkpoint: its branch kept moving",
+            where=f"thread {thread_id!r} ns {ns!r} checkpoint {checkpoint_id}",
+        )
+
+    def _plan(
+        self, thread_id: str, ns: str, parent_id: str | None, checkpoint_id: str, attempt: int
+    ) -> _Plan:
+        backend = self.store.backend
+        meta = backend.db("meta")
+        with backend.read_txn() as txn:
+            parent: Entry | None = None
+            if parent_id is not None:
+                pkey = checkpoint_key(thread_id, ns, parent_id)
+                raw = txn.get(pkey, db=meta)
+                if raw is not None:
+                    parent = Entry.decode(pkey, bytes(raw))
+            if parent is not None and txn.get(parent.cid, db=backend.db("checkpoints")) is None:
+                parent = None  # retention pruned it: record a root
+            if parent is not None:
+                head = backend.head(txn, ref_key(parent.run, parent.branch))
+                if head == parent.cid:
+                    return _Plan(parent.run, parent.branch, None, False, parent)
+                run, fork_from = parent.run, parent.cid.hex()
+            else:
+                run, fork_from = run_for(thread_id), None
+                label = branch_label(ns)
+                if backend.head(txn, ref_key(run, label)) is None:
+                    return _Plan(run, label, None, True, None)
+            for n in range(attempt, attempt + 64):
+                name = fork_branch(ns, checkpoint_id, n)
+                if backend.head(txn, ref_key(run, name)) is None:
+                    return _Plan(run, name, fork_from, True, parent)
+        raise StoreError("no free fork branch name", where=f"thread {thread_id!r}")
+
+    def _branch(self, plan: _Plan) -> _Branch:
+        key = (plan.run, plan.branch)
+        cached = self._branches.get(key)
+        if cached is not None and not plan.new_branch:
+            self._branches.move_to_end(key)
+            return cached
+        self._drop(*key)
+        rec = self.store.recorder(plan.run, branch=plan.branch, parent=plan.fork_from)
+        branch = _Branch(rec)
+        self._branches[key] = branch
+        while len(self._branches) > _CACHED_BRANCHES:
+            self._drop(*next(iter(self._branches)))
+        return branch
+
+    def _drop(self, run: str, branch: str) -> None:
+        cached = self._branches.pop((run, branch), None)
+        if cached is not None:
+            if cached.tip is not None:
+                self._tips.pop(cached.tip, None)
+            cached.recorder.close()
+
+    def _entry(self, thread_id: str, ns: str, checkpoint_id: str | None) -> Entry | None:
+        if checkpoint_id is None:
+            return None
+        backend = self.store.backend
+        key = checkpoint_key(thread_id, ns, checkpoint_id)
+        with backend.read_txn() as txn:
+            raw = txn.get(key, db=backend.db("meta"))
+            return None if raw is None else Entry.decode(key, bytes(raw))
+
+    def _parent_parts(self, parent: Entry | None) -> dict[str, tuple[Any, dict[str, bytes]]]:
+        """channel -> (the parent's version, its stored value's parts).
+
+        A value the caller does not pass is the one stored at the same version
+        (InMemorySaver's blob per version), which only the parent can hold here.
+        """
+        if parent is None:
+            return {}
+        with self.store.backend.read_txn() as txn:
+            parts = load_parts(txn, self.store, parent)
+        where = f"checkpoint {parent.cid.hex()}"
+        cp = self.serde.loads_typed(unpack_typed(parts["checkpoint"], where))
+        parent_versions = cp.get("channel_versions") or {}
+        return {
+            k: (v, channel_parts(parts, k, where))
+            for k, v in parent_versions.items()
+            if CHANNEL + k in parts
+        }
+
+
+def _same(old: bytes | None, new: bytes) -> bytes:
+    """``old`` when it holds the same bytes: the recorder then skips encoding and hashing it."""
+    return old if old is not None and old == new else new

@@ -1,0 +1,199 @@
+"""Where two LangGraph threads (or a thread and its fork) diverge: step, node and channel.
+
+Each side is a LangGraph config (``thread_id``, ``checkpoint_ns``, optionally
+``checkpoint_id``: the newest of the namespace otherwise). Both chains are
+walked from the root to that checkpoint along ``parent`` links and compared
+position by position; values are compared by their content digests (no value
+is deserialized, so it works for any serde), the node is read from the task
+path of the writes that produced the diverging checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.langgraph._codec import CHANNEL, SEGMENT, unpack_typed
+from cpstore.langgraph._read import Entry, entry_at, stored, stored_writes
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+from cpstore.store.reader import CheckpointView
+
+__all__ = ["ThreadDiff", "diff_threads"]
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadDiff:
+    """The first divergence of two checkpoint chains (``same`` when there is none)."""
+
+    #: True when both chains hold the same values step for step and have the same length.
+    same: bool
+    #: Position in the chains (0 = root) of the first checkpoint that differs, or None.
+    index: int | None
+    #: ``metadata["step"]`` of that checkpoint on side A (or B when A ended), or None.
+    step: int | None
+    #: The node(s) whose writes produced it, from the writes' task paths, sorted.
+    nodes: tuple[str, ...]
+    #: The channels whose values differ there, sorted.
+    channels: tuple[str, ...]
+    #: The LangGraph checkpoint ids at that position (None: that chain ended).
+    checkpoint_a: str | None
+    checkpoint_b: str | None
+    #: The last position both chains share the same cpstore checkpoint (a fork point), or None.
+    shared_until: int | None
+    #: One sentence saying what was found.
+    summary: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {
+            "same": self.same,
+            "index": self.index,
+            "step": self.step,
+            "nodes": list(self.nodes),
+            "channels": list(self.channels),
+            "checkpoint_a": self.checkpoint_a,
+            "checkpoint_b": self.checkpoint_b,
+            "shared_until": self.shared_until,
+            "summary": self.summary,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    entry: Entry
+    step: int | None
+    values: dict[str, bytes]  # channel -> digest of its head part and segments
+
+
+def _side(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
+        raise InvalidInputError("each side needs configurable.thread_id", got=repr(config)[:80])
+    cid = conf.get("checkpoint_id")
+    return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), cid and str(cid)
+
+
+def _chain(
+    txn: Txn[memoryview], store: Store, config: Mapping[str, Any], serde: Any
+) -> list[_Point]:
+    thread_id, ns, checkpoint_id = _side(config)
+    meta = store.backend.db("meta")
+    entry = entry_at(txn, meta, thread_id, ns, checkpoint_id)
+    if entry is None:
+        raise NotFoundError(
+            "no such LangGraph checkpoint",
+            where=f"thread {thread_id!r} ns {ns!r}",
+            got=checkpoint_id or "no checkpoints",
+        )
+    out: list[_Point] = []
+    while entry is not None and stored(txn, store, entry):
+        with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+            parts: dict[str, bytes] = view.manifest.raw["state"]["parts"]
+            where = f"metadata of {entry.cid.hex()}"
+            meta_value = serde.loads_typed(unpack_typed(view.state_part("metadata"), where))
+            step = meta_value.get("step") if isinstance(meta_value, dict) else None
+        values: dict[str, bytes] = {}
+        for name, key in sorted(parts.items()):
+            if name.startswith(CHANNEL):
+                channel = name[len(CHANNEL) :]
+                values[channel] = values.get(channel, b"") + bytes(key)
+            elif name.startswith(SEGMENT):
+                channel = name[len(SEGMENT) :].rsplit("/", 1)[0]
+                values[channel] = values.get(channel, b"") + bytes(key)
+        out.append(_Point(entry, step, values))
+        entry = (
+            None
+            if entry.parent is None
+            else entry_at(txn, meta, entry.thread_id, entry.ns, entry.parent)
+        )
+    out.reverse()
+    return out
+
+
+def _nodes(
+    txn: Txn[memoryview], store: Store, parent: Entry | None, channels: set[str]
+) -> list[str]:
+    """Nodes whose writes at ``parent`` touched ``channels`` (task path ``..., node``)."""
+    if parent is None:
+        return ["(input)"]
+    found: set[str] = set()
+    meta = store.backend.db("meta")
+    for w in stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id):
+        if w.channel in channels or not channels:
+            found.add(w.task_path.split(",")[-1].strip() or w.task_id)
+    return sorted(found) or ["(update_state or input)"]
+
+
+def diff_threads(
+    store: Store,
+    config_a: Mapping[str, Any],
+    config_b: Mapping[str, Any],
+    *,
+    serde: Any = None,
+) -> ThreadDiff:
+    """The first step, node and channel where two checkpoint chains diverge.
+
+    ``serde`` reads each checkpoint's metadata (for its step); the saver's
+    default, JsonPlusSerializer, when None. Values are compared by digest.
+    """
+    serde = serde or JsonPlusSerializer()
+    with store.backend.read_txn() as txn:
+        a, b = _chain(txn, store, config_a, serde), _chain(txn, store, config_b, serde)
+        shared = None
+        for i in range(min(len(a), len(b))):
+            pa, pb = a[i], b[i]
+            if pa.entry.cid == pb.entry.cid:
+                shared = i
+            differ = sorted(
+                c for c in set(pa.values) | set(pb.values) if pa.values.get(c) != pb.values.get(c)
+            )
+            if differ:
+                parent = a[i - 1].entry if i else None
+                nodes = _nodes(txn, store, parent, set(differ))
+                if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
+                    nodes = sorted(
+                        set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(differ)))
+                    )
+                return ThreadDiff(
+                    False,
+                    i,
+                    pa.step,
+                    tuple(nodes),
+                    tuple(differ),
+                    pa.entry.checkpoint_id,
+                    pb.entry.checkpoint_id,
+                    shared,
+                    f"diverge at step {pa.step} (checkpoint {i} of each chain): node "
+                    f"{', '.join(nodes)} wrote different {', '.join(differ)}",
+                )
+        if len(a) == len(b):
+            return ThreadDiff(
+                True,
+                None,
+                None,
+                (),
+                (),
+                None,
+                None,
+                shared,
+                f"same values at all {len(a)} checkpoints",
+            )
+        longer, name = (a, "A") if len(a) > len(b) else (b, "B")
+        i = min(len(a), len(b))
+        nxt = longer[i]
+        return ThreadDiff(
+            False,
+            i,
+            nxt.step,
+            tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
+            (),
+            a[i].entry.checkpoint_id if len(a) > i else None,
+            b[i].entry.checkpoint_id if len(b) > i else None,
+            shared,
+            f"same values for {i} checkpoints; only {name} goes on (step {nxt.step})",
+        )

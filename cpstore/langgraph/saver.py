@@ -1,0 +1,401 @@
+"""``CpstoreSaver`` and ``AsyncCpstoreSaver``: LangGraph checkpointers on a cpstore store.
+
+Each LangGraph checkpoint is a cpstore checkpoint (run ``lg:<thread>``, a
+branch per namespace and per fork), each channel value a content-addressed
+state part, found through the LangGraph index (cpstore/store/lg_index.py).
+Layout and guarantees: docs/langgraph.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import random
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, TypeVar
+
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+)
+
+import cpstore.store as _store
+from cpstore.errors import InvalidInputError
+from cpstore.langgraph import _maintain
+from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed
+from cpstore.langgraph._read import (
+    Entry,
+    entry_at,
+    load_parts,
+    load_tuple,
+    stored,
+    stored_writes,
+)
+from cpstore.langgraph._write import Writer
+from cpstore.store import Store
+from cpstore.store.lg_index import CHECKPOINT_PREFIX, checkpoint_key, pack, scan, write_key
+
+__all__ = ["AsyncCpstoreSaver", "CpstoreSaver"]
+
+T = TypeVar("T")
+_BATCH = 128
+
+
+def _target(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
+        raise InvalidInputError(
+            "a LangGraph config needs configurable.thread_id", got=repr(config)[:80]
+        )
+    ns = conf.get("checkpoint_ns") or ""
+    checkpoint_id = conf.get("checkpoint_id")
+    return str(conf["thread_id"]), str(ns), None if checkpoint_id is None else str(checkpoint_id)
+
+
+class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
+    """A LangGraph checkpointer storing into a cpstore store (sync, with async twins).
+
+    ``CpstoreSaver(store)`` wraps an open :class:`~cpstore.store.Store` (the
+    caller closes it); ``with CpstoreSaver.from_conn_string(path) as saver``
+    opens one and closes it on exit. The async twins run the sync methods in
+    the event loop's default executor, so the loop is never blocked by a store call.
+    """
+
+    def __init__(self, store: Store, *, serde: Any = None) -> None:
+        if not isinstance(store, Store):
+            raise InvalidInputError("CpstoreSaver wraps a cpstore Store", got=type(store).__name__)
+        if store.durability == "batched":
+            # A queued checkpoint is invisible to reads until the batch commits,
+            # and LangGraph reads back what it just put.
+            raise InvalidInputError(
+                "a LangGraph saver needs a store that commits every put",
+                expected=["sync", "none"],
+                got="batched",
+            )
+        super().__init__(serde=serde)
+        self.store = store
+        self._writer = Writer(store, self.serde)
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(
+        cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
+    ) -> Iterator[CpstoreSaver]:
+        """Open ``cpstore.open(conn_string, **options)``, yield a saver, close the store on exit."""
+        store = _store.open(conn_string, **options)
+        try:
+            yield cls(store, serde=serde)
+        finally:
+            store.close()
+
+    # -- reads -----------------------------------------------------------------
+
+    def get_tuple(self, config: Any) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``, else the newest), or None."""
+        thread_id, ns, checkpoint_id = _target(config)
+        backend = self.store.backend
+        with backend.read_txn() as txn:
+            entry = entry_at(txn, backend.db("meta"), thread_id, ns, checkpoint_id)
+            if entry is None:
+                return None
+            return load_tuple(txn, self.store, self.serde, entry)
+
+    def list(
+        self,
+        config: Any,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: Any = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first per namespace, filtered by metadata, ``before``, ``limit``."""
+        if config is not None:
+            thread_id, _, checkpoint_id = _target(config)
+            ns = config["configurable"].get("checkpoint_ns")
+            prefix = checkpoint_key(thread_id, None if ns is None else str(ns))
+        else:
+            prefix, checkpoint_id = CHECKPOINT_PREFIX, None
+        before_id = get_checkpoint_id(before) if before else None
+        backend = self.store.backend
+        meta = backend.db("meta")
+        left = limit
+        below: bytes | None = None
+        while left is None or left > 0:
+            batch: list[CheckpointTuple] = []
+            with backend.read_txn() as txn:
+                seen = 0
+                for key, value in scan(txn, meta, prefix, reverse=True, below=below):
+                    below, seen = key, seen + 1
+                    if not _wanted(key, checkpoint_id, before_id):
+                        continue
+                    tup = load_tuple(txn, self.store, self.serde, Entry.decode(key, value))
+                    if tup is None or not _matches(tup.metadata, filter):
+                        continue
+                    batch.append(tup)
+                    if left is not None:
+                        left -= 1
+                        if left <= 0:
+                            break
+                    if seen >= _BATCH:
+                        break
+                done = seen < _BATCH or (left is not None and left <= 0)
+            yield from batch
+            if done:
+                return
+
+    # -- writes ----------------------------------------------------------------
+
+    def put(
+        self,
+        config: Any,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> dict[str, Any]:
+        """Store a checkpoint (and its index entry, one txn); return the config naming it."""
+        thread_id, ns, parent_id = _target(config)
+        metadata = get_checkpoint_metadata(config, metadata)
+        checkpoint_id = self._writer.put(
+            thread_id, ns, parent_id,
+            checkpoint=checkpoint, metadata=metadata, new_versions=new_versions,
+        )  # fmt: skip
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    def put_writes(
+        self,
+        config: Any,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's writes for a checkpoint; special (negative-index) writes replace."""
+        thread_id, ns, checkpoint_id = _target(config)
+        if checkpoint_id is None:
+            raise InvalidInputError("put_writes needs configurable.checkpoint_id")
+        records: list[tuple[bytes, bytes, bool]] = []
+        for idx, (channel, value) in enumerate(writes):
+            at = WRITES_IDX_MAP.get(channel, idx)
+            key = write_key(thread_id, ns, checkpoint_id, str(task_id), at)
+            kind, data = self.serde.dumps_typed(value)
+            pack_typed((kind, data))  # the same checks as a state part
+            body = [str(task_path), str(task_id), at, str(channel), kind, bytes(data)]
+            records.append((key, pack(key, body), at >= 0))
+        backend = self.store.backend
+        meta = backend.db("meta")
+
+        def write(txn: Any) -> None:
+            for key, value, keep_first in records:
+                if keep_first and txn.get(key, db=meta) is not None:
+                    continue
+                txn.put(key, value, db=meta)
+
+        backend.write_txn(write)
+
+    def get_next_version(self, current: str | int | None, channel: None = None) -> str:
+        """The next channel version: a zero-padded counter and a random tail, as InMemorySaver."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(str(current).split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    def get_delta_channel_history(
+        self, *, config: Any, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Per channel: writes on the parent chain oldest first, and the nearest stored value."""
+        if not channels:
+            return {}
+        thread_id, ns, checkpoint_id = _target(config)
+        backend = self.store.backend
+        meta = backend.db("meta")
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        with backend.read_txn() as txn:
+            target = entry_at(txn, meta, thread_id, ns, checkpoint_id)
+            parent = None if target is None else target.parent
+            while parent is not None and remaining:
+                entry = entry_at(txn, meta, thread_id, ns, parent)
+                if entry is None or not stored(txn, self.store, entry):
+                    break
+                ends = [c for c in remaining if c in entry.have]
+                for w in reversed(stored_writes(txn, meta, thread_id, ns, entry.checkpoint_id)):
+                    if w.channel in remaining:
+                        collected[w.channel].append(
+                            (w.task_id, w.channel, self.serde.loads_typed(w.typed))
+                        )
+                if ends:
+                    parts = load_parts(txn, self.store, entry)
+                    for c in ends:
+                        seeds[c] = load_value(
+                            self.serde, parts, c, f"{CHANNEL}{c} of {entry.cid.hex()}"
+                        )
+                        remaining.discard(c)
+                parent = entry.parent
+        out: dict[str, DeltaChannelHistory] = {}
+        for c in channels:
+            item: DeltaChannelHistory = {"writes": list(reversed(collected[c]))}
+            if c in seeds:
+                item["seed"] = seeds[c]
+            out[c] = item
+        return out
+
+    # -- maintenance -----------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and write of a thread (all namespaces), and sweep its run."""
+        _maintain.delete_threads(self.store, self._writer, [str(thread_id)])
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
+        _maintain.delete_for_runs(self.store, self._writer, [str(r) for r in run_ids])
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint and write of a thread to another; no value bytes are copied."""
+        _maintain.copy_thread(
+            self.store, self._writer, str(source_thread_id), str(target_thread_id)
+        )
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """``keep_latest`` per namespace (and the ancestors DeltaChannel needs), or ``delete``."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(
+                "unknown prune strategy", expected=["keep_latest", "delete"], got=strategy
+            )
+        threads = [str(t) for t in thread_ids]
+        if strategy == "delete":
+            _maintain.delete_threads(self.store, self._writer, threads)
+        else:
+            _maintain.keep_latest(self.store, self._writer, threads)
+
+    # -- async twins -----------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
+
+    async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
+        """:meth:`get_tuple` in the default executor."""
+        return await self._run(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: Any,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: Any = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """:meth:`list` in the default executor, a batch at a time."""
+        it = self.list(config, filter=filter, before=before, limit=limit)
+        while True:
+            batch = await self._run(_take, it, _BATCH)
+            for tup in batch:
+                yield tup
+            if len(batch) < _BATCH:
+                return
+
+    async def aput(
+        self,
+        config: Any,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> dict[str, Any]:
+        """:meth:`put` in the default executor."""
+        return await self._run(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: Any,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`put_writes` in the default executor."""
+        await self._run(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread` in the default executor."""
+        await self._run(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs` in the default executor."""
+        await self._run(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread` in the default executor."""
+        await self._run(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune` in the default executor."""
+        await self._run(self.prune, thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: Any, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """:meth:`get_delta_channel_history` in the default executor."""
+        return await self._run(self.get_delta_channel_history, config=config, channels=channels)
+
+
+class AsyncCpstoreSaver(CpstoreSaver):
+    """The async-first saver: ``async with AsyncCpstoreSaver.from_conn_string(path) as saver``.
+
+    Every method of :class:`CpstoreSaver`; the ``a``-prefixed ones run the store
+    work in the default executor.
+    """
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(  # type: ignore[override]
+        cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
+    ) -> AsyncIterator[AsyncCpstoreSaver]:
+        """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit."""
+        loop = asyncio.get_running_loop()
+        store = await loop.run_in_executor(
+            None, functools.partial(_store.open, conn_string, **options)
+        )
+        try:
+            yield cls(store, serde=serde)
+        finally:
+            await loop.run_in_executor(None, store.close)
+
+
+def _take(it: Iterator[T], n: int) -> list[T]:
+    out: list[T] = []
+    for item in it:
+        out.append(item)
+        if len(out) >= n:
+            break
+    return out
+
+
+def _wanted(key: bytes, checkpoint_id: str | None, before_id: str | None) -> bool:
+    if checkpoint_id is None and before_id is None:
+        return True
+    cid = Entry.id_of(key)
+    if checkpoint_id is not None and cid != checkpoint_id:
+        return False
+    return before_id is None or cid < before_id
+
+
+def _matches(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
+    return not filter or all(metadata.get(k) == v for k, v in filter.items())

@@ -1,0 +1,218 @@
+"""The LangGraph index: LangGraph checkpoint ids and pending writes, in the ``meta`` table.
+
+:mod:`cpstore.langgraph` stores every LangGraph checkpoint as a cpstore
+checkpoint (a run per thread, a branch per namespace and fork). LangGraph
+addresses checkpoints by ``(thread_id, checkpoint_ns, checkpoint_id)`` and
+keeps pending writes beside them; both live here, under the ``lg/`` prefix of
+``meta`` (layout in docs/store.md, "The LangGraph index"). An index entry is
+written in the same txn as its checkpoint (``Recorder.checkpoint(extra_meta=)``).
+
+Every value carries a check (the first 8 bytes of XXH3-128 of key and body),
+verified on every read: a damaged or moved entry is an :class:`IntegrityError`
+naming the key, never another checkpoint's state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import msgpack
+
+from cpstore.errors import CanonicalEncodingError, CpstoreError, IntegrityError, InvalidInputError
+from cpstore.native.binding import digest
+from cpstore.store.backend import Txn
+from cpstore.store.manifest import decode_trusted
+from cpstore.store.model import Problem
+
+__all__ = [
+    "CHECKPOINT_PREFIX",
+    "WRITE_PREFIX",
+    "check_index",
+    "checkpoint_key",
+    "field",
+    "pack",
+    "scan",
+    "split_checkpoint_key",
+    "unpack",
+    "write_key",
+]
+
+#: ``lg/c/`` thread ns checkpoint_id -> a checkpoint entry (canonical map, below).
+CHECKPOINT_PREFIX = b"lg/c/"
+#: ``lg/w/`` thread ns checkpoint_id task_id idx -> one pending write.
+WRITE_PREFIX = b"lg/w/"
+
+_CHECK = 8
+_MAX_FIELD = 0xFFFF
+_IDX_BIAS = 1 << 63
+
+
+def field(text: str, what: str) -> bytes:
+    """``text`` as a length-prefixed key field (2 bytes big-endian, then UTF-8)."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{what} must be a str", got=type(text).__name__)
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} has no UTF-8 form", got=repr(text)) from None
+    if len(raw) > _MAX_FIELD:
+        raise InvalidInputError(
+            f"{what} is too long", expected=f"<= {_MAX_FIELD} UTF-8 bytes", got=len(raw)
+        )
+    return len(raw).to_bytes(2, "big") + raw
+
+
+def checkpoint_key(
+    thread_id: str, ns: str | None = None, checkpoint_id: str | None = None
+) -> bytes:
+    """The entry key, or the prefix of a thread's (or a namespace's) entries."""
+    key = CHECKPOINT_PREFIX + field(thread_id, "thread_id")
+    if ns is None:
+        return key
+    key += field(ns, "checkpoint_ns")
+    if checkpoint_id is None:
+        return key
+    return key + checkpoint_id.encode("utf-8")
+
+
+def split_checkpoint_key(key: bytes) -> tuple[str, str, str]:
+    """``(thread_id, checkpoint_ns, checkpoint_id)`` of an entry key."""
+    try:
+        rest = key[len(CHECKPOINT_PREFIX) :]
+        fields: list[str] = []
+        for _ in range(2):
+            n = int.from_bytes(rest[:2], "big")
+            if len(rest) < 2 + n:
+                raise ValueError("short field")
+            fields.append(rest[2 : 2 + n].decode("utf-8"))
+            rest = rest[2 + n :]
+        return fields[0], fields[1], rest.decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        raise IntegrityError("damaged LangGraph index key", where=f"meta/{key!r}") from None
+
+
+def write_key(
+    thread_id: str, ns: str, checkpoint_id: str, task_id: str | None = None, idx: int = 0
+) -> bytes:
+    """A pending write's key, or (``task_id`` None) the prefix of a checkpoint's writes."""
+    key = (
+        WRITE_PREFIX
+        + field(thread_id, "thread_id")
+        + field(ns, "checkpoint_ns")
+        + field(checkpoint_id, "checkpoint_id")
+    )
+    if task_id is None:
+        return key
+    return key + field(task_id, "task_id") + (idx + _IDX_BIAS).to_bytes(8, "big")
+
+
+def pack(key: bytes, body: Any) -> bytes:
+    """The stored value of ``body`` under ``key``: msgpack bytes, then the check.
+
+    Plain msgpack of the body as built (the callers build it in one field
+    order), not the canonical encoding: the check certifies the bytes, and
+    nothing is addressed by their digest.
+    """
+    data: bytes = msgpack.packb(body, use_bin_type=True)
+    return data + digest(key + data)[:_CHECK]
+
+
+def unpack(key: bytes, value: bytes | memoryview) -> Any:
+    """The body stored under ``key``, its check verified."""
+    raw = bytes(value)
+    data, check = raw[:-_CHECK], raw[-_CHECK:]
+    if len(raw) <= _CHECK or digest(key + data)[:_CHECK] != check:
+        raise IntegrityError(
+            "LangGraph index entry fails its check", where=f"meta/{key!r}", got=raw[:32].hex()
+        )
+    try:  # written by encode_value and certified by the check: no re-encode
+        return decode_trusted(data)
+    except CanonicalEncodingError:  # pragma: no cover - the check passed
+        raise IntegrityError(
+            "LangGraph index entry is not canonical", where=f"meta/{key!r}"
+        ) from None
+
+
+def scan(
+    txn: Txn[memoryview],
+    db: Any,
+    prefix: bytes,
+    *,
+    reverse: bool = False,
+    below: bytes | None = None,
+) -> Iterator[tuple[bytes, bytes]]:
+    """``(key, value)`` of every record under ``prefix``, in key order (or reversed).
+
+    ``below`` (reversed only): start below this key instead of at the end.
+    """
+    cursor = txn.cursor(db=db)
+    if not reverse:
+        if not cursor.set_range(prefix):
+            return
+        for raw, value in cursor:
+            key = bytes(raw)
+            if not key.startswith(prefix):
+                return
+            yield key, bytes(value)
+        return
+    upper = _after(prefix) if below is None else below
+    positioned = cursor.set_range(upper) if upper is not None else False
+    if positioned:
+        if not cursor.prev():
+            return
+    elif not cursor.last():
+        return
+    while True:
+        key = bytes(cursor.key())
+        if not key.startswith(prefix):
+            return
+        yield key, bytes(cursor.value())
+        if not cursor.prev():
+            return
+
+
+def _after(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key starting with ``prefix`` (None: none)."""
+    raw = bytearray(prefix)
+    while raw:
+        if raw[-1] < 0xFF:
+            raw[-1] += 1
+            return bytes(raw)
+        raw.pop()
+    return None
+
+
+def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Problem]) -> int:
+    """Verify every LangGraph index record; returns how many there are (``verify()``).
+
+    Each record's check, each entry's shape, and that the checkpoint an entry
+    names is stored or was pruned by retention (a tombstone).
+    """
+    count = 0
+    for prefix in (CHECKPOINT_PREFIX, WRITE_PREFIX):
+        for key, value in scan(txn, dbs["meta"], prefix):
+            count += 1
+            where = f"meta/{key!r}"
+            try:
+                body = unpack(key, value)
+                if prefix != CHECKPOINT_PREFIX:
+                    continue
+                split_checkpoint_key(key)
+                cid = body["cp"] if isinstance(body, dict) else None
+                if not isinstance(cid, bytes) or len(cid) != 16:
+                    problems.append(Problem("LangGraph index entry has the wrong shape", where))
+                    continue
+            except CpstoreError as exc:
+                problems.append(Problem(exc.what, where, got=exc.got))
+                continue
+            stored = txn.get(cid, db=dbs["checkpoints"]) is not None
+            if not stored and txn.get(cid, db=dbs["tombstones"]) is None:
+                problems.append(
+                    Problem(
+                        "LangGraph index names a checkpoint that is not stored",
+                        where,
+                        expected=cid.hex(),
+                    )
+                )
+    return count

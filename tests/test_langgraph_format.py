@@ -1,0 +1,67 @@
+"""Golden bytes of the LangGraph formats (docs/store.md, docs/langgraph.md)."""
+
+from __future__ import annotations
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from cpstore.langgraph._codec import branch_label, fork_branch, pack_typed, pack_value, run_for
+from cpstore.native.binding import digest
+from cpstore.store.lg_index import checkpoint_key, pack, write_key
+
+HISTORY = [f"{i:02d}" + "m" * 998 for i in range(40)]
+
+
+def test_index_keys_are_pinned() -> None:
+    """Entry and write keys: prefix, 2-byte-length fields, id last; write idx biased by 2^63."""
+    assert checkpoint_key("t-1", "child:1", "1f0-abc").hex() == (
+        "6c672f632f0003742d3100076368696c643a313166302d616263"
+    )
+    assert write_key("t-1", "", "1f0-abc", "task", -1).hex() == (
+        "6c672f772f0003742d31000000073166302d61626300047461736b7fffffffffffffff"
+    )
+
+
+def test_an_index_entry_value_is_pinned() -> None:
+    """An entry: msgpack of the body in its field order, then 8 check bytes."""
+    key = checkpoint_key("t-1", "child:1", "1f0-abc")
+    body = {
+        "cp": bytes(range(16)),
+        "run": "lg:t-1",
+        "branch": "ns:child:1",
+        "parent": None,
+        "run_id": "r",
+        "have": ["a"],
+    }
+    assert pack(key, body).hex() == (
+        "86a26370c410000102030405060708090a0b0c0d0e0fa372756ea66c673a742d31a66272616e6368"
+        "aa6e733a6368696c643a31a6706172656e74c0a672756e5f6964a172a46861766591a161a54f717b4a4b34fb"
+    )
+
+
+def test_a_value_part_and_a_list_are_pinned() -> None:
+    """A part is type NUL bytes; a 40 KB list is a head and three segments cut at elements."""
+    assert pack_typed(("msgpack", b"\x01\x02")).hex() == "6d73677061636b000102"
+    parts = pack_value(JsonPlusSerializer(), "messages", HISTORY)
+    assert sorted(parts) == [
+        "channel/messages",
+        "segment/messages/0",
+        "segment/messages/1",
+        "segment/messages/2",
+    ]
+    assert parts["channel/messages"].hex() == (
+        "637073746f72652e6c69737400076d73677061636b03dc00280300000000000000bb9c000000000000"
+    )
+    assert [len(parts[f"segment/messages/{i}"]) for i in range(3)] == [17051, 17051, 6018]
+    assert [digest(parts[f"segment/messages/{i}"]).hex() for i in range(3)] == [
+        "3421cf12b533b5f916eea489efbda056",
+        "7b2b8cb53352f5b136ce45c08c8211d9",
+        "9594b12c31bbf552c09eaf19596f4ad5",
+    ]
+
+
+def test_run_and_branch_names_are_pinned() -> None:
+    """Thread -> run, namespace -> branch, fork branch names (hashed when too long)."""
+    assert run_for("chat-1") == "lg:chat-1"
+    assert run_for("x" * 300) == "lg:#125237ea2ad7bc7aa5d1b4607dc83554"
+    assert (branch_label(""), branch_label("a:b")) == ("main", "ns:a:b")
+    assert (fork_branch("", "id1"), fork_branch("", "id1", 2)) == ("main@id1", "main@id1~2")

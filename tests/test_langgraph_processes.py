@@ -1,0 +1,133 @@
+"""Two processes running LangGraph graphs on one store: different threads and the same thread."""
+
+from __future__ import annotations
+
+import multiprocessing
+import operator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
+
+from cpstore.langgraph import CpstoreSaver
+
+RUNS = 12
+
+
+class Count(TypedDict):
+    seen: Annotated[list[str], operator.add]
+
+
+class _Recording(CpstoreSaver):
+    """A saver that remembers every checkpoint id it was told was stored."""
+
+    acknowledged: list[str]
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        out = super().put(config, checkpoint, metadata, new_versions)
+        self.acknowledged.append(out["configurable"]["checkpoint_id"])
+        return out
+
+
+def _graph(saver: Any) -> Any:
+    g = StateGraph(Count)
+    g.add_node("a", lambda s: {"seen": ["a"]})
+    g.add_node("b", lambda s: {"seen": ["b"]})
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    return g.compile(checkpointer=saver)
+
+
+def _worker(path: str, name: str, shared: str) -> tuple[list[str], list[str]]:
+    """Run RUNS invokes on the process's own thread and on the shared one, interleaved."""
+    with CpstoreSaver.from_conn_string(path) as plain:
+        saver = _Recording(plain.store)
+        saver.acknowledged = []
+        graph = _graph(saver)
+        for i in range(RUNS):
+            graph.invoke({"seen": [f"{name}{i}"]}, {"configurable": {"thread_id": name}})
+            graph.invoke({"seen": [f"{name}{i}"]}, {"configurable": {"thread_id": shared}})
+        return saver.acknowledged, graph.get_state({"configurable": {"thread_id": name}}).values[
+            "seen"
+        ]
+
+
+def test_two_processes_on_one_store_lose_nothing(tmp_path: Path) -> None:
+    """Every acknowledged checkpoint of both processes is readable; own threads are exact."""
+    path = str(tmp_path / "store")
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        results = pool.starmap(_worker, [(path, "p", "shared"), (path, "q", "shared")])
+    with CpstoreSaver.from_conn_string(path) as saver:
+        for name, (acked, own) in zip("pq", results, strict=True):
+            expected = []
+            for i in range(RUNS):
+                expected += [f"{name}{i}", "a", "b"]
+            assert own == expected
+            acked_set = set(acked)
+            listed_all = {
+                t.config["configurable"]["checkpoint_id"]
+                for thread in (name, "shared")
+                for t in saver.list({"configurable": {"thread_id": thread}})
+            }
+            assert acked_set <= listed_all
+        shared = list(saver.list({"configurable": {"thread_id": "shared"}}))
+        everything = list(saver.list(None))
+        # exactly what was acknowledged: nothing lost, nothing extra, no id twice
+        assert sorted(t.config["configurable"]["checkpoint_id"] for t in everything) == sorted(
+            results[0][0] + results[1][0]
+        )
+        assert len(shared) == 2 * RUNS * 4  # input, start, a, b per invoke
+        ids = {t.config["configurable"]["checkpoint_id"] for t in shared}
+        for t in shared:  # every parent link resolves: no lost or dangling checkpoint
+            if t.parent_config is not None:
+                assert t.parent_config["configurable"]["checkpoint_id"] in ids
+        final = saver.get_tuple({"configurable": {"thread_id": "shared"}})
+        assert final is not None
+        assert saver.store.verify().ok
+
+
+def _putter(path: str, n: int) -> list[tuple[str, str]]:
+    """Put ``n`` checkpoints in a chain on thread "p"; return (id, value) of each."""
+    out = []
+    with CpstoreSaver.from_conn_string(path) as saver:
+        parent = None
+        for i in range(n):
+            cp = empty_checkpoint()
+            value = f"v{i}" + "x" * 5000
+            cp["channel_values"] = {"doc": value}
+            cp["channel_versions"] = {"doc": i + 1}
+            conf: dict[str, Any] = {"thread_id": "p", "checkpoint_ns": ""}
+            if parent is not None:
+                conf["checkpoint_id"] = parent
+            got = saver.put({"configurable": conf}, cp, {"step": i}, {"doc": i + 1})
+            parent = got["configurable"]["checkpoint_id"]
+            out.append((parent, value))
+    return out
+
+
+def _pruner(path: str, rounds: int) -> int:
+    with CpstoreSaver.from_conn_string(path) as saver:
+        for _ in range(rounds):
+            saver.prune(["p"], strategy="keep_latest")
+        return rounds
+
+
+def test_prune_while_another_process_puts_loses_no_head(tmp_path: Path) -> None:
+    """keep_latest racing a writer: the writer's last checkpoint survives, every entry reads."""
+    path = str(tmp_path / "store")
+    _putter(path, 1)  # the store and the thread exist before the race
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(2) as pool:
+        puts = pool.apply_async(_putter, (path, 40))
+        prunes = pool.apply_async(_pruner, (path, 8))
+        acked, _ = puts.get(timeout=120), prunes.get(timeout=120)
+    with CpstoreSaver.from_conn_string(path) as saver:
+        last_id, last_value = acked[-1]
+        tup = saver.get_tuple({"configurable": {"thread_id": "p", "checkpoint_id": last_id}})
+        assert tup is not None and tup.checkpoint["channel_values"]["doc"] == last_value
+        listed = list(saver.list({"configurable": {"thread_id": "p"}}))
+        assert last_id in {t.config["configurable"]["checkpoint_id"] for t in listed}
+        assert saver.store.verify().ok
