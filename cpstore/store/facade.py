@@ -12,7 +12,7 @@ import stat
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
 from cpstore.errors import InvalidInputError, StoreError
@@ -43,6 +43,7 @@ from cpstore.store.branches import (
 )
 from cpstore.store.history import HistoryEntry, history_states
 from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
+from cpstore.store.location import is_store_url, redact
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
     AuditRecord,
@@ -60,6 +61,9 @@ from cpstore.store.recorder import Recorder
 from cpstore.store.refs import pinned_key
 from cpstore.store.retention import delete_run, prune
 from cpstore.store.verify import check_checkpoint_objects, verify
+
+if TYPE_CHECKING:
+    from cpstore.store.pg_backend import PgBackend
 
 __all__ = ["Durability", "Store", "open"]
 
@@ -106,6 +110,13 @@ class Store:
                 expected=f">= {map_size}",
                 got=max_map_size,
             )
+        self._backend: LmdbBackend | PgBackend
+        if is_store_url(path):  # map sizes are LMDB's: the server manages its own space
+            self._backend = _postgres_backend(
+                str(path), durability, readonly, create, batch_size, audit_key
+            )
+            track_store(self)
+            return
         self._backend = LmdbBackend(
             os.fspath(path),
             durability=durability,
@@ -121,7 +132,7 @@ class Store:
     # -- lifecycle -----------------------------------------------------------
 
     @property
-    def backend(self) -> LmdbBackend:
+    def backend(self) -> LmdbBackend | PgBackend:
         """The storage backend this store composes (the seam: docs/architecture.md)."""
         return self._backend
 
@@ -485,6 +496,34 @@ class Store:
         return self._backend.now()
 
 
+def _postgres_backend(
+    url: str,
+    durability: Durability,
+    readonly: bool,
+    create: bool,
+    batch_size: int,
+    audit_key: bytes | None,
+) -> PgBackend:
+    """The PostgreSQL backend for ``url``, or a clear error when its extra is missing."""
+    try:
+        from cpstore.store.pg_backend import PgBackend  # noqa: PLC0415 - an optional extra
+    except ImportError as exc:
+        raise StoreError(
+            "a postgresql:// store needs the PostgreSQL extra: pip install 'cpstore[postgres]'",
+            where=redact(url),
+            expected="psycopg[binary] and psycopg-pool installed",
+            got=str(exc),
+        ) from None
+    return PgBackend(
+        url,
+        durability=durability,
+        readonly=readonly,
+        create=create,
+        batch_size=batch_size,
+        audit_key=audit_key,
+    )
+
+
 def _check_store_path(path: object) -> None:
     """Refuse a path that cannot be a store folder before anything touches it."""
     if not isinstance(path, (str, bytes, os.PathLike)):
@@ -542,7 +581,8 @@ def open(
     ``audit_key`` (16 to 64 bytes, kept outside the store) makes the audit log
     and sign-offs tamper-evident with keyed MACs (docs/security.md).
     """
-    _check_store_path(path)
+    if not is_store_url(path):
+        _check_store_path(path)
     return Store(
         path,
         durability=durability,
