@@ -12,6 +12,7 @@ The fault tests stop and start it (:meth:`Cluster.restart`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import glob
 import os
 import shutil
@@ -93,10 +94,8 @@ class Cluster:
         self.start()
 
     def destroy(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
             self.stop("immediate")
-        except (subprocess.SubprocessError, OSError):
-            pass
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -113,7 +113,12 @@ class Store:
         self._backend: LmdbBackend | PgBackend
         if is_store_url(path):  # map sizes are LMDB's: the server manages its own space
             self._backend = _postgres_backend(
-                str(path), durability, readonly, create, batch_size, audit_key
+                str(path),
+                durability=durability,
+                readonly=readonly,
+                create=create,
+                batch_size=batch_size,
+                audit_key=audit_key,
             )
             track_store(self)
             return
@@ -496,14 +501,7 @@ class Store:
         return self._backend.now()
 
 
-def _postgres_backend(
-    url: str,
-    durability: Durability,
-    readonly: bool,
-    create: bool,
-    batch_size: int,
-    audit_key: bytes | None,
-) -> PgBackend:
+def _postgres_backend(url: str, **options: Any) -> PgBackend:
     """The PostgreSQL backend for ``url``, or a clear error when its extra is missing."""
     try:
         from cpstore.store.pg_backend import PgBackend  # noqa: PLC0415 - an optional extra
@@ -514,14 +512,7 @@ def _postgres_backend(
             expected="psycopg[binary] and psycopg-pool installed",
             got=str(exc),
         ) from None
-    return PgBackend(
-        url,
-        durability=durability,
-        readonly=readonly,
-        create=create,
-        batch_size=batch_size,
-        audit_key=audit_key,
-    )
+    return PgBackend(url, **options)
 
 
 def _check_store_path(path: object) -> None:

@@ -33,6 +33,7 @@ from cpstore.errors import (
     StoreReadOnlyError,
 )
 from cpstore.native.binding import digest, digest_small
+from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import Txn
@@ -51,13 +52,18 @@ from cpstore.store.model import (
     split_ref_key,
     unpack_checkpoint_value,
 )
-from cpstore.native.canonical import encode_value
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
 from cpstore.store.pg_txn import PgTable, PgTxn
-from cpstore.store.refs import REFS_DIGEST_KEY, RECORDED, check_ref_target, read_ref, write_ref
-from cpstore.store.refs import upgrade_refs_v1
+from cpstore.store.refs import (
+    RECORDED,
+    REFS_DIGEST_KEY,
+    check_ref_target,
+    read_ref,
+    upgrade_refs_v1,
+    write_ref,
+)
 
 __all__ = ["PgBackend"]
 
@@ -393,7 +399,8 @@ class PgBackend:
     def commit(self, op: CheckpointWrite) -> None:
         """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
         if self.durability != "batched":
-            self._write(lambda txn: self._apply_all(txn, [op]), synchronous=self.durability == "sync")
+            sync = self.durability == "sync"
+            self._write(lambda txn: self._apply_all(txn, [op]), synchronous=sync)
             return
         self.live()
         with self._pending_lock:

@@ -9,6 +9,8 @@ cancelled, the transaction rolled back), :class:`StoreReadOnlyError`,
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 from psycopg import errors as pg
 
@@ -30,7 +32,7 @@ def _text(exc: BaseException) -> str:
     return f"{state}: {text}" if state else text
 
 
-def is_broken(exc: BaseException, conn: psycopg.Connection[object] | None) -> bool:
+def is_broken(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool:
     """True when ``exc`` means the connection itself is gone (not a refused statement)."""
     if conn is not None and (conn.broken or conn.closed):
         return True
@@ -44,7 +46,7 @@ def is_broken(exc: BaseException, conn: psycopg.Connection[object] | None) -> bo
 def translate(
     exc: BaseException,
     where: str,
-    conn: psycopg.Connection[object] | None = None,
+    conn: psycopg.Connection[Any] | None = None,
     *,
     committing: bool = False,
 ) -> CpstoreError:
@@ -75,7 +77,7 @@ def translate(
         return StoreReadOnlyError("the store cannot be written", where=where, got=text)
     if isinstance(exc, (pg.DiskFull, pg.OutOfMemory, pg.ProgramLimitExceeded)):
         return StoreFullError("the server is out of room", where=where, got=text)
-    if isinstance(exc, pg.ConnectionTimeout) or isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, (pg.ConnectionTimeout, psycopg.OperationalError)):
         return StoreConnectionError("the server could not be reached", where=where, got=text)
     return StoreError("PostgreSQL failed", where=where, got=text)
 

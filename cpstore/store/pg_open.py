@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -49,7 +50,9 @@ def parse_url(url: str) -> StoreUrl:
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError as exc:
-        raise InvalidInputError("not a usable PostgreSQL URL", where=redact(url), got=str(exc))
+        raise InvalidInputError(
+            "not a usable PostgreSQL URL", where=redact(url), got=str(exc)
+        ) from None
     ours = {k: v for k, v in query if k in _OURS}
     schema = ours.get("schema", DEFAULT_SCHEMA)
     if not _IDENT.fullmatch(schema):
@@ -75,7 +78,7 @@ def lock_key(schema: str) -> int:
     return int.from_bytes(digest(b"cpstore writer\0" + schema.encode())[:8], "little", signed=True)
 
 
-def _existing_tables(conn: psycopg.Connection[object], schema: str) -> set[str]:
+def _existing_tables(conn: psycopg.Connection[Any], schema: str) -> set[str]:
     rows = conn.execute(
         "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
     ).fetchall()
@@ -83,7 +86,7 @@ def _existing_tables(conn: psycopg.Connection[object], schema: str) -> set[str]:
 
 
 def prepare_schema(
-    conn: psycopg.Connection[object], url: StoreUrl, *, readonly: bool, create: bool
+    conn: psycopg.Connection[Any], url: StoreUrl, *, readonly: bool, create: bool
 ) -> int:
     """Check (and make, or add missing tables to) the store's schema; its layout version.
 

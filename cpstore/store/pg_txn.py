@@ -71,7 +71,7 @@ class PgTable:
         )
 
 
-Known = dict[bytes, "bytes | None | _Exists"]
+Known = dict[bytes, "bytes | _Exists | None"]
 
 
 class PgTxn:
@@ -157,7 +157,7 @@ class PgTxn:
             raise InvalidInputError("a PostgreSQL txn needs a table handle", got=repr(db))
         return db
 
-    def _lookup(self, table: PgTable, key: bytes) -> bytes | None | _Exists:
+    def _lookup(self, table: PgTable, key: bytes) -> bytes | _Exists | None:
         dirty = self._dirty.get(table)
         if dirty is not None and key in dirty:
             return dirty[key]
