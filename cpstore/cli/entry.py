@@ -33,6 +33,7 @@ from cpstore.cli import (
     demo,
     inspect_commands,
     maintenance_commands,
+    transfer_commands,
     validate_command,
     verify_command,
 )
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect_commands.add_inspect_parsers(sub)
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
+    transfer_commands.add_transfer_parsers(sub)
     return parser
 
 

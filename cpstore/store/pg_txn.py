@@ -179,6 +179,10 @@ class PgTxn:
             return True
         return self._lookup(table, key) is not None
 
+    def has(self, key: bytes, db: Any = None) -> bool:
+        """True when ``key`` is stored (an existence prefetch answers without a fetch)."""
+        return self._stored(self._table(db), bytes(key))
+
     def get(self, key: bytes, default: Any = None, db: Any = None) -> memoryview | None:
         """The value under ``key``, or ``default``."""
         value = self._lookup(self._table(db), bytes(key))
