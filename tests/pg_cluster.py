@@ -22,7 +22,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-__all__ = ["Cluster", "cluster", "fresh_url", "pg_bin"]
+import pytest
+
+__all__ = ["Cluster", "cluster", "fresh_url", "pg_bin", "pg_cluster", "pg_url"]
 
 
 def pg_bin() -> str:
@@ -124,6 +126,12 @@ def _make() -> Cluster:
     return made
 
 
+def _destroy_in(pid: int, made: Cluster) -> None:
+    """At exit: destroy the cluster in the process that made it (not in a forked child)."""
+    if os.getpid() == pid:
+        made.destroy()
+
+
 _LOCK = threading.Lock()
 _CLUSTER: dict[int, Cluster] = {}
 
@@ -135,11 +143,26 @@ def cluster() -> Cluster:
         if made is None:
             made = _make()
             _CLUSTER[os.getpid()] = made
-            pid = os.getpid()
-            atexit.register(lambda: os.getpid() == pid and made.destroy())
+            atexit.register(_destroy_in, os.getpid(), made)
         return made
 
 
 def fresh_url(**params: str) -> str:
     """A URL naming a new, empty schema of this process's cluster."""
     return cluster().url(f"t_{uuid.uuid4().hex[:16]}", **params)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Cluster:
+    """This test process's PostgreSQL cluster (started once, destroyed at exit).
+
+    Test modules import this fixture and :func:`pg_url` from here (a conftest
+    would clash with benchmarks/conftest.py under mypy).
+    """
+    return cluster()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster) -> str:
+    """A URL naming a new, empty store (its own schema) on the test cluster."""
+    return fresh_url()

@@ -137,8 +137,13 @@ class Store:
     # -- lifecycle -----------------------------------------------------------
 
     @property
-    def backend(self) -> LmdbBackend | PgBackend:
-        """The storage backend this store composes (the seam: docs/architecture.md)."""
+    def backend(self) -> Any:
+        """The storage backend this store composes (the seam: docs/architecture.md).
+
+        An :class:`LmdbBackend` or a ``PgBackend`` (both are a
+        :class:`~cpstore.store.backend.Backend`); typed ``Any`` so code that
+        reaches into one engine (tests, tools) needs no cast.
+        """
         return self._backend
 
     @property
