@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 
@@ -67,7 +67,7 @@ def parse_url(url: str) -> StoreUrl:
         raise InvalidInputError(
             "pool_max must be an int from 1 to 1000", where=redact(url), got=raw_max
         )
-    rest = urlencode([(k, v) for k, v in query if k not in _OURS])
+    rest = urlencode([(k, v) for k, v in query if k not in _OURS], quote_via=quote)
     conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
     shown = redact(url)
     return StoreUrl(conninfo, schema, int(raw_max), shown)
