@@ -41,7 +41,13 @@ from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
 from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY
-from cpstore.store.manifest import Manifest, check_manifest, check_manifest_state, manifest_from_raw
+from cpstore.store.manifest import (
+    Manifest,
+    check_manifest,
+    check_manifest_state,
+    manifest_from_raw,
+    manifest_references,
+)
 from cpstore.store.model import (
     STORE_VERSION,
     CheckpointWrite,
@@ -375,7 +381,13 @@ class PgBackend:
                 expected=cid.hex(),
                 got=digest(data).hex(),
             )
-        return (check_manifest(cid, data) if full else check_manifest_state(cid, data)), header
+        raw = check_manifest(cid, data) if full else check_manifest_state(cid, data)
+        if not full and isinstance(txn, PgTxn) and not txn.write:
+            # The reader's path (only the state checked): its next reads are the state's
+            # objects, fetched here in one round trip rather than one each.
+            state = [k for _, k in manifest_references({"state": raw["state"]})]
+            txn.prefetch({self._tables["objects"]: state})
+        return raw, header
 
     def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
         """The checkpoint ref ``key`` names, or None; its check and target are verified."""
@@ -468,8 +480,9 @@ class PgBackend:
             )
         for key, data in op.objects.items():
             put_object(txn, objects, key, data)
+        assert isinstance(txn, PgTxn)
         for key in op.must_exist:
-            if txn.get(key, db=objects) is None:
+            if not txn.has(key, db=objects):  # prefetched as existence: no value fetched
                 raise IntegrityError(
                     "checkpoint references an object that is not stored",
                     where=f"checkpoint {op.cid.hex()}",
