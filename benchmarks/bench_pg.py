@@ -83,7 +83,8 @@ def chat_workload(steps: int, seed: int = 17) -> Work:
     rng = random.Random(seed)
     words = ["agent", "tool", "result", "search", "the", "a", "plan", "answer", "user", "ok"]
     messages: list[dict[str, str]] = []
-    states, changed = [], []
+    states: list[dict[str, Any]] = []
+    changed: list[tuple[str, ...]] = []
     for step in range(steps):
         role = "user" if step % 2 == 0 else "assistant"
         text = " ".join(rng.choice(words) for _ in range(55))[:300]
@@ -96,7 +97,8 @@ def chat_workload(steps: int, seed: int = 17) -> Work:
 def tenk_workload(steps: int) -> Work:
     """bench_store's 10 x 1 KB workload."""
     wl = make_workload(steps)
-    return Work("10x1KB", [dict(s) for s in wl.states], list(wl.changed))
+    changed: list[tuple[str, ...]] = [tuple(c) for c in wl.changed]
+    return Work("10x1KB", [dict(s) for s in wl.states], changed)
 
 
 def _steps() -> int:
@@ -118,7 +120,7 @@ _schemas = iter(range(10**9))
 
 
 def _fresh(server: Cluster, side: str) -> str:
-    return server.url(f"b_{side}_{os.getpid()}_{next(_schemas)}")
+    return str(server.url(f"b_{side}_{os.getpid()}_{next(_schemas)}"))
 
 
 def _relation_bytes(conninfo: str, schema: str) -> int:
@@ -323,14 +325,14 @@ def test_pg_table_bytes(benchmark: BenchmarkFixture, recorded: tuple[Work, Recor
         workload=work.name, cpstore_bytes=ours, postgressaver_bytes=theirs,
         ratio=round(ratio, 3), target=0.2 if work.name == "chat" else None,
     )
-    print(f"\ntable bytes ({work.name}): cpstore {ours:,} / PostgresSaver {theirs:,} = {ratio:.3f}x")
+    print(f"\ntable bytes ({work.name}): cpstore {ours:,} / PostgresSaver {theirs:,} = {ratio:.3f}")
     benchmark.pedantic(rec.ours.table_bytes, rounds=1, iterations=1)
 
 
 def test_pg_push_throughput(
     benchmark: BenchmarkFixture, server: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """An embedded run pushed to a fresh PostgreSQL store, vs bare batched INSERTs of its objects."""
+    """An embedded run pushed to a fresh PostgreSQL store, vs bare batched INSERTs."""
     work = tenk_workload(_steps() * 5)
     local = tmp_path_factory.mktemp("push") / "s"
     with cpstore.open(local) as src:
@@ -360,7 +362,8 @@ def test_pg_push_throughput(
                 part = objects[i : i + BATCH_OBJECTS]
                 with conn.transaction():
                     conn.execute(
-                        f'INSERT INTO "{url.schema}".o SELECT * FROM unnest(%b::bytea[], %b::bytea[])',
+                        f'INSERT INTO "{url.schema}".o '
+                        "SELECT * FROM unnest(%b::bytea[], %b::bytea[])",
                         ([k for k, _ in part], [v for _, v in part]),
                     )
             return time.perf_counter() - t0

@@ -213,15 +213,20 @@ class PgTxn:
                     todo.append((table, missing, values))
         if not todo:
             return
-        results = self._run(
-            [(t.sql["many" if values else "exists"], (keys,)) for t, keys, values in todo]
+        # One statement for every table (UNION ALL): the server parses and plans once.
+        sql = " UNION ALL ".join(
+            f"SELECT {i}::int2, k, {'v' if values else 'NULL::bytea'} FROM {t.qualified} "
+            "WHERE k = ANY(%b)"
+            for i, (t, _, values) in enumerate(todo)
         )
-        for (table, keys, values), rows in zip(todo, results, strict=True):
+        rows = self._statements(sql, tuple(keys for _, keys, _ in todo))
+        for table, keys, _ in todo:
             known = self._known[table]
             for k in keys:
                 known.setdefault(k, None)
-            for row in rows:
-                known[bytes(row[0])] = bytes(row[1]) if values else EXISTS
+        for i, k, v in rows:
+            table, _, values = todo[i]
+            self._known[table][bytes(k)] = bytes(v) if values else EXISTS
 
     def relation_bytes(self, qualified: list[str]) -> int:
         """``pg_total_relation_size`` summed over tables (indexes and TOAST included)."""
@@ -277,20 +282,29 @@ class PgTxn:
         return True
 
     def _flush_statements(self) -> list[tuple[str, tuple[Any, ...]]]:
-        out: list[tuple[str, tuple[Any, ...]]] = []
+        """Every buffered write as one statement (data-modifying CTEs), or none.
+
+        The keys a table deletes and upserts are disjoint (the buffer holds one
+        final value per key), so the CTEs never touch a row twice.
+        """
+        parts: list[str] = []
+        params: list[Any] = []
         for table, dirty in self._dirty.items():
             known = self._known.setdefault(table, {})
             puts = [(k, v) for k, v in dirty.items() if v is not None]
             gone = [k for k, v in dirty.items() if v is None]
             if gone:
-                out.append((table.sql["delete"], (gone,)))
+                parts.append(table.sql["delete"])
+                params.append(gone)
             if puts:
-                out.append(
-                    (table.sql["upsert"], ([k for k, _ in puts], [v for _, v in puts]))
-                )
+                parts.append(table.sql["upsert"])
+                params.extend(([k for k, _ in puts], [v for _, v in puts]))
             known.update(dirty)
         self._dirty = {}
-        return out
+        if not parts:
+            return []
+        sql = "WITH " + ", ".join(f"w{i} AS ({p})" for i, p in enumerate(parts)) + " SELECT 1"
+        return [(sql, tuple(params))]
 
     def _flush(self) -> None:
         """Send buffered writes (one pipeline) before a statement that must see them."""
