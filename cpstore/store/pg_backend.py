@@ -385,8 +385,11 @@ class PgBackend:
         if not full and isinstance(txn, PgTxn) and not txn.write:
             # The reader's path (only the state checked): its next reads are the state's
             # objects, fetched here in one round trip rather than one each.
+            # The parent's entry comes along: a history walk reads it next.
             state = [k for _, k in manifest_references({"state": raw["state"]})]
-            txn.prefetch({self._tables["objects"]: state})
+            parent = raw.get("parent")
+            parents = [parent] if isinstance(parent, bytes) and len(parent) == len(cid) else []
+            txn.prefetch({self._tables["objects"]: state, self._tables["checkpoints"]: parents})
         return raw, header
 
     def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
