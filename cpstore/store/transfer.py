@@ -39,7 +39,7 @@ from cpstore.native.records import Digest
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.manifest import manifest_references
 from cpstore.store.model import split_checkpoint_value, split_ref_key
-from cpstore.store.refs import read_ref, unpack_ref, write_ref
+from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, unpack_ref, write_ref
 from cpstore.store.verify import child_kind, children
 
 __all__ = ["TransferReport", "transfer"]
@@ -210,6 +210,20 @@ def _land_branch(
     lineage = set(branch.lineage)
 
     def land(txn: Txn[memoryview]) -> tuple[str, int]:
+        landing = [c for c in branch.lineage if c in values]
+        prefetch = getattr(txn, "prefetch", None)
+        if prefetch is not None:  # PostgreSQL: what this txn reads, in one round trip
+            prefetch(
+                {
+                    dst.db("refs"): [branch.key],
+                    dst.db("meta"): [REFS_DIGEST_KEY],
+                    cps: [*landing, *([branch.pruned_root] if branch.pruned_root else [])],
+                    dst.db("tombstones"): landing,
+                    dst.db("ledgers"): list(ledgers),
+                },
+                exists={objects: [k for c in landing for k in reach[c]]},
+            )
+        has = getattr(txn, "has", None)
         current = read_ref(txn, dst.dbs, branch.key, layout=dst.layout)
         if current != expected:
             run, name = split_ref_key(branch.key)
@@ -229,7 +243,7 @@ def _land_branch(
             if value is None:
                 continue
             for key in reach[cid]:
-                if txn.get(key, db=objects) is None:
+                if not (has(key, db=objects) if has else txn.get(key, db=objects) is not None):
                     raise IntegrityError(
                         "a copied checkpoint reaches an object the destination lacks",
                         where=f"checkpoint {cid.hex()}",
