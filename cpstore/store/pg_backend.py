@@ -322,10 +322,10 @@ class PgBackend:
         txn = self._txn(write=True, synchronous=synchronous)
         try:
             result = fn(txn)
+            txn.commit()
         except BaseException:
-            txn.abort()
+            txn.abort()  # a no-op after a commit that ended the txn; else the connection returns
             raise
-        txn.commit()
         return result
 
     # -- objects -------------------------------------------------------------------
