@@ -15,6 +15,7 @@ import json
 import multiprocessing
 import os
 import random
+import threading
 import time
 from typing import Any
 
@@ -135,6 +136,35 @@ class TestManyHosts:
             assert [m.step for m in b.history("run")] == [1, 0]
             with pytest.raises(NotFoundError):
                 b.manifest("00" * 16)
+
+    def test_a_second_writer_waits_for_the_first_to_commit(self, pg_url: str) -> None:
+        """The writer lock: another handle's append blocks until the open write txn commits."""
+        with cpstore.open(pg_url) as a, cpstore.open(pg_url) as b:
+            inside, release = threading.Event(), threading.Event()
+            order: list[str] = []
+
+            def hold(txn: Any) -> None:
+                txn.get(b"x", db=a.backend.db("meta"))  # the lock is taken with this round trip
+                inside.set()
+                release.wait(10)
+                order.append("first committed")
+
+            def append() -> None:
+                b.append_audit("note", {"by": "b"})
+                order.append("second committed")
+
+            first = threading.Thread(target=lambda: a.backend.write_txn(hold))
+            first.start()
+            assert inside.wait(10)
+            second = threading.Thread(target=append)
+            second.start()
+            second.join(0.5)
+            assert second.is_alive() and order == []  # waiting on the lock, not interleaving
+            release.set()
+            first.join(10)
+            second.join(10)
+            assert order == ["first committed", "second committed"]
+            assert [r.index for r in a.audit_records()] == [0]
 
     @pytest.mark.soak
     @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
