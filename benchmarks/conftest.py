@@ -43,6 +43,9 @@ PACKAGES = (
     "langgraph-checkpoint",
     "langgraph-checkpoint-lmdb",
     "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
+    "psycopg",
+    "psycopg-pool",
 )
 
 

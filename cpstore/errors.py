@@ -31,9 +31,11 @@ __all__ = [
     "RecordingGapError",
     "ReplayDivergenceError",
     "SignOffError",
+    "StoreConnectionError",
     "StoreError",
     "StoreFullError",
     "StoreReadOnlyError",
+    "StoreTimeoutError",
     "UnsealedEffectsError",
     "ValidationFailedError",
 ]
@@ -140,6 +142,14 @@ class StoreFullError(StoreError):
 
 class StoreReadOnlyError(StoreError):
     """A write was asked of a store opened read-only or on a read-only disk."""
+
+
+class StoreConnectionError(StoreError, ConnectionError):
+    """The connection to a store server failed or was lost; the next operation reconnects."""
+
+
+class StoreTimeoutError(StoreError, TimeoutError):
+    """A store server cancelled a statement that ran past its timeout; nothing was written."""
 
 
 class ForkError(StoreError):

@@ -29,6 +29,16 @@ LMDB_MODULES = frozenset(
     }
 )
 
+#: The modules that may touch PostgreSQL (psycopg, its pool): the PostgreSQL backend.
+PG_MODULES = frozenset(
+    {
+        "cpstore.store.pg_backend",
+        "cpstore.store.pg_errors",
+        "cpstore.store.pg_open",
+        "cpstore.store.pg_txn",
+    }
+)
+
 MAX_LINES = 600
 
 
@@ -134,6 +144,16 @@ def test_only_the_lmdb_backend_imports_lmdb() -> None:
         if any(i == "lmdb" or i.startswith("lmdb.") for i in _imports(m, p))
     }
     assert users <= LMDB_MODULES
+
+
+def test_only_the_postgres_backend_imports_psycopg() -> None:
+    """psycopg and psycopg_pool are imported only by cpstore/store/pg_*.py (an optional extra)."""
+    users = {
+        m
+        for m, p in MODULES.items()
+        if any(i.split(".")[0] in ("psycopg", "psycopg_pool") for i in _imports(m, p))
+    }
+    assert users == PG_MODULES
 
 
 def test_only_the_binding_touches_the_compiled_core() -> None:

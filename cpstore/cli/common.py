@@ -26,6 +26,7 @@ from cpstore.errors import (
 from cpstore.native.args import int_argument
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.location import is_store_url
 
 __all__ = [
     "ID_HELP",
@@ -53,7 +54,7 @@ def store_arg(parser: argparse.ArgumentParser) -> None:
         "--store",
         metavar="PATH",
         default=os.environ.get("CPSTORE_PATH"),
-        help="the store folder (default: $CPSTORE_PATH)",
+        help="the store folder or postgresql:// URL (default: $CPSTORE_PATH)",
     )
 
 
@@ -66,7 +67,7 @@ def open_store_at(args: argparse.Namespace, *, readonly: bool = True) -> Iterato
     path = args.store
     if not path:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
-    if not os.path.exists(path):
+    if not is_store_url(path) and not os.path.exists(path):
         raise NotFoundError("no store at this path", where=path)
     # No command makes a store: a mistyped path must not become an empty one.
     with open_store(path, readonly=readonly, create=False) as store:

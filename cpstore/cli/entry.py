@@ -37,6 +37,7 @@ from cpstore.cli import (
     inspect_commands,
     lg_diff_command,
     maintenance_commands,
+    transfer_commands,
     validate_command,
     verify_command,
 )
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
     lg_diff_command.add_lg_diff_parser(sub)
+    transfer_commands.add_transfer_parsers(sub)
     return parser
 
 

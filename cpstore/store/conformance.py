@@ -8,6 +8,8 @@ Nothing calls this function.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cpstore.decision.ports import AuditStore, CheckpointStore, StoredCheckpoint
 from cpstore.decision.ports import AuditView as AuditViewPort
 from cpstore.replay.source import CheckpointSource
@@ -17,10 +19,15 @@ from cpstore.store.facade import Store
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.reader import CheckpointView
 
+if TYPE_CHECKING:  # psycopg is an optional extra: only mypy needs it here
+    from cpstore.store.pg_backend import PgBackend
+
 __all__: list[str] = []
 
 
 def _conforms(
-    view: CheckpointView, store: Store, backend: LmdbBackend, log: AuditView
-) -> tuple[CheckpointSource, StoredCheckpoint, CheckpointStore, AuditStore, Backend, AuditViewPort]:
-    return view, view, store, store, backend, log
+    view: CheckpointView, store: Store, backend: LmdbBackend, log: AuditView, pg: PgBackend
+) -> tuple[
+    CheckpointSource, StoredCheckpoint, CheckpointStore, AuditStore, Backend, AuditViewPort, Backend
+]:
+    return view, view, store, store, backend, log, pg

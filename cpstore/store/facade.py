@@ -12,7 +12,7 @@ import stat
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
 from cpstore.errors import InvalidInputError, StoreError
@@ -44,6 +44,7 @@ from cpstore.store.branches import (
 from cpstore.store.history import HistoryEntry, history_states
 from cpstore.store.ids import resolve
 from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
+from cpstore.store.location import is_store_url
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
     AuditRecord,
@@ -60,7 +61,11 @@ from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
 from cpstore.store.refs import pinned_key
 from cpstore.store.retention import GcReport, delete_run, gc, prune
+from cpstore.store.url_backend import postgres_backend
 from cpstore.store.verify import check_checkpoint_objects, verify
+
+if TYPE_CHECKING:
+    from cpstore.store.pg_backend import PgBackend
 
 __all__ = ["Durability", "Store", "open"]
 
@@ -107,6 +112,14 @@ class Store:
                 expected=f">= {map_size}",
                 got=max_map_size,
             )
+        self._backend: LmdbBackend | PgBackend
+        if is_store_url(path):  # map sizes are LMDB's: the server manages its own space
+            self._backend = postgres_backend(
+                str(path), durability=durability, readonly=readonly, create=create,
+                batch_size=batch_size, audit_key=audit_key,
+            )  # fmt: skip
+            track_store(self)
+            return
         self._backend = LmdbBackend(
             os.fspath(path),
             durability=durability,
@@ -122,8 +135,9 @@ class Store:
     # -- lifecycle -----------------------------------------------------------
 
     @property
-    def backend(self) -> LmdbBackend:
-        """The storage backend this store composes (the seam: docs/architecture.md)."""
+    def backend(self) -> Any:
+        """The storage backend this store composes (the seam: docs/architecture.md): an
+        LmdbBackend or a PgBackend, typed ``Any`` so code reaching into one needs no cast."""
         return self._backend
 
     @property
@@ -567,7 +581,8 @@ def open(
     ``audit_key`` (16 to 64 bytes, kept outside the store) makes the audit log
     and sign-offs tamper-evident with keyed MACs (docs/security.md).
     """
-    _check_store_path(path)
+    if not is_store_url(path):
+        _check_store_path(path)
     return Store(
         path,
         durability=durability,

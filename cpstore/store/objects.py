@@ -49,11 +49,16 @@ def put_object(txn: Txn[memoryview], objects: Any, key: bytes, data: bytes | mem
 def get_object(
     txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
 ) -> memoryview:
-    """Zero-copy view of an object, hash-checked unless ``verify`` is False."""
+    """Zero-copy view of an object as stored, hash-checked unless ``verify`` is False.
+
+    A frame (a chunk under its 17-byte key) is checked by its content.
+    """
     view = txn.get(key, None, objects)
     if view is None:
         raise NotFoundError("object not in the store", where=where, got=bytes(key).hex())
-    if verify:
+    if verify and is_frame_key(key):
+        check_frame(bytes(key), view, where)  # a frame: inflated (bounded) and hashed
+    elif verify:
         got = digest(view)
         if got != key:
             raise IntegrityError(

@@ -1,0 +1,89 @@
+"""``cpstore push`` / ``cpstore pull``: copy runs between two stores (any two backends).
+
+``push DEST --store SRC`` copies what DEST lacks from SRC; ``pull SOURCE
+--store DEST`` the other way round. Either side is a folder or a
+``postgresql://`` URL; the receiving store is made when it does not exist.
+The copy itself is :func:`cpstore.store.transfer.transfer`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from cpstore.cli.common import STORE_EPILOG, human, json_arg, print_json, store_arg
+from cpstore.cli.exit_codes import EXIT_OK
+from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.native.args import check_text
+from cpstore.store.facade import open as open_store
+from cpstore.store.location import is_store_url, redact
+from cpstore.store.transfer import TransferReport, transfer
+
+__all__ = ["add_transfer_parsers"]
+
+
+def _check_source(path: str) -> None:
+    """A missing source folder is NotFoundError (opening it must not make one)."""
+    if not is_store_url(path) and not os.path.exists(path):
+        raise NotFoundError("no store at this path", where=path)
+
+
+def _run(args: argparse.Namespace, *, pushing: bool) -> int:
+    if not args.store:
+        raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
+    other = args.dest if pushing else args.source
+    source, dest = (args.store, other) if pushing else (other, args.store)
+    if args.run is not None:
+        check_text(args.run, "--run")
+    _check_source(source)
+    with open_store(source, readonly=True, create=False) as src, open_store(dest) as dst:
+        report = transfer(src.backend, dst.backend, run_id=args.run)
+    _show(report, source, dest, args.json)
+    return EXIT_OK
+
+
+def _show(report: TransferReport, source: str, dest: str, as_json: bool) -> None:
+    if as_json:
+        print_json({"source": redact(source), "dest": redact(dest), **report.as_dict()})
+        return
+    rate = report.objects / report.seconds if report.seconds else 0.0
+    print(
+        f"{redact(source)} -> {redact(dest)}: {report.checkpoints} checkpoint(s), "
+        f"{report.objects} object(s) ({human(report.object_bytes)}), refs "
+        f"{report.refs_created} created / {report.refs_moved} moved / "
+        f"{report.refs_unchanged} unchanged in {report.seconds:.2f} s ({rate:.0f} objects/s)"
+    )
+
+
+def _push(args: argparse.Namespace) -> int:
+    return _run(args, pushing=True)
+
+
+def _pull(args: argparse.Namespace) -> int:
+    return _run(args, pushing=False)
+
+
+def add_transfer_parsers(sub: Any) -> None:
+    """Add push and pull to the main parser."""
+    p = sub.add_parser(
+        "push",
+        help="copy the runs of --store that DEST lacks (objects, checkpoints, then refs)",
+        epilog=STORE_EPILOG,
+    )
+    p.add_argument("dest", metavar="DEST", help="the receiving store: a folder or URL")
+    p.add_argument("--run", help="only this run (default: every run)")
+    store_arg(p)
+    json_arg(p)
+    p.set_defaults(handler=_push)
+
+    p = sub.add_parser(
+        "pull",
+        help="copy the runs of SOURCE that --store lacks (objects, checkpoints, then refs)",
+        epilog=STORE_EPILOG,
+    )
+    p.add_argument("source", metavar="SOURCE", help="the sending store: a folder or URL")
+    p.add_argument("--run", help="only this run (default: every run)")
+    store_arg(p)
+    json_arg(p)
+    p.set_defaults(handler=_pull)

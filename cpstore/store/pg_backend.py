@@ -1,0 +1,522 @@
+"""The PostgreSQL backend: :class:`~cpstore.store.backend.Backend` over psycopg 3 and a pool.
+
+``cpstore.open("postgresql://...")`` builds it. The tables hold the same bytes
+under the same keys as LMDB's named databases (:mod:`cpstore.store.pg_open`);
+transactions are :class:`~cpstore.store.pg_txn.PgTxn`. Writers serialize on
+one advisory lock per store (LMDB's one-writer model, across hosts), so a
+ref's compare-and-set, the objects and checkpoint it points to, and the audit
+log's tip all move in one serial order; a commit is durable when the server
+acknowledges it (``synchronous_commit`` as the server sets it; off for the
+checkpoints of ``durability="none"``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from cpstore.errors import (
+    ConflictError,
+    CpstoreError,
+    ForkError,
+    IntegrityError,
+    NotFoundError,
+    StoreError,
+    StoreReadOnlyError,
+)
+from cpstore.native.binding import digest, digest_small
+from cpstore.native.canonical import encode_value
+from cpstore.native.records import Digest
+from cpstore.store.audit_mac import check_key
+from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.keyed_audit import adopt_key
+from cpstore.store.lmdb_backend import Durability
+from cpstore.store.lmdb_env import DB_NAMES
+from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY
+from cpstore.store.manifest import (
+    Manifest,
+    check_manifest,
+    check_manifest_state,
+    manifest_from_raw,
+    manifest_references,
+)
+from cpstore.store.model import (
+    STORE_VERSION,
+    CheckpointWrite,
+    created_at_of,
+    hex_id,
+    ref_key,
+    split_checkpoint_value,
+    split_ref_key,
+    unpack_checkpoint_value,
+)
+from cpstore.store.objects import get_object, put_object
+from cpstore.store.pg_errors import failed, translate
+from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
+from cpstore.store.pg_txn import PgTable, PgTxn
+from cpstore.store.refs import (
+    RECORDED,
+    REFS_DIGEST_KEY,
+    check_ref_target,
+    read_ref,
+    upgrade_refs_v1,
+    write_ref,
+)
+
+__all__ = ["PgBackend"]
+
+T = TypeVar("T")
+
+#: Seconds a txn waits for a pooled connection before StoreConnectionError.
+POOL_WAIT = 30.0
+
+
+class PgBackend:
+    """One open store on PostgreSQL (see :class:`~cpstore.store.backend.Backend`)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        durability: Durability,
+        readonly: bool,
+        create: bool,
+        batch_size: int,
+        audit_key: bytes | None,
+    ) -> None:
+        self._url = parse_url(url)
+        self._path = self._url.shown
+        self.durability: Durability = durability
+        self._readonly = bool(readonly)
+        self._batch_size = batch_size
+        self._pending: list[CheckpointWrite] = []
+        self._pending_lock = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = True
+        key = None if audit_key is None else check_key(audit_key)
+        self._audit_key = key
+        self._lock_key = lock_key(self._url.schema)
+        self._tables = {name: PgTable.of(self._url.schema, name) for name in DB_NAMES}
+        try:
+            with psycopg.connect(self._url.conninfo, autocommit=True, connect_timeout=15) as conn:
+                self._layout = prepare_schema(
+                    conn, self._url, readonly=self._readonly, create=create
+                )
+        except psycopg.Error as exc:
+            raise translate(exc, self._path) from None
+        self._pool = ConnectionPool(
+            self._url.conninfo,
+            min_size=1,
+            max_size=self._url.pool_max,
+            kwargs={"autocommit": True},
+            open=False,
+            name=f"cpstore-{self._url.schema}",
+            timeout=POOL_WAIT,
+        )
+        self._pool.open(wait=False)
+        self._closed = False
+        try:
+            if self._layout != STORE_VERSION and not self._readonly:
+                self.write_txn(self._upgrade)
+            if key is None or self._readonly:
+                with self.read_txn() as txn:
+                    self._audit_keyed = adopt_key(txn, self._tables, key)
+            else:
+                self._audit_keyed = bool(
+                    self.write_txn(lambda txn: adopt_key(txn, self._tables, key))
+                )
+        except BaseException:
+            self._closed = True
+            self._pool.close()
+            raise
+
+    def _upgrade(self, txn: Txn[memoryview]) -> None:
+        upgrade_refs_v1(txn, self._tables)
+        txn.put(FORMAT_KEY, encode_value(FORMAT), db=self._tables["meta"])
+        self._layout = STORE_VERSION
+
+    # -- what it is ------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The store URL (password redacted)."""
+        return self._path
+
+    @property
+    def schema(self) -> str:
+        """The database schema that holds the store's tables."""
+        return self._url.schema
+
+    @property
+    def readonly(self) -> bool:
+        """True when opened read-only."""
+        return self._readonly
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    @property
+    def layout(self) -> int:
+        """The store layout read from the format record."""
+        return self._layout
+
+    def layout_in(self, txn: Txn[memoryview]) -> int:
+        """The layout (a PostgreSQL store is made at the current one, upgraded on open)."""
+        return self._layout
+
+    @property
+    def dbs(self) -> Mapping[str, Any]:
+        """Named table -> its :class:`PgTable` handle."""
+        return self._tables
+
+    @property
+    def audit_key(self) -> bytes | None:
+        """The audit MAC key this handle was opened with, or None."""
+        return self._audit_key
+
+    @property
+    def audit_keyed(self) -> bool:
+        """True when the store's audit log carries keyed MACs."""
+        return self._audit_keyed
+
+    @property
+    def engine_error(self) -> type[Exception]:
+        """``psycopg.Error`` (txns translate it themselves; this is for the reader's guard)."""
+        return psycopg.Error
+
+    def translate(self, exc: Exception) -> CpstoreError:
+        """The cpstore error for a psycopg failure."""
+        return translate(exc, self._path)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush queued checkpoints (batched mode) and close the pool."""
+        if self._closed:
+            return
+        try:
+            if self._pending and os.getpid() == self._pid:
+                self.flush()
+        finally:
+            self._closed = True
+            if os.getpid() == self._pid:
+                self._pool.close()
+
+    def owes_flush(self) -> bool:
+        """True when this process queued checkpoints it has not committed yet."""
+        return not self._closed and bool(self._pending) and os.getpid() == self._pid
+
+    def flush_at_exit(self, wait: float) -> None:
+        """Commit queued checkpoints at interpreter exit; a failure is a RuntimeWarning."""
+        if not self.owes_flush():
+            return
+        queued = list(self._pending)
+        try:
+            self.flush()
+        except Exception as exc:  # an exit hook must say what is lost, not raise
+            ids = ", ".join(bytes(op.cid).hex() for op in queued)
+            warnings.warn(
+                f"cpstore store {self._path}: {len(queued)} queued checkpoint(s) were NOT "
+                f"written at interpreter exit: {ids} ({exc})",
+                RuntimeWarning,
+                stacklevel=1,
+            )
+
+    def live(self) -> None:
+        """Raise StoreError when closed, ForkError in a forked child."""
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        if os.getpid() != self._pid:
+            raise ForkError(
+                "store used after fork(); open it again in the child",
+                where=self._path,
+                expected=f"pid {self._pid}",
+                got=f"pid {os.getpid()}",
+            )
+
+    def now(self) -> float:
+        """The clock records are stamped with."""
+        return time.time()
+
+    def disk_bytes(self) -> int:
+        """Bytes the store's tables take on the server, indexes and TOAST included."""
+        self.live()
+        with self.read_txn() as txn:
+            assert isinstance(txn, PgTxn)
+            return txn.relation_bytes([t.qualified for t in self._tables.values()])
+
+    def space(self) -> StoreSpace:
+        """The tables' bytes on the server; ``reusable_bytes`` is 0 (not measured).
+
+        PostgreSQL hands the space of deleted rows back to later inserts after
+        (auto)vacuum, and ``VACUUM FULL`` shrinks the tables: that is the
+        server's business, not a figure cpstore reads.
+        """
+        used = self.disk_bytes()
+        return StoreSpace(file_bytes=used, used_bytes=used, reusable_bytes=0)
+
+    def copy_to(self, dest: str, *, compact: bool) -> None:
+        """Refused: copy a PostgreSQL store with ``cpstore pull`` (verified) or pg_dump."""
+        raise StoreError(
+            "a PostgreSQL store is not copied into a folder by copy; "
+            "use `cpstore pull SOURCE --store DEST` (every object verified) or pg_dump",
+            where=dest,
+        )
+
+    # -- connections and transactions ------------------------------------------------
+
+    def _acquire(self) -> psycopg.Connection[Any]:
+        try:
+            return self._pool.getconn()
+        except PoolTimeout as exc:
+            raise failed(
+                f"no connection to the server within {POOL_WAIT:.0f} s", self._path, exc
+            ) from None
+
+    def _release(self, conn: psycopg.Connection[Any], broken: bool) -> None:
+        if broken and not conn.closed:
+            conn.close()
+        self._pool.putconn(conn)
+        if broken:
+            # The server restarted or dropped us: the idle ones are likely dead too.
+            self._pool.check()
+
+    def _txn(self, *, write: bool, synchronous: bool = True) -> PgTxn:
+        if write:
+            begin: list[tuple[str, tuple[Any, ...]]] = [
+                ("BEGIN ISOLATION LEVEL READ COMMITTED", ()),
+                ("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,)),
+            ]
+            if not synchronous:
+                begin.append(("SET LOCAL synchronous_commit = off", ()))
+        else:
+            begin = [("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", ())]
+        return PgTxn(self._acquire, self._release, begin, write=write, where=self._path)
+
+    def db(self, name: str) -> Any:
+        """The handle of table ``name``."""
+        return self._tables[name]
+
+    @contextmanager
+    def _read(self) -> Iterator[Txn[memoryview]]:
+        txn = self.begin_read()
+        try:
+            yield txn
+        finally:
+            self.end_read(txn)
+
+    def read_txn(self) -> AbstractContextManager[Txn[memoryview]]:
+        """A REPEATABLE READ snapshot for a ``with`` block."""
+        self.live()
+        return self._read()
+
+    def begin_read(self) -> Txn[memoryview]:
+        """A read txn held by an object; end it with :meth:`end_read`."""
+        self.live()
+        return self._txn(write=False)
+
+    def end_read(self, txn: Txn[memoryview]) -> None:
+        """End a txn from :meth:`begin_read`."""
+        txn.abort()
+
+    def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
+        """Run ``fn`` in one write txn under the store's writer lock and commit."""
+        return self._write(fn, synchronous=True)
+
+    def _write(self, fn: Callable[[Txn[memoryview]], T], *, synchronous: bool) -> T:
+        self.live()
+        if self._readonly:
+            raise StoreReadOnlyError("the store was opened read-only", where=self._path)
+        txn = self._txn(write=True, synchronous=synchronous)
+        try:
+            result = fn(txn)
+            txn.commit()
+        except BaseException:
+            txn.abort()  # a no-op after a commit that ended the txn; else the connection returns
+            raise
+        return result
+
+    # -- objects -------------------------------------------------------------------
+
+    def put_objects(self, objects: Mapping[bytes, bytes]) -> None:
+        """Write-once put of every object, in one txn (one round trip to look, one to write)."""
+        handle = self._tables["objects"]
+
+        def put(txn: Txn[memoryview]) -> None:
+            assert isinstance(txn, PgTxn)
+            txn.prefetch({handle: list(objects)})
+            for key, data in objects.items():
+                put_object(txn, handle, key, data)
+
+        self.write_txn(put)
+
+    def get_objects(self, keys: list[Digest], *, verify: bool) -> list[bytes]:
+        """The bytes under each key, in one read txn and one round trip."""
+        handle = self._tables["objects"]
+        with self.read_txn() as txn:
+            assert isinstance(txn, PgTxn)
+            txn.prefetch({handle: keys})
+            return [
+                bytes(get_object(txn, handle, key, verify=verify, where=f"objects/{key.hex()}"))
+                for key in keys
+            ]
+
+    # -- checkpoints -------------------------------------------------------------
+    # load_raw / head mirror LmdbBackend's (the same checks on the same bytes).
+
+    def load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
+        """The decoded manifest of ``cid``."""
+        raw, header = self.load_raw(txn, cid, verify=verify)
+        return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
+
+    def load_raw(
+        self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
+    ) -> tuple[dict[str, Any], bytes]:
+        """(manifest map, 16-byte entry header) of a checkpoint, manifest hash-checked."""
+        value = txn.get(cid, None, self._tables["checkpoints"])
+        if value is None:
+            pruned = txn.get(cid, db=self._tables["tombstones"]) is not None
+            raise NotFoundError(
+                "checkpoint was pruned" if pruned else "no such checkpoint",
+                where="checkpoints",
+                got=cid.hex(),
+            )
+        header, data = split_checkpoint_value(value, cid)
+        if verify and digest_small(data) != cid:
+            raise IntegrityError(
+                "manifest bytes do not match the checkpoint id",
+                where=f"checkpoints/{cid.hex()}",
+                expected=cid.hex(),
+                got=digest(data).hex(),
+            )
+        raw = check_manifest(cid, data) if full else check_manifest_state(cid, data)
+        if not full and isinstance(txn, PgTxn) and not txn.write:
+            # The reader's path (only the state checked): its next reads are the state's
+            # objects, fetched here in one round trip rather than one each.
+            # The parent's entry comes along: a history walk reads it next.
+            state = [k for _, k in manifest_references({"state": raw["state"]})]
+            parent = raw.get("parent")
+            parents = [parent] if isinstance(parent, bytes) and len(parent) == len(cid) else []
+            txn.prefetch({self._tables["objects"]: state, self._tables["checkpoints"]: parents})
+        return raw, header
+
+    def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
+        """The checkpoint ref ``key`` names, or None; its check and target are verified."""
+        found = read_ref(txn, self._tables, key, layout=self._layout)
+        if found is None:
+            return None
+        cid, origin = found
+        try:
+            raw, _ = self.load_raw(txn, cid, verify=True, full=False)
+        except NotFoundError as exc:
+            run, branch = split_ref_key(key)
+            raise IntegrityError(
+                "ref does not resolve",
+                where=f"refs/{run}/{branch}",
+                expected=cid.hex(),
+                got=exc.what,
+            ) from None
+        check_ref_target(key, origin, raw.get("run_id"), raw.get("branch"))
+        return cid
+
+    def commit(self, op: CheckpointWrite) -> None:
+        """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
+        if self.durability != "batched":
+            sync = self.durability == "sync"
+            self._write(lambda txn: self._apply_all(txn, [op]), synchronous=sync)
+            return
+        self.live()
+        with self._pending_lock:
+            self._pending.append(op)
+            full = len(self._pending) >= self._batch_size
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.
+
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        """
+        with self._pending_lock:
+            ops, self._pending = self._pending, []
+        if ops:
+            self.write_txn(lambda txn: self._apply_all(txn, ops))
+
+    @property
+    def pending(self) -> int:
+        """Checkpoints queued but not yet committed (always 0 in sync and none modes)."""
+        return len(self._pending)
+
+    def _apply_all(self, txn: Txn[memoryview], ops: list[CheckpointWrite]) -> None:
+        """Prefetch what every op reads (one round trip), then apply them in order."""
+        assert isinstance(txn, PgTxn)
+        t = self._tables
+        cps = [op.cid for op in ops] + [op.parent for op in ops if op.parent is not None]
+        txn.prefetch(
+            {
+                t["refs"]: [ref_key(op.run_id, op.branch) for op in ops],
+                t["meta"]: [REFS_DIGEST_KEY],
+                t["checkpoints"]: cps,
+                t["tombstones"]: cps,
+                t["ledgers"]: [op.sealed_ledger for op in ops if op.sealed_ledger is not None],
+                t["objects"]: [k for op in ops for k in op.objects],
+            },
+            exists={t["objects"]: [k for op in ops for k in op.must_exist]},
+        )
+        for op in ops:
+            self._apply(txn, op)
+
+    def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
+        objects, cps = self._tables["objects"], self._tables["checkpoints"]
+        rkey = ref_key(op.run_id, op.branch)
+        current = read_ref(txn, self._tables, rkey, layout=self._layout)
+        current_b = None if current is None else current[0]
+        if current_b != op.expected_ref:
+            raise ConflictError(
+                "the branch moved since this recorder read it",
+                where=f"refs/{op.run_id}/{op.branch}",
+                expected=hex_id(op.expected_ref),
+                got=hex_id(current_b),
+            )
+        if op.parent is not None and txn.get(op.parent, db=cps) is None:
+            pruned = txn.get(op.parent, db=self._tables["tombstones"]) is not None
+            raise ConflictError(
+                "the parent checkpoint was pruned while this recorder held it; "
+                "fork from a stored checkpoint"
+                if pruned
+                else "parent checkpoint is not stored",
+                where=f"refs/{op.run_id}/{op.branch}",
+                expected=op.parent.hex(),
+                got="pruned" if pruned else "missing",
+            )
+        for key, data in op.objects.items():
+            put_object(txn, objects, key, data)
+        assert isinstance(txn, PgTxn)
+        for key in op.must_exist:
+            if not txn.has(key, db=objects):  # prefetched as existence: no value fetched
+                raise IntegrityError(
+                    "checkpoint references an object that is not stored",
+                    where=f"checkpoint {op.cid.hex()}",
+                    expected=bytes(key).hex(),
+                )
+        if not txn.put(op.cid, op.value, overwrite=False, db=cps):
+            _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
+            if existing != unpack_checkpoint_value(op.value)[1]:
+                raise IntegrityError(
+                    "different manifest stored under this checkpoint id",
+                    where=f"checkpoints/{op.cid.hex()}",
+                )
+        txn.delete(op.cid, db=self._tables["tombstones"])
+        if op.sealed_ledger is not None:
+            txn.put(op.sealed_ledger, op.cid, overwrite=False, db=self._tables["ledgers"])
+        write_ref(txn, self._tables, rkey, op.cid, RECORDED, old=current)

@@ -1,0 +1,132 @@
+"""Opening a PostgreSQL store: the URL, the schema and its tables, the format record.
+
+A store is one schema (``cpstore`` unless the URL says ``?schema=NAME``) of
+one database: a table per named table of the store (``DB_NAMES``), each
+``(k bytea PRIMARY KEY, v bytea NOT NULL)``, holding the same bytes under the
+same keys as the LMDB store (docs/store.md, "PostgreSQL"). Opening checks
+and creates under the store's writer lock, in one transaction (PostgreSQL's
+DDL is transactional): processes creating one store together make it once.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+
+import psycopg
+
+from cpstore.errors import InvalidInputError, NotFoundError, StoreError
+from cpstore.native.binding import digest
+from cpstore.native.canonical import encode_value
+from cpstore.store.lmdb_env import DB_NAMES
+from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY, check_format, refuse
+from cpstore.store.location import redact
+from cpstore.store.pg_errors import translate
+
+__all__ = ["DEFAULT_SCHEMA", "StoreUrl", "lock_key", "parse_url", "prepare_schema"]
+
+#: The schema a URL without ``?schema=`` names.
+DEFAULT_SCHEMA = "cpstore"
+_IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+#: URL query parameters cpstore takes for itself (libpq would refuse them).
+_OURS = ("schema", "pool_max")
+
+
+@dataclass(frozen=True)
+class StoreUrl:
+    """A parsed store URL: what libpq gets, the schema, the pool size, the shown form."""
+
+    conninfo: str
+    schema: str
+    pool_max: int
+    shown: str
+
+
+def parse_url(url: str) -> StoreUrl:
+    """Split cpstore's own parameters (``schema``, ``pool_max``) off a PostgreSQL URL."""
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as exc:
+        raise InvalidInputError(
+            "not a usable PostgreSQL URL", where=redact(url), got=str(exc)
+        ) from None
+    ours = {k: v for k, v in query if k in _OURS}
+    schema = ours.get("schema", DEFAULT_SCHEMA)
+    if not _IDENT.fullmatch(schema):
+        raise InvalidInputError(
+            "the schema name must be a lower-case SQL identifier",
+            where=redact(url),
+            expected="[a-z_][a-z0-9_]{0,62}",
+            got=schema,
+        )
+    raw_max = ours.get("pool_max", "8")
+    if not raw_max.isdigit() or not 1 <= int(raw_max) <= 1000:
+        raise InvalidInputError(
+            "pool_max must be an int from 1 to 1000", where=redact(url), got=raw_max
+        )
+    rest = urlencode([(k, v) for k, v in query if k not in _OURS], quote_via=quote)
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
+    shown = redact(url)
+    return StoreUrl(conninfo, schema, int(raw_max), shown)
+
+
+def lock_key(schema: str) -> int:
+    """The advisory lock key every writer of ``schema``'s store takes (a signed 64-bit int)."""
+    return int.from_bytes(digest(b"cpstore writer\0" + schema.encode())[:8], "little", signed=True)
+
+
+def _existing_tables(conn: psycopg.Connection[Any], schema: str) -> set[str]:
+    rows = conn.execute(
+        "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+    ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def prepare_schema(
+    conn: psycopg.Connection[Any], url: StoreUrl, *, readonly: bool, create: bool
+) -> int:
+    """Check (and make, or add missing tables to) the store's schema; its layout version.
+
+    A new store is made only when ``create`` and not ``readonly`` and none of
+    its tables exist; a schema holding some of them but no format record is
+    refused as not a cpstore store.
+    """
+    where = url.shown
+    try:
+        with conn.transaction():
+            if not readonly:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(url.schema),))
+            tables = _existing_tables(conn, url.schema)
+            if "meta" not in tables:
+                if tables & set(DB_NAMES):
+                    raise refuse("a schema with store tables but no format record", where)
+                if readonly or not create:
+                    raise NotFoundError(
+                        "no store in this database schema", where=where, expected=url.schema
+                    )
+                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{url.schema}"')
+            missing = [name for name in DB_NAMES if name not in tables]
+            if missing and readonly and "meta" in tables:
+                raise StoreError(
+                    "the store lacks a table; open it writable once to add it",
+                    where=where,
+                    expected=missing,
+                )
+            for name in missing:
+                conn.execute(
+                    f'CREATE TABLE IF NOT EXISTS "{url.schema}"."{name}" '
+                    "(k bytea PRIMARY KEY, v bytea NOT NULL)"
+                )
+            meta = f'"{url.schema}"."meta"'
+            if "meta" not in tables:
+                conn.execute(
+                    f"INSERT INTO {meta} (k, v) VALUES (%s, %s)",
+                    (FORMAT_KEY, encode_value(FORMAT)),
+                )
+            row = conn.execute(f"SELECT v FROM {meta} WHERE k = %s", (FORMAT_KEY,)).fetchone()
+            return check_format(None if row is None else bytes(row[0]), where)
+    except psycopg.Error as exc:
+        raise translate(exc, where, conn) from None

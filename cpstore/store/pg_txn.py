@@ -1,0 +1,476 @@
+"""The Txn protocol on PostgreSQL: one table per named table, bytea keys and values.
+
+A :class:`PgTxn` holds one pooled connection for its life. Its first round
+trip carries ``BEGIN`` with the first statement (a pipeline), so a read that
+asks nothing costs nothing and a read that asks one thing costs one round
+trip. Writers take the store's transaction-scoped advisory lock first: one
+writer at a time across every host, as LMDB has one writer per file, and
+READ COMMITTED under that lock sees every commit before it. Readers run on
+REPEATABLE READ READ ONLY snapshots.
+
+Writes are buffered in the txn (what it wrote is what it reads back) and
+sent in one pipeline before a scan, a count, or ``COMMIT``; reads are cached
+(under the writer lock nothing else changes the tables; a read snapshot never
+changes). :meth:`PgTxn.prefetch` fetches many keys in one round trip.
+bytea compares bytewise, so ``ORDER BY k`` is LMDB's key order.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from cpstore.errors import InvalidInputError, StoreReadOnlyError
+from cpstore.store.pg_errors import is_broken, translate
+
+__all__ = ["EXISTS", "PgCursor", "PgTable", "PgTxn"]
+
+
+class _Exists:
+    """A key known to be stored whose value was not fetched (an existence prefetch)."""
+
+
+#: The marker :meth:`PgTxn.prefetch` leaves for a key fetched without its value.
+EXISTS = _Exists()
+
+_scan_ids = itertools.count()
+
+
+@dataclass(frozen=True, eq=False)
+class PgTable:
+    """The handle a txn's ``db=`` takes: one table ``schema.name`` and its statements."""
+
+    name: str
+    qualified: str
+    sql: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, schema: str, name: str) -> PgTable:
+        """The handle of table ``name`` in ``schema`` (both checked identifiers)."""
+        q = f'"{schema}"."{name}"'
+        return cls(
+            name,
+            q,
+            {
+                "get": f"SELECT v FROM {q} WHERE k = %b",
+                "many": f"SELECT k, v FROM {q} WHERE k = ANY(%b)",
+                "exists": f"SELECT k FROM {q} WHERE k = ANY(%b)",
+                "from": f"SELECT k, v FROM {q} WHERE k >= %b ORDER BY k LIMIT %b",
+                "after": f"SELECT k, v FROM {q} WHERE k > %b ORDER BY k LIMIT %b",
+                "last": f"SELECT k, v FROM {q} ORDER BY k DESC LIMIT 1",
+                "scan": f"SELECT k, v FROM {q} ORDER BY k",
+                "count": f"SELECT count(*) FROM {q}",
+                "upsert": f"INSERT INTO {q} (k, v) SELECT * FROM unnest(%b::bytea[], "
+                "%b::bytea[]) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+                "delete": f"DELETE FROM {q} WHERE k = ANY(%b)",
+            },
+        )
+
+
+Known = dict[bytes, "bytes | _Exists | None"]
+
+
+class PgTxn:
+    """One PostgreSQL transaction behind :class:`~cpstore.store.backend.Txn`.
+
+    ``acquire`` hands out a connection and ``release(conn, broken)`` takes it
+    back (the pool); ``begin`` is the statement list that opens the txn.
+    """
+
+    def __init__(
+        self,
+        acquire: Callable[[], psycopg.Connection[Any]],
+        release: Callable[[psycopg.Connection[Any], bool], None],
+        begin: list[tuple[str, tuple[Any, ...]]],
+        *,
+        write: bool,
+        where: str,
+    ) -> None:
+        self._acquire, self._release = acquire, release
+        self._begin = begin
+        self.write = write
+        self.where = where
+        self._conn: psycopg.Connection[Any] | None = None
+        self._begun = False
+        self._done = False
+        self._known: dict[PgTable, Known] = {}
+        self._dirty: dict[PgTable, dict[bytes, bytes | None]] = {}
+
+    # -- the connection ----------------------------------------------------------
+
+    def _run(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
+        """Run ``statements`` in one round trip (after BEGIN when not begun); their rows.
+
+        A connection that turns out dead on the txn's first round trip
+        (a server restart, a terminated backend) is swapped for a fresh one
+        once: nothing was read or written on it yet.
+        """
+        if self._done:
+            raise InvalidInputError("the transaction has ended", where=self.where)
+        for attempt in (0, 1):
+            if self._conn is None:
+                try:
+                    self._conn = self._acquire()
+                except psycopg.Error as exc:
+                    raise translate(exc, self.where) from None
+            conn = self._conn
+            try:
+                if self._begun and len(statements) == 1:
+                    sql, params = statements[0]
+                    cur = conn.execute(sql, params, binary=True)
+                    return [cur.fetchall() if cur.description is not None else []]
+                with conn.pipeline():
+                    if not self._begun:
+                        for stmt, args in self._begin:
+                            conn.execute(stmt, args)
+                    curs = [conn.execute(sql, params, binary=True) for sql, params in statements]
+                self._begun = True
+                return [c.fetchall() if c.description is not None else [] for c in curs]
+            except psycopg.Error as exc:
+                broken = is_broken(exc, conn)
+                if broken and not self._begun and attempt == 0:
+                    self._conn = None
+                    self._release(conn, True)
+                    continue
+                if not broken:
+                    self._begun = True  # BEGIN may have run: abort() rolls it back
+                raise translate(exc, self.where, conn) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _statements(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        return self._run([(sql, params)])[0]
+
+    def _ensure(self) -> psycopg.Connection[Any]:
+        if not self._begun:
+            self._statements("SELECT 1", ())
+        assert self._conn is not None
+        return self._conn
+
+    # -- reads ---------------------------------------------------------------------
+
+    def _table(self, db: Any) -> PgTable:
+        if not isinstance(db, PgTable):
+            raise InvalidInputError("a PostgreSQL txn needs a table handle", got=repr(db))
+        return db
+
+    def _lookup(self, table: PgTable, key: bytes) -> bytes | _Exists | None:
+        dirty = self._dirty.get(table)
+        if dirty is not None and key in dirty:
+            return dirty[key]
+        known = self._known.setdefault(table, {})
+        if key in known:
+            found = known[key]
+            if not isinstance(found, _Exists):
+                return found
+        rows = self._statements(table.sql["get"], (key,))
+        value = bytes(rows[0][0]) if rows else None
+        known[key] = value
+        return value
+
+    def _stored(self, table: PgTable, key: bytes) -> bool:
+        dirty = self._dirty.get(table)
+        if dirty is not None and key in dirty:
+            return dirty[key] is not None
+        if isinstance(self._known.get(table, {}).get(key), _Exists):
+            return True
+        return self._lookup(table, key) is not None
+
+    def has(self, key: bytes, db: Any = None) -> bool:
+        """True when ``key`` is stored (an existence prefetch answers without a fetch)."""
+        return self._stored(self._table(db), bytes(key))
+
+    def get(self, key: bytes, default: Any = None, db: Any = None) -> memoryview | None:
+        """The value under ``key``, or ``default``."""
+        value = self._lookup(self._table(db), bytes(key))
+        if value is None:
+            return default  # type: ignore[no-any-return]
+        assert isinstance(value, bytes)
+        return memoryview(value)
+
+    def prefetch(
+        self,
+        wants: Mapping[PgTable, Iterable[bytes]],
+        *,
+        exists: Mapping[PgTable, Iterable[bytes]] | None = None,
+    ) -> None:
+        """Fetch the values of ``wants`` and the existence of ``exists``, in one round trip."""
+        todo: list[tuple[PgTable, list[bytes], bool]] = []
+        asked: set[tuple[PgTable, bytes]] = set()
+        for group, values in ((wants, True), (exists or {}, False)):
+            for table, keys in group.items():
+                known = self._known.setdefault(table, {})
+                missing = [
+                    k
+                    for k in dict.fromkeys(bytes(k) for k in keys)
+                    if k not in known and (table, k) not in asked
+                ]
+                asked.update((table, k) for k in missing)
+                if missing:
+                    todo.append((table, missing, values))
+        if not todo:
+            return
+        # One statement for every table (UNION ALL): the server parses and plans once.
+        sql = " UNION ALL ".join(
+            f"SELECT {i}::int2, k, {'v' if values else 'NULL::bytea'} FROM {t.qualified} "
+            "WHERE k = ANY(%b)"
+            for i, (t, _, values) in enumerate(todo)
+        )
+        rows = self._statements(sql, tuple(keys for _, keys, _ in todo))
+        for table, keys, _ in todo:
+            known = self._known[table]
+            for k in keys:
+                known.setdefault(k, None)
+        for i, k, v in rows:
+            table, _, values = todo[i]
+            self._known[table][bytes(k)] = bytes(v) if values else EXISTS
+
+    def relation_bytes(self, qualified: list[str]) -> int:
+        """``pg_total_relation_size`` summed over tables (indexes and TOAST included)."""
+        rows = self._statements(
+            "SELECT coalesce(sum(pg_total_relation_size(t::regclass)), 0)::bigint "
+            "FROM unnest(%s::text[]) AS t",
+            (qualified,),
+        )
+        return int(rows[0][0])
+
+    def stat(self, db: Any) -> dict[str, int]:
+        """``{"entries": rows}`` of the table, counting this txn's writes."""
+        table = self._table(db)
+        self._flush()
+        rows = self._statements(table.sql["count"], ())
+        return {"entries": int(rows[0][0])}
+
+    def cursor(self, db: Any = None) -> PgCursor:
+        """A cursor over the table in key order."""
+        return PgCursor(self, self._table(db))
+
+    # -- writes --------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if not self.write:
+            raise StoreReadOnlyError("a read transaction cannot write", where=self.where)
+
+    def put(
+        self,
+        key: bytes,
+        value: bytes | memoryview,
+        *,
+        dupdata: bool = True,
+        overwrite: bool = True,
+        append: bool = False,
+        db: Any = None,
+    ) -> bool:
+        """Store ``value`` under ``key``; with ``overwrite=False`` False when the key exists."""
+        self._writable()
+        table, key = self._table(db), bytes(key)
+        if not overwrite and self._stored(table, key):
+            return False
+        self._dirty.setdefault(table, {})[key] = bytes(value)
+        return True
+
+    def delete(self, key: bytes, value: bytes = b"", db: Any = None) -> bool:
+        """Delete ``key``; False when it was not stored."""
+        self._writable()
+        table, key = self._table(db), bytes(key)
+        if not self._stored(table, key):
+            return False
+        self._dirty.setdefault(table, {})[key] = None
+        return True
+
+    def _flush_statements(self) -> list[tuple[str, tuple[Any, ...]]]:
+        """Every buffered write as one statement (data-modifying CTEs), or none.
+
+        The keys a table deletes and upserts are disjoint (the buffer holds one
+        final value per key), so the CTEs never touch a row twice.
+        """
+        parts: list[str] = []
+        params: list[Any] = []
+        for table, dirty in self._dirty.items():
+            known = self._known.setdefault(table, {})
+            puts = [(k, v) for k, v in dirty.items() if v is not None]
+            gone = [k for k, v in dirty.items() if v is None]
+            if gone:
+                parts.append(table.sql["delete"])
+                params.append(gone)
+            if puts:
+                parts.append(table.sql["upsert"])
+                params.extend(([k for k, _ in puts], [v for _, v in puts]))
+            known.update(dirty)
+        self._dirty = {}
+        if not parts:
+            return []
+        sql = "WITH " + ", ".join(f"w{i} AS ({p})" for i, p in enumerate(parts)) + " SELECT 1"
+        return [(sql, tuple(params))]
+
+    def _flush(self) -> None:
+        """Send buffered writes (one pipeline) before a statement that must see them."""
+        if not self._dirty:
+            return
+        self._run(self._flush_statements())
+
+    # -- the end ---------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Send buffered writes and COMMIT, in one round trip."""
+        if self._done:
+            raise InvalidInputError("the transaction has ended", where=self.where)
+        statements = self._flush_statements() if self.write else []
+        if not self._begun and not statements:
+            self._finish(broken=False)
+            return
+        conn = self._ensure()
+        try:
+            with conn.pipeline():
+                for sql, params in statements:
+                    conn.execute(sql, params)
+                conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            broken = is_broken(exc, conn)
+            if not broken:
+                self._rollback(conn)
+            self._finish(broken=broken)
+            raise translate(exc, self.where, conn, committing=broken) from None
+        self._finish(broken=False)
+
+    def abort(self) -> None:
+        """Roll back (a no-op on a txn that sent nothing) and give the connection back."""
+        if self._done:
+            return
+        conn = self._conn
+        broken = conn is not None and self._begun and not self._rollback(conn)
+        self._finish(broken=broken)
+
+    @staticmethod
+    def _rollback(conn: psycopg.Connection[Any]) -> bool:
+        try:
+            conn.execute("ROLLBACK")
+        except psycopg.Error:
+            return False
+        return True
+
+    def _finish(self, *, broken: bool) -> None:
+        self._done = True
+        self._known.clear()
+        self._dirty.clear()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._release(conn, broken or conn.broken)
+
+    def __enter__(self) -> PgTxn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None and self.write:
+            self.commit()
+        else:
+            self.abort()
+
+    # -- what the cursor uses ----------------------------------------------------------
+
+    def page(self, table: PgTable, start: bytes, *, inclusive: bool, size: int) -> list[Any]:
+        """Up to ``size`` rows from ``start`` on, in key order (writes flushed first)."""
+        self._flush()
+        rows = self._statements(table.sql["from" if inclusive else "after"], (start, size))
+        return rows
+
+    def last_row(self, table: PgTable) -> Any:
+        """The row with the largest key, or None."""
+        self._flush()
+        rows = self._statements(table.sql["last"], ())
+        return rows[0] if rows else None
+
+    def scan(self, table: PgTable) -> Iterator[tuple[bytes, memoryview]]:
+        """Every row in key order, streamed through a server-side cursor."""
+        self._flush()
+        conn = self._ensure()
+        name = f"cpstore_scan_{next(_scan_ids)}"
+        try:
+            with conn.cursor(name=name, binary=True) as cur:
+                cur.itersize = 2000
+                cur.execute(table.sql["scan"])
+                while True:
+                    rows = cur.fetchmany(cur.itersize)
+                    if not rows:
+                        return
+                    for k, v in rows:
+                        yield bytes(k), memoryview(bytes(v))
+        except psycopg.Error as exc:
+            raise translate(exc, self.where, conn) from None
+
+
+class PgCursor:
+    """LMDB's cursor calls on a table: ``first``, ``last``, ``set_range``, ``next``, iteration."""
+
+    _FIRST_PAGE = 8
+    _MAX_PAGE = 1024
+
+    def __init__(self, txn: PgTxn, table: PgTable) -> None:
+        self._txn, self._table = txn, table
+        self._rows: list[Any] = []
+        self._i = -1
+        self._size = self._FIRST_PAGE
+        self._full = False  # the page was full: more rows may follow it
+        self._positioned = False
+
+    def __enter__(self) -> PgCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._rows = []
+
+    def _load(self, start: bytes, *, inclusive: bool) -> bool:
+        rows = self._txn.page(self._table, start, inclusive=inclusive, size=self._size)
+        self._full = len(rows) == self._size
+        self._size = min(self._size * 4, self._MAX_PAGE)
+        self._rows, self._i = rows, 0
+        self._positioned = bool(rows)
+        return bool(rows)
+
+    def first(self) -> bool:
+        """Position on the first row; False when the table is empty."""
+        self._size = self._FIRST_PAGE
+        return self._load(b"", inclusive=True)
+
+    def set_range(self, key: bytes) -> bool:
+        """Position on the first row whose key is >= ``key``; False when none is."""
+        self._size = self._FIRST_PAGE
+        return self._load(bytes(key), inclusive=True)
+
+    def last(self) -> bool:
+        """Position on the last row; False when the table is empty."""
+        row = self._txn.last_row(self._table)
+        self._rows, self._i, self._full = ([row], 0, True) if row is not None else ([], -1, False)
+        self._positioned = row is not None
+        return self._positioned
+
+    def next(self) -> bool:
+        """Move to the next row; False past the last one."""
+        if not self._positioned:
+            return self.first()
+        self._i += 1
+        if self._i < len(self._rows):
+            return True
+        if not self._full:
+            self._positioned = False
+            return False
+        return self._load(bytes(self._rows[-1][0]), inclusive=False)
+
+    def key(self) -> bytes:
+        """The key at the position (b"" when unpositioned, as py-lmdb)."""
+        return bytes(self._rows[self._i][0]) if self._positioned else b""
+
+    def value(self) -> memoryview:
+        """The value at the position."""
+        return memoryview(bytes(self._rows[self._i][1]) if self._positioned else b"")
+
+    def __iter__(self) -> Iterator[tuple[bytes, memoryview]]:
+        if not self._positioned:
+            yield from self._txn.scan(self._table)
+            return
+        while self._positioned:
+            yield self.key(), self.value()
+            self.next()

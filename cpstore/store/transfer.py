@@ -1,0 +1,360 @@
+"""push / pull: copy what one store has and another lacks, between any two backends.
+
+:func:`transfer` copies the runs of ``source`` (all, or one) into ``dest``:
+
+1. In one read txn of the source, every ref of the runs and each head's
+   lineage (back to the run's first checkpoint or a pruned one).
+2. In one read txn of the destination, which of those checkpoints it lacks;
+   only what they reach (state parts, chunk indexes and chunks, logs and the
+   payloads they name, token records) is asked for, and only the objects
+   the destination lacks are copied.
+3. Objects, in batches (``batch_objects`` / ``batch_bytes``): read from the
+   source hash-checked, hashed again at the receiver (bytes that do not
+   match their digest are an :class:`IntegrityError` and nothing of the
+   batch is written), written once each.
+4. Per branch, one destination write txn: the checkpoints it lacks (oldest
+   first, each manifest hashed against its id, each object it reaches
+   checked present), the tombstone of a pruned parent, sealed-ledger
+   entries, then the ref by compare-and-set against the head read in step 2:
+   created, or moved forward when the destination's head is an ancestor of
+   the source's; a destination branch that went elsewhere is a
+   :class:`ConflictError` naming it (the other branches still move).
+
+A killed transfer leaves objects without checkpoints (step 3) but never a
+ref or checkpoint that names a missing object: the next transfer skips the
+objects already there and finishes. A second transfer copies nothing.
+The audit log is per store and is not copied (docs/store.md, "push and pull").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cpstore.errors import ConflictError, IntegrityError, NotFoundError
+from cpstore.native.binding import digest, digest_small
+from cpstore.native.records import Digest
+from cpstore.store.backend import Backend, Txn
+from cpstore.store.codec import stored_key
+from cpstore.store.manifest import manifest_references
+from cpstore.store.model import split_checkpoint_value, split_ref_key
+from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, unpack_ref, write_ref
+from cpstore.store.verify import child_kind, children
+
+__all__ = ["TransferReport", "transfer"]
+
+#: Objects per copy batch, and bytes per batch (whichever is reached first).
+BATCH_OBJECTS = 512
+BATCH_BYTES = 8 << 20
+
+
+@dataclass
+class TransferReport:
+    """What one transfer copied (all zero for a destination that had everything)."""
+
+    refs_created: int = 0
+    refs_moved: int = 0
+    refs_unchanged: int = 0
+    checkpoints: int = 0
+    objects: int = 0
+    object_bytes: int = 0
+    seconds: float = 0.0
+    conflicts: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (for ``--json``)."""
+        return {
+            "refs_created": self.refs_created,
+            "refs_moved": self.refs_moved,
+            "refs_unchanged": self.refs_unchanged,
+            "checkpoints": self.checkpoints,
+            "objects": self.objects,
+            "object_bytes": self.object_bytes,
+            "seconds": round(self.seconds, 6),
+            "conflicts": list(self.conflicts),
+        }
+
+
+@dataclass
+class _Branch:
+    key: bytes
+    head: bytes
+    origin: int
+    lineage: list[bytes]  # newest first, every stored checkpoint back to the root
+    pruned_root: bytes | None  # the parent the walk stopped at, pruned in the source
+
+
+def _present(backend: Backend, table: str, keys: Iterable[bytes]) -> set[bytes]:
+    """The keys of ``keys`` stored in ``table`` (one round trip on PostgreSQL)."""
+    wanted = list(dict.fromkeys(bytes(k) for k in keys))
+    handle = backend.db(table)
+    with backend.read_txn() as txn:
+        prefetch = getattr(txn, "prefetch", None)
+        if prefetch is not None:
+            prefetch({}, exists={handle: wanted})
+            has: Callable[[bytes], bool] = txn.has  # type: ignore[attr-defined]
+            return {k for k in wanted if has(k, db=handle)}  # type: ignore[call-arg]
+        return {k for k in wanted if txn.get(k, db=handle) is not None}
+
+
+def _branches(src: Backend, txn: Txn[memoryview], run_id: str | None) -> list[_Branch]:
+    refs = src.db("refs")
+    prefix = None if run_id is None else run_id.encode("utf-8", "surrogatepass") + b"\0"
+    found: list[tuple[bytes, bytes, int]] = []
+    with txn.cursor(db=refs) as cur:
+        rows: Iterable[tuple[bytes, Any]] = []
+        if prefix is None:
+            rows = cur
+        elif cur.set_range(prefix):
+            rows = _prefixed(cur, prefix)
+        for k, v in rows:
+            key = bytes(k)
+            found.append((key, *unpack_ref(key, v)))
+    out = []
+    for key, head, origin in found:
+        lineage: list[bytes] = []
+        cid: bytes | None = head
+        pruned_root: bytes | None = None
+        while cid is not None:
+            if txn.get(cid, db=src.db("checkpoints")) is None:
+                if txn.get(cid, db=src.db("tombstones")) is not None:
+                    pruned_root = cid
+                    break
+                run, branch = split_ref_key(key)
+                raise IntegrityError(
+                    "the source store lacks a checkpoint of this branch's history",
+                    where=f"refs/{run}/{branch}",
+                    expected=cid.hex(),
+                )
+            lineage.append(cid)
+            m = src.load_manifest(txn, cid, verify=True)
+            cid = None if m.parent is None else bytes.fromhex(m.parent)
+        out.append(_Branch(key, head, origin, lineage, pruned_root))
+    return out
+
+
+def _prefixed(cur: Any, prefix: bytes) -> Iterable[tuple[bytes, Any]]:
+    """Rows of a cursor set at ``prefix``, while their keys start with it."""
+    while bytes(cur.key()).startswith(prefix):
+        yield bytes(cur.key()), cur.value()
+        if not cur.next():
+            return
+
+
+def _reach(src: Backend, txn: Txn[memoryview], cids: list[bytes]) -> list[bytes]:
+    """Every object the checkpoints ``cids`` reach, each once, in a stable order."""
+    objects = src.db("objects")
+    out: dict[bytes, None] = {}
+    expanded: set[tuple[bytes, str]] = set()
+    for cid in cids:
+        m = src.load_manifest(txn, cid, verify=True)
+        for name, key in manifest_references(m.raw):
+            out[bytes(key)] = None
+            kind = child_kind(name)
+            if kind is not None and (bytes(key), kind) not in expanded:
+                expanded.add((bytes(key), kind))
+                for child in children(txn, objects, name, bytes(key)):
+                    out[bytes(child)] = None
+    return list(out)
+
+
+def _copy_objects(
+    src: Backend, dst: Backend, keys: list[bytes], report: TransferReport, sizes: tuple[int, int]
+) -> None:
+    """Copy ``keys`` in batches, each object hashed again before the receiver writes it."""
+    max_objects, max_bytes = sizes
+    step = max(1, min(64, max_objects))
+    i = 0
+    while i < len(keys):
+        batch: dict[bytes, bytes] = {}
+        size = 0
+        while i < len(keys) and len(batch) < max_objects and size < max_bytes:
+            part, i = keys[i : i + step], i + step
+            for key, data in zip(
+                part, src.get_objects([Digest(k) for k in part], verify=True), strict=True
+            ):
+                batch[key] = data
+                size += len(data)
+        for key, data in batch.items():
+            got = stored_key(key, data)  # a frame is inflated (bounded) and hashed
+            if got != key:  # the receiver's own check: nothing of this batch is written
+                raise IntegrityError(
+                    "an object arrived with bytes that do not match its digest",
+                    where=f"objects/{key.hex()}",
+                    expected=key.hex(),
+                    got=got.hex(),
+                )
+        dst.put_objects(batch)
+        report.objects += len(batch)
+        report.object_bytes += size
+
+
+def _manifest(value: bytes | memoryview | None, cid: bytes) -> bytes:
+    return b"" if value is None else bytes(split_checkpoint_value(value, cid)[1])
+
+
+def _land_branch(
+    dst: Backend,
+    branch: _Branch,
+    *,
+    values: dict[bytes, bytes],
+    reach: dict[bytes, list[bytes]],
+    ledgers: dict[bytes, bytes],
+    tombstone: bytes | None,
+    expected: tuple[bytes, int] | None,
+    report: TransferReport,
+) -> str:
+    """One write txn: missing checkpoints, then the ref by compare-and-set. Returns the outcome."""
+    cps, objects = dst.db("checkpoints"), dst.db("objects")
+    lineage = set(branch.lineage)
+
+    def land(txn: Txn[memoryview]) -> tuple[str, int]:
+        landing = [c for c in branch.lineage if c in values]
+        prefetch = getattr(txn, "prefetch", None)
+        if prefetch is not None:  # PostgreSQL: what this txn reads, in one round trip
+            prefetch(
+                {
+                    dst.db("refs"): [branch.key],
+                    dst.db("meta"): [REFS_DIGEST_KEY],
+                    cps: [*landing, *([branch.pruned_root] if branch.pruned_root else [])],
+                    dst.db("tombstones"): landing,
+                    dst.db("ledgers"): list(ledgers),
+                },
+                exists={objects: [k for c in landing for k in reach[c]]},
+            )
+        has = getattr(txn, "has", None)
+        current = read_ref(txn, dst.dbs, branch.key, layout=dst.layout)
+        if current != expected:
+            run, name = split_ref_key(branch.key)
+            raise ConflictError(
+                "the destination branch moved during the transfer",
+                where=f"refs/{run}/{name}",
+                expected=None if expected is None else expected[0].hex(),
+                got=None if current is None else current[0].hex(),
+            )
+        if current is not None and current[0] == branch.head:
+            return "unchanged", 0
+        if current is not None and current[0] not in lineage:
+            return "diverged", 0  # nothing written: no checkpoint lands without its ref
+        written = 0
+        for cid in reversed(branch.lineage):  # oldest first: parents before children
+            value = values.get(cid)
+            if value is None:
+                continue
+            for key in reach[cid]:
+                if not (has(key, db=objects) if has else txn.get(key, db=objects) is not None):
+                    raise IntegrityError(
+                        "a copied checkpoint reaches an object the destination lacks",
+                        where=f"checkpoint {cid.hex()}",
+                        expected=key.hex(),
+                    )
+            if txn.put(cid, value, overwrite=False, db=cps):
+                written += 1
+            elif _manifest(txn.get(cid, db=cps), cid) != _manifest(value, cid):
+                raise IntegrityError(
+                    "different manifest stored under this checkpoint id",
+                    where=f"checkpoints/{cid.hex()}",
+                )
+            txn.delete(cid, db=dst.db("tombstones"))
+        root = branch.pruned_root
+        if tombstone is not None and root is not None and txn.get(root, db=cps) is None:
+            txn.put(root, tombstone, overwrite=False, db=dst.db("tombstones"))
+        for key, sealer in ledgers.items():
+            if sealer in lineage:
+                txn.put(key, sealer, overwrite=False, db=dst.db("ledgers"))
+        write_ref(txn, dst.dbs, branch.key, branch.head, branch.origin, old=current)
+        return ("moved" if current is not None else "created"), written
+
+    outcome, written = dst.write_txn(land)
+    report.checkpoints += written
+    return outcome
+
+
+def transfer(
+    source: Backend,
+    dest: Backend,
+    *,
+    run_id: str | None = None,
+    batch_objects: int = BATCH_OBJECTS,
+    batch_bytes: int = BATCH_BYTES,
+) -> TransferReport:
+    """Copy the runs of ``source`` (or run ``run_id``) that ``dest`` lacks; see the module doc."""
+    started = time.perf_counter()
+    report = TransferReport()
+    source.live()
+    dest.live()
+    with source.read_txn() as txn:
+        branches = _branches(source, txn, run_id)
+        if run_id is not None and not branches:
+            raise NotFoundError("no such run in the source store", where="refs", got=run_id)
+        every = list(dict.fromkeys(c for b in branches for c in b.lineage))
+        have = _present(dest, "checkpoints", every)
+        missing = [c for c in every if c not in have]
+        values = {c: bytes(txn.get(c, db=source.db("checkpoints")) or b"") for c in missing}
+        for cid, value in values.items():
+            _, data = split_checkpoint_value(value, cid)
+            if digest_small(data) != cid:  # the receiver checks each manifest against its id
+                raise IntegrityError(
+                    "a checkpoint arrived whose manifest does not match its id",
+                    where=f"checkpoints/{cid.hex()}",
+                    expected=cid.hex(),
+                    got=digest(data).hex(),
+                )
+        reach = {c: _reach(source, txn, [c]) for c in missing}
+        effects = {
+            bytes(m.raw["effects"])
+            for c in missing
+            if (m := source.load_manifest(txn, c, verify=False)).raw.get("effects") is not None
+        }
+        ledgers = {}
+        for key in effects:
+            sealer = txn.get(key, db=source.db("ledgers"))
+            if sealer is not None:
+                ledgers[key] = bytes(sealer)
+        tombs = {}
+        for b in branches:
+            if b.pruned_root is not None:
+                tomb = txn.get(b.pruned_root, db=source.db("tombstones"))
+                if tomb is not None:
+                    tombs[b.pruned_root] = bytes(tomb)
+    needed = list(dict.fromkeys(k for c in missing for k in reach[c]))
+    stored = _present(dest, "objects", needed)
+    _copy_objects(
+        source, dest, [k for k in needed if k not in stored], report, (batch_objects, batch_bytes)
+    )
+    with dest.read_txn() as txn:
+        expected = {b.key: read_ref(txn, dest.dbs, b.key, layout=dest.layout) for b in branches}
+    for b in branches:
+        mine = {c: values[c] for c in b.lineage if c in values}
+        outcome = _land_branch(
+            dest,
+            b,
+            values=mine,
+            reach=reach,
+            ledgers=ledgers,
+            tombstone=None if b.pruned_root is None else tombs.get(b.pruned_root),
+            expected=expected[b.key],
+            report=report,
+        )
+        for c in mine:
+            values.pop(c, None)  # a checkpoint shared by two branches lands once
+        if outcome == "diverged":
+            run, name = split_ref_key(b.key)
+            report.conflicts.append(f"{run}/{name}")
+        elif outcome == "created":
+            report.refs_created += 1
+        elif outcome == "moved":
+            report.refs_moved += 1
+        else:
+            report.refs_unchanged += 1
+    report.seconds = time.perf_counter() - started
+    if report.conflicts:
+        raise ConflictError(
+            "destination branches went elsewhere than the source's (not moved; the other "
+            "branches were copied)",
+            where="refs",
+            got=report.conflicts,
+        )
+    return report
