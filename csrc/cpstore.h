@@ -124,4 +124,45 @@ typedef struct {
 
 int cp_scan_tokens(const uint8_t *records, size_t len, cp_token_scan *out);
 
+/* ==== streaming ingest (issue 13; cp_ingest.c) ==============================
+ * Member splitters for run documents: they find where each member of a JSON
+ * array/object or each item of a msgpack array ends, so a document's token
+ * list can be decoded in bounded chunks without one Python object per token.
+ * They do not validate syntax beyond what they need to split (strings,
+ * brackets, msgpack headers and lengths): the caller decodes every chunk
+ * with a full parser and checks it holds the counted members. A call stops
+ * after `cap` members and can be resumed from `next`. */
+#define CP_ERR_TRUNCATED -21    /* input ends inside a member (or a string) */
+#define CP_ERR_SYNTAX -22       /* a byte no member can hold at that point */
+
+typedef struct {
+    uint64_t count;         /* members found by this call (entries of ends) */
+    uint64_t next;          /* offset where a resumed call starts */
+    uint64_t first_odd;     /* first member (this call's index) that is not a map
+                               of exactly expect_members entries, or CP_NONE;
+                               only when expect_members != 0 */
+    uint32_t done;          /* 1: the container ended (JSON: closing bracket
+                               reached; msgpack: remaining items all read) */
+    uint32_t nested_map;    /* 1: some member holds a map/object inside it */
+} cp_split_result;
+
+/* JSON: members of the array or object whose body starts at data[start]
+ * (just after its opening bracket when first is 1, else just after a
+ * separating comma). ends[i] is the offset of the ',' or closing bracket
+ * that ends member i; an object member counts as one member per ':' at its
+ * own top level. An empty container (first == 1, only whitespace before the
+ * closing bracket) has no members; any other empty member is still counted
+ * (so the caller's parser sees and refuses it). */
+int cp_json_split(const uint8_t *data, size_t len, size_t start, uint32_t first,
+                  uint32_t expect_members, uint64_t *ends, size_t cap,
+                  cp_split_result *out);
+
+/* msgpack: the next min(remaining, cap) items starting at data[start];
+ * ends[i] is the offset just past item i. done is 1 when remaining items
+ * were all read. */
+int cp_msgpack_split(const uint8_t *data, size_t len, size_t start,
+                     uint64_t remaining, uint32_t expect_members,
+                     uint64_t *ends, size_t cap, cp_split_result *out);
+/* ==== end of streaming ingest =============================================== */
+
 #endif

@@ -308,3 +308,61 @@ def scan_tokens(records: Buffer) -> TokenScan:
         first_seq_break=_index(out.first_seq_break),
         first_malformed=_index(out.first_malformed),
     )
+
+
+# -- streaming ingest (issue 13): member splitters of cp_ingest.c ---------------
+
+from cpstore.native.ingest_reference import SplitResult  # noqa: E402
+
+__all__ += ["SplitResult", "json_split", "msgpack_split"]
+
+_SPLIT_ERRORS = {
+    lib.CP_ERR_TRUNCATED: "input ends inside a member",
+    lib.CP_ERR_SYNTAX: "a byte no msgpack item starts with",
+}
+
+
+def _split_args(data: Buffer, start: int, cap: int) -> tuple[memoryview, Any, Any]:
+    view = as_bytes_view(data, "data")
+    for name, value in (("start", start), ("cap", cap)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{name} must be a non-negative int", got=value)
+    return view, ffi.new("uint64_t[]", max(cap, 1)), ffi.new("cp_split_result *")
+
+
+def _split_result(rc: int, call: str, where: str, ends: Any, out: Any) -> SplitResult:
+    if rc in _SPLIT_ERRORS:
+        raise RecordFormatError(_SPLIT_ERRORS[rc], where=where)
+    _check(rc, call)
+    n = int(out.count)
+    return SplitResult(
+        tuple(ends[0:n]),
+        int(out.next),
+        _index(out.first_odd),
+        bool(out.done),
+        bool(out.nested_map),
+    )
+
+
+def json_split(
+    data: Buffer, start: int, *, first: bool, expect_members: int = 0, cap: int
+) -> SplitResult:
+    """Members of the JSON array/object whose body starts at ``data[start]`` (see cpstore.h)."""
+    view, ends, out = _split_args(data, start, cap)
+    rc = lib.cp_json_split(
+        _buf(view), len(view), start, bool(first), expect_members, ends, cap, out
+    )
+    return _split_result(rc, "cp_json_split", "json", ends, out)
+
+
+def msgpack_split(
+    data: Buffer, start: int, remaining: int, *, expect_members: int = 0, cap: int
+) -> SplitResult:
+    """The next ``min(remaining, cap)`` msgpack items at ``data[start]`` (see cpstore.h)."""
+    view, ends, out = _split_args(data, start, cap)
+    if isinstance(remaining, bool) or not isinstance(remaining, int) or remaining < 0:
+        raise InvalidInputError("remaining must be a non-negative int", got=remaining)
+    rc = lib.cp_msgpack_split(
+        _buf(view), len(view), start, remaining, expect_members, ends, cap, out
+    )
+    return _split_result(rc, "cp_msgpack_split", "msgpack", ends, out)
