@@ -312,6 +312,8 @@ def scan_tokens(records: Buffer) -> TokenScan:
 
 # -- streaming ingest (issue 13): member splitters of cp_ingest.c ---------------
 
+from array import array  # noqa: E402
+
 from cpstore.native.ingest_reference import SplitResult  # noqa: E402
 
 __all__ += ["SplitResult", "json_split", "msgpack_split"]
@@ -335,8 +337,10 @@ def _split_result(rc: int, call: str, where: str, ends: Any, out: Any) -> SplitR
         raise RecordFormatError(_SPLIT_ERRORS[rc], where=where)
     _check(rc, call)
     n = int(out.count)
+    found = array("Q")
+    found.frombytes(ffi.buffer(ends, 8 * n))
     return SplitResult(
-        tuple(ends[0:n]),
+        found,
         int(out.next),
         _index(out.first_odd),
         bool(out.done),

@@ -10,6 +10,7 @@ caller decodes every chunk with a full parser.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 
 from cpstore.errors import RecordFormatError
@@ -21,8 +22,8 @@ __all__ = ["SplitResult", "json_split", "msgpack_split"]
 class SplitResult:
     """What one splitter call found (``cp_split_result``)."""
 
-    ends: tuple[int, ...]
-    """Offset ending each member found (JSON: its separator; msgpack: just past it)."""
+    ends: array[int]
+    """Offset ending each member found (JSON: its separator; msgpack: just past it), 'Q'."""
     next: int
     """Where a resumed call starts."""
     first_odd: int | None
@@ -85,7 +86,7 @@ def json_split(
             if depth == 0:
                 if not (first and not ends and not seen):
                     close_member(i)
-                return SplitResult(tuple(ends), i + 1, first_odd, True, nested)
+                return SplitResult(array("Q", ends), i + 1, first_odd, True, nested)
             depth -= 1
         elif c == 0x2C and depth == 0:  # ','
             close_member(i)
@@ -96,7 +97,7 @@ def json_split(
         elif c not in _WS:
             seen = True
         i += 1
-    return SplitResult(tuple(ends), nxt, first_odd, False, nested)
+    return SplitResult(array("Q", ends), nxt, first_odd, False, nested)
 
 
 _FIXED = {0xCC: 1, 0xD0: 1, 0xCD: 2, 0xD1: 2, 0xCA: 4, 0xCE: 4, 0xD2: 4}
@@ -170,4 +171,4 @@ def msgpack_split(
             owed += items
         ends.append(i)
         remaining -= 1
-    return SplitResult(tuple(ends), ends[-1] if ends else start, first_odd, remaining == 0, nested)
+    return SplitResult(array("Q", ends), ends[-1] if ends else start, first_odd, remaining == 0, nested)

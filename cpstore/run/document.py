@@ -53,6 +53,7 @@ from cpstore.run.model import (
     list_of,
     pinned_or_none,
 )
+from cpstore.run.stream import decode_fast
 
 __all__ = [
     "DOCUMENT_FORMAT",
@@ -325,7 +326,52 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
             raise _too_large(str(path), f"> {max_bytes} bytes", max_bytes)
     else:
         raise InvalidInputError("a run document is a path or bytes", got=type(source).__name__)
-    return parse_document(_decode(raw))
+    return _parse_bytes(raw)
+
+
+def _strict_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_pairs)
+    except RecursionError:
+        raise DocumentError("document nested too deeply", where="document") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, DocumentError):
+            raise
+        raise DocumentError("not valid JSON", where="document", got=str(exc)) from None
+
+
+def _strict_msgpack(raw: bytes) -> Any:
+    # The limits of _decode, tied to the input size.
+    limit = len(raw)
+    try:
+        return msgpack.unpackb(
+            raw,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=limit,
+            max_bin_len=limit,
+            max_array_len=limit,
+            max_map_len=limit // 2,
+            max_ext_len=0,
+        )
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise DocumentError(
+            "not a valid msgpack value", where="document", got=str(exc) or type(exc).__name__
+        ) from None
+
+
+def _parse_bytes(raw: bytes) -> Run:
+    """A run from a document's bytes: tokens streamed when possible, strictly always."""
+    head = raw.lstrip()[:1]
+    is_json = head in (b"{", b"[")
+    run = decode_fast(
+        raw,
+        encoding="json" if is_json else "msgpack",
+        strict=_strict_json if is_json else _strict_msgpack,
+        parse_rest=parse_document,
+    )
+    return run if run is not None else parse_document(_decode(raw))
 
 
 def _document_dict(run: Run) -> dict[str, Any]:
