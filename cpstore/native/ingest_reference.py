@@ -171,4 +171,6 @@ def msgpack_split(
             owed += items
         ends.append(i)
         remaining -= 1
-    return SplitResult(array("Q", ends), ends[-1] if ends else start, first_odd, remaining == 0, nested)
+    return SplitResult(
+        array("Q", ends), ends[-1] if ends else start, first_odd, remaining == 0, nested
+    )

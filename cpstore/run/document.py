@@ -357,7 +357,9 @@ def _strict_msgpack(raw: bytes) -> Any:
         )
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
         raise DocumentError(
-            "not a valid msgpack value", where="document", got=str(exc) or type(exc).__name__
+            "neither a JSON object nor a msgpack map",
+            where="document",
+            got=str(exc) or type(exc).__name__,
         ) from None
 
 

@@ -85,22 +85,6 @@ class EncodedValues(Sequence[Any]):
 
     @overload
     def __getitem__(self, index: int) -> Any: ...
-    def __eq__(self, other: object) -> bool:
-        # A drop-in for the list of values it replaces: equal to any sequence
-        # (not a str or bytes) holding equal values in the same order.
-        if isinstance(other, EncodedValues):
-            return len(self) == len(other) and all(
-                self.encoding(i) == other.encoding(i) for i in range(len(self))
-            )
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes, bytearray)):
-            return len(self) == len(other) and list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"EncodedValues({len(self)} values, {self._blob.nbytes} bytes)"
-
     @overload
     def __getitem__(self, index: slice) -> list[Any]: ...
     def __getitem__(self, index: int | slice) -> Any:

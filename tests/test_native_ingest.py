@@ -1,0 +1,192 @@
+"""The streaming-ingest splitters (cp_ingest.c) agree with their pure-Python twins.
+
+Same members, same resume points, same flags and the same failures, on valid
+documents, on every truncation of them, on random bytes and on hostile
+headers; and on valid input the members they report are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from cpstore.errors import RecordFormatError
+from cpstore.native import binding, ingest_reference
+
+QUICK = os.environ.get("CPSTORE_NATIVE_QUICK") == "1"
+PROPERTY = settings(
+    max_examples=5 if QUICK else 200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20)
+)
+JSON_VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+MSGPACK_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20)
+    | st.binary(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _outcome(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        r = fn(*args, **kwargs)
+    except RecordFormatError as exc:
+        return ("error", exc.what)
+    return (list(r.ends), r.next, r.first_odd, r.done, r.nested_map)
+
+
+def _json_both(data: bytes, start: int, first: bool, expect: int, cap: int) -> Any:
+    native = _outcome(binding.json_split, data, start, first=first, expect_members=expect, cap=cap)
+    ref = _outcome(
+        ingest_reference.json_split, data, start, first=first, expect_members=expect, cap=cap
+    )
+    assert native == ref
+    return native
+
+
+def _msgpack_both(data: bytes, start: int, remaining: int, expect: int, cap: int) -> Any:
+    native = _outcome(binding.msgpack_split, data, start, remaining, expect_members=expect, cap=cap)
+    ref = _outcome(
+        ingest_reference.msgpack_split, data, start, remaining, expect_members=expect, cap=cap
+    )
+    assert native == ref
+    return native
+
+
+@PROPERTY
+@given(st.lists(JSON_VALUES, max_size=8), st.integers(1, 9), st.sampled_from(["", " ", "\n\t "]))
+@example([], 1, "")
+@example([{"a": 1, "b": "x,]\\"}, [1, {"c": {}}], '"}'], 2, " ")
+def test_json_split_finds_every_member_and_agrees_with_reference(
+    items: list[Any], cap: int, ws: str
+) -> None:
+    """Resumed in chunks of cap, both splitters give each member's end; the slices parse back."""
+    text = ("[" + ws + ("," + ws).join(json.dumps(v) + ws for v in items) + "]").encode()
+    pos, first, found = 1, True, []
+    while True:
+        out = _json_both(text, pos, first, 0, cap)
+        assert out[0] != "error"
+        ends, nxt, _, done, _ = out
+        starts = [pos, *[e + 1 for e in ends[:-1]]][: len(ends)]
+        found += [json.loads(text[s:e]) for s, e in zip(starts, ends, strict=True)]
+        if done:
+            break
+        pos, first = nxt, False
+    assert found == items
+
+
+@PROPERTY
+@given(st.lists(JSON_VALUES, max_size=6), st.integers(1, 4))
+def test_json_split_flags_odd_members_and_nested_maps_like_reference(
+    items: list[Any], expect: int
+) -> None:
+    """first_odd and nested_map agree, and first_odd is the first non-map or wrong-size map."""
+    text = json.dumps(items).encode()
+    out = _json_both(text, 1, True, expect, 100)
+    odd = next(
+        (i for i, v in enumerate(items) if not isinstance(v, dict) or len(v) != expect), None
+    )
+    assert out[2] == odd
+
+
+@PROPERTY
+@given(st.binary(max_size=64), st.integers(0, 70), st.booleans(), st.integers(0, 5))
+@example(b'["\\', 1, True, 0)
+@example(b"[[[[", 1, True, 0)
+@example(b"", 0, True, 0)
+def test_json_split_agrees_with_reference_on_any_bytes(
+    data: bytes, start: int, first: bool, expect: int
+) -> None:
+    """Random bytes (unterminated strings, stray brackets, start past the end) agree."""
+    _json_both(data, start, first, expect, 7)
+
+
+@PROPERTY
+@given(st.lists(MSGPACK_VALUES, max_size=8), st.integers(1, 9))
+def test_msgpack_split_finds_every_item_and_agrees_with_reference(
+    items: list[Any], cap: int
+) -> None:
+    """Each item's end is found; each slice unpacks to the item; truncations agree too."""
+    body = b"".join(msgpack.packb(v, use_bin_type=True) for v in items)
+    pos, left, found = 0, len(items), []
+    while left:
+        out = _msgpack_both(body, pos, left, 0, cap)
+        ends = out[0]
+        starts = [pos, *ends[:-1]][: len(ends)]
+        found += [
+            msgpack.unpackb(body[s:e], raw=False, strict_map_key=False)
+            for s, e in zip(starts, ends, strict=True)
+        ]
+        pos, left = out[1], left - len(ends)
+    assert found == items
+    for cut in range(len(body)):
+        _msgpack_both(body[:cut], 0, len(items), 2, 100)
+
+
+@PROPERTY
+@given(st.binary(max_size=64), st.integers(0, 2**33), st.integers(0, 70), st.integers(0, 3))
+@example(b"\xdd\xff\xff\xff\xff", 1, 0, 0)
+@example(b"\xdf\xff\xff\xff\xff\x01", 1, 0, 0)
+@example(b"\xc1", 1, 0, 0)
+@example(b"\xc6\xff\xff\xff\xff", 1, 0, 0)
+def test_msgpack_split_agrees_with_reference_on_any_bytes(
+    data: bytes, remaining: int, start: int, expect: int
+) -> None:
+    """Random bytes and lying length headers give the same items or the same error."""
+    _msgpack_both(data, start, remaining, expect, 5)
+
+
+def test_msgpack_split_refuses_headers_owing_more_than_the_input_holds() -> None:
+    """A header declaring 2**32 items in 6 bytes is truncated input, found without a walk."""
+    with pytest.raises(RecordFormatError, match="ends inside"):
+        binding.msgpack_split(b"\x91\xdd\xff\xff\xff\xff", 0, 1, cap=1)
+
+
+def test_json_split_walks_deep_nesting_without_recursion() -> None:
+    """A million nested brackets are one member, split in linear time by both twins."""
+    depth = 1_000_000
+    text = b"[" + b"[" * depth + b"]" * depth + b",1]"
+    out = binding.json_split(text, 1, first=True, cap=10)
+    assert list(out.ends) == [1 + 2 * depth, 3 + 2 * depth] and out.done
+
+
+def test_splitters_agree_on_a_large_token_document() -> None:
+    """On a 200 000-token list (megabytes), both twins give the same ends, in chunks."""
+    rnd = random.Random(7)
+    items = [
+        {"seq": i, "kind": "rng", "value": rnd.random(), "provenance": "recorded"}
+        for i in range(200_000)
+    ]
+    text = json.dumps(items).encode()
+    assert _json_both(text, 1, True, 4, 1 << 15)[2] is None
+    body = msgpack.packb(items)  # an array32 header (5 bytes), then the items
+    out = _msgpack_both(body, 5, len(items), 4, 1 << 15)
+    assert out[2] is None and len(out[0]) == 1 << 15
