@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 
 from cpstore.cli import (
     audit_commands,
+    convert_command,
     demo,
     inspect_commands,
     maintenance_commands,
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     inspect_commands.add_inspect_parsers(sub)
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
+    convert_command.add_convert_parser(sub)
     return parser
 
 

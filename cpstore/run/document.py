@@ -53,6 +53,7 @@ from cpstore.run.model import (
     list_of,
     pinned_or_none,
 )
+from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
 from cpstore.run.stream import decode_fast
 
 __all__ = [
@@ -265,10 +266,12 @@ def _must_be_regular(mode: int, path: Path) -> None:
         )
 
 
-def _read_regular_file(path: Path, max_bytes: int) -> bytes:
+def _read_regular_file(path: Path, max_bytes: int) -> bytes | Run:
     """At most ``max_bytes + 1`` bytes of ``path``; DocumentError unless it is a regular file.
 
-    A file larger than ``max_bytes`` by its size is refused before any read.
+    A file larger than ``max_bytes`` by its size is refused before any read;
+    a packed run file (known by its first bytes) is mapped, not read, and
+    returned as its :class:`Run` whatever its size.
 
     Checked with stat before opening, so a device whose open has effects (a
     tape, a watchdog) is never opened; then opened non-blocking and checked
@@ -281,6 +284,8 @@ def _read_regular_file(path: Path, max_bytes: int) -> bytes:
     try:
         info = os.fstat(fd)
         _must_be_regular(info.st_mode, path)
+        if is_cprun(os.pread(fd, len(CPRUN_MAGIC), 0)):
+            return load_cprun(fd, path)
         if info.st_size > max_bytes:
             raise _too_large(str(path), info.st_size, max_bytes)
         if nonblock:
@@ -293,15 +298,20 @@ def _read_regular_file(path: Path, max_bytes: int) -> bytes:
 
 
 def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Run:
-    """Parse a run document from a path or from its bytes (JSON or msgpack).
+    """Load a run from a path or from bytes: a JSON or msgpack document, or a packed run file.
 
-    A document over ``max_bytes`` (default :data:`MAX_DOCUMENT_BYTES`) is
-    refused from its size, before it is read or parsed; pass a larger
-    ``max_bytes`` only with about 11x its size in free memory.
+    The kind is told by content: a packed run file by its magic bytes
+    (``.cprun``, mapped and checked, never parsed token by token), JSON by a
+    first non-blank ``{``, anything else is read as msgpack. A JSON or
+    msgpack document over ``max_bytes`` (default :data:`MAX_DOCUMENT_BYTES`)
+    is refused from its size, before it is read; its tokens are streamed into
+    packed records, so parsing needs about 2x its size (docs/run-document.md).
     """
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
         raise InvalidInputError("max_bytes must be a non-negative int", got=max_bytes)
     if isinstance(source, (bytes, bytearray, memoryview)):
+        if is_cprun(source):
+            return parse_cprun(source)
         size = memoryview(source).nbytes
         if size > max_bytes:
             raise _too_large("document", size, max_bytes)
@@ -322,6 +332,8 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
             if isinstance(exc, DocumentError):
                 raise
             raise DocumentError("not a usable path", where=repr(str(path)), got=str(exc)) from None
+        if isinstance(raw, Run):
+            return raw
         if len(raw) > max_bytes:
             raise _too_large(str(path), f"> {max_bytes} bytes", max_bytes)
     else:
@@ -376,7 +388,8 @@ def _parse_bytes(raw: bytes) -> Run:
     return run if run is not None else parse_document(_decode(raw))
 
 
-def _document_dict(run: Run) -> dict[str, Any]:
+def document_dict(run: Run) -> dict[str, Any]:
+    """The run as the mapping a JSON or msgpack document holds (tokens as dicts)."""
     packed = run.tokens
     if packed.values is None:
         raise InvalidInputError(
@@ -421,8 +434,10 @@ def _document_dict(run: Run) -> dict[str, Any]:
 
 
 def dump_document(run: Run, *, encoding: str = "json") -> bytes:
-    """Serialise ``run`` as a run document (``encoding`` is ``json`` or ``msgpack``)."""
-    body = _document_dict(run)
+    """Serialise ``run`` as a run document (``encoding``: ``json``, ``msgpack`` or ``cprun``)."""
+    if encoding == "cprun":
+        return dump_cprun(run)
+    body = document_dict(run)
     if encoding == "json":
         try:
             return json.dumps(body, sort_keys=True, allow_nan=False).encode("utf-8")
@@ -432,4 +447,6 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
             ) from None
     if encoding == "msgpack":
         return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
-    raise InvalidInputError("unknown document encoding", expected=["json", "msgpack"], got=encoding)
+    raise InvalidInputError(
+        "unknown document encoding", expected=["json", "msgpack", "cprun"], got=encoding
+    )
