@@ -222,3 +222,34 @@ int cp_msgpack_split(const uint8_t *data, size_t len, size_t start,
     out->done = remaining == 0;
     return CP_OK;
 }
+
+int cp_hashed_kinds(const uint8_t *records, size_t len, uint32_t *codes,
+                    size_t cap, size_t *count)
+{
+    if (!count || (!records && len) || (!codes && cap))
+        return CP_ERR_NULL;
+    *count = 0;
+    if (len % 32)
+        return CP_ERR_MISALIGNED;
+    size_t found = 0;
+    uint32_t last = 0;  /* 0 is never a kind code: no hit before the first */
+    for (size_t off = 0; off < len; off += 32) {
+        uint32_t code = (uint32_t)records[off + 8] | (uint32_t)records[off + 9] << 8
+                        | (uint32_t)records[off + 10] << 16 | (uint32_t)records[off + 11] << 24;
+        if (!(code & 0x80000000u) || code == last)
+            continue;
+        size_t k = 0;
+        while (k < found && codes[k] != code)
+            k++;
+        if (k == found) {
+            if (found == cap) {
+                *count = found;
+                return CP_ERR_FULL;
+            }
+            codes[found++] = code;
+        }
+        last = code;
+    }
+    *count = found;
+    return CP_OK;
+}

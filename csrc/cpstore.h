@@ -163,6 +163,14 @@ int cp_json_split(const uint8_t *data, size_t len, size_t start, uint32_t first,
 int cp_msgpack_split(const uint8_t *data, size_t len, size_t start,
                      uint64_t remaining, uint32_t expect_members,
                      uint64_t *ends, size_t cap, cp_split_result *out);
+/* The distinct hashed kind codes (high bit set) of a packed token array, in
+ * the order first seen, into codes[0:cap]; *count gets how many. When there
+ * are more than cap, returns CP_ERR_FULL with the first cap in codes. Lets
+ * a validator learn which kind names a log needs without a Python object
+ * per token. */
+#define CP_ERR_FULL -23         /* more distinct values than the caller's room */
+int cp_hashed_kinds(const uint8_t *records, size_t len, uint32_t *codes,
+                    size_t cap, size_t *count);
 /* ==== end of streaming ingest =============================================== */
 
 #endif

@@ -190,3 +190,29 @@ def test_splitters_agree_on_a_large_token_document() -> None:
     body = msgpack.packb(items)  # an array32 header (5 bytes), then the items
     out = _msgpack_both(body, 5, len(items), 4, 1 << 15)
     assert out[2] is None and len(out[0]) == 1 << 15
+
+
+@PROPERTY
+@given(
+    st.lists(
+        st.sampled_from([1, 2, 3, 4, 0x80000001, 0x80000002, 0xFFFFFFFF, 0x80001234, 0x7FFFFFFF]),
+        max_size=60,
+    ),
+    st.integers(0, 5),
+)
+def test_hashed_kinds_agrees_with_reference(codes: list[int], cap: int) -> None:
+    """Distinct hashed codes in first-seen order, capped the same way by both twins."""
+    records = b"".join(
+        i.to_bytes(8, "little") + c.to_bytes(4, "little") + b"\x01" + bytes(19)
+        for i, c in enumerate(codes)
+    )
+    native = binding.hashed_kinds(records, cap)
+    assert native == ingest_reference.hashed_kinds(records, cap)
+    distinct = list(dict.fromkeys(c for c in codes if c & 0x80000000))
+    assert native == (distinct[:cap], len(distinct) > cap)
+
+
+def test_hashed_kinds_refuses_a_partial_record() -> None:
+    """A buffer that is not whole 32-byte records is refused before the C call."""
+    with pytest.raises(RecordFormatError):
+        binding.hashed_kinds(bytes(33))

@@ -370,3 +370,21 @@ def msgpack_split(
         _buf(view), len(view), start, remaining, expect_members, ends, cap, out
     )
     return _split_result(rc, "cp_msgpack_split", "msgpack", ends, out)
+
+
+__all__ += ["hashed_kinds"]
+
+
+def hashed_kinds(records: Buffer, cap: int = 256) -> tuple[list[int], bool]:
+    """Distinct hashed kind codes of a packed token array (first seen first, at most
+    ``cap``), and whether there were more."""
+    view = as_bytes_view(records, "records")
+    record_count(RecordType.TOKEN, len(view), where="records")
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise InvalidInputError("cap must be a non-negative int", got=cap)
+    codes = ffi.new("uint32_t[]", max(cap, 1))
+    count = ffi.new("size_t *")
+    rc = lib.cp_hashed_kinds(_buf(view), len(view), codes, cap, count)
+    if rc not in (lib.CP_OK, lib.CP_ERR_FULL):
+        _check(rc, "cp_hashed_kinds")
+    return [int(codes[i]) for i in range(count[0])], rc == lib.CP_ERR_FULL

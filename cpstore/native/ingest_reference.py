@@ -174,3 +174,20 @@ def msgpack_split(
     return SplitResult(
         array("Q", ends), ends[-1] if ends else start, first_odd, remaining == 0, nested
     )
+
+
+def hashed_kinds(records: bytes, cap: int) -> tuple[list[int], bool]:
+    """Distinct hashed kind codes (high bit set) in first-seen order, at most ``cap``;
+    and whether there were more (``CP_ERR_FULL``)."""
+    if len(records) % 32:
+        raise RecordFormatError(
+            "length is not a whole number of token records", where="records", got=len(records)
+        )
+    found: list[int] = []
+    for off in range(0, len(records), 32):
+        code = int.from_bytes(records[off + 8 : off + 12], "little")
+        if code & 0x80000000 and code not in found:
+            if len(found) == cap:
+                return found, True
+            found.append(code)
+    return found, False

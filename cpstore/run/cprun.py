@@ -1,4 +1,4 @@
-"""Packed run files (``.cprun``, docs/run-document.md "Packed run files"): load is a header check and an mmap.
+"""Packed run files (``.cprun``, docs/run-document.md): loading is a header check and an mmap.
 
 A ``.cprun`` file holds one :class:`Run` with its token stream as the packed
 TOKEN records, the n+1 value offsets and the canonical values blob, each a
@@ -330,7 +330,7 @@ def parse_cprun(
 
 
 def load_cprun(fd: int, path: Path, *, verify: bool = True) -> Run:
-    """Map the packed run file open on ``fd`` (read-only) and parse it; ``fd`` stays the caller's."""
+    """Map the packed run file open on ``fd`` (read-only) and parse it; ``fd`` stays open."""
     size = os.fstat(fd).st_size
     if size == 0:
         raise _bad("packed run file is empty", str(path))

@@ -39,6 +39,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import PROVENANCE_CODES
+from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
 from cpstore.run.model import (
     Effect,
     Observation,
@@ -53,7 +54,6 @@ from cpstore.run.model import (
     list_of,
     pinned_or_none,
 )
-from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
 from cpstore.run.stream import decode_fast
 
 __all__ = [
@@ -318,8 +318,9 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
         raw = bytes(source)
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        got: bytes | Run
         try:
-            raw = _read_regular_file(path, max_bytes)
+            got = _read_regular_file(path, max_bytes)
         except DocumentError:
             raise
         except FileNotFoundError:
@@ -332,8 +333,9 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
             if isinstance(exc, DocumentError):
                 raise
             raise DocumentError("not a usable path", where=repr(str(path)), got=str(exc)) from None
-        if isinstance(raw, Run):
-            return raw
+        if isinstance(got, Run):
+            return got
+        raw = got
         if len(raw) > max_bytes:
             raise _too_large(str(path), f"> {max_bytes} bytes", max_bytes)
     else:

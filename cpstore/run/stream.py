@@ -20,6 +20,7 @@ path whole (:func:`decode_fast` returns None).
 from __future__ import annotations
 
 import dataclasses
+import re
 from array import array
 from collections.abc import Callable, Mapping
 from operator import attrgetter
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from cpstore.errors import CpstoreError, RecordFormatError
+from cpstore.errors import CpstoreError, DocumentError, RecordFormatError
 from cpstore.native.binding import digest_batch, json_split, msgpack_split
 from cpstore.native.columns import encode_values, pack_token_columns
 from cpstore.native.records import KindTable
@@ -58,7 +59,6 @@ _PROVENANCE = attrgetter("provenance")
 _CONTAINERS = frozenset({list, dict, msgspec.msgpack.Ext})
 _JSON_CHUNK = msgspec.json.Decoder(list[_Tok])
 _MSGPACK_CHUNK = msgspec.msgpack.Decoder(list[_Tok])
-_JSON_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _MSGPACK_TOP = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
 _FAST_ERRORS = (
     msgspec.DecodeError,
@@ -159,8 +159,10 @@ class TokenColumns:
         )
 
 
-def _json_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | None:
-    start = 0
+def _json_tokens(
+    raw: memoryview, start: int, strict: StrictDecode
+) -> tuple[PackedTokens, int] | None:
+    """The token array whose text starts at ``raw[start]``, and the offset just past it."""
     while start < len(raw) and raw[start] in b" \t\r\n":
         start += 1
     if start >= len(raw) or raw[start] != 0x5B:  # '[': anything else, the strict path says why
@@ -185,8 +187,86 @@ def _json_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | None:
             if not done:
                 cols.add_strict(strict(text), len(cols))
         if split.done:
-            return cols.finish()
+            return cols.finish(), split.next
         pos, first = split.next, False
+
+
+# A top-level key of a run document: plain lowercase names (anything else,
+# escapes included, is left to the strict path, which names it).
+_KEY = re.compile(rb'[ \t\r\n]*"([a-z_]{1,40})"[ \t\r\n]*:')
+_SKIP = re.compile(rb"[ \t\r\n]*")
+_KNOWN = frozenset(
+    {
+        "format",
+        "run_id",
+        "step",
+        "state_digest",
+        "observations",
+        "call_graph",
+        "transcript_digest",
+        "effects",
+        "ledger_sealed",
+        "harness_accesses",
+        "provenance_tags",
+        "mode",
+    }
+)
+
+
+def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any] | None:
+    """One pass over a JSON document's top level: (other fields decoded, tokens or error).
+
+    The token array is streamed where it stands; every other value is found
+    by the splitter and decoded strictly. None when the top level is not a
+    plain object of plain keys, or repeats a key (the strict path says why).
+    """
+    view = memoryview(raw)
+    pos = _SKIP.match(raw, 0).end()  # type: ignore[union-attr]
+    if pos >= len(raw) or raw[pos] != 0x7B:
+        return None
+    pos += 1
+    fields: dict[str, Any] = {}
+    tokens: Any = None
+    while True:
+        key = _KEY.match(raw, pos)
+        if key is None:
+            return None
+        name = key.group(1).decode()
+        if name in fields or (name == "tokens" and tokens is not None):
+            return None
+        pos = key.end()
+        if name == "tokens":
+            try:
+                found = _json_tokens(view, pos, strict)
+            except DocumentError as exc:
+                # Raised after the other fields' own errors, as the strict path
+                # would: skip the array and read on.
+                tokens, found = exc, None
+            if found is None:
+                if tokens is None:
+                    return None
+                try:
+                    end = json_split(view, pos, first=False, cap=1).ends[0]
+                except RecordFormatError:
+                    return None
+            else:
+                tokens, pos = found
+                end = _SKIP.match(raw, pos).end()  # type: ignore[union-attr]
+                if end >= len(raw) or raw[end] not in b",}":
+                    return None
+        else:
+            try:
+                split = json_split(view, pos, first=False, cap=1)
+            except RecordFormatError:
+                return None
+            end = split.ends[0]
+            # An unknown field is refused by parse_rest by name; never decoded.
+            fields[name] = strict(raw[pos:end]) if name in _KNOWN else None
+        if raw[end] == 0x7D:  # '}'
+            if raw[end + 1 :].strip(b" \t\r\n"):
+                return None
+            return fields, tokens
+        pos = end + 1
 
 
 def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | None:
@@ -237,27 +317,32 @@ def decode_fast(
     right error). ``strict`` decodes a chunk or a field with the document's
     own strict decoder; ``parse_rest`` builds the run from the other fields.
     """
-    try:
-        top: Mapping[str, msgspec.Raw] = (_JSON_TOP if encoding == "json" else _MSGPACK_TOP).decode(
-            raw
-        )
-    except msgspec.DecodeError:
-        return None
-    if "tokens" not in top or "format" not in top:
-        return None
+    tokens: Any
     if encoding == "json":
-        # msgspec keeps the last of duplicate keys; the strict path refuses them.
-        lead = len(raw) - len(raw.lstrip())
+        found = _json_fields(raw, strict)
+        if found is None:
+            return None
+        rest, tokens = found
+        if tokens is None:
+            parse_rest(rest)  # raises: the tokens field is missing
+            return None
+    else:
         try:
-            members = json_split(raw, lead + 1, first=True, cap=len(top) + 1)
-        except RecordFormatError:
+            top: Mapping[str, msgspec.Raw] = _MSGPACK_TOP.decode(raw)
+        except msgspec.DecodeError:
             return None
-        if len(members.ends) != len(top):
+        if "tokens" not in top or "format" not in top:
             return None
-    rest = {key: strict(bytes(value)) for key, value in top.items() if key != "tokens"}
+        rest = {key: strict(bytes(value)) for key, value in top.items() if key != "tokens"}
+        try:
+            tokens = _msgpack_tokens(memoryview(top["tokens"]).cast("B"), strict)
+        except DocumentError as exc:
+            tokens = exc
+        if tokens is None:
+            return None
+    # The other fields first: a wrong format or a bad field is reported the
+    # way the strict path reports it, before any token error.
     run = parse_rest({**rest, "tokens": []})
-    view = memoryview(top["tokens"]).cast("B")
-    tokens = (_json_tokens if encoding == "json" else _msgpack_tokens)(view, strict)
-    if tokens is None:
-        return None
+    if isinstance(tokens, DocumentError):
+        raise tokens
     return dataclasses.replace(run, tokens=tokens)

@@ -48,7 +48,9 @@ def _token_dicts(tokens: PackedTokens) -> Iterator[list[dict[str, Any]]]:
             prov = raw[32 * i + 12]
             if provenance_name(prov) not in PROVENANCE_CODES:
                 raise RecordFormatError(
-                    "token has an invalid provenance", where=f"tokens[{i}]", got=provenance_name(prov)
+                    "token has an invalid provenance",
+                    where=f"tokens[{i}]",
+                    got=provenance_name(prov),
                 )
             code = codes[8 * i + 2]
             chunk.append(
@@ -78,8 +80,11 @@ def _write_json(run: Run, out: BinaryIO) -> int:
     marker = json.dumps(_PLACEHOLDER)
     head, found, tail = text.partition(marker)
     if not found or marker in tail:  # the placeholder text also appears in a value
-        data = json.dumps({**body, "tokens": [t for c in _token_dicts(run.tokens) for t in c]},
-                          sort_keys=True, allow_nan=False).encode()
+        data = json.dumps(
+            {**body, "tokens": [t for c in _token_dicts(run.tokens) for t in c]},
+            sort_keys=True,
+            allow_nan=False,
+        ).encode()
         out.write(data)
         return len(data)
     total = out.write(head.encode() + b"[") or 0
