@@ -253,3 +253,35 @@ int cp_hashed_kinds(const uint8_t *records, size_t len, uint32_t *codes,
     *count = found;
     return CP_OK;
 }
+
+static void put_u64le(uint8_t *p, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+int cp_pack_tokens(const uint64_t *seqs, uint64_t first_seq,
+                   const uint32_t *kinds, size_t kinds_len,
+                   const uint8_t *provs, size_t provs_len,
+                   const uint8_t *digests, size_t n, uint8_t *out)
+{
+    if (n == 0)
+        return CP_OK;
+    if (!kinds || !provs || !digests || !out)
+        return CP_ERR_NULL;
+    if ((kinds_len != 1 && kinds_len != n) || (provs_len != 1 && provs_len != n))
+        return CP_ERR_LENGTH;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *rec = out + 32 * i;
+        uint32_t kind = kinds[kinds_len == 1 ? 0 : i];
+        put_u64le(rec, seqs ? seqs[i] : first_seq + i);
+        rec[8] = (uint8_t)kind;
+        rec[9] = (uint8_t)(kind >> 8);
+        rec[10] = (uint8_t)(kind >> 16);
+        rec[11] = (uint8_t)(kind >> 24);
+        rec[12] = provs[provs_len == 1 ? 0 : i];
+        rec[13] = rec[14] = rec[15] = 0;
+        memcpy(rec + 16, digests + 16 * i, 16);
+    }
+    return CP_OK;
+}

@@ -171,6 +171,16 @@ int cp_msgpack_split(const uint8_t *data, size_t len, size_t start,
 #define CP_ERR_FULL -23         /* more distinct values than the caller's room */
 int cp_hashed_kinds(const uint8_t *records, size_t len, uint32_t *codes,
                     size_t cap, size_t *count);
+/* TOKEN records from columns into out[0:32*n] (docs/format.md): record i
+ * gets seq seqs[i] (or first_seq + i when seqs is NULL), kind kinds[i] and
+ * provenance provs[i] (a column of length 1 is used for every record; any
+ * other length but n is CP_ERR_LENGTH), digest digests[16*i:16*i+16], and
+ * zero reserved bytes. Checks nothing else: the caller checks the values. */
+#define CP_ERR_LENGTH -24       /* a column's length is neither 1 nor n */
+int cp_pack_tokens(const uint64_t *seqs, uint64_t first_seq,
+                   const uint32_t *kinds, size_t kinds_len,
+                   const uint8_t *provs, size_t provs_len,
+                   const uint8_t *digests, size_t n, uint8_t *out);
 /* ==== end of streaming ingest =============================================== */
 
 #endif

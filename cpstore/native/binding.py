@@ -388,3 +388,66 @@ def hashed_kinds(records: Buffer, cap: int = 256) -> tuple[list[int], bool]:
     if rc not in (lib.CP_OK, lib.CP_ERR_FULL):
         _check(rc, "cp_hashed_kinds")
     return [int(codes[i]) for i in range(count[0])], rc == lib.CP_ERR_FULL
+
+
+__all__ += ["pack_tokens"]
+
+
+def _u64_column(values: Any, name: str) -> Any:
+    if isinstance(values, array) and values.typecode == "Q":
+        return values
+    try:
+        return array("Q", values)
+    except (TypeError, OverflowError):
+        raise InvalidInputError(f"{name} must be ints in [0, 2**64)", where=name) from None
+
+
+def pack_tokens(
+    kinds: Any,
+    provs: bytes | bytearray,
+    digests: Buffer,
+    *,
+    seqs: Any = None,
+    first_seq: int = 0,
+) -> bytearray:
+    """TOKEN records from columns (``cp_pack_tokens``), one per 16-byte digest.
+
+    ``seqs`` None numbers them on from ``first_seq``; a ``kinds`` ('I') or
+    ``provs`` column of length 1 is used for every record.
+    """
+    dig = as_bytes_view(digests, "digests")
+    n, rest = divmod(len(dig), 16)
+    if rest:
+        raise InvalidInputError("digests must be whole 16-byte digests", got=len(dig))
+    seq_col = None if seqs is None else _u64_column(seqs, "seqs")
+    if seq_col is not None and len(seq_col) != n:
+        raise InvalidInputError("seqs must have one entry per digest", expected=n, got=len(seq_col))
+    if (
+        isinstance(first_seq, bool)
+        or not isinstance(first_seq, int)
+        or not 0 <= first_seq <= 2**64 - max(n, 1)
+    ):
+        raise InvalidInputError("first_seq + n must stay within [0, 2**64]", got=first_seq)
+    kind_col = kinds if isinstance(kinds, array) and kinds.typecode == "I" else array("I", kinds)
+    out = bytearray(32 * n)
+    if n == 0:
+        return out
+    rc = lib.cp_pack_tokens(
+        ffi.NULL if seq_col is None else ffi.from_buffer("uint64_t[]", seq_col),
+        first_seq,
+        ffi.from_buffer("uint32_t[]", kind_col),
+        len(kind_col),
+        ffi.from_buffer("uint8_t[]", provs),
+        len(provs),
+        _buf(dig),
+        n,
+        ffi.from_buffer("uint8_t[]", out),
+    )
+    if rc == lib.CP_ERR_LENGTH:
+        raise InvalidInputError(
+            "a token column's length is neither 1 nor n",
+            expected=(1, n),
+            got=(len(kind_col), len(provs)),
+        )
+    _check(rc, "cp_pack_tokens")
+    return out

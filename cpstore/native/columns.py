@@ -1,18 +1,16 @@
-"""Token records built a column at a time: the bulk paths of ingest and recording.
+"""Token values a column at a time: the bulk paths of ingest and recording.
 
-Parsing a document or recording a replay's tokens one ``struct.pack`` per
-token costs microseconds each; these helpers build the same bytes
-(docs/format.md) from whole columns: canonical encodings joined into one
-values blob with its offsets, one batch digest, and the 32-byte TOKEN records
-written through strided memoryviews. The bytes equal
-:func:`cpstore.native.records.pack_token` record by record (the tests prove it).
+Parsing a document or recording a replay's tokens one ``encode_value`` per
+token costs microseconds each; :func:`encode_values` gives the same bytes
+(docs/format.md) for a whole list: the canonical encodings joined into one
+values blob with its n+1 offsets, ready for one batch digest and
+:func:`cpstore.native.binding.pack_tokens`.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-import sys
 from array import array
 from collections.abc import Sequence
 from itertools import accumulate
@@ -20,18 +18,16 @@ from typing import Any
 
 import msgspec
 
-from cpstore.errors import InvalidInputError
-from cpstore.native.binding import digest_batch, msgpack_split
+from cpstore.native.binding import msgpack_split
 from cpstore.native.canonical import encode_value
 
-__all__ = ["encode_values", "fast_encoding", "pack_token_columns"]
+__all__ = ["encode_values", "fast_encoding"]
 
 _INT_MIN = -(2**63)
 _INT_END = 2**64
 _FLOAT = struct.Struct(">Bd")
 _NAN = _FLOAT.pack(0xCB, math.nan)
 _NIL, _TRUE, _FALSE = b"\xc0", b"\xc3", b"\xc2"
-_TOKEN = struct.Struct("<QIB3x16s")  # cpstore.native.records.pack_token's layout
 _mp_encode = msgspec.msgpack.Encoder().encode
 
 
@@ -94,45 +90,3 @@ def encode_values(values: Sequence[Any]) -> tuple[bytes | memoryview, array[int]
     offsets = array("Q", [0])
     offsets.extend(accumulate(map(len, encs)))
     return b"".join(encs), offsets
-
-
-def pack_token_columns(
-    seqs: array[int], kinds: array[int], provenance: bytes | bytearray, digests: bytes
-) -> bytearray:
-    """TOKEN records from columns: seqs ('Q'), kind codes ('I'), one provenance byte each,
-    and n 16-byte value digests."""
-    n = len(seqs)
-    if len(kinds) != n or len(provenance) != n or len(digests) != 16 * n:
-        raise InvalidInputError(
-            "token columns must have one entry per token",
-            expected=n,
-            got=(len(kinds), len(provenance), len(digests) // 16),
-        )
-    if seqs.itemsize != 8 or kinds.itemsize != 4:
-        raise InvalidInputError("seqs must be array('Q') and kinds array('I')")
-    if sys.byteorder != "little":  # the strided views below write native order
-        return bytearray(
-            b"".join(
-                _TOKEN.pack(s, k, p, digests[16 * i : 16 * i + 16])
-                for i, (s, k, p) in enumerate(zip(seqs, kinds, provenance, strict=True))
-            )
-        )
-    out = bytearray(32 * n)
-    if not n:
-        return out
-    words = memoryview(out).cast("Q")
-    words[0::4] = memoryview(seqs).cast("B").cast("Q")
-    # Bytes 8..15 of a record: kind (u32 LE), provenance (u8), 3 reserved zeros.
-    middle = memoryview(out).cast("I")
-    middle[2::8] = memoryview(kinds).cast("B").cast("I")
-    raw = memoryview(out)
-    raw[12::32] = provenance
-    dig = memoryview(digests).cast("Q")
-    words[2::4] = dig[0::2]
-    words[3::4] = dig[1::2]
-    return out
-
-
-def digests_of(blob: bytes, offsets: array[int]) -> bytes:
-    """Batch digests of the encodings in ``blob`` split at ``offsets``."""
-    return digest_batch(blob, offsets)

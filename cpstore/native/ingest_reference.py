@@ -10,12 +10,14 @@ caller decodes every chunk with a full parser.
 
 from __future__ import annotations
 
+import struct
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cpstore.errors import RecordFormatError
 
-__all__ = ["SplitResult", "json_split", "msgpack_split"]
+__all__ = ["SplitResult", "hashed_kinds", "json_split", "msgpack_split", "pack_tokens"]
 
 
 @dataclass(frozen=True)
@@ -191,3 +193,35 @@ def hashed_kinds(records: bytes, cap: int) -> tuple[list[int], bool]:
                 return found, True
             found.append(code)
     return found, False
+
+
+_TOKEN = struct.Struct("<QIB3x16s")
+
+
+def pack_tokens(
+    kinds: Sequence[int],
+    provs: bytes | bytearray,
+    digests: bytes,
+    *,
+    seqs: Sequence[int] | None = None,
+    first_seq: int = 0,
+) -> bytes:
+    """TOKEN records from columns (``cp_pack_tokens``); a column of length 1 is broadcast."""
+    n = len(digests) // 16
+    if n == 0:
+        return b""
+    if len(kinds) not in (1, n) or len(provs) not in (1, n):
+        raise RecordFormatError(
+            "a token column's length is neither 1 nor n",
+            expected=(1, n),
+            got=(len(kinds), len(provs)),
+        )
+    return b"".join(
+        _TOKEN.pack(
+            first_seq + i if seqs is None else seqs[i],
+            kinds[0 if len(kinds) == 1 else i],
+            provs[0 if len(provs) == 1 else i],
+            digests[16 * i : 16 * i + 16],
+        )
+        for i in range(n)
+    )

@@ -58,7 +58,6 @@ __all__ = [
 _TOKEN_SIZE = RECORD_SIZE[RecordType.TOKEN]
 
 
-
 class ReplayMode(enum.Enum):
     """How a replay resolved nondeterminism tokens (seed 002)."""
 

@@ -29,8 +29,8 @@ from typing import Any, Literal
 import msgspec
 
 from cpstore.errors import CpstoreError, DocumentError, RecordFormatError
-from cpstore.native.binding import digest_batch, json_split, msgpack_split
-from cpstore.native.columns import encode_values, pack_token_columns
+from cpstore.native.binding import digest_batch, json_split, msgpack_split, pack_tokens
+from cpstore.native.columns import encode_values
 from cpstore.native.records import KindTable
 from cpstore.run.model import PackedTokens, Run, TokenPacker, fields_of, list_of
 from cpstore.run.values import EncodedValues
@@ -105,7 +105,7 @@ class TokenColumns:
     ) -> None:
         """Append n tokens given as columns (``offs``: n+1 offsets into ``blob``)."""
         digests = digest_batch(blob, offs)
-        self.records += pack_token_columns(seqs, codes, provs, digests)
+        self.records += pack_tokens(codes, provs, digests, seqs=seqs)
         base = len(self.blob)
         self.blob += blob
         if base:

@@ -16,7 +16,7 @@ import os
 import struct
 import warnings
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cpstore.errors import (
@@ -27,12 +27,13 @@ from cpstore.errors import (
     UnsealedEffectsError,
 )
 from cpstore.native.args import as_offsets, check_text, little_endian_offsets, non_empty_text
-from cpstore.native.binding import digest, digest_batch
+from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
+from cpstore.store.bulk import BulkAppends
 from cpstore.store.manifest import (
     encode_digest_map,
     encode_manifest_parts,
@@ -66,7 +67,7 @@ def _step(value: object) -> int:
 
 
 
-class Recorder:
+class Recorder(BulkAppends):
     """Records one run on one branch; create with :meth:`Store.recorder`."""
 
     def __init__(self, store: Backend, run_id: str, branch: str, parent: str | None) -> None:
@@ -254,37 +255,6 @@ class Recorder:
         self._offsets.append(len(self._values))
         self._dirty.add("tokens")
         return seq
-
-    def tokens(self, items: Iterable[tuple[str, Any]], *, provenance: str = "recorded") -> None:
-        """Record many tokens at once (one batch digest over their encodings)."""
-        prov = PROVENANCE_CODES.get(provenance)
-        if prov is None:
-            raise InvalidInputError(
-                "unknown provenance", expected=list(PROVENANCE_CODES), got=provenance
-            )
-        codes: list[int] = []
-        encs: list[bytes] = []
-        offsets = [0]
-        for item in items:
-            if not isinstance(item, tuple) or len(item) != 2:
-                raise InvalidInputError("each token must be a (kind, value) tuple", got=item)
-            codes.append(self._kind(item[0]))
-            enc = encode_value(item[1])
-            encs.append(enc)
-            offsets.append(offsets[-1] + len(enc))
-        if not encs:
-            return
-        blob = b"".join(encs)
-        digests = digest_batch(blob, offsets)
-        seq = len(self._tokens) // _TOKEN.size
-        base = len(self._values)
-        pack = _TOKEN.pack
-        self._tokens += b"".join(
-            pack(seq + i, code, prov, digests[16 * i : 16 * i + 16]) for i, code in enumerate(codes)
-        )
-        self._values += blob
-        self._offsets.extend(base + off for off in offsets[1:])
-        self._dirty.add("tokens")
 
     def decision(self, step: int, node: Mapping[str, Any]) -> None:
         """Record a call-graph decision; stored as ``node`` with ``"step"`` set."""
