@@ -285,3 +285,79 @@ int cp_pack_tokens(const uint64_t *seqs, uint64_t first_seq,
     }
     return CP_OK;
 }
+
+static size_t put_be(uint8_t *p, uint8_t head, uint64_t v, int bytes)
+{
+    p[0] = head;
+    for (int k = 0; k < bytes; k++)
+        p[1 + k] = (uint8_t)(v >> (8 * (bytes - 1 - k)));
+    return (size_t)bytes + 1;
+}
+
+/* msgpack's shortest form of an unsigned integer. */
+static size_t enc_uint(uint8_t *p, uint64_t v)
+{
+    if (v < 0x80) {
+        p[0] = (uint8_t)v;
+        return 1;
+    }
+    if (v <= 0xff)
+        return put_be(p, 0xcc, v, 1);
+    if (v <= 0xffff)
+        return put_be(p, 0xcd, v, 2);
+    if (v <= 0xffffffffu)
+        return put_be(p, 0xce, v, 4);
+    return put_be(p, 0xcf, v, 8);
+}
+
+/* msgpack's shortest form of a signed integer (non-negatives as unsigned). */
+static size_t enc_int(uint8_t *p, int64_t v)
+{
+    if (v >= 0)
+        return enc_uint(p, (uint64_t)v);
+    if (v >= -32) {
+        p[0] = (uint8_t)(int8_t)v;
+        return 1;
+    }
+    if (v >= -128)
+        return put_be(p, 0xd0, (uint64_t)v & 0xff, 1);
+    if (v >= -32768)
+        return put_be(p, 0xd1, (uint64_t)v & 0xffff, 2);
+    if (v >= -2147483647 - 1)
+        return put_be(p, 0xd2, (uint64_t)v & 0xffffffffu, 4);
+    return put_be(p, 0xd3, (uint64_t)v, 8);
+}
+
+int cp_encode_numbers(uint32_t number_type, const uint8_t *data, size_t n,
+                      uint8_t *out, size_t out_cap, uint64_t *offsets)
+{
+    if (!offsets || (n && (!data || !out)))
+        return CP_ERR_NULL;
+    if (number_type < CP_NUM_INT64 || number_type > CP_NUM_FLOAT64)
+        return CP_ERR_RECORD_TYPE;
+    if (n > out_cap / 9)
+        return CP_ERR_LENGTH;
+    size_t at = 0;
+    offsets[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t bits;
+        memcpy(&bits, data + 8 * i, 8);
+        if (number_type == CP_NUM_INT64) {
+            int64_t v;
+            memcpy(&v, &bits, 8);
+            at += enc_int(out + at, v);
+        } else if (number_type == CP_NUM_UINT64) {
+            at += enc_uint(out + at, bits);
+        } else {
+            double d;
+            memcpy(&d, &bits, 8);
+            if (d != d)
+                bits = 0x7ff8000000000000ull;   /* the canonical NaN */
+            else if (d == 0.0)
+                bits = 0;                       /* -0.0 is 0.0 */
+            at += put_be(out + at, 0xcb, bits, 8);
+        }
+        offsets[i + 1] = at;
+    }
+    return CP_OK;
+}

@@ -181,6 +181,17 @@ int cp_pack_tokens(const uint64_t *seqs, uint64_t first_seq,
                    const uint32_t *kinds, size_t kinds_len,
                    const uint8_t *provs, size_t provs_len,
                    const uint8_t *digests, size_t n, uint8_t *out);
+/* Canonical encodings (docs/format.md) of n numbers, back to back into
+ * out[0:out_cap], with offsets[0..n] (offsets[0] = 0) where each starts and
+ * ends. number_type says what data holds, n native-order elements of:
+ * CP_NUM_INT64, CP_NUM_UINT64 or CP_NUM_FLOAT64 (NaN written as the one
+ * canonical NaN, -0.0 as 0.0). out_cap must be at least 9*n (the longest
+ * encoding), else CP_ERR_LENGTH. */
+#define CP_NUM_INT64 1
+#define CP_NUM_UINT64 2
+#define CP_NUM_FLOAT64 3
+int cp_encode_numbers(uint32_t number_type, const uint8_t *data, size_t n,
+                      uint8_t *out, size_t out_cap, uint64_t *offsets);
 /* ==== end of streaming ingest =============================================== */
 
 #endif

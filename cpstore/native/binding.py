@@ -314,7 +314,7 @@ def scan_tokens(records: Buffer) -> TokenScan:
 
 from array import array  # noqa: E402
 
-from cpstore.native.ingest_reference import SplitResult  # noqa: E402
+from cpstore.native.ingest_reference import NUMBER_TYPES, SplitResult  # noqa: E402
 
 __all__ += ["SplitResult", "json_split", "msgpack_split"]
 
@@ -451,3 +451,30 @@ def pack_tokens(
         )
     _check(rc, "cp_pack_tokens")
     return out
+
+
+__all__ += ["NUMBER_TYPES", "encode_numbers"]
+
+
+def encode_numbers(values: array[int] | array[float]) -> tuple[bytearray, array[int]]:
+    """Canonical encodings of an ``array('q'|'Q'|'d')`` joined, and n+1 offsets (natively)."""
+    if not isinstance(values, array) or values.typecode not in NUMBER_TYPES:
+        raise InvalidInputError(
+            "numbers must be an array of 'q', 'Q' or 'd'",
+            expected=sorted(NUMBER_TYPES),
+            got=getattr(values, "typecode", type(values).__name__),
+        )
+    n = len(values)
+    out = bytearray(9 * n)
+    offsets = array("Q", bytes(8 * (n + 1)))
+    rc = lib.cp_encode_numbers(
+        NUMBER_TYPES[values.typecode],
+        ffi.from_buffer("uint8_t[]", values) if n else ffi.NULL,
+        n,
+        ffi.from_buffer("uint8_t[]", out) if n else ffi.NULL,
+        len(out),
+        ffi.from_buffer("uint64_t[]", offsets, require_writable=True),
+    )
+    _check(rc, "cp_encode_numbers")
+    del out[offsets[-1] :]
+    return out, offsets

@@ -16,8 +16,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cpstore.errors import RecordFormatError
+from cpstore.native.canonical import encode_value
 
-__all__ = ["SplitResult", "hashed_kinds", "json_split", "msgpack_split", "pack_tokens"]
+__all__ = [
+    "NUMBER_TYPES",
+    "SplitResult",
+    "encode_numbers",
+    "hashed_kinds",
+    "json_split",
+    "msgpack_split",
+    "pack_tokens",
+]
 
 
 @dataclass(frozen=True)
@@ -225,3 +234,22 @@ def pack_tokens(
         )
         for i in range(n)
     )
+
+
+#: ``number_type`` of :func:`encode_numbers` (``CP_NUM_*``): the array typecode it reads.
+NUMBER_TYPES = {"q": 1, "Q": 2, "d": 3}
+
+
+def encode_numbers(values: array[int] | array[float]) -> tuple[bytes, array[int]]:
+    """Canonical encodings of an ``array('q'|'Q'|'d')`` joined, and n+1 offsets."""
+    if values.typecode not in NUMBER_TYPES:
+        raise RecordFormatError(
+            "numbers must be an array of 'q', 'Q' or 'd'",
+            expected=sorted(NUMBER_TYPES),
+            got=values.typecode,
+        )
+    parts = [encode_value(v) for v in values]
+    offsets = array("Q", [0])
+    for part in parts:
+        offsets.append(offsets[-1] + len(part))
+    return b"".join(parts), offsets

@@ -18,7 +18,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from cpstore.errors import CanonicalEncodingError, InvalidInputError
-from cpstore.native.binding import digest_batch, pack_tokens, scan_tokens
+from cpstore.native.binding import (
+    NUMBER_TYPES,
+    digest_batch,
+    encode_numbers,
+    pack_tokens,
+    scan_tokens,
+)
 from cpstore.native.canonical import encode_value
 from cpstore.native.columns import encode_values
 from cpstore.native.records import PROVENANCE_CODES, KindTable
@@ -63,6 +69,17 @@ def _scalar_list(values: Any) -> list[Any]:
     return list(values)
 
 
+def _numbers(values: Any) -> array[Any] | None:
+    """``values`` as an ``array('q'|'Q'|'d')`` when it is one (or a memoryview of one)."""
+    if isinstance(values, array) and values.typecode in NUMBER_TYPES:
+        return values
+    if isinstance(values, memoryview) and values.format in NUMBER_TYPES and values.ndim == 1:
+        out = array(values.format)
+        out.frombytes(values.tobytes())
+        return out
+    return None
+
+
 def _kind_codes(records: memoryview) -> array[int]:
     """The kind code of each TOKEN record (bytes 8..11, little-endian)."""
     codes = array("I")
@@ -87,7 +104,11 @@ class BulkAppends:
     effect: Callable[[str, bytes], int]
 
     def _append_columns(
-        self, codes: array[int], provs: bytes, blob: bytes | memoryview, offs: array[int]
+        self,
+        codes: array[int],
+        provs: bytes,
+        blob: bytes | bytearray | memoryview,
+        offs: array[int],
     ) -> int:
         n = len(offs) - 1
         first = len(self._tokens) // _TOKEN_SIZE
@@ -128,8 +149,15 @@ class BulkAppends:
         any value or kind is refused.
         """
         prov = _provenance(provenance)
-        vals = _scalar_list(values)
-        n = len(vals)
+        numbers = _numbers(values)
+        blob: bytes | bytearray | memoryview
+        if numbers is not None:
+            # int64 / uint64 / float64 columns: encoded natively, no object per value.
+            blob, offs = encode_numbers(numbers)
+            n = len(numbers)
+        else:
+            vals = _scalar_list(values)
+            n = len(vals)
         if isinstance(kind, str):
             codes = array("I", [self._kind(kind)])  # one kind: broadcast natively
         else:
@@ -140,7 +168,8 @@ class BulkAppends:
                 )
             table = {k: self._kind(k) for k in set(kinds)}
             codes = array("I", map(table.__getitem__, kinds))
-        blob, offs = self._encode(vals)
+        if numbers is None:
+            blob, offs = self._encode(vals)
         return self._append_columns(codes, bytes([prov]), blob, offs)
 
     def tokens(self, items: Iterable[tuple[str, Any]], *, provenance: str = "recorded") -> None:
