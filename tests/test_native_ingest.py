@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
+from array import array
 from typing import Any
 
 import msgpack
@@ -17,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cpstore.errors import RecordFormatError
+from cpstore.errors import InvalidInputError, RecordFormatError
 from cpstore.native import binding, ingest_reference
+from cpstore.native.canonical import encode_value
 
 QUICK = os.environ.get("CPSTORE_NATIVE_QUICK") == "1"
 PROPERTY = settings(
@@ -216,3 +219,79 @@ def test_hashed_kinds_refuses_a_partial_record() -> None:
     """A buffer that is not whole 32-byte records is refused before the C call."""
     with pytest.raises(RecordFormatError):
         binding.hashed_kinds(bytes(33))
+
+
+@PROPERTY
+@given(
+    st.sampled_from(["q", "Q", "d"]).flatmap(
+        lambda code: st.tuples(
+            st.just(code),
+            st.lists(
+                st.integers(-(2**63), 2**63 - 1)
+                if code == "q"
+                else st.integers(0, 2**64 - 1)
+                if code == "Q"
+                else st.floats(allow_nan=True, allow_infinity=True),
+                max_size=50,
+            ),
+        )
+    )
+)
+@example(("q", [0, 127, 128, -32, -33, -128, -129, 2**15, -(2**15) - 1, -(2**63), 2**63 - 1]))
+@example(("d", [0.0, -0.0, float("nan"), float("-inf")]))
+def test_encode_numbers_agrees_with_reference_and_encode_value(case: tuple[str, list[Any]]) -> None:
+    """Native canonical encodings of number arrays equal encode_value's, NaN and -0.0 folded."""
+    code, values = case
+    numbers = array(code, values)
+    native = binding.encode_numbers(numbers)
+    assert native == ingest_reference.encode_numbers(numbers)
+    blob, offsets = native
+    assert [bytes(blob[offsets[i] : offsets[i + 1]]) for i in range(len(values))] == [
+        encode_value(v) for v in numbers
+    ]
+
+
+def test_encode_numbers_refuses_other_arrays() -> None:
+    """Only int64, uint64 and float64 arrays are encoded natively."""
+    with pytest.raises(InvalidInputError):
+        binding.encode_numbers(array("i", [1]))
+
+
+@PROPERTY
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2**64 - 1),
+            st.integers(1, 2**32 - 1),
+            st.integers(0, 255),
+            st.binary(min_size=16, max_size=16),
+        ),
+        max_size=30,
+    ),
+    st.booleans(),
+    st.integers(0, 2**32),
+)
+def test_pack_tokens_agrees_with_reference_and_pack_token(
+    rows: list[tuple[int, int, int, bytes]], broadcast: bool, first: int
+) -> None:
+    """Columns give the records pack_token gives, with explicit or numbered seqs and broadcasts."""
+    seqs = [r[0] for r in rows]
+    kinds = [rows[0][1]] if broadcast and rows else [r[1] for r in rows]
+    provs = bytes([rows[0][2]]) if broadcast and rows else bytes(r[2] for r in rows)
+    digests = b"".join(r[3] for r in rows)
+    for kw in ({"seqs": seqs}, {"first_seq": first}):
+        native = binding.pack_tokens(kinds, provs, digests, **kw)  # type: ignore[arg-type]
+        assert bytes(native) == ingest_reference.pack_tokens(kinds, provs, digests, **kw)  # type: ignore[arg-type]
+    expected = b"".join(
+        struct.pack("<QIB3x16s", s, kinds[0 if broadcast else i], provs[0 if broadcast else i], d)
+        for i, (s, _, _, d) in enumerate(rows)
+    )
+    assert bytes(binding.pack_tokens(kinds, provs, digests, seqs=seqs)) == expected
+
+
+def test_pack_tokens_refuses_columns_of_the_wrong_length() -> None:
+    """A kinds column of neither 1 nor n entries is refused by both twins."""
+    with pytest.raises(InvalidInputError):
+        binding.pack_tokens([1, 1], b"\x01", bytes(48))
+    with pytest.raises(RecordFormatError):
+        ingest_reference.pack_tokens([1, 1], b"\x01", bytes(48))
