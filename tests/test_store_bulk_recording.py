@@ -162,7 +162,11 @@ def test_packed_records_with_a_wrong_digest_seq_or_kind_are_refused(tmp_path: Pa
         PackedTokens(pack_token_value(1, "x.y", 1, 5), values=[5]),  # hashed kind, no name
     ]
     for i, packed in enumerate(cases):
-        _refused(tmp_path / str(i), lambda rec, p=packed: rec.tokens_packed(p), None)
+
+        def record(rec: Recorder, p: PackedTokens = packed) -> int:
+            return rec.tokens_packed(p)
+
+        _refused(tmp_path / str(i), record, None)
     _checkpoint_of(tmp_path / "ok", lambda rec: rec.tokens_packed(PackedTokens(good, values=[5])))
 
 
