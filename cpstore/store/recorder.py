@@ -19,6 +19,9 @@ from array import array
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import msgspec
+from xxhash import xxh3_128_digest as _xxh3_128
+
 from cpstore.errors import (
     ConflictError,
     InvalidInputError,
@@ -29,6 +32,7 @@ from cpstore.errors import (
 from cpstore.native.args import as_offsets, check_text, little_endian_offsets, non_empty_text
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.columns import fast_encoding
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
@@ -57,6 +61,9 @@ __all__ = ["Recorder"]
 # Same bytes as cpstore.native.records.pack_token (a golden test pins it); inlined
 # here because token() is on the runtime's hot path.
 _TOKEN = struct.Struct("<QIB3x16s")
+_PROVENANCE = {name: int(code) for name, code in PROVENANCE_CODES.items()}
+_INT64, _UINT64_END = 2**63, 2**64
+_msgpack = msgspec.msgpack.Encoder().encode
 
 
 def _step(value: object) -> int:
@@ -84,6 +91,7 @@ class Recorder(BulkAppends):
         self._values = bytearray()
         self._offsets = array("Q", [0])
         self._kinds = KindTable()
+        self._kind_cache: dict[str, int] = {}
         self._observations: list[list[Any]] = []
         self._graph: list[dict[str, Any]] = []
         self._effects: list[list[Any]] = []
@@ -242,17 +250,31 @@ class Recorder(BulkAppends):
 
     def token(self, kind: str, value: Any, *, provenance: str = "recorded") -> int:
         """Record one nondeterminism token and return its seq."""
-        prov = PROVENANCE_CODES.get(provenance)
+        # The runtime's hot path: plain-dict lookups, the scalar shortcut of the
+        # canonical encoding, python-xxhash for the small digest (same bytes).
+        prov = _PROVENANCE.get(provenance) if type(provenance) is str else None
         if prov is None:
             raise InvalidInputError(
                 "unknown provenance", expected=list(PROVENANCE_CODES), got=provenance
             )
-        code = self._kind(kind)
-        enc = encode_value(value)
-        seq = len(self._tokens) // _TOKEN.size
-        self._tokens += _TOKEN.pack(seq, code, prov, digest(enc))
-        self._values += enc
-        self._offsets.append(len(self._values))
+        code = self._kind_cache.get(kind) if type(kind) is str else None
+        if code is None:
+            code = self._kind(kind)
+            self._kind_cache[kind] = code
+        kind_of = type(value)
+        if (kind_of is int and -_INT64 <= value < _UINT64_END) or kind_of is str:
+            try:
+                enc = _msgpack(value)  # shortest form: the canonical one (fast_encoding)
+            except UnicodeEncodeError:
+                enc = fast_encoding(value)  # a lone surrogate: raises naming it
+        else:
+            enc = fast_encoding(value)
+        tokens = self._tokens
+        seq = len(tokens) >> 5
+        tokens += _TOKEN.pack(seq, code, prov, _xxh3_128(enc))
+        values = self._values
+        values += enc
+        self._offsets.append(len(values))
         self._dirty.add("tokens")
         return seq
 
