@@ -81,12 +81,12 @@ class TokenColumns:
     def __init__(self, kinds: KindTable | None = None) -> None:
         self.records = bytearray()
         self.blob = bytearray()
-        self.offsets = array("Q", [0])
+        self._count = 0
         self.kinds = kinds if kinds is not None else KindTable()
         self._codes: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return self._count
 
     def _code(self, kind: str) -> int:
         code = self._codes.get(kind)
@@ -106,18 +106,14 @@ class TokenColumns:
         """Append n tokens given as columns (``offs``: n+1 offsets into ``blob``)."""
         digests = digest_batch(blob, offs)
         self.records += pack_tokens(codes, provs, digests, seqs=seqs)
-        base = len(self.blob)
         self.blob += blob
-        if base:
-            self.offsets.extend(map(base.__add__, offs[1:]))
-        else:
-            self.offsets.extend(offs[1:])
+        self._count += len(offs) - 1
 
     def add_structs(self, toks: list[_Tok]) -> bool:
         """Append decoded tokens; False (nothing appended) when one needs the strict path."""
         try:
             values = list(map(_VALUE, toks))
-            if not _CONTAINERS.isdisjoint(map(type, values)):
+            if not _CONTAINERS.isdisjoint(set(map(type, values))):
                 return False  # the strict path checks a container's keys
             seqs = array("Q", map(_SEQ, toks))
             kinds = list(map(_KIND, toks))
@@ -151,10 +147,16 @@ class TokenColumns:
 
     def finish(self) -> PackedTokens:
         """The tokens as :class:`PackedTokens` with lazily decoded values."""
+        # The blob is canonical encodings back to back, each one msgpack item:
+        # one native split over all of it gives every offset (cheaper than
+        # shifting each chunk's offsets in Python).
+        offsets = array("Q", [0])
+        if self._count:
+            offsets += msgpack_split(self.blob, 0, self._count, cap=self._count).ends
         # Handed over without a copy: nothing else holds these buffers.
         return PackedTokens(
             self.records,
-            values=EncodedValues(self.blob, self.offsets),
+            values=EncodedValues(self.blob, offsets),
             kind_names=dict(self.kinds.names),
         )
 
