@@ -181,3 +181,36 @@ def test_msgpack_tokens_with_non_string_keys_in_values_are_refused_like_strict()
     with pytest.raises(DocumentError) as slow:
         _strict(raw)
     assert fast.value.what.split()[0:2] == slow.value.what.split()[0:2]
+
+
+@pytest.mark.parametrize("indent", [None, 2, "\t"])
+def test_pretty_printed_and_reordered_json_streams_the_same(
+    small_chunks: None, indent: Any
+) -> None:
+    """Whitespace, key order and escapes anywhere give the strict parser's run."""
+    doc = _doc(
+        [("rng", 1, "recorded"), ("caf\u00e9", "\u2603", "live"), ("tool", None, "recorded")]
+    )
+    reordered = dict(reversed(list(doc.items())))
+    for body in (doc, reordered):
+        _same(json.dumps(body, indent=indent, ensure_ascii=True).encode())
+        _same(json.dumps(body, indent=indent, ensure_ascii=False).encode())
+
+
+@pytest.mark.parametrize("encoding", ["json", "json-indented", "msgpack"])
+def test_an_ordinary_document_takes_the_streaming_path(encoding: str) -> None:
+    """decode_fast reads an ordinary document itself (no silent fall-back to the whole parse)."""
+    doc = _doc([("rng", i, "recorded") for i in range(10)])
+    if encoding == "msgpack":
+        raw, strict = msgpack.packb(doc), document._strict_msgpack
+    else:
+        raw = json.dumps(doc, indent=2 if encoding == "json-indented" else None).encode()
+        strict = document._strict_json
+    run = stream.decode_fast(
+        raw,
+        encoding="msgpack" if encoding == "msgpack" else "json",
+        strict=strict,
+        parse_rest=parse_document,
+    )
+    assert run is not None and isinstance(run.tokens.values, EncodedValues)
+    assert list(run.tokens.values) == list(range(10))
