@@ -252,14 +252,16 @@ class Recorder(BulkAppends):
         """Record one nondeterminism token and return its seq."""
         # The runtime's hot path: plain-dict lookups, the scalar shortcut of the
         # canonical encoding, python-xxhash for the small digest (same bytes).
-        prov = _PROVENANCE.get(provenance) if type(provenance) is str else None
-        if prov is None:
+        try:
+            prov = _PROVENANCE[provenance]
+        except (KeyError, TypeError):
             raise InvalidInputError(
                 "unknown provenance", expected=list(PROVENANCE_CODES), got=provenance
-            )
-        code = self._kind_cache.get(kind) if type(kind) is str else None
-        if code is None:
-            code = self._kind(kind)
+            ) from None
+        try:
+            code = self._kind_cache[kind]
+        except (KeyError, TypeError):
+            code = self._kind(kind)  # raises for a kind that is not a usable name
             self._kind_cache[kind] = code
         kind_of = type(value)
         if (kind_of is int and -_INT64 <= value < _UINT64_END) or kind_of is str:
