@@ -21,12 +21,13 @@ decision boundary):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, BinaryIO
 
 from cpstore.replay.cursor import ReplayCursor
 from cpstore.replay.guards import LedgerGuard, PinnedObservations
 from cpstore.replay.source import CheckpointSource
 from cpstore.run.model import ReplayMode, Run
+from cpstore.run.writer import write_document
 
 __all__ = ["ReplaySession"]
 
@@ -62,6 +63,23 @@ class ReplaySession:
     def harness_access(self, access: Any) -> None:
         """Record an access the replay harness itself made (seed 004)."""
         self._harness.append(access)
+
+    def write(
+        self,
+        out: BinaryIO,
+        state_digest: str,
+        *,
+        transcript_digest: str | None = None,
+        encoding: str = "cprun",
+    ) -> int:
+        """Write the replay (:meth:`finish`'s run) to a binary stream; returns bytes written.
+
+        ``cprun`` (the default) writes the packed records as they are, so a
+        replay validated in another process needs no document at all:
+        ``validate(cp_id, load_document(path), store=store)``.
+        """
+        run = self.finish(state_digest, transcript_digest=transcript_digest)
+        return write_document(run, out, encoding=encoding)
 
     def finish(self, state_digest: str, *, transcript_digest: str | None = None) -> Run:
         """The replay as a :class:`Run`, ready for :func:`validate`."""
