@@ -12,10 +12,12 @@ Parsing is strict: a missing field, a field of the wrong type, an unknown
 field or an unknown ``format`` raises :class:`DocumentError` (or
 :class:`FormatVersionError`) naming the field, never a verdict. Nothing is
 allocated from a count the document declares; memory grows only with bytes
-actually read, and :data:`MAX_DOCUMENT_BYTES` bounds those: parsing is not
-streaming, and a document peaks at about 8x (JSON) to 11x (msgpack) its size
-in memory (docs/run-document.md), so the limit is checked on the byte size
-before anything is parsed.
+actually read. The token list is streamed into packed records a chunk at a
+time (:mod:`cpstore.run.stream`, with :func:`parse_document` as the spec), so
+a token document peaks near 2x its size; a single value made of many tiny
+containers still becomes Python objects, which :data:`MAX_DOCUMENT_BYTES`
+bounds (checked on the byte size before anything is parsed). A packed run
+file (:mod:`cpstore.run.cprun`) is mapped, not parsed.
 """
 
 from __future__ import annotations
@@ -66,10 +68,10 @@ __all__ = [
 ]
 #: The run-document format version this cpstore reads and writes.
 DOCUMENT_FORMAT = 1
-#: Largest document :func:`load_document` reads, in bytes (``max_bytes=`` overrides it).
-#: Parsing holds the whole document as Python objects: a token document peaks at
-#: about 8x its size (JSON) to 11x (msgpack) in RSS, so 128 MiB keeps the peak
-#: near 1.4 GiB (measured in docs/run-document.md, "Bounded memory").
+#: Largest JSON/msgpack document :func:`load_document` reads, in bytes (``max_bytes=``
+#: overrides it). Tokens are streamed (a token document peaks near 2x its size), but
+#: a value of many tiny containers is decoded into Python objects; the limit bounds
+#: that (measured in docs/run-document.md, "Bounded memory").
 MAX_DOCUMENT_BYTES = 128 << 20
 
 PathOrBytes = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
