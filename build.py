@@ -24,7 +24,7 @@ from cffi import FFI
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
 HEADER = CSRC / "cpstore.h"
-SOURCES = ["cpstore.c", "cp_xxh_avx2.c", "cp_xxh_avx512.c", "cp_chunk.c"]
+SOURCES = ["cpstore.c", "cp_xxh_avx2.c", "cp_xxh_avx512.c", "cp_chunk.c", "cp_ingest.c"]
 MISSING = (
     "cpstore: the xxHash header <xxhash.h> was not found; install libxxhash-dev "
     "(Debian/Ubuntu), xxhash-devel (Fedora) or xxhash (Homebrew), or point "

@@ -16,27 +16,47 @@ Sizes: ``CPSTORE_BENCH_SIZE=quick`` (default, 1 M tokens) or ``full`` (10 M);
   tracemalloc), and the peak RSS (VmHWM) of a fresh process that builds a
   packed replay and validates it (Linux only);
 - the per-token cost of :class:`ReplayCursor` (target <= 1 us/token), over
-  in-memory values and over a stored checkpoint (which adds decode + verify).
+  in-memory values and over a stored checkpoint (which adds decode + verify);
+- issue 13, each interleaved with its baseline (REPEATS repeats, medians with
+  min-max, paired ratios): validate from packed ``.cprun`` files vs reading
+  their bytes (target <= 5x); validate from streamed JSON / msgpack documents
+  vs ``json.load`` / ``msgpack.unpackb`` of the same files (target: no
+  slower); peak RSS of a fresh process over the files' size (target <= 2x for
+  documents, <= 1.2x files + interpreter for ``.cprun``); bulk recording
+  (``tokens_from`` over an array, ``tokens`` over tuples, ``tokens_packed``)
+  vs ``rec.token`` per call vs the pure-Python reference packing (targets
+  >= 10 M and >= 2 M tokens/s); validate from the store vs ``bytes ==`` over
+  the same two logs (target >= 100 M tokens/s).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 import tracemalloc
-from collections.abc import Iterator
+from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from statistics import median
 from typing import Any
 
+import msgpack
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
+from cpstore.native.binding import digest_batch, encode_numbers, pack_tokens
+from cpstore.native.records import pack_tokens as reference_pack
 from cpstore.replay.cursor import ReplayCursor
+from cpstore.run.document import load_document
 from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
+from cpstore.run.values import EncodedValues
+from cpstore.run.writer import write_document
 from cpstore.store.facade import open as open_store
 
 TOKENS = {"quick": 1_000_000, "full": 10_000_000}
@@ -298,3 +318,320 @@ def test_cursor_from_store(benchmark: BenchmarkFixture, recording: Recording) ->
     assert benchmark.pedantic(run, rounds=3, iterations=1, warmup_rounds=1) == n
     benchmark.extra_info["us_per_token"] = _median(benchmark) / n * 1e6
     benchmark.extra_info["us_per_token_target"] = 1.0
+
+
+# -- issue 13: the ends of the pipeline, each interleaved with its baseline ------------
+#
+# Every figure below runs its contenders in turn, rotating the order each repeat
+# (REPEATS repeats), and reports each one's median (min-max) and the paired
+# ratio baseline/ours per repeat (report.interleaved): a ratio >= target means
+# the target is met.
+
+REPEATS = 5
+
+
+@dataclass
+class Files:
+    """R and P of an N-token run in each format (P a faithful STRICT replay of R)."""
+
+    count: int
+    paths: dict[str, tuple[str, str]]
+
+
+def _run_pair(count: int) -> tuple[Run, Run]:
+    values = array("q", range(count))
+    blob, offs = encode_numbers(values)
+    codes = array("I", [(1, 2, 3, 4)[i % 4] for i in range(4)]) * (count // 4 + 1)
+    del codes[count:]
+    records = pack_tokens(codes, b"\x01", digest_batch(blob, offs), first_seq=0)
+    tokens = PackedTokens(bytes(records), values=EncodedValues(bytes(blob), offs))
+    r = Run("bench", 1, "state", tokens=tokens, ledger_sealed=True)
+    p = Run("bench", 1, "state", tokens=tokens, mode=ReplayMode.STRICT)
+    return r, p
+
+
+@pytest.fixture(scope="module")
+def files(size: str) -> Iterator[Files]:
+    """R and P written as .cprun, .json and .msgpack (streamed) in a temp folder."""
+    count = _token_count(size)
+    r, p = _run_pair(count)
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = {}
+        for enc in ("cprun", "json", "msgpack"):
+            pair = []
+            for name, run in (("R", r), ("P", p)):
+                path = os.path.join(tmp, f"{name}.{enc}")
+                with open(path, "wb") as fh:
+                    write_document(run, fh, encoding=enc)
+                pair.append(path)
+            paths[enc] = (pair[0], pair[1])
+        yield Files(count, paths)
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _interleave(
+    benchmark: BenchmarkFixture,
+    figure: str,
+    contenders: dict[str, Callable[[], object]],
+    ratios: list[tuple[str, str, float | None]],
+    *,
+    items: int | dict[str, int],
+) -> dict[str, list[float]]:
+    """Each contender once per repeat, order rotated; extra_info for report.interleaved().
+
+    Times are per item: ``items`` is one count for all, or one per contender
+    (so a baseline timed on a slice is scaled per item before any ratio).
+    """
+    names = list(contenders)
+    runs: dict[str, list[float]] = {n: [] for n in names}
+    turn = [0]
+
+    def one_repeat() -> None:
+        k = turn[0] % len(names)
+        turn[0] += 1
+        for name in names[k:] + names[:k]:
+            count = items if isinstance(items, int) else items[name]
+            runs[name].append(_timed(contenders[name]) / count)
+
+    benchmark.pedantic(one_repeat, rounds=REPEATS, iterations=1, warmup_rounds=0)
+
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"median": median(values), "min": min(values), "max": max(values)}
+
+    benchmark.extra_info["interleaved"] = {
+        "figure": figure,
+        "repeats": REPEATS,
+        "times": {n: {**spread(v), "runs": v} for n, v in runs.items()},
+        "ratios": [
+            {
+                "ours": ours,
+                "peer": peer,
+                **spread([b / a for a, b in zip(runs[ours], runs[peer], strict=True)]),
+                "target": target,
+            }
+            for ours, peer, target in ratios
+        ],
+    }
+    return runs
+
+
+def _read_both(paths: tuple[str, str]) -> None:
+    for path in paths:
+        with open(path, "rb") as fh:
+            fh.read()
+
+
+def _load(path: str) -> Run:
+    # 10 M-token documents pass MAX_DOCUMENT_BYTES: raised explicitly, as documented.
+    return load_document(path, max_bytes=os.path.getsize(path))
+
+
+def _validate_files(paths: tuple[str, str]) -> None:
+    decision = validate(_load(paths[0]), _load(paths[1]))
+    assert decision.verdict is Verdict.ACCEPT, decision.findings
+
+
+@pytest.mark.benchmark(group="ingest")
+def test_validate_packed_files(benchmark: BenchmarkFixture, files: Files) -> None:
+    """validate(load_document(R.cprun), load_document(P.cprun)) vs reading both files' bytes."""
+    paths = files.paths["cprun"]
+    _read_both(paths)  # page cache warm
+    runs = _interleave(
+        benchmark,
+        f"validate R.cprun P.cprun, {files.count} tokens each (target <= 5x reading them)",
+        {
+            "validate .cprun": lambda: _validate_files(paths),
+            "read bytes": lambda: _read_both(paths),
+        },
+        [("validate .cprun", "read bytes", 0.2)],
+        items=files.count,
+    )
+    benchmark.extra_info["tokens_per_s"] = 1 / median(runs["validate .cprun"])
+
+
+@pytest.mark.benchmark(group="ingest")
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_validate_documents(benchmark: BenchmarkFixture, files: Files, encoding: str) -> None:
+    """validate over streamed JSON/msgpack documents vs json.load / msgpack.unpackb of both."""
+    paths = files.paths[encoding]
+
+    def stdlib() -> None:
+        for path in paths:
+            with open(path, "rb") as fh:
+                if encoding == "json":
+                    json.load(fh)
+                else:
+                    msgpack.unpackb(fh.read())
+
+    base = "json.load" if encoding == "json" else "msgpack.unpackb"
+    figure = f"validate R.{encoding} P.{encoding}, {files.count} tokens each (target: <= {base})"
+    ours = f"validate .{encoding}"
+    _interleave(
+        benchmark,
+        figure,
+        {ours: lambda: _validate_files(paths), base: stdlib},
+        [(ours, base, 1.0)],
+        items=files.count,
+    )
+
+
+_INGEST_RSS_CHILD = """
+import sys
+mode, paths = sys.argv[1], sys.argv[2:]
+if mode == "interpreter":
+    import cpstore.decision.validate, cpstore.run.document
+elif mode == "stdlib-json":
+    import json
+    docs = [json.load(open(p, "rb")) for p in paths]
+elif mode == "stdlib-msgpack":
+    import msgpack
+    docs = [msgpack.unpackb(open(p, "rb").read()) for p in paths]
+else:
+    from cpstore.decision.validate import validate
+    import os
+    from cpstore.run.document import load_document
+    runs = [load_document(p, max_bytes=os.path.getsize(p)) for p in paths]
+    decision = validate(runs[0], runs[1])
+    assert decision.verdict.name == "ACCEPT", decision.findings
+hwm = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
+print(int(hwm.split()[1]) * 1024)
+"""
+
+
+def _child_rss(mode: str, *paths: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", _INGEST_RSS_CHILD, mode, *paths],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(out.stdout.split()[0])
+
+
+@pytest.mark.benchmark(group="ingest-memory")
+@pytest.mark.parametrize("encoding", ["cprun", "json", "msgpack"])
+def test_validate_files_peak_rss(benchmark: BenchmarkFixture, files: Files, encoding: str) -> None:
+    """Peak RSS of a fresh process validating R and P from files, over the files' size."""
+    if not os.path.exists("/proc/self/status"):
+        pytest.skip("needs Linux /proc for the peak RSS")
+    paths = files.paths[encoding]
+    size = sum(os.path.getsize(p) for p in paths)
+
+    def measure() -> tuple[int, int]:
+        return _child_rss("validate", *paths), _child_rss("interpreter")
+
+    peak, interp = benchmark.pedantic(measure, rounds=1, iterations=1)
+    info: dict[str, Any] = {
+        "files_bytes": size,
+        "peak_rss_bytes": peak,
+        "interpreter_rss_bytes": interp,
+        "peak_rss_over_files": peak / size,
+        "peak_rss_less_interpreter_over_files": (peak - interp) / size,
+    }
+    if encoding == "cprun":
+        info["peak_rss_over_files_plus_interpreter"] = peak / (size + interp)
+        info["peak_rss_over_files_plus_interpreter_target"] = 1.2
+    else:
+        info["peak_rss_over_files_target"] = 2.0
+        info["peak_rss_less_interpreter_over_files_target"] = 2.0
+        stdlib = "stdlib-json" if encoding == "json" else "stdlib-msgpack"
+        info["stdlib_peak_rss_over_files"] = _child_rss(stdlib, *paths) / size
+    _info(benchmark, **info)
+
+
+def _fresh_recorder(tmp: str, name: str) -> Any:
+    store = open_store(os.path.join(tmp, name), durability="none")
+    return store, store.recorder("bench")
+
+
+@pytest.mark.benchmark(group="ingest")
+def test_record_tokens_in_bulk(benchmark: BenchmarkFixture, size: str) -> None:
+    """Bulk recording (array, tuples, packed) vs rec.token per call vs the pure-Python reference."""
+    count = _token_count(size)
+    single = min(count, 1_000_000)
+    values = array("q", range(count))
+    items = [(KINDS[i % 4], i) for i in range(count)]
+    packed, _ = _run_pair(count)
+    with tempfile.TemporaryDirectory() as tmp:
+        stores: list[Any] = []
+
+        def recorder() -> Any:
+            store, rec = _fresh_recorder(tmp, f"s{len(stores)}")
+            stores.append(store)
+            return rec
+
+        def per_call() -> None:
+            rec = recorder()
+            token = rec.token
+            for i in range(single):
+                token("rng", i)
+
+        contenders: dict[str, Callable[[], object]] = {
+            "tokens_from(kind, array)": lambda: recorder().tokens_from("rng", values),
+            "tokens(tuples)": lambda: recorder().tokens(items),
+            "tokens_packed": lambda: recorder().tokens_packed(packed.tokens),
+            "rec.token per call": per_call,
+            "reference pack_tokens": lambda: reference_pack(
+                (i, k, 1, v) for i, (k, v) in enumerate(items[:single])
+            ),
+        }
+        runs = _interleave(
+            benchmark,
+            f"record {count} tokens (per call and reference: {single})",
+            contenders,
+            [
+                ("tokens_from(kind, array)", "rec.token per call", None),
+                ("tokens_from(kind, array)", "reference pack_tokens", None),
+                ("tokens(tuples)", "reference pack_tokens", None),
+                ("rec.token per call", "reference pack_tokens", None),
+            ],
+            items={
+                name: single if name in ("rec.token per call", "reference pack_tokens") else count
+                for name in contenders
+            },
+        )
+        for store in stores:
+            store.close()
+    rates = {n: 1 / median(v) for n, v in runs.items()}
+    _info(
+        benchmark,
+        record_tokens_per_s=rates["tokens_from(kind, array)"],
+        record_tokens_per_s_target=10e6,
+        record_tuples_per_s=rates["tokens(tuples)"],
+        record_packed_per_s=rates["tokens_packed"],
+        record_per_call_per_s=rates["rec.token per call"],
+        record_per_call_per_s_target=2e6,
+        record_reference_per_s=rates["reference pack_tokens"],
+    )
+
+
+@pytest.mark.benchmark(group="ingest")
+def test_validate_from_store_vs_bytes_equal(
+    benchmark: BenchmarkFixture, recording: Recording
+) -> None:
+    """validate(checkpoint id, packed replay, store=) vs ``bytes ==`` over the same two logs."""
+    r = recording
+    with r.store.read(r.cid) as cp:
+        stored = bytes(cp.tokens())
+    replayed = bytes(r.replay.tokens.view())
+
+    def compare() -> None:
+        assert stored == replayed
+
+    runs = _interleave(
+        benchmark,
+        f"validate from store, {r.count} tokens (target >= 100 M tokens/s)",
+        {
+            "validate from store": lambda: validate(r.cid, r.replay, store=r.store, record=False),
+            "bytes ==": compare,
+        },
+        [("validate from store", "bytes ==", None)],
+        items=r.count,
+    )
+    benchmark.extra_info["tokens_per_s"] = 1 / median(runs["validate from store"])
+    benchmark.extra_info["tokens_per_s_target"] = 100e6

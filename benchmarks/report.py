@@ -86,6 +86,15 @@ FIGURES: dict[str, tuple[str, str, float, bool]] = {
     "heap_peak_over_packed": ("Python heap peak / packed logs", "x", 1.0, False),
     "validate_heap_peak_over_packed": ("validate's own heap peak / packed", "x", 1.0, False),
     "peak_rss_over_packed": ("peak RSS / packed logs", "x", 1.0, False),
+    "peak_rss_over_files": ("peak RSS / files", "x", 1.0, False),
+    "peak_rss_less_interpreter_over_files": ("(peak RSS - interpreter) / files", "x", 1.0, False),
+    "stdlib_peak_rss_over_files": ("stdlib loader's peak RSS / files", "x", 1.0, False),
+    "peak_rss_over_files_plus_interpreter": ("peak RSS / (files + interpreter)", "x", 1.0, False),
+    "record_tokens_per_s": ("bulk recording (array)", "M tokens/s", 1e6, True),
+    "record_tuples_per_s": ("bulk recording (tuples)", "M tokens/s", 1e6, True),
+    "record_packed_per_s": ("bulk recording (packed)", "M tokens/s", 1e6, True),
+    "record_per_call_per_s": ("rec.token per call", "M tokens/s", 1e6, True),
+    "record_reference_per_s": ("pure-Python reference packing", "M tokens/s", 1e6, True),
 }
 
 

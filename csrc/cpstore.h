@@ -143,4 +143,74 @@ int cp_chunk_cuts(const uint8_t *data, size_t len, uint32_t min_size, uint32_t a
 
 /* ---- end issue 16 ------------------------------------------------------- */
 
+/* ==== streaming ingest (issue 13; cp_ingest.c) ==============================
+ * Member splitters for run documents: they find where each member of a JSON
+ * array/object or each item of a msgpack array ends, so a document's token
+ * list can be decoded in bounded chunks without one Python object per token.
+ * They do not validate syntax beyond what they need to split (strings,
+ * brackets, msgpack headers and lengths): the caller decodes every chunk
+ * with a full parser and checks it holds the counted members. A call stops
+ * after `cap` members and can be resumed from `next`. */
+#define CP_ERR_TRUNCATED -31    /* input ends inside a member (or a string) */
+#define CP_ERR_SYNTAX -32       /* a byte no member can hold at that point */
+
+typedef struct {
+    uint64_t count;         /* members found by this call (entries of ends) */
+    uint64_t next;          /* offset where a resumed call starts */
+    uint64_t first_odd;     /* first member (this call's index) that is not a map
+                               of exactly expect_members entries, or CP_NONE;
+                               only when expect_members != 0 */
+    uint32_t done;          /* 1: the container ended (JSON: closing bracket
+                               reached; msgpack: remaining items all read) */
+    uint32_t nested_map;    /* 1: some member holds a map/object inside it */
+} cp_split_result;
+
+/* JSON: members of the array or object whose body starts at data[start]
+ * (just after its opening bracket when first is 1, else just after a
+ * separating comma). ends[i] is the offset of the ',' or closing bracket
+ * that ends member i; an object member counts as one member per ':' at its
+ * own top level. An empty container (first == 1, only whitespace before the
+ * closing bracket) has no members; any other empty member is still counted
+ * (so the caller's parser sees and refuses it). */
+int cp_json_split(const uint8_t *data, size_t len, size_t start, uint32_t first,
+                  uint32_t expect_members, uint64_t *ends, size_t cap,
+                  cp_split_result *out);
+
+/* msgpack: the next min(remaining, cap) items starting at data[start];
+ * ends[i] is the offset just past item i. done is 1 when remaining items
+ * were all read. */
+int cp_msgpack_split(const uint8_t *data, size_t len, size_t start,
+                     uint64_t remaining, uint32_t expect_members,
+                     uint64_t *ends, size_t cap, cp_split_result *out);
+/* The distinct hashed kind codes (high bit set) of a packed token array, in
+ * the order first seen, into codes[0:cap]; *count gets how many. When there
+ * are more than cap, returns CP_ERR_FULL with the first cap in codes. Lets
+ * a validator learn which kind names a log needs without a Python object
+ * per token. */
+#define CP_ERR_FULL -33         /* more distinct values than the caller's room */
+int cp_hashed_kinds(const uint8_t *records, size_t len, uint32_t *codes,
+                    size_t cap, size_t *count);
+/* TOKEN records from columns into out[0:32*n] (docs/format.md): record i
+ * gets seq seqs[i] (or first_seq + i when seqs is NULL), kind kinds[i] and
+ * provenance provs[i] (a column of length 1 is used for every record; any
+ * other length but n is CP_ERR_LENGTH), digest digests[16*i:16*i+16], and
+ * zero reserved bytes. Checks nothing else: the caller checks the values. */
+#define CP_ERR_LENGTH -34       /* a column's length is neither 1 nor n */
+int cp_pack_tokens(const uint64_t *seqs, uint64_t first_seq,
+                   const uint32_t *kinds, size_t kinds_len,
+                   const uint8_t *provs, size_t provs_len,
+                   const uint8_t *digests, size_t n, uint8_t *out);
+/* Canonical encodings (docs/format.md) of n numbers, back to back into
+ * out[0:out_cap], with offsets[0..n] (offsets[0] = 0) where each starts and
+ * ends. number_type says what data holds, n native-order elements of:
+ * CP_NUM_INT64, CP_NUM_UINT64 or CP_NUM_FLOAT64 (NaN written as the one
+ * canonical NaN, -0.0 as 0.0). out_cap must be at least 9*n (the longest
+ * encoding), else CP_ERR_LENGTH. */
+#define CP_NUM_INT64 1
+#define CP_NUM_UINT64 2
+#define CP_NUM_FLOAT64 3
+int cp_encode_numbers(uint32_t number_type, const uint8_t *data, size_t n,
+                      uint8_t *out, size_t out_cap, uint64_t *offsets);
+/* ==== end of streaming ingest =============================================== */
+
 #endif

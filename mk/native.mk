@@ -16,7 +16,7 @@
 NATIVE_PY ?= .venv/bin/python
 NATIVE_CC ?= gcc
 NATIVE_TMP ?= $(or $(TMPDIR),/tmp)/cpstore-native-check
-NATIVE_TESTS ?= tests/test_native_agrees_with_reference.py tests/test_native_errors.py tests/test_native_chunker.py
+NATIVE_TESTS ?= tests/test_native_agrees_with_reference.py tests/test_native_errors.py tests/test_native_chunker.py tests/test_native_ingest.py
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 .PHONY: asan valgrind

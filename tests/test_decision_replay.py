@@ -293,3 +293,39 @@ def test_cursor_refuses_a_kind_whose_code_collides_with_the_recorded_kind() -> N
     c = ReplayCursor(PackedTokens.from_tokens([Token(0, "k9870", 1)]))
     with pytest.raises(InvalidInputError, match="another kind"):
         c.resolve("k53003")
+
+
+def test_a_session_written_as_a_packed_run_file_validates_in_another_process(
+    tmp_path: Path,
+) -> None:
+    """session.write() emits the replay packed (.cprun); a fresh process validates it ACCEPT."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    with open_store(tmp_path / "s") as store:
+        rec = store.recorder("r")
+        rec.tokens_from("rng", [1, 2, 3])
+        rec.effect("db", b"row")
+        cid = rec.checkpoint(2, {"x": 1})
+        with store.read(cid) as cp:
+            s = ReplaySession(cp)
+            assert [s.cursor.resolve("rng") for _ in range(3)] == [1, 2, 3]
+            s.guard.check("db", b"row")
+            with open(tmp_path / "p.cprun", "wb") as fh:
+                s.write(fh, cp.manifest.state_digest)
+    child = (
+        "import sys, cpstore\n"
+        "from cpstore.decision.validate import validate\n"
+        "from cpstore.run.document import load_document\n"
+        "with cpstore.open(sys.argv[1]) as st:\n"
+        "    p = load_document(sys.argv[3])\n"
+        "    d = validate(sys.argv[2], p, store=st)\n"
+        "    print(type(p.tokens.values).__name__, d.verdict.name)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child, str(tmp_path / "s"), cid, str(tmp_path / "p.cprun")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["EncodedValues", "ACCEPT"]

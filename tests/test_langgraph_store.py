@@ -361,7 +361,8 @@ class TestThreadDiff:
             self._graph(saver, None).invoke({"n": 0, "trail": []}, _cfg("a"))
             self._graph(saver, 3).invoke({"n": 0, "trail": []}, _cfg("b"))
         out = _cli("lg-diff", "a", "b", "--store", str(path), "--json")
-        assert out.returncode == 0, out.stderr
+        assert out.returncode == 12, out.stderr  # they diverge: exit 12, as cpstore diff
+        assert _cli("lg-diff", "a", "a", "--store", str(path)).returncode == 0
         found = json.loads(out.stdout)
         assert (found["step"], found["nodes"], found["channels"]) == (3, ["step"], ["trail"])
         missing = _cli("lg-diff", "a", "nope", "--store", str(path))

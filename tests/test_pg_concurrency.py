@@ -48,7 +48,9 @@ def _writer(url: str, name: str, seconds: float) -> dict[str, Any]:
                 head = st.ref("shared")
                 try:
                     srec = st.recorder("shared", parent=head)
-                    shared.append(srec.checkpoint(step, {"by": name, "i": step}))
+                    # Steps never go backwards on a branch: the shared one counts its own.
+                    sstep = 0 if srec.head is None else st.manifest(srec.head).step + 1
+                    shared.append(srec.checkpoint(sstep, {"by": name, "i": step}))
                     break
                 except ConflictError:
                     conflicts += 1

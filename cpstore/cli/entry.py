@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from cpstore.cli import (
     audit_commands,
     cat_command,
+    convert_command,
     demo,
     inspect_commands,
     lg_diff_command,
@@ -72,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     maintenance_commands.add_maintenance_parsers(sub)
     lg_diff_command.add_lg_diff_parser(sub)
     transfer_commands.add_transfer_parsers(sub)
+    convert_command.add_convert_parser(sub)
     return parser
 
 

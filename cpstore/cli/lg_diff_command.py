@@ -10,8 +10,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cpstore.cli.common import STORE_EPILOG, json_arg, open_store_at, print_json, store_arg
-from cpstore.cli.exit_codes import EXIT_OK
+from cpstore.cli.common import (
+    STORE_CODES,
+    command,
+    json_arg,
+    open_store_at,
+    print_json,
+    store_arg,
+)
+from cpstore.cli.exit_codes import EXIT_DIFFERENT, EXIT_OK
 from cpstore.errors import InvalidInputError
 
 __all__ = ["add_lg_diff_parser"]
@@ -19,10 +26,15 @@ __all__ = ["add_lg_diff_parser"]
 
 def add_lg_diff_parser(sub: Any) -> None:
     """Add ``lg-diff`` to the main parser."""
-    p = sub.add_parser(
+    p = command(
+        sub,
         "lg-diff",
-        help="first step, node and channel where two LangGraph threads diverge",
-        epilog=STORE_EPILOG,
+        "first step, node and channel where two LangGraph threads diverge",
+        "Compare two LangGraph threads written by CpstoreSaver (or a thread and its fork) "
+        "by content digest, and name the first step, the node(s) and the channel(s) where "
+        "they diverge, and their shared fork point. Exit 12 when they diverge, 0 when "
+        "they do not (as cpstore diff).",
+        (EXIT_DIFFERENT, *STORE_CODES),
     )
     p.add_argument("thread_a", metavar="THREAD_A", help="a LangGraph thread id")
     p.add_argument("thread_b", metavar="THREAD_B", help="another (or the same) thread id")
@@ -60,4 +72,4 @@ def _lg_diff(args: argparse.Namespace) -> int:
         print(found.summary)
         if not found.same:
             print(f"  A: {found.checkpoint_a}\n  B: {found.checkpoint_b}")
-    return EXIT_OK  # a divergence is the answer, not an error (as ``diff``)
+    return EXIT_OK if found.same else EXIT_DIFFERENT  # as ``cpstore diff``

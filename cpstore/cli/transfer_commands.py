@@ -12,8 +12,8 @@ import argparse
 import os
 from typing import Any
 
-from cpstore.cli.common import STORE_EPILOG, human, json_arg, print_json, store_arg
-from cpstore.cli.exit_codes import EXIT_OK
+from cpstore.cli.common import STORE_CODES, command, human, json_arg, print_json, store_arg
+from cpstore.cli.exit_codes import EXIT_CONFLICT, EXIT_OK
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.args import check_text
 from cpstore.store.facade import open as open_store
@@ -64,12 +64,25 @@ def _pull(args: argparse.Namespace) -> int:
     return _run(args, pushing=False)
 
 
+_WHAT = (
+    "Copy from {src} to {dst} what the receiver lacks: objects by digest in batches, each "
+    "hashed again at the receiver, then per branch its checkpoints and its ref by "
+    "compare-and-set in one transaction. Either store is a folder or a postgresql:// URL. "
+    "Running it again copies nothing; a killed copy leaves no ref naming a missing object "
+    "and is resumed by running it again. A receiving branch that went elsewhere is left "
+    "alone and named (exit 8); the other branches still land."
+)
+
+
 def add_transfer_parsers(sub: Any) -> None:
     """Add push and pull to the main parser."""
-    p = sub.add_parser(
+    codes = (*STORE_CODES, EXIT_CONFLICT)
+    p = command(
+        sub,
         "push",
-        help="copy the runs of --store that DEST lacks (objects, checkpoints, then refs)",
-        epilog=STORE_EPILOG,
+        "copy the runs of --store that DEST lacks (objects, checkpoints, then refs)",
+        _WHAT.format(src="--store", dst="DEST (made when missing)"),
+        codes,
     )
     p.add_argument("dest", metavar="DEST", help="the receiving store: a folder or URL")
     p.add_argument("--run", help="only this run (default: every run)")
@@ -77,10 +90,12 @@ def add_transfer_parsers(sub: Any) -> None:
     json_arg(p)
     p.set_defaults(handler=_push)
 
-    p = sub.add_parser(
+    p = command(
+        sub,
         "pull",
-        help="copy the runs of SOURCE that --store lacks (objects, checkpoints, then refs)",
-        epilog=STORE_EPILOG,
+        "copy the runs of SOURCE that --store lacks (objects, checkpoints, then refs)",
+        _WHAT.format(src="SOURCE", dst="--store (made when missing)"),
+        codes,
     )
     p.add_argument("source", metavar="SOURCE", help="the sending store: a folder or URL")
     p.add_argument("--run", help="only this run (default: every run)")

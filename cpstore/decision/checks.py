@@ -23,7 +23,7 @@ from cpstore.errors import (
     InvalidInputError,
     RecordFormatError,
 )
-from cpstore.native.binding import first_divergence, scan_tokens
+from cpstore.native.binding import first_divergence, hashed_kinds, scan_tokens
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import DivergenceKind, RecordType
 from cpstore.run.model import Observation, ReplayMode, TokenInfo
@@ -163,7 +163,11 @@ def _kind_name_divergence(r: Side, p: Side, limit: int) -> int | None:
         used: Sequence[int] | set[int] = [c for c in r.kind_names if c & _HASHED_KIND]
     else:
         count = r.tokens.nbytes // TOKEN_SIZE
-        used = {c for c in _kind_column(r.tokens, count) if c & _HASHED_KIND}
+        # One native pass finds the few distinct hashed codes; a log with
+        # more than it has room for is collected by set() (C, but an int each).
+        codes, more = hashed_kinds(r.tokens)
+        distinct = set(_kind_column(r.tokens, count)) if more else codes
+        used = {c for c in distinct if c & _HASHED_KIND}
         unnamed = sorted(c for c in used if c not in r.kind_names)
         if unnamed:
             raise InvalidInputError(

@@ -359,3 +359,173 @@ def chunk_digests(
     out = _new("uint8_t[]", 16 * n)
     _check(lib.cp_digest_batch(buf, len(view), offsets, n, out), "cp_digest_batch")
     return list(offsets[1 : n + 1]), _buffer(out)[:]
+
+
+# -- streaming ingest (issue 13): member splitters of cp_ingest.c ---------------
+
+from array import array  # noqa: E402
+
+from cpstore.native.ingest_reference import NUMBER_TYPES, SplitResult  # noqa: E402
+
+__all__ += ["SplitResult", "json_split", "msgpack_split"]
+
+_SPLIT_ERRORS = {
+    lib.CP_ERR_TRUNCATED: "input ends inside a member",
+    lib.CP_ERR_SYNTAX: "a byte no msgpack item starts with",
+}
+
+
+def _split_args(data: Buffer, start: int, cap: int) -> tuple[memoryview, Any, Any]:
+    view = as_bytes_view(data, "data")
+    for name, value in (("start", start), ("cap", cap)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{name} must be a non-negative int", got=value)
+    return view, ffi.new("uint64_t[]", max(cap, 1)), ffi.new("cp_split_result *")
+
+
+def _split_result(rc: int, call: str, where: str, ends: Any, out: Any) -> SplitResult:
+    if rc in _SPLIT_ERRORS:
+        raise RecordFormatError(_SPLIT_ERRORS[rc], where=where)
+    _check(rc, call)
+    n = int(out.count)
+    found = array("Q")
+    found.frombytes(ffi.buffer(ends, 8 * n))
+    return SplitResult(
+        found,
+        int(out.next),
+        _index(out.first_odd),
+        bool(out.done),
+        bool(out.nested_map),
+    )
+
+
+def json_split(
+    data: Buffer, start: int, *, first: bool, expect_members: int = 0, cap: int
+) -> SplitResult:
+    """Members of the JSON array/object whose body starts at ``data[start]`` (see cpstore.h)."""
+    view, ends, out = _split_args(data, start, cap)
+    rc = lib.cp_json_split(
+        _buf(view), len(view), start, bool(first), expect_members, ends, cap, out
+    )
+    return _split_result(rc, "cp_json_split", "json", ends, out)
+
+
+def msgpack_split(
+    data: Buffer, start: int, remaining: int, *, expect_members: int = 0, cap: int
+) -> SplitResult:
+    """The next ``min(remaining, cap)`` msgpack items at ``data[start]`` (see cpstore.h)."""
+    view, ends, out = _split_args(data, start, cap)
+    if isinstance(remaining, bool) or not isinstance(remaining, int) or remaining < 0:
+        raise InvalidInputError("remaining must be a non-negative int", got=remaining)
+    rc = lib.cp_msgpack_split(
+        _buf(view), len(view), start, remaining, expect_members, ends, cap, out
+    )
+    return _split_result(rc, "cp_msgpack_split", "msgpack", ends, out)
+
+
+__all__ += ["hashed_kinds"]
+
+
+def hashed_kinds(records: Buffer, cap: int = 256) -> tuple[list[int], bool]:
+    """Distinct hashed kind codes of a packed token array (first seen first, at most
+    ``cap``), and whether there were more."""
+    view = as_bytes_view(records, "records")
+    record_count(RecordType.TOKEN, len(view), where="records")
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise InvalidInputError("cap must be a non-negative int", got=cap)
+    codes = ffi.new("uint32_t[]", max(cap, 1))
+    count = ffi.new("size_t *")
+    rc = lib.cp_hashed_kinds(_buf(view), len(view), codes, cap, count)
+    if rc not in (lib.CP_OK, lib.CP_ERR_FULL):
+        _check(rc, "cp_hashed_kinds")
+    return [int(codes[i]) for i in range(count[0])], rc == lib.CP_ERR_FULL
+
+
+__all__ += ["pack_tokens"]
+
+
+def _u64_column(values: Any, name: str) -> Any:
+    if isinstance(values, array) and values.typecode == "Q":
+        return values
+    try:
+        return array("Q", values)
+    except (TypeError, OverflowError):
+        raise InvalidInputError(f"{name} must be ints in [0, 2**64)", where=name) from None
+
+
+def pack_tokens(
+    kinds: Any,
+    provs: bytes | bytearray,
+    digests: Buffer,
+    *,
+    seqs: Any = None,
+    first_seq: int = 0,
+) -> bytearray:
+    """TOKEN records from columns (``cp_pack_tokens``), one per 16-byte digest.
+
+    ``seqs`` None numbers them on from ``first_seq``; a ``kinds`` ('I') or
+    ``provs`` column of length 1 is used for every record.
+    """
+    dig = as_bytes_view(digests, "digests")
+    n, rest = divmod(len(dig), 16)
+    if rest:
+        raise InvalidInputError("digests must be whole 16-byte digests", got=len(dig))
+    seq_col = None if seqs is None else _u64_column(seqs, "seqs")
+    if seq_col is not None and len(seq_col) != n:
+        raise InvalidInputError("seqs must have one entry per digest", expected=n, got=len(seq_col))
+    if (
+        isinstance(first_seq, bool)
+        or not isinstance(first_seq, int)
+        or not 0 <= first_seq <= 2**64 - max(n, 1)
+    ):
+        raise InvalidInputError("first_seq + n must stay within [0, 2**64]", got=first_seq)
+    kind_col = kinds if isinstance(kinds, array) and kinds.typecode == "I" else array("I", kinds)
+    out = bytearray(32 * n)
+    if n == 0:
+        return out
+    rc = lib.cp_pack_tokens(
+        ffi.NULL if seq_col is None else ffi.from_buffer("uint64_t[]", seq_col),
+        first_seq,
+        ffi.from_buffer("uint32_t[]", kind_col),
+        len(kind_col),
+        ffi.from_buffer("uint8_t[]", provs),
+        len(provs),
+        _buf(dig),
+        n,
+        ffi.from_buffer("uint8_t[]", out),
+    )
+    if rc == lib.CP_ERR_LENGTH:
+        raise InvalidInputError(
+            "a token column's length is neither 1 nor n",
+            expected=(1, n),
+            got=(len(kind_col), len(provs)),
+        )
+    _check(rc, "cp_pack_tokens")
+    return out
+
+
+__all__ += ["NUMBER_TYPES", "encode_numbers"]
+
+
+def encode_numbers(values: array[int] | array[float]) -> tuple[bytearray, array[int]]:
+    """Canonical encodings of an ``array('q'|'Q'|'d')`` joined, and n+1 offsets (natively)."""
+    if not isinstance(values, array) or values.typecode not in NUMBER_TYPES:
+        raise InvalidInputError(
+            "numbers must be an array of 'q', 'Q' or 'd'",
+            expected=sorted(NUMBER_TYPES),
+            got=getattr(values, "typecode", type(values).__name__),
+        )
+    n = len(values)
+    out = bytearray(9 * n)
+    offsets = array("Q", bytes(8 * (n + 1)))
+    rc = lib.cp_encode_numbers(
+        NUMBER_TYPES[values.typecode],
+        ffi.from_buffer("uint8_t[]", values) if n else ffi.NULL,
+        n,
+        ffi.from_buffer("uint8_t[]", out) if n else ffi.NULL,
+        len(out),
+        ffi.from_buffer("uint64_t[]", offsets, require_writable=True),
+    )
+    _check(rc, "cp_encode_numbers")
+    del out[offsets[-1] :]
+    return out, offsets

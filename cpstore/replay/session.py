@@ -22,7 +22,7 @@ decision boundary):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from cpstore.errors import InvalidInputError
 from cpstore.replay.cursor import ReplayCursor
@@ -30,6 +30,7 @@ from cpstore.replay.guards import LedgerGuard, PinnedObservations
 from cpstore.replay.source import CheckpointSource
 from cpstore.run.model import ReplayMode, Run
 from cpstore.run.nodes import decision_node
+from cpstore.run.writer import write_document
 
 __all__ = ["ReplaySession"]
 
@@ -71,6 +72,23 @@ class ReplaySession:
     def observe_live(self, step: int, source: str, payload: bytes) -> None:
         """Record a read this replay made live (unpinned): validation will report it."""
         self.observations.record_live(step, source, payload)
+
+    def write(
+        self,
+        out: BinaryIO,
+        state_digest: str,
+        *,
+        transcript_digest: str | None = None,
+        encoding: str = "cprun",
+    ) -> int:
+        """Write the replay (:meth:`finish`'s run) to a binary stream; returns bytes written.
+
+        ``cprun`` (the default) writes the packed records as they are, so a
+        replay validated in another process needs no document at all:
+        ``validate(cp_id, load_document(path), store=store)``.
+        """
+        run = self.finish(state_digest, transcript_digest=transcript_digest)
+        return write_document(run, out, encoding=encoding)
 
     def finish(self, state_digest: str, *, transcript_digest: str | None = None) -> Run:
         """The replay as a :class:`Run`, ready for :func:`validate`.

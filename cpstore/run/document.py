@@ -12,10 +12,12 @@ Parsing is strict: a missing field, a field of the wrong type, an unknown
 field or an unknown ``format`` raises :class:`DocumentError` (or
 :class:`FormatVersionError`) naming the field, never a verdict. Nothing is
 allocated from a count the document declares; memory grows only with bytes
-actually read, and :data:`MAX_DOCUMENT_BYTES` bounds those: parsing is not
-streaming, and a document peaks at about 8x (JSON) to 11x (msgpack) its size
-in memory (docs/run-document.md), so the limit is checked on the byte size
-before anything is parsed.
+actually read. The token list is streamed into packed records a chunk at a
+time (:mod:`cpstore.run.stream`, with :func:`parse_document` as the spec), so
+a token document peaks near 2x its size; a single value made of many tiny
+containers still becomes Python objects, which :data:`MAX_DOCUMENT_BYTES`
+bounds (checked on the byte size before anything is parsed). A packed run
+file (:mod:`cpstore.run.cprun`) is mapped, not parsed.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import PROVENANCE_CODES
+from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
 from cpstore.run.model import (
     Effect,
     Observation,
@@ -53,6 +56,7 @@ from cpstore.run.model import (
     list_of,
     pinned_or_none,
 )
+from cpstore.run.stream import decode_fast
 
 __all__ = [
     "DOCUMENT_FORMAT",
@@ -64,10 +68,10 @@ __all__ = [
 ]
 #: The run-document format version this cpstore reads and writes.
 DOCUMENT_FORMAT = 1
-#: Largest document :func:`load_document` reads, in bytes (``max_bytes=`` overrides it).
-#: Parsing holds the whole document as Python objects: a token document peaks at
-#: about 8x its size (JSON) to 11x (msgpack) in RSS, so 128 MiB keeps the peak
-#: near 1.4 GiB (measured in docs/run-document.md, "Bounded memory").
+#: Largest JSON/msgpack document :func:`load_document` reads, in bytes (``max_bytes=``
+#: overrides it). Tokens are streamed (a token document peaks near 2x its size), but
+#: a value of many tiny containers is decoded into Python objects; the limit bounds
+#: that (measured in docs/run-document.md, "Bounded memory").
 MAX_DOCUMENT_BYTES = 128 << 20
 
 PathOrBytes = Union[str, "os.PathLike[str]", bytes, bytearray, memoryview]
@@ -264,10 +268,12 @@ def _must_be_regular(mode: int, path: Path) -> None:
         )
 
 
-def _read_regular_file(path: Path, max_bytes: int) -> bytes:
+def _read_regular_file(path: Path, max_bytes: int) -> bytes | Run:
     """At most ``max_bytes + 1`` bytes of ``path``; DocumentError unless it is a regular file.
 
-    A file larger than ``max_bytes`` by its size is refused before any read.
+    A file larger than ``max_bytes`` by its size is refused before any read;
+    a packed run file (known by its first bytes) is mapped, not read, and
+    returned as its :class:`Run` whatever its size.
 
     Checked with stat before opening, so a device whose open has effects (a
     tape, a watchdog) is never opened; then opened non-blocking and checked
@@ -280,6 +286,8 @@ def _read_regular_file(path: Path, max_bytes: int) -> bytes:
     try:
         info = os.fstat(fd)
         _must_be_regular(info.st_mode, path)
+        if is_cprun(os.pread(fd, len(CPRUN_MAGIC), 0)):
+            return load_cprun(fd, path)
         if info.st_size > max_bytes:
             raise _too_large(str(path), info.st_size, max_bytes)
         if nonblock:
@@ -292,23 +300,29 @@ def _read_regular_file(path: Path, max_bytes: int) -> bytes:
 
 
 def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -> Run:
-    """Parse a run document from a path or from its bytes (JSON or msgpack).
+    """Load a run from a path or from bytes: a JSON or msgpack document, or a packed run file.
 
-    A document over ``max_bytes`` (default :data:`MAX_DOCUMENT_BYTES`) is
-    refused from its size, before it is read or parsed; pass a larger
-    ``max_bytes`` only with about 11x its size in free memory.
+    The kind is told by content: a packed run file by its magic bytes
+    (``.cprun``, mapped and checked, never parsed token by token), JSON by a
+    first non-blank ``{``, anything else is read as msgpack. A JSON or
+    msgpack document over ``max_bytes`` (default :data:`MAX_DOCUMENT_BYTES`)
+    is refused from its size, before it is read; its tokens are streamed into
+    packed records, so parsing needs about 2x its size (docs/run-document.md).
     """
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
         raise InvalidInputError("max_bytes must be a non-negative int", got=max_bytes)
     if isinstance(source, (bytes, bytearray, memoryview)):
+        if is_cprun(source):
+            return parse_cprun(source)
         size = memoryview(source).nbytes
         if size > max_bytes:
             raise _too_large("document", size, max_bytes)
         raw = bytes(source)
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
+        got: bytes | Run
         try:
-            raw = _read_regular_file(path, max_bytes)
+            got = _read_regular_file(path, max_bytes)
         except DocumentError:
             raise
         except FileNotFoundError:
@@ -321,14 +335,65 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
             if isinstance(exc, DocumentError):
                 raise
             raise DocumentError("not a usable path", where=repr(str(path)), got=str(exc)) from None
+        if isinstance(got, Run):
+            return got
+        raw = got
         if len(raw) > max_bytes:
             raise _too_large(str(path), f"> {max_bytes} bytes", max_bytes)
     else:
         raise InvalidInputError("a run document is a path or bytes", got=type(source).__name__)
-    return parse_document(_decode(raw))
+    return _parse_bytes(raw)
 
 
-def _document_dict(run: Run) -> dict[str, Any]:
+def _strict_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_pairs)
+    except RecursionError:
+        raise DocumentError("document nested too deeply", where="document") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, DocumentError):
+            raise
+        raise DocumentError("not valid JSON", where="document", got=str(exc)) from None
+
+
+def _strict_msgpack(raw: bytes) -> Any:
+    # The limits of _decode, tied to the input size.
+    limit = len(raw)
+    try:
+        return msgpack.unpackb(
+            raw,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=limit,
+            max_bin_len=limit,
+            max_array_len=limit,
+            max_map_len=limit // 2,
+            max_ext_len=0,
+        )
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise DocumentError(
+            "neither a JSON object nor a msgpack map",
+            where="document",
+            got=str(exc) or type(exc).__name__,
+        ) from None
+
+
+def _parse_bytes(raw: bytes) -> Run:
+    """A run from a document's bytes: tokens streamed when possible, strictly always."""
+    head = raw.lstrip()[:1]
+    is_json = head in (b"{", b"[")
+    run = decode_fast(
+        raw,
+        encoding="json" if is_json else "msgpack",
+        strict=_strict_json if is_json else _strict_msgpack,
+        parse_rest=parse_document,
+    )
+    return run if run is not None else parse_document(_decode(raw))
+
+
+def document_dict(run: Run) -> dict[str, Any]:
+    """The run as the mapping a JSON or msgpack document holds (tokens as dicts)."""
     packed = run.tokens
     if packed.values is None:
         raise InvalidInputError(
@@ -373,8 +438,10 @@ def _document_dict(run: Run) -> dict[str, Any]:
 
 
 def dump_document(run: Run, *, encoding: str = "json") -> bytes:
-    """Serialise ``run`` as a run document (``encoding`` is ``json`` or ``msgpack``)."""
-    body = _document_dict(run)
+    """Serialise ``run`` as a run document (``encoding``: ``json``, ``msgpack`` or ``cprun``)."""
+    if encoding == "cprun":
+        return dump_cprun(run)
+    body = document_dict(run)
     if encoding == "json":
         try:
             return json.dumps(body, sort_keys=True, allow_nan=False).encode("utf-8")
@@ -384,4 +451,6 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
             ) from None
     if encoding == "msgpack":
         return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
-    raise InvalidInputError("unknown document encoding", expected=["json", "msgpack"], got=encoding)
+    raise InvalidInputError(
+        "unknown document encoding", expected=["json", "msgpack", "cprun"], got=encoding
+    )

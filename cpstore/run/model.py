@@ -58,7 +58,6 @@ __all__ = [
 _TOKEN_SIZE = RECORD_SIZE[RecordType.TOKEN]
 
 
-
 class ReplayMode(enum.Enum):
     """How a replay resolved nondeterminism tokens (seed 002)."""
 
@@ -190,10 +189,10 @@ class PackedTokens:
 class TokenPacker:
     """Appends token records to one growing buffer (memory follows input)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, kinds: KindTable | None = None) -> None:
         self.buffer = bytearray()
         self.values: list[Any] = []
-        self._kinds = KindTable()
+        self._kinds = kinds if kinds is not None else KindTable()
 
     def add(self, seq: Any, kind: Any, value: Any, provenance: Any, where: str) -> None:
         check_uint(seq, f"{where}.seq")

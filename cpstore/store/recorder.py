@@ -16,8 +16,11 @@ import os
 import struct
 import warnings
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import msgspec
+from xxhash import xxh3_128_digest as _xxh3_128
 
 from cpstore.errors import (
     CanonicalEncodingError,
@@ -28,13 +31,15 @@ from cpstore.errors import (
     UnsealedEffectsError,
 )
 from cpstore.native.args import as_offsets, check_text, little_endian_offsets, non_empty_text
-from cpstore.native.binding import digest, digest_batch
+from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.columns import fast_encoding
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
 from cpstore.run.nodes import decision_node
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
+from cpstore.store.bulk import BulkAppends
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.manifest import (
     encode_digest_map,
@@ -59,6 +64,9 @@ __all__ = ["Recorder"]
 # Same bytes as cpstore.native.records.pack_token (a golden test pins it); inlined
 # here because token() is on the runtime's hot path.
 _TOKEN = struct.Struct("<QIB3x16s")
+_PROVENANCE = {name: int(code) for name, code in PROVENANCE_CODES.items()}
+_INT64, _UINT64_END = 2**63, 2**64
+_msgpack = msgspec.msgpack.Encoder().encode
 
 
 def _step(value: object) -> int:
@@ -69,7 +77,7 @@ def _step(value: object) -> int:
 
 
 
-class Recorder:
+class Recorder(BulkAppends):
     """Records one run on one branch; create with :meth:`Store.recorder`."""
 
     def __init__(self, store: Backend, run_id: str, branch: str, parent: str | None) -> None:
@@ -88,6 +96,7 @@ class Recorder:
         self._values = bytearray()
         self._offsets = array("Q", [0])
         self._kinds = KindTable()
+        self._kind_cache: dict[str, int] = {}
         self._observations: list[list[Any]] = []
         self._graph: list[dict[str, Any]] = []
         self._effects: list[list[Any]] = []
@@ -247,50 +256,35 @@ class Recorder:
 
     def token(self, kind: str, value: Any, *, provenance: str = "recorded") -> int:
         """Record one nondeterminism token and return its seq."""
-        prov = PROVENANCE_CODES.get(provenance)
-        if prov is None:
+        # The runtime's hot path: plain-dict lookups, the scalar shortcut of the
+        # canonical encoding, python-xxhash for the small digest (same bytes).
+        try:
+            prov = _PROVENANCE[provenance]
+        except (KeyError, TypeError):
             raise InvalidInputError(
                 "unknown provenance", expected=list(PROVENANCE_CODES), got=provenance
-            )
-        code = self._kind(kind)
-        enc = encode_value(value)
-        seq = len(self._tokens) // _TOKEN.size
-        self._tokens += _TOKEN.pack(seq, code, prov, digest(enc))
-        self._values += enc
-        self._offsets.append(len(self._values))
+            ) from None
+        try:
+            code = self._kind_cache[kind]
+        except (KeyError, TypeError):
+            code = self._kind(kind)  # raises for a kind that is not a usable name
+            self._kind_cache[kind] = code
+        kind_of = type(value)
+        if (kind_of is int and -_INT64 <= value < _UINT64_END) or kind_of is str:
+            try:
+                enc = _msgpack(value)  # shortest form: the canonical one (fast_encoding)
+            except UnicodeEncodeError:
+                enc = fast_encoding(value)  # a lone surrogate: raises naming it
+        else:
+            enc = fast_encoding(value)
+        tokens = self._tokens
+        seq = len(tokens) >> 5
+        tokens += _TOKEN.pack(seq, code, prov, _xxh3_128(enc))
+        values = self._values
+        values += enc
+        self._offsets.append(len(values))
         self._dirty.add("tokens")
         return seq
-
-    def tokens(self, items: Iterable[tuple[str, Any]], *, provenance: str = "recorded") -> None:
-        """Record many tokens at once (one batch digest over their encodings)."""
-        prov = PROVENANCE_CODES.get(provenance)
-        if prov is None:
-            raise InvalidInputError(
-                "unknown provenance", expected=list(PROVENANCE_CODES), got=provenance
-            )
-        codes: list[int] = []
-        encs: list[bytes] = []
-        offsets = [0]
-        for item in items:
-            if not isinstance(item, tuple) or len(item) != 2:
-                raise InvalidInputError("each token must be a (kind, value) tuple", got=item)
-            codes.append(self._kind(item[0]))
-            enc = encode_value(item[1])
-            encs.append(enc)
-            offsets.append(offsets[-1] + len(enc))
-        if not encs:
-            return
-        blob = b"".join(encs)
-        digests = digest_batch(blob, offsets)
-        seq = len(self._tokens) // _TOKEN.size
-        base = len(self._values)
-        pack = _TOKEN.pack
-        self._tokens += b"".join(
-            pack(seq + i, code, prov, digests[16 * i : 16 * i + 16]) for i, code in enumerate(codes)
-        )
-        self._values += blob
-        self._offsets.extend(base + off for off in offsets[1:])
-        self._dirty.add("tokens")
 
     def decision(self, step: int, node: str | Mapping[str, Any], /, **fields: Any) -> None:
         """Record a call-graph decision: ``decision(step, "select_tool", tool="search")`` or

@@ -1,0 +1,86 @@
+"""``cpstore convert IN OUT``: a run between JSON, msgpack and packed run files (``.cprun``).
+
+IN's kind is told by its content (:func:`cpstore.load_document`); OUT's by
+``--to`` or else by its extension (``.json``, ``.msgpack``/``.mpk``,
+``.cprun``). Tokens stream in both directions: a document's token list is
+parsed a chunk at a time into packed records, and written back a chunk at a
+time. OUT is written to a temporary file beside it and renamed into place
+only when complete, so an interrupted or failed conversion leaves no partial
+file; an existing OUT is replaced only with ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from cpstore.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FORMAT, EXIT_NOT_FOUND, EXIT_OK, exit_epilog
+from cpstore.errors import InvalidInputError
+from cpstore.run.document import MAX_DOCUMENT_BYTES, load_document
+from cpstore.run.writer import ENCODINGS, write_document
+
+__all__ = ["add_convert_parser", "encoding_for", "run_convert"]
+
+_EXTENSIONS = {".json": "json", ".msgpack": "msgpack", ".mpk": "msgpack", ".cprun": "cprun"}
+
+
+def add_convert_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``convert`` sub-command to an argparse sub-parser set."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "convert",
+        help="convert a run between JSON, msgpack and a packed run file (.cprun)",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        epilog=exit_epilog(EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_FORMAT),
+    )
+    parser.add_argument("input", metavar="IN", help="a run document or packed run file")
+    parser.add_argument("output", metavar="OUT", help="the file to write")
+    parser.add_argument(
+        "--to", choices=ENCODINGS, help="OUT's kind (default: from OUT's extension)"
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=int,
+        default=MAX_DOCUMENT_BYTES,
+        help=f"largest JSON/msgpack IN to read (default {MAX_DOCUMENT_BYTES})",
+    )
+    parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    parser.set_defaults(handler=run_convert)
+    return parser
+
+
+def encoding_for(path: str, to: str | None) -> str:
+    """OUT's encoding: ``to`` when given, else the one its extension names."""
+    if to is not None:
+        return to
+    kind = _EXTENSIONS.get(Path(path).suffix.lower())
+    if kind is None:
+        raise InvalidInputError(
+            "cannot tell the output kind from its extension; pass --to",
+            where=path,
+            expected=sorted(_EXTENSIONS),
+            got=Path(path).suffix or "no extension",
+        )
+    return kind
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    """Convert IN to OUT; exit 0, or an error's exit code."""
+    encoding = encoding_for(args.output, args.to)
+    out = Path(args.output)
+    if out.exists() and not args.force:
+        raise InvalidInputError("output exists; pass --force to replace it", where=str(out))
+    run = load_document(args.input, max_bytes=args.max_bytes)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write_document(run, fh, encoding=encoding)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return EXIT_OK

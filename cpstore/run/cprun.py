@@ -1,0 +1,338 @@
+"""Packed run files (``.cprun``, docs/run-document.md): loading is a header check and an mmap.
+
+A ``.cprun`` file holds one :class:`Run` with its token stream as the packed
+TOKEN records, the n+1 value offsets and the canonical values blob, each a
+section of the file at an 8-byte aligned offset, so :func:`load_cprun` maps
+the file and hands out zero-copy views: no per-token work at all. The other
+fields (ids, observations, effects, the call graph...) are one canonical
+map, the metadata section. Every section carries its XXH3-128 digest in the
+header and is verified on load unless ``verify=False`` is asked for.
+
+Layout (all integers little-endian)::
+
+    0   8   magic  b"CPRUN\\x00\\r\\n"
+    8   2   version (1)
+    10  2   section count (4)
+    12  4   flags (0)
+    16  40  x 4 sections, each: kind u32, reserved u32 (0), offset u64,
+            length u64, digest 16 bytes (XXH3-128 of the section's bytes)
+    176 ... sections, each starting at an offset that is a multiple of 8,
+            zero bytes between them; the file ends where the last one ends
+
+Sections, in this order: 1 metadata (canonical map), 2 token records
+(32 x n), 3 value offsets (n+1 uint64, first 0, last = values length),
+4 values (canonical encodings back to back).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from cpstore.errors import CanonicalEncodingError, DocumentError, FormatVersionError
+from cpstore.native.args import HOST_BYTE_ORDER, as_offsets, little_endian_offsets
+from cpstore.native.binding import native_digest
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.columns import encode_values
+from cpstore.native.records import RECORD_SIZE, RecordType
+from cpstore.run.model import (
+    Effect,
+    Observation,
+    PackedTokens,
+    ReplayMode,
+    Run,
+    check_str,
+    check_uint,
+    fields_of,
+    list_of,
+)
+from cpstore.run.values import EncodedValues
+
+__all__ = ["CPRUN_MAGIC", "CPRUN_VERSION", "dump_cprun", "is_cprun", "load_cprun", "write_cprun"]
+
+#: The first 8 bytes of every packed run file (the CR LF catches text-mode copies).
+CPRUN_MAGIC = b"CPRUN\x00\r\n"
+#: The packed-run-file format version this cpstore reads and writes.
+CPRUN_VERSION = 1
+
+_HEAD = struct.Struct("<8sHHI")
+_SECTION = struct.Struct("<IIQQ16s")
+_KINDS = (1, 2, 3, 4)  # metadata, token records, value offsets, values
+_NAMES = {1: "metadata", 2: "token records", 3: "value offsets", 4: "values"}
+_DATA_START = _HEAD.size + len(_KINDS) * _SECTION.size
+_META_FIELDS = (
+    "run_id",
+    "step",
+    "state_digest",
+    "observations",
+    "call_graph",
+    "transcript_digest",
+    "effects",
+    "ledger_sealed",
+    "harness_accesses",
+    "provenance_tags",
+    "mode",
+    "kind_names",
+)
+_TOKEN_SIZE = RECORD_SIZE[RecordType.TOKEN]
+
+
+def is_cprun(head: bytes | bytearray | memoryview) -> bool:
+    """True when ``head`` (a file's first bytes) starts a packed run file."""
+    return bytes(head[: len(CPRUN_MAGIC)]) == CPRUN_MAGIC
+
+
+def _meta(run: Run) -> bytes:
+    return encode_value(
+        {
+            "run_id": run.run_id,
+            "step": run.step,
+            "state_digest": run.state_digest,
+            "observations": [
+                [o.step, o.source, o.payload_digest, o.pinned_at] for o in run.observations
+            ],
+            "call_graph": [dict(n) for n in run.call_graph],
+            "transcript_digest": run.transcript_digest,
+            "effects": [[e.seq, e.target, e.payload_digest] for e in run.effects],
+            "ledger_sealed": run.ledger_sealed,
+            "harness_accesses": list(run.harness_accesses),
+            "provenance_tags": list(run.provenance_tags),
+            "mode": None if run.mode is None else run.mode.value,
+            "kind_names": {int(k): v for k, v in run.tokens.kind_names.items()},
+        }
+    )
+
+
+def _token_sections(run: Run) -> tuple[memoryview, bytes | memoryview, bytes | memoryview]:
+    packed = run.tokens
+    values = packed.values
+    if values is None:
+        raise DocumentError(
+            "cannot write a packed run file without token values", where="tokens.values"
+        )
+    if isinstance(values, EncodedValues):
+        offs = values.offsets
+        offsets: bytes | memoryview = (
+            memoryview(offs).cast("B")
+            if HOST_BYTE_ORDER == "little"
+            else little_endian_offsets(as_offsets(offs))
+        )
+        return packed.view(), offsets, values.blob
+    # Plain values: encode them (the canonical form is what the file keeps).
+    try:
+        blob, offs_array = encode_values(list(values))
+    except CanonicalEncodingError as exc:
+        raise DocumentError(
+            "token value cannot be canonically encoded", where="tokens.values", got=exc.what
+        ) from None
+    return packed.view(), little_endian_offsets(offs_array), blob
+
+
+def _sections(run: Run) -> list[tuple[int, Any]]:
+    records, offsets, blob = _token_sections(run)
+    return [(1, _meta(run)), (2, records), (3, offsets), (4, blob)]
+
+
+def _header(sections: list[tuple[int, Any]]) -> tuple[bytes, list[int]]:
+    table, starts, pos = [], [], _DATA_START
+    for kind, data in sections:
+        size = memoryview(data).nbytes
+        table.append(_SECTION.pack(kind, 0, pos, size, native_digest(data)))
+        starts.append(pos)
+        pos = (pos + size + 7) & ~7
+    head = _HEAD.pack(CPRUN_MAGIC, CPRUN_VERSION, len(sections), 0) + b"".join(table)
+    return head, starts
+
+
+def _chunks(sections: list[tuple[int, Any]]) -> Iterator[bytes | memoryview]:
+    head, starts = _header(sections)
+    yield head
+    at = len(head)
+    for (_, data), start in zip(sections, starts, strict=True):
+        if start > at:
+            yield bytes(start - at)
+        view = memoryview(data).cast("B")
+        yield view
+        at = start + view.nbytes
+
+
+def dump_cprun(run: Run) -> bytes:
+    """The packed run file of ``run`` as bytes."""
+    return b"".join(_chunks(_sections(run)))
+
+
+def write_cprun(run: Run, out: BinaryIO) -> int:
+    """Write the packed run file of ``run`` to a binary stream; returns bytes written."""
+    total = 0
+    for chunk in _chunks(_sections(run)):
+        out.write(chunk)
+        total += memoryview(chunk).nbytes
+    return total
+
+
+def _bad(what: str, where: str, **kw: Any) -> DocumentError:
+    return DocumentError(what, where=where, **kw)
+
+
+def _parse_meta(raw: bytes | memoryview, where: str) -> Mapping[str, Any]:
+    try:
+        meta = decode_value(raw)
+    except CanonicalEncodingError as exc:
+        raise _bad("metadata is not a canonical map", f"{where}: metadata", got=exc.what) from None
+    return fields_of(meta, f"{where}: metadata", _META_FIELDS)
+
+
+def _run_from(meta: Mapping[str, Any], tokens: PackedTokens, where: str) -> Run:
+    observations = []
+    for i, item in enumerate(list_of(meta["observations"], "observations")):
+        if not isinstance(item, list) or len(item) != 4:
+            raise _bad(
+                "must be [step, source, payload_digest, pinned_at]", f"{where}: observations[{i}]"
+            )
+        step, source, payload, pinned = item
+        observations.append(Observation(step, source, payload, pinned))
+    effects = []
+    for i, item in enumerate(list_of(meta["effects"], "effects")):
+        if not isinstance(item, list) or len(item) != 3:
+            raise _bad("must be [seq, target, payload_digest]", f"{where}: effects[{i}]")
+        effects.append(Effect(check_uint(item[0], f"effects[{i}].seq"), item[1], item[2]))
+    mode = meta["mode"]
+    try:
+        mode_value = None if mode is None else ReplayMode(mode)
+    except ValueError:
+        raise _bad("unknown replay mode", f"{where}: mode", got=mode) from None
+    for i, obs in enumerate(observations):
+        if isinstance(obs.step, bool) or not isinstance(obs.step, int):
+            raise _bad("must be an integer", f"{where}: observations[{i}].step", got=obs.step)
+        if obs.pinned_at is not None and (
+            isinstance(obs.pinned_at, bool) or not isinstance(obs.pinned_at, (int, float))
+        ):
+            raise _bad("must be a number or null", f"{where}: observations[{i}].pinned_at")
+    check_str(meta["run_id"], "run_id")
+    return Run(
+        meta["run_id"],
+        meta["step"],
+        meta["state_digest"],
+        tokens=tokens,
+        observations=tuple(observations),
+        call_graph=tuple(list_of(meta["call_graph"], "call_graph")),
+        transcript_digest=meta["transcript_digest"],
+        effects=tuple(effects),
+        ledger_sealed=meta["ledger_sealed"],
+        harness_accesses=tuple(list_of(meta["harness_accesses"], "harness_accesses")),
+        provenance_tags=tuple(list_of(meta["provenance_tags"], "provenance_tags")),
+        mode=mode_value,
+    )
+
+
+def parse_cprun(
+    data: bytes | bytearray | memoryview | mmap.mmap,
+    *,
+    where: str = "document",
+    verify: bool = True,
+) -> Run:
+    """The run in a packed run file's bytes (or a map of them); views, no copies."""
+    view = memoryview(data).cast("B")
+    if view.nbytes < _DATA_START:
+        raise _bad(
+            "packed run file is truncated",
+            where,
+            expected=f">= {_DATA_START} bytes",
+            got=f"{view.nbytes} bytes",
+        )
+    magic, version, count, flags = _HEAD.unpack_from(view, 0)
+    if magic != CPRUN_MAGIC:
+        raise _bad("not a packed run file", where, expected=CPRUN_MAGIC, got=bytes(magic))
+    if version != CPRUN_VERSION:
+        raise FormatVersionError(
+            "unknown packed-run-file version", where=where, expected=CPRUN_VERSION, got=version
+        )
+    if count != len(_KINDS) or flags != 0:
+        raise _bad(
+            "bad packed-run-file header", where, expected=(len(_KINDS), 0), got=(count, flags)
+        )
+    parts: dict[int, memoryview] = {}
+    end = _DATA_START
+    for i, kind in enumerate(_KINDS):
+        got_kind, reserved, offset, size, digest = _SECTION.unpack_from(
+            view, _HEAD.size + i * _SECTION.size
+        )
+        name = _NAMES[kind]
+        if got_kind != kind or reserved:
+            raise _bad("bad section entry", f"{where}: {name}", expected=kind, got=got_kind)
+        if offset % 8 or offset < end or size > view.nbytes - offset:
+            raise _bad(
+                "section lies outside the file or overlaps another",
+                f"{where}: {name}",
+                expected=f"8-aligned, at >= {end}, within {view.nbytes} bytes",
+                got=f"offset {offset}, {size} bytes",
+            )
+        part = view[offset : offset + size]
+        if verify and native_digest(part) != digest:
+            raise _bad(
+                "section digest mismatch (the file is damaged)",
+                f"{where}: {name}",
+                expected=digest.hex(),
+                got=native_digest(part).hex(),
+            )
+        parts[kind] = part
+        end = offset + size
+    if end != view.nbytes:
+        raise _bad(
+            "bytes after the last section",
+            where,
+            expected=f"{end} bytes",
+            got=f"{view.nbytes} bytes",
+        )
+    records, offsets, blob = parts[2], parts[3], parts[4]
+    if records.nbytes % _TOKEN_SIZE:
+        raise _bad(
+            "token records are not whole 32-byte records",
+            f"{where}: token records",
+            got=records.nbytes,
+        )
+    count_tokens = records.nbytes // _TOKEN_SIZE
+    if offsets.nbytes != 8 * (count_tokens + 1):
+        raise _bad(
+            "value offsets must hold one entry per token plus one",
+            f"{where}: value offsets",
+            expected=8 * (count_tokens + 1),
+            got=offsets.nbytes,
+        )
+    offs = offsets.cast("Q") if HOST_BYTE_ORDER == "little" else as_offsets(offsets, "little")
+    try:
+        values = EncodedValues(blob, offs)
+    except DocumentError:
+        raise
+    except Exception as exc:  # InvalidInputError: first/last offset wrong
+        raise _bad(
+            "value offsets do not span the values", f"{where}: value offsets", got=str(exc)
+        ) from None
+    meta = _parse_meta(parts[1], where)
+    names = meta["kind_names"]
+    if not isinstance(names, Mapping) or not all(
+        isinstance(k, int) and isinstance(v, str) for k, v in names.items()
+    ):
+        raise _bad("kind_names must map codes to names", f"{where}: metadata.kind_names")
+    tokens = PackedTokens(records, values=values, kind_names=dict(names))
+    try:
+        return _run_from(meta, tokens, where)
+    except DocumentError as exc:
+        if exc.where and exc.where.startswith(where):
+            raise
+        raise DocumentError(
+            exc.what, where=f"{where}: {exc.where}", expected=exc.expected, got=exc.got
+        ) from None
+
+
+def load_cprun(fd: int, path: Path, *, verify: bool = True) -> Run:
+    """Map the packed run file open on ``fd`` (read-only) and parse it; ``fd`` stays open."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        raise _bad("packed run file is empty", str(path))
+    mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    return parse_cprun(mapped, where=str(path), verify=verify)

@@ -1,0 +1,353 @@
+"""Streaming decode of run documents: tokens go from the document's bytes to packed records.
+
+The token list of a JSON or msgpack run document is split into chunks of
+:data:`CHUNK` tokens by the native member splitters (``csrc/cp_ingest.c``);
+each chunk is decoded by msgspec into short-lived structs, and its columns
+(seq, kind code, provenance, canonical value encoding) go straight into the
+packed TOKEN records and one values blob (:class:`EncodedValues`). No Python
+object per token outlives its chunk, so memory follows the packed output
+(32 bytes a token plus its value's encoding) rather than the document.
+
+Strictness is the one of :func:`cpstore.run.document.parse_document`, which
+stays the spec: a chunk the fast path cannot take as is (an odd token object,
+a duplicate key, a nested map, a value outside the scalar fast path, any
+decoder complaint) is decoded again by the strict path, which either accepts
+it with the same bytes or raises the same error, naming the same field. A
+document whose top level the fast path cannot read at all goes to the strict
+path whole (:func:`decode_fast` returns None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from array import array
+from collections.abc import Callable, Mapping
+from operator import attrgetter
+from typing import Any, Literal
+
+import msgspec
+
+from cpstore.errors import CpstoreError, DocumentError, RecordFormatError
+from cpstore.native.binding import digest_batch, json_split, msgpack_split, pack_tokens
+from cpstore.native.columns import encode_values
+from cpstore.native.records import KindTable
+from cpstore.run.model import PackedTokens, Run, TokenPacker, fields_of, list_of
+from cpstore.run.values import EncodedValues
+
+__all__ = ["CHUNK", "TokenColumns", "decode_fast"]
+
+#: Tokens decoded per chunk: large enough that per-chunk costs vanish, small
+#: enough that a chunk's transient objects stay a few MiB.
+CHUNK = 1 << 15
+
+_TOKEN_FIELDS = ("seq", "kind", "value", "provenance")
+_PROV = {"recorded": 1, "live": 2}
+
+
+# gc=False: a chunk's 32 768 structs are not tracked by the cycle collector
+# (decoded documents hold no cycles), which spares a collection pass per few
+# hundred allocations.
+class _Tok(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    seq: int
+    kind: str
+    value: Any
+    provenance: str
+
+
+_SEQ = attrgetter("seq")
+_KIND = attrgetter("kind")
+_VALUE = attrgetter("value")
+_PROVENANCE = attrgetter("provenance")
+_CONTAINERS = frozenset({list, dict, msgspec.msgpack.Ext})
+_JSON_CHUNK = msgspec.json.Decoder(list[_Tok])
+_MSGPACK_CHUNK = msgspec.msgpack.Decoder(list[_Tok])
+_MSGPACK_TOP = msgspec.msgpack.Decoder(dict[str, msgspec.Raw])
+_FAST_ERRORS = (
+    msgspec.DecodeError,
+    KeyError,
+    OverflowError,
+    TypeError,
+    ValueError,
+    CpstoreError,
+)
+
+#: Decodes one chunk strictly (the document's own decoder): bytes -> list of tokens.
+StrictDecode = Callable[[bytes], Any]
+#: Builds the run from every field but the tokens (``tokens`` given as []).
+ParseRest = Callable[[dict[str, Any]], Run]
+
+
+class TokenColumns:
+    """Packed TOKEN records, their values blob and offsets, growing chunk by chunk."""
+
+    def __init__(self, kinds: KindTable | None = None) -> None:
+        self.records = bytearray()
+        self.blob = bytearray()
+        self._count = 0
+        self.kinds = kinds if kinds is not None else KindTable()
+        self._codes: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _code(self, kind: str) -> int:
+        code = self._codes.get(kind)
+        if code is None:
+            code = self.kinds.code(kind)  # RecordFormatError: the strict path says where
+            self._codes[kind] = code
+        return code
+
+    def append(
+        self,
+        seqs: array[int],
+        codes: array[int],
+        provs: bytes,
+        blob: bytes | memoryview,
+        offs: array[int],
+    ) -> None:
+        """Append n tokens given as columns (``offs``: n+1 offsets into ``blob``)."""
+        digests = digest_batch(blob, offs)
+        self.records += pack_tokens(codes, provs, digests, seqs=seqs)
+        self.blob += blob
+        self._count += len(offs) - 1
+
+    def add_structs(self, toks: list[_Tok]) -> bool:
+        """Append decoded tokens; False (nothing appended) when one needs the strict path."""
+        try:
+            values = list(map(_VALUE, toks))
+            if not _CONTAINERS.isdisjoint(set(map(type, values))):
+                return False  # the strict path checks a container's keys
+            seqs = array("Q", map(_SEQ, toks))
+            kinds = list(map(_KIND, toks))
+            for kind in set(kinds):
+                self._code(kind)
+            codes = array("I", map(self._codes.__getitem__, kinds))
+            provs = bytes(map(_PROV.__getitem__, map(_PROVENANCE, toks)))
+            blob, offs = encode_values(values)
+        except _FAST_ERRORS:
+            return False
+        self.append(seqs, codes, provs, blob, offs)
+        return True
+
+    def add_strict(self, items: Any, base: int) -> None:
+        """Append decoded token mappings with every check of ``parse_document``."""
+        packer = TokenPacker(kinds=self.kinds)
+        for i, item in enumerate(list_of(items, "tokens")):
+            where = f"tokens[{base + i}]"
+            tok = fields_of(item, where, _TOKEN_FIELDS)
+            packer.add(tok["seq"], tok["kind"], tok["value"], tok["provenance"], where)
+        seqs = array("Q")
+        codes = array("I")
+        provs = bytearray()
+        view = memoryview(packer.buffer)
+        for off in range(0, len(view), 32):
+            seqs.append(int.from_bytes(view[off : off + 8], "little"))
+            codes.append(int.from_bytes(view[off + 8 : off + 12], "little"))
+            provs.append(view[off + 12])
+        blob, offs = encode_values(packer.values)
+        self.append(seqs, codes, bytes(provs), blob, offs)
+
+    def finish(self) -> PackedTokens:
+        """The tokens as :class:`PackedTokens` with lazily decoded values."""
+        # The blob is canonical encodings back to back, each one msgpack item:
+        # one native split over all of it gives every offset (cheaper than
+        # shifting each chunk's offsets in Python).
+        offsets = array("Q", [0])
+        if self._count:
+            offsets += msgpack_split(self.blob, 0, self._count, cap=self._count).ends
+        # Handed over without a copy: nothing else holds these buffers.
+        return PackedTokens(
+            self.records,
+            values=EncodedValues(self.blob, offsets),
+            kind_names=dict(self.kinds.names),
+        )
+
+
+def _json_tokens(
+    raw: memoryview, start: int, strict: StrictDecode
+) -> tuple[PackedTokens, int] | None:
+    """The token array whose text starts at ``raw[start]``, and the offset just past it."""
+    while start < len(raw) and raw[start] in b" \t\r\n":
+        start += 1
+    if start >= len(raw) or raw[start] != 0x5B:  # '[': anything else, the strict path says why
+        return None
+    cols = TokenColumns()
+    pos, first = start + 1, True
+    while True:
+        try:
+            split = json_split(raw, pos, first=first, expect_members=4, cap=CHUNK)
+        except RecordFormatError:
+            return None
+        count = len(split.ends)
+        if count:
+            text = b"[" + raw[pos : split.ends[-1]] + b"]"
+            done = False
+            if split.first_odd is None and not split.nested_map:
+                try:
+                    toks = _JSON_CHUNK.decode(text)
+                except msgspec.DecodeError:
+                    toks = []
+                done = len(toks) == count and cols.add_structs(toks)
+            if not done:
+                cols.add_strict(strict(text), len(cols))
+        if split.done:
+            return cols.finish(), split.next
+        pos, first = split.next, False
+
+
+# A top-level key of a run document: plain lowercase names (anything else,
+# escapes included, is left to the strict path, which names it).
+_KEY = re.compile(rb'[ \t\r\n]*"([a-z_]{1,40})"[ \t\r\n]*:')
+_SKIP = re.compile(rb"[ \t\r\n]*")
+_KNOWN = frozenset(
+    {
+        "format",
+        "run_id",
+        "step",
+        "state_digest",
+        "observations",
+        "call_graph",
+        "transcript_digest",
+        "effects",
+        "ledger_sealed",
+        "harness_accesses",
+        "provenance_tags",
+        "mode",
+    }
+)
+
+
+def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any] | None:
+    """One pass over a JSON document's top level: (other fields decoded, tokens or error).
+
+    The token array is streamed where it stands; every other value is found
+    by the splitter and decoded strictly. None when the top level is not a
+    plain object of plain keys, or repeats a key (the strict path says why).
+    """
+    view = memoryview(raw)
+    pos = _SKIP.match(raw, 0).end()  # type: ignore[union-attr]
+    if pos >= len(raw) or raw[pos] != 0x7B:
+        return None
+    pos += 1
+    fields: dict[str, Any] = {}
+    tokens: Any = None
+    while True:
+        key = _KEY.match(raw, pos)
+        if key is None:
+            return None
+        name = key.group(1).decode()
+        if name in fields or (name == "tokens" and tokens is not None):
+            return None
+        pos = key.end()
+        if name == "tokens":
+            try:
+                found = _json_tokens(view, pos, strict)
+            except DocumentError as exc:
+                # Raised after the other fields' own errors, as the strict path
+                # would: skip the array and read on.
+                tokens, found = exc, None
+            if found is None:
+                if tokens is None:
+                    return None
+                try:
+                    end = json_split(view, pos, first=False, cap=1).ends[0]
+                except RecordFormatError:
+                    return None
+            else:
+                tokens, pos = found
+                end = _SKIP.match(raw, pos).end()  # type: ignore[union-attr]
+                if end >= len(raw) or raw[end] not in b",}":
+                    return None
+        else:
+            try:
+                split = json_split(view, pos, first=False, cap=1)
+            except RecordFormatError:
+                return None
+            end = split.ends[0]
+            # An unknown field is refused by parse_rest by name; never decoded.
+            fields[name] = strict(raw[pos:end]) if name in _KNOWN else None
+        if raw[end] == 0x7D:  # '}'
+            if raw[end + 1 :].strip(b" \t\r\n"):
+                return None
+            return fields, tokens
+        pos = end + 1
+
+
+def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | None:
+    if not raw:
+        return None
+    head = raw[0]
+    if 0x90 <= head <= 0x9F:
+        total, pos = head & 0x0F, 1
+    elif head in (0xDC, 0xDD):
+        width = 2 if head == 0xDC else 4
+        if len(raw) < 1 + width:
+            return None
+        total, pos = int.from_bytes(raw[1 : 1 + width], "big"), 1 + width
+    else:
+        return None
+    cols = TokenColumns()
+    while total > len(cols):
+        try:
+            split = msgpack_split(raw, pos, total - len(cols), expect_members=4, cap=CHUNK)
+        except RecordFormatError:
+            return None
+        count = len(split.ends)
+        text = b"\xdd" + count.to_bytes(4, "big") + raw[pos : split.next]
+        done = False
+        if split.first_odd is None and not split.nested_map:
+            try:
+                toks = _MSGPACK_CHUNK.decode(text)
+            except msgspec.DecodeError:
+                toks = []
+            done = len(toks) == count and cols.add_structs(toks)
+        if not done:
+            cols.add_strict(strict(text), len(cols))
+        pos = split.next
+    return cols.finish()
+
+
+def decode_fast(
+    raw: bytes,
+    *,
+    encoding: Literal["json", "msgpack"],
+    strict: StrictDecode,
+    parse_rest: ParseRest,
+) -> Run | None:
+    """The run in ``raw`` with its tokens streamed into packed records.
+
+    None when the top level is not a plain object/map the fast path can read
+    (the caller then parses the whole document strictly, which raises the
+    right error). ``strict`` decodes a chunk or a field with the document's
+    own strict decoder; ``parse_rest`` builds the run from the other fields.
+    """
+    tokens: Any
+    if encoding == "json":
+        found = _json_fields(raw, strict)
+        if found is None:
+            return None
+        rest, tokens = found
+        if tokens is None:
+            parse_rest(rest)  # raises: the tokens field is missing
+            return None
+    else:
+        try:
+            top: Mapping[str, msgspec.Raw] = _MSGPACK_TOP.decode(raw)
+        except msgspec.DecodeError:
+            return None
+        if "tokens" not in top or "format" not in top:
+            return None
+        rest = {key: strict(bytes(value)) for key, value in top.items() if key != "tokens"}
+        try:
+            tokens = _msgpack_tokens(memoryview(top["tokens"]).cast("B"), strict)
+        except DocumentError as exc:
+            tokens = exc
+        if tokens is None:
+            return None
+    # The other fields first: a wrong format or a bad field is reported the
+    # way the strict path reports it, before any token error.
+    run = parse_rest({**rest, "tokens": []})
+    if isinstance(tokens, DocumentError):
+        raise tokens
+    return dataclasses.replace(run, tokens=tokens)

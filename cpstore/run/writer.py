@@ -1,0 +1,139 @@
+"""Writing a run as a document or a packed run file, streaming its tokens.
+
+:func:`write_document` writes the same bytes as
+:func:`cpstore.run.document.dump_document` for JSON and msgpack, but builds
+the token list a chunk at a time, so converting a 10 M-token run never holds
+10 M token dicts; ``cprun`` writes the packed sections as they are
+(:mod:`cpstore.run.cprun`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import msgpack
+
+from cpstore.errors import InvalidInputError, RecordFormatError
+from cpstore.native.records import PROVENANCE_CODES, kind_name, provenance_name
+from cpstore.run.cprun import write_cprun
+from cpstore.run.document import document_dict
+from cpstore.run.model import PackedTokens, Run
+
+__all__ = ["ENCODINGS", "write_document"]
+
+#: What :func:`write_document` writes.
+ENCODINGS = ("json", "msgpack", "cprun")
+_CHUNK = 1 << 14
+_PLACEHOLDER = "\x00cpstore:tokens\x00"
+
+
+def _token_dicts(tokens: PackedTokens) -> Iterator[list[dict[str, Any]]]:
+    """The tokens as document dicts (seq, kind, value, provenance), a chunk at a time."""
+    values = tokens.values
+    if values is None:
+        raise InvalidInputError(
+            "cannot write a document without token values", where="tokens.values"
+        )
+    raw = tokens.view()
+    words = raw.cast("Q")
+    codes = raw.cast("I")
+    names = dict(tokens.kind_names)
+    for start in range(0, len(tokens), _CHUNK):
+        end = min(len(tokens), start + _CHUNK)
+        chunk = []
+        for i, value in zip(range(start, end), values[start:end], strict=True):
+            prov = raw[32 * i + 12]
+            if provenance_name(prov) not in PROVENANCE_CODES:
+                raise RecordFormatError(
+                    "token has an invalid provenance",
+                    where=f"tokens[{i}]",
+                    got=provenance_name(prov),
+                )
+            code = codes[8 * i + 2]
+            chunk.append(
+                {
+                    "seq": words[4 * i],
+                    "kind": kind_name(code) or names.get(code) or f"kind#{code}",
+                    "value": value,
+                    "provenance": provenance_name(prov),
+                }
+            )
+        yield chunk
+
+
+def _body(run: Run) -> dict[str, Any]:
+    return document_dict(dataclasses.replace(run, tokens=PackedTokens(b"", values=[])))
+
+
+def _write_json(run: Run, out: BinaryIO) -> int:
+    body = _body(run)
+    body["tokens"] = _PLACEHOLDER
+    try:
+        text = json.dumps(body, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(
+            "run is not representable in JSON; use encoding='msgpack'", got=str(exc)
+        ) from None
+    marker = json.dumps(_PLACEHOLDER)
+    head, found, tail = text.partition(marker)
+    if not found or marker in tail:  # the placeholder text also appears in a value
+        data = json.dumps(
+            {**body, "tokens": [t for c in _token_dicts(run.tokens) for t in c]},
+            sort_keys=True,
+            allow_nan=False,
+        ).encode()
+        out.write(data)
+        return len(data)
+    total = out.write(head.encode() + b"[") or 0
+    first = True
+    for chunk in _token_dicts(run.tokens):
+        try:
+            part = json.dumps(chunk, sort_keys=True, allow_nan=False)[1:-1]
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                "run is not representable in JSON; use encoding='msgpack'", got=str(exc)
+            ) from None
+        data = (part if first else ", " + part).encode()
+        total += out.write(data) or 0
+        first = False
+    total += out.write(b"]" + tail.encode()) or 0
+    return total
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 2**16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _write_msgpack(run: Run, out: BinaryIO) -> int:
+    body = _body(run)
+    packer = msgpack.Packer(use_bin_type=True)
+    total = out.write(packer.pack_map_header(len(body))) or 0
+    for key, value in body.items():
+        total += out.write(packer.pack(key)) or 0
+        if key != "tokens":
+            total += out.write(packer.pack(value)) or 0
+            continue
+        total += out.write(_array_header(len(run.tokens))) or 0
+        for chunk in _token_dicts(run.tokens):
+            total += out.write(b"".join(packer.pack(t) for t in chunk)) or 0
+    return total
+
+
+def write_document(run: Run, out: BinaryIO, *, encoding: str) -> int:
+    """Write ``run`` to a binary stream as ``json``, ``msgpack`` or ``cprun``; returns bytes."""
+    if not isinstance(run, Run):
+        raise InvalidInputError("run must be a Run", got=type(run).__name__)
+    if encoding == "json":
+        return _write_json(run, out)
+    if encoding == "msgpack":
+        return _write_msgpack(run, out)
+    if encoding == "cprun":
+        return write_cprun(run, out)
+    raise InvalidInputError("unknown document encoding", expected=list(ENCODINGS), got=encoding)
