@@ -284,3 +284,30 @@ class TestCli:
         assert _sql(
             pg_url, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (_schema(pg_url),)
         ) == []
+
+
+def _walk_back(store: Store, start: bytes | None) -> list[bytes]:
+    """Keys of ``objects`` walked with prev() from set_range(start) (or from the end)."""
+    out: list[bytes] = []
+    with store.backend.read_txn() as txn:
+        cur = txn.cursor(db=store.backend.db("objects"))
+        ok = cur.set_range(start) and cur.prev() if start is not None else cur.prev()
+        while ok:
+            out.append(bytes(cur.key()))
+            ok = cur.prev()
+    return out
+
+
+def test_a_cursor_walks_backwards_as_lmdbs_does(pg_url: str, tmp_path: Path) -> None:
+    """prev() from the end and from a set_range, across page boundaries, equals LMDB's walk."""
+    keys = [bytes([i]) * 16 for i in range(0, 250, 7)]  # 36 keys: several pages backwards
+    walks = []
+    for where in (pg_url, str(tmp_path / "lmdb")):
+        with cpstore.open(where) as store:
+            store.backend.write_txn(
+                lambda txn, s=store: [txn.put(k, b"v", db=s.backend.db("objects")) for k in keys]
+            )
+            walks.append([_walk_back(store, None), _walk_back(store, bytes([100]) * 16)])
+    assert walks[0] == walks[1]
+    assert walks[0][0] == sorted(keys, reverse=True)
+    assert walks[0][1] == sorted((k for k in keys if k < bytes([100]) * 16), reverse=True)

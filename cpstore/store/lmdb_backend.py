@@ -18,11 +18,12 @@ from typing import Any, Literal, TypeVar
 
 import lmdb
 
-from cpstore.errors import ConflictError, CpstoreError, IntegrityError, NotFoundError, StoreError
+from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, StoreError
 from cpstore.native.binding import digest, digest_small
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.commit import apply_write
 from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_copy import copy_env, space_of
@@ -33,14 +34,11 @@ from cpstore.store.manifest import Manifest, check_manifest, check_manifest_stat
 from cpstore.store.model import (
     CheckpointWrite,
     created_at_of,
-    hex_id,
-    ref_key,
     split_checkpoint_value,
     split_ref_key,
-    unpack_checkpoint_value,
 )
 from cpstore.store.objects import get_object, put_object
-from cpstore.store.refs import RECORDED, check_ref_target, read_ref, write_ref
+from cpstore.store.refs import check_ref_target, read_ref
 
 __all__ = ["DURABILITY_MODES", "Durability", "LmdbBackend"]
 
@@ -401,54 +399,11 @@ class LmdbBackend:
         return len(self._pending)
 
     def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
-        objects, cps = self.db("objects"), self.db("checkpoints")
-        rkey = ref_key(op.run_id, op.branch)
-        current = read_ref(txn, self.env.dbs, rkey, layout=self.env.layout)
-        current_b = None if current is None else current[0]
-        if current_b != op.expected_ref:
-            raise ConflictError(
-                "the branch moved since this recorder read it",
-                where=f"refs/{op.run_id}/{op.branch}",
-                expected=hex_id(op.expected_ref),
-                got=hex_id(current_b),
-            )
-        if op.parent is not None and txn.get(op.parent, db=cps) is None:
-            # Only a fork's first checkpoint can get here (a branch head is
-            # never pruned): retention swept the checkpoint it forks from while
-            # the recorder held it. Its history is gone, so refuse rather than
-            # write a child whose parent (and inherited logs) are not stored.
-            pruned = txn.get(op.parent, db=self.db("tombstones")) is not None
-            raise ConflictError(
-                "the parent checkpoint was pruned while this recorder held it; "
-                "fork from a stored checkpoint"
-                if pruned
-                else "parent checkpoint is not stored",
-                where=f"refs/{op.run_id}/{op.branch}",
-                expected=op.parent.hex(),
-                got="pruned" if pruned else "missing",
-            )
-        for key, data in op.objects.items():
-            put_object(txn, objects, key, data)
-        for key in op.must_exist:
-            if txn.get(key, db=objects) is None:
-                raise IntegrityError(
-                    "checkpoint references an object that is not stored",
-                    where=f"checkpoint {op.cid.hex()}",
-                    expected=bytes(key).hex(),
-                )
-        if not txn.put(op.cid, op.value, overwrite=False, db=cps):
-            _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
-            if existing != unpack_checkpoint_value(op.value)[1]:
-                raise IntegrityError(
-                    "different manifest stored under this checkpoint id",
-                    where=f"checkpoints/{op.cid.hex()}",
-                )
-        txn.delete(op.cid, db=self.db("tombstones"))
-        if op.sealed_ledger is not None:
-            txn.put(op.sealed_ledger, op.cid, overwrite=False, db=self.db("ledgers"))
-        write_ref(txn, self.env.dbs, rkey, op.cid, RECORDED, old=current)
-        for mkey, mvalue in op.extra_meta:
-            if mvalue is None:
-                txn.delete(mkey, db=self.db("meta"))
-            else:
-                txn.put(mkey, mvalue, db=self.db("meta"))
+        objects = self.db("objects")
+        apply_write(
+            txn,
+            self.env.dbs,
+            op,
+            layout=self.env.layout,
+            exists=lambda key: txn.get(key, db=objects) is not None,
+        )

@@ -24,7 +24,6 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cpstore.errors import (
-    ConflictError,
     CpstoreError,
     ForkError,
     IntegrityError,
@@ -37,6 +36,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.commit import apply_write
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
@@ -52,23 +52,19 @@ from cpstore.store.model import (
     STORE_VERSION,
     CheckpointWrite,
     created_at_of,
-    hex_id,
     ref_key,
     split_checkpoint_value,
     split_ref_key,
-    unpack_checkpoint_value,
 )
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
 from cpstore.store.pg_txn import PgTable, PgTxn
 from cpstore.store.refs import (
-    RECORDED,
     REFS_DIGEST_KEY,
     check_ref_target,
     read_ref,
     upgrade_refs_v1,
-    write_ref,
 )
 
 __all__ = ["PgBackend"]
@@ -477,46 +473,14 @@ class PgBackend:
             self._apply(txn, op)
 
     def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
-        objects, cps = self._tables["objects"], self._tables["checkpoints"]
-        rkey = ref_key(op.run_id, op.branch)
-        current = read_ref(txn, self._tables, rkey, layout=self._layout)
-        current_b = None if current is None else current[0]
-        if current_b != op.expected_ref:
-            raise ConflictError(
-                "the branch moved since this recorder read it",
-                where=f"refs/{op.run_id}/{op.branch}",
-                expected=hex_id(op.expected_ref),
-                got=hex_id(current_b),
-            )
-        if op.parent is not None and txn.get(op.parent, db=cps) is None:
-            pruned = txn.get(op.parent, db=self._tables["tombstones"]) is not None
-            raise ConflictError(
-                "the parent checkpoint was pruned while this recorder held it; "
-                "fork from a stored checkpoint"
-                if pruned
-                else "parent checkpoint is not stored",
-                where=f"refs/{op.run_id}/{op.branch}",
-                expected=op.parent.hex(),
-                got="pruned" if pruned else "missing",
-            )
-        for key, data in op.objects.items():
-            put_object(txn, objects, key, data)
-        assert isinstance(txn, PgTxn)
-        for key in op.must_exist:
-            if not txn.has(key, db=objects):  # prefetched as existence: no value fetched
-                raise IntegrityError(
-                    "checkpoint references an object that is not stored",
-                    where=f"checkpoint {op.cid.hex()}",
-                    expected=bytes(key).hex(),
-                )
-        if not txn.put(op.cid, op.value, overwrite=False, db=cps):
-            _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
-            if existing != unpack_checkpoint_value(op.value)[1]:
-                raise IntegrityError(
-                    "different manifest stored under this checkpoint id",
-                    where=f"checkpoints/{op.cid.hex()}",
-                )
-        txn.delete(op.cid, db=self._tables["tombstones"])
-        if op.sealed_ledger is not None:
-            txn.put(op.sealed_ledger, op.cid, overwrite=False, db=self._tables["ledgers"])
-        write_ref(txn, self._tables, rkey, op.cid, RECORDED, old=current)
+        if not isinstance(txn, PgTxn):
+            raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
+        objects = self._tables["objects"]
+        # Prefetched as existence: no value fetched.
+        apply_write(
+            txn,
+            self._tables,
+            op,
+            layout=self._layout,
+            exists=lambda key: txn.has(key, db=objects),
+        )

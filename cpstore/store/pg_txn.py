@@ -62,6 +62,7 @@ class PgTable:
                 "from": f"SELECT k, v FROM {q} WHERE k >= %b ORDER BY k LIMIT %b",
                 "after": f"SELECT k, v FROM {q} WHERE k > %b ORDER BY k LIMIT %b",
                 "last": f"SELECT k, v FROM {q} ORDER BY k DESC LIMIT 1",
+                "before": f"SELECT k, v FROM {q} WHERE k < %b ORDER BY k DESC LIMIT %b",
                 "scan": f"SELECT k, v FROM {q} ORDER BY k",
                 "count": f"SELECT count(*) FROM {q}",
                 "upsert": f"INSERT INTO {q} (k, v) SELECT * FROM unnest(%b::bytea[], "
@@ -377,6 +378,11 @@ class PgTxn:
         rows = self._statements(table.sql["from" if inclusive else "after"], (start, size))
         return rows
 
+    def page_before(self, table: PgTable, end: bytes, *, size: int) -> list[Any]:
+        """Up to ``size`` rows with keys below ``end``, in key order (writes flushed first)."""
+        self._flush()
+        return self._statements(table.sql["before"], (end, size))[::-1]
+
     def last_row(self, table: PgTable) -> Any:
         """The row with the largest key, or None."""
         self._flush()
@@ -403,7 +409,8 @@ class PgTxn:
 
 
 class PgCursor:
-    """LMDB's cursor calls on a table: ``first``, ``last``, ``set_range``, ``next``, iteration."""
+    """LMDB's cursor calls on a table: ``first``, ``last``, ``set_range``, ``next``, ``prev``,
+    iteration."""
 
     _FIRST_PAGE = 8
     _MAX_PAGE = 1024
@@ -458,6 +465,21 @@ class PgCursor:
             self._positioned = False
             return False
         return self._load(bytes(self._rows[-1][0]), inclusive=False)
+
+    def prev(self) -> bool:
+        """Move to the previous row (from unpositioned: the last, as py-lmdb); False
+        before the first one, which leaves the cursor unpositioned."""
+        if not self._positioned:
+            return self.last()
+        if self._i > 0:
+            self._i -= 1
+            return True
+        rows = self._txn.page_before(self._table, bytes(self._rows[0][0]), size=self._size)
+        self._size = min(self._size * 4, self._MAX_PAGE)
+        # The rows after this page are known to exist: next() loads them again.
+        self._rows, self._i, self._full = rows, len(rows) - 1, True
+        self._positioned = bool(rows)
+        return self._positioned
 
     def key(self) -> bytes:
         """The key at the position (b"" when unpositioned, as py-lmdb)."""

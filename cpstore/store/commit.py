@@ -1,0 +1,85 @@
+"""One checkpoint write applied on a write txn: the commit rule every backend shares.
+
+The ref compare-and-set, the parent's presence, the objects (write-once), the
+named objects' presence, the checkpoint (write-once), its tombstone cleared,
+the sealed ledger, the ref, and the ``meta`` records written with the
+checkpoint (``CheckpointWrite.extra_meta``: the LangGraph index), all in the
+caller's txn. Backends differ only in how they ask whether an object exists
+(``exists``: LMDB reads it, PostgreSQL asks its prefetched existence set).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cpstore.errors import ConflictError, IntegrityError
+from cpstore.store.backend import Txn
+from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
+from cpstore.store.objects import put_object
+from cpstore.store.refs import RECORDED, read_ref, write_ref
+
+__all__ = ["apply_write"]
+
+
+def apply_write(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    op: CheckpointWrite,
+    *,
+    layout: int,
+    exists: Callable[[bytes], bool],
+) -> None:
+    """Apply ``op`` in ``txn`` (``dbs``: named table -> handle), or raise and write nothing
+    the caller commits (ConflictError on a moved branch or a pruned parent)."""
+    objects, cps = dbs["objects"], dbs["checkpoints"]
+    rkey = ref_key(op.run_id, op.branch)
+    current = read_ref(txn, dbs, rkey, layout=layout)
+    current_b = None if current is None else current[0]
+    if current_b != op.expected_ref:
+        raise ConflictError(
+            "the branch moved since this recorder read it",
+            where=f"refs/{op.run_id}/{op.branch}",
+            expected=hex_id(op.expected_ref),
+            got=hex_id(current_b),
+        )
+    if op.parent is not None and txn.get(op.parent, db=cps) is None:
+        # Only a fork's first checkpoint can get here (a branch head is never
+        # pruned): retention swept the checkpoint it forks from while the
+        # recorder held it. Its history is gone, so refuse rather than write a
+        # child whose parent (and inherited logs) are not stored.
+        pruned = txn.get(op.parent, db=dbs["tombstones"]) is not None
+        raise ConflictError(
+            "the parent checkpoint was pruned while this recorder held it; "
+            "fork from a stored checkpoint"
+            if pruned
+            else "parent checkpoint is not stored",
+            where=f"refs/{op.run_id}/{op.branch}",
+            expected=op.parent.hex(),
+            got="pruned" if pruned else "missing",
+        )
+    for key, data in op.objects.items():
+        put_object(txn, objects, key, data)
+    for key in op.must_exist:
+        if not exists(key):
+            raise IntegrityError(
+                "checkpoint references an object that is not stored",
+                where=f"checkpoint {op.cid.hex()}",
+                expected=bytes(key).hex(),
+            )
+    if not txn.put(op.cid, op.value, overwrite=False, db=cps):
+        _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
+        if existing != unpack_checkpoint_value(op.value)[1]:
+            raise IntegrityError(
+                "different manifest stored under this checkpoint id",
+                where=f"checkpoints/{op.cid.hex()}",
+            )
+    txn.delete(op.cid, db=dbs["tombstones"])
+    if op.sealed_ledger is not None:
+        txn.put(op.sealed_ledger, op.cid, overwrite=False, db=dbs["ledgers"])
+    write_ref(txn, dbs, rkey, op.cid, RECORDED, old=current)
+    for mkey, mvalue in op.extra_meta:
+        if mvalue is None:
+            txn.delete(mkey, db=dbs["meta"])
+        else:
+            txn.put(mkey, mvalue, db=dbs["meta"])
