@@ -512,3 +512,31 @@ def test_a_data_file_cut_inside_its_reachable_pages_is_still_refused(tmp_path: P
     data.write_bytes(raw[: top * psize])  # the highest page the last txn reaches is cut
     with pytest.raises(IntegrityError, match="shorter than its last committed page"):
         cpstore.open(str(path), readonly=True, create=False)
+
+
+def test_a_failing_tail_allocation_does_not_fail_a_committed_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """posix_fallocate failing after a commit (a full disk) does not fail a stored checkpoint."""
+    calls: list[int] = []
+
+    def full(fd: int, offset: int, length: int) -> None:
+        calls.append(length)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    path = str(tmp_path / "s")
+    acknowledged: list[str] = []
+    with cpstore.open(path) as store:
+        rec = store.recorder("big")
+        for step in range(200):
+            acknowledged.append(rec.checkpoint(step, {"blob": os.urandom(30_000)}))
+            if step % 40 == 39:
+                store.gc(keep_last=1)
+                if calls:
+                    break
+        assert calls  # the tail really was left uncovered and allocation was tried
+        assert store.ref("big") == acknowledged[-1]
+    with cpstore.open(path, readonly=True, create=False) as store:
+        assert store.ref("big") == acknowledged[-1]
+        assert store.verify().ok

@@ -194,14 +194,19 @@ class Env:
         need = (self.env.info()["last_pgno"] + 1) * self._psize
         if need <= self._covered:
             return
-        fd = os.open(os.path.join(self.path, "data.mdb"), os.O_WRONLY)
+        try:  # after a commit: failing here (a full disk) must not fail the stored txn;
+            fd = os.open(os.path.join(self.path, "data.mdb"), os.O_WRONLY)
+        except OSError:  # an uncovered tail is what _check_file_size walks
+            return
         try:
             size = os.fstat(fd).st_size
             if size < need:
                 os.posix_fallocate(fd, size, need - size)
+            self._covered = need
+        except OSError:
+            pass
         finally:
             os.close(fd)
-        self._covered = need
 
     # -- bookkeeping ---------------------------------------------------------
 
