@@ -124,6 +124,23 @@ def test_a_destination_branch_that_went_elsewhere_is_a_conflict_and_is_not_moved
         assert dst.ref("free") == src.ref("free")  # the other branches still land
 
 
+def test_a_diverged_branch_does_not_keep_shared_history_from_a_branch_that_lands(
+    tmp_path: Path,
+) -> None:
+    """A diverged branch lands nothing; a later branch sharing its history still lands it all."""
+    with cpstore.open(tmp_path / "a") as src, cpstore.open(tmp_path / "b") as dst:
+        rec = src.recorder("run")
+        shared = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        src.fork("run", "alt", shared[-1])  # "run\0alt" lands before "run\0main"
+        src.recorder("run", branch="alt").checkpoint(3, {"alt": True})
+        dst.recorder("run", branch="alt").checkpoint(1, {"dst": 1})  # alt went elsewhere
+        with pytest.raises(ConflictError, match="run/alt"):
+            transfer(src.backend, dst.backend)
+        assert dst.ref("run") == shared[-1]
+        assert [e.id for e in dst.history("run")] == shared[::-1]
+        assert dst.verify().ok
+
+
 def test_an_object_damaged_in_transit_is_refused_at_the_receiver(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -338,8 +338,11 @@ def transfer(
             expected=expected[b.key],
             report=report,
         )
-        for c in mine:
-            values.pop(c, None)  # a checkpoint shared by two branches lands once
+        if outcome in ("created", "moved"):
+            # Landed: a checkpoint shared with a later branch lands once. A
+            # diverged branch landed nothing, so a later one must still carry it.
+            for c in mine:
+                values.pop(c, None)
         if outcome == "diverged":
             run, name = split_ref_key(b.key)
             report.conflicts.append(f"{run}/{name}")
