@@ -10,7 +10,7 @@ import pytest
 
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest
-from cpstore.store.chunk_tree import load_tree
+from cpstore.store.chunk_tree import load_tree, tree_objects
 from cpstore.store.codec import encode_frame, frame_key
 
 
@@ -30,6 +30,31 @@ class _Txn:
 def _pack(value: Any) -> bytes:
     packed: bytes = msgpack.packb(value, use_bin_type=True)
     return packed
+
+
+def _hostile() -> tuple[dict[bytes, bytes], bytes, bytes]:
+    """A 3-level tree whose nodes each name one child 2000 times: (objects, root, frame)."""
+    chunk = os.urandom(1024)
+    cd = digest(chunk)
+    objects = {frame_key(cd): encode_frame(chunk)}
+    keys = cd
+    for level in (1, 2, 3):
+        node = _pack([level, len(chunk) * 2000**level, keys * 2000])
+        keys = digest(node)
+        objects[keys] = node
+    root = _pack({"head": b"", "size": len(chunk), "spine": [b"", b"", b"", keys]})
+    objects[digest(root)] = root
+    return objects, digest(root), frame_key(cd)
+
+
+def test_listing_a_tree_that_repeats_its_nodes_walks_each_node_once() -> None:
+    """What retention, verify and transfer list under a root: 8e9 paths, a few reads."""
+    objects, root, frame = _hostile()
+    txn = _Txn(objects)
+    listed = set(tree_objects(cast(Any, txn), None, root))
+    assert listed == set(objects) - {root}
+    assert frame in listed
+    assert txn.reads < 10
 
 
 @pytest.mark.parametrize("verify", [True, False])

@@ -397,6 +397,8 @@ def tree_objects(
     raw = txn.get(root, None, objects)
     if raw is None:
         return
+    if walked is None:  # a node may name one child many times: descend into each once
+        walked = set()
     try:
         v2 = read_v2_index(raw, "")
         if v2 is not None:
