@@ -179,8 +179,8 @@ class Env:
     def _check_file_size(self) -> None:
         """Refuse a data file shorter than its last txn reaches (a truncated copy): LMDB
         trusts the meta page, and reading past the end of the file is a SIGBUS."""
-        info = self.env.info()
-        check_data_size(os.path.join(self.path, "data.mdb"), self.env.stat()["psize"], info)
+        data = os.path.join(self.path, "data.mdb")
+        check_data_size(data, int(self.env.stat()["psize"]), self.env.info)
 
     def _cover_tail(self) -> None:
         """After a commit, make the data file reach every page the meta page counts.

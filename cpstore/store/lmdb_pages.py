@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpstore.errors import IntegrityError
@@ -31,6 +31,8 @@ _MAGIC = 0xBEEFC0DE
 _DB_SIZE = 48  # struct MDB_db
 _META_DBS = _PAGEHDRSZ + 24  # magic, version, address, mapsize precede mm_dbs
 _DB_ROOT = 40  # md_root inside MDB_db
+#: Walks tried while other processes' commits keep moving the meta page on.
+_ATTEMPTS = 3
 
 
 def _meta(page: bytes) -> tuple[int, int, int, int] | None:
@@ -117,21 +119,27 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
         os.close(fd)
 
 
-def check_data_size(data: str, psize: int, info: Mapping[str, Any]) -> None:
+def check_data_size(data: str, psize: int, info: Callable[[], Mapping[str, Any]]) -> None:
     """Refuse ``data`` when it ends before a page its last committed txn reaches.
 
     A file at least ``last_pgno`` pages long passes at once; a shorter one
     (loose tail pages never written: a writer killed between its commit and
     ``Env._cover_tail``, or a store written before that existed) passes when
-    the walk shows every reachable page inside it.
+    the walk shows every reachable page inside it. ``info`` is LMDB's
+    ``env.info``: a walk that another process's commit overtook (the meta
+    page moved on) is tried again, so a whole store is not refused for it.
     """
-    needed = (int(info["last_pgno"]) + 1) * psize
-    size = os.path.getsize(data)
-    if size >= needed:
-        return
-    top = highest_reachable_page(data, psize, int(info["last_pgno"]), int(info["last_txnid"]))
-    if top is not None and (top + 1) * psize <= size:
-        return
+    for _ in range(_ATTEMPTS):
+        now = info()
+        needed = (int(now["last_pgno"]) + 1) * psize
+        size = os.path.getsize(data)
+        if size >= needed:
+            return
+        top = highest_reachable_page(data, psize, int(now["last_pgno"]), int(now["last_txnid"]))
+        if top is not None and (top + 1) * psize <= size:
+            return
+        if int(info()["last_txnid"]) == int(now["last_txnid"]):
+            break  # nothing committed meanwhile: the walk's answer stands
     raise IntegrityError(
         "the data file is shorter than its last committed page (truncated?)",
         where=data,
