@@ -22,6 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.langgraph import CpstoreSaver, diff_threads
 from cpstore.langgraph._codec import load_value, pack_value
+from cpstore.native.binding import digest
 from cpstore.store import Store
 from cpstore.store.lg_index import CHECKPOINT_PREFIX, scan
 
@@ -367,3 +368,17 @@ class TestThreadDiff:
         assert (found["step"], found["nodes"], found["channels"]) == (3, ["step"], ["trail"])
         missing = _cli("lg-diff", "a", "nope", "--store", str(path))
         assert missing.returncode == 4 and "no such LangGraph checkpoint" in missing.stderr
+
+
+def test_a_thread_named_like_another_threads_hashed_run_does_not_share_its_run(
+    saver: CpstoreSaver,
+) -> None:
+    """Thread "#<digest of a long id>" got the long thread's run: deleting it swept the other."""
+    long_id = "t" * 300  # too long for a run name: its run is hashed
+    mimic = "#" + digest(long_id.encode()).hex()
+    kept = _put(saver, long_id, {"v": "keep me"})
+    _put(saver, mimic, {"v": "other"})
+    saver.delete_thread(mimic)
+    got = saver.get_tuple(_cfg(long_id))
+    assert got is not None and got.config["configurable"]["checkpoint_id"] == kept
+    assert got.checkpoint["channel_values"] == {"v": "keep me"}

@@ -134,6 +134,29 @@ class TestGrouping:
         assert sorted([outcome["boom"], outcome["other"]]) == ["KeyboardInterrupt", "StoreError"]
 
 
+    def test_a_leader_interrupted_while_gathering_leaves_no_writer_waiting(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Ctrl-C while the leader gathers: its write is not stored and the next writer commits."""
+        gate = _Gate()
+        gate.release.set()
+        gc = GroupCommit[str](gate)
+        gather = gc._gather
+
+        def interrupted() -> None:
+            monkeypatch.setattr(gc, "_gather", gather)
+            raise KeyboardInterrupt  # what Condition.wait raises in the main thread
+
+        monkeypatch.setattr(gc, "_gather", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            gc.commit("x")
+        later = threading.Thread(target=gc.commit, args=("y",), daemon=True)
+        later.start()
+        later.join(10)
+        assert not later.is_alive()  # before the fix: waits for a leader that is gone
+        assert gate.stored == ["y"]  # "x" was never handed to a group
+
+
 class TestGathering:
     def _group_of_three(self, gc: GroupCommit[str], gate: _Gate) -> None:
         _queue_behind_leader(gc, gate, ["a", "b"])  # groups: [lead], [a, b]

@@ -29,8 +29,14 @@ from test_refs_integrity import _make_v1
 
 import cpstore
 from cpstore import cli
-from cpstore.errors import FormatVersionError, NotFoundError, StoreReadOnlyError
+from cpstore.errors import (
+    FormatVersionError,
+    IntegrityError,
+    NotFoundError,
+    StoreReadOnlyError,
+)
 from cpstore.native.canonical import decode_value
+from cpstore.store.lmdb_pages import check_data_size, highest_reachable_page
 from cpstore.store.model import STORE_VERSION
 
 
@@ -444,4 +450,99 @@ def test_a_store_whose_last_txn_freed_its_tail_pages_opens_again(tmp_path: Path)
         head = store.ref("big")
     with cpstore.open(path, readonly=True, create=False) as store:
         assert store.ref("big") == head
+        assert store.verify().ok
+
+
+_UNCOVERED_WRITER = """
+import os, sys
+import cpstore
+from cpstore.store.lmdb_env import Env
+Env._cover_tail = lambda self: None  # killed between commit and fallocate / an older build
+attempt = int(sys.argv[2])
+with cpstore.open(sys.argv[1]) as store:
+    rec = store.recorder("big")
+    for i in range(40 * attempt, 40 * attempt + 40):
+        rec.checkpoint(i, {"i": i, "blob": os.urandom(30_000)})
+    store.gc(keep_last=1)
+    print(store.ref("big"))
+"""
+
+
+def test_a_store_whose_writer_never_covered_its_tail_still_opens(tmp_path: Path) -> None:
+    """Unwritten loose tail pages (writer killed before _cover_tail, older build): still opens."""
+    path = tmp_path / "s"
+    for attempt in range(20):  # gc leaves loose tail pages in most rounds, not all
+        out = subprocess.run(
+            [sys.executable, "-c", _UNCOVERED_WRITER, str(path), str(attempt)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        head = out.stdout.strip()
+        env = lmdb.open(str(path), readonly=True, lock=False)
+        info, psize = env.info(), env.stat()["psize"]
+        needed = (info["last_pgno"] + 1) * psize
+        env.close()
+        if (path / "data.mdb").stat().st_size < needed:
+            break
+    assert (path / "data.mdb").stat().st_size < needed  # the state the check must accept
+    # A commit of another process overtaking the walk (the meta page moved on) is walked again.
+    answers = [{**info, "last_txnid": info["last_txnid"] - 1}, info, info, info]
+    check_data_size(str(path / "data.mdb"), psize, lambda: answers.pop(0))
+    with cpstore.open(str(path), readonly=True, create=False) as store:
+        assert store.ref("big") == head
+        assert store.verify().ok
+    with cpstore.open(str(path)):
+        pass
+    assert (path / "data.mdb").stat().st_size >= needed  # a writable open covered the tail
+    with cpstore.open(str(path)) as store:
+        store.recorder("other").checkpoint(0, {"x": 1})
+        assert store.verify().ok
+
+
+def test_a_data_file_cut_inside_its_reachable_pages_is_still_refused(tmp_path: Path) -> None:
+    """The walk that accepts an unwritten free tail still refuses a cut through live pages."""
+    path = tmp_path / "s"
+    with cpstore.open(str(path)) as store:
+        rec = store.recorder("r")
+        for i in range(20):
+            rec.checkpoint(i, {"i": i, "blob": os.urandom(20_000)})
+    data = path / "data.mdb"
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    info, psize = env.info(), env.stat()["psize"]
+    env.close()
+    top = highest_reachable_page(str(data), psize, info["last_pgno"], info["last_txnid"])
+    assert top is not None and top > 1
+    raw = data.read_bytes()
+    data.write_bytes(raw[: top * psize])  # the highest page the last txn reaches is cut
+    with pytest.raises(IntegrityError, match="shorter than its last committed page"):
+        cpstore.open(str(path), readonly=True, create=False)
+
+
+def test_a_failing_tail_allocation_does_not_fail_a_committed_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """posix_fallocate failing after a commit (a full disk) does not fail a stored checkpoint."""
+    calls: list[int] = []
+
+    def full(fd: int, offset: int, length: int) -> None:
+        calls.append(length)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    path = str(tmp_path / "s")
+    acknowledged: list[str] = []
+    with cpstore.open(path) as store:
+        rec = store.recorder("big")
+        for step in range(200):
+            acknowledged.append(rec.checkpoint(step, {"blob": os.urandom(30_000)}))
+            if step % 40 == 39:
+                store.gc(keep_last=1)
+                if calls:
+                    break
+        assert calls  # the tail really was left uncovered and allocation was tried
+        assert store.ref("big") == acknowledged[-1]
+    with cpstore.open(path, readonly=True, create=False) as store:
+        assert store.ref("big") == acknowledged[-1]
         assert store.verify().ok

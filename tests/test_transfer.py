@@ -15,6 +15,7 @@ from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 import cpstore
 from cpstore.cli import main
 from cpstore.errors import ConflictError, IntegrityError, NotFoundError
+from cpstore.store import transfer as transfer_module
 from cpstore.store.facade import Store
 from cpstore.store.stats import store_stats
 from cpstore.store.transfer import transfer
@@ -122,6 +123,49 @@ def test_a_destination_branch_that_went_elsewhere_is_a_conflict_and_is_not_moved
         assert "run/main" in str(err.value)
         assert dst.ref("run") == theirs and len(dst.history("run")) == 1
         assert dst.ref("free") == src.ref("free")  # the other branches still land
+
+
+def test_a_diverged_branch_does_not_keep_shared_history_from_a_branch_that_lands(
+    tmp_path: Path,
+) -> None:
+    """A diverged branch lands nothing; a later branch sharing its history still lands it all."""
+    with cpstore.open(tmp_path / "a") as src, cpstore.open(tmp_path / "b") as dst:
+        rec = src.recorder("run")
+        shared = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        src.fork("run", "alt", shared[-1])  # "run\0alt" lands before "run\0main"
+        src.recorder("run", branch="alt").checkpoint(3, {"alt": True})
+        dst.recorder("run", branch="alt").checkpoint(1, {"dst": 1})  # alt went elsewhere
+        with pytest.raises(ConflictError, match="run/alt"):
+            transfer(src.backend, dst.backend)
+        assert dst.ref("run") == shared[-1]
+        assert [e.id for e in dst.history("run")] == shared[::-1]
+        assert dst.verify().ok
+
+
+_GC = "import sys, cpstore\nwith cpstore.open(sys.argv[1]) as s:\n    s.gc(keep_last=1)\n"
+
+
+def test_a_head_the_destination_prunes_during_the_transfer_gets_no_ref(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process prunes the checkpoint a new branch names mid-transfer: no dangling ref."""
+    with cpstore.open(tmp_path / "a") as src, cpstore.open(tmp_path / "b") as dst:
+        rec = src.recorder("run")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        transfer(src.backend, dst.backend)
+        src.fork("run", "alt", ids[1])  # the destination has ids[1], as a non-head
+        copy = transfer_module._copy_objects
+
+        def gc_then_copy(*args: Any) -> None:
+            # After the destination's checkpoints were read, before any ref is written.
+            subprocess.run([sys.executable, "-c", _GC, str(tmp_path / "b")], check=True)
+            copy(*args)
+
+        monkeypatch.setattr(transfer_module, "_copy_objects", gc_then_copy)
+        with pytest.raises(ConflictError, match="pruned"):
+            transfer(src.backend, dst.backend)
+        assert "alt" not in dst.branches("run")
+        assert dst.verify().ok
 
 
 def test_an_object_damaged_in_transit_is_refused_at_the_receiver(

@@ -61,7 +61,9 @@ def _hashed(prefix: str, text: str) -> str:
 def run_for(thread_id: str) -> str:
     """The cpstore run id of a LangGraph thread (hashed when the id cannot be a run name)."""
     name = "lg:" + thread_id
-    return name if _fits(name) else _hashed("lg:#", thread_id)
+    # A hashed name is "lg:#<hex>": an id starting with "#" is hashed too, or
+    # thread "#<hex>" would share (and delete_thread sweep) another thread's run.
+    return name if _fits(name) and not thread_id.startswith("#") else _hashed("lg:#", thread_id)
 
 
 def branch_label(ns: str) -> str:

@@ -319,8 +319,12 @@ def load_tree(
     else:
         head, size, spine = read_root(root_raw, at)
         pieces.append(head)
+        # Nodes may name one child many times (a repeated chunk): a read stops
+        # once the root's size is passed, never expanding a damaged tree further.
+        budget = [size - len(head)]
         for level in range(len(spine), 0, -1):  # oldest bytes sit in the top level's tail
-            _walk(txn, objects, (level, -1, spine[level - 1]), pieces, verify=verify, where=where)
+            node = (level, -1, spine[level - 1])
+            _walk(txn, objects, node, pieces, verify=verify, where=where, budget=budget)
     data = b"".join(pieces)
     if len(data) != size or (verify and digest(data) != whole):
         raise _bad(
@@ -340,10 +344,12 @@ def _walk(
     *,
     verify: bool,
     where: str,
+    budget: list[int],
 ) -> int:
     """Append the chunks under ``node`` (level, size or -1 unchecked, entries) to ``out``.
 
     Returns their byte count; a verified read checks each node's size.
+    ``budget[0]``: bytes the root has left to span; going below 0 is an IntegrityError.
     """
     level, size, keys = node
     total = 0
@@ -363,13 +369,16 @@ def _walk(
                 ) from None
             out.append(piece)
             total += len(piece)
+            budget[0] -= len(piece)
+            if budget[0] < 0:
+                raise _bad("chunk tree spans more bytes than its root says", where)
     else:
         for key in keys:
             at = f"{where} node {key.hex()}"
             child = read_node(_checked_plain(txn, objects, key, verify=verify, where=at), at)
             if child[0] != level - 1:
                 raise _bad("chunk tree node is at the wrong level", at, child[0], level - 1)
-            total += _walk(txn, objects, child, out, verify=verify, where=at)
+            total += _walk(txn, objects, child, out, verify=verify, where=at, budget=budget)
     if verify and size >= 0 and total != size:
         raise _bad("chunk tree node spans the wrong size", where, got=total, expected=size)
     return total
@@ -388,6 +397,8 @@ def tree_objects(
     raw = txn.get(root, None, objects)
     if raw is None:
         return
+    if walked is None:  # a node may name one child many times: descend into each once
+        walked = set()
     try:
         v2 = read_v2_index(raw, "")
         if v2 is not None:

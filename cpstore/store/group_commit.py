@@ -72,12 +72,25 @@ class GroupCommit(Generic[W]):
             self._queue.append(slot)
             if self._leading:
                 self._cond.notify_all()  # a gathering leader counts arrivals
-            while self._leading and not slot.done:
-                self._cond.wait()
-            if slot.done:
-                return _outcome(slot)
-            self._leading = True
-            self._gather()
+            leading = False
+            try:
+                while self._leading and not slot.done:
+                    self._cond.wait()
+                if slot.done:
+                    return _outcome(slot)
+                self._leading = leading = True
+                self._gather()
+            except BaseException:
+                # Interrupted (KeyboardInterrupt) before any group took this
+                # write: withdraw it, so it is not stored behind its caller's
+                # back; a leader hands the lead on, or every later writer
+                # would wait for a leader that is gone.
+                if slot in self._queue:
+                    self._queue.remove(slot)
+                if leading:
+                    self._leading = False
+                    self._cond.notify_all()
+                raise
             group, self._queue = self._queue, []
         try:
             started = time.monotonic()

@@ -41,6 +41,7 @@ from cpstore.store.lmdb_open import (
     is_lock_permission_error,
     refuse,
 )
+from cpstore.store.lmdb_pages import check_data_size
 from cpstore.store.model import BARE_REF_LAYOUTS, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
@@ -176,18 +177,10 @@ class Env:
         return self._adopting_growth(attempt, adopt=False)
 
     def _check_file_size(self) -> None:
-        """Refuse a data file shorter than its meta page says (a truncated copy): LMDB
+        """Refuse a data file shorter than its last txn reaches (a truncated copy): LMDB
         trusts the meta page, and reading past the end of the file is a SIGBUS."""
         data = os.path.join(self.path, "data.mdb")
-        needed = (self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"]
-        size = os.path.getsize(data)
-        if size < needed:
-            raise IntegrityError(
-                "the data file is shorter than its last committed page (truncated?)",
-                where=data,
-                expected=f">= {needed} bytes",
-                got=f"{size} bytes",
-            )
+        check_data_size(data, int(self.env.stat()["psize"]), self.env.info)
 
     def _cover_tail(self) -> None:
         """After a commit, make the data file reach every page the meta page counts.
@@ -201,14 +194,19 @@ class Env:
         need = (self.env.info()["last_pgno"] + 1) * self._psize
         if need <= self._covered:
             return
-        fd = os.open(os.path.join(self.path, "data.mdb"), os.O_WRONLY)
+        try:  # after a commit: failing here (a full disk) must not fail the stored txn;
+            fd = os.open(os.path.join(self.path, "data.mdb"), os.O_WRONLY)
+        except OSError:  # an uncovered tail is what _check_file_size walks
+            return
         try:
             size = os.fstat(fd).st_size
             if size < need:
                 os.posix_fallocate(fd, size, need - size)
+            self._covered = need
+        except OSError:
+            pass
         finally:
             os.close(fd)
-        self._covered = need
 
     # -- bookkeeping ---------------------------------------------------------
 

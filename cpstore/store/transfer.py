@@ -218,7 +218,7 @@ def _land_branch(
                 {
                     dst.db("refs"): [branch.key],
                     dst.db("meta"): [REFS_DIGEST_KEY],
-                    cps: [*landing, *([branch.pruned_root] if branch.pruned_root else [])],
+                    cps: [*landing, branch.head, *([root] if (root := branch.pruned_root) else [])],
                     dst.db("tombstones"): landing,
                     dst.db("ledgers"): list(ledgers),
                 },
@@ -258,6 +258,16 @@ def _land_branch(
                     where=f"checkpoints/{cid.hex()}",
                 )
             txn.delete(cid, db=dst.db("tombstones"))
+        if txn.get(branch.head, db=cps) is None:
+            # Stored when step 2 looked, so not copied; pruned since (the
+            # destination's own gc): a ref here would name a missing checkpoint.
+            run, name = split_ref_key(branch.key)
+            raise ConflictError(
+                "the destination pruned this branch's head during the transfer; run it again",
+                where=f"refs/{run}/{name}",
+                expected=branch.head.hex(),
+                got="pruned" if txn.get(branch.head, db=dst.db("tombstones")) else "missing",
+            )
         root = branch.pruned_root
         if tombstone is not None and root is not None and txn.get(root, db=cps) is None:
             txn.put(root, tombstone, overwrite=False, db=dst.db("tombstones"))
@@ -338,8 +348,11 @@ def transfer(
             expected=expected[b.key],
             report=report,
         )
-        for c in mine:
-            values.pop(c, None)  # a checkpoint shared by two branches lands once
+        if outcome in ("created", "moved"):
+            # Landed: a checkpoint shared with a later branch lands once. A
+            # diverged branch landed nothing, so a later one must still carry it.
+            for c in mine:
+                values.pop(c, None)
         if outcome == "diverged":
             run, name = split_ref_key(b.key)
             report.conflicts.append(f"{run}/{name}")

@@ -1,0 +1,148 @@
+"""Which pages of an LMDB data file the last committed txn can reach (read with pread).
+
+LMDB's ``last_pgno`` counts pages a txn took from the end of the file and
+freed again before committing (loose pages): without a write map they are
+never written, so a healthy file may end short of ``last_pgno``. The file
+is whole when every page reachable from the current meta page (the free
+list's and every database's branch, leaf and overflow pages) lies inside it;
+only then can a reader, which touches nothing else, never run past the end.
+
+The walk reads the on-disk format of LMDB 0.9 (64-bit ``pgno_t`` and
+``size_t``; docs/store.md, "Open-time size check"). Anything it cannot read
+as that format makes it answer "not shown whole" and the caller refuses.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cpstore.errors import IntegrityError
+
+__all__ = ["check_data_size", "highest_reachable_page"]
+
+_PAGEHDRSZ = 16
+_P_BRANCH, _P_LEAF, _P_OVERFLOW, _P_LEAF2 = 0x01, 0x02, 0x04, 0x20
+_F_BIGDATA, _F_SUBDATA, _F_DUPDATA = 0x01, 0x02, 0x04
+_P_INVALID = (1 << 64) - 1
+_MAGIC = 0xBEEFC0DE
+_DB_SIZE = 48  # struct MDB_db
+_META_DBS = _PAGEHDRSZ + 24  # magic, version, address, mapsize precede mm_dbs
+_DB_ROOT = 40  # md_root inside MDB_db
+#: Walks tried while other processes' commits keep moving the meta page on.
+_ATTEMPTS = 3
+
+
+def _meta(page: bytes) -> tuple[int, int, int, int] | None:
+    """(txnid, last_pgno, free root, main root) of a meta page, None when it is not one."""
+    if len(page) < _META_DBS + 2 * _DB_SIZE + 16:
+        return None
+    magic, _version = struct.unpack_from("<II", page, _PAGEHDRSZ)
+    if magic != _MAGIC:
+        return None
+    free_root = struct.unpack_from("<Q", page, _META_DBS + _DB_ROOT)[0]
+    main_root = struct.unpack_from("<Q", page, _META_DBS + _DB_SIZE + _DB_ROOT)[0]
+    last_pg, txnid = struct.unpack_from("<QQ", page, _META_DBS + 2 * _DB_SIZE)
+    return txnid, last_pg, free_root, main_root
+
+
+def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) -> int | None:
+    """The highest page number the meta page of ``txnid`` reaches, None when not shown.
+
+    ``last_pgno`` and ``txnid`` are LMDB's own (``env.info()``): the meta page
+    read here must agree with both, or the answer is None.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        file_pages = os.fstat(fd).st_size // psize
+
+        def page(pgno: int) -> bytes | None:
+            if pgno >= file_pages or pgno > last_pgno:
+                return None
+            data = os.pread(fd, psize, pgno * psize)
+            return data if len(data) == psize else None
+
+        meta = None
+        for pgno in (0, 1):
+            raw = page(pgno)
+            found = None if raw is None else _meta(raw)
+            if found is not None and found[0] == txnid and found[1] == last_pgno:
+                meta = found
+        if meta is None:
+            return None
+        highest = 1
+        seen: set[int] = set()
+        stack = [root for root in meta[2:] if root != _P_INVALID]
+        while stack:
+            pgno = stack.pop()
+            if pgno in seen:
+                return None  # a cycle: not a tree LMDB wrote
+            seen.add(pgno)
+            raw = page(pgno)
+            if raw is None:
+                return None
+            flags, lower = struct.unpack_from("<HH", raw, 10)
+            highest = max(highest, pgno)
+            if flags & _P_LEAF2 or not flags & (_P_BRANCH | _P_LEAF):
+                return None  # cpstore's databases hold no DUPFIXED pages
+            count = (lower - _PAGEHDRSZ) >> 1
+            if lower < _PAGEHDRSZ or _PAGEHDRSZ + 2 * count > psize:
+                return None
+            for i in range(count):
+                at = struct.unpack_from("<H", raw, _PAGEHDRSZ + 2 * i)[0]
+                if at + 8 > psize:
+                    return None
+                lo, hi, nflags, ksize = struct.unpack_from("<HHHH", raw, at)
+                if flags & _P_BRANCH:
+                    stack.append(lo | hi << 16 | nflags << 32)
+                    continue
+                start = at + 8 + ksize
+                if nflags & _F_BIGDATA:
+                    if start + 8 > psize:
+                        return None
+                    first = struct.unpack_from("<Q", raw, start)[0]
+                    head = page(first)
+                    if head is None or not struct.unpack_from("<H", head, 10)[0] & _P_OVERFLOW:
+                        return None
+                    count_pages = struct.unpack_from("<I", head, 12)[0]
+                    highest = max(highest, first + max(count_pages, 1) - 1)
+                elif nflags & _F_SUBDATA:
+                    if start + _DB_SIZE > psize:
+                        return None
+                    root = struct.unpack_from("<Q", raw, start + _DB_ROOT)[0]
+                    if root != _P_INVALID:
+                        stack.append(root)
+        return highest
+    finally:
+        os.close(fd)
+
+
+def check_data_size(data: str, psize: int, info: Callable[[], Mapping[str, Any]]) -> None:
+    """Refuse ``data`` when it ends before a page its last committed txn reaches.
+
+    A file at least ``last_pgno`` pages long passes at once; a shorter one
+    (loose tail pages never written: a writer killed between its commit and
+    ``Env._cover_tail``, or a store written before that existed) passes when
+    the walk shows every reachable page inside it. ``info`` is LMDB's
+    ``env.info``: a walk that another process's commit overtook (the meta
+    page moved on) is tried again, so a whole store is not refused for it.
+    """
+    for _ in range(_ATTEMPTS):
+        now = info()
+        needed = (int(now["last_pgno"]) + 1) * psize
+        size = os.path.getsize(data)
+        if size >= needed:
+            return
+        top = highest_reachable_page(data, psize, int(now["last_pgno"]), int(now["last_txnid"]))
+        if top is not None and (top + 1) * psize <= size:
+            return
+        if int(info()["last_txnid"]) == int(now["last_txnid"]):
+            break  # nothing committed meanwhile: the walk's answer stands
+    raise IntegrityError(
+        "the data file is shorter than its last committed page (truncated?)",
+        where=data,
+        expected=f">= {needed} bytes",
+        got=f"{size} bytes",
+    )
