@@ -470,8 +470,8 @@ with cpstore.open(sys.argv[1]) as store:
 
 def test_a_store_whose_writer_never_covered_its_tail_still_opens(tmp_path: Path) -> None:
     """Unwritten loose tail pages (writer killed before _cover_tail, older build): still opens."""
-    path = tmp_path / "s"
-    for attempt in range(20):  # gc leaves loose tail pages in most rounds, not all
+    for attempt in range(20):  # gc leaves loose tail pages in most fresh stores, not all
+        path = tmp_path / f"s{attempt}"  # a fresh store: an older one may reuse its free pages
         out = subprocess.run(
             [sys.executable, "-c", _UNCOVERED_WRITER, str(path), str(attempt)],
             check=True,
@@ -523,7 +523,7 @@ def test_a_data_file_cut_inside_its_reachable_pages_is_still_refused(tmp_path: P
 def test_a_failing_tail_allocation_does_not_fail_a_committed_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """posix_fallocate failing after a commit (a full disk) does not fail a stored checkpoint."""
+    """posix_fallocate failing (a full disk) fails no write, and what was stored reads back."""
     calls: list[int] = []
 
     def full(fd: int, offset: int, length: int) -> None:
@@ -531,18 +531,45 @@ def test_a_failing_tail_allocation_does_not_fail_a_committed_checkpoint(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "posix_fallocate", full)
-    path = str(tmp_path / "s")
-    acknowledged: list[str] = []
+    for attempt in range(20):  # gc leaves loose tail pages in most fresh stores, not all
+        path = str(tmp_path / f"s{attempt}")
+        acknowledged: list[str] = []
+        with cpstore.open(path) as store:
+            rec = store.recorder("big")
+            for step in range(41):
+                acknowledged.append(rec.checkpoint(step, {"blob": os.urandom(30_000)}))
+                if step == 39:
+                    store.gc(keep_last=1)  # the write after it finds the tail short
+        if calls:
+            break
     with cpstore.open(path) as store:
-        rec = store.recorder("big")
-        for step in range(200):
-            acknowledged.append(rec.checkpoint(step, {"blob": os.urandom(30_000)}))
-            if step % 40 == 39:
-                store.gc(keep_last=1)
-                if calls:
-                    break
         assert calls  # the tail really was left uncovered and allocation was tried
         assert store.ref("big") == acknowledged[-1]
     with cpstore.open(path, readonly=True, create=False) as store:
         assert store.ref("big") == acknowledged[-1]
         assert store.verify().ok
+
+
+def test_the_tail_is_filled_inside_the_write_txn_before_its_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tail is filled holding LMDB's writer lock (inside the txn), never after a commit.
+
+    glibc emulates posix_fallocate by writing into blocks past the end where a
+    filesystem lacks fallocate; after the commit, another process's commit could
+    be reusing those pages.
+    """
+    from cpstore.store.lmdb_env import Env  # noqa: PLC0415 - patched below
+
+    events: list[str] = []
+    real = Env._cover_tail
+
+    def cover(self: Env) -> None:
+        events.append("cover")
+        real(self)
+
+    monkeypatch.setattr(Env, "_cover_tail", cover)
+    with cpstore.open(str(tmp_path / "s")) as store:
+        events.clear()
+        store.backend.write_txn(lambda txn: events.append("work"))
+    assert events == ["cover", "work"]

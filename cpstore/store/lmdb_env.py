@@ -183,18 +183,19 @@ class Env:
         check_data_size(data, int(self.env.stat()["psize"]), self.env.info)
 
     def _cover_tail(self) -> None:
-        """After a commit, make the data file reach every page the meta page counts.
+        """At the start of a write txn, make the data file reach every committed page.
 
         Without a write map LMDB writes only dirty pages: pages a txn took from
         the end and freed again (loose pages) count in ``last_pgno`` but are never
-        written, so the file can end short and :meth:`_check_file_size` would take
-        it for a truncation. ``posix_fallocate`` zero-fills past the end, never
-        shrinks or touches written bytes: racing processes are safe.
+        written, so the file can end short and :meth:`_check_file_size` walks it.
+        ``posix_fallocate`` only extends; glibc emulates it by writing into blocks
+        past the end where the filesystem lacks fallocate, so it runs holding
+        LMDB's writer lock, where no commit can be writing those pages.
         """
         need = (self.env.info()["last_pgno"] + 1) * self._psize
         if need <= self._covered:
             return
-        try:  # after a commit: failing here (a full disk) must not fail the stored txn;
+        try:  # best effort: failing here (a full disk) must not fail the txn;
             fd = os.open(os.path.join(self.path, "data.mdb"), os.O_WRONLY)
         except OSError:  # an uncovered tail is what _check_file_size walks
             return
@@ -453,9 +454,11 @@ class Env:
                 self._lock_writes()
                 try:
                     with self._begin(write=True) as txn:
-                        result = fn(txn)
-                    self._cover_tail()
-                    return result
+                        # Under LMDB's writer lock: no commit of any process runs
+                        # while the tail is filled (a posix_fallocate emulated by
+                        # writing bytes must not race a commit reusing those pages).
+                        self._cover_tail()
+                        return fn(txn)
                 finally:
                     self.write_lock.release()
             except lmdb.MapFullError:
