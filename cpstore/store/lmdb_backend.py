@@ -18,27 +18,24 @@ from typing import Any, Literal, TypeVar
 
 import lmdb
 
-from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, StoreError
-from cpstore.native.binding import digest, digest_small
+from cpstore.errors import CpstoreError, StoreError
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
+from cpstore.store.entries import read_entry, read_head
 from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_copy import copy_env, space_of
 from cpstore.store.lmdb_env import acquire_env, release_env
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
-from cpstore.store.manifest import Manifest, check_manifest, check_manifest_state, manifest_from_raw
+from cpstore.store.manifest import Manifest, manifest_from_raw
 from cpstore.store.model import (
     CheckpointWrite,
     created_at_of,
-    split_checkpoint_value,
-    split_ref_key,
 )
 from cpstore.store.objects import get_object, put_object
-from cpstore.store.refs import check_ref_target, read_ref
 
 __all__ = ["DURABILITY_MODES", "Durability", "LmdbBackend"]
 
@@ -295,52 +292,12 @@ class LmdbBackend:
     def load_raw(
         self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
     ) -> tuple[dict[str, Any], bytes]:
-        """(manifest map, 16-byte entry header) of a checkpoint, manifest hash-checked.
-
-        ``full=False`` shape-checks only the version and the state (the
-        reader checks the rest before it uses another field). The header's
-        created_at check is :func:`created_at_of`'s, when created_at is used.
-        """
-        value = txn.get(cid, None, self.env.dbs["checkpoints"])
-        if value is None:
-            pruned = txn.get(cid, db=self.db("tombstones")) is not None
-            raise NotFoundError(
-                "checkpoint was pruned" if pruned else "no such checkpoint",
-                where="checkpoints",
-                got=cid.hex(),
-            )
-        header, data = split_checkpoint_value(value, cid)
-        if verify and digest_small(data) != cid:
-            raise IntegrityError(
-                "manifest bytes do not match the checkpoint id",
-                where=f"checkpoints/{cid.hex()}",
-                expected=cid.hex(),
-                got=digest(data).hex(),
-            )
-        return (check_manifest(cid, data) if full else check_manifest_state(cid, data)), header
+        """(manifest map, 16-byte entry header) of a checkpoint (entries.read_entry)."""
+        return read_entry(txn, self.env.dbs, cid, verify=verify, full=full)
 
     def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
-        """The checkpoint ref ``key`` names, or None; its check and target are verified.
-
-        IntegrityError when the ref fails its check, names a checkpoint that
-        is not stored, or one of another run (or branch, for a recorded head).
-        """
-        found = read_ref(txn, self.env.dbs, key, layout=self.env.layout)
-        if found is None:
-            return None
-        cid, origin = found
-        try:
-            raw, _ = self.load_raw(txn, cid, verify=True, full=False)
-        except NotFoundError as exc:
-            run, branch = split_ref_key(key)
-            raise IntegrityError(
-                "ref does not resolve",
-                where=f"refs/{run}/{branch}",
-                expected=cid.hex(),
-                got=exc.what,
-            ) from None
-        check_ref_target(key, origin, raw.get("run_id"), raw.get("branch"))
-        return cid
+        """The checkpoint ref ``key`` names, or None; its check and target are verified."""
+        return read_head(txn, self.env.dbs, key, layout=self.env.layout, load_raw=self.load_raw)
 
     def commit(self, op: CheckpointWrite) -> None:
         """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""

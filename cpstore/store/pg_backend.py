@@ -26,25 +26,21 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from cpstore.errors import (
     CpstoreError,
     ForkError,
-    IntegrityError,
-    NotFoundError,
     StoreError,
     StoreReadOnlyError,
 )
-from cpstore.native.binding import digest, digest_small
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
+from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
 from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY
 from cpstore.store.manifest import (
     Manifest,
-    check_manifest,
-    check_manifest_state,
     manifest_from_raw,
     manifest_references,
 )
@@ -53,8 +49,6 @@ from cpstore.store.model import (
     CheckpointWrite,
     created_at_of,
     ref_key,
-    split_checkpoint_value,
-    split_ref_key,
 )
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_errors import failed, translate
@@ -62,8 +56,6 @@ from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
 from cpstore.store.pg_txn import PgTable, PgTxn
 from cpstore.store.refs import (
     REFS_DIGEST_KEY,
-    check_ref_target,
-    read_ref,
     upgrade_refs_v1,
 )
 
@@ -368,7 +360,7 @@ class PgBackend:
             ]
 
     # -- checkpoints -------------------------------------------------------------
-    # load_raw / head mirror LmdbBackend's (the same checks on the same bytes).
+    # load_raw / head: the shared read rule (entries.py) plus this engine's prefetch.
 
     def load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
         """The decoded manifest of ``cid``."""
@@ -378,24 +370,8 @@ class PgBackend:
     def load_raw(
         self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
     ) -> tuple[dict[str, Any], bytes]:
-        """(manifest map, 16-byte entry header) of a checkpoint, manifest hash-checked."""
-        value = txn.get(cid, None, self._tables["checkpoints"])
-        if value is None:
-            pruned = txn.get(cid, db=self._tables["tombstones"]) is not None
-            raise NotFoundError(
-                "checkpoint was pruned" if pruned else "no such checkpoint",
-                where="checkpoints",
-                got=cid.hex(),
-            )
-        header, data = split_checkpoint_value(value, cid)
-        if verify and digest_small(data) != cid:
-            raise IntegrityError(
-                "manifest bytes do not match the checkpoint id",
-                where=f"checkpoints/{cid.hex()}",
-                expected=cid.hex(),
-                got=digest(data).hex(),
-            )
-        raw = check_manifest(cid, data) if full else check_manifest_state(cid, data)
+        """(manifest map, 16-byte entry header) of a checkpoint (entries.read_entry)."""
+        raw, header = read_entry(txn, self._tables, cid, verify=verify, full=full)
         if not full and isinstance(txn, PgTxn) and not txn.write:
             # The reader's path (only the state checked): its next reads are the state's
             # objects, fetched here in one round trip rather than one each.
@@ -408,22 +384,7 @@ class PgBackend:
 
     def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
         """The checkpoint ref ``key`` names, or None; its check and target are verified."""
-        found = read_ref(txn, self._tables, key, layout=self._layout)
-        if found is None:
-            return None
-        cid, origin = found
-        try:
-            raw, _ = self.load_raw(txn, cid, verify=True, full=False)
-        except NotFoundError as exc:
-            run, branch = split_ref_key(key)
-            raise IntegrityError(
-                "ref does not resolve",
-                where=f"refs/{run}/{branch}",
-                expected=cid.hex(),
-                got=exc.what,
-            ) from None
-        check_ref_target(key, origin, raw.get("run_id"), raw.get("branch"))
-        return cid
+        return read_head(txn, self._tables, key, layout=self._layout, load_raw=self.load_raw)
 
     def commit(self, op: CheckpointWrite) -> None:
         """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""

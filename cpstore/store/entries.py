@@ -1,0 +1,80 @@
+"""Reading a checkpoint's entry and a branch head on a txn: the read rule every backend shares.
+
+A backend's ``load_raw`` and ``head`` call these with its own table handles
+(PostgreSQL adds its prefetch around them); the checks are the same on the
+same bytes whatever the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from cpstore.errors import IntegrityError, NotFoundError
+from cpstore.native.binding import digest, digest_small
+from cpstore.store.backend import Txn
+from cpstore.store.manifest import check_manifest, check_manifest_state
+from cpstore.store.model import split_checkpoint_value, split_ref_key
+from cpstore.store.refs import check_ref_target, read_ref
+
+__all__ = ["read_entry", "read_head"]
+
+
+def read_entry(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], cid: bytes, *, verify: bool, full: bool
+) -> tuple[dict[str, Any], bytes]:
+    """(manifest map, 16-byte entry header) of checkpoint ``cid``, manifest hash-checked.
+
+    ``full=False`` shape-checks only the version and the state (the reader
+    checks the rest before it uses another field). The header's created_at
+    check is :func:`~cpstore.store.model.created_at_of`'s, when created_at is used.
+    """
+    value = txn.get(cid, None, dbs["checkpoints"])
+    if value is None:
+        pruned = txn.get(cid, db=dbs["tombstones"]) is not None
+        raise NotFoundError(
+            "checkpoint was pruned" if pruned else "no such checkpoint",
+            where="checkpoints",
+            got=cid.hex(),
+        )
+    header, data = split_checkpoint_value(value, cid)
+    if verify and digest_small(data) != cid:
+        raise IntegrityError(
+            "manifest bytes do not match the checkpoint id",
+            where=f"checkpoints/{cid.hex()}",
+            expected=cid.hex(),
+            got=digest(data).hex(),
+        )
+    return (check_manifest(cid, data) if full else check_manifest_state(cid, data)), header
+
+
+def read_head(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    key: bytes,
+    *,
+    layout: int,
+    load_raw: Callable[..., tuple[dict[str, Any], bytes]],
+) -> bytes | None:
+    """The checkpoint ref ``key`` names, or None; its check and target are verified.
+
+    IntegrityError when the ref fails its check, names a checkpoint that is
+    not stored, or one of another run (or branch, for a recorded head).
+    ``load_raw`` is the backend's (it may prefetch what a reader needs next).
+    """
+    found = read_ref(txn, dbs, key, layout=layout)
+    if found is None:
+        return None
+    cid, origin = found
+    try:
+        raw, _ = load_raw(txn, cid, verify=True, full=False)
+    except NotFoundError as exc:
+        run, branch = split_ref_key(key)
+        raise IntegrityError(
+            "ref does not resolve",
+            where=f"refs/{run}/{branch}",
+            expected=cid.hex(),
+            got=exc.what,
+        ) from None
+    check_ref_target(key, origin, raw.get("run_id"), raw.get("branch"))
+    return cid
