@@ -209,35 +209,8 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _decode(raw: bytes) -> Any:
     head = raw.lstrip()[:1]
     if head in (b"{", b"["):
-        try:
-            return json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_pairs)
-        except RecursionError:
-            raise DocumentError("document nested too deeply", where="document") from None
-        except (ValueError, UnicodeDecodeError) as exc:
-            if isinstance(exc, DocumentError):
-                raise
-            raise DocumentError("not valid JSON", where="document", got=str(exc)) from None
-    # msgpack: limits tied to the input size so a header declaring a billion
-    # entries is refused instead of allocated.
-    limit = len(raw)
-    try:
-        return msgpack.unpackb(
-            raw,
-            raw=False,
-            strict_map_key=True,
-            use_list=True,
-            max_str_len=limit,
-            max_bin_len=limit,
-            max_array_len=limit,
-            max_map_len=limit // 2,
-            max_ext_len=0,
-        )
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        raise DocumentError(
-            "neither a JSON object nor a msgpack map",
-            where="document",
-            got=str(exc) or type(exc).__name__,
-        ) from None
+        return _strict_json(raw)
+    return _strict_msgpack(raw)
 
 
 def _too_large(where: str | None, size: int | str, max_bytes: int) -> DocumentError:
@@ -357,7 +330,8 @@ def _strict_json(raw: bytes) -> Any:
 
 
 def _strict_msgpack(raw: bytes) -> Any:
-    # The limits of _decode, tied to the input size.
+    # Limits tied to the input size, so a header declaring a billion entries is
+    # refused instead of allocated.
     limit = len(raw)
     try:
         return msgpack.unpackb(
