@@ -1,27 +1,38 @@
-"""What a normal interpreter exit does for stores and recorders left open.
+"""What an interpreter exit does for stores and recorders left open.
 
-A batched store queues checkpoints whose ids it already returned; an exit
-without ``close()`` would drop them. Every open store is tracked weakly (the
-registry never keeps one alive) and flushed by an ``atexit`` hook, in the
-process that opened it only: after ``fork()`` the child's copy of the
-registry is emptied, since the parent's environment is not the child's.
-A recorder holding side effects no checkpoint sealed is reported at exit
-with a :class:`RuntimeWarning` (``Recorder.close`` raises instead).
+A batched store queues checkpoints whose ids it already returned. The rule
+(docs/durability.md, "What commits at exit"):
+
+* a **normal exit** (the main module ends, ``sys.exit()`` with any code)
+  commits each open store's queue in one durable txn, in the process that
+  opened it only: after ``fork()`` the child's copy of the registry is
+  emptied, since the parent's environment is not the child's;
+* an exit on an **uncaught exception** (``KeyboardInterrupt`` included: one
+  raised mid-checkpoint may leave that checkpoint queued though its call
+  never returned an id) commits **nothing**: the queue is lost as in a
+  crash, and a RuntimeWarning names every checkpoint not written;
+* ``os._exit()``, a fatal signal (SIGTERM, SIGKILL) or a crash run no hook:
+  the queue is lost.
+
+Every open store is tracked weakly (the registry never keeps one alive). A
+recorder holding side effects no checkpoint sealed is reported at exit with
+a :class:`RuntimeWarning` (``Recorder.close`` raises instead).
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import sys
 import warnings
 import weakref
 from typing import Protocol
 
-__all__ = ["track_recorder", "track_store"]
+__all__ = ["died_of", "track_recorder", "track_store"]
 
 
 class _Flushable(Protocol):
-    def flush_at_exit(self) -> None: ...
+    def flush_at_exit(self, *, died_of: str | None = None) -> None: ...
 
 
 class _Closable(Protocol):
@@ -42,6 +53,22 @@ def track_recorder(recorder: _Closable) -> None:
     _RECORDERS.add(recorder)
 
 
+def died_of() -> str | None:
+    """The uncaught exception this interpreter is exiting on (its type name), or None.
+
+    The interpreter stores an exception that ends the main module in
+    ``sys.last_value`` (``sys.last_exc`` from 3.12) before the exit hooks run;
+    ``SystemExit`` ends it without (a deliberate exit). An interactive session
+    sets them for every error it shows and carries on, so it never counts.
+    """
+    if sys.flags.interactive or hasattr(sys, "ps1"):
+        return None
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if exc is None or isinstance(exc, SystemExit):
+        return None
+    return type(exc).__name__
+
+
 def _forget_in_child() -> None:
     _STORES.clear()
     _RECORDERS.clear()
@@ -50,9 +77,10 @@ def _forget_in_child() -> None:
 def _at_exit() -> None:
     for recorder in list(_RECORDERS):
         recorder._warn_unsealed("at interpreter exit")
+    dying = died_of()
     for store in list(_STORES):
         try:
-            store.flush_at_exit()
+            store.flush_at_exit(died_of=dying)
         except Exception as exc:  # an exit hook must not hide the others
             warnings.warn(
                 f"cpstore could not flush queued checkpoints at exit: {exc}",

@@ -158,20 +158,25 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and not issubclass(exc_type, SystemExit):  # lost, named
+            self._backend.drop_queue("leaving the store's with-block", f"{exc_type.__name__}")
         self.close()
 
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and release the environment."""
         self._backend.close()
 
-    def flush_at_exit(self) -> None:
+    def flush_at_exit(self, *, died_of: str | None = None) -> None:
         """Commit queued checkpoints at interpreter exit (in the opening process only).
 
         Never hangs: a map growth waits at most ``_EXIT_RESIZE_WAIT`` seconds
-        for reads of other threads; a flush that fails is a RuntimeWarning
-        naming every checkpoint not written.
+        for reads of other threads; a failed flush, or ``died_of`` (an uncaught
+        exception ends the process: the queue is dropped), warns naming each id.
         """
+        if died_of is not None:
+            self._backend.drop_queue("at interpreter exit", f"the process died of {died_of}")
+            return
         self._backend.flush_at_exit(_EXIT_RESIZE_WAIT)
 
     def __del__(self) -> None:

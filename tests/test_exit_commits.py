@@ -1,0 +1,158 @@
+"""What commits when a writer process ends: exactly which checkpoints a store holds afterwards.
+
+One writer subprocess per way of ending (docs/durability.md, "What commits at exit"):
+it commits checkpoint 0 durably, queues 1 and 2 (batched mode), then ends. A normal
+exit and ``sys.exit()`` commit the queue; an uncaught exception (one raised inside
+``checkpoint()`` after its write was queued included), ``os._exit()``, SIGTERM and a
+forked child's exit commit nothing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cpstore.store.facade import open as open_store
+
+WRITER = r"""
+import os, signal, sys, time
+from cpstore.store.facade import open as open_store
+path, how = sys.argv[1], sys.argv[2]
+store = open_store(path, durability="batched", batch_size=64)
+rec = store.recorder("r")
+print(rec.checkpoint(0, {"n": 0}), flush=True)
+store.flush()  # checkpoint 0 is durable
+print(rec.checkpoint(1, {"n": 1}), flush=True)  # 1 and 2 queued
+print(rec.checkpoint(2, {"n": 2}), flush=True)
+if how == "normal":
+    pass
+elif how == "sys_exit":
+    sys.exit(3)
+elif how == "raise":
+    raise RuntimeError("the agent failed")
+elif how == "raise_mid_checkpoint":
+    rec.checkpoint(3, {"n": object()})  # refused while the checkpoint is built
+elif how == "interrupt_after_queueing":
+    commit = store.backend.commit
+    def interrupted(op):
+        commit(op)  # checkpoint 3 is queued, then Ctrl-C arrives before it returns
+        raise KeyboardInterrupt
+    store.backend.commit = interrupted
+    rec.checkpoint(3, {"n": 3})
+elif how == "raise_in_with":
+    with store:
+        rec.checkpoint(3, {"n": 3})
+        raise RuntimeError("the agent failed")
+elif how == "os_exit":
+    os._exit(0)
+elif how == "sigterm":
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+elif how == "unsealed_effect":
+    rec.effect("mail", b"sent")  # after the last checkpoint: in no checkpoint
+elif how.startswith("fork_child"):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            rec.checkpoint(3, {"n": 3})  # the child's copy must not queue or commit
+        except Exception as exc:
+            print("child:", type(exc).__name__, flush=True)
+        if how == "fork_child_raises":
+            raise RuntimeError("the child failed")
+        sys.exit(0)  # a normal interpreter exit of the child: its exit hooks run
+    _, status = os.waitpid(pid, 0)
+    print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+    if how == "fork_child_then_parent_dies":
+        os._exit(0)
+"""
+
+
+def _end_writer(path: Path, how: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", WRITER, str(path), how],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    ids = [line for line in done.stdout.split("\n") if len(line) == 32]
+    assert len(ids) == 3, (done.stdout, done.stderr)
+    return done, ids
+
+
+def _stored(path: Path) -> set[str]:
+    """Every checkpoint id the store holds (not only the heads)."""
+    with open_store(path, readonly=True) as st:
+        assert st.verify().ok
+        with st.backend.read_txn() as txn, txn.cursor(db=st.backend.db("checkpoints")) as cur:
+            return {bytes(key).hex() for key, _ in cur}
+
+
+@pytest.mark.parametrize(("how", "code"), [("normal", 0), ("sys_exit", 3)])
+def test_a_normal_exit_commits_the_queue(tmp_path: Path, how: str, code: int) -> None:
+    """The main module ending or sys.exit() (any code) commits every queued checkpoint."""
+    done, ids = _end_writer(tmp_path / "s", how)
+    assert done.returncode == code, done.stderr
+    assert _stored(tmp_path / "s") == set(ids)
+    assert "NOT written" not in done.stderr
+
+
+@pytest.mark.parametrize("how", ["raise", "raise_mid_checkpoint", "interrupt_after_queueing"])
+def test_an_uncaught_exception_commits_nothing_and_names_the_lost_queue(
+    tmp_path: Path, how: str
+) -> None:
+    """An exit on an uncaught exception loses the queue as a crash does, naming each id."""
+    done, ids = _end_writer(tmp_path / "s", how)
+    assert done.returncode != 0
+    assert _stored(tmp_path / "s") == {ids[0]}  # checkpoint 3 (queued when interrupted) neither
+    assert "NOT written at interpreter exit" in done.stderr, done.stderr
+    assert ids[1] in done.stderr and ids[2] in done.stderr
+    assert ids[0] not in done.stderr.split("NOT written")[1]
+
+
+def test_an_exception_leaving_the_stores_with_block_commits_nothing(tmp_path: Path) -> None:
+    """Leaving ``with store:`` on an error drops the queue (named), as the recorder's block does."""
+    done, ids = _end_writer(tmp_path / "s", "raise_in_with")
+    assert done.returncode == 1
+    assert _stored(tmp_path / "s") == {ids[0]}
+    assert "NOT written leaving the store's with-block" in done.stderr, done.stderr
+    assert ids[1] in done.stderr and ids[2] in done.stderr
+
+
+@pytest.mark.parametrize("how", ["os_exit", "sigterm"])
+def test_an_exit_that_runs_no_hook_commits_nothing(tmp_path: Path, how: str) -> None:
+    """os._exit() and SIGTERM end the writer with its queue unwritten: only the flushed id."""
+    done, ids = _end_writer(tmp_path / "s", how)
+    assert done.returncode == (0 if how == "os_exit" else -15)
+    assert _stored(tmp_path / "s") == {ids[0]}
+
+
+@pytest.mark.parametrize("how", ["fork_child", "fork_child_raises"])
+def test_a_forked_child_never_commits_its_parents_queue(tmp_path: Path, how: str) -> None:
+    """A fork() child checkpointing and exiting commits nothing; the parent's own exit does."""
+    done, ids = _end_writer(tmp_path / "s", how)
+    assert done.returncode == 0, done.stderr
+    assert "child: ForkError" in done.stdout
+    assert _stored(tmp_path / "s") == set(ids)  # the parent's queue, once; nothing of the child
+
+
+def test_a_forked_child_exit_commits_nothing_when_the_parent_dies(tmp_path: Path) -> None:
+    """With the parent gone through os._exit(), the store holds only what it flushed itself."""
+    done, ids = _end_writer(tmp_path / "s", "fork_child_then_parent_dies")
+    assert done.returncode == 0, done.stderr
+    assert "child exit 0" in done.stdout
+    assert _stored(tmp_path / "s") == {ids[0]}
+
+
+def test_unsealed_effects_at_exit_are_named_and_never_committed_silently(tmp_path: Path) -> None:
+    """A normal exit commits the queue and names the unsealed effect, which no checkpoint holds."""
+    done, ids = _end_writer(tmp_path / "s", "unsealed_effect")
+    assert done.returncode == 0, done.stderr
+    assert "'r' branch 'main' dropped 1 side effect(s)" in done.stderr
+    assert _stored(tmp_path / "s") == set(ids)
+    with open_store(tmp_path / "s", readonly=True) as st, st.read(ids[2]) as cp:
+        assert cp.effects() == []
+
