@@ -11,15 +11,18 @@ writes one at a time, byte for byte.
 
 from __future__ import annotations
 
+import math
 import struct
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from cpstore.errors import CanonicalEncodingError, InvalidInputError
+from cpstore.errors import CanonicalEncodingError, CpstoreError, InvalidInputError
+from cpstore.native.args import non_empty_text
 from cpstore.native.binding import (
     NUMBER_TYPES,
+    digest,
     digest_batch,
     encode_numbers,
     pack_tokens,
@@ -27,11 +30,14 @@ from cpstore.native.binding import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.native.columns import encode_values
-from cpstore.native.records import PROVENANCE_CODES, KindTable
+from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, KindTable
 from cpstore.run.model import PackedTokens
 from cpstore.run.values import EncodedValues
+from cpstore.store.model import MAX_OBJECT_SIZE, as_payload
 
 __all__ = ["BulkAppends"]
+
+T = TypeVar("T")
 
 _TOKEN_SIZE = 32
 _STANDARD_MAX = 4  # codes 1..4 are rng, clock, tool, env; others are hashed (high bit)
@@ -98,10 +104,15 @@ class BulkAppends:
     _offsets: array[int]
     _kinds: KindTable
     _dirty: set[str]
+    _observations: list[list[Any]]
+    _effects: list[list[Any]]
+    _pending: dict[bytes, bytes]
+    _confirmed: set[bytes]
+    _logged: set[bytes]
+    _unlogged: list[bytes]
+    _sealed: bool
 
     _kind: Callable[[str], int]
-    observe: Callable[..., None]
-    effect: Callable[[str, bytes], int]
 
     def _append_columns(
         self,
@@ -269,38 +280,136 @@ class BulkAppends:
     def observe_many(self, items: Iterable[tuple[int, str, bytes, float | None]]) -> None:
         """Record many (step, source, payload, pinned_at) reads, as :meth:`observe` each.
 
-        Shapes are checked first; a read :meth:`observe` refuses stops the
-        batch there (the ones before it stay recorded, as with a loop).
+        All or nothing: every item is checked first (a refused one raises the
+        error :meth:`observe` raises, its ``where`` naming ``items[i]``) and
+        only then are they all appended; on any failure the recorder is
+        exactly as before the call.
         """
-        batch = list(items)
-        observe = self.observe
-        checked = []
+        batch = items if isinstance(items, list) else list(items)
+        rows: list[list[Any]] = []
+        payloads: list[bytes] = []
         for i, item in enumerate(batch):
-            if not isinstance(item, tuple) or len(item) != 4:
+            if type(item) is not tuple or len(item) != 4:
                 raise InvalidInputError(
                     "each observation must be (step, source, payload, pinned_at)",
                     where=f"items[{i}]",
                     got=item,
                 )
-            checked.append(item)
-        for step, source, payload, pinned_at in checked:
-            observe(step, source, payload, pinned_at=pinned_at)
+            step, source, payload, pinned_at = item
+            if not (
+                type(step) is int
+                and 0 <= step < STEP_LIMIT
+                and type(source) is str
+                and source.isascii()
+                and source.strip()
+                and type(payload) is bytes
+                and len(payload) <= MAX_OBJECT_SIZE
+                and (pinned_at is None or (type(pinned_at) is float and math.isfinite(pinned_at)))
+            ):  # anything off the fast path: observe()'s own checks, the index named
+                step, source, payload, pinned_at = _at(i, _checked_read, item)
+            elif pinned_at is not None:
+                pinned_at += 0.0  # -0.0 is stored as 0.0, as observe() does
+            rows.append([step, source, None, pinned_at])
+            payloads.append(payload)
+        if rows:
+            self._append_payload_rows(self._observations, rows, 2, payloads, "observations")
 
     def effect_many(self, items: Iterable[tuple[str, bytes]]) -> int:
         """Append many (target, payload) side effects as :meth:`effect` does; the first seq.
 
-        Shapes are checked first; an effect :meth:`effect` refuses stops the
-        batch there (the ones before it stay appended, as with a loop).
+        All or nothing: every item is checked first (a refused one raises the
+        error :meth:`effect` raises, its ``where`` naming ``items[i]``) and
+        only then are they all appended; on any failure the recorder is
+        exactly as before the call. An empty batch appends nothing and returns -1.
         """
-        batch = list(items)
-        effect = self.effect
-        first = -1
+        batch = items if isinstance(items, list) else list(items)
+        first = len(self._effects)
+        rows: list[list[Any]] = []
+        payloads: list[bytes] = []
         for i, item in enumerate(batch):
-            if not isinstance(item, tuple) or len(item) != 2:
+            if type(item) is not tuple or len(item) != 2:
                 raise InvalidInputError(
                     "each effect must be (target, payload)", where=f"items[{i}]", got=item
                 )
-        for target, payload in batch:
-            seq = effect(target, payload)
-            first = seq if first < 0 else first
+            target, payload = item
+            if not (
+                type(target) is str
+                and target.isascii()
+                and target.strip()
+                and type(payload) is bytes
+                and len(payload) <= MAX_OBJECT_SIZE
+            ):
+                target, payload = _at(i, _checked_effect, item)
+            rows.append([first + i, target, None])
+            payloads.append(payload)
+        if not rows:
+            return -1
+        self._append_payload_rows(self._effects, rows, 2, payloads, "effects")
+        self._sealed = False
         return first
+
+    def _append_payload_rows(
+        self, log: list[list[Any]], rows: list[list[Any]], at: int, payloads: list[bytes], name: str
+    ) -> None:
+        """Stash each payload and append the rows (their column ``at`` set to its key).
+
+        Nothing here can refuse an item (all were checked), and an interruption
+        (``KeyboardInterrupt``) is rolled back: the log, the pending objects and
+        the unlogged keys are as they were.
+        """
+        keys: list[bytes] = [digest(p) for p in payloads]
+        confirmed, logged, pending = self._confirmed, self._logged, self._pending
+        fresh: dict[bytes, bytes] = {
+            k: p for k, p in zip(keys, payloads, strict=True)
+            if k not in confirmed and k not in logged and k not in pending
+        }  # fmt: skip
+        for row, key in zip(rows, keys, strict=True):
+            row[at] = key
+        n_log, n_unlogged, was_dirty = len(log), len(self._unlogged), name in self._dirty
+        try:
+            pending.update(fresh)
+            self._unlogged.extend(keys)
+            log.extend(rows)
+            self._dirty.add(name)
+        except BaseException:
+            del log[n_log:]
+            del self._unlogged[n_unlogged:]
+            for key in fresh:
+                pending.pop(key, None)
+            if not was_dirty:
+                self._dirty.discard(name)
+            raise
+
+
+def _checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, float | None]:
+    """One observation checked exactly as :meth:`Recorder.observe` checks it."""
+    step, source, payload, pinned_at = item
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < STEP_LIMIT:
+        raise InvalidInputError("step must be an int in [0, 2**63)", got=step)
+    non_empty_text(source, "source")
+    data = as_payload(payload, "observation payload")
+    if pinned_at is not None:
+        if (
+            isinstance(pinned_at, bool)
+            or not isinstance(pinned_at, (int, float))
+            or not math.isfinite(pinned_at)
+        ):
+            raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
+        pinned_at = float(pinned_at) + 0.0
+    return step, source, data, pinned_at
+
+
+def _checked_effect(item: tuple[Any, Any]) -> tuple[str, bytes]:
+    """One effect checked exactly as :meth:`Recorder.effect` checks it."""
+    target, payload = item
+    non_empty_text(target, "effect target")
+    return target, as_payload(payload, "effect payload")
+
+
+def _at(i: int, check: Callable[[Any], T], item: Any) -> T:
+    """``check(item)``; its error re-raised as the same error, ``where`` naming ``items[i]``."""
+    try:
+        return check(item)
+    except CpstoreError as exc:
+        where = f"items[{i}]" if exc.where is None else f"items[{i}].{exc.where}"
+        raise type(exc)(exc.what, where=where, expected=exc.expected, got=exc.got) from None
