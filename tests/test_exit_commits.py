@@ -155,4 +155,3 @@ def test_unsealed_effects_at_exit_are_named_and_never_committed_silently(tmp_pat
     assert _stored(tmp_path / "s") == set(ids)
     with open_store(tmp_path / "s", readonly=True) as st, st.read(ids[2]) as cp:
         assert cp.effects() == []
-

@@ -19,6 +19,10 @@
    created, or moved forward when the destination's head is an ancestor of
    the source's; a destination branch that went elsewhere is a
    :class:`ConflictError` naming it (the other branches still move).
+   Objects the destination's gc swept since step 3 (a checkpoint it removed
+   named them too) are found before anything is written: the txn rolls back
+   and they are sent again inside the next landing txn (at most
+   ``MAX_RESENDS`` rounds, then a :class:`ConflictError` naming the race).
 
 A killed transfer leaves objects without checkpoints (step 3) but never a
 ref or checkpoint that names a missing object: the next transfer skips the
@@ -28,6 +32,7 @@ The audit log is per store and is not copied (docs/store.md, "push and pull").
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,6 +45,7 @@ from cpstore.store.backend import Backend, Txn
 from cpstore.store.codec import stored_key
 from cpstore.store.manifest import manifest_references
 from cpstore.store.model import split_checkpoint_value, split_ref_key
+from cpstore.store.objects import put_object
 from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, unpack_ref, write_ref
 from cpstore.store.verify import child_kind, children
 
@@ -48,6 +54,10 @@ __all__ = ["TransferReport", "transfer"]
 #: Objects per copy batch, and bytes per batch (whichever is reached first).
 BATCH_OBJECTS = 512
 BATCH_BYTES = 8 << 20
+#: Rounds of re-sending objects the destination's gc swept before a branch landed.
+MAX_RESENDS = 3
+#: Re-sent bytes written inside the landing txn, in batches of ``batch_bytes``.
+CARRY_BATCHES = 8
 
 
 @dataclass
@@ -160,6 +170,25 @@ def _reach(src: Backend, txn: Txn[memoryview], cids: list[bytes]) -> list[bytes]
     return list(out)
 
 
+def _fetch(src: Backend, keys: list[bytes]) -> dict[bytes, bytes]:
+    """The bytes of ``keys`` from the source, each hashed again as the receiver takes it.
+
+    Bytes that do not match their digest are an :class:`IntegrityError` and
+    none of ``keys`` is handed on.
+    """
+    batch = dict(zip(keys, src.get_objects([Digest(k) for k in keys], verify=True), strict=True))
+    for key, data in batch.items():
+        got = stored_key(key, data)  # a frame is inflated (bounded) and hashed
+        if got != key:  # the receiver's own check: nothing of this batch is written
+            raise IntegrityError(
+                "an object arrived with bytes that do not match its digest",
+                where=f"objects/{key.hex()}",
+                expected=key.hex(),
+                got=got.hex(),
+            )
+    return batch
+
+
 def _copy_objects(
     src: Backend, dst: Backend, keys: list[bytes], report: TransferReport, sizes: tuple[int, int]
 ) -> None:
@@ -172,20 +201,9 @@ def _copy_objects(
         size = 0
         while i < len(keys) and len(batch) < max_objects and size < max_bytes:
             part, i = keys[i : i + step], i + step
-            for key, data in zip(
-                part, src.get_objects([Digest(k) for k in part], verify=True), strict=True
-            ):
-                batch[key] = data
-                size += len(data)
-        for key, data in batch.items():
-            got = stored_key(key, data)  # a frame is inflated (bounded) and hashed
-            if got != key:  # the receiver's own check: nothing of this batch is written
-                raise IntegrityError(
-                    "an object arrived with bytes that do not match its digest",
-                    where=f"objects/{key.hex()}",
-                    expected=key.hex(),
-                    got=got.hex(),
-                )
+            got = _fetch(src, part)
+            batch.update(got)
+            size += sum(map(len, got.values()))
         dst.put_objects(batch)
         report.objects += len(batch)
         report.object_bytes += size
@@ -195,7 +213,16 @@ def _manifest(value: bytes | memoryview | None, cid: bytes) -> bytes:
     return b"" if value is None else bytes(split_checkpoint_value(value, cid)[1])
 
 
+class _ObjectsSweptError(Exception):
+    """A landing txn found objects it needs gone (the destination's gc): rolls it back."""
+
+    def __init__(self, keys: list[bytes]) -> None:
+        super().__init__(f"{len(keys)} object(s) missing")
+        self.keys = keys
+
+
 def _land_branch(
+    src: Backend,
     dst: Backend,
     branch: _Branch,
     *,
@@ -205,10 +232,22 @@ def _land_branch(
     tombstone: bytes | None,
     expected: tuple[bytes, int] | None,
     report: TransferReport,
+    carry_bytes: int,
 ) -> str:
-    """One write txn: missing checkpoints, then the ref by compare-and-set. Returns the outcome."""
+    """One write txn: missing checkpoints, then the ref by compare-and-set. Returns the outcome.
+
+    Objects copied (or found present) in step 3 that the destination's gc swept
+    before this txn (a checkpoint it removed named them too) are found here,
+    before anything is written:
+    the txn is rolled back, those objects are fetched again (hash-checked) and
+    written *in the next landing txn itself* (up to ``carry_bytes``; beyond it
+    in txns of their own), so a gc cannot sweep them again in between. After
+    ``MAX_RESENDS`` such rounds the branch is a :class:`ConflictError` naming the
+    race; nothing of it landed.
+    """
     cps, objects = dst.db("checkpoints"), dst.db("objects")
     lineage = set(branch.lineage)
+    carry: dict[bytes, bytes] = {}
 
     def land(txn: Txn[memoryview]) -> tuple[str, int]:
         landing = [c for c in branch.lineage if c in values]
@@ -238,18 +277,21 @@ def _land_branch(
             return "unchanged", 0
         if current is not None and current[0] not in lineage:
             return "diverged", 0  # nothing written: no checkpoint lands without its ref
+        for key, data in carry.items():  # re-sent: swept since step 3
+            put_object(txn, objects, key, data)
+        swept = [
+            key
+            for cid in landing
+            for key in reach[cid]
+            if not (has(key, db=objects) if has else txn.get(key, db=objects) is not None)
+        ]
+        if swept:
+            raise _ObjectsSweptError(list(dict.fromkeys(swept)))
         written = 0
         for cid in reversed(branch.lineage):  # oldest first: parents before children
             value = values.get(cid)
             if value is None:
                 continue
-            for key in reach[cid]:
-                if not (has(key, db=objects) if has else txn.get(key, db=objects) is not None):
-                    raise IntegrityError(
-                        "a copied checkpoint reaches an object the destination lacks",
-                        where=f"checkpoint {cid.hex()}",
-                        expected=key.hex(),
-                    )
             if txn.put(cid, value, overwrite=False, db=cps):
                 written += 1
             elif _manifest(txn.get(cid, db=cps), cid) != _manifest(value, cid):
@@ -277,9 +319,48 @@ def _land_branch(
         write_ref(txn, dst.dbs, branch.key, branch.head, branch.origin, old=current)
         return ("moved" if current is not None else "created"), written
 
-    outcome, written = dst.write_txn(land)
-    report.checkpoints += written
-    return outcome
+    for resends in itertools.count():
+        try:
+            outcome, written = dst.write_txn(land)
+        except _ObjectsSweptError as gone:
+            if resends >= MAX_RESENDS:
+                run, name = split_ref_key(branch.key)
+                raise ConflictError(
+                    "the destination's gc swept objects this transfer copied before the "
+                    f"checkpoints naming them could land (re-sent {MAX_RESENDS} times); "
+                    "nothing of this branch landed: run the transfer again",
+                    where=f"refs/{run}/{name}",
+                    expected="every object the landing checkpoints reach",
+                    got=f"{len(gone.keys)} swept, first {gone.keys[0].hex()}",
+                ) from None
+            _resend(src, dst, gone.keys, carry=carry, carry_bytes=carry_bytes, report=report)
+            continue
+        report.checkpoints += written
+        return outcome
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _resend(
+    src: Backend,
+    dst: Backend,
+    keys: list[bytes],
+    *,
+    carry: dict[bytes, bytes],
+    carry_bytes: int,
+    report: TransferReport,
+) -> None:
+    """Fetch ``keys`` again into ``carry`` (written in the landing txn), the excess now."""
+    carried = sum(map(len, carry.values()))
+    for i in range(0, len(keys), 64):
+        got = _fetch(src, keys[i : i + 64])
+        size = sum(map(len, got.values()))
+        if carried + size <= carry_bytes:
+            carry.update(got)
+            carried += size
+        else:
+            dst.put_objects(got)
+        report.objects += len(got)
+        report.object_bytes += size
 
 
 def transfer(
@@ -339,6 +420,7 @@ def transfer(
     for b in branches:
         mine = {c: values[c] for c in b.lineage if c in values}
         outcome = _land_branch(
+            source,
             dest,
             b,
             values=mine,
@@ -347,6 +429,7 @@ def transfer(
             tombstone=None if b.pruned_root is None else tombs.get(b.pruned_root),
             expected=expected[b.key],
             report=report,
+            carry_bytes=CARRY_BATCHES * batch_bytes,
         )
         if outcome in ("created", "moved"):
             # Landed: a checkpoint shared with a later branch lands once. A
