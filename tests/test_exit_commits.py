@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 from cpstore.store.facade import open as open_store
 
@@ -70,7 +71,7 @@ elif how.startswith("fork_child"):
 """
 
 
-def _end_writer(path: Path, how: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def _end_writer(path: Path | str, how: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     done = subprocess.run(
         [sys.executable, "-c", WRITER, str(path), how],
         capture_output=True,
@@ -83,7 +84,7 @@ def _end_writer(path: Path, how: str) -> tuple[subprocess.CompletedProcess[str],
     return done, ids
 
 
-def _stored(path: Path) -> set[str]:
+def _stored(path: Path | str) -> set[str]:
     """Every checkpoint id the store holds (not only the heads)."""
     with open_store(path, readonly=True) as st:
         assert st.verify().ok
@@ -155,3 +156,13 @@ def test_unsealed_effects_at_exit_are_named_and_never_committed_silently(tmp_pat
     assert _stored(tmp_path / "s") == set(ids)
     with open_store(tmp_path / "s", readonly=True) as st, st.read(ids[2]) as cp:
         assert cp.effects() == []
+
+
+@pytest.mark.parametrize(("how", "code"), [("normal", 0), ("raise", 1), ("raise_in_with", 1)])
+def test_the_rule_holds_on_postgresql(pg_url: str, how: str, code: int) -> None:  # noqa: F811
+    """A batched PostgreSQL store: a normal exit commits the queue, an exception drops it."""
+    url = pg_url.replace("schema=", f"schema=exit_{how}_")
+    done, ids = _end_writer(url, how)
+    assert done.returncode == code, done.stderr
+    assert _stored(url) == (set(ids) if how == "normal" else {ids[0]})
+    assert ("NOT written" in done.stderr) == (how != "normal")
