@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, overload
 
 from cpstore.errors import CanonicalEncodingError
 from cpstore.native.canonical import decode_value
 from cpstore.native.fast_canonical import encode_element
 
-__all__ = ["AppendLog", "array_header", "log_snapshot"]
+__all__ = ["AppendLog", "array_header", "log_view"]
 
 
 def array_header(n: int) -> bytes:
@@ -124,13 +125,13 @@ class AppendLog(Sequence[Any]):
         return f"AppendLog({len(self._ends)} elements, {len(self._body)} bytes)"
 
 
-def log_snapshot(log: AppendLog) -> tuple[bytes, int, array[int]]:
-    """(encoding, header size, element end offsets after the header) of ``log`` now.
+@contextmanager
+def log_view(log: AppendLog) -> Iterator[tuple[bytes, memoryview, array[int]]]:
+    """(array header, read-only view of the encoded elements, element end offsets) now.
 
-    For the store (:mod:`cpstore.store.append_state`): the offsets are the
-    log's own, read before the log next grows; they never change, only
-    lengthen.
+    For the store (:mod:`cpstore.store.append_state`): the log cannot grow
+    while the view is held (a bytearray with an exported buffer refuses to
+    resize), and the view is released on leaving; the offsets only lengthen.
     """
-    n = len(log._ends)
-    head = array_header(n)
-    return head + log._body, len(head), log._ends
+    with memoryview(log._body) as whole, whole.toreadonly() as body:
+        yield array_header(len(log._ends)), body, log._ends

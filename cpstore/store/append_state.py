@@ -15,18 +15,24 @@ Why continuing is exact (tests/test_append_state.py proves it against
   bytes never change, only lengthen, so the walk resumes at the last cut
   with the element after the last one walked. The chunk after the last cut
   (the tail run, shorter than ``RUN_MIN``) is provisional and recomputed.
-  The array header before the elements holds the count, so when its size
-  changes (16 and 65,536 elements) every offset moves: the tree is then
-  built again from the first element.
+  Offsets here count from the first element, not from the array header:
+  every cut is decided relative to the last one and a chunk never includes
+  the header (the root holds it), so the header growing (at 16 and 65,536
+  elements) moves no cut and changes no chunk or node; only the root, which
+  is rebuilt every time, holds the header and the size.
 - **nodes**: a level's nodes end after entries the digest says (or at
   ``MAX_FANOUT``), counting from the previous node's end; so a node made
   only of settled entries (settled chunks, or settled nodes of the level
   below) is settled too, and each level resumes at its last settled node.
   Nodes that include the provisional tail are rebuilt every time.
-- **what is stored**: every object key of the tree is listed to the
-  recorder, and any key it cannot prove stored (not in what the head
-  reaches) is stashed again from the bytes kept here, so a failed or
-  refused commit never leaves a checkpoint naming a missing object.
+- **what is stored**: the recorder may skip only objects its head reaches.
+  When the root this LogTree built last is among them (that checkpoint
+  committed and is, or is an ancestor reachable from, the head), every
+  settled object is under that root, so only the objects made since are
+  listed and stashed; otherwise (a failed commit, a checkpoint without this
+  part in between) every key of the tree is checked and anything missing is
+  stashed again from the bytes kept here. A checkpoint never names an
+  object it did not write or prove reachable.
 
 A LogTree keeps a strong reference to its log (identity cannot be reused)
 and the log can only grow; a different log object, or fewer elements, starts
@@ -38,11 +44,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+import xxhash
+
 from cpstore.errors import InvalidInputError
 from cpstore.native.binding import chunk_cuts, digest, digest_batch
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
-from cpstore.store.append_log import AppendLog, log_snapshot
+from cpstore.store.append_log import AppendLog, log_view
 from cpstore.store.chunk_tree import RUN_MIN, TREE_THRESHOLD, ends_node, pack_node
 from cpstore.store.codec import FRAME_TAG, encode_frame
 from cpstore.store.model import MAX_OBJECT_SIZE
@@ -64,70 +72,76 @@ class _Level:
 
 @dataclass
 class Built:
-    """One build's result: what the manifest names and every object key of the tree."""
+    """One build's result: what the manifest names and the objects made for it."""
 
     whole: bytes
+    """Digest of the whole encoding (the part digest)."""
     root: bytes
     fresh: dict[bytes, bytes]
-    """Node key -> bytes of the nodes rebuilt this time (the root included)."""
+    """Node key -> bytes of the nodes built this time (the root included)."""
+    frames: list[bytes]
+    """Frame keys of the chunks settled this time, then the provisional tail's."""
     tail: tuple[bytes, int, int] | None
-    """(frame key, start, end) of the provisional last chunk, if any."""
+    """(frame key, start, end) of the provisional last chunk, if any (body offsets)."""
 
 
 class LogTree:
-    """The settled part of one AppendLog's chunk tree, continued build after build."""
+    """The settled part of one AppendLog's chunk tree, continued build after build.
 
-    def __init__(self, log: AppendLog, head: int) -> None:
+    Offsets count from the first element (after the array header).
+    """
+
+    def __init__(self, log: AppendLog) -> None:
         self.log = log
-        self.head = head
         self.elements = 0
-        self.start = head
+        self.start = 0
         self.chunk_keys: list[bytes] = []
         self.chunk_sizes: list[int] = []
         self.frame_keys: list[bytes] = []
         self.where: dict[bytes, tuple[int, int]] = {}
         self.levels: list[_Level] = []
         self.nodes: dict[bytes, bytes] = {}
+        self.last_root: bytes | None = None
 
-    def build(self, data: bytes, ends: array[int] | list[int]) -> Built:
-        """Continue the tree over ``data`` (header + elements; element ends after the header)."""
-        head = self.head
-        start = self.start
+    def build(self, header: bytes, body: memoryview, ends: array[int] | list[int]) -> Built:
+        """Continue the tree over ``header + body`` (``ends``: each element's end in body)."""
+        start = first = self.start
         cuts: list[int] = []
         for i in range(self.elements, len(ends)):
-            end = head + ends[i]
+            end = ends[i]
             if end - start >= RUN_MIN:
                 if end - start > CHUNK_MAX:
-                    cuts.extend(start + c for c in chunk_cuts(memoryview(data)[start:end]))
+                    cuts.extend(start + c for c in chunk_cuts(body[start:end]))
                 else:
                     cuts.append(end)
                 start = end
-        size = len(data)
-        offsets = [self.start, *cuts]
+        size = len(body)
+        offsets = [first, *cuts]
         if start < size:
             offsets.append(size)
-        raw = digest_batch(data, offsets) if len(offsets) > 1 else b""
+        raw = digest_batch(body, offsets) if len(offsets) > 1 else b""
         keys = [raw[i : i + DIGEST_SIZE] for i in range(0, len(raw), DIGEST_SIZE)]
-        settled = len(cuts)
-        for i in range(settled):
-            fkey = keys[i] + FRAME_TAG
+        frames = [k + FRAME_TAG for k in keys]
+        for i in range(len(cuts)):
             self.chunk_keys.append(keys[i])
             self.chunk_sizes.append(offsets[i + 1] - offsets[i])
-            self.frame_keys.append(fkey)
-            self.where.setdefault(fkey, (offsets[i], offsets[i + 1]))
+            self.frame_keys.append(frames[i])
+            self.where.setdefault(frames[i], (offsets[i], offsets[i + 1]))
         self.elements, self.start = len(ends), start
         tail: tuple[bytes, int, int] | None = None
         extra: list[bytes] = []
         extra_sizes: list[int] = []
         if start < size:
-            tail = (keys[-1] + FRAME_TAG, start, size)
+            tail = (frames[-1], start, size)
             extra, extra_sizes = [keys[-1]], [size - start]
         fresh: dict[bytes, bytes] = {}
         spine = self._levels(extra, extra_sizes, fresh)
-        root = pack_node({"head": data[:head], "size": size, "spine": spine})
+        root = pack_node({"head": header, "size": len(header) + size, "spine": spine})
         root_key = digest(root)
         fresh[root_key] = root
-        return Built(whole=digest(data), root=root_key, fresh=fresh, tail=tail)
+        whole = xxhash.xxh3_128(header)
+        whole.update(body)
+        return Built(whole=whole.digest(), root=root_key, fresh=fresh, frames=frames, tail=tail)
 
     def _levels(
         self, extra: list[bytes], extra_sizes: list[int], fresh: dict[bytes, bytes]
@@ -155,6 +169,7 @@ class LogTree:
                 if ends_node(key, len(run)):
                     node = pack_node([level, span, b"".join(run)])
                     node_key = digest(node)
+                    fresh[node_key] = node
                     if at <= settled:
                         lv.keys.append(node_key)
                         lv.sizes.append(span)
@@ -163,7 +178,6 @@ class LogTree:
                     else:
                         up.append(node_key)
                         up_sizes.append(span)
-                        fresh[node_key] = node
                     run, span = [], 0
             spine.append(b"".join(run))
             if not lv.keys and not up:
@@ -171,7 +185,7 @@ class LogTree:
             below, below_sizes, extra, extra_sizes = lv.keys, lv.sizes, up, up_sizes
             level += 1
 
-    def keys(self, built: Built) -> list[bytes]:
+    def all_keys(self, built: Built) -> list[bytes]:
         """Every object key of the tree ``built`` describes (nodes, then frames)."""
         out = [*self.nodes, *built.fresh, *self.frame_keys]
         if built.tail is not None:
@@ -179,10 +193,19 @@ class LogTree:
         return out
 
     def stash(
-        self, built: Built, data: bytes, pending: dict[bytes, bytes], stored: set[bytes]
+        self, built: Built, body: memoryview, pending: dict[bytes, bytes], stored: set[bytes]
     ) -> list[bytes]:
-        """:func:`~cpstore.store.chunk_tree.stash_tree` for a continued tree: same contract."""
-        keys = self.keys(built)
+        """Stash what ``stored`` may lack into ``pending``; return the keys it must learn.
+
+        The contract of :func:`~cpstore.store.chunk_tree.stash_tree`, with the
+        shortcut the module docstring proves: when the previous root is
+        stored, the objects settled before this build are too.
+        """
+        if self.last_root is not None and self.last_root in stored:
+            keys = [*built.fresh, *built.frames]
+        else:
+            keys = self.all_keys(built)
+        self.last_root = built.root
         for key in set(keys).difference(stored):
             if key in pending:
                 continue
@@ -192,8 +215,8 @@ class LogTree:
             if node is not None:
                 pending[key] = node
                 continue
-            a, b = self.where.get(key) or _tail_span(built)  # keys() lists no other frame
-            pending[key] = encode_frame(memoryview(data)[a:b])
+            a, b = self.where.get(key) or _tail_span(built)  # no other frame is listed
+            pending[key] = encode_frame(body[a:b])
         return keys
 
 
@@ -219,21 +242,22 @@ class AppendParts:
 
     def part(self, rec: _Host, name: str, log: AppendLog, chunked: dict[str, Any]) -> bytes:
         """Stash the part ``name`` (an AppendLog) for ``rec``; return its part digest."""
-        data, head, ends = log_snapshot(log)
-        if len(data) > MAX_OBJECT_SIZE:
-            raise InvalidInputError(
-                "state part is larger than the largest object",
-                where=f"state[{name!r}]",
-                expected=f"<= {MAX_OBJECT_SIZE} bytes",
-                got=f"{len(data)} bytes",
-            )
-        if len(data) <= TREE_THRESHOLD:
-            self._trees.pop(name, None)
-            return rec._stash(data)
-        tree = self._trees.get(name)
-        if tree is None or tree.log is not log or tree.head != head or tree.elements > len(ends):
-            tree = self._trees[name] = LogTree(log, head)
-        built = tree.build(data, ends)
-        rec._chunks.extend(tree.stash(built, data, rec._pending, rec._confirmed))
+        with log_view(log) as (header, body, ends):
+            size = len(header) + len(body)
+            if size > MAX_OBJECT_SIZE:
+                raise InvalidInputError(
+                    "state part is larger than the largest object",
+                    where=f"state[{name!r}]",
+                    expected=f"<= {MAX_OBJECT_SIZE} bytes",
+                    got=f"{size} bytes",
+                )
+            if size <= TREE_THRESHOLD:
+                self._trees.pop(name, None)
+                return rec._stash(header + bytes(body))
+            tree = self._trees.get(name)
+            if tree is None or tree.log is not log or tree.elements > len(ends):
+                tree = self._trees[name] = LogTree(log)
+            built = tree.build(header, body, ends)
+            rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
         chunked[name] = built.root
         return built.whole
