@@ -12,17 +12,19 @@ from hypothesis import strategies as st
 
 import cpstore
 from cpstore.errors import CanonicalEncodingError
+from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.store.append_log import AppendLog, log_view
-from cpstore.store.append_state import Built, LogTree
-from cpstore.store.chunk_tree import build_tree
+from cpstore.store.append_state import AppendParts, Built, LogTree
+from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree
+from cpstore.store.codec import encode_frame
 
 
 def _continued(tree: LogTree, log: AppendLog) -> tuple[Built, bytes, list[tuple[bytes, int, int]]]:
     """Build ``log`` on ``tree``; return the result, the bytes and the chunk list (absolute)."""
     with log_view(log) as (header, body, ends):
-        built = tree.build(header, body, ends)
+        built = tree.build(header, body, ends[tree.elements :])
         data = header + bytes(body)
     chunks: list[tuple[bytes, int, int]] = []
     at = len(header)
@@ -70,7 +72,7 @@ def test_a_continued_tree_equals_the_tree_built_from_the_whole_bytes(
 ) -> None:
     """After every batch of appends: same whole digest, root, chunks and nodes as build_tree."""
     log = AppendLog()
-    tree = LogTree(log)
+    tree = LogTree()
     for batch in batches:
         log.extend(batch)
         _assert_same_tree(tree, log)
@@ -85,7 +87,7 @@ def test_header_length_class_changes_keep_the_continued_tree_exact(
     """Array headers growing 1->3 and 3->5 bytes: the continued tree still equals build_tree."""
     size = 700 if after < 100 else 1
     log = AppendLog(bytes([i % 251]) * size for i in range(before))
-    tree = LogTree(log)
+    tree = LogTree()
     _assert_same_tree(tree, log)
     log.extend(bytes([i % 13]) * size for i in range(after - before))
     _assert_same_tree(tree, log)
@@ -234,7 +236,7 @@ def test_thousands_of_small_appends_in_uneven_batches_keep_every_level_exact() -
     """Multi-level trees (settled nodes at several levels) equal build_tree after each batch."""
     rnd = random.Random(16)
     log = AppendLog()
-    tree = LogTree(log)
+    tree = LogTree()
     while len(log) < 3000:
         log.extend(
             {"role": "user", "content": "x" * rnd.randrange(200, 1400)}
@@ -249,7 +251,7 @@ def _stash_round(
 ) -> tuple[Built, list[bytes], dict[bytes, bytes], bytes]:
     pending: dict[bytes, bytes] = {}
     with log_view(log) as (header, body, ends):
-        built = tree.build(header, body, ends)
+        built = tree.build(header, body, ends[tree.elements :])
         listed = tree.stash(built, body, pending, stored)
         data = header + bytes(body)
     return built, listed, pending, data
@@ -258,7 +260,7 @@ def _stash_round(
 def test_a_stash_after_a_dropped_one_writes_every_object_the_tree_needs() -> None:
     """The previous root not stored: every key of the tree is listed, all missing ones stashed."""
     log = AppendLog(_history(40))
-    tree = LogTree(log)
+    tree = LogTree()
     _stash_round(tree, log, set())  # its objects never reach the store
     log.extend(_history(45)[40:])
     _, listed, pending, data = _stash_round(tree, log, set())
@@ -272,7 +274,7 @@ def test_a_stash_after_a_dropped_one_writes_every_object_the_tree_needs() -> Non
 def test_a_stash_after_a_stored_root_lists_only_what_is_new_and_covers_the_rest() -> None:
     """The previous root stored (with what it listed): the rest is under it, the new is stashed."""
     log = AppendLog(_history(40))
-    tree = LogTree(log)
+    tree = LogTree()
     first, listed, _, _ = _stash_round(tree, log, set())
     stored = set(listed)
     log.extend(_history(45)[40:])
@@ -283,3 +285,70 @@ def test_a_stash_after_a_stored_root_lists_only_what_is_new_and_covers_the_rest(
     assert len(listed2) < len(want)
     assert want <= stored | set(pending)
     assert set(pending) <= set(listed2)
+
+
+class _FakeRecorder:
+    """The recorder's side of a part: pending objects, what the head reaches, a store."""
+
+    def __init__(self) -> None:
+        self._pending: dict[bytes, bytes] = {}
+        self._confirmed: set[bytes] = set()
+        self._chunks: list[bytes] = []
+        self.stored: dict[bytes, bytes] = {}
+
+    def _stash(self, data: bytes) -> bytes:
+        key = digest(data)
+        if key not in self._confirmed:
+            self._pending[key] = data
+        return key
+
+    def commit(self, chunked: dict[str, Any]) -> None:
+        self.stored.update(self._pending)
+        self._confirmed = set(self._chunks) | set(chunked.values())
+        self._pending, self._chunks = {}, []
+
+
+ops = st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 30), st.integers(0, 1500)),
+    st.tuples(st.just("change"), st.integers(0, 10**6), st.integers(0, 1500)),
+    st.tuples(st.just("pop"), st.integers(1, 5), st.just(0)),
+    st.tuples(st.just("insert"), st.integers(0, 10**6), st.integers(0, 1500)),
+    st.tuples(st.just("clear"), st.just(0), st.just(0)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=25), st.booleans())
+def test_a_plain_list_continues_only_when_its_settled_bytes_are_unchanged(
+    steps: list[tuple[str, int, int]], drop: bool
+) -> None:
+    """Appends, in-place changes, pops, inserts: each part equals build_tree, all objects stored."""
+    parts = AppendParts()
+    rec = _FakeRecorder()
+    items: list[Any] = []
+    for n, (op, a, b) in enumerate(steps):
+        if op == "append":
+            items.extend({"role": "user", "content": "c" * b, "n": n + i} for i in range(a))
+        elif op == "change" and items:
+            items[a % len(items)]["content"] = "changed " * (b // 8)  # in place
+        elif op == "pop":
+            del items[-a:]
+        elif op == "insert":
+            items.insert(a % (len(items) + 1), {"content": "i" * b})
+        elif op == "clear":
+            items.clear()
+        data = encode_value(items)
+        if len(data) <= TREE_THRESHOLD:
+            continue
+        chunked: dict[str, Any] = {}
+        whole = parts.blob(rec, "messages", data, chunked)
+        full = build_tree(data, canonical=True)
+        assert (whole, chunked["messages"]) == (full.whole, full.root)
+        if drop and n % 3 == 1:
+            rec._pending, rec._chunks = {}, []  # a commit that never happened
+            continue
+        rec.commit(chunked)
+        for key, node in full.nodes.items():
+            assert rec.stored[key] == node
+        for fkey, start, end in full.chunks:
+            assert rec.stored[fkey] == encode_frame(data[start:end])

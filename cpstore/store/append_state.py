@@ -41,9 +41,11 @@ over. Plain lists never take this path: their elements can change in place.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+import msgpack
 import xxhash
 
 from cpstore.errors import InvalidInputError
@@ -51,12 +53,17 @@ from cpstore.native.binding import chunk_cuts, digest, digest_batch
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.append_log import AppendLog, log_view
-from cpstore.store.chunk_tree import RUN_MIN, TREE_THRESHOLD, ends_node, pack_node
-from cpstore.store.codec import FRAME_TAG, encode_frame
+from cpstore.store.chunk_tree import (
+    RUN_MIN,
+    TREE_THRESHOLD,
+    build_tree,
+    ends_node,
+    frame_chunk,
+    pack_node,
+    stash_tree,
+)
+from cpstore.store.codec import FRAME_TAG
 from cpstore.store.model import MAX_OBJECT_SIZE
-
-if TYPE_CHECKING:
-    from array import array
 
 __all__ = ["AppendParts", "Built", "LogTree"]
 
@@ -91,9 +98,9 @@ class LogTree:
     Offsets count from the first element (after the array header).
     """
 
-    def __init__(self, log: AppendLog) -> None:
-        self.log = log
+    def __init__(self) -> None:
         self.elements = 0
+        """Elements before the last cut (the walk resumes with the next one)."""
         self.start = 0
         self.chunk_keys: list[bytes] = []
         self.chunk_sizes: list[int] = []
@@ -103,18 +110,24 @@ class LogTree:
         self.nodes: dict[bytes, bytes] = {}
         self.last_root: bytes | None = None
 
-    def build(self, header: bytes, body: memoryview, ends: array[int] | list[int]) -> Built:
-        """Continue the tree over ``header + body`` (``ends``: each element's end in body)."""
+    def build(self, header: bytes, body: memoryview, ends: Iterable[int]) -> Built:
+        """Continue the tree over ``header + body``.
+
+        ``ends``: the end offset in ``body`` of each element from the one after
+        the last cut (element :attr:`elements`) to the last.
+        """
         start = first = self.start
         cuts: list[int] = []
-        for i in range(self.elements, len(ends)):
-            end = ends[i]
+        walked = settled = self.elements
+        for end in ends:
+            walked += 1
             if end - start >= RUN_MIN:
                 if end - start > CHUNK_MAX:
                     cuts.extend(start + c for c in chunk_cuts(body[start:end]))
                 else:
                     cuts.append(end)
                 start = end
+                settled = walked
         size = len(body)
         offsets = [first, *cuts]
         if start < size:
@@ -127,7 +140,7 @@ class LogTree:
             self.chunk_sizes.append(offsets[i + 1] - offsets[i])
             self.frame_keys.append(frames[i])
             self.where.setdefault(frames[i], (offsets[i], offsets[i + 1]))
-        self.elements, self.start = len(ends), start
+        self.elements, self.start = settled, start
         tail: tuple[bytes, int, int] | None = None
         extra: list[bytes] = []
         extra_sizes: list[int] = []
@@ -216,7 +229,7 @@ class LogTree:
                 pending[key] = node
                 continue
             a, b = self.where.get(key) or _tail_span(built)  # no other frame is listed
-            pending[key] = encode_frame(body[a:b])
+            pending[key] = frame_chunk(body[a:b])
         return keys
 
 
@@ -235,10 +248,22 @@ class _Host(Protocol):
 
 
 class AppendParts:
-    """A recorder's LogTrees, one per part name whose value is an AppendLog."""
+    """A recorder's continued trees, one per state part name (module docstring).
+
+    An AppendLog part continues while the part is the same log object; a
+    plain list part continues while its new encoding starts with the bytes
+    the previous tree settled (checked byte for byte: a list changed in
+    place anywhere before the last cut starts the tree over).
+    """
 
     def __init__(self) -> None:
-        self._trees: dict[str, LogTree] = {}
+        self._trees: dict[str, tuple[object, LogTree]] = {}
+
+    def _tree(self, name: str, owner: object, same: bool) -> LogTree:
+        held = self._trees.get(name)
+        tree = held[1] if held is not None and same else LogTree()
+        self._trees[name] = (owner, tree)
+        return tree
 
     def part(self, rec: _Host, name: str, log: AppendLog, chunked: dict[str, Any]) -> bytes:
         """Stash the part ``name`` (an AppendLog) for ``rec``; return its part digest."""
@@ -254,10 +279,50 @@ class AppendParts:
             if size <= TREE_THRESHOLD:
                 self._trees.pop(name, None)
                 return rec._stash(header + bytes(body))
-            tree = self._trees.get(name)
-            if tree is None or tree.log is not log or tree.elements > len(ends):
-                tree = self._trees[name] = LogTree(log)
-            built = tree.build(header, body, ends)
+            held = self._trees.get(name)
+            same = held is not None and held[0] is log and held[1].elements <= len(ends)
+            tree = self._tree(name, log, same)
+            built = tree.build(header, body, ends[tree.elements :])
             rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
         chunked[name] = built.root
         return built.whole
+
+    def blob(self, rec: _Host, name: str, data: bytes, chunked: dict[str, Any]) -> bytes:
+        """A canonical part longer than TREE_THRESHOLD: its chunk tree, continued for a list."""
+        kind = data[0]
+        if kind not in _ARRAY_HEADS:
+            self._trees.pop(name, None)
+            full = build_tree(data, canonical=True)
+            rec._chunks.extend(stash_tree(full, data, rec._pending, rec._confirmed))
+            chunked[name] = full.root
+            return full.whole
+        head = _ARRAY_HEADS[kind]
+        held = self._trees.get(name)
+        same = False
+        if held is not None and isinstance(held[0], bytes):
+            before, old = held[0], held[1]
+            was = _ARRAY_HEADS[before[0]]
+            same = data.startswith(before[was : was + old.start], head)
+        tree = self._tree(name, data, same)
+        count = int.from_bytes(data[1:head], "big") if head > 1 else kind & 0x0F
+        view = memoryview(data)
+        body = view[head:]
+        built = tree.build(data[:head], body, _walk(body, tree.start, count - tree.elements))
+        rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
+        chunked[name] = built.root
+        return built.whole
+
+
+#: Header size of a canonical array by its first byte.
+_ARRAY_HEADS = {b: 1 for b in range(0x90, 0xA0)} | {0xDC: 3, 0xDD: 5}
+
+
+def _walk(body: memoryview, start: int, count: int) -> list[int]:
+    """End offsets of the ``count`` elements that follow ``start`` in ``body``."""
+    unpacker = msgpack.Unpacker(max_buffer_size=max(len(body) - start, 1))
+    unpacker.feed(body[start:])
+    ends = []
+    for _ in range(count):
+        unpacker.skip()
+        ends.append(start + unpacker.tell())
+    return ends

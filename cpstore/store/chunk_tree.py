@@ -51,6 +51,7 @@ __all__ = [
     "ChunkTree",
     "build_tree",
     "ends_node",
+    "frame_chunk",
     "load_tree",
     "pack_node",
     "read_node",
@@ -151,6 +152,11 @@ def _ends_node(key: bytes, count: int) -> bool:
 #: elsewhere (cpstore/store/append_state.py): one definition of each.
 ends_node = _ends_node
 pack_node = _pack
+
+
+def frame_chunk(chunk: bytes | memoryview) -> bytes:
+    """The stored frame of one chunk: what :func:`stash_tree` writes (one seam to patch)."""
+    return encode_frame(chunk)
 
 
 def build_tree(data: bytes, *, canonical: bool) -> ChunkTree:

@@ -325,6 +325,8 @@ class Recorder(BulkAppends):
     def _blob(
         self, data: bytes, chunked: dict[str, bytes], name: str, *, canonical: bool = True
     ) -> bytes:
+        if len(data) > TREE_THRESHOLD and canonical:  # a list's tree continued (append_state.py)
+            return self._appends.blob(self, name, data, chunked)
         if len(data) > TREE_THRESHOLD:  # issue 16: a chunk tree (docs/format.md)
             tree = build_tree(data, canonical=canonical)
             self._chunks.extend(stash_tree(tree, data, self._pending, self._confirmed))
