@@ -28,6 +28,10 @@ Figures (each prints a ``ISSUE16`` line; ``-s`` shows them):
   ``append`` per step, timed with the put). Put time at steps 100/1000/2000
   (median of the 21 puts around each, min-max) and the per-step ratios
   against the AppendLog route; all three write the same checkpoint ids.
+- **str list put by route**: the same for immutable elements (a list of ~1 KB
+  str): plain list vs AppendLog put, beside what encoding the list costs and
+  what an identity check of the previous list's elements (plus the copy it
+  would keep) would cost instead.
 - **10 x 1 KB workload** (bench_store's issue-12 workload): layout 3 against
   layout 2, put and get interleaved, and disk / unique.
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import operator
 import os
 import random
 import time
@@ -386,6 +391,48 @@ def test_chat_put_by_route(
         _say(f"chat put @{s} ({chat_steps} steps, load {load:.2f}): " + "; ".join(parts))
         _say(f"chat put @{s} ratios: " + "; ".join(ratios))
     benchmark.extra_info["put_by_route"] = info
+
+
+def test_str_list_put_by_route(
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, chat_steps: int
+) -> None:
+    """Immutable elements (a list of str): plain list vs AppendLog put, and what an
+    identity check of the previous list's elements would cost against encoding them."""
+    texts = messages(chat_steps)
+    root = tmp_path_factory.mktemp("strs")
+    routes = ("plain list of str", "AppendLog", "encode_fast(list)", "identity check + copy")
+    times: dict[str, list[float]] = {r: [] for r in routes}
+
+    def run() -> None:
+        with open_store(root / "a", durability="none") as a, open_store(
+            root / "b", durability="none"
+        ) as b:
+            ra, rb = a.recorder("s"), b.recorder("s")
+            log = AppendLog()
+            hist: list[str] = []
+            prev: list[str] = []
+            for step, text in enumerate(texts):
+                hist = [*hist, text]
+                for k in [(step + j) % 4 for j in range(4)]:
+                    t0 = time.perf_counter()
+                    if k == 0:
+                        ra.checkpoint(step, {"m": hist})
+                    elif k == 1:
+                        log.append(text)
+                        rb.checkpoint(step, {"m": log})
+                    elif k == 2:
+                        recorder_module.encode_fast(hist)  # type: ignore[attr-defined]
+                    else:
+                        same = all(map(operator.is_, prev, hist))
+                        prev = list(hist) if same else []
+                    times[routes[k]].append(time.perf_counter() - t0)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    load = os.getloadavg()[0]
+    for s in [s for s in (100, 1000, 2000) if s <= chat_steps]:
+        lo, hi = max(0, s - 11), s + 10
+        _say(f"str list put @{s} ({chat_steps} steps, load {load:.2f}): " + "; ".join(
+            f"{r} {_spread(times[r][lo:hi], 1e3)} ms" for r in routes))
 
 
 # -- the issue-12 10 x 1 KB workload: no worse than before ----------------------------
