@@ -28,6 +28,8 @@ Figures (each prints a ``ISSUE16`` line; ``-s`` shows them):
   ``append`` per step, timed with the put). Put time at steps 100/1000/2000
   (median of the 21 puts around each, min-max) and the per-step ratios
   against the AppendLog route; all three write the same checkpoint ids.
+- **canonical encoder**: ``encode_fast`` against ``encode_value`` on the
+  2,000-message history (same bytes; repeats interleaved).
 - **str list put by route**: the same for immutable elements (a list of ~1 KB
   str): plain list vs AppendLog put, beside what encoding the list costs and
   what an identity check of the previous list's elements (plus the copy it
@@ -391,6 +393,31 @@ def test_chat_put_by_route(
         _say(f"chat put @{s} ({chat_steps} steps, load {load:.2f}): " + "; ".join(parts))
         _say(f"chat put @{s} ratios: " + "; ".join(ratios))
     benchmark.extra_info["put_by_route"] = info
+
+
+def test_canonical_encoder_speed(benchmark: BenchmarkFixture, repeats: int) -> None:
+    """encode_fast vs encode_value on the 2,000-message chat history (same bytes), interleaved."""
+    states, _ = chat_states(2000)
+    value = states[-1]["messages"]
+    fast = getattr(recorder_module, "encode_fast")  # noqa: B009
+    assert fast(value) == encode_value(value)
+    fig = interleave(
+        benchmark,
+        "canonical encoding, 2,000 chat messages",
+        {
+            "encode_fast": lambda: _timed(lambda: fast(value)),
+            "encode_value": lambda: _timed(lambda: encode_value(value)),
+        },
+        repeats,
+        [Comparison("encode_fast", "encode_value")],
+    )
+    r = [v / f for f, v in zip(fig.runs["encode_fast"], fig.runs["encode_value"], strict=True)]
+    _say(
+        f"canonical encoding of 2,000 chat messages (load {os.getloadavg()[0]:.2f}): "
+        f"encode_fast {_spread(fig.runs['encode_fast'], 1e3)} ms, encode_value "
+        f"{_spread(fig.runs['encode_value'], 1e3)} ms; encode_value / encode_fast "
+        f"{_spread(r)}x"
+    )
 
 
 def test_str_list_put_by_route(
