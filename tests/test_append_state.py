@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 import random
 from pathlib import Path
 from typing import Any
@@ -352,3 +354,14 @@ def test_a_plain_list_continues_only_when_its_settled_bytes_are_unchanged(
             assert rec.stored[key] == node
         for fkey, start, end in full.chunks:
             assert rec.stored[fkey] == encode_frame(data[start:end])
+
+
+def test_copies_and_pickles_of_a_log_never_share_its_buffer() -> None:
+    """copy, deepcopy and pickle give independent logs: appending to one leaves the other."""
+    log = AppendLog(_history(3))
+    for other in (copy.copy(log), copy.deepcopy(log), pickle.loads(pickle.dumps(log))):
+        assert other == log
+        other.append({"role": "user", "content": "only in the copy"})
+        assert len(log) == 3
+        assert log.encoding() == encode_value(_history(3))
+        assert other.encoding() == encode_value([*_history(3), other[3]])

@@ -58,6 +58,8 @@ keys = (
     | st.none()
     | st.booleans()
     | st.floats(allow_nan=True)
+    | st.text(max_size=3).map(_Text)
+    | st.just(_Small.ONE)
 )
 scalars = (
     st.none()

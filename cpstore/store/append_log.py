@@ -114,6 +114,19 @@ class AppendLog(Sequence[Any]):
         """``encode_value(self.to_list())``, without re-encoding anything."""
         return array_header(len(self._ends)) + self._body
 
+    def __copy__(self) -> AppendLog:
+        """An independent log with the same elements (never one sharing this log's buffer)."""
+        new = AppendLog()
+        new._body += self._body
+        new._ends.extend(self._ends)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AppendLog:
+        return self.__copy__()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (bytes(self._body), self._ends.tobytes()))
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, AppendLog):
             return self._ends == other._ends and self._body == other._body
@@ -123,6 +136,18 @@ class AppendLog(Sequence[Any]):
 
     def __repr__(self) -> str:
         return f"AppendLog({len(self._ends)} elements, {len(self._body)} bytes)"
+
+
+def _restore(body: bytes, ends: bytes) -> AppendLog:
+    """Unpickle: the elements are decoded and appended again (checked, never trusted)."""
+    log = AppendLog()
+    offsets = array("Q")
+    offsets.frombytes(ends)
+    start = 0
+    for end in offsets:
+        log.append(decode_value(body[start:end]))
+        start = end
+    return log
 
 
 @contextmanager
