@@ -365,3 +365,22 @@ def test_copies_and_pickles_of_a_log_never_share_its_buffer() -> None:
         assert len(log) == 3
         assert log.encoding() == encode_value(_history(3))
         assert other.encoding() == encode_value([*_history(3), other[3]])
+
+
+def test_a_plain_list_changed_in_place_is_stored_as_it_now_is(tmp_path: Path) -> None:
+    """An early message edited in place: the next checkpoint's part digest and tree are
+    those of the list as it now is, never the previous tree's bytes."""
+    msgs = _history(40)
+    with cpstore.open(tmp_path / "a", durability="none") as st:
+        rec = st.recorder("chat")
+        for i in range(30):
+            rec.checkpoint(i, {"messages": msgs[: i + 1]})
+        msgs[2]["content"] = "edited in place"
+        cid = rec.checkpoint(30, {"messages": msgs[:31]})
+        want = build_tree(encode_value(msgs[:31]), canonical=True)
+        with st.read(cid) as cp:
+            assert _messages(cp)[2]["content"] == "edited in place"
+            state = cp.manifest.raw["state"]
+            assert state["parts"]["messages"] == want.whole
+            assert state["chunked"]["messages"] == want.root
+        assert st.verify().ok
