@@ -61,11 +61,11 @@ from chat_text import chat_states, messages
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from cpstore.native import binding, chunking
+from cpstore.native.append_log import AppendLog
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store import chunk_tree
 from cpstore.store import recorder as recorder_module
-from cpstore.store.append_log import AppendLog
 from cpstore.store.codec import encode_frame
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import CHUNK_SIZE

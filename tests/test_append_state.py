@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 import cpstore
 from cpstore.errors import CanonicalEncodingError
+from cpstore.native.append_log import AppendLog, log_view
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.chunking import CHUNK_MAX
-from cpstore.store.append_log import AppendLog, log_view
 from cpstore.store.append_state import AppendParts, Built, LogTree
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree
 from cpstore.store.codec import encode_frame
@@ -384,3 +384,15 @@ def test_a_plain_list_changed_in_place_is_stored_as_it_now_is(tmp_path: Path) ->
             assert state["parts"]["messages"] == want.whole
             assert state["chunked"]["messages"] == want.root
         assert st.verify().ok
+
+
+def test_state_digest_of_a_state_holding_a_log_is_the_checkpoints(tmp_path: Path) -> None:
+    """cpstore.state_digest treats an AppendLog as its list: the digest the checkpoint records."""
+    msgs = _history(12)
+    log = AppendLog(msgs)
+    with cpstore.open(tmp_path / "s", durability="none") as st:
+        cid = st.recorder("chat").checkpoint(0, {"messages": log, "n": 1})
+        with st.read(cid) as cp:
+            recorded = cp.manifest.state_digest
+    assert cpstore.state_digest({"messages": log, "n": 1}) == recorded
+    assert cpstore.state_digest({"messages": msgs, "n": 1}) == recorded

@@ -7,7 +7,7 @@ reader, the audit log, verify, retention and the ref operations over a
 
 from __future__ import annotations
 
-from cpstore.store.append_log import (
+from cpstore.native.append_log import (
     AppendLog,
 )
 from cpstore.store.audit import (

@@ -1,6 +1,6 @@
 """Append-only state parts: a checkpoint cuts, hashes and stores what was appended.
 
-A state part given as an :class:`~cpstore.store.append_log.AppendLog` is
+A state part given as an :class:`~cpstore.native.append_log.AppendLog` is
 stored exactly as the plain list of its elements would be (same bytes, same
 chunk tree, same digests; docs/format.md is unchanged). What differs is the
 cost: the recorder keeps, per part name, a :class:`LogTree` describing the
@@ -49,10 +49,10 @@ import msgpack
 import xxhash
 
 from cpstore.errors import InvalidInputError
+from cpstore.native.append_log import AppendLog, log_view
 from cpstore.native.binding import chunk_cuts, digest, digest_batch
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
-from cpstore.store.append_log import AppendLog, log_view
 from cpstore.store.chunk_tree import (
     RUN_MIN,
     TREE_THRESHOLD,

@@ -30,6 +30,7 @@ from cpstore.errors import (
     StoreError,
     UnsealedEffectsError,
 )
+from cpstore.native.append_log import AppendLog
 from cpstore.native.args import as_offsets, check_text, little_endian_offsets, non_empty_text
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
@@ -37,7 +38,6 @@ from cpstore.native.columns import fast_encoding
 from cpstore.native.fast_canonical import encode_fast
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
 from cpstore.run.nodes import decision_node
-from cpstore.store.append_log import AppendLog
 from cpstore.store.append_state import AppendParts
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
