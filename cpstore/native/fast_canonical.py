@@ -52,7 +52,7 @@ _LEAF = frozenset({str, int, bytes, bool, type(None)})
 _ARRAY_SMALL = [bytes((0x90 | n,)) for n in range(16)]
 _MAP_SMALL = [bytes((0x80 | n,)) for n in range(16)]
 #: Key tuples -> (in canonical order already, [(key, encoded key)] sorted).
-_PLANS: dict[tuple[str, ...], tuple[bool, list[tuple[str, bytes]]]] = {}
+_PLANS: dict[tuple[str, ...], tuple[bool, tuple[tuple[str, bytes], ...]]] = {}
 _PLANS_MAX = 4096
 _PLAN_KEYS_MAX = 64
 _PLAN_CHARS_MAX = 2048
@@ -78,7 +78,7 @@ def _map_header(n: int) -> bytes:
     return b"\xdf" + n.to_bytes(4, "big")
 
 
-def _plan(keys: tuple[str, ...]) -> tuple[bool, list[tuple[str, bytes]]] | None:
+def _plan(keys: tuple[str, ...]) -> tuple[bool, tuple[tuple[str, bytes], ...]] | None:
     """The canonical order of a dict's keys, or None when not all keys are exact str."""
     plan = _PLANS.get(keys)
     if plan is not None:
@@ -86,7 +86,7 @@ def _plan(keys: tuple[str, ...]) -> tuple[bool, list[tuple[str, bytes]]] | None:
     for k in keys:
         if type(k) is not str:
             return None
-    entries = sorted(((k, _mp(k)) for k in keys), key=lambda e: e[1])
+    entries = tuple(sorted(((k, _mp(k)) for k in keys), key=lambda e: e[1]))
     plan = (all(k is e[0] for k, e in zip(keys, entries, strict=True)), entries)
     if len(keys) <= _PLAN_KEYS_MAX and sum(map(len, keys)) <= _PLAN_CHARS_MAX:
         if len(_PLANS) >= _PLANS_MAX:
