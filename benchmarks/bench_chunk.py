@@ -20,6 +20,20 @@ Figures (each prints a ``ISSUE16`` line; ``-s`` shows them):
   steps 100/1000/2000 (median of the 21 puts around each), and whole-state
   reads of the last checkpoint, compressed vs uncompressed frames (target
   compressed within 1.5x), repeats interleaved.
+- **chat put by route** (1,000 and 2,000 steps): the same history recorded
+  three ways into three stores, interleaved step by step (the order rotated
+  each step): a plain list through the reference encoder (``encode_value``,
+  what the recorder did before), a plain list through the fast encoder (what
+  a naive runtime gets now), and an :class:`cpstore.AppendLog` (one
+  ``append`` per step, timed with the put). Put time at steps 100/1000/2000
+  (median of the 21 puts around each, min-max) and the per-step ratios
+  against the AppendLog route; all three write the same checkpoint ids.
+- **canonical encoder**: ``encode_fast`` against ``encode_value`` on the
+  2,000-message history (same bytes; repeats interleaved).
+- **str list put by route**: the same for immutable elements (a list of ~1 KB
+  str): plain list vs AppendLog put, beside what encoding the list costs and
+  what an identity check of the previous list's elements (plus the copy it
+  would keep) would cost instead.
 - **10 x 1 KB workload** (bench_store's issue-12 workload): layout 3 against
   layout 2, put and get interleaved, and disk / unique.
 
@@ -31,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import operator
 import os
 import random
 import time
@@ -46,8 +61,11 @@ from chat_text import chat_states, messages
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from cpstore.native import binding, chunking
+from cpstore.native.append_log import AppendLog
 from cpstore.native.binding import digest
+from cpstore.native.canonical import encode_value
 from cpstore.store import chunk_tree
+from cpstore.store import recorder as recorder_module
 from cpstore.store.codec import encode_frame
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import CHUNK_SIZE
@@ -315,6 +333,133 @@ def chat_steps(request: pytest.FixtureRequest, size: str) -> int:
     if steps > 1000 and size != "full" and not os.environ.get("CPSTORE_BENCH_CHAT2000"):
         pytest.skip("2,000-step chat run: CPSTORE_BENCH_SIZE=full or CPSTORE_BENCH_CHAT2000=1")
     return steps
+
+
+def _spread(values: list[float], scale: float = 1.0) -> str:
+    return f"{median(values) * scale:.2f} ({min(values) * scale:.2f}-{max(values) * scale:.2f})"
+
+
+def test_chat_put_by_route(
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, chat_steps: int
+) -> None:
+    """Put time by step: plain list (reference / fast encoder) vs AppendLog, interleaved."""
+    states, _ = chat_states(chat_steps)
+    texts = [state["messages"][-1] for state in states]
+    root = tmp_path_factory.mktemp("routes")
+    routes = ("plain list, reference encoder", "plain list, fast encoder", "AppendLog")
+    times: dict[str, list[float]] = {r: [] for r in routes}
+    fast = getattr(recorder_module, "encode_fast")  # noqa: B009
+
+    def run() -> None:
+        with contextlib.ExitStack() as stack:
+            stores = [
+                stack.enter_context(open_store(root / str(i), durability="none"))
+                for i in range(3)
+            ]
+            recs = [st.recorder("chat") for st in stores]
+            log = AppendLog()
+            try:
+                for step, state in enumerate(states):
+                    ids = []
+                    for k in [(step + j) % 3 for j in range(3)]:
+                        route = routes[k]
+                        setattr(recorder_module, "encode_fast",  # noqa: B010
+                                encode_value if k == 0 else fast)
+                        t0 = time.perf_counter()
+                        if k == 2:
+                            log.append(texts[step])
+                            ids.append(recs[k].checkpoint(step, {"messages": log}))
+                        else:
+                            ids.append(recs[k].checkpoint(step, state))
+                        times[route].append(time.perf_counter() - t0)
+                    assert len(set(ids)) == 1, step  # the same checkpoint every route
+            finally:
+                setattr(recorder_module, "encode_fast", fast)  # noqa: B010
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    load = os.getloadavg()[0]
+    steps = [s for s in (100, 1000, 2000) if s <= chat_steps]
+    info: dict[str, Any] = {"load": load}
+    for s in steps:
+        lo, hi = max(0, s - 11), s + 10
+        window = {r: times[r][lo:hi] for r in routes}
+        base = window["AppendLog"]
+        parts = [f"{r} {_spread(window[r], 1e3)} ms" for r in routes]
+        ratios = [
+            f"{r} / AppendLog {_spread([a / b for a, b in zip(window[r], base, strict=True)])}x"
+            for r in routes[:2]
+        ]
+        info[str(s)] = {r: median(window[r]) for r in routes}
+        _say(f"chat put @{s} ({chat_steps} steps, load {load:.2f}): " + "; ".join(parts))
+        _say(f"chat put @{s} ratios: " + "; ".join(ratios))
+    benchmark.extra_info["put_by_route"] = info
+
+
+def test_canonical_encoder_speed(benchmark: BenchmarkFixture, repeats: int) -> None:
+    """encode_fast vs encode_value on the 2,000-message chat history (same bytes), interleaved."""
+    states, _ = chat_states(2000)
+    value = states[-1]["messages"]
+    fast = getattr(recorder_module, "encode_fast")  # noqa: B009
+    assert fast(value) == encode_value(value)
+    fig = interleave(
+        benchmark,
+        "canonical encoding, 2,000 chat messages",
+        {
+            "encode_fast": lambda: _timed(lambda: fast(value)),
+            "encode_value": lambda: _timed(lambda: encode_value(value)),
+        },
+        repeats,
+        [Comparison("encode_fast", "encode_value")],
+    )
+    r = [v / f for f, v in zip(fig.runs["encode_fast"], fig.runs["encode_value"], strict=True)]
+    _say(
+        f"canonical encoding of 2,000 chat messages (load {os.getloadavg()[0]:.2f}): "
+        f"encode_fast {_spread(fig.runs['encode_fast'], 1e3)} ms, encode_value "
+        f"{_spread(fig.runs['encode_value'], 1e3)} ms; encode_value / encode_fast "
+        f"{_spread(r)}x"
+    )
+
+
+def test_str_list_put_by_route(
+    benchmark: BenchmarkFixture, tmp_path_factory: pytest.TempPathFactory, chat_steps: int
+) -> None:
+    """Immutable elements (a list of str): plain list vs AppendLog put, and what an
+    identity check of the previous list's elements would cost against encoding them."""
+    texts = messages(chat_steps)
+    root = tmp_path_factory.mktemp("strs")
+    routes = ("plain list of str", "AppendLog", "encode_fast(list)", "identity check + copy")
+    times: dict[str, list[float]] = {r: [] for r in routes}
+
+    def run() -> None:
+        with open_store(root / "a", durability="none") as a, open_store(
+            root / "b", durability="none"
+        ) as b:
+            ra, rb = a.recorder("s"), b.recorder("s")
+            log = AppendLog()
+            hist: list[str] = []
+            prev: list[str] = []
+            for step, text in enumerate(texts):
+                hist = [*hist, text]
+                for k in [(step + j) % 4 for j in range(4)]:
+                    t0 = time.perf_counter()
+                    if k == 0:
+                        ra.checkpoint(step, {"m": hist})
+                    elif k == 1:
+                        log.append(text)
+                        rb.checkpoint(step, {"m": log})
+                    elif k == 2:
+                        recorder_module.encode_fast(hist)  # type: ignore[attr-defined]
+                    else:
+                        same = all(map(operator.is_, prev, hist))
+                        prev = list(hist) if same else []
+                    times[routes[k]].append(time.perf_counter() - t0)
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    load = os.getloadavg()[0]
+    for s in [s for s in (100, 1000, 2000) if s <= chat_steps]:
+        lo, hi = max(0, s - 11), s + 10
+        _say(f"str list put @{s} ({chat_steps} steps, load {load:.2f}): " + "; ".join(
+            f"{r} {_spread(times[r][lo:hi], 1e3)} ms" for r in routes))
 
 
 # -- the issue-12 10 x 1 KB workload: no worse than before ----------------------------

@@ -62,11 +62,12 @@ from cpstore.run import (
     load_document,
     parse_document,
 )
-from cpstore.store import CheckpointView, Recorder, Store, open
+from cpstore.store import AppendLog, CheckpointView, Recorder, Store, open
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AppendLog",
     "AuditChainError",
     "CheckpointView",
     "ConflictError",

@@ -47,7 +47,7 @@ RETURNED: list[tuple[str, Any]] = [
 
 GROUPS = [
     ("Opening a store", ["open", "Store"]),
-    ("Recording", ["Recorder", "state_digest"]),
+    ("Recording", ["Recorder", "AppendLog", "state_digest"]),
     ("Reading a checkpoint", ["CheckpointView"]),
     ("Replaying", ["ReplaySession", "ReplayMode"]),
     (

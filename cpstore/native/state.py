@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cpstore.errors import InvalidInputError
+from cpstore.native.append_log import AppendLog
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
@@ -18,7 +19,12 @@ __all__ = ["part_digest", "state_digest", "state_digest_raw"]
 
 
 def part_digest(value: Any) -> Digest:
-    """Digest of one state part: XXH3-128 of its canonical encoding."""
+    """Digest of one state part: XXH3-128 of its canonical encoding.
+
+    An :class:`~cpstore.native.append_log.AppendLog` is the list of its elements.
+    """
+    if isinstance(value, AppendLog):
+        return digest(value.encoding())
     return digest(encode_value(value))
 
 

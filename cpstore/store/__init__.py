@@ -7,6 +7,9 @@ reader, the audit log, verify, retention and the ref operations over a
 
 from __future__ import annotations
 
+from cpstore.native.append_log import (
+    AppendLog,
+)
 from cpstore.store.audit import (
     AuditView,
 )
@@ -63,6 +66,7 @@ from cpstore.store.stats import (
 __all__ = [
     "CHUNK_SIZE",
     "MAX_OBJECT_SIZE",
+    "AppendLog",
     "AuditRecord",
     "AuditView",
     "Backend",

@@ -50,7 +50,10 @@ __all__ = [
     "TREE_THRESHOLD",
     "ChunkTree",
     "build_tree",
+    "ends_node",
+    "frame_chunk",
     "load_tree",
+    "pack_node",
     "read_node",
     "read_root",
     "read_v2_index",
@@ -143,6 +146,17 @@ def _pack(value: list[Any] | dict[str, Any]) -> bytes:
 
 def _ends_node(key: bytes, count: int) -> bool:
     return not key[DIGEST_SIZE - 1] & FANOUT_BITS or count >= MAX_FANOUT
+
+
+#: The grouping and node bytes of :func:`build_tree`, for trees continued
+#: elsewhere (cpstore/store/append_state.py): one definition of each.
+ends_node = _ends_node
+pack_node = _pack
+
+
+def frame_chunk(chunk: bytes | memoryview) -> bytes:
+    """The stored frame of one chunk: what :func:`stash_tree` writes (one seam to patch)."""
+    return encode_frame(chunk)
 
 
 def build_tree(data: bytes, *, canonical: bool) -> ChunkTree:

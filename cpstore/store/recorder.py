@@ -30,12 +30,15 @@ from cpstore.errors import (
     StoreError,
     UnsealedEffectsError,
 )
+from cpstore.native.append_log import AppendLog
 from cpstore.native.args import as_offsets, check_text, little_endian_offsets, non_empty_text
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.columns import fast_encoding
+from cpstore.native.fast_canonical import encode_fast
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
 from cpstore.run.nodes import decision_node
+from cpstore.store.append_state import AppendParts
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
@@ -73,8 +76,6 @@ def _step(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < STEP_LIMIT:
         raise InvalidInputError("step must be an int in [0, 2**63)", got=value)
     return value
-
-
 
 
 class Recorder(BulkAppends):
@@ -125,6 +126,7 @@ class Recorder(BulkAppends):
         # name -> (immutable value, part digest, chunk index digest): unchanged
         # bytes/str parts are not re-encoded or re-hashed each checkpoint.
         self._parts: dict[str, tuple[object, bytes, bytes | None]] = {}
+        self._appends = AppendParts()  # AppendLog parts: trees continued (append_state.py)
         self._names: tuple[bytes, bytes] | None = None
         start: bytes | None = None if parent is None else parse_id(parent, "parent")
         if head is not None:
@@ -323,6 +325,8 @@ class Recorder(BulkAppends):
     def _blob(
         self, data: bytes, chunked: dict[str, bytes], name: str, *, canonical: bool = True
     ) -> bytes:
+        if len(data) > TREE_THRESHOLD and canonical:  # a list's tree continued (append_state.py)
+            return self._appends.blob(self, name, data, chunked)
         if len(data) > TREE_THRESHOLD:  # issue 16: a chunk tree (docs/format.md)
             tree = build_tree(data, canonical=canonical)
             self._chunks.extend(stash_tree(tree, data, self._pending, self._confirmed))
@@ -350,6 +354,9 @@ class Recorder(BulkAppends):
             if not isinstance(name, str) or not name:
                 raise InvalidInputError("state part names must be non-empty str", got=name)
             check_text(name, "state part name")
+            if isinstance(value, AppendLog):
+                parts[name] = self._appends.part(self, name, value, chunked)
+                continue
             cached = cache.get(name)
             if cached is not None and cached[0] is value:
                 parts[name] = cached[1]
@@ -358,7 +365,7 @@ class Recorder(BulkAppends):
                 self._parts[name] = cached
                 continue
             try:
-                enc = encode_value(value)
+                enc = encode_fast(value)  # encode_value's bytes and errors
             except CanonicalEncodingError as exc:  # its path starts at "$": name the part
                 raise CanonicalEncodingError(
                     exc.what,
@@ -390,7 +397,7 @@ class Recorder(BulkAppends):
             "harness": self._harness,
         }
         value = logs[name]
-        key = self._stash(encode_value(value)) if value else None
+        key = self._stash(encode_fast(value)) if value else None
         self._logs[name] = key
         self._dirty.discard(name)
         return key

@@ -1,0 +1,162 @@
+"""AppendLog: a state part that only grows, so a checkpoint costs what was appended.
+
+A runtime that keeps a message history as a plain list hands the recorder the
+whole list at every checkpoint; the recorder cannot know which elements
+changed (any element may have been mutated in place, and remembering lists by
+identity would hand out stale bytes), so it encodes and cuts the whole list
+again: O(history) per checkpoint. An :class:`AppendLog` says, by its type,
+that nothing but appends happen:
+
+- :meth:`AppendLog.append` encodes the element **when it is appended**
+  (snapshot semantics): mutating the object afterwards changes nothing
+  stored, and reads hand out fresh decoded copies, never the object given;
+- its canonical encoding is byte-identical to ``encode_value(list(log))``,
+  so a part stored from an AppendLog has the same digest, the same chunk
+  tree and the same manifest as the plain list: ids, readers and the format
+  are unchanged, and reading the checkpoint returns a plain ``list``;
+- the recorder continues the chunk tree where its previous checkpoint of the
+  same log left it (:mod:`cpstore.store.append_state`), so a checkpoint hashes,
+  cuts and stores the appended elements, not the history.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, overload
+
+from cpstore.errors import CanonicalEncodingError
+from cpstore.native.canonical import decode_value
+from cpstore.native.fast_canonical import encode_element
+
+__all__ = ["AppendLog", "array_header", "log_view"]
+
+
+def array_header(n: int) -> bytes:
+    """The canonical msgpack array header for ``n`` elements."""
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 2**16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+class AppendLog(Sequence[Any]):
+    """An append-only list of canonical values, each encoded when it is appended.
+
+    Use it as a state part (``rec.checkpoint(step, {"messages": log})``) for
+    histories that only grow. Elements are any value :func:`encode_value`
+    accepts; indexing and iterating decode fresh copies (tuples read back as
+    lists, as after any checkpoint). There is no way to change or remove an
+    element: start a new log for that.
+    """
+
+    __slots__ = ("_body", "_ends")
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        self._body = bytearray()
+        self._ends = array("Q")
+        self.extend(items)
+
+    def append(self, item: Any) -> None:
+        """Encode ``item`` now and add it; refuses what :func:`encode_value` refuses."""
+        try:
+            enc = encode_element(item)
+        except CanonicalEncodingError as exc:  # "$[0]...": name the index it would have had
+            where = exc.where or "$[0]"
+            raise CanonicalEncodingError(
+                exc.what,
+                where=f"$[{len(self._ends)}]" + where[len("$[0]") :],
+                expected=exc.expected,
+                got=exc.got,
+            ) from None
+        self._body += enc
+        self._ends.append(len(self._body))
+
+    def extend(self, items: Iterable[Any]) -> None:
+        """:meth:`append` each item in turn (those before a refused one stay appended)."""
+        for item in items:
+            self.append(item)
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def _element(self, i: int) -> bytes:
+        start = self._ends[i - 1] if i else 0
+        return bytes(self._body[start : self._ends[i]])
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [decode_value(self._element(i)) for i in range(*index.indices(len(self)))]
+        n = len(self._ends)
+        i = index.__index__()
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("AppendLog index out of range")
+        return decode_value(self._element(i))
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self._ends)):
+            yield decode_value(self._element(i))
+
+    def to_list(self) -> list[Any]:
+        """The elements as a new plain list (what a checkpoint of this log reads back)."""
+        value: list[Any] = decode_value(self.encoding())
+        return value
+
+    def encoding(self) -> bytes:
+        """``encode_value(self.to_list())``, without re-encoding anything."""
+        return array_header(len(self._ends)) + self._body
+
+    def __copy__(self) -> AppendLog:
+        """An independent log with the same elements (never one sharing this log's buffer)."""
+        new = AppendLog()
+        new._body += self._body
+        new._ends.extend(self._ends)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AppendLog:
+        return self.__copy__()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (bytes(self._body), self._ends.tobytes()))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AppendLog):
+            return self._ends == other._ends and self._body == other._body
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"AppendLog({len(self._ends)} elements, {len(self._body)} bytes)"
+
+
+def _restore(body: bytes, ends: bytes) -> AppendLog:
+    """Unpickle: the elements are decoded and appended again (checked, never trusted)."""
+    log = AppendLog()
+    offsets = array("Q")
+    offsets.frombytes(ends)
+    start = 0
+    for end in offsets:
+        log.append(decode_value(body[start:end]))
+        start = end
+    return log
+
+
+@contextmanager
+def log_view(log: AppendLog) -> Iterator[tuple[bytes, memoryview, array[int]]]:
+    """(array header, read-only view of the encoded elements, element end offsets) now.
+
+    For the store (:mod:`cpstore.store.append_state`): the log cannot grow
+    while the view is held (a bytearray with an exported buffer refuses to
+    resize), and the view is released on leaving; the offsets only lengthen.
+    """
+    with memoryview(log._body) as whole, whole.toreadonly() as body:
+        yield array_header(len(log._ends)), body, log._ends

@@ -1,0 +1,167 @@
+"""encode_fast is encode_value, faster: the same bytes and the same errors on any value."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from enum import IntEnum
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cpstore.errors import CanonicalEncodingError
+from cpstore.native.canonical import MAX_DEPTH, encode_value
+from cpstore.native.fast_canonical import encode_element, encode_fast
+
+
+class _Frozen(Mapping[Any, Any]):
+    """A read-only Mapping that is not a dict."""
+
+    def __init__(self, data: dict[Any, Any]) -> None:
+        self._data = data
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class _Small(IntEnum):
+    ONE = 1
+
+
+class _Text(str):
+    """A str subclass."""
+
+
+class _Sub(dict[Any, Any]):
+    """A dict subclass."""
+
+
+def _view(data: bytes) -> memoryview:
+    return memoryview(data)
+
+
+keys = (
+    st.text(max_size=40)
+    | st.text(alphabet=st.characters(codec="utf-8"), min_size=28, max_size=70)
+    | st.integers(-(2**66), 2**66)
+    | st.binary(max_size=6)
+    | st.none()
+    | st.booleans()
+    | st.floats(allow_nan=True)
+    | st.text(max_size=3).map(_Text)
+    | st.just(_Small.ONE)
+)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.sampled_from([2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 0, -1])
+    | st.floats(allow_nan=True)
+    | st.sampled_from([math.nan, -math.nan, -0.0, 0.0, math.inf, -math.inf])
+    | st.text()
+    | st.text(alphabet=st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010), max_size=3)
+    | st.binary()
+    | st.binary().map(bytearray)
+    | st.binary().map(_view)
+    | st.just(_Small.ONE)
+    | st.text(max_size=3).map(_Text)
+    | st.just(object())
+)
+
+
+def _containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    plain = st.dictionaries(st.text(max_size=6), inner, max_size=6)
+    return (
+        st.lists(inner, max_size=6)
+        | st.lists(inner, max_size=4).map(tuple)
+        | plain
+        | st.dictionaries(keys, inner, max_size=5)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=4).map(_Sub)
+        | plain.map(OrderedDict)
+        | plain.map(_Frozen)
+        | plain.map(MappingProxyType)
+        | st.lists(st.tuples(keys, inner), max_size=4).map(lambda kv: _Frozen(dict(kv)))
+    )
+
+
+values = st.recursive(scalars, _containers, max_leaves=40)
+
+
+def _outcome(fn: Any, value: Any) -> tuple[str, Any]:
+    try:
+        return ("ok", fn(value))
+    except CanonicalEncodingError as exc:
+        return ("error", (type(exc), exc.what, exc.where, exc.expected, repr(exc.got)))
+
+
+@settings(max_examples=600)
+@given(values)
+def test_fast_encoding_equals_the_reference_bytes_and_errors(value: Any) -> None:
+    """Same bytes, or the same error (type, what, where, expected, got), as encode_value."""
+    assert _outcome(encode_fast, value) == _outcome(encode_value, value)
+
+
+@given(values)
+def test_element_encoding_is_the_reference_without_the_array_header(value: Any) -> None:
+    """encode_element(x) is encode_value([x]) minus its one-byte header, errors alike."""
+    want = _outcome(encode_value, [value])
+    got = _outcome(encode_element, value)
+    if want[0] == "ok":
+        assert got == ("ok", want[1][1:])
+    else:
+        assert got == want
+
+
+@given(st.dictionaries(st.text(max_size=300), st.integers(), max_size=20), st.randoms())
+def test_str_keys_are_ordered_by_encoded_bytes_in_any_insertion_order(
+    mapping: dict[str, int], rnd: Any
+) -> None:
+    """Keys across str length classes (fixstr, str8, str16) sort as the reference does."""
+    items = list(mapping.items())
+    rnd.shuffle(items)
+    assert encode_fast(dict(items)) == encode_value(mapping)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 255, 65535, 65536])
+def test_huge_lists_and_maps_across_header_classes_encode_like_the_reference(n: int) -> None:
+    """Arrays and maps at every header length class: the same bytes."""
+    items = [{"role": "user", "content": str(i)} for i in range(n)]
+    assert encode_fast(items) == encode_value(items)
+    mapping = {f"k{i}": i for i in range(n)}
+    assert encode_fast(mapping) == encode_value(mapping)
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 5])
+@pytest.mark.parametrize("leaf", [[], [1], {}, {"a": 1}, "x", None])
+def test_nesting_at_the_depth_limit_matches_the_reference(depth: int, leaf: Any) -> None:
+    """Lists and dicts nested around MAX_DEPTH: accepted or refused exactly as the spec."""
+    value: Any = leaf
+    for i in range(depth):
+        value = [value] if i % 2 else {"k": value}
+    assert _outcome(encode_fast, value) == _outcome(encode_value, value)
+
+
+def test_keys_with_the_same_encoding_are_refused_with_the_reference_error() -> None:
+    """Two NaN keys (unequal in Python, one encoding): the spec's duplicate-key error."""
+    clash = {"p": [1, {float("nan"): 1, float("nan"): 2}]}
+    want = _outcome(encode_value, clash)
+    assert want[0] == "error"
+    assert _outcome(encode_fast, clash) == want
+
+
+def test_a_lone_surrogate_in_a_key_is_named_by_the_reference_path() -> None:
+    """The error's where is the reference's, not something the fast path made up."""
+    value = {"messages": [{"role": "user", "content": "ok"}, {"ro\udc80le": "x"}]}
+    with pytest.raises(CanonicalEncodingError) as exc:
+        encode_fast(value)
+    assert exc.value.where == "${'messages'}[1]{'ro\\udc80le'}"
