@@ -40,7 +40,7 @@ from cpstore.native.binding import chunk_cuts, digest, digest_batch
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.backend import Txn
-from cpstore.store.codec import FRAME_TAG, check_frame, decode_frame, encode_frame, frame_key
+from cpstore.store.codec import FRAME_TAG, decoder, encode_frame, frame_key, read_frame
 
 __all__ = [
     "FANOUT_BITS",
@@ -368,14 +368,15 @@ def _walk(
     level, size, keys = node
     total = 0
     if level == 1:
-        get = txn.get
+        get, dctx, tag = txn.get, decoder(), FRAME_TAG
+        left = budget[0]  # checked per frame: a root's tail may name one chunk many times
         for key in keys:
-            fkey = key + FRAME_TAG
+            fkey = key + tag
             view = get(fkey, None, objects)
             if view is None:
                 raise IntegrityError("chunk not in the store", where=where, got=key.hex())
             try:
-                piece = check_frame(fkey, view, where) if verify else decode_frame(view, where)
+                piece = read_frame(fkey if verify else None, view, where, dctx)
             except IntegrityError as exc:  # name the frame (built only on this path)
                 raise IntegrityError(
                     exc.what, where=f"{where} (objects/{fkey.hex()})", expected=exc.expected,
@@ -383,9 +384,10 @@ def _walk(
                 ) from None
             out.append(piece)
             total += len(piece)
-            budget[0] -= len(piece)
-            if budget[0] < 0:
+            left -= len(piece)
+            if left < 0:
                 raise _bad("chunk tree spans more bytes than its root says", where)
+        budget[0] = left
     else:
         for key in keys:
             at = f"{where} node {key.hex()}"

@@ -27,12 +27,13 @@ Contexts are per thread (they are not thread-safe) and survive ``fork()``.
 
 from __future__ import annotations
 
+import struct
 import threading
 
 import zstandard
 
 from cpstore.errors import IntegrityError
-from cpstore.native.binding import digest
+from cpstore.native.binding import digest, digest_small
 from cpstore.native.records import DIGEST_SIZE
 
 __all__ = [
@@ -44,10 +45,12 @@ __all__ = [
     "ZSTD_LEVEL",
     "check_frame",
     "decode_frame",
+    "decoder",
     "encode_frame",
     "frame_content_size",
     "frame_key",
     "is_frame_key",
+    "read_frame",
     "stored_key",
 ]
 
@@ -66,6 +69,11 @@ ZSTD_LEVEL = 3
 #: our size field eat what it could save.
 _MIN_TRY = 64
 _SIZE_BYTES = 4
+#: A zstd frame's stored header: the codec byte and the declared size.
+_HEADER = struct.Struct("<BI")
+_ZSTD_HEAD = _HEADER.size
+_zstd_content_size = zstandard.frame_content_size
+Decompressor = zstandard.ZstdDecompressor
 
 
 class _Contexts(threading.local):
@@ -114,9 +122,9 @@ def frame_content_size(value: bytes | memoryview, where: str) -> int:
         return len(value) - 1
     if codec != CODEC_ZSTD:
         raise _bad("framed object has an unknown codec", where, expected=(0, 1), got=codec)
-    if len(value) < 1 + _SIZE_BYTES:
+    if len(value) < _ZSTD_HEAD:
         raise _bad("framed object is shorter than its header", where, got=len(value))
-    size = int.from_bytes(value[1 : 1 + _SIZE_BYTES], "little")
+    size: int = _HEADER.unpack_from(value)[1]
     if size > MAX_FRAME_CONTENT:
         raise _bad(
             "framed object declares more bytes than a frame may hold (refused before inflating)",
@@ -127,46 +135,72 @@ def frame_content_size(value: bytes | memoryview, where: str) -> int:
     return size
 
 
-def decode_frame(value: bytes | memoryview, where: str) -> bytes:
-    """The chunk bytes of a frame; the size is bounded and checked, the digest is not."""
-    size = frame_content_size(value, where)
-    if value[0] == CODEC_STORED:
-        return bytes(value[1:])
-    body = memoryview(value)[1 + _SIZE_BYTES :]  # zstandard reads any buffer: no copy
-    try:
-        # The zstd frame header's own size must be the declared one: the
-        # decompressor allocates what the header says, so check it first.
-        header_size = zstandard.frame_content_size(body)
-    except zstandard.ZstdError as exc:
-        raise _bad("compressed frame has no valid zstd header", where, got=str(exc)) from None
-    if header_size != size:
-        raise _bad(
-            "compressed frame's zstd header disagrees with its declared size",
-            where,
-            expected=size,
-            got=header_size,
-        )
-    try:
-        out = _CONTEXTS.decompressor.decompress(body)
-    except zstandard.ZstdError as exc:
-        raise _bad("compressed frame does not inflate", where, got=str(exc)) from None
-    if len(out) != size:  # zstandard already refuses this; kept as the contract
-        raise _bad("compressed frame does not inflate to its size", where, size, len(out))
-    return out
+def read_frame(
+    key: bytes | None, value: bytes | memoryview, where: str, dctx: Decompressor | None = None
+) -> bytes:
+    """The chunk bytes of a frame, hash-checked against ``key`` unless ``key`` is None.
 
-
-def check_frame(key: bytes, value: bytes | memoryview, where: str) -> bytes:
-    """The chunk bytes of the frame under ``key``, hash-checked against the key."""
-    content = decode_frame(value, where)
-    got = digest(content)
-    if got != bytes(key[:DIGEST_SIZE]):
+    The read path's one call per chunk (chunk trees call it once per frame
+    with the thread's :func:`decompressor`): the codec and declared size are
+    read with one ``struct`` call, the size is bounded and must equal the zstd
+    header's before anything is inflated, and the output must be that size.
+    """
+    if len(value) >= _ZSTD_HEAD and value[0] == CODEC_ZSTD:
+        size: int = _HEADER.unpack_from(value)[1]
+        if size > MAX_FRAME_CONTENT:
+            frame_content_size(value, where)  # raises: the bound, refused before inflating
+        body = memoryview(value)[_ZSTD_HEAD:]  # zstandard reads any buffer: no copy
+        try:
+            # The decompressor allocates what the zstd header says: it must be
+            # the declared (bounded) size before the frame is inflated.
+            header_size = _zstd_content_size(body)
+        except zstandard.ZstdError as exc:
+            raise _bad("compressed frame has no valid zstd header", where, got=str(exc)) from None
+        if header_size != size:
+            raise _bad(
+                "compressed frame's zstd header disagrees with its declared size",
+                where,
+                expected=size,
+                got=header_size,
+            )
+        try:
+            out: bytes = (dctx or _CONTEXTS.decompressor).decompress(body)
+        except zstandard.ZstdError as exc:
+            raise _bad("compressed frame does not inflate", where, got=str(exc)) from None
+        if len(out) != size:  # zstandard already refuses this; kept as the contract
+            raise _bad("compressed frame does not inflate to its size", where, size, len(out))
+    elif len(value) >= 1 and value[0] == CODEC_STORED:
+        out = bytes(value[1:])
+    else:
+        frame_content_size(value, where)  # raises: empty, unknown codec or short header
+        raise _bad("framed object is malformed", where)  # not reached
+    if key is not None and digest_small(out) != key[:DIGEST_SIZE]:
         raise _bad(
             "framed object does not match its digest",
             where,
             expected=bytes(key[:DIGEST_SIZE]).hex(),
-            got=got.hex(),
+            got=digest_small(out).hex(),
         )
-    return content
+    return out
+
+
+def decoder() -> Decompressor:
+    """This thread's zstd decompression context, for a loop of :func:`read_frame` calls.
+
+    A context is used by one thread only (zstandard's contexts are not
+    thread-safe): pass it to :func:`read_frame` in the thread that got it.
+    """
+    return _CONTEXTS.decompressor
+
+
+def decode_frame(value: bytes | memoryview, where: str) -> bytes:
+    """The chunk bytes of a frame; the size is bounded and checked, the digest is not."""
+    return read_frame(None, value, where)
+
+
+def check_frame(key: bytes, value: bytes | memoryview, where: str) -> bytes:
+    """The chunk bytes of the frame under ``key``, hash-checked against the key."""
+    return read_frame(bytes(key), value, where)
 
 
 def stored_key(key: bytes | memoryview, value: bytes | memoryview) -> bytes:
