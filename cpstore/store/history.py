@@ -3,39 +3,144 @@
 :meth:`Store.history` returns manifests only; a caller that wants the states
 too would need one :meth:`Store.read` (one txn) per entry, and the branch may
 move in between. :func:`history_states` walks the same path as
-:func:`~cpstore.store.branches.history` in one txn and reads each state through
-:meth:`CheckpointView.state`, so every object is hash-checked and decoded
-exactly as a single read does, and nothing decoded is shared between entries
-or calls.
+:func:`~cpstore.store.branches.history` in one txn. Each entry's manifest is
+hash-checked against its id and shape-checked whole, its entry header's check
+verified, and every state part it names hash-checked and decoded, as
+``store.read(id).state()`` does. Within one call a part whose digest already
+passed its hash check in this txn (an unchanged channel) is not hashed again:
+its value is shared when it is immutable (str, bytes, numbers, None) and
+decoded afresh from the checked bytes otherwise, so no entry ever holds a
+list or dict another entry holds. Nothing outlives the call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import FrozenInstanceError
 from typing import Any
 
+import msgpack
+
+from cpstore.native.binding import digest_small
+from cpstore.native.canonical import _ext_hook
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import walk_history
-from cpstore.store.manifest import Manifest
+from cpstore.store.manifest import Manifest, manifest_from_raw
+from cpstore.store.model import created_at_of
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["HistoryEntry", "history_states"]
 
+_unpackb = msgpack.unpackb
+#: Decoded values one entry may share with another: none can be changed.
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+_MISS = object()
+_set = object.__setattr__
+_new = object.__new__
 
-@dataclass(frozen=True, slots=True)
+
 class HistoryEntry:
-    """One checkpoint of a branch's history and its state, from :meth:`Store.history_states`."""
+    """One checkpoint of a branch's history and its state, from :meth:`Store.history_states`.
 
-    #: The checkpoint's manifest (equal to the one :meth:`Store.history` returns).
-    manifest: Manifest
-    #: The whole state, as ``store.read(manifest.id).state()`` returns it:
-    #: bytes, or part name -> value. Decoded for this entry alone (never shared).
-    state: bytes | dict[str, Any]
+    Read-only. ``manifest`` is built on first use from the manifest map that
+    was hash-checked and shape-checked when the entry was read (building it
+    cannot fail; a walk that only wants states does not pay for its hex
+    fields).
+    """
+
+    __slots__ = ("_manifest", "_source", "_state")
+    _manifest: Manifest | None
+    _state: bytes | dict[str, Any]
+    _source: tuple[bytes, dict[str, Any], float] | None
+
+    def __init__(self, manifest: Manifest, state: bytes | dict[str, Any]) -> None:
+        _set(self, "_manifest", manifest)
+        _set(self, "_state", state)
+        _set(self, "_source", None)
+
+    @classmethod
+    def _checked(
+        cls, cid: bytes, raw: dict[str, Any], created: float, state: bytes | dict[str, Any]
+    ) -> HistoryEntry:
+        """An entry whose manifest map passed every check; the Manifest is built on first use."""
+        entry = _new(cls)
+        _set(entry, "_manifest", None)
+        _set(entry, "_state", state)
+        _set(entry, "_source", (cid, raw, created))
+        return entry
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    @property
+    def manifest(self) -> Manifest:
+        """The checkpoint's manifest (equal to the one :meth:`Store.history` returns)."""
+        built = self._manifest
+        if built is None:
+            source = self._source
+            if source is None:  # pragma: no cover - built with a manifest, never None
+                raise TypeError("a history entry without its manifest")
+            built = manifest_from_raw(*source)
+            _set(self, "_manifest", built)
+        return built
+
+    @property
+    def state(self) -> bytes | dict[str, Any]:
+        """The whole state, as ``store.read(manifest.id).state()`` returns it.
+
+        Bytes, or part name -> value; no list or dict in it is shared with
+        another entry.
+        """
+        return self._state
 
     @property
     def id(self) -> str:
         """The checkpoint id."""
         return self.manifest.id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HistoryEntry):
+            return NotImplemented
+        return self.manifest == other.manifest and self._state == other._state
+
+    __hash__ = None  # type: ignore[assignment]  # like the frozen dataclass: the state is a dict
+
+    def __repr__(self) -> str:
+        return f"HistoryEntry(manifest={self.manifest!r}, state={self._state!r})"
+
+
+def _parts(
+    txn: Txn[memoryview], objects: Any, st: dict[str, Any], seen: dict[bytes, Any]
+) -> dict[str, Any] | None:
+    """Every part of a parts state, hash-checked (once per digest per call) and decoded.
+
+    None sends the caller to :class:`CheckpointView`, which raises naming a
+    part that is missing, wrong or not one canonical value.
+    """
+    parts: dict[str, bytes] = st["parts"]
+    if st["kind"] != "parts" or not parts or st.get("chunked"):
+        return None
+    get = txn.get
+    out: dict[str, Any] = {}
+    try:
+        for name, key in parts.items():
+            hit = seen.get(key, _MISS)
+            if hit is _MISS:
+                view: Any = get(key, None, objects)
+                if digest_small(view) != key:  # a missing part is None: TypeError
+                    return None
+                value = _unpackb(view, ext_hook=_ext_hook)
+                seen[key] = value if type(value) in _IMMUTABLE else view
+                out[name] = value
+            elif type(hit) is memoryview:  # checked bytes of a list or dict: a fresh copy
+                out[name] = _unpackb(hit, ext_hook=_ext_hook)
+            else:
+                out[name] = hit
+    except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
+        return None  # CanonicalEncodingError (a bad ext) is a ValueError too
+    return out
 
 
 def history_states(
@@ -55,11 +160,24 @@ def history_states(
     :class:`IntegrityError` naming the object and the checkpoint, and no
     entry is returned.
     """
+    objects = backend.db("objects")
+    seen: dict[bytes, Any] = {}
 
     def load(txn: Txn[memoryview], cid: bytes) -> tuple[HistoryEntry, str | None]:
-        with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
-            manifest = view.manifest
-            entry = HistoryEntry(manifest, view.state())
-        return entry, manifest.parent
+        raw, header = backend.load_raw(txn, cid, verify=verify)  # every field checked
+        created = created_at_of(header, cid if verify else None)
+        state: bytes | dict[str, Any] | None = None
+        if verify:
+            state = _parts(txn, objects, raw["state"], seen)
+        if state is None:  # bytes, chunked, verify=False, or damage to name
+            with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
+                state = view.state()
+        parent = raw.get("parent")
+        return HistoryEntry._checked(cid, raw, created, state), (
+            None if parent is None else parent.hex()
+        )
 
-    return walk_history(backend, run_id, branch, limit, load)
+    try:
+        return walk_history(backend, run_id, branch, limit, load)
+    finally:
+        seen.clear()  # views into the map: dropped with the txn
