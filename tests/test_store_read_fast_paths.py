@@ -28,6 +28,7 @@ from cpstore.store.manifest import (
     manifest_from_raw,
 )
 from cpstore.store.model import READABLE_VERSIONS
+from cpstore.store.refs import RECORDED, SET, read_ref, write_ref
 
 DIGEST = bytes(range(16))
 
@@ -120,6 +121,28 @@ class TestGetAndLatest:
             cp.state()
             assert cp.verify_objects() == ()
             assert cp.state_part("c") == "step 0"
+
+    @pytest.mark.parametrize(("origin", "branch"), [(RECORDED, "b"), (SET, "main")])
+    def test_latest_refuses_a_ref_naming_another_branch_or_run(
+        self, store: Store, origin: int, branch: str
+    ) -> None:
+        """A checked ref whose target's run (or, RECORDED, branch) differs is refused by latest."""
+        main = store.recorder("r").checkpoint(0, {"a": 1})
+        other = store.recorder("q").checkpoint(0, {"a": 1})
+        target = main if branch == "b" else other
+
+        def move(txn: Any) -> None:
+            dbs, key = store.backend.dbs, f"r\0{branch}".encode()
+            write_ref(
+                txn, dbs, key, bytes.fromhex(target), origin, old=read_ref(txn, dbs, key, layout=3)
+            )
+
+        store.backend.write_txn(move)
+        with pytest.raises(IntegrityError) as info, store.latest("r", branch):
+            pass
+        assert info.value.what == "ref names a checkpoint of another run or branch"
+        with store.latest("q") as cp:  # an intact head still reads
+            assert cp.id == other
 
 
 def _manifest_map(**state: Any) -> dict[str, Any]:

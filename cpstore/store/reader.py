@@ -35,7 +35,7 @@ from cpstore.store.backend import Backend, Txn
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
 from cpstore.store.model import Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
-from cpstore.store.refs import check_ref_target, read_ref
+from cpstore.store.refs import RECORDED, check_ref_target, read_ref
 from cpstore.store.verify import check_checkpoint_objects
 
 __all__ = ["CheckpointView"]
@@ -102,7 +102,7 @@ class CheckpointView:
         cid: bytes | None,
         *,
         verify: bool,
-        head: tuple[bytes, str] | None = None,
+        head: tuple[bytes, str, str] | None = None,
         txn: Txn[memoryview] | None = None,
     ) -> None:
         self._store = store
@@ -113,7 +113,7 @@ class CheckpointView:
         self._entered = False
         self._objects = store.db("objects")
         self._cid = cid or b""
-        self._head = head  # (ref key, "run/branch") for Store.latest
+        self._head = head  # (ref key, run id, branch) for Store.latest
         self._raw: dict[str, Any] = _NOT_OPEN
         self._rest_checked = False  # state is checked on entry, the rest on first use
         self._header = b""
@@ -143,19 +143,24 @@ class CheckpointView:
         # begin_read refuses a closed store and checks the pid
         txn = store.begin_read() if borrowed is None else borrowed
         try:
-            if self._head is not None:
-                key, where = self._head
-                head = read_ref(txn, store.dbs, key, layout=store.layout)
-                if head is None:
-                    raise NotFoundError("no such branch", where=f"refs/{where}")
-                self._cid, origin = head
+            head = self._head
+            if head is not None:
+                key, run_id, branch = head
+                found = read_ref(txn, store.dbs, key, layout=store.layout)
+                if found is None:
+                    raise NotFoundError("no such branch", where=f"refs/{run_id}/{branch}")
+                self._cid, origin = found
             self._raw, self._header = store.load_raw(
                 txn, self._cid, verify=self._verify, full=False
             )
-            if self._head is not None:
+            if head is not None:
                 # The ref's check caught a damaged key; this catches a ref that
                 # names another run's (or branch's) checkpoint all the same.
-                check_ref_target(key, origin, self._raw.get("run_id"), self._raw.get("branch"))
+                raw = self._raw
+                if raw.get("run_id") != run_id or (
+                    origin == RECORDED and raw.get("branch") != branch
+                ):
+                    check_ref_target(key, origin, raw.get("run_id"), raw.get("branch"))
         except store.engine_error as exc:
             if borrowed is None:
                 store.end_read(txn)
@@ -210,7 +215,7 @@ class CheckpointView:
         if not self._cid:
             raise InvalidInputError(
                 "the head is read when the block is entered; its id is not known yet",
-                where=None if self._head is None else f"refs/{self._head[1]}",
+                where=None if self._head is None else f"refs/{self._head[1]}/{self._head[2]}",
                 expected="with store.latest(run) as cp: cp.id, or store.ref(run, branch)",
                 got="use outside the with block",
             )
