@@ -411,11 +411,14 @@ class Env:
         return self._begin(write=False)
 
     def end_read(self, txn: Txn[memoryview]) -> None:
-        """End a txn from :meth:`begin_read` (exactly once)."""
+        """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline."""
         try:
             txn.abort()
         finally:
-            self._leave_read()
+            self._active.remove(get_ident())
+            if self._resizing:
+                with self._gate:
+                    self._gate.notify_all()
 
     @contextmanager
     def read(self) -> Iterator[Txn[memoryview]]:
