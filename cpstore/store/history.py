@@ -24,7 +24,7 @@ from cpstore.native.binding import digest_small
 from cpstore.native.canonical import _ext_hook
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import walk_history
-from cpstore.store.manifest import Manifest, manifest_from_raw
+from cpstore.store.manifest import Manifest, check_manifest_rest, manifest_from_raw
 from cpstore.store.model import created_at_of
 from cpstore.store.reader import CheckpointView
 
@@ -112,12 +112,18 @@ class HistoryEntry:
 
 
 def _parts(
-    txn: Txn[memoryview], objects: Any, st: dict[str, Any], seen: dict[bytes, Any]
+    txn: Txn[memoryview],
+    objects: Any,
+    st: dict[str, Any],
+    shared: dict[bytes, Any],
+    checked: dict[bytes, Any],
 ) -> dict[str, Any] | None:
     """Every part of a parts state, hash-checked (once per digest per call) and decoded.
 
-    None sends the caller to :class:`CheckpointView`, which raises naming a
-    part that is missing, wrong or not one canonical value.
+    ``shared`` maps a digest checked in this txn to its immutable value,
+    ``checked`` to its checked bytes (decoded again for each entry). None
+    sends the caller to :class:`CheckpointView`, which raises naming a part
+    that is missing, wrong or not one canonical value.
     """
     parts: dict[str, bytes] = st["parts"]
     if st["kind"] != "parts" or not parts or st.get("chunked"):
@@ -126,18 +132,21 @@ def _parts(
     out: dict[str, Any] = {}
     try:
         for name, key in parts.items():
-            hit = seen.get(key, _MISS)
-            if hit is _MISS:
-                view: Any = get(key, None, objects)
-                if digest_small(view) != key:  # a missing part is None: TypeError
-                    return None
-                value = _unpackb(view, ext_hook=_ext_hook)
-                seen[key] = value if type(value) in _IMMUTABLE else view
-                out[name] = value
-            elif type(hit) is memoryview:  # checked bytes of a list or dict: a fresh copy
-                out[name] = _unpackb(hit, ext_hook=_ext_hook)
-            else:
-                out[name] = hit
+            value = shared.get(key, _MISS)
+            if value is _MISS:
+                data: Any = checked.get(key)
+                if data is None:
+                    data = get(key, None, objects)
+                    if digest_small(data) != key:  # a missing part is None: TypeError
+                        return None
+                    value = _unpackb(data, ext_hook=_ext_hook)
+                    if type(value) in _IMMUTABLE:
+                        shared[key] = value
+                    else:
+                        checked[key] = data
+                else:  # a list or dict: a fresh decode for this entry
+                    value = _unpackb(data, ext_hook=_ext_hook)
+            out[name] = value
     except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
         return None  # CanonicalEncodingError (a bad ext) is a ValueError too
     return out
@@ -161,14 +170,18 @@ def history_states(
     entry is returned.
     """
     objects = backend.db("objects")
-    seen: dict[bytes, Any] = {}
+    shared: dict[bytes, Any] = {}
+    checked: dict[bytes, Any] = {}
 
     def load(txn: Txn[memoryview], cid: bytes) -> tuple[HistoryEntry, str | None]:
-        raw, header = backend.load_raw(txn, cid, verify=verify)  # every field checked
+        # full=False, then the rest: the same checks as full=True, and the
+        # PostgreSQL backend prefetches the state's objects on this path.
+        raw, header = backend.load_raw(txn, cid, verify=verify, full=False)
+        check_manifest_rest(cid, raw)
         created = created_at_of(header, cid if verify else None)
         state: bytes | dict[str, Any] | None = None
         if verify:
-            state = _parts(txn, objects, raw["state"], seen)
+            state = _parts(txn, objects, raw["state"], shared, checked)
         if state is None:  # bytes, chunked, verify=False, or damage to name
             with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
                 state = view.state()
@@ -180,4 +193,4 @@ def history_states(
     try:
         return walk_history(backend, run_id, branch, limit, load)
     finally:
-        seen.clear()  # views into the map: dropped with the txn
+        checked.clear()  # views into the map: dropped with the txn
