@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from cpstore.errors import FormatVersionError, IntegrityError, NotFoundError
+from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -25,9 +26,10 @@ from cpstore.store.manifest import (
     Manifest,
     check_manifest,
     check_manifest_state,
+    encode_manifest,
     manifest_from_raw,
 )
-from cpstore.store.model import READABLE_VERSIONS
+from cpstore.store.model import READABLE_VERSIONS, pack_checkpoint_value
 from cpstore.store.refs import RECORDED, SET, read_ref, write_ref
 
 DIGEST = bytes(range(16))
@@ -296,3 +298,42 @@ class TestHistoryMemo:
         assert [e.manifest for e in entries] == store.history("r")
         with pytest.raises(dataclasses.FrozenInstanceError):
             entries[0].state = {}  # type: ignore[misc]
+
+    def test_a_bad_field_outside_the_state_fails_the_manifest_not_the_states(
+        self, store: Store
+    ) -> None:
+        """A certified head whose tags are no list: its state reads, its manifest raises."""
+        base = store.recorder("r").checkpoint(0, {"a": 1})
+        m = store.manifest(base).raw
+        m["tags"] = 5
+        m["parent"] = bytes.fromhex(base)
+        manifest = encode_manifest(m)
+        forged = digest(manifest)
+
+        def put_head(txn: Any) -> None:
+            dbs, key = store.backend.dbs, b"r\0main"
+            txn.put(forged, pack_checkpoint_value(1.0, manifest), db=dbs["checkpoints"])
+            write_ref(txn, dbs, key, forged, SET, old=read_ref(txn, dbs, key, layout=3))
+
+        store.backend.write_txn(put_head)
+        entries = store.history_states("r")
+        assert [e.state for e in entries] == [{"a": 1}, {"a": 1}]
+        with pytest.raises(IntegrityError, match="wrong shape") as info:
+            _ = entries[0].manifest
+        assert info.value.where == f"checkpoint {forged.hex()}.tags"
+        assert entries[1].manifest.id == base
+
+    def test_a_damaged_created_at_fails_the_manifest_when_used(self, store: Store) -> None:
+        """A flipped created_at byte: the entry's manifest raises, as cp.manifest does."""
+        cid = store.recorder("r").checkpoint(0, {"a": 1})
+
+        def flip_created(old: bytes) -> bytes:
+            return bytes([old[0] ^ 1]) + old[1:]
+
+        _rewrite(store, "checkpoints", bytes.fromhex(cid), flip_created)
+        (entry,) = store.history_states("r")
+        assert entry.state == {"a": 1}
+        with pytest.raises(IntegrityError, match="created_at"):
+            _ = entry.manifest
+        (unchecked,) = store.history_states("r", verify=False)
+        assert unchecked.manifest.id == cid  # verify=False skips the header check too

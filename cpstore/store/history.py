@@ -4,13 +4,15 @@
 too would need one :meth:`Store.read` (one txn) per entry, and the branch may
 move in between. :func:`history_states` walks the same path as
 :func:`~cpstore.store.branches.history` in one txn. Each entry's manifest is
-hash-checked against its id and shape-checked whole, its entry header's check
-verified, and every state part it names hash-checked and decoded, as
-``store.read(id).state()`` does. Within one call a part whose digest already
-passed its hash check in this txn (an unchanged channel) is not hashed again:
-its value is shared when it is immutable (str, bytes, numbers, None) and
-decoded afresh from the checked bytes otherwise, so no entry ever holds a
-list or dict another entry holds. Nothing outlives the call.
+hash-checked against its id, its state map and parent shape-checked, and every
+state part it names hash-checked and decoded, as ``store.read(id).state()``
+does; the other fields and the header's ``created_at`` check are checked when
+``entry.manifest`` is first used, as the reader checks them. Within one call
+a part whose digest already passed its hash check in this txn (an unchanged
+channel) is not hashed again: its value is shared when it is immutable (str,
+bytes, numbers, None) and decoded afresh from the checked bytes otherwise, so
+no entry ever holds a list or dict another entry holds. Nothing outlives the
+call.
 """
 
 from __future__ import annotations
@@ -42,15 +44,16 @@ class HistoryEntry:
     """One checkpoint of a branch's history and its state, from :meth:`Store.history_states`.
 
     Read-only. ``manifest`` is built on first use from the manifest map that
-    was hash-checked and shape-checked when the entry was read (building it
-    cannot fail; a walk that only wants states does not pay for its hex
-    fields).
+    was hash-checked against the id when the entry was read; its fields other
+    than the state, and the entry header's ``created_at`` check, are checked
+    then, as :attr:`CheckpointView.manifest` checks them (IntegrityError when
+    one fails). A walk that only wants states pays for neither.
     """
 
     __slots__ = ("_manifest", "_source", "_state")
     _manifest: Manifest | None
     _state: bytes | dict[str, Any]
-    _source: tuple[bytes, dict[str, Any], float] | None
+    _source: tuple[bytes, dict[str, Any], bytes, bool] | None
 
     def __init__(self, manifest: Manifest, state: bytes | dict[str, Any]) -> None:
         _set(self, "_manifest", manifest)
@@ -58,14 +61,16 @@ class HistoryEntry:
         _set(self, "_source", None)
 
     @classmethod
-    def _checked(
-        cls, cid: bytes, raw: dict[str, Any], created: float, state: bytes | dict[str, Any]
+    def _read(
+        cls,
+        source: tuple[bytes, dict[str, Any], bytes, bool],
+        state: bytes | dict[str, Any],
     ) -> HistoryEntry:
-        """An entry whose manifest map passed every check; the Manifest is built on first use."""
+        """An entry from (id, manifest map, entry header, verify); its Manifest on first use."""
         entry = _new(cls)
         _set(entry, "_manifest", None)
         _set(entry, "_state", state)
-        _set(entry, "_source", (cid, raw, created))
+        _set(entry, "_source", source)
         return entry
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -82,7 +87,9 @@ class HistoryEntry:
             source = self._source
             if source is None:  # pragma: no cover - built with a manifest, never None
                 raise TypeError("a history entry without its manifest")
-            built = manifest_from_raw(*source)
+            cid, raw, header, verify = source
+            check_manifest_rest(cid, raw)  # every field but the state, before its first use
+            built = manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
             _set(self, "_manifest", built)
         return built
 
@@ -174,11 +181,9 @@ def history_states(
     checked: dict[bytes, Any] = {}
 
     def load(txn: Txn[memoryview], cid: bytes) -> tuple[HistoryEntry, str | None]:
-        # full=False, then the rest: the same checks as full=True, and the
-        # PostgreSQL backend prefetches the state's objects on this path.
+        # The state is checked here, the other fields when the manifest is first
+        # used (PostgreSQL prefetches the state's objects on this path).
         raw, header = backend.load_raw(txn, cid, verify=verify, full=False)
-        check_manifest_rest(cid, raw)
-        created = created_at_of(header, cid if verify else None)
         state: bytes | dict[str, Any] | None = None
         if verify:
             state = _parts(txn, objects, raw["state"], shared, checked)
@@ -186,7 +191,9 @@ def history_states(
             with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
                 state = view.state()
         parent = raw.get("parent")
-        return HistoryEntry._checked(cid, raw, created, state), (
+        if parent is not None and (type(parent) is not bytes or len(parent) != len(cid)):
+            check_manifest_rest(cid, raw)  # raises, naming the parent field
+        return HistoryEntry._read((cid, raw, header, verify), state), (
             None if parent is None else parent.hex()
         )
 
