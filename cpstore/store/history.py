@@ -22,12 +22,12 @@ from typing import Any
 
 import msgpack
 
+from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.binding import digest_small
 from cpstore.native.canonical import _ext_hook
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.branches import walk_history
 from cpstore.store.manifest import Manifest, check_manifest_rest, manifest_from_raw
-from cpstore.store.model import created_at_of
+from cpstore.store.model import check_name, created_at_of, ref_key
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["HistoryEntry", "history_states"]
@@ -171,33 +171,39 @@ def history_states(
 
     One read txn for the whole walk, so the entries are one consistent
     snapshot even while another process moves the head. Stops where
-    :func:`~cpstore.store.branches.history` stops: at ``limit``, at a run's
-    first checkpoint or at a pruned one. A damaged object raises
-    :class:`IntegrityError` naming the object and the checkpoint, and no
-    entry is returned.
+    :func:`~cpstore.store.branches.history` stops (its walk, without the
+    second lookup of each entry): at ``limit``, at a run's first checkpoint or
+    at a pruned one. A damaged object raises :class:`IntegrityError` naming
+    the object and the checkpoint, and no entry is returned.
     """
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise InvalidInputError("limit must be a non-negative int or None", got=limit)
+    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
     objects = backend.db("objects")
     shared: dict[bytes, Any] = {}
     checked: dict[bytes, Any] = {}
-
-    def load(txn: Txn[memoryview], cid: bytes) -> tuple[HistoryEntry, str | None]:
-        # The state is checked here, the other fields when the manifest is first
-        # used (PostgreSQL prefetches the state's objects on this path).
-        raw, header = backend.load_raw(txn, cid, verify=verify, full=False)
-        state: bytes | dict[str, Any] | None = None
-        if verify:
-            state = _parts(txn, objects, raw["state"], shared, checked)
-        if state is None:  # bytes, chunked, verify=False, or damage to name
-            with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
-                state = view.state()
-        parent = raw.get("parent")
-        if parent is not None and (type(parent) is not bytes or len(parent) != len(cid)):
-            check_manifest_rest(cid, raw)  # raises, naming the parent field
-        return HistoryEntry._read((cid, raw, header, verify), state), (
-            None if parent is None else parent.hex()
-        )
-
+    out: list[HistoryEntry] = []
     try:
-        return walk_history(backend, run_id, branch, limit, load)
+        with backend.read_txn() as txn:
+            cid = backend.head(txn, key)
+            while cid is not None and (limit is None or len(out) < limit):
+                # The state is checked here, the other fields when the manifest is
+                # first used (PostgreSQL prefetches the state's objects on this path).
+                try:
+                    raw, header = backend.load_raw(txn, cid, verify=verify, full=False)
+                except NotFoundError:
+                    break  # pruned: history ends here, as history() ends
+                state: bytes | dict[str, Any] | None = None
+                if verify:
+                    state = _parts(txn, objects, raw["state"], shared, checked)
+                if state is None:  # bytes, chunked, verify=False, or damage to name
+                    with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
+                        state = view.state()
+                out.append(HistoryEntry._read((cid, raw, header, verify), state))
+                parent = raw.get("parent")
+                if parent is not None and (type(parent) is not bytes or len(parent) != len(cid)):
+                    check_manifest_rest(cid, raw)  # raises, naming the parent field
+                cid = parent
     finally:
         checked.clear()  # views into the map: dropped with the txn
+    return out
