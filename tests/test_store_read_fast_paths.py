@@ -9,7 +9,9 @@ still refused, named, on that path.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -337,3 +339,13 @@ class TestHistoryMemo:
             _ = entry.manifest
         (unchecked,) = store.history_states("r", verify=False)
         assert unchecked.manifest.id == cid  # verify=False skips the header check too
+
+    def test_entries_pickle_and_copy_to_equal_entries(self, store: Store) -> None:
+        """pickle and copy.deepcopy give equal entries (the manifest built on the way)."""
+        rec = store.recorder("r")
+        for i, s in enumerate(_states(2)):
+            rec.checkpoint(i, s)
+        entries = store.history_states("r")
+        assert pickle.loads(pickle.dumps(entries)) == entries
+        copied = copy.deepcopy(entries)
+        assert copied == entries and copied[0].state is not entries[0].state

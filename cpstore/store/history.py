@@ -73,6 +73,10 @@ class HistoryEntry:
         _set(entry, "_source", source)
         return entry
 
+    def __reduce__(self) -> tuple[type[HistoryEntry], tuple[Manifest, bytes | dict[str, Any]]]:
+        # Pickle and copy rebuild through __init__ (slots assignment would be refused).
+        return (HistoryEntry, (self.manifest, self._state))
+
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
