@@ -299,6 +299,96 @@ class RawLmdb:
         self.env.close()
 
 
+class RawOnCpstoreFiles:
+    """The read raw limit on cpstore's own layout: bare py-lmdb calls on its env and bytes.
+
+    What a get must do at least on the deduplicating layout cpstore stores:
+    one manifest get (the 16-byte entry header skipped), one XXH3 check, one
+    generic msgpack decode; then per part one get, one check, one decode.
+    None of cpstore's shape checks, ref check, header check, error naming or
+    reader object. Runs on the open store's own LMDB environment (py-lmdb
+    refuses a second open of one env in a process), so it reads the same bytes.
+    """
+
+    def __init__(self, store: Store) -> None:
+        backend: Any = store.backend
+        self.env = backend.env.env
+        dbs = backend.dbs
+        self.cps, self.objects, self.refs = dbs["checkpoints"], dbs["objects"], dbs["refs"]
+
+    def _state(self, txn: Any, cid: bytes) -> tuple[dict[str, Any], bytes | None]:
+        h, unpack, objects = xxhash.xxh3_128_digest, msgpack.unpackb, self.objects
+        m = txn.get(cid, None, self.cps)[16:]
+        if h(m) != cid:
+            raise AssertionError("manifest")
+        manifest = unpack(m, strict_map_key=False)
+        state = {}
+        for name, key in manifest["state"]["parts"].items():
+            value = txn.get(key, None, objects)
+            if h(value) != key:
+                raise AssertionError(name)
+            state[name] = unpack(value)
+        return state, manifest["parent"]
+
+    def get(self, cid: bytes) -> dict[str, Any]:
+        """One read txn: 11 gets, 11 hash checks, 11 decodes."""
+        with self.env.begin(buffers=True) as txn:
+            return self._state(txn, cid)[0]
+
+    def latest(self, run: str) -> dict[str, Any]:
+        """The head ref's first 16 bytes (no ref check), then :meth:`get`'s work, one txn."""
+        with self.env.begin(buffers=True) as txn:
+            cid = bytes(txn.get(run.encode() + b"\0main", None, self.refs)[:16])
+            return self._state(txn, cid)[0]
+
+    def history(self, run: str, limit: int) -> list[dict[str, Any]]:
+        """From the head through ``parent`` links, every entry's state, one txn, no memo."""
+        out: list[dict[str, Any]] = []
+        with self.env.begin(buffers=True) as txn:
+            cid: bytes | None = bytes(txn.get(run.encode() + b"\0main", None, self.refs)[:16])
+            while cid is not None and len(out) < limit:
+                state, cid = self._state(txn, cid)
+                out.append(state)
+        return out
+
+
+class RawBlobLmdb:
+    """LMDBSaver's layout in bare LMDB: each checkpoint's whole state as one msgpack blob.
+
+    No deduplication (every checkpoint stores all its channels again), one
+    get, one XXH3 check and one decode per read: what the one-blob layout
+    costs at least, beside :class:`RawLmdb` (the deduplicating layout).
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.env = lmdb.open(str(path), map_size=MAP_SIZE)
+
+    def record(self, wl: Workload) -> list[bytes]:
+        """One commit per step; returns blob digests."""
+        h, pack = xxhash.xxh3_128_digest, msgpack.packb
+        ids: list[bytes] = []
+        for state in wl.states:
+            blob = pack(state)
+            ids.append(h(blob))
+            with self.env.begin(write=True) as txn:
+                txn.put(ids[-1], blob)
+        return ids
+
+    def get(self, cid: bytes) -> dict[str, Any]:
+        """One read txn: 1 get, 1 hash check, 1 decode."""
+        with self.env.begin(buffers=True) as txn:
+            blob = txn.get(cid)
+            if xxhash.xxh3_128_digest(blob) != cid:
+                raise AssertionError("blob")
+            state: dict[str, Any] = msgpack.unpackb(blob)
+            return state
+
+    def close(self) -> None:
+        """Close the env."""
+        self.env.close()
+
+
 Side = CpstoreSide | SaverSide | RawLmdb
 OPENERS: dict[str, Callable[[Path], Side]] = {
     "cpstore durable": lambda p: CpstoreSide(p, "sync"),
@@ -473,6 +563,8 @@ class Recorded:
     ours_ids: list[str]
     raw: RawLmdb
     raw_ids: list[bytes]
+    blob: RawBlobLmdb
+    blob_ids: list[bytes]
     peers: dict[str, SaverSide]
     peer_ids: dict[str, list[str]]
     paths: dict[str, Path]
@@ -489,7 +581,18 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, workload: Workload) -> It
         "InMemorySaver": memory_saver(Path()),
     }
     raw = RawLmdb(tmp_path_factory.mktemp("raw"), sync=True)
-    rec = Recorded(ours, ours.record(workload), raw, raw.record(workload), peers, {}, paths)
+    blob = RawBlobLmdb(tmp_path_factory.mktemp("blob"))
+    rec = Recorded(
+        ours,
+        ours.record(workload),
+        raw,
+        raw.record(workload),
+        blob,
+        blob.record(workload),
+        peers,
+        {},
+        paths,
+    )
     for name, side in peers.items():
         rec.peer_ids[name] = side.record(workload)
     try:
@@ -497,6 +600,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory, workload: Workload) -> It
     finally:
         ours.close()
         raw.close()
+        blob.close()
         for side in peers.values():
             side.close()
 
@@ -507,6 +611,19 @@ def _peer_comparisons(*, memory_target: float | None = None) -> list[Comparison]
         Comparison("cpstore", "LMDBSaver", 1.0),
         Comparison("cpstore", "SqliteSaver", 1.0),
         Comparison("cpstore", "InMemorySaver", memory_target),
+    ]
+
+
+#: Row names of the read raw limits (see RawOnCpstoreFiles and RawBlobLmdb).
+RAW_OWN = "raw LMDB, cpstore's files"
+RAW_BLOB = "raw LMDB, one blob per checkpoint"
+
+
+def _raw_comparisons() -> list[Comparison]:
+    """cpstore against bare LMDB on its own bytes (its code), and that against LMDBSaver."""
+    return [
+        Comparison("cpstore", RAW_OWN, None, note="raw limit, same files: cpstore's code"),
+        Comparison(RAW_OWN, "LMDBSaver", None, note="raw limit, same files, vs peer"),
     ]
 
 
@@ -549,7 +666,27 @@ def test_get_by_id(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int
         for cid in raw_picks:
             _check_state(raw.get(cid))
 
-    runs = {"cpstore": cpstore, **{n: peer(n) for n in recorded.peers}, "raw LMDB": raw_limit}
+    own = RawOnCpstoreFiles(store)
+    own_picks = [bytes.fromhex(c) for c in ours]
+
+    def raw_own() -> None:
+        for cid in own_picks:
+            _check_state(own.get(cid))
+
+    blob = recorded.blob
+    blob_picks = _picks(recorded.blob_ids)
+
+    def raw_blob() -> None:
+        for cid in blob_picks:
+            _check_state(blob.get(cid))
+
+    runs = {
+        "cpstore": cpstore,
+        **{n: peer(n) for n in recorded.peers},
+        "raw LMDB": raw_limit,
+        RAW_OWN: raw_own,
+        RAW_BLOB: raw_blob,
+    }
     for fn in runs.values():
         fn()  # warm every side once, untimed
     interleave(
@@ -561,6 +698,9 @@ def test_get_by_id(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int
             *_peer_comparisons(),
             Comparison("cpstore", "raw LMDB", None, note="raw limit"),
             Comparison("raw LMDB", "LMDBSaver", None, note="raw limit vs peer"),
+            *_raw_comparisons(),
+            Comparison(RAW_BLOB, "LMDBSaver", None, note="one-blob raw limit vs peer"),
+            Comparison(RAW_OWN, RAW_BLOB, None, note="layout: dedup vs one blob, both bare"),
         ],
         items=len(ours),
     )
@@ -585,7 +725,13 @@ def test_latest(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int) -
 
         return run
 
-    runs = {"cpstore": cpstore, **{n: peer(n) for n in recorded.peers}}
+    own = RawOnCpstoreFiles(store)
+
+    def raw_own() -> None:
+        for _ in range(GETS):
+            _check_state(own.latest(THREAD))
+
+    runs = {"cpstore": cpstore, **{n: peer(n) for n in recorded.peers}, RAW_OWN: raw_own}
     for fn in runs.values():
         fn()
     interleave(
@@ -593,7 +739,7 @@ def test_latest(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int) -
         "latest (whole state)",
         {n: _timer(fn) for n, fn in runs.items()},
         repeats,
-        _peer_comparisons(),
+        [*_peer_comparisons(), *_raw_comparisons()],
         items=GETS,
     )
 
@@ -637,10 +783,28 @@ def test_history_with_states(benchmark: BenchmarkFixture, recorded: Recorded, re
 
         return run
 
+    def with_manifests() -> None:
+        entries = store.history_states(THREAD, limit=HISTORY)
+        for entry in entries:
+            _check_state(entry.state)
+            if entry.manifest.step < 0:  # builds every entry's Manifest (first use)
+                raise AssertionError(entry.id)
+
+    own = RawOnCpstoreFiles(store)
+
+    def raw_own() -> None:
+        states = own.history(THREAD, HISTORY)
+        if len(states) != HISTORY:
+            raise AssertionError(len(states))
+        for state in states:
+            _check_state(state)
+
     runs = {
         "cpstore": cpstore,
+        "cpstore, manifests built": with_manifests,
         "cpstore history+reads": per_entry_reads,
         **{n: peer(n) for n in recorded.peers},
+        RAW_OWN: raw_own,
     }
     for fn in runs.values():
         fn()
@@ -650,11 +814,17 @@ def test_history_with_states(benchmark: BenchmarkFixture, recorded: Recorded, re
         {n: _timer(fn) for n, fn in runs.items()},
         repeats,
         # The target is the best peer's list(), whichever that is.
-        _peer_comparisons(memory_target=1.0),
+        [
+            *_peer_comparisons(memory_target=1.0),
+            Comparison("cpstore, manifests built", "LMDBSaver", None),
+            *_raw_comparisons(),
+        ],
     )
 
 
 # The child imports everything first; only open + one whole-state get is timed.
+# No side's close is timed (the peers' children never close their env or
+# connection; cpstore's store is closed after the clock stops).
 _FRESH_CHILD = """
 import sys, time, sqlite3
 import lmdb
@@ -664,8 +834,10 @@ from langgraph_checkpoint_lmdb import LMDBSaver
 kind, path, cid = sys.argv[1], sys.argv[2], sys.argv[3]
 cfg = {"configurable": {"thread_id": "thread-1", "checkpoint_ns": "", "checkpoint_id": cid}}
 t0 = time.perf_counter()
+store = None
 if kind == "cpstore":
-    with open_store(path, readonly=True) as store, store.read(cid) as cp:
+    store = open_store(path, readonly=True)
+    with store.read(cid) as cp:
         n = len(cp.state())
 elif kind == "LMDBSaver":
     env = lmdb.open(path, max_dbs=4, map_size=1 << 31)
@@ -674,6 +846,8 @@ else:
     conn = sqlite3.connect(path + "/cp.sqlite", check_same_thread=False)
     n = len(SqliteSaver(conn).get_tuple(cfg).checkpoint["channel_values"])
 t1 = time.perf_counter()
+if store is not None:
+    store.close()
 assert n == 10, n
 print(t1 - t0)
 """

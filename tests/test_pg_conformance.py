@@ -19,6 +19,7 @@ import test_store_checkpoints
 import test_store_gc
 import test_store_history_states
 import test_store_objects
+import test_store_read_fast_paths
 import test_store_refs
 import test_store_verify
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
@@ -86,6 +87,7 @@ CLASSES = [
     (test_store_history_states, "TestEqualsSeparateReads"),
     (test_store_history_states, "TestWhereTheWalkStops"),
     (test_store_objects, "TestBadInput"),
+    (test_store_read_fast_paths, "TestHistoryMemo"),
     (test_store_objects, "TestVerifiedReads"),
     (test_store_objects, "TestWriteOnce"),
     (test_store_refs, "TestBranches"),

@@ -14,7 +14,7 @@ from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.native.binding import digest, digest_small
 from cpstore.store.backend import Txn
 from cpstore.store.manifest import check_manifest, check_manifest_state
-from cpstore.store.model import split_checkpoint_value, split_ref_key
+from cpstore.store.model import _HEADER_SIZE, split_checkpoint_value, split_ref_key
 from cpstore.store.refs import check_ref_target, read_ref
 
 __all__ = ["read_entry", "read_head"]
@@ -37,7 +37,9 @@ def read_entry(
             where="checkpoints",
             got=cid.hex(),
         )
-    header, data = split_checkpoint_value(value, cid)
+    if len(value) < _HEADER_SIZE:
+        split_checkpoint_value(value, cid)  # raises, naming the checkpoint
+    data = value[_HEADER_SIZE:]  # a view (buffers=True) or bytes: either decodes
     if verify and digest_small(data) != cid:
         raise IntegrityError(
             "manifest bytes do not match the checkpoint id",
@@ -45,6 +47,7 @@ def read_entry(
             expected=cid.hex(),
             got=digest(data).hex(),
         )
+    header = bytes(value[:_HEADER_SIZE])
     return (check_manifest(cid, data) if full else check_manifest_state(cid, data)), header
 
 

@@ -305,9 +305,7 @@ class Store:
         """
         key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
         self._refuse_closed()
-        return CheckpointView(
-            self._backend, None, verify=verify, head=(key, f"{run_id}/{branch}")
-        )
+        return CheckpointView(self._backend, None, verify=verify, head=(key, run_id, branch))
 
     def _refuse_closed(self) -> None:
         if self._backend.closed:

@@ -39,6 +39,7 @@ from cpstore.store.lmdb_open import (
     creation_lock,
     has_lmdb_meta_page,
     is_lock_permission_error,
+    open_dbs_readonly,
     refuse,
 )
 from cpstore.store.lmdb_pages import check_data_size
@@ -287,35 +288,14 @@ class Env:
         return dbs
 
     def _open_dbs_readonly(self) -> dict[str, Any]:
-        # py-lmdb resets (not commits) a read txn we pass it, which would close
-        # the handles again; open_db without a txn commits its own.
-        dbs: dict[str, Any] = {}
-        try:
-            meta = self.env.open_db(b"meta", create=False)
-        except lmdb.NotFoundError:
-            txn = self._begin(write=False)
-            try:
-                empty = self._never_committed(txn)
-            finally:
-                self.end_read(txn)
-            if empty:
-                raise self._nothing_here() from None
-            raise refuse("no cpstore format record", self.path) from None
-        txn = self._begin(write=False)
-        try:
-            # A read-only open reads an older layout as it is (no upgrade).
-            self.layout = check_format(txn.get(FORMAT_KEY, db=meta), self.path)
-        finally:
-            self.end_read(txn)
-        for name in DB_NAMES:
-            try:
-                dbs[name] = self.env.open_db(name.encode(), create=False)
-            except lmdb.NotFoundError:
-                raise StoreError(
-                    "the store lacks a named database; open it writable once to add it",
-                    where=self.path,
-                    expected=name,
-                ) from None
+        dbs, self.layout = open_dbs_readonly(
+            self.env,
+            DB_NAMES,
+            self.path,
+            begin=self._begin,
+            end=self.end_read,
+            never_committed=self._never_committed,
+        )
         return dbs
 
     def layout_in(self, txn: Txn[memoryview]) -> int:
@@ -349,12 +329,11 @@ class Env:
                 self._gate.notify_all()
 
     def _enter_read(self) -> None:
-        # Publish the entry, then look for a resize: the resizer sets
-        # _resizing, then waits for _active to empty, so one of the two
-        # always sees the other (the GIL orders these steps).
+        # Publish the entry, then look for a resize: the resizer sets _resizing,
+        # then waits for _active to empty, so one always sees the other (GIL).
         active, me = self._active, get_ident()
         while True:
-            # A thread that already holds a read goes on: the resize waits for
+            # A thread already holding a read goes on: the resize waits for
             # that read anyway, and making this one wait would deadlock.
             nested = me in active
             active.append(me)
@@ -369,10 +348,9 @@ class Env:
     def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
         """Run ``attempt`` (which begins txns) again until the map it sees is current.
 
-        The one place that handles growth by another process: LMDB then
-        refuses every txn of this one with MDB_MAP_RESIZED until it adopts
-        the new size (:meth:`adopt_map_size`; ``adopt=False`` while the
-        environment is being opened, when opening again does it).
+        The one place that handles growth by another process: LMDB refuses
+        every txn of this one with MDB_MAP_RESIZED until it adopts the new size
+        (``adopt=False`` while opening, when opening again does it).
         """
         while True:
             try:
@@ -382,7 +360,7 @@ class Env:
                     self.adopt_map_size()
 
     def _begin(self, *, write: bool) -> Txn[memoryview]:
-        """Begin a txn (the only call of ``env.begin``), adopting map growth.
+        """Begin a txn, adopting map growth (:meth:`begin_read` inlines the common read).
 
         A read is entered in the bookkeeping (pair it with :meth:`_leave_read`);
         a write needs the caller to hold ``write_lock``.
@@ -390,15 +368,13 @@ class Env:
 
         def attempt() -> Txn[memoryview]:
             if write:
-                txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
-                return txn
+                return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
             self._enter_read()
             try:
-                txn = self.env.begin(buffers=True)
+                return self.env.begin(buffers=True)  # type: ignore[no-any-return]
             except BaseException:
                 self._leave_read()
                 raise
-            return txn
 
         retried_slots = False
         while True:
@@ -413,21 +389,36 @@ class Env:
                 raise translate(exc, self.path) from None
 
     def begin_read(self) -> Txn[memoryview]:
-        """Begin a read txn that hands out zero-copy views; pair it with :meth:`end_read`.
+        """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`.
 
-        For readers that live as an object (the checkpoint view) rather than
-        a ``with env.read()`` block; the views die when the txn ends.
+        The common case is inline (entry published before looking for a resize,
+        as in :meth:`_enter_read`); a resize, growth to adopt, full reader slots
+        or an error to translate take :meth:`_begin`.
         """
         if os.getpid() != self.pid:
             self.check_pid()
+        active, me = self._active, get_ident()
+        active.append(me)
+        if not self._resizing:
+            try:
+                return self.env.begin(buffers=True)  # type: ignore[no-any-return]
+            except BaseException as exc:
+                active.remove(me)
+                if not isinstance(exc, lmdb.Error):
+                    raise
+        else:
+            self._leave_read()
         return self._begin(write=False)
 
     def end_read(self, txn: Txn[memoryview]) -> None:
-        """End a txn from :meth:`begin_read` (exactly once)."""
+        """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline."""
         try:
             txn.abort()
         finally:
-            self._leave_read()
+            self._active.remove(get_ident())
+            if self._resizing:
+                with self._gate:
+                    self._gate.notify_all()
 
     @contextmanager
     def read(self) -> Iterator[Txn[memoryview]]:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from typing import Any
 
 import lmdb
 
-from cpstore.errors import CanonicalEncodingError, FormatVersionError, NotFoundError
+from cpstore.errors import CanonicalEncodingError, FormatVersionError, NotFoundError, StoreError
 from cpstore.native.canonical import decode_value
 from cpstore.store.lmdb_errors import errno_of
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
@@ -32,6 +33,7 @@ __all__ = [
     "creation_lock",
     "has_lmdb_meta_page",
     "is_lock_permission_error",
+    "open_dbs_readonly",
     "refuse",
 ]
 
@@ -147,10 +149,22 @@ def is_lock_permission_error(exc: lmdb.Error) -> bool:
     return code in (errno.EACCES, errno.EROFS, errno.EPERM)
 
 
+#: The canonical bytes of the format record of each readable layout
+#: (``encode_value`` of :data:`FORMAT` with that version; a test pins them):
+#: an open compares bytes instead of decoding and re-encoding the record.
+_FORMAT_RECORDS = {
+    b"\x83\xa6digest\xa8xxh3-128\xa6layout\xa7cpstore\xa7version" + bytes((v,)): v
+    for v in READABLE_VERSIONS
+}
+
+
 def check_format(raw: bytes | memoryview | None, path: str) -> int:
     """The layout version of format record ``raw``; raise unless this build reads it."""
     if raw is None:
         raise refuse("no cpstore format record", path)
+    known = _FORMAT_RECORDS.get(bytes(raw))
+    if known is not None:
+        return known
     try:
         fmt = decode_value(raw)
     except CanonicalEncodingError:
@@ -166,3 +180,54 @@ def check_format(raw: bytes | memoryview | None, path: str) -> int:
             got={"version": version, "digest": fmt.get("digest")},
         )
     return int(version)
+
+
+def open_dbs_readonly(
+    env: Any,
+    names: Sequence[str],
+    path: str,
+    *,
+    begin: Callable[..., Any],
+    end: Callable[[Any], None],
+    never_committed: Callable[[Any], bool],
+) -> tuple[dict[str, Any], int]:
+    """(named database handles, layout) of a store opened read-only; nothing is changed.
+
+    ``begin(write=False)``/``end`` are the environment's read txn pair. A
+    read-only open reads an older layout as it is (no upgrade), and refuses
+    an empty environment, one without the format record or one that lacks a
+    named database. py-lmdb resets (not commits) a read txn passed to
+    ``open_db``, which would close the handles again: each ``open_db``
+    without a txn commits its own; ``meta`` is opened once.
+    """
+    try:
+        meta = env.open_db(b"meta", create=False)
+    except lmdb.NotFoundError:
+        txn = begin(write=False)
+        try:
+            empty = never_committed(txn)
+        finally:
+            end(txn)
+        if empty:
+            raise NotFoundError(
+                "no store at this path (an empty LMDB environment)", where=path
+            ) from None
+        raise refuse("no cpstore format record", path) from None
+    txn = begin(write=False)
+    try:
+        layout = check_format(txn.get(FORMAT_KEY, db=meta), path)
+    finally:
+        end(txn)
+    dbs: dict[str, Any] = {"meta": meta}
+    for name in names:
+        if name in dbs:
+            continue
+        try:
+            dbs[name] = env.open_db(name.encode(), create=False)
+        except lmdb.NotFoundError:
+            raise StoreError(
+                "the store lacks a named database; open it writable once to add it",
+                where=path,
+                expected=name,
+            ) from None
+    return dbs, layout

@@ -35,7 +35,7 @@ from cpstore.store.backend import Backend, Txn
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
 from cpstore.store.model import Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
-from cpstore.store.refs import check_ref_target, read_ref
+from cpstore.store.refs import RECORDED, check_ref_target, read_ref
 from cpstore.store.verify import check_checkpoint_objects
 
 __all__ = ["CheckpointView"]
@@ -79,6 +79,7 @@ class CheckpointView:
         "_built",
         "_cache",
         "_checked",
+        "_checked_parts",
         "_cid",
         "_entered",
         "_head",
@@ -101,7 +102,7 @@ class CheckpointView:
         cid: bytes | None,
         *,
         verify: bool,
-        head: tuple[bytes, str] | None = None,
+        head: tuple[bytes, str, str] | None = None,
         txn: Txn[memoryview] | None = None,
     ) -> None:
         self._store = store
@@ -112,7 +113,7 @@ class CheckpointView:
         self._entered = False
         self._objects = store.db("objects")
         self._cid = cid or b""
-        self._head = head  # (ref key, "run/branch") for Store.latest
+        self._head = head  # (ref key, run id, branch) for Store.latest
         self._raw: dict[str, Any] = _NOT_OPEN
         self._rest_checked = False  # state is checked on entry, the rest on first use
         self._header = b""
@@ -127,6 +128,9 @@ class CheckpointView:
         self._cache: dict[str, Any] = {}
         # Objects hash-checked in this txn: none is hashed twice by one reader.
         self._checked: set[bytes] = set()
+        # The parts map of a fast whole-state read: all hash-checked, merged
+        # into _checked only when something looks there (most readers never do).
+        self._checked_parts: dict[str, bytes] | None = None
 
     def __enter__(self) -> CheckpointView:
         if self._entered:
@@ -139,19 +143,24 @@ class CheckpointView:
         # begin_read refuses a closed store and checks the pid
         txn = store.begin_read() if borrowed is None else borrowed
         try:
-            if self._head is not None:
-                key, where = self._head
-                head = read_ref(txn, store.dbs, key, layout=store.layout)
-                if head is None:
-                    raise NotFoundError("no such branch", where=f"refs/{where}")
-                self._cid, origin = head
+            head = self._head
+            if head is not None:
+                key, run_id, branch = head
+                found = read_ref(txn, store.dbs, key, layout=store.layout)
+                if found is None:
+                    raise NotFoundError("no such branch", where=f"refs/{run_id}/{branch}")
+                self._cid, origin = found
             self._raw, self._header = store.load_raw(
                 txn, self._cid, verify=self._verify, full=False
             )
-            if self._head is not None:
+            if head is not None:
                 # The ref's check caught a damaged key; this catches a ref that
                 # names another run's (or branch's) checkpoint all the same.
-                check_ref_target(key, origin, self._raw.get("run_id"), self._raw.get("branch"))
+                raw = self._raw
+                if raw.get("run_id") != run_id or (
+                    origin == RECORDED and raw.get("branch") != branch
+                ):
+                    check_ref_target(key, origin, raw.get("run_id"), raw.get("branch"))
         except store.engine_error as exc:
             if borrowed is None:
                 store.end_read(txn)
@@ -168,10 +177,14 @@ class CheckpointView:
         txn = self._txn
         if txn is None:
             return
-        self._close()
+        self._lease.clear()  # first: nothing built from this reader reads the map again
+        if self._views:
+            self._release_views()
+        self._cache.clear()
+        self._txn = None
         if self._owner is None:
             self._store.end_read(txn)
-        if isinstance(exc, self._store.engine_error):
+        if exc is not None and isinstance(exc, self._store.engine_error):
             raise self._store.translate(exc) from None
 
     def _fields(self) -> dict[str, Any]:
@@ -202,7 +215,7 @@ class CheckpointView:
         if not self._cid:
             raise InvalidInputError(
                 "the head is read when the block is entered; its id is not known yet",
-                where=None if self._head is None else f"refs/{self._head[1]}",
+                where=None if self._head is None else f"refs/{self._head[1]}/{self._head[2]}",
                 expected="with store.latest(run) as cp: cp.id, or store.ref(run, branch)",
                 got="use outside the with block",
             )
@@ -224,18 +237,18 @@ class CheckpointView:
             got="use after the with block ended",
         )
 
-    def _close(self) -> None:
-        self._lease.clear()  # first: nothing built from this reader reads the map again
+    def _release_views(self) -> None:
         for view in self._views:
             with contextlib.suppress(BufferError):  # still exported: the txn ends anyway
                 view.release()
         self._views.clear()
-        self._cache.clear()
-        self._txn = None
 
     def _object(self, key: bytes, where: str) -> memoryview:
         if self._txn is None:
             raise self.closed_error()
+        if self._checked_parts is not None:
+            self._checked.update(self._checked_parts.values())
+            self._checked_parts = None
         check = self._verify and key not in self._checked
         view = get_object(
             self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
@@ -255,6 +268,9 @@ class CheckpointView:
         """
         if self._txn is None:
             raise self.closed_error()
+        if self._checked_parts is not None:
+            self._checked.update(self._checked_parts.values())
+            self._checked_parts = None
         return tuple(
             check_checkpoint_objects(
                 self._txn,
@@ -442,35 +458,29 @@ class CheckpointView:
         st = self._raw["state"]
         if st["kind"] == "bytes":
             return self._blob("bytes", st["digest"])
-        whole = self._verified_parts(st)
-        if whole is not None:
-            return whole
-        return {name: self.state_part(name) for name in st["parts"]}
-
-    def _verified_parts(self, st: dict[str, Any]) -> dict[str, Any] | None:
-        """Every part, hash-checked and decoded, on the fast path of a whole-state read.
-
-        One loop of get, hash and decode per part. None sends the caller to
-        the part-by-part path, which raises naming the part that is missing,
-        wrong or not one canonical value (and serves ``verify=False`` readers).
-        """
         parts: dict[str, bytes] = st["parts"]
-        if not self._verify or st.get("chunked") or not parts or self._txn is None:
-            return None
-        get, objects = self._txn.get, self._objects
-        out: dict[str, Any] = {}
-        try:
-            for name, key in parts.items():
-                view: Any = get(key, None, objects)  # positional: keyword parsing costs more
-                if digest_small(view) != key:  # a missing part is None: TypeError
-                    return None
-                # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
-                # Maps with int keys raise ValueError and take the slow path.
-                out[name] = _unpackb(view, ext_hook=_ext_hook)
-        except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
-            return None  # CanonicalEncodingError (a bad ext) is a ValueError too
-        self._checked.update(parts.values())
-        return out
+        txn = self._txn
+        if self._verify and parts and txn is not None and not st.get("chunked"):
+            # The fast path of a whole-state read: one loop of get, hash and
+            # decode per part. A part that is missing, wrong or not one
+            # canonical value leaves it for the part-by-part path below,
+            # which raises naming the part (and serves verify=False readers).
+            get, objects = txn.get, self._objects
+            out: dict[str, Any] = {}
+            try:
+                for name, key in parts.items():
+                    view: Any = get(key, None, objects)  # positional: keywords cost more
+                    if digest_small(view) != key:  # a missing part is None: TypeError
+                        break
+                    # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
+                    # Maps with int keys raise ValueError and take the slow path.
+                    out[name] = _unpackb(view, ext_hook=_ext_hook)
+                else:
+                    self._checked_parts = parts  # hash-checked in this txn
+                    return out
+            except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
+                pass  # CanonicalEncodingError (a bad ext) is a ValueError too
+        return {name: self.state_part(name) for name in st["parts"]}
 
     def state_part(self, name: str) -> Any:
         """The value of one state part."""
