@@ -47,6 +47,22 @@ elif how == "raise_in_with":
     with store:
         rec.checkpoint(3, {"n": 3})
         raise RuntimeError("the agent failed")
+elif how == "console_error_then_normal":
+    import code
+    code.InteractiveInterpreter().runsource("1/0")  # a debugging console shows a handled error
+elif how == "console_then_raise":
+    import code, io
+    sys.stdin = io.StringIO("")
+    code.interact(banner="", exitmsg="")  # an embedded console (3.11 leaves sys.ps1 set)
+    raise RuntimeError("the agent failed")
+elif how == "generator_closed_in_with":
+    def steps():
+        with store:
+            yield rec.checkpoint(3, {"n": 3})
+            yield rec.checkpoint(4, {"n": 4})
+    gen = steps()
+    next(gen)
+    gen.close()  # the consumer stops early: GeneratorExit leaves the with-block
 elif how == "os_exit":
     os._exit(0)
 elif how == "sigterm":
@@ -101,7 +117,9 @@ def test_a_normal_exit_commits_the_queue(tmp_path: Path, how: str, code: int) ->
     assert "NOT written" not in done.stderr
 
 
-@pytest.mark.parametrize("how", ["raise", "raise_mid_checkpoint", "interrupt_after_queueing"])
+@pytest.mark.parametrize(
+    "how", ["raise", "raise_mid_checkpoint", "interrupt_after_queueing", "console_then_raise"]
+)
 def test_an_uncaught_exception_commits_nothing_and_names_the_lost_queue(
     tmp_path: Path, how: str
 ) -> None:
@@ -121,6 +139,28 @@ def test_an_exception_leaving_the_stores_with_block_commits_nothing(tmp_path: Pa
     assert _stored(tmp_path / "s") == {ids[0]}
     assert "NOT written leaving the store's with-block" in done.stderr, done.stderr
     assert ids[1] in done.stderr and ids[2] in done.stderr
+
+
+def test_a_handled_error_shown_by_a_console_does_not_drop_the_queue_at_a_normal_exit(
+    tmp_path: Path,
+) -> None:
+    """sys.last_value left by code.InteractiveInterpreter is no uncaught exception: all commit."""
+    done, ids = _end_writer(tmp_path / "s", "console_error_then_normal")
+    assert done.returncode == 0, done.stderr
+    assert "ZeroDivisionError" in done.stderr  # the console showed it
+    assert "NOT written" not in done.stderr, done.stderr
+    assert _stored(tmp_path / "s") == set(ids)
+
+
+def test_a_generator_closed_inside_the_stores_with_block_commits_the_queue(
+    tmp_path: Path,
+) -> None:
+    """GeneratorExit (a consumer stopping early) is no error: leaving 'with store:' flushes."""
+    done, ids = _end_writer(tmp_path / "s", "generator_closed_in_with")
+    assert done.returncode == 0, done.stderr
+    assert "NOT written" not in done.stderr, done.stderr
+    stored = _stored(tmp_path / "s")
+    assert set(ids) < stored and len(stored) == 4  # 0, 1, 2 and the yielded 3
 
 
 @pytest.mark.parametrize("how", ["os_exit", "sigterm"])

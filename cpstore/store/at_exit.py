@@ -58,14 +58,22 @@ def died_of() -> str | None:
 
     The interpreter stores an exception that ends the main module in
     ``sys.last_value`` (``sys.last_exc`` from 3.12) before the exit hooks run;
-    ``SystemExit`` ends it without (a deliberate exit). An interactive session
-    sets them for every error it shows and carries on, so it never counts.
+    ``SystemExit`` ends it without (a deliberate exit). Consoles set them too
+    for an error they show and carry on (``code.InteractiveInterpreter``, a
+    test runner), so only an exception that unwound the whole stack counts:
+    its outermost frame has no caller. A ``-i`` session, and a line typed at
+    the interactive prompt (``<stdin>`` with ``sys.ps1`` set), never count.
     """
-    if sys.flags.interactive or hasattr(sys, "ps1"):
+    if sys.flags.interactive or sys.flags.inspect:
         return None
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    if exc is None or isinstance(exc, SystemExit):
+    if not isinstance(exc, BaseException) or isinstance(exc, SystemExit):
         return None
+    tb = exc.__traceback__
+    if tb is None or tb.tb_frame.f_back is not None:
+        return None  # caught and shown by code that carried on: a leftover
+    if hasattr(sys, "ps1") and tb.tb_frame.f_code.co_filename == "<stdin>":
+        return None  # the interactive prompt shows every error and carries on
     return type(exc).__name__
 
 

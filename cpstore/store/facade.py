@@ -159,7 +159,8 @@ class Store:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        if exc_type is not None and not issubclass(exc_type, SystemExit):  # lost, named
+        # SystemExit and GeneratorExit (a generator closed early) are no errors: flush.
+        if exc_type is not None and not issubclass(exc_type, (SystemExit, GeneratorExit)):
             self._backend.drop_queue("leaving the store's with-block", f"{exc_type.__name__}")
         self.close()
 
