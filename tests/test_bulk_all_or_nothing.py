@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -223,3 +223,30 @@ def test_an_interrupted_append_is_rolled_back(
     with pytest.raises(KeyboardInterrupt):
         rec.observe_many([(1, "cfg", b"new", None)])
     assert _state(rec) == before
+
+
+class Read(NamedTuple):
+    step: int
+    source: str
+    payload: bytes
+    pinned_at: float | None
+
+
+class Effect(NamedTuple):
+    target: str
+    payload: bytes
+
+
+def test_named_tuple_items_are_taken_as_plain_tuples(stores: tuple[Store, Store]) -> None:
+    """Items that are tuple subclasses (NamedTuple records) give the loop's checkpoint, as before."""
+    a, b = stores
+    run = f"run-{next(_RUNS)}"
+    bulk, loop = a.recorder(run), b.recorder(run)
+    bulk.observe_many([Read(1, "cfg", b"ab", 2.5), Read(2, "é-src", b"cd", None)])
+    assert bulk.effect_many([Effect("db", b"x"), Effect("mail", b"y")]) == 0
+    loop.observe(1, "cfg", b"ab", pinned_at=2.5)
+    loop.observe(2, "é-src", b"cd", pinned_at=None)
+    loop.effect("db", b"x")
+    loop.effect("mail", b"y")
+    assert _state(bulk) == _state(loop)
+    assert bulk.checkpoint(1, b"s") == loop.checkpoint(1, b"s")

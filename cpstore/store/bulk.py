@@ -289,6 +289,8 @@ class BulkAppends:
         rows: list[list[Any]] = []
         payloads: list[bytes] = []
         for i, item in enumerate(batch):
+            if type(item) is not tuple and isinstance(item, tuple):
+                item = tuple(item)  # a NamedTuple record, as the loop of single calls took it
             if type(item) is not tuple or len(item) != 4:
                 raise InvalidInputError(
                     "each observation must be (step, source, payload, pinned_at)",
@@ -327,6 +329,8 @@ class BulkAppends:
         rows: list[list[Any]] = []
         payloads: list[bytes] = []
         for i, item in enumerate(batch):
+            if type(item) is not tuple and isinstance(item, tuple):
+                item = tuple(item)  # a NamedTuple record, as the loop of single calls took it
             if type(item) is not tuple or len(item) != 2:
                 raise InvalidInputError(
                     "each effect must be (target, payload)", where=f"items[{i}]", got=item
