@@ -238,7 +238,7 @@ class Effect(NamedTuple):
 
 
 def test_named_tuple_items_are_taken_as_plain_tuples(stores: tuple[Store, Store]) -> None:
-    """Items that are tuple subclasses (NamedTuple records) give the loop's checkpoint, as before."""
+    """Tuple-subclass items (NamedTuple records) give the loop's checkpoint, as before."""
     a, b = stores
     run = f"run-{next(_RUNS)}"
     bulk, loop = a.recorder(run), b.recorder(run)

@@ -288,9 +288,9 @@ class BulkAppends:
         batch = items if isinstance(items, list) else list(items)
         rows: list[list[Any]] = []
         payloads: list[bytes] = []
-        for i, item in enumerate(batch):
-            if type(item) is not tuple and isinstance(item, tuple):
-                item = tuple(item)  # a NamedTuple record, as the loop of single calls took it
+        for i, given in enumerate(batch):
+            # A NamedTuple record is taken as a plain tuple, as the loop of single calls took it.
+            item = tuple(given) if type(given) is not tuple and isinstance(given, tuple) else given
             if type(item) is not tuple or len(item) != 4:
                 raise InvalidInputError(
                     "each observation must be (step, source, payload, pinned_at)",
@@ -328,9 +328,9 @@ class BulkAppends:
         first = len(self._effects)
         rows: list[list[Any]] = []
         payloads: list[bytes] = []
-        for i, item in enumerate(batch):
-            if type(item) is not tuple and isinstance(item, tuple):
-                item = tuple(item)  # a NamedTuple record, as the loop of single calls took it
+        for i, given in enumerate(batch):
+            # A NamedTuple record is taken as a plain tuple, as the loop of single calls took it.
+            item = tuple(given) if type(given) is not tuple and isinstance(given, tuple) else given
             if type(item) is not tuple or len(item) != 2:
                 raise InvalidInputError(
                     "each effect must be (target, payload)", where=f"items[{i}]", got=item
