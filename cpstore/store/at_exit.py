@@ -26,13 +26,20 @@ import os
 import sys
 import warnings
 import weakref
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
-__all__ = ["died_of", "track_recorder", "track_store"]
+__all__ = ["died_of", "drop_on_error", "track_recorder", "track_store"]
+
+T = TypeVar("T")
 
 
 class _Flushable(Protocol):
     def flush_at_exit(self, *, died_of: str | None = None) -> None: ...
+
+
+class _Droppable(Protocol):
+    def drop_queue(self, when: str, why: str) -> None: ...
 
 
 class _Closable(Protocol):
@@ -51,6 +58,13 @@ def track_store(store: _Flushable) -> None:
 def track_recorder(recorder: _Closable) -> None:
     """Warn at a normal exit if ``recorder`` still holds unsealed effects."""
     _RECORDERS.add(recorder)
+
+
+def drop_on_error(backend: _Droppable, exc_type: type[BaseException] | None) -> None:
+    """Leaving ``with store:``: an error drops the queue, named; SystemExit and GeneratorExit
+    (a generator closed early) are no errors: the store's close() flushes it."""
+    if exc_type is not None and not issubclass(exc_type, (SystemExit, GeneratorExit)):
+        backend.drop_queue("leaving the store's with-block", exc_type.__name__)
 
 
 def died_of() -> str | None:
@@ -83,18 +97,31 @@ def _forget_in_child() -> None:
 
 
 def _at_exit() -> None:
+    # Each step on its own: a warning turned into an error (-W error) must not
+    # skip the stores after it (left to __del__, a queue would flush even when
+    # the process is dying).
     for recorder in list(_RECORDERS):
-        recorder._warn_unsealed("at interpreter exit")
+        _quietly(recorder._warn_unsealed, "at interpreter exit")
     dying = died_of()
     for store in list(_STORES):
         try:
             store.flush_at_exit(died_of=dying)
         except Exception as exc:  # an exit hook must not hide the others
-            warnings.warn(
-                f"cpstore could not flush queued checkpoints at exit: {exc}",
-                RuntimeWarning,
-                stacklevel=1,
-            )
+            _quietly(_warn_flush_failed, exc)
+
+
+def _warn_flush_failed(exc: Exception) -> None:
+    warnings.warn(
+        f"cpstore could not flush queued checkpoints at exit: {exc}", RuntimeWarning, stacklevel=1
+    )
+
+
+def _quietly(fn: Callable[[T], None], arg: T) -> None:
+    """``fn(arg)``; an exception it raises (a warning filtered into an error) is printed."""
+    try:
+        fn(arg)
+    except Exception as exc:
+        print(f"cpstore at exit: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
