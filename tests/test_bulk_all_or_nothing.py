@@ -48,6 +48,7 @@ BAD_READS = [
     (1, "cfg", 5, None),
     (1, "cfg", b"x", math.nan),
     (1, "cfg", b"x", math.inf),
+    (1, "cfg", b"x", 10**400),  # beyond the float range
     (1, "cfg", b"x", True),
     (1, "cfg", b"x", "soon"),
     (1, "cfg", b"x"),  # shape
