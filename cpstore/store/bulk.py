@@ -35,7 +35,7 @@ from cpstore.run.model import PackedTokens
 from cpstore.run.values import EncodedValues
 from cpstore.store.model import MAX_OBJECT_SIZE, as_payload
 
-__all__ = ["BulkAppends", "checked_read"]
+__all__ = ["BulkAppends", "as_float"]
 
 T = TypeVar("T")
 
@@ -308,7 +308,7 @@ class BulkAppends:
                 and len(payload) <= MAX_OBJECT_SIZE
                 and (pinned_at is None or (type(pinned_at) is float and math.isfinite(pinned_at)))
             ):  # anything off the fast path: observe()'s own checks, the index named
-                step, source, payload, pinned_at = _at(i, checked_read, item)
+                step, source, payload, pinned_at = _at(i, _checked_read, item)
             elif pinned_at is not None:
                 pinned_at += 0.0  # -0.0 is stored as 0.0, as observe() does
             rows.append([step, source, None, pinned_at])
@@ -385,7 +385,7 @@ class BulkAppends:
             raise
 
 
-def checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, float | None]:
+def _checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, float | None]:
     """One observation checked exactly as :meth:`Recorder.observe` checks it."""
     step, source, payload, pinned_at = item
     if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < STEP_LIMIT:
@@ -396,14 +396,14 @@ def checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, floa
         if (
             isinstance(pinned_at, bool)
             or not isinstance(pinned_at, (int, float))
-            or not math.isfinite(_as_float(pinned_at))
+            or not math.isfinite(as_float(pinned_at))
         ):
             raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
         pinned_at = float(pinned_at) + 0.0
     return step, source, data, pinned_at
 
 
-def _as_float(value: float) -> float:
+def as_float(value: float) -> float:
     """``float(value)``; an int beyond the float range is infinite (refused), not OverflowError."""
     try:
         return float(value)

@@ -11,6 +11,7 @@ A recorder is not thread-safe: use one per thread (or lock around it).
 
 from __future__ import annotations
 
+import math
 import os
 import struct
 import warnings
@@ -38,7 +39,7 @@ from cpstore.run.nodes import decision_node
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
-from cpstore.store.bulk import BulkAppends, checked_read
+from cpstore.store.bulk import BulkAppends, as_float
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.manifest import (
     encode_digest_map,
@@ -231,7 +232,17 @@ class Recorder(BulkAppends):
 
     def observe(self, step: int, source: str, payload: bytes, *, pinned_at: float | None) -> None:
         """Record an external read; ``pinned_at`` None means re-fetched (unpinned)."""
-        step, source, data, pinned_at = checked_read((step, source, payload, pinned_at))
+        _step(step)
+        non_empty_text(source, "source")
+        data = as_payload(payload, "observation payload")
+        if pinned_at is not None:
+            if (
+                isinstance(pinned_at, bool)
+                or not isinstance(pinned_at, (int, float))
+                or not math.isfinite(as_float(pinned_at))
+            ):
+                raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
+            pinned_at = float(pinned_at) + 0.0
         self._observations.append([step, source, self._stash_payload(data), pinned_at])
         self._dirty.add("observations")
 
