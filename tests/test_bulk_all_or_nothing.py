@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -48,6 +48,7 @@ BAD_READS = [
     (1, "cfg", 5, None),
     (1, "cfg", b"x", math.nan),
     (1, "cfg", b"x", math.inf),
+    (1, "cfg", b"x", 10**400),  # beyond the float range
     (1, "cfg", b"x", True),
     (1, "cfg", b"x", "soon"),
     (1, "cfg", b"x"),  # shape
@@ -223,3 +224,30 @@ def test_an_interrupted_append_is_rolled_back(
     with pytest.raises(KeyboardInterrupt):
         rec.observe_many([(1, "cfg", b"new", None)])
     assert _state(rec) == before
+
+
+class Read(NamedTuple):
+    step: int
+    source: str
+    payload: bytes
+    pinned_at: float | None
+
+
+class Effect(NamedTuple):
+    target: str
+    payload: bytes
+
+
+def test_named_tuple_items_are_taken_as_plain_tuples(stores: tuple[Store, Store]) -> None:
+    """Tuple-subclass items (NamedTuple records) give the loop's checkpoint, as before."""
+    a, b = stores
+    run = f"run-{next(_RUNS)}"
+    bulk, loop = a.recorder(run), b.recorder(run)
+    bulk.observe_many([Read(1, "cfg", b"ab", 2.5), Read(2, "é-src", b"cd", None)])
+    assert bulk.effect_many([Effect("db", b"x"), Effect("mail", b"y")]) == 0
+    loop.observe(1, "cfg", b"ab", pinned_at=2.5)
+    loop.observe(2, "é-src", b"cd", pinned_at=None)
+    loop.effect("db", b"x")
+    loop.effect("mail", b"y")
+    assert _state(bulk) == _state(loop)
+    assert bulk.checkpoint(1, b"s") == loop.checkpoint(1, b"s")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,30 @@ elif how == "interrupt_after_queueing":
 elif how == "raise_in_with":
     with store:
         rec.checkpoint(3, {"n": 3})
+        raise RuntimeError("the agent failed")
+elif how == "console_error_then_normal":
+    import code
+    code.InteractiveInterpreter().runsource("1/0")  # a debugging console shows a handled error
+elif how == "console_then_raise":
+    import code, io
+    sys.stdin = io.StringIO("")
+    code.interact(banner="", exitmsg="")  # an embedded console (3.11 leaves sys.ps1 set)
+    raise RuntimeError("the agent failed")
+elif how == "generator_closed_in_with":
+    def steps():
+        with store:
+            yield rec.checkpoint(3, {"n": 3})
+            yield rec.checkpoint(4, {"n": 4})
+    gen = steps()
+    next(gen)
+    gen.close()  # the consumer stops early: GeneratorExit leaves the with-block
+elif how.startswith("warnings_are_errors"):
+    import warnings
+    warnings.simplefilter("error")  # -W error: every exit warning raises
+    other = open_store(path + "-other", durability="batched", batch_size=64)
+    print(other.recorder("o").checkpoint(0, {"n": 0}), file=sys.stderr, flush=True)
+    rec.effect("mail", b"sent")  # unsealed: the recorder's exit warning raises first
+    if how == "warnings_are_errors_raise":
         raise RuntimeError("the agent failed")
 elif how == "os_exit":
     os._exit(0)
@@ -101,7 +126,9 @@ def test_a_normal_exit_commits_the_queue(tmp_path: Path, how: str, code: int) ->
     assert "NOT written" not in done.stderr
 
 
-@pytest.mark.parametrize("how", ["raise", "raise_mid_checkpoint", "interrupt_after_queueing"])
+@pytest.mark.parametrize(
+    "how", ["raise", "raise_mid_checkpoint", "interrupt_after_queueing", "console_then_raise"]
+)
 def test_an_uncaught_exception_commits_nothing_and_names_the_lost_queue(
     tmp_path: Path, how: str
 ) -> None:
@@ -121,6 +148,42 @@ def test_an_exception_leaving_the_stores_with_block_commits_nothing(tmp_path: Pa
     assert _stored(tmp_path / "s") == {ids[0]}
     assert "NOT written leaving the store's with-block" in done.stderr, done.stderr
     assert ids[1] in done.stderr and ids[2] in done.stderr
+
+
+def test_a_handled_error_shown_by_a_console_does_not_drop_the_queue_at_a_normal_exit(
+    tmp_path: Path,
+) -> None:
+    """sys.last_value left by code.InteractiveInterpreter is no uncaught exception: all commit."""
+    done, ids = _end_writer(tmp_path / "s", "console_error_then_normal")
+    assert done.returncode == 0, done.stderr
+    assert "ZeroDivisionError" in done.stderr  # the console showed it
+    assert "NOT written" not in done.stderr, done.stderr
+    assert _stored(tmp_path / "s") == set(ids)
+
+
+@pytest.mark.parametrize("how", ["warnings_are_errors", "warnings_are_errors_raise"])
+def test_warnings_turned_into_errors_do_not_change_what_commits_at_exit(
+    tmp_path: Path, how: str
+) -> None:
+    """Under -W error the exit hook still treats every store: the queues commit or drop alike."""
+    done, ids = _end_writer(tmp_path / "s", how)
+    other = done.stderr.split("\n")[0]
+    assert len(other) == 32, done.stderr
+    normal = how == "warnings_are_errors"
+    assert done.returncode == (0 if normal else 1), done.stderr
+    assert _stored(tmp_path / "s") == (set(ids) if normal else {ids[0]})
+    assert _stored(f"{tmp_path / 's'}-other") == ({other} if normal else set())
+
+
+def test_a_generator_closed_inside_the_stores_with_block_commits_the_queue(
+    tmp_path: Path,
+) -> None:
+    """GeneratorExit (a consumer stopping early) is no error: leaving 'with store:' flushes."""
+    done, ids = _end_writer(tmp_path / "s", "generator_closed_in_with")
+    assert done.returncode == 0, done.stderr
+    assert "NOT written" not in done.stderr, done.stderr
+    stored = _stored(tmp_path / "s")
+    assert set(ids) < stored and len(stored) == 4  # 0, 1, 2 and the yielded 3
 
 
 @pytest.mark.parametrize("how", ["os_exit", "sigterm"])
@@ -166,3 +229,17 @@ def test_the_rule_holds_on_postgresql(pg_url: str, how: str, code: int) -> None:
     assert done.returncode == code, done.stderr
     assert _stored(url) == (set(ids) if how == "normal" else {ids[0]})
     assert ("NOT written" in done.stderr) == (how != "normal")
+
+
+def test_a_with_block_left_on_an_error_closes_the_store_even_under_warnings_as_errors(
+    tmp_path: Path,
+) -> None:
+    """-W error makes the drop warning an error: the queue is still dropped, the store closed."""
+    store = open_store(tmp_path / "s", durability="batched", batch_size=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning, match="NOT written leaving"), store:
+            store.recorder("r").checkpoint(0, {"n": 0})
+            raise ValueError("the agent failed")
+    assert store.backend.closed
+    assert _stored(tmp_path / "s") == set()

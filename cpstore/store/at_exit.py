@@ -26,13 +26,20 @@ import os
 import sys
 import warnings
 import weakref
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
-__all__ = ["died_of", "track_recorder", "track_store"]
+__all__ = ["died_of", "drop_on_error", "track_recorder", "track_store"]
+
+T = TypeVar("T")
 
 
 class _Flushable(Protocol):
     def flush_at_exit(self, *, died_of: str | None = None) -> None: ...
+
+
+class _Droppable(Protocol):
+    def drop_queue(self, when: str, why: str) -> None: ...
 
 
 class _Closable(Protocol):
@@ -53,19 +60,34 @@ def track_recorder(recorder: _Closable) -> None:
     _RECORDERS.add(recorder)
 
 
+def drop_on_error(backend: _Droppable, exc_type: type[BaseException] | None) -> None:
+    """Leaving ``with store:``: an error drops the queue, named; SystemExit and GeneratorExit
+    (a generator closed early) are no errors: the store's close() flushes it."""
+    if exc_type is not None and not issubclass(exc_type, (SystemExit, GeneratorExit)):
+        backend.drop_queue("leaving the store's with-block", exc_type.__name__)
+
+
 def died_of() -> str | None:
     """The uncaught exception this interpreter is exiting on (its type name), or None.
 
     The interpreter stores an exception that ends the main module in
     ``sys.last_value`` (``sys.last_exc`` from 3.12) before the exit hooks run;
-    ``SystemExit`` ends it without (a deliberate exit). An interactive session
-    sets them for every error it shows and carries on, so it never counts.
+    ``SystemExit`` ends it without (a deliberate exit). Consoles set them too
+    for an error they show and carry on (``code.InteractiveInterpreter``, a
+    test runner), so only an exception that unwound the whole stack counts:
+    its outermost frame has no caller. A ``-i`` session, and a line typed at
+    the interactive prompt (``<stdin>`` with ``sys.ps1`` set), never count.
     """
-    if sys.flags.interactive or hasattr(sys, "ps1"):
+    if sys.flags.interactive or sys.flags.inspect:
         return None
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
-    if exc is None or isinstance(exc, SystemExit):
+    if not isinstance(exc, BaseException) or isinstance(exc, SystemExit):
         return None
+    tb = exc.__traceback__
+    if tb is None or tb.tb_frame.f_back is not None:
+        return None  # caught and shown by code that carried on: a leftover
+    if hasattr(sys, "ps1") and tb.tb_frame.f_code.co_filename == "<stdin>":
+        return None  # the interactive prompt shows every error and carries on
     return type(exc).__name__
 
 
@@ -75,18 +97,31 @@ def _forget_in_child() -> None:
 
 
 def _at_exit() -> None:
+    # Each step on its own: a warning turned into an error (-W error) must not
+    # skip the stores after it (left to __del__, a queue would flush even when
+    # the process is dying).
     for recorder in list(_RECORDERS):
-        recorder._warn_unsealed("at interpreter exit")
+        _quietly(recorder._warn_unsealed, "at interpreter exit")
     dying = died_of()
     for store in list(_STORES):
         try:
             store.flush_at_exit(died_of=dying)
         except Exception as exc:  # an exit hook must not hide the others
-            warnings.warn(
-                f"cpstore could not flush queued checkpoints at exit: {exc}",
-                RuntimeWarning,
-                stacklevel=1,
-            )
+            _quietly(_warn_flush_failed, exc)
+
+
+def _warn_flush_failed(exc: Exception) -> None:
+    warnings.warn(
+        f"cpstore could not flush queued checkpoints at exit: {exc}", RuntimeWarning, stacklevel=1
+    )
+
+
+def _quietly(fn: Callable[[T], None], arg: T) -> None:
+    """``fn(arg)``; an exception it raises (a warning filtered into an error) is printed."""
+    try:
+        fn(arg)
+    except Exception as exc:
+        print(f"cpstore at exit: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

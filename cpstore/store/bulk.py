@@ -35,7 +35,7 @@ from cpstore.run.model import PackedTokens
 from cpstore.run.values import EncodedValues
 from cpstore.store.model import MAX_OBJECT_SIZE, as_payload
 
-__all__ = ["BulkAppends"]
+__all__ = ["BulkAppends", "as_float"]
 
 T = TypeVar("T")
 
@@ -288,7 +288,9 @@ class BulkAppends:
         batch = items if isinstance(items, list) else list(items)
         rows: list[list[Any]] = []
         payloads: list[bytes] = []
-        for i, item in enumerate(batch):
+        for i, given in enumerate(batch):
+            # A NamedTuple record is taken as a plain tuple, as the loop of single calls took it.
+            item = tuple(given) if type(given) is not tuple and isinstance(given, tuple) else given
             if type(item) is not tuple or len(item) != 4:
                 raise InvalidInputError(
                     "each observation must be (step, source, payload, pinned_at)",
@@ -326,7 +328,9 @@ class BulkAppends:
         first = len(self._effects)
         rows: list[list[Any]] = []
         payloads: list[bytes] = []
-        for i, item in enumerate(batch):
+        for i, given in enumerate(batch):
+            # A NamedTuple record is taken as a plain tuple, as the loop of single calls took it.
+            item = tuple(given) if type(given) is not tuple and isinstance(given, tuple) else given
             if type(item) is not tuple or len(item) != 2:
                 raise InvalidInputError(
                     "each effect must be (target, payload)", where=f"items[{i}]", got=item
@@ -392,11 +396,19 @@ def _checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, flo
         if (
             isinstance(pinned_at, bool)
             or not isinstance(pinned_at, (int, float))
-            or not math.isfinite(pinned_at)
+            or not math.isfinite(as_float(pinned_at))
         ):
             raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
         pinned_at = float(pinned_at) + 0.0
     return step, source, data, pinned_at
+
+
+def as_float(value: float) -> float:
+    """``float(value)``; an int beyond the float range is infinite (refused), not OverflowError."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _checked_effect(item: tuple[Any, Any]) -> tuple[str, bytes]:

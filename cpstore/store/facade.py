@@ -11,7 +11,7 @@ import os
 import stat
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, closing
 from typing import TYPE_CHECKING, Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
@@ -19,7 +19,7 @@ from cpstore.errors import InvalidInputError, StoreError
 from cpstore.native.args import check_text
 from cpstore.native.binding import digest
 from cpstore.native.records import Digest
-from cpstore.store.at_exit import track_store
+from cpstore.store.at_exit import drop_on_error, track_store
 from cpstore.store.audit import (
     AuditView,
     append_audit,
@@ -159,9 +159,9 @@ class Store:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        if exc_type is not None and not issubclass(exc_type, SystemExit):  # lost, named
-            self._backend.drop_queue("leaving the store's with-block", f"{exc_type.__name__}")
-        self.close()
+        # SystemExit and GeneratorExit (a generator closed early) are no errors: flush.
+        with closing(self):  # closed also when the warning is filtered into an error
+            drop_on_error(self._backend, exc_type)
 
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and release the environment."""

@@ -42,7 +42,7 @@ from cpstore.store.append_state import AppendParts
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
-from cpstore.store.bulk import BulkAppends
+from cpstore.store.bulk import BulkAppends, as_float
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.manifest import (
     encode_digest_map,
@@ -241,7 +241,7 @@ class Recorder(BulkAppends):
             if (
                 isinstance(pinned_at, bool)
                 or not isinstance(pinned_at, (int, float))
-                or not math.isfinite(pinned_at)
+                or not math.isfinite(as_float(pinned_at))
             ):
                 raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
             pinned_at = float(pinned_at) + 0.0
