@@ -11,7 +11,7 @@ import os
 import stat
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, closing
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
@@ -19,7 +19,7 @@ from cpstore.errors import InvalidInputError, StoreError
 from cpstore.native.args import check_text
 from cpstore.native.binding import digest
 from cpstore.native.records import Digest
-from cpstore.store.at_exit import drop_on_error, track_store
+from cpstore.store.at_exit import track_store
 from cpstore.store.audit import (
     AuditView,
     append_audit,
@@ -158,25 +158,22 @@ class Store:
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
-        # SystemExit and GeneratorExit (a generator closed early) are no errors: flush.
-        with closing(self):  # closed also when the warning is filtered into an error
-            drop_on_error(self._backend, exc_type)
+    def __exit__(self, *exc: object) -> None:
+        # An error leaving the block flushes too: every queued checkpoint is
+        # complete, and the last ones before a failure are what recovery needs.
+        self.close()
 
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and release the environment."""
         self._backend.close()
 
-    def flush_at_exit(self, *, died_of: str | None = None) -> None:
+    def flush_at_exit(self) -> None:
         """Commit queued checkpoints at interpreter exit (in the opening process only).
 
         Never hangs: a map growth waits at most ``_EXIT_RESIZE_WAIT`` seconds
-        for reads of other threads; a failed flush, or ``died_of`` (an uncaught
-        exception ends the process: the queue is dropped), warns naming each id.
+        for reads of other threads; a failed flush is a RuntimeWarning naming
+        every checkpoint not written.
         """
-        if died_of is not None:
-            self._backend.drop_queue("at interpreter exit", f"the process died of {died_of}")
-            return
         self._backend.flush_at_exit(_EXIT_RESIZE_WAIT)
 
     def __del__(self) -> None:

@@ -51,10 +51,8 @@ Durability = Literal["sync", "batched", "none"]
 DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
 
 
-def _lost_at_exit(
-    path: str, queued: list[CheckpointWrite], exc: object, when: str = "at interpreter exit"
-) -> str:
-    """The warning for a batch that was not written: every lost id, by branch."""
+def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
+    """The exit warning for a batch that could not be written: every lost id, by branch."""
     lost: dict[tuple[str, str], list[str]] = {}
     for op in queued:
         lost.setdefault((op.run_id, op.branch), []).append(bytes(op.cid).hex())
@@ -62,8 +60,8 @@ def _lost_at_exit(
         f"run {run!r} branch {branch!r}: {', '.join(ids)}" for (run, branch), ids in lost.items()
     )
     return (
-        f"cpstore store {path}: {len(queued)} queued checkpoint(s) were NOT written {when} "
-        f"(batched mode acknowledged them as queued only): {named} ({exc})"
+        f"cpstore store {path}: {len(queued)} queued checkpoint(s) were NOT written at "
+        f"interpreter exit (batched mode acknowledged them as queued only): {named} ({exc})"
     )
 
 
@@ -200,18 +198,6 @@ class LmdbBackend:
             self.flush()
         except Exception as exc:  # an exit hook must say what is lost, not raise
             warnings.warn(_lost_at_exit(self._path, queued, exc), RuntimeWarning, stacklevel=1)
-
-    def drop_queue(self, when: str, why: str) -> None:
-        """Drop this process's queued checkpoints unwritten; a RuntimeWarning names each id.
-
-        What an exit on an uncaught exception does (docs/durability.md, "What
-        commits at exit"): the queue is lost as in a crash, never in silence.
-        """
-        if not self.owes_flush():
-            return
-        with self._pending_lock:
-            queued, self._pending = self._pending, []
-        warnings.warn(_lost_at_exit(self._path, queued, why, when), RuntimeWarning, stacklevel=1)
 
     def live(self) -> None:
         """Raise StoreError when closed, or used from a forked child."""

@@ -36,7 +36,7 @@ from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
-from cpstore.store.lmdb_backend import Durability, _lost_at_exit
+from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
 from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY
 from cpstore.store.manifest import (
@@ -219,14 +219,6 @@ class PgBackend:
                 RuntimeWarning,
                 stacklevel=1,
             )
-
-    def drop_queue(self, when: str, why: str) -> None:
-        """Drop this process's queued checkpoints unwritten; a RuntimeWarning names each id."""
-        if not self.owes_flush():
-            return
-        with self._pending_lock:
-            queued, self._pending = self._pending, []
-        warnings.warn(_lost_at_exit(self._path, queued, why, when), RuntimeWarning, stacklevel=1)
 
     def live(self) -> None:
         """Raise StoreError when closed, ForkError in a forked child."""
