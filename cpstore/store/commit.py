@@ -43,6 +43,8 @@ def apply_write(
             expected=hex_id(op.expected_ref),
             got=hex_id(current_b),
         )
+    # Also a premise of the recorder's must_exist: with the CAS above it proves
+    # the head this write extends is stored in this txn (recorder.checkpoint).
     if op.parent is not None and txn.get(op.parent, db=cps) is None:
         # Only a fork's first checkpoint can get here (a branch head is never
         # pruned): retention swept the checkpoint it forks from while the

@@ -480,9 +480,28 @@ class Recorder(BulkAppends):
         cid = Digest(digest(manifest))
         named = {key for _, key in manifest_references(fields, named=False)}
         # Every object the manifest names and this txn does not write is
-        # checked in the commit txn itself: nothing acknowledged can name an
-        # object that is not stored when the checkpoint becomes visible.
-        must_exist = [k for k in named | self._inherited if k not in self._pending]
+        # stored when the checkpoint becomes visible; the commit txn either
+        # reads it (must_exist) or knows it without a read:
+        # * With ``expected_ref`` set it equals ``parent`` (the head H this
+        #   recorder extends), and the commit txn proves the ref still names H
+        #   (the CAS) and that H's checkpoint is stored (the parent read).
+        # * A stored checkpoint has every object it reaches stored: a commit
+        #   writes or checks each one in the txn that stores it, and retention
+        #   deletes an object only in the txn that deletes every checkpoint
+        #   naming it (it marks the whole of every live checkpoint, and every
+        #   checkpoint it keeps is live: retention.py ``_sweep``).
+        # * ``_confirmed | _logged`` is exactly what H reaches (H's own names,
+        #   chunk-tree nodes and log payloads, built here or loaded verified).
+        # So those need no read. A fork's first commit (``expected_ref`` None)
+        # has no such head: its inherited objects are all read, as before.
+        pending = self._pending
+        if self._expected is None:
+            must_exist = [k for k in named | self._inherited if k not in pending]
+        else:
+            confirmed, logged = self._confirmed, self._logged
+            must_exist = [
+                k for k in named if k not in pending and k not in confirmed and k not in logged
+            ]
         effects_key = self._log("effects")
         sealed = effects_key if seal_ledger else None
         op = CheckpointWrite(
