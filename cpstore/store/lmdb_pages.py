@@ -181,8 +181,8 @@ class TailCover:
             if fd is None:
                 fd = self.fd = os.open(self.data, os.O_WRONLY)
             size = os.fstat(fd).st_size
-            if size < need:
-                target = -(-need // TAIL_STEP) * TAIL_STEP
+            target = -(-need // TAIL_STEP) * TAIL_STEP
+            if size < target:  # a step ahead: LMDB's own writes grow the file too
                 os.posix_fallocate(fd, size, target - size)
                 size = target
             self.covered = size
