@@ -354,7 +354,9 @@ class Recorder(BulkAppends):
         parts: dict[str, bytes] = {}
         # The cache keeps only this checkpoint's parts: a hit must name an
         # object the head reaches (see _confirmed), never an older one.
-        cache, self._parts = self._parts, {}
+        cache = self._parts
+        kept: dict[str, tuple[object, bytes, bytes | None]] = {}
+        self._parts = kept
         for name, value in state.items():
             if not isinstance(name, str) or not name:
                 raise InvalidInputError("state part names must be non-empty str", got=name)
@@ -363,7 +365,7 @@ class Recorder(BulkAppends):
                 parts[name] = cached[1]
                 if cached[2] is not None:
                     chunked[name] = cached[2]
-                self._parts[name] = cached
+                kept[name] = cached
                 continue
             check_text(name, "state part name")
             try:
@@ -389,7 +391,7 @@ class Recorder(BulkAppends):
                 )
             parts[name] = self._blob(enc, chunked, name)
             if isinstance(value, (bytes, str)):
-                self._parts[name] = (value, parts[name], chunked.get(name))
+                kept[name] = (value, parts[name], chunked.get(name))
         parts_bytes = encode_digest_map(parts)
         st = {"kind": "parts", "digest": digest(parts_bytes), "parts": parts, "chunked": chunked}
         return st, encode_state(st, parts_bytes)
