@@ -236,6 +236,9 @@ class TestTailCover:
         data = tmp_path / "data.mdb"
         data.write_bytes(b"\0" * 4096)
         tail = TailCover(str(data), 4096)
+        tail.cover(1)
+        assert data.stat().st_size == 2 * 4096  # not known to be a store yet: exactly
+        tail.ahead = True
         tail.cover(9)
         assert data.stat().st_size == lmdb_pages.TAIL_STEP
         calls: list[int] = []
@@ -255,6 +258,7 @@ class TestTailCover:
         data = tmp_path / "data.mdb"
         data.write_bytes(b"\0" * 4096)
         tail = TailCover(str(data), 4096)
+        tail.ahead = True
         tries: list[int] = []
 
         def full(fd: int, offset: int, length: int) -> None:

@@ -122,6 +122,7 @@ class Env:
             self._check_file_size()
             self._tail.psize = int(self.env.stat()["psize"])
             self.dbs = self._open_dbs()
+            self._tail.ahead = True  # a cpstore store: its tail may be allocated ahead
         except BaseException:
             self.env.close()
             self._tail.close()

@@ -170,6 +170,9 @@ class TailCover:
         self.data, self.psize = data, psize
         self.covered = 0
         self.fd: int | None = None
+        #: Allocate a step ahead; False (exactly what is committed) until the
+        #: file is known to be a cpstore store: a refused open changes nothing.
+        self.ahead = False
 
     def cover(self, last_pgno: int) -> None:
         """Make the file at least ``last_pgno + 1`` pages long (best effort)."""
@@ -181,7 +184,7 @@ class TailCover:
             if fd is None:
                 fd = self.fd = os.open(self.data, os.O_WRONLY)
             size = os.fstat(fd).st_size
-            target = -(-need // TAIL_STEP) * TAIL_STEP
+            target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
             if size < target:  # a step ahead: LMDB's own writes grow the file too
                 os.posix_fallocate(fd, size, target - size)
                 size = target
