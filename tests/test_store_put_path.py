@@ -232,7 +232,7 @@ class TestTailCover:
     def test_the_tail_is_covered_a_step_ahead_and_then_left_alone(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """One allocation reaches the next step; txns inside it make no system call."""
+        """One fill (zeros, read back) reaches the next step; txns inside it make no system call."""
         data = tmp_path / "data.mdb"
         data.write_bytes(b"\0" * 4096)
         tail = TailCover(str(data), 4096)
@@ -241,6 +241,7 @@ class TestTailCover:
         tail.ahead = True
         tail.cover(9)
         assert data.stat().st_size == lmdb_pages.TAIL_STEP
+        assert data.read_bytes() == bytes(lmdb_pages.TAIL_STEP)
         calls: list[int] = []
         monkeypatch.setattr(os, "fstat", calls.append)
         tail.cover(lmdb_pages.TAIL_STEP // 4096 - 1)
@@ -261,11 +262,11 @@ class TestTailCover:
         tail.ahead = True
         tries: list[int] = []
 
-        def full(fd: int, offset: int, length: int) -> None:
-            tries.append(length)
+        def full(fd: int, data: bytes, offset: int) -> int:
+            tries.append(len(data))
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(os, "posix_fallocate", full)
+        monkeypatch.setattr(os, "pwrite", full)
         tail.cover(3)
         tail.cover(3)
         assert len(tries) == 2 and tail.covered == 0 and data.stat().st_size == 4096

@@ -436,8 +436,8 @@ class Env:
                 try:
                     with self._begin(write=True) as txn:
                         # Under LMDB's writer lock: no commit of any process runs
-                        # while the tail is filled (a posix_fallocate emulated by
-                        # writing bytes must not race a commit reusing those pages).
+                        # while the tail is filled (zeros written past the end
+                        # must not race a commit reusing those pages).
                         self._cover_tail()
                         return fn(txn)
                 finally:

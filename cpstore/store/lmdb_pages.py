@@ -151,26 +151,31 @@ def check_data_size(data: str, psize: int, info: Callable[[], Mapping[str, Any]]
 
 
 class TailCover:
-    """Allocates a data file up to its committed pages (``Env._cover_tail`` calls it).
+    """Fills a data file up to its committed pages (``Env._cover_tail`` calls it).
 
     Without a write map LMDB writes only dirty pages: pages a txn took from the
     end and freed again (loose pages) count in ``last_pgno`` but are never
     written, so the file can end short and :func:`check_data_size` walks it.
-    ``posix_fallocate`` only extends; glibc emulates it by writing into blocks
-    past the end where the filesystem lacks fallocate, so the caller holds
-    LMDB's writer lock, where no commit can be writing those pages. It extends
-    in ``TAIL_STEP`` steps (pages past ``last_pgno`` no txn uses yet; LMDB
-    ignores bytes past its pages) through one held descriptor, and remembers
-    the size last seen (a data file only grows): most txns make no system call.
-    Best effort: a failure (a full disk) must not fail the txn; an uncovered
-    tail is what :func:`check_data_size` walks.
+    The tail is filled by writing zeros past the end (what glibc's
+    ``posix_fallocate`` does where a filesystem lacks fallocate), so the caller
+    holds LMDB's writer lock, where no commit can be writing those pages.
+
+    It fills in ``TAIL_STEP`` steps ahead of ``last_pgno`` (pages past it no txn
+    uses yet; LMDB ignores bytes past its pages) through one held descriptor,
+    and remembers the size last seen (a data file only grows): most txns make
+    no system call here. Zeros written, not an fallocate: a commit then
+    overwrites blocks the file already has, and its fdatasync carries no
+    allocation with it (measured: durable puts 1.16-1.39x faster than filling
+    exactly to ``last_pgno``; an fallocate step ahead 1.04-1.16x). Best effort:
+    a failure (a full disk) must not fail the txn; an uncovered tail is what
+    :func:`check_data_size` walks.
     """
 
     def __init__(self, data: str, psize: int) -> None:
         self.data, self.psize = data, psize
         self.covered = 0
         self.fd: int | None = None
-        #: Allocate a step ahead; False (exactly what is committed) until the
+        #: Fill a step ahead; False (exactly what is committed) until the
         #: file is known to be a cpstore store: a refused open changes nothing.
         self.ahead = False
 
@@ -185,9 +190,13 @@ class TailCover:
                 fd = self.fd = os.open(self.data, os.O_WRONLY)
             size = os.fstat(fd).st_size
             target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
-            if size < target:  # a step ahead: LMDB's own writes grow the file too
-                os.posix_fallocate(fd, size, target - size)
-                size = target
+            if size < target:
+                zeros = memoryview(bytes(min(target - size, TAIL_STEP)))
+                while size < target:
+                    written = os.pwrite(fd, zeros[: target - size], size)
+                    if written <= 0:
+                        break
+                    size += written
             self.covered = size
         except OSError:
             pass
