@@ -194,9 +194,7 @@ class Recorder(BulkAppends):
         }
         tokens = raw["tokens"]
         self._logs["tokens"] = None if tokens is None else encode_value(tokens)
-        self._token_refs = (
-            None if tokens is None else {name: tokens[name] for name in _TOKEN_OBJECTS}
-        )
+        self._token_refs = None if tokens is None else {k: tokens[k] for k in _TOKEN_OBJECTS}
         self._dirty = set()
 
     # -- properties ----------------------------------------------------------
@@ -369,12 +367,9 @@ class Recorder(BulkAppends):
                 continue
             check_text(name, "state part name")
             try:
-                # ASCII str straight to msgpack: its shortest form is the canonical
-                # one (fast_encoding); the rest through the canonical encoder.
-                if type(value) is str and value.isascii():
-                    enc = _msgpack(value)
-                else:
-                    enc = encode_value(value)
+                # ASCII str straight to msgpack: its shortest form is the canonical one.
+                ascii_str = type(value) is str and value.isascii()
+                enc = _msgpack(value) if ascii_str else encode_value(value)
             except CanonicalEncodingError as exc:  # its path starts at "$": name the part
                 raise CanonicalEncodingError(
                     exc.what,
