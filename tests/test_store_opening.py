@@ -523,14 +523,14 @@ def test_a_data_file_cut_inside_its_reachable_pages_is_still_refused(tmp_path: P
 def test_a_failing_tail_allocation_does_not_fail_a_committed_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """posix_fallocate failing (a full disk) fails no write, and what was stored reads back."""
+    """Filling the tail failing (a full disk) fails no write, and what was stored reads back."""
     calls: list[int] = []
 
-    def full(fd: int, offset: int, length: int) -> None:
-        calls.append(length)
+    def full(fd: int, data: bytes, offset: int) -> int:
+        calls.append(len(data))
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(os, "posix_fallocate", full)
+    monkeypatch.setattr(os, "pwrite", full)  # TailCover writes zeros past the end
     for attempt in range(20):  # gc leaves loose tail pages in most fresh stores, not all
         path = str(tmp_path / f"s{attempt}")
         acknowledged: list[str] = []
@@ -555,9 +555,9 @@ def test_the_tail_is_filled_inside_the_write_txn_before_its_work(
 ) -> None:
     """The tail is filled holding LMDB's writer lock (inside the txn), never after a commit.
 
-    glibc emulates posix_fallocate by writing into blocks past the end where a
-    filesystem lacks fallocate; after the commit, another process's commit could
-    be reusing those pages.
+    The tail is filled by writing zeros past the end (as glibc emulates
+    posix_fallocate where a filesystem lacks fallocate); after the commit, another
+    process's commit could be reusing those pages.
     """
     from cpstore.store.lmdb_env import Env  # noqa: PLC0415 - patched below
 

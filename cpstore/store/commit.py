@@ -10,16 +10,16 @@ caller's txn. Backends differ only in how they ask whether an object exists
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Set
 from typing import Any
 
 from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store.backend import Txn
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
 from cpstore.store.objects import put_object
-from cpstore.store.refs import RECORDED, read_ref, write_ref
+from cpstore.store.refs import RECORDED, read_ref_hashed, write_ref
 
-__all__ = ["apply_write"]
+__all__ = ["apply_write", "objects_to_check"]
 
 
 def apply_write(
@@ -34,7 +34,7 @@ def apply_write(
     the caller commits (ConflictError on a moved branch or a pruned parent)."""
     objects, cps = dbs["objects"], dbs["checkpoints"]
     rkey = ref_key(op.run_id, op.branch)
-    current = read_ref(txn, dbs, rkey, layout=layout)
+    current = read_ref_hashed(txn, dbs, rkey, layout=layout)
     current_b = None if current is None else current[0]
     if current_b != op.expected_ref:
         raise ConflictError(
@@ -43,6 +43,8 @@ def apply_write(
             expected=hex_id(op.expected_ref),
             got=hex_id(current_b),
         )
+    # Also a premise of the recorder's must_exist: with the CAS above it proves
+    # the head this write extends is stored in this txn (recorder.checkpoint).
     if op.parent is not None and txn.get(op.parent, db=cps) is None:
         # Only a fork's first checkpoint can get here (a branch head is never
         # pruned): retention swept the checkpoint it forks from while the
@@ -83,3 +85,39 @@ def apply_write(
             txn.delete(mkey, db=dbs["meta"])
         else:
             txn.put(mkey, mvalue, db=dbs["meta"])
+
+
+def objects_to_check(
+    named: Set[bytes],
+    written: Collection[bytes],
+    *,
+    extends_head: bool,
+    reached: tuple[Set[bytes], Set[bytes]],
+    inherited: Set[bytes],
+) -> list[bytes]:
+    """The objects a checkpoint names that its commit txn must read (``must_exist``).
+
+    Every object a checkpoint names and its txn does not write is stored when
+    the checkpoint becomes visible; the txn reads it, or knows it without a read:
+
+    * ``extends_head``: the write's ``expected_ref`` is set and equals its
+      ``parent`` (the head H the recorder extends); :func:`apply_write` proves
+      in the txn that the ref still names H (the CAS) and that H's checkpoint
+      is stored (the parent read).
+    * A stored checkpoint has every object it reaches stored: a commit writes
+      or reads each one in the txn that stores it, and retention deletes an
+      object only in the txn that deletes every checkpoint naming it (it marks
+      the whole of every live checkpoint and deletes every checkpoint it does
+      not mark: retention.py ``_sweep``). Nothing else deletes objects.
+    * ``reached`` (the recorder's confirmed names and log payloads) is exactly
+      what H reaches: its own names, chunk-tree nodes and logged payloads,
+      built by the recorder that committed H or loaded verified from H.
+
+    So those need no read. Without a head (a fork's first commit: its parent
+    is no head, and may be pruned down to what other heads keep) every named
+    and ``inherited`` object is read.
+    """
+    if not extends_head:
+        return [k for k in named | inherited if k not in written]
+    confirmed, logged = reached
+    return [k for k in named if k not in written and k not in confirmed and k not in logged]

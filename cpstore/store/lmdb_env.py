@@ -42,7 +42,7 @@ from cpstore.store.lmdb_open import (
     open_dbs_readonly,
     refuse,
 )
-from cpstore.store.lmdb_pages import check_data_size
+from cpstore.store.lmdb_pages import TailCover, check_data_size
 from cpstore.store.model import BARE_REF_LAYOUTS, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
@@ -87,6 +87,7 @@ class Env:
         #: writable open has upgraded an older one to STORE_VERSION.
         self.layout: int = STORE_VERSION
         data = os.path.join(path, "data.mdb")
+        self._tail = TailCover(data, 0)  # psize set once open
         try:
             if not options.readonly and options.create and not os.path.exists(path):
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
@@ -120,11 +121,12 @@ class Env:
             # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
             self.env.reader_check()
             self._check_file_size()
-            self._psize = int(self.env.stat()["psize"])
-            self._covered = 0
+            self._tail.psize = int(self.env.stat()["psize"])
             self.dbs = self._open_dbs()
+            self._tail.ahead = True  # a cpstore store: its tail may be allocated ahead
         except BaseException:
             self.env.close()
+            self._tail.close()
             raise
 
     def _open_env(self) -> Any:
@@ -184,31 +186,9 @@ class Env:
         check_data_size(data, int(self.env.stat()["psize"]), self.env.info)
 
     def _cover_tail(self) -> None:
-        """At the start of a write txn, make the data file reach every committed page.
-
-        Without a write map LMDB writes only dirty pages: pages a txn took from
-        the end and freed again (loose pages) count in ``last_pgno`` but are never
-        written, so the file can end short and :meth:`_check_file_size` walks it.
-        ``posix_fallocate`` only extends; glibc emulates it by writing into blocks
-        past the end where the filesystem lacks fallocate, so it runs holding
-        LMDB's writer lock, where no commit can be writing those pages.
-        """
-        need = (self.env.info()["last_pgno"] + 1) * self._psize
-        if need <= self._covered:
-            return
-        try:  # best effort: failing here (a full disk) must not fail the txn;
-            fd = os.open(os.path.join(self.path, "data.mdb"), os.O_WRONLY)
-        except OSError:  # an uncovered tail is what _check_file_size walks
-            return
-        try:
-            size = os.fstat(fd).st_size
-            if size < need:
-                os.posix_fallocate(fd, size, need - size)
-            self._covered = need
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        """At the start of a write txn (under LMDB's writer lock), make the data file
+        reach every committed page (lmdb_pages.TailCover says why and how)."""
+        self._tail.cover(self.env.info()["last_pgno"])
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -243,6 +223,7 @@ class Env:
                     self.env.sync(True)
             finally:
                 self.env.close()
+                self._tail.close()
         # After fork() the child must not touch the parent's environment at all:
         # closing it would release reader slots and locks the parent still uses.
 
@@ -446,8 +427,8 @@ class Env:
                 try:
                     with self._begin(write=True) as txn:
                         # Under LMDB's writer lock: no commit of any process runs
-                        # while the tail is filled (a posix_fallocate emulated by
-                        # writing bytes must not race a commit reusing those pages).
+                        # while the tail is filled (zeros written past the end
+                        # must not race a commit reusing those pages).
                         self._cover_tail()
                         return fn(txn)
                 finally:

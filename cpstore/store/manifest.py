@@ -31,9 +31,11 @@ __all__ = [
     "encode_digest_map",
     "encode_manifest",
     "encode_manifest_parts",
+    "encode_recorded_manifest",
     "encode_state",
     "manifest_from_raw",
     "manifest_references",
+    "referenced_digests",
 ]
 
 @dataclass(frozen=True)
@@ -354,25 +356,41 @@ _STATE_KEYS = sorted((encode_value(k), k) for k in ("kind", "digest", "parts", "
 _ENCODED_NAMES: dict[str, bytes] = {}
 
 
+#: Names tuple -> (map header, ((name, encoded name + bin8 header of a digest), ...)
+#: in canonical order): a recorder writes the same part names every step.
+_DIGEST_MAP_PLANS: dict[tuple[str, ...], tuple[bytes, tuple[tuple[str, bytes], ...]]] = {}
+
+
+def _map_head(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x80 | n,))
+    if n < 2**16:
+        return b"\xde" + n.to_bytes(2, "big")
+    return b"\xdf" + n.to_bytes(4, "big")
+
+
 def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
     """Canonical bytes of a str -> raw digest map (``encode_value`` of it, faster)."""
-    items = []
-    for name, key in names.items():
-        enc = _ENCODED_NAMES.get(name)
-        if enc is None:
-            enc = encode_value(name)
-            if len(_ENCODED_NAMES) < 4096:
-                _ENCODED_NAMES[name] = enc
-        items.append((enc, key))
-    items.sort()
-    n = len(items)
-    if n < 16:
-        head = bytes((0x80 | n,))
-    elif n < 2**16:
-        head = b"\xde" + n.to_bytes(2, "big")
-    else:
-        head = b"\xdf" + n.to_bytes(4, "big")
-    return head + b"".join(enc + b"\xc4\x10" + key for enc, key in items)
+    if not names:
+        return b"\x80"
+    order = tuple(names)
+    plan = _DIGEST_MAP_PLANS.get(order)
+    if plan is None:
+        items: list[tuple[bytes, str]] = []
+        for name in order:
+            enc = _ENCODED_NAMES.get(name)
+            if enc is None:
+                enc = encode_value(name)
+                if len(_ENCODED_NAMES) < 4096:
+                    _ENCODED_NAMES[name] = enc
+            items.append((enc, name))
+        items.sort()
+        plan = (_map_head(len(items)), tuple((name, enc + b"\xc4\x10") for enc, name in items))
+        if len(_DIGEST_MAP_PLANS) >= 256:
+            _DIGEST_MAP_PLANS.clear()
+        _DIGEST_MAP_PLANS[order] = plan
+    head, entries = plan
+    return head + b"".join([prefix + names[name] for name, prefix in entries])
 
 
 def encode_manifest_parts(
@@ -401,17 +419,115 @@ def encode_manifest_parts(
     return b"".join(out)
 
 
+#: Encoded keys of the manifest and ``state`` maps.
+_MK = {key: enc for enc, key in _MANIFEST_KEYS}
+_SK = {key: enc for enc, key in _STATE_KEYS}
+_STATE_PARTS_HEAD = bytes((0x80 | len(_STATE_KEYS),)) + _SK["kind"] + encode_value("parts")
+
+
 def encode_state(state: Mapping[str, Any], parts_bytes: bytes) -> bytes:
     """Canonical bytes of a manifest's ``state`` map, the parts map pre-encoded."""
-    out = [bytes((0x80 | len(_STATE_KEYS),))]
-    for enc_key, key in _STATE_KEYS:
-        out.append(enc_key)
-        if key == "parts":
-            out.append(parts_bytes)
-        elif key == "chunked":
-            out.append(encode_digest_map(state["chunked"]))
-        elif key == "digest":
-            out.append(_enc_digest(state["digest"]))
-        else:
-            out.append(encode_value(state["kind"]))
-    return b"".join(out)
+    kind = _STATE_PARTS_HEAD if state["kind"] == "parts" else (
+        bytes((0x80 | len(_STATE_KEYS),)) + _SK["kind"] + encode_value(state["kind"])
+    )
+    return b"".join((
+        kind,
+        _SK["parts"],
+        parts_bytes,
+        _SK["digest"],
+        _enc_digest(state["digest"]),
+        _SK["chunked"],
+        encode_digest_map(state["chunked"]),
+    ))
+
+
+#: The manifest's keys in canonical order, as encode_recorded_manifest writes them.
+_RECORDED_ORDER = (
+    "step", "tags", "state", "branch", "parent", "run_id", "tokens", "cpstore", "effects",
+    "harness", "metadata", "call_graph", "transcript", "observations", "ledger_sealed",
+)
+_MANIFEST_HEAD = bytes((0x80 | len(_MANIFEST_KEYS),))
+_VERSION_PIECE = _MK["cpstore"] + encode_value(MANIFEST_VERSION) + _MK["effects"]
+
+
+def encode_recorded_manifest(
+    logs: Mapping[str, Any],
+    *,
+    run_id: bytes,
+    branch: bytes,
+    step: int,
+    parent: bytes | None,
+    state: bytes,
+    tokens: bytes,
+    ledger_sealed: bool,
+    tags: bytes,
+    metadata: bytes,
+) -> bytes:
+    """:func:`encode_manifest_parts` with every field given: the recorder's per-step call.
+
+    ``logs`` holds the digest (or None) of observations, call_graph, effects,
+    harness and transcript (other keys are ignored); ``run_id``, ``branch``,
+    ``state``, ``tokens``, ``tags`` and ``metadata`` are canonical bytes; the
+    step is an int in [0, 2**63). Keys are written in ``_RECORDED_ORDER``, which
+    the module checks is the canonical one; a test pins equality with
+    :func:`encode_manifest`.
+    """
+    d = _enc_digest
+    return b"".join((
+        _MANIFEST_HEAD,
+        _MK["step"],
+        msgpack.packb(step),
+        _MK["tags"],
+        tags,
+        _MK["state"],
+        state,
+        _MK["branch"],
+        branch,
+        _MK["parent"],
+        d(parent),
+        _MK["run_id"],
+        run_id,
+        _MK["tokens"],
+        tokens,
+        _VERSION_PIECE,
+        d(logs["effects"]),
+        _MK["harness"],
+        d(logs["harness"]),
+        _MK["metadata"],
+        metadata,
+        _MK["call_graph"],
+        d(logs["call_graph"]),
+        _MK["transcript"],
+        d(logs["transcript"]),
+        _MK["observations"],
+        d(logs["observations"]),
+        _MK["ledger_sealed"],
+        b"\xc3" if ledger_sealed else b"\xc2",
+    ))
+
+
+if tuple(k for _, k in _MANIFEST_KEYS) != _RECORDED_ORDER or tuple(
+    k for _, k in _STATE_KEYS
+) != ("kind", "parts", "digest", "chunked"):  # pragma: no cover - fixed by the format
+    raise RuntimeError("manifest keys changed their canonical order")
+
+
+def referenced_digests(m: Mapping[str, Any]) -> set[bytes]:
+    """The digests :func:`manifest_references` gives for ``m``, as a set (the recorder's)."""
+    state = m["state"]
+    chunked: Mapping[str, bytes] = state.get("chunked") or {}
+    if state["kind"] == "bytes":
+        refs = {chunked["bytes"] if "bytes" in chunked else state["digest"]}
+    elif chunked:
+        refs = {chunked.get(name, d) for name, d in (state.get("parts") or {}).items()}
+    else:
+        refs = set((state.get("parts") or {}).values())
+    tokens: Any = m.get("tokens")
+    if tokens is not None:
+        refs.update((tokens["records"], tokens["values"], tokens["offsets"]))
+    get = m.get
+    for name in ("observations", "call_graph", "effects", "harness", "transcript"):
+        value = get(name)
+        if value is not None:
+            refs.add(value)
+    return refs

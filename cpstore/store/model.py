@@ -219,8 +219,13 @@ class CheckpointWrite:
 
 def check_metadata(value: object, what: str) -> dict[str, Any]:
     """A metadata/detail mapping with str keys that has a canonical encoding."""
+    return checked_metadata(value, what)[0]
+
+
+def checked_metadata(value: object, what: str) -> tuple[dict[str, Any], bytes]:
+    """:func:`check_metadata` and the canonical bytes it checked (one encoding)."""
     if value is None:
-        return {}
+        return {}, b"\x80"
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"{what} must be a mapping", got=type(value).__name__)
     out = dict(value)
@@ -228,12 +233,12 @@ def check_metadata(value: object, what: str) -> dict[str, Any]:
         if not isinstance(key, str):
             raise InvalidInputError(f"{what} keys must be str", got=key)
     try:
-        encode_value(out)
+        encoded = encode_value(out)
     except CanonicalEncodingError as exc:  # its path starts at "$": name the argument
         raise CanonicalEncodingError(
             exc.what, where=what + (exc.where or "$")[1:], expected=exc.expected, got=exc.got
         ) from None
-    return out
+    return out, encoded
 
 
 def check_tags(tags: object) -> tuple[str, ...]:
@@ -291,3 +296,19 @@ class VerifyReport:
     """Everything found wrong, in walk order."""
     counts: dict[str, int]
     """How many objects, checkpoints, refs, ledgers and audit records were checked."""
+
+
+def extension_records(
+    records: Sequence[tuple[bytes, bytes | None]],
+) -> tuple[tuple[bytes, bytes | None], ...]:
+    """``extra_meta``'s records as bytes; InvalidInputError for a key outside the
+    extension prefixes (``EXTENSION_META_PREFIXES``)."""
+    out = tuple((bytes(k), None if v is None else bytes(v)) for k, v in records)
+    for key, _ in out:
+        if not key.startswith(EXTENSION_META_PREFIXES):
+            raise InvalidInputError(
+                "extra meta keys must be under an extension prefix",
+                expected=[p.decode() for p in EXTENSION_META_PREFIXES],
+                got=key[:16],
+            )
+    return out

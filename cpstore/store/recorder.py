@@ -44,19 +44,22 @@ from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
 from cpstore.store.bulk import BulkAppends, as_float
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
+from cpstore.store.commit import objects_to_check
 from cpstore.store.manifest import (
     encode_digest_map,
-    encode_manifest_parts,
+    encode_recorded_manifest,
     encode_state,
     manifest_references,
+    referenced_digests,
 )
 from cpstore.store.model import (
-    EXTENSION_META_PREFIXES,
     MAX_OBJECT_SIZE,
     CheckpointWrite,
     as_payload,
     check_metadata,
     check_tags,
+    checked_metadata,
+    extension_records,
     pack_checkpoint_value,
     parse_id,
 )
@@ -69,6 +72,7 @@ __all__ = ["Recorder"]
 _TOKEN = struct.Struct("<QIB3x16s")
 _PROVENANCE = {name: int(code) for name, code in PROVENANCE_CODES.items()}
 _INT64, _UINT64_END = 2**63, 2**64
+_TOKEN_OBJECTS = ("records", "values", "offsets")
 _msgpack = msgspec.msgpack.Encoder().encode
 
 
@@ -88,7 +92,8 @@ class Recorder(BulkAppends):
         self._pid = os.getpid()
         self._run_id = run_id
         self._branch = branch
-        head = _raw(head_of(store, run_id, branch))
+        head_hex = head_of(store, run_id, branch)
+        head = None if head_hex is None else bytes.fromhex(head_hex)
         self._expected = head
         self._parent: bytes | None = None
         # The step of the checkpoint this recorder extends: steps never go backwards.
@@ -108,12 +113,10 @@ class Recorder(BulkAppends):
         self._sealed_count = 0  # effects covered by this recorder's last sealing checkpoint
         self._closed = False
         self._pending: dict[bytes, bytes] = {}
-        # Objects a stash may skip: only what the head this recorder extends
-        # reaches. The commit txn's ref CAS proves that head is still the
-        # branch head, and retention never sweeps what a head reaches, so
-        # these are stored whatever ran since (prune included, any process).
-        # Anything older (an earlier checkpoint's state part) is stashed again
-        # and put write-once: a no-op when it is still there.
+        # Objects a stash may skip and a commit need not read: only what the
+        # head this recorder extends reaches (commit.objects_to_check says why
+        # they are stored). Anything older (an earlier checkpoint's state part)
+        # is stashed again and put write-once: a no-op when it is still there.
         self._confirmed: set[bytes] = set()
         # Payload keys of the logs: logs are cumulative, so once committed
         # every one is reached by the head's observations or effects log.
@@ -128,6 +131,10 @@ class Recorder(BulkAppends):
         self._parts: dict[str, tuple[object, bytes, bytes | None]] = {}
         self._appends = AppendParts()  # AppendLog parts: trees continued (append_state.py)
         self._names: tuple[bytes, bytes] | None = None
+        self._token_refs: dict[str, bytes] | None = None
+        # The canonical bytes of the tags list, and how many tags they hold
+        # (tags are only ever added, so the count says when to encode again).
+        self._tags_enc: tuple[int, bytes] = (-1, b"")
         start: bytes | None = None if parent is None else parse_id(parent, "parent")
         if head is not None:
             # An existing branch only ever grows from its head: recording from an
@@ -189,7 +196,9 @@ class Recorder(BulkAppends):
         self._logs = {
             name: raw[name] for name in ("observations", "call_graph", "effects", "harness")
         }
-        self._logs["tokens"] = None if raw["tokens"] is None else encode_value(raw["tokens"])
+        tokens = raw["tokens"]
+        self._logs["tokens"] = None if tokens is None else encode_value(tokens)
+        self._token_refs = None if tokens is None else {k: tokens[k] for k in _TOKEN_OBJECTS}
         self._dirty = set()
 
     # -- properties ----------------------------------------------------------
@@ -349,20 +358,22 @@ class Recorder(BulkAppends):
         parts: dict[str, bytes] = {}
         # The cache keeps only this checkpoint's parts: a hit must name an
         # object the head reaches (see _confirmed), never an older one.
-        cache, self._parts = self._parts, {}
+        cache = self._parts
+        kept: dict[str, tuple[object, bytes, bytes | None]] = {}
+        self._parts = kept
         for name, value in state.items():
             if not isinstance(name, str) or not name:
                 raise InvalidInputError("state part names must be non-empty str", got=name)
-            check_text(name, "state part name")
-            if isinstance(value, AppendLog):
-                parts[name] = self._appends.part(self, name, value, chunked)
-                continue
             cached = cache.get(name)
-            if cached is not None and cached[0] is value:
+            if cached is not None and cached[0] is value:  # its name was checked when cached
                 parts[name] = cached[1]
                 if cached[2] is not None:
                     chunked[name] = cached[2]
-                self._parts[name] = cached
+                kept[name] = cached
+                continue
+            check_text(name, "state part name")
+            if isinstance(value, AppendLog):
+                parts[name] = self._appends.part(self, name, value, chunked)
                 continue
             try:
                 enc = encode_fast(value)  # encode_value's bytes and errors
@@ -382,7 +393,7 @@ class Recorder(BulkAppends):
                 )
             parts[name] = self._blob(enc, chunked, name)
             if isinstance(value, (bytes, str)):
-                self._parts[name] = (value, parts[name], chunked.get(name))
+                kept[name] = (value, parts[name], chunked.get(name))
         parts_bytes = encode_digest_map(parts)
         st = {"kind": "parts", "digest": digest(parts_bytes), "parts": parts, "chunked": chunked}
         return st, encode_state(st, parts_bytes)
@@ -402,23 +413,29 @@ class Recorder(BulkAppends):
         self._dirty.discard(name)
         return key
 
-    def _token_log(self) -> dict[str, Any] | None:
+    def _token_log(self) -> dict[str, bytes] | None:
+        """The token log's object digests (records, values, offsets); its
+        canonical bytes are ``_logs["tokens"]``, encoded only when it changed."""
         if "tokens" in self._dirty:
             if self._tokens:
+                refs = {
+                    "records": self._stash(bytes(self._tokens)),
+                    "values": self._stash(bytes(self._values)),
+                    "offsets": self._stash(little_endian_offsets(self._offsets)),
+                }
                 self._logs["tokens"] = encode_value(
                     {
-                        "records": self._stash(bytes(self._tokens)),
-                        "values": self._stash(bytes(self._values)),
-                        "offsets": self._stash(little_endian_offsets(self._offsets)),
+                        **refs,
                         "count": len(self._tokens) // _TOKEN.size,
                         "kinds": dict(sorted(self._kinds.names.items())),
                     }
                 )
+                self._token_refs = refs
             else:
                 self._logs["tokens"] = None
+                self._token_refs = None
             self._dirty.discard("tokens")
-        cached = self._logs.get("tokens")
-        return None if cached is None else dict(decode_value(cached))
+        return self._token_refs
 
     def checkpoint(
         self,
@@ -449,62 +466,57 @@ class Recorder(BulkAppends):
                 expected=f">= {self._last_step}",
                 got=step,
             )
-        self._tags.update(dict.fromkeys(check_tags(tags)))
-        meta = check_metadata(metadata, "metadata")
+        if type(tags) is not tuple or tags:
+            self._tags.update(dict.fromkeys(check_tags(tags)))
+        _, meta_bytes = checked_metadata(metadata, "metadata")
         self._chunks = []
         state_map, state_bytes = self._state(state)
         tokens = self._token_log()
-        fields = {
-            "run_id": self._run_id,
-            "branch": self._branch,
-            "step": step,
-            "parent": self._parent,
-            "state": state_map,
-            "tokens": tokens,
-            "observations": self._log("observations"),
-            "call_graph": self._log("call_graph"),
-            "effects": self._log("effects"),
-            "ledger_sealed": bool(seal_ledger),
-            "harness": self._log("harness"),
-            "transcript": self._transcript,
-            "tags": list(self._tags),
-            "metadata": meta,
-        }
+        logs = self._log
         if self._names is None:
             self._names = (encode_value(self._run_id), encode_value(self._branch))
+        if self._tags_enc[0] != len(self._tags):
+            self._tags_enc = (len(self._tags), encode_value(list(self._tags)))
         cached_tokens = self._logs.get("tokens")
-        manifest = encode_manifest_parts(
+        fields: dict[str, Any] = {"state": state_map, "tokens": tokens}
+        for name in ("observations", "call_graph", "effects", "harness"):
+            fields[name] = logs(name)
+        fields["transcript"] = self._transcript
+        manifest = encode_recorded_manifest(
             fields,
-            {
-                "run_id": self._names[0],
-                "branch": self._names[1],
-                "state": state_bytes,
-                "tokens": b"\xc0" if cached_tokens is None else cached_tokens,
-                "tags": encode_value(fields["tags"]),
-                "metadata": encode_value(meta) if meta else b"\x80",
-            },
+            run_id=self._names[0],
+            branch=self._names[1],
+            step=step,
+            parent=self._parent,
+            state=state_bytes,
+            tokens=b"\xc0" if cached_tokens is None else cached_tokens,
+            ledger_sealed=bool(seal_ledger),
+            tags=self._tags_enc[1],
+            metadata=meta_bytes,
         )
         cid = Digest(digest(manifest))
-        named = {key for _, key in manifest_references(fields, named=False)}
-        # Every object the manifest names and this txn does not write is
-        # checked in the commit txn itself: nothing acknowledged can name an
-        # object that is not stored when the checkpoint becomes visible.
-        must_exist = [k for k in named | self._inherited if k not in self._pending]
-        effects_key = self._log("effects")
-        sealed = effects_key if seal_ledger else None
+        named = referenced_digests(fields)
+        pending = self._pending
+        must_exist = objects_to_check(
+            named,
+            pending,
+            extends_head=self._expected is not None and self._expected == self._parent,
+            reached=(self._confirmed, self._logged),
+            inherited=self._inherited,
+        )
         op = CheckpointWrite(
             cid=cid,
-            value=pack_checkpoint_value(self._store.now(), manifest),
+            value=pack_checkpoint_value(self._store.now(), manifest, cid),
             run_id=self._run_id,
             branch=self._branch,
             expected_ref=self._expected,
             parent=self._parent,
-            objects=dict(self._pending),
+            objects=dict(pending),
             must_exist=must_exist,
-            sealed_ledger=sealed,
+            sealed_ledger=fields["effects"] if seal_ledger else None,
         )
         if extra_meta is not None:
-            op.extra_meta = _extension_records(extra_meta(cid))
+            op.extra_meta = extension_records(extra_meta(cid))
         self._chunks, chunks = [], self._chunks
         self._store.commit(op)
         named.update(chunks)
@@ -580,21 +592,3 @@ class Recorder(BulkAppends):
     def __del__(self) -> None:
         if hasattr(self, "_closed"):
             self._warn_unsealed("when garbage-collected")
-
-
-def _extension_records(
-    records: Sequence[tuple[bytes, bytes | None]],
-) -> tuple[tuple[bytes, bytes | None], ...]:
-    out = tuple((bytes(k), None if v is None else bytes(v)) for k, v in records)
-    for key, _ in out:
-        if not key.startswith(EXTENSION_META_PREFIXES):
-            raise InvalidInputError(
-                "extra meta keys must be under an extension prefix",
-                expected=[p.decode() for p in EXTENSION_META_PREFIXES],
-                got=key[:16],
-            )
-    return out
-
-
-def _raw(hex_value: str | None) -> bytes | None:
-    return None if hex_value is None else bytes.fromhex(hex_value)

@@ -41,6 +41,7 @@ __all__ = [
     "pinned_key",
     "pinned_objects",
     "read_ref",
+    "read_ref_hashed",
     "replace_damaged_ref",
     "retained_heads",
     "retained_key",
@@ -77,21 +78,27 @@ def _where(key: bytes | memoryview) -> str:
 
 def unpack_ref(key: bytes | memoryview, value: bytes | memoryview) -> tuple[bytes, int]:
     """(checkpoint id, origin) of a stored ref; IntegrityError when its check fails."""
+    cid, origin, _ = _unpack_hashed(key, value)
+    return cid, origin
+
+
+def _unpack_hashed(key: bytes | memoryview, value: bytes | memoryview) -> tuple[bytes, int, bytes]:
+    """:func:`unpack_ref` and the ref's full hash (what the table digest XORs in)."""
     raw = bytes(value)
     if len(raw) != REF_SIZE or raw[DIGEST_SIZE] not in (RECORDED, SET):
         raise IntegrityError(
             "ref value is malformed", where=_where(key), expected=f"{REF_SIZE} bytes", got=raw
         )
     cid, origin = raw[:DIGEST_SIZE], raw[DIGEST_SIZE]
-    check = _hash(bytes(key), cid, origin)[:_CHECK]
-    if check != raw[DIGEST_SIZE + 1 :]:
+    full = _hash(bytes(key), cid, origin)
+    if full[:_CHECK] != raw[DIGEST_SIZE + 1 :]:
         raise IntegrityError(
             "ref does not match its check (key or value damaged)",
             where=_where(key),
-            expected=check.hex(),
+            expected=full[:_CHECK].hex(),
             got=raw[DIGEST_SIZE + 1 :].hex(),
         )
-    return cid, origin
+    return cid, origin, full
 
 
 def read_ref(
@@ -105,12 +112,22 @@ def read_ref(
     length decides there: a bare id (layout 1, unchecked) or a checked
     value; a layout-2 handle accepts only checked values.
     """
+    found = read_ref_hashed(txn, dbs, key, layout=layout)
+    return None if found is None else (found[0], found[1])
+
+
+def read_ref_hashed(
+    txn: Any, dbs: Mapping[str, Any], key: bytes, *, layout: int
+) -> tuple[bytes, int, bytes] | None:
+    """:func:`read_ref` and the ref's full hash, for :func:`write_ref`'s ``old``
+    (a compare-and-set then hashes the old ref once, not twice)."""
     value = txn.get(key, None, dbs["refs"])
     if value is None:
         return None
     if layout == 1 and len(value) == DIGEST_SIZE:
-        return bytes(value), SET  # a layout-1 store read as it is: no check stored
-    return unpack_ref(key, value)
+        cid = bytes(value)  # a layout-1 store read as it is: no check stored
+        return cid, SET, _hash(key, cid, SET)
+    return _unpack_hashed(key, value)
 
 
 def check_ref_target(key: bytes, origin: int, run_id: object, branch: object) -> None:
@@ -145,11 +162,12 @@ def _xor(a: bytes, b: bytes) -> bytes:
 
 def _update_digest(txn: Any, meta: Any, out: bytes | None, into: bytes | None) -> None:
     acc, count = _digest_state(txn, meta)
+    x = int.from_bytes(acc, "little")
     if out is not None:
-        acc, count = _xor(acc, out), count - 1
+        x, count = x ^ int.from_bytes(out, "little"), count - 1
     if into is not None:
-        acc, count = _xor(acc, into), count + 1
-    txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(count), db=meta)
+        x, count = x ^ int.from_bytes(into, "little"), count + 1
+    txn.put(REFS_DIGEST_KEY, x.to_bytes(DIGEST_SIZE, "little") + _COUNT.pack(count), db=meta)
 
 
 def write_ref(
@@ -159,16 +177,18 @@ def write_ref(
     cid: bytes,
     origin: int,
     *,
-    old: tuple[bytes, int] | None,
+    old: tuple[bytes, int] | tuple[bytes, int, bytes] | None,
 ) -> None:
     """Point ref ``key`` at ``cid``; the table digest moves in this same txn.
 
-    ``old`` is the ref as :func:`read_ref` gave it earlier in this txn (every
-    caller reads it first for its compare-and-set), so it is not read again.
+    ``old`` is the ref as :func:`read_ref` (or :func:`read_ref_hashed`, whose
+    hash is used as it is) gave it earlier in this txn: every caller reads it
+    first for its compare-and-set, so it is not read again.
     """
-    out = None if old is None else _hash(key, old[0], old[1])
-    txn.put(key, pack_ref(key, cid, origin), db=dbs["refs"])
-    _update_digest(txn, dbs["meta"], out, _hash(key, cid, origin))
+    out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
+    into = _hash(key, cid, origin)
+    txn.put(key, bytes(cid) + bytes((origin,)) + into[:_CHECK], db=dbs["refs"])
+    _update_digest(txn, dbs["meta"], out, into)
 
 
 def delete_ref(txn: Any, dbs: Mapping[str, Any], key: bytes) -> None:
