@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import struct
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import xxhash
@@ -12,8 +13,9 @@ import xxhash
 import cpstore
 from cpstore.native import records
 from cpstore.native import reference as ref
+from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
-from cpstore.store.chunk_tree import build_tree, value_cuts
+from cpstore.store.chunk_tree import build_tree, load_tree, tree_objects, value_cuts
 from cpstore.store.codec import decode_frame, encode_frame
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
@@ -199,11 +201,20 @@ def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) ->
     assert fmt == {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
 
 
-# -- store layout 3: chunk trees and framed chunks (issue 16, docs/format.md) -------
+# -- store layout 3/4: chunk trees and framed chunks (issue 16, docs/format.md) -----
 
 #: Twelve 480-byte strs: one element per chunk (each >= RUN_MIN), the array header in the root.
 _TREE_VALUE = [f"message {i:03d} " * 40 for i in range(12)]
+#: Root v2 (layout 4): [2, head, size, level 1's tail (5 chunks), upper-spine digest].
 _TREE_ROOT = (
+    "9502c4019ccd16a5c450156916c4c37604817fbb975cb3c8e05d69791cb1cd5953a6778c95bc1259ad2b"
+    "7638cf324489515990a34c0b6da3f1ba7c1f51ae96fa8ecc8e0edd011474e15d9c44d261a303365000cf"
+    "e75067cffa8fc41052babff0baaea89410d74919311d1877"
+)
+#: Its upper spine: [level 2's tail], one level-1 node.
+_TREE_UPPER = "91c4107946170c918997af6fd6953eb4dede21"
+#: The same tree's root v1 (what layout 3 wrote: every level's tail inline).
+_TREE_ROOT_V1 = (
     "83a468656164c4019ca473697a65cd16a5a57370696e6592c450156916c4c37604817fbb975cb3c8e05d"
     "69791cb1cd5953a6778c95bc1259ad2b7638cf324489515990a34c0b6da3f1ba7c1f51ae96fa8ecc8e0e"
     "dd011474e15d9c44d261a303365000cfe75067cffa8fc4107946170c918997af6fd6953eb4dede21"
@@ -211,19 +222,49 @@ _TREE_ROOT = (
 
 
 def test_chunk_tree_of_a_fixed_list_is_pinned() -> None:
-    """Cuts, root bytes (head, size, spine), a complete node and the frame keys never drift."""
+    """Cuts, root v2 and upper-spine bytes, a complete node and the frame keys never drift."""
     enc = encode_value(_TREE_VALUE)
     assert value_cuts(enc, canonical=True) == (1, [967, 1933, 2899, 3865, 4831, 5797])
     tree = build_tree(enc, canonical=True)
     assert tree.whole.hex() == "18ce8c89dffcfd66e50d468e5010cc95"
-    assert tree.root.hex() == "bcdae46b03753d2cafe8ae19c535674c"
+    assert tree.root.hex() == "f1d6381803a1344a43b64218e08904fb"
     assert tree.nodes[tree.root].hex() == _TREE_ROOT
+    upper = bytes.fromhex("52babff0baaea89410d74919311d1877")
+    assert tree.nodes[upper].hex() == _TREE_UPPER
     node = bytes.fromhex("7946170c918997af6fd6953eb4dede21")
     assert tree.nodes[node].hex() == "9301cd03c6c4108a82a82f23a6e7ca7c0120cda1de0bf4"
+    assert set(tree.nodes) == {tree.root, upper, node}
     assert (tree.chunks[0][0].hex(), tree.chunks[0][1:]) == (
         "8a82a82f23a6e7ca7c0120cda1de0bf401",
         (1, 967),
     )
+
+
+class _Objects:
+    """The one read a tree walk makes, over a dict of objects."""
+
+    def __init__(self, objects: dict[bytes, bytes]) -> None:
+        self.objects = objects
+
+    def get(self, key: bytes, default: object = None, db: object = None) -> object:
+        value = self.objects.get(bytes(key))
+        return default if value is None else memoryview(value)
+
+
+@pytest.mark.parametrize("root_hex", [_TREE_ROOT, _TREE_ROOT_V1], ids=["root-v2", "root-v1"])
+def test_pinned_roots_of_both_versions_read_back_the_value(root_hex: str) -> None:
+    """A layout-3 root v1 and a layout-4 root v2 over the same nodes read the same bytes."""
+    enc = encode_value(_TREE_VALUE)
+    tree = build_tree(enc, canonical=True)
+    root = bytes.fromhex(root_hex)
+    upper = bytes.fromhex("52babff0baaea89410d74919311d1877")  # named by root v2 only
+    objects = {**tree.nodes, digest(root): root}
+    objects.update((k, encode_frame(enc[a:b])) for k, a, b in tree.chunks)
+    txn = cast(Any, _Objects(objects))
+    got = load_tree(txn, None, digest(root), tree.whole, verify=True, where="golden")
+    assert got == enc
+    unreached = {digest(root)} if root_hex == _TREE_ROOT else {digest(root), tree.root, upper}
+    assert set(tree_objects(txn, None, digest(root))) == set(objects) - unreached
 
 
 def test_frame_bytes_are_pinned() -> None:
@@ -235,7 +276,7 @@ def test_frame_bytes_are_pinned() -> None:
     assert encode_frame(b"abc" * 100)[:5] == written[:5]
 
 
-def test_store_layout_version_is_3() -> None:
-    """Layout 3 (chunk trees) is what this build writes; 1 and 2 are still read."""
-    assert STORE_VERSION == 3
-    assert set(READABLE_VERSIONS) >= {1, 2, 3}
+def test_store_layout_version_is_4() -> None:
+    """Layout 4 (root v2 chunk trees) is what this build writes; 1, 2 and 3 are still read."""
+    assert STORE_VERSION == 4
+    assert set(READABLE_VERSIONS) >= {1, 2, 3, 4}

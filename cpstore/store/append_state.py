@@ -19,7 +19,8 @@ Why continuing is exact (tests/test_append_state.py proves it against
   every cut is decided relative to the last one and a chunk never includes
   the header (the root holds it), so the header growing (at 16 and 65,536
   elements) moves no cut and changes no chunk or node; only the root, which
-  is rebuilt every time, holds the header and the size.
+  is rebuilt every time, holds the header and the size (and the upper spine,
+  rebuilt every time too, holds the tails of levels 2 and up).
 - **nodes**: a level's nodes end after entries the digest says (or at
   ``MAX_FANOUT``), counting from the previous node's end; so a node made
   only of settled entries (settled chunks, or settled nodes of the level
@@ -60,6 +61,7 @@ from cpstore.store.chunk_tree import (
     ends_node,
     frame_chunk,
     pack_node,
+    pack_root,
     stash_tree,
 )
 from cpstore.store.codec import FRAME_TAG
@@ -85,7 +87,7 @@ class Built:
     """Digest of the whole encoding (the part digest)."""
     root: bytes
     fresh: dict[bytes, bytes]
-    """Node key -> bytes of the nodes built this time (the root included)."""
+    """Node key -> bytes of the nodes built this time (the root and upper spine included)."""
     frames: list[bytes]
     """Frame keys of the chunks settled this time, then the provisional tail's."""
     tail: tuple[bytes, int, int] | None
@@ -149,9 +151,7 @@ class LogTree:
             extra, extra_sizes = [keys[-1]], [size - start]
         fresh: dict[bytes, bytes] = {}
         spine = self._levels(extra, extra_sizes, fresh)
-        root = pack_node({"head": header, "size": len(header) + size, "spine": spine})
-        root_key = digest(root)
-        fresh[root_key] = root
+        root_key = pack_root(header, len(header) + size, spine, fresh)
         whole = xxhash.xxh3_128(header)
         whole.update(body)
         return Built(whole=whole.digest(), root=root_key, fresh=fresh, frames=frames, tail=tail)

@@ -19,16 +19,24 @@ trees", store layout 3):
   way Prolly trees do: a node ends after an entry whose digest's last byte
   has its low :data:`FANOUT_BITS` bits clear (1 in 8), or at
   :data:`MAX_FANOUT` entries, so an append rewrites one node per level and
-  the index of a long history is not stored again. Levels are built until
-  one node remains: the *root*, whose digest the manifest names in
-  ``state.chunked``. Nodes are plain objects (digest of their bytes).
+  the index of a long history is not stored again. Each level's *tail*
+  (its entries after its last complete node) is the *spine*.
+- **root v2** (store layout 4): ``[2, head, size, tail1, upper]``: level 1's
+  tail inline, and ``upper`` the digest of the *upper-spine* object, the
+  canonical list ``[tail2, ..., tailL]`` (empty bytes when the tree has one
+  level). The upper spine changes only when a level-1 node completes, so an
+  append rewrites a small root and, now and then, one upper-spine object.
+  The manifest names the root in ``state.chunked``. Nodes, roots and upper
+  spines are plain objects (digest of their bytes).
 
-A layout-2 chunk index (``[size, [digest, ...]]`` over fixed 64 KiB raw
-chunks) is still read: the root's entry count says which it is.
+Still read: a layout-3 root (root v1, the map ``{head, size, spine}`` with
+every level's tail inline) and a layout-2 chunk index (``[size, [digest,
+...]]`` over fixed 64 KiB raw chunks); the root's shape says which it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +54,7 @@ __all__ = [
     "FANOUT_BITS",
     "MAX_FANOUT",
     "MAX_LEVEL",
+    "ROOT_VERSION",
     "RUN_MIN",
     "TREE_THRESHOLD",
     "ChunkTree",
@@ -54,8 +63,10 @@ __all__ = [
     "frame_chunk",
     "load_tree",
     "pack_node",
+    "pack_root",
     "read_node",
     "read_root",
+    "read_upper",
     "read_v2_index",
     "stash_tree",
     "tree_objects",
@@ -72,6 +83,8 @@ FANOUT_BITS = 0x03
 MAX_FANOUT = 64
 #: Deepest tree read (64**12 chunks is far past any value cpstore accepts).
 MAX_LEVEL = 12
+#: First entry of the roots written now (root v2, store layout 4).
+ROOT_VERSION = 2
 
 _ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
 _MAP = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
@@ -136,10 +149,9 @@ class ChunkTree:
 
 
 def _pack(value: list[Any] | dict[str, Any]) -> bytes:
-    """Canonical bytes of a node or root: non-negative ints, bytes, lists, and a map
-    whose keys ("head" < "size" < "spine") are given in canonical order, which is all
-    msgpack's packer needs to write exactly what ``encode_value`` would (pinned by
-    tests/test_format_golden.py and tests/test_store_chunk_trees.py)."""
+    """Canonical bytes of a node, root or upper spine: non-negative ints, bytes and
+    lists, which is all msgpack's packer needs to write exactly what ``encode_value``
+    would (pinned by tests/test_format_golden.py and tests/test_store_chunk_trees.py)."""
     packed: bytes = msgpack.packb(value, use_bin_type=True)
     return packed
 
@@ -152,6 +164,22 @@ def _ends_node(key: bytes, count: int) -> bool:
 #: elsewhere (cpstore/store/append_state.py): one definition of each.
 ends_node = _ends_node
 pack_node = _pack
+
+
+def pack_root(head: bytes, size: int, spine: list[bytes], out: dict[bytes, bytes]) -> bytes:
+    """Put a root v2 (and its upper spine, for a tree of 2+ levels) in ``out``; return its key.
+
+    ``spine``: each level's tail (joined digests) from level 1 up.
+    """
+    upper = b""
+    if len(spine) > 1:
+        obj = _pack(spine[1:])
+        upper = digest(obj)
+        out[upper] = obj
+    root = _pack([ROOT_VERSION, head, size, spine[0], upper])
+    key = digest(root)
+    out[key] = root
+    return key
 
 
 def frame_chunk(chunk: bytes | memoryview) -> bytes:
@@ -191,9 +219,7 @@ def build_tree(data: bytes, *, canonical: bool) -> ChunkTree:
             break
         keys, sizes = complete, complete_sizes
         level += 1
-    root = _pack({"head": data[:head], "size": len(data), "spine": spine})
-    tree.root = digest(root)
-    tree.nodes[tree.root] = root
+    tree.root = pack_root(data[:head], len(data), spine, tree.nodes)
     return tree
 
 
@@ -241,12 +267,30 @@ def _decode(raw: bytes | memoryview, where: str) -> Any:
         raise _bad("chunk index is malformed", where, got=str(exc) or type(exc).__name__) from None
 
 
-def read_root(raw: bytes | memoryview, where: str) -> tuple[bytes, int, list[list[bytes]]]:
-    """(head, size, spine) of a chunk tree root.
+def read_root(
+    raw: bytes | memoryview, where: str
+) -> tuple[bytes, int, list[list[bytes]], bytes | None]:
+    """(head, size, spine, upper) of a chunk tree root (v2, or v1 from layout 3).
 
-    The spine lists each level's tail from level 1 (chunk digests) up.
+    The spine lists each level's tail from level 1 (chunk digests) up: all of
+    it for a v1 root; for a v2 root only level 1's, the rest being in the
+    upper-spine object ``upper`` names (None: there is none).
     """
     value = _decode(raw, where)
+    if isinstance(value, list):
+        ok = (
+            len(value) == 5
+            and value[0] == ROOT_VERSION
+            and isinstance(value[1], bytes)
+            and type(value[2]) is int
+            and value[2] >= 0
+            and _digests(value[3])
+            and isinstance(value[4], bytes)
+            and len(value[4]) in (0, DIGEST_SIZE)
+        )
+        if not ok:
+            raise _malformed(raw, where)
+        return value[1], value[2], [_split(value[3])], value[4] or None
     ok = (
         isinstance(value, dict)
         and sorted(value) == ["head", "size", "spine"]
@@ -259,7 +303,20 @@ def read_root(raw: bytes | memoryview, where: str) -> tuple[bytes, int, list[lis
     )
     if not ok:
         raise _malformed(raw, where)
-    return value["head"], value["size"], [_split(tail) for tail in value["spine"]]
+    return value["head"], value["size"], [_split(tail) for tail in value["spine"]], None
+
+
+def read_upper(raw: bytes | memoryview, where: str) -> list[list[bytes]]:
+    """The tails of levels 2 and up that an upper-spine object lists."""
+    value = _decode(raw, where)
+    ok = (
+        isinstance(value, list)
+        and 1 <= len(value) < MAX_LEVEL
+        and all(_digests(tail) for tail in value)
+    )
+    if not ok:
+        raise _malformed(raw, where)
+    return [_split(tail) for tail in value]
 
 
 def read_v2_index(raw: bytes | memoryview, where: str) -> tuple[int, list[bytes]] | None:
@@ -331,7 +388,10 @@ def load_tree(
             view = _checked_plain(txn, objects, key, verify=verify, where=f"{where} chunk {i}")
             pieces.append(bytes(view))
     else:
-        head, size, spine = read_root(root_raw, at)
+        head, size, spine, upper = read_root(root_raw, at)
+        if upper is not None:
+            up = f"{where} (upper spine {upper.hex()})"
+            spine += read_upper(_checked_plain(txn, objects, upper, verify=verify, where=up), up)
         pieces.append(head)
         # Nodes may name one child many times (a repeated chunk): a read stops
         # once the root's size is passed, never expanding a damaged tree further.
@@ -420,9 +480,16 @@ def tree_objects(
         if v2 is not None:
             yield from v2[1]
             return
-        _, _, spine = read_root(raw, "")
+        _, _, spine, upper = read_root(raw, "")
     except IntegrityError:
         return
+    if upper is not None:
+        yield upper  # the upper spine is shared by roots until a level-1 node completes
+        if upper not in walked:
+            walked.add(upper)
+            upper_raw = txn.get(upper, None, objects)
+            with contextlib.suppress(IntegrityError):  # damage: verify reports it
+                spine += read_upper(upper_raw, "") if upper_raw is not None else []
     stack = [(level + 1, keys) for level, keys in enumerate(spine)]
     while stack:
         level, keys = stack.pop()

@@ -48,12 +48,13 @@ __all__ = [
 # -- store layout versions: every version number the code checks is here -----
 #: Version of the store layout (named databases and key layouts, docs/store.md).
 #: 3 (issue 16): chunked values are chunk trees over content-defined, framed
-#: (compressed) chunks.
-STORE_VERSION = 3
+#: (compressed) chunks. 4: chunk-tree roots are root v2 (level 1's tail inline,
+#: the upper levels' tails in one upper-spine object; docs/format.md).
+STORE_VERSION = 4
 #: Layouts a store may have on open: older ones are upgraded in place on a
 #: writable open and read as they are on a read-only one (docs/store.md,
 #: "Store layout versions").
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: Layouts whose ref values are bare ids: their upgrade rewrites the refs table.
 BARE_REF_LAYOUTS = (1,)
 # -----------------------------------------------------------------------------
