@@ -19,7 +19,13 @@ from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.store.append_state import AppendParts, Built, LogTree
-from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree
+from cpstore.store.chunk_tree import (
+    ROOT_VERSION,
+    TREE_THRESHOLD,
+    build_tree,
+    read_root,
+    read_upper,
+)
 from cpstore.store.codec import encode_frame
 
 
@@ -38,7 +44,8 @@ def _continued(tree: LogTree, log: AppendLog) -> tuple[Built, bytes, list[tuple[
     return built, data, chunks
 
 
-def _assert_same_tree(tree: LogTree, log: AppendLog) -> None:
+def _assert_same_tree(tree: LogTree, log: AppendLog) -> bytes | None:
+    """Assert the continued tree is build_tree's, byte for byte; return its upper spine key."""
     built, data, chunks = _continued(tree, log)
     full = build_tree(data, canonical=True)
     assert data == encode_value(log.to_list())
@@ -48,6 +55,15 @@ def _assert_same_tree(tree: LogTree, log: AppendLog) -> None:
     nodes = {**tree.nodes, **built.fresh}
     assert set(tree.all_keys(built)) == set(full.nodes) | {k for k, _, _ in full.chunks}
     assert {k: nodes[k] for k in full.nodes} == full.nodes
+    # Root v2: the same root bytes and, for a tree of 2+ levels, the same upper spine,
+    # listed among what this build made (so a stash writes it whenever it is new).
+    assert built.fresh[built.root] == full.nodes[full.root]
+    assert decode_value(built.fresh[built.root])[0] == ROOT_VERSION
+    upper = read_root(built.fresh[built.root], "test")[3]
+    if upper is not None:
+        assert built.fresh[upper] == full.nodes[upper]
+        assert read_upper(full.nodes[upper], "test")  # the tails of levels 2 and up
+    return upper
 
 
 def _blob(size: int, seed: int) -> bytes:
@@ -72,7 +88,7 @@ elements = st.one_of(
 def test_a_continued_tree_equals_the_tree_built_from_the_whole_bytes(
     batches: list[list[Any]], rnd: Any
 ) -> None:
-    """After every batch of appends: same whole digest, root, chunks and nodes as build_tree."""
+    """After every batch of appends: same whole digest, root v2, upper spine, chunks and nodes."""
     log = AppendLog()
     tree = LogTree()
     for batch in batches:
@@ -239,13 +255,15 @@ def test_thousands_of_small_appends_in_uneven_batches_keep_every_level_exact() -
     rnd = random.Random(16)
     log = AppendLog()
     tree = LogTree()
+    uppers = []
     while len(log) < 3000:
         log.extend(
             {"role": "user", "content": "x" * rnd.randrange(200, 1400)}
             for _ in range(rnd.choice([1, 1, 2, 7, 40, 150]))
         )
-        _assert_same_tree(tree, log)
+        uppers.append(_assert_same_tree(tree, log))
     assert len(tree.levels) >= 3
+    assert None not in uppers[-10:] and len(set(uppers)) > 10  # upper spines, changing
 
 
 def _stash_round(
