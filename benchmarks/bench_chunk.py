@@ -28,6 +28,12 @@ Figures (each prints a ``ISSUE16`` line; ``-s`` shows them):
   ``append`` per step, timed with the put). Put time at steps 100/1000/2000
   (median of the 21 puts around each, min-max) and the per-step ratios
   against the AppendLog route; all three write the same checkpoint ids.
+- **chat by root version** (1,000 and 2,000 steps): the chat history recorded
+  into two stores, root v1 (layout 3: every level's tail in the root) and
+  root v2 (layout 4: level 1's tail and an upper-spine digest), interleaved
+  step by step (order alternating): disk / unique for each, put time at steps
+  100/1000/2000 (median of 21, min-max, per-step v2 / v1 ratio), whole-state
+  read of the last checkpoint, repeats interleaved.
 - **canonical encoder**: ``encode_fast`` against ``encode_value`` on the
   2,000-message history (same bytes; repeats interleaved).
 - **str list put by route**: the same for immutable elements (a list of ~1 KB
@@ -54,6 +60,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import msgpack
 import pytest
 import xxhash
 from bench_store import Comparison, interleave, make_workload
@@ -64,7 +71,7 @@ from cpstore.native import binding, chunking
 from cpstore.native.append_log import AppendLog
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
-from cpstore.store import chunk_tree
+from cpstore.store import append_state, chunk_tree
 from cpstore.store import recorder as recorder_module
 from cpstore.store.codec import encode_frame
 from cpstore.store.facade import open as open_store
@@ -393,6 +400,98 @@ def test_chat_put_by_route(
         _say(f"chat put @{s} ({chat_steps} steps, load {load:.2f}): " + "; ".join(parts))
         _say(f"chat put @{s} ratios: " + "; ".join(ratios))
     benchmark.extra_info["put_by_route"] = info
+
+
+def _pack_root_v1(head: bytes, size: int, spine: list[bytes], out: dict[bytes, bytes]) -> bytes:
+    """What layout 3 wrote: a root map holding every level's tail (root v1, still read)."""
+    root: bytes = msgpack.packb({"head": head, "size": size, "spine": spine}, use_bin_type=True)
+    out[digest(root)] = root
+    return digest(root)
+
+
+def test_chat_root_versions(
+    benchmark: BenchmarkFixture,
+    tmp_path_factory: pytest.TempPathFactory,
+    chat_steps: int,
+    repeats: int,
+) -> None:
+    """Root v1 (layout 3) vs root v2 (layout 4): disk, put time by step and read, interleaved."""
+    states, unique = chat_states(chat_steps)
+    root = tmp_path_factory.mktemp("roots")
+    kinds = ("root v1", "root v2")
+    packers = {"root v1": _pack_root_v1, "root v2": getattr(chunk_tree, "pack_root")}  # noqa: B009
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    cids: dict[str, str] = {}
+    disk: dict[str, int] = {}
+    with contextlib.ExitStack() as stack:
+        stores = {k: stack.enter_context(open_store(root / k[-2:], durability="none"))
+                  for k in kinds}
+        recs = {k: stores[k].recorder("chat") for k in kinds}
+        try:
+            for step, state in enumerate(states):
+                for k in (kinds if step % 2 else kinds[::-1]):
+                    setattr(chunk_tree, "pack_root", packers[k])  # noqa: B010
+                    setattr(append_state, "pack_root", packers[k])  # noqa: B010
+                    t0 = time.perf_counter()
+                    cids[k] = recs[k].checkpoint(step, state)
+                    times[k].append(time.perf_counter() - t0)
+        finally:
+            setattr(chunk_tree, "pack_root", packers["root v2"])  # noqa: B010
+            setattr(append_state, "pack_root", packers["root v2"])  # noqa: B010
+        for k in kinds:
+            stores[k].flush()
+            disk[k] = stores[k].disk_bytes()
+    readers = {k: open_store(root / k[-2:], readonly=True) for k in kinds}
+    want = states[-1]
+
+    def reader(kind: str) -> Callable[[], float]:
+        def run() -> float:
+            t0 = time.perf_counter()
+            with readers[kind].read(cids[kind]) as cp:
+                got = cp.state()
+            elapsed = time.perf_counter() - t0
+            assert got == want
+            return elapsed
+
+        return run
+
+    try:
+        fig = interleave(
+            benchmark,
+            f"chat {chat_steps}: whole-state read by root version",
+            {k: reader(k) for k in kinds},
+            repeats,
+            [Comparison("root v2", "root v1")],
+        )
+    finally:
+        for st in readers.values():
+            st.close()
+    load = os.getloadavg()[0]
+    info: dict[str, Any] = {"load": load, "unique": unique}
+    for k in kinds:
+        info[k] = {"disk": disk[k], "disk_ratio": disk[k] / unique}
+    _say(
+        f"chat {chat_steps} steps by root version (load {load:.2f}): disk root v1 "
+        f"{disk['root v1']:,} B = {disk['root v1'] / unique:.2f}x unique, root v2 "
+        f"{disk['root v2']:,} B = {disk['root v2'] / unique:.2f}x "
+        f"(saves {(disk['root v1'] - disk['root v2']) / unique:.2f}x, "
+        f"{(disk['root v1'] - disk['root v2']) / chat_steps:.0f} B a step)"
+    )
+    reads = [a / b for a, b in zip(fig.runs["root v2"], fig.runs["root v1"], strict=True)]
+    _say(
+        f"chat {chat_steps} whole-state read: root v2 {_spread(fig.runs['root v2'], 1e3)} ms, "
+        f"root v1 {_spread(fig.runs['root v1'], 1e3)} ms, v2 / v1 {_spread(reads)}x"
+    )
+    for s in [s for s in (100, 1000, 2000) if s <= chat_steps]:
+        lo, hi = max(0, s - 11), s + 10
+        v1, v2 = times["root v1"][lo:hi], times["root v2"][lo:hi]
+        ratio = _spread([b / a for a, b in zip(v1, v2, strict=True)])
+        info[str(s)] = {"v1": median(v1), "v2": median(v2)}
+        _say(
+            f"chat put @{s} by root version: root v1 {_spread(v1, 1e3)} ms, root v2 "
+            f"{_spread(v2, 1e3)} ms, v2 / v1 {ratio}x"
+        )
+    benchmark.extra_info["root_versions"] = info
 
 
 def test_canonical_encoder_speed(benchmark: BenchmarkFixture, repeats: int) -> None:
