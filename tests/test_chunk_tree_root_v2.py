@@ -245,14 +245,15 @@ class TestLayoutFourStores:
             assert info.value.got["version"] == 4
 
     def test_gc_keeps_an_upper_spine_shared_by_many_roots(self, tmp_path: Path) -> None:
-        """Roots sharing one upper spine: pruning all but the head keeps it; verify passes."""
+        """Roots sharing an upper spine: a prune keeps the head's, sweeps the rest, verify is ok."""
         with open_store(tmp_path / "s") as st:
             rec = st.recorder("r")
             cids = [rec.checkpoint(i, {"h": _history(150 + i)}) for i in range(12)]
             uppers = [_upper_of(st, c) for c in cids]
-            assert len(set(uppers)) < len(uppers)  # shared between consecutive roots
+            assert 1 < len(set(uppers)) < len(uppers)  # shared between consecutive roots, changing
             st.prune(keep_last=1)
             assert st.verify().ok
             assert _get(st, uppers[-1]) is not None
+            assert all(_get(st, u) is None for u in set(uppers) - {uppers[-1]})  # no leak
             with st.read(cids[-1]) as cp:
                 assert cp.state_part("h") == _history(161)
