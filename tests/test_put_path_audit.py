@@ -1,0 +1,192 @@
+"""Adversarial checks of the put path's caches: a warm recorder writes what a cold one would."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cpstore.errors import ConflictError, CpstoreError
+from cpstore.native.canonical import decode_value
+from cpstore.store import manifest as manifest_module
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+from cpstore.store.manifest import encode_manifest
+from cpstore.store.model import CheckpointWrite, unpack_checkpoint_value
+from cpstore.store.recorder import Recorder
+
+
+class _Sub(str):
+    """A str subclass carrying a mutable attribute."""
+
+    note = "x"
+
+
+class _CapturedError(Exception):
+    """Raised by the intercepted commit so the cold recorder stores nothing."""
+
+    def __init__(self, op: CheckpointWrite) -> None:
+        super().__init__("captured")
+        self.op = op
+
+
+def _cold_cid(
+    store: Store, ops: list[Callable[[Recorder], Any]], cp: Callable[[Recorder], Any]
+) -> bytes:
+    """The checkpoint a fresh recorder on the head writes after the same calls (not stored)."""
+    manifest_module._DIGEST_MAP_PLANS.clear()  # cold module caches too
+    manifest_module._ENCODED_NAMES.clear()
+    cold = store.recorder("r")
+    for op in ops:
+        with contextlib.suppress(CpstoreError):
+            op(cold)
+    backend = store.backend
+
+    def capture(op: CheckpointWrite) -> None:
+        raise _CapturedError(op)
+
+    backend.commit = capture
+    try:
+        cp(cold)
+    except _CapturedError as got:
+        return bytes(got.op.cid)
+    finally:
+        del backend.commit
+        cold._closed = True  # never flushed, never warned
+    raise AssertionError("the cold checkpoint was not committed")
+
+
+def _stored_manifest_is_canonical(store: Store, cid: str) -> None:
+    with store.backend.read_txn() as txn:
+        value = txn.get(bytes.fromhex(cid), db=store.backend.db("checkpoints"))
+        assert value is not None
+        raw = bytes(unpack_checkpoint_value(value)[1])
+    fields = dict(decode_value(raw))
+    del fields["cpstore"]
+    assert encode_manifest(fields) == raw
+
+
+def _call(kind: int, i: int, rnd: random.Random) -> Callable[[Recorder], Any] | None:
+    """One recorder call (refused ones included), or None for a checkpoint."""
+    v = rnd.choice([1, "s", 2.5, None, b"b", i])
+    k = rnd.choice(["clock", "rand", f"k{i % 4}"])
+    calls: list[Callable[[Recorder], Any]] = [
+        lambda r: r.token(k, v),
+        lambda r: r.tokens_from([f"new{i}", "a", "b"], [1, 2, object()]),  # refused
+        lambda r: r.observe(i, "src", b"p%d" % (i % 3), pinned_at=None),
+        lambda r: r.observe_many([(i, "s", b"x", None), (i, "", b"y", None)]),  # refused
+        lambda r: r.effect("t", b"e%d" % (i % 2)),
+        lambda r: r.tokens_from("clock", [i, i + 1]),
+    ]
+    return calls[kind] if kind < len(calls) else None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_warm_recorder_writes_the_checkpoint_a_cold_one_writes(tmp_path: Path, seed: int) -> None:
+    """Every checkpoint of a recorder (caches warm, failed commits, reused objects) equals the one a
+    fresh recorder on the same head writes after the same calls, and is canonical."""
+    rnd = random.Random(seed)
+    big = "L" * 5000
+    same = "shared value"
+    sub = _Sub("subclass")
+    meta: dict[str, Any] = {"k": 1}
+    tags: list[str] = ["t0"]
+    with open_store(tmp_path / "s") as store:
+        rec = store.recorder("r")
+        since: list[Callable[[Recorder], Any]] = []
+        leaked_tags: list[str] = []
+        step = 0
+        for i in range(60):
+            op = _call(rnd.randrange(9), i, rnd)
+            if op is not None:
+                with contextlib.suppress(CpstoreError):
+                    op(rec)
+                since.append(op)
+                continue
+            # A checkpoint: parts reuse objects across names and steps, mutate inputs.
+            if rnd.random() < 0.3:
+                meta["k"] = i  # the same dict mutated
+            if rnd.random() < 0.3:
+                tags.append(f"t{i}")  # the same list grown
+            state: dict[str, Any] = {
+                "a": same,
+                rnd.choice(["b", "c"]): same,  # the same str object under another name
+                "sub": sub,
+                "bytes": rnd.choice([b"eq", bytearray(b"eq"), b"ne"]),
+                "n": rnd.randrange(3),
+            }
+            if rnd.random() < 0.5:
+                state["big"] = big if rnd.random() < 0.5 else big + "x"
+            seal = rnd.random() < 0.7
+            args = (step, dict(state), list(tags) + leaked_tags, dict(meta), seal)
+
+            def cp(r: Recorder, args: tuple[Any, ...] = args) -> str:
+                s, st, tg, md, sl = args
+                return r.checkpoint(s, st, tags=tg, metadata=md, seal_ledger=sl)
+
+            expected = _cold_cid(store, since, cp)
+            fail = rnd.random() < 0.25 and rec.head is not None
+            if fail:
+                # Another writer moves the branch; the recorder's commit fails, then it
+                # is moved back (ABA) and the same checkpoint is tried again.
+                head = rec.head
+                assert head is not None
+                other = store.recorder("r", branch=f"side{i}", parent=head)
+                moved = other.checkpoint(step, {"o": i})
+                store.reset_ref("r", "main", moved, expected_old=head, operator="t", reason="t")
+                failed_tags = [f"failed{i}"]
+                with pytest.raises(ConflictError):
+                    rec.checkpoint(
+                        step, state, tags=tags + failed_tags, metadata=meta, seal_ledger=seal
+                    )
+                leaked_tags += failed_tags  # tags given to a failed checkpoint stay (as before)
+                store.reset_ref("r", "main", head, expected_old=moved, operator="t", reason="t")
+                args = (step, dict(state), list(tags) + leaked_tags, dict(meta), seal)
+                expected = _cold_cid(store, since, functools.partial(cp, args=args))
+            got = rec.checkpoint(step, state, tags=tags, metadata=meta, seal_ledger=seal)
+            assert bytes.fromhex(got) == expected, (seed, i)
+            _stored_manifest_is_canonical(store, got)
+            with store.read(got) as view:
+                assert view.state() == {
+                    k: bytes(v) if isinstance(v, bytearray) else v for k, v in state.items()
+                }
+            since = []
+            step += 1
+        rec.close(discard_effects=True)
+        report = store.verify()
+        assert report.ok, report.problems
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        lambda r: r.tokens_from(["fresh-kind", "other"], [1, object()]),
+        lambda r: r.tokens([("fresh-kind", 1), ("other", object())]),
+        lambda r: r.tokens_from(["fresh-kind", "bad\ud800"], [1, 2]),
+        lambda r: r.token("fresh-kind", object()),
+    ],
+)
+def test_a_refused_token_call_leaves_no_kind_in_the_next_checkpoint(
+    tmp_path: Path, refused: Callable[[Recorder], Any]
+) -> None:
+    """A refused token call records nothing: the next checkpoint equals one without the call."""
+    ids = []
+    for name, refuse in (("a", True), ("b", False)):
+        with open_store(tmp_path / name) as store:
+            rec = store.recorder("r")
+            if refuse:
+                with pytest.raises(CpstoreError):
+                    refused(rec)
+            rec.token("clock", 1)
+            ids.append(rec.checkpoint(0, {"a": 1}))
+            with store.read(ids[-1]) as view:
+                assert "fresh-kind" not in view.manifest.raw["tokens"]["kinds"].values()
+            rec.token("fresh-kind", 2)  # the kind recorded later is named in the log
+            with store.read(rec.checkpoint(1, {"a": 1})) as view:
+                assert "fresh-kind" in view.manifest.raw["tokens"]["kinds"].values()
+    assert ids[0] == ids[1]
