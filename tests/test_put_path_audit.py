@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import multiprocessing
 import random
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from cpstore.native.canonical import decode_value
 from cpstore.store import manifest as manifest_module
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-from cpstore.store.manifest import encode_manifest
+from cpstore.store.manifest import encode_manifest, manifest_references
 from cpstore.store.model import CheckpointWrite, unpack_checkpoint_value
 from cpstore.store.recorder import Recorder
 
@@ -190,3 +192,101 @@ def test_a_refused_token_call_leaves_no_kind_in_the_next_checkpoint(
             with store.read(rec.checkpoint(1, {"a": 1})) as view:
                 assert "fresh-kind" in view.manifest.raw["tokens"]["kinds"].values()
     assert ids[0] == ids[1]
+
+
+# -- head-extending writers beside ABA ref moves, releases and sweeps ------------
+
+
+def _racing_writer(path: str, seconds: float, durability: str, out: Any) -> None:
+    """Extends run w's main head; a lost race (ConflictError) starts a recorder on the head."""
+    acked = [0]
+    try:
+        _race(path, seconds, durability, acked)
+    finally:
+        out.put(acked[0])
+
+
+def _race(path: str, seconds: float, durability: str, acked: list[int]) -> None:
+    with open_store(path, durability=durability, batch_size=3) as store:  # type: ignore[arg-type]
+        rec = store.recorder("w")
+        deadline, i = time.monotonic() + seconds, 0
+        while time.monotonic() < deadline:
+            i = time.time_ns() // 1000  # steps never go backwards across both writers
+            try:
+                if i % 4 == 0:
+                    rec.observe(i, "src", b"obs-%d" % (i % 3), pinned_at=None)
+                rec.checkpoint(i, {"fixed": "f" * 300, "s": f"shared-{i % 4}", "n": i % 7})
+                if durability == "batched" and i % 2:
+                    store.flush()
+                acked[0] += 1
+            except ConflictError:
+                with contextlib.suppress(ConflictError):
+                    store.flush()  # a batch dropped whole: its recorder starts again too
+                rec._closed = True  # its effects are none; never flushed again
+                rec = store.recorder("w")
+        with contextlib.suppress(ConflictError):
+            store.flush()
+        rec._closed = True
+
+
+def _aba_chaos(path: str, seconds: float) -> None:
+    """Moves w's head away and back, releases it, sweeps and deletes runs sharing objects."""
+    with open_store(path) as store:
+        deadline, i = time.monotonic() + seconds, 0
+        while time.monotonic() < deadline:
+            i += 1
+            other = store.recorder(f"o{i}")
+            other.checkpoint(0, {"fixed": "f" * 300, "s": f"shared-{i % 4}"})
+            head = store.ref("w")
+            with contextlib.suppress(CpstoreError):
+                hist = [] if head is None else [m.id for m in store.history("w", limit=3)]
+                if hist and hist[0] != head:
+                    continue
+                if len(hist) >= 2:
+                    store.reset_ref(
+                        "w", "main", hist[-1], expected_old=head, operator="t", reason="t"
+                    )
+                    store.release_retained(hist[0], operator="t", reason="t")
+                    store.prune(keep_last=1) if i % 2 else store.gc()
+                    store.reset_ref(
+                        "w", "main", head, expected_old=hist[-1], operator="t", reason="t"
+                    )
+                    with contextlib.suppress(CpstoreError):
+                        store.release_retained(hist[-1], operator="t", reason="t")
+            if i % 3 == 0:
+                store.delete_run(f"o{i - 1}")
+            store.prune(keep_last=2)
+
+
+@pytest.mark.parametrize("durability", ["sync", "batched"])
+def test_aba_head_moves_and_sweeps_never_leave_a_checkpoint_naming_a_missing_object(
+    tmp_path: Path, durability: str
+) -> None:
+    """Two processes extending one head (sync or batched) beside a process that moves the head
+    away and back, releases and sweeps it: every stored checkpoint names only stored objects."""
+    path = str(tmp_path / "s")
+    open_store(path).close()
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=_racing_writer, args=(path, 6.0, durability, out)) for _ in range(2)
+    ]
+    procs.append(ctx.Process(target=_aba_chaos, args=(path, 6.0)))
+    for p in procs:
+        p.start()
+    acked = [out.get(timeout=180) for _ in range(2)]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert sum(acked) > 5
+    with open_store(path) as store:
+        resets = [r.body for r in store.audit_records(kind="ref_reset")]
+        assert len(resets) >= 4  # the head really moved away and back
+        report = store.verify()
+        assert report.ok, report.problems
+        objects = store.backend.db("objects")
+        with store.backend.read_txn() as txn:
+            for _, value in txn.cursor(db=store.backend.db("checkpoints")):
+                manifest = decode_value(unpack_checkpoint_value(value)[1])
+                for _, key in manifest_references(manifest):
+                    assert txn.get(key, db=objects) is not None
