@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import multiprocessing
 import os
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 
 from cpstore.errors import ConflictError, CpstoreError
-from cpstore.native.canonical import decode_value
+from cpstore.native.binding import digest
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.fast_canonical import encode_element, encode_fast
 from cpstore.store import manifest as manifest_module
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -487,3 +490,55 @@ def test_a_forked_child_neither_writes_through_the_inherited_tail_nor_closes_it(
     store.close()
     with open_store(path) as again:
         assert again.verify().ok
+
+
+class _Mode(str, enum.Enum):  # noqa: UP042 - the mixin form is the case
+    """A str-mixin Enum: Python 3.11's str() of a member is 'Mode.FAST', its text is 'fast'."""
+
+    FAST = "fast"
+
+
+class _Shown(str):
+    """A str subclass whose __str__ is not its text."""
+
+    def __str__(self) -> str:
+        return "shown"
+
+
+class _Scaled(float):
+    """A float subclass whose __float__ is not its value."""
+
+    def __float__(self) -> float:
+        return 9.0
+
+
+_SUBCLASSED = [
+    _Mode.FAST,
+    _Shown("text"),
+    _Scaled(1.5),
+    [_Mode.FAST, _Shown("t")],
+    {"k": _Shown("v"), "m": _Mode.FAST},
+    {_Shown("key"): 1},
+    ("x", _Scaled(2.5)),
+]
+
+
+@pytest.mark.parametrize("value", _SUBCLASSED, ids=repr)
+def test_the_fast_encoder_writes_a_subclass_by_its_content_as_the_reference_does(
+    value: Any,
+) -> None:
+    """encode_fast/encode_element equal encode_value for str and float subclasses whose
+    __str__/__float__ say something else (a str-mixin Enum member among them)."""
+    assert encode_fast(value) == encode_value(value)
+    assert encode_element(value) == encode_value([value])[1:]
+
+
+def test_a_str_enum_state_part_is_stored_as_its_text(tmp_path: Path) -> None:
+    """A state part holding a str-mixin Enum member reads back as its text and the checkpoint
+    names the part the reference encoding names."""
+    with open_store(tmp_path / "s") as store:
+        cid = store.recorder("r").checkpoint(0, {"mode": _Mode.FAST, "list": [_Mode.FAST]})
+        with store.read(cid) as view:
+            assert view.state() == {"mode": "fast", "list": ["fast"]}
+            parts = view.manifest.raw["state"]["parts"]
+        assert parts["mode"] == digest(encode_value("fast"))

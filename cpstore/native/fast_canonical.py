@@ -182,10 +182,10 @@ def _encode(value: Any, out: list[bytes], depth: int) -> None:
         if not _INT_MIN <= value < _INT_END:
             raise _RefusedError  # a big int: the spec's ext form
         out.append(_mp(int(value)))
-    elif isinstance(value, float):
-        out.append(_float(float(value)))
-    elif isinstance(value, str):
-        out.append(_mp(str(value)))
+    elif isinstance(value, float):  # the spec's own steps: __float__ may say something else
+        out.append(_float(value))
+    elif isinstance(value, str):  # its text: str() of a str-mixin Enum member is its name
+        out.append(_mp(str.__str__(value)))
     elif isinstance(value, (bytes, bytearray, memoryview)):
         out.append(_mp(bytes(value)))
     elif isinstance(value, (list, tuple)):
