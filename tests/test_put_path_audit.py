@@ -226,6 +226,7 @@ def _race(path: str, seconds: float, durability: str, acked: list[int]) -> None:
                 if durability == "batched" and i % 2:
                     store.flush()
                 acked[0] += 1
+                time.sleep(0.002)  # leaves the chaos process room to move the head
             except ConflictError:
                 with contextlib.suppress(ConflictError):
                     store.flush()  # a batch dropped whole: its recorder starts again too
