@@ -17,7 +17,9 @@ of ``isinstance`` checks. :func:`encode_fast` returns the same bytes:
   call;
 - floats fold NaN and -0.0 as the specification says; anything else (dict
   subclasses and other Mappings, int/str subclasses, non-str keys, bytearray,
-  memoryview) takes a general path that encodes and sorts like the spec.
+  memoryview) takes a general path that encodes and sorts like the spec
+  (a str subclass by its text, never its own ``__str__``: a str-mixin Enum
+  member's str() is its name; a float subclass through the spec's own steps).
 
 No error path is computed on the way. When anything goes wrong (an
 unsupported type, a lone surrogate, an int msgspec refuses, duplicate
