@@ -77,8 +77,11 @@ elements = st.one_of(
     st.builds(_blob, st.integers(CHUNK_MAX - 100, 3 * CHUNK_MAX), st.integers(0, 3)),
     st.integers(-(2**70), 2**70),
     st.text(max_size=30),
-    st.builds(lambda n, i: {"role": "user", "content": "w" * n, "i": i}, st.integers(0, 900),
-              st.integers()),
+    st.builds(
+        lambda n, i: {"role": "user", "content": "w" * n, "i": i},
+        st.integers(0, 900),
+        st.integers(),
+    ),
     st.none(),
 )
 
@@ -99,9 +102,7 @@ def test_a_continued_tree_equals_the_tree_built_from_the_whole_bytes(
 
 
 @pytest.mark.parametrize(("before", "after"), [(15, 16), (14, 17), (65535, 65536), (65530, 65540)])
-def test_header_length_class_changes_keep_the_continued_tree_exact(
-    before: int, after: int
-) -> None:
+def test_header_length_class_changes_keep_the_continued_tree_exact(before: int, after: int) -> None:
     """Array headers growing 1->3 and 3->5 bytes: the continued tree still equals build_tree."""
     size = 700 if after < 100 else 1
     log = AppendLog(bytes([i % 251]) * size for i in range(before))
@@ -152,17 +153,17 @@ def _messages(cp: cpstore.CheckpointView) -> Any:
 
 def _history(n: int) -> list[dict[str, str]]:
     return [
-        {"role": "user", "content": f"message {i} " + "w" * (300 + 97 * i % 900)}
-        for i in range(n)
+        {"role": "user", "content": f"message {i} " + "w" * (300 + 97 * i % 900)} for i in range(n)
     ]
 
 
 def test_checkpoint_ids_equal_the_plain_lists_and_reads_return_lists(tmp_path: Path) -> None:
     """Step by step the AppendLog route writes the plain list's checkpoint ids and bytes."""
     msgs = _history(60)
-    with cpstore.open(tmp_path / "a", durability="none") as a, cpstore.open(
-        tmp_path / "b", durability="none"
-    ) as b:
+    with (
+        cpstore.open(tmp_path / "a", durability="none") as a,
+        cpstore.open(tmp_path / "b", durability="none") as b,
+    ):
         ra, rb = a.recorder("chat"), b.recorder("chat")
         log = AppendLog()
         for i, m in enumerate(msgs):
@@ -190,6 +191,7 @@ def test_a_failed_commit_never_leaves_a_checkpoint_naming_a_missing_object(
         for i, m in enumerate(msgs):
             log.append(m)
             if i in (30, 31, 55):
+
                 def refuse(op: Any) -> None:
                     raise RuntimeError("injected commit failure")
 
@@ -208,9 +210,10 @@ def test_a_failed_commit_never_leaves_a_checkpoint_naming_a_missing_object(
 def test_a_part_left_out_and_a_new_log_under_the_same_name_stay_exact(tmp_path: Path) -> None:
     """Leaving the part out, then a different log object: same ids as plain lists, verify ok."""
     msgs = _history(50)
-    with cpstore.open(tmp_path / "a", durability="none") as a, cpstore.open(
-        tmp_path / "b", durability="none"
-    ) as b:
+    with (
+        cpstore.open(tmp_path / "a", durability="none") as a,
+        cpstore.open(tmp_path / "b", durability="none") as b,
+    ):
         ra, rb = a.recorder("chat"), b.recorder("chat")
         log = AppendLog()
         for i, m in enumerate(msgs):

@@ -130,9 +130,7 @@ def test_no_import_cycle_between_modules() -> None:
 
 def test_no_module_is_longer_than_the_limit() -> None:
     """Every module reads in one sitting: at most MAX_LINES lines."""
-    long = {
-        m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES
-    }
+    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}
 
 

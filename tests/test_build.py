@@ -19,8 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 def _probe(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     code = "import build; print(build.xxhash_include())"
     return subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env={**os.environ, **env},
-        capture_output=True, text=True, check=False,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 
@@ -54,8 +58,17 @@ def test_cdef_is_read_from_the_header_and_matches_the_compiled_lib() -> None:
         sys.path.remove(str(ROOT))
     from cpstore._cpstore_native import lib  # noqa: PLC0415 - the compiled module itself
 
-    for name in ("cp_digest", "cp_digest_batch", "cp_seq_init", "cp_seq_update", "cp_seq_final",
-                 "cp_seq_digest", "cp_first_divergence", "cp_scan_tokens", "cp_simd_select"):
+    for name in (
+        "cp_digest",
+        "cp_digest_batch",
+        "cp_seq_init",
+        "cp_seq_update",
+        "cp_seq_final",
+        "cp_seq_digest",
+        "cp_first_divergence",
+        "cp_scan_tokens",
+        "cp_simd_select",
+    ):
         assert f"{name}(" in cdef and hasattr(lib, name)
     assert lib.CP_ERR_UNSUPPORTED == -7 and lib.CP_NONE == 2**64 - 1
     assert "#include" not in cdef

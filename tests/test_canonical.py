@@ -21,8 +21,10 @@ scalars = (
 )
 values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=5)
-    | st.dictionaries(st.text(max_size=5) | st.integers(-5, 5), inner, max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.text(max_size=5) | st.integers(-5, 5), inner, max_size=5)
+    ),
     max_leaves=30,
 )
 

@@ -198,8 +198,19 @@ def test_entry_point_help_works_in_a_subprocess() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "cpstore.cli", "--help"], capture_output=True, text=True, check=True
     ).stdout
-    for command in ("demo", "validate", "verify", "inspect", "diff", "log", "audit",
-                    "sign-off", "gc", "prune", "stats"):
+    for command in (
+        "demo",
+        "validate",
+        "verify",
+        "inspect",
+        "diff",
+        "log",
+        "audit",
+        "sign-off",
+        "gc",
+        "prune",
+        "stats",
+    ):
         assert command in out
 
 

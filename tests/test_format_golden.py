@@ -94,11 +94,12 @@ def test_token_record_bytes_are_pinned() -> None:
     """A token record is seq|kind|provenance|reserved|value digest, little-endian."""
     native = cpstore.native
     record = native.pack_token(7, "rng", native.Provenance.RECORDED, native.value_digest(42))
-    assert record.hex() == (
-        "0700000000000000" "01000000" "01" "000000" "14c9ae9594c463c479d03016b7aeed0d"
-    )
+    assert record.hex() == ("0700000000000000010000000100000014c9ae9594c463c479d03016b7aeed0d")
     assert records.unpack_token(record) == (
-        7, 1, cpstore.native.Provenance.RECORDED, cpstore.native.value_digest(42)
+        7,
+        1,
+        cpstore.native.Provenance.RECORDED,
+        cpstore.native.value_digest(42),
     )
 
 
@@ -123,7 +124,7 @@ def test_observation_record_bytes_are_pinned() -> None:
 def test_decision_and_effect_record_bytes_are_pinned() -> None:
     """Decision and effect records have the documented layouts."""
     assert cpstore.native.pack_decision(3, bytes(range(16))).hex() == (
-        "0300000000000000" "0000000000000000" "000102030405060708090a0b0c0d0e0f"
+        "03000000000000000000000000000000000102030405060708090a0b0c0d0e0f"
     )
     assert cpstore.native.pack_effect(2, bytes(16), b"\xff" * 16).hex() == (
         "0200000000000000" + "00" * 8 + "00" * 16 + "ff" * 16
@@ -150,7 +151,7 @@ def test_sequence_digest_is_prefix_records_trailer() -> None:
     """The sequence digest hashes the 16-byte prefix, the records and the u64 count."""
     record = cpstore.native.pack_token(7, "rng", 1, cpstore.native.value_digest(42))
     prefix = records.seq_prefix(cpstore.native.RecordType.TOKEN)
-    assert prefix.hex() == "43505351" "0100" "0100" "20000000" "00000000"
+    assert prefix.hex() == "43505351010001002000000000000000"
     by_hand = xxhash.xxh3_128_digest(prefix + record + (1).to_bytes(8, "little"))
     assert cpstore.native.sequence_digest(cpstore.native.RecordType.TOKEN, record) == by_hand
     assert by_hand.hex() == "043fb2cd4c1fa1f1a43ecd12041a2a24"
@@ -187,9 +188,10 @@ def test_store_layout_2_ref_values_and_refs_digest_are_pinned(tmp_path: Path) ->
     assert pack_ref(b"run\0main", main, 1).hex() == (
         "000102030405060708090a0b0c0d0e0f" + "01" + "5fb0dd95afae89d6"
     )
-    assert pack_ref(b"run\0main", main, 0)[17:] == xxhash.xxh3_128_digest(
-        main + b"\x00" + b"run\0main"
-    )[:8]
+    assert (
+        pack_ref(b"run\0main", main, 0)[17:]
+        == xxhash.xxh3_128_digest(main + b"\x00" + b"run\0main")[:8]
+    )
     with open_store(tmp_path / "s") as st:
         with st.backend.env.env.begin(write=True) as txn:
             write_ref(txn, st.backend.env.dbs, b"run\0main", main, 0, old=None)

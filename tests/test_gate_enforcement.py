@@ -189,4 +189,3 @@ def test_verify_finds_a_decision_index_pointing_at_an_older_decision(tmp_path: P
         report = st.verify()
         assert not report.ok
         assert any("decision index" in p.what for p in report.problems)
-

@@ -137,9 +137,7 @@ def test_a_gate_never_passes_on_a_decision_superseded_before_its_record(tmp_path
             ]
             assert len(newer) == 2
             gates = [
-                r.index
-                for r in records
-                if r.kind == AUDIT_GATE and r.body["checkpoint_id"] == cid
+                r.index for r in records if r.kind == AUDIT_GATE and r.body["checkpoint_id"] == cid
             ]
             assert all(g < min(newer) for g in gates), (cid, gates, newer)
         assert st.verify().ok

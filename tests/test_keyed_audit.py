@@ -23,7 +23,9 @@ def _quarantined(store: cpstore.Store) -> tuple[str, cpstore.Decision]:
     cid = rec.checkpoint(1, {"a": 1})
     with store.read(cid) as cp:
         replay = cpstore.Run(
-            "run", 1, cp.manifest.state_digest,
+            "run",
+            1,
+            cp.manifest.state_digest,
             tokens=cpstore.PackedTokens(bytes(cp.tokens())),
             transcript_digest=cp.manifest.transcript_digest,
             mode=cpstore.ReplayMode.BEST_EFFORT,
@@ -70,10 +72,17 @@ def test_a_forged_sign_off_never_releases_a_gate_and_verify_names_it(tmp_path: P
     with cpstore.open(path, audit_key=KEY) as store:
         cid, decision = _quarantined(store)
         audit_digest = decision.audit_digest
-    forged = _forge(path, "signoff", {
-        "decision_id": decision.id, "decision_audit": audit_digest,
-        "checkpoint_id": cid, "operator": "mallory", "reason": "trust me",
-    })
+    forged = _forge(
+        path,
+        "signoff",
+        {
+            "decision_id": decision.id,
+            "decision_audit": audit_digest,
+            "checkpoint_id": cid,
+            "operator": "mallory",
+            "reason": "trust me",
+        },
+    )
     with cpstore.open(path, audit_key=KEY) as store:
         with pytest.raises(AuditChainError):
             cpstore.resume_gate(store, cid, decision, sign_off=forged)

@@ -39,8 +39,11 @@ BLOCK_BYTES = 65536
 PROPERTY = settings(
     max_examples=EXAMPLES,
     deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                           HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
 )
 
 RECORD_TYPES = list(RecordType)
@@ -65,6 +68,7 @@ def kernel(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 # ---- strategies -----------------------------------------------------------
+
 
 def _record(rtype: RecordType) -> st.SearchStrategy[bytes]:
     size = RECORD_SIZE[rtype]
@@ -157,8 +161,12 @@ def _token_log(draw: st.DrawFn) -> bytes:
 #: Lengths at XXH3's internal boundaries: size classes, the 64-byte stripe,
 #: the 256-byte streaming buffer, the 1024-byte block, up to ~2 MB.
 XXH3_BOUNDARIES = sorted(
-    {n + d for n in (0, 3, 4, 8, 16, 128, 240, 256, 512, 1024, 64 * 16, 2048, 4096)
-     for d in (-1, 0, 1) if n + d >= 0}
+    {
+        n + d
+        for n in (0, 3, 4, 8, 16, 128, 240, 256, 512, 1024, 64 * 16, 2048, 4096)
+        for d in (-1, 0, 1)
+        if n + d >= 0
+    }
     | {k * 64 + d for k in (1, 2, 15, 16, 17, 31, 32, 33) for d in (-1, 0, 1)}
     | {(1 << p) + d for p in range(12, 22) for d in (-1, 0, 1)}
 )
@@ -194,7 +202,7 @@ def test_digest_of_huge_buffer_equals_xxh3_128(kernel: str) -> None:
     """A multi-megabyte buffer digests to xxh3_128_digest, also through a strided-free view."""
     data = _bytes(HUGE + 17, seed=1)
     assert cpstore.native.digest(data) == xxhash.xxh3_128_digest(data) == reference.digest(data)
-    assert native_digest(memoryview(data)[:SMALL_DIGEST - 1]) == xxhash.xxh3_128_digest(
+    assert native_digest(memoryview(data)[: SMALL_DIGEST - 1]) == xxhash.xxh3_128_digest(
         data[: SMALL_DIGEST - 1]
     )
 
@@ -206,6 +214,7 @@ def test_digest_accepts_wider_formats_as_their_bytes() -> None:
 
 
 # ---- digest_batch ---------------------------------------------------------
+
 
 @PROPERTY
 @given(batch=_batch(), as_buffer=st.booleans())
@@ -253,6 +262,7 @@ def test_digest_batch_of_huge_buffer_matches_reference(kernel: str) -> None:
 
 
 # ---- sequence_digest and SequenceHasher -------------------------------------
+
 
 @PROPERTY
 @given(typed=_typed_records())
@@ -342,6 +352,7 @@ def test_sequence_digest_of_huge_log_matches_reference(kernel: str, rtype: Recor
 
 
 # ---- first_divergence ------------------------------------------------------
+
 
 def _agree(
     rtype: RecordType, a: bytes, b: bytes, fields: object = None
@@ -439,6 +450,7 @@ def test_first_divergence_of_huge_token_logs_matches_reference() -> None:
 
 
 # ---- scan_tokens -----------------------------------------------------------
+
 
 @PROPERTY
 @given(log=_token_log())

@@ -43,30 +43,51 @@ def _partial_digest(m: ModuleType) -> Any:
 
 #: (case id, call, expected class, word the message must contain)
 CASES: list[tuple[str, Callable[[ModuleType], Any], type[Exception], str]] = [
-    ("misaligned-sequence", lambda m: m.sequence_digest(1, b"x" * 33), RecordFormatError,
-     "records"),
-    ("misaligned-a", lambda m: m.first_divergence(1, b"x" * 33, TOKEN), RecordFormatError,
-     "at a"),
-    ("misaligned-b", lambda m: m.first_divergence(1, TOKEN, b"x" * 31), RecordFormatError,
-     "at b"),
-    ("wrong-record-size", lambda m: m.first_divergence(RecordType.OBSERVATION, TOKEN, TOKEN),
-     RecordFormatError, "observation"),
+    (
+        "misaligned-sequence",
+        lambda m: m.sequence_digest(1, b"x" * 33),
+        RecordFormatError,
+        "records",
+    ),
+    ("misaligned-a", lambda m: m.first_divergence(1, b"x" * 33, TOKEN), RecordFormatError, "at a"),
+    ("misaligned-b", lambda m: m.first_divergence(1, TOKEN, b"x" * 31), RecordFormatError, "at b"),
+    (
+        "wrong-record-size",
+        lambda m: m.first_divergence(RecordType.OBSERVATION, TOKEN, TOKEN),
+        RecordFormatError,
+        "observation",
+    ),
     ("misaligned-scan", lambda m: m.scan_tokens(b"x" * 31), RecordFormatError, "records"),
     ("unknown-type-sequence", lambda m: m.sequence_digest(9, b""), RecordFormatError, "rtype"),
     ("unknown-type-zero", lambda m: m.SequenceHasher(0), RecordFormatError, "rtype"),
-    ("unknown-type-compare", lambda m: m.first_divergence(7, b"", b""), RecordFormatError,
-     "rtype"),
+    ("unknown-type-compare", lambda m: m.first_divergence(7, b"", b""), RecordFormatError, "rtype"),
     ("type-as-name", lambda m: m.sequence_digest("token", b""), RecordFormatError, "rtype"),
     ("type-as-bool", lambda m: m.sequence_digest(True, b""), RecordFormatError, "rtype"),
     ("type-as-float", lambda m: m.sequence_digest(1.0, b""), RecordFormatError, "rtype"),
-    ("unknown-field", lambda m: m.first_divergence(1, b"", b"", fields=["nope"]),
-     RecordFormatError, "fields"),
-    ("unknown-field-str", lambda m: m.first_divergence(1, b"", b"", fields="nope"),
-     RecordFormatError, "fields"),
-    ("field-of-other-type", lambda m: m.first_divergence(2, b"", b"", fields=["kind"]),
-     RecordFormatError, "fields"),
-    ("fields-not-iterable", lambda m: m.first_divergence(1, b"", b"", fields=5),
-     RecordFormatError, "fields"),
+    (
+        "unknown-field",
+        lambda m: m.first_divergence(1, b"", b"", fields=["nope"]),
+        RecordFormatError,
+        "fields",
+    ),
+    (
+        "unknown-field-str",
+        lambda m: m.first_divergence(1, b"", b"", fields="nope"),
+        RecordFormatError,
+        "fields",
+    ),
+    (
+        "field-of-other-type",
+        lambda m: m.first_divergence(2, b"", b"", fields=["kind"]),
+        RecordFormatError,
+        "fields",
+    ),
+    (
+        "fields-not-iterable",
+        lambda m: m.first_divergence(1, b"", b"", fields=5),
+        RecordFormatError,
+        "fields",
+    ),
     ("str-digest", lambda m: m.digest("abc"), InvalidInputError, "data"),
     ("int-digest", lambda m: m.digest(5), InvalidInputError, "data"),
     ("str-batch", lambda m: m.digest_batch("abc", [0, 1]), InvalidInputError, "data"),
@@ -75,32 +96,55 @@ CASES: list[tuple[str, Callable[[ModuleType], Any], type[Exception], str]] = [
     ("str-b", lambda m: m.first_divergence(1, b"", ""), InvalidInputError, "b must"),
     ("str-scan", lambda m: m.scan_tokens(""), InvalidInputError, "records"),
     ("str-update", lambda m: m.SequenceHasher(1).update("x"), InvalidInputError, "data"),
-    ("strided-digest", lambda m: m.digest(memoryview(b"abcdef")[::2]), InvalidInputError,
-     "data"),
-    ("strided-b", lambda m: m.first_divergence(1, b"", memoryview(TOKEN * 2)[::2]),
-     InvalidInputError, "b must"),
-    ("strided-scan", lambda m: m.scan_tokens(memoryview(TOKEN * 2)[::2]), InvalidInputError,
-     "records"),
-    ("strided-offsets", lambda m: m.digest_batch(b"abcdef", memoryview(b"\0" * 32)[::2]),
-     InvalidInputError, "offsets"),
-    ("strided-update", lambda m: m.SequenceHasher(1).update(memoryview(TOKEN * 2)[::2]),
-     InvalidInputError, "data"),
-    ("decreasing-offsets", lambda m: m.digest_batch(b"abcdef", [0, 3, 2]), InvalidInputError,
-     "offsets[2]"),
-    ("offsets-past-end", lambda m: m.digest_batch(b"abcdef", [0, 7]), InvalidInputError,
-     "offsets[1]"),
-    ("start-past-end", lambda m: m.digest_batch(b"abcdef", [9]), InvalidInputError,
-     "offsets[0]"),
+    ("strided-digest", lambda m: m.digest(memoryview(b"abcdef")[::2]), InvalidInputError, "data"),
+    (
+        "strided-b",
+        lambda m: m.first_divergence(1, b"", memoryview(TOKEN * 2)[::2]),
+        InvalidInputError,
+        "b must",
+    ),
+    (
+        "strided-scan",
+        lambda m: m.scan_tokens(memoryview(TOKEN * 2)[::2]),
+        InvalidInputError,
+        "records",
+    ),
+    (
+        "strided-offsets",
+        lambda m: m.digest_batch(b"abcdef", memoryview(b"\0" * 32)[::2]),
+        InvalidInputError,
+        "offsets",
+    ),
+    (
+        "strided-update",
+        lambda m: m.SequenceHasher(1).update(memoryview(TOKEN * 2)[::2]),
+        InvalidInputError,
+        "data",
+    ),
+    (
+        "decreasing-offsets",
+        lambda m: m.digest_batch(b"abcdef", [0, 3, 2]),
+        InvalidInputError,
+        "offsets[2]",
+    ),
+    (
+        "offsets-past-end",
+        lambda m: m.digest_batch(b"abcdef", [0, 7]),
+        InvalidInputError,
+        "offsets[1]",
+    ),
+    ("start-past-end", lambda m: m.digest_batch(b"abcdef", [9]), InvalidInputError, "offsets[0]"),
     ("empty-offsets", lambda m: m.digest_batch(b"abcdef", []), InvalidInputError, "offsets"),
-    ("negative-offset", lambda m: m.digest_batch(b"abcdef", [-1, 2]), InvalidInputError,
-     "offsets"),
-    ("huge-offset", lambda m: m.digest_batch(b"abcdef", [0, 2**64]), InvalidInputError,
-     "offsets"),
-    ("offsets-buffer-ragged", lambda m: m.digest_batch(b"abcdef", b"1234567"),
-     InvalidInputError, "offsets"),
+    ("negative-offset", lambda m: m.digest_batch(b"abcdef", [-1, 2]), InvalidInputError, "offsets"),
+    ("huge-offset", lambda m: m.digest_batch(b"abcdef", [0, 2**64]), InvalidInputError, "offsets"),
+    (
+        "offsets-buffer-ragged",
+        lambda m: m.digest_batch(b"abcdef", b"1234567"),
+        InvalidInputError,
+        "offsets",
+    ),
     ("offsets-none", lambda m: m.digest_batch(b"abcdef", None), InvalidInputError, "offsets"),
-    ("offsets-floats", lambda m: m.digest_batch(b"abcdef", [0.5, 1]), InvalidInputError,
-     "offsets"),
+    ("offsets-floats", lambda m: m.digest_batch(b"abcdef", [0.5, 1]), InvalidInputError, "offsets"),
     ("partial-record-at-digest", _partial_digest, RecordFormatError, "sequence so far"),
 ]
 
@@ -138,18 +182,30 @@ def test_unknown_simd_level_is_invalid_input() -> None:
 
 
 _ANY = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=8),
-    st.binary(max_size=80), st.lists(st.integers(-5, 2**65), max_size=5),
-    st.binary(max_size=80).map(bytearray), st.binary(max_size=80).map(lambda b: memoryview(b)[::2]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=8),
+    st.binary(max_size=80),
+    st.lists(st.integers(-5, 2**65), max_size=5),
+    st.binary(max_size=80).map(bytearray),
+    st.binary(max_size=80).map(lambda b: memoryview(b)[::2]),
 )
 
 
-@settings(max_examples=20 if QUICK else 300, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(which=st.sampled_from(["digest", "batch", "sequence", "compare", "scan", "hasher"]),
-       x=_ANY, y=_ANY, z=_ANY)
+@settings(
+    max_examples=20 if QUICK else 300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    which=st.sampled_from(["digest", "batch", "sequence", "compare", "scan", "hasher"]),
+    x=_ANY,
+    y=_ANY,
+    z=_ANY,
+)
 def test_garbage_arguments_never_raise_native_error(which: str, x: Any, y: Any, z: Any) -> None:
     """Any argument mix either works (and agrees with the reference) or raises a ValueError."""
+
     def hasher(m: ModuleType) -> Any:
         h = m.SequenceHasher(x)
         h.update(y)
@@ -205,7 +261,11 @@ def test_behaviour_is_the_same_under_python_dash_o() -> None:
     )
     run = subprocess.run(
         [sys.executable, "-O", "-c", script, str(Path(__file__).parent)],
-        capture_output=True, text=True, check=False, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=120,
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.strip() == f"ok {len(CASES)}"

@@ -74,8 +74,12 @@ class TestOpening:
             assert isinstance(store.backend, PgBackend)
             assert store.ref("run") is None
         assert os.listdir(tmp_path) == []
-        tables = {r[0] for r in _sql(pg_url, "SELECT tablename FROM pg_tables WHERE "
-                                     "schemaname = %s", (_schema(pg_url),))}
+        tables = {
+            r[0]
+            for r in _sql(
+                pg_url, "SELECT tablename FROM pg_tables WHERE schemaname = %s", (_schema(pg_url),)
+            )
+        }
         assert tables == set(DB_NAMES)
 
     def test_the_same_run_stores_the_same_bytes_under_the_same_keys_as_lmdb(
@@ -102,12 +106,11 @@ class TestOpening:
             cpstore.open(pg_url, create=False)
         with pytest.raises(NotFoundError):
             cpstore.open(pg_url, readonly=True)
-        assert _sql(pg_url, "SELECT 1 FROM pg_namespace WHERE nspname = %s",
-                    (_schema(pg_url),)) == []
+        assert (
+            _sql(pg_url, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (_schema(pg_url),)) == []
+        )
 
-    def test_a_schema_with_store_tables_but_no_format_record_is_refused(
-        self, pg_url: str
-    ) -> None:
+    def test_a_schema_with_store_tables_but_no_format_record_is_refused(self, pg_url: str) -> None:
         """A foreign schema that happens to hold an objects table is not taken over."""
         schema = _schema(pg_url)
         _sql(pg_url, f'CREATE SCHEMA "{schema}"')
@@ -154,8 +157,11 @@ class TestDamage:
         """Insert-if-absent: a second put of an object whose row was altered refuses."""
         with cpstore.open(pg_url) as store:
             key = store.put_object(b"hello")
-            _sql(pg_url, f'UPDATE "{_schema(pg_url)}".objects SET v = %s WHERE k = %s',
-                 (b"HELLO", key))
+            _sql(
+                pg_url,
+                f'UPDATE "{_schema(pg_url)}".objects SET v = %s WHERE k = %s',
+                (b"HELLO", key),
+            )
             with pytest.raises(IntegrityError):
                 store.put_object(b"hello")
             with pytest.raises(IntegrityError):
@@ -179,11 +185,19 @@ class TestDamage:
             a = store.append_audit("decision", {"verdict": "REJECT"})
             store.append_audit("decision", {"verdict": "ACCEPT"})
             forged = encode_value(
-                {"index": 0, "prev": None, "kind": "decision",
-                 "body": {"verdict": "ACCEPT"}, "time": a.time}
+                {
+                    "index": 0,
+                    "prev": None,
+                    "kind": "decision",
+                    "body": {"verdict": "ACCEPT"},
+                    "time": a.time,
+                }
             )
-            _sql(pg_url, f'UPDATE "{_schema(pg_url)}".audit SET v = %s WHERE k = %s',
-                 (forged, (0).to_bytes(8, "big")))
+            _sql(
+                pg_url,
+                f'UPDATE "{_schema(pg_url)}".audit SET v = %s WHERE k = %s',
+                (forged, (0).to_bytes(8, "big")),
+            )
             assert any(p.what == "audit chain broken" for p in store.verify().problems)
             with pytest.raises(AuditChainError):
                 store.get_audit(a.digest)
@@ -220,8 +234,10 @@ class TestModes:
 
     def test_batched_checkpoints_are_queued_then_committed_together(self, pg_url: str) -> None:
         """batched: nothing is visible to another handle until flush, then all of it."""
-        with cpstore.open(pg_url, durability="batched", batch_size=100) as store, \
-                cpstore.open(pg_url) as other:
+        with (
+            cpstore.open(pg_url, durability="batched", batch_size=100) as store,
+            cpstore.open(pg_url) as other,
+        ):
             rec = store.recorder("run")
             ids = [rec.checkpoint(i, {"i": i}) for i in range(5)]
             assert store.pending == 5 and other.ref("run") is None
@@ -281,9 +297,9 @@ class TestCli:
         """No command makes a store: a URL naming an empty schema exits 4 and creates nothing."""
         assert main(["log", "run", "--store", pg_url]) == 4
         assert "no store" in capsys.readouterr().err
-        assert _sql(
-            pg_url, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (_schema(pg_url),)
-        ) == []
+        assert (
+            _sql(pg_url, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (_schema(pg_url),)) == []
+        )
 
 
 def _walk_back(store: Store, start: bytes | None) -> list[bytes]:

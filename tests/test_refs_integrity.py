@@ -187,9 +187,7 @@ class TestCheckedRefs:
         whats = [p.what for p in store.verify().problems]
         assert "ref does not match its check (key or value damaged)" in whats
 
-    def test_a_ref_naming_another_run_is_refused_even_with_a_true_check(
-        self, store: Store
-    ) -> None:
+    def test_a_ref_naming_another_run_is_refused_even_with_a_true_check(self, store: Store) -> None:
         """A ref whose check holds but whose target is another run's is an IntegrityError."""
         other = _three(store, "run-2")[2]
         with store.backend.env.env.begin(write=True) as txn:

@@ -59,9 +59,7 @@ def _writer(path: str, name: str, seconds: float) -> dict[str, Any]:
             rec.observe(step, "cfg", b"c%d" % step, pinned_at=float(step))
             rec.tokens([("rng", rng.random())])
             rec.decision(step, {"node": name})
-            own.append(
-                rec.checkpoint(step, {"w": name, "i": step})
-            )
+            own.append(rec.checkpoint(step, {"w": name, "i": step}))
             a = st.append_audit("note", {"writer": name, "step": step})
             audit.append((a.digest, a.index))
             # The shared branch: CAS from the head we read; a lost race retries.

@@ -48,11 +48,7 @@ def _fill(path: Path, *, map_size: int, max_map_size: int) -> tuple[list[str], S
         for step in range(10_000):
             rec.tokens([("rng", step)])
             try:
-                acked.append(
-                    rec.checkpoint(
-                        step, {"blob": os.urandom(20_000)}
-                    )
-                )
+                acked.append(rec.checkpoint(step, {"blob": os.urandom(20_000)}))
             except StoreFullError as exc:
                 return acked, exc
             rec = st.recorder("run", parent=acked[-1])

@@ -137,8 +137,9 @@ class TestReaderLifecycle:
     def test_latest_of_a_missing_branch_is_not_found(self, store: Store) -> None:
         """No ref: NotFoundError naming the run and branch; bad names are InvalidInputError."""
         store.recorder("run").checkpoint(0, b"s")
-        with pytest.raises(NotFoundError, match="no such branch") as info, store.latest(
-            "run", "nope"
+        with (
+            pytest.raises(NotFoundError, match="no such branch") as info,
+            store.latest("run", "nope"),
         ):
             pass
         assert info.value.where == "refs/run/nope"
@@ -198,7 +199,6 @@ class TestHostileState:
         )
         with store.read(forged.hex()) as cp, pytest.raises(IntegrityError, match="canonical"):
             cp.state()
-
 
     def test_a_bad_field_outside_the_state_is_refused_when_used(self, store: Store) -> None:
         """The reader checks the state on entry and every other field before its first use."""

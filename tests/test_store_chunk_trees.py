@@ -39,7 +39,17 @@ from cpstore.store.recorder import Recorder
 from cpstore.store.stats import store_stats
 
 WORDS = (
-    "the", "planner", "asked", "search", "tool", "for", "weather", "and", "then", "wrote", "a",
+    "the",
+    "planner",
+    "asked",
+    "search",
+    "tool",
+    "for",
+    "weather",
+    "and",
+    "then",
+    "wrote",
+    "a",
     "reply",
 )
 

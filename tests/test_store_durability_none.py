@@ -106,7 +106,6 @@ class TestOneProcessOneMode:
             ro.flush()
             assert ro.ref("r") == cid
 
-
     def test_only_checkpoint_commits_skip_the_fsync(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -133,7 +133,6 @@ class TestGrouping:
         assert outcome["first"] == "ok"
         assert sorted([outcome["boom"], outcome["other"]]) == ["KeyboardInterrupt", "StoreError"]
 
-
     def test_a_leader_interrupted_while_gathering_leaves_no_writer_waiting(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:

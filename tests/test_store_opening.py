@@ -438,7 +438,6 @@ class TestReadOnlyAcrossAnUpgrade:
             assert report.ok, report.problems
 
 
-
 def test_a_store_whose_last_txn_freed_its_tail_pages_opens_again(tmp_path: Path) -> None:
     """gc of large chunked states leaves freed, never written pages at the end: it opens."""
     path = str(tmp_path / "s")

@@ -94,8 +94,16 @@ class TestEncoders:
         """The recorder's straight-line manifest encoder equals encode_manifest of the same map."""
         state = {"kind": "parts", "digest": _d(9), "parts": {"a": _d(4)}, "chunked": {}}
         fields = {
-            "run_id": "run", "branch": "main", "step": step, "parent": parent, "state": state,
-            "tokens": tokens, "ledger_sealed": sealed, "tags": tags, "metadata": meta, **logs,
+            "run_id": "run",
+            "branch": "main",
+            "step": step,
+            "parent": parent,
+            "state": state,
+            "tokens": tokens,
+            "ledger_sealed": sealed,
+            "tags": tags,
+            "metadata": meta,
+            **logs,
         }
         got = encode_recorded_manifest(
             logs,

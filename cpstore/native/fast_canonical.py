@@ -17,7 +17,9 @@ of ``isinstance`` checks. :func:`encode_fast` returns the same bytes:
   call;
 - floats fold NaN and -0.0 as the specification says; anything else (dict
   subclasses and other Mappings, int/str subclasses, non-str keys, bytearray,
-  memoryview) takes a general path that encodes and sorts like the spec.
+  memoryview) takes a general path that encodes and sorts like the spec
+  (a str subclass by its text, never its own ``__str__``: a str-mixin Enum
+  member's str() is its name; a float subclass through the spec's own steps).
 
 No error path is computed on the way. When anything goes wrong (an
 unsupported type, a lone surrogate, an int msgspec refuses, duplicate
@@ -182,10 +184,10 @@ def _encode(value: Any, out: list[bytes], depth: int) -> None:
         if not _INT_MIN <= value < _INT_END:
             raise _RefusedError  # a big int: the spec's ext form
         out.append(_mp(int(value)))
-    elif isinstance(value, float):
-        out.append(_float(float(value)))
-    elif isinstance(value, str):
-        out.append(_mp(str(value)))
+    elif isinstance(value, float):  # the spec's own steps: __float__ may say something else
+        out.append(_float(value))
+    elif isinstance(value, str):  # its text: str() of a str-mixin Enum member is its name
+        out.append(_mp(str.__str__(value)))
     elif isinstance(value, (bytes, bytearray, memoryview)):
         out.append(_mp(bytes(value)))
     elif isinstance(value, (list, tuple)):

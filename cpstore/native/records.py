@@ -228,6 +228,17 @@ class KindTable:
             self._codes[kind] = code
         return code
 
+    def mark(self) -> tuple[int, int]:
+        """Where the table stands now, for :meth:`undo`."""
+        return len(self.names), len(self._codes)
+
+    def undo(self, mark: tuple[int, int]) -> None:
+        """Forget every kind learned since ``mark`` (a refused batch records no kind)."""
+        for code in list(self.names)[mark[0] :]:  # dicts keep insertion order
+            del self.names[code]
+        for name in list(self._codes)[mark[1] :]:
+            del self._codes[name]
+
     def label(self, code: int) -> str:
         """The kind's name, or ``kind#<code>`` for a hashed code this table never saw."""
         return kind_name(code) or self.names.get(code) or f"kind#{code}"

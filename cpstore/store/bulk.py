@@ -16,7 +16,8 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from functools import wraps
+from typing import Any, TypeVar, cast
 
 from cpstore.errors import CanonicalEncodingError, CpstoreError, InvalidInputError
 from cpstore.native.args import non_empty_text
@@ -38,6 +39,7 @@ from cpstore.store.model import MAX_OBJECT_SIZE, as_payload
 __all__ = ["BulkAppends", "as_float"]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 _TOKEN_SIZE = 32
 _STANDARD_MAX = 4  # codes 1..4 are rng, clock, tool, env; others are hashed (high bit)
@@ -94,6 +96,22 @@ def _kind_codes(records: memoryview) -> array[int]:
     else:
         codes.extend(c for (c,) in struct.iter_unpack("<8xI20x", records))
     return codes
+
+
+def _kinds_kept_only_on_success(method: F) -> F:
+    """A refused batch learns no kind: the token log's kinds map names only kinds of
+    recorded tokens (else a refused call would change the next checkpoint's bytes)."""
+
+    @wraps(method)
+    def run(self: BulkAppends, *args: Any, **kwargs: Any) -> Any:
+        mark = self._kinds.mark()
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            self._kinds.undo(mark)
+            raise
+
+    return cast("F", run)
 
 
 class BulkAppends:
@@ -163,6 +181,7 @@ class BulkAppends:
                     ) from None
             raise
 
+    @_kinds_kept_only_on_success
     def tokens_from(
         self, kind: str | Sequence[str], values: Any, *, provenance: str = "recorded"
     ) -> int:
@@ -197,6 +216,7 @@ class BulkAppends:
             blob, offs = self._encode(vals)
         return self._append_columns(codes, bytes([prov]), blob, offs)
 
+    @_kinds_kept_only_on_success
     def tokens(self, items: Iterable[tuple[str, Any]], *, provenance: str = "recorded") -> None:
         """Record many (kind, value) tokens at once; nothing is recorded if one is refused."""
         prov = _provenance(provenance)
@@ -216,6 +236,7 @@ class BulkAppends:
         blob, offs = self._encode(list(values))
         self._append_columns(codes, bytes([prov]), blob, offs)
 
+    @_kinds_kept_only_on_success
     def tokens_packed(self, tokens: PackedTokens) -> int:
         """Append packed TOKEN records with their values; returns the first one's seq.
 

@@ -275,11 +275,6 @@ class Recorder(BulkAppends):
             raise InvalidInputError(
                 "unknown provenance", expected=list(PROVENANCE_CODES), got=provenance
             ) from None
-        try:
-            code = self._kind_cache[kind]
-        except (KeyError, TypeError):
-            code = self._kind(kind)  # raises for a kind that is not a usable name
-            self._kind_cache[kind] = code
         kind_of = type(value)
         if (kind_of is int and -_INT64 <= value < _UINT64_END) or kind_of is str:
             try:
@@ -288,6 +283,11 @@ class Recorder(BulkAppends):
                 enc = fast_encoding(value)  # a lone surrogate: raises naming it
         else:
             enc = fast_encoding(value)
+        try:  # after the value's check: a refused token leaves no kind in the log
+            code = self._kind_cache[kind]
+        except (KeyError, TypeError):
+            code = self._kind(kind)  # raises for a kind that is not a usable name
+            self._kind_cache[kind] = code
         tokens = self._tokens
         seq = len(tokens) >> 5
         tokens += _TOKEN.pack(seq, code, prov, _xxh3_128(enc))
