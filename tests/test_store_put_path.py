@@ -158,10 +158,10 @@ class TestMustExist:
         monkeypatch.setattr(store.backend, "commit", spy)
         return ops
 
-    def test_extending_a_head_reads_no_object_the_head_reaches(
+    def test_extending_a_head_reads_every_named_object_it_does_not_write(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Unchanged parts, logs and tokens of the head are not read again; new ones are written."""
+        """Unchanged parts of the head are read in the commit txn; new ones are written."""
         with open_store(tmp_path / "s") as store:
             rec = store.recorder("r")
             rec.token("clock", 1)
@@ -171,8 +171,10 @@ class TestMustExist:
             again = store.recorder("r")
             again.checkpoint(2, {"a": "x", "b": "z"})
             again.checkpoint(3, {"a": "x", "b": "z"})
-            assert [op.must_exist for op in ops] == [[], []]
-            assert digest(encode_value("z")) in ops[0].objects
+            x, z = digest(encode_value("x")), digest(encode_value("z"))
+            assert x in ops[0].must_exist and x in ops[1].must_exist
+            assert z in ops[0].objects and z not in ops[0].must_exist
+            assert z in ops[1].must_exist  # written by the previous commit, read by this one
             assert store.verify().ok
 
     def test_a_forks_first_commit_still_reads_every_inherited_object(
@@ -199,17 +201,23 @@ class TestMustExist:
                 fork.checkpoint(1, {"a": "x"})
             assert store.ref("r", "b") is None
 
-    def test_objects_to_check_without_a_head_reads_named_and_inherited(self) -> None:
-        """Without a head nothing is taken as stored; with one, only what it reaches is."""
-        named, inherited, reached = {_d(1), _d(2), _d(3)}, {_d(4)}, ({_d(2)}, {_d(3)})
-        check = commit_module.objects_to_check
-        got = check(named, {_d(1): b""}, extends_head=False, reached=reached, inherited=inherited)
+    def test_objects_to_check_reads_named_and_inherited_it_does_not_write(self) -> None:
+        """Every named or inherited object the txn does not write is read, head or not."""
+        named, inherited = {_d(1), _d(2), _d(3)}, {_d(4)}
+        got = commit_module.objects_to_check(named, {_d(1): b""}, inherited=inherited)
         assert sorted(got) == sorted([_d(2), _d(3), _d(4)])
-        got = check(named, {_d(1): b""}, extends_head=True, reached=reached, inherited=inherited)
-        assert got == []
-        got = check(named, {}, extends_head=True, reached=reached, inherited=inherited)
-        assert got == [_d(1)]
+        assert set(commit_module.objects_to_check(named, {}, inherited=set())) == named
 
+    def test_a_head_whose_object_vanished_refuses_the_next_checkpoint(self, tmp_path: Path) -> None:
+        """An object of the head deleted behind the store's back: the next commit is refused."""
+        with open_store(tmp_path / "s") as store:
+            rec = store.recorder("r")
+            head = rec.checkpoint(0, {"a": "x", "b": "y"})
+            with store.backend.env.env.begin(write=True) as txn:  # damage behind the store's back
+                txn.delete(digest(encode_value("x")), db=store.backend.db("objects"))
+            with pytest.raises(IntegrityError, match="not stored"):
+                rec.checkpoint(1, {"a": "x", "b": "z"})
+            assert store.ref("r", "main") == head
 
 class TestRefWrite:
     def test_a_cas_with_the_hashed_old_ref_moves_the_digest_like_the_plain_one(
@@ -305,13 +313,13 @@ def _shared(i: int) -> str:
 
 
 def _writer(path: str, seconds: float, out: Any) -> None:
-    skipped = 0
+    checked = 0
     real = commit_module.objects_to_check
 
     def counting(named: Any, written: Any, **kw: Any) -> list[bytes]:
-        nonlocal skipped
+        nonlocal checked
         got = real(named, written, **kw)
-        skipped += len([k for k in named if k not in written]) - len(got)
+        checked += len(got)
         return got
 
     import cpstore.store.recorder as recorder_module  # noqa: PLC0415 - patched in this child
@@ -329,7 +337,7 @@ def _writer(path: str, seconds: float, out: Any) -> None:
             state = {**keep, "n": i}
             out.put((rec.checkpoint(i, state), state))
             i += 1
-    out.put(("skipped", skipped))
+    out.put(("checked", checked))
     out.put(None)
 
 
@@ -362,16 +370,16 @@ class TestSweepBesideAWriter:
         writer.start()
         sweeper.start()
         acked: list[tuple[str, dict[str, Any]]] = []
-        skipped = 0
+        checked = 0
         while (item := out.get(timeout=120)) is not None:
-            if item[0] == "skipped":
-                skipped = item[1]
+            if item[0] == "checked":
+                checked = item[1]
             else:
                 acked.append(item)
         writer.join(60)
         sweeper.join(60)
         assert writer.exitcode == 0 and sweeper.exitcode == 0
-        assert len(acked) > 10 and skipped > 0  # the no-read path really ran
+        assert len(acked) > 10 and checked > 0  # the commit txns read what they did not write
         with open_store(path) as store:
             assert store.ref("w") == acked[-1][0]
             stored = 0

@@ -113,10 +113,10 @@ class Recorder(BulkAppends):
         self._sealed_count = 0  # effects covered by this recorder's last sealing checkpoint
         self._closed = False
         self._pending: dict[bytes, bytes] = {}
-        # Objects a stash may skip and a commit need not read: only what the
-        # head this recorder extends reaches (commit.objects_to_check says why
-        # they are stored). Anything older (an earlier checkpoint's state part)
-        # is stashed again and put write-once: a no-op when it is still there.
+        # Objects a stash may skip: only what the head this recorder extends
+        # reaches (the commit txn still reads each one: commit.objects_to_check).
+        # Anything older (an earlier checkpoint's state part) is stashed again
+        # and put write-once: a no-op when it is still there.
         self._confirmed: set[bytes] = set()
         # Payload keys of the logs: logs are cumulative, so once committed
         # every one is reached by the head's observations or effects log.
@@ -497,13 +497,7 @@ class Recorder(BulkAppends):
         cid = Digest(digest(manifest))
         named = referenced_digests(fields)
         pending = self._pending
-        must_exist = objects_to_check(
-            named,
-            pending,
-            extends_head=self._expected is not None and self._expected == self._parent,
-            reached=(self._confirmed, self._logged),
-            inherited=self._inherited,
-        )
+        must_exist = objects_to_check(named, pending, inherited=self._inherited)
         op = CheckpointWrite(
             cid=cid,
             value=pack_checkpoint_value(self._store.now(), manifest, cid),
