@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import copy
+import linecache
 import pickle
 import random
+import sys
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -396,3 +400,102 @@ def test_state_digest_of_a_state_holding_a_log_is_the_checkpoints(tmp_path: Path
             recorded = cp.manifest.state_digest
     assert cpstore.state_digest({"messages": log, "n": 1}) == recorded
     assert cpstore.state_digest({"messages": msgs, "n": 1}) == recorded
+
+
+def _pause_mid_append(
+    log: AppendLog, item: Any
+) -> tuple[threading.Thread, threading.Event, threading.Event, list[BaseException]]:
+    """Start a thread appending ``item``, paused after the bytes grew, before the end is kept."""
+    paused, resume = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    code = AppendLog.append.__code__
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        if event == "line" and "self._ends.append" in line:
+            paused.set()
+            resume.wait(10)
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    def run() -> None:
+        sys.settrace(tracer)
+        try:
+            log.append(item)
+        except BaseException as exc:  # handed to the test
+            errors.append(exc)
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert paused.wait(10)
+    return thread, paused, resume, errors
+
+
+@pytest.mark.parametrize("size", [10, TREE_THRESHOLD])
+def test_a_checkpoint_racing_an_append_in_another_thread_stores_whole_elements(
+    tmp_path: Path, size: int
+) -> None:
+    """A checkpoint taken while another thread is mid-append stores a readable prefix."""
+    first = ["a" * size, "b" * size]
+    log = AppendLog(first)
+    appender, _, resume, errors = _pause_mid_append(log, "c" * size)
+    got: list[Any] = []
+
+    def checkpoint() -> None:
+        try:
+            with cpstore.open(tmp_path / "s", durability="none") as st:
+                cid = st.recorder("chat").checkpoint(0, {"messages": log})
+                with st.read(cid) as cp:
+                    got.append(_messages(cp))
+        except BaseException as exc:  # handed to the test
+            got.append(exc)
+
+    writer = threading.Thread(target=checkpoint)
+    writer.start()
+    writer.join(1.0)  # a checkpoint that does not wait for the append runs in the gap now
+    resume.set()
+    appender.join()
+    writer.join()
+    assert errors == []
+    assert got in ([first], [[*first, "c" * size]])
+    assert log.to_list() == [*first, "c" * size]
+
+
+def test_two_threads_appending_at_once_keep_every_element_whole() -> None:
+    """An append landing between another's bytes and its end offset splits no element."""
+    log = AppendLog(["a"])
+    first, _, resume, errors = _pause_mid_append(log, "first")
+    second = threading.Thread(target=log.append, args=("second",))
+    second.start()
+    second.join(1.0)
+    resume.set()
+    first.join()
+    second.join()
+    assert errors == []
+    assert sorted(log) == ["a", "first", "second"]
+    assert log.encoding() == encode_value(log.to_list())
+
+
+def test_an_append_while_a_checkpoint_holds_the_log_waits_instead_of_failing() -> None:
+    """append from another thread during log_view lands after it (no BufferError)."""
+    log = AppendLog(["a"])
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            log.append("b")
+        except BaseException as exc:  # handed to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=append)
+    with log_view(log) as (header, body, _):
+        thread.start()
+        thread.join(0.5)
+        assert header + bytes(body) == encode_value(["a"])
+    thread.join()
+    assert errors == []
+    assert log.to_list() == ["a", "b"]

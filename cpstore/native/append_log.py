@@ -21,6 +21,7 @@ that nothing but appends happen:
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -52,9 +53,14 @@ class AppendLog(Sequence[Any]):
     element: start a new log for that.
     """
 
-    __slots__ = ("_body", "_ends")
+    __slots__ = ("_body", "_ends", "_lock")
 
     def __init__(self, items: Iterable[Any] = ()) -> None:
+        # The bytes and the end offsets change together under the lock: an
+        # append from another thread never lands between them, so a
+        # checkpoint (log_view), a copy or a pickle sees whole elements only,
+        # and an append during a checkpoint waits for it instead of failing.
+        self._lock = threading.Lock()
         self._body = bytearray()
         self._ends = array("Q")
         self.extend(items)
@@ -71,8 +77,9 @@ class AppendLog(Sequence[Any]):
                 expected=exc.expected,
                 got=exc.got,
             ) from None
-        self._body += enc
-        self._ends.append(len(self._body))
+        with self._lock:
+            self._body += enc
+            self._ends.append(len(self._body))
 
     def extend(self, items: Iterable[Any]) -> None:
         """:meth:`append` each item in turn (those before a refused one stay appended)."""
@@ -112,20 +119,23 @@ class AppendLog(Sequence[Any]):
 
     def encoding(self) -> bytes:
         """``encode_value(self.to_list())``, without re-encoding anything."""
-        return array_header(len(self._ends)) + self._body
+        with self._lock:
+            return array_header(len(self._ends)) + self._body
 
     def __copy__(self) -> AppendLog:
         """An independent log with the same elements (never one sharing this log's buffer)."""
         new = AppendLog()
-        new._body += self._body
-        new._ends.extend(self._ends)
+        with self._lock:
+            new._body += self._body
+            new._ends.extend(self._ends)
         return new
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AppendLog:
         return self.__copy__()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (bytes(self._body), self._ends.tobytes()))
+        with self._lock:
+            return (_restore, (bytes(self._body), self._ends.tobytes()))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, AppendLog):
@@ -155,8 +165,8 @@ def log_view(log: AppendLog) -> Iterator[tuple[bytes, memoryview, array[int]]]:
     """(array header, read-only view of the encoded elements, element end offsets) now.
 
     For the store (:mod:`cpstore.store.append_state`): the log cannot grow
-    while the view is held (a bytearray with an exported buffer refuses to
-    resize), and the view is released on leaving; the offsets only lengthen.
+    while the view is held (it holds the log's lock: an append from another
+    thread waits), and the view is released on leaving; the offsets only lengthen.
     """
-    with memoryview(log._body) as whole, whole.toreadonly() as body:
+    with log._lock, memoryview(log._body) as whole, whole.toreadonly() as body:
         yield array_header(len(log._ends)), body, log._ends
