@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cpstore
-from cpstore.errors import CanonicalEncodingError
+from cpstore.errors import CanonicalEncodingError, InvalidInputError
 from cpstore.native.append_log import AppendLog, log_view
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
@@ -499,3 +499,22 @@ def test_an_append_while_a_checkpoint_holds_the_log_waits_instead_of_failing() -
     thread.join()
     assert errors == []
     assert log.to_list() == ["a", "b"]
+
+
+def test_calling_init_again_on_a_log_is_refused_and_later_checkpoints_stay_readable(
+    tmp_path: Path,
+) -> None:
+    """AppendLog.__init__ on a live log would rewrite its bytes: refused, the log unchanged."""
+    msgs = _history(40)
+    with cpstore.open(tmp_path / "s", durability="none") as st:
+        rec = st.recorder("chat")
+        log = AppendLog(msgs)
+        rec.checkpoint(0, {"messages": log})
+        with pytest.raises(InvalidInputError):
+            AppendLog.__init__(log, _history(41)[::-1])
+        assert log.to_list() == msgs
+        log.append({"role": "user", "content": "more"})
+        cid = rec.checkpoint(1, {"messages": log})
+        with st.read(cid) as cp:
+            assert _messages(cp) == [*msgs, {"role": "user", "content": "more"}]
+        assert st.verify().ok

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, overload
 
-from cpstore.errors import CanonicalEncodingError
+from cpstore.errors import CanonicalEncodingError, InvalidInputError
 from cpstore.native.canonical import decode_value
 from cpstore.native.fast_canonical import encode_element
 
@@ -56,6 +56,12 @@ class AppendLog(Sequence[Any]):
     __slots__ = ("_body", "_ends", "_lock")
 
     def __init__(self, items: Iterable[Any] = ()) -> None:
+        if hasattr(self, "_ends"):  # a second __init__ would replace the bytes a store continues
+            raise InvalidInputError(
+                "an AppendLog only grows: start a new log instead of re-initialising one",
+                where="AppendLog.__init__",
+                got=repr(self),
+            )
         # The bytes and the end offsets change together under the lock: an
         # append from another thread never lands between them, so a
         # checkpoint (log_view), a copy or a pickle sees whole elements only,
