@@ -469,3 +469,16 @@ class TestManifestEncoding:
                 assert bytes(data) == encode_value(raw)
                 if raw["state"]["kind"] == "parts":
                     assert digest(encode_value(raw["state"]["parts"])) == raw["state"]["digest"]
+
+
+def test_call_graph_and_harness_reads_never_share_nested_values(store: Store) -> None:
+    """Mutating a nested value call_graph()/harness_accesses() returned changes no later call."""
+    rec = store.recorder("run-nested")
+    rec.decision(0, "pick", args={"a": [1]})
+    rec.harness_access("clock", {"x": [1]})
+    cid = rec.checkpoint(0, {"x": 1})
+    with store.read(cid) as cp:
+        cp.call_graph()[0]["args"]["a"].append(99)
+        cp.harness_accesses()[0]["detail"]["x"].append(7)
+        assert cp.call_graph() == [{"node": "pick", "step": 0, "args": {"a": [1]}}]
+        assert cp.harness_accesses() == [{"resource": "clock", "detail": {"x": [1]}}]
