@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import linecache
+import multiprocessing
 import pickle
 import random
 import sys
@@ -518,3 +519,33 @@ def test_calling_init_again_on_a_log_is_refused_and_later_checkpoints_stay_reada
         with st.read(cid) as cp:
             assert _messages(cp) == [*msgs, {"role": "user", "content": "more"}]
         assert st.verify().ok
+
+
+def _prune_and_sweep(path: str, step: int) -> int:
+    """In another process: keep each branch's newest checkpoint, sweep, and churn a run."""
+    with cpstore.open(path, durability="none") as st:
+        other = st.recorder(f"other-{step}")
+        other.checkpoint(0, {"x": [random.Random(step).randbytes(3000)]})
+        st.delete_run(f"other-{step}")
+        return len(st.gc(keep_last=1).checkpoints) if step % 2 else st.prune(keep_last=1)
+
+
+def test_prune_and_gc_in_another_process_between_puts_never_strand_a_continued_tree(
+    tmp_path: Path,
+) -> None:
+    """Continued trees (a log and a plain list) stay whole across sweeps run by another process."""
+    path = str(tmp_path / "s")
+    msgs = _history(40)
+    ctx = multiprocessing.get_context("spawn")
+    with cpstore.open(path, durability="none") as st, ctx.Pool(1) as pool:
+        rec = st.recorder("chat")
+        log = AppendLog()
+        for i, m in enumerate(msgs):
+            log.append(m)
+            cid = rec.checkpoint(i, {"messages": log, "plain": msgs[: i + 1]})
+            pool.apply(_prune_and_sweep, (path, i))
+        assert st.verify().ok
+        with st.read(cid) as cp:
+            state = cp.state()
+        assert isinstance(state, dict)
+        assert state["messages"] == state["plain"] == msgs
