@@ -288,6 +288,24 @@ class TestStateParts:
             rec.checkpoint(step, dict(state))
         assert store.verify().counts["objects"] == 10 + 19
 
+    def test_a_bytes_subclass_part_is_encoded_again_at_every_checkpoint(self, store: Store) -> None:
+        """The same bytes-subclass object, whose bytes() changed, is stored as it now encodes."""
+
+        class Shown(bytes):
+            shown = b"first"
+
+            def __bytes__(self) -> bytes:
+                return self.shown
+
+        value = Shown(b"own")
+        rec = store.recorder("run")
+        rec.checkpoint(0, {"p": value})
+        value.shown = b"second"
+        cid = rec.checkpoint(1, {"p": value})
+        assert store.manifest(cid).state_parts["p"] == digest(encode_value(value)).hex()
+        with store.read(cid) as cp:
+            assert cp.state_part("p") == b"second"
+
     def test_large_parts_are_chunked_and_reassembled(self, store: Store) -> None:
         """A large part is a chunk tree; an append stores a few chunks and nodes, not the value."""
         rec = store.recorder("run")
