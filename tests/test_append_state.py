@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import linecache
 import multiprocessing
+import os
 import pickle
 import random
 import sys
@@ -549,3 +550,51 @@ def test_prune_and_gc_in_another_process_between_puts_never_strand_a_continued_t
             state = cp.state()
         assert isinstance(state, dict)
         assert state["messages"] == state["plain"] == msgs
+
+
+def _child_appends(log: AppendLog, before: list[Any]) -> int:
+    """In a forked child: 0 when the log reads ``before`` and an append lands (no deadlock)."""
+    done = threading.Event()
+
+    def append() -> None:
+        log.append("child")
+        done.set()
+
+    threading.Thread(target=append, daemon=True).start()
+    ok = done.wait(5) and log.to_list() == [*before, "child"]
+    return 0 if ok and log.encoding() == encode_value([*before, "child"]) else 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() only")
+@pytest.mark.parametrize("holder", ["checkpoint", "append"])
+def test_a_child_forked_while_another_thread_holds_the_log_appends_to_whole_elements(
+    holder: str,
+) -> None:
+    """fork() during a checkpoint's read of the log, or mid-append: the child's log works."""
+    log = AppendLog(["a"])
+    release = threading.Event()
+    if holder == "checkpoint":
+        held = threading.Event()
+
+        def hold() -> None:
+            with log_view(log):
+                held.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        assert held.wait(10)
+    else:
+        thread, _, release, _ = _pause_mid_append(log, "half")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        code = 1
+        try:
+            code = _child_appends(log, ["a"])
+        finally:
+            os._exit(code)
+    release.set()
+    thread.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert log.to_list() == (["a"] if holder == "checkpoint" else ["a", "half"])

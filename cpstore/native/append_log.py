@@ -21,7 +21,9 @@ that nothing but appends happen:
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -53,7 +55,7 @@ class AppendLog(Sequence[Any]):
     element: start a new log for that.
     """
 
-    __slots__ = ("_body", "_ends", "_lock")
+    __slots__ = ("__weakref__", "_body", "_ends", "_lock")
 
     def __init__(self, items: Iterable[Any] = ()) -> None:
         if hasattr(self, "_ends"):  # a second __init__ would replace the bytes a store continues
@@ -69,6 +71,7 @@ class AppendLog(Sequence[Any]):
         self._lock = threading.Lock()
         self._body = bytearray()
         self._ends = array("Q")
+        _LIVE[id(self)] = self
         self.extend(items)
 
     def append(self, item: Any) -> None:
@@ -152,6 +155,29 @@ class AppendLog(Sequence[Any]):
 
     def __repr__(self) -> str:
         return f"AppendLog({len(self._ends)} elements, {len(self._body)} bytes)"
+
+
+#: Every log of this process, for :func:`_after_fork` (by id: a log is unhashable).
+_LIVE: weakref.WeakValueDictionary[int, AppendLog] = weakref.WeakValueDictionary()
+
+
+def _after_fork() -> None:
+    """In a forked child, where the thread that held a log's lock does not exist.
+
+    Each log gets a new lock and a new buffer holding its bytes up to its
+    last whole element: a checkpoint that was reading it (an exported view
+    that is never released) or an append half made (bytes grown, end not
+    kept) in another thread of the parent would otherwise deadlock or fail
+    every append in the child.
+    """
+    for log in list(_LIVE.values()):
+        ends = log._ends
+        log._body = bytearray(log._body[: ends[-1] if ends else 0])
+        log._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _restore(body: bytes, ends: bytes) -> AppendLog:
