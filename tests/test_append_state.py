@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import copy
+import linecache
+import multiprocessing
+import os
 import pickle
 import random
+import sys
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -13,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cpstore
-from cpstore.errors import CanonicalEncodingError
+from cpstore.errors import CanonicalEncodingError, InvalidInputError
 from cpstore.native.append_log import AppendLog, log_view
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
@@ -417,3 +423,199 @@ def test_state_digest_of_a_state_holding_a_log_is_the_checkpoints(tmp_path: Path
             recorded = cp.manifest.state_digest
     assert cpstore.state_digest({"messages": log, "n": 1}) == recorded
     assert cpstore.state_digest({"messages": msgs, "n": 1}) == recorded
+
+
+def _pause_mid_append(
+    log: AppendLog, item: Any
+) -> tuple[threading.Thread, threading.Event, threading.Event, list[BaseException]]:
+    """Start a thread appending ``item``, paused after the bytes grew, before the end is kept."""
+    paused, resume = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    code = AppendLog.append.__code__
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+        if event == "line" and "self._ends.append" in line:
+            paused.set()
+            resume.wait(10)
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    def run() -> None:
+        sys.settrace(tracer)
+        try:
+            log.append(item)
+        except BaseException as exc:  # handed to the test
+            errors.append(exc)
+        finally:
+            sys.settrace(None)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert paused.wait(10)
+    return thread, paused, resume, errors
+
+
+@pytest.mark.parametrize("size", [10, TREE_THRESHOLD])
+def test_a_checkpoint_racing_an_append_in_another_thread_stores_whole_elements(
+    tmp_path: Path, size: int
+) -> None:
+    """A checkpoint taken while another thread is mid-append stores a readable prefix."""
+    first = ["a" * size, "b" * size]
+    log = AppendLog(first)
+    appender, _, resume, errors = _pause_mid_append(log, "c" * size)
+    got: list[Any] = []
+
+    def checkpoint() -> None:
+        try:
+            with cpstore.open(tmp_path / "s", durability="none") as st:
+                cid = st.recorder("chat").checkpoint(0, {"messages": log})
+                with st.read(cid) as cp:
+                    got.append(_messages(cp))
+        except BaseException as exc:  # handed to the test
+            got.append(exc)
+
+    writer = threading.Thread(target=checkpoint)
+    writer.start()
+    writer.join(1.0)  # a checkpoint that does not wait for the append runs in the gap now
+    resume.set()
+    appender.join()
+    writer.join()
+    assert errors == []
+    assert got in ([first], [[*first, "c" * size]])
+    assert log.to_list() == [*first, "c" * size]
+
+
+def test_two_threads_appending_at_once_keep_every_element_whole() -> None:
+    """An append landing between another's bytes and its end offset splits no element."""
+    log = AppendLog(["a"])
+    first, _, resume, errors = _pause_mid_append(log, "first")
+    second = threading.Thread(target=log.append, args=("second",))
+    second.start()
+    second.join(1.0)
+    resume.set()
+    first.join()
+    second.join()
+    assert errors == []
+    assert sorted(log) == ["a", "first", "second"]
+    assert log.encoding() == encode_value(log.to_list())
+
+
+def test_an_append_while_a_checkpoint_holds_the_log_waits_instead_of_failing() -> None:
+    """append from another thread during log_view lands after it (no BufferError)."""
+    log = AppendLog(["a"])
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        try:
+            log.append("b")
+        except BaseException as exc:  # handed to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=append)
+    with log_view(log) as (header, body, _):
+        thread.start()
+        thread.join(0.5)
+        assert header + bytes(body) == encode_value(["a"])
+    thread.join()
+    assert errors == []
+    assert log.to_list() == ["a", "b"]
+
+
+def test_calling_init_again_on_a_log_is_refused_and_later_checkpoints_stay_readable(
+    tmp_path: Path,
+) -> None:
+    """AppendLog.__init__ on a live log would rewrite its bytes: refused, the log unchanged."""
+    msgs = _history(40)
+    with cpstore.open(tmp_path / "s", durability="none") as st:
+        rec = st.recorder("chat")
+        log = AppendLog(msgs)
+        rec.checkpoint(0, {"messages": log})
+        with pytest.raises(InvalidInputError):
+            AppendLog.__init__(log, _history(41)[::-1])
+        assert log.to_list() == msgs
+        log.append({"role": "user", "content": "more"})
+        cid = rec.checkpoint(1, {"messages": log})
+        with st.read(cid) as cp:
+            assert _messages(cp) == [*msgs, {"role": "user", "content": "more"}]
+        assert st.verify().ok
+
+
+def _prune_and_sweep(path: str, step: int) -> int:
+    """In another process: keep each branch's newest checkpoint, sweep, and churn a run."""
+    with cpstore.open(path, durability="none") as st:
+        other = st.recorder(f"other-{step}")
+        other.checkpoint(0, {"x": [random.Random(step).randbytes(3000)]})
+        st.delete_run(f"other-{step}")
+        return len(st.gc(keep_last=1).checkpoints) if step % 2 else st.prune(keep_last=1)
+
+
+def test_prune_and_gc_in_another_process_between_puts_never_strand_a_continued_tree(
+    tmp_path: Path,
+) -> None:
+    """Continued trees (a log and a plain list) stay whole across sweeps run by another process."""
+    path = str(tmp_path / "s")
+    msgs = _history(40)
+    ctx = multiprocessing.get_context("spawn")
+    with cpstore.open(path, durability="none") as st, ctx.Pool(1) as pool:
+        rec = st.recorder("chat")
+        log = AppendLog()
+        for i, m in enumerate(msgs):
+            log.append(m)
+            cid = rec.checkpoint(i, {"messages": log, "plain": msgs[: i + 1]})
+            pool.apply(_prune_and_sweep, (path, i))
+        assert st.verify().ok
+        with st.read(cid) as cp:
+            state = cp.state()
+        assert isinstance(state, dict)
+        assert state["messages"] == state["plain"] == msgs
+
+
+def _child_appends(log: AppendLog, before: list[Any]) -> int:
+    """In a forked child: 0 when the log reads ``before`` and an append lands (no deadlock)."""
+    done = threading.Event()
+
+    def append() -> None:
+        log.append("child")
+        done.set()
+
+    threading.Thread(target=append, daemon=True).start()
+    ok = done.wait(5) and log.to_list() == [*before, "child"]
+    return 0 if ok and log.encoding() == encode_value([*before, "child"]) else 1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() only")
+@pytest.mark.parametrize("holder", ["checkpoint", "append"])
+def test_a_child_forked_while_another_thread_holds_the_log_appends_to_whole_elements(
+    holder: str,
+) -> None:
+    """fork() during a checkpoint's read of the log, or mid-append: the child's log works."""
+    log = AppendLog(["a"])
+    release = threading.Event()
+    if holder == "checkpoint":
+        held = threading.Event()
+
+        def hold() -> None:
+            with log_view(log):
+                held.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        assert held.wait(10)
+    else:
+        thread, _, release, _ = _pause_mid_append(log, "half")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit code
+        code = 1
+        try:
+            code = _child_appends(log, ["a"])
+        finally:
+            os._exit(code)
+    release.set()
+    thread.join()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert log.to_list() == (["a"] if holder == "checkpoint" else ["a", "half"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from enum import IntEnum
+from enum import Enum, IntEnum
 from types import MappingProxyType
 from typing import Any
 
@@ -165,3 +165,61 @@ def test_a_lone_surrogate_in_a_key_is_named_by_the_reference_path() -> None:
     with pytest.raises(CanonicalEncodingError) as exc:
         encode_fast(value)
     assert exc.value.where == "${'messages'}[1]{'ro\\udc80le'}"
+
+
+class _Shown(str):
+    """A str subclass whose str() is not its text."""
+
+    def __str__(self) -> str:
+        return "shown"
+
+
+class _Named(str, Enum):  # noqa: UP042 (the str-mixin form is the point)
+    """A str-mixin Enum: str() is "_Named.X", the text is "x"."""
+
+    X = "x"
+
+
+class _Scaled(float):
+    """A float subclass whose float() is not its value."""
+
+    def __float__(self) -> float:
+        return 1.0
+
+
+class _Liar(str):
+    """A str subclass equal to every str and hashing like "a"."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return hash("a")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        _Shown("abc"),
+        [_Shown("abc"), {}],
+        {_Shown("k"): 1},
+        {"a": _Shown("x")},
+        [_Named.X, {}],
+        {_Named.X: 1},
+        {"a": [_Named.X]},
+        _Scaled(2.5),
+        [_Scaled(2.5)],
+        {"a": _Scaled(2.5)},
+    ],
+)
+def test_str_and_float_subclasses_encode_their_value_not_their_str_or_float(value: Any) -> None:
+    """A subclass overriding __str__/__float__ (str-mixin Enum) is stored as the spec does."""
+    assert encode_fast(value) == encode_value(value)
+    assert encode_element(value) == encode_value([value])[1:]
+
+
+def test_a_key_that_lies_about_equality_never_takes_a_cached_key_plan() -> None:
+    """A str-subclass key equal to a cached plan's key is encoded as its own text."""
+    encode_fast({"a": [1, {}]})  # caches the plan for ("a",)
+    value = {_Liar("x"): [1, {}]}
+    assert encode_fast(value) == encode_value(value)

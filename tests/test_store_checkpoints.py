@@ -288,6 +288,24 @@ class TestStateParts:
             rec.checkpoint(step, dict(state))
         assert store.verify().counts["objects"] == 10 + 19
 
+    def test_a_bytes_subclass_part_is_encoded_again_at_every_checkpoint(self, store: Store) -> None:
+        """The same bytes-subclass object, whose bytes() changed, is stored as it now encodes."""
+
+        class Shown(bytes):
+            shown = b"first"
+
+            def __bytes__(self) -> bytes:
+                return self.shown
+
+        value = Shown(b"own")
+        rec = store.recorder("run")
+        rec.checkpoint(0, {"p": value})
+        value.shown = b"second"
+        cid = rec.checkpoint(1, {"p": value})
+        assert store.manifest(cid).state_parts["p"] == digest(encode_value(value)).hex()
+        with store.read(cid) as cp:
+            assert cp.state_part("p") == b"second"
+
     def test_large_parts_are_chunked_and_reassembled(self, store: Store) -> None:
         """A large part is a chunk tree; an append stores a few chunks and nodes, not the value."""
         rec = store.recorder("run")
@@ -469,3 +487,16 @@ class TestManifestEncoding:
                 assert bytes(data) == encode_value(raw)
                 if raw["state"]["kind"] == "parts":
                     assert digest(encode_value(raw["state"]["parts"])) == raw["state"]["digest"]
+
+
+def test_call_graph_and_harness_reads_never_share_nested_values(store: Store) -> None:
+    """Mutating a nested value call_graph()/harness_accesses() returned changes no later call."""
+    rec = store.recorder("run-nested")
+    rec.decision(0, "pick", args={"a": [1]})
+    rec.harness_access("clock", {"x": [1]})
+    cid = rec.checkpoint(0, {"x": 1})
+    with store.read(cid) as cp:
+        cp.call_graph()[0]["args"]["a"].append(99)
+        cp.harness_accesses()[0]["detail"]["x"].append(7)
+        assert cp.call_graph() == [{"node": "pick", "step": 0, "args": {"a": [1]}}]
+        assert cp.harness_accesses() == [{"resource": "clock", "detail": {"x": [1]}}]

@@ -250,6 +250,26 @@ def _open_read_close(path: str, seconds: float, readonly: bool) -> list[str]:
     return failures if rounds > 1 else ["the loop never ran"]
 
 
+def _read_fast_paths(path: str, seconds: float, readonly: bool) -> list[str]:
+    """One open handle: latest, read and history_states in a loop; returns the failures."""
+    failures: list[str] = []
+    start, rounds = time.monotonic(), 0
+    with open_store(path, readonly=readonly, map_size=1 << 20) as st:
+        first = st.history("run")[-1].id
+        while time.monotonic() - start < seconds:
+            rounds += 1
+            try:
+                with st.latest("run") as cp:
+                    assert cp.state() == {"i": 0, "items": [0, {"a": "x" * 500}], "t": "t"}
+                with st.read(first) as cp:
+                    assert cp.state_part("items") == [0, {"a": "x" * 500}]
+                (entry,) = st.history_states("run")
+                assert entry.state == {"i": 0, "items": [0, {"a": "x" * 500}], "t": "t"}
+            except (StoreError, AssertionError):
+                failures.append(traceback.format_exc())
+    return failures if rounds > 1 else ["the loop never ran"]
+
+
 class TestMapGrowthAcrossProcesses:
     @pytest.mark.parametrize("readonly", [False, True], ids=["read-write", "read-only"])
     def test_opening_while_another_process_grows_the_map_never_fails(
@@ -269,3 +289,22 @@ class TestMapGrowthAcrossProcesses:
             grown = grower.get(60)
         assert grown >= 3, "the map never grew: the test proves nothing"
         assert not failures, f"{len(failures)} failed opens; the first:\n{failures[0]}"
+
+    @pytest.mark.parametrize("readonly", [False, True], ids=["read-write", "read-only"])
+    def test_fast_reads_on_an_open_handle_adopt_growth_by_another_process(
+        self, tmp_path: Path, readonly: bool
+    ) -> None:
+        """latest/read/history_states on a handle held open while another process grows the map."""
+        path = str(tmp_path / "s")
+        with open_store(path, map_size=1 << 20) as st:
+            st.recorder("run").checkpoint(0, {"i": 0, "items": [0, {"a": "x" * 500}], "t": "t"})
+        ctx = multiprocessing.get_context("spawn")
+        ready = ctx.Manager().Event()
+        with ctx.Pool(2) as pool:
+            grower = pool.apply_async(_grow_map, (path, 6.0, ready))
+            ready.wait(30)
+            reader = pool.apply_async(_read_fast_paths, (path, 5.0, readonly))
+            failures = reader.get(60)
+            grown = grower.get(60)
+        assert grown >= 3, "the map never grew: the test proves nothing"
+        assert not failures, f"{len(failures)} failed reads; the first:\n{failures[0]}"

@@ -21,12 +21,15 @@ that nothing but appends happen:
 
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, overload
 
-from cpstore.errors import CanonicalEncodingError
+from cpstore.errors import CanonicalEncodingError, InvalidInputError
 from cpstore.native.canonical import decode_value
 from cpstore.native.fast_canonical import encode_element
 
@@ -52,11 +55,23 @@ class AppendLog(Sequence[Any]):
     element: start a new log for that.
     """
 
-    __slots__ = ("_body", "_ends")
+    __slots__ = ("__weakref__", "_body", "_ends", "_lock")
 
     def __init__(self, items: Iterable[Any] = ()) -> None:
+        if hasattr(self, "_ends"):  # a second __init__ would replace the bytes a store continues
+            raise InvalidInputError(
+                "an AppendLog only grows: start a new log instead of re-initialising one",
+                where="AppendLog.__init__",
+                got=repr(self),
+            )
+        # The bytes and the end offsets change together under the lock: an
+        # append from another thread never lands between them, so a
+        # checkpoint (log_view), a copy or a pickle sees whole elements only,
+        # and an append during a checkpoint waits for it instead of failing.
+        self._lock = threading.Lock()
         self._body = bytearray()
         self._ends = array("Q")
+        _LIVE[id(self)] = self
         self.extend(items)
 
     def append(self, item: Any) -> None:
@@ -71,8 +86,9 @@ class AppendLog(Sequence[Any]):
                 expected=exc.expected,
                 got=exc.got,
             ) from None
-        self._body += enc
-        self._ends.append(len(self._body))
+        with self._lock:
+            self._body += enc
+            self._ends.append(len(self._body))
 
     def extend(self, items: Iterable[Any]) -> None:
         """:meth:`append` each item in turn (those before a refused one stay appended)."""
@@ -112,20 +128,23 @@ class AppendLog(Sequence[Any]):
 
     def encoding(self) -> bytes:
         """``encode_value(self.to_list())``, without re-encoding anything."""
-        return array_header(len(self._ends)) + self._body
+        with self._lock:
+            return array_header(len(self._ends)) + self._body
 
     def __copy__(self) -> AppendLog:
         """An independent log with the same elements (never one sharing this log's buffer)."""
         new = AppendLog()
-        new._body += self._body
-        new._ends.extend(self._ends)
+        with self._lock:
+            new._body += self._body
+            new._ends.extend(self._ends)
         return new
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AppendLog:
         return self.__copy__()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_restore, (bytes(self._body), self._ends.tobytes()))
+        with self._lock:
+            return (_restore, (bytes(self._body), self._ends.tobytes()))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, AppendLog):
@@ -136,6 +155,29 @@ class AppendLog(Sequence[Any]):
 
     def __repr__(self) -> str:
         return f"AppendLog({len(self._ends)} elements, {len(self._body)} bytes)"
+
+
+#: Every log of this process, for :func:`_after_fork` (by id: a log is unhashable).
+_LIVE: weakref.WeakValueDictionary[int, AppendLog] = weakref.WeakValueDictionary()
+
+
+def _after_fork() -> None:
+    """In a forked child, where the thread that held a log's lock does not exist.
+
+    Each log gets a new lock and a new buffer holding its bytes up to its
+    last whole element: a checkpoint that was reading it (an exported view
+    that is never released) or an append half made (bytes grown, end not
+    kept) in another thread of the parent would otherwise deadlock or fail
+    every append in the child.
+    """
+    for log in list(_LIVE.values()):
+        ends = log._ends
+        log._body = bytearray(log._body[: ends[-1] if ends else 0])
+        log._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def _restore(body: bytes, ends: bytes) -> AppendLog:
@@ -155,8 +197,8 @@ def log_view(log: AppendLog) -> Iterator[tuple[bytes, memoryview, array[int]]]:
     """(array header, read-only view of the encoded elements, element end offsets) now.
 
     For the store (:mod:`cpstore.store.append_state`): the log cannot grow
-    while the view is held (a bytearray with an exported buffer refuses to
-    resize), and the view is released on leaving; the offsets only lengthen.
+    while the view is held (it holds the log's lock: an append from another
+    thread waits), and the view is released on leaving; the offsets only lengthen.
     """
-    with memoryview(log._body) as whole, whole.toreadonly() as body:
+    with log._lock, memoryview(log._body) as whole, whole.toreadonly() as body:
         yield array_header(len(log._ends)), body, log._ends

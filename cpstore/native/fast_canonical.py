@@ -58,6 +58,7 @@ _PLANS: dict[tuple[str, ...], tuple[bool, tuple[tuple[str, bytes], ...]]] = {}
 _PLANS_MAX = 4096
 _PLAN_KEYS_MAX = 64
 _PLAN_CHARS_MAX = 2048
+_ONLY_STR = frozenset({str}).issuperset
 
 
 class _RefusedError(Exception):
@@ -82,12 +83,13 @@ def _map_header(n: int) -> bytes:
 
 def _plan(keys: tuple[str, ...]) -> tuple[bool, tuple[tuple[str, bytes], ...]] | None:
     """The canonical order of a dict's keys, or None when not all keys are exact str."""
+    # Checked on a cache hit too: a str subclass may compare equal to (and
+    # hash like) a cached key whose text is not its own.
+    if not _ONLY_STR(map(type, keys)):
+        return None
     plan = _PLANS.get(keys)
     if plan is not None:
         return plan
-    for k in keys:
-        if type(k) is not str:
-            return None
     entries = tuple(sorted(((k, _mp(k)) for k in keys), key=lambda e: e[1]))
     plan = (all(k is e[0] for k, e in zip(keys, entries, strict=True)), entries)
     if len(keys) <= _PLAN_KEYS_MAX and sum(map(len, keys)) <= _PLAN_CHARS_MAX:
@@ -184,9 +186,9 @@ def _encode(value: Any, out: list[bytes], depth: int) -> None:
         if not _INT_MIN <= value < _INT_END:
             raise _RefusedError  # a big int: the spec's ext form
         out.append(_mp(int(value)))
-    elif isinstance(value, float):  # the spec's own steps: __float__ may say something else
+    elif isinstance(value, float):  # as the spec: isnan and "+ 0.0" on the value itself
         out.append(_float(value))
-    elif isinstance(value, str):  # its text: str() of a str-mixin Enum member is its name
+    elif isinstance(value, str):  # its text, never str() (a str-mixin Enum's str() is its name)
         out.append(_mp(str.__str__(value)))
     elif isinstance(value, (bytes, bytearray, memoryview)):
         out.append(_mp(bytes(value)))

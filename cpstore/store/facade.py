@@ -415,8 +415,10 @@ class Store:
 
         One read txn for the whole walk (a consistent snapshot while writers
         move the head); every state is read, hash-checked and decoded as
-        ``store.read(id).state()`` reads it. A damaged object raises
-        :class:`IntegrityError` naming it and its checkpoint.
+        ``store.read(id).state()`` reads it. A damaged state object or manifest
+        state raises :class:`IntegrityError` naming it and its checkpoint; the
+        other manifest fields and the created_at check are checked when
+        ``entry.manifest`` is first used (as ``CheckpointView.manifest``).
         """
         return history_states(self._backend, run_id, branch, limit=limit, verify=verify)
 

@@ -281,8 +281,10 @@ class CheckpointView:
             )
         )
 
-    def _decoded(self, name: str) -> list[Any]:
-        if name not in self._cache:
+    def _decoded(self, name: str, *, fresh: bool = False) -> list[Any]:
+        """The log ``name`` decoded; ``fresh`` for a caller that hands out its nested
+        values (never from the cache: a caller mutating one would change the next read)."""
+        if fresh or name not in self._cache:
             key = self._fields()[name]
             value: list[Any] = []
             if key is not None:
@@ -292,6 +294,8 @@ class CheckpointView:
                     raise IntegrityError(
                         "log object is not canonical", where=f"{name} of {self.id}", got=str(exc)
                     ) from None
+            if fresh:
+                return value
             self._cache[name] = value
         result: list[Any] = self._cache[name]
         return result
@@ -414,7 +418,7 @@ class CheckpointView:
 
     def call_graph(self) -> list[dict[str, Any]]:
         """Decision nodes in order; each has ``"step"`` and ``"node"``."""
-        return [dict(n) for n in self._decoded("call_graph")]
+        return [dict(n) for n in self._decoded("call_graph", fresh=True)]
 
     def effects(self) -> list[tuple[int, str, str]]:
         """The side-effect ledger: (seq, target, payload digest hex)."""
@@ -429,7 +433,7 @@ class CheckpointView:
 
     def harness_accesses(self) -> list[dict[str, Any]]:
         """Harness accesses in order: ``{"resource": str, "detail": dict}``."""
-        return [dict(h) for h in self._decoded("harness")]
+        return [dict(h) for h in self._decoded("harness", fresh=True)]
 
     def transcript(self) -> bytes | None:
         """The transcript bytes, or None when none was recorded."""

@@ -392,7 +392,7 @@ class Recorder(BulkAppends):
                     got=f"{len(enc)} bytes",
                 )
             parts[name] = self._blob(enc, chunked, name)
-            if isinstance(value, (bytes, str)):
+            if type(value) is bytes or isinstance(value, str):  # never bytes(), which may change
                 kept[name] = (value, parts[name], chunked.get(name))
         parts_bytes = encode_digest_map(parts)
         st = {"kind": "parts", "digest": digest(parts_bytes), "parts": parts, "chunked": chunked}
