@@ -30,19 +30,10 @@ from contextlib import contextmanager
 from typing import Any, overload
 
 from cpstore.errors import CanonicalEncodingError, InvalidInputError
-from cpstore.native.canonical import decode_value
+from cpstore.native.canonical import array_header, decode_value
 from cpstore.native.fast_canonical import encode_element
 
 __all__ = ["AppendLog", "array_header", "log_view"]
-
-
-def array_header(n: int) -> bytes:
-    """The canonical msgpack array header for ``n`` elements."""
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 2**16:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
 
 
 class AppendLog(Sequence[Any]):

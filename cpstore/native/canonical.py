@@ -26,7 +26,7 @@ import msgpack
 
 from cpstore.errors import CanonicalEncodingError
 
-__all__ = ["MAX_DEPTH", "decode_value", "encode_value"]
+__all__ = ["MAX_DEPTH", "array_header", "decode_value", "encode_value", "map_header"]
 
 #: Deepest nesting accepted; deeper values are refused, never recursed into.
 MAX_DEPTH = 256
@@ -37,7 +37,8 @@ _INT_MIN = -(2**63)
 _INT_END = 2**64
 
 
-def _array_header(n: int) -> bytes:
+def array_header(n: int) -> bytes:
+    """The canonical msgpack array header for ``n`` elements."""
     if n < 16:
         return bytes((0x90 | n,))
     if n < 2**16:
@@ -45,7 +46,8 @@ def _array_header(n: int) -> bytes:
     return b"\xdd" + n.to_bytes(4, "big")
 
 
-def _map_header(n: int) -> bytes:
+def map_header(n: int) -> bytes:
+    """The canonical msgpack map header for ``n`` entries."""
     if n < 16:
         return bytes((0x80 | n,))
     if n < 2**16:
@@ -89,7 +91,7 @@ def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
     elif isinstance(value, (bytes, bytearray, memoryview)):
         out.append(msgpack.packb(bytes(value), use_bin_type=True))
     elif isinstance(value, (list, tuple)):
-        out.append(_array_header(len(value)))
+        out.append(array_header(len(value)))
         for i, item in enumerate(value):
             _encode(item, out, depth + 1, f"{path}[{i}]")
     elif isinstance(value, Mapping):
@@ -107,7 +109,7 @@ def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
                 raise CanonicalEncodingError(
                     "two map keys have the same canonical encoding", where=path, got=k1
                 )
-        out.append(_map_header(len(entries)))
+        out.append(map_header(len(entries)))
         for k, v in entries:
             out.append(k)
             out.append(v)

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 import msgpack
 
 from cpstore.errors import InvalidInputError, RecordFormatError
+from cpstore.native.canonical import array_header
 from cpstore.native.records import PROVENANCE_CODES, kind_name, provenance_name
 from cpstore.run.cprun import write_cprun
 from cpstore.run.document import document_dict
@@ -103,14 +104,6 @@ def _write_json(run: Run, out: BinaryIO) -> int:
     return total
 
 
-def _array_header(n: int) -> bytes:
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 2**16:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
-
-
 def _write_msgpack(run: Run, out: BinaryIO) -> int:
     body = _body(run)
     packer = msgpack.Packer(use_bin_type=True)
@@ -120,7 +113,7 @@ def _write_msgpack(run: Run, out: BinaryIO) -> int:
         if key != "tokens":
             total += out.write(packer.pack(value)) or 0
             continue
-        total += out.write(_array_header(len(run.tokens))) or 0
+        total += out.write(array_header(len(run.tokens))) or 0
         for chunk in _token_dicts(run.tokens):
             total += out.write(b"".join(packer.pack(t) for t in chunk)) or 0
     return total

@@ -17,7 +17,7 @@ from cpstore.errors import (
     FormatVersionError,
     IntegrityError,
 )
-from cpstore.native.canonical import _ext_hook, encode_value
+from cpstore.native.canonical import _ext_hook, encode_value, map_header
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.model import MANIFEST_VERSION
 
@@ -361,14 +361,6 @@ _ENCODED_NAMES: dict[str, bytes] = {}
 _DIGEST_MAP_PLANS: dict[tuple[str, ...], tuple[bytes, tuple[tuple[str, bytes], ...]]] = {}
 
 
-def _map_head(n: int) -> bytes:
-    if n < 16:
-        return bytes((0x80 | n,))
-    if n < 2**16:
-        return b"\xde" + n.to_bytes(2, "big")
-    return b"\xdf" + n.to_bytes(4, "big")
-
-
 def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
     """Canonical bytes of a str -> raw digest map (``encode_value`` of it, faster)."""
     if not names:
@@ -385,7 +377,7 @@ def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
                     _ENCODED_NAMES[name] = enc
             items.append((enc, name))
         items.sort()
-        plan = (_map_head(len(items)), tuple((name, enc + b"\xc4\x10") for enc, name in items))
+        plan = (map_header(len(items)), tuple((name, enc + b"\xc4\x10") for enc, name in items))
         if len(_DIGEST_MAP_PLANS) >= 256:
             _DIGEST_MAP_PLANS.clear()
         _DIGEST_MAP_PLANS[order] = plan
