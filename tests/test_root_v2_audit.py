@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from pg_cluster import Cluster, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.native.canonical import encode_value
+from cpstore.store import append_state, chunk_tree
 from cpstore.store.facade import Store
 from cpstore.store.model import STORE_VERSION
 from cpstore.store.pg_open import parse_url
@@ -42,6 +44,86 @@ def _set_pg_version(url: str, version: int) -> None:
 def _record(store: Store, run: str, steps: int) -> list[str]:
     rec = store.recorder(run)
     return [rec.checkpoint(i, {"h": _history(60 + i)}) for i in range(steps)]
+
+
+def _set_lmdb_version(path: Path, version: int) -> None:
+    import lmdb
+
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        fmt = {"layout": "cpstore", "version": version, "digest": "xxh3-128"}
+        txn.put(b"format", encode_value(fmt), db=env.open_db(b"meta", txn=txn))
+    env.close()
+
+
+def _layout_3_store(where: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A store of root v1 trees (what layout-3 builds wrote), its format set back to 3."""
+    from test_chunk_tree_root_v2 import _pack_root_v1
+
+    with monkeypatch.context() as m:
+        m.setattr(chunk_tree, "pack_root", _pack_root_v1)
+        m.setattr(append_state, "pack_root", _pack_root_v1)
+        with cpstore.open(where) as st:
+            ids = _record(st, "old", 3)
+    if where.startswith("postgresql:"):
+        _set_pg_version(where, 3)
+    else:
+        _set_lmdb_version(Path(where), 3)
+    return ids
+
+
+def _opener(where: str, run: str, barrier: Any, out: Any) -> None:
+    barrier.wait()
+    with cpstore.open(where) as st:
+        ids = _record(st, run, 3)
+        st.prune(keep_last=2)
+        out.put((run, st.backend.layout, ids))
+
+
+def _race_upgrade(where: str, processes: int) -> list[tuple[str, int, list[str]]]:
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(processes), ctx.Queue()
+    procs = [
+        ctx.Process(target=_opener, args=(where, f"p{i}", barrier, out)) for i in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=240) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return results
+
+
+def _check_raced(where: str, old: list[str], results: list[tuple[str, int, list[str]]]) -> None:
+    with cpstore.open(where, readonly=True) as st:
+        assert st.backend.layout == STORE_VERSION
+        report = st.verify()
+        assert report.ok, report.problems
+        for run, layout, ids in results:
+            assert layout == STORE_VERSION
+            for i, cid in enumerate(ids[-2:], start=1):
+                with st.read(cid) as cp:
+                    assert cp.state_part("h") == _history(60 + i)
+        with st.read(old[-1]) as cp:
+            assert cp.state_part("h") == _history(62)
+
+
+class TestConcurrentUpgrade:
+    def test_three_processes_upgrading_a_layout_3_lmdb_store_at_once_leave_it_whole(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Writable opens racing on a layout-3 store: one upgrade, every write and prune lands."""
+        where = str(tmp_path / "s")
+        old = _layout_3_store(where, monkeypatch)
+        _check_raced(where, old, _race_upgrade(where, 3))
+
+    def test_three_processes_upgrading_a_layout_3_postgres_store_at_once_leave_it_whole(
+        self, pg_url: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The same race on PostgreSQL: layout 4, refs digest intact, every write lands."""
+        old = _layout_3_store(pg_url, monkeypatch)
+        _check_raced(pg_url, old, _race_upgrade(pg_url, 3))
 
 
 class TestPostgresUpgrade:
