@@ -7,11 +7,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import psycopg
 import pytest
-from pg_cluster import Cluster, pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import Cluster, fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
+from test_chunk_tree_root_v2 import _pack_root_v1
 
 import cpstore
+from cpstore.cli import main
 from cpstore.native.canonical import encode_value
 from cpstore.store import append_state, chunk_tree
 from cpstore.store.facade import Store
@@ -47,8 +50,6 @@ def _record(store: Store, run: str, steps: int) -> list[str]:
 
 
 def _set_lmdb_version(path: Path, version: int) -> None:
-    import lmdb
-
     env = lmdb.open(str(path), max_dbs=16)
     with env.begin(write=True) as txn:
         fmt = {"layout": "cpstore", "version": version, "digest": "xxh3-128"}
@@ -58,8 +59,6 @@ def _set_lmdb_version(path: Path, version: int) -> None:
 
 def _layout_3_store(where: str, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A store of root v1 trees (what layout-3 builds wrote), its format set back to 3."""
-    from test_chunk_tree_root_v2 import _pack_root_v1
-
     with monkeypatch.context() as m:
         m.setattr(chunk_tree, "pack_root", _pack_root_v1)
         m.setattr(append_state, "pack_root", _pack_root_v1)
@@ -100,7 +99,7 @@ def _check_raced(where: str, old: list[str], results: list[tuple[str, int, list[
         assert st.backend.layout == STORE_VERSION
         report = st.verify()
         assert report.ok, report.problems
-        for run, layout, ids in results:
+        for _run, layout, ids in results:
             assert layout == STORE_VERSION
             for i, cid in enumerate(ids[-2:], start=1):
                 with st.read(cid) as cp:
@@ -140,3 +139,42 @@ class TestPostgresUpgrade:
             assert report.ok, report.problems
             st.recorder("a", parent=None).checkpoint(9, {"h": _history(70)})
             assert st.verify().ok
+
+
+def _format_version(where: str) -> int:
+    with cpstore.open(where, readonly=True) as st:
+        return int(st.backend.layout)
+
+
+def _reads(where: str, expect: dict[str, int]) -> None:
+    with cpstore.open(where, readonly=True) as st:
+        report = st.verify()
+        assert report.ok, report.problems
+        for cid, n in expect.items():
+            with st.read(cid) as cp:
+                assert cp.state_part("h") == _history(n)
+
+
+class TestTransferAcrossLayouts:
+    @pytest.mark.parametrize("backend", ["lmdb", "postgres"])
+    def test_push_and_pull_between_a_layout_3_and_a_layout_4_store_leave_both_readable(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, pg_cluster: Cluster
+    ) -> None:
+        """Layout 3 -> 4 carries root v1 trees as they are; 4 -> 3 upgrades the destination
+        before any root v2 lands; the source read read-only stays at layout 3."""
+        three = fresh_url() if backend == "postgres" else str(tmp_path / "three")
+        four = str(tmp_path / "four")
+        old = _layout_3_store(three, monkeypatch)
+        with cpstore.open(four) as st:
+            new = _record(st, "new", 3)
+        assert main(["push", "--store", three, four]) == 0  # layout-3 source, read-only
+        assert _format_version(three) == 3
+        _reads(four, {old[-1]: 62, new[-1]: 62})
+        other = str(tmp_path / "other3")
+        old2 = _layout_3_store(other, monkeypatch)
+        assert main(["pull", "--store", other, four]) == 0  # layout-3 destination
+        assert _format_version(other) == STORE_VERSION
+        _reads(other, {old2[-1]: 62, new[-1]: 62})
+        assert main(["push", "--store", four, three]) == 0  # layout-4 source into layout 3
+        assert _format_version(three) == STORE_VERSION
+        _reads(three, {old[-1]: 62, new[-1]: 62})
