@@ -8,15 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
+import msgpack
 import psycopg
 import pytest
 from pg_cluster import Cluster, fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
-from test_chunk_tree_root_v2 import _pack_root_v1
+from test_chunk_tree_root_v2 import _get, _pack_root_v1, _root, _upper_of
 
 import cpstore
 from cpstore.cli import main
+from cpstore.errors import IntegrityError
 from cpstore.native.canonical import encode_value
 from cpstore.store import append_state, chunk_tree
+from cpstore.store.chunk_tree import load_tree, read_upper
 from cpstore.store.facade import Store
 from cpstore.store.model import STORE_VERSION
 from cpstore.store.pg_open import parse_url
@@ -178,3 +181,45 @@ class TestTransferAcrossLayouts:
         assert main(["push", "--store", four, three]) == 0  # layout-4 source into layout 3
         assert _format_version(three) == STORE_VERSION
         _reads(three, {old[-1]: 62, new[-1]: 62})
+
+
+def _objects_edit(path: Path, key: bytes, value: bytes) -> None:
+    env = lmdb.open(str(path), max_dbs=16)
+    with env.begin(write=True) as txn:
+        txn.put(key, value, db=env.open_db(b"objects", txn=txn))
+    env.close()
+
+
+class TestUnverifiedReadsOfAWrongUpperSpine:
+    @pytest.mark.parametrize(
+        "variant", ["empty", "swapped", "extra-level", "dropped-level", "other-tree", "extra-entry"]
+    )
+    def test_an_unverified_read_refuses_an_upper_spine_that_does_not_fit_the_root(
+        self, tmp_path: Path, variant: str
+    ) -> None:
+        """verify=False: a replaced upper spine fails on a node's level or the root's size."""
+        path = tmp_path / "s"
+        with cpstore.open(path) as st:
+            cid = st.recorder("r").checkpoint(1, {"h": _history(400)})
+            other = st.recorder("q").checkpoint(1, {"h": _history(300)})
+            root, upper = _root(st, cid), _upper_of(st, cid)
+            levels = read_upper(_get(st, upper) or b"", "t")
+            other_raw = _get(st, _upper_of(st, other)) or b""
+        assert len(levels) >= 2
+        joined = [b"".join(t) for t in levels]
+        first = next(i for i, t in enumerate(joined) if t)
+        bad = {
+            "empty": [b""],
+            "swapped": joined[::-1],
+            "extra-level": [*joined, joined[-1]],
+            "dropped-level": joined[:-1],
+            "extra-entry": [t + t[:16] if i == first else t for i, t in enumerate(joined)],
+        }
+        raw = other_raw if variant == "other-tree" else msgpack.packb(bad[variant])
+        _objects_edit(path, upper, raw)
+        with (
+            cpstore.open(path) as st,
+            st.backend.read_txn() as txn,
+            pytest.raises(IntegrityError, match=r"wrong level|does not match|spans more"),
+        ):
+            load_tree(txn, st.backend.db("objects"), root, b"\0" * 16, verify=False, where="h")
