@@ -223,3 +223,56 @@ class TestUnverifiedReadsOfAWrongUpperSpine:
             pytest.raises(IntegrityError, match=r"wrong level|does not match|spans more"),
         ):
             load_tree(txn, st.backend.db("objects"), root, b"\0" * 16, verify=False, where="h")
+
+
+def _sharer(where: str, run: str, n: int, barrier: Any, out: Any) -> None:
+    barrier.wait()
+    with cpstore.open(where) as st:
+        rec = st.recorder(run)
+        log = cpstore.AppendLog()
+        log.extend(_history(150))
+        ids = []
+        for i in range(n):
+            log.append(_history(151 + i)[-1])
+            ids.append(rec.checkpoint(i, {"h": _history(150 + i), "log": log}))
+            if run == "a" and i % 3 == 2:  # a third run of the same states, then swept
+                st.recorder("c").checkpoint(i, {"h": _history(150 + i), "log": log})
+                st.delete_run("c")
+                st.prune(keep_last=1)
+        out.put((run, ids))
+
+
+class TestSharedUpperSpines:
+    def test_two_runs_sharing_upper_spines_survive_each_others_sweeps(
+        self, tmp_path: Path
+    ) -> None:
+        """Two processes record the same growing history (so roots and upper spines are
+        shared) while one records and deletes a third run of the same states and prunes:
+        every head still reads and verify is clean."""
+        where = str(tmp_path / "s")
+        with cpstore.open(where):
+            pass
+        ctx = multiprocessing.get_context("spawn")
+        barrier, out = ctx.Barrier(2), ctx.Queue()
+        procs = [
+            ctx.Process(target=_sharer, args=(where, run, 24, barrier, out)) for run in "ab"
+        ]
+        for p in procs:
+            p.start()
+        results = dict(out.get(timeout=120) for _ in procs)
+        for p in procs:
+            p.join(timeout=60)
+            assert p.exitcode == 0
+        with cpstore.open(where, readonly=True) as st:
+            report = st.verify()
+            assert report.ok, report.problems
+            for run in "ab":
+                with st.read(results[run][-1]) as cp:
+                    assert cp.state_part("h") == _history(173)
+                    assert list(cp.state_part("log")) == _history(174)
+            assert _upper_of(st, results["a"][-1]) == _upper_of(st, results["b"][-1])
+        with cpstore.open(where) as st:
+            st.delete_run("a")
+            assert st.verify().ok
+            with st.read(results["b"][-1]) as cp:
+                assert cp.state_part("h") == _history(173)
