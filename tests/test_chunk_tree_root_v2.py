@@ -122,8 +122,9 @@ class TestShape:
             [2, b"", 10, b"", b"y" * 5],  # upper neither empty nor a digest
             [2, b"", -1, b"", b""],  # negative size
             [2, b"", 10, b""],  # missing entry
+            [2.0, b"", 10, b"", b""],  # version not an int (equal to 2 in Python)
         ],
-        ids=["version", "tail", "upper", "size", "short"],
+        ids=["version", "tail", "upper", "size", "short", "float-version"],
     )
     def test_a_malformed_root_v2_is_an_integrity_error(self, root: list[Any]) -> None:
         """read_root refuses a v2 root of the wrong shape, naming where."""

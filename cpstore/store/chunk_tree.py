@@ -280,6 +280,7 @@ def read_root(
     if isinstance(value, list):
         ok = (
             len(value) == 5
+            and type(value[0]) is int
             and value[0] == ROOT_VERSION
             and isinstance(value[1], bytes)
             and type(value[2]) is int

@@ -38,13 +38,14 @@ from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
-from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY
+from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY, check_format
 from cpstore.store.manifest import (
     Manifest,
     manifest_from_raw,
     manifest_references,
 )
 from cpstore.store.model import (
+    BARE_REF_LAYOUTS,
     STORE_VERSION,
     CheckpointWrite,
     created_at_of,
@@ -127,8 +128,15 @@ class PgBackend:
             raise
 
     def _upgrade(self, txn: Txn[memoryview]) -> None:
-        upgrade_refs_v1(txn, self._tables)
-        txn.put(FORMAT_KEY, encode_value(FORMAT), db=self._tables["meta"])
+        # The layout is read again under the writers' lock: another process may
+        # have upgraded since prepare_schema read it, and only a layout-1 store's
+        # refs are bare ids (rewriting checked refs would reset the refs digest).
+        meta = self._tables["meta"]
+        version = check_format(txn.get(FORMAT_KEY, None, meta), self._path)
+        if version != STORE_VERSION:
+            if version in BARE_REF_LAYOUTS:
+                upgrade_refs_v1(txn, self._tables)
+            txn.put(FORMAT_KEY, encode_value(FORMAT), db=meta)
         self._layout = STORE_VERSION
 
     # -- what it is ------------------------------------------------------------
