@@ -413,15 +413,18 @@ def _checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, flo
         raise InvalidInputError("step must be an int in [0, 2**63)", got=step)
     non_empty_text(source, "source")
     data = as_payload(payload, "observation payload")
-    if pinned_at is not None:
-        if (
-            isinstance(pinned_at, bool)
-            or not isinstance(pinned_at, (int, float))
-            or not math.isfinite(as_float(pinned_at))
-        ):
-            raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
-        pinned_at = float(pinned_at) + 0.0
-    return step, source, data, pinned_at
+    return step, source, data, None if pinned_at is None else checked_pin(pinned_at)
+
+
+def checked_pin(pinned_at: object) -> float:
+    """A pin time (not None) as the float stored: finite, -0.0 folded, or InvalidInputError."""
+    if (
+        isinstance(pinned_at, bool)
+        or not isinstance(pinned_at, (int, float))
+        or not math.isfinite(as_float(pinned_at))
+    ):
+        raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
+    return float(pinned_at) + 0.0
 
 
 def as_float(value: float) -> float:

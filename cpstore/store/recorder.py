@@ -11,7 +11,6 @@ A recorder is not thread-safe: use one per thread (or lock around it).
 
 from __future__ import annotations
 
-import math
 import os
 import struct
 import warnings
@@ -42,7 +41,7 @@ from cpstore.store.append_state import AppendParts
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
 from cpstore.store.branches import head_of
-from cpstore.store.bulk import BulkAppends, as_float
+from cpstore.store.bulk import BulkAppends, checked_pin
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.commit import objects_to_check
 from cpstore.store.manifest import (
@@ -247,13 +246,7 @@ class Recorder(BulkAppends):
         non_empty_text(source, "source")
         data = as_payload(payload, "observation payload")
         if pinned_at is not None:
-            if (
-                isinstance(pinned_at, bool)
-                or not isinstance(pinned_at, (int, float))
-                or not math.isfinite(as_float(pinned_at))
-            ):
-                raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
-            pinned_at = float(pinned_at) + 0.0
+            pinned_at = checked_pin(pinned_at)
         self._observations.append([step, source, self._stash_payload(data), pinned_at])
         self._dirty.add("observations")
 
