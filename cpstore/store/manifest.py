@@ -30,7 +30,6 @@ __all__ = [
     "decode_trusted",
     "encode_digest_map",
     "encode_manifest",
-    "encode_manifest_parts",
     "encode_recorded_manifest",
     "encode_state",
     "manifest_from_raw",
@@ -305,12 +304,9 @@ def manifest_from_raw(cid: bytes, m: dict[str, Any], created_at: float) -> Manif
 _new_manifest = object.__new__
 
 
-def manifest_references(m: Mapping[str, Any], *, named: bool = True) -> list[tuple[str, bytes]]:
-    """(field, digest) of every object a decoded manifest names directly.
-
-    ``named=False`` leaves the field names empty: the recorder, which wants
-    only the digests at every checkpoint, skips formatting one per part.
-    """
+def manifest_references(m: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    """(field, digest) of every object a decoded manifest names directly
+    (:func:`referenced_digests` gives the digests alone, as a set)."""
     refs: list[tuple[str, bytes]] = []
     state = m["state"]
     chunked: Mapping[str, bytes] = state.get("chunked") or {}
@@ -322,9 +318,9 @@ def manifest_references(m: Mapping[str, Any], *, named: bool = True) -> list[tup
     else:
         for name, d in (state.get("parts") or {}).items():
             if name in chunked:
-                refs.append((f"state.chunked[{name!r}]" if named else "", chunked[name]))
+                refs.append((f"state.chunked[{name!r}]", chunked[name]))
             else:
-                refs.append((f"state.parts[{name!r}]" if named else "", d))
+                refs.append((f"state.parts[{name!r}]", d))
     tokens: Any = m.get("tokens")
     if tokens is not None:
         for name in ("records", "values", "offsets"):
@@ -385,32 +381,6 @@ def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
     return head + b"".join([prefix + names[name] for name, prefix in entries])
 
 
-def encode_manifest_parts(
-    fields: Mapping[str, Any], encoded: Mapping[str, bytes]
-) -> bytes:
-    """Canonical manifest bytes from already-encoded field values.
-
-    ``encoded`` holds the canonical bytes of some fields (state, tokens,
-    tags, metadata, run_id, branch); the rest are digests, None, bools or the
-    step. Equal to :func:`encode_manifest` of the same map (a test pins it);
-    it exists because the recorder writes one manifest per step.
-    """
-    out = [bytes((0x80 | len(_MANIFEST_KEYS),))]
-    for enc_key, key in _MANIFEST_KEYS:
-        out.append(enc_key)
-        if key == "cpstore":
-            out.append(encode_value(MANIFEST_VERSION))
-        elif key in encoded:
-            out.append(encoded[key])
-        elif key == "step":
-            out.append(encode_value(fields["step"]))
-        elif key == "ledger_sealed":
-            out.append(b"\xc3" if fields[key] else b"\xc2")
-        else:
-            out.append(_enc_digest(fields[key]))
-    return b"".join(out)
-
-
 #: Encoded keys of the manifest and ``state`` maps.
 _MK = {key: enc for enc, key in _MANIFEST_KEYS}
 _SK = {key: enc for enc, key in _STATE_KEYS}
@@ -455,7 +425,7 @@ def encode_recorded_manifest(
     tags: bytes,
     metadata: bytes,
 ) -> bytes:
-    """:func:`encode_manifest_parts` with every field given: the recorder's per-step call.
+    """:func:`encode_manifest` of the recorder's fields, pre-encoded: its per-step call.
 
     ``logs`` holds the digest (or None) of observations, call_graph, effects,
     harness and transcript (other keys are ignored); ``run_id``, ``branch``,

@@ -48,7 +48,6 @@ from cpstore.store.manifest import (
     encode_digest_map,
     encode_recorded_manifest,
     encode_state,
-    manifest_references,
     referenced_digests,
 )
 from cpstore.store.model import (
@@ -186,7 +185,7 @@ class Recorder(BulkAppends):
                     setattr(self, attr, decode_value(load(raw[name], name)))
             self._transcript = raw["transcript"]
             # Objects the fork inherits: checked to still exist at the first commit.
-            self._confirmed = {key for _, key in manifest_references(raw, named=False)}
+            self._confirmed = referenced_digests(raw)
             self._logged = {obs[2] for obs in self._observations}
             self._logged.update(eff[2] for eff in self._effects)
             self._inherited = self._confirmed | self._logged
