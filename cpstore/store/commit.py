@@ -43,8 +43,6 @@ def apply_write(
             expected=hex_id(op.expected_ref),
             got=hex_id(current_b),
         )
-    # Also a premise of the recorder's must_exist: with the CAS above it proves
-    # the head this write extends is stored in this txn (recorder.checkpoint).
     if op.parent is not None and txn.get(op.parent, db=cps) is None:
         # Only a fork's first checkpoint can get here (a branch head is never
         # pruned): retention swept the checkpoint it forks from while the
@@ -97,10 +95,8 @@ def objects_to_check(
     stored when the checkpoint becomes visible -- whatever ran before, in any
     process, and also when the store was damaged behind cpstore's back (the
     commit is refused with IntegrityError instead of acknowledging a checkpoint
-    no read could serve). Skipping the objects the extended head reaches was
-    measured (issue 12, 2026-12-01): it saved about 2-3 us of a ~45 us put
-    (under 5%, inside the run-to-run noise) and rested on a store-wide
-    invariant (nothing but retention deletes objects) that any later
-    maintenance path could break silently; the read stays.
+    no read could serve). Skipping what the extended head reaches saved ~2-3 us
+    of a ~45 us put and would rest on a store-wide invariant (only retention
+    deletes objects) that a later maintenance path could silently break.
     """
     return [k for k in named | inherited if k not in written]
