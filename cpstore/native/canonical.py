@@ -37,10 +37,14 @@ _INT_MIN = -(2**63)
 _INT_END = 2**64
 
 
+_ARRAY_SMALL = [bytes((0x90 | n,)) for n in range(16)]
+_MAP_SMALL = [bytes((0x80 | n,)) for n in range(16)]
+
+
 def array_header(n: int) -> bytes:
     """The canonical msgpack array header for ``n`` elements."""
     if n < 16:
-        return bytes((0x90 | n,))
+        return _ARRAY_SMALL[n]
     if n < 2**16:
         return b"\xdc" + n.to_bytes(2, "big")
     return b"\xdd" + n.to_bytes(4, "big")
@@ -49,7 +53,7 @@ def array_header(n: int) -> bytes:
 def map_header(n: int) -> bytes:
     """The canonical msgpack map header for ``n`` entries."""
     if n < 16:
-        return bytes((0x80 | n,))
+        return _MAP_SMALL[n]
     if n < 2**16:
         return b"\xde" + n.to_bytes(2, "big")
     return b"\xdf" + n.to_bytes(4, "big")

@@ -40,7 +40,7 @@ from typing import Any
 
 import msgspec
 
-from cpstore.native.canonical import MAX_DEPTH, encode_value
+from cpstore.native.canonical import MAX_DEPTH, array_header, encode_value, map_header
 
 __all__ = ["encode_element", "encode_fast"]
 
@@ -51,8 +51,6 @@ _INT_MIN = -(2**63)
 _INT_END = 2**64
 #: Leaves msgspec writes canonically (ints in range; str without lone surrogates).
 _LEAF = frozenset({str, int, bytes, bool, type(None)})
-_ARRAY_SMALL = [bytes((0x90 | n,)) for n in range(16)]
-_MAP_SMALL = [bytes((0x80 | n,)) for n in range(16)]
 #: Key tuples -> (in canonical order already, [(key, encoded key)] sorted).
 _PLANS: dict[tuple[str, ...], tuple[bool, tuple[tuple[str, bytes], ...]]] = {}
 _PLANS_MAX = 4096
@@ -63,22 +61,6 @@ _ONLY_STR = frozenset({str}).issuperset
 
 class _RefusedError(Exception):
     """The fast path cannot encode this value: the specification decides."""
-
-
-def _array_header(n: int) -> bytes:
-    if n < 16:
-        return _ARRAY_SMALL[n]
-    if n < 2**16:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
-
-
-def _map_header(n: int) -> bytes:
-    if n < 16:
-        return _MAP_SMALL[n]
-    if n < 2**16:
-        return b"\xde" + n.to_bytes(2, "big")
-    return b"\xdf" + n.to_bytes(4, "big")
 
 
 def _plan(keys: tuple[str, ...]) -> tuple[bool, tuple[tuple[str, bytes], ...]] | None:
@@ -116,7 +98,7 @@ def _mapping(value: Mapping[Any, Any], out: list[bytes], depth: int) -> None:
     for (k1, _), (k2, _) in itertools.pairwise(entries):
         if k1 == k2:
             raise _RefusedError
-    out.append(_map_header(len(entries)))
+    out.append(map_header(len(entries)))
     for k, v in entries:
         out.append(k)
         out.append(v)
@@ -138,7 +120,7 @@ def _dict(value: dict[Any, Any], out: list[bytes], depth: int) -> None:
         else:
             out.append(_mp(value))
             return
-    out.append(_map_header(n))
+    out.append(map_header(n))
     for key, kbytes in entries:
         out.append(kbytes)
         item = value[key]
@@ -159,7 +141,7 @@ def _sequence(value: list[Any] | tuple[Any, ...], out: list[bytes], depth: int) 
     else:
         out.append(_mp(value))  # a tuple is an array too
         return
-    out.append(_array_header(len(value)))
+    out.append(array_header(len(value)))
     for item in value:
         kind = type(item)
         if kind is dict:
@@ -193,7 +175,7 @@ def _encode(value: Any, out: list[bytes], depth: int) -> None:
     elif isinstance(value, (bytes, bytearray, memoryview)):
         out.append(_mp(bytes(value)))
     elif isinstance(value, (list, tuple)):
-        out.append(_array_header(len(value)))
+        out.append(array_header(len(value)))
         for item in value:
             _encode(item, out, depth + 1)
     elif isinstance(value, Mapping):
