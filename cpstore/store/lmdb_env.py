@@ -30,6 +30,7 @@ from cpstore.errors import (
 from cpstore.native.canonical import encode_value
 from cpstore.store.backend import Txn
 from cpstore.store.lmdb_errors import translate
+from cpstore.store.lmdb_holders import HolderMark, refuse_beside_older_holders
 from cpstore.store.lmdb_open import (
     FORMAT,
     FORMAT_KEY,
@@ -88,6 +89,32 @@ class Env:
         self.layout: int = STORE_VERSION
         data = os.path.join(path, "data.mdb")
         self._tail = TailCover(data, 0)  # psize set once open
+        #: This release's mark on the folder, held from before LMDB's open until
+        #: after its close (lmdb_holders: an upgrade refuses beside older releases).
+        self._mark: HolderMark | None = None
+        try:
+            self.env = self._open_files(data)
+        except BaseException:
+            if self._mark is not None:
+                self._mark.close()
+            raise
+        try:
+            # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
+            self.env.reader_check()
+            self._check_file_size()
+            self._tail.psize = int(self.env.stat()["psize"])
+            self.dbs = self._open_dbs()
+            self._tail.ahead = True  # a cpstore store: its tail may be allocated ahead
+        except BaseException:
+            self.env.close()
+            self._tail.close()
+            if self._mark is not None:
+                self._mark.close()
+            raise
+
+    def _open_files(self, data: str) -> Any:
+        """Decide what the folder holds and open LMDB on it, under the creation lock."""
+        path, options = self.path, self.options
         try:
             if not options.readonly and options.create and not os.path.exists(path):
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
@@ -104,7 +131,8 @@ class Env:
                 else:
                     check_new_store_path(path, options)
                     os.makedirs(path, exist_ok=True)
-                self.env = self._open_env()
+                self._mark = HolderMark(path, STORE_VERSION)
+                return self._open_env()
         except lmdb.InvalidError as exc:
             if has_lmdb_meta_page(data):
                 raise IntegrityError(
@@ -117,17 +145,6 @@ class Env:
             raise StoreReadOnlyError(
                 "the store directory cannot be created", where=path, got=str(exc)
             ) from None
-        try:
-            # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
-            self.env.reader_check()
-            self._check_file_size()
-            self._tail.psize = int(self.env.stat()["psize"])
-            self.dbs = self._open_dbs()
-            self._tail.ahead = True  # a cpstore store: its tail may be allocated ahead
-        except BaseException:
-            self.env.close()
-            self._tail.close()
-            raise
 
     def _open_env(self) -> Any:
         """Open LMDB; a read-only open falls back to no lock file when it cannot write one.
@@ -224,6 +241,8 @@ class Env:
             finally:
                 self.env.close()
                 self._tail.close()
+                if self._mark is not None:
+                    self._mark.close()
         # After fork() the child must not touch the parent's environment at all:
         # closing it would release reader slots and locks the parent still uses.
 
@@ -260,6 +279,7 @@ class Env:
             # A store from before a database was added gets it here.
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         if version != STORE_VERSION:
+            refuse_beside_older_holders(self.path, version, STORE_VERSION)
             # An older store is brought up to date in this same txn (docs/store.md,
             # "Store layout versions"); a concurrent opener sees either layout whole.
             if version in BARE_REF_LAYOUTS:

@@ -1,0 +1,136 @@
+"""Which processes hold a store open, and whether any of them is of an older release.
+
+A layout upgrade (docs/store.md, "Store layout versions") is safe only if no
+process of an older cpstore release has the store open: such a process read
+the format record once, at its open, and goes on reading and writing the
+older layout — its gc cannot see what the new layout stores, and sweeps what
+a new head still reaches. LMDB's own liveness lock says *who* has the
+environment open (every process holds a POSIX read lock on byte 0 of
+``lock.mdb`` while it does, and ``/proc/locks`` names its pid); this module
+adds the other half, *which release*: every process of this release (and
+later ones) holds an open-file-description lock on the store folder at byte
+offset ``layout << 32 | pid`` (``layout``: the newest store layout the release
+writes), from before its LMDB open until after its close. A pid holding
+LMDB's lock without a mark for the layout being upgraded to (or a newer one)
+is an older release (or another LMDB program), and the upgrade refuses to
+run beside it.
+
+OFD locks, not POSIX ones, for the mark: closing any descriptor of a file
+drops a process's POSIX locks on it, and any ``os.listdir`` of the folder
+would. ``/proc/locks`` shows an OFD lock's owner as pid -1, hence the pid in
+the offset (pids stay below 2**22 on Linux). Linux only: where ``/proc/locks``
+or OFD locks are missing the check cannot tell, and the documented rule (stop
+older processes first) is all there is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from contextlib import suppress
+
+from cpstore.errors import StoreError
+
+__all__ = ["HolderMark", "older_holders", "refuse_beside_older_holders"]
+
+#: fcntl(2) ``F_OFD_SETLK`` (Linux >= 3.15); Python exposes it from 3.9 on Linux.
+_F_OFD_SETLK: int | None = getattr(fcntl, "F_OFD_SETLK", None)
+_PROC_LOCKS = "/proc/locks"
+
+
+class HolderMark:
+    """This process's mark on a store folder: held while its environment is open."""
+
+    def __init__(self, folder: str, layout: int) -> None:
+        self.fd: int | None = None
+        if _F_OFD_SETLK is None:
+            return
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return  # no folder yet (the open makes it) or not readable: no mark
+        try:
+            # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
+            at = _offset(layout, os.getpid())
+            lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
+            fcntl.fcntl(fd, _F_OFD_SETLK, lock)
+        except OSError:
+            os.close(fd)  # a file system without locks: no mark, as without /proc
+            return
+        self.fd = fd
+
+    def close(self) -> None:
+        """Drop the mark (closing the only descriptor of its file description)."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            with suppress(OSError):
+                os.close(fd)
+
+
+def _offset(layout: int, pid: int) -> int:
+    return layout << 32 | pid
+
+
+def _device(path: str) -> tuple[str, int] | None:
+    """(``/proc/locks``'s "major:minor", inode) of ``path``, or None if it is missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino
+
+
+def older_holders(folder: str, layout: int) -> list[int] | None:
+    """Pids holding LMDB's liveness lock on ``folder``'s store without the mark of a
+    release writing ``layout`` or newer (this process excluded), sorted; None when
+    this system cannot say."""
+    lock_file = _device(os.path.join(folder, "lock.mdb"))
+    marked_file = _device(folder)
+    if lock_file is None or marked_file is None or _F_OFD_SETLK is None:
+        return None
+    try:
+        with open(_PROC_LOCKS, encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    holding: set[int] = set()
+    marked: set[int] = set()
+    for line in lines:
+        fields = line.split()
+        if "->" in fields:  # a waiter on a lock (" -> " lines): holds nothing yet
+            continue
+        try:
+            kind, pid, where, start = fields[1], int(fields[4]), fields[5], fields[6]
+        except (IndexError, ValueError):
+            continue
+        major_minor, _, inode = where.rpartition(":")
+        try:
+            at = (major_minor, int(inode))
+        except ValueError:
+            continue
+        if at == lock_file and kind == "POSIX" and start == "0":
+            holding.add(pid)
+        elif at == marked_file and kind == "OFDLCK" and start.isdigit():
+            offset = int(start)
+            if offset >> 32 >= layout:
+                marked.add(offset & 0xFFFFFFFF)
+    holding.discard(os.getpid())
+    return sorted(holding - marked)
+
+
+def refuse_beside_older_holders(folder: str, found: int, wanted: int) -> None:
+    """Raise StoreError when upgrading layout ``found`` to ``wanted`` could harm a
+    process of an older release that holds the store open (module docstring)."""
+    older = older_holders(folder, wanted)
+    if not older:
+        return
+    raise StoreError(
+        f"this store is at layout {found} and this release upgrades it to layout "
+        f"{wanted} at its first writable open, but process(es) of an older cpstore "
+        "release (or another LMDB program) hold it open and would go on using the old "
+        "layout: stop them, then open it again",
+        where=folder,
+        expected="no other process of an older release holding the store",
+        got="pid " + ", ".join(str(p) for p in older),
+    )
