@@ -127,9 +127,9 @@ def test_chunker_throughput(benchmark: BenchmarkFixture, repeats: int) -> None:
                                  fig.runs["reference cut_points (1 MiB, x64)"], strict=True)]
     gbs = [1 / t / 1e9 for t in fig.runs["chunk_digests"]]
     _say(
-        f"chunker: chunk_digests {median(gbs):.2f} GB/s; ratio to xxh3_128 one-shot "
-        f"{median(pairs):.3f}x ({min(pairs):.3f}-{max(pairs):.3f}, target >= 0.1); "
-        f"vs pure-Python reference {median(ref):.0f}x"
+        f"chunker (load {os.getloadavg()[0]:.2f}): chunk_digests {median(gbs):.2f} GB/s; ratio "
+        f"to xxh3_128 one-shot {median(pairs):.3f}x ({min(pairs):.3f}-{max(pairs):.3f}, "
+        f"target >= 0.1); vs pure-Python reference {median(ref):.0f}x"
     )
 
 
@@ -326,9 +326,10 @@ def test_chat_workload(
             f"({unique:,} B); put " + ", ".join(f"@{s} {t * 1e3:.2f} ms" for s, t in puts.items())
         )
     _say(
-        f"chat {chat_steps} steps: compressed read / uncompressed read {median(slow):.2f}x "
-        f"({min(slow):.2f}-{max(slow):.2f}, target <= 1.5); compressed read "
-        f"{median(fig.runs['compressed frames']) * 1e3:.2f} ms"
+        f"chat {chat_steps} steps (load {os.getloadavg()[0]:.2f}): compressed read / "
+        f"uncompressed read {median(slow):.2f}x ({min(slow):.2f}-{max(slow):.2f}, target <= 1.5); "
+        f"compressed read {_spread(fig.runs['compressed frames'], 1e3)} ms, uncompressed "
+        f"{_spread(fig.runs['uncompressed frames'], 1e3)} ms"
     )
     benchmark.extra_info["chat"] = info
 

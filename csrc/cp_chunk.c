@@ -88,8 +88,12 @@ static size_t cut_one(const uint8_t *p, size_t min_size, size_t normal, size_t l
     return limit;
 }
 
-int cp_chunk_cuts(const uint8_t *data, size_t len, uint32_t min_size, uint32_t avg_size,
-                  uint32_t max_size, uint64_t *cuts, size_t cap, size_t *count)
+/* The chunk loop of cp_chunk_cuts and cp_chunk_digests: with digests != NULL,
+ * each chunk is hashed (cp_digest_batch, one item) right after it is cut,
+ * while its bytes are still in cache, instead of in a second pass over data. */
+static int chunk_loop(const uint8_t *data, size_t len, uint32_t min_size, uint32_t avg_size,
+                      uint32_t max_size, uint64_t *cuts, uint8_t *digests, size_t cap,
+                      size_t *count)
 {
     if (count == NULL || (data == NULL && len != 0) || (cuts == NULL && cap != 0))
         return CP_ERR_NULL;
@@ -113,9 +117,35 @@ int cp_chunk_cuts(const uint8_t *data, size_t len, uint32_t min_size, uint32_t a
             *count = n;
             return CP_ERR_CHUNK_SPACE;
         }
+        if (digests != NULL) {
+            const uint64_t item[2] = {(uint64_t)start, (uint64_t)(start + cut)};
+            int rc = cp_digest_batch(data, len, item, 1, digests + 16 * n);
+            if (rc != CP_OK) {
+                *count = n;
+                return rc;
+            }
+        }
         start += cut;
         cuts[n++] = (uint64_t)start;
     }
     *count = n;
     return CP_OK;
+}
+
+int cp_chunk_cuts(const uint8_t *data, size_t len, uint32_t min_size, uint32_t avg_size,
+                  uint32_t max_size, uint64_t *cuts, size_t cap, size_t *count)
+{
+    return chunk_loop(data, len, min_size, avg_size, max_size, cuts, NULL, cap, count);
+}
+
+int cp_chunk_digests(const uint8_t *data, size_t len, uint32_t min_size, uint32_t avg_size,
+                     uint32_t max_size, uint64_t *cuts, uint8_t *digests, size_t cap,
+                     size_t *count)
+{
+    if (digests == NULL && cap != 0) {
+        if (count != NULL)
+            *count = 0;
+        return CP_ERR_NULL;
+    }
+    return chunk_loop(data, len, min_size, avg_size, max_size, cuts, digests, cap, count);
 }

@@ -135,6 +135,18 @@ def test_chunk_digests_are_the_digests_of_the_cut_chunks() -> None:
     assert binding.chunk_digests(b"") == ([], b"")
 
 
+@PROPERTY
+@given(data=st.binary(max_size=6000), p=params())
+@example(data=b"", p=(1, 64, 64))
+@example(data=b"\0" * 5000, p=(16, 64, 256))
+def test_native_chunk_digests_equal_reference_for_any_bytes_and_params(
+    data: bytes, p: tuple[int, int, int]
+) -> None:
+    """The one-pass native cut-and-hash gives the reference's cuts and per-chunk digests."""
+    assert binding.chunk_digests(data, *p) == reference.chunk_digests(data, *p)
+    assert binding.chunk_digests(memoryview(data), *p)[0] == cut_points(data, *p)
+
+
 def test_insert_changes_only_nearby_chunks() -> None:
     """Inserting bytes in the middle leaves the chunks far before and after unchanged."""
     data = _random(400_000, 4)
