@@ -4,6 +4,7 @@ frame, and a damaged or missing frame anywhere in the batch is still named."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any, cast
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
-from cpstore.store.chunk_tree import build_tree, load_tree
+from cpstore.store.chunk_tree import build_tree, load_tree, read_node
 from cpstore.store.codec import (
     CODEC_STORED,
     CODEC_ZSTD,
@@ -170,3 +171,24 @@ def test_a_missing_frame_inside_the_batch_is_named() -> None:
     with pytest.raises(IntegrityError, match="chunk not in the store") as info:
         load_tree(cast(Any, _Txn(objects)), None, root, whole, verify=True, where="state.m")
     assert info.value.got == fkeys[30][:16].hex()
+
+
+def test_the_error_names_the_node_that_lists_the_damaged_frame() -> None:
+    """Errors from the batch carry the path of the level-1 node holding the frame."""
+    objects, root, whole, _, fkeys = _tree(120)
+    listing = {}
+    for key, raw in objects.items():
+        if len(key) == 16 and key != root:
+            with contextlib.suppress(IntegrityError):
+                level, _, entries = read_node(raw, "")
+                if level == 1:
+                    listing.update({e: key for e in entries})
+    victims = [f for f in fkeys if f[:16] in listing]
+    assert len(victims) > 10
+    for victim in (victims[0], victims[len(victims) // 2], victims[-1]):
+        damaged = dict(objects)
+        damaged[victim] = encode_frame(b"another chunk " * 20)
+        with pytest.raises(IntegrityError) as info:
+            load_tree(cast(Any, _Txn(damaged)), None, root, whole, verify=True, where="state.m")
+        where = str(info.value.where)
+        assert where.endswith(f"node {listing[victim[:16]].hex()} (objects/{victim.hex()})")

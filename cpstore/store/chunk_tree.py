@@ -408,18 +408,20 @@ class _Frames:
         self.keys: list[bytes] = []
         self.views: list[memoryview | None] = []
         self.sizes: list[int] = []
-        self.groups: list[tuple[int, str]] = []  # (first frame, where) of each level-1 list
+        self.starts: list[int] = []  # first frame of each level-1 list (node or tail)...
+        self.wheres: list[str] = []  # ...and where it is, for errors
         self.spans: list[tuple[int, int, int, str]] = []  # (first, end, size, where) of nodes
 
     def add(self, keys: list[bytes], where: str) -> None:
         """Gather the chunk digests of one level-1 list (a node or a tail)."""
-        self.groups.append((len(self.keys), where))
+        self.starts.append(len(self.keys))
+        self.wheres.append(where)
         self.keys += keys
         if len(self.keys) - len(self.views) >= _FETCH:
             self._fetch()
 
     def _where(self, index: int) -> str:
-        return self.groups[bisect_right(self.groups, (index, "\uffff")) - 1][1]
+        return self.wheres[bisect_right(self.starts, index) - 1]  # an empty list: the next
 
     def _fetch(self) -> None:
         while len(self.views) < len(self.keys):
