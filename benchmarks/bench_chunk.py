@@ -12,6 +12,10 @@ Figures (each prints a ``ISSUE16`` line; ``-s`` shows them):
   with the least re-stored bytes whose chunk count stays moderate.
 - **codec**: zstd bindings compressing and inflating one ~1 KB and one 64 KiB
   chunk of real text (zstandard, backports.zstd, pyzstd; absent ones skipped).
+- **frame batch read**: the ~1,000 chunks of a 1,000-step chat history read
+  verified one ``read_frame`` call each (the read path before) against one
+  ``inflate_frames`` pass (now) and bare zstd ``decompress`` calls (the floor of
+  the compressed-read ratio), compressed and stored frames, per frame.
 - **chat workload** (1,000 and 2,000 steps, ``durability="none"``): one ~1 KB
   message of real text (benchmarks/chat_text.py) appended per step to a
   ``messages`` list part. Layout 3 (chunk trees, compressed frames) against
