@@ -12,6 +12,10 @@ Figures (each prints a ``ISSUE16`` line; ``-s`` shows them):
   with the least re-stored bytes whose chunk count stays moderate.
 - **codec**: zstd bindings compressing and inflating one ~1 KB and one 64 KiB
   chunk of real text (zstandard, backports.zstd, pyzstd; absent ones skipped).
+- **frame batch read**: the ~1,000 chunks of a 1,000-step chat history read
+  verified one ``read_frame`` call each (the read path before) against one
+  ``inflate_frames`` pass (now) and bare zstd ``decompress`` calls (the floor of
+  the compressed-read ratio), compressed and stored frames, per frame.
 - **chat workload** (1,000 and 2,000 steps, ``durability="none"``): one ~1 KB
   message of real text (benchmarks/chat_text.py) appended per step to a
   ``messages`` list part. Layout 3 (chunk trees, compressed frames) against
@@ -71,7 +75,7 @@ from cpstore.native import binding, chunking
 from cpstore.native.append_log import AppendLog
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
-from cpstore.store import append_state, chunk_tree
+from cpstore.store import append_state, chunk_tree, codec
 from cpstore.store import recorder as recorder_module
 from cpstore.store.codec import encode_frame
 from cpstore.store.facade import open as open_store
@@ -127,9 +131,9 @@ def test_chunker_throughput(benchmark: BenchmarkFixture, repeats: int) -> None:
                                  fig.runs["reference cut_points (1 MiB, x64)"], strict=True)]
     gbs = [1 / t / 1e9 for t in fig.runs["chunk_digests"]]
     _say(
-        f"chunker: chunk_digests {median(gbs):.2f} GB/s; ratio to xxh3_128 one-shot "
-        f"{median(pairs):.3f}x ({min(pairs):.3f}-{max(pairs):.3f}, target >= 0.1); "
-        f"vs pure-Python reference {median(ref):.0f}x"
+        f"chunker (load {os.getloadavg()[0]:.2f}): chunk_digests {median(gbs):.2f} GB/s; ratio "
+        f"to xxh3_128 one-shot {median(pairs):.3f}x ({min(pairs):.3f}-{max(pairs):.3f}, "
+        f"target >= 0.1); vs pure-Python reference {median(ref):.0f}x"
     )
 
 
@@ -226,6 +230,61 @@ def test_codec_speed(benchmark: BenchmarkFixture, chunk_bytes: int, repeats: int
     for name, runs in fig.runs.items():
         _say(f"codec {chunk_bytes} B {name}: {median(runs) * 1e6:.2f} us "
              f"({min(runs) * 1e6:.2f}-{max(runs) * 1e6:.2f})")
+
+
+def test_frame_batch_read(benchmark: BenchmarkFixture, repeats: int) -> None:
+    """The chunks of a 1,000-step chat history: one verified read_frame call per frame
+    (the read path before) vs one inflate_frames pass (now) vs bare zstd decompress calls
+    (the floor), compressed and stored frames, interleaved."""
+    states, _ = chat_states(1000)
+    data = encode_value(states[-1]["messages"])
+    tree = chunk_tree.build_tree(data, canonical=True)
+    digests = b"".join(k[:16] for k, _, _ in tree.chunks)
+    packed = [memoryview(encode_frame(data[a:b])) for _, a, b in tree.chunks]
+    stored = [memoryview(encode_frame(data[a:b], compress=False)) for _, a, b in tree.chunks]
+    keys = [k for k, _, _ in tree.chunks]
+    dctx = codec.decoder()
+    bodies = [v[5:] for v in packed]
+
+    def one_by_one(frames: list[memoryview]) -> Callable[[], float]:
+        return lambda: _timed(
+            lambda: [codec.read_frame(k, v, "x", dctx) for k, v in zip(keys, frames, strict=True)]
+        )
+
+    def batch(frames: list[memoryview]) -> Callable[[], float]:
+        def run() -> None:
+            sizes = codec.frame_sizes(frames)
+            assert sizes is not None
+            assert codec.inflate_frames(frames, sizes, digests, dctx) is not None
+
+        return lambda: _timed(run)
+
+    fig = interleave(
+        benchmark,
+        f"{len(keys)} chat frames: verified read",
+        {
+            "zstd, read_frame each": one_by_one(packed),
+            "zstd, inflate_frames": batch(packed),
+            "zstd, bare decompress": lambda: _timed(lambda: list(map(dctx.decompress, bodies))),
+            "stored, read_frame each": one_by_one(stored),
+            "stored, inflate_frames": batch(stored),
+        },
+        repeats,
+        [
+            Comparison("zstd, inflate_frames", "zstd, read_frame each"),
+            Comparison("stored, inflate_frames", "stored, read_frame each"),
+        ],
+        items=len(keys),
+    )
+    per = fig.runs  # per frame (items=)
+    _say(
+        f"frame reads, {len(keys)} chat frames (load {os.getloadavg()[0]:.2f}), us a frame: "
+        + "; ".join(f"{k} {_spread(v, 1e6)}" for k, v in per.items())
+    )
+    gap = [z - s for z, s in zip(per["zstd, inflate_frames"], per["stored, inflate_frames"],
+                                 strict=True)]
+    _say(f"frame reads: batch zstd - batch stored {_spread(gap, 1e6)} us a frame, against bare "
+         f"decompress {_spread(per['zstd, bare decompress'], 1e6)} us (the floor)")
 
 
 # -- stores as layout 2 wrote them ----------------------------------------------------
@@ -326,9 +385,10 @@ def test_chat_workload(
             f"({unique:,} B); put " + ", ".join(f"@{s} {t * 1e3:.2f} ms" for s, t in puts.items())
         )
     _say(
-        f"chat {chat_steps} steps: compressed read / uncompressed read {median(slow):.2f}x "
-        f"({min(slow):.2f}-{max(slow):.2f}, target <= 1.5); compressed read "
-        f"{median(fig.runs['compressed frames']) * 1e3:.2f} ms"
+        f"chat {chat_steps} steps (load {os.getloadavg()[0]:.2f}): compressed read / "
+        f"uncompressed read {median(slow):.2f}x ({min(slow):.2f}-{max(slow):.2f}, target <= 1.5); "
+        f"compressed read {_spread(fig.runs['compressed frames'], 1e3)} ms, uncompressed "
+        f"{_spread(fig.runs['uncompressed frames'], 1e3)} ms"
     )
     benchmark.extra_info["chat"] = info
 

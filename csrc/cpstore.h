@@ -141,6 +141,14 @@ int cp_scan_tokens(const uint8_t *records, size_t len, cp_token_scan *out);
 int cp_chunk_cuts(const uint8_t *data, size_t len, uint32_t min_size, uint32_t avg_size,
                   uint32_t max_size, uint64_t *cuts, size_t cap, size_t *count);
 
+/* cp_chunk_cuts and the XXH3-128 of every chunk (as cp_digest: 16 bytes,
+ * big-endian) into digests[16*i : 16*i+16], in one pass: each chunk is hashed
+ * right after it is cut, while it is in cache. digests has room for 16*cap
+ * bytes (may be NULL when cap is 0). Same errors as cp_chunk_cuts. */
+int cp_chunk_digests(const uint8_t *data, size_t len, uint32_t min_size, uint32_t avg_size,
+                     uint32_t max_size, uint64_t *cuts, uint8_t *digests, size_t cap,
+                     size_t *count);
+
 /* ---- end issue 16 ------------------------------------------------------- */
 
 /* ==== streaming ingest (issue 13; cp_ingest.c) ==============================

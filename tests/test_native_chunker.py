@@ -100,6 +100,22 @@ def test_run_that_never_matches_is_forced_at_max_size() -> None:
         _agree(bytes([b]) * 2560, (16, 64, 256))
 
 
+@pytest.mark.parametrize("p", [(1, 64, 128), (3, 64, 200), (64, 64, 1000)])
+def test_cuts_on_every_lane_of_the_unrolled_scan_match_reference(p: tuple[int, int, int]) -> None:
+    """The native scan tests eight positions per step: cuts land on every one of the eight
+    lanes (and in the byte-at-a-time tail) in both hash phases, identically to the reference."""
+    data = _random(60_000, 5)
+    cuts = _agree(data, p)
+    lo, avg, _ = p
+    starts = [0, *cuts[:-1]]
+    sizes = [b - a for a, b in zip(starts, cuts[:-1], strict=False)]
+    # Lane of each cut's last byte: phase 1 scans from min_size, phase 2 from avg_size.
+    early = {(s - 1 - lo) % 8 for s in sizes if s <= avg}
+    late = {(s - 1 - avg) % 8 for s in sizes if s > avg}
+    assert early == (set(range(8)) if avg > lo else set())
+    assert late == set(range(8))
+
+
 def test_huge_buffer_cuts_identically_with_store_defaults() -> None:
     """A multi-megabyte buffer cuts the same at the store's default sizes."""
     data = _random(HUGE, 2)
@@ -117,6 +133,18 @@ def test_chunk_digests_are_the_digests_of_the_cut_chunks() -> None:
     want = b"".join(binding.digest(data[a:b]) for a, b in zip(starts, cuts, strict=True))
     assert digests == want
     assert binding.chunk_digests(b"") == ([], b"")
+
+
+@PROPERTY
+@given(data=st.binary(max_size=6000), p=params())
+@example(data=b"", p=(1, 64, 64))
+@example(data=b"\0" * 5000, p=(16, 64, 256))
+def test_native_chunk_digests_equal_reference_for_any_bytes_and_params(
+    data: bytes, p: tuple[int, int, int]
+) -> None:
+    """The one-pass native cut-and-hash gives the reference's cuts and per-chunk digests."""
+    assert binding.chunk_digests(data, *p) == reference.chunk_digests(data, *p)
+    assert binding.chunk_digests(memoryview(data), *p)[0] == cut_points(data, *p)
 
 
 def test_insert_changes_only_nearby_chunks() -> None:

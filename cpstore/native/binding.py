@@ -344,21 +344,20 @@ def chunk_digests(
     avg_size: int = CHUNK_AVG,
     max_size: int = CHUNK_MAX,
 ) -> tuple[list[int], bytes]:
-    """(chunk end offsets, their digests concatenated: 16 bytes per chunk) in two C calls."""
+    """(chunk end offsets, their digests concatenated: 16 bytes per chunk) in one C call
+    that hashes each chunk as it is cut (twin of ``reference.chunk_digests``)."""
     lo, avg, hi = check_chunk_params(min_size, avg_size, max_size)
     view = as_bytes_view(data, "data")
     if not view:
         return [], b""
-    cap = len(view) // lo + 1
-    offsets = _new("uint64_t[]", cap + 1)  # offsets[0] = 0, the cuts after it
+    cap = len(view) // lo + 1  # every chunk but the last has >= min_size bytes
+    cuts = _new("uint64_t[]", cap)
+    out = _new("uint8_t[]", 16 * cap)
     count = _new("size_t *")
-    buf = _buf(view)
-    rc = lib.cp_chunk_cuts(buf, len(view), lo, avg, hi, offsets + 1, cap, count)
-    _check(rc, "cp_chunk_cuts")
+    rc = lib.cp_chunk_digests(_buf(view), len(view), lo, avg, hi, cuts, out, cap, count)
+    _check(rc, "cp_chunk_digests")
     n = int(count[0])
-    out = _new("uint8_t[]", 16 * n)
-    _check(lib.cp_digest_batch(buf, len(view), offsets, n, out), "cp_digest_batch")
-    return list(offsets[1 : n + 1]), _buffer(out)[:]
+    return list(cuts[0:n]), _buffer(out, 16 * n)[:]
 
 
 # -- streaming ingest (issue 13): member splitters of cp_ingest.c ---------------

@@ -198,5 +198,5 @@ def chunk_digests(
     """(chunk end offsets, their digests concatenated); ``chunk_cuts`` is chunking.cut_points."""
     view = as_bytes_view(data, "data")
     cuts = chunk_cuts(view, min_size, avg_size, max_size)
-    starts = [0, *cuts[:-1]]
+    starts = [0, *cuts][: len(cuts)]  # no chunks (and no digests) for empty data
     return cuts, b"".join(digest(view[a:b]) for a, b in zip(starts, cuts, strict=True))

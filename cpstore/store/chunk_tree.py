@@ -37,8 +37,10 @@ every level's tail inline) and a layout-2 chunk index (``[size, [digest,
 from __future__ import annotations
 
 import contextlib
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate, repeat
 from typing import Any
 
 import msgpack
@@ -48,7 +50,16 @@ from cpstore.native.binding import chunk_cuts, digest, digest_batch
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.backend import Txn
-from cpstore.store.codec import FRAME_TAG, decoder, encode_frame, frame_key, read_frame
+from cpstore.store.codec import (
+    FRAME_TAG,
+    Decompressor,
+    decoder,
+    encode_frame,
+    frame_key,
+    frame_sizes,
+    inflate_frames,
+    read_frame,
+)
 
 __all__ = [
     "FANOUT_BITS",
@@ -375,6 +386,96 @@ def _checked_plain(
     return raw
 
 
+#: Frames fetched and bounded at a time by a tree read (one well-formed level-1 node
+#: holds at most MAX_FANOUT): a damaged tree naming one chunk thousands of times
+#: is stopped by the root's budget after this many reads, not after all of them.
+_FETCH = MAX_FANOUT
+
+
+class _Frames:
+    """The frames of one tree read: their keys gathered by the walk, fetched and
+    bounded :data:`_FETCH` at a time, inflated and hash-checked together at the end
+    (:func:`cpstore.store.codec.inflate_frames`, its loops in C).
+
+    Sizes are read from the frame headers and charged to the root's budget
+    before anything is inflated; frames failing any check are read again one
+    by one (:func:`read_frame`), so the error names the chunk and its node.
+    """
+
+    def __init__(self, txn: Txn[memoryview], objects: Any, budget: int, verify: bool) -> None:
+        self.txn, self.objects, self.left, self.verify = txn, objects, budget, verify
+        self.dctx: Decompressor = decoder()
+        self.keys: list[bytes] = []
+        self.views: list[memoryview | None] = []
+        self.sizes: list[int] = []
+        self.starts: list[int] = []  # first frame of each level-1 list (node or tail)...
+        self.wheres: list[str] = []  # ...and where it is, for errors
+        self.spans: list[tuple[int, int, int, str]] = []  # (first, end, size, where) of nodes
+
+    def add(self, keys: list[bytes], where: str) -> None:
+        """Gather the chunk digests of one level-1 list (a node or a tail)."""
+        self.starts.append(len(self.keys))
+        self.wheres.append(where)
+        self.keys += keys
+        if len(self.keys) - len(self.views) >= _FETCH:
+            self._fetch()
+
+    def _where(self, index: int) -> str:
+        return self.wheres[bisect_right(self.starts, index) - 1]  # an empty list: the next
+
+    def _fetch(self) -> None:
+        while len(self.views) < len(self.keys):
+            self._fetch_some(len(self.views))
+
+    def _fetch_some(self, start: int) -> None:
+        keys = self.keys[start : start + _FETCH]
+        fkeys = list(map(bytes.__add__, keys, repeat(FRAME_TAG)))
+        views = list(map(self.txn.get, fkeys, repeat(None), repeat(self.objects)))
+        sizes = frame_sizes(views)  # None for a missing frame too
+        if sizes is None:
+            for i in range(len(keys)):  # raises, naming the frame
+                self._one(start + i, keys[i], views[i])
+            raise _bad("framed object is malformed", self._where(start))  # not reached
+        self.views += views
+        self.sizes += sizes
+        self.left -= sum(sizes)
+        if self.left < 0:
+            left = self.left + sum(sizes)
+            over = next(i for i, s in enumerate(accumulate(sizes)) if s > left)
+            raise _bad("chunk tree spans more bytes than its root says", self._where(start + over))
+
+    def inflate(self) -> list[bytes]:
+        """Every chunk's bytes in walk order, each hash-checked unless the read is unverified;
+        then (verified reads) every node's size."""
+        self._fetch()
+        digests = b"".join(self.keys) if self.verify else None
+        out = inflate_frames(self.views, self.sizes, digests, self.dctx)
+        if out is None:
+            for i, (key, view) in enumerate(zip(self.keys, self.views, strict=True)):
+                self._one(i, key, view)
+            raise _bad("framed objects failed a check that no single frame fails", "chunk tree")
+        if self.verify:
+            ends = [0, *accumulate(self.sizes)]
+            for first, end, size, where in self.spans:
+                got = ends[end] - ends[first]
+                if got != size:
+                    raise _bad("chunk tree node spans the wrong size", where, got, size)
+        return out
+
+    def _one(self, index: int, key: bytes, view: memoryview | None) -> None:
+        where = self._where(index)
+        if view is None:
+            raise IntegrityError("chunk not in the store", where=where, got=key.hex())
+        fkey = key + FRAME_TAG
+        try:
+            read_frame(fkey if self.verify else None, view, where, self.dctx)
+        except IntegrityError as exc:  # name the frame
+            raise IntegrityError(
+                exc.what, where=f"{where} (objects/{fkey.hex()})", expected=exc.expected,
+                got=exc.got,
+            ) from None
+
+
 def load_tree(
     txn: Txn[memoryview], objects: Any, root: bytes, whole: bytes, *, verify: bool, where: str
 ) -> bytes:
@@ -396,10 +497,10 @@ def load_tree(
         pieces.append(head)
         # Nodes may name one child many times (a repeated chunk): a read stops
         # once the root's size is passed, never expanding a damaged tree further.
-        budget = [size - len(head)]
+        frames = _Frames(txn, objects, size - len(head), verify)
         for level in range(len(spine), 0, -1):  # oldest bytes sit in the top level's tail
-            node = (level, -1, spine[level - 1])
-            _walk(txn, objects, node, pieces, verify=verify, where=where, budget=budget)
+            _walk(txn, objects, (level, -1, spine[level - 1]), frames, verify=verify, where=where)
+        pieces += frames.inflate()
     data = b"".join(pieces)
     if len(data) != size or (verify and digest(data) != whole):
         raise _bad(
@@ -415,50 +516,29 @@ def _walk(
     txn: Txn[memoryview],
     objects: Any,
     node: tuple[int, int, list[bytes]],
-    out: list[bytes],
+    frames: _Frames,
     *,
     verify: bool,
     where: str,
-    budget: list[int],
-) -> int:
-    """Append the chunks under ``node`` (level, size or -1 unchecked, entries) to ``out``.
+) -> None:
+    """Gather the chunks under ``node`` (level, size or -1 unchecked, entries) into ``frames``.
 
-    Returns their byte count; a verified read checks each node's size.
-    ``budget[0]``: bytes the root has left to span; going below 0 is an IntegrityError.
+    A verified read checks each node's size once its chunks are read and
+    hash-checked (:meth:`_Frames.inflate`).
     """
     level, size, keys = node
-    total = 0
+    first = len(frames.keys)
     if level == 1:
-        get, dctx, tag = txn.get, decoder(), FRAME_TAG
-        left = budget[0]  # checked per frame: a root's tail may name one chunk many times
-        for key in keys:
-            fkey = key + tag
-            view = get(fkey, None, objects)
-            if view is None:
-                raise IntegrityError("chunk not in the store", where=where, got=key.hex())
-            try:
-                piece = read_frame(fkey if verify else None, view, where, dctx)
-            except IntegrityError as exc:  # name the frame (built only on this path)
-                raise IntegrityError(
-                    exc.what, where=f"{where} (objects/{fkey.hex()})", expected=exc.expected,
-                    got=exc.got,
-                ) from None
-            out.append(piece)
-            total += len(piece)
-            left -= len(piece)
-            if left < 0:
-                raise _bad("chunk tree spans more bytes than its root says", where)
-        budget[0] = left
+        frames.add(keys, where)
     else:
         for key in keys:
             at = f"{where} node {key.hex()}"
             child = read_node(_checked_plain(txn, objects, key, verify=verify, where=at), at)
             if child[0] != level - 1:
                 raise _bad("chunk tree node is at the wrong level", at, child[0], level - 1)
-            total += _walk(txn, objects, child, out, verify=verify, where=at, budget=budget)
-    if verify and size >= 0 and total != size:
-        raise _bad("chunk tree node spans the wrong size", where, got=total, expected=size)
-    return total
+            _walk(txn, objects, child, frames, verify=verify, where=at)
+    if verify and size >= 0:
+        frames.spans.append((first, len(frames.keys), size, where))
 
 
 def tree_objects(
