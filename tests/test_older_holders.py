@@ -183,3 +183,43 @@ def test_the_mark_is_dropped_when_the_store_closes(tmp_path: Path) -> None:
     assert any(ln.split()[6] == mine for ln in marks())
     st.close()
     assert not any(ln.split()[6] == mine for ln in marks())
+
+
+def _marks_of(path: Path, pid: int) -> list[str]:
+    """``/proc/locks`` lines of ``pid``'s holder mark on the folder ``path``."""
+    inode, mine = os.stat(path).st_ino, str(STORE_VERSION << 32 | pid)
+    with open("/proc/locks", encoding="ascii") as f:
+        return [
+            ln for ln in f
+            if f":{inode} " in ln and ln.split()[1] == "OFDLCK" and ln.split()[6] == mine
+        ]
+
+
+def test_a_forked_child_does_not_keep_the_parents_mark_after_the_parent_closes(
+    tmp_path: Path,
+) -> None:
+    """The child's inherited descriptor is closed at fork: the parent's close drops its mark.
+
+    Otherwise the mark of the parent's pid outlives it (a daemon's parent exits, a
+    worker lives on), and an older release given that pid again passes as this one.
+    """
+    path = tmp_path / "s"
+    st = cpstore.open(path)
+    read_end, write_end = os.pipe()
+    ready_read, ready_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child says it runs (its fork handlers ran), then waits
+        os.write(ready_write, b"r")
+        os.read(read_end, 1)
+        os._exit(0)
+    os.close(read_end)
+    try:
+        assert os.read(ready_read, 1) == b"r"
+        assert _marks_of(path, os.getpid())
+        st.close()
+        assert _marks_of(path, os.getpid()) == []
+    finally:
+        os.write(write_end, b"x")
+        for fd in (write_end, ready_read, ready_write):
+            os.close(fd)
+        os.waitpid(pid, 0)
