@@ -582,11 +582,15 @@ def is_open_here(path: str) -> bool:
 
 
 def release_env(env: Env) -> None:
-    """Drop one handle; the last one closes the environment."""
+    """Drop one handle; the last one closes the environment.
+
+    Under the registry lock: closing drops every POSIX lock this process holds on
+    ``lock.mdb``, so an environment opened beside this one meanwhile would be left
+    without LMDB's liveness and reader locks."""
     with _REGISTRY_LOCK:
         env.handles -= 1
         if env.handles > 0:
             return
         if _REGISTRY.get(env.path) is env:
             del _REGISTRY[env.path]
-    env.close()
+        env.close()
