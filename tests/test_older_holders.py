@@ -10,12 +10,14 @@ cpstore's open leaves behind.
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any
 
 import lmdb
 import pytest
@@ -23,6 +25,7 @@ import pytest
 import cpstore
 from cpstore.errors import StoreError
 from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store import lmdb_holders
 from cpstore.store.lmdb_holders import older_holders
 from cpstore.store.model import STORE_VERSION
 
@@ -223,3 +226,37 @@ def test_a_forked_child_does_not_keep_the_parents_mark_after_the_parent_closes(
         for fd in (write_end, ready_read, ready_write):
             os.close(fd)
         os.waitpid(pid, 0)
+
+
+def test_a_holder_one_read_of_proc_locks_misses_still_blocks_the_upgrade(
+    older_store: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel builds /proc/locks a page at a time while locks come and go, so one read
+    can skip the line at a page boundary: every other read missing the holder (as such a
+    skip would) still finds it and refuses the upgrade."""
+    path, _ = older_store
+    with _holding(_BARE, str(path)) as pid:
+        reads: list[str] = []
+
+        def every_other_read_skips_the_holder(file: Any, *args: Any, **kwargs: Any) -> IO[str]:
+            f: IO[str] = open(file, *args, **kwargs)
+            if file != "/proc/locks":
+                return f
+            with f:
+                text = f.read()
+            reads.append(text)
+            if len(reads) % 2 == 0:
+                return io.StringIO(text)
+            return io.StringIO("".join(
+                ln for ln in text.splitlines(keepends=True)
+                if not (ln.split()[1] == "POSIX" and ln.split()[4] == str(pid))
+            ))
+
+        monkeypatch.setattr(
+            lmdb_holders, "open", every_other_read_skips_the_holder, raising=False
+        )
+        assert older_holders(str(path), STORE_VERSION) == [pid]
+        with pytest.raises(StoreError):
+            cpstore.open(path)
+        assert reads  # the check read /proc/locks through the stand-in
+    assert _format_version(path) == STORE_VERSION - 1
