@@ -72,36 +72,54 @@ def test_a_store_opened_while_another_thread_closes_it_keeps_lmdbs_locks(
         again.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="compact_in_place checks is_open_here before taking its locks; a thread opening "
-    "the store in between is not seen (its own POSIX lock does not conflict with lockf) and "
-    "the swap strands its writes in the unlinked file. Re-checking under the creation lock "
-    "deadlocks: an open holds the registry lock while it waits for that flock. For the lead.",
-)
 def test_compact_refuses_a_store_another_thread_opened_after_its_check(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A checkpoint acknowledged by a store opened while compact starts is never lost."""
+    """An open racing the start of compact is refused (never a store whose acknowledged
+    checkpoints the swap would strand); compact completes and nothing is lost."""
     path = tmp_path / "s"
     with cpstore.open(path) as st:
-        st.recorder("r").checkpoint(0, {"a": 1})
+        first = st.recorder("r").checkpoint(0, {"a": 1})
     real_lock = creation_lock
     opened: list[cpstore.Store] = []
+    refused: list[cpstore.errors.StoreError] = []
+
+    def open_it() -> None:
+        try:
+            opened.append(cpstore.open(path))
+        except cpstore.errors.StoreError as exc:
+            refused.append(exc)
 
     @contextlib.contextmanager
     def opened_meanwhile(where: str, *, exclusive: bool):  # type: ignore[no-untyped-def]
-        opener = threading.Thread(target=lambda: opened.append(cpstore.open(path)))
-        opener.start()
-        opener.join()
+        if where == str(path):
+            opener = threading.Thread(target=open_it)
+            opener.start()
+            opener.join(timeout=30)  # unfixed, the open completes here; fixed, it is refused
         with real_lock(where, exclusive=exclusive):
             yield
 
     monkeypatch.setattr(lmdb_copy, "creation_lock", opened_meanwhile)
-    with contextlib.suppress(cpstore.errors.StoreError):
-        compact_store(path)  # refusing is the fix; compacting beside the open is the bug
-    (st,) = opened
-    cid = st.recorder("r2").checkpoint(0, {"b": 2})
+    compact_store(path)
+    assert not opened
+    (exc,) = refused
+    assert "compacting" in str(exc)
+    with cpstore.open(path) as st:
+        cid = st.recorder("r2").checkpoint(0, {"b": 2})
+    with cpstore.open(path, readonly=True) as again:
+        for got, want in ((cid, {"b": 2}), (first, {"a": 1})):
+            with again.read(got) as cp:
+                assert cp.state() == want
+
+
+def test_a_store_open_in_this_process_is_not_compacted(tmp_path: Path) -> None:
+    """compact refuses while this process holds the store, and opens work again after."""
+    path = tmp_path / "s"
+    st = cpstore.open(path)
+    st.recorder("r").checkpoint(0, {"a": 1})
+    with pytest.raises(cpstore.errors.StoreError, match="close the store"):
+        compact_store(path)
     st.close()
-    with cpstore.open(path, readonly=True) as again, again.read(cid) as cp:
-        assert cp.state() == {"b": 2}
+    compact_store(path)
+    with cpstore.open(path) as st:
+        assert st.recorder("r").checkpoint(1, {"a": 2})

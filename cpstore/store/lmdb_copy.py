@@ -36,7 +36,7 @@ from collections.abc import Callable
 import lmdb
 
 from cpstore.errors import InvalidInputError, StoreError
-from cpstore.store.lmdb_env import DB_NAMES, is_open_here
+from cpstore.store.lmdb_env import DB_NAMES, reserved_for_compact
 from cpstore.store.lmdb_open import creation_lock
 
 __all__ = ["compact_in_place", "copy_env", "space_of"]
@@ -108,8 +108,11 @@ def compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int]
     facade runs a full verify); nothing is swapped then. Refused with
     :class:`StoreError` while any process, this one included, has the store open.
     """
-    if is_open_here(path):
-        raise StoreError("close the store in this process before compacting it", where=path)
+    with reserved_for_compact(path):
+        return _compact_in_place(path, check)
+
+
+def _compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int]:
     data = os.path.join(path, "data.mdb")
     lock_path = os.path.join(path, "lock.mdb")
     if not os.path.isfile(data):

@@ -47,7 +47,14 @@ from cpstore.store.lmdb_pages import TailCover, check_data_size
 from cpstore.store.model import BARE_REF_LAYOUTS, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
-__all__ = ["DB_NAMES", "Env", "acquire_env", "is_open_here", "release_env"]
+__all__ = [
+    "DB_NAMES",
+    "Env",
+    "acquire_env",
+    "is_open_here",
+    "release_env",
+    "reserved_for_compact",
+]
 
 T = TypeVar("T")
 
@@ -527,6 +534,8 @@ class Env:
 
 _REGISTRY: dict[str, Env] = {}
 _REGISTRY_LOCK = threading.Lock()
+#: Paths this process is compacting (:func:`reserved_for_compact`): opens refuse them.
+_COMPACTING: set[str] = set()
 
 
 def acquire_env(path: str, options: EnvOptions) -> Env:
@@ -545,6 +554,13 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                 got=f"pid {os.getpid()}",
             )
         if env is None:
+            if key in _COMPACTING:
+                # Never wait here: compact's own verify of its copy opens a store
+                # through this registry while it holds the folder's creation lock.
+                raise StoreError(
+                    "this process is compacting the store; open it after compact returns",
+                    where=key,
+                )
             env = Env(key, options)
             _REGISTRY[key] = env
         elif env.options.readonly != options.readonly:
@@ -568,6 +584,28 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
             )
         env.handles += 1
         return env
+
+
+@contextmanager
+def reserved_for_compact(path: str) -> Iterator[None]:
+    """Refuse every open of ``path`` in this process while the block runs.
+
+    Raises StoreError when this process has it open already. Decided under the
+    registry lock, so no thread's open slips between the check and the
+    compaction (LMDB's locks are per process: a thread's open would not
+    conflict with the compaction's own lock on ``lock.mdb``).
+    """
+    key = os.path.realpath(path)
+    with _REGISTRY_LOCK:
+        env = _REGISTRY.get(key)
+        if (env is not None and env.pid == os.getpid()) or key in _COMPACTING:
+            raise StoreError("close the store in this process before compacting it", where=path)
+        _COMPACTING.add(key)
+    try:
+        yield
+    finally:
+        with _REGISTRY_LOCK:
+            _COMPACTING.discard(key)
 
 
 def is_open_here(path: str) -> bool:
