@@ -257,3 +257,42 @@ def test_a_holder_one_read_of_proc_locks_misses_still_blocks_the_upgrade(
             cpstore.open(path)
         assert reads  # the check read /proc/locks through the stand-in
     assert _format_version(path) == STORE_VERSION - 1
+
+
+def test_a_holder_missing_from_every_read_of_proc_locks_is_found_by_its_mapping(
+    older_store: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second witness: a holder whose lock line no read of /proc/locks shows still
+    maps the data file (/proc/<pid>/maps), and the upgrade refuses beside it."""
+    path, _ = older_store
+    with _holding(_BARE, str(path)) as pid:
+
+        def never_shows_the_holder(file: Any, *args: Any, **kwargs: Any) -> IO[str]:
+            with open(file, *args, **kwargs) as f:  # the module opens only /proc/locks
+                text = f.read()
+            return io.StringIO("".join(
+                ln for ln in text.splitlines(keepends=True) if ln.split()[4] != str(pid)
+            ))
+
+        monkeypatch.setattr(lmdb_holders, "open", never_shows_the_holder, raising=False)
+        assert older_holders(str(path), STORE_VERSION) == [pid]
+        with pytest.raises(StoreError):
+            cpstore.open(path)
+    assert _format_version(path) == STORE_VERSION - 1
+
+
+def test_devices_are_matched_as_proc_names_them(tmp_path: Path) -> None:
+    """The device read from this process's own mapping of data.mdb is the one
+    /proc/locks gives this process's LMDB lock (stat may differ on some file systems)."""
+    path = tmp_path / "s"
+    with cpstore.open(path):
+        device = lmdb_holders._kernel_device(str(path / "data.mdb"))
+        inode = os.stat(path / "lock.mdb").st_ino
+        with open("/proc/locks", encoding="ascii") as f:
+            mine = [
+                ln.split()[5] for ln in f
+                if ln.split()[1] == "POSIX" and ln.split()[4] == str(os.getpid())
+                and ln.split()[5].endswith(f":{inode}")
+            ]
+    assert device is not None and mine
+    assert {m.rpartition(":")[0] for m in mine} == {device}

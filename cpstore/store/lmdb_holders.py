@@ -11,9 +11,12 @@ adds the other half, *which release*: every process of this release (and
 later ones) holds an open-file-description lock on the store folder at byte
 offset ``layout << 32 | pid`` (``layout``: the newest store layout the release
 writes), from before its LMDB open until after its close. A pid holding
-LMDB's lock without a mark for the layout being upgraded to (or a newer one)
-is an older release (or another LMDB program), and the upgrade refuses to
-run beside it.
+LMDB's lock (or, a second witness, mapping the store's data file in
+``/proc/<pid>/maps``) without a mark for the layout being upgraded to (or a
+newer one) is an older release (or another LMDB program), and the upgrade
+refuses to run beside it. Devices are matched as ``/proc`` names them, read
+from this process's own mapping of the data file (``stat`` may give another
+number, e.g. on btrfs subvolumes).
 
 OFD locks, not POSIX ones, for the mark: closing any descriptor of a file
 drops a process's POSIX locks on it, and any ``os.listdir`` of the folder
@@ -98,22 +101,89 @@ def _offset(layout: int, pid: int) -> int:
     return layout << 32 | pid
 
 
-def _device(path: str) -> tuple[str, int] | None:
-    """(``/proc/locks``'s "major:minor", inode) of ``path``, or None if it is missing."""
+def _device(path: str, kernel_dev: str | None = None) -> tuple[str, int] | None:
+    """(``/proc/locks``'s "major:minor", inode) of ``path``, or None if it is missing.
+
+    ``kernel_dev``: the device as the kernel names it in ``/proc`` (see
+    :func:`_kernel_device`), which ``stat`` may not give (btrfs subvolumes).
+    """
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino
+    if kernel_dev is None:
+        kernel_dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+    return kernel_dev, st.st_ino
+
+
+def _read_proc(path: str) -> str | None:
+    """The text of a ``/proc`` file, or None when it cannot be read (gone, not ours)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("ascii", "replace")
+
+
+def _maps_line(text: str, inode: int, path: str) -> str | None:
+    """The device field of a mapping of ``path`` (inode ``inode``) in a maps text."""
+    for line in text.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[4] == str(inode) and fields[5] == path:
+            return fields[3]
+    return None
+
+
+def _kernel_device(data: str) -> str | None:
+    """The device of ``data`` (this store's data.mdb, which this process maps) as
+    ``/proc`` names it, or None when this process does not map it."""
+    try:
+        inode = os.stat(data).st_ino
+        real = os.path.realpath(data)
+    except (OSError, ValueError):
+        return None
+    text = _read_proc("/proc/self/maps")
+    return None if text is None else _maps_line(text, inode, real)
+
+
+def _mapping_pids(device: str, inode: int) -> set[int]:
+    """Pids whose ``/proc/<pid>/maps`` maps ``device``:``inode`` (those this user may read).
+
+    Every process with an LMDB environment of the store open maps its data file,
+    the older releases' included: a second witness beside ``/proc/locks``, read
+    the same racy way (a page at a time) but with independent odds of a skip.
+    """
+    found: set[int] = set()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return found
+    needle = f" {device} {inode} "
+    for pid in pids:
+        text = _read_proc(f"/proc/{pid}/maps")
+        if text is not None and needle in text:
+            found.add(pid)
+    return found
 
 
 def older_holders(folder: str, layout: int) -> list[int] | None:
-    """Pids holding LMDB's liveness lock on ``folder``'s store without the mark of a
-    release writing ``layout`` or newer (this process excluded), sorted; None when
-    this system cannot say."""
-    lock_file = _device(os.path.join(folder, "lock.mdb"))
-    marked_file = _device(folder)
-    if lock_file is None or marked_file is None or _F_OFD_SETLK is None:
+    """Pids holding ``folder``'s store open (LMDB's liveness lock, or a mapping of its
+    data file) without the mark of a release writing ``layout`` or newer (this process
+    excluded), sorted; None when this system cannot say."""
+    data = os.path.join(folder, "data.mdb")
+    kernel_dev = _kernel_device(data)
+    lock_file = _device(os.path.join(folder, "lock.mdb"), kernel_dev)
+    marked_file = _device(folder, kernel_dev)
+    data_file = _device(data, kernel_dev)
+    if lock_file is None or marked_file is None or data_file is None or _F_OFD_SETLK is None:
         return None
     lines: list[str] = []
     try:
@@ -143,6 +213,7 @@ def older_holders(folder: str, layout: int) -> list[int] | None:
             offset = int(start)
             if offset >> 32 >= layout:
                 marked.add(offset & 0xFFFFFFFF)
+    holding |= _mapping_pids(*data_file)
     holding.discard(os.getpid())
     return sorted(holding - marked)
 
