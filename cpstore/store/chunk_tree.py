@@ -49,6 +49,7 @@ from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.backend import Txn
 from cpstore.store.codec import FRAME_TAG, decoder, encode_frame, frame_key, read_frame
+from cpstore.store.content import Content
 
 __all__ = [
     "FANOUT_BITS",
@@ -354,15 +355,15 @@ def read_node(raw: bytes | memoryview, where: str) -> tuple[int, int, list[bytes
     return value[0], value[1], _split(value[2])
 
 
-def _get(txn: Txn[memoryview], objects: Any, key: bytes, where: str) -> memoryview:
-    view = txn.get(key, None, objects)
+def _get(txn: Txn[memoryview], objects: Content, key: bytes, where: str) -> memoryview:
+    view = objects.get(txn, key)
     if view is None:
         raise IntegrityError("object not in the store", where=where, got=bytes(key).hex())
     return view
 
 
 def _checked_plain(
-    txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
+    txn: Txn[memoryview], objects: Content, key: bytes, *, verify: bool, where: str
 ) -> memoryview:
     raw = _get(txn, objects, key, where)
     if verify and digest(raw) != key:
@@ -376,7 +377,7 @@ def _checked_plain(
 
 
 def load_tree(
-    txn: Txn[memoryview], objects: Any, root: bytes, whole: bytes, *, verify: bool, where: str
+    txn: Txn[memoryview], objects: Content, root: bytes, whole: bytes, *, verify: bool, where: str
 ) -> bytes:
     """Reassemble a chunk tree (or a layout-2 index) and check it against ``whole``."""
     pieces: list[bytes] = []
@@ -413,7 +414,7 @@ def load_tree(
 
 def _walk(
     txn: Txn[memoryview],
-    objects: Any,
+    objects: Content,
     node: tuple[int, int, list[bytes]],
     out: list[bytes],
     *,
@@ -429,18 +430,20 @@ def _walk(
     level, size, keys = node
     total = 0
     if level == 1:
-        get, dctx, tag = txn.get, decoder(), FRAME_TAG
+        get, dctx, tag = objects.get, decoder(), FRAME_TAG
         left = budget[0]  # checked per frame: a root's tail may name one chunk many times
         for key in keys:
             fkey = key + tag
-            view = get(fkey, None, objects)
+            view = get(txn, fkey)
             if view is None:
                 raise IntegrityError("chunk not in the store", where=where, got=key.hex())
             try:
                 piece = read_frame(fkey if verify else None, view, where, dctx)
             except IntegrityError as exc:  # name the frame (built only on this path)
                 raise IntegrityError(
-                    exc.what, where=f"{where} (objects/{fkey.hex()})", expected=exc.expected,
+                    exc.what,
+                    where=f"{where} (objects/{fkey.hex()})",
+                    expected=exc.expected,
                     got=exc.got,
                 ) from None
             out.append(piece)
@@ -462,7 +465,7 @@ def _walk(
 
 
 def tree_objects(
-    txn: Txn[memoryview], objects: Any, root: bytes, walked: set[bytes] | None = None
+    txn: Txn[memoryview], objects: Content, root: bytes, walked: set[bytes] | None = None
 ) -> Iterator[bytes]:
     """Keys of every object under a root (nodes and frames; chunks of a layout-2 index).
 
@@ -471,7 +474,7 @@ def tree_objects(
     in it is yielded but not descended into (the caller walked it before), and
     every node descended into is added to it.
     """
-    raw = txn.get(root, None, objects)
+    raw = _quiet_get(txn, objects, root)
     if raw is None:
         return
     if walked is None:  # a node may name one child many times: descend into each once
@@ -488,7 +491,7 @@ def tree_objects(
         yield upper  # the upper spine is shared by roots until a level-1 node completes
         if upper not in walked:
             walked.add(upper)
-            upper_raw = txn.get(upper, None, objects)
+            upper_raw = _quiet_get(txn, objects, upper)
             with contextlib.suppress(IntegrityError):  # damage: verify reports it
                 spine += read_upper(upper_raw, "") if upper_raw is not None else []
     stack = [(level + 1, keys) for level, keys in enumerate(spine)]
@@ -503,7 +506,7 @@ def tree_objects(
                 if key in walked:
                     continue
                 walked.add(key)
-            child = txn.get(key, None, objects)
+            child = _quiet_get(txn, objects, key)
             if child is None:
                 continue
             try:
@@ -512,3 +515,11 @@ def tree_objects(
                 continue
             if child_level == level - 1:
                 stack.append((child_level, child_keys))
+
+
+def _quiet_get(txn: Txn[memoryview], objects: Content, key: bytes) -> Any:
+    """The stored bytes of ``key``, or None when missing or its location is damaged."""
+    try:
+        return objects.get(txn, key)
+    except IntegrityError:
+        return None

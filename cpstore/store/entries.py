@@ -13,6 +13,7 @@ from typing import Any
 from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.native.binding import digest, digest_small
 from cpstore.store.backend import Txn
+from cpstore.store.content import records_of
 from cpstore.store.manifest import check_manifest, check_manifest_state
 from cpstore.store.model import _HEADER_SIZE, split_checkpoint_value, split_ref_key
 from cpstore.store.refs import check_ref_target, read_ref
@@ -29,7 +30,7 @@ def read_entry(
     checks the rest before it uses another field). The header's created_at
     check is :func:`~cpstore.store.model.created_at_of`'s, when created_at is used.
     """
-    value = txn.get(cid, None, dbs["checkpoints"])
+    value = records_of(dbs).get(txn, cid)
     if value is None:
         pruned = txn.get(cid, db=dbs["tombstones"]) is not None
         raise NotFoundError(

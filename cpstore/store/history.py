@@ -22,10 +22,11 @@ from typing import Any
 
 import msgpack
 
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
 from cpstore.native.binding import digest_small
 from cpstore.native.canonical import _ext_hook
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.content import objects_of
 from cpstore.store.manifest import Manifest, check_manifest_rest, manifest_from_raw
 from cpstore.store.model import check_name, created_at_of, ref_key
 from cpstore.store.reader import CheckpointView
@@ -139,7 +140,7 @@ def _parts(
     parts: dict[str, bytes] = st["parts"]
     if st["kind"] != "parts" or not parts or st.get("chunked"):
         return None
-    get = txn.get
+    get = objects.get
     out: dict[str, Any] = {}
     try:
         for name, key in parts.items():
@@ -147,7 +148,7 @@ def _parts(
             if value is _MISS:
                 data: Any = checked.get(key)
                 if data is None:
-                    data = get(key, None, objects)
+                    data = get(txn, key)
                     if digest_small(data) != key:  # a missing part is None: TypeError
                         return None
                     value = _unpackb(data, ext_hook=_ext_hook)
@@ -158,8 +159,8 @@ def _parts(
                 else:  # a list or dict: a fresh decode for this entry
                     value = _unpackb(data, ext_hook=_ext_hook)
             out[name] = value
-    except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
-        return None  # CanonicalEncodingError (a bad ext) is a ValueError too
+    except (TypeError, ValueError, msgpack.UnpackException, RecursionError, IntegrityError):
+        return None  # a bad location too; CanonicalEncodingError (a bad ext) is a ValueError too
     return out
 
 
@@ -183,12 +184,12 @@ def history_states(
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
         raise InvalidInputError("limit must be a non-negative int or None", got=limit)
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
-    objects = backend.db("objects")
     shared: dict[bytes, Any] = {}
     checked: dict[bytes, Any] = {}
     out: list[HistoryEntry] = []
     try:
         with backend.read_txn() as txn:
+            objects = objects_of(backend.dbs)
             cid = backend.head(txn, key)
             while cid is not None and (limit is None or len(out) < limit):
                 # The state is checked here, the other fields when the manifest is

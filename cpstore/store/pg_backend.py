@@ -34,6 +34,7 @@ from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
+from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
@@ -351,8 +352,9 @@ class PgBackend:
         def put(txn: Txn[memoryview]) -> None:
             assert isinstance(txn, PgTxn)
             txn.prefetch({handle: list(objects)})
+            direct = objects_of(self._tables)  # no heap on PostgreSQL: the objects table
             for key, data in objects.items():
-                put_object(txn, handle, key, data)
+                put_object(txn, direct, key, data)
 
         self.write_txn(put)
 
@@ -362,8 +364,9 @@ class PgBackend:
         with self.read_txn() as txn:
             assert isinstance(txn, PgTxn)
             txn.prefetch({handle: keys})
+            direct = objects_of(self._tables)
             return [
-                bytes(get_object(txn, handle, key, verify=verify, where=f"objects/{key.hex()}"))
+                bytes(get_object(txn, direct, key, verify=verify, where=f"objects/{key.hex()}"))
                 for key in keys
             ]
 

@@ -32,8 +32,9 @@ from cpstore.native.records import (
     provenance_name,
 )
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.content import objects_of
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
-from cpstore.store.model import Problem, created_at_of
+from cpstore.store.model import HEAP_LAYOUT, Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
 from cpstore.store.refs import RECORDED, check_ref_target, read_ref
 from cpstore.store.verify import check_checkpoint_objects
@@ -111,7 +112,7 @@ class CheckpointView:
         # entering uses it, leaving closes the reader but leaves the txn open.
         self._owner = txn
         self._entered = False
-        self._objects = store.db("objects")
+        self._objects = objects_of(store.dbs)
         self._cid = cid or b""
         self._head = head  # (ref key, run id, branch) for Store.latest
         self._raw: dict[str, Any] = _NOT_OPEN
@@ -142,6 +143,8 @@ class CheckpointView:
         borrowed = self._owner
         # begin_read refuses a closed store and checks the pid
         txn = store.begin_read() if borrowed is None else borrowed
+        if store.layout < HEAP_LAYOUT:  # a read-only handle may have adopted the heap since
+            self._objects = objects_of(store.dbs)
         try:
             head = self._head
             if head is not None:
@@ -469,11 +472,11 @@ class CheckpointView:
             # decode per part. A part that is missing, wrong or not one
             # canonical value leaves it for the part-by-part path below,
             # which raises naming the part (and serves verify=False readers).
-            get, objects = txn.get, self._objects
+            get = self._objects.get
             out: dict[str, Any] = {}
             try:
                 for name, key in parts.items():
-                    view: Any = get(key, None, objects)  # positional: keywords cost more
+                    view: Any = get(txn, key)
                     if digest_small(view) != key:  # a missing part is None: TypeError
                         break
                     # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
@@ -482,8 +485,8 @@ class CheckpointView:
                 else:
                     self._checked_parts = parts  # hash-checked in this txn
                     return out
-            except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
-                pass  # CanonicalEncodingError (a bad ext) is a ValueError too
+            except (TypeError, ValueError, msgpack.UnpackException, RecursionError, IntegrityError):
+                pass  # CanonicalEncodingError (a bad ext) is a ValueError too; a bad location
         return {name: self.state_part(name) for name in st["parts"]}
 
     def state_part(self, name: str) -> Any:

@@ -44,6 +44,7 @@ from cpstore.store.branches import head_of
 from cpstore.store.bulk import BulkAppends, checked_pin
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.commit import objects_to_check
+from cpstore.store.content import objects_of
 from cpstore.store.manifest import (
     encode_digest_map,
     encode_recorded_manifest,
@@ -153,8 +154,8 @@ class Recorder(BulkAppends):
 
     def _load_parent(self, cid: bytes) -> None:
         store = self._store
-        objects = store.db("objects")
         with store.read_txn() as txn:
+            objects = objects_of(store.dbs)
             m = store.load_manifest(txn, cid, verify=True)
             self._last_step = m.step
             if m.run_id != self._run_id:
