@@ -74,7 +74,11 @@ def children(
 
 
 def _check_tokens(
-    txn: Txn[memoryview], objects: Content, where: str, log: Mapping[str, Any], problems: list[Problem]
+    txn: Txn[memoryview],
+    objects: Content,
+    where: str,
+    log: Mapping[str, Any],
+    problems: list[Problem],
 ) -> None:
     records = _peek(txn, objects, log["records"])
     values = _peek(txn, objects, log["values"])
