@@ -13,9 +13,21 @@ from typing import Any
 
 import lmdb
 
+from cpstore.native.canonical import encode_value
 from cpstore.store.content import Content, entry_header, objects_of, records_of
 
-__all__ = ["content_of", "raw_dbs", "raw_delete", "raw_get", "raw_items", "raw_put", "seq_of"]
+__all__ = [
+    "content_of",
+    "edit_raw",
+    "flip_byte",
+    "raw_dbs",
+    "raw_delete",
+    "raw_get",
+    "raw_items",
+    "raw_put",
+    "seq_of",
+    "to_layout_4",
+]
 
 _NAMES = ("meta", "objects", "checkpoints", "refs", "tombstones", "ledgers", "heap", "oloc", "cloc")
 
@@ -127,3 +139,24 @@ def flip_byte(at: int) -> Any:
         return bytes(data)
 
     return change
+
+
+def to_layout_4(path: Any) -> None:
+    """Rewrite a closed layout-5 store as a layout-4 build would have written it: every
+    object and checkpoint record in the ``objects``/``checkpoints`` tables, no heap tables."""
+    env = lmdb.open(str(path), max_dbs=32, subdir=True)
+    try:
+        dbs = raw_dbs(env)
+        with env.begin(write=True) as txn:
+            for table in ("objects", "checkpoints"):
+                content = content_of(dbs, table)
+                assert content is not None
+                for key, value in list(raw_items(txn, dbs, table)):
+                    txn.put(key, value, db=content.legacy)
+            for name in ("heap", "oloc", "cloc"):
+                if name in dbs:
+                    txn.drop(dbs[name], delete=True)
+            fmt = {"layout": "cpstore", "version": 4, "digest": "xxh3-128"}
+            txn.put(b"format", encode_value(fmt), db=dbs["meta"])
+    finally:
+        env.close()
