@@ -54,6 +54,8 @@ KIND_OBJECT = 0x6F  # "o"
 KIND_RECORD = 0x63  # "c"
 _SEQ_SIZE = 8
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
+#: kind -> key length -> the two bytes an entry of that kind and key length starts with
+_HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in _KIND_NAMES}
 
 
 def entry_header(kind: int, key: bytes) -> bytes:
@@ -74,11 +76,12 @@ class Content:
     :func:`records_of`; every method takes the txn it works in.
     """
 
-    __slots__ = ("heap", "index", "kind", "legacy", "legacy_name")
+    __slots__ = ("heads", "heap", "index", "kind", "legacy", "legacy_name")
 
     def __init__(self, dbs: Mapping[str, Any], kind: int) -> None:
         legacy_name, index_name = _KIND_NAMES[kind]
         self.kind = kind
+        self.heads = _HEADS[kind]
         self.legacy_name = legacy_name
         self.legacy = dbs[legacy_name]
         self.heap = dbs.get("heap")
@@ -90,35 +93,38 @@ class Content:
         """The stored bytes under ``key`` (a view in LMDB), or None.
 
         IntegrityError when the index names a location whose entry is missing
-        or carries another kind or key: never someone else's bytes.
+        or carries another kind or key: never someone else's bytes. (The hot
+        path of every read: two gets and one compare, inline.)
         """
         index = self.index
         if index is not None:
             seq = txn.get(key, None, index)
             if seq is not None:
-                return self._entry(txn, key, seq)
+                entry = txn.get(seq, None, self.heap)
+                n = len(key) + 2
+                if entry is not None and entry[:n] == self.heads[n - 2] + key:
+                    return entry[n:]
+                raise self._bad_location(key, seq, entry)
         return txn.get(key, None, self.legacy)
 
     def _entry(self, txn: Txn[memoryview], key: bytes, seq: Any) -> memoryview:
-        if len(seq) != _SEQ_SIZE:
-            raise IntegrityError(
-                "a location index entry is not an 8-byte location",
-                where=f"{self._index_name()}/{bytes(key).hex()}",
-                expected=_SEQ_SIZE,
-                got=len(seq),
-            )
-        entry = txn.get(seq, None, self.heap)
-        n = len(key)
-        if entry is None or len(entry) < n + 2 or entry[0] != self.kind or entry[1] != n:
+        entry = txn.get(bytes(seq), None, self.heap)
+        n = len(key) + 2
+        if len(seq) != _SEQ_SIZE or entry is None or entry[:n] != entry_header(self.kind, key):
             raise self._bad_location(key, seq, entry)
-        if entry[2 : n + 2] != key:
-            raise self._bad_location(key, seq, entry)
-        return entry[n + 2 :]
+        return entry[n:]
 
     def _index_name(self) -> str:
         return _KIND_NAMES[self.kind][1]
 
     def _bad_location(self, key: bytes, seq: Any, entry: Any) -> IntegrityError:
+        if len(seq) != _SEQ_SIZE:
+            return IntegrityError(
+                "a location index entry is not an 8-byte location",
+                where=f"{self._index_name()}/{bytes(key).hex()}",
+                expected=_SEQ_SIZE,
+                got=len(seq),
+            )
         at = int.from_bytes(bytes(seq), "big")
         if entry is None:
             what, got = "the location index names a heap entry that is not stored", "missing"
