@@ -14,7 +14,8 @@ from typing import Any
 import lmdb
 
 from cpstore.native.canonical import encode_value
-from cpstore.store.content import Content, entry_header, objects_of, records_of
+from cpstore.store.content import KIND_RECORD, Content, entry_header, objects_of, records_of
+from cpstore.store.lmdb_env import LMDB_TABLES
 
 __all__ = [
     "content_of",
@@ -29,7 +30,7 @@ __all__ = [
     "to_layout_4",
 ]
 
-_NAMES = ("meta", "objects", "checkpoints", "refs", "tombstones", "ledgers", "heap", "oloc", "cloc")
+_NAMES = LMDB_TABLES
 
 
 def content_of(dbs: Mapping[str, Any], table: str) -> Content | None:
@@ -64,6 +65,17 @@ def seq_of(txn: Any, content: Content, key: bytes) -> bytes | None:
     return None if seq is None else bytes(seq)
 
 
+def _prefix(content: Content, key: bytes, entry: Any) -> bytes:
+    """What precedes the stored bytes in ``key``'s heap entry: the kind-and-key header,
+    and a record's hint block (kept as stored)."""
+    head = entry_header(content.kind, key)
+    if content.kind != KIND_RECORD or entry is None:
+        return head
+    n = len(head)
+    count = int.from_bytes(bytes(entry[n : n + 4]), "big")
+    return head + bytes(entry[n : n + 4 + 4 * count])
+
+
 def raw_get(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes) -> bytes | None:
     """The stored bytes under ``key`` (no check at all), or None."""
     content = content_of(dbs, table)
@@ -73,7 +85,7 @@ def raw_get(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes) -> bytes |
     seq = seq_of(txn, content, key)
     if seq is not None:
         entry = txn.get(seq, db=content.heap)
-        return None if entry is None else bytes(entry)[len(key) + 2 :]
+        return None if entry is None else bytes(entry)[len(_prefix(content, key, entry)) :]
     value = txn.get(key, db=content.legacy)
     return None if value is None else bytes(value)
 
@@ -86,7 +98,8 @@ def raw_put(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes, value: byt
         return
     seq = seq_of(txn, content, key)
     if seq is not None:
-        txn.put(seq, entry_header(content.kind, key) + value, db=content.heap)
+        entry = txn.get(seq, db=content.heap)
+        txn.put(seq, _prefix(content, key, entry) + value, db=content.heap)
     elif content.index is not None and txn.get(key, db=content.legacy) is None:
         content.add(txn, key, value)
     else:

@@ -273,6 +273,13 @@ def _logical_damages(src: Path, cid: str, reach: list[str]) -> list[tuple[str, s
         out.append((f"object {hexkey} truncate", "objects", key, value[: len(value) // 2]))
         out.append((f"object {hexkey} empty", "objects", key, b""))
         out.append((f"object {hexkey} delete", "objects", key, None))
+        # Layout 5: its location (oloc) cut short, naming another heap entry, or gone
+        # (which leaves its heap entry named by no index).
+        _, loc = _lmdb_get(src, "oloc", key)
+        other = (1 if loc != (1).to_bytes(8, "big") else 2).to_bytes(8, "big")
+        out.append((f"object {hexkey} location cut", "oloc", key, loc[:5]))
+        out.append((f"object {hexkey} location elsewhere", "oloc", key, other))
+        out.append((f"object {hexkey} location delete", "oloc", key, None))
         if len(key) == FRAME_KEY_SIZE and value[:1] == b"\x01":  # a zstd frame
             # A decompression bomb: a declared size past the bound, and a
             # declared size the zstd header disagrees with.
@@ -284,6 +291,7 @@ def _logical_damages(src: Path, cid: str, reach: list[str]) -> list[tuple[str, s
     out.append(("manifest flip", "checkpoints", ck, _flip(cv, 8 + len(cv[8:]) // 2)))
     out.append(("manifest truncate", "checkpoints", ck, cv[: 8 + (len(cv) - 8) // 2]))
     out.append(("manifest delete", "checkpoints", ck, None))
+    out.append(("manifest location elsewhere", "cloc", ck, (1).to_bytes(8, "big")))
     rk, rv = _lmdb_get(src, "refs")
     out.append(("ref flip", "refs", rk, _flip(rv)))
     ak, av = _lmdb_get(src, "audit")

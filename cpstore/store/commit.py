@@ -68,7 +68,8 @@ def apply_write(
                 where=f"checkpoint {op.cid.hex()}",
                 expected=bytes(key).hex(),
             )
-    if not cps.add(txn, op.cid, op.value):
+    hints = objects.locations(txn, op.hint_keys) if op.hint_keys and cps.heap is not None else b""
+    if not cps.add(txn, op.cid, op.value, hints):
         _, existing = unpack_checkpoint_value(cps.get(txn, op.cid) or b"")
         if existing != unpack_checkpoint_value(op.value)[1]:
             raise IntegrityError(

@@ -5,13 +5,24 @@ Store layout 5 (LMDB) appends both to one table, ``heap``, under sequential
 where random 16-byte digest keys left pages half full: issue 12). Each heap
 entry is self-describing::
 
-    kind (1 byte: b"o" object, b"c" checkpoint record) | key length (1) | key | bytes
+    kind (1 byte: b"o" object, b"c" checkpoint record) | key length (1) | key
+    | (records only: hint count (4) | hints (4 each)) | bytes
 
 and two small index tables map a key to the 8-byte location of its entry:
 ``oloc`` (object key -> seq) and ``cloc`` (checkpoint id -> seq). A location
 is trusted only after the entry it names is seen to carry that kind and key
 (a compare, not a hash), on every read, ``verify=False`` included; an entry
 no index names is garbage that verify reports.
+
+A checkpoint record's entry has a *hint block* between its key and the
+record: a 4-byte big-endian count, then that many 4-byte big-endian heap seqs,
+those of the state parts in the manifest's order (0: none known), written by
+the commit that wrote the record (its txn already looks up every object the
+checkpoint names). They are outside the record, so ids do not change. A
+verified whole-state read tries each hint first and hashes what it finds; a
+hint that names anything else (a reused seq, damage) only sends that read to
+the index. Nothing ever returns a hinted entry unchecked: ``verify=False``
+reads go through the index and its kind-and-key compare.
 
 Seqs may be reused: the next one is the last heap key + 1 in the write txn,
 so after gc deletes the tail a later put takes the same seq again. Nothing may
@@ -29,7 +40,7 @@ tables only: heap placement is the LMDB engine's (docs/store.md).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from cpstore.errors import IntegrityError
@@ -53,6 +64,7 @@ HEAP_TABLES = ("heap", "oloc", "cloc")
 KIND_OBJECT = 0x6F  # "o"
 KIND_RECORD = 0x63  # "c"
 _SEQ_SIZE = 8
+_ZERO4 = bytes(4)
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
 #: kind -> key length -> the two bytes an entry of that kind and key length starts with
 _HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in _KIND_NAMES}
@@ -98,21 +110,74 @@ class Content:
         """
         index = self.index
         if index is not None:
-            seq = txn.get(key, None, index)
+            seq: Any = txn.get(key, None, index)
             if seq is not None:
                 entry = txn.get(seq, None, self.heap)
                 n = len(key) + 2
                 if entry is not None and entry[:n] == self.heads[n - 2] + key:
+                    if self.kind == KIND_RECORD:
+                        return self._record(key, seq, entry, n)[1]
                     return entry[n:]
                 raise self._bad_location(key, seq, entry)
         return txn.get(key, None, self.legacy)
+
+    def hinted(self, txn: Txn[memoryview], cid: bytes) -> tuple[memoryview | None, bytes]:
+        """(checkpoint record, location hints) of ``cid``; hints are b"" outside the heap.
+
+        The hints are 4-byte big-endian heap seqs of the state parts, in the
+        manifest's order, 0 where none was known (module docstring): a reader
+        may try one, and must check what it finds by hashing it.
+        """
+        index = self.index
+        if index is not None:
+            seq: Any = txn.get(cid, None, index)
+            if seq is not None:
+                entry = txn.get(seq, None, self.heap)
+                n = len(cid) + 2
+                if entry is not None and entry[:n] == self.heads[n - 2] + cid:
+                    hints, record = self._record(cid, seq, entry, n)
+                    return record, bytes(hints)
+                raise self._bad_location(cid, seq, entry)
+        return txn.get(cid, None, self.legacy), b""
+
+    def _record(
+        self, key: bytes, seq: Any, entry: memoryview, n: int
+    ) -> tuple[memoryview, memoryview]:
+        """(hint block, record bytes) of a record entry whose header matched."""
+        count = int.from_bytes(entry[n : n + 4], "big")
+        start = n + 4 + 4 * count
+        if len(entry) < start:
+            raise IntegrityError(
+                "a checkpoint record's heap entry is cut short in its location hints",
+                where=f"cloc/{bytes(key).hex()} -> heap/{int.from_bytes(bytes(seq), 'big')}",
+                expected=f">= {start} bytes",
+                got=len(entry),
+            )
+        return entry[n + 4 : start], entry[start:]
 
     def _entry(self, txn: Txn[memoryview], key: bytes, seq: Any) -> memoryview:
         entry = txn.get(bytes(seq), None, self.heap)
         n = len(key) + 2
         if len(seq) != _SEQ_SIZE or entry is None or entry[:n] != entry_header(self.kind, key):
             raise self._bad_location(key, seq, entry)
+        if self.kind == KIND_RECORD:
+            return self._record(key, seq, entry, n)[1]
         return entry[n:]
+
+    def locations(self, txn: Txn[memoryview], keys: Iterable[bytes]) -> bytes:
+        """The hint block of ``keys`` (objects): count, then each heap seq (4 bytes BE;
+        0 for one in a legacy table, missing, or past 2**32 - 1)."""
+        index = self.index
+        out = bytearray()
+        n = 0
+        for key in keys:
+            n += 1
+            seq = None if index is None else txn.get(key, None, index)
+            if seq is None or len(seq) != _SEQ_SIZE or seq[:4] != _ZERO4:
+                out += _ZERO4
+            else:
+                out += seq[4:]
+        return n.to_bytes(4, "big") + bytes(out)
 
     def _index_name(self) -> str:
         return _KIND_NAMES[self.kind][1]
@@ -181,11 +246,12 @@ class Content:
 
     # -- writes --------------------------------------------------------------------
 
-    def add(self, txn: Any, key: bytes, data: bytes | memoryview) -> bool:
+    def add(self, txn: Any, key: bytes, data: bytes | memoryview, hints: bytes = b"") -> bool:
         """Store ``data`` under ``key`` unless the key has an entry; True if written.
 
         Write-once: an existing entry is never overwritten (the caller
-        compares it: :func:`~cpstore.store.objects.put_object`).
+        compares it: :func:`~cpstore.store.objects.put_object`). A checkpoint
+        record's heap entry carries ``hints`` (:meth:`locations`; none: b"").
         """
         index = self.index
         if index is None:
@@ -193,7 +259,10 @@ class Content:
         if txn.get(key, None, index) is not None or txn.get(key, None, self.legacy) is not None:
             return False
         seq = next_seq(txn, self.heap)
-        txn.put(seq, entry_header(self.kind, key) + data, append=True, db=self.heap)
+        head = entry_header(self.kind, key)
+        if self.kind == KIND_RECORD:
+            head += hints or _ZERO4
+        txn.put(seq, head + data, append=True, db=self.heap)
         txn.put(key, seq, db=index)
         return True
 
@@ -205,7 +274,7 @@ class Content:
         """
         index = self.index
         if index is not None:
-            seq = txn.get(key, None, index)
+            seq: Any = txn.get(key, None, index)
             if seq is not None:
                 loc = bytes(seq)
                 entry = txn.get(loc, None, self.heap)

@@ -293,10 +293,16 @@ class LmdbBackend:
         return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
 
     def load_raw(
-        self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
+        self,
+        txn: Txn[memoryview],
+        cid: bytes,
+        *,
+        verify: bool,
+        full: bool = True,
+        hints: list[bytes] | None = None,
     ) -> tuple[dict[str, Any], bytes]:
         """(manifest map, 16-byte entry header) of a checkpoint (entries.read_entry)."""
-        return read_entry(txn, self.env.dbs, cid, verify=verify, full=full)
+        return read_entry(txn, self.env.dbs, cid, verify=verify, full=full, hints=hints)
 
     def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
         """The checkpoint ref ``key`` names, or None; its check and target are verified."""

@@ -221,6 +221,9 @@ class CheckpointWrite:
     #: ``meta`` records written (value) or deleted (None) in the same txn; keys
     #: are under an extension prefix (``EXTENSION_META_PREFIXES``, docs/store.md).
     extra_meta: tuple[tuple[bytes, bytes | None], ...] = ()
+    #: The state parts' object keys in the manifest's order: the commit stores
+    #: their heap locations beside the record as read hints (content.py).
+    hint_keys: tuple[bytes, ...] = ()
 
 
 def check_metadata(value: object, what: str) -> dict[str, Any]:

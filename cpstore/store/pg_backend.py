@@ -379,10 +379,17 @@ class PgBackend:
         return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
 
     def load_raw(
-        self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
+        self,
+        txn: Txn[memoryview],
+        cid: bytes,
+        *,
+        verify: bool,
+        full: bool = True,
+        hints: list[bytes] | None = None,
     ) -> tuple[dict[str, Any], bytes]:
-        """(manifest map, 16-byte entry header) of a checkpoint (entries.read_entry)."""
-        raw, header = read_entry(txn, self._tables, cid, verify=verify, full=full)
+        """(manifest map, 16-byte entry header) of a checkpoint (entries.read_entry);
+        no location hints here (the direct tables: content.py)."""
+        raw, header = read_entry(txn, self._tables, cid, verify=verify, full=full, hints=hints)
         if not full and isinstance(txn, PgTxn) and not txn.write:
             # The reader's path (only the state checked): its next reads are the state's
             # objects, fetched here in one round trip rather than one each.

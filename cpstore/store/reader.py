@@ -61,6 +61,7 @@ class _NotOpen(dict[str, Any]):
 
 
 _NOT_OPEN = _NotOpen()
+_ZERO4 = bytes(4)
 
 
 class CheckpointView:
@@ -85,6 +86,7 @@ class CheckpointView:
         "_entered",
         "_head",
         "_header",
+        "_hints",
         "_id",
         "_lease",
         "_objects",
@@ -132,6 +134,8 @@ class CheckpointView:
         # The parts map of a fast whole-state read: all hash-checked, merged
         # into _checked only when something looks there (most readers never do).
         self._checked_parts: dict[str, bytes] | None = None
+        # The record's location hints (content.py): only a verified read tries them.
+        self._hints: list[bytes] = []
 
     def __enter__(self) -> CheckpointView:
         if self._entered:
@@ -154,7 +158,7 @@ class CheckpointView:
                     raise NotFoundError("no such branch", where=f"refs/{run_id}/{branch}")
                 self._cid, origin = found
             self._raw, self._header = store.load_raw(
-                txn, self._cid, verify=self._verify, full=False
+                txn, self._cid, verify=self._verify, full=False, hints=self._hints
             )
             if head is not None:
                 # The ref's check caught a damaged key; this catches a ref that
@@ -472,22 +476,40 @@ class CheckpointView:
             # decode per part. A part that is missing, wrong or not one
             # canonical value leaves it for the part-by-part path below,
             # which raises naming the part (and serves verify=False readers).
-            get = self._objects.get
+            objects = self._objects
+            get, heap, hinted = objects.get, objects.heap, self._hinted(len(parts))
             out: dict[str, Any] = {}
             try:
-                for name, key in parts.items():
-                    view: Any = get(txn, key)
-                    if digest_small(view) != key:  # a missing part is None: TypeError
-                        break
+                for i, (name, key) in enumerate(parts.items()):
+                    view: Any = None
+                    if hinted is not None:  # one heap get, trusted only once hashed
+                        view = txn.get(hinted[i], None, heap)
+                        if view is not None:
+                            view = view[view[1] + 2 :]
+                            if digest_small(view) != key:
+                                view = None  # a reused seq, or damage: ask the index
+                    if view is None:
+                        view = get(txn, key)
+                        if digest_small(view) != key:  # a missing part is None: TypeError
+                            break
                     # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
                     # Maps with int keys raise ValueError and take the slow path.
                     out[name] = _unpackb(view, ext_hook=_ext_hook)
                 else:
                     self._checked_parts = parts  # hash-checked in this txn
                     return out
-            except (TypeError, ValueError, msgpack.UnpackException, RecursionError, IntegrityError):
-                pass  # CanonicalEncodingError (a bad ext) is a ValueError too; a bad location
+            except (TypeError, ValueError, IndexError, msgpack.UnpackException, RecursionError):
+                pass  # CanonicalEncodingError (a bad ext) is a ValueError too
+            except IntegrityError:
+                pass  # a damaged location: the part-by-part path names it
         return {name: self.state_part(name) for name in st["parts"]}
+
+    def _hinted(self, count: int) -> list[bytes] | None:
+        """The heap keys the record's hints name for ``count`` parts, or None."""
+        block = self._hints[0] if self._hints else b""
+        if len(block) != 4 * count:
+            return None
+        return [_ZERO4 + block[i : i + 4] for i in range(0, len(block), 4)]
 
     def state_part(self, name: str) -> Any:
         """The value of one state part."""

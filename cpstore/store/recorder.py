@@ -502,6 +502,9 @@ class Recorder(BulkAppends):
             must_exist=must_exist,
             sealed_ledger=fields["effects"] if seal_ledger else None,
         )
+        parts = state_map["parts"]
+        if parts and not state_map["chunked"]:
+            op.hint_keys = _in_manifest_order(parts)
         if extra_meta is not None:
             op.extra_meta = extension_records(extra_meta(cid))
         self._chunks, chunks = [], self._chunks
@@ -579,3 +582,12 @@ class Recorder(BulkAppends):
     def __del__(self) -> None:
         if hasattr(self, "_closed"):
             self._warn_unsealed("when garbage-collected")
+
+
+def _in_manifest_order(parts: dict[str, bytes]) -> tuple[bytes, ...]:
+    """The parts' keys in the canonical map order (UTF-8 length, then bytes): the order
+    a reader decodes them in (a wrong order only costs that read the hints)."""
+    names = list(parts)
+    if len(names) > 1:
+        names.sort(key=lambda name: (len(encoded := name.encode()), encoded))
+    return tuple(parts[name] for name in names)
