@@ -321,7 +321,8 @@ class RawOnCpstoreFiles:
 
     def _state(self, txn: Any, cid: bytes) -> tuple[dict[str, Any], bytes | None]:
         h, unpack, objects, heap = xxhash.xxh3_128_digest, msgpack.unpackb, self.objects, self.heap
-        m = txn.get(txn.get(cid, None, self.cps), None, heap)[18 + 16 :]
+        e = txn.get(txn.get(cid, None, self.cps), None, heap)
+        m = e[18 + 4 + 4 * int.from_bytes(e[18:22], "big") + 16 :]  # past the location hints
         if h(m) != cid:
             raise AssertionError("manifest")
         manifest = unpack(m, strict_map_key=False)
