@@ -477,13 +477,18 @@ class CheckpointView:
             # canonical value leaves it for the part-by-part path below,
             # which raises naming the part (and serves verify=False readers).
             objects = self._objects
-            get, heap, hinted = objects.get, objects.heap, self._hinted(len(parts))
+            get, heap, txn_get = objects.get, objects.heap, txn.get
+            hints = self._hints[0] if self._hints else b""
+            if len(hints) != 4 * len(parts):
+                hints = b""
             out: dict[str, Any] = {}
             try:
-                for i, (name, key) in enumerate(parts.items()):
+                at = 0
+                for name, key in parts.items():
                     view: Any = None
-                    if hinted is not None:  # one heap get, trusted only once hashed
-                        view = txn.get(hinted[i], None, heap)
+                    if hints:  # one heap get, trusted only once hashed
+                        view = txn_get(_ZERO4 + hints[at : at + 4], None, heap)
+                        at += 4
                         if view is not None:
                             view = view[view[1] + 2 :]
                             if digest_small(view) != key:
@@ -503,13 +508,6 @@ class CheckpointView:
             except IntegrityError:
                 pass  # a damaged location: the part-by-part path names it
         return {name: self.state_part(name) for name in st["parts"]}
-
-    def _hinted(self, count: int) -> list[bytes] | None:
-        """The heap keys the record's hints name for ``count`` parts, or None."""
-        block = self._hints[0] if self._hints else b""
-        if len(block) != 4 * count:
-            return None
-        return [_ZERO4 + block[i : i + 4] for i in range(0, len(block), 4)]
 
     def state_part(self, name: str) -> Any:
         """The value of one state part."""
