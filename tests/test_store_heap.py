@@ -90,6 +90,38 @@ class TestLayout:
             assert st.verify().ok
 
 
+class TestHints:
+    def test_hints_naming_other_entries_only_send_the_read_to_the_index(
+        self, tmp_path: Path
+    ) -> None:
+        """Every hint of a record pointed at another entry: state() and history_states()
+        still return the right values (a hinted entry is used only once it hashes right)."""
+        with cpstore.open(tmp_path / "s") as st:
+            ids = _record(st, "r", 3)
+            with st.read(ids[-1]) as cp:
+                want = cp.state()
+                parts = list(cp.manifest.raw["state"]["parts"].values())
+            with st.backend.read_txn() as txn:  # the hints name the parts' entries, in order
+                dbs = st.backend.dbs
+                _, hints = records_of(dbs).hinted(txn, bytes.fromhex(ids[-1]))
+                locs = [seq_of(txn, objects_of(dbs), bytes(k)) for k in parts]
+                assert hints == b"".join((loc or b"")[4:] for loc in locs) and len(hints) == 8
+
+            def mislead(txn: Any, dbs: Any) -> None:
+                loc = bytes(txn.get(bytes.fromhex(ids[-1]), db=dbs["cloc"]))
+                entry = bytearray(txn.get(loc, db=dbs["heap"]))
+                count = int.from_bytes(entry[18:22], "big")
+                assert count == 2  # the two state parts
+                entry[22 : 22 + 4 * count] = (1).to_bytes(4, "big") * count
+                txn.put(loc, bytes(entry), db=dbs["heap"])
+
+            _damage(st, mislead)
+            with st.read(ids[-1]) as cp:
+                assert cp.state() == want
+            assert st.history_states("r", limit=1)[0].state == want
+            assert st.verify().ok  # hints are never trusted, so never a problem
+
+
 class TestUpgrade:
     def test_a_writable_open_upgrades_layout_4_and_leaves_old_entries_where_they_are(
         self, tmp_path: Path

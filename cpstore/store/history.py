@@ -37,6 +37,8 @@ _unpackb = msgpack.unpackb
 #: Decoded values one entry may share with another: none can be changed.
 _IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
 _ZERO4 = bytes(4)
+#: Where a state part's bytes start in its heap entry (a hash check follows).
+_PART_AT = 18
 _MISS = object()
 _set = object.__setattr__
 _new = object.__new__
@@ -156,7 +158,7 @@ def _parts(
                     if hinted:  # one heap get, trusted only once hashed
                         data = txn.get(_ZERO4 + hints[4 * i : 4 * i + 4], None, heap)
                         if data is not None:
-                            data = data[data[1] + 2 :]
+                            data = data[_PART_AT:]  # a part's entry: kind, 16, digest
                             if digest_small(data) != key:
                                 data = None  # a reused seq, or damage: ask the index
                     if data is None:

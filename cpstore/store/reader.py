@@ -62,6 +62,8 @@ class _NotOpen(dict[str, Any]):
 
 _NOT_OPEN = _NotOpen()
 _ZERO4 = bytes(4)
+#: Where a state part's bytes start in its heap entry (a hash check follows).
+_PART_AT = 18
 
 
 class CheckpointView:
@@ -490,7 +492,7 @@ class CheckpointView:
                         view = txn_get(_ZERO4 + hints[at : at + 4], None, heap)
                         at += 4
                         if view is not None:
-                            view = view[view[1] + 2 :]
+                            view = view[_PART_AT:]  # a part's entry: kind, 16, digest
                             if digest_small(view) != key:
                                 view = None  # a reused seq, or damage: ask the index
                     if view is None:
