@@ -17,7 +17,7 @@ from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.chunk_tree import build_tree, load_tree, tree_objects, value_cuts
 from cpstore.store.codec import decode_frame, encode_frame
-from cpstore.store.content import KIND_RECORD, entry_header, objects_of
+from cpstore.store.content import KIND_RECORD, entry_header, objects_of, records_of
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
 from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
@@ -304,3 +304,18 @@ def test_heap_entry_and_location_bytes_are_pinned(tmp_path: Path) -> None:
     assert oloc == [("06b05ab6733a618578af5f94892f3950", "0000000000000001")]
     assert legacy == 0
     assert entry_header(KIND_RECORD, bytes(16)).hex() == "6310" + "00" * 16
+
+
+def test_a_record_entry_carries_its_parts_location_hints_before_the_record(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint of one part in a new store: the part at heap 1, the record at heap 2 as
+    b"c", 16, id, hint count 1, hint 1 (uint32 BE each), then the stored record."""
+    with open_store(tmp_path / "s") as st:
+        cid = bytes.fromhex(st.recorder("r").checkpoint(0, {"a": 1}))
+        with st.backend.read_txn() as txn:
+            heap = {bytes(k): bytes(v) for k, v in txn.cursor(db=st.backend.db("heap"))}
+            record = bytes(records_of(st.backend.dbs).get(txn, cid) or b"")
+    entry = heap[(2).to_bytes(8, "big")]
+    assert entry == b"c\x10" + cid + bytes.fromhex("0000000100000001") + record
+    assert heap[(1).to_bytes(8, "big")] == b"o\x10" + digest(encode_value(1)) + encode_value(1)
