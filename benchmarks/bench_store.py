@@ -303,8 +303,10 @@ class RawOnCpstoreFiles:
     """The read raw limit on cpstore's own layout: bare py-lmdb calls on its env and bytes.
 
     What a get must do at least on the deduplicating layout cpstore stores:
-    one manifest get (the 16-byte entry header skipped), one XXH3 check, one
-    generic msgpack decode; then per part one get, one check, one decode.
+    one manifest lookup (the 16-byte entry header skipped), one XXH3 check, one
+    generic msgpack decode; then per part one lookup, one check, one decode. A
+    lookup on layout 5 is two gets: the location index, then the heap entry (its
+    kind-and-key header skipped, not compared).
     None of cpstore's shape checks, ref check, header check, error naming or
     reader object. Runs on the open store's own LMDB environment (py-lmdb
     refuses a second open of one env in a process), so it reads the same bytes.
@@ -314,17 +316,19 @@ class RawOnCpstoreFiles:
         backend: Any = store.backend
         self.env = backend.env.env
         dbs = backend.dbs
-        self.cps, self.objects, self.refs = dbs["checkpoints"], dbs["objects"], dbs["refs"]
+        self.cps, self.objects, self.refs = dbs["cloc"], dbs["oloc"], dbs["refs"]
+        self.heap = dbs["heap"]
 
     def _state(self, txn: Any, cid: bytes) -> tuple[dict[str, Any], bytes | None]:
-        h, unpack, objects = xxhash.xxh3_128_digest, msgpack.unpackb, self.objects
-        m = txn.get(cid, None, self.cps)[16:]
+        h, unpack, objects, heap = xxhash.xxh3_128_digest, msgpack.unpackb, self.objects, self.heap
+        e = txn.get(txn.get(cid, None, self.cps), None, heap)
+        m = e[18 + 4 + 4 * int.from_bytes(e[18:22], "big") + 16 :]  # past the location hints
         if h(m) != cid:
             raise AssertionError("manifest")
         manifest = unpack(m, strict_map_key=False)
         state = {}
         for name, key in manifest["state"]["parts"].items():
-            value = txn.get(key, None, objects)
+            value = txn.get(txn.get(key, None, objects), None, heap)[18:]
             if h(value) != key:
                 raise AssertionError(name)
             state[name] = unpack(value)
@@ -526,10 +530,14 @@ def test_put(
     comparisons = [
         Comparison("cpstore durable", "LMDBSaver durable", 1.0, True),
         Comparison("cpstore durable", "SqliteSaver FULL", 1.0, True),
-        Comparison("cpstore batched", "LMDBSaver sync=False", 1.0, False,
-                   "batched fsyncs every 64; the peer never"),
-        Comparison("cpstore batched", "LMDBSaver durable", None, False,
-                   "peer fsyncs every put"),
+        Comparison(
+            "cpstore batched",
+            "LMDBSaver sync=False",
+            1.0,
+            False,
+            "batched fsyncs every 64; the peer never",
+        ),
+        Comparison("cpstore batched", "LMDBSaver durable", None, False, "peer fsyncs every put"),
         Comparison("cpstore batched", "SqliteSaver FULL", None, False, "peer fsyncs every put"),
         Comparison("cpstore batched", "SqliteSaver OFF", None, False),
         Comparison("cpstore batched", "InMemorySaver", None, False),

@@ -25,11 +25,16 @@ from cpstore.store.codec import (
     inflate_frames,
     read_frame,
 )
+from cpstore.store.content import objects_of
 
 PROPERTY = settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 WORDS = ["state", "chunk", "frame", "agent", "message", "tool", "result", "the", "of", "\n"]
+
+
+#: Objects read straight from a table (no heap): what a fake txn's dict stands in for.
+_DIRECT = objects_of({"objects": None})
 
 
 class _Txn:
@@ -136,7 +141,7 @@ def test_tree_read_through_the_batch_returns_the_value() -> None:
     assert len(fkeys) > 20
     txn = cast(Any, _Txn(objects))
     for verify in (True, False):
-        assert load_tree(txn, None, root, whole, verify=verify, where="state.m") == data
+        assert load_tree(txn, _DIRECT, root, whole, verify=verify, where="state.m") == data
 
 
 @pytest.mark.parametrize("victim", [0, 17, -1])
@@ -147,7 +152,7 @@ def test_a_damaged_frame_inside_the_batch_is_named_by_its_key(victim: int) -> No
     key = fkeys[victim]
     objects[key] = encode_frame(b"not the chunk this key names " * 10)
     with pytest.raises(IntegrityError, match="does not match its digest") as info:
-        load_tree(cast(Any, _Txn(objects)), None, root, whole, verify=True, where="state.m")
+        load_tree(cast(Any, _Txn(objects)), _DIRECT, root, whole, verify=True, where="state.m")
     assert f"objects/{key.hex()}" in str(info.value.where)
 
 
@@ -160,7 +165,7 @@ def test_a_corrupt_zstd_frame_inside_the_batch_is_named_unverified_too() -> None
     bad[5:9] = b"\0\0\0\0"  # the zstd magic number
     objects[key] = bytes(bad)
     with pytest.raises(IntegrityError, match="zstd header") as info:
-        load_tree(cast(Any, _Txn(objects)), None, root, whole, verify=False, where="state.m")
+        load_tree(cast(Any, _Txn(objects)), _DIRECT, root, whole, verify=False, where="state.m")
     assert f"objects/{key.hex()}" in str(info.value.where)
 
 
@@ -169,7 +174,7 @@ def test_a_missing_frame_inside_the_batch_is_named() -> None:
     objects, root, whole, _, fkeys = _tree()
     del objects[fkeys[30]]
     with pytest.raises(IntegrityError, match="chunk not in the store") as info:
-        load_tree(cast(Any, _Txn(objects)), None, root, whole, verify=True, where="state.m")
+        load_tree(cast(Any, _Txn(objects)), _DIRECT, root, whole, verify=True, where="state.m")
     assert info.value.got == fkeys[30][:16].hex()
 
 
@@ -189,6 +194,6 @@ def test_the_error_names_the_node_that_lists_the_damaged_frame() -> None:
         damaged = dict(objects)
         damaged[victim] = encode_frame(b"another chunk " * 20)
         with pytest.raises(IntegrityError) as info:
-            load_tree(cast(Any, _Txn(damaged)), None, root, whole, verify=True, where="state.m")
+            load_tree(cast(Any, _Txn(damaged)), _DIRECT, root, whole, verify=True, where="state.m")
         where = str(info.value.where)
         assert where.endswith(f"node {listing[victim[:16]].hex()} (objects/{victim.hex()})")

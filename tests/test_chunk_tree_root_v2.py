@@ -9,6 +9,7 @@ from typing import Any
 import lmdb
 import msgpack
 import pytest
+from stored import edit_raw, raw_get
 
 import cpstore
 from cpstore.errors import FormatVersionError, IntegrityError
@@ -16,6 +17,7 @@ from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store import append_state, chunk_tree, lmdb_open
 from cpstore.store.chunk_tree import ROOT_VERSION, build_tree, load_tree, read_root, read_upper
+from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import STORE_VERSION
@@ -47,19 +49,11 @@ def _root(st: Store, cid: str, name: str = "h") -> bytes:
 
 def _get(st: Store, key: bytes) -> bytes | None:
     with st.backend.read_txn() as txn:
-        view = txn.get(key, None, st.backend.db("objects"))
-        return None if view is None else bytes(view)
+        return raw_get(txn, st.backend.dbs, "objects", key)
 
 
 def _edit(path: Path, key: bytes, value: bytes | None) -> None:
-    env = lmdb.open(str(path), max_dbs=16)
-    with env.begin(write=True) as txn:
-        db = env.open_db(b"objects", txn=txn)
-        if value is None:
-            txn.delete(key, db=db)
-        else:
-            txn.put(key, value, db=db)
-    env.close()
+    edit_raw(path, "objects", key, lambda _old: value)
 
 
 def _set_version(path: Path, version: int) -> None:
@@ -187,7 +181,7 @@ class TestDamage:
             pytest.raises(IntegrityError, match="does not match its digest"),
         ):
             load_tree(
-                txn, st.backend.db("objects"), root, b"\0" * 16, verify=False, where="s.h"
+                txn, objects_of(st.backend.dbs), root, b"\0" * 16, verify=False, where="s.h"
             )
 
 
@@ -215,7 +209,7 @@ class TestLayoutFourStores:
                 assert cp.state_part("log") == _history(90)
             assert ro.verify().ok
         with open_store(path) as st:
-            assert st.backend.layout == STORE_VERSION == 4
+            assert st.backend.layout == STORE_VERSION
             rec = st.recorder("r", parent=old_log)
             new = rec.checkpoint(3, {"h": _history(102)})
             assert decode_value(_get(st, _root(st, new)) or b"")[0] == ROOT_VERSION
@@ -243,7 +237,7 @@ class TestLayoutFourStores:
         for readonly in (True, False):
             with pytest.raises(FormatVersionError) as info:
                 open_store(path, readonly=readonly).close()
-            assert info.value.got["version"] == 4
+            assert info.value.got["version"] == STORE_VERSION
 
     def test_gc_keeps_an_upper_spine_shared_by_many_roots(self, tmp_path: Path) -> None:
         """Roots sharing an upper spine: a prune keeps the head's, sweeps the rest, verify is ok."""

@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import lmdb
 import pytest
+from stored import edit_raw, flip_byte
 
 import cpstore
 from cpstore import cli
@@ -65,14 +65,7 @@ def test_verify_finds_a_flipped_object_and_exits_integrity(
     path, _, head = store_path
     with cpstore.open(path) as store:
         state_part = next(iter(store.manifest(head).state_parts.values()))
-    env = lmdb.open(path, max_dbs=16, subdir=True)
-    objects = env.open_db(b"objects")
-    with env.begin(write=True) as txn:
-        key = bytes.fromhex(state_part)
-        value = bytearray(txn.get(key, db=objects))
-        value[0] ^= 0xFF
-        txn.put(key, bytes(value), db=objects)
-    env.close()
+    edit_raw(path, "objects", bytes.fromhex(state_part), flip_byte(0))
     code, out, _ = run(["verify", "--store", path], capsys)
     assert code == cli.EXIT_INTEGRITY
     assert "PROBLEM" in out and state_part in out

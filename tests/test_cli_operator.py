@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import lmdb
 import pytest
+from stored import edit_raw, flip_byte
 
 import cpstore
 from cpstore import cli
@@ -214,13 +214,7 @@ def test_audit_check_fails_on_a_damaged_object_as_its_help_says(
     path, _, head = store_path
     with cpstore.open(path) as store:
         part = store.manifest(head).state_parts["plan"]
-    env = lmdb.open(path, max_dbs=16, subdir=True)
-    objects = env.open_db(b"objects")
-    with env.begin(write=True) as txn:
-        value = bytearray(txn.get(bytes.fromhex(part), db=objects))
-        value[0] ^= 0xFF
-        txn.put(bytes.fromhex(part), bytes(value), db=objects)
-    env.close()
+    edit_raw(path, "objects", bytes.fromhex(part), flip_byte(0))
     code, out, _ = run(["audit", "--store", path, "--check"], capsys)
     assert code == cli.EXIT_INTEGRITY
     assert "STORE DAMAGED" in out and part in out
@@ -635,14 +629,8 @@ def test_verify_names_the_checkpoints_a_damaged_object_affects(
     with cpstore.open(path) as store:
         part = store.manifest(head).state_parts["plan"]
         shared = store.manifest(head).state_parts["memory"]
-    env = lmdb.open(path, max_dbs=16, subdir=True)
-    objects = env.open_db(b"objects")
-    with env.begin(write=True) as txn:
-        for key in (part, shared):
-            value = bytearray(txn.get(bytes.fromhex(key), db=objects))
-            value[0] ^= 0xFF
-            txn.put(bytes.fromhex(key), bytes(value), db=objects)
-    env.close()
+    for key in (part, shared):
+        edit_raw(path, "objects", bytes.fromhex(key), flip_byte(0))
     code, out, _ = run(["verify", "--store", path, "--json"], capsys)
     assert code == cli.EXIT_INTEGRITY
     affects = {

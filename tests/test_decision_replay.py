@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from stored import edit_raw
 
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
@@ -265,7 +266,6 @@ def test_session_on_a_stored_checkpoint_validates_accept(tmp_path: Path) -> None
 
 def test_stored_cursor_detects_a_damaged_value_even_without_verify_on_read(tmp_path: Path) -> None:
     """A flipped byte in the stored values blob raises IntegrityError, never a wrong value."""
-    import lmdb  # noqa: PLC0415 - only this test writes LMDB behind the store's back
 
     from cpstore.errors import IntegrityError  # noqa: PLC0415
 
@@ -275,13 +275,8 @@ def test_stored_cursor_detects_a_damaged_value_even_without_verify_on_read(tmp_p
         rec.tokens([("rng", 1000 + i) for i in range(10)])
         cid = rec.checkpoint(1, b"s")
         key = bytes(store.manifest(cid).raw["tokens"]["values"])
-    env = lmdb.open(str(path), max_dbs=32, subdir=True)
-    objects = env.open_db(b"objects", create=False)
-    with env.begin(write=True, db=objects) as txn:
-        data = bytearray(txn.get(key))
-        data[-1] ^= 0x01  # the last value's low byte: still valid msgpack, different int
-        txn.put(key, bytes(data))
-    env.close()
+    # the last value's low byte: still valid msgpack, a different int
+    edit_raw(path, "objects", key, lambda old: old[:-1] + bytes([old[-1] ^ 0x01]))
     with open_store(path) as store, store.read(cid, verify=False) as cp:
         cursor = ReplayCursor.from_checkpoint(cp)
         with pytest.raises(IntegrityError, match="token 9"):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import lmdb
 import pytest
+from stored import edit_raw, flip_byte
 
 from cpstore.decision.gates import certify_rollback, resume_gate, sign_off
 from cpstore.decision.table import Fidelity, FindingCode, Verdict
@@ -314,13 +314,7 @@ def test_damaged_recording_is_an_integrity_reject_not_an_exception(tmp_path: Pat
             assert tokens_digest is not None  # the recording has a token log
             key = bytes.fromhex(tokens_digest)
             p = Run(cp.manifest.run_id, 2, cp.manifest.state_digest, mode=ReplayMode.STRICT)
-    env = lmdb.open(str(path), max_dbs=32, subdir=True)
-    objects = env.open_db(b"objects", create=False)
-    with env.begin(write=True, db=objects) as txn:
-        data = bytearray(txn.get(key))
-        data[20] ^= 0xFF
-        txn.put(key, bytes(data))
-    env.close()
+    edit_raw(path, "objects", key, flip_byte(20))
     with open_store(path) as store:
         d = validate(cid, p, store=store)
         assert d.codes == {FindingCode.INTEGRITY}
@@ -345,13 +339,7 @@ def test_a_damaged_object_named_only_by_digest_is_an_integrity_reject(tmp_path: 
         cid = rec.checkpoint(1, {"a": "x" * 40, "b": "y" * 40})
         key = bytes.fromhex(store.manifest(cid).state_parts["b"])
         assert validate(cid, cid, store=store, record=False).codes == {FindingCode.BEST_EFFORT}
-    env = lmdb.open(str(path), max_dbs=32, subdir=True)
-    objects = env.open_db(b"objects", create=False)
-    with env.begin(write=True, db=objects) as txn:
-        data = bytearray(txn.get(key))
-        data[5] ^= 0x01
-        txn.put(key, bytes(data))
-    env.close()
+    edit_raw(path, "objects", key, lambda old: old[:5] + bytes([old[5] ^ 0x01]) + old[6:])
     with open_store(path) as store:
         d = validate(cid, cid, store=store, record=False)
         assert d.verdict is Verdict.REJECT and FindingCode.INTEGRITY in d.codes

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
+from cpstore.store.content import records_of
 from cpstore.store.facade import open as open_store
 
 WRITER = r"""
@@ -113,8 +114,8 @@ def _stored(path: Path | str) -> set[str]:
     """Every checkpoint id the store holds (not only the heads)."""
     with open_store(path, readonly=True) as st:
         assert st.verify().ok
-        with st.backend.read_txn() as txn, txn.cursor(db=st.backend.db("checkpoints")) as cur:
-            return {bytes(key).hex() for key, _ in cur}
+        with st.backend.read_txn() as txn:
+            return {key.hex() for key in records_of(st.backend.dbs).keys(txn)}
 
 
 @pytest.mark.parametrize(("how", "code"), [("normal", 0), ("sys_exit", 3)])

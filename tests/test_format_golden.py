@@ -17,6 +17,7 @@ from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.chunk_tree import build_tree, load_tree, tree_objects, value_cuts
 from cpstore.store.codec import decode_frame, encode_frame
+from cpstore.store.content import KIND_RECORD, entry_header, objects_of, records_of
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
 from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
@@ -263,10 +264,11 @@ def test_pinned_roots_of_both_versions_read_back_the_value(root_hex: str) -> Non
     objects = {**tree.nodes, digest(root): root}
     objects.update((k, encode_frame(enc[a:b])) for k, a, b in tree.chunks)
     txn = cast(Any, _Objects(objects))
-    got = load_tree(txn, None, digest(root), tree.whole, verify=True, where="golden")
+    direct = objects_of({"objects": None})  # no heap: every get is the fake txn's
+    got = load_tree(txn, direct, digest(root), tree.whole, verify=True, where="golden")
     assert got == enc
     unreached = {digest(root)} if root_hex == _TREE_ROOT else {digest(root), tree.root, upper}
-    assert set(tree_objects(txn, None, digest(root))) == set(objects) - unreached
+    assert set(tree_objects(txn, direct, digest(root))) == set(objects) - unreached
 
 
 def test_frame_bytes_are_pinned() -> None:
@@ -278,7 +280,42 @@ def test_frame_bytes_are_pinned() -> None:
     assert encode_frame(b"abc" * 100)[:5] == written[:5]
 
 
-def test_store_layout_version_is_4() -> None:
-    """Layout 4 (root v2 chunk trees) is what this build writes; 1, 2 and 3 are still read."""
-    assert STORE_VERSION == 4
-    assert set(READABLE_VERSIONS) >= {1, 2, 3, 4}
+def test_store_layout_version_is_5() -> None:
+    """Layout 5 (the heap) is what this build writes; 1 to 4 are still read."""
+    assert STORE_VERSION == 5
+    assert set(READABLE_VERSIONS) >= {1, 2, 3, 4, 5}
+
+
+def test_heap_entry_and_location_bytes_are_pinned(tmp_path: Path) -> None:
+    """An object in a new store: heap key 1 (8 bytes BE) -> b"o", key length, key, bytes;
+    its oloc row maps the digest to that key (docs/format.md, "Heap entries")."""
+    with open_store(tmp_path / "s") as st:
+        key = st.put_object(b"abc")
+        with st.backend.read_txn() as txn:
+            heap = [
+                (bytes(k).hex(), bytes(v).hex()) for k, v in txn.cursor(db=st.backend.db("heap"))
+            ]
+            oloc = [
+                (bytes(k).hex(), bytes(v).hex()) for k, v in txn.cursor(db=st.backend.db("oloc"))
+            ]
+            legacy = txn.stat(st.backend.db("objects"))["entries"]
+    assert key.hex() == "06b05ab6733a618578af5f94892f3950"
+    assert heap == [("0000000000000001", "6f10" + "06b05ab6733a618578af5f94892f3950" + "616263")]
+    assert oloc == [("06b05ab6733a618578af5f94892f3950", "0000000000000001")]
+    assert legacy == 0
+    assert entry_header(KIND_RECORD, bytes(16)).hex() == "6310" + "00" * 16
+
+
+def test_a_record_entry_carries_its_parts_location_hints_before_the_record(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint of one part in a new store: the part at heap 1, the record at heap 2 as
+    b"c", 16, id, hint count 1, hint 1 (uint32 BE each), then the stored record."""
+    with open_store(tmp_path / "s") as st:
+        cid = bytes.fromhex(st.recorder("r").checkpoint(0, {"a": 1}))
+        with st.backend.read_txn() as txn:
+            heap = {bytes(k): bytes(v) for k, v in txn.cursor(db=st.backend.db("heap"))}
+            record = bytes(records_of(st.backend.dbs).get(txn, cid) or b"")
+    entry = heap[(2).to_bytes(8, "big")]
+    assert entry == b"c\x10" + cid + bytes.fromhex("0000000100000001") + record
+    assert heap[(1).to_bytes(8, "big")] == b"o\x10" + digest(encode_value(1)) + encode_value(1)

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.base import empty_checkpoint
+from stored import raw_items
 
 from cpstore.langgraph import CpstoreSaver
 from cpstore.native.canonical import decode_value
+from cpstore.store.content import objects_of
 from cpstore.store.manifest import manifest_references
 from cpstore.store.model import unpack_checkpoint_value
 
@@ -66,9 +68,9 @@ def test_copy_delete_and_prune_beside_puts_leave_every_checkpoint_whole(tmp_path
         store = saver.store
         report = store.verify()
         assert report.ok, report.problems
-        objects = store.backend.db("objects")
+        objects = objects_of(store.backend.dbs)
         with store.backend.read_txn() as txn:
-            for _, value in txn.cursor(db=store.backend.db("checkpoints")):
+            for _, value in raw_items(txn, store.backend.dbs, "checkpoints"):
                 manifest = decode_value(unpack_checkpoint_value(value)[1])
                 for _, key in manifest_references(manifest):
-                    assert txn.get(key, db=objects) is not None
+                    assert objects.exists(txn, key)

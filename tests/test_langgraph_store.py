@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
+from stored import raw_get, raw_items, raw_put
 
 from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -50,7 +51,7 @@ def _objects(store: Store) -> tuple[int, int]:
     """(object count, object bytes) in the store."""
     with store.backend.read_txn() as txn:
         n, size = 0, 0
-        for _, value in txn.cursor(db=store.backend.db("objects")):
+        for _, value in raw_items(txn, store.backend.dbs, "objects"):
             n += 1
             size += len(value)
     return n, size
@@ -95,14 +96,14 @@ class TestVerifiedReads:
         backend = store.backend
         with backend.read_txn() as txn:
             targets = [
-                bytes(k) for k, v in txn.cursor(db=backend.db("objects")) if b"the true" in bytes(v)
+                k for k, v in raw_items(txn, backend.dbs, "objects") if b"the true" in v
             ]
         assert targets
 
         def damage(txn: Any) -> None:
             for key in targets:
-                value = bytes(txn.get(key, db=backend.db("objects")))
-                txn.put(key, value.replace(b"true", b"fake"), db=backend.db("objects"))
+                value = raw_get(txn, backend.dbs, "objects", key) or b""
+                raw_put(txn, backend.dbs, "objects", key, value.replace(b"true", b"fake"))
 
         backend.write_txn(damage)
         with pytest.raises(IntegrityError):

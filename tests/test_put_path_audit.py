@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stored import raw_get, raw_items
 
 from cpstore.errors import ConflictError, CpstoreError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import encode_element, encode_fast
 from cpstore.store import manifest as manifest_module
+from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.manifest import encode_manifest, manifest_references
@@ -72,7 +74,7 @@ def _cold_cid(
 
 def _stored_manifest_is_canonical(store: Store, cid: str) -> None:
     with store.backend.read_txn() as txn:
-        value = txn.get(bytes.fromhex(cid), db=store.backend.db("checkpoints"))
+        value = raw_get(txn, store.backend.dbs, "checkpoints", bytes.fromhex(cid))
         assert value is not None
         raw = bytes(unpack_checkpoint_value(value)[1])
     fields = dict(decode_value(raw))
@@ -296,12 +298,12 @@ def _aba(path: str, durability: str, seconds: float = 6.0, resets: int = 4) -> N
         assert len(moved) >= resets  # the head really moved away and back
         report = store.verify()
         assert report.ok, report.problems
-        objects = store.backend.db("objects")
+        objects = objects_of(store.backend.dbs)
         with store.backend.read_txn() as txn:
-            for _, value in txn.cursor(db=store.backend.db("checkpoints")):
+            for _, value in raw_items(txn, store.backend.dbs, "checkpoints"):
                 manifest = decode_value(unpack_checkpoint_value(value)[1])
                 for _, key in manifest_references(manifest):
-                    assert txn.get(key, db=objects) is not None
+                    assert objects.exists(txn, key)
 
 
 # -- the tail cover under killed writers and opening readers ---------------------

@@ -27,10 +27,12 @@ from typing import Any
 
 import lmdb
 import pytest
+from stored import edit_raw, raw_dbs, raw_get
 
 from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
 from cpstore.decision.validate import validate
 from cpstore.store.codec import FRAME_KEY_SIZE
+from cpstore.store.content import objects_of
 from cpstore.store.facade import open as open_store
 from cpstore.store.manifest import manifest_references
 from cpstore.store.verify import children as _children
@@ -54,7 +56,7 @@ from cpstore.store.facade import open as open_store
 def dump(path):
     # Two digests of every (db, key, value): as stored, and without the 8-byte
     # created_at prefix of checkpoint values (so a miss there is counted apart).
-    env = lmdb.open(path, max_dbs=16, readonly=True, lock=False)
+    env = lmdb.open(path, max_dbs=32, readonly=True, lock=False)
     try:
         h, g = hashlib.sha256(), hashlib.sha256()
         with env.begin() as txn:
@@ -188,7 +190,7 @@ def _build(path: Path) -> tuple[str, list[str]]:
             st.append_audit("note", {"i": i})
         assert _data_verdict(validate(cid, cid, store=st, record=False)) is Verdict.ACCEPT
         reach: set[bytes] = set()
-        objects = st.backend.db("objects")
+        objects = objects_of(st.backend.dbs)
         with st.backend.read_txn() as txn:
             for c in (first, cid):
                 m = st.backend.load_manifest(txn, bytes.fromhex(c), verify=True)
@@ -229,28 +231,19 @@ def _copy(src: Path, dst: Path) -> Path:
 
 
 def _lmdb_edit(path: Path, db: str, key: bytes, value: bytes | None) -> None:
-    env = lmdb.open(str(path), max_dbs=16)
-    try:
-        handle = env.open_db(db.encode())
-        with env.begin(write=True) as txn:
-            if value is None:
-                txn.delete(key, db=handle)
-            else:
-                txn.put(key, value, db=handle)
-    finally:
-        env.close()
+    edit_raw(path, db, key, lambda _old: value)
 
 
 def _lmdb_get(path: Path, db: str, key: bytes | None = None) -> tuple[bytes, bytes]:
-    env = lmdb.open(str(path), max_dbs=16, readonly=True, lock=False)
+    env = lmdb.open(str(path), max_dbs=32, readonly=True, lock=False)
     try:
-        handle = env.open_db(db.encode(), create=False)
+        dbs = raw_dbs(env)
         with env.begin() as txn:
             if key is None:
-                cur = txn.cursor(db=handle)
+                cur = txn.cursor(db=dbs[db])
                 cur.first()
                 return bytes(cur.key()), bytes(cur.value())
-            return key, bytes(txn.get(key, db=handle))
+            return key, raw_get(txn, dbs, db, key) or b""
     finally:
         env.close()
 
@@ -280,6 +273,13 @@ def _logical_damages(src: Path, cid: str, reach: list[str]) -> list[tuple[str, s
         out.append((f"object {hexkey} truncate", "objects", key, value[: len(value) // 2]))
         out.append((f"object {hexkey} empty", "objects", key, b""))
         out.append((f"object {hexkey} delete", "objects", key, None))
+        # Layout 5: its location (oloc) cut short, naming another heap entry, or gone
+        # (which leaves its heap entry named by no index).
+        _, loc = _lmdb_get(src, "oloc", key)
+        other = (1 if loc != (1).to_bytes(8, "big") else 2).to_bytes(8, "big")
+        out.append((f"object {hexkey} location cut", "oloc", key, loc[:5]))
+        out.append((f"object {hexkey} location elsewhere", "oloc", key, other))
+        out.append((f"object {hexkey} location delete", "oloc", key, None))
         if len(key) == FRAME_KEY_SIZE and value[:1] == b"\x01":  # a zstd frame
             # A decompression bomb: a declared size past the bound, and a
             # declared size the zstd header disagrees with.
@@ -291,6 +291,7 @@ def _logical_damages(src: Path, cid: str, reach: list[str]) -> list[tuple[str, s
     out.append(("manifest flip", "checkpoints", ck, _flip(cv, 8 + len(cv[8:]) // 2)))
     out.append(("manifest truncate", "checkpoints", ck, cv[: 8 + (len(cv) - 8) // 2]))
     out.append(("manifest delete", "checkpoints", ck, None))
+    out.append(("manifest location elsewhere", "cloc", ck, (1).to_bytes(8, "big")))
     rk, rv = _lmdb_get(src, "refs")
     out.append(("ref flip", "refs", rk, _flip(rv)))
     ak, av = _lmdb_get(src, "audit")
@@ -393,7 +394,7 @@ class TestLogicalDamage:
             own = set()
             for field, key in manifest_references(m.raw):
                 own.add(bytes(key).hex())
-                objects = st.backend.db("objects")
+                objects = objects_of(st.backend.dbs)
                 own.update(bytes(k).hex() for k in _children(txn, objects, field, key))
         assert own < set(reach)
         accepted = []

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import lmdb
 import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stored import edit_raw, raw_items
 
 import cpstore
 from cpstore import Effect, Observation, cli
@@ -161,16 +161,10 @@ class TestStoredGarbage:
             cid = rec.checkpoint(1, {"a": 1})
             s.append_audit("note", {})
             with s.backend.env.env.begin() as txn:
-                okey = bytes(next(iter(txn.cursor(db=s.backend.db("objects"))))[0])
+                okey = next(iter(raw_items(txn, s.backend.dbs, "objects")))[0]
         key = {"checkpoints": bytes.fromhex(cid), "objects": okey, "audit": bytes(8)}[db]
         value = (b"\0" * 8 + garbage) if db == "checkpoints" else garbage
-        env = lmdb.open(str(path), max_dbs=16)
-        # open_db before the write txn: inside it, open_db starts a second write
-        # txn on this thread and waits on LMDB's writer lock forever.
-        handle = env.open_db(db.encode())
-        with env.begin(write=True) as txn:
-            txn.put(key, value, db=handle)
-        env.close()
+        edit_raw(path, db, key, lambda _old: value)
         out = subprocess.run(
             [sys.executable, "-c", STORE_PROBE, str(path), cid],
             capture_output=True,

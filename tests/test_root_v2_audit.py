@@ -12,6 +12,7 @@ import msgpack
 import psycopg
 import pytest
 from pg_cluster import Cluster, fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
+from stored import edit_raw
 from test_chunk_tree_root_v2 import _get, _pack_root_v1, _root, _upper_of
 
 import cpstore
@@ -20,6 +21,7 @@ from cpstore.errors import IntegrityError
 from cpstore.native.canonical import encode_value
 from cpstore.store import append_state, chunk_tree
 from cpstore.store.chunk_tree import load_tree, read_upper
+from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
 from cpstore.store.model import STORE_VERSION
 from cpstore.store.pg_open import parse_url
@@ -184,10 +186,7 @@ class TestTransferAcrossLayouts:
 
 
 def _objects_edit(path: Path, key: bytes, value: bytes) -> None:
-    env = lmdb.open(str(path), max_dbs=16)
-    with env.begin(write=True) as txn:
-        txn.put(key, value, db=env.open_db(b"objects", txn=txn))
-    env.close()
+    edit_raw(path, "objects", key, lambda _old: value)
 
 
 class TestUnverifiedReadsOfAWrongUpperSpine:
@@ -222,7 +221,7 @@ class TestUnverifiedReadsOfAWrongUpperSpine:
             st.backend.read_txn() as txn,
             pytest.raises(IntegrityError, match=r"wrong level|does not match|spans more"),
         ):
-            load_tree(txn, st.backend.db("objects"), root, b"\0" * 16, verify=False, where="h")
+            load_tree(txn, objects_of(st.backend.dbs), root, b"\0" * 16, verify=False, where="h")
 
 
 def _sharer(where: str, run: str, n: int, barrier: Any, out: Any) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stored import raw_get, raw_put
 
 from cpstore.errors import (
     IntegrityError,
@@ -193,8 +194,8 @@ class TestHostileState:
         manifest = encode_manifest(m)
         forged = digest(manifest)
         store.backend.write_txn(
-            lambda txn: txn.put(
-                forged, pack_checkpoint_value(1.0, manifest), db=store.backend.db("checkpoints")
+            lambda txn: raw_put(
+                txn, store.backend.dbs, "checkpoints", forged, pack_checkpoint_value(1.0, manifest)
             )
         )
         with store.read(forged.hex()) as cp, pytest.raises(IntegrityError, match="canonical"):
@@ -208,8 +209,8 @@ class TestHostileState:
         manifest = encode_manifest(m)
         forged = digest(manifest)
         store.backend.write_txn(
-            lambda txn: txn.put(
-                forged, pack_checkpoint_value(1.0, manifest), db=store.backend.db("checkpoints")
+            lambda txn: raw_put(
+                txn, store.backend.dbs, "checkpoints", forged, pack_checkpoint_value(1.0, manifest)
             )
         )
         with store.read(forged.hex()) as cp:
@@ -225,13 +226,13 @@ class TestHostileState:
         """A flipped created_at byte fails the manifest and verify, never passes silently."""
         cid = store.recorder("run").checkpoint(0, {"a": 1})
         raw = bytes.fromhex(cid)
-        cps = store.backend.db("checkpoints")
+        dbs = store.backend.dbs
         with store.backend.read_txn() as txn:
-            stored = txn.get(raw, db=cps)
+            stored = raw_get(txn, dbs, "checkpoints", raw)
             assert stored is not None
             value = bytearray(stored)
         value[0] ^= 1
-        store.backend.write_txn(lambda txn: txn.put(raw, bytes(value), db=cps))
+        store.backend.write_txn(lambda txn: raw_put(txn, dbs, "checkpoints", raw, bytes(value)))
         with store.read(cid) as cp, pytest.raises(IntegrityError, match="created_at"):
             _ = cp.manifest
         with pytest.raises(IntegrityError, match="created_at"):
@@ -480,7 +481,7 @@ class TestManifestEncoding:
         ids.append(fork.checkpoint(50, {"ü": "x", "a": 1}))
         with store.backend.env.read() as txn:
             for cid in ids:
-                value = txn.get(bytes.fromhex(cid), db=store.backend.db("checkpoints"))
+                value = raw_get(txn, store.backend.dbs, "checkpoints", bytes.fromhex(cid))
                 assert value is not None
                 _, data = unpack_checkpoint_value(value)
                 raw = store.manifest(cid).raw

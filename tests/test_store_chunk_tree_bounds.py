@@ -12,6 +12,10 @@ from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest
 from cpstore.store.chunk_tree import load_tree, tree_objects
 from cpstore.store.codec import encode_frame, frame_key
+from cpstore.store.content import objects_of
+
+#: Objects read straight from the fake txn (no heap tables: content.py's direct form).
+_DIRECT = objects_of({"objects": None})
 
 
 class _Txn:
@@ -51,7 +55,7 @@ def test_listing_a_tree_that_repeats_its_nodes_walks_each_node_once() -> None:
     """What retention, verify and transfer list under a root: 8e9 paths, a few reads."""
     objects, root, frame = _hostile()
     txn = _Txn(objects)
-    listed = set(tree_objects(cast(Any, txn), None, root))
+    listed = set(tree_objects(cast(Any, txn), _DIRECT, root))
     assert listed == set(objects) - {root}
     assert frame in listed
     assert txn.reads < 10
@@ -71,5 +75,5 @@ def test_a_tree_repeating_one_chunk_is_refused_once_it_passes_the_root_size(veri
     objects.update({n1: node1, n2: node2, digest(root): root})
     txn = _Txn(objects)
     with pytest.raises(IntegrityError, match="more bytes than its root"):
-        load_tree(cast(Any, txn), None, digest(root), b"\0" * 16, verify=verify, where="state.x")
+        load_tree(cast(Any, txn), _DIRECT, digest(root), b"\0" * 16, verify=verify, where="state.x")
     assert txn.reads < 100  # stopped at the root's size, not after 4 million frames

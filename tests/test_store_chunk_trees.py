@@ -17,6 +17,7 @@ from typing import Any
 
 import lmdb
 import pytest
+from stored import edit_raw, raw_items, raw_put
 
 from cpstore import cli
 from cpstore.errors import IntegrityError
@@ -31,6 +32,7 @@ from cpstore.store.codec import (
     frame_key,
     is_frame_key,
 )
+from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import CHUNK_SIZE, STORE_VERSION
@@ -64,8 +66,8 @@ def _history(n: int) -> list[dict[str, str]]:
 
 
 def _objects(st: Store) -> dict[bytes, bytes]:
-    with st.backend.read_txn() as txn, txn.cursor(db=st.backend.db("objects")) as cur:
-        return {bytes(k): bytes(v) for k, v in cur}
+    with st.backend.read_txn() as txn:
+        return dict(raw_items(txn, st.backend.dbs, "objects"))
 
 
 @pytest.fixture
@@ -220,7 +222,7 @@ class TestFrames:
         """Writing a chunk stored raw where a compressed frame of it exists is a no-op."""
         chunk = _text(3000, 8).encode()
         key = frame_key(digest(chunk))
-        db = store.backend.db("objects")
+        db = objects_of(store.backend.dbs)
         packed, raw = encode_frame(chunk), encode_frame(chunk, compress=False)
         assert packed != raw
         assert store.backend.write_txn(lambda t: put_object(t, db, key, packed)) is True
@@ -231,9 +233,9 @@ class TestFrames:
         """A stored frame whose bytes do not hash to its key makes the put raise, naming it."""
         chunk = _text(3000, 8).encode()
         key = frame_key(digest(chunk))
-        db = store.backend.db("objects")
+        db = objects_of(store.backend.dbs)
         damaged = encode_frame(chunk + b"!", compress=False)
-        store.backend.write_txn(lambda t: t.put(key, damaged, db=db))
+        store.backend.write_txn(lambda t: raw_put(t, store.backend.dbs, "objects", key, damaged))
         with pytest.raises(IntegrityError, match="does not match its digest") as info:
             store.backend.write_txn(lambda t: put_object(t, db, key, encode_frame(chunk)))
         assert key.hex() in str(info.value.where)
@@ -246,12 +248,9 @@ class TestDamage:
         with open_store(path) as st:
             cid = st.recorder("r").checkpoint(1, {"h": _history(20)})
             key, value = next((k, v) for k, v in _objects(st).items() if is_frame_key(k))
-        env = lmdb.open(str(path), max_dbs=16)
-        with env.begin(write=True) as txn:
-            bad = bytearray(value)
-            bad[len(bad) // 2] ^= 0x10
-            txn.put(key, bytes(bad), db=env.open_db(b"objects", txn=txn))
-        env.close()
+        bad = bytearray(value)
+        bad[len(bad) // 2] ^= 0x10
+        edit_raw(path, "objects", key, lambda _old: bytes(bad))
         with open_store(path) as st:
             with pytest.raises(IntegrityError), st.read(cid) as cp:
                 cp.state()
@@ -330,7 +329,7 @@ class TestRetention:
         with store.backend.read_txn() as txn:
             m = store.backend.load_manifest(txn, bytes.fromhex(head), verify=True)
             root = m.raw["state"]["chunked"]["h"]
-            reach = set(chunk_tree.tree_objects(txn, store.backend.db("objects"), root))
+            reach = set(chunk_tree.tree_objects(txn, objects_of(store.backend.dbs), root))
         frames = {k for k in _objects(store) if is_frame_key(k)}
         assert frames == {k for k in reach if is_frame_key(k)}
 
@@ -412,7 +411,7 @@ class TestRetentionWalk:
         rec = store.recorder("r")
         a = rec.checkpoint(1, {"h": _history(200)})
         b = rec.checkpoint(2, {"h": _history(201)})
-        objects = store.backend.db("objects")
+        objects = objects_of(store.backend.dbs)
         with store.backend.read_txn() as txn:
             roots = []
             for cid in (a, b):

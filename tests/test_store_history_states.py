@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stored import raw_get, raw_put
 
 from cpstore.errors import IntegrityError, InvalidInputError, StoreError
 from cpstore.store import CHUNK_SIZE, HistoryEntry, Store
 from cpstore.store.chunk_tree import tree_objects
 from cpstore.store.codec import is_frame_key
+from cpstore.store.content import objects_of
 from cpstore.store.facade import open as open_store
 
 
@@ -60,12 +62,12 @@ def _record_mixed(st: Store, run: str, count: int) -> list[str]:
 
 def _damage(st: Store, key: bytes) -> None:
     """Flip one byte of the stored object ``key`` (its length kept)."""
-    objects = st.backend.db("objects")
+    dbs = st.backend.dbs
 
     def flip(txn: Any) -> None:
-        data = bytearray(bytes(txn.get(key, db=objects)))
+        data = bytearray(raw_get(txn, dbs, "objects", key) or b"")
         data[len(data) // 2] ^= 0x01
-        txn.put(key, bytes(data), db=objects)
+        raw_put(txn, dbs, "objects", key, bytes(data))
 
     st.backend.write_txn(flip)
 
@@ -168,7 +170,7 @@ class TestDamage:
         with store.read(ids[1]) as cp:
             index_key = bytes(cp.manifest.raw["state"]["chunked"]["big"])
         with store.backend.read_txn() as txn:  # the chunk frames of its tree (layout 3)
-            objects = store.backend.db("objects")
+            objects = objects_of(store.backend.dbs)
             chunks = [k for k in tree_objects(txn, objects, index_key) if is_frame_key(k)]
         assert len(chunks) >= 2
         _damage(store, chunks[-1])

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stored import raw_put
 
 from cpstore.errors import (
     FormatVersionError,
@@ -31,7 +32,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def _poke(store: Store, db: str, key: bytes, value: bytes) -> None:
     """Write raw bytes behind the store's back (simulates corruption)."""
     with store.backend.env.env.begin(write=True) as txn:
-        txn.put(key, value, db=store.backend.db(db))
+        raw_put(txn, store.backend.dbs, db, key, value)
 
 
 class TestWriteOnce:

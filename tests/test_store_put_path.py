@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stored import raw_delete, raw_items
 
 from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store import commit as commit_module
 from cpstore.store import lmdb_pages
+from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_pages import TailCover
@@ -196,7 +198,7 @@ class TestMustExist:
             first = store.recorder("r").checkpoint(0, {"a": "x"})
             fork = store.recorder("r", branch="b", parent=first)
             with store.backend.env.env.begin(write=True) as txn:  # damage behind the store's back
-                txn.delete(digest(encode_value("x")), db=store.backend.db("objects"))
+                raw_delete(txn, store.backend.dbs, "objects", digest(encode_value("x")))
             with pytest.raises(IntegrityError, match="not stored"):
                 fork.checkpoint(1, {"a": "x"})
             assert store.ref("r", "b") is None
@@ -214,7 +216,7 @@ class TestMustExist:
             rec = store.recorder("r")
             head = rec.checkpoint(0, {"a": "x", "b": "y"})
             with store.backend.env.env.begin(write=True) as txn:  # damage behind the store's back
-                txn.delete(digest(encode_value("x")), db=store.backend.db("objects"))
+                raw_delete(txn, store.backend.dbs, "objects", digest(encode_value("x")))
             with pytest.raises(IntegrityError, match="not stored"):
                 rec.checkpoint(1, {"a": "x", "b": "z"})
             assert store.ref("r", "main") == head
@@ -394,7 +396,7 @@ class TestSweepBesideAWriter:
             report = store.verify()
             assert report.ok, report.problems
             with store.backend.read_txn() as txn:
-                for _, value in txn.cursor(db=store.backend.db("checkpoints")):
+                for _, value in raw_items(txn, store.backend.dbs, "checkpoints"):
                     manifest = decode_value(unpack_checkpoint_value(value)[1])
                     for _, key in manifest_references(manifest):
-                        assert txn.get(key, db=store.backend.db("objects")) is not None
+                        assert objects_of(store.backend.dbs).exists(txn, key)

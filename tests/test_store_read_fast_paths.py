@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stored import raw_delete, raw_get, raw_put
 
 from cpstore.errors import FormatVersionError, IntegrityError, NotFoundError
 from cpstore.native.binding import digest
@@ -58,14 +59,14 @@ def _part_key(st: Store, cid: str, name: str) -> bytes:
 
 def _rewrite(st: Store, db: str, key: bytes, change: Any) -> None:
     """Replace the stored value under ``key`` in ``db`` by ``change(old bytes)`` (None: delete)."""
-    handle = st.backend.db(db)
+    dbs = st.backend.dbs
 
     def apply(txn: Any) -> None:
-        new = change(bytes(txn.get(key, db=handle)))
+        new = change(raw_get(txn, dbs, db, key))
         if new is None:
-            txn.delete(key, db=handle)
+            raw_delete(txn, dbs, db, key)
         else:
-            txn.put(key, new, db=handle)
+            raw_put(txn, dbs, db, key, new)
 
     st.backend.write_txn(apply)
 

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stored import raw_delete, raw_get, raw_put
 
 from cpstore.errors import AuditChainError, IntegrityError, InvalidInputError, NotFoundError
 from cpstore.native.binding import digest
@@ -25,9 +26,9 @@ def store(tmp_path: Path) -> Iterator[Store]:
 def _raw(store: Store, db: str, key: bytes, value: bytes | None) -> None:
     with store.backend.env.env.begin(write=True) as txn:
         if value is None:
-            txn.delete(key, db=store.backend.db(db))
+            raw_delete(txn, store.backend.dbs, db, key)
         else:
-            txn.put(key, value, db=store.backend.db(db))
+            raw_put(txn, store.backend.dbs, db, key, value)
 
 
 def _sample(store: Store) -> str:
@@ -81,7 +82,8 @@ class TestVerify:
         """Manifest bytes must hash to the checkpoint id."""
         cid = _sample(store)
         with store.backend.env.env.begin() as txn:
-            value = bytearray(txn.get(bytes.fromhex(cid), db=store.backend.db("checkpoints")))
+            stored = raw_get(txn, store.backend.dbs, "checkpoints", bytes.fromhex(cid))
+            value = bytearray(stored or b"")
         value[-1] ^= 0x01
         _raw(store, "checkpoints", bytes.fromhex(cid), bytes(value))
         assert not store.verify().ok
@@ -141,7 +143,7 @@ class TestCreatedAt:
         cid = _sample(store)
         key = bytes.fromhex(cid)
         with store.backend.read_txn() as txn:
-            stored = txn.get(key, db=store.backend.db("checkpoints"))
+            stored = raw_get(txn, store.backend.dbs, "checkpoints", key)
             assert stored is not None
             value = bytearray(stored)
         value[3] ^= 0x01

@@ -35,7 +35,7 @@ from cpstore.errors import (
     StoreError,
 )
 from cpstore.store.affected import checkpoints_reaching
-from cpstore.store.lmdb_env import is_open_here
+from cpstore.store.lmdb_registry import is_open_here
 from cpstore.store.model import Problem, VerifyReport
 
 __all__ = ["add_verify_parser"]

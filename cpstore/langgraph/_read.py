@@ -18,6 +18,7 @@ from cpstore.errors import IntegrityError
 from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, unpack_typed
 from cpstore.store import Store
 from cpstore.store.backend import Txn
+from cpstore.store.content import records_of
 from cpstore.store.lg_index import checkpoint_key, scan, split_checkpoint_key, unpack, write_key
 from cpstore.store.reader import CheckpointView
 
@@ -140,7 +141,7 @@ def stored(txn: Txn[memoryview], store: Store, entry: Entry) -> bool:
     A checkpoint neither stored nor pruned is damage (IntegrityError).
     """
     backend = store.backend
-    if txn.get(entry.cid, db=backend.db("checkpoints")) is not None:
+    if records_of(backend.dbs).exists(txn, entry.cid):
         return True
     if txn.get(entry.cid, db=backend.db("tombstones")) is not None:
         return False

@@ -31,6 +31,7 @@ from cpstore.langgraph._codec import (
 )
 from cpstore.langgraph._read import Entry, load_parts
 from cpstore.store import Store
+from cpstore.store.content import records_of
 from cpstore.store.lg_index import checkpoint_key, pack
 from cpstore.store.model import ref_key
 from cpstore.store.recorder import Recorder
@@ -241,7 +242,7 @@ class Writer:
                 raw = txn.get(pkey, db=meta)
                 if raw is not None:
                     parent = Entry.decode(pkey, bytes(raw))
-            if parent is not None and txn.get(parent.cid, db=backend.db("checkpoints")) is None:
+            if parent is not None and not records_of(backend.dbs).exists(txn, parent.cid):
                 parent = None  # retention pruned it: record a root
             if parent is not None:
                 head = backend.head(txn, ref_key(parent.run, parent.branch))

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from cpstore.errors import CpstoreError
 from cpstore.store.backend import Backend
+from cpstore.store.content import objects_of, records_of
 from cpstore.store.manifest import decode_manifest, manifest_references
 from cpstore.store.model import unpack_checkpoint_value
 from cpstore.store.verify import child_kind, children
@@ -28,11 +29,12 @@ def checkpoints_reaching(backend: Backend, digests: Iterable[bytes]) -> dict[str
     out: dict[str, list[Affected]] = {d.hex(): [] for d in wanted}
     if not wanted:
         return out
-    objects = backend.db("objects")
     expansions: dict[tuple[bytes, str], frozenset[bytes]] = {}
-    with backend.read_txn() as txn, txn.cursor(db=backend.db("checkpoints")) as cur:
-        for key, value in cur:
-            cid = bytes(key)
+    with backend.read_txn() as txn:
+        objects = objects_of(backend.dbs)
+        for cid, value in records_of(backend.dbs).items(txn):
+            if value is None:
+                continue  # a damaged location: verify names it
             try:
                 created, body = unpack_checkpoint_value(value)
                 m = decode_manifest(cid, bytes(body), created)

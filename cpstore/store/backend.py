@@ -144,9 +144,16 @@ class Backend(Protocol):
         """The bytes under each key, in one txn, hash-checked unless ``verify`` is False."""
 
     def load_raw(
-        self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
+        self,
+        txn: Txn[memoryview],
+        cid: bytes,
+        *,
+        verify: bool,
+        full: bool = True,
+        hints: list[bytes] | None = None,
     ) -> tuple[dict[str, Any], bytes]:
-        """(manifest map, entry header) of checkpoint ``cid``, hash-checked against the id."""
+        """(manifest map, entry header) of checkpoint ``cid``, hash-checked against the id;
+        ``hints`` gets the record's location hints (b"" where the engine has none)."""
 
     def load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
         """The decoded manifest of checkpoint ``cid``."""

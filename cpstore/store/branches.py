@@ -21,6 +21,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.content import records_of
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import AuditRecord, check_name, hex_id, parse_id, ref_key, split_ref_key
 from cpstore.store.refs import (
@@ -131,12 +132,12 @@ def _check_descends(
     nor refuted, and the caller needs reset_ref, not a wrong reason.
     """
     run, branch = split_ref_key(key)
-    cps = backend.db("checkpoints")
+    cps = records_of(backend.dbs)
     at: bytes | None = cid
     while at is not None:
         if at == ancestor:
             return
-        if txn.get(at, None, cps) is None:
+        if not cps.exists(txn, at):
             pruned = txn.get(at, None, backend.db("tombstones")) is not None
             raise NotDescendantError(
                 "descent cannot be proven: the checkpoint's history is "
@@ -262,7 +263,7 @@ def repair_ref(
             named
             if len(named) == DIGEST_SIZE
             and named != new_raw
-            and txn.get(named, None, backend.db("checkpoints")) is not None
+            and records_of(backend.dbs).exists(txn, named)
             else None
         )
         record = append_audit_txn(
@@ -373,11 +374,11 @@ def walk_history(
         raise InvalidInputError("limit must be a non-negative int or None", got=limit)
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
     out: list[_E] = []
-    cps = backend.db("checkpoints")
     with backend.read_txn() as txn:
+        cps = records_of(backend.dbs)
         cid = backend.head(txn, key)
         while cid is not None and (limit is None or len(out) < limit):
-            if txn.get(cid, db=cps) is None:
+            if not cps.exists(txn, cid):
                 break  # pruned: history ends here
             entry, parent = load(txn, cid)
             out.append(entry)

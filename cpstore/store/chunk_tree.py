@@ -60,6 +60,7 @@ from cpstore.store.codec import (
     inflate_frames,
     read_frame,
 )
+from cpstore.store.content import Content
 
 __all__ = [
     "FANOUT_BITS",
@@ -365,15 +366,15 @@ def read_node(raw: bytes | memoryview, where: str) -> tuple[int, int, list[bytes
     return value[0], value[1], _split(value[2])
 
 
-def _get(txn: Txn[memoryview], objects: Any, key: bytes, where: str) -> memoryview:
-    view = txn.get(key, None, objects)
+def _get(txn: Txn[memoryview], objects: Content, key: bytes, where: str) -> memoryview:
+    view = objects.get(txn, key)
     if view is None:
         raise IntegrityError("object not in the store", where=where, got=bytes(key).hex())
     return view
 
 
 def _checked_plain(
-    txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
+    txn: Txn[memoryview], objects: Content, key: bytes, *, verify: bool, where: str
 ) -> memoryview:
     raw = _get(txn, objects, key, where)
     if verify and digest(raw) != key:
@@ -402,7 +403,7 @@ class _Frames:
     by one (:func:`read_frame`), so the error names the chunk and its node.
     """
 
-    def __init__(self, txn: Txn[memoryview], objects: Any, budget: int, verify: bool) -> None:
+    def __init__(self, txn: Txn[memoryview], objects: Content, budget: int, verify: bool) -> None:
         self.txn, self.objects, self.left, self.verify = txn, objects, budget, verify
         self.dctx: Decompressor = decoder()
         self.keys: list[bytes] = []
@@ -430,7 +431,7 @@ class _Frames:
     def _fetch_some(self, start: int) -> None:
         keys = self.keys[start : start + _FETCH]
         fkeys = list(map(bytes.__add__, keys, repeat(FRAME_TAG)))
-        views = list(map(self.txn.get, fkeys, repeat(None), repeat(self.objects)))
+        views = list(map(self.objects.get, repeat(self.txn), fkeys))
         sizes = frame_sizes(views)  # None for a missing frame too
         if sizes is None:
             for i in range(len(keys)):  # raises, naming the frame
@@ -477,7 +478,7 @@ class _Frames:
 
 
 def load_tree(
-    txn: Txn[memoryview], objects: Any, root: bytes, whole: bytes, *, verify: bool, where: str
+    txn: Txn[memoryview], objects: Content, root: bytes, whole: bytes, *, verify: bool, where: str
 ) -> bytes:
     """Reassemble a chunk tree (or a layout-2 index) and check it against ``whole``."""
     pieces: list[bytes] = []
@@ -514,7 +515,7 @@ def load_tree(
 
 def _walk(
     txn: Txn[memoryview],
-    objects: Any,
+    objects: Content,
     node: tuple[int, int, list[bytes]],
     frames: _Frames,
     *,
@@ -542,7 +543,7 @@ def _walk(
 
 
 def tree_objects(
-    txn: Txn[memoryview], objects: Any, root: bytes, walked: set[bytes] | None = None
+    txn: Txn[memoryview], objects: Content, root: bytes, walked: set[bytes] | None = None
 ) -> Iterator[bytes]:
     """Keys of every object under a root (nodes and frames; chunks of a layout-2 index).
 
@@ -551,7 +552,7 @@ def tree_objects(
     in it is yielded but not descended into (the caller walked it before), and
     every node descended into is added to it.
     """
-    raw = txn.get(root, None, objects)
+    raw = _quiet_get(txn, objects, root)
     if raw is None:
         return
     if walked is None:  # a node may name one child many times: descend into each once
@@ -568,7 +569,7 @@ def tree_objects(
         yield upper  # the upper spine is shared by roots until a level-1 node completes
         if upper not in walked:
             walked.add(upper)
-            upper_raw = txn.get(upper, None, objects)
+            upper_raw = _quiet_get(txn, objects, upper)
             with contextlib.suppress(IntegrityError):  # damage: verify reports it
                 spine += read_upper(upper_raw, "") if upper_raw is not None else []
     stack = [(level + 1, keys) for level, keys in enumerate(spine)]
@@ -583,7 +584,7 @@ def tree_objects(
                 if key in walked:
                     continue
                 walked.add(key)
-            child = txn.get(key, None, objects)
+            child = _quiet_get(txn, objects, key)
             if child is None:
                 continue
             try:
@@ -592,3 +593,11 @@ def tree_objects(
                 continue
             if child_level == level - 1:
                 stack.append((child_level, child_keys))
+
+
+def _quiet_get(txn: Txn[memoryview], objects: Content, key: bytes) -> Any:
+    """The stored bytes of ``key``, or None when missing or its location is damaged."""
+    try:
+        return objects.get(txn, key)
+    except IntegrityError:
+        return None

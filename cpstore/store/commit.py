@@ -15,6 +15,7 @@ from typing import Any
 
 from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store.backend import Txn
+from cpstore.store.content import objects_of, records_of
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
 from cpstore.store.objects import put_object
 from cpstore.store.refs import RECORDED, read_ref_hashed, write_ref
@@ -32,7 +33,7 @@ def apply_write(
 ) -> None:
     """Apply ``op`` in ``txn`` (``dbs``: named table -> handle), or raise and write nothing
     the caller commits (ConflictError on a moved branch or a pruned parent)."""
-    objects, cps = dbs["objects"], dbs["checkpoints"]
+    objects, cps = objects_of(dbs), records_of(dbs)
     rkey = ref_key(op.run_id, op.branch)
     current = read_ref_hashed(txn, dbs, rkey, layout=layout)
     current_b = None if current is None else current[0]
@@ -43,7 +44,7 @@ def apply_write(
             expected=hex_id(op.expected_ref),
             got=hex_id(current_b),
         )
-    if op.parent is not None and txn.get(op.parent, db=cps) is None:
+    if op.parent is not None and not cps.exists(txn, op.parent):
         # Only a fork's first checkpoint can get here (a branch head is never
         # pruned): retention swept the checkpoint it forks from while the
         # recorder held it. Its history is gone, so refuse rather than write a
@@ -67,8 +68,9 @@ def apply_write(
                 where=f"checkpoint {op.cid.hex()}",
                 expected=bytes(key).hex(),
             )
-    if not txn.put(op.cid, op.value, overwrite=False, db=cps):
-        _, existing = unpack_checkpoint_value(txn.get(op.cid, db=cps) or b"")
+    hints = objects.locations(txn, op.hint_keys) if op.hint_keys and cps.heap is not None else b""
+    if not cps.add(txn, op.cid, op.value, hints):
+        _, existing = unpack_checkpoint_value(cps.get(txn, op.cid) or b"")
         if existing != unpack_checkpoint_value(op.value)[1]:
             raise IntegrityError(
                 "different manifest stored under this checkpoint id",

@@ -13,6 +13,7 @@ from typing import Any
 from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.native.binding import digest, digest_small
 from cpstore.store.backend import Txn
+from cpstore.store.content import records_of
 from cpstore.store.manifest import check_manifest, check_manifest_state
 from cpstore.store.model import _HEADER_SIZE, split_checkpoint_value, split_ref_key
 from cpstore.store.refs import check_ref_target, read_ref
@@ -21,15 +22,26 @@ __all__ = ["read_entry", "read_head"]
 
 
 def read_entry(
-    txn: Txn[memoryview], dbs: Mapping[str, Any], cid: bytes, *, verify: bool, full: bool
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    cid: bytes,
+    *,
+    verify: bool,
+    full: bool,
+    hints: list[bytes] | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """(manifest map, 16-byte entry header) of checkpoint ``cid``, manifest hash-checked.
 
     ``full=False`` shape-checks only the version and the state (the reader
     checks the rest before it uses another field). The header's created_at
     check is :func:`~cpstore.store.model.created_at_of`'s, when created_at is used.
+    ``hints`` (a list) gets the record's location hints appended (content.py).
     """
-    value = txn.get(cid, None, dbs["checkpoints"])
+    if hints is None:
+        value = records_of(dbs).get(txn, cid)
+    else:
+        value, block = records_of(dbs).hinted(txn, cid)
+        hints.append(block)
     if value is None:
         pruned = txn.get(cid, db=dbs["tombstones"]) is not None
         raise NotFoundError(

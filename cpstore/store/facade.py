@@ -41,6 +41,7 @@ from cpstore.store.branches import (
     runs,
     set_ref,
 )
+from cpstore.store.content import objects_of
 from cpstore.store.history import HistoryEntry, history_states
 from cpstore.store.ids import resolve
 from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
@@ -211,7 +212,7 @@ class Store:
         payload = as_payload(data, "object")
         key = digest(payload)
         backend = self._backend
-        objects, meta = backend.db("objects"), backend.db("meta")
+        objects, meta = objects_of(backend.dbs), backend.db("meta")
 
         def put(txn: Txn[memoryview]) -> None:
             put_stored_object(txn, objects, key, payload)
@@ -241,7 +242,7 @@ class Store:
         """True when an object is stored under ``digest``."""
         key = as_digest(digest)
         with self._backend.read_txn() as txn:
-            return txn.get(key, db=self._backend.db("objects")) is not None
+            return objects_of(self._backend.dbs).exists(txn, key)
 
     # -- checkpoints ---------------------------------------------------------
 
@@ -375,9 +376,7 @@ class Store:
         record carries the damaged bytes; a checkpoint they still name is kept
         as a retained head. See docs/store.md, "Repairing a damaged ref".
         """
-        return repair_ref(
-            self._backend, run_id, branch, new, operator=operator, reason=reason
-        )
+        return repair_ref(self._backend, run_id, branch, new, operator=operator, reason=reason)
 
     def retained(self) -> dict[str, dict[str, Any]]:
         """Heads kept by :meth:`reset_ref`: id -> ``{"run", "branch", "audit"}``."""

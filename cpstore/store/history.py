@@ -22,10 +22,11 @@ from typing import Any
 
 import msgpack
 
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
 from cpstore.native.binding import digest_small
 from cpstore.native.canonical import _ext_hook
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.content import objects_of
 from cpstore.store.manifest import Manifest, check_manifest_rest, manifest_from_raw
 from cpstore.store.model import check_name, created_at_of, ref_key
 from cpstore.store.reader import CheckpointView
@@ -35,6 +36,9 @@ __all__ = ["HistoryEntry", "history_states"]
 _unpackb = msgpack.unpackb
 #: Decoded values one entry may share with another: none can be changed.
 _IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+_ZERO4 = bytes(4)
+#: Where a state part's bytes start in its heap entry (a hash check follows).
+_PART_AT = 18
 _MISS = object()
 _set = object.__setattr__
 _new = object.__new__
@@ -128,28 +132,39 @@ def _parts(
     st: dict[str, Any],
     shared: dict[bytes, Any],
     checked: dict[bytes, Any],
+    *,
+    hints: bytes = b"",
 ) -> dict[str, Any] | None:
     """Every part of a parts state, hash-checked (once per digest per call) and decoded.
 
     ``shared`` maps a digest checked in this txn to its immutable value,
     ``checked`` to its checked bytes (decoded again for each entry). None
     sends the caller to :class:`CheckpointView`, which raises naming a part
-    that is missing, wrong or not one canonical value.
+    that is missing, wrong or not one canonical value. ``hints``: the record's
+    location hints (content.py), each tried first and trusted only once hashed.
     """
     parts: dict[str, bytes] = st["parts"]
     if st["kind"] != "parts" or not parts or st.get("chunked"):
         return None
-    get = txn.get
+    get, heap = objects.get, objects.heap
+    hinted = len(hints) == 4 * len(parts)
     out: dict[str, Any] = {}
     try:
-        for name, key in parts.items():
+        for i, (name, key) in enumerate(parts.items()):
             value = shared.get(key, _MISS)
             if value is _MISS:
                 data: Any = checked.get(key)
                 if data is None:
-                    data = get(key, None, objects)
-                    if digest_small(data) != key:  # a missing part is None: TypeError
-                        return None
+                    if hinted:  # one heap get, trusted only once hashed
+                        data = txn.get(_ZERO4 + hints[4 * i : 4 * i + 4], None, heap)
+                        if data is not None:
+                            data = data[_PART_AT:]  # a part's entry: kind, 16, digest
+                            if digest_small(data) != key:
+                                data = None  # a reused seq, or damage: ask the index
+                    if data is None:
+                        data = get(txn, key)
+                        if digest_small(data) != key:  # a missing part is None: TypeError
+                            return None
                     value = _unpackb(data, ext_hook=_ext_hook)
                     if type(value) in _IMMUTABLE:
                         shared[key] = value
@@ -158,8 +173,10 @@ def _parts(
                 else:  # a list or dict: a fresh decode for this entry
                     value = _unpackb(data, ext_hook=_ext_hook)
             out[name] = value
-    except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
+    except (TypeError, ValueError, IndexError, msgpack.UnpackException, RecursionError):
         return None  # CanonicalEncodingError (a bad ext) is a ValueError too
+    except IntegrityError:
+        return None  # a damaged location: CheckpointView names it
     return out
 
 
@@ -183,23 +200,27 @@ def history_states(
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
         raise InvalidInputError("limit must be a non-negative int or None", got=limit)
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
-    objects = backend.db("objects")
     shared: dict[bytes, Any] = {}
     checked: dict[bytes, Any] = {}
     out: list[HistoryEntry] = []
     try:
         with backend.read_txn() as txn:
+            objects = objects_of(backend.dbs)
             cid = backend.head(txn, key)
             while cid is not None and (limit is None or len(out) < limit):
                 # The state is checked here, the other fields when the manifest is
                 # first used (PostgreSQL prefetches the state's objects on this path).
+                hints: list[bytes] = []
                 try:
-                    raw, header = backend.load_raw(txn, cid, verify=verify, full=False)
+                    raw, header = backend.load_raw(
+                        txn, cid, verify=verify, full=False, hints=hints if verify else None
+                    )
                 except NotFoundError:
                     break  # pruned: history ends here, as history() ends
                 state: bytes | dict[str, Any] | None = None
                 if verify:
-                    state = _parts(txn, objects, raw["state"], shared, checked)
+                    block = hints[0] if hints else b""
+                    state = _parts(txn, objects, raw["state"], shared, checked, hints=block)
                 if state is None:  # bytes, chunked, verify=False, or damage to name
                     with CheckpointView(backend, cid, verify=verify, txn=txn) as view:
                         state = view.state()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.args import check_text
 from cpstore.store.backend import Backend
+from cpstore.store.content import records_of
 from cpstore.store.model import check_name, ref_key
 
 __all__ = ["MAX_CANDIDATES", "MIN_PREFIX", "resolve"]
@@ -66,15 +67,14 @@ def _by_prefix(backend: Backend, prefix: str) -> str:
     # An odd prefix's last nibble bounds the range too: start at nibble 0 of that byte.
     start = bytes.fromhex(prefix if len(prefix) % 2 == 0 else prefix + "0")
     found: list[str] = []
-    with backend.read_txn() as txn, txn.cursor(db=backend.db("checkpoints")) as cur:
-        if cur.set_range(start):
-            for key in cur.iternext(keys=True, values=False):
-                hexed = bytes(key).hex()
-                if not hexed.startswith(prefix):
-                    break
-                found.append(hexed)
-                if len(found) > MAX_CANDIDATES:
-                    break
+    with backend.read_txn() as txn:
+        for key in records_of(backend.dbs).keys(txn, start):
+            hexed = key.hex()
+            if not hexed.startswith(prefix):
+                break
+            found.append(hexed)
+            if len(found) > MAX_CANDIDATES:
+                break
     if not found:
         raise NotFoundError(
             "no checkpoint id starts with this prefix", where="checkpoints", got=prefix

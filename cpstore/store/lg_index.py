@@ -22,6 +22,7 @@ import msgpack
 from cpstore.errors import CanonicalEncodingError, CpstoreError, IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
 from cpstore.store.backend import Txn
+from cpstore.store.content import records_of
 from cpstore.store.manifest import decode_trusted
 from cpstore.store.model import Problem
 
@@ -206,7 +207,7 @@ def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Pro
             except CpstoreError as exc:
                 problems.append(Problem(exc.what, where, got=exc.got))
                 continue
-            stored = txn.get(cid, db=dbs["checkpoints"]) is not None
+            stored = records_of(dbs).exists(txn, cid)
             if not stored and txn.get(cid, db=dbs["tombstones"]) is None:
                 problems.append(
                     Problem(

@@ -23,13 +23,14 @@ from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
+from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_copy import copy_env, space_of
-from cpstore.store.lmdb_env import acquire_env, release_env
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
+from cpstore.store.lmdb_registry import acquire_env, release_env
 from cpstore.store.manifest import Manifest, manifest_from_raw
 from cpstore.store.model import (
     CheckpointWrite,
@@ -267,7 +268,7 @@ class LmdbBackend:
 
     def put_objects(self, objects: Mapping[bytes, bytes]) -> None:
         """Write-once put of every object, in one txn."""
-        handle = self.db("objects")
+        handle = objects_of(self.env.dbs)
 
         def put(txn: Txn[memoryview]) -> None:
             for key, data in objects.items():
@@ -277,8 +278,8 @@ class LmdbBackend:
 
     def get_objects(self, keys: list[Digest], *, verify: bool) -> list[bytes]:
         """The bytes under each key, in one read txn."""
-        handle = self.db("objects")
         with self.read_txn() as txn:
+            handle = objects_of(self.env.dbs)
             return [
                 bytes(get_object(txn, handle, key, verify=verify, where=f"objects/{key.hex()}"))
                 for key in keys
@@ -292,10 +293,16 @@ class LmdbBackend:
         return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
 
     def load_raw(
-        self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
+        self,
+        txn: Txn[memoryview],
+        cid: bytes,
+        *,
+        verify: bool,
+        full: bool = True,
+        hints: list[bytes] | None = None,
     ) -> tuple[dict[str, Any], bytes]:
         """(manifest map, 16-byte entry header) of a checkpoint (entries.read_entry)."""
-        return read_entry(txn, self.env.dbs, cid, verify=verify, full=full)
+        return read_entry(txn, self.env.dbs, cid, verify=verify, full=full, hints=hints)
 
     def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None:
         """The checkpoint ref ``key`` names, or None; its check and target are verified."""
@@ -358,11 +365,11 @@ class LmdbBackend:
         return len(self._pending)
 
     def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
-        objects = self.db("objects")
+        objects = objects_of(self.env.dbs)
         apply_write(
             txn,
             self.env.dbs,
             op,
             layout=self.env.layout,
-            exists=lambda key: txn.get(key, db=objects) is not None,
+            exists=lambda key: objects.exists(txn, key),
         )

@@ -36,8 +36,9 @@ from collections.abc import Callable
 import lmdb
 
 from cpstore.errors import InvalidInputError, StoreError
-from cpstore.store.lmdb_env import DB_NAMES, reserved_for_compact
+from cpstore.store.lmdb_env import LMDB_TABLES
 from cpstore.store.lmdb_open import creation_lock
+from cpstore.store.lmdb_registry import reserved_for_compact
 
 __all__ = ["compact_in_place", "copy_env", "space_of"]
 
@@ -88,7 +89,7 @@ def space_of(env: object, txn: object, dbs: dict[str, object]) -> tuple[int, int
         return int(stat["branch_pages"]) + int(stat["leaf_pages"]) + int(stat["overflow_pages"])
 
     in_use = 2 + used(env.stat())  # type: ignore[attr-defined]
-    for name in DB_NAMES:
+    for name in LMDB_TABLES:
         handle = dbs.get(name)
         if handle is not None:
             in_use += used(txn.stat(handle))  # type: ignore[attr-defined]
@@ -125,7 +126,7 @@ def _compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int
     with creation_lock(path, exclusive=True), _exclusive(lock_path):
         before = os.path.getsize(data)
         shutil.rmtree(work, ignore_errors=True)  # a copy left by an interrupted compact
-        env = lmdb.open(path, subdir=True, readonly=True, lock=False, max_dbs=len(DB_NAMES) + 4)
+        env = lmdb.open(path, subdir=True, readonly=True, lock=False, max_dbs=len(LMDB_TABLES) + 4)
         try:
             copy_env(env, work, compact=True)
         finally:
@@ -140,7 +141,7 @@ def _compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int
         shutil.rmtree(work, ignore_errors=True)
         # The first opener re-initialises lock.mdb's reader table and txn id for
         # the new file; our exclusive lock makes this open that first opener.
-        lmdb.open(path, subdir=True, max_dbs=len(DB_NAMES) + 4).close()
+        lmdb.open(path, subdir=True, max_dbs=len(LMDB_TABLES) + 4).close()
         after = os.path.getsize(data)
     return before, after
 

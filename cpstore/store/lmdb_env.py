@@ -29,6 +29,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.store.backend import Txn
+from cpstore.store.content import HEAP_TABLES
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_holders import HolderMark, refuse_beside_older_holders
 from cpstore.store.lmdb_open import (
@@ -41,20 +42,14 @@ from cpstore.store.lmdb_open import (
     has_lmdb_meta_page,
     is_lock_permission_error,
     open_dbs_readonly,
+    open_tables,
     refuse,
 )
 from cpstore.store.lmdb_pages import TailCover, check_data_size
-from cpstore.store.model import BARE_REF_LAYOUTS, STORE_VERSION
+from cpstore.store.model import BARE_REF_LAYOUTS, HEAP_LAYOUT, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
-__all__ = [
-    "DB_NAMES",
-    "Env",
-    "acquire_env",
-    "is_open_here",
-    "release_env",
-    "reserved_for_compact",
-]
+__all__ = ["DB_NAMES", "LMDB_TABLES", "Env"]
 
 T = TypeVar("T")
 
@@ -71,6 +66,11 @@ DB_NAMES = (
     "audit_index",
     "audit_mac",
 )
+#: Every named database of an LMDB store: the shared ones and layout 5's heap
+#: tables (cpstore/store/content.py; PostgreSQL has no heap: docs/store.md).
+LMDB_TABLES = DB_NAMES + HEAP_TABLES
+
+
 class Env:
     """An open LMDB environment, its named databases and its txn bookkeeping."""
 
@@ -94,6 +94,9 @@ class Env:
         #: The store layout read from the format record (docs/store.md); a
         #: writable open has upgraded an older one to STORE_VERSION.
         self.layout: int = STORE_VERSION
+        #: A read-only open of a store older than layout 5 (no heap tables yet):
+        #: each read looks for another process's upgrade (:meth:`_legacy_read`).
+        self._legacy_ro = False
         data = os.path.join(path, "data.mdb")
         self._tail = TailCover(data, 0)  # psize set once open
         #: This release's mark on the folder, held from before LMDB's open until
@@ -168,7 +171,7 @@ class Env:
             "subdir": True,
             "readonly": options.readonly,
             "create": False,
-            "max_dbs": len(DB_NAMES) + 4,
+            "max_dbs": len(LMDB_TABLES) + 4,
             "max_readers": 1022,
             "readahead": False,
             # durability="none" is MDB_NOSYNC: commits are written to the file
@@ -276,14 +279,15 @@ class Env:
                 raise refuse("no cpstore format record", self.path) from None
             if not self.options.create:
                 raise self._nothing_here() from None
-            for name in DB_NAMES:
+            for name in LMDB_TABLES:
                 dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
             txn.put(FORMAT_KEY, encode_value(FORMAT), overwrite=False, db=dbs["meta"])
             self.layout = STORE_VERSION
             return dbs
         version = check_format(txn.get(FORMAT_KEY, db=meta), self.path)
-        for name in DB_NAMES:
-            # A store from before a database was added gets it here.
+        for name in LMDB_TABLES:
+            # A store from before a database was added gets it here (an older
+            # layout's heap tables: its entries stay in the legacy tables).
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         if version != STORE_VERSION:
             refuse_beside_older_holders(self.path, version, STORE_VERSION)
@@ -304,7 +308,42 @@ class Env:
             end=self.end_read,
             never_committed=self._never_committed,
         )
+        # The heap tables exist exactly from layout 5 on (made in the upgrade's txn).
+        dbs.update(
+            open_tables(self.env, HEAP_TABLES, self.path, required=self.layout >= HEAP_LAYOUT)
+        )
+        self._legacy_ro = self.layout < HEAP_LAYOUT
         return dbs
+
+    def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
+        """``txn``, or a new read txn with the heap tables open when ``txn`` sees that
+        another process upgraded this read-only handle's store to layout 5.
+
+        The tables are opened while no read of this process is open (the map
+        resize's gate), so no txn begun before can meet a table it lacks. A
+        thread that holds another read cannot wait for that: it reads on
+        without them (entries written since the upgrade are not found).
+        """
+        fmt = txn.get(FORMAT_KEY, db=self.dbs["meta"])
+        if check_format(fmt, self.path) < HEAP_LAYOUT:
+            return txn
+        self.end_read(txn)
+        if get_ident() not in self._active:
+            with self.write_lock, self._gate:
+                if self._legacy_ro:
+                    self._resizing = True
+                    try:
+                        while self._active:
+                            self._gate.wait(0.05)
+                        self.dbs.update(
+                            open_tables(self.env, HEAP_TABLES, self.path, required=True)
+                        )
+                        self.layout = STORE_VERSION
+                        self._legacy_ro = False
+                    finally:
+                        self._resizing = False
+                        self._gate.notify_all()
+        return self._begin(write=False)
 
     def layout_in(self, txn: Txn[memoryview]) -> int:
         """The store layout ``txn`` sees.
@@ -409,14 +448,17 @@ class Env:
         active.append(me)
         if not self._resizing:
             try:
-                return self.env.begin(buffers=True)  # type: ignore[no-any-return]
+                txn: Txn[memoryview] = self.env.begin(buffers=True)
             except BaseException as exc:
                 active.remove(me)
                 if not isinstance(exc, lmdb.Error):
                     raise
+            else:
+                return self._legacy_read(txn) if self._legacy_ro else txn
         else:
             self._leave_read()
-        return self._begin(write=False)
+        txn = self._begin(write=False)
+        return self._legacy_read(txn) if self._legacy_ro else txn
 
     def end_read(self, txn: Txn[memoryview]) -> None:
         """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline."""
@@ -530,105 +572,3 @@ class Env:
                 got=f"{current} bytes in use",
             )
         self._resize(min(current * 2, limit))
-
-
-_REGISTRY: dict[str, Env] = {}
-_REGISTRY_LOCK = threading.Lock()
-#: Paths this process is compacting (:func:`reserved_for_compact`): opens refuse them.
-_COMPACTING: set[str] = set()
-
-
-def acquire_env(path: str, options: EnvOptions) -> Env:
-    """The process's :class:`Env` for ``path``, opened on first use."""
-    key = os.path.realpath(path)
-    with _REGISTRY_LOCK:
-        env = _REGISTRY.get(key)
-        if env is not None and env.pid != os.getpid():
-            # Inherited through fork(): it must not be reused or closed here, and
-            # py-lmdb refuses to open the same files again in this process.
-            raise ForkError(
-                "the store was opened before fork(); open it only after fork() "
-                "(or use the spawn start method)",
-                where=key,
-                expected=f"pid {env.pid}",
-                got=f"pid {os.getpid()}",
-            )
-        if env is None:
-            if key in _COMPACTING:
-                # Never wait here: compact's own verify of its copy opens a store
-                # through this registry while it holds the folder's creation lock.
-                raise StoreError(
-                    "this process is compacting the store; open it after compact returns",
-                    where=key,
-                )
-            env = Env(key, options)
-            _REGISTRY[key] = env
-        elif env.options.readonly != options.readonly:
-            raise StoreError(
-                "the store is already open in this process with another mode",
-                where=key,
-                expected=f"readonly={env.options.readonly}",
-                got=f"readonly={options.readonly}",
-            )
-        elif env.options.sync != options.sync and not options.readonly:
-            # MDB_NOSYNC is a flag of the one LMDB environment handle this
-            # process has for the path: "none" beside "sync"/"batched" would
-            # silently weaken (or strengthen) the other handle's commits.
-            raise StoreError(
-                "the store is already open in this process with another durability",
-                where=key,
-                expected='durability="none"'
-                if not env.options.sync
-                else 'durability="sync" or "batched"',
-                got='durability="none"' if not options.sync else 'durability="sync" or "batched"',
-            )
-        env.handles += 1
-        return env
-
-
-@contextmanager
-def reserved_for_compact(path: str) -> Iterator[None]:
-    """Refuse every open of ``path`` in this process while the block runs.
-
-    Raises StoreError when this process has it open already. Decided under the
-    registry lock, so no thread's open slips between the check and the
-    compaction (LMDB's locks are per process: a thread's open would not
-    conflict with the compaction's own lock on ``lock.mdb``).
-    """
-    key = os.path.realpath(path)
-    with _REGISTRY_LOCK:
-        env = _REGISTRY.get(key)
-        if (env is not None and env.pid == os.getpid()) or key in _COMPACTING:
-            raise StoreError("close the store in this process before compacting it", where=path)
-        _COMPACTING.add(key)
-    try:
-        yield
-    finally:
-        with _REGISTRY_LOCK:
-            _COMPACTING.discard(key)
-
-
-def is_open_here(path: str) -> bool:
-    """True when this process (not a parent before fork()) has ``path`` open."""
-    try:
-        real = os.path.realpath(path)
-    except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
-        return False
-    with _REGISTRY_LOCK:
-        env = _REGISTRY.get(real)
-        return env is not None and env.pid == os.getpid()
-
-
-def release_env(env: Env) -> None:
-    """Drop one handle; the last one closes the environment.
-
-    Under the registry lock: closing drops every POSIX lock this process holds on
-    ``lock.mdb``, so an environment opened beside this one meanwhile would be left
-    without LMDB's liveness and reader locks."""
-    with _REGISTRY_LOCK:
-        env.handles -= 1
-        if env.handles > 0:
-            return
-        if _REGISTRY.get(env.path) is env:
-            del _REGISTRY[env.path]
-        env.close()

@@ -34,6 +34,7 @@ __all__ = [
     "has_lmdb_meta_page",
     "is_lock_permission_error",
     "open_dbs_readonly",
+    "open_tables",
     "refuse",
 ]
 
@@ -231,3 +232,23 @@ def open_dbs_readonly(
                 expected=name,
             ) from None
     return dbs, layout
+
+
+def open_tables(env: Any, names: Sequence[str], path: str, *, required: bool) -> dict[str, Any]:
+    """Handles of the named databases ``names`` of a read-only environment.
+
+    Missing ones are left out, or refused when ``required`` (as
+    :func:`open_dbs_readonly` refuses them).
+    """
+    dbs: dict[str, Any] = {}
+    for name in names:
+        try:
+            dbs[name] = env.open_db(name.encode(), create=False)
+        except lmdb.NotFoundError:
+            if required:
+                raise StoreError(
+                    "the store lacks a named database; open it writable once to add it",
+                    where=path,
+                    expected=name,
+                ) from None
+    return dbs

@@ -21,7 +21,7 @@ from cpstore.errors import IntegrityError, InvalidInputError, StoreError
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_copy import compact_in_place
-from cpstore.store.lmdb_env import is_open_here
+from cpstore.store.lmdb_registry import is_open_here
 from cpstore.store.model import VerifyReport
 
 __all__ = ["CompactReport", "compact_store", "copy_store"]

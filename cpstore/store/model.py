@@ -26,6 +26,7 @@ __all__ = [
     "BARE_REF_LAYOUTS",
     "CHUNK_SIZE",
     "EXTENSION_META_PREFIXES",
+    "HEAP_LAYOUT",
     "MANIFEST_VERSION",
     "MAX_NAME_BYTES",
     "MAX_OBJECT_SIZE",
@@ -49,12 +50,16 @@ __all__ = [
 #: Version of the store layout (named databases and key layouts, docs/store.md).
 #: 3 (issue 16): chunked values are chunk trees over content-defined, framed
 #: (compressed) chunks. 4: chunk-tree roots are root v2 (level 1's tail inline,
-#: the upper levels' tails in one upper-spine object; docs/format.md).
-STORE_VERSION = 4
+#: the upper levels' tails in one upper-spine object; docs/format.md). 5 (issue 12):
+#: objects and checkpoint records appended to the ``heap`` table under sequential
+#: keys, found through the ``oloc``/``cloc`` indexes (LMDB; cpstore/store/content.py).
+STORE_VERSION = 5
 #: Layouts a store may have on open: older ones are upgraded in place on a
 #: writable open and read as they are on a read-only one (docs/store.md,
 #: "Store layout versions").
-READABLE_VERSIONS = (1, 2, 3, 4)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
+#: The first layout with the heap tables (objects and checkpoint records appended).
+HEAP_LAYOUT = 5
 #: Layouts whose ref values are bare ids: their upgrade rewrites the refs table.
 BARE_REF_LAYOUTS = (1,)
 # -----------------------------------------------------------------------------
@@ -216,6 +221,9 @@ class CheckpointWrite:
     #: ``meta`` records written (value) or deleted (None) in the same txn; keys
     #: are under an extension prefix (``EXTENSION_META_PREFIXES``, docs/store.md).
     extra_meta: tuple[tuple[bytes, bytes | None], ...] = ()
+    #: The state parts' object keys in the manifest's order: the commit stores
+    #: their heap locations beside the record as read hints (content.py).
+    hint_keys: tuple[bytes, ...] = ()
 
 
 def check_metadata(value: object, what: str) -> dict[str, Any]:

@@ -6,8 +6,6 @@ protocol, so every backend stores objects the same way.
 
 from __future__ import annotations
 
-from typing import Any
-
 from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
@@ -15,12 +13,15 @@ from cpstore.native.records import DIGEST_SIZE, Digest
 from cpstore.store.backend import Txn
 from cpstore.store.chunk_tree import load_tree
 from cpstore.store.codec import check_frame, is_frame_key
+from cpstore.store.content import Content
 from cpstore.store.model import CHUNK_SIZE, parse_id
 
 __all__ = ["as_digest", "chunk_index", "get_object", "load_chunked", "put_object"]
 
 
-def put_object(txn: Txn[memoryview], objects: Any, key: bytes, data: bytes | memoryview) -> bool:
+def put_object(
+    txn: Txn[memoryview], objects: Content, key: bytes, data: bytes | memoryview
+) -> bool:
     """Write-once put of ``data`` under its digest ``key``; True if it was new.
 
     An existing identical object is a no-op; different bytes under the key
@@ -28,9 +29,9 @@ def put_object(txn: Txn[memoryview], objects: Any, key: bytes, data: bytes | mem
     frame (17-byte key) may be stored compressed differently by another zstd
     build: there the chunk bytes are compared, not the stored ones.
     """
-    if txn.put(key, data, overwrite=False, db=objects):
+    if objects.add(txn, key, data):
         return True
-    existing = txn.get(key, db=objects)
+    existing = objects.get(txn, key)
     if existing is not None and len(existing) == len(data) and existing == data:
         return False
     where = f"objects/{key.hex()}"
@@ -47,13 +48,13 @@ def put_object(txn: Txn[memoryview], objects: Any, key: bytes, data: bytes | mem
 
 
 def get_object(
-    txn: Txn[memoryview], objects: Any, key: bytes, *, verify: bool, where: str
+    txn: Txn[memoryview], objects: Content, key: bytes, *, verify: bool, where: str
 ) -> memoryview:
     """Zero-copy view of an object as stored, hash-checked unless ``verify`` is False.
 
     A frame (a chunk under its 17-byte key) is checked by its content.
     """
-    view = txn.get(key, None, objects)
+    view = objects.get(txn, key)
     if view is None:
         raise NotFoundError("object not in the store", where=where, got=bytes(key).hex())
     if verify and is_frame_key(key):
@@ -82,7 +83,13 @@ def chunk_index(data: bytes) -> tuple[list[bytes], bytes]:
 
 
 def load_chunked(
-    txn: Txn[memoryview], objects: Any, index_key: bytes, whole: bytes, *, verify: bool, where: str
+    txn: Txn[memoryview],
+    objects: Content,
+    index_key: bytes,
+    whole: bytes,
+    *,
+    verify: bool,
+    where: str,
 ) -> bytes:
     """Reassemble a chunked value from its chunk tree (or layout-2 index); checks the whole."""
     return load_tree(txn, objects, index_key, whole, verify=verify, where=where)

@@ -34,6 +34,7 @@ from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
+from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
@@ -351,8 +352,9 @@ class PgBackend:
         def put(txn: Txn[memoryview]) -> None:
             assert isinstance(txn, PgTxn)
             txn.prefetch({handle: list(objects)})
+            direct = objects_of(self._tables)  # no heap on PostgreSQL: the objects table
             for key, data in objects.items():
-                put_object(txn, handle, key, data)
+                put_object(txn, direct, key, data)
 
         self.write_txn(put)
 
@@ -362,8 +364,9 @@ class PgBackend:
         with self.read_txn() as txn:
             assert isinstance(txn, PgTxn)
             txn.prefetch({handle: keys})
+            direct = objects_of(self._tables)
             return [
-                bytes(get_object(txn, handle, key, verify=verify, where=f"objects/{key.hex()}"))
+                bytes(get_object(txn, direct, key, verify=verify, where=f"objects/{key.hex()}"))
                 for key in keys
             ]
 
@@ -376,10 +379,17 @@ class PgBackend:
         return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
 
     def load_raw(
-        self, txn: Txn[memoryview], cid: bytes, *, verify: bool, full: bool = True
+        self,
+        txn: Txn[memoryview],
+        cid: bytes,
+        *,
+        verify: bool,
+        full: bool = True,
+        hints: list[bytes] | None = None,
     ) -> tuple[dict[str, Any], bytes]:
-        """(manifest map, 16-byte entry header) of a checkpoint (entries.read_entry)."""
-        raw, header = read_entry(txn, self._tables, cid, verify=verify, full=full)
+        """(manifest map, 16-byte entry header) of a checkpoint (entries.read_entry);
+        no location hints here (the direct tables: content.py)."""
+        raw, header = read_entry(txn, self._tables, cid, verify=verify, full=full, hints=hints)
         if not full and isinstance(txn, PgTxn) and not txn.write:
             # The reader's path (only the state checked): its next reads are the state's
             # objects, fetched here in one round trip rather than one each.

@@ -32,8 +32,9 @@ from cpstore.native.records import (
     provenance_name,
 )
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.content import objects_of
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
-from cpstore.store.model import Problem, created_at_of
+from cpstore.store.model import HEAP_LAYOUT, Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
 from cpstore.store.refs import RECORDED, check_ref_target, read_ref
 from cpstore.store.verify import check_checkpoint_objects
@@ -60,6 +61,9 @@ class _NotOpen(dict[str, Any]):
 
 
 _NOT_OPEN = _NotOpen()
+_ZERO4 = bytes(4)
+#: Where a state part's bytes start in its heap entry (a hash check follows).
+_PART_AT = 18
 
 
 class CheckpointView:
@@ -84,6 +88,7 @@ class CheckpointView:
         "_entered",
         "_head",
         "_header",
+        "_hints",
         "_id",
         "_lease",
         "_objects",
@@ -111,7 +116,7 @@ class CheckpointView:
         # entering uses it, leaving closes the reader but leaves the txn open.
         self._owner = txn
         self._entered = False
-        self._objects = store.db("objects")
+        self._objects = objects_of(store.dbs)
         self._cid = cid or b""
         self._head = head  # (ref key, run id, branch) for Store.latest
         self._raw: dict[str, Any] = _NOT_OPEN
@@ -131,6 +136,8 @@ class CheckpointView:
         # The parts map of a fast whole-state read: all hash-checked, merged
         # into _checked only when something looks there (most readers never do).
         self._checked_parts: dict[str, bytes] | None = None
+        # The record's location hints (content.py): only a verified read tries them.
+        self._hints: list[bytes] = []
 
     def __enter__(self) -> CheckpointView:
         if self._entered:
@@ -142,6 +149,8 @@ class CheckpointView:
         borrowed = self._owner
         # begin_read refuses a closed store and checks the pid
         txn = store.begin_read() if borrowed is None else borrowed
+        if store.layout < HEAP_LAYOUT:  # a read-only handle may have adopted the heap since
+            self._objects = objects_of(store.dbs)
         try:
             head = self._head
             if head is not None:
@@ -151,7 +160,7 @@ class CheckpointView:
                     raise NotFoundError("no such branch", where=f"refs/{run_id}/{branch}")
                 self._cid, origin = found
             self._raw, self._header = store.load_raw(
-                txn, self._cid, verify=self._verify, full=False
+                txn, self._cid, verify=self._verify, full=False, hints=self._hints
             )
             if head is not None:
                 # The ref's check caught a damaged key; this catches a ref that
@@ -469,21 +478,37 @@ class CheckpointView:
             # decode per part. A part that is missing, wrong or not one
             # canonical value leaves it for the part-by-part path below,
             # which raises naming the part (and serves verify=False readers).
-            get, objects = txn.get, self._objects
+            objects = self._objects
+            get, heap, txn_get = objects.get, objects.heap, txn.get
+            hints = self._hints[0] if self._hints else b""
+            if len(hints) != 4 * len(parts):
+                hints = b""
             out: dict[str, Any] = {}
             try:
+                at = 0
                 for name, key in parts.items():
-                    view: Any = get(key, None, objects)  # positional: keywords cost more
-                    if digest_small(view) != key:  # a missing part is None: TypeError
-                        break
+                    view: Any = None
+                    if hints:  # one heap get, trusted only once hashed
+                        view = txn_get(_ZERO4 + hints[at : at + 4], None, heap)
+                        at += 4
+                        if view is not None:
+                            view = view[_PART_AT:]  # a part's entry: kind, 16, digest
+                            if digest_small(view) != key:
+                                view = None  # a reused seq, or damage: ask the index
+                    if view is None:
+                        view = get(txn, key)
+                        if digest_small(view) != key:  # a missing part is None: TypeError
+                            break
                     # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
                     # Maps with int keys raise ValueError and take the slow path.
                     out[name] = _unpackb(view, ext_hook=_ext_hook)
                 else:
                     self._checked_parts = parts  # hash-checked in this txn
                     return out
-            except (TypeError, ValueError, msgpack.UnpackException, RecursionError):
+            except (TypeError, ValueError, IndexError, msgpack.UnpackException, RecursionError):
                 pass  # CanonicalEncodingError (a bad ext) is a ValueError too
+            except IntegrityError:
+                pass  # a damaged location: the part-by-part path names it
         return {name: self.state_part(name) for name in st["parts"]}
 
     def state_part(self, name: str) -> Any:

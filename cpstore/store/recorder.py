@@ -44,6 +44,7 @@ from cpstore.store.branches import head_of
 from cpstore.store.bulk import BulkAppends, checked_pin
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.commit import objects_to_check
+from cpstore.store.content import objects_of
 from cpstore.store.manifest import (
     encode_digest_map,
     encode_recorded_manifest,
@@ -153,8 +154,8 @@ class Recorder(BulkAppends):
 
     def _load_parent(self, cid: bytes) -> None:
         store = self._store
-        objects = store.db("objects")
         with store.read_txn() as txn:
+            objects = objects_of(store.dbs)
             m = store.load_manifest(txn, cid, verify=True)
             self._last_step = m.step
             if m.run_id != self._run_id:
@@ -501,6 +502,9 @@ class Recorder(BulkAppends):
             must_exist=must_exist,
             sealed_ledger=fields["effects"] if seal_ledger else None,
         )
+        parts = state_map["parts"]
+        if parts and not state_map["chunked"]:
+            op.hint_keys = _in_manifest_order(parts)
         if extra_meta is not None:
             op.extra_meta = extension_records(extra_meta(cid))
         self._chunks, chunks = [], self._chunks
@@ -578,3 +582,12 @@ class Recorder(BulkAppends):
     def __del__(self) -> None:
         if hasattr(self, "_closed"):
             self._warn_unsealed("when garbage-collected")
+
+
+def _in_manifest_order(parts: dict[str, bytes]) -> tuple[bytes, ...]:
+    """The parts' keys in the canonical map order (UTF-8 length, then bytes): the order
+    a reader decodes them in (a wrong order only costs that read the hints)."""
+    names = list(parts)
+    if len(names) > 1:
+        names.sort(key=lambda name: (len(encoded := name.encode()), encoded))
+    return tuple(parts[name] for name in names)

@@ -26,6 +26,7 @@ from cpstore.errors import CpstoreError, IntegrityError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value
 from cpstore.native.records import DIGEST_SIZE
+from cpstore.store.content import records_of
 from cpstore.store.manifest import decode_manifest
 from cpstore.store.model import Problem, split_ref_key, unpack_checkpoint_value
 
@@ -233,7 +234,7 @@ def replace_damaged_ref(
 def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int:
     """Check every ref (its check, its target's run and branch) and the table digest."""
     acc, count = _ZERO, 0
-    cps = dbs["checkpoints"]
+    cps = records_of(dbs)
     with txn.cursor(db=dbs["refs"]) as cur:
         for k, v in cur:
             key, count = bytes(k), count + 1
@@ -245,7 +246,10 @@ def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int
             except CpstoreError as exc:
                 problems.append(Problem(exc.what, exc.where or "refs", exc.expected, exc.got))
                 continue
-            value = txn.get(cid, None, cps)
+            try:
+                value = cps.get(txn, cid)
+            except IntegrityError:
+                value = None  # a damaged location: heap_problems names it
             if value is None:
                 problems.append(Problem("ref does not resolve", _where(key), expected=cid.hex()))
                 continue
@@ -289,13 +293,13 @@ def upgrade_refs_v1(txn: Any, dbs: Mapping[str, Any]) -> int:
     key's branch and SET otherwise (a fork pointer). A ref whose target is
     not stored (damage layout 1 could not detect) keeps SET; verify reports it.
     """
-    refs, cps = dbs["refs"], dbs["checkpoints"]
+    refs, cps = dbs["refs"], records_of(dbs)
     with txn.cursor(db=refs) as cur:
         old = [(bytes(k), bytes(v)) for k, v in cur]
     acc = _ZERO
     for key, cid in old:
         origin = SET
-        value = txn.get(cid, None, cps) if len(cid) == DIGEST_SIZE else None
+        value = cps.get(txn, cid) if len(cid) == DIGEST_SIZE else None
         if value is not None:
             try:
                 created, data = unpack_checkpoint_value(value)

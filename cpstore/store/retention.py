@@ -19,11 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
 from cpstore.native.canonical import encode_value
 from cpstore.store.audit import AuditView, append_audit_txn
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches
+from cpstore.store.content import objects_of, records_of
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import check_name, split_ref_key, unpack_checkpoint_value
 from cpstore.store.refs import delete_ref, pinned_objects, retained_heads, unpack_ref
@@ -85,7 +86,7 @@ def _sweep(
     operation: str = "gc",
 ) -> GcReport:
     dbs = store.dbs
-    objects = dbs["objects"]
+    objects, records = objects_of(dbs), records_of(dbs)
     now = store.now()
 
     def run(txn: Txn[memoryview]) -> GcReport:
@@ -112,7 +113,7 @@ def _sweep(
             cid: bytes | None = head
             walked = 0
             while cid is not None and (limit is None or walked < limit):
-                value = txn.get(cid, db=dbs["checkpoints"])
+                value = records.get(txn, cid)  # a damaged location stops the sweep
                 if value is None:
                     break
                 walked += 1
@@ -156,8 +157,8 @@ def _sweep(
         # Only what a swept checkpoint named is a candidate: objects stored with
         # put_object and never referenced are the caller's, not garbage.
         candidates: set[bytes] = set()
-        with txn.cursor(db=dbs["checkpoints"]) as cur:
-            dead = [(bytes(k), bytes(v)) for k, v in cur if bytes(k) not in live_cps]
+        # A record whose location is damaged (None) is left alone: verify names it.
+        dead = [(k, bytes(v)) for k, v in records.items(txn) if v is not None and k not in live_cps]
         tomb = encode_value({"pruned_at": now})
         removed_bytes = sum(len(v) for _, v in dead)
         for cid, entry in dead:
@@ -165,13 +166,16 @@ def _sweep(
             for field, key in manifest_references(decode_manifest(cid, data, created).raw):
                 # An (object, role) expanded while marking has only marked children.
                 mark(candidates, field, key)
-            txn.delete(cid, db=dbs["checkpoints"])
+            records.delete(txn, cid)
             txn.put(cid, tomb, db=dbs["tombstones"])
         doomed_objects = candidates - marked
         for key in doomed_objects:
-            value = txn.get(key, db=objects)
+            try:
+                value = objects.get(txn, key)
+            except IntegrityError:
+                value = None  # its location names another entry: only the index row goes
             removed_bytes += 0 if value is None else len(value)
-            txn.delete(key, db=objects)
+            objects.delete(txn, key)
         ids = tuple(sorted(cid.hex() for cid, _ in dead))
         decided = tuple(c for c in ids if c in _audited_checkpoints(store, txn)) if ids else ()
         report = GcReport(ids, len(doomed_objects), removed_bytes, decided, dry_run)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from cpstore.errors import IntegrityError
 from cpstore.store.chunk_tree import read_root, read_v2_index
 from cpstore.store.codec import frame_content_size, is_frame_key
+from cpstore.store.content import objects_of, records_of
 from cpstore.store.manifest import decode_manifest, manifest_references
 from cpstore.store.model import unpack_checkpoint_value
 from cpstore.store.verify import child_kind, children
@@ -89,41 +90,43 @@ def store_stats(store: Store) -> StoreStats:
     checkpoints = refs = audit = 0
     reached_any: set[bytes] = set()
     walked: set[bytes] = set()  # complete chunk-tree nodes already expanded
-    objects = store.backend.db("objects")
     with store.backend.read_txn() as txn:
-        with txn.cursor(db=objects) as cur:
-            for key, value in cur:
-                stored += len(value)
-                size = len(value)
-                if is_frame_key(key):
-                    with suppress(IntegrityError):  # damaged: counted as stored
-                        size = frame_content_size(value, "")
-                sizes[bytes(key)] = size
-        with txn.cursor(db=store.backend.db("checkpoints")) as cur:
-            for key, value in cur:
-                checkpoints += 1
-                created, body = unpack_checkpoint_value(value)
-                manifest = decode_manifest(bytes(key), body, created)
-                for field, ref in manifest_references(manifest.raw):
-                    d = bytes(ref)
-                    reached_any.add(d)
-                    kind = child_kind(field)
-                    if kind == "chunks":
-                        if d not in whole:
-                            raw = txn.get(d, None, objects)
-                            whole[d] = 0 if raw is None else _whole_size(raw)
-                            reached_any.update(
-                                bytes(c) for c in children(txn, objects, field, d, walked)
-                            )
-                        referenced += whole[d]
-                    elif kind == "log":
-                        if d not in logs:
-                            named = [bytes(c) for c in children(txn, objects, field, d)]
-                            reached_any.update(named)
-                            logs[d] = sum(sizes.get(c, 0) for c in named)
-                        referenced += sizes.get(d, 0) + logs[d]
-                    else:
-                        referenced += sizes.get(d, 0)
+        objects, records = objects_of(store.backend.dbs), records_of(store.backend.dbs)
+        for key, value in objects.items(txn):
+            if value is None:
+                continue  # a damaged location: verify names it
+            stored += len(value)
+            size = len(value)
+            if is_frame_key(key):
+                with suppress(IntegrityError):  # damaged: counted as stored
+                    size = frame_content_size(value, "")
+            sizes[bytes(key)] = size
+        for key, value in records.items(txn):
+            if value is None:
+                continue
+            checkpoints += 1
+            created, body = unpack_checkpoint_value(value)
+            manifest = decode_manifest(bytes(key), body, created)
+            for field, ref in manifest_references(manifest.raw):
+                d = bytes(ref)
+                reached_any.add(d)
+                kind = child_kind(field)
+                if kind == "chunks":
+                    if d not in whole:
+                        raw = objects.get(txn, d)
+                        whole[d] = 0 if raw is None else _whole_size(raw)
+                        reached_any.update(
+                            bytes(c) for c in children(txn, objects, field, d, walked)
+                        )
+                    referenced += whole[d]
+                elif kind == "log":
+                    if d not in logs:
+                        named = [bytes(c) for c in children(txn, objects, field, d)]
+                        reached_any.update(named)
+                        logs[d] = sum(sizes.get(c, 0) for c in named)
+                    referenced += sizes.get(d, 0) + logs[d]
+                else:
+                    referenced += sizes.get(d, 0)
         refs = txn.stat(store.backend.db("refs"))["entries"]
         audit = txn.stat(store.backend.db("audit"))["entries"]
     space = store.space()

@@ -43,6 +43,7 @@ from cpstore.native.binding import digest, digest_small
 from cpstore.native.records import Digest
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.codec import stored_key
+from cpstore.store.content import objects_of, records_of
 from cpstore.store.manifest import manifest_references
 from cpstore.store.model import split_checkpoint_value, split_ref_key
 from cpstore.store.objects import put_object
@@ -102,11 +103,12 @@ def _present(backend: Backend, table: str, keys: Iterable[bytes]) -> set[bytes]:
     handle = backend.db(table)
     with backend.read_txn() as txn:
         prefetch = getattr(txn, "prefetch", None)
-        if prefetch is not None:
+        if prefetch is not None:  # PostgreSQL: the direct tables (content.py)
             prefetch({}, exists={handle: wanted})
             has: Callable[[bytes], bool] = txn.has  # type: ignore[attr-defined]
             return {k for k in wanted if has(k, db=handle)}  # type: ignore[call-arg]
-        return {k for k in wanted if txn.get(k, db=handle) is not None}
+        content = objects_of(backend.dbs) if table == "objects" else records_of(backend.dbs)
+        return {k for k in wanted if content.exists(txn, k)}
 
 
 def _branches(src: Backend, txn: Txn[memoryview], run_id: str | None) -> list[_Branch]:
@@ -128,7 +130,7 @@ def _branches(src: Backend, txn: Txn[memoryview], run_id: str | None) -> list[_B
         cid: bytes | None = head
         pruned_root: bytes | None = None
         while cid is not None:
-            if txn.get(cid, db=src.db("checkpoints")) is None:
+            if not records_of(src.dbs).exists(txn, cid):
                 if txn.get(cid, db=src.db("tombstones")) is not None:
                     pruned_root = cid
                     break
@@ -155,7 +157,7 @@ def _prefixed(cur: Any, prefix: bytes) -> Iterable[tuple[bytes, Any]]:
 
 def _reach(src: Backend, txn: Txn[memoryview], cids: list[bytes]) -> list[bytes]:
     """Every object the checkpoints ``cids`` reach, each once, in a stable order."""
-    objects = src.db("objects")
+    objects = objects_of(src.dbs)
     out: dict[bytes, None] = {}
     expanded: set[tuple[bytes, str]] = set()
     for cid in cids:
@@ -245,7 +247,9 @@ def _land_branch(
     ``MAX_RESENDS`` such rounds the branch is a :class:`ConflictError` naming the
     race; nothing of it landed.
     """
+    # Raw table handles for PostgreSQL's prefetch; every read and write goes through content.py.
     cps, objects = dst.db("checkpoints"), dst.db("objects")
+    records, contents = records_of(dst.dbs), objects_of(dst.dbs)
     lineage = set(branch.lineage)
     carry: dict[bytes, bytes] = {}
 
@@ -278,12 +282,12 @@ def _land_branch(
         if current is not None and current[0] not in lineage:
             return "diverged", 0  # nothing written: no checkpoint lands without its ref
         for key, data in carry.items():  # re-sent: swept since step 3
-            put_object(txn, objects, key, data)
+            put_object(txn, contents, key, data)
         swept = [
             key
             for cid in landing
             for key in reach[cid]
-            if not (has(key, db=objects) if has else txn.get(key, db=objects) is not None)
+            if not (has(key, db=objects) if has else contents.exists(txn, key))
         ]
         if swept:
             raise _ObjectsSweptError(list(dict.fromkeys(swept)))
@@ -292,15 +296,15 @@ def _land_branch(
             value = values.get(cid)
             if value is None:
                 continue
-            if txn.put(cid, value, overwrite=False, db=cps):
+            if records.add(txn, cid, value):
                 written += 1
-            elif _manifest(txn.get(cid, db=cps), cid) != _manifest(value, cid):
+            elif _manifest(records.get(txn, cid), cid) != _manifest(value, cid):
                 raise IntegrityError(
                     "different manifest stored under this checkpoint id",
                     where=f"checkpoints/{cid.hex()}",
                 )
             txn.delete(cid, db=dst.db("tombstones"))
-        if txn.get(branch.head, db=cps) is None:
+        if not records.exists(txn, branch.head):
             # Stored when step 2 looked, so not copied; pruned since (the
             # destination's own gc): a ref here would name a missing checkpoint.
             run, name = split_ref_key(branch.key)
@@ -311,7 +315,7 @@ def _land_branch(
                 got="pruned" if txn.get(branch.head, db=dst.db("tombstones")) else "missing",
             )
         root = branch.pruned_root
-        if tombstone is not None and root is not None and txn.get(root, db=cps) is None:
+        if tombstone is not None and root is not None and not records.exists(txn, root):
             txn.put(root, tombstone, overwrite=False, db=dst.db("tombstones"))
         for key, sealer in ledgers.items():
             if sealer in lineage:
@@ -383,7 +387,8 @@ def transfer(
         every = list(dict.fromkeys(c for b in branches for c in b.lineage))
         have = _present(dest, "checkpoints", every)
         missing = [c for c in every if c not in have]
-        values = {c: bytes(txn.get(c, db=source.db("checkpoints")) or b"") for c in missing}
+        src_records = records_of(source.dbs)
+        values = {c: bytes(src_records.get(txn, c) or b"") for c in missing}
         for cid, value in values.items():
             _, data = split_checkpoint_value(value, cid)
             if digest_small(data) != cid:  # the receiver checks each manifest against its id

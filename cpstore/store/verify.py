@@ -17,6 +17,7 @@ from cpstore.store.audit import check_audit_chain
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.chunk_tree import load_tree, tree_objects
 from cpstore.store.codec import FRAME_KEY_SIZE, stored_key
+from cpstore.store.content import Content, heap_problems, objects_of, records_of
 from cpstore.store.keyed_audit import check_macs
 from cpstore.store.lg_index import check_index
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
@@ -27,8 +28,17 @@ from cpstore.store.refs import check_refs, pinned_objects, retained_heads
 __all__ = ["check_checkpoint_objects", "child_kind", "children", "verify"]
 
 
-def _decode_list(txn: Txn[memoryview], objects: Any, key: bytes) -> list[Any]:
-    raw = txn.get(key, db=objects)
+def _peek(txn: Txn[memoryview], objects: Content, key: bytes) -> Any:
+    """The stored bytes of ``key``, or None when missing or its location is damaged
+    (heap_problems reports the location; callers report what is missing)."""
+    try:
+        return objects.get(txn, key)
+    except IntegrityError:
+        return None
+
+
+def _decode_list(txn: Txn[memoryview], objects: Content, key: bytes) -> list[Any]:
+    raw = _peek(txn, objects, key)
     if raw is None:
         return []
     value = decode_value(raw)
@@ -45,7 +55,7 @@ def child_kind(field: str) -> str | None:
 
 
 def children(
-    txn: Txn[memoryview], objects: Any, field: str, key: bytes, walked: set[bytes] | None = None
+    txn: Txn[memoryview], objects: Content, field: str, key: bytes, walked: set[bytes] | None = None
 ) -> Iterable[bytes]:
     """Objects an object names: nodes and chunks of a chunk tree, payloads of a log.
 
@@ -64,11 +74,15 @@ def children(
 
 
 def _check_tokens(
-    txn: Txn[memoryview], objects: Any, where: str, log: Mapping[str, Any], problems: list[Problem]
+    txn: Txn[memoryview],
+    objects: Content,
+    where: str,
+    log: Mapping[str, Any],
+    problems: list[Problem],
 ) -> None:
-    records = txn.get(log["records"], db=objects)
-    values = txn.get(log["values"], db=objects)
-    offsets = txn.get(log["offsets"], db=objects)
+    records = _peek(txn, objects, log["records"])
+    values = _peek(txn, objects, log["values"])
+    offsets = _peek(txn, objects, log["offsets"])
     if records is None or values is None or offsets is None:
         return  # reported as unresolved references
     count = log["count"]
@@ -130,7 +144,7 @@ def _check_parent(
     if m.parent is not None:
         parent = bytes.fromhex(m.parent)
         if (
-            txn.get(parent, db=dbs["checkpoints"]) is None
+            not records_of(dbs).exists(txn, parent)
             and txn.get(parent, db=dbs["tombstones"]) is None
         ):
             problems.append(
@@ -158,18 +172,18 @@ def _check_checkpoint(
     problems: list[Problem],
 ) -> None:
     where = f"checkpoints/{cid.hex()}"
-    objects = dbs["objects"]
+    objects = objects_of(dbs)
     m = _check_entry(cid, value, where, problems)
     if m is None:
         return
     _check_parent(txn, dbs, m, where, problems)
     for field, key in manifest_references(m.raw):
-        if txn.get(key, db=objects) is None:
+        if _peek(txn, objects, key) is None:
             problems.append(_unresolved(f"{where}.{field}", key))
             continue
         try:
             for i, child in enumerate(children(txn, objects, field, key)):
-                if txn.get(child, db=objects) is None:
+                if _peek(txn, objects, child) is None:
                     problems.append(_unresolved(f"{where}.{field}[{i}]", child, i))
         except (CpstoreError, TypeError, ValueError, IndexError) as exc:
             problems.append(
@@ -205,12 +219,11 @@ class _Rehash:
     def __init__(
         self,
         txn: Txn[memoryview],
-        objects: Any,
+        objects: Content,
         where: str,
         checked: set[bytes],
         problems: list[Problem],
     ) -> None:
-        self._get = txn.get
         self._objects = objects
         self.txn, self.objects = txn, objects
         self.where = where
@@ -227,7 +240,13 @@ class _Rehash:
         for objects the caller decodes (logs, chunk indexes).
         """
         key = bytes(key)
-        view = self._get(key, None, self._objects)
+        try:
+            view = self._objects.get(self.txn, key)
+        except IntegrityError as exc:  # a damaged location: never someone else's bytes
+            self.problems.append(
+                Problem(exc.what, f"{self.where}.{field} ({exc.where})", exc.expected, exc.got)
+            )
+            return None
         if view is None:
             self.problems.append(
                 Problem(
@@ -315,7 +334,10 @@ def check_checkpoint_objects(
     """
     where = f"checkpoints/{cid.hex()}"
     problems: list[Problem] = []
-    value = txn.get(cid, db=dbs["checkpoints"])
+    try:
+        value = records_of(dbs).get(txn, cid)
+    except IntegrityError as exc:
+        return [Problem(exc.what, exc.where or where, exc.expected, exc.got)]
     if value is None:
         pruned = txn.get(cid, db=dbs["tombstones"]) is not None
         what = "checkpoint was pruned" if pruned else "checkpoint not in the store"
@@ -324,7 +346,7 @@ def check_checkpoint_objects(
     if m is None:
         return problems
     _check_parent(txn, dbs, m, where, problems)
-    objs = _Rehash(txn, dbs["objects"], where, set() if checked is None else checked, problems)
+    objs = _Rehash(txn, objects_of(dbs), where, set() if checked is None else checked, problems)
     state = m.raw["state"]
     chunked = state["chunked"] or {}
     wholes = {"bytes": state["digest"]} if state["kind"] == "bytes" else state["parts"] or {}
@@ -348,7 +370,7 @@ def check_checkpoint_objects(
         offsets = objs.get(log["offsets"], "tokens.offsets")
         objs.flush()
         if len(problems) == before and derive_tokens:
-            _check_tokens(txn, dbs["objects"], f"{where}.tokens", log, problems)
+            _check_tokens(txn, objs.objects, f"{where}.tokens", log, problems)
         elif len(problems) == before:
             sizes = (len(records or b""), len(offsets or b""))
             if sizes != (32 * log["count"], 8 * (log["count"] + 1)):
@@ -376,8 +398,12 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
     problems: list[Problem] = []
     counts = dict.fromkeys(("objects", "checkpoints", "refs", "ledgers", "tombstones", "audit"), 0)
     with store.read_txn() as txn:
-        total = sum(
-            txn.stat(dbs[name])["entries"] for name in ("objects", "checkpoints", "refs", "ledgers")
+        dbs = store.dbs  # a read-only handle may have adopted the heap tables at this begin
+        objects, records = objects_of(dbs), records_of(dbs)
+        total = (
+            objects.count(txn)
+            + records.count(txn)
+            + sum(txn.stat(dbs[name])["entries"] for name in ("refs", "ledgers"))
         )
         done = 0
 
@@ -388,10 +414,10 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 progress(done, total)
 
         try:
-            with txn.cursor(db=dbs["objects"]) as cur:
-                for key, value in cur:
-                    tick()
-                    counts["objects"] += 1
+            for key, value in objects.items(txn):
+                tick()
+                counts["objects"] += 1
+                if value is not None:  # a damaged location: heap_problems names it
                     got = stored_key(key, value)  # a frame: its chunk's digest (issue 16)
                     if len(key) not in (DIGEST_SIZE, FRAME_KEY_SIZE) or got != bytes(key):
                         problems.append(
@@ -402,17 +428,19 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                                 got=got.hex(),
                             )
                         )
-            with txn.cursor(db=dbs["checkpoints"]) as cur:
-                for key, value in cur:
-                    tick()
-                    counts["checkpoints"] += 1
-                    _check_checkpoint(txn, dbs, bytes(key), value, problems)
+            for key, value in records.items(txn):
+                tick()
+                counts["checkpoints"] += 1
+                if value is not None:
+                    _check_checkpoint(txn, dbs, key, value, problems)
+            for at, what, found in heap_problems(txn, dbs):
+                problems.append(Problem(what, at, got=found))
             if store.layout_in(txn) == 1:  # read-only open of a layout-1 store: no checks stored
                 with txn.cursor(db=dbs["refs"]) as cur:
                     for key, value in cur:
                         tick()
                         counts["refs"] += 1
-                        if txn.get(bytes(value), db=dbs["checkpoints"]) is None:
+                        if not records.exists(txn, bytes(value)):
                             run, branch = split_ref_key(key)
                             problems.append(
                                 Problem(
@@ -426,7 +454,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 for _ in range(counts["refs"]):
                     tick()
             for cid in retained_heads(txn, dbs["meta"]):
-                if txn.get(cid, db=dbs["checkpoints"]) is None:
+                if not records.exists(txn, cid):
                     problems.append(
                         Problem(
                             "retained head does not resolve",
@@ -435,7 +463,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                         )
                     )
             for key in pinned_objects(txn, dbs["meta"]):
-                if txn.get(key, db=dbs["objects"]) is None:
+                if _peek(txn, objects, key) is None:
                     problems.append(
                         Problem(
                             "pinned object does not resolve",
@@ -450,7 +478,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 for key, _ in cur:
                     tick()
                     counts["ledgers"] += 1
-                    if txn.get(bytes(key), db=dbs["objects"]) is None:
+                    if _peek(txn, objects, bytes(key)) is None:
                         problems.append(
                             Problem(
                                 "sealed ledger does not resolve",
@@ -460,7 +488,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                         )
                         continue
                     try:
-                        entries = _decode_list(txn, dbs["objects"], bytes(key))
+                        entries = _decode_list(txn, objects, bytes(key))
                         payloads = [bytes(entry[2]) for entry in entries]
                     except (CpstoreError, TypeError, ValueError, IndexError, KeyError) as exc:
                         problems.append(
@@ -472,7 +500,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                         )
                         continue
                     for i, payload in enumerate(payloads):
-                        if txn.get(payload, db=dbs["objects"]) is None:
+                        if _peek(txn, objects, payload) is None:
                             problems.append(
                                 Problem(
                                     "ledger payload does not resolve",

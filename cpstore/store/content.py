@@ -1,0 +1,357 @@
+"""Where an object's bytes and a checkpoint's record live: the one module that knows.
+
+Store layout 5 (LMDB) appends both to one table, ``heap``, under sequential
+8-byte big-endian keys written with ``MDB_APPEND`` (its pages fill ~100 %,
+where random 16-byte digest keys left pages half full: issue 12). Each heap
+entry is self-describing::
+
+    kind (1 byte: b"o" object, b"c" checkpoint record) | key length (1) | key
+    | (records only: hint count (4) | hints (4 each)) | bytes
+
+and two small index tables map a key to the 8-byte location of its entry:
+``oloc`` (object key -> seq) and ``cloc`` (checkpoint id -> seq). A location
+is trusted only after the entry it names is seen to carry that kind and key
+(a compare, not a hash), on every read, ``verify=False`` included; an entry
+no index names is garbage that verify reports.
+
+A checkpoint record's entry has a *hint block* between its key and the
+record: a 4-byte big-endian count, then that many 4-byte big-endian heap seqs,
+those of the state parts in the manifest's order (0: none known), written by
+the commit that wrote the record (its txn already looks up every object the
+checkpoint names). They are outside the record, so ids do not change. A
+verified whole-state read tries each hint first and hashes what it finds; a
+hint that names anything else (a reused seq, damage) only sends that read to
+the index. Nothing ever returns a hinted entry unchecked: ``verify=False``
+reads go through the index and its kind-and-key compare.
+
+Seqs may be reused: the next one is the last heap key + 1 in the write txn,
+so after gc deletes the tail a later put takes the same seq again. Nothing may
+keep a location across txns without that kind-and-key compare.
+
+Older layouts keep their entries where they were: the ``objects`` and
+``checkpoints`` tables (the *legacy* tables), read as a fallback when the
+index has no entry (a get on an empty table is one page lookup: no root) and
+deleted from by gc. Layout-5 writers write only the heap. A backend without a
+``heap`` table in its ``dbs`` (PostgreSQL, whose every get is a round trip or
+a prefetch; an LMDB store opened read-only at an older layout) uses the direct
+tables only: heap placement is the LMDB engine's (docs/store.md).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from cpstore.errors import IntegrityError
+from cpstore.store.backend import Txn
+
+__all__ = [
+    "HEAP_TABLES",
+    "KIND_OBJECT",
+    "KIND_RECORD",
+    "Content",
+    "entry_header",
+    "heap_problems",
+    "objects_of",
+    "records_of",
+    "uses_heap",
+]
+
+#: The layout-5 tables (LMDB only): the heap and its two indexes.
+HEAP_TABLES = ("heap", "oloc", "cloc")
+#: Heap entry kinds.
+KIND_OBJECT = 0x6F  # "o"
+KIND_RECORD = 0x63  # "c"
+_SEQ_SIZE = 8
+_ZERO4 = bytes(4)
+_KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
+#: kind -> key length -> the two bytes an entry of that kind and key length starts with
+_HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in _KIND_NAMES}
+
+
+def entry_header(kind: int, key: bytes) -> bytes:
+    """The bytes a heap entry of ``kind`` for ``key`` starts with."""
+    return bytes((kind, len(key))) + bytes(key)
+
+
+def uses_heap(dbs: Mapping[str, Any]) -> bool:
+    """True when ``dbs`` has the layout-5 heap tables (LMDB at layout 5)."""
+    return "heap" in dbs
+
+
+class Content:
+    """One kind of content (objects or checkpoint records) on a backend's tables.
+
+    Stateless apart from the table handles: build it once per operation (or
+    per read view) from the backend's ``dbs`` with :func:`objects_of` or
+    :func:`records_of`; every method takes the txn it works in.
+    """
+
+    __slots__ = ("heads", "heap", "index", "kind", "legacy", "legacy_name")
+
+    def __init__(self, dbs: Mapping[str, Any], kind: int) -> None:
+        legacy_name, index_name = _KIND_NAMES[kind]
+        self.kind = kind
+        self.heads = _HEADS[kind]
+        self.legacy_name = legacy_name
+        self.legacy = dbs[legacy_name]
+        self.heap = dbs.get("heap")
+        self.index = dbs.get(index_name) if self.heap is not None else None
+
+    # -- reads -------------------------------------------------------------------
+
+    def get(self, txn: Txn[memoryview], key: bytes) -> memoryview | None:
+        """The stored bytes under ``key`` (a view in LMDB), or None.
+
+        IntegrityError when the index names a location whose entry is missing
+        or carries another kind or key: never someone else's bytes. (The hot
+        path of every read: two gets and one compare, inline.)
+        """
+        index = self.index
+        if index is not None:
+            seq: Any = txn.get(key, None, index)
+            if seq is not None:
+                entry = txn.get(seq, None, self.heap)
+                n = len(key) + 2
+                if entry is not None and entry[:n] == self.heads[n - 2] + key:
+                    if self.kind == KIND_RECORD:
+                        return self._record(key, seq, entry, n)[1]
+                    return entry[n:]
+                raise self._bad_location(key, seq, entry)
+        return txn.get(key, None, self.legacy)
+
+    def hinted(self, txn: Txn[memoryview], cid: bytes) -> tuple[memoryview | None, bytes]:
+        """(checkpoint record, location hints) of ``cid``; hints are b"" outside the heap.
+
+        The hints are 4-byte big-endian heap seqs of the state parts, in the
+        manifest's order, 0 where none was known (module docstring): a reader
+        may try one, and must check what it finds by hashing it.
+        """
+        index = self.index
+        if index is not None:
+            seq: Any = txn.get(cid, None, index)
+            if seq is not None:
+                entry = txn.get(seq, None, self.heap)
+                n = len(cid) + 2
+                if entry is not None and entry[:n] == self.heads[n - 2] + cid:
+                    hints, record = self._record(cid, seq, entry, n)
+                    return record, bytes(hints)
+                raise self._bad_location(cid, seq, entry)
+        return txn.get(cid, None, self.legacy), b""
+
+    def _record(
+        self, key: bytes, seq: Any, entry: memoryview, n: int
+    ) -> tuple[memoryview, memoryview]:
+        """(hint block, record bytes) of a record entry whose header matched."""
+        count = int.from_bytes(entry[n : n + 4], "big")
+        start = n + 4 + 4 * count
+        if len(entry) < start:
+            raise IntegrityError(
+                "a checkpoint record's heap entry is cut short in its location hints",
+                where=f"cloc/{bytes(key).hex()} -> heap/{int.from_bytes(bytes(seq), 'big')}",
+                expected=f">= {start} bytes",
+                got=len(entry),
+            )
+        return entry[n + 4 : start], entry[start:]
+
+    def _entry(self, txn: Txn[memoryview], key: bytes, seq: Any) -> memoryview:
+        entry = txn.get(bytes(seq), None, self.heap)
+        n = len(key) + 2
+        if len(seq) != _SEQ_SIZE or entry is None or entry[:n] != entry_header(self.kind, key):
+            raise self._bad_location(key, seq, entry)
+        if self.kind == KIND_RECORD:
+            return self._record(key, seq, entry, n)[1]
+        return entry[n:]
+
+    def locations(self, txn: Txn[memoryview], keys: Iterable[bytes]) -> bytes:
+        """The hint block of ``keys`` (objects): count, then each heap seq (4 bytes BE;
+        0 for one in a legacy table, missing, or past 2**32 - 1)."""
+        index = self.index
+        out = bytearray()
+        n = 0
+        for key in keys:
+            n += 1
+            seq = None if index is None else txn.get(key, None, index)
+            if seq is None or len(seq) != _SEQ_SIZE or seq[:4] != _ZERO4:
+                out += _ZERO4
+            else:
+                out += seq[4:]
+        return n.to_bytes(4, "big") + bytes(out)
+
+    def _index_name(self) -> str:
+        return _KIND_NAMES[self.kind][1]
+
+    def _bad_location(self, key: bytes, seq: Any, entry: Any) -> IntegrityError:
+        if len(seq) != _SEQ_SIZE:
+            return IntegrityError(
+                "a location index entry is not an 8-byte location",
+                where=f"{self._index_name()}/{bytes(key).hex()}",
+                expected=_SEQ_SIZE,
+                got=len(seq),
+            )
+        at = int.from_bytes(bytes(seq), "big")
+        if entry is None:
+            what, got = "the location index names a heap entry that is not stored", "missing"
+        else:
+            what = "the heap entry at this location is not the one the index names"
+            head = bytes(entry[: len(key) + 2])
+            got = head.hex() if len(head) < len(key) + 2 else f"{head[:2].hex()} {head[2:].hex()}"
+        return IntegrityError(
+            what,
+            where=f"{self._index_name()}/{bytes(key).hex()} -> heap/{at}",
+            expected=entry_header(self.kind, bytes(key))[:2].hex() + " " + bytes(key).hex(),
+            got=got,
+        )
+
+    def exists(self, txn: Any, key: bytes) -> bool:
+        """True when ``key`` has an entry (its location is not checked: :meth:`get` does)."""
+        index = self.index
+        if index is not None and txn.get(key, None, index) is not None:
+            return True
+        return txn.get(key, None, self.legacy) is not None
+
+    def count(self, txn: Any) -> int:
+        """How many keys have an entry."""
+        n = int(txn.stat(self.legacy)["entries"])
+        if self.index is not None:
+            n += int(txn.stat(self.index)["entries"])
+        return n
+
+    def keys(self, txn: Any, start: bytes = b"") -> Iterator[bytes]:
+        """Every key from ``start`` on, in key order (copied bytes)."""
+        return heapq.merge(*(_keys_of(txn, db, start) for db in self._key_tables()))
+
+    def items(self, txn: Any) -> Iterator[tuple[bytes, Any]]:
+        """(key, stored bytes or None when its location is damaged), legacy table first.
+
+        The bytes are views valid until the txn's next write; a damaged
+        location yields None (:meth:`get` raises naming it).
+        """
+        with txn.cursor(db=self.legacy) as cur:
+            for key, value in cur:  # iteration: what every backend's cursor has
+                yield bytes(key), value
+        if self.index is None:
+            return
+        with txn.cursor(db=self.index) as cur:
+            for key, seq in cur:
+                k = bytes(key)
+                try:
+                    yield k, self._entry(txn, k, seq)
+                except IntegrityError:
+                    yield k, None
+
+    def _key_tables(self) -> list[Any]:
+        return [self.legacy] if self.index is None else [self.legacy, self.index]
+
+    # -- writes --------------------------------------------------------------------
+
+    def add(self, txn: Any, key: bytes, data: bytes | memoryview, hints: bytes = b"") -> bool:
+        """Store ``data`` under ``key`` unless the key has an entry; True if written.
+
+        Write-once: an existing entry is never overwritten (the caller
+        compares it: :func:`~cpstore.store.objects.put_object`). A checkpoint
+        record's heap entry carries ``hints`` (:meth:`locations`; none: b"").
+        """
+        index = self.index
+        if index is None:
+            return bool(txn.put(key, data, overwrite=False, db=self.legacy))
+        if txn.get(key, None, index) is not None or txn.get(key, None, self.legacy) is not None:
+            return False
+        seq = next_seq(txn, self.heap)
+        head = entry_header(self.kind, key)
+        if self.kind == KIND_RECORD:
+            head += hints or _ZERO4
+        txn.put(seq, head + data, append=True, db=self.heap)
+        txn.put(key, seq, db=index)
+        return True
+
+    def delete(self, txn: Any, key: bytes) -> bool:
+        """Delete ``key``'s entry; True if there was one.
+
+        A location whose heap entry carries another key loses only its index
+        row: the entry it names belongs to that other key and stays.
+        """
+        index = self.index
+        if index is not None:
+            seq: Any = txn.get(key, None, index)
+            if seq is not None:
+                loc = bytes(seq)
+                entry = txn.get(loc, None, self.heap)
+                mine = entry is not None and bytes(entry[: len(key) + 2]) == entry_header(
+                    self.kind, key
+                )
+                txn.delete(key, db=index)
+                if mine:
+                    txn.delete(loc, db=self.heap)
+                return True
+        return bool(txn.delete(key, db=self.legacy))
+
+
+def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
+    with txn.cursor(db=db) as cur:
+        if not cur.set_range(start):
+            return
+        for key, _ in cur:  # from the position on
+            yield bytes(key)
+
+
+def next_seq(txn: Any, heap: Any) -> bytes:
+    """The next free heap key in a write txn: the last one + 1 (1 for an empty heap)."""
+    with txn.cursor(db=heap) as cur:
+        if not cur.last():
+            return (1).to_bytes(_SEQ_SIZE, "big")
+        return (int.from_bytes(bytes(cur.key()), "big") + 1).to_bytes(_SEQ_SIZE, "big")
+
+
+def objects_of(dbs: Mapping[str, Any]) -> Content:
+    """The objects of the store whose tables are ``dbs``."""
+    return Content(dbs, KIND_OBJECT)
+
+
+def records_of(dbs: Mapping[str, Any]) -> Content:
+    """The checkpoint records (``checkpoints`` values) of the store whose tables are ``dbs``."""
+    return Content(dbs, KIND_RECORD)
+
+
+def heap_problems(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
+    """(where, what, got) of every heap or location-index entry that is not as written.
+
+    Every index entry must name a heap entry carrying its kind and key (its
+    bytes are checked by the caller, through :meth:`Content.get`); every heap
+    entry must be named by the index of its kind: one no index names is
+    garbage (a crash cannot leave one: entry and index row share a txn).
+    """
+    if not uses_heap(dbs):
+        return []
+    heap = dbs["heap"]
+    out: list[tuple[str, str, str | None]] = []
+    named: set[bytes] = set()
+    for kind in (KIND_OBJECT, KIND_RECORD):
+        content = Content(dbs, kind)
+        with txn.cursor(db=content.index) as cur:
+            for key, seq in cur:
+                k = bytes(key)
+                try:
+                    content._entry(txn, k, seq)
+                except IntegrityError as exc:
+                    out.append(
+                        (exc.where or "", exc.what, None if exc.got is None else str(exc.got))
+                    )
+                    continue
+                named.add(bytes(seq))
+    with txn.cursor(db=heap) as cur:
+        for seq, entry in cur:
+            loc = bytes(seq)
+            if loc in named:
+                continue
+            at = int.from_bytes(loc, "big") if len(loc) == _SEQ_SIZE else loc.hex()
+            head = bytes(entry[:18])
+            out.append(
+                (
+                    f"heap/{at}",
+                    "a heap entry no location index names (garbage, or a damaged index)",
+                    head.hex(),
+                )
+            )
+    return out

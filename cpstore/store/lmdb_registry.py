@@ -1,0 +1,121 @@
+"""The process's registry of open LMDB environments: one :class:`Env` per data file.
+
+py-lmdb refuses a second open of the same files in one process, and LMDB's
+fcntl locks belong to the process, so every store handle on a path shares
+one environment (:mod:`cpstore.store.lmdb_env`); the last handle closes it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from cpstore.errors import ForkError, StoreError
+from cpstore.store.lmdb_env import Env
+from cpstore.store.lmdb_open import EnvOptions
+
+__all__ = ["acquire_env", "is_open_here", "release_env", "reserved_for_compact"]
+
+
+_REGISTRY: dict[str, Env] = {}
+_REGISTRY_LOCK = threading.Lock()
+#: Paths this process is compacting (:func:`reserved_for_compact`): opens refuse them.
+_COMPACTING: set[str] = set()
+
+
+def acquire_env(path: str, options: EnvOptions) -> Env:
+    """The process's :class:`Env` for ``path``, opened on first use."""
+    key = os.path.realpath(path)
+    with _REGISTRY_LOCK:
+        env = _REGISTRY.get(key)
+        if env is not None and env.pid != os.getpid():
+            # Inherited through fork(): it must not be reused or closed here, and
+            # py-lmdb refuses to open the same files again in this process.
+            raise ForkError(
+                "the store was opened before fork(); open it only after fork() "
+                "(or use the spawn start method)",
+                where=key,
+                expected=f"pid {env.pid}",
+                got=f"pid {os.getpid()}",
+            )
+        if env is None:
+            if key in _COMPACTING:
+                # Never wait here: compact's own verify of its copy opens a store
+                # through this registry while it holds the folder's creation lock.
+                raise StoreError(
+                    "this process is compacting the store; open it after compact returns",
+                    where=key,
+                )
+            env = Env(key, options)
+            _REGISTRY[key] = env
+        elif env.options.readonly != options.readonly:
+            raise StoreError(
+                "the store is already open in this process with another mode",
+                where=key,
+                expected=f"readonly={env.options.readonly}",
+                got=f"readonly={options.readonly}",
+            )
+        elif env.options.sync != options.sync and not options.readonly:
+            # MDB_NOSYNC is a flag of the one LMDB environment handle this
+            # process has for the path: "none" beside "sync"/"batched" would
+            # silently weaken (or strengthen) the other handle's commits.
+            raise StoreError(
+                "the store is already open in this process with another durability",
+                where=key,
+                expected='durability="none"'
+                if not env.options.sync
+                else 'durability="sync" or "batched"',
+                got='durability="none"' if not options.sync else 'durability="sync" or "batched"',
+            )
+        env.handles += 1
+        return env
+
+
+@contextmanager
+def reserved_for_compact(path: str) -> Iterator[None]:
+    """Refuse every open of ``path`` in this process while the block runs.
+
+    Raises StoreError when this process has it open already. Decided under the
+    registry lock, so no thread's open slips between the check and the
+    compaction (LMDB's locks are per process: a thread's open would not
+    conflict with the compaction's own lock on ``lock.mdb``).
+    """
+    key = os.path.realpath(path)
+    with _REGISTRY_LOCK:
+        env = _REGISTRY.get(key)
+        if (env is not None and env.pid == os.getpid()) or key in _COMPACTING:
+            raise StoreError("close the store in this process before compacting it", where=path)
+        _COMPACTING.add(key)
+    try:
+        yield
+    finally:
+        with _REGISTRY_LOCK:
+            _COMPACTING.discard(key)
+
+
+def is_open_here(path: str) -> bool:
+    """True when this process (not a parent before fork()) has ``path`` open."""
+    try:
+        real = os.path.realpath(path)
+    except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
+        return False
+    with _REGISTRY_LOCK:
+        env = _REGISTRY.get(real)
+        return env is not None and env.pid == os.getpid()
+
+
+def release_env(env: Env) -> None:
+    """Drop one handle; the last one closes the environment.
+
+    Under the registry lock: closing drops every POSIX lock this process holds on
+    ``lock.mdb``, so an environment opened beside this one meanwhile would be left
+    without LMDB's liveness and reader locks."""
+    with _REGISTRY_LOCK:
+        env.handles -= 1
+        if env.handles > 0:
+            return
+        if _REGISTRY.get(env.path) is env:
+            del _REGISTRY[env.path]
+        env.close()

@@ -1,0 +1,175 @@
+"""Test helper: read and damage stored entries behind the store's back, in any layout.
+
+Objects and checkpoint records live in the heap (layout 5) or in the legacy
+``objects``/``checkpoints`` tables (older layouts, PostgreSQL): the tests that
+simulate damage name the key and the table, and these find where it lives
+(cpstore/store/content.py). Every other table is written as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import lmdb
+
+from cpstore.native.canonical import encode_value
+from cpstore.store.content import KIND_RECORD, Content, entry_header, objects_of, records_of
+from cpstore.store.lmdb_env import LMDB_TABLES
+
+__all__ = [
+    "content_of",
+    "edit_raw",
+    "flip_byte",
+    "raw_dbs",
+    "raw_delete",
+    "raw_get",
+    "raw_items",
+    "raw_put",
+    "seq_of",
+    "to_layout_4",
+]
+
+_NAMES = LMDB_TABLES
+
+
+def content_of(dbs: Mapping[str, Any], table: str) -> Content | None:
+    """The content accessor for ``table`` ("objects"/"checkpoints"), None for other tables."""
+    if table == "objects":
+        return objects_of(dbs)
+    if table == "checkpoints":
+        return records_of(dbs)
+    return None
+
+
+def raw_dbs(env: Any, txn: Any = None) -> dict[str, Any]:
+    """Handles of a raw ``lmdb`` environment's store tables (the heap ones when present)."""
+    out: dict[str, Any] = {}
+    for name in _NAMES:
+        try:
+            out[name] = (
+                env.open_db(name.encode(), txn=txn, create=False)
+                if txn is not None
+                else env.open_db(name.encode(), create=False)
+            )
+        except Exception:
+            continue
+    return out
+
+
+def seq_of(txn: Any, content: Content, key: bytes) -> bytes | None:
+    """The heap location of ``key`` (None when it is in a legacy table, or missing)."""
+    if content.index is None:
+        return None
+    seq = txn.get(key, db=content.index)
+    return None if seq is None else bytes(seq)
+
+
+def _prefix(content: Content, key: bytes, entry: Any) -> bytes:
+    """What precedes the stored bytes in ``key``'s heap entry: the kind-and-key header,
+    and a record's hint block (kept as stored)."""
+    head = entry_header(content.kind, key)
+    if content.kind != KIND_RECORD or entry is None:
+        return head
+    n = len(head)
+    count = int.from_bytes(bytes(entry[n : n + 4]), "big")
+    return head + bytes(entry[n : n + 4 + 4 * count])
+
+
+def raw_get(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes) -> bytes | None:
+    """The stored bytes under ``key`` (no check at all), or None."""
+    content = content_of(dbs, table)
+    if content is None:
+        value = txn.get(key, db=dbs[table])
+        return None if value is None else bytes(value)
+    seq = seq_of(txn, content, key)
+    if seq is not None:
+        entry = txn.get(seq, db=content.heap)
+        return None if entry is None else bytes(entry)[len(_prefix(content, key, entry)) :]
+    value = txn.get(key, db=content.legacy)
+    return None if value is None else bytes(value)
+
+
+def raw_put(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes, value: bytes) -> None:
+    """Overwrite (or forge) the stored bytes under ``key`` in place."""
+    content = content_of(dbs, table)
+    if content is None:
+        txn.put(key, value, db=dbs[table])
+        return
+    seq = seq_of(txn, content, key)
+    if seq is not None:
+        entry = txn.get(seq, db=content.heap)
+        txn.put(seq, _prefix(content, key, entry) + value, db=content.heap)
+    elif content.index is not None and txn.get(key, db=content.legacy) is None:
+        content.add(txn, key, value)
+    else:
+        txn.put(key, value, db=content.legacy)
+
+
+def raw_delete(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes) -> None:
+    """Remove ``key``'s entry (heap entry and location, or the legacy row)."""
+    content = content_of(dbs, table)
+    if content is None:
+        txn.delete(key, db=dbs[table])
+    else:
+        content.delete(txn, key)
+
+
+def raw_items(txn: Any, dbs: Mapping[str, Any], table: str) -> Iterator[tuple[bytes, bytes]]:
+    """(key, stored bytes) of every entry of ``table`` (copied)."""
+    content = content_of(dbs, table)
+    if content is None:
+        for k, v in txn.cursor(db=dbs[table]):
+            yield bytes(k), bytes(v)
+        return
+    for k, v in list(content.items(txn)):
+        if v is not None:
+            yield k, bytes(v)
+
+
+def edit_raw(path: Any, table: str, key: bytes, change: Any) -> None:
+    """Replace ``key``'s stored bytes by ``change(old)`` (None deletes) in a closed store's
+    files, through a raw ``lmdb`` environment (as damage from outside cpstore would)."""
+    env = lmdb.open(str(path), max_dbs=32, subdir=True)
+    try:
+        dbs = raw_dbs(env)  # before the write txn: open_db inside it would wait on itself
+        with env.begin(write=True) as txn:
+            new = change(raw_get(txn, dbs, table, key))
+            if new is None:
+                raw_delete(txn, dbs, table, key)
+            else:
+                raw_put(txn, dbs, table, key, bytes(new))
+    finally:
+        env.close()
+
+
+def flip_byte(at: int) -> Any:
+    """A ``change`` for :func:`edit_raw`: the byte at ``at`` xor 0xFF."""
+
+    def change(old: bytes | None) -> bytes:
+        data = bytearray(old or b"")
+        data[at] ^= 0xFF
+        return bytes(data)
+
+    return change
+
+
+def to_layout_4(path: Any) -> None:
+    """Rewrite a closed layout-5 store as a layout-4 build would have written it: every
+    object and checkpoint record in the ``objects``/``checkpoints`` tables, no heap tables."""
+    env = lmdb.open(str(path), max_dbs=32, subdir=True)
+    try:
+        dbs = raw_dbs(env)
+        with env.begin(write=True) as txn:
+            for table in ("objects", "checkpoints"):
+                content = content_of(dbs, table)
+                assert content is not None
+                for key, value in list(raw_items(txn, dbs, table)):
+                    txn.put(key, value, db=content.legacy)
+            for name in ("heap", "oloc", "cloc"):
+                if name in dbs:
+                    txn.drop(dbs[name], delete=True)
+            fmt = {"layout": "cpstore", "version": 4, "digest": "xxh3-128"}
+            txn.put(b"format", encode_value(fmt), db=dbs["meta"])
+    finally:
+        env.close()
