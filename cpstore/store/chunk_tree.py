@@ -394,14 +394,11 @@ _FETCH = MAX_FANOUT
 
 
 class _Frames:
-    """The frames of one tree read: their keys gathered by the walk, fetched and
-    bounded :data:`_FETCH` at a time, inflated and hash-checked together at the end
-    (:func:`cpstore.store.codec.inflate_frames`, its loops in C).
-
-    Sizes are read from the frame headers and charged to the root's budget
-    before anything is inflated; frames failing any check are read again one
-    by one (:func:`read_frame`), so the error names the chunk and its node.
-    """
+    """The frames of one tree read: gathered by the walk, fetched and bounded
+    :data:`_FETCH` at a time (sizes from the frame headers charged to the root's
+    budget before anything is inflated), inflated and hash-checked together at the
+    end (:func:`cpstore.store.codec.inflate_frames`); frames failing any check are
+    read again one by one (:func:`read_frame`): the error names chunk and node."""
 
     def __init__(self, txn: Txn[memoryview], objects: Content, budget: int, verify: bool) -> None:
         self.txn, self.objects, self.left, self.verify = txn, objects, budget, verify
