@@ -61,14 +61,20 @@ def apply_write(
         )
     for key, data in op.objects.items():
         put_object(txn, objects, key, data)
+    # The hints' index reads also answer the existence reads of the same keys.
+    indexed: set[bytes] = set()
+    hints = (
+        objects.locations(txn, op.hint_keys, indexed)
+        if op.hint_keys and cps.heap is not None
+        else b""
+    )
     for key in op.must_exist:
-        if not exists(key):
+        if key not in indexed and not exists(key):
             raise IntegrityError(
                 "checkpoint references an object that is not stored",
                 where=f"checkpoint {op.cid.hex()}",
                 expected=bytes(key).hex(),
             )
-    hints = objects.locations(txn, op.hint_keys) if op.hint_keys and cps.heap is not None else b""
     if not cps.add(txn, op.cid, op.value, hints):
         _, existing = unpack_checkpoint_value(cps.get(txn, op.cid) or b"")
         if existing != unpack_checkpoint_value(op.value)[1]:

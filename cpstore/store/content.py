@@ -164,19 +164,26 @@ class Content:
             return self._record(key, seq, entry, n)[1]
         return entry[n:]
 
-    def locations(self, txn: Txn[memoryview], keys: Iterable[bytes]) -> bytes:
+    def locations(
+        self, txn: Txn[memoryview], keys: Iterable[bytes], found: set[bytes] | None = None
+    ) -> bytes:
         """The hint block of ``keys`` (objects): count, then each heap seq (4 bytes BE;
-        0 for one in a legacy table, missing, or past 2**32 - 1)."""
+        0 for one in a legacy table, missing, or past 2**32 - 1). ``found`` gets every
+        key the index has (what :meth:`exists` would say True of by the index)."""
         index = self.index
         out = bytearray()
         n = 0
+        get = txn.get
         for key in keys:
             n += 1
-            seq = None if index is None else txn.get(key, None, index)
-            if seq is None or len(seq) != _SEQ_SIZE or seq[:4] != _ZERO4:
+            seq = None if index is None else get(key, None, index)
+            if seq is None:
                 out += _ZERO4
-            else:
-                out += seq[4:]
+                continue
+            if found is not None:
+                found.add(key)
+            raw = bytes(seq)
+            out += raw[4:] if len(raw) == _SEQ_SIZE and raw[:4] == _ZERO4 else _ZERO4
         return n.to_bytes(4, "big") + bytes(out)
 
     def _index_name(self) -> str:
@@ -256,14 +263,25 @@ class Content:
         index = self.index
         if index is None:
             return bool(txn.put(key, data, overwrite=False, db=self.legacy))
-        if txn.get(key, None, index) is not None or txn.get(key, None, self.legacy) is not None:
+        last = _APPENDED[0]
+        if last is not None and last[0] is txn:
+            at = last[1] + 1  # this txn appended before: no cursor
+        else:
+            at = int.from_bytes(next_seq(txn, self.heap), "big")
+        seq = at.to_bytes(_SEQ_SIZE, "big")
+        # The index row first, write-once: one call both asks and claims the key.
+        if not txn.put(key, seq, overwrite=False, db=index):
             return False
-        seq = next_seq(txn, self.heap)
-        head = entry_header(self.kind, key)
+        if txn.get(key, None, self.legacy) is not None:  # stored before the upgrade
+            txn.delete(key, db=index)
+            return False
+        head = self.heads[len(key)] + key
         if self.kind == KIND_RECORD:
             head += hints or _ZERO4
+        # MDB_APPEND refuses a key not above the last one: a stale _APPENDED
+        # (anything appending to the heap outside add) fails loudly, never silently.
         txn.put(seq, head + data, append=True, db=self.heap)
-        txn.put(key, seq, db=index)
+        _APPENDED[0] = (txn, at)
         return True
 
     def delete(self, txn: Any, key: bytes) -> bool:
@@ -294,6 +312,12 @@ def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
             return
         for key, _ in cur:  # from the position on
             yield bytes(key)
+
+
+#: (write txn, the heap seq it appended last): the next append in the same txn takes
+#: the next seq without a cursor. One slot for the process (a tuple, read and
+#: replaced whole); holding the txn object keeps its identity from being reused.
+_APPENDED: list[tuple[Any, int] | None] = [None]
 
 
 def next_seq(txn: Any, heap: Any) -> bytes:

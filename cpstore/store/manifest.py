@@ -28,6 +28,7 @@ __all__ = [
     "check_manifest_state",
     "decode_manifest",
     "decode_trusted",
+    "digests_in_map_order",
     "encode_digest_map",
     "encode_manifest",
     "encode_recorded_manifest",
@@ -361,6 +362,21 @@ def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
     """Canonical bytes of a str -> raw digest map (``encode_value`` of it, faster)."""
     if not names:
         return b"\x80"
+    head, entries = _digest_map_plan(names)
+    return head + b"".join([prefix + names[name] for name, prefix in entries])
+
+
+def digests_in_map_order(names: Mapping[str, bytes]) -> tuple[bytes, ...]:
+    """The digests of a str -> raw digest map in its canonical order (the order a
+    reader decodes the map in), from the plan :func:`encode_digest_map` cached."""
+    if not names:
+        return ()
+    return tuple([names[name] for name, _ in _digest_map_plan(names)[1]])
+
+
+def _digest_map_plan(names: Mapping[str, bytes]) -> tuple[bytes, tuple[tuple[str, bytes], ...]]:
+    """(map header, (name, encoded name + bin header) in canonical order), cached by the
+    names' order."""
     order = tuple(names)
     plan = _DIGEST_MAP_PLANS.get(order)
     if plan is None:
@@ -377,8 +393,7 @@ def encode_digest_map(names: Mapping[str, bytes]) -> bytes:
         if len(_DIGEST_MAP_PLANS) >= 256:
             _DIGEST_MAP_PLANS.clear()
         _DIGEST_MAP_PLANS[order] = plan
-    head, entries = plan
-    return head + b"".join([prefix + names[name] for name, prefix in entries])
+    return plan
 
 
 #: Encoded keys of the manifest and ``state`` maps.

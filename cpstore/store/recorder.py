@@ -46,6 +46,7 @@ from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.commit import objects_to_check
 from cpstore.store.content import objects_of
 from cpstore.store.manifest import (
+    digests_in_map_order,
     encode_digest_map,
     encode_recorded_manifest,
     encode_state,
@@ -504,7 +505,7 @@ class Recorder(BulkAppends):
         )
         parts = state_map["parts"]
         if parts and not state_map["chunked"]:
-            op.hint_keys = _in_manifest_order(parts)
+            op.hint_keys = digests_in_map_order(parts)
         if extra_meta is not None:
             op.extra_meta = extension_records(extra_meta(cid))
         self._chunks, chunks = [], self._chunks
@@ -583,11 +584,3 @@ class Recorder(BulkAppends):
         if hasattr(self, "_closed"):
             self._warn_unsealed("when garbage-collected")
 
-
-def _in_manifest_order(parts: dict[str, bytes]) -> tuple[bytes, ...]:
-    """The parts' keys in the canonical map order (UTF-8 length, then bytes): the order
-    a reader decodes them in (a wrong order only costs that read the hints)."""
-    names = list(parts)
-    if len(names) > 1:
-        names.sort(key=lambda name: (len(encoded := name.encode()), encoded))
-    return tuple(parts[name] for name in names)
