@@ -1,7 +1,7 @@
 """Framed objects: the chunks of chunk trees, stored compressed when it saves space.
 
 A *frame* holds one chunk of a chunked value (docs/format.md, "Framed
-objects"). It is stored in the ``objects`` table under a 17-byte key, the
+objects"). It is an object (in the heap, or ``objects``) under a 17-byte key, the
 XXH3-128 of the chunk's *uncompressed* bytes followed by :data:`FRAME_TAG`,
 so ids never depend on compression and a frame never shares a key with a
 plain object (whose key is the 16-byte digest of its stored bytes).
