@@ -13,8 +13,8 @@ Frame value, first byte the codec:
   frame (RFC 8878) that inflates to exactly that many bytes.
 
 Reads refuse a declared size above :data:`MAX_FRAME_CONTENT` before
-inflating anything, inflate at most the declared size, and check that the
-frame ends there (a decompression bomb is an :class:`IntegrityError`, never
+inflating anything, inflate exactly the declared size, ignore bytes after the
+zstd frame (a decompression bomb is an :class:`IntegrityError`, never
 an allocation); verified reads then hash the inflated bytes against the key.
 Engine-neutral: every backend stores these like any other object.
 
