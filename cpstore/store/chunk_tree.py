@@ -17,11 +17,11 @@ trees", store layout 3):
   node lists chunk digests, a level-k node lists level-(k-1) node digests;
   ``size`` is the bytes the node spans. Entries are grouped into nodes the
   way Prolly trees do: a node ends after an entry whose digest's last byte
-  has its low :data:`FANOUT_BITS` bits clear (1 in 8), or at
+  has its low :data:`FANOUT_BITS` bits clear (1 in 4), or at
   :data:`MAX_FANOUT` entries, so an append rewrites one node per level and
   the index of a long history is not stored again. Each level's *tail*
   (its entries after its last complete node) is the *spine*.
-- **root v2** (store layout 4): ``[2, head, size, tail1, upper]``: level 1's
+- **root v2** (layouts 4, 5): ``[2, head, size, tail1, upper]``: level 1's
   tail inline, and ``upper`` the digest of the *upper-spine* object, the
   canonical list ``[tail2, ..., tailL]`` (empty bytes when the tree has one
   level). The upper spine changes only when a level-1 node completes, so an

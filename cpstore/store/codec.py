@@ -1,7 +1,7 @@
 """Framed objects: the chunks of chunk trees, stored compressed when it saves space.
 
 A *frame* holds one chunk of a chunked value (docs/format.md, "Framed
-objects"). It is stored in the ``objects`` table under a 17-byte key, the
+objects"). It is an object (in the heap, or ``objects``) under a 17-byte key, the
 XXH3-128 of the chunk's *uncompressed* bytes followed by :data:`FRAME_TAG`,
 so ids never depend on compression and a frame never shares a key with a
 plain object (whose key is the 16-byte digest of its stored bytes).
@@ -13,8 +13,8 @@ Frame value, first byte the codec:
   frame (RFC 8878) that inflates to exactly that many bytes.
 
 Reads refuse a declared size above :data:`MAX_FRAME_CONTENT` before
-inflating anything, inflate at most the declared size, and check that the
-frame ends there (a decompression bomb is an :class:`IntegrityError`, never
+inflating anything, inflate exactly the declared size, ignore bytes after the
+zstd frame (a decompression bomb is an :class:`IntegrityError`, never
 an allocation); verified reads then hash the inflated bytes against the key.
 Engine-neutral: every backend stores these like any other object.
 

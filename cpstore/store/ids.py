@@ -10,8 +10,8 @@
 * ``RUN@BRANCH``: the head of that branch; ``RUN@BRANCH~N``: its N-th ancestor
   through parents (``~0`` is the head). A pruned ancestor is NotFoundError.
 
-The prefix scan is a cursor range over the ``checkpoints`` table (keyed by the
-raw id), so it reads only the matching keys; it uses only the seam's
+The prefix scan is a cursor range over the checkpoint ids (``cloc`` and ``checkpoints``,
+keyed by the raw id), so it reads only the matching keys; it uses only the seam's
 :class:`~cpstore.store.backend.Txn` (``cursor``), no engine feature.
 """
 
