@@ -24,9 +24,11 @@ hint that names anything else (a reused seq, damage) only sends that read to
 the index. Nothing ever returns a hinted entry unchecked: ``verify=False``
 reads go through the index and its kind-and-key compare.
 
-Seqs may be reused: the next one is the last heap key + 1 in the write txn,
-so after gc deletes the tail a later put takes the same seq again. Nothing may
-keep a location across txns without that kind-and-key compare.
+Seqs may be reused: the next one is the last heap key + 1 in the write txn
+(the txn's own previous append, or a cursor on the heap's last key), so after
+gc deletes the tail a later put takes the same seq again. The only locations
+kept across txns are the hints, trusted only once what they name hashes to the
+part's digest; anything else that keeps one must keep the kind-and-key compare.
 
 Older layouts keep their entries where they were: the ``objects`` and
 ``checkpoints`` tables (the *legacy* tables), read as a fallback when the
