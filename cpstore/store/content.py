@@ -46,6 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from cpstore.errors import IntegrityError
+from cpstore.native.binding import digest_small
 from cpstore.store.backend import Txn
 
 __all__ = [
@@ -67,6 +68,8 @@ KIND_OBJECT = 0x6F  # "o"
 KIND_RECORD = 0x63  # "c"
 _SEQ_SIZE = 8
 _ZERO4 = bytes(4)
+#: Where a part's bytes start in its heap entry (kind, key length 16, the digest).
+_PART_AT = 18
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
 #: kind -> key length -> the two bytes an entry of that kind and key length starts with
 _HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in _KIND_NAMES}
@@ -212,6 +215,23 @@ class Content:
             expected=entry_header(self.kind, bytes(key))[:2].hex() + " " + bytes(key).hex(),
             got=got,
         )
+
+    def part(self, txn: Txn[memoryview], key: bytes, hints: bytes, i: int) -> Any:
+        """The stored bytes of state part ``key``, hash-checked; None when it is missing or
+        fails its hash (the caller's slower path then names what is wrong).
+
+        ``hints``: the record's hint block (or b""), ``i``: the part's place in it.
+        The hinted heap entry is tried first and kept only once its bytes hash to
+        ``key`` (a reused seq or damage only costs the index lookup).
+        """
+        if hints:
+            view = txn.get(_ZERO4 + hints[4 * i : 4 * i + 4], None, self.heap)
+            if view is not None:
+                view = view[_PART_AT:]  # an object entry: kind, 16, the digest, bytes
+                if digest_small(view) == key:
+                    return view
+        view = self.get(txn, key)
+        return view if view is not None and digest_small(view) == key else None
 
     def exists(self, txn: Any, key: bytes) -> bool:
         """True when ``key`` has an entry (its location is not checked: :meth:`get` does)."""

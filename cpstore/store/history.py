@@ -23,7 +23,6 @@ from typing import Any
 import msgpack
 
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
-from cpstore.native.binding import digest_small
 from cpstore.native.canonical import _ext_hook
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.content import objects_of
@@ -36,9 +35,6 @@ __all__ = ["HistoryEntry", "history_states"]
 _unpackb = msgpack.unpackb
 #: Decoded values one entry may share with another: none can be changed.
 _IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
-_ZERO4 = bytes(4)
-#: Where a state part's bytes start in its heap entry (a hash check follows).
-_PART_AT = 18
 _MISS = object()
 _set = object.__setattr__
 _new = object.__new__
@@ -146,8 +142,9 @@ def _parts(
     parts: dict[str, bytes] = st["parts"]
     if st["kind"] != "parts" or not parts or st.get("chunked"):
         return None
-    get, heap = objects.get, objects.heap
-    hinted = len(hints) == 4 * len(parts)
+    part = objects.part
+    if len(hints) != 4 * len(parts):
+        hints = b""
     out: dict[str, Any] = {}
     try:
         for i, (name, key) in enumerate(parts.items()):
@@ -155,16 +152,9 @@ def _parts(
             if value is _MISS:
                 data: Any = checked.get(key)
                 if data is None:
-                    if hinted:  # one heap get, trusted only once hashed
-                        data = txn.get(_ZERO4 + hints[4 * i : 4 * i + 4], None, heap)
-                        if data is not None:
-                            data = data[_PART_AT:]  # a part's entry: kind, 16, digest
-                            if digest_small(data) != key:
-                                data = None  # a reused seq, or damage: ask the index
+                    data = part(txn, key, hints, i)  # hash-checked, hint first
                     if data is None:
-                        data = get(txn, key)
-                        if digest_small(data) != key:  # a missing part is None: TypeError
-                            return None
+                        return None
                     value = _unpackb(data, ext_hook=_ext_hook)
                     if type(value) in _IMMUTABLE:
                         shared[key] = value

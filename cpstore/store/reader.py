@@ -25,7 +25,7 @@ from cpstore.errors import (
     NotFoundError,
     RecordingGapError,
 )
-from cpstore.native.binding import digest, digest_small
+from cpstore.native.binding import digest
 from cpstore.native.canonical import _ext_hook
 from cpstore.native.records import (
     kind_name,
@@ -61,9 +61,6 @@ class _NotOpen(dict[str, Any]):
 
 
 _NOT_OPEN = _NotOpen()
-_ZERO4 = bytes(4)
-#: Where a state part's bytes start in its heap entry (a hash check follows).
-_PART_AT = 18
 
 
 class CheckpointView:
@@ -478,27 +475,16 @@ class CheckpointView:
             # decode per part. A part that is missing, wrong or not one
             # canonical value leaves it for the part-by-part path below,
             # which raises naming the part (and serves verify=False readers).
-            objects = self._objects
-            get, heap, txn_get = objects.get, objects.heap, txn.get
+            part = self._objects.part
             hints = self._hints[0] if self._hints else b""
             if len(hints) != 4 * len(parts):
                 hints = b""
             out: dict[str, Any] = {}
             try:
-                at = 0
-                for name, key in parts.items():
-                    view: Any = None
-                    if hints:  # one heap get, trusted only once hashed
-                        view = txn_get(_ZERO4 + hints[at : at + 4], None, heap)
-                        at += 4
-                        if view is not None:
-                            view = view[_PART_AT:]  # a part's entry: kind, 16, digest
-                            if digest_small(view) != key:
-                                view = None  # a reused seq, or damage: ask the index
+                for i, (name, key) in enumerate(parts.items()):
+                    view = part(txn, key, hints, i)  # hash-checked, hint first
                     if view is None:
-                        view = get(txn, key)
-                        if digest_small(view) != key:  # a missing part is None: TypeError
-                            break
+                        break
                     # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
                     # Maps with int keys raise ValueError and take the slow path.
                     out[name] = _unpackb(view, ext_hook=_ext_hook)
