@@ -262,7 +262,15 @@ class Content:
         head = entry_header(self.kind, key)
         if self.kind == KIND_RECORD:
             head += hints or _ZERO4
-        txn.put(seq, head + data, append=True, db=self.heap)
+        if not txn.put(seq, head + data, append=True, db=self.heap):
+            # MDB_APPEND refuses a key not above the last one (only damage puts
+            # one there: next_seq checks its length): the index row must not
+            # name an entry that was not written, so nothing of this txn lands.
+            raise IntegrityError(
+                "the heap refused an appended entry: its last key is not a location",
+                where=f"heap/{int.from_bytes(seq, 'big')}",
+                expected="a key above every heap key",
+            )
         txn.put(key, seq, db=index)
         return True
 
@@ -301,7 +309,16 @@ def next_seq(txn: Any, heap: Any) -> bytes:
     with txn.cursor(db=heap) as cur:
         if not cur.last():
             return (1).to_bytes(_SEQ_SIZE, "big")
-        return (int.from_bytes(bytes(cur.key()), "big") + 1).to_bytes(_SEQ_SIZE, "big")
+        last = bytes(cur.key())
+    if len(last) != _SEQ_SIZE or last == b"\xff" * _SEQ_SIZE:
+        # A stray key (damage) sorts last: an append after it would be refused.
+        raise IntegrityError(
+            "the heap's last key is not a location a next entry can follow",
+            where=f"heap/{last.hex()}",
+            expected=f"an {_SEQ_SIZE}-byte location below the largest",
+            got=len(last),
+        )
+    return (int.from_bytes(last, "big") + 1).to_bytes(_SEQ_SIZE, "big")
 
 
 def objects_of(dbs: Mapping[str, Any]) -> Content:
