@@ -211,6 +211,12 @@ class Content:
             return True
         return txn.get(key, None, self.legacy) is not None
 
+    def stored(self, txn: Txn[memoryview], key: bytes) -> bool:
+        """True when ``key`` has an entry a read can reach: its location is checked
+        (IntegrityError naming a damaged one), so a commit that must find an
+        object never acknowledges a checkpoint whose object no read can serve."""
+        return self.get(txn, key) is not None
+
     def count(self, txn: Any) -> int:
         """How many keys have an entry."""
         n = int(txn.stat(self.legacy)["entries"])

@@ -371,5 +371,5 @@ class LmdbBackend:
             self.env.dbs,
             op,
             layout=self.env.layout,
-            exists=lambda key: objects.exists(txn, key),
+            exists=lambda key: objects.stored(txn, key),  # a damaged location refuses
         )
