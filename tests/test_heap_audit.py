@@ -138,3 +138,26 @@ class TestCommitFindsObjects:
                 transfer(st.backend, d.backend)
             assert f"oloc/{part.hex()}" in str(info.value.where)
             assert d.ref("r") is None
+
+    def test_a_view_made_before_another_process_upgrades_reads_heap_parts_once_entered(
+        self, tmp_path: Path
+    ) -> None:
+        """A latest() view of a read-only layout-4 handle, made before another process
+        upgrades and writes, is entered after: it reads the new head's parts from the heap
+        (it said "object not in the store" for an acknowledged checkpoint)."""
+        path = tmp_path / "s"
+        with cpstore.open(path) as st:
+            _record(st, "old", 2)
+        to_layout_4(path)
+        with cpstore.open(path, readonly=True) as ro:
+            view = ro.latest("old")
+            new = subprocess.run(
+                [sys.executable, "-c", _WRITE, str(path)],
+                check=True,
+                timeout=60,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            with view as cp:
+                assert cp.id == new
+                assert cp.state() == {"a": "old new " * 40, "b": 9}
