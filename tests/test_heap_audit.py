@@ -13,7 +13,8 @@ import pytest
 from stored import to_layout_4
 
 import cpstore
-from cpstore.errors import IntegrityError, NotFoundError, StoreError
+import cpstore.store.recorder as recorder_module
+from cpstore.errors import ConflictError, IntegrityError, NotFoundError, StoreError
 from cpstore.store.facade import Store
 from cpstore.store.transfer import transfer
 
@@ -308,3 +309,32 @@ class TestConcurrentAppends:
                         state = cp.state()
                         assert isinstance(state, dict)
                         assert state["a"].split()[2] == str(state["b"])
+
+
+class TestRecorderHeadRace:
+    def test_a_recorder_whose_head_is_moved_and_swept_while_it_loads_gets_conflict(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Between reading the branch head and loading it, another writer resets the ref away,
+        releases and sweeps the old head: store.recorder() raises ConflictError (the branch
+        moved; retry), not NotFoundError "checkpoint was pruned" for a branch whose head is
+        stored (seen as a flake of test_put_path_audit's ABA test)."""
+        with cpstore.open(tmp_path / "s") as st:
+            ids = _record(st, "w", 4)
+            real = recorder_module.head_of
+            fired: list[bool] = []
+
+            def head_then_sweep(store: Any, run_id: str, branch: str) -> str | None:
+                head = real(store, run_id, branch)
+                if not fired:  # the other writer's move and sweep land right after the read
+                    fired.append(True)
+                    st.reset_ref("w", "main", ids[1], expected_old=head, operator="t", reason="t")
+                    st.release_retained(ids[3], operator="t", reason="t")
+                    st.prune(keep_last=1)
+                return head
+
+            monkeypatch.setattr(recorder_module, "head_of", head_then_sweep)
+            with pytest.raises(ConflictError, match="moved"):
+                st.recorder("w")
+            rec = st.recorder("w")  # a retry extends the new head
+            assert rec.head == ids[1]
