@@ -215,7 +215,16 @@ class Content:
         """True when ``key`` has an entry a read can reach: its location is checked
         (IntegrityError naming a damaged one), so a commit that must find an
         object never acknowledges a checkpoint whose object no read can serve."""
-        return self.get(txn, key) is not None
+        index = self.index
+        if index is not None:
+            seq: Any = txn.get(key, None, index)
+            if seq is not None:  # get's compare, without slicing the bytes out
+                entry = txn.get(seq, None, self.heap)
+                n = len(key) + 2
+                if entry is not None and entry[:n] == self.heads[n - 2] + key:
+                    return True
+                raise self._bad_location(key, seq, entry)
+        return txn.get(key, None, self.legacy) is not None
 
     def count(self, txn: Any) -> int:
         """How many keys have an entry."""
