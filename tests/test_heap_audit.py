@@ -338,3 +338,36 @@ class TestRecorderHeadRace:
                 st.recorder("w")
             rec = st.recorder("w")  # a retry extends the new head
             assert rec.head == ids[1]
+
+
+class TestHintsAcrossHistory:
+    def test_history_states_with_every_records_hints_naming_other_live_parts(
+        self, tmp_path: Path
+    ) -> None:
+        """Every record's hints reversed (each names another live part's entry, a valid
+        object of another digest) after a gc reused the tail's seqs: history_states (its
+        per-walk memo included) and state() return each checkpoint's own values."""
+        with cpstore.open(tmp_path / "s") as st:
+            ids = _record(st, "r", 5)
+            _record(st, "gone", 3)
+            st.gc(delete_run="gone")
+            ids += _record(st, "r", 8, start=5)  # these take the freed seqs
+            want = st.history_states("r")
+
+            def reverse(txn: Any, dbs: Any) -> None:
+                for cid in ids:
+                    loc = bytes(txn.get(bytes.fromhex(cid), db=dbs["cloc"]))
+                    entry = bytearray(txn.get(loc, db=dbs["heap"]))
+                    count = int.from_bytes(entry[18:22], "big")
+                    hints = [entry[22 + 4 * i : 26 + 4 * i] for i in range(count)]
+                    entry[22 : 22 + 4 * count] = b"".join(reversed(hints))
+                    txn.put(loc, bytes(entry), db=dbs["heap"])
+
+            _damage(st, reverse)
+            got = st.history_states("r")
+            assert [e.state for e in got] == [e.state for e in want]
+            assert [e.state["b"] for e in got] == list(range(7, -1, -1))
+            for i, cid in enumerate(ids):
+                with st.read(cid) as cp:
+                    assert cp.state()["b"] == i
+            assert st.verify().ok
