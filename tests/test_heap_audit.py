@@ -15,6 +15,7 @@ from stored import to_layout_4
 import cpstore
 import cpstore.store.recorder as recorder_module
 from cpstore.errors import ConflictError, IntegrityError, NotFoundError, StoreError
+from cpstore.store.branches import head_of
 from cpstore.store.facade import Store
 from cpstore.store.transfer import transfer
 
@@ -22,6 +23,12 @@ from cpstore.store.transfer import transfer
 def _record(st: Store, run: str, steps: int, start: int = 0) -> list[str]:
     rec = st.recorder(run)
     return [rec.checkpoint(i, {"a": f"{run} {i} " * 40, "b": i}) for i in range(start, steps)]
+
+
+def _b(state: object) -> object:
+    """Part "b" of a parts state."""
+    assert isinstance(state, dict)
+    return state["b"]
 
 
 def _damage(st: Store, fn: Any) -> None:
@@ -321,7 +328,7 @@ class TestRecorderHeadRace:
         stored (seen as a flake of test_put_path_audit's ABA test)."""
         with cpstore.open(tmp_path / "s") as st:
             ids = _record(st, "w", 4)
-            real = recorder_module.head_of
+            real = head_of
             fired: list[bool] = []
 
             def head_then_sweep(store: Any, run_id: str, branch: str) -> str | None:
@@ -366,8 +373,8 @@ class TestHintsAcrossHistory:
             _damage(st, reverse)
             got = st.history_states("r")
             assert [e.state for e in got] == [e.state for e in want]
-            assert [e.state["b"] for e in got] == list(range(7, -1, -1))
+            assert [_b(e.state) for e in got] == list(range(7, -1, -1))
             for i, cid in enumerate(ids):
                 with st.read(cid) as cp:
-                    assert cp.state()["b"] == i
+                    assert _b(cp.state()) == i
             assert st.verify().ok
