@@ -259,7 +259,7 @@ class TestKilled:
 _WRITER = """
 import json, sys, threading, cpstore
 path, mode, name = sys.argv[1], sys.argv[2], sys.argv[3]
-acked = []
+acked, failed = [], []
 with cpstore.open(path, durability="sync" if mode == "gc" else mode, batch_size=5) as st:
     if mode == "gc":
         for n in range(12):  # record, then delete: frees the heap's tail for the others
@@ -269,16 +269,21 @@ with cpstore.open(path, durability="sync" if mode == "gc" else mode, batch_size=
             st.gc(delete_run=f"{name}{n}")
     else:
         def write(t):
-            rec = st.recorder(f"{name}t{t}")
-            for i in range(25):
-                acked.append(rec.checkpoint(i, {"a": f"{name} {t} {i} " * 20, "b": i}))
-                st.put_object(f"{name} {t} {i} obj".encode())
+            try:
+                rec = st.recorder(f"{name}t{t}")
+                for i in range(25):
+                    acked.append(rec.checkpoint(i, {"a": f"{name} {t} {i} " * 20, "b": i}))
+                    st.put_object(f"{name} {t} {i} obj".encode())
+            except BaseException as exc:  # a thread's error must fail the process
+                failed.append(repr(exc))
         threads = [threading.Thread(target=write, args=(t,)) for t in range(2)]
         for th in threads:
             th.start()
         for th in threads:
             th.join()
         st.flush()
+if failed:
+    sys.exit("a writer thread failed: " + "; ".join(failed))
 print(json.dumps(acked))
 """
 
