@@ -233,7 +233,10 @@ def _race(path: str, seconds: float, durability: str, acked: list[int]) -> None:
                 with contextlib.suppress(ConflictError):
                     store.flush()  # a batch dropped whole: its recorder starts again too
                 rec._closed = True  # its effects are none; never flushed again
-                rec = store.recorder("w")
+                while True:  # the head may move (and be swept) again as it is read
+                    with contextlib.suppress(ConflictError):
+                        rec = store.recorder("w")
+                        break
         with contextlib.suppress(ConflictError):
             store.flush()
         rec._closed = True

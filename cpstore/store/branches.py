@@ -39,6 +39,7 @@ from cpstore.store.refs import (
 __all__ = [
     "branches",
     "head_of",
+    "head_unmoved",
     "history",
     "release_retained",
     "repair_ref",
@@ -58,6 +59,23 @@ def head_of(backend: Backend, run_id: str, branch: str = "main") -> str | None:
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
     with backend.read_txn() as txn:
         return hex_id(backend.head(txn, key))
+
+
+def head_unmoved(backend: Backend, run_id: str, branch: str, read: str) -> None:
+    """ConflictError unless ``run_id``/``branch``'s head is still ``read``.
+
+    For a reader of ``read`` that found it gone: a head is never swept, so
+    another writer moved the branch away (and swept it) since; that is the
+    branch moving under the caller (retry), not a missing checkpoint.
+    """
+    now = head_of(backend, run_id, branch)
+    if now != read:
+        raise ConflictError(
+            "the branch moved while its head was read; read the branch again",
+            where=f"refs/{run_id}/{branch}",
+            expected=read,
+            got=now,
+        )
 
 
 def set_ref(

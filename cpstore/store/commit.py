@@ -61,7 +61,8 @@ def apply_write(
         )
     for key, data in op.objects.items():
         put_object(txn, objects, key, data)
-    # The hints' index reads also answer the existence reads of the same keys.
+    # The hints' location reads also answer the must-exist reads of the same keys
+    # (checked as Content.stored checks them: a damaged location is not "found").
     indexed: set[bytes] = set()
     hints = (
         objects.locations(txn, op.hint_keys, indexed)

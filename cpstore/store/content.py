@@ -174,19 +174,23 @@ class Content:
     ) -> bytes:
         """The hint block of ``keys`` (objects): count, then each heap seq (4 bytes BE;
         0 for one in a legacy table, missing, or past 2**32 - 1). ``found`` gets every
-        key the index has (what :meth:`exists` would say True of by the index)."""
-        index = self.index
+        key whose location checks (what :meth:`stored` says True of through the heap):
+        the commit's must-exist reads of those keys are answered here."""
+        index, heap, heads = self.index, self.heap, self.heads
         out = bytearray()
         n = 0
         get = txn.get
         for key in keys:
             n += 1
-            seq = None if index is None else get(key, None, index)
+            seq: Any = None if index is None else get(key, None, index)
             if seq is None:
                 out += _ZERO4
                 continue
-            if found is not None:
-                found.add(key)
+            if found is not None:  # stored()'s compare: the entry carries kind and key
+                entry = get(seq, None, heap)
+                k = len(key)
+                if entry is not None and entry[: k + 2] == heads[k] + key:
+                    found.add(key)
             raw = bytes(seq)
             out += raw[4:] if len(raw) == _SEQ_SIZE and raw[:4] == _ZERO4 else _ZERO4
         return n.to_bytes(4, "big") + bytes(out)
@@ -238,6 +242,21 @@ class Content:
         index = self.index
         if index is not None and txn.get(key, None, index) is not None:
             return True
+        return txn.get(key, None, self.legacy) is not None
+
+    def stored(self, txn: Txn[memoryview], key: bytes) -> bool:
+        """True when ``key`` has an entry a read can reach: its location is checked
+        (IntegrityError naming a damaged one), so a commit that must find an
+        object never acknowledges a checkpoint whose object no read can serve."""
+        index = self.index
+        if index is not None:
+            seq: Any = txn.get(key, None, index)
+            if seq is not None:  # get's compare, without slicing the bytes out
+                entry = txn.get(seq, None, self.heap)
+                n = len(key) + 2
+                if entry is not None and entry[:n] == self.heads[n - 2] + key:
+                    return True
+                raise self._bad_location(key, seq, entry)
         return txn.get(key, None, self.legacy) is not None
 
     def count(self, txn: Any) -> int:
@@ -300,9 +319,16 @@ class Content:
         head = self.heads[len(key)] + key
         if self.kind == KIND_RECORD:
             head += hints or _ZERO4
-        # MDB_APPEND refuses a key not above the last one: a stale _APPENDED
-        # (anything appending to the heap outside add) fails loudly, never silently.
-        txn.put(seq, head + data, append=True, db=self.heap)
+        if not txn.put(seq, head + data, append=True, db=self.heap):
+            # MDB_APPEND refuses (py-lmdb: returns False) a key not above the last
+            # one: only damage puts one there (next_seq checks its length), or a
+            # stale _APPENDED. The index row claimed above must not name an entry
+            # that was not written, so nothing of this txn lands.
+            raise IntegrityError(
+                "the heap refused an appended entry: its last key is not a location",
+                where=f"heap/{int.from_bytes(seq, 'big')}",
+                expected="a key above every heap key",
+            )
         _APPENDED[0] = (txn, at)
         return True
 
@@ -347,7 +373,16 @@ def next_seq(txn: Any, heap: Any) -> bytes:
     with txn.cursor(db=heap) as cur:
         if not cur.last():
             return (1).to_bytes(_SEQ_SIZE, "big")
-        return (int.from_bytes(bytes(cur.key()), "big") + 1).to_bytes(_SEQ_SIZE, "big")
+        last = bytes(cur.key())
+    if len(last) != _SEQ_SIZE or last == b"\xff" * _SEQ_SIZE:
+        # A stray key (damage) sorts last: an append after it would be refused.
+        raise IntegrityError(
+            "the heap's last key is not a location a next entry can follow",
+            where=f"heap/{last.hex()}",
+            expected=f"an {_SEQ_SIZE}-byte location below the largest",
+            got=len(last),
+        )
+    return (int.from_bytes(last, "big") + 1).to_bytes(_SEQ_SIZE, "big")
 
 
 def objects_of(dbs: Mapping[str, Any]) -> Content:

@@ -260,6 +260,8 @@ class Store:
         token numbering); ``parent`` may only name that head (ConflictError
         otherwise: fork a new branch instead). On a new branch, ``parent`` (a
         checkpoint id) forks from that checkpoint, and None starts a new run.
+        A head another writer moves away (and retention sweeps) as it is read
+        is ConflictError too: ask again.
 
         Continuing from a checkpoint whose standing decision (the latest one
         recorded about it) is not ACCEPT needs ``permit``, the

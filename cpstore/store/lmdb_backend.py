@@ -349,15 +349,24 @@ class LmdbBackend:
             if not self.readonly and not self._closed:
                 self.env.sync()  # checks the pid: a forked child never syncs the parent's
             return
-        with self._pending_lock:
-            ops, self._pending = self._pending, []
+        if not self._pending:
+            return
+        # The batch is taken once this thread holds the write txn: two threads'
+        # flushes then commit their batches in queue order (taken before, the
+        # later batch could commit first, and its recorder's next checkpoint,
+        # expecting one still queued in the earlier batch, dropped it whole on a
+        # ConflictError no other writer caused).
+        taken: list[CheckpointWrite] | None = None
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            for op in ops:
+            nonlocal taken
+            if taken is None:  # a retried txn (map growth) applies the same batch again
+                with self._pending_lock:
+                    taken, self._pending = self._pending, []
+            for op in taken:
                 self._apply(txn, op)
 
-        if ops:
-            self.write_txn(apply_all)
+        self.write_txn(apply_all)
 
     @property
     def pending(self) -> int:
@@ -371,5 +380,5 @@ class LmdbBackend:
             self.env.dbs,
             op,
             layout=self.env.layout,
-            exists=lambda key: objects.exists(txn, key),
+            exists=lambda key: objects.stored(txn, key),  # a damaged location refuses
         )

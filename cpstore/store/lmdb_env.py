@@ -321,14 +321,26 @@ class Env:
 
         The tables are opened while no read of this process is open (the map
         resize's gate), so no txn begun before can meet a table it lacks. A
-        thread that holds another read cannot wait for that: it reads on
-        without them (entries written since the upgrade are not found).
+        thread that holds another read cannot wait for that, and must not read
+        on without them: entries written since the upgrade would be reported
+        missing (an acknowledged checkpoint "not found", a ref "not resolving",
+        a verify problem on a sound store). It gets StoreError instead, until it
+        ends its older read.
         """
         fmt = txn.get(FORMAT_KEY, db=self.dbs["meta"])
         if check_format(fmt, self.path) < HEAP_LAYOUT:
             return txn
         self.end_read(txn)
-        if get_ident() not in self._active:
+        if get_ident() in self._active:
+            if self._legacy_ro:  # nobody else can adopt the tables while this read is open
+                raise StoreError(
+                    "another process upgraded this store to layout 5 while this thread "
+                    "holds an older read of it; end that read (close its view) and read again",
+                    where=self.path,
+                    expected="no read open in this thread",
+                    got="a nested read",
+                )
+        else:
             with self.write_lock, self._gate:
                 if self._legacy_ro:
                     self._resizing = True

@@ -34,7 +34,7 @@ from cpstore.native.records import (
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.content import objects_of
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
-from cpstore.store.model import HEAP_LAYOUT, Problem, created_at_of
+from cpstore.store.model import Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
 from cpstore.store.refs import RECORDED, check_ref_target, read_ref
 from cpstore.store.verify import check_checkpoint_objects
@@ -146,7 +146,9 @@ class CheckpointView:
         borrowed = self._owner
         # begin_read refuses a closed store and checks the pid
         txn = store.begin_read() if borrowed is None else borrowed
-        if store.layout < HEAP_LAYOUT:  # a read-only handle may have adopted the heap since
+        if self._objects.heap is None:
+            # Built before a read-only handle adopted the heap (another process's
+            # upgrade, done by begin_read above): store.layout already says 5 here.
             self._objects = objects_of(store.dbs)
         try:
             head = self._head

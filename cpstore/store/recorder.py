@@ -25,6 +25,7 @@ from cpstore.errors import (
     CanonicalEncodingError,
     ConflictError,
     InvalidInputError,
+    NotFoundError,
     RecordFormatError,
     StoreError,
     UnsealedEffectsError,
@@ -40,7 +41,7 @@ from cpstore.run.nodes import decision_node
 from cpstore.store.append_state import AppendParts
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
-from cpstore.store.branches import head_of
+from cpstore.store.branches import head_of, head_unmoved
 from cpstore.store.bulk import BulkAppends, checked_pin
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.commit import objects_to_check
@@ -149,7 +150,12 @@ class Recorder(BulkAppends):
                 )
             start = head
         if start is not None:
-            self._load_parent(start)
+            try:
+                self._load_parent(start)
+            except NotFoundError:  # moved away and swept since head_of: ConflictError
+                if head_hex is not None:
+                    head_unmoved(store, run_id, branch, head_hex)
+                raise
         self._sealed_count = len(self._effects)
         track_recorder(self)
 

@@ -287,7 +287,7 @@ def _land_branch(
             key
             for cid in landing
             for key in reach[cid]
-            if not (has(key, db=objects) if has else contents.exists(txn, key))
+            if not (has(key, db=objects) if has else contents.stored(txn, key))
         ]
         if swept:
             raise _ObjectsSweptError(list(dict.fromkeys(swept)))
