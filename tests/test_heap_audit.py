@@ -46,6 +46,17 @@ _WRITE = (
 )
 
 
+def _write_in_another_process(path: Path) -> str:
+    """Run ``_WRITE`` (a writable open: it upgrades the store) in a child; its checkpoint id."""
+    return subprocess.run(
+        [sys.executable, "-c", _WRITE, str(path)],
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
 class TestAppendRefused:
     def test_a_put_whose_heap_append_is_refused_is_not_acknowledged(self, tmp_path: Path) -> None:
         """A stray heap key sorting after every seq makes MDB_APPEND refuse the entry: the put
@@ -77,13 +88,7 @@ class TestReadOnlyAcrossUpgrade:
         to_layout_4(path)
         with cpstore.open(path, readonly=True) as ro:
             with ro.read(old[0]) as outer:
-                new = subprocess.run(
-                    [sys.executable, "-c", _WRITE, str(path)],
-                    check=True,
-                    timeout=60,
-                    capture_output=True,
-                    text=True,
-                ).stdout.strip()
+                new = _write_in_another_process(path)
                 attempts: list[Any] = [
                     lambda: ro.ref("old"),
                     lambda: ro.read(new).__enter__(),
@@ -161,13 +166,7 @@ class TestCommitFindsObjects:
         to_layout_4(path)
         with cpstore.open(path, readonly=True) as ro:
             view = ro.latest("old")
-            new = subprocess.run(
-                [sys.executable, "-c", _WRITE, str(path)],
-                check=True,
-                timeout=60,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
+            new = _write_in_another_process(path)
             with view as cp:
                 assert cp.id == new
                 assert cp.state() == {"a": "old new " * 40, "b": 9}
