@@ -421,11 +421,22 @@ class PgBackend:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.
 
         On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        The batch is taken once this thread holds the store's writer lock, as on LMDB
+        (lmdb_backend.flush says why: two threads' flushes then commit in queue order).
         """
-        with self._pending_lock:
-            ops, self._pending = self._pending, []
-        if ops:
-            self.write_txn(lambda txn: self._apply_all(txn, ops))
+        if not self._pending:
+            return
+
+        def apply_all(txn: Txn[memoryview]) -> None:
+            if not isinstance(txn, PgTxn):
+                raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
+            txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
+            with self._pending_lock:
+                ops, self._pending = self._pending, []
+            if ops:
+                self._apply_all(txn, ops)
+
+        self.write_txn(apply_all)
 
     @property
     def pending(self) -> int:

@@ -145,6 +145,11 @@ class PgTxn:
     def _statements(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         return self._run([(sql, params)])[0]
 
+    def begin_now(self) -> None:
+        """Begin the txn now, not at its first read: for a write txn, BEGIN and the
+        store's writer lock (the backend's begin statements) are held on return."""
+        self._ensure()
+
     def _ensure(self) -> psycopg.Connection[Any]:
         if not self._begun:
             self._statements("SELECT 1", ())
