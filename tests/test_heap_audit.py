@@ -17,6 +17,7 @@ import cpstore
 import cpstore.store.recorder as recorder_module
 from cpstore.errors import ConflictError, IntegrityError, NotFoundError, StoreError
 from cpstore.store.branches import head_of
+from cpstore.store.content import records_of
 from cpstore.store.facade import Store
 from cpstore.store.transfer import transfer
 
@@ -128,6 +129,27 @@ class TestCommitFindsObjects:
                 rec.checkpoint(1, {"a": "A" * 300, "b": 1})
             assert f"oloc/{part.hex()}" in str(info.value.where)
             assert st.ref("r") == first  # nothing acknowledged
+
+    def test_a_commit_whose_parent_record_location_is_gone_is_refused(
+        self, tmp_path: Path
+    ) -> None:
+        """The parent's cloc row names a missing heap entry: the child is refused with
+        IntegrityError naming the location (the parent check follows the location as the
+        must-exist check does), and the branch does not move."""
+        with cpstore.open(tmp_path / "s") as st:
+            rec = st.recorder("r")
+            first = rec.checkpoint(0, {"a": 0})
+            parent = bytes.fromhex(first)
+
+            def drop(txn: Any, dbs: Any) -> None:
+                txn.delete(bytes(txn.get(parent, db=dbs["cloc"])), db=dbs["heap"])
+
+            _damage(st, drop)
+            with pytest.raises(IntegrityError) as info:
+                rec.checkpoint(1, {"a": 1})
+            assert f"cloc/{first}" in str(info.value.where)
+            with st.backend.read_txn() as txn:  # nothing acknowledged: still one record
+                assert records_of(st.backend.dbs).count(txn) == 1
 
     def test_a_push_onto_a_destination_whose_object_location_is_damaged_is_refused(
         self, tmp_path: Path

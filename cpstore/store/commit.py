@@ -44,7 +44,7 @@ def apply_write(
             expected=hex_id(op.expected_ref),
             got=hex_id(current_b),
         )
-    if op.parent is not None and not cps.exists(txn, op.parent):
+    if op.parent is not None and not cps.stored(txn, op.parent):  # location checked
         # Only a fork's first checkpoint can get here (a branch head is never
         # pruned): retention swept the checkpoint it forks from while the
         # recorder held it. Its history is gone, so refuse rather than write a
