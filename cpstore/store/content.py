@@ -106,25 +106,36 @@ class Content:
 
     # -- reads -------------------------------------------------------------------
 
+    def _located(self, txn: Txn[memoryview], key: bytes) -> tuple[Any, memoryview] | None:
+        """(seq, heap entry) of ``key`` once the entry is seen to carry its kind and key;
+        None when the index has no row (or there is no heap). IntegrityError when the
+        row names a location whose entry is missing or carries another kind or key."""
+        index = self.index
+        if index is None:
+            return None
+        seq: Any = txn.get(key, None, index)
+        if seq is None:
+            return None
+        entry = txn.get(seq, None, self.heap)
+        n = len(key) + 2
+        if entry is None or entry[:n] != self.heads[n - 2] + key:
+            raise self._bad_location(key, seq, entry)
+        return seq, entry
+
     def get(self, txn: Txn[memoryview], key: bytes) -> memoryview | None:
         """The stored bytes under ``key`` (a view in LMDB), or None.
 
         IntegrityError when the index names a location whose entry is missing
-        or carries another kind or key: never someone else's bytes. (The hot
-        path of every read: two gets and one compare, inline.)
+        or carries another kind or key: never someone else's bytes.
         """
-        index = self.index
-        if index is not None:
-            seq: Any = txn.get(key, None, index)
-            if seq is not None:
-                entry = txn.get(seq, None, self.heap)
-                n = len(key) + 2
-                if entry is not None and entry[:n] == self.heads[n - 2] + key:
-                    if self.kind == KIND_RECORD:
-                        return self._record(key, seq, entry, n)[1]
-                    return entry[n:]
-                raise self._bad_location(key, seq, entry)
-        return txn.get(key, None, self.legacy)
+        found = self._located(txn, key)
+        if found is None:
+            return txn.get(key, None, self.legacy)
+        seq, entry = found
+        n = len(key) + 2
+        if self.kind == KIND_RECORD:
+            return self._record(key, seq, entry, n)[1]
+        return entry[n:]
 
     def hinted(self, txn: Txn[memoryview], cid: bytes) -> tuple[memoryview | None, bytes]:
         """(checkpoint record, location hints) of ``cid``; hints are b"" outside the heap.
@@ -133,17 +144,12 @@ class Content:
         manifest's order, 0 where none was known (module docstring): a reader
         may try one, and must check what it finds by hashing it.
         """
-        index = self.index
-        if index is not None:
-            seq: Any = txn.get(cid, None, index)
-            if seq is not None:
-                entry = txn.get(seq, None, self.heap)
-                n = len(cid) + 2
-                if entry is not None and entry[:n] == self.heads[n - 2] + cid:
-                    hints, record = self._record(cid, seq, entry, n)
-                    return record, bytes(hints)
-                raise self._bad_location(cid, seq, entry)
-        return txn.get(cid, None, self.legacy), b""
+        found = self._located(txn, cid)
+        if found is None:
+            return txn.get(cid, None, self.legacy), b""
+        seq, entry = found
+        hints, record = self._record(cid, seq, entry, len(cid) + 2)
+        return record, bytes(hints)
 
     def _record(
         self, key: bytes, seq: Any, entry: memoryview, n: int
@@ -248,15 +254,8 @@ class Content:
         """True when ``key`` has an entry a read can reach: its location is checked
         (IntegrityError naming a damaged one), so a commit that must find an
         object never acknowledges a checkpoint whose object no read can serve."""
-        index = self.index
-        if index is not None:
-            seq: Any = txn.get(key, None, index)
-            if seq is not None:  # get's compare, without slicing the bytes out
-                entry = txn.get(seq, None, self.heap)
-                n = len(key) + 2
-                if entry is not None and entry[:n] == self.heads[n - 2] + key:
-                    return True
-                raise self._bad_location(key, seq, entry)
+        if self._located(txn, key) is not None:
+            return True
         return txn.get(key, None, self.legacy) is not None
 
     def count(self, txn: Any) -> int:
