@@ -34,6 +34,7 @@ import struct
 from contextlib import suppress
 
 from cpstore.errors import StoreError
+from cpstore.store.lmdb_open import FORK_CLOSED_FDS
 
 __all__ = ["HolderMark", "older_holders", "refuse_beside_older_holders"]
 
@@ -69,32 +70,15 @@ class HolderMark:
             os.close(fd)  # a file system without locks: no mark, as without /proc
             return
         self.fd = fd
-        _MARK_FDS.add(fd)
+        FORK_CLOSED_FDS.add(fd)
 
     def close(self) -> None:
         """Drop the mark (closing the only descriptor of its file description)."""
         fd, self.fd = self.fd, None
-        if fd is not None and fd in _MARK_FDS:  # not one a fork() child already closed
-            _MARK_FDS.discard(fd)
+        if fd is not None and fd in FORK_CLOSED_FDS:  # not one a fork() child already closed
+            FORK_CLOSED_FDS.discard(fd)
             with suppress(OSError):
                 os.close(fd)
-
-
-#: Descriptors of this process's marks. A fork() child closes its copies: an OFD
-#: lock lives while any descriptor of it does, so a child living on would keep
-#: the parent's mark (its pid) after the parent's close or exit, and an older
-#: release later given that pid would pass for this one.
-_MARK_FDS: set[int] = set()
-
-
-def _drop_marks_in_child() -> None:
-    for fd in list(_MARK_FDS):
-        with suppress(OSError):
-            os.close(fd)
-    _MARK_FDS.clear()
-
-
-os.register_at_fork(after_in_child=_drop_marks_in_child)
 
 
 def _offset(layout: int, pid: int) -> int:

@@ -25,6 +25,7 @@ from cpstore.store.lmdb_errors import errno_of
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
 
 __all__ = [
+    "FORK_CLOSED_FDS",
     "FORMAT",
     "FORMAT_KEY",
     "EnvOptions",
@@ -99,29 +100,31 @@ def creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
     except OSError:
         yield  # missing or not a directory: the checks under it say so
         return
-    _LOCK_FDS.add(fd)
+    FORK_CLOSED_FDS.add(fd)
     try:
         with suppress(OSError):  # no flock here: open as before
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
     finally:
-        _LOCK_FDS.discard(fd)
+        FORK_CLOSED_FDS.discard(fd)
         os.close(fd)  # releases the lock
 
 
-#: Folder fds a creation lock holds right now. A fork() child (another thread
-#: forked mid-open) closes its copies, or its lifetime would hold the lock.
-_LOCK_FDS: set[int] = set()
+#: Descriptors a fork() child closes at once: the folder fds creation locks hold
+#: right now (another thread forked mid-open: the child's lifetime would hold the
+#: lock) and the holder marks (lmdb_holders: an OFD lock lives while any copy of
+#: its descriptor does, so a child would keep its parent's mark).
+FORK_CLOSED_FDS: set[int] = set()
 
 
-def _drop_lock_fds_in_child() -> None:
-    for fd in list(_LOCK_FDS):
+def _close_fds_in_child() -> None:
+    for fd in list(FORK_CLOSED_FDS):
         with suppress(OSError):
             os.close(fd)
-    _LOCK_FDS.clear()
+    FORK_CLOSED_FDS.clear()
 
 
-os.register_at_fork(after_in_child=_drop_lock_fds_in_child)
+os.register_at_fork(after_in_child=_close_fds_in_child)
 
 
 #: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
