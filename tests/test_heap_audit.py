@@ -407,35 +407,47 @@ class TestHintsAcrossHistory:
             assert st.verify().ok
 
 
+def check_flushes_commit_in_queue_order(st: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a batched store: a flush takes the queue, another thread queues the next
+    checkpoint of the same recorder and flushes before the first flush's txn begins.
+    Both land, in order, nothing is left queued, and the other thread raised nothing
+    (the second used to commit first and drop its batch on a ConflictError nobody
+    caused). Shared with tests/test_pg_batched_flush.py."""
+    backend = st.backend
+    rec = st.recorder("r")
+    first = rec.checkpoint(0, {"a": 0})
+    real = type(backend).write_txn
+    second: list[str] = []
+    errors: list[BaseException] = []
+
+    def late_write_txn(self: Any, fn: Any) -> Any:
+        if not second:  # the other thread queues and flushes in between
+
+            def queue_and_flush() -> None:
+                try:
+                    second.append(rec.checkpoint(1, {"a": 1}))
+                    st.flush()
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            worker = threading.Thread(target=queue_and_flush)
+            worker.start()
+            worker.join(timeout=60)
+        return real(self, fn)
+
+    monkeypatch.setattr(type(backend), "write_txn", late_write_txn)
+    st.flush()
+    monkeypatch.undo()
+    assert errors == []
+    assert st.pending == 0
+    assert st.ref("r") == second[0]
+    assert [m.id for m in st.history("r")] == [second[0], first]
+
+
 class TestBatchedFlushOrder:
     def test_two_threads_flushing_batched_queues_commit_them_in_queue_order(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Batched mode, one recorder: a flush takes the queue, another thread queues the next
-        checkpoint and flushes before the first flush's txn begins. Both land in order; the
-        second used to commit first and drop its batch on a ConflictError nobody caused."""
+        """Batched mode on LMDB: two threads' flushes commit their batches in queue order."""
         with cpstore.open(tmp_path / "s", durability="batched", batch_size=100) as st:
-            backend = st.backend
-            rec = st.recorder("r")
-            first = rec.checkpoint(0, {"a": 0})
-            real = type(backend).write_txn
-            second: list[str] = []
-
-            def late_write_txn(self: Any, fn: Any) -> Any:
-                if not second:  # the other thread queues and flushes in between
-
-                    def queue_and_flush() -> None:
-                        second.append(rec.checkpoint(1, {"a": 1}))
-                        st.flush()
-
-                    worker = threading.Thread(target=queue_and_flush)
-                    worker.start()
-                    worker.join(timeout=60)
-                return real(self, fn)
-
-            monkeypatch.setattr(type(backend), "write_txn", late_write_txn)
-            st.flush()
-            monkeypatch.undo()
-            assert st.pending == 0
-            assert st.ref("r") == second[0]
-            assert [m.id for m in st.history("r")] == [second[0], first]
+            check_flushes_commit_in_queue_order(st, monkeypatch)
