@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import multiprocessing
-import random
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import psycopg
 import pytest
 from pg_cluster import Cluster, fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 from stored import edit_raw
-from test_chunk_tree_root_v2 import _get, _pack_root_v1, _root, _upper_of
+from test_chunk_tree_root_v2 import _get, _history, _pack_root_v1, _root, _upper_of
 
 import cpstore
 from cpstore.cli import main
@@ -25,16 +24,6 @@ from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
 from cpstore.store.model import STORE_VERSION
 from cpstore.store.pg_open import parse_url
-
-WORDS = ("the", "planner", "asked", "search", "tool", "for", "weather", "and", "then", "a")
-
-
-def _history(n: int) -> list[dict[str, str]]:
-    def text(seed: int) -> str:
-        rng = random.Random(seed)
-        return " ".join(rng.choice(WORDS) for _ in range(180))[:900]
-
-    return [{"role": "user", "content": f"{i}: " + text(i)} for i in range(n)]
 
 
 def _sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> list[Any]:
