@@ -43,8 +43,12 @@ from cpstore.native.binding import digest, digest_small
 from cpstore.native.records import Digest
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.codec import stored_key
-from cpstore.store.content import objects_of, records_of
-from cpstore.store.manifest import manifest_references
+from cpstore.store.content import Content, objects_of, records_of
+from cpstore.store.manifest import (
+    check_manifest_state,
+    digests_in_map_order,
+    manifest_references,
+)
 from cpstore.store.model import split_checkpoint_value, split_ref_key
 from cpstore.store.objects import put_object
 from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, unpack_ref, write_ref
@@ -215,6 +219,17 @@ def _manifest(value: bytes | memoryview | None, cid: bytes) -> bytes:
     return b"" if value is None else bytes(split_checkpoint_value(value, cid)[1])
 
 
+def _hints(txn: Txn[memoryview], objects: Content, value: bytes, cid: bytes) -> bytes:
+    """A landing record's location hints, as the recorder's commit writes them
+    (content.py): the heap seqs of its state parts, b"" off the heap or for a
+    chunked or bytes state. ``value`` was checked against ``cid`` on arrival."""
+    if objects.heap is None:
+        return b""
+    state = check_manifest_state(cid, split_checkpoint_value(value, cid)[1])["state"]
+    parts = state["parts"] if state["kind"] == "parts" and not state["chunked"] else None
+    return objects.locations(txn, digests_in_map_order(parts)) if parts else b""
+
+
 class _ObjectsSweptError(Exception):
     """A landing txn found objects it needs gone (the destination's gc): rolls it back."""
 
@@ -296,7 +311,7 @@ def _land_branch(
             value = values.get(cid)
             if value is None:
                 continue
-            if records.add(txn, cid, value):
+            if records.add(txn, cid, value, _hints(txn, contents, value, cid)):
                 written += 1
             elif _manifest(records.get(txn, cid), cid) != _manifest(value, cid):
                 raise IntegrityError(
