@@ -41,7 +41,8 @@ def test_pushed_records_carry_the_heap_seqs_of_their_parts(tmp_path: Path) -> No
         hints, seqs = _hints_and_seqs(dst, cid)
         assert hints == seqs and all(hints)
         with cpstore.open(dst, readonly=True) as st, st.read(cid) as cp:
-            assert cp.state()["b"] == ids.index(cid)
+            state = cp.state()
+            assert isinstance(state, dict) and state["b"] == ids.index(cid)
 
 
 def test_a_hint_of_a_pulled_record_names_an_object_entry_of_that_part(tmp_path: Path) -> None:
