@@ -48,9 +48,11 @@ from typing import Any
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest_small
 from cpstore.store.backend import Txn
+from cpstore.store.record_codec import KIND_COMPACT, compress_record, inflate_record
 
 __all__ = [
     "HEAP_TABLES",
+    "KIND_COMPACT",
     "KIND_OBJECT",
     "KIND_RECORD",
     "Content",
@@ -72,7 +74,9 @@ _ZERO4 = bytes(4)
 _PART_AT = 18
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
 #: kind -> key length -> the two bytes an entry of that kind and key length starts with
-_HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in _KIND_NAMES}
+_HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in (*_KIND_NAMES, KIND_COMPACT)}
+#: kind -> the other kind its index's entries may carry (layout 6: compact records)
+_ALT = {KIND_RECORD: _HEADS[KIND_COMPACT]}
 
 
 def entry_header(kind: int, key: bytes) -> bytes:
@@ -93,12 +97,13 @@ class Content:
     :func:`records_of`; every method takes the txn it works in.
     """
 
-    __slots__ = ("heads", "heap", "index", "kind", "legacy", "legacy_name")
+    __slots__ = ("alt", "heads", "heap", "index", "kind", "legacy", "legacy_name")
 
     def __init__(self, dbs: Mapping[str, Any], kind: int) -> None:
         legacy_name, index_name = _KIND_NAMES[kind]
         self.kind = kind
         self.heads = _HEADS[kind]
+        self.alt = _ALT.get(kind)
         self.legacy_name = legacy_name
         self.legacy = dbs[legacy_name]
         self.heap = dbs.get("heap")
@@ -118,9 +123,15 @@ class Content:
             return None
         entry = txn.get(seq, None, self.heap)
         n = len(key) + 2
-        if entry is None or entry[:n] != self.heads[n - 2] + key:
+        if entry is None or (entry[:n] != self.heads[n - 2] + key and not self._alt(entry, key)):
             raise self._bad_location(key, seq, entry)
         return seq, entry
+
+    def _alt(self, entry: memoryview, key: bytes) -> bool:
+        """True when ``entry`` carries ``key`` under this content's other entry kind
+        (a record's compact ``r`` entry, layout 6)."""
+        alt = self.alt
+        return alt is not None and entry[: len(key) + 2] == alt[len(key)] + key
 
     def get(self, txn: Txn[memoryview], key: bytes) -> memoryview | None:
         """The stored bytes under ``key`` (a view in LMDB), or None.
@@ -154,7 +165,8 @@ class Content:
     def _record(
         self, key: bytes, seq: Any, entry: memoryview, n: int
     ) -> tuple[memoryview, memoryview]:
-        """(hint block, record bytes) of a record entry whose header matched."""
+        """(hint block, record bytes) of a record entry whose header matched: a compact
+        (``r``) entry's record is inflated from its frame, checked as record_codec says."""
         count = int.from_bytes(entry[n : n + 4], "big")
         start = n + 4 + 4 * count
         if len(entry) < start:
@@ -164,12 +176,27 @@ class Content:
                 expected=f">= {start} bytes",
                 got=len(entry),
             )
-        return entry[n + 4 : start], entry[start:]
+        if entry[0] != KIND_COMPACT:
+            return entry[n + 4 : start], entry[start:]
+        record, (what, expected, got) = inflate_record(entry[start:])
+        if record is None:
+            raise IntegrityError(
+                f"a compact checkpoint record's heap entry is damaged: {what}",
+                where=f"cloc/{bytes(key).hex()} -> heap/{int.from_bytes(bytes(seq), 'big')}",
+                expected=expected,
+                got=got,
+            )
+        return entry[n + 4 : start], memoryview(record)
 
     def _entry(self, txn: Txn[memoryview], key: bytes, seq: Any) -> memoryview:
         entry = txn.get(bytes(seq), None, self.heap)
         n = len(key) + 2
-        if len(seq) != _SEQ_SIZE or entry is None or entry[:n] != entry_header(self.kind, key):
+        if (
+            len(seq) != _SEQ_SIZE
+            or entry is None
+            or (entry[:n] != entry_header(self.kind, key)
+            and not self._alt(entry, key))
+        ):
             raise self._bad_location(key, seq, entry)
         if self.kind == KIND_RECORD:
             return self._record(key, seq, entry, n)[1]
@@ -315,10 +342,10 @@ class Content:
         if txn.get(key, None, self.legacy) is not None:  # stored before the upgrade
             txn.delete(key, db=index)
             return False
-        head = self.heads[len(key)] + key
-        if self.kind == KIND_RECORD:
-            head += hints or _ZERO4
-        if not txn.put(seq, head + data, append=True, db=self.heap):
+        entry = _record_entry(key, hints, data) if self.kind == KIND_RECORD else None
+        if entry is None:
+            entry = self.heads[len(key)] + key + data
+        if not txn.put(seq, entry, append=True, db=self.heap):
             # MDB_APPEND refuses (py-lmdb: returns False) a key not above the last
             # one: only damage puts one there (next_seq checks its length), or a
             # stale _APPENDED. The index row claimed above must not name an entry
@@ -343,14 +370,24 @@ class Content:
             if seq is not None:
                 loc = bytes(seq)
                 entry = txn.get(loc, None, self.heap)
-                mine = entry is not None and bytes(entry[: len(key) + 2]) == entry_header(
-                    self.kind, key
+                mine = entry is not None and (
+                    bytes(entry[: len(key) + 2]) == entry_header(self.kind, key)
+                    or self._alt(entry, key)
                 )
                 txn.delete(key, db=index)
                 if mine:
                     txn.delete(loc, db=self.heap)
                 return True
         return bool(txn.delete(key, db=self.legacy))
+
+
+def _record_entry(key: bytes, hints: bytes, record: bytes | memoryview) -> bytes:
+    """A checkpoint record's heap entry (layout 6): compact (``r``, record_codec) when
+    the record's frame is smaller, else ``c`` with the record as it is."""
+    frame = compress_record(record)
+    if frame is None:
+        return _HEADS[KIND_RECORD][len(key)] + key + (hints or _ZERO4) + record
+    return _HEADS[KIND_COMPACT][len(key)] + key + (hints or _ZERO4) + frame
 
 
 def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
