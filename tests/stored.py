@@ -39,6 +39,7 @@ __all__ = [
     "raw_put",
     "seq_of",
     "to_layout_4",
+    "to_layout_5",
 ]
 
 _NAMES = LMDB_TABLES
@@ -199,3 +200,30 @@ def to_layout_4(path: Any) -> None:
             txn.put(b"format", encode_value(fmt), db=dbs["meta"])
     finally:
         env.close()
+
+
+def to_layout_5(path: Any) -> int:
+    """Rewrite a closed layout-6 store as a layout-5 build would have written it: every
+    compact (``r``) record entry as a ``c`` entry carrying the record as it is, and the
+    format record at version 5. Returns how many entries were rewritten."""
+    env = lmdb.open(str(path), max_dbs=32, subdir=True)
+    n = 0
+    try:
+        dbs = raw_dbs(env)
+        with env.begin(write=True) as txn:
+            for seq, value in list(txn.cursor(db=dbs["heap"])):
+                entry = bytes(value)
+                if entry[0] != KIND_COMPACT:
+                    continue
+                at = entry[1] + 2
+                count = int.from_bytes(entry[at : at + 4], "big")
+                start = at + 4 + 4 * count
+                record, problem = inflate_record(entry[start:])
+                assert record is not None, problem
+                txn.put(bytes(seq), bytes([KIND_RECORD]) + entry[1:start] + record, db=dbs["heap"])
+                n += 1
+            fmt = {"layout": "cpstore", "version": 5, "digest": "xxh3-128"}
+            txn.put(b"format", encode_value(fmt), db=dbs["meta"])
+    finally:
+        env.close()
+    return n
