@@ -26,7 +26,7 @@ from cpstore.store.content import (
     records_of,
 )
 from cpstore.store.lmdb_env import LMDB_TABLES
-from cpstore.store.record_codec import compress_record, inflate_record
+from cpstore.store.record_codec import compress_record, inflate_record, why_not
 
 __all__ = [
     "content_of",
@@ -102,8 +102,8 @@ def raw_get(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes) -> bytes |
             return None
         stored = bytes(entry)[len(_prefix(content, key, entry)) :]
         if content.kind == KIND_RECORD and entry[0] == KIND_COMPACT:
-            record, problem = inflate_record(stored)
-            assert record is not None, problem
+            record = inflate_record(stored)
+            assert record is not None, why_not(stored)
             return record
         return stored
     value = txn.get(key, db=content.legacy)
@@ -218,8 +218,8 @@ def to_layout_5(path: Any) -> int:
                 at = entry[1] + 2
                 count = int.from_bytes(entry[at : at + 4], "big")
                 start = at + 4 + 4 * count
-                record, problem = inflate_record(entry[start:])
-                assert record is not None, problem
+                record = inflate_record(entry[start:])
+                assert record is not None, why_not(entry[start:])
                 txn.put(bytes(seq), bytes([KIND_RECORD]) + entry[1:start] + record, db=dbs["heap"])
                 n += 1
             fmt = {"layout": "cpstore", "version": 5, "digest": "xxh3-128"}

@@ -48,7 +48,7 @@ from typing import Any
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest_small
 from cpstore.store.backend import Txn
-from cpstore.store.record_codec import KIND_COMPACT, compress_record, inflate_record
+from cpstore.store.record_codec import KIND_COMPACT, compress_record, inflate_record, why_not
 
 __all__ = [
     "HEAP_TABLES",
@@ -75,8 +75,12 @@ _PART_AT = 18
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
 #: kind -> key length -> the two bytes an entry of that kind and key length starts with
 _HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in (*_KIND_NAMES, KIND_COMPACT)}
-#: kind -> the other kind its index's entries may carry (layout 6: compact records)
-_ALT = {KIND_RECORD: _HEADS[KIND_COMPACT]}
+#: kind -> (the heads its entries are compared with first, the other kind's or None):
+#: a record's entry is compact (``r``, layout 6) or as it is (``c``, layout 5 on).
+_COMPARED = {
+    KIND_OBJECT: (_HEADS[KIND_OBJECT], None),
+    KIND_RECORD: (_HEADS[KIND_COMPACT], _HEADS[KIND_RECORD]),
+}
 
 
 def entry_header(kind: int, key: bytes) -> bytes:
@@ -102,8 +106,7 @@ class Content:
     def __init__(self, dbs: Mapping[str, Any], kind: int) -> None:
         legacy_name, index_name = _KIND_NAMES[kind]
         self.kind = kind
-        self.heads = _HEADS[kind]
-        self.alt = _ALT.get(kind)
+        self.heads, self.alt = _COMPARED[kind]
         self.legacy_name = legacy_name
         self.legacy = dbs[legacy_name]
         self.heap = dbs.get("heap")
@@ -129,7 +132,7 @@ class Content:
 
     def _alt(self, entry: memoryview, key: bytes) -> bool:
         """True when ``entry`` carries ``key`` under this content's other entry kind
-        (a record's compact ``r`` entry, layout 6)."""
+        (a record's ``c`` entry: ``heads`` are the compact ``r`` ones)."""
         alt = self.alt
         return alt is not None and entry[: len(key) + 2] == alt[len(key)] + key
 
@@ -178,8 +181,9 @@ class Content:
             )
         if entry[0] != KIND_COMPACT:
             return entry[n + 4 : start], entry[start:]
-        record, (what, expected, got) = inflate_record(entry[start:])
+        record = inflate_record(entry[start:])
         if record is None:
+            what, expected, got = why_not(entry[start:])
             raise IntegrityError(
                 f"a compact checkpoint record's heap entry is damaged: {what}",
                 where=f"cloc/{bytes(key).hex()} -> heap/{int.from_bytes(bytes(seq), 'big')}",
@@ -194,8 +198,7 @@ class Content:
         if (
             len(seq) != _SEQ_SIZE
             or entry is None
-            or (entry[:n] != entry_header(self.kind, key)
-            and not self._alt(entry, key))
+            or (entry[:n] != self.heads[n - 2] + key and not self._alt(entry, key))
         ):
             raise self._bad_location(key, seq, entry)
         if self.kind == KIND_RECORD:
@@ -342,8 +345,9 @@ class Content:
         if txn.get(key, None, self.legacy) is not None:  # stored before the upgrade
             txn.delete(key, db=index)
             return False
-        entry = _record_entry(key, hints, data) if self.kind == KIND_RECORD else None
-        if entry is None:
+        if self.kind == KIND_RECORD:
+            entry = _record_entry(key, hints, data)
+        else:
             entry = self.heads[len(key)] + key + data
         if not txn.put(seq, entry, append=True, db=self.heap):
             # MDB_APPEND refuses (py-lmdb: returns False) a key not above the last
@@ -371,8 +375,7 @@ class Content:
                 loc = bytes(seq)
                 entry = txn.get(loc, None, self.heap)
                 mine = entry is not None and (
-                    bytes(entry[: len(key) + 2]) == entry_header(self.kind, key)
-                    or self._alt(entry, key)
+                    entry[: len(key) + 2] == self.heads[len(key)] + key or self._alt(entry, key)
                 )
                 txn.delete(key, db=index)
                 if mine:

@@ -11,8 +11,9 @@ The frame is written without a dictionary id and without a checksum, and with
 the content size declared. A reader accepts exactly that shape, checked before
 anything is inflated (no other frame is ever decoded):
 
-- the zstd magic (a skippable frame is refused), a frame header descriptor with
-  no dictionary id, no checksum and the reserved bit clear;
+- the zstd magic (a skippable frame is refused), a frame header descriptor of a
+  single-segment frame with its content size declared and no dictionary id, no
+  checksum, no reserved bit (``0x20``, ``0x60``, ``0xa0`` or ``0xe0``);
 - a declared content size from 16 bytes (a record's header) to
   :data:`MAX_RECORD_CONTENT` (a bomb's huge size is refused, never allocated);
 - exactly one block, marked last, ending exactly at the entry's end (no second
@@ -31,6 +32,7 @@ pins their digest). Another dictionary would be another entry kind.
 
 from __future__ import annotations
 
+import struct
 import threading
 
 import zstandard
@@ -43,6 +45,7 @@ __all__ = [
     "RECORD_LEVEL",
     "compress_record",
     "inflate_record",
+    "why_not",
 ]
 
 #: Heap entry kind of a compact (dictionary-compressed) checkpoint record: ``r``.
@@ -73,16 +76,23 @@ RECORD_DICT = (
 )
 
 _MAGIC = b"\x28\xb5\x2f\xfd"
-#: Frame header descriptor bits a compact record's frame must have clear:
-#: reserved (3), content checksum (2), dictionary id flag (1-0).
-_DESCRIPTOR_REFUSED = 0x0F
-_BLOCK_RLE = 1
-_BLOCK_RESERVED = 3
-
+#: Frame header descriptor -> (content size field length, value offset): the only
+#: descriptors a compact record's frame may have: single segment, the content size
+#: declared (1, 2, 4 or 8 bytes), no checksum, no dictionary id, reserved bits clear.
+_DESCRIPTORS = {0x20: (1, 0), 0x60: (2, 256), 0xA0: (4, 0), 0xE0: (8, 0)}
+_MAGIC_DESCRIPTOR = struct.Struct("<IB")
+_MAGIC_INT = int.from_bytes(_MAGIC, "little")
+#: descriptor -> (its content size and the block header's 3 bytes + 1 in one read,
+#: where the block header starts, the size's value offset)
+_FIELDS = {
+    d: (struct.Struct("<5x" + "BHIQ"[n.bit_length() - 1] + "I"), 5 + n, add)
+    for d, (n, add) in _DESCRIPTORS.items()
+}
+#: Block header's low 3 bits (last block, type) -> bytes its content takes in the
+#: frame (-1: the block size field's): raw or compressed (the field), RLE (1 byte).
+_LAST_BLOCKS = {1: -1, 3: 1, 5: -1}
 _DICT = zstandard.ZstdCompressionDict(RECORD_DICT, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 _DICT.precompute_compress(level=RECORD_LEVEL)
-_frame_header_size = zstandard.frame_header_size
-_frame_content_size = zstandard.frame_content_size
 _ZstdError = zstandard.ZstdError
 
 
@@ -103,38 +113,55 @@ class _Contexts(threading.local):
 _CONTEXTS = _Contexts()
 
 
+def _declared(frame: bytes | memoryview) -> int:
+    """The record size ``frame`` declares when its shape is a compact record's (module
+    docstring: headers only, nothing inflated); -1 otherwise."""
+    n = len(frame)
+    if n < 10:
+        return -1
+    magic, descriptor = _MAGIC_DESCRIPTOR.unpack_from(frame)
+    field = _FIELDS.get(descriptor)
+    if field is None or magic != _MAGIC_INT or n < field[1] + 4:
+        return -1
+    size, block = field[0].unpack_from(frame)
+    block &= 0xFFFFFF
+    size += field[2]
+    last = _LAST_BLOCKS.get(block & 7, 0)
+    if last == 0 or not _MIN_RECORD_CONTENT <= size <= MAX_RECORD_CONTENT:
+        return -1
+    return size if field[1] + 3 + (last if last > 0 else block >> 3) == n else -1
+
+
 def frame_problem(frame: bytes | memoryview) -> tuple[str, object, object] | None:
     """(what, expected, got) of what makes ``frame`` not a compact record's frame; None
-    when its shape is one: checked from its headers alone, before any inflating."""
+    when its shape is one (checked from its headers alone, before any inflating)."""
     if bytes(frame[:4]) != _MAGIC:
         return "not a zstd frame", _MAGIC.hex(), bytes(frame[:4]).hex()
-    if len(frame) < 6:
-        return "cut short in its zstd frame header", ">= 6 bytes", len(frame)
-    descriptor = frame[4]
-    if descriptor & _DESCRIPTOR_REFUSED:
+    if len(frame) < 9:
+        return "cut short in its zstd frame header", ">= 9 bytes", len(frame)
+    field = _DESCRIPTORS.get(frame[4])
+    if field is None:
         return (
-            "its zstd frame has a dictionary id, a checksum or a reserved bit",
-            "descriptor bits 0-3 clear",
-            f"{descriptor:#04x}",
+            "its zstd frame is not single-segment with a declared size, or has a "
+            "dictionary id, a checksum or a reserved bit",
+            " or ".join(f"{d:#04x}" for d in _DESCRIPTORS),
+            f"{frame[4]:#04x}",
         )
-    try:
-        start = _frame_header_size(frame)
-        size = _frame_content_size(frame)
-    except _ZstdError as exc:
-        return "its zstd frame header does not parse", "a zstd frame header", str(exc)
+    at = 5 + field[0]
+    size = int.from_bytes(frame[5:at], "little") + field[1]
     if not _MIN_RECORD_CONTENT <= size <= MAX_RECORD_CONTENT:
         return (
             "its zstd frame declares a record size out of bounds",
             f"{_MIN_RECORD_CONTENT}..{MAX_RECORD_CONTENT}",
             size,
         )
-    if len(frame) < start + 3:
-        return "cut short before its zstd block", f">= {start + 3} bytes", len(frame)
-    block = int.from_bytes(frame[start : start + 3], "little")
-    kind = block >> 1 & 3
-    end = start + 3 + (1 if kind == _BLOCK_RLE else block >> 3)
-    if not block & 1 or kind == _BLOCK_RESERVED:
+    if len(frame) < at + 3:
+        return "cut short before its zstd block", f">= {at + 3} bytes", len(frame)
+    block = int.from_bytes(frame[at : at + 3], "little")
+    if block & 7 not in _LAST_BLOCKS:
         return "its zstd frame is not one last block", "one last block", f"{block:#08x}"
+    last = _LAST_BLOCKS[block & 7]
+    end = at + 3 + (last if last > 0 else block >> 3)
     if end != len(frame):
         return "its zstd frame does not end where the entry ends", end, len(frame)
     return None
@@ -146,23 +173,48 @@ def compress_record(record: bytes | memoryview) -> bytes | None:
     if not _MIN_RECORD_CONTENT <= len(record) <= MAX_RECORD_CONTENT:
         return None
     frame: bytes = _CONTEXTS.compressor.compress(record)
-    if len(frame) >= len(record) or frame_problem(frame) is not None:
+    if len(frame) >= len(record) or _declared(frame) != len(record):
         return None  # a frame no reader would take is never written
     return frame
 
 
-def inflate_record(frame: bytes | memoryview) -> tuple[bytes | None, tuple[str, object, object]]:
-    """(record bytes, ("", None, None)) of a compact entry's frame, or
-    (None, (what, expected, got)) when the frame is not one a writer makes
-    or does not inflate to its declared size."""
-    problem = frame_problem(frame)
-    if problem is not None:
-        return None, problem
+def inflate_record(frame: bytes | memoryview) -> bytes | None:
+    """The record bytes of a compact entry's frame; None when the frame is not one a
+    writer makes or does not inflate to its declared size (:func:`why_not` says why).
+    The read path's one call per compact record: :func:`_declared`'s checks inline."""
+    n = len(frame)
+    if n < 10:
+        return None
+    magic, descriptor = _MAGIC_DESCRIPTOR.unpack_from(frame)
+    field = _FIELDS.get(descriptor)
+    if field is None or magic != _MAGIC_INT or n < field[1] + 4:
+        return None
+    size, block = field[0].unpack_from(frame)
+    block &= 0xFFFFFF
+    size += field[2]
+    last = _LAST_BLOCKS.get(block & 7, 0)
+    if (
+        last == 0
+        or not _MIN_RECORD_CONTENT <= size <= MAX_RECORD_CONTENT
+        or field[1] + 3 + (last if last > 0 else block >> 3) != n
+    ):
+        return None
     try:
         out: bytes = _CONTEXTS.decompressor.decompress(frame)
+    except _ZstdError:
+        return None
+    return out if len(out) == size else None
+
+
+def why_not(frame: bytes | memoryview) -> tuple[str, object, object]:
+    """(what, expected, got) of why :func:`inflate_record` refused ``frame``."""
+    problem = frame_problem(frame)
+    if problem is not None:
+        return problem
+    try:
+        out = zstandard.ZstdDecompressor(dict_data=_DICT).decompress(frame)
     except _ZstdError as exc:
-        return None, ("its zstd frame does not inflate", "a record dictionary frame", str(exc))
-    size = _frame_content_size(frame)
-    if len(out) != size:  # zstandard refuses this already; kept as the contract
-        return None, ("its zstd frame does not inflate to its declared size", size, len(out))
-    return out, ("", None, None)
+        return "its zstd frame does not inflate", "a record dictionary frame", str(exc)
+    return "its zstd frame does not inflate to its declared size", _declared(frame), len(out)
+
+
