@@ -111,6 +111,11 @@ class _Contexts(threading.local):
 
 
 _CONTEXTS = _Contexts()
+# The dictionary's decompression tables are made on first use: once here, at import,
+# so threads never race to make them (a round trip that also checks the codec).
+_SAMPLE = RECORD_DICT[:64]
+if _CONTEXTS.decompressor.decompress(_CONTEXTS.compressor.compress(_SAMPLE)) != _SAMPLE:
+    raise ImportError("zstandard does not round-trip the record dictionary")
 
 
 def _declared(frame: bytes | memoryview) -> int:
@@ -216,5 +221,3 @@ def why_not(frame: bytes | memoryview) -> tuple[str, object, object]:
     except _ZstdError as exc:
         return "its zstd frame does not inflate", "a record dictionary frame", str(exc)
     return "its zstd frame does not inflate to its declared size", _declared(frame), len(out)
-
-
