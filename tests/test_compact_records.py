@@ -8,6 +8,7 @@ another record; layout-5 ``c`` entries stay readable and are never rewritten.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -196,6 +197,26 @@ class TestCodec:
         else:
             assert frame_problem(data) is None
             assert len(record) == zstandard.frame_content_size(data) <= MAX_RECORD_CONTENT
+
+    def test_threads_compress_and_inflate_with_their_own_contexts(self) -> None:
+        """Four threads at once: every record round-trips (zstandard contexts are per thread)."""
+        records = [GOLDEN_RECORD[:-8] + i.to_bytes(8, "big") for i in range(400)]
+        errors: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                for record in records:
+                    frame = compress_record(record)
+                    assert frame is not None and inflate_record(frame) == record
+            except BaseException as exc:  # handed to the main thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
 
     def test_a_huge_record_is_written_as_a_c_entry_and_reads(self, tmp_path: Path) -> None:
         """Metadata past the cap: the record entry is b"c" (read by every layout), verified."""
