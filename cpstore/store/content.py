@@ -252,7 +252,9 @@ class Content:
         return IntegrityError(
             what,
             where=f"{self._index_name()}/{bytes(key).hex()} -> heap/{at}",
-            expected=entry_header(self.kind, bytes(key))[:2].hex() + " " + bytes(key).hex(),
+            expected=" or ".join(h[len(key)].hex() for h in (self.heads, self.alt) if h)
+            + " "
+            + bytes(key).hex(),
             got=got,
         )
 
