@@ -55,11 +55,14 @@ import lmdb
 import msgpack
 import pytest
 import xxhash
+import zstandard
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from cpstore.errors import CpstoreError
+from cpstore.store.content import KIND_COMPACT
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.record_codec import RECORD_DICT
 
 PARTS = 10
 PART_SIZE = 1024
@@ -306,7 +309,8 @@ class RawOnCpstoreFiles:
     one manifest lookup (the 16-byte entry header skipped), one XXH3 check, one
     generic msgpack decode; then per part one lookup, one check, one decode. A
     lookup on layout 5 is two gets: the location index, then the heap entry (its
-    kind-and-key header skipped, not compared).
+    kind-and-key header skipped, not compared); a layout-6 compact record (kind
+    ``r``) is inflated with the record dictionary (one zstd call, no shape check).
     None of cpstore's shape checks, ref check, header check, error naming or
     reader object. Runs on the open store's own LMDB environment (py-lmdb
     refuses a second open of one env in a process), so it reads the same bytes.
@@ -318,11 +322,17 @@ class RawOnCpstoreFiles:
         dbs = backend.dbs
         self.cps, self.objects, self.refs = dbs["cloc"], dbs["oloc"], dbs["refs"]
         self.heap = dbs["heap"]
+        self.inflate = zstandard.ZstdDecompressor(
+            dict_data=zstandard.ZstdCompressionDict(
+                RECORD_DICT, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+            )
+        ).decompress
 
     def _state(self, txn: Any, cid: bytes) -> tuple[dict[str, Any], bytes | None]:
         h, unpack, objects, heap = xxhash.xxh3_128_digest, msgpack.unpackb, self.objects, self.heap
         e = txn.get(txn.get(cid, None, self.cps), None, heap)
-        m = e[18 + 4 + 4 * int.from_bytes(e[18:22], "big") + 16 :]  # past the location hints
+        at = 18 + 4 + 4 * int.from_bytes(e[18:22], "big")  # past the location hints
+        m = (self.inflate(e[at:]) if e[0] == KIND_COMPACT else e[at:])[16:]
         if h(m) != cid:
             raise AssertionError("manifest")
         manifest = unpack(m, strict_map_key=False)

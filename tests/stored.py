@@ -1,9 +1,12 @@
 """Test helper: read and damage stored entries behind the store's back, in any layout.
 
-Objects and checkpoint records live in the heap (layout 5) or in the legacy
+Objects and checkpoint records live in the heap (layouts 5 and 6) or in the legacy
 ``objects``/``checkpoints`` tables (older layouts, PostgreSQL): the tests that
 simulate damage name the key and the table, and these find where it lives
-(cpstore/store/content.py). Every other table is written as it is.
+(cpstore/store/content.py). A compact record entry (layout 6, ``r``) is read
+inflated and rewritten compressed again: the damage these simulate is to the
+record itself (tests of damaged frames edit the heap entry directly).
+Every other table is written as it is.
 """
 
 from __future__ import annotations
@@ -14,8 +17,16 @@ from typing import Any
 import lmdb
 
 from cpstore.native.canonical import encode_value
-from cpstore.store.content import KIND_RECORD, Content, entry_header, objects_of, records_of
+from cpstore.store.content import (
+    KIND_COMPACT,
+    KIND_RECORD,
+    Content,
+    entry_header,
+    objects_of,
+    records_of,
+)
 from cpstore.store.lmdb_env import LMDB_TABLES
+from cpstore.store.record_codec import compress_record, inflate_record, why_not
 
 __all__ = [
     "content_of",
@@ -28,6 +39,7 @@ __all__ = [
     "raw_put",
     "seq_of",
     "to_layout_4",
+    "to_layout_5",
 ]
 
 _NAMES = LMDB_TABLES
@@ -71,6 +83,7 @@ def _prefix(content: Content, key: bytes, entry: Any) -> bytes:
     head = entry_header(content.kind, key)
     if content.kind != KIND_RECORD or entry is None:
         return head
+    head = entry_header(entry[0], key)  # b"c" or the compact b"r"
     n = len(head)
     count = int.from_bytes(bytes(entry[n : n + 4]), "big")
     return head + bytes(entry[n : n + 4 + 4 * count])
@@ -85,7 +98,14 @@ def raw_get(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes) -> bytes |
     seq = seq_of(txn, content, key)
     if seq is not None:
         entry = txn.get(seq, db=content.heap)
-        return None if entry is None else bytes(entry)[len(_prefix(content, key, entry)) :]
+        if entry is None:
+            return None
+        stored = bytes(entry)[len(_prefix(content, key, entry)) :]
+        if content.kind == KIND_RECORD and entry[0] == KIND_COMPACT:
+            record = inflate_record(stored)
+            assert record is not None, why_not(stored)
+            return record
+        return stored
     value = txn.get(key, db=content.legacy)
     return None if value is None else bytes(value)
 
@@ -99,7 +119,14 @@ def raw_put(txn: Any, dbs: Mapping[str, Any], table: str, key: bytes, value: byt
     seq = seq_of(txn, content, key)
     if seq is not None:
         entry = txn.get(seq, db=content.heap)
-        txn.put(seq, _prefix(content, key, entry) + value, db=content.heap)
+        prefix = _prefix(content, key, entry)
+        if content.kind == KIND_RECORD and entry is not None and entry[0] == KIND_COMPACT:
+            frame = compress_record(value)
+            if frame is not None:
+                txn.put(seq, prefix + frame, db=content.heap)
+                return
+            prefix = entry_header(KIND_RECORD, key) + prefix[len(key) + 2 :]
+        txn.put(seq, prefix + value, db=content.heap)
     elif content.index is not None and txn.get(key, db=content.legacy) is None:
         content.add(txn, key, value)
     else:
@@ -173,3 +200,30 @@ def to_layout_4(path: Any) -> None:
             txn.put(b"format", encode_value(fmt), db=dbs["meta"])
     finally:
         env.close()
+
+
+def to_layout_5(path: Any) -> int:
+    """Rewrite a closed layout-6 store as a layout-5 build would have written it: every
+    compact (``r``) record entry as a ``c`` entry carrying the record as it is, and the
+    format record at version 5. Returns how many entries were rewritten."""
+    env = lmdb.open(str(path), max_dbs=32, subdir=True)
+    n = 0
+    try:
+        dbs = raw_dbs(env)
+        with env.begin(write=True) as txn:
+            for seq, value in list(txn.cursor(db=dbs["heap"])):
+                entry = bytes(value)
+                if entry[0] != KIND_COMPACT:
+                    continue
+                at = entry[1] + 2
+                count = int.from_bytes(entry[at : at + 4], "big")
+                start = at + 4 + 4 * count
+                record = inflate_record(entry[start:])
+                assert record is not None, why_not(entry[start:])
+                txn.put(bytes(seq), bytes([KIND_RECORD]) + entry[1:start] + record, db=dbs["heap"])
+                n += 1
+            fmt = {"layout": "cpstore", "version": 5, "digest": "xxh3-128"}
+            txn.put(b"format", encode_value(fmt), db=dbs["meta"])
+    finally:
+        env.close()
+    return n

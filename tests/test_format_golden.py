@@ -20,6 +20,7 @@ from cpstore.store.codec import decode_frame, encode_frame
 from cpstore.store.content import KIND_RECORD, entry_header, objects_of, records_of
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
+from cpstore.store.record_codec import inflate_record
 from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
 
 CANONICAL = [
@@ -280,10 +281,10 @@ def test_frame_bytes_are_pinned() -> None:
     assert encode_frame(b"abc" * 100)[:5] == written[:5]
 
 
-def test_store_layout_version_is_5() -> None:
-    """Layout 5 (the heap) is what this build writes; 1 to 4 are still read."""
-    assert STORE_VERSION == 5
-    assert set(READABLE_VERSIONS) >= {1, 2, 3, 4, 5}
+def test_store_layout_version_is_6() -> None:
+    """Layout 6 (compact records in the heap) is what this build writes; 1 to 5 are still read."""
+    assert STORE_VERSION == 6
+    assert set(READABLE_VERSIONS) >= {1, 2, 3, 4, 5, 6}
 
 
 def test_heap_entry_and_location_bytes_are_pinned(tmp_path: Path) -> None:
@@ -310,12 +311,13 @@ def test_a_record_entry_carries_its_parts_location_hints_before_the_record(
     tmp_path: Path,
 ) -> None:
     """A checkpoint of one part in a new store: the part at heap 1, the record at heap 2 as
-    b"c", 16, id, hint count 1, hint 1 (uint32 BE each), then the stored record."""
+    b"r", 16, id, hint count 1, hint 1 (uint32 BE each), then the record's zstd frame."""
     with open_store(tmp_path / "s") as st:
         cid = bytes.fromhex(st.recorder("r").checkpoint(0, {"a": 1}))
         with st.backend.read_txn() as txn:
             heap = {bytes(k): bytes(v) for k, v in txn.cursor(db=st.backend.db("heap"))}
             record = bytes(records_of(st.backend.dbs).get(txn, cid) or b"")
     entry = heap[(2).to_bytes(8, "big")]
-    assert entry == b"c\x10" + cid + bytes.fromhex("0000000100000001") + record
+    assert entry[:26] == b"r\x10" + cid + bytes.fromhex("0000000100000001")
+    assert inflate_record(entry[26:]) == record
     assert heap[(1).to_bytes(8, "big")] == b"o\x10" + digest(encode_value(1)) + encode_value(1)

@@ -342,7 +342,7 @@ class TestDamage:
             with env.begin() as txn:
                 entries = {bytes(v)[:18] for _, v in txn.cursor(db=dbs["heap"])}
                 assert entry_header(0x6F, key) in entries
-                assert entry_header(0x63, bytes.fromhex(cid)) in entries
+                assert entry_header(0x72, bytes.fromhex(cid)) in entries  # layout 6: compact
                 assert objects_of(dbs).exists(txn, key)
         finally:
             env.close()

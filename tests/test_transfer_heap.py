@@ -1,14 +1,17 @@
-"""Store layout 5 across engines: a half-upgraded LMDB store (legacy tables and heap)
-through PostgreSQL and back (audit6)."""
+"""Store layouts 5 and 6 across engines: a half-upgraded LMDB store (legacy tables and
+heap) through PostgreSQL and back (audit6); a layout-5 store's records (``c`` entries)
+through PostgreSQL into a layout-6 store (compact ``r`` entries)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
-from stored import to_layout_4
+from stored import to_layout_4, to_layout_5
 
 import cpstore
+from cpstore.cli import main
+from cpstore.store.content import KIND_COMPACT
 from cpstore.store.facade import Store
 from cpstore.store.transfer import transfer
 
@@ -16,6 +19,13 @@ from cpstore.store.transfer import transfer
 def _record(st: Store, run: str, steps: int, start: int = 0) -> list[str]:
     rec = st.recorder(run)
     return [rec.checkpoint(i, {"a": f"{run} {i} " * 40, "b": i}) for i in range(start, steps)]
+
+
+def _record_kind(st: Store, cid: str) -> int:
+    """The kind byte of checkpoint ``cid``'s heap entry."""
+    with st.backend.read_txn() as txn:
+        seq = bytes(txn.get(bytes.fromhex(cid), db=st.backend.db("cloc")))
+        return int(bytes(txn.get(seq, db=st.backend.db("heap")))[0])
 
 
 class TestMixedStores:
@@ -48,3 +58,25 @@ class TestMixedStores:
                     for cid in old + new:
                         with st.read(cid) as a, pg.read(cid) as b, back.read(cid) as c:
                             assert a.state() == b.state() == c.state()
+
+    def test_push_and_pull_between_a_layout_5_store_and_postgresql(
+        self, tmp_path: Path, pg_url: str
+    ) -> None:
+        """LMDB at 5 (c entries) -> PostgreSQL -> a new LMDB store (r entries): every
+        checkpoint reads with its state, verify clean on each side."""
+        five, back = tmp_path / "five", tmp_path / "back"
+        with cpstore.open(five) as st:
+            ids = [st.recorder("old").checkpoint(i, {"a": i}) for i in range(3)]
+        to_layout_5(five)
+        assert main(["push", "--store", str(five), pg_url]) == 0
+        with cpstore.open(five, readonly=True) as st:
+            assert st.backend.layout == 5
+        assert main(["pull", "--store", str(back), pg_url]) == 0
+        for where in (pg_url, str(back)):
+            with cpstore.open(where, readonly=True) as st:
+                assert st.verify().ok, st.verify().problems
+                for i, cid in enumerate(ids):
+                    with st.read(cid) as cp:
+                        assert cp.state() == {"a": i}
+        with cpstore.open(back, readonly=True) as st:
+            assert {_record_kind(st, c) for c in ids} == {KIND_COMPACT}

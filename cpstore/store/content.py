@@ -48,9 +48,11 @@ from typing import Any
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest_small
 from cpstore.store.backend import Txn
+from cpstore.store.record_codec import KIND_COMPACT, compress_record, inflate_record, why_not
 
 __all__ = [
     "HEAP_TABLES",
+    "KIND_COMPACT",
     "KIND_OBJECT",
     "KIND_RECORD",
     "Content",
@@ -72,7 +74,13 @@ _ZERO4 = bytes(4)
 _PART_AT = 18
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
 #: kind -> key length -> the two bytes an entry of that kind and key length starts with
-_HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in _KIND_NAMES}
+_HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in (*_KIND_NAMES, KIND_COMPACT)}
+#: kind -> (the heads its entries are compared with first, the other kind's or None):
+#: a record's entry is compact (``r``, layout 6) or as it is (``c``, layout 5 on).
+_COMPARED = {
+    KIND_OBJECT: (_HEADS[KIND_OBJECT], None),
+    KIND_RECORD: (_HEADS[KIND_COMPACT], _HEADS[KIND_RECORD]),
+}
 
 
 def entry_header(kind: int, key: bytes) -> bytes:
@@ -93,12 +101,12 @@ class Content:
     :func:`records_of`; every method takes the txn it works in.
     """
 
-    __slots__ = ("heads", "heap", "index", "kind", "legacy", "legacy_name")
+    __slots__ = ("alt", "heads", "heap", "index", "kind", "legacy", "legacy_name")
 
     def __init__(self, dbs: Mapping[str, Any], kind: int) -> None:
         legacy_name, index_name = _KIND_NAMES[kind]
         self.kind = kind
-        self.heads = _HEADS[kind]
+        self.heads, self.alt = _COMPARED[kind]
         self.legacy_name = legacy_name
         self.legacy = dbs[legacy_name]
         self.heap = dbs.get("heap")
@@ -118,9 +126,15 @@ class Content:
             return None
         entry = txn.get(seq, None, self.heap)
         n = len(key) + 2
-        if entry is None or entry[:n] != self.heads[n - 2] + key:
+        if entry is None or (entry[:n] != self.heads[n - 2] + key and not self._alt(entry, key)):
             raise self._bad_location(key, seq, entry)
         return seq, entry
+
+    def _alt(self, entry: memoryview, key: bytes) -> bool:
+        """True when ``entry`` carries ``key`` under this content's other entry kind
+        (a record's ``c`` entry: ``heads`` are the compact ``r`` ones)."""
+        alt = self.alt
+        return alt is not None and entry[: len(key) + 2] == alt[len(key)] + key
 
     def get(self, txn: Txn[memoryview], key: bytes) -> memoryview | None:
         """The stored bytes under ``key`` (a view in LMDB), or None.
@@ -154,7 +168,8 @@ class Content:
     def _record(
         self, key: bytes, seq: Any, entry: memoryview, n: int
     ) -> tuple[memoryview, memoryview]:
-        """(hint block, record bytes) of a record entry whose header matched."""
+        """(hint block, record bytes) of a record entry whose header matched: a compact
+        (``r``) entry's record is inflated from its frame, checked as record_codec says."""
         count = int.from_bytes(entry[n : n + 4], "big")
         start = n + 4 + 4 * count
         if len(entry) < start:
@@ -164,12 +179,27 @@ class Content:
                 expected=f">= {start} bytes",
                 got=len(entry),
             )
-        return entry[n + 4 : start], entry[start:]
+        if entry[0] != KIND_COMPACT:
+            return entry[n + 4 : start], entry[start:]
+        record = inflate_record(entry[start:])
+        if record is None:
+            what, expected, got = why_not(entry[start:])
+            raise IntegrityError(
+                f"a compact checkpoint record's heap entry is damaged: {what}",
+                where=f"cloc/{bytes(key).hex()} -> heap/{int.from_bytes(bytes(seq), 'big')}",
+                expected=expected,
+                got=got,
+            )
+        return entry[n + 4 : start], memoryview(record)
 
     def _entry(self, txn: Txn[memoryview], key: bytes, seq: Any) -> memoryview:
         entry = txn.get(bytes(seq), None, self.heap)
         n = len(key) + 2
-        if len(seq) != _SEQ_SIZE or entry is None or entry[:n] != entry_header(self.kind, key):
+        if (
+            len(seq) != _SEQ_SIZE
+            or entry is None
+            or (entry[:n] != self.heads[n - 2] + key and not self._alt(entry, key))
+        ):
             raise self._bad_location(key, seq, entry)
         if self.kind == KIND_RECORD:
             return self._record(key, seq, entry, n)[1]
@@ -222,7 +252,9 @@ class Content:
         return IntegrityError(
             what,
             where=f"{self._index_name()}/{bytes(key).hex()} -> heap/{at}",
-            expected=entry_header(self.kind, bytes(key))[:2].hex() + " " + bytes(key).hex(),
+            expected=" or ".join(h[len(key)].hex() for h in (self.heads, self.alt) if h)
+            + " "
+            + bytes(key).hex(),
             got=got,
         )
 
@@ -315,10 +347,11 @@ class Content:
         if txn.get(key, None, self.legacy) is not None:  # stored before the upgrade
             txn.delete(key, db=index)
             return False
-        head = self.heads[len(key)] + key
         if self.kind == KIND_RECORD:
-            head += hints or _ZERO4
-        if not txn.put(seq, head + data, append=True, db=self.heap):
+            entry = _record_entry(key, hints, data)
+        else:
+            entry = self.heads[len(key)] + key + data
+        if not txn.put(seq, entry, append=True, db=self.heap):
             # MDB_APPEND refuses (py-lmdb: returns False) a key not above the last
             # one: only damage puts one there (next_seq checks its length), or a
             # stale _APPENDED. The index row claimed above must not name an entry
@@ -343,14 +376,23 @@ class Content:
             if seq is not None:
                 loc = bytes(seq)
                 entry = txn.get(loc, None, self.heap)
-                mine = entry is not None and bytes(entry[: len(key) + 2]) == entry_header(
-                    self.kind, key
+                mine = entry is not None and (
+                    entry[: len(key) + 2] == self.heads[len(key)] + key or self._alt(entry, key)
                 )
                 txn.delete(key, db=index)
                 if mine:
                     txn.delete(loc, db=self.heap)
                 return True
         return bool(txn.delete(key, db=self.legacy))
+
+
+def _record_entry(key: bytes, hints: bytes, record: bytes | memoryview) -> bytes:
+    """A checkpoint record's heap entry (layout 6): compact (``r``, record_codec) when
+    the record's frame is smaller, else ``c`` with the record as it is."""
+    frame = compress_record(record)
+    if frame is None:
+        return _HEADS[KIND_RECORD][len(key)] + key + (hints or _ZERO4) + record
+    return _HEADS[KIND_COMPACT][len(key)] + key + (hints or _ZERO4) + frame
 
 
 def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:

@@ -53,11 +53,14 @@ __all__ = [
 #: the upper levels' tails in one upper-spine object; docs/format.md). 5 (issue 12):
 #: objects and checkpoint records appended to the ``heap`` table under sequential
 #: keys, found through the ``oloc``/``cloc`` indexes (LMDB; cpstore/store/content.py).
-STORE_VERSION = 5
+#: 6 (issue 12): checkpoint records written as compact ``r`` heap entries (zstd
+#: with a fixed dictionary, cpstore/store/record_codec.py); layout-5 ``c`` entries
+#: stay readable (a lazy upgrade: nothing is rewritten).
+STORE_VERSION = 6
 #: Layouts a store may have on open: older ones are upgraded in place on a
 #: writable open and read as they are on a read-only one (docs/store.md,
 #: "Store layout versions").
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 #: The first layout with the heap tables (objects and checkpoint records appended).
 HEAP_LAYOUT = 5
 #: Layouts whose ref values are bare ids: their upgrade rewrites the refs table.

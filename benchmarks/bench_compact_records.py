@@ -1,0 +1,144 @@
+"""What store layout 6's compact checkpoint records cost a put and a read.
+
+Layout 6 writes a checkpoint record as a compact ``r`` heap entry (zstd with the
+fixed record dictionary, cpstore/store/record_codec.py) instead of a ``c``
+entry holding it as it is; a read checks the frame's shape and inflates it.
+This interleaves the two on the bench_store.py workload (10 channels x 1 KB,
+one changing per step): ``c`` entries are written by the same build with the
+compression turned off (``compress_record`` -> None: the writer's fallback, the
+entry a layout-5 build wrote), so only the record entry differs.
+
+- put, ``durability="none"`` (no fsync hides the difference), per put;
+- get by id (``read(cid).state()``, every object hash-checked), per get;
+- the record lookup alone (``Content.hinted``), per record.
+
+Run: ``.venv/bin/python -m pytest benchmarks/bench_compact_records.py --benchmark-only -s``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from bench_store import Comparison, _timed, interleave, make_workload
+from pytest_benchmark.fixture import BenchmarkFixture
+
+import cpstore
+from cpstore.store import content
+from cpstore.store.content import records_of
+from cpstore.store.record_codec import compress_record
+
+_COMPRESS = compress_record
+
+
+@pytest.fixture(scope="module")
+def repeats(size: str) -> int:
+    """Interleaved repeats per figure (at least 5)."""
+    return max(5, int(os.environ.get("CPSTORE_BENCH_REPEATS", "5" if size == "quick" else "11")))
+
+
+@pytest.fixture(scope="module")
+def steps(size: str) -> int:
+    """Checkpoints in the workload."""
+    return int(os.environ.get("CPSTORE_BENCH_STEPS", "300" if size == "quick" else "2000"))
+
+
+def _record(path: Path, steps: int, compact: bool, mp: pytest.MonkeyPatch) -> float:
+    """Record the workload into a new store at ``path``; seconds of the puts."""
+    mp.setattr(content, "compress_record", _COMPRESS if compact else lambda record: None)
+    try:
+        wl = make_workload(steps)
+        with cpstore.open(path, durability="none") as st:
+            rec = st.recorder("r")
+            return _timed(lambda: [rec.checkpoint(i, s) for i, s in enumerate(wl.states)])
+    finally:
+        mp.setattr(content, "compress_record", _COMPRESS)
+
+
+def _print(fig_runs: dict[str, list[float]], unit: str) -> None:
+    for name, runs in fig_runs.items():
+        print(f"\nCOMPACT {name}: median {sorted(runs)[len(runs) // 2] * 1e6:.2f} us/{unit}")
+
+
+def test_put_compact_record(
+    benchmark: BenchmarkFixture, repeats: int, steps: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-put time writing r entries (ours) against c entries."""
+    tmp = Path(tempfile.mkdtemp(prefix="cpstore-bench-compact-"))
+    n = [0]
+
+    def put_all(compact: bool) -> float:
+        n[0] += 1
+        return _record(tmp / str(n[0]), steps, compact, monkeypatch)
+
+    fig = interleave(
+        benchmark,
+        "put, durability=none",
+        {"r entries": lambda: put_all(True), "c entries": lambda: put_all(False)},
+        repeats,
+        [Comparison("r entries", "c entries", note="ratio < 1: compressing costs")],
+        items=steps,
+    )
+    _print(fig.runs, "put")
+
+
+def test_get_compact_record(
+    benchmark: BenchmarkFixture, repeats: int, steps: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per-get time of a whole verified state, and per-record hinted(), r against c."""
+    tmp = Path(tempfile.mkdtemp(prefix="cpstore-bench-compact-get-"))
+    stores = {}
+    for name, compact in (("r entries", True), ("c entries", False)):
+        _record(tmp / name, steps, compact, monkeypatch)
+        stores[name] = cpstore.open(tmp / name, readonly=True)
+    try:
+        ids = stores["r entries"].history("r")
+        cids = [m.id for m in ids][:100]
+
+        def get_all(name: str) -> Callable[[], float]:
+            st = stores[name]
+
+            def run() -> float:
+                def gets() -> None:
+                    for cid in cids:
+                        with st.read(cid) as cp:
+                            cp.state()
+
+                return _timed(gets)
+
+            return run
+
+        def hinted_all(name: str) -> Callable[[], float]:
+            st = stores[name]
+            keys = [bytes.fromhex(c) for c in cids]
+
+            def run() -> float:
+                with st.backend.read_txn() as txn:
+                    records = records_of(st.backend.dbs)
+                    return _timed(lambda: [records.hinted(txn, k) for k in keys])
+
+            return run
+
+        fig = interleave(
+            benchmark,
+            "get by id / hinted record",
+            {
+                "get, r entries": get_all("r entries"),
+                "get, c entries": get_all("c entries"),
+                "hinted, r entries": hinted_all("r entries"),
+                "hinted, c entries": hinted_all("c entries"),
+            },
+            repeats,
+            [
+                Comparison("get, r entries", "get, c entries", note="< 1: inflating costs"),
+                Comparison("hinted, r entries", "hinted, c entries", note="< 1: inflating costs"),
+            ],
+            items=len(cids),
+        )
+        _print(fig.runs, "read")
+    finally:
+        for st in stores.values():
+            st.close()
