@@ -15,7 +15,7 @@ from typing import Any
 
 from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store.backend import Txn
-from cpstore.store.content import objects_of, records_of
+from cpstore.store.content import Content, objects_of, records_of
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
 from cpstore.store.objects import put_object
 from cpstore.store.refs import RECORDED, read_ref_hashed, write_ref
@@ -30,10 +30,12 @@ def apply_write(
     *,
     layout: int,
     exists: Callable[[bytes], bool],
+    contents: tuple[Content, Content] | None = None,
 ) -> None:
     """Apply ``op`` in ``txn`` (``dbs``: named table -> handle), or raise and write nothing
-    the caller commits (ConflictError on a moved branch or a pruned parent)."""
-    objects, cps = objects_of(dbs), records_of(dbs)
+    the caller commits (ConflictError on a moved branch or a pruned parent).
+    ``contents``: (objects, records) of ``dbs`` when the caller keeps them."""
+    objects, cps = (objects_of(dbs), records_of(dbs)) if contents is None else contents
     rkey = ref_key(op.run_id, op.branch)
     current = read_ref_hashed(txn, dbs, rkey, layout=layout)
     current_b = None if current is None else current[0]

@@ -23,7 +23,7 @@ from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
-from cpstore.store.content import objects_of
+from cpstore.store.content import Content, objects_of, records_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
@@ -104,6 +104,8 @@ class LmdbBackend:
         )
         self._closed = False
         self._audit_key = key
+        #: (env.dbs, its size, (objects, records)) for _apply: built once, not per put.
+        self._contents: tuple[Mapping[str, Any], int, tuple[Content, Content]] | None = None
         try:
             if key is None or readonly:
                 with self.read_txn() as txn:
@@ -374,11 +376,18 @@ class LmdbBackend:
         return len(self._pending)
 
     def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
-        objects = objects_of(self.env.dbs)
+        dbs = self.env.dbs
+        contents = self._contents
+        if contents is None or contents[0] is not dbs or contents[1] != len(dbs):
+            # Content holds table handles only; the tables of an env change only when
+            # a read-only handle adopts an upgrade (never a writer): rebuilt then.
+            contents = self._contents = (dbs, len(dbs), (objects_of(dbs), records_of(dbs)))
+        objects = contents[2][0]
         apply_write(
             txn,
-            self.env.dbs,
+            dbs,
             op,
             layout=self.env.layout,
             exists=lambda key: objects.stored(txn, key),  # a damaged location refuses
+            contents=contents[2],
         )

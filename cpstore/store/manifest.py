@@ -28,6 +28,7 @@ __all__ = [
     "check_manifest_state",
     "decode_manifest",
     "decode_trusted",
+    "digest_map_and_order",
     "digests_in_map_order",
     "encode_digest_map",
     "encode_manifest",
@@ -372,6 +373,16 @@ def digests_in_map_order(names: Mapping[str, bytes]) -> tuple[bytes, ...]:
     if not names:
         return ()
     return tuple([names[name] for name, _ in _digest_map_plan(names)[1]])
+
+
+def digest_map_and_order(names: Mapping[str, bytes]) -> tuple[bytes, tuple[bytes, ...]]:
+    """(:func:`encode_digest_map`, :func:`digests_in_map_order`) of ``names``, one plan lookup."""
+    if not names:
+        return b"\x80", ()
+    head, entries = _digest_map_plan(names)
+    ordered = tuple([names[name] for name, _ in entries])
+    body = b"".join([prefix + d for (_, prefix), d in zip(entries, ordered, strict=True)])
+    return head + body, ordered
 
 
 def _digest_map_plan(names: Mapping[str, bytes]) -> tuple[bytes, tuple[tuple[str, bytes], ...]]:
