@@ -260,8 +260,9 @@ class LmdbBackend:
         environment does not sync commits) the data file is fsynced after the
         commit. Only checkpoint commits skip it (:meth:`commit`).
         """
-        self.live()
-        result = self.env.write(fn)
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        result = self.env.write(fn)  # checks the pid (live()'s other half) first
         if not self.env.options.sync:
             self.env.sync()  # audit records, ref moves, prune: always durable
         return result
@@ -322,8 +323,10 @@ class LmdbBackend:
                 self.group.commit(op)
             return
         if self.durability == "none":
-            self.live()
-            self.env.write(lambda txn: self._apply(txn, op))  # no fsync: the point of "none"
+            if self._closed:
+                raise StoreError("the store is closed", where=self._path)
+            # No fsync: the point of "none". env.write checks the pid (live()'s other half).
+            self.env.write(lambda txn: self._apply(txn, op))
             return
         self.live()
         with self._pending_lock:
