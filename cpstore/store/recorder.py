@@ -399,7 +399,7 @@ class Recorder(BulkAppends):
         parts_bytes, order = digest_map_and_order(parts)
         if not chunked:
             self._order = order
-        st = {"kind": "parts", "digest": digest(parts_bytes), "parts": parts, "chunked": chunked}
+        st = {"kind": "parts", "digest": _xxh3_128(parts_bytes), "parts": parts, "chunked": chunked}
         return st, encode_state(st, parts_bytes)
 
     def _log(self, name: str) -> bytes | None:
@@ -498,7 +498,7 @@ class Recorder(BulkAppends):
             tags=self._tags_enc[1],
             metadata=meta_bytes,
         )
-        cid = Digest(digest(manifest))
+        cid = Digest(_xxh3_128(manifest))  # digest()'s bytes (python-xxhash: its twin)
         named = referenced_digests(fields)
         pending = self._pending
         must_exist = objects_to_check(named, pending, inherited=self._inherited)
