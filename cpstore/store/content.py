@@ -375,22 +375,6 @@ class Content:
         return bool(txn.delete(key, db=self.legacy))
 
 
-_ONLY_8 = frozenset((_SEQ_SIZE,))
-_ONLY_16 = frozenset((16,))
-_HINT_LIMIT = 1 << 32
-#: n -> (unpack of n 8-byte BE seqs, pack of a hint block of n): locations' fast path.
-_PLANS: dict[int, tuple[Callable[[bytes], tuple[int, ...]], Callable[..., bytes]]] = {}
-
-
-def _plans(n: int) -> tuple[Callable[[bytes], tuple[int, ...]], Callable[..., bytes]]:
-    plan = _PLANS.get(n)
-    if plan is None:
-        plan = (struct.Struct(f">{n}Q").unpack, struct.Struct(f">{n + 1}I").pack)
-        if len(_PLANS) < 256:
-            _PLANS[n] = plan
-    return plan
-
-
 def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
     with txn.cursor(db=db) as cur:
         if not cur.set_range(start):
@@ -420,6 +404,22 @@ def next_seq(txn: Any, heap: Any) -> bytes:
             got=len(last),
         )
     return (int.from_bytes(last, "big") + 1).to_bytes(_SEQ_SIZE, "big")
+
+
+_ONLY_8 = frozenset((_SEQ_SIZE,))
+_ONLY_16 = frozenset((16,))
+_HINT_LIMIT = 1 << 32
+#: n -> (unpack of n 8-byte BE seqs, pack of a hint block of n): locations' fast path.
+_PLANS: dict[int, tuple[Callable[[bytes], tuple[int, ...]], Callable[..., bytes]]] = {}
+
+
+def _plans(n: int) -> tuple[Callable[[bytes], tuple[int, ...]], Callable[..., bytes]]:
+    plan = _PLANS.get(n)
+    if plan is None:
+        plan = (struct.Struct(f">{n}Q").unpack, struct.Struct(f">{n + 1}I").pack)
+        if len(_PLANS) < 256:
+            _PLANS[n] = plan
+    return plan
 
 
 def objects_of(dbs: Mapping[str, Any]) -> Content:
