@@ -302,6 +302,77 @@ class RawLmdb:
         self.env.close()
 
 
+class RawLayout5:
+    """The raw limit of cpstore's own layout and checks: bare LMDB doing the reads and
+    writes a layout-5 checkpoint commit does (content.py, commit.py), no cpstore code.
+
+    Per step, in one write txn: the ref read, the parent record's location read
+    (index row + heap entry), each changed part appended (heap cursor, index row
+    write-once, legacy-table read, heap entry), every named part's location read
+    (the must-exist and hint reads: index row + heap entry), the record appended
+    the same way, the tombstone delete, the ref and ``meta/refs_digest`` written.
+    Parts are msgpack-encoded and hashed only when the value object changed (as
+    the recorder does). What this costs is what cpstore's format and checks need
+    of LMDB and Python at least; above it is cpstore's own code.
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self.env = lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=12, sync=False, metasync=True)
+        names = ("heap", "oloc", "cloc", "refs", "meta", "objects", "checkpoints", "tombstones")
+        self.dbs = {n: self.env.open_db(n.encode()) for n in names}
+
+    def record(self, wl: Workload) -> list[bytes]:
+        """One commit per step; ``flush()``'s fsync at the end, as cpstore's none mode."""
+        h, pack, t = xxhash.xxh3_128_digest, msgpack.packb, self.dbs
+        held: dict[str, tuple[bytes, bytes, str]] = {}
+        ids: list[bytes] = []
+        ref, seq, prev = b"thread-1\0main", 0, None
+        for step, state in enumerate(wl.states):
+            changed = {n: pack(v) for n, v in state.items() if n not in held or held[n][2] is not v}
+            with self.env.begin(write=True, buffers=True) as txn:
+                txn.get(ref, None, t["refs"])
+                if prev is not None:
+                    txn.get(prev[0], None, t["cloc"])
+                    txn.get(prev[1], None, t["heap"])
+                for name, enc in changed.items():
+                    key = h(enc)
+                    with txn.cursor(db=t["heap"]) as cur:
+                        cur.last()
+                    seq += 1
+                    loc = seq.to_bytes(8, "big")
+                    txn.put(key, loc, overwrite=False, db=t["oloc"])
+                    txn.get(key, None, t["objects"])
+                    txn.put(loc, b"o\x10" + key + enc, append=True, db=t["heap"])
+                    held[name] = (key, loc, state[name])
+                for key, loc, _ in held.values():
+                    txn.get(key, None, t["oloc"])
+                    txn.get(loc, None, t["heap"])
+                manifest = pack({"parts": {n: v[0] for n, v in held.items()}, "step": step})
+                cid = h(manifest)
+                seq += 1
+                loc = seq.to_bytes(8, "big")
+                txn.put(cid, loc, overwrite=False, db=t["cloc"])
+                txn.get(cid, None, t["checkpoints"])
+                txn.put(loc, b"c\x10" + cid + manifest, append=True, db=t["heap"])
+                txn.delete(cid, db=t["tombstones"])
+                txn.put(ref, cid + bytes(9), db=t["refs"])
+                txn.get(b"refs_digest", None, t["meta"])
+                txn.put(b"refs_digest", bytes(24), db=t["meta"])
+                prev = (cid, loc)
+            ids.append(cid)
+        self.env.sync(True)
+        return ids
+
+    def disk(self) -> int:
+        """Pages of the data file in use."""
+        return int((self.env.info()["last_pgno"] + 1) * self.env.stat()["psize"])
+
+    def close(self) -> None:
+        """Close the env."""
+        self.env.close()
+
+
 class RawOnCpstoreFiles:
     """The read raw limit on cpstore's own layout: bare py-lmdb calls on its env and bytes.
 
@@ -403,7 +474,7 @@ class RawBlobLmdb:
         self.env.close()
 
 
-Side = CpstoreSide | SaverSide | RawLmdb
+Side = CpstoreSide | SaverSide | RawLmdb | RawLayout5
 OPENERS: dict[str, Callable[[Path], Side]] = {
     "cpstore durable": lambda p: CpstoreSide(p, "sync"),
     "cpstore batched": lambda p: CpstoreSide(p, "batched"),
@@ -526,6 +597,7 @@ def test_put(
     openers = dict(OPENERS)
     if _probe_none_mode(tmp_path_factory.mktemp("probe")):
         openers["cpstore none"] = lambda p: CpstoreSide(p, "none")
+    openers["raw layout-5 sync=False"] = RawLayout5
 
     def contender(opener: Callable[[Path], Side]) -> Callable[[], float]:
         def run() -> float:
@@ -559,6 +631,16 @@ def test_put(
         # The CPU race's raw limit: the same loop with no fsync at all.
         Comparison("cpstore none", "raw LMDB sync=False", None, True, "raw limit"),
         Comparison("raw LMDB sync=False", "LMDBSaver sync=False", None, True, "raw limit vs peer"),
+        # The same, for cpstore's own layout and checks (RawLayout5): what is left
+        # of the gap when no cpstore code runs at all.
+        Comparison("cpstore none", "raw layout-5 sync=False", None, True, "layout raw limit"),
+        Comparison(
+            "raw layout-5 sync=False",
+            "LMDBSaver sync=False",
+            None,
+            True,
+            "layout raw limit vs peer",
+        ),
     ]
     interleave(
         benchmark,

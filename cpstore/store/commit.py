@@ -15,7 +15,7 @@ from typing import Any
 
 from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store.backend import Txn
-from cpstore.store.content import objects_of, records_of
+from cpstore.store.content import Content, objects_of, records_of
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
 from cpstore.store.objects import put_object
 from cpstore.store.refs import RECORDED, read_ref_hashed, write_ref
@@ -30,10 +30,12 @@ def apply_write(
     *,
     layout: int,
     exists: Callable[[bytes], bool],
+    contents: tuple[Content, Content] | None = None,
 ) -> None:
     """Apply ``op`` in ``txn`` (``dbs``: named table -> handle), or raise and write nothing
-    the caller commits (ConflictError on a moved branch or a pruned parent)."""
-    objects, cps = objects_of(dbs), records_of(dbs)
+    the caller commits (ConflictError on a moved branch or a pruned parent).
+    ``contents``: (objects, records) of ``dbs`` when the caller keeps them."""
+    objects, cps = (objects_of(dbs), records_of(dbs)) if contents is None else contents
     rkey = ref_key(op.run_id, op.branch)
     current = read_ref_hashed(txn, dbs, rkey, layout=layout)
     current_b = None if current is None else current[0]
@@ -95,7 +97,7 @@ def apply_write(
 
 
 def objects_to_check(
-    named: Set[bytes], written: Collection[bytes], *, inherited: Set[bytes]
+    named: set[bytes], written: Collection[bytes], *, inherited: Set[bytes]
 ) -> list[bytes]:
     """The objects a checkpoint names that its commit txn must read (``must_exist``).
 
@@ -108,4 +110,5 @@ def objects_to_check(
     of a ~45 us put and would rest on a store-wide invariant (only retention
     deletes objects) that a later maintenance path could silently break.
     """
-    return [k for k in named | inherited if k not in written]
+    checked = named | inherited if inherited else named
+    return list(checked.difference(written))  # set operations in C: named less written

@@ -23,7 +23,7 @@ from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
-from cpstore.store.content import objects_of
+from cpstore.store.content import Content, objects_of, records_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
@@ -104,6 +104,8 @@ class LmdbBackend:
         )
         self._closed = False
         self._audit_key = key
+        #: (env.dbs, its size, (objects, records)) for _apply: built once, not per put.
+        self._contents: tuple[Mapping[str, Any], int, tuple[Content, Content]] | None = None
         try:
             if key is None or readonly:
                 with self.read_txn() as txn:
@@ -258,8 +260,9 @@ class LmdbBackend:
         environment does not sync commits) the data file is fsynced after the
         commit. Only checkpoint commits skip it (:meth:`commit`).
         """
-        self.live()
-        result = self.env.write(fn)
+        if self._closed:
+            raise StoreError("the store is closed", where=self._path)
+        result = self.env.write(fn)  # checks the pid (live()'s other half) first
         if not self.env.options.sync:
             self.env.sync()  # audit records, ref moves, prune: always durable
         return result
@@ -320,8 +323,10 @@ class LmdbBackend:
                 self.group.commit(op)
             return
         if self.durability == "none":
-            self.live()
-            self.env.write(lambda txn: self._apply(txn, op))  # no fsync: the point of "none"
+            if self._closed:
+                raise StoreError("the store is closed", where=self._path)
+            # No fsync: the point of "none". env.write checks the pid (live()'s other half).
+            self.env.write(lambda txn: self._apply(txn, op))
             return
         self.live()
         with self._pending_lock:
@@ -374,11 +379,18 @@ class LmdbBackend:
         return len(self._pending)
 
     def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
-        objects = objects_of(self.env.dbs)
+        dbs = self.env.dbs
+        contents = self._contents
+        if contents is None or contents[0] is not dbs or contents[1] != len(dbs):
+            # Content holds table handles only; the tables of an env change only when
+            # a read-only handle adopts an upgrade (never a writer): rebuilt then.
+            contents = self._contents = (dbs, len(dbs), (objects_of(dbs), records_of(dbs)))
+        objects = contents[2][0]
         apply_write(
             txn,
-            self.env.dbs,
+            dbs,
             op,
             layout=self.env.layout,
             exists=lambda key: objects.stored(txn, key),  # a damaged location refuses
+            contents=contents[2],
         )

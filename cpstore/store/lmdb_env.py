@@ -506,7 +506,7 @@ class Env:
             try:
                 self._lock_writes()
                 try:
-                    with self._begin(write=True) as txn:
+                    with self._begin_write() as txn:
                         # Under LMDB's writer lock: no commit of any process runs
                         # while the tail is filled (zeros written past the end
                         # must not race a commit reusing those pages).
@@ -518,6 +518,14 @@ class Env:
                 self.grow()
             except lmdb.Error as exc:
                 raise translate(exc, self.path) from None
+
+    def _begin_write(self) -> Txn[memoryview]:
+        """A write txn (the caller holds ``write_lock``): LMDB's begin, and on any
+        LMDB error :meth:`_begin`, which adopts growth or names the failure."""
+        try:
+            return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
+        except lmdb.Error:
+            return self._begin(write=True)
 
     def _holds_read_during_resize(self) -> StoreError:
         return StoreError(

@@ -6,8 +6,10 @@ writes with, and the references a manifest makes (for verify and retention).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Any, NoReturn
 
 import msgpack
@@ -28,6 +30,7 @@ __all__ = [
     "check_manifest_state",
     "decode_manifest",
     "decode_trusted",
+    "digest_map_and_order",
     "digests_in_map_order",
     "encode_digest_map",
     "encode_manifest",
@@ -372,6 +375,33 @@ def digests_in_map_order(names: Mapping[str, bytes]) -> tuple[bytes, ...]:
     if not names:
         return ()
     return tuple([names[name] for name, _ in _digest_map_plan(names)[1]])
+
+
+def digest_map_and_order(names: Mapping[str, bytes]) -> tuple[bytes, tuple[bytes, ...]]:
+    """(:func:`encode_digest_map`, :func:`digests_in_map_order`) of ``names``: one plan
+    lookup, the digests taken in canonical order and interleaved with the encoded
+    names in C (a recorder's per-step call)."""
+    if not names:
+        return b"\x80", ()
+    key = tuple(names)
+    plan = _ORDER_PLANS.get(key)
+    if plan is None:
+        head, entries = _digest_map_plan(names)
+        getter: Callable[[Mapping[str, bytes]], Any] = itemgetter(*[name for name, _ in entries])
+        plan = (head, getter, tuple(prefix for _, prefix in entries), len(entries) == 1)
+        if len(_ORDER_PLANS) >= 256:
+            _ORDER_PLANS.clear()
+        _ORDER_PLANS[key] = plan
+    head, getter, prefixes, single = plan
+    ordered: tuple[bytes, ...] = (getter(names),) if single else getter(names)
+    return head + b"".join(chain.from_iterable(zip(prefixes, ordered, strict=True))), ordered
+
+
+#: Names tuple -> (map header, itemgetter of the names in canonical order, their
+#: encoded names + bin8 headers, one name?): digest_map_and_order's plans.
+_ORDER_PLANS: dict[
+    tuple[str, ...], tuple[bytes, Callable[[Mapping[str, bytes]], Any], tuple[bytes, ...], bool]
+] = {}
 
 
 def _digest_map_plan(names: Mapping[str, bytes]) -> tuple[bytes, tuple[tuple[str, bytes], ...]]:

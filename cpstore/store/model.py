@@ -18,7 +18,7 @@ from cpstore.errors import (
     InvalidInputError,
 )
 from cpstore.native.args import as_bytes_view, check_text
-from cpstore.native.binding import digest
+from cpstore.native.binding import digest, digest_small
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import DIGEST_SIZE, Digest
 
@@ -142,7 +142,7 @@ def split_ref_key(key: bytes | memoryview) -> tuple[str, str]:
 
 def _created_check(cid: bytes, created: bytes | memoryview) -> bytes:
     """The 8-byte check of a ``checkpoints`` header: XXH3-128(id || created_at)[:8]."""
-    return digest(bytes(cid) + bytes(created))[:_CHECK_SIZE]
+    return digest_small(bytes(cid) + bytes(created))[:_CHECK_SIZE]  # digest()'s bytes
 
 
 def pack_checkpoint_value(created_at: float, manifest: bytes, cid: bytes | None = None) -> bytes:

@@ -47,8 +47,7 @@ from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.commit import objects_to_check
 from cpstore.store.content import objects_of
 from cpstore.store.manifest import (
-    digests_in_map_order,
-    encode_digest_map,
+    digest_map_and_order,
     encode_recorded_manifest,
     encode_state,
     referenced_digests,
@@ -130,6 +129,8 @@ class Recorder(BulkAppends):
         # name -> (immutable value, part digest, chunk index digest): unchanged
         # bytes/str parts are not re-encoded or re-hashed each checkpoint.
         self._parts: dict[str, tuple[object, bytes, bytes | None]] = {}
+        #: The state parts' digests in the manifest's order (the commit's hint keys).
+        self._order: tuple[bytes, ...] = ()
         self._appends = AppendParts()  # AppendLog parts: trees continued (append_state.py)
         self._names: tuple[bytes, bytes] | None = None
         self._token_refs: dict[str, bytes] | None = None
@@ -346,6 +347,7 @@ class Recorder(BulkAppends):
     def _state(self, state: bytes | Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
         """The manifest's state map and its canonical bytes."""
         chunked: dict[str, bytes] = {}
+        self._order = ()
         if isinstance(state, (bytes, bytearray, memoryview)):
             whole = self._blob(as_payload(state, "state"), chunked, "bytes", canonical=False)
             st = {"kind": "bytes", "digest": whole, "parts": {}, "chunked": chunked}
@@ -394,8 +396,10 @@ class Recorder(BulkAppends):
             parts[name] = self._blob(enc, chunked, name)
             if type(value) is bytes or isinstance(value, str):  # never bytes(), which may change
                 kept[name] = (value, parts[name], chunked.get(name))
-        parts_bytes = encode_digest_map(parts)
-        st = {"kind": "parts", "digest": digest(parts_bytes), "parts": parts, "chunked": chunked}
+        parts_bytes, order = digest_map_and_order(parts)
+        if not chunked:
+            self._order = order
+        st = {"kind": "parts", "digest": _xxh3_128(parts_bytes), "parts": parts, "chunked": chunked}
         return st, encode_state(st, parts_bytes)
 
     def _log(self, name: str) -> bytes | None:
@@ -494,7 +498,7 @@ class Recorder(BulkAppends):
             tags=self._tags_enc[1],
             metadata=meta_bytes,
         )
-        cid = Digest(digest(manifest))
+        cid = Digest(_xxh3_128(manifest))  # digest()'s bytes (python-xxhash: its twin)
         named = referenced_digests(fields)
         pending = self._pending
         must_exist = objects_to_check(named, pending, inherited=self._inherited)
@@ -509,9 +513,8 @@ class Recorder(BulkAppends):
             must_exist=must_exist,
             sealed_ledger=fields["effects"] if seal_ledger else None,
         )
-        parts = state_map["parts"]
-        if parts and not state_map["chunked"]:
-            op.hint_keys = digests_in_map_order(parts)
+        if self._order:  # the parts' digests in the manifest's order (_state: none chunked)
+            op.hint_keys = self._order
         if extra_meta is not None:
             op.extra_meta = extension_records(extra_meta(cid))
         self._chunks, chunks = [], self._chunks
