@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 import msgpack
+import msgspec
 
 from cpstore.errors import (
     CanonicalEncodingError,
@@ -136,6 +137,21 @@ def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
     return m
 
 
+#: The manifest decoder of the read path (ext 1, big ints, as msgpack's ``_ext_hook``).
+_decode_manifest = msgspec.msgpack.Decoder(ext_hook=_ext_hook).decode
+
+
+def _decode_manifest_slow(cid: bytes, data: bytes | memoryview) -> Any:
+    """msgpack's decode of a manifest msgspec refused: its value, or its error named."""
+    try:
+        return _unpackb(data, strict_map_key=False, ext_hook=_ext_hook)
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        # CanonicalEncodingError (an unknown ext) is a ValueError too.
+        raise IntegrityError(
+            "manifest is not canonical", where=f"checkpoint {bytes(cid).hex()}", got=str(exc)
+        ) from None
+
+
 def check_manifest_state(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
     """Decode a manifest and check its version and ``state`` map; nothing else.
 
@@ -145,12 +161,12 @@ def check_manifest_state(cid: bytes, data: bytes | memoryview) -> dict[str, Any]
     steps and the messages are built only when a check fails.
     """
     try:
-        m = _unpackb(data, strict_map_key=False, ext_hook=_ext_hook)
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        # CanonicalEncodingError (an unknown ext) is a ValueError too.
-        raise IntegrityError(
-            "manifest is not canonical", where=f"checkpoint {bytes(cid).hex()}", got=str(exc)
-        ) from None
+        # msgspec's decoder builds the same map as msgpack's in under half the
+        # time (the manifest decode is the largest single cost of a read); on
+        # any failure msgpack decodes again, so the error says what it always said.
+        m = _decode_manifest(data)
+    except (ValueError, TypeError, RecursionError, msgspec.MsgspecError):
+        m = _decode_manifest_slow(cid, data)
     if type(m) is not dict:
         raise IntegrityError(
             "manifest is not a map", where=f"checkpoint {bytes(cid).hex()}", got=type(m).__name__
