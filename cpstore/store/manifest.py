@@ -6,9 +6,9 @@ writes with, and the references a manifest makes (for verify and retention).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import msgpack
 import msgspec
@@ -138,8 +138,10 @@ def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
     return m
 
 
+#: msgspec hands ext data as a memoryview: _ext_hook reads it with int.from_bytes.
+_EXT_HOOK: Callable[[int, memoryview], Any] = cast(Any, _ext_hook)
 #: The manifest decoder of the read path (ext 1, big ints, as msgpack's ``_ext_hook``).
-_decode_manifest = msgspec.msgpack.Decoder(ext_hook=_ext_hook).decode
+_decode_manifest = msgspec.msgpack.Decoder(ext_hook=_EXT_HOOK).decode
 
 
 def _decode_manifest_slow(cid: bytes, data: bytes | memoryview) -> Any:
