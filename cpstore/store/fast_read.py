@@ -15,37 +15,19 @@ handed out).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
-from typing import Any, cast
-
-import msgspec
+from collections.abc import Mapping
+from typing import Any
 
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest_small as _digest
-from cpstore.native.canonical import _ext_hook
 from cpstore.store.backend import Txn
 from cpstore.store.content import Content, objects_of, records_of
+from cpstore.store.decode import ALIKE_SCALARS, DECODE_ERRORS, decode_part, decoded_alike
 
 #: Where an object's bytes start in its heap entry (kind, key length 16, the digest).
 _PART_AT = 18
 
-__all__ = [
-    "DECODE_ERRORS",
-    "checked_part",
-    "contents",
-    "decode_part",
-    "hint_seqs",
-    "read_parts",
-]
-
-#: msgspec hands ext data as a memoryview: _ext_hook reads it with int.from_bytes.
-_EXT_HOOK: Callable[[int, memoryview], Any] = cast(Any, _ext_hook)
-#: A part's decoder: msgspec builds the values msgpack.unpackb builds from
-#: canonical bytes (ext 1 for big ints through the same hook), ~25 % faster on
-#: this path; bytes that are not exactly one msgpack value raise.
-decode_part = msgspec.msgpack.Decoder(ext_hook=_EXT_HOOK).decode
-#: What a decode of damaged bytes may raise (CanonicalEncodingError is a ValueError).
-DECODE_ERRORS = (TypeError, ValueError, IndexError, RecursionError, msgspec.MsgspecError)
+__all__ = ["checked_part", "contents", "hint_seqs", "read_parts"]
 
 #: id(dbs) -> (dbs, its heap handle, objects, records). The dbs dict is kept so
 #: its id cannot be reused while cached; an entry is used only while the dict
@@ -122,7 +104,10 @@ def read_parts(
                 view = objects.part(txn, key, b"", 0)  # the index, compared, then hashed
                 if view is None:
                     return None
-            out[name] = decode_part(view)
+            value = decode_part(view)
+            if type(value) not in ALIKE_SCALARS and not decoded_alike(value):
+                return None  # msgpack would decode it otherwise: the slow path does
+            out[name] = value
     except DECODE_ERRORS:
         return None
     except IntegrityError:

@@ -22,8 +22,9 @@ from typing import Any
 
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.fast_read import DECODE_ERRORS, checked_part, contents
-from cpstore.store.fast_read import decode_part as _decode
+from cpstore.store.decode import DECODE_ERRORS, decoded_alike
+from cpstore.store.decode import decode_part as _decode
+from cpstore.store.fast_read import checked_part, contents
 from cpstore.store.manifest import Manifest, check_manifest_rest, manifest_from_raw
 from cpstore.store.model import check_name, created_at_of, ref_key
 from cpstore.store.reader import CheckpointView
@@ -160,6 +161,8 @@ def _parts(
                     value = _decode(data)
                     if type(value) in _IMMUTABLE:
                         shared[key] = value
+                    elif not decoded_alike(value):
+                        return None  # msgpack decodes it otherwise: CheckpointView does
                     else:
                         checked[key] = data
                 else:  # a list or dict: a fresh decode for this entry

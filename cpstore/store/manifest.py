@@ -6,12 +6,11 @@ writes with, and the references a manifest makes (for verify and retention).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn
 
 import msgpack
-import msgspec
 
 from cpstore.errors import (
     CanonicalEncodingError,
@@ -20,6 +19,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import _ext_hook, encode_value, map_header
 from cpstore.native.records import DIGEST_SIZE
+from cpstore.store.decode import decode_manifest_map
 from cpstore.store.model import MANIFEST_VERSION
 
 __all__ = [
@@ -138,23 +138,6 @@ def check_manifest(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
     return m
 
 
-#: msgspec hands ext data as a memoryview: _ext_hook reads it with int.from_bytes.
-_EXT_HOOK: Callable[[int, memoryview], Any] = cast(Any, _ext_hook)
-#: The manifest decoder of the read path (ext 1, big ints, as msgpack's ``_ext_hook``).
-_decode_manifest = msgspec.msgpack.Decoder(ext_hook=_EXT_HOOK).decode
-
-
-def _decode_manifest_slow(cid: bytes, data: bytes | memoryview) -> Any:
-    """msgpack's decode of a manifest msgspec refused: its value, or its error named."""
-    try:
-        return _unpackb(data, strict_map_key=False, ext_hook=_ext_hook)
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        # CanonicalEncodingError (an unknown ext) is a ValueError too.
-        raise IntegrityError(
-            "manifest is not canonical", where=f"checkpoint {bytes(cid).hex()}", got=str(exc)
-        ) from None
-
-
 def check_manifest_state(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
     """Decode a manifest and check its version and ``state`` map; nothing else.
 
@@ -163,13 +146,7 @@ def check_manifest_state(cid: bytes, data: bytes | memoryview) -> dict[str, Any]
     every checkpoint read, so the common shape is proven in a few C-level
     steps and the messages are built only when a check fails.
     """
-    try:
-        # msgspec's decoder builds the same map as msgpack's in under half the
-        # time (the manifest decode is the largest single cost of a read); on
-        # any failure msgpack decodes again, so the error says what it always said.
-        m = _decode_manifest(data)
-    except (ValueError, TypeError, RecursionError, msgspec.MsgspecError):
-        m = _decode_manifest_slow(cid, data)
+    m = decode_manifest_map(cid, data)  # msgspec, or msgpack where they differ (decode.py)
     if type(m) is not dict:
         raise IntegrityError(
             "manifest is not a map", where=f"checkpoint {bytes(cid).hex()}", got=type(m).__name__
