@@ -893,15 +893,19 @@ def test_history_with_states(benchmark: BenchmarkFixture, recorded: Recorded, re
 
 # The child imports everything first; only open + one whole-state get is timed.
 # No side's close is timed (the peers' children never close their env or
-# connection; cpstore's store is closed after the clock stops).
+# connection; cpstore's store is closed after the clock stops). The imports'
+# garbage is collected before the clock starts, for every side: otherwise the
+# interpreter's first full collection (10-40 ms with langgraph loaded) lands on
+# whichever side's allocations happen to cross the collector's threshold.
 _FRESH_CHILD = """
-import sys, time, sqlite3
+import gc, sys, time, sqlite3
 import lmdb
 from cpstore.store.facade import open as open_store
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph_checkpoint_lmdb import LMDBSaver
 kind, path, cid = sys.argv[1], sys.argv[2], sys.argv[3]
 cfg = {"configurable": {"thread_id": "thread-1", "checkpoint_ns": "", "checkpoint_id": cid}}
+gc.collect()
 t0 = time.perf_counter()
 store = None
 if kind == "cpstore":
