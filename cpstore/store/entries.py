@@ -13,7 +13,7 @@ from typing import Any
 from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.native.binding import digest, digest_small
 from cpstore.store.backend import Txn
-from cpstore.store.content import records_of
+from cpstore.store.fast_read import contents
 from cpstore.store.manifest import check_manifest, check_manifest_state
 from cpstore.store.model import _HEADER_SIZE, split_checkpoint_value, split_ref_key
 from cpstore.store.refs import check_ref_target, read_ref
@@ -37,10 +37,11 @@ def read_entry(
     check is :func:`~cpstore.store.model.created_at_of`'s, when created_at is used.
     ``hints`` (a list) gets the record's location hints appended (content.py).
     """
+    records = contents(dbs)[1]
     if hints is None:
-        value = records_of(dbs).get(txn, cid)
+        value = records.get(txn, cid)
     else:
-        value, block = records_of(dbs).hinted(txn, cid)
+        value, block = records.hinted(txn, cid)
         hints.append(block)
     if value is None:
         pruned = txn.get(cid, db=dbs["tombstones"]) is not None

@@ -20,22 +20,21 @@ from __future__ import annotations
 from dataclasses import FrozenInstanceError
 from typing import Any
 
-import msgpack
-
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
-from cpstore.native.canonical import _ext_hook
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.content import objects_of
+from cpstore.store.decode import DECODE_ERRORS, decoded_alike
+from cpstore.store.decode import decode_part as _decode
+from cpstore.store.fast_read import checked_part, contents
 from cpstore.store.manifest import Manifest, check_manifest_rest, manifest_from_raw
 from cpstore.store.model import check_name, created_at_of, ref_key
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["HistoryEntry", "history_states"]
 
-_unpackb = msgpack.unpackb
 #: Decoded values one entry may share with another: none can be changed.
 _IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
 _MISS = object()
+_ZERO4 = bytes(4)
 _set = object.__setattr__
 _new = object.__new__
 
@@ -137,13 +136,13 @@ def _parts(
     ``checked`` to its checked bytes (decoded again for each entry). None
     sends the caller to :class:`CheckpointView`, which raises naming a part
     that is missing, wrong or not one canonical value. ``hints``: the record's
-    location hints (content.py), each tried first and trusted only once hashed.
+    location hints (content.py), each tried first and trusted only once hashed
+    (:func:`~cpstore.store.fast_read.read_parts`, with this walk's memo).
     """
     parts: dict[str, bytes] = st["parts"]
     if st["kind"] != "parts" or not parts or st.get("chunked"):
         return None
-    part = objects.part
-    if len(hints) != 4 * len(parts):
+    if objects.heap is None or len(hints) != 4 * len(parts):
         hints = b""
     out: dict[str, Any] = {}
     try:
@@ -152,19 +151,25 @@ def _parts(
             if value is _MISS:
                 data: Any = checked.get(key)
                 if data is None:
-                    data = part(txn, key, hints, i)  # hash-checked, hint first
+                    # Most parts of a walk were met before (unchanged channels):
+                    # only a new one's hint is looked at.
+                    hint = hints[4 * i : 4 * i + 4]
+                    seq = _ZERO4 + hint if hint and hint != _ZERO4 else None
+                    data = checked_part(txn, objects, key, seq)  # hash-checked, hint first
                     if data is None:
                         return None
-                    value = _unpackb(data, ext_hook=_ext_hook)
+                    value = _decode(data)
                     if type(value) in _IMMUTABLE:
                         shared[key] = value
+                    elif not decoded_alike(value):
+                        return None  # msgpack decodes it otherwise: CheckpointView does
                     else:
                         checked[key] = data
                 else:  # a list or dict: a fresh decode for this entry
-                    value = _unpackb(data, ext_hook=_ext_hook)
+                    value = _decode(data)
             out[name] = value
-    except (TypeError, ValueError, IndexError, msgpack.UnpackException, RecursionError):
-        return None  # CanonicalEncodingError (a bad ext) is a ValueError too
+    except DECODE_ERRORS:
+        return None
     except IntegrityError:
         return None  # a damaged location: CheckpointView names it
     return out
@@ -195,7 +200,7 @@ def history_states(
     out: list[HistoryEntry] = []
     try:
         with backend.read_txn() as txn:
-            objects = objects_of(backend.dbs)
+            objects = contents(backend.dbs)[0]
             cid = backend.head(txn, key)
             while cid is not None and (limit is None or len(out) < limit):
                 # The state is checked here, the other fields when the manifest is

@@ -21,6 +21,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import _ext_hook, encode_value, map_header
 from cpstore.native.records import DIGEST_SIZE
+from cpstore.store.decode import decode_manifest_map
 from cpstore.store.model import MANIFEST_VERSION
 
 __all__ = [
@@ -147,13 +148,7 @@ def check_manifest_state(cid: bytes, data: bytes | memoryview) -> dict[str, Any]
     every checkpoint read, so the common shape is proven in a few C-level
     steps and the messages are built only when a check fails.
     """
-    try:
-        m = _unpackb(data, strict_map_key=False, ext_hook=_ext_hook)
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        # CanonicalEncodingError (an unknown ext) is a ValueError too.
-        raise IntegrityError(
-            "manifest is not canonical", where=f"checkpoint {bytes(cid).hex()}", got=str(exc)
-        ) from None
+    m = decode_manifest_map(cid, data)  # msgspec, or msgpack where they differ (decode.py)
     if type(m) is not dict:
         raise IntegrityError(
             "manifest is not a map", where=f"checkpoint {bytes(cid).hex()}", got=type(m).__name__

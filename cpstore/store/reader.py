@@ -16,8 +16,6 @@ import contextlib
 import struct
 from typing import Any
 
-import msgpack
-
 from cpstore.errors import (
     CanonicalEncodingError,
     IntegrityError,
@@ -26,13 +24,12 @@ from cpstore.errors import (
     RecordingGapError,
 )
 from cpstore.native.binding import digest
-from cpstore.native.canonical import _ext_hook
 from cpstore.native.records import (
     kind_name,
     provenance_name,
 )
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.content import objects_of
+from cpstore.store.fast_read import contents, read_parts
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
 from cpstore.store.model import Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
@@ -41,7 +38,6 @@ from cpstore.store.verify import check_checkpoint_objects
 
 __all__ = ["CheckpointView"]
 
-_unpackb = msgpack.unpackb
 _TOKEN_HEAD = struct.Struct("<QIB")
 _OFFSET = struct.Struct("<Q")
 
@@ -113,7 +109,7 @@ class CheckpointView:
         # entering uses it, leaving closes the reader but leaves the txn open.
         self._owner = txn
         self._entered = False
-        self._objects = objects_of(store.dbs)
+        self._objects: Any = None  # the objects' Content, from the store's tables on entry
         self._cid = cid or b""
         self._head = head  # (ref key, run id, branch) for Store.latest
         self._raw: dict[str, Any] = _NOT_OPEN
@@ -146,11 +142,10 @@ class CheckpointView:
         borrowed = self._owner
         # begin_read refuses a closed store and checks the pid
         txn = store.begin_read() if borrowed is None else borrowed
-        if self._objects.heap is None:
-            # Built before a read-only handle adopted the heap (another process's
-            # upgrade, done by begin_read above): store.layout already says 5 here.
-            self._objects = objects_of(store.dbs)
         try:
+            # After begin_read: a read-only handle may have adopted the heap tables
+            # there (another process's upgrade), and the tables say so now.
+            self._objects = contents(store.dbs)[0]
             head = self._head
             if head is not None:
                 key, run_id, branch = head
@@ -473,30 +468,13 @@ class CheckpointView:
         parts: dict[str, bytes] = st["parts"]
         txn = self._txn
         if self._verify and parts and txn is not None and not st.get("chunked"):
-            # The fast path of a whole-state read: one loop of get, hash and
-            # decode per part. A part that is missing, wrong or not one
-            # canonical value leaves it for the part-by-part path below,
-            # which raises naming the part (and serves verify=False readers).
-            part = self._objects.part
-            hints = self._hints[0] if self._hints else b""
-            if len(hints) != 4 * len(parts):
-                hints = b""
-            out: dict[str, Any] = {}
-            try:
-                for i, (name, key) in enumerate(parts.items()):
-                    view = part(txn, key, hints, i)  # hash-checked, hint first
-                    if view is None:
-                        break
-                    # Only ext_hook (big ints): each keyword costs ~0.05 us per part.
-                    # Maps with int keys raise ValueError and take the slow path.
-                    out[name] = _unpackb(view, ext_hook=_ext_hook)
-                else:
-                    self._checked_parts = parts  # hash-checked in this txn
-                    return out
-            except (TypeError, ValueError, IndexError, msgpack.UnpackException, RecursionError):
-                pass  # CanonicalEncodingError (a bad ext) is a ValueError too
-            except IntegrityError:
-                pass  # a damaged location: the part-by-part path names it
+            # The fast path of a whole-state read (fast_read.py): None leaves it
+            # for the part-by-part path below, which raises naming a part that is
+            # missing, wrong or not one canonical value (and serves verify=False).
+            out = read_parts(txn, self._objects, parts, self._hints[0] if self._hints else b"")
+            if out is not None:
+                self._checked_parts = parts  # hash-checked in this txn
+                return out
         return {name: self.state_part(name) for name in st["parts"]}
 
     def state_part(self, name: str) -> Any:

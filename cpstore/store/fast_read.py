@@ -1,0 +1,152 @@
+"""The whole-state read path shared by the reader, ``history_states`` and the LangGraph saver.
+
+A whole-state read of a parts state (not chunked) with verification on does,
+per part, one heap get (the record's location hint, content.py) or the
+index's get and kind-and-key compare, one XXH3-128 check of the bytes against
+the part's digest, and one decode. This module does it in one loop with
+nothing but those steps, and returns None at the first thing that is not the
+common case (a part missing, failing its hash, not exactly one msgpack value,
+a damaged location): the caller then takes the part-by-part path, which
+raises naming the part. Nothing here is cached across calls but the
+:class:`~cpstore.store.content.Content` table handles (stateless, never
+handed out).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from cpstore.errors import IntegrityError
+from cpstore.native.binding import digest_small as _digest
+from cpstore.store.backend import Txn
+from cpstore.store.content import Content, objects_of, records_of
+from cpstore.store.decode import ALIKE_SCALARS, DECODE_ERRORS, decode_part, decoded_alike
+
+#: Where an object's bytes start in its heap entry (kind, key length 16, the digest).
+_PART_AT = 18
+
+__all__ = ["checked_part", "contents", "hint_seqs", "read_parts"]
+
+#: id(dbs) -> (dbs, its heap handle, objects, records). The dbs dict is kept so
+#: its id cannot be reused while cached; an entry is used only while the dict
+#: still holds the heap handle it was built with (a read-only handle adopts the
+#: heap tables in place).
+_CONTENTS: dict[int, tuple[Mapping[str, Any], Any, Content, Content]] = {}
+_MAX_CACHED = 64
+
+
+def contents(dbs: Mapping[str, Any]) -> tuple[Content, Content]:
+    """(objects, records) :class:`Content` of the tables ``dbs``, built once per table set."""
+    hit = _CONTENTS.get(id(dbs))
+    if hit is not None and hit[0] is dbs and hit[1] is dbs.get("heap"):
+        return hit[2], hit[3]
+    objects, records = objects_of(dbs), records_of(dbs)
+    if len(_CONTENTS) >= _MAX_CACHED:
+        _CONTENTS.clear()
+    _CONTENTS[id(dbs)] = (dbs, dbs.get("heap"), objects, records)
+    return objects, records
+
+
+def hint_seqs(objects: Content, hints: bytes, n: int) -> list[bytes | None]:
+    """The heap keys a record's hint block names for its ``n`` parts (None: no hint)."""
+    if objects.heap is None or len(hints) != 4 * n:
+        return [None] * n
+    unpack = _SEQS.get(n)
+    if unpack is None:
+        unpack = _SEQS.setdefault(n, struct.Struct(f">{n}I").unpack)
+    return [s.to_bytes(8, "big") if s else None for s in unpack(hints)]
+
+
+def checked_part(
+    txn: Txn[memoryview], objects: Content, key: bytes, seq: bytes | None
+) -> memoryview | None:
+    """The bytes of object ``key``, hash-checked: at the hinted heap entry ``seq`` once
+    they hash to ``key``, else through the index (:meth:`Content.part`); None when it is
+    missing or fails its hash. IntegrityError: a damaged location."""
+    if seq is not None:
+        view = txn.get(seq, None, objects.heap)
+        if view is not None:
+            view = view[_PART_AT:]  # an object entry: kind, 16, the digest, bytes
+            if _digest(view) == key:
+                return view
+    found: memoryview | None = objects.part(txn, key, b"", 0)
+    return found
+
+
+def read_parts(
+    txn: Txn[memoryview], objects: Content, parts: dict[str, bytes], hints: bytes
+) -> dict[str, Any] | None:
+    """Every part of ``parts`` (name -> digest) hash-checked and decoded, or None.
+
+    ``hints``: the record's hint block (content.py; b"" for none). A hinted heap
+    entry is kept only once its bytes (past the object entry's kind, key length
+    and key) hash to the part's digest; any other part goes through
+    :meth:`Content.part` (the index and its kind-and-key compare, then the
+    hash). None when any part is missing, fails its hash, does not decode as
+    one msgpack value, or sits at a damaged location: the caller's
+    part-by-part path names it.
+    """
+    heap = objects.heap
+    n = len(parts)
+    if heap is not None and len(hints) == 4 * n:
+        # Every part hinted and found at its hint (what a writer of this layout
+        # leaves): each step over all parts at once, in C-level loops. A 0 seq
+        # (no hint) names no entry (heap keys start at 1): the loop below then.
+        unpack = _SEQS.get(n)
+        if unpack is None:
+            unpack = _SEQS.setdefault(n, struct.Struct(f">{n}I").unpack)
+        get: Any = txn.get  # None for a missing entry: the TypeError below
+        try:
+            found = [get(s.to_bytes(8, "big"), None, heap)[_PART_AT:] for s in unpack(hints)]
+        except TypeError:
+            pass  # a hint named no entry (None is not subscriptable)
+        else:
+            keys = list(parts.values())
+            if list(map(_digest, found)) == keys:
+                try:
+                    values = list(map(decode_part, found))
+                except DECODE_ERRORS:
+                    return None
+                if ALIKE_SCALARS.issuperset(map(type, values)) or all(
+                    map(decoded_alike, values)
+                ):
+                    return dict(zip(parts, values))  # noqa: B905 - equal lengths
+                return None  # msgpack would decode one otherwise: the slow path does
+    return _read_parts_one_by_one(txn, objects, parts, hints)
+
+
+def _read_parts_one_by_one(
+    txn: Txn[memoryview], objects: Content, parts: dict[str, bytes], hints: bytes
+) -> dict[str, Any] | None:
+    """:func:`read_parts` part by part: each hint tried, then the index."""
+    heap = objects.heap
+    get = txn.get
+    out: dict[str, Any] = {}
+    try:
+        seqs = hint_seqs(objects, hints, len(parts))
+        for name, key, seq in zip(parts, parts.values(), seqs):  # noqa: B905 - equal lengths
+            # checked_part inline (one call less per part on every read)
+            view = None if seq is None else get(seq, None, heap)
+            if view is not None:
+                view = view[_PART_AT:]
+                if _digest(view) != key:
+                    view = None
+            if view is None:
+                view = objects.part(txn, key, b"", 0)  # the index, compared, then hashed
+                if view is None:
+                    return None
+            value = decode_part(view)
+            if type(value) not in ALIKE_SCALARS and not decoded_alike(value):
+                return None  # msgpack would decode it otherwise: the slow path does
+            out[name] = value
+    except DECODE_ERRORS:
+        return None
+    except IntegrityError:
+        return None  # a damaged location: the part-by-part path names it
+    return out
+
+
+#: part count -> the unpacker of a hint block's seqs (4-byte big-endian each).
+_SEQS: dict[int, Any] = {}
