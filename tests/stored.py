@@ -16,6 +16,7 @@ from typing import Any
 
 import lmdb
 
+from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.content import (
     KIND_COMPACT,
@@ -26,12 +27,15 @@ from cpstore.store.content import (
     records_of,
 )
 from cpstore.store.lmdb_env import LMDB_TABLES
+from cpstore.store.manifest import encode_manifest
+from cpstore.store.model import pack_checkpoint_value
 from cpstore.store.record_codec import compress_record, inflate_record, why_not
 
 __all__ = [
     "content_of",
     "edit_raw",
     "flip_byte",
+    "forge_checkpoint",
     "raw_dbs",
     "raw_delete",
     "raw_get",
@@ -227,3 +231,15 @@ def to_layout_5(path: Any) -> int:
     finally:
         env.close()
     return n
+
+
+def forge_checkpoint(store: Any, manifest_map: dict[str, Any]) -> bytes:
+    """Store ``manifest_map`` as a checkpoint record behind the store's back (hash-valid:
+    its id is its manifest's digest) and return the id; no ref names it."""
+    manifest = encode_manifest(manifest_map)
+    forged = digest(manifest)
+    value = pack_checkpoint_value(1.0, manifest)
+    store.backend.write_txn(
+        lambda txn: raw_put(txn, store.backend.dbs, "checkpoints", forged, value)
+    )
+    return forged

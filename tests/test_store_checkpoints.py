@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stored import raw_get, raw_put
+from stored import forge_checkpoint, raw_get, raw_put
 
 from cpstore.errors import (
     IntegrityError,
@@ -20,8 +20,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import Provenance, RecordType, pack_token, value_digest
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-from cpstore.store.manifest import encode_manifest
-from cpstore.store.model import CHUNK_SIZE, pack_checkpoint_value, unpack_checkpoint_value
+from cpstore.store.model import CHUNK_SIZE, unpack_checkpoint_value
 from cpstore.store.recorder import Recorder
 
 
@@ -191,13 +190,7 @@ class TestHostileState:
         m = store.manifest(cid).raw
         parts = {"a": two, "b": none}
         m["state"] = {**m["state"], "parts": parts, "digest": digest(encode_value(parts))}
-        manifest = encode_manifest(m)
-        forged = digest(manifest)
-        store.backend.write_txn(
-            lambda txn: raw_put(
-                txn, store.backend.dbs, "checkpoints", forged, pack_checkpoint_value(1.0, manifest)
-            )
-        )
+        forged = forge_checkpoint(store, m)
         with store.read(forged.hex()) as cp, pytest.raises(IntegrityError, match="canonical"):
             cp.state()
 
@@ -206,13 +199,7 @@ class TestHostileState:
         cid = store.recorder("run").checkpoint(0, {"a": 1})
         m = store.manifest(cid).raw
         m["tags"] = 5
-        manifest = encode_manifest(m)
-        forged = digest(manifest)
-        store.backend.write_txn(
-            lambda txn: raw_put(
-                txn, store.backend.dbs, "checkpoints", forged, pack_checkpoint_value(1.0, manifest)
-            )
-        )
+        forged = forge_checkpoint(store, m)
         with store.read(forged.hex()) as cp:
             assert cp.state() == {"a": 1}  # the state itself is sound and certified
             for use in (lambda: cp.manifest, cp.observations, cp.tokens, cp.transcript):

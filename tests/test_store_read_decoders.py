@@ -18,7 +18,8 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stored import raw_put
+from stored import forge_checkpoint
+from test_canonical import values
 
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest
@@ -28,25 +29,8 @@ from cpstore.store.decode import decode_part, decoded_alike
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.fast_read import contents, read_parts
-from cpstore.store.manifest import check_manifest_state, encode_manifest
-from cpstore.store.model import pack_checkpoint_value
+from cpstore.store.manifest import check_manifest_state
 
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**80), max_value=2**80)
-    | st.floats(allow_nan=True)
-    | st.text()
-    | st.binary()
-)
-values = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=5)
-        | st.dictionaries(st.text(max_size=5) | st.integers(-5, 5), inner, max_size=5)
-    ),
-    max_leaves=30,
-)
 #: msgpack headers an adversary would reach for: ext -1 (timestamps), ext 1,
 #: arrays and maps (array keys), deep nesting, raw strings.
 _PIECES = st.sampled_from(
@@ -166,14 +150,7 @@ def _forge_parts(store: Store, parts_bytes: dict[str, bytes]) -> str:
     m = store.manifest(cid).raw
     parts = {name: store.put_object(data) for name, data in parts_bytes.items()}
     m["state"] = {**m["state"], "parts": parts, "digest": digest(encode_value(parts))}
-    manifest = encode_manifest(m)
-    forged = digest(manifest)
-    store.backend.write_txn(
-        lambda txn: raw_put(
-            txn, store.backend.dbs, "checkpoints", forged, pack_checkpoint_value(1.0, manifest)
-        )
-    )
-    return forged.hex()
+    return forge_checkpoint(store, m).hex()
 
 
 class TestThroughTheStore:
