@@ -239,11 +239,8 @@ class Store:
         return self._backend.get_objects([as_digest(digest)], verify=verify)[0]
 
     def has_object(self, digest: bytes | str) -> bool:
-        """True when an object is stored under ``digest``.
-
-        Its location is followed as a read follows it: an index row naming a
-        missing or foreign heap entry raises IntegrityError naming it, never True.
-        """
+        """True when an object is stored under ``digest`` (its location followed as a read
+        follows it: a damaged one raises IntegrityError naming it, never True)."""
         key = as_digest(digest)
         with self._backend.read_txn() as txn:
             return objects_of(self._backend.dbs).stored(txn, key)
