@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cpstore
 from cpstore.errors import ConflictError, ForkError, IntegrityError
+from cpstore.store import compact_store
 from cpstore.store.content import KIND_COMPACT, KIND_OBJECT, KIND_RECORD, Content, objects_of
 from cpstore.store.facade import Store
 
@@ -399,8 +401,6 @@ def test_locations_found_equals_stored_on_random_tables(
     location or one of 14 damages, several at once): ``found`` is exactly the keys
     :meth:`Content.stored` reaches through the index, and the hint block equals the
     per-key loop's."""
-    import lmdb
-
     path = str(tmp_path_factory.mktemp("t"))
     env = lmdb.open(path, max_dbs=4, map_size=1 << 24)
     try:
@@ -444,7 +444,7 @@ def test_locations_found_equals_stored_on_random_tables(
                 if row is None:
                     continue
                 txn.put(key, row, db=dbs["oloc"])
-                if how != "no entry" and how != "shared row":
+                if how not in {"no entry", "shared row"}:
                     txn.put(row if len(row) == 8 else seq, entry, db=dbs["heap"])
         objects = Content(dbs, KIND_OBJECT)
         txn = env.begin(write=True, buffers=True)  # the commit's kind of txn
@@ -469,8 +469,6 @@ def test_commits_after_gc_and_compact_in_one_process_name_only_readable_objects(
     """The backend's Content handles and the process-wide ref memo and append slot outlive
     a gc (the heap tail deleted, its seqs reused) and a close/compact/reopen: the next
     checkpoints read back whole, part by part, and the store verifies."""
-    from cpstore.store import compact_store
-
     path = tmp_path / "s"
     store, _, _ = _parts_store(path)
     with store:
