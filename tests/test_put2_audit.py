@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -492,3 +493,46 @@ def test_commits_after_gc_and_compact_in_one_process_name_only_readable_objects(
             assert got == (state if cid == after_compact else {**state, "p1": "kept 1 " * 30})
         report = again.verify()
         assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_threads_moving_refs_in_two_stores_keep_every_refs_digest_whole(
+    tmp_path: Path, durability: str
+) -> None:
+    """Four threads, two stores in one process, the same run and branch names in both (one
+    ref key, one process-wide _WRITTEN slot swapped between them): every acknowledged
+    checkpoint is its branch's history and both stores verify."""
+    stores = [
+        cpstore.open(tmp_path / name, durability=durability)  # type: ignore[arg-type]
+        for name in ("a", "b")
+    ]
+    acked: dict[tuple[int, str], list[str]] = {}
+    errors: list[BaseException] = []
+
+    def work(i: int, branch: str) -> None:
+        try:
+            rec = stores[i].recorder("r", branch=branch)
+            ids = acked.setdefault((i, branch), [])
+            for step in range(40):
+                ids.append(rec.checkpoint(step, {"s": step, "b": branch, "p": "x" * 300}))
+            rec.close()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=work, args=(i, b)) for i in (0, 1) for b in ("main", "side")
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors, errors
+        for (i, branch), ids in acked.items():
+            assert [m.id for m in stores[i].history("r", branch)] == ids[::-1]
+        for s in stores:
+            report = s.verify()
+            assert report.ok, report.problems
+    finally:
+        for s in stores:
+            s.close()
