@@ -536,3 +536,36 @@ def test_threads_moving_refs_in_two_stores_keep_every_refs_digest_whole(
     finally:
         for s in stores:
             s.close()
+
+
+def test_a_part_kept_in_the_legacy_table_is_committed_with_a_zero_hint_and_read_back(
+    tmp_path: Path,
+) -> None:
+    """A part stored before the heap (legacy ``objects`` table, no index row) among indexed
+    ones: the concatenated form declines, the must-exist read finds it in the legacy
+    table, the checkpoint commits and its state reads back hash-checked."""
+    store, keys, _ = _parts_store(tmp_path / "s")
+    with store:
+        victim = keys[3]
+
+        def to_legacy(txn: Any, dbs: Any) -> None:
+            seq = bytes(txn.get(victim, db=dbs["oloc"]))
+            entry = bytes(txn.get(seq, db=dbs["heap"]))
+            txn.put(victim, entry[18:], db=dbs["objects"])
+            txn.delete(seq, db=dbs["heap"])
+            txn.delete(victim, db=dbs["oloc"])
+
+        _hurt(store, to_legacy)
+        assert _compare(store, keys) == set(keys) - {victim}
+        rec = store.recorder("r")
+        with store.read(store.ref("r") or "") as view:
+            got = view.state()
+        assert isinstance(got, dict)
+        state = dict(got)
+        state["p0"] = "one new part " * 20
+        cid = rec.checkpoint(40, state)
+        rec.close()
+        with store.read(cid) as view:
+            assert view.state() == state
+        report = store.verify()
+        assert report.ok, report.problems
