@@ -4,13 +4,18 @@ record must never lead to, on both record entry kinds (``c``: layout 5, ``r``: l
 
 from __future__ import annotations
 
+import os
+import select
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from stored import edit_raw, to_layout_5
 
 import cpstore
-from cpstore.errors import IntegrityError
+from cpstore.errors import IntegrityError, StoreError
+from cpstore.store import lmdb_env
 
 
 def _lineage_with_a_forged_parent(path: Path, *, layout_5: bool) -> list[str]:
@@ -35,9 +40,7 @@ def _lineage_with_a_forged_parent(path: Path, *, layout_5: bool) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", ["r", "c"])
-def test_gc_stops_at_a_kept_record_that_does_not_hash_to_its_id(
-    tmp_path: Path, kind: str
-) -> None:
+def test_gc_stops_at_a_kept_record_that_does_not_hash_to_its_id(tmp_path: Path, kind: str) -> None:
     """A kept head whose record is damaged stops the sweep (IntegrityError naming it):
     its damaged parent field must not make the sound ancestors look unreachable."""
     path = tmp_path / "s"
@@ -51,3 +54,86 @@ def test_gc_stops_at_a_kept_record_that_does_not_hash_to_its_id(
                 assert cp.state() == {"a": ids.index(cid)}
         with pytest.raises(IntegrityError):
             st.read(ids[-1]).__enter__()
+
+
+#: An older release's read-only open, as its code runs it: the folder's creation lock
+#: (shared) around LMDB's open, then the format record read in a read txn.
+_OLDER_READ_ONLY_OPEN = """
+import fcntl, os, sys, lmdb
+from cpstore.native.canonical import decode_value
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+print("locking", flush=True)
+fcntl.flock(fd, fcntl.LOCK_SH)
+env = lmdb.open(sys.argv[1], max_dbs=16, readonly=True)
+os.close(fd)
+with env.begin() as txn:
+    raw = txn.get(b"format", db=env.open_db(b"meta", txn=txn, create=False))
+print(decode_value(raw)["version"], flush=True)
+sys.stdin.readline()
+"""
+
+
+def _waits_for_flock(pid: int, folder: str) -> bool:
+    """True when ``pid`` is listed in /proc/locks as waiting for a flock on ``folder``."""
+    inode = str(os.stat(folder).st_ino)
+    with open("/proc/locks", encoding="ascii", errors="replace") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) > 6 and fields[1] == "->" and fields[2] == "FLOCK":
+                if fields[5] == str(pid) and fields[6].rpartition(":")[2] == inode:
+                    return True
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/locks")
+def test_an_older_read_only_open_racing_the_upgrade_never_reads_the_old_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older release opening read-only between the upgrade's holder check and its commit
+    must not go on at layout 5 (it would read every r entry as damage): it waits for the
+    upgrade and reads layout 6 (which that release refuses), or the upgrade refuses."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        st.recorder("r").checkpoint(0, {"a": 1})
+    to_layout_5(path)
+    real = lmdb_env.refuse_beside_older_holders
+    children: list[subprocess.Popen[str]] = []
+    versions: list[str] = []
+
+    def check_then_an_older_open_starts(folder: str, found: int, wanted: int) -> None:
+        real(folder, found, wanted)  # nobody older holds it: the upgrade goes on...
+        child = subprocess.Popen(  # ...and an older release starts to open it now
+            [sys.executable, "-c", _OLDER_READ_ONLY_OPEN, folder],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        children.append(child)
+        assert child.stdout is not None and child.stdout.readline().strip() == "locking"
+        for _ in range(1200):  # until it has read the format record, or waits to open
+            if select.select([child.stdout], [], [], 0.05)[0]:
+                versions.append(child.stdout.readline().strip())
+                return
+            if _waits_for_flock(child.pid, folder):
+                return
+        raise AssertionError("the older open neither read nor waited")
+
+    monkeypatch.setattr(lmdb_env, "refuse_beside_older_holders", check_then_an_older_open_starts)
+    try:
+        try:
+            upgraded = cpstore.open(path)
+        except StoreError:
+            return  # refused: nothing upgraded beside the older reader
+        with upgraded as st:
+            assert st.backend.layout == 6
+            (child,) = children
+            assert child.stdout is not None
+            if not versions:
+                versions.append(child.stdout.readline().strip())
+            assert versions == ["6"]
+    finally:
+        for child in children:
+            assert child.stdin is not None
+            child.stdin.write("\n")
+            child.stdin.flush()
+            child.wait(timeout=60)
