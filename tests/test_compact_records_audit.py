@@ -16,6 +16,7 @@ from stored import edit_raw, to_layout_5
 import cpstore
 from cpstore.errors import IntegrityError, StoreError
 from cpstore.store import lmdb_env
+from cpstore.store.content import heap_problems
 
 
 def _lineage_with_a_forged_parent(path: Path, *, layout_5: bool) -> list[str]:
@@ -137,3 +138,20 @@ def test_an_older_read_only_open_racing_the_upgrade_never_reads_the_old_layout(
             child.stdin.write("\n")
             child.stdin.flush()
             child.wait(timeout=60)
+
+
+def test_a_damaged_compact_frame_is_not_also_reported_as_garbage(tmp_path: Path) -> None:
+    """A damaged frame in the entry cloc names (its kind and key intact) is reported at
+    cloc/<id> -> heap/<seq>, never as "a heap entry no location index names": it is named."""
+    with cpstore.open(tmp_path / "s") as st:
+        cid = st.recorder("r").checkpoint(0, {"a": 1})
+        with st.backend.read_txn() as txn:
+            seq = bytes(txn.get(bytes.fromhex(cid), db=st.backend.db("cloc")))
+            entry = bytes(txn.get(seq, db=st.backend.db("heap")))
+        with st.backend.env.env.begin(write=True) as txn:
+            txn.put(seq, entry + b"\x00", db=st.backend.dbs["heap"])
+        at = int.from_bytes(seq, "big")
+        with st.backend.read_txn() as txn:
+            found = heap_problems(txn, st.backend.dbs)
+        assert [w for w, _, _ in found] == [f"cloc/{cid} -> heap/{at}"]
+        assert not any(p.where == f"heap/{at}" for p in st.verify().problems)
