@@ -15,7 +15,7 @@ from stored import edit_raw, to_layout_5
 
 import cpstore
 from cpstore.errors import IntegrityError, StoreError
-from cpstore.store import lmdb_env
+from cpstore.store import lmdb_env, lmdb_holders
 from cpstore.store.content import heap_problems
 
 
@@ -80,9 +80,13 @@ def _waits_for_flock(pid: int, folder: str) -> bool:
     with open("/proc/locks", encoding="ascii", errors="replace") as f:
         for line in f:
             fields = line.split()
-            if len(fields) > 6 and fields[1] == "->" and fields[2] == "FLOCK":
-                if fields[5] == str(pid) and fields[6].rpartition(":")[2] == inode:
-                    return True
+            if (
+                len(fields) > 6
+                and fields[1:3] == ["->", "FLOCK"]
+                and fields[5] == str(pid)
+                and fields[6].rpartition(":")[2] == inode
+            ):
+                return True
     return False
 
 
@@ -97,7 +101,7 @@ def test_an_older_read_only_open_racing_the_upgrade_never_reads_the_old_layout(
     with cpstore.open(path) as st:
         st.recorder("r").checkpoint(0, {"a": 1})
     to_layout_5(path)
-    real = lmdb_env.refuse_beside_older_holders
+    real = lmdb_holders.refuse_beside_older_holders
     children: list[subprocess.Popen[str]] = []
     versions: list[str] = []
 

@@ -131,7 +131,7 @@ class Content:
         return seq, entry
 
     def _carries(self, entry: Any, key: bytes) -> bool:
-        """True when heap ``entry`` carries this content's kind (either, for a record) and ``key``."""
+        """True when heap ``entry`` carries this content's kind (a record: either) and ``key``."""
         return entry[: len(key) + 2] == self.heads[len(key)] + key or self._alt(entry, key)
 
     def _alt(self, entry: memoryview, key: bytes) -> bool:

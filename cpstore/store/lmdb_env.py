@@ -54,7 +54,7 @@ __all__ = ["DB_NAMES", "LMDB_TABLES", "Env"]
 T = TypeVar("T")
 
 
-class _UpgradeFirst(Exception):
+class _UpgradeFirstError(Exception):
     """A writable open found an older layout: it upgrades under the creation lock."""
 
 
@@ -272,7 +272,7 @@ class Env:
                 return self._adopting_growth(self._open_dbs_readonly)
             try:
                 return self.write(self._open_dbs_writable)
-            except _UpgradeFirst:
+            except _UpgradeFirstError:
                 # Under the folder's creation lock, which every open takes around
                 # LMDB's: an older release's open holds LMDB's lock before the check
                 # below looks, or reads the format record after the commit (never the
@@ -303,7 +303,7 @@ class Env:
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         if version != STORE_VERSION:
             if not upgrade:
-                raise _UpgradeFirst
+                raise _UpgradeFirstError
             refuse_beside_older_holders(self.path, version, STORE_VERSION)
             # An older store is brought up to date in this same txn (docs/store.md,
             # "Store layout versions"); a concurrent opener sees either layout whole.
