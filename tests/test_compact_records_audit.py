@@ -16,7 +16,7 @@ from stored import edit_raw, to_layout_5
 import cpstore
 from cpstore.errors import IntegrityError, StoreError
 from cpstore.store import lmdb_env, lmdb_holders
-from cpstore.store.content import heap_problems
+from cpstore.store.content import KIND_COMPACT, heap_problems
 
 
 def _lineage_with_a_forged_parent(path: Path, *, layout_5: bool) -> list[str]:
@@ -159,3 +159,39 @@ def test_a_damaged_compact_frame_is_not_also_reported_as_garbage(tmp_path: Path)
             found = heap_problems(txn, st.backend.dbs)
         assert [w for w, _, _ in found] == [f"cloc/{cid} -> heap/{at}"]
         assert not any(p.where == f"heap/{at}" for p in st.verify().problems)
+
+
+_UPGRADE_AND_RECORD = """
+import sys, cpstore
+with cpstore.open(sys.argv[1]) as st:
+    print(st.recorder("new").checkpoint(0, {"b": 2}), st.backend.layout, flush=True)
+"""
+
+
+def test_a_read_only_handle_opened_at_layout_5_reads_r_entries_another_process_wrote(
+    tmp_path: Path,
+) -> None:
+    """Another process upgrades to 6 and records an r entry while this read-only handle
+    (opened at 5, c entries) stays open: the handle reads it, verified, and verify is clean."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        old = st.recorder("old").checkpoint(0, {"a": 1})
+    to_layout_5(path)
+    with cpstore.open(path, readonly=True) as ro:
+        assert ro.backend.layout == 5
+        with ro.read(old) as cp:
+            assert cp.state() == {"a": 1}
+        out = subprocess.run(
+            [sys.executable, "-c", _UPGRADE_AND_RECORD, str(path)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        assert out[1] == "6"
+        with ro.read(out[0]) as cp:
+            assert cp.state() == {"b": 2}
+        with ro.backend.read_txn() as txn:
+            assert ro.backend.layout_in(txn) == 6
+            seq = bytes(txn.get(bytes.fromhex(out[0]), db=ro.backend.db("cloc")))
+            assert bytes(txn.get(seq, db=ro.backend.db("heap")))[0] == KIND_COMPACT
+        assert ro.verify().ok
