@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +16,10 @@ from stored import edit_raw, to_layout_5
 
 import cpstore
 from cpstore.errors import IntegrityError, StoreError
+from cpstore.native.canonical import encode_value
 from cpstore.store import lmdb_env, lmdb_holders
 from cpstore.store.content import KIND_COMPACT, heap_problems
+from cpstore.store.manifest import check_manifest_state
 
 
 def _lineage_with_a_forged_parent(path: Path, *, layout_5: bool) -> list[str]:
@@ -195,3 +198,32 @@ def test_a_read_only_handle_opened_at_layout_5_reads_r_entries_another_process_w
             seq = bytes(txn.get(bytes.fromhex(out[0]), db=ro.backend.db("cloc")))
             assert bytes(txn.get(seq, db=ro.backend.db("heap")))[0] == KIND_COMPACT
         assert ro.verify().ok
+
+
+def test_a_verify_false_read_of_a_record_without_its_parts_map_is_an_integrity_error(
+    tmp_path: Path,
+) -> None:
+    """A damaged record whose state says kind "parts" but has no parts map: a verify=False
+    read raises IntegrityError naming state.parts (it raised a bare KeyError); a state
+    without its chunked map reads as none chunked."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        cid = st.recorder("r").checkpoint(0, {"a": 1})
+    for drop, dest in (("parts", tmp_path / "p"), ("chunked", tmp_path / "c")):
+
+        def without(old: bytes | None, drop: str = drop) -> bytes:
+            assert old is not None
+            m = dict(check_manifest_state(b"", old[16:]))
+            m["state"] = {k: v for k, v in m["state"].items() if k != drop}
+            return old[:16] + encode_value(m)
+
+        shutil.copytree(path, dest)
+        edit_raw(dest, "checkpoints", bytes.fromhex(cid), without)
+        with cpstore.open(dest) as st:
+            if drop == "parts":
+                with pytest.raises(IntegrityError) as info, st.read(cid, verify=False) as cp:
+                    cp.state()
+                assert str(info.value.where).endswith("state.parts")
+            else:
+                with st.read(cid, verify=False) as cp:
+                    assert cp.state() == {"a": 1}
