@@ -12,14 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
 from stored import edit_raw, to_layout_5
 
 import cpstore
 from cpstore.errors import IntegrityError, StoreError
 from cpstore.native.canonical import encode_value
-from cpstore.store import lmdb_env, lmdb_holders
+from cpstore.store import lmdb_env, lmdb_holders, record_codec
 from cpstore.store.content import KIND_COMPACT, heap_problems
 from cpstore.store.manifest import check_manifest_state
+from cpstore.store.record_codec import frame_problem, inflate_record, why_not
 
 
 def _lineage_with_a_forged_parent(path: Path, *, layout_5: bool) -> list[str]:
@@ -227,3 +230,30 @@ def test_a_verify_false_read_of_a_record_without_its_parts_map_is_an_integrity_e
             else:
                 with st.read(cid, verify=False) as cp:
                     assert cp.state() == {"a": 1}
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st_.sampled_from([0x20, 0x60, 0xA0, 0xE0]),
+    st_.integers(0, 1 << 18),
+    st_.sampled_from([0, 1, 2, 3, 4, 5, 6, 7]),
+    st_.integers(0, 300),
+    st_.binary(max_size=300),
+)
+def test_the_shape_check_and_its_reason_agree_on_every_frame_header(
+    descriptor: int, size: int, block_type: int, block_size: int, body: bytes
+) -> None:
+    """frame_problem says None exactly when the read path's shape check passes (_declared):
+    why_not never reports a "does not inflate to its declared size" of -1."""
+    width = {0x20: 1, 0x60: 2, 0xA0: 4, 0xE0: 8}[descriptor]
+    fcs = (size - 256 if descriptor == 0x60 else size) % (1 << (8 * width))
+    frame = (
+        b"\x28\xb5\x2f\xfd"
+        + bytes((descriptor,))
+        + fcs.to_bytes(width, "little")
+        + ((block_size << 3) | block_type).to_bytes(3, "little")
+        + body
+    )
+    assert (frame_problem(frame) is None) == (record_codec._declared(frame) >= 0)
+    if inflate_record(frame) is None:
+        assert why_not(frame)[1] != -1

@@ -159,8 +159,8 @@ def frame_problem(frame: bytes | memoryview) -> tuple[str, object, object] | Non
             f"{_MIN_RECORD_CONTENT}..{MAX_RECORD_CONTENT}",
             size,
         )
-    if len(frame) < at + 3:
-        return "cut short before its zstd block", f">= {at + 3} bytes", len(frame)
+    if len(frame) < at + 4:  # a block header and at least one byte: _declared's bound
+        return "cut short before its zstd block", f">= {at + 4} bytes", len(frame)
     block = int.from_bytes(frame[at : at + 3], "little")
     if block & 7 not in _LAST_BLOCKS:
         return "its zstd frame is not one last block", "one last block", f"{block:#08x}"
