@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -22,7 +23,13 @@ from cpstore.native.canonical import encode_value
 from cpstore.store import lmdb_env, lmdb_holders, record_codec
 from cpstore.store.content import KIND_COMPACT, heap_problems
 from cpstore.store.manifest import check_manifest_state
-from cpstore.store.record_codec import frame_problem, inflate_record, why_not
+from cpstore.store.record_codec import (
+    RECORD_DICT,
+    compress_record,
+    frame_problem,
+    inflate_record,
+    why_not,
+)
 
 
 def _lineage_with_a_forged_parent(path: Path, *, layout_5: bool) -> list[str]:
@@ -257,3 +264,27 @@ def test_the_shape_check_and_its_reason_agree_on_every_frame_header(
     assert (frame_problem(frame) is None) == (record_codec._declared(frame) >= 0)
     if inflate_record(frame) is None:
         assert why_not(frame)[1] != -1
+
+
+def test_the_frame_inflated_is_the_frame_checked_even_if_the_bytes_under_a_view_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A view whose bytes change between the shape check and the inflate (a read-only open
+    without the lock file beside a writer that reuses the page) still inflates what was
+    checked: never a bomb's declared size (zstd allocates it: MemoryError)."""
+    record = b"\x00" * 16 + RECORD_DICT
+    frame = compress_record(record)
+    assert frame is not None
+    under = bytearray(frame)
+    real = record_codec._CONTEXTS.decompressor
+
+    class Rewritten:
+        """Rewrites the frame under the view to a 64 GiB bomb, then inflates."""
+
+        def decompress(self, data: Any) -> bytes:
+            under[4:13] = b"\xe0" + (1 << 36).to_bytes(8, "little")
+            out: bytes = real.decompress(data)
+            return out
+
+    monkeypatch.setattr(record_codec._CONTEXTS, "decompressor", Rewritten())
+    assert inflate_record(memoryview(under)) == record

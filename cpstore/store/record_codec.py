@@ -185,7 +185,12 @@ def compress_record(record: bytes | memoryview) -> bytes | None:
 def inflate_record(frame: bytes | memoryview) -> bytes | None:
     """The record bytes of a compact entry's frame; None when the frame is not one a
     writer makes or does not inflate to its declared size (:func:`why_not` says why).
-    The read path's one call per compact record: :func:`_declared`'s checks inline."""
+    The read path's one call per compact record: :func:`_declared`'s checks inline.
+    A view is copied first: what is checked is what is inflated, even where the bytes
+    under it can change (a read-only open without the lock file beside a writer: the
+    declared size zstd allocates is then never one the check did not see)."""
+    if type(frame) is not bytes:
+        frame = bytes(frame)
     n = len(frame)
     if n < 10:
         return None
@@ -212,6 +217,7 @@ def inflate_record(frame: bytes | memoryview) -> bytes | None:
 
 def why_not(frame: bytes | memoryview) -> tuple[str, object, object]:
     """(what, expected, got) of why :func:`inflate_record` refused ``frame``."""
+    frame = bytes(frame)  # checked and inflated: the same bytes (inflate_record says why)
     problem = frame_problem(frame)
     if problem is not None:
         return problem
