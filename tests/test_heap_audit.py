@@ -130,7 +130,9 @@ class TestCommitFindsObjects:
             assert f"oloc/{part.hex()}" in str(info.value.where)
             assert st.ref("r") == first  # nothing acknowledged
 
-    def test_a_commit_whose_parent_record_location_is_gone_is_refused(self, tmp_path: Path) -> None:
+    def test_a_commit_whose_parent_record_location_is_gone_is_refused(
+        self, tmp_path: Path
+    ) -> None:
         """The parent's cloc row names a missing heap entry: the child is refused with
         IntegrityError naming the location (the parent check follows the location as the
         must-exist check does), and the branch does not move."""

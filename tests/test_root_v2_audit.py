@@ -231,7 +231,9 @@ def _sharer(where: str, run: str, n: int, barrier: Any, out: Any) -> None:
 
 
 class TestSharedUpperSpines:
-    def test_two_runs_sharing_upper_spines_survive_each_others_sweeps(self, tmp_path: Path) -> None:
+    def test_two_runs_sharing_upper_spines_survive_each_others_sweeps(
+        self, tmp_path: Path
+    ) -> None:
         """Two processes record the same growing history (so roots and upper spines are
         shared) while one records and deletes a third run of the same states and prunes:
         every head still reads and verify is clean."""
@@ -240,7 +242,9 @@ class TestSharedUpperSpines:
             pass
         ctx = multiprocessing.get_context("spawn")
         barrier, out = ctx.Barrier(2), ctx.Queue()
-        procs = [ctx.Process(target=_sharer, args=(where, run, 24, barrier, out)) for run in "ab"]
+        procs = [
+            ctx.Process(target=_sharer, args=(where, run, 24, barrier, out)) for run in "ab"
+        ]
         for p in procs:
             p.start()
         results = dict(out.get(timeout=120) for _ in procs)
