@@ -131,6 +131,10 @@ class Content:
             raise self._bad_location(key, seq, entry)
         return seq, entry
 
+    def _carries(self, entry: Any, key: bytes) -> bool:
+        """True when heap ``entry`` carries this content's kind (a record: either) and ``key``."""
+        return entry[: len(key) + 2] == self.heads[len(key)] + key or self._alt(entry, key)
+
     def _alt(self, entry: memoryview, key: bytes) -> bool:
         """True when ``entry`` carries ``key`` under this content's other entry kind
         (a record's ``c`` entry: ``heads`` are the compact ``r`` ones)."""
@@ -398,9 +402,7 @@ class Content:
             if seq is not None:
                 loc = bytes(seq)
                 entry = txn.get(loc, None, self.heap)
-                mine = entry is not None and (
-                    entry[: len(key) + 2] == self.heads[len(key)] + key or self._alt(entry, key)
-                )
+                mine = entry is not None and self._carries(entry, key)
                 txn.delete(key, db=index)
                 if mine:
                     txn.delete(loc, db=self.heap)
@@ -498,7 +500,11 @@ def heap_problems(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[str, str, str 
                     out.append(
                         (exc.where or "", exc.what, None if exc.got is None else str(exc.got))
                     )
-                    continue
+                    # Named all the same when it carries the kind and key (a damaged
+                    # frame or hint block): reported once, above, not as garbage too.
+                    entry = txn.get(bytes(seq), None, heap) if len(seq) == _SEQ_SIZE else None
+                    if entry is None or not content._carries(entry, k):
+                        continue
                 named.add(bytes(seq))
     with txn.cursor(db=heap) as cur:
         for seq, entry in cur:

@@ -54,6 +54,10 @@ __all__ = ["DB_NAMES", "LMDB_TABLES", "Env"]
 T = TypeVar("T")
 
 
+class _UpgradeFirstError(Exception):
+    """A writable open found an older layout: it upgrades under the creation lock."""
+
+
 #: Every named database of a store (docs/store.md, "Named databases").
 DB_NAMES = (
     "meta",
@@ -266,11 +270,19 @@ class Env:
         try:
             if self.options.readonly:
                 return self._adopting_growth(self._open_dbs_readonly)
-            return self.write(self._open_dbs_writable)
+            try:
+                return self.write(self._open_dbs_writable)
+            except _UpgradeFirstError:
+                # Under the folder's creation lock, which every open takes around
+                # LMDB's: an older release's open holds LMDB's lock before the check
+                # below looks, or reads the format record after the commit (never the
+                # old layout while the new one is written: docs/store.md).
+                with creation_lock(self.path, exclusive=True):
+                    return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=True))
         except lmdb.Error as exc:
             raise translate(exc, self.path) from None
 
-    def _open_dbs_writable(self, txn: Txn[memoryview]) -> dict[str, Any]:
+    def _open_dbs_writable(self, txn: Txn[memoryview], upgrade: bool = False) -> dict[str, Any]:
         dbs: dict[str, Any] = {}
         try:
             meta = self.env.open_db(b"meta", txn=txn, create=False)
@@ -290,6 +302,8 @@ class Env:
             # layout's heap tables: its entries stay in the legacy tables).
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         if version != STORE_VERSION:
+            if not upgrade:
+                raise _UpgradeFirstError
             refuse_beside_older_holders(self.path, version, STORE_VERSION)
             # An older store is brought up to date in this same txn (docs/store.md,
             # "Store layout versions"); a concurrent opener sees either layout whole.

@@ -199,8 +199,8 @@ def _check_state_slow(cid: bytes, state: dict[str, Any]) -> None:
     if kind not in ("bytes", "parts") or type(kind) is not str:
         _bad(cid, "state.kind", kind)
     parts: Any = state.get("parts") or {}
-    if type(parts) is not dict:
-        _bad(cid, "state.parts", parts)
+    if type(parts) is not dict or (kind == "parts" and "parts" not in state):
+        _bad(cid, "state.parts", state.get("parts"))
     state_digest = state.get("digest")
     if not _is_digest(state_digest):
         _bad(cid, "state.digest", state_digest)

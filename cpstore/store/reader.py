@@ -446,7 +446,7 @@ class CheckpointView:
     # -- state ---------------------------------------------------------------
 
     def _blob(self, name: str, whole: bytes) -> bytes:
-        chunked = self._raw["state"]["chunked"] or {}
+        chunked = self._raw["state"].get("chunked") or {}
         if name in chunked:
             if self._txn is None:
                 raise self.closed_error()

@@ -159,8 +159,8 @@ def frame_problem(frame: bytes | memoryview) -> tuple[str, object, object] | Non
             f"{_MIN_RECORD_CONTENT}..{MAX_RECORD_CONTENT}",
             size,
         )
-    if len(frame) < at + 3:
-        return "cut short before its zstd block", f">= {at + 3} bytes", len(frame)
+    if len(frame) < at + 4:  # a block header and at least one byte: _declared's bound
+        return "cut short before its zstd block", f">= {at + 4} bytes", len(frame)
     block = int.from_bytes(frame[at : at + 3], "little")
     if block & 7 not in _LAST_BLOCKS:
         return "its zstd frame is not one last block", "one last block", f"{block:#08x}"
@@ -185,7 +185,12 @@ def compress_record(record: bytes | memoryview) -> bytes | None:
 def inflate_record(frame: bytes | memoryview) -> bytes | None:
     """The record bytes of a compact entry's frame; None when the frame is not one a
     writer makes or does not inflate to its declared size (:func:`why_not` says why).
-    The read path's one call per compact record: :func:`_declared`'s checks inline."""
+    The read path's one call per compact record: :func:`_declared`'s checks inline.
+    A view is copied first: what is checked is what is inflated, even where the bytes
+    under it can change (a read-only open without the lock file beside a writer: the
+    declared size zstd allocates is then never one the check did not see)."""
+    if type(frame) is not bytes:
+        frame = bytes(frame)
     n = len(frame)
     if n < 10:
         return None
@@ -212,6 +217,7 @@ def inflate_record(frame: bytes | memoryview) -> bytes | None:
 
 def why_not(frame: bytes | memoryview) -> tuple[str, object, object]:
     """(what, expected, got) of why :func:`inflate_record` refused ``frame``."""
+    frame = bytes(frame)  # checked and inflated: the same bytes (inflate_record says why)
     problem = frame_problem(frame)
     if problem is not None:
         return problem

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
+from cpstore.native.binding import digest, digest_small
 from cpstore.native.canonical import encode_value
 from cpstore.store.audit import AuditView, append_audit_txn
 from cpstore.store.backend import Backend, Txn
@@ -125,6 +126,16 @@ def _sweep(
                     m = live_cps[cid]
                 else:
                     created, data = unpack_checkpoint_value(value)
+                    if digest_small(data) != cid:
+                        # Its parent and references are not the checkpoint's: marking by
+                        # them could sweep the sound lineage it really keeps.
+                        raise IntegrityError(
+                            "a kept checkpoint's manifest does not match its id: the sweep "
+                            "stops (verify names it)",
+                            where=f"checkpoints/{cid.hex()}",
+                            expected=cid.hex(),
+                            got=digest(data).hex(),
+                        )
                     m = decode_manifest(cid, bytes(data), created)
                     live_cps[cid] = m
                 cid = None if m.parent is None else bytes.fromhex(m.parent)
