@@ -161,14 +161,10 @@ class Env:
             ) from None
 
     def _open_env(self) -> Any:
-        """Open LMDB; a read-only open falls back to no lock file when it cannot write one.
-
-        LMDB's lock file holds the reader table, which it writes even for a
-        read-only open; an auditor who may read the store but not write its
-        folder would otherwise be refused. Without the lock file this process
-        takes no reader slot, so a writer running at the same time may reuse
-        the pages it reads (docs/store.md, "Read-only opens").
-        """
+        """Open LMDB; a read-only open falls back to no lock file when it cannot write one
+        (LMDB writes its reader table even for a read-only open: an auditor who may not
+        write the folder would be refused). Without it this process takes no reader slot,
+        so a concurrent writer may reuse pages it reads (docs/store.md, "Read-only opens")."""
         options = self.options
         kwargs: dict[str, Any] = {
             "map_size": options.map_size,
@@ -242,12 +238,9 @@ class Env:
             raise translate(exc, self.path) from None
 
     def close(self) -> None:
-        """Close the environment (in the opening process only).
-
-        Without fsync per commit (``durability="none"``) the last handle's
-        close fsyncs once, so a store closed cleanly is durable; LMDB's own
-        close does not sync.
-        """
+        """Close the environment (in the opening process only). Without fsync per commit
+        (``durability="none"``) the last handle's close fsyncs once, so a store closed
+        cleanly is durable; LMDB's own close does not sync."""
         if os.getpid() == self.pid:
             try:
                 if not self.options.sync and not self.options.readonly:
@@ -372,12 +365,9 @@ class Env:
         return self._begin(write=False)
 
     def layout_in(self, txn: Txn[memoryview]) -> int:
-        """The store layout ``txn`` sees.
-
-        A read-only handle on a layout-1 store reads it as it is, but another
-        process's writable open upgrades it to layout 2 in one txn; so an older
-        layout is read again from the format record in the txn at hand.
-        """
+        """The store layout ``txn`` sees: a read-only handle on an older layout reads it as it
+        is while another process's writable open may upgrade it in one txn, so an older
+        layout is read again from the format record in the txn at hand."""
         if self.layout == STORE_VERSION:
             return STORE_VERSION  # layouts only move forward
         return check_format(txn.get(FORMAT_KEY, db=self.dbs["meta"]), self.path)
