@@ -22,12 +22,13 @@ import lmdb
 from cpstore.errors import CanonicalEncodingError, FormatVersionError, NotFoundError, StoreError
 from cpstore.native.canonical import decode_value
 from cpstore.store.lmdb_errors import errno_of
-from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
+from cpstore.store.model import PG_STORE_VERSION, READABLE_VERSIONS, STORE_VERSION
 
 __all__ = [
     "FORK_CLOSED_FDS",
     "FORMAT",
     "FORMAT_KEY",
+    "PG_FORMAT",
     "EnvOptions",
     "check_format",
     "check_new_store_path",
@@ -41,6 +42,8 @@ __all__ = [
 
 FORMAT_KEY = b"format"
 FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
+#: A PostgreSQL store's format record (model.PG_STORE_VERSION says why it is older).
+PG_FORMAT = {**FORMAT, "version": PG_STORE_VERSION}
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ __all__ = [
     "MANIFEST_VERSION",
     "MAX_NAME_BYTES",
     "MAX_OBJECT_SIZE",
+    "PG_STORE_VERSION",
     "READABLE_VERSIONS",
     "STORE_VERSION",
     "AuditRecord",
@@ -63,6 +64,10 @@ STORE_VERSION = 6
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 #: The first layout with the heap tables (objects and checkpoint records appended).
 HEAP_LAYOUT = 5
+#: The layout a PostgreSQL store is brought to: 5 and 6 changed only LMDB's heap, so a
+#: PostgreSQL store stays at 5 and a layout-5 release keeps sharing it (one a layout-6
+#: release opened writable earlier may say 6: both hold the same data).
+PG_STORE_VERSION = 5
 #: Layouts whose ref values are bare ids: their upgrade rewrites the refs table.
 BARE_REF_LAYOUTS = (1,)
 # -----------------------------------------------------------------------------

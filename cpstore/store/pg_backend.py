@@ -39,7 +39,7 @@ from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
-from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY, check_format
+from cpstore.store.lmdb_open import FORMAT_KEY, PG_FORMAT, check_format
 from cpstore.store.manifest import (
     Manifest,
     manifest_from_raw,
@@ -47,7 +47,7 @@ from cpstore.store.manifest import (
 )
 from cpstore.store.model import (
     BARE_REF_LAYOUTS,
-    STORE_VERSION,
+    PG_STORE_VERSION,
     CheckpointWrite,
     created_at_of,
     ref_key,
@@ -114,7 +114,7 @@ class PgBackend:
         self._pool.open(wait=False)
         self._closed = False
         try:
-            if self._layout != STORE_VERSION and not self._readonly:
+            if self._layout < PG_STORE_VERSION and not self._readonly:
                 self.write_txn(self._upgrade)
             if key is None or self._readonly:
                 with self.read_txn() as txn:
@@ -134,11 +134,11 @@ class PgBackend:
         # refs are bare ids (rewriting checked refs would reset the refs digest).
         meta = self._tables["meta"]
         version = check_format(txn.get(FORMAT_KEY, None, meta), self._path)
-        if version != STORE_VERSION:
+        if version < PG_STORE_VERSION:
             if version in BARE_REF_LAYOUTS:
                 upgrade_refs_v1(txn, self._tables)
-            txn.put(FORMAT_KEY, encode_value(FORMAT), db=meta)
-        self._layout = STORE_VERSION
+            txn.put(FORMAT_KEY, encode_value(PG_FORMAT), db=meta)
+        self._layout = max(version, PG_STORE_VERSION)
 
     # -- what it is ------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from cpstore.errors import InvalidInputError, NotFoundError, StoreError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.lmdb_env import DB_NAMES
-from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY, check_format, refuse
+from cpstore.store.lmdb_open import FORMAT_KEY, PG_FORMAT, check_format, refuse
 from cpstore.store.location import redact
 from cpstore.store.pg_errors import translate
 
@@ -124,7 +124,7 @@ def prepare_schema(
             if "meta" not in tables:
                 conn.execute(
                     f"INSERT INTO {meta} (k, v) VALUES (%s, %s)",
-                    (FORMAT_KEY, encode_value(FORMAT)),
+                    (FORMAT_KEY, encode_value(PG_FORMAT)),
                 )
             row = conn.execute(f"SELECT v FROM {meta} WHERE k = %s", (FORMAT_KEY,)).fetchone()
             return check_format(None if row is None else bytes(row[0]), where)
