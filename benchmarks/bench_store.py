@@ -443,8 +443,9 @@ class RawHintedOnCpstoreFiles(RawOnCpstoreFiles):
 
     A checkpoint record's entry carries the heap seqs of its parts (content.py);
     cpstore's whole-state read tries each and hashes what it finds. This loop
-    does the same in bare Python: one get per part, the 18-byte entry header
-    skipped (not compared), one XXH3 check, one msgpack decode. What cpstore
+    does the same in bare Python: the record inflated as cpstore does (layout 6), one
+    get per part, the 18-byte entry header skipped (not compared), one XXH3 check,
+    one msgpack decode. What cpstore
     spends above it is its own code; what this costs above LMDBSaver is the
     layout (a manifest and one object per part instead of one blob).
     """
@@ -454,7 +455,8 @@ class RawHintedOnCpstoreFiles(RawOnCpstoreFiles):
         e = txn.get(txn.get(cid, None, self.cps), None, heap)
         n = int.from_bytes(e[18:22], "big")
         hints = e[22 : 22 + 4 * n]
-        m = e[22 + 4 * n + 16 :]
+        at = 22 + 4 * n  # past the location hints: the record, compact (layout 6) or not
+        m = (self.inflate(e[at:]) if e[0] == KIND_COMPACT else e[at:])[16:]
         if h(m) != cid:
             raise AssertionError("manifest")
         manifest = unpack(m, strict_map_key=False)
