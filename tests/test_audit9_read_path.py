@@ -363,3 +363,47 @@ class TestContentsCacheAcrossProcesses:
                 assert x.state() == {"v": "a"} and y.state() == {"v": "b"}
             with pytest.raises(CpstoreError), a.read(cb) as cp:
                 cp.state()
+
+
+def _second_entry_for(st_: Store, key: bytes, payload: bytes) -> None:
+    """Damage: a new heap entry carrying object ``key``'s kind and key but ``payload`` as its
+    bytes, and the index row moved to it; the record's hint still names the original."""
+    backend: Any = st_.backend
+    dbs = backend.dbs
+    with backend.env.env.begin(write=True) as txn:
+        old = bytes(txn.get(key, db=dbs["oloc"]))
+        head = bytes(txn.get(old, db=dbs["heap"]))[:18]
+        with txn.cursor(db=dbs["heap"]) as cur:
+            assert cur.last()
+            seq = (int.from_bytes(cur.key(), "big") + 1).to_bytes(8, "big")
+        txn.put(seq, head + payload, db=dbs["heap"])
+        txn.put(key, seq, db=dbs["oloc"])
+
+
+class TestCheckedAtTheHintIsNotCheckedAtTheIndex:
+    def test_a_part_read_after_state_is_hash_checked_where_it_is_read(
+        self, store: Store
+    ) -> None:
+        """state() hashed each part at its hint; state_part() then reads the index's entry,
+        which must be hashed too: damaged bytes there were handed out as verified."""
+        cid = store.recorder("r").checkpoint(0, {"a": "good", "b": 1})
+        key = store.manifest(cid).raw["state"]["parts"]["a"]
+        _second_entry_for(store, key, encode_value("evil"))
+        with store.read(cid) as cp:
+            with pytest.raises(IntegrityError, match="digest"):
+                cp.state_part("a")  # alone: refused
+        with store.read(cid) as cp:
+            assert cp.state() == {"a": "good", "b": 1}  # the hinted entry hashes right
+            with pytest.raises(IntegrityError, match="digest"):
+                cp.state_part("a")
+
+    def test_verify_objects_after_state_reports_a_damaged_index_entry(self, store: Store) -> None:
+        """verify_objects() after state() re-hashes what the index names (it said () here)."""
+        cid = store.recorder("r").checkpoint(0, {"a": "good", "b": 1})
+        key = store.manifest(cid).raw["state"]["parts"]["a"]
+        _second_entry_for(store, key, encode_value("evil"))
+        with store.read(cid) as cp:
+            assert cp.verify_objects(derive_tokens=False) != ()
+        with store.read(cid) as cp:
+            cp.state()
+            assert cp.verify_objects(derive_tokens=False) != ()
