@@ -381,17 +381,14 @@ def _second_entry_for(st_: Store, key: bytes, payload: bytes) -> None:
 
 
 class TestCheckedAtTheHintIsNotCheckedAtTheIndex:
-    def test_a_part_read_after_state_is_hash_checked_where_it_is_read(
-        self, store: Store
-    ) -> None:
+    def test_a_part_read_after_state_is_hash_checked_where_it_is_read(self, store: Store) -> None:
         """state() hashed each part at its hint; state_part() then reads the index's entry,
         which must be hashed too: damaged bytes there were handed out as verified."""
         cid = store.recorder("r").checkpoint(0, {"a": "good", "b": 1})
         key = store.manifest(cid).raw["state"]["parts"]["a"]
         _second_entry_for(store, key, encode_value("evil"))
-        with store.read(cid) as cp:
-            with pytest.raises(IntegrityError, match="digest"):
-                cp.state_part("a")  # alone: refused
+        with store.read(cid) as cp, pytest.raises(IntegrityError, match="digest"):
+            cp.state_part("a")  # alone: refused
         with store.read(cid) as cp:
             assert cp.state() == {"a": "good", "b": 1}  # the hinted entry hashes right
             with pytest.raises(IntegrityError, match="digest"):
