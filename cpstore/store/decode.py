@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import repeat
+from sys import getrecursionlimit as _recursion_limit
 from typing import Any, cast
 
 import msgpack
@@ -24,9 +25,11 @@ __all__ = [
     "ALIKE_SCALARS",
     "DECODE_ERRORS",
     "MSGPACK_MAX_DEPTH",
+    "MSGSPEC_SAFE_LIMIT",
     "decode_manifest_map",
     "decode_part",
     "decoded_alike",
+    "msgspec_safe",
 ]
 
 _unpackb = msgpack.unpackb
@@ -50,6 +53,20 @@ ALIKE_SCALARS = frozenset({str, bytes, int, float, bool, type(None)})
 #: StackError). msgspec's limit is the interpreter's recursion limit, which a program
 #: may raise past it: a value nested deeper is not msgpack's (a test pins both).
 MSGPACK_MAX_DEPTH = 1024
+
+
+#: msgspec nests by C recursion, bounded only by the interpreter's recursion limit:
+#: under a limit far above msgpack's depth, forged deeply nested bytes overflow the
+#: C stack (a segfault where msgpack refuses them at 1024; ~300 bytes of stack a
+#: level). Above this limit msgpack decodes everything (:func:`msgspec_safe`).
+MSGSPEC_SAFE_LIMIT = 2 * MSGPACK_MAX_DEPTH
+
+
+def msgspec_safe() -> bool:
+    """True when msgspec may decode stored bytes: the recursion limit bounds its nesting
+    to a C stack any default thread has (threads made with a stack below ~1 MiB may
+    still overflow: tests/test_audit9_read_path.py)."""
+    return _recursion_limit() <= MSGSPEC_SAFE_LIMIT
 
 
 def decoded_alike(value: Any) -> bool:
@@ -154,6 +171,8 @@ def decode_manifest_map(cid: bytes, data: bytes | memoryview) -> Any:
     built something msgpack would build otherwise, so a failure is named as it
     always was (IntegrityError "manifest is not canonical").
     """
+    if _recursion_limit() > MSGSPEC_SAFE_LIMIT:
+        return _decode_manifest_slow(cid, data)  # msgspec_safe(), inline
     try:
         m = _decode(data)
     except (ValueError, TypeError, RecursionError, msgspec.MsgspecError):
