@@ -271,11 +271,18 @@ class TestHintsAndMemoHeld:
     def test_a_hint_naming_another_objects_entry_or_a_record_is_never_used(
         self, store: Store
     ) -> None:
-        """Hints that name another part, the checkpoint's own record entry, no entry, or seq 0
-        give the true values (found through the index, hashed) and never another's bytes."""
+        """Hints that name another part, the checkpoint's own record entry, no entry, a
+        truncated entry, or seq 0 give the true values (found through the index, hashed),
+        never another's bytes."""
         cid = store.recorder("r").checkpoint(0, {"a": "one", "b": ["two"], "c": 3})
         backend = store.backend
         objects = contents(backend.dbs)[0]
+        with backend.env.env.begin(write=True) as w:  # a heap entry cut inside its key
+            with w.cursor(db=backend.dbs["heap"]) as cur:
+                assert cur.last()
+                at = int.from_bytes(cur.key(), "big") + 1
+            w.put(at.to_bytes(8, "big"), b"o\x10\x01\x02", db=backend.dbs["heap"])
+        short = at.to_bytes(4, "big")
         with backend.read_txn() as txn:
             hints: list[bytes] = []
             raw, _ = backend.load_raw(txn, bytes.fromhex(cid), verify=True, full=False, hints=hints)
@@ -288,6 +295,7 @@ class TestHintsAndMemoHeld:
                 seqs[1] + seqs[0] + seqs[2],  # swapped: each names another object
                 rec_seq * 3,  # the record's own entry
                 b"\xff\xff\xff\xf0" * 3,  # no entry
+                short + short + short,  # a truncated entry
                 bytes(12),  # no hints
                 block[:8],  # fewer hints than parts
             ):
@@ -468,3 +476,31 @@ class TestDeepForgedBytesNeverCrashAReader:
         out = _read_deep_in_a_child(*deep, limit=1000, stack_kib=256)
         assert out.returncode == 0, out.stderr[-500:]
         assert "refused" in out.stdout and "deep" in out.stdout
+
+
+class TestPayloadsAndCopiesHeld:
+    @pytest.mark.parametrize(
+        "payload", [encode_value(1) + encode_value(2), b""], ids=["two values", "empty"]
+    )
+    def test_a_hash_valid_part_that_is_not_one_value_is_refused_naming_it(
+        self, store: Store, payload: bytes
+    ) -> None:
+        """Two msgpack values or none, under their own digest: state() refuses, naming the part."""
+        cid = _forge(store, {"a": encode_value("x"), "bad": payload})
+        with store.read(cid) as cp, pytest.raises(IntegrityError, match="bad"):
+            cp.state()
+
+    def test_a_copy_read_in_the_same_process_reads_its_own_tables(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        """After copy_store the copy's reads and the source's both give their own states."""
+        cid = store.recorder("r").checkpoint(0, {"a": [1], "b": "x"})
+        with store.read(cid) as cp:
+            assert cp.state() == {"a": [1], "b": "x"}
+        cpstore.store.copy_store(store, tmp_path / "copy")
+        with cpstore.open(tmp_path / "copy", readonly=True) as c:
+            with c.read(cid) as cp:
+                assert cp.state() == {"a": [1], "b": "x"}
+            assert [e.state for e in c.history_states("r")] == [{"a": [1], "b": "x"}]
+        with store.read(cid) as cp:
+            assert cp.state() == {"a": [1], "b": "x"}
