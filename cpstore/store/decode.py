@@ -11,6 +11,8 @@ named) exactly as before.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import repeat
+from sys import getrecursionlimit as _recursion_limit
 from typing import Any, cast
 
 import msgpack
@@ -19,7 +21,16 @@ import msgspec
 from cpstore.errors import IntegrityError
 from cpstore.native.canonical import _ext_hook
 
-__all__ = ["ALIKE_SCALARS", "DECODE_ERRORS", "decode_manifest_map", "decode_part", "decoded_alike"]
+__all__ = [
+    "ALIKE_SCALARS",
+    "DECODE_ERRORS",
+    "MSGPACK_MAX_DEPTH",
+    "MSGSPEC_SAFE_LIMIT",
+    "decode_manifest_map",
+    "decode_part",
+    "decoded_alike",
+    "msgspec_safe",
+]
 
 _unpackb = msgpack.unpackb
 #: msgspec hands ext data as a memoryview: _ext_hook reads it with int.from_bytes.
@@ -38,38 +49,87 @@ DECODE_ERRORS = (TypeError, ValueError, IndexError, RecursionError, msgspec.Msgs
 ALIKE_SCALARS = frozenset({str, bytes, int, float, bool, type(None)})
 
 
+#: msgpack's unpacker nests at most this many arrays and maps (its stack: deeper raises
+#: StackError). msgspec's limit is the interpreter's recursion limit, which a program
+#: may raise past it: a value nested deeper is not msgpack's (a test pins both).
+MSGPACK_MAX_DEPTH = 1024
+
+
+#: msgspec nests by C recursion, bounded only by the interpreter's recursion limit:
+#: under a limit far above msgpack's depth, forged deeply nested bytes overflow the
+#: C stack (a segfault where msgpack refuses them at 1024; ~300 bytes of stack a
+#: level). Above this limit msgpack decodes everything (:func:`msgspec_safe`).
+MSGSPEC_SAFE_LIMIT = 2 * MSGPACK_MAX_DEPTH
+
+
+def msgspec_safe() -> bool:
+    """True when msgspec may decode stored bytes: the recursion limit bounds its nesting
+    to a C stack any default thread has (threads made with a stack below ~1 MiB may
+    still overflow: tests/test_audit9_read_path.py)."""
+    return _recursion_limit() <= MSGSPEC_SAFE_LIMIT
+
+
 def decoded_alike(value: Any) -> bool:
     """True when msgpack.unpackb (``strict_map_key=False``, ``_ext_hook``) builds exactly
     ``value`` from the bytes msgspec decoded to it.
 
     The two decoders differ only where cpstore's canonical encoder never
     writes: msgspec makes an array map key a tuple (msgpack refuses it), an
-    ext -1 a datetime (msgpack: a ``msgpack.Timestamp``), and nests deeper.
-    Such a value holds a tuple or a datetime, or is too deep to walk here.
+    ext -1 a datetime (msgpack: a ``msgpack.Timestamp``), and nests deeper
+    than msgpack's :data:`MSGPACK_MAX_DEPTH` when the recursion limit allows.
+    Such a value holds a tuple or a datetime, or is nested deeper than that
+    (or too deep to walk here).
     """
     try:
-        return _alike(value)
+        return _alike(value, 0)
     except RecursionError:
         return False
 
 
-def _alike(value: Any) -> bool:
+_scalars_only = ALIKE_SCALARS.issuperset
+
+
+def _alike(value: Any, depth: int) -> bool:
+    """:func:`decoded_alike` of ``value`` inside ``depth`` arrays or maps."""
     kind = type(value)
     if kind in ALIKE_SCALARS:
         return True
+    if depth >= MSGPACK_MAX_DEPTH:
+        return False  # a container below msgpack's deepest: msgpack refuses the bytes
     if kind is list:
-        return all(map(_alike, value))
+        return _scalars_only(map(type, value)) or all(map(_alike, value, repeat(depth + 1)))
     if kind is dict:
-        return all(type(k) in ALIKE_SCALARS for k in value) and all(map(_alike, value.values()))
+        return _scalars_only(map(type, value)) and (
+            _scalars_only(map(type, value.values()))
+            or all(map(_alike, value.values(), repeat(depth + 1)))
+        )
     return False
+
+
+#: The manifest fields cpstore writes. All but ``metadata`` and ``tokens`` (whose
+#: ``kinds`` map is free) have a fixed shape of scalars, str-keyed maps and lists
+#: that the state and rest checks enforce, so a value msgspec builds otherwise
+#: there is refused by them too; the two free ones, and any field a forger adds
+#: (here or in ``state``), are walked whole.
+_FIELDS = frozenset(
+    {
+        "cpstore", "state", "tags", "run_id", "branch", "step", "ledger_sealed", "parent",
+        "transcript", "observations", "call_graph", "effects", "harness", "metadata", "tokens",
+    }
+)  # fmt: skip
+_STATE_FIELDS = frozenset({"kind", "parts", "digest", "chunked"})
+#: Walked whole: the free fields, and the version (so one msgpack refuses is refused
+#: as not canonical, not as an unknown version).
+_FREE_FIELDS = ("metadata", "tokens", "cpstore")
 
 
 def _alike_manifest(m: dict[str, Any]) -> bool:
     """:func:`decoded_alike` of a manifest map, walked only where values are free.
 
-    Every field but ``metadata`` has a fixed shape that the state and rest
-    checks enforce (a tuple or datetime there is refused by them too); so the
-    keys of the map and of ``state``, and ``metadata`` whole, are checked here.
+    The keys of the map and of ``state`` are checked here, :data:`_FREE_FIELDS`
+    are walked whole, and so is any field outside :data:`_FIELDS`
+    (or, in ``state``, outside :data:`_STATE_FIELDS`). RecursionError: too
+    deep to walk.
     """
     try:
         "".join(m)
@@ -78,8 +138,19 @@ def _alike_manifest(m: dict[str, Any]) -> bool:
             "".join(state)
     except TypeError:
         return False  # a non-str key (msgpack's decode tells what it is)
-    meta = m.get("metadata")
-    return not meta or decoded_alike(meta)
+    if not _FIELDS.issuperset(m) or (type(state) is dict and not _STATE_FIELDS.issuperset(state)):
+        # A field cpstore never writes: walk it too (in state, one level deeper).
+        extra = [v for k, v in m.items() if k not in _FIELDS or k in _FREE_FIELDS]
+        if type(state) is dict:
+            inner = [v for k, v in state.items() if k not in _STATE_FIELDS]
+            if not all(map(_alike, inner, repeat(2))):
+                return False
+        return all(map(_alike, extra, repeat(1)))
+    for name in _FREE_FIELDS:
+        value = m.get(name)
+        if type(value) not in ALIKE_SCALARS and not _alike(value, 1):
+            return False
+    return True
 
 
 def _decode_manifest_slow(cid: bytes, data: bytes | memoryview) -> Any:
@@ -100,10 +171,16 @@ def decode_manifest_map(cid: bytes, data: bytes | memoryview) -> Any:
     built something msgpack would build otherwise, so a failure is named as it
     always was (IntegrityError "manifest is not canonical").
     """
+    if _recursion_limit() > MSGSPEC_SAFE_LIMIT:
+        return _decode_manifest_slow(cid, data)  # msgspec_safe(), inline
     try:
         m = _decode(data)
     except (ValueError, TypeError, RecursionError, msgspec.MsgspecError):
         return _decode_manifest_slow(cid, data)
-    if type(m) is not dict or not _alike_manifest(m):
+    try:
+        alike = type(m) is dict and _alike_manifest(m)
+    except RecursionError:
+        alike = False  # too deep to walk here: msgpack's decode says what it is
+    if not alike:
         return _decode_manifest_slow(cid, data)
     return m

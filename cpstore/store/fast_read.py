@@ -22,7 +22,13 @@ from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest_small as _digest
 from cpstore.store.backend import Txn
 from cpstore.store.content import Content, objects_of, records_of
-from cpstore.store.decode import ALIKE_SCALARS, DECODE_ERRORS, decode_part, decoded_alike
+from cpstore.store.decode import (
+    ALIKE_SCALARS,
+    DECODE_ERRORS,
+    decode_part,
+    decoded_alike,
+    msgspec_safe,
+)
 
 #: Where an object's bytes start in its heap entry (kind, key length 16, the digest).
 _PART_AT = 18
@@ -86,8 +92,11 @@ def read_parts(
     :meth:`Content.part` (the index and its kind-and-key compare, then the
     hash). None when any part is missing, fails its hash, does not decode as
     one msgpack value, or sits at a damaged location: the caller's
-    part-by-part path names it.
+    part-by-part path names it; and when msgspec may not decode
+    (:func:`~cpstore.store.decode.msgspec_safe`).
     """
+    if not msgspec_safe():
+        return None  # a raised recursion limit: the part-by-part path (msgpack) decodes
     heap = objects.heap
     n = len(parts)
     if heap is not None and len(hints) == 4 * n:
@@ -109,9 +118,7 @@ def read_parts(
                     values = list(map(decode_part, found))
                 except DECODE_ERRORS:
                     return None
-                if ALIKE_SCALARS.issuperset(map(type, values)) or all(
-                    map(decoded_alike, values)
-                ):
+                if ALIKE_SCALARS.issuperset(map(type, values)) or all(map(decoded_alike, values)):
                     return dict(zip(parts, values))  # noqa: B905 - equal lengths
                 return None  # msgpack would decode one otherwise: the slow path does
     return _read_parts_one_by_one(txn, objects, parts, hints)

@@ -22,7 +22,7 @@ from typing import Any
 
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.decode import DECODE_ERRORS, decoded_alike
+from cpstore.store.decode import DECODE_ERRORS, decoded_alike, msgspec_safe
 from cpstore.store.decode import decode_part as _decode
 from cpstore.store.fast_read import checked_part, contents
 from cpstore.store.manifest import Manifest, check_manifest_rest, manifest_from_raw
@@ -140,7 +140,7 @@ def _parts(
     (:func:`~cpstore.store.fast_read.read_parts`, with this walk's memo).
     """
     parts: dict[str, bytes] = st["parts"]
-    if st["kind"] != "parts" or not parts or st.get("chunked"):
+    if st["kind"] != "parts" or not parts or st.get("chunked") or not msgspec_safe():
         return None
     if objects.heap is None or len(hints) != 4 * len(parts):
         hints = b""

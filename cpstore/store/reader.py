@@ -471,9 +471,14 @@ class CheckpointView:
             # The fast path of a whole-state read (fast_read.py): None leaves it
             # for the part-by-part path below, which raises naming a part that is
             # missing, wrong or not one canonical value (and serves verify=False).
-            out = read_parts(txn, self._objects, parts, self._hints[0] if self._hints else b"")
+            hints = self._hints[0] if self._hints else b""
+            out = read_parts(txn, self._objects, parts, hints)
             if out is not None:
-                self._checked_parts = parts  # hash-checked in this txn
+                if not hints:
+                    # Hash-checked in this txn where _object reads them (the index).
+                    # Bytes hashed at a hint are not: the index may name another
+                    # entry, which a later state_part or verify_objects must hash.
+                    self._checked_parts = parts
                 return out
         return {name: self.state_part(name) for name in st["parts"]}
 
