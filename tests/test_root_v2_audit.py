@@ -22,7 +22,7 @@ from cpstore.store import append_state, chunk_tree
 from cpstore.store.chunk_tree import load_tree, read_upper
 from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
-from cpstore.store.model import STORE_VERSION
+from cpstore.store.model import PG_STORE_VERSION, STORE_VERSION
 from cpstore.store.pg_open import parse_url
 
 
@@ -88,13 +88,18 @@ def _race_upgrade(where: str, processes: int) -> list[tuple[str, int, list[str]]
     return results
 
 
+def _current(where: str) -> int:
+    """The layout a writable open brings ``where`` to (PostgreSQL stays at 5: model.py)."""
+    return PG_STORE_VERSION if where.startswith("postgresql:") else STORE_VERSION
+
+
 def _check_raced(where: str, old: list[str], results: list[tuple[str, int, list[str]]]) -> None:
     with cpstore.open(where, readonly=True) as st:
-        assert st.backend.layout == STORE_VERSION
+        assert st.backend.layout == _current(where)
         report = st.verify()
         assert report.ok, report.problems
         for _run, layout, ids in results:
-            assert layout == STORE_VERSION
+            assert layout == _current(where)
             for i, cid in enumerate(ids[-2:], start=1):
                 with st.read(cid) as cp:
                     assert cp.state_part("h") == _history(60 + i)
@@ -128,7 +133,7 @@ class TestPostgresUpgrade:
             assert st.verify().ok
         _set_pg_version(pg_url, 3)
         with cpstore.open(pg_url) as st:
-            assert st.backend.layout == STORE_VERSION
+            assert st.backend.layout == PG_STORE_VERSION
             report = st.verify()
             assert report.ok, report.problems
             st.recorder("a", parent=None).checkpoint(9, {"h": _history(70)})
@@ -170,7 +175,7 @@ class TestTransferAcrossLayouts:
         assert _format_version(other) == STORE_VERSION
         _reads(other, {old2[-1]: 62, new[-1]: 62})
         assert main(["push", "--store", four, three]) == 0  # layout-4 source into layout 3
-        assert _format_version(three) == STORE_VERSION
+        assert _format_version(three) == _current(three)
         _reads(three, {old[-1]: 62, new[-1]: 62})
 
 
@@ -231,9 +236,7 @@ def _sharer(where: str, run: str, n: int, barrier: Any, out: Any) -> None:
 
 
 class TestSharedUpperSpines:
-    def test_two_runs_sharing_upper_spines_survive_each_others_sweeps(
-        self, tmp_path: Path
-    ) -> None:
+    def test_two_runs_sharing_upper_spines_survive_each_others_sweeps(self, tmp_path: Path) -> None:
         """Two processes record the same growing history (so roots and upper spines are
         shared) while one records and deletes a third run of the same states and prunes:
         every head still reads and verify is clean."""
@@ -242,9 +245,7 @@ class TestSharedUpperSpines:
             pass
         ctx = multiprocessing.get_context("spawn")
         barrier, out = ctx.Barrier(2), ctx.Queue()
-        procs = [
-            ctx.Process(target=_sharer, args=(where, run, 24, barrier, out)) for run in "ab"
-        ]
+        procs = [ctx.Process(target=_sharer, args=(where, run, 24, barrier, out)) for run in "ab"]
         for p in procs:
             p.start()
         results = dict(out.get(timeout=120) for _ in procs)
