@@ -993,8 +993,9 @@ def test_history_with_states(benchmark: BenchmarkFixture, recorded: Recorded, re
 # whichever side's allocations happen to cross the collector's threshold.
 _FRESH_CHILD = """
 import gc, sys, time, sqlite3
-import lmdb
+import lmdb, msgpack, xxhash, zstandard
 from cpstore.store.facade import open as open_store
+from cpstore.store.record_codec import RECORD_DICT
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph_checkpoint_lmdb import LMDBSaver
 kind, path, cid = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -1006,6 +1007,27 @@ if kind == "cpstore":
     store = open_store(path, readonly=True)
     with store.read(cid) as cp:
         n = len(cp.state())
+elif kind == "raw":  # cpstore's files, bare: open, then RawHintedOnCpstoreFiles' read
+    h, unpack, key = xxhash.xxh3_128_digest, msgpack.unpackb, bytes.fromhex(cid)
+    env = lmdb.open(path, readonly=True, max_dbs=16, subdir=True)
+    with env.begin(buffers=True) as txn:
+        cloc, heap = env.open_db(b"cloc", txn=txn), env.open_db(b"heap", txn=txn)
+        e = txn.get(txn.get(key, None, cloc), None, heap)
+        k = int.from_bytes(e[18:22], "big")
+        at = 22 + 4 * k
+        if e[0] == 0x72:  # a layout-6 compact record: one zstd call, no shape check
+            inflate = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(
+                RECORD_DICT, dict_type=zstandard.DICT_TYPE_RAWCONTENT))
+            m = inflate.decompress(e[at:])[16:]
+        else:
+            m = e[at + 16:]
+        assert h(m) == key
+        state = {}
+        for i, (name, part) in enumerate(unpack(m)["state"]["parts"].items()):
+            value = txn.get(bytes(4) + e[22 + 4 * i : 26 + 4 * i], None, heap)[18:]
+            assert h(value) == part, name
+            state[name] = unpack(value)
+        n = len(state)
 elif kind == "LMDBSaver":
     env = lmdb.open(path, max_dbs=4, map_size=1 << 31)
     n = len(LMDBSaver(env).get_tuple(cfg).checkpoint["channel_values"])
@@ -1027,6 +1049,7 @@ def test_get_fresh_process(benchmark: BenchmarkFixture, recorded: Recorded, repe
         "cpstore": (str(recorded.paths["cpstore"] / "s"), recorded.ours_ids[mid]),
         "LMDBSaver": (str(recorded.paths["LMDBSaver"]), recorded.peer_ids["LMDBSaver"][mid]),
         "SqliteSaver": (str(recorded.paths["SqliteSaver"]), recorded.peer_ids["SqliteSaver"][mid]),
+        "raw": (str(recorded.paths["cpstore"] / "s"), recorded.ours_ids[mid]),
     }
 
     def child(kind: str) -> Callable[[], float]:
@@ -1048,7 +1071,11 @@ def test_get_fresh_process(benchmark: BenchmarkFixture, recorded: Recorded, repe
         "get in a fresh process",
         {k: child(k) for k in targets},
         repeats,
-        [Comparison("cpstore", p, 1.0) for p in ("LMDBSaver", "SqliteSaver")],
+        [
+            *(Comparison("cpstore", p, 1.0) for p in ("LMDBSaver", "SqliteSaver")),
+            Comparison("cpstore", "raw", None, note="raw limit, cpstore's files, hinted"),
+            Comparison("raw", "LMDBSaver", None, note="raw limit vs peer"),
+        ],
     )
 
 
