@@ -9,7 +9,6 @@ adds). Plus the read path's hint, memo and table-cache attacks that held.
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,11 +20,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stored import raw_put, to_layout_4
+from test_store_read_decoders import _msgpack, _same
 
 import cpstore
 from cpstore.errors import CpstoreError, IntegrityError
 from cpstore.native.binding import digest
-from cpstore.native.canonical import _ext_hook, encode_value
+from cpstore.native.canonical import encode_value
 from cpstore.store import decode as decode_module
 from cpstore.store import manifest as manifest_module
 from cpstore.store.decode import MSGPACK_MAX_DEPTH, decode_part, decoded_alike
@@ -36,24 +36,6 @@ from cpstore.store.model import pack_checkpoint_value
 
 TIMESTAMP = b"\xd6\xff\x00\x00\x00\x01"  # ext -1: msgspec datetime, msgpack Timestamp
 ARRAY_KEY = b"\x81\x92\x01\x02\x03"  # {[1, 2]: 3}: msgspec a tuple key, msgpack refuses
-
-
-def _msgpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, strict_map_key=False, ext_hook=_ext_hook)
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal with equal types all the way down, keys included (NaN equals NaN)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(map(_same, a, b))
-    if isinstance(a, dict):
-        ka, kb = list(a), list(b)
-        return len(ka) == len(kb) and all(map(_same, ka, kb)) and all(_same(a[k], b[k]) for k in a)
-    return bool(a == b)
 
 
 def _nested(depth: int) -> bytes:

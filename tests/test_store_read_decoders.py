@@ -47,7 +47,7 @@ def _msgpack(data: bytes) -> Any:
 
 
 def _same(a: Any, b: Any) -> bool:
-    """Equal with equal types all the way down (NaN equals NaN)."""
+    """Equal with equal types all the way down, keys included (NaN equals NaN)."""
     if type(a) is not type(b):
         return False
     if isinstance(a, float) and math.isnan(a):
@@ -55,7 +55,8 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, list):
         return len(a) == len(b) and all(map(_same, a, b))
     if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+        ka, kb = list(a), list(b)
+        return len(ka) == len(kb) and all(map(_same, ka, kb)) and all(_same(a[k], b[k]) for k in a)
     return bool(a == b)
 
 
