@@ -23,8 +23,9 @@ from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.commit import apply_write
-from cpstore.store.content import Content, objects_of, records_of
+from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
+from cpstore.store.fast_read import contents
 from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_copy import copy_env, space_of
@@ -105,7 +106,6 @@ class LmdbBackend:
         self._closed = False
         self._audit_key = key
         #: (env.dbs, its size, (objects, records)) for _apply: built once, not per put.
-        self._contents: tuple[Mapping[str, Any], int, tuple[Content, Content]] | None = None
         try:
             if key is None or readonly:
                 with self.read_txn() as txn:
@@ -380,17 +380,13 @@ class LmdbBackend:
 
     def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
         dbs = self.env.dbs
-        contents = self._contents
-        if contents is None or contents[0] is not dbs or contents[1] != len(dbs):
-            # Content holds table handles only; the tables of an env change only when
-            # a read-only handle adopts an upgrade (never a writer): rebuilt then.
-            contents = self._contents = (dbs, len(dbs), (objects_of(dbs), records_of(dbs)))
-        objects = contents[2][0]
+        handles = contents(dbs)  # built once per table set, as every read builds them
+        objects = handles[0]
         apply_write(
             txn,
             dbs,
             op,
             layout=self.env.layout,
             exists=lambda key: objects.stored(txn, key),  # a damaged location refuses
-            contents=contents[2],
+            contents=handles,
         )
