@@ -185,28 +185,14 @@ def compress_record(record: bytes | memoryview) -> bytes | None:
 def inflate_record(frame: bytes | memoryview) -> bytes | None:
     """The record bytes of a compact entry's frame; None when the frame is not one a
     writer makes or does not inflate to its declared size (:func:`why_not` says why).
-    The read path's one call per compact record: :func:`_declared`'s checks inline.
+    The read path's one call per compact record; the shape is :func:`_declared`'s.
     A view is copied first: what is checked is what is inflated, even where the bytes
     under it can change (a read-only open without the lock file beside a writer: the
     declared size zstd allocates is then never one the check did not see)."""
     if type(frame) is not bytes:
         frame = bytes(frame)
-    n = len(frame)
-    if n < 10:
-        return None
-    magic, descriptor = _MAGIC_DESCRIPTOR.unpack_from(frame)
-    field = _FIELDS.get(descriptor)
-    if field is None or magic != _MAGIC_INT or n < field[1] + 4:
-        return None
-    size, block = field[0].unpack_from(frame)
-    block &= 0xFFFFFF
-    size += field[2]
-    last = _LAST_BLOCKS.get(block & 7, 0)
-    if (
-        last == 0
-        or not _MIN_RECORD_CONTENT <= size <= MAX_RECORD_CONTENT
-        or field[1] + 3 + (last if last > 0 else block >> 3) != n
-    ):
+    size = _declared(frame)
+    if size < 0:
         return None
     try:
         out: bytes = _CONTEXTS.decompressor.decompress(frame)
