@@ -269,7 +269,7 @@ class TestDamage:
             assert not report.ok
             assert any(p.where == _where(cid, seq) for p in report.problems)
             with st.backend.read_txn() as txn:
-                assert any(w == _where(cid, seq) for w, _, _ in heap_problems(txn, st.backend.dbs))
+                assert any(p.where == _where(cid, seq) for p in heap_problems(txn, st.backend.dbs))
 
     def test_every_truncation_is_refused_naming_the_location(self, tmp_path: Path) -> None:
         """The entry cut at any byte of its hints or frame: IntegrityError, never a record."""

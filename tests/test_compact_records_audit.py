@@ -170,7 +170,11 @@ def test_a_damaged_compact_frame_is_not_also_reported_as_garbage(tmp_path: Path)
         at = int.from_bytes(seq, "big")
         with st.backend.read_txn() as txn:
             found = heap_problems(txn, st.backend.dbs)
-        assert [w for w, _, _ in found] == [f"cloc/{cid} -> heap/{at}"]
+        assert [p.where for p in found] == [f"cloc/{cid} -> heap/{at}"]
+        # verify() reports what the frame should have been, not only what it is.
+        assert found[0].expected is not None and found[0].got is not None
+        (reported,) = [p for p in st.verify().problems if p.where == found[0].where]
+        assert (reported.expected, reported.got) == (found[0].expected, found[0].got)
         assert not any(p.where == f"heap/{at}" for p in st.verify().problems)
 
 
@@ -288,3 +292,34 @@ def test_the_frame_inflated_is_the_frame_checked_even_if_the_bytes_under_a_view_
 
     monkeypatch.setattr(record_codec._CONTEXTS, "decompressor", Rewritten())
     assert inflate_record(memoryview(under)) == record
+
+
+@pytest.mark.parametrize("kind", ["r", "c"])
+def test_gc_leaves_a_dead_record_that_does_not_hash_and_sweeps_nothing_it_names(
+    tmp_path: Path, kind: str
+) -> None:
+    """A swept record rewritten to name another object (so no longer its id's manifest)
+    is left in place for verify, and the object it now names is not deleted."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        keep = st.recorder("keep").checkpoint(0, {"a": 1})
+        doomed = st.recorder("other").checkpoint(0, {"b": 2})
+        loose = st.put_object(encode_value("not the dead checkpoint's"))
+        assert st.unpin_object(loose)
+        with st.read(doomed) as cp:
+            part = bytes.fromhex(cp.manifest.state_parts["b"])
+    if kind == "c":
+        to_layout_5(path)
+    edit_raw(
+        path,
+        "checkpoints",
+        bytes.fromhex(doomed),
+        lambda old: (old or b"").replace(part, loose),
+    )
+    with cpstore.open(path) as st:
+        assert st.delete_run("other") == 0
+        assert st.has_object(loose)
+        assert st.has_object(part)  # the real part is not taken either: nothing it names is
+        assert any(doomed in p.where for p in st.verify().problems)
+        with st.read(keep) as cp:
+            assert cp.state() == {"a": 1}

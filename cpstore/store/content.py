@@ -49,6 +49,7 @@ from typing import Any
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest_small
 from cpstore.store.backend import Txn
+from cpstore.store.model import Problem
 from cpstore.store.record_codec import KIND_COMPACT, compress_record, inflate_record, why_not
 
 __all__ = [
@@ -476,8 +477,9 @@ def records_of(dbs: Mapping[str, Any]) -> Content:
     return Content(dbs, KIND_RECORD)
 
 
-def heap_problems(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[str, str, str | None]]:
-    """(where, what, got) of every heap or location-index entry that is not as written.
+def heap_problems(txn: Any, dbs: Mapping[str, Any]) -> list[Problem]:
+    """A :class:`Problem` for every heap or location-index entry that is not as written
+    (``expected`` and ``got`` as the check that failed gives them).
 
     Every index entry must name a heap entry carrying its kind and key (its
     bytes are checked by the caller, through :meth:`Content.get`); every heap
@@ -487,7 +489,7 @@ def heap_problems(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[str, str, str 
     if not uses_heap(dbs):
         return []
     heap = dbs["heap"]
-    out: list[tuple[str, str, str | None]] = []
+    out: list[Problem] = []
     named: set[bytes] = set()
     for kind in (KIND_OBJECT, KIND_RECORD):
         content = Content(dbs, kind)
@@ -498,7 +500,12 @@ def heap_problems(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[str, str, str 
                     content._entry(txn, k, seq)
                 except IntegrityError as exc:
                     out.append(
-                        (exc.where or "", exc.what, None if exc.got is None else str(exc.got))
+                        Problem(
+                            exc.what,
+                            exc.where or "",
+                            expected=None if exc.expected is None else str(exc.expected),
+                            got=None if exc.got is None else str(exc.got),
+                        )
                     )
                     # Named all the same when it carries the kind and key (a damaged
                     # frame or hint block): reported once, above, not as garbage too.
@@ -514,10 +521,10 @@ def heap_problems(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[str, str, str 
             at = int.from_bytes(loc, "big") if len(loc) == _SEQ_SIZE else loc.hex()
             head = bytes(entry[:18])
             out.append(
-                (
-                    f"heap/{at}",
+                Problem(
                     "a heap entry no location index names (garbage, or a damaged index)",
-                    head.hex(),
+                    f"heap/{at}",
+                    got=head.hex(),
                 )
             )
     return out

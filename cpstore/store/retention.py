@@ -168,8 +168,15 @@ def _sweep(
         # Only what a swept checkpoint named is a candidate: objects stored with
         # put_object and never referenced are the caller's, not garbage.
         candidates: set[bytes] = set()
-        # A record whose location is damaged (None) is left alone: verify names it.
-        dead = [(k, bytes(v)) for k, v in records.items(txn) if v is not None and k not in live_cps]
+        # A record whose location is damaged (None), or whose manifest does not hash
+        # to its id, is left alone: verify names it. Its references are not the
+        # checkpoint's, so sweeping by them could take another's objects and leak its own.
+        dead: list[tuple[bytes, bytes]] = []
+        for k, v in records.items(txn):
+            if v is not None and k not in live_cps:
+                stored = bytes(v)
+                if digest_small(unpack_checkpoint_value(stored)[1]) == k:
+                    dead.append((k, stored))
         tomb = encode_value({"pruned_at": now})
         removed_bytes = sum(len(v) for _, v in dead)
         for cid, entry in dead:

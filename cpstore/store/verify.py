@@ -433,8 +433,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 counts["checkpoints"] += 1
                 if value is not None:
                     _check_checkpoint(txn, dbs, key, value, problems)
-            for at, what, found in heap_problems(txn, dbs):
-                problems.append(Problem(what, at, got=found))
+            problems.extend(heap_problems(txn, dbs))
             if store.layout_in(txn) == 1:  # read-only open of a layout-1 store: no checks stored
                 with txn.cursor(db=dbs["refs"]) as cur:
                     for key, value in cur:
