@@ -572,3 +572,20 @@ def test_the_tail_is_filled_inside_the_write_txn_before_its_work(
         events.clear()
         store.backend.write_txn(lambda txn: events.append("work"))
     assert events == ["cover", "work"]
+
+
+def test_a_short_size_seen_at_open_is_read_again_not_trusted(tmp_path: Path) -> None:
+    """check_data_size's ``seen`` (the open's stat) only skips a stat: a short one is re-read."""
+    path = tmp_path / "s"
+    with cpstore.open(str(path)) as store:
+        store.recorder("r").checkpoint(0, {"blob": os.urandom(20_000)})
+    data = path / "data.mdb"
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    info, psize = env.info(), env.stat()["psize"]
+    env.close()
+    check_data_size(str(data), psize, lambda: info, seen=0)  # the file itself is whole
+    top = highest_reachable_page(str(data), psize, info["last_pgno"], info["last_txnid"])
+    assert top is not None and top > 1
+    data.write_bytes(data.read_bytes()[: top * psize])
+    with pytest.raises(IntegrityError, match="shorter than its last committed page"):
+        check_data_size(str(data), psize, lambda: info, seen=psize)
