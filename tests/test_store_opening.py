@@ -190,6 +190,24 @@ class TestRefusal:
         code, _, err = _cli(["verify", "--store", str(path)])
         assert code not in (0, 1) and "data.mdb is empty" in err
 
+    def test_a_data_mdb_directory_or_fifo_is_refused_never_opened(self, tmp_path: Path) -> None:
+        """data.mdb a directory: refused by name; a FIFO: not a store (one stat decides both)."""
+        folder = tmp_path / "d"
+        (folder / "data.mdb").mkdir(parents=True)
+        flag_sets: tuple[_Flags, ...] = ({}, {"readonly": True}, {"create": False})
+        for kwargs in flag_sets:
+            with pytest.raises(FormatVersionError, match=r"data\.mdb is a directory"):
+                cpstore.open(folder, **kwargs)
+        fifo = tmp_path / "f"
+        fifo.mkdir()
+        os.mkfifo(fifo / "data.mdb")
+        with pytest.raises(FormatVersionError, match="not empty"):
+            cpstore.open(fifo)
+        for kwargs in ({"readonly": True}, {"create": False}):
+            with pytest.raises(NotFoundError):
+                cpstore.open(fifo, **kwargs)
+        assert sorted(p.name for p in fifo.iterdir()) == ["data.mdb"]
+
     @pytest.mark.parametrize("named_db", [True, False], ids=["named-db", "main-db-only"])
     def test_a_foreign_lmdb_environment_is_refused_not_converted(
         self, tmp_path: Path, named_db: bool
