@@ -203,9 +203,10 @@ class TestRefusal:
         os.mkfifo(fifo / "data.mdb")
         with pytest.raises(FormatVersionError, match="not empty"):
             cpstore.open(fifo)
-        for kwargs in ({"readonly": True}, {"create": False}):
+        never_create: tuple[_Flags, ...] = ({"readonly": True}, {"create": False})
+        for flags in never_create:
             with pytest.raises(NotFoundError):
-                cpstore.open(fifo, **kwargs)
+                cpstore.open(fifo, **flags)
         assert sorted(p.name for p in fifo.iterdir()) == ["data.mdb"]
 
     @pytest.mark.parametrize("named_db", [True, False], ids=["named-db", "main-db-only"])
