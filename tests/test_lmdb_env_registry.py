@@ -20,6 +20,7 @@ import cpstore
 import cpstore.errors
 from cpstore.store import lmdb_copy
 from cpstore.store.lmdb_open import creation_lock
+from cpstore.store.lmdb_registry import canonical
 from cpstore.store.maintenance import compact_store
 
 pytestmark = pytest.mark.skipif(
@@ -123,3 +124,46 @@ def test_a_store_open_in_this_process_is_not_compacted(tmp_path: Path) -> None:
     compact_store(path)
     with cpstore.open(path) as st:
         assert st.recorder("r").checkpoint(1, {"a": 2})
+
+
+def test_the_registry_key_is_realpath_for_every_path_shape(tmp_path: Path) -> None:
+    """canonical() (the registry key's fast path) equals os.path.realpath on every shape."""
+    real = tmp_path / "real"
+    (real / "store").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)  # a link inside the path
+    (tmp_path / "chain").symlink_to(tmp_path / "link")  # a link to a link
+    (real / "up").symlink_to("..")  # a relative link leading back up
+    (real / "loop").symlink_to(real / "loop")
+    base = str(tmp_path)
+    shapes = [
+        f"{base}/real/store",
+        f"{base}/link/store",
+        f"{base}/chain/store",
+        f"{base}/real/up/real/store",
+        f"{base}/link/../real/store",
+        f"{base}/real/./store",
+        f"{base}/real//store",
+        f"{base}/real/store/",
+        f"/{base}/real/store",
+        f"{base}/real/missing/deeper",
+        f"{base}/link/missing",
+        f"{base}/real/loop/x",
+        "/",
+        "relative/store",
+        ".",
+    ]
+    for shape in shapes:
+        assert canonical(shape) == os.path.realpath(shape), shape
+
+
+def test_handles_opened_through_a_link_and_the_real_path_share_one_environment(
+    tmp_path: Path,
+) -> None:
+    """A store opened by its real path and through a symlink is one registry entry."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with cpstore.open(str(tmp_path / "real" / "s")) as a:
+        with cpstore.open(str(tmp_path / "link" / "s")) as b:
+            assert b.backend.env is a.backend.env
+        with pytest.raises(cpstore.errors.StoreError, match="another mode"):
+            cpstore.open(str(tmp_path / "link" / "s"), readonly=True)

@@ -190,6 +190,25 @@ class TestRefusal:
         code, _, err = _cli(["verify", "--store", str(path)])
         assert code not in (0, 1) and "data.mdb is empty" in err
 
+    def test_a_data_mdb_directory_or_fifo_is_refused_never_opened(self, tmp_path: Path) -> None:
+        """data.mdb a directory: refused by name; a FIFO: not a store (one stat decides both)."""
+        folder = tmp_path / "d"
+        (folder / "data.mdb").mkdir(parents=True)
+        flag_sets: tuple[_Flags, ...] = ({}, {"readonly": True}, {"create": False})
+        for kwargs in flag_sets:
+            with pytest.raises(FormatVersionError, match=r"data\.mdb is a directory"):
+                cpstore.open(folder, **kwargs)
+        fifo = tmp_path / "f"
+        fifo.mkdir()
+        os.mkfifo(fifo / "data.mdb")
+        with pytest.raises(FormatVersionError, match="not empty"):
+            cpstore.open(fifo)
+        never_create: tuple[_Flags, ...] = ({"readonly": True}, {"create": False})
+        for flags in never_create:
+            with pytest.raises(NotFoundError):
+                cpstore.open(fifo, **flags)
+        assert sorted(p.name for p in fifo.iterdir()) == ["data.mdb"]
+
     @pytest.mark.parametrize("named_db", [True, False], ids=["named-db", "main-db-only"])
     def test_a_foreign_lmdb_environment_is_refused_not_converted(
         self, tmp_path: Path, named_db: bool
@@ -572,3 +591,20 @@ def test_the_tail_is_filled_inside_the_write_txn_before_its_work(
         events.clear()
         store.backend.write_txn(lambda txn: events.append("work"))
     assert events == ["cover", "work"]
+
+
+def test_a_short_size_seen_at_open_is_read_again_not_trusted(tmp_path: Path) -> None:
+    """check_data_size's ``seen`` (the open's stat) only skips a stat: a short one is re-read."""
+    path = tmp_path / "s"
+    with cpstore.open(str(path)) as store:
+        store.recorder("r").checkpoint(0, {"blob": os.urandom(20_000)})
+    data = path / "data.mdb"
+    env = lmdb.open(str(path), readonly=True, lock=False)
+    info, psize = env.info(), env.stat()["psize"]
+    env.close()
+    check_data_size(str(data), psize, lambda: info, seen=0)  # the file itself is whole
+    top = highest_reachable_page(str(data), psize, info["last_pgno"], info["last_txnid"])
+    assert top is not None and top > 1
+    data.write_bytes(data.read_bytes()[: top * psize])
+    with pytest.raises(IntegrityError, match="shorter than its last committed page"):
+        check_data_size(str(data), psize, lambda: info, seen=psize)

@@ -108,8 +108,13 @@ class LmdbBackend:
         #: (env.dbs, its size, (objects, records)) for _apply: built once, not per put.
         try:
             if key is None or readonly:
-                with self.read_txn() as txn:
+                txn = self.env.begin_read()  # not read_txn(): no generator on the open path
+                try:
                     self._audit_keyed = adopt_key(txn, self.env.dbs, key)
+                except lmdb.Error as exc:
+                    raise translate(exc, self.env.path) from None
+                finally:
+                    self.env.end_read(txn)
             else:
                 self._audit_keyed = bool(
                     self.write_txn(lambda txn: adopt_key(txn, self.env.dbs, key))

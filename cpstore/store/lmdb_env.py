@@ -36,14 +36,16 @@ from cpstore.store.lmdb_open import (
     FORMAT,
     FORMAT_KEY,
     EnvOptions,
+    check_data_file,
     check_format,
-    check_new_store_path,
     creation_lock,
     has_lmdb_meta_page,
     is_lock_permission_error,
+    lock_folder,
     open_dbs_readonly,
     open_tables,
     refuse,
+    unlock_folder,
 )
 from cpstore.store.lmdb_pages import TailCover, check_data_size
 from cpstore.store.model import BARE_REF_LAYOUTS, HEAP_LAYOUT, STORE_VERSION
@@ -103,6 +105,8 @@ class Env:
         self._legacy_ro = False
         data = os.path.join(path, "data.mdb")
         self._tail = TailCover(data, 0)  # psize set once open
+        #: data.mdb's size seen under the creation lock (None: not seen).
+        self._seen_size: int | None = None
         #: This release's mark on the folder, held from before LMDB's open until
         #: after its close (lmdb_holders: an upgrade refuses beside older releases).
         self._mark: HolderMark | None = None
@@ -115,8 +119,8 @@ class Env:
         try:
             # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
             self.env.reader_check()
-            self._check_file_size()
             self._tail.psize = int(self.env.stat()["psize"])
+            self._check_file_size()
             self.dbs = self._open_dbs()
             self._tail.ahead = True  # a cpstore store: its tail may be allocated ahead
         except BaseException:
@@ -132,21 +136,15 @@ class Env:
         try:
             if not options.readonly and options.create and not os.path.exists(path):
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
-            with creation_lock(path, exclusive=not options.readonly):
+            locked = lock_folder(path, exclusive=not options.readonly)
+            try:
                 # Under the lock, another process's lmdb.open cannot be half way
                 # through making data.mdb: what we see here is whole.
-                if os.path.isfile(data):
-                    if os.path.getsize(data) == 0:
-                        # LMDB would initialise an empty file as a new environment,
-                        # silently turning a truncated store into an empty one.
-                        raise refuse("data.mdb is empty", data)
-                elif os.path.isdir(data):
-                    raise refuse("data.mdb is a directory", data)
-                else:
-                    check_new_store_path(path, options)
-                    os.makedirs(path, exist_ok=True)
+                self._seen_size = check_data_file(path, data, options)
                 self._mark = HolderMark(path, STORE_VERSION)
                 return self._open_env()
+            finally:
+                unlock_folder(locked)
         except lmdb.InvalidError as exc:
             if has_lmdb_meta_page(data):
                 raise IntegrityError(
@@ -209,8 +207,7 @@ class Env:
     def _check_file_size(self) -> None:
         """Refuse a data file shorter than its last txn reaches (a truncated copy): LMDB
         trusts the meta page, and reading past the end of the file is a SIGBUS."""
-        data = os.path.join(self.path, "data.mdb")
-        check_data_size(data, int(self.env.stat()["psize"]), self.env.info)
+        check_data_size(self._tail.data, self._tail.psize, self.env.info, seen=self._seen_size)
 
     def _cover_tail(self) -> None:
         """At the start of a write txn (under LMDB's writer lock), make the data file
@@ -311,7 +308,7 @@ class Env:
             self.env,
             DB_NAMES,
             self.path,
-            begin=self._begin,
+            begin=self.begin_read,  # its inline common case (the layout's look is off yet)
             end=self.end_read,
             never_committed=self._never_committed,
         )

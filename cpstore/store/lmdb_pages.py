@@ -121,7 +121,9 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
         os.close(fd)
 
 
-def check_data_size(data: str, psize: int, info: Callable[[], Mapping[str, Any]]) -> None:
+def check_data_size(
+    data: str, psize: int, info: Callable[[], Mapping[str, Any]], *, seen: int | None = None
+) -> None:
     """Refuse ``data`` when it ends before a page its last committed txn reaches.
 
     A file at least ``last_pgno`` pages long passes at once; a shorter one
@@ -130,10 +132,17 @@ def check_data_size(data: str, psize: int, info: Callable[[], Mapping[str, Any]]
     the walk shows every reachable page inside it. ``info`` is LMDB's
     ``env.info``: a walk that another process's commit overtook (the meta
     page moved on) is tried again, so a whole store is not refused for it.
+
+    ``seen``: the file's size read earlier, of the file LMDB mapped (the open's
+    stat under the creation lock). A data file only grows, so a size enough then
+    is enough now and saves the stat; a size short of it is read again.
     """
     for _ in range(_ATTEMPTS):
         now = info()
         needed = (int(now["last_pgno"]) + 1) * psize
+        if seen is not None and seen >= needed:
+            return
+        seen = None
         size = os.path.getsize(data)
         if size >= needed:
             return
