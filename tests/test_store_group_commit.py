@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ import pytest
 from cpstore.errors import ConflictError, StoreError
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-from cpstore.store.group_commit import GroupCommit
+from cpstore.store.group_commit import GroupCommit, _Slot
 
 
 class _Gate:
@@ -133,27 +133,111 @@ class TestGrouping:
         assert outcome["first"] == "ok"
         assert sorted([outcome["boom"], outcome["other"]]) == ["KeyboardInterrupt", "StoreError"]
 
-    def test_a_leader_interrupted_while_gathering_leaves_no_writer_waiting(
+    def test_a_writer_interrupted_while_timing_the_queue_leaves_no_writer_waiting(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Ctrl-C while the leader gathers: its write is not stored and the next writer commits."""
+        """Ctrl-C while the first queued writer waits for others: its write is not stored,
+        and a later writer commits."""
         gate = _Gate()
         gate.release.set()
         gc = GroupCommit[str](gate)
-        gather = gc._gather
-
-        def interrupted() -> None:
-            monkeypatch.setattr(gc, "_gather", gather)
-            raise KeyboardInterrupt  # what Condition.wait raises in the main thread
-
-        monkeypatch.setattr(gc, "_gather", interrupted)
+        gc._last_size, gc._last_seconds = 3, 10.0
+        go = threading.Event()
+        go.set()
+        _interrupt_timed_wait_of(monkeypatch, "x", go)
         with pytest.raises(KeyboardInterrupt):
             gc.commit("x")
+        assert gc._queue == [] and gc._timer is None
+        gc._last_seconds = 0.0  # "y" times the queue alone and gives up at once
         later = threading.Thread(target=gc.commit, args=("y",), daemon=True)
         later.start()
         later.join(10)
-        assert not later.is_alive()  # before the fix: waits for a leader that is gone
+        assert not later.is_alive()  # no writer waits for one that is gone
         assert gate.stored == ["y"]  # "x" was never handed to a group
+
+    def test_an_interrupted_first_writer_hands_the_queue_to_the_next(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The writer timing the queue is interrupted: the writer queued behind it is woken,
+        times the queue itself and commits; the interrupted write is not stored."""
+        gate = _Gate()
+        gate.release.set()
+        gc = GroupCommit[str](gate)
+        gc._last_size, gc._last_seconds = 5, 0.05
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 0.05)
+        go = threading.Event()
+        _interrupt_timed_wait_of(monkeypatch, "x", go)
+        outcome: dict[str, str] = {}
+
+        def one(name: str) -> None:
+            try:
+                gc.commit(name)
+                outcome[name] = "ok"
+            except BaseException as exc:
+                outcome[name] = type(exc).__name__
+
+        first = threading.Thread(target=one, args=("x",))
+        first.start()
+        _wait_for(lambda: gc._timer is not None)
+        second = threading.Thread(target=one, args=("y",))
+        second.start()
+        _wait_for(lambda: len(gc._queue) == 2)
+        go.set()  # x's timed wait raises now; y sleeps without a deadline until woken
+        for t in (first, second):
+            t.join(10)
+            assert not t.is_alive()
+        assert outcome == {"x": "KeyboardInterrupt", "y": "ok"}
+        assert gate.stored == ["y"]
+
+    def test_an_interrupt_between_taking_and_committing_puts_the_group_back(self) -> None:
+        """A group taken but never handed to commit_many goes back to the queue in order,
+        and the next writer in it commits it."""
+        gate = _Gate()
+        gate.release.set()
+        gc = GroupCommit[str](gate)
+        a, b, c = _Slot("a"), _Slot("b"), _Slot("c")
+        gc._queue = [a, b, c]
+        taken = gc._take()
+        gc._abandon(b, taken)  # b's thread took the group and was interrupted
+        assert gc._queue == [a, c] and not gc._committing
+        assert a.wake.acquire(timeout=0)  # a was woken to take or time the queue
+        assert not c.wake.acquire(timeout=0)  # only the first
+
+
+def _interrupt_timed_wait_of(
+    monkeypatch: pytest.MonkeyPatch, write: str, go: threading.Event
+) -> None:
+    """The slot of ``write`` gets a wake lock whose timed wait raises KeyboardInterrupt
+    (what Ctrl-C raises in the main thread) once ``go`` is set."""
+    real = _Slot.__init__
+
+    class Interrupting:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.lock.acquire()
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            if timeout != -1:
+                go.wait(30)
+                raise KeyboardInterrupt
+            return self.lock.acquire()
+
+        def release(self) -> None:
+            self.lock.release()
+
+    def init(slot: _Slot[str], w: str) -> None:
+        real(slot, w)
+        if w == write:
+            slot.wake = Interrupting()  # type: ignore[assignment]
+
+    monkeypatch.setattr(_Slot, "__init__", init)
+
+
+def _wait_for(cond: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not cond():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.001)
 
 
 class TestGathering:
@@ -178,7 +262,7 @@ class TestGathering:
         first = threading.Thread(target=commit, args=("x",))
         first.start()
         deadline = time.monotonic() + 10
-        while not gc._leading and not done and time.monotonic() < deadline:
+        while gc._timer is None and not done and time.monotonic() < deadline:
             time.sleep(0.001)
         time.sleep(0.05)  # a leader that did not gather would commit "x" alone now
         assert not done and len(gate.groups) == 2  # gathering, not committing
@@ -380,7 +464,7 @@ class TestReadHeldDuringGroup:
                 time.sleep(0.001)
             lead = threading.Thread(target=leader, daemon=True)
             lead.start()
-            while not st.backend.group._leading:
+            while not st.backend.group._committing:
                 time.sleep(0.001)
             go.set()
             for t in (r, grower, lead):
