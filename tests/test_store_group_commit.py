@@ -240,6 +240,106 @@ def _wait_for(cond: Callable[[], bool]) -> None:
         time.sleep(0.001)
 
 
+class TestWakeUps:
+    def test_writes_that_queue_wake_no_waiting_writer(self) -> None:
+        """Arrivals behind a committing group wake nobody; the group's end wakes only the
+        first queued writer, which commits the queue in its own thread."""
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        committers: dict[str, str] = {}
+        real = gate.__call__
+
+        def commit_many(writes: Sequence[str]) -> None:
+            committers[writes[0]] = threading.current_thread().name
+            real(writes)
+
+        gc._commit_many = commit_many
+        lead = threading.Thread(target=gc.commit, args=("lead",), name="lead")
+        lead.start()
+        assert gate.entered.wait(10)
+        names = ["a", "b", "c"]
+        others = [threading.Thread(target=gc.commit, args=(n,), name=n) for n in names]
+        for k, t in enumerate(others, 1):
+            t.start()
+            _wait_for(lambda k=k: len(gc._queue) == k)  # type: ignore[misc]
+        assert [s.write for s in gc._queue] == names
+        assert not any(s.signalled for s in gc._queue)  # nobody woken by an arrival
+        gate.release.set()
+        for t in [lead, *others]:
+            t.join(10)
+            assert not t.is_alive()
+        assert gate.groups == [["lead"], names]
+        assert committers == {"lead": "lead", "a": "a"}  # the first queued took the queue
+
+    def test_the_write_that_completes_a_group_commits_it_in_its_own_thread(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With the last group's size reached, the completing writer commits at once: the
+        writer timing the queue is not woken to do it."""
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 30.0)
+        gate = _Gate()
+        gate.release.set()
+        gate.groups.append([])  # no first group to hold
+        gc = GroupCommit[str](gate)
+        gc._last_size, gc._last_seconds = 3, 30.0
+        committer: list[str] = []
+        real = gate.__call__
+
+        def commit_many(writes: Sequence[str]) -> None:
+            committer.append(threading.current_thread().name)
+            real(writes)
+
+        gc._commit_many = commit_many
+        threads = []
+        for k, n in enumerate("xyz", 1):
+            t = threading.Thread(target=gc.commit, args=(n,), name=n)
+            t.start()
+            threads.append(t)
+            if n != "z":
+                _wait_for(lambda k=k: len(gc._queue) == k)  # type: ignore[misc]
+        for t in threads:
+            t.join(10)  # a timer woken only at its 30 s deadline would fail this
+            assert not t.is_alive()
+        assert gate.groups[1:] == [["x", "y", "z"]]
+        assert committer == ["z"]
+
+    def test_many_writers_with_failing_writes_each_get_their_own_outcome(self) -> None:
+        """8 threads x 150 writes, every 7th refused, group sizes varying: every call
+        returns, a refused write fails alone, every other write is stored exactly once."""
+        stored: list[str] = []
+        lock = threading.Lock()
+
+        def commit_many(writes: Sequence[str]) -> None:
+            if any(w.endswith("!") for w in writes):
+                raise ValueError("refused")
+            time.sleep(0.0002 * (len(writes) % 3))  # an fsync of varying length
+            with lock:
+                stored.extend(writes)
+
+        gc = GroupCommit[str](commit_many)
+        outcome: dict[str, str] = {}
+
+        def writer(i: int) -> None:
+            for k in range(150):
+                w = f"{i}.{k}" + ("!" if k % 7 == 3 else "")
+                try:
+                    gc.commit(w)
+                    outcome[w] = "ok"
+                except ValueError:
+                    outcome[w] = "refused"
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+            assert not t.is_alive(), "a writer never returned"
+        assert len(outcome) == 8 * 150
+        assert all((v == "refused") == k.endswith("!") for k, v in outcome.items())
+        assert sorted(stored) == sorted(k for k, v in outcome.items() if v == "ok")
+        assert gc.writes == len(stored) and gc._queue == [] and not gc._committing
+
+
 class TestGathering:
     def _group_of_three(self, gc: GroupCommit[str], gate: _Gate) -> None:
         _queue_behind_leader(gc, gate, ["a", "b"])  # groups: [lead], [a, b]

@@ -114,7 +114,7 @@ class GroupCommit(Generic[W]):
             self._abandon(slot, taken)
             raise
         if taken is not None:
-            self._lead(taken)
+            self._lead(taken, slot)
         return _outcome(slot)
 
     def _next(self, slot: _Slot[W]) -> tuple[list[_Slot[W]] | None, float | None]:
@@ -167,8 +167,9 @@ class GroupCommit(Generic[W]):
             if queue and not self._committing:
                 _signal(queue[0])  # whoever is first takes or times the queue
 
-    def _lead(self, group: list[_Slot[W]]) -> None:
-        """Commit ``group``, settle each write's outcome and hand the queue on."""
+    def _lead(self, group: list[_Slot[W]], mine: _Slot[W]) -> None:
+        """Commit ``group`` (``mine`` is this thread's write), wake each other writer
+        to its outcome and hand the queue on."""
         try:
             started = _monotonic()
             self._run(group)
@@ -177,7 +178,8 @@ class GroupCommit(Generic[W]):
             with self._mutex:
                 self._committing = False
                 for s in group:
-                    _signal(s)
+                    if s is not mine:
+                        _signal(s)
                 if self._queue:
                     _signal(self._queue[0])  # queued meanwhile: it takes or times the next group
 
