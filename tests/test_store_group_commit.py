@@ -374,6 +374,34 @@ class TestGathering:
         assert sorted(gate.groups[2]) == ["x", "y", "z"]
         assert sorted(done) == ["x", "y", "z"]
 
+    def test_writes_queued_during_a_commit_count_toward_the_next_group(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """One writer commits while three queue: the next group waits for four (the
+        returning writer too), not three, so a late writer is not left out for good."""
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 30.0)
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        lead = threading.Thread(target=gc.commit, args=("lead",))
+        lead.start()
+        assert gate.entered.wait(10)
+        others = [threading.Thread(target=gc.commit, args=(n,)) for n in "abc"]
+        for k, t in enumerate(others, 1):
+            t.start()
+            _wait_for(lambda k=k: len(gc._queue) == k)  # type: ignore[misc]
+        time.sleep(0.5)  # the first group takes >= 0.5 s: so long may the next one gather
+        gate.release.set()
+        lead.join(10)
+        _wait_for(lambda: gc._timer is not None)
+        time.sleep(0.05)  # a target of the last group's size (1) commits a, b, c now
+        assert gate.groups == [["lead"]]
+        back = threading.Thread(target=gc.commit, args=("d",))
+        back.start()
+        for t in [*others, back]:
+            t.join(10)
+            assert not t.is_alive()
+        assert gate.groups == [["lead"], ["a", "b", "c", "d"]]
+
     def test_a_gathering_leader_gives_up_after_the_cap(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -9,16 +9,17 @@ is committed and fsynced, so nothing is acknowledged earlier than without
 grouping.
 
 Who commits a group: while no group is committing, the queue is taken as soon
-as it holds as many writes as the last group carried, by the thread whose
-write completes it (no other thread is woken for it); the first thread to
-queue waits at most as long as the last group took (:data:`MAX_GATHER_SECONDS`
-at most) and then takes what queued. Writes that queue while a group commits
-are handed on when it ends: its first waiting writer is woken to take or time
-the next group. Each waiting thread sleeps on a lock of its own, released
-exactly when there is something for it to do (its outcome is final, or it is
-first in the queue), never on a shared condition that wakes every waiter on
-each arrival: under the GIL every needless wake-up is a thread switch between
-the writers that are preparing the next group.
+as it holds as many writes as the last group saw (its own writes and those that
+queued while it committed), by the thread whose write completes it (no other
+thread is woken for it); the first thread to queue waits at most as long as the
+last group took (:data:`MAX_GATHER_SECONDS` at most) and then takes what queued.
+Writes that queue while a group commits are handed on when it ends: its first
+waiting writer is woken to take or time the next group. Each waiting thread
+sleeps on a lock of its own, released exactly when there is something for it
+to do (its outcome is final, or it is first in the queue), never on a shared
+condition that wakes every waiter on each arrival: under the GIL every
+needless wake-up is a thread switch between the writers that are preparing
+the next group.
 
 A write that fails inside a group (a ref conflict, a pruned parent) must fail
 alone: when the group txn raises, it is rolled back whole and each of its
@@ -80,8 +81,9 @@ class GroupCommit(Generic[W]):
         # fill (None: nobody times the queue yet), and that deadline.
         self._timer: _Slot[W] | None = None
         self._deadline = 0.0
-        # How many writes the last group carried and how long it took: the
-        # queue waits (at most that long) for as many, see _next().
+        # How many writers the last group saw (its writes and those that queued
+        # while it committed) and how long it took: the queue waits (at most that
+        # long) for as many, see _next().
         self._last_size = 1
         self._last_seconds = 0.0
         #: Txns committed and writes they carried (what the tests and benchmarks read).
@@ -121,12 +123,13 @@ class GroupCommit(Generic[W]):
         """Under the mutex, for ``slot``'s thread (its write queued, not done): the group it
         commits now, or None and how long it sleeps (None: until woken).
 
-        The queue is taken once it holds as many writes as the last group (so
-        the writers of one group all share the next fsync instead of
-        alternating groups of 1 and n-1: they return at once and queue again
-        one by one), or once its first writer waited as long as the last group
-        took (at most :data:`MAX_GATHER_SECONDS`). A lone writer (last group
-        of 1) never waits. While a group commits nobody takes the queue: its
+        The queue is taken once it holds as many writes as the last group saw
+        (its own and those that queued while it committed: so the writers of
+        one group all share the next fsync instead of alternating groups of 1
+        and n-1, as they return at once and queue again one by one), or once
+        its first writer waited as long as the last group took (at most
+        :data:`MAX_GATHER_SECONDS`). A lone writer (last group of 1, nothing
+        queued behind it) never waits. While a group commits nobody takes the queue: its
         committer hands it on when it ends.
         """
         if self._committing:
@@ -170,13 +173,21 @@ class GroupCommit(Generic[W]):
     def _lead(self, group: list[_Slot[W]], mine: _Slot[W]) -> None:
         """Commit ``group`` (``mine`` is this thread's write), wake each other writer
         to its outcome and hand the queue on."""
+        ran = False
         try:
             started = _monotonic()
             self._run(group)
-            self._last_size, self._last_seconds = len(group), _monotonic() - started
+            ran = True
         finally:
             with self._mutex:
                 self._committing = False
+                if ran:
+                    # Every writer seen: this group and what queued while it committed.
+                    # (This group's size alone locks in: were one writer of four late
+                    # once, it queues during the commit of the other three, and every
+                    # later group would be taken at three, one writer always left out.)
+                    self._last_size = len(group) + len(self._queue)
+                    self._last_seconds = _monotonic() - started
                 for s in group:
                     if s is not mine:
                         _signal(s)
