@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ import pytest
 from cpstore.errors import ConflictError, StoreError
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-from cpstore.store.group_commit import GroupCommit
+from cpstore.store.group_commit import GroupCommit, _Slot
 
 
 class _Gate:
@@ -133,27 +133,211 @@ class TestGrouping:
         assert outcome["first"] == "ok"
         assert sorted([outcome["boom"], outcome["other"]]) == ["KeyboardInterrupt", "StoreError"]
 
-    def test_a_leader_interrupted_while_gathering_leaves_no_writer_waiting(
+    def test_a_writer_interrupted_while_timing_the_queue_leaves_no_writer_waiting(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Ctrl-C while the leader gathers: its write is not stored and the next writer commits."""
+        """Ctrl-C while the first queued writer waits for others: its write is not stored,
+        and a later writer commits."""
         gate = _Gate()
         gate.release.set()
         gc = GroupCommit[str](gate)
-        gather = gc._gather
-
-        def interrupted() -> None:
-            monkeypatch.setattr(gc, "_gather", gather)
-            raise KeyboardInterrupt  # what Condition.wait raises in the main thread
-
-        monkeypatch.setattr(gc, "_gather", interrupted)
+        gc._last_size, gc._last_seconds = 3, 10.0
+        go = threading.Event()
+        go.set()
+        _interrupt_timed_wait_of(monkeypatch, "x", go)
         with pytest.raises(KeyboardInterrupt):
             gc.commit("x")
+        assert gc._queue == [] and gc._timer is None
+        gc._last_seconds = 0.0  # "y" times the queue alone and gives up at once
         later = threading.Thread(target=gc.commit, args=("y",), daemon=True)
         later.start()
         later.join(10)
-        assert not later.is_alive()  # before the fix: waits for a leader that is gone
+        assert not later.is_alive()  # no writer waits for one that is gone
         assert gate.stored == ["y"]  # "x" was never handed to a group
+
+    def test_an_interrupted_first_writer_hands_the_queue_to_the_next(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The writer timing the queue is interrupted: the writer queued behind it is woken,
+        times the queue itself and commits; the interrupted write is not stored."""
+        gate = _Gate()
+        gate.release.set()
+        gc = GroupCommit[str](gate)
+        gc._last_size, gc._last_seconds = 5, 0.05
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 0.05)
+        go = threading.Event()
+        _interrupt_timed_wait_of(monkeypatch, "x", go)
+        outcome: dict[str, str] = {}
+
+        def one(name: str) -> None:
+            try:
+                gc.commit(name)
+                outcome[name] = "ok"
+            except BaseException as exc:
+                outcome[name] = type(exc).__name__
+
+        first = threading.Thread(target=one, args=("x",))
+        first.start()
+        _wait_for(lambda: gc._timer is not None)
+        second = threading.Thread(target=one, args=("y",))
+        second.start()
+        _wait_for(lambda: len(gc._queue) == 2)
+        go.set()  # x's timed wait raises now; y sleeps without a deadline until woken
+        for t in (first, second):
+            t.join(10)
+            assert not t.is_alive()
+        assert outcome == {"x": "KeyboardInterrupt", "y": "ok"}
+        assert gate.stored == ["y"]
+
+    def test_an_interrupt_between_taking_and_committing_puts_the_group_back(self) -> None:
+        """A group taken but never handed to commit_many goes back to the queue in order,
+        and the next writer in it commits it."""
+        gate = _Gate()
+        gate.release.set()
+        gc = GroupCommit[str](gate)
+        a, b, c = _Slot("a"), _Slot("b"), _Slot("c")
+        gc._queue = [a, b, c]
+        taken = gc._take()
+        gc._abandon(b, taken)  # b's thread took the group and was interrupted
+        assert gc._queue == [a, c] and not gc._committing
+        assert a.wake.acquire(timeout=0)  # a was woken to take or time the queue
+        assert not c.wake.acquire(timeout=0)  # only the first
+
+
+def _interrupt_timed_wait_of(
+    monkeypatch: pytest.MonkeyPatch, write: str, go: threading.Event
+) -> None:
+    """The slot of ``write`` gets a wake lock whose timed wait raises KeyboardInterrupt
+    (what Ctrl-C raises in the main thread) once ``go`` is set."""
+    real = _Slot.__init__
+
+    class Interrupting:
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+            self.lock.acquire()
+
+        def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+            if timeout != -1:
+                go.wait(30)
+                raise KeyboardInterrupt
+            return self.lock.acquire()
+
+        def release(self) -> None:
+            self.lock.release()
+
+    def init(slot: _Slot[str], w: str) -> None:
+        real(slot, w)
+        if w == write:
+            slot.wake = Interrupting()  # type: ignore[assignment]
+
+    monkeypatch.setattr(_Slot, "__init__", init)
+
+
+def _wait_for(cond: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not cond():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.001)
+
+
+class TestWakeUps:
+    def test_writes_that_queue_wake_no_waiting_writer(self) -> None:
+        """Arrivals behind a committing group wake nobody; the group's end wakes only the
+        first queued writer, which commits the queue in its own thread."""
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        committers: dict[str, str] = {}
+        real = gate.__call__
+
+        def commit_many(writes: Sequence[str]) -> None:
+            committers[writes[0]] = threading.current_thread().name
+            real(writes)
+
+        gc._commit_many = commit_many
+        lead = threading.Thread(target=gc.commit, args=("lead",), name="lead")
+        lead.start()
+        assert gate.entered.wait(10)
+        names = ["a", "b", "c"]
+        others = [threading.Thread(target=gc.commit, args=(n,), name=n) for n in names]
+        for k, t in enumerate(others, 1):
+            t.start()
+            _wait_for(lambda k=k: len(gc._queue) == k)  # type: ignore[misc]
+        assert [s.write for s in gc._queue] == names
+        assert not any(s.signalled for s in gc._queue)  # nobody woken by an arrival
+        gate.release.set()
+        for t in [lead, *others]:
+            t.join(10)
+            assert not t.is_alive()
+        assert gate.groups == [["lead"], names]
+        assert committers == {"lead": "lead", "a": "a"}  # the first queued took the queue
+
+    def test_the_write_that_completes_a_group_commits_it_in_its_own_thread(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With the last group's size reached, the completing writer commits at once: the
+        writer timing the queue is not woken to do it."""
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 30.0)
+        gate = _Gate()
+        gate.release.set()
+        gate.groups.append([])  # no first group to hold
+        gc = GroupCommit[str](gate)
+        gc._last_size, gc._last_seconds = 3, 30.0
+        committer: list[str] = []
+        real = gate.__call__
+
+        def commit_many(writes: Sequence[str]) -> None:
+            committer.append(threading.current_thread().name)
+            real(writes)
+
+        gc._commit_many = commit_many
+        threads = []
+        for k, n in enumerate("xyz", 1):
+            t = threading.Thread(target=gc.commit, args=(n,), name=n)
+            t.start()
+            threads.append(t)
+            if n != "z":
+                _wait_for(lambda k=k: len(gc._queue) == k)  # type: ignore[misc]
+        for t in threads:
+            t.join(10)  # a timer woken only at its 30 s deadline would fail this
+            assert not t.is_alive()
+        assert gate.groups[1:] == [["x", "y", "z"]]
+        assert committer == ["z"]
+
+    def test_many_writers_with_failing_writes_each_get_their_own_outcome(self) -> None:
+        """8 threads x 150 writes, every 7th refused, group sizes varying: every call
+        returns, a refused write fails alone, every other write is stored exactly once."""
+        stored: list[str] = []
+        lock = threading.Lock()
+
+        def commit_many(writes: Sequence[str]) -> None:
+            if any(w.endswith("!") for w in writes):
+                raise ValueError("refused")
+            time.sleep(0.0002 * (len(writes) % 3))  # an fsync of varying length
+            with lock:
+                stored.extend(writes)
+
+        gc = GroupCommit[str](commit_many)
+        outcome: dict[str, str] = {}
+
+        def writer(i: int) -> None:
+            for k in range(150):
+                w = f"{i}.{k}" + ("!" if k % 7 == 3 else "")
+                try:
+                    gc.commit(w)
+                    outcome[w] = "ok"
+                except ValueError:
+                    outcome[w] = "refused"
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+            assert not t.is_alive(), "a writer never returned"
+        assert len(outcome) == 8 * 150
+        assert all((v == "refused") == k.endswith("!") for k, v in outcome.items())
+        assert sorted(stored) == sorted(k for k, v in outcome.items() if v == "ok")
+        assert gc.writes == len(stored) and gc._queue == [] and not gc._committing
 
 
 class TestGathering:
@@ -178,7 +362,7 @@ class TestGathering:
         first = threading.Thread(target=commit, args=("x",))
         first.start()
         deadline = time.monotonic() + 10
-        while not gc._leading and not done and time.monotonic() < deadline:
+        while gc._timer is None and not done and time.monotonic() < deadline:
             time.sleep(0.001)
         time.sleep(0.05)  # a leader that did not gather would commit "x" alone now
         assert not done and len(gate.groups) == 2  # gathering, not committing
@@ -189,6 +373,34 @@ class TestGathering:
             t.join(10)
         assert sorted(gate.groups[2]) == ["x", "y", "z"]
         assert sorted(done) == ["x", "y", "z"]
+
+    def test_writes_queued_during_a_commit_count_toward_the_next_group(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """One writer commits while three queue: the next group waits for four (the
+        returning writer too), not three, so a late writer is not left out for good."""
+        monkeypatch.setattr("cpstore.store.group_commit.MAX_GATHER_SECONDS", 30.0)
+        gate = _Gate()
+        gc = GroupCommit[str](gate)
+        lead = threading.Thread(target=gc.commit, args=("lead",))
+        lead.start()
+        assert gate.entered.wait(10)
+        others = [threading.Thread(target=gc.commit, args=(n,)) for n in "abc"]
+        for k, t in enumerate(others, 1):
+            t.start()
+            _wait_for(lambda k=k: len(gc._queue) == k)  # type: ignore[misc]
+        time.sleep(0.5)  # the first group takes >= 0.5 s: so long may the next one gather
+        gate.release.set()
+        lead.join(10)
+        _wait_for(lambda: gc._timer is not None)
+        time.sleep(0.05)  # a target of the last group's size (1) commits a, b, c now
+        assert gate.groups == [["lead"]]
+        back = threading.Thread(target=gc.commit, args=("d",))
+        back.start()
+        for t in [*others, back]:
+            t.join(10)
+            assert not t.is_alive()
+        assert gate.groups == [["lead"], ["a", "b", "c", "d"]]
 
     def test_a_gathering_leader_gives_up_after_the_cap(
         self, monkeypatch: pytest.MonkeyPatch
@@ -380,7 +592,7 @@ class TestReadHeldDuringGroup:
                 time.sleep(0.001)
             lead = threading.Thread(target=leader, daemon=True)
             lead.start()
-            while not st.backend.group._leading:
+            while not st.backend.group._committing:
                 time.sleep(0.001)
             go.set()
             for t in (r, grower, lead):

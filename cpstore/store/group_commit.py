@@ -2,12 +2,24 @@
 
 In ``durability="sync"`` every checkpoint is fsynced before its call returns,
 and the fsync, not the CPU, bounds how many a store takes per second. When
-several threads of one process commit at once, the first becomes the *leader*:
-it takes every write queued so far and commits them in one txn (one fsync);
-the others wait, and whoever is waiting when the leader finishes leads the
-next group with what queued meanwhile. Every caller still returns only after
-its own write is committed and fsynced, so nothing is acknowledged earlier
-than without grouping.
+several threads of one process commit at once, their writes queue, and one of
+the writing threads takes the whole queue and commits it in one txn (one
+fsync); the others wait. Every caller still returns only after its own write
+is committed and fsynced, so nothing is acknowledged earlier than without
+grouping.
+
+Who commits a group: while no group is committing, the queue is taken as soon
+as it holds as many writes as the last group saw (its own writes and those that
+queued while it committed), by the thread whose write completes it (no other
+thread is woken for it); the first thread to queue waits at most as long as the
+last group took (:data:`MAX_GATHER_SECONDS` at most) and then takes what queued.
+Writes that queue while a group commits are handed on when it ends: its first
+waiting writer is woken to take or time the next group. Each waiting thread
+sleeps on a lock of its own, released exactly when there is something for it
+to do (its outcome is final, or it is first in the queue), never on a shared
+condition that wakes every waiter on each arrival: under the GIL every
+needless wake-up is a thread switch between the writers that are preparing
+the next group.
 
 A write that fails inside a group (a ref conflict, a pruned parent) must fail
 alone: when the group txn raises, it is rolled back whole and each of its
@@ -34,31 +46,44 @@ __all__ = ["GroupCommit"]
 
 W = TypeVar("W")
 
-#: The longest a leader waits for the writers of its last group to queue again.
+#: The longest the first queued writer waits for the writers of the last group to queue again.
 MAX_GATHER_SECONDS = 0.002
+
+_monotonic = time.monotonic
 
 
 class _Slot(Generic[W]):
-    """One caller's write and, once its group ran, its outcome."""
+    """One caller's write, its outcome once its group ran, and its thread's wake-up."""
 
-    __slots__ = ("done", "error", "write")
+    __slots__ = ("done", "error", "signalled", "wake", "write")
 
     def __init__(self, write: W) -> None:
         self.write = write
         self.done = False
         self.error: BaseException | None = None
+        # Held from the start: its thread sleeps in wake.acquire() until another
+        # thread releases it (under GroupCommit._mutex, at most once per sleep).
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.signalled = False
 
 
 class GroupCommit(Generic[W]):
-    """Leader/follower queue in front of a one-txn ``commit_many``."""
+    """A queue of writes in front of a one-txn ``commit_many``, committed by the writers."""
 
     def __init__(self, commit_many: Callable[[Sequence[W]], None]) -> None:
         self._commit_many = commit_many
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
         self._queue: list[_Slot[W]] = []
-        self._leading = False
-        # How many writes the last group carried and how long it took: a new
-        # leader waits (at most that long) for as many, see commit().
+        #: True from a group being taken until its outcomes are settled.
+        self._committing = False
+        # The queued slot whose thread waits with a deadline for the queue to
+        # fill (None: nobody times the queue yet), and that deadline.
+        self._timer: _Slot[W] | None = None
+        self._deadline = 0.0
+        # How many writers the last group saw (its writes and those that queued
+        # while it committed) and how long it took: the queue waits (at most that
+        # long) for as many, see _next().
         self._last_size = 1
         self._last_seconds = 0.0
         #: Txns committed and writes they carried (what the tests and benchmarks read).
@@ -68,58 +93,106 @@ class GroupCommit(Generic[W]):
     def commit(self, write: W) -> None:
         """Commit ``write`` durably, grouped with the writes of other threads; raise its error."""
         slot = _Slot(write)
-        with self._cond:
-            self._queue.append(slot)
-            if self._leading:
-                self._cond.notify_all()  # a gathering leader counts arrivals
-            leading = False
-            try:
-                while self._leading and not slot.done:
-                    self._cond.wait()
-                if slot.done:
-                    return _outcome(slot)
-                self._leading = leading = True
-                self._gather()
-            except BaseException:
-                # Interrupted (KeyboardInterrupt) before any group took this
-                # write: withdraw it, so it is not stored behind its caller's
-                # back; a leader hands the lead on, or every later writer
-                # would wait for a leader that is gone.
-                if slot in self._queue:
-                    self._queue.remove(slot)
-                if leading:
-                    self._leading = False
-                    self._cond.notify_all()
-                raise
-            group, self._queue = self._queue, []
+        taken: list[_Slot[W]] | None = None
         try:
-            started = time.monotonic()
-            self._run(group)
-            self._last_size, self._last_seconds = len(group), time.monotonic() - started
-        finally:
-            with self._cond:
-                self._leading = False
-                self._cond.notify_all()
+            with self._mutex:
+                self._queue.append(slot)
+                taken, timeout = self._next(slot)
+            while taken is None:
+                if timeout is None:
+                    got = slot.wake.acquire()
+                else:
+                    got = slot.wake.acquire(timeout=max(timeout, 0.0))
+                with self._mutex:
+                    if got:
+                        slot.signalled = False
+                    if slot.done:
+                        break
+                    taken, timeout = self._next(slot)
+        except BaseException:
+            # Interrupted (KeyboardInterrupt) before this write's group ran:
+            # withdraw it, so it is not stored behind its caller's back, and
+            # hand on whatever this thread was to do for the others.
+            self._abandon(slot, taken)
+            raise
+        if taken is not None:
+            self._lead(taken, slot)
         return _outcome(slot)
 
-    def _gather(self) -> None:
-        """Wait (lock held, released while waiting) for as many writes as the last group.
+    def _next(self, slot: _Slot[W]) -> tuple[list[_Slot[W]] | None, float | None]:
+        """Under the mutex, for ``slot``'s thread (its write queued, not done): the group it
+        commits now, or None and how long it sleeps (None: until woken).
 
-        Without it groups alternate 1, n-1, 1, ...: the writers of a group all
-        return at once, and the first to come back leads alone while the rest
-        are still building their checkpoints. Waiting at most one group's
-        commit time for them at most doubles a write's latency and lets every
-        busy writer share each fsync. A lone writer (last group of 1) never waits.
+        The queue is taken once it holds as many writes as the last group saw
+        (its own and those that queued while it committed: so the writers of
+        one group all share the next fsync instead of alternating groups of 1
+        and n-1, as they return at once and queue again one by one), or once
+        its first writer waited as long as the last group took (at most
+        :data:`MAX_GATHER_SECONDS`). A lone writer (last group of 1, nothing
+        queued behind it) never waits. While a group commits nobody takes the queue: its
+        committer hands it on when it ends.
         """
-        want = self._last_size
-        if want <= 1:
-            return
-        deadline = time.monotonic() + min(self._last_seconds, MAX_GATHER_SECONDS)
-        while len(self._queue) < want:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self._cond.wait(left)
+        if self._committing:
+            return None, None
+        queue = self._queue
+        if len(queue) >= self._last_size:
+            return self._take(), None
+        timer = self._timer
+        if timer is None:
+            self._timer = slot
+            self._deadline = _monotonic() + min(self._last_seconds, MAX_GATHER_SECONDS)
+        elif timer is not slot:
+            return None, None
+        left = self._deadline - _monotonic()
+        if left <= 0:
+            return self._take(), None
+        return None, left
+
+    def _take(self) -> list[_Slot[W]]:
+        """Under the mutex: the whole queue, as the group this thread commits."""
+        group, self._queue = self._queue, []
+        self._timer = None
+        self._committing = True
+        return group
+
+    def _abandon(self, slot: _Slot[W], taken: list[_Slot[W]] | None) -> None:
+        """Withdraw an interrupted ``slot``; a group it took but never ran goes back queued."""
+        with self._mutex:
+            queue = self._queue
+            if taken is not None:  # never handed to commit_many: its writes are unattempted
+                self._committing = False
+                queue[:0] = [s for s in taken if s is not slot]
+            elif slot in queue:
+                queue.remove(slot)
+            # (Otherwise a running group holds it: it may or may not be stored.)
+            if self._timer is slot:
+                self._timer = None
+            if queue and not self._committing:
+                _signal(queue[0])  # whoever is first takes or times the queue
+
+    def _lead(self, group: list[_Slot[W]], mine: _Slot[W]) -> None:
+        """Commit ``group`` (``mine`` is this thread's write), wake each other writer
+        to its outcome and hand the queue on."""
+        ran = False
+        try:
+            started = _monotonic()
+            self._run(group)
+            ran = True
+        finally:
+            with self._mutex:
+                self._committing = False
+                if ran:
+                    # Every writer seen: this group and what queued while it committed.
+                    # (This group's size alone locks in: were one writer of four late
+                    # once, it queues during the commit of the other three, and every
+                    # later group would be taken at three, one writer always left out.)
+                    self._last_size = len(group) + len(self._queue)
+                    self._last_seconds = _monotonic() - started
+                for s in group:
+                    if s is not mine:
+                        _signal(s)
+                if self._queue:
+                    _signal(self._queue[0])  # queued meanwhile: it takes or times the next group
 
     def _run(self, group: list[_Slot[W]]) -> None:
         """Commit ``group``: in one txn, or one txn per write when that fails."""
@@ -144,8 +217,8 @@ class GroupCommit(Generic[W]):
                 for s in group:
                     _settle(s, None)
         except BaseException:
-            # The leader was interrupted (KeyboardInterrupt) with writes whose
-            # outcome nobody knows: say so to their callers instead of hanging them.
+            # The committing thread was interrupted (KeyboardInterrupt) with writes
+            # whose outcome nobody knows: say so to their callers instead of hanging them.
             for s in group:
                 if not s.done:
                     _settle(
@@ -163,9 +236,16 @@ class GroupCommit(Generic[W]):
         self.writes += writes
 
 
+def _signal(slot: _Slot[W]) -> None:
+    """Wake ``slot``'s thread (under the mutex; a second wake before it ran is a no-op)."""
+    if not slot.signalled:
+        slot.signalled = True
+        slot.wake.release()
+
+
 def _settle(slot: _Slot[W], error: BaseException | None) -> None:
     slot.error = error
-    slot.done = True  # after the error: a woken follower reads a final outcome
+    slot.done = True  # after the error: a woken waiter reads a final outcome
 
 
 def _outcome(slot: _Slot[W]) -> None:

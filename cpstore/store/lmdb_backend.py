@@ -321,8 +321,9 @@ class LmdbBackend:
         if self.durability == "sync":
             self.live()  # before the group's lock: a forked child must not wait on it
             if self.env.holds_read():
-                # Never wait on a group while holding a read: a leader growing the
-                # map waits for this read to end. Alone, _lock_writes says so instead.
+                # Never wait on a group while holding a read: the thread committing
+                # a group that grows the map waits for this read to end. Alone,
+                # _lock_writes says so instead.
                 self._commit_many([op])
             else:
                 self.group.commit(op)
