@@ -113,16 +113,20 @@ class RawWriter:
 
     def run(self, wl: Workload) -> None:
         """One write txn per step."""
-        h, pack = xxhash.xxh3_128_digest, msgpack.packb
         for step, state in enumerate(wl.states):
             with self.lock, self.env.begin(write=True) as txn:
-                parts = {}
-                for name, value in state.items():
-                    enc = pack(value)
-                    parts[name] = key = h(enc)
-                    txn.put(key, enc, overwrite=False)
-                manifest = pack({"thread": self.name, "parts": parts, "step": step})
-                txn.put(h(manifest), manifest)
+                self.put_step(txn, step, state)
+
+    def put_step(self, txn: Any, step: int, state: dict[str, Any]) -> None:
+        """A step's parts (write-once) and its manifest, in ``txn``."""
+        h, pack = xxhash.xxh3_128_digest, msgpack.packb
+        parts = {}
+        for name, value in state.items():
+            enc = pack(value)
+            parts[name] = key = h(enc)
+            txn.put(key, enc, overwrite=False)
+        manifest = pack({"thread": self.name, "parts": parts, "step": step})
+        txn.put(h(manifest), manifest)
 
 
 class CoalescedRawWriter(RawWriter):
@@ -144,19 +148,13 @@ class CoalescedRawWriter(RawWriter):
 
     def run(self, wl: Workload) -> None:
         """One write txn per step, then a shared sync unless one already covers it."""
-        h, pack, env, fd = xxhash.xxh3_128_digest, msgpack.packb, self.env, self.synced
+        env, fd = self.env, self.synced
         try:
             for step, state in enumerate(wl.states):
                 with self.lock:
                     txn = env.begin(write=True)
                     try:
-                        parts = {}
-                        for name, value in state.items():
-                            enc = pack(value)
-                            parts[name] = key = h(enc)
-                            txn.put(key, enc, overwrite=False)
-                        manifest = pack({"thread": self.name, "parts": parts, "step": step})
-                        txn.put(h(manifest), manifest)
+                        self.put_step(txn, step, state)
                         mine = txn.id()
                         txn.commit()
                     except BaseException:
