@@ -12,6 +12,7 @@ acknowledged checkpoint may be lost to a swap.
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import os
 import sys
@@ -32,7 +33,6 @@ ROUNDS = 25
 
 def _no_flock() -> None:
     """This process's file system "has no flock": every flock fails (lock_folder goes on)."""
-    import fcntl
 
     def refuse(*_args: Any) -> None:
         raise OSError(37, "No locks available")
@@ -124,7 +124,8 @@ def test_read_only_opens_racing_compaction_growth_and_creation_read_what_was_ack
         assert st.verify().ok
         for i, cid in enumerate(acked, start=1):
             with st.read(cid) as cp:
-                assert cp.state()["i"] == i
+                state = cp.state()
+                assert isinstance(state, dict) and state["i"] == i
 
 
 def test_a_commit_between_compacts_check_and_its_copy_is_a_retry_not_damage(
