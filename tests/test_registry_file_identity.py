@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,3 +152,67 @@ def test_a_new_store_is_never_given_the_environment_of_a_deleted_open_one(
                 assert fresh.runs() == []
     finally:
         st.close()
+
+
+def test_threads_opening_through_a_link_swapped_meanwhile_never_get_two_environments(
+    tmp_path: Path,
+) -> None:
+    """Threads open and close a store through a symlink another thread keeps retargeting
+    between two stores, and through both real paths: every handle reads its own store's
+    checkpoint, and no data file is ever held by two environments at once."""
+
+    ids: dict[str, str] = {}
+    for name in ("one", "two"):
+        with cpstore.open(tmp_path / name) as st:
+            ids[name] = st.recorder(name).checkpoint(0, {"store": name})
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "one")
+    stop = threading.Event()
+    problems: list[str] = []
+    live: dict[int, cpstore.Store] = {}
+    lock = threading.Lock()
+
+    def swap() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            tmp = tmp_path / f"link.{n}"
+            tmp.symlink_to(tmp_path / ("one" if n % 2 else "two"))
+            os.replace(tmp, link)  # atomic retarget
+
+    def opener(paths: list[Path]) -> None:
+        for i in range(60):
+            st = cpstore.open(paths[i % len(paths)])
+            with lock:
+                live[id(st)] = st
+                by_file: dict[tuple[int, int], int] = {}
+                for h in live.values():
+                    env = h.backend.env
+                    got = os.stat(os.path.join(env.path, "data.mdb"))
+                    if by_file.setdefault((got.st_dev, got.st_ino), id(env)) != id(env):
+                        problems.append(f"two environments of {env.path}")
+            runs = st.runs()
+            with st.read(ids[runs[0]]) as cp:
+                if cp.state() != {"store": runs[0]}:
+                    problems.append(f"{runs} read {cp.state()!r}")
+            with lock:
+                del live[id(st)]
+            st.close()
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    workers = [
+        threading.Thread(target=opener, args=([link],)),
+        threading.Thread(target=opener, args=([link, tmp_path / "one"],)),
+        threading.Thread(target=opener, args=([tmp_path / "two", link],)),
+    ]
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(timeout=300)
+    finally:
+        stop.set()
+        swapper.join(timeout=30)
+    assert not any(w.is_alive() for w in workers)
+    assert problems == []
