@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 from pg_cluster import Cluster, pg_cluster, pg_url  # noqa: F401 - fixtures
-from stored import edit_raw
+from stored import edit_raw, to_layout_5
 
 import cpstore
 from cpstore.native.canonical import encode_value
@@ -132,5 +132,29 @@ def test_postgres_gc_leaves_a_damaged_dead_record_and_sweeps_its_sound_child(
         assert _tombstoned(st, child) and not _tombstoned(st, parent)
         assert {loose, part} <= _object_keys(st)
         assert any(parent in p.where for p in st.verify().problems)
+        with st.read(keep) as cp:
+            assert cp.state() == {"a": 1}
+
+
+@pytest.mark.parametrize("kind", ["r", "c"])
+def test_gc_leaves_a_dead_record_cut_short_of_its_header_and_sweeps_the_rest(
+    tmp_path: Path, kind: str
+) -> None:
+    """A dead record cut shorter than its header (so it cannot hash to its id) is left for
+    verify like any other damaged one: the sweep of its sound neighbours goes on."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        keep = st.recorder("keep").checkpoint(0, {"a": 1})
+        rec = st.recorder("other")
+        cut = rec.checkpoint(0, {"b": 2})
+        child = rec.checkpoint(1, {"b": 3})
+    if kind == "c":
+        to_layout_5(path)
+    edit_raw(path, "checkpoints", bytes.fromhex(cut), lambda old: old[:5])
+    with cpstore.open(path) as st:
+        report = st.gc(delete_run="other")
+        assert report.checkpoints == (child,)
+        assert bytes.fromhex(cut) in _record_ids(st) and not _tombstoned(st, cut)
+        assert any(cut in p.where for p in st.verify().problems)
         with st.read(keep) as cp:
             assert cp.state() == {"a": 1}
