@@ -236,6 +236,10 @@ class LmdbBackend:
             self.flush()
         copy_env(self.env.env, dest, compact=compact)
 
+    def last_txnid(self) -> int:
+        """The id of the last txn committed to the store (any process's)."""
+        return int(self.env.env.info()["last_txnid"])
+
     # -- transactions ------------------------------------------------------------
 
     def db(self, name: str) -> Any:

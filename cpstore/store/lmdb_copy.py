@@ -102,18 +102,19 @@ def space_of(env: object, txn: object, dbs: dict[str, object]) -> tuple[int, int
     return file_bytes, in_use * psize, (pages - in_use) * psize
 
 
-def compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int]:
+def compact_in_place(path: str, check: Callable[[str, int], None]) -> tuple[int, int]:
     """Swap a compacted, checked copy in for ``path``'s data file; (bytes before, after).
 
-    ``check(copy_path)`` must raise if the copy is not a sound store (the
-    facade runs a full verify); nothing is swapped then. Refused with
+    ``check(copy_path, last_txnid)`` must raise if the copy is not a sound store (the
+    facade runs a full verify); nothing is swapped then. ``last_txnid`` is the source's
+    last committed txn as copied (under the locks: nothing commits meanwhile). Refused with
     :class:`StoreError` while any process, this one included, has the store open.
     """
     with reserved_for_compact(path):
         return _compact_in_place(path, check)
 
 
-def _compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int]:
+def _compact_in_place(path: str, check: Callable[[str, int], None]) -> tuple[int, int]:
     data = os.path.join(path, "data.mdb")
     lock_path = os.path.join(path, "lock.mdb")
     if not os.path.isfile(data):
@@ -128,11 +129,12 @@ def _compact_in_place(path: str, check: Callable[[str], None]) -> tuple[int, int
         shutil.rmtree(work, ignore_errors=True)  # a copy left by an interrupted compact
         env = lmdb.open(path, subdir=True, readonly=True, lock=False, max_dbs=len(LMDB_TABLES) + 4)
         try:
+            copied = int(env.info()["last_txnid"])
             copy_env(env, work, compact=True)
         finally:
             env.close()
         try:
-            check(work)
+            check(work, copied)
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise

@@ -85,6 +85,8 @@ class Env:
         self.options = options
         self.pid = os.getpid()
         self.handles = 0
+        #: (st_dev, st_ino) of the data file, set by the registry (lmdb_registry._BY_FILE).
+        self.file_id: tuple[int, int] | None = None
         self.write_lock = threading.RLock()
         # One entry (the thread's ident) per open read txn of this process.
         # deque append/remove are single steps under the GIL, so entering

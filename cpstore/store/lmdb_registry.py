@@ -21,9 +21,34 @@ __all__ = ["acquire_env", "canonical", "is_open_here", "release_env", "reserved_
 
 
 _REGISTRY: dict[str, Env] = {}
+#: The same environments by their data file's (st_dev, st_ino): a real path does not
+#: name a file uniquely (a bind mount, a folder renamed while open), and a second
+#: environment of one file would drop the first's LMDB locks when it closes. The
+#: open environment holds the file, so its inode is not reused while it is here.
+_BY_FILE: dict[tuple[int, int], Env] = {}
 _REGISTRY_LOCK = threading.Lock()
-#: Paths this process is compacting (:func:`reserved_for_compact`): opens refuse them.
-_COMPACTING: set[str] = set()
+#: Paths (and data files) this process is compacting (:func:`reserved_for_compact`):
+#: opens refuse them.
+_COMPACTING: set[str | tuple[int, int]] = set()
+
+
+def _file_of(folder: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of ``folder``'s data.mdb; None without one."""
+    try:
+        st = os.stat(os.path.join(folder, "data.mdb"))
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
+    """(the environment of ``key``'s data file, that file's identity): by the key, or
+    failing that by the file (another path to it). Under the registry lock."""
+    env = _REGISTRY.get(key)
+    if env is not None:
+        return env, env.file_id
+    file_id = _file_of(key)
+    return (None if file_id is None else _BY_FILE.get(file_id)), file_id
 
 
 def canonical(path: str) -> str:
@@ -54,7 +79,7 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     """The process's :class:`Env` for ``path``, opened on first use."""
     key = canonical(path)
     with _REGISTRY_LOCK:
-        env = _REGISTRY.get(key)
+        env, file_id = _registered(key)
         if env is not None and env.pid != os.getpid():
             # Inherited through fork(): it must not be reused or closed here, and
             # py-lmdb refuses to open the same files again in this process.
@@ -66,7 +91,7 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                 got=f"pid {os.getpid()}",
             )
         if env is None:
-            if key in _COMPACTING:
+            if key in _COMPACTING or (file_id is not None and file_id in _COMPACTING):
                 # Never wait here: compact's own verify of its copy opens a store
                 # through this registry while it holds the folder's creation lock.
                 raise StoreError(
@@ -75,6 +100,9 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                 )
             env = Env(key, options)
             _REGISTRY[key] = env
+            env.file_id = _file_of(key)  # a new store's file exists now
+            if env.file_id is not None:
+                _BY_FILE[env.file_id] = env
         elif env.options.readonly != options.readonly:
             raise StoreError(
                 "the store is already open in this process with another mode",
@@ -109,15 +137,20 @@ def reserved_for_compact(path: str) -> Iterator[None]:
     """
     key = canonical(path)
     with _REGISTRY_LOCK:
-        env = _REGISTRY.get(key)
-        if (env is not None and env.pid == os.getpid()) or key in _COMPACTING:
+        env, file_id = _registered(key)
+        if (
+            (env is not None and env.pid == os.getpid())
+            or key in _COMPACTING
+            or (file_id is not None and file_id in _COMPACTING)
+        ):
             raise StoreError("close the store in this process before compacting it", where=path)
-        _COMPACTING.add(key)
+        reserved: list[str | tuple[int, int]] = [key] if file_id is None else [key, file_id]
+        _COMPACTING.update(reserved)
     try:
         yield
     finally:
         with _REGISTRY_LOCK:
-            _COMPACTING.discard(key)
+            _COMPACTING.difference_update(reserved)
 
 
 def is_open_here(path: str) -> bool:
@@ -127,7 +160,7 @@ def is_open_here(path: str) -> bool:
     except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
         return False
     with _REGISTRY_LOCK:
-        env = _REGISTRY.get(real)
+        env = _registered(real)[0]
         return env is not None and env.pid == os.getpid()
 
 
@@ -143,4 +176,6 @@ def release_env(env: Env) -> None:
             return
         if _REGISTRY.get(env.path) is env:
             del _REGISTRY[env.path]
+        if env.file_id is not None and _BY_FILE.get(env.file_id) is env:
+            del _BY_FILE[env.file_id]
         env.close()

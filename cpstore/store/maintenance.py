@@ -81,9 +81,21 @@ def compact_store(path: str | os.PathLike[str]) -> CompactReport:
     where = os.fspath(path)
     if is_open_here(where):
         raise StoreError("close the store in this process before compacting it", where=where)
+    # Read before the verify: when the txn compaction copies is still this one, no
+    # commit came after it, so the verify's counts are the copied store's.
+    with open_store(where, readonly=True, create=False) as store:
+        last = getattr(store.backend, "last_txnid", lambda: None)()  # None: not LMDB
     before = _verified(where)
 
-    def check(copy_path: str) -> None:
+    def check(copy_path: str, copied: int) -> None:
+        if copied != last:
+            raise StoreError(
+                "the store changed after compact verified it (another process "
+                "committed); nothing was swapped: run compact again",
+                where=where,
+                expected=f"last txn {last}",
+                got=f"last txn {copied}",
+            )
         after = _verified(copy_path)
         if after.counts != before.counts:
             raise IntegrityError(

@@ -175,7 +175,11 @@ def _sweep(
         for k, v in records.items(txn):
             if v is not None and k not in live_cps:
                 stored = bytes(v)
-                if digest_small(unpack_checkpoint_value(stored)[1]) == k:
+                try:
+                    sound = digest_small(unpack_checkpoint_value(stored)[1]) == k
+                except IntegrityError:  # shorter than its header: it cannot hash either
+                    sound = False
+                if sound:
                     dead.append((k, stored))
         tomb = encode_value({"pruned_at": now})
         removed_bytes = sum(len(v) for _, v in dead)
@@ -186,17 +190,19 @@ def _sweep(
                 mark(candidates, field, key)
             records.delete(txn, cid)
             txn.put(cid, tomb, db=dbs["tombstones"])
-        doomed_objects = candidates - marked
-        for key in doomed_objects:
+        removed_objects = 0
+        for key in candidates - marked:
             try:
                 value = objects.get(txn, key)
             except IntegrityError:
                 value = None  # its location names another entry: only the index row goes
             removed_bytes += 0 if value is None else len(value)
-            objects.delete(txn, key)
+            # Counted only when there was an entry: one a swept record names but that
+            # is missing already (damage, verify names it) was not removed by this sweep.
+            removed_objects += objects.delete(txn, key)
         ids = tuple(sorted(cid.hex() for cid, _ in dead))
         decided = tuple(c for c in ids if c in _audited_checkpoints(store, txn)) if ids else ()
-        report = GcReport(ids, len(doomed_objects), removed_bytes, decided, dry_run)
+        report = GcReport(ids, removed_objects, removed_bytes, decided, dry_run)
         if dry_run:
             raise _DryRunDoneError(report)
         if decided:
