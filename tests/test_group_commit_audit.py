@@ -1,0 +1,139 @@
+"""Group commit under interrupts at the points an async exception can land (audit).
+
+A KeyboardInterrupt (Ctrl-C in the main thread, or ``PyThreadState_SetAsyncExc``)
+is raised where the interpreter checks for pending work: among others on
+entering a Python function. The tests raise it there deterministically, from a
+trace function's ``call`` event in the committing thread, and check the
+contract of docs/durability.md "Group commit": no caller hangs, no caller is
+told "stored" for a write that is not stored, nothing is stored twice.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from cpstore.store import group_commit
+from cpstore.store.group_commit import GroupCommit
+
+
+class _Store:
+    """A commit_many that records what it stored (all or nothing per call)."""
+
+    def __init__(self) -> None:
+        self.stored: list[str] = []
+        self.calls: list[list[str]] = []
+
+    def __call__(self, writes: Sequence[str]) -> None:
+        self.calls.append(list(writes))
+        self.stored.extend(writes)
+
+
+def _interrupt_on_entering(function: str, gc: GroupCommit[str]) -> Any:
+    """A trace function raising KeyboardInterrupt on the first entry into the
+    group_commit function named ``function`` (where an async exception lands)."""
+    seen = [0]
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code.co_filename != group_commit.__file__:
+            return None
+        if event == "call" and frame.f_code.co_name == function:
+            seen[0] += 1
+            if seen[0] == 1:
+                gc._last_seconds = 0.0  # the usual quick group: a next timer gives up at once
+                raise KeyboardInterrupt(f"at {function}")
+        return None
+
+    return trace
+
+
+def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]:
+    """x queues and times the queue; y completes the group of two and commits it, and
+    is interrupted on entering ``function``; then z commits. Returns name -> outcome."""
+    store = _Store()
+    gc = GroupCommit[str](store)
+    gc._last_size, gc._last_seconds = 2, 30.0  # x waits (up to the cap) for a second write
+    outcome: dict[str, str] = {}
+
+    def one(name: str, trace: Any = None) -> None:
+        if trace is not None:
+            sys.settrace(trace)
+        try:
+            gc.commit(name)
+            outcome[name] = "ok"
+        except BaseException as exc:
+            outcome[name] = type(exc).__name__
+        finally:
+            sys.settrace(None)
+
+    x = threading.Thread(target=one, args=("x",), daemon=True)
+    x.start()
+    _wait_for(lambda: gc._timer is not None)
+    y = threading.Thread(target=one, args=("y", _interrupt_on_entering(function, gc)), daemon=True)
+    y.start()
+    y.join(10)
+    x.join(10)
+    z = threading.Thread(target=one, args=("z",), daemon=True)
+    z.start()
+    z.join(10)
+    for name, t in (("x", x), ("y", y), ("z", z)):
+        if t.is_alive():
+            outcome[name] = "HANG"
+    return outcome, store
+
+
+def _wait_for(cond: Any) -> None:
+    done = threading.Event()
+    for _ in range(10000):
+        if cond():
+            return
+        done.wait(0.001)
+    raise AssertionError("condition never held")
+
+
+def _check(outcome: dict[str, str], store: _Store) -> None:
+    assert "HANG" not in outcome.values(), outcome
+    assert outcome["y"] == "KeyboardInterrupt", outcome
+    for name, got in outcome.items():
+        if got == "ok":  # told stored: it is
+            assert name in store.stored, (outcome, store.calls)
+        else:
+            assert got in ("KeyboardInterrupt", "StoreError"), outcome
+    assert sorted(store.stored) == sorted(set(store.stored))  # nothing stored twice
+    assert outcome["z"] == "ok"  # the store still commits after the interrupt
+
+
+class TestInterruptedCommitter:
+    def test_an_interrupt_on_entering_the_commit_of_a_taken_group_hangs_no_writer(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Interrupted right after taking the group, before committing it: the other
+        writer and later writers still return (none sleeps on a group nobody commits)."""
+        monkeypatch.setattr(group_commit, "MAX_GATHER_SECONDS", 30.0)
+        _check(*_group_of_two_interrupted_at("_lead"))
+
+    def test_an_interrupt_before_the_group_txn_tells_no_writer_stored(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Interrupted on entering the group's run, before commit_many: the other writer
+        of the group is not told its write is stored."""
+        monkeypatch.setattr(group_commit, "MAX_GATHER_SECONDS", 30.0)
+        outcome, store = _group_of_two_interrupted_at("_run")
+        _check(outcome, store)
+        assert outcome["x"] == "StoreError"  # unknown to its caller; never "ok"
+        assert "x" not in store.stored
+
+    def test_an_interrupt_while_waking_the_group_hangs_no_writer(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Interrupted while settling or waking the group's writers after its txn: each
+        still gets its outcome (x is stored and told so)."""
+        monkeypatch.setattr(group_commit, "MAX_GATHER_SECONDS", 30.0)
+        outcome, store = _group_of_two_interrupted_at("_signal")
+        _check(outcome, store)
+        assert outcome["x"] == "ok" and store.stored[:2] == ["x", "y"]
