@@ -36,18 +36,22 @@ class _Store:
 
 def _interrupt_on_entering(function: str, gc: GroupCommit[str]) -> Any:
     """A trace function raising KeyboardInterrupt on the first entry into the
-    group_commit function named ``function`` (where an async exception lands)."""
-    seen = [0]
+    group_commit function named ``function`` (where an async exception lands);
+    ``"after _take"``: the first function entered after the group was taken."""
+    armed = [function != "after _take"]
+    spent = [False]
 
     def trace(frame: FrameType, event: str, arg: object) -> Any:
         if frame.f_code.co_filename != group_commit.__file__:
             return None
-        if event == "call" and frame.f_code.co_name == function:
-            seen[0] += 1
-            if seen[0] == 1:
-                gc._last_seconds = 0.0  # the usual quick group: a next timer gives up at once
-                raise KeyboardInterrupt(f"at {function}")
-        return None
+        name = frame.f_code.co_name
+        if event == "return" and name == "_take":
+            armed[0] = True
+        elif event == "call" and armed[0] and not spent[0] and function in (name, "after _take"):
+            spent[0] = True
+            gc._last_seconds = 0.0  # the usual quick group: a next timer gives up at once
+            raise KeyboardInterrupt(f"on entering {name}")
+        return trace
 
     return trace
 
@@ -115,7 +119,7 @@ class TestInterruptedCommitter:
         """Interrupted right after taking the group, before committing it: the other
         writer and later writers still return (none sleeps on a group nobody commits)."""
         monkeypatch.setattr(group_commit, "MAX_GATHER_SECONDS", 30.0)
-        _check(*_group_of_two_interrupted_at("_lead"))
+        _check(*_group_of_two_interrupted_at("after _take"))
 
     def test_an_interrupt_before_the_group_txn_tells_no_writer_stored(
         self, monkeypatch: pytest.MonkeyPatch
