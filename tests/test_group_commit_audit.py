@@ -10,6 +10,8 @@ told "stored" for a write that is not stored, nothing is stored twice.
 
 from __future__ import annotations
 
+import os
+import random
 import sys
 import threading
 from collections.abc import Sequence
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from cpstore.errors import StoreError
 from cpstore.store import group_commit
 from cpstore.store.group_commit import GroupCommit
 
@@ -141,3 +144,80 @@ class TestInterruptedCommitter:
         outcome, store = _group_of_two_interrupted_at("_signal")
         _check(outcome, store)
         assert outcome["x"] == "ok" and store.stored[:2] == ["x", "y"]
+
+
+SOAK = bool(os.environ.get("CPSTORE_SOAK"))
+
+
+def _stress(seed: int, threads: int, per: int) -> list[str]:
+    """``threads`` writers of ``per`` writes each, every 10th refused, KeyboardInterrupt
+    raised on 2% of function entries in group_commit; returns the contract's violations."""
+    rnd = random.Random(seed)
+    stored: list[str] = []
+    lock = threading.Lock()
+
+    def commit_many(writes: Sequence[str]) -> None:
+        if any(w.endswith("!") for w in writes):
+            raise ValueError("refused")
+        with lock:
+            stored.extend(writes)
+
+    gc = GroupCommit[str](commit_many)
+    outcome: dict[str, str] = {}
+
+    def writer(i: int) -> None:
+        mine = random.Random(rnd.random())
+
+        def trace(frame: FrameType, event: str, arg: object) -> Any:
+            if frame.f_code.co_filename != group_commit.__file__:
+                return None
+            if event == "call" and mine.random() < 0.02:
+                raise KeyboardInterrupt
+            return None
+
+        sys.settrace(trace)
+        try:
+            for k in range(per):
+                w = f"{i}.{k}" + ("!" if mine.random() < 0.1 else "")
+                try:
+                    gc.commit(w)
+                    outcome[w] = "ok"
+                except (ValueError, StoreError, KeyboardInterrupt) as exc:
+                    outcome[w] = type(exc).__name__
+        finally:
+            sys.settrace(None)
+
+    workers = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(10)
+    problems = [f"hang: {t.name}" for t in workers if t.is_alive()]
+    problems += [f"stored twice: {w}" for w in set(stored) if stored.count(w) > 1]
+    problems += [
+        f"told stored, not stored: {w}" for w, v in outcome.items() if v == "ok" and w not in stored
+    ]
+    problems += [
+        f"refused, not refusable: {w}"
+        for w, v in outcome.items()
+        if v == "ValueError" and not w.endswith("!")
+    ]
+    for i in range(threads):  # one thread's writes are stored in its order
+        ks = [int(w.split(".")[1].rstrip("!")) for w in stored if w.startswith(f"{i}.")]
+        if ks != sorted(ks):
+            problems.append(f"order of thread {i}: {ks}")
+    return problems
+
+
+class TestInterruptStress:
+    @pytest.mark.parametrize("seed", range(4))
+    def test_random_interrupts_hang_no_writer_and_fake_no_success(self, seed: int) -> None:
+        """6 threads x 25 writes, refused writes and interrupts on random function entries:
+        every call returns, each 'stored' is stored once, each thread's order kept."""
+        assert _stress(seed, 6, 25) == []
+
+    @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
+    def test_random_interrupts_soak(self) -> None:
+        """The same for 200 seeds of 8 threads x 60 writes (CPSTORE_SOAK=1)."""
+        for seed in range(200):
+            assert _stress(seed, 8, 60) == [], seed
