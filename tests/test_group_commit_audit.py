@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -22,6 +25,8 @@ import pytest
 
 from cpstore.errors import StoreError
 from cpstore.store import group_commit
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
 from cpstore.store.group_commit import GroupCommit
 
 
@@ -221,3 +226,121 @@ class TestInterruptStress:
         """The same for 200 seeds of 8 threads x 60 writes (CPSTORE_SOAK=1)."""
         for seed in range(200):
             assert _stress(seed, 8, 60) == [], seed
+
+
+def _record_many(st: Store, run: str, steps: int, ids: dict[str, list[str]]) -> None:
+    rec = st.recorder(run)
+    ids[run] = [rec.checkpoint(k, {"k": k, "pad": os.urandom(1500).hex()}) for k in range(steps)]
+
+
+class TestStoreGroups:
+    def test_groups_that_grow_a_tiny_map_store_every_acknowledged_checkpoint(
+        self, tmp_path: Path
+    ) -> None:
+        """Six grouping threads on a 64 KiB map: the map grows under their groups, every
+        returned id is read back and each branch's history is exactly its ids."""
+        with open_store(tmp_path / "s", map_size=64 * 1024) as st:
+            start = st.backend.env.env.info()["map_size"]
+            ids: dict[str, list[str]] = {}
+            threads = [
+                threading.Thread(target=_record_many, args=(st, f"r{i}", 25, ids)) for i in range(6)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+                assert not t.is_alive()
+            assert st.backend.env.env.info()["map_size"] > start  # it did grow
+            assert st.backend.group.writes > st.backend.group.groups  # and did group
+            assert len(ids) == 6
+            for run, got in ids.items():
+                assert [m.id for m in st.history(run)] == got[::-1]
+                for cid in got:
+                    with st.read(cid) as cp:
+                        cp.state()
+            assert st.verify().ok
+
+    def test_a_child_forked_while_a_group_commits_gets_an_error_not_a_hang(
+        self, tmp_path: Path
+    ) -> None:
+        """fork() while a parent thread holds a group in its txn: the child's checkpoint
+        raises StoreError at once (it never waits on the parent's group); the parent's
+        group still commits."""
+        with open_store(tmp_path / "s") as st:
+            rec = st.recorder("parent")
+            rec.checkpoint(0, {"v": 0})
+            entered, release = threading.Event(), threading.Event()
+            real = st.backend.group._commit_many
+
+            def held(ops: Sequence[Any]) -> None:
+                entered.set()
+                release.wait(30)
+                real(ops)
+
+            st.backend.group._commit_many = held
+            done: list[str] = []
+            t = threading.Thread(target=lambda: done.append(rec.checkpoint(1, {"v": 1})))
+            t.start()
+            assert entered.wait(30)
+            pid = os.fork()
+            if pid == 0:  # the child: exit code says what happened
+                code = 3
+                try:
+                    st.recorder("child").checkpoint(0, {"v": 0})
+                    code = 1
+                except StoreError:
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            release.set()
+            t.join(30)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert done and st.ref("parent") == done[0]
+
+
+GROWING_CHILD = r"""
+import os, sys, threading
+from cpstore.store.facade import open as open_store
+path, tag = sys.argv[1], sys.argv[2]
+st = open_store(path, map_size=64 * 1024)
+lock = threading.Lock()
+def write(t):
+    rec = st.recorder(f"{tag}-{t}")
+    for step in range(100000):
+        cid = rec.checkpoint(step, {"step": step, "pad": os.urandom(700).hex()})
+        with lock:
+            print(cid, flush=True)
+for t in range(6):
+    threading.Thread(target=write, args=(t,), daemon=True).start()
+threading.Event().wait()
+"""
+
+
+class TestStoreGroupsKilled:
+    def test_sigkill_of_grouping_writers_growing_the_map_loses_nothing_acknowledged(
+        self, tmp_path: Path
+    ) -> None:
+        """Processes of six grouping threads on a tiny map (it grows mid-group), killed at
+        varying points: every id a child printed (acknowledged) is stored and whole."""
+        path = tmp_path / "s"
+        acknowledged: list[str] = []
+        for i in range(4):
+            child = subprocess.Popen(
+                [sys.executable, "-c", GROWING_CHILD, str(path), f"k{i}"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            threading.Event().wait(0.5 + 0.13 * i)
+            child.send_signal(signal.SIGKILL)
+            out, err = child.communicate()
+            assert child.returncode == -signal.SIGKILL, err
+            acknowledged += out.split()
+        assert acknowledged, "no child acknowledged a checkpoint before being killed"
+        with open_store(path) as st:
+            assert st.verify().ok
+            for cid in acknowledged:
+                with st.read(cid) as cp:
+                    state = cp.state()
+                    assert isinstance(state, dict) and len(state["pad"]) == 1400
