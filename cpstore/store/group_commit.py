@@ -77,6 +77,8 @@ class GroupCommit(Generic[W]):
         self._queue: list[_Slot[W]] = []
         #: True from a group being taken until its outcomes are settled.
         self._committing = False
+        # The group being committed (what its _end checks it ends), or None.
+        self._group: list[_Slot[W]] | None = None
         # The queued slot whose thread waits with a deadline for the queue to
         # fill (None: nobody times the queue yet), and that deadline.
         self._timer: _Slot[W] | None = None
@@ -115,8 +117,23 @@ class GroupCommit(Generic[W]):
             # hand on whatever this thread was to do for the others.
             self._abandon(slot, taken)
             raise
-        if taken is not None:
-            self._lead(taken, slot)
+        if taken is None:
+            return _outcome(slot)
+        # Commit the group taken, wake each other writer to its outcome and hand
+        # the queue on. Inline, not a method: an interrupt lands on entering a
+        # function, and one entered between taking the group and this try left
+        # it taken with nobody committing it (every writer slept for good).
+        started: float | None = None
+        try:
+            now = _monotonic()
+            self._run(taken)
+            started = now
+        finally:
+            try:
+                self._end(taken, slot, started)
+            except BaseException:
+                self._end(taken, slot, started)  # interrupted half-way: all again, then raise
+                raise
         return _outcome(slot)
 
     def _next(self, slot: _Slot[W]) -> tuple[list[_Slot[W]] | None, float | None]:
@@ -153,6 +170,7 @@ class GroupCommit(Generic[W]):
         group, self._queue = self._queue, []
         self._timer = None
         self._committing = True
+        self._group = group
         return group
 
     def _abandon(self, slot: _Slot[W], taken: list[_Slot[W]] | None) -> None:
@@ -161,6 +179,7 @@ class GroupCommit(Generic[W]):
             queue = self._queue
             if taken is not None:  # never handed to commit_many: its writes are unattempted
                 self._committing = False
+                self._group = None
                 queue[:0] = [s for s in taken if s is not slot]
             elif slot in queue:
                 queue.remove(slot)
@@ -170,29 +189,28 @@ class GroupCommit(Generic[W]):
             if queue and not self._committing:
                 _signal(queue[0])  # whoever is first takes or times the queue
 
-    def _lead(self, group: list[_Slot[W]], mine: _Slot[W]) -> None:
-        """Commit ``group`` (``mine`` is this thread's write), wake each other writer
-        to its outcome and hand the queue on."""
-        ran = False
-        try:
-            started = _monotonic()
-            self._run(group)
-            ran = True
-        finally:
-            with self._mutex:
-                self._committing = False
-                if ran:
+    def _end(self, group: list[_Slot[W]], mine: _Slot[W], started: float | None) -> None:
+        """After ``group`` ran (from ``started``; None: it raised): settle what its run did
+        not (it never started, or was interrupted), wake each other writer to its outcome,
+        hand the queue on. Idempotent: an interrupted call is made again."""
+        with self._mutex:
+            if self._group is group:  # not ended yet (a second call must not end another)
+                if started is not None:
                     # Every writer seen: this group and what queued while it committed.
                     # (This group's size alone locks in: were one writer of four late
                     # once, it queues during the commit of the other three, and every
                     # later group would be taken at three, one writer always left out.)
                     self._last_size = len(group) + len(self._queue)
                     self._last_seconds = _monotonic() - started
-                for s in group:
-                    if s is not mine:
-                        _signal(s)
-                if self._queue:
-                    _signal(self._queue[0])  # queued meanwhile: it takes or times the next group
+                self._committing = False
+                self._group = None
+            for s in group:
+                if not s.done:  # woken unsettled, it would take the queue and return "stored"
+                    _settle(s, _unknown())
+                if s is not mine:
+                    _signal(s)
+            if self._queue and not self._committing:
+                _signal(self._queue[0])  # queued meanwhile: it takes or times the next group
 
     def _run(self, group: list[_Slot[W]]) -> None:
         """Commit ``group``: in one txn, or one txn per write when that fails."""
@@ -221,14 +239,7 @@ class GroupCommit(Generic[W]):
             # whose outcome nobody knows: say so to their callers instead of hanging them.
             for s in group:
                 if not s.done:
-                    _settle(
-                        s,
-                        StoreError(
-                            "interrupted while committing this checkpoint's group; "
-                            "it may or may not be stored (read the branch head)",
-                            where="group commit",
-                        ),
-                    )
+                    _settle(s, _unknown())
             raise
 
     def _count(self, groups: int, writes: int) -> None:
@@ -241,6 +252,14 @@ def _signal(slot: _Slot[W]) -> None:
     if not slot.signalled:
         slot.signalled = True
         slot.wake.release()
+
+
+def _unknown() -> StoreError:
+    return StoreError(
+        "interrupted while committing this checkpoint's group; "
+        "it may or may not be stored (read the branch head)",
+        where="group commit",
+    )
 
 
 def _settle(slot: _Slot[W], error: BaseException | None) -> None:
