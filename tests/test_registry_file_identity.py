@@ -44,6 +44,14 @@ def _compact_in_another_process(path: Path) -> str:
         return str(pool.apply(_compact_elsewhere, (str(path),)))
 
 
+def _assert_both_stored(path: Path, one: str, two: str) -> None:
+    """Both acknowledged checkpoints read back from ``path`` with their states."""
+    with cpstore.open(path, readonly=True) as again:
+        for cid, want in ((one, {"a": 1}), (two, {"a": 2})):
+            with again.read(cid) as cp:
+                assert cp.state() == want
+
+
 @pytest.fixture
 def bind_alias(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     """(real folder, the same folder bind-mounted elsewhere); skipped where mount fails."""
@@ -89,10 +97,7 @@ def test_compact_refuses_a_store_this_process_holds_under_another_name(tmp_path:
         compact_store(second)
     two = st.recorder("r").checkpoint(1, {"a": 2})
     st.close()
-    with cpstore.open(second, readonly=True) as again:
-        for cid, want in ((one, {"a": 1}), (two, {"a": 2})):
-            with again.read(cid) as cp:
-                assert cp.state() == want
+    _assert_both_stored(second, one, two)
 
 
 def test_closing_a_second_name_keeps_the_first_handles_locks_against_another_process(
@@ -109,10 +114,7 @@ def test_closing_a_second_name_keeps_the_first_handles_locks_against_another_pro
     assert _compact_in_another_process(second).startswith("refused")
     two = st.recorder("r").checkpoint(1, {"a": 2})
     st.close()
-    with cpstore.open(second, readonly=True) as again:
-        for cid, want in ((one, {"a": 1}), (two, {"a": 2})):
-            with again.read(cid) as cp:
-                assert cp.state() == want
+    _assert_both_stored(second, one, two)
 
 
 def test_a_bind_mounted_alias_shares_the_environment_and_blocks_compaction(
@@ -130,10 +132,7 @@ def test_a_bind_mounted_alias_shares_the_environment_and_blocks_compaction(
     assert _compact_in_another_process(alias / "s").startswith("refused")
     two = st.recorder("r").checkpoint(1, {"a": 2})
     st.close()
-    with cpstore.open(alias / "s", readonly=True) as again:
-        for cid, want in ((one, {"a": 1}), (two, {"a": 2})):
-            with again.read(cid) as cp:
-                assert cp.state() == want
+    _assert_both_stored(alias / "s", one, two)
 
 
 def test_a_new_store_is_never_given_the_environment_of_a_deleted_open_one(

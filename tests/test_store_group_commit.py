@@ -40,16 +40,26 @@ class _Gate:
         self.stored.extend(writes)
 
 
-def _queue_behind_leader(gc: GroupCommit[str], gate: _Gate, names: list[str]) -> dict[str, str]:
-    """Leader commits 'lead'; ``names`` queue while it holds; returns name -> outcome."""
-    outcome: dict[str, str] = {}
+def _committer(
+    gc: GroupCommit[str], outcome: dict[str, str], *, message: bool = False
+) -> Callable[[str], None]:
+    """A thread target committing one write and recording "ok" or its exception's type
+    (with its message when ``message``) in ``outcome``."""
 
     def one(name: str) -> None:
         try:
             gc.commit(name)
             outcome[name] = "ok"
         except BaseException as exc:
-            outcome[name] = f"{type(exc).__name__}: {exc}"
+            outcome[name] = f"{type(exc).__name__}: {exc}" if message else type(exc).__name__
+
+    return one
+
+
+def _queue_behind_leader(gc: GroupCommit[str], gate: _Gate, names: list[str]) -> dict[str, str]:
+    """Leader commits 'lead'; ``names`` queue while it holds; returns name -> outcome."""
+    outcome: dict[str, str] = {}
+    one = _committer(gc, outcome, message=True)
 
     lead = threading.Thread(target=one, args=("lead",))
     lead.start()
@@ -106,13 +116,7 @@ class TestGrouping:
 
         gc = GroupCommit[str](commit_many)
         outcome: dict[str, str] = {}
-
-        def one(name: str) -> None:
-            try:
-                gc.commit(name)
-                outcome[name] = "ok"
-            except BaseException as exc:
-                outcome[name] = type(exc).__name__
+        one = _committer(gc, outcome)
 
         first = threading.Thread(target=one, args=("first",))
         first.start()
@@ -168,13 +172,7 @@ class TestGrouping:
         go = threading.Event()
         _interrupt_timed_wait_of(monkeypatch, "x", go)
         outcome: dict[str, str] = {}
-
-        def one(name: str) -> None:
-            try:
-                gc.commit(name)
-                outcome[name] = "ok"
-            except BaseException as exc:
-                outcome[name] = type(exc).__name__
+        one = _committer(gc, outcome)
 
         first = threading.Thread(target=one, args=("x",))
         first.start()
