@@ -158,3 +158,25 @@ def test_gc_leaves_a_dead_record_cut_short_of_its_header_and_sweeps_the_rest(
         assert any(cut in p.where for p in st.verify().problems)
         with st.read(keep) as cp:
             assert cp.state() == {"a": 1}
+
+
+@pytest.mark.parametrize("kind", ["r", "c"])
+def test_gc_stopped_by_a_kept_record_cut_short_names_the_checkpoint(
+    tmp_path: Path, kind: str
+) -> None:
+    """A kept head's record cut shorter than its header stops the sweep with an
+    IntegrityError that names the checkpoint, and nothing is swept."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        rec = st.recorder("keep")
+        first = rec.checkpoint(0, {"a": 1})
+        head = rec.checkpoint(1, {"a": 2})
+        gone = st.recorder("other").checkpoint(0, {"b": 2})
+    if kind == "c":
+        to_layout_5(path)
+    edit_raw(path, "checkpoints", bytes.fromhex(head), lambda old: old[:5])
+    with cpstore.open(path) as st:
+        with pytest.raises(cpstore.errors.IntegrityError) as info:
+            st.gc(delete_run="other")
+        assert info.value.where == f"checkpoints/{head}"
+        assert {bytes.fromhex(c) for c in (first, gone)} <= _record_ids(st)

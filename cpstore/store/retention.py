@@ -125,7 +125,7 @@ def _sweep(
                 if cid in live_cps:
                     m = live_cps[cid]
                 else:
-                    created, data = unpack_checkpoint_value(value)
+                    created, data = unpack_checkpoint_value(value, cid)
                     if digest_small(data) != cid:
                         # Its parent and references are not the checkpoint's: marking by
                         # them could sweep the sound lineage it really keeps.
