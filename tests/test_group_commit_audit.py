@@ -221,6 +221,7 @@ class TestInterruptStress:
         every call returns, each 'stored' is stored once, each thread's order kept."""
         assert _stress(seed, 6, 25) == []
 
+    @pytest.mark.soak
     @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
     def test_random_interrupts_soak(self) -> None:
         """The same for 200 seeds of 8 threads x 60 writes (CPSTORE_SOAK=1)."""
