@@ -213,34 +213,28 @@ class GroupCommit(Generic[W]):
                 _signal(self._queue[0])  # queued meanwhile: it takes or times the next group
 
     def _run(self, group: list[_Slot[W]]) -> None:
-        """Commit ``group``: in one txn, or one txn per write when that fails."""
+        """Commit ``group``: in one txn, or one txn per write when that fails. An
+        interrupt (KeyboardInterrupt) propagates; :meth:`_end` then tells every write
+        whose outcome nobody knows that it may or may not be stored."""
         try:
-            try:
-                self._commit_many([s.write for s in group])
-            except Exception as exc:
-                if len(group) == 1:
-                    _settle(group[0], exc)
-                    return
-                # Rolled back whole: each write again alone, for its own outcome.
-                for s in group:
-                    try:
-                        self._commit_many([s.write])
-                    except Exception as alone:
-                        _settle(s, alone)
-                    else:
-                        self._count(1, 1)
-                        _settle(s, None)
-            else:
-                self._count(1, len(group))
-                for s in group:
-                    _settle(s, None)
-        except BaseException:
-            # The committing thread was interrupted (KeyboardInterrupt) with writes
-            # whose outcome nobody knows: say so to their callers instead of hanging them.
+            self._commit_many([s.write for s in group])
+        except Exception as exc:
+            if len(group) == 1:
+                _settle(group[0], exc)
+                return
+            # Rolled back whole: each write again alone, for its own outcome.
             for s in group:
-                if not s.done:
-                    _settle(s, _unknown())
-            raise
+                try:
+                    self._commit_many([s.write])
+                except Exception as alone:
+                    _settle(s, alone)
+                else:
+                    self._count(1, 1)
+                    _settle(s, None)
+        else:
+            self._count(1, len(group))
+            for s in group:
+                _settle(s, None)
 
     def _count(self, groups: int, writes: int) -> None:
         self.groups += groups
