@@ -39,8 +39,11 @@ class CompactReport:
     """What the verify of the rewritten file counted (the same as before)."""
 
 
-def _verified(path: str) -> VerifyReport:
+def _verified(path: str) -> tuple[VerifyReport, int | None]:
+    """(the store's full verify report, the last txn id read just before it; None
+    where the backend has none); IntegrityError when it finds a problem."""
     with open_store(path, readonly=True, create=False) as copy:
+        last = getattr(copy.backend, "last_txnid", lambda: None)()
         report = copy.verify()
     if not report.ok:
         first = report.problems[0]
@@ -49,7 +52,7 @@ def _verified(path: str) -> VerifyReport:
             where=path,
             got=f"{first.where}: {first.what}",
         )
-    return report
+    return report, last
 
 
 def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = True) -> VerifyReport:
@@ -65,7 +68,7 @@ def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = Tr
         raise InvalidInputError("a store cannot be copied onto itself", where=target)
     store.backend.copy_to(target, compact=compact)
     try:
-        return _verified(target)
+        return _verified(target)[0]
     except IntegrityError:
         shutil.rmtree(target, ignore_errors=True)
         raise
@@ -81,11 +84,9 @@ def compact_store(path: str | os.PathLike[str]) -> CompactReport:
     where = os.fspath(path)
     if is_open_here(where):
         raise StoreError("close the store in this process before compacting it", where=where)
-    # Read before the verify: when the txn compaction copies is still this one, no
-    # commit came after it, so the verify's counts are the copied store's.
-    with open_store(where, readonly=True, create=False) as store:
-        last = getattr(store.backend, "last_txnid", lambda: None)()  # None: not LMDB
-    before = _verified(where)
+    # The last txn is read before the verify: when the txn compaction copies is still
+    # this one, no commit came after it, so the verify's counts are the copied store's.
+    before, last = _verified(where)
 
     def check(copy_path: str, copied: int) -> None:
         if copied != last:
@@ -96,7 +97,7 @@ def compact_store(path: str | os.PathLike[str]) -> CompactReport:
                 expected=f"last txn {last}",
                 got=f"last txn {copied}",
             )
-        after = _verified(copy_path)
+        after = _verified(copy_path)[0]
         if after.counts != before.counts:
             raise IntegrityError(
                 "the compacted copy does not hold what the store holds",
