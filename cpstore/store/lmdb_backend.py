@@ -105,7 +105,6 @@ class LmdbBackend:
         )
         self._closed = False
         self._audit_key = key
-        #: (env.dbs, its size, (objects, records)) for _apply: built once, not per put.
         try:
             if key is None or readonly:
                 txn = self.env.begin_read()  # not read_txn(): no generator on the open path

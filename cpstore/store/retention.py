@@ -171,20 +171,19 @@ def _sweep(
         # A record whose location is damaged (None), or whose manifest does not hash
         # to its id, is left alone: verify names it. Its references are not the
         # checkpoint's, so sweeping by them could take another's objects and leak its own.
-        dead: list[tuple[bytes, bytes]] = []
+        dead: list[tuple[bytes, float, memoryview]] = []
+        removed_bytes = 0
         for k, v in records.items(txn):
             if v is not None and k not in live_cps:
-                stored = bytes(v)
                 try:
-                    sound = digest_small(unpack_checkpoint_value(stored)[1]) == k
+                    created, data = unpack_checkpoint_value(bytes(v))
                 except IntegrityError:  # shorter than its header: it cannot hash either
-                    sound = False
-                if sound:
-                    dead.append((k, stored))
+                    continue
+                if digest_small(data) == k:
+                    dead.append((k, created, data))
+                    removed_bytes += len(v)
         tomb = encode_value({"pruned_at": now})
-        removed_bytes = sum(len(v) for _, v in dead)
-        for cid, entry in dead:
-            created, data = unpack_checkpoint_value(entry)
+        for cid, created, data in dead:
             for field, key in manifest_references(decode_manifest(cid, data, created).raw):
                 # An (object, role) expanded while marking has only marked children.
                 mark(candidates, field, key)
@@ -200,7 +199,7 @@ def _sweep(
             # Counted only when there was an entry: one a swept record names but that
             # is missing already (damage, verify names it) was not removed by this sweep.
             removed_objects += objects.delete(txn, key)
-        ids = tuple(sorted(cid.hex() for cid, _ in dead))
+        ids = tuple(sorted(cid.hex() for cid, _, _ in dead))
         decided = tuple(c for c in ids if c in _audited_checkpoints(store, txn)) if ids else ()
         report = GcReport(ids, removed_objects, removed_bytes, decided, dry_run)
         if dry_run:
