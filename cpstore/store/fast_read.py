@@ -59,10 +59,7 @@ def hint_seqs(objects: Content, hints: bytes, n: int) -> list[bytes | None]:
     """The heap keys a record's hint block names for its ``n`` parts (None: no hint)."""
     if objects.heap is None or len(hints) != 4 * n:
         return [None] * n
-    unpack = _SEQS.get(n)
-    if unpack is None:
-        unpack = _SEQS.setdefault(n, struct.Struct(f">{n}I").unpack)
-    return [s.to_bytes(8, "big") if s else None for s in unpack(hints)]
+    return [s.to_bytes(8, "big") if s else None for s in _seqs_of(n)(hints)]
 
 
 def checked_part(
@@ -103,9 +100,7 @@ def read_parts(
         # Every part hinted and found at its hint (what a writer of this layout
         # leaves): each step over all parts at once, in C-level loops. A 0 seq
         # (no hint) names no entry (heap keys start at 1): the loop below then.
-        unpack = _SEQS.get(n)
-        if unpack is None:
-            unpack = _SEQS.setdefault(n, struct.Struct(f">{n}I").unpack)
+        unpack = _seqs_of(n)
         get: Any = txn.get  # None for a missing entry: the TypeError below
         try:
             found = [get(s.to_bytes(8, "big"), None, heap)[_PART_AT:] for s in unpack(hints)]
@@ -157,3 +152,13 @@ def _read_parts_one_by_one(
 
 #: part count -> the unpacker of a hint block's seqs (4-byte big-endian each).
 _SEQS: dict[int, Any] = {}
+
+
+def _seqs_of(n: int) -> Any:
+    """The unpacker of a hint block of ``n`` seqs (kept for at most 256 part counts)."""
+    unpack = _SEQS.get(n)
+    if unpack is None:
+        unpack = struct.Struct(f">{n}I").unpack
+        if len(_SEQS) < 256:
+            _SEQS[n] = unpack
+    return unpack
