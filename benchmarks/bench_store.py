@@ -671,7 +671,7 @@ def test_put(
             "LMDBSaver sync=False",
             None,
             True,
-            "layout raw limit vs peer",
+            "layout raw limit vs peer; the raw side fsyncs once at the end, the peer never",
         ),
     ]
     interleave(
