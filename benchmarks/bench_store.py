@@ -17,9 +17,12 @@ metadata, new_versions)``, ``get_tuple``, ``list``):
 - ``InMemorySaver`` (langgraph): no disk at all.
 
 cpstore records the same states through its public API
-(``store.recorder(...).checkpoint(step, state)``). A *raw limit* runs beside
-durable puts and gets by id: the same objects in bare LMDB with none of
-cpstore's checks (:class:`RawLmdb`), to show which part of a gap is cpstore's.
+(``store.recorder(...).checkpoint(step, state)``). *Raw limits* run beside
+them, bare py-lmdb with none of cpstore's code, to show which part of a gap is
+cpstore's: the same objects (:class:`RawLmdb`, puts and gets by id), cpstore's
+commit on its own tables (:class:`RawLayout5`, puts), cpstore's own files
+(:class:`RawOnCpstoreFiles`, :class:`RawHintedOnCpstoreFiles`, reads; the
+fresh-process child's ``raw``) and one blob per checkpoint (:class:`RawBlobLmdb`).
 
 Every figure is one test whose rounds are *repeats*: each repeat runs every
 contender once, the order rotated between repeats (A, B, C; B, C, A; ...), so
