@@ -18,20 +18,17 @@ Run: ``.venv/bin/python -m pytest benchmarks/bench_compact_records.py --benchmar
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bench_store import Comparison, _timed, interleave, make_workload
+from bench_store import Comparison, Workload, _timed, interleave, make_workload
 from pytest_benchmark.fixture import BenchmarkFixture
 
 import cpstore
 from cpstore.store import content
 from cpstore.store.content import records_of
 from cpstore.store.record_codec import compress_record
-
-_COMPRESS = compress_record
 
 
 @pytest.fixture(scope="module")
@@ -41,59 +38,60 @@ def repeats(size: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def steps(size: str) -> int:
-    """Checkpoints in the workload."""
-    return int(os.environ.get("CPSTORE_BENCH_STEPS", "300" if size == "quick" else "2000"))
+def workload(size: str) -> Workload:
+    """bench_store.py's workload, generated once (not per repeat)."""
+    steps = int(os.environ.get("CPSTORE_BENCH_STEPS", "300" if size == "quick" else "2000"))
+    return make_workload(steps)
 
 
-def _record(path: Path, steps: int, compact: bool, mp: pytest.MonkeyPatch) -> float:
-    """Record the workload into a new store at ``path``; seconds of the puts."""
-    mp.setattr(content, "compress_record", _COMPRESS if compact else lambda record: None)
-    try:
-        wl = make_workload(steps)
-        with cpstore.open(path, durability="none") as st:
-            rec = st.recorder("r")
-            return _timed(lambda: [rec.checkpoint(i, s) for i, s in enumerate(wl.states)])
-    finally:
-        mp.setattr(content, "compress_record", _COMPRESS)
+def _record(path: Path, wl: Workload, compact: bool, mp: pytest.MonkeyPatch) -> float:
+    """Record the workload into a new store at ``path``; seconds of the puts.
 
-
-def _print(fig_runs: dict[str, list[float]], unit: str) -> None:
-    for name, runs in fig_runs.items():
-        print(f"\nCOMPACT {name}: median {sorted(runs)[len(runs) // 2] * 1e6:.2f} us/{unit}")
+    ``compact=False`` turns the record compression off (``compress_record`` ->
+    None: the writer's fallback, a ``c`` entry); ``mp`` restores it at teardown.
+    """
+    mp.setattr(content, "compress_record", compress_record if compact else lambda record: None)
+    with cpstore.open(path, durability="none") as st:
+        rec = st.recorder("r")
+        return _timed(lambda: [rec.checkpoint(i, s) for i, s in enumerate(wl.states)])
 
 
 def test_put_compact_record(
-    benchmark: BenchmarkFixture, repeats: int, steps: int, monkeypatch: pytest.MonkeyPatch
+    benchmark: BenchmarkFixture,
+    repeats: int,
+    workload: Workload,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Per-put time writing r entries (ours) against c entries."""
-    tmp = Path(tempfile.mkdtemp(prefix="cpstore-bench-compact-"))
     n = [0]
 
     def put_all(compact: bool) -> float:
         n[0] += 1
-        return _record(tmp / str(n[0]), steps, compact, monkeypatch)
+        return _record(tmp_path / str(n[0]), workload, compact, monkeypatch)
 
-    fig = interleave(
+    interleave(
         benchmark,
         "put, durability=none",
         {"r entries": lambda: put_all(True), "c entries": lambda: put_all(False)},
         repeats,
         [Comparison("r entries", "c entries", note="ratio < 1: compressing costs")],
-        items=steps,
+        items=workload.steps,
     )
-    _print(fig.runs, "put")
 
 
 def test_get_compact_record(
-    benchmark: BenchmarkFixture, repeats: int, steps: int, monkeypatch: pytest.MonkeyPatch
+    benchmark: BenchmarkFixture,
+    repeats: int,
+    workload: Workload,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Per-get time of a whole verified state, and per-record hinted(), r against c."""
-    tmp = Path(tempfile.mkdtemp(prefix="cpstore-bench-compact-get-"))
     stores = {}
     for name, compact in (("r entries", True), ("c entries", False)):
-        _record(tmp / name, steps, compact, monkeypatch)
-        stores[name] = cpstore.open(tmp / name, readonly=True)
+        _record(tmp_path / name, workload, compact, monkeypatch)
+        stores[name] = cpstore.open(tmp_path / name, readonly=True)
     try:
         ids = stores["r entries"].history("r")
         cids = [m.id for m in ids][:100]
@@ -122,7 +120,7 @@ def test_get_compact_record(
 
             return run
 
-        fig = interleave(
+        interleave(
             benchmark,
             "get by id / hinted record",
             {
@@ -138,7 +136,6 @@ def test_get_compact_record(
             ],
             items=len(cids),
         )
-        _print(fig.runs, "read")
     finally:
         for st in stores.values():
             st.close()

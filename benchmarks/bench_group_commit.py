@@ -115,18 +115,19 @@ class RawWriter:
         """One write txn per step."""
         for step, state in enumerate(wl.states):
             with self.lock, self.env.begin(write=True) as txn:
-                self.put_step(txn, step, state)
+                put_step(txn, self.name, step, state)
 
-    def put_step(self, txn: Any, step: int, state: dict[str, Any]) -> None:
-        """A step's parts (write-once) and its manifest, in ``txn``."""
-        h, pack = xxhash.xxh3_128_digest, msgpack.packb
-        parts = {}
-        for name, value in state.items():
-            enc = pack(value)
-            parts[name] = key = h(enc)
-            txn.put(key, enc, overwrite=False)
-        manifest = pack({"thread": self.name, "parts": parts, "step": step})
-        txn.put(h(manifest), manifest)
+
+def put_step(txn: Any, writer: bytes, step: int, state: dict[str, Any]) -> None:
+    """One writer's step in bare LMDB: its parts (write-once), then its manifest, in ``txn``."""
+    h, pack = xxhash.xxh3_128_digest, msgpack.packb
+    parts = {}
+    for name, value in state.items():
+        enc = pack(value)
+        parts[name] = key = h(enc)
+        txn.put(key, enc, overwrite=False)
+    manifest = pack({"thread": writer, "parts": parts, "step": step})
+    txn.put(h(manifest), manifest)
 
 
 class CoalescedRawWriter(RawWriter):
@@ -154,7 +155,7 @@ class CoalescedRawWriter(RawWriter):
                 with self.lock:
                     txn = env.begin(write=True)
                     try:
-                        self.put_step(txn, step, state)
+                        put_step(txn, self.name, step, state)
                         mine = txn.id()
                         txn.commit()
                     except BaseException:
@@ -257,23 +258,17 @@ def run_raw_grouped(path: Path, wls: list[Workload]) -> float:
 
     The raw limit of grouping on LMDB: what one fsync'd txn per round of 4
     puts costs when nothing else does (the encoding and hashing are the same
-    as :class:`RawWriter`'s).
+    as :class:`RawWriter`'s: :func:`put_step`).
     """
     path.mkdir(parents=True, exist_ok=True)
     env = lmdb.open(str(path), map_size=MAP_SIZE, sync=True, metasync=True)
-    h, pack = xxhash.xxh3_128_digest, msgpack.packb
+    names = [f"writer{i}".encode() for i in range(len(wls))]
     try:
         t0 = time.perf_counter()
         for step in range(len(wls[0].states)):
             with env.begin(write=True) as txn:
-                for w, wl in enumerate(wls):
-                    parts = {}
-                    for name, value in wl.states[step].items():
-                        enc = pack(value)
-                        parts[name] = key = h(enc)
-                        txn.put(key, enc, overwrite=False)
-                    manifest = pack({"thread": w, "parts": parts, "step": step})
-                    txn.put(h(manifest), manifest)
+                for name, wl in zip(names, wls, strict=True):
+                    put_step(txn, name, step, wl.states[step])
         return time.perf_counter() - t0
     finally:
         env.close()

@@ -17,9 +17,12 @@ metadata, new_versions)``, ``get_tuple``, ``list``):
 - ``InMemorySaver`` (langgraph): no disk at all.
 
 cpstore records the same states through its public API
-(``store.recorder(...).checkpoint(step, state)``). A *raw limit* runs beside
-durable puts and gets by id: the same objects in bare LMDB with none of
-cpstore's checks (:class:`RawLmdb`), to show which part of a gap is cpstore's.
+(``store.recorder(...).checkpoint(step, state)``). *Raw limits* run beside
+them, bare py-lmdb with none of cpstore's code, to show which part of a gap is
+cpstore's: the same objects (:class:`RawLmdb`, puts and gets by id), cpstore's
+commit on its own tables (:class:`RawLayout5`, puts), cpstore's own files
+(:class:`RawOnCpstoreFiles`, :class:`RawHintedOnCpstoreFiles`, reads; the
+fresh-process child's ``raw``) and one blob per checkpoint (:class:`RawBlobLmdb`).
 
 Every figure is one test whose rounds are *repeats*: each repeat runs every
 contender once, the order rotated between repeats (A, B, C; B, C, A; ...), so
@@ -671,7 +674,7 @@ def test_put(
             "LMDBSaver sync=False",
             None,
             True,
-            "layout raw limit vs peer",
+            "layout raw limit vs peer; the raw side fsyncs once at the end, the peer never",
         ),
     ]
     interleave(
@@ -762,6 +765,16 @@ def _raw_comparisons() -> list[Comparison]:
     ]
 
 
+def _on_cpstore_files(
+    store: Store, loop: Callable[[RawOnCpstoreFiles], Callable[[], None]]
+) -> dict[str, Callable[[], None]]:
+    """The two read raw limits on cpstore's own files, each running ``loop``."""
+    return {
+        RAW_OWN: loop(RawOnCpstoreFiles(store)),
+        RAW_HINTED: loop(RawHintedOnCpstoreFiles(store)),
+    }
+
+
 def _check_state(values: Any) -> None:
     if len(values) != PARTS:
         raise AssertionError(f"{len(values)} channels, expected {PARTS}")
@@ -801,18 +814,14 @@ def test_get_by_id(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int
         for cid in raw_picks:
             _check_state(raw.get(cid))
 
-    own = RawOnCpstoreFiles(store)
     own_picks = [bytes.fromhex(c) for c in ours]
 
-    def raw_own() -> None:
-        for cid in own_picks:
-            _check_state(own.get(cid))
+    def on_files(reader: RawOnCpstoreFiles) -> Callable[[], None]:
+        def run() -> None:
+            for cid in own_picks:
+                _check_state(reader.get(cid))
 
-    hinted = RawHintedOnCpstoreFiles(store)
-
-    def raw_hinted() -> None:
-        for cid in own_picks:
-            _check_state(hinted.get(cid))
+        return run
 
     blob = recorded.blob
     blob_picks = _picks(recorded.blob_ids)
@@ -825,8 +834,7 @@ def test_get_by_id(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int
         "cpstore": cpstore,
         **{n: peer(n) for n in recorded.peers},
         "raw LMDB": raw_limit,
-        RAW_OWN: raw_own,
-        RAW_HINTED: raw_hinted,
+        **_on_cpstore_files(store, on_files),
         RAW_BLOB: raw_blob,
     }
     for fn in runs.values():
@@ -867,23 +875,17 @@ def test_latest(benchmark: BenchmarkFixture, recorded: Recorded, repeats: int) -
 
         return run
 
-    own = RawOnCpstoreFiles(store)
+    def on_files(reader: RawOnCpstoreFiles) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(GETS):
+                _check_state(reader.latest(THREAD))
 
-    def raw_own() -> None:
-        for _ in range(GETS):
-            _check_state(own.latest(THREAD))
-
-    hinted = RawHintedOnCpstoreFiles(store)
-
-    def raw_hinted() -> None:
-        for _ in range(GETS):
-            _check_state(hinted.latest(THREAD))
+        return run
 
     runs = {
         "cpstore": cpstore,
         **{n: peer(n) for n in recorded.peers},
-        RAW_OWN: raw_own,
-        RAW_HINTED: raw_hinted,
+        **_on_cpstore_files(store, on_files),
     }
     for fn in runs.values():
         fn()
@@ -943,31 +945,22 @@ def test_history_with_states(benchmark: BenchmarkFixture, recorded: Recorded, re
             if entry.manifest.step < 0:  # builds every entry's Manifest (first use)
                 raise AssertionError(entry.id)
 
-    own = RawOnCpstoreFiles(store)
+    def on_files(reader: RawOnCpstoreFiles) -> Callable[[], None]:
+        def run() -> None:
+            states = reader.history(THREAD, HISTORY)
+            if len(states) != HISTORY:
+                raise AssertionError(len(states))
+            for state in states:
+                _check_state(state)
 
-    def raw_own() -> None:
-        states = own.history(THREAD, HISTORY)
-        if len(states) != HISTORY:
-            raise AssertionError(len(states))
-        for state in states:
-            _check_state(state)
-
-    hinted = RawHintedOnCpstoreFiles(store)
-
-    def raw_hinted() -> None:
-        states = hinted.history(THREAD, HISTORY)
-        if len(states) != HISTORY:
-            raise AssertionError(len(states))
-        for state in states:
-            _check_state(state)
+        return run
 
     runs = {
         "cpstore": cpstore,
         "cpstore, manifests built": with_manifests,
         "cpstore history+reads": per_entry_reads,
         **{n: peer(n) for n in recorded.peers},
-        RAW_OWN: raw_own,
-        RAW_HINTED: raw_hinted,
+        **_on_cpstore_files(store, on_files),
     }
     for fn in runs.values():
         fn()
