@@ -226,7 +226,7 @@ def _hints(txn: Txn[memoryview], objects: Content, value: bytes, cid: bytes) -> 
     if objects.heap is None:
         return b""
     state = check_manifest_state(cid, split_checkpoint_value(value, cid)[1])["state"]
-    parts = state["parts"] if state["kind"] == "parts" and not state["chunked"] else None
+    parts = state["parts"] if state["kind"] == "parts" and not state.get("chunked") else None
     return objects.locations(txn, digests_in_map_order(parts)) if parts else b""
 
 
