@@ -175,7 +175,7 @@ def decode_manifest_map(cid: bytes, data: bytes | memoryview) -> Any:
         return _decode_manifest_slow(cid, data)  # msgspec_safe(), inline
     try:
         m = _decode(data)
-    except (ValueError, TypeError, RecursionError, msgspec.MsgspecError):
+    except DECODE_ERRORS:
         return _decode_manifest_slow(cid, data)
     try:
         alike = type(m) is dict and _alike_manifest(m)
