@@ -33,6 +33,7 @@ from cpstore.store.record_codec import compress_record, inflate_record, why_not
 
 __all__ = [
     "content_of",
+    "damage",
     "edit_raw",
     "flip_byte",
     "forge_checkpoint",
@@ -156,6 +157,13 @@ def raw_items(txn: Any, dbs: Mapping[str, Any], table: str) -> Iterator[tuple[by
     for k, v in list(content.items(txn)):
         if v is not None:
             yield k, bytes(v)
+
+
+def damage(store: Any, fn: Any) -> None:
+    """Run ``fn(txn, dbs)`` in a raw write txn on an open store's environment (damage
+    behind the store's back: no group commit, no checks)."""
+    with store.backend.env.env.begin(write=True) as txn:
+        fn(txn, store.backend.dbs)
 
 
 def edit_raw(path: Any, table: str, key: bytes, change: Any) -> None:
