@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stored import damage
+from test_put2_audit import _parts_store
 
 import cpstore
 from cpstore.errors import ConflictError, IntegrityError
@@ -30,20 +31,6 @@ from cpstore.store.manifest import (
     encode_digest_map,
 )
 from cpstore.store.model import ref_key
-
-
-def _parts_store(path: Path, steps: int = 12) -> tuple[Store, list[bytes]]:
-    """A store whose head names 10 parts; returns it and the head's part digests."""
-    st = cpstore.open(path)
-    rec = st.recorder("r")
-    state = {f"p{i}": f"value {i} " * 30 for i in range(10)}
-    cid = ""
-    for step in range(steps):
-        state[f"p{step % 10}"] = f"step {step} " * 30
-        cid = rec.checkpoint(step, dict(state))
-    with st.read(cid) as view:
-        parts = view.manifest.raw["state"]["parts"]
-    return st, [bytes(d) for d in parts.values()]
 
 
 def _per_key(objects: Content, txn: Any, keys: list[bytes]) -> tuple[bytes, set[bytes]]:
@@ -77,7 +64,7 @@ def test_locations_of_sound_parts_equal_the_per_key_answers(
 ) -> None:
     """On a sound store every part is found and each hint is its heap seq (the
     concatenated form answers: it is the one taken)."""
-    st, keys = _parts_store(tmp_path / "s")
+    st, keys, _ = _parts_store(tmp_path / "s")
     taken: list[int] = []
     plans = content._plans
 
@@ -116,7 +103,7 @@ def test_locations_with_one_damaged_location_equal_the_per_key_answers(
 ) -> None:
     """One damaged index row or heap entry among ten: the same hints, and that key (only)
     not found, exactly as the per-key reads answer."""
-    st, keys = _parts_store(tmp_path / "s")
+    st, keys, _ = _parts_store(tmp_path / "s")
     with st:
         victim, other = keys[3], keys[7]
 
@@ -154,7 +141,7 @@ def test_locations_with_one_damaged_location_equal_the_per_key_answers(
 def test_locations_of_keys_of_other_lengths_equal_the_per_key_answers(tmp_path: Path) -> None:
     """Keys that are not 16 bytes (a frame key, a short one) take the per-key reads: same
     answers, never a match made across key boundaries."""
-    st, keys = _parts_store(tmp_path / "s")
+    st, keys, _ = _parts_store(tmp_path / "s")
     with st:
         # 15 + 17 bytes sum to two 16-byte keys: a concatenation must not pair them up.
         _check(st, [keys[0][:15], keys[1] + b"\x00", *keys[2:]])
