@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from test_store_group_commit import _wait_for
 
 from cpstore.errors import StoreError
 from cpstore.store import group_commit
@@ -97,15 +98,6 @@ def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]
         if t.is_alive():
             outcome[name] = "HANG"
     return outcome, store
-
-
-def _wait_for(cond: Any) -> None:
-    done = threading.Event()
-    for _ in range(10000):
-        if cond():
-            return
-        done.wait(0.001)
-    raise AssertionError("condition never held")
 
 
 def _check(outcome: dict[str, str], store: _Store) -> None:
