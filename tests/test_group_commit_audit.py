@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from test_store_concurrency import child_raises
 from test_store_group_commit import _wait_for
 
 from cpstore.errors import StoreError
@@ -275,20 +276,10 @@ class TestStoreGroups:
             t = threading.Thread(target=lambda: done.append(rec.checkpoint(1, {"v": 1})))
             t.start()
             assert entered.wait(30)
-            pid = os.fork()
-            if pid == 0:  # the child: exit code says what happened
-                code = 3
-                try:
-                    st.recorder("child").checkpoint(0, {"v": 0})
-                    code = 1
-                except StoreError:
-                    code = 0
-                finally:
-                    os._exit(code)
-            _, status = os.waitpid(pid, 0)
+            raised = child_raises(lambda: st.recorder("child").checkpoint(0, {"v": 0}), StoreError)
             release.set()
             t.join(30)
-            assert os.waitstatus_to_exitcode(status) == 0
+            assert raised
             assert done and st.ref("parent") == done[0]
 
 

@@ -21,9 +21,10 @@ import lmdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_store_concurrency import child_raises
 
 import cpstore
-from cpstore.errors import ConflictError, ForkError, IntegrityError
+from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store import compact_store
 from cpstore.store.content import KIND_COMPACT, KIND_OBJECT, KIND_RECORD, Content, objects_of
 from cpstore.store.facade import Store
@@ -211,19 +212,12 @@ def test_a_forked_child_cannot_commit_through_its_parents_store(
         store.flush()
         head = store.ref("r") or head
         rec = store.recorder("r")
-        pid = os.fork()
-        if pid == 0:  # child
-            code = 1
-            try:
-                rec.checkpoint(30, {"p0": "child"})
-                rec.flush()
-            except ForkError:
-                code = 0
-            except BaseException:
-                code = 2
-            os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+
+        def child() -> None:
+            rec.checkpoint(30, {"p0": "child"})
+            rec.flush()
+
+        assert child_raises(child)
         assert store.ref("r") == head
         cid = rec.checkpoint(31, {"p0": "parent"})
         rec.flush()
