@@ -87,9 +87,11 @@ class TestDepthPastMsgpacksStack:
     def test_msgpack_nests_exactly_max_depth_containers(self) -> None:
         """MSGPACK_MAX_DEPTH is msgpack's stack: arrays and maps that deep decode, one more
         does not (a msgpack release that changes it fails here)."""
-        assert _msgpack(_nested(MSGPACK_MAX_DEPTH)) is not None
         deep_map = b"\x81\xa1a" * MSGPACK_MAX_DEPTH + b"\x01"
-        assert _msgpack(deep_map) is not None
+        arrays, maps = _msgpack(_nested(MSGPACK_MAX_DEPTH)), _msgpack(deep_map)
+        for _ in range(MSGPACK_MAX_DEPTH):  # unwrapped one level at a time: == would recurse
+            arrays, maps = arrays[0], maps["a"]
+        assert arrays == maps == 1
         for data in (_nested(MSGPACK_MAX_DEPTH + 1), b"\x81\xa1a" + deep_map):
             with pytest.raises(ValueError):
                 _msgpack(data)

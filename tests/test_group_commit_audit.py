@@ -249,9 +249,9 @@ class TestStoreGroups:
             assert len(ids) == 6
             for run, got in ids.items():
                 assert [m.id for m in st.history(run)] == got[::-1]
-                for cid in got:
+                for k, cid in enumerate(got):
                     with st.read(cid) as cp:
-                        cp.state()
+                        assert cp.state_part("k") == k
             assert st.verify().ok
 
     def test_a_child_forked_while_a_group_commits_gets_an_error_not_a_hang(
