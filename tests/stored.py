@@ -42,6 +42,7 @@ __all__ = [
     "raw_get",
     "raw_items",
     "raw_put",
+    "record_entry",
     "seq_of",
     "to_layout_4",
     "to_layout_5",
@@ -157,6 +158,13 @@ def raw_items(txn: Any, dbs: Mapping[str, Any], table: str) -> Iterator[tuple[by
     for k, v in list(content.items(txn)):
         if v is not None:
             yield k, bytes(v)
+
+
+def record_entry(store: Any, cid: str) -> tuple[bytes, bytes]:
+    """(heap seq, entry bytes) of checkpoint ``cid``'s record in an open layout-5/6 store."""
+    with store.backend.read_txn() as txn:
+        seq = bytes(txn.get(bytes.fromhex(cid), db=store.backend.db("cloc")))
+        return seq, bytes(txn.get(seq, db=store.backend.db("heap")))
 
 
 def damage(store: Any, fn: Any) -> None:
