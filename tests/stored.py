@@ -249,10 +249,14 @@ def to_layout_5(path: Any) -> int:
     return n
 
 
-def forge_checkpoint(store: Any, manifest_map: dict[str, Any]) -> bytes:
+def forge_checkpoint(store: Any, manifest_map: dict[str, Any], extra: bytes = b"") -> bytes:
     """Store ``manifest_map`` as a checkpoint record behind the store's back (hash-valid:
-    its id is its manifest's digest) and return the id; no ref names it."""
+    its id is its manifest's digest) and return the id; no ref names it. ``extra``: one
+    more raw (key, value) pair appended to the manifest map's bytes."""
     manifest = encode_manifest(manifest_map)
+    if extra:
+        pairs = b"".join(encode_value(k) + encode_value(v) for k, v in manifest_map.items())
+        manifest = b"\xde" + (len(manifest_map) + 1).to_bytes(2, "big") + pairs + extra
     forged = digest(manifest)
     value = pack_checkpoint_value(1.0, manifest)
     store.backend.write_txn(
