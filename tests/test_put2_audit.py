@@ -21,6 +21,7 @@ import lmdb
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stored import damage
 from test_store_concurrency import child_raises
 
 import cpstore
@@ -71,11 +72,6 @@ def _compare(store: Store, keys: list[bytes]) -> set[bytes]:
     return found
 
 
-def _hurt(store: Store, fn: Any) -> None:
-    with store.backend.env.env.begin(write=True) as txn:
-        fn(txn, store.backend.dbs)
-
-
 _DAMAGES = [
     "entry shorter than its header",
     "entry of a compact record carrying the key",
@@ -120,7 +116,7 @@ def test_locations_never_finds_a_key_whose_location_another_damage_breaks(
     store, keys, head = _parts_store(tmp_path / "s")
     with store:
         victim = keys[4]
-        _hurt(store, lambda txn, dbs: _damage(txn, dbs, victim, how, bytes.fromhex(head)))
+        damage(store, lambda txn, dbs: _damage(txn, dbs, victim, how, bytes.fromhex(head)))
         found = _compare(store, keys)
         assert victim not in found
         assert found == set(keys) - {victim}
@@ -166,7 +162,7 @@ def test_locations_with_several_damages_at_once_equal_per_key(
             for i, how in picks:
                 _damage(txn, dbs, keys[i], how, bytes.fromhex(head))
 
-        _hurt(store, hurt)
+        damage(store, hurt)
         found = _compare(store, keys + keys if dup else keys)
         assert not found & {keys[i] for i, _ in picks}
 
@@ -193,7 +189,7 @@ def test_a_commit_naming_an_unchanged_part_whose_location_is_damaged_is_refused(
             else:
                 _damage(txn, dbs, victim, how, bytes.fromhex(head))
 
-        _hurt(store, hurt)
+        damage(store, hurt)
         state["p9"] = "a new value " * 30  # one new object: the rest are must-exist keys
         with pytest.raises(IntegrityError):
             rec.checkpoint(20, state)
@@ -324,7 +320,7 @@ def test_an_entry_really_stored_past_seq_2_32_is_found_with_a_zero_hint(tmp_path
             txn.delete(seq, db=heap)
             txn.put(victim, far, db=oloc)
 
-        _hurt(store, move)
+        damage(store, move)
         assert _compare(store, keys) == set(keys)
         objects = objects_of(store.backend.dbs)
         with store.backend.read_txn() as txn:
@@ -549,7 +545,7 @@ def test_a_part_kept_in_the_legacy_table_is_committed_with_a_zero_hint_and_read_
             txn.delete(seq, db=dbs["heap"])
             txn.delete(victim, db=dbs["oloc"])
 
-        _hurt(store, to_legacy)
+        damage(store, to_legacy)
         assert _compare(store, keys) == set(keys) - {victim}
         rec = store.recorder("r")
         with store.read(store.ref("r") or "") as view:
