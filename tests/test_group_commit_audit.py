@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from test_store_concurrency import child_raises
-from test_store_group_commit import _wait_for
+from test_store_group_commit import _committer, _wait_for
 
 from cpstore.errors import StoreError
 from cpstore.store import group_commit
@@ -74,14 +74,13 @@ def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]
     gc._last_size, gc._last_seconds = 2, 30.0  # x waits (up to the cap) for a second write
     outcome: dict[str, str] = {}
 
+    commit = _committer(gc, outcome)
+
     def one(name: str, trace: Any = None) -> None:
         if trace is not None:
             sys.settrace(trace)
         try:
-            gc.commit(name)
-            outcome[name] = "ok"
-        except BaseException as exc:
-            outcome[name] = type(exc).__name__
+            commit(name)
         finally:
             sys.settrace(None)
 
