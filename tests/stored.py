@@ -33,6 +33,7 @@ from cpstore.store.record_codec import compress_record, inflate_record, why_not
 
 __all__ = [
     "content_of",
+    "damage",
     "edit_raw",
     "flip_byte",
     "forge_checkpoint",
@@ -41,6 +42,7 @@ __all__ = [
     "raw_get",
     "raw_items",
     "raw_put",
+    "record_entry",
     "seq_of",
     "to_layout_4",
     "to_layout_5",
@@ -158,6 +160,20 @@ def raw_items(txn: Any, dbs: Mapping[str, Any], table: str) -> Iterator[tuple[by
             yield k, bytes(v)
 
 
+def record_entry(store: Any, cid: str) -> tuple[bytes, bytes]:
+    """(heap seq, entry bytes) of checkpoint ``cid``'s record in an open layout-5/6 store."""
+    with store.backend.read_txn() as txn:
+        seq = bytes(txn.get(bytes.fromhex(cid), db=store.backend.db("cloc")))
+        return seq, bytes(txn.get(seq, db=store.backend.db("heap")))
+
+
+def damage(store: Any, fn: Any) -> None:
+    """Run ``fn(txn, dbs)`` in a raw write txn on an open store's environment (damage
+    behind the store's back: no group commit, no checks)."""
+    with store.backend.env.env.begin(write=True) as txn:
+        fn(txn, store.backend.dbs)
+
+
 def edit_raw(path: Any, table: str, key: bytes, change: Any) -> None:
     """Replace ``key``'s stored bytes by ``change(old)`` (None deletes) in a closed store's
     files, through a raw ``lmdb`` environment (as damage from outside cpstore would)."""
@@ -233,10 +249,14 @@ def to_layout_5(path: Any) -> int:
     return n
 
 
-def forge_checkpoint(store: Any, manifest_map: dict[str, Any]) -> bytes:
+def forge_checkpoint(store: Any, manifest_map: dict[str, Any], extra: bytes = b"") -> bytes:
     """Store ``manifest_map`` as a checkpoint record behind the store's back (hash-valid:
-    its id is its manifest's digest) and return the id; no ref names it."""
+    its id is its manifest's digest) and return the id; no ref names it. ``extra``: one
+    more raw (key, value) pair appended to the manifest map's bytes."""
     manifest = encode_manifest(manifest_map)
+    if extra:
+        pairs = b"".join(encode_value(k) + encode_value(v) for k, v in manifest_map.items())
+        manifest = b"\xde" + (len(manifest_map) + 1).to_bytes(2, "big") + pairs + extra
     forged = digest(manifest)
     value = pack_checkpoint_value(1.0, manifest)
     store.backend.write_txn(

@@ -19,8 +19,8 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stored import raw_put, to_layout_4
-from test_store_read_decoders import _msgpack, _same
+from stored import to_layout_4
+from test_store_read_decoders import _forge_parts, _msgpack, _same
 
 import cpstore
 from cpstore.errors import CpstoreError, IntegrityError
@@ -31,8 +31,7 @@ from cpstore.store import manifest as manifest_module
 from cpstore.store.decode import MSGPACK_MAX_DEPTH, decode_part, decoded_alike
 from cpstore.store.facade import Store
 from cpstore.store.fast_read import contents, read_parts
-from cpstore.store.manifest import check_manifest, check_manifest_state, encode_manifest
-from cpstore.store.model import pack_checkpoint_value
+from cpstore.store.manifest import check_manifest, check_manifest_state
 
 TIMESTAMP = b"\xd6\xff\x00\x00\x00\x01"  # ext -1: msgspec datetime, msgpack Timestamp
 ARRAY_KEY = b"\x81\x92\x01\x02\x03"  # {[1, 2]: 3}: msgspec a tuple key, msgpack refuses
@@ -64,32 +63,15 @@ def _pairs(m: dict[str, Any]) -> bytes:
     return b"".join(encode_value(k) + encode_value(v) for k, v in m.items())
 
 
-def _forge(store: Store, parts_bytes: dict[str, bytes], extra: bytes = b"") -> str:
-    """A hash-valid checkpoint whose parts are the given raw object bytes; ``extra``: one
-    more raw (key, value) pair appended to its manifest map."""
-    cid = store.recorder("run").checkpoint(0, {k: 0 for k in parts_bytes})
-    m = store.manifest(cid).raw
-    parts = {name: store.put_object(data) for name, data in parts_bytes.items()}
-    m["state"] = {**m["state"], "parts": parts, "digest": digest(encode_value(parts))}
-    manifest = encode_manifest(m)
-    if extra:
-        manifest = b"\xde" + (len(m) + 1).to_bytes(2, "big") + _pairs(m) + extra
-    forged = digest(manifest)
-    store.backend.write_txn(
-        lambda txn: raw_put(
-            txn, store.backend.dbs, "checkpoints", forged, pack_checkpoint_value(1.0, manifest)
-        )
-    )
-    return forged.hex()
-
-
 class TestDepthPastMsgpacksStack:
     def test_msgpack_nests_exactly_max_depth_containers(self) -> None:
         """MSGPACK_MAX_DEPTH is msgpack's stack: arrays and maps that deep decode, one more
         does not (a msgpack release that changes it fails here)."""
-        assert _msgpack(_nested(MSGPACK_MAX_DEPTH)) is not None
         deep_map = b"\x81\xa1a" * MSGPACK_MAX_DEPTH + b"\x01"
-        assert _msgpack(deep_map) is not None
+        arrays, maps = _msgpack(_nested(MSGPACK_MAX_DEPTH)), _msgpack(deep_map)
+        for _ in range(MSGPACK_MAX_DEPTH):  # unwrapped one level at a time: == would recurse
+            arrays, maps = arrays[0], maps["a"]
+        assert arrays == maps == 1
         for data in (_nested(MSGPACK_MAX_DEPTH + 1), b"\x81\xa1a" + deep_map):
             with pytest.raises(ValueError):
                 _msgpack(data)
@@ -107,7 +89,7 @@ class TestDepthPastMsgpacksStack:
     def test_a_part_past_msgpacks_stack_is_refused_by_whole_state_reads(self, store: Store) -> None:
         """state() refused as state_part() refuses, naming the part (the fast path returned it
         as verified under a raised recursion limit)."""
-        cid = _forge(store, {"a": encode_value("x"), "deep": _nested(MSGPACK_MAX_DEPTH + 1)})
+        cid = _forge_parts(store, {"a": encode_value("x"), "deep": _nested(MSGPACK_MAX_DEPTH + 1)})
         with store.read(cid) as cp:
             with pytest.raises(IntegrityError, match="deep"):
                 cp.state_part("deep")
@@ -183,7 +165,7 @@ class TestManifestFreeFields:
         self, store: Store
     ) -> None:
         """A checkpoint whose manifest msgpack cannot decode is refused when read, as it was."""
-        cid = _forge(store, {"a": encode_value("x")}, extra=encode_value("x") + ARRAY_KEY)
+        cid = _forge_parts(store, {"a": encode_value("x")}, extra=encode_value("x") + ARRAY_KEY)
         with (
             pytest.raises(IntegrityError, match="manifest is not canonical"),
             store.read(cid) as cp,
@@ -192,7 +174,7 @@ class TestManifestFreeFields:
 
     def test_a_forged_added_timestamp_field_reads_as_msgpacks_timestamp(self, store: Store) -> None:
         """The manifest map a reader hands out holds msgpack's Timestamp, not a datetime."""
-        cid = _forge(store, {"a": encode_value("x")}, extra=encode_value("x") + TIMESTAMP)
+        cid = _forge_parts(store, {"a": encode_value("x")}, extra=encode_value("x") + TIMESTAMP)
         with store.read(cid) as cp:
             assert type(cp.manifest.raw["x"]) is msgpack.Timestamp
 
@@ -432,7 +414,7 @@ class TestDeepForgedBytesNeverCrashAReader:
     def deep(self, tmp_path: Path) -> tuple[Path, str]:
         path = tmp_path / "s"
         with cpstore.open(path) as st_:
-            cid = _forge(st_, {"a": encode_value("x"), "deep": _nested(200_000)})
+            cid = _forge_parts(st_, {"a": encode_value("x"), "deep": _nested(200_000)})
         return path, cid
 
     def test_a_far_raised_recursion_limit_refuses_a_deep_part_instead_of_crashing(
@@ -468,7 +450,7 @@ class TestPayloadsAndCopiesHeld:
         self, store: Store, payload: bytes
     ) -> None:
         """Two msgpack values or none, under their own digest: state() refuses, naming the part."""
-        cid = _forge(store, {"a": encode_value("x"), "bad": payload})
+        cid = _forge_parts(store, {"a": encode_value("x"), "bad": payload})
         with store.read(cid) as cp, pytest.raises(IntegrityError, match="bad"):
             cp.state()
 

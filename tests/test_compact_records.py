@@ -17,7 +17,7 @@ import pytest
 import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st_
-from stored import to_layout_5
+from stored import record_entry, to_layout_5
 
 import cpstore
 from cpstore.cli import main
@@ -57,13 +57,6 @@ GOLDEN_ENTRY = bytes.fromhex(
 _HEAD = 26  # kind, key length, the id, hint count, one hint
 
 
-def _heap_entry(st: Store, cid: str) -> tuple[bytes, bytes]:
-    """(heap seq, entry bytes) of checkpoint ``cid``'s record."""
-    with st.backend.read_txn() as txn:
-        seq = bytes(txn.get(bytes.fromhex(cid), db=st.backend.db("cloc")))
-        return seq, bytes(txn.get(seq, db=st.backend.db("heap")))
-
-
 def _put_entry(st: Store, seq: bytes, entry: bytes) -> None:
     """Overwrite one heap entry behind the store's back."""
     with st.backend.env.env.begin(write=True) as txn:
@@ -73,7 +66,7 @@ def _put_entry(st: Store, seq: bytes, entry: bytes) -> None:
 def _one(tmp_path: Path) -> tuple[Store, str, bytes, bytes]:
     st = cpstore.open(tmp_path / "s")
     cid = st.recorder("r").checkpoint(0, {"a": 1})
-    seq, entry = _heap_entry(st, cid)
+    seq, entry = record_entry(st, cid)
     return st, cid, seq, entry
 
 
@@ -115,7 +108,7 @@ class TestGolden:
         with cpstore.open(tmp_path / "s") as st:
             cid = st.recorder("r").checkpoint(0, {"a": 1})
             assert cid == GOLDEN_CID
-            seq, _ = _heap_entry(st, cid)
+            seq, _ = record_entry(st, cid)
             _put_entry(st, seq, GOLDEN_ENTRY)
             with st.read(cid) as cp:
                 assert cp.state() == {"a": 1}
@@ -224,7 +217,7 @@ class TestCodec:
         with cpstore.open(tmp_path / "s") as st:
             meta = {"blob": "z" * (MAX_RECORD_CONTENT + 10)}
             cid = st.recorder("r").checkpoint(0, {"a": 1}, metadata=meta)
-            _, entry = _heap_entry(st, cid)
+            _, entry = record_entry(st, cid)
             assert entry[0] == KIND_RECORD
             with st.read(cid) as cp:
                 assert cp.state() == {"a": 1} and cp.manifest.metadata == meta
@@ -324,8 +317,8 @@ class TestLayouts:
         with cpstore.open(path) as st:
             assert st.backend.layout == STORE_VERSION == 6
             new = [st.recorder("new").checkpoint(i, {"b": i}) for i in range(3)]
-            assert {_heap_entry(st, c)[1][0] for c in old} == {KIND_RECORD}
-            assert {_heap_entry(st, c)[1][0] for c in new} == {KIND_COMPACT}
+            assert {record_entry(st, c)[1][0] for c in old} == {KIND_RECORD}
+            assert {record_entry(st, c)[1][0] for c in new} == {KIND_COMPACT}
             for cid in old + new:
                 with st.read(cid) as cp:
                     assert len(cp.state()) == 1
@@ -357,5 +350,5 @@ class TestLayouts:
                 for cid in old + new:
                     with st.read(cid) as cp:
                         assert len(cp.state()) == 1
-                kinds = {_heap_entry(st, c)[1][0] for c in old + new}
+                kinds = {record_entry(st, c)[1][0] for c in old + new}
                 assert KIND_COMPACT in kinds

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st_
-from stored import edit_raw, to_layout_5
+from stored import edit_raw, record_entry, to_layout_5
 
 import cpstore
 from cpstore.errors import IntegrityError, StoreError
@@ -162,9 +162,7 @@ def test_a_damaged_compact_frame_is_not_also_reported_as_garbage(tmp_path: Path)
     cloc/<id> -> heap/<seq>, never as "a heap entry no location index names": it is named."""
     with cpstore.open(tmp_path / "s") as st:
         cid = st.recorder("r").checkpoint(0, {"a": 1})
-        with st.backend.read_txn() as txn:
-            seq = bytes(txn.get(bytes.fromhex(cid), db=st.backend.db("cloc")))
-            entry = bytes(txn.get(seq, db=st.backend.db("heap")))
+        seq, entry = record_entry(st, cid)
         with st.backend.env.env.begin(write=True) as txn:
             txn.put(seq, entry + b"\x00", db=st.backend.dbs["heap"])
         at = int.from_bytes(seq, "big")
@@ -209,8 +207,7 @@ def test_a_read_only_handle_opened_at_layout_5_reads_r_entries_another_process_w
             assert cp.state() == {"b": 2}
         with ro.backend.read_txn() as txn:
             assert ro.backend.layout_in(txn) == 6
-            seq = bytes(txn.get(bytes.fromhex(out[0]), db=ro.backend.db("cloc")))
-            assert bytes(txn.get(seq, db=ro.backend.db("heap")))[0] == KIND_COMPACT
+        assert record_entry(ro, out[0])[1][0] == KIND_COMPACT
         assert ro.verify().ok
 
 

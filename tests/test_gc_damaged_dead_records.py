@@ -9,12 +9,11 @@ counts what left the store, and the same on PostgreSQL (retention is shared).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 from pg_cluster import Cluster, pg_cluster, pg_url  # noqa: F401 - fixtures
 from stored import edit_raw, to_layout_5
+from test_pg_store import _sql
 
 import cpstore
 from cpstore.native.canonical import encode_value
@@ -102,11 +101,6 @@ def test_a_gc_report_counts_only_objects_that_were_stored(tmp_path: Path) -> Non
         dry = st.gc(delete_run="other", dry_run=True)
         report = st.gc(delete_run="other")
         assert report.objects_removed == dry.objects_removed == len(before - _object_keys(st))
-
-
-def _sql(url: str, statement: str, params: tuple[Any, ...] = ()) -> None:
-    with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
-        conn.execute(statement, params)
 
 
 def test_postgres_gc_leaves_a_damaged_dead_record_and_sweeps_its_sound_child(

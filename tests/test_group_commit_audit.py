@@ -22,6 +22,8 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from test_store_concurrency import child_raises
+from test_store_group_commit import _committer, _wait_for
 
 from cpstore.errors import StoreError
 from cpstore.store import group_commit
@@ -72,14 +74,13 @@ def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]
     gc._last_size, gc._last_seconds = 2, 30.0  # x waits (up to the cap) for a second write
     outcome: dict[str, str] = {}
 
+    commit = _committer(gc, outcome)
+
     def one(name: str, trace: Any = None) -> None:
         if trace is not None:
             sys.settrace(trace)
         try:
-            gc.commit(name)
-            outcome[name] = "ok"
-        except BaseException as exc:
-            outcome[name] = type(exc).__name__
+            commit(name)
         finally:
             sys.settrace(None)
 
@@ -97,15 +98,6 @@ def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]
         if t.is_alive():
             outcome[name] = "HANG"
     return outcome, store
-
-
-def _wait_for(cond: Any) -> None:
-    done = threading.Event()
-    for _ in range(10000):
-        if cond():
-            return
-        done.wait(0.001)
-    raise AssertionError("condition never held")
 
 
 def _check(outcome: dict[str, str], store: _Store) -> None:
@@ -256,9 +248,9 @@ class TestStoreGroups:
             assert len(ids) == 6
             for run, got in ids.items():
                 assert [m.id for m in st.history(run)] == got[::-1]
-                for cid in got:
+                for k, cid in enumerate(got):
                     with st.read(cid) as cp:
-                        cp.state()
+                        assert cp.state_part("k") == k
             assert st.verify().ok
 
     def test_a_child_forked_while_a_group_commits_gets_an_error_not_a_hang(
@@ -283,20 +275,10 @@ class TestStoreGroups:
             t = threading.Thread(target=lambda: done.append(rec.checkpoint(1, {"v": 1})))
             t.start()
             assert entered.wait(30)
-            pid = os.fork()
-            if pid == 0:  # the child: exit code says what happened
-                code = 3
-                try:
-                    st.recorder("child").checkpoint(0, {"v": 0})
-                    code = 1
-                except StoreError:
-                    code = 0
-                finally:
-                    os._exit(code)
-            _, status = os.waitpid(pid, 0)
+            raised = child_raises(lambda: st.recorder("child").checkpoint(0, {"v": 0}), StoreError)
             release.set()
             t.join(30)
-            assert os.waitstatus_to_exitcode(status) == 0
+            assert raised
             assert done and st.ref("parent") == done[0]
 
 

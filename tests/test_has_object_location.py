@@ -11,15 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stored import damage
 
 import cpstore
 from cpstore.errors import IntegrityError
 from cpstore.store.facade import Store
-
-
-def _damage(st: Store, fn: Any) -> None:
-    with st.backend.env.env.begin(write=True) as txn:
-        fn(txn, st.backend.dbs)
 
 
 def _two(tmp_path: Path) -> tuple[Store, bytes, bytes]:
@@ -41,9 +37,7 @@ def test_a_location_naming_a_missing_heap_entry_is_named_not_answered_true(
     """oloc row kept, heap entry gone: IntegrityError naming oloc/<key>."""
     st, key, _ = _two(tmp_path)
     with st:
-        _damage(
-            st, lambda txn, dbs: txn.delete(bytes(txn.get(key, db=dbs["oloc"])), db=dbs["heap"])
-        )
+        damage(st, lambda txn, dbs: txn.delete(bytes(txn.get(key, db=dbs["oloc"])), db=dbs["heap"]))
         with pytest.raises(IntegrityError, match="not stored") as info:
             st.has_object(key)
         assert f"oloc/{key.hex()}" in str(info.value.where)
@@ -57,7 +51,7 @@ def test_a_location_naming_another_objects_entry_is_named(tmp_path: Path) -> Non
         def swap(txn: Any, dbs: Any) -> None:
             txn.put(key, bytes(txn.get(other, db=dbs["oloc"])), db=dbs["oloc"])
 
-        _damage(st, swap)
+        damage(st, swap)
         with pytest.raises(IntegrityError, match="not the one the index names"):
             st.has_object(key)
         assert st.has_object(other)

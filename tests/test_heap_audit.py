@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stored import to_layout_4
+from stored import damage, to_layout_4
 
 import cpstore
 import cpstore.store.recorder as recorder_module
@@ -31,12 +31,6 @@ def _b(state: object) -> object:
     """Part "b" of a parts state."""
     assert isinstance(state, dict)
     return state["b"]
-
-
-def _damage(st: Store, fn: Any) -> None:
-    """Run ``fn(txn, dbs)`` in a raw write txn (damage behind the store's back)."""
-    with st.backend.env.env.begin(write=True) as txn:
-        fn(txn, st.backend.dbs)
 
 
 _WRITE = (
@@ -64,7 +58,7 @@ class TestAppendRefused:
         raises IntegrityError and writes nothing, instead of an index row naming no entry."""
         with cpstore.open(tmp_path / "s") as st:
             _record(st, "r", 1)
-            _damage(st, lambda txn, dbs: txn.put(b"\x00\x05", b"stray", db=dbs["heap"]))
+            damage(st, lambda txn, dbs: txn.put(b"\x00\x05", b"stray", db=dbs["heap"]))
             with pytest.raises(IntegrityError, match="heap"):
                 st.put_object(b"a new object " * 20)
             with pytest.raises(IntegrityError, match="heap"):
@@ -124,15 +118,13 @@ class TestCommitFindsObjects:
             def drop(txn: Any, dbs: Any) -> None:
                 txn.delete(bytes(txn.get(part, db=dbs["oloc"])), db=dbs["heap"])
 
-            _damage(st, drop)
+            damage(st, drop)
             with pytest.raises(IntegrityError, match="not stored") as info:
                 rec.checkpoint(1, {"a": "A" * 300, "b": 1})
             assert f"oloc/{part.hex()}" in str(info.value.where)
             assert st.ref("r") == first  # nothing acknowledged
 
-    def test_a_commit_whose_parent_record_location_is_gone_is_refused(
-        self, tmp_path: Path
-    ) -> None:
+    def test_a_commit_whose_parent_record_location_is_gone_is_refused(self, tmp_path: Path) -> None:
         """The parent's cloc row names a missing heap entry: the child is refused with
         IntegrityError naming the location (the parent check follows the location as the
         must-exist check does), and the branch does not move."""
@@ -144,7 +136,7 @@ class TestCommitFindsObjects:
             def drop(txn: Any, dbs: Any) -> None:
                 txn.delete(bytes(txn.get(parent, db=dbs["cloc"])), db=dbs["heap"])
 
-            _damage(st, drop)
+            damage(st, drop)
             with pytest.raises(IntegrityError) as info:
                 rec.checkpoint(1, {"a": 1})
             assert f"cloc/{first}" in str(info.value.where)
@@ -169,7 +161,7 @@ class TestCommitFindsObjects:
             def drop(txn: Any, dbs: Any) -> None:
                 txn.delete(bytes(txn.get(part, db=dbs["oloc"])), db=dbs["heap"])
 
-            _damage(st, drop)
+            damage(st, drop)
         with cpstore.open(src) as st, cpstore.open(dst) as d:
             with pytest.raises(IntegrityError) as info:  # its seq may be taken again meanwhile
                 transfer(st.backend, d.backend)
@@ -397,7 +389,7 @@ class TestHintsAcrossHistory:
                     entry[22 : 22 + 4 * count] = b"".join(reversed(hints))
                     txn.put(loc, bytes(entry), db=dbs["heap"])
 
-            _damage(st, reverse)
+            damage(st, reverse)
             got = st.history_states("r")
             assert [e.state for e in got] == [e.state for e in want]
             assert [_b(e.state) for e in got] == list(range(7, -1, -1))

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stored import damage
+from test_put2_audit import _parts_store
 
 import cpstore
 from cpstore.errors import ConflictError, IntegrityError
@@ -29,20 +31,6 @@ from cpstore.store.manifest import (
     encode_digest_map,
 )
 from cpstore.store.model import ref_key
-
-
-def _parts_store(path: Path, steps: int = 12) -> tuple[Store, list[bytes]]:
-    """A store whose head names 10 parts; returns it and the head's part digests."""
-    st = cpstore.open(path)
-    rec = st.recorder("r")
-    state = {f"p{i}": f"value {i} " * 30 for i in range(10)}
-    cid = ""
-    for step in range(steps):
-        state[f"p{step % 10}"] = f"step {step} " * 30
-        cid = rec.checkpoint(step, dict(state))
-    with st.read(cid) as view:
-        parts = view.manifest.raw["state"]["parts"]
-    return st, [bytes(d) for d in parts.values()]
 
 
 def _per_key(objects: Content, txn: Any, keys: list[bytes]) -> tuple[bytes, set[bytes]]:
@@ -71,17 +59,12 @@ def _check(st: Store, keys: list[bytes]) -> None:
     assert found == want_found
 
 
-def _damage(st: Store, fn: Any) -> None:
-    with st.backend.env.env.begin(write=True) as txn:
-        fn(txn, st.backend.dbs)
-
-
 def test_locations_of_sound_parts_equal_the_per_key_answers(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a sound store every part is found and each hint is its heap seq (the
     concatenated form answers: it is the one taken)."""
-    st, keys = _parts_store(tmp_path / "s")
+    st, keys, _ = _parts_store(tmp_path / "s")
     taken: list[int] = []
     plans = content._plans
 
@@ -103,7 +86,7 @@ def test_locations_of_sound_parts_equal_the_per_key_answers(
 
 
 @pytest.mark.parametrize(
-    "damage",
+    "how",
     [
         "row names another part's entry",
         "row names a missing entry",
@@ -116,49 +99,49 @@ def test_locations_of_sound_parts_equal_the_per_key_answers(
     ],
 )
 def test_locations_with_one_damaged_location_equal_the_per_key_answers(
-    tmp_path: Path, damage: str
+    tmp_path: Path, how: str
 ) -> None:
     """One damaged index row or heap entry among ten: the same hints, and that key (only)
     not found, exactly as the per-key reads answer."""
-    st, keys = _parts_store(tmp_path / "s")
+    st, keys, _ = _parts_store(tmp_path / "s")
     with st:
         victim, other = keys[3], keys[7]
 
         def hurt(txn: Any, dbs: Any) -> None:
             oloc, heap = dbs["oloc"], dbs["heap"]
             seq = bytes(txn.get(victim, db=oloc))
-            if damage == "row names another part's entry":
+            if how == "row names another part's entry":
                 txn.put(victim, bytes(txn.get(other, db=oloc)), db=oloc)
-            elif damage == "row names a missing entry":
+            elif how == "row names a missing entry":
                 txn.put(victim, (2**31).to_bytes(8, "big"), db=oloc)
-            elif damage == "row is 7 bytes":
+            elif how == "row is 7 bytes":
                 txn.put(victim, seq[1:], db=oloc)
-            elif damage == "row is 9 bytes":
+            elif how == "row is 9 bytes":
                 txn.put(victim, b"\x00" + seq, db=oloc)
-            elif damage == "row past 2**32":
+            elif how == "row past 2**32":
                 txn.put(victim, (2**33).to_bytes(8, "big"), db=oloc)
-            elif damage == "row deleted":
+            elif how == "row deleted":
                 txn.delete(victim, db=oloc)
-            elif damage == "entry carries another kind":
+            elif how == "entry carries another kind":
                 entry = bytes(txn.get(seq, db=heap))
                 txn.put(seq, b"c" + entry[1:], db=heap)
             else:
                 txn.put(seq, entry_header(KIND_OBJECT, victim), db=heap)
 
-        _damage(st, hurt)
+        damage(st, hurt)
         _check(st, keys)
         objects = objects_of(st.backend.dbs)
         with st.backend.read_txn() as txn:
             found: set[bytes] = set()
             objects.locations(txn, keys, found)
         # A header-only entry still carries its kind and key: found (its hash fails on read).
-        assert found == (set(keys) if damage == "entry cut to its header" else set(keys) - {victim})
+        assert found == (set(keys) if how == "entry cut to its header" else set(keys) - {victim})
 
 
 def test_locations_of_keys_of_other_lengths_equal_the_per_key_answers(tmp_path: Path) -> None:
     """Keys that are not 16 bytes (a frame key, a short one) take the per-key reads: same
     answers, never a match made across key boundaries."""
-    st, keys = _parts_store(tmp_path / "s")
+    st, keys, _ = _parts_store(tmp_path / "s")
     with st:
         # 15 + 17 bytes sum to two 16-byte keys: a concatenation must not pair them up.
         _check(st, [keys[0][:15], keys[1] + b"\x00", *keys[2:]])
@@ -201,7 +184,7 @@ def test_a_ref_damaged_after_this_process_wrote_it_is_still_refused(tmp_path: Pa
             value[-1] ^= 1
             txn.put(key, bytes(value), db=dbs["refs"])
 
-        _damage(st, flip)
+        damage(st, flip)
         with pytest.raises(IntegrityError):
             rec.checkpoint(1, {"a": "y"})
 
@@ -216,7 +199,7 @@ def test_a_ref_moved_by_another_process_to_other_bytes_is_read_and_checked(
         first = rec.checkpoint(0, {"a": "x"})
         rec.checkpoint(1, {"a": "y"})
         # Another writer's ref value, written as pack_ref writes it (not through write_ref).
-        _damage(
+        damage(
             st,
             lambda txn, dbs: txn.put(
                 ref_key("r", "main"),

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,24 @@ import pytest
 
 from cpstore.errors import ConflictError, ForkError, StoreError
 from cpstore.store.facade import open as open_store
+
+
+def child_raises(fn: Callable[[], object], expected: type[BaseException] = ForkError) -> bool:
+    """Fork; the child runs ``fn`` and exits 0 only when it raises ``expected`` (1 when it
+    returns, 2 on any other exception, never running on into the parent's code). The
+    parent waits for it: whether the child raised ``expected``."""
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 2
+        try:
+            fn()
+            code = 1
+        except expected:
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def _writer(path: str, run: str, steps: int) -> list[str]:
@@ -42,33 +61,13 @@ class TestProcesses:
         """A child that touches its parent's store gets ForkError; the parent is unharmed."""
         with open_store(tmp_path / "s") as st:
             key = st.put_object(b"parent")
-            pid = os.fork()
-            if pid == 0:  # child
-                code = 1
-                try:
-                    st.get_object(key)
-                except ForkError:
-                    code = 0
-                os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            assert os.waitstatus_to_exitcode(status) == 0
+            assert child_raises(lambda: st.get_object(key))
             assert st.get_object(key) == b"parent"
 
     def test_reopening_in_a_forked_child_is_a_fork_error(self, tmp_path: Path) -> None:
         """py-lmdb cannot reopen inherited files: open() in the child says so clearly."""
         with open_store(tmp_path / "s"):
-            pid = os.fork()
-            if pid == 0:
-                code = 1
-                try:
-                    open_store(tmp_path / "s")
-                except ForkError:
-                    code = 0
-                except BaseException:
-                    code = 2
-                os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            assert os.waitstatus_to_exitcode(status) == 0
+            assert child_raises(lambda: open_store(tmp_path / "s"))
 
 
 class TestThreads:

@@ -67,9 +67,7 @@ def _queue_behind_leader(gc: GroupCommit[str], gate: _Gate, names: list[str]) ->
     others = [threading.Thread(target=one, args=(n,)) for n in names]
     for t in others:
         t.start()
-    deadline = time.monotonic() + 10
-    while len(gc._queue) < len(names) and time.monotonic() < deadline:
-        time.sleep(0.001)
+    _wait_for(lambda: len(gc._queue) >= len(names))
     gate.release.set()
     for t in [lead, *others]:
         t.join(10)
@@ -124,12 +122,10 @@ class TestGrouping:
         # "boom" queues first so it leads the second group (and is interrupted in it).
         boom = threading.Thread(target=one, args=("boom",))
         boom.start()
-        while len(gc._queue) < 1:
-            time.sleep(0.001)
+        _wait_for(lambda: len(gc._queue) >= 1)
         other = threading.Thread(target=one, args=("other",))
         other.start()
-        while len(gc._queue) < 2:
-            time.sleep(0.001)
+        _wait_for(lambda: len(gc._queue) >= 2)
         release.set()
         for t in (first, boom, other):
             t.join(10)
@@ -179,7 +175,7 @@ class TestGrouping:
         _wait_for(lambda: gc._timer is not None)
         second = threading.Thread(target=one, args=("y",))
         second.start()
-        _wait_for(lambda: len(gc._queue) == 2)
+        _wait_for(lambda: len(gc._queue) >= 2)
         go.set()  # x's timed wait raises now; y sleeps without a deadline until woken
         for t in (first, second):
             t.join(10)
@@ -359,9 +355,7 @@ class TestGathering:
 
         first = threading.Thread(target=commit, args=("x",))
         first.start()
-        deadline = time.monotonic() + 10
-        while gc._timer is None and not done and time.monotonic() < deadline:
-            time.sleep(0.001)
+        _wait_for(lambda: gc._timer is not None or bool(done))
         time.sleep(0.05)  # a leader that did not gather would commit "x" alone now
         assert not done and len(gate.groups) == 2  # gathering, not committing
         others = [threading.Thread(target=commit, args=(n,)) for n in "yz"]
@@ -586,12 +580,10 @@ class TestReadHeldDuringGroup:
             assert reading.wait(30)
             grower = threading.Thread(target=st.backend.env.grow, daemon=True)
             grower.start()
-            while not st.backend.env._resizing:
-                time.sleep(0.001)
+            _wait_for(lambda: bool(st.backend.env._resizing))
             lead = threading.Thread(target=leader, daemon=True)
             lead.start()
-            while not st.backend.group._committing:
-                time.sleep(0.001)
+            _wait_for(lambda: bool(st.backend.group._committing))
             go.set()
             for t in (r, grower, lead):
                 t.join(60)

@@ -14,7 +14,7 @@ from typing import Any
 
 import lmdb
 import pytest
-from stored import raw_dbs, seq_of, to_layout_4
+from stored import damage, raw_dbs, seq_of, to_layout_4
 
 import cpstore
 from cpstore.cli import main
@@ -40,12 +40,6 @@ def _layout_4(path: Path, steps: int = 4) -> list[str]:
 def _entries(path: Path, table: str) -> int:
     with cpstore.open(path, readonly=True) as st, st.backend.read_txn() as txn:
         return int(txn.stat(st.backend.db(table))["entries"])
-
-
-def _damage(st: Store, fn: Any) -> None:
-    """Run ``fn(txn, dbs)`` in a raw write txn (damage behind the store's back)."""
-    with st.backend.env.env.begin(write=True) as txn:
-        fn(txn, st.backend.dbs)
 
 
 class TestLayout:
@@ -115,7 +109,7 @@ class TestHints:
                 entry[22 : 22 + 4 * count] = (1).to_bytes(4, "big") * count
                 txn.put(loc, bytes(entry), db=dbs["heap"])
 
-            _damage(st, mislead)
+            damage(st, mislead)
             with st.read(ids[-1]) as cp:
                 assert cp.state() == want
             assert st.history_states("r", limit=1)[0].state == want
@@ -249,7 +243,7 @@ class TestDamage:
         """An oloc value that is not 8 bytes: IntegrityError naming oloc, with verify=False too."""
         st, key, _ = self._one(tmp_path)
         with st:
-            _damage(st, lambda txn, dbs: txn.put(key, b"\x01\x02", db=dbs["oloc"]))
+            damage(st, lambda txn, dbs: txn.put(key, b"\x01\x02", db=dbs["oloc"]))
             for verify in (True, False):
                 with pytest.raises(IntegrityError, match="8-byte location") as info:
                     st.get_object(key, verify=verify)
@@ -266,7 +260,7 @@ class TestDamage:
             def swap(txn: Any, dbs: Any) -> None:
                 txn.put(key, bytes(txn.get(other, db=dbs["oloc"])), db=dbs["oloc"])
 
-            _damage(st, swap)
+            damage(st, swap)
             for verify in (True, False):
                 with pytest.raises(IntegrityError, match="not the one the index names"):
                     st.get_object(key, verify=verify)
@@ -283,7 +277,7 @@ class TestDamage:
             def drop(txn: Any, dbs: Any) -> None:
                 txn.delete(bytes(txn.get(key, db=dbs["oloc"])), db=dbs["heap"])
 
-            _damage(st, drop)
+            damage(st, drop)
             with pytest.raises(IntegrityError, match="not stored"):
                 st.get_object(key, verify=False)
             assert any(f"oloc/{key.hex()}" in p for p in _problems(st))
@@ -292,7 +286,7 @@ class TestDamage:
         """An entry whose index row is gone: the object is not found, verify names the entry."""
         st, key, _ = self._one(tmp_path)
         with st:
-            _damage(st, lambda txn, dbs: txn.delete(key, db=dbs["oloc"]))
+            damage(st, lambda txn, dbs: txn.delete(key, db=dbs["oloc"]))
             with pytest.raises(NotFoundError):
                 st.get_object(key)
             assert any("no location index names" in p and "heap/" in p for p in _problems(st))
@@ -309,7 +303,7 @@ class TestDamage:
                 seq = bytes(txn.get(key, db=dbs["oloc"]))
                 txn.put(seq, bytes(txn.get(seq, db=dbs["heap"]))[:cut], db=dbs["heap"])
 
-            _damage(st, truncate)
+            damage(st, truncate)
             with pytest.raises(IntegrityError):
                 st.get_object(key)
             assert any(key.hex() in p for p in _problems(st))
@@ -325,7 +319,7 @@ class TestDamage:
                 loc = bytes(txn.get(bytes.fromhex(b), db=dbs["cloc"]))
                 txn.put(bytes.fromhex(a), loc, db=dbs["cloc"])
 
-            _damage(st, swap)
+            damage(st, swap)
             with pytest.raises(IntegrityError, match="not the one the index names"):
                 st.read(a, verify=False).__enter__()
             assert any(f"cloc/{a}" in p for p in _problems(st))

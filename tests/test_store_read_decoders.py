@@ -145,13 +145,14 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield st_
 
 
-def _forge_parts(store: Store, parts_bytes: dict[str, bytes]) -> str:
-    """A hash-valid checkpoint whose parts are the given raw object bytes."""
+def _forge_parts(store: Store, parts_bytes: dict[str, bytes], extra: bytes = b"") -> str:
+    """A hash-valid checkpoint whose parts are the given raw object bytes; ``extra``: one
+    more raw (key, value) pair appended to its manifest map."""
     cid = store.recorder("run").checkpoint(0, {k: 0 for k in parts_bytes})
     m = store.manifest(cid).raw
     parts = {name: store.put_object(data) for name, data in parts_bytes.items()}
     m["state"] = {**m["state"], "parts": parts, "digest": digest(encode_value(parts))}
-    return forge_checkpoint(store, m).hex()
+    return forge_checkpoint(store, m, extra).hex()
 
 
 class TestThroughTheStore:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
-from stored import to_layout_4, to_layout_5
+from stored import record_entry, to_layout_4, to_layout_5
 
 import cpstore
 from cpstore.cli import main
@@ -19,13 +19,6 @@ from cpstore.store.transfer import transfer
 def _record(st: Store, run: str, steps: int, start: int = 0) -> list[str]:
     rec = st.recorder(run)
     return [rec.checkpoint(i, {"a": f"{run} {i} " * 40, "b": i}) for i in range(start, steps)]
-
-
-def _record_kind(st: Store, cid: str) -> int:
-    """The kind byte of checkpoint ``cid``'s heap entry."""
-    with st.backend.read_txn() as txn:
-        seq = bytes(txn.get(bytes.fromhex(cid), db=st.backend.db("cloc")))
-        return int(bytes(txn.get(seq, db=st.backend.db("heap")))[0])
 
 
 class TestMixedStores:
@@ -79,4 +72,4 @@ class TestMixedStores:
                     with st.read(cid) as cp:
                         assert cp.state() == {"a": i}
         with cpstore.open(back, readonly=True) as st:
-            assert {_record_kind(st, c) for c in ids} == {KIND_COMPACT}
+            assert {record_entry(st, c)[1][0] for c in ids} == {KIND_COMPACT}

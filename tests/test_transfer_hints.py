@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from test_transfer_heap import _record
+
 import cpstore
 from cpstore.cli import main
 from cpstore.store.content import objects_of, records_of
 
 
-def _record(path: Path, run: str, steps: int) -> list[str]:
+def _record_in(path: Path, run: str, steps: int) -> list[str]:
     with cpstore.open(path) as st:
-        rec = st.recorder(run)
-        return [rec.checkpoint(i, {"a": f"{run} {i} " * 40, "b": i}) for i in range(steps)]
+        return _record(st, run, steps)
 
 
 def _hints_and_seqs(path: Path, cid: str) -> tuple[list[int], list[int]]:
@@ -34,8 +35,8 @@ def _hints_and_seqs(path: Path, cid: str) -> tuple[list[int], list[int]]:
 def test_pushed_records_carry_the_heap_seqs_of_their_parts(tmp_path: Path) -> None:
     """After a push, every landed record's hints equal its parts' locations."""
     src, dst = tmp_path / "src", tmp_path / "dst"
-    ids = _record(src, "r", 4)
-    _record(dst, "other", 2)  # the destination's heap already has entries: seqs differ
+    ids = _record_in(src, "r", 4)
+    _record_in(dst, "other", 2)  # the destination's heap already has entries: seqs differ
     assert main(["push", "--store", str(src), str(dst)]) == 0
     for cid in ids:
         hints, seqs = _hints_and_seqs(dst, cid)
@@ -48,7 +49,7 @@ def test_pushed_records_carry_the_heap_seqs_of_their_parts(tmp_path: Path) -> No
 def test_a_hint_of_a_pulled_record_names_an_object_entry_of_that_part(tmp_path: Path) -> None:
     """Each hinted heap entry is the object entry of the part it stands for."""
     src, dst = tmp_path / "src", tmp_path / "dst"
-    ids = _record(src, "r", 2)
+    ids = _record_in(src, "r", 2)
     assert main(["pull", "--store", str(dst), str(src)]) == 0
     with cpstore.open(dst, readonly=True) as st, st.backend.read_txn() as txn:
         dbs = st.backend.dbs
