@@ -10,7 +10,11 @@ LMDB is the raw limit of one-writer-at-a-time LMDB across processes;
 :class:`CoalescedRawWriter` is the raw limit of sharing fsyncs (not txns)
 between them without weakening durability. For
 threads, :func:`run_raw_grouped` is the raw limit of grouping: all 4 writers'
-step in one fsync'd txn, with nothing else to do.
+step in one fsync'd txn, with nothing else to do; :func:`run_raw_pipelined` the
+raw limit of pipelining groups (two groups of 2 writers alternating, each
+committed with ``MDB_NOMETASYNC`` and acknowledged after an ``fdatasync`` begun
+after its commit returned, so one group's txn runs while the other's syncs),
+with and without a stand-in for cpstore's CPU per put (:data:`CPU_STAND_IN`).
 
 Each writer records its own LangGraph thread (cpstore: its own run) of the
 issue-12 workload (10 channels x 1 KB, one changes per step), ``WRITES`` puts.
@@ -274,6 +278,143 @@ def run_raw_grouped(path: Path, wls: list[Workload]) -> float:
         env.close()
 
 
+#: Microseconds of GIL-held CPU per put the pipelined raw limit's second row burns
+#: beside bare LMDB: a writer's build of its checkpoint outside the txn and the
+#: txn's work per checkpoint inside it (cpstore's, measured per phase in threaded
+#: runs, 2026-12-01: ~38 and ~40 us), so what pipelining could hide is on the table.
+CPU_STAND_IN = (38.0, 40.0)
+
+
+def _burn(us: float) -> None:
+    """Hold the GIL for ``us`` microseconds (pure Python: no release)."""
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+class SyncedThrough:
+    """Which txns of an ``MDB_NOMETASYNC`` env are durable, data and meta page, in one process.
+
+    A commit with ``sync=True, metasync=False`` fdatasyncs its data pages and
+    writes its meta page unsynced. Txn ``n`` is durable once an ``fdatasync``
+    of the file began after its commit returned: the commit of a later txn of
+    this process (its data fdatasync; the caller serialises whole txns, so the
+    earlier commit had returned), or an explicit ``env.sync(True)``, shared by
+    every commit that returned before it began.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+        self.cond = threading.Condition()
+        self.returned = 0  # highest txn id whose commit has returned
+        self.through = 0  # every txn up to this one is durable
+        self.syncing = False
+
+    def committed(self, txnid: int) -> None:
+        """Txn ``txnid`` committed (its commit returned); every earlier one is durable."""
+        with self.cond:
+            self.returned = max(self.returned, txnid)
+            if txnid - 1 > self.through:
+                self.through = txnid - 1
+                self.cond.notify_all()
+
+    def wait(self, txnid: int) -> None:
+        """Return once ``txnid`` is durable: join a sync begun after it, or run one."""
+        with self.cond:
+            while self.through < txnid:
+                if self.syncing:
+                    self.cond.wait()
+                    continue
+                self.syncing, upto = True, self.returned
+                self.cond.release()
+                try:
+                    self.env.sync(True)
+                finally:
+                    self.cond.acquire()
+                    self.syncing = False
+                    self.through = max(self.through, upto)
+                    self.cond.notify_all()
+
+
+def run_raw_pipelined(path: Path, wls: list[Workload], *, cpu: bool, lanes: int = 2) -> float:
+    """Pipelined groups: ``lanes`` threads, each committing its share of the writers'
+    step ``i`` in one ``MDB_NOMETASYNC`` txn, acknowledged through :class:`SyncedThrough`.
+
+    Each lane is a group that alternates with the others: while one lane's
+    commit is being made durable, another's txn runs (py-lmdb: one write txn
+    per env at a time, hence the lock around a whole txn). ``cpu``: each lane
+    also burns :data:`CPU_STAND_IN` per put (the build before the txn, the txn's
+    work inside it), GIL-held as cpstore's is.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    env = lmdb.open(str(path), map_size=MAP_SIZE, sync=True, metasync=False)
+    synced = SyncedThrough(env)
+    lock = threading.Lock()
+    names = [f"writer{i}".encode() for i in range(len(wls))]
+    per = len(wls) // lanes
+    build, work = CPU_STAND_IN if cpu else (0.0, 0.0)
+    start = threading.Barrier(lanes + 1)
+    errors: list[BaseException] = []
+
+    def lane(mine: range) -> None:
+        start.wait()
+        try:
+            for step in range(len(wls[0].states)):
+                _burn(build * len(mine))
+                with lock:
+                    txn = env.begin(write=True)
+                    try:
+                        for i in mine:
+                            _burn(work)
+                            put_step(txn, names[i], step, wls[i].states[step])
+                        txnid = txn.id()
+                        txn.commit()
+                    except BaseException:
+                        txn.abort()
+                        raise
+                synced.committed(txnid)
+                synced.wait(txnid)
+        except BaseException as exc:  # surfaced below: a failed lane fails the figure
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=lane, args=(range(k * per, (k + 1) * per),)) for k in range(lanes)
+    ]
+    try:
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        if errors:
+            raise errors[0]
+        return elapsed
+    finally:
+        env.close()
+
+
+def run_raw_grouped_cpu(path: Path, wls: list[Workload]) -> float:
+    """:func:`run_raw_grouped` with :data:`CPU_STAND_IN` burnt per put (the pipelined
+    raw limit's baseline at equal CPU: one group of 4, nothing overlapped)."""
+    path.mkdir(parents=True, exist_ok=True)
+    env = lmdb.open(str(path), map_size=MAP_SIZE, sync=True, metasync=True)
+    names = [f"writer{i}".encode() for i in range(len(wls))]
+    build, work = CPU_STAND_IN
+    try:
+        t0 = time.perf_counter()
+        for step in range(len(wls[0].states)):
+            _burn(build * len(wls))
+            with env.begin(write=True) as txn:
+                for name, wl in zip(names, wls, strict=True):
+                    _burn(work)
+                    put_step(txn, name, step, wl.states[step])
+        return time.perf_counter() - t0
+    finally:
+        env.close()
+
+
 def _process_writer(job: tuple[str, str, int, int], start: Any, out: Any) -> None:
     kind, path, index, steps = job
     opener, make = KINDS[kind]
@@ -363,6 +504,15 @@ def test_group_commit_threads(
     contenders["raw LMDB ideal group"] = lambda: run_raw_grouped(
         tmp_path_factory.mktemp("gcr"), wls
     )
+    contenders["raw LMDB pipelined 2x2"] = lambda: run_raw_pipelined(
+        tmp_path_factory.mktemp("gcq"), wls, cpu=False
+    )
+    contenders["raw LMDB ideal group +cpu"] = lambda: run_raw_grouped_cpu(
+        tmp_path_factory.mktemp("gcr"), wls
+    )
+    contenders["raw LMDB pipelined 2x2 +cpu"] = lambda: run_raw_pipelined(
+        tmp_path_factory.mktemp("gcq"), wls, cpu=True
+    )
     interleave(
         benchmark,
         f"group commit, {WRITERS} writer threads (aggregate)",
@@ -377,6 +527,20 @@ def test_group_commit_threads(
                 None,
                 True,
                 "raw limit of grouping vs peer",
+            ),
+            Comparison(
+                "raw LMDB pipelined 2x2",
+                "raw LMDB ideal group",
+                None,
+                True,
+                "pipelined groups of 2 vs one group of 4, bare",
+            ),
+            Comparison(
+                "raw LMDB pipelined 2x2 +cpu",
+                "raw LMDB ideal group +cpu",
+                None,
+                True,
+                "pipelined groups of 2 vs one group of 4, with cpstore's CPU per put",
             ),
         ],
         items=WRITERS * writes,
