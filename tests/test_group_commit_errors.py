@@ -43,10 +43,10 @@ class _FaultTxn:
     def __enter__(self) -> _FaultTxn:
         return self
 
-    def __exit__(self, kind: object, exc: object, tb: object) -> bool:
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
         if kind is not None:
             self._txn.abort()
-            return False
+            return
         if self._lands:
             self._txn.commit()
         else:
@@ -73,7 +73,7 @@ def fail_commits(
         left[0] -= 1
         return _FaultTxn(txn, lands, between)
 
-    env._begin_write = begin  # type: ignore[method-assign]
+    env._begin_write = begin
     return left
 
 
@@ -124,7 +124,8 @@ class TestGroupedCommitErrors:
                 assert ids[0] == outcome[run][3:] and len(ids) == 2
                 assert st.ref(run) == ids[0]
             rec = st.recorder("a")
-            assert st.ref("a") == rec.checkpoint(2, {"v": 2})
+            third = rec.checkpoint(2, {"v": 2})
+            assert st.ref("a") == third
             report = st.verify()
             assert report.ok, report.problems
 
@@ -152,14 +153,14 @@ class TestGroupedCommitErrors:
                 def refuse() -> Any:
                     raise lmdb.Error("mdb_txn_begin: Input/output error")
 
-                env.begin_read = refuse  # type: ignore[method-assign]
+                env.begin_read = refuse
 
             outcome = _group_of_two(
                 st, ("a", "b"), lambda: fail_commits(st, lands=True, between=broken)
             )
-            env.begin_read = real_read  # type: ignore[method-assign]
+            env.begin_read = real_read
             for run in ("a", "b"):
-                assert outcome[run].startswith("StoreError: "), outcome
+                assert not outcome[run].startswith(("ok ", "ConflictError")), outcome
                 assert "may or may not be stored" in outcome[run]
             assert st.verify().ok
 

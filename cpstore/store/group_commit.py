@@ -26,6 +26,11 @@ alone: when the group txn raises, it is rolled back whole and each of its
 writes is committed again in a txn of its own, in queue order, so each caller
 gets exactly the result it would have had committing alone (the second of two
 writes racing for one branch gets its ``ConflictError``; the first is stored).
+A commit that reports an error may have committed all the same: ``commit_many``
+settles that itself (it returns when the store shows the txn committed, raises
+its error when it shows it did not) or raises :class:`OutcomeUnknownError`, which
+every writer of the group gets as it is (committed again, each write would
+conflict with its own stored result).
 
 It knows nothing of LMDB: ``commit_many`` is any function that applies a list
 of writes in one durable txn (all or nothing). Processes are not grouped:
@@ -42,7 +47,7 @@ from typing import Generic, TypeVar
 
 from cpstore.errors import StoreError
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "OutcomeUnknownError"]
 
 W = TypeVar("W")
 
@@ -50,6 +55,10 @@ W = TypeVar("W")
 MAX_GATHER_SECONDS = 0.002
 
 _monotonic = time.monotonic
+
+
+class OutcomeUnknownError(StoreError):
+    """A write whose commit (or interrupted group) may or may not have stored it."""
 
 
 class _Slot(Generic[W]):
@@ -218,6 +227,9 @@ class GroupCommit(Generic[W]):
         whose outcome nobody knows that it may or may not be stored."""
         try:
             self._commit_many([s.write for s in group])
+        except OutcomeUnknownError as exc:
+            for s in group:  # one error per thread: raising it extends its traceback
+                _settle(s, _again(exc))
         except Exception as exc:
             if len(group) == 1:
                 _settle(group[0], exc)
@@ -246,6 +258,12 @@ def _signal(slot: _Slot[W]) -> None:
     if not slot.signalled:
         slot.signalled = True
         slot.wake.release()
+
+
+def _again(exc: OutcomeUnknownError) -> OutcomeUnknownError:
+    copy = OutcomeUnknownError(exc.what, where=exc.where, expected=exc.expected, got=exc.got)
+    copy.__cause__ = exc.__cause__
+    return copy
 
 
 def _unknown() -> StoreError:

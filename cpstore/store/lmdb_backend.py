@@ -22,11 +22,11 @@ from cpstore.errors import CpstoreError, StoreError
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.commit import apply_write
+from cpstore.store.commit import apply_write, landed
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
-from cpstore.store.group_commit import GroupCommit
+from cpstore.store.group_commit import GroupCommit, OutcomeUnknownError
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_copy import copy_env, space_of
 from cpstore.store.lmdb_errors import translate
@@ -335,7 +335,7 @@ class LmdbBackend:
             if self._closed:
                 raise StoreError("the store is closed", where=self._path)
             # No fsync: the point of "none". env.write checks the pid (live()'s other half).
-            self.env.write(lambda txn: self._apply(txn, op))
+            self._commit_many([op], durable=False)
             return
         self.live()
         with self._pending_lock:
@@ -344,19 +344,61 @@ class LmdbBackend:
         if full:
             self.flush()
 
-    def _commit_many(self, ops: Sequence[CheckpointWrite]) -> None:
-        """Apply ``ops`` in order in one durable write txn (all or nothing)."""
+    def _commit_many(self, ops: Sequence[CheckpointWrite], *, durable: bool = True) -> None:
+        """Apply ``ops`` in order in one write txn (all or nothing), durable unless told
+        not to sync; a commit that reports an error is settled by :meth:`_commit_failed`."""
+        applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
+            nonlocal applied
+            applied = False  # a retried txn (map growth) applies them again
             for op in ops:
                 self._apply(txn, op)
+            applied = True
 
-        self.write_txn(apply_all)
+        try:
+            if durable:
+                self.write_txn(apply_all)
+            else:
+                self.env.write(apply_all)
+        except Exception as exc:
+            if not applied:
+                raise  # refused, or failed before its commit: rolled back, nothing stored
+            self._commit_failed(ops, exc)
+
+    def _commit_failed(self, ops: Sequence[CheckpointWrite], exc: Exception) -> None:
+        """After the txn of ``ops`` was applied and its commit (or what follows it) raised
+        ``exc``: return when the store shows the txn committed (LMDB can report an error
+        after the txn is in fact committed, and committing it again would make each write
+        conflict with its own result), raise ``exc`` saying "not stored" when it shows it
+        did not, and OutcomeUnknownError when it cannot tell (commit.landed)."""
+        try:
+            with self.read_txn() as txn:
+                verdict = landed(ops, lambda key: self.head(txn, key))
+        except Exception:  # e.g. LMDB's fatal state after a failed meta-page write
+            verdict = None
+        if verdict:
+            return
+        if verdict is False and isinstance(exc, CpstoreError):
+            raise type(exc)(
+                f"{exc.what}; the commit wrote nothing: not stored",
+                where=exc.where,
+                expected=exc.expected,
+                got=exc.got,
+            ) from exc
+        raise OutcomeUnknownError(
+            "the commit reported an error and may have written all the same; "
+            f"{'this checkpoint' if len(ops) == 1 else f'these {len(ops)} checkpoints'} "
+            "may or may not be stored (read the branch head)",
+            where=self._path,
+            got=str(exc),
+        ) from exc
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one durable txn (batched mode).
 
-        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped;
+        a commit that reports an error is settled as in :meth:`_commit_many`.
         With ``durability="none"`` it fsyncs every commit made so far instead.
         """
         if self.durability == "none":
@@ -371,16 +413,24 @@ class LmdbBackend:
         # expecting one still queued in the earlier batch, dropped it whole on a
         # ConflictError no other writer caused).
         taken: list[CheckpointWrite] | None = None
+        applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal taken
+            nonlocal taken, applied
+            applied = False
             if taken is None:  # a retried txn (map growth) applies the same batch again
                 with self._pending_lock:
                     taken, self._pending = self._pending, []
             for op in taken:
                 self._apply(txn, op)
+            applied = True
 
-        self.write_txn(apply_all)
+        try:
+            self.write_txn(apply_all)
+        except Exception as exc:
+            if not applied or not taken:
+                raise
+            self._commit_failed(taken, exc)
 
     @property
     def pending(self) -> int:
