@@ -32,6 +32,14 @@ its error when it shows it did not) or raises :class:`OutcomeUnknownError`, whic
 every writer of the group gets as it is (committed again, each write would
 conflict with its own stored result).
 
+Interrupts (KeyboardInterrupt, any number, wherever they land): the interrupted
+caller re-raises; what its thread was to do for the others (commit or end a
+group it took, time the queue) is done by its handlers, and what a second
+interrupt stops them doing is done by the waiting writers, which also wake every
+:data:`POLL_SECONDS` and finish the part of a writer that left its call
+(:meth:`GroupCommit._rescue`). Nobody waits forever, and nobody is told "stored"
+for a write whose outcome nobody settled.
+
 It knows nothing of LMDB: ``commit_many`` is any function that applies a list
 of writes in one durable txn (all or nothing). Processes are not grouped:
 LMDB has one writer at a time across processes, and each process's group
@@ -62,7 +70,7 @@ _monotonic = time.monotonic
 
 
 class OutcomeUnknownError(StoreError):
-    """A write whose commit (or interrupted group) may or may not have stored it."""
+    """A write whose commit reported an error and may or may not have stored it."""
 
 
 class _Slot(Generic[W]):
