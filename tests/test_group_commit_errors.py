@@ -241,6 +241,31 @@ class TestFlushErrors:
             del ids
 
 
+class TestOtherWriteErrors:
+    def test_an_audit_append_whose_commit_errors_after_landing_says_it_may_be_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A write txn (an audit append) whose commit lands and then errors: the StoreError
+        says the record may or may not be stored (a caller that retries on a plain "LMDB
+        failed" appends it twice), and the record is indeed stored once."""
+        with open_store(tmp_path / "s") as st:
+            fail_commits(st, lands=True)
+            with pytest.raises(StoreError) as info:
+                st.append_audit("note", {"n": 1})
+            assert "may or may not be stored" in str(info.value)
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
+
+    def test_an_audit_append_whose_commit_wrote_nothing_is_not_stored(self, tmp_path: Path) -> None:
+        """A write txn whose commit wrote nothing: StoreError, and no record is stored."""
+        with open_store(tmp_path / "s") as st:
+            fail_commits(st, lands=False)
+            with pytest.raises(StoreError):
+                st.append_audit("note", {"n": 1})
+            assert [r for r in st.audit_records() if r.kind == "note"] == []
+            st.append_audit("note", {"n": 2})
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
+
+
 CHILD = r"""
 import sys, threading
 sys.path.insert(0, sys.argv[3])
