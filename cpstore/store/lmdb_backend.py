@@ -266,8 +266,35 @@ class LmdbBackend:
 
         Durable on return in every mode: with ``durability="none"`` (whose
         environment does not sync commits) the data file is fsynced after the
-        commit. Only checkpoint commits skip it (:meth:`commit`).
+        commit. Only checkpoint commits skip it (:meth:`commit`). An LMDB
+        failure once ``fn`` returned (the commit's, or the sync's) is a
+        StoreError saying what ``fn`` wrote may or may not be stored: LMDB can
+        report an error from a commit that took effect.
         """
+        applied = False
+
+        def run(txn: Txn[memoryview]) -> T:
+            nonlocal applied
+            applied = False  # a retried txn (map growth) runs fn again
+            result = fn(txn)
+            applied = True
+            return result
+
+        try:
+            return self._write(run)
+        except StoreError as exc:
+            if not applied or type(exc) is not StoreError:
+                raise  # refused or failed before the commit; full or read-only: not written
+            raise StoreError(
+                f"{exc.what} at the commit; what this txn wrote may or may not be stored",
+                where=exc.where,
+                expected=exc.expected,
+                got=exc.got,
+            ) from exc
+
+    def _write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
+        """:meth:`write_txn` without reading its commit's errors (checkpoint commits read
+        the store instead: :meth:`_commit_failed`)."""
         if self._closed:
             raise StoreError("the store is closed", where=self._path)
         result = self.env.write(fn)  # checks the pid (live()'s other half) first
@@ -358,7 +385,7 @@ class LmdbBackend:
 
         try:
             if durable:
-                self.write_txn(apply_all)
+                self._write(apply_all)
             else:
                 self.env.write(apply_all)
         except Exception as exc:
@@ -426,7 +453,7 @@ class LmdbBackend:
             applied = True
 
         try:
-            self.write_txn(apply_all)
+            self._write(apply_all)
         except Exception as exc:
             if not applied or not taken:
                 raise
