@@ -26,6 +26,7 @@ import pytest
 from cpstore.errors import ConflictError, StoreError
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.lmdb_errors import translate
 
 #: The error LMDB reports for a failed commit (EIO: not taken for a full disk).
 COMMIT_EIO = "mdb_txn_commit: Input/output error"
@@ -264,6 +265,19 @@ class TestOtherWriteErrors:
             assert [r for r in st.audit_records() if r.kind == "note"] == []
             st.append_audit("note", {"n": 2})
             assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
+
+    def test_lmdbs_fatal_state_after_a_failed_meta_page_write_is_not_called_corruption(
+        self, tmp_path: Path
+    ) -> None:
+        """MDB_PANIC (this process's environment refuses every txn once a meta-page write
+        failed) is a StoreError saying to reopen, not an IntegrityError calling the file
+        corrupt (the file on disk holds the last good meta page)."""
+        exc = lmdb.PanicError(
+            "mdb_txn_begin: MDB_PANIC: Update of meta page failed or environment had fatal error"
+        )
+        got = translate(exc, str(tmp_path))
+        assert type(got) is StoreError
+        assert "open the store again" in got.what
 
 
 CHILD = r"""
