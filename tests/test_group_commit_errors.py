@@ -24,6 +24,7 @@ import lmdb
 import pytest
 
 from cpstore.errors import ConflictError, StoreError
+from cpstore.store import group_commit
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_errors import translate
@@ -87,6 +88,7 @@ def _group_of_two(st: Store, runs: tuple[str, str], arm: Callable[[], object]) -
     arm()
     gc = st.backend.group
     gc._last_size, gc._last_seconds = 2, 30.0  # the first waits for the second
+    gather, group_commit.MAX_GATHER_SECONDS = group_commit.MAX_GATHER_SECONDS, 30.0
     outcome: dict[str, str] = {}
 
     def one(run: str) -> None:
@@ -98,9 +100,12 @@ def _group_of_two(st: Store, runs: tuple[str, str], arm: Callable[[], object]) -
     threads = [threading.Thread(target=one, args=(run,)) for run in runs]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(30)
-        assert not t.is_alive(), "a writer never returned"
+    try:
+        for t in threads:
+            t.join(30)
+            assert not t.is_alive(), "a writer never returned"
+    finally:
+        group_commit.MAX_GATHER_SECONDS = gather
     return outcome
 
 

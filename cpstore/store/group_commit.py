@@ -53,9 +53,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from cpstore.errors import StoreError
+from cpstore.errors import OutcomeUnknownError, StoreError
 
-__all__ = ["GroupCommit", "OutcomeUnknownError"]
+__all__ = ["GroupCommit"]
 
 W = TypeVar("W")
 
@@ -67,10 +67,6 @@ MAX_GATHER_SECONDS = 0.002
 POLL_SECONDS = 0.5
 
 _monotonic = time.monotonic
-
-
-class OutcomeUnknownError(StoreError):
-    """A write whose commit reported an error and may or may not have stored it."""
 
 
 class _Slot(Generic[W]):

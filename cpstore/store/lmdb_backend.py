@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 
 import lmdb
 
-from cpstore.errors import CpstoreError, StoreError
+from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
@@ -26,7 +26,7 @@ from cpstore.store.commit import apply_write, landed
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
-from cpstore.store.group_commit import GroupCommit, OutcomeUnknownError
+from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_copy import copy_env, space_of
 from cpstore.store.lmdb_errors import translate
@@ -267,9 +267,9 @@ class LmdbBackend:
         Durable on return in every mode: with ``durability="none"`` (whose
         environment does not sync commits) the data file is fsynced after the
         commit. Only checkpoint commits skip it (:meth:`commit`). An LMDB
-        failure once ``fn`` returned (the commit's, or the sync's) is a
-        StoreError saying what ``fn`` wrote may or may not be stored: LMDB can
-        report an error from a commit that took effect.
+        failure once ``fn`` returned (the commit's, or the sync's) is
+        OutcomeUnknownError: what ``fn`` wrote may or may not be stored (LMDB
+        can report an error from a commit that took effect).
         """
         applied = False
 
@@ -285,7 +285,7 @@ class LmdbBackend:
         except StoreError as exc:
             if not applied or type(exc) is not StoreError:
                 raise  # refused or failed before the commit; full or read-only: not written
-            raise StoreError(
+            raise OutcomeUnknownError(
                 f"{exc.what} at the commit; what this txn wrote may or may not be stored",
                 where=exc.where,
                 expected=exc.expected,
