@@ -233,6 +233,31 @@ class TestFlushErrors:
             st.flush()
             assert st.ref("run") == more
 
+    def test_an_exit_flush_whose_outcome_is_unknown_does_not_warn_not_written(
+        self, tmp_path: Path
+    ) -> None:
+        """The exit flush of a batch whose commit errored and cannot be read back warns that
+        the queued checkpoints may or may not be written, not that they were NOT written."""
+        with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
+            rec = st.recorder("run")
+            rec.checkpoint(0, {"v": 0})
+            env = st.backend.env
+            real_read = env.begin_read
+
+            def broken() -> None:
+                def refuse() -> Any:
+                    raise lmdb.Error("mdb_txn_begin: Input/output error")
+
+                env.begin_read = refuse
+
+            fail_commits(st, lands=True, between=broken)
+            with pytest.warns(RuntimeWarning) as caught:
+                st.backend.flush_at_exit(1.0)
+            env.begin_read = real_read
+            text = str(caught[0].message)
+            assert "may or may not" in text and "NOT written" not in text
+            assert st.ref("run") is not None  # it was in fact written
+
     def test_a_batch_whose_commit_wrote_nothing_raises_not_stored(self, tmp_path: Path) -> None:
         """A batched flush whose txn committed nothing: StoreError saying not stored; the batch
         is dropped (docs/durability.md) and nothing of it is stored."""
