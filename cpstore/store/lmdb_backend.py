@@ -54,15 +54,17 @@ DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
 
 
 def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
-    """The exit warning for a batch that could not be written: every lost id, by branch."""
+    """The exit warning for a batch that could not be written (or whose commit may or may
+    not have taken effect): every id, by branch."""
     lost: dict[tuple[str, str], list[str]] = {}
     for op in queued:
         lost.setdefault((op.run_id, op.branch), []).append(bytes(op.cid).hex())
     named = "; ".join(
         f"run {run!r} branch {branch!r}: {', '.join(ids)}" for (run, branch), ids in lost.items()
     )
+    fate = "may or may not have been" if isinstance(exc, OutcomeUnknownError) else "were NOT"
     return (
-        f"cpstore store {path}: {len(queued)} queued checkpoint(s) were NOT written at "
+        f"cpstore store {path}: {len(queued)} queued checkpoint(s) {fate} written at "
         f"interpreter exit (batched mode acknowledged them as queued only): {named} ({exc})"
     )
 
