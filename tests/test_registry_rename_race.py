@@ -21,6 +21,7 @@ import pytest
 
 from cpstore.store import lmdb_registry
 from cpstore.store.facade import open as open_store
+from cpstore.store.lmdb_env import Env
 
 READERS = "import lmdb, sys; print(lmdb.open(sys.argv[1], readonly=True).readers())"
 
@@ -35,7 +36,7 @@ def test_an_open_racing_a_rename_of_an_open_store_shares_its_environment(
     first = open_store(a)
     first.recorder("r").checkpoint(0, {"v": 0})
     open_store(b).close()
-    real = lmdb_registry.Env
+    real = Env
 
     def racing(path: str, options: Any) -> Any:
         os.rename(b, t)

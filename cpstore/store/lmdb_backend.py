@@ -295,8 +295,7 @@ class LmdbBackend:
             ) from exc
 
     def _write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
-        """:meth:`write_txn` without reading its commit's errors (checkpoint commits read
-        the store instead: :meth:`_commit_failed`)."""
+        """:meth:`write_txn` without telling its commit's errors apart."""
         if self._closed:
             raise StoreError("the store is closed", where=self._path)
         result = self.env.write(fn)  # checks the pid (live()'s other half) first
@@ -387,7 +386,7 @@ class LmdbBackend:
 
         try:
             if durable:
-                self._write(apply_all)
+                self.write_txn(apply_all)
             else:
                 self.env.write(apply_all)
         except Exception as exc:
@@ -401,6 +400,8 @@ class LmdbBackend:
         after the txn is in fact committed, and committing it again would make each write
         conflict with its own result), raise ``exc`` saying "not stored" when it shows it
         did not, and OutcomeUnknownError when it cannot tell (commit.landed)."""
+        if isinstance(exc, OutcomeUnknownError) and isinstance(exc.__cause__, Exception):
+            exc = exc.__cause__  # write_txn's "may or may not": the store is read instead
         try:
             with self.read_txn() as txn:
                 verdict = landed(ops, lambda key: self.head(txn, key))
@@ -455,7 +456,7 @@ class LmdbBackend:
             applied = True
 
         try:
-            self._write(apply_all)
+            self.write_txn(apply_all)
         except Exception as exc:
             if not applied or not taken:
                 raise
