@@ -27,6 +27,7 @@ __all__ = [
     "NativeError",
     "NotDescendantError",
     "NotFoundError",
+    "OutcomeUnknownError",
     "RecordFormatError",
     "RecordingGapError",
     "ReplayDivergenceError",
@@ -154,6 +155,11 @@ class StoreTimeoutError(StoreError, TimeoutError):
 
 class ForkError(StoreError):
     """A store environment was used in a process other than the one that opened it."""
+
+
+class OutcomeUnknownError(StoreError):
+    """A write whose commit reported an error and may or may not have taken effect
+    (LMDB can fail a commit that did); read the branch head or the record to know."""
 
 
 class ConflictError(StoreError):

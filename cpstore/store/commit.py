@@ -10,7 +10,7 @@ caller's txn. Backends differ only in how they ask whether an object exists
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Set
+from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from typing import Any
 
 from cpstore.errors import ConflictError, IntegrityError
@@ -20,7 +20,7 @@ from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpo
 from cpstore.store.objects import put_object
 from cpstore.store.refs import RECORDED, read_ref_hashed, write_ref
 
-__all__ = ["apply_write", "objects_to_check"]
+__all__ = ["apply_write", "landed", "objects_to_check"]
 
 
 def apply_write(
@@ -112,3 +112,30 @@ def objects_to_check(
     """
     checked = named | inherited if inherited else named
     return list(checked.difference(written))  # set operations in C: named less written
+
+
+def landed(ops: Sequence[CheckpointWrite], head: Callable[[bytes], bytes | None]) -> bool | None:
+    """Whether the txn that applied ``ops`` (all or nothing) and then reported an error
+    committed, as the store now shows it (``head``: ref key -> the checkpoint it names):
+    True (committed), False (not committed), None (cannot tell).
+
+    Each branch the txn moves votes: at the txn's last checkpoint on it, committed;
+    still at the head its first checkpoint on it expected, not committed; anywhere
+    else (another writer moved it since), no vote. No vote, or votes that disagree
+    (another writer stored the very same checkpoint id, or reset a branch), is None.
+    A branch found at the checkpoint id holds that checkpoint whoever wrote it.
+    """
+    first: dict[bytes, CheckpointWrite] = {}
+    last: dict[bytes, CheckpointWrite] = {}
+    for op in ops:
+        key = ref_key(op.run_id, op.branch)
+        first.setdefault(key, op)
+        last[key] = op
+    votes: set[bool] = set()
+    for key, op in last.items():
+        now = head(key)
+        if now == op.cid:
+            votes.add(True)
+        elif now == first[key].expected_ref:
+            votes.add(False)
+    return votes.pop() if len(votes) == 1 else None

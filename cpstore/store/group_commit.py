@@ -26,6 +26,19 @@ alone: when the group txn raises, it is rolled back whole and each of its
 writes is committed again in a txn of its own, in queue order, so each caller
 gets exactly the result it would have had committing alone (the second of two
 writes racing for one branch gets its ``ConflictError``; the first is stored).
+A commit that reports an error may have committed all the same: ``commit_many``
+settles that itself (it returns when the store shows the txn committed, raises
+its error when it shows it did not) or raises :class:`OutcomeUnknownError`, which
+every writer of the group gets as it is (committed again, each write would
+conflict with its own stored result).
+
+Interrupts (KeyboardInterrupt, any number, wherever they land): the interrupted
+caller re-raises; what its thread was to do for the others (commit or end a
+group it took, time the queue) is done by its handlers, and what a second
+interrupt stops them doing is done by the waiting writers, which also wake every
+:data:`POLL_SECONDS` and finish the part of a writer that left its call
+(:meth:`GroupCommit._rescue`). Nobody waits forever, and nobody is told "stored"
+for a write whose outcome nobody settled.
 
 It knows nothing of LMDB: ``commit_many`` is any function that applies a list
 of writes in one durable txn (all or nothing). Processes are not grouped:
@@ -40,7 +53,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from cpstore.errors import StoreError
+from cpstore.errors import OutcomeUnknownError, StoreError
 
 __all__ = ["GroupCommit"]
 
@@ -49,13 +62,17 @@ W = TypeVar("W")
 #: The longest the first queued writer waits for the writers of the last group to queue again.
 MAX_GATHER_SECONDS = 0.002
 
+#: How often a waiting writer looks whether a writer it waits on left its call without
+#: finishing its part (:meth:`GroupCommit._rescue`).
+POLL_SECONDS = 0.5
+
 _monotonic = time.monotonic
 
 
 class _Slot(Generic[W]):
     """One caller's write, its outcome once its group ran, and its thread's wake-up."""
 
-    __slots__ = ("done", "error", "signalled", "wake", "write")
+    __slots__ = ("done", "error", "inside", "signalled", "wake", "write")
 
     def __init__(self, write: W) -> None:
         self.write = write
@@ -66,6 +83,9 @@ class _Slot(Generic[W]):
         self.wake = threading.Lock()
         self.wake.acquire()
         self.signalled = False
+        # Held by its thread while it is in GroupCommit.commit (a with block:
+        # released however it leaves): how the others tell it left (_rescue).
+        self.inside = threading.Lock()
 
 
 class GroupCommit(Generic[W]):
@@ -77,8 +97,11 @@ class GroupCommit(Generic[W]):
         self._queue: list[_Slot[W]] = []
         #: True from a group being taken until its outcomes are settled.
         self._committing = False
-        # The group being committed (what its _end checks it ends), or None.
+        # The group being committed (what its _end checks it ends), or None; the
+        # slot of the thread that took it, and whether it was handed to commit_many.
         self._group: list[_Slot[W]] | None = None
+        self._owner: _Slot[W] | None = None
+        self._handed = False
         # The queued slot whose thread waits with a deadline for the queue to
         # fill (None: nobody times the queue yet), and that deadline.
         self._timer: _Slot[W] | None = None
@@ -95,19 +118,26 @@ class GroupCommit(Generic[W]):
     def commit(self, write: W) -> None:
         """Commit ``write`` durably, grouped with the writes of other threads; raise its error."""
         slot = _Slot(write)
+        with slot.inside:
+            self._commit(slot)
+
+    def _commit(self, slot: _Slot[W]) -> None:
         taken: list[_Slot[W]] | None = None
         try:
             with self._mutex:
                 self._queue.append(slot)
                 taken, timeout = self._next(slot)
             while taken is None:
-                if timeout is None:
-                    got = slot.wake.acquire()
-                else:
-                    got = slot.wake.acquire(timeout=max(timeout, 0.0))
+                # Woken when there is something to do, and every POLL_SECONDS to look
+                # whether a writer left the others waiting on it (a second interrupt).
+                polled = timeout is None or timeout > POLL_SECONDS
+                wait = POLL_SECONDS if timeout is None or polled else max(timeout, 0.0)
+                got = slot.wake.acquire(timeout=wait)
                 with self._mutex:
                     if got:
                         slot.signalled = False
+                    elif polled:
+                        self._rescue()
                     if slot.done:
                         break
                     taken, timeout = self._next(slot)
@@ -153,7 +183,7 @@ class GroupCommit(Generic[W]):
             return None, None
         queue = self._queue
         if len(queue) >= self._last_size:
-            return self._take(), None
+            return self._take(slot), None
         timer = self._timer
         if timer is None:
             self._timer = slot
@@ -162,15 +192,17 @@ class GroupCommit(Generic[W]):
             return None, None
         left = self._deadline - _monotonic()
         if left <= 0:
-            return self._take(), None
+            return self._take(slot), None
         return None, left
 
-    def _take(self) -> list[_Slot[W]]:
-        """Under the mutex: the whole queue, as the group this thread commits."""
+    def _take(self, owner: _Slot[W] | None = None) -> list[_Slot[W]]:
+        """Under the mutex: the whole queue, as the group ``owner``'s thread commits."""
         group, self._queue = self._queue, []
         self._timer = None
         self._committing = True
         self._group = group
+        self._owner = owner
+        self._handed = False
         return group
 
     def _abandon(self, slot: _Slot[W], taken: list[_Slot[W]] | None) -> None:
@@ -178,9 +210,13 @@ class GroupCommit(Generic[W]):
         with self._mutex:
             queue = self._queue
             if taken is not None:  # never handed to commit_many: its writes are unattempted
-                self._committing = False
-                self._group = None
-                queue[:0] = [s for s in taken if s is not slot]
+                # Back in the queue before the group is let go: interrupted in between,
+                # _rescue must find them queued or still in the group, never neither.
+                queue[:0] = [s for s in taken if s is not slot and s not in queue]
+                if self._group is taken:
+                    self._committing = False
+                    self._group = None
+                    self._owner = None
             elif slot in queue:
                 queue.remove(slot)
             # (Otherwise a running group holds it: it may or may not be stored.)
@@ -194,6 +230,9 @@ class GroupCommit(Generic[W]):
         not (it never started, or was interrupted), wake each other writer to its outcome,
         hand the queue on. Idempotent: an interrupted call is made again."""
         with self._mutex:
+            for s in group:  # settled before the group is let go (see _rescue)
+                if not s.done:  # woken unsettled, it would take the queue and return "stored"
+                    _settle(s, _unknown())
             if self._group is group:  # not ended yet (a second call must not end another)
                 if started is not None:
                     # Every writer seen: this group and what queued while it committed.
@@ -204,20 +243,54 @@ class GroupCommit(Generic[W]):
                     self._last_seconds = _monotonic() - started
                 self._committing = False
                 self._group = None
+                self._owner = None
             for s in group:
-                if not s.done:  # woken unsettled, it would take the queue and return "stored"
-                    _settle(s, _unknown())
                 if s is not mine:
                     _signal(s)
             if self._queue and not self._committing:
                 _signal(self._queue[0])  # queued meanwhile: it takes or times the next group
 
+    def _rescue(self) -> None:
+        """Under the mutex, by a waiting writer on its poll: do what a writer that left its
+        call undone left (interrupted again while it handled an interrupt; the first one is
+        handled by :meth:`_end` and :meth:`_abandon`). Idempotent, safe to interrupt: each
+        step leaves a state the next poll of any waiter finishes.
+
+        The group of a thread that left: writes handed to ``commit_many`` may or may not be
+        stored (StoreError); writes never handed go back queued (but not those of threads that
+        left). A timer or queued write of a thread that left is withdrawn."""
+        group, owner, queue = self._group, self._owner, self._queue
+        if group is not None and owner is not None and not owner.inside.locked():
+            if self._handed:
+                for s in group:
+                    if not s.done:
+                        _settle(s, _unknown())
+            else:
+                back = [s for s in group if not s.done and s.inside.locked() and s not in queue]
+                queue[:0] = back
+            self._committing = False
+            self._group = None
+            self._owner = None
+            for s in group:
+                _signal(s)
+        timer = self._timer
+        if timer is not None and not timer.inside.locked():
+            self._timer = None
+        if any(not s.inside.locked() for s in queue):
+            queue[:] = [s for s in queue if s.inside.locked()]
+        if queue and not self._committing:
+            _signal(queue[0])
+
     def _run(self, group: list[_Slot[W]]) -> None:
         """Commit ``group``: in one txn, or one txn per write when that fails. An
         interrupt (KeyboardInterrupt) propagates; :meth:`_end` then tells every write
         whose outcome nobody knows that it may or may not be stored."""
+        self._handed = True  # from here its writes may be stored (see _rescue)
         try:
             self._commit_many([s.write for s in group])
+        except OutcomeUnknownError as exc:
+            for s in group:  # one error per thread: raising it extends its traceback
+                _settle(s, _again(exc))
         except Exception as exc:
             if len(group) == 1:
                 _settle(group[0], exc)
@@ -248,6 +321,12 @@ def _signal(slot: _Slot[W]) -> None:
         slot.wake.release()
 
 
+def _again(exc: OutcomeUnknownError) -> OutcomeUnknownError:
+    copy = OutcomeUnknownError(exc.what, where=exc.where, expected=exc.expected, got=exc.got)
+    copy.__cause__ = exc.__cause__
+    return copy
+
+
 def _unknown() -> StoreError:
     return StoreError(
         "interrupted while committing this checkpoint's group; "
@@ -262,5 +341,7 @@ def _settle(slot: _Slot[W], error: BaseException | None) -> None:
 
 
 def _outcome(slot: _Slot[W]) -> None:
+    if not slot.done:  # never "stored" for a write whose outcome nobody settled
+        raise _unknown()
     if slot.error is not None:
         raise slot.error

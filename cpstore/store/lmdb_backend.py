@@ -18,11 +18,11 @@ from typing import Any, Literal, TypeVar
 
 import lmdb
 
-from cpstore.errors import CpstoreError, StoreError
+from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.commit import apply_write
+from cpstore.store.commit import apply_write, landed
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
@@ -54,15 +54,17 @@ DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
 
 
 def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
-    """The exit warning for a batch that could not be written: every lost id, by branch."""
+    """The exit warning for a batch that could not be written (or whose commit may or may
+    not have taken effect): every id, by branch."""
     lost: dict[tuple[str, str], list[str]] = {}
     for op in queued:
         lost.setdefault((op.run_id, op.branch), []).append(bytes(op.cid).hex())
     named = "; ".join(
         f"run {run!r} branch {branch!r}: {', '.join(ids)}" for (run, branch), ids in lost.items()
     )
+    fate = "may or may not have been" if isinstance(exc, OutcomeUnknownError) else "were NOT"
     return (
-        f"cpstore store {path}: {len(queued)} queued checkpoint(s) were NOT written at "
+        f"cpstore store {path}: {len(queued)} queued checkpoint(s) {fate} written at "
         f"interpreter exit (batched mode acknowledged them as queued only): {named} ({exc})"
     )
 
@@ -266,8 +268,34 @@ class LmdbBackend:
 
         Durable on return in every mode: with ``durability="none"`` (whose
         environment does not sync commits) the data file is fsynced after the
-        commit. Only checkpoint commits skip it (:meth:`commit`).
+        commit. Only checkpoint commits skip it (:meth:`commit`). An LMDB
+        failure once ``fn`` returned (the commit's, or the sync's) is
+        OutcomeUnknownError: what ``fn`` wrote may or may not be stored (LMDB
+        can report an error from a commit that took effect).
         """
+        applied = False
+
+        def run(txn: Txn[memoryview]) -> T:
+            nonlocal applied
+            applied = False  # a retried txn (map growth) runs fn again
+            result = fn(txn)
+            applied = True
+            return result
+
+        try:
+            return self._write(run)
+        except StoreError as exc:
+            if not applied or type(exc) is not StoreError:
+                raise  # refused or failed before the commit; full or read-only: not written
+            raise OutcomeUnknownError(
+                f"{exc.what} at the commit; what this txn wrote may or may not be stored",
+                where=exc.where,
+                expected=exc.expected,
+                got=exc.got,
+            ) from exc
+
+    def _write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
+        """:meth:`write_txn` without telling its commit's errors apart."""
         if self._closed:
             raise StoreError("the store is closed", where=self._path)
         result = self.env.write(fn)  # checks the pid (live()'s other half) first
@@ -335,7 +363,7 @@ class LmdbBackend:
             if self._closed:
                 raise StoreError("the store is closed", where=self._path)
             # No fsync: the point of "none". env.write checks the pid (live()'s other half).
-            self.env.write(lambda txn: self._apply(txn, op))
+            self._commit_many([op], durable=False)
             return
         self.live()
         with self._pending_lock:
@@ -344,19 +372,63 @@ class LmdbBackend:
         if full:
             self.flush()
 
-    def _commit_many(self, ops: Sequence[CheckpointWrite]) -> None:
-        """Apply ``ops`` in order in one durable write txn (all or nothing)."""
+    def _commit_many(self, ops: Sequence[CheckpointWrite], *, durable: bool = True) -> None:
+        """Apply ``ops`` in order in one write txn (all or nothing), durable unless told
+        not to sync; a commit that reports an error is settled by :meth:`_commit_failed`."""
+        applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
+            nonlocal applied
+            applied = False  # a retried txn (map growth) applies them again
             for op in ops:
                 self._apply(txn, op)
+            applied = True
 
-        self.write_txn(apply_all)
+        try:
+            if durable:
+                self.write_txn(apply_all)
+            else:
+                self.env.write(apply_all)
+        except Exception as exc:
+            if not applied:
+                raise  # refused, or failed before its commit: rolled back, nothing stored
+            self._commit_failed(ops, exc)
+
+    def _commit_failed(self, ops: Sequence[CheckpointWrite], exc: Exception) -> None:
+        """After the txn of ``ops`` was applied and its commit (or what follows it) raised
+        ``exc``: return when the store shows the txn committed (LMDB can report an error
+        after the txn is in fact committed, and committing it again would make each write
+        conflict with its own result), raise ``exc`` saying "not stored" when it shows it
+        did not, and OutcomeUnknownError when it cannot tell (commit.landed)."""
+        if isinstance(exc, OutcomeUnknownError) and isinstance(exc.__cause__, Exception):
+            exc = exc.__cause__  # write_txn's "may or may not": the store is read instead
+        try:
+            with self.read_txn() as txn:
+                verdict = landed(ops, lambda key: self.head(txn, key))
+        except Exception:  # e.g. LMDB's fatal state after a failed meta-page write
+            verdict = None
+        if verdict:
+            return
+        if verdict is False and isinstance(exc, CpstoreError):
+            raise type(exc)(
+                f"{exc.what}; the commit wrote nothing: not stored",
+                where=exc.where,
+                expected=exc.expected,
+                got=exc.got,
+            ) from exc
+        raise OutcomeUnknownError(
+            "the commit reported an error and may have written all the same; "
+            f"{'this checkpoint' if len(ops) == 1 else f'these {len(ops)} checkpoints'} "
+            "may or may not be stored (read the branch head)",
+            where=self._path,
+            got=str(exc),
+        ) from exc
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one durable txn (batched mode).
 
-        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped;
+        a commit that reports an error is settled as in :meth:`_commit_many`.
         With ``durability="none"`` it fsyncs every commit made so far instead.
         """
         if self.durability == "none":
@@ -371,16 +443,24 @@ class LmdbBackend:
         # expecting one still queued in the earlier batch, dropped it whole on a
         # ConflictError no other writer caused).
         taken: list[CheckpointWrite] | None = None
+        applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal taken
+            nonlocal taken, applied
+            applied = False
             if taken is None:  # a retried txn (map growth) applies the same batch again
                 with self._pending_lock:
                     taken, self._pending = self._pending, []
             for op in taken:
                 self._apply(txn, op)
+            applied = True
 
-        self.write_txn(apply_all)
+        try:
+            self.write_txn(apply_all)
+        except Exception as exc:
+            if not applied or not taken:
+                raise
+            self._commit_failed(taken, exc)
 
     @property
     def pending(self) -> int:

@@ -62,7 +62,17 @@ def translate(exc: lmdb.Error, where: str) -> CpstoreError:
         return StoreFullError("the disk holding the store is full", where=where, got=text)
     if isinstance(exc, lmdb.ReadonlyError) or code in (errno.EACCES, errno.EROFS, errno.EPERM):
         return StoreReadOnlyError("the store cannot be written", where=where, got=text)
-    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.PanicError)):
+    if isinstance(exc, lmdb.PanicError):
+        # This process's environment, not the file: LMDB refuses every txn once a
+        # meta-page write failed (it wrote the old meta page back, or tried to).
+        return StoreError(
+            "this process's LMDB environment had a fatal error (a commit failed writing "
+            "its meta page); close every handle of this store in this process and "
+            "open the store again",
+            where=where,
+            got=text,
+        )
+    if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError)):
         return IntegrityError("the LMDB data file is corrupt", where=where, got=text)
     if isinstance(exc, (lmdb.VersionMismatchError, lmdb.InvalidError)):
         return FormatVersionError(

@@ -30,6 +30,10 @@ _REGISTRY_LOCK = threading.Lock()
 #: Paths (and data files) this process is compacting (:func:`reserved_for_compact`):
 #: opens refuse them.
 _COMPACTING: set[str | tuple[int, int]] = set()
+#: Environments opened on the file of one already open (a folder renamed between the
+#: identity check and LMDB's open): never closed, as LMDB's close would clear this
+#: process's reader slots in that file and drop its locks on it.
+_STRANDED: list[Env] = []
 
 
 def _file_of(folder: str) -> tuple[int, int] | None:
@@ -98,19 +102,15 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                     "this process is compacting the store; open it after compact returns",
                     where=key,
                 )
-            env = Env(key, options)
-            _REGISTRY[key] = env
-            env.file_id = _file_of(key)  # a new store's file exists now
-            if env.file_id is not None:
-                _BY_FILE[env.file_id] = env
-        elif env.options.readonly != options.readonly:
+            env = _open_new(key, options)
+        if env.options.readonly != options.readonly:
             raise StoreError(
                 "the store is already open in this process with another mode",
                 where=key,
                 expected=f"readonly={env.options.readonly}",
                 got=f"readonly={options.readonly}",
             )
-        elif env.options.sync != options.sync and not options.readonly:
+        if env.options.sync != options.sync and not options.readonly:
             # MDB_NOSYNC is a flag of the one LMDB environment handle this
             # process has for the path: "none" beside "sync"/"batched" would
             # silently weaken (or strengthen) the other handle's commits.
@@ -124,6 +124,31 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
             )
         env.handles += 1
         return env
+
+
+def _open_new(key: str, options: EnvOptions) -> Env:
+    """Open and register the environment of ``key`` (under the registry lock), or, when
+    the file opened is one an environment of this process has open already (its folder
+    was renamed to ``key`` after :func:`_registered` looked), that environment."""
+    env = Env(key, options)
+    file_id = _file_of(key)  # a new store's file exists now
+    twin = None if file_id is None else _BY_FILE.get(file_id)
+    if twin is not None:
+        _STRANDED.append(env)  # see _STRANDED: closing it would unprotect twin's reads
+        if twin.pid != os.getpid():
+            raise ForkError(
+                "the store was opened before fork(); open it only after fork() "
+                "(or use the spawn start method)",
+                where=key,
+                expected=f"pid {twin.pid}",
+                got=f"pid {os.getpid()}",
+            )
+        return twin
+    _REGISTRY[key] = env
+    env.file_id = file_id
+    if file_id is not None:
+        _BY_FILE[file_id] = env
+    return env
 
 
 @contextmanager

@@ -1,0 +1,383 @@
+"""A checkpoint commit that reports an error: every caller is told what the store holds.
+
+LMDB's ``mdb_txn_commit`` can report an error after the txn is in fact
+committed (py-lmdb raising after liblmdb succeeded, an error after the meta
+page was written), or fail having committed nothing. The tests inject both at
+the narrowest seam, the write txn's commit (real LMDB underneath: the wrapped
+txn really commits, or really aborts, and then raises), and check what each
+writer is told against what the store then holds: a stored checkpoint is never
+reported as a ConflictError (its ref CAS seeing its own result), nothing is
+written twice, nothing unstored is reported stored, and what cannot be told
+apart is a StoreError saying it may or may not be stored.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+
+from cpstore.errors import ConflictError, StoreError
+from cpstore.store import group_commit
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+from cpstore.store.lmdb_errors import translate
+
+#: The error LMDB reports for a failed commit (EIO: not taken for a full disk).
+COMMIT_EIO = "mdb_txn_commit: Input/output error"
+
+
+class _FaultTxn:
+    """A write txn whose commit really commits (``lands``) or aborts, then raises."""
+
+    def __init__(self, txn: Any, lands: bool, between: Callable[[], None] | None) -> None:
+        self._txn, self._lands, self._between = txn, lands, between
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._txn, name)
+
+    def __enter__(self) -> _FaultTxn:
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        if kind is not None:
+            self._txn.abort()
+            return
+        if self._lands:
+            self._txn.commit()
+        else:
+            self._txn.abort()
+        if self._between is not None:
+            self._between()
+        raise lmdb.Error(COMMIT_EIO)
+
+
+def fail_commits(
+    st: Store, *, lands: bool, times: int = 1, between: Callable[[], None] | None = None
+) -> list[int]:
+    """Make the next ``times`` write txns of ``st``'s environment fail their commit (after
+    committing when ``lands``; ``between`` runs after the commit, before the error).
+    Returns a one-item list counting the faults still armed."""
+    env = st.backend.env
+    real = env._begin_write
+    left = [times]
+
+    def begin() -> Any:
+        txn = real()
+        if left[0] <= 0:
+            return txn
+        left[0] -= 1
+        return _FaultTxn(txn, lands, between)
+
+    env._begin_write = begin
+    return left
+
+
+def _group_of_two(st: Store, runs: tuple[str, str], arm: Callable[[], object]) -> dict[str, str]:
+    """A first checkpoint on each of ``runs``, then ``arm()``, then a second checkpoint on
+    each from two threads, committed as one group; run -> "ok <id>" or "<Type>: <message>"."""
+    recs = {run: st.recorder(run) for run in runs}
+    for rec in recs.values():
+        rec.checkpoint(0, {"v": 0})
+    arm()
+    gc = st.backend.group
+    gc._last_size, gc._last_seconds = 2, 30.0  # the first waits for the second
+    gather, group_commit.MAX_GATHER_SECONDS = group_commit.MAX_GATHER_SECONDS, 30.0
+    outcome: dict[str, str] = {}
+
+    def one(run: str) -> None:
+        try:
+            outcome[run] = "ok " + recs[run].checkpoint(1, {"v": 1, "run": run})
+        except Exception as exc:
+            outcome[run] = f"{type(exc).__name__}: {exc}"
+
+    threads = [threading.Thread(target=one, args=(run,)) for run in runs]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join(30)
+            assert not t.is_alive(), "a writer never returned"
+    finally:
+        group_commit.MAX_GATHER_SECONDS = gather
+    return outcome
+
+
+def _history_ids(st: Store, run: str) -> list[str]:
+    return [m.id for m in st.history(run)]
+
+
+class TestGroupedCommitErrors:
+    def test_a_group_whose_commit_errors_after_landing_tells_every_writer_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A group txn committed before its commit reports an error: each writer is told stored
+        (not ConflictError), each branch holds its checkpoint once, the next checkpoint lands."""
+        with open_store(tmp_path / "s") as st:
+            gc = st.backend.group
+            groups = gc.groups
+            outcome = _group_of_two(st, ("a", "b"), lambda: fail_commits(st, lands=True))
+            assert gc.groups == groups + 2 + 1  # two lone first checkpoints, then the group
+            for run in ("a", "b"):
+                assert outcome[run].startswith("ok "), outcome
+                ids = _history_ids(st, run)
+                assert ids[0] == outcome[run][3:] and len(ids) == 2
+                assert st.ref(run) == ids[0]
+            rec = st.recorder("a")
+            third = rec.checkpoint(2, {"v": 2})
+            assert st.ref("a") == third
+            report = st.verify()
+            assert report.ok, report.problems
+
+    def test_a_group_whose_commit_errors_without_landing_commits_each_write_alone(
+        self, tmp_path: Path
+    ) -> None:
+        """A group txn that committed nothing: each write is committed again alone and stored."""
+        with open_store(tmp_path / "s") as st:
+            outcome = _group_of_two(st, ("a", "b"), lambda: fail_commits(st, lands=False))
+            for run in ("a", "b"):
+                assert outcome[run].startswith("ok "), outcome
+                assert st.ref(run) == outcome[run][3:]
+            assert st.verify().ok
+
+    def test_a_group_whose_outcome_cannot_be_read_back_is_told_it_may_be_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A commit error after which the store cannot be read: every writer of the group gets
+        StoreError "may or may not be stored", none a ConflictError or a false "stored"."""
+        with open_store(tmp_path / "s") as st:
+            env = st.backend.env
+            real_read = env.begin_read
+
+            def broken() -> None:
+                def refuse() -> Any:
+                    raise lmdb.Error("mdb_txn_begin: Input/output error")
+
+                env.begin_read = refuse
+
+            outcome = _group_of_two(
+                st, ("a", "b"), lambda: fail_commits(st, lands=True, between=broken)
+            )
+            env.begin_read = real_read
+            for run in ("a", "b"):
+                assert not outcome[run].startswith(("ok ", "ConflictError")), outcome
+                assert "may or may not be stored" in outcome[run]
+            assert st.verify().ok
+
+
+class TestLoneCommitErrors:
+    @pytest.mark.parametrize("durability", ["sync", "none"])
+    def test_a_lone_commit_that_landed_despite_its_error_is_reported_stored(
+        self, tmp_path: Path, durability: str
+    ) -> None:
+        """One checkpoint whose commit lands and then errors: stored, and the recorder goes on."""
+        with open_store(tmp_path / "s", durability=durability) as st:  # type: ignore[arg-type]
+            rec = st.recorder("run")
+            rec.checkpoint(0, {"v": 0})
+            fail_commits(st, lands=True)
+            cid = rec.checkpoint(1, {"v": 1})
+            assert st.ref("run") == cid
+            assert rec.checkpoint(2, {"v": 2}) == st.ref("run")
+            assert len(_history_ids(st, "run")) == 3
+            assert st.verify().ok
+
+    @pytest.mark.parametrize("durability", ["sync", "none"])
+    def test_a_lone_commit_that_errors_without_landing_is_reported_not_stored(
+        self, tmp_path: Path, durability: str
+    ) -> None:
+        """One checkpoint whose commit writes nothing: StoreError (not stored), and the same
+        recorder's next checkpoint lands on the old head."""
+        with open_store(tmp_path / "s", durability=durability) as st:  # type: ignore[arg-type]
+            rec = st.recorder("run")
+            first = rec.checkpoint(0, {"v": 0})
+            fail_commits(st, lands=False)
+            with pytest.raises(StoreError) as info:
+                rec.checkpoint(1, {"v": 1})
+            assert not isinstance(info.value, ConflictError)
+            assert "not stored" in str(info.value)
+            assert st.ref("run") == first
+            second = rec.checkpoint(1, {"v": 1})
+            assert _history_ids(st, "run") == [second, first]
+
+    def test_a_commit_inside_a_read_block_that_landed_despite_its_error_is_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """The ungrouped path (a thread holding a read) resolves a landed commit as stored."""
+        with open_store(tmp_path / "s") as st:
+            rec = st.recorder("run")
+            first = rec.checkpoint(0, {"v": 0})
+            fail_commits(st, lands=True)
+            with st.read(first):
+                cid = rec.checkpoint(1, {"v": 1})
+            assert st.ref("run") == cid
+
+
+class TestFlushErrors:
+    def test_a_batch_whose_commit_landed_despite_its_error_is_flushed(self, tmp_path: Path) -> None:
+        """A batched flush whose txn committed before the error: flush returns, every queued
+        checkpoint is stored once, and the recorder's next batch lands."""
+        with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
+            rec = st.recorder("run")
+            ids = [rec.checkpoint(i, {"v": i}) for i in range(3)]
+            fail_commits(st, lands=True)
+            st.flush()
+            assert st.backend.pending == 0
+            assert _history_ids(st, "run") == ids[::-1]
+            more = rec.checkpoint(3, {"v": 3})
+            st.flush()
+            assert st.ref("run") == more
+
+    def test_an_exit_flush_whose_outcome_is_unknown_does_not_warn_not_written(
+        self, tmp_path: Path
+    ) -> None:
+        """The exit flush of a batch whose commit errored and cannot be read back warns that
+        the queued checkpoints may or may not be written, not that they were NOT written."""
+        with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
+            rec = st.recorder("run")
+            rec.checkpoint(0, {"v": 0})
+            env = st.backend.env
+            real_read = env.begin_read
+
+            def broken() -> None:
+                def refuse() -> Any:
+                    raise lmdb.Error("mdb_txn_begin: Input/output error")
+
+                env.begin_read = refuse
+
+            fail_commits(st, lands=True, between=broken)
+            with pytest.warns(RuntimeWarning) as caught:
+                st.backend.flush_at_exit(1.0)
+            env.begin_read = real_read
+            text = str(caught[0].message)
+            assert "may or may not" in text and "NOT written" not in text
+            assert st.ref("run") is not None  # it was in fact written
+
+    def test_a_batch_whose_commit_wrote_nothing_raises_not_stored(self, tmp_path: Path) -> None:
+        """A batched flush whose txn committed nothing: StoreError saying not stored; the batch
+        is dropped (docs/durability.md) and nothing of it is stored."""
+        with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
+            rec = st.recorder("run")
+            ids = [rec.checkpoint(i, {"v": i}) for i in range(3)]
+            fail_commits(st, lands=False)
+            with pytest.raises(StoreError) as info:
+                st.flush()
+            assert "not stored" in str(info.value)
+            assert st.ref("run") is None and st.backend.pending == 0
+            del ids
+
+
+class TestOtherWriteErrors:
+    def test_an_audit_append_whose_commit_errors_after_landing_says_it_may_be_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A write txn (an audit append) whose commit lands and then errors: the StoreError
+        says the record may or may not be stored (a caller that retries on a plain "LMDB
+        failed" appends it twice), and the record is indeed stored once."""
+        with open_store(tmp_path / "s") as st:
+            fail_commits(st, lands=True)
+            with pytest.raises(StoreError) as info:
+                st.append_audit("note", {"n": 1})
+            assert "may or may not be stored" in str(info.value)
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
+
+    def test_an_audit_append_whose_commit_wrote_nothing_is_not_stored(self, tmp_path: Path) -> None:
+        """A write txn whose commit wrote nothing: StoreError, and no record is stored."""
+        with open_store(tmp_path / "s") as st:
+            fail_commits(st, lands=False)
+            with pytest.raises(StoreError):
+                st.append_audit("note", {"n": 1})
+            assert [r for r in st.audit_records() if r.kind == "note"] == []
+            st.append_audit("note", {"n": 2})
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
+
+    def test_lmdbs_fatal_state_after_a_failed_meta_page_write_is_not_called_corruption(
+        self, tmp_path: Path
+    ) -> None:
+        """MDB_PANIC (this process's environment refuses every txn once a meta-page write
+        failed) is a StoreError saying to reopen, not an IntegrityError calling the file
+        corrupt (the file on disk holds the last good meta page)."""
+        exc = lmdb.PanicError(
+            "mdb_txn_begin: MDB_PANIC: Update of meta page failed or environment had fatal error"
+        )
+        got = translate(exc, str(tmp_path))
+        assert type(got) is StoreError
+        assert "open the store again" in got.what
+
+
+CHILD = r"""
+import sys, threading
+sys.path.insert(0, sys.argv[3])
+from test_group_commit_errors import _group_of_two, fail_commits
+from cpstore.store.facade import open as open_store
+path, lands = sys.argv[1], sys.argv[2] == "lands"
+st = open_store(path)
+def between():
+    # Another process writes the same store before this one handles its commit error.
+    print("failed", flush=True)
+    sys.stdin.readline()
+outcome = _group_of_two(st, ("a", "b"), lambda: fail_commits(st, lands=lands, between=between))
+for run in ("a", "b"):
+    print(run, outcome[run], flush=True)
+st.close()
+"""
+
+
+class TestProcesses:
+    @pytest.mark.parametrize("lands", [True, False])
+    def test_a_grouping_process_whose_commit_errors_while_another_writes_gets_the_truth(
+        self, tmp_path: Path, lands: bool
+    ) -> None:
+        """A process's group commit errors (landed or not) while another process writes the
+        same store and moves one of the group's branches: every writer's answer matches what
+        is stored, nobody is told ConflictError for its own stored checkpoint."""
+        path = tmp_path / "s"
+        open_store(path).close()
+        child = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                CHILD,
+                str(path),
+                "lands" if lands else "not",
+                str(Path(__file__).parent),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "failed"
+        # The faulted txn has ended (committed or aborted): this process can write.
+        with open_store(path) as st:
+            mover = st.recorder("a")
+            moved = mover.checkpoint(7, {"moved": True})
+            st.recorder("c").checkpoint(0, {"c": 0})
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        told = dict(line.split(" ", 1) for line in out.splitlines())
+        with open_store(path) as st:
+            assert told["b"].startswith("ok "), told
+            assert _history_ids(st, "b")[0] == told["b"][3:]
+            assert len(_history_ids(st, "b")) == 2
+            history_a = _history_ids(st, "a")
+            assert history_a[0] == moved
+            if lands:
+                # The group landed before the move; branch b shows it: both told stored.
+                assert told["a"].startswith("ok "), told
+                assert history_a[1] == told["a"][3:] and len(history_a) == 3
+            else:
+                # Nothing landed, and the other process moved a from its first checkpoint:
+                # committed alone, a's second checkpoint conflicts for real and is not stored.
+                assert told["a"].startswith("ConflictError"), told
+                assert len(history_a) == 2
+            report = st.verify()
+            assert report.ok, report.problems

@@ -1,0 +1,62 @@
+"""A store folder renamed between the registry's identity check and LMDB's open.
+
+The registry keeps one LMDB environment per data file per process (lmdb_registry):
+LMDB's close of an environment clears every reader slot of its process in the
+file's reader table and drops the process's locks on it, so a second environment
+of one file, once closed, leaves the first one's open reads unprotected (a writer
+may reuse the pages they read). The identity is checked by stat before the open;
+a rename in between (the open store's folder moved to the path being opened)
+must not leave two environments of one file.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cpstore.store import lmdb_registry
+from cpstore.store.facade import open as open_store
+from cpstore.store.lmdb_env import Env
+
+READERS = "import lmdb, sys; print(lmdb.open(sys.argv[1], readonly=True).readers())"
+
+
+def test_an_open_racing_a_rename_of_an_open_store_shares_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store a is open; opening b races "mv b t; mv a b" between the identity check and
+    LMDB's open: the new handle shares a's environment, and closing it leaves the open
+    read of the first handle in the reader table."""
+    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
+    first = open_store(a)
+    first.recorder("r").checkpoint(0, {"v": 0})
+    open_store(b).close()
+    real = Env
+
+    def racing(path: str, options: Any) -> Any:
+        os.rename(b, t)
+        os.rename(a, b)  # after the registry's stat of b, before LMDB opens it
+        return real(path, options)
+
+    monkeypatch.setattr(lmdb_registry, "Env", racing)
+    second = open_store(b)
+    monkeypatch.setattr(lmdb_registry, "Env", real)
+    try:
+        assert second.backend.env is first.backend.env
+        txn = first.backend.begin_read()
+        try:
+            second.close()
+            out = subprocess.run(
+                [sys.executable, "-c", READERS, str(b)], capture_output=True, text=True, check=True
+            ).stdout
+            assert str(os.getpid()) in out, out  # the open read still holds its slot
+        finally:
+            first.backend.end_read(txn)
+    finally:
+        second.close()
+        first.close()
