@@ -228,7 +228,9 @@ class LmdbBackend:
         """File size, bytes in pages in use, bytes in free pages (lmdb_copy.space_of)."""
         self.live()
         with self.read_txn() as txn:
-            return StoreSpace(*space_of(self.env.env, txn, self.env.dbs))
+            return StoreSpace(
+                *space_of(self.env.env, txn, self.env.dbs, os.path.join(self.env.path, "data.mdb"))
+            )
 
     def copy_to(self, dest: str, *, compact: bool) -> None:
         """LMDB's environment copy of one read snapshot (queued checkpoints flushed first)."""
