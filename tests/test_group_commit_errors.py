@@ -23,7 +23,7 @@ from typing import Any
 import lmdb
 import pytest
 
-from cpstore.errors import ConflictError, StoreError
+from cpstore.errors import ConflictError, OutcomeUnknownError, StoreError
 from cpstore.store import group_commit
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -36,8 +36,14 @@ COMMIT_EIO = "mdb_txn_commit: Input/output error"
 class _FaultTxn:
     """A write txn whose commit really commits (``lands``) or aborts, then raises."""
 
-    def __init__(self, txn: Any, lands: bool, between: Callable[[], None] | None) -> None:
-        self._txn, self._lands, self._between = txn, lands, between
+    def __init__(
+        self,
+        txn: Any,
+        lands: bool,
+        between: Callable[[], None] | None,
+        error: Callable[[], lmdb.Error] = lambda: lmdb.Error(COMMIT_EIO),
+    ) -> None:
+        self._txn, self._lands, self._between, self._error = txn, lands, between, error
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._txn, name)
@@ -55,15 +61,20 @@ class _FaultTxn:
             self._txn.abort()
         if self._between is not None:
             self._between()
-        raise lmdb.Error(COMMIT_EIO)
+        raise self._error()
 
 
 def fail_commits(
-    st: Store, *, lands: bool, times: int = 1, between: Callable[[], None] | None = None
+    st: Store,
+    *,
+    lands: bool,
+    times: int = 1,
+    between: Callable[[], None] | None = None,
+    error: Callable[[], lmdb.Error] = lambda: lmdb.Error(COMMIT_EIO),
 ) -> list[int]:
     """Make the next ``times`` write txns of ``st``'s environment fail their commit (after
-    committing when ``lands``; ``between`` runs after the commit, before the error).
-    Returns a one-item list counting the faults still armed."""
+    committing when ``lands``; ``between`` runs after the commit, before the error, which
+    ``error`` makes). Returns a one-item list counting the faults still armed."""
     env = st.backend.env
     real = env._begin_write
     left = [times]
@@ -73,7 +84,7 @@ def fail_commits(
         if left[0] <= 0:
             return txn
         left[0] -= 1
-        return _FaultTxn(txn, lands, between)
+        return _FaultTxn(txn, lands, between, error)
 
     env._begin_write = begin
     return left
@@ -292,6 +303,24 @@ class TestOtherWriteErrors:
             fail_commits(st, lands=False)
             with pytest.raises(StoreError):
                 st.append_audit("note", {"n": 1})
+            assert [r for r in st.audit_records() if r.kind == "note"] == []
+            st.append_audit("note", {"n": 2})
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
+
+    def test_a_write_whose_commit_found_the_map_full_and_could_not_grow_is_not_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A commit that failed on a full map wrote nothing (LMDB aborted it); when the map
+        then cannot grow (this thread holds a read) the error says so, not "may or may not
+        be stored" (which a full map never is), and nothing is stored; the append goes
+        through once the read ended."""
+        with open_store(tmp_path / "s") as st:
+            first = st.recorder("run").checkpoint(0, {"v": 0})
+            fail_commits(st, lands=False, error=lambda: lmdb.MapFullError("mdb_txn_commit"))
+            with st.read(first), pytest.raises(StoreError) as info:
+                st.append_audit("note", {"n": 1})
+            assert not isinstance(info.value, OutcomeUnknownError), info.value
+            assert "open read view" in str(info.value)
             assert [r for r in st.audit_records() if r.kind == "note"] == []
             st.append_audit("note", {"n": 2})
             assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
