@@ -53,6 +53,14 @@ Durability = Literal["sync", "batched", "none"]
 DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
 
 
+def _growth_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is an error of the map's growth after LMDB refused a txn's commit
+    for a full map (Env.write grows it in its ``except lmdb.MapFullError`` handler, so
+    what goes wrong there has that error as its context): that txn was aborted, nothing
+    of it is stored (not "may or may not"), whatever its function had applied."""
+    return isinstance(exc.__context__, lmdb.MapFullError)
+
+
 def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
     """The exit warning for a batch that could not be written (or whose commit may or may
     not have taken effect): every id, by branch."""
@@ -287,7 +295,7 @@ class LmdbBackend:
         try:
             return self._write(run)
         except StoreError as exc:
-            if not applied or type(exc) is not StoreError:
+            if not applied or type(exc) is not StoreError or _growth_failed(exc):
                 raise  # refused or failed before the commit; full or read-only: not written
             raise OutcomeUnknownError(
                 f"{exc.what} at the commit; what this txn wrote may or may not be stored",
@@ -392,7 +400,7 @@ class LmdbBackend:
             else:
                 self.env.write(apply_all)
         except Exception as exc:
-            if not applied:
+            if not applied or _growth_failed(exc):
                 raise  # refused, or failed before its commit: rolled back, nothing stored
             self._commit_failed(ops, exc)
 
@@ -460,7 +468,7 @@ class LmdbBackend:
         try:
             self.write_txn(apply_all)
         except Exception as exc:
-            if not applied or not taken:
+            if not applied or not taken or _growth_failed(exc):
                 raise
             self._commit_failed(taken, exc)
 
