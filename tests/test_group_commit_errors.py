@@ -229,6 +229,71 @@ class TestLoneCommitErrors:
             assert st.ref("run") == cid
 
 
+def _reset_back(st: Store, heads: dict[str, str]) -> Callable[[], None]:
+    """A ``between``: another writer resets each run's main branch to ``heads[run]``."""
+
+    def reset() -> None:
+        for run, head in heads.items():
+            st.reset_ref(run, "main", head, expected_old=st.ref(run), operator="ops", reason="undo")
+
+    return reset
+
+
+class TestBranchResetBack:
+    """The txn landed, then its commit errored, and before the store is read back another
+    writer reset each branch it moved back to the head the txn expected there (the same
+    id again: ABA). The heads look untouched, yet the checkpoints are stored."""
+
+    def test_a_lone_commit_whose_branch_was_reset_back_is_not_reported_not_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """The writer is told it may or may not be stored (OutcomeUnknownError), not "not
+        stored" for a checkpoint the store holds; the reset stands."""
+        with open_store(tmp_path / "s") as st:
+            rec = st.recorder("run")
+            first = rec.checkpoint(0, {"v": 0})
+            fail_commits(st, lands=True, between=_reset_back(st, {"run": first}))
+            with pytest.raises(StoreError) as info:
+                rec.checkpoint(1, {"v": 1})
+            assert isinstance(info.value, OutcomeUnknownError), info.value
+            assert st.ref("run") == first
+            assert len(st.retained()) == 1  # the stored checkpoint the reset moved off
+
+    def test_a_group_whose_branches_were_reset_back_is_not_committed_again(
+        self, tmp_path: Path
+    ) -> None:
+        """Each writer of the group is told it may or may not be stored, and nothing is
+        committed a second time over the resets (each branch stays where it was reset)."""
+        with open_store(tmp_path / "s") as st:
+            firsts: dict[str, str] = {}
+
+            def arm() -> None:
+                firsts.update({run: str(st.ref(run)) for run in ("a", "b")})
+                fail_commits(st, lands=True, between=_reset_back(st, firsts))
+
+            outcome = _group_of_two(st, ("a", "b"), arm)
+            for run in ("a", "b"):
+                assert outcome[run].startswith("OutcomeUnknownError"), outcome
+                assert st.ref(run) == firsts[run], outcome
+            assert st.verify().ok
+
+    def test_a_batch_whose_branch_was_reset_back_is_not_reported_not_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A batched flush (three checkpoints on one branch) whose txn landed: flush raises
+        OutcomeUnknownError, not "not stored"."""
+        with open_store(tmp_path / "s") as st:
+            first = st.recorder("run").checkpoint(0, {"v": 0})
+        with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
+            rec = st.recorder("run")
+            for i in range(1, 4):
+                rec.checkpoint(i, {"v": i})
+            fail_commits(st, lands=True, between=_reset_back(st, {"run": first}))
+            with pytest.raises(OutcomeUnknownError):
+                st.flush()
+            assert st.ref("run") == first
+
+
 class TestFlushErrors:
     def test_a_batch_whose_commit_landed_despite_its_error_is_flushed(self, tmp_path: Path) -> None:
         """A batched flush whose txn committed before the error: flush returns, every queued
