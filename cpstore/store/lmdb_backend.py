@@ -414,7 +414,10 @@ class LmdbBackend:
             exc = exc.__cause__  # write_txn's "may or may not": the store is read instead
         try:
             with self.read_txn() as txn:
-                verdict = landed(ops, lambda key: self.head(txn, key))
+                records = contents(self.env.dbs)[1]
+                verdict = landed(
+                    ops, lambda key: self.head(txn, key), lambda cid: records.stored(txn, cid)
+                )
         except Exception:  # e.g. LMDB's fatal state after a failed meta-page write
             verdict = None
         if verdict:
