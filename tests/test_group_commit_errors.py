@@ -390,6 +390,31 @@ class TestOtherWriteErrors:
             st.append_audit("note", {"n": 2})
             assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
 
+    @pytest.mark.parametrize("errno_text", ["No space left on device", "Read-only file system"])
+    def test_a_none_mode_write_whose_sync_after_its_commit_fails_says_it_may_be_stored(
+        self, tmp_path: Path, errno_text: str
+    ) -> None:
+        """durability="none": a write txn (an audit append) is committed, then fsynced; when
+        that fsync fails (a full disk, a file system gone read-only) the txn is already
+        committed: the error says it may or may not be stored, not a plain "full" or
+        "read-only" that reads as "not written" (a caller retrying would append it twice)."""
+        with open_store(tmp_path / "s", durability="none") as st:
+            env = st.backend.env
+            real_sync = env.sync
+            calls = [0]
+
+            def failing_sync() -> None:
+                calls[0] += 1
+                if calls[0] == 1:
+                    raise translate(lmdb.Error(f"mdb_env_sync: {errno_text}"), env.path)
+                real_sync()
+
+            env.sync = failing_sync  # type: ignore[method-assign]
+            with pytest.raises(StoreError) as info:
+                st.append_audit("note", {"n": 1})
+            assert isinstance(info.value, OutcomeUnknownError), repr(info.value)
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
+
     def test_lmdbs_fatal_state_after_a_failed_meta_page_write_is_not_called_corruption(
         self, tmp_path: Path
     ) -> None:
