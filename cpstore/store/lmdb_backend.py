@@ -310,7 +310,16 @@ class LmdbBackend:
             raise StoreError("the store is closed", where=self._path)
         result = self.env.write(fn)  # checks the pid (live()'s other half) first
         if not self.env.options.sync:
-            self.env.sync()  # audit records, ref moves, prune: always durable
+            try:
+                self.env.sync()  # audit records, ref moves, prune: always durable
+            except StoreError as exc:  # full or read-only too: the txn is committed already
+                raise OutcomeUnknownError(
+                    f"{exc.what} syncing after the commit; what this txn wrote is committed "
+                    "but may or may not be stored durably (a crash may lose it)",
+                    where=exc.where,
+                    expected=exc.expected,
+                    got=exc.got,
+                ) from exc
         return result
 
     # -- objects -------------------------------------------------------------------
