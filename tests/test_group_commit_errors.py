@@ -409,7 +409,7 @@ class TestOtherWriteErrors:
                     raise translate(lmdb.Error(f"mdb_env_sync: {errno_text}"), env.path)
                 real_sync()
 
-            env.sync = failing_sync  # type: ignore[method-assign]
+            env.sync = failing_sync
             with pytest.raises(StoreError) as info:
                 st.append_audit("note", {"n": 1})
             assert isinstance(info.value, OutcomeUnknownError), repr(info.value)
