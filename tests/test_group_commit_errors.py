@@ -500,3 +500,38 @@ class TestProcesses:
                 assert len(history_a) == 2
             report = st.verify()
             assert report.ok, report.problems
+
+    def test_a_landed_group_another_process_reset_back_is_not_told_not_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A process's group txn lands and errors; before it reads the store back another
+        process resets both branches to the heads the group expected (ABA): both writers are
+        told it may or may not be stored, and the resets stand (nothing committed again)."""
+        path = tmp_path / "s"
+        open_store(path).close()
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), "lands", str(Path(__file__).parent)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "failed"
+        firsts: dict[str, str] = {}
+        with open_store(path) as st:
+            for run in ("a", "b"):
+                history = _history_ids(st, run)
+                assert len(history) == 2  # the group landed
+                firsts[run] = history[1]
+            _reset_back(st, firsts)()
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        told = dict(line.split(" ", 1) for line in out.splitlines())
+        with open_store(path) as st:
+            for run in ("a", "b"):
+                assert told[run].startswith("OutcomeUnknownError"), told
+                assert st.ref(run) == firsts[run]
+            assert st.verify().ok
