@@ -23,7 +23,7 @@ from typing import Any
 import lmdb
 import pytest
 
-from cpstore.errors import ConflictError, StoreError
+from cpstore.errors import ConflictError, OutcomeUnknownError, StoreError
 from cpstore.store import group_commit
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -36,8 +36,14 @@ COMMIT_EIO = "mdb_txn_commit: Input/output error"
 class _FaultTxn:
     """A write txn whose commit really commits (``lands``) or aborts, then raises."""
 
-    def __init__(self, txn: Any, lands: bool, between: Callable[[], None] | None) -> None:
-        self._txn, self._lands, self._between = txn, lands, between
+    def __init__(
+        self,
+        txn: Any,
+        lands: bool,
+        between: Callable[[], None] | None,
+        error: Callable[[], lmdb.Error] = lambda: lmdb.Error(COMMIT_EIO),
+    ) -> None:
+        self._txn, self._lands, self._between, self._error = txn, lands, between, error
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._txn, name)
@@ -55,15 +61,20 @@ class _FaultTxn:
             self._txn.abort()
         if self._between is not None:
             self._between()
-        raise lmdb.Error(COMMIT_EIO)
+        raise self._error()
 
 
 def fail_commits(
-    st: Store, *, lands: bool, times: int = 1, between: Callable[[], None] | None = None
+    st: Store,
+    *,
+    lands: bool,
+    times: int = 1,
+    between: Callable[[], None] | None = None,
+    error: Callable[[], lmdb.Error] = lambda: lmdb.Error(COMMIT_EIO),
 ) -> list[int]:
     """Make the next ``times`` write txns of ``st``'s environment fail their commit (after
-    committing when ``lands``; ``between`` runs after the commit, before the error).
-    Returns a one-item list counting the faults still armed."""
+    committing when ``lands``; ``between`` runs after the commit, before the error, which
+    ``error`` makes). Returns a one-item list counting the faults still armed."""
     env = st.backend.env
     real = env._begin_write
     left = [times]
@@ -73,7 +84,7 @@ def fail_commits(
         if left[0] <= 0:
             return txn
         left[0] -= 1
-        return _FaultTxn(txn, lands, between)
+        return _FaultTxn(txn, lands, between, error)
 
     env._begin_write = begin
     return left
@@ -218,6 +229,71 @@ class TestLoneCommitErrors:
             assert st.ref("run") == cid
 
 
+def _reset_back(st: Store, heads: dict[str, str]) -> Callable[[], None]:
+    """A ``between``: another writer resets each run's main branch to ``heads[run]``."""
+
+    def reset() -> None:
+        for run, head in heads.items():
+            st.reset_ref(run, "main", head, expected_old=st.ref(run), operator="ops", reason="undo")
+
+    return reset
+
+
+class TestBranchResetBack:
+    """The txn landed, then its commit errored, and before the store is read back another
+    writer reset each branch it moved back to the head the txn expected there (the same
+    id again: ABA). The heads look untouched, yet the checkpoints are stored."""
+
+    def test_a_lone_commit_whose_branch_was_reset_back_is_not_reported_not_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """The writer is told it may or may not be stored (OutcomeUnknownError), not "not
+        stored" for a checkpoint the store holds; the reset stands."""
+        with open_store(tmp_path / "s") as st:
+            rec = st.recorder("run")
+            first = rec.checkpoint(0, {"v": 0})
+            fail_commits(st, lands=True, between=_reset_back(st, {"run": first}))
+            with pytest.raises(StoreError) as info:
+                rec.checkpoint(1, {"v": 1})
+            assert isinstance(info.value, OutcomeUnknownError), info.value
+            assert st.ref("run") == first
+            assert len(st.retained()) == 1  # the stored checkpoint the reset moved off
+
+    def test_a_group_whose_branches_were_reset_back_is_not_committed_again(
+        self, tmp_path: Path
+    ) -> None:
+        """Each writer of the group is told it may or may not be stored, and nothing is
+        committed a second time over the resets (each branch stays where it was reset)."""
+        with open_store(tmp_path / "s") as st:
+            firsts: dict[str, str] = {}
+
+            def arm() -> None:
+                firsts.update({run: str(st.ref(run)) for run in ("a", "b")})
+                fail_commits(st, lands=True, between=_reset_back(st, firsts))
+
+            outcome = _group_of_two(st, ("a", "b"), arm)
+            for run in ("a", "b"):
+                assert outcome[run].startswith("OutcomeUnknownError"), outcome
+                assert st.ref(run) == firsts[run], outcome
+            assert st.verify().ok
+
+    def test_a_batch_whose_branch_was_reset_back_is_not_reported_not_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A batched flush (three checkpoints on one branch) whose txn landed: flush raises
+        OutcomeUnknownError, not "not stored"."""
+        with open_store(tmp_path / "s") as st:
+            first = st.recorder("run").checkpoint(0, {"v": 0})
+        with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
+            rec = st.recorder("run")
+            for i in range(1, 4):
+                rec.checkpoint(i, {"v": i})
+            fail_commits(st, lands=True, between=_reset_back(st, {"run": first}))
+            with pytest.raises(OutcomeUnknownError):
+                st.flush()
+            assert st.ref("run") == first
+
+
 class TestFlushErrors:
     def test_a_batch_whose_commit_landed_despite_its_error_is_flushed(self, tmp_path: Path) -> None:
         """A batched flush whose txn committed before the error: flush returns, every queued
@@ -295,6 +371,49 @@ class TestOtherWriteErrors:
             assert [r for r in st.audit_records() if r.kind == "note"] == []
             st.append_audit("note", {"n": 2})
             assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
+
+    def test_a_write_whose_commit_found_the_map_full_and_could_not_grow_is_not_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A commit that failed on a full map wrote nothing (LMDB aborted it); when the map
+        then cannot grow (this thread holds a read) the error says so, not "may or may not
+        be stored" (which a full map never is), and nothing is stored; the append goes
+        through once the read ended."""
+        with open_store(tmp_path / "s") as st:
+            first = st.recorder("run").checkpoint(0, {"v": 0})
+            fail_commits(st, lands=False, error=lambda: lmdb.MapFullError("mdb_txn_commit"))
+            with st.read(first), pytest.raises(StoreError) as info:
+                st.append_audit("note", {"n": 1})
+            assert not isinstance(info.value, OutcomeUnknownError), info.value
+            assert "open read view" in str(info.value)
+            assert [r for r in st.audit_records() if r.kind == "note"] == []
+            st.append_audit("note", {"n": 2})
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
+
+    @pytest.mark.parametrize("errno_text", ["No space left on device", "Read-only file system"])
+    def test_a_none_mode_write_whose_sync_after_its_commit_fails_says_it_may_be_stored(
+        self, tmp_path: Path, errno_text: str
+    ) -> None:
+        """durability="none": a write txn (an audit append) is committed, then fsynced; when
+        that fsync fails (a full disk, a file system gone read-only) the txn is already
+        committed: the error says it may or may not be stored, not a plain "full" or
+        "read-only" that reads as "not written" (a caller retrying would append it twice)."""
+        with open_store(tmp_path / "s", durability="none") as st:
+            env = st.backend.env
+            real_sync = env.sync
+            calls = [0]
+
+            def failing_sync() -> None:
+                calls[0] += 1
+                if calls[0] == 1:
+                    raise translate(lmdb.Error(f"mdb_env_sync: {errno_text}"), env.path)
+                real_sync()
+
+            env.sync = failing_sync
+            with pytest.raises(StoreError) as info:
+                st.append_audit("note", {"n": 1})
+            assert isinstance(info.value, OutcomeUnknownError), repr(info.value)
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
 
     def test_lmdbs_fatal_state_after_a_failed_meta_page_write_is_not_called_corruption(
         self, tmp_path: Path
@@ -381,3 +500,38 @@ class TestProcesses:
                 assert len(history_a) == 2
             report = st.verify()
             assert report.ok, report.problems
+
+    def test_a_landed_group_another_process_reset_back_is_not_told_not_stored(
+        self, tmp_path: Path
+    ) -> None:
+        """A process's group txn lands and errors; before it reads the store back another
+        process resets both branches to the heads the group expected (ABA): both writers are
+        told it may or may not be stored, and the resets stand (nothing committed again)."""
+        path = tmp_path / "s"
+        open_store(path).close()
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), "lands", str(Path(__file__).parent)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "failed"
+        firsts: dict[str, str] = {}
+        with open_store(path) as st:
+            for run in ("a", "b"):
+                history = _history_ids(st, run)
+                assert len(history) == 2  # the group landed
+                firsts[run] = history[1]
+            _reset_back(st, firsts)()
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        told = dict(line.split(" ", 1) for line in out.splitlines())
+        with open_store(path) as st:
+            for run in ("a", "b"):
+                assert told[run].startswith("OutcomeUnknownError"), told
+                assert st.ref(run) == firsts[run]
+            assert st.verify().ok

@@ -60,3 +60,39 @@ def test_an_open_racing_a_rename_of_an_open_store_shares_its_environment(
     finally:
         second.close()
         first.close()
+
+
+def test_an_open_racing_a_rename_leaves_the_open_stores_reads_in_the_reader_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store a is open with a read in progress; opening b races "mv b t; mv a b" between
+    the identity check and LMDB's open: the open read keeps its reader slot (LMDB opening
+    the file a second time in this process takes its lock file as its own and resets the
+    reader table and the writer mutex)."""
+    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
+    first = open_store(a)
+    first.recorder("r").checkpoint(0, {"v": 0})
+    open_store(b).close()
+    real = Env
+
+    def racing(path: str, options: Any) -> Any:
+        os.rename(b, t)
+        os.rename(a, b)  # after the registry's stat of b, before LMDB opens it
+        return real(path, options)
+
+    txn = first.backend.begin_read()
+    try:
+        monkeypatch.setattr(lmdb_registry, "Env", racing)
+        second = open_store(b)
+        monkeypatch.setattr(lmdb_registry, "Env", real)
+        try:
+            assert second.backend.env is first.backend.env
+            out = subprocess.run(
+                [sys.executable, "-c", READERS, str(b)], capture_output=True, text=True, check=True
+            ).stdout
+            assert str(os.getpid()) in out, out  # the read open across the racing open
+        finally:
+            second.close()
+    finally:
+        first.backend.end_read(txn)
+        first.close()

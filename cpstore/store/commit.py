@@ -114,16 +114,24 @@ def objects_to_check(
     return list(checked.difference(written))  # set operations in C: named less written
 
 
-def landed(ops: Sequence[CheckpointWrite], head: Callable[[bytes], bytes | None]) -> bool | None:
+def landed(
+    ops: Sequence[CheckpointWrite],
+    head: Callable[[bytes], bytes | None],
+    stored: Callable[[bytes], bool],
+) -> bool | None:
     """Whether the txn that applied ``ops`` (all or nothing) and then reported an error
-    committed, as the store now shows it (``head``: ref key -> the checkpoint it names):
-    True (committed), False (not committed), None (cannot tell).
+    committed, as the store now shows it (``head``: ref key -> the checkpoint it names;
+    ``stored``: whether a checkpoint record is stored): True (committed), False (not
+    committed), None (cannot tell).
 
     Each branch the txn moves votes: at the txn's last checkpoint on it, committed;
-    still at the head its first checkpoint on it expected, not committed; anywhere
-    else (another writer moved it since), no vote. No vote, or votes that disagree
-    (another writer stored the very same checkpoint id, or reset a branch), is None.
-    A branch found at the checkpoint id holds that checkpoint whoever wrote it.
+    still at the head its first checkpoint on it expected and that last checkpoint not
+    stored, not committed; anywhere else (another writer moved it since), no vote. No
+    vote, or votes that disagree (another writer stored the very same checkpoint id, or
+    reset a branch), is None. A branch found at the checkpoint id holds that checkpoint
+    whoever wrote it. A head back at the expected id beside a stored checkpoint is no
+    vote: another writer may have reset (or deleted) the branch after the txn committed
+    (ABA), and "not committed" would have it committed a second time over that reset.
     """
     first: dict[bytes, CheckpointWrite] = {}
     last: dict[bytes, CheckpointWrite] = {}
@@ -136,6 +144,6 @@ def landed(ops: Sequence[CheckpointWrite], head: Callable[[bytes], bytes | None]
         now = head(key)
         if now == op.cid:
             votes.add(True)
-        elif now == first[key].expected_ref:
+        elif now == first[key].expected_ref and not stored(op.cid):
             votes.add(False)
     return votes.pop() if len(votes) == 1 else None

@@ -53,6 +53,14 @@ Durability = Literal["sync", "batched", "none"]
 DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
 
 
+def _growth_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is an error of the map's growth after LMDB refused a txn's commit
+    for a full map (Env.write grows it in its ``except lmdb.MapFullError`` handler, so
+    what goes wrong there has that error as its context): that txn was aborted, nothing
+    of it is stored (not "may or may not"), whatever its function had applied."""
+    return isinstance(exc.__context__, lmdb.MapFullError)
+
+
 def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
     """The exit warning for a batch that could not be written (or whose commit may or may
     not have taken effect): every id, by branch."""
@@ -228,7 +236,9 @@ class LmdbBackend:
         """File size, bytes in pages in use, bytes in free pages (lmdb_copy.space_of)."""
         self.live()
         with self.read_txn() as txn:
-            return StoreSpace(*space_of(self.env.env, txn, self.env.dbs))
+            return StoreSpace(
+                *space_of(self.env.env, txn, self.env.dbs, os.path.join(self.env.path, "data.mdb"))
+            )
 
     def copy_to(self, dest: str, *, compact: bool) -> None:
         """LMDB's environment copy of one read snapshot (queued checkpoints flushed first)."""
@@ -285,7 +295,7 @@ class LmdbBackend:
         try:
             return self._write(run)
         except StoreError as exc:
-            if not applied or type(exc) is not StoreError:
+            if not applied or type(exc) is not StoreError or _growth_failed(exc):
                 raise  # refused or failed before the commit; full or read-only: not written
             raise OutcomeUnknownError(
                 f"{exc.what} at the commit; what this txn wrote may or may not be stored",
@@ -300,7 +310,16 @@ class LmdbBackend:
             raise StoreError("the store is closed", where=self._path)
         result = self.env.write(fn)  # checks the pid (live()'s other half) first
         if not self.env.options.sync:
-            self.env.sync()  # audit records, ref moves, prune: always durable
+            try:
+                self.env.sync()  # audit records, ref moves, prune: always durable
+            except StoreError as exc:  # full or read-only too: the txn is committed already
+                raise OutcomeUnknownError(
+                    f"{exc.what} syncing after the commit; what this txn wrote is committed "
+                    "but may or may not be stored durably (a crash may lose it)",
+                    where=exc.where,
+                    expected=exc.expected,
+                    got=exc.got,
+                ) from exc
         return result
 
     # -- objects -------------------------------------------------------------------
@@ -390,7 +409,7 @@ class LmdbBackend:
             else:
                 self.env.write(apply_all)
         except Exception as exc:
-            if not applied:
+            if not applied or _growth_failed(exc):
                 raise  # refused, or failed before its commit: rolled back, nothing stored
             self._commit_failed(ops, exc)
 
@@ -404,7 +423,10 @@ class LmdbBackend:
             exc = exc.__cause__  # write_txn's "may or may not": the store is read instead
         try:
             with self.read_txn() as txn:
-                verdict = landed(ops, lambda key: self.head(txn, key))
+                records = contents(self.env.dbs)[1]
+                verdict = landed(
+                    ops, lambda key: self.head(txn, key), lambda cid: records.stored(txn, cid)
+                )
         except Exception:  # e.g. LMDB's fatal state after a failed meta-page write
             verdict = None
         if verdict:
@@ -458,7 +480,7 @@ class LmdbBackend:
         try:
             self.write_txn(apply_all)
         except Exception as exc:
-            if not applied or not taken:
+            if not applied or not taken or _growth_failed(exc):
                 raise
             self._commit_failed(taken, exc)
 

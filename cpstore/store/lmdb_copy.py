@@ -73,8 +73,10 @@ def copy_env(env: object, dest: str, *, compact: bool) -> None:
     _fsync_path(dest, directory=True)
 
 
-def space_of(env: object, txn: object, dbs: dict[str, object]) -> tuple[int, int, int]:
-    """(file bytes, bytes in pages in use, bytes in pages free for reuse) of ``env``.
+def space_of(env: object, txn: object, dbs: dict[str, object], data: str) -> tuple[int, int, int]:
+    """(file bytes, bytes in pages in use, bytes in pages free for reuse) of ``env``,
+    whose data file is ``data`` (LMDB's own path may be the ``/proc/self/fd`` one its open
+    used: lmdb_open.pin_folder).
 
     In use: every named database's branch, leaf and overflow pages, the main
     database's and the two meta pages. Free: the rest of the pages up to the
@@ -94,9 +96,8 @@ def space_of(env: object, txn: object, dbs: dict[str, object]) -> tuple[int, int
         if handle is not None:
             in_use += used(txn.stat(handle))  # type: ignore[attr-defined]
     in_use = min(in_use, pages)
-    path = env.path()  # type: ignore[attr-defined]
     try:
-        file_bytes = os.path.getsize(os.path.join(path, "data.mdb"))
+        file_bytes = os.path.getsize(data)
     except OSError:
         file_bytes = pages * psize
     return file_bytes, in_use * psize, (pages - in_use) * psize

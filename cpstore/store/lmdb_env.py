@@ -1,8 +1,8 @@
 """The LMDB environment behind a store: opening, txn bookkeeping, map growth.
 
-One :class:`Env` per data file per process (py-lmdb refuses a second open of
-the same files in one process, and LMDB's fcntl locks belong to the process),
-shared by every :class:`~cpstore.Store` handle on that path. This module is the
+One :class:`Env` per data file per process (LMDB's fcntl locks belong to the
+process: a second open of one file resets its lock file under the first, a close drops
+them), shared by every :class:`~cpstore.Store` handle on that path. This module is the
 only one that opens environments, begins transactions or changes the map size.
 """
 
@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from contextlib import contextmanager
 from threading import get_ident
 from typing import Any, TypeVar
@@ -44,6 +44,7 @@ from cpstore.store.lmdb_open import (
     lock_folder,
     open_dbs_readonly,
     open_tables,
+    pin_folder,
     refuse,
     unlock_folder,
 )
@@ -80,6 +81,10 @@ LMDB_TABLES = DB_NAMES + HEAP_TABLES
 class Env:
     """An open LMDB environment, its named databases and its txn bookkeeping."""
 
+    #: The data files (st_dev, st_ino) this process has an environment open on (the
+    #: registry's, lmdb_registry._BY_FILE): an open finding its file there refuses.
+    open_files: Container[tuple[int, int]] = ()
+
     def __init__(self, path: str, options: EnvOptions) -> None:
         self.path = path
         self.options = options
@@ -88,9 +93,8 @@ class Env:
         #: (st_dev, st_ino) of the data file, set by the registry (lmdb_registry._BY_FILE).
         self.file_id: tuple[int, int] | None = None
         self.write_lock = threading.RLock()
-        # One entry (the thread's ident) per open read txn of this process.
-        # deque append/remove are single steps under the GIL, so entering
-        # and leaving take no lock; _gate is only waited on during a resize.
+        # One entry (the thread's ident) per open read txn of this process (deque append/
+        # remove: single steps under the GIL, no lock); _gate is waited on in a resize.
         self._active: deque[int] = deque()
         self._gate = threading.Condition()
         self._resizing = False
@@ -99,11 +103,9 @@ class Env:
         self.resize_wait: float | None = None
         #: False when a read-only open could not use the lock file (see _open_env).
         self.locked = True
-        #: The store layout read from the format record (docs/store.md); a
-        #: writable open has upgraded an older one to STORE_VERSION.
+        #: The layout of the format record (docs/store.md; a writable open upgraded it).
         self.layout: int = STORE_VERSION
-        #: A read-only open of a store older than layout 5 (no heap tables yet):
-        #: each read looks for another process's upgrade (:meth:`_legacy_read`).
+        #: A read-only open of a pre-layout-5 store: reads look for an upgrade (_legacy_read).
         self._legacy_ro = False
         data = os.path.join(path, "data.mdb")
         self._tail = TailCover(data, 0)  # psize set once open
@@ -138,14 +140,16 @@ class Env:
         try:
             if not options.readonly and options.create and not os.path.exists(path):
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
-            locked = lock_folder(path, exclusive=not options.readonly)
+            locked, pin = lock_folder(path, exclusive=not options.readonly), None
             try:
                 # Under the lock, another process's lmdb.open cannot be half way
                 # through making data.mdb: what we see here is whole.
                 self._seen_size = check_data_file(path, data, options)
+                where, pin = pin_folder(path, locked, self.open_files)  # see FileOpenHereError
                 self._mark = HolderMark(path, STORE_VERSION)
-                return self._open_env()
+                return self._open_env(where)
             finally:
+                unlock_folder(pin)
                 unlock_folder(locked)
         except lmdb.InvalidError as exc:
             if has_lmdb_meta_page(data):
@@ -160,7 +164,7 @@ class Env:
                 "the store directory cannot be created", where=path, got=str(exc)
             ) from None
 
-    def _open_env(self) -> Any:
+    def _open_env(self, where: str) -> Any:
         """Open LMDB; a read-only open falls back to no lock file when it cannot write one
         (LMDB writes its reader table even for a read-only open: an auditor who may not
         write the folder would be refused). Without it this process takes no reader slot,
@@ -185,13 +189,13 @@ class Env:
         def attempt() -> Any:
             if self.locked:
                 try:
-                    return lmdb.open(self.path, lock=True, **kwargs)
+                    return lmdb.open(where, lock=True, **kwargs)
                 except lmdb.Error as exc:
                     if not (options.readonly and is_lock_permission_error(exc)):
                         raise
                 self.locked = False
             try:
-                return lmdb.open(self.path, lock=False, **kwargs)
+                return lmdb.open(where, lock=False, **kwargs)
             except lmdb.Error as exc:
                 if not is_lock_permission_error(exc):
                     raise
@@ -202,8 +206,7 @@ class Env:
                     got=str(exc),
                 ) from None
 
-        # py-lmdb begins a txn inside open(); a map grown meanwhile fails it,
-        # and opening again reads the new size.
+        # py-lmdb begins a txn inside open(); a map grown meanwhile fails it (reopened).
         return self._adopting_growth(attempt, adopt=False)
 
     def _check_file_size(self) -> None:
@@ -249,8 +252,8 @@ class Env:
                 self._tail.close()
                 if self._mark is not None:
                     self._mark.close()
-        # After fork() the child must not touch the parent's environment at all:
-        # closing it would release reader slots and locks the parent still uses.
+        # After fork() the child must not touch the parent's environment (closing it
+        # would release reader slots and locks the parent still uses).
 
     def _open_dbs(self) -> dict[str, Any]:
         """Open the named databases of a cpstore store, or make a new store's.

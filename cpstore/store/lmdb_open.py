@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISREG
@@ -31,6 +31,7 @@ __all__ = [
     "FORMAT_KEY",
     "PG_FORMAT",
     "EnvOptions",
+    "FileOpenHereError",
     "check_data_file",
     "check_format",
     "check_new_store_path",
@@ -40,6 +41,7 @@ __all__ = [
     "lock_folder",
     "open_dbs_readonly",
     "open_tables",
+    "pin_folder",
     "refuse",
     "unlock_folder",
 ]
@@ -155,6 +157,49 @@ def unlock_folder(fd: int | None) -> None:
     if fd is not None:
         FORK_CLOSED_FDS.discard(fd)
         os.close(fd)
+
+
+class FileOpenHereError(Exception):
+    """An open found its folder's data file is one this process has an environment open
+    on (the folder was renamed after the registry looked): that one is shared instead.
+    Never opened twice: LMDB's second open of a file in one process takes the lock file
+    as its own (POSIX locks do not conflict within a process) and resets its reader
+    table and mutexes under the first environment's reads and writes."""
+
+    def __init__(self, file_id: tuple[int, int]) -> None:
+        super().__init__(file_id)
+        self.file_id = file_id
+
+
+def pin_folder(
+    path: str, fd: int | None, open_files: Container[tuple[int, int]]
+) -> tuple[str, int | None]:
+    """(the path LMDB opens ``path``'s folder by, a descriptor to close after the open).
+
+    The folder is held by a descriptor (``fd``, the creation lock's, or one opened
+    here) and LMDB opens it through ``/proc/self/fd``: its data file checked here is
+    the one LMDB opens, whatever folder is renamed meanwhile. Raises
+    :class:`FileOpenHereError` when that file is in ``open_files``. Without
+    ``/proc`` (or the folder), ``path`` itself.
+    """
+    own = None
+    if fd is None:
+        try:
+            fd = own = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return path, None
+    try:
+        st: os.stat_result | None = os.stat("data.mdb", dir_fd=fd)
+    except OSError:
+        st = None
+    pinned = f"/proc/self/fd/{fd}"
+    if (st is not None and (st.st_dev, st.st_ino) in open_files) or not os.path.isdir(pinned):
+        if own is not None:
+            os.close(own)
+        if st is not None and (st.st_dev, st.st_ino) in open_files:
+            raise FileOpenHereError((st.st_dev, st.st_ino))
+        return path, None
+    return pinned, own
 
 
 #: Descriptors a fork() child closes at once: the folder fds creation locks hold

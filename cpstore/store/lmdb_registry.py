@@ -15,7 +15,7 @@ from stat import S_ISLNK
 
 from cpstore.errors import ForkError, StoreError
 from cpstore.store.lmdb_env import Env
-from cpstore.store.lmdb_open import EnvOptions
+from cpstore.store.lmdb_open import EnvOptions, FileOpenHereError
 
 __all__ = ["acquire_env", "canonical", "is_open_here", "release_env", "reserved_for_compact"]
 
@@ -26,13 +26,15 @@ _REGISTRY: dict[str, Env] = {}
 #: environment of one file would drop the first's LMDB locks when it closes. The
 #: open environment holds the file, so its inode is not reused while it is here.
 _BY_FILE: dict[tuple[int, int], Env] = {}
+Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpenHereError)
 _REGISTRY_LOCK = threading.Lock()
 #: Paths (and data files) this process is compacting (:func:`reserved_for_compact`):
 #: opens refuse them.
 _COMPACTING: set[str | tuple[int, int]] = set()
-#: Environments opened on the file of one already open (a folder renamed between the
-#: identity check and LMDB's open): never closed, as LMDB's close would clear this
-#: process's reader slots in that file and drop its locks on it.
+#: Environments opened on the file of one already open (its data.mdb swapped in between
+#: the open's own check and LMDB's open; a renamed folder is caught by that check):
+#: never closed, as LMDB's close would clear this process's reader slots in that file
+#: and drop its locks on it.
 _STRANDED: list[Env] = []
 
 
@@ -128,27 +130,37 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
 
 def _open_new(key: str, options: EnvOptions) -> Env:
     """Open and register the environment of ``key`` (under the registry lock), or, when
-    the file opened is one an environment of this process has open already (its folder
-    was renamed to ``key`` after :func:`_registered` looked), that environment."""
-    env = Env(key, options)
+    its data file is one an environment of this process has open already (its folder
+    was renamed to ``key`` after :func:`_registered` looked), that environment. The
+    open itself checks, on the folder it then opens (lmdb_open.pin_folder): LMDB must
+    never open that file a second time (FileOpenHereError says why)."""
+    try:
+        env = Env(key, options)
+    except FileOpenHereError as here:
+        return _shared(key, _BY_FILE[here.file_id])
     file_id = _file_of(key)  # a new store's file exists now
     twin = None if file_id is None else _BY_FILE.get(file_id)
-    if twin is not None:
+    if twin is not None:  # its data file swapped after the open's check
         _STRANDED.append(env)  # see _STRANDED: closing it would unprotect twin's reads
-        if twin.pid != os.getpid():
-            raise ForkError(
-                "the store was opened before fork(); open it only after fork() "
-                "(or use the spawn start method)",
-                where=key,
-                expected=f"pid {twin.pid}",
-                got=f"pid {os.getpid()}",
-            )
-        return twin
+        return _shared(key, twin)
     _REGISTRY[key] = env
     env.file_id = file_id
     if file_id is not None:
         _BY_FILE[file_id] = env
     return env
+
+
+def _shared(key: str, twin: Env) -> Env:
+    """``twin``, the environment this process has open on ``key``'s data file."""
+    if twin.pid != os.getpid():
+        raise ForkError(
+            "the store was opened before fork(); open it only after fork() "
+            "(or use the spawn start method)",
+            where=key,
+            expected=f"pid {twin.pid}",
+            got=f"pid {os.getpid()}",
+        )
+    return twin
 
 
 @contextmanager
