@@ -169,6 +169,27 @@ def test_digest_map_and_order_equals_its_two_separate_encoders(names: list[str],
     assert order == digests_in_map_order(mapping)
 
 
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["%"],
+        ["%b", "%%", "a%sb", "%d", "x"],
+        [f"%{i}" for i in range(40)],  # a map16 header, many escapes
+        ["\x25" * 300, "%b%b"],  # a str8/str16 name made of "%"
+    ],
+)
+def test_digest_map_and_order_writes_names_holding_percent_signs_as_they_are(
+    names: list[str],
+) -> None:
+    """Names (and digests) holding "%" bytes come out byte for byte as encode_value's:
+    the format template escapes every "%" that is not a digest's slot."""
+    for digest in (b"%" * 16, b"%b" * 8, bytes(range(16))):
+        mapping = {n: digest for n in names}
+        body, order = digest_map_and_order(mapping)
+        assert body == encode_digest_map(mapping) == encode_value(mapping)
+        assert order == digests_in_map_order(mapping)
+
+
 def test_a_ref_damaged_after_this_process_wrote_it_is_still_refused(tmp_path: Path) -> None:
     """The ref this process wrote is not hashed again when read back bytes-equal; any other
     bytes (its check flipped behind the store's back) are checked and refused."""

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from itertools import chain
 from operator import itemgetter
 from typing import Any, NoReturn
 
@@ -374,8 +373,8 @@ def digests_in_map_order(names: Mapping[str, bytes]) -> tuple[bytes, ...]:
 
 def digest_map_and_order(names: Mapping[str, bytes]) -> tuple[bytes, tuple[bytes, ...]]:
     """(:func:`encode_digest_map`, :func:`digests_in_map_order`) of ``names``: one plan
-    lookup, the digests taken in canonical order and interleaved with the encoded
-    names in C (a recorder's per-step call)."""
+    lookup, the digests taken in canonical order and written between the encoded
+    names by one bytes ``%`` format (a recorder's per-step call)."""
     if not names:
         return b"\x80", ()
     key = tuple(names)
@@ -383,20 +382,23 @@ def digest_map_and_order(names: Mapping[str, bytes]) -> tuple[bytes, tuple[bytes
     if plan is None:
         head, entries = _digest_map_plan(names)
         getter: Callable[[Mapping[str, bytes]], Any] = itemgetter(*[name for name, _ in entries])
-        plan = (head, getter, tuple(prefix for _, prefix in entries), len(entries) == 1)
+        # The map header, then each encoded name and bin8 header followed by a %b
+        # for its digest; a "%" in those bytes is escaped (written as it is).
+        template = head.replace(b"%", b"%%") + b"".join(
+            [prefix.replace(b"%", b"%%") + b"%b" for _, prefix in entries]
+        )
+        plan = (template, getter, len(entries) == 1)
         if len(_ORDER_PLANS) >= 256:
             _ORDER_PLANS.clear()
         _ORDER_PLANS[key] = plan
-    head, getter, prefixes, single = plan
+    template, getter, single = plan
     ordered: tuple[bytes, ...] = (getter(names),) if single else getter(names)
-    return head + b"".join(chain.from_iterable(zip(prefixes, ordered, strict=True))), ordered
+    return template % ordered, ordered
 
 
-#: Names tuple -> (map header, itemgetter of the names in canonical order, their
-#: encoded names + bin8 headers, one name?): digest_map_and_order's plans.
-_ORDER_PLANS: dict[
-    tuple[str, ...], tuple[bytes, Callable[[Mapping[str, bytes]], Any], tuple[bytes, ...], bool]
-] = {}
+#: Names tuple -> (the ``%`` template of the encoded map, itemgetter of the names in
+#: canonical order, one name?): digest_map_and_order's plans.
+_ORDER_PLANS: dict[tuple[str, ...], tuple[bytes, Callable[[Mapping[str, bytes]], Any], bool]] = {}
 
 
 def _digest_map_plan(names: Mapping[str, bytes]) -> tuple[bytes, tuple[tuple[str, bytes], ...]]:
