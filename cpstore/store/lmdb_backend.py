@@ -56,9 +56,15 @@ DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
 def _growth_failed(exc: BaseException) -> bool:
     """Whether ``exc`` is an error of the map's growth after LMDB refused a txn's commit
     for a full map (Env.write grows it in its ``except lmdb.MapFullError`` handler, so
-    what goes wrong there has that error as its context): that txn was aborted, nothing
-    of it is stored (not "may or may not"), whatever its function had applied."""
-    return isinstance(exc.__context__, lmdb.MapFullError)
+    what goes wrong there has that error in its context chain, directly or through the
+    LMDB error Env translated): that txn was aborted, nothing of it is stored (not "may or
+    may not"), whatever its function had applied."""
+    seen = exc.__context__
+    for _ in range(3):
+        if seen is None or isinstance(seen, lmdb.MapFullError):
+            return seen is not None
+        seen = seen.__context__
+    return False
 
 
 def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:

@@ -246,7 +246,7 @@ class Env:
         if os.getpid() == self.pid:
             try:
                 if not self.options.sync and not self.options.readonly:
-                    self.env.sync(True)
+                    self.sync()  # its failure a StoreError, as every other sync's
             finally:
                 self.env.close()
                 self._tail.close()
@@ -526,8 +526,7 @@ class Env:
                 raise translate(exc, self.path) from None
 
     def _begin_write(self) -> Txn[memoryview]:
-        """A write txn (the caller holds ``write_lock``): LMDB's begin, and on any
-        LMDB error :meth:`_begin`, which adopts growth or names the failure."""
+        """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
         try:
             return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
         except lmdb.Error:
@@ -541,12 +540,9 @@ class Env:
         )
 
     def _lock_writes(self) -> None:
-        """Take the write lock, or StoreError where waiting would deadlock.
-
-        A resize holds the write lock until every read of this process has
-        ended; a thread that holds a read and waits for the lock would wait
-        forever, so it gets the error instead (and its read block can end).
-        """
+        """Take the write lock, or StoreError where waiting would deadlock: a resize holds
+        it until every read of this process ended, so a thread holding a read that waited
+        for it would wait forever; it gets the error instead (and its read block can end)."""
         lock = self.write_lock
         if lock.acquire(blocking=False):
             return
@@ -577,7 +573,10 @@ class Env:
                             got=f"{len(self._active)} open read(s)",
                         )
                     self._gate.wait(0.05)
-                self.env.set_mapsize(size)
+                try:
+                    self.env.set_mapsize(size)
+                except lmdb.Error as exc:
+                    raise translate(exc, self.path) from None
             finally:
                 self._resizing = False
                 self._gate.notify_all()

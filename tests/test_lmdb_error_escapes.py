@@ -1,0 +1,82 @@
+"""LMDB failures in map growth and in the closing fsync reach callers as cpstore errors.
+
+Every error cpstore raises is a ``CpstoreError``: a caller catching the root must not
+get a raw ``lmdb.Error``. Two paths let one through (audit12): the map's resize
+(``mdb_env_set_mapsize`` failing after a commit found the map full) and the fsync a
+``durability="none"`` store makes when its last handle closes. The real LMDB
+environment runs underneath; only the one call is made to fail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lmdb
+import pytest
+from test_group_commit_errors import fail_commits
+
+from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
+from cpstore.store.facade import open as open_store
+
+
+class _Failing:
+    """The real py-lmdb environment, with ``name`` raising ``error`` (every other call
+    passes through)."""
+
+    def __init__(self, real: Any, name: str, error: lmdb.Error) -> None:
+        self._real, self._name, self._error = real, name, error
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == self._name:
+
+            def fail(*args: Any, **kwargs: Any) -> Any:
+                raise self._error
+
+            return fail
+        return getattr(self._real, attr)
+
+
+def test_a_resize_lmdb_refuses_after_a_full_map_is_a_store_error_saying_not_stored(
+    tmp_path: Path,
+) -> None:
+    """A commit that found the map full wrote nothing; when LMDB then refuses the
+    resize, the caller gets a StoreError (not a raw lmdb.Error, not "may or may not be
+    stored"), and nothing of the txn is stored."""
+    with open_store(tmp_path / "s") as st:
+        st.recorder("run").checkpoint(0, {"v": 0})
+        env = st.backend.env
+        real = env.env
+        fail_commits(st, lands=False, error=lambda: lmdb.MapFullError("mdb_txn_commit"))
+        env.env = _Failing(real, "set_mapsize", lmdb.InvalidParameterError("mdb_env_set_mapsize"))
+        try:
+            with pytest.raises(CpstoreError) as info:
+                st.append_audit("note", {"n": 1})
+        finally:
+            env.env = real
+        assert isinstance(info.value, StoreError), repr(info.value)
+        assert not isinstance(info.value, OutcomeUnknownError), repr(info.value)
+        assert "set_mapsize" in str(info.value)
+        assert [r for r in st.audit_records() if r.kind == "note"] == []
+        st.append_audit("note", {"n": 2})
+        assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 2}]
+
+
+def test_a_failed_fsync_when_a_none_store_closes_is_a_store_error_and_still_closes(
+    tmp_path: Path,
+) -> None:
+    """durability="none": the last handle's close fsyncs; when LMDB fails that fsync
+    (its environment in the fatal state after a failed write) the caller gets a
+    StoreError, not a raw lmdb.Error, and the environment is closed all the same."""
+    st = open_store(tmp_path / "s", durability="none")
+    st.recorder("run").checkpoint(0, {"v": 0})
+    env = st.backend.env
+    real = env.env
+    env.env = _Failing(real, "sync", lmdb.PanicError("mdb_env_sync"))
+    with pytest.raises(CpstoreError) as info:
+        st.close()
+    assert isinstance(info.value, StoreError), repr(info.value)
+    with pytest.raises(lmdb.Error):
+        real.info()  # closed: py-lmdb refuses a closed environment
+    with open_store(tmp_path / "s") as again:
+        assert again.verify().ok
