@@ -25,7 +25,7 @@ from typing import Any
 import lmdb
 import pytest
 
-from cpstore.errors import ConflictError, OutcomeUnknownError, StoreError
+from cpstore.errors import ConflictError, NotFoundError, OutcomeUnknownError, StoreError
 from cpstore.store import group_commit
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -235,9 +235,12 @@ class TestLoneCommitErrors:
         with open_store(tmp_path / "s") as st:
             rec = st.recorder("run")
             first = rec.checkpoint(0, {"v": 0})
-            fail_commits(st, lands=True)
+            left = fail_commits(st, lands=True)
+            writes = st.backend.group.writes
             with st.read(first):
                 cid = rec.checkpoint(1, {"v": 1})
+            assert left == [0]  # its commit did error
+            assert st.backend.group.writes == writes  # not grouped
             assert st.ref("run") == cid
 
 
@@ -347,7 +350,9 @@ class TestFlushErrors:
                 st.flush()
             assert "not stored" in str(info.value)
             assert st.ref("run") is None and st.backend.pending == 0
-            del ids
+            for cid in ids:
+                with pytest.raises(NotFoundError), st.read(cid):
+                    pass
 
 
 class TestOtherWriteErrors:
