@@ -154,7 +154,11 @@ class TestGroupedCommitErrors:
         with open_store(tmp_path / "s") as st:
             gc = st.backend.group
             groups = gc.groups
-            outcome = _group_of_two(st, ("a", "b"), lambda: fail_commits(st, lands=True))
+            armed: list[list[int]] = []
+            outcome = _group_of_two(
+                st, ("a", "b"), lambda: armed.append(fail_commits(st, lands=True))
+            )
+            assert armed == [[0]]  # the group's commit did error
             assert gc.groups == groups + 2 + 1  # two lone first checkpoints, then the group
             for run in ("a", "b"):
                 assert outcome[run].startswith("ok "), outcome
@@ -172,7 +176,11 @@ class TestGroupedCommitErrors:
     ) -> None:
         """A group txn that committed nothing: each write is committed again alone and stored."""
         with open_store(tmp_path / "s") as st:
-            outcome = _group_of_two(st, ("a", "b"), lambda: fail_commits(st, lands=False))
+            armed: list[list[int]] = []
+            outcome = _group_of_two(
+                st, ("a", "b"), lambda: armed.append(fail_commits(st, lands=False))
+            )
+            assert armed == [[0]]  # the group's commit did error
             for run in ("a", "b"):
                 assert outcome[run].startswith("ok "), outcome
                 assert st.ref(run) == outcome[run][3:]
@@ -203,8 +211,9 @@ class TestLoneCommitErrors:
         with open_store(tmp_path / "s", durability=durability) as st:  # type: ignore[arg-type]
             rec = st.recorder("run")
             rec.checkpoint(0, {"v": 0})
-            fail_commits(st, lands=True)
+            left = fail_commits(st, lands=True)
             cid = rec.checkpoint(1, {"v": 1})
+            assert left == [0]  # its commit did error
             assert st.ref("run") == cid
             assert rec.checkpoint(2, {"v": 2}) == st.ref("run")
             assert len(_history_ids(st, "run")) == 3
@@ -316,8 +325,9 @@ class TestFlushErrors:
         with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
             rec = st.recorder("run")
             ids = [rec.checkpoint(i, {"v": i}) for i in range(3)]
-            fail_commits(st, lands=True)
+            left = fail_commits(st, lands=True)
             st.flush()
+            assert left == [0]  # the flush's commit did error
             assert st.backend.pending == 0
             assert _history_ids(st, "run") == ids[::-1]
             more = rec.checkpoint(3, {"v": 3})
