@@ -31,6 +31,7 @@ benchmarks/bench_group_commit.py --benchmark-only``.
 from __future__ import annotations
 
 import fcntl
+import functools
 import multiprocessing
 import os
 import threading
@@ -223,6 +224,32 @@ def _prepare(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
+def _timed_threads(targets: list[Callable[[], None]]) -> float:
+    """Seconds for ``targets``, one thread each, to run from a common start; the first
+    failure is raised (a failed writer fails the figure)."""
+    start = threading.Barrier(len(targets) + 1)
+    errors: list[BaseException] = []
+
+    def go(target: Callable[[], None]) -> None:
+        start.wait()
+        try:
+            target()
+        except BaseException as exc:  # surfaced below: a failed writer fails the figure
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(target,)) for target in targets]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
 def run_threads(kind: str, path: Path, wls: list[Workload]) -> float:
     """Seconds for 4 threads of one process to put their workloads (from a common start)."""
     _prepare(path)
@@ -230,48 +257,35 @@ def run_threads(kind: str, path: Path, wls: list[Workload]) -> float:
     shared = opener(path)
     try:
         writers = [make(shared, f"writer{i}") for i in range(WRITERS)]
-        start = threading.Barrier(WRITERS + 1)
-        errors: list[BaseException] = []
-
-        def go(w: Any, wl: Workload) -> None:
-            start.wait()
-            try:
-                w.run(wl)
-            except BaseException as exc:  # surfaced below: a failed writer fails the figure
-                errors.append(exc)
-
-        threads = [
-            threading.Thread(target=go, args=(w, wl)) for w, wl in zip(writers, wls, strict=True)
-        ]
-        for t in threads:
-            t.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - t0
-        if errors:
-            raise errors[0]
-        return elapsed
+        return _timed_threads(
+            [functools.partial(w.run, wl) for w, wl in zip(writers, wls, strict=True)]
+        )
     finally:
         _close(shared)
 
 
-def run_raw_grouped(path: Path, wls: list[Workload]) -> float:
+def run_raw_grouped(path: Path, wls: list[Workload], *, cpu: bool = False) -> float:
     """The ideal group: every writer's step ``i`` in one sync commit, no threads, no checks.
 
     The raw limit of grouping on LMDB: what one fsync'd txn per round of 4
     puts costs when nothing else does (the encoding and hashing are the same
-    as :class:`RawWriter`'s: :func:`put_step`).
+    as :class:`RawWriter`'s: :func:`put_step`). ``cpu``: :data:`CPU_STAND_IN`
+    burnt per put (the pipelined raw limit's baseline at equal CPU: one group
+    of 4, nothing overlapped).
     """
     path.mkdir(parents=True, exist_ok=True)
     env = lmdb.open(str(path), map_size=MAP_SIZE, sync=True, metasync=True)
     names = [f"writer{i}".encode() for i in range(len(wls))]
+    build, work = CPU_STAND_IN
     try:
         t0 = time.perf_counter()
         for step in range(len(wls[0].states)):
+            if cpu:
+                _burn(build * len(wls))
             with env.begin(write=True) as txn:
                 for name, wl in zip(names, wls, strict=True):
+                    if cpu:
+                        _burn(work)
                     put_step(txn, name, step, wl.states[step])
         return time.perf_counter() - t0
     finally:
@@ -353,64 +367,28 @@ def run_raw_pipelined(path: Path, wls: list[Workload], *, cpu: bool, lanes: int 
     names = [f"writer{i}".encode() for i in range(len(wls))]
     per = len(wls) // lanes
     build, work = CPU_STAND_IN if cpu else (0.0, 0.0)
-    start = threading.Barrier(lanes + 1)
-    errors: list[BaseException] = []
 
     def lane(mine: range) -> None:
-        start.wait()
-        try:
-            for step in range(len(wls[0].states)):
-                _burn(build * len(mine))
-                with lock:
-                    txn = env.begin(write=True)
-                    try:
-                        for i in mine:
-                            _burn(work)
-                            put_step(txn, names[i], step, wls[i].states[step])
-                        txnid = txn.id()
-                        txn.commit()
-                    except BaseException:
-                        txn.abort()
-                        raise
-                synced.committed(txnid)
-                synced.wait(txnid)
-        except BaseException as exc:  # surfaced below: a failed lane fails the figure
-            errors.append(exc)
-
-    threads = [
-        threading.Thread(target=lane, args=(range(k * per, (k + 1) * per),)) for k in range(lanes)
-    ]
-    try:
-        for t in threads:
-            t.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - t0
-        if errors:
-            raise errors[0]
-        return elapsed
-    finally:
-        env.close()
-
-
-def run_raw_grouped_cpu(path: Path, wls: list[Workload]) -> float:
-    """:func:`run_raw_grouped` with :data:`CPU_STAND_IN` burnt per put (the pipelined
-    raw limit's baseline at equal CPU: one group of 4, nothing overlapped)."""
-    path.mkdir(parents=True, exist_ok=True)
-    env = lmdb.open(str(path), map_size=MAP_SIZE, sync=True, metasync=True)
-    names = [f"writer{i}".encode() for i in range(len(wls))]
-    build, work = CPU_STAND_IN
-    try:
-        t0 = time.perf_counter()
         for step in range(len(wls[0].states)):
-            _burn(build * len(wls))
-            with env.begin(write=True) as txn:
-                for name, wl in zip(names, wls, strict=True):
-                    _burn(work)
-                    put_step(txn, name, step, wl.states[step])
-        return time.perf_counter() - t0
+            _burn(build * len(mine))
+            with lock:
+                txn = env.begin(write=True)
+                try:
+                    for i in mine:
+                        _burn(work)
+                        put_step(txn, names[i], step, wls[i].states[step])
+                    txnid = txn.id()
+                    txn.commit()
+                except BaseException:
+                    txn.abort()
+                    raise
+            synced.committed(txnid)
+            synced.wait(txnid)
+
+    try:
+        return _timed_threads(
+            [functools.partial(lane, range(k * per, (k + 1) * per)) for k in range(lanes)]
+        )
     finally:
         env.close()
 
@@ -507,8 +485,8 @@ def test_group_commit_threads(
     contenders["raw LMDB pipelined 2x2"] = lambda: run_raw_pipelined(
         tmp_path_factory.mktemp("gcq"), wls, cpu=False
     )
-    contenders["raw LMDB ideal group +cpu"] = lambda: run_raw_grouped_cpu(
-        tmp_path_factory.mktemp("gcr"), wls
+    contenders["raw LMDB ideal group +cpu"] = lambda: run_raw_grouped(
+        tmp_path_factory.mktemp("gcr"), wls, cpu=True
     )
     contenders["raw LMDB pipelined 2x2 +cpu"] = lambda: run_raw_pipelined(
         tmp_path_factory.mktemp("gcq"), wls, cpu=True

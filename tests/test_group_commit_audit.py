@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -66,12 +66,47 @@ def _interrupt_on_entering(function: str, gc: GroupCommit[str]) -> Any:
     return trace
 
 
-def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]:
-    """x queues and times the queue; y completes the group of two and commits it, and
-    is interrupted on entering ``function``; then z commits. Returns name -> outcome."""
+def _waiting_group() -> tuple[_Store, GroupCommit[str]]:
+    """A recording store and a group commit on it whose first writer waits (up to the
+    cap) for a second write."""
     store = _Store()
     gc = GroupCommit[str](store)
     gc._last_size, gc._last_seconds = 2, 30.0  # x waits (up to the cap) for a second write
+    return store, gc
+
+
+def _x_y_then_z(
+    gc: GroupCommit[str],
+    outcome: dict[str, str],
+    one: Callable[..., None],
+    *,
+    y_args: tuple[Any, ...] = (),
+    timeout: float = 10,
+) -> None:
+    """Threads named x, y, z run ``one(name)``: x queues and times the queue; y
+    (``one("y", *y_args)``) completes the group of two; once both returned (or were
+    joined for ``timeout`` seconds each), z commits alone. A thread still running after
+    its join of ``timeout`` seconds is "HANG" in ``outcome``."""
+    x = threading.Thread(target=one, args=("x",), name="x", daemon=True)
+    x.start()
+    _wait_for(lambda: gc._timer is not None)
+    y = threading.Thread(target=one, args=("y", *y_args), name="y", daemon=True)
+    y.start()
+    y.join(timeout)
+    x.join(timeout)
+    gc._last_seconds = 0.0  # z alone: no wait for a second write
+    z = threading.Thread(target=one, args=("z",), name="z", daemon=True)
+    z.start()
+    z.join(timeout)
+    for name, t in (("x", x), ("y", y), ("z", z)):
+        if t.is_alive():
+            outcome[name] = "HANG"
+
+
+def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]:
+    """x queues and times the queue; y completes the group of two and commits it, and
+    is interrupted on entering ``function``; then z commits. Returns name -> outcome."""
+    store, gc = _waiting_group()
     outcome: dict[str, str] = {}
 
     commit = _committer(gc, outcome)
@@ -84,19 +119,7 @@ def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]
         finally:
             sys.settrace(None)
 
-    x = threading.Thread(target=one, args=("x",), daemon=True)
-    x.start()
-    _wait_for(lambda: gc._timer is not None)
-    y = threading.Thread(target=one, args=("y", _interrupt_on_entering(function, gc)), daemon=True)
-    y.start()
-    y.join(10)
-    x.join(10)
-    z = threading.Thread(target=one, args=("z",), daemon=True)
-    z.start()
-    z.join(10)
-    for name, t in (("x", x), ("y", y), ("z", z)):
-        if t.is_alive():
-            outcome[name] = "HANG"
+    _x_y_then_z(gc, outcome, one, y_args=(_interrupt_on_entering(function, gc),))
     return outcome, store
 
 
@@ -109,7 +132,7 @@ def _check(outcome: dict[str, str], store: _Store) -> None:
         else:
             assert got in ("KeyboardInterrupt", "StoreError"), outcome
     assert sorted(store.stored) == sorted(set(store.stored))  # nothing stored twice
-    assert outcome["z"] == "ok"  # the store still commits after the interrupt
+    assert outcome["z"] == "ok"  # the store still commits after the interrupt(s)
 
 
 class TestInterruptedCommitter:
@@ -146,10 +169,9 @@ class TestInterruptedCommitter:
 SOAK = bool(os.environ.get("CPSTORE_SOAK"))
 
 
-def _stress(seed: int, threads: int, per: int) -> list[str]:
-    """``threads`` writers of ``per`` writes each, every 10th refused, KeyboardInterrupt
-    raised on 2% of function entries in group_commit; returns the contract's violations."""
-    rnd = random.Random(seed)
+def _refusing_store() -> tuple[Callable[[Sequence[str]], None], list[str]]:
+    """A commit_many refusing (ValueError) any group holding a write ending in "!", and
+    the list of what it stored."""
     stored: list[str] = []
     lock = threading.Lock()
 
@@ -159,6 +181,54 @@ def _stress(seed: int, threads: int, per: int) -> list[str]:
         with lock:
             stored.extend(writes)
 
+    return commit_many, stored
+
+
+def _write_all(
+    gc: GroupCommit[str], i: int, per: int, mine: random.Random, outcome: dict[str, str]
+) -> None:
+    """Writer ``i``'s ``per`` writes "i.k" (one in 10 ending in "!": refused), each
+    outcome ("ok" or the exception's type) in ``outcome``."""
+    for k in range(per):
+        w = f"{i}.{k}" + ("!" if mine.random() < 0.1 else "")
+        try:
+            gc.commit(w)
+            outcome[w] = "ok"
+        except (ValueError, StoreError, KeyboardInterrupt) as exc:
+            outcome[w] = type(exc).__name__
+
+
+def _run_writers(writer: Callable[[int], None], threads: int, timeout: float) -> list[str]:
+    """Run ``writer(i)`` in ``threads`` daemon threads, joining each for up to ``timeout``
+    seconds in turn; those still running then, as "hang: <name>"."""
+    workers = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(timeout)
+    return [f"hang: {t.name}" for t in workers if t.is_alive()]
+
+
+def _violations(stored: list[str], outcome: dict[str, str]) -> list[str]:
+    """The contract's violations: stored twice, told stored and not stored, refused
+    though not refusable."""
+    problems = [f"stored twice: {w}" for w in set(stored) if stored.count(w) > 1]
+    problems += [
+        f"told stored, not stored: {w}" for w, v in outcome.items() if v == "ok" and w not in stored
+    ]
+    problems += [
+        f"refused, not refusable: {w}"
+        for w, v in outcome.items()
+        if v == "ValueError" and not w.endswith("!")
+    ]
+    return problems
+
+
+def _stress(seed: int, threads: int, per: int) -> list[str]:
+    """``threads`` writers of ``per`` writes each, every 10th refused, KeyboardInterrupt
+    raised on 2% of function entries in group_commit; returns the contract's violations."""
+    rnd = random.Random(seed)
+    commit_many, stored = _refusing_store()
     gc = GroupCommit[str](commit_many)
     outcome: dict[str, str] = {}
 
@@ -174,31 +244,12 @@ def _stress(seed: int, threads: int, per: int) -> list[str]:
 
         sys.settrace(trace)
         try:
-            for k in range(per):
-                w = f"{i}.{k}" + ("!" if mine.random() < 0.1 else "")
-                try:
-                    gc.commit(w)
-                    outcome[w] = "ok"
-                except (ValueError, StoreError, KeyboardInterrupt) as exc:
-                    outcome[w] = type(exc).__name__
+            _write_all(gc, i, per, mine, outcome)
         finally:
             sys.settrace(None)
 
-    workers = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(10)
-    problems = [f"hang: {t.name}" for t in workers if t.is_alive()]
-    problems += [f"stored twice: {w}" for w in set(stored) if stored.count(w) > 1]
-    problems += [
-        f"told stored, not stored: {w}" for w, v in outcome.items() if v == "ok" and w not in stored
-    ]
-    problems += [
-        f"refused, not refusable: {w}"
-        for w, v in outcome.items()
-        if v == "ValueError" and not w.endswith("!")
-    ]
+    problems = _run_writers(writer, threads, 10)
+    problems += _violations(stored, outcome)
     for i in range(threads):  # one thread's writes are stored in its order
         ks = [int(w.split(".")[1].rstrip("!")) for w in stored if w.startswith(f"{i}.")]
         if ks != sorted(ks):

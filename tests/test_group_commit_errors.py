@@ -13,17 +13,19 @@ apart is a StoreError saying it may or may not be stored.
 
 from __future__ import annotations
 
+import contextlib
+import select
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import lmdb
 import pytest
 
-from cpstore.errors import ConflictError, OutcomeUnknownError, StoreError
+from cpstore.errors import ConflictError, NotFoundError, OutcomeUnknownError, StoreError
 from cpstore.store import group_commit
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -90,6 +92,25 @@ def fail_commits(
     return left
 
 
+@contextlib.contextmanager
+def reads_refused_after(st: Store) -> Iterator[Callable[[], None]]:
+    """Yields a ``between`` making every later read txn of ``st``'s environment fail (EIO:
+    the store cannot be read back); reads work again when the block ends."""
+    env = st.backend.env
+    real_read = env.begin_read
+
+    def broken() -> None:
+        def refuse() -> Any:
+            raise lmdb.Error("mdb_txn_begin: Input/output error")
+
+        env.begin_read = refuse
+
+    try:
+        yield broken
+    finally:
+        env.begin_read = real_read
+
+
 def _group_of_two(st: Store, runs: tuple[str, str], arm: Callable[[], object]) -> dict[str, str]:
     """A first checkpoint on each of ``runs``, then ``arm()``, then a second checkpoint on
     each from two threads, committed as one group; run -> "ok <id>" or "<Type>: <message>"."""
@@ -108,7 +129,7 @@ def _group_of_two(st: Store, runs: tuple[str, str], arm: Callable[[], object]) -
         except Exception as exc:
             outcome[run] = f"{type(exc).__name__}: {exc}"
 
-    threads = [threading.Thread(target=one, args=(run,)) for run in runs]
+    threads = [threading.Thread(target=one, args=(run,), daemon=True) for run in runs]
     for t in threads:
         t.start()
     try:
@@ -133,7 +154,11 @@ class TestGroupedCommitErrors:
         with open_store(tmp_path / "s") as st:
             gc = st.backend.group
             groups = gc.groups
-            outcome = _group_of_two(st, ("a", "b"), lambda: fail_commits(st, lands=True))
+            armed: list[list[int]] = []
+            outcome = _group_of_two(
+                st, ("a", "b"), lambda: armed.append(fail_commits(st, lands=True))
+            )
+            assert armed == [[0]]  # the group's commit did error
             assert gc.groups == groups + 2 + 1  # two lone first checkpoints, then the group
             for run in ("a", "b"):
                 assert outcome[run].startswith("ok "), outcome
@@ -151,7 +176,11 @@ class TestGroupedCommitErrors:
     ) -> None:
         """A group txn that committed nothing: each write is committed again alone and stored."""
         with open_store(tmp_path / "s") as st:
-            outcome = _group_of_two(st, ("a", "b"), lambda: fail_commits(st, lands=False))
+            armed: list[list[int]] = []
+            outcome = _group_of_two(
+                st, ("a", "b"), lambda: armed.append(fail_commits(st, lands=False))
+            )
+            assert armed == [[0]]  # the group's commit did error
             for run in ("a", "b"):
                 assert outcome[run].startswith("ok "), outcome
                 assert st.ref(run) == outcome[run][3:]
@@ -163,19 +192,10 @@ class TestGroupedCommitErrors:
         """A commit error after which the store cannot be read: every writer of the group gets
         StoreError "may or may not be stored", none a ConflictError or a false "stored"."""
         with open_store(tmp_path / "s") as st:
-            env = st.backend.env
-            real_read = env.begin_read
-
-            def broken() -> None:
-                def refuse() -> Any:
-                    raise lmdb.Error("mdb_txn_begin: Input/output error")
-
-                env.begin_read = refuse
-
-            outcome = _group_of_two(
-                st, ("a", "b"), lambda: fail_commits(st, lands=True, between=broken)
-            )
-            env.begin_read = real_read
+            with reads_refused_after(st) as broken:
+                outcome = _group_of_two(
+                    st, ("a", "b"), lambda: fail_commits(st, lands=True, between=broken)
+                )
             for run in ("a", "b"):
                 assert not outcome[run].startswith(("ok ", "ConflictError")), outcome
                 assert "may or may not be stored" in outcome[run]
@@ -191,8 +211,9 @@ class TestLoneCommitErrors:
         with open_store(tmp_path / "s", durability=durability) as st:  # type: ignore[arg-type]
             rec = st.recorder("run")
             rec.checkpoint(0, {"v": 0})
-            fail_commits(st, lands=True)
+            left = fail_commits(st, lands=True)
             cid = rec.checkpoint(1, {"v": 1})
+            assert left == [0]  # its commit did error
             assert st.ref("run") == cid
             assert rec.checkpoint(2, {"v": 2}) == st.ref("run")
             assert len(_history_ids(st, "run")) == 3
@@ -223,9 +244,12 @@ class TestLoneCommitErrors:
         with open_store(tmp_path / "s") as st:
             rec = st.recorder("run")
             first = rec.checkpoint(0, {"v": 0})
-            fail_commits(st, lands=True)
+            left = fail_commits(st, lands=True)
+            writes = st.backend.group.writes
             with st.read(first):
                 cid = rec.checkpoint(1, {"v": 1})
+            assert left == [0]  # its commit did error
+            assert st.backend.group.writes == writes  # not grouped
             assert st.ref("run") == cid
 
 
@@ -301,8 +325,9 @@ class TestFlushErrors:
         with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
             rec = st.recorder("run")
             ids = [rec.checkpoint(i, {"v": i}) for i in range(3)]
-            fail_commits(st, lands=True)
+            left = fail_commits(st, lands=True)
             st.flush()
+            assert left == [0]  # the flush's commit did error
             assert st.backend.pending == 0
             assert _history_ids(st, "run") == ids[::-1]
             more = rec.checkpoint(3, {"v": 3})
@@ -317,19 +342,9 @@ class TestFlushErrors:
         with open_store(tmp_path / "s", durability="batched", batch_size=100) as st:
             rec = st.recorder("run")
             rec.checkpoint(0, {"v": 0})
-            env = st.backend.env
-            real_read = env.begin_read
-
-            def broken() -> None:
-                def refuse() -> Any:
-                    raise lmdb.Error("mdb_txn_begin: Input/output error")
-
-                env.begin_read = refuse
-
-            fail_commits(st, lands=True, between=broken)
-            with pytest.warns(RuntimeWarning) as caught:
+            with reads_refused_after(st) as broken, pytest.warns(RuntimeWarning) as caught:
+                fail_commits(st, lands=True, between=broken)
                 st.backend.flush_at_exit(1.0)
-            env.begin_read = real_read
             text = str(caught[0].message)
             assert "may or may not" in text and "NOT written" not in text
             assert st.ref("run") is not None  # it was in fact written
@@ -345,7 +360,9 @@ class TestFlushErrors:
                 st.flush()
             assert "not stored" in str(info.value)
             assert st.ref("run") is None and st.backend.pending == 0
-            del ids
+            for cid in ids:
+                with pytest.raises(NotFoundError), st.read(cid):
+                    pass
 
 
 class TestOtherWriteErrors:
@@ -447,6 +464,51 @@ st.close()
 """
 
 
+@contextlib.contextmanager
+def _paused_child(path: Path, lands: bool) -> Iterator[Callable[[], dict[str, str]]]:
+    """A process (CHILD) whose group commit on runs a and b errors (after landing when
+    ``lands``); the block is entered once that commit has errored, the process waiting
+    before it handles the error. Yields ``resume``: let it go on, and return run -> what
+    its writer was told. The process is killed if the block ends with it still running."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(path),
+            "lands" if lands else "not",
+            str(Path(__file__).parent),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdin is not None
+    stdin = child.stdin
+
+    def resume() -> dict[str, str]:
+        stdin.write("\n")
+        stdin.flush()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        return dict(line.split(" ", 1) for line in out.splitlines())
+
+    try:
+        ready, _, _ = select.select([child.stdout], [], [], 60)
+        line = child.stdout.readline() if ready else "(nothing within 60 s)"
+        if line.strip() != "failed":
+            child.kill()
+            _, err = child.communicate()
+            pytest.fail(f"the child never reached its failed commit: {line!r}\n{err}")
+        # The faulted txn has ended (committed or aborted): this process can write.
+        yield resume
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
 class TestProcesses:
     @pytest.mark.parametrize("lands", [True, False])
     def test_a_grouping_process_whose_commit_errors_while_another_writes_gets_the_truth(
@@ -457,32 +519,12 @@ class TestProcesses:
         is stored, nobody is told ConflictError for its own stored checkpoint."""
         path = tmp_path / "s"
         open_store(path).close()
-        child = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                CHILD,
-                str(path),
-                "lands" if lands else "not",
-                str(Path(__file__).parent),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline().strip() == "failed"
-        # The faulted txn has ended (committed or aborted): this process can write.
-        with open_store(path) as st:
-            mover = st.recorder("a")
-            moved = mover.checkpoint(7, {"moved": True})
-            st.recorder("c").checkpoint(0, {"c": 0})
-        child.stdin.write("\n")
-        child.stdin.flush()
-        out, err = child.communicate(timeout=60)
-        assert child.returncode == 0, err
-        told = dict(line.split(" ", 1) for line in out.splitlines())
+        with _paused_child(path, lands) as resume:
+            with open_store(path) as st:
+                mover = st.recorder("a")
+                moved = mover.checkpoint(7, {"moved": True})
+                st.recorder("c").checkpoint(0, {"c": 0})
+            told = resume()
         with open_store(path) as st:
             assert told["b"].startswith("ok "), told
             assert _history_ids(st, "b")[0] == told["b"][3:]
@@ -509,27 +551,15 @@ class TestProcesses:
         told it may or may not be stored, and the resets stand (nothing committed again)."""
         path = tmp_path / "s"
         open_store(path).close()
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(path), "lands", str(Path(__file__).parent)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert child.stdout is not None and child.stdin is not None
-        assert child.stdout.readline().strip() == "failed"
         firsts: dict[str, str] = {}
-        with open_store(path) as st:
-            for run in ("a", "b"):
-                history = _history_ids(st, run)
-                assert len(history) == 2  # the group landed
-                firsts[run] = history[1]
-            _reset_back(st, firsts)()
-        child.stdin.write("\n")
-        child.stdin.flush()
-        out, err = child.communicate(timeout=60)
-        assert child.returncode == 0, err
-        told = dict(line.split(" ", 1) for line in out.splitlines())
+        with _paused_child(path, lands=True) as resume:
+            with open_store(path) as st:
+                for run in ("a", "b"):
+                    history = _history_ids(st, run)
+                    assert len(history) == 2  # the group landed
+                    firsts[run] = history[1]
+                _reset_back(st, firsts)()
+            told = resume()
         with open_store(path) as st:
             for run in ("a", "b"):
                 assert told[run].startswith("OutcomeUnknownError"), told

@@ -17,10 +17,18 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from test_group_commit_audit import _Store
-from test_store_group_commit import _committer, _wait_for
+from test_group_commit_audit import _check as _check_contract
+from test_group_commit_audit import (
+    _refusing_store,
+    _run_writers,
+    _Store,
+    _violations,
+    _waiting_group,
+    _write_all,
+    _x_y_then_z,
+)
+from test_store_group_commit import _committer
 
-from cpstore.errors import StoreError
 from cpstore.store import group_commit
 from cpstore.store.group_commit import GroupCommit
 
@@ -93,42 +101,19 @@ def _group_of_two(
     """x queues and times the queue; y completes the group of two and takes it, and is
     interrupted at each of ``names`` in turn; then z commits. Returns name -> outcome."""
     monkeypatch.setattr(group_commit, "MAX_GATHER_SECONDS", 30.0)
-    store = _Store()
-    gc = GroupCommit[str](store)
-    gc._last_size, gc._last_seconds = 2, 30.0  # x waits (up to the cap) for a second write
+    store, gc = _waiting_group()
     plan = _Plan("y", names)
     plan.gc = gc
     _interrupt(gc, plan, monkeypatch)
     outcome: dict[str, str] = {}
-    one = _committer(gc, outcome)
-    x = threading.Thread(target=one, args=("x",), name="x", daemon=True)
-    x.start()
-    _wait_for(lambda: gc._timer is not None)
-    y = threading.Thread(target=one, args=("y",), name="y", daemon=True)
-    y.start()
-    y.join(20)
-    x.join(20)
-    gc._last_seconds = 0.0  # z alone: no wait for a second write
-    z = threading.Thread(target=one, args=("z",), name="z", daemon=True)
-    z.start()
-    z.join(20)
-    for name, t in (("x", x), ("y", y), ("z", z)):
-        if t.is_alive():
-            outcome[name] = "HANG"
+    _x_y_then_z(gc, outcome, _committer(gc, outcome), timeout=20)
     return outcome, store, plan
 
 
 def _check(outcome: dict[str, str], store: _Store, plan: _Plan) -> None:
+    """Every planned interrupt was raised, and the contract held (test_group_commit_audit)."""
     assert not plan.left, f"planned interrupts not reached: {plan.left} ({plan.raised})"
-    assert "HANG" not in outcome.values(), outcome
-    assert outcome["y"] == "KeyboardInterrupt", outcome
-    for name, got in outcome.items():
-        if got == "ok":  # told stored: it is
-            assert name in store.stored, (outcome, store.calls)
-        else:
-            assert got in ("KeyboardInterrupt", "StoreError"), outcome
-    assert sorted(store.stored) == sorted(set(store.stored))  # nothing stored twice
-    assert outcome["z"] == "ok"  # the store still commits after the interrupts
+    _check_contract(outcome, store)
 
 
 class TestSecondInterruptInTheCommitter:
@@ -197,15 +182,7 @@ class _Random(_Plan):
 def _stress(seed: int, threads: int, per: int, rate: float) -> tuple[list[str], int]:
     """``threads`` writers of ``per`` writes each, every 10th refused, KeyboardInterrupt on
     ``rate`` of the planned places; the contract's violations and how many interrupts."""
-    stored: list[str] = []
-    lock = threading.Lock()
-
-    def commit_many(writes: Sequence[str]) -> None:
-        if any(w.endswith("!") for w in writes):
-            raise ValueError("refused")
-        with lock:
-            stored.extend(writes)
-
+    commit_many, stored = _refusing_store()
     gc = GroupCommit[str](commit_many)
     plan = _Random(seed, rate)
     mp = pytest.MonkeyPatch()
@@ -216,31 +193,12 @@ def _stress(seed: int, threads: int, per: int, rate: float) -> tuple[list[str], 
         def writer(i: int) -> None:
             mine = random.Random(seed * 1000 + i)
             plan.local.rnd = random.Random(mine.random())
-            for k in range(per):
-                w = f"{i}.{k}" + ("!" if mine.random() < 0.1 else "")
-                try:
-                    gc.commit(w)
-                    outcome[w] = "ok"
-                except (ValueError, StoreError, KeyboardInterrupt) as exc:
-                    outcome[w] = type(exc).__name__
+            _write_all(gc, i, per, mine, outcome)
 
-        workers = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(threads)]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join(30)
+        problems = _run_writers(writer, threads, 30)
     finally:
         mp.undo()
-    problems = [f"hang: {t.name}" for t in workers if t.is_alive()]
-    problems += [f"stored twice: {w}" for w in set(stored) if stored.count(w) > 1]
-    problems += [
-        f"told stored, not stored: {w}" for w, v in outcome.items() if v == "ok" and w not in stored
-    ]
-    problems += [
-        f"refused, not refusable: {w}"
-        for w, v in outcome.items()
-        if v == "ValueError" and not w.endswith("!")
-    ]
+    problems += _violations(stored, outcome)
     return problems, plan.count
 
 
