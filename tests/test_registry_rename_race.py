@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_env, lmdb_registry
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_env import Env
 
@@ -96,3 +96,46 @@ def test_an_open_racing_a_rename_leaves_the_open_stores_reads_in_the_reader_tabl
     finally:
         first.backend.end_read(txn)
         first.close()
+
+
+def test_a_rename_after_the_creation_lock_registers_the_file_lmdb_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening b races "mv b t; mv a b" (a closed here) after the folder is locked, before
+    its checks: the environment, opened on the locked folder (now t), is registered by
+    that file, so a later open of t shares it instead of opening the file a second time
+    (which resets the reader table under the first environment's open read)."""
+    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
+    for folder in (a, b):
+        with open_store(folder) as store:
+            store.recorder(folder.name).checkpoint(0, {"v": folder.name})
+    real = lmdb_env.check_data_file
+
+    def racing(path: str, data: str, options: Any) -> Any:
+        monkeypatch.setattr(lmdb_env, "check_data_file", real)
+        os.rename(b, t)
+        os.rename(a, b)  # after lock_folder took b's folder (now t), before its checks
+        return real(path, data, options)
+
+    monkeypatch.setattr(lmdb_env, "check_data_file", racing)
+    second = open_store(b)
+    try:
+        txn = second.backend.begin_read()
+        try:
+            third = open_store(t)
+            try:
+                out = subprocess.run(
+                    [sys.executable, "-c", READERS, str(t)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                assert str(os.getpid()) in out, out  # the open read keeps its slot
+                assert third.backend.env is second.backend.env
+            finally:
+                third.close()
+        finally:
+            second.backend.end_read(txn)
+        assert second.backend.env.file_id == lmdb_registry._file_of(str(t))
+    finally:
+        second.close()
