@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cpstore.store import lmdb_env, lmdb_registry
+from cpstore.store import lmdb_env, lmdb_open, lmdb_registry
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_env import Env
 
@@ -109,13 +109,13 @@ def test_a_rename_after_the_creation_lock_registers_the_file_lmdb_opened(
     for folder in (a, b):
         with open_store(folder) as store:
             store.recorder(folder.name).checkpoint(0, {"v": folder.name})
-    real = lmdb_env.check_data_file
+    real = lmdb_open.check_data_file
 
-    def racing(path: str, data: str, options: Any) -> Any:
+    def racing(*args: Any) -> Any:
         monkeypatch.setattr(lmdb_env, "check_data_file", real)
         os.rename(b, t)
         os.rename(a, b)  # after lock_folder took b's folder (now t), before its checks
-        return real(path, data, options)
+        return real(*args)
 
     monkeypatch.setattr(lmdb_env, "check_data_file", racing)
     second = open_store(b)
