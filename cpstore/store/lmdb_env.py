@@ -148,8 +148,8 @@ class Env:
                 self._mark = HolderMark(where, STORE_VERSION)
                 env = self._open_env(where)
                 self._data_at = self._tail.hold(where, not options.readonly)
-                if self._tail.fd is not None:  # the file LMDB opened (the registry's key)
-                    self.file_id = (st := os.fstat(self._tail.fd)).st_dev, st.st_ino
+                if self._tail.held is not None:  # the file LMDB opened (the registry's key)
+                    self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
                 return env
             finally:
                 unlock_folder(pin)

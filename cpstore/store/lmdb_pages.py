@@ -193,6 +193,8 @@ class TailCover:
         self.data, self.psize = data, psize
         self.covered = 0
         self.fd: int | None = None
+        #: The descriptor :meth:`hold` holds the data file by (``fd`` too if writable).
+        self.held: int | None = None
         #: Fill a step ahead; False (exactly what is committed) until the
         #: file is known to be a cpstore store: a refused open changes nothing.
         self.ahead = False
@@ -203,9 +205,11 @@ class TailCover:
         (a renamed folder). The path it is read by while held; ``data`` if not held."""
         with suppress(OSError):
             flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
-            self.fd = os.open(os.path.join(folder, "data.mdb"), flags)
-        held = f"/proc/self/fd/{self.fd}"
-        return held if self.fd is not None and os.path.exists(held) else self.data
+            self.held = os.open(os.path.join(folder, "data.mdb"), flags)
+        if writable:  # a read-only open never opens the data file for writing
+            self.fd = self.held
+        at = f"/proc/self/fd/{self.held}"
+        return at if self.held is not None and os.path.exists(at) else self.data
 
     def cover(self, last_pgno: int) -> None:
         """Make the file at least ``last_pgno + 1`` pages long (best effort)."""
@@ -231,6 +235,8 @@ class TailCover:
 
     def close(self) -> None:
         """Close the held descriptor (in the opening process)."""
-        fd, self.fd = self.fd, None
-        if fd is not None:
+        fd, held, self.fd, self.held = self.fd, self.held, None, None
+        if held is not None:
+            os.close(held)
+        if fd is not None and fd != held:
             os.close(fd)
