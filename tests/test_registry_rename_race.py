@@ -156,7 +156,7 @@ def test_compact_racing_a_rename_to_an_open_stores_path_never_swaps_its_data_fil
     one = first.recorder("r").checkpoint(0, {"v": 1})
     with open_store(b) as other:
         other.recorder("o").checkpoint(0, {"v": "b"})
-    real = lmdb_copy.creation_lock
+    real = lmdb_open.creation_lock
 
     def racing(*args: Any, **kwargs: Any) -> Any:
         monkeypatch.setattr(lmdb_copy, "creation_lock", real)

@@ -125,7 +125,7 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
 
 
 @contextmanager
-def creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
+def creation_lock(path: str, *, exclusive: bool) -> Iterator[int | None]:
     """``flock`` the store directory around deciding what it holds and opening LMDB.
 
     LMDB creates data.mdb and then writes its meta pages; a second opener
@@ -133,11 +133,12 @@ def creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
     lock.mdb, or an empty data.mdb) and refuse it. Writable opens take the
     lock exclusively, read-only ones shared. The directory itself is locked,
     so no file is added to it; where it is missing or cannot be locked (a
-    file system without flock), the open goes on unlocked.
+    file system without flock), the open goes on unlocked. Yields the folder's
+    descriptor (:func:`lock_folder`'s), e.g. for :func:`pin_folder`.
     """
     fd = lock_folder(path, exclusive=exclusive)
     try:
-        yield
+        yield fd
     finally:
         unlock_folder(fd)
 
