@@ -19,7 +19,10 @@ snapshot and leaves out free pages:
   file before its lock file, so without it a read-only opener could keep the
   old, unlinked file. A process that starts to open the store meanwhile waits
   for the swap; the lock file's reader table is re-initialised for the new
-  file (LMDB does so for the first opener) before letting go.
+  file (LMDB does so for the first opener) before letting go. Every step is taken at
+  the folder that lock holds, through its descriptor (``lmdb_open.pin_folder``), and
+  refused when its data file is one this process has open (a folder renamed to the
+  path after ``reserved_for_compact`` looked).
 
 The caller verifies the copy before anything trusts it (the facade does).
 """
