@@ -535,3 +535,38 @@ class TestProcesses:
                 assert told[run].startswith("OutcomeUnknownError"), told
                 assert st.ref(run) == firsts[run]
             assert st.verify().ok
+
+    def test_a_group_that_did_not_land_is_not_told_stored_for_a_twin_stored_elsewhere(
+        self, tmp_path: Path
+    ) -> None:
+        """A process's group txn aborts and errors; before it reads the store back another
+        process stores the very checkpoint one writer made (same id: same run, parent, step
+        and state) and moves the other writer's branch on: the other writer, whose checkpoint
+        is nowhere in the store, is never told it is stored."""
+        path = tmp_path / "s"
+        open_store(path).close()
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), "not", str(Path(__file__).parent)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "failed"
+        with open_store(path) as st:
+            twin = st.recorder("a").checkpoint(1, {"v": 1, "run": "a"})  # a's very checkpoint
+            moved = st.recorder("b").checkpoint(7, {"moved": True})
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        told = dict(line.split(" ", 1) for line in out.splitlines())
+        with open_store(path) as st:
+            assert _history_ids(st, "a")[0] == twin
+            assert _history_ids(st, "b")[0] == moved
+            for run in ("a", "b"):
+                if told[run].startswith("ok "):
+                    assert told[run][3:] in _history_ids(st, run), told  # stored if told so
+            assert not told["b"].startswith("ok "), told
+            assert st.verify().ok
