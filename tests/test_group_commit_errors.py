@@ -415,6 +415,58 @@ class TestOtherWriteErrors:
             assert isinstance(info.value, OutcomeUnknownError), repr(info.value)
             assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
 
+    @pytest.mark.parametrize("errno_text", ["No space left on device", "Read-only file system"])
+    def test_a_write_whose_commit_failed_writing_its_meta_page_says_it_may_be_stored(
+        self, tmp_path: Path, errno_text: str
+    ) -> None:
+        """A commit whose meta-page write fails (a full disk, a file system gone read-only)
+        after its pages were written: LMDB marks the environment fatal (MDB_PANIC from then
+        on) and the new meta page may be on disk; the write txn (an audit append) says it may
+        or may not be stored, not a plain "full"/"read-only" that reads as "not written"."""
+        with open_store(tmp_path / "s") as st:
+            env = st.backend.env
+            real = env.env
+
+            class Panicked:
+                """LMDB's environment after a failed meta-page write: every begin refused."""
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(real, name)
+
+                def begin(self, *args: Any, **kwargs: Any) -> Any:
+                    raise lmdb.PanicError("mdb_txn_begin: MDB_PANIC: Update of meta page failed")
+
+            def panic() -> None:
+                env.env = Panicked()
+
+            fail_commits(
+                st,
+                lands=True,
+                between=panic,
+                error=lambda: lmdb.Error(f"mdb_txn_commit: {errno_text}"),
+            )
+            try:
+                with pytest.raises(StoreError) as info:
+                    st.append_audit("note", {"n": 1})
+            finally:
+                env.env = real
+            assert isinstance(info.value, OutcomeUnknownError), repr(info.value)
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
+
+    @pytest.mark.parametrize("errno_text", ["No space left on device", "Read-only file system"])
+    def test_a_write_whose_commit_failed_full_or_read_only_with_lmdb_sound_is_not_stored(
+        self, tmp_path: Path, errno_text: str
+    ) -> None:
+        """A commit that failed full or read-only with LMDB's environment still sound (its
+        pages' write failed, the txn aborted) stays that typed error: nothing stored."""
+        with open_store(tmp_path / "s") as st:
+            fail_commits(st, lands=False, error=lambda: lmdb.Error(f"mdb_txn_commit: {errno_text}"))
+            with pytest.raises(StoreError) as info:
+                st.append_audit("note", {"n": 1})
+            assert type(info.value) is not StoreError, repr(info.value)
+            assert not isinstance(info.value, OutcomeUnknownError), repr(info.value)
+            assert [r for r in st.audit_records() if r.kind == "note"] == []
+
     def test_lmdbs_fatal_state_after_a_failed_meta_page_write_is_not_called_corruption(
         self, tmp_path: Path
     ) -> None:
