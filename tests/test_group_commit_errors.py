@@ -432,6 +432,58 @@ class TestOtherWriteErrors:
             assert isinstance(info.value, OutcomeUnknownError), repr(info.value)
             assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
 
+    @pytest.mark.parametrize("errno_text", ["No space left on device", "Read-only file system"])
+    def test_a_write_whose_commit_failed_writing_its_meta_page_says_it_may_be_stored(
+        self, tmp_path: Path, errno_text: str
+    ) -> None:
+        """A commit whose meta-page write fails (a full disk, a file system gone read-only)
+        after its pages were written: LMDB marks the environment fatal (MDB_PANIC from then
+        on) and the new meta page may be on disk; the write txn (an audit append) says it may
+        or may not be stored, not a plain "full"/"read-only" that reads as "not written"."""
+        with open_store(tmp_path / "s") as st:
+            env = st.backend.env
+            real = env.env
+
+            class Panicked:
+                """LMDB's environment after a failed meta-page write: every begin refused."""
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(real, name)
+
+                def begin(self, *args: Any, **kwargs: Any) -> Any:
+                    raise lmdb.PanicError("mdb_txn_begin: MDB_PANIC: Update of meta page failed")
+
+            def panic() -> None:
+                env.env = Panicked()
+
+            fail_commits(
+                st,
+                lands=True,
+                between=panic,
+                error=lambda: lmdb.Error(f"mdb_txn_commit: {errno_text}"),
+            )
+            try:
+                with pytest.raises(StoreError) as info:
+                    st.append_audit("note", {"n": 1})
+            finally:
+                env.env = real
+            assert isinstance(info.value, OutcomeUnknownError), repr(info.value)
+            assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
+
+    @pytest.mark.parametrize("errno_text", ["No space left on device", "Read-only file system"])
+    def test_a_write_whose_commit_failed_full_or_read_only_with_lmdb_sound_is_not_stored(
+        self, tmp_path: Path, errno_text: str
+    ) -> None:
+        """A commit that failed full or read-only with LMDB's environment still sound (its
+        pages' write failed, the txn aborted) stays that typed error: nothing stored."""
+        with open_store(tmp_path / "s") as st:
+            fail_commits(st, lands=False, error=lambda: lmdb.Error(f"mdb_txn_commit: {errno_text}"))
+            with pytest.raises(StoreError) as info:
+                st.append_audit("note", {"n": 1})
+            assert type(info.value) is not StoreError, repr(info.value)
+            assert not isinstance(info.value, OutcomeUnknownError), repr(info.value)
+            assert [r for r in st.audit_records() if r.kind == "note"] == []
+
     def test_lmdbs_fatal_state_after_a_failed_meta_page_write_is_not_called_corruption(
         self, tmp_path: Path
     ) -> None:
@@ -564,4 +616,39 @@ class TestProcesses:
             for run in ("a", "b"):
                 assert told[run].startswith("OutcomeUnknownError"), told
                 assert st.ref(run) == firsts[run]
+            assert st.verify().ok
+
+    def test_a_group_that_did_not_land_is_not_told_stored_for_a_twin_stored_elsewhere(
+        self, tmp_path: Path
+    ) -> None:
+        """A process's group txn aborts and errors; before it reads the store back another
+        process stores the very checkpoint one writer made (same id: same run, parent, step
+        and state) and moves the other writer's branch on: the other writer, whose checkpoint
+        is nowhere in the store, is never told it is stored."""
+        path = tmp_path / "s"
+        open_store(path).close()
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(path), "not", str(Path(__file__).parent)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout is not None and child.stdin is not None
+        assert child.stdout.readline().strip() == "failed"
+        with open_store(path) as st:
+            twin = st.recorder("a").checkpoint(1, {"v": 1, "run": "a"})  # a's very checkpoint
+            moved = st.recorder("b").checkpoint(7, {"moved": True})
+        child.stdin.write("\n")
+        child.stdin.flush()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        told = dict(line.split(" ", 1) for line in out.splitlines())
+        with open_store(path) as st:
+            assert _history_ids(st, "a")[0] == twin
+            assert _history_ids(st, "b")[0] == moved
+            for run in ("a", "b"):
+                if told[run].startswith("ok "):
+                    assert told[run][3:] in _history_ids(st, run), told  # stored if told so
+            assert not told["b"].startswith("ok "), told
             assert st.verify().ok

@@ -11,6 +11,7 @@ must not leave two environments of one file.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -19,9 +20,11 @@ from typing import Any
 
 import pytest
 
-from cpstore.store import lmdb_registry
+from cpstore.errors import StoreError
+from cpstore.store import lmdb_copy, lmdb_env, lmdb_open, lmdb_registry
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_env import Env
+from cpstore.store.maintenance import compact_store
 
 READERS = "import lmdb, sys; print(lmdb.open(sys.argv[1], readonly=True).readers())"
 
@@ -96,3 +99,85 @@ def test_an_open_racing_a_rename_leaves_the_open_stores_reads_in_the_reader_tabl
     finally:
         first.backend.end_read(txn)
         first.close()
+
+
+def test_a_rename_after_the_creation_lock_registers_the_file_lmdb_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening b races "mv b t; mv a b" (a closed here) after the folder is locked, before
+    its checks: the environment, opened on the locked folder (now t), is registered by
+    that file, so a later open of t shares it instead of opening the file a second time
+    (which resets the reader table under the first environment's open read)."""
+    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
+    for folder in (a, b):
+        with open_store(folder) as store:
+            store.recorder(folder.name).checkpoint(0, {"v": folder.name})
+    real = lmdb_open.check_data_file
+
+    def racing(*args: Any) -> Any:
+        monkeypatch.setattr(lmdb_env, "check_data_file", real)
+        os.rename(b, t)
+        os.rename(a, b)  # after lock_folder took b's folder (now t), before its checks
+        return real(*args)
+
+    monkeypatch.setattr(lmdb_env, "check_data_file", racing)
+    second = open_store(b)
+    try:
+        txn = second.backend.begin_read()
+        try:
+            third = open_store(t)
+            try:
+                out = subprocess.run(
+                    [sys.executable, "-c", READERS, str(t)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+                assert str(os.getpid()) in out, out  # the open read keeps its slot
+                assert third.backend.env is second.backend.env
+            finally:
+                third.close()
+        finally:
+            second.backend.end_read(txn)
+        assert second.backend.env.file_id == lmdb_registry._file_of(str(t))
+    finally:
+        second.close()
+
+
+def test_compact_racing_a_rename_to_an_open_stores_path_never_swaps_its_data_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compacting b (closed) races "mv b t; mv a b" (a open here) after compact's check of
+    this process's open stores, before its creation lock: a's data file is never swapped
+    under a's open environment, whose open read keeps its reader slot and whose
+    checkpoints acknowledged afterwards are all in a's store."""
+    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
+    first = open_store(a)
+    one = first.recorder("r").checkpoint(0, {"v": 1})
+    with open_store(b) as other:
+        other.recorder("o").checkpoint(0, {"v": "b"})
+    real = lmdb_open.creation_lock
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(lmdb_copy, "creation_lock", real)
+        os.rename(b, t)
+        os.rename(a, b)  # after reserved_for_compact's check of b, before the lock
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lmdb_copy, "creation_lock", racing)
+    txn = first.backend.begin_read()
+    try:
+        with contextlib.suppress(StoreError):  # refused, or t (the locked one) compacted
+            compact_store(b)
+        out = subprocess.run(
+            [sys.executable, "-c", READERS, str(b)], capture_output=True, text=True, check=True
+        ).stdout
+        assert str(os.getpid()) in out, out  # a's open read keeps its slot
+    finally:
+        first.backend.end_read(txn)
+    two = first.recorder("r").checkpoint(1, {"v": 2})
+    first.close()
+    with open_store(b, readonly=True) as again:
+        for cid, want in ((one, {"v": 1}), (two, {"v": 2})):
+            with again.read(cid) as cp:
+                assert cp.state() == want

@@ -132,6 +132,10 @@ def landed(
     whoever wrote it. A head back at the expected id beside a stored checkpoint is no
     vote: another writer may have reset (or deleted) the branch after the txn committed
     (ABA), and "not committed" would have it committed a second time over that reset.
+    Committed also needs every checkpoint of ``ops`` stored (all or nothing): a branch at
+    its checkpoint id may be another writer's twin of it (same id), while a branch that
+    abstains (moved on) may hold nothing of the txn; a checkpoint not stored then makes
+    the verdict None (not stored, or committed and swept after a reset: cannot tell).
     """
     first: dict[bytes, CheckpointWrite] = {}
     last: dict[bytes, CheckpointWrite] = {}
@@ -146,4 +150,6 @@ def landed(
             votes.add(True)
         elif now == first[key].expected_ref and not stored(op.cid):
             votes.add(False)
+    if votes == {True} and not all(stored(op.cid) for op in ops):
+        return None
     return votes.pop() if len(votes) == 1 else None

@@ -18,7 +18,13 @@ from typing import Any, Literal, TypeVar
 
 import lmdb
 
-from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
+from cpstore.errors import (
+    CpstoreError,
+    OutcomeUnknownError,
+    StoreError,
+    StoreFullError,
+    StoreReadOnlyError,
+)
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
@@ -301,14 +307,28 @@ class LmdbBackend:
         try:
             return self._write(run)
         except StoreError as exc:
-            if not applied or type(exc) is not StoreError or _growth_failed(exc):
-                raise  # refused or failed before the commit; full or read-only: not written
+            if not applied or _growth_failed(exc):
+                raise  # refused or failed before the commit: not written
+            if type(exc) is not StoreError and not (
+                isinstance(exc, (StoreFullError, StoreReadOnlyError)) and self._fatal()
+            ):
+                raise  # full or read-only with LMDB sound (the txn aborted): not written
             raise OutcomeUnknownError(
                 f"{exc.what} at the commit; what this txn wrote may or may not be stored",
                 where=exc.where,
                 expected=exc.expected,
                 got=exc.got,
             ) from exc
+
+    def _fatal(self) -> bool:
+        """Whether LMDB refuses every txn now (MDB_PANIC): its commit failed writing the
+        meta page, after its pages, and the new meta page may be on disk all the same
+        (LMDB writes the old one back to the page cache only)."""
+        try:
+            self.env.end_read(self.env.begin_read())  # in the bookkeeping (resizes wait)
+        except StoreError as exc:  # lmdb_errors.translate names MDB_PANIC in ``got``
+            return "MDB_PANIC" in str(exc.got)
+        return False
 
     def _write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """:meth:`write_txn` without telling its commit's errors apart."""

@@ -19,7 +19,10 @@ snapshot and leaves out free pages:
   file before its lock file, so without it a read-only opener could keep the
   old, unlinked file. A process that starts to open the store meanwhile waits
   for the swap; the lock file's reader table is re-initialised for the new
-  file (LMDB does so for the first opener) before letting go.
+  file (LMDB does so for the first opener) before letting go. Every step is taken at
+  the folder that lock holds, through its descriptor (``lmdb_open.pin_folder``), and
+  refused when its data file is one this process has open (a folder renamed to the
+  path after ``reserved_for_compact`` looked).
 
 The caller verifies the copy before anything trusts it (the facade does).
 """
@@ -36,8 +39,8 @@ from collections.abc import Callable
 import lmdb
 
 from cpstore.errors import InvalidInputError, StoreError
-from cpstore.store.lmdb_env import LMDB_TABLES
-from cpstore.store.lmdb_open import creation_lock
+from cpstore.store.lmdb_env import LMDB_TABLES, Env
+from cpstore.store.lmdb_open import FileOpenHereError, creation_lock, pin_folder, unlock_folder
 from cpstore.store.lmdb_registry import reserved_for_compact
 
 __all__ = ["compact_in_place", "copy_env", "space_of"]
@@ -116,41 +119,63 @@ def compact_in_place(path: str, check: Callable[[str, int], None]) -> tuple[int,
 
 
 def _compact_in_place(path: str, check: Callable[[str, int], None]) -> tuple[int, int]:
-    data = os.path.join(path, "data.mdb")
-    lock_path = os.path.join(path, "lock.mdb")
-    if not os.path.isfile(data):
+    if not os.path.isfile(os.path.join(path, "data.mdb")):
         raise InvalidInputError("not a store folder (no data.mdb)", where=path)
-    work = os.path.join(path, "compact.tmp")
     # The folder's creation lock first (exclusive): a cpstore open is never inside
     # lmdb.open while the file is swapped. LMDB opens a read-only environment's data
     # file *before* taking its lock, so the liveness lock alone would let a read-only
-    # opener keep the old (unlinked) file.
-    with creation_lock(path, exclusive=True), _exclusive(lock_path):
-        before = os.path.getsize(data)
-        shutil.rmtree(work, ignore_errors=True)  # a copy left by an interrupted compact
-        env = lmdb.open(path, subdir=True, readonly=True, lock=False, max_dbs=len(LMDB_TABLES) + 4)
+    # opener keep the old (unlinked) file. Every step then takes that folder by its
+    # descriptor (lmdb_open.pin_folder): a folder renamed to ``path`` meanwhile is not it.
+    with creation_lock(path, exclusive=True) as locked:
         try:
-            copied = int(env.info()["last_txnid"])
-            copy_env(env, work, compact=True)
+            folder, own = pin_folder(path, locked, Env.open_files)
+        except FileOpenHereError:
+            # reserved_for_compact looked before such a rename, and this process's own
+            # locks on lock.mdb would not conflict with _exclusive's.
+            raise StoreError(_CLOSE_HERE, where=path) from None
+        try:
+            if folder == path:  # no descriptor or no /proc: the file at the path, then
+                with contextlib.suppress(OSError):
+                    st = os.stat(os.path.join(path, "data.mdb"))
+                    if (st.st_dev, st.st_ino) in Env.open_files:
+                        raise StoreError(_CLOSE_HERE, where=path)
+            with _exclusive(os.path.join(folder, "lock.mdb"), path):
+                return _swap_compacted(folder, check)
         finally:
-            env.close()
-        try:
-            check(work, copied)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
-        os.replace(os.path.join(work, "data.mdb"), data)
-        _fsync_path(path, directory=True)
+            unlock_folder(own)
+
+
+_CLOSE_HERE = "close the store in this process before compacting it"
+
+
+def _swap_compacted(path: str, check: Callable[[str, int], None]) -> tuple[int, int]:
+    """compact_in_place's copy, check and swap in the locked folder ``path``."""
+    data = os.path.join(path, "data.mdb")
+    work = os.path.join(path, "compact.tmp")
+    before = os.path.getsize(data)
+    shutil.rmtree(work, ignore_errors=True)  # a copy left by an interrupted compact
+    env = lmdb.open(path, subdir=True, readonly=True, lock=False, max_dbs=len(LMDB_TABLES) + 4)
+    try:
+        copied = int(env.info()["last_txnid"])
+        copy_env(env, work, compact=True)
+    finally:
+        env.close()
+    try:
+        check(work, copied)
+    except BaseException:
         shutil.rmtree(work, ignore_errors=True)
-        # The first opener re-initialises lock.mdb's reader table and txn id for
-        # the new file; our exclusive lock makes this open that first opener.
-        lmdb.open(path, subdir=True, max_dbs=len(LMDB_TABLES) + 4).close()
-        after = os.path.getsize(data)
-    return before, after
+        raise
+    os.replace(os.path.join(work, "data.mdb"), data)
+    _fsync_path(path, directory=True)
+    shutil.rmtree(work, ignore_errors=True)
+    # The first opener re-initialises lock.mdb's reader table and txn id for
+    # the new file; our exclusive lock makes this open that first opener.
+    lmdb.open(path, subdir=True, max_dbs=len(LMDB_TABLES) + 4).close()
+    return before, os.path.getsize(data)
 
 
 @contextlib.contextmanager
-def _exclusive(lock_path: str):  # type: ignore[no-untyped-def]
+def _exclusive(lock_path: str, where: str):  # type: ignore[no-untyped-def]
     """Hold LMDB's liveness byte exclusively, or refuse: another process has the store open."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -160,7 +185,7 @@ def _exclusive(lock_path: str):  # type: ignore[no-untyped-def]
             if exc.errno in (errno.EACCES, errno.EAGAIN):
                 raise StoreError(
                     "another process has the store open; compact needs it closed everywhere",
-                    where=os.path.dirname(lock_path),
+                    where=where,
                 ) from None
             raise
         yield

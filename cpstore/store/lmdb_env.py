@@ -90,16 +90,14 @@ class Env:
         self.options = options
         self.pid = os.getpid()
         self.handles = 0
-        #: (st_dev, st_ino) of the data file, set by the registry (lmdb_registry._BY_FILE).
+        #: (st_dev, st_ino) of the data file LMDB opened (lmdb_registry._BY_FILE).
         self.file_id: tuple[int, int] | None = None
         self.write_lock = threading.RLock()
-        # One entry (the thread's ident) per open read txn of this process (deque append/
-        # remove: single steps under the GIL, no lock); _gate is waited on in a resize.
+        # A thread ident per open read txn (deque ops atomic under the GIL); _gate: resizes.
         self._active: deque[int] = deque()
         self._gate = threading.Condition()
         self._resizing = False
-        #: Seconds a resize waits for this process's reads to end (None: no bound).
-        #: Bounded at interpreter exit, where a daemon thread's read may never end.
+        #: Seconds a resize waits for this process's reads (None: no bound; set at exit).
         self.resize_wait: float | None = None
         #: False when a read-only open could not use the lock file (see _open_env).
         self.locked = True
@@ -109,10 +107,11 @@ class Env:
         self._legacy_ro = False
         data = os.path.join(path, "data.mdb")
         self._tail = TailCover(data, 0)  # psize set once open
-        #: data.mdb's size seen under the creation lock (None: not seen).
+        #: data.mdb's size seen under the creation lock (None: not seen); the path it is
+        #: read by (TailCover.hold: the one LMDB opened, whatever is renamed meanwhile).
         self._seen_size: int | None = None
-        #: This release's mark on the folder, held from before LMDB's open until
-        #: after its close (lmdb_holders: an upgrade refuses beside older releases).
+        self._data_at = data
+        #: This release's mark on the folder, from before LMDB's open to after its close.
         self._mark: HolderMark | None = None
         try:
             self.env = self._open_files(data)
@@ -142,12 +141,16 @@ class Env:
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
             locked, pin = lock_folder(path, exclusive=not options.readonly), None
             try:
-                # Under the lock, another process's lmdb.open cannot be half way
-                # through making data.mdb: what we see here is whole.
-                self._seen_size = check_data_file(path, data, options)
+                # Every look is at the locked folder LMDB opens (pin_folder); under the
+                # lock no other lmdb.open is half way through making data.mdb.
                 where, pin = pin_folder(path, locked, self.open_files)  # see FileOpenHereError
-                self._mark = HolderMark(path, STORE_VERSION)
-                return self._open_env(where)
+                self._seen_size = check_data_file(path, data, options, where)
+                self._mark = HolderMark(where, STORE_VERSION)
+                env = self._open_env(where)
+                self._data_at = self._tail.hold(where, not options.readonly)
+                if self._tail.held is not None:  # the file LMDB opened (the registry's key)
+                    self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
+                return env
             finally:
                 unlock_folder(pin)
                 unlock_folder(locked)
@@ -178,10 +181,8 @@ class Env:
             "max_dbs": len(LMDB_TABLES) + 4,
             "max_readers": 1022,
             "readahead": False,
-            # durability="none" is MDB_NOSYNC: commits are written to the file
-            # (the kernel holds them if the process dies) but never fsynced.
-            # metasync only matters when sync is on (MDB_NOMETASYNC is refused
-            # for "sync": docs/durability.md).
+            # durability="none" is MDB_NOSYNC: written, never fsynced; MDB_NOMETASYNC
+            # is refused for "sync" (docs/durability.md).
             "sync": options.sync,
             "metasync": True,
         }
@@ -212,7 +213,8 @@ class Env:
     def _check_file_size(self) -> None:
         """Refuse a data file shorter than its last txn reaches (a truncated copy): LMDB
         trusts the meta page, and reading past the end of the file is a SIGBUS."""
-        check_data_size(self._tail.data, self._tail.psize, self.env.info, seen=self._seen_size)
+        at, psize, seen = self._data_at, self._tail.psize, self._seen_size
+        check_data_size(at, psize, self.env.info, seen=seen, shown=self._tail.data)
 
     def _cover_tail(self) -> None:
         """At the start of a write txn (under LMDB's writer lock), make the data file
@@ -268,10 +270,9 @@ class Env:
             try:
                 return self.write(self._open_dbs_writable)
             except _UpgradeFirstError:
-                # Under the folder's creation lock, which every open takes around
-                # LMDB's: an older release's open holds LMDB's lock before the check
-                # below looks, or reads the format record after the commit (never the
-                # old layout while the new one is written: docs/store.md).
+                # Under the creation lock every open takes around LMDB's: an older
+                # release's open holds LMDB's lock before the check below looks, or reads
+                # the format record after the commit (docs/store.md).
                 with creation_lock(self.path, exclusive=True):
                     return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=True))
         except lmdb.Error as exc:
@@ -293,8 +294,7 @@ class Env:
             return dbs
         version = check_format(txn.get(FORMAT_KEY, db=meta), self.path)
         for name in LMDB_TABLES:
-            # A store from before a database was added gets it here (an older
-            # layout's heap tables: its entries stay in the legacy tables).
+            # A store from before a database was added gets it here (heap tables).
             dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         if version != STORE_VERSION:
             if not upgrade:

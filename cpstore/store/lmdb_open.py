@@ -73,37 +73,42 @@ def refuse(what: str, where: str) -> FormatVersionError:
     )
 
 
-def check_new_store_path(path: str, options: EnvOptions) -> None:
+def check_new_store_path(path: str, options: EnvOptions, at: str | None = None) -> None:
     """Raise unless ``path`` (which has no data.mdb) may become a new store.
 
     A store is created only where nothing can be lost: a missing directory or
     an empty one (a lone lock.mdb is what a crash before LMDB made its data
-    file leaves). Read-only opens and ``create=False`` never create.
+    file leaves). Read-only opens and ``create=False`` never create. ``at``: the
+    folder looked at (the pinned one, :func:`pin_folder`); ``path`` names it.
     """
-    if not os.path.exists(path):
+    at = path if at is None else at
+    if not os.path.exists(at):
         if options.readonly or not options.create:
             raise NotFoundError("no store at this path", where=path)
         return
-    if not os.path.isdir(path):
+    if not os.path.isdir(at):
         raise refuse("not a directory", path)
     if options.readonly or not options.create:
         raise NotFoundError("no store at this path (no data.mdb)", where=path)
-    others = sorted(set(os.listdir(path)) - {"lock.mdb"})
+    others = sorted(set(os.listdir(at)) - {"lock.mdb"})
     if others:
         raise refuse("the directory is not empty and has no data.mdb", path)
 
 
-def check_data_file(path: str, data: str, options: EnvOptions) -> int | None:
+def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = None) -> int | None:
     """Under the creation lock: refuse an empty or directory ``data`` (data.mdb), or,
     without one, a ``path`` that may not become a new store (making its folder).
+    ``at``: the folder looked at (the pinned one LMDB then opens, :func:`pin_folder`),
+    which ``path`` and ``data`` name in errors.
 
     One stat answers "a file? empty? a directory?". Returns the data file's size
     (None without one): the file LMDB then maps (nothing swaps it while the lock
     is held: lmdb_copy), and a data file only grows, so the open's size check
     may start from it.
     """
+    at = path if at is None else at
     try:
-        st: os.stat_result | None = os.stat(data)
+        st: os.stat_result | None = os.stat(os.path.join(at, "data.mdb"))
     except (OSError, ValueError):
         st = None
     if st is not None and S_ISREG(st.st_mode):
@@ -114,13 +119,13 @@ def check_data_file(path: str, data: str, options: EnvOptions) -> int | None:
         return st.st_size
     if st is not None and S_ISDIR(st.st_mode):
         raise refuse("data.mdb is a directory", data)
-    check_new_store_path(path, options)
-    os.makedirs(path, exist_ok=True)
+    check_new_store_path(path, options, at)
+    os.makedirs(at, exist_ok=True)
     return None
 
 
 @contextmanager
-def creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
+def creation_lock(path: str, *, exclusive: bool) -> Iterator[int | None]:
     """``flock`` the store directory around deciding what it holds and opening LMDB.
 
     LMDB creates data.mdb and then writes its meta pages; a second opener
@@ -128,11 +133,12 @@ def creation_lock(path: str, *, exclusive: bool) -> Iterator[None]:
     lock.mdb, or an empty data.mdb) and refuse it. Writable opens take the
     lock exclusively, read-only ones shared. The directory itself is locked,
     so no file is added to it; where it is missing or cannot be locked (a
-    file system without flock), the open goes on unlocked.
+    file system without flock), the open goes on unlocked. Yields the folder's
+    descriptor (:func:`lock_folder`'s), e.g. for :func:`pin_folder`.
     """
     fd = lock_folder(path, exclusive=exclusive)
     try:
-        yield
+        yield fd
     finally:
         unlock_folder(fd)
 

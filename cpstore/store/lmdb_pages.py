@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from typing import Any
 
 from cpstore.errors import IntegrityError
@@ -122,7 +123,12 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
 
 
 def check_data_size(
-    data: str, psize: int, info: Callable[[], Mapping[str, Any]], *, seen: int | None = None
+    data: str,
+    psize: int,
+    info: Callable[[], Mapping[str, Any]],
+    *,
+    seen: int | None = None,
+    shown: str | None = None,
 ) -> None:
     """Refuse ``data`` when it ends before a page its last committed txn reaches.
 
@@ -135,7 +141,8 @@ def check_data_size(
 
     ``seen``: the file's size read earlier, of the file LMDB mapped (the open's
     stat under the creation lock). A data file only grows, so a size enough then
-    is enough now and saves the stat; a size short of it is read again.
+    is enough now and saves the stat; a size short of it is read again. ``shown``: the
+    name of ``data`` in the error (``data`` may be a ``/proc/self/fd`` path).
     """
     for _ in range(_ATTEMPTS):
         now = info()
@@ -153,7 +160,7 @@ def check_data_size(
             break  # nothing committed meanwhile: the walk's answer stands
     raise IntegrityError(
         "the data file is shorter than its last committed page (truncated?)",
-        where=data,
+        where=data if shown is None else shown,
         expected=f">= {needed} bytes",
         got=f"{size} bytes",
     )
@@ -186,9 +193,23 @@ class TailCover:
         self.data, self.psize = data, psize
         self.covered = 0
         self.fd: int | None = None
+        #: The descriptor :meth:`hold` holds the data file by (``fd`` too if writable).
+        self.held: int | None = None
         #: Fill a step ahead; False (exactly what is committed) until the
         #: file is known to be a cpstore store: a refused open changes nothing.
         self.ahead = False
+
+    def hold(self, folder: str, writable: bool) -> str:
+        """Hold ``folder``'s data file (the one LMDB opened: ``folder`` is the pinned
+        one, lmdb_open.pin_folder), so no later look by path finds another file there
+        (a renamed folder). The path it is read by while held; ``data`` if not held."""
+        with suppress(OSError):
+            flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+            self.held = os.open(os.path.join(folder, "data.mdb"), flags)
+        if writable:  # a read-only open never opens the data file for writing
+            self.fd = self.held
+        at = f"/proc/self/fd/{self.held}"
+        return at if self.held is not None and os.path.exists(at) else self.data
 
     def cover(self, last_pgno: int) -> None:
         """Make the file at least ``last_pgno + 1`` pages long (best effort)."""
@@ -198,7 +219,7 @@ class TailCover:
         fd = self.fd
         try:
             if fd is None:
-                fd = self.fd = os.open(self.data, os.O_WRONLY)
+                fd = self.fd = os.open(self.data, os.O_WRONLY | os.O_CLOEXEC)
             size = os.fstat(fd).st_size
             target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
             if size < target:
@@ -214,6 +235,8 @@ class TailCover:
 
     def close(self) -> None:
         """Close the held descriptor (in the opening process)."""
-        fd, self.fd = self.fd, None
-        if fd is not None:
+        fd, held, self.fd, self.held = self.fd, self.held, None, None
+        if held is not None:
+            os.close(held)
+        if fd is not None and fd != held:
             os.close(fd)

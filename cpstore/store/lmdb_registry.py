@@ -138,12 +138,14 @@ def _open_new(key: str, options: EnvOptions) -> Env:
         env = Env(key, options)
     except FileOpenHereError as here:
         return _shared(key, _BY_FILE[here.file_id])
-    file_id = _file_of(key)  # a new store's file exists now
+    at_key = _file_of(key)  # a new store's file exists now
+    file_id = env.file_id or at_key  # the file LMDB opened (key's folder may be renamed)
     twin = None if file_id is None else _BY_FILE.get(file_id)
     if twin is not None:  # its data file swapped after the open's check
         _STRANDED.append(env)  # see _STRANDED: closing it would unprotect twin's reads
         return _shared(key, twin)
-    _REGISTRY[key] = env
+    if at_key == file_id:  # else key names another folder now: found by file only
+        _REGISTRY[key] = env
     env.file_id = file_id
     if file_id is not None:
         _BY_FILE[file_id] = env
