@@ -181,3 +181,91 @@ def test_compact_racing_a_rename_to_an_open_stores_path_never_swaps_its_data_fil
         for cid, want in ((one, {"v": 1}), (two, {"v": 2})):
             with again.read(cid) as cp:
                 assert cp.state() == want
+
+
+#: In a child process (a hang is bounded there): compact b while "mv b t; mv a b" lands
+#: before its creation lock and, once it holds that lock (argv[4] "locked") or while it
+#: copies ("copying"), "mv b a" and another thread opens a (its data file is not the one
+#: compact reserved first). Prints what each side did.
+_COMPACT_WHILE_AN_OPEN_WAITS = """
+import contextlib, fcntl, os, sys, threading
+from cpstore.store import lmdb_copy, lmdb_open
+from cpstore.store.facade import open as open_store
+from cpstore.store.maintenance import compact_store
+
+a, b, t, when = sys.argv[1:5]
+real_lock, real_copy, real_flock = lmdb_copy.creation_lock, lmdb_copy.copy_env, fcntl.flock
+waiting, opener, said = threading.Event(), [], []
+
+def flock(fd, op):
+    if threading.current_thread() in opener:
+        waiting.set()  # the open holds the registry lock from here on
+    return real_flock(fd, op)
+
+def open_a():
+    try:
+        with open_store(a) as st:
+            said.append("opened " + str(len(st.history("a"))))
+    except Exception as exc:
+        said.append("refused " + type(exc).__name__)
+
+def open_meanwhile():
+    os.rename(b, a)  # the locked folder back at a: no reservation names its data file
+    opener.append(threading.Thread(target=open_a, daemon=True))
+    opener[0].start()
+    waiting.wait(30)  # the open blocks on this creation lock, or was refused at once
+    opener[0].join(0.5 if waiting.is_set() else 30)
+
+@contextlib.contextmanager
+def lock(*args, **kwargs):
+    lmdb_copy.creation_lock = real_lock
+    os.rename(b, t)
+    os.rename(a, b)  # after reserved_for_compact looked at b, before the lock
+    with real_lock(*args, **kwargs) as fd:
+        if when == "locked":
+            open_meanwhile()
+        yield fd
+
+def copy(*args, **kwargs):
+    lmdb_copy.copy_env = real_copy
+    if when == "copying":
+        open_meanwhile()
+    return real_copy(*args, **kwargs)
+
+fcntl.flock = flock
+lmdb_copy.creation_lock, lmdb_copy.copy_env = lock, copy
+try:
+    compact_store(b)
+    said.append("compacted")
+except Exception as exc:
+    said.append("compact " + type(exc).__name__ + ": " + str(exc))
+opener[0].join(30)
+print(sorted(said))
+"""
+
+
+@pytest.mark.parametrize("when", ["copying", "locked"])
+def test_compact_never_deadlocks_with_an_open_of_its_locked_folder_by_another_name(
+    tmp_path: Path, when: str
+) -> None:
+    """Compacting b races "mv b t; mv a b" before its creation lock, then, once it holds
+    the lock or while it copies, "mv b a" and another thread of the process opens a: that
+    open (whose data file no reservation names) waits for the creation lock holding the
+    registry lock, and the compaction's pin and verify of its copy need the registry lock:
+    neither may wait forever (the open is refused, or the compaction; both finish)."""
+    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
+    for folder in (a, b):
+        with open_store(folder) as store:
+            store.recorder(folder.name).checkpoint(0, {"v": folder.name})
+    run = [sys.executable, "-c", _COMPACT_WHILE_AN_OPEN_WAITS, str(a), str(b), str(t), when]
+    try:
+        done = subprocess.run(run, capture_output=True, text=True, timeout=90, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("compact and an open of its locked folder deadlocked (registry lock)")
+    assert done.returncode == 0, done.stderr
+    said = done.stdout  # compact did, or refused typed (b may be gone: "not a store folder")
+    assert "compacted" in said or "compact StoreError" in said or "compact InvalidInput" in said
+    for folder in (a, t):
+        with open_store(folder, readonly=True) as store:
+            assert len(store.history(folder.name if folder == a else "b")) == 1
+            assert store.verify().ok

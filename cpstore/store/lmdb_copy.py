@@ -22,7 +22,8 @@ snapshot and leaves out free pages:
   file (LMDB does so for the first opener) before letting go. Every step is taken at
   the folder that lock holds, through its descriptor (``lmdb_open.pin_folder``), and
   refused when its data file is one this process has open (a folder renamed to the
-  path after ``reserved_for_compact`` looked).
+  path after ``reserved_for_compact`` looked); else that data file is reserved too
+  (``lmdb_registry.pinned_for_compact``: no open here waits for the lock).
 
 The caller verifies the copy before anything trusts it (the facade does).
 """
@@ -39,9 +40,9 @@ from collections.abc import Callable
 import lmdb
 
 from cpstore.errors import InvalidInputError, StoreError
-from cpstore.store.lmdb_env import LMDB_TABLES, Env
-from cpstore.store.lmdb_open import FileOpenHereError, creation_lock, pin_folder, unlock_folder
-from cpstore.store.lmdb_registry import reserved_for_compact
+from cpstore.store.lmdb_env import LMDB_TABLES
+from cpstore.store.lmdb_open import creation_lock
+from cpstore.store.lmdb_registry import pinned_for_compact, registry_settled, reserved_for_compact
 
 __all__ = ["compact_in_place", "copy_env", "space_of"]
 
@@ -114,11 +115,13 @@ def compact_in_place(path: str, check: Callable[[str, int], None]) -> tuple[int,
     last committed txn as copied (under the locks: nothing commits meanwhile). Refused with
     :class:`StoreError` while any process, this one included, has the store open.
     """
-    with reserved_for_compact(path):
-        return _compact_in_place(path, check)
+    with reserved_for_compact(path) as reserved:
+        return _compact_in_place(path, check, reserved)
 
 
-def _compact_in_place(path: str, check: Callable[[str, int], None]) -> tuple[int, int]:
+def _compact_in_place(
+    path: str, check: Callable[[str, int], None], reserved: list[str | tuple[int, int]]
+) -> tuple[int, int]:
     if not os.path.isfile(os.path.join(path, "data.mdb")):
         raise InvalidInputError("not a store folder (no data.mdb)", where=path)
     # The folder's creation lock first (exclusive): a cpstore open is never inside
@@ -126,26 +129,17 @@ def _compact_in_place(path: str, check: Callable[[str, int], None]) -> tuple[int
     # file *before* taking its lock, so the liveness lock alone would let a read-only
     # opener keep the old (unlinked) file. Every step then takes that folder by its
     # descriptor (lmdb_open.pin_folder): a folder renamed to ``path`` meanwhile is not it.
-    with creation_lock(path, exclusive=True) as locked:
-        try:
-            folder, own = pin_folder(path, locked, Env.open_files)
-        except FileOpenHereError:
-            # reserved_for_compact looked before such a rename, and this process's own
-            # locks on lock.mdb would not conflict with _exclusive's.
-            raise StoreError(_CLOSE_HERE, where=path) from None
-        try:
-            if folder == path:  # no descriptor or no /proc: the file at the path, then
-                with contextlib.suppress(OSError):
-                    st = os.stat(os.path.join(path, "data.mdb"))
-                    if (st.st_dev, st.st_ino) in Env.open_files:
-                        raise StoreError(_CLOSE_HERE, where=path)
-            with _exclusive(os.path.join(folder, "lock.mdb"), path):
-                return _swap_compacted(folder, check)
-        finally:
-            unlock_folder(own)
-
-
-_CLOSE_HERE = "close the store in this process before compacting it"
+    # Its data file is reserved too (pinned_for_compact): an open of this process that
+    # would wait for the lock holding the registry lock is refused at once instead.
+    while True:
+        with (
+            creation_lock(path, exclusive=True) as locked,
+            pinned_for_compact(path, locked, reserved) as folder,
+        ):
+            if folder is not None:
+                with _exclusive(os.path.join(folder, "lock.mdb"), path):
+                    return _swap_compacted(folder, check)
+        registry_settled()  # an open here may wait for that lock: it goes first
 
 
 def _swap_compacted(path: str, check: Callable[[str, int], None]) -> tuple[int, int]:

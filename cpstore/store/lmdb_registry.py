@@ -13,11 +13,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from stat import S_ISLNK
 
-from cpstore.errors import ForkError, StoreError
+from cpstore.errors import ForkError, InvalidInputError, StoreError
 from cpstore.store.lmdb_env import Env
-from cpstore.store.lmdb_open import EnvOptions, FileOpenHereError
+from cpstore.store.lmdb_open import EnvOptions, FileOpenHereError, pin_folder, unlock_folder
 
-__all__ = ["acquire_env", "canonical", "is_open_here", "release_env", "reserved_for_compact"]
+__all__ = [
+    "acquire_env",
+    "canonical",
+    "is_open_here",
+    "pinned_for_compact",
+    "registry_settled",
+    "release_env",
+    "reserved_for_compact",
+]
 
 
 _REGISTRY: dict[str, Env] = {}
@@ -165,14 +173,18 @@ def _shared(key: str, twin: Env) -> Env:
     return twin
 
 
+_CLOSE_HERE = "close the store in this process before compacting it"
+
+
 @contextmanager
-def reserved_for_compact(path: str) -> Iterator[None]:
+def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     """Refuse every open of ``path`` in this process while the block runs.
 
     Raises StoreError when this process has it open already. Decided under the
     registry lock, so no thread's open slips between the check and the
     compaction (LMDB's locks are per process: a thread's open would not
-    conflict with the compaction's own lock on ``lock.mdb``).
+    conflict with the compaction's own lock on ``lock.mdb``). Yields what is
+    reserved (:func:`pinned_for_compact` adds to it; all released at the end).
     """
     key = canonical(path)
     with _REGISTRY_LOCK:
@@ -182,14 +194,60 @@ def reserved_for_compact(path: str) -> Iterator[None]:
             or key in _COMPACTING
             or (file_id is not None and file_id in _COMPACTING)
         ):
-            raise StoreError("close the store in this process before compacting it", where=path)
+            raise StoreError(_CLOSE_HERE, where=path)
         reserved: list[str | tuple[int, int]] = [key] if file_id is None else [key, file_id]
         _COMPACTING.update(reserved)
     try:
-        yield
+        yield reserved
     finally:
         with _REGISTRY_LOCK:
             _COMPACTING.difference_update(reserved)
+
+
+@contextmanager
+def pinned_for_compact(
+    path: str, locked: int | None, reserved: list[str | tuple[int, int]]
+) -> Iterator[str | None]:
+    """The folder compact's creation lock (``locked``) holds, pinned (lmdb_open.pin_folder),
+    its data file refused if open here and else added to ``reserved`` (from
+    :func:`reserved_for_compact`, released after the creation lock): an open of it by any
+    name is refused at once instead of waiting for that lock while it holds the registry
+    lock, which compact's verify of its copy needs (a deadlock). Yields None, holding
+    nothing, when the registry lock is busy: an open may hold it while it waits for this
+    very creation lock; the caller lets the lock go and takes it again.
+    """
+    if not _REGISTRY_LOCK.acquire(timeout=0.05):
+        yield None
+        return
+    try:
+        try:
+            folder, own = pin_folder(path, locked, _BY_FILE)
+        except FileOpenHereError:
+            # reserved_for_compact looked before a rename to ``path``, and this process's
+            # own locks on lock.mdb would not conflict with compact's.
+            raise StoreError(_CLOSE_HERE, where=path) from None
+        file_id = _file_of(folder)
+        if file_id is None or file_id in _BY_FILE:  # (no /proc: the path's file)
+            unlock_folder(own)
+            if file_id is None:  # the folder at the path when it was locked (or none)
+                raise InvalidInputError("not a store folder (no data.mdb)", where=path)
+            raise StoreError(_CLOSE_HERE, where=path)
+        if file_id not in _COMPACTING:
+            _COMPACTING.add(file_id)
+            reserved.append(file_id)
+    finally:
+        _REGISTRY_LOCK.release()
+    try:
+        yield folder
+    finally:
+        unlock_folder(own)
+
+
+def registry_settled() -> None:
+    """Wait until no thread of this process holds the registry lock (an open may hold it
+    while it waits for a creation lock: call this without one)."""
+    with _REGISTRY_LOCK:
+        pass
 
 
 def is_open_here(path: str) -> bool:

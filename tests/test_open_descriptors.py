@@ -1,0 +1,152 @@
+"""An open store holds descriptors, registry entries and holder marks; its close gives
+every one of them back (audit14).
+
+Since audit13 an open holds the data file LMDB opened by a descriptor of its own
+(``lmdb_pages.TailCover.hold``), registers the environment by that file and looks at
+the folder through ``/proc/self/fd`` (``lmdb_open.pin_folder``). A long-running agent
+runtime opens and closes stores thousands of times: anything of this left behind per
+open (a descriptor, a registry entry, a fork-close entry) would exhaust it, and
+anything of ours still holding the store after its close would refuse another
+process's compaction.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cpstore
+import cpstore.errors
+from cpstore.store import lmdb_open, lmdb_registry
+from cpstore.store.maintenance import compact_store
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd")
+
+
+def _held() -> tuple[set[str], int, int, int, int]:
+    """(this process's descriptors, registry entries by path and by file, stranded
+    environments, fork-close descriptors)."""
+    return (
+        set(os.listdir("/proc/self/fd")),
+        len(lmdb_registry._REGISTRY),
+        len(lmdb_registry._BY_FILE),
+        len(lmdb_registry._STRANDED),
+        len(lmdb_open.FORK_CLOSED_FDS),
+    )
+
+
+def _compact_in_another_process(path: str) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from cpstore.store.maintenance import compact_store as c; c(sys.argv[1])"
+    return subprocess.run(
+        [sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_opening_and_closing_stores_again_and_again_gives_everything_back(
+    tmp_path: Path,
+) -> None:
+    """Writable, read-only, durability="none", growing and refused opens, compaction
+    between: after each close nothing of the open is held (descriptors, registry)."""
+    path = str(tmp_path / "s")
+    with cpstore.open(path) as first:
+        ids = [first.recorder("w").checkpoint(0, {"i": 0})]
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "data.mdb").write_bytes(b"")  # an emptied data file: refused
+    before = _held()
+    for i in range(1, 121):
+        with cpstore.open(path, map_size=1 << 20) as st:  # grows the map now and then
+            ids.append(st.recorder("w").checkpoint(i, {"i": i, "pad": os.urandom(9000).hex()}))
+            with st.read(ids[0]) as cp:
+                assert cp.state() == {"i": 0}
+        with cpstore.open(path, readonly=True) as st:
+            assert len(st.history("w")) == i + 1
+        with cpstore.open(path, durability="none") as st:
+            st.recorder("n").checkpoint(i, {"i": i})
+        with pytest.raises(cpstore.errors.FormatVersionError):
+            cpstore.open(str(foreign))
+        if i % 40 == 0:
+            compact_store(path)
+        assert _held() == before, i
+    for i in range(60):  # many different stores
+        with cpstore.open(str(tmp_path / f"m{i}")) as st:
+            st.recorder("w").checkpoint(0, {"i": i})
+    assert _held() == before
+    done = _compact_in_another_process(path)
+    assert done.returncode == 0, done.stderr
+    with cpstore.open(path, readonly=True) as st:
+        for i, cid in enumerate(ids):
+            with st.read(cid) as cp:
+                state = cp.state()
+                assert isinstance(state, dict) and state["i"] == i
+        assert st.verify().ok
+
+
+def test_a_forked_child_of_a_process_with_the_store_open_does_not_hold_it_after_the_close(
+    tmp_path: Path,
+) -> None:
+    """A fork() child (alive, idle) of a process that had the store open keeps no lock on
+    it: once the parent closes, another process compacts it; the child itself cannot
+    use the parent's store (ForkError)."""
+    path = str(tmp_path / "s")
+    st = cpstore.open(path)
+    cid = st.recorder("w").checkpoint(0, {"pad": "y" * 50_000})
+    go, wait = os.pipe()
+    told, hear = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: says how its open went, then waits for the parent
+        code = 1
+        try:
+            cpstore.open(path)
+        except cpstore.errors.ForkError:
+            code = 0
+        except BaseException:
+            code = 2
+        os.write(hear, bytes([code]))
+        os.read(go, 1)
+        os._exit(0)
+    try:
+        assert os.read(told, 1) == b"\x00"  # ForkError in the child
+        st.close()
+        done = _compact_in_another_process(path)
+        assert done.returncode == 0, done.stderr
+    finally:
+        os.write(wait, b"x")
+        os.waitpid(pid, 0)
+        for fd in (go, wait, told, hear):
+            os.close(fd)
+    with cpstore.open(path, readonly=True) as again, again.read(cid) as cp:
+        assert cp.state() == {"pad": "y" * 50_000}
+
+
+def test_a_child_process_inherits_no_descriptor_of_the_open_but_lmdbs_own(
+    tmp_path: Path,
+) -> None:
+    """A subprocess started with close_fds=False while a store is open inherits none of
+    cpstore's descriptors (folder lock, holder mark, held data file: all close-on-exec);
+    LMDB's own data file descriptor is the one it does inherit (LMDB opens it so)."""
+    path = tmp_path / "s"
+    with cpstore.open(str(path)) as st:
+        st.recorder("w").checkpoint(0, {"i": 0})
+        listing = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import os; print('\\n'.join(os.readlink('/proc/self/fd/' + f)"
+                " for f in os.listdir('/proc/self/fd') if f.isdigit()"
+                " and os.path.exists('/proc/self/fd/' + f)))",
+            ],
+            capture_output=True,
+            text=True,
+            close_fds=False,
+            timeout=60,
+            check=True,
+        ).stdout.splitlines()
+    ours = [t for t in listing if t.startswith(str(path))]
+    assert str(path) not in ours  # neither the folder's lock nor the holder mark
+    assert str(path / "lock.mdb") not in ours
+    assert ours.count(str(path / "data.mdb")) <= 1  # LMDB's own, not the held one
