@@ -195,15 +195,18 @@ def pin_folder(
         except OSError:
             return path, None
     try:
-        st: os.stat_result | None = os.stat("data.mdb", dir_fd=fd)
+        st = os.stat("data.mdb", dir_fd=fd)
+        here: tuple[int, int] | None = (st.st_dev, st.st_ino)
     except OSError:
-        st = None
+        here = None
+    if here is not None and here not in open_files:
+        here = None  # a data file, but none this process has open
     pinned = f"/proc/self/fd/{fd}"
-    if (st is not None and (st.st_dev, st.st_ino) in open_files) or not os.path.isdir(pinned):
+    if here is not None or not os.path.isdir(pinned):
         if own is not None:
             os.close(own)
-        if st is not None and (st.st_dev, st.st_ino) in open_files:
-            raise FileOpenHereError((st.st_dev, st.st_ino))
+        if here is not None:
+            raise FileOpenHereError(here)
         return path, None
     return pinned, own
 
