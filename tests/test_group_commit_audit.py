@@ -286,14 +286,7 @@ class TestStoreGroups:
         with open_store(tmp_path / "s", map_size=64 * 1024) as st:
             start = st.backend.env.env.info()["map_size"]
             ids: dict[str, list[str]] = {}
-            threads = [
-                threading.Thread(target=_record_many, args=(st, f"r{i}", 25, ids)) for i in range(6)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
-                assert not t.is_alive()
+            assert _run_writers(lambda i: _record_many(st, f"r{i}", 25, ids), 6, 60) == []
             assert st.backend.env.env.info()["map_size"] > start  # it did grow
             assert st.backend.group.writes > st.backend.group.groups  # and did group
             assert len(ids) == 6
