@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -23,7 +21,7 @@ from typing import Any
 
 import pytest
 from test_store_concurrency import child_raises
-from test_store_group_commit import _committer, _wait_for
+from test_store_group_commit import _committer, _wait_for, killed_writers_acknowledged
 
 from cpstore.errors import StoreError
 from cpstore.store import group_commit
@@ -286,14 +284,7 @@ class TestStoreGroups:
         with open_store(tmp_path / "s", map_size=64 * 1024) as st:
             start = st.backend.env.env.info()["map_size"]
             ids: dict[str, list[str]] = {}
-            threads = [
-                threading.Thread(target=_record_many, args=(st, f"r{i}", 25, ids)) for i in range(6)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
-                assert not t.is_alive()
+            assert _run_writers(lambda i: _record_many(st, f"r{i}", 25, ids), 6, 60) == []
             assert st.backend.env.env.info()["map_size"] > start  # it did grow
             assert st.backend.group.writes > st.backend.group.groups  # and did group
             assert len(ids) == 6
@@ -358,20 +349,9 @@ class TestStoreGroupsKilled:
         """Processes of six grouping threads on a tiny map (it grows mid-group), killed at
         varying points: every id a child printed (acknowledged) is stored and whole."""
         path = tmp_path / "s"
-        acknowledged: list[str] = []
-        for i in range(4):
-            child = subprocess.Popen(
-                [sys.executable, "-c", GROWING_CHILD, str(path), f"k{i}"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            threading.Event().wait(0.5 + 0.13 * i)
-            child.send_signal(signal.SIGKILL)
-            out, err = child.communicate()
-            assert child.returncode == -signal.SIGKILL, err
-            acknowledged += out.split()
-        assert acknowledged, "no child acknowledged a checkpoint before being killed"
+        acknowledged = killed_writers_acknowledged(
+            GROWING_CHILD, path, [0.5 + 0.13 * i for i in range(4)]
+        )
         with open_store(path) as st:
             assert st.verify().ok
             for cid in acknowledged:

@@ -92,6 +92,23 @@ def fail_commits(
     return left
 
 
+class FailingEnv:
+    """The real py-lmdb environment ``real``, with its method ``name`` raising ``error()``
+    on every call (every other attribute passes through)."""
+
+    def __init__(self, real: Any, name: str, error: Callable[[], lmdb.Error]) -> None:
+        self._real, self._name, self._error = real, name, error
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == self._name:
+
+            def fail(*args: Any, **kwargs: Any) -> Any:
+                raise self._error()
+
+            return fail
+        return getattr(self._real, attr)
+
+
 @contextlib.contextmanager
 def reads_refused_after(st: Store) -> Iterator[Callable[[], None]]:
     """Yields a ``between`` making every later read txn of ``st``'s environment fail (EIO:
@@ -444,17 +461,12 @@ class TestOtherWriteErrors:
             env = st.backend.env
             real = env.env
 
-            class Panicked:
-                """LMDB's environment after a failed meta-page write: every begin refused."""
-
-                def __getattr__(self, name: str) -> Any:
-                    return getattr(real, name)
-
-                def begin(self, *args: Any, **kwargs: Any) -> Any:
-                    raise lmdb.PanicError("mdb_txn_begin: MDB_PANIC: Update of meta page failed")
-
-            def panic() -> None:
-                env.env = Panicked()
+            def panic() -> None:  # LMDB after a failed meta-page write: every begin refused
+                env.env = FailingEnv(
+                    real,
+                    "begin",
+                    lambda: lmdb.PanicError("mdb_txn_begin: MDB_PANIC: Update of meta page failed"),
+                )
 
             fail_commits(
                 st,

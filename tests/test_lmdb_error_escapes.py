@@ -10,31 +10,13 @@ environment runs underneath; only the one call is made to fail.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import lmdb
 import pytest
-from test_group_commit_errors import fail_commits
+from test_group_commit_errors import FailingEnv, fail_commits
 
 from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
 from cpstore.store.facade import open as open_store
-
-
-class _Failing:
-    """The real py-lmdb environment, with ``name`` raising ``error`` (every other call
-    passes through)."""
-
-    def __init__(self, real: Any, name: str, error: lmdb.Error) -> None:
-        self._real, self._name, self._error = real, name, error
-
-    def __getattr__(self, attr: str) -> Any:
-        if attr == self._name:
-
-            def fail(*args: Any, **kwargs: Any) -> Any:
-                raise self._error
-
-            return fail
-        return getattr(self._real, attr)
 
 
 def test_a_resize_lmdb_refuses_after_a_full_map_is_a_store_error_saying_not_stored(
@@ -48,7 +30,9 @@ def test_a_resize_lmdb_refuses_after_a_full_map_is_a_store_error_saying_not_stor
         env = st.backend.env
         real = env.env
         fail_commits(st, lands=False, error=lambda: lmdb.MapFullError("mdb_txn_commit"))
-        env.env = _Failing(real, "set_mapsize", lmdb.InvalidParameterError("mdb_env_set_mapsize"))
+        env.env = FailingEnv(
+            real, "set_mapsize", lambda: lmdb.InvalidParameterError("mdb_env_set_mapsize")
+        )
         try:
             with pytest.raises(CpstoreError) as info:
                 st.append_audit("note", {"n": 1})
@@ -72,7 +56,7 @@ def test_a_failed_fsync_when_a_none_store_closes_is_a_store_error_and_still_clos
     st.recorder("run").checkpoint(0, {"v": 0})
     env = st.backend.env
     real = env.env
-    env.env = _Failing(real, "sync", lmdb.PanicError("mdb_env_sync"))
+    env.env = FailingEnv(real, "sync", lambda: lmdb.PanicError("mdb_env_sync"))
     with pytest.raises(CpstoreError) as info:
         st.close()
     assert isinstance(info.value, StoreError), repr(info.value)

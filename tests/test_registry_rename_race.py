@@ -22,6 +22,7 @@ import pytest
 
 from cpstore.errors import StoreError
 from cpstore.store import lmdb_copy, lmdb_env, lmdb_open, lmdb_registry
+from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_env import Env
 from cpstore.store.maintenance import compact_store
@@ -29,16 +30,17 @@ from cpstore.store.maintenance import compact_store
 READERS = "import lmdb, sys; print(lmdb.open(sys.argv[1], readonly=True).readers())"
 
 
-def test_an_open_racing_a_rename_of_an_open_store_shares_its_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Store a is open; opening b races "mv b t; mv a b" between the identity check and
-    LMDB's open: the new handle shares a's environment, and closing it leaves the open
-    read of the first handle in the reader table."""
-    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
-    first = open_store(a)
+def _open_a_and_create_b(tmp_path: Path) -> Store:
+    """Store a (returned open, one checkpoint written) and store b (created, closed)."""
+    first = open_store(tmp_path / "a")
     first.recorder("r").checkpoint(0, {"v": 0})
-    open_store(b).close()
+    open_store(tmp_path / "b").close()
+    return first
+
+
+def _open_b_racing_mv_a_to_b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Store:
+    """Open b while "mv b t; mv a b" lands between the registry's stat of b and LMDB's open."""
+    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
     real = Env
 
     def racing(path: str, options: Any) -> Any:
@@ -49,6 +51,18 @@ def test_an_open_racing_a_rename_of_an_open_store_shares_its_environment(
     monkeypatch.setattr(lmdb_registry, "Env", racing)
     second = open_store(b)
     monkeypatch.setattr(lmdb_registry, "Env", real)
+    return second
+
+
+def test_an_open_racing_a_rename_of_an_open_store_shares_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store a is open; opening b races "mv b t; mv a b" between the identity check and
+    LMDB's open: the new handle shares a's environment, and closing it leaves the open
+    read of the first handle in the reader table."""
+    b = tmp_path / "b"
+    first = _open_a_and_create_b(tmp_path)
+    second = _open_b_racing_mv_a_to_b(tmp_path, monkeypatch)
     try:
         assert second.backend.env is first.backend.env
         txn = first.backend.begin_read()
@@ -72,22 +86,11 @@ def test_an_open_racing_a_rename_leaves_the_open_stores_reads_in_the_reader_tabl
     the identity check and LMDB's open: the open read keeps its reader slot (LMDB opening
     the file a second time in this process takes its lock file as its own and resets the
     reader table and the writer mutex)."""
-    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
-    first = open_store(a)
-    first.recorder("r").checkpoint(0, {"v": 0})
-    open_store(b).close()
-    real = Env
-
-    def racing(path: str, options: Any) -> Any:
-        os.rename(b, t)
-        os.rename(a, b)  # after the registry's stat of b, before LMDB opens it
-        return real(path, options)
-
+    b = tmp_path / "b"
+    first = _open_a_and_create_b(tmp_path)
     txn = first.backend.begin_read()
     try:
-        monkeypatch.setattr(lmdb_registry, "Env", racing)
-        second = open_store(b)
-        monkeypatch.setattr(lmdb_registry, "Env", real)
+        second = _open_b_racing_mv_a_to_b(tmp_path, monkeypatch)
         try:
             assert second.backend.env is first.backend.env
             out = subprocess.run(
@@ -190,6 +193,7 @@ def test_compact_racing_a_rename_to_an_open_stores_path_never_swaps_its_data_fil
 _COMPACT_WHILE_AN_OPEN_WAITS = """
 import contextlib, fcntl, os, sys, threading
 from cpstore.store import lmdb_copy, lmdb_open
+from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.maintenance import compact_store
 

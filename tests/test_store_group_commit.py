@@ -499,6 +499,26 @@ def _proc_writer(path: str, run: str, steps: int) -> list[str]:
     return [cid for name in sorted(ids) for cid in ids[name]]
 
 
+def killed_writers_acknowledged(script: str, path: Path, delays: Sequence[float]) -> list[str]:
+    """Run the writer ``script`` (argv: ``path``, "k<i>") once per delay, SIGKILLed after
+    that many seconds; the ids the children printed (acknowledged), checked not empty."""
+    acknowledged: list[str] = []
+    for i, delay in enumerate(delays):
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, str(path), f"k{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        out, err = child.communicate()
+        assert child.returncode == -signal.SIGKILL, err
+        acknowledged += out.split()
+    assert acknowledged, "no child acknowledged a checkpoint before being killed"
+    return acknowledged
+
+
 class TestStoreProcesses:
     def test_processes_of_grouping_threads_all_land(self, tmp_path: Path) -> None:
         """Four processes of three writer threads each: every acknowledged checkpoint is stored."""
@@ -522,20 +542,9 @@ class TestStoreProcesses:
     ) -> None:
         """Processes of four grouping writer threads killed mid-write: every printed id is whole."""
         path = tmp_path / "s"
-        acknowledged: list[str] = []
-        for i in range(kills):
-            child = subprocess.Popen(
-                [sys.executable, "-c", CHILD, str(path), f"k{i}"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            time.sleep(0.4 + 0.07 * i)
-            child.send_signal(signal.SIGKILL)
-            out, err = child.communicate()
-            assert child.returncode == -signal.SIGKILL, err
-            acknowledged += out.split()
-        assert acknowledged, "no child acknowledged a checkpoint before being killed"
+        acknowledged = killed_writers_acknowledged(
+            CHILD, path, [0.4 + 0.07 * i for i in range(kills)]
+        )
         with open_store(path) as st:
             report = st.verify()
             assert report.ok, report.problems
