@@ -450,8 +450,12 @@ class LmdbBackend:
         try:
             with self.read_txn() as txn:
                 records = contents(self.env.dbs)[1]
+                tombs = self.env.dbs["tombstones"]
                 verdict = landed(
-                    ops, lambda key: self.head(txn, key), lambda cid: records.stored(txn, cid)
+                    ops,
+                    lambda key: self.head(txn, key),
+                    lambda cid: records.stored(txn, cid),
+                    lambda cid: txn.get(cid, db=tombs) is not None,
                 )
         except Exception:  # e.g. LMDB's fatal state after a failed meta-page write
             verdict = None
