@@ -22,6 +22,7 @@ from cpstore.errors import (
     CpstoreError,
     OutcomeUnknownError,
     StoreError,
+    StoreFatalError,
     StoreFullError,
     StoreReadOnlyError,
 )
@@ -309,7 +310,7 @@ class LmdbBackend:
         except StoreError as exc:
             if not applied or _growth_failed(exc):
                 raise  # refused or failed before the commit: not written
-            if type(exc) is not StoreError and not (
+            if type(exc) not in (StoreError, StoreFatalError) and not (
                 isinstance(exc, (StoreFullError, StoreReadOnlyError)) and self._fatal()
             ):
                 raise  # full or read-only with LMDB sound (the txn aborted): not written
@@ -326,8 +327,10 @@ class LmdbBackend:
         (LMDB writes the old one back to the page cache only)."""
         try:
             self.env.end_read(self.env.begin_read())  # in the bookkeeping (resizes wait)
-        except StoreError as exc:  # lmdb_errors.translate names MDB_PANIC in ``got``
-            return "MDB_PANIC" in str(exc.got)
+        except StoreFatalError:  # lmdb.PanicError, by class (lmdb_errors.translate)
+            return True
+        except StoreError:
+            pass
         return False
 
     def _write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
