@@ -139,10 +139,10 @@ class Env:
         try:
             if not options.readonly and options.create and not os.path.exists(path):
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
-            locked, pin = lock_folder(path, exclusive=not options.readonly), None
+            locked, pin = lock_folder(path, exclusive=not options.readonly, wait=False), None
             try:
-                # Every look is at the locked folder LMDB opens (pin_folder); under the
-                # lock no other lmdb.open is half way through making data.mdb.
+                # Every look is at the locked folder LMDB opens (pin_folder); under the lock
+                # (never waited for: FolderBusyError) no other lmdb.open is making data.mdb.
                 where, pin = pin_folder(path, locked, self.open_files)  # see FileOpenHereError
                 self._seen_size = check_data_file(path, data, options, where)
                 self._mark = HolderMark(where, STORE_VERSION)
@@ -270,15 +270,16 @@ class Env:
             try:
                 return self.write(self._open_dbs_writable)
             except _UpgradeFirstError:
-                # Under the creation lock every open takes around LMDB's: an older
-                # release's open holds LMDB's lock before the check below looks, or reads
-                # the format record after the commit (docs/store.md).
-                with creation_lock(self.path, exclusive=True):
-                    return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=True))
+                # Under the creation lock every open takes around LMDB's (an older release's
+                # open holds LMDB's lock before the check looks, or reads the format record
+                # after the commit: docs/store.md), of the folder LMDB opened (its mark's).
+                at = self.path if self._mark is None else self._mark.folder(self.path)
+                with creation_lock(at, exclusive=True, wait=False):  # FolderBusyError
+                    return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=at))
         except lmdb.Error as exc:
             raise translate(exc, self.path) from None
 
-    def _open_dbs_writable(self, txn: Txn[memoryview], upgrade: bool = False) -> dict[str, Any]:
+    def _open_dbs_writable(self, txn: Txn[memoryview], upgrade: str = "") -> dict[str, Any]:
         dbs: dict[str, Any] = {}
         try:
             meta = self.env.open_db(b"meta", txn=txn, create=False)
@@ -299,7 +300,7 @@ class Env:
         if version != STORE_VERSION:
             if not upgrade:
                 raise _UpgradeFirstError
-            refuse_beside_older_holders(self.path, version, STORE_VERSION)
+            refuse_beside_older_holders(upgrade, version, STORE_VERSION, where=self.path)
             # An older store is brought up to date in this same txn (docs/store.md,
             # "Store layout versions"); a concurrent opener sees either layout whole.
             if version in BARE_REF_LAYOUTS:

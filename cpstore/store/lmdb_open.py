@@ -32,6 +32,7 @@ __all__ = [
     "PG_FORMAT",
     "EnvOptions",
     "FileOpenHereError",
+    "FolderBusyError",
     "check_data_file",
     "check_format",
     "check_new_store_path",
@@ -125,7 +126,7 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
 
 
 @contextmanager
-def creation_lock(path: str, *, exclusive: bool) -> Iterator[int | None]:
+def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> Iterator[int | None]:
     """``flock`` the store directory around deciding what it holds and opening LMDB.
 
     LMDB creates data.mdb and then writes its meta pages; a second opener
@@ -134,28 +135,43 @@ def creation_lock(path: str, *, exclusive: bool) -> Iterator[int | None]:
     lock exclusively, read-only ones shared. The directory itself is locked,
     so no file is added to it; where it is missing or cannot be locked (a
     file system without flock), the open goes on unlocked. Yields the folder's
-    descriptor (:func:`lock_folder`'s), e.g. for :func:`pin_folder`.
+    descriptor (:func:`lock_folder`'s), e.g. for :func:`pin_folder`. ``wait=False``:
+    :class:`FolderBusyError` instead of waiting for another holder.
     """
-    fd = lock_folder(path, exclusive=exclusive)
+    fd = lock_folder(path, exclusive=exclusive, wait=wait)
     try:
         yield fd
     finally:
         unlock_folder(fd)
 
 
-def lock_folder(path: str, *, exclusive: bool) -> int | None:
+def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
     """Take :func:`creation_lock` without a context manager (the open path's form:
     a generator-based one costs a fresh process ~20 us); release it with
     :func:`unlock_folder`. None: the folder is missing or not a directory (the
-    checks under it say so), and nothing is held."""
+    checks under it say so), and nothing is held. ``wait=False``: raise
+    :class:`FolderBusyError` (holding nothing) where another holder would make it wait."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     FORK_CLOSED_FDS.add(fd)
-    with suppress(OSError):  # no flock here: open as before
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    try:  # no flock here: open as before
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else _NB))
+    except OSError as exc:
+        if not wait and exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            unlock_folder(fd)
+            raise FolderBusyError(path) from None
     return fd
+
+
+_NB = fcntl.LOCK_NB
+
+
+class FolderBusyError(Exception):
+    """A folder's creation lock is held elsewhere and the caller may not wait for it: it
+    holds the registry lock, which a holder of this process (compact, verifying its copy)
+    may need (lmdb_registry.acquire_env waits without it, then tries again)."""
 
 
 def unlock_folder(fd: int | None) -> None:

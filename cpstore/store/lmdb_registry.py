@@ -15,7 +15,14 @@ from stat import S_ISLNK
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
 from cpstore.store.lmdb_env import Env
-from cpstore.store.lmdb_open import EnvOptions, FileOpenHereError, pin_folder, unlock_folder
+from cpstore.store.lmdb_open import (
+    EnvOptions,
+    FileOpenHereError,
+    FolderBusyError,
+    creation_lock,
+    pin_folder,
+    unlock_folder,
+)
 
 __all__ = [
     "acquire_env",
@@ -90,8 +97,24 @@ def canonical(path: str) -> str:
 
 
 def acquire_env(path: str, options: EnvOptions) -> Env:
-    """The process's :class:`Env` for ``path``, opened on first use."""
+    """The process's :class:`Env` for ``path``, opened on first use.
+
+    An open never waits for a folder's creation lock while it holds the registry lock:
+    compact holds that lock (a folder renamed to ``path`` after the registry looked) and
+    its verify of its copy opens through this registry. Found busy, the open lets the
+    registry lock go, waits for the creation lock at ``path`` without it, and looks again.
+    """
     key = canonical(path)
+    while True:
+        try:
+            return _acquire(key, options)
+        except FolderBusyError:
+            pass
+        with creation_lock(key, exclusive=not options.readonly):
+            pass  # its holder is done (or ``key`` names another folder now): look again
+
+
+def _acquire(key: str, options: EnvOptions) -> Env:
     with _REGISTRY_LOCK:
         env, file_id = _registered(key)
         if env is not None and env.pid != os.getpid():
