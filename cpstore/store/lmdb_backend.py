@@ -249,9 +249,8 @@ class LmdbBackend:
         """File size, bytes in pages in use, bytes in free pages (lmdb_copy.space_of)."""
         self.live()
         with self.read_txn() as txn:
-            return StoreSpace(
-                *space_of(self.env.env, txn, self.env.dbs, os.path.join(self.env.path, "data.mdb"))
-            )
+            # The data file LMDB opened, by its held descriptor (a rename leaves it).
+            return StoreSpace(*space_of(self.env.env, txn, self.env.dbs, self.env.data_at))
 
     def copy_to(self, dest: str, *, compact: bool) -> None:
         """LMDB's environment copy of one read snapshot (queued checkpoints flushed first)."""

@@ -110,7 +110,7 @@ class Env:
         #: data.mdb's size seen under the creation lock (None: not seen); the path it is
         #: read by (TailCover.hold: the one LMDB opened, whatever is renamed meanwhile).
         self._seen_size: int | None = None
-        self._data_at = data
+        self.data_at = data
         #: This release's mark on the folder, from before LMDB's open to after its close.
         self._mark: HolderMark | None = None
         try:
@@ -147,7 +147,7 @@ class Env:
                 self._seen_size = check_data_file(path, data, options, where)
                 self._mark = HolderMark(where, STORE_VERSION)
                 env = self._open_env(where)
-                self._data_at = self._tail.hold(where, not options.readonly)
+                self.data_at = self._tail.hold(where, not options.readonly)
                 if self._tail.held is not None:  # the file LMDB opened (the registry's key)
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
                 return env
@@ -213,7 +213,7 @@ class Env:
     def _check_file_size(self) -> None:
         """Refuse a data file shorter than its last txn reaches (a truncated copy): LMDB
         trusts the meta page, and reading past the end of the file is a SIGBUS."""
-        at, psize, seen = self._data_at, self._tail.psize, self._seen_size
+        at, psize, seen = self.data_at, self._tail.psize, self._seen_size
         check_data_size(at, psize, self.env.info, seen=seen, shown=self._tail.data)
 
     def _cover_tail(self) -> None:

@@ -63,12 +63,12 @@ def _file_of(folder: str) -> tuple[int, int] | None:
 
 
 def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
-    """(the environment of ``key``'s data file, that file's identity): by the key, or
-    failing that by the file (another path to it). Under the registry lock."""
-    env = _REGISTRY.get(key)
-    if env is not None:
-        return env, env.file_id
-    file_id = _file_of(key)
+    """(the environment of ``key``'s data file, that file's identity): by the key while
+    ``key`` still names its file (its folder may have been renamed away, another store
+    put at ``key``), or else by the file (another path to it). Under the registry lock."""
+    env, file_id = _REGISTRY.get(key), _file_of(key)
+    if env is not None and env.file_id == file_id:
+        return env, file_id
     return (None if file_id is None else _BY_FILE.get(file_id)), file_id
 
 
