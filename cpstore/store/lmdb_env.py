@@ -38,6 +38,7 @@ from cpstore.store.lmdb_open import (
     EnvOptions,
     check_data_file,
     check_format,
+    close_on_exec,
     creation_lock,
     has_lmdb_meta_page,
     is_lock_permission_error,
@@ -150,7 +151,7 @@ class Env:
                 self.data_at = self._tail.hold(where, not options.readonly)
                 if self._tail.held is not None:  # the file LMDB opened (the registry's key)
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
-                return env
+                return close_on_exec(env, where, self.file_id)  # LMDB's data file's too
             finally:
                 unlock_folder(pin)
                 unlock_folder(locked)
@@ -254,8 +255,7 @@ class Env:
                 self._tail.close()
                 if self._mark is not None:
                     self._mark.close()
-        # After fork() the child must not touch the parent's environment (closing it
-        # would release reader slots and locks the parent still uses).
+        # A fork() child never closes it: that releases the parent's reader slots and locks.
 
     def _open_dbs(self) -> dict[str, Any]:
         """Open the named databases of a cpstore store, or make a new store's.

@@ -36,6 +36,7 @@ __all__ = [
     "check_data_file",
     "check_format",
     "check_new_store_path",
+    "close_on_exec",
     "creation_lock",
     "has_lmdb_meta_page",
     "is_lock_permission_error",
@@ -225,6 +226,31 @@ def pin_folder(
             raise FileOpenHereError(here)
         return path, None
     return pinned, own
+
+
+def close_on_exec(env: Any, folder: str, data_id: tuple[int, int] | None = None) -> Any:
+    """Set FD_CLOEXEC on every descriptor of this process open on ``folder``'s data or
+    lock file (LMDB opens its data file without it: a program exec'd meanwhile, e.g.
+    ``subprocess`` with ``close_fds=False`` or ``os.system``, would inherit it and could
+    write the store or keep a compacted-away file alive). ``env``, returned: the LMDB
+    environment just opened there; ``data_id``: the data file's (st_dev, st_ino) if known.
+    Found through ``/proc/self/fd`` (py-lmdb does not expose LMDB's descriptors); nothing
+    without it. A program another thread execs between LMDB's open and this still
+    inherits it (LMDB gives no way to open it close-on-exec)."""
+    files = {data_id}
+    for name in ("data.mdb", "lock.mdb"):
+        with suppress(OSError, ValueError):
+            files.add(((st := os.stat(os.path.join(folder, name))).st_dev, st.st_ino))
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return env
+    for name in fds:
+        with suppress(OSError, ValueError):
+            fd = int(name)
+            if os.get_inheritable(fd) and ((st := os.fstat(fd)).st_dev, st.st_ino) in files:
+                os.set_inheritable(fd, False)
+    return env
 
 
 #: Descriptors a fork() child closes at once: the folder fds creation locks hold
