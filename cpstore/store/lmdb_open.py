@@ -157,16 +157,14 @@ def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
     except OSError:
         return None
     FORK_CLOSED_FDS.add(fd)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     try:  # no flock here: open as before
-        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else _NB))
+        fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
     except OSError as exc:
         if not wait and exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             unlock_folder(fd)
             raise FolderBusyError(path) from None
     return fd
-
-
-_NB = fcntl.LOCK_NB
 
 
 class FolderBusyError(Exception):

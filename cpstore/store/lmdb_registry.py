@@ -64,12 +64,24 @@ def _file_of(folder: str) -> tuple[int, int] | None:
 
 def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
     """(the environment of ``key``'s data file, that file's identity): by the key while
-    ``key`` still names its file (its folder may have been renamed away, another store
-    put at ``key``), or else by the file (another path to it). Under the registry lock."""
+    ``key`` still names its folder (it may have been renamed away, another store put at
+    ``key``), or else by the file (another path to it). Under the registry lock."""
     env, file_id = _REGISTRY.get(key), _file_of(key)
-    if env is not None and env.file_id == file_id:
-        return env, file_id
+    if env is not None and (env.file_id == file_id or _same_folder(key, env)):
+        return env, env.file_id
     return (None if file_id is None else _BY_FILE.get(file_id)), file_id
+
+
+def _same_folder(key: str, env: Env) -> bool:
+    """Whether ``key`` names the folder ``env`` opened (its data.mdb replaced in place, not
+    renamed away: a second environment there would share its lock file, which LMDB's
+    second open in one process resets under the first); True where it cannot tell."""
+    mark = env._mark  # the folder LMDB opened, by its descriptor
+    try:
+        here, there = os.stat(key), os.stat(key if mark is None else mark.folder(key))
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def canonical(path: str) -> str:
