@@ -47,6 +47,7 @@ from cpstore.errors import (
     ReplayDivergenceError,
     SignOffError,
     StoreError,
+    StoreFatalError,
     UnsealedEffectsError,
     ValidationFailedError,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "SignOffError",
     "Store",
     "StoreError",
+    "StoreFatalError",
     "Token",
     "UnsealedEffectsError",
     "ValidationFailedError",

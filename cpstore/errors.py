@@ -34,6 +34,7 @@ __all__ = [
     "SignOffError",
     "StoreConnectionError",
     "StoreError",
+    "StoreFatalError",
     "StoreFullError",
     "StoreReadOnlyError",
     "StoreTimeoutError",
@@ -155,6 +156,12 @@ class StoreTimeoutError(StoreError, TimeoutError):
 
 class ForkError(StoreError):
     """A store environment was used in a process other than the one that opened it."""
+
+
+class StoreFatalError(StoreError):
+    """This process's environment of the store refuses every txn after a fatal error
+    (LMDB's ``MDB_PANIC``: a commit failed writing its meta page); close every handle of
+    the store in this process and open it again. The file itself is not called corrupt."""
 
 
 class OutcomeUnknownError(StoreError):

@@ -118,10 +118,13 @@ def test_an_older_read_only_open_racing_the_upgrade_never_reads_the_old_layout(
     children: list[subprocess.Popen[str]] = []
     versions: list[str] = []
 
-    def check_then_an_older_open_starts(folder: str, found: int, wanted: int) -> None:
-        real(folder, found, wanted)  # nobody older holds it: the upgrade goes on...
+    def check_then_an_older_open_starts(
+        folder: str, found: int, wanted: int, **kwargs: Any
+    ) -> None:
+        real(folder, found, wanted, **kwargs)  # nobody older holds it: the upgrade goes on...
         child = subprocess.Popen(  # ...and an older release starts to open it now
-            [sys.executable, "-c", _OLDER_READ_ONLY_OPEN, folder],
+            # (``folder`` may be this process's /proc/self/fd name of it: its real path)
+            [sys.executable, "-c", _OLDER_READ_ONLY_OPEN, os.path.realpath(folder)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

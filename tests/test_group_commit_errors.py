@@ -25,7 +25,13 @@ from typing import Any
 import lmdb
 import pytest
 
-from cpstore.errors import ConflictError, NotFoundError, OutcomeUnknownError, StoreError
+from cpstore.errors import (
+    ConflictError,
+    NotFoundError,
+    OutcomeUnknownError,
+    StoreError,
+    StoreFatalError,
+)
 from cpstore.store import group_commit
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -506,7 +512,7 @@ class TestOtherWriteErrors:
             "mdb_txn_begin: MDB_PANIC: Update of meta page failed or environment had fatal error"
         )
         got = translate(exc, str(tmp_path))
-        assert type(got) is StoreError
+        assert isinstance(got, StoreFatalError) and isinstance(got, StoreError)
         assert "open the store again" in got.what
 
 

@@ -123,30 +123,40 @@ def test_a_forked_child_of_a_process_with_the_store_open_does_not_hold_it_after_
         assert cp.state() == {"pad": "y" * 50_000}
 
 
-def test_a_child_process_inherits_no_descriptor_of_the_open_but_lmdbs_own(
-    tmp_path: Path,
-) -> None:
-    """A subprocess started with close_fds=False while a store is open inherits none of
-    cpstore's descriptors (folder lock, holder mark, held data file: all close-on-exec);
-    LMDB's own data file descriptor is the one it does inherit (LMDB opens it so)."""
+#: A child listing what its descriptors name, one a line.
+_LIST_FDS = (
+    "import os; print('\\n'.join(os.readlink('/proc/self/fd/' + f)"
+    " for f in os.listdir('/proc/self/fd') if f.isdigit()"
+    " and os.path.exists('/proc/self/fd/' + f)))"
+)
+
+
+@pytest.mark.parametrize("how", ["writable", "readonly", "none", "system"])
+def test_a_child_process_inherits_no_descriptor_of_an_open_store(tmp_path: Path, how: str) -> None:
+    """A program exec'd while a store is open (subprocess with close_fds=False, or
+    os.system) inherits none of its descriptors: cpstore's (folder lock, holder mark, held
+    data file) nor LMDB's (lock file, meta-page and data file descriptors)."""
     path = tmp_path / "s"
     with cpstore.open(str(path)) as st:
         st.recorder("w").checkpoint(0, {"i": 0})
-        listing = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import os; print('\\n'.join(os.readlink('/proc/self/fd/' + f)"
-                " for f in os.listdir('/proc/self/fd') if f.isdigit()"
-                " and os.path.exists('/proc/self/fd/' + f)))",
-            ],
-            capture_output=True,
-            text=True,
-            close_fds=False,
-            timeout=60,
-            check=True,
-        ).stdout.splitlines()
+    out = tmp_path / "fds.txt"
+    with cpstore.open(
+        str(path), readonly=how == "readonly", durability="none" if how == "none" else "sync"
+    ) as st:
+        if how != "readonly":
+            st.recorder("w").checkpoint(1, {"i": 1})
+        if how == "system":
+            assert os.system(f'{sys.executable} -c "{_LIST_FDS}" > {out}') == 0
+            listing = out.read_text().splitlines()
+        else:
+            listing = subprocess.run(
+                [sys.executable, "-c", _LIST_FDS],
+                capture_output=True,
+                text=True,
+                close_fds=False,
+                timeout=60,
+                check=True,
+            ).stdout.splitlines()
+    assert listing, listing  # the child listed its descriptors (stdin, stdout, ...)
     ours = [t for t in listing if t.startswith(str(path))]
-    assert str(path) not in ours  # neither the folder's lock nor the holder mark
-    assert str(path / "lock.mdb") not in ours
-    assert ours.count(str(path / "data.mdb")) <= 1  # LMDB's own, not the held one
+    assert ours == [], ours

@@ -273,3 +273,81 @@ def test_compact_never_deadlocks_with_an_open_of_its_locked_folder_by_another_na
         with open_store(folder, readonly=True) as store:
             assert len(store.history(folder.name if folder == a else "b")) == 1
             assert store.verify().ok
+
+
+#: In a child process (a hang is bounded there): compact a in one thread; once compact has
+#: pinned a's folder (its copy starts), another thread's open of b, after the registry's
+#: stat of b, meets "mv b t; mv a b" and so locks the folder compact holds. Prints what each
+#: side did.
+_OPEN_RACING_A_RENAME_INTO_COMPACT = """
+import fcntl, os, sys, threading
+from cpstore.store import lmdb_copy, lmdb_registry
+from cpstore.store.facade import open as open_store
+from cpstore.store.maintenance import compact_store
+
+a, b, t = sys.argv[1:4]
+real_copy, real_flock, real_env = lmdb_copy.copy_env, fcntl.flock, lmdb_registry.Env
+waiting, said, opener = threading.Event(), [], []
+
+def flock(fd, op):
+    if threading.current_thread().name == "opener":
+        waiting.set()  # the open is at compact's creation lock (registry lock held)
+    return real_flock(fd, op)
+
+def open_b():
+    try:
+        with open_store(b) as st:
+            said.append("opened " + ",".join(sorted(st.runs())))
+    except Exception as exc:
+        said.append("refused " + type(exc).__name__)
+
+def copy(*args, **kwargs):
+    # compact holds a's folder (locked, pinned): another thread opens b meanwhile.
+    lmdb_copy.copy_env = real_copy
+    opener.append(threading.Thread(target=open_b, name="opener"))
+    opener[0].start()
+    waiting.wait(30)
+    return real_copy(*args, **kwargs)
+
+def racing_env(path, options):
+    if threading.current_thread().name != "opener":
+        return real_env(path, options)  # compact's own opens
+    lmdb_registry.Env = real_env
+    os.rename(b, t)
+    os.rename(a, b)  # after the registry's stat of b, before the open locks b's folder
+    return real_env(path, options)
+
+fcntl.flock, lmdb_copy.copy_env, lmdb_registry.Env = flock, copy, racing_env
+try:
+    compact_store(a)
+    said.append("compacted")
+except Exception as exc:
+    said.append("compact " + type(exc).__name__ + ": " + str(exc))
+opener[0].join()
+print(sorted(said))
+"""
+
+
+def test_an_open_racing_a_rename_into_a_compacting_folder_never_deadlocks(
+    tmp_path: Path,
+) -> None:
+    """Compact of a has pinned its folder; an open of b, between the registry's stat of b
+    and its folder lock, meets "mv b t; mv a b": it must not wait for compact's creation
+    lock holding the registry lock (compact's verify of its copy needs that lock): both
+    finish, compact swapped its copy in and the open is of the store at b then (a's)."""
+    a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
+    for folder in (a, b):
+        with open_store(folder) as store:
+            store.recorder(folder.name).checkpoint(0, {"v": folder.name})
+    run = [sys.executable, "-c", _OPEN_RACING_A_RENAME_INTO_COMPACT, str(a), str(b), str(t)]
+    try:
+        done = subprocess.run(run, capture_output=True, text=True, timeout=60, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("an open waiting for compact's creation lock under the registry lock hung")
+    assert done.returncode == 0, done.stderr
+    assert "compacted" in done.stdout, done.stdout
+    assert "opened a" in done.stdout or "refused StoreError" in done.stdout, done.stdout
+    for folder, run_id in ((b, "a"), (t, "b")):
+        with open_store(folder, readonly=True) as store:
+            assert len(store.history(run_id)) == 1
+            assert store.verify().ok

@@ -118,11 +118,12 @@ def landed(
     ops: Sequence[CheckpointWrite],
     head: Callable[[bytes], bytes | None],
     stored: Callable[[bytes], bool],
+    pruned: Callable[[bytes], bool],
 ) -> bool | None:
     """Whether the txn that applied ``ops`` (all or nothing) and then reported an error
     committed, as the store now shows it (``head``: ref key -> the checkpoint it names;
-    ``stored``: whether a checkpoint record is stored): True (committed), False (not
-    committed), None (cannot tell).
+    ``stored``: whether a checkpoint record is stored; ``pruned``: whether gc left its
+    tombstone): True (committed), False (not committed), None (cannot tell).
 
     Each branch the txn moves votes: at the txn's last checkpoint on it, committed;
     still at the head its first checkpoint on it expected and that last checkpoint not
@@ -136,6 +137,8 @@ def landed(
     its checkpoint id may be another writer's twin of it (same id), while a branch that
     abstains (moved on) may hold nothing of the txn; a checkpoint not stored then makes
     the verdict None (not stored, or committed and swept after a reset: cannot tell).
+    A checkpoint of ``ops`` with a tombstone was stored once (this txn's, reset away and
+    swept by gc, or a twin's): no branch votes "not committed" then.
     """
     first: dict[bytes, CheckpointWrite] = {}
     last: dict[bytes, CheckpointWrite] = {}
@@ -144,11 +147,12 @@ def landed(
         first.setdefault(key, op)
         last[key] = op
     votes: set[bool] = set()
+    swept = any(pruned(op.cid) for op in ops)
     for key, op in last.items():
         now = head(key)
         if now == op.cid:
             votes.add(True)
-        elif now == first[key].expected_ref and not stored(op.cid):
+        elif now == first[key].expected_ref and not stored(op.cid) and not swept:
             votes.add(False)
     if votes == {True} and not all(stored(op.cid) for op in ops):
         return None

@@ -22,6 +22,7 @@ from cpstore.errors import (
     CpstoreError,
     OutcomeUnknownError,
     StoreError,
+    StoreFatalError,
     StoreFullError,
     StoreReadOnlyError,
 )
@@ -248,9 +249,8 @@ class LmdbBackend:
         """File size, bytes in pages in use, bytes in free pages (lmdb_copy.space_of)."""
         self.live()
         with self.read_txn() as txn:
-            return StoreSpace(
-                *space_of(self.env.env, txn, self.env.dbs, os.path.join(self.env.path, "data.mdb"))
-            )
+            # The data file LMDB opened, by its held descriptor (a rename leaves it).
+            return StoreSpace(*space_of(self.env.env, txn, self.env.dbs, self.env.data_at))
 
     def copy_to(self, dest: str, *, compact: bool) -> None:
         """LMDB's environment copy of one read snapshot (queued checkpoints flushed first)."""
@@ -309,7 +309,7 @@ class LmdbBackend:
         except StoreError as exc:
             if not applied or _growth_failed(exc):
                 raise  # refused or failed before the commit: not written
-            if type(exc) is not StoreError and not (
+            if type(exc) not in (StoreError, StoreFatalError) and not (
                 isinstance(exc, (StoreFullError, StoreReadOnlyError)) and self._fatal()
             ):
                 raise  # full or read-only with LMDB sound (the txn aborted): not written
@@ -326,8 +326,10 @@ class LmdbBackend:
         (LMDB writes the old one back to the page cache only)."""
         try:
             self.env.end_read(self.env.begin_read())  # in the bookkeeping (resizes wait)
-        except StoreError as exc:  # lmdb_errors.translate names MDB_PANIC in ``got``
-            return "MDB_PANIC" in str(exc.got)
+        except StoreFatalError:  # lmdb.PanicError, by class (lmdb_errors.translate)
+            return True
+        except StoreError:
+            pass
         return False
 
     def _write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
@@ -450,8 +452,12 @@ class LmdbBackend:
         try:
             with self.read_txn() as txn:
                 records = contents(self.env.dbs)[1]
+                tombs = self.env.dbs["tombstones"]
                 verdict = landed(
-                    ops, lambda key: self.head(txn, key), lambda cid: records.stored(txn, cid)
+                    ops,
+                    lambda key: self.head(txn, key),
+                    lambda cid: records.stored(txn, cid),
+                    lambda cid: txn.get(cid, db=tombs) is not None,
                 )
         except Exception:  # e.g. LMDB's fatal state after a failed meta-page write
             verdict = None

@@ -41,7 +41,7 @@ import lmdb
 
 from cpstore.errors import InvalidInputError, StoreError
 from cpstore.store.lmdb_env import LMDB_TABLES
-from cpstore.store.lmdb_open import creation_lock
+from cpstore.store.lmdb_open import close_on_exec, creation_lock
 from cpstore.store.lmdb_registry import pinned_for_compact, registry_settled, reserved_for_compact
 
 __all__ = ["compact_in_place", "copy_env", "space_of"]
@@ -149,6 +149,7 @@ def _swap_compacted(path: str, check: Callable[[str, int], None]) -> tuple[int, 
     before = os.path.getsize(data)
     shutil.rmtree(work, ignore_errors=True)  # a copy left by an interrupted compact
     env = lmdb.open(path, subdir=True, readonly=True, lock=False, max_dbs=len(LMDB_TABLES) + 4)
+    close_on_exec(env, path)  # held through the copy: no program exec'd meanwhile gets it
     try:
         copied = int(env.info()["last_txnid"])
         copy_env(env, work, compact=True)

@@ -38,6 +38,7 @@ from cpstore.store.lmdb_open import (
     EnvOptions,
     check_data_file,
     check_format,
+    close_on_exec,
     creation_lock,
     has_lmdb_meta_page,
     is_lock_permission_error,
@@ -110,7 +111,7 @@ class Env:
         #: data.mdb's size seen under the creation lock (None: not seen); the path it is
         #: read by (TailCover.hold: the one LMDB opened, whatever is renamed meanwhile).
         self._seen_size: int | None = None
-        self._data_at = data
+        self.data_at = data
         #: This release's mark on the folder, from before LMDB's open to after its close.
         self._mark: HolderMark | None = None
         try:
@@ -139,18 +140,18 @@ class Env:
         try:
             if not options.readonly and options.create and not os.path.exists(path):
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
-            locked, pin = lock_folder(path, exclusive=not options.readonly), None
+            locked, pin = lock_folder(path, exclusive=not options.readonly, wait=False), None
             try:
-                # Every look is at the locked folder LMDB opens (pin_folder); under the
-                # lock no other lmdb.open is half way through making data.mdb.
+                # Every look is at the locked folder LMDB opens (pin_folder); under the lock
+                # (never waited for: FolderBusyError) no other lmdb.open is making data.mdb.
                 where, pin = pin_folder(path, locked, self.open_files)  # see FileOpenHereError
                 self._seen_size = check_data_file(path, data, options, where)
                 self._mark = HolderMark(where, STORE_VERSION)
                 env = self._open_env(where)
-                self._data_at = self._tail.hold(where, not options.readonly)
+                self.data_at = self._tail.hold(where, not options.readonly)
                 if self._tail.held is not None:  # the file LMDB opened (the registry's key)
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
-                return env
+                return close_on_exec(env, where, self.file_id)  # LMDB's data file's too
             finally:
                 unlock_folder(pin)
                 unlock_folder(locked)
@@ -213,7 +214,7 @@ class Env:
     def _check_file_size(self) -> None:
         """Refuse a data file shorter than its last txn reaches (a truncated copy): LMDB
         trusts the meta page, and reading past the end of the file is a SIGBUS."""
-        at, psize, seen = self._data_at, self._tail.psize, self._seen_size
+        at, psize, seen = self.data_at, self._tail.psize, self._seen_size
         check_data_size(at, psize, self.env.info, seen=seen, shown=self._tail.data)
 
     def _cover_tail(self) -> None:
@@ -254,8 +255,7 @@ class Env:
                 self._tail.close()
                 if self._mark is not None:
                     self._mark.close()
-        # After fork() the child must not touch the parent's environment (closing it
-        # would release reader slots and locks the parent still uses).
+        # A fork() child never closes it: that releases the parent's reader slots and locks.
 
     def _open_dbs(self) -> dict[str, Any]:
         """Open the named databases of a cpstore store, or make a new store's.
@@ -270,15 +270,16 @@ class Env:
             try:
                 return self.write(self._open_dbs_writable)
             except _UpgradeFirstError:
-                # Under the creation lock every open takes around LMDB's: an older
-                # release's open holds LMDB's lock before the check below looks, or reads
-                # the format record after the commit (docs/store.md).
-                with creation_lock(self.path, exclusive=True):
-                    return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=True))
+                # Under the creation lock every open takes around LMDB's (an older release's
+                # open holds LMDB's lock before the check looks, or reads the format record
+                # after the commit: docs/store.md), of the folder LMDB opened (its mark's).
+                at = self.path if self._mark is None else self._mark.folder(self.path)
+                with creation_lock(at, exclusive=True, wait=False):  # FolderBusyError
+                    return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=at))
         except lmdb.Error as exc:
             raise translate(exc, self.path) from None
 
-    def _open_dbs_writable(self, txn: Txn[memoryview], upgrade: bool = False) -> dict[str, Any]:
+    def _open_dbs_writable(self, txn: Txn[memoryview], upgrade: str = "") -> dict[str, Any]:
         dbs: dict[str, Any] = {}
         try:
             meta = self.env.open_db(b"meta", txn=txn, create=False)
@@ -299,7 +300,7 @@ class Env:
         if version != STORE_VERSION:
             if not upgrade:
                 raise _UpgradeFirstError
-            refuse_beside_older_holders(self.path, version, STORE_VERSION)
+            refuse_beside_older_holders(upgrade, version, STORE_VERSION, where=self.path)
             # An older store is brought up to date in this same txn (docs/store.md,
             # "Store layout versions"); a concurrent opener sees either layout whole.
             if version in BARE_REF_LAYOUTS:

@@ -17,6 +17,7 @@ from cpstore.errors import (
     FormatVersionError,
     IntegrityError,
     StoreError,
+    StoreFatalError,
     StoreFullError,
     StoreReadOnlyError,
 )
@@ -65,7 +66,8 @@ def translate(exc: lmdb.Error, where: str) -> CpstoreError:
     if isinstance(exc, lmdb.PanicError):
         # This process's environment, not the file: LMDB refuses every txn once a
         # meta-page write failed (it wrote the old meta page back, or tried to).
-        return StoreError(
+        # Told apart by class, never by text (lmdb_backend's _fatal relies on it).
+        return StoreFatalError(
             "this process's LMDB environment had a fatal error (a commit failed writing "
             "its meta page); close every handle of this store in this process and "
             "open the store again",

@@ -72,6 +72,12 @@ class HolderMark:
         self.fd = fd
         FORK_CLOSED_FDS.add(fd)
 
+    def folder(self, default: str) -> str:
+        """The marked folder by this descriptor (``/proc/self/fd``: the one LMDB opened,
+        whatever is renamed since); ``default`` without a mark or ``/proc``."""
+        at = f"/proc/self/fd/{self.fd}"
+        return at if self.fd is not None and os.path.isdir(at) else default
+
     def close(self) -> None:
         """Drop the mark (closing the only descriptor of its file description)."""
         fd, self.fd = self.fd, None
@@ -202,9 +208,12 @@ def older_holders(folder: str, layout: int) -> list[int] | None:
     return sorted(holding - marked)
 
 
-def refuse_beside_older_holders(folder: str, found: int, wanted: int) -> None:
+def refuse_beside_older_holders(
+    folder: str, found: int, wanted: int, *, where: str | None = None
+) -> None:
     """Raise StoreError when upgrading layout ``found`` to ``wanted`` could harm a
-    process of an older release that holds the store open (module docstring)."""
+    process of an older release that holds the store open (module docstring).
+    ``where``: the store's name in the error (``folder`` may be a ``/proc/self/fd`` one)."""
     older = older_holders(folder, wanted)
     if not older:
         return
@@ -213,7 +222,7 @@ def refuse_beside_older_holders(folder: str, found: int, wanted: int) -> None:
         f"{wanted} at its first writable open, but process(es) of an older cpstore "
         "release (or another LMDB program) hold it open and would go on using the old "
         "layout: stop them, then open it again",
-        where=folder,
+        where=folder if where is None else where,
         expected="no other process of an older release holding the store",
         got="pid " + ", ".join(str(p) for p in older),
     )

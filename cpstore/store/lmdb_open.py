@@ -32,9 +32,11 @@ __all__ = [
     "PG_FORMAT",
     "EnvOptions",
     "FileOpenHereError",
+    "FolderBusyError",
     "check_data_file",
     "check_format",
     "check_new_store_path",
+    "close_on_exec",
     "creation_lock",
     "has_lmdb_meta_page",
     "is_lock_permission_error",
@@ -125,7 +127,7 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
 
 
 @contextmanager
-def creation_lock(path: str, *, exclusive: bool) -> Iterator[int | None]:
+def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> Iterator[int | None]:
     """``flock`` the store directory around deciding what it holds and opening LMDB.
 
     LMDB creates data.mdb and then writes its meta pages; a second opener
@@ -134,28 +136,41 @@ def creation_lock(path: str, *, exclusive: bool) -> Iterator[int | None]:
     lock exclusively, read-only ones shared. The directory itself is locked,
     so no file is added to it; where it is missing or cannot be locked (a
     file system without flock), the open goes on unlocked. Yields the folder's
-    descriptor (:func:`lock_folder`'s), e.g. for :func:`pin_folder`.
+    descriptor (:func:`lock_folder`'s), e.g. for :func:`pin_folder`. ``wait=False``:
+    :class:`FolderBusyError` instead of waiting for another holder.
     """
-    fd = lock_folder(path, exclusive=exclusive)
+    fd = lock_folder(path, exclusive=exclusive, wait=wait)
     try:
         yield fd
     finally:
         unlock_folder(fd)
 
 
-def lock_folder(path: str, *, exclusive: bool) -> int | None:
+def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
     """Take :func:`creation_lock` without a context manager (the open path's form:
     a generator-based one costs a fresh process ~20 us); release it with
     :func:`unlock_folder`. None: the folder is missing or not a directory (the
-    checks under it say so), and nothing is held."""
+    checks under it say so), and nothing is held. ``wait=False``: raise
+    :class:`FolderBusyError` (holding nothing) where another holder would make it wait."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return None
     FORK_CLOSED_FDS.add(fd)
-    with suppress(OSError):  # no flock here: open as before
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    try:  # no flock here: open as before
+        fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
+    except OSError as exc:
+        if not wait and exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            unlock_folder(fd)
+            raise FolderBusyError(path) from None
     return fd
+
+
+class FolderBusyError(Exception):
+    """A folder's creation lock is held elsewhere and the caller may not wait for it: it
+    holds the registry lock, which a holder of this process (compact, verifying its copy)
+    may need (lmdb_registry.acquire_env waits without it, then tries again)."""
 
 
 def unlock_folder(fd: int | None) -> None:
@@ -209,6 +224,31 @@ def pin_folder(
             raise FileOpenHereError(here)
         return path, None
     return pinned, own
+
+
+def close_on_exec(env: Any, folder: str, data_id: tuple[int, int] | None = None) -> Any:
+    """Set FD_CLOEXEC on every descriptor of this process open on ``folder``'s data or
+    lock file (LMDB opens its data file without it: a program exec'd meanwhile, e.g.
+    ``subprocess`` with ``close_fds=False`` or ``os.system``, would inherit it and could
+    write the store or keep a compacted-away file alive). ``env``, returned: the LMDB
+    environment just opened there; ``data_id``: the data file's (st_dev, st_ino) if known.
+    Found through ``/proc/self/fd`` (py-lmdb does not expose LMDB's descriptors); nothing
+    without it. A program another thread execs between LMDB's open and this still
+    inherits it (LMDB gives no way to open it close-on-exec)."""
+    files = {data_id}
+    for name in ("data.mdb", "lock.mdb"):
+        with suppress(OSError, ValueError):
+            files.add(((st := os.stat(os.path.join(folder, name))).st_dev, st.st_ino))
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:
+        return env
+    for name in fds:
+        with suppress(OSError, ValueError):
+            fd = int(name)
+            if os.get_inheritable(fd) and ((st := os.fstat(fd)).st_dev, st.st_ino) in files:
+                os.set_inheritable(fd, False)
+    return env
 
 
 #: Descriptors a fork() child closes at once: the folder fds creation locks hold

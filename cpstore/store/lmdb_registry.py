@@ -15,7 +15,14 @@ from stat import S_ISLNK
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
 from cpstore.store.lmdb_env import Env
-from cpstore.store.lmdb_open import EnvOptions, FileOpenHereError, pin_folder, unlock_folder
+from cpstore.store.lmdb_open import (
+    EnvOptions,
+    FileOpenHereError,
+    FolderBusyError,
+    creation_lock,
+    pin_folder,
+    unlock_folder,
+)
 
 __all__ = [
     "acquire_env",
@@ -56,13 +63,25 @@ def _file_of(folder: str) -> tuple[int, int] | None:
 
 
 def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
-    """(the environment of ``key``'s data file, that file's identity): by the key, or
-    failing that by the file (another path to it). Under the registry lock."""
-    env = _REGISTRY.get(key)
-    if env is not None:
+    """(the environment of ``key``'s data file, that file's identity): by the key while
+    ``key`` still names its folder (it may have been renamed away, another store put at
+    ``key``), or else by the file (another path to it). Under the registry lock."""
+    env, file_id = _REGISTRY.get(key), _file_of(key)
+    if env is not None and (env.file_id == file_id or _same_folder(key, env)):
         return env, env.file_id
-    file_id = _file_of(key)
     return (None if file_id is None else _BY_FILE.get(file_id)), file_id
+
+
+def _same_folder(key: str, env: Env) -> bool:
+    """Whether ``key`` names the folder ``env`` opened (its data.mdb replaced in place, not
+    renamed away: a second environment there would share its lock file, which LMDB's
+    second open in one process resets under the first); True where it cannot tell."""
+    mark = env._mark  # the folder LMDB opened, by its descriptor
+    try:
+        here, there = os.stat(key), os.stat(key if mark is None else mark.folder(key))
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def canonical(path: str) -> str:
@@ -90,8 +109,24 @@ def canonical(path: str) -> str:
 
 
 def acquire_env(path: str, options: EnvOptions) -> Env:
-    """The process's :class:`Env` for ``path``, opened on first use."""
+    """The process's :class:`Env` for ``path``, opened on first use.
+
+    An open never waits for a folder's creation lock while it holds the registry lock:
+    compact holds that lock (a folder renamed to ``path`` after the registry looked) and
+    its verify of its copy opens through this registry. Found busy, the open lets the
+    registry lock go, waits for the creation lock at ``path`` without it, and looks again.
+    """
     key = canonical(path)
+    while True:
+        try:
+            return _acquire(key, options)
+        except FolderBusyError:
+            pass
+        with creation_lock(key, exclusive=not options.readonly):
+            pass  # its holder is done (or ``key`` names another folder now): look again
+
+
+def _acquire(key: str, options: EnvOptions) -> Env:
     with _REGISTRY_LOCK:
         env, file_id = _registered(key)
         if env is not None and env.pid != os.getpid():
