@@ -108,7 +108,7 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
     """
     at = path if at is None else at
     try:
-        st: os.stat_result | None = os.stat(os.path.join(at, "data.mdb"))
+        st: os.stat_result | None = os.stat(f"{at}/data.mdb")
     except (OSError, ValueError):
         st = None
     if st is not None and S_ISREG(st.st_mode):
@@ -201,8 +201,13 @@ def pin_folder(
         here = None
     if here is not None and here not in open_files:
         here = None  # a data file, but none this process has open
-    pinned = f"/proc/self/fd/{fd}"
-    if here is not None or not os.path.isdir(pinned):
+    pinned, usable = f"/proc/self/fd/{fd}", False
+    if here is None:
+        try:  # os.path.isdir(pinned), inline (a fresh process's open pays each call cold)
+            usable = S_ISDIR(os.stat(pinned).st_mode)
+        except OSError:
+            pass
+    if here is not None or not usable:
         if own is not None:
             os.close(own)
         if here is not None:
