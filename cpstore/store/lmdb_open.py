@@ -201,12 +201,11 @@ def pin_folder(
         here = None
     if here is not None and here not in open_files:
         here = None  # a data file, but none this process has open
-    pinned, usable = f"/proc/self/fd/{fd}", False
-    if here is None:
-        try:  # os.path.isdir(pinned), inline (a fresh process's open pays each call cold)
-            usable = S_ISDIR(os.stat(pinned).st_mode)
-        except OSError:
-            pass
+    pinned = f"/proc/self/fd/{fd}"
+    try:  # os.path.isdir(pinned), inline (a fresh process's open pays each call cold)
+        usable = here is None and S_ISDIR(os.stat(pinned).st_mode)
+    except OSError:
+        usable = False
     if here is not None or not usable:
         if own is not None:
             os.close(own)
