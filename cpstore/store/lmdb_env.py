@@ -105,7 +105,7 @@ class Env:
         self.layout: int = STORE_VERSION
         #: A read-only open of a pre-layout-5 store: reads look for an upgrade (_legacy_read).
         self._legacy_ro = False
-        data = f"{path}/data.mdb"  # path: the registry's key (lmdb_registry.canonical)
+        data = os.path.join(path, "data.mdb")
         self._tail = TailCover(data, 0)  # psize set once open
         #: data.mdb's size seen under the creation lock (None: not seen); the path it is
         #: read by (TailCover.hold: the one LMDB opened, whatever is renamed meanwhile).

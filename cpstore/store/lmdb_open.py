@@ -108,7 +108,7 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
     """
     at = path if at is None else at
     try:
-        st: os.stat_result | None = os.stat(f"{at}/data.mdb")
+        st: os.stat_result | None = os.stat(os.path.join(at, "data.mdb"))
     except (OSError, ValueError):
         st = None
     if st is not None and S_ISREG(st.st_mode):

@@ -205,7 +205,7 @@ class TailCover:
         (a renamed folder). The path it is read by while held; ``data`` if not held."""
         with suppress(OSError):
             flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
-            self.held = os.open(f"{folder}/data.mdb", flags)
+            self.held = os.open(os.path.join(folder, "data.mdb"), flags)
         if writable:  # a read-only open never opens the data file for writing
             self.fd = self.held
         if self.held is None:

@@ -49,7 +49,7 @@ _STRANDED: list[Env] = []
 def _file_of(folder: str) -> tuple[int, int] | None:
     """(st_dev, st_ino) of ``folder``'s data.mdb; None without one."""
     try:
-        st = os.stat(f"{folder}/data.mdb")  # not os.path.join: a fresh open's cold calls
+        st = os.stat(os.path.join(folder, "data.mdb"))
     except (OSError, ValueError):
         return None
     return st.st_dev, st.st_ino
