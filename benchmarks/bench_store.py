@@ -22,7 +22,8 @@ them, bare py-lmdb with none of cpstore's code, to show which part of a gap is
 cpstore's: the same objects (:class:`RawLmdb`, puts and gets by id), cpstore's
 commit on its own tables (:class:`RawLayout5`, puts), cpstore's own files
 (:class:`RawOnCpstoreFiles`, :class:`RawHintedOnCpstoreFiles`, reads; the
-fresh-process child's ``raw``) and one blob per checkpoint (:class:`RawBlobLmdb`).
+fresh-process child's ``raw``, and ``raw+checks``: the same with every system call
+of cpstore's read-only open run flat) and one blob per checkpoint (:class:`RawBlobLmdb`).
 
 Every figure is one test whose rounds are *repeats*: each repeat runs every
 contender once, the order rotated between repeats (A, B, C; B, C, A; ...), so
