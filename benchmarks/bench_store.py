@@ -22,7 +22,8 @@ them, bare py-lmdb with none of cpstore's code, to show which part of a gap is
 cpstore's: the same objects (:class:`RawLmdb`, puts and gets by id), cpstore's
 commit on its own tables (:class:`RawLayout5`, puts), cpstore's own files
 (:class:`RawOnCpstoreFiles`, :class:`RawHintedOnCpstoreFiles`, reads; the
-fresh-process child's ``raw``) and one blob per checkpoint (:class:`RawBlobLmdb`).
+fresh-process child's ``raw``, and ``raw+checks``: the same with every system call
+of cpstore's read-only open run flat) and one blob per checkpoint (:class:`RawBlobLmdb`).
 
 Every figure is one test whose rounds are *repeats*: each repeat runs every
 contender once, the order rotated between repeats (A, B, C; B, C, A; ...), so
@@ -984,8 +985,14 @@ def test_history_with_states(benchmark: BenchmarkFixture, recorded: Recorded, re
 # garbage is collected before the clock starts, for every side: otherwise the
 # interpreter's first full collection (10-40 ms with langgraph loaded) lands on
 # whichever side's allocations happen to cross the collector's threshold.
+# ``raw+checks`` is ``raw`` with every system call and LMDB call of cpstore's
+# read-only open (the path check, the registry's looks, the creation lock, the
+# folder pinned through /proc, the holder mark, the held data file, the reader
+# check, the format record, every table, the audit key) run flat, with no
+# cpstore code: cpstore vs raw+checks is the cost of cpstore's own Python, and
+# raw vs raw+checks that of the checks themselves (issue 12's raw limit).
 _FRESH_CHILD = """
-import gc, sys, time, sqlite3
+import fcntl, gc, os, stat, struct, sys, time, sqlite3
 import lmdb, msgpack, xxhash, zstandard
 from cpstore.store.facade import open as open_store
 from cpstore.store.record_codec import RECORD_DICT
@@ -993,6 +1000,11 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph_checkpoint_lmdb import LMDBSaver
 kind, path, cid = sys.argv[1], sys.argv[2], sys.argv[3]
 cfg = {"configurable": {"thread_id": "thread-1", "checkpoint_ns": "", "checkpoint_id": cid}}
+# The raw sides' record-dictionary decompressor, its tables made by one round trip,
+# before the clock: cpstore's record_codec makes its own at import.
+_dict = zstandard.ZstdCompressionDict(RECORD_DICT, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+inflate = zstandard.ZstdDecompressor(dict_data=_dict)
+inflate.decompress(zstandard.ZstdCompressor(dict_data=_dict).compress(RECORD_DICT[:64]))
 gc.collect()
 t0 = time.perf_counter()
 store = None
@@ -1000,17 +1012,48 @@ if kind == "cpstore":
     store = open_store(path, readonly=True)
     with store.read(cid) as cp:
         n = len(cp.state())
-elif kind == "raw":  # cpstore's files, bare: open, then RawHintedOnCpstoreFiles' read
+elif kind in ("raw", "raw+checks"):  # cpstore's files: open, RawHintedOnCpstoreFiles' read
     h, unpack, key = xxhash.xxh3_128_digest, msgpack.unpackb, bytes.fromhex(cid)
-    env = lmdb.open(path, readonly=True, max_dbs=16, subdir=True)
+    if kind == "raw":  # bare
+        env = lmdb.open(path, readonly=True, max_dbs=16, subdir=True)
+    else:  # the system calls and LMDB calls of cpstore's read-only open, in one flat run
+        if not stat.S_ISDIR(os.stat(path).st_mode):  # the facade's path check
+            raise SystemExit("not a folder")
+        for at in [i for i, c in enumerate(path) if c == "/"][1:] + [len(path)]:
+            if stat.S_ISLNK(os.lstat(path[:at]).st_mode):  # lmdb_registry.canonical
+                raise SystemExit("a link")
+        os.stat(path + "/data.mdb")  # the registry's look by file
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # creation lock
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        os.stat("data.mdb", dir_fd=fd)  # pin_folder
+        pinned = f"/proc/self/fd/{fd}"
+        assert stat.S_ISDIR(os.stat(pinned).st_mode)
+        assert os.stat(pinned + "/data.mdb").st_size > 0  # check_data_file
+        mark = os.open(pinned, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # HolderMark
+        fcntl.fcntl(mark, fcntl.F_OFD_SETLK, struct.pack(
+            "hhqqi", fcntl.F_RDLCK, os.SEEK_SET, 6 << 32 | os.getpid(), 1, 0))
+        env = lmdb.open(pinned, map_size=1 << 30, subdir=True, readonly=True, create=False,
+                        max_dbs=16, max_readers=1022, readahead=False, lock=True)
+        held = os.open(pinned + "/data.mdb", os.O_RDONLY | os.O_CLOEXEC)  # TailCover.hold
+        os.fstat(held)
+        os.close(fd)
+        env.reader_check()
+        env.stat(), env.info()  # the page size, the size check
+        meta = env.open_db(b"meta", create=False)
+        with env.begin(buffers=True) as txn:
+            assert txn.get(b"format", db=meta) is not None
+        for name in (b"objects", b"checkpoints", b"refs", b"tombstones", b"ledgers", b"audit",
+                     b"audit_index", b"audit_mac", b"heap", b"oloc", b"cloc"):
+            env.open_db(name, create=False)
+        os.stat(path + "/data.mdb")  # the registry's key, after the open
+        with env.begin(buffers=True) as txn:
+            txn.get(b"audit_key_id", db=meta)
     with env.begin(buffers=True) as txn:
         cloc, heap = env.open_db(b"cloc", txn=txn), env.open_db(b"heap", txn=txn)
         e = txn.get(txn.get(key, None, cloc), None, heap)
         k = int.from_bytes(e[18:22], "big")
         at = 22 + 4 * k
         if e[0] == 0x72:  # a layout-6 compact record: one zstd call, no shape check
-            inflate = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(
-                RECORD_DICT, dict_type=zstandard.DICT_TYPE_RAWCONTENT))
             m = inflate.decompress(e[at:])[16:]
         else:
             m = e[at + 16:]
@@ -1043,6 +1086,7 @@ def test_get_fresh_process(benchmark: BenchmarkFixture, recorded: Recorded, repe
         "LMDBSaver": (str(recorded.paths["LMDBSaver"]), recorded.peer_ids["LMDBSaver"][mid]),
         "SqliteSaver": (str(recorded.paths["SqliteSaver"]), recorded.peer_ids["SqliteSaver"][mid]),
         "raw": (str(recorded.paths["cpstore"] / "s"), recorded.ours_ids[mid]),
+        "raw+checks": (str(recorded.paths["cpstore"] / "s"), recorded.ours_ids[mid]),
     }
 
     def child(kind: str) -> Callable[[], float]:
@@ -1068,6 +1112,8 @@ def test_get_fresh_process(benchmark: BenchmarkFixture, recorded: Recorded, repe
             *(Comparison("cpstore", p, 1.0) for p in ("LMDBSaver", "SqliteSaver")),
             Comparison("cpstore", "raw", None, note="raw limit, cpstore's files, hinted"),
             Comparison("raw", "LMDBSaver", None, note="raw limit vs peer"),
+            Comparison("cpstore", "raw+checks", None, note="checks run flat: cpstore's code"),
+            Comparison("raw+checks", "LMDBSaver", None, note="checks run flat vs peer"),
         ],
     )
 

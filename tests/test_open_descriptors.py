@@ -21,7 +21,7 @@ import pytest
 
 import cpstore
 import cpstore.errors
-from cpstore.store import lmdb_open, lmdb_registry
+from cpstore.store import lmdb_open, lmdb_pages, lmdb_registry
 from cpstore.store.maintenance import compact_store
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd")
@@ -160,3 +160,40 @@ def test_a_child_process_inherits_no_descriptor_of_an_open_store(tmp_path: Path,
     assert listing, listing  # the child listed its descriptors (stdin, stdout, ...)
     ours = [t for t in listing if t.startswith(str(path))]
     assert ours == [], ours
+
+
+def test_the_held_data_file_of_a_pinned_folder_is_read_through_its_own_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TailCover.hold of a folder pinned through /proc names the data file it holds by
+    /proc/self/fd/<held> (the same file, whatever is renamed later) without looking
+    again; an unpinned folder whose /proc view is missing falls back to the plain path."""
+    cpstore.open(tmp_path / "s").close()
+    folder = str(tmp_path / "s")
+    data = os.path.join(folder, "data.mdb")
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    pinned = lmdb_pages.TailCover(data, 4096)
+    plain = lmdb_pages.TailCover(data, 4096)
+    try:
+        at = pinned.hold(f"/proc/self/fd/{fd}", writable=False)
+        assert at == f"/proc/self/fd/{pinned.held}"
+        st, want = os.stat(at), os.stat(data)
+        assert (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino)
+        monkeypatch.setattr(os.path, "exists", lambda _path: False)  # no /proc here
+        assert plain.hold(folder, writable=False) == data
+        assert plain.held is not None
+    finally:
+        pinned.close()
+        plain.close()
+        os.close(fd)
+
+
+def test_a_store_path_is_checked_as_text_unless_it_is_an_ascii_str(tmp_path: Path) -> None:
+    """cpstore.open() of an ASCII str path opens; a non-ASCII name opens too, a lone
+    surrogate or a non-path (42) is InvalidInputError before anything is made."""
+    cpstore.open(str(tmp_path / "ascii")).close()
+    cpstore.open(str(tmp_path / "stöд")).close()
+    for bad in (str(tmp_path / "x\ud800"), 42):
+        with pytest.raises(cpstore.InvalidInputError):
+            cpstore.open(bad)  # type: ignore[arg-type]
+    assert sorted(os.listdir(tmp_path)) == ["ascii", "stöд"]

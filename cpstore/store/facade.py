@@ -530,10 +530,11 @@ class Store:
 
 def _check_store_path(path: object) -> None:
     """Refuse a path that cannot be a store folder before anything touches it."""
-    if not isinstance(path, (str, bytes, os.PathLike)):
-        raise InvalidInputError("a store path must be a str or path", got=type(path).__name__)
-    # LMDB takes the path as UTF-8: a name with undecodable bytes has no such form.
-    check_text(os.fsdecode(path), "store path")
+    if type(path) is not str or not path.isascii():  # (an ASCII str passes both checks)
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise InvalidInputError("a store path must be a str or path", got=type(path).__name__)
+        # LMDB takes the path as UTF-8: a name with undecodable bytes has no such form.
+        check_text(os.fsdecode(path), "store path")
     try:
         st = os.stat(path)
     except FileNotFoundError:

@@ -217,7 +217,11 @@ def pin_folder(
     if here is not None and here not in open_files:
         here = None  # a data file, but none this process has open
     pinned = f"/proc/self/fd/{fd}"
-    if here is not None or not os.path.isdir(pinned):
+    try:  # os.path.isdir(pinned), inline (a fresh process's open pays each call cold)
+        usable = here is None and S_ISDIR(os.stat(pinned).st_mode)
+    except OSError:
+        usable = False
+    if here is not None or not usable:
         if own is not None:
             os.close(own)
         if here is not None:

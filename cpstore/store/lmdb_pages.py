@@ -208,8 +208,12 @@ class TailCover:
             self.held = os.open(os.path.join(folder, "data.mdb"), flags)
         if writable:  # a read-only open never opens the data file for writing
             self.fd = self.held
+        if self.held is None:
+            return self.data
         at = f"/proc/self/fd/{self.held}"
-        return at if self.held is not None and os.path.exists(at) else self.data
+        # A folder pinned through /proc (lmdb_open.pin_folder) shows /proc works here:
+        # no second look (a fresh process pays each /proc lookup cold).
+        return at if folder.startswith("/proc/self/fd/") or os.path.exists(at) else self.data
 
     def cover(self, last_pgno: int) -> None:
         """Make the file at least ``last_pgno + 1`` pages long (best effort)."""
