@@ -197,3 +197,27 @@ def test_a_store_path_is_checked_as_text_unless_it_is_an_ascii_str(tmp_path: Pat
         with pytest.raises(cpstore.InvalidInputError):
             cpstore.open(bad)  # type: ignore[arg-type]
     assert sorted(os.listdir(tmp_path)) == ["ascii", "stöд"]
+
+
+def test_a_bytes_store_path_opens_the_store_its_str_names(tmp_path: Path) -> None:
+    """cpstore.open() of a bytes path (or a path-like of bytes) opens the store the same
+    path as str names (not a TypeError from joining str and bytes); undecodable bytes are
+    InvalidInputError before anything is made."""
+
+    class BytesPath:
+        def __init__(self, raw: bytes) -> None:
+            self.raw = raw
+
+        def __fspath__(self) -> bytes:
+            return self.raw
+
+    folder = tmp_path / "s"
+    with cpstore.open(str(folder)) as store:
+        kept = store.put_object(b"kept")
+    for given in (os.fsencode(folder), BytesPath(os.fsencode(folder))):
+        with cpstore.open(given, readonly=True) as store:  # type: ignore[arg-type]
+            assert store.get_object(kept) == b"kept"
+            assert store.path == str(folder)
+    with pytest.raises(cpstore.InvalidInputError):
+        cpstore.open(os.fsencode(tmp_path) + b"/\xff")  # type: ignore[arg-type]
+    assert sorted(os.listdir(tmp_path)) == ["s"]

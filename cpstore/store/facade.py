@@ -8,7 +8,6 @@ crash, and the fork/thread rules, are in docs/durability.md.
 from __future__ import annotations
 
 import os
-import stat
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
@@ -16,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
 from cpstore.errors import InvalidInputError, StoreError
-from cpstore.native.args import check_text
 from cpstore.native.binding import digest
 from cpstore.native.records import Digest
 from cpstore.store.at_exit import track_store
@@ -45,7 +43,7 @@ from cpstore.store.content import objects_of
 from cpstore.store.history import HistoryEntry, history_states
 from cpstore.store.ids import resolve
 from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
-from cpstore.store.location import is_store_url
+from cpstore.store.location import check_store_path, is_store_url
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
     AuditRecord,
@@ -528,32 +526,6 @@ class Store:
         return self._backend.now()
 
 
-def _check_store_path(path: object) -> None:
-    """Refuse a path that cannot be a store folder before anything touches it."""
-    if type(path) is not str or not path.isascii():  # (an ASCII str passes both checks)
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            raise InvalidInputError("a store path must be a str or path", got=type(path).__name__)
-        # LMDB takes the path as UTF-8: a name with undecodable bytes has no such form.
-        check_text(os.fsdecode(path), "store path")
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return  # a new store
-    except ValueError as exc:  # an embedded NUL: no OS path can hold it
-        raise InvalidInputError("not a usable path", where="store path", got=str(exc)) from None
-    except OSError as exc:
-        raise InvalidInputError(
-            "cannot use this path as a store folder",
-            where=os.fsdecode(path),
-            got=exc.strerror or str(exc),
-        ) from None
-    if not stat.S_ISDIR(st.st_mode):
-        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "a FIFO, socket or device"
-        raise InvalidInputError(
-            "not a store folder", where=os.fsdecode(path), expected="a folder", got=kind
-        )
-
-
 def open(
     path: str | os.PathLike[str],
     *,
@@ -586,8 +558,7 @@ def open(
     ``audit_key`` (16 to 64 bytes, kept outside the store) makes the audit log
     and sign-offs tamper-evident with keyed MACs (docs/security.md).
     """
-    if not is_store_url(path):
-        _check_store_path(path)
+    path = check_store_path(path)
     return Store(
         path,
         durability=durability,

@@ -1,6 +1,6 @@
 """Where a store lives: a folder (LMDB) or a ``postgresql://`` URL (PostgreSQL).
 
-Imports nothing of either engine, so the facade and the command line can
+Imports nothing of either engine (nor the stores), so the facade and the command line can
 tell the two apart before loading one; a password in a URL never reaches an
 error message or ``store.path`` (:func:`redact`).
 """
@@ -8,9 +8,14 @@ error message or ``store.path`` (:func:`redact`).
 from __future__ import annotations
 
 import os
+import stat
+from typing import cast
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["URL_SCHEMES", "is_store_url", "redact"]
+from cpstore.errors import InvalidInputError
+from cpstore.native.args import check_text
+
+__all__ = ["URL_SCHEMES", "check_store_path", "is_store_url", "redact"]
 
 #: URL schemes that name a PostgreSQL store (libpq's two spellings).
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -36,3 +41,36 @@ def redact(url: str) -> str:
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
     except ValueError:
         return url.split("://", 1)[0] + "://(unparseable URL)"
+
+
+def check_store_path(path: object) -> str | os.PathLike[str]:
+    """Refuse a path that cannot be a store folder (or URL) before anything touches it;
+    the path to open, a bytes path (or path-like of bytes) as the str it decodes to."""
+    if is_store_url(path):
+        return os.fsdecode(cast("str | bytes", path))
+    if type(path) is not str or not path.isascii():  # (an ASCII str passes both checks)
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise InvalidInputError("a store path must be a str or path", got=type(path).__name__)
+        # LMDB takes the path as UTF-8: a name with undecodable bytes has no such form.
+        text = os.fsdecode(path)
+        check_text(text, "store path")
+        if not isinstance(os.fspath(path), str):
+            path = text  # the registry and LMDB work on str paths
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return cast("str | os.PathLike[str]", path)  # a new store
+    except ValueError as exc:  # an embedded NUL: no OS path can hold it
+        raise InvalidInputError("not a usable path", where="store path", got=str(exc)) from None
+    except OSError as exc:
+        raise InvalidInputError(
+            "cannot use this path as a store folder",
+            where=os.fsdecode(path),
+            got=exc.strerror or str(exc),
+        ) from None
+    if not stat.S_ISDIR(st.st_mode):
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "a FIFO, socket or device"
+        raise InvalidInputError(
+            "not a store folder", where=os.fsdecode(path), expected="a folder", got=kind
+        )
+    return cast("str | os.PathLike[str]", path)  # str, or a path-like of str
