@@ -987,10 +987,11 @@ def test_history_with_states(benchmark: BenchmarkFixture, recorded: Recorded, re
 # whichever side's allocations happen to cross the collector's threshold.
 # ``raw+checks`` is ``raw`` with every system call and LMDB call of cpstore's
 # read-only open (the path check, the registry's looks, the creation lock, the
-# folder pinned through /proc, the holder mark, the held data file, the reader
-# check, the format record, every table, the audit key) run flat, with no
-# cpstore code: cpstore vs raw+checks is the cost of cpstore's own Python, and
-# raw vs raw+checks that of the checks themselves (issue 12's raw limit).
+# folder pinned through /proc, the holder mark, close-on-exec for LMDB's
+# descriptors, the held data file, the reader check, the format record, every
+# table, the audit key) run flat, with no cpstore code: cpstore vs raw+checks is
+# the cost of cpstore's own Python, and raw vs raw+checks that of the checks
+# themselves (issue 12's raw limit).
 _FRESH_CHILD = """
 import fcntl, gc, os, stat, struct, sys, time, sqlite3
 import lmdb, msgpack, xxhash, zstandard
@@ -1034,6 +1035,15 @@ elif kind in ("raw", "raw+checks"):  # cpstore's files: open, RawHintedOnCpstore
             "hhqqi", fcntl.F_RDLCK, os.SEEK_SET, 6 << 32 | os.getpid(), 1, 0))
         env = lmdb.open(pinned, map_size=1 << 30, subdir=True, readonly=True, create=False,
                         max_dbs=16, max_readers=1022, readahead=False, lock=True)
+        ids = {(st.st_dev, st.st_ino) for st in  # lmdb_open.close_on_exec
+               (os.stat(pinned + "/data.mdb"), os.stat(pinned + "/lock.mdb"))}
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if os.get_inheritable(int(name)) and (
+                        (st := os.fstat(int(name))).st_dev, st.st_ino) in ids:
+                    os.set_inheritable(int(name), False)
+            except OSError:
+                pass  # listdir's own descriptor, closed by now
         held = os.open(pinned + "/data.mdb", os.O_RDONLY | os.O_CLOEXEC)  # TailCover.hold
         os.fstat(held)
         os.close(fd)
