@@ -1,0 +1,412 @@
+"""One worker of the chaos test (tests/test_chaos_mutations.py): a seeded random mix of every mutation.
+
+A worker process opens the store in one durability mode and, until the
+deadline, runs a random (seeded) mix of: recorder checkpoints on its own run
+and on the shared run (compare-and-set, retried on ConflictError), forks,
+``reset_ref`` / ``set_ref`` / ``release_retained`` on its fork branches,
+``repair_ref`` on a healthy ref (must be refused), ``prune``/``gc``, runs made
+and deleted, pinned objects put and unpinned, audit appends, validations and
+gates, flushes and ``verify``. In ``sync`` mode a second thread races the
+main one on the shared run (group commit).
+
+Every line of its log (``w<N>.log``, append-only across restarts) is JSON
+with ``t`` (``time.monotonic_ns()``, one clock for every process on Linux):
+``b`` before an operation, then ``a`` (acknowledged, with what the store
+returned) or ``x`` (the error's class). An ``a`` line is fsynced after the
+store returned; a ``b`` line of a destructive operation is fsynced before it
+starts, so a deletion the store saw is always in the log. Anything raised
+that is not a CpstoreError is logged as ``defect`` with its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import cpstore
+from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
+from cpstore.errors import ConflictError, CpstoreError, GateError, IntegrityError
+
+KEEP = (3, 4)  # prune's keep_last choices: a CAS branch's newest 3 are never swept
+SHARED = "shared"
+
+
+def data_verdict(d: Decision) -> Verdict:
+    """The verdict less BEST_EFFORT: a stored checkpoint used as P declares no replay mode."""
+    return verdict_for([f for f in d.findings if f.code is not FindingCode.BEST_EFFORT])
+
+
+class Log:
+    """An append-only JSON-lines log; ``fsync`` after acknowledgements and destructive intents."""
+
+    def __init__(self, path: str, worker: int, inc: int) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+        self._base = {"w": worker, "inc": inc}
+        self._op = 0
+
+    def op(self) -> str:
+        """A fresh operation id, unique in this log."""
+        with self._lock:
+            self._op += 1
+            return f"{self._base['w']}.{self._base['inc']}.{self._op}"
+
+    def write(self, ev: str, *, sync: bool, **fields: Any) -> None:
+        """Append one line (and fsync it when ``sync``)."""
+        with self._lock:
+            line = {"t": time.monotonic_ns(), "ev": ev, **self._base, **fields}
+            os.write(self._fd, (json.dumps(line, sort_keys=True) + "\n").encode())
+            if sync:
+                os.fsync(self._fd)
+
+
+class Worker:
+    """The random mix; every store call goes through :meth:`call`."""
+
+    def __init__(self, st: cpstore.Store, log: Log, rng: random.Random, name: str) -> None:
+        self.st, self.log, self.rng, self.name = st, log, rng, name
+        self.run = f"own-{name}"
+        self.batched = st.durability == "batched"
+        self.main = self.fresh_main()
+        self.main_pending: list[dict[str, Any]] = []  # batched: queued, not yet acknowledged
+        self.acked_main: list[str] = []
+        self.forks: dict[str, dict[str, Any]] = {}  # branch -> {"base", "heads": [...], "n"}
+        self.retained: list[tuple[str, str]] = []  # (head id, branch)
+        self.tmp_runs: list[str] = []
+        self.pins: list[str] = []
+        self.blobs: list[bytes] = []
+        self.rejected: set[str] = set()
+        self.counter = 0
+
+    def fresh_main(self) -> Any:
+        """A recorder on this worker's own run (continues from the head)."""
+        return self.st.recorder(self.run)
+
+    def call(self, op: str, fn: Callable[[], Any], *, destructive: bool = False, **fields: Any) -> Any:
+        """Run ``fn`` logged: ``b`` before, ``a`` or ``x`` after; a non-CpstoreError is a defect."""
+        oid = self.log.op()
+        self.log.write("b", sync=destructive, op=op, id=oid, **fields)
+        try:
+            out = fn()
+        except CpstoreError as exc:
+            self.log.write("x", sync=True, op=op, id=oid, err=type(exc).__name__, msg=str(exc)[:300])
+            if isinstance(exc, IntegrityError):
+                self.log.write("defect", sync=True, op=op, id=oid, tb=traceback.format_exc()[-2000:])
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a raw error escaping is the defect we hunt
+            self.log.write("defect", sync=True, op=op, id=oid, err=type(exc).__name__, tb=traceback.format_exc()[-2000:])
+            raise CpstoreError("non-cpstore error escaped", where=op, got=repr(exc)) from exc
+        return oid, out
+
+    def ack(self, op: str, oid: str, **fields: Any) -> None:
+        """Log what the store acknowledged (fsynced)."""
+        self.log.write("a", sync=True, op=op, id=oid, **fields)
+
+    def state(self) -> tuple[dict[str, Any], int]:
+        """A fresh state (a padded part so the map grows) and a token value."""
+        self.counter += 1
+        pad = self.rng.randbytes(self.rng.choice((64, 2048, 16384)))
+        return {"w": self.name, "i": self.counter, "pad": pad}, self.rng.getrandbits(48)
+
+    def checkpoint(self, rec: Any, run: str, branch: str, *, flush: bool = True) -> str | None:
+        """One recorder checkpoint, logged ``b`` (step, parent, state digest) then ``a`` when durable."""
+        state, tok = self.state()
+        step = time.monotonic_ns() // 1000  # one clock for every process: never behind a parent's
+        payload = self.rng.choice(self.blobs) if self.blobs and self.rng.random() < 0.5 else b"p%d" % tok
+        rec.observe(step, "src", payload, pinned_at=1.0)
+        rec.token("rng", tok)
+        rec.decision(step, "node", pick=tok % 7)
+        if run != SHARED and self.rng.random() < 0.3:  # a lost CAS drops its recorder
+            rec.effect("mail", b"e%d" % tok)
+        parent, sd = rec.head, cpstore.state_digest(state)
+        try:
+            oid, cid = self.call(
+                "ckpt", lambda: rec.checkpoint(step, state), run=run, branch=branch, parent=parent, sd=sd, step=step
+            )
+        except CpstoreError:
+            self.main_pending = []  # a batch this checkpoint completed was dropped: never acknowledged
+            raise
+        entry = {"op": "ckpt", "oid": oid, "cid": cid, "run": run, "branch": branch, "parent": parent, "sd": sd}
+        if self.batched and not flush:
+            self.main_pending.append(entry)
+            return None
+        if self.batched:
+            self.flush()
+        self.ack("ckpt", oid, cid=cid, run=run, branch=branch, parent=parent, sd=sd)
+        return str(cid)
+
+    def flush(self) -> None:
+        """Commit the queue; acknowledge what it held."""
+        pending, self.main_pending = self.main_pending, []
+        try:
+            self.call("flush", self.st.flush)
+        except CpstoreError:
+            self.main = self.fresh_main()  # the batch was dropped: the recorder's head is gone
+            raise
+        for e in pending:
+            self.ack("ckpt", e["oid"], **{k: e[k] for k in ("cid", "run", "branch", "parent", "sd")})
+            self.acked_main.append(e["cid"])
+
+    # ---- the operations -------------------------------------------------------------
+    def op_own(self) -> None:
+        """A checkpoint on this worker's own run."""
+        try:
+            cid = self.checkpoint(self.main, self.run, "main", flush=self.rng.random() < 0.4)
+        except CpstoreError:
+            self.main = self.fresh_main()
+            raise
+        if cid is not None:
+            self.acked_main.append(cid)
+
+    def op_shared(self) -> None:
+        """A checkpoint on the shared run, compare-and-set retried on ConflictError."""
+        if self.main_pending:
+            self.flush()
+        shared_cas(self, 40)
+
+    def op_fork(self) -> None:
+        """Fork a branch of the own run from an acknowledged checkpoint and record on it."""
+        bases = [c for c in self.acked_main[-6:] if c not in self.rejected]
+        if not bases:
+            return
+        base, branch = self.rng.choice(bases), f"f{self.log.op().replace('.', '_')}"
+        if self.rng.random() < 0.5:
+            oid, _ = self.call("fork", lambda: self.st.fork(self.run, branch, base), run=self.run, branch=branch)
+            self.ack("fork", oid, run=self.run, branch=branch, cid=base)
+            rec = self.st.recorder(self.run, branch=branch)
+        else:
+            rec = self.st.recorder(self.run, branch=branch, parent=base)
+        self.forks[branch] = {"base": base, "heads": [], "n": 0}
+        self.op_on_fork(branch, rec)
+
+    def op_on_fork(self, branch: str, rec: Any = None) -> None:
+        """Record on a fork branch (at most 3 checkpoints a branch: fewer than prune keeps)."""
+        f = self.forks[branch]
+        if f["n"] >= 3:
+            return
+        rec = rec or self.st.recorder(self.run, branch=branch)
+        f["n"] += 1
+        cid = self.checkpoint(rec, self.run, branch)
+        f["heads"].append(cid)
+
+    def op_reset(self) -> None:
+        """Move a fork branch back to its base (or delete it): audited, the old head retained."""
+        live = [b for b, f in self.forks.items() if f["heads"]]
+        if not live:
+            return
+        branch = self.rng.choice(live)
+        old = self.st.ref(self.run, branch)
+        new = None if self.rng.random() < 0.3 else self.forks[branch]["base"]
+        if old is None or old == new:
+            return
+        oid, rec = self.call(
+            "reset", lambda: self.st.reset_ref(self.run, branch, new, expected_old=old, operator="chaos", reason="r"),
+            destructive=True, run=self.run, branch=branch, old=old, new=new,
+        )
+        self.ack("reset", oid, run=self.run, branch=branch, old=old, new=new, digest=rec.digest, index=rec.index)
+        self.retained.append((old, branch))
+        if new is not None and self.rng.random() < 0.5:  # forward again, to the head it left
+            oid, _ = self.call(
+                "set_ref", lambda: self.st.set_ref(self.run, branch, old, expected_old=new), run=self.run, branch=branch
+            )
+            self.ack("set_ref", oid, run=self.run, branch=branch, old=new, new=old)
+
+    def op_release(self) -> None:
+        """Release a retained head (the next prune may sweep its history)."""
+        if not self.retained:
+            return
+        head, branch = self.retained.pop(self.rng.randrange(len(self.retained)))
+        oid, rec = self.call(
+            "release", lambda: self.st.release_retained(head, operator="chaos", reason="r"),
+            destructive=True, run=self.run, branch=branch, cid=head,
+        )
+        self.ack("release", oid, cid=head, digest=rec.digest, index=rec.index)
+
+    def op_repair(self) -> None:
+        """repair_ref on a healthy ref must be refused (ConflictError) and change nothing."""
+        before = self.st.ref(self.run)
+        if before is None:
+            return
+        try:
+            oid, _ = self.call(
+                "repair", lambda: self.st.repair_ref(self.run, "main", None, operator="chaos", reason="r"),
+                destructive=True, run=self.run,
+            )
+        except ConflictError:
+            return
+        self.log.write("defect", sync=True, op="repair", tb="repair_ref changed a healthy ref")
+
+    def op_prune(self) -> None:
+        """prune / gc(keep_last=...) of every run or of this worker's own."""
+        keep, run = self.rng.choice(KEEP), self.rng.choice((None, self.run))
+        if self.rng.random() < 0.5:
+            oid, n = self.call("prune", lambda: self.st.prune(keep_last=keep, run_id=run), destructive=True, keep=keep, run=run)
+            self.ack("prune", oid, removed=n)
+        else:
+            oid, rep = self.call("prune", lambda: self.st.gc(keep_last=keep, run_id=run), destructive=True, keep=keep, run=run)
+            self.ack("prune", oid, removed=len(rep.checkpoints))
+
+    def op_tmp(self) -> None:
+        """A short run of its own (bytes states that may equal a pinned object), to delete later."""
+        run = f"tmp-{self.log.op()}"
+        rec = self.st.recorder(run)
+        self.tmp_runs.append(run)
+        for _ in range(self.rng.randint(1, 2)):
+            data = self.rng.choice(self.blobs) if self.blobs and self.rng.random() < 0.6 else self.rng.randbytes(512)
+            step = time.monotonic_ns() // 1000
+            oid, cid = self.call(
+                "ckpt", lambda: rec.checkpoint(step, data), run=run, branch="main", parent=rec.head,
+                sd=cpstore.state_digest(data), step=step,
+            )
+            if self.batched:
+                self.flush()
+            self.ack("ckpt", oid, cid=cid, run=run, branch="main", parent=None, sd=cpstore.state_digest(data))
+
+    def op_delete(self) -> None:
+        """delete_run / gc(delete_run=) of one of its short runs."""
+        if not self.tmp_runs:
+            return
+        run = self.tmp_runs.pop(self.rng.randrange(len(self.tmp_runs)))
+        if self.rng.random() < 0.5:
+            oid, n = self.call("delete", lambda: self.st.delete_run(run), destructive=True, run=run)
+        else:
+            oid, n = self.call("delete", lambda: self.st.gc(delete_run=run), destructive=True, run=run)
+        self.ack("delete", oid, run=run)
+
+    def op_pin(self) -> None:
+        """put_object: pinned until unpinned."""
+        data = b"pin-%s-%d-" % (self.name.encode(), self.counter) + self.rng.randbytes(self.rng.choice((32, 4096)))
+        self.counter += 1
+        oid, d = self.call("pin", lambda: self.st.put_object(data))
+        self.ack("pin", oid, digest=d.hex())
+        self.pins.append(d.hex())
+        self.blobs.append(data)
+
+    def op_unpin(self) -> None:
+        """unpin_object of one of its pins."""
+        if not self.pins:
+            return
+        d = self.pins.pop(self.rng.randrange(len(self.pins)))
+        oid, was = self.call("unpin", lambda: self.st.unpin_object(d), destructive=True, digest=d)
+        self.ack("unpin", oid, digest=d, was=was)
+        if not was:
+            self.log.write("defect", sync=True, op="unpin", tb=f"a pin this worker made was gone: {d}")
+
+    def op_audit(self) -> None:
+        """append_audit."""
+        oid, rec = self.call("audit", lambda: self.st.append_audit("chaos", {"w": self.name, "n": self.counter}))
+        self.ack("audit", oid, digest=rec.digest, index=rec.index)
+
+    def op_validate(self) -> None:
+        """validate C against itself (ACCEPT, then a permit resumes a fork) and against another (never ACCEPT)."""
+        if len(self.acked_main) < 3:
+            return
+        c = self.rng.choice(self.acked_main[-4:-1])
+        if c in self.rejected:
+            return
+        if self.rng.random() < 0.6:
+            oid, d = self.call("validate", lambda: cpstore.validate(c, c, store=self.st), cid=c, other=c)
+            self.ack("validate", oid, cid=c, other=c, verdict=data_verdict(d).value, digest=d.audit_digest)
+            if data_verdict(d) is not Verdict.ACCEPT:
+                return
+            _, permit = self.call("gate", lambda: cpstore.resume_gate(self.st, c, d), cid=c)
+            branch = f"g{self.log.op().replace('.', '_')}"
+            rec = self.st.recorder(self.run, branch=branch, parent=c, permit=permit)
+            self.forks[branch] = {"base": c, "heads": [], "n": 0}
+            self.op_on_fork(branch, rec)
+            return
+        other = self.rng.choice([x for x in self.acked_main[-6:] if x != c])
+        oid, d = self.call("validate", lambda: cpstore.validate(c, other, store=self.st), cid=c, other=other)
+        self.ack("validate", oid, cid=c, other=other, verdict=data_verdict(d).value, digest=d.audit_digest)
+        self.rejected.add(c)
+        if data_verdict(d) is Verdict.ACCEPT:
+            return  # the checker reports it
+        try:
+            self.call("gate", lambda: cpstore.resume_gate(self.st, c, d), cid=c)
+        except GateError:
+            return
+        self.log.write("defect", sync=True, op="gate", tb=f"resume_gate let a non-ACCEPT through: {c}")
+
+    def op_verify(self) -> None:
+        """store.verify() from inside the mix."""
+        oid, rep = self.call("verify", self.st.verify)
+        self.ack("verify", oid, ok=rep.ok, problems=[str(p)[:300] for p in rep.problems[:5]])
+
+    def op_flush(self) -> None:
+        """flush (batched: commits the queue; none: an fsync)."""
+        if self.batched:
+            self.flush()
+        else:
+            oid, _ = self.call("flush", self.st.flush)
+
+
+OPS: list[tuple[str, int]] = [
+    ("own", 30), ("shared", 12), ("fork", 8), ("reset", 6), ("release", 3), ("repair", 2), ("prune", 4),
+    ("tmp", 7), ("delete", 5), ("pin", 5), ("unpin", 3), ("audit", 6), ("validate", 4), ("verify", 1),
+    ("flush", 3), ("fork_more", 4),
+]
+
+
+def shared_cas(w: Worker, tries: int) -> None:
+    """Record one checkpoint on the shared run: read the head, CAS from it, retry on conflict."""
+    for _ in range(tries):
+        try:
+            rec = w.st.recorder(SHARED, parent=w.st.ref(SHARED))
+            w.checkpoint(rec, SHARED, "main")
+            return
+        except ConflictError:
+            continue
+
+
+def _racer(w: Worker, deadline: float, stop: threading.Event) -> None:
+    """A second thread on the shared run (its commits group with the main thread's)."""
+    rng = random.Random(w.rng.random())
+    mine = Worker.__new__(Worker)
+    mine.__dict__.update(w.__dict__)
+    mine.rng, mine.blobs = rng, []
+    while time.monotonic() < deadline and not stop.is_set():
+        try:
+            shared_cas(mine, 40)
+        except CpstoreError:
+            pass
+        time.sleep(rng.random() * 0.02)
+
+
+def work(store: str, logdir: str, worker: int, inc: int, seed: int, deadline: float, map_size: int) -> None:
+    """The worker process: open the store and run the mix until ``deadline`` (monotonic)."""
+    rng = random.Random(f"{seed}/{worker}/{inc}")
+    mode = rng.choice(("sync", "sync", "none", "batched"))
+    log = Log(os.path.join(logdir, f"w{worker}.log"), worker, inc)
+    log.write("start", sync=True, mode=mode, seed=seed, pid=os.getpid())
+    with cpstore.open(store, durability=mode, map_size=map_size, batch_size=4) as st:
+        w = Worker(st, log, rng, f"w{worker}")
+        stop = threading.Event()
+        racer = None
+        if mode == "sync" and rng.random() < 0.6:
+            racer = threading.Thread(target=_racer, args=(w, deadline, stop), daemon=True)
+            racer.start()
+        names, weights = zip(*OPS, strict=True)
+        while time.monotonic() < deadline:
+            op = rng.choices(names, weights)[0]
+            try:
+                if op == "fork_more":
+                    if w.forks:
+                        w.op_on_fork(rng.choice(sorted(w.forks)))
+                else:
+                    getattr(w, f"op_{op}")()
+            except CpstoreError:
+                pass
+        stop.set()
+        if racer is not None:
+            racer.join(timeout=60)
+            if racer.is_alive():
+                log.write("defect", sync=True, op="racer", tb="the racing thread hung")
+        if w.main_pending:
+            w.flush()
+    log.write("end", sync=True)

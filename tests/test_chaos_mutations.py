@@ -1,0 +1,278 @@
+"""Model-based chaos test: worker processes mix every mutating operation on one store, some SIGKILLed.
+
+Three workers (four with CPSTORE_SOAK=1) run tests/chaos_worker.py's seeded
+random mix (checkpoints on own and shared runs, forks, reset/set/repair of
+refs, retained heads and their release, prune and gc, runs deleted, pinned
+objects put and unpinned, audit appends, validations and gates, durability
+modes sync/none/batched, a 1 MiB starting map so it grows under load). This
+process SIGKILLs a random worker every 0.3-1.5 s and restarts it. After each
+kill and at the end it checks, from the workers' fsynced logs, what a user
+relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
+
+* ``verify()`` reports no problem; no worker saw an error that is not a
+  CpstoreError, nor an IntegrityError (nothing here damages the store);
+* every acknowledged checkpoint is stored and hash-checks, unless an operation
+  logged before the check could have removed it: a ``delete_run`` of its run,
+  a prune after at least ``keep_last`` newer checkpoints began on its branch,
+  or (fork branches) a release of a retained head of that branch;
+* a branch only compare-and-set moves (the own and shared runs' ``main``)
+  never has two acknowledged children of one parent, and its head's history
+  holds only checkpoints some worker began there;
+* an acknowledged pin keeps its object until unpinned; an acknowledged
+  ``reset_ref`` keeps the old head listed in ``retained()`` and intact until
+  released;
+* each acknowledged audit record is at the index it was given; the chain is
+  dense and unforked; a validation of a checkpoint against itself is ACCEPT,
+  against another never;
+* no worker hung (every wait is bounded).
+
+The seed is logged; ``CPSTORE_CHAOS_SEED`` replays one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import random
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chaos_worker import KEEP, SHARED, work
+
+import cpstore
+from cpstore.errors import CpstoreError
+
+SOAK = bool(os.environ.get("CPSTORE_SOAK"))
+INF = math.inf
+MAP = 1 << 20
+
+
+def read_logs(logdir: Path) -> list[dict[str, Any]]:
+    """Every complete line of every worker log, in time order."""
+    lines: list[dict[str, Any]] = []
+    for p in sorted(logdir.glob("w*.log")):
+        text = p.read_text()
+        for raw in text.split("\n")[:-1]:  # a line cut by a kill has no newline yet
+            lines.append(json.loads(raw))
+    lines.sort(key=lambda r: r["t"])
+    return lines
+
+
+class Model:
+    """What the logs say the store acknowledged and what could have been removed."""
+
+    def __init__(self, lines: list[dict[str, Any]]) -> None:
+        begins: dict[str, dict[str, Any]] = {}
+        ends: dict[str, dict[str, Any]] = {}
+        self.defects = [r for r in lines if r["ev"] == "defect"]
+        for r in lines:
+            if r["ev"] == "b":
+                begins[r["id"]] = r
+            elif r["ev"] in ("a", "x"):
+                ends.setdefault(r["id"], r)
+        self.ops = [(b, ends.get(i)) for i, b in begins.items()]
+        self.acks = [(begins[i], e) for i, e in ends.items() if e["ev"] == "a"]
+
+    def end(self, oid_end: dict[str, Any] | None) -> float:
+        """When an operation ended (never, for one a kill cut)."""
+        return INF if oid_end is None else float(oid_end["t"])
+
+    def acked(self, op: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(begin, ack) of every acknowledged ``op``."""
+        return [(b, a) for b, a in self.acks if b["op"] == op]
+
+    def removable(self, ck: dict[str, Any], begin: dict[str, Any]) -> bool:
+        """True when an operation in the log could have removed checkpoint ``ck``."""
+        run, branch, t0 = ck["run"], ck["branch"], begin["t"]
+        for b, e in self.ops:
+            if self.end(e) <= t0 or (e is not None and e["ev"] == "x"):
+                continue
+            if b["op"] == "delete" and b["run"] == run:
+                return True
+            if b["op"] == "prune" and b["run"] in (None, run):
+                if branch.startswith(("f", "g")) and self.released(run, branch, t0, self.end(e)):
+                    return True
+                if self.newer(run, branch, t0, self.end(e), begin["id"]) >= b["keep"]:
+                    return True
+        return False
+
+    def released(self, run: str, branch: str, after: float, before: float) -> bool:
+        """A retained head of ``run``/``branch`` released in (after, before)."""
+        return any(
+            b["op"] == "release" and b["run"] == run and b["branch"] == branch and self.end(e) > after and b["t"] < before
+            for b, e in self.ops
+        )
+
+    def newer(self, run: str, branch: str, t0: float, before: float, own: str) -> int:
+        """Checkpoints of ``run``/``branch`` that may have committed after ``t0`` and before ``before``."""
+        return sum(
+            1
+            for b, e in self.ops
+            if b["op"] == "ckpt" and b["run"] == run and b["branch"] == branch and b["id"] != own
+            and b["t"] < before and self.end(e) > t0 and (e is None or e["ev"] == "a")
+        )
+
+
+def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, int]:
+    """Every invariant the module docstring lists, over the logs as they stand."""
+    before = Model(read_logs(logdir))
+    problems: list[str] = [f"defect: {d}" for d in before.defects]
+    rep = store.verify()
+    problems += [f"verify: {p}" for p in rep.problems[:10]]
+    checked_ck: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    missing: list[tuple[dict[str, Any], dict[str, Any], str]] = []
+    for b, a in before.acked("ckpt"):
+        try:
+            found = store.verify_checkpoint(a["cid"])
+            if found:
+                missing.append((b, a, str(found[:3])))
+            elif store.manifest(a["cid"]).state_digest != a["sd"]:
+                missing.append((b, a, "another state"))
+        except CpstoreError as exc:
+            missing.append((b, a, repr(exc)[:200]))
+        checked_ck.append((b, a))
+    pins_bad = []
+    for b, a in before.acked("pin"):
+        try:
+            store.get_object(a["digest"])
+        except CpstoreError as exc:
+            pins_bad.append((b, a, repr(exc)[:200]))
+    retained = store.retained()
+    retained_bad = []
+    for b, a in before.acked("reset"):
+        ok = a["old"] in retained and not store.verify_checkpoint(a["old"])
+        if not ok:
+            retained_bad.append((b, a))
+    for _, a in [*before.acked("audit"), *before.acked("reset"), *before.acked("release")]:
+        got = store.get_audit(a["digest"]).index
+        if got != a["index"]:
+            problems.append(f"audit record {a['digest']} at {got}, acknowledged at {a['index']}")
+    after = Model(read_logs(logdir))  # any removal that could explain a miss was logged before this read
+    for b, a, why in missing:
+        if not after.removable(a, b):
+            problems.append(f"acknowledged checkpoint lost: {a['cid']} {a['run']}@{a['branch']}: {why}")
+    for b, a, why in pins_bad:
+        if not any(ub["op"] == "unpin" and ub["digest"] == a["digest"] for ub, _ in after.ops):
+            problems.append(f"pinned object lost: {a['digest']}: {why}")
+    for b, a in retained_bad:
+        if not any(rb["op"] == "release" and rb["cid"] == a["old"] and after.end(re) > b["t"] for rb, re in after.ops):
+            problems.append(f"retained head lost: {a['old']} ({a['run']}@{a['branch']})")
+    acked_ck = {a["cid"]: (b, a) for b, a in after.acked("ckpt")}
+    for b, a in after.acked("validate"):
+        same = a["cid"] == a["other"]
+        ck = acked_ck.get(a["cid"])
+        if same and a["verdict"] != "ACCEPT" and ck is not None and not after.removable(ck[1], ck[0]):
+            problems.append(f"validate {a['cid']} against itself: {a['verdict']}")
+        if not same and a["verdict"] == "ACCEPT":
+            problems.append(f"ACCEPT for different inputs: {a['cid']} vs {a['other']}")
+    problems += cas_linear(store, after, final=final)
+    records = list(store.audit_records())
+    if [r.index for r in records] != list(range(len(records))):
+        problems.append("audit indexes not dense")
+    if not all(y.prev == x.digest for x, y in itertools.pairwise(records)):
+        problems.append("audit chain forked or broken")
+    assert not problems, "\n".join(problems[:30])
+    return {"checkpoints": len(checked_ck), "audit": len(records), "ops": len(after.ops)}
+
+
+def cas_linear(store: cpstore.Store, m: Model, *, final: bool) -> list[str]:
+    """CAS-only branches: no two acknowledged children of one parent; the head's chain holds only begun ones."""
+    problems = []
+    children: dict[tuple[str, str | None], list[str]] = defaultdict(list)
+    begun: dict[str, set[str]] = defaultdict(set)  # run -> state digests begun on its main
+    for b, e in m.ops:
+        if b["op"] == "ckpt" and b["branch"] == "main" and (b["run"] == SHARED or b["run"].startswith("own-")):
+            begun[b["run"]].add(b["sd"])
+            if e is not None and e["ev"] == "a":
+                children[(b["run"], b["parent"])].append(e["cid"])
+    for (run, parent), kids in children.items():
+        if len(set(kids)) > 1:
+            problems.append(f"a CAS was bypassed on {run}: {parent} has acknowledged children {kids}")
+    if final:
+        for run in begun:
+            try:
+                chain = store.history(run, limit=min(KEEP))
+            except CpstoreError as exc:
+                problems.append(f"history of {run}: {exc!r}")
+                continue
+            for mf in chain:
+                if mf.state_digest not in begun[run]:
+                    problems.append(f"{run}: head's chain holds {mf.id}, which no worker began")
+    return problems
+
+
+def _start(ctx: Any, store: str, logdir: Path, w: int, inc: int, seed: int, deadline: float) -> Any:
+    p = ctx.Process(target=work, args=(store, str(logdir), w, inc, seed, deadline, MAP), daemon=True)
+    p.start()
+    return p
+
+
+def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) -> dict[str, int]:
+    """Run the workers for ``seconds``, killing and restarting them; check after each kill and at the end."""
+    print(f"chaos seed={seed} workers={workers} seconds={seconds}")
+    logdir.mkdir(exist_ok=True)
+    with cpstore.open(store, map_size=MAP):
+        pass  # made once, before the workers race to open it
+    rng = random.Random(seed)
+    ctx = multiprocessing.get_context("spawn")
+    deadline = time.monotonic() + seconds
+    incs = dict.fromkeys(range(workers), 0)
+    procs = {w: _start(ctx, store, logdir, w, 0, seed, deadline) for w in range(workers)}
+    kills = checks = 0
+    figures: dict[str, int] = {}
+    try:
+        while time.monotonic() < deadline - 1.5:
+            time.sleep(rng.uniform(0.3, 1.5))
+            w = rng.randrange(workers)
+            if procs[w].is_alive():
+                os.kill(procs[w].pid, signal.SIGKILL)
+                kills += 1
+            procs[w].join(timeout=30)
+            assert procs[w].exitcode is not None, f"worker {w} did not die"
+            with cpstore.open(store, durability="none") as st:
+                check(st, logdir, final=False)
+                checks += 1
+            incs[w] += 1
+            procs[w] = _start(ctx, store, logdir, w, incs[w], seed, deadline)
+        for w, p in procs.items():
+            p.join(timeout=seconds + 120)
+            assert p.exitcode is not None, f"worker {w} hung (seed {seed})"
+        with cpstore.open(store) as st:
+            figures = check(st, logdir, final=True)
+    finally:
+        for p in procs.values():
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=10)
+    ends = sum(1 for r in read_logs(logdir) if r["ev"] == "end")
+    assert ends >= workers, f"only {ends} workers ended cleanly (seed {seed})"
+    figures.update(kills=kills, checks=checks, seed=seed)
+    print(f"chaos figures: {figures}")
+    return figures
+
+
+def _seed() -> int:
+    given = os.environ.get("CPSTORE_CHAOS_SEED")
+    return int(given) if given else random.SystemRandom().randrange(1 << 30)
+
+
+class TestChaos:
+    def test_every_mutation_mixed_across_killed_processes_keeps_every_promise(self, tmp_path: Path) -> None:
+        """Three workers mix every mutation for 12 s with kills; every invariant holds after each kill."""
+        figures = chaos(str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=3, seconds=12)
+        assert figures["checkpoints"] > 0 and figures["kills"] > 0
+
+    @pytest.mark.soak
+    @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
+    def test_soak_every_mutation_mixed_across_killed_processes(self, tmp_path: Path) -> None:
+        """The same with four workers for 120 s (CPSTORE_SOAK=1)."""
+        seconds = float(os.environ.get("CPSTORE_CHAOS_SECONDS", "120"))
+        figures = chaos(str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=4, seconds=seconds)
+        assert figures["checkpoints"] > 0 and figures["kills"] > 0
