@@ -312,7 +312,7 @@ class Worker:
             return
         if self.rng.random() < 0.6:
             oid, d = self.call("validate", lambda: cpstore.validate(c, c, store=self.st), cid=c, other=c)
-            self.ack("validate", oid, cid=c, other=c, verdict=data_verdict(d).value, digest=d.audit_digest)
+            self.ack("validate", oid, cid=c, other=c, verdict=data_verdict(d).name, digest=d.audit_digest)
             if data_verdict(d) is not Verdict.ACCEPT:
                 return
             _, permit = self.call("gate", lambda: cpstore.resume_gate(self.st, c, d), cid=c)
@@ -323,7 +323,7 @@ class Worker:
             return
         other = self.rng.choice([x for x in self.acked_main[-6:] if x != c])
         oid, d = self.call("validate", lambda: cpstore.validate(c, other, store=self.st), cid=c, other=other)
-        self.ack("validate", oid, cid=c, other=other, verdict=data_verdict(d).value, digest=d.audit_digest)
+        self.ack("validate", oid, cid=c, other=other, verdict=data_verdict(d).name, digest=d.audit_digest)
         self.rejected.add(c)
         if data_verdict(d) is Verdict.ACCEPT:
             return  # the checker reports it
