@@ -1,4 +1,4 @@
-"""One worker of the chaos test (tests/test_chaos_mutations.py): a seeded random mix of every mutation.
+"""A worker of the chaos test (tests/test_chaos_mutations.py): a seeded mix of every mutation.
 
 A worker process opens the store in one durability mode and, until the
 deadline, runs a random (seeded) mix of: recorder checkpoints on its own run
@@ -20,6 +20,8 @@ that is not a CpstoreError is logged as ``defect`` with its traceback.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import random
@@ -27,7 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import cpstore
 from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
@@ -35,6 +37,7 @@ from cpstore.errors import ConflictError, CpstoreError, GateError, IntegrityErro
 
 KEEP = (3, 4)  # prune's keep_last choices: a CAS branch's newest 3 are never swept
 SHARED = "shared"
+CONTESTED = "contested"  # CAS checkpoints and resets by every worker: only retention keeps history
 
 
 def data_verdict(d: Decision) -> Verdict:
@@ -88,19 +91,32 @@ class Worker:
         """A recorder on this worker's own run (continues from the head)."""
         return self.st.recorder(self.run)
 
-    def call(self, op: str, fn: Callable[[], Any], *, destructive: bool = False, **fields: Any) -> Any:
+    def call(
+        self, op: str, fn: Callable[[], Any], *, destructive: bool = False, **fields: Any
+    ) -> Any:
         """Run ``fn`` logged: ``b`` before, ``a`` or ``x`` after; a non-CpstoreError is a defect."""
         oid = self.log.op()
         self.log.write("b", sync=destructive, op=op, id=oid, **fields)
         try:
             out = fn()
         except CpstoreError as exc:
-            self.log.write("x", sync=True, op=op, id=oid, err=type(exc).__name__, msg=str(exc)[:300])
+            self.log.write(
+                "x", sync=True, op=op, id=oid, err=type(exc).__name__, msg=str(exc)[:300]
+            )
             if isinstance(exc, IntegrityError):
-                self.log.write("defect", sync=True, op=op, id=oid, tb=traceback.format_exc()[-2000:])
+                self.log.write(
+                    "defect", sync=True, op=op, id=oid, tb=traceback.format_exc()[-2000:]
+                )
             raise
-        except BaseException as exc:  # noqa: BLE001 - a raw error escaping is the defect we hunt
-            self.log.write("defect", sync=True, op=op, id=oid, err=type(exc).__name__, tb=traceback.format_exc()[-2000:])
+        except BaseException as exc:  # a raw error escaping is the defect we hunt
+            self.log.write(
+                "defect",
+                sync=True,
+                op=op,
+                id=oid,
+                err=type(exc).__name__,
+                tb=traceback.format_exc()[-2000:],
+            )
             raise CpstoreError("non-cpstore error escaped", where=op, got=repr(exc)) from exc
         return oid, out
 
@@ -115,24 +131,42 @@ class Worker:
         return {"w": self.name, "i": self.counter, "pad": pad}, self.rng.getrandbits(48)
 
     def checkpoint(self, rec: Any, run: str, branch: str, *, flush: bool = True) -> str | None:
-        """One recorder checkpoint, logged ``b`` (step, parent, state digest) then ``a`` when durable."""
+        """One recorder checkpoint: ``b`` (step, parent, state digest), then ``a`` once durable."""
         state, tok = self.state()
         step = time.monotonic_ns() // 1000  # one clock for every process: never behind a parent's
-        payload = self.rng.choice(self.blobs) if self.blobs and self.rng.random() < 0.5 else b"p%d" % tok
+        payload = (
+            self.rng.choice(self.blobs) if self.blobs and self.rng.random() < 0.5 else b"p%d" % tok
+        )
         rec.observe(step, "src", payload, pinned_at=1.0)
         rec.token("rng", tok)
         rec.decision(step, "node", pick=tok % 7)
-        if run != SHARED and self.rng.random() < 0.3:  # a lost CAS drops its recorder
+        if (
+            run not in (SHARED, CONTESTED) and self.rng.random() < 0.3
+        ):  # a lost CAS drops its recorder
             rec.effect("mail", b"e%d" % tok)
         parent, sd = rec.head, cpstore.state_digest(state)
         try:
             oid, cid = self.call(
-                "ckpt", lambda: rec.checkpoint(step, state), run=run, branch=branch, parent=parent, sd=sd, step=step
+                "ckpt",
+                lambda: rec.checkpoint(step, state),
+                run=run,
+                branch=branch,
+                parent=parent,
+                sd=sd,
+                step=step,
             )
         except CpstoreError:
-            self.main_pending = []  # a batch this checkpoint completed was dropped: never acknowledged
+            self.main_pending = []  # a batch this checkpoint completed was dropped
             raise
-        entry = {"op": "ckpt", "oid": oid, "cid": cid, "run": run, "branch": branch, "parent": parent, "sd": sd}
+        entry = {
+            "op": "ckpt",
+            "oid": oid,
+            "cid": cid,
+            "run": run,
+            "branch": branch,
+            "parent": parent,
+            "sd": sd,
+        }
         if self.batched and not flush:
             self.main_pending.append(entry)
             return None
@@ -150,7 +184,9 @@ class Worker:
             self.main = self.fresh_main()  # the batch was dropped: the recorder's head is gone
             raise
         for e in pending:
-            self.ack("ckpt", e["oid"], **{k: e[k] for k in ("cid", "run", "branch", "parent", "sd")})
+            self.ack(
+                "ckpt", e["oid"], **{k: e[k] for k in ("cid", "run", "branch", "parent", "sd")}
+            )
             self.acked_main.append(e["cid"])
 
     # ---- the operations -------------------------------------------------------------
@@ -177,7 +213,9 @@ class Worker:
             return
         base, branch = self.rng.choice(bases), f"f{self.log.op().replace('.', '_')}"
         if self.rng.random() < 0.5:
-            oid, _ = self.call("fork", lambda: self.st.fork(self.run, branch, base), run=self.run, branch=branch)
+            oid, _ = self.call(
+                "fork", lambda: self.st.fork(self.run, branch, base), run=self.run, branch=branch
+            )
             self.ack("fork", oid, run=self.run, branch=branch, cid=base)
             rec = self.st.recorder(self.run, branch=branch)
         else:
@@ -206,14 +244,33 @@ class Worker:
         if old is None or old == new:
             return
         oid, rec = self.call(
-            "reset", lambda: self.st.reset_ref(self.run, branch, new, expected_old=old, operator="chaos", reason="r"),
-            destructive=True, run=self.run, branch=branch, old=old, new=new,
+            "reset",
+            lambda: self.st.reset_ref(
+                self.run, branch, new, expected_old=old, operator="chaos", reason="r"
+            ),
+            destructive=True,
+            run=self.run,
+            branch=branch,
+            old=old,
+            new=new,
         )
-        self.ack("reset", oid, run=self.run, branch=branch, old=old, new=new, digest=rec.digest, index=rec.index)
+        self.ack(
+            "reset",
+            oid,
+            run=self.run,
+            branch=branch,
+            old=old,
+            new=new,
+            digest=rec.digest,
+            index=rec.index,
+        )
         self.retained.append((old, branch))
         if new is not None and self.rng.random() < 0.5:  # forward again, to the head it left
             oid, _ = self.call(
-                "set_ref", lambda: self.st.set_ref(self.run, branch, old, expected_old=new), run=self.run, branch=branch
+                "set_ref",
+                lambda: self.st.set_ref(self.run, branch, old, expected_old=new),
+                run=self.run,
+                branch=branch,
             )
             self.ack("set_ref", oid, run=self.run, branch=branch, old=new, new=old)
 
@@ -223,8 +280,12 @@ class Worker:
             return
         head, branch = self.retained.pop(self.rng.randrange(len(self.retained)))
         oid, rec = self.call(
-            "release", lambda: self.st.release_retained(head, operator="chaos", reason="r"),
-            destructive=True, run=self.run, branch=branch, cid=head,
+            "release",
+            lambda: self.st.release_retained(head, operator="chaos", reason="r"),
+            destructive=True,
+            run=self.run,
+            branch=branch,
+            cid=head,
         )
         self.ack("release", oid, cid=head, digest=rec.digest, index=rec.index)
 
@@ -234,9 +295,11 @@ class Worker:
         if before is None:
             return
         try:
-            oid, _ = self.call(
-                "repair", lambda: self.st.repair_ref(self.run, "main", None, operator="chaos", reason="r"),
-                destructive=True, run=self.run,
+            self.call(
+                "repair",
+                lambda: self.st.repair_ref(self.run, "main", None, operator="chaos", reason="r"),
+                destructive=True,
+                run=self.run,
             )
         except ConflictError:
             return
@@ -246,10 +309,22 @@ class Worker:
         """prune / gc(keep_last=...) of every run or of this worker's own."""
         keep, run = self.rng.choice(KEEP), self.rng.choice((None, self.run))
         if self.rng.random() < 0.5:
-            oid, n = self.call("prune", lambda: self.st.prune(keep_last=keep, run_id=run), destructive=True, keep=keep, run=run)
+            oid, n = self.call(
+                "prune",
+                lambda: self.st.prune(keep_last=keep, run_id=run),
+                destructive=True,
+                keep=keep,
+                run=run,
+            )
             self.ack("prune", oid, removed=n)
         else:
-            oid, rep = self.call("prune", lambda: self.st.gc(keep_last=keep, run_id=run), destructive=True, keep=keep, run=run)
+            oid, rep = self.call(
+                "prune",
+                lambda: self.st.gc(keep_last=keep, run_id=run),
+                destructive=True,
+                keep=keep,
+                run=run,
+            )
             self.ack("prune", oid, removed=len(rep.checkpoints))
 
     def op_tmp(self) -> None:
@@ -258,30 +333,88 @@ class Worker:
         rec = self.st.recorder(run)
         self.tmp_runs.append(run)
         for _ in range(self.rng.randint(1, 2)):
-            data = self.rng.choice(self.blobs) if self.blobs and self.rng.random() < 0.6 else self.rng.randbytes(512)
+            data = (
+                self.rng.choice(self.blobs)
+                if self.blobs and self.rng.random() < 0.6
+                else self.rng.randbytes(512)
+            )
             step = time.monotonic_ns() // 1000
+            write = functools.partial(rec.checkpoint, step, data)
             oid, cid = self.call(
-                "ckpt", lambda: rec.checkpoint(step, data), run=run, branch="main", parent=rec.head,
-                sd=cpstore.state_digest(data), step=step,
+                "ckpt",
+                write,
+                run=run,
+                branch="main",
+                parent=rec.head,
+                sd=cpstore.state_digest(data),
+                step=step,
             )
             if self.batched:
                 self.flush()
-            self.ack("ckpt", oid, cid=cid, run=run, branch="main", parent=None, sd=cpstore.state_digest(data))
+            self.ack(
+                "ckpt",
+                oid,
+                cid=cid,
+                run=run,
+                branch="main",
+                parent=None,
+                sd=cpstore.state_digest(data),
+            )
+
+    def op_contest(self) -> None:
+        """The contested run: every worker CAS-records on it and resets it back (or away)."""
+        if self.rng.random() < 0.7:
+            shared_cas(self, 40, run=CONTESTED)
+            return
+        old = self.st.ref(CONTESTED)
+        if old is None:
+            return
+        back = [m.id for m in self.st.history(CONTESTED, limit=3)[1:]]
+        new = self.rng.choice(back) if back and self.rng.random() < 0.8 else None
+        oid, rec = self.call(
+            "reset",
+            lambda: self.st.reset_ref(
+                CONTESTED, "main", new, expected_old=old, operator="chaos", reason="c"
+            ),
+            destructive=True,
+            run=CONTESTED,
+            branch="main",
+            old=old,
+            new=new,
+        )
+        self.ack(
+            "reset",
+            oid,
+            run=CONTESTED,
+            branch="main",
+            old=old,
+            new=new,
+            digest=rec.digest,
+            index=rec.index,
+        )
 
     def op_delete(self) -> None:
-        """delete_run / gc(delete_run=) of one of its short runs."""
-        if not self.tmp_runs:
-            return
-        run = self.tmp_runs.pop(self.rng.randrange(len(self.tmp_runs)))
-        if self.rng.random() < 0.5:
-            oid, n = self.call("delete", lambda: self.st.delete_run(run), destructive=True, run=run)
+        """delete_run / gc(delete_run=) of a short run (its own or another worker's)."""
+        others = [r for r in self.st.runs() if r.startswith("tmp-")]
+        if self.rng.random() < 0.3 and others:
+            run = self.rng.choice(others)
+        elif self.tmp_runs:
+            run = self.tmp_runs.pop(self.rng.randrange(len(self.tmp_runs)))
         else:
-            oid, n = self.call("delete", lambda: self.st.gc(delete_run=run), destructive=True, run=run)
+            return
+        if self.rng.random() < 0.5:
+            oid, _ = self.call("delete", lambda: self.st.delete_run(run), destructive=True, run=run)
+        else:
+            oid, _ = self.call(
+                "delete", lambda: self.st.gc(delete_run=run), destructive=True, run=run
+            )
         self.ack("delete", oid, run=run)
 
     def op_pin(self) -> None:
         """put_object: pinned until unpinned."""
-        data = b"pin-%s-%d-" % (self.name.encode(), self.counter) + self.rng.randbytes(self.rng.choice((32, 4096)))
+        data = b"pin-%s-%d-" % (self.name.encode(), self.counter) + self.rng.randbytes(
+            self.rng.choice((32, 4096))
+        )
         self.counter += 1
         oid, d = self.call("pin", lambda: self.st.put_object(data))
         self.ack("pin", oid, digest=d.hex())
@@ -296,42 +429,86 @@ class Worker:
         oid, was = self.call("unpin", lambda: self.st.unpin_object(d), destructive=True, digest=d)
         self.ack("unpin", oid, digest=d, was=was)
         if not was:
-            self.log.write("defect", sync=True, op="unpin", tb=f"a pin this worker made was gone: {d}")
+            self.log.write(
+                "defect", sync=True, op="unpin", tb=f"a pin this worker made was gone: {d}"
+            )
 
     def op_audit(self) -> None:
         """append_audit."""
-        oid, rec = self.call("audit", lambda: self.st.append_audit("chaos", {"w": self.name, "n": self.counter}))
+        oid, rec = self.call(
+            "audit", lambda: self.st.append_audit("chaos", {"w": self.name, "n": self.counter})
+        )
         self.ack("audit", oid, digest=rec.digest, index=rec.index)
 
     def op_validate(self) -> None:
-        """validate C against itself (ACCEPT, then a permit resumes a fork) and against another (never ACCEPT)."""
+        """validate C against itself (ACCEPT: a signed permit resumes) and another (never)."""
         if len(self.acked_main) < 3:
             return
         c = self.rng.choice(self.acked_main[-4:-1])
         if c in self.rejected:
             return
         if self.rng.random() < 0.6:
-            oid, d = self.call("validate", lambda: cpstore.validate(c, c, store=self.st), cid=c, other=c)
-            self.ack("validate", oid, cid=c, other=c, verdict=data_verdict(d).name, digest=d.audit_digest)
-            if data_verdict(d) is not Verdict.ACCEPT:
-                return
-            _, permit = self.call("gate", lambda: cpstore.resume_gate(self.st, c, d), cid=c)
-            branch = f"g{self.log.op().replace('.', '_')}"
-            rec = self.st.recorder(self.run, branch=branch, parent=c, permit=permit)
-            self.forks[branch] = {"base": c, "heads": [], "n": 0}
-            self.op_on_fork(branch, rec)
+            oid, d = self.call(
+                "validate", lambda: cpstore.validate(c, c, store=self.st), cid=c, other=c
+            )
+            self.ack(
+                "validate", oid, cid=c, other=c, verdict=data_verdict(d).name, digest=d.audit_digest
+            )
+            if data_verdict(d) is Verdict.ACCEPT:  # QUARANTINE for BEST_EFFORT alone: signed off
+                self.signed_resume(c, d)
             return
         other = self.rng.choice([x for x in self.acked_main[-6:] if x != c])
-        oid, d = self.call("validate", lambda: cpstore.validate(c, other, store=self.st), cid=c, other=other)
-        self.ack("validate", oid, cid=c, other=other, verdict=data_verdict(d).name, digest=d.audit_digest)
+        oid, d = self.call(
+            "validate", lambda: cpstore.validate(c, other, store=self.st), cid=c, other=other
+        )
+        self.ack(
+            "validate", oid, cid=c, other=other, verdict=data_verdict(d).name, digest=d.audit_digest
+        )
         self.rejected.add(c)
         if data_verdict(d) is Verdict.ACCEPT:
             return  # the checker reports it
         try:
             self.call("gate", lambda: cpstore.resume_gate(self.st, c, d), cid=c)
         except GateError:
+            self.signed_resume(c, d)
             return
-        self.log.write("defect", sync=True, op="gate", tb=f"resume_gate let a non-ACCEPT through: {c}")
+        self.log.write(
+            "defect", sync=True, op="gate", tb=f"resume_gate let a non-ACCEPT through: {c}"
+        )
+
+    def signed_resume(self, c: str, d: Decision) -> None:
+        """Sign the decision off, resume a fork with the permit, then try the permit again."""
+        _, so = self.call(
+            "signoff", lambda: cpstore.sign_off(self.st, d, operator="chaos", reason="r"), cid=c
+        )
+        _, permit = self.call(
+            "gate", lambda: cpstore.resume_gate(self.st, c, d, sign_off=so), cid=c
+        )
+        branch = f"g{self.log.op().replace('.', '_')}"
+        rec = self.st.recorder(self.run, branch=branch, parent=c, permit=permit)
+        self.forks[branch] = {"base": c, "heads": [], "n": 0}
+        self.op_on_fork(branch, rec)
+        again = f"g{self.log.op().replace('.', '_')}"
+        try:
+            self.call(
+                "reuse",
+                lambda: self.st.recorder(self.run, branch=again, parent=c, permit=permit),
+                cid=c,
+            )
+        except GateError:
+            return
+        self.log.write("defect", sync=True, op="reuse", tb=f"a used permit resumed again: {c}")
+
+    def op_read_write(self) -> None:
+        """A write from a thread holding a read view (StoreError only when the map must grow)."""
+        if not self.acked_main:
+            return
+        with self.st.read(self.rng.choice(self.acked_main[-3:])) as cp:
+            cp.state()
+            oid, rec = self.call(
+                "audit", lambda: self.st.append_audit("chaos", {"w": self.name, "in_read": True})
+            )
+            self.ack("audit", oid, digest=rec.digest, index=rec.index)
 
     def op_verify(self) -> None:
         """store.verify() from inside the mix."""
@@ -343,22 +520,37 @@ class Worker:
         if self.batched:
             self.flush()
         else:
-            oid, _ = self.call("flush", self.st.flush)
+            self.call("flush", self.st.flush)
 
 
 OPS: list[tuple[str, int]] = [
-    ("own", 30), ("shared", 12), ("fork", 8), ("reset", 6), ("release", 3), ("repair", 2), ("prune", 4),
-    ("tmp", 7), ("delete", 5), ("pin", 5), ("unpin", 3), ("audit", 6), ("validate", 4), ("verify", 1),
-    ("flush", 3), ("fork_more", 4),
+    ("own", 30),
+    ("shared", 12),
+    ("fork", 8),
+    ("reset", 6),
+    ("release", 3),
+    ("repair", 2),
+    ("prune", 4),
+    ("tmp", 7),
+    ("delete", 5),
+    ("pin", 5),
+    ("unpin", 3),
+    ("audit", 6),
+    ("validate", 4),
+    ("verify", 1),
+    ("flush", 3),
+    ("fork_more", 4),
+    ("read_write", 2),
+    ("contest", 8),
 ]
 
 
-def shared_cas(w: Worker, tries: int) -> None:
-    """Record one checkpoint on the shared run: read the head, CAS from it, retry on conflict."""
+def shared_cas(w: Worker, tries: int, run: str = SHARED) -> None:
+    """One checkpoint on a run every worker writes: CAS from the head read, retried on conflict."""
     for _ in range(tries):
         try:
-            rec = w.st.recorder(SHARED, parent=w.st.ref(SHARED))
-            w.checkpoint(rec, SHARED, "main")
+            rec = w.st.recorder(run, parent=w.st.ref(run))
+            w.checkpoint(rec, run, "main")
             return
         except ConflictError:
             continue
@@ -371,17 +563,77 @@ def _racer(w: Worker, deadline: float, stop: threading.Event) -> None:
     mine.__dict__.update(w.__dict__)
     mine.rng, mine.blobs = rng, []
     while time.monotonic() < deadline and not stop.is_set():
-        try:
+        with contextlib.suppress(CpstoreError):
             shared_cas(mine, 40)
-        except CpstoreError:
-            pass
         time.sleep(rng.random() * 0.02)
 
 
-def work(store: str, logdir: str, worker: int, inc: int, seed: int, deadline: float, map_size: int) -> None:
+def _reader(w: Worker, deadline: float, stop: threading.Event) -> None:
+    """Reads beside the writes: heads, histories, pinned objects (CpstoreErrors only)."""
+    rng = random.Random(w.rng.random())
+    st, n = w.st, 0
+    while time.monotonic() < deadline and not stop.is_set():
+        n += 1
+        try:
+            pick = rng.randrange(6)
+            if pick == 4:
+                for run in st.runs(limit=20):
+                    st.branches(run)
+                st.retained()
+                st.resolve(f"{SHARED}@main~{rng.randrange(3)}")
+                st.space()
+            elif pick == 5:
+                head = st.ref(rng.choice((SHARED, CONTESTED, w.run)))
+                if head is not None and st.verify_checkpoint(head):
+                    w.log.write(
+                        "defect", sync=True, op="read", tb=f"a head fails verify_checkpoint: {head}"
+                    )
+                if w.pins and not st.has_object(rng.choice(w.pins)):
+                    w.log.write(
+                        "defect", sync=True, op="read", tb="has_object says a pinned object is gone"
+                    )
+            elif pick == 0:
+                with st.latest(SHARED) as cp:
+                    cp.state()
+                    cp.verify_objects()
+            elif pick == 1:
+                st.history_states(rng.choice((SHARED, w.run)), limit=4)
+            elif pick == 2 and w.pins:
+                st.get_object(rng.choice(w.pins))
+            elif w.acked_main:
+                with st.read(rng.choice(w.acked_main[-8:])) as cp:
+                    cp.state()
+                    time.sleep(
+                        rng.random() * 0.01
+                    )  # a read view held while others write and grow the map
+        except CpstoreError as exc:
+            if isinstance(exc, IntegrityError):
+                w.log.write(
+                    "defect",
+                    sync=True,
+                    op="read",
+                    err=type(exc).__name__,
+                    tb=traceback.format_exc()[-2000:],
+                )
+        except BaseException as exc:  # a raw error escaping is the defect we hunt
+            w.log.write(
+                "defect",
+                sync=True,
+                op="read",
+                err=type(exc).__name__,
+                tb=traceback.format_exc()[-2000:],
+            )
+        time.sleep(rng.random() * 0.005)
+    w.log.write("reads", sync=True, n=n)
+
+
+def work(
+    store: str, logdir: str, worker: int, inc: int, *, seed: int, deadline: float, map_size: int
+) -> None:
     """The worker process: open the store and run the mix until ``deadline`` (monotonic)."""
     rng = random.Random(f"{seed}/{worker}/{inc}")
-    mode = rng.choice(("sync", "sync", "none", "batched"))
+    modes: tuple[Literal["sync", "batched", "none"], ...] = ("sync", "sync", "none", "batched")
+    mode = rng.choice(modes)
     log = Log(os.path.join(logdir, f"w{worker}.log"), worker, inc)
     log.write("start", sync=True, mode=mode, seed=seed, pid=os.getpid())
     with cpstore.open(store, durability=mode, map_size=map_size, batch_size=4) as st:
@@ -391,6 +643,9 @@ def work(store: str, logdir: str, worker: int, inc: int, seed: int, deadline: fl
         if mode == "sync" and rng.random() < 0.6:
             racer = threading.Thread(target=_racer, args=(w, deadline, stop), daemon=True)
             racer.start()
+        reader = threading.Thread(target=_reader, args=(w, deadline, stop), daemon=True)
+        if rng.random() < 0.7:
+            reader.start()
         names, weights = zip(*OPS, strict=True)
         while time.monotonic() < deadline:
             op = rng.choices(names, weights)[0]
@@ -403,6 +658,10 @@ def work(store: str, logdir: str, worker: int, inc: int, seed: int, deadline: fl
             except CpstoreError:
                 pass
         stop.set()
+        if reader.ident is not None:
+            reader.join(timeout=60)
+            if reader.is_alive():
+                log.write("defect", sync=True, op="reader", tb="the reader thread hung")
         if racer is not None:
             racer.join(timeout=60)
             if racer.is_alive():

@@ -1,4 +1,4 @@
-"""Model-based chaos test: worker processes mix every mutating operation on one store, some SIGKILLed.
+"""Model-based chaos test: worker processes mix every mutation on one store, some SIGKILLed.
 
 Three workers (four with CPSTORE_SOAK=1) run tests/chaos_worker.py's seeded
 random mix (checkpoints on own and shared runs, forks, reset/set/repair of
@@ -99,37 +99,54 @@ class Model:
                 return True
             # Every sweep (a prune of any run, a delete_run) takes what nothing keeps: a
             # fork branch's checkpoints once the retained head keeping them is released.
-            if b["op"] in ("prune", "delete") and branch.startswith(("f", "g")):
-                if self.released(run, branch, t0, self.end(e)):
-                    return True
-            if b["op"] == "prune" and b["run"] in (None, run):
-                if self.newer(run, branch, t0, self.end(e), begin["id"]) >= b["keep"]:
-                    return True
+            fork = branch.startswith(("f", "g"))
+            if (
+                b["op"] in ("prune", "delete")
+                and fork
+                and self.released(run, branch, t0, self.end(e))
+            ):
+                return True
+            pruned = b["op"] == "prune" and b["run"] in (None, run)
+            if pruned and self.newer(run, branch, t0, self.end(e), begin["id"]) >= b["keep"]:
+                return True
         return False
 
     def released(self, run: str, branch: str, after: float, before: float) -> bool:
         """A retained head of ``run``/``branch`` released in (after, before)."""
         return any(
-            b["op"] == "release" and b["run"] == run and b["branch"] == branch and self.end(e) > after and b["t"] < before
+            b["op"] == "release"
+            and b["run"] == run
+            and b["branch"] == branch
+            and self.end(e) > after
+            and b["t"] < before
             for b, e in self.ops
         )
 
     def newer(self, run: str, branch: str, t0: float, before: float, own: str) -> int:
-        """Checkpoints of ``run``/``branch`` that may have committed after ``t0`` and before ``before``."""
+        """Checkpoints of ``run``/``branch`` that may have committed in (``t0``, ``before``)."""
         return sum(
             1
             for b, e in self.ops
-            if b["op"] == "ckpt" and b["run"] == run and b["branch"] == branch and b["id"] != own
-            and b["t"] < before and self.end(e) > t0 and (e is None or e["ev"] == "a")
+            if b["op"] == "ckpt"
+            and b["run"] == run
+            and b["branch"] == branch
+            and b["id"] != own
+            and b["t"] < before
+            and self.end(e) > t0
+            and (e is None or e["ev"] == "a")
         )
 
 
-def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, int]:
+def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, Any]:
     """Every invariant the module docstring lists, over the logs as they stand."""
     before = Model(read_logs(logdir))
     problems: list[str] = [f"defect: {d}" for d in before.defects]
     # Nothing here fails a commit: an outcome the store cannot tell is a defect too.
-    problems += [f"outcome unknown: {e}" for _, e in before.ops if e is not None and e.get("err") == "OutcomeUnknownError"]
+    problems += [
+        f"outcome unknown: {e}"
+        for _, e in before.ops
+        if e is not None and e.get("err") == "OutcomeUnknownError"
+    ]
     rep = store.verify()
     problems += [f"verify: {p}" for p in rep.problems[:10]]
     checked_ck: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -160,21 +177,33 @@ def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, int]:
         got = store.get_audit(a["digest"]).index
         if got != a["index"]:
             problems.append(f"audit record {a['digest']} at {got}, acknowledged at {a['index']}")
-    after = Model(read_logs(logdir))  # any removal that could explain a miss was logged before this read
+    after = Model(
+        read_logs(logdir)
+    )  # any removal that could explain a miss was logged before this read
     for b, a, why in missing:
         if not after.removable(a, b):
-            problems.append(f"acknowledged checkpoint lost: {a['cid']} {a['run']}@{a['branch']}: {why}")
-    for b, a, why in pins_bad:
+            problems.append(
+                f"acknowledged checkpoint lost: {a['cid']} {a['run']}@{a['branch']}: {why}"
+            )
+    for _, a, why in pins_bad:
         if not any(ub["op"] == "unpin" and ub["digest"] == a["digest"] for ub, _ in after.ops):
             problems.append(f"pinned object lost: {a['digest']}: {why}")
     for b, a in retained_bad:
-        if not any(rb["op"] == "release" and rb["cid"] == a["old"] and after.end(re) > b["t"] for rb, re in after.ops):
+        if not any(
+            rb["op"] == "release" and rb["cid"] == a["old"] and after.end(re) > b["t"]
+            for rb, re in after.ops
+        ):
             problems.append(f"retained head lost: {a['old']} ({a['run']}@{a['branch']})")
     acked_ck = {a["cid"]: (b, a) for b, a in after.acked("ckpt")}
-    for b, a in after.acked("validate"):
+    for _, a in after.acked("validate"):
         same = a["cid"] == a["other"]
         ck = acked_ck.get(a["cid"])
-        if same and a["verdict"] != "ACCEPT" and ck is not None and not after.removable(ck[1], ck[0]):
+        if (
+            same
+            and a["verdict"] != "ACCEPT"
+            and ck is not None
+            and not after.removable(ck[1], ck[0])
+        ):
             problems.append(f"validate {a['cid']} against itself: {a['verdict']}")
         if not same and a["verdict"] == "ACCEPT":
             problems.append(f"ACCEPT for different inputs: {a['cid']} vs {a['other']}")
@@ -189,39 +218,48 @@ def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, int]:
 
 
 def cas_linear(store: cpstore.Store, m: Model, *, final: bool) -> list[str]:
-    """CAS-only branches: no two acknowledged children of one parent; the head's chain holds only begun ones."""
+    """CAS-only branches: no parent with two acked children; the head's chain: only begun ones."""
     problems = []
     children: dict[tuple[str, str | None], list[str]] = defaultdict(list)
     begun: dict[str, set[str]] = defaultdict(set)  # run -> state digests begun on its main
     for b, e in m.ops:
-        if b["op"] == "ckpt" and b["branch"] == "main" and (b["run"] == SHARED or b["run"].startswith("own-")):
+        if (
+            b["op"] == "ckpt"
+            and b["branch"] == "main"
+            and (b["run"] == SHARED or b["run"].startswith("own-"))
+        ):
             begun[b["run"]].add(b["sd"])
             if e is not None and e["ev"] == "a":
                 children[(b["run"], b["parent"])].append(e["cid"])
     for (run, parent), kids in children.items():
         if len(set(kids)) > 1:
-            problems.append(f"a CAS was bypassed on {run}: {parent} has acknowledged children {kids}")
+            problems.append(
+                f"a CAS was bypassed on {run}: {parent} has acknowledged children {kids}"
+            )
     if final:
-        for run in begun:
+        for run, digests in begun.items():
             try:
                 chain = store.history(run, limit=min(KEEP))
             except CpstoreError as exc:
                 problems.append(f"history of {run}: {exc!r}")
                 continue
             for mf in chain:
-                if mf.state_digest not in begun[run]:
+                if mf.state_digest not in digests:
                     problems.append(f"{run}: head's chain holds {mf.id}, which no worker began")
     return problems
 
 
-def _start(ctx: Any, store: str, logdir: Path, w: int, inc: int, seed: int, deadline: float) -> Any:
-    p = ctx.Process(target=work, args=(store, str(logdir), w, inc, seed, deadline, MAP), daemon=True)
+def _start(
+    ctx: Any, store: str, logdir: Path, w: int, inc: int, *, seed: int, deadline: float
+) -> Any:
+    kwargs = {"seed": seed, "deadline": deadline, "map_size": MAP}
+    p = ctx.Process(target=work, args=(store, str(logdir), w, inc), kwargs=kwargs, daemon=True)
     p.start()
     return p
 
 
 def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) -> dict[str, Any]:
-    """Run the workers for ``seconds``, killing and restarting them; check after each kill and at the end."""
+    """Run the workers ``seconds``, kill and restart some; check after each kill and at end."""
     print(f"chaos seed={seed} workers={workers} seconds={seconds}")
     logdir.mkdir(exist_ok=True)
     with cpstore.open(store, map_size=MAP):
@@ -230,7 +268,9 @@ def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) 
     ctx = multiprocessing.get_context("spawn")
     deadline = time.monotonic() + seconds
     incs = dict.fromkeys(range(workers), 0)
-    procs = {w: _start(ctx, store, logdir, w, 0, seed, deadline) for w in range(workers)}
+    procs = {
+        w: _start(ctx, store, logdir, w, 0, seed=seed, deadline=deadline) for w in range(workers)
+    }
     kills = checks = 0
     figures: dict[str, Any] = {}
     try:
@@ -246,7 +286,7 @@ def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) 
                 check(st, logdir, final=False)
                 checks += 1
             incs[w] += 1
-            procs[w] = _start(ctx, store, logdir, w, incs[w], seed, deadline)
+            procs[w] = _start(ctx, store, logdir, w, incs[w], seed=seed, deadline=deadline)
         for w, p in procs.items():
             p.join(timeout=seconds + 120)
             assert p.exitcode is not None, f"worker {w} hung (seed {seed})"
@@ -274,8 +314,10 @@ def _seed() -> int:
 
 
 class TestChaos:
-    def test_every_mutation_mixed_across_killed_processes_keeps_every_promise(self, tmp_path: Path) -> None:
-        """Three workers mix every mutation for 12 s with kills; every invariant holds after each kill."""
+    def test_every_mutation_mixed_across_killed_processes_keeps_every_promise(
+        self, tmp_path: Path
+    ) -> None:
+        """Three workers mix every mutation for 12 s with kills; every invariant holds."""
         figures = chaos(str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=3, seconds=12)
         assert figures["checkpoints"] > 0 and figures["kills"] > 0
 
@@ -284,12 +326,16 @@ class TestChaos:
     def test_soak_every_mutation_mixed_across_killed_processes(self, tmp_path: Path) -> None:
         """The same with four workers for 120 s (CPSTORE_SOAK=1)."""
         seconds = float(os.environ.get("CPSTORE_CHAOS_SECONDS", "120"))
-        figures = chaos(str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=4, seconds=seconds)
+        figures = chaos(
+            str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=4, seconds=seconds
+        )
         assert figures["checkpoints"] > 0 and figures["kills"] > 0
 
 
 class TestChaosPostgres:
-    def test_every_mutation_mixed_on_postgres_keeps_every_promise(self, pg_url: str, tmp_path: Path) -> None:
+    def test_every_mutation_mixed_on_postgres_keeps_every_promise(
+        self, pg_url: str, tmp_path: Path
+    ) -> None:
         """The same mix on the PostgreSQL backend: three workers for 10 s with kills."""
         figures = chaos(pg_url, tmp_path / "logs", seed=_seed(), workers=3, seconds=10)
         assert figures["checkpoints"] > 0 and figures["kills"] > 0
@@ -301,3 +347,71 @@ class TestChaosPostgres:
         seconds = float(os.environ.get("CPSTORE_CHAOS_SECONDS", "120"))
         figures = chaos(pg_url, tmp_path / "logs", seed=_seed(), workers=4, seconds=seconds)
         assert figures["checkpoints"] > 0 and figures["kills"] > 0
+
+
+def _fake_log(logdir: Path, lines: list[dict[str, Any]]) -> None:
+    """A worker log holding ``lines`` (times in order)."""
+    logdir.mkdir()
+    rows = [json.dumps({"t": i + 1, "w": 0, "inc": 0, **r}) for i, r in enumerate(lines)]
+    (logdir / "w0.log").write_text("\n".join(rows) + "\n")
+
+
+class TestCheckerBites:
+    def _store(self, tmp_path: Path) -> tuple[cpstore.Store, str]:
+        st = cpstore.open(tmp_path / "s")
+        cid = st.recorder(SHARED).checkpoint(0, {"a": 1})
+        return st, cid
+
+    def test_an_acknowledged_checkpoint_the_store_lacks_is_reported_lost(
+        self, tmp_path: Path
+    ) -> None:
+        """An acked checkpoint nothing removed and the store lacks fails the check."""
+        st, _ = self._store(tmp_path)
+        ghost = {"run": "own-w0", "branch": "main", "parent": None, "sd": "0" * 32}
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "ckpt", "id": "1", **ghost},
+            {"ev": "a", "op": "ckpt", "id": "1", "cid": "ab" * 16, **ghost},
+        ])  # fmt: skip
+        with st, pytest.raises(AssertionError, match="acknowledged checkpoint lost"):
+            check(st, tmp_path / "logs", final=True)
+
+    def test_a_deletion_in_the_log_explains_a_missing_checkpoint(self, tmp_path: Path) -> None:
+        """The same ack followed by a delete_run of its run passes."""
+        st, _ = self._store(tmp_path)
+        ghost = {"run": "tmp-x", "branch": "main", "parent": None, "sd": "0" * 32}
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "ckpt", "id": "1", **ghost},
+            {"ev": "a", "op": "ckpt", "id": "1", "cid": "ab" * 16, **ghost},
+            {"ev": "b", "op": "delete", "id": "2", "run": "tmp-x"},
+        ])  # fmt: skip
+        with st:
+            check(st, tmp_path / "logs", final=True)
+
+    def test_two_acknowledged_children_of_one_parent_are_a_bypassed_cas(
+        self, tmp_path: Path
+    ) -> None:
+        """Two acked checkpoints on a CAS-only branch naming one parent fail the check."""
+        st, cid = self._store(tmp_path)
+        with st:
+            sd = st.manifest(cid).state_digest
+            lines: list[dict[str, Any]] = []
+            for n, child in (("1", cid), ("2", "ab" * 16)):
+                fields = {"run": SHARED, "branch": "main", "parent": "cd" * 16, "sd": sd}
+                lines += [
+                    {"ev": "b", "op": "ckpt", "id": n, **fields},
+                    {"ev": "a", "op": "ckpt", "id": n, "cid": child, **fields},
+                ]
+            _fake_log(tmp_path / "logs", lines)
+            with pytest.raises(AssertionError, match="a CAS was bypassed"):
+                check(st, tmp_path / "logs", final=True)
+
+    def test_an_accept_for_different_inputs_is_reported(self, tmp_path: Path) -> None:
+        """A logged ACCEPT of a checkpoint validated against another fails the check."""
+        st, cid = self._store(tmp_path)
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "validate", "id": "1", "cid": cid, "other": "ef" * 16},
+            {"ev": "a", "op": "validate", "id": "1", "cid": cid, "other": "ef" * 16,
+             "verdict": "ACCEPT"},
+        ])  # fmt: skip
+        with st, pytest.raises(AssertionError, match="ACCEPT for different inputs"):
+            check(st, tmp_path / "logs", final=True)
