@@ -208,6 +208,8 @@ def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, Any]:
         if not same and a["verdict"] == "ACCEPT":
             problems.append(f"ACCEPT for different inputs: {a['cid']} vs {a['other']}")
     problems += cas_linear(store, after, final=final)
+    if final:
+        problems += gc_names_decided(store, after)
     records = list(store.audit_records())
     if [r.index for r in records] != list(range(len(records))):
         problems.append("audit indexes not dense")
@@ -246,6 +248,31 @@ def cas_linear(store: cpstore.Store, m: Model, *, final: bool) -> list[str]:
             for mf in chain:
                 if mf.state_digest not in digests:
                     problems.append(f"{run}: head's chain holds {mf.id}, which no worker began")
+    return problems
+
+
+def gc_names_decided(store: cpstore.Store, m: Model) -> list[str]:
+    """A sweep that removed a checkpoint a decision names says so in a ``gc`` audit record."""
+    named_by_gc: dict[str, list[int]] = defaultdict(list)
+    for r in store.audit_records(kind="gc"):
+        for c in r.body["decided"]:
+            named_by_gc[c].append(r.index)
+    sweeps = [(b["t"], m.end(e)) for b, e in m.ops if b["op"] in ("prune", "delete")]
+    problems = []
+    for b, a in m.acked("validate"):
+        rec = store.get_audit(a["digest"])
+        if any(f["code"] == "INTEGRITY" for f in rec.body["findings"]):
+            continue  # a side was gone when validated: no sweep after the record removed it
+        if any(t0 < a["t"] and t1 > b["t"] for t0, t1 in sweeps):
+            continue  # a sweep beside the validation may have run before its record
+        for c in {a["cid"], a["other"]}:
+            try:
+                store.manifest(c)
+                continue
+            except CpstoreError:
+                pass
+            if not any(j > rec.index for j in named_by_gc[c]):
+                problems.append(f"{c} (decision {rec.index}) removed without a gc record naming it")
     return problems
 
 
