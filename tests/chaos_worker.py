@@ -105,7 +105,12 @@ class Worker:
             )
             if isinstance(exc, IntegrityError):
                 self.log.write(
-                    "defect", sync=True, op=op, id=oid, tb=traceback.format_exc()[-2000:]
+                    "defect",
+                    err="IntegrityError",
+                    sync=True,
+                    op=op,
+                    id=oid,
+                    tb=traceback.format_exc()[-2000:],
                 )
             raise
         except BaseException as exc:  # a raw error escaping is the defect we hunt
@@ -127,7 +132,8 @@ class Worker:
     def state(self) -> tuple[dict[str, Any], int]:
         """A fresh state (a padded part so the map grows) and a token value."""
         self.counter += 1
-        pad = self.rng.randbytes(self.rng.choice((64, 2048, 16384)))
+        size = self.rng.choices((64, 2048, 16384, 196608), (40, 40, 17, 3))[0]  # the map grows
+        pad = self.rng.randbytes(size)
         return {"w": self.name, "i": self.counter, "pad": pad}, self.rng.getrandbits(48)
 
     def checkpoint(self, rec: Any, run: str, branch: str, *, flush: bool = True) -> str | None:

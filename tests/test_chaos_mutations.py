@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_worker import KEEP, SHARED, work
+from chaos_worker import KEEP, SHARED, Log, work
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
-from cpstore.errors import CpstoreError
+from cpstore.errors import ConflictError, CpstoreError, NotFoundError
 
 SOAK = bool(os.environ.get("CPSTORE_SOAK"))
 INF = math.inf
@@ -80,6 +80,16 @@ class Model:
                 ends.setdefault(r["id"], r)
         self.ops = [(b, ends.get(i)) for i, b in begins.items()]
         self.acks = [(begins[i], e) for i, e in ends.items() if e["ev"] == "a"]
+        # While a ref is damaged (the operator's, below), anything reading it refuses
+        # with IntegrityError (docs/store.md, "Every ref read is checked"): not a defect.
+        windows = [(b["t"], self.end(e)) for b, e in self.ops if b["op"] == "damage"]
+        self.defects = [
+            d
+            for d in self.defects
+            if not (d.get("err") == "IntegrityError" and any(
+                t0 <= d["t"] and d["t"] - 1e9 <= t1 for t0, t1 in windows
+            ))
+        ]  # fmt: skip
 
     def end(self, oid_end: dict[str, Any] | None) -> float:
         """When an operation ended (never, for one a kill cut)."""
@@ -173,7 +183,8 @@ def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, Any]:
         ok = a["old"] in retained and not store.verify_checkpoint(a["old"])
         if not ok:
             retained_bad.append((b, a))
-    for _, a in [*before.acked("audit"), *before.acked("reset"), *before.acked("release")]:
+    audited = ("audit", "reset", "release", "damage")
+    for _, a in [x for op in audited for x in before.acked(op)]:
         got = store.get_audit(a["digest"]).index
         if got != a["index"]:
             problems.append(f"audit record {a['digest']} at {got}, acknowledged at {a['index']}")
@@ -276,6 +287,39 @@ def gc_names_decided(store: cpstore.Store, m: Model) -> list[str]:
     return problems
 
 
+def damage_and_repair(store: str, log: Log, rng: random.Random) -> None:
+    """The operator: break the check of a fork branch's ref, let the workers meet it, repair it."""
+    with cpstore.open(store) as st:
+        forks = [
+            (run, b)
+            for run in st.runs()
+            if run.startswith("own-")
+            for b in st.branches(run)
+            if b != "main"
+        ]
+        if not forks:
+            return
+        run, branch = rng.choice(forks)
+        key, refs = f"{run}\0{branch}".encode(), st.backend.dbs["refs"]
+
+        def flip(txn: Any) -> None:
+            value = txn.get(key, db=refs)
+            if value is not None:
+                value = bytes(value)
+                txn.put(key, value[:-1] + bytes([value[-1] ^ 1]), db=refs)
+
+        oid = log.op()
+        log.write("b", sync=True, op="damage", id=oid, run=run, branch=branch)
+        st.backend.write_txn(flip)
+        time.sleep(rng.uniform(0.05, 0.4))
+        try:
+            rec = st.repair_ref(run, branch, None, operator="chaos", reason="damaged")
+        except (ConflictError, NotFoundError) as exc:  # the branch was gone before the flip
+            log.write("x", sync=True, op="damage", id=oid, err=type(exc).__name__)
+            return
+        log.write("a", sync=True, op="damage", id=oid, digest=rec.digest, index=rec.index)
+
+
 def _start(
     ctx: Any, store: str, logdir: Path, w: int, inc: int, *, seed: int, deadline: float
 ) -> Any:
@@ -299,10 +343,13 @@ def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) 
         w: _start(ctx, store, logdir, w, 0, seed=seed, deadline=deadline) for w in range(workers)
     }
     kills = checks = 0
+    operator = Log(str(logdir / "w99.log"), 99, 0)
     figures: dict[str, Any] = {}
     try:
         while time.monotonic() < deadline - 1.5:
             time.sleep(rng.uniform(0.3, 1.5))
+            if rng.random() < 0.5:
+                damage_and_repair(store, operator, rng)
             w = rng.randrange(workers)
             if procs[w].is_alive():
                 os.kill(procs[w].pid, signal.SIGKILL)
