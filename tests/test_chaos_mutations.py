@@ -271,6 +271,8 @@ def gc_names_decided(store: cpstore.Store, m: Model) -> list[str]:
     sweeps = [(b["t"], m.end(e)) for b, e in m.ops if b["op"] in ("prune", "delete")]
     problems = []
     for b, a in m.acked("validate"):
+        if a.get("digest") is None:
+            continue  # not recorded
         rec = store.get_audit(a["digest"])
         if any(f["code"] == "INTEGRITY" for f in rec.body["findings"]):
             continue  # a side was gone when validated: no sweep after the record removed it
@@ -489,3 +491,33 @@ class TestCheckerBites:
         ])  # fmt: skip
         with st, pytest.raises(AssertionError, match="ACCEPT for different inputs"):
             check(st, tmp_path / "logs", final=True)
+
+
+class TestRetainedRuns:
+    def test_delete_run_keeps_a_retained_head_of_the_run_until_it_is_released(
+        self, tmp_path: Path
+    ) -> None:
+        """delete_run leaves a head an audited reset retained, and its parent, until released."""
+        with cpstore.open(tmp_path / "s") as st:
+            rec = st.recorder("t")
+            first = rec.checkpoint(0, {"x": 1})
+            second = rec.checkpoint(1, {"x": 2})
+            st.reset_ref("t", "main", first, expected_old=second, operator="o", reason="r")
+            assert st.delete_run("t") == 0
+            assert st.runs() == [] and list(st.retained()) == [second]
+            assert st.manifest(second).parent == first and st.manifest(first).id == first
+            with pytest.raises(NotFoundError):
+                st.gc(delete_run="t")
+            st.release_retained(second, operator="o", reason="r")
+            assert st.prune(keep_last=1) == 2
+            assert st.verify().ok
+
+    def test_a_prune_of_another_run_sweeps_a_released_head(self, tmp_path: Path) -> None:
+        """prune(run_id=A) sweeps run B's released head: every sweep takes what no root keeps."""
+        with cpstore.open(tmp_path / "s") as st:
+            st.recorder("a").checkpoint(0, {"a": 1})
+            rec = st.recorder("b", branch="f")
+            head = rec.checkpoint(0, {"b": 1})
+            st.reset_ref("b", "f", None, expected_old=head, operator="o", reason="r")
+            st.release_retained(head, operator="o", reason="r")
+            assert st.gc(keep_last=5, run_id="a").checkpoints == (head,)
