@@ -482,7 +482,22 @@ class Worker:
             "defect", sync=True, op="gate", tb=f"resume_gate let a non-ACCEPT through: {c}"
         )
 
-    def signed_resume(self, c: str, d: Decision) -> None:
+    def op_validate_shared(self) -> None:
+        """Validations of the shared run's recent checkpoints by every worker, racing the gates."""
+        hist = [m.id for m in self.st.history(SHARED, limit=4)]
+        if len(hist) < 4:
+            return
+        c = hist[self.rng.choice((1, 2))]  # never the head: a REJECT there stops every CAS
+        other = c if self.rng.random() < 0.6 else hist[3]
+        oid, d = self.call(
+            "validate", lambda: cpstore.validate(c, other, store=self.st), cid=c, other=other
+        )
+        verdict = data_verdict(d)
+        self.ack("validate", oid, cid=c, other=other, verdict=verdict.name, digest=d.audit_digest)
+        if verdict is Verdict.ACCEPT:
+            self.signed_resume(c, d, run=SHARED)
+
+    def signed_resume(self, c: str, d: Decision, run: str | None = None) -> None:
         """Sign the decision off, resume a fork with the permit, then try the permit again."""
         _, so = self.call(
             "signoff", lambda: cpstore.sign_off(self.st, d, operator="chaos", reason="r"), cid=c
@@ -490,15 +505,18 @@ class Worker:
         _, permit = self.call(
             "gate", lambda: cpstore.resume_gate(self.st, c, d, sign_off=so), cid=c
         )
-        branch = f"g{self.log.op().replace('.', '_')}"
-        rec = self.st.recorder(self.run, branch=branch, parent=c, permit=permit)
-        self.forks[branch] = {"base": c, "heads": [], "n": 0}
-        self.op_on_fork(branch, rec)
+        branch, run = f"g{self.log.op().replace('.', '_')}", run or self.run
+        rec = self.st.recorder(run, branch=branch, parent=c, permit=permit)
+        if run == self.run:
+            self.forks[branch] = {"base": c, "heads": [], "n": 0}
+            self.op_on_fork(branch, rec)
+        else:
+            self.checkpoint(rec, run, branch)
         again = f"g{self.log.op().replace('.', '_')}"
         try:
             self.call(
                 "reuse",
-                lambda: self.st.recorder(self.run, branch=again, parent=c, permit=permit),
+                lambda: self.st.recorder(run, branch=again, parent=c, permit=permit),
                 cid=c,
             )
         except GateError:
@@ -548,6 +566,7 @@ OPS: list[tuple[str, int]] = [
     ("fork_more", 4),
     ("read_write", 2),
     ("contest", 8),
+    ("validate_shared", 3),
 ]
 
 
@@ -563,14 +582,15 @@ def shared_cas(w: Worker, tries: int, run: str = SHARED) -> None:
 
 
 def _racer(w: Worker, deadline: float, stop: threading.Event) -> None:
-    """A second thread on the shared run (its commits group with the main thread's)."""
+    """A second writing thread: shared and contested checkpoints, audits, prunes (sync: grouped)."""
     rng = random.Random(w.rng.random())
     mine = Worker.__new__(Worker)
     mine.__dict__.update(w.__dict__)
-    mine.rng, mine.blobs = rng, []
+    mine.rng, mine.blobs, mine.main_pending = rng, [], []
+    ops = (lambda: shared_cas(mine, 40), mine.op_contest, mine.op_audit, mine.op_prune)
     while time.monotonic() < deadline and not stop.is_set():
         with contextlib.suppress(CpstoreError):
-            shared_cas(mine, 40)
+            rng.choices(ops, (6, 3, 2, 1))[0]()
         time.sleep(rng.random() * 0.02)
 
 
@@ -646,7 +666,7 @@ def work(
         w = Worker(st, log, rng, f"w{worker}")
         stop = threading.Event()
         racer = None
-        if mode == "sync" and rng.random() < 0.6:
+        if mode != "batched" and rng.random() < 0.6:  # batched: one queue, one writer here
             racer = threading.Thread(target=_racer, args=(w, deadline, stop), daemon=True)
             racer.start()
         reader = threading.Thread(target=_reader, args=(w, deadline, stop), daemon=True)

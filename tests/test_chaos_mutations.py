@@ -222,6 +222,7 @@ def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, Any]:
     if final:
         problems += gc_names_decided(store, after)
     records = list(store.audit_records())
+    problems += gates_follow_log(records)
     if [r.index for r in records] != list(range(len(records))):
         problems.append("audit indexes not dense")
     if not all(y.prev == x.digest for x, y in itertools.pairwise(records)):
@@ -259,6 +260,39 @@ def cas_linear(store: cpstore.Store, m: Model, *, final: bool) -> list[str]:
             for mf in chain:
                 if mf.state_digest not in digests:
                     problems.append(f"{run}: head's chain holds {mf.id}, which no worker began")
+    return problems
+
+
+def gates_follow_log(records: list[Any]) -> list[str]:
+    """Every resume gate and permit followed the standing decision; a sign-off or permit once."""
+    problems: list[str] = []
+    latest: dict[str, str] = {}  # checkpoint -> digest of the latest decision about it
+    by_digest = {r.digest: r for r in records}
+    used: set[str] = set()
+    for r in records:
+        body = r.body
+        if r.kind == "decision":
+            recorded = body.get("recorded") or {}
+            if recorded.get("checkpoint_id"):
+                latest[recorded["checkpoint_id"]] = r.digest
+        elif r.kind == "gate" and body.get("gate") == "resume":
+            c, dec = body["checkpoint_id"], by_digest[body["decision_audit"]]
+            if latest.get(c) != dec.digest:
+                problems.append(f"gate {r.index} followed a superseded decision about {c}")
+            if dec.body["verdict"] != "ACCEPT":
+                so = body.get("sign_off")
+                if so is None or so in used or by_digest[so].kind != "signoff":
+                    problems.append(
+                        f"gate {r.index} passed a {dec.body['verdict']} without a fresh sign-off"
+                    )
+                used.add(str(so))
+        elif r.kind == "resume":
+            gate = by_digest[body["permit"]]
+            if gate.body["checkpoint_id"] != body["checkpoint_id"] or gate.digest in used:
+                problems.append(f"resume {r.index}: permit for another checkpoint, or used twice")
+            if latest.get(body["checkpoint_id"]) != gate.body["decision_audit"]:
+                problems.append(f"resume {r.index} used a permit a later decision superseded")
+            used.add(gate.digest)
     return problems
 
 
