@@ -333,6 +333,17 @@ class Worker:
             )
             self.ack("prune", oid, removed=len(rep.checkpoints))
 
+    def op_dry_run(self) -> None:
+        """gc(dry_run=True): the sweep a real one would make, rolled back (nothing may go)."""
+        others = [r for r in self.st.runs() if r.startswith("tmp-")]
+        if others and self.rng.random() < 0.5:
+            oid, rep = self.call(
+                "dry_run", lambda: self.st.gc(delete_run=self.rng.choice(others), dry_run=True)
+            )
+        else:
+            oid, rep = self.call("dry_run", lambda: self.st.gc(keep_last=1, dry_run=True))
+        self.ack("dry_run", oid, would_remove=len(rep.checkpoints), dry=rep.dry_run)
+
     def op_tmp(self) -> None:
         """A short run of its own (bytes states that may equal a pinned object), to delete later."""
         run = f"tmp-{self.log.op()}"
@@ -567,6 +578,7 @@ OPS: list[tuple[str, int]] = [
     ("read_write", 2),
     ("contest", 8),
     ("validate_shared", 3),
+    ("dry_run", 2),
 ]
 
 

@@ -37,6 +37,7 @@ import math
 import multiprocessing
 import os
 import random
+import shutil
 import signal
 import time
 from collections import defaultdict
@@ -49,6 +50,7 @@ from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.errors import ConflictError, CpstoreError, NotFoundError
+from cpstore.store import copy_store
 
 SOAK = bool(os.environ.get("CPSTORE_SOAK"))
 INF = math.inf
@@ -395,6 +397,11 @@ def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) 
             with cpstore.open(store, durability="none") as st:
                 check(st, logdir, final=False)
                 checks += 1
+                if not store.startswith("postgresql:") and rng.random() < 0.3:
+                    # A hot backup beside the writers: copied from one snapshot, verified whole.
+                    copy = logdir.parent / f"copy{checks}"
+                    assert copy_store(st, copy).ok
+                    shutil.rmtree(copy)
             incs[w] += 1
             procs[w] = _start(ctx, store, logdir, w, incs[w], seed=seed, deadline=deadline)
         for w, p in procs.items():
