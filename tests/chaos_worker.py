@@ -1,13 +1,14 @@
-"""A worker of the chaos test (tests/test_chaos_mutations.py): a seeded mix of every mutation.
+"""The chaos test's operations (tests/test_chaos_mutations.py): a seeded mix of every mutation.
 
-A worker process opens the store in one durability mode and, until the
-deadline, runs a random (seeded) mix of: recorder checkpoints on its own run
-and on the shared run (compare-and-set, retried on ConflictError), forks,
-``reset_ref`` / ``set_ref`` / ``release_retained`` on its fork branches,
-``repair_ref`` on a healthy ref (must be refused), ``prune``/``gc``, runs made
-and deleted, pinned objects put and unpinned, audit appends, validations and
-gates, flushes and ``verify``. In ``sync`` mode a second thread races the
-main one on the shared run (group commit).
+:class:`Worker` holds one process's operations (tests/chaos_process.py
+picks them by weight until the deadline): recorder checkpoints on its own
+run, on the shared run and on the contested run (compare-and-set, retried on
+ConflictError), forks, ``reset_ref`` / ``set_ref`` / ``release_retained`` on
+its fork branches and resets of the contested run, ``repair_ref`` on a
+healthy ref (must be refused), ``prune``/``gc`` and dry runs, runs made and
+deleted (its own and others'), pinned objects put and unpinned, audit
+appends (also from inside a read view), validations, sign-offs and permits
+(a used permit must be refused), flushes and ``verify``.
 
 Every line of its log (``w<N>.log``, append-only across restarts) is JSON
 with ``t`` (``time.monotonic_ns()``, one clock for every process on Linux):
@@ -20,7 +21,6 @@ that is not a CpstoreError is logged as ``defect`` with its traceback.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import cpstore
 from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
@@ -558,30 +558,6 @@ class Worker:
             self.call("flush", self.st.flush)
 
 
-OPS: list[tuple[str, int]] = [
-    ("own", 30),
-    ("shared", 12),
-    ("fork", 8),
-    ("reset", 6),
-    ("release", 3),
-    ("repair", 2),
-    ("prune", 4),
-    ("tmp", 7),
-    ("delete", 5),
-    ("pin", 5),
-    ("unpin", 3),
-    ("audit", 6),
-    ("validate", 4),
-    ("verify", 1),
-    ("flush", 3),
-    ("fork_more", 4),
-    ("read_write", 2),
-    ("contest", 8),
-    ("validate_shared", 3),
-    ("dry_run", 2),
-]
-
-
 def shared_cas(w: Worker, tries: int, run: str = SHARED) -> None:
     """One checkpoint on a run every worker writes: CAS from the head read, retried on conflict."""
     for _ in range(tries):
@@ -591,119 +567,3 @@ def shared_cas(w: Worker, tries: int, run: str = SHARED) -> None:
             return
         except ConflictError:
             continue
-
-
-def _racer(w: Worker, deadline: float, stop: threading.Event) -> None:
-    """A second writing thread: shared and contested checkpoints, audits, prunes (sync: grouped)."""
-    rng = random.Random(w.rng.random())
-    mine = Worker.__new__(Worker)
-    mine.__dict__.update(w.__dict__)
-    mine.rng, mine.blobs, mine.main_pending = rng, [], []
-    ops = (lambda: shared_cas(mine, 40), mine.op_contest, mine.op_audit, mine.op_prune)
-    while time.monotonic() < deadline and not stop.is_set():
-        with contextlib.suppress(CpstoreError):
-            rng.choices(ops, (6, 3, 2, 1))[0]()
-        time.sleep(rng.random() * 0.02)
-
-
-def _reader(w: Worker, deadline: float, stop: threading.Event) -> None:
-    """Reads beside the writes: heads, histories, pinned objects (CpstoreErrors only)."""
-    rng = random.Random(w.rng.random())
-    st, n = w.st, 0
-    while time.monotonic() < deadline and not stop.is_set():
-        n += 1
-        try:
-            pick = rng.randrange(6)
-            if pick == 4:
-                for run in st.runs(limit=20):
-                    st.branches(run)
-                st.retained()
-                st.resolve(f"{SHARED}@main~{rng.randrange(3)}")
-                st.space()
-            elif pick == 5:
-                head = st.ref(rng.choice((SHARED, CONTESTED, w.run)))
-                if head is not None and st.verify_checkpoint(head):
-                    w.log.write(
-                        "defect", sync=True, op="read", tb=f"a head fails verify_checkpoint: {head}"
-                    )
-                if w.pins and not st.has_object(rng.choice(w.pins)):
-                    w.log.write(
-                        "defect", sync=True, op="read", tb="has_object says a pinned object is gone"
-                    )
-            elif pick == 0:
-                with st.latest(SHARED) as cp:
-                    cp.state()
-                    cp.verify_objects()
-            elif pick == 1:
-                st.history_states(rng.choice((SHARED, w.run)), limit=4)
-            elif pick == 2 and w.pins:
-                st.get_object(rng.choice(w.pins))
-            elif w.acked_main:
-                with st.read(rng.choice(w.acked_main[-8:])) as cp:
-                    cp.state()
-                    time.sleep(
-                        rng.random() * 0.01
-                    )  # a read view held while others write and grow the map
-        except CpstoreError as exc:
-            if isinstance(exc, IntegrityError):
-                w.log.write(
-                    "defect",
-                    sync=True,
-                    op="read",
-                    err=type(exc).__name__,
-                    tb=traceback.format_exc()[-2000:],
-                )
-        except BaseException as exc:  # a raw error escaping is the defect we hunt
-            w.log.write(
-                "defect",
-                sync=True,
-                op="read",
-                err=type(exc).__name__,
-                tb=traceback.format_exc()[-2000:],
-            )
-        time.sleep(rng.random() * 0.005)
-    w.log.write("reads", sync=True, n=n)
-
-
-def work(
-    store: str, logdir: str, worker: int, inc: int, *, seed: int, deadline: float, map_size: int
-) -> None:
-    """The worker process: open the store and run the mix until ``deadline`` (monotonic)."""
-    rng = random.Random(f"{seed}/{worker}/{inc}")
-    modes: tuple[Literal["sync", "batched", "none"], ...] = ("sync", "sync", "none", "batched")
-    mode = rng.choice(modes)
-    log = Log(os.path.join(logdir, f"w{worker}.log"), worker, inc)
-    log.write("start", sync=True, mode=mode, seed=seed, pid=os.getpid())
-    with cpstore.open(store, durability=mode, map_size=map_size, batch_size=4) as st:
-        w = Worker(st, log, rng, f"w{worker}")
-        stop = threading.Event()
-        racer = None
-        if mode != "batched" and rng.random() < 0.6:  # batched: one queue, one writer here
-            racer = threading.Thread(target=_racer, args=(w, deadline, stop), daemon=True)
-            racer.start()
-        reader = threading.Thread(target=_reader, args=(w, deadline, stop), daemon=True)
-        if rng.random() < 0.7:
-            reader.start()
-        names, weights = zip(*OPS, strict=True)
-        while time.monotonic() < deadline:
-            op = rng.choices(names, weights)[0]
-            try:
-                if op == "fork_more":
-                    if w.forks:
-                        w.op_on_fork(rng.choice(sorted(w.forks)))
-                else:
-                    getattr(w, f"op_{op}")()
-            except CpstoreError:
-                pass
-        stop.set()
-        if reader.ident is not None:
-            reader.join(timeout=60)
-            if reader.is_alive():
-                log.write("defect", sync=True, op="reader", tb="the reader thread hung")
-        if racer is not None:
-            racer.join(timeout=60)
-            if racer.is_alive():
-                log.write("defect", sync=True, op="racer", tb="the racing thread hung")
-        if w.main_pending:
-            w.flush()
-    log.write("end", sync=True)

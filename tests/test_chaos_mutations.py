@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_worker import KEEP, SHARED, Log, work
+from chaos_process import work
+from chaos_worker import KEEP, SHARED, Log
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
