@@ -1,0 +1,565 @@
+"""Model-based chaos test: worker processes mix every mutation on one store, some SIGKILLed.
+
+Three workers (four with CPSTORE_SOAK=1) run tests/chaos_worker.py's seeded
+random mix (checkpoints on own and shared runs, forks, reset/set/repair of
+refs, retained heads and their release, prune and gc, runs deleted, pinned
+objects put and unpinned, audit appends, validations and gates, durability
+modes sync/none/batched, a 1 MiB starting map so it grows under load). This
+process SIGKILLs a random worker every 0.3-1.5 s and restarts it. After each
+kill and at the end it checks, from the workers' fsynced logs, what a user
+relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
+
+* ``verify()`` reports no problem; no worker saw an error that is not a
+  CpstoreError, nor an IntegrityError (nothing here damages the store);
+* every acknowledged checkpoint is stored and hash-checks, unless an operation
+  logged before the check could have removed it: a ``delete_run`` of its run,
+  a prune after at least ``keep_last`` newer checkpoints began on its branch,
+  or (fork branches) a release of a retained head of that branch, then any sweep;
+* a branch only compare-and-set moves (the own and shared runs' ``main``)
+  never has two acknowledged children of one parent, and its head's history
+  holds only checkpoints some worker began there;
+* an acknowledged pin keeps its object until unpinned; an acknowledged
+  ``reset_ref`` keeps the old head listed in ``retained()`` and intact until
+  released;
+* each acknowledged audit record is at the index it was given; the chain is
+  dense and unforked; a validation of a checkpoint against itself is ACCEPT,
+  against another never;
+* no worker hung (every wait is bounded).
+
+The seed is logged; ``CPSTORE_CHAOS_SEED`` replays one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import multiprocessing
+import os
+import random
+import shutil
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chaos_process import work
+from chaos_worker import KEEP, SHARED, Log
+from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+
+import cpstore
+from cpstore.errors import ConflictError, CpstoreError, NotFoundError
+from cpstore.store import copy_store
+
+SOAK = bool(os.environ.get("CPSTORE_SOAK"))
+INF = math.inf
+MAP = 1 << 20
+
+
+def read_logs(logdir: Path) -> list[dict[str, Any]]:
+    """Every complete line of every worker log, in time order."""
+    lines: list[dict[str, Any]] = []
+    for p in sorted(logdir.glob("w*.log")):
+        text = p.read_text()
+        for raw in text.split("\n")[:-1]:  # a line cut by a kill has no newline yet
+            lines.append(json.loads(raw))
+    lines.sort(key=lambda r: r["t"])
+    return lines
+
+
+class Model:
+    """What the logs say the store acknowledged and what could have been removed."""
+
+    def __init__(self, lines: list[dict[str, Any]]) -> None:
+        begins: dict[str, dict[str, Any]] = {}
+        ends: dict[str, dict[str, Any]] = {}
+        self.defects = [r for r in lines if r["ev"] == "defect"]
+        for r in lines:
+            if r["ev"] == "b":
+                begins[r["id"]] = r
+            elif r["ev"] in ("a", "x"):
+                ends.setdefault(r["id"], r)
+        self.ops = [(b, ends.get(i)) for i, b in begins.items()]
+        self.acks = [(begins[i], e) for i, e in ends.items() if e["ev"] == "a"]
+        # While a ref is damaged (the operator's, below), anything reading it refuses
+        # with IntegrityError (docs/store.md, "Every ref read is checked"): not a defect.
+        windows = [(b["t"], self.end(e)) for b, e in self.ops if b["op"] == "damage"]
+        self.defects = [
+            d
+            for d in self.defects
+            if not (d.get("err") == "IntegrityError" and any(
+                t0 <= d["t"] and d["t"] - 1e9 <= t1 for t0, t1 in windows
+            ))
+        ]  # fmt: skip
+
+    def end(self, oid_end: dict[str, Any] | None) -> float:
+        """When an operation ended (never, for one a kill cut)."""
+        return INF if oid_end is None else float(oid_end["t"])
+
+    def acked(self, op: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(begin, ack) of every acknowledged ``op``."""
+        return [(b, a) for b, a in self.acks if b["op"] == op]
+
+    def removable(self, ck: dict[str, Any], begin: dict[str, Any]) -> bool:
+        """True when an operation in the log could have removed checkpoint ``ck``."""
+        run, branch, t0 = ck["run"], ck["branch"], begin["t"]
+        for b, e in self.ops:
+            if self.end(e) <= t0 or (e is not None and e["ev"] == "x"):
+                continue
+            if b["op"] == "delete" and b["run"] == run:
+                return True
+            # Every sweep (a prune of any run, a delete_run) takes what nothing keeps: a
+            # fork branch's checkpoints once the retained head keeping them is released.
+            fork = branch.startswith(("f", "g"))
+            if (
+                b["op"] in ("prune", "delete")
+                and fork
+                and self.released(run, branch, t0, self.end(e))
+            ):
+                return True
+            pruned = b["op"] == "prune" and b["run"] in (None, run)
+            if pruned and self.newer(run, branch, t0, self.end(e), begin["id"]) >= b["keep"]:
+                return True
+        return False
+
+    def released(self, run: str, branch: str, after: float, before: float) -> bool:
+        """A retained head of ``run``/``branch`` released in (after, before)."""
+        return any(
+            b["op"] == "release"
+            and b["run"] == run
+            and b["branch"] == branch
+            and self.end(e) > after
+            and b["t"] < before
+            for b, e in self.ops
+        )
+
+    def newer(self, run: str, branch: str, t0: float, before: float, own: str) -> int:
+        """Checkpoints of ``run``/``branch`` that may have committed in (``t0``, ``before``)."""
+        return sum(
+            1
+            for b, e in self.ops
+            if b["op"] == "ckpt"
+            and b["run"] == run
+            and b["branch"] == branch
+            and b["id"] != own
+            and b["t"] < before
+            and self.end(e) > t0
+            and (e is None or e["ev"] == "a")
+        )
+
+
+def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, Any]:
+    """Every invariant the module docstring lists, over the logs as they stand."""
+    before = Model(read_logs(logdir))
+    problems: list[str] = [f"defect: {d}" for d in before.defects]
+    # Nothing here fails a commit: an outcome the store cannot tell is a defect too.
+    problems += [
+        f"outcome unknown: {e}"
+        for _, e in before.ops
+        if e is not None and e.get("err") == "OutcomeUnknownError"
+    ]
+    rep = store.verify()
+    problems += [f"verify: {p}" for p in rep.problems[:10]]
+    checked_ck: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    missing: list[tuple[dict[str, Any], dict[str, Any], str]] = []
+    for b, a in before.acked("ckpt"):
+        try:
+            found = store.verify_checkpoint(a["cid"])
+            if found:
+                missing.append((b, a, str(found[:3])))
+            elif store.manifest(a["cid"]).state_digest != a["sd"]:
+                missing.append((b, a, "another state"))
+        except CpstoreError as exc:
+            missing.append((b, a, repr(exc)[:200]))
+        checked_ck.append((b, a))
+    pins_bad = []
+    for b, a in before.acked("pin"):
+        try:
+            store.get_object(a["digest"])
+        except CpstoreError as exc:
+            pins_bad.append((b, a, repr(exc)[:200]))
+    retained = store.retained()
+    retained_bad = []
+    for b, a in before.acked("reset"):
+        ok = a["old"] in retained and not store.verify_checkpoint(a["old"])
+        if not ok:
+            retained_bad.append((b, a))
+    audited = ("audit", "reset", "release", "damage")
+    for _, a in [x for op in audited for x in before.acked(op)]:
+        got = store.get_audit(a["digest"]).index
+        if got != a["index"]:
+            problems.append(f"audit record {a['digest']} at {got}, acknowledged at {a['index']}")
+    after = Model(
+        read_logs(logdir)
+    )  # any removal that could explain a miss was logged before this read
+    for b, a, why in missing:
+        if not after.removable(a, b):
+            problems.append(
+                f"acknowledged checkpoint lost: {a['cid']} {a['run']}@{a['branch']}: {why}"
+            )
+    for _, a, why in pins_bad:
+        if not any(ub["op"] == "unpin" and ub["digest"] == a["digest"] for ub, _ in after.ops):
+            problems.append(f"pinned object lost: {a['digest']}: {why}")
+    for b, a in retained_bad:
+        if not any(
+            rb["op"] == "release" and rb["cid"] == a["old"] and after.end(re) > b["t"]
+            for rb, re in after.ops
+        ):
+            problems.append(f"retained head lost: {a['old']} ({a['run']}@{a['branch']})")
+    acked_ck = {a["cid"]: (b, a) for b, a in after.acked("ckpt")}
+    for _, a in after.acked("validate"):
+        same = a["cid"] == a["other"]
+        ck = acked_ck.get(a["cid"])
+        if (
+            same
+            and a["verdict"] != "ACCEPT"
+            and ck is not None
+            and not after.removable(ck[1], ck[0])
+        ):
+            problems.append(f"validate {a['cid']} against itself: {a['verdict']}")
+        if not same and a["verdict"] == "ACCEPT":
+            problems.append(f"ACCEPT for different inputs: {a['cid']} vs {a['other']}")
+    problems += cas_linear(store, after, final=final)
+    if final:
+        problems += gc_names_decided(store, after)
+    records = list(store.audit_records())
+    problems += gates_follow_log(records)
+    if [r.index for r in records] != list(range(len(records))):
+        problems.append("audit indexes not dense")
+    if not all(y.prev == x.digest for x, y in itertools.pairwise(records)):
+        problems.append("audit chain forked or broken")
+    assert not problems, "\n".join(problems[:30])
+    return {"checkpoints": len(checked_ck), "audit": len(records), "ops": len(after.ops)}
+
+
+def cas_linear(store: cpstore.Store, m: Model, *, final: bool) -> list[str]:
+    """CAS-only branches: no parent with two acked children; the head's chain: only begun ones."""
+    problems = []
+    children: dict[tuple[str, str | None], list[str]] = defaultdict(list)
+    begun: dict[str, set[str]] = defaultdict(set)  # run -> state digests begun on its main
+    for b, e in m.ops:
+        if (
+            b["op"] == "ckpt"
+            and b["branch"] == "main"
+            and (b["run"] == SHARED or b["run"].startswith("own-"))
+        ):
+            begun[b["run"]].add(b["sd"])
+            if e is not None and e["ev"] == "a":
+                children[(b["run"], b["parent"])].append(e["cid"])
+    for (run, parent), kids in children.items():
+        if len(set(kids)) > 1:
+            problems.append(
+                f"a CAS was bypassed on {run}: {parent} has acknowledged children {kids}"
+            )
+    if final:
+        for run, digests in begun.items():
+            try:
+                chain = store.history(run, limit=min(KEEP))
+            except CpstoreError as exc:
+                problems.append(f"history of {run}: {exc!r}")
+                continue
+            for mf in chain:
+                if mf.state_digest not in digests:
+                    problems.append(f"{run}: head's chain holds {mf.id}, which no worker began")
+    return problems
+
+
+def gates_follow_log(records: list[Any]) -> list[str]:
+    """Every resume gate and permit followed the standing decision; a sign-off or permit once."""
+    problems: list[str] = []
+    latest: dict[str, str] = {}  # checkpoint -> digest of the latest decision about it
+    by_digest = {r.digest: r for r in records}
+    used: set[str] = set()
+    for r in records:
+        body = r.body
+        if r.kind == "decision":
+            recorded = body.get("recorded") or {}
+            if recorded.get("checkpoint_id"):
+                latest[recorded["checkpoint_id"]] = r.digest
+        elif r.kind == "gate" and body.get("gate") == "resume":
+            c, dec = body["checkpoint_id"], by_digest[body["decision_audit"]]
+            if latest.get(c) != dec.digest:
+                problems.append(f"gate {r.index} followed a superseded decision about {c}")
+            if dec.body["verdict"] != "ACCEPT":
+                so = body.get("sign_off")
+                if so is None or so in used or by_digest[so].kind != "signoff":
+                    problems.append(
+                        f"gate {r.index} passed a {dec.body['verdict']} without a fresh sign-off"
+                    )
+                used.add(str(so))
+        elif r.kind == "resume":
+            gate = by_digest[body["permit"]]
+            if gate.body["checkpoint_id"] != body["checkpoint_id"] or gate.digest in used:
+                problems.append(f"resume {r.index}: permit for another checkpoint, or used twice")
+            if latest.get(body["checkpoint_id"]) != gate.body["decision_audit"]:
+                problems.append(f"resume {r.index} used a permit a later decision superseded")
+            used.add(gate.digest)
+    return problems
+
+
+def gc_names_decided(store: cpstore.Store, m: Model) -> list[str]:
+    """A sweep that removed a checkpoint a decision names says so in a ``gc`` audit record."""
+    named_by_gc: dict[str, list[int]] = defaultdict(list)
+    for r in store.audit_records(kind="gc"):
+        for c in r.body["decided"]:
+            named_by_gc[c].append(r.index)
+    sweeps = [(b["t"], m.end(e)) for b, e in m.ops if b["op"] in ("prune", "delete")]
+    problems = []
+    for b, a in m.acked("validate"):
+        if a.get("digest") is None:
+            continue  # not recorded
+        rec = store.get_audit(a["digest"])
+        if any(f["code"] == "INTEGRITY" for f in rec.body["findings"]):
+            continue  # a side was gone when validated: no sweep after the record removed it
+        if any(t0 < a["t"] and t1 > b["t"] for t0, t1 in sweeps):
+            continue  # a sweep beside the validation may have run before its record
+        for c in {a["cid"], a["other"]}:
+            try:
+                store.manifest(c)
+                continue
+            except CpstoreError:
+                pass
+            if not any(j > rec.index for j in named_by_gc[c]):
+                problems.append(f"{c} (decision {rec.index}) removed without a gc record naming it")
+    return problems
+
+
+def damage_and_repair(store: str, log: Log, rng: random.Random) -> None:
+    """The operator: break the check of a fork branch's ref, let the workers meet it, repair it."""
+    with cpstore.open(store) as st:
+        forks = [
+            (run, b)
+            for run in st.runs()
+            if run.startswith("own-")
+            for b in st.branches(run)
+            if b != "main"
+        ]
+        if not forks:
+            return
+        run, branch = rng.choice(forks)
+        key, refs = f"{run}\0{branch}".encode(), st.backend.dbs["refs"]
+
+        def flip(txn: Any) -> None:
+            value = txn.get(key, db=refs)
+            if value is not None:
+                value = bytes(value)
+                txn.put(key, value[:-1] + bytes([value[-1] ^ 1]), db=refs)
+
+        oid = log.op()
+        log.write("b", sync=True, op="damage", id=oid, run=run, branch=branch)
+        st.backend.write_txn(flip)
+        time.sleep(rng.uniform(0.05, 0.4))
+        try:
+            rec = st.repair_ref(run, branch, None, operator="chaos", reason="damaged")
+        except (ConflictError, NotFoundError) as exc:  # the branch was gone before the flip
+            log.write("x", sync=True, op="damage", id=oid, err=type(exc).__name__)
+            return
+        log.write("a", sync=True, op="damage", id=oid, digest=rec.digest, index=rec.index)
+
+
+def _start(
+    ctx: Any, store: str, logdir: Path, w: int, inc: int, *, seed: int, deadline: float
+) -> Any:
+    kwargs = {"seed": seed, "deadline": deadline, "map_size": MAP}
+    p = ctx.Process(target=work, args=(store, str(logdir), w, inc), kwargs=kwargs, daemon=True)
+    p.start()
+    return p
+
+
+def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) -> dict[str, Any]:
+    """Run the workers ``seconds``, kill and restart some; check after each kill and at end."""
+    print(f"chaos seed={seed} workers={workers} seconds={seconds}")
+    logdir.mkdir(exist_ok=True)
+    with cpstore.open(store, map_size=MAP):
+        pass  # made once, before the workers race to open it
+    rng = random.Random(seed)
+    ctx = multiprocessing.get_context("spawn")
+    deadline = time.monotonic() + seconds
+    incs = dict.fromkeys(range(workers), 0)
+    procs = {
+        w: _start(ctx, store, logdir, w, 0, seed=seed, deadline=deadline) for w in range(workers)
+    }
+    kills = checks = 0
+    operator = Log(str(logdir / "w99.log"), 99, 0)
+    figures: dict[str, Any] = {}
+    try:
+        while time.monotonic() < deadline - 1.5:
+            time.sleep(rng.uniform(0.3, 1.5))
+            if rng.random() < 0.5:
+                damage_and_repair(store, operator, rng)
+            w = rng.randrange(workers)
+            if procs[w].is_alive():
+                os.kill(procs[w].pid, signal.SIGKILL)
+                kills += 1
+            procs[w].join(timeout=30)
+            assert procs[w].exitcode is not None, f"worker {w} did not die"
+            with cpstore.open(store, durability="none") as st:
+                check(st, logdir, final=False)
+                checks += 1
+                if not store.startswith("postgresql:") and rng.random() < 0.3:
+                    # A hot backup beside the writers: copied from one snapshot, verified whole.
+                    copy = logdir.parent / f"copy{checks}"
+                    assert copy_store(st, copy).ok
+                    shutil.rmtree(copy)
+            incs[w] += 1
+            procs[w] = _start(ctx, store, logdir, w, incs[w], seed=seed, deadline=deadline)
+        for w, p in procs.items():
+            p.join(timeout=seconds + 120)
+            assert p.exitcode is not None, f"worker {w} hung (seed {seed})"
+        with cpstore.open(store) as st:
+            figures = check(st, logdir, final=True)
+    finally:
+        for p in procs.values():
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=10)
+    ends = sum(1 for r in read_logs(logdir) if r["ev"] == "end")
+    assert ends >= workers, f"only {ends} workers ended cleanly (seed {seed})"
+    errors: dict[str, int] = defaultdict(int)
+    for r in read_logs(logdir):
+        if r["ev"] == "x":
+            errors[f"{r['op']}:{r['err']}"] += 1
+    figures.update(kills=kills, checks=checks, seed=seed, errors=dict(errors))
+    print(f"chaos figures: {figures}")
+    return figures
+
+
+def _seed() -> int:
+    given = os.environ.get("CPSTORE_CHAOS_SEED")
+    return int(given) if given else random.SystemRandom().randrange(1 << 30)
+
+
+class TestChaos:
+    def test_every_mutation_mixed_across_killed_processes_keeps_every_promise(
+        self, tmp_path: Path
+    ) -> None:
+        """Three workers mix every mutation for 12 s with kills; every invariant holds."""
+        figures = chaos(str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=3, seconds=12)
+        assert figures["checkpoints"] > 0 and figures["kills"] > 0
+
+    @pytest.mark.soak
+    @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
+    def test_soak_every_mutation_mixed_across_killed_processes(self, tmp_path: Path) -> None:
+        """The same with four workers for 120 s (CPSTORE_SOAK=1)."""
+        seconds = float(os.environ.get("CPSTORE_CHAOS_SECONDS", "120"))
+        figures = chaos(
+            str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=4, seconds=seconds
+        )
+        assert figures["checkpoints"] > 0 and figures["kills"] > 0
+
+
+class TestChaosPostgres:
+    def test_every_mutation_mixed_on_postgres_keeps_every_promise(
+        self, pg_url: str, tmp_path: Path
+    ) -> None:
+        """The same mix on the PostgreSQL backend: three workers for 10 s with kills."""
+        figures = chaos(pg_url, tmp_path / "logs", seed=_seed(), workers=3, seconds=10)
+        assert figures["checkpoints"] > 0 and figures["kills"] > 0
+
+    @pytest.mark.soak
+    @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
+    def test_soak_every_mutation_mixed_on_postgres(self, pg_url: str, tmp_path: Path) -> None:
+        """The PostgreSQL mix with four workers for 120 s (CPSTORE_SOAK=1)."""
+        seconds = float(os.environ.get("CPSTORE_CHAOS_SECONDS", "120"))
+        figures = chaos(pg_url, tmp_path / "logs", seed=_seed(), workers=4, seconds=seconds)
+        assert figures["checkpoints"] > 0 and figures["kills"] > 0
+
+
+def _fake_log(logdir: Path, lines: list[dict[str, Any]]) -> None:
+    """A worker log holding ``lines`` (times in order)."""
+    logdir.mkdir()
+    rows = [json.dumps({"t": i + 1, "w": 0, "inc": 0, **r}) for i, r in enumerate(lines)]
+    (logdir / "w0.log").write_text("\n".join(rows) + "\n")
+
+
+class TestCheckerBites:
+    def _store(self, tmp_path: Path) -> tuple[cpstore.Store, str]:
+        st = cpstore.open(tmp_path / "s")
+        cid = st.recorder(SHARED).checkpoint(0, {"a": 1})
+        return st, cid
+
+    def test_an_acknowledged_checkpoint_the_store_lacks_is_reported_lost(
+        self, tmp_path: Path
+    ) -> None:
+        """An acked checkpoint nothing removed and the store lacks fails the check."""
+        st, _ = self._store(tmp_path)
+        ghost = {"run": "own-w0", "branch": "main", "parent": None, "sd": "0" * 32}
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "ckpt", "id": "1", **ghost},
+            {"ev": "a", "op": "ckpt", "id": "1", "cid": "ab" * 16, **ghost},
+        ])  # fmt: skip
+        with st, pytest.raises(AssertionError, match="acknowledged checkpoint lost"):
+            check(st, tmp_path / "logs", final=True)
+
+    def test_a_deletion_in_the_log_explains_a_missing_checkpoint(self, tmp_path: Path) -> None:
+        """The same ack followed by a delete_run of its run passes."""
+        st, _ = self._store(tmp_path)
+        ghost = {"run": "tmp-x", "branch": "main", "parent": None, "sd": "0" * 32}
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "ckpt", "id": "1", **ghost},
+            {"ev": "a", "op": "ckpt", "id": "1", "cid": "ab" * 16, **ghost},
+            {"ev": "b", "op": "delete", "id": "2", "run": "tmp-x"},
+        ])  # fmt: skip
+        with st:
+            check(st, tmp_path / "logs", final=True)
+
+    def test_two_acknowledged_children_of_one_parent_are_a_bypassed_cas(
+        self, tmp_path: Path
+    ) -> None:
+        """Two acked checkpoints on a CAS-only branch naming one parent fail the check."""
+        st, cid = self._store(tmp_path)
+        with st:
+            sd = st.manifest(cid).state_digest
+            lines: list[dict[str, Any]] = []
+            for n, child in (("1", cid), ("2", "ab" * 16)):
+                fields = {"run": SHARED, "branch": "main", "parent": "cd" * 16, "sd": sd}
+                lines += [
+                    {"ev": "b", "op": "ckpt", "id": n, **fields},
+                    {"ev": "a", "op": "ckpt", "id": n, "cid": child, **fields},
+                ]
+            _fake_log(tmp_path / "logs", lines)
+            with pytest.raises(AssertionError, match="a CAS was bypassed"):
+                check(st, tmp_path / "logs", final=True)
+
+    def test_an_accept_for_different_inputs_is_reported(self, tmp_path: Path) -> None:
+        """A logged ACCEPT of a checkpoint validated against another fails the check."""
+        st, cid = self._store(tmp_path)
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "validate", "id": "1", "cid": cid, "other": "ef" * 16},
+            {"ev": "a", "op": "validate", "id": "1", "cid": cid, "other": "ef" * 16,
+             "verdict": "ACCEPT"},
+        ])  # fmt: skip
+        with st, pytest.raises(AssertionError, match="ACCEPT for different inputs"):
+            check(st, tmp_path / "logs", final=True)
+
+
+class TestRetainedRuns:
+    def test_delete_run_keeps_a_retained_head_of_the_run_until_it_is_released(
+        self, tmp_path: Path
+    ) -> None:
+        """delete_run leaves a head an audited reset retained, and its parent, until released."""
+        with cpstore.open(tmp_path / "s") as st:
+            rec = st.recorder("t")
+            first = rec.checkpoint(0, {"x": 1})
+            second = rec.checkpoint(1, {"x": 2})
+            st.reset_ref("t", "main", first, expected_old=second, operator="o", reason="r")
+            assert st.delete_run("t") == 0
+            assert st.runs() == [] and list(st.retained()) == [second]
+            assert st.manifest(second).parent == first and st.manifest(first).id == first
+            with pytest.raises(NotFoundError):
+                st.gc(delete_run="t")
+            st.release_retained(second, operator="o", reason="r")
+            assert st.prune(keep_last=1) == 2
+            assert st.verify().ok
+
+    def test_a_prune_of_another_run_sweeps_a_released_head(self, tmp_path: Path) -> None:
+        """prune(run_id=A) sweeps run B's released head: every sweep takes what no root keeps."""
+        with cpstore.open(tmp_path / "s") as st:
+            st.recorder("a").checkpoint(0, {"a": 1})
+            rec = st.recorder("b", branch="f")
+            head = rec.checkpoint(0, {"b": 1})
+            st.reset_ref("b", "f", None, expected_old=head, operator="o", reason="r")
+            st.release_retained(head, operator="o", reason="r")
+            assert st.gc(keep_last=5, run_id="a").checkpoints == (head,)
