@@ -69,9 +69,8 @@ def test_an_open_of_a_renamed_away_path_without_holder_marks_never_gets_the_old_
     with open_store(a) as first:
         os.rename(a, t)
         os.rename(c, a)
-        with pytest.raises(StoreError) as err:
-            with open_store(a) as second:
-                assert second.runs() == ["C"]  # not reached on 1e4eadb: it was ["A"]
+        with pytest.raises(StoreError) as err, open_store(a) as second:
+            assert second.runs() == ["C"]  # not reached on 1e4eadb: it was ["A"]
         assert "no longer at this path" in err.value.what
         with open_store(t) as third:
             assert third.backend.env is first.backend.env
