@@ -65,10 +65,12 @@ def _file_of(folder: str) -> tuple[int, int] | None:
 def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
     """(the environment of ``key``'s data file, that file's identity): by the key while
     ``key`` still names its folder (it may have been renamed away, another store put at
-    ``key``), or else by the file (another path to it). Under the registry lock."""
+    ``key``), or else by the file (another path to it). Under the registry lock. The
+    identity is of the file at ``key`` now: not the environment's when its data.mdb was
+    replaced in place (_acquire refuses that)."""
     env, file_id = _REGISTRY.get(key), _file_of(key)
     if env is not None and (env.file_id == file_id or _same_folder(key, env)):
-        return env, env.file_id
+        return env, file_id
     return (None if file_id is None else _BY_FILE.get(file_id)), file_id
 
 
@@ -138,6 +140,17 @@ def _acquire(key: str, options: EnvOptions) -> Env:
                 where=key,
                 expected=f"pid {env.pid}",
                 got=f"pid {os.getpid()}",
+            )
+        if env is not None and env.file_id != file_id:  # _same_folder's: never shared
+            # Its LMDB works on a file no longer at ``key`` (a new handle's writes would be
+            # acknowledged and lost), and a second environment would share its lock file.
+            raise StoreError(
+                "this process has the store here open on a data file no longer at this "
+                "path (data.mdb replaced or removed while open, or the folder renamed "
+                "where the open cannot tell): close every handle of it here, then open again",
+                where=key,
+                expected=f"data.mdb {env.file_id}",
+                got=f"data.mdb {file_id}",
             )
         if env is None:
             if key in _COMPACTING or (file_id is not None and file_id in _COMPACTING):
