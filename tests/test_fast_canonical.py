@@ -9,13 +9,14 @@ from enum import Enum, IntEnum
 from types import MappingProxyType
 from typing import Any
 
+import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpstore.errors import CanonicalEncodingError
-from cpstore.native.canonical import MAX_DEPTH, encode_value
-from cpstore.native.fast_canonical import encode_element, encode_fast
+from cpstore.native.canonical import MAX_DEPTH, decode_value, encode_value
+from cpstore.native.fast_canonical import decode_fast, encode_element, encode_fast
 
 
 class _Frozen(Mapping[Any, Any]):
@@ -44,6 +45,11 @@ class _Text(str):
 
 class _Sub(dict[Any, Any]):
     """A dict subclass."""
+
+
+def struct_pack_nan() -> bytes:
+    """A NaN whose payload is not the canonical one."""
+    return (0x7FF8000000000001).to_bytes(8, "big")
 
 
 def _view(data: bytes) -> memoryview:
@@ -223,3 +229,59 @@ def test_a_key_that_lies_about_equality_never_takes_a_cached_key_plan() -> None:
     encode_fast({"a": [1, {}]})  # caches the plan for ("a",)
     value = {_Liar("x"): [1, {}]}
     assert encode_fast(value) == encode_value(value)
+
+
+def _packed(value: Any, *, bin_type: bool) -> bytes:
+    """``value`` as plain msgpack (no canonical order or forms); b"\\xc1" when it cannot be."""
+    try:
+        return bytes(msgpack.packb(value, default=repr, use_bin_type=bin_type))
+    except (TypeError, ValueError, UnicodeError, OverflowError):
+        return b"\xc1"
+
+
+def _decoded(fn: Any, data: bytes) -> str:
+    """The outcome of decoding ``data`` as text (NaN != NaN, so values compare by repr)."""
+    return repr(_outcome(fn, data))
+
+
+@settings(max_examples=400)
+@given(values)
+def test_fast_decoding_of_canonical_bytes_equals_the_reference(value: Any) -> None:
+    """decode_fast of a value's canonical bytes is decode_value's value (or its error)."""
+    try:
+        data = encode_value(value)
+    except CanonicalEncodingError:
+        return  # no canonical bytes to decode
+    assert _decoded(decode_fast, data) == _decoded(decode_value, data)
+
+
+@settings(max_examples=400)
+@given(
+    st.one_of(
+        st.binary(max_size=200),
+        values.map(lambda v: _packed(v, bin_type=True)),
+        values.map(lambda v: _packed(v, bin_type=False)),
+    )
+)
+def test_fast_decoding_of_any_bytes_equals_the_reference(data: bytes) -> None:
+    """On any bytes (garbage, msgpack in non-canonical form) decode_fast gives decode_value's
+    value or the same error (type, what, where, expected, got)."""
+    assert _decoded(decode_fast, data) == _decoded(decode_value, data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",
+        msgpack.packb({"b": 1, "a": 2}),  # keys out of canonical order
+        b"\xcd\x00\x01",  # 1 as uint16: not the shortest form
+        b"\xcb" + struct_pack_nan(),
+        msgpack.packb([1.0]),  # a float64 that the canonical form writes as is
+        b"\x92\x01",  # truncated array
+    ],
+)
+def test_fast_decoding_of_adversarial_bytes_equals_the_reference(data: bytes) -> None:
+    """Empty, reserved, unsorted, over-long, NaN-payload and truncated bytes: decode_fast
+    and decode_value agree on every one."""
+    assert _decoded(decode_fast, data) == _decoded(decode_value, data)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgpack
@@ -141,8 +141,14 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return int.from_bytes(data, "big", signed=True)
 
 
-def decode_value(data: bytes | bytearray | memoryview) -> Any:
-    """Decode canonical bytes; anything not in canonical form is refused."""
+def decode_value(
+    data: bytes | bytearray | memoryview, *, encode: Callable[[Any], bytes] = encode_value
+) -> Any:
+    """Decode canonical bytes; anything not in canonical form is refused.
+
+    ``encode``: the canonical encoder the decoded value is re-encoded with for that
+    check (:func:`~cpstore.native.fast_canonical.decode_fast` passes the fast one,
+    whose bytes equal :func:`encode_value`'s)."""
     raw = bytes(data)
     try:
         value = msgpack.unpackb(
@@ -154,7 +160,7 @@ def decode_value(data: bytes | bytearray | memoryview) -> Any:
         raise CanonicalEncodingError(
             "bytes are not a msgpack value", got=raw, expected=str(exc) or None
         ) from None
-    again = encode_value(value)
+    again = encode(value)
     if again != raw:
         raise CanonicalEncodingError(
             "bytes are msgpack but not the canonical encoding", expected=again, got=raw

@@ -40,9 +40,9 @@ from typing import Any
 
 import msgspec
 
-from cpstore.native.canonical import MAX_DEPTH, array_header, encode_value, map_header
+from cpstore.native.canonical import MAX_DEPTH, array_header, decode_value, encode_value, map_header
 
-__all__ = ["encode_element", "encode_fast"]
+__all__ = ["decode_fast", "encode_element", "encode_fast"]
 
 _mp = msgspec.msgpack.Encoder().encode
 _NAN = struct.pack(">Bd", 0xCB, math.nan)
@@ -192,6 +192,13 @@ def encode_fast(value: Any) -> bytes:
     except Exception:  # the specification re-walks and says what is wrong
         return encode_value(value)
     return b"".join(out)
+
+
+def decode_fast(data: bytes | bytearray | memoryview) -> Any:
+    """:func:`~cpstore.native.canonical.decode_value` with its canonical-form check made
+    by :func:`encode_fast`: the same value, or the same error, at a fifth of the cost
+    (the audit log's records are decoded this way)."""
+    return decode_value(data, encode=encode_fast)
 
 
 def encode_element(item: Any) -> bytes:

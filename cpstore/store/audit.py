@@ -35,6 +35,7 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.fast_canonical import decode_fast, encode_fast
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.keyed_audit import check_mac, mac_append
 from cpstore.store.model import AuditRecord, Problem, check_metadata, parse_id
@@ -61,7 +62,7 @@ DECISIONS_INDEXED = b"decisions_indexed"
 
 def _decode(index: int, raw: bytes | memoryview, where: str) -> AuditRecord:
     try:
-        rec = decode_value(raw)
+        rec = decode_fast(raw)
     except CanonicalEncodingError as exc:
         raise AuditChainError("audit record is not canonical", where=where, got=str(exc)) from None
     if (
@@ -263,14 +264,14 @@ def append_audit_txn(
             index = last_index + 1
         else:
             prev, index = None, 0
-    raw = encode_value({"index": index, "prev": prev, "kind": kind, "body": content, "time": when})
+    raw = encode_fast({"index": index, "prev": prev, "kind": kind, "body": content, "time": when})
     key = digest(raw)
     if not txn.put(_INDEX.pack(index), raw, overwrite=False, db=audit):
         raise AuditChainError("audit index already used", where=f"audit/{index}")
     if store.audit_key is not None:
         mac_append(txn, dbs, store.audit_key, index, raw)
     txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
-    txn.put(HEAD_KEY, encode_value([index + 1, key]), db=meta)
+    txn.put(HEAD_KEY, encode_fast([index + 1, key]), db=meta)
     indexed = _indexed_count(txn, meta)
     if indexed < index:
         _index_decisions(txn, dbs, indexed, index)

@@ -200,7 +200,9 @@ def _sweep(
             # is missing already (damage, verify names it) was not removed by this sweep.
             removed_objects += objects.delete(txn, key)
         ids = tuple(sorted(cid.hex() for cid, _, _ in dead))
-        decided = tuple(c for c in ids if c in _audited_checkpoints(store, txn)) if ids else ()
+        # One read of the audit log per sweep (it was once per removed checkpoint).
+        named = _audited_checkpoints(store, txn) if ids else set()
+        decided = tuple(c for c in ids if c in named)
         report = GcReport(ids, removed_objects, removed_bytes, decided, dry_run)
         if dry_run:
             raise _DryRunDoneError(report)
