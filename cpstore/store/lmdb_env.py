@@ -36,6 +36,7 @@ from cpstore.store.lmdb_open import (
     close_on_exec,
     creation_lock,
     has_lmdb_meta_page,
+    is_folder_at,
     is_lock_permission_error,
     lock_folder,
     open_dbs_readonly,
@@ -79,7 +80,10 @@ class Env(EnvTxns):
     #: registry's, lmdb_registry._BY_FILE): an open finding its file there refuses.
     open_files: Container[tuple[int, int]] = ()
 
-    def __init__(self, path: str, options: EnvOptions) -> None:
+    def __init__(self, path: str, options: EnvOptions, won: int | None = None) -> None:
+        """Open ``path``'s environment. ``won``: a creation lock the caller's wait won at
+        ``path`` (lock_folder's descriptor, the caller's to close), used when it still
+        locks the folder ``path`` names instead of trying for the lock again."""
         super().__init__()
         self.path = path
         self.options = options
@@ -100,9 +104,12 @@ class Env(EnvTxns):
         self.data_at = data
         #: This release's mark on the folder, from before LMDB's open to after its close.
         self._mark: HolderMark | None = None
+        #: ``won`` while this open uses it (its folder's lock until the open is done).
+        self._won: int | None = None
         try:
-            self.env = self._open_files(data)
+            self.env = self._open_files(data, won)
         except BaseException:
+            self._won = None
             if self._mark is not None:
                 self._mark.close()
             raise
@@ -119,21 +126,40 @@ class Env(EnvTxns):
             if self._mark is not None:
                 self._mark.close()
             raise
+        finally:
+            self._won = None  # the caller closes it
 
-    def _open_files(self, data: str) -> Any:
-        """Decide what the folder holds and open LMDB on it, under the creation lock."""
+    def _open_files(self, data: str, won: int | None) -> Any:
+        """Decide what the folder holds and open LMDB on it, under the creation lock (``won``,
+        when it locks the folder at the path: see __init__)."""
         path, options = self.path, self.options
         try:
             if not options.readonly and options.create and not os.path.exists(path):
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
-            locked, pin = lock_folder(path, exclusive=not options.readonly, wait=False), None
+            locked = pin = None
+            if won is not None and is_folder_at(won, path):
+                self._won = won
+            else:
+                locked = lock_folder(path, exclusive=not options.readonly, wait=False)
             try:
                 # Every look is at the locked folder LMDB opens (pin_folder); under the lock
-                # (never waited for: FolderBusyError) no other lmdb.open is making data.mdb.
-                where, pin = pin_folder(path, locked, self.open_files)  # see FileOpenHereError
+                # (never waited for here: FolderBusyError) no other lmdb.open makes data.mdb.
+                held = locked if self._won is None else self._won
+                where, pin = pin_folder(path, held, self.open_files)  # see FileOpenHereError
                 self._seen_size = check_data_file(path, data, options, where)
                 self._mark = HolderMark(where, STORE_VERSION)
-                env = self._open_env(where)
+                try:
+                    env = self._open_env(where)
+                except lmdb.InvalidError as exc:
+                    # Judged by the file LMDB refused (the pinned folder's): the path may
+                    # name another folder by now (a rename racing this open).
+                    if has_lmdb_meta_page(os.path.join(where, "data.mdb")):
+                        raise IntegrityError(
+                            "an LMDB meta page of the data file is damaged",
+                            where=data,
+                            got=str(exc),
+                        ) from None
+                    raise translate(exc, path) from None
                 self.data_at = self._tail.hold(where, not options.readonly)
                 if self._tail.held is not None:  # the file LMDB opened (the registry's key)
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
@@ -141,12 +167,6 @@ class Env(EnvTxns):
             finally:
                 unlock_folder(pin)
                 unlock_folder(locked)
-        except lmdb.InvalidError as exc:
-            if has_lmdb_meta_page(data):
-                raise IntegrityError(
-                    "an LMDB meta page of the data file is damaged", where=data, got=str(exc)
-                ) from None
-            raise translate(exc, path) from None
         except lmdb.Error as exc:
             raise translate(exc, path) from None
         except PermissionError as exc:
@@ -243,6 +263,8 @@ class Env(EnvTxns):
                 # open holds LMDB's lock before the check looks, or reads the format record
                 # after the commit: docs/store.md), of the folder LMDB opened (its mark's).
                 at = self.path if self._mark is None else self._mark.folder(self.path)
+                if self._won is not None:  # the lock this open's wait won, held (exclusive)
+                    return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=at))
                 with creation_lock(at, exclusive=True, wait=False):  # FolderBusyError
                     return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=at))
         except lmdb.Error as exc:
