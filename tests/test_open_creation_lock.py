@@ -156,3 +156,45 @@ def test_an_interrupt_during_the_creation_lock_wait_leaks_no_descriptor(
     monkeypatch.setattr(fcntl, "flock", real)
     with cpstore.open(path) as st:  # the store opens as before
         assert st.recorder("r").checkpoint(1, {"a": 2})
+
+
+def test_a_won_lock_on_a_folder_renamed_away_is_not_used_for_the_store_now_at_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the path names another folder after the wait (a rename), the open tries that
+    folder's own lock and opens the store there, not under the lock on the old folder."""
+    path, other, away = tmp_path / "s", tmp_path / "other", tmp_path / "away"
+    with cpstore.open(path) as st:
+        st.recorder("first").checkpoint(0, {"a": 1})
+    with cpstore.open(other) as st:
+        st.recorder("second").checkpoint(0, {"b": 1})
+    folders = {os.stat(path).st_ino: "s", os.stat(other).st_ino: "other"}
+    tries: list[str] = []
+    real = fcntl.flock
+    with _lock_held_elsewhere(path) as release:
+
+        def renaming(fd: int, op: int) -> None:
+            name = folders.get(os.fstat(fd).st_ino)
+            if name is None:
+                return real(fd, op)
+            if op & fcntl.LOCK_NB:
+                try:
+                    real(fd, op)
+                except OSError:
+                    tries.append(f"{name} busy")
+                    raise
+                tries.append(f"{name} won at once")
+                return None
+            release.write("go\n")
+            release.flush()
+            real(fd, op)
+            tries.append(f"{name} won by waiting")
+            os.rename(path, away)  # the path names another folder once the wait is over
+            os.rename(other, path)
+            return None
+
+        monkeypatch.setattr(fcntl, "flock", renaming)
+        with cpstore.open(path) as st:
+            assert st.runs() == ["second"]
+        monkeypatch.setattr(fcntl, "flock", real)
+    assert tries == ["s busy", "s won by waiting", "other won at once"]
