@@ -22,6 +22,7 @@ LAYERS = ("errors", "native", "run", "replay", "decision", "store", "langgraph",
 LMDB_MODULES = frozenset(
     {
         "cpstore.store.lmdb_env",
+        "cpstore.store.lmdb_txns",
         "cpstore.store.lmdb_errors",
         "cpstore.store.lmdb_open",
         "cpstore.store.lmdb_backend",

@@ -43,10 +43,10 @@ def _open_b_racing_mv_a_to_b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     a, b, t = tmp_path / "a", tmp_path / "b", tmp_path / "t"
     real = Env
 
-    def racing(path: str, options: Any) -> Any:
+    def racing(path: str, options: Any, *won: Any) -> Any:
         os.rename(b, t)
         os.rename(a, b)  # after the registry's stat of b, before LMDB opens it
-        return real(path, options)
+        return real(path, options, *won)
 
     monkeypatch.setattr(lmdb_registry, "Env", racing)
     second = open_store(b)
@@ -309,13 +309,13 @@ def copy(*args, **kwargs):
     waiting.wait(30)
     return real_copy(*args, **kwargs)
 
-def racing_env(path, options):
+def racing_env(path, options, *won):
     if threading.current_thread().name != "opener":
-        return real_env(path, options)  # compact's own opens
+        return real_env(path, options, *won)  # compact's own opens
     lmdb_registry.Env = real_env
     os.rename(b, t)
     os.rename(a, b)  # after the registry's stat of b, before the open locks b's folder
-    return real_env(path, options)
+    return real_env(path, options, *won)
 
 fcntl.flock, lmdb_copy.copy_env, lmdb_registry.Env = flock, copy, racing_env
 try:

@@ -1,30 +1,25 @@
-"""The LMDB environment behind a store: opening, txn bookkeeping, map growth.
+"""The LMDB environment behind a store: opening it, its named databases, layout upgrades.
 
 One :class:`Env` per data file per process (LMDB's fcntl locks belong to the
 process: a second open of one file resets its lock file under the first, a close drops
 them), shared by every :class:`~cpstore.Store` handle on that path. This module is the
-only one that opens environments, begins transactions or changes the map size.
+only one that opens environments; its base, :mod:`cpstore.store.lmdb_txns`, the only
+one that begins transactions or changes the map size.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Container, Iterator
-from contextlib import contextmanager
+from collections.abc import Container
 from threading import get_ident
-from typing import Any, TypeVar
+from typing import Any
 
 import lmdb
 
 from cpstore.errors import (
-    ForkError,
     IntegrityError,
     NotFoundError,
     StoreError,
-    StoreFullError,
     StoreReadOnlyError,
 )
 from cpstore.native.canonical import encode_value
@@ -41,6 +36,7 @@ from cpstore.store.lmdb_open import (
     close_on_exec,
     creation_lock,
     has_lmdb_meta_page,
+    is_folder_at,
     is_lock_permission_error,
     lock_folder,
     open_dbs_readonly,
@@ -50,13 +46,11 @@ from cpstore.store.lmdb_open import (
     unlock_folder,
 )
 from cpstore.store.lmdb_pages import TailCover, check_data_size
+from cpstore.store.lmdb_txns import EnvTxns
 from cpstore.store.model import BARE_REF_LAYOUTS, HEAP_LAYOUT, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
 
 __all__ = ["DB_NAMES", "LMDB_TABLES", "Env"]
-
-T = TypeVar("T")
-
 
 class _UpgradeFirstError(Exception):
     """A writable open found an older layout: it upgrades under the creation lock."""
@@ -79,27 +73,23 @@ DB_NAMES = (
 LMDB_TABLES = DB_NAMES + HEAP_TABLES
 
 
-class Env:
-    """An open LMDB environment, its named databases and its txn bookkeeping."""
+class Env(EnvTxns):
+    """An open LMDB environment and its named databases (its txns: :class:`EnvTxns`)."""
 
     #: The data files (st_dev, st_ino) this process has an environment open on (the
     #: registry's, lmdb_registry._BY_FILE): an open finding its file there refuses.
     open_files: Container[tuple[int, int]] = ()
 
-    def __init__(self, path: str, options: EnvOptions) -> None:
+    def __init__(self, path: str, options: EnvOptions, won: int | None = None) -> None:
+        """Open ``path``'s environment. ``won``: a creation lock the caller's wait won at
+        ``path`` (lock_folder's descriptor, the caller's to close), used when it still
+        locks the folder ``path`` names instead of trying for the lock again."""
+        super().__init__()
         self.path = path
         self.options = options
-        self.pid = os.getpid()
         self.handles = 0
         #: (st_dev, st_ino) of the data file LMDB opened (lmdb_registry._BY_FILE).
         self.file_id: tuple[int, int] | None = None
-        self.write_lock = threading.RLock()
-        # A thread ident per open read txn (deque ops atomic under the GIL); _gate: resizes.
-        self._active: deque[int] = deque()
-        self._gate = threading.Condition()
-        self._resizing = False
-        #: Seconds a resize waits for this process's reads (None: no bound; set at exit).
-        self.resize_wait: float | None = None
         #: False when a read-only open could not use the lock file (see _open_env).
         self.locked = True
         #: The layout of the format record (docs/store.md; a writable open upgraded it).
@@ -114,9 +104,12 @@ class Env:
         self.data_at = data
         #: This release's mark on the folder, from before LMDB's open to after its close.
         self._mark: HolderMark | None = None
+        #: ``won`` while this open uses it (its folder's lock until the open is done).
+        self._won: int | None = None
         try:
-            self.env = self._open_files(data)
+            self.env = self._open_files(data, won)
         except BaseException:
+            self._won = None
             if self._mark is not None:
                 self._mark.close()
             raise
@@ -133,21 +126,40 @@ class Env:
             if self._mark is not None:
                 self._mark.close()
             raise
+        finally:
+            self._won = None  # the caller closes it
 
-    def _open_files(self, data: str) -> Any:
-        """Decide what the folder holds and open LMDB on it, under the creation lock."""
+    def _open_files(self, data: str, won: int | None) -> Any:
+        """Decide what the folder holds and open LMDB on it, under the creation lock (``won``,
+        when it locks the folder at the path: see __init__)."""
         path, options = self.path, self.options
         try:
             if not options.readonly and options.create and not os.path.exists(path):
                 os.makedirs(path, exist_ok=True)  # another creator may make it too
-            locked, pin = lock_folder(path, exclusive=not options.readonly, wait=False), None
+            locked = pin = None
+            if won is not None and is_folder_at(won, path):
+                self._won = won
+            else:
+                locked = lock_folder(path, exclusive=not options.readonly, wait=False)
             try:
                 # Every look is at the locked folder LMDB opens (pin_folder); under the lock
-                # (never waited for: FolderBusyError) no other lmdb.open is making data.mdb.
-                where, pin = pin_folder(path, locked, self.open_files)  # see FileOpenHereError
+                # (never waited for here: FolderBusyError) no other lmdb.open makes data.mdb.
+                held = locked if self._won is None else self._won
+                where, pin = pin_folder(path, held, self.open_files)  # see FileOpenHereError
                 self._seen_size = check_data_file(path, data, options, where)
                 self._mark = HolderMark(where, STORE_VERSION)
-                env = self._open_env(where)
+                try:
+                    env = self._open_env(where)
+                except lmdb.InvalidError as exc:
+                    # Judged by the file LMDB refused (the pinned folder's): the path may
+                    # name another folder by now (a rename racing this open).
+                    if has_lmdb_meta_page(os.path.join(where, "data.mdb")):
+                        raise IntegrityError(
+                            "an LMDB meta page of the data file is damaged",
+                            where=data,
+                            got=str(exc),
+                        ) from None
+                    raise translate(exc, path) from None
                 self.data_at = self._tail.hold(where, not options.readonly)
                 if self._tail.held is not None:  # the file LMDB opened (the registry's key)
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
@@ -155,12 +167,6 @@ class Env:
             finally:
                 unlock_folder(pin)
                 unlock_folder(locked)
-        except lmdb.InvalidError as exc:
-            if has_lmdb_meta_page(data):
-                raise IntegrityError(
-                    "an LMDB meta page of the data file is damaged", where=data, got=str(exc)
-                ) from None
-            raise translate(exc, path) from None
         except lmdb.Error as exc:
             raise translate(exc, path) from None
         except PermissionError as exc:
@@ -217,23 +223,6 @@ class Env:
         at, psize, seen = self.data_at, self._tail.psize, self._seen_size
         check_data_size(at, psize, self.env.info, seen=seen, shown=self._tail.data)
 
-    def _cover_tail(self) -> None:
-        """At the start of a write txn (under LMDB's writer lock), make the data file
-        reach every committed page (lmdb_pages.TailCover says why and how)."""
-        self._tail.cover(self.env.info()["last_pgno"])
-
-    # -- bookkeeping ---------------------------------------------------------
-
-    def check_pid(self) -> None:
-        """Raise :class:`ForkError` when used in a process other than the opener."""
-        if os.getpid() != self.pid:
-            raise ForkError(
-                "store used after fork(); open it again in the child",
-                where=self.path,
-                expected=f"pid {self.pid}",
-                got=f"pid {os.getpid()}",
-            )
-
     def sync(self) -> None:
         """Force every commit of this environment to disk (one fsync of the data file)."""
         self.check_pid()
@@ -274,6 +263,8 @@ class Env:
                 # open holds LMDB's lock before the check looks, or reads the format record
                 # after the commit: docs/store.md), of the folder LMDB opened (its mark's).
                 at = self.path if self._mark is None else self._mark.folder(self.path)
+                if self._won is not None:  # the lock this open's wait won, held (exclusive)
+                    return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=at))
                 with creation_lock(at, exclusive=True, wait=False):  # FolderBusyError
                     return self.write(lambda txn: self._open_dbs_writable(txn, upgrade=at))
         except lmdb.Error as exc:
@@ -381,220 +372,3 @@ class Env:
     def _never_committed(self, txn: Txn[memoryview]) -> bool:
         """True for an environment LMDB just made: no txn committed, nothing in it."""
         return int(self.env.info()["last_txnid"]) == 0 and not txn.cursor().first()
-
-    # -- transactions -------------------------------------------------------
-
-    def holds_read(self) -> bool:
-        """True when the calling thread has a read txn of this env open."""
-        return get_ident() in self._active
-
-    def _leave_read(self) -> None:
-        self._active.remove(get_ident())
-        if self._resizing:
-            with self._gate:
-                self._gate.notify_all()
-
-    def _enter_read(self) -> None:
-        # Publish the entry, then look for a resize: the resizer sets _resizing,
-        # then waits for _active to empty, so one always sees the other (GIL).
-        active, me = self._active, get_ident()
-        while True:
-            # A thread already holding a read goes on: the resize waits for
-            # that read anyway, and making this one wait would deadlock.
-            nested = me in active
-            active.append(me)
-            if not self._resizing or nested:
-                return
-            active.remove(me)
-            with self._gate:
-                self._gate.notify_all()
-                while self._resizing:
-                    self._gate.wait()
-
-    def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
-        """Run ``attempt`` (which begins txns) again until the map it sees is current.
-
-        The one place that handles growth by another process: LMDB refuses
-        every txn of this one with MDB_MAP_RESIZED until it adopts the new size
-        (``adopt=False`` while opening, when opening again does it).
-        """
-        while True:
-            try:
-                return attempt()
-            except lmdb.MapResizedError:
-                if adopt:
-                    self.adopt_map_size()
-
-    def _begin(self, *, write: bool) -> Txn[memoryview]:
-        """Begin a txn, adopting map growth (:meth:`begin_read` inlines the common read).
-
-        A read is entered in the bookkeeping (pair it with :meth:`_leave_read`);
-        a write needs the caller to hold ``write_lock``.
-        """
-
-        def attempt() -> Txn[memoryview]:
-            if write:
-                return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
-            self._enter_read()
-            try:
-                return self.env.begin(buffers=True)  # type: ignore[no-any-return]
-            except BaseException:
-                self._leave_read()
-                raise
-
-        retried_slots = False
-        while True:
-            try:
-                return self._adopting_growth(attempt)
-            except lmdb.ReadersFullError as exc:
-                if retried_slots:
-                    raise translate(exc, self.path) from None
-                self.env.reader_check()
-                retried_slots = True
-            except lmdb.Error as exc:
-                raise translate(exc, self.path) from None
-
-    def begin_read(self) -> Txn[memoryview]:
-        """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`.
-
-        The common case is inline (entry published before looking for a resize,
-        as in :meth:`_enter_read`); a resize, growth to adopt, full reader slots
-        or an error to translate take :meth:`_begin`.
-        """
-        if os.getpid() != self.pid:
-            self.check_pid()
-        active, me = self._active, get_ident()
-        active.append(me)
-        if not self._resizing:
-            try:
-                txn: Txn[memoryview] = self.env.begin(buffers=True)
-            except BaseException as exc:
-                active.remove(me)
-                if not isinstance(exc, lmdb.Error):
-                    raise
-            else:
-                return self._legacy_read(txn) if self._legacy_ro else txn
-        else:
-            self._leave_read()
-        txn = self._begin(write=False)
-        return self._legacy_read(txn) if self._legacy_ro else txn
-
-    def end_read(self, txn: Txn[memoryview]) -> None:
-        """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline."""
-        try:
-            txn.abort()
-        finally:
-            self._active.remove(get_ident())
-            if self._resizing:
-                with self._gate:
-                    self._gate.notify_all()
-
-    @contextmanager
-    def read(self) -> Iterator[Txn[memoryview]]:
-        """A read txn handing out zero-copy views; views die with the txn."""
-        txn = self.begin_read()
-        try:
-            yield txn
-        except lmdb.Error as exc:
-            raise translate(exc, self.path) from None
-        finally:
-            self.end_read(txn)
-
-    def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
-        """Run ``fn`` in one write txn and commit; retried after growing the map.
-
-        ``fn`` must depend only on the txn (it may run more than once). Views
-        it reads are valid only until its next put.
-        """
-        self.check_pid()
-        if self.options.readonly:
-            raise StoreReadOnlyError("the store was opened read-only", where=self.path)
-        while True:
-            try:
-                self._lock_writes()
-                try:
-                    with self._begin_write() as txn:
-                        # Under LMDB's writer lock: no commit of any process runs
-                        # while the tail is filled (zeros written past the end
-                        # must not race a commit reusing those pages).
-                        self._cover_tail()
-                        return fn(txn)
-                finally:
-                    self.write_lock.release()
-            except lmdb.MapFullError:
-                self.grow()
-            except lmdb.Error as exc:
-                raise translate(exc, self.path) from None
-
-    def _begin_write(self) -> Txn[memoryview]:
-        """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
-        try:
-            return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
-        except lmdb.Error:
-            return self._begin(write=True)
-
-    def _holds_read_during_resize(self) -> StoreError:
-        return StoreError(
-            "the map must change size but this thread holds an open read view",
-            where=self.path,
-            expected="no open store.read() in a thread that writes while the map grows",
-        )
-
-    def _lock_writes(self) -> None:
-        """Take the write lock, or StoreError where waiting would deadlock: a resize holds
-        it until every read of this process ended, so a thread holding a read that waited
-        for it would wait forever; it gets the error instead (and its read block can end)."""
-        lock = self.write_lock
-        if lock.acquire(blocking=False):
-            return
-        me = get_ident()
-        while not lock.acquire(timeout=0.05):
-            if self._resizing and me in self._active:
-                raise self._holds_read_during_resize()
-
-    # -- the one place the map size changes ------------------------------
-
-    def _resize(self, size: int) -> None:
-        # LMDB allows mdb_env_set_mapsize only while this process has no open
-        # txn: hold the write lock and wait for every reader to leave.
-        if get_ident() in self._active:
-            raise self._holds_read_during_resize()
-        with self.write_lock, self._gate:
-            self._resizing = True
-            try:
-                bound = self.resize_wait
-                deadline = None if bound is None else time.monotonic() + bound
-                while self._active:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise StoreError(
-                            "the map must change size but a read of another thread "
-                            "of this process did not end",
-                            where=self.path,
-                            expected=f"every store.read() block ended within {bound} s",
-                            got=f"{len(self._active)} open read(s)",
-                        )
-                    self._gate.wait(0.05)
-                try:
-                    self.env.set_mapsize(size)
-                except lmdb.Error as exc:
-                    raise translate(exc, self.path) from None
-            finally:
-                self._resizing = False
-                self._gate.notify_all()
-
-    def adopt_map_size(self) -> None:
-        """Take up a map size another process grew the file to."""
-        self._resize(0)
-
-    def grow(self) -> None:
-        """Double the map (up to ``max_map_size``) or raise :class:`StoreFullError`."""
-        current = self.env.info()["map_size"]
-        limit = self.options.max_map_size
-        if current >= limit:
-            raise StoreFullError(
-                "the store reached its maximum map size",
-                where=self.path,
-                expected=f"<= {limit} bytes",
-                got=f"{current} bytes in use",
-            )
-        self._resize(min(current * 2, limit))

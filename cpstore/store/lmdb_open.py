@@ -39,6 +39,7 @@ __all__ = [
     "close_on_exec",
     "creation_lock",
     "has_lmdb_meta_page",
+    "is_folder_at",
     "is_lock_permission_error",
     "lock_folder",
     "open_dbs_readonly",
@@ -151,7 +152,8 @@ def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
     a generator-based one costs a fresh process ~20 us); release it with
     :func:`unlock_folder`. None: the folder is missing or not a directory (the
     checks under it say so), and nothing is held. ``wait=False``: raise
-    :class:`FolderBusyError` (holding nothing) where another holder would make it wait."""
+    :class:`FolderBusyError` (holding nothing) where another holder would make it wait.
+    Anything else raised meanwhile (a KeyboardInterrupt in the wait) closes the descriptor."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -164,13 +166,25 @@ def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
         if not wait and exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             unlock_folder(fd)
             raise FolderBusyError(path) from None
+    except BaseException:  # e.g. KeyboardInterrupt in the wait: the descriptor is not leaked
+        unlock_folder(fd)
+        raise
     return fd
+
+
+def is_folder_at(fd: int, path: str) -> bool:
+    """Whether ``fd`` (a :func:`lock_folder` descriptor) is of the folder ``path`` names now."""
+    try:
+        held, there = os.fstat(fd), os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
 
 
 class FolderBusyError(Exception):
     """A folder's creation lock is held elsewhere and the caller may not wait for it: it
     holds the registry lock, which a holder of this process (compact, verifying its copy)
-    may need (lmdb_registry.acquire_env waits without it, then tries again)."""
+    may need (lmdb_registry.acquire_env waits without it, then opens under the lock won)."""
 
 
 def unlock_folder(fd: int | None) -> None:

@@ -19,7 +19,7 @@ from cpstore.store.lmdb_open import (
     EnvOptions,
     FileOpenHereError,
     FolderBusyError,
-    creation_lock,
+    lock_folder,
     pin_folder,
     unlock_folder,
 )
@@ -116,19 +116,26 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     An open never waits for a folder's creation lock while it holds the registry lock:
     compact holds that lock (a folder renamed to ``path`` after the registry looked) and
     its verify of its copy opens through this registry. Found busy, the open lets the
-    registry lock go, waits for the creation lock at ``path`` without it, and looks again.
+    registry lock go, waits for the creation lock at ``path`` without it, and looks again
+    holding the lock it won: the open (and a layout upgrade) uses it when ``path`` still
+    names that folder (Env), so lock churn cannot refuse it a second time.
     """
     key = canonical(path)
-    while True:
-        try:
-            return _acquire(key, options)
-        except FolderBusyError:
-            pass
-        with creation_lock(key, exclusive=not options.readonly):
-            pass  # its holder is done (or ``key`` names another folder now): look again
+    won: int | None = None
+    try:
+        while True:
+            try:
+                return _acquire(key, options, won)
+            except FolderBusyError:
+                pass
+            unlock_folder(won)
+            won = None
+            won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
+    finally:
+        unlock_folder(won)
 
 
-def _acquire(key: str, options: EnvOptions) -> Env:
+def _acquire(key: str, options: EnvOptions, won: int | None = None) -> Env:
     with _REGISTRY_LOCK:
         env, file_id = _registered(key)
         if env is not None and env.pid != os.getpid():
@@ -160,7 +167,7 @@ def _acquire(key: str, options: EnvOptions) -> Env:
                     "this process is compacting the store; open it after compact returns",
                     where=key,
                 )
-            env = _open_new(key, options)
+            env = _open_new(key, options, won)
         if env.options.readonly != options.readonly:
             raise StoreError(
                 "the store is already open in this process with another mode",
@@ -184,14 +191,14 @@ def _acquire(key: str, options: EnvOptions) -> Env:
         return env
 
 
-def _open_new(key: str, options: EnvOptions) -> Env:
+def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
     """Open and register the environment of ``key`` (under the registry lock), or, when
     its data file is one an environment of this process has open already (its folder
     was renamed to ``key`` after :func:`_registered` looked), that environment. The
     open itself checks, on the folder it then opens (lmdb_open.pin_folder): LMDB must
     never open that file a second time (FileOpenHereError says why)."""
     try:
-        env = Env(key, options)
+        env = Env(key, options, won)  # ``won``: acquire_env's, used while it locks key's folder
     except FileOpenHereError as here:
         return _shared(key, _BY_FILE[here.file_id])
     at_key = _file_of(key)  # a new store's file exists now

@@ -1,0 +1,289 @@
+"""An LMDB environment's transactions: this process's read bookkeeping, map growth.
+
+The base of :class:`~cpstore.store.lmdb_env.Env` (which opens the environment and
+its named databases): every txn of a store begins here, and this is the one place
+the map size changes (after a map full, or to adopt another process's growth).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from threading import get_ident
+from typing import Any, TypeVar
+
+import lmdb
+
+from cpstore.errors import ForkError, StoreError, StoreFullError, StoreReadOnlyError
+from cpstore.store.backend import Txn
+from cpstore.store.lmdb_errors import translate
+from cpstore.store.lmdb_open import EnvOptions
+from cpstore.store.lmdb_pages import TailCover
+
+__all__ = ["EnvTxns"]
+
+T = TypeVar("T")
+
+
+class EnvTxns:
+    """Txn bookkeeping and map growth of an open LMDB environment (:class:`Env`'s base)."""
+
+    #: Set by the subclass's open: the LMDB environment, its folder, how it was opened.
+    env: Any
+    path: str
+    options: EnvOptions
+    _tail: TailCover
+    #: A read-only open of a pre-layout-5 store: reads look for an upgrade (_legacy_read).
+    _legacy_ro: bool
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.write_lock = threading.RLock()
+        # A thread ident per open read txn (deque ops atomic under the GIL); _gate: resizes.
+        self._active: deque[int] = deque()
+        self._gate = threading.Condition()
+        self._resizing = False
+        #: Seconds a resize waits for this process's reads (None: no bound; set at exit).
+        self.resize_wait: float | None = None
+
+    def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
+        """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
+        return txn
+
+    def _cover_tail(self) -> None:
+        """At the start of a write txn (under LMDB's writer lock), make the data file
+        reach every committed page (lmdb_pages.TailCover says why and how)."""
+        self._tail.cover(self.env.info()["last_pgno"])
+
+    # -- bookkeeping ---------------------------------------------------------
+
+    def check_pid(self) -> None:
+        """Raise :class:`ForkError` when used in a process other than the opener."""
+        if os.getpid() != self.pid:
+            raise ForkError(
+                "store used after fork(); open it again in the child",
+                where=self.path,
+                expected=f"pid {self.pid}",
+                got=f"pid {os.getpid()}",
+            )
+
+    # -- transactions -------------------------------------------------------
+
+    def holds_read(self) -> bool:
+        """True when the calling thread has a read txn of this env open."""
+        return get_ident() in self._active
+
+    def _leave_read(self) -> None:
+        self._active.remove(get_ident())
+        if self._resizing:
+            with self._gate:
+                self._gate.notify_all()
+
+    def _enter_read(self) -> None:
+        # Publish the entry, then look for a resize: the resizer sets _resizing,
+        # then waits for _active to empty, so one always sees the other (GIL).
+        active, me = self._active, get_ident()
+        while True:
+            # A thread already holding a read goes on: the resize waits for
+            # that read anyway, and making this one wait would deadlock.
+            nested = me in active
+            active.append(me)
+            if not self._resizing or nested:
+                return
+            active.remove(me)
+            with self._gate:
+                self._gate.notify_all()
+                while self._resizing:
+                    self._gate.wait()
+
+    def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
+        """Run ``attempt`` (which begins txns) again until the map it sees is current.
+
+        The one place that handles growth by another process: LMDB refuses
+        every txn of this one with MDB_MAP_RESIZED until it adopts the new size
+        (``adopt=False`` while opening, when opening again does it).
+        """
+        while True:
+            try:
+                return attempt()
+            except lmdb.MapResizedError:
+                if adopt:
+                    self.adopt_map_size()
+
+    def _begin(self, *, write: bool) -> Txn[memoryview]:
+        """Begin a txn, adopting map growth (:meth:`begin_read` inlines the common read).
+
+        A read is entered in the bookkeeping (pair it with :meth:`_leave_read`);
+        a write needs the caller to hold ``write_lock``.
+        """
+
+        def attempt() -> Txn[memoryview]:
+            if write:
+                return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
+            self._enter_read()
+            try:
+                return self.env.begin(buffers=True)  # type: ignore[no-any-return]
+            except BaseException:
+                self._leave_read()
+                raise
+
+        retried_slots = False
+        while True:
+            try:
+                return self._adopting_growth(attempt)
+            except lmdb.ReadersFullError as exc:
+                if retried_slots:
+                    raise translate(exc, self.path) from None
+                self.env.reader_check()
+                retried_slots = True
+            except lmdb.Error as exc:
+                raise translate(exc, self.path) from None
+
+    def begin_read(self) -> Txn[memoryview]:
+        """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`.
+
+        The common case is inline (entry published before looking for a resize,
+        as in :meth:`_enter_read`); a resize, growth to adopt, full reader slots
+        or an error to translate take :meth:`_begin`.
+        """
+        if os.getpid() != self.pid:
+            self.check_pid()
+        active, me = self._active, get_ident()
+        active.append(me)
+        if not self._resizing:
+            try:
+                txn: Txn[memoryview] = self.env.begin(buffers=True)
+            except BaseException as exc:
+                active.remove(me)
+                if not isinstance(exc, lmdb.Error):
+                    raise
+            else:
+                return self._legacy_read(txn) if self._legacy_ro else txn
+        else:
+            self._leave_read()
+        txn = self._begin(write=False)
+        return self._legacy_read(txn) if self._legacy_ro else txn
+
+    def end_read(self, txn: Txn[memoryview]) -> None:
+        """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline."""
+        try:
+            txn.abort()
+        finally:
+            self._active.remove(get_ident())
+            if self._resizing:
+                with self._gate:
+                    self._gate.notify_all()
+
+    @contextmanager
+    def read(self) -> Iterator[Txn[memoryview]]:
+        """A read txn handing out zero-copy views; views die with the txn."""
+        txn = self.begin_read()
+        try:
+            yield txn
+        except lmdb.Error as exc:
+            raise translate(exc, self.path) from None
+        finally:
+            self.end_read(txn)
+
+    def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
+        """Run ``fn`` in one write txn and commit; retried after growing the map.
+
+        ``fn`` must depend only on the txn (it may run more than once). Views
+        it reads are valid only until its next put.
+        """
+        self.check_pid()
+        if self.options.readonly:
+            raise StoreReadOnlyError("the store was opened read-only", where=self.path)
+        while True:
+            try:
+                self._lock_writes()
+                try:
+                    with self._begin_write() as txn:
+                        # Under LMDB's writer lock: no commit of any process runs
+                        # while the tail is filled (zeros written past the end
+                        # must not race a commit reusing those pages).
+                        self._cover_tail()
+                        return fn(txn)
+                finally:
+                    self.write_lock.release()
+            except lmdb.MapFullError:
+                self.grow()
+            except lmdb.Error as exc:
+                raise translate(exc, self.path) from None
+
+    def _begin_write(self) -> Txn[memoryview]:
+        """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
+        try:
+            return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
+        except lmdb.Error:
+            return self._begin(write=True)
+
+    def _holds_read_during_resize(self) -> StoreError:
+        return StoreError(
+            "the map must change size but this thread holds an open read view",
+            where=self.path,
+            expected="no open store.read() in a thread that writes while the map grows",
+        )
+
+    def _lock_writes(self) -> None:
+        """Take the write lock, or StoreError where waiting would deadlock: a resize holds
+        it until every read of this process ended, so a thread holding a read that waited
+        for it would wait forever; it gets the error instead (and its read block can end)."""
+        lock = self.write_lock
+        if lock.acquire(blocking=False):
+            return
+        me = get_ident()
+        while not lock.acquire(timeout=0.05):
+            if self._resizing and me in self._active:
+                raise self._holds_read_during_resize()
+
+    # -- the one place the map size changes ------------------------------
+
+    def _resize(self, size: int) -> None:
+        # LMDB allows mdb_env_set_mapsize only while this process has no open
+        # txn: hold the write lock and wait for every reader to leave.
+        if get_ident() in self._active:
+            raise self._holds_read_during_resize()
+        with self.write_lock, self._gate:
+            self._resizing = True
+            try:
+                bound = self.resize_wait
+                deadline = None if bound is None else time.monotonic() + bound
+                while self._active:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise StoreError(
+                            "the map must change size but a read of another thread "
+                            "of this process did not end",
+                            where=self.path,
+                            expected=f"every store.read() block ended within {bound} s",
+                            got=f"{len(self._active)} open read(s)",
+                        )
+                    self._gate.wait(0.05)
+                try:
+                    self.env.set_mapsize(size)
+                except lmdb.Error as exc:
+                    raise translate(exc, self.path) from None
+            finally:
+                self._resizing = False
+                self._gate.notify_all()
+
+    def adopt_map_size(self) -> None:
+        """Take up a map size another process grew the file to."""
+        self._resize(0)
+
+    def grow(self) -> None:
+        """Double the map (up to ``max_map_size``) or raise :class:`StoreFullError`."""
+        current = self.env.info()["map_size"]
+        limit = self.options.max_map_size
+        if current >= limit:
+            raise StoreFullError(
+                "the store reached its maximum map size",
+                where=self.path,
+                expected=f"<= {limit} bytes",
+                got=f"{current} bytes in use",
+            )
+        self._resize(min(current * 2, limit))
