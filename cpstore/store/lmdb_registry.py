@@ -104,7 +104,10 @@ def _in_folder(key: str) -> Env | None:
         st = os.stat(key)
     except (OSError, ValueError):
         return None
-    return _BY_FOLDER.get((st.st_dev, st.st_ino))
+    env = _BY_FOLDER.get((st.st_dev, st.st_ino))
+    # Not a parent's before fork(): this child closed its mark (the folder may be gone
+    # and its inode reused), never uses it, and holds none of its locks.
+    return env if env is not None and env.pid == os.getpid() else None
 
 
 def _same_folder(key: str, env: Env) -> bool:
