@@ -57,6 +57,21 @@ _COMPACTING: set[str | tuple[int, int]] = set()
 _STRANDED: list[Env] = []
 
 
+def _after_fork_in_child() -> None:
+    """A fork() child starts with a free registry lock and no compaction reservation:
+    the thread that held the one or made the other (an open or close under way, a
+    compact) is not in the child, so its first open would hang forever or be refused
+    that store for its whole life. Every entry stays (the parent's environments are
+    refused there: ForkError); a half-made one (the open under way) is not in it and its
+    LMDB environment is never closed in the child."""
+    if _REGISTRY_LOCK.locked():  # by a thread of the parent: the child has only this one
+        _REGISTRY_LOCK.release()
+    _COMPACTING.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _file_of(folder: str) -> tuple[int, int] | None:
     """(st_dev, st_ino) of ``folder``'s data.mdb; None without one."""
     try:
