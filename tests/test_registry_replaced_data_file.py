@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +135,44 @@ def test_compact_here_refuses_a_renamed_open_folder_whose_data_file_was_replaced
     compact_store(t)
     with open_store(t, readonly=True) as st:
         assert st.runs() == ["C"]
+
+
+def _without_proc_fd(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Simulate a system without /proc/self/fd: every look there finds nothing."""
+    real_stat, real_isdir, real_exists = os.stat, os.path.isdir, os.path.exists
+
+    def hidden(path: object) -> bool:
+        return isinstance(path, str) and path.startswith("/proc/self/fd")
+
+    def stat(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if hidden(path):
+            raise FileNotFoundError(path)
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", stat)
+    monkeypatch.setattr(os.path, "isdir", lambda path: not hidden(path) and real_isdir(path))
+    monkeypatch.setattr(os.path, "exists", lambda path: not hidden(path) and real_exists(path))
+
+
+def test_without_proc_an_open_of_a_path_whose_open_store_was_renamed_away_opens_the_store_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without /proc (simulated), a is open here and "mv a t; mv c a": an open of a opens
+    store C (refused on 25e8a39: the registry told a's folder from t's through
+    /proc/self/fd only, and so compared a with itself); t still shares the first's."""
+    _without_proc_fd(monkeypatch)
+    a, c, t = tmp_path / "a", tmp_path / "c", tmp_path / "t"
+    _store(a, "A")
+    _store(c, "C")
+    with open_store(a) as first:
+        os.rename(a, t)
+        os.rename(c, a)
+        with open_store(a) as second:
+            assert second.runs() == ["C"]
+            assert second.backend.env is not first.backend.env
+        with open_store(t) as third:
+            assert third.backend.env is first.backend.env
+        os.replace(tmp_path / "a" / "data.mdb", t / "data.mdb")
+        with pytest.raises(StoreError) as err:
+            open_store(t)
+        assert "no longer at this path" in err.value.what

@@ -128,13 +128,15 @@ def _in_folder(key: str) -> Env | None:
 def _same_folder(key: str, env: Env) -> bool:
     """Whether ``key`` names the folder ``env`` opened (its data.mdb replaced in place, not
     renamed away: a second environment there would share its lock file, which LMDB's
-    second open in one process resets under the first); True where it cannot tell."""
-    mark = env._mark  # the folder LMDB opened, by its descriptor
+    second open in one process resets under the first); True where it cannot tell (no
+    holder mark, or a parent's environment in a fork() child, which closed the mark).
+    Told by the mark's descriptor itself (fstat), so also without /proc."""
+    there = _folder_of(env) if env.pid == os.getpid() else None
     try:
-        here, there = os.stat(key), os.stat(key if mark is None else mark.folder(key))
+        here = os.stat(key)
     except OSError:
         return False
-    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+    return there is None or (here.st_dev, here.st_ino) == there
 
 
 def canonical(path: str) -> str:
