@@ -1024,6 +1024,7 @@ elif kind in ("raw", "raw+checks"):  # cpstore's files: open, RawHintedOnCpstore
             if stat.S_ISLNK(os.lstat(path[:at]).st_mode):  # lmdb_registry.canonical
                 raise SystemExit("a link")
         os.stat(path + "/data.mdb")  # the registry's look by file
+        os.stat(path)  # and by folder (lmdb_registry._in_folder)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # creation lock
         fcntl.flock(fd, fcntl.LOCK_SH)
         os.stat("data.mdb", dir_fd=fd)  # pin_folder
@@ -1056,6 +1057,7 @@ elif kind in ("raw", "raw+checks"):  # cpstore's files: open, RawHintedOnCpstore
                      b"audit_index", b"audit_mac", b"heap", b"oloc", b"cloc"):
             env.open_db(name, create=False)
         os.stat(path + "/data.mdb")  # the registry's key, after the open
+        os.fstat(mark)  # the registry's folder index (lmdb_registry._folder_of)
         with env.begin(buffers=True) as txn:
             txn.get(b"audit_key_id", db=meta)
     with env.begin(buffers=True) as txn:

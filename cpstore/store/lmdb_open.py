@@ -99,7 +99,8 @@ def check_new_store_path(path: str, options: EnvOptions, at: str | None = None) 
 
 
 def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = None) -> int | None:
-    """Under the creation lock: refuse an empty or directory ``data`` (data.mdb), or,
+    """Under the creation lock: refuse an empty or directory ``data`` (data.mdb), a
+    writable open of one with another hard link, or,
     without one, a ``path`` that may not become a new store (making its folder).
     ``at``: the folder looked at (the pinned one LMDB then opens, :func:`pin_folder`),
     which ``path`` and ``data`` name in errors.
@@ -119,6 +120,17 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
             # LMDB would initialise an empty file as a new environment,
             # silently turning a truncated store into an empty one.
             raise refuse("data.mdb is empty", data)
+        if st.st_nlink > 1 and not options.readonly:
+            # Another name of the file (ln, cp -al) is another folder, with its own
+            # lock.mdb: writers there and here would not exclude each other, and one's
+            # commits overwrite the other's (an acknowledged checkpoint lost).
+            raise StoreError(
+                "data.mdb has another hard link: a writer through it would not see this "
+                "store's locks; remove the other link (or copy the store) and open again",
+                where=data,
+                expected="1 link",
+                got=f"{st.st_nlink} links",
+            )
         return st.st_size
     if st is not None and S_ISDIR(st.st_mode):
         raise refuse("data.mdb is a directory", data)

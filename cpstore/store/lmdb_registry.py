@@ -42,6 +42,10 @@ _REGISTRY: dict[str, Env] = {}
 #: open environment holds the file, so its inode is not reused while it is here.
 _BY_FILE: dict[tuple[int, int], Env] = {}
 Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpenHereError)
+#: The same environments by the (st_dev, st_ino) of the folder LMDB opened (its holder
+#: mark's descriptor holds it; none without a mark): the folder of ``lock.mdb``, which
+#: a second environment there would share whatever its data file is (_in_folder).
+_BY_FOLDER: dict[tuple[int, int], Env] = {}
 _REGISTRY_LOCK = threading.Lock()
 #: Paths (and data files) this process is compacting (:func:`reserved_for_compact`):
 #: opens refuse them.
@@ -51,6 +55,21 @@ _COMPACTING: set[str | tuple[int, int]] = set()
 #: never closed, as LMDB's close would clear this process's reader slots in that file
 #: and drop its locks on it.
 _STRANDED: list[Env] = []
+
+
+def _after_fork_in_child() -> None:
+    """A fork() child starts with a free registry lock and no compaction reservation:
+    the thread that held the one or made the other (an open or close under way, a
+    compact) is not in the child, so its first open would hang forever or be refused
+    that store for its whole life. Every entry stays (the parent's environments are
+    refused there: ForkError); a half-made one (the open under way) is not in it and its
+    LMDB environment is never closed in the child."""
+    if _REGISTRY_LOCK.locked():  # by a thread of the parent: the child has only this one
+        _REGISTRY_LOCK.release()
+    _COMPACTING.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _file_of(folder: str) -> tuple[int, int] | None:
@@ -71,19 +90,53 @@ def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
     env, file_id = _REGISTRY.get(key), _file_of(key)
     if env is not None and (env.file_id == file_id or _same_folder(key, env)):
         return env, file_id
-    return (None if file_id is None else _BY_FILE.get(file_id)), file_id
+    env = None if file_id is None else _BY_FILE.get(file_id)
+    return (_in_folder(key) if env is None else env), file_id
+
+
+def _folder_of(env: Env) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the folder ``env`` opened, by its holder mark's descriptor
+    (None without a mark: no OFD locks, or the folder was not readable)."""
+    mark = env._mark
+    fd = None if mark is None else mark.fd
+    if fd is None:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _in_folder(key: str) -> Env | None:
+    """The environment this process opened in ``key``'s folder, found by the folder when
+    neither the key nor the data file finds it: the folder renamed to ``key`` after its
+    data.mdb was replaced or removed ("mv a t", a new data.mdb in t). A second
+    environment there would share its ``lock.mdb`` (LMDB's second open in one process
+    resets the lock table, and the two files' commits set one txn id: a new handle did not
+    see its own acknowledged checkpoint), so _acquire refuses it, as for the key."""
+    try:
+        st = os.stat(key)
+    except (OSError, ValueError):
+        return None
+    env = _BY_FOLDER.get((st.st_dev, st.st_ino))
+    # Not a parent's before fork(): this child closed its mark (the folder may be gone
+    # and its inode reused), never uses it, and holds none of its locks.
+    return env if env is not None and env.pid == os.getpid() else None
 
 
 def _same_folder(key: str, env: Env) -> bool:
     """Whether ``key`` names the folder ``env`` opened (its data.mdb replaced in place, not
     renamed away: a second environment there would share its lock file, which LMDB's
-    second open in one process resets under the first); True where it cannot tell."""
-    mark = env._mark  # the folder LMDB opened, by its descriptor
+    second open in one process resets under the first); True where it cannot tell (no
+    holder mark, or a parent's environment in a fork() child, which closed the mark).
+    Told by the mark's descriptor itself (fstat), so also without /proc."""
+    there = _folder_of(env) if env.pid == os.getpid() else None
     try:
-        here, there = os.stat(key), os.stat(key if mark is None else mark.folder(key))
+        here = os.stat(key)
     except OSError:
         return False
-    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+    return there is None or (here.st_dev, here.st_ino) == there
 
 
 def canonical(path: str) -> str:
@@ -212,6 +265,9 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
     env.file_id = file_id
     if file_id is not None:
         _BY_FILE[file_id] = env
+    folder_id = _folder_of(env)
+    if folder_id is not None and folder_id not in _BY_FOLDER:
+        _BY_FOLDER[folder_id] = env
     return env
 
 
@@ -282,7 +338,8 @@ def pinned_for_compact(
             # own locks on lock.mdb would not conflict with compact's.
             raise StoreError(_CLOSE_HERE, where=path) from None
         file_id = _file_of(folder)
-        if file_id is None or file_id in _BY_FILE:  # (no /proc: the path's file)
+        # (no /proc: the path's file; a folder an environment here opened: its lock.mdb)
+        if file_id is None or file_id in _BY_FILE or _in_folder(folder) is not None:
             unlock_folder(own)
             if file_id is None:  # the folder at the path when it was locked (or none)
                 raise InvalidInputError("not a store folder (no data.mdb)", where=path)
@@ -330,4 +387,7 @@ def release_env(env: Env) -> None:
             del _REGISTRY[env.path]
         if env.file_id is not None and _BY_FILE.get(env.file_id) is env:
             del _BY_FILE[env.file_id]
+        # By identity, not its mark's descriptor (a fork() child closed that one).
+        for folder_id in [at for at, there in _BY_FOLDER.items() if there is env]:
+            del _BY_FOLDER[folder_id]
         env.close()

@@ -1,0 +1,118 @@
+"""A fork() child of a process where another thread is inside the registry (audit17).
+
+The registry's lock and its compaction reservations are module state a fork() child
+inherits as they were: on 25e8a39 a child forked while another thread held the lock
+(mid-open or mid-close of any store) hung forever in its first open of any store, and
+one forked while another thread compacted a store was refused that store for its whole
+life ("this process is compacting"). The child starts with a free lock and no
+reservation (lmdb_registry._after_fork_in_child).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import cpstore
+from cpstore.store import lmdb_registry
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork()")
+
+
+@contextmanager
+def _held_by_another_thread(enter: Callable[[], object]) -> Iterator[None]:
+    """Run ``enter()`` (a context manager) in another thread and keep it entered."""
+    entered, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with enter():  # type: ignore[attr-defined]
+            entered.set()
+            leave.wait(60)
+
+    worker = threading.Thread(target=hold, daemon=True)
+    worker.start()
+    assert entered.wait(60)
+    try:
+        yield
+    finally:
+        leave.set()
+        worker.join(60)
+
+
+def _in_a_child(path: Path) -> str:
+    """Fork; the child opens ``path``, writes and reads a checkpoint (a 20 s alarm kills a
+    hang); what happened, as a word."""
+    pid = os.fork()
+    if pid == 0:  # the child: only os._exit leaves it
+        code = 1
+        try:
+            signal.alarm(20)
+            with cpstore.open(path) as st:
+                cid = st.recorder("child").checkpoint(0, {"v": 1})
+                with st.read(cid) as cp:
+                    code = 0 if cp.state() == {"v": 1} else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return "hung" if os.WTERMSIG(status) == signal.SIGALRM else "killed"
+    return {0: "opened", 2: "misread", 3: "refused"}.get(os.WEXITSTATUS(status), "failed")
+
+
+def test_a_child_forked_while_another_thread_holds_the_registry_lock_opens_stores(
+    tmp_path: Path,
+) -> None:
+    """Another thread is inside the registry (held here as an open or close holds it)
+    when the process forks: the child opens a store (it hung on 25e8a39)."""
+    with _held_by_another_thread(lambda: lmdb_registry._REGISTRY_LOCK):
+        assert _in_a_child(tmp_path / "s") == "opened"
+    with cpstore.open(tmp_path / "s", readonly=True) as st:
+        assert st.runs() == ["child"]
+
+
+def test_a_child_forked_while_another_thread_compacts_a_store_opens_it(tmp_path: Path) -> None:
+    """Another thread of the parent has the store reserved for compact when the process
+    forks: the child opens it once it needs it (refused on 25e8a39: "this process is
+    compacting", for the child's whole life)."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        st.recorder("parent").checkpoint(0, {"v": 0})
+    with _held_by_another_thread(lambda: lmdb_registry.reserved_for_compact(str(path))):
+        assert _in_a_child(path) == "opened"
+    with cpstore.open(path, readonly=True) as st:
+        assert st.runs() == ["child", "parent"]
+
+
+if sys.platform.startswith("linux"):  # a real open in another thread, not a held lock
+
+    def test_children_forked_while_another_thread_opens_and_closes_stores_never_hang(
+        tmp_path: Path,
+    ) -> None:
+        """One thread opens and closes a store in a loop; children forked meanwhile (each
+        while that thread is inside the registry) open another store."""
+        churn, stop = tmp_path / "churn", threading.Event()
+        cpstore.open(churn).close()
+
+        def loop() -> None:
+            while not stop.is_set():
+                cpstore.open(churn).close()
+
+        worker = threading.Thread(target=loop, daemon=True)
+        worker.start()
+        try:
+            for i in range(3):
+                for _ in range(10_000_000):  # bounded: the worker may have died
+                    if lmdb_registry._REGISTRY_LOCK.locked():
+                        break
+                assert _in_a_child(tmp_path / f"child{i}") == "opened"
+        finally:
+            stop.set()
+            worker.join(60)
