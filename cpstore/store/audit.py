@@ -44,6 +44,7 @@ from cpstore.store.audit_named import (
     check_named_index,
     named_by,
     named_count,
+    put_first_naming,
     put_named,
     set_named_count,
 )
@@ -133,8 +134,8 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> None:
     start = min(decided_from, named_from)
     if start >= end:
         return
-    entries: list[tuple[bytes, int]] = []
-    named: list[tuple[int, str, dict[str, Any]]] = []
+    latest: dict[bytes, int] = {}  # checkpoint -> its latest decision's index
+    first: dict[bytes, int] = {}  # checkpoint -> the first record naming it
     with txn.cursor(db=dbs["audit"]) as cur:
         found = cur.set_range(_INDEX.pack(start))
         while found:
@@ -144,14 +145,15 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> None:
             rec = _decode(index, cur.value(), f"audit/{index}")
             cid = _decided_checkpoint(rec.kind, rec.body)
             if cid is not None and index >= decided_from:
-                entries.append((cid, index))
+                latest[cid] = index
             if index >= named_from:
-                named.append((index, rec.kind, rec.body))
+                for named in named_by(rec.kind, rec.body):
+                    first.setdefault(named, index)
             found = cur.next()
-    for cid, index in entries:
+    for cid, index in latest.items():
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
-    for index, kind, body in named:
-        put_named(txn, meta, index, kind, body)
+    for cid, index in first.items():
+        put_first_naming(txn, meta, cid, index)
 
 
 def _record_count(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> int:

@@ -34,6 +34,7 @@ __all__ = [
     "check_named_index",
     "named_by",
     "named_count",
+    "put_first_naming",
     "put_named",
     "set_named_count",
 ]
@@ -92,7 +93,12 @@ def put_named(
 ) -> None:
     """Index record ``index``: each checkpoint it names keeps its first naming record."""
     for cid in named_by(kind, body):
-        txn.put(AUDITED_PREFIX + cid, encode_value(index), overwrite=False, db=meta)
+        put_first_naming(txn, meta, cid, index)
+
+
+def put_first_naming(txn: Txn[memoryview], meta: Any, cid: bytes, index: int) -> None:
+    """Record ``index`` as the first record naming ``cid`` unless an earlier one is indexed."""
+    txn.put(AUDITED_PREFIX + cid, encode_value(index), overwrite=False, db=meta)
 
 
 def check_named_index(
