@@ -15,6 +15,7 @@ from cpstore.native import records
 from cpstore.native import reference as ref
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
+from cpstore.store.audit_named import AUDITED_INDEX_VERSION
 from cpstore.store.chunk_tree import build_tree, load_tree, tree_objects, value_cuts
 from cpstore.store.codec import decode_frame, encode_frame
 from cpstore.store.content import KIND_RECORD, entry_header, objects_of, records_of
@@ -285,6 +286,33 @@ def test_store_layout_version_is_6() -> None:
     """Layout 6 (compact records in the heap) is what this build writes; 1 to 5 are still read."""
     assert STORE_VERSION == 6
     assert set(READABLE_VERSIONS) >= {1, 2, 3, 4, 5, 6}
+
+
+def test_audited_checkpoint_index_rows_are_pinned(tmp_path: Path) -> None:
+    """Index version 1: meta "audited/" + id (16 B) -> canonical first naming record's index;
+    "audited_indexed" -> canonical [1, records covered] (docs/store.md)."""
+    a, b, c = "11" * 16, "22" * 16, "33" * 16
+    with open_store(tmp_path / "s") as st:
+        st.append_audit(
+            "decision", {"recorded": {"checkpoint_id": a}, "replayed": {"checkpoint_id": b}}
+        )
+        st.append_audit("note", {"checkpoint_id": c})
+        st.append_audit("signoff", {"checkpoint_id": c})
+        st.append_audit("gate", {"checkpoint_id": a})
+        with st.backend.read_txn() as txn:
+            rows = [
+                (bytes(k).hex(), bytes(v).hex())
+                for k, v in txn.cursor(db=st.backend.db("meta"))
+                if bytes(k).startswith(b"audited")
+            ]
+    assert AUDITED_INDEX_VERSION == 1
+    prefix = b"audited/".hex()
+    assert rows == [
+        (prefix + a, "00"),
+        (prefix + b, "00"),
+        (prefix + c, "02"),
+        (b"audited_indexed".hex(), "920104"),
+    ]
 
 
 def test_heap_entry_and_location_bytes_are_pinned(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 import cpstore
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.binding import digest
-from cpstore.store import retention
+from cpstore.store import audit
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import CHUNK_SIZE
@@ -221,29 +221,30 @@ class TestPinsBesideAPruner:
 
 
 class TestDecidedCheckpoints:
-    def test_a_sweep_reads_the_audit_log_once_and_names_exactly_the_decided_checkpoints(
+    def test_a_sweep_decodes_only_the_records_naming_removed_checkpoints(
         self, store: Store, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        """Pruning many checkpoints, some named by recorded decisions, reads the audit log
-        once (it was once per removed checkpoint: seconds on a long log) and lists exactly
-        the decided ones, in the report and in the gc audit record."""
+        """Pruning beside a longer log decodes one record per decided checkpoint (the index's
+        witness), not the log, and lists exactly the decided ones, in the report and the gc
+        audit record."""
         ids = _run(store, "run", 12)
         for i in (1, 4, 7):  # decisions naming ids[i] (recorded) and ids[i + 1] (replayed)
             cpstore.validate(ids[i], ids[i + 1], store=store)
         for i in range(30):
             store.append_audit("note", {"i": i, "checkpoint_id": ids[0]})  # not a decision
-        reads = []
-        real = retention._audited_checkpoints
+        decoded: list[int] = []
+        real = audit._decode
 
-        def counted(*args: Any) -> set[str]:
-            reads.append(1)
-            return real(*args)
+        def counted(index: int, raw: Any, where: str) -> Any:
+            decoded.append(index)
+            return real(index, raw, where)
 
-        monkeypatch.setattr(retention, "_audited_checkpoints", counted)
+        monkeypatch.setattr(audit, "_decode", counted)
         report = store.gc(keep_last=1, run_id="run")
-        assert len(reads) == 1
-        assert set(report.checkpoints) == set(ids[:-1])
         named = {ids[i] for i in (1, 2, 4, 5, 7, 8)}
+        assert len(decoded) == len(named)  # the log holds 33 records
+        monkeypatch.undo()
+        assert set(report.checkpoints) == set(ids[:-1])
         assert set(report.decided) == named
         [record] = [r.body for r in store.audit_records(kind="gc")]
         assert sorted(record["decided"]) == sorted(named)

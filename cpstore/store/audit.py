@@ -16,13 +16,16 @@ The decision index (meta keys ``decision/<checkpoint id>``, covered count
 under ``decisions_indexed``) maps a checkpoint to the audit index of the
 latest ``decision`` record about it (its ``recorded.checkpoint_id``). It is
 maintained in the append's txn, caught up from the log when it lags (a store
-written before it existed), and checked by :func:`check_audit_chain`.
+written before it existed), and checked by :func:`check_audit_chain`. The
+audited-checkpoint index (``cpstore.store.audit_named``: which checkpoints the log
+names, for retention sweeps) is kept, caught up and checked the same way;
+:func:`audited_among` answers from it.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -36,6 +39,15 @@ from cpstore.errors import (
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import decode_fast, encode_fast
+from cpstore.store.audit_named import (
+    AUDITED_PREFIX,
+    check_named_index,
+    named_by,
+    named_count,
+    put_first_naming,
+    put_named,
+    set_named_count,
+)
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.keyed_audit import check_mac, mac_append
 from cpstore.store.model import AuditRecord, Problem, check_metadata, parse_id
@@ -47,6 +59,8 @@ __all__ = [
     "append_audit_txn",
     "audit_records",
     "audit_view",
+    "audited_among",
+    "catch_up_indexes",
     "check_audit_chain",
     "check_record_mac",
     "get_audit",
@@ -109,22 +123,95 @@ def _indexed_count(txn: Txn[memoryview], meta: Any) -> int:
     return count if isinstance(count, int) and count >= 0 else 0
 
 
-def _index_decisions(txn: Txn[memoryview], dbs: Mapping[str, Any], start: int, end: int) -> None:
-    """Put the index entries of decision records ``start`` to ``end - 1`` (a catch-up)."""
+def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> None:
+    """Index the records ``0`` to ``end - 1`` that an index does not cover yet.
+
+    The decision index and the audited-checkpoint index each start at their own
+    covered count; the caller records the new counts (``end`` or more).
+    """
+    meta = dbs["meta"]
+    decided_from, named_from = _indexed_count(txn, meta), named_count(txn, meta)
+    start = min(decided_from, named_from)
+    if start >= end:
+        return
+    latest: dict[bytes, int] = {}  # checkpoint -> its latest decision's index
+    first: dict[bytes, int] = {}  # checkpoint -> the first record naming it
     with txn.cursor(db=dbs["audit"]) as cur:
         found = cur.set_range(_INDEX.pack(start))
-        entries: list[tuple[bytes, int]] = []
         while found:
             index = _INDEX.unpack(cur.key())[0]
             if index >= end:
                 break
             rec = _decode(index, cur.value(), f"audit/{index}")
             cid = _decided_checkpoint(rec.kind, rec.body)
-            if cid is not None:
-                entries.append((cid, index))
+            if cid is not None and index >= decided_from:
+                latest[cid] = index
+            if index >= named_from:
+                for named in named_by(rec.kind, rec.body):
+                    first.setdefault(named, index)
             found = cur.next()
-    for cid, index in entries:
-        txn.put(DECISION_PREFIX + cid, encode_value(index), db=dbs["meta"])
+    for cid, index in latest.items():
+        txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
+    for cid, index in first.items():
+        put_first_naming(txn, meta, cid, index)
+
+
+def _record_count(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> int:
+    """One more than the last record's index (0 for an empty log)."""
+    with txn.cursor(db=dbs["audit"]) as cur:
+        return _INDEX.unpack(cur.key())[0] + 1 if cur.last() else 0
+
+
+def catch_up_indexes(store: Backend, txn: Txn[memoryview]) -> None:
+    """In the caller's write txn, bring both audit indexes up to the whole log."""
+    dbs = store.dbs
+    meta = dbs["meta"]
+    end = _record_count(txn, dbs)
+    decided_from, named_from = _indexed_count(txn, meta), named_count(txn, meta)
+    if min(decided_from, named_from) >= end:
+        return
+    _catch_up(txn, dbs, end)
+    if decided_from < end:
+        txn.put(DECISIONS_INDEXED, encode_value(end), db=meta)
+    if named_from < end:
+        set_named_count(txn, meta, end)
+
+
+def audited_among(store: Backend, txn: Txn[memoryview], cids: Iterable[bytes]) -> set[bytes]:
+    """Which of ``cids`` (16 raw bytes each) the audit log names (``audit_named.named_by``).
+
+    One index read per checkpoint, one record read per indexed one (that record
+    must name it: a forged entry is an AuditChainError, never a silent answer),
+    then a scan of the records the index does not cover yet (none after
+    :func:`catch_up_indexes`).
+    """
+    view = AuditView(store, txn)
+    meta = store.dbs["meta"]
+    wanted = set(cids)
+    found: set[bytes] = set()
+    for cid in sorted(wanted):
+        raw = txn.get(AUDITED_PREFIX + cid, db=meta)
+        if raw is None:
+            continue
+        try:
+            index = decode_value(raw)
+        except CanonicalEncodingError:
+            index = None
+        valid = isinstance(index, int) and not isinstance(index, bool) and 0 <= index < 2**64
+        recs = list(view.audit_records(start=index, limit=1)) if valid else []
+        if not recs or recs[0].index != index or cid not in named_by(recs[0].kind, recs[0].body):
+            raise AuditChainError(
+                "audited-checkpoint index names a record that does not name the checkpoint "
+                "(verify reports the index)",
+                where=f"meta/audited/{cid.hex()}",
+                expected="the index of an audit record naming the checkpoint",
+                got=index,
+            )
+        found.add(cid)
+    # Records the index does not cover yet (appended by an older cpstore).
+    for rec in view.audit_records(start=named_count(txn, meta)):
+        found.update(wanted.intersection(named_by(rec.kind, rec.body)))
+    return found
 
 
 class AuditView:
@@ -248,7 +335,7 @@ def append_audit_txn(
     """Append one record in the caller's write txn (for a change audited atomically with it).
 
     ``content`` must already have passed ``check_metadata``. The decision index
-    (docs/store.md) is kept in this same txn.
+    and the audited-checkpoint index (docs/store.md) are kept in this same txn.
     """
     if store.audit_keyed and store.audit_key is None:
         raise StoreError(
@@ -272,13 +359,13 @@ def append_audit_txn(
         mac_append(txn, dbs, store.audit_key, index, raw)
     txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
     txn.put(HEAD_KEY, encode_fast([index + 1, key]), db=meta)
-    indexed = _indexed_count(txn, meta)
-    if indexed < index:
-        _index_decisions(txn, dbs, indexed, index)
+    _catch_up(txn, dbs, index)
     cid = _decided_checkpoint(kind, content)
     if cid is not None:
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
+    put_named(txn, meta, index, kind, content)
     txn.put(DECISIONS_INDEXED, encode_value(index + 1), db=meta)
+    set_named_count(txn, meta, index + 1)
     return AuditRecord(index, key.hex(), None if prev is None else prev.hex(), kind, content, when)
 
 
@@ -336,7 +423,9 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
     prev: bytes | None = None
     count = 0
     indexed = _indexed_count(txn, dbs["meta"])
+    named_covered = named_count(txn, dbs["meta"])
     decided: dict[bytes, int] = {}
+    first_named: dict[bytes, int] = {}
     with txn.cursor(db=dbs["audit"]) as cur:
         for key, raw in cur:
             if len(key) != _INDEX.size:
@@ -358,6 +447,9 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
             cid = _decided_checkpoint(rec.kind, rec.body)
             if cid is not None and index < indexed:
                 decided[cid] = index
+            if index < named_covered:
+                for named in named_by(rec.kind, rec.body):
+                    first_named.setdefault(named, index)
             expected_prev = None if prev is None else prev.hex()
             if rec.prev != expected_prev:
                 problems.append(
@@ -372,6 +464,7 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
             prev = d
             count = index + 1
     problems.extend(_check_decision_index(txn, dbs, decided))
+    problems.extend(check_named_index(txn, dbs, first_named))
     head_raw = txn.get(HEAD_KEY, db=dbs["meta"])
     try:
         head = None if head_raw is None else decode_value(head_raw)

@@ -9,20 +9,22 @@ so a surviving child's ``parent`` is known to be pruned, not lost. Audit records
 A checkpoint the audit log names (a decision about it, a sign-off or a gate
 passage) is swept like any other when retention says so, but never silently:
 the :class:`GcReport` lists it, and the sweep appends one ``gc`` audit record
-naming every such checkpoint, in the sweep's own txn. ``dry_run`` runs the
-whole sweep and rolls it back: the report says exactly what a real run removes.
+naming every such checkpoint, in the sweep's own txn. Which removed checkpoints
+the log names is asked of the audited-checkpoint index (``audit_named``), caught up
+in the sweep's txn first: one lookup per removed checkpoint, not a read of the log.
+``dry_run`` runs the whole sweep and rolls it back: the report says exactly what a
+real run removes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
 from cpstore.native.binding import digest, digest_small
 from cpstore.native.canonical import encode_value
-from cpstore.store.audit import AuditView, append_audit_txn
+from cpstore.store.audit import append_audit_txn, audited_among, catch_up_indexes
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches
 from cpstore.store.content import objects_of, records_of
@@ -59,23 +61,6 @@ class _DryRunDoneError(Exception):
     def __init__(self, report: GcReport) -> None:
         super().__init__("dry run")
         self.report = report
-
-
-def _audited_checkpoints(store: Backend, txn: Txn[memoryview]) -> set[str]:
-    """Checkpoint ids the audit log names: decisions (both sides), sign-offs, gates."""
-    named: set[str] = set()
-    for rec in AuditView(store, txn).audit_records():
-        body: dict[str, Any] = rec.body
-        if rec.kind == "decision":
-            for side in ("recorded", "replayed"):
-                sub = body.get(side)
-                if isinstance(sub, dict) and isinstance(sub.get("checkpoint_id"), str):
-                    named.add(sub["checkpoint_id"])
-        elif rec.kind in ("signoff", "gate", "resume") and isinstance(
-            body.get("checkpoint_id"), str
-        ):
-            named.add(body["checkpoint_id"])
-    return named
 
 
 def _sweep(
@@ -200,9 +185,13 @@ def _sweep(
             # is missing already (damage, verify names it) was not removed by this sweep.
             removed_objects += objects.delete(txn, key)
         ids = tuple(sorted(cid.hex() for cid, _, _ in dead))
-        # One read of the audit log per sweep (it was once per removed checkpoint).
-        named = _audited_checkpoints(store, txn) if ids else set()
-        decided = tuple(c for c in ids if c in named)
+        named: set[bytes] = set()
+        if ids:
+            # Catch-up first (records an older cpstore appended), then one lookup
+            # per removed checkpoint: the log is not read (it once was, per checkpoint).
+            catch_up_indexes(store, txn)
+            named = audited_among(store, txn, (cid for cid, _, _ in dead))
+        decided = tuple(c for c in ids if bytes.fromhex(c) in named)
         report = GcReport(ids, removed_objects, removed_bytes, decided, dry_run)
         if dry_run:
             raise _DryRunDoneError(report)

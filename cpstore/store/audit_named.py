@@ -1,0 +1,137 @@
+"""The audited-checkpoint index: which checkpoints the audit log names (docs/store.md).
+
+A checkpoint is *named* by the log when a ``decision`` record has it as its
+``recorded`` or ``replayed`` side's ``checkpoint_id``, or a ``signoff``, ``gate``
+or ``resume`` record has it as its ``checkpoint_id`` (:func:`named_by`; what a
+retention sweep lists in ``GcReport.decided``). The index keeps, under the meta
+key ``audited/<checkpoint id>`` (16 B), the audit index of the first record that
+names the checkpoint, and under ``audited_indexed`` the canonical ``[version,
+count]``: index version :data:`AUDITED_INDEX_VERSION` covering records ``0`` to
+``count - 1``. It is kept in each append's txn and caught up from the log when it
+lags (``cpstore.store.audit``); a row of another version covers nothing, so a
+cpstore that defines "named" differently rebuilds the index instead of trusting it.
+
+This module reads and writes only ``meta`` rows; the audit records themselves are
+decoded by ``cpstore.store.audit``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cpstore.errors import CanonicalEncodingError
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.backend import Txn
+from cpstore.store.model import Problem
+
+__all__ = [
+    "AUDITED_INDEXED",
+    "AUDITED_INDEX_VERSION",
+    "AUDITED_PREFIX",
+    "NAMING_KINDS",
+    "check_named_index",
+    "named_by",
+    "named_count",
+    "put_first_naming",
+    "put_named",
+    "set_named_count",
+]
+
+#: Version of the index's definition and rows; ``audited_indexed`` carries it.
+AUDITED_INDEX_VERSION = 1
+AUDITED_PREFIX = b"audited/"
+AUDITED_INDEXED = b"audited_indexed"
+#: Audit kinds whose records can name a checkpoint (``decision``: both sides).
+NAMING_KINDS = ("decision", "signoff", "gate", "resume")
+_ID = re.compile("[0-9a-f]{32}")
+
+
+def named_by(kind: str, body: Mapping[str, Any]) -> list[bytes]:
+    """The checkpoints (16 raw bytes) one record names, in body order.
+
+    A name that is not 32 lowercase hex characters is no checkpoint id
+    (``.hex()`` of a 16-byte id), so it can name no checkpoint a sweep removes.
+    """
+    if kind == "decision":
+        sides = (body.get("recorded"), body.get("replayed"))
+        names = [side.get("checkpoint_id") for side in sides if isinstance(side, dict)]
+    elif kind in NAMING_KINDS:
+        names = [body.get("checkpoint_id")]
+    else:
+        return []
+    return [bytes.fromhex(n) for n in names if isinstance(n, str) and _ID.fullmatch(n)]
+
+
+def named_count(txn: Txn[memoryview], meta: Any) -> int:
+    """How many audit records the index covers (0 when absent, damaged or of another version)."""
+    raw = txn.get(AUDITED_INDEXED, db=meta)
+    try:
+        row = None if raw is None else decode_value(raw)
+    except CanonicalEncodingError:
+        row = None
+    if (
+        isinstance(row, list)
+        and len(row) == 2
+        and row[0] == AUDITED_INDEX_VERSION
+        and isinstance(row[1], int)
+        and not isinstance(row[1], bool)
+        and row[1] >= 0
+    ):
+        return row[1]
+    return 0
+
+
+def set_named_count(txn: Txn[memoryview], meta: Any, count: int) -> None:
+    """Record that the index covers audit records ``0`` to ``count - 1``."""
+    txn.put(AUDITED_INDEXED, encode_value([AUDITED_INDEX_VERSION, count]), db=meta)
+
+
+def put_named(
+    txn: Txn[memoryview], meta: Any, index: int, kind: str, body: Mapping[str, Any]
+) -> None:
+    """Index record ``index``: each checkpoint it names keeps its first naming record."""
+    for cid in named_by(kind, body):
+        put_first_naming(txn, meta, cid, index)
+
+
+def put_first_naming(txn: Txn[memoryview], meta: Any, cid: bytes, index: int) -> None:
+    """Record ``index`` as the first record naming ``cid`` unless an earlier one is indexed."""
+    txn.put(AUDITED_PREFIX + cid, encode_value(index), overwrite=False, db=meta)
+
+
+def check_named_index(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], first: Mapping[bytes, int]
+) -> list[Problem]:
+    """The index must hold exactly ``first`` (checkpoint -> first covered record naming it)."""
+    problems: list[Problem] = []
+    seen: set[bytes] = set()
+    with txn.cursor(db=dbs["meta"]) as cur:
+        found = cur.set_range(AUDITED_PREFIX)
+        while found and bytes(cur.key()).startswith(AUDITED_PREFIX):
+            cid = bytes(cur.key())[len(AUDITED_PREFIX) :]
+            try:
+                got: Any = decode_value(cur.value())
+            except CanonicalEncodingError:
+                got = bytes(cur.value()).hex()
+            seen.add(cid)
+            if first.get(cid) != got:
+                problems.append(
+                    Problem(
+                        "audited-checkpoint index disagrees with the audit log",
+                        f"meta/audited/{cid.hex()}",
+                        expected=first.get(cid),
+                        got=got,
+                    )
+                )
+            found = cur.next()
+    for cid in sorted(set(first) - seen):
+        problems.append(
+            Problem(
+                "audited-checkpoint index lacks a checkpoint the audit log names",
+                f"meta/audited/{cid.hex()}",
+                expected=first[cid],
+            )
+        )
+    return problems
