@@ -266,7 +266,9 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
     if file_id is not None:
         _BY_FILE[file_id] = env
     folder_id = _folder_of(env)
-    if folder_id is not None and folder_id not in _BY_FOLDER:
+    held = None if folder_id is None else _BY_FOLDER.get(folder_id)
+    if folder_id is not None and (held is None or held.pid != env.pid):
+        # A parent's before fork() is never this child's (_in_folder): it must not hide it.
         _BY_FOLDER[folder_id] = env
     return env
 
