@@ -181,8 +181,10 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                 return _acquire(key, options, won)
             except FolderBusyError:
                 pass
-            unlock_folder(won)
-            won = None
+            # Forgotten before it is closed: an interrupt landing after the close must not
+            # make the finally close the number again (another thread's file by then).
+            held, won = won, None
+            unlock_folder(held)
             won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
     finally:
         unlock_folder(won)
