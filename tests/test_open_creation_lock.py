@@ -29,7 +29,7 @@ import pytest
 
 import cpstore
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.store import lmdb_open
+from cpstore.store import lmdb_open, lmdb_registry
 from cpstore.store.model import STORE_VERSION
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, flock")
@@ -209,8 +209,6 @@ def test_an_interrupt_right_after_the_registry_lets_a_won_lock_go_closes_nothing
     acquire_env's exit closes nothing more. On 34c0d0f its finally closed the number
     again: the other thread's file (e.g. LMDB's lock.mdb, whose close drops this process's
     locks) was closed under it (audit18)."""
-    from cpstore.store import lmdb_registry
-
     path = tmp_path / "s"
     with cpstore.open(path) as st:
         st.recorder("r").checkpoint(0, {"a": 1})
