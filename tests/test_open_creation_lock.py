@@ -212,7 +212,7 @@ def test_an_interrupt_right_after_the_registry_lets_a_won_lock_go_closes_nothing
     path = tmp_path / "s"
     with cpstore.open(path) as st:
         st.recorder("r").checkpoint(0, {"a": 1})
-    real_unlock = lmdb_registry.unlock_folder
+    real_unlock = lmdb_open.unlock_folder  # the registry's own
     reused: list[int] = []
 
     def busy(key: str, options: object, won: int | None = None) -> object:
