@@ -12,6 +12,7 @@ while holding the registry lock (tests/test_registry_rename_race.py's deadlock t
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -28,7 +29,7 @@ import pytest
 
 import cpstore
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.store import lmdb_open
+from cpstore.store import lmdb_open, lmdb_registry
 from cpstore.store.model import STORE_VERSION
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc, flock")
@@ -198,3 +199,39 @@ def test_a_won_lock_on_a_folder_renamed_away_is_not_used_for_the_store_now_at_th
             assert st.runs() == ["second"]
         monkeypatch.setattr(fcntl, "flock", real)
     assert tries == ["s busy", "s won by waiting", "other won at once"]
+
+
+def test_an_interrupt_right_after_the_registry_lets_a_won_lock_go_closes_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt landing just after acquire_env closed the lock its wait won (busy
+    again: it waits anew), when another thread already reuses that descriptor number:
+    acquire_env's exit closes nothing more. On 34c0d0f its finally closed the number
+    again: the other thread's file (e.g. LMDB's lock.mdb, whose close drops this process's
+    locks) was closed under it (audit18)."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        st.recorder("r").checkpoint(0, {"a": 1})
+    real_unlock = lmdb_open.unlock_folder  # the registry's own
+    reused: list[int] = []
+
+    def busy(key: str, options: object, won: int | None = None) -> object:
+        raise lmdb_open.FolderBusyError(key)
+
+    def unlock_then_interrupted(fd: int | None) -> None:
+        real_unlock(fd)
+        if fd is not None and not reused:
+            reused.append(os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT, 0o644))
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(lmdb_registry, "_acquire", busy)
+    monkeypatch.setattr(lmdb_registry, "unlock_folder", unlock_then_interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cpstore.open(path)
+        assert reused
+        os.fstat(reused[0])  # still open: EBADF on 34c0d0f
+    finally:
+        if reused:
+            with contextlib.suppress(OSError):
+                os.close(reused[0])

@@ -116,3 +116,48 @@ if sys.platform.startswith("linux"):  # a real open in another thread, not a hel
         finally:
             stop.set()
             worker.join(60)
+
+
+def test_a_child_refuses_a_second_environment_in_a_folder_it_opened_where_the_parent_had_one(
+    tmp_path: Path,
+) -> None:
+    """The parent had a open at fork() and closes it; the child renames a to t with c's
+    data.mdb and opens t, then renames t to u with d's data.mdb: its open of u (the folder
+    its first environment opened) is refused, as in a process that never forked. On
+    34c0d0f the parent's stale folder-index entry hid the child's environment and the
+    child opened a second one on the same lock.mdb (audit18)."""
+    a, c, d = tmp_path / "a", tmp_path / "c", tmp_path / "d"
+    t, u = tmp_path / "t", tmp_path / "u"
+    for path, run in ((a, "A"), (c, "C"), (d, "D")):
+        with cpstore.open(path) as st:
+            st.recorder(run).checkpoint(0, {"v": run})
+    first = cpstore.open(a)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only os._exit leaves it
+        code = 1
+        try:
+            signal.alarm(20)
+            os.close(write_end)
+            os.read(read_end, 1)  # the parent closed a
+            os.rename(a, t)
+            os.replace(c / "data.mdb", t / "data.mdb")
+            with cpstore.open(t) as mine:
+                os.rename(t, u)
+                os.replace(d / "data.mdb", u / "data.mdb")
+                try:
+                    cpstore.open(u).close()
+                    code = 2  # a second environment in mine's folder
+                except cpstore.StoreError as exc:
+                    code = 0 if "no longer at this path" in exc.what else 3
+                assert mine.runs() == ["C"]
+        except BaseException:
+            code = 3
+        os._exit(code)
+    os.close(read_end)
+    first.close()
+    os.write(write_end, b"x")
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), "the child hung or was killed"
+    assert {0: "refused", 2: "opened"}.get(os.WEXITSTATUS(status), "failed") == "refused"

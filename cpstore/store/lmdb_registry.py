@@ -181,8 +181,10 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                 return _acquire(key, options, won)
             except FolderBusyError:
                 pass
-            unlock_folder(won)
-            won = None
+            # Forgotten before it is closed: an interrupt landing after the close must not
+            # make the finally close the number again (another thread's file by then).
+            held, won = won, None
+            unlock_folder(held)
             won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
     finally:
         unlock_folder(won)
@@ -266,7 +268,9 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
     if file_id is not None:
         _BY_FILE[file_id] = env
     folder_id = _folder_of(env)
-    if folder_id is not None and folder_id not in _BY_FOLDER:
+    held = None if folder_id is None else _BY_FOLDER.get(folder_id)
+    if folder_id is not None and (held is None or held.pid != env.pid):
+        # A parent's before fork() is never this child's (_in_folder): it must not hide it.
         _BY_FOLDER[folder_id] = env
     return env
 
