@@ -115,8 +115,9 @@ def test_chunker_throughput(benchmark: BenchmarkFixture, repeats: int) -> None:
         {
             "chunk_digests": lambda: _timed(lambda: binding.chunk_digests(data)),
             "xxh3_128 one-shot": lambda: _timed(lambda: xxhash.xxh3_128_digest(data)),
-            "reference cut_points (1 MiB, x64)": lambda: 64
-            * _timed(lambda: chunking.cut_points(small)),
+            "reference cut_points (1 MiB, x64)": lambda: (
+                64 * _timed(lambda: chunking.cut_points(small))
+            ),
         },
         max(3, repeats // 2),
         [
@@ -125,10 +126,15 @@ def test_chunker_throughput(benchmark: BenchmarkFixture, repeats: int) -> None:
         ],
         items=64 * MIB,
     )
-    pairs = [x / c for c, x in zip(fig.runs["chunk_digests"], fig.runs["xxh3_128 one-shot"],
-                                   strict=True)]
-    ref = [r / c for c, r in zip(fig.runs["chunk_digests"],
-                                 fig.runs["reference cut_points (1 MiB, x64)"], strict=True)]
+    pairs = [
+        x / c for c, x in zip(fig.runs["chunk_digests"], fig.runs["xxh3_128 one-shot"], strict=True)
+    ]
+    ref = [
+        r / c
+        for c, r in zip(
+            fig.runs["chunk_digests"], fig.runs["reference cut_points (1 MiB, x64)"], strict=True
+        )
+    ]
     gbs = [1 / t / 1e9 for t in fig.runs["chunk_digests"]]
     _say(
         f"chunker (load {os.getloadavg()[0]:.2f}): chunk_digests {median(gbs):.2f} GB/s; ratio "
@@ -213,6 +219,7 @@ def test_codec_speed(benchmark: BenchmarkFixture, chunk_bytes: int, repeats: int
     """Compress and inflate one real-text chunk per binding (2,000 calls each), interleaved."""
     text = " ".join(messages(chunk_bytes // 900 + 2, seed=3)).encode()[:chunk_bytes]
     contenders: dict[str, Callable[[], float]] = {}
+
     def compress(pack: Callable[[bytes], bytes]) -> Callable[[], float]:
         return lambda: _timed(lambda: [pack(text) for _ in range(2000)])
 
@@ -228,8 +235,10 @@ def test_codec_speed(benchmark: BenchmarkFixture, chunk_bytes: int, repeats: int
         benchmark, f"zstd {chunk_bytes} B", contenders, max(3, repeats // 2), [], items=2000
     )
     for name, runs in fig.runs.items():
-        _say(f"codec {chunk_bytes} B {name}: {median(runs) * 1e6:.2f} us "
-             f"({min(runs) * 1e6:.2f}-{max(runs) * 1e6:.2f})")
+        _say(
+            f"codec {chunk_bytes} B {name}: {median(runs) * 1e6:.2f} us "
+            f"({min(runs) * 1e6:.2f}-{max(runs) * 1e6:.2f})"
+        )
 
 
 def test_frame_batch_read(benchmark: BenchmarkFixture, repeats: int) -> None:
@@ -281,10 +290,14 @@ def test_frame_batch_read(benchmark: BenchmarkFixture, repeats: int) -> None:
         f"frame reads, {len(keys)} chat frames (load {os.getloadavg()[0]:.2f}), us a frame: "
         + "; ".join(f"{k} {_spread(v, 1e6)}" for k, v in per.items())
     )
-    gap = [z - s for z, s in zip(per["zstd, inflate_frames"], per["stored, inflate_frames"],
-                                 strict=True)]
-    _say(f"frame reads: batch zstd - batch stored {_spread(gap, 1e6)} us a frame, against bare "
-         f"decompress {_spread(per['zstd, bare decompress'], 1e6)} us (the floor)")
+    gap = [
+        z - s
+        for z, s in zip(per["zstd, inflate_frames"], per["stored, inflate_frames"], strict=True)
+    ]
+    _say(
+        f"frame reads: batch zstd - batch stored {_spread(gap, 1e6)} us a frame, against bare "
+        f"decompress {_spread(per['zstd, bare decompress'], 1e6)} us (the floor)"
+    )
 
 
 # -- stores as layout 2 wrote them ----------------------------------------------------
@@ -373,8 +386,10 @@ def test_chat_workload(
     finally:
         for st in stores.values():
             st.close()
-    slow = [c / r for c, r in zip(fig.runs["compressed frames"], fig.runs["uncompressed frames"],
-                                  strict=True)]
+    slow = [
+        c / r
+        for c, r in zip(fig.runs["compressed frames"], fig.runs["uncompressed frames"], strict=True)
+    ]
     steps = [s for s in (100, 1000, 2000) if s <= chat_steps]
     info: dict[str, Any] = {"unique_message_bytes": unique, "steps": chat_steps}
     for kind, (_, times, disk) in recorded.items():
@@ -420,8 +435,7 @@ def test_chat_put_by_route(
     def run() -> None:
         with contextlib.ExitStack() as stack:
             stores = [
-                stack.enter_context(open_store(root / str(i), durability="none"))
-                for i in range(3)
+                stack.enter_context(open_store(root / str(i), durability="none")) for i in range(3)
             ]
             recs = [st.recorder("chat") for st in stores]
             log = AppendLog()
@@ -430,8 +444,8 @@ def test_chat_put_by_route(
                     ids = []
                     for k in [(step + j) % 3 for j in range(3)]:
                         route = routes[k]
-                        setattr(recorder_module, "encode_fast",  # noqa: B010
-                                encode_value if k == 0 else fast)
+                        encoder = encode_value if k == 0 else fast
+                        setattr(recorder_module, "encode_fast", encoder)  # noqa: B010
                         t0 = time.perf_counter()
                         if k == 2:
                             log.append(texts[step])
@@ -484,12 +498,13 @@ def test_chat_root_versions(
     cids: dict[str, str] = {}
     disk: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
-        stores = {k: stack.enter_context(open_store(root / k[-2:], durability="none"))
-                  for k in kinds}
+        stores = {
+            k: stack.enter_context(open_store(root / k[-2:], durability="none")) for k in kinds
+        }
         recs = {k: stores[k].recorder("chat") for k in kinds}
         try:
             for step, state in enumerate(states):
-                for k in (kinds if step % 2 else kinds[::-1]):
+                for k in kinds if step % 2 else kinds[::-1]:
                     setattr(chunk_tree, "pack_root", packers[k])  # noqa: B010
                     setattr(append_state, "pack_root", packers[k])  # noqa: B010
                     t0 = time.perf_counter()
@@ -590,9 +605,10 @@ def test_str_list_put_by_route(
     times: dict[str, list[float]] = {r: [] for r in routes}
 
     def run() -> None:
-        with open_store(root / "a", durability="none") as a, open_store(
-            root / "b", durability="none"
-        ) as b:
+        with (
+            open_store(root / "a", durability="none") as a,
+            open_store(root / "b", durability="none") as b,
+        ):
             ra, rb = a.recorder("s"), b.recorder("s")
             log = AppendLog()
             hist: list[str] = []
@@ -617,8 +633,10 @@ def test_str_list_put_by_route(
     load = os.getloadavg()[0]
     for s in [s for s in (100, 1000, 2000) if s <= chat_steps]:
         lo, hi = max(0, s - 11), s + 10
-        _say(f"str list put @{s} ({chat_steps} steps, load {load:.2f}): " + "; ".join(
-            f"{r} {_spread(times[r][lo:hi], 1e3)} ms" for r in routes))
+        _say(
+            f"str list put @{s} ({chat_steps} steps, load {load:.2f}): "
+            + "; ".join(f"{r} {_spread(times[r][lo:hi], 1e3)} ms" for r in routes)
+        )
 
 
 # -- the issue-12 10 x 1 KB workload: no worse than before ----------------------------
@@ -685,8 +703,12 @@ def test_ten_parts_workload_no_worse(
     benchmark.extra_info["get"] = gets
     for name, runs in (("put", put.runs), ("get", gets)):
         r = [a / b for a, b in zip(runs["layout 3"], runs["layout 2"], strict=True)]
-        _say(f"10x1KB {name}: layout 3 / layout 2 time {median(r):.3f}x "
-             f"({min(r):.3f}-{max(r):.3f}, target <= 1.10)")
+        _say(
+            f"10x1KB {name}: layout 3 / layout 2 time {median(r):.3f}x "
+            f"({min(r):.3f}-{max(r):.3f}, target <= 1.10)"
+        )
     unique = wl.unique_bytes()
-    _say(f"10x1KB disk / unique: layout 3 {disks['cdc'] / unique:.2f}x, "
-         f"layout 2 {disks['layout2'] / unique:.2f}x (target <= 2.0)")
+    _say(
+        f"10x1KB disk / unique: layout 3 {disks['cdc'] / unique:.2f}x, "
+        f"layout 2 {disks['layout2'] / unique:.2f}x (target <= 2.0)"
+    )

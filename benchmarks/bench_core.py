@@ -42,8 +42,14 @@ ROUNDS = {"quick": 5, "full": 10}
 
 
 def _run(
-    benchmark: BenchmarkFixture, fn: Callable[[], Any], *, rounds: int, label: str, items: int,
-    baseline: str | list[str] | None = None, target: float | None = None,
+    benchmark: BenchmarkFixture,
+    fn: Callable[[], Any],
+    *,
+    rounds: int,
+    label: str,
+    items: int,
+    baseline: str | list[str] | None = None,
+    target: float | None = None,
 ) -> Any:
     benchmark.extra_info.update(label=label, items=items)
     if baseline is not None:
@@ -54,6 +60,7 @@ def _run(
 
 
 # ---- first divergence -------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def token_logs(size: str) -> Iterator[tuple[bytes, bytes, bytes]]:
@@ -68,23 +75,35 @@ def token_logs(size: str) -> Iterator[tuple[bytes, bytes, bytes]]:
 
 
 @pytest.mark.benchmark(group="core-compare-equal")
-def test_compare_equal_bytes_eq(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
-                                size: str) -> None:
+def test_compare_equal_bytes_eq(
+    benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes], size: str
+) -> None:
     """Baseline: ``bytes ==`` on two equal token logs."""
     a, b, _ = token_logs
-    assert _run(benchmark, lambda: a == b, rounds=ROUNDS[size], label="compare equal: bytes ==",
-                items=len(a) // 32)
+    assert _run(
+        benchmark,
+        lambda: a == b,
+        rounds=ROUNDS[size],
+        label="compare equal: bytes ==",
+        items=len(a) // 32,
+    )
 
 
 @pytest.mark.benchmark(group="core-compare-equal")
-def test_compare_equal_native(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
-                              size: str) -> None:
+def test_compare_equal_native(
+    benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes], size: str
+) -> None:
     """first_divergence on two equal token logs."""
     a, b, _ = token_logs
-    result = _run(benchmark, lambda: cpstore.native.first_divergence(RecordType.TOKEN, a, b),
-                  rounds=ROUNDS[size], label=f"compare equal {len(a) // 32:,} tokens",
-                  items=len(a) // 32, target=0.9,
-                  baseline=["compare equal: bytes ==", "compare equal: reference"])
+    result = _run(
+        benchmark,
+        lambda: cpstore.native.first_divergence(RecordType.TOKEN, a, b),
+        rounds=ROUNDS[size],
+        label=f"compare equal {len(a) // 32:,} tokens",
+        items=len(a) // 32,
+        target=0.9,
+        baseline=["compare equal: bytes ==", "compare equal: reference"],
+    )
     assert result.equal
 
 
@@ -95,43 +114,67 @@ def test_compare_equal_reference(
     """The reference on the first 20 000 records (scaled per record in the table)."""
     a, b, _ = token_logs
     sa, sb = a[: 32 * REFERENCE_RECORDS], b[: 32 * REFERENCE_RECORDS]
-    _run(benchmark, lambda: reference.first_divergence(RecordType.TOKEN, sa, sb), rounds=3,
-         label="compare equal: reference", items=REFERENCE_RECORDS)
+    _run(
+        benchmark,
+        lambda: reference.first_divergence(RecordType.TOKEN, sa, sb),
+        rounds=3,
+        label="compare equal: reference",
+        items=REFERENCE_RECORDS,
+    )
     benchmark.extra_info["note"] = "reference timed on a slice"
 
 
 @pytest.mark.benchmark(group="core-compare-last")
-def test_compare_last_bytes_eq(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
-                               size: str) -> None:
+def test_compare_last_bytes_eq(
+    benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes], size: str
+) -> None:
     """Baseline: ``bytes ==`` on logs that differ in the last record."""
     a, _, c = token_logs
-    assert not _run(benchmark, lambda: a == c, rounds=ROUNDS[size],
-                    label="compare last: bytes ==", items=len(a) // 32)
+    assert not _run(
+        benchmark,
+        lambda: a == c,
+        rounds=ROUNDS[size],
+        label="compare last: bytes ==",
+        items=len(a) // 32,
+    )
 
 
 @pytest.mark.benchmark(group="core-compare-last")
-def test_compare_last_native(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
-                             size: str) -> None:
+def test_compare_last_native(
+    benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes], size: str
+) -> None:
     """first_divergence on logs that differ in the last record (returns the index)."""
     a, _, c = token_logs
-    result = _run(benchmark, lambda: cpstore.native.first_divergence(RecordType.TOKEN, a, c),
-                  rounds=ROUNDS[size], label=f"compare last {len(a) // 32:,} tokens",
-                  items=len(a) // 32, target=0.9,
-                  baseline=["compare last: bytes ==", "compare last: reference"])
+    result = _run(
+        benchmark,
+        lambda: cpstore.native.first_divergence(RecordType.TOKEN, a, c),
+        rounds=ROUNDS[size],
+        label=f"compare last {len(a) // 32:,} tokens",
+        items=len(a) // 32,
+        target=0.9,
+        baseline=["compare last: bytes ==", "compare last: reference"],
+    )
     assert result.index == len(a) // 32 - 1
 
 
 @pytest.mark.benchmark(group="core-compare-last")
-def test_compare_last_reference(benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes],
-                                size: str) -> None:
+def test_compare_last_reference(
+    benchmark: BenchmarkFixture, token_logs: tuple[bytes, bytes, bytes], size: str
+) -> None:
     """The reference on the last 20 000 records (scaled per record in the table)."""
     a, _, c = token_logs
     sa, sc = a[-32 * REFERENCE_RECORDS :], c[-32 * REFERENCE_RECORDS :]
-    _run(benchmark, lambda: reference.first_divergence(RecordType.TOKEN, sa, sc), rounds=3,
-         label="compare last: reference", items=REFERENCE_RECORDS)
+    _run(
+        benchmark,
+        lambda: reference.first_divergence(RecordType.TOKEN, sa, sc),
+        rounds=3,
+        label="compare last: reference",
+        items=REFERENCE_RECORDS,
+    )
 
 
 # ---- batch digest -----------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def batch() -> tuple[bytes, bytes]:
@@ -146,9 +189,13 @@ def test_batch_xxhash_loop(benchmark: BenchmarkFixture, batch: tuple[bytes, byte
     values, _ = batch
     view = memoryview(values)
     digest = xxhash.xxh3_128_digest
-    out = _run(benchmark,
-               lambda: b"".join([digest(view[i : i + 32]) for i in range(0, len(view), 32)]),
-               rounds=3, label="batch: python-xxhash loop", items=BATCH_VALUES)
+    out = _run(
+        benchmark,
+        lambda: b"".join([digest(view[i : i + 32]) for i in range(0, len(view), 32)]),
+        rounds=3,
+        label="batch: python-xxhash loop",
+        items=BATCH_VALUES,
+    )
     assert len(out) == 16 * BATCH_VALUES
 
 
@@ -156,9 +203,15 @@ def test_batch_xxhash_loop(benchmark: BenchmarkFixture, batch: tuple[bytes, byte
 def test_batch_native(benchmark: BenchmarkFixture, batch: tuple[bytes, bytes], size: str) -> None:
     """digest_batch of 1 M 32-byte values (offsets as a uint64 buffer)."""
     values, offsets = batch
-    out = _run(benchmark, lambda: cpstore.native.digest_batch(values, offsets), rounds=ROUNDS[size],
-               label="batch digest 1 M x 32 B", items=BATCH_VALUES,
-               baseline="batch: python-xxhash loop", target=5.0)
+    out = _run(
+        benchmark,
+        lambda: cpstore.native.digest_batch(values, offsets),
+        rounds=ROUNDS[size],
+        label="batch digest 1 M x 32 B",
+        items=BATCH_VALUES,
+        baseline="batch: python-xxhash loop",
+        target=5.0,
+    )
     assert out[:16] == xxhash.xxh3_128_digest(values[:32])
 
 
@@ -169,10 +222,15 @@ def test_batch_native_into(
     """digest_batch_into a reused caller-owned buffer (no allocation per call)."""
     values, offsets = batch
     out = bytearray(16 * BATCH_VALUES)
-    _run(benchmark, lambda: cpstore.native.digest_batch_into(values, offsets, out),
-         rounds=ROUNDS[size],
-         label="batch digest into reused buffer", items=BATCH_VALUES,
-         baseline="batch: python-xxhash loop", target=5.0)
+    _run(
+        benchmark,
+        lambda: cpstore.native.digest_batch_into(values, offsets, out),
+        rounds=ROUNDS[size],
+        label="batch digest into reused buffer",
+        items=BATCH_VALUES,
+        baseline="batch: python-xxhash loop",
+        target=5.0,
+    )
     assert bytes(out[:16]) == xxhash.xxh3_128_digest(values[:32])
 
 
@@ -185,12 +243,19 @@ def test_batch_native_offsets_list(
     offs = array("Q")
     offs.frombytes(offsets)
     listed = offs.tolist()
-    _run(benchmark, lambda: cpstore.native.digest_batch(values, listed), rounds=3,
-         label="batch digest, offsets as list", items=BATCH_VALUES,
-         baseline="batch: python-xxhash loop", target=5.0)
+    _run(
+        benchmark,
+        lambda: cpstore.native.digest_batch(values, listed),
+        rounds=3,
+        label="batch digest, offsets as list",
+        items=BATCH_VALUES,
+        baseline="batch: python-xxhash loop",
+        target=5.0,
+    )
 
 
 # ---- sequence digest --------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def big_log() -> bytes:
@@ -201,8 +266,13 @@ def big_log() -> bytes:
 @pytest.mark.benchmark(group="core-seqdigest")
 def test_seq_xxh3_one_shot(benchmark: BenchmarkFixture, big_log: bytes, size: str) -> None:
     """Baseline: xxhash.xxh3_128_digest of the whole 64 MiB."""
-    _run(benchmark, lambda: xxhash.xxh3_128_digest(big_log), rounds=ROUNDS[size],
-         label="seq: xxh3_128_digest one-shot", items=len(big_log) // 32)
+    _run(
+        benchmark,
+        lambda: xxhash.xxh3_128_digest(big_log),
+        rounds=ROUNDS[size],
+        label="seq: xxh3_128_digest one-shot",
+        items=len(big_log) // 32,
+    )
 
 
 @pytest.mark.benchmark(group="core-seqdigest")
@@ -215,9 +285,15 @@ def test_seq_native(benchmark: BenchmarkFixture, big_log: bytes, size: str, kern
         pytest.skip(f"CPU lacks {kernel}")
     try:
         name = cpstore.native.simd_path()
-        _run(benchmark, lambda: cpstore.native.sequence_digest(RecordType.TOKEN, big_log),
-             rounds=ROUNDS[size], label=f"seq digest 64 MiB [{kernel}: {name}]",
-             items=len(big_log) // 32, baseline="seq: xxh3_128_digest one-shot", target=0.8)
+        _run(
+            benchmark,
+            lambda: cpstore.native.sequence_digest(RecordType.TOKEN, big_log),
+            rounds=ROUNDS[size],
+            label=f"seq digest 64 MiB [{kernel}: {name}]",
+            items=len(big_log) // 32,
+            baseline="seq: xxh3_128_digest one-shot",
+            target=0.8,
+        )
     finally:
         cpstore.native.select_simd("auto")
 
@@ -240,17 +316,28 @@ def test_digest_small_xxhash(
 ) -> None:
     """Baseline: python-xxhash one-shot over 10 000 views of 1 KiB."""
     h = xxhash.xxh3_128_digest
-    _run(benchmark, lambda: [h(v) for v in small_objects], rounds=ROUNDS[size],
-         label="digest 1 KiB: python-xxhash", items=SMALL_OBJECTS)
+    _run(
+        benchmark,
+        lambda: [h(v) for v in small_objects],
+        rounds=ROUNDS[size],
+        label="digest 1 KiB: python-xxhash",
+        items=SMALL_OBJECTS,
+    )
 
 
 @pytest.mark.benchmark(group="core-digest-small")
-def test_digest_small_dispatch(benchmark: BenchmarkFixture, small_objects: list[memoryview],
-                               size: str) -> None:
+def test_digest_small_dispatch(
+    benchmark: BenchmarkFixture, small_objects: list[memoryview], size: str
+) -> None:
     """cpstore.native.digest(): below 64 KiB it is python-xxhash behind a type check."""
-    got = _run(benchmark, lambda: [cpstore.native.digest(v) for v in small_objects],
-               rounds=ROUNDS[size], label="digest 1 KiB: digest()", items=SMALL_OBJECTS,
-               baseline="digest 1 KiB: python-xxhash")
+    got = _run(
+        benchmark,
+        lambda: [cpstore.native.digest(v) for v in small_objects],
+        rounds=ROUNDS[size],
+        label="digest 1 KiB: digest()",
+        items=SMALL_OBJECTS,
+        baseline="digest 1 KiB: python-xxhash",
+    )
     assert got[0] == xxhash.xxh3_128_digest(small_objects[0])
 
 
@@ -259,7 +346,12 @@ def test_digest_small_native(
     benchmark: BenchmarkFixture, small_objects: list[memoryview], size: str
 ) -> None:
     """native_digest(): the cffi call into the C kernel, per object."""
-    got = _run(benchmark, lambda: [native_digest(v) for v in small_objects],
-               rounds=ROUNDS[size], label="digest 1 KiB: native (cffi)", items=SMALL_OBJECTS,
-               baseline="digest 1 KiB: python-xxhash")
+    got = _run(
+        benchmark,
+        lambda: [native_digest(v) for v in small_objects],
+        rounds=ROUNDS[size],
+        label="digest 1 KiB: native (cffi)",
+        items=SMALL_OBJECTS,
+        baseline="digest 1 KiB: python-xxhash",
+    )
     assert got[0] == xxhash.xxh3_128_digest(small_objects[0])

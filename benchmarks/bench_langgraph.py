@@ -415,8 +415,10 @@ def test_graph_step(
 
     def run_graph(saver: Any) -> None:
         graph = _graph(saver)
-        out = graph.invoke(start, config) if saver is None else graph.invoke(
-            start, config, durability="sync"
+        out = (
+            graph.invoke(start, config)
+            if saver is None
+            else graph.invoke(start, config, durability="sync")
         )
         if out["step"] != GRAPH_STEPS:
             raise AssertionError(out["step"])

@@ -235,9 +235,7 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 @pytest.mark.parametrize("work_name", WORKS)
-def test_pg_put(
-    benchmark: BenchmarkFixture, server: Cluster, work_name: str
-) -> None:
+def test_pg_put(benchmark: BenchmarkFixture, server: Cluster, work_name: str) -> None:
     """Per-put time over the workload, fresh tables each repeat (opening not timed)."""
     if not HAVE_PEER:
         pytest.skip("langgraph-checkpoint-postgres is not installed")
@@ -323,8 +321,11 @@ def test_pg_table_bytes(benchmark: BenchmarkFixture, recorded: tuple[Work, Recor
     ours, theirs = rec.ours.table_bytes(), rec.peer.table_bytes()
     ratio = ours / theirs
     benchmark.extra_info.update(
-        workload=work.name, cpstore_bytes=ours, postgressaver_bytes=theirs,
-        ratio=round(ratio, 3), target=0.2 if work.name == "chat" else None,
+        workload=work.name,
+        cpstore_bytes=ours,
+        postgressaver_bytes=theirs,
+        ratio=round(ratio, 3),
+        target=0.2 if work.name == "chat" else None,
     )
     print(f"\ntable bytes ({work.name}): cpstore {ours:,} / PostgresSaver {theirs:,} = {ratio:.3f}")
     benchmark.pedantic(rec.ours.table_bytes, rounds=1, iterations=1)
@@ -375,8 +376,15 @@ def test_pg_push_throughput(
         f"push embedded -> PostgreSQL ({len(objects)} objects, {total / 1e6:.1f} MB)",
         {"cpstore push": push, "raw INSERT limit": raw},
         _repeats(),
-        [Comparison("cpstore push", "raw INSERT limit", None, True,
-                    "raw: objects only, no reads, no hashing, no checkpoints or refs")],
+        [
+            Comparison(
+                "cpstore push",
+                "raw INSERT limit",
+                None,
+                True,
+                "raw: objects only, no reads, no hashing, no checkpoints or refs",
+            )
+        ],
         items=len(objects),
     )
     per_object = sorted(fig.runs["cpstore push"])[len(fig.runs["cpstore push"]) // 2]

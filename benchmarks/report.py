@@ -65,8 +65,11 @@ def table(benchmarks: Iterable[Mapping[str, Any]]) -> list[str]:
             f"{info['label']:<44} {_fmt_time(bench['stats']['median']):>9} "
             f"{_fmt_time(_per_item(bench)):>10} {base['extra_info']['label']:<28} "
             f"{_fmt_time(_per_item(base)):>10} {ratio:>6.2f}x "
-            + (f"{float(target):>6.2f}x  {'yes' if ratio >= float(target) else 'NO'}"
-               if target is not None else f"{'-':>7}  -")
+            + (
+                f"{float(target):>6.2f}x  {'yes' if ratio >= float(target) else 'NO'}"
+                if target is not None
+                else f"{'-':>7}  -"
+            )
         )
     if not lines:
         return []
@@ -170,8 +173,11 @@ def main(argv: list[str]) -> int:
     print()
     for line in interleaved(data["benchmarks"]):
         print(line)
-    envs = {json.dumps(b["extra_info"]["environment"], sort_keys=True)
-            for b in data["benchmarks"] if "environment" in b.get("extra_info", {})}
+    envs = {
+        json.dumps(b["extra_info"]["environment"], sort_keys=True)
+        for b in data["benchmarks"]
+        if "environment" in b.get("extra_info", {})
+    }
     for env in sorted(envs):
         print("\nenvironment: " + "; ".join(f"{k} {v}" for k, v in json.loads(env).items()))
     return 0

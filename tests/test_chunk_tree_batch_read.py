@@ -27,9 +27,7 @@ from cpstore.store.codec import (
 )
 from cpstore.store.content import objects_of
 
-PROPERTY = settings(
-    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 WORDS = ["state", "chunk", "frame", "agent", "message", "tool", "result", "the", "of", "\n"]
 
 

@@ -162,9 +162,7 @@ class TestDamage:
             assert f"upper spine {upper.hex()}" in str(info.value.where)
             report = st.verify()
             assert not report.ok
-            assert any(
-                upper.hex() in f"{p.where} {p.got} {p.expected}" for p in report.problems
-            )
+            assert any(upper.hex() in f"{p.where} {p.got} {p.expected}" for p in report.problems)
 
     def test_an_unverified_read_of_a_wrong_upper_spine_still_fails_on_the_root_size(
         self, tmp_path: Path
@@ -180,9 +178,7 @@ class TestDamage:
             st.backend.read_txn() as txn,
             pytest.raises(IntegrityError, match="does not match its digest"),
         ):
-            load_tree(
-                txn, objects_of(st.backend.dbs), root, b"\0" * 16, verify=False, where="s.h"
-            )
+            load_tree(txn, objects_of(st.backend.dbs), root, b"\0" * 16, verify=False, where="s.h")
 
 
 class TestLayoutFourStores:

@@ -95,9 +95,7 @@ class TestVerifiedReads:
         store = saver.store
         backend = store.backend
         with backend.read_txn() as txn:
-            targets = [
-                k for k, v in raw_items(txn, backend.dbs, "objects") if b"the true" in v
-            ]
+            targets = [k for k, v in raw_items(txn, backend.dbs, "objects") if b"the true" in v]
         assert targets
 
         def damage(txn: Any) -> None:

@@ -33,9 +33,9 @@ def _lmdb_locks_of_this_process(path: Path) -> list[str]:
     inode = os.stat(path / "lock.mdb").st_ino
     with open("/proc/locks", encoding="ascii") as f:
         return [
-            ln for ln in f
-            if f":{inode} " in ln and ln.split()[1] == "POSIX"
-            and ln.split()[4] == str(os.getpid())
+            ln
+            for ln in f
+            if f":{inode} " in ln and ln.split()[1] == "POSIX" and ln.split()[4] == str(os.getpid())
         ]
 
 

@@ -193,7 +193,8 @@ def _marks_of(path: Path, pid: int) -> list[str]:
     inode, mine = os.stat(path).st_ino, str(STORE_VERSION << 32 | pid)
     with open("/proc/locks", encoding="ascii") as f:
         return [
-            ln for ln in f
+            ln
+            for ln in f
             if f":{inode} " in ln and ln.split()[1] == "OFDLCK" and ln.split()[6] == mine
         ]
 
@@ -244,14 +245,15 @@ def test_a_holder_one_read_of_proc_locks_misses_still_blocks_the_upgrade(
             reads.append(text)
             if len(reads) % 2 == 0:
                 return io.StringIO(text)
-            return io.StringIO("".join(
-                ln for ln in text.splitlines(keepends=True)
-                if not (ln.split()[1] == "POSIX" and ln.split()[4] == str(pid))
-            ))
+            return io.StringIO(
+                "".join(
+                    ln
+                    for ln in text.splitlines(keepends=True)
+                    if not (ln.split()[1] == "POSIX" and ln.split()[4] == str(pid))
+                )
+            )
 
-        monkeypatch.setattr(
-            lmdb_holders, "open", every_other_read_skips_the_holder, raising=False
-        )
+        monkeypatch.setattr(lmdb_holders, "open", every_other_read_skips_the_holder, raising=False)
         assert older_holders(str(path), STORE_VERSION) == [pid]
         with pytest.raises(StoreError):
             cpstore.open(path)
@@ -270,9 +272,9 @@ def test_a_holder_missing_from_every_read_of_proc_locks_is_found_by_its_mapping(
         def never_shows_the_holder(file: Any, *args: Any, **kwargs: Any) -> IO[str]:
             with open(file, *args, **kwargs) as f:  # the module opens only /proc/locks
                 text = f.read()
-            return io.StringIO("".join(
-                ln for ln in text.splitlines(keepends=True) if ln.split()[4] != str(pid)
-            ))
+            return io.StringIO(
+                "".join(ln for ln in text.splitlines(keepends=True) if ln.split()[4] != str(pid))
+            )
 
         monkeypatch.setattr(lmdb_holders, "open", never_shows_the_holder, raising=False)
         assert older_holders(str(path), STORE_VERSION) == [pid]
@@ -290,8 +292,10 @@ def test_devices_are_matched_as_proc_names_them(tmp_path: Path) -> None:
         inode = os.stat(path / "lock.mdb").st_ino
         with open("/proc/locks", encoding="ascii") as f:
             mine = [
-                ln.split()[5] for ln in f
-                if ln.split()[1] == "POSIX" and ln.split()[4] == str(os.getpid())
+                ln.split()[5]
+                for ln in f
+                if ln.split()[1] == "POSIX"
+                and ln.split()[4] == str(os.getpid())
                 and ln.split()[5].endswith(f":{inode}")
             ]
     assert device is not None and mine

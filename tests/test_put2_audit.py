@@ -366,9 +366,21 @@ def test_two_processes_moving_one_branch_keep_the_refs_digest_whole(tmp_path: Pa
 #: Per key: how its location is built; "sound" dominates so that most examples reach the
 #: concatenated compare with zero or one damaged piece among sound ones.
 _ROW_HOW = ["sound"] * 12 + [
-    "no row", "7-byte row", "9-byte row", "row past 2**32", "row 2**32 - 1", "shared row",
-    "no entry", "kind c", "kind r", "key length 15", "key length 17", "other key",
-    "cut short", "header only", "empty entry",
+    "no row",
+    "7-byte row",
+    "9-byte row",
+    "row past 2**32",
+    "row 2**32 - 1",
+    "shared row",
+    "no entry",
+    "kind c",
+    "kind r",
+    "key length 15",
+    "key length 17",
+    "other key",
+    "cut short",
+    "header only",
+    "empty entry",
 ]
 
 
@@ -443,9 +455,7 @@ def test_locations_found_equals_stored_on_random_tables(
             found: set[bytes] = set()
             got = objects.locations(txn, keys, found)
             want = objects.locations(txn, keys)
-            stored = {
-                k for k in keys if txn.get(k, None, dbs["oloc"]) and _stored(objects, txn, k)
-            }
+            stored = {k for k in keys if txn.get(k, None, dbs["oloc"]) and _stored(objects, txn, k)}
         finally:
             txn.abort()
         assert got == want
@@ -509,9 +519,7 @@ def test_threads_moving_refs_in_two_stores_keep_every_refs_digest_whole(
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    threads = [
-        threading.Thread(target=work, args=(i, b)) for i in (0, 1) for b in ("main", "side")
-    ]
+    threads = [threading.Thread(target=work, args=(i, b)) for i in (0, 1) for b in ("main", "side")]
     for t in threads:
         t.start()
     for t in threads:

@@ -221,6 +221,7 @@ class TestMustExist:
                 rec.checkpoint(1, {"a": "x", "b": "z"})
             assert store.ref("r", "main") == head
 
+
 class TestRefWrite:
     def test_a_cas_with_the_hashed_old_ref_moves_the_digest_like_the_plain_one(
         self, tmp_path: Path

@@ -253,6 +253,7 @@ def load_side(
         got=type(source).__name__,
     )
 
+
 def canonical_or_repr(value: Any) -> Any:
     try:
         encode_value(value)

@@ -143,7 +143,7 @@ def validate(
                         "readable and verified",
                         str(exc),
                         f"stored data cannot be read: {exc}",
-                    )
+                    ),
                 ]
         fidelity, gaps = fidelity_of(findings, cg_step, r, p)
         r_subj = r.subject() if r is not None else _empty_subject(recorded)

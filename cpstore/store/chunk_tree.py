@@ -469,7 +469,9 @@ class _Frames:
             read_frame(fkey if self.verify else None, view, where, self.dctx)
         except IntegrityError as exc:  # name the frame
             raise IntegrityError(
-                exc.what, where=f"{where} (objects/{fkey.hex()})", expected=exc.expected,
+                exc.what,
+                where=f"{where} (objects/{fkey.hex()})",
+                expected=exc.expected,
                 got=exc.got,
             ) from None
 

@@ -52,6 +52,7 @@ from cpstore.store.refs import upgrade_refs_v1
 
 __all__ = ["DB_NAMES", "LMDB_TABLES", "Env"]
 
+
 class _UpgradeFirstError(Exception):
     """A writable open found an older layout: it upgrades under the creation lock."""
 

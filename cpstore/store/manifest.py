@@ -41,6 +41,7 @@ __all__ = [
     "referenced_digests",
 ]
 
+
 @dataclass(frozen=True)
 class Manifest:
     """A checkpoint's manifest: what it names, each part by digest (hex)."""
@@ -342,8 +343,21 @@ def _enc_digest(value: bytes | None) -> bytes:
 _MANIFEST_KEYS = sorted(
     (encode_value(k), k)
     for k in (
-        "cpstore", "run_id", "branch", "step", "parent", "state", "tokens", "observations",
-        "call_graph", "effects", "ledger_sealed", "harness", "transcript", "tags", "metadata",
+        "cpstore",
+        "run_id",
+        "branch",
+        "step",
+        "parent",
+        "state",
+        "tokens",
+        "observations",
+        "call_graph",
+        "effects",
+        "ledger_sealed",
+        "harness",
+        "transcript",
+        "tags",
+        "metadata",
     )
 )
 _STATE_KEYS = sorted((encode_value(k), k) for k in ("kind", "digest", "parts", "chunked"))
@@ -431,24 +445,41 @@ _STATE_PARTS_HEAD = bytes((0x80 | len(_STATE_KEYS),)) + _SK["kind"] + encode_val
 
 def encode_state(state: Mapping[str, Any], parts_bytes: bytes) -> bytes:
     """Canonical bytes of a manifest's ``state`` map, the parts map pre-encoded."""
-    kind = _STATE_PARTS_HEAD if state["kind"] == "parts" else (
-        bytes((0x80 | len(_STATE_KEYS),)) + _SK["kind"] + encode_value(state["kind"])
+    kind = (
+        _STATE_PARTS_HEAD
+        if state["kind"] == "parts"
+        else (bytes((0x80 | len(_STATE_KEYS),)) + _SK["kind"] + encode_value(state["kind"]))
     )
-    return b"".join((
-        kind,
-        _SK["parts"],
-        parts_bytes,
-        _SK["digest"],
-        _enc_digest(state["digest"]),
-        _SK["chunked"],
-        encode_digest_map(state["chunked"]),
-    ))
+    return b"".join(
+        (
+            kind,
+            _SK["parts"],
+            parts_bytes,
+            _SK["digest"],
+            _enc_digest(state["digest"]),
+            _SK["chunked"],
+            encode_digest_map(state["chunked"]),
+        )
+    )
 
 
 #: The manifest's keys in canonical order, as encode_recorded_manifest writes them.
 _RECORDED_ORDER = (
-    "step", "tags", "state", "branch", "parent", "run_id", "tokens", "cpstore", "effects",
-    "harness", "metadata", "call_graph", "transcript", "observations", "ledger_sealed",
+    "step",
+    "tags",
+    "state",
+    "branch",
+    "parent",
+    "run_id",
+    "tokens",
+    "cpstore",
+    "effects",
+    "harness",
+    "metadata",
+    "call_graph",
+    "transcript",
+    "observations",
+    "ledger_sealed",
 )
 _MANIFEST_HEAD = bytes((0x80 | len(_MANIFEST_KEYS),))
 _VERSION_PIECE = _MK["cpstore"] + encode_value(MANIFEST_VERSION) + _MK["effects"]
@@ -477,42 +508,47 @@ def encode_recorded_manifest(
     :func:`encode_manifest`.
     """
     d = _enc_digest
-    return b"".join((
-        _MANIFEST_HEAD,
-        _MK["step"],
-        msgpack.packb(step),
-        _MK["tags"],
-        tags,
-        _MK["state"],
-        state,
-        _MK["branch"],
-        branch,
-        _MK["parent"],
-        d(parent),
-        _MK["run_id"],
-        run_id,
-        _MK["tokens"],
-        tokens,
-        _VERSION_PIECE,
-        d(logs["effects"]),
-        _MK["harness"],
-        d(logs["harness"]),
-        _MK["metadata"],
-        metadata,
-        _MK["call_graph"],
-        d(logs["call_graph"]),
-        _MK["transcript"],
-        d(logs["transcript"]),
-        _MK["observations"],
-        d(logs["observations"]),
-        _MK["ledger_sealed"],
-        b"\xc3" if ledger_sealed else b"\xc2",
-    ))
+    return b"".join(
+        (
+            _MANIFEST_HEAD,
+            _MK["step"],
+            msgpack.packb(step),
+            _MK["tags"],
+            tags,
+            _MK["state"],
+            state,
+            _MK["branch"],
+            branch,
+            _MK["parent"],
+            d(parent),
+            _MK["run_id"],
+            run_id,
+            _MK["tokens"],
+            tokens,
+            _VERSION_PIECE,
+            d(logs["effects"]),
+            _MK["harness"],
+            d(logs["harness"]),
+            _MK["metadata"],
+            metadata,
+            _MK["call_graph"],
+            d(logs["call_graph"]),
+            _MK["transcript"],
+            d(logs["transcript"]),
+            _MK["observations"],
+            d(logs["observations"]),
+            _MK["ledger_sealed"],
+            b"\xc3" if ledger_sealed else b"\xc2",
+        )
+    )
 
 
-if tuple(k for _, k in _MANIFEST_KEYS) != _RECORDED_ORDER or tuple(
-    k for _, k in _STATE_KEYS
-) != ("kind", "parts", "digest", "chunked"):  # pragma: no cover - fixed by the format
+if tuple(k for _, k in _MANIFEST_KEYS) != _RECORDED_ORDER or tuple(k for _, k in _STATE_KEYS) != (
+    "kind",
+    "parts",
+    "digest",
+    "chunked",
+):  # pragma: no cover - fixed by the format
     raise RuntimeError("manifest keys changed their canonical order")
 
 

@@ -54,8 +54,7 @@ def translate(
     text = _text(exc)
     if isinstance(exc, pg.QueryCanceled):
         return StoreTimeoutError(
-            "the server cancelled a statement (statement timeout); the transaction was "
-            "rolled back",
+            "the server cancelled a statement (statement timeout); the transaction was rolled back",
             where=where,
             got=text,
         )

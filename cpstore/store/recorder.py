@@ -592,4 +592,3 @@ class Recorder(BulkAppends):
     def __del__(self) -> None:
         if hasattr(self, "_closed"):
             self._warn_unsealed("when garbage-collected")
-
