@@ -41,6 +41,7 @@ from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import decode_fast, encode_fast
 from cpstore.store.audit_named import (
     AUDITED_PREFIX,
+    check_index_rows,
     check_named_index,
     named_by,
     named_count,
@@ -487,33 +488,11 @@ def _check_decision_index(
     txn: Txn[memoryview], dbs: Mapping[str, Any], decided: Mapping[bytes, int]
 ) -> list[Problem]:
     """The decision index must name, for each checkpoint, its latest indexed decision."""
-    problems: list[Problem] = []
-    seen: set[bytes] = set()
-    with txn.cursor(db=dbs["meta"]) as cur:
-        found = cur.set_range(DECISION_PREFIX)
-        while found and bytes(cur.key()).startswith(DECISION_PREFIX):
-            cid = bytes(cur.key())[len(DECISION_PREFIX) :]
-            try:
-                got: Any = decode_value(cur.value())
-            except CanonicalEncodingError:
-                got = bytes(cur.value()).hex()
-            seen.add(cid)
-            if decided.get(cid) != got:
-                problems.append(
-                    Problem(
-                        "decision index disagrees with the audit log",
-                        f"meta/decision/{cid.hex()}",
-                        expected=decided.get(cid),
-                        got=got,
-                    )
-                )
-            found = cur.next()
-    for cid in sorted(set(decided) - seen):
-        problems.append(
-            Problem(
-                "decision index lacks a checkpoint's latest decision",
-                f"meta/decision/{cid.hex()}",
-                expected=decided[cid],
-            )
-        )
-    return problems
+    return check_index_rows(
+        txn,
+        dbs["meta"],
+        DECISION_PREFIX,
+        decided,
+        disagrees="decision index disagrees with the audit log",
+        lacks="decision index lacks a checkpoint's latest decision",
+    )

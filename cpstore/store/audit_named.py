@@ -31,6 +31,7 @@ __all__ = [
     "AUDITED_INDEX_VERSION",
     "AUDITED_PREFIX",
     "NAMING_KINDS",
+    "check_index_rows",
     "check_named_index",
     "named_by",
     "named_count",
@@ -105,33 +106,43 @@ def check_named_index(
     txn: Txn[memoryview], dbs: Mapping[str, Any], first: Mapping[bytes, int]
 ) -> list[Problem]:
     """The index must hold exactly ``first`` (checkpoint -> first covered record naming it)."""
+    return check_index_rows(
+        txn,
+        dbs["meta"],
+        AUDITED_PREFIX,
+        first,
+        disagrees="audited-checkpoint index disagrees with the audit log",
+        lacks="audited-checkpoint index lacks a checkpoint the audit log names",
+    )
+
+
+def check_index_rows(
+    txn: Txn[memoryview],
+    meta: Any,
+    prefix: bytes,
+    want: Mapping[bytes, int],
+    *,
+    disagrees: str,
+    lacks: str,
+) -> list[Problem]:
+    """The meta rows ``prefix`` + checkpoint id must hold exactly ``want`` (checkpoint ->
+    audit index, canonical int): a row with another value is ``disagrees``, a checkpoint
+    of ``want`` without a row ``lacks`` (the decision and audited-checkpoint indexes)."""
     problems: list[Problem] = []
     seen: set[bytes] = set()
-    with txn.cursor(db=dbs["meta"]) as cur:
-        found = cur.set_range(AUDITED_PREFIX)
-        while found and bytes(cur.key()).startswith(AUDITED_PREFIX):
-            cid = bytes(cur.key())[len(AUDITED_PREFIX) :]
+    where = "meta/" + prefix.decode()
+    with txn.cursor(db=meta) as cur:
+        found = cur.set_range(prefix)
+        while found and bytes(cur.key()).startswith(prefix):
+            cid = bytes(cur.key())[len(prefix) :]
             try:
                 got: Any = decode_value(cur.value())
             except CanonicalEncodingError:
                 got = bytes(cur.value()).hex()
             seen.add(cid)
-            if first.get(cid) != got:
-                problems.append(
-                    Problem(
-                        "audited-checkpoint index disagrees with the audit log",
-                        f"meta/audited/{cid.hex()}",
-                        expected=first.get(cid),
-                        got=got,
-                    )
-                )
+            if want.get(cid) != got:
+                problems.append(Problem(disagrees, where + cid.hex(), want.get(cid), got))
             found = cur.next()
-    for cid in sorted(set(first) - seen):
-        problems.append(
-            Problem(
-                "audited-checkpoint index lacks a checkpoint the audit log names",
-                f"meta/audited/{cid.hex()}",
-                expected=first[cid],
-            )
-        )
+    for cid in sorted(set(want) - seen):
+        problems.append(Problem(lacks, where + cid.hex(), expected=want[cid]))
     return problems
