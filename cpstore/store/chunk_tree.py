@@ -468,12 +468,8 @@ class _Frames:
         try:
             read_frame(fkey if self.verify else None, view, where, self.dctx)
         except IntegrityError as exc:  # name the frame
-            raise IntegrityError(
-                exc.what,
-                where=f"{where} (objects/{fkey.hex()})",
-                expected=exc.expected,
-                got=exc.got,
-            ) from None
+            at = f"{where} (objects/{fkey.hex()})"
+            raise IntegrityError(exc.what, where=at, expected=exc.expected, got=exc.got) from None
 
 
 def load_tree(
