@@ -456,23 +456,28 @@ class TestOtherWriteErrors:
             assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
 
     @pytest.mark.parametrize("errno_text", ["No space left on device", "Read-only file system"])
+    @pytest.mark.parametrize(
+        "panic_text",
+        [
+            "mdb_txn_begin: MDB_PANIC: Update of meta page failed",
+            "mdb_txn_begin: Update of meta page failed or environment had fatal error",
+            "mdb_txn_begin: environment is unusable",
+        ],
+    )
     def test_a_write_whose_commit_failed_writing_its_meta_page_says_it_may_be_stored(
-        self, tmp_path: Path, errno_text: str
+        self, tmp_path: Path, errno_text: str, panic_text: str
     ) -> None:
         """A commit whose meta-page write fails (a full disk, a file system gone read-only)
-        after its pages were written: LMDB marks the environment fatal (MDB_PANIC from then
-        on) and the new meta page may be on disk; the write txn (an audit append) says it may
-        or may not be stored, not a plain "full"/"read-only" that reads as "not written"."""
+        after its pages were written: LMDB marks the environment fatal (lmdb.PanicError from
+        then on, told by its class whatever its message says) and the new meta page may be on
+        disk; the write txn (an audit append) says it may or may not be stored
+        (OutcomeUnknownError), not a plain "full"/"read-only" that reads as "not written"."""
         with open_store(tmp_path / "s") as st:
             env = st.backend.env
             real = env.env
 
             def panic() -> None:  # LMDB after a failed meta-page write: every begin refused
-                env.env = FailingEnv(
-                    real,
-                    "begin",
-                    lambda: lmdb.PanicError("mdb_txn_begin: MDB_PANIC: Update of meta page failed"),
-                )
+                env.env = FailingEnv(real, "begin", lambda: lmdb.PanicError(panic_text))
 
             fail_commits(
                 st,

@@ -67,42 +67,6 @@ def test_a_failed_fsync_when_a_none_store_closes_is_a_store_error_and_still_clos
         assert again.verify().ok
 
 
-@pytest.mark.parametrize(
-    "panic_text",
-    [
-        "mdb_txn_begin: MDB_PANIC: Update of meta page failed or environment had fatal error",
-        "mdb_txn_begin: Update of meta page failed or environment had fatal error",
-        "mdb_txn_begin: environment is unusable",
-    ],
-)
-def test_lmdbs_fatal_state_is_told_by_the_error_class_not_its_message(
-    tmp_path: Path, panic_text: str
-) -> None:
-    """A commit failing full after its pages were written, LMDB then refusing every txn with
-    lmdb.PanicError (whatever its message says): the write reads "may or may not be stored"
-    (OutcomeUnknownError), never the plain "full" that means nothing was written."""
-    with open_store(tmp_path / "s") as st:
-        env = st.backend.env
-        real = env.env
-
-        def panic() -> None:  # LMDB after a failed meta-page write: every begin refused
-            env.env = FailingEnv(real, "begin", lambda: lmdb.PanicError(panic_text))
-
-        fail_commits(
-            st,
-            lands=True,
-            between=panic,
-            error=lambda: lmdb.Error("mdb_txn_commit: No space left on device"),
-        )
-        try:
-            with pytest.raises(StoreError) as info:
-                st.append_audit("note", {"n": 1})
-        finally:
-            env.env = real
-        assert isinstance(info.value, OutcomeUnknownError), repr(info.value)
-        assert [r.body for r in st.audit_records() if r.kind == "note"] == [{"n": 1}]
-
-
 def test_a_panic_lmdb_reports_is_a_store_fatal_error_saying_to_reopen(tmp_path: Path) -> None:
     """lmdb.PanicError translates to StoreFatalError (a StoreError, not an IntegrityError),
     whatever its text; other LMDB errors do not."""

@@ -26,9 +26,10 @@ from typing import IO
 
 import lmdb
 import pytest
+from test_older_holders import _set_format_version
 
 import cpstore
-from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.canonical import decode_value
 from cpstore.store import lmdb_open, lmdb_registry
 from cpstore.store.model import STORE_VERSION
 
@@ -63,16 +64,6 @@ def _lock_held_elsewhere(folder: Path) -> Iterator[IO[str]]:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=60)
-
-
-def _set_format_version(path: Path, version: int) -> None:
-    env = lmdb.open(str(path), max_dbs=16)
-    try:
-        with env.begin(write=True) as txn:
-            fmt = {"layout": "cpstore", "version": version, "digest": "xxh3-128"}
-            txn.put(b"format", encode_value(fmt), db=env.open_db(b"meta", txn=txn))
-    finally:
-        env.close()
 
 
 def _format_version(path: Path) -> int:
