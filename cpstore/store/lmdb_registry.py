@@ -193,16 +193,8 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
 def _acquire(key: str, options: EnvOptions, won: int | None = None) -> Env:
     with _REGISTRY_LOCK:
         env, file_id = _registered(key)
-        if env is not None and env.pid != os.getpid():
-            # Inherited through fork(): it must not be reused or closed here, and
-            # py-lmdb refuses to open the same files again in this process.
-            raise ForkError(
-                "the store was opened before fork(); open it only after fork() "
-                "(or use the spawn start method)",
-                where=key,
-                expected=f"pid {env.pid}",
-                got=f"pid {os.getpid()}",
-            )
+        if env is not None:
+            _shared(key, env)  # ForkError for one inherited through fork()
         if env is not None and env.file_id != file_id:  # _same_folder's: never shared
             # Its LMDB works on a file no longer at ``key`` (a new handle's writes would be
             # acknowledged and lost), and a second environment would share its lock file.
@@ -276,7 +268,9 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
 
 
 def _shared(key: str, twin: Env) -> Env:
-    """``twin``, the environment this process has open on ``key``'s data file."""
+    """``twin``, the environment this process has open on ``key``'s data file; ForkError
+    for one inherited through fork(): it must not be reused or closed here, and py-lmdb
+    refuses to open the same files again in this process."""
     if twin.pid != os.getpid():
         raise ForkError(
             "the store was opened before fork(); open it only after fork() "
