@@ -124,17 +124,18 @@ def _indexed_count(txn: Txn[memoryview], meta: Any) -> int:
     return count if isinstance(count, int) and count >= 0 else 0
 
 
-def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> None:
-    """Index the records ``0`` to ``end - 1`` that an index does not cover yet.
+def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[int, int]:
+    """Index the records ``0`` to ``end - 1`` that an index does not cover yet; the two
+    covered counts found (decision index, audited-checkpoint index).
 
-    The decision index and the audited-checkpoint index each start at their own
-    covered count; the caller records the new counts (``end`` or more).
+    Each index starts at its own covered count; the caller records the new counts
+    (``end`` or more).
     """
     meta = dbs["meta"]
     decided_from, named_from = _indexed_count(txn, meta), named_count(txn, meta)
     start = min(decided_from, named_from)
     if start >= end:
-        return
+        return decided_from, named_from
     latest: dict[bytes, int] = {}  # checkpoint -> its latest decision's index
     first: dict[bytes, int] = {}  # checkpoint -> the first record naming it
     with txn.cursor(db=dbs["audit"]) as cur:
@@ -155,6 +156,7 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> None:
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
     for cid, index in first.items():
         put_first_naming(txn, meta, cid, index)
+    return decided_from, named_from
 
 
 def _record_count(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> int:
@@ -168,10 +170,7 @@ def catch_up_indexes(store: Backend, txn: Txn[memoryview]) -> None:
     dbs = store.dbs
     meta = dbs["meta"]
     end = _record_count(txn, dbs)
-    decided_from, named_from = _indexed_count(txn, meta), named_count(txn, meta)
-    if min(decided_from, named_from) >= end:
-        return
-    _catch_up(txn, dbs, end)
+    decided_from, named_from = _catch_up(txn, dbs, end)
     if decided_from < end:
         txn.put(DECISIONS_INDEXED, encode_value(end), db=meta)
     if named_from < end:
