@@ -5,7 +5,9 @@ inherits as they were: on 25e8a39 a child forked while another thread held the l
 (mid-open or mid-close of any store) hung forever in its first open of any store, and
 one forked while another thread compacted a store was refused that store for its whole
 life ("this process is compacting"). The child starts with a free lock and no
-reservation (lmdb_registry._after_fork_in_child).
+reservation (lmdb_registry._after_fork_in_child). And a child forked while another
+thread had just opened a creation-lock or holder-mark descriptor, not yet listed for
+fork children to close, kept that lock for its life (lmdb_open.FORK_GUARD).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import pytest
 
 import cpstore
 from cpstore.store import lmdb_registry
+from cpstore.store.lmdb_holders import HolderMark
+from cpstore.store.lmdb_open import lock_folder, unlock_folder
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork()")
 
@@ -161,3 +165,64 @@ def test_a_child_refuses_a_second_environment_in_a_folder_it_opened_where_the_pa
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status), "the child hung or was killed"
     assert {0: "refused", 2: "opened"}.get(os.WEXITSTATUS(status), "failed") == "refused"
+
+
+def _fork_inside_open_window(
+    monkeypatch: pytest.MonkeyPatch, opener: Callable[[], object], closer: Callable[[object], None]
+) -> tuple[bool, int]:
+    """Run ``opener()`` in another thread with ``os.open`` slowed just after it opens a
+    folder, fork meanwhile; (whether the child still had that descriptor, the fd)."""
+    real_open = os.open
+    opened, got = threading.Event(), []
+
+    def slow_open(path: object, flags: int, *args: object) -> int:
+        fd = real_open(path, flags, *args)  # type: ignore[arg-type]
+        if flags & os.O_DIRECTORY and not opened.is_set():
+            got.append(fd)
+            opened.set()
+            threading.Event().wait(0.5)  # the window between the open and the listing
+        return fd
+
+    monkeypatch.setattr(os, "open", slow_open)
+    result: list[object] = []
+    worker = threading.Thread(target=lambda: result.append(opener()), daemon=True)
+    worker.start()
+    assert opened.wait(30)
+    fd = got[0]
+    pid = os.fork()
+    if pid == 0:  # the child: only os._exit leaves it
+        os._exit(1 if os.path.exists(f"/proc/self/fd/{fd}") else 0)
+    _, status = os.waitpid(pid, 0)
+    worker.join(30)
+    monkeypatch.setattr(os, "open", real_open)
+    closer(result[0])
+    return os.WEXITSTATUS(status) == 1, fd
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="/proc")
+def test_a_child_forked_while_a_creation_lock_is_being_taken_never_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork between ``lock_folder``'s open and its listing for fork children waits for
+    the listing, so the child closes the folder descriptor (it kept the flock before)."""
+    tmp_path.joinpath("s").mkdir()
+    kept, _ = _fork_inside_open_window(
+        monkeypatch,
+        lambda: lock_folder(str(tmp_path / "s"), exclusive=True),
+        unlock_folder,  # type: ignore[arg-type]
+    )
+    assert not kept
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="/proc")
+def test_a_child_forked_while_a_holder_mark_is_being_made_never_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a holder mark (an OFD lock lives while any copy of its fd does)."""
+    tmp_path.joinpath("s").mkdir()
+    kept, _ = _fork_inside_open_window(
+        monkeypatch,
+        lambda: HolderMark(str(tmp_path / "s"), 6),
+        lambda mark: mark.close(),  # type: ignore[attr-defined]
+    )
+    assert not kept

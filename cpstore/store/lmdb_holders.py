@@ -34,7 +34,7 @@ import struct
 from contextlib import suppress
 
 from cpstore.errors import StoreError
-from cpstore.store.lmdb_open import FORK_CLOSED_FDS
+from cpstore.store.lmdb_open import FORK_CLOSED_FDS, FORK_GUARD
 
 __all__ = ["HolderMark", "older_holders", "refuse_beside_older_holders"]
 
@@ -57,20 +57,21 @@ class HolderMark:
         self.fd: int | None = None
         if _F_OFD_SETLK is None:
             return
-        try:
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return  # no folder yet (the open makes it) or not readable: no mark
-        try:
-            # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
-            at = _offset(layout, os.getpid())
-            lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
-            fcntl.fcntl(fd, _F_OFD_SETLK, lock)
-        except OSError:
-            os.close(fd)  # a file system without locks: no mark, as without /proc
-            return
-        self.fd = fd
-        FORK_CLOSED_FDS.add(fd)
+        with FORK_GUARD:  # a fork() meanwhile waits: a child never keeps an unlisted mark
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                return  # no folder yet (the open makes it) or not readable: no mark
+            try:
+                # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
+                at = _offset(layout, os.getpid())
+                lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
+                fcntl.fcntl(fd, _F_OFD_SETLK, lock)  # never waits (SETLK)
+            except OSError:
+                os.close(fd)  # a file system without locks: no mark, as without /proc
+                return
+            self.fd = fd
+            FORK_CLOSED_FDS.add(fd)
 
     def folder(self, default: str) -> str:
         """The marked folder by this descriptor (``/proc/self/fd``: the one LMDB opened,
@@ -81,10 +82,11 @@ class HolderMark:
     def close(self) -> None:
         """Drop the mark (closing the only descriptor of its file description)."""
         fd, self.fd = self.fd, None
-        if fd is not None and fd in FORK_CLOSED_FDS:  # not one a fork() child already closed
-            FORK_CLOSED_FDS.discard(fd)
-            with suppress(OSError):
-                os.close(fd)
+        with FORK_GUARD:  # a fork() between discard and close would keep the mark
+            if fd is not None and fd in FORK_CLOSED_FDS:  # not one a fork() child closed
+                FORK_CLOSED_FDS.discard(fd)
+                with suppress(OSError):
+                    os.close(fd)
 
 
 def _offset(layout: int, pid: int) -> int:

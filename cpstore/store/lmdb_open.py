@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import threading
 from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from cpstore.store.model import PG_STORE_VERSION, READABLE_VERSIONS, STORE_VERSI
 
 __all__ = [
     "FORK_CLOSED_FDS",
+    "FORK_GUARD",
     "FORMAT",
     "FORMAT_KEY",
     "PG_FORMAT",
@@ -166,11 +168,12 @@ def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
     checks under it say so), and nothing is held. ``wait=False``: raise
     :class:`FolderBusyError` (holding nothing) where another holder would make it wait.
     Anything else raised meanwhile (a KeyboardInterrupt in the wait) closes the descriptor."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    FORK_CLOSED_FDS.add(fd)
+    with FORK_GUARD:  # a fork() meanwhile waits: its child never inherits an unlisted fd
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        FORK_CLOSED_FDS.add(fd)
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     try:  # no flock here: open as before
         fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
@@ -202,8 +205,9 @@ class FolderBusyError(Exception):
 def unlock_folder(fd: int | None) -> None:
     """Release a :func:`lock_folder` lock (closing its descriptor releases the flock)."""
     if fd is not None:
-        FORK_CLOSED_FDS.discard(fd)
-        os.close(fd)
+        with FORK_GUARD:  # a fork() between these two would hand the child the lock
+            FORK_CLOSED_FDS.discard(fd)
+            os.close(fd)
 
 
 class FileOpenHereError(Exception):
@@ -287,15 +291,27 @@ def close_on_exec(env: Any, folder: str, data_id: tuple[int, int] | None = None)
 #: its descriptor does, so a child would keep its parent's mark).
 FORK_CLOSED_FDS: set[int] = set()
 
+#: Held from opening such a descriptor until it is in :data:`FORK_CLOSED_FDS`, and
+#: from taking it out until it is closed; ``os.fork()`` takes it first (its
+#: ``before`` handler), so no child is forked inside either window. Never held
+#: across a wait (flock waits outside it).
+FORK_GUARD = threading.Lock()
+
 
 def _close_fds_in_child() -> None:
+    if FORK_GUARD.locked():  # held by the forking thread (or one the child does not have)
+        FORK_GUARD.release()
     for fd in list(FORK_CLOSED_FDS):
         with suppress(OSError):
             os.close(fd)
     FORK_CLOSED_FDS.clear()
 
 
-os.register_at_fork(after_in_child=_close_fds_in_child)
+os.register_at_fork(
+    before=FORK_GUARD.acquire,
+    after_in_parent=FORK_GUARD.release,
+    after_in_child=_close_fds_in_child,
+)
 
 
 #: LMDB's meta page magic (little-endian ``MDB_MAGIC``), after the 16-byte page header.
