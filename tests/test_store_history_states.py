@@ -117,7 +117,7 @@ class TestEqualsSeparateReads:
         """Parts with equal values (one digest), unchanged ones met in a newer entry and new
         ones come back with their own values, in the manifest's part order."""
         rec = store.recorder("r")
-        states = [
+        states: list[dict[str, Any]] = [
             {"z": "same", "a": "same", "n": 0, "l": [0]},
             {"z": "same", "a": "other", "n": 0, "l": [0]},
             {"z": 1, "a": 1, "n": None, "l": [0], "m": None},
