@@ -77,10 +77,10 @@ _PART_AT = 18
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
 #: kind -> key length -> the two bytes an entry of that kind and key length starts with
 _HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in (*_KIND_NAMES, KIND_COMPACT)}
-#: kind -> (the heads its entries are compared with first, the other kind's or None):
-#: a record's entry is compact (``r``, layout 6) or as it is (``c``, layout 5 on).
 #: The head of a compact record entry under a 16-byte key (kind ``r``, key length 16).
 _COMPACT_16 = bytes((KIND_COMPACT, 16))
+#: kind -> (the heads its entries are compared with first, the other kind's or None):
+#: a record's entry is compact (``r``, layout 6) or as it is (``c``, layout 5 on).
 _COMPARED = {
     KIND_OBJECT: (_HEADS[KIND_OBJECT], None),
     KIND_RECORD: (_HEADS[KIND_COMPACT], _HEADS[KIND_RECORD]),
