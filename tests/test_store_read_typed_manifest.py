@@ -31,6 +31,7 @@ from cpstore.store import decode
 from cpstore.store.decode import MSGSPEC_SAFE_LIMIT, decode_manifest_typed
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.fast_read import contents
 from cpstore.store.manifest import _check_manifest_state_generic, check_manifest_state
 from cpstore.store.model import MANIFEST_VERSION
 
@@ -273,3 +274,33 @@ class TestThroughTheStore:
             assert cp.state() == {"a": 1, "b": "two"}
         with store.latest("run") as cp:
             assert cp.state() == {"a": 1, "b": "two"}
+
+
+class TestDuplicatesAndRecords:
+    def test_a_field_written_twice_decodes_as_the_generic_path_decodes_it(
+        self, manifest: dict[str, Any]
+    ) -> None:
+        """A manifest naming ``state`` twice: typed gives the generic map (the last one wins)."""
+        other = {**manifest["state"], "parts": {"zz": bytes(16)}}
+        pairs = b"".join(encode_value(k) + encode_value(v) for k, v in manifest.items())
+        data = b"\xde" + (len(manifest) + 1).to_bytes(2, "big") + pairs
+        data += encode_value("state") + encode_value(other)
+        typed = decode_manifest_typed(data)
+        assert typed is not None and typed["state"]["parts"] == {"zz": bytes(16)}
+        assert _same(typed, _generic(data))
+
+    def test_the_compact_record_fast_path_gives_the_general_paths_record_and_hints(
+        self, store: Store
+    ) -> None:
+        """Content.hinted on a compact entry equals the located entry's _record split."""
+        rec = store.recorder("run")
+        ids = [rec.checkpoint(i, {"a": i, "b": "x" * 50}) for i in range(3)]
+        records = contents(store.backend.dbs)[1]
+        with store.backend.read_txn() as txn:
+            for cid in map(bytes.fromhex, ids):
+                value, hints = records.hinted(txn, cid)
+                found = records._located(txn, cid)
+                assert found is not None and found[1][0] == ord("r")
+                block, record = records._record(cid, found[0], found[1], 18)
+                assert value is not None and bytes(value) == bytes(record)
+                assert hints == bytes(block) and len(hints) == 8
