@@ -21,7 +21,8 @@ cpstore records the same states through its public API
 them, bare py-lmdb with none of cpstore's code, to show which part of a gap is
 cpstore's: the same objects (:class:`RawLmdb`, puts and gets by id), cpstore's
 commit on its own tables (:class:`RawLayout5`, puts), cpstore's own files
-(:class:`RawOnCpstoreFiles`, :class:`RawHintedOnCpstoreFiles`, reads; the
+(:class:`RawOnCpstoreFiles`, :class:`RawHintedOnCpstoreFiles`,
+:class:`RawTypedOnCpstoreFiles`, reads; the
 fresh-process child's ``raw``, and ``raw+checks``: the same with every system call
 of cpstore's read-only open run flat) and one blob per checkpoint (:class:`RawBlobLmdb`).
 
@@ -57,6 +58,7 @@ from typing import Any, TypeVar, cast
 
 import lmdb
 import msgpack
+import msgspec
 import pytest
 import xxhash
 import zstandard
@@ -473,6 +475,56 @@ class RawHintedOnCpstoreFiles(RawOnCpstoreFiles):
         return state, manifest["parent"]
 
 
+class _PartsOnly(msgspec.Struct):
+    """A manifest's ``state`` map, of which only ``parts`` is decoded."""
+
+    parts: dict[str, bytes]
+
+
+class _StateAndParent(msgspec.Struct):
+    """A manifest, of which only ``state.parts`` and ``parent`` are decoded."""
+
+    state: _PartsOnly
+    parent: bytes | None = None
+
+
+class RawTypedOnCpstoreFiles(RawHintedOnCpstoreFiles):
+    """:class:`RawHintedOnCpstoreFiles` decoding of the manifest only what a state read
+    uses: the lowest floor of cpstore's whole-state read on its own bytes.
+
+    One typed msgspec decode of ``state.parts`` and ``parent`` (every other field
+    skipped, its shape unchecked: no version, no canonical-form check, no
+    ``state`` shape beyond parts being str -> bytes), and each part decoded by
+    msgspec's generic decoder (as cpstore's fast path does) instead of
+    msgpack. Everything else as the hinted loop: one get of the record's
+    location, one of its entry, the inflate, one XXH3 check of the manifest,
+    then per part one get at its hint, one XXH3 check, one decode.
+    """
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.manifest = msgspec.msgpack.Decoder(_StateAndParent).decode
+        self.part = msgspec.msgpack.Decoder().decode
+
+    def _state(self, txn: Any, cid: bytes) -> tuple[dict[str, Any], bytes | None]:
+        h, unpack, heap = xxhash.xxh3_128_digest, self.part, self.heap
+        e = txn.get(txn.get(cid, None, self.cps), None, heap)
+        n = int.from_bytes(e[18:22], "big")
+        hints = e[22 : 22 + 4 * n]
+        at = 22 + 4 * n
+        m = (self.inflate(e[at:]) if e[0] == KIND_COMPACT else e[at:])[16:]
+        if h(m) != cid:
+            raise AssertionError("manifest")
+        manifest = self.manifest(m)
+        state = {}
+        for i, (name, key) in enumerate(manifest.state.parts.items()):
+            value = txn.get(b"\0\0\0\0" + hints[4 * i : 4 * i + 4], None, heap)[18:]
+            if h(value) != key:
+                raise AssertionError(name)
+            state[name] = unpack(value)
+        return state, manifest.parent
+
+
 class RawBlobLmdb:
     """LMDBSaver's layout in bare LMDB: each checkpoint's whole state as one msgpack blob.
 
@@ -754,6 +806,7 @@ def _peer_comparisons(*, memory_target: float | None = None) -> list[Comparison]
 RAW_OWN = "raw LMDB, cpstore's files"
 RAW_BLOB = "raw LMDB, one blob per checkpoint"
 RAW_HINTED = "raw LMDB, cpstore's files, hinted"
+RAW_TYPED = "raw LMDB, cpstore's files, hinted, typed"
 
 
 def _raw_comparisons() -> list[Comparison]:
@@ -763,16 +816,19 @@ def _raw_comparisons() -> list[Comparison]:
         Comparison(RAW_OWN, "LMDBSaver", None, note="raw limit, same files, vs peer"),
         Comparison("cpstore", RAW_HINTED, None, note="raw limit at the hints: cpstore's code"),
         Comparison(RAW_HINTED, "LMDBSaver", None, note="raw limit at the hints vs peer"),
+        Comparison("cpstore", RAW_TYPED, None, note="typed floor: cpstore's code"),
+        Comparison(RAW_TYPED, "LMDBSaver", None, note="typed floor vs peer"),
     ]
 
 
 def _on_cpstore_files(
     store: Store, loop: Callable[[RawOnCpstoreFiles], Callable[[], None]]
 ) -> dict[str, Callable[[], None]]:
-    """The two read raw limits on cpstore's own files, each running ``loop``."""
+    """The three read raw limits on cpstore's own files, each running ``loop``."""
     return {
         RAW_OWN: loop(RawOnCpstoreFiles(store)),
         RAW_HINTED: loop(RawHintedOnCpstoreFiles(store)),
+        RAW_TYPED: loop(RawTypedOnCpstoreFiles(store)),
     }
 
 

@@ -111,6 +111,27 @@ class TestEqualsSeparateReads:
         assert [e.state for e in store.history_states("r")] == [{"l": [1, 2], "d": {"k": "v"}}] * 2
         assert isinstance(first[0], HistoryEntry)
 
+    def test_parts_sharing_a_digest_and_met_before_read_in_the_state_order(
+        self, store: Store
+    ) -> None:
+        """Parts with equal values (one digest), unchanged ones met in a newer entry and new
+        ones come back with their own values, in the manifest's part order."""
+        rec = store.recorder("r")
+        states: list[dict[str, Any]] = [
+            {"z": "same", "a": "same", "n": 0, "l": [0]},
+            {"z": "same", "a": "other", "n": 0, "l": [0]},
+            {"z": 1, "a": 1, "n": None, "l": [0], "m": None},
+        ]
+        for step, value in enumerate(states):
+            rec.checkpoint(step, value)
+        entries = store.history_states("r")
+        got = [e.state for e in entries]
+        assert got == states[::-1]
+        for entry in entries:
+            with store.read(entry.id) as cp:
+                assert entry.state == cp.state()
+                assert list(entry.state) == list(cp.manifest.state_parts)
+
 
 class TestWhereTheWalkStops:
     def test_limit_takes_the_newest_entries(self, store: Store) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stored import raw_delete, raw_get, raw_put
 
 from cpstore.errors import FormatVersionError, IntegrityError, NotFoundError
@@ -24,6 +26,7 @@ from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.fast_read import _keys_of
 from cpstore.store.lmdb_open import _FORMAT_RECORDS, FORMAT, check_format
 from cpstore.store.manifest import (
     Manifest,
@@ -350,3 +353,12 @@ class TestHistoryMemo:
         assert pickle.loads(pickle.dumps(entries)) == entries
         copied = copy.deepcopy(entries)
         assert copied == entries and copied[0].state is not entries[0].state
+
+
+class TestHintKeys:
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.integers(0, 2**32 - 1), max_size=40))
+    def test_the_keys_of_a_hint_block_are_its_seqs_as_8_byte_keys(self, seqs: list[int]) -> None:
+        """Every seq of a hint block (0 included) becomes its 8-byte big-endian heap key."""
+        hints = b"".join(s.to_bytes(4, "big") for s in seqs)
+        assert list(_keys_of(len(seqs))(hints)) == [s.to_bytes(8, "big") for s in seqs]

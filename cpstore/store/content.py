@@ -77,6 +77,8 @@ _PART_AT = 18
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
 #: kind -> key length -> the two bytes an entry of that kind and key length starts with
 _HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in (*_KIND_NAMES, KIND_COMPACT)}
+#: The head of a compact record entry under a 16-byte key (kind ``r``, key length 16).
+_COMPACT_16 = bytes((KIND_COMPACT, 16))
 #: kind -> (the heads its entries are compared with first, the other kind's or None):
 #: a record's entry is compact (``r``, layout 6) or as it is (``c``, layout 5 on).
 _COMPARED = {
@@ -164,6 +166,23 @@ class Content:
         manifest's order, 0 where none was known (module docstring): a reader
         may try one, and must check what it finds by hashing it.
         """
+        index = self.index
+        if index is not None and self.kind == KIND_RECORD:
+            # The common case (a compact entry at its indexed location, its frame
+            # inflating to its declared size) on one owned copy of the entry: the
+            # same compare, hint block and inflate as below, without the views.
+            # Anything else (a layout-5 entry, a missing, damaged or wrong entry)
+            # takes the general path below, which raises naming it.
+            seq: Any = txn.get(cid, None, index)
+            entry: Any = None if seq is None else txn.get(seq, None, self.heap)
+            if entry is not None and len(cid) == 16:
+                e = bytes(entry)
+                if e[2:18] == cid and e[:2] == _COMPACT_16:
+                    start = 22 + 4 * int.from_bytes(e[18:22], "big")
+                    if len(e) >= start:
+                        inflated = inflate_record(e[start:])
+                        if inflated is not None:
+                            return memoryview(inflated), e[22:start]
         found = self._located(txn, cid)
         if found is None:
             return txn.get(cid, None, self.legacy), b""

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import repeat
 from sys import getrecursionlimit as _recursion_limit
-from typing import Any, cast
+from typing import Annotated, Any, Literal, cast
 
 import msgpack
 import msgspec
+from msgspec import Meta, Struct
 
 from cpstore.errors import IntegrityError
 from cpstore.native.canonical import _ext_hook
@@ -27,6 +28,7 @@ __all__ = [
     "MSGPACK_MAX_DEPTH",
     "MSGSPEC_SAFE_LIMIT",
     "decode_manifest_map",
+    "decode_manifest_typed",
     "decode_part",
     "decoded_alike",
     "msgspec_safe",
@@ -184,3 +186,92 @@ def decode_manifest_map(cid: bytes, data: bytes | memoryview) -> Any:
     if not alike:
         return _decode_manifest_slow(cid, data)
     return m
+
+
+# -- the typed manifest decode (the common shape in one C pass) -------------------
+
+#: A 16-byte digest, checked by msgspec while it decodes.
+_Digest = Annotated[bytes, Meta(min_length=16, max_length=16)]
+
+
+class _CommonState(Struct, forbid_unknown_fields=True):
+    """The ``state`` map of a parts state, not chunked: exactly these four fields."""
+
+    kind: Literal["parts"]
+    parts: Annotated[dict[str, _Digest], Meta(min_length=1)]
+    digest: _Digest
+    chunked: Annotated[dict[str, bytes], Meta(max_length=0)]
+
+
+class _CommonManifest(Struct, forbid_unknown_fields=True):
+    """A manifest of the common shape: every field cpstore writes, no other, in
+    canonical (length, then bytes) order, the fixed ones typed, the free ones Any."""
+
+    step: int
+    tags: list[str]
+    state: _CommonState
+    branch: str
+    parent: bytes | None
+    run_id: str
+    tokens: Any
+    cpstore: Literal[1]
+    effects: bytes | None
+    harness: bytes | None
+    metadata: Any
+    call_graph: bytes | None
+    transcript: bytes | None
+    observations: bytes | None
+    ledger_sealed: bool
+
+
+_decode_common = msgspec.msgpack.Decoder(_CommonManifest, ext_hook=_EXT_HOOK).decode
+
+
+def decode_manifest_typed(data: bytes | memoryview) -> dict[str, Any] | None:
+    """The manifest map of ``data`` when it has the common shape, else None.
+
+    The common shape: the fifteen fields cpstore writes and no other, manifest
+    version 1, a parts state (at least one part, 16-byte digests, nothing
+    chunked) with exactly its four fields, and the fixed fields' types
+    (``step`` an int, ``tags`` a list of str, ``run_id`` and ``branch`` str,
+    the log fields bytes or nil, ``ledger_sealed`` a bool). One typed msgspec
+    decode checks all of it in C; the free fields (``metadata``, ``tokens``)
+    are walked by :func:`decoded_alike`'s rule. Whatever it returns is exactly
+    the map (same values, types and key order for canonical bytes)
+    :func:`decode_manifest_map` returns and ``check_manifest_state`` accepts
+    (tests/test_store_read_typed_manifest.py); None leaves every other input to
+    that path, which names any failure as before. The other fields' shape
+    checks stay where they were (``check_manifest_rest``, before first use).
+    """
+    if _recursion_limit() > MSGSPEC_SAFE_LIMIT:
+        return None  # msgspec_safe(), inline: the generic path decodes with msgpack
+    try:
+        m = _decode_common(data)
+    except DECODE_ERRORS:
+        return None
+    meta, tokens = m.metadata, m.tokens
+    try:
+        if (type(meta) is not dict or meta) and not _alike(meta, 1):
+            return None
+        if tokens is not None and not _alike(tokens, 1):
+            return None
+    except RecursionError:
+        return None
+    s = m.state
+    return {
+        "step": m.step,
+        "tags": m.tags,
+        "state": {"kind": s.kind, "parts": s.parts, "digest": s.digest, "chunked": s.chunked},
+        "branch": m.branch,
+        "parent": m.parent,
+        "run_id": m.run_id,
+        "tokens": tokens,
+        "cpstore": m.cpstore,
+        "effects": m.effects,
+        "harness": m.harness,
+        "metadata": meta,
+        "call_graph": m.call_graph,
+        "transcript": m.transcript,
+        "observations": m.observations,
+        "ledger_sealed": m.ledger_sealed,
+    }

@@ -100,10 +100,9 @@ def read_parts(
         # Every part hinted and found at its hint (what a writer of this layout
         # leaves): each step over all parts at once, in C-level loops. A 0 seq
         # (no hint) names no entry (heap keys start at 1): the loop below then.
-        unpack = _seqs_of(n)
         get: Any = txn.get  # None for a missing entry: the TypeError below
         try:
-            found = [get(s.to_bytes(8, "big"), None, heap)[_PART_AT:] for s in unpack(hints)]
+            found = [get(key, None, heap)[_PART_AT:] for key in _keys_of(n)(hints)]
         except TypeError:
             pass  # a hint named no entry (None is not subscriptable)
         else:
@@ -152,6 +151,27 @@ def _read_parts_one_by_one(
 
 #: part count -> the unpacker of a hint block's seqs (4-byte big-endian each).
 _SEQS: dict[int, Any] = {}
+#: part count -> the maker of a hint block's heap keys (see _keys_of).
+_KEYS: dict[int, Any] = {}
+
+
+def _keys_of(n: int) -> Any:
+    """The function from a hint block of ``n`` seqs to their ``n`` 8-byte big-endian heap
+    keys (0 gives the zero key, which names no entry), in three C calls: the seqs
+    unpacked, packed as 8-byte ints, split into 8-byte strings (kept for 256 counts)."""
+    keys = _KEYS.get(n)
+    if keys is None:
+        seqs = _seqs_of(n)
+        pack = struct.Struct(f">{n}Q").pack
+        split = struct.Struct("8s" * n).unpack  # n == 0: "" unpacks b"" to ()
+
+        def keys(hints: bytes) -> tuple[bytes, ...]:
+            result: tuple[bytes, ...] = split(pack(*seqs(hints)))
+            return result
+
+        if len(_KEYS) < 256:
+            _KEYS[n] = keys
+    return keys
 
 
 def _seqs_of(n: int) -> Any:

@@ -18,6 +18,7 @@ call.
 from __future__ import annotations
 
 from dataclasses import FrozenInstanceError
+from itertools import repeat
 from typing import Any
 
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
@@ -144,15 +145,22 @@ def _parts(
         return None
     if objects.heap is None or len(hints) != 4 * len(parts):
         hints = b""
-    out: dict[str, Any] = {}
+    # Every part met before with an immutable value in one C-level pass (most
+    # parts of a walk are unchanged channels); only the others are looked at.
+    keys = list(parts.values())
+    values = list(map(shared.get, keys, repeat(_MISS)))
     try:
-        for i, (name, key) in enumerate(parts.items()):
-            value = shared.get(key, _MISS)
-            if value is _MISS:
+        if _MISS in values:  # identity first; no decoded value equals a bare object()
+            for i, key in enumerate(keys):
+                if values[i] is not _MISS:
+                    continue
+                value = shared.get(key, _MISS)  # a digest twice in this state: met above
+                if value is not _MISS:
+                    values[i] = value
+                    continue
                 data: Any = checked.get(key)
                 if data is None:
-                    # Most parts of a walk were met before (unchanged channels):
-                    # only a new one's hint is looked at.
+                    # Only a new part's hint is looked at.
                     hint = hints[4 * i : 4 * i + 4]
                     seq = _ZERO4 + hint if hint and hint != _ZERO4 else None
                     data = checked_part(txn, objects, key, seq)  # hash-checked, hint first
@@ -167,12 +175,12 @@ def _parts(
                         checked[key] = data
                 else:  # a list or dict: a fresh decode for this entry
                     value = _decode(data)
-            out[name] = value
+                values[i] = value
     except DECODE_ERRORS:
         return None
     except IntegrityError:
         return None  # a damaged location: CheckpointView names it
-    return out
+    return dict(zip(parts, values))  # noqa: B905 - equal lengths
 
 
 def history_states(

@@ -20,7 +20,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import _ext_hook, encode_value, map_header
 from cpstore.native.records import DIGEST_SIZE
-from cpstore.store.decode import decode_manifest_map
+from cpstore.store.decode import decode_manifest_map, decode_manifest_typed
 from cpstore.store.model import MANIFEST_VERSION
 
 __all__ = [
@@ -146,8 +146,17 @@ def check_manifest_state(cid: bytes, data: bytes | memoryview) -> dict[str, Any]
     Enough for a reader that only wants the state; it runs
     :func:`check_manifest_rest` before it touches any other field. Runs on
     every checkpoint read, so the common shape is proven in a few C-level
-    steps and the messages are built only when a check fails.
+    steps and the messages are built only when a check fails; a manifest of the
+    common shape in one typed decode (:func:`~cpstore.store.decode.decode_manifest_typed`).
     """
+    typed = decode_manifest_typed(data)
+    if typed is not None:
+        return typed
+    return _check_manifest_state_generic(cid, data)
+
+
+def _check_manifest_state_generic(cid: bytes, data: bytes | memoryview) -> dict[str, Any]:
+    """:func:`check_manifest_state` of any manifest: a generic decode, then the checks."""
     m = decode_manifest_map(cid, data)  # msgspec, or msgpack where they differ (decode.py)
     if type(m) is not dict:
         raise IntegrityError(
