@@ -15,14 +15,15 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 
 from cpstore.errors import IntegrityError
-from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, unpack_typed
+from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, part_loader
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
 from cpstore.store.lg_index import checkpoint_key, scan, split_checkpoint_key, unpack, write_key
+from cpstore.store.lg_states import StateReads
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["Entry", "StoredWrite", "entries", "load_parts", "load_tuple", "stored_writes"]
+__all__ = ["Entry", "Loader", "StoredWrite", "entries", "load_parts", "stored_writes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +144,12 @@ def stored(txn: Txn[memoryview], store: Store, entry: Entry) -> bool:
     backend = store.backend
     if records_of(backend.dbs).exists(txn, entry.cid):
         return True
-    if txn.get(entry.cid, db=backend.db("tombstones")) is not None:
+    return _pruned(txn, backend.db("tombstones"), entry)
+
+
+def _pruned(txn: Txn[memoryview], tombstones: Any, entry: Entry) -> bool:
+    """False when a tombstone says retention pruned the entry's checkpoint; else damage."""
+    if txn.get(entry.cid, db=tombstones) is not None:
         return False
     raise IntegrityError(
         "the LangGraph index names a checkpoint that is not stored",
@@ -153,10 +159,7 @@ def stored(txn: Txn[memoryview], store: Store, entry: Entry) -> bool:
     )
 
 
-def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, bytes]:
-    """The checkpoint's state parts (name -> packed serde bytes), every object hash-checked."""
-    with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
-        state = view.state()
+def _langgraph_parts(state: Any, entry: Entry) -> dict[str, bytes]:
     if not isinstance(state, dict) or "checkpoint" not in state or "metadata" not in state:
         raise IntegrityError(
             "not a LangGraph checkpoint",
@@ -166,33 +169,94 @@ def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, by
     return state
 
 
-def load_tuple(
-    txn: Txn[memoryview], store: Store, serde: Any, entry: Entry
-) -> CheckpointTuple | None:
-    """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
-    if not stored(txn, store, entry):
-        return None
-    parts = load_parts(txn, store, entry)
-    where = f"checkpoint {entry.cid.hex()}"
-    checkpoint = serde.loads_typed(unpack_typed(parts["checkpoint"], where))
-    metadata = serde.loads_typed(unpack_typed(parts["metadata"], where))
-    values: dict[str, Any] = {}
-    for name, part in parts.items():
-        if name.startswith(CHANNEL):
-            kind, data = unpack_typed(part, name)
-            if kind == LIST_KIND:
-                at = f"state[{name!r}] of {entry.cid.hex()}"
-                values[name[len(CHANNEL) :]] = load_value(serde, parts, name[len(CHANNEL) :], at)
-            elif kind != "empty":
-                values[name[len(CHANNEL) :]] = serde.loads_typed((kind, data))
-    checkpoint["channel_values"] = values
-    meta = store.backend.db("meta")
-    writes: list[PendingWrite] = [
-        (w.task_id, w.channel, serde.loads_typed(w.typed))
-        for w in stored_writes(txn, meta, entry.thread_id, entry.ns, entry.checkpoint_id)
-    ]
-    parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
-    return CheckpointTuple(entry.config(), checkpoint, metadata, parent, writes)
+def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, bytes]:
+    """The checkpoint's state parts (name -> packed serde bytes), every object hash-checked."""
+    with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+        return _langgraph_parts(view.state(), entry)
+
+
+#: Values a serde may hand to more than one tuple: none can be changed.
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+class Loader:
+    """CheckpointTuples of index entries, read in one read txn the caller owns.
+
+    One per ``get_tuple``, one per ``list`` batch. The states are read by
+    :class:`~cpstore.store.lg_states.StateReads` (every object hash-checked,
+    once per txn), and a channel part's serde value is decoded once per
+    loader when it is immutable (str, bytes, numbers, None): the same stored
+    bytes, the same serde, the same value. Any other value is decoded afresh
+    for each tuple, so no two tuples share a list, a dict or a message.
+    """
+
+    __slots__ = ("_load", "_loads", "_memo", "_meta", "_reads", "_serde", "_tombstones", "_txn")
+
+    def __init__(self, txn: Txn[memoryview], store: Store, serde: Any) -> None:
+        backend = store.backend
+        self._txn = txn
+        self._reads = StateReads(backend, txn)
+        self._serde = serde
+        self._loads = serde.loads_typed
+        self._load = part_loader(serde)
+        self._meta = backend.db("meta")
+        self._tombstones = backend.db("tombstones")
+        #: id of a channel part StateReads handed out -> (that part, its immutable serde
+        #: value). StateReads hands the one bytes object out again for a part it
+        #: checked before in this txn; the part is kept, so its id names it alone.
+        self._memo: dict[int, tuple[bytes, Any]] = {}
+
+    def parts(self, entry: Entry) -> dict[str, bytes] | None:
+        """The entry's state parts, every object hash-checked; None when retention pruned it."""
+        state = self._reads.state(entry.cid)
+        if state is None:
+            _pruned(self._txn, self._tombstones, entry)
+            return None
+        return _langgraph_parts(state, entry)
+
+    def tuple(self, entry: Entry) -> CheckpointTuple | None:
+        """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
+        parts = self.parts(entry)
+        if parts is None:
+            return None
+        load, memo = self._load, self._memo
+        where = f"checkpoint {entry.cid.hex()}"
+        checkpoint = load(parts["checkpoint"], where)
+        metadata = load(parts["metadata"], where)
+        values: dict[str, Any] = {}
+        for name, part in parts.items():
+            if not name.startswith(CHANNEL):
+                continue
+            channel = name[_CHANNEL_AT:]
+            if type(part) is bytes:
+                hit = memo.get(id(part))
+                if hit is not None and hit[0] is part:
+                    values[channel] = hit[1]
+                    continue
+                if part.startswith(_EMPTY):  # no value stored for the channel
+                    continue
+                if part.startswith(_LIST):
+                    at = f"state[{name!r}] of {entry.cid.hex()}"
+                    values[channel] = load_value(self._serde, parts, channel, at)
+                    continue
+            value = values[channel] = load(part, name)
+            if type(value) in _IMMUTABLE:
+                memo[id(part)] = (part, value)
+        checkpoint["channel_values"] = values
+        loads = self._loads
+        writes: list[PendingWrite] = [
+            (w.task_id, w.channel, loads(w.typed))
+            for w in stored_writes(
+                self._txn, self._meta, entry.thread_id, entry.ns, entry.checkpoint_id
+            )
+        ]
+        parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
+        return CheckpointTuple(entry.config(), checkpoint, metadata, parent, writes)
+
+
+_CHANNEL_AT = len(CHANNEL)
+_LIST = LIST_KIND.encode() + b"\x00"
+_EMPTY = b"empty\x00"
 
 
 def entry_at(

@@ -35,9 +35,9 @@ from cpstore.langgraph import _maintain
 from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed
 from cpstore.langgraph._read import (
     Entry,
+    Loader,
     entry_at,
     load_parts,
-    load_tuple,
     stored,
     stored_writes,
 )
@@ -108,7 +108,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             entry = entry_at(txn, backend.db("meta"), thread_id, ns, checkpoint_id)
             if entry is None:
                 return None
-            return load_tuple(txn, self.store, self.serde, entry)
+            return Loader(txn, self.store, self.serde).tuple(entry)
 
     def list(
         self,
@@ -133,12 +133,13 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         while left is None or left > 0:
             batch: list[CheckpointTuple] = []
             with backend.read_txn() as txn:
+                loader = Loader(txn, self.store, self.serde)
                 seen = 0
                 for key, value in scan(txn, meta, prefix, reverse=True, below=below):
                     below, seen = key, seen + 1
                     if not _wanted(key, checkpoint_id, before_id):
                         continue
-                    tup = load_tuple(txn, self.store, self.serde, Entry.decode(key, value))
+                    tup = loader.tuple(Entry.decode(key, value))
                     if tup is None or not _matches(tup.metadata, filter):
                         continue
                     batch.append(tup)
