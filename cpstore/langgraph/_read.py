@@ -19,7 +19,15 @@ from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, part_loader
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
-from cpstore.store.lg_index import checkpoint_key, scan, split_checkpoint_key, unpack, write_key
+from cpstore.store.lg_index import (
+    checkpoint_key,
+    scan,
+    split_checkpoint_key,
+    thread_ns,
+    unpack,
+    write_key,
+    write_prefix,
+)
 from cpstore.store.lg_states import StateReads
 from cpstore.store.reader import CheckpointView
 
@@ -190,7 +198,10 @@ class Loader:
     for each tuple, so no two tuples share a list, a dict or a message.
     """
 
-    __slots__ = ("_load", "_loads", "_memo", "_meta", "_reads", "_serde", "_tombstones", "_txn")
+    __slots__ = (
+        "_cursor", "_load", "_loads", "_meta", "_names", "_prev",
+        "_reads", "_serde", "_tombstones", "_txn",
+    )  # fmt: skip
 
     def __init__(self, txn: Txn[memoryview], store: Store, serde: Any) -> None:
         backend = store.backend
@@ -201,10 +212,13 @@ class Loader:
         self._load = part_loader(serde)
         self._meta = backend.db("meta")
         self._tombstones = backend.db("tombstones")
-        #: id of a channel part StateReads handed out -> (that part, its immutable serde
-        #: value). StateReads hands the one bytes object out again for a part it
-        #: checked before in this txn; the part is kept, so its id names it alone.
-        self._memo: dict[int, tuple[bytes, Any]] = {}
+        self._cursor: Any = None
+        #: (thread, ns) -> their key fields (lg_index.thread_ns).
+        self._names: dict[tuple[str, str], bytes] = {}
+        #: part name -> (the part, its immutable serde value, channel) of the last tuple.
+        #: StateReads hands out the one bytes object again for a part it read before in
+        #: this txn, so ``is`` finds a channel the last checkpoint already held.
+        self._prev: dict[str, tuple[bytes, Any, str]] = {}
 
     def parts(self, entry: Entry) -> dict[str, bytes] | None:
         """The entry's state parts, every object hash-checked; None when retention pruned it."""
@@ -219,20 +233,22 @@ class Loader:
         parts = self.parts(entry)
         if parts is None:
             return None
-        load, memo = self._load, self._memo
+        load, prev = self._load, self._prev
         where = f"checkpoint {entry.cid.hex()}"
         checkpoint = load(parts["checkpoint"], where)
         metadata = load(parts["metadata"], where)
         values: dict[str, Any] = {}
+        kept: dict[str, tuple[bytes, Any, str]] = {}
         for name, part in parts.items():
+            hit = prev.get(name)
+            if hit is not None and hit[0] is part:
+                values[hit[2]] = hit[1]
+                kept[name] = hit
+                continue
             if not name.startswith(CHANNEL):
                 continue
             channel = name[_CHANNEL_AT:]
             if type(part) is bytes:
-                hit = memo.get(id(part))
-                if hit is not None and hit[0] is part:
-                    values[channel] = hit[1]
-                    continue
                 if part.startswith(_EMPTY):  # no value stored for the channel
                     continue
                 if part.startswith(_LIST):
@@ -241,17 +257,30 @@ class Loader:
                     continue
             value = values[channel] = load(part, name)
             if type(value) in _IMMUTABLE:
-                memo[id(part)] = (part, value)
+                kept[name] = (part, value, channel)
+        self._prev = kept
         checkpoint["channel_values"] = values
+        parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
+        return CheckpointTuple(entry.config(), checkpoint, metadata, parent, self._writes(entry))
+
+    def _writes(self, entry: Entry) -> list[PendingWrite]:
+        """The entry's pending writes (most checkpoints have none: one cursor seek)."""
+        names = self._names.get((entry.thread_id, entry.ns))
+        if names is None:
+            names = self._names[entry.thread_id, entry.ns] = thread_ns(entry.thread_id, entry.ns)
+        prefix = write_prefix(names, entry.checkpoint_id)
+        cursor = self._cursor
+        if cursor is None:
+            cursor = self._cursor = self._txn.cursor(db=self._meta)
+        if not cursor.set_range(prefix) or not bytes(cursor.key()).startswith(prefix):
+            return []
         loads = self._loads
-        writes: list[PendingWrite] = [
+        return [
             (w.task_id, w.channel, loads(w.typed))
             for w in stored_writes(
                 self._txn, self._meta, entry.thread_id, entry.ns, entry.checkpoint_id
             )
         ]
-        parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
-        return CheckpointTuple(entry.config(), checkpoint, metadata, parent, writes)
 
 
 _CHANNEL_AT = len(CHANNEL)
