@@ -323,3 +323,17 @@ class TestStateReads:
             assert isinstance(last, dict)
             assert first["a"] is second["a"] is last["a"]
             assert first["l"] is not second["l"] and second["l"] is not last["l"]
+
+    def test_a_changed_result_is_not_shared_with_the_next_read(self, tmp_path: Path) -> None:
+        """A caller that edits the dict it got does not change what the next state reads."""
+        with Store(tmp_path / "s", durability="none") as store:
+            rec = store.recorder("r")
+            ids = [rec.checkpoint(i, {"a": "same", "n": i}) for i in range(3)]
+            backend = store.backend
+            with backend.read_txn() as txn:
+                reads = StateReads(backend, txn)
+                first = reads.state(bytes.fromhex(ids[0]))
+                assert isinstance(first, dict)
+                first["a"] = "edited"
+                assert reads.state(bytes.fromhex(ids[1])) == {"a": "same", "n": 1}
+                assert reads.state(bytes.fromhex(ids[2])) == {"a": "same", "n": 2}

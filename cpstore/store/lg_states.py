@@ -78,21 +78,23 @@ class StateReads:
         if not shared:
             got = read_parts(self._txn, self._objects, parts, hints)
             if got is not None:
-                self._last = (parts, got)
+                self._last = (parts, dict(got))  # not the dict handed out: it may be changed
             return got
-        hinted = len(hints) == _HINT * len(parts)
-        todo: dict[str, bytes] = {}
-        todo_hints: list[bytes] = []
-        for i, (name, key) in enumerate(parts.items()):
-            if key not in shared:
-                todo[name] = key
-                if hinted:
-                    todo_hints.append(hints[_HINT * i : _HINT * i + _HINT])
-        got = read_parts(self._txn, self._objects, todo, b"".join(todo_hints)) if todo else {}
+        keys = list(parts.values())
+        todo = [i for i, key in enumerate(keys) if key not in shared]
+        if not todo:
+            return {name: shared[key] for name, key in parts.items()}
+        names = list(parts)
+        fresh = {names[i]: keys[i] for i in todo}
+        hinted = len(hints) == _HINT * len(keys)
+        block = b"".join(hints[_HINT * i : _HINT * i + _HINT] for i in todo) if hinted else b""
+        got = read_parts(self._txn, self._objects, fresh, block)
         if got is None:
             return None
-        self._share(todo, got)
-        return {name: got[name] if name in got else shared[key] for name, key in parts.items()}
+        self._share(fresh, got)
+        out = {name: shared.get(key) for name, key in parts.items()}
+        out.update(got)  # the same keys: their order stays the parts' order
+        return out
 
     def _share(self, parts: dict[str, bytes], values: dict[str, Any]) -> None:
         shared = self._shared
