@@ -192,10 +192,12 @@ class Loader:
 
     One per ``get_tuple``, one per ``list`` batch. The states are read by
     :class:`~cpstore.store.lg_states.StateReads` (every object hash-checked,
-    once per txn), and a channel part's serde value is decoded once per
-    loader when it is immutable (str, bytes, numbers, None): the same stored
-    bytes, the same serde, the same value. Any other value is decoded afresh
-    for each tuple, so no two tuples share a list, a dict or a message.
+    once per txn). A channel whose part is the very object the last tuple
+    decoded (StateReads hands out the one object again for a part it checked
+    before in this txn) takes that tuple's value when it is immutable (str,
+    bytes, numbers, None): the same stored bytes, the same serde, the same
+    value. Any other value is decoded afresh for each tuple, so no two tuples
+    share a list, a dict or a message.
     """
 
     __slots__ = (
