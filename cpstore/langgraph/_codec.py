@@ -13,8 +13,11 @@ saver's serde output packed as ``type`` NUL ``bytes`` (a list also has
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
@@ -29,6 +32,7 @@ __all__ = [
     "load_value",
     "pack_typed",
     "pack_value",
+    "part_loader",
     "run_for",
     "unpack_typed",
 ]
@@ -98,6 +102,45 @@ def unpack_typed(part: Any, where: str) -> tuple[str, bytes]:
         if cut >= 0:
             return raw[:cut].decode("utf-8", "replace"), raw[cut + 1 :]
     raise IntegrityError("not a LangGraph value part", where=where, got=type(part).__name__)
+
+
+#: The prefix of a part holding a ``msgpack`` serde pair.
+_MSGPACK = b"msgpack\x00"
+_MSGPACK_AT = len(_MSGPACK)
+_JSONPLUS_LOADS = JsonPlusSerializer.loads_typed
+
+
+def part_loader(serde: Any) -> Callable[[Any, str], Any]:
+    """``load(part, where)``: ``serde.loads_typed(unpack_typed(part, where))``, in one call.
+
+    For the exact default :class:`JsonPlusSerializer` (its class's own
+    ``loads_typed``, not overridden on the class or the instance), a part of
+    type ``msgpack`` goes straight to the call that ``loads_typed`` makes for
+    it: ``ormsgpack.unpackb`` of the same bytes with the serializer's own ext
+    hook (its allowlist) and ``OPT_NON_STR_KEYS``; tests compare the two on
+    many values, LangGraph's message objects among them. Every other part,
+    and every part with any other serde, goes through ``serde.loads_typed``.
+    """
+    loads = serde.loads_typed
+    if (
+        type(serde) is JsonPlusSerializer
+        and JsonPlusSerializer.loads_typed is _JSONPLUS_LOADS
+        and "loads_typed" not in vars(serde)
+    ):
+        hook = serde._unpack_ext_hook
+        unpackb, option = ormsgpack.unpackb, ormsgpack.OPT_NON_STR_KEYS
+
+        def load_fast(part: Any, where: str) -> Any:
+            if type(part) is bytes and part.startswith(_MSGPACK):
+                return unpackb(part[_MSGPACK_AT:], ext_hook=hook, option=option)
+            return loads(unpack_typed(part, where))
+
+        return load_fast
+
+    def load(part: Any, where: str) -> Any:
+        return loads(unpack_typed(part, where))
+
+    return load
 
 
 def segment_name(channel: str, i: int) -> str:

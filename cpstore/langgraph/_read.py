@@ -15,14 +15,23 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 
 from cpstore.errors import IntegrityError
-from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, unpack_typed
+from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, part_loader
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
-from cpstore.store.lg_index import checkpoint_key, scan, split_checkpoint_key, unpack, write_key
+from cpstore.store.lg_index import (
+    checkpoint_key,
+    scan,
+    split_checkpoint_key,
+    thread_ns,
+    unpack,
+    write_key,
+    write_prefix,
+)
+from cpstore.store.lg_states import StateReads
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["Entry", "StoredWrite", "entries", "load_parts", "load_tuple", "stored_writes"]
+__all__ = ["Entry", "Loader", "StoredWrite", "entries", "load_parts", "stored_writes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +152,12 @@ def stored(txn: Txn[memoryview], store: Store, entry: Entry) -> bool:
     backend = store.backend
     if records_of(backend.dbs).exists(txn, entry.cid):
         return True
-    if txn.get(entry.cid, db=backend.db("tombstones")) is not None:
+    return _pruned(txn, backend.db("tombstones"), entry)
+
+
+def _pruned(txn: Txn[memoryview], tombstones: Any, entry: Entry) -> bool:
+    """False when a tombstone says retention pruned the entry's checkpoint; else damage."""
+    if txn.get(entry.cid, db=tombstones) is not None:
         return False
     raise IntegrityError(
         "the LangGraph index names a checkpoint that is not stored",
@@ -153,10 +167,7 @@ def stored(txn: Txn[memoryview], store: Store, entry: Entry) -> bool:
     )
 
 
-def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, bytes]:
-    """The checkpoint's state parts (name -> packed serde bytes), every object hash-checked."""
-    with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
-        state = view.state()
+def _langgraph_parts(state: Any, entry: Entry) -> dict[str, bytes]:
     if not isinstance(state, dict) or "checkpoint" not in state or "metadata" not in state:
         raise IntegrityError(
             "not a LangGraph checkpoint",
@@ -166,33 +177,117 @@ def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, by
     return state
 
 
-def load_tuple(
-    txn: Txn[memoryview], store: Store, serde: Any, entry: Entry
-) -> CheckpointTuple | None:
-    """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
-    if not stored(txn, store, entry):
-        return None
-    parts = load_parts(txn, store, entry)
-    where = f"checkpoint {entry.cid.hex()}"
-    checkpoint = serde.loads_typed(unpack_typed(parts["checkpoint"], where))
-    metadata = serde.loads_typed(unpack_typed(parts["metadata"], where))
-    values: dict[str, Any] = {}
-    for name, part in parts.items():
-        if name.startswith(CHANNEL):
-            kind, data = unpack_typed(part, name)
-            if kind == LIST_KIND:
-                at = f"state[{name!r}] of {entry.cid.hex()}"
-                values[name[len(CHANNEL) :]] = load_value(serde, parts, name[len(CHANNEL) :], at)
-            elif kind != "empty":
-                values[name[len(CHANNEL) :]] = serde.loads_typed((kind, data))
-    checkpoint["channel_values"] = values
-    meta = store.backend.db("meta")
-    writes: list[PendingWrite] = [
-        (w.task_id, w.channel, serde.loads_typed(w.typed))
-        for w in stored_writes(txn, meta, entry.thread_id, entry.ns, entry.checkpoint_id)
-    ]
-    parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
-    return CheckpointTuple(entry.config(), checkpoint, metadata, parent, writes)
+def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, bytes]:
+    """The checkpoint's state parts (name -> packed serde bytes), every object hash-checked."""
+    with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+        return _langgraph_parts(view.state(), entry)
+
+
+#: Values a serde may hand to more than one tuple: none can be changed.
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+class Loader:
+    """CheckpointTuples of index entries, read in one read txn the caller owns.
+
+    One per ``get_tuple``, one per ``list`` batch. The states are read by
+    :class:`~cpstore.store.lg_states.StateReads` (every object hash-checked,
+    once per txn). A channel whose part is the very object the last tuple
+    decoded (StateReads hands out the one object again for a part it checked
+    before in this txn) takes that tuple's value when it is immutable (str,
+    bytes, numbers, None): the same stored bytes, the same serde, the same
+    value. Any other value is decoded afresh for each tuple, so no two tuples
+    share a list, a dict or a message.
+    """
+
+    __slots__ = (
+        "_cursor", "_load", "_loads", "_meta", "_names", "_prev",
+        "_reads", "_serde", "_tombstones", "_txn",
+    )  # fmt: skip
+
+    def __init__(self, txn: Txn[memoryview], store: Store, serde: Any) -> None:
+        backend = store.backend
+        self._txn = txn
+        self._reads = StateReads(backend, txn)
+        self._serde = serde
+        self._loads = serde.loads_typed
+        self._load = part_loader(serde)
+        self._meta = backend.db("meta")
+        self._tombstones = backend.db("tombstones")
+        self._cursor: Any = None
+        #: (thread, ns) -> their key fields (lg_index.thread_ns).
+        self._names: dict[tuple[str, str], bytes] = {}
+        #: part name -> (the part, its immutable serde value, channel) of the last tuple.
+        #: StateReads hands out the one bytes object again for a part it read before in
+        #: this txn, so ``is`` finds a channel the last checkpoint already held.
+        self._prev: dict[str, tuple[bytes, Any, str]] = {}
+
+    def parts(self, entry: Entry) -> dict[str, bytes] | None:
+        """The entry's state parts, every object hash-checked; None when retention pruned it."""
+        state = self._reads.state(entry.cid)
+        if state is None:
+            _pruned(self._txn, self._tombstones, entry)
+            return None
+        return _langgraph_parts(state, entry)
+
+    def tuple(self, entry: Entry) -> CheckpointTuple | None:
+        """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
+        parts = self.parts(entry)
+        if parts is None:
+            return None
+        load, prev = self._load, self._prev
+        where = f"checkpoint {entry.cid.hex()}"
+        checkpoint = load(parts["checkpoint"], where)
+        metadata = load(parts["metadata"], where)
+        values: dict[str, Any] = {}
+        kept: dict[str, tuple[bytes, Any, str]] = {}
+        for name, part in parts.items():
+            hit = prev.get(name)
+            if hit is not None and hit[0] is part:
+                values[hit[2]] = hit[1]
+                kept[name] = hit
+                continue
+            if not name.startswith(CHANNEL):
+                continue
+            channel = name[_CHANNEL_AT:]
+            if type(part) is bytes:
+                if part.startswith(_EMPTY):  # no value stored for the channel
+                    continue
+                if part.startswith(_LIST):
+                    at = f"state[{name!r}] of {entry.cid.hex()}"
+                    values[channel] = load_value(self._serde, parts, channel, at)
+                    continue
+            value = values[channel] = load(part, name)
+            if type(value) in _IMMUTABLE:
+                kept[name] = (part, value, channel)
+        self._prev = kept
+        checkpoint["channel_values"] = values
+        parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
+        return CheckpointTuple(entry.config(), checkpoint, metadata, parent, self._writes(entry))
+
+    def _writes(self, entry: Entry) -> list[PendingWrite]:
+        """The entry's pending writes (most checkpoints have none: one cursor seek)."""
+        names = self._names.get((entry.thread_id, entry.ns))
+        if names is None:
+            names = self._names[entry.thread_id, entry.ns] = thread_ns(entry.thread_id, entry.ns)
+        prefix = write_prefix(names, entry.checkpoint_id)
+        cursor = self._cursor
+        if cursor is None:
+            cursor = self._cursor = self._txn.cursor(db=self._meta)
+        if not cursor.set_range(prefix) or not bytes(cursor.key()).startswith(prefix):
+            return []
+        loads = self._loads
+        return [
+            (w.task_id, w.channel, loads(w.typed))
+            for w in stored_writes(
+                self._txn, self._meta, entry.thread_id, entry.ns, entry.checkpoint_id
+            )
+        ]
+
+
+_CHANNEL_AT = len(CHANNEL)
+_LIST = LIST_KIND.encode() + b"\x00"
+_EMPTY = b"empty\x00"
 
 
 def entry_at(

@@ -175,6 +175,7 @@ class Writer:
                 parts = dict(head_parts)
                 held_by: dict[str, tuple[Any, dict[str, bytes]]] = {}
                 inherited: dict[str, tuple[Any, dict[str, bytes]]] | None = None
+                last_values = {} if plan.new_branch else branch.values
                 for k, version in versions.items():
                     chan = fresh.get(k)
                     if chan is None and k in put.new:
@@ -184,10 +185,14 @@ class Writer:
                             else _empty(k)
                         )
                     if chan is None:
-                        known = branch.values.get(k)
-                        if known is not None and known[0] == version and not plan.new_branch:
-                            chan = known[1]
-                        elif k in values:
+                        known = last_values.get(k)
+                        if known is not None and known[0] == version:
+                            # The last checkpoint's parts, the very objects the
+                            # recorder hashed: nothing to compare or re-key.
+                            held_by[k] = known
+                            parts.update(known[1])
+                            continue
+                        if k in values:
                             chan = pack_value(self.serde, k, values[k], branch.last)
                         else:
                             if inherited is None:

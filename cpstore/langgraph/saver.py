@@ -35,9 +35,9 @@ from cpstore.langgraph import _maintain
 from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed
 from cpstore.langgraph._read import (
     Entry,
+    Loader,
     entry_at,
     load_parts,
-    load_tuple,
     stored,
     stored_writes,
 )
@@ -52,8 +52,11 @@ _BATCH = 128
 
 
 def _target(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
-    conf = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
+    # type() first: a dict is a Mapping, and the ABC check is the slow part of a get
+    conf = (
+        config.get("configurable") if type(config) is dict or isinstance(config, Mapping) else None
+    )
+    if not (type(conf) is dict or isinstance(conf, Mapping)) or conf.get("thread_id") is None:
         raise InvalidInputError(
             "a LangGraph config needs configurable.thread_id", got=repr(config)[:80]
         )
@@ -108,7 +111,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             entry = entry_at(txn, backend.db("meta"), thread_id, ns, checkpoint_id)
             if entry is None:
                 return None
-            return load_tuple(txn, self.store, self.serde, entry)
+            return Loader(txn, self.store, self.serde).tuple(entry)
 
     def list(
         self,
@@ -133,12 +136,13 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         while left is None or left > 0:
             batch: list[CheckpointTuple] = []
             with backend.read_txn() as txn:
+                loader = Loader(txn, self.store, self.serde)
                 seen = 0
                 for key, value in scan(txn, meta, prefix, reverse=True, below=below):
                     below, seen = key, seen + 1
                     if not _wanted(key, checkpoint_id, before_id):
                         continue
-                    tup = load_tuple(txn, self.store, self.serde, Entry.decode(key, value))
+                    tup = loader.tuple(Entry.decode(key, value))
                     if tup is None or not _matches(tup.metadata, filter):
                         continue
                     batch.append(tup)

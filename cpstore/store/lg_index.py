@@ -35,8 +35,10 @@ __all__ = [
     "pack",
     "scan",
     "split_checkpoint_key",
+    "thread_ns",
     "unpack",
     "write_key",
+    "write_prefix",
 ]
 
 #: ``lg/c/`` thread ns checkpoint_id -> a checkpoint entry (canonical map, below).
@@ -80,32 +82,38 @@ def checkpoint_key(
 def split_checkpoint_key(key: bytes) -> tuple[str, str, str]:
     """``(thread_id, checkpoint_ns, checkpoint_id)`` of an entry key."""
     try:
-        rest = key[len(CHECKPOINT_PREFIX) :]
-        fields: list[str] = []
-        for _ in range(2):
-            n = int.from_bytes(rest[:2], "big")
-            if len(rest) < 2 + n:
-                raise ValueError("short field")
-            fields.append(rest[2 : 2 + n].decode("utf-8"))
-            rest = rest[2 + n :]
-        return fields[0], fields[1], rest.decode("utf-8")
+        at = len(CHECKPOINT_PREFIX)
+        end = at + 2 + int.from_bytes(key[at : at + 2], "big")
+        ns_end = end + 2 + int.from_bytes(key[end : end + 2], "big")
+        if len(key) < ns_end:
+            raise ValueError("short field")
+        return (
+            key[at + 2 : end].decode("utf-8"),
+            key[end + 2 : ns_end].decode("utf-8"),
+            key[ns_end:].decode("utf-8"),
+        )
     except (ValueError, UnicodeDecodeError):
         raise IntegrityError("damaged LangGraph index key", where=f"meta/{key!r}") from None
+
+
+def thread_ns(thread_id: str, ns: str) -> bytes:
+    """The thread and namespace fields every key of a namespace's records holds."""
+    return field(thread_id, "thread_id") + field(ns, "checkpoint_ns")
 
 
 def write_key(
     thread_id: str, ns: str, checkpoint_id: str, task_id: str | None = None, idx: int = 0
 ) -> bytes:
     """A pending write's key, or (``task_id`` None) the prefix of a checkpoint's writes."""
-    key = (
-        WRITE_PREFIX
-        + field(thread_id, "thread_id")
-        + field(ns, "checkpoint_ns")
-        + field(checkpoint_id, "checkpoint_id")
-    )
+    key = write_prefix(thread_ns(thread_id, ns), checkpoint_id)
     if task_id is None:
         return key
     return key + field(task_id, "task_id") + (idx + _IDX_BIAS).to_bytes(8, "big")
+
+
+def write_prefix(names: bytes, checkpoint_id: str) -> bytes:
+    """The prefix of a checkpoint's pending writes; ``names`` is :func:`thread_ns`."""
+    return WRITE_PREFIX + names + field(checkpoint_id, "checkpoint_id")
 
 
 def pack(key: bytes, body: Any) -> bytes:
