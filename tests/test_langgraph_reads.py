@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from stored import damage, raw_delete, raw_get, raw_items, raw_put
 
 from cpstore.errors import IntegrityError
-from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph import CpstoreSaver, _codec
 from cpstore.langgraph._codec import pack_typed, part_loader
 from cpstore.langgraph._read import entry_at
 from cpstore.native.binding import digest
@@ -149,6 +149,27 @@ class TestPartLoader:
         backwards = (typed[0], typed[1][::-1])
         assert part_loader(Reversed())(pack_typed(backwards), "test") == {"a": [1]}
         assert calls == ["subclass", "instance", "other"]
+
+    def test_the_fast_decode_runs_on_this_release_and_no_untested_one(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The installed langgraph-checkpoint is a proven release (these tests run the
+        fast path); any release not listed calls the serde's own loads_typed."""
+        assert _codec.FAST_DECODE  # else every equality test above tested the slow path
+        calls: list[object] = []
+        real = JsonPlusSerializer.loads_typed
+
+        def spied(self: JsonPlusSerializer, data: tuple[str, bytes]) -> Any:
+            calls.append(data[0])
+            return real(self, data)
+
+        typed = JsonPlusSerializer().dumps_typed({"a": [1]})
+        serde = JsonPlusSerializer()
+        monkeypatch.setattr(_codec, "FAST_DECODE", False)
+        monkeypatch.setattr(JsonPlusSerializer, "loads_typed", spied)
+        monkeypatch.setattr(_codec, "_JSONPLUS_LOADS", spied)  # the class's own method
+        assert part_loader(serde)(pack_typed(typed), "test") == {"a": [1]}
+        assert calls == ["msgpack"]
 
     def test_a_part_without_its_type_tag_is_an_integrity_error(self) -> None:
         """Bytes with no NUL after the type tag are refused on the fast path too."""

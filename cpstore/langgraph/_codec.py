@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import ormsgpack
@@ -109,12 +110,29 @@ _MSGPACK = b"msgpack\x00"
 _MSGPACK_AT = len(_MSGPACK)
 _JSONPLUS_LOADS = JsonPlusSerializer.loads_typed
 
+#: langgraph-checkpoint releases whose ``JsonPlusSerializer.loads_typed`` the fast
+#: decode was proven equal to (tests/test_langgraph_reads.py): it repeats that
+#: method's msgpack branch, so another release keeps calling the method itself
+#: until the tests have run against it and it is listed here.
+FAST_DECODE_RELEASES = ("4.3.",)
+
+
+def _release() -> str:
+    try:
+        return version("langgraph-checkpoint")
+    except PackageNotFoundError:  # installed without metadata: unknown, never fast
+        return ""
+
+
+FAST_DECODE = _release().startswith(FAST_DECODE_RELEASES)
+
 
 def part_loader(serde: Any) -> Callable[[Any, str], Any]:
     """``load(part, where)``: ``serde.loads_typed(unpack_typed(part, where))``, in one call.
 
     For the exact default :class:`JsonPlusSerializer` (its class's own
-    ``loads_typed``, not overridden on the class or the instance), a part of
+    ``loads_typed``, not overridden on the class or the instance, on a
+    langgraph-checkpoint release in :data:`FAST_DECODE_RELEASES`), a part of
     type ``msgpack`` goes straight to the call that ``loads_typed`` makes for
     it: ``ormsgpack.unpackb`` of the same bytes with the serializer's own ext
     hook (its allowlist) and ``OPT_NON_STR_KEYS``; tests compare the two on
@@ -123,7 +141,8 @@ def part_loader(serde: Any) -> Callable[[Any, str], Any]:
     """
     loads = serde.loads_typed
     if (
-        type(serde) is JsonPlusSerializer
+        FAST_DECODE
+        and type(serde) is JsonPlusSerializer
         and JsonPlusSerializer.loads_typed is _JSONPLUS_LOADS
         and "loads_typed" not in vars(serde)
     ):
