@@ -22,6 +22,9 @@ let through. The rules (docs/decision-table.md, "Gates"):
 Every check a gate makes runs inside the write txn that appends its record
 (``append_audit_checked``): two processes racing
 with one sign-off, or a gate racing a newer decision, cannot both pass.
+"Already signed off" and "already used" are asked of the view
+(:meth:`~cpstore.decision.ports.AuditView.sign_off_of`, ``sign_off_use``: the
+store's sign-off index, docs/store.md), not found by reading every record.
 """
 
 from __future__ import annotations
@@ -306,13 +309,13 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
                 expected=latest.body.get("decision_id"),
                 got=rec.body.get("decision_id"),
             )
-        for earlier in log.audit_records(kind=AUDIT_SIGNOFF, start=rec.index + 1):
-            if earlier.body.get("decision_audit") == rec.digest:
-                raise SignOffError(
-                    "decision is already signed off; one decision takes one sign-off",
-                    where=f"audit[{earlier.index}]",
-                    got=earlier.digest,
-                )
+        earlier = log.sign_off_of(rec)  # the sign-off index: no scan of the log
+        if earlier is not None:
+            raise SignOffError(
+                "decision is already signed off; one decision takes one sign-off",
+                where=f"audit[{earlier.index}]",
+                got=earlier.digest,
+            )
         return {
             "decision_id": rec.body["decision_id"],
             "decision_audit": rec.digest,
@@ -327,15 +330,7 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
     return SignOff(body["decision_id"], body["checkpoint_id"], operator, reason, now, out.digest)
 
 
-def _used_sign_offs(store: AuditLog) -> set[object]:
-    return {
-        r.body.get("sign_off")
-        for r in _records(store, AUDIT_GATE)
-        if r.body.get("sign_off") is not None
-    }
-
-
-def _valid_sign_off(store: AuditLog, digest: str, rec: AuditEntry) -> AuditEntry:
+def _valid_sign_off(store: AuditView, digest: str, rec: AuditEntry) -> AuditEntry:
     try:
         so = store.get_audit(digest)
     except NotFoundError:
@@ -356,7 +351,7 @@ def _valid_sign_off(store: AuditLog, digest: str, rec: AuditEntry) -> AuditEntry
             got=body.get("decision_id"),
         )
     _linked(store, so)
-    if so.digest in _used_sign_offs(store):
+    if store.sign_off_use(so) is not None:  # the sign-off index: no scan of the log
         raise SignOffError("sign-off was already used; it releases one resume", got=so.digest)
     return so
 

@@ -72,6 +72,14 @@ class AuditView(AuditLog, Protocol):
     def latest_decision(self, checkpoint_id: str) -> AuditEntry | None:
         """The latest decision record about ``checkpoint_id``, or None."""
 
+    def sign_off_of(self, decision: Any) -> AuditEntry | None:
+        """The first ``signoff`` record after ``decision`` (an entry of this log) whose
+        ``decision_audit`` is its digest, or None."""
+
+    def sign_off_use(self, sign_off: Any) -> AuditEntry | None:
+        """The first ``gate`` record after ``sign_off`` (an entry of this log) whose
+        ``sign_off`` is its digest, or None."""
+
 
 class AuditStore(AuditLog, Protocol):
     """What the gates need: read the log, and append a checked record in one txn."""

@@ -120,14 +120,15 @@ def check_index_rows(
     txn: Txn[memoryview],
     meta: Any,
     prefix: bytes,
-    want: Mapping[bytes, int],
+    want: Mapping[bytes, int | None],
     *,
     disagrees: str,
     lacks: str,
 ) -> list[Problem]:
-    """The meta rows ``prefix`` + checkpoint id must hold exactly ``want`` (checkpoint ->
-    audit index, canonical int): a row with another value is ``disagrees``, a checkpoint
-    of ``want`` without a row ``lacks`` (the decision and audited-checkpoint indexes)."""
+    """The meta rows ``prefix`` + key must hold exactly ``want`` (checkpoint id or record
+    digest -> audit index or nil, canonical): a row with another value, or a row ``want``
+    has no key for, is ``disagrees``; a key of ``want`` without a row ``lacks`` (the
+    decision, audited-checkpoint and sign-off indexes)."""
     problems: list[Problem] = []
     seen: set[bytes] = set()
     where = "meta/" + prefix.decode()
@@ -140,7 +141,7 @@ def check_index_rows(
             except CanonicalEncodingError:
                 got = bytes(cur.value()).hex()
             seen.add(cid)
-            if want.get(cid) != got:
+            if cid not in want or want[cid] != got:
                 problems.append(Problem(disagrees, where + cid.hex(), want.get(cid), got))
             found = cur.next()
     for cid in sorted(set(want) - seen):
