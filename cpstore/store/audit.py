@@ -73,9 +73,9 @@ __all__ = [
     "audited_among",
     "catch_up_indexes",
     "check_audit_chain",
-    "indexes_lag",
     "check_record_mac",
     "get_audit",
+    "indexes_lag",
 ]
 
 _INDEX = struct.Struct(">Q")
@@ -140,9 +140,7 @@ def _covered(txn: Txn[memoryview], meta: Any) -> tuple[int, int, int]:
     return _indexed_count(txn, meta), named_count(txn, meta), signoff_count(txn, meta)
 
 
-def _catch_up(
-    txn: Txn[memoryview], dbs: Mapping[str, Any], end: int
-) -> tuple[int, int, int]:
+def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[int, int, int]:
     """Index the records ``0`` to ``end - 1`` that an index does not cover yet; the three
     covered counts found (decision, audited-checkpoint and sign-off indexes).
 
@@ -171,7 +169,9 @@ def _catch_up(
                 for named in named_by(rec.kind, rec.body):
                     first.setdefault(named, index)
             if index >= signed_from:  # in order: a row is claimed after it is written
-                put_signoff_rows(txn, meta, index, bytes.fromhex(rec.digest), rec.kind, rec.body)
+                put_signoff_rows(
+                    txn, meta, index, bytes.fromhex(rec.digest), kind=rec.kind, body=rec.body
+                )
             found = cur.next()
     for cid, index in latest.items():
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
@@ -414,7 +414,7 @@ def append_audit_txn(
     if cid is not None:
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
     put_named(txn, meta, index, kind, content)
-    put_signoff_rows(txn, meta, index, key, kind, content)
+    put_signoff_rows(txn, meta, index, key, kind=kind, body=content)
     txn.put(DECISIONS_INDEXED, encode_value(index + 1), db=meta)
     set_named_count(txn, meta, index + 1)
     set_signoff_count(txn, meta, index + 1)

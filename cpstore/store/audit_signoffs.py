@@ -126,6 +126,7 @@ def put_signoff_rows(
     meta: Any,
     index: int,
     record_digest: bytes,
+    *,
     kind: str,
     body: Mapping[str, Any],
 ) -> None:
@@ -235,7 +236,14 @@ def first_sign_off(
 ) -> _Entry | None:
     """The first ``signoff`` record after ``decision`` whose ``decision_audit`` names it."""
     return _find(
-        txn, meta, SIGNED_PREFIX, decision, kind=SIGNOFF, field="decision_audit", read=read, tail=tail
+        txn,
+        meta,
+        SIGNED_PREFIX,
+        decision,
+        kind=SIGNOFF,
+        field="decision_audit",
+        read=read,
+        tail=tail,
     )
 
 
