@@ -50,8 +50,8 @@ from cpstore.native import fast_canonical
 from cpstore.native.canonical import decode_value
 from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store import audit
+from cpstore.store.audit_gates import GATES_INDEXED, SIGNED_PREFIX, USED_PREFIX
 from cpstore.store.audit_named import AUDITED_INDEXED, AUDITED_PREFIX
-from cpstore.store.audit_signoffs import SIGNED_PREFIX, SIGNOFFS_INDEXED, USED_PREFIX
 
 RUN = "r"
 
@@ -172,7 +172,7 @@ def _strip(store: cpstore.Store, prefixes: tuple[bytes, ...], counts: tuple[byte
 
 
 _AUDITED = ((AUDITED_PREFIX,), (AUDITED_INDEXED,))
-_SIGNOFFS = ((SIGNED_PREFIX, USED_PREFIX), (SIGNOFFS_INDEXED,))
+_GATES = ((SIGNED_PREFIX, USED_PREFIX), (GATES_INDEXED,))
 
 
 def test_gc_dry_run_beside_a_long_audit_log(
@@ -273,7 +273,7 @@ def test_gate_beside_a_long_audit_log(
             if call == "resume gate":
                 so = sign_off(store, decision, operator="op", reason="bench").audit_digest
             if strip:
-                _strip(store, *_SIGNOFFS)
+                _strip(store, *_GATES)
                 _strip(store, *_AUDITED)
             if call == "resume gate":
                 return _timed(lambda: resume_gate(store, cid, decision, sign_off=so))

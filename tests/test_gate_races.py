@@ -85,7 +85,7 @@ def test_one_sign_off_releases_one_resume_among_racing_processes(
     url: str, key: bytes | None
 ) -> None:
     """24 rounds of 4 processes racing one sign-off: exactly one permit per round (keyed
-    too), on LMDB and PostgreSQL; the sign-off index agrees (verify)."""
+    too), on LMDB and PostgreSQL; the gate index agrees (verify)."""
     path = url
     rounds = []
     with open_store(path, audit_key=key) as st:
@@ -125,7 +125,7 @@ def test_one_decision_takes_one_sign_off_among_racing_processes(
     url: str, key: bytes | None
 ) -> None:
     """24 rounds of 4 processes signing one decision off: exactly one sign-off per round
-    and per decision in the log, on LMDB and PostgreSQL; the sign-off index agrees."""
+    and per decision in the log, on LMDB and PostgreSQL; the gate index agrees."""
     rounds = []
     with open_store(url, audit_key=key) as st:
         for i in range(ROUNDS):

@@ -24,7 +24,7 @@ Every check a gate makes runs inside the write txn that appends its record
 with one sign-off, or a gate racing a newer decision, cannot both pass.
 "Already signed off" and "already used" are asked of the view
 (:meth:`~cpstore.decision.ports.AuditView.sign_off_of`, ``sign_off_use``: the
-store's sign-off index, docs/store.md), not found by reading every record.
+store's gate index, docs/store.md), not found by reading every record.
 """
 
 from __future__ import annotations
@@ -154,16 +154,30 @@ def _id_of(decision: Decision | str) -> str:
 MIN_PREFIX = 8
 
 
-def _decision_by_name(store: AuditLog, ident: str) -> list[AuditEntry]:
+def _by_digest(store: AuditView, ident: str) -> list[AuditEntry]:
+    """The decision record whose audit digest is ``ident`` (32 lowercase hex), if any."""
+    if len(ident) != 32 or not _is_hex(ident) or ident != ident.lower():
+        return []
+    try:
+        rec = store.get_audit(ident)
+    except NotFoundError:
+        return []
+    return [rec] if rec.kind == AUDIT_DECISION else []
+
+
+def _decision_by_name(store: AuditView, ident: str) -> list[AuditEntry]:
     """Decision records ``ident`` names: by decision id, else by the record's audit digest,
-    else (a str of >= 8 hex characters) by a unique prefix of either."""
-    records = list(_records(store, AUDIT_DECISION))
-    found = [r for r in records if r.body.get("decision_id") == ident]
+    else (a str of >= 8 hex characters) by a unique prefix of either.
+
+    The first two are asked of the gate index (no read of the log); only a prefix,
+    what an operator types, reads every decision record."""
+    found = list(store.decisions_by_id(ident))
     if found:
         return found
-    found = [r for r in records if r.digest == ident]
+    found = _by_digest(store, ident)
     if found or len(ident) < MIN_PREFIX or not _is_hex(ident):
         return found
+    records = list(_records(store, AUDIT_DECISION))
     low = ident.lower()
     matches = {
         r.digest: r
@@ -187,7 +201,7 @@ def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
-def _decision_record(store: AuditLog, decision: Decision | str) -> AuditEntry:
+def _decision_record(store: AuditView, decision: Decision | str) -> AuditEntry:
     """The one audit record of ``decision``; the caller's object is not trusted.
 
     A str names the decision by its id or by its audit record's digest (what
@@ -195,7 +209,7 @@ def _decision_record(store: AuditLog, decision: Decision | str) -> AuditEntry:
     """
     ident = _id_of(decision)
     if isinstance(decision, Decision):
-        found = [r for r in _records(store, AUDIT_DECISION) if r.body.get("decision_id") == ident]
+        found = list(store.decisions_by_id(ident))
     else:
         found = _decision_by_name(store, ident)
     if not found:
@@ -309,7 +323,7 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
                 expected=latest.body.get("decision_id"),
                 got=rec.body.get("decision_id"),
             )
-        earlier = log.sign_off_of(rec)  # the sign-off index: no scan of the log
+        earlier = log.sign_off_of(rec)  # the gate index: no scan of the log
         if earlier is not None:
             raise SignOffError(
                 "decision is already signed off; one decision takes one sign-off",
@@ -351,7 +365,7 @@ def _valid_sign_off(store: AuditView, digest: str, rec: AuditEntry) -> AuditEntr
             got=body.get("decision_id"),
         )
     _linked(store, so)
-    if store.sign_off_use(so) is not None:  # the sign-off index: no scan of the log
+    if store.sign_off_use(so) is not None:  # the gate index: no scan of the log
         raise SignOffError("sign-off was already used; it releases one resume", got=so.digest)
     return so
 

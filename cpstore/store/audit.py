@@ -39,6 +39,16 @@ from cpstore.errors import (
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import decode_fast, encode_fast
+from cpstore.store.audit_gates import (
+    GateRows,
+    check_gate_index,
+    decisions_by_id,
+    first_sign_off,
+    first_use,
+    gate_count,
+    put_gate_rows,
+    set_gate_count,
+)
 from cpstore.store.audit_named import (
     AUDITED_PREFIX,
     check_index_rows,
@@ -48,16 +58,6 @@ from cpstore.store.audit_named import (
     put_first_naming,
     put_named,
     set_named_count,
-)
-from cpstore.store.audit_signoffs import (
-    SIGNED_PREFIX,
-    USED_PREFIX,
-    SignoffRows,
-    first_sign_off,
-    first_use,
-    put_signoff_rows,
-    set_signoff_count,
-    signoff_count,
 )
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.keyed_audit import check_mac, mac_append
@@ -136,13 +136,13 @@ def _indexed_count(txn: Txn[memoryview], meta: Any) -> int:
 
 
 def _covered(txn: Txn[memoryview], meta: Any) -> tuple[int, int, int]:
-    """The covered counts of the decision, audited-checkpoint and sign-off indexes."""
-    return _indexed_count(txn, meta), named_count(txn, meta), signoff_count(txn, meta)
+    """The covered counts of the decision, audited-checkpoint and gate indexes."""
+    return _indexed_count(txn, meta), named_count(txn, meta), gate_count(txn, meta)
 
 
 def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[int, int, int]:
     """Index the records ``0`` to ``end - 1`` that an index does not cover yet; the three
-    covered counts found (decision, audited-checkpoint and sign-off indexes).
+    covered counts found (decision, audited-checkpoint and gate indexes).
 
     Each index starts at its own covered count; the caller records the new counts
     (``end`` or more).
@@ -169,7 +169,7 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[i
                 for named in named_by(rec.kind, rec.body):
                     first.setdefault(named, index)
             if index >= signed_from:  # in order: a row is claimed after it is written
-                put_signoff_rows(
+                put_gate_rows(
                     txn, meta, index, bytes.fromhex(rec.digest), kind=rec.kind, body=rec.body
                 )
             found = cur.next()
@@ -197,7 +197,7 @@ def catch_up_indexes(store: Backend, txn: Txn[memoryview]) -> None:
     if named_from < end:
         set_named_count(txn, meta, end)
     if signed_from < end:
-        set_signoff_count(txn, meta, end)
+        set_gate_count(txn, meta, end)
 
 
 def indexes_lag(store: Backend) -> bool:
@@ -314,9 +314,17 @@ class AuditView:
     def _tail(self, kind: str, start: int) -> Iterator[AuditRecord]:
         return self.audit_records(kind=kind, start=start)
 
+    def decisions_by_id(self, decision_id: str) -> list[AuditRecord]:
+        """Every ``decision`` record whose ``decision_id`` is ``decision_id``, in log order
+        (the gate index, ``cpstore.store.audit_gates``, + the log tail)."""
+        found = decisions_by_id(
+            self._txn, self._dbs["meta"], decision_id, read=self._read_one, tail=self._tail
+        )
+        return found  # type: ignore[return-value]
+
     def sign_off_of(self, decision: AuditRecord) -> AuditRecord | None:
         """The first ``signoff`` record after ``decision`` whose ``decision_audit`` is its
-        digest (the sign-off index, ``cpstore.store.audit_signoffs``, + the log tail)."""
+        digest (the gate index + the log tail)."""
         found = first_sign_off(
             self._txn, self._dbs["meta"], decision, read=self._read_one, tail=self._tail
         )
@@ -414,10 +422,10 @@ def append_audit_txn(
     if cid is not None:
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
     put_named(txn, meta, index, kind, content)
-    put_signoff_rows(txn, meta, index, key, kind=kind, body=content)
+    put_gate_rows(txn, meta, index, key, kind=kind, body=content)
     txn.put(DECISIONS_INDEXED, encode_value(index + 1), db=meta)
     set_named_count(txn, meta, index + 1)
-    set_signoff_count(txn, meta, index + 1)
+    set_gate_count(txn, meta, index + 1)
     return AuditRecord(index, key.hex(), None if prev is None else prev.hex(), kind, content, when)
 
 
@@ -476,8 +484,8 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
     count = 0
     indexed = _indexed_count(txn, dbs["meta"])
     named_covered = named_count(txn, dbs["meta"])
-    signed_covered = signoff_count(txn, dbs["meta"])
-    signoffs = SignoffRows()
+    signed_covered = gate_count(txn, dbs["meta"])
+    signoffs = GateRows()
     decided: dict[bytes, int] = {}
     first_named: dict[bytes, int] = {}
     with txn.cursor(db=dbs["audit"]) as cur:
@@ -521,7 +529,7 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
             count = index + 1
     problems.extend(_check_decision_index(txn, dbs, decided))
     problems.extend(check_named_index(txn, dbs, first_named))
-    problems.extend(_check_signoff_index(txn, dbs, signoffs))
+    problems.extend(check_gate_index(txn, dbs["meta"], signoffs))
     head_raw = txn.get(HEAD_KEY, db=dbs["meta"])
     try:
         head = None if head_raw is None else decode_value(head_raw)
@@ -552,28 +560,3 @@ def _check_decision_index(
         disagrees="decision index disagrees with the audit log",
         lacks="decision index lacks a checkpoint's latest decision",
     )
-
-
-def _check_signoff_index(
-    txn: Txn[memoryview], dbs: Mapping[str, Any], want: SignoffRows
-) -> list[Problem]:
-    """The sign-off index must hold one row per covered decision and sign-off, each naming
-    the first covered record that signs or uses it (``cpstore.store.audit_signoffs``)."""
-    return [
-        *check_index_rows(
-            txn,
-            dbs["meta"],
-            SIGNED_PREFIX,
-            want.signed,
-            disagrees="sign-off index disagrees with the audit log (signed decisions)",
-            lacks="sign-off index lacks a decision record's row",
-        ),
-        *check_index_rows(
-            txn,
-            dbs["meta"],
-            USED_PREFIX,
-            want.used,
-            disagrees="sign-off index disagrees with the audit log (used sign-offs)",
-            lacks="sign-off index lacks a sign-off record's row",
-        ),
-    ]
