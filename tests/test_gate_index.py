@@ -111,16 +111,14 @@ def _index_agrees_with_the_scans(store: Store) -> int:
             if isinstance(did, str) and did:
                 idents.update([did, did[:MIN_PREFIX]])
         for ident in sorted(idents):
-            want = [r.digest for r in log.audit_records(kind="decision")
-                    if r.body.get("decision_id") == ident]  # fmt: skip
-            assert [r.digest for r in log.decisions_by_id(ident)] == want, ident
+            same = [r.digest for r in decisions if r.body.get("decision_id") == ident]
+            assert [r.digest for r in log.decisions_by_id(ident)] == same, ident
             old = _outcome(old_decision_by_name, log, ident)
             assert _outcome(gates._decision_by_name, log, ident) == old, ident
             checked += 1
         for rec in log.audit_records():
             if rec.kind == "decision":
-                got = log.sign_off_of(rec)
-                want = old_signed_by(log, rec)
+                got, want = log.sign_off_of(rec), old_signed_by(log, rec)
                 assert (got and got.digest) == (want and want.digest), rec.index
                 checked += 1
             elif rec.kind == "signoff":
