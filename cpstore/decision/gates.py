@@ -22,9 +22,10 @@ let through. The rules (docs/decision-table.md, "Gates"):
 Every check a gate makes runs inside the write txn that appends its record
 (``append_audit_checked``): two processes racing
 with one sign-off, or a gate racing a newer decision, cannot both pass.
-"Already signed off" and "already used" are asked of the view
-(:meth:`~cpstore.decision.ports.AuditView.sign_off_of`, ``sign_off_use``: the
-store's gate index, docs/store.md), not found by reading every record.
+The decision named by id or digest, "already signed off" and "already used" are
+asked of the view (:meth:`~cpstore.decision.ports.AuditView.decisions_by_id`,
+``sign_off_of``, ``sign_off_use``: the store's gate index, docs/store.md), not found
+by reading every record; only a decision named by a prefix reads every decision.
 """
 
 from __future__ import annotations

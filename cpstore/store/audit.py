@@ -19,7 +19,9 @@ maintained in the append's txn, caught up from the log when it lags (a store
 written before it existed), and checked by :func:`check_audit_chain`. The
 audited-checkpoint index (``cpstore.store.audit_named``: which checkpoints the log
 names, for retention sweeps) is kept, caught up and checked the same way;
-:func:`audited_among` answers from it.
+:func:`audited_among` answers from it. So is the gate index
+(``cpstore.store.audit_gates``: decisions by id, sign-offs by decision, gates by
+sign-off), which the :class:`AuditView` methods the gates call answer from.
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[i
     """
     meta = dbs["meta"]
     counts = _covered(txn, meta)
-    decided_from, named_from, signed_from = counts
+    decided_from, named_from, gated_from = counts
     start = min(counts)
     if start >= end:
         return counts
@@ -168,7 +170,7 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[i
             if index >= named_from:
                 for named in named_by(rec.kind, rec.body):
                     first.setdefault(named, index)
-            if index >= signed_from:  # in order: a row is claimed after it is written
+            if index >= gated_from:  # in order: a row is claimed after it is written
                 put_gate_rows(
                     txn, meta, index, bytes.fromhex(rec.digest), kind=rec.kind, body=rec.body
                 )
@@ -191,12 +193,12 @@ def catch_up_indexes(store: Backend, txn: Txn[memoryview]) -> None:
     dbs = store.dbs
     meta = dbs["meta"]
     end = _record_count(txn, dbs)
-    decided_from, named_from, signed_from = _catch_up(txn, dbs, end)
+    decided_from, named_from, gated_from = _catch_up(txn, dbs, end)
     if decided_from < end:
         txn.put(DECISIONS_INDEXED, encode_value(end), db=meta)
     if named_from < end:
         set_named_count(txn, meta, end)
-    if signed_from < end:
+    if gated_from < end:
         set_gate_count(txn, meta, end)
 
 
