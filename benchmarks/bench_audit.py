@@ -16,7 +16,15 @@ decoded and its canonical form checked by re-encoding it. This interleaves:
   checkpoints beside the long log (a dry run changes nothing, so every repeat does the
   same work), against the same dry run on a copy of the store without the index rows
   (``index absent``: the catch-up reads the whole log, as every sweep once did; the dry
-  run rolls it back, so every repeat reads it again) and against the raw scan of the log.
+  run commits it, so each repeat removes the rows first, untimed) and against the raw
+  scan of the log;
+
+- ``resume gate`` / ``sign-off``: ``resume_gate(..., sign_off=)`` with a fresh sign-off,
+  and ``sign_off`` of a fresh QUARANTINE decision (each prepared untimed) beside the
+  long log, against the same call on a copy of the store whose audit indexes were
+  removed before the call (untimed; the call's append catches them up: one read of
+  the log) and against the raw scan of the log (the old "used?" check read every
+  ``gate`` record, "signed off?" every ``signoff`` after the decision).
 
 Run: ``.venv/bin/python -m pytest benchmarks/bench_audit.py --benchmark-only -s``
 (``CPSTORE_BENCH_SIZE=full``: 20,000 records; quick: 2,000).
@@ -27,19 +35,22 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import lmdb
 import msgpack
 import pytest
-from bench_store import Comparison, _timer, interleave
+from bench_store import Comparison, _timed, _timer, interleave
 from pytest_benchmark.fixture import BenchmarkFixture
 
 import cpstore
+from cpstore.decision.gates import resume_gate, sign_off
 from cpstore.native import fast_canonical
 from cpstore.native.canonical import decode_value
+from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store import audit
+from cpstore.store.audit_gates import GATES_INDEXED, SIGNED_PREFIX, USED_PREFIX
 from cpstore.store.audit_named import AUDITED_INDEXED, AUDITED_PREFIX
 
 RUN = "r"
@@ -147,6 +158,23 @@ def test_audit_scan(
         store.close()
 
 
+def _strip(store: cpstore.Store, prefixes: tuple[bytes, ...], counts: tuple[bytes, ...]) -> None:
+    """Remove index rows (as a store an older cpstore wrote has none)."""
+    meta = store.backend.dbs["meta"]
+
+    def run(txn: object) -> None:
+        with txn.cursor(db=meta) as cur:  # type: ignore[attr-defined]
+            keys = [bytes(k) for k, _ in cur if bytes(k).startswith(prefixes)]
+        for key in [*keys, *counts]:
+            txn.delete(key, db=meta)  # type: ignore[attr-defined]
+
+    store.backend.write_txn(run)
+
+
+_AUDITED = ((AUDITED_PREFIX,), (AUDITED_INDEXED,))
+_GATES = ((SIGNED_PREFIX, USED_PREFIX), (GATES_INDEXED,))
+
+
 def test_gc_dry_run_beside_a_long_audit_log(
     benchmark: BenchmarkFixture,
     *,
@@ -165,13 +193,17 @@ def test_gc_dry_run_beside_a_long_audit_log(
         if len(report.checkpoints) != 19 or len(report.decided) != 19:
             raise AssertionError(report)
 
+    def absent() -> float:
+        _strip(unindexed, *_AUDITED)  # the dry run commits its catch-up: remove it again
+        return _timed(lambda: sweep(unindexed))
+
     try:
         interleave(
             benchmark,
             f"gc dry run, {records} audit records",
             {
                 "cpstore": _timer(lambda: sweep(store)),
-                "index absent": _timer(lambda: sweep(unindexed)),
+                "index absent": absent,
                 "raw msgpack scan": _timer(lambda: _raw_scan(raw_env)),
             },
             repeats,
@@ -183,3 +215,87 @@ def test_gc_dry_run_beside_a_long_audit_log(
     finally:
         unindexed.close()
         store.close()
+
+
+def _released(store: cpstore.Store, run: str) -> tuple[str, str]:
+    """A new checkpoint and its QUARANTINE decision's id (untimed preparation)."""
+    rec = store.recorder(run)
+    rec.observe(1, "clock", b"t", pinned_at=1.0)
+    rec.token("rng", 1)
+    cid = str(rec.checkpoint(1, b"state"))
+    rec.close()
+    with store.read(cid) as cp:
+        m = cp.manifest
+        replay = Run(
+            m.run_id,
+            m.step,
+            m.state_digest,
+            tokens=PackedTokens(bytes(cp.tokens()), values=[cp.token(0)[3]]),
+            observations=tuple(Observation(*o) for o in cp.observations()),
+            mode=ReplayMode.BEST_EFFORT,
+            transcript_digest=m.transcript_digest,
+        )
+    decision = cpstore.validate(cid, replay, store=store)
+    if decision.verdict.name != "QUARANTINE":
+        raise AssertionError(decision)
+    return cid, decision.id
+
+
+@pytest.fixture(scope="module")
+def gate_paths(store_path: str) -> tuple[str, str]:
+    """Two copies of the long-log store: one kept indexed, one stripped before each call."""
+    base = Path(store_path).parent
+    paths = (str(base / "gates-indexed"), str(base / "gates-absent"))
+    for path in paths:
+        shutil.copytree(store_path, path)
+    return paths
+
+
+@pytest.mark.parametrize("call", ["resume gate", "sign-off"])
+def test_gate_beside_a_long_audit_log(
+    benchmark: BenchmarkFixture,
+    *,
+    call: str,
+    gate_paths: tuple[str, str],
+    raw_env: lmdb.Environment,
+    records: int,
+    repeats: int,
+) -> None:
+    """One resume gate with a sign-off, or one sign-off: indexed, index absent, one raw scan."""
+    indexed = cpstore.open(gate_paths[0], durability="none")
+    absent = cpstore.open(gate_paths[1], durability="none")
+    made = [0]
+
+    def contender(store: cpstore.Store, strip: bool) -> Callable[[], float]:
+        def run() -> float:
+            made[0] += 1
+            cid, decision = _released(store, f"{call}-{made[0]}")
+            if call == "resume gate":
+                so = sign_off(store, decision, operator="op", reason="bench").audit_digest
+            if strip:
+                _strip(store, *_GATES)
+                _strip(store, *_AUDITED)
+            if call == "resume gate":
+                return _timed(lambda: resume_gate(store, cid, decision, sign_off=so))
+            return _timed(lambda: sign_off(store, decision, operator="op", reason="bench"))
+
+        return run
+
+    try:
+        interleave(
+            benchmark,
+            f"{call}, {records} audit records",
+            {
+                "cpstore": contender(indexed, strip=False),
+                "index absent": contender(absent, strip=True),
+                "raw msgpack scan": _timer(lambda: _raw_scan(raw_env)),
+            },
+            repeats,
+            [
+                Comparison("cpstore", "index absent", note="the catch-up: a read of the log"),
+                Comparison("cpstore", "raw msgpack scan", note="raw limit: one unchecked scan"),
+            ],
+        )
+    finally:
+        absent.close()
+        indexed.close()

@@ -160,20 +160,48 @@ def _decided_history(store: Store) -> list[str]:
 
 
 def test_a_store_without_the_index_catches_up_in_the_sweep(store: Store) -> None:
-    """No index rows (a store an older cpstore wrote): a dry run answers from the log and
-    leaves nothing; the real sweep indexes the log in its txn; verify passes."""
+    """No index rows (a store an older cpstore wrote): the real sweep indexes the log in
+    its txn and answers as the log says; verify passes."""
     ids = _decided_history(store)
     _rewrite(store, {}, list(_meta_rows(store)))
     assert _meta_rows(store) == {}
-    dry = store.gc(keep_last=1, run_id="a", dry_run=True)
-    assert dry.decided == tuple(sorted(ids[1:4]))
-    assert _meta_rows(store) == {}  # rolled back with the dry run
     report = store.gc(keep_last=1, run_id="a")
-    assert report.decided == dry.decided
+    assert report.decided == tuple(sorted(ids[1:4]))
     rows = _meta_rows(store)
     count = len(list(store.audit_records()))
     assert decode_value(rows[AUDITED_INDEXED]) == [1, count]
     assert {k[len(AUDITED_PREFIX) :].hex() for k in rows if k != AUDITED_INDEXED} == set(ids[1:4])
+    result = store.verify()
+    assert result.ok, result.problems
+
+
+def test_a_dry_run_commits_the_catch_up_once_and_removes_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run beside an unindexed log commits the indexes' catch-up (one read of the
+    log), removes nothing and appends nothing; the next dry run reads no record it
+    does not need (its witnesses); both answer as the log says."""
+    ids = _decided_history(store)
+    _rewrite(store, {}, list(_meta_rows(store)))
+    count = len(list(store.audit_records()))
+    decoded: list[int] = []
+    real = audit._decode
+
+    def counted(index: int, raw: Any, where: str) -> Any:
+        decoded.append(index)
+        return real(index, raw, where)
+
+    monkeypatch.setattr(audit, "_decode", counted)
+    dry = store.gc(keep_last=1, run_id="a", dry_run=True)
+    assert dry.decided == tuple(sorted(ids[1:4]))
+    assert sorted(set(decoded)) == list(range(count))  # the catch-up read the log
+    assert decode_value(_meta_rows(store)[AUDITED_INDEXED]) == [1, count]
+    decoded.clear()
+    again = store.gc(keep_last=1, run_id="a", dry_run=True)
+    assert again == dry
+    assert len(decoded) == len(dry.decided)  # one witness per decided checkpoint
+    assert len(store.history("a")) == 6
+    assert len(list(store.audit_records())) == count
     result = store.verify()
     assert result.ok, result.problems
 

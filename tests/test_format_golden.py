@@ -15,6 +15,7 @@ from cpstore.native import records
 from cpstore.native import reference as ref
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
+from cpstore.store.audit_gates import GATE_INDEX_VERSION
 from cpstore.store.audit_named import AUDITED_INDEX_VERSION
 from cpstore.store.chunk_tree import build_tree, load_tree, tree_objects, value_cuts
 from cpstore.store.codec import decode_frame, encode_frame
@@ -313,6 +314,38 @@ def test_audited_checkpoint_index_rows_are_pinned(tmp_path: Path) -> None:
         (prefix + c, "02"),
         (b"audited_indexed".hex(), "920104"),
     ]
+
+
+def test_gate_index_rows_are_pinned(tmp_path: Path) -> None:
+    """Index version 1: meta "decision_id/" + UTF-8 id -> canonical list of indexes;
+    "signed/" + decision digest -> nil or the first sign-off's index; "signoff_used/" +
+    sign-off digest -> nil or the first gate's index; "gates_indexed" -> [1, count]."""
+    with open_store(tmp_path / "s") as st:
+        d0 = st.append_audit("decision", {"decision_id": "d-é"}).digest
+        d1 = st.append_audit("decision", {"decision_id": "d-é"}).digest
+        s2 = st.append_audit("signoff", {"decision_audit": d0}).digest
+        s3 = st.append_audit("signoff", {"decision_audit": d0}).digest
+        st.append_audit("gate", {"sign_off": s2})
+        st.append_audit("gate", {"sign_off": s2.upper()})  # names nothing
+        with st.backend.read_txn() as txn:
+            rows = [
+                (bytes(k), bytes(v).hex())
+                for k, v in txn.cursor(db=st.backend.db("meta"))
+                if bytes(k).startswith((b"decision_id/", b"signed/", b"signoff_used/", b"gates_"))
+            ]
+    assert GATE_INDEX_VERSION == 1
+    want = [
+        (b"decision_id/d-\xc3\xa9", "920001"),
+        (b"gates_indexed", "920106"),
+        *sorted([(b"signed/" + bytes.fromhex(d0), "02"), (b"signed/" + bytes.fromhex(d1), "c0")]),
+        *sorted(
+            [
+                (b"signoff_used/" + bytes.fromhex(s2), "04"),
+                (b"signoff_used/" + bytes.fromhex(s3), "c0"),
+            ]
+        ),
+    ]
+    assert rows == want
 
 
 def test_heap_entry_and_location_bytes_are_pinned(tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
 
-from cpstore.decision.gates import AUDIT_GATE, AUDIT_RESUME, resume_gate, sign_off
+from cpstore.decision.gates import AUDIT_GATE, AUDIT_RESUME, AUDIT_SIGNOFF, resume_gate, sign_off
 from cpstore.decision.table import AUDIT_DECISION, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import CpstoreError
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
 
 ROUNDS = 24
 WORKERS = 4
+
+
+@pytest.fixture(params=["lmdb", "postgresql"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A new store's location on each backend."""
+    if request.param == "lmdb":
+        return str(tmp_path / "s")
+    return str(request.getfixturevalue("pg_url"))
 
 
 def _checkpoint(store: Store, run: str) -> str:
@@ -73,10 +82,11 @@ def _resumer(
 
 @pytest.mark.parametrize("key", [None, b"k" * 32], ids=["plain", "keyed"])
 def test_one_sign_off_releases_one_resume_among_racing_processes(
-    tmp_path: Path, key: bytes | None
+    url: str, key: bytes | None
 ) -> None:
-    """24 rounds of 4 processes racing one sign-off: exactly one permit per round (keyed too)."""
-    path = str(tmp_path / "s")
+    """24 rounds of 4 processes racing one sign-off: exactly one permit per round (keyed
+    too), on LMDB and PostgreSQL; the gate index agrees (verify)."""
+    path = url
     rounds = []
     with open_store(path, audit_key=key) as st:
         for i in range(ROUNDS):
@@ -91,7 +101,45 @@ def test_one_sign_off_releases_one_resume_among_racing_processes(
     with open_store(path, audit_key=key) as st:
         gates = [g.body["sign_off"] for g in st.audit_records(kind=AUDIT_GATE)]
         assert sorted(gates) == sorted(so for _, _, so in rounds)
-        assert st.verify().ok
+        result = st.verify()
+        assert result.ok, result.problems
+
+
+def _signer(
+    path: str, barrier: Any, rounds: list[str], key: bytes | None, who: str
+) -> list[str | None]:
+    """Each round: wait for all, then sign the round's decision off; the digest or None."""
+    out: list[str | None] = []
+    with open_store(path, audit_key=key) as st:
+        for decision_id in rounds:
+            barrier.wait()
+            try:
+                out.append(sign_off(st, decision_id, operator=who, reason="race").audit_digest)
+            except CpstoreError:
+                out.append(None)
+    return out
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["plain", "keyed"])
+def test_one_decision_takes_one_sign_off_among_racing_processes(
+    url: str, key: bytes | None
+) -> None:
+    """24 rounds of 4 processes signing one decision off: exactly one sign-off per round
+    and per decision in the log, on LMDB and PostgreSQL; the gate index agrees."""
+    rounds = []
+    with open_store(url, audit_key=key) as st:
+        for i in range(ROUNDS):
+            cid = _checkpoint(st, f"run-{i}")
+            d = validate(cid, stored_replay(st, cid, mode=ReplayMode.BEST_EFFORT), store=st)
+            assert d.verdict is Verdict.QUARANTINE
+            rounds.append(d.id)
+    results = _race(_signer, [(url, rounds, key, f"op-{w}") for w in range(WORKERS)])
+    assert [sum(r[i] is not None for r in results) for i in range(ROUNDS)] == [1] * ROUNDS
+    with open_store(url, audit_key=key) as st:
+        signed = [r.body["decision_id"] for r in st.audit_records(kind=AUDIT_SIGNOFF)]
+        assert sorted(signed) == sorted(rounds)
+        result = st.verify()
+        assert result.ok, result.problems
 
 
 def _gate_or_supersede(

@@ -158,7 +158,8 @@ def _raw_audit(path: Path) -> list[bytes]:
 
 
 def _rewrite_audit(path: Path, index: int, body: dict[str, object]) -> None:
-    """What a forger with write access does: edit one record and re-chain every digest after it."""
+    """What a forger with write access does: edit one record, re-chain every digest after it
+    and re-key the gate index rows named by a record digest (``signed/``, ``signoff_used/``)."""
     env = lmdb.open(str(path), max_dbs=16)
     try:
         audit, idx, meta = (env.open_db(n) for n in (b"audit", b"audit_index", b"meta"))
@@ -174,6 +175,11 @@ def _rewrite_audit(path: Path, index: int, body: dict[str, object]) -> None:
                 txn.delete(digest(raw), db=idx)
                 txn.put(_INDEX.pack(i), new, db=audit)
                 txn.put(digest(new), _INDEX.pack(i), db=idx)
+                for prefix in (b"signed/", b"signoff_used/"):
+                    row = txn.get(prefix + digest(raw), db=meta)
+                    if row is not None:
+                        txn.delete(prefix + digest(raw), db=meta)
+                        txn.put(prefix + digest(new), row, db=meta)
                 prev = digest(new)
             txn.put(b"audit_head", encode_value([len(raws), prev]), db=meta)
     finally:

@@ -22,6 +22,10 @@ let through. The rules (docs/decision-table.md, "Gates"):
 Every check a gate makes runs inside the write txn that appends its record
 (``append_audit_checked``): two processes racing
 with one sign-off, or a gate racing a newer decision, cannot both pass.
+The decision named by id or digest, "already signed off" and "already used" are
+asked of the view (:meth:`~cpstore.decision.ports.AuditView.decisions_by_id`,
+``sign_off_of``, ``sign_off_use``: the store's gate index, docs/store.md), not found
+by reading every record; only a decision named by a prefix reads every decision.
 """
 
 from __future__ import annotations
@@ -151,16 +155,30 @@ def _id_of(decision: Decision | str) -> str:
 MIN_PREFIX = 8
 
 
-def _decision_by_name(store: AuditLog, ident: str) -> list[AuditEntry]:
+def _by_digest(store: AuditView, ident: str) -> list[AuditEntry]:
+    """The decision record whose audit digest is ``ident`` (32 lowercase hex), if any."""
+    if len(ident) != 32 or not _is_hex(ident) or ident != ident.lower():
+        return []
+    try:
+        rec = store.get_audit(ident)
+    except NotFoundError:
+        return []
+    return [rec] if rec.kind == AUDIT_DECISION else []
+
+
+def _decision_by_name(store: AuditView, ident: str) -> list[AuditEntry]:
     """Decision records ``ident`` names: by decision id, else by the record's audit digest,
-    else (a str of >= 8 hex characters) by a unique prefix of either."""
-    records = list(_records(store, AUDIT_DECISION))
-    found = [r for r in records if r.body.get("decision_id") == ident]
+    else (a str of >= 8 hex characters) by a unique prefix of either.
+
+    The first two are asked of the gate index (no read of the log); only a prefix,
+    what an operator types, reads every decision record."""
+    found = list(store.decisions_by_id(ident))
     if found:
         return found
-    found = [r for r in records if r.digest == ident]
+    found = _by_digest(store, ident)
     if found or len(ident) < MIN_PREFIX or not _is_hex(ident):
         return found
+    records = list(_records(store, AUDIT_DECISION))
     low = ident.lower()
     matches = {
         r.digest: r
@@ -184,7 +202,7 @@ def _is_hex(text: str) -> bool:
     return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
-def _decision_record(store: AuditLog, decision: Decision | str) -> AuditEntry:
+def _decision_record(store: AuditView, decision: Decision | str) -> AuditEntry:
     """The one audit record of ``decision``; the caller's object is not trusted.
 
     A str names the decision by its id or by its audit record's digest (what
@@ -192,7 +210,7 @@ def _decision_record(store: AuditLog, decision: Decision | str) -> AuditEntry:
     """
     ident = _id_of(decision)
     if isinstance(decision, Decision):
-        found = [r for r in _records(store, AUDIT_DECISION) if r.body.get("decision_id") == ident]
+        found = list(store.decisions_by_id(ident))
     else:
         found = _decision_by_name(store, ident)
     if not found:
@@ -306,13 +324,13 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
                 expected=latest.body.get("decision_id"),
                 got=rec.body.get("decision_id"),
             )
-        for earlier in log.audit_records(kind=AUDIT_SIGNOFF, start=rec.index + 1):
-            if earlier.body.get("decision_audit") == rec.digest:
-                raise SignOffError(
-                    "decision is already signed off; one decision takes one sign-off",
-                    where=f"audit[{earlier.index}]",
-                    got=earlier.digest,
-                )
+        earlier = log.sign_off_of(rec)  # the gate index: no scan of the log
+        if earlier is not None:
+            raise SignOffError(
+                "decision is already signed off; one decision takes one sign-off",
+                where=f"audit[{earlier.index}]",
+                got=earlier.digest,
+            )
         return {
             "decision_id": rec.body["decision_id"],
             "decision_audit": rec.digest,
@@ -327,15 +345,7 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
     return SignOff(body["decision_id"], body["checkpoint_id"], operator, reason, now, out.digest)
 
 
-def _used_sign_offs(store: AuditLog) -> set[object]:
-    return {
-        r.body.get("sign_off")
-        for r in _records(store, AUDIT_GATE)
-        if r.body.get("sign_off") is not None
-    }
-
-
-def _valid_sign_off(store: AuditLog, digest: str, rec: AuditEntry) -> AuditEntry:
+def _valid_sign_off(store: AuditView, digest: str, rec: AuditEntry) -> AuditEntry:
     try:
         so = store.get_audit(digest)
     except NotFoundError:
@@ -356,7 +366,7 @@ def _valid_sign_off(store: AuditLog, digest: str, rec: AuditEntry) -> AuditEntry
             got=body.get("decision_id"),
         )
     _linked(store, so)
-    if so.digest in _used_sign_offs(store):
+    if store.sign_off_use(so) is not None:  # the gate index: no scan of the log
         raise SignOffError("sign-off was already used; it releases one resume", got=so.digest)
     return so
 

@@ -10,7 +10,7 @@ recorder resumes: the dependency points from the store to this layer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -71,6 +71,17 @@ class AuditView(AuditLog, Protocol):
 
     def latest_decision(self, checkpoint_id: str) -> AuditEntry | None:
         """The latest decision record about ``checkpoint_id``, or None."""
+
+    def decisions_by_id(self, decision_id: str) -> Sequence[AuditEntry]:
+        """Every ``decision`` record whose ``decision_id`` is ``decision_id``, in log order."""
+
+    def sign_off_of(self, decision: Any) -> AuditEntry | None:
+        """The first ``signoff`` record after ``decision`` (an entry of this log) whose
+        ``decision_audit`` is its digest, or None."""
+
+    def sign_off_use(self, sign_off: Any) -> AuditEntry | None:
+        """The first ``gate`` record after ``sign_off`` (an entry of this log) whose
+        ``sign_off`` is its digest, or None."""
 
 
 class AuditStore(AuditLog, Protocol):

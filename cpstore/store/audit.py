@@ -19,7 +19,9 @@ maintained in the append's txn, caught up from the log when it lags (a store
 written before it existed), and checked by :func:`check_audit_chain`. The
 audited-checkpoint index (``cpstore.store.audit_named``: which checkpoints the log
 names, for retention sweeps) is kept, caught up and checked the same way;
-:func:`audited_among` answers from it.
+:func:`audited_among` answers from it. So is the gate index
+(``cpstore.store.audit_gates``: decisions by id, sign-offs by decision, gates by
+sign-off), which the :class:`AuditView` methods the gates call answer from.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ from cpstore.errors import (
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import decode_fast, encode_fast
+from cpstore.store.audit_gates import (
+    GateRows,
+    check_gate_index,
+    decisions_by_id,
+    first_sign_off,
+    first_use,
+    gate_count,
+    put_gate_rows,
+    set_gate_count,
+)
 from cpstore.store.audit_named import (
     AUDITED_PREFIX,
     check_index_rows,
@@ -65,6 +77,7 @@ __all__ = [
     "check_audit_chain",
     "check_record_mac",
     "get_audit",
+    "indexes_lag",
 ]
 
 _INDEX = struct.Struct(">Q")
@@ -124,18 +137,24 @@ def _indexed_count(txn: Txn[memoryview], meta: Any) -> int:
     return count if isinstance(count, int) and count >= 0 else 0
 
 
-def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[int, int]:
-    """Index the records ``0`` to ``end - 1`` that an index does not cover yet; the two
-    covered counts found (decision index, audited-checkpoint index).
+def _covered(txn: Txn[memoryview], meta: Any) -> tuple[int, int, int]:
+    """The covered counts of the decision, audited-checkpoint and gate indexes."""
+    return _indexed_count(txn, meta), named_count(txn, meta), gate_count(txn, meta)
+
+
+def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[int, int, int]:
+    """Index the records ``0`` to ``end - 1`` that an index does not cover yet; the three
+    covered counts found (decision, audited-checkpoint and gate indexes).
 
     Each index starts at its own covered count; the caller records the new counts
     (``end`` or more).
     """
     meta = dbs["meta"]
-    decided_from, named_from = _indexed_count(txn, meta), named_count(txn, meta)
-    start = min(decided_from, named_from)
+    counts = _covered(txn, meta)
+    decided_from, named_from, gated_from = counts
+    start = min(counts)
     if start >= end:
-        return decided_from, named_from
+        return counts
     latest: dict[bytes, int] = {}  # checkpoint -> its latest decision's index
     first: dict[bytes, int] = {}  # checkpoint -> the first record naming it
     with txn.cursor(db=dbs["audit"]) as cur:
@@ -151,12 +170,16 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[i
             if index >= named_from:
                 for named in named_by(rec.kind, rec.body):
                     first.setdefault(named, index)
+            if index >= gated_from:  # in order: a row is claimed after it is written
+                put_gate_rows(
+                    txn, meta, index, bytes.fromhex(rec.digest), kind=rec.kind, body=rec.body
+                )
             found = cur.next()
     for cid, index in latest.items():
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
     for cid, index in first.items():
         put_first_naming(txn, meta, cid, index)
-    return decided_from, named_from
+    return counts
 
 
 def _record_count(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> int:
@@ -166,15 +189,23 @@ def _record_count(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> int:
 
 
 def catch_up_indexes(store: Backend, txn: Txn[memoryview]) -> None:
-    """In the caller's write txn, bring both audit indexes up to the whole log."""
+    """In the caller's write txn, bring the audit indexes up to the whole log."""
     dbs = store.dbs
     meta = dbs["meta"]
     end = _record_count(txn, dbs)
-    decided_from, named_from = _catch_up(txn, dbs, end)
+    decided_from, named_from, gated_from = _catch_up(txn, dbs, end)
     if decided_from < end:
         txn.put(DECISIONS_INDEXED, encode_value(end), db=meta)
     if named_from < end:
         set_named_count(txn, meta, end)
+    if gated_from < end:
+        set_gate_count(txn, meta, end)
+
+
+def indexes_lag(store: Backend) -> bool:
+    """True when an audit index does not cover the whole log (a read txn; no decode)."""
+    with store.read_txn() as txn:
+        return min(_covered(txn, store.dbs["meta"])) < _record_count(txn, store.dbs)
 
 
 def audited_among(store: Backend, txn: Txn[memoryview], cids: Iterable[bytes]) -> set[bytes]:
@@ -279,6 +310,35 @@ class AuditView:
                 latest = rec
         return latest
 
+    def _read_one(self, index: int) -> AuditRecord | None:
+        return next(self.audit_records(start=index, limit=1), None)
+
+    def _tail(self, kind: str, start: int) -> Iterator[AuditRecord]:
+        return self.audit_records(kind=kind, start=start)
+
+    def decisions_by_id(self, decision_id: str) -> list[AuditRecord]:
+        """Every ``decision`` record whose ``decision_id`` is ``decision_id``, in log order
+        (the gate index, ``cpstore.store.audit_gates``, + the log tail)."""
+        found = decisions_by_id(
+            self._txn, self._dbs["meta"], decision_id, read=self._read_one, tail=self._tail
+        )
+        return found  # type: ignore[return-value]
+
+    def sign_off_of(self, decision: AuditRecord) -> AuditRecord | None:
+        """The first ``signoff`` record after ``decision`` whose ``decision_audit`` is its
+        digest (the gate index + the log tail)."""
+        found = first_sign_off(
+            self._txn, self._dbs["meta"], decision, read=self._read_one, tail=self._tail
+        )
+        return found  # type: ignore[return-value]
+
+    def sign_off_use(self, sign_off: AuditRecord) -> AuditRecord | None:
+        """The first ``gate`` record after ``sign_off`` whose ``sign_off`` is its digest."""
+        found = first_use(
+            self._txn, self._dbs["meta"], sign_off, read=self._read_one, tail=self._tail
+        )
+        return found  # type: ignore[return-value]
+
 
 def check_record_mac(store: Backend, txn: Txn[memoryview], index: int) -> None:
     """Raise AuditChainError unless audit record ``index`` carries its true keyed MAC.
@@ -364,8 +424,10 @@ def append_audit_txn(
     if cid is not None:
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
     put_named(txn, meta, index, kind, content)
+    put_gate_rows(txn, meta, index, key, kind=kind, body=content)
     txn.put(DECISIONS_INDEXED, encode_value(index + 1), db=meta)
     set_named_count(txn, meta, index + 1)
+    set_gate_count(txn, meta, index + 1)
     return AuditRecord(index, key.hex(), None if prev is None else prev.hex(), kind, content, when)
 
 
@@ -424,6 +486,8 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
     count = 0
     indexed = _indexed_count(txn, dbs["meta"])
     named_covered = named_count(txn, dbs["meta"])
+    signed_covered = gate_count(txn, dbs["meta"])
+    signoffs = GateRows()
     decided: dict[bytes, int] = {}
     first_named: dict[bytes, int] = {}
     with txn.cursor(db=dbs["audit"]) as cur:
@@ -450,6 +514,8 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
             if index < named_covered:
                 for named in named_by(rec.kind, rec.body):
                     first_named.setdefault(named, index)
+            if index < signed_covered:
+                signoffs.add(index, digest(raw), rec.kind, rec.body)
             expected_prev = None if prev is None else prev.hex()
             if rec.prev != expected_prev:
                 problems.append(
@@ -465,6 +531,7 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
             count = index + 1
     problems.extend(_check_decision_index(txn, dbs, decided))
     problems.extend(check_named_index(txn, dbs, first_named))
+    problems.extend(check_gate_index(txn, dbs["meta"], signoffs))
     head_raw = txn.get(HEAD_KEY, db=dbs["meta"])
     try:
         head = None if head_raw is None else decode_value(head_raw)

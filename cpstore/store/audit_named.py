@@ -18,7 +18,7 @@ decoded by ``cpstore.store.audit``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpstore.errors import CanonicalEncodingError
@@ -120,14 +120,16 @@ def check_index_rows(
     txn: Txn[memoryview],
     meta: Any,
     prefix: bytes,
-    want: Mapping[bytes, int],
+    want: Mapping[bytes, Any],
     *,
     disagrees: str,
     lacks: str,
+    name: Callable[[bytes], str] = bytes.hex,
 ) -> list[Problem]:
-    """The meta rows ``prefix`` + checkpoint id must hold exactly ``want`` (checkpoint ->
-    audit index, canonical int): a row with another value is ``disagrees``, a checkpoint
-    of ``want`` without a row ``lacks`` (the decision and audited-checkpoint indexes)."""
+    """The meta rows ``prefix`` + key must hold exactly ``want`` (checkpoint id or record
+    digest -> audit index or nil, canonical): a row with another value, or a row ``want``
+    has no key for, is ``disagrees``; a key of ``want`` without a row ``lacks`` (the
+    decision, audited-checkpoint and gate indexes); ``name`` prints a key in ``where``."""
     problems: list[Problem] = []
     seen: set[bytes] = set()
     where = "meta/" + prefix.decode()
@@ -140,9 +142,9 @@ def check_index_rows(
             except CanonicalEncodingError:
                 got = bytes(cur.value()).hex()
             seen.add(cid)
-            if want.get(cid) != got:
-                problems.append(Problem(disagrees, where + cid.hex(), want.get(cid), got))
+            if cid not in want or want[cid] != got:
+                problems.append(Problem(disagrees, where + name(cid), want.get(cid), got))
             found = cur.next()
     for cid in sorted(set(want) - seen):
-        problems.append(Problem(lacks, where + cid.hex(), expected=want[cid]))
+        problems.append(Problem(lacks, where + name(cid), expected=want[cid]))
     return problems
