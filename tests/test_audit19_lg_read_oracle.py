@@ -112,7 +112,9 @@ def _forge(saver: CpstoreSaver, thread: str, states: list[dict[str, Any]]) -> li
         have = sorted(channels)
         entry = Entry(thread, "", checkpoint_id, cid, rec.run_id, "main", parent, None, tuple(have))
         backend.write_txn(
-            lambda txn, key=key, entry=entry: txn.put(key, pack(key, entry.body()), db=backend.db("meta"))
+            lambda txn, key=key, entry=entry: txn.put(
+                key, pack(key, entry.body()), db=backend.db("meta")
+            )
         )
         ids.append(checkpoint_id)
         parent = checkpoint_id
