@@ -17,8 +17,11 @@ from typing import Any
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from pg_cluster import Cluster, fresh_url, pg_cluster  # noqa: F401 - fixtures
+from stored import raw_delete
 
+from cpstore.errors import IntegrityError
 from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph._read import entry_at
 
 _THREADS = ("a", "b")
 
@@ -158,3 +161,40 @@ def test_values_of_a_list_are_not_shared_with_a_later_list(
             _check(tup, "a")
             assert tup.metadata["source"] == "loop"
             assert "edited" not in tup.checkpoint["channel_versions"].values()
+
+
+def _cid_of(saver: CpstoreSaver, thread: str, checkpoint_id: str) -> bytes:
+    backend = saver.store.backend
+    with backend.read_txn() as txn:
+        entry = entry_at(txn, backend.db("meta"), thread, "", checkpoint_id)
+    assert entry is not None
+    return entry.cid
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "postgres"])
+def test_pruned_reads_none_and_a_record_lost_without_tombstone_is_damage(
+    backend: str,
+    tmp_path: Path,
+    pg_cluster: Cluster,  # noqa: F811 - the fixture
+) -> None:
+    """Pruned: get_tuple None and list skips it; a record gone with no tombstone: IntegrityError
+    "not stored" from get_tuple and list (the Loader's folded stored() check), on both engines."""
+    url = str(tmp_path / "s") if backend == "lmdb" else fresh_url()
+    _putter(url, "a", 5)
+    with CpstoreSaver.from_conn_string(url) as saver:
+        ids = [t.config["configurable"]["checkpoint_id"] for t in saver.list(_cfg("a"))][::-1]
+        saver.store.prune(keep_last=2, run_id="lg:a")
+        assert saver.get_tuple(_cfg("a", ids[0])) is None
+        assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(_cfg("a"))] == [
+            ids[4],
+            ids[3],
+        ]
+        cid = _cid_of(saver, "a", ids[3])
+        store_backend = saver.store.backend
+        store_backend.write_txn(lambda txn: raw_delete(txn, store_backend.dbs, "checkpoints", cid))
+        with pytest.raises(IntegrityError, match="not stored"):
+            saver.get_tuple(_cfg("a", ids[3]))
+        with pytest.raises(IntegrityError, match="not stored"):
+            list(saver.list(_cfg("a")))
+        head = saver.get_tuple(_cfg("a"))
+        assert head is not None and head.metadata["step"] == 4
