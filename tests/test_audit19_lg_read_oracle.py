@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -140,7 +140,7 @@ _STATES = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(_STATES)
 def test_list_and_get_tuple_of_forged_parts_equal_the_pre_lgfast_reads(
     tmp_path_factory: Any, picks: list[dict[str, int]]
@@ -153,6 +153,84 @@ def test_list_and_get_tuple_of_forged_parts_equal_the_pre_lgfast_reads(
         ids = _forge(saver, "t", states)
         cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         assert _outcome(lambda: list(saver.list(cfg))) == _outcome(lambda: _old_list(saver, "t"))
+        backend = saver.store.backend
+        for checkpoint_id in ids:
+            one = {"configurable": {**cfg["configurable"], "checkpoint_id": checkpoint_id}}
+
+            def old(checkpoint_id: str = checkpoint_id) -> Any:
+                with backend.read_txn() as txn:
+                    key = checkpoint_key("t", "", checkpoint_id)
+                    found = txn.get(key, db=backend.db("meta"))
+                    return _old_tuple(txn, saver, Entry.decode(key, bytes(found)))
+
+            assert _outcome(lambda one=one: saver.get_tuple(one)) == _outcome(old)
+
+
+def _put_chain(saver: CpstoreSaver, thread: str, n: int) -> list[str]:
+    """``n`` saver puts (two channels unchanged throughout, two new each step), each
+    with one pending write; their ids."""
+    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    versions = {"same": 1, "also": 1, "doc": 1, "n": 1}
+    ids = []
+    for step in range(n):
+        cp = empty_checkpoint()
+        cp["channel_values"] = {
+            "same": "s" * 50,
+            "also": [1, {"k": "v"}],
+            "doc": f"d{step}" * 20,
+            "n": step,
+        }
+        new = {"same": 1, "also": 1} if step == 0 else {}
+        for name in ("doc", "n"):
+            versions[name] += 1
+            new[name] = versions[name]
+        cp["channel_versions"] = dict(versions)
+        config = saver.put(config, cp, {"step": step}, new)
+        saver.put_writes(config, [("doc", f"w{step}")], f"task-{step}")
+        ids.append(config["configurable"]["checkpoint_id"])
+    return ids
+
+
+def _damaged(value: bytes, data: st.DataObject) -> bytes:
+    raw = bytearray(value)
+    how = data.draw(st.sampled_from(["flip", "cut", "grow"]))
+    if how == "flip" and raw:
+        at = data.draw(st.integers(0, len(raw) - 1))
+        raw[at] ^= data.draw(st.integers(1, 255))
+    elif how == "cut" and raw:
+        del raw[data.draw(st.integers(0, len(raw) - 1)) :]
+    else:
+        at = data.draw(st.integers(0, len(raw)))
+        raw[at:at] = data.draw(st.binary(min_size=1, max_size=5))
+    return bytes(raw)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_any_damaged_stored_byte_reads_through_list_and_get_tuple_as_before(
+    tmp_path_factory: Any, data: st.DataObject
+) -> None:
+    """A byte flipped, cut or grown in a LangGraph index entry, a pending write, a
+    location index row or any heap entry (record, hint block, compact frame, object):
+    list and get_tuple give the pre-lgfast tuples or raise its error class."""
+    path = Path(tmp_path_factory.mktemp("dmg")) / "s"
+    with CpstoreSaver.from_conn_string(path, durability="none") as saver:
+        ids = _put_chain(saver, "t", 4)
+        env = saver.store.backend.env.env
+        table = data.draw(st.sampled_from(["meta", "cloc", "oloc", "heap"]))
+        dbs = saver.store.backend.dbs
+        with env.begin() as txn:
+            rows = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=dbs[table])]
+        if table == "meta":
+            rows = [r for r in rows if r[0].startswith((b"lg/c/", b"lg/w/"))]
+        key, value = data.draw(st.sampled_from(rows))
+        bad = _damaged(value, data)
+        with env.begin(write=True) as txn:
+            txn.put(key, bad, db=dbs[table])
+        cfg = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        listed = _outcome(lambda: list(saver.list(cfg)))
+        event(f"{table}: {listed.__name__ if isinstance(listed, type) else 'tuples'}")
+        assert listed == _outcome(lambda: _old_list(saver, "t"))
         backend = saver.store.backend
         for checkpoint_id in ids:
             one = {"configurable": {**cfg["configurable"], "checkpoint_id": checkpoint_id}}
