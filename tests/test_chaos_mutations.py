@@ -45,8 +45,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_process import work
-from chaos_worker import KEEP, SHARED, Log
+from chaos_check import (
+    cas_linear,
+    gates_follow_log,
+    gc_names_decided,
+    peer_problems,
+    saver_problems,
+)
+from chaos_process import compactor, work
+from chaos_worker import SHARED, Log
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
@@ -108,7 +115,7 @@ class Model:
         for b, e in self.ops:
             if self.end(e) <= t0 or (e is not None and e["ev"] == "x"):
                 continue
-            if b["op"] == "delete" and b["run"] == run:
+            if b["op"] in ("delete", "lgprune") and b["run"] == run:
                 return True
             # Every sweep (a prune of any run, a delete_run) takes what nothing keeps: a
             # fork branch's checkpoints once the retained head keeping them is released.
@@ -140,7 +147,7 @@ class Model:
         return sum(
             1
             for b, e in self.ops
-            if b["op"] == "ckpt"
+            if b["op"] in ("ckpt", "lgput")
             and b["run"] == run
             and b["branch"] == branch
             and b["id"] != own
@@ -150,7 +157,9 @@ class Model:
         )
 
 
-def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, Any]:
+def check(
+    store: cpstore.Store, logdir: Path, *, final: bool, peer: str | None = None
+) -> dict[str, Any]:
     """Every invariant the module docstring lists, over the logs as they stand."""
     before = Model(read_logs(logdir))
     problems: list[str] = [f"defect: {d}" for d in before.defects]
@@ -222,6 +231,9 @@ def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, Any]:
         if not same and a["verdict"] == "ACCEPT":
             problems.append(f"ACCEPT for different inputs: {a['cid']} vs {a['other']}")
     problems += cas_linear(store, after, final=final)
+    problems += saver_problems(store, after)
+    if peer is not None and final:
+        problems += peer_problems(peer, after)
     if final:
         problems += gc_names_decided(store, after)
     records = list(store.audit_records())
@@ -232,98 +244,6 @@ def check(store: cpstore.Store, logdir: Path, *, final: bool) -> dict[str, Any]:
         problems.append("audit chain forked or broken")
     assert not problems, "\n".join(problems[:30])
     return {"checkpoints": len(checked_ck), "audit": len(records), "ops": len(after.ops)}
-
-
-def cas_linear(store: cpstore.Store, m: Model, *, final: bool) -> list[str]:
-    """CAS-only branches: no parent with two acked children; the head's chain: only begun ones."""
-    problems = []
-    children: dict[tuple[str, str | None], list[str]] = defaultdict(list)
-    begun: dict[str, set[str]] = defaultdict(set)  # run -> state digests begun on its main
-    for b, e in m.ops:
-        if (
-            b["op"] == "ckpt"
-            and b["branch"] == "main"
-            and (b["run"] == SHARED or b["run"].startswith("own-"))
-        ):
-            begun[b["run"]].add(b["sd"])
-            if e is not None and e["ev"] == "a":
-                children[(b["run"], b["parent"])].append(e["cid"])
-    for (run, parent), kids in children.items():
-        if len(set(kids)) > 1:
-            problems.append(
-                f"a CAS was bypassed on {run}: {parent} has acknowledged children {kids}"
-            )
-    if final:
-        for run, digests in begun.items():
-            try:
-                chain = store.history(run, limit=min(KEEP))
-            except CpstoreError as exc:
-                problems.append(f"history of {run}: {exc!r}")
-                continue
-            for mf in chain:
-                if mf.state_digest not in digests:
-                    problems.append(f"{run}: head's chain holds {mf.id}, which no worker began")
-    return problems
-
-
-def gates_follow_log(records: list[Any]) -> list[str]:
-    """Every resume gate and permit followed the standing decision; a sign-off or permit once."""
-    problems: list[str] = []
-    latest: dict[str, str] = {}  # checkpoint -> digest of the latest decision about it
-    by_digest = {r.digest: r for r in records}
-    used: set[str] = set()
-    for r in records:
-        body = r.body
-        if r.kind == "decision":
-            recorded = body.get("recorded") or {}
-            if recorded.get("checkpoint_id"):
-                latest[recorded["checkpoint_id"]] = r.digest
-        elif r.kind == "gate" and body.get("gate") == "resume":
-            c, dec = body["checkpoint_id"], by_digest[body["decision_audit"]]
-            if latest.get(c) != dec.digest:
-                problems.append(f"gate {r.index} followed a superseded decision about {c}")
-            if dec.body["verdict"] != "ACCEPT":
-                so = body.get("sign_off")
-                if so is None or so in used or by_digest[so].kind != "signoff":
-                    problems.append(
-                        f"gate {r.index} passed a {dec.body['verdict']} without a fresh sign-off"
-                    )
-                used.add(str(so))
-        elif r.kind == "resume":
-            gate = by_digest[body["permit"]]
-            if gate.body["checkpoint_id"] != body["checkpoint_id"] or gate.digest in used:
-                problems.append(f"resume {r.index}: permit for another checkpoint, or used twice")
-            if latest.get(body["checkpoint_id"]) != gate.body["decision_audit"]:
-                problems.append(f"resume {r.index} used a permit a later decision superseded")
-            used.add(gate.digest)
-    return problems
-
-
-def gc_names_decided(store: cpstore.Store, m: Model) -> list[str]:
-    """A sweep that removed a checkpoint a decision names says so in a ``gc`` audit record."""
-    named_by_gc: dict[str, list[int]] = defaultdict(list)
-    for r in store.audit_records(kind="gc"):
-        for c in r.body["decided"]:
-            named_by_gc[c].append(r.index)
-    sweeps = [(b["t"], m.end(e)) for b, e in m.ops if b["op"] in ("prune", "delete")]
-    problems = []
-    for b, a in m.acked("validate"):
-        if a.get("digest") is None:
-            continue  # not recorded
-        rec = store.get_audit(a["digest"])
-        if any(f["code"] == "INTEGRITY" for f in rec.body["findings"]):
-            continue  # a side was gone when validated: no sweep after the record removed it
-        if any(t0 < a["t"] and t1 > b["t"] for t0, t1 in sweeps):
-            continue  # a sweep beside the validation may have run before its record
-        for c in {a["cid"], a["other"]}:
-            try:
-                store.manifest(c)
-                continue
-            except CpstoreError:
-                pass
-            if not any(j > rec.index for j in named_by_gc[c]):
-                problems.append(f"{c} (decision {rec.index}) removed without a gc record naming it")
-    return problems
 
 
 def damage_and_repair(store: str, log: Log, rng: random.Random) -> None:
@@ -360,36 +280,63 @@ def damage_and_repair(store: str, log: Log, rng: random.Random) -> None:
 
 
 def _start(
-    ctx: Any, store: str, logdir: Path, w: int, inc: int, *, seed: int, deadline: float
+    ctx: Any, store: str, logdir: Path, w: int, inc: int, *, seed: int, deadline: float, **kw: Any
 ) -> Any:
-    kwargs = {"seed": seed, "deadline": deadline, "map_size": MAP}
+    kwargs = {"seed": seed, "deadline": deadline, "map_size": MAP, **kw}
     p = ctx.Process(target=work, args=(store, str(logdir), w, inc), kwargs=kwargs, daemon=True)
     p.start()
     return p
 
 
-def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) -> dict[str, Any]:
-    """Run the workers ``seconds``, kill and restart some; check after each kill and at end."""
-    print(f"chaos seed={seed} workers={workers} seconds={seconds}")
+def _start_compactor(ctx: Any, store: str, logdir: Path, inc: int, deadline: float) -> Any:
+    p = ctx.Process(target=compactor, args=(store, str(logdir), inc, deadline), daemon=True)
+    p.start()
+    return p
+
+
+def chaos(
+    store: str,
+    logdir: Path,
+    *,
+    seed: int,
+    workers: int,
+    seconds: float,
+    compact: bool = False,
+) -> dict[str, Any]:
+    """Run the workers ``seconds``, kill and restart some; check after each kill and at end.
+
+    The peer store of push/pull is a folder beside the logs. With ``compact``,
+    the workers open and close the store in short sessions and a compactor
+    process runs ``compact_store`` again and again (it is killed too).
+    """
+    print(f"chaos seed={seed} workers={workers} seconds={seconds} compact={compact}")
     logdir.mkdir(exist_ok=True)
+    peer = str(logdir.parent / "peer")
     with cpstore.open(store, map_size=MAP):
         pass  # made once, before the workers race to open it
+    with cpstore.open(peer):
+        pass
     rng = random.Random(seed)
     ctx = multiprocessing.get_context("spawn")
     deadline = time.monotonic() + seconds
     incs = dict.fromkeys(range(workers), 0)
+    kw = {"peer": peer, "sessions": compact}
     procs = {
-        w: _start(ctx, store, logdir, w, 0, seed=seed, deadline=deadline) for w in range(workers)
+        w: _start(ctx, store, logdir, w, 0, seed=seed, deadline=deadline, **kw)
+        for w in range(workers)
     }
+    if compact:
+        procs[90] = _start_compactor(ctx, store, logdir, 0, deadline)
+        incs[90] = 0
     kills = checks = 0
     operator = Log(str(logdir / "w99.log"), 99, 0)
     figures: dict[str, Any] = {}
     try:
         while time.monotonic() < deadline - 1.5:
             time.sleep(rng.uniform(0.3, 1.5))
-            if rng.random() < 0.5:
+            if rng.random() < 0.5 and not compact:  # compaction wants the store closed often
                 damage_and_repair(store, operator, rng)
-            w = rng.randrange(workers)
+            w = 90 if compact and rng.random() < 0.2 else rng.randrange(workers)
             if procs[w].is_alive():
                 os.kill(procs[w].pid, signal.SIGKILL)
                 kills += 1
@@ -404,24 +351,34 @@ def chaos(store: str, logdir: Path, *, seed: int, workers: int, seconds: float) 
                     assert copy_store(st, copy).ok
                     shutil.rmtree(copy)
             incs[w] += 1
-            procs[w] = _start(ctx, store, logdir, w, incs[w], seed=seed, deadline=deadline)
+            if w == 90:
+                procs[w] = _start_compactor(ctx, store, logdir, incs[w], deadline)
+            else:
+                procs[w] = _start(
+                    ctx, store, logdir, w, incs[w], seed=seed, deadline=deadline, **kw
+                )
         for w, p in procs.items():
             p.join(timeout=seconds + 120)
             assert p.exitcode is not None, f"worker {w} hung (seed {seed})"
         with cpstore.open(store) as st:
-            figures = check(st, logdir, final=True)
+            figures = check(st, logdir, final=True, peer=peer)
     finally:
         for p in procs.values():
             if p.is_alive():
                 p.kill()
                 p.join(timeout=10)
-    ends = sum(1 for r in read_logs(logdir) if r["ev"] == "end")
-    assert ends >= workers, f"only {ends} workers ended cleanly (seed {seed})"
+    lines = read_logs(logdir)
+    ends = sum(1 for r in lines if r["ev"] == "end")
+    assert ends >= len(procs), f"only {ends} workers ended cleanly (seed {seed})"
     errors: dict[str, int] = defaultdict(int)
-    for r in read_logs(logdir):
+    for r in lines:
         if r["ev"] == "x":
             errors[f"{r['op']}:{r['err']}"] += 1
-    figures.update(kills=kills, checks=checks, seed=seed, errors=dict(errors))
+    done: dict[str, int] = defaultdict(int)
+    for r in lines:
+        if r["ev"] == "a" and r["op"] in ("compact", "lgput", "lgwrite", "push", "pckpt", "ckpt"):
+            done[r["op"] + (":pull" if r.get("pull") else "")] += 1
+    figures.update(kills=kills, checks=checks, seed=seed, errors=dict(errors), done=dict(done))
     print(f"chaos figures: {figures}")
     return figures
 
@@ -465,6 +422,35 @@ class TestChaosPostgres:
         seconds = float(os.environ.get("CPSTORE_CHAOS_SECONDS", "120"))
         figures = chaos(pg_url, tmp_path / "logs", seed=_seed(), workers=4, seconds=seconds)
         assert figures["checkpoints"] > 0 and figures["kills"] > 0
+
+
+class TestChaosCompaction:
+    def test_compaction_racing_workers_in_short_sessions_loses_no_acknowledged_checkpoint(
+        self, tmp_path: Path
+    ) -> None:
+        """Three workers in short open/close sessions, a compactor compacting again and again
+        (both killed too), 10 s: every invariant holds, an open meanwhile fails documented."""
+        figures = chaos(
+            str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=3, seconds=10,
+            compact=True,
+        )  # fmt: skip
+        assert figures["checkpoints"] > 0 and figures["kills"] > 0
+        assert (
+            sum(n for k, n in figures["errors"].items() if k.startswith("compact:"))
+            + figures["done"].get("compact", 0)
+            > 0
+        )
+
+    @pytest.mark.soak
+    @pytest.mark.skipif(not SOAK, reason="set CPSTORE_SOAK=1")
+    def test_soak_compaction_racing_workers_in_short_sessions(self, tmp_path: Path) -> None:
+        """The compaction mix: four workers for 120 s (CPSTORE_SOAK=1); some compactions land."""
+        seconds = float(os.environ.get("CPSTORE_CHAOS_SECONDS", "120"))
+        figures = chaos(
+            str(tmp_path / "s"), tmp_path / "logs", seed=_seed(), workers=4, seconds=seconds,
+            compact=True,
+        )  # fmt: skip
+        assert figures["checkpoints"] > 0 and figures["done"].get("compact", 0) > 0
 
 
 def _fake_log(logdir: Path, lines: list[dict[str, Any]]) -> None:
@@ -533,6 +519,30 @@ class TestCheckerBites:
         ])  # fmt: skip
         with st, pytest.raises(AssertionError, match="ACCEPT for different inputs"):
             check(st, tmp_path / "logs", final=True)
+
+    def test_an_acknowledged_langgraph_put_the_store_lacks_is_reported_lost(
+        self, tmp_path: Path
+    ) -> None:
+        """An acked saver put that get_tuple does not find, and nothing removed, fails the check."""
+        st, _ = self._store(tmp_path)
+        put = {"run": "lg:lg-w0-0", "branch": "main", "thread": "lg-w0-0", "vd": "0" * 32}
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "lgput", "id": "1", "parent": None, **put},
+            {"ev": "a", "op": "lgput", "id": "1", "cid": "1f0-ghost", **put},
+        ])  # fmt: skip
+        with st, pytest.raises(AssertionError, match="acknowledged LangGraph put lost"):
+            check(st, tmp_path / "logs", final=True)
+
+    def test_a_pushed_head_the_peer_lacks_is_reported(self, tmp_path: Path) -> None:
+        """An acked push whose head the peer store does not hold fails the final check."""
+        st, cid = self._store(tmp_path)
+        cpstore.open(tmp_path / "peer").close()
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "push", "id": "1", "run": SHARED, "src": cid},
+            {"ev": "a", "op": "push", "id": "1", "run": SHARED, "src": cid, "copied": 1},
+        ])  # fmt: skip
+        with st, pytest.raises(AssertionError, match="not whole in the peer"):
+            check(st, tmp_path / "logs", final=True, peer=str(tmp_path / "peer"))
 
 
 class TestRetainedRuns:
