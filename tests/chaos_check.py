@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from chaos_roles import values_digest
@@ -116,39 +117,41 @@ def gc_names_decided(store: cpstore.Store, m: Any) -> list[str]:
     return problems
 
 
-def saver_problems(store: cpstore.Store, m: Any) -> list[str]:
-    """Acknowledged puts and writes of the LangGraph saver read back, unless removable."""
+def saver_problems(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[str]:
+    """Acknowledged puts and writes of the LangGraph saver read back, unless removable.
+
+    ``m`` is the log read before the store's reads, ``later()`` the log read after them:
+    any removal that could explain a miss was logged by then.
+    """
     problems: list[str] = []
     if store.durability == "batched":
         return problems
     saver = CpstoreSaver(store)
     seen: dict[str, Any] = {}
+    missed: list[tuple[Any, Any, str]] = []
     for b, a in m.acked("lgput"):
-        conf = {
-            "configurable": {
-                "thread_id": a["thread"],
-                "checkpoint_ns": "",
-                "checkpoint_id": a["cid"],
-            }
-        }
+        conf = {"thread_id": a["thread"], "checkpoint_ns": "", "checkpoint_id": a["cid"]}
         try:
-            tup = saver.get_tuple(conf)
+            tup = saver.get_tuple({"configurable": conf})
         except CpstoreError as exc:
             problems.append(f"get_tuple of put {a['cid']} on {a['thread']}: {exc!r}"[:300])
             continue
         seen[a["cid"]] = tup
-        if tup is not None and tup.checkpoint["id"] == a["cid"]:
-            if values_digest(tup.checkpoint["channel_values"]) != a["vd"]:
-                problems.append(f"get_tuple of put {a['cid']} on {a['thread']}: other values")
-        elif not m.removable(a, b):
-            problems.append(f"acknowledged LangGraph put lost: {a['cid']} on {a['thread']}")
+        if tup is None or tup.checkpoint["id"] != a["cid"]:
+            missed.append((b, a, "acknowledged LangGraph put lost"))
+        elif values_digest(tup.checkpoint["channel_values"]) != a["vd"]:
+            problems.append(f"get_tuple of put {a['cid']} on {a['thread']}: other values")
     puts = {a["cid"]: (b, a) for b, a in m.acked("lgput")}
     for _, a in m.acked("lgwrite"):
         tup, put = seen.get(a["cid"]), puts.get(a["cid"])
-        if tup is None or put is None or m.removable(put[1], put[0]):
+        if tup is None or put is None:
             continue
         if (a["task"], "doc", a["value"]) not in list(tup.pending_writes or []):
-            problems.append(f"acknowledged put_writes lost: {a['task']} on {a['cid']}")
+            missed.append((put[0], put[1], f"acknowledged put_writes lost: {a['task']}"))
+    after = later()
+    for b, a, why in missed:
+        if not after.removable(a, b):
+            problems.append(f"{why}: {a['cid']} on {a['thread']}")
     return problems
 
 

@@ -231,7 +231,7 @@ def check(
         if not same and a["verdict"] == "ACCEPT":
             problems.append(f"ACCEPT for different inputs: {a['cid']} vs {a['other']}")
     problems += cas_linear(store, after, final=final)
-    problems += saver_problems(store, after)
+    problems += saver_problems(store, after, lambda: Model(read_logs(logdir)))
     if peer is not None and final:
         problems += peer_problems(peer, after)
     if final:
