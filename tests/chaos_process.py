@@ -140,11 +140,12 @@ def work(
     map_size: int,
     peer: str | None = None,
     sessions: bool = False,
+    crash_safe: bool = False,
 ) -> None:
     """The worker process: open the store and run the mix until ``deadline`` (monotonic)."""
     rng = random.Random(f"{seed}/{worker}/{inc}")
     modes: tuple[Literal["sync", "batched", "none"], ...] = ("sync", "sync", "none", "batched")
-    mode = rng.choice(modes)
+    mode = rng.choice(modes[:2] + modes[3:] if crash_safe else modes)
     log = Log(os.path.join(logdir, f"w{worker}.log"), worker, inc)
     log.write("start", sync=True, mode=mode, seed=seed, pid=os.getpid())
     carried: dict[str, object] = {}

@@ -15,6 +15,8 @@ and a second batched writer thread.
   ``pckpt``), then that run pulled into the worker's store; the pulled head is
   logged as a ``ckpt`` of that run (one new checkpoint a pull, so retention's
   count holds), and the first failed pull ends pulls of the incarnation.
+* :func:`damage_and_repair`: the operator (the test process) breaks a fork
+  branch's ref check, lets the workers meet it, and repairs it.
 * :func:`batched_writer`: in batched mode, a second thread with its own recorder
   on ``own-w<N>t``, queueing checkpoints and flushing (a flush acknowledges).
 """
@@ -27,11 +29,11 @@ import threading
 import time
 from typing import Any
 
-from chaos_worker import SHARED, Worker, shared_cas
+from chaos_worker import SHARED, Log, Worker, shared_cas
 from langgraph.checkpoint.base import empty_checkpoint
 
 import cpstore
-from cpstore.errors import ConflictError, CpstoreError
+from cpstore.errors import ConflictError, CpstoreError, NotFoundError
 from cpstore.langgraph import CpstoreSaver
 from cpstore.store.transfer import transfer
 
@@ -225,3 +227,36 @@ def batched_writer(w: Worker, deadline: float, stop: threading.Event) -> None:
             mine.flush()
     except CpstoreError:
         pass
+
+
+def damage_and_repair(store: str, log: Log, rng: random.Random) -> None:
+    """The operator: break the check of a fork branch's ref, let the workers meet it, repair it."""
+    with cpstore.open(store) as st:
+        forks = [
+            (run, b)
+            for run in st.runs()
+            if run.startswith("own-")
+            for b in st.branches(run)
+            if b != "main"
+        ]
+        if not forks:
+            return
+        run, branch = rng.choice(forks)
+        key, refs = f"{run}\0{branch}".encode(), st.backend.dbs["refs"]
+
+        def flip(txn: Any) -> None:
+            value = txn.get(key, db=refs)
+            if value is not None:
+                value = bytes(value)
+                txn.put(key, value[:-1] + bytes([value[-1] ^ 1]), db=refs)
+
+        oid = log.op()
+        log.write("b", sync=True, op="damage", id=oid, run=run, branch=branch)
+        st.backend.write_txn(flip)
+        time.sleep(rng.uniform(0.05, 0.4))
+        try:
+            rec = st.repair_ref(run, branch, None, operator="chaos", reason="damaged")
+        except (ConflictError, NotFoundError) as exc:  # the branch was gone before the flip
+            log.write("x", sync=True, op="damage", id=oid, err=type(exc).__name__)
+            return
+        log.write("a", sync=True, op="damage", id=oid, digest=rec.digest, index=rec.index)

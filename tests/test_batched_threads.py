@@ -1,12 +1,13 @@
 """Batched mode with two writing threads: a flush acknowledges only what is committed.
 
 Found while adding a second batched writer thread to the chaos test
-(tests/chaos_roles.py, ``batched_writer``): one handle's queue holds every thread's checkpoints and a flush takes all of it,
-so thread B's ``flush()`` found the queue empty (thread A's flush had taken B's
-checkpoints) and returned at once, before A's commit was durable, and also when
-A's commit failed and dropped B's checkpoints: B acknowledged checkpoints the
-store never held. Now B's flush waits for the commit holding its checkpoints and
-raises when it dropped them (cpstore/store/batch_owners.py).
+(tests/chaos_roles.py, ``batched_writer``): one handle's queue holds every
+thread's checkpoints and a flush takes all of it, so thread B's ``flush()``
+found the queue empty (thread A's flush had taken B's checkpoints) and returned
+at once, before A's commit was durable, and also when A's commit failed and
+dropped B's checkpoints: B acknowledged checkpoints the store never held. Now
+B's flush waits for the commit holding its checkpoints and raises when it
+dropped them (cpstore/store/batch_owners.py).
 """
 
 from __future__ import annotations
