@@ -4,10 +4,10 @@
 tests/chaos_worker.py's and tests/chaos_roles.py's operations, picked by
 weight, until the deadline; beside it a reader thread (70% of processes) and
 a second writing thread (60%; in batched mode one with its own queued
-checkpoints and flushes). With ``sessions`` (the compaction variant) it opens
-and closes the store again and again, so a compaction can find it closed
-everywhere; an open refused meanwhile must be a CpstoreError. A thread that
-does not end within a bounded wait is logged as a defect.
+checkpoints and flushes). With ``sessions`` (the compaction variant,
+tests/chaos_compactor.py) it opens and closes the store again and again, so a
+compaction can find it closed everywhere; an open refused meanwhile must be a
+CpstoreError. A thread that does not end within a bounded wait is a defect.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from chaos_worker import CONTESTED, SHARED, Log, Worker, shared_cas
 
 import cpstore
 from cpstore.errors import CpstoreError, IntegrityError
-from cpstore.store import compact_store
 
 OPS: list[tuple[str, int]] = [
     ("own", 30),
@@ -221,34 +220,3 @@ def _session(w: Worker, roles: Roles, until: float) -> None:
         if roles.peer is not None:
             roles.peer.close()
             roles.peer = None
-
-
-def compactor(store: str, logdir: str, inc: int, deadline: float) -> None:
-    """The compaction variant's compactor: ``compact_store`` again and again until the deadline.
-
-    Refused (StoreError) while any worker has the store open or when one committed
-    after its verify; an IntegrityError or a non-CpstoreError is a defect.
-    """
-    rng = random.Random(f"compact/{inc}")
-    log = Log(os.path.join(logdir, "w90.log"), 90, inc)
-    log.write("start", sync=True, pid=os.getpid())
-    while time.monotonic() < deadline:
-        oid = log.op()
-        log.write("b", sync=True, op="compact", id=oid)
-        try:
-            rep = compact_store(store)
-        except CpstoreError as exc:
-            log.write("x", sync=True, op="compact", id=oid, err=type(exc).__name__,
-                      msg=str(exc)[:300])  # fmt: skip
-            if isinstance(exc, IntegrityError):
-                log.write("defect", sync=True, op="compact", err="IntegrityError",
-                          tb=traceback.format_exc()[-2000:])  # fmt: skip
-        except BaseException as exc:
-            log.write("defect", sync=True, op="compact", err=type(exc).__name__,
-                      tb=traceback.format_exc()[-2000:])  # fmt: skip
-            raise
-        else:
-            log.write("a", sync=True, op="compact", id=oid, before=rep.bytes_before,
-                      after=rep.bytes_after, counts=rep.counts)  # fmt: skip
-        time.sleep(rng.uniform(0.0, 0.05))
-    log.write("end", sync=True)
