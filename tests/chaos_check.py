@@ -1,5 +1,7 @@
-"""The chaos test's checks beyond the store's own history (tests/test_chaos_mutations.py).
+"""The chaos test's model of the logs and its checks (tests/test_chaos_mutations.py).
 
+* :class:`Model`: what the workers' logs say the store acknowledged, and which
+  logged operation could have removed an acknowledged checkpoint;
 * a branch only compare-and-set moves never forks, and its head's chain holds only
   checkpoints a worker began there;
 * the audit log's gates and permits follow the standing decision, and a sweep
@@ -13,8 +15,11 @@
 
 from __future__ import annotations
 
+import json
+import math
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from chaos_roles import values_digest
@@ -23,6 +28,104 @@ from chaos_worker import KEEP, SHARED
 import cpstore
 from cpstore.errors import CpstoreError
 from cpstore.langgraph import CpstoreSaver
+
+INF = math.inf
+
+
+def read_logs(logdir: Path) -> list[dict[str, Any]]:
+    """Every complete line of every worker log, in time order."""
+    lines: list[dict[str, Any]] = []
+    for p in sorted(logdir.glob("w*.log")):
+        text = p.read_text()
+        for raw in text.split("\n")[:-1]:  # a line cut by a kill has no newline yet
+            lines.append(json.loads(raw))
+    lines.sort(key=lambda r: r["t"])
+    return lines
+
+
+class Model:
+    """What the logs say the store acknowledged and what could have been removed."""
+
+    def __init__(self, lines: list[dict[str, Any]]) -> None:
+        begins: dict[str, dict[str, Any]] = {}
+        ends: dict[str, dict[str, Any]] = {}
+        self.defects = [r for r in lines if r["ev"] == "defect"]
+        for r in lines:
+            if r["ev"] == "b":
+                begins[r["id"]] = r
+            elif r["ev"] in ("a", "x"):
+                ends.setdefault(r["id"], r)
+        self.ops = [(b, ends.get(i)) for i, b in begins.items()]
+        self.acks = [(begins[i], e) for i, e in ends.items() if e["ev"] == "a"]
+        # While a ref is damaged (the operator's, below), anything reading it refuses
+        # with IntegrityError (docs/store.md, "Every ref read is checked"): not a defect.
+        windows = [(b["t"], self.end(e)) for b, e in self.ops if b["op"] == "damage"]
+        self.defects = [
+            d
+            for d in self.defects
+            if not (d.get("err") == "IntegrityError" and any(
+                t0 <= d["t"] and d["t"] - 1e9 <= t1 for t0, t1 in windows
+            ))
+        ]  # fmt: skip
+
+    def end(self, oid_end: dict[str, Any] | None) -> float:
+        """When an operation ended (never, for one a kill cut)."""
+        return INF if oid_end is None else float(oid_end["t"])
+
+    def acked(self, op: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(begin, ack) of every acknowledged ``op``."""
+        return [(b, a) for b, a in self.acks if b["op"] == op]
+
+    def removable(self, ck: dict[str, Any], begin: dict[str, Any]) -> bool:
+        """True when an operation in the log could have removed checkpoint ``ck``."""
+        run, branch, t0 = ck["run"], ck["branch"], begin["t"]
+        for b, e in self.ops:
+            if self.end(e) <= t0:
+                continue
+            if b["op"] in ("lgdelete", "lgprune") and b["run"] == run:
+                return True  # two steps each: one that raised may have removed the entries
+            if e is not None and e["ev"] == "x":
+                continue
+            if b["op"] == "delete" and b["run"] == run:
+                return True
+            # Every sweep (a prune of any run, a delete_run) takes what nothing keeps: a
+            # fork branch's checkpoints once the retained head keeping them is released.
+            fork = branch.startswith(("f", "g"))
+            if (
+                b["op"] in ("prune", "delete")
+                and fork
+                and self.released(run, branch, t0, self.end(e))
+            ):
+                return True
+            pruned = b["op"] == "prune" and b["run"] in (None, run)
+            if pruned and self.newer(run, branch, t0, self.end(e), begin["id"]) >= b["keep"]:
+                return True
+        return False
+
+    def released(self, run: str, branch: str, after: float, before: float) -> bool:
+        """A retained head of ``run``/``branch`` released in (after, before)."""
+        return any(
+            b["op"] == "release"
+            and b["run"] == run
+            and b["branch"] == branch
+            and self.end(e) > after
+            and b["t"] < before
+            for b, e in self.ops
+        )
+
+    def newer(self, run: str, branch: str, t0: float, before: float, own: str) -> int:
+        """Checkpoints of ``run``/``branch`` that may have committed in (``t0``, ``before``)."""
+        return sum(
+            1
+            for b, e in self.ops
+            if b["op"] in ("ckpt", "lgput")
+            and b["run"] == run
+            and b["branch"] == branch
+            and b["id"] != own
+            and b["t"] < before
+            and self.end(e) > t0
+            and (e is None or e["ev"] == "a")
+        )
 
 
 def cas_linear(store: cpstore.Store, m: Any, *, final: bool) -> list[str]:

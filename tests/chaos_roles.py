@@ -7,7 +7,8 @@ and a second batched writer thread.
   puts task writes, reads them back (``get_tuple``, ``list``), deletes an older
   thread of its own and prunes one (``keep_latest``). Logged as ``lgput``
   (``run``/``branch``/``cid``/``vd``, the digest of the values put), ``lgwrite``,
-  ``delete`` (run ``lg:<thread>``) and ``lgprune``.
+  ``lgdelete`` and ``lgprune`` (run ``lg:<thread>``; two steps each, so one
+  that raised may still have removed the thread's entries).
 * ``push``: :func:`~cpstore.store.transfer.transfer` of the worker's own run into
   the peer store (a second LMDB folder every worker shares); logged with ``src``,
   the own run's head read just before (only this thread moves it).
@@ -30,11 +31,9 @@ import time
 from typing import Any
 
 from chaos_worker import SHARED, Log, Worker, shared_cas
-from langgraph.checkpoint.base import empty_checkpoint
 
 import cpstore
 from cpstore.errors import ConflictError, CpstoreError, NotFoundError
-from cpstore.langgraph import CpstoreSaver
 from cpstore.store.transfer import transfer
 
 
@@ -56,6 +55,8 @@ class Roles:
 
     def bind(self, w: Worker) -> None:
         """Work through ``w`` and its open store (the same incarnation's next session)."""
+        from cpstore.langgraph import CpstoreSaver  # noqa: PLC0415 - LangGraph slows a start
+
         self.w, self.saver = w, None if w.batched else CpstoreSaver(w.st)
         self.thread = f"lg-{w.name}-{self.inc}"
         if not hasattr(self, "lg_old"):
@@ -76,6 +77,8 @@ class Roles:
         if self.saver is None:
             return
         w, saver = self.w, self.saver
+        from langgraph.checkpoint.base import empty_checkpoint  # noqa: PLC0415 - as above
+
         n = len(self.lg_puts)
         cp = empty_checkpoint()
         size = w.rng.choice((16, 3000))
@@ -122,9 +125,12 @@ class Roles:
         thread = self.lg_old.pop(w.rng.randrange(len(self.lg_old)))
         if w.rng.random() < 0.5:
             oid, _ = w.call(
-                "delete", lambda: saver.delete_thread(thread), destructive=True, run=f"lg:{thread}"
+                "lgdelete",
+                lambda: saver.delete_thread(thread),
+                destructive=True,
+                run=f"lg:{thread}",
             )
-            w.ack("delete", oid, run=f"lg:{thread}")
+            w.ack("lgdelete", oid, run=f"lg:{thread}")
         else:
             oid, _ = w.call(
                 "lgprune",

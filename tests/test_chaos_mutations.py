@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import multiprocessing
 import os
 import random
@@ -46,10 +45,12 @@ from typing import Any
 
 import pytest
 from chaos_check import (
+    Model,
     cas_linear,
     gates_follow_log,
     gc_names_decided,
     peer_problems,
+    read_logs,
     saver_problems,
 )
 from chaos_compactor import compactor
@@ -63,100 +64,7 @@ from cpstore.errors import CpstoreError, NotFoundError
 from cpstore.store import copy_store
 
 SOAK = bool(os.environ.get("CPSTORE_SOAK"))
-INF = math.inf
 MAP = 1 << 20
-
-
-def read_logs(logdir: Path) -> list[dict[str, Any]]:
-    """Every complete line of every worker log, in time order."""
-    lines: list[dict[str, Any]] = []
-    for p in sorted(logdir.glob("w*.log")):
-        text = p.read_text()
-        for raw in text.split("\n")[:-1]:  # a line cut by a kill has no newline yet
-            lines.append(json.loads(raw))
-    lines.sort(key=lambda r: r["t"])
-    return lines
-
-
-class Model:
-    """What the logs say the store acknowledged and what could have been removed."""
-
-    def __init__(self, lines: list[dict[str, Any]]) -> None:
-        begins: dict[str, dict[str, Any]] = {}
-        ends: dict[str, dict[str, Any]] = {}
-        self.defects = [r for r in lines if r["ev"] == "defect"]
-        for r in lines:
-            if r["ev"] == "b":
-                begins[r["id"]] = r
-            elif r["ev"] in ("a", "x"):
-                ends.setdefault(r["id"], r)
-        self.ops = [(b, ends.get(i)) for i, b in begins.items()]
-        self.acks = [(begins[i], e) for i, e in ends.items() if e["ev"] == "a"]
-        # While a ref is damaged (the operator's, below), anything reading it refuses
-        # with IntegrityError (docs/store.md, "Every ref read is checked"): not a defect.
-        windows = [(b["t"], self.end(e)) for b, e in self.ops if b["op"] == "damage"]
-        self.defects = [
-            d
-            for d in self.defects
-            if not (d.get("err") == "IntegrityError" and any(
-                t0 <= d["t"] and d["t"] - 1e9 <= t1 for t0, t1 in windows
-            ))
-        ]  # fmt: skip
-
-    def end(self, oid_end: dict[str, Any] | None) -> float:
-        """When an operation ended (never, for one a kill cut)."""
-        return INF if oid_end is None else float(oid_end["t"])
-
-    def acked(self, op: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """(begin, ack) of every acknowledged ``op``."""
-        return [(b, a) for b, a in self.acks if b["op"] == op]
-
-    def removable(self, ck: dict[str, Any], begin: dict[str, Any]) -> bool:
-        """True when an operation in the log could have removed checkpoint ``ck``."""
-        run, branch, t0 = ck["run"], ck["branch"], begin["t"]
-        for b, e in self.ops:
-            if self.end(e) <= t0 or (e is not None and e["ev"] == "x"):
-                continue
-            if b["op"] in ("delete", "lgprune") and b["run"] == run:
-                return True
-            # Every sweep (a prune of any run, a delete_run) takes what nothing keeps: a
-            # fork branch's checkpoints once the retained head keeping them is released.
-            fork = branch.startswith(("f", "g"))
-            if (
-                b["op"] in ("prune", "delete")
-                and fork
-                and self.released(run, branch, t0, self.end(e))
-            ):
-                return True
-            pruned = b["op"] == "prune" and b["run"] in (None, run)
-            if pruned and self.newer(run, branch, t0, self.end(e), begin["id"]) >= b["keep"]:
-                return True
-        return False
-
-    def released(self, run: str, branch: str, after: float, before: float) -> bool:
-        """A retained head of ``run``/``branch`` released in (after, before)."""
-        return any(
-            b["op"] == "release"
-            and b["run"] == run
-            and b["branch"] == branch
-            and self.end(e) > after
-            and b["t"] < before
-            for b, e in self.ops
-        )
-
-    def newer(self, run: str, branch: str, t0: float, before: float, own: str) -> int:
-        """Checkpoints of ``run``/``branch`` that may have committed in (``t0``, ``before``)."""
-        return sum(
-            1
-            for b, e in self.ops
-            if b["op"] in ("ckpt", "lgput")
-            and b["run"] == run
-            and b["branch"] == branch
-            and b["id"] != own
-            and b["t"] < before
-            and self.end(e) > t0
-            and (e is None or e["ev"] == "a")
-        )
 
 
 def check(
@@ -261,10 +169,17 @@ def _start(
     return p
 
 
-def _tried_compact(logdir: Path, inc: int) -> bool:
-    """True when the compactor's incarnation ``inc`` logged a compaction it began."""
-    lines = [r for r in read_logs(logdir) if r["w"] == 90 and r["inc"] == inc]
-    return any(r["ev"] == "b" and r["op"] == "compact" for r in lines)
+def _started(logdir: Path, w: int, inc: int) -> bool:
+    """True when incarnation ``inc`` of worker ``w`` began an operation (the compactor: a
+    compaction)."""
+    path = logdir / f"w{w}.log"
+    if not path.exists():
+        return False
+    for raw in path.read_text().split("\n")[:-1]:
+        r = json.loads(raw)
+        if r["inc"] == inc and r["ev"] == "b" and r["op"] != "open":
+            return True
+    return False
 
 
 def _start_compactor(ctx: Any, store: str, logdir: Path, inc: int, deadline: float) -> Any:
@@ -326,8 +241,10 @@ def chaos(
                 operator.write("a", sync=True, op="restart", id=oid)
                 restarts += 1
             w = rng.randrange(workers)
-            if compact and rng.random() < 0.2 and _tried_compact(logdir, incs[90]):
-                w = 90  # killed once it tried: the variant must try some compactions
+            if compact and rng.random() < 0.2:
+                w = 90
+            if not _started(logdir, w, incs[w]):
+                continue  # a kill before it ran its mix tests nothing (and starves a loaded run)
             if procs[w].is_alive():
                 os.kill(procs[w].pid, signal.SIGKILL)
                 kills += 1
