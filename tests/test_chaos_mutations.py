@@ -4,8 +4,15 @@ Three workers (four with CPSTORE_SOAK=1) run tests/chaos_worker.py's seeded
 random mix (checkpoints on own and shared runs, forks, reset/set/repair of
 refs, retained heads and their release, prune and gc, runs deleted, pinned
 objects put and unpinned, audit appends, validations and gates, durability
-modes sync/none/batched, a 1 MiB starting map so it grows under load). This
-process SIGKILLs a random worker every 0.3-1.5 s and restarts it. After each
+modes sync/none/batched, a 1 MiB starting map so it grows under load) and
+tests/chaos_roles.py's (a LangGraph saver writing and reading its own thread,
+push of the own run into a peer store and pull of a run recorded there, a
+second batched writer thread sharing the handle's queue). This process
+SIGKILLs a random worker (once it began its mix) every 0.3-1.5 s and restarts
+it. Variants: compaction (workers open and close the store in short sessions
+while tests/chaos_compactor.py runs ``compact_store`` again and again, killed
+too) and PostgreSQL server crashes (``pg_ctl stop -m immediate`` and start
+before some kills). After each
 kill and at the end it checks, from the workers' fsynced logs, what a user
 relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
 
@@ -24,6 +31,14 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
 * each acknowledged audit record is at the index it was given; the chain is
   dense and unforked; a validation of a checkpoint against itself is ACCEPT,
   against another never;
+* every acknowledged LangGraph put reads back through ``get_tuple`` with the
+  values put, and its acknowledged ``put_writes`` among its pending writes,
+  unless a logged prune, ``delete_thread`` or saver prune could have removed it;
+* the peer store verifies; every pushed head and every checkpoint recorded on
+  the peer is whole there; a pulled checkpoint is an acknowledged checkpoint;
+* an unknown commit outcome only across a server restart; an open racing a
+  compaction fails with a CpstoreError or opens the store whose acknowledged
+  checkpoints all survive;
 * no worker hung (every wait is bounded).
 
 The seed is logged; ``CPSTORE_CHAOS_SEED`` replays one.

@@ -45,6 +45,7 @@ class BatchOwners:
         self._owner: dict[int, int] = {}  # id(op) -> thread ident, while the op is queued
         self._busy: Counter[int] = Counter()  # thread -> its writes in a commit under way
         self._dropped: dict[int, CpstoreError] = {}
+        self.exit_wait: float | None = None  # set by the exit flush: it never hangs
 
     def queued(self, op: object) -> None:
         """Note that this thread queued ``op`` (call under the queue's lock)."""
@@ -76,8 +77,12 @@ class BatchOwners:
         """Block until no write of this thread is in a commit under way; raise if one was lost."""
         me = threading.get_ident()
         with self._cond:
-            while self._busy.get(me, 0) > 0:
-                self._cond.wait()
+            if not self._cond.wait_for(lambda: self._busy.get(me, 0) <= 0, self.exit_wait):
+                raise OutcomeUnknownError(
+                    "checkpoints this thread queued are still in another thread's batch "
+                    "commit at exit; they may or may not be stored",
+                    where=self._where,
+                )
             err = self._dropped.pop(me, None)
         if err is not None:
             raise err

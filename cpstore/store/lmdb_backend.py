@@ -226,6 +226,7 @@ class LmdbBackend:
             return
         queued = list(self._pending)
         self.env.resize_wait = wait
+        self._owners.exit_wait = wait
         try:
             self.flush()
         except Exception as exc:  # an exit hook must say what is lost, not raise

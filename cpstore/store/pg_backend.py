@@ -220,6 +220,7 @@ class PgBackend:
         if not self.owes_flush():
             return
         queued = list(self._pending)
+        self._owners.exit_wait = wait
         try:
             self.flush()
         except Exception as exc:  # an exit hook must say what is lost, not raise
