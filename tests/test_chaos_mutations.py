@@ -258,8 +258,10 @@ def chaos(
             w = rng.randrange(workers)
             if compact and rng.random() < 0.2:
                 w = 90
+            while not _started(logdir, w, incs[w]) and time.monotonic() < deadline - 1.5:
+                time.sleep(0.1)  # a kill before it ran its mix tests nothing (and starves a run)
             if not _started(logdir, w, incs[w]):
-                continue  # a kill before it ran its mix tests nothing (and starves a loaded run)
+                continue
             if procs[w].is_alive():
                 os.kill(procs[w].pid, signal.SIGKILL)
                 kills += 1
