@@ -20,6 +20,7 @@ import time
 import traceback
 from typing import Literal
 
+from chaos_compactor import deadline as the_deadline
 from chaos_roles import Roles, batched_writer
 from chaos_worker import CONTESTED, SHARED, Log, Worker, shared_cas
 
@@ -135,18 +136,18 @@ def work(
     inc: int,
     *,
     seed: int,
-    deadline: float,
     map_size: int,
     peer: str | None = None,
     sessions: bool = False,
     crash_safe: bool = False,
 ) -> None:
-    """The worker process: open the store and run the mix until ``deadline`` (monotonic)."""
+    """The worker process: open the store and run the mix until the run's deadline."""
     rng = random.Random(f"{seed}/{worker}/{inc}")
     modes: tuple[Literal["sync", "batched", "none"], ...] = ("sync", "sync", "none", "batched")
     mode = rng.choice(modes[:2] + modes[3:] if crash_safe else modes)
     log = Log(os.path.join(logdir, f"w{worker}.log"), worker, inc)
     log.write("start", sync=True, mode=mode, seed=seed, pid=os.getpid())
+    deadline = the_deadline(logdir, log)
     carried: dict[str, object] = {}
     roles = Roles(inc, peer)
     while time.monotonic() < deadline:

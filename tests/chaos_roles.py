@@ -31,9 +31,11 @@ import time
 from typing import Any
 
 from chaos_worker import SHARED, Log, Worker, shared_cas
+from langgraph.checkpoint.base import empty_checkpoint
 
 import cpstore
 from cpstore.errors import ConflictError, CpstoreError, NotFoundError
+from cpstore.langgraph import CpstoreSaver
 from cpstore.store.transfer import transfer
 
 
@@ -55,8 +57,6 @@ class Roles:
 
     def bind(self, w: Worker) -> None:
         """Work through ``w`` and its open store (the same incarnation's next session)."""
-        from cpstore.langgraph import CpstoreSaver  # noqa: PLC0415 - LangGraph slows a start
-
         self.w, self.saver = w, None if w.batched else CpstoreSaver(w.st)
         self.thread = f"lg-{w.name}-{self.inc}"
         if not hasattr(self, "lg_old"):
@@ -77,8 +77,6 @@ class Roles:
         if self.saver is None:
             return
         w, saver = self.w, self.saver
-        from langgraph.checkpoint.base import empty_checkpoint  # noqa: PLC0415 - as above
-
         n = len(self.lg_puts)
         cp = empty_checkpoint()
         size = w.rng.choice((16, 3000))

@@ -68,7 +68,7 @@ from chaos_check import (
     read_logs,
     saver_problems,
 )
-from chaos_compactor import compactor
+from chaos_compactor import compactor, set_deadline
 from chaos_process import work
 from chaos_roles import damage_and_repair
 from chaos_worker import SHARED, Log
@@ -175,13 +175,17 @@ def check(
     return {"checkpoints": len(checked_ck), "audit": len(records), "ops": len(after.ops)}
 
 
-def _start(
-    ctx: Any, store: str, logdir: Path, w: int, inc: int, *, seed: int, deadline: float, **kw: Any
-) -> Any:
-    kwargs = {"seed": seed, "deadline": deadline, "map_size": MAP, **kw}
+def _start(ctx: Any, store: str, logdir: Path, w: int, inc: int, *, seed: int, **kw: Any) -> Any:
+    kwargs = {"seed": seed, "map_size": MAP, **kw}
     p = ctx.Process(target=work, args=(store, str(logdir), w, inc), kwargs=kwargs, daemon=True)
     p.start()
     return p
+
+
+def _ready(logdir: Path, w: int) -> bool:
+    """True when worker ``w``'s first incarnation is ready (imports done)."""
+    path = logdir / f"w{w}.log"
+    return path.exists() and '"ready"' in path.read_text()
 
 
 def _started(logdir: Path, w: int, inc: int) -> bool:
@@ -197,8 +201,8 @@ def _started(logdir: Path, w: int, inc: int) -> bool:
     return False
 
 
-def _start_compactor(ctx: Any, store: str, logdir: Path, inc: int, deadline: float) -> Any:
-    p = ctx.Process(target=compactor, args=(store, str(logdir), inc, deadline), daemon=True)
+def _start_compactor(ctx: Any, store: str, logdir: Path, inc: int) -> Any:
+    p = ctx.Process(target=compactor, args=(store, str(logdir), inc), daemon=True)
     p.start()
     return p
 
@@ -231,16 +235,19 @@ def chaos(
         pass
     rng = random.Random(seed)
     ctx = multiprocessing.get_context("spawn")
-    deadline = time.monotonic() + seconds
     incs = dict.fromkeys(range(workers), 0)
     kw = {"peer": peer, "sessions": compact, "crash_safe": server is not None}
-    procs = {
-        w: _start(ctx, store, logdir, w, 0, seed=seed, deadline=deadline, **kw)
-        for w in range(workers)
-    }
+    procs = {w: _start(ctx, store, logdir, w, 0, seed=seed, **kw) for w in range(workers)}
     if compact:
-        procs[90] = _start_compactor(ctx, store, logdir, 0, deadline)
+        procs[90] = _start_compactor(ctx, store, logdir, 0)
         incs[90] = 0
+    ready_by = time.monotonic() + 300
+    while not all(_ready(logdir, w) for w in procs):  # the run's clock starts once all are
+        assert time.monotonic() < ready_by, "a worker never got ready"
+        assert all(p.is_alive() for p in procs.values()), "a worker died starting"
+        time.sleep(0.05)
+    deadline = time.monotonic() + seconds
+    set_deadline(str(logdir), deadline)
     kills = checks = restarts = 0
     operator = Log(str(logdir / "w99.log"), 99, 0)
     figures: dict[str, Any] = {}
@@ -277,11 +284,9 @@ def chaos(
                     shutil.rmtree(copy)
             incs[w] += 1
             if w == 90:
-                procs[w] = _start_compactor(ctx, store, logdir, incs[w], deadline)
+                procs[w] = _start_compactor(ctx, store, logdir, incs[w])
             else:
-                procs[w] = _start(
-                    ctx, store, logdir, w, incs[w], seed=seed, deadline=deadline, **kw
-                )
+                procs[w] = _start(ctx, store, logdir, w, incs[w], seed=seed, **kw)
         for w, p in procs.items():
             p.join(timeout=seconds + 120)
             assert p.exitcode is not None, f"worker {w} hung (seed {seed})"
