@@ -12,10 +12,13 @@ dropped them (cpstore/store/batch_owners.py).
 
 from __future__ import annotations
 
+import contextlib
+import queue
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
@@ -35,21 +38,36 @@ def _move_elsewhere(store: str) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-def _in_thread(fn: object) -> object:
-    """Run ``fn`` in its own thread; its result or the CpstoreError it raised."""
-    out: list[object] = []
+class _Thread:
+    """One long-lived thread running what it is given, in order (a flush is per thread: the
+    thread that queued a checkpoint must be the one that flushes it)."""
 
-    def run() -> None:
-        try:
-            out.append(fn())  # type: ignore[operator]
-        except CpstoreError as exc:
-            out.append(exc)
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
 
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(timeout=120)
-    assert not t.is_alive()
-    return out[0]
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, out = job
+            try:
+                out.put(fn())
+            except CpstoreError as exc:
+                out.put(exc)
+
+    def start(self, fn: Any) -> queue.Queue[Any]:
+        """Run ``fn`` on this thread; its result (or CpstoreError) arrives in the queue."""
+        out: queue.Queue[Any] = queue.Queue()
+        self._jobs.put((fn, out))
+        return out
+
+    def run(self, fn: Any) -> Any:
+        """Run ``fn`` on this thread and wait for it."""
+        return self.start(fn).get(timeout=120)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=120)
 
 
 def check_a_dropped_batch_is_reported_to_every_thread_in_it(store: str) -> None:
@@ -57,17 +75,18 @@ def check_a_dropped_batch_is_reported_to_every_thread_in_it(store: str) -> None:
     with cpstore.open(store, durability="batched", batch_size=64) as st:
         st.recorder("a").checkpoint(0, {"x": 0})
         st.flush()
-        ra, rb = st.recorder("a"), st.recorder("b")
-        queued_b = _in_thread(lambda: rb.checkpoint(1, {"b": 1}))
+        ra, rb, b = st.recorder("a"), st.recorder("b"), _Thread()
+        queued_b = b.run(lambda: rb.checkpoint(1, {"b": 1}))
         ra.checkpoint(2, {"x": 2})
         _move_elsewhere(store)
         with pytest.raises(ConflictError):
             st.flush()
-        got = _in_thread(st.flush)
+        got = b.run(st.flush)
         assert st.ref("b") != queued_b  # dropped with A's batch
         assert isinstance(got, ConflictError), f"B's flush acknowledged a dropped checkpoint: {got}"
         assert "another thread's batch commit" in got.what
-        assert _in_thread(st.flush) is None  # told once; nothing of B's is owed now
+        assert b.run(st.flush) is None  # told once; nothing of B's is owed now
+        b.stop()
 
 
 class TestBatchedTwoThreads:
@@ -86,8 +105,8 @@ class TestBatchedTwoThreads:
     ) -> None:
         """B's flush does not return while A's commit holding B's checkpoint is under way."""
         with cpstore.open(tmp_path / "s", durability="batched", batch_size=64) as st:
-            rb = st.recorder("b")
-            cid = _in_thread(lambda: rb.checkpoint(1, {"b": 1}))
+            rb, b = st.recorder("b"), _Thread()
+            cid = b.run(lambda: rb.checkpoint(1, {"b": 1}))
             inside, go = threading.Event(), threading.Event()
             real = LmdbBackend._apply
 
@@ -100,18 +119,16 @@ class TestBatchedTwoThreads:
             a = threading.Thread(target=st.flush)
             a.start()
             assert inside.wait(timeout=120)  # A took the batch, B's checkpoint in it
-            seen: list[str | None] = []
 
-            def flush_then_read() -> None:
+            def flush_then_read() -> str | None:
                 st.flush()
-                seen.append(st.ref("b"))
+                return st.ref("b")
 
-            b = threading.Thread(target=flush_then_read)
-            b.start()
-            b.join(timeout=0.5)
-            returned_early = not b.is_alive()
+            flushed = b.start(flush_then_read)
+            with contextlib.suppress(queue.Empty):
+                early = flushed.get(timeout=0.5)
+                pytest.fail(f"B's flush returned before the commit holding its write: {early}")
             go.set()
             a.join(timeout=120)
-            b.join(timeout=120)
-            assert not returned_early, "B's flush returned before the commit holding its write"
-            assert seen == [cid]
+            assert flushed.get(timeout=120) == cid
+            b.stop()
