@@ -125,10 +125,12 @@ class TestBatchedTwoThreads:
                 return st.ref("b")
 
             flushed = b.start(flush_then_read)
-            with contextlib.suppress(queue.Empty):
-                early = flushed.get(timeout=0.5)
-                pytest.fail(f"B's flush returned before the commit holding its write: {early}")
-            go.set()
+            try:
+                with contextlib.suppress(queue.Empty):
+                    early = flushed.get(timeout=0.5)
+                    pytest.fail(f"B's flush returned before the commit holding its write: {early}")
+            finally:
+                go.set()
             a.join(timeout=120)
             assert flushed.get(timeout=120) == cid
             b.stop()
