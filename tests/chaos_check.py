@@ -84,7 +84,13 @@ class Model:
                 continue
             if b["op"] in ("lgdelete", "lgprune") and b["run"] == run:
                 return True  # two steps each: one that raised may have removed the entries
-            if e is not None and e["ev"] == "x":
+            # A commit whose connection was lost (a server restart) or whose outcome is
+            # unknown may have committed whole (docs/store.md, "Faults"): it may have removed.
+            maybe = e is not None and e.get("err") in (
+                "StoreConnectionError",
+                "OutcomeUnknownError",
+            )
+            if e is not None and e["ev"] == "x" and not maybe:
                 continue
             if b["op"] == "delete" and b["run"] == run:
                 return True
