@@ -1,10 +1,13 @@
 """The chaos test's worker process (tests/test_chaos_mutations.py): the mix, its threads, its end.
 
 :func:`work` opens the store in a seeded durability mode and runs
-tests/chaos_worker.py's operations, picked by weight, until the deadline;
-beside it a reader thread (70% of processes) and, outside batched mode, a
-second writing thread (60%). A thread that does not end within a bounded
-wait is logged as a defect.
+tests/chaos_worker.py's and tests/chaos_roles.py's operations, picked by
+weight, until the deadline; beside it a reader thread (70% of processes) and
+a second writing thread (60%; in batched mode one with its own queued
+checkpoints and flushes). With ``sessions`` (the compaction variant,
+tests/chaos_compactor.py) it opens and closes the store again and again, so a
+compaction can find it closed everywhere; an open refused meanwhile must be a
+CpstoreError. A thread that does not end within a bounded wait is a defect.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import time
 import traceback
 from typing import Literal
 
+from chaos_compactor import deadline as the_deadline
+from chaos_roles import Roles, batched_writer
 from chaos_worker import CONTESTED, SHARED, Log, Worker, shared_cas
 
 import cpstore
@@ -43,7 +48,13 @@ OPS: list[tuple[str, int]] = [
     ("contest", 8),
     ("validate_shared", 3),
     ("dry_run", 2),
+    ("lg_put", 6),
+    ("lg_write", 3),
+    ("lg_maintain", 1),
+    ("push", 2),
+    ("pull", 3),
 ]
+ROLES = {"lg_put", "lg_write", "lg_maintain", "push", "pull"}
 
 
 def _racer(w: Worker, deadline: float, stop: threading.Event) -> None:
@@ -119,44 +130,94 @@ def _reader(w: Worker, deadline: float, stop: threading.Event) -> None:
 
 
 def work(
-    store: str, logdir: str, worker: int, inc: int, *, seed: int, deadline: float, map_size: int
+    store: str,
+    logdir: str,
+    worker: int,
+    inc: int,
+    *,
+    seed: int,
+    map_size: int,
+    peer: str | None = None,
+    sessions: bool = False,
+    crash_safe: bool = False,
 ) -> None:
-    """The worker process: open the store and run the mix until ``deadline`` (monotonic)."""
+    """The worker process: open the store and run the mix until the run's deadline."""
     rng = random.Random(f"{seed}/{worker}/{inc}")
     modes: tuple[Literal["sync", "batched", "none"], ...] = ("sync", "sync", "none", "batched")
-    mode = rng.choice(modes)
+    mode = rng.choice(modes[:2] + modes[3:] if crash_safe else modes)
     log = Log(os.path.join(logdir, f"w{worker}.log"), worker, inc)
     log.write("start", sync=True, mode=mode, seed=seed, pid=os.getpid())
-    with cpstore.open(store, durability=mode, map_size=map_size, batch_size=4) as st:
-        w = Worker(st, log, rng, f"w{worker}")
-        stop = threading.Event()
-        racer = None
-        if mode != "batched" and rng.random() < 0.6:  # batched: one queue, one writer here
-            racer = threading.Thread(target=_racer, args=(w, deadline, stop), daemon=True)
-            racer.start()
-        reader = threading.Thread(target=_reader, args=(w, deadline, stop), daemon=True)
-        if rng.random() < 0.7:
-            reader.start()
-        names, weights = zip(*OPS, strict=True)
-        while time.monotonic() < deadline:
-            op = rng.choices(names, weights)[0]
-            try:
-                if op == "fork_more":
-                    if w.forks:
-                        w.op_on_fork(rng.choice(sorted(w.forks)))
-                else:
-                    getattr(w, f"op_{op}")()
-            except CpstoreError:
-                pass
-        stop.set()
-        if reader.ident is not None:
-            reader.join(timeout=60)
-            if reader.is_alive():
-                log.write("defect", sync=True, op="reader", tb="the reader thread hung")
-        if racer is not None:
-            racer.join(timeout=60)
-            if racer.is_alive():
-                log.write("defect", sync=True, op="racer", tb="the racing thread hung")
+    deadline = the_deadline(logdir, log)
+    carried: dict[str, object] = {}
+    roles = Roles(inc, peer)
+    while time.monotonic() < deadline:
+        until = deadline
+        if sessions:
+            until = min(deadline, time.monotonic() + rng.uniform(0.2, 0.6))
+        try:
+            oid = log.op()
+            log.write("b", sync=False, op="open", id=oid)
+            st = cpstore.open(store, durability=mode, map_size=map_size, batch_size=4)
+            log.write("a", sync=False, op="open", id=oid)
+        except CpstoreError as exc:  # e.g. refused while another process compacts it
+            log.write("x", sync=True, op="open", id=oid, err=type(exc).__name__, msg=str(exc)[:300])
+            time.sleep(rng.uniform(0.02, 0.2))
+            continue
+        except BaseException as exc:
+            log.write("defect", sync=True, op="open", err=type(exc).__name__,
+                      tb=traceback.format_exc()[-2000:])  # fmt: skip
+            raise
+        with st:
+            w = Worker(st, log, rng, f"w{worker}")
+            w.__dict__.update(carried)
+            roles.bind(w)
+            with contextlib.suppress(CpstoreError):  # the last flush: already logged
+                _session(w, roles, until)
+            kept = ("acked_main", "forks", "retained", "tmp_runs", "pins", "blobs", "rejected")
+            carried = {k: getattr(w, k) for k in (*kept, "counter")}
+        if sessions:
+            time.sleep(rng.uniform(0.1, 1.0))  # closed: a compaction may find every one so
+    log.write("end", sync=True)
+
+
+def _session(w: Worker, roles: Roles, until: float) -> None:
+    """The mix on one open store until ``until``, its threads, then their end and a flush."""
+    rng, log = w.rng, w.log
+    stop = threading.Event()
+    racer = None
+    if rng.random() < 0.6:
+        target = batched_writer if w.batched else _racer
+        racer = threading.Thread(target=target, args=(w, until, stop), daemon=True)
+        racer.start()
+    reader = threading.Thread(target=_reader, args=(w, until, stop), daemon=True)
+    if rng.random() < 0.7:
+        reader.start()
+    names, weights = zip(*OPS, strict=True)
+    while time.monotonic() < until:
+        op = rng.choices(names, weights)[0]
+        try:
+            if op == "fork_more":
+                if w.forks:
+                    w.op_on_fork(rng.choice(sorted(w.forks)))
+            elif op in ROLES:
+                getattr(roles, op)()
+            else:
+                getattr(w, f"op_{op}")()
+        except CpstoreError:
+            pass
+    stop.set()
+    if reader.ident is not None:
+        reader.join(timeout=60)
+        if reader.is_alive():
+            log.write("defect", sync=True, op="reader", tb="the reader thread hung")
+    if racer is not None:
+        racer.join(timeout=60)
+        if racer.is_alive():
+            log.write("defect", sync=True, op="racer", tb="the racing thread hung")
+    try:
         if w.main_pending:
             w.flush()
-    log.write("end", sync=True)
+    finally:
+        if roles.peer is not None:
+            roles.peer.close()
+            roles.peer = None

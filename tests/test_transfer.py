@@ -252,3 +252,21 @@ def test_push_and_pull_commands_copy_and_report(
         assert _snapshot(mine) == _snapshot(theirs)
     assert main(["pull", str(tmp_path / "nothing-here"), "--store", laptop]) == 4
     assert not (tmp_path / "nothing-here").exists()
+
+
+def test_a_head_behind_the_sources_pruned_root_is_refused_not_moved(tmp_path: Path) -> None:
+    """A destination head the source pruned past cannot be shown an ancestor: ConflictError,
+    the destination unchanged and whole (a refusal, never a ref moved on an unproven claim)."""
+    with cpstore.open(tmp_path / "a") as a, cpstore.open(tmp_path / "b") as b:
+        rec = a.recorder("r")
+        for i in range(3):
+            rec.checkpoint(i, {"i": i})
+        transfer(a.backend, b.backend, run_id="r")
+        old = b.ref("r")
+        for i in range(3, 9):
+            rec.checkpoint(i, {"i": i})
+        assert a.prune(keep_last=3) == 6
+        with pytest.raises(ConflictError) as caught:
+            transfer(a.backend, b.backend, run_id="r")
+        assert caught.value.got == ["r/main"]
+        assert b.ref("r") == old and b.verify().ok

@@ -29,6 +29,7 @@ from cpstore.errors import (
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.batch_owners import BatchOwners
 from cpstore.store.commit import apply_write, landed
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -110,6 +111,7 @@ class LmdbBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
+        self._owners = BatchOwners(path)  # whose writes a batch holds (batch_owners.py)
         # sync mode: concurrent threads' checkpoints share one txn and fsync.
         # Not GroupCommit[CheckpointWrite](...): subscripting a generic class at
         # run time costs ~50 us on its first use, in every fresh process's open.
@@ -203,8 +205,8 @@ class LmdbBackend:
         if self._closed:
             return
         try:
-            if self._pending and os.getpid() == self.env.pid:
-                self.flush()
+            if self.durability == "batched" and os.getpid() == self.env.pid:
+                self.flush()  # also raises when another thread's commit dropped ours
         finally:
             self._closed = True
             release_env(self.env)
@@ -224,6 +226,7 @@ class LmdbBackend:
             return
         queued = list(self._pending)
         self.env.resize_wait = wait
+        self._owners.exit_wait = wait
         try:
             self.flush()
         except Exception as exc:  # an exit hook must say what is lost, not raise
@@ -415,6 +418,7 @@ class LmdbBackend:
         self.live()
         with self._pending_lock:
             self._pending.append(op)
+            self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
         if full:
             self.flush()
@@ -490,6 +494,7 @@ class LmdbBackend:
                 self.env.sync()  # checks the pid: a forked child never syncs the parent's
             return
         if not self._pending:
+            self._owners.wait_mine()  # another thread's flush may hold our writes
             return
         # The batch is taken once this thread holds the write txn: two threads'
         # flushes then commit their batches in queue order (taken before, the
@@ -497,24 +502,34 @@ class LmdbBackend:
         # expecting one still queued in the earlier batch, dropped it whole on a
         # ConflictError no other writer caused).
         taken: list[CheckpointWrite] | None = None
+        owners: list[int] | None = None
         applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal taken, applied
+            nonlocal taken, owners, applied
             applied = False
             if taken is None:  # a retried txn (map growth) applies the same batch again
                 with self._pending_lock:
                     taken, self._pending = self._pending, []
+                    owners = self._owners.taken(list(taken))
             for op in taken:
                 self._apply(txn, op)
             applied = True
 
         try:
-            self.write_txn(apply_all)
-        except Exception as exc:
-            if not applied or not taken or _growth_failed(exc):
-                raise
-            self._commit_failed(taken, exc)
+            try:
+                self.write_txn(apply_all)
+            except Exception as exc:
+                if not applied or not taken or _growth_failed(exc):
+                    raise
+                self._commit_failed(taken, exc)
+        except BaseException as exc:
+            if owners is not None:  # dropped: the other threads' flushes must say so
+                self._owners.settled(owners, exc)
+            raise
+        if owners is not None:
+            self._owners.settled(owners, None)
+        self._owners.wait_mine()
 
     @property
     def pending(self) -> int:

@@ -33,6 +33,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.batch_owners import BatchOwners
 from cpstore.store.commit import apply_write
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -89,6 +90,7 @@ class PgBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
+        self._owners = BatchOwners(self._path)  # whose writes a batch holds (batch_owners.py)
         self._pid = os.getpid()
         self._closed = True
         key = None if audit_key is None else check_key(audit_key)
@@ -202,8 +204,8 @@ class PgBackend:
         if self._closed:
             return
         try:
-            if self._pending and os.getpid() == self._pid:
-                self.flush()
+            if self.durability == "batched" and os.getpid() == self._pid:
+                self.flush()  # also raises when another thread's commit dropped ours
         finally:
             self._closed = True
             if os.getpid() == self._pid:
@@ -218,6 +220,7 @@ class PgBackend:
         if not self.owes_flush():
             return
         queued = list(self._pending)
+        self._owners.exit_wait = wait
         try:
             self.flush()
         except Exception as exc:  # an exit hook must say what is lost, not raise
@@ -413,6 +416,7 @@ class PgBackend:
         self.live()
         with self._pending_lock:
             self._pending.append(op)
+            self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
         if full:
             self.flush()
@@ -425,18 +429,30 @@ class PgBackend:
         (lmdb_backend.flush says why: two threads' flushes then commit in queue order).
         """
         if not self._pending:
+            self._owners.wait_mine()  # another thread's flush may hold our writes
             return
+        owners: list[int] | None = None
 
         def apply_all(txn: Txn[memoryview]) -> None:
+            nonlocal owners
             if not isinstance(txn, PgTxn):
                 raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
             with self._pending_lock:
                 ops, self._pending = self._pending, []
+                owners = self._owners.taken(list(ops))
             if ops:
                 self._apply_all(txn, ops)
 
-        self.write_txn(apply_all)
+        try:
+            self.write_txn(apply_all)
+        except BaseException as exc:
+            if owners is not None:  # dropped: the other threads' flushes must say so
+                self._owners.settled(owners, exc)
+            raise
+        if owners is not None:
+            self._owners.settled(owners, None)
+        self._owners.wait_mine()
 
     @property
     def pending(self) -> int:

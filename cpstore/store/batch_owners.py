@@ -1,0 +1,88 @@
+"""Batched mode's queue owners: who queued each write; what another thread's commit dropped.
+
+A batched handle has one queue for every thread of the process, and a flush
+commits all of it. Without this, thread B's ``flush()`` found the queue empty
+(thread A's flush had taken B's checkpoints) and returned at once: before A's
+commit was durable, and even when A's commit failed and dropped B's
+checkpoints, so B acknowledged checkpoints the store never held. Now a
+flush returns only once every write its thread queued is settled, and raises
+when another thread's failed commit dropped one of them (docs/durability.md,
+"batched").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
+
+__all__ = ["BatchOwners"]
+
+
+def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
+    """The error a thread gets for ``count`` of its queued writes another thread's commit lost."""
+    what = (
+        f"{count} checkpoint(s) this thread queued were in another thread's batch commit, "
+        "which failed"
+    )
+    if isinstance(exc, OutcomeUnknownError):
+        return OutcomeUnknownError(
+            f"{what}; they may or may not be stored (read the branch heads)",
+            where=where,
+            got=str(exc)[:300],
+        )
+    cls = type(exc) if isinstance(exc, CpstoreError) else StoreError
+    return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
+
+
+class BatchOwners:
+    """The owners of queued and in-flight writes; what each thread is owed."""
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self._cond = threading.Condition()
+        self._owner: dict[int, int] = {}  # id(op) -> thread ident, while the op is queued
+        self._busy: Counter[int] = Counter()  # thread -> its writes in a commit under way
+        self._dropped: dict[int, CpstoreError] = {}
+        self.exit_wait: float | None = None  # set by the exit flush: it never hangs
+
+    def queued(self, op: object) -> None:
+        """Note that this thread queued ``op`` (call under the queue's lock)."""
+        with self._cond:
+            self._owner[id(op)] = threading.get_ident()
+
+    def taken(self, ops: list[object]) -> list[int]:
+        """The owners of a batch a flush took (call under the queue's lock); now in flight."""
+        me = threading.get_ident()
+        with self._cond:
+            owners = [self._owner.pop(id(op), me) for op in ops]
+            self._busy.update(owners)
+        return owners
+
+    def settled(self, owners: list[int], exc: BaseException | None) -> None:
+        """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it."""
+        me = threading.get_ident()
+        with self._cond:
+            self._busy.subtract(owners)
+            for t in [t for t, n in self._busy.items() if n <= 0]:
+                del self._busy[t]
+            if exc is not None:
+                lost = Counter(t for t in owners if t != me)
+                for t, n in lost.items():
+                    self._dropped[t] = _dropped_error(exc, n, self._where)
+            self._cond.notify_all()
+
+    def wait_mine(self) -> None:
+        """Block until no write of this thread is in a commit under way; raise if one was lost."""
+        me = threading.get_ident()
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._busy.get(me, 0) <= 0, self.exit_wait):
+                raise OutcomeUnknownError(
+                    "checkpoints this thread queued are still in another thread's batch "
+                    "commit at exit; they may or may not be stored",
+                    where=self._where,
+                )
+            err = self._dropped.pop(me, None)
+        if err is not None:
+            raise err

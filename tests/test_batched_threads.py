@@ -1,0 +1,136 @@
+"""Batched mode with two writing threads: a flush acknowledges only what is committed.
+
+Found while adding a second batched writer thread to the chaos test
+(tests/chaos_roles.py, ``batched_writer``): one handle's queue holds every
+thread's checkpoints and a flush takes all of it, so thread B's ``flush()``
+found the queue empty (thread A's flush had taken B's checkpoints) and returned
+at once, before A's commit was durable, and also when A's commit failed and
+dropped B's checkpoints: B acknowledged checkpoints the store never held. Now
+B's flush waits for the commit holding its checkpoints and raises when it
+dropped them (cpstore/store/batch_owners.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+
+import cpstore
+from cpstore.errors import ConflictError, CpstoreError
+from cpstore.store.lmdb_backend import LmdbBackend
+
+
+def _move_elsewhere(store: str) -> None:
+    """Another process commits a checkpoint on run ``a``: a queued one extending the old head
+    now fails its compare-and-set."""
+    code = (
+        f"import cpstore\nwith cpstore.open({store!r}) as s:\n"
+        "    s.recorder('a').checkpoint(9, {'y': 9})\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+class _Thread:
+    """One long-lived thread running what it is given, in order (a flush is per thread: the
+    thread that queued a checkpoint must be the one that flushes it)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            fn, out = job
+            try:
+                out.put(fn())
+            except CpstoreError as exc:
+                out.put(exc)
+
+    def start(self, fn: Any) -> queue.Queue[Any]:
+        """Run ``fn`` on this thread; its result (or CpstoreError) arrives in the queue."""
+        out: queue.Queue[Any] = queue.Queue()
+        self._jobs.put((fn, out))
+        return out
+
+    def run(self, fn: Any) -> Any:
+        """Run ``fn`` on this thread and wait for it."""
+        return self.start(fn).get(timeout=120)
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=120)
+
+
+def check_a_dropped_batch_is_reported_to_every_thread_in_it(store: str) -> None:
+    """B queues, A's flush (holding B's checkpoint) fails: B's flush raises, never returns ok."""
+    with cpstore.open(store, durability="batched", batch_size=64) as st:
+        st.recorder("a").checkpoint(0, {"x": 0})
+        st.flush()
+        ra, rb, b = st.recorder("a"), st.recorder("b"), _Thread()
+        queued_b = b.run(lambda: rb.checkpoint(1, {"b": 1}))
+        ra.checkpoint(2, {"x": 2})
+        _move_elsewhere(store)
+        with pytest.raises(ConflictError):
+            st.flush()
+        got = b.run(st.flush)
+        assert st.ref("b") != queued_b  # dropped with A's batch
+        assert isinstance(got, ConflictError), f"B's flush acknowledged a dropped checkpoint: {got}"
+        assert "another thread's batch commit" in got.what
+        assert b.run(st.flush) is None  # told once; nothing of B's is owed now
+        b.stop()
+
+
+class TestBatchedTwoThreads:
+    def test_a_flush_raises_when_another_threads_failed_commit_dropped_its_checkpoints(
+        self, tmp_path: Path
+    ) -> None:
+        """LMDB: B's flush after A's failed flush dropped B's queued checkpoint raises."""
+        check_a_dropped_batch_is_reported_to_every_thread_in_it(str(tmp_path / "s"))
+
+    def test_the_same_on_postgres(self, pg_url: str) -> None:  # noqa: F811 - the fixture
+        """PostgreSQL: B's flush after A's failed flush dropped B's queued checkpoint raises."""
+        check_a_dropped_batch_is_reported_to_every_thread_in_it(pg_url)
+
+    def test_a_flush_waits_for_the_commit_another_thread_took_its_checkpoints_into(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """B's flush does not return while A's commit holding B's checkpoint is under way."""
+        with cpstore.open(tmp_path / "s", durability="batched", batch_size=64) as st:
+            rb, b = st.recorder("b"), _Thread()
+            cid = b.run(lambda: rb.checkpoint(1, {"b": 1}))
+            inside, go = threading.Event(), threading.Event()
+            real = LmdbBackend._apply
+
+            def slow(self: LmdbBackend, txn: object, op: object) -> None:
+                inside.set()
+                assert go.wait(timeout=120)
+                real(self, txn, op)  # type: ignore[arg-type]
+
+            monkeypatch.setattr(LmdbBackend, "_apply", slow)
+            a = threading.Thread(target=st.flush)
+            a.start()
+            assert inside.wait(timeout=120)  # A took the batch, B's checkpoint in it
+
+            def flush_then_read() -> str | None:
+                st.flush()
+                return st.ref("b")
+
+            flushed = b.start(flush_then_read)
+            try:
+                with contextlib.suppress(queue.Empty):
+                    early = flushed.get(timeout=0.5)
+                    pytest.fail(f"B's flush returned before the commit holding its write: {early}")
+            finally:
+                go.set()
+            a.join(timeout=120)
+            assert flushed.get(timeout=120) == cid
+            b.stop()

@@ -1,0 +1,93 @@
+"""The chaos checker's wider invariants bite (tests/chaos_check.py, tests/test_chaos_mutations.py).
+
+Planted logs against a real store: an unknown commit outcome outside a server
+restart (and one across a restart, which passes), a lost ``put_writes``, and a
+peer checkpoint the peer lacks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chaos_roles import values_digest
+from chaos_worker import SHARED
+from langgraph.checkpoint.base import empty_checkpoint
+from test_chaos_mutations import _fake_log, check
+
+import cpstore
+from cpstore.langgraph import CpstoreSaver
+
+
+def _store(tmp_path: Path) -> cpstore.Store:
+    st = cpstore.open(tmp_path / "s")
+    st.recorder(SHARED).checkpoint(0, {"a": 1})
+    return st
+
+
+def _put(st: cpstore.Store, thread: str) -> tuple[str, dict[str, Any]]:
+    """One saver put on ``thread``; (its id, the log fields of its ack)."""
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"doc": "d", "n": 0}
+    cp["channel_versions"] = {"doc": 1, "n": 1}
+    conf = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    got = CpstoreSaver(st).put(conf, cp, {"step": 0}, {"doc": 1, "n": 1})
+    cid = got["configurable"]["checkpoint_id"]
+    return cid, {"run": f"lg:{thread}", "branch": "main", "thread": thread, "vd": "0" * 32}
+
+
+class TestWiderCheckerBites:
+    def test_an_unknown_outcome_outside_a_server_restart_is_reported(self, tmp_path: Path) -> None:
+        """OutcomeUnknownError with no restart in the log fails the check."""
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "audit", "id": "1"},
+            {"ev": "x", "op": "audit", "id": "1", "err": "OutcomeUnknownError"},
+        ])  # fmt: skip
+        with _store(tmp_path) as st, pytest.raises(AssertionError, match="outcome unknown"):
+            check(st, tmp_path / "logs", final=True)
+
+    def test_an_unknown_outcome_across_a_server_restart_passes(self, tmp_path: Path) -> None:
+        """The same error during a logged restart is what docs/store.md "Faults" promises."""
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "audit", "id": "1"},
+            {"ev": "b", "op": "restart", "id": "2"},
+            {"ev": "x", "op": "audit", "id": "1", "err": "OutcomeUnknownError"},
+            {"ev": "a", "op": "restart", "id": "2"},
+        ])  # fmt: skip
+        with _store(tmp_path) as st:
+            check(st, tmp_path / "logs", final=True)
+
+    def test_a_put_writes_the_saver_lacks_is_reported_lost(self, tmp_path: Path) -> None:
+        """An acked put_writes its checkpoint's tuple does not hold fails the check."""
+        with _store(tmp_path) as st:
+            cid, fields = _put(st, "t")
+            fields["vd"] = _digest_of(st, cid)
+            _fake_log(tmp_path / "logs", [
+                {"ev": "b", "op": "lgput", "id": "1", "parent": None, **fields},
+                {"ev": "a", "op": "lgput", "id": "1", "cid": cid, **fields},
+                {"ev": "b", "op": "lgwrite", "id": "2", "thread": "t", "cid": cid},
+                {"ev": "a", "op": "lgwrite", "id": "2", "thread": "t", "cid": cid, "task": "k",
+                 "value": "v"},
+            ])  # fmt: skip
+            with pytest.raises(AssertionError, match="acknowledged put_writes lost"):
+                check(st, tmp_path / "logs", final=True)
+
+    def test_a_peer_checkpoint_the_peer_lacks_is_reported(self, tmp_path: Path) -> None:
+        """An acked checkpoint recorded on the peer that the peer lacks fails the final check."""
+        cpstore.open(tmp_path / "peer").close()
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "pckpt", "id": "1", "run": "peer-w0-0", "sd": "0" * 32},
+            {"ev": "a", "op": "pckpt", "id": "1", "run": "peer-w0-0", "cid": "ab" * 16,
+             "sd": "0" * 32},
+        ])  # fmt: skip
+        with _store(tmp_path) as st, pytest.raises(AssertionError, match="not whole in the peer"):
+            check(st, tmp_path / "logs", final=True, peer=str(tmp_path / "peer"))
+
+
+def _digest_of(st: cpstore.Store, cid: str) -> str:
+    """The values digest the checker computes for the saver's checkpoint ``cid``."""
+    conf = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid}}
+    tup = CpstoreSaver(st).get_tuple(conf)
+    assert tup is not None
+    return values_digest(tup.checkpoint["channel_values"])
