@@ -263,8 +263,18 @@ class LmdbBackend:
         copy_env(self.env.env, dest, compact=compact)
 
     def last_txnid(self) -> int:
-        """The id of the last txn committed to the store (any process's)."""
-        return int(self.env.env.info()["last_txnid"])
+        """The id of the last txn a read begun now sees (any process's commits).
+
+        A read txn's own id, not ``info()["last_txnid"]`` (the newest meta page): a
+        commit writes its meta page before it publishes its id in lock.mdb, so a read
+        begun in between sees the txn before it. compact_store compares this id with
+        the one it copies; the meta page's id made it compare a verify of txn N with a
+        copy of N + 1 (a false "does not hold what the store holds", chaos test)."""
+        txn = self.env.begin_read()
+        try:
+            return int(txn.id())  # type: ignore[attr-defined]
+        finally:
+            self.env.end_read(txn)
 
     # -- transactions ------------------------------------------------------------
 
