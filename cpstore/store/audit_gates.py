@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from cpstore.errors import AuditChainError, CanonicalEncodingError
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.store.audit_named import check_index_rows
+from cpstore.store.audit_named import check_index_rows, covered_count, set_covered_count
 from cpstore.store.backend import Txn
 from cpstore.store.model import Problem
 
@@ -120,26 +120,12 @@ def _indexes(raw: bytes | memoryview | None) -> list[int] | None:
 
 def gate_count(txn: Txn[memoryview], meta: Any) -> int:
     """How many audit records the index covers (0 when absent, damaged or of another version)."""
-    raw = txn.get(GATES_INDEXED, db=meta)
-    try:
-        row = None if raw is None else decode_value(raw)
-    except CanonicalEncodingError:
-        row = None
-    if (
-        isinstance(row, list)
-        and len(row) == 2
-        and row[0] == GATE_INDEX_VERSION
-        and isinstance(row[1], int)
-        and not isinstance(row[1], bool)
-        and row[1] >= 0
-    ):
-        return row[1]
-    return 0
+    return covered_count(txn, meta, GATES_INDEXED, GATE_INDEX_VERSION)
 
 
 def set_gate_count(txn: Txn[memoryview], meta: Any, count: int) -> None:
     """Record that the index covers audit records ``0`` to ``count - 1``."""
-    txn.put(GATES_INDEXED, encode_value([GATE_INDEX_VERSION, count]), db=meta)
+    set_covered_count(txn, meta, GATES_INDEXED, GATE_INDEX_VERSION, count)
 
 
 def _row(raw: bytes | memoryview | None) -> tuple[bool, int | None]:

@@ -65,9 +65,10 @@ def named_by(kind: str, body: Mapping[str, Any]) -> list[bytes]:
     return [bytes.fromhex(n) for n in names if isinstance(n, str) and _ID.fullmatch(n)]
 
 
-def named_count(txn: Txn[memoryview], meta: Any) -> int:
-    """How many audit records the index covers (0 when absent, damaged or of another version)."""
-    raw = txn.get(AUDITED_INDEXED, db=meta)
+def covered_count(txn: Txn[memoryview], meta: Any, key: bytes, version: int) -> int:
+    """How many audit records an index whose covered count is at ``key`` covers (0 when
+    absent, damaged or of another version than ``version``)."""
+    raw = txn.get(key, db=meta)
     try:
         row = None if raw is None else decode_value(raw)
     except CanonicalEncodingError:
@@ -75,7 +76,7 @@ def named_count(txn: Txn[memoryview], meta: Any) -> int:
     if (
         isinstance(row, list)
         and len(row) == 2
-        and row[0] == AUDITED_INDEX_VERSION
+        and row[0] == version
         and isinstance(row[1], int)
         and not isinstance(row[1], bool)
         and row[1] >= 0
@@ -84,9 +85,21 @@ def named_count(txn: Txn[memoryview], meta: Any) -> int:
     return 0
 
 
+def set_covered_count(
+    txn: Txn[memoryview], meta: Any, key: bytes, version: int, count: int
+) -> None:
+    """Record at ``key`` that an index of ``version`` covers audit records 0 to count - 1."""
+    txn.put(key, encode_value([version, count]), db=meta)
+
+
+def named_count(txn: Txn[memoryview], meta: Any) -> int:
+    """How many audit records the index covers (0 when absent, damaged or of another version)."""
+    return covered_count(txn, meta, AUDITED_INDEXED, AUDITED_INDEX_VERSION)
+
+
 def set_named_count(txn: Txn[memoryview], meta: Any, count: int) -> None:
     """Record that the index covers audit records ``0`` to ``count - 1``."""
-    txn.put(AUDITED_INDEXED, encode_value([AUDITED_INDEX_VERSION, count]), db=meta)
+    set_covered_count(txn, meta, AUDITED_INDEXED, AUDITED_INDEX_VERSION, count)
 
 
 def put_named(
