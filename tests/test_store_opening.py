@@ -380,6 +380,37 @@ class TestReadOnlyAccess:
         assert after == before
         assert code == _cli(argv)[0]  # what a user who may write gets
 
+    def test_reads_without_the_lock_file_hand_out_copies_not_views(
+        self, unwritable_store: tuple[str, str, str]
+    ) -> None:
+        """Without a reader slot a writer may reuse the pages under a read: every value a
+        read txn hands out is then a copy, so what is hashed is what is decoded."""
+        path, _, head = unwritable_store
+
+        def read() -> int:
+            with cpstore.open(path, readonly=True) as store:
+                env = store.backend.env
+                txn = env.begin_read()
+                try:
+                    with txn.cursor(db=store.backend.db("heap")) as cur:
+                        kinds = {type(value) for _, value in cur}
+                finally:
+                    env.end_read(txn)
+                with store.read(head) as cp:
+                    ok = cp.state() == {"memory": "hello again"}
+                return 0 if kinds == {bytes} and ok and not env.locked else 1
+
+        code, _, err = _unprivileged(read)
+        assert code == 0, err
+        with cpstore.open(path, readonly=True) as store:  # with the lock file: views
+            env = store.backend.env
+            txn = env.begin_read()
+            try:
+                with txn.cursor(db=store.backend.db("heap")) as cur:
+                    assert {type(value) for _, value in cur} == {memoryview}
+            finally:
+                env.end_read(txn)
+
     def test_the_api_reads_and_verifies_without_the_lock_file(
         self, unwritable_store: tuple[str, str, str]
     ) -> None:

@@ -39,6 +39,11 @@ class EnvTxns:
     _tail: TailCover
     #: A read-only open of a pre-layout-5 store: reads look for an upgrade (_legacy_read).
     _legacy_ro: bool
+    #: False when a read-only open could not use the lock file (Env._open_env). Its read
+    #: txns then hand out copies, not views: without a reader slot a writer may reuse
+    #: the pages under a read, and a view checked against its digest could change
+    #: before it is decoded; a copy cannot (what is hashed is what is decoded).
+    locked: bool = True
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -126,7 +131,7 @@ class EnvTxns:
                 return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
             self._enter_read()
             try:
-                return self.env.begin(buffers=True)  # type: ignore[no-any-return]
+                return self.env.begin(buffers=self.locked)  # type: ignore[no-any-return]
             except BaseException:
                 self._leave_read()
                 raise
@@ -156,7 +161,7 @@ class EnvTxns:
         active.append(me)
         if not self._resizing:
             try:
-                txn: Txn[memoryview] = self.env.begin(buffers=True)
+                txn: Txn[memoryview] = self.env.begin(buffers=self.locked)  # copies: no slot
             except BaseException as exc:
                 active.remove(me)
                 if not isinstance(exc, lmdb.Error):

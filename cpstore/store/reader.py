@@ -258,7 +258,8 @@ class CheckpointView:
         )
         if check:
             self._checked.add(bytes(key))
-        self._views.append(view)
+        if type(view) is memoryview:  # a copy (a read without LMDB's lock file) has none
+            self._views.append(view)
         return view
 
     def verify_objects(self, *, derive_tokens: bool = True) -> tuple[Problem, ...]:

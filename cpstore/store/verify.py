@@ -101,7 +101,7 @@ def _check_tokens(
     except CpstoreError as exc:
         problems.append(Problem("token value offsets are malformed", where, got=exc.what))
         return
-    rec = records.cast("Q")
+    rec = memoryview(records).cast("Q")
     dig = memoryview(digests).cast("Q")
     if rec[2::4].tolist() != dig[0::2].tolist() or rec[3::4].tolist() != dig[1::2].tolist():
         problems.append(Problem("token values do not match their records", where))
