@@ -32,7 +32,7 @@ def _version(n: int) -> str:
 
 
 def _record(saver: CpstoreSaver) -> list[str]:
-    """Linear puts (channels changing, a list growing, a channel emptied, one absent), then a fork."""
+    """Linear puts (channels changing, a list growing, one emptied), a fork, a partial put."""
     config: dict[str, Any] = {"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}}
     values: dict[str, Any] = {f"c{i}": f"value {i} " * 40 for i in range(5)}
     values["msgs"] = []
@@ -59,7 +59,9 @@ def _record(saver: CpstoreSaver) -> list[str]:
     saver.put(fork, _checkpoint(50, values, versions), meta, {"c0": versions["c0"]})
     # a put whose caller passes only the new channel's value (the rest held by the parent)
     after = _checkpoint(51, {"c1": "only " * 60}, {**versions, "c1": _version(100)})
-    saver.put(configs[-1], after, {"source": "loop", "step": 12, "parents": {}}, {"c1": _version(100)})
+    saver.put(
+        configs[-1], after, {"source": "loop", "step": 12, "parents": {}}, {"c1": _version(100)}
+    )
     store = saver.store
     with store.backend.read_txn() as txn:
         return [
