@@ -8,7 +8,7 @@ damaged byte anywhere is an :class:`IntegrityError`, never a wrong state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,13 +86,33 @@ class Entry:
 
     def body(self) -> dict[str, Any]:
         """The canonical map stored for this entry."""
+        return Entry.body_of(
+            self.cid,
+            run=self.run,
+            branch=self.branch,
+            parent=self.parent,
+            run_id=self.run_id,
+            have=self.have,
+        )
+
+    @staticmethod
+    def body_of(
+        cid: bytes,
+        *,
+        run: str,
+        branch: str,
+        parent: str | None,
+        run_id: str | None,
+        have: Sequence[str],
+    ) -> dict[str, Any]:
+        """:meth:`body` of an entry with these fields, built without the entry (the put path)."""
         return {
-            "cp": self.cid,
-            "run": self.run,
-            "branch": self.branch,
-            "parent": self.parent,
-            "run_id": self.run_id,
-            "have": list(self.have),
+            "cp": cid,
+            "run": run,
+            "branch": branch,
+            "parent": parent,
+            "run_id": run_id,
+            "have": list(have),
         }
 
     def config(self) -> dict[str, Any]:
