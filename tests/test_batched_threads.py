@@ -134,3 +134,61 @@ class TestBatchedTwoThreads:
             a.join(timeout=120)
             assert flushed.get(timeout=120) == cid
             b.stop()
+
+
+#: Thread B queues checkpoints, opens a read view and flushes inside it, while thread A's
+#: flush (holding B's checkpoints) grows the map: the growth waits for B's read to end.
+_FLUSH_IN_READ_WHILE_GROWING = """
+import os, sys, threading, time
+import cpstore
+st = cpstore.open(sys.argv[1], durability="batched", batch_size=10_000, map_size=64 * 1024)
+base = st.recorder("base").checkpoint(0, {"x": 0})
+st.flush()
+env, rb = st.backend.env, st.recorder("b")
+start = env.env.info()["map_size"]
+ready, go, got = threading.Event(), threading.Event(), []
+last = []
+def b():
+    last[:] = [rb.checkpoint(k, {"pad": os.urandom(1500).hex()}) for k in range(40)]
+    with st.read(base):
+        ready.set()
+        go.wait()
+        try:
+            st.flush()
+            got.append("returned")
+        except cpstore.CpstoreError as exc:
+            got.append(type(exc).__name__)
+tb = threading.Thread(target=b, daemon=True)
+tb.start()
+assert ready.wait(120)
+ta = threading.Thread(target=st.flush, daemon=True)
+ta.start()
+t0 = time.monotonic()
+while not env._resizing and time.monotonic() - t0 < 120:
+    time.sleep(0.005)
+go.set()
+tb.join(60)
+ta.join(60)
+if tb.is_alive() or ta.is_alive():
+    print("HANG", flush=True)
+    os._exit(3)
+grew = env.env.info()["map_size"] > start
+print(got[0], grew, st.ref("b") == last[-1], flush=True)
+st.close()
+"""
+
+
+def test_a_flush_inside_a_read_view_raises_instead_of_waiting_on_a_growth_waiting_for_it(
+    tmp_path: Path,
+) -> None:
+    """B's flush inside store.read(), its checkpoints in A's commit that grows the map (which
+    waits for B's read): B gets OutcomeUnknownError, not a deadlock; A's commit then lands."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FLUSH_IN_READ_WHILE_GROWING, str(tmp_path / "s")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"deadlocked or failed: {done.stdout} {done.stderr[-2000:]}"
+    assert done.stdout.split() == ["OutcomeUnknownError", "True", "True"]

@@ -13,11 +13,16 @@ when another thread's failed commit dropped one of them (docs/durability.md,
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 
 from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
 
 __all__ = ["BatchOwners"]
+
+#: Seconds between looks at ``BatchOwners.blocked`` while a flush waits.
+_POLL = 0.05
 
 
 def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
@@ -46,6 +51,9 @@ class BatchOwners:
         self._busy: Counter[int] = Counter()  # thread -> its writes in a commit under way
         self._dropped: dict[int, CpstoreError] = {}
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
+        #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
+        #: map growth waiting for this thread's open read view); the wait raises instead.
+        self.blocked: Callable[[], bool] | None = None
 
     def queued(self, op: object) -> None:
         """Note that this thread queued ``op`` (call under the queue's lock)."""
@@ -74,15 +82,34 @@ class BatchOwners:
             self._cond.notify_all()
 
     def wait_mine(self) -> None:
-        """Block until no write of this thread is in a commit under way; raise if one was lost."""
+        """Block until no write of this thread is in a commit under way; raise if one was lost.
+
+        Never waits on a commit that waits on this thread (``blocked``): a flush inside a
+        ``store.read()`` block while another thread's commit of this thread's writes grows
+        the map, which waits for that read to end, raises OutcomeUnknownError instead.
+        """
         me = threading.get_ident()
+        bound = self.exit_wait
+        deadline = None if bound is None else time.monotonic() + bound
         with self._cond:
-            if not self._cond.wait_for(lambda: self._busy.get(me, 0) <= 0, self.exit_wait):
-                raise OutcomeUnknownError(
-                    "checkpoints this thread queued are still in another thread's batch "
-                    "commit at exit; they may or may not be stored",
-                    where=self._where,
-                )
+            while self._busy.get(me, 0) > 0:
+                if self.blocked is not None and self.blocked():
+                    raise OutcomeUnknownError(
+                        "checkpoints this thread queued are in another thread's batch "
+                        "commit, which grows the map and waits for this thread's open read "
+                        "view to end; they may or may not be stored (read the branch heads)",
+                        where=self._where,
+                        expected="no open store.read() in a thread that flushes while the "
+                        "map grows",
+                    )
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise OutcomeUnknownError(
+                        "checkpoints this thread queued are still in another thread's batch "
+                        "commit at exit; they may or may not be stored",
+                        where=self._where,
+                    )
+                self._cond.wait(_POLL if left is None else min(left, _POLL))
             err = self._dropped.pop(me, None)
         if err is not None:
             raise err

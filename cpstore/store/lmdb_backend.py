@@ -128,6 +128,8 @@ class LmdbBackend:
                 sync=durability != "none" or bool(readonly),
             ),
         )
+        # Never wait for a commit whose map growth waits for this thread's read.
+        self._owners.blocked = self.env.read_blocks_resize
         self._closed = False
         self._audit_key = key
         try:
