@@ -192,3 +192,62 @@ def test_a_flush_inside_a_read_view_raises_instead_of_waiting_on_a_growth_waitin
     )
     assert done.returncode == 0, f"deadlocked or failed: {done.stdout} {done.stderr[-2000:]}"
     assert done.stdout.split() == ["OutcomeUnknownError", "True", "True"]
+
+
+def check_an_interrupted_flush_never_acknowledges_another_threads_checkpoints(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt landing in A's flush on taking the batch, or after its commit: B's flush
+    then stores its checkpoint or says it may not be stored; never ok for a lost one, never
+    "not stored" for a stored one."""
+    with cpstore.open(store, durability="batched", batch_size=64) as st:
+        backend: Any = st.backend
+        rb, b = st.recorder("b"), _Thread()
+
+        def interrupt(*args: object) -> None:
+            raise KeyboardInterrupt
+
+        # 1. On entering the owners' bookkeeping (where an async exception lands).
+        cid = b.run(lambda: rb.checkpoint(1, {"b": 1}))
+        with monkeypatch.context() as m:
+            m.setattr(backend._owners, "taken", interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                st.flush()
+        got = b.run(st.flush)
+        assert got is None and st.ref("b") == cid, f"B acknowledged a lost checkpoint: {got}"
+
+        # 2. After the commit landed, before the flush returned.
+        cid = b.run(lambda: rb.checkpoint(2, {"b": 2}))
+        real = backend.write_txn
+
+        def committed_then_interrupted(fn: Any) -> None:
+            real(fn)
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as m:
+            m.setattr(backend, "write_txn", committed_then_interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                st.flush()
+        got = b.run(st.flush)
+        assert st.ref("b") == cid  # it landed
+        assert got is None or type(got).__name__ == "OutcomeUnknownError", (
+            f"B was told a stored checkpoint is not stored: {got}"
+        )
+        b.stop()
+
+
+def test_an_interrupted_flush_never_acknowledges_a_lost_checkpoint_of_another_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDB: an interrupt in A's flush never makes B's flush lie about B's checkpoint."""
+    check_an_interrupted_flush_never_acknowledges_another_threads_checkpoints(
+        str(tmp_path / "s"), monkeypatch
+    )
+
+
+def test_an_interrupted_flush_never_acknowledges_a_lost_checkpoint_on_postgres(
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PostgreSQL: an interrupt in A's flush never makes B's flush lie about B's checkpoint."""
+    check_an_interrupted_flush_never_acknowledges_another_threads_checkpoints(pg_url, monkeypatch)

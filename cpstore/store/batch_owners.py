@@ -31,11 +31,13 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
         f"{count} checkpoint(s) this thread queued were in another thread's batch commit, "
         "which failed"
     )
-    if isinstance(exc, OutcomeUnknownError):
+    if isinstance(exc, OutcomeUnknownError) or not isinstance(exc, Exception):
+        # An interrupt (KeyboardInterrupt) may have landed after the commit: never "not
+        # stored" for what may be stored (audit20; group commit says the same).
         return OutcomeUnknownError(
             f"{what}; they may or may not be stored (read the branch heads)",
             where=where,
-            got=str(exc)[:300],
+            got=str(exc)[:300] or type(exc).__name__,
         )
     cls = type(exc) if isinstance(exc, CpstoreError) else StoreError
     return cls(f"{what}: not stored", where=where, got=str(exc)[:300])

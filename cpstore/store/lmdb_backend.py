@@ -522,8 +522,11 @@ class LmdbBackend:
             applied = False
             if taken is None:  # a retried txn (map growth) applies the same batch again
                 with self._pending_lock:
+                    # Owners first: an interrupt landing in taken() leaves the queue whole
+                    # (taken off the queue first, the batch was lost unowned, and its other
+                    # threads' flushes returned ok: audit20).
+                    owners = self._owners.taken(list(self._pending))
                     taken, self._pending = self._pending, []
-                    owners = self._owners.taken(list(taken))
             for op in taken:
                 self._apply(txn, op)
             applied = True

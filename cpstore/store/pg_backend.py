@@ -439,8 +439,9 @@ class PgBackend:
                 raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
             with self._pending_lock:
+                # Owners first: an interrupt in taken() leaves the queue whole (lmdb_backend).
+                owners = self._owners.taken(list(self._pending))
                 ops, self._pending = self._pending, []
-                owners = self._owners.taken(list(ops))
             if ops:
                 self._apply_all(txn, ops)
 
