@@ -251,3 +251,57 @@ def test_an_interrupted_flush_never_acknowledges_a_lost_checkpoint_on_postgres(
 ) -> None:
     """PostgreSQL: an interrupt in A's flush never makes B's flush lie about B's checkpoint."""
     check_an_interrupted_flush_never_acknowledges_another_threads_checkpoints(pg_url, monkeypatch)
+
+
+#: The main thread queues checkpoints and ends while a daemon flusher thread's commit holds
+#: them (a background flusher): the exit hook finds the queue empty.
+_EXIT_WHILE_A_DAEMON_COMMITS = """
+import sys, threading, time
+import cpstore
+from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.pg_backend import PgBackend
+st = cpstore.open(sys.argv[1], durability="batched", batch_size=10_000)
+backend = type(st.backend)
+inside = threading.Event()
+real = backend._apply if backend is LmdbBackend else backend._apply_all
+def slow(self, txn, op):
+    inside.set()
+    time.sleep(2)  # the daemon's commit is under way when the main thread ends
+    real(self, txn, op)
+setattr(backend, "_apply" if backend is LmdbBackend else "_apply_all", slow)
+rec = st.recorder("main")
+print(" ".join(rec.checkpoint(k, {"k": k}) for k in range(3)), flush=True)
+threading.Thread(target=st.flush, daemon=True).start()
+assert inside.wait(120)
+"""
+
+
+def check_exit_waits_for_or_names_checkpoints_in_a_daemon_threads_commit(store: str) -> None:
+    """Each checkpoint the main thread queued is stored or named by the exit warning."""
+    done = subprocess.run(
+        [sys.executable, "-c", _EXIT_WHILE_A_DAEMON_COMMITS, store],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    ids = done.stdout.split()
+    assert len(ids) == 3
+    with cpstore.open(store) as st:
+        stored = st.ref("main") == ids[-1]
+    named = "RuntimeWarning" in done.stderr and all(i in done.stderr for i in ids)
+    assert stored or named, f"lost at exit without a word: {done.stderr[-2000:]}"
+
+
+def test_exit_waits_for_or_names_checkpoints_in_a_daemon_threads_commit(tmp_path: Path) -> None:
+    """LMDB: a daemon flusher's commit of the main thread's checkpoints is awaited or named."""
+    check_exit_waits_for_or_names_checkpoints_in_a_daemon_threads_commit(str(tmp_path / "s"))
+
+
+def test_exit_waits_for_or_names_checkpoints_in_a_daemon_commit_on_postgres(
+    pg_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """PostgreSQL: a daemon flusher's commit of the main thread's checkpoints is awaited or
+    named."""
+    check_exit_waits_for_or_names_checkpoints_in_a_daemon_threads_commit(pg_url)

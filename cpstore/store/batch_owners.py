@@ -16,10 +16,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
 
 __all__ = ["BatchOwners"]
+
+W = TypeVar("W")
 
 #: Seconds between looks at ``BatchOwners.blocked`` while a flush waits.
 _POLL = 0.05
@@ -43,7 +46,7 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
     return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
 
 
-class BatchOwners:
+class BatchOwners(Generic[W]):
     """The owners of queued and in-flight writes; what each thread is owed."""
 
     def __init__(self, where: str) -> None:
@@ -52,28 +55,32 @@ class BatchOwners:
         self._owner: dict[int, int] = {}  # id(op) -> thread ident, while the op is queued
         self._busy: Counter[int] = Counter()  # thread -> its writes in a commit under way
         self._dropped: dict[int, CpstoreError] = {}
+        self._flying: dict[int, list[W]] = {}  # id(owners list) -> its batch, in flight
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
         #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
         #: map growth waiting for this thread's open read view); the wait raises instead.
         self.blocked: Callable[[], bool] | None = None
 
-    def queued(self, op: object) -> None:
+    def queued(self, op: W) -> None:
         """Note that this thread queued ``op`` (call under the queue's lock)."""
         with self._cond:
             self._owner[id(op)] = threading.get_ident()
 
-    def taken(self, ops: list[object]) -> list[int]:
-        """The owners of a batch a flush took (call under the queue's lock); now in flight."""
+    def taken(self, ops: list[W]) -> list[int]:
+        """The owners of a batch a flush took (call under the queue's lock); now in flight
+        until :meth:`settled` is given this very list."""
         me = threading.get_ident()
         with self._cond:
             owners = [self._owner.pop(id(op), me) for op in ops]
             self._busy.update(owners)
+            self._flying[id(owners)] = ops
         return owners
 
     def settled(self, owners: list[int], exc: BaseException | None) -> None:
         """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it."""
         me = threading.get_ident()
         with self._cond:
+            self._flying.pop(id(owners), None)
             self._busy.subtract(owners)
             for t in [t for t, n in self._busy.items() if n <= 0]:
                 del self._busy[t]
@@ -115,3 +122,28 @@ class BatchOwners:
             err = self._dropped.pop(me, None)
         if err is not None:
             raise err
+
+    def flying(self) -> list[W]:
+        """The writes in commits under way (any thread's)."""
+        with self._cond:
+            return [op for ops in self._flying.values() for op in ops]
+
+    def wait_all(self) -> None:
+        """At exit: block (at most ``exit_wait``) until no commit is under way; raise when one
+        is still under way, or dropped writes of a thread that was never told.
+
+        The main thread's exit flush finds the queue empty when a daemon thread's flush
+        (a background flusher) took it; the interpreter then ended that commit half-way
+        and the checkpoints were lost without a word (audit20).
+        """
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._flying, self.exit_wait):
+                raise OutcomeUnknownError(
+                    f"{sum(len(ops) for ops in self._flying.values())} checkpoint(s) are "
+                    "still in a batch commit of another thread at exit; they may or may not "
+                    "be stored",
+                    where=self._where,
+                )
+            dropped, self._dropped = list(self._dropped.values()), {}
+        if dropped:
+            raise dropped[0]

@@ -111,7 +111,8 @@ class LmdbBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
-        self._owners = BatchOwners(path)  # whose writes a batch holds (batch_owners.py)
+        # Whose writes a batch holds (batch_owners.py).
+        self._owners: BatchOwners[CheckpointWrite] = BatchOwners(path)
         # sync mode: concurrent threads' checkpoints share one txn and fsync.
         # Not GroupCommit[CheckpointWrite](...): subscripting a generic class at
         # run time costs ~50 us on its first use, in every fresh process's open.
@@ -224,13 +225,15 @@ class LmdbBackend:
         (a daemon thread's read may never end). A flush that fails is a
         RuntimeWarning naming every checkpoint not written.
         """
-        if not self.owes_flush():
+        here = not self._closed and os.getpid() == self.env.pid
+        if not here or not (self._pending or self._owners.flying()):
             return
-        queued = list(self._pending)
+        queued = list(self._pending) + self._owners.flying()
         self.env.resize_wait = wait
         self._owners.exit_wait = wait
         try:
             self.flush()
+            self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
             warnings.warn(_lost_at_exit(self._path, queued, exc), RuntimeWarning, stacklevel=1)
 

@@ -90,7 +90,8 @@ class PgBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
-        self._owners = BatchOwners(self._path)  # whose writes a batch holds (batch_owners.py)
+        # Whose writes a batch holds (batch_owners.py).
+        self._owners: BatchOwners[CheckpointWrite] = BatchOwners(self._path)
         self._pid = os.getpid()
         self._closed = True
         key = None if audit_key is None else check_key(audit_key)
@@ -217,12 +218,14 @@ class PgBackend:
 
     def flush_at_exit(self, wait: float) -> None:
         """Commit queued checkpoints at interpreter exit; a failure is a RuntimeWarning."""
-        if not self.owes_flush():
+        here = not self._closed and os.getpid() == self._pid
+        if not here or not (self._pending or self._owners.flying()):
             return
-        queued = list(self._pending)
+        queued = list(self._pending) + self._owners.flying()
         self._owners.exit_wait = wait
         try:
             self.flush()
+            self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
             ids = ", ".join(bytes(op.cid).hex() for op in queued)
             warnings.warn(
