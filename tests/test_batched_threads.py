@@ -305,3 +305,69 @@ def test_exit_waits_for_or_names_checkpoints_in_a_daemon_commit_on_postgres(
     """PostgreSQL: a daemon flusher's commit of the main thread's checkpoints is awaited or
     named."""
     check_exit_waits_for_or_names_checkpoints_in_a_daemon_threads_commit(pg_url)
+
+
+#: The main thread's checkpoints are in thread A's commit when the process forks; the child
+#: (where no thread will ever settle that commit) calls flush() on its copy of the handle.
+_FLUSH_IN_A_FORK_CHILD = """
+import os, sys, threading
+import cpstore
+from cpstore.errors import ForkError
+from cpstore.store.lmdb_backend import LmdbBackend
+st = cpstore.open(sys.argv[1], durability="batched", batch_size=10_000)
+backend = type(st.backend)
+name = "_apply" if backend is LmdbBackend else "_apply_all"
+inside, go = threading.Event(), threading.Event()
+real = getattr(backend, name)
+def held(self, txn, op):
+    inside.set()
+    assert go.wait(120)
+    real(self, txn, op)
+setattr(backend, name, held)
+st.recorder("main").checkpoint(1, {"k": 1})
+a = threading.Thread(target=st.flush)
+a.start()
+assert inside.wait(120)
+pid = os.fork()
+if pid == 0:
+    import signal
+    signal.alarm(60)  # a hung child ends (no output) instead of outliving the test
+    try:
+        st.flush()
+        print("child flush returned", flush=True)
+    except ForkError:
+        print("ForkError", flush=True)
+    os._exit(0)
+go.set()
+a.join(120)
+_, status = os.waitpid(pid, 0)
+st.close()
+"""
+
+
+def check_a_flush_in_a_fork_child_raises_fork_error(store: str) -> None:
+    """A fork child's flush of the parent's handle raises ForkError; it never waits for the
+    parent's commit, which no thread of the child settles."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FLUSH_IN_A_FORK_CHILD, store],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["ForkError"], done.stdout
+
+
+def test_a_flush_in_a_fork_child_raises_fork_error(tmp_path: Path) -> None:
+    """LMDB: a fork child's flush raises ForkError while the parent's commit holds its
+    checkpoints (it hung)."""
+    check_a_flush_in_a_fork_child_raises_fork_error(str(tmp_path / "s"))
+
+
+def test_a_flush_in_a_fork_child_raises_fork_error_on_postgres(
+    pg_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """PostgreSQL: a fork child's flush raises ForkError while the parent's commit holds its
+    checkpoints (it hung)."""
+    check_a_flush_in_a_fork_child_raises_fork_error(pg_url)

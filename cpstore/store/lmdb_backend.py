@@ -508,6 +508,10 @@ class LmdbBackend:
             if not self.readonly and not self._closed:
                 self.env.sync()  # checks the pid: a forked child never syncs the parent's
             return
+        # A fork child never waits for (or takes) the parent's batches: no thread of the
+        # child settles a commit the parent had under way (it hung: audit20).
+        if self.durability == "batched":
+            self.env.check_pid()
         if not self._pending:
             self._owners.wait_mine()  # another thread's flush may hold our writes
             return

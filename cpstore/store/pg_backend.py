@@ -431,6 +431,8 @@ class PgBackend:
         The batch is taken once this thread holds the store's writer lock, as on LMDB
         (lmdb_backend.flush says why: two threads' flushes then commit in queue order).
         """
+        if os.getpid() != self._pid and self.durability == "batched":
+            self.live()  # ForkError: a fork child never waits for the parent's batches (audit20)
         if not self._pending:
             self._owners.wait_mine()  # another thread's flush may hold our writes
             return
