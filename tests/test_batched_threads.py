@@ -371,3 +371,55 @@ def test_a_flush_in_a_fork_child_raises_fork_error_on_postgres(
     """PostgreSQL: a fork child's flush raises ForkError while the parent's commit holds its
     checkpoints (it hung)."""
     check_a_flush_in_a_fork_child_raises_fork_error(pg_url)
+
+
+def check_an_interrupt_settling_a_batch_never_leaves_another_thread_waiting(
+    store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt landing as A's flush settles its committed batch: B's flush of the
+    checkpoint that batch held still returns (it is stored), and does not wait forever."""
+    with cpstore.open(store, durability="batched", batch_size=64) as st:
+        backend: Any = st.backend
+        owners = backend._owners
+        rb, b = st.recorder("b"), _Thread()
+        cid = b.run(lambda: rb.checkpoint(1, {"b": 1}))
+        real = owners.settled
+        calls: list[object] = []
+
+        def interrupted_once(*args: Any) -> None:
+            calls.append(args)
+            if len(calls) == 1:
+                raise KeyboardInterrupt  # lands on entering the function: nothing settled
+            real(*args)
+
+        monkeypatch.setattr(owners, "settled", interrupted_once)
+        with pytest.raises(KeyboardInterrupt):
+            st.flush()
+        monkeypatch.undo()
+        got = b.start(st.flush)
+        try:
+            result = got.get(timeout=60)
+        except queue.Empty:
+            with owners._cond:  # release B for the rest of the run, then fail
+                owners._busy.clear()
+                owners._cond.notify_all()
+            pytest.fail("B's flush waits forever for a batch nobody settles")
+        assert result is None and st.ref("b") == cid
+        b.stop()
+
+
+def test_an_interrupt_settling_a_batch_never_leaves_another_thread_waiting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LMDB: an interrupt as A settles its committed batch leaves no thread waiting forever."""
+    check_an_interrupt_settling_a_batch_never_leaves_another_thread_waiting(
+        str(tmp_path / "s"), monkeypatch
+    )
+
+
+def test_an_interrupt_settling_a_batch_never_leaves_another_thread_waiting_on_postgres(
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PostgreSQL: an interrupt as A settles its committed batch leaves no thread waiting."""
+    check_an_interrupt_settling_a_batch_never_leaves_another_thread_waiting(pg_url, monkeypatch)

@@ -77,10 +77,14 @@ class BatchOwners(Generic[W]):
         return owners
 
     def settled(self, owners: list[int], exc: BaseException | None) -> None:
-        """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it."""
+        """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it.
+
+        Idempotent: a caller interrupted entering it calls it again (else the threads waiting
+        on the batch waited forever: audit20)."""
         me = threading.get_ident()
         with self._cond:
-            self._flying.pop(id(owners), None)
+            if self._flying.pop(id(owners), None) is None:
+                return  # settled already: a call again after an interrupt changes nothing
             self._busy.subtract(owners)
             for t in [t for t, n in self._busy.items() if n <= 0]:
                 del self._busy[t]

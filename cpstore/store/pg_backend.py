@@ -450,14 +450,19 @@ class PgBackend:
             if ops:
                 self._apply_all(txn, ops)
 
+        failed: BaseException | None = None
         try:
             self.write_txn(apply_all)
         except BaseException as exc:
-            if owners is not None:  # dropped: the other threads' flushes must say so
-                self._owners.settled(owners, exc)
+            failed = exc  # dropped: the other threads' flushes must say so
             raise
-        if owners is not None:
-            self._owners.settled(owners, None)
+        finally:
+            if owners is not None:  # in a finally: an interrupt must not leave it unsettled
+                try:
+                    self._owners.settled(owners, failed)
+                except BaseException:
+                    self._owners.settled(owners, failed)  # interrupted entering it: again
+                    raise
         self._owners.wait_mine()
 
     @property
