@@ -13,11 +13,19 @@ when another thread's failed commit dropped one of them (docs/durability.md,
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
 
 __all__ = ["BatchOwners"]
+
+W = TypeVar("W")
+
+#: Seconds between looks at ``BatchOwners.blocked`` while a flush waits.
+_POLL = 0.05
 
 
 def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
@@ -26,17 +34,19 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
         f"{count} checkpoint(s) this thread queued were in another thread's batch commit, "
         "which failed"
     )
-    if isinstance(exc, OutcomeUnknownError):
+    if isinstance(exc, OutcomeUnknownError) or not isinstance(exc, Exception):
+        # An interrupt (KeyboardInterrupt) may have landed after the commit: never "not
+        # stored" for what may be stored (audit20; group commit says the same).
         return OutcomeUnknownError(
             f"{what}; they may or may not be stored (read the branch heads)",
             where=where,
-            got=str(exc)[:300],
+            got=str(exc)[:300] or type(exc).__name__,
         )
     cls = type(exc) if isinstance(exc, CpstoreError) else StoreError
     return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
 
 
-class BatchOwners:
+class BatchOwners(Generic[W]):
     """The owners of queued and in-flight writes; what each thread is owed."""
 
     def __init__(self, where: str) -> None:
@@ -45,25 +55,36 @@ class BatchOwners:
         self._owner: dict[int, int] = {}  # id(op) -> thread ident, while the op is queued
         self._busy: Counter[int] = Counter()  # thread -> its writes in a commit under way
         self._dropped: dict[int, CpstoreError] = {}
+        self._flying: dict[int, list[W]] = {}  # id(owners list) -> its batch, in flight
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
+        #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
+        #: map growth waiting for this thread's open read view); the wait raises instead.
+        self.blocked: Callable[[], bool] | None = None
 
-    def queued(self, op: object) -> None:
+    def queued(self, op: W) -> None:
         """Note that this thread queued ``op`` (call under the queue's lock)."""
         with self._cond:
             self._owner[id(op)] = threading.get_ident()
 
-    def taken(self, ops: list[object]) -> list[int]:
-        """The owners of a batch a flush took (call under the queue's lock); now in flight."""
+    def taken(self, ops: list[W]) -> list[int]:
+        """The owners of a batch a flush took (call under the queue's lock); now in flight
+        until :meth:`settled` is given this very list."""
         me = threading.get_ident()
         with self._cond:
             owners = [self._owner.pop(id(op), me) for op in ops]
             self._busy.update(owners)
+            self._flying[id(owners)] = ops
         return owners
 
     def settled(self, owners: list[int], exc: BaseException | None) -> None:
-        """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it."""
+        """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it.
+
+        Idempotent: a caller interrupted entering it calls it again (else the threads waiting
+        on the batch waited forever: audit20)."""
         me = threading.get_ident()
         with self._cond:
+            if self._flying.pop(id(owners), None) is None:
+                return  # settled already: a call again after an interrupt changes nothing
             self._busy.subtract(owners)
             for t in [t for t, n in self._busy.items() if n <= 0]:
                 del self._busy[t]
@@ -74,15 +95,59 @@ class BatchOwners:
             self._cond.notify_all()
 
     def wait_mine(self) -> None:
-        """Block until no write of this thread is in a commit under way; raise if one was lost."""
+        """Block until no write of this thread is in a commit under way; raise if one was lost.
+
+        Never waits on a commit that waits on this thread (``blocked``): a flush inside a
+        ``store.read()`` block while another thread's commit of this thread's writes grows
+        the map, which waits for that read to end, raises OutcomeUnknownError instead.
+        """
         me = threading.get_ident()
+        bound = self.exit_wait
+        deadline = None if bound is None else time.monotonic() + bound
         with self._cond:
-            if not self._cond.wait_for(lambda: self._busy.get(me, 0) <= 0, self.exit_wait):
-                raise OutcomeUnknownError(
-                    "checkpoints this thread queued are still in another thread's batch "
-                    "commit at exit; they may or may not be stored",
-                    where=self._where,
-                )
+            while self._busy.get(me, 0) > 0:
+                if self.blocked is not None and self.blocked():
+                    raise OutcomeUnknownError(
+                        "checkpoints this thread queued are in another thread's batch "
+                        "commit, which grows the map and waits for this thread's open read "
+                        "view to end; they may or may not be stored (read the branch heads)",
+                        where=self._where,
+                        expected="no open store.read() in a thread that flushes while the "
+                        "map grows",
+                    )
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise OutcomeUnknownError(
+                        "checkpoints this thread queued are still in another thread's batch "
+                        "commit at exit; they may or may not be stored",
+                        where=self._where,
+                    )
+                self._cond.wait(_POLL if left is None else min(left, _POLL))
             err = self._dropped.pop(me, None)
         if err is not None:
             raise err
+
+    def flying(self) -> list[W]:
+        """The writes in commits under way (any thread's)."""
+        with self._cond:
+            return [op for ops in self._flying.values() for op in ops]
+
+    def wait_all(self) -> None:
+        """At exit: block (at most ``exit_wait``) until no commit is under way; raise when one
+        is still under way, or dropped writes of a thread that was never told.
+
+        The main thread's exit flush finds the queue empty when a daemon thread's flush
+        (a background flusher) took it; the interpreter then ended that commit half-way
+        and the checkpoints were lost without a word (audit20).
+        """
+        with self._cond:
+            if not self._cond.wait_for(lambda: not self._flying, self.exit_wait):
+                raise OutcomeUnknownError(
+                    f"{sum(len(ops) for ops in self._flying.values())} checkpoint(s) are "
+                    "still in a batch commit of another thread at exit; they may or may not "
+                    "be stored",
+                    where=self._where,
+                )
+            dropped, self._dropped = list(self._dropped.values()), {}
+        if dropped:
+            raise dropped[0]

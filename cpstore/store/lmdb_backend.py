@@ -111,7 +111,8 @@ class LmdbBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
-        self._owners = BatchOwners(path)  # whose writes a batch holds (batch_owners.py)
+        # Whose writes a batch holds (batch_owners.py).
+        self._owners: BatchOwners[CheckpointWrite] = BatchOwners(path)
         # sync mode: concurrent threads' checkpoints share one txn and fsync.
         # Not GroupCommit[CheckpointWrite](...): subscripting a generic class at
         # run time costs ~50 us on its first use, in every fresh process's open.
@@ -128,6 +129,8 @@ class LmdbBackend:
                 sync=durability != "none" or bool(readonly),
             ),
         )
+        # Never wait for a commit whose map growth waits for this thread's read.
+        self._owners.blocked = self.env.read_blocks_resize
         self._closed = False
         self._audit_key = key
         try:
@@ -222,13 +225,15 @@ class LmdbBackend:
         (a daemon thread's read may never end). A flush that fails is a
         RuntimeWarning naming every checkpoint not written.
         """
-        if not self.owes_flush():
+        here = not self._closed and os.getpid() == self.env.pid
+        if not here or not (self._pending or self._owners.flying()):
             return
-        queued = list(self._pending)
+        queued = list(self._pending) + self._owners.flying()
         self.env.resize_wait = wait
         self._owners.exit_wait = wait
         try:
             self.flush()
+            self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
             warnings.warn(_lost_at_exit(self._path, queued, exc), RuntimeWarning, stacklevel=1)
 
@@ -503,6 +508,10 @@ class LmdbBackend:
             if not self.readonly and not self._closed:
                 self.env.sync()  # checks the pid: a forked child never syncs the parent's
             return
+        # A fork child never waits for (or takes) the parent's batches: no thread of the
+        # child settles a commit the parent had under way (it hung: audit20).
+        if self.durability == "batched":
+            self.env.check_pid()
         if not self._pending:
             self._owners.wait_mine()  # another thread's flush may hold our writes
             return
@@ -520,12 +529,16 @@ class LmdbBackend:
             applied = False
             if taken is None:  # a retried txn (map growth) applies the same batch again
                 with self._pending_lock:
+                    # Owners first: an interrupt landing in taken() leaves the queue whole
+                    # (taken off the queue first, the batch was lost unowned, and its other
+                    # threads' flushes returned ok: audit20).
+                    owners = self._owners.taken(list(self._pending))
                     taken, self._pending = self._pending, []
-                    owners = self._owners.taken(list(taken))
             for op in taken:
                 self._apply(txn, op)
             applied = True
 
+        failed: BaseException | None = None
         try:
             try:
                 self.write_txn(apply_all)
@@ -534,11 +547,15 @@ class LmdbBackend:
                     raise
                 self._commit_failed(taken, exc)
         except BaseException as exc:
-            if owners is not None:  # dropped: the other threads' flushes must say so
-                self._owners.settled(owners, exc)
+            failed = exc  # dropped: the other threads' flushes must say so
             raise
-        if owners is not None:
-            self._owners.settled(owners, None)
+        finally:
+            if owners is not None:  # in a finally: an interrupt must not leave it unsettled
+                try:
+                    self._owners.settled(owners, failed)
+                except BaseException:
+                    self._owners.settled(owners, failed)  # interrupted entering it: again
+                    raise
         self._owners.wait_mine()
 
     @property

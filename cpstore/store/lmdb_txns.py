@@ -82,6 +82,10 @@ class EnvTxns:
         """True when the calling thread has a read txn of this env open."""
         return get_ident() in self._active
 
+    def read_blocks_resize(self) -> bool:
+        """True when a map resize under way waits for the calling thread's open read."""
+        return self._resizing and get_ident() in self._active
+
     def _leave_read(self) -> None:
         self._active.remove(get_ident())
         if self._resizing:

@@ -90,7 +90,8 @@ class PgBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
-        self._owners = BatchOwners(self._path)  # whose writes a batch holds (batch_owners.py)
+        # Whose writes a batch holds (batch_owners.py).
+        self._owners: BatchOwners[CheckpointWrite] = BatchOwners(self._path)
         self._pid = os.getpid()
         self._closed = True
         key = None if audit_key is None else check_key(audit_key)
@@ -217,12 +218,14 @@ class PgBackend:
 
     def flush_at_exit(self, wait: float) -> None:
         """Commit queued checkpoints at interpreter exit; a failure is a RuntimeWarning."""
-        if not self.owes_flush():
+        here = not self._closed and os.getpid() == self._pid
+        if not here or not (self._pending or self._owners.flying()):
             return
-        queued = list(self._pending)
+        queued = list(self._pending) + self._owners.flying()
         self._owners.exit_wait = wait
         try:
             self.flush()
+            self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
             ids = ", ".join(bytes(op.cid).hex() for op in queued)
             warnings.warn(
@@ -428,6 +431,8 @@ class PgBackend:
         The batch is taken once this thread holds the store's writer lock, as on LMDB
         (lmdb_backend.flush says why: two threads' flushes then commit in queue order).
         """
+        if os.getpid() != self._pid and self.durability == "batched":
+            self.live()  # ForkError: a fork child never waits for the parent's batches (audit20)
         if not self._pending:
             self._owners.wait_mine()  # another thread's flush may hold our writes
             return
@@ -439,19 +444,25 @@ class PgBackend:
                 raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
             with self._pending_lock:
+                # Owners first: an interrupt in taken() leaves the queue whole (lmdb_backend).
+                owners = self._owners.taken(list(self._pending))
                 ops, self._pending = self._pending, []
-                owners = self._owners.taken(list(ops))
             if ops:
                 self._apply_all(txn, ops)
 
+        failed: BaseException | None = None
         try:
             self.write_txn(apply_all)
         except BaseException as exc:
-            if owners is not None:  # dropped: the other threads' flushes must say so
-                self._owners.settled(owners, exc)
+            failed = exc  # dropped: the other threads' flushes must say so
             raise
-        if owners is not None:
-            self._owners.settled(owners, None)
+        finally:
+            if owners is not None:  # in a finally: an interrupt must not leave it unsettled
+                try:
+                    self._owners.settled(owners, failed)
+                except BaseException:
+                    self._owners.settled(owners, failed)  # interrupted entering it: again
+                    raise
         self._owners.wait_mine()
 
     @property
