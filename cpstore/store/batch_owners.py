@@ -76,6 +76,18 @@ class BatchOwners(Generic[W]):
             self._flying[id(owners)] = ops
         return owners
 
+    def settle(self, owners: list[int] | None, exc: BaseException | None) -> None:
+        """:meth:`settled` from a flush's ``finally`` (``owners`` None: nothing was taken):
+        called again when an interrupt lands entering it, so no batch is left unsettled
+        and no other thread's flush waits for ever (audit20)."""
+        if owners is None:
+            return
+        try:
+            self.settled(owners, exc)
+        except BaseException:
+            self.settled(owners, exc)  # interrupted entering it: again (idempotent)
+            raise
+
     def settled(self, owners: list[int], exc: BaseException | None) -> None:
         """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it.
 

@@ -549,13 +549,8 @@ class LmdbBackend:
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             raise
-        finally:
-            if owners is not None:  # in a finally: an interrupt must not leave it unsettled
-                try:
-                    self._owners.settled(owners, failed)
-                except BaseException:
-                    self._owners.settled(owners, failed)  # interrupted entering it: again
-                    raise
+        finally:  # an interrupt must not leave a taken batch unsettled
+            self._owners.settle(owners, failed)
         self._owners.wait_mine()
 
     @property
