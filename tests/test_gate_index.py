@@ -267,6 +267,19 @@ def _index_of(store: Store, digest_hex: str) -> int:
     return store.get_audit(digest_hex).index
 
 
+def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The indexes of the audit records decoded from now on (audit._decode counted)."""
+    decoded: list[int] = []
+    real = audit._decode
+
+    def counted(index: int, raw: Any, where: str) -> Any:
+        decoded.append(index)
+        return real(index, raw, where)
+
+    monkeypatch.setattr(audit, "_decode", counted)
+    return decoded
+
+
 def test_an_older_store_is_caught_up_by_the_next_append(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -278,14 +291,7 @@ def test_an_older_store_is_caught_up_by_the_next_append(
         resume_gate(store, h["c1"], h["d1"], sign_off=h["s1"])
     assert _index_agrees_with_the_scans(store) > 5
     count = len(list(store.audit_records()))
-    decoded: list[int] = []
-    real = audit._decode
-
-    def counted(index: int, raw: Any, where: str) -> Any:
-        decoded.append(index)
-        return real(index, raw, where)
-
-    monkeypatch.setattr(audit, "_decode", counted)
+    decoded = _count_decodes(monkeypatch)
     store.append_audit("note", {"after": True})
     assert sorted(decoded) == list(range(count))  # the one-off catch-up
     rows = _meta_rows(store)
@@ -435,14 +441,7 @@ def test_the_gates_decode_no_record_they_do_not_need(
     for i in range(300):
         store.append_audit("gate" if i % 2 else "signoff", {"n": i})
     records = len(list(store.audit_records()))
-    decoded: list[int] = []
-    real = audit._decode
-
-    def counted(index: int, raw: Any, where: str) -> Any:
-        decoded.append(index)
-        return real(index, raw, where)
-
-    monkeypatch.setattr(audit, "_decode", counted)
+    decoded = _count_decodes(monkeypatch)
     with store.audit_view() as log:
         rec, sign = log.get_audit(d1.audit_digest), log.get_audit(so.audit_digest)
         decoded.clear()
