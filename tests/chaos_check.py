@@ -84,13 +84,7 @@ class Model:
                 continue
             if b["op"] in ("lgdelete", "lgprune") and b["run"] == run:
                 return True  # two steps each: one that raised may have removed the entries
-            # A commit whose connection was lost (a server restart) or whose outcome is
-            # unknown may have committed whole (docs/store.md, "Faults"): it may have removed.
-            maybe = e is not None and e.get("err") in (
-                "StoreConnectionError",
-                "OutcomeUnknownError",
-            )
-            if e is not None and e["ev"] == "x" and not maybe:
+            if not may_have_committed(e):
                 continue
             if b["op"] == "delete" and b["run"] == run:
                 return True
@@ -130,8 +124,19 @@ class Model:
             and b["id"] != own
             and b["t"] < before
             and self.end(e) > t0
-            and (e is None or e["ev"] == "a")
+            and may_have_committed(e)
         )
+
+
+def may_have_committed(end: dict[str, Any] | None) -> bool:
+    """An operation that ended so (``None``: killed amid it) may have taken effect: acked,
+    killed, or a commit whose connection was lost (a server restart) or whose outcome is
+    unknown, either of which may have committed whole (docs/store.md, "Faults")."""
+    return (
+        end is None
+        or end["ev"] == "a"
+        or end.get("err") in ("StoreConnectionError", "OutcomeUnknownError")
+    )
 
 
 def cas_linear(store: cpstore.Store, m: Any, *, final: bool) -> list[str]:

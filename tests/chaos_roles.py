@@ -34,7 +34,13 @@ from chaos_worker import SHARED, Log, Worker, shared_cas
 from langgraph.checkpoint.base import empty_checkpoint
 
 import cpstore
-from cpstore.errors import ConflictError, CpstoreError, NotFoundError
+from cpstore.errors import (
+    ConflictError,
+    CpstoreError,
+    NotFoundError,
+    OutcomeUnknownError,
+    StoreConnectionError,
+)
 from cpstore.langgraph import CpstoreSaver
 from cpstore.store.transfer import transfer
 
@@ -44,6 +50,18 @@ def values_digest(values: Any) -> str:
     return hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:32]
 
 
+def list_problem(tuples: Any, puts: list[str], maybe: dict[str, str]) -> str | None:
+    """What is wrong with a saver ``list`` of one's own thread, newest first: a listed id
+    must be an acknowledged put (``puts``) or one whose outcome was unknown (``maybe``, id ->
+    values digest), which then landed whole, with the values put."""
+    got = [(t.checkpoint["id"], values_digest(t.checkpoint["channel_values"])) for t in tuples]
+    listed = [cid for cid, _ in got]
+    wrong = [cid for cid, vd in got if cid not in puts and maybe.get(cid) != vd]
+    if wrong or listed != sorted(listed, reverse=True):
+        return f"list named {listed}; not put (or with other values): {wrong}"
+    return None
+
+
 class Roles:
     """One worker's saver, peer store and their state."""
 
@@ -51,6 +69,9 @@ class Roles:
         self.inc, self.peer_path = inc, peer_path
         self.lg_head: str | None = None
         self.lg_puts: list[str] = []
+        # Puts whose commit lost its connection (a server restart) or reported an unknown
+        # outcome: each may have landed whole (docs/store.md, "Faults"). id -> values digest.
+        self.lg_maybe: dict[str, str] = {}
         self.peer: cpstore.Store | None = None
         self.peer_rec: Any = None
         self.pull_broken = False
@@ -84,11 +105,15 @@ class Roles:
         cp["channel_versions"] = {"doc": n + 1, "n": n + 1}
         vd = values_digest(cp["channel_values"])
         run = f"lg:{self.thread}"
-        oid, got = w.call(
-            "lgput",
-            lambda: saver.put(self.conf(self.lg_head), cp, {"step": n}, {"doc": n + 1, "n": n + 1}),
-            run=run, branch="main", parent=self.lg_head, vd=vd,
-        )  # fmt: skip
+        try:
+            oid, got = w.call(
+                "lgput",
+                lambda: saver.put(self.conf(self.lg_head), cp, {"step": n}, {"doc": n + 1, "n": n + 1}),
+                run=run, branch="main", parent=self.lg_head, vd=vd, cid=cp["id"],
+            )  # fmt: skip
+        except (StoreConnectionError, OutcomeUnknownError):
+            self.lg_maybe[cp["id"]] = vd
+            raise
         cid = got["configurable"]["checkpoint_id"]
         w.ack("lgput", oid, cid=cid, run=run, branch="main", thread=self.thread, vd=vd)
         self.lg_head = cid
@@ -111,9 +136,9 @@ class Roles:
         if tup is None or (task, "doc", value) not in list(tup.pending_writes or []):
             why = f"an acknowledged put_writes is not read back: {head}"
             w.log.write("defect", sync=True, op="lgwrite", tb=why)
-        listed = [t.checkpoint["id"] for t in saver.list(self.conf(None), limit=4)]
-        if any(c not in self.lg_puts for c in listed) or listed != sorted(listed, reverse=True):
-            w.log.write("defect", sync=True, op="lglist", tb=f"list named {listed}")
+        why = list_problem(saver.list(self.conf(None), limit=4), self.lg_puts, self.lg_maybe)
+        if why:
+            w.log.write("defect", sync=True, op="lglist", tb=why)
 
     def lg_maintain(self) -> None:
         """delete_thread of an older incarnation's thread, or keep_latest prune of one."""

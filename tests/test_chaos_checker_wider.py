@@ -1,8 +1,10 @@
 """The chaos checker's wider invariants bite (tests/chaos_check.py, tests/test_chaos_mutations.py).
 
 Planted logs against a real store: an unknown commit outcome outside a server
-restart (and one across a restart, which passes), a lost ``put_writes``, and a
-peer checkpoint the peer lacks.
+restart (and one across a restart, which passes), a lost ``put_writes``, a
+peer checkpoint the peer lacks, and a prune explained by a put whose connection was
+lost. The worker's own ``list`` check: an id no put began is named, one whose
+outcome was unknown passes only with the values put.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_roles import values_digest
+from chaos_roles import list_problem, values_digest
 from chaos_worker import SHARED
 from langgraph.checkpoint.base import empty_checkpoint
 from test_chaos_mutations import _fake_log, check
@@ -85,9 +87,65 @@ class TestWiderCheckerBites:
             check(st, tmp_path / "logs", final=True, peer=str(tmp_path / "peer"))
 
 
-def _digest_of(st: cpstore.Store, cid: str) -> str:
+class TestMayHaveCommitted:
+    @pytest.mark.parametrize(
+        ("err", "explained"),
+        [("StoreConnectionError", True), ("OutcomeUnknownError", True), ("ConflictError", False)],
+    )
+    def test_a_prune_is_explained_by_a_newer_put_only_if_it_may_have_landed(
+        self, tmp_path: Path, err: str, explained: bool
+    ) -> None:
+        """A missing acked checkpoint, then a newer put on its branch that raised, then a
+        prune keeping 1: the prune explains the miss only when the put may have committed
+        (its connection lost, or its outcome unknown), not when it was refused."""
+        ghost = {"run": "own-w0", "branch": "main", "parent": None, "sd": "0" * 32}
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "restart", "id": "0"},
+            {"ev": "b", "op": "ckpt", "id": "1", **ghost},
+            {"ev": "a", "op": "ckpt", "id": "1", "cid": "ab" * 16, **ghost},
+            {"ev": "b", "op": "ckpt", "id": "2", **ghost},
+            {"ev": "x", "op": "ckpt", "id": "2", "err": err},
+            {"ev": "b", "op": "prune", "id": "3", "run": "own-w0", "keep": 1},
+            {"ev": "a", "op": "prune", "id": "3", "run": "own-w0", "keep": 1},
+            {"ev": "a", "op": "restart", "id": "0"},
+        ])  # fmt: skip
+        with _store(tmp_path) as st:
+            if explained:
+                check(st, tmp_path / "logs", final=True)
+            else:
+                with pytest.raises(AssertionError, match="acknowledged checkpoint lost"):
+                    check(st, tmp_path / "logs", final=True)
+
+
+class TestListCheck:
+    """chaos_roles.list_problem: what the worker's ``lg_write`` asks of the saver's list."""
+
+    def _listed(self, st: cpstore.Store, thread: str) -> list[Any]:
+        conf = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+        return list(CpstoreSaver(st).list(conf, limit=4))
+
+    def test_acknowledged_puts_pass_and_a_stranger_is_named(self, tmp_path: Path) -> None:
+        with _store(tmp_path) as st:
+            a, _ = _put(st, "t")
+            b, _ = _put(st, "t")
+            assert list_problem(self._listed(st, "t"), [a, b], {}) is None
+            why = list_problem(self._listed(st, "t"), [a], {})
+            assert why is not None and b in why.split("values):")[1]
+
+    def test_an_unknown_outcome_put_passes_only_with_its_values(self, tmp_path: Path) -> None:
+        """A put whose connection was lost may have landed whole: listed, it must hold the
+        values that put carried."""
+        with _store(tmp_path) as st:
+            a, _ = _put(st, "t")
+            b, _ = _put(st, "t")
+            right = _digest_of(st, b, "t")
+            assert list_problem(self._listed(st, "t"), [a], {b: right}) is None
+            assert list_problem(self._listed(st, "t"), [a], {b: "f" * 32}) is not None
+
+
+def _digest_of(st: cpstore.Store, cid: str, thread: str = "t") -> str:
     """The values digest the checker computes for the saver's checkpoint ``cid``."""
-    conf = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": cid}}
+    conf = {"configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": cid}}
     tup = CpstoreSaver(st).get_tuple(conf)
     assert tup is not None
     return values_digest(tup.checkpoint["channel_values"])
