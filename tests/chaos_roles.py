@@ -105,10 +105,11 @@ class Roles:
         cp["channel_versions"] = {"doc": n + 1, "n": n + 1}
         vd = values_digest(cp["channel_values"])
         run = f"lg:{self.thread}"
+        versions = {"doc": n + 1, "n": n + 1}
         try:
             oid, got = w.call(
                 "lgput",
-                lambda: saver.put(self.conf(self.lg_head), cp, {"step": n}, {"doc": n + 1, "n": n + 1}),
+                lambda: saver.put(self.conf(self.lg_head), cp, {"step": n}, versions),
                 run=run, branch="main", parent=self.lg_head, vd=vd, cid=cp["id"],
             )  # fmt: skip
         except (StoreConnectionError, OutcomeUnknownError):
