@@ -137,9 +137,9 @@ class Roles:
         if tup is None or (task, "doc", value) not in list(tup.pending_writes or []):
             why = f"an acknowledged put_writes is not read back: {head}"
             w.log.write("defect", sync=True, op="lgwrite", tb=why)
-        why = list_problem(saver.list(self.conf(None), limit=4), self.lg_puts, self.lg_maybe)
-        if why:
-            w.log.write("defect", sync=True, op="lglist", tb=why)
+        wrong = list_problem(saver.list(self.conf(None), limit=4), self.lg_puts, self.lg_maybe)
+        if wrong:
+            w.log.write("defect", sync=True, op="lglist", tb=wrong)
 
     def lg_maintain(self) -> None:
         """delete_thread of an older incarnation's thread, or keep_latest prune of one."""
