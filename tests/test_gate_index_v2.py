@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
-from test_decision_support import stored_replay
+from test_decision_support import full_replay, stored_replay
 from test_gate_index import (
     _as_older_release,
     _checkpoint,
@@ -36,7 +36,7 @@ from cpstore.decision.ports import AuditEntry, AuditLog
 from cpstore.decision.validate import validate
 from cpstore.errors import AuditChainError, GateError, NotFoundError
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import ReplayMode
 from cpstore.store.audit_gates import GATE_INDEX_VERSION, GATES_INDEXED, gate_count
 from cpstore.store.audit_permits import ODD_ID_PREFIX, PERMIT_PREFIX, QUARANTINE_PREFIX
 from cpstore.store.facade import Store
@@ -221,28 +221,12 @@ def _v2_rows(store: Store) -> dict[bytes, bytes]:
         }
 
 
-def _replay(store: Store, cid: str, mode: ReplayMode) -> Run:
-    """A faithful replay of ``cid`` in ``mode`` (every token's value read back)."""
-    with store.read(cid) as cp:
-        m = cp.manifest
-        values = [cp.token(i)[3] for i in range(cp.token_count())]
-        return Run(
-            m.run_id,
-            m.step,
-            m.state_digest,
-            tokens=PackedTokens(bytes(cp.tokens()), values=values),
-            observations=tuple(Observation(*o) for o in cp.observations()),
-            mode=mode,
-            transcript_digest=m.transcript_digest,
-        )
-
-
 def _branch_with_quarantine(store: Store, run: str) -> dict[str, Any]:
     """A strict ACCEPT of one checkpoint, then a QUARANTINE of the next on the same branch."""
     c1 = _checkpoint(store, run)
-    accept = validate(c1, _replay(store, c1, ReplayMode.STRICT), store=store)
+    accept = validate(c1, full_replay(store, c1, ReplayMode.STRICT), store=store)
     c2 = _checkpoint(store, run)
-    quarantine = validate(c2, _replay(store, c2, ReplayMode.BEST_EFFORT), store=store)
+    quarantine = validate(c2, full_replay(store, c2, ReplayMode.BEST_EFFORT), store=store)
     assert quarantine.verdict.name == "QUARANTINE"
     return {"c1": c1, "accept": accept, "c2": c2, "q": quarantine}
 
