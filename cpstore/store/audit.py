@@ -20,8 +20,8 @@ written before it existed), and checked by :func:`check_audit_chain`. The
 audited-checkpoint index (``cpstore.store.audit_named``: which checkpoints the log
 names, for retention sweeps) is kept, caught up and checked the same way;
 :func:`audited_among` answers from it. So is the gate index
-(``cpstore.store.audit_gates``: decisions by id, sign-offs by decision, gates by
-sign-off), which the :class:`AuditView` methods the gates call answer from.
+(``cpstore.store.audit_gates``, ``audit_permits``: decisions by id and prefix, sign-offs,
+gates, permit uses, branch quarantines), which the :class:`AuditView` methods answer from.
 """
 
 from __future__ import annotations

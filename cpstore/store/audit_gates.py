@@ -16,8 +16,12 @@ per record it names (docs/store.md, "Audit log"). Index version
 * ``signoff_used/<sign-off digest>`` (16 B) for **every** covered ``signoff`` record:
   nil, or the audit index of the first covered ``gate`` record after it whose
   ``sign_off`` is that digest;
+* since version 2, ``permit_used/``, ``quarantined/`` and ``odd_id/`` rows
+  (``cpstore.store.audit_permits``: permits used, branches quarantined, decisions by
+  an operator's prefix);
 * ``gates_indexed``: canonical ``[version, count]``, the rows cover records ``0``
-  to ``count - 1`` (absent, damaged or another version: none).
+  to ``count - 1`` (absent, damaged or another version: none; a rebuild from record 0
+  first removes the ``quarantined/`` rows, the only ones not keyed by a record).
 
 Every covered decision and sign-off has its ``signed``/``signoff_used`` row, so one
 missing for a record below the covered count is damage (``AuditChainError``), never
