@@ -33,7 +33,7 @@ import struct
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
-from cpstore.errors import AuditChainError, CanonicalEncodingError
+from cpstore.errors import AuditChainError, CanonicalEncodingError, InvalidInputError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.backend import Txn
 
@@ -277,6 +277,8 @@ def decisions_by_prefix(
     """Every ``decision`` record whose ``str(decision_id)`` or digest starts with ``low``
     (lowercase hex, at least MIN_RUN characters), in log order: ranges of rows, each
     named record decoded and checked, then the records past ``covered``."""
+    if len(low) < MIN_RUN or not _HEX_RUN.fullmatch(low):
+        raise InvalidInputError("a decision prefix is 8 or more lowercase hex characters", got=low)
     meta = dbs["meta"]
     found: dict[int, _Entry] = {}
     if covered:
