@@ -26,6 +26,12 @@ decoded and its canonical form checked by re-encoding it. This interleaves:
   the log) and against the raw scan of the log (the old "used?" check read every
   ``gate`` record, "signed off?" every ``signoff`` after the decision).
 
+- ``permit use`` / ``certify rollback`` / ``decision by prefix``: ``check_resume`` with a
+  permit given before the long log, ``certify_rollback`` of a fresh strict ACCEPT, and
+  ``_decision_by_name`` of a 12-character decision id prefix (gate index v2), against
+  the same call with the view's method replaced by the full scan it replaced (the
+  reference twin: every ``resume`` record after the gate, every ``decision`` record).
+
 Run: ``.venv/bin/python -m pytest benchmarks/bench_audit.py --benchmark-only -s``
 (``CPSTORE_BENCH_SIZE=full``: 20,000 records; quick: 2,000).
 """
@@ -45,13 +51,16 @@ from bench_store import Comparison, _timed, _timer, interleave
 from pytest_benchmark.fixture import BenchmarkFixture
 
 import cpstore
-from cpstore.decision.gates import resume_gate, sign_off
+from cpstore.decision import gates
+from cpstore.decision.gates import certify_rollback, check_resume, resume_gate, sign_off
 from cpstore.native import fast_canonical
 from cpstore.native.canonical import decode_value
 from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 from cpstore.store import audit
 from cpstore.store.audit_gates import GATES_INDEXED, SIGNED_PREFIX, USED_PREFIX
 from cpstore.store.audit_named import AUDITED_INDEXED, AUDITED_PREFIX
+from cpstore.store.audit_permits import ODD_ID_PREFIX, PERMIT_PREFIX, QUARANTINE_PREFIX
+from cpstore.store.model import AuditRecord
 
 RUN = "r"
 
@@ -172,7 +181,10 @@ def _strip(store: cpstore.Store, prefixes: tuple[bytes, ...], counts: tuple[byte
 
 
 _AUDITED = ((AUDITED_PREFIX,), (AUDITED_INDEXED,))
-_GATES = ((SIGNED_PREFIX, USED_PREFIX), (GATES_INDEXED,))
+_GATES = (
+    (SIGNED_PREFIX, USED_PREFIX, PERMIT_PREFIX, QUARANTINE_PREFIX, ODD_ID_PREFIX),
+    (GATES_INDEXED,),
+)
 
 
 def test_gc_dry_run_beside_a_long_audit_log(
@@ -299,3 +311,134 @@ def test_gate_beside_a_long_audit_log(
     finally:
         absent.close()
         indexed.close()
+
+
+# -- permit use, rollback certification, decision by prefix (gate index v2) ----------------
+
+
+def _scan_permit_use(view: audit.AuditView, gate: AuditRecord) -> AuditRecord | None:
+    """The reference twin: ``_use_permit``'s old scan of the resume records after the gate."""
+    for used in view.audit_records(kind="resume", start=gate.index + 1):
+        if used.body.get("permit") == gate.digest:
+            return used
+    return None
+
+
+def _scan_quarantine(view: audit.AuditView, rec: AuditRecord) -> AuditRecord | None:
+    """The reference twin: ``certify_rollback``'s old search of every decision record."""
+    recorded = rec.body.get("recorded") or {}
+    pair = (recorded.get("run_id"), recorded.get("branch"))
+    for r in view.audit_records(kind="decision"):
+        other = r.body.get("recorded") or {}
+        if (other.get("run_id"), other.get("branch")) == pair and r.body.get(
+            "verdict"
+        ) == "QUARANTINE":
+            return r
+    return None
+
+
+def _scan_prefix(view: audit.AuditView, low: str) -> list[AuditRecord]:
+    """The reference twin: ``_decision_by_name``'s old read of every decision record."""
+    return [
+        r
+        for r in view.audit_records(kind="decision")
+        if str(r.body.get("decision_id", "")).startswith(low) or r.digest.startswith(low)
+    ]
+
+
+_TWINS = {
+    "permit use": ("permit_use", _scan_permit_use),
+    "certify rollback": ("branch_quarantine", _scan_quarantine),
+    "decision by prefix": ("decisions_by_prefix", _scan_prefix),
+}
+
+
+@pytest.fixture(scope="module")
+def permit_log(records: int, repeats: int) -> Iterator[tuple[str, list[tuple[str, str, str]]]]:
+    """A store whose permits (two per repeat) were given before ``records`` decision records:
+    a permit used long after it was given (the old check read every record after it)."""
+    path = str(Path(tempfile.mkdtemp(prefix="cpstore-bench-permits-")) / "s")
+    permits = []
+    with cpstore.open(path, durability="none") as store:
+        for i in range(2 * repeats + 2):
+            run = f"permit-{i}"
+            cid, decision = _released(store, run)
+            so = sign_off(store, decision, operator="op", reason="bench")
+            permits.append((run, cid, resume_gate(store, cid, decision, sign_off=so).audit_digest))
+        for i in range(records):
+            body = {  # ids spread as validate()'s digests are: a 12-character prefix is unique
+                "decision_id": f"{i * 0x9E3779B97F4A7C15F39CC0605CEDC835 % 2**128:032x}",
+                "recorded": {"checkpoint_id": "00" * 16, "run_id": RUN, "step": i % 20},
+                "findings": [{"code": "STATE_MISMATCH", "at": i, "detail": "y" * 40}],
+                "verdict": "REJECT",
+            }
+            store.append_audit("decision", body)
+    yield path, permits
+
+
+@pytest.mark.parametrize("call", list(_TWINS))
+def test_gate_path_against_its_full_scan_twin(
+    benchmark: BenchmarkFixture,
+    *,
+    call: str,
+    permit_log: tuple[str, list[tuple[str, str, str]]],
+    records: int,
+    repeats: int,
+) -> None:
+    """A permit's use, a rollback certification or a decision found by an operator's prefix
+    beside the long log: the gate index against the full scan it replaced (same store)."""
+    path, permits = permit_log
+    store = cpstore.open(path, durability="none")
+    method, twin = _TWINS[call]
+    made = [0]
+    with store.audit_view() as view:
+        target = next(view.audit_records(kind="decision", start=records // 2, limit=1))
+    prefix = str(target.body["decision_id"])[:12]
+
+    def one() -> float:
+        made[0] += 1
+        if call == "permit use":
+            run, cid, permit = permits.pop()
+            return _timed(
+                lambda: check_resume(store, cid, run_id=run, branch="main", permit=permit)
+            )
+        if call == "certify rollback":
+            rec = store.recorder(f"cert-{made[0]}")
+            rec.token("rng", 1)
+            cid = str(rec.checkpoint(1, b"state"))
+            rec.close()
+            with store.read(cid) as cp:
+                m = cp.manifest
+                replay = Run(
+                    m.run_id,
+                    m.step,
+                    m.state_digest,
+                    tokens=PackedTokens(bytes(cp.tokens()), values=[cp.token(0)[3]]),
+                    mode=ReplayMode.STRICT,
+                    transcript_digest=m.transcript_digest,
+                )
+            decision = cpstore.validate(cid, replay, store=store)
+            return _timed(lambda: certify_rollback(store, cid, decision))
+
+        def lookup() -> None:
+            with store.audit_view() as view:
+                if [r.digest for r in gates._decision_by_name(view, prefix)] != [target.digest]:
+                    raise AssertionError("the prefix lookup missed its decision")
+
+        return _timed(lookup)
+
+    def scanned() -> float:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(audit.AuditView, method, twin)
+            return one()
+
+    try:
+        interleave(
+            benchmark,
+            f"{call}, {records} audit records",
+            {"cpstore": one, "full scan (reference twin)": scanned},
+            repeats,
+            [Comparison("cpstore", "full scan (reference twin)", note="the scan it replaced")],
+        )
+    finally:
+        store.close()

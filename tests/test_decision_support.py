@@ -75,6 +75,23 @@ def colliding_kinds() -> tuple[str, str]:
     raise AssertionError("unreachable")
 
 
+def full_replay(store: Store, cid: str, mode: ReplayMode) -> Run:
+    """A faithful replay of stored checkpoint ``cid`` in ``mode``, every token's value read
+    back (a checkpoint continuing a run holds more than one)."""
+    with store.read(cid) as cp:
+        m = cp.manifest
+        values = [cp.token(i)[3] for i in range(cp.token_count())]
+        return Run(
+            m.run_id,
+            m.step,
+            m.state_digest,
+            tokens=PackedTokens(bytes(cp.tokens()), values=values),
+            observations=tuple(Observation(*o) for o in cp.observations()),
+            mode=mode,
+            transcript_digest=m.transcript_digest,
+        )
+
+
 def stored_replay(store: Store, cid: str, **changes: Any) -> Run:
     """A faithful STRICT replay of stored checkpoint ``cid`` as a Run; ``changes`` override fields.
 

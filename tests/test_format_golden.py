@@ -317,27 +317,47 @@ def test_audited_checkpoint_index_rows_are_pinned(tmp_path: Path) -> None:
 
 
 def test_gate_index_rows_are_pinned(tmp_path: Path) -> None:
-    """Index version 1: meta "decision_id/" + UTF-8 id -> canonical list of indexes;
+    """Index version 2: meta "decision_id/" + UTF-8 id -> canonical list of indexes;
     "signed/" + decision digest -> nil or the first sign-off's index; "signoff_used/" +
-    sign-off digest -> nil or the first gate's index; "gates_indexed" -> [1, count]."""
+    sign-off digest -> nil or the first gate's index; "permit_used/" + resume gate digest
+    -> nil or the first resume's index; "quarantined/" + canonical [run_id, branch] -> nil
+    or the first QUARANTINE's index; "odd_id/" + hex run + "/" + digest -> index;
+    "gates_indexed" -> [2, count] (docs/store.md)."""
+    branch = {"run_id": "r", "branch": "main"}
     with open_store(tmp_path / "s") as st:
-        d0 = st.append_audit("decision", {"decision_id": "d-é"}).digest
+        d0 = st.append_audit("decision", {"decision_id": "d-é", "recorded": branch}).digest
         d1 = st.append_audit("decision", {"decision_id": "d-é"}).digest
         s2 = st.append_audit("signoff", {"decision_audit": d0}).digest
         s3 = st.append_audit("signoff", {"decision_audit": d0}).digest
-        st.append_audit("gate", {"sign_off": s2})
-        st.append_audit("gate", {"sign_off": s2.upper()})  # names nothing
+        g4 = st.append_audit("gate", {"sign_off": s2, "gate": "resume"}).digest
+        st.append_audit("gate", {"sign_off": s2.upper()})  # names nothing, no permit
+        st.append_audit("resume", {"permit": g4})
+        st.append_audit("resume", {"permit": g4})  # a second use: the row keeps the first
+        quarantine = {"decision_id": 1234567890, "recorded": branch, "verdict": "QUARANTINE"}
+        d8 = st.append_audit("decision", quarantine).digest
+        short = {**quarantine, "decision_id": 12345}  # a run of 5: no odd_id row
+        d9 = st.append_audit("decision", short).digest
+        families = (b"decision_id/", b"signed/", b"signoff_used/", b"gates_", b"permit_used/")
         with st.backend.read_txn() as txn:
             rows = [
                 (bytes(k), bytes(v).hex())
                 for k, v in txn.cursor(db=st.backend.db("meta"))
-                if bytes(k).startswith((b"decision_id/", b"signed/", b"signoff_used/", b"gates_"))
+                if bytes(k).startswith((*families, b"quarantined/", b"odd_id/"))
             ]
-    assert GATE_INDEX_VERSION == 1
+    assert GATE_INDEX_VERSION == 2
     want = [
         (b"decision_id/d-\xc3\xa9", "920001"),
-        (b"gates_indexed", "920106"),
-        *sorted([(b"signed/" + bytes.fromhex(d0), "02"), (b"signed/" + bytes.fromhex(d1), "c0")]),
+        (b"gates_indexed", "92020a"),
+        (b"odd_id/1234567890/" + bytes.fromhex(d8), "08"),
+        (b"permit_used/" + bytes.fromhex(g4), "06"),
+        (b"quarantined/\x92\xa1r\xa4main", "08"),
+        (b"quarantined/\x92\xc0\xc0", "c0"),
+        *sorted(
+            [
+                (b"signed/" + bytes.fromhex(d0), "02"),
+                *((b"signed/" + bytes.fromhex(d), "c0") for d in (d1, d8, d9)),
+            ]
+        ),
         *sorted(
             [
                 (b"signoff_used/" + bytes.fromhex(s2), "04"),

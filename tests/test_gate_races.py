@@ -8,9 +8,16 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
-from test_decision_support import stored_replay
+from test_decision_support import full_replay, stored_replay
 
-from cpstore.decision.gates import AUDIT_GATE, AUDIT_RESUME, AUDIT_SIGNOFF, resume_gate, sign_off
+from cpstore.decision.gates import (
+    AUDIT_GATE,
+    AUDIT_RESUME,
+    AUDIT_SIGNOFF,
+    certify_rollback,
+    resume_gate,
+    sign_off,
+)
 from cpstore.decision.table import AUDIT_DECISION, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import CpstoreError
@@ -205,9 +212,10 @@ def _recorder_with_permit(path: str, barrier: Any, rounds: list[tuple[str, str]]
     return out
 
 
-def test_one_permit_opens_one_recorder_among_racing_processes(tmp_path: Path) -> None:
-    """24 rounds of 4 processes racing one permit on a rejected-then-released head: one each."""
-    path = str(tmp_path / "s")
+def test_one_permit_opens_one_recorder_among_racing_processes(url: str) -> None:
+    """24 rounds of 4 processes racing one permit on a rejected-then-released head: one each,
+    on LMDB and PostgreSQL; the permit rows of the gate index agree (verify)."""
+    path = url
     rounds = []
     with open_store(path) as st:
         for i in range(ROUNDS):
@@ -220,3 +228,70 @@ def test_one_permit_opens_one_recorder_among_racing_processes(tmp_path: Path) ->
     with open_store(path) as st:
         used = [r.body["permit"] for r in st.audit_records(kind=AUDIT_RESUME)]
         assert sorted(used) == sorted(p for _, p in rounds)
+        result = st.verify()
+        assert result.ok, result.problems
+
+
+def _certify_or_quarantine(
+    path: str, barrier: Any, role: int, rounds: list[tuple[str, str, str]]
+) -> list[str | None]:
+    """Roles 0-1 certify a rollback on the round's ACCEPT; roles 2-3 quarantine the next
+    checkpoint of its branch. The certificate's digest, or the refusal's message."""
+    out: list[str | None] = []
+    with open_store(path) as st:
+        for accepted, accept_id, later in rounds:
+            barrier.wait()
+            try:
+                if role < 2:
+                    out.append(certify_rollback(st, accepted, accept_id).audit_digest)
+                else:
+                    replay = full_replay(st, later, ReplayMode.BEST_EFFORT)
+                    out.append(validate(later, replay, store=st).verdict.name)
+            except CpstoreError as exc:
+                out.append(exc.what)
+    return out
+
+
+def test_a_rollback_is_never_certified_over_a_quarantine_appended_concurrently(
+    url: str,
+) -> None:
+    """Certifications racing quarantines of the same branch: every rollback certificate
+    precedes the branch's first quarantine in the log, every refusal names the quarantine,
+    on LMDB and PostgreSQL; the branch rows of the gate index agree (verify)."""
+    rounds = []
+    with open_store(url) as st:
+        for i in range(ROUNDS):
+            accepted = _checkpoint(st, f"run-{i}")
+            d = validate(accepted, stored_replay(st, accepted), store=st)
+            assert d.verdict is Verdict.ACCEPT
+            rounds.append((accepted, d.id, _checkpoint(st, f"run-{i}")))
+    results = _race(_certify_or_quarantine, [(url, role, rounds) for role in range(WORKERS)])
+    for certifier in results[:2]:
+        for got in certifier:
+            assert got is None or len(got) == 32 or "quarantined" in got, got
+    assert all(got == "QUARANTINE" for quarantiner in results[2:] for got in quarantiner)
+    with open_store(url) as st:
+        records = list(st.audit_records())
+        for i in range(ROUNDS):
+            run = f"run-{i}"
+            quarantines = [
+                r.index
+                for r in records
+                if r.kind == AUDIT_DECISION
+                and r.body["recorded"]["run_id"] == run
+                and r.body["verdict"] == "QUARANTINE"
+            ]
+            certified = [
+                r.index
+                for r in records
+                if r.kind == AUDIT_GATE
+                and r.body["gate"] == "rollback"
+                and r.body["checkpoint_id"] == rounds[i][0]
+            ]
+            assert len(quarantines) == 2
+            assert all(c < min(quarantines) for c in certified), (run, certified, quarantines)
+            refused = sum(got is not None and "quarantined" in got for got in
+                          (results[0][i], results[1][i]))  # fmt: skip
+            assert len(certified) + refused == 2
+        result = st.verify()
+        assert result.ok, result.problems

@@ -13,9 +13,17 @@ from typing import Any
 
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
-from test_gate_races import _checkpoint, _race, _resumer, _signer, url  # noqa: F401 - fixture
+from test_gate_races import (  # noqa: F401 - fixture
+    _certify_or_quarantine,
+    _checkpoint,
+    _race,
+    _recorder_with_permit,
+    _resumer,
+    _signer,
+    url,
+)
 
-from cpstore.decision.gates import AUDIT_GATE, AUDIT_SIGNOFF, sign_off
+from cpstore.decision.gates import AUDIT_GATE, AUDIT_RESUME, AUDIT_SIGNOFF, resume_gate, sign_off
 from cpstore.decision.table import AUDIT_DECISION, Verdict
 from cpstore.decision.validate import validate
 from cpstore.run.model import ReplayMode
@@ -51,6 +59,30 @@ def _as_older_release() -> None:
             (r for r in records(view, AUDIT_GATE) if r.body.get("sign_off") == so.digest), None
         )
 
+    def permit_use(view: audit.AuditView, gate: Any) -> Any:
+        found = (
+            r
+            for r in records(view, AUDIT_RESUME, gate.index + 1)
+            if r.body.get("permit") == gate.digest
+        )
+        return next(found, None)
+
+    def quarantine(view: audit.AuditView, rec: Any) -> Any:
+        recorded = rec.body.get("recorded") or {}
+        pair = (recorded.get("run_id"), recorded.get("branch"))
+        return next(
+            (
+                r
+                for r in records(view, AUDIT_DECISION)
+                if ((r.body.get("recorded") or {}).get("run_id"),
+                    (r.body.get("recorded") or {}).get("branch")) == pair
+                and r.body.get("verdict") == "QUARANTINE"
+            ),
+            None,
+        )  # fmt: skip
+
+    audit.AuditView.permit_use = permit_use  # type: ignore[method-assign,assignment]
+    audit.AuditView.branch_quarantine = quarantine  # type: ignore[method-assign,assignment]
     audit.AuditView.decisions_by_id = by_id  # type: ignore[method-assign,assignment]
     audit.AuditView.sign_off_of = sign_off_of  # type: ignore[method-assign,assignment]
     audit.AuditView.sign_off_use = use  # type: ignore[method-assign,assignment]
@@ -109,5 +141,77 @@ def test_one_decision_takes_one_sign_off_among_processes_of_two_releases(
         _quarantined(st, "after")
         signed = [r.body["decision_id"] for r in st.audit_records(kind=AUDIT_SIGNOFF)]
         assert sorted(signed) == sorted(rounds)
+        result = st.verify()
+        assert result.ok, result.problems
+
+
+def _mixed_recorder(path: str, barrier: Any, older: bool, rounds: list[Any]) -> list[bool]:
+    if older:
+        _as_older_release()
+    return _recorder_with_permit(path, barrier, rounds)
+
+
+def test_one_permit_opens_one_recorder_among_processes_of_two_releases(
+    url: str,  # noqa: F811 - the fixture
+) -> None:
+    """Two older-release processes (no rows, "used?" scanned) and two current ones race each
+    permit: one recorder per permit; the next append catches the permit rows up, on LMDB
+    and PostgreSQL, and verify agrees."""
+    rounds = []
+    with open_store(url) as st:
+        for i in range(ROUNDS):
+            cid, d = _quarantined(st, f"run-{i}")
+            so = sign_off(st, d, operator="op", reason="drill")
+            rounds.append((f"run-{i}", resume_gate(st, cid, d, sign_off=so).audit_digest))
+    args = [(url, older, rounds) for older in (True, False, False, True)]
+    results = _race(_mixed_recorder, args)
+    assert [sum(r[i] for r in results) for i in range(ROUNDS)] == [1] * ROUNDS
+    with open_store(url) as st:
+        _quarantined(st, "after")
+        used = [r.body["permit"] for r in st.audit_records(kind=AUDIT_RESUME)]
+        assert sorted(used) == sorted(p for _, p in rounds)
+        result = st.verify()
+        assert result.ok, result.problems
+
+
+def _mixed_certify(path: str, barrier: Any, role: int, older: bool, rounds: list[Any]) -> Any:
+    if older:
+        _as_older_release()
+    return _certify_or_quarantine(path, barrier, role, rounds)
+
+
+def test_a_rollback_is_never_certified_over_a_quarantine_of_an_older_release(
+    url: str,  # noqa: F811 - the fixture
+) -> None:
+    """Certifications (one current, one older process) race quarantines of the branch (one
+    older process appending without rows, one current): every certificate precedes the
+    branch's first quarantine, on LMDB and PostgreSQL; verify agrees after the catch-up."""
+    rounds = []
+    with open_store(url) as st:
+        for i in range(ROUNDS):
+            accepted = _checkpoint(st, f"run-{i}")
+            d = validate(accepted, stored_replay(st, accepted), store=st)
+            rounds.append((accepted, d.id, _checkpoint(st, f"run-{i}")))
+    roles = [(0, False), (1, True), (2, True), (3, False)]
+    _race(_mixed_certify, [(url, role, older, rounds) for role, older in roles])
+    with open_store(url) as st:
+        _quarantined(st, "after")
+        records = list(st.audit_records())
+        for accepted, _, later in rounds:
+            run = next(r.body["recorded"]["run_id"] for r in records if r.kind == AUDIT_DECISION
+                       and r.body["recorded"]["checkpoint_id"] == later)  # fmt: skip
+            first = min(
+                r.index
+                for r in records
+                if r.kind == AUDIT_DECISION
+                and r.body["recorded"]["run_id"] == run
+                and r.body["verdict"] == "QUARANTINE"
+            )
+            certified = [
+                r.index
+                for r in records
+                if r.kind == AUDIT_GATE and r.body["checkpoint_id"] == accepted
+            ]
+            assert all(c < first for c in certified), (run, certified, first)
         result = st.verify()
         assert result.ok, result.problems

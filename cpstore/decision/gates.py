@@ -22,16 +22,17 @@ let through. The rules (docs/decision-table.md, "Gates"):
 Every check a gate makes runs inside the write txn that appends its record
 (``append_audit_checked``): two processes racing
 with one sign-off, or a gate racing a newer decision, cannot both pass.
-The decision named by id or digest, "already signed off" and "already used" are
-asked of the view (:meth:`~cpstore.decision.ports.AuditView.decisions_by_id`,
-``sign_off_of``, ``sign_off_use``: the store's gate index, docs/store.md), not found
-by reading every record; only a decision named by a prefix reads every decision.
+The decision named by id, digest or prefix, "already signed off", "sign-off already
+used", "permit already used" and "branch ever quarantined" are asked of the view
+(:meth:`~cpstore.decision.ports.AuditView.decisions_by_id`, ``decisions_by_prefix``,
+``sign_off_of``, ``sign_off_use``, ``permit_use``, ``branch_quarantine``: the store's
+gate index, docs/store.md), not found by reading every record.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,10 +122,6 @@ class RollbackCertificate:
 # -- reading the audit log ------------------------------------------------------
 
 
-def _records(store: AuditLog, kind: str) -> Iterator[AuditEntry]:
-    yield from store.audit_records(kind=kind)
-
-
 def _linked(store: AuditLog, rec: AuditEntry) -> None:
     """Check ``rec`` is where the chain says, and (keyed store) that its MAC verifies."""
     store.check_audit_mac(rec.index)
@@ -170,21 +167,15 @@ def _decision_by_name(store: AuditView, ident: str) -> list[AuditEntry]:
     """Decision records ``ident`` names: by decision id, else by the record's audit digest,
     else (a str of >= 8 hex characters) by a unique prefix of either.
 
-    The first two are asked of the gate index (no read of the log); only a prefix,
-    what an operator types, reads every decision record."""
+    All three are asked of the gate index (no read of the log): a prefix, what an
+    operator types, reads the rows and records that start with it."""
     found = list(store.decisions_by_id(ident))
     if found:
         return found
     found = _by_digest(store, ident)
     if found or len(ident) < MIN_PREFIX or not _is_hex(ident):
         return found
-    records = list(_records(store, AUDIT_DECISION))
-    low = ident.lower()
-    matches = {
-        r.digest: r
-        for r in records
-        if str(r.body.get("decision_id", "")).startswith(low) or r.digest.startswith(low)
-    }
+    matches = {r.digest: r for r in store.decisions_by_prefix(ident.lower())}
     if len(matches) > 1:
         raise InvalidInputError(
             "ambiguous decision prefix; give more characters",
@@ -452,18 +443,15 @@ def certify_rollback(
             )
         recorded = rec.body.get("recorded") or {}
         run_id, branch = recorded.get("run_id"), recorded.get("branch")
-        for r in _records(log, AUDIT_DECISION):
-            other = r.body.get("recorded") or {}
-            if (
-                other.get("run_id") == run_id
-                and other.get("branch") == branch
-                and r.body.get("verdict") == Verdict.QUARANTINE.name
-            ):
-                raise GateError(
-                    "the branch was quarantined; a quarantined branch is never rolled back",
-                    where=f"run {run_id!r} branch {branch!r}",
-                    got=r.body.get("decision_id"),
-                )
+        # The first QUARANTINE decision about the run and branch (the gate index), in
+        # this txn: a quarantine appended before this record lands is seen here.
+        quarantine = log.branch_quarantine(rec)
+        if quarantine is not None:
+            raise GateError(
+                "the branch was quarantined; a quarantined branch is never rolled back",
+                where=f"run {run_id!r} branch {branch!r}",
+                got=quarantine.body.get("decision_id"),
+            )
         passed.update(run_id=run_id, branch=branch, decision_id=rec.body["decision_id"])
         return _gate_body("rollback", checkpoint_id, rec, None)
 
@@ -514,13 +502,13 @@ def _use_permit(
             expected=None if standing is None else standing.body.get("decision_id"),
             got=body.get("decision_id"),
         )
-    for used in log.audit_records(kind=AUDIT_RESUME, start=gate.index + 1):
-        if used.body.get("permit") == gate.digest:
-            raise GateError(
-                "permit was already used; it allows one resume",
-                where=f"audit[{used.index}]",
-                got=gate.digest,
-            )
+    used = log.permit_use(gate)  # the gate index: no scan of the log
+    if used is not None:
+        raise GateError(
+            "permit was already used; it allows one resume",
+            where=f"audit[{used.index}]",
+            got=gate.digest,
+        )
     return {
         "checkpoint_id": checkpoint_id,
         "run_id": run_id,

@@ -83,6 +83,18 @@ class AuditView(AuditLog, Protocol):
         """The first ``gate`` record after ``sign_off`` (an entry of this log) whose
         ``sign_off`` is its digest, or None."""
 
+    def permit_use(self, gate: Any) -> AuditEntry | None:
+        """The first ``resume`` record after ``gate`` (a resume gate's record of this log)
+        whose ``permit`` is its digest, or None."""
+
+    def branch_quarantine(self, decision: Any) -> AuditEntry | None:
+        """The first ``decision`` record with verdict QUARANTINE whose ``recorded`` run id
+        and branch equal those of ``decision`` (a decision record of this log), or None."""
+
+    def decisions_by_prefix(self, prefix: str) -> Sequence[AuditEntry]:
+        """Every ``decision`` record whose ``str(decision_id)`` or digest starts with
+        ``prefix`` (lowercase hex, at least 8 characters), in log order."""
+
 
 class AuditStore(AuditLog, Protocol):
     """What the gates need: read the log, and append a checked record in one txn."""

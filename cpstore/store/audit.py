@@ -20,8 +20,8 @@ written before it existed), and checked by :func:`check_audit_chain`. The
 audited-checkpoint index (``cpstore.store.audit_named``: which checkpoints the log
 names, for retention sweeps) is kept, caught up and checked the same way;
 :func:`audited_among` answers from it. So is the gate index
-(``cpstore.store.audit_gates``: decisions by id, sign-offs by decision, gates by
-sign-off), which the :class:`AuditView` methods the gates call answer from.
+(``cpstore.store.audit_gates``, ``audit_permits``: decisions by id and prefix, sign-offs,
+gates, permit uses, branch quarantines), which the :class:`AuditView` methods answer from.
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ from cpstore.store.audit_gates import (
     GateRows,
     check_gate_index,
     decisions_by_id,
+    first_permit_use,
     first_sign_off,
     first_use,
     gate_count,
     put_gate_rows,
     set_gate_count,
+    start_rebuild,
 )
 from cpstore.store.audit_named import (
     AUDITED_PREFIX,
@@ -61,6 +63,7 @@ from cpstore.store.audit_named import (
     put_named,
     set_named_count,
 )
+from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.keyed_audit import check_mac, mac_append
 from cpstore.store.model import AuditRecord, Problem, check_metadata, parse_id
@@ -155,6 +158,8 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[i
     start = min(counts)
     if start >= end:
         return counts
+    if gated_from == 0:
+        start_rebuild(txn, meta)
     latest: dict[bytes, int] = {}  # checkpoint -> its latest decision's index
     first: dict[bytes, int] = {}  # checkpoint -> the first record naming it
     with txn.cursor(db=dbs["audit"]) as cur:
@@ -336,6 +341,33 @@ class AuditView:
         """The first ``gate`` record after ``sign_off`` whose ``sign_off`` is its digest."""
         found = first_use(
             self._txn, self._dbs["meta"], sign_off, read=self._read_one, tail=self._tail
+        )
+        return found  # type: ignore[return-value]
+
+    def permit_use(self, gate: AuditRecord) -> AuditRecord | None:
+        """The first ``resume`` record after ``gate`` whose ``permit`` is its digest."""
+        found = first_permit_use(
+            self._txn, self._dbs["meta"], gate, read=self._read_one, tail=self._tail
+        )
+        return found  # type: ignore[return-value]
+
+    def branch_quarantine(self, decision: AuditRecord) -> AuditRecord | None:
+        """The first QUARANTINE ``decision`` record about the run and branch ``decision``
+        (a decision record of this log) is about (``audit_permits.branch_of``)."""
+        _, run, branch = branch_of(decision.body)
+        txn, meta, at = self._txn, self._dbs["meta"], decision.index
+        covered, read = gate_count(txn, meta), self._read_one
+        found = first_quarantine(
+            txn, meta, covered, run, branch, read=read, tail=self._tail, certified=at
+        )
+        return found  # type: ignore[return-value]
+
+    def decisions_by_prefix(self, prefix: str) -> list[AuditRecord]:
+        """Decision records whose ``str(decision_id)`` or digest starts with ``prefix``
+        (lowercase hex, 8 or more characters), in log order (the gate index + the tail)."""
+        covered = gate_count(self._txn, self._dbs["meta"])
+        found = decisions_by_prefix(
+            self._txn, self._dbs, covered, prefix, read=self._read_one, tail=self._tail
         )
         return found  # type: ignore[return-value]
 

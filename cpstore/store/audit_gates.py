@@ -16,8 +16,12 @@ per record it names (docs/store.md, "Audit log"). Index version
 * ``signoff_used/<sign-off digest>`` (16 B) for **every** covered ``signoff`` record:
   nil, or the audit index of the first covered ``gate`` record after it whose
   ``sign_off`` is that digest;
+* since version 2, ``permit_used/``, ``quarantined/`` and ``odd_id/`` rows
+  (``cpstore.store.audit_permits``: permits used, branches quarantined, decisions by
+  an operator's prefix);
 * ``gates_indexed``: canonical ``[version, count]``, the rows cover records ``0``
-  to ``count - 1`` (absent, damaged or another version: none).
+  to ``count - 1`` (absent, damaged or another version: none; a rebuild from record 0
+  first removes the ``quarantined/`` rows, the only ones not keyed by a record).
 
 Every covered decision and sign-off has its ``signed``/``signoff_used`` row, so one
 missing for a record below the covered count is damage (``AuditChainError``), never
@@ -40,6 +44,16 @@ from typing import Any, Protocol
 from cpstore.errors import AuditChainError, CanonicalEncodingError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.audit_named import check_index_rows, covered_count, set_covered_count
+from cpstore.store.audit_permits import (
+    ODD_ID_PREFIX,
+    PERMIT_PREFIX,
+    QUARANTINE_PREFIX,
+    branch_key,
+    branch_of,
+    clear_branch_rows,
+    odd_key,
+    put_branch_row,
+)
 from cpstore.store.backend import Txn
 from cpstore.store.model import Problem
 
@@ -53,16 +67,18 @@ __all__ = [
     "GateRows",
     "check_gate_index",
     "decisions_by_id",
+    "first_permit_use",
     "first_sign_off",
     "first_use",
     "gate_count",
     "id_key",
     "put_gate_rows",
     "set_gate_count",
+    "start_rebuild",
 ]
 
 #: Version of the index's definition and rows; ``gates_indexed`` carries it.
-GATE_INDEX_VERSION = 1
+GATE_INDEX_VERSION = 2
 SIGNED_PREFIX = b"signed/"
 DECISION_ID_PREFIX = b"decision_id/"
 #: Longest decision id (UTF-8 bytes) with a row; a longer one is found by reading the log.
@@ -70,7 +86,7 @@ MAX_ID_BYTES = 400
 USED_PREFIX = b"signoff_used/"
 GATES_INDEXED = b"gates_indexed"
 # The gates' audit kinds (cpstore.decision.gates: AUDIT_DECISION, AUDIT_SIGNOFF, AUDIT_GATE).
-DECISION, SIGNOFF, GATE = "decision", "signoff", "gate"
+DECISION, SIGNOFF, GATE, RESUME = "decision", "signoff", "gate", "resume"
 _DIGEST = re.compile("[0-9a-f]{32}")
 #: A row's value: nil (nothing yet) or the audit index of the record that names it.
 _NIL = encode_value(None)
@@ -166,6 +182,11 @@ def put_gate_rows(
             # Entries at or past ``index`` are left from an index this catch-up rebuilds.
             known = [i for i in _indexes(txn.get(key, db=meta)) or [] if i < index]
             txn.put(key, encode_value([*known, index]), db=meta)
+        else:
+            odd = odd_key(record_digest, body.get("decision_id", ""))
+            if odd is not None:
+                txn.put(odd, encode_value(index), db=meta)
+        put_branch_row(txn, meta, index, body)
     elif kind == SIGNOFF:
         txn.put(USED_PREFIX + record_digest, _NIL, db=meta)
         decision = _named(body.get("decision_audit"))
@@ -175,6 +196,18 @@ def put_gate_rows(
         used = _named(body.get("sign_off"))
         if used is not None:
             _claim(txn, meta, USED_PREFIX + used, index)
+        if body.get("gate") == "resume":
+            txn.put(PERMIT_PREFIX + record_digest, _NIL, db=meta)
+    elif kind == RESUME:
+        permit = _named(body.get("permit"))
+        if permit is not None:
+            _claim(txn, meta, PERMIT_PREFIX + permit, index)
+
+
+def start_rebuild(txn: Txn[memoryview], meta: Any) -> None:
+    """Before indexing from record 0 (no index, or one of another version): drop the rows
+    keyed by something other than a record's digest, which indexing does not overwrite."""
+    clear_branch_rows(txn, meta)
 
 
 class GateRows:
@@ -184,6 +217,9 @@ class GateRows:
         self.by_id: dict[bytes, list[int]] = {}
         self.signed: dict[bytes, int | None] = {}
         self.used: dict[bytes, int | None] = {}
+        self.permits: dict[bytes, int | None] = {}
+        self.branches: dict[bytes, int | None] = {}
+        self.odd: dict[bytes, int] = {}
 
     def add(self, index: int, record_digest: bytes, kind: str, body: Mapping[str, Any]) -> None:
         """Account for covered record ``index`` (records in order)."""
@@ -192,11 +228,25 @@ class GateRows:
             key = id_key(body.get("decision_id"))
             if key is not None:
                 self.by_id.setdefault(key[len(DECISION_ID_PREFIX) :], []).append(index)
+            else:
+                odd = odd_key(record_digest, body.get("decision_id", ""))
+                if odd is not None:
+                    self.odd[odd[len(ODD_ID_PREFIX) :]] = index
+            readable, run_id, branch = branch_of(body)
+            pair = branch_key(run_id, branch) if readable else None
+            if pair is not None:
+                self.branches.setdefault(pair[len(QUARANTINE_PREFIX) :], None)
+                if body.get("verdict") == "QUARANTINE":
+                    _first(self.branches, pair[len(QUARANTINE_PREFIX) :], index)
         elif kind == SIGNOFF:
             self.used[record_digest] = None
             _first(self.signed, _named(body.get("decision_audit")), index)
         elif kind == GATE:
             _first(self.used, _named(body.get("sign_off")), index)
+            if body.get("gate") == "resume":
+                self.permits[record_digest] = None
+        elif kind == RESUME:
+            _first(self.permits, _named(body.get("permit")), index)
 
 
 def _first(rows: dict[bytes, int | None], key: bytes | None, index: int) -> None:
@@ -232,6 +282,31 @@ def check_gate_index(txn: Txn[memoryview], meta: Any, want: GateRows) -> list[Pr
             want.used,
             disagrees="gate index disagrees with the audit log (used sign-offs)",
             lacks="gate index lacks a sign-off record's row",
+        ),
+        *check_index_rows(
+            txn,
+            meta,
+            PERMIT_PREFIX,
+            want.permits,
+            disagrees="gate index disagrees with the audit log (used permits)",
+            lacks="gate index lacks a permit's row",
+        ),
+        *check_index_rows(
+            txn,
+            meta,
+            QUARANTINE_PREFIX,
+            want.branches,
+            disagrees="gate index disagrees with the audit log (quarantined branches)",
+            lacks="gate index lacks a branch's row",
+        ),
+        *check_index_rows(
+            txn,
+            meta,
+            ODD_ID_PREFIX,
+            want.odd,
+            disagrees="gate index disagrees with the audit log (decisions by odd id)",
+            lacks="gate index lacks an odd decision id's row",
+            name=lambda key: key.decode("ascii", "backslashreplace"),
         ),
     ]
 
@@ -323,6 +398,13 @@ def first_use(
     return _find(
         txn, meta, USED_PREFIX, sign_off, kind=GATE, field="sign_off", read=read, tail=tail
     )
+
+
+def first_permit_use(
+    txn: Txn[memoryview], meta: Any, gate: _Entry, *, read: Read, tail: Tail
+) -> _Entry | None:
+    """The first ``resume`` record after ``gate`` (a permit) whose ``permit`` names it."""
+    return _find(txn, meta, PERMIT_PREFIX, gate, kind=RESUME, field="permit", read=read, tail=tail)
 
 
 def decisions_by_id(
