@@ -271,6 +271,30 @@ class TestTailCover:
         tail.close()
         assert tail.fd is None
 
+    def test_short_writes_still_fill_the_tail_with_zeros_to_the_step(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Zeros written in pieces (and a write that takes fewer bytes) reach the step exactly."""
+        data = tmp_path / "data.mdb"
+        data.write_bytes(b"\1" * 4096)
+        real = os.pwrite
+        sizes: list[int] = []
+
+        def short(fd: int, buf: memoryview, offset: int) -> int:
+            sizes.append(len(buf))
+            return real(fd, buf[:10_000], offset)  # a short write: the loop goes on
+
+        monkeypatch.setattr(os, "pwrite", short)
+        tail = TailCover(str(data), 4096)
+        tail.ahead = True
+        tail.cover(3)
+        monkeypatch.undo()
+        tail.close()
+        assert data.stat().st_size == lmdb_pages.TAIL_STEP
+        assert data.read_bytes() == b"\1" * 4096 + bytes(lmdb_pages.TAIL_STEP - 4096)
+        assert tail.covered == lmdb_pages.TAIL_STEP
+        assert max(sizes) <= lmdb_pages._ZEROS_SIZE < lmdb_pages.TAIL_STEP  # one reused buffer
+
     def test_a_failing_allocation_is_tried_again_at_the_next_txn(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -36,6 +36,10 @@ _DB_ROOT = 40  # md_root inside MDB_db
 _ATTEMPTS = 3
 #: TailCover allocates the data file up to a multiple of this.
 TAIL_STEP = 1 << 20
+#: The zeros TailCover writes, in pieces of this size from one immutable buffer (a
+#: fresh 1 MiB one per fill page-faults on each of its 4 KiB pages, in the write txn).
+_ZEROS_SIZE = 1 << 16
+_ZEROS = memoryview(bytes(_ZEROS_SIZE))
 
 
 def _meta(page: bytes) -> tuple[int, int, int, int] | None:
@@ -227,9 +231,9 @@ class TailCover:
             size = os.fstat(fd).st_size
             target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
             if size < target:
-                zeros = memoryview(bytes(min(target - size, TAIL_STEP)))
+                zeros = _ZEROS
                 while size < target:
-                    written = os.pwrite(fd, zeros[: target - size], size)
+                    written = os.pwrite(fd, zeros[: min(target - size, _ZEROS_SIZE)], size)
                     if written <= 0:
                         break
                     size += written
