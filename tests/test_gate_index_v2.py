@@ -407,3 +407,29 @@ def test_a_decision_of_another_shape_neither_quarantines_nor_breaks_a_branch(
         certify_rollback(store, c3, "odd-accept")
     result = store.verify()
     assert result.ok, result.problems
+
+
+def test_a_store_a_v1_release_last_appended_to_verifies_clean_until_rebuilt(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A v1 release's append (count [1, n], the v2 rows it does not know left behind) is no
+    damage: verify reports nothing, the gates read the log; a row forged meanwhile is
+    reported once the next append has rebuilt the index."""
+    gate = store.append_audit("gate", {"gate": "resume"})
+    branch = {"run_id": "r", "branch": "b"}
+    store.append_audit("decision", {"decision_id": "d1", "recorded": branch, "verdict": "ACCEPT"})
+    with pytest.MonkeyPatch.context() as patch:  # what the v1 release appends and sets
+        _as_older_release(patch)
+        used = store.append_audit("resume", {"permit": gate.digest})
+        quarantine = {"decision_id": "d2", "recorded": branch, "verdict": "QUARANTINE"}
+        store.append_audit("decision", quarantine)
+    _rewrite(store, {GATES_INDEXED: encode_value([1, used.index + 2])}, [])
+    result = store.verify()
+    assert result.ok, result.problems
+    with store.audit_view() as log:
+        assert _digest(log.permit_use(gate)) == used.digest
+    forged = PERMIT_PREFIX + bytes(16)
+    _rewrite(store, {forged: encode_value(None)}, [])
+    store.append_audit("note", {})
+    problems = store.verify().problems
+    assert [p.where for p in problems] == ["meta/permit_used/" + "00" * 16], problems

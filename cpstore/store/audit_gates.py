@@ -254,9 +254,31 @@ def _first(rows: dict[bytes, int | None], key: bytes | None, index: int) -> None
         rows[key] = index
 
 
+def _other_version(txn: Txn[memoryview], meta: Any) -> bool:
+    """Whether ``gates_indexed`` is a well-formed count row of another index version."""
+    raw = txn.get(GATES_INDEXED, db=meta)
+    try:
+        row = None if raw is None else decode_value(raw)
+    except CanonicalEncodingError:
+        return False
+    return (
+        isinstance(row, list)
+        and len(row) == 2
+        and isinstance(row[0], int)
+        and not isinstance(row[0], bool)
+        and row[0] != GATE_INDEX_VERSION
+    )
+
+
 def check_gate_index(txn: Txn[memoryview], meta: Any, want: GateRows) -> list[Problem]:
     """The gate index must hold the covered decisions by id, and one row per covered
-    decision and sign-off naming the first covered record that signs or uses it."""
+    decision and sign-off naming the first covered record that signs or uses it.
+
+    Under a count row of another version (a v1 release appended last: ``[1, count]``)
+    the rows cover nothing and no gate reads them; the next append rebuilds them from
+    record 0, and a stray row left meanwhile is reported then."""
+    if _other_version(txn, meta):
+        return []
     return [
         *check_index_rows(
             txn,
