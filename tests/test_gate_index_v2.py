@@ -132,6 +132,7 @@ _IDS: list[object] = [
     1234567890,
     12345678.5,
     "deadbeef" + "a" * 400,
+    "deadbeef" + "a" * 60 + "b" * 400,  # odd_id keys hold 64: the same key as the one above
     "é-x",
     "",
     None,
