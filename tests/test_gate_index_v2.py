@@ -434,3 +434,29 @@ def test_a_store_a_v1_release_last_appended_to_verifies_clean_until_rebuilt(
     store.append_audit("note", {})
     problems = store.verify().problems
     assert [p.where for p in problems] == ["meta/permit_used/" + "00" * 16], problems
+
+
+def test_a_row_holding_an_equal_value_of_another_type_is_found_by_verify(store: Store) -> None:
+    """A permit row rewritten from its index to that index as a float, and a branch row to
+    True (Python: 1 == 1.0 == True), make the gates refuse with AuditChainError; verify
+    reports both rows too, comparing canonical bytes."""
+    gate = store.append_audit("gate", {"gate": "resume"})
+    quarantine = {"recorded": {"run_id": "r", "branch": "b"}, "verdict": "QUARANTINE"}
+    assert store.append_audit("decision", quarantine).index == 1
+    use = store.append_audit("resume", {"permit": gate.digest})
+    permit_key = PERMIT_PREFIX + bytes.fromhex(gate.digest)
+    branch_key = QUARANTINE_PREFIX + encode_value(["r", "b"])
+    _rewrite(
+        store, {permit_key: encode_value(float(use.index)), branch_key: encode_value(True)}, []
+    )
+    with store.audit_view() as log:
+        with pytest.raises(AuditChainError):
+            log.permit_use(gate)
+        decision = next(iter(log.audit_records(kind="decision")))
+        with pytest.raises(AuditChainError):
+            log.branch_quarantine(decision)
+    wheres = {p.where for p in store.verify().problems}
+    assert wheres == {
+        f"meta/permit_used/{gate.digest}",
+        "meta/quarantined/" + branch_key[len(QUARANTINE_PREFIX) :].hex(),
+    }
