@@ -4,6 +4,7 @@ exactly as the full scans did, with damage refused and reported."""
 from __future__ import annotations
 
 import random
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -460,3 +461,28 @@ def test_a_row_holding_an_equal_value_of_another_type_is_found_by_verify(store: 
         f"meta/permit_used/{gate.digest}",
         "meta/quarantined/" + branch_key[len(QUARANTINE_PREFIX) :].hex(),
     }
+
+
+@pytest.mark.parametrize("limit", [640, 0])
+def test_a_huge_int_id_is_indexed_alike_under_any_int_digit_limit(store: Store, limit: int) -> None:
+    """An int decision id of 700 or 5000 digits, indexed by a process with Python's default
+    int-to-str limit, is found (700) or not (5000) by a prefix alike in a process with
+    another limit (sys.set_int_max_str_digits): a shared prefix stays ambiguous, never
+    resolved to the other decision; verify agrees there."""
+    long_id = 12345678 * 10**692
+    huge_id = 87654321 * 10**4992
+    long_rec = store.append_audit("decision", {"decision_id": long_id})
+    other = store.append_audit("decision", {"decision_id": "12345678b"})
+    store.append_audit("decision", {"decision_id": huge_id})
+    store.append_audit("note", {})
+    before = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(limit)
+    try:
+        with store.audit_view() as log:
+            found = [r.digest for r in log.decisions_by_prefix("12345678")]
+            assert found == [long_rec.digest, other.digest]
+            assert log.decisions_by_prefix("87654321") == []
+        result = store.verify()
+    finally:
+        sys.set_int_max_str_digits(before)
+    assert result.ok, result.problems

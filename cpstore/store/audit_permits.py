@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
+from decimal import Decimal
 from typing import Any, Protocol
 
 from cpstore.errors import AuditChainError, CanonicalEncodingError, InvalidInputError
@@ -65,6 +66,8 @@ MIN_RUN = 8
 MAX_RUN = 64
 DECISION, RESUME, QUARANTINE = "decision", "resume", "QUARANTINE"
 _HEX_RUN = re.compile("[0-9a-f]*")
+#: The smallest int of 4301 digits: Python's default limit refuses its str().
+_TOO_MANY_DIGITS = 10**4300
 _INDEX = struct.Struct(">Q")
 
 
@@ -219,10 +222,16 @@ def first_quarantine(
 
 
 def id_text(decision_id: object) -> str:
-    """``str()`` of a decision id, as the prefix search compares it ("" if it has none)."""
+    """``str()`` of a decision id, as the prefix search compares it ("" if it has none).
+
+    An int is written out as Python's default int-to-str limit allows (4300 digits; a
+    longer one starts with no prefix), whatever ``sys.set_int_max_str_digits`` this
+    process set: the writer of a row, the gate and verify read the same text."""
+    if isinstance(decision_id, int) and not isinstance(decision_id, bool):
+        return "" if abs(decision_id) >= _TOO_MANY_DIGITS else str(Decimal(decision_id))
     try:
         return str(decision_id)
-    except ValueError:  # an int too long for str(): it starts with no prefix
+    except ValueError:  # a container holding such an int: "[" or "{" starts no prefix
         return ""
 
 
