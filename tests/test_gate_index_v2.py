@@ -42,6 +42,7 @@ from cpstore.store.audit_gates import GATE_INDEX_VERSION, GATES_INDEXED, gate_co
 from cpstore.store.audit_permits import ODD_ID_PREFIX, PERMIT_PREFIX, QUARANTINE_PREFIX
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.maintenance import compact_store
 
 V2_FAMILIES = (PERMIT_PREFIX, QUARANTINE_PREFIX, ODD_ID_PREFIX)
 
@@ -486,3 +487,27 @@ def test_a_huge_int_id_is_indexed_alike_under_any_int_digit_limit(store: Store, 
     finally:
         sys.set_int_max_str_digits(before)
     assert result.ok, result.problems
+
+
+def test_compaction_keeps_the_v2_rows_and_accepts_a_store_a_v1_release_appended_to(
+    tmp_path: Path,
+) -> None:
+    """compact_store (a full verify of the rewritten file) passes on a store a v1 release
+    appended to last, and the v2 rows travel unchanged: the gates answer alike after."""
+    path = str(tmp_path / "s")
+    with open_store(path) as store:
+        gate = store.append_audit("gate", {"gate": "resume"})
+        quarantine = {"recorded": {"run_id": "r", "branch": "b"}, "verdict": "QUARANTINE"}
+        store.append_audit("decision", quarantine)
+        use = store.append_audit("resume", {"permit": gate.digest})
+        _rewrite(store, {GATES_INDEXED: encode_value([1, use.index + 1])}, [])
+        rows = _v2_rows(store)
+    compact_store(path)
+    with open_store(path) as store:
+        assert _v2_rows(store) == rows
+        with store.audit_view() as log:
+            assert _digest(log.permit_use(gate)) == use.digest
+        store.append_audit("note", {})  # rebuilt from record 0
+        assert _agrees_with_the_scans(store) > 0
+        result = store.verify()
+        assert result.ok, result.problems
