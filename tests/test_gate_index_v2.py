@@ -511,3 +511,55 @@ def test_compaction_keeps_the_v2_rows_and_accepts_a_store_a_v1_release_appended_
         assert _agrees_with_the_scans(store) > 0
         result = store.verify()
         assert result.ok, result.problems
+
+
+def _quarantined_branch(store: Store) -> tuple[AuditEntry, bytes]:
+    """An ACCEPT and then a QUARANTINE about run r, branch b (raw); the pair's row key."""
+    accept = store.append_audit(
+        "decision", {"recorded": {"run_id": "r", "branch": "b"}, "verdict": "ACCEPT"}
+    )
+    store.append_audit(
+        "decision", {"recorded": {"run_id": "r", "branch": "b"}, "verdict": "QUARANTINE"}
+    )
+    return accept, QUARANTINE_PREFIX + encode_value(["r", "b"])
+
+
+def test_a_damaged_branch_row_stays_refused_after_more_decisions_of_the_branch(
+    store: Store,
+) -> None:
+    """A quarantined row damaged in place is an AuditChainError, and stays one after the
+    next decision about the branch is appended (it is not rewritten to "never
+    quarantined", which would let a rollback be certified over the quarantine)."""
+    accept, key = _quarantined_branch(store)
+    _rewrite(store, {key: b"\xff"}, [])
+    store.append_audit(
+        "decision", {"recorded": {"run_id": "r", "branch": "b"}, "verdict": "ACCEPT"}
+    )
+    with store.audit_view() as log, pytest.raises(AuditChainError):
+        log.branch_quarantine(accept)
+    assert not store.verify().ok
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="audit21: a deleted quarantined/ row is re-created as nil by the next decision "
+    "about the pair (indistinguishable from the pair's first decision without a format "
+    "change); only verify() finds it then (docs/security.md)",
+)
+def test_a_deleted_branch_row_stays_refused_after_more_decisions_of_the_branch(
+    store: Store,
+) -> None:
+    """A deleted quarantined row should stay an AuditChainError (or find the quarantine)
+    after the next decision about the branch is appended."""
+    accept, key = _quarantined_branch(store)
+    _rewrite(store, {}, [key])
+    store.append_audit(
+        "decision", {"recorded": {"run_id": "r", "branch": "b"}, "verdict": "ACCEPT"}
+    )
+    assert not store.verify().ok
+    with store.audit_view() as log:
+        try:
+            found = log.branch_quarantine(accept)
+        except AuditChainError:
+            return
+    assert found is not None

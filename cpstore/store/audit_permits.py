@@ -135,13 +135,18 @@ def _decision_branch_key(body: Mapping[str, Any]) -> bytes | None:
 def put_branch_row(txn: Txn[memoryview], meta: Any, index: int, body: Mapping[str, Any]) -> None:
     """Index decision record ``index`` in its pair's ``quarantined/`` row (records in order).
 
-    A row naming ``index`` or later is left from an index this catch-up rebuilds."""
+    A row naming ``index`` or later is left from an index this catch-up rebuilds. A
+    damaged row is left as it is: rewritten, it would say "never quarantined" of a branch
+    that was; the gate refuses it and verify reports it (a rebuild from 0 removes it)."""
     key = _decision_branch_key(body)
     if key is None:
         return
     quarantined = body.get("verdict") == QUARANTINE
-    valid, value = _as_index(txn.get(key, db=meta))
-    if not valid or (value is not None and value >= index):
+    raw = txn.get(key, db=meta)
+    valid, value = _as_index(raw)
+    if raw is not None and not valid:
+        return
+    if raw is None or (value is not None and value >= index):
         txn.put(key, encode_value(index if quarantined else None), db=meta)
     elif value is None and quarantined:
         txn.put(key, encode_value(index), db=meta)
