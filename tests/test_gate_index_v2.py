@@ -563,3 +563,13 @@ def test_a_deleted_branch_row_stays_refused_after_more_decisions_of_the_branch(
         except AuditChainError:
             return
     assert found is not None
+
+
+def test_a_branch_row_naming_a_record_past_the_log_is_refused(store: Store) -> None:
+    """A quarantined row forged to name an index past the covered count (past the log) is
+    an AuditChainError, never "never quarantined" (it once fell through to the log tail)."""
+    accept, key = _quarantined_branch(store)
+    _rewrite(store, {key: encode_value(10**6)}, [])
+    with store.audit_view() as log, pytest.raises(AuditChainError, match="not a QUARANTINE"):
+        log.branch_quarantine(accept)
+    assert not store.verify().ok

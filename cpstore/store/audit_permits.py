@@ -191,8 +191,8 @@ def first_quarantine(
 
     ``certified`` is the audit index of a decision about that pair: below ``covered`` its
     row must exist (AuditChainError otherwise, never "not quarantined"). A row naming a
-    record that is not such a quarantine is an AuditChainError; a pair without a key
-    is looked for in the whole log.
+    record that is not such a quarantine (past the covered count or the log too) is an
+    AuditChainError; a pair without a key is looked for in the whole log.
     """
     key = branch_key(run_id, branch)
     if key is None:
@@ -208,7 +208,7 @@ def first_quarantine(
                 where=where,
                 expected="nil or the index of the branch's first QUARANTINE decision",
             )
-        if index is not None and index < covered:
+        if index is not None:  # past the count too: such a row names a real quarantine
             rec = read(index)
             if rec is None or rec.index != index or not quarantines(rec, run_id, branch):
                 raise AuditChainError(
