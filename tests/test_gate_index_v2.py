@@ -573,3 +573,26 @@ def test_a_branch_row_naming_a_record_past_the_log_is_refused(store: Store) -> N
     with store.audit_view() as log, pytest.raises(AuditChainError, match="not a QUARANTINE"):
         log.branch_quarantine(accept)
     assert not store.verify().ok
+
+
+def test_a_damaged_decision_id_row_stays_refused_after_a_second_decision_with_the_id(
+    store: Store,
+) -> None:
+    """A ``decision_id/`` row damaged in place stays an AuditChainError after another
+    decision with that id is appended; it is not rewritten to name only the new one
+    (which would let a gate trust an id the log holds twice). A rebuild repairs it."""
+    store.append_audit("decision", {"decision_id": "dup"})
+    _rewrite(store, {b"decision_id/dup": b"\xff"}, [])
+    store.append_audit("decision", {"decision_id": "dup"})
+    with store.audit_view() as log, pytest.raises(AuditChainError):
+        log.decisions_by_id("dup")
+    with pytest.raises(AuditChainError):
+        certify_rollback(store, "00" * 16, "dup")
+    assert not store.verify().ok
+    count = len(list(store.audit_records()))
+    _rewrite(store, {GATES_INDEXED: encode_value([1, count])}, [])
+    store.append_audit("note", {})  # a rebuild from record 0 removes the damaged row
+    with store.audit_view() as log:
+        assert [r.index for r in log.decisions_by_id("dup")] == [0, 1]
+    result = store.verify()
+    assert result.ok, result.problems

@@ -48,6 +48,7 @@ __all__ = [
     "branch_key",
     "branch_of",
     "clear_branch_rows",
+    "clear_rows",
     "decisions_by_prefix",
     "first_quarantine",
     "odd_key",
@@ -154,10 +155,15 @@ def put_branch_row(txn: Txn[memoryview], meta: Any, index: int, body: Mapping[st
 
 def clear_branch_rows(txn: Txn[memoryview], meta: Any) -> None:
     """Remove every ``quarantined/`` row (a rebuild from record 0 inherits none)."""
+    clear_rows(txn, meta, QUARANTINE_PREFIX)
+
+
+def clear_rows(txn: Txn[memoryview], meta: Any, prefix: bytes) -> None:
+    """Remove every meta row whose key starts with ``prefix``."""
     with txn.cursor(db=meta) as cur:
-        found = cur.set_range(QUARANTINE_PREFIX)
+        found = cur.set_range(prefix)
         keys = []
-        while found and bytes(cur.key()).startswith(QUARANTINE_PREFIX):
+        while found and bytes(cur.key()).startswith(prefix):
             keys.append(bytes(cur.key()))
             found = cur.next()
     for key in keys:
