@@ -43,6 +43,7 @@ from cpstore.store.audit_permits import ODD_ID_PREFIX, PERMIT_PREFIX, QUARANTINE
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.maintenance import compact_store
+from cpstore.store.model import AuditRecord
 
 V2_FAMILIES = (PERMIT_PREFIX, QUARANTINE_PREFIX, ODD_ID_PREFIX)
 
@@ -513,7 +514,7 @@ def test_compaction_keeps_the_v2_rows_and_accepts_a_store_a_v1_release_appended_
         assert result.ok, result.problems
 
 
-def _quarantined_branch(store: Store) -> tuple[AuditEntry, bytes]:
+def _quarantined_branch(store: Store) -> tuple[AuditRecord, bytes]:
     """An ACCEPT and then a QUARANTINE about run r, branch b (raw); the pair's row key."""
     accept = store.append_audit(
         "decision", {"recorded": {"run_id": "r", "branch": "b"}, "verdict": "ACCEPT"}
