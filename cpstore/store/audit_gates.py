@@ -21,7 +21,7 @@ per record it names (docs/store.md, "Audit log"). Index version
   an operator's prefix);
 * ``gates_indexed``: canonical ``[version, count]``, the rows cover records ``0``
   to ``count - 1`` (absent, damaged or another version: none; a rebuild from record 0
-  first removes the ``quarantined/`` rows, the only ones not keyed by a record).
+  first removes the ``quarantined/`` and ``decision_id/`` rows, not keyed by a record).
 
 Every covered decision and sign-off has its ``signed``/``signoff_used`` row, so one
 missing for a record below the covered count is damage (``AuditChainError``), never
@@ -51,6 +51,7 @@ from cpstore.store.audit_permits import (
     branch_key,
     branch_of,
     clear_branch_rows,
+    clear_rows,
     odd_key,
     put_branch_row,
 )
@@ -180,8 +181,12 @@ def put_gate_rows(
         key = id_key(body.get("decision_id"))
         if key is not None:
             # Entries at or past ``index`` are left from an index this catch-up rebuilds.
-            known = [i for i in _indexes(txn.get(key, db=meta)) or [] if i < index]
-            txn.put(key, encode_value([*known, index]), db=meta)
+            # A damaged row is left as it is (rewritten, it would drop the id's earlier
+            # records): the gate refuses it, verify reports it, a rebuild from 0 removes it.
+            indexes = _indexes(txn.get(key, db=meta))
+            if indexes is not None:
+                known = [i for i in indexes if i < index]
+                txn.put(key, encode_value([*known, index]), db=meta)
         else:
             odd = odd_key(record_digest, body.get("decision_id", ""))
             if odd is not None:
@@ -206,8 +211,10 @@ def put_gate_rows(
 
 def start_rebuild(txn: Txn[memoryview], meta: Any) -> None:
     """Before indexing from record 0 (no index, or one of another version): drop the rows
-    keyed by something other than a record's digest, which indexing does not overwrite."""
+    keyed by something other than a record's digest, which indexing does not overwrite
+    (``quarantined/``; ``decision_id/``, whose damaged rows it leaves as they are)."""
     clear_branch_rows(txn, meta)
+    clear_rows(txn, meta, DECISION_ID_PREFIX)
 
 
 class GateRows:
@@ -254,9 +261,31 @@ def _first(rows: dict[bytes, int | None], key: bytes | None, index: int) -> None
         rows[key] = index
 
 
+def _other_version(txn: Txn[memoryview], meta: Any) -> bool:
+    """Whether ``gates_indexed`` is a well-formed count row of another index version."""
+    raw = txn.get(GATES_INDEXED, db=meta)
+    try:
+        row = None if raw is None else decode_value(raw)
+    except CanonicalEncodingError:
+        return False
+    return (
+        isinstance(row, list)
+        and len(row) == 2
+        and isinstance(row[0], int)
+        and not isinstance(row[0], bool)
+        and row[0] != GATE_INDEX_VERSION
+    )
+
+
 def check_gate_index(txn: Txn[memoryview], meta: Any, want: GateRows) -> list[Problem]:
     """The gate index must hold the covered decisions by id, and one row per covered
-    decision and sign-off naming the first covered record that signs or uses it."""
+    decision and sign-off naming the first covered record that signs or uses it.
+
+    Under a count row of another version (a v1 release appended last: ``[1, count]``)
+    the rows cover nothing and no gate reads them; the next append rebuilds them from
+    record 0, and a stray row left meanwhile is reported then."""
+    if _other_version(txn, meta):
+        return []
     return [
         *check_index_rows(
             txn,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Iterator, Mapping
+from decimal import Decimal
 from typing import Any, Protocol
 
 from cpstore.errors import AuditChainError, CanonicalEncodingError, InvalidInputError
@@ -47,6 +48,7 @@ __all__ = [
     "branch_key",
     "branch_of",
     "clear_branch_rows",
+    "clear_rows",
     "decisions_by_prefix",
     "first_quarantine",
     "odd_key",
@@ -65,6 +67,8 @@ MIN_RUN = 8
 MAX_RUN = 64
 DECISION, RESUME, QUARANTINE = "decision", "resume", "QUARANTINE"
 _HEX_RUN = re.compile("[0-9a-f]*")
+#: The smallest int of 4301 digits: Python's default limit refuses its str().
+_TOO_MANY_DIGITS = 10**4300
 _INDEX = struct.Struct(">Q")
 
 
@@ -132,13 +136,18 @@ def _decision_branch_key(body: Mapping[str, Any]) -> bytes | None:
 def put_branch_row(txn: Txn[memoryview], meta: Any, index: int, body: Mapping[str, Any]) -> None:
     """Index decision record ``index`` in its pair's ``quarantined/`` row (records in order).
 
-    A row naming ``index`` or later is left from an index this catch-up rebuilds."""
+    A row naming ``index`` or later is left from an index this catch-up rebuilds. A
+    damaged row is left as it is: rewritten, it would say "never quarantined" of a branch
+    that was; the gate refuses it and verify reports it (a rebuild from 0 removes it)."""
     key = _decision_branch_key(body)
     if key is None:
         return
     quarantined = body.get("verdict") == QUARANTINE
-    valid, value = _as_index(txn.get(key, db=meta))
-    if not valid or (value is not None and value >= index):
+    raw = txn.get(key, db=meta)
+    valid, value = _as_index(raw)
+    if raw is not None and not valid:
+        return
+    if raw is None or (value is not None and value >= index):
         txn.put(key, encode_value(index if quarantined else None), db=meta)
     elif value is None and quarantined:
         txn.put(key, encode_value(index), db=meta)
@@ -146,10 +155,15 @@ def put_branch_row(txn: Txn[memoryview], meta: Any, index: int, body: Mapping[st
 
 def clear_branch_rows(txn: Txn[memoryview], meta: Any) -> None:
     """Remove every ``quarantined/`` row (a rebuild from record 0 inherits none)."""
+    clear_rows(txn, meta, QUARANTINE_PREFIX)
+
+
+def clear_rows(txn: Txn[memoryview], meta: Any, prefix: bytes) -> None:
+    """Remove every meta row whose key starts with ``prefix``."""
     with txn.cursor(db=meta) as cur:
-        found = cur.set_range(QUARANTINE_PREFIX)
+        found = cur.set_range(prefix)
         keys = []
-        while found and bytes(cur.key()).startswith(QUARANTINE_PREFIX):
+        while found and bytes(cur.key()).startswith(prefix):
             keys.append(bytes(cur.key()))
             found = cur.next()
     for key in keys:
@@ -183,8 +197,8 @@ def first_quarantine(
 
     ``certified`` is the audit index of a decision about that pair: below ``covered`` its
     row must exist (AuditChainError otherwise, never "not quarantined"). A row naming a
-    record that is not such a quarantine is an AuditChainError; a pair without a key
-    is looked for in the whole log.
+    record that is not such a quarantine (past the covered count or the log too) is an
+    AuditChainError; a pair without a key is looked for in the whole log.
     """
     key = branch_key(run_id, branch)
     if key is None:
@@ -200,7 +214,7 @@ def first_quarantine(
                 where=where,
                 expected="nil or the index of the branch's first QUARANTINE decision",
             )
-        if index is not None and index < covered:
+        if index is not None:  # past the count too: such a row names a real quarantine
             rec = read(index)
             if rec is None or rec.index != index or not quarantines(rec, run_id, branch):
                 raise AuditChainError(
@@ -219,10 +233,16 @@ def first_quarantine(
 
 
 def id_text(decision_id: object) -> str:
-    """``str()`` of a decision id, as the prefix search compares it ("" if it has none)."""
+    """``str()`` of a decision id, as the prefix search compares it ("" if it has none).
+
+    An int is written out as Python's default int-to-str limit allows (4300 digits; a
+    longer one starts with no prefix), whatever ``sys.set_int_max_str_digits`` this
+    process set: the writer of a row, the gate and verify read the same text."""
+    if isinstance(decision_id, int) and not isinstance(decision_id, bool):
+        return "" if abs(decision_id) >= _TOO_MANY_DIGITS else str(Decimal(decision_id))
     try:
         return str(decision_id)
-    except ValueError:  # an int too long for str(): it starts with no prefix
+    except ValueError:  # a container holding such an int: "[" or "{" starts no prefix
         return ""
 
 
