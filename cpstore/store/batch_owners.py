@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 
 from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
 
-__all__ = ["BatchOwners"]
+__all__ = ["BatchOwners", "Owner"]
 
 W = TypeVar("W")
 
@@ -46,37 +46,59 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
     return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
 
 
+class Owner:
+    """One thread, as long as it lives: never handed to another thread.
+
+    Not the thread's ident: the OS hands a dead thread's ident to the next thread it
+    starts, which was then handed the dead thread's drop error (a false "not stored") or
+    made to wait for the dead thread's writes (issue batchdoubt-2)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        self.name = threading.current_thread().name
+
+
 class BatchOwners(Generic[W]):
     """The owners of queued and in-flight writes; what each thread is owed."""
 
     def __init__(self, where: str) -> None:
         self._where = where
         self._cond = threading.Condition()
-        self._owner: dict[int, int] = {}  # id(op) -> thread ident, while the op is queued
-        self._busy: Counter[int] = Counter()  # thread -> its writes in a commit under way
-        self._dropped: dict[int, CpstoreError] = {}
+        self._local = threading.local()  # this thread's Owner: a new thread gets a new one
+        self._owner: dict[int, Owner] = {}  # id(op) -> its thread, while the op is queued
+        self._busy: Counter[Owner] = Counter()  # thread -> its writes in a commit under way
+        self._dropped: dict[Owner, CpstoreError] = {}
         self._flying: dict[int, list[W]] = {}  # id(owners list) -> its batch, in flight
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
         #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
         #: map growth waiting for this thread's open read view); the wait raises instead.
         self.blocked: Callable[[], bool] | None = None
 
+    def me(self) -> Owner:
+        """The calling thread's :class:`Owner` (made on its first call)."""
+        owner: Owner | None = getattr(self._local, "owner", None)
+        if owner is None:
+            owner = self._local.owner = Owner()
+        return owner
+
     def queued(self, op: W) -> None:
         """Note that this thread queued ``op`` (call under the queue's lock)."""
+        me = self.me()
         with self._cond:
-            self._owner[id(op)] = threading.get_ident()
+            self._owner[id(op)] = me
 
-    def taken(self, ops: list[W]) -> list[int]:
+    def taken(self, ops: list[W]) -> list[Owner]:
         """The owners of a batch a flush took (call under the queue's lock); now in flight
         until :meth:`settled` is given this very list."""
-        me = threading.get_ident()
+        me = self.me()
         with self._cond:
             owners = [self._owner.pop(id(op), me) for op in ops]
             self._busy.update(owners)
             self._flying[id(owners)] = ops
         return owners
 
-    def settle(self, owners: list[int] | None, exc: BaseException | None) -> None:
+    def settle(self, owners: list[Owner] | None, exc: BaseException | None) -> None:
         """:meth:`settled` from a flush's ``finally`` (``owners`` None: nothing was taken):
         called again when an interrupt lands entering it, so no batch is left unsettled
         and no other thread's flush waits for ever (audit20)."""
@@ -88,12 +110,12 @@ class BatchOwners(Generic[W]):
             self.settled(owners, exc)  # interrupted entering it: again (idempotent)
             raise
 
-    def settled(self, owners: list[int], exc: BaseException | None) -> None:
+    def settled(self, owners: list[Owner], exc: BaseException | None) -> None:
         """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it.
 
         Idempotent: a caller interrupted entering it calls it again (else the threads waiting
         on the batch waited forever: audit20)."""
-        me = threading.get_ident()
+        me = self.me()
         with self._cond:
             if self._flying.pop(id(owners), None) is None:
                 return  # settled already: a call again after an interrupt changes nothing
@@ -113,7 +135,7 @@ class BatchOwners(Generic[W]):
         ``store.read()`` block while another thread's commit of this thread's writes grows
         the map, which waits for that read to end, raises OutcomeUnknownError instead.
         """
-        me = threading.get_ident()
+        me = self.me()
         bound = self.exit_wait
         deadline = None if bound is None else time.monotonic() + bound
         with self._cond:

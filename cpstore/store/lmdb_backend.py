@@ -29,7 +29,7 @@ from cpstore.errors import (
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners
+from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_write, landed
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -521,7 +521,7 @@ class LmdbBackend:
         # expecting one still queued in the earlier batch, dropped it whole on a
         # ConflictError no other writer caused).
         taken: list[CheckpointWrite] | None = None
-        owners: list[int] | None = None
+        owners: list[Owner] | None = None
         applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:

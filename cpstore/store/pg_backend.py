@@ -33,7 +33,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners
+from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_write
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -436,7 +436,7 @@ class PgBackend:
         if not self._pending:
             self._owners.wait_mine()  # another thread's flush may hold our writes
             return
-        owners: list[int] | None = None
+        owners: list[Owner] | None = None
 
         def apply_all(txn: Txn[memoryview]) -> None:
             nonlocal owners
