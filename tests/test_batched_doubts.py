@@ -81,3 +81,139 @@ def test_a_thread_reusing_a_dead_threads_ident_is_not_handed_its_drop_on_postgre
 ) -> None:
     """PostgreSQL: a new thread given a dead thread's ident is not told that thread's drop."""
     check_a_thread_reusing_a_dead_threads_ident_is_not_handed_its_drop(pg_url)
+
+
+#: A batched store in a reference cycle holds a queued checkpoint; the collector runs inside
+#: a write txn of another handle of the same store (append_audit_checked's ``prepare`` runs
+#: in its write txn). Prints the queued id, what the finalizer raised (or "-"), and the
+#: branch head once every helper flush ended.
+_COLLECTED_IN_A_WRITE = """
+import gc, sys, threading, warnings
+import cpstore
+warnings.simplefilter("ignore", ResourceWarning)
+path = sys.argv[1]
+unraisable = []
+sys.unraisablehook = lambda u: unraisable.append(repr(u.exc_value))
+other = cpstore.open(path)
+gc.disable()
+lost = cpstore.open(path, durability="batched")
+cid = lost.recorder("r").checkpoint(0, {"x": 1})
+cycle = [lost]
+cycle.append(cycle)
+del lost, cycle
+
+def prepare(view):
+    list(view.audit_records())  # the write txn has begun (PostgreSQL: its writer lock held)
+    gc.collect()  # the batched store's finalizer runs here, inside other's write txn
+    return {"k": 1}
+
+other.append_audit_checked("probe", prepare)
+for t in threading.enumerate():
+    if t.name == "cpstore-collected-flush":
+        t.join(120)
+print(cid, unraisable[0] if unraisable else "-", other.ref("r"), flush=True)
+"""
+
+
+def _run(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_a_store_collected_inside_a_write_of_the_same_store_flushes_after_it(
+    tmp_path: Path,
+) -> None:
+    """The finalizer of a batched store collected inside a write txn of the same store never
+    nests a write txn (LMDB refused it: the queue was lost, shown only as an ignored
+    exception): a helper thread commits the queue once the write ends."""
+    done = _run(_COLLECTED_IN_A_WRITE, str(tmp_path / "s"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    cid, raised, head = done.stdout.split()
+    assert raised == "-", f"the finalizer's flush failed: {raised}"
+    assert head == cid, "the collected store's queued checkpoint was lost"
+
+
+def test_a_store_collected_inside_a_write_of_the_same_store_flushes_after_it_on_postgres(
+    pg_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """PostgreSQL: the same never waits for ever on its own writer lock (a nested write txn
+    waited for the advisory lock this thread's other connection holds)."""
+    try:
+        done = _run(_COLLECTED_IN_A_WRITE, pg_url, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the finalizer's flush deadlocked on this thread's own writer lock")
+    assert done.returncode == 0, done.stderr[-3000:]
+    cid, raised, head = done.stdout.split()
+    assert raised == "-", f"the finalizer's flush failed: {raised}"
+    assert head == cid, "the collected store's queued checkpoint was lost"
+
+
+#: Another thread holds a write txn of the store and waits for the collecting thread (here an
+#: event it sets after the collection; in a program, any lock the collecting thread holds).
+_COLLECTED_WHILE_ANOTHER_THREAD_WRITES = """
+import gc, sys, threading, warnings
+import cpstore
+warnings.simplefilter("ignore", ResourceWarning)
+path = sys.argv[1]
+other = cpstore.open(path)
+gc.disable()
+lost = cpstore.open(path, durability="batched")
+cid = lost.recorder("r").checkpoint(0, {"x": 1})
+cycle = [lost]
+cycle.append(cycle)
+del lost, cycle
+inside, collected = threading.Event(), threading.Event()
+
+waited_out = []
+
+def prepare(view):
+    list(view.audit_records())
+    inside.set()
+    waited_out.append(not collected.wait(20))  # True: the collector waited for this write
+    return {"k": 1}
+
+writer = threading.Thread(target=other.append_audit_checked, args=("probe", prepare))
+writer.start()
+assert inside.wait(60)
+gc.collect()  # the finalizer must not wait for the writer, which waits for this thread
+collected.set()
+writer.join(60)
+for t in threading.enumerate():
+    if t.name == "cpstore-collected-flush":
+        t.join(120)
+print(cid, other.ref("r"), waited_out[0], flush=True)
+"""
+
+
+def test_a_store_collected_while_another_thread_writes_never_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """The finalizer never waits for another thread's write txn (that thread may wait for
+    the collecting thread: a deadlock before); the queue is committed after it."""
+    try:
+        done = _run(_COLLECTED_WHILE_ANOTHER_THREAD_WRITES, str(tmp_path / "s"), timeout=100)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the finalizer's flush waited for a writer waiting for it")
+    assert done.returncode == 0, done.stderr[-3000:]
+    cid, head, waited_out = done.stdout.split()
+    assert waited_out == "False", "the finalizer's flush waited for a writer waiting for it"
+    assert head == cid
+
+
+def test_a_recorder_keeps_its_store_so_its_queue_commits_at_exit(tmp_path: Path) -> None:
+    """A recorder of a batched store the caller dropped at once: what it queued commits at
+    exit (the store died at once and the exit hook, tracking stores, lost it silently)."""
+    code = (
+        "import sys, cpstore\n"
+        "rec = cpstore.open(sys.argv[1], durability='batched').recorder('r')\n"
+        "print(rec.checkpoint(0, {'x': 1}))\n"
+    )
+    done = _run(code, str(tmp_path / "s"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    with cpstore.open(tmp_path / "s") as st:
+        assert st.ref("r") == done.stdout.strip()

@@ -27,6 +27,7 @@ from cpstore.errors import (
     StoreReadOnlyError,
 )
 from cpstore.native.records import Digest
+from cpstore.store.at_exit import lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
@@ -73,22 +74,6 @@ def _growth_failed(exc: BaseException) -> bool:
             return seen is not None
         seen = seen.__context__
     return False
-
-
-def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
-    """The exit warning for a batch that could not be written (or whose commit may or may
-    not have taken effect): every id, by branch."""
-    lost: dict[tuple[str, str], list[str]] = {}
-    for op in queued:
-        lost.setdefault((op.run_id, op.branch), []).append(bytes(op.cid).hex())
-    named = "; ".join(
-        f"run {run!r} branch {branch!r}: {', '.join(ids)}" for (run, branch), ids in lost.items()
-    )
-    fate = "may or may not have been" if isinstance(exc, OutcomeUnknownError) else "were NOT"
-    return (
-        f"cpstore store {path}: {len(queued)} queued checkpoint(s) {fate} written at "
-        f"interpreter exit (batched mode acknowledged them as queued only): {named} ({exc})"
-    )
 
 
 class LmdbBackend:
@@ -218,6 +203,27 @@ class LmdbBackend:
         """True when this process queued checkpoints it has not committed yet."""
         return not self._closed and bool(self._pending) and os.getpid() == self.env.pid
 
+    def queued_writes(self) -> list[CheckpointWrite]:
+        """The queue as it stands (batched mode)."""
+        return list(self._pending)
+
+    def try_flush_here(self) -> bool:
+        """A finalizer's flush (at_exit.flush_collected): done now (True) only when no thread
+        of this process could be waiting on this one: this thread holds no write or read txn
+        of the environment (a write txn nested on one thread is refused) and no other thread
+        writes or reads it (it may wait for a lock the collecting thread holds); else False,
+        nothing done. The write lock is held from that look to the end of the flush."""
+        env = self.env
+        if env.writes_here() or env.holds_read() or not env.write_lock.acquire(blocking=False):
+            return False
+        try:
+            if env.reads_anywhere():
+                return False
+            self.flush()
+        finally:
+            env.write_lock.release()
+        return True
+
     def flush_at_exit(self, wait: float) -> None:
         """Commit queued checkpoints at interpreter exit; never hangs, never hides a loss.
 
@@ -235,7 +241,11 @@ class LmdbBackend:
             self.flush()
             self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
-            warnings.warn(_lost_at_exit(self._path, queued, exc), RuntimeWarning, stacklevel=1)
+            warnings.warn(
+                lost_message(self._path, queued, exc, "at interpreter exit"),
+                RuntimeWarning,
+                stacklevel=1,
+            )
 
     def live(self) -> None:
         """Raise StoreError when closed, or used from a forked child."""

@@ -31,6 +31,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
+from cpstore.store.at_exit import lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
@@ -68,6 +69,10 @@ T = TypeVar("T")
 
 #: Seconds a txn waits for a pooled connection before StoreConnectionError.
 POOL_WAIT = 30.0
+
+
+#: Per thread: the writer lock keys of the stores it is inside a write txn of.
+_WRITING = threading.local()
 
 
 class PgBackend:
@@ -216,6 +221,19 @@ class PgBackend:
         """True when this process queued checkpoints it has not committed yet."""
         return not self._closed and bool(self._pending) and os.getpid() == self._pid
 
+    def queued_writes(self) -> list[CheckpointWrite]:
+        """The queue as it stands (batched mode)."""
+        return list(self._pending)
+
+    def try_flush_here(self) -> bool:
+        """A finalizer's flush (at_exit.flush_collected): False, nothing done, when this
+        thread is inside a write txn of this store (a nested one waits for ever on the
+        writer lock its own other connection holds); else flushed now (True)."""
+        if self._lock_key in getattr(_WRITING, "keys", ()):
+            return False
+        self.flush()
+        return True
+
     def flush_at_exit(self, wait: float) -> None:
         """Commit queued checkpoints at interpreter exit; a failure is a RuntimeWarning."""
         here = not self._closed and os.getpid() == self._pid
@@ -227,10 +245,8 @@ class PgBackend:
             self.flush()
             self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
-            ids = ", ".join(bytes(op.cid).hex() for op in queued)
             warnings.warn(
-                f"cpstore store {self._path}: {len(queued)} queued checkpoint(s) were NOT "
-                f"written at interpreter exit: {ids} ({exc})",
+                lost_message(self._path, queued, exc, "at interpreter exit"),
                 RuntimeWarning,
                 stacklevel=1,
             )
@@ -340,13 +356,18 @@ class PgBackend:
         self.live()
         if self._readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self._path)
-        txn = self._txn(write=True, synchronous=synchronous)
+        held: list[int] = _WRITING.__dict__.setdefault("keys", [])
+        held.append(self._lock_key)  # try_flush_here: no write nested on this thread
         try:
-            result = fn(txn)
-            txn.commit()
-        except BaseException:
-            txn.abort()  # a no-op after a commit that ended the txn; else the connection returns
-            raise
+            txn = self._txn(write=True, synchronous=synchronous)
+            try:
+                result = fn(txn)
+                txn.commit()
+            except BaseException:
+                txn.abort()  # a no-op after a commit that ended the txn; else it returns
+                raise
+        finally:
+            held.remove(self._lock_key)
         return result
 
     # -- objects -------------------------------------------------------------------
