@@ -217,3 +217,86 @@ def test_a_recorder_keeps_its_store_so_its_queue_commits_at_exit(tmp_path: Path)
     assert done.returncode == 0, done.stderr[-3000:]
     with cpstore.open(tmp_path / "s") as st:
         assert st.ref("r") == done.stdout.strip()
+
+
+#: Holds the store's writer lock (LMDB's, or PostgreSQL's advisory lock) until stdin closes.
+_HOLD_WRITER_LOCK = """
+import sys
+import cpstore
+st = cpstore.open(sys.argv[1])
+
+def hold(txn):
+    if hasattr(txn, "begin_now"):
+        txn.begin_now()  # PostgreSQL: BEGIN and the advisory writer lock
+    print("held", flush=True)
+    sys.stdin.read()
+
+st.backend.write_txn(hold)
+"""
+
+#: Queues one checkpoint in batched mode, waits for stdin to close, exits normally (the
+#: exit hook flushes). Opened first: a writable open takes the writer lock itself.
+_QUEUE_AND_EXIT = """
+import sys
+import cpstore
+st = cpstore.open(sys.argv[1], durability="batched")
+print(st.recorder("r").checkpoint(0, {"x": 1}), flush=True)
+sys.stdin.read()
+"""
+
+
+def _popen(code: str, store: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, store],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def check_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds(store: str) -> None:
+    """A process exits with a queue while another process holds the writer lock for ever:
+    it exits after the bounded wait, naming the queued id "NOT written" (it hung until the
+    lock was released), and indeed nothing of it is stored."""
+    cpstore.open(store).close()
+    writer = _popen(_QUEUE_AND_EXIT, store)
+    holder: subprocess.Popen[str] | None = None
+    try:
+        assert writer.stdout is not None
+        cid = writer.stdout.readline().strip()
+        holder = _popen(_HOLD_WRITER_LOCK, store)
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held", holder.communicate(timeout=60)
+        try:  # closes its stdin: it exits now, the writer lock held by the holder
+            _, err = writer.communicate(timeout=100)
+        except subprocess.TimeoutExpired:
+            writer.kill()
+            writer.communicate(timeout=60)
+            pytest.fail("the exit flush waited without bound for another process's lock")
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.communicate(timeout=60)
+        if writer.poll() is None:
+            writer.kill()
+            writer.communicate(timeout=60)
+    assert writer.returncode == 0, err[-3000:]
+    assert "RuntimeWarning" in err and cid in err, err[-3000:]
+    assert "were NOT written at interpreter exit" in err
+    assert "writer lock" in err
+    with cpstore.open(store) as st:
+        assert st.ref("r") is None  # "NOT written" is the truth
+        assert st.verify().ok
+
+
+def test_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds(tmp_path: Path) -> None:
+    """LMDB: the exit flush waits at most ~5 s for a writer lock another process holds."""
+    check_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds(str(tmp_path / "s"))
+
+
+def test_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds_on_postgres(
+    pg_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """PostgreSQL: the same for the store's advisory writer lock."""
+    check_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds(pg_url)

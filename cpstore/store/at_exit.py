@@ -35,9 +35,17 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from cpstore.errors import OutcomeUnknownError
+from cpstore.errors import OutcomeUnknownError, StoreError
 
-__all__ = ["EXIT_WAIT", "flush_collected", "lost_message", "track_recorder", "track_store"]
+__all__ = [
+    "EXIT_WAIT",
+    "ExitGate",
+    "flush_bounded",
+    "flush_collected",
+    "lost_message",
+    "track_recorder",
+    "track_store",
+]
 
 T = TypeVar("T")
 
@@ -110,6 +118,8 @@ def flush_collected(backend: _Backend) -> bool:
         return True
     _DEFERRED.add(backend)
     try:
+        if sys.is_finalizing():  # a thread started now never runs (start() waits for ever)
+            raise RuntimeError("the interpreter is shutting down")
         threading.Thread(
             target=_flush_deferred, args=(backend,), name="cpstore-collected-flush", daemon=True
         ).start()
@@ -138,6 +148,76 @@ def track_store(store: _Flushable) -> None:
 def track_recorder(recorder: _Closable) -> None:
     """Warn at a normal exit if ``recorder`` still holds unsealed effects."""
     _RECORDERS.add(recorder)
+
+
+class ExitGate:
+    """Where the exit flush's wait for the store's writer lock ends.
+
+    LMDB's write txn waits without bound for its writer lock, which another process may
+    hold for ever (PostgreSQL's advisory lock likewise). The exit flush runs in a worker
+    thread that calls :meth:`enter` once it holds the lock, before it takes the queue;
+    when the wait ran out first, :meth:`cancel` makes that call raise, so the batch is
+    never taken and what was queued is named "NOT written" (:func:`flush_bounded`).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._began = False
+        self._cancelled = False
+        self.worker: threading.Thread | None = None
+
+    def enter(self) -> None:
+        """Called by every flush holding the writer lock; only the worker's is gated."""
+        if threading.current_thread() is not self.worker:
+            return
+        with self._lock:
+            if self._cancelled:
+                raise StoreError("the exit flush gave up waiting for the writer lock")
+            self._began = True
+
+    def cancel(self) -> bool:
+        """True when the worker had not begun (it never will); False when it has."""
+        with self._lock:
+            self._cancelled = not self._began
+            return self._cancelled
+
+
+def flush_bounded(flush: Callable[[], None], gate: ExitGate, wait: float, where: str) -> None:
+    """``flush()`` at exit, waiting at most ``wait`` seconds for the writer lock: StoreError
+    ("not written") when another process (or thread) held it that long. Once the lock is
+    held the commit runs to its end (its map growth and its wait for other threads'
+    commits are bounded by the same ``wait``)."""
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            flush()
+        except BaseException as exc:  # handed to the exit hook
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name="cpstore-exit-flush", daemon=True)
+    gate.worker = worker
+    try:
+        if sys.is_finalizing():
+            raise RuntimeError("the interpreter is shutting down")
+        worker.start()
+    except RuntimeError:  # no new threads at this point of shutdown: wait as before
+        gate.worker = threading.current_thread()
+        run()
+    else:
+        worker.join(wait)
+        if worker.is_alive():
+            if gate.cancel():
+                raise StoreError(
+                    "the store's writer lock was held by another process (or thread) "
+                    f"for {wait:g} s at exit",
+                    where=where,
+                    expected=f"the writer lock free within {wait:g} s",
+                    got="still held",
+                )
+            worker.join()  # it holds the lock: the commit ends
+    if failed:
+        raise failed[0]
 
 
 def _forget_in_child() -> None:

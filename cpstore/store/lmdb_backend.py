@@ -27,7 +27,7 @@ from cpstore.errors import (
     StoreReadOnlyError,
 )
 from cpstore.native.records import Digest
-from cpstore.store.at_exit import lost_message
+from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
@@ -116,6 +116,8 @@ class LmdbBackend:
         )
         # Never wait for a commit whose map growth waits for this thread's read.
         self._owners.blocked = self.env.read_blocks_resize
+        self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
+        self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._closed = False
         self._audit_key = key
         try:
@@ -201,7 +203,8 @@ class LmdbBackend:
 
     def owes_flush(self) -> bool:
         """True when this process queued checkpoints it has not committed yet."""
-        return not self._closed and bool(self._pending) and os.getpid() == self.env.pid
+        here = not self._closed and os.getpid() == self.env.pid
+        return here and bool(self._pending) and not self._exit_ran
 
     def queued_writes(self) -> list[CheckpointWrite]:
         """The queue as it stands (batched mode)."""
@@ -235,10 +238,12 @@ class LmdbBackend:
         if not here or not (self._pending or self._owners.flying()):
             return
         queued = list(self._pending) + self._owners.flying()
+        self._exit_ran = True
         self.env.resize_wait = wait
         self._owners.exit_wait = wait
+        self._exit_gate = gate = ExitGate()
         try:
-            self.flush()
+            flush_bounded(self.flush, gate, wait, self._path)  # LMDB's lock: no bound of its own
             self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
             warnings.warn(
@@ -538,6 +543,8 @@ class LmdbBackend:
             nonlocal taken, owners, applied
             applied = False
             if taken is None:  # a retried txn (map growth) applies the same batch again
+                if self._exit_gate is not None:
+                    self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
                 with self._pending_lock:
                     # Owners first: an interrupt landing in taken() leaves the queue whole
                     # (taken off the queue first, the batch was lost unowned, and its other

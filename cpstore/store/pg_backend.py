@@ -31,7 +31,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
-from cpstore.store.at_exit import lost_message
+from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
@@ -97,6 +97,8 @@ class PgBackend:
         self._pending_lock = threading.Lock()
         # Whose writes a batch holds (batch_owners.py).
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(self._path)
+        self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
+        self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._pid = os.getpid()
         self._closed = True
         key = None if audit_key is None else check_key(audit_key)
@@ -219,7 +221,8 @@ class PgBackend:
 
     def owes_flush(self) -> bool:
         """True when this process queued checkpoints it has not committed yet."""
-        return not self._closed and bool(self._pending) and os.getpid() == self._pid
+        here = not self._closed and os.getpid() == self._pid
+        return here and bool(self._pending) and not self._exit_ran
 
     def queued_writes(self) -> list[CheckpointWrite]:
         """The queue as it stands (batched mode)."""
@@ -240,9 +243,11 @@ class PgBackend:
         if not here or not (self._pending or self._owners.flying()):
             return
         queued = list(self._pending) + self._owners.flying()
+        self._exit_ran = True
         self._owners.exit_wait = wait
+        self._exit_gate = gate = ExitGate()
         try:
-            self.flush()
+            flush_bounded(self.flush, gate, wait, self._path)  # the advisory lock: no bound
             self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
             warnings.warn(
@@ -464,6 +469,8 @@ class PgBackend:
             if not isinstance(txn, PgTxn):
                 raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
+            if self._exit_gate is not None:
+                self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
             with self._pending_lock:
                 # Owners first: an interrupt in taken() leaves the queue whole (lmdb_backend).
                 owners = self._owners.taken(list(self._pending))
