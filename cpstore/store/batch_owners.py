@@ -60,16 +60,25 @@ class Owner:
 
 
 class BatchOwners(Generic[W]):
-    """The owners of queued and in-flight writes; what each thread is owed."""
+    """The owners of queued and in-flight writes; what each thread is owed.
+
+    Interrupt-safe where CPython lands one (entering a Python function, a loop's back
+    edge, after a C call): the lock is taken and left through ``RLock``'s own C methods
+    (``Condition.__exit__`` is a Python function: an interrupt entering it left the lock
+    held and every other thread's flush waiting for ever), and each change of state is one
+    store at the end of the method, after every step that can be interrupted, so a batch
+    is either wholly in flight or not, settled or not (batchdoubt-4).
+    """
 
     def __init__(self, where: str) -> None:
         self._where = where
-        self._cond = threading.Condition()
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # waits only; entered by ``_lock``
         self._local = threading.local()  # this thread's Owner: a new thread gets a new one
-        self._owner: dict[int, Owner] = {}  # id(op) -> its thread, while the op is queued
-        self._busy: Counter[Owner] = Counter()  # thread -> its writes in a commit under way
+        self._owner: dict[int, Owner] = {}  # id(op) -> its thread, while queued or in flight
         self._dropped: dict[Owner, CpstoreError] = {}
-        self._flying: dict[int, list[W]] = {}  # id(owners list) -> its batch, in flight
+        #: id(owners list) -> (that list, its batch), while a commit of it is under way.
+        self._flying: dict[int, tuple[list[Owner], list[W]]] = {}
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
         #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
         #: map growth waiting for this thread's open read view); the wait raises instead.
@@ -83,50 +92,50 @@ class BatchOwners(Generic[W]):
         return owner
 
     def queued(self, op: W) -> None:
-        """Note that this thread queued ``op`` (call under the queue's lock)."""
+        """Note that this thread queued ``op`` (call under the queue's lock, after queuing
+        it: interrupted before, the op is the flusher's, never a stale entry's)."""
         me = self.me()
-        with self._cond:
+        with self._lock:
             self._owner[id(op)] = me
 
-    def taken(self, ops: list[W]) -> list[Owner]:
-        """The owners of a batch a flush took (call under the queue's lock); now in flight
-        until :meth:`settled` is given this very list."""
+    def taken(self, pending: list[W], owners: list[Owner], batch: list[W]) -> None:
+        """Move the queue ``pending`` into ``batch`` and its owners into ``owners`` (both
+        empty lists the caller made; call under the queue's lock): in flight until
+        :meth:`settled` is given ``owners``. Interrupted anywhere, the queue is whole and
+        nothing is in flight, or all of it is in flight and the caller's ``finally`` settles
+        it: the four stores at the end have no point where an interrupt lands."""
         me = self.me()
-        with self._cond:
-            owners = [self._owner.pop(id(op), me) for op in ops]
-            self._busy.update(owners)
-            self._flying[id(owners)] = ops
-        return owners
-
-    def settle(self, owners: list[Owner] | None, exc: BaseException | None) -> None:
-        """:meth:`settled` from a flush's ``finally`` (``owners`` None: nothing was taken):
-        called again when an interrupt lands entering it, so no batch is left unsettled
-        and no other thread's flush waits for ever (audit20)."""
-        if owners is None:
-            return
-        try:
-            self.settled(owners, exc)
-        except BaseException:
-            self.settled(owners, exc)  # interrupted entering it: again (idempotent)
-            raise
+        key = id(owners)
+        with self._lock:
+            ops = pending[:]
+            got = [self._owner.get(id(op), me) for op in ops]
+            owners[:] = got
+            batch[:] = ops
+            self._flying[key] = (owners, batch)
+            del pending[:]
 
     def settled(self, owners: list[Owner], exc: BaseException | None) -> None:
         """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it.
 
-        Idempotent: a caller interrupted entering it calls it again (else the threads waiting
-        on the batch waited forever: audit20)."""
+        Idempotent, and its one change that counts (the batch leaves the flight) comes last:
+        a caller interrupted in it calls it again, which finishes it (else the threads
+        waiting on the batch waited forever: audit20)."""
         me = self.me()
-        with self._cond:
-            if self._flying.pop(id(owners), None) is None:
+        key = id(owners)
+        with self._lock:
+            flying = self._flying.get(key)
+            if flying is None:
                 return  # settled already: a call again after an interrupt changes nothing
-            self._busy.subtract(owners)
-            for t in [t for t, n in self._busy.items() if n <= 0]:
-                del self._busy[t]
+            for op in flying[1]:
+                self._owner.pop(id(op), None)
             if exc is not None:
-                lost = Counter(t for t in owners if t != me)
-                for t, n in lost.items():
+                for t, n in Counter(t for t in owners if t is not me).items():
                     self._dropped[t] = _dropped_error(exc, n, self._where)
-            self._cond.notify_all()
+            del self._flying[key]
+            self._cond.notify_all()  # interrupted here, the waiters see it on their next poll
+
+    def _mine_in_flight(self, me: Owner) -> bool:
+        return any(me in owners for owners, _ in self._flying.values())
 
     def wait_mine(self) -> None:
         """Block until no write of this thread is in a commit under way; raise if one was lost.
@@ -138,8 +147,8 @@ class BatchOwners(Generic[W]):
         me = self.me()
         bound = self.exit_wait
         deadline = None if bound is None else time.monotonic() + bound
-        with self._cond:
-            while self._busy.get(me, 0) > 0:
+        with self._lock:
+            while self._mine_in_flight(me):
                 if self.blocked is not None and self.blocked():
                     raise OutcomeUnknownError(
                         "checkpoints this thread queued are in another thread's batch "
@@ -163,8 +172,8 @@ class BatchOwners(Generic[W]):
 
     def flying(self) -> list[W]:
         """The writes in commits under way (any thread's)."""
-        with self._cond:
-            return [op for ops in self._flying.values() for op in ops]
+        with self._lock:
+            return [op for _, ops in self._flying.values() for op in ops]
 
     def wait_all(self) -> None:
         """At exit: block (at most ``exit_wait``) until no commit is under way; raise when one
@@ -174,10 +183,10 @@ class BatchOwners(Generic[W]):
         (a background flusher) took it; the interpreter then ended that commit half-way
         and the checkpoints were lost without a word (audit20).
         """
-        with self._cond:
+        with self._lock:
             if not self._cond.wait_for(lambda: not self._flying, self.exit_wait):
                 raise OutcomeUnknownError(
-                    f"{sum(len(ops) for ops in self._flying.values())} checkpoint(s) are "
+                    f"{sum(len(ops) for _, ops in self._flying.values())} checkpoint(s) are "
                     "still in a batch commit of another thread at exit; they may or may not "
                     "be stored",
                     where=self._where,

@@ -535,23 +535,23 @@ class LmdbBackend:
         # later batch could commit first, and its recorder's next checkpoint,
         # expecting one still queued in the earlier batch, dropped it whole on a
         # ConflictError no other writer caused).
-        taken: list[CheckpointWrite] | None = None
-        owners: list[Owner] | None = None
-        applied = False
+        batch: list[CheckpointWrite] = []  # filled with the owners in one step (taken)
+        owners: list[Owner] = []
+        took = applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal taken, owners, applied
+            nonlocal took, applied
             applied = False
-            if taken is None:  # a retried txn (map growth) applies the same batch again
+            if not took:  # a retried txn (map growth) applies the same batch again
                 if self._exit_gate is not None:
                     self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
                 with self._pending_lock:
-                    # Owners first: an interrupt landing in taken() leaves the queue whole
-                    # (taken off the queue first, the batch was lost unowned, and its other
-                    # threads' flushes returned ok: audit20).
-                    owners = self._owners.taken(list(self._pending))
-                    taken, self._pending = self._pending, []
-            for op in taken:
+                    # The queue and its owners go in flight together, or not at all
+                    # (taken off the queue first, the batch was lost unowned, and its
+                    # other threads' flushes returned ok: audit20).
+                    self._owners.taken(self._pending, owners, batch)
+                    took = True
+            for op in batch:
                 self._apply(txn, op)
             applied = True
 
@@ -560,14 +560,18 @@ class LmdbBackend:
             try:
                 self.write_txn(apply_all)
             except Exception as exc:
-                if not applied or not taken or _growth_failed(exc):
+                if not applied or not batch or _growth_failed(exc):
                     raise
-                self._commit_failed(taken, exc)
+                self._commit_failed(batch, exc)
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             raise
-        finally:  # an interrupt must not leave a taken batch unsettled
-            self._owners.settle(owners, failed)
+        finally:  # an interrupt must not leave a taken batch unsettled: entering settled()
+            try:  # or in it, it is called again (idempotent), here, not in a function of
+                self._owners.settled(owners, failed)  # its own whose entry it could hit
+            except BaseException:
+                self._owners.settled(owners, failed)
+                raise
         self._owners.wait_mine()
 
     @property

@@ -462,21 +462,20 @@ class PgBackend:
         if not self._pending:
             self._owners.wait_mine()  # another thread's flush may hold our writes
             return
-        owners: list[Owner] | None = None
+        batch: list[CheckpointWrite] = []  # filled with the owners in one step (taken)
+        owners: list[Owner] = []
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal owners
             if not isinstance(txn, PgTxn):
                 raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
             if self._exit_gate is not None:
                 self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
             with self._pending_lock:
-                # Owners first: an interrupt in taken() leaves the queue whole (lmdb_backend).
-                owners = self._owners.taken(list(self._pending))
-                ops, self._pending = self._pending, []
-            if ops:
-                self._apply_all(txn, ops)
+                # The queue and its owners go in flight together or not at all (lmdb_backend).
+                self._owners.taken(self._pending, owners, batch)
+            if batch:
+                self._apply_all(txn, batch)
 
         failed: BaseException | None = None
         try:
@@ -484,8 +483,12 @@ class PgBackend:
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             raise
-        finally:  # an interrupt must not leave a taken batch unsettled
-            self._owners.settle(owners, failed)
+        finally:  # an interrupt must not leave a taken batch unsettled (lmdb_backend)
+            try:
+                self._owners.settled(owners, failed)
+            except BaseException:
+                self._owners.settled(owners, failed)
+                raise
         self._owners.wait_mine()
 
     @property
