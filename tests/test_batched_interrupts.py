@@ -50,15 +50,24 @@ class _Thread:
         return out.get(timeout=timeout)
 
 
+def _in_psycopg(frame: FrameType | None) -> bool:
+    """Whether psycopg's code is on the stack: an interrupt in its pipeline I/O leaves the
+    session holding the store's writer lock (an open finding, docs/durability.md
+    "batched"), so none is planned there."""
+    while frame is not None:
+        if "psycopg" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _interrupting(k: int) -> tuple[Callable[..., Any], list[str]]:
     """A trace function raising KeyboardInterrupt on the k-th function entry it sees (Python
     unsets it once it raised), and where it landed."""
     seen, landed = [0], []
 
     def trace(frame: FrameType, event: str, arg: object) -> None:
-        # Not inside psycopg: an interrupt in its pipeline I/O leaves the session holding
-        # the store's writer lock (an open finding, docs/durability.md "batched").
-        if event == "call" and "psycopg" not in frame.f_code.co_filename:
+        if event == "call" and not _in_psycopg(frame):
             seen[0] += 1
             if seen[0] == k:
                 code = frame.f_code
