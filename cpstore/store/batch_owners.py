@@ -91,6 +91,11 @@ class BatchOwners(Generic[W]):
             owner = self._local.owner = Owner()
         return owner
 
+    def act_as(self, owner: Owner) -> None:
+        """Make the calling thread ``owner`` (the exit flush's worker acts for the exiting
+        thread: its drops are that thread's own, named by the exit warning, never owed)."""
+        self._local.owner = owner
+
     def queued(self, op: W) -> None:
         """Note that this thread queued ``op`` (call under the queue's lock, after queuing
         it: interrupted before, the op is the flusher's, never a stale entry's)."""

@@ -242,8 +242,14 @@ class LmdbBackend:
         self.env.resize_wait = wait
         self._owners.exit_wait = wait
         self._exit_gate = gate = ExitGate()
+        me = self._owners.me()
+
+        def flush_as_me() -> None:  # the worker flushes as this thread (batch_owners.act_as)
+            self._owners.act_as(me)
+            self.flush()
+
         try:
-            flush_bounded(self.flush, gate, wait, self._path)  # LMDB's lock: no bound of its own
+            flush_bounded(flush_as_me, gate, wait, self._path)  # LMDB's lock: no bound of its own
             self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
             warnings.warn(
