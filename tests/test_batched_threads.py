@@ -401,7 +401,7 @@ def check_an_interrupt_settling_a_batch_never_leaves_another_thread_waiting(
             result = got.get(timeout=60)
         except queue.Empty:
             with owners._cond:  # release B for the rest of the run, then fail
-                owners._busy.clear()
+                owners._flying.clear()
                 owners._cond.notify_all()
             pytest.fail("B's flush waits forever for a batch nobody settles")
         assert result is None and st.ref("b") == cid

@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 
 from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
 
-__all__ = ["BatchOwners"]
+__all__ = ["BatchOwners", "Owner"]
 
 W = TypeVar("W")
 
@@ -46,65 +46,101 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
     return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
 
 
+class Owner:
+    """One thread, as long as it lives: never handed to another thread.
+
+    Not the thread's ident: the OS hands a dead thread's ident to the next thread it
+    starts, which was then handed the dead thread's drop error (a false "not stored") or
+    made to wait for the dead thread's writes (issue batchdoubt-2)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        self.name = threading.current_thread().name
+
+
 class BatchOwners(Generic[W]):
-    """The owners of queued and in-flight writes; what each thread is owed."""
+    """The owners of queued and in-flight writes; what each thread is owed.
+
+    Interrupt-safe where CPython lands one (entering a Python function, a loop's back
+    edge, after a C call): the lock is taken and left through ``RLock``'s own C methods
+    (``Condition.__exit__`` is a Python function: an interrupt entering it left the lock
+    held and every other thread's flush waiting for ever), and each change of state is one
+    store at the end of the method, after every step that can be interrupted, so a batch
+    is either wholly in flight or not, settled or not (batchdoubt-4).
+    """
 
     def __init__(self, where: str) -> None:
         self._where = where
-        self._cond = threading.Condition()
-        self._owner: dict[int, int] = {}  # id(op) -> thread ident, while the op is queued
-        self._busy: Counter[int] = Counter()  # thread -> its writes in a commit under way
-        self._dropped: dict[int, CpstoreError] = {}
-        self._flying: dict[int, list[W]] = {}  # id(owners list) -> its batch, in flight
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)  # waits only; entered by ``_lock``
+        self._local = threading.local()  # this thread's Owner: a new thread gets a new one
+        self._owner: dict[int, Owner] = {}  # id(op) -> its thread, while queued or in flight
+        self._dropped: dict[Owner, CpstoreError] = {}
+        #: id(owners list) -> (that list, its batch), while a commit of it is under way.
+        self._flying: dict[int, tuple[list[Owner], list[W]]] = {}
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
         #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
         #: map growth waiting for this thread's open read view); the wait raises instead.
         self.blocked: Callable[[], bool] | None = None
 
+    def me(self) -> Owner:
+        """The calling thread's :class:`Owner` (made on its first call)."""
+        owner: Owner | None = getattr(self._local, "owner", None)
+        if owner is None:
+            owner = self._local.owner = Owner()
+        return owner
+
+    def act_as(self, owner: Owner) -> None:
+        """Make the calling thread ``owner`` (the exit flush's worker acts for the exiting
+        thread: its drops are that thread's own, named by the exit warning, never owed)."""
+        self._local.owner = owner
+
     def queued(self, op: W) -> None:
-        """Note that this thread queued ``op`` (call under the queue's lock)."""
-        with self._cond:
-            self._owner[id(op)] = threading.get_ident()
+        """Note that this thread queued ``op`` (call under the queue's lock, after queuing
+        it: interrupted before, the op is the flusher's, never a stale entry's)."""
+        me = self.me()
+        with self._lock:
+            self._owner[id(op)] = me
 
-    def taken(self, ops: list[W]) -> list[int]:
-        """The owners of a batch a flush took (call under the queue's lock); now in flight
-        until :meth:`settled` is given this very list."""
-        me = threading.get_ident()
-        with self._cond:
-            owners = [self._owner.pop(id(op), me) for op in ops]
-            self._busy.update(owners)
-            self._flying[id(owners)] = ops
-        return owners
+    def taken(self, pending: list[W], owners: list[Owner], batch: list[W]) -> None:
+        """Move the queue ``pending`` into ``batch`` and its owners into ``owners`` (both
+        empty lists the caller made; call under the queue's lock): in flight until
+        :meth:`settled` is given ``owners``. Interrupted anywhere, the queue is whole and
+        nothing is in flight, or all of it is in flight and the caller's ``finally`` settles
+        it: the four stores at the end have no point where an interrupt lands."""
+        me = self.me()
+        key = id(owners)
+        with self._lock:
+            ops = pending[:]
+            got = [self._owner.get(id(op), me) for op in ops]
+            owners[:] = got
+            batch[:] = ops
+            self._flying[key] = (owners, batch)
+            del pending[:]
 
-    def settle(self, owners: list[int] | None, exc: BaseException | None) -> None:
-        """:meth:`settled` from a flush's ``finally`` (``owners`` None: nothing was taken):
-        called again when an interrupt lands entering it, so no batch is left unsettled
-        and no other thread's flush waits for ever (audit20)."""
-        if owners is None:
-            return
-        try:
-            self.settled(owners, exc)
-        except BaseException:
-            self.settled(owners, exc)  # interrupted entering it: again (idempotent)
-            raise
-
-    def settled(self, owners: list[int], exc: BaseException | None) -> None:
+    def settled(self, owners: list[Owner], exc: BaseException | None) -> None:
         """A taken batch committed (``exc`` None) or was dropped: wake the threads waiting on it.
 
-        Idempotent: a caller interrupted entering it calls it again (else the threads waiting
-        on the batch waited forever: audit20)."""
-        me = threading.get_ident()
-        with self._cond:
-            if self._flying.pop(id(owners), None) is None:
+        Idempotent, and its one change that counts (the batch leaves the flight) comes last:
+        a caller interrupted in it calls it again, which finishes it (else the threads
+        waiting on the batch waited forever: audit20)."""
+        me = self.me()
+        key = id(owners)
+        with self._lock:
+            flying = self._flying.get(key)
+            if flying is None:
                 return  # settled already: a call again after an interrupt changes nothing
-            self._busy.subtract(owners)
-            for t in [t for t, n in self._busy.items() if n <= 0]:
-                del self._busy[t]
+            for op in flying[1]:
+                self._owner.pop(id(op), None)
             if exc is not None:
-                lost = Counter(t for t in owners if t != me)
-                for t, n in lost.items():
+                for t, n in Counter(t for t in owners if t is not me).items():
                     self._dropped[t] = _dropped_error(exc, n, self._where)
-            self._cond.notify_all()
+            del self._flying[key]
+            self._cond.notify_all()  # interrupted here, the waiters see it on their next poll
+
+    def _mine_in_flight(self, me: Owner) -> bool:
+        return any(me in owners for owners, _ in self._flying.values())
 
     def wait_mine(self) -> None:
         """Block until no write of this thread is in a commit under way; raise if one was lost.
@@ -113,11 +149,11 @@ class BatchOwners(Generic[W]):
         ``store.read()`` block while another thread's commit of this thread's writes grows
         the map, which waits for that read to end, raises OutcomeUnknownError instead.
         """
-        me = threading.get_ident()
+        me = self.me()
         bound = self.exit_wait
         deadline = None if bound is None else time.monotonic() + bound
-        with self._cond:
-            while self._busy.get(me, 0) > 0:
+        with self._lock:
+            while self._mine_in_flight(me):
                 if self.blocked is not None and self.blocked():
                     raise OutcomeUnknownError(
                         "checkpoints this thread queued are in another thread's batch "
@@ -141,8 +177,8 @@ class BatchOwners(Generic[W]):
 
     def flying(self) -> list[W]:
         """The writes in commits under way (any thread's)."""
-        with self._cond:
-            return [op for ops in self._flying.values() for op in ops]
+        with self._lock:
+            return [op for _, ops in self._flying.values() for op in ops]
 
     def wait_all(self) -> None:
         """At exit: block (at most ``exit_wait``) until no commit is under way; raise when one
@@ -152,10 +188,10 @@ class BatchOwners(Generic[W]):
         (a background flusher) took it; the interpreter then ended that commit half-way
         and the checkpoints were lost without a word (audit20).
         """
-        with self._cond:
+        with self._lock:
             if not self._cond.wait_for(lambda: not self._flying, self.exit_wait):
                 raise OutcomeUnknownError(
-                    f"{sum(len(ops) for ops in self._flying.values())} checkpoint(s) are "
+                    f"{sum(len(ops) for _, ops in self._flying.values())} checkpoint(s) are "
                     "still in a batch commit of another thread at exit; they may or may not "
                     "be stored",
                     where=self._where,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from cpstore.decision.gates import ResumePermit, check_resume
 from cpstore.errors import InvalidInputError, StoreError
 from cpstore.native.binding import digest
 from cpstore.native.records import Digest
-from cpstore.store.at_exit import track_store
+from cpstore.store.at_exit import EXIT_WAIT, flush_collected, track_store
 from cpstore.store.audit import (
     AuditView,
     append_audit,
@@ -71,7 +72,12 @@ __all__ = ["Durability", "Store", "open"]
 _DEFAULT_MAP = 1 << 30
 _DEFAULT_MAX_MAP = 1 << 40
 #: Seconds the exit flush waits for other threads' reads before a map growth.
-_EXIT_RESIZE_WAIT = 5.0
+_EXIT_RESIZE_WAIT = EXIT_WAIT
+#: Recorder -> the store that made it: a recorder keeps its store alive, so the store's
+#: finalizer and the exit hook still flush what the recorder queued after the caller
+#: dropped the store (before, ``rec = cpstore.open(p, durability="batched").recorder(r)``
+#: lost every checkpoint ``rec`` queued, without a word, at exit).
+_MADE_BY: weakref.WeakKeyDictionary[Recorder, Store] = weakref.WeakKeyDictionary()
 
 
 class Store:
@@ -178,14 +184,22 @@ class Store:
     def __del__(self) -> None:
         # A batched store dropped without close() still owes its queued
         # checkpoints: their ids were returned. Flush, and say close() was missed.
+        # Never nested in a write txn of the same store the collector interrupted,
+        # nor waiting on another thread of this process: a helper thread then flushes
+        # once that write ends (at_exit.flush_collected; a failure names every id).
         backend = getattr(self, "_backend", None)
         if backend is None or not backend.owes_flush():
             return
         count = backend.pending
-        backend.flush()
+        how = (
+            "flushed"
+            if flush_collected(backend)
+            else "a helper thread flushes (this thread was inside a txn of the store or "
+            "another thread uses it)"
+        )
         warnings.warn(
             f"cpstore store {backend.path} garbage-collected without close(); "
-            f"flushed {count} queued checkpoint(s)",
+            f"{how} {count} queued checkpoint(s)",
             ResourceWarning,
             stacklevel=2,
         )
@@ -270,6 +284,7 @@ class Store:
         self._backend.live()
         run_id, branch = check_name(run_id, "run_id"), check_name(branch, "branch")
         rec = Recorder(self._backend, run_id, branch, parent)
+        _MADE_BY[rec] = self
         check_resume(self, rec.head, run_id=run_id, branch=branch, permit=permit)
         return rec
 

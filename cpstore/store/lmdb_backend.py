@@ -27,9 +27,10 @@ from cpstore.errors import (
     StoreReadOnlyError,
 )
 from cpstore.native.records import Digest
+from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners
+from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_write, landed
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -75,22 +76,6 @@ def _growth_failed(exc: BaseException) -> bool:
     return False
 
 
-def _lost_at_exit(path: str, queued: list[CheckpointWrite], exc: Exception) -> str:
-    """The exit warning for a batch that could not be written (or whose commit may or may
-    not have taken effect): every id, by branch."""
-    lost: dict[tuple[str, str], list[str]] = {}
-    for op in queued:
-        lost.setdefault((op.run_id, op.branch), []).append(bytes(op.cid).hex())
-    named = "; ".join(
-        f"run {run!r} branch {branch!r}: {', '.join(ids)}" for (run, branch), ids in lost.items()
-    )
-    fate = "may or may not have been" if isinstance(exc, OutcomeUnknownError) else "were NOT"
-    return (
-        f"cpstore store {path}: {len(queued)} queued checkpoint(s) {fate} written at "
-        f"interpreter exit (batched mode acknowledged them as queued only): {named} ({exc})"
-    )
-
-
 class LmdbBackend:
     """One open store on LMDB (see :class:`~cpstore.store.backend.Backend`)."""
 
@@ -131,6 +116,8 @@ class LmdbBackend:
         )
         # Never wait for a commit whose map growth waits for this thread's read.
         self._owners.blocked = self.env.read_blocks_resize
+        self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
+        self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._closed = False
         self._audit_key = key
         try:
@@ -216,7 +203,29 @@ class LmdbBackend:
 
     def owes_flush(self) -> bool:
         """True when this process queued checkpoints it has not committed yet."""
-        return not self._closed and bool(self._pending) and os.getpid() == self.env.pid
+        here = not self._closed and os.getpid() == self.env.pid
+        return here and bool(self._pending) and not self._exit_ran
+
+    def queued_writes(self) -> list[CheckpointWrite]:
+        """The queue as it stands (batched mode)."""
+        return list(self._pending)
+
+    def try_flush_here(self) -> bool:
+        """A finalizer's flush (at_exit.flush_collected): done now (True) only when no thread
+        of this process could be waiting on this one: this thread holds no write or read txn
+        of the environment (a write txn nested on one thread is refused) and no other thread
+        writes or reads it (it may wait for a lock the collecting thread holds); else False,
+        nothing done. The write lock is held from that look to the end of the flush."""
+        env = self.env
+        if env.writes_here() or env.holds_read() or not env.write_lock.acquire(blocking=False):
+            return False
+        try:
+            if env.reads_anywhere():
+                return False
+            self.flush()
+        finally:
+            env.write_lock.release()
+        return True
 
     def flush_at_exit(self, wait: float) -> None:
         """Commit queued checkpoints at interpreter exit; never hangs, never hides a loss.
@@ -229,13 +238,25 @@ class LmdbBackend:
         if not here or not (self._pending or self._owners.flying()):
             return
         queued = list(self._pending) + self._owners.flying()
+        self._exit_ran = True
         self.env.resize_wait = wait
         self._owners.exit_wait = wait
-        try:
+        self._exit_gate = gate = ExitGate()
+        me = self._owners.me()
+
+        def flush_as_me() -> None:  # the worker flushes as this thread (batch_owners.act_as)
+            self._owners.act_as(me)
             self.flush()
+
+        try:
+            flush_bounded(flush_as_me, gate, wait, self._path)  # LMDB's lock: no bound of its own
             self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
-            warnings.warn(_lost_at_exit(self._path, queued, exc), RuntimeWarning, stacklevel=1)
+            warnings.warn(
+                lost_message(self._path, queued, exc, "at interpreter exit"),
+                RuntimeWarning,
+                stacklevel=1,
+            )
 
     def live(self) -> None:
         """Raise StoreError when closed, or used from a forked child."""
@@ -520,21 +541,23 @@ class LmdbBackend:
         # later batch could commit first, and its recorder's next checkpoint,
         # expecting one still queued in the earlier batch, dropped it whole on a
         # ConflictError no other writer caused).
-        taken: list[CheckpointWrite] | None = None
-        owners: list[int] | None = None
-        applied = False
+        batch: list[CheckpointWrite] = []  # filled with the owners in one step (taken)
+        owners: list[Owner] = []
+        took = applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal taken, owners, applied
+            nonlocal took, applied
             applied = False
-            if taken is None:  # a retried txn (map growth) applies the same batch again
+            if not took:  # a retried txn (map growth) applies the same batch again
+                if self._exit_gate is not None:
+                    self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
                 with self._pending_lock:
-                    # Owners first: an interrupt landing in taken() leaves the queue whole
-                    # (taken off the queue first, the batch was lost unowned, and its other
-                    # threads' flushes returned ok: audit20).
-                    owners = self._owners.taken(list(self._pending))
-                    taken, self._pending = self._pending, []
-            for op in taken:
+                    # The queue and its owners go in flight together, or not at all
+                    # (taken off the queue first, the batch was lost unowned, and its
+                    # other threads' flushes returned ok: audit20).
+                    self._owners.taken(self._pending, owners, batch)
+                    took = True
+            for op in batch:
                 self._apply(txn, op)
             applied = True
 
@@ -543,14 +566,18 @@ class LmdbBackend:
             try:
                 self.write_txn(apply_all)
             except Exception as exc:
-                if not applied or not taken or _growth_failed(exc):
+                if not applied or not batch or _growth_failed(exc):
                     raise
-                self._commit_failed(taken, exc)
+                self._commit_failed(batch, exc)
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             raise
-        finally:  # an interrupt must not leave a taken batch unsettled
-            self._owners.settle(owners, failed)
+        finally:  # an interrupt must not leave a taken batch unsettled: entering settled()
+            try:  # or in it, it is called again (idempotent), here, not in a function of
+                self._owners.settled(owners, failed)  # its own whose entry it could hit
+            except BaseException:
+                self._owners.settled(owners, failed)
+                raise
         self._owners.wait_mine()
 
     @property

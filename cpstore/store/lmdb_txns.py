@@ -82,6 +82,18 @@ class EnvTxns:
         """True when the calling thread has a read txn of this env open."""
         return get_ident() in self._active
 
+    def writes_here(self) -> bool:
+        """True when the calling thread holds ``write_lock`` (inside a write txn or a resize).
+
+        RLock's own ``_is_owned`` (what ``threading.Condition`` asks): one C call, no
+        bookkeeping of ours that an interrupt could leave half-done."""
+        owned: bool = self.write_lock._is_owned()  # type: ignore[attr-defined]
+        return owned
+
+    def reads_anywhere(self) -> bool:
+        """True when any thread of this process has a read txn of this env open."""
+        return bool(self._active)
+
     def read_blocks_resize(self) -> bool:
         """True when a map resize under way waits for the calling thread's open read."""
         return self._resizing and get_ident() in self._active

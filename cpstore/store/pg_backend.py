@@ -31,9 +31,10 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
+from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners
+from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_write
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -70,6 +71,10 @@ T = TypeVar("T")
 POOL_WAIT = 30.0
 
 
+#: Per thread: the writer lock keys of the stores it is inside a write txn of.
+_WRITING = threading.local()
+
+
 class PgBackend:
     """One open store on PostgreSQL (see :class:`~cpstore.store.backend.Backend`)."""
 
@@ -92,6 +97,8 @@ class PgBackend:
         self._pending_lock = threading.Lock()
         # Whose writes a batch holds (batch_owners.py).
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(self._path)
+        self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
+        self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._pid = os.getpid()
         self._closed = True
         key = None if audit_key is None else check_key(audit_key)
@@ -214,7 +221,21 @@ class PgBackend:
 
     def owes_flush(self) -> bool:
         """True when this process queued checkpoints it has not committed yet."""
-        return not self._closed and bool(self._pending) and os.getpid() == self._pid
+        here = not self._closed and os.getpid() == self._pid
+        return here and bool(self._pending) and not self._exit_ran
+
+    def queued_writes(self) -> list[CheckpointWrite]:
+        """The queue as it stands (batched mode)."""
+        return list(self._pending)
+
+    def try_flush_here(self) -> bool:
+        """A finalizer's flush (at_exit.flush_collected): False, nothing done, when this
+        thread is inside a write txn of this store (a nested one waits for ever on the
+        writer lock its own other connection holds); else flushed now (True)."""
+        if self._lock_key in getattr(_WRITING, "keys", ()):
+            return False
+        self.flush()
+        return True
 
     def flush_at_exit(self, wait: float) -> None:
         """Commit queued checkpoints at interpreter exit; a failure is a RuntimeWarning."""
@@ -222,15 +243,21 @@ class PgBackend:
         if not here or not (self._pending or self._owners.flying()):
             return
         queued = list(self._pending) + self._owners.flying()
+        self._exit_ran = True
         self._owners.exit_wait = wait
-        try:
+        self._exit_gate = gate = ExitGate()
+        me = self._owners.me()
+
+        def flush_as_me() -> None:  # the worker flushes as this thread (batch_owners.act_as)
+            self._owners.act_as(me)
             self.flush()
+
+        try:
+            flush_bounded(flush_as_me, gate, wait, self._path)  # the advisory lock: no bound
             self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
         except Exception as exc:  # an exit hook must say what is lost, not raise
-            ids = ", ".join(bytes(op.cid).hex() for op in queued)
             warnings.warn(
-                f"cpstore store {self._path}: {len(queued)} queued checkpoint(s) were NOT "
-                f"written at interpreter exit: {ids} ({exc})",
+                lost_message(self._path, queued, exc, "at interpreter exit"),
                 RuntimeWarning,
                 stacklevel=1,
             )
@@ -340,13 +367,18 @@ class PgBackend:
         self.live()
         if self._readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self._path)
-        txn = self._txn(write=True, synchronous=synchronous)
+        held: list[int] = _WRITING.__dict__.setdefault("keys", [])
+        held.append(self._lock_key)  # try_flush_here: no write nested on this thread
         try:
-            result = fn(txn)
-            txn.commit()
-        except BaseException:
-            txn.abort()  # a no-op after a commit that ended the txn; else the connection returns
-            raise
+            txn = self._txn(write=True, synchronous=synchronous)
+            try:
+                result = fn(txn)
+                txn.commit()
+            except BaseException:
+                txn.abort()  # a no-op after a commit that ended the txn; else it returns
+                raise
+        finally:
+            held.remove(self._lock_key)
         return result
 
     # -- objects -------------------------------------------------------------------
@@ -436,19 +468,20 @@ class PgBackend:
         if not self._pending:
             self._owners.wait_mine()  # another thread's flush may hold our writes
             return
-        owners: list[int] | None = None
+        batch: list[CheckpointWrite] = []  # filled with the owners in one step (taken)
+        owners: list[Owner] = []
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal owners
             if not isinstance(txn, PgTxn):
                 raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
+            if self._exit_gate is not None:
+                self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
             with self._pending_lock:
-                # Owners first: an interrupt in taken() leaves the queue whole (lmdb_backend).
-                owners = self._owners.taken(list(self._pending))
-                ops, self._pending = self._pending, []
-            if ops:
-                self._apply_all(txn, ops)
+                # The queue and its owners go in flight together or not at all (lmdb_backend).
+                self._owners.taken(self._pending, owners, batch)
+            if batch:
+                self._apply_all(txn, batch)
 
         failed: BaseException | None = None
         try:
@@ -456,8 +489,12 @@ class PgBackend:
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             raise
-        finally:  # an interrupt must not leave a taken batch unsettled
-            self._owners.settle(owners, failed)
+        finally:  # an interrupt must not leave a taken batch unsettled (lmdb_backend)
+            try:
+                self._owners.settled(owners, failed)
+            except BaseException:
+                self._owners.settled(owners, failed)
+                raise
         self._owners.wait_mine()
 
     @property
