@@ -52,6 +52,7 @@ from cpstore.store.audit_permits import (
     branch_of,
     clear_branch_rows,
     clear_rows,
+    index_row,
     odd_key,
     put_branch_row,
 )
@@ -145,23 +146,9 @@ def set_gate_count(txn: Txn[memoryview], meta: Any, count: int) -> None:
     set_covered_count(txn, meta, GATES_INDEXED, GATE_INDEX_VERSION, count)
 
 
-def _row(raw: bytes | memoryview | None) -> tuple[bool, int | None]:
-    """(valid, value) of a row: nil or an audit index; invalid when damaged."""
-    if raw is None:
-        return False, None
-    try:
-        value = decode_value(raw)
-    except CanonicalEncodingError:
-        return False, None
-    if value is None:
-        return True, None
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64
-    return ok, value if ok else None
-
-
 def _claim(txn: Txn[memoryview], meta: Any, key: bytes, index: int) -> None:
     """Set row ``key`` to ``index`` if it exists and is nil (the first record naming it)."""
-    valid, value = _row(txn.get(key, db=meta))
+    valid, value = index_row(txn.get(key, db=meta))
     if valid and value is None:
         txn.put(key, encode_value(index), db=meta)
 
@@ -353,7 +340,7 @@ def _lookup(
     whose ``field`` is ``of``'s digest, is an AuditChainError (verify names the row).
     """
     where = f"meta/{prefix.decode()}{of.digest}"
-    valid, index = _row(txn.get(prefix + bytes.fromhex(of.digest), db=meta))
+    valid, index = index_row(txn.get(prefix + bytes.fromhex(of.digest), db=meta))
     if not valid:
         raise AuditChainError(
             "gate index lacks the row of a record it covers, or the row is damaged "

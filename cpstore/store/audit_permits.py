@@ -51,6 +51,7 @@ __all__ = [
     "clear_rows",
     "decisions_by_prefix",
     "first_quarantine",
+    "index_row",
     "odd_key",
     "put_branch_row",
     "quarantines",
@@ -87,8 +88,9 @@ Read = Callable[[int], _Entry | None]
 Tail = Callable[[str, int], Iterator[_Entry]]
 
 
-def _as_index(raw: bytes | memoryview | None) -> tuple[bool, int | None]:
-    """(valid, value) of a row: nil or an audit index; invalid when absent or damaged."""
+def index_row(raw: bytes | memoryview | None) -> tuple[bool, int | None]:
+    """(valid, value) of a gate index row: nil or an audit index; invalid when absent or
+    damaged (audit_gates' rows too)."""
     if raw is None:
         return False, None
     try:
@@ -144,7 +146,7 @@ def put_branch_row(txn: Txn[memoryview], meta: Any, index: int, body: Mapping[st
         return
     quarantined = body.get("verdict") == QUARANTINE
     raw = txn.get(key, db=meta)
-    valid, value = _as_index(raw)
+    valid, value = index_row(raw)
     if raw is not None and not valid:
         return
     if raw is None or (value is not None and value >= index):
@@ -205,7 +207,7 @@ def first_quarantine(
         return next((r for r in tail(DECISION, 0) if quarantines(r, run_id, branch)), None)
     where = "meta/quarantined/" + key[len(QUARANTINE_PREFIX) :].hex()
     raw = txn.get(key, db=meta) if covered else None
-    valid, index = _as_index(raw)
+    valid, index = index_row(raw)
     if raw is not None or certified < covered:
         if not valid:
             raise AuditChainError(
@@ -329,7 +331,7 @@ def decisions_by_prefix(
                     found[index] = rec
         for key, raw in _range(txn, meta, ODD_ID_PREFIX + low[:MAX_RUN].encode()):
             where = "meta/" + key.decode("ascii", "backslashreplace")
-            valid, index = _as_index(raw)
+            valid, index = index_row(raw)
             if not valid or index is None:
                 raise AuditChainError(
                     "gate index row is damaged (verify reports the index)", where=where
