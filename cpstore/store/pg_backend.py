@@ -57,7 +57,7 @@ from cpstore.store.model import (
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
-from cpstore.store.pg_txn import PgTable, PgTxn
+from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.refs import (
     REFS_DIGEST_KEY,
     upgrade_refs_v1,
@@ -314,6 +314,8 @@ class PgBackend:
             ) from None
 
     def _release(self, conn: psycopg.Connection[Any], broken: bool) -> None:
+        # Busy (a round trip an interrupt left unfinished) is broken too: never pooled.
+        broken = broken or not settled(conn)
         if broken and not conn.closed:
             conn.close()
         self._pool.putconn(conn)

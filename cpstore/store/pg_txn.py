@@ -23,11 +23,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import pq
 
 from cpstore.errors import InvalidInputError, StoreReadOnlyError
 from cpstore.store.pg_errors import is_broken, translate
 
-__all__ = ["EXISTS", "PgCursor", "PgTable", "PgTxn"]
+__all__ = ["EXISTS", "PgCursor", "PgTable", "PgTxn", "settled"]
+
+
+def settled(conn: psycopg.Connection[Any]) -> bool:
+    """No command in flight and the pipeline off: a ROLLBACK would run at once."""
+    return (
+        conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+        and conn.info.transaction_status in _SETTLED
+    )
 
 
 class _Exists:
@@ -36,6 +45,10 @@ class _Exists:
 
 #: The marker :meth:`PgTxn.prefetch` leaves for a key fetched without its value.
 EXISTS = _Exists()
+#: Transaction states in which a ROLLBACK runs at once (no command in flight).
+_SETTLED = frozenset(
+    {pq.TransactionStatus.IDLE, pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR}
+)
 
 _scan_ids = itertools.count()
 
@@ -98,6 +111,11 @@ class PgTxn:
         self._conn: psycopg.Connection[Any] | None = None
         self._begun = False
         self._done = False
+        #: True while a round trip is on the wire: an interrupt (not a psycopg error, which
+        #: psycopg settles) landing in psycopg's pipeline I/O leaves the connection out of
+        #: step with the server (seen: libpq idle while the server held BEGIN and the
+        #: writer lock, waiting for a Sync never sent), so abort() closes it.
+        self._wire = False
         self._known: dict[PgTable, Known] = {}
         self._dirty: dict[PgTable, dict[bytes, bytes | None]] = {}
 
@@ -119,19 +137,25 @@ class PgTxn:
                 except psycopg.Error as exc:
                     raise translate(exc, self.where) from None
             conn = self._conn
+            self._wire = True
             try:
                 if self._begun and len(statements) == 1:
                     sql, params = statements[0]
                     cur = conn.execute(sql, params, binary=True)
-                    return [cur.fetchall() if cur.description is not None else []]
+                    rows = [cur.fetchall() if cur.description is not None else []]
+                    self._wire = False
+                    return rows
                 with conn.pipeline():
                     if not self._begun:
                         for stmt, args in self._begin:
                             conn.execute(stmt, args)
                     curs = [conn.execute(sql, params, binary=True) for sql, params in statements]
                 self._begun = True
-                return [c.fetchall() if c.description is not None else [] for c in curs]
+                rows = [c.fetchall() if c.description is not None else [] for c in curs]
+                self._wire = False
+                return rows
             except psycopg.Error as exc:
+                self._wire = False  # psycopg settled the connection before raising
                 broken = is_broken(exc, conn)
                 if broken and not self._begun and attempt == 0:
                     self._conn = None
@@ -329,12 +353,14 @@ class PgTxn:
             self._finish(broken=False)
             return
         conn = self._ensure()
+        self._wire = True
         try:
             with conn.pipeline():
                 for sql, params in statements:
                     conn.execute(sql, params)
                 conn.execute("COMMIT")
         except psycopg.Error as exc:
+            self._wire = False
             broken = is_broken(exc, conn)
             if not broken:
                 self._rollback(conn)
@@ -347,11 +373,23 @@ class PgTxn:
         if self._done:
             return
         conn = self._conn
-        broken = conn is not None and self._begun and not self._rollback(conn)
+        # Interrupted on the wire, or unsettled (an interrupt in psycopg's pipeline I/O,
+        # even before BEGIN was known to have run): closed, which ends the session and
+        # the writer lock it may hold.
+        broken = conn is not None and (
+            self._wire or not settled(conn) or (self._begun and not self._rollback(conn))
+        )
         self._finish(broken=broken)
 
     @staticmethod
     def _rollback(conn: psycopg.Connection[Any]) -> bool:
+        """ROLLBACK; False (the caller then closes the connection, which ends the session
+        and its transaction-scoped writer lock) when it cannot be trusted to run: an
+        interrupt that landed in psycopg's pipeline I/O leaves the pipeline on (a ROLLBACK
+        is only queued, and the session kept the store's writer lock: every other writer
+        waited for ever) or a command in flight."""
+        if not settled(conn):
+            return False
         try:
             conn.execute("ROLLBACK")
         except psycopg.Error:
