@@ -7,10 +7,14 @@ import operator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
+import cpstore
 from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph._codec import run_for
+from cpstore.langgraph._write import Writer
 
 RUNS = 12
 
@@ -131,3 +135,33 @@ def test_prune_while_another_process_puts_loses_no_head(tmp_path: Path) -> None:
         listed = list(saver.list({"configurable": {"thread_id": "p"}}))
         assert last_id in {t.config["configurable"]["checkpoint_id"] for t in listed}
         assert saver.store.verify().ok
+
+
+def test_a_root_put_whose_main_another_writer_makes_meanwhile_plans_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put with no parent plans a new main (none when its plan read the refs); another
+    writer records main before the put's recorder is made (as a prune's keep_latest does
+    on a free main): the put plans again and lands on a fork branch, not refused as "steps
+    never go backwards" (audit19's PostgreSQL race test met this in CI), and the other
+    writer's head stays."""
+    with cpstore.open(tmp_path / "s") as st:
+        saver = CpstoreSaver(st)
+        plan_once = Writer._plan
+        made: list[str] = []
+
+        def plan(self: Writer, *args: Any) -> Any:
+            planned = plan_once(self, *args)
+            if not made:  # between the plan's read and the recorder: main is made
+                made.append(st.recorder(planned.run, branch=planned.branch).checkpoint(5, {}))
+            return planned
+
+        monkeypatch.setattr(Writer, "_plan", plan)
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"a": "v"}
+        cp["channel_versions"] = {"a": 1}
+        conf = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        got = saver.put(conf, cp, {"step": 0}, {"a": 1})
+        tup = saver.get_tuple(got)
+        assert tup is not None and tup.checkpoint["channel_values"] == {"a": "v"}
+        assert made and st.ref(run_for("t")) == made[0]

@@ -175,7 +175,10 @@ class Writer:
                     plan = _Plan(tip[0], tip[1], None, False, None)
                 else:
                     plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
-                branch = self._branch(plan)
+                try:
+                    branch = self._branch(plan)
+                except ConflictError:  # the branch was made or moved since the plan's read
+                    continue
                 parts = dict(head_parts)
                 held_by: dict[str, _Held] = {}
                 inherited: dict[str, tuple[Any, dict[str, bytes]]] | None = None
@@ -284,6 +287,18 @@ class Writer:
             return cached
         self._drop(*key)
         rec = self.store.recorder(plan.run, branch=plan.branch, parent=plan.fork_from)
+        if plan.new_branch and plan.fork_from is None and rec.head is not None:
+            # Planned as a new root branch (no head when the plan read it), but another
+            # writer made it since (a prune's keep_latest records its kept checkpoint on
+            # a free main): continuing its head would be a step backwards or a silent
+            # adoption; plan again instead (audit19's race test met it in CI).
+            rec.close()
+            raise ConflictError(
+                "the branch was made meanwhile",
+                where=f"run {plan.run!r} branch {plan.branch!r}",
+                expected=None,
+                got=rec.head,
+            )
         branch = _Branch(rec)
         self._branches[key] = branch
         while len(self._branches) > _CACHED_BRANCHES:
