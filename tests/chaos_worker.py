@@ -103,6 +103,12 @@ class Worker:
             self.log.write(
                 "x", sync=True, op=op, id=oid, err=type(exc).__name__, msg=str(exc)[:300]
             )
+            if op == "ckpt" and self.batched:
+                # Batched: any checkpoint call may report that a batch holding this thread's
+                # queued checkpoints was dropped ("... not stored"), so none of them is
+                # acknowledged by a later flush (op_tmp's direct call once did: a false
+                # "acknowledged checkpoint lost").
+                self.main_pending = []
             if isinstance(exc, IntegrityError):
                 self.log.write(
                     "defect",
