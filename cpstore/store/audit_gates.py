@@ -38,8 +38,8 @@ This module reads and writes ``meta`` rows; records are read through the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any
 
 from cpstore.errors import AuditChainError, CanonicalEncodingError
 from cpstore.native.canonical import decode_value, encode_value
@@ -48,6 +48,8 @@ from cpstore.store.audit_permits import (
     ODD_ID_PREFIX,
     PERMIT_PREFIX,
     QUARANTINE_PREFIX,
+    Read,
+    Tail,
     branch_key,
     branch_of,
     clear_branch_rows,
@@ -55,6 +57,9 @@ from cpstore.store.audit_permits import (
     index_row,
     odd_key,
     put_branch_row,
+)
+from cpstore.store.audit_permits import (
+    IndexedRecord as _Entry,
 )
 from cpstore.store.backend import Txn
 from cpstore.store.model import Problem
@@ -92,17 +97,6 @@ DECISION, SIGNOFF, GATE, RESUME = "decision", "signoff", "gate", "resume"
 _DIGEST = re.compile("[0-9a-f]{32}")
 #: A row's value: nil (nothing yet) or the audit index of the record that names it.
 _NIL = encode_value(None)
-
-
-class _Entry(Protocol):
-    @property
-    def index(self) -> int: ...
-    @property
-    def digest(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def body(self) -> dict[str, Any]: ...
 
 
 def _named(value: object) -> bytes | None:
@@ -325,10 +319,6 @@ def check_gate_index(txn: Txn[memoryview], meta: Any, want: GateRows) -> list[Pr
             name=lambda key: key.decode("ascii", "backslashreplace"),
         ),
     ]
-
-
-Read = Callable[[int], _Entry | None]
-Tail = Callable[[str, int], Iterator[_Entry]]
 
 
 def _lookup(

@@ -45,6 +45,9 @@ __all__ = [
     "ODD_ID_PREFIX",
     "PERMIT_PREFIX",
     "QUARANTINE_PREFIX",
+    "IndexedRecord",
+    "Read",
+    "Tail",
     "branch_key",
     "branch_of",
     "clear_branch_rows",
@@ -73,7 +76,9 @@ _TOO_MANY_DIGITS = 10**4300
 _INDEX = struct.Struct(">Q")
 
 
-class _Entry(Protocol):
+class IndexedRecord(Protocol):
+    """What the gate index reads of an audit record (audit_gates' too)."""
+
     @property
     def index(self) -> int: ...
     @property
@@ -84,8 +89,8 @@ class _Entry(Protocol):
     def body(self) -> dict[str, Any]: ...
 
 
-Read = Callable[[int], _Entry | None]
-Tail = Callable[[str, int], Iterator[_Entry]]
+Read = Callable[[int], IndexedRecord | None]
+Tail = Callable[[str, int], Iterator[IndexedRecord]]
 
 
 def index_row(raw: bytes | memoryview | None) -> tuple[bool, int | None]:
@@ -172,7 +177,7 @@ def clear_rows(txn: Txn[memoryview], meta: Any, prefix: bytes) -> None:
         txn.delete(key, db=meta)
 
 
-def quarantines(rec: _Entry, run_id: object, branch: object) -> bool:
+def quarantines(rec: IndexedRecord, run_id: object, branch: object) -> bool:
     """Whether ``rec`` is a QUARANTINE decision about ``run_id``/``branch``."""
     readable, run, br = branch_of(rec.body)
     return (
@@ -194,7 +199,7 @@ def first_quarantine(
     read: Read,
     tail: Tail,
     certified: int,
-) -> _Entry | None:
+) -> IndexedRecord | None:
     """The first QUARANTINE ``decision`` about ``run_id``/``branch`` in the log, or None.
 
     ``certified`` is the audit index of a decision about that pair: below ``covered`` its
@@ -257,7 +262,7 @@ def odd_key(record_digest: bytes, decision_id: object) -> bytes | None:
     return ODD_ID_PREFIX + text[:MAX_RUN].encode() + b"/" + record_digest
 
 
-def prefix_matches(rec: _Entry, low: str) -> bool:
+def prefix_matches(rec: IndexedRecord, low: str) -> bool:
     """The old scan's test: a decision whose ``str(decision_id)`` or digest starts with
     ``low``."""
     return rec.kind == DECISION and (
@@ -276,7 +281,7 @@ def _range(txn: Txn[memoryview], db: Any, prefix: bytes) -> Iterator[tuple[bytes
             found = cur.next()
 
 
-def _named_record(read: Read, index: int, where: str, what: str) -> _Entry:
+def _named_record(read: Read, index: int, where: str, what: str) -> IndexedRecord:
     rec = read(index)
     if rec is None or rec.index != index or rec.kind != DECISION:
         raise AuditChainError(
@@ -295,14 +300,14 @@ def decisions_by_prefix(
     *,
     read: Read,
     tail: Tail,
-) -> list[_Entry]:
+) -> list[IndexedRecord]:
     """Every ``decision`` record whose ``str(decision_id)`` or digest starts with ``low``
     (lowercase hex, at least MIN_RUN characters), in log order: ranges of rows, each
     named record decoded and checked, then the records past ``covered``."""
     if len(low) < MIN_RUN or not _HEX_RUN.fullmatch(low):
         raise InvalidInputError("a decision prefix is 8 or more lowercase hex characters", got=low)
     meta = dbs["meta"]
-    found: dict[int, _Entry] = {}
+    found: dict[int, IndexedRecord] = {}
     if covered:
         id_prefix = b"decision_id/"
         for key, raw in _range(txn, meta, id_prefix + low.encode()):
