@@ -24,31 +24,10 @@ from typing import Any
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 from psycopg._pipeline_base import BasePipeline
+from test_batched_threads import JobThread
 
 import cpstore
 from cpstore.errors import CpstoreError, OutcomeUnknownError
-
-
-class _Thread:
-    """One long-lived daemon thread running what it is given, in order."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.Queue[Any] = queue.Queue()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            fn, out = job
-            try:
-                out.put(fn())
-            except CpstoreError as exc:
-                out.put(exc)
-
-    def run(self, fn: Callable[[], Any], timeout: float = 120) -> Any:
-        """``fn()`` on this thread; its result or CpstoreError; queue.Empty after ``timeout``."""
-        out: queue.Queue[Any] = queue.Queue()
-        self._jobs.put((fn, out))
-        return out.get(timeout=timeout)
 
 
 def _in_psycopg(frame: FrameType | None) -> bool:
@@ -84,7 +63,7 @@ def check_an_interrupt_anywhere_in_a_flush_never_hangs_or_lies(store: str) -> No
     and what it says is true of B's checkpoint (also after every later flush)."""
     st = cpstore.open(store, durability="batched", batch_size=10_000)
     if True:  # not ``with``: closing after a hang would wait for the stuck thread
-        b, problems = _Thread(), []
+        b, problems = JobThread(), []
         for k in range(1, 100_000):
             run = f"b{k}"
             rb = st.recorder(run)

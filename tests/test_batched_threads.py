@@ -38,7 +38,7 @@ def _move_elsewhere(store: str) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-class _Thread:
+class JobThread:
     """One long-lived thread running what it is given, in order (a flush is per thread: the
     thread that queued a checkpoint must be the one that flushes it)."""
 
@@ -61,9 +61,9 @@ class _Thread:
         self._jobs.put((fn, out))
         return out
 
-    def run(self, fn: Any) -> Any:
-        """Run ``fn`` on this thread and wait for it."""
-        return self.start(fn).get(timeout=120)
+    def run(self, fn: Any, timeout: float = 120) -> Any:
+        """Run ``fn`` on this thread and wait for it (queue.Empty after ``timeout``)."""
+        return self.start(fn).get(timeout=timeout)
 
     def stop(self) -> None:
         self._jobs.put(None)
@@ -75,7 +75,7 @@ def check_a_dropped_batch_is_reported_to_every_thread_in_it(store: str) -> None:
     with cpstore.open(store, durability="batched", batch_size=64) as st:
         st.recorder("a").checkpoint(0, {"x": 0})
         st.flush()
-        ra, rb, b = st.recorder("a"), st.recorder("b"), _Thread()
+        ra, rb, b = st.recorder("a"), st.recorder("b"), JobThread()
         queued_b = b.run(lambda: rb.checkpoint(1, {"b": 1}))
         ra.checkpoint(2, {"x": 2})
         _move_elsewhere(store)
@@ -105,7 +105,7 @@ class TestBatchedTwoThreads:
     ) -> None:
         """B's flush does not return while A's commit holding B's checkpoint is under way."""
         with cpstore.open(tmp_path / "s", durability="batched", batch_size=64) as st:
-            rb, b = st.recorder("b"), _Thread()
+            rb, b = st.recorder("b"), JobThread()
             cid = b.run(lambda: rb.checkpoint(1, {"b": 1}))
             inside, go = threading.Event(), threading.Event()
             real = LmdbBackend._apply
@@ -202,7 +202,7 @@ def check_an_interrupted_flush_never_acknowledges_another_threads_checkpoints(
     "not stored" for a stored one."""
     with cpstore.open(store, durability="batched", batch_size=64) as st:
         backend: Any = st.backend
-        rb, b = st.recorder("b"), _Thread()
+        rb, b = st.recorder("b"), JobThread()
 
         def interrupt(*args: object) -> None:
             raise KeyboardInterrupt
@@ -381,7 +381,7 @@ def check_an_interrupt_settling_a_batch_never_leaves_another_thread_waiting(
     with cpstore.open(store, durability="batched", batch_size=64) as st:
         backend: Any = st.backend
         owners = backend._owners
-        rb, b = st.recorder("b"), _Thread()
+        rb, b = st.recorder("b"), JobThread()
         cid = b.run(lambda: rb.checkpoint(1, {"b": 1}))
         real = owners.settled
         calls: list[object] = []
