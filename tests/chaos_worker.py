@@ -157,19 +157,15 @@ class Worker:
         ):  # a lost CAS drops its recorder
             rec.effect("mail", b"e%d" % tok)
         parent, sd = rec.head, cpstore.state_digest(state)
-        try:
-            oid, cid = self.call(
-                "ckpt",
-                lambda: rec.checkpoint(step, state),
-                run=run,
-                branch=branch,
-                parent=parent,
-                sd=sd,
-                step=step,
-            )
-        except CpstoreError:
-            self.main_pending = []  # a batch this checkpoint completed was dropped
-            raise
+        oid, cid = self.call(  # a raise forgets the queued acks (see call)
+            "ckpt",
+            lambda: rec.checkpoint(step, state),
+            run=run,
+            branch=branch,
+            parent=parent,
+            sd=sd,
+            step=step,
+        )
         entry = {
             "op": "ckpt",
             "oid": oid,
