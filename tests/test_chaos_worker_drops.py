@@ -3,9 +3,11 @@ was dropped, whichever of its calls the drop was reported to."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
+from chaos_process import close_logged
 from chaos_worker import Log, Worker
 
 import cpstore
@@ -40,3 +42,37 @@ def test_a_drop_reported_to_a_tmp_checkpoint_is_never_acknowledged_later(
         mine = [line for line in lines if f'"id": "{dropped["oid"]}"' in line]
         assert mine and not [line for line in mine if '"ev": "a"' in line], mine
         assert st.ref(w.run) != dropped["cid"]
+
+
+def test_a_failed_last_flush_at_close_is_logged_and_the_worker_goes_on(tmp_path: Path) -> None:
+    """Batched: close() flushes what is still queued and raises when that commit fails
+    (here a stale compare-and-set); the worker's close logs it as a documented error
+    instead of dying without its ``end`` (the CI failure of 2026-12-02, stop 27: a
+    worker exited 1 with no defect logged)."""
+    path = tmp_path / "s"
+    log_path = tmp_path / "w0.log"
+    st = cpstore.open(path, durability="batched", batch_size=8)
+    stale = st.recorder("c")
+    with cpstore.open(path) as other:
+        other.recorder("c").checkpoint(1, {"moved": True})
+    stale.checkpoint(2, {"stale": True})  # queued; close's flush fails on "c"
+    close_logged(st, Log(str(log_path), 0, 0))
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(r["ev"], r["op"]) for r in lines] == [("b", "close"), ("x", "close")]
+    assert lines[1]["err"] == "ConflictError" and lines[0]["id"] == lines[1]["id"]
+    with cpstore.open(path) as again:
+        assert again.manifest(again.resolve("c@main")).step == 1  # the stale one: not stored
+
+
+def test_a_clean_close_is_logged_as_acknowledged(tmp_path: Path) -> None:
+    """The same wrapper on a close whose flush commits: ``b`` then ``a``, and what was
+    queued is stored."""
+    path = tmp_path / "s"
+    log_path = tmp_path / "w0.log"
+    st = cpstore.open(path, durability="batched", batch_size=8)
+    cid = st.recorder("r").checkpoint(1, {"x": 1})
+    close_logged(st, Log(str(log_path), 0, 0))
+    lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [(r["ev"], r["op"]) for r in lines] == [("b", "close"), ("a", "close")]
+    with cpstore.open(path) as again:
+        assert again.ref("r") == cid
