@@ -7,7 +7,10 @@ the branch ``<label>@<checkpoint_id>``. A checkpoint's state has the parts
 ``checkpoint`` (the LangGraph checkpoint without its channel values),
 ``metadata``, and one ``channel/<name>`` per stored channel value, each the
 saver's serde output packed as ``type`` NUL ``bytes`` (a list also has
-``segment/<name>/<i>`` parts, ``pack_value``; docs/langgraph.md).
+``segment/<name>/<i>`` parts, ``pack_value``; docs/langgraph.md). Layout 2
+(written since issue 12) keeps ``checkpoint`` and ``metadata`` in the manifest's
+metadata instead (``HEAD_KEY``, :func:`pack_head`), so a put writes one object
+fewer per head part; layout 1 checkpoints (the head as state parts) stay readable.
 """
 
 from __future__ import annotations
@@ -20,21 +23,25 @@ from typing import Any
 import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from cpstore.errors import IntegrityError, InvalidInputError
+from cpstore.errors import FormatVersionError, IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
 
 __all__ = [
     "CHANNEL",
+    "HEAD_KEY",
+    "HEAD_LAYOUT",
     "LIST_KIND",
     "SEGMENT",
     "branch_label",
     "channel_parts",
     "fork_branch",
     "load_value",
+    "pack_head",
     "pack_typed",
     "pack_value",
     "part_loader",
     "run_for",
+    "unpack_head",
     "unpack_typed",
 ]
 
@@ -47,6 +54,12 @@ LIST_KIND = "cpstore.list"
 #: A list segment closes once it holds at least this many bytes.
 SEGMENT_BYTES = 16 * 1024
 _NAME_LIMIT = 200
+#: The manifest metadata key holding a layout-2 checkpoint's head (:func:`pack_head`).
+HEAD_KEY = "lg"
+#: The LangGraph checkpoint layout this saver writes: 2, the head in the manifest's
+#: metadata (layout 1: the head as the state parts ``checkpoint`` and ``metadata``).
+HEAD_LAYOUT = 2
+_HEAD_LEN = struct.Struct(">BI")
 _LEN = struct.Struct("<I")
 _COUNT = struct.Struct("<Q")
 
@@ -103,6 +116,35 @@ def unpack_typed(part: Any, where: str) -> tuple[str, bytes]:
         if cut >= 0:
             return raw[:cut].decode("utf-8", "replace"), raw[cut + 1 :]
     raise IntegrityError("not a LangGraph value part", where=where, got=type(part).__name__)
+
+
+def pack_head(checkpoint: bytes, metadata: bytes) -> bytes:
+    """A layout-2 head: the layout byte (2), the length of ``checkpoint`` (uint32 BE),
+    then the two packed serde pairs (:func:`pack_typed`) back to back."""
+    return _HEAD_LEN.pack(HEAD_LAYOUT, len(checkpoint)) + checkpoint + metadata
+
+
+def unpack_head(head: Any, where: str) -> tuple[bytes, bytes]:
+    """The packed ``checkpoint`` and ``metadata`` serde pairs of a layout-2 head.
+
+    IntegrityError when it is not bytes or its framing is wrong; FormatVersionError
+    for a layout byte this release does not know.
+    """
+    if type(head) is not bytes or len(head) < _HEAD_LEN.size:
+        raise IntegrityError(
+            "a LangGraph checkpoint head is malformed", where=where, got=type(head).__name__
+        )
+    layout, n = _HEAD_LEN.unpack_from(head)
+    if layout != HEAD_LAYOUT:
+        raise FormatVersionError(
+            "unknown LangGraph checkpoint layout", where=where, expected=HEAD_LAYOUT, got=layout
+        )
+    end = _HEAD_LEN.size + n
+    if end > len(head):
+        raise IntegrityError(
+            "a LangGraph checkpoint head is cut short", where=where, expected=end, got=len(head)
+        )
+    return head[_HEAD_LEN.size : end], head[end:]
 
 
 #: The prefix of a part holding a ``msgpack`` serde pair.

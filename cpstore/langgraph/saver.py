@@ -32,7 +32,7 @@ from langgraph.checkpoint.base import (
 import cpstore.store as _store
 from cpstore.errors import InvalidInputError
 from cpstore.langgraph import _maintain
-from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed
+from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed, part_loader
 from cpstore.langgraph._read import (
     Entry,
     Loader,
@@ -88,6 +88,19 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         super().__init__(serde=serde)
         self.store = store
         self._writer = Writer(store, self.serde)
+        #: (serde, part_loader(serde)): built once, rebuilt if ``self.serde`` is replaced.
+        self._loader_of: tuple[Any, Callable[[Any, str], Any]] = (
+            self.serde,
+            part_loader(self.serde),
+        )
+
+    def _loader(self, txn: Any) -> Loader:
+        """A Loader on ``txn`` with this saver's serde and its cached part loader."""
+        serde = self.serde
+        held = self._loader_of
+        if held[0] is not serde:
+            held = self._loader_of = (serde, part_loader(serde))
+        return Loader(txn, self.store, serde, held[1])
 
     @classmethod
     @contextmanager
@@ -111,7 +124,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             entry = entry_at(txn, backend.db("meta"), thread_id, ns, checkpoint_id)
             if entry is None:
                 return None
-            return Loader(txn, self.store, self.serde).tuple(entry)
+            return self._loader(txn).tuple(entry)
 
     def list(
         self,
@@ -136,7 +149,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         while left is None or left > 0:
             batch: list[CheckpointTuple] = []
             with backend.read_txn() as txn:
-                loader = Loader(txn, self.store, self.serde)
+                loader = self._loader(txn)
                 seen = 0
                 for key, value in scan(txn, meta, prefix, reverse=True, below=below):
                     below, seen = key, seen + 1
