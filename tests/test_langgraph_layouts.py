@@ -172,3 +172,27 @@ def test_a_layout_2_checkpoint_without_its_head_is_an_integrity_error(store: Sto
         saver.get_tuple(_cfg("1f0-headless"))
     with pytest.raises(IntegrityError, match="not a LangGraph checkpoint"):
         list(saver.list(_cfg()))
+
+
+def test_list_of_a_namespace_reads_the_ids_a_thread_wide_list_reads(store: Store) -> None:
+    """list with checkpoint_ns (ids cut after the prefix) equals list without it (keys split)."""
+    saver = CpstoreSaver(store)
+    config = _cfg()
+    for step in range(3):
+        cp = _checkpoint(step, {"a": f"v{step}"})
+        config = saver.put(config, cp, {"source": "loop", "step": step}, {"a": f"{step}"})
+    by_ns = [t.config for t in saver.list(_cfg())]
+    thread_wide = [t.config for t in saver.list({"configurable": {"thread_id": THREAD}})]
+    assert by_ns == thread_wide and len(by_ns) == 3
+
+
+def test_an_entry_key_whose_id_is_not_utf8_is_an_integrity_error_in_list(store: Store) -> None:
+    """A key under the namespace prefix with a non-UTF-8 id (its check valid) is refused."""
+    saver = CpstoreSaver(store)
+    key = checkpoint_key(THREAD, "") + b"\xff\xfe"
+    body = Entry.body_of(
+        bytes(16), run=run_for(THREAD), branch="main", parent=None, run_id=None, have=[]
+    )
+    store.backend.write_txn(lambda txn: txn.put(key, pack(key, body), db=store.backend.db("meta")))
+    with pytest.raises(IntegrityError, match="damaged LangGraph index key"):
+        list(saver.list(_cfg()))

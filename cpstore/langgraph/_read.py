@@ -8,6 +8,7 @@ damaged byte anywhere is an :class:`IntegrityError`, never a wrong state.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -45,7 +46,10 @@ __all__ = [
     "Loader",
     "StoredWrite",
     "entries",
+    "entry_key",
+    "id_after",
     "load_parts",
+    "ns_prefix",
     "stored_writes",
     "view_head",
 ]
@@ -176,6 +180,33 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def ns_prefix(thread_id: str, ns: str) -> bytes:
+    """``checkpoint_key(thread_id, ns)``, kept for the last 1,024 namespaces (bytes of
+    two strings: no stored data is cached)."""
+    return checkpoint_key(thread_id, ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _thread_ns(thread_id: str, ns: str) -> bytes:
+    """``thread_ns(thread_id, ns)``, kept as :func:`ns_prefix` is."""
+    return thread_ns(thread_id, ns)
+
+
+def id_after(key: bytes, at: int) -> str:
+    """The checkpoint id of an entry key whose thread and namespace fields end at ``at``
+    (``split_checkpoint_key(key)[2]``, its error on bytes that are not UTF-8)."""
+    try:
+        return key[at:].decode("utf-8")
+    except UnicodeDecodeError:
+        raise IntegrityError("damaged LangGraph index key", where=f"meta/{key!r}") from None
+
+
+def entry_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
+    """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes)."""
+    return ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+
+
 @dataclass(frozen=True, slots=True)
 class StoredWrite:
     """One pending write as stored: its sort key, channel and serde pair."""
@@ -298,7 +329,7 @@ class Loader:
     """
 
     __slots__ = (
-        "_cursor", "_load", "_loads", "_meta", "_names", "_prev",
+        "_cursor", "_load", "_loads", "_meta", "_prev",
         "_reads", "_serde", "_tombstones", "_txn",
     )  # fmt: skip
 
@@ -319,8 +350,6 @@ class Loader:
         self._meta = backend.db("meta")
         self._tombstones = backend.db("tombstones")
         self._cursor: Any = None
-        #: (thread, ns) -> their key fields (lg_index.thread_ns).
-        self._names: dict[tuple[str, str], bytes] = {}
         #: part name -> (the part, its immutable serde value, channel) of the last tuple.
         #: StateReads hands out the one bytes object again for a part it read before in
         #: this txn, so ``is`` finds a channel the last checkpoint already held.
@@ -384,10 +413,7 @@ class Loader:
 
     def _writes(self, entry: Entry) -> list[PendingWrite]:
         """The entry's pending writes (most checkpoints have none: one cursor seek)."""
-        names = self._names.get((entry.thread_id, entry.ns))
-        if names is None:
-            names = self._names[entry.thread_id, entry.ns] = thread_ns(entry.thread_id, entry.ns)
-        prefix = write_prefix(names, entry.checkpoint_id)
+        prefix = write_prefix(_thread_ns(entry.thread_id, entry.ns), entry.checkpoint_id)
         cursor = self._cursor
         if cursor is None:
             cursor = self._cursor = self._txn.cursor(db=self._meta)
@@ -412,12 +438,12 @@ def entry_at(
 ) -> Entry | None:
     """The entry of a checkpoint id, or the newest of the namespace when it is None."""
     if checkpoint_id is not None:
-        key = checkpoint_key(thread_id, ns, checkpoint_id)
+        key = entry_key(thread_id, ns, checkpoint_id)
         found = txn.get(key, db=meta)
         if found is None:
             return None
         return Entry.decode(key, bytes(found), (thread_id, ns, checkpoint_id))
-    for key, value in entries(txn, meta, checkpoint_key(thread_id, ns)):
+    for key, value in entries(txn, meta, ns_prefix(thread_id, ns)):
         return Entry.decode(key, value)
     return None
 

@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cpstore.errors import ConflictError, StoreError
 from cpstore.langgraph._codec import (
@@ -33,7 +33,7 @@ from cpstore.langgraph._codec import (
     run_for,
     unpack_typed,
 )
-from cpstore.langgraph._read import Entry, load_parts
+from cpstore.langgraph._read import Entry, entry_key, load_parts
 from cpstore.store import Store
 from cpstore.store.content import records_of
 from cpstore.store.lg_index import checkpoint_key, pack
@@ -70,9 +70,8 @@ class _Branch:
     tip: tuple[str, str, str] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Put:
-    """One checkpoint to record: where, and its parts."""
+class Put(NamedTuple):
+    """One checkpoint to record: where, and its parts (immutable, built in one call)."""
 
     thread_id: str
     ns: str
@@ -92,8 +91,7 @@ class Put:
     new: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
+class _Plan(NamedTuple):
     run: str
     branch: str
     #: The cpstore checkpoint a new branch forks from (None: continue, or a root).
@@ -171,7 +169,7 @@ class Writer:
         )
         head_parts, fresh, versions, values = put.head_parts, put.fresh, put.versions, put.values
         run_id = put.run_id
-        key = checkpoint_key(thread_id, ns, checkpoint_id)
+        key = entry_key(thread_id, ns, checkpoint_id)
         # Layout 2: the head in the manifest's metadata (covered by the checkpoint id),
         # not two state parts: two objects fewer to encode, hash, index and write.
         head = {HEAD_KEY: pack_head(head_parts["checkpoint"], head_parts["metadata"])}

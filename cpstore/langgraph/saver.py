@@ -37,7 +37,9 @@ from cpstore.langgraph._read import (
     Entry,
     Loader,
     entry_at,
+    id_after,
     load_parts,
+    ns_prefix,
     stored,
     stored_writes,
 )
@@ -135,12 +137,19 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first per namespace, filtered by metadata, ``before``, ``limit``."""
+        #: (thread, ns) every key under the prefix holds, when the config names both.
+        names: tuple[str, str] | None = None
         if config is not None:
             thread_id, _, checkpoint_id = _target(config)
             ns = config["configurable"].get("checkpoint_ns")
-            prefix = checkpoint_key(thread_id, None if ns is None else str(ns))
+            if ns is None:
+                prefix = checkpoint_key(thread_id)
+            else:
+                names = (thread_id, str(ns))
+                prefix = ns_prefix(*names)
         else:
             prefix, checkpoint_id = CHECKPOINT_PREFIX, None
+        at = len(prefix)
         before_id = get_checkpoint_id(before) if before else None
         backend = self.store.backend
         meta = backend.db("meta")
@@ -155,7 +164,11 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
                     below, seen = key, seen + 1
                     if not _wanted(key, checkpoint_id, before_id):
                         continue
-                    tup = loader.tuple(Entry.decode(key, value))
+                    tup = loader.tuple(
+                        Entry.decode(key, value)
+                        if names is None
+                        else Entry.decode(key, value, (*names, id_after(key, at)))
+                    )
                     if tup is None or not _matches(tup.metadata, filter):
                         continue
                     batch.append(tup)
