@@ -15,6 +15,7 @@ fewer per head part; layout 1 checkpoints (the head as state parts) stay readabl
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
@@ -36,6 +37,7 @@ __all__ = [
     "channel_parts",
     "fork_branch",
     "load_value",
+    "msgpack_loader",
     "pack_head",
     "pack_typed",
     "pack_value",
@@ -169,6 +171,24 @@ def _release() -> str:
 FAST_DECODE = _release().startswith(FAST_DECODE_RELEASES)
 
 
+def msgpack_loader(serde: Any) -> Callable[[bytes], Any] | None:
+    """``serde.loads_typed(("msgpack", data))`` as one C-level call, for the exact default
+    :class:`JsonPlusSerializer` on a release in :data:`FAST_DECODE_RELEASES` (the
+    conditions :func:`part_loader` states); None for any other serde."""
+    if (
+        FAST_DECODE
+        and type(serde) is JsonPlusSerializer
+        and JsonPlusSerializer.loads_typed is _JSONPLUS_LOADS
+        and "loads_typed" not in vars(serde)
+    ):
+        return functools.partial(
+            ormsgpack.unpackb,
+            ext_hook=serde._unpack_ext_hook,
+            option=ormsgpack.OPT_NON_STR_KEYS,
+        )
+    return None
+
+
 def part_loader(serde: Any) -> Callable[[Any, str], Any]:
     """``load(part, where)``: ``serde.loads_typed(unpack_typed(part, where))``, in one call.
 
@@ -182,18 +202,12 @@ def part_loader(serde: Any) -> Callable[[Any, str], Any]:
     and every part with any other serde, goes through ``serde.loads_typed``.
     """
     loads = serde.loads_typed
-    if (
-        FAST_DECODE
-        and type(serde) is JsonPlusSerializer
-        and JsonPlusSerializer.loads_typed is _JSONPLUS_LOADS
-        and "loads_typed" not in vars(serde)
-    ):
-        hook = serde._unpack_ext_hook
-        unpackb, option = ormsgpack.unpackb, ormsgpack.OPT_NON_STR_KEYS
+    unpack = msgpack_loader(serde)
+    if unpack is not None:
 
         def load_fast(part: Any, where: str) -> Any:
             if type(part) is bytes and part.startswith(_MSGPACK):
-                return unpackb(part[_MSGPACK_AT:], ext_hook=hook, option=option)
+                return unpack(part[_MSGPACK_AT:])
             return loads(unpack_typed(part, where))
 
         return load_fast

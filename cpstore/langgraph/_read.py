@@ -22,6 +22,7 @@ from cpstore.langgraph._codec import (
     HEAD_KEY,
     LIST_KIND,
     load_value,
+    msgpack_loader,
     part_loader,
     unpack_head,
 )
@@ -329,7 +330,7 @@ class Loader:
     """
 
     __slots__ = (
-        "_cursor", "_load", "_loads", "_meta", "_prev",
+        "_cursor", "_fast", "_load", "_loads", "_meta", "_prev",
         "_reads", "_serde", "_tombstones", "_txn",
     )  # fmt: skip
 
@@ -339,6 +340,7 @@ class Loader:
         store: Store,
         serde: Any,
         load: Callable[[Any, str], Any] | None = None,
+        fast: Callable[[bytes], Any] | None = None,
     ) -> None:
         backend = store.backend
         self._txn = txn
@@ -347,6 +349,9 @@ class Loader:
         self._loads = serde.loads_typed
         #: ``part_loader(serde)``; a saver passes the one it built for this serde.
         self._load = part_loader(serde) if load is None else load
+        #: ``msgpack_loader(serde)`` (passed with ``load``): a msgpack part decoded in
+        #: the loop below without a call through ``load``.
+        self._fast = msgpack_loader(serde) if load is None else fast
         self._meta = backend.db("meta")
         self._tombstones = backend.db("tombstones")
         self._cursor: Any = None
@@ -381,7 +386,7 @@ class Loader:
         if got is None:
             return None
         head, head_meta, parts = got
-        load, prev = self._load, self._prev
+        load, prev, fast = self._load, self._prev, self._fast
         where = f"checkpoint {entry.cid.hex()}"
         checkpoint = load(head, where)
         metadata = load(head_meta, where)
@@ -397,6 +402,11 @@ class Loader:
                 continue
             channel = name[_CHANNEL_AT:]
             if type(part) is bytes:
+                if fast is not None and part.startswith(_MSGPACK):  # load(), inline
+                    value = values[channel] = fast(part[_MSGPACK_AT:])
+                    if type(value) in _IMMUTABLE:
+                        kept[name] = (part, value, channel)
+                    continue
                 if part.startswith(_EMPTY):  # no value stored for the channel
                     continue
                 if part.startswith(_LIST):
@@ -430,6 +440,8 @@ class Loader:
 
 _CHANNEL_AT = len(CHANNEL)
 _LIST = LIST_KIND.encode() + b"\x00"
+_MSGPACK = b"msgpack\x00"
+_MSGPACK_AT = len(_MSGPACK)
 _EMPTY = b"empty\x00"
 
 

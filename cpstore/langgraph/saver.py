@@ -32,7 +32,13 @@ from langgraph.checkpoint.base import (
 import cpstore.store as _store
 from cpstore.errors import InvalidInputError
 from cpstore.langgraph import _maintain
-from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed, part_loader
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    load_value,
+    msgpack_loader,
+    pack_typed,
+    part_loader,
+)
 from cpstore.langgraph._read import (
     Entry,
     Loader,
@@ -90,10 +96,12 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         super().__init__(serde=serde)
         self.store = store
         self._writer = Writer(store, self.serde)
-        #: (serde, part_loader(serde)): built once, rebuilt if ``self.serde`` is replaced.
-        self._loader_of: tuple[Any, Callable[[Any, str], Any]] = (
+        #: (serde, part_loader(serde), msgpack_loader(serde)): built once, rebuilt if
+        #: ``self.serde`` is replaced.
+        self._loader_of: tuple[Any, Callable[[Any, str], Any], Callable[[bytes], Any] | None] = (
             self.serde,
             part_loader(self.serde),
+            msgpack_loader(self.serde),
         )
 
     def _loader(self, txn: Any) -> Loader:
@@ -101,8 +109,8 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         serde = self.serde
         held = self._loader_of
         if held[0] is not serde:
-            held = self._loader_of = (serde, part_loader(serde))
-        return Loader(txn, self.store, serde, held[1])
+            held = self._loader_of = (serde, part_loader(serde), msgpack_loader(serde))
+        return Loader(txn, self.store, serde, held[1], held[2])
 
     @classmethod
     @contextmanager
