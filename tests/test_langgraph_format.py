@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from cpstore.langgraph._codec import branch_label, fork_branch, pack_typed, pack_value, run_for
+from cpstore.errors import FormatVersionError, IntegrityError
+from cpstore.langgraph._codec import (
+    HEAD_KEY,
+    HEAD_LAYOUT,
+    branch_label,
+    fork_branch,
+    pack_head,
+    pack_typed,
+    pack_value,
+    run_for,
+    unpack_head,
+)
+from cpstore.langgraph._read import Entry
 from cpstore.native.binding import digest
-from cpstore.store.lg_index import checkpoint_key, pack, write_key
+from cpstore.store.lg_index import checkpoint_key, pack, unpack, write_key
 
 HISTORY = [f"{i:02d}" + "m" * 998 for i in range(40)]
 
@@ -65,3 +78,74 @@ def test_run_and_branch_names_are_pinned() -> None:
     assert run_for("x" * 300) == "lg:#125237ea2ad7bc7aa5d1b4607dc83554"
     assert (branch_label(""), branch_label("a:b")) == ("main", "ns:a:b")
     assert (fork_branch("", "id1"), fork_branch("", "id1", 2)) == ("main@id1", "main@id1~2")
+
+
+def _entry_value(body: dict[str, object]) -> tuple[bytes, bytes]:
+    key = checkpoint_key("t-1", "", "1f0-abc")
+    return key, pack(key, body)
+
+
+_BODY: dict[str, object] = {
+    "cp": bytes(range(16)),
+    "run": "lg:t-1",
+    "branch": "main",
+    "parent": "1f0-ab9",
+    "run_id": None,
+    "have": ["a", "b"],
+}
+
+
+def test_an_entry_decodes_to_the_same_fields_on_the_typed_and_the_generic_path() -> None:
+    """The typed decode of the common shape gives the fields the generic decode gives."""
+    key, value = _entry_value(_BODY)
+    typed = Entry.decode(key, value)
+    body = unpack(key, value)
+    assert typed == Entry(
+        "t-1", "", "1f0-abc", body["cp"], body["run"], body["branch"],
+        body["parent"], body["run_id"], tuple(body["have"]),
+    )  # fmt: skip
+    assert typed.have == ("a", "b") and type(typed.cid) is bytes
+
+
+def test_an_entry_of_another_shape_takes_the_generic_path() -> None:
+    """An extra field is not the typed shape: the generic decode still reads the entry."""
+    key, value = _entry_value({**_BODY, "later": 1})
+    assert Entry.decode(key, value).run == "lg:t-1"
+
+
+def test_an_entry_missing_a_field_is_an_integrity_error() -> None:
+    """A body without ``have`` fails the typed decode and the generic shape check."""
+    body = dict(_BODY)
+    del body["have"]
+    key, value = _entry_value(body)
+    with pytest.raises(IntegrityError, match="wrong shape"):
+        Entry.decode(key, value)
+
+
+def test_an_entry_failing_its_check_is_an_integrity_error_before_any_decode() -> None:
+    """A flipped byte fails the check: refused, never decoded by the typed path."""
+    key, value = _entry_value(_BODY)
+    bad = bytearray(value)
+    bad[5] ^= 1
+    with pytest.raises(IntegrityError, match="fails its check"):
+        Entry.decode(key, bytes(bad))
+
+
+def test_a_layout_2_head_is_pinned() -> None:
+    """A head: layout byte 2, the packed checkpoint's length (uint32 BE), both pairs."""
+    ck, meta = pack_typed(("msgpack", b"\x81\xa1v\x04")), pack_typed(("json", b"{}"))
+    head = pack_head(ck, meta)
+    assert head.hex() == "020000000c6d73677061636b0081a17604" + "6a736f6e007b7d"
+    assert unpack_head(head, "x") == (ck, meta)
+    assert (HEAD_KEY, HEAD_LAYOUT) == ("lg", 2)
+
+
+def test_a_head_of_an_unknown_layout_is_refused_by_name() -> None:
+    """Another layout byte is FormatVersionError; a cut head or a non-bytes one IntegrityError."""
+    head = pack_head(b"msgpack\x00\x01", b"msgpack\x00\x02")
+    with pytest.raises(FormatVersionError, match="unknown LangGraph checkpoint layout"):
+        unpack_head(b"\x03" + head[1:], "x")
+    with pytest.raises(IntegrityError, match="cut short"):
+        unpack_head(head[:7], "x")
+    with pytest.raises(IntegrityError, match="malformed"):
+        unpack_head("not bytes", "x")

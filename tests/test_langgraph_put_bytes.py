@@ -70,21 +70,23 @@ def _record(saver: CpstoreSaver) -> list[str]:
         ]
 
 
+#: Recorded at LangGraph checkpoint layout 2 (issue 12: the head in the manifest's
+#: metadata); the layout-1 values (head as state parts) began ba392f445a82d5fda35dac5d.
 GOLDEN = [
-    "ba392f445a82d5fda35dac5d",
-    "f97fd1dccdfbaa627c88acf3",
-    "b46d51b3a20498f069b83053",
-    "fbb46f41df1d1a9058c19b1c",
-    "f03d00867cb829c9092bbc38",
-    "be4536ffdcd96609feeb9ebf",
-    "aa89ae0f803ed2e2ee79316a",
-    "67582e74ec47db89acd9c032",
-    "3d7ba78a600f966f28fc5c09",
-    "fd3c03b434a81abe3c876a68",
-    "fb4d4af28fb5f8a07eccc41a",
-    "82dc3e0761f554df57a71ef4",
-    "576b42e04f53f0827470df82",
-    "c870938b8bc5ed517663f3ee",
+    "ae53e47fa0385b73d3faad11",
+    "c388f6768f8d19e1664efca6",
+    "65f126a1f4360d1ce95960e2",
+    "1faca0eba4f92143b875a256",
+    "e55280455da91f51516582f2",
+    "56eeddc51932a46968abaa3b",
+    "92a9b62db88e26762ab5f87c",
+    "68796948f0116d6e12b8c1f4",
+    "38088730f298d0ba89a6733d",
+    "ce91f601310f8883081b9f1b",
+    "469d955df91d99457662cc4f",
+    "78ff9373aea137f6f4116e90",
+    "f87775db02a9d950ed71c0c7",
+    "844b2ec1a90abef6beabebcc",
 ]
 
 

@@ -7,11 +7,15 @@ the branch ``<label>@<checkpoint_id>``. A checkpoint's state has the parts
 ``checkpoint`` (the LangGraph checkpoint without its channel values),
 ``metadata``, and one ``channel/<name>`` per stored channel value, each the
 saver's serde output packed as ``type`` NUL ``bytes`` (a list also has
-``segment/<name>/<i>`` parts, ``pack_value``; docs/langgraph.md).
+``segment/<name>/<i>`` parts, ``pack_value``; docs/langgraph.md). Layout 2
+(written since issue 12) keeps ``checkpoint`` and ``metadata`` in the manifest's
+metadata instead (``HEAD_KEY``, :func:`pack_head`), so a put writes one object
+fewer per head part; layout 1 checkpoints (the head as state parts) stay readable.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
@@ -20,21 +24,26 @@ from typing import Any
 import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from cpstore.errors import IntegrityError, InvalidInputError
+from cpstore.errors import FormatVersionError, IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
 
 __all__ = [
     "CHANNEL",
+    "HEAD_KEY",
+    "HEAD_LAYOUT",
     "LIST_KIND",
     "SEGMENT",
     "branch_label",
     "channel_parts",
     "fork_branch",
     "load_value",
+    "msgpack_loader",
+    "pack_head",
     "pack_typed",
     "pack_value",
     "part_loader",
     "run_for",
+    "unpack_head",
     "unpack_typed",
 ]
 
@@ -47,6 +56,12 @@ LIST_KIND = "cpstore.list"
 #: A list segment closes once it holds at least this many bytes.
 SEGMENT_BYTES = 16 * 1024
 _NAME_LIMIT = 200
+#: The manifest metadata key holding a layout-2 checkpoint's head (:func:`pack_head`).
+HEAD_KEY = "lg"
+#: The LangGraph checkpoint layout this saver writes: 2, the head in the manifest's
+#: metadata (layout 1: the head as the state parts ``checkpoint`` and ``metadata``).
+HEAD_LAYOUT = 2
+_HEAD_LEN = struct.Struct(">BI")
 _LEN = struct.Struct("<I")
 _COUNT = struct.Struct("<Q")
 
@@ -105,6 +120,35 @@ def unpack_typed(part: Any, where: str) -> tuple[str, bytes]:
     raise IntegrityError("not a LangGraph value part", where=where, got=type(part).__name__)
 
 
+def pack_head(checkpoint: bytes, metadata: bytes) -> bytes:
+    """A layout-2 head: the layout byte (2), the length of ``checkpoint`` (uint32 BE),
+    then the two packed serde pairs (:func:`pack_typed`) back to back."""
+    return _HEAD_LEN.pack(HEAD_LAYOUT, len(checkpoint)) + checkpoint + metadata
+
+
+def unpack_head(head: Any, where: str) -> tuple[bytes, bytes]:
+    """The packed ``checkpoint`` and ``metadata`` serde pairs of a layout-2 head.
+
+    IntegrityError when it is not bytes or its framing is wrong; FormatVersionError
+    for a layout byte this release does not know.
+    """
+    if type(head) is not bytes or len(head) < _HEAD_LEN.size:
+        raise IntegrityError(
+            "a LangGraph checkpoint head is malformed", where=where, got=type(head).__name__
+        )
+    layout, n = _HEAD_LEN.unpack_from(head)
+    if layout != HEAD_LAYOUT:
+        raise FormatVersionError(
+            "unknown LangGraph checkpoint layout", where=where, expected=HEAD_LAYOUT, got=layout
+        )
+    end = _HEAD_LEN.size + n
+    if end > len(head):
+        raise IntegrityError(
+            "a LangGraph checkpoint head is cut short", where=where, expected=end, got=len(head)
+        )
+    return head[_HEAD_LEN.size : end], head[end:]
+
+
 #: The prefix of a part holding a ``msgpack`` serde pair.
 _MSGPACK = b"msgpack\x00"
 _MSGPACK_AT = len(_MSGPACK)
@@ -127,6 +171,24 @@ def _release() -> str:
 FAST_DECODE = _release().startswith(FAST_DECODE_RELEASES)
 
 
+def msgpack_loader(serde: Any) -> Callable[[bytes], Any] | None:
+    """``serde.loads_typed(("msgpack", data))`` as one C-level call, for the exact default
+    :class:`JsonPlusSerializer` on a release in :data:`FAST_DECODE_RELEASES` (the
+    conditions :func:`part_loader` states); None for any other serde."""
+    if (
+        FAST_DECODE
+        and type(serde) is JsonPlusSerializer
+        and JsonPlusSerializer.loads_typed is _JSONPLUS_LOADS
+        and "loads_typed" not in vars(serde)
+    ):
+        return functools.partial(
+            ormsgpack.unpackb,
+            ext_hook=serde._unpack_ext_hook,
+            option=ormsgpack.OPT_NON_STR_KEYS,
+        )
+    return None
+
+
 def part_loader(serde: Any) -> Callable[[Any, str], Any]:
     """``load(part, where)``: ``serde.loads_typed(unpack_typed(part, where))``, in one call.
 
@@ -140,18 +202,12 @@ def part_loader(serde: Any) -> Callable[[Any, str], Any]:
     and every part with any other serde, goes through ``serde.loads_typed``.
     """
     loads = serde.loads_typed
-    if (
-        FAST_DECODE
-        and type(serde) is JsonPlusSerializer
-        and JsonPlusSerializer.loads_typed is _JSONPLUS_LOADS
-        and "loads_typed" not in vars(serde)
-    ):
-        hook = serde._unpack_ext_hook
-        unpackb, option = ormsgpack.unpackb, ormsgpack.OPT_NON_STR_KEYS
+    unpack = msgpack_loader(serde)
+    if unpack is not None:
 
         def load_fast(part: Any, where: str) -> Any:
             if type(part) is bytes and part.startswith(_MSGPACK):
-                return unpackb(part[_MSGPACK_AT:], ext_hook=hook, option=option)
+                return unpack(part[_MSGPACK_AT:])
             return loads(unpack_typed(part, where))
 
         return load_fast

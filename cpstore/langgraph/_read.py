@@ -8,18 +8,29 @@ damaged byte anywhere is an :class:`IntegrityError`, never a wrong state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
+import msgspec
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 
 from cpstore.errors import IntegrityError
-from cpstore.langgraph._codec import CHANNEL, LIST_KIND, load_value, part_loader
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    HEAD_KEY,
+    LIST_KIND,
+    load_value,
+    msgpack_loader,
+    part_loader,
+    unpack_head,
+)
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
 from cpstore.store.lg_index import (
+    checked,
     checkpoint_key,
     scan,
     split_checkpoint_key,
@@ -31,12 +42,37 @@ from cpstore.store.lg_index import (
 from cpstore.store.lg_states import StateReads
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["Entry", "Loader", "StoredWrite", "entries", "load_parts", "stored_writes"]
+__all__ = [
+    "Entry",
+    "Loader",
+    "StoredWrite",
+    "entries",
+    "entry_key",
+    "id_after",
+    "load_parts",
+    "ns_prefix",
+    "stored_writes",
+    "view_head",
+]
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One LangGraph index entry, its check verified."""
+class _Body(msgspec.Struct, forbid_unknown_fields=True):
+    """An index entry's body as the writer stores it (Entry.body_of), for the typed decode."""
+
+    cp: bytes
+    run: str
+    branch: str
+    parent: str | None
+    run_id: str | None
+    have: list[str]
+
+
+_decode_body = msgspec.msgpack.Decoder(_Body).decode
+_BODY_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+
+
+class Entry(NamedTuple):
+    """One LangGraph index entry, its check verified (immutable: a tuple, built in one call)."""
 
     #: ``(thread_id, checkpoint_ns, checkpoint_id)``.
     thread_id: str
@@ -59,9 +95,24 @@ class Entry:
         """The entry stored under ``key``; IntegrityError when it fails its check or shape.
 
         ``names`` is ``(thread_id, ns, checkpoint_id)`` when the caller built the key.
+        The common shape (the six fields the writer stores, of the types it stores)
+        is decoded by one typed msgspec decode once the check passed; anything else
+        takes :func:`~cpstore.store.lg_index.unpack`'s generic decode and the field
+        conversions below, which accept or refuse exactly as before.
         """
-        body = unpack(key, value)
         thread_id, ns, checkpoint_id = names or split_checkpoint_key(key)
+        data = checked(key, value)
+        if data is not None:
+            try:
+                b = _decode_body(data)
+            except _BODY_ERRORS:
+                pass  # not the common shape: the generic path below
+            else:
+                return cls(
+                    thread_id, ns, checkpoint_id, b.cp, b.run, b.branch, b.parent, b.run_id,
+                    tuple(b.have),
+                )  # fmt: skip
+        body = unpack(key, value)
         try:
             return cls(
                 thread_id,
@@ -130,6 +181,33 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def ns_prefix(thread_id: str, ns: str) -> bytes:
+    """``checkpoint_key(thread_id, ns)``, kept for the last 1,024 namespaces (bytes of
+    two strings: no stored data is cached)."""
+    return checkpoint_key(thread_id, ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _thread_ns(thread_id: str, ns: str) -> bytes:
+    """``thread_ns(thread_id, ns)``, kept as :func:`ns_prefix` is."""
+    return thread_ns(thread_id, ns)
+
+
+def id_after(key: bytes, at: int) -> str:
+    """The checkpoint id of an entry key whose thread and namespace fields end at ``at``
+    (``split_checkpoint_key(key)[2]``, its error on bytes that are not UTF-8)."""
+    try:
+        return key[at:].decode("utf-8")
+    except UnicodeDecodeError:
+        raise IntegrityError("damaged LangGraph index key", where=f"meta/{key!r}") from None
+
+
+def entry_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
+    """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes)."""
+    return ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+
+
 @dataclass(frozen=True, slots=True)
 class StoredWrite:
     """One pending write as stored: its sort key, channel and serde pair."""
@@ -187,20 +265,51 @@ def _pruned(txn: Txn[memoryview], tombstones: Any, entry: Entry) -> bool:
     )
 
 
-def _langgraph_parts(state: Any, entry: Entry) -> dict[str, bytes]:
-    if not isinstance(state, dict) or "checkpoint" not in state or "metadata" not in state:
-        raise IntegrityError(
-            "not a LangGraph checkpoint",
-            where=f"checkpoint {entry.cid.hex()}",
-            expected="parts checkpoint, metadata",
-        )
-    return state
+def _head(state: Any, metadata: Any, entry: Entry) -> tuple[bytes, bytes, dict[str, bytes]]:
+    """``(checkpoint part, metadata part, state parts)`` of a LangGraph checkpoint.
+
+    Layout 1 holds the head as the state parts ``checkpoint`` and ``metadata``;
+    layout 2 in the manifest's metadata under ``HEAD_KEY`` (_codec.pack_head).
+    Either way it was hash-checked with the manifest or the parts.
+    """
+    if isinstance(state, dict):
+        if "checkpoint" in state and "metadata" in state:
+            return state["checkpoint"], state["metadata"], state
+        if type(metadata) is dict and HEAD_KEY in metadata:
+            ck, meta = unpack_head(metadata[HEAD_KEY], f"checkpoint {entry.cid.hex()}")
+            return ck, meta, state
+    raise IntegrityError(
+        "not a LangGraph checkpoint",
+        where=f"checkpoint {entry.cid.hex()}",
+        expected="parts checkpoint, metadata (layout 1) or a head in the metadata (layout 2)",
+    )
+
+
+def _with_head(state: Any, metadata: Any, entry: Entry) -> dict[str, bytes]:
+    """The state parts with ``checkpoint`` and ``metadata`` among them (either layout)."""
+    ck, meta, parts = _head(state, metadata, entry)
+    if parts.get("checkpoint") is ck:
+        return parts  # layout 1: they are parts already
+    return {**parts, "checkpoint": ck, "metadata": meta}
+
+
+def view_head(view: CheckpointView, entry: Entry) -> tuple[bytes, bytes]:
+    """The packed ``checkpoint`` and ``metadata`` of an open view, without its channels."""
+    parts = view.manifest.raw["state"]["parts"]
+    if "checkpoint" in parts and "metadata" in parts:
+        return view.state_part("checkpoint"), view.state_part("metadata")
+    ck, meta, _ = _head({}, view.manifest.metadata, entry)
+    return ck, meta
 
 
 def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, bytes]:
-    """The checkpoint's state parts (name -> packed serde bytes), every object hash-checked."""
-    with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
-        return _langgraph_parts(view.state(), entry)
+    """The checkpoint's parts (name -> packed serde bytes), every object hash-checked:
+    its state parts and, for either layout, ``checkpoint`` and ``metadata``."""
+    got = StateReads(store.backend, txn).state_and_metadata(entry.cid)
+    if got is None:  # not stored: the view names it (pruned, or no such checkpoint)
+        with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+            return _with_head(view.state(), view.manifest.metadata, entry)
+    return _with_head(got[0], got[1], entry)
 
 
 #: Values a serde may hand to more than one tuple: none can be changed.
@@ -221,44 +330,66 @@ class Loader:
     """
 
     __slots__ = (
-        "_cursor", "_load", "_loads", "_meta", "_names", "_prev",
+        "_cursor", "_fast", "_load", "_loads", "_meta", "_prev",
         "_reads", "_serde", "_tombstones", "_txn",
     )  # fmt: skip
 
-    def __init__(self, txn: Txn[memoryview], store: Store, serde: Any) -> None:
+    def __init__(
+        self,
+        txn: Txn[memoryview],
+        store: Store,
+        serde: Any,
+        load: Callable[[Any, str], Any] | None = None,
+        fast: Callable[[bytes], Any] | None = None,
+    ) -> None:
         backend = store.backend
         self._txn = txn
         self._reads = StateReads(backend, txn)
         self._serde = serde
         self._loads = serde.loads_typed
-        self._load = part_loader(serde)
+        #: ``part_loader(serde)``; a saver passes the one it built for this serde.
+        self._load = part_loader(serde) if load is None else load
+        #: ``msgpack_loader(serde)`` (passed with ``load``): a msgpack part decoded in
+        #: the loop below without a call through ``load``.
+        self._fast = msgpack_loader(serde) if load is None else fast
         self._meta = backend.db("meta")
         self._tombstones = backend.db("tombstones")
         self._cursor: Any = None
-        #: (thread, ns) -> their key fields (lg_index.thread_ns).
-        self._names: dict[tuple[str, str], bytes] = {}
         #: part name -> (the part, its immutable serde value, channel) of the last tuple.
         #: StateReads hands out the one bytes object again for a part it read before in
         #: this txn, so ``is`` finds a channel the last checkpoint already held.
         self._prev: dict[str, tuple[bytes, Any, str]] = {}
 
-    def parts(self, entry: Entry) -> dict[str, bytes] | None:
-        """The entry's state parts, every object hash-checked; None when retention pruned it."""
-        state = self._reads.state(entry.cid)
-        if state is None:
+    def _read(self, entry: Entry) -> tuple[bytes, bytes, dict[str, bytes]] | None:
+        """:func:`_head` of the entry's checkpoint; None when retention pruned it."""
+        got = self._reads.state_and_metadata(entry.cid)
+        if got is None:
             _pruned(self._txn, self._tombstones, entry)
             return None
-        return _langgraph_parts(state, entry)
+        return _head(got[0], got[1], entry)
+
+    def parts(self, entry: Entry) -> dict[str, bytes] | None:
+        """The entry's parts as :func:`load_parts` gives them; None when retention pruned it."""
+        got = self._read(entry)
+        if got is None:
+            return None
+        ck, meta, parts = got
+        return (
+            parts
+            if parts.get("checkpoint") is ck
+            else {**parts, "checkpoint": ck, "metadata": meta}
+        )
 
     def tuple(self, entry: Entry) -> CheckpointTuple | None:
         """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
-        parts = self.parts(entry)
-        if parts is None:
+        got = self._read(entry)
+        if got is None:
             return None
-        load, prev = self._load, self._prev
+        head, head_meta, parts = got
+        load, prev, fast = self._load, self._prev, self._fast
         where = f"checkpoint {entry.cid.hex()}"
-        checkpoint = load(parts["checkpoint"], where)
-        metadata = load(parts["metadata"], where)
+        checkpoint = load(head, where)
+        metadata = load(head_meta, where)
         values: dict[str, Any] = {}
         kept: dict[str, tuple[bytes, Any, str]] = {}
         for name, part in parts.items():
@@ -271,6 +402,11 @@ class Loader:
                 continue
             channel = name[_CHANNEL_AT:]
             if type(part) is bytes:
+                if fast is not None and part.startswith(_MSGPACK):  # load(), inline
+                    value = values[channel] = fast(part[_MSGPACK_AT:])
+                    if type(value) in _IMMUTABLE:
+                        kept[name] = (part, value, channel)
+                    continue
                 if part.startswith(_EMPTY):  # no value stored for the channel
                     continue
                 if part.startswith(_LIST):
@@ -287,10 +423,7 @@ class Loader:
 
     def _writes(self, entry: Entry) -> list[PendingWrite]:
         """The entry's pending writes (most checkpoints have none: one cursor seek)."""
-        names = self._names.get((entry.thread_id, entry.ns))
-        if names is None:
-            names = self._names[entry.thread_id, entry.ns] = thread_ns(entry.thread_id, entry.ns)
-        prefix = write_prefix(names, entry.checkpoint_id)
+        prefix = write_prefix(_thread_ns(entry.thread_id, entry.ns), entry.checkpoint_id)
         cursor = self._cursor
         if cursor is None:
             cursor = self._cursor = self._txn.cursor(db=self._meta)
@@ -307,6 +440,8 @@ class Loader:
 
 _CHANNEL_AT = len(CHANNEL)
 _LIST = LIST_KIND.encode() + b"\x00"
+_MSGPACK = b"msgpack\x00"
+_MSGPACK_AT = len(_MSGPACK)
 _EMPTY = b"empty\x00"
 
 
@@ -315,12 +450,12 @@ def entry_at(
 ) -> Entry | None:
     """The entry of a checkpoint id, or the newest of the namespace when it is None."""
     if checkpoint_id is not None:
-        key = checkpoint_key(thread_id, ns, checkpoint_id)
+        key = entry_key(thread_id, ns, checkpoint_id)
         found = txn.get(key, db=meta)
         if found is None:
             return None
         return Entry.decode(key, bytes(found), (thread_id, ns, checkpoint_id))
-    for key, value in entries(txn, meta, checkpoint_key(thread_id, ns)):
+    for key, value in entries(txn, meta, ns_prefix(thread_id, ns)):
         return Entry.decode(key, value)
     return None
 

@@ -18,7 +18,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT, unpack_typed
-from cpstore.langgraph._read import Entry, entry_at, stored, stored_writes
+from cpstore.langgraph._read import Entry, entry_at, stored, stored_writes, view_head
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
@@ -95,7 +95,7 @@ def _chain(
         with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
             parts: dict[str, bytes] = view.manifest.raw["state"]["parts"]
             where = f"metadata of {entry.cid.hex()}"
-            meta_value = serde.loads_typed(unpack_typed(view.state_part("metadata"), where))
+            meta_value = serde.loads_typed(unpack_typed(view_head(view, entry)[1], where))
             step = meta_value.get("step") if isinstance(meta_value, dict) else None
         values: dict[str, bytes] = {}
         for name, key in sorted(parts.items()):

@@ -32,12 +32,20 @@ from langgraph.checkpoint.base import (
 import cpstore.store as _store
 from cpstore.errors import InvalidInputError
 from cpstore.langgraph import _maintain
-from cpstore.langgraph._codec import CHANNEL, load_value, pack_typed
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    load_value,
+    msgpack_loader,
+    pack_typed,
+    part_loader,
+)
 from cpstore.langgraph._read import (
     Entry,
     Loader,
     entry_at,
+    id_after,
     load_parts,
+    ns_prefix,
     stored,
     stored_writes,
 )
@@ -88,6 +96,21 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         super().__init__(serde=serde)
         self.store = store
         self._writer = Writer(store, self.serde)
+        #: (serde, part_loader(serde), msgpack_loader(serde)): built once, rebuilt if
+        #: ``self.serde`` is replaced.
+        self._loader_of: tuple[Any, Callable[[Any, str], Any], Callable[[bytes], Any] | None] = (
+            self.serde,
+            part_loader(self.serde),
+            msgpack_loader(self.serde),
+        )
+
+    def _loader(self, txn: Any) -> Loader:
+        """A Loader on ``txn`` with this saver's serde and its cached part loader."""
+        serde = self.serde
+        held = self._loader_of
+        if held[0] is not serde:
+            held = self._loader_of = (serde, part_loader(serde), msgpack_loader(serde))
+        return Loader(txn, self.store, serde, held[1], held[2])
 
     @classmethod
     @contextmanager
@@ -111,7 +134,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             entry = entry_at(txn, backend.db("meta"), thread_id, ns, checkpoint_id)
             if entry is None:
                 return None
-            return Loader(txn, self.store, self.serde).tuple(entry)
+            return self._loader(txn).tuple(entry)
 
     def list(
         self,
@@ -122,12 +145,19 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first per namespace, filtered by metadata, ``before``, ``limit``."""
+        #: (thread, ns) every key under the prefix holds, when the config names both.
+        names: tuple[str, str] | None = None
         if config is not None:
             thread_id, _, checkpoint_id = _target(config)
             ns = config["configurable"].get("checkpoint_ns")
-            prefix = checkpoint_key(thread_id, None if ns is None else str(ns))
+            if ns is None:
+                prefix = checkpoint_key(thread_id)
+            else:
+                names = (thread_id, str(ns))
+                prefix = ns_prefix(*names)
         else:
             prefix, checkpoint_id = CHECKPOINT_PREFIX, None
+        at = len(prefix)
         before_id = get_checkpoint_id(before) if before else None
         backend = self.store.backend
         meta = backend.db("meta")
@@ -136,13 +166,17 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         while left is None or left > 0:
             batch: list[CheckpointTuple] = []
             with backend.read_txn() as txn:
-                loader = Loader(txn, self.store, self.serde)
+                loader = self._loader(txn)
                 seen = 0
                 for key, value in scan(txn, meta, prefix, reverse=True, below=below):
                     below, seen = key, seen + 1
                     if not _wanted(key, checkpoint_id, before_id):
                         continue
-                    tup = loader.tuple(Entry.decode(key, value))
+                    tup = loader.tuple(
+                        Entry.decode(key, value)
+                        if names is None
+                        else Entry.decode(key, value, (*names, id_after(key, at)))
+                    )
                     if tup is None or not _matches(tup.metadata, filter):
                         continue
                     batch.append(tup)

@@ -30,6 +30,7 @@ __all__ = [
     "CHECKPOINT_PREFIX",
     "WRITE_PREFIX",
     "check_index",
+    "checked",
     "checkpoint_key",
     "field",
     "pack",
@@ -127,11 +128,20 @@ def pack(key: bytes, body: Any) -> bytes:
     return data + digest(key + data)[:_CHECK]
 
 
+def checked(key: bytes, value: bytes | memoryview) -> bytes | None:
+    """The msgpack bytes of the body stored under ``key`` once its check passed, else None."""
+    raw = bytes(value)
+    data = raw[:-_CHECK]
+    if len(raw) <= _CHECK or digest(key + data)[:_CHECK] != raw[-_CHECK:]:
+        return None
+    return data
+
+
 def unpack(key: bytes, value: bytes | memoryview) -> Any:
     """The body stored under ``key``, its check verified."""
-    raw = bytes(value)
-    data, check = raw[:-_CHECK], raw[-_CHECK:]
-    if len(raw) <= _CHECK or digest(key + data)[:_CHECK] != check:
+    data = checked(key, value)
+    if data is None:
+        raw = bytes(value)
         raise IntegrityError(
             "LangGraph index entry fails its check", where=f"meta/{key!r}", got=raw[:32].hex()
         )

@@ -53,6 +53,13 @@ class StateReads:
         None when no record of ``cid`` is stored (the caller tells pruned from
         lost); IntegrityError naming damage.
         """
+        got = self.state_and_metadata(cid)
+        return None if got is None else got[0]
+
+    def state_and_metadata(self, cid: bytes) -> tuple[bytes | dict[str, Any], Any] | None:
+        """:meth:`state` and the manifest's ``metadata`` field as decoded (hash-checked
+        with the manifest against ``cid``, not shape-checked: the caller checks what it
+        uses; no other manifest field nor the header's ``created_at`` is looked at)."""
         backend, txn = self._backend, self._txn
         hints: list[bytes] = []
         try:
@@ -60,13 +67,16 @@ class StateReads:
         except NotFoundError:
             return None
         st = raw["state"]
+        meta = raw.get("metadata")
         parts: dict[str, bytes] | None = st.get("parts")
-        if st["kind"] == "parts" and parts and not st.get("chunked"):
+        if type(meta) is dict and st["kind"] == "parts" and not st.get("chunked"):
+            if not parts:
+                return {}, meta  # no part to read: what CheckpointView.state() returns
             out = self._parts(parts, hints[0] if hints else b"")
             if out is not None:
-                return out
+                return out, meta
         with CheckpointView(backend, cid, verify=True, txn=txn) as view:
-            return view.state()
+            return view.state(), meta
 
     def _parts(self, parts: dict[str, bytes], hints: bytes) -> dict[str, Any] | None:
         """Every part, the ones not checked in this txn through ``read_parts``; None: the view."""
