@@ -87,6 +87,34 @@ class TestWiderCheckerBites:
             check(st, tmp_path / "logs", final=True, peer=str(tmp_path / "peer"))
 
 
+class TestVerifyInTheMix:
+    PROBLEM = "Problem(what='ref does not match its check (key or value damaged)')"
+
+    def _log(self, tmp_path: Path, damage: dict[str, Any] | None) -> None:
+        lines: list[dict[str, Any]] = [
+            {"ev": "b", "op": "verify", "id": "1"},
+            {"ev": "a", "op": "verify", "id": "1", "ok": False, "problems": [self.PROBLEM]},
+        ]
+        if damage is not None:
+            lines = [{"ev": "b", "op": "damage", "id": "0", "run": "own-w0", "branch": "f1"},
+                     *lines, {"ev": "a", "op": "damage", "id": "0", **damage}]  # fmt: skip
+        _fake_log(tmp_path / "logs", lines)
+
+    def test_a_verify_in_the_mix_that_found_problems_is_reported(self, tmp_path: Path) -> None:
+        """A worker's verify() that reported problems, no ref damaged meanwhile, fails the
+        check (it was logged and never looked at)."""
+        self._log(tmp_path, None)
+        with _store(tmp_path) as st, pytest.raises(AssertionError, match="verify in the mix"):
+            check(st, tmp_path / "logs", final=True)
+
+    def test_a_verify_beside_the_operators_damage_passes(self, tmp_path: Path) -> None:
+        """The same during the operator's damaged-ref window is what it should find."""
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"repair": 1})  # stands for the repair's record
+            self._log(tmp_path, {"digest": rec.digest, "index": rec.index})
+            check(st, tmp_path / "logs", final=True)
+
+
 class TestMayHaveCommitted:
     @pytest.mark.parametrize(
         ("err", "explained"),

@@ -100,6 +100,14 @@ def check(
     ]
     rep = store.verify()
     problems += [f"verify: {p}" for p in rep.problems[:10]]
+    # A verify() inside the mix reads one snapshot: only the operator's damaged ref (its
+    # window, plus the second the Model allows) may show in it. Logged, never checked.
+    damaged = [(b["t"], before.end(e) + 1e9) for b, e in before.ops if b["op"] == "damage"]
+    problems += [
+        f"verify in the mix: {a['problems']}"
+        for b, a in before.acked("verify")
+        if not a["ok"] and not any(b["t"] <= t1 and a["t"] >= t0 for t0, t1 in damaged)
+    ]
     checked_ck: list[tuple[dict[str, Any], dict[str, Any]]] = []
     missing: list[tuple[dict[str, Any], dict[str, Any], str]] = []
     for b, a in before.acked("ckpt"):
@@ -201,6 +209,19 @@ def _started(logdir: Path, w: int, inc: int) -> bool:
     return False
 
 
+def _unkilled(proc: Any, logdir: Path, w: int, inc: int) -> str | None:
+    """Why incarnation ``inc`` of worker ``w``, about to be killed before the deadline, is
+    already dead (None when alive): it ended by itself, so something escaped it (its last
+    log lines say what). The kill loop used to restart it without a word."""
+    if proc.is_alive():
+        return None
+    proc.join(timeout=30)
+    path = logdir / f"w{w}.log"
+    rows = path.read_text().split("\n")[:-1] if path.exists() else []
+    last = [r[:300] for r in rows if json.loads(r)["inc"] == inc][-3:]
+    return f"worker {w} incarnation {inc} exited by itself (code {proc.exitcode}): {last}"
+
+
 def _start_compactor(ctx: Any, store: str, logdir: Path, inc: int) -> Any:
     p = ctx.Process(target=compactor, args=(store, str(logdir), inc), daemon=True)
     p.start()
@@ -249,6 +270,7 @@ def chaos(
     deadline = time.monotonic() + seconds
     set_deadline(str(logdir), deadline)
     kills = checks = restarts = 0
+    died: list[str] = []
     operator = Log(str(logdir / "w99.log"), 99, 0)
     figures: dict[str, Any] = {}
     try:
@@ -269,6 +291,9 @@ def chaos(
                 time.sleep(0.1)  # a kill before it ran its mix tests nothing (and starves a run)
             if not _started(logdir, w, incs[w]):
                 continue
+            gone = _unkilled(procs[w], logdir, w, incs[w])
+            if gone is not None:
+                died.append(gone)  # restarted below: else nothing but this said so
             if procs[w].is_alive():
                 os.kill(procs[w].pid, signal.SIGKILL)
                 kills += 1
@@ -297,6 +322,7 @@ def chaos(
             if p.is_alive():
                 p.kill()
                 p.join(timeout=10)
+    assert not died, "\n".join(died)
     lines = read_logs(logdir)
     ends = sum(1 for r in lines if r["ev"] == "end")
     assert ends >= len(procs), f"only {ends} workers ended cleanly (seed {seed})"

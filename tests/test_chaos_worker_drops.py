@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from pathlib import Path
 
+import pytest
+from chaos_check import may_have_committed
 from chaos_process import close_logged
 from chaos_worker import Log, Worker
 
@@ -76,3 +79,42 @@ def test_a_clean_close_is_logged_as_acknowledged(tmp_path: Path) -> None:
     assert [(r["ev"], r["op"]) for r in lines] == [("b", "close"), ("a", "close")]
     with cpstore.open(path) as again:
         assert again.ref("r") == cid
+
+
+def test_a_checkpoint_that_raised_another_threads_drop_may_be_stored(tmp_path: Path) -> None:
+    """Batched: thread B's failed commit drops the main thread's queued checkpoint; the
+    drop is told at the main thread's next flush, which its next checkpoint makes when it
+    fills the batch: that batch commits (the checkpoint is stored), then the call raises
+    "... in another thread's batch commit, which failed: not stored" about the earlier
+    one. The log's ConflictError for that checkpoint must count as may-have-committed
+    (a prune explained by it, chaos_check.newer), not as refused."""
+    path = tmp_path / "s"
+    log_path = tmp_path / "w0.log"
+    with cpstore.open(path, durability="batched", batch_size=2) as st:
+        w = Worker(st, Log(str(log_path), 0, 0), random.Random(1), "w0")
+        stale = st.recorder("c")  # head None: made before another handle records "c"
+        with cpstore.open(path) as other:
+            other.recorder("c").checkpoint(1, {"moved": True})
+        w.checkpoint(w.main, w.run, "main", flush=False)  # queued: dropped by B below
+        raised: list[BaseException] = []
+
+        def b() -> None:
+            try:
+                stale.checkpoint(2, {"stale": True})  # fills the batch: its commit fails
+            except ConflictError as exc:
+                raised.append(exc)
+
+        t = threading.Thread(target=b)
+        t.start()
+        t.join()
+        assert raised, "thread B's stale compare-and-set was committed"
+        st.recorder("y").checkpoint(1, {"y": 1})  # one queued: the next fills the batch
+        with pytest.raises(ConflictError, match="another thread's batch commit"):
+            w.op_tmp()
+        lines = [json.loads(line) for line in log_path.read_text().splitlines()]
+        x = lines[-1]
+        begin = next(r for r in lines if r["ev"] == "b" and r["id"] == x["id"])
+        assert (x["ev"], x["op"], begin["run"].startswith("tmp-")) == ("x", "ckpt", True)
+        head = st.ref(begin["run"])  # the checkpoint whose call raised: stored
+        assert head is not None and st.manifest(head).state_digest == begin["sd"]
+        assert may_have_committed(x)
