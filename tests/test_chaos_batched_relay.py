@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from cpstore.errors import CpstoreError, StoreConnectionError
+from cpstore.errors import ConflictError, CpstoreError, StoreConnectionError
 from cpstore.store.batch_owners import BatchOwners
 
 LOST = (
@@ -53,7 +53,5 @@ def test_a_drop_from_a_commit_that_lost_its_connection_says_it_may_be_stored() -
 
 def test_a_drop_from_a_refused_commit_still_says_not_stored() -> None:
     """A commit refused (a compare-and-set conflict) wrote nothing: "not stored" stays."""
-    from cpstore.errors import ConflictError
-
     err = _relayed(ConflictError("the head moved", where="refs/x"))
     assert isinstance(err, ConflictError) and "not stored" in str(err)
