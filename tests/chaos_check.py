@@ -59,12 +59,18 @@ class Model:
         self.acks = [(begins[i], e) for i, e in ends.items() if e["ev"] == "a"]
         # While a ref is damaged (the operator's, below), anything reading it refuses
         # with IntegrityError (docs/store.md, "Every ref read is checked"): not a defect.
-        windows = [(b["t"], self.end(e)) for b, e in self.ops if b["op"] == "damage"]
+        # Only that ref's: any other IntegrityError in the window (an object's hash) is one.
+        windows = [
+            (b["t"], self.end(e), f"refs/{b['run']}/{b['branch']}")
+            for b, e in self.ops
+            if b["op"] == "damage"
+        ]
         self.defects = [
             d
             for d in self.defects
             if not (d.get("err") == "IntegrityError" and any(
-                t0 <= d["t"] and d["t"] - 1e9 <= t1 for t0, t1 in windows
+                t0 <= d["t"] and d["t"] - 1e9 <= t1 and ref in d.get("tb", "")
+                for t0, t1, ref in windows
             ))
         ]  # fmt: skip
 

@@ -54,9 +54,9 @@ def note_error(log: Log, exc: CpstoreError, where: str) -> None:
     any other is logged as ``err`` (documented, e.g. a session whose recorder could not
     read its head while the server restarted)."""
     if isinstance(exc, IntegrityError) and LOGGED not in getattr(exc, "__notes__", ()):
-        exc.add_note(LOGGED)
         log.write("defect", sync=True, op=where, err="IntegrityError",
                   tb="".join(traceback.format_exception(exc))[-2000:])  # fmt: skip
+        exc.add_note(LOGGED)
     elif where == "session":
         log.write("err", sync=True, op=where, err=type(exc).__name__, msg=str(exc)[:300])
 

@@ -88,7 +88,7 @@ class TestWiderCheckerBites:
 
 
 class TestVerifyInTheMix:
-    PROBLEM = "Problem(what='ref does not match its check (key or value damaged)')"
+    PROBLEM = "Problem(what='ref does not match its check', where='refs/own-w0/f1')"
 
     def _log(self, tmp_path: Path, damage: dict[str, Any] | None) -> None:
         lines: list[dict[str, Any]] = [
@@ -107,12 +107,48 @@ class TestVerifyInTheMix:
         with _store(tmp_path) as st, pytest.raises(AssertionError, match="verify in the mix"):
             check(st, tmp_path / "logs", final=True)
 
+    def test_a_verify_beside_the_damage_naming_another_problem_is_reported(
+        self, tmp_path: Path
+    ) -> None:
+        """In the window, a problem that is not the damaged ref's is still reported."""
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"repair": 1})
+            self.PROBLEM = "Problem(what='object hash mismatch', where='objects/ab')"
+            self._log(tmp_path, {"digest": rec.digest, "index": rec.index})
+            with pytest.raises(AssertionError, match="verify in the mix"):
+                check(st, tmp_path / "logs", final=True)
+
     def test_a_verify_beside_the_operators_damage_passes(self, tmp_path: Path) -> None:
         """The same during the operator's damaged-ref window is what it should find."""
         with _store(tmp_path) as st:
             rec = st.append_audit("chaos", {"repair": 1})  # stands for the repair's record
             self._log(tmp_path, {"digest": rec.digest, "index": rec.index})
             check(st, tmp_path / "logs", final=True)
+
+
+class TestDamageWindow:
+    def _log(self, tmp_path: Path, rec: Any, tb: str) -> None:
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "damage", "id": "0", "run": "own-w0", "branch": "f1"},
+            {"ev": "defect", "op": "read", "err": "IntegrityError", "tb": tb},
+            {"ev": "a", "op": "damage", "id": "0", "digest": rec.digest, "index": rec.index},
+        ])  # fmt: skip
+
+    def test_the_damaged_refs_integrity_error_in_its_window_passes(self, tmp_path: Path) -> None:
+        """An IntegrityError naming the damaged ref, in its window: what the operator made."""
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"repair": 1})
+            self._log(tmp_path, rec, "IntegrityError: ref does not match; at refs/own-w0/f1")
+            check(st, tmp_path / "logs", final=True)
+
+    def test_another_integrity_error_in_the_window_is_a_defect(self, tmp_path: Path) -> None:
+        """An object's hash mismatch in the same window is not the damaged ref: reported
+        (the window excused every IntegrityError, whatever it named)."""
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"repair": 1})
+            self._log(tmp_path, rec, "IntegrityError: object hash mismatch; at objects/ab")
+            with pytest.raises(AssertionError, match="defect"):
+                check(st, tmp_path / "logs", final=True)
 
 
 class TestMayHaveCommitted:

@@ -100,13 +100,21 @@ def check(
     ]
     rep = store.verify()
     problems += [f"verify: {p}" for p in rep.problems[:10]]
-    # A verify() inside the mix reads one snapshot: only the operator's damaged ref (its
-    # window, plus the second the Model allows) may show in it. Logged, never checked.
-    damaged = [(b["t"], before.end(e) + 1e9) for b, e in before.ops if b["op"] == "damage"]
+    # A verify() inside the mix reads one snapshot: only the operator's damaged ref (in
+    # its window, plus the second the Model allows) may show in it. Logged, never checked.
+    damaged = [
+        (b["t"], before.end(e) + 1e9, f"where='refs/{b['run']}/{b['branch']}'")
+        for b, e in before.ops
+        if b["op"] == "damage"
+    ]
     problems += [
         f"verify in the mix: {a['problems']}"
         for b, a in before.acked("verify")
-        if not a["ok"] and not any(b["t"] <= t1 and a["t"] >= t0 for t0, t1 in damaged)
+        if not a["ok"]
+        and not any(
+            b["t"] <= t1 and a["t"] >= t0 and all(ref in p for p in a["problems"])
+            for t0, t1, ref in damaged
+        )
     ]
     checked_ck: list[tuple[dict[str, Any], dict[str, Any]]] = []
     missing: list[tuple[dict[str, Any], dict[str, Any], str]] = []
