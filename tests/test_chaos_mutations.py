@@ -218,15 +218,19 @@ def _started(logdir: Path, w: int, inc: int) -> bool:
 
 
 def _unkilled(proc: Any, logdir: Path, w: int, inc: int) -> str | None:
-    """Why incarnation ``inc`` of worker ``w``, about to be killed before the deadline, is
-    already dead (None when alive): it ended by itself, so something escaped it (its last
-    log lines say what). The kill loop used to restart it without a word."""
+    """Why incarnation ``inc`` of worker ``w``, about to be killed, is already dead with no
+    ``end`` (None when alive, or ended cleanly: a server restart can delay a kill past the
+    deadline): something escaped it (its last log lines say what). The kill loop used to
+    restart it without a word."""
     if proc.is_alive():
         return None
     proc.join(timeout=30)
     path = logdir / f"w{w}.log"
-    rows = path.read_text().split("\n")[:-1] if path.exists() else []
-    last = [r[:300] for r in rows if json.loads(r)["inc"] == inc][-3:]
+    rows = [json.loads(r) for r in (path.read_text().split("\n")[:-1] if path.exists() else [])]
+    mine = [r for r in rows if r["inc"] == inc]
+    if proc.exitcode == 0 and any(r["ev"] == "end" for r in mine):
+        return None
+    last = [json.dumps(r)[:300] for r in mine[-3:]]
     return f"worker {w} incarnation {inc} exited by itself (code {proc.exitcode}): {last}"
 
 

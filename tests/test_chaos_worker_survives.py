@@ -191,13 +191,19 @@ def test_a_worker_found_dead_at_its_kill_is_reported_with_its_last_lines(
     tmp_path: Path,
 ) -> None:
     """The kill loop restarted a worker it found dead without a word (only the last
-    incarnation's missing "end" could tell); now it says which died, how, and its log."""
+    incarnation's missing "end" could tell); now it says which died, how, and its log;
+    one that ended cleanly (a kill delayed past the deadline) is no death."""
     Log(str(tmp_path / "w0.log"), 0, 2).write("b", sync=True, op="own", id="0.2.1")
     p = multiprocessing.get_context("spawn").Process(target=_exit_1)
     p.start()
     p.join(timeout=60)
     why = _unkilled(p, tmp_path, 0, 2)
     assert why is not None and "code 1" in why and "0.2.1" in why
+    Log(str(tmp_path / "w0.log"), 0, 3).write("end", sync=True)
+    done = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(0,))
+    done.start()
+    done.join(timeout=60)
+    assert _unkilled(done, tmp_path, 0, 3) is None  # ended cleanly: a kill came late
     alive = multiprocessing.get_context("spawn").Process(target=time.sleep, args=(30,))
     alive.start()
     try:
