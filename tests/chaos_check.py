@@ -116,6 +116,7 @@ class Model:
             and b["branch"] == branch
             and self.end(e) > after
             and b["t"] < before
+            and may_have_committed(e)  # refused, it released nothing
             for b, e in self.ops
         )
 

@@ -151,6 +151,58 @@ class TestDamageWindow:
                 check(st, tmp_path / "logs", final=True)
 
 
+class TestRefusedRemovals:
+    @pytest.mark.parametrize(("err", "lost"), [("ConflictError", True), (None, False)])
+    def test_a_pin_is_excused_only_by_an_unpin_that_may_have_landed(
+        self, tmp_path: Path, err: str | None, lost: bool
+    ) -> None:
+        """An acked pin the store lacks, then an unpin of it: excused when the unpin was
+        acknowledged, reported when the store refused it (any unpin in the log excused it)."""
+        d = "ab" * 16
+        end = {"ev": "a", "was": True} if err is None else {"ev": "x", "err": err}
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "pin", "id": "1"},
+            {"ev": "a", "op": "pin", "id": "1", "digest": d},
+            {"ev": "b", "op": "unpin", "id": "2", "digest": d},
+            {"op": "unpin", "id": "2", **end},
+        ])  # fmt: skip
+        with _store(tmp_path) as st:
+            if lost:
+                with pytest.raises(AssertionError, match="pinned object lost"):
+                    check(st, tmp_path / "logs", final=True)
+            else:
+                check(st, tmp_path / "logs", final=True)
+
+    @pytest.mark.parametrize(("err", "lost"), [("NotFoundError", True), (None, False)])
+    def test_a_fork_checkpoint_is_excused_only_by_a_release_that_may_have_landed(
+        self, tmp_path: Path, err: str | None, lost: bool
+    ) -> None:
+        """A missing acked fork checkpoint, a release of its branch's head, then a prune:
+        excused when the release may have landed, not when the store refused it."""
+        ck = {"run": "own-w0", "branch": "f0_0_1", "parent": None, "sd": "0" * 32}
+        rel = {"run": "own-w0", "branch": "f0_0_1", "cid": "cd" * 16}
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"release": 1})  # stands for the release's record
+            end = (
+                {"ev": "a", "digest": rec.digest, "index": rec.index}
+                if err is None
+                else {"ev": "x", "err": err}
+            )
+            _fake_log(tmp_path / "logs", [
+                {"ev": "b", "op": "ckpt", "id": "1", **ck},
+                {"ev": "a", "op": "ckpt", "id": "1", "cid": "ab" * 16, **ck},
+                {"ev": "b", "op": "release", "id": "2", **rel},
+                {"op": "release", "id": "2", **end},
+                {"ev": "b", "op": "prune", "id": "3", "run": None, "keep": 3},
+                {"ev": "a", "op": "prune", "id": "3", "removed": 1},
+            ])  # fmt: skip
+            if lost:
+                with pytest.raises(AssertionError, match="acknowledged checkpoint lost"):
+                    check(st, tmp_path / "logs", final=True)
+            else:
+                check(st, tmp_path / "logs", final=True)
+
+
 class TestMayHaveCommitted:
     @pytest.mark.parametrize(
         ("err", "explained"),

@@ -64,6 +64,7 @@ from chaos_check import (
     cas_linear,
     gates_follow_log,
     gc_names_decided,
+    may_have_committed,
     peer_problems,
     read_logs,
     saver_problems,
@@ -154,11 +155,17 @@ def check(
                 f"acknowledged checkpoint lost: {a['cid']} {a['run']}@{a['branch']}: {why}"
             )
     for _, a, why in pins_bad:
-        if not any(ub["op"] == "unpin" and ub["digest"] == a["digest"] for ub, _ in after.ops):
+        if not any(  # an unpin the store refused unpinned nothing
+            ub["op"] == "unpin" and ub["digest"] == a["digest"] and may_have_committed(ue)
+            for ub, ue in after.ops
+        ):
             problems.append(f"pinned object lost: {a['digest']}: {why}")
     for b, a in retained_bad:
         if not any(
-            rb["op"] == "release" and rb["cid"] == a["old"] and after.end(re) > b["t"]
+            rb["op"] == "release"
+            and rb["cid"] == a["old"]
+            and after.end(re) > b["t"]
+            and may_have_committed(re)  # a release the store refused released nothing
             for rb, re in after.ops
         ):
             problems.append(f"retained head lost: {a['old']} ({a['run']}@{a['branch']})")
