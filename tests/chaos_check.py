@@ -189,6 +189,27 @@ def cas_linear(store: cpstore.Store, m: Any, *, final: bool) -> list[str]:
     return problems
 
 
+def deletes_hold(store: cpstore.Store, m: Any) -> list[str]:
+    """An acknowledged ``delete_run`` / ``gc(delete_run=)`` left its run without a ref
+    (unless a checkpoint of it that may have committed ended after the delete began: none
+    can, a recorder's compare-and-set fails on a deleted head, but the rule is the model's);
+    an acknowledged dry run says it was one. ``m`` is read before the store here."""
+    runs = set(store.runs())
+    problems = [
+        f"run {b['run']} still has refs after an acknowledged delete"
+        for b, _ in m.acked("delete")
+        if b["run"] in runs
+        and not any(
+            cb["op"] == "ckpt" and cb["run"] == b["run"] and m.end(ce) > b["t"]
+            and may_have_committed(ce)
+            for cb, ce in m.ops
+        )
+    ]  # fmt: skip
+    problems += [f"a dry run {b['id']} said it was not one" for b, a in m.acked("dry_run")
+                 if not a["dry"]]  # fmt: skip
+    return problems
+
+
 def gates_follow_log(records: list[Any]) -> list[str]:
     """Every resume gate and permit followed the standing decision; a sign-off or permit once."""
     problems: list[str] = []

@@ -203,6 +203,33 @@ class TestRefusedRemovals:
                 check(st, tmp_path / "logs", final=True)
 
 
+class TestDeletesHold:
+    def test_a_run_still_listed_after_an_acknowledged_delete_is_reported(
+        self, tmp_path: Path
+    ) -> None:
+        """An acked delete_run whose run still has its ref fails the check (acked deletes
+        were only used to excuse missing checkpoints, never checked themselves)."""
+        with _store(tmp_path) as st:
+            st.recorder("tmp-x").checkpoint(0, {"t": 1})
+            _fake_log(tmp_path / "logs", [
+                {"ev": "b", "op": "delete", "id": "1", "run": "tmp-x"},
+                {"ev": "a", "op": "delete", "id": "1", "run": "tmp-x"},
+            ])  # fmt: skip
+            with pytest.raises(AssertionError, match="still has refs after"):
+                check(st, tmp_path / "logs", final=True)
+            st.delete_run("tmp-x")
+            check(st, tmp_path / "logs", final=True)
+
+    def test_a_dry_run_that_says_it_was_not_one_is_reported(self, tmp_path: Path) -> None:
+        """gc(dry_run=True) reports dry_run True; logged False, the check fails."""
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "dry_run", "id": "1"},
+            {"ev": "a", "op": "dry_run", "id": "1", "would_remove": 0, "dry": False},
+        ])  # fmt: skip
+        with _store(tmp_path) as st, pytest.raises(AssertionError, match="dry run"):
+            check(st, tmp_path / "logs", final=True)
+
+
 class TestMayHaveCommitted:
     @pytest.mark.parametrize(
         ("err", "explained"),

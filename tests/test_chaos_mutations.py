@@ -62,6 +62,7 @@ import pytest
 from chaos_check import (
     Model,
     cas_linear,
+    deletes_hold,
     gates_follow_log,
     gc_names_decided,
     may_have_committed,
@@ -183,6 +184,7 @@ def check(
         if not same and a["verdict"] == "ACCEPT":
             problems.append(f"ACCEPT for different inputs: {a['cid']} vs {a['other']}")
     problems += cas_linear(store, after, final=final)
+    problems += deletes_hold(store, after)
     problems += saver_problems(store, after, lambda: Model(read_logs(logdir)))
     if peer is not None and final:
         problems += peer_problems(peer, after)
