@@ -186,7 +186,12 @@ class Roles:
             try:
                 return transfer(w.st.backend, peer.backend, run_id=w.run).checkpoints
             except ConflictError as exc:  # a fork branch reset here went elsewhere there
-                if f"{w.run}/main" in (exc.got or []):
+                # Only the collected conflict (every other branch landed, ``got`` the list
+                # of those that did not) says main landed; one raised mid-transfer (a
+                # branch moved or pruned there meanwhile) may have stopped before main.
+                if exc.where != "refs" or not isinstance(exc.got, list):
+                    raise
+                if f"{w.run}/main" in exc.got:
                     raise
                 return -1  # the other branches (main among them) landed
 

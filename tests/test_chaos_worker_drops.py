@@ -1,5 +1,7 @@
 """The chaos worker (tests/chaos_worker.py) never acknowledges a checkpoint the store said
-was dropped, whichever of its calls the drop was reported to."""
+was dropped, whichever of its calls the drop was reported to; a checkpoint whose call
+raised another thread's drop counts as may-have-committed; a push is acknowledged only
+when the store said main landed."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import random
 import threading
 from pathlib import Path
 
+import chaos_roles
 import pytest
 from chaos_check import may_have_committed
 from chaos_process import close_logged
@@ -118,3 +121,39 @@ def test_a_checkpoint_that_raised_another_threads_drop_may_be_stored(tmp_path: P
         head = st.ref(begin["run"])  # the checkpoint whose call raised: stored
         assert head is not None and st.manifest(head).state_digest == begin["sd"]
         assert may_have_committed(x)
+
+
+@pytest.mark.parametrize(
+    ("where", "got", "acked"),
+    [("refs", ["own-w0/f1"], True), ("refs/own-w0/f1", "ab" * 16, False)],
+)
+def test_a_push_is_acknowledged_only_when_its_conflict_says_main_landed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, got: object, acked: bool
+) -> None:
+    """transfer's collected ConflictError (where "refs", got the branches that went
+    elsewhere) means every other branch landed; one raised mid-transfer for one branch
+    (moved or pruned there meanwhile) may have stopped before main. The worker acked a
+    push on any ConflictError not naming main in ``got`` (a hex id there, for the latter)."""
+
+    def conflict(*_: object, **__: object) -> None:
+        raise ConflictError("a branch conflict", where=where, got=got)
+
+    monkeypatch.setattr(chaos_roles, "transfer", conflict)
+    cpstore.open(tmp_path / "peer").close()
+    log_path = tmp_path / "w0.log"
+    with cpstore.open(tmp_path / "s") as st:
+        w = Worker(st, Log(str(log_path), 0, 0), random.Random(1), "w0")
+        w.checkpoint(w.main, w.run, "main")
+        roles = chaos_roles.Roles(0, str(tmp_path / "peer"))
+        roles.bind(w)
+        try:
+            roles.push()
+        except ConflictError:
+            assert not acked
+        finally:
+            assert roles.peer is not None
+            roles.peer.close()
+    pushes = [json.loads(r) for r in log_path.read_text().splitlines() if '"push"' in r]
+    # (acked here, the stand-in transfer copied nothing: the worker's own check of the
+    # pushed head then logs a defect, which is right for a push that lied)
+    assert [r["ev"] for r in pushes if r["ev"] != "defect"] == ["b", "a" if acked else "x"]
