@@ -49,10 +49,11 @@ LOGGED = "chaos: logged as a defect"
 
 
 def note_error(log: Log, exc: CpstoreError, where: str) -> None:
-    """A CpstoreError a loop of the mix caught: an IntegrityError not logged yet is a defect
-    (nothing here damages the store but the operator, whose windows the checker allows);
-    any other is logged as ``err`` (documented, e.g. a session whose recorder could not
-    read its head while the server restarted)."""
+    """A CpstoreError a loop of the mix caught: an IntegrityError not logged yet (raised
+    outside :meth:`Worker.call`) is a defect (nothing here damages the store but the
+    operator, whose damaged ref the checker allows); any other that ended a whole session
+    is logged as ``err`` (documented, e.g. a session whose recorder could not read its head
+    while the server restarted); an operation's was logged by its call."""
     if isinstance(exc, IntegrityError) and LOGGED not in getattr(exc, "__notes__", ()):
         log.write("defect", sync=True, op=where, err="IntegrityError",
                   tb="".join(traceback.format_exception(exc))[-2000:])  # fmt: skip

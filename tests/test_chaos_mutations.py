@@ -16,8 +16,10 @@ before some kills). After each
 kill and at the end it checks, from the workers' fsynced logs, what a user
 relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
 
-* ``verify()`` reports no problem; no worker saw an error that is not a
-  CpstoreError, nor an IntegrityError (nothing here damages the store);
+* ``verify()`` reports no problem, nor did a worker's ``verify()`` in the mix; no
+  worker saw an error that is not a CpstoreError, nor an IntegrityError (nothing here
+  damages the store but the operator, whose damaged ref alone is excused in its window),
+  in a logged call or outside one;
 * every acknowledged checkpoint is stored and hash-checks, unless an operation
   logged before the check could have removed it: a ``delete_run`` of its run,
   a prune after at least ``keep_last`` newer checkpoints began on its branch,
@@ -39,7 +41,9 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
 * an unknown commit outcome only across a server restart; an open racing a
   compaction fails with a CpstoreError or opens the store whose acknowledged
   checkpoints all survive;
-* no worker hung (every wait is bounded).
+* an acknowledged ``delete_run`` left its run without refs; a dry run said it was one;
+* no worker hung (every wait is bounded), and none died by itself: one found dead when
+  its kill comes, or ending without ``end``, fails the run with its last log lines.
 
 The seed is logged; ``CPSTORE_CHAOS_SEED`` replays one.
 """
