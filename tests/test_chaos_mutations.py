@@ -312,9 +312,13 @@ def chaos(
             w = rng.randrange(workers)
             if compact and rng.random() < 0.2:
                 w = 90
-            while not _started(logdir, w, incs[w]) and time.monotonic() < deadline - 1.5:
+            while (
+                not _started(logdir, w, incs[w])
+                and procs[w].is_alive()  # one that died starting is reported below
+                and time.monotonic() < deadline - 1.5
+            ):
                 time.sleep(0.1)  # a kill before it ran its mix tests nothing (and starves a run)
-            if not _started(logdir, w, incs[w]):
+            if procs[w].is_alive() and not _started(logdir, w, incs[w]):
                 continue
             gone = _unkilled(procs[w], logdir, w, incs[w])
             if gone is not None:
