@@ -59,12 +59,18 @@ class Model:
         self.acks = [(begins[i], e) for i, e in ends.items() if e["ev"] == "a"]
         # While a ref is damaged (the operator's, below), anything reading it refuses
         # with IntegrityError (docs/store.md, "Every ref read is checked"): not a defect.
-        windows = [(b["t"], self.end(e)) for b, e in self.ops if b["op"] == "damage"]
+        # Only that ref's: any other IntegrityError in the window (an object's hash) is one.
+        windows = [
+            (b["t"], self.end(e), f"refs/{b['run']}/{b['branch']}")
+            for b, e in self.ops
+            if b["op"] == "damage"
+        ]
         self.defects = [
             d
             for d in self.defects
             if not (d.get("err") == "IntegrityError" and any(
-                t0 <= d["t"] and d["t"] - 1e9 <= t1 for t0, t1 in windows
+                t0 <= d["t"] and d["t"] - 1e9 <= t1 and ref in d.get("tb", "")
+                for t0, t1, ref in windows
             ))
         ]  # fmt: skip
 
@@ -110,6 +116,7 @@ class Model:
             and b["branch"] == branch
             and self.end(e) > after
             and b["t"] < before
+            and may_have_committed(e)  # refused, it released nothing
             for b, e in self.ops
         )
 
@@ -128,14 +135,25 @@ class Model:
         )
 
 
+#: What a batched thread's flush says of its queued checkpoints another thread's failed
+#: commit dropped (cpstore/store/batch_owners.py; docs/durability.md, "batched").
+RELAYED = "this thread queued were in another thread's batch commit"
+
+
 def may_have_committed(end: dict[str, Any] | None) -> bool:
     """An operation that ended so (``None``: killed amid it) may have taken effect: acked,
     killed, or a commit whose connection was lost (a server restart) or whose outcome is
-    unknown, either of which may have committed whole (docs/store.md, "Faults")."""
+    unknown, either of which may have committed whole (docs/store.md, "Faults").
+
+    Also a batched checkpoint that raised another thread's drop (``RELAYED``): the drop is
+    told at the thread's next flush, and a checkpoint that fills the batch flushes, so its
+    own batch committed (this checkpoint with it) before the error about earlier ones was
+    raised (tests/test_chaos_worker_drops.py)."""
     return (
         end is None
         or end["ev"] == "a"
         or end.get("err") in ("StoreConnectionError", "OutcomeUnknownError")
+        or (end.get("op") == "ckpt" and RELAYED in end.get("msg", ""))
     )
 
 
@@ -168,6 +186,27 @@ def cas_linear(store: cpstore.Store, m: Any, *, final: bool) -> list[str]:
             for mf in chain:
                 if mf.state_digest not in digests:
                     problems.append(f"{run}: head's chain holds {mf.id}, which no worker began")
+    return problems
+
+
+def deletes_hold(store: cpstore.Store, m: Any) -> list[str]:
+    """An acknowledged ``delete_run`` / ``gc(delete_run=)`` left its run without a ref
+    (unless a checkpoint of it that may have committed ended after the delete began: none
+    can, a recorder's compare-and-set fails on a deleted head, but the rule is the model's);
+    an acknowledged dry run says it was one. ``m`` is read before the store here."""
+    runs = set(store.runs())
+    problems = [
+        f"run {b['run']} still has refs after an acknowledged delete"
+        for b, _ in m.acked("delete")
+        if b["run"] in runs
+        and not any(
+            cb["op"] == "ckpt" and cb["run"] == b["run"] and m.end(ce) > b["t"]
+            and may_have_committed(ce)
+            for cb, ce in m.ops
+        )
+    ]  # fmt: skip
+    problems += [f"a dry run {b['id']} said it was not one" for b, a in m.acked("dry_run")
+                 if not a["dry"]]  # fmt: skip
     return problems
 
 

@@ -12,7 +12,6 @@ CpstoreError. A thread that does not end within a bounded wait is a defect.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import threading
@@ -22,7 +21,7 @@ from typing import Literal
 
 from chaos_compactor import deadline as the_deadline
 from chaos_roles import Roles, batched_writer
-from chaos_worker import CONTESTED, SHARED, Log, Worker, shared_cas
+from chaos_worker import CONTESTED, SHARED, Log, Worker, log_escape, note_error, shared_cas
 
 import cpstore
 from cpstore.errors import CpstoreError, IntegrityError
@@ -65,8 +64,13 @@ def _racer(w: Worker, deadline: float, stop: threading.Event) -> None:
     mine.rng, mine.blobs, mine.main_pending = rng, [], []
     ops = (lambda: shared_cas(mine, 40), mine.op_contest, mine.op_audit, mine.op_prune)
     while time.monotonic() < deadline and not stop.is_set():
-        with contextlib.suppress(CpstoreError):
+        try:
             rng.choices(ops, (6, 3, 2, 1))[0]()
+        except CpstoreError as exc:
+            note_error(w.log, exc, "racer")
+        except BaseException as exc:  # else the thread died with a traceback on stderr only
+            log_escape(w.log, exc, "racer")
+            return
         time.sleep(rng.random() * 0.02)
 
 
@@ -85,15 +89,11 @@ def _reader(w: Worker, deadline: float, stop: threading.Event) -> None:
                 st.resolve(f"{SHARED}@main~{rng.randrange(3)}")
                 st.space()
             elif pick == 5:
-                head = st.ref(rng.choice((SHARED, CONTESTED, w.run)))
-                if head is not None and st.verify_checkpoint(head):
-                    w.log.write(
-                        "defect", sync=True, op="read", tb=f"a head fails verify_checkpoint: {head}"
-                    )
-                if w.pins and not st.has_object(rng.choice(w.pins)):
-                    w.log.write(
-                        "defect", sync=True, op="read", tb="has_object says a pinned object is gone"
-                    )
+                why = head_problem(st, rng.choice((SHARED, CONTESTED, w.run)))
+                if why is None and w.pins:
+                    why = pin_problem(st, w.pins, rng.choice(w.pins))
+                if why is not None:
+                    w.log.write("defect", sync=True, op="read", tb=why)
             elif pick == 0:
                 with st.latest(SHARED) as cp:
                     cp.state()
@@ -127,6 +127,30 @@ def _reader(w: Worker, deadline: float, stop: threading.Event) -> None:
             )
         time.sleep(rng.random() * 0.005)
     w.log.write("reads", sync=True, n=n)
+
+
+def head_problem(st: cpstore.Store, run: str) -> str | None:
+    """What is wrong with ``run``'s head, read now: it must verify, unless it is gone
+    because the head moved on and a prune (another thread or process) swept it between
+    the two reads (the reader once logged that race as a defect)."""
+    head = st.ref(run)
+    if head is None:
+        return None
+    found = st.verify_checkpoint(head)
+    if not found:
+        return None
+    if all(p.got == "missing" for p in found) and st.ref(run) != head:
+        return None  # no longer the head, and swept whole: retention, not damage
+    return f"a head fails verify_checkpoint: {head}: {[str(p) for p in found[:3]]}"
+
+
+def pin_problem(st: cpstore.Store, pins: list[str], digest: str) -> str | None:
+    """``digest`` (picked from ``pins``, the main thread's list) must be stored while it
+    is pinned: the main thread takes a pin off the list before it unpins it, so one
+    gone from the store and from the list was being unpinned (a race, not a loss)."""
+    if st.has_object(digest) or digest not in pins:
+        return None
+    return f"has_object says a pinned object is gone: {digest}"
 
 
 def work(
@@ -168,13 +192,24 @@ def work(
                       tb=traceback.format_exc()[-2000:])  # fmt: skip
             raise
         try:
-            w = Worker(st, log, rng, f"w{worker}")
-            w.__dict__.update(carried)
-            roles.bind(w)
-            with contextlib.suppress(CpstoreError):  # the last flush: already logged
+            w: Worker | None = None
+            try:
+                # Worker() reads its run's head (a recorder): on PostgreSQL it may meet the
+                # server restarting (StoreConnectionError), documented, so the session ends
+                # and the next one opens again; escaping, it ended the process (exit 1, no
+                # "end", nothing logged).
+                w = Worker(st, log, rng, f"w{worker}")
+                w.__dict__.update(carried)
+                roles.bind(w)
                 _session(w, roles, until)
-            kept = ("acked_main", "forks", "retained", "tmp_runs", "pins", "blobs", "rejected")
-            carried = {k: getattr(w, k) for k in (*kept, "counter")}
+            except CpstoreError as exc:  # the last flush (logged), or a start that failed
+                note_error(log, exc, "session")
+            if w is not None:
+                kept = ("acked_main", "forks", "retained", "tmp_runs", "pins", "blobs", "rejected")
+                carried = {k: getattr(w, k) for k in (*kept, "counter")}
+        except BaseException as exc:  # a raw error outside any logged call: a defect, said
+            log_escape(log, exc, "session")
+            raise
         finally:
             close_logged(st, log)
         if sessions:
@@ -227,8 +262,8 @@ def _session(w: Worker, roles: Roles, until: float) -> None:
                 getattr(roles, op)()
             else:
                 getattr(w, f"op_{op}")()
-        except CpstoreError:
-            pass
+        except CpstoreError as exc:  # an IntegrityError outside call() was dropped here unseen
+            note_error(log, exc, op)
     stop.set()
     if reader.ident is not None:
         reader.join(timeout=60)

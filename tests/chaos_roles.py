@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from chaos_worker import SHARED, Log, Worker, shared_cas
+from chaos_worker import SHARED, Log, Worker, log_escape, note_error, shared_cas
 from langgraph.checkpoint.base import empty_checkpoint
 
 import cpstore
@@ -186,7 +186,12 @@ class Roles:
             try:
                 return transfer(w.st.backend, peer.backend, run_id=w.run).checkpoints
             except ConflictError as exc:  # a fork branch reset here went elsewhere there
-                if f"{w.run}/main" in (exc.got or []):
+                # Only the collected conflict (every other branch landed, ``got`` the list
+                # of those that did not) says main landed; one raised mid-transfer (a
+                # branch moved or pruned there meanwhile) may have stopped before main.
+                if exc.where != "refs" or not isinstance(exc.got, list):
+                    raise
+                if f"{w.run}/main" in exc.got:
                     raise
                 return -1  # the other branches (main among them) landed
 
@@ -235,28 +240,35 @@ def batched_writer(w: Worker, deadline: float, stop: threading.Event) -> None:
     mine.name, mine.run = f"{w.name}t", f"own-{w.name}t"
     mine.main_pending, mine.acked_main, mine.blobs = [], [], []
     mine.forks, mine.retained, mine.tmp_runs, mine.pins = {}, [], [], []
-    mine.main = mine.fresh_main()
-    while time.monotonic() < deadline and not stop.is_set():
-        try:
-            pick = mine.rng.choices(("own", "flush", "shared", "audit"), (10, 3, 2, 1))[0]
-            if pick == "own":
-                mine.op_own()
-            elif pick == "flush":
-                mine.op_flush()
-            elif pick == "shared":
-                if mine.main_pending:
-                    mine.flush()
-                shared_cas(mine, 40, run=SHARED)
-            else:
-                mine.op_audit()
-        except CpstoreError:
-            mine.main = mine.fresh_main()  # a dropped batch took the recorder's head
-        time.sleep(mine.rng.random() * 0.01)
+    mine.main = None
     try:
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                if mine.main is None:  # a dropped batch took the recorder's head
+                    mine.main = mine.fresh_main()
+                pick = mine.rng.choices(("own", "flush", "shared", "audit"), (10, 3, 2, 1))[0]
+                if pick == "own":
+                    mine.op_own()
+                elif pick == "flush":
+                    mine.op_flush()
+                elif pick == "shared":
+                    if mine.main_pending:
+                        mine.flush()
+                    shared_cas(mine, 40, run=SHARED)
+                else:
+                    mine.op_audit()
+            except CpstoreError as exc:
+                # fresh_main (a read of the head) may fail too, e.g. on PostgreSQL while the
+                # server restarts: raised in this handler, it ended the thread unlogged.
+                mine.main = None
+                note_error(mine.log, exc, "writer")
+            time.sleep(mine.rng.random() * 0.01)
         if mine.main_pending:
             mine.flush()
-    except CpstoreError:
-        pass
+    except CpstoreError as exc:  # the last flush: logged by its call
+        note_error(mine.log, exc, "writer")
+    except BaseException as exc:  # else the thread died with a traceback on stderr only
+        log_escape(mine.log, exc, "writer")
 
 
 def damage_and_repair(store: str, log: Log, rng: random.Random) -> None:

@@ -45,6 +45,30 @@ def data_verdict(d: Decision) -> Verdict:
     return verdict_for([f for f in d.findings if f.code is not FindingCode.BEST_EFFORT])
 
 
+LOGGED = "chaos: logged as a defect"
+
+
+def note_error(log: Log, exc: CpstoreError, where: str) -> None:
+    """A CpstoreError a loop of the mix caught: an IntegrityError not logged yet (raised
+    outside :meth:`Worker.call`) is a defect (nothing here damages the store but the
+    operator, whose damaged ref the checker allows); any other that ended a whole session
+    is logged as ``err`` (documented, e.g. a session whose recorder could not read its head
+    while the server restarted); an operation's was logged by its call."""
+    if isinstance(exc, IntegrityError) and LOGGED not in getattr(exc, "__notes__", ()):
+        log.write("defect", sync=True, op=where, err="IntegrityError",
+                  tb="".join(traceback.format_exception(exc))[-2000:])  # fmt: skip
+        exc.add_note(LOGGED)
+    elif where == "session":
+        log.write("err", sync=True, op=where, err=type(exc).__name__, msg=str(exc)[:300])
+
+
+def log_escape(log: Log, exc: BaseException, where: str) -> None:
+    """A non-CpstoreError that reached a loop of the mix: a defect, logged before the
+    thread or process ends (else only a missing ``end`` or a traceback on stderr said so)."""
+    log.write("defect", sync=True, op=where, err=type(exc).__name__,
+              tb="".join(traceback.format_exception(exc))[-2000:])  # fmt: skip
+
+
 class Log:
     """An append-only JSON-lines log; ``fsync`` after acknowledgements and destructive intents."""
 
@@ -118,6 +142,7 @@ class Worker:
                     id=oid,
                     tb=traceback.format_exc()[-2000:],
                 )
+                exc.add_note(LOGGED)  # the loop that catches it logs it no second time
             raise
         except BaseException as exc:  # a raw error escaping is the defect we hunt
             self.log.write(

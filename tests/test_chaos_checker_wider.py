@@ -87,6 +87,149 @@ class TestWiderCheckerBites:
             check(st, tmp_path / "logs", final=True, peer=str(tmp_path / "peer"))
 
 
+class TestVerifyInTheMix:
+    PROBLEM = "Problem(what='ref does not match its check', where='refs/own-w0/f1')"
+
+    def _log(self, tmp_path: Path, damage: dict[str, Any] | None) -> None:
+        lines: list[dict[str, Any]] = [
+            {"ev": "b", "op": "verify", "id": "1"},
+            {"ev": "a", "op": "verify", "id": "1", "ok": False, "problems": [self.PROBLEM]},
+        ]
+        if damage is not None:
+            lines = [{"ev": "b", "op": "damage", "id": "0", "run": "own-w0", "branch": "f1"},
+                     *lines, {"ev": "a", "op": "damage", "id": "0", **damage}]  # fmt: skip
+        _fake_log(tmp_path / "logs", lines)
+
+    def test_a_verify_in_the_mix_that_found_problems_is_reported(self, tmp_path: Path) -> None:
+        """A worker's verify() that reported problems, no ref damaged meanwhile, fails the
+        check (it was logged and never looked at)."""
+        self._log(tmp_path, None)
+        with _store(tmp_path) as st, pytest.raises(AssertionError, match="verify in the mix"):
+            check(st, tmp_path / "logs", final=True)
+
+    def test_a_verify_beside_the_damage_naming_another_problem_is_reported(
+        self, tmp_path: Path
+    ) -> None:
+        """In the window, a problem that is not the damaged ref's is still reported."""
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"repair": 1})
+            self.PROBLEM = "Problem(what='object hash mismatch', where='objects/ab')"
+            self._log(tmp_path, {"digest": rec.digest, "index": rec.index})
+            with pytest.raises(AssertionError, match="verify in the mix"):
+                check(st, tmp_path / "logs", final=True)
+
+    def test_a_verify_beside_the_operators_damage_passes(self, tmp_path: Path) -> None:
+        """The same during the operator's damaged-ref window is what it should find."""
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"repair": 1})  # stands for the repair's record
+            self._log(tmp_path, {"digest": rec.digest, "index": rec.index})
+            check(st, tmp_path / "logs", final=True)
+
+
+class TestDamageWindow:
+    def _log(self, tmp_path: Path, rec: Any, tb: str) -> None:
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "damage", "id": "0", "run": "own-w0", "branch": "f1"},
+            {"ev": "defect", "op": "read", "err": "IntegrityError", "tb": tb},
+            {"ev": "a", "op": "damage", "id": "0", "digest": rec.digest, "index": rec.index},
+        ])  # fmt: skip
+
+    def test_the_damaged_refs_integrity_error_in_its_window_passes(self, tmp_path: Path) -> None:
+        """An IntegrityError naming the damaged ref, in its window: what the operator made."""
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"repair": 1})
+            self._log(tmp_path, rec, "IntegrityError: ref does not match; at refs/own-w0/f1")
+            check(st, tmp_path / "logs", final=True)
+
+    def test_another_integrity_error_in_the_window_is_a_defect(self, tmp_path: Path) -> None:
+        """An object's hash mismatch in the same window is not the damaged ref: reported
+        (the window excused every IntegrityError, whatever it named)."""
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"repair": 1})
+            self._log(tmp_path, rec, "IntegrityError: object hash mismatch; at objects/ab")
+            with pytest.raises(AssertionError, match="defect"):
+                check(st, tmp_path / "logs", final=True)
+
+
+class TestRefusedRemovals:
+    @pytest.mark.parametrize(("err", "lost"), [("ConflictError", True), (None, False)])
+    def test_a_pin_is_excused_only_by_an_unpin_that_may_have_landed(
+        self, tmp_path: Path, err: str | None, lost: bool
+    ) -> None:
+        """An acked pin the store lacks, then an unpin of it: excused when the unpin was
+        acknowledged, reported when the store refused it (any unpin in the log excused it)."""
+        d = "ab" * 16
+        end = {"ev": "a", "was": True} if err is None else {"ev": "x", "err": err}
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "pin", "id": "1"},
+            {"ev": "a", "op": "pin", "id": "1", "digest": d},
+            {"ev": "b", "op": "unpin", "id": "2", "digest": d},
+            {"op": "unpin", "id": "2", **end},
+        ])  # fmt: skip
+        with _store(tmp_path) as st:
+            if lost:
+                with pytest.raises(AssertionError, match="pinned object lost"):
+                    check(st, tmp_path / "logs", final=True)
+            else:
+                check(st, tmp_path / "logs", final=True)
+
+    @pytest.mark.parametrize(("err", "lost"), [("NotFoundError", True), (None, False)])
+    def test_a_fork_checkpoint_is_excused_only_by_a_release_that_may_have_landed(
+        self, tmp_path: Path, err: str | None, lost: bool
+    ) -> None:
+        """A missing acked fork checkpoint, a release of its branch's head, then a prune:
+        excused when the release may have landed, not when the store refused it."""
+        ck = {"run": "own-w0", "branch": "f0_0_1", "parent": None, "sd": "0" * 32}
+        rel = {"run": "own-w0", "branch": "f0_0_1", "cid": "cd" * 16}
+        with _store(tmp_path) as st:
+            rec = st.append_audit("chaos", {"release": 1})  # stands for the release's record
+            end = (
+                {"ev": "a", "digest": rec.digest, "index": rec.index}
+                if err is None
+                else {"ev": "x", "err": err}
+            )
+            _fake_log(tmp_path / "logs", [
+                {"ev": "b", "op": "ckpt", "id": "1", **ck},
+                {"ev": "a", "op": "ckpt", "id": "1", "cid": "ab" * 16, **ck},
+                {"ev": "b", "op": "release", "id": "2", **rel},
+                {"op": "release", "id": "2", **end},
+                {"ev": "b", "op": "prune", "id": "3", "run": None, "keep": 3},
+                {"ev": "a", "op": "prune", "id": "3", "removed": 1},
+            ])  # fmt: skip
+            if lost:
+                with pytest.raises(AssertionError, match="acknowledged checkpoint lost"):
+                    check(st, tmp_path / "logs", final=True)
+            else:
+                check(st, tmp_path / "logs", final=True)
+
+
+class TestDeletesHold:
+    def test_a_run_still_listed_after_an_acknowledged_delete_is_reported(
+        self, tmp_path: Path
+    ) -> None:
+        """An acked delete_run whose run still has its ref fails the check (acked deletes
+        were only used to excuse missing checkpoints, never checked themselves)."""
+        with _store(tmp_path) as st:
+            st.recorder("tmp-x").checkpoint(0, {"t": 1})
+            _fake_log(tmp_path / "logs", [
+                {"ev": "b", "op": "delete", "id": "1", "run": "tmp-x"},
+                {"ev": "a", "op": "delete", "id": "1", "run": "tmp-x"},
+            ])  # fmt: skip
+            with pytest.raises(AssertionError, match="still has refs after"):
+                check(st, tmp_path / "logs", final=True)
+            st.delete_run("tmp-x")
+            check(st, tmp_path / "logs", final=True)
+
+    def test_a_dry_run_that_says_it_was_not_one_is_reported(self, tmp_path: Path) -> None:
+        """gc(dry_run=True) reports dry_run True; logged False, the check fails."""
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "dry_run", "id": "1"},
+            {"ev": "a", "op": "dry_run", "id": "1", "would_remove": 0, "dry": False},
+        ])  # fmt: skip
+        with _store(tmp_path) as st, pytest.raises(AssertionError, match="dry run"):
+            check(st, tmp_path / "logs", final=True)
+
+
 class TestMayHaveCommitted:
     @pytest.mark.parametrize(
         ("err", "explained"),

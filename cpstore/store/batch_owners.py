@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreError
+from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreConnectionError, StoreError
 
 __all__ = ["BatchOwners", "Owner"]
 
@@ -41,6 +41,16 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
             f"{what}; they may or may not be stored (read the branch heads)",
             where=where,
             got=str(exc)[:300] or type(exc).__name__,
+        )
+    if isinstance(exc, StoreConnectionError):
+        # Lost while committing, the batch committed whole or not at all (docs/store.md,
+        # "Faults"): the committing thread is told so, and so is every other owner (it was
+        # told "not stored": found auditing the chaos test; tests/test_chaos_batched_relay.py).
+        return StoreConnectionError(
+            f"{what} when the connection was lost; they may or may not be stored "
+            "(read the branch heads)",
+            where=where,
+            got=str(exc)[:300],
         )
     cls = type(exc) if isinstance(exc, CpstoreError) else StoreError
     return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
