@@ -231,12 +231,45 @@ class Content:
         return entry[n:]
 
     def locations(
-        self, txn: Txn[memoryview], keys: Iterable[bytes], found: set[bytes] | None = None
+        self,
+        txn: Txn[memoryview],
+        keys: Iterable[bytes],
+        found: set[bytes] | None = None,
+        known: dict[bytes, bytes] | None = None,
     ) -> bytes:
         """The hint block of ``keys`` (objects): count, then each heap seq (4 bytes BE;
         0 for one in a legacy table, missing, or past 2**32 - 1). ``found`` gets every
         key whose location checks (what :meth:`stored` says True of through the heap):
-        the commit's must-exist reads of those keys are answered here."""
+        the commit's must-exist reads of those keys are answered here.
+
+        ``known`` (with ``found``): key -> hint of the keys whose location checked
+        earlier in this same write txn (commit.TxnChecked); they are answered from it,
+        the others read, and every key that checks is added to it."""
+        if known is None or found is None:
+            return self._locations(txn, keys, found)
+        keys = keys if isinstance(keys, (list, tuple)) else list(keys)
+        hit = [known.get(key) for key in keys]
+        if all(hit):  # a hint is 4 bytes, never empty
+            found.update(keys)
+            return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
+        missing = [key for key, h in zip(keys, hit, strict=True) if h is None]
+        new: set[bytes] = set()
+        block = self._locations(txn, missing, new)
+        found.update(new)
+        at = 4
+        for i, was in enumerate(hit):
+            if was is None:
+                hit[i] = read = block[at : at + 4]
+                at += 4
+                if keys[i] in new:
+                    known[keys[i]] = read
+            else:
+                found.add(keys[i])
+        return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
+
+    def _locations(
+        self, txn: Txn[memoryview], keys: Iterable[bytes], found: set[bytes] | None
+    ) -> bytes:
         index, heap, heads = self.index, self.heap, self.heads
         get = txn.get
         if index is not None and found is not None and keys:
