@@ -21,8 +21,16 @@ from stored import damage
 import cpstore
 from cpstore.errors import IntegrityError
 from cpstore.store import commit
-from cpstore.store.content import KIND_OBJECT, KIND_RECORD, Content, records_of
+from cpstore.store.content import (
+    KIND_OBJECT,
+    KIND_RECORD,
+    Content,
+    appended_hint,
+    objects_of,
+    records_of,
+)
 from cpstore.store.facade import Store
+from cpstore.store.objects import put_object
 
 _PARTS = 10
 
@@ -219,3 +227,29 @@ def test_each_attempt_of_a_txn_gets_its_own_record_of_what_it_checked(
         with store.read(ids[-1]) as view:
             assert view.state() == states[-1]
         assert store.verify().ok
+
+
+def test_the_hint_of_an_object_a_txn_appended_is_its_location_as_read(tmp_path: Path) -> None:
+    """After a put that appended, ``appended_hint`` is the hint a location read gives;
+    after a put that found the object stored (nothing appended) the caller asks none,
+    and another txn never sees this txn's append."""
+    with cpstore.open(tmp_path / "s") as store:
+        objects = objects_of(store.backend.dbs)
+        env = store.backend.env.env
+        keys = [bytes([i]) * 16 for i in range(1, 4)]
+        txn = env.begin(write=True, buffers=True)
+        try:
+            assert appended_hint(txn) is None  # nothing appended by this txn yet
+            for key in keys:
+                assert put_object(txn, objects, key, b"bytes of " + key)
+                assert appended_hint(txn) == objects.locations(txn, [key])[4:]
+            assert not put_object(txn, objects, keys[0], b"bytes of " + keys[0])
+            txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
+        other = env.begin(write=True, buffers=True)
+        try:
+            assert appended_hint(other) is None
+        finally:
+            other.abort()

@@ -15,7 +15,7 @@ from typing import Any
 
 from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store.backend import Txn
-from cpstore.store.content import Content, objects_of, records_of
+from cpstore.store.content import Content, appended_hint, objects_of, records_of
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
 from cpstore.store.objects import put_object
 from cpstore.store.refs import RECORDED, read_ref_hashed, write_ref
@@ -26,11 +26,11 @@ __all__ = ["TxnChecked", "apply_write", "apply_writes", "landed", "objects_to_ch
 class TxnChecked:
     """What one write txn has already checked or written itself, for the later writes of
     the same txn (a batch, a group): object key -> its 4-byte location hint, for each key
-    whose location that txn followed to a heap entry carrying its kind and key; and the
-    checkpoint records that txn added. Nothing a commit writes moves an existing index
-    row or heap entry, and LMDB has one writer, so what the txn checked still holds
-    until it ends. Made per txn attempt (a retried txn starts with a new one), held by
-    the one thread applying that txn, never kept past it: not a cache.
+    whose location that txn followed to a heap entry carrying its kind and key or that it
+    appended itself; and the checkpoint records that txn added. Nothing a commit writes
+    moves an existing index row or heap entry, and LMDB has one writer, so what the txn
+    checked still holds until it ends. Made per txn attempt (a retried txn starts with a
+    new one), held by the one thread applying that txn, never kept past it: not a cache.
     """
 
     __slots__ = ("hints", "records")
@@ -105,7 +105,10 @@ def apply_write(
             got="pruned" if pruned else "missing",
         )
     for key, data in op.objects.items():
-        put_object(txn, objects, key, data)
+        if put_object(txn, objects, key, data) and checked is not None:
+            hint = appended_hint(txn)  # appended by this txn just now: its location
+            if hint is not None:
+                checked.hints[key] = hint
     # The hints' location reads also answer the must-exist reads of the same keys
     # (checked as Content.stored checks them: a damaged location is not "found").
     indexed: set[bytes] = set()

@@ -58,6 +58,7 @@ __all__ = [
     "KIND_OBJECT",
     "KIND_RECORD",
     "Content",
+    "appended_hint",
     "entry_header",
     "heap_problems",
     "objects_of",
@@ -461,6 +462,16 @@ class Content:
                     txn.delete(loc, db=self.heap)
                 return True
         return bool(txn.delete(key, db=self.legacy))
+
+
+def appended_hint(txn: Any) -> bytes | None:
+    """The location hint (4 bytes; zero past 2**32 - 1) of the heap entry ``txn`` appended
+    last (the :meth:`Content.add` that returned True), or None when it appended none."""
+    last = _APPENDED[0]
+    if last is None or last[0] is not txn:
+        return None
+    at = last[1]
+    return at.to_bytes(4, "big") if at < _HINT_LIMIT else _ZERO4
 
 
 def _record_entry(key: bytes, hints: bytes, record: bytes | memoryview) -> bytes:
