@@ -246,31 +246,8 @@ class Content:
         ``known`` (with ``found``): key -> hint of the keys whose location checked
         earlier in this same write txn (commit.TxnChecked); they are answered from it,
         the others read, and every key that checks is added to it."""
-        if known is None or found is None:
-            return self._locations(txn, keys, found)
-        keys = keys if isinstance(keys, (list, tuple)) else list(keys)
-        hit = [known.get(key) for key in keys]
-        if all(hit):  # a hint is 4 bytes, never empty
-            found.update(keys)
-            return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
-        missing = [key for key, h in zip(keys, hit, strict=True) if h is None]
-        new: set[bytes] = set()
-        block = self._locations(txn, missing, new)
-        found.update(new)
-        at = 4
-        for i, was in enumerate(hit):
-            if was is None:
-                hit[i] = read = block[at : at + 4]
-                at += 4
-                if keys[i] in new:
-                    known[keys[i]] = read
-            else:
-                found.add(keys[i])
-        return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
-
-    def _locations(
-        self, txn: Txn[memoryview], keys: Iterable[bytes], found: set[bytes] | None
-    ) -> bytes:
+        if known is not None and found is not None:
+            return self._known_locations(txn, keys, found, known)
         index, heap, heads = self.index, self.heap, self.heads
         get = txn.get
         if index is not None and found is not None and keys:
@@ -310,6 +287,33 @@ class Content:
             raw = bytes(seq)
             out += raw[4:] if len(raw) == _SEQ_SIZE and raw[:4] == _ZERO4 else _ZERO4
         return n.to_bytes(4, "big") + bytes(out)
+
+    def _known_locations(
+        self,
+        txn: Txn[memoryview],
+        keys: Iterable[bytes],
+        found: set[bytes],
+        known: dict[bytes, bytes],
+    ) -> bytes:
+        keys = keys if isinstance(keys, (list, tuple)) else list(keys)
+        hit = [known.get(key) for key in keys]
+        if all(hit):  # a hint is 4 bytes, never empty
+            found.update(keys)
+            return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
+        missing = [key for key, h in zip(keys, hit, strict=True) if h is None]
+        new: set[bytes] = set()
+        block = self.locations(txn, missing, new)
+        found.update(new)
+        at = 4
+        for i, was in enumerate(hit):
+            if was is None:
+                hit[i] = read = block[at : at + 4]
+                at += 4
+                if keys[i] in new:
+                    known[keys[i]] = read
+            else:
+                found.add(keys[i])
+        return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
 
     def _index_name(self) -> str:
         return _KIND_NAMES[self.kind][1]
