@@ -15,12 +15,49 @@ from typing import Any
 
 from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store.backend import Txn
-from cpstore.store.content import Content, objects_of, records_of
+from cpstore.store.content import Content, appended_hint, objects_of, records_of
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
 from cpstore.store.objects import put_object
 from cpstore.store.refs import RECORDED, read_ref_hashed, write_ref
 
-__all__ = ["apply_write", "landed", "objects_to_check"]
+__all__ = ["TxnChecked", "apply_write", "apply_writes", "landed", "objects_to_check"]
+
+
+class TxnChecked:
+    """What one write txn has already checked or written itself, for the later writes of
+    the same txn (a batch, a group): object key -> its 4-byte location hint, for each key
+    whose location that txn followed to a heap entry carrying its kind and key or that it
+    appended itself; and the checkpoint records that txn added. Nothing a commit writes
+    moves an existing index row or heap entry, and LMDB has one writer, so what the txn
+    checked still holds until it ends. Made per txn attempt (a retried txn starts with a
+    new one), held by the one thread applying that txn, never kept past it: not a cache.
+    """
+
+    __slots__ = ("hints", "records")
+
+    def __init__(self) -> None:
+        self.hints: dict[bytes, bytes] = {}
+        self.records: set[bytes] = set()
+
+
+def apply_writes(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    ops: Sequence[CheckpointWrite],
+    *,
+    layout: int,
+    contents: tuple[Content, Content],
+) -> None:
+    """Apply ``ops`` in order in ``txn`` (:func:`apply_write` each, an object's location
+    read once per txn: :class:`TxnChecked`); a damaged location refuses as it does alone."""
+    objects = contents[0]
+
+    def exists(key: bytes) -> bool:
+        return objects.stored(txn, key)  # a damaged location refuses
+
+    checked = TxnChecked() if len(ops) > 1 else None
+    for op in ops:
+        apply_write(txn, dbs, op, layout=layout, exists=exists, contents=contents, checked=checked)
 
 
 def apply_write(
@@ -31,10 +68,12 @@ def apply_write(
     layout: int,
     exists: Callable[[bytes], bool],
     contents: tuple[Content, Content] | None = None,
+    checked: TxnChecked | None = None,
 ) -> None:
     """Apply ``op`` in ``txn`` (``dbs``: named table -> handle), or raise and write nothing
     the caller commits (ConflictError on a moved branch or a pruned parent).
-    ``contents``: (objects, records) of ``dbs`` when the caller keeps them."""
+    ``contents``: (objects, records) of ``dbs`` when the caller keeps them; ``checked``:
+    what earlier writes of this same txn checked (:class:`TxnChecked`), kept up to date."""
     objects, cps = (objects_of(dbs), records_of(dbs)) if contents is None else contents
     rkey = ref_key(op.run_id, op.branch)
     current = read_ref_hashed(txn, dbs, rkey, layout=layout)
@@ -46,7 +85,11 @@ def apply_write(
             expected=hex_id(op.expected_ref),
             got=hex_id(current_b),
         )
-    if op.parent is not None and not cps.stored(txn, op.parent):  # location checked
+    if (
+        op.parent is not None
+        and (checked is None or op.parent not in checked.records)  # added by this txn
+        and not cps.stored(txn, op.parent)  # location checked
+    ):
         # Only a fork's first checkpoint can get here (a branch head is never
         # pruned): retention swept the checkpoint it forks from while the
         # recorder held it. Its history is gone, so refuse rather than write a
@@ -62,12 +105,15 @@ def apply_write(
             got="pruned" if pruned else "missing",
         )
     for key, data in op.objects.items():
-        put_object(txn, objects, key, data)
+        if put_object(txn, objects, key, data) and checked is not None:
+            hint = appended_hint(txn)  # appended by this txn just now: its location
+            if hint is not None:
+                checked.hints[key] = hint
     # The hints' location reads also answer the must-exist reads of the same keys
     # (checked as Content.stored checks them: a damaged location is not "found").
     indexed: set[bytes] = set()
     hints = (
-        objects.locations(txn, op.hint_keys, indexed)
+        objects.locations(txn, op.hint_keys, indexed, None if checked is None else checked.hints)
         if op.hint_keys and cps.heap is not None
         else b""
     )
@@ -78,7 +124,10 @@ def apply_write(
                 where=f"checkpoint {op.cid.hex()}",
                 expected=bytes(key).hex(),
             )
-    if not cps.add(txn, op.cid, op.value, hints):
+    if cps.add(txn, op.cid, op.value, hints):
+        if checked is not None:
+            checked.records.add(op.cid)
+    else:
         _, existing = unpack_checkpoint_value(cps.get(txn, op.cid) or b"")
         if existing != unpack_checkpoint_value(op.value)[1]:
             raise IntegrityError(

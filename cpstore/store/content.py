@@ -58,6 +58,7 @@ __all__ = [
     "KIND_OBJECT",
     "KIND_RECORD",
     "Content",
+    "appended_hint",
     "entry_header",
     "heap_problems",
     "objects_of",
@@ -231,12 +232,22 @@ class Content:
         return entry[n:]
 
     def locations(
-        self, txn: Txn[memoryview], keys: Iterable[bytes], found: set[bytes] | None = None
+        self,
+        txn: Txn[memoryview],
+        keys: Iterable[bytes],
+        found: set[bytes] | None = None,
+        known: dict[bytes, bytes] | None = None,
     ) -> bytes:
         """The hint block of ``keys`` (objects): count, then each heap seq (4 bytes BE;
         0 for one in a legacy table, missing, or past 2**32 - 1). ``found`` gets every
         key whose location checks (what :meth:`stored` says True of through the heap):
-        the commit's must-exist reads of those keys are answered here."""
+        the commit's must-exist reads of those keys are answered here.
+
+        ``known`` (with ``found``): key -> hint of the keys whose location checked
+        earlier in this same write txn (commit.TxnChecked); they are answered from it,
+        the others read, and every key that checks is added to it."""
+        if known is not None and found is not None:
+            return self._known_locations(txn, keys, found, known)
         index, heap, heads = self.index, self.heap, self.heads
         get = txn.get
         if index is not None and found is not None and keys:
@@ -276,6 +287,33 @@ class Content:
             raw = bytes(seq)
             out += raw[4:] if len(raw) == _SEQ_SIZE and raw[:4] == _ZERO4 else _ZERO4
         return n.to_bytes(4, "big") + bytes(out)
+
+    def _known_locations(
+        self,
+        txn: Txn[memoryview],
+        keys: Iterable[bytes],
+        found: set[bytes],
+        known: dict[bytes, bytes],
+    ) -> bytes:
+        keys = keys if isinstance(keys, (list, tuple)) else list(keys)
+        hit = [known.get(key) for key in keys]
+        if all(hit):  # a hint is 4 bytes, never empty
+            found.update(keys)
+            return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
+        missing = [key for key, h in zip(keys, hit, strict=True) if h is None]
+        new: set[bytes] = set()
+        block = self.locations(txn, missing, new)
+        found.update(new)
+        at = 4
+        for i, was in enumerate(hit):
+            if was is None:
+                hit[i] = read = block[at : at + 4]
+                at += 4
+                if keys[i] in new:
+                    known[keys[i]] = read
+            else:
+                found.add(keys[i])
+        return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
 
     def _index_name(self) -> str:
         return _KIND_NAMES[self.kind][1]
@@ -428,6 +466,16 @@ class Content:
                     txn.delete(loc, db=self.heap)
                 return True
         return bool(txn.delete(key, db=self.legacy))
+
+
+def appended_hint(txn: Any) -> bytes | None:
+    """The location hint (4 bytes; zero past 2**32 - 1) of the heap entry ``txn`` appended
+    last (the :meth:`Content.add` that returned True), or None when it appended none."""
+    last = _APPENDED[0]
+    if last is None or last[0] is not txn:
+        return None
+    at = last[1]
+    return at.to_bytes(4, "big") if at < _HINT_LIMIT else _ZERO4
 
 
 def _record_entry(key: bytes, hints: bytes, record: bytes | memoryview) -> bytes:

@@ -31,7 +31,7 @@ from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
-from cpstore.store.commit import apply_write, landed
+from cpstore.store.commit import apply_writes, landed
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
@@ -467,8 +467,7 @@ class LmdbBackend:
         def apply_all(txn: Txn[memoryview]) -> None:
             nonlocal applied
             applied = False  # a retried txn (map growth) applies them again
-            for op in ops:
-                self._apply(txn, op)
+            self._apply(txn, ops)
             applied = True
 
         try:
@@ -557,8 +556,7 @@ class LmdbBackend:
                     # other threads' flushes returned ok: audit20).
                     self._owners.taken(self._pending, owners, batch)
                     took = True
-            for op in batch:
-                self._apply(txn, op)
+            self._apply(txn, batch)
             applied = True
 
         failed: BaseException | None = None
@@ -585,15 +583,6 @@ class LmdbBackend:
         """Checkpoints queued but not yet committed (always 0 in sync and none modes)."""
         return len(self._pending)
 
-    def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
-        dbs = self.env.dbs
-        handles = contents(dbs)  # built once per table set, as every read builds them
-        objects = handles[0]
-        apply_write(
-            txn,
-            dbs,
-            op,
-            layout=self.env.layout,
-            exists=lambda key: objects.stored(txn, key),  # a damaged location refuses
-            contents=handles,
-        )
+    def _apply(self, txn: Txn[memoryview], ops: Sequence[CheckpointWrite]) -> None:
+        dbs = self.env.dbs  # contents: built once per table set, as every read builds them
+        apply_writes(txn, dbs, ops, layout=self.env.layout, contents=contents(dbs))
