@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import select
 import signal
 import subprocess
 import sys
@@ -500,8 +501,13 @@ def _proc_writer(path: str, run: str, steps: int) -> list[str]:
 
 
 def killed_writers_acknowledged(script: str, path: Path, delays: Sequence[float]) -> list[str]:
-    """Run the writer ``script`` (argv: ``path``, "k<i>") once per delay, SIGKILLed after
-    that many seconds; the ids the children printed (acknowledged), checked not empty."""
+    """Run the writer ``script`` (argv: ``path``, "k<i>") once per delay, SIGKILLed that
+    many seconds after it started writing (less the ~0.3 s an idle machine takes to start
+    it); the ids the children printed (acknowledged), checked not empty.
+
+    The clock starts at the child's first acknowledged id, not at its spawn: on a loaded
+    machine the import alone once outlasted every delay, and no child wrote anything.
+    """
     acknowledged: list[str] = []
     for i, delay in enumerate(delays):
         child = subprocess.Popen(
@@ -510,11 +516,18 @@ def killed_writers_acknowledged(script: str, path: Path, delays: Sequence[float]
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(delay)
+        assert child.stdout is not None
+        ready, _, _ = select.select([child.stdout], [], [], 120)
+        first = child.stdout.readline() if ready else ""
+        if not first:  # it died, or never wrote within 2 minutes: say why
+            child.kill()
+            out, err = child.communicate()
+            raise AssertionError(f"writer child k{i} wrote nothing: {err[-2000:]}")
+        time.sleep(max(0.02, delay - 0.3))
         child.send_signal(signal.SIGKILL)
         out, err = child.communicate()
         assert child.returncode == -signal.SIGKILL, err
-        acknowledged += out.split()
+        acknowledged += first.split() + out.split()
     assert acknowledged, "no child acknowledged a checkpoint before being killed"
     return acknowledged
 
