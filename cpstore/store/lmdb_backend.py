@@ -567,6 +567,8 @@ class LmdbBackend:
                 if not applied or not batch or _growth_failed(exc):
                     raise
                 self._commit_failed(batch, exc)
+            for op in batch:  # before settled() wakes their threads
+                op.committed = True
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             raise

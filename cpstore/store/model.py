@@ -8,12 +8,13 @@ Nothing in this module touches LMDB.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from cpstore.errors import (
     CanonicalEncodingError,
+    CpstoreError,
     IntegrityError,
     InvalidInputError,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "VerifyReport",
     "as_payload",
     "check_name",
+    "commit_stored",
     "created_at_of",
     "hex_id",
     "parse_id",
@@ -232,6 +234,36 @@ class CheckpointWrite:
     #: The state parts' object keys in the manifest's order: the commit stores
     #: their heap locations beside the record as read hints (content.py).
     hint_keys: tuple[bytes, ...] = ()
+    #: Batched mode: set once the batch holding it is known to have committed. A
+    #: ``checkpoint()`` call may then still raise (its flush tells this thread of
+    #: earlier checkpoints another thread's failed commit dropped); the recorder
+    #: follows the stored checkpoint all the same.
+    committed: bool = False
+
+
+def commit_stored(
+    commit: Callable[[CheckpointWrite], None], op: CheckpointWrite
+) -> CpstoreError | None:
+    """``commit(op)``; its error when ``op`` is stored all the same, else None (raises it
+    when ``op`` is not stored, or not known to be).
+
+    Batched mode: a ``checkpoint()`` that fills the batch flushes, and that flush
+    then tells this thread of earlier checkpoints another thread's failed commit
+    dropped. Its own checkpoint is stored, so the recorder must follow it (else its
+    next checkpoint conflicts with its own head) and the caller must be told: the
+    error gets a note naming the stored id (tests/test_batched_stored_then_raised.py).
+    """
+    try:
+        commit(op)
+    except CpstoreError as exc:
+        if not op.committed:
+            raise
+        exc.add_note(
+            f"cpstore: this call's checkpoint {bytes(op.cid).hex()} IS stored (its batch "
+            "committed); the error is about checkpoints this thread queued before it"
+        )
+        return exc
+    return None
 
 
 def check_metadata(value: object, what: str) -> dict[str, Any]:

@@ -488,6 +488,8 @@ class PgBackend:
         failed: BaseException | None = None
         try:
             self.write_txn(apply_all)
+            for op in batch:  # before settled() wakes their threads
+                op.committed = True
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             raise

@@ -59,6 +59,7 @@ from cpstore.store.model import (
     check_metadata,
     check_tags,
     checked_metadata,
+    commit_stored,
     extension_records,
     pack_checkpoint_value,
     parse_id,
@@ -458,7 +459,8 @@ class Recorder(BulkAppends):
         it stands: that ledger object never changes, and later :meth:`effect`
         calls build the next checkpoint's ledger on top of it.
         ``extra_meta(cid)`` returns ``meta`` records (value, or None to delete)
-        committed in the same txn, keys under ``EXTENSION_META_PREFIXES``.
+        committed in the same txn, keys under ``EXTENSION_META_PREFIXES``. A batched
+        call that stored its checkpoint may raise about earlier ones (``commit_stored``).
         """
         _step(step)
         if self._closed:
@@ -518,7 +520,7 @@ class Recorder(BulkAppends):
         if extra_meta is not None:
             op.extra_meta = extension_records(extra_meta(cid))
         self._chunks, chunks = [], self._chunks
-        self._store.commit(op)
+        failed = commit_stored(self._store.commit, op)  # raised once the recorder follows
         named.update(chunks)
         self._confirmed = named
         self._logged.update(self._unlogged)
@@ -531,6 +533,8 @@ class Recorder(BulkAppends):
         if seal_ledger:
             self._sealed = True
             self._sealed_count = len(self._effects)
+        if failed is not None:
+            raise failed
         return cid.hex()
 
     def flush(self) -> None:
