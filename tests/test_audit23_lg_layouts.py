@@ -25,8 +25,7 @@ from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore.store as cpstore_store
 from cpstore.errors import CpstoreError, IntegrityError
-from cpstore.langgraph import CpstoreSaver, diff_threads
-from cpstore.langgraph import _read
+from cpstore.langgraph import CpstoreSaver, _read, diff_threads
 from cpstore.langgraph._codec import (
     CHANNEL,
     HEAD_KEY,
@@ -94,9 +93,10 @@ def _record_layout_1(
         if lg is not None:
             head = {HEAD_KEY: pack_head(ck, pack_typed(serde.dumps_typed(lg)))}
         key = checkpoint_key(THREAD, "", checkpoint_id)
+        have = sorted(values)
 
         def extra(
-            cid: bytes, key: bytes = key, parent: str | None = parent, have: list[str] = sorted(values)
+            cid: bytes, key: bytes = key, parent: str | None = parent, have: list[str] = have
         ) -> list[tuple[bytes, bytes | None]]:
             body = Entry.body_of(
                 bytes(cid), run=run_for(THREAD), branch="main", parent=parent, run_id=None,
@@ -178,7 +178,7 @@ def _mixed_thread(saver: CpstoreSaver) -> list[str]:
         cp: dict[str, Any] = dict(empty_checkpoint())
         cp["channel_values"] = {"a": f"v{step}"}
         cp["channel_versions"] = {"a": f"{step + 1:032}.0", "b": f"{2:032}.0"}
-        meta = {"source": "loop", "step": step, "parents": {}}
+        meta: dict[str, Any] = {"source": "loop", "step": step, "parents": {}}
         config = fresh.put(config, cp, meta, {"a": cp["channel_versions"]["a"]})
         fresh.put_writes(config, [("a", f"w{step}")], f"task-{step}")
         ids.append(config["configurable"]["checkpoint_id"])
@@ -302,7 +302,7 @@ def test_a_serde_whose_loads_typed_is_patched_after_the_saver_is_made_decodes_by
         assert seen == ["msgpack", "msgpack", "msgpack"]  # checkpoint, metadata, channel
         del saver.serde.loads_typed
         seen.clear()
-        assert list(saver.list(_cfg()))[0].checkpoint["channel_values"] == {"a": "x"}
+        assert next(iter(saver.list(_cfg()))).checkpoint["channel_values"] == {"a": "x"}
         assert seen == []
 
 
