@@ -404,3 +404,44 @@ def test_the_layout_docs_say_what_an_older_release_does_with_layout_2() -> None:
     para = " ".join(_layouts_paragraph().split())
     assert "older release" in para
     assert "not a LangGraph checkpoint" in para
+
+
+# -- the namespace key cache ----------------------------------------------------------------
+
+
+def _caches() -> list[Any]:
+    """The lru caches of the read module."""
+    return [fn for fn in vars(_read).values() if callable(fn) and hasattr(fn, "cache_info")]
+
+
+def _cached_entries() -> int:
+    """How many results the lru caches of the read module hold now."""
+    return sum(fn.cache_info().currsize for fn in _caches())
+
+
+def test_namespace_key_caches_keep_no_long_names(tmp_path: Path) -> None:
+    """Reads naming 60 KB thread ids and namespaces (none stored) and reads and puts of
+    300-character ones work, and the key caches hold none of them (1,024 keys of 60 KB
+    names would pin ~0.5 GB); short names are still served."""
+    with CpstoreSaver.from_conn_string(tmp_path / "s", durability="none") as saver:
+        for fn in _caches():  # empty: a full cache would hide a long name's entry
+            fn.cache_clear()
+        for i in range(3):
+            huge = {
+                "configurable": {"thread_id": f"{i}" + "t" * 60000, "checkpoint_ns": "n" * 60000}
+            }
+            assert saver.get_tuple(huge) is None and list(saver.list(huge)) == []
+            thread, ns = f"{i}" + "t" * 150, "n" * 150
+            cp: dict[str, Any] = dict(empty_checkpoint())
+            cp["channel_values"] = {"a": i}
+            cp["channel_versions"] = {"a": "1"}
+            conf = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+            config = saver.put(conf, cp, {"step": 0}, {"a": "1"})
+            saver.put_writes(config, [("a", 5)], "task")
+            got = saver.get_tuple(conf)
+            assert got is not None and got.checkpoint["channel_values"] == {"a": i}
+            assert got.pending_writes == [("task", "a", 5)]
+            assert [t.config for t in saver.list(conf)] == [config]
+        assert _cached_entries() == 0
+        assert _read.ns_prefix("short", "") == checkpoint_key("short", "")
+        assert _read.ns_prefix("t" * 300, "n") == checkpoint_key("t" * 300, "n")
