@@ -445,3 +445,30 @@ def test_namespace_key_caches_keep_no_long_names(tmp_path: Path) -> None:
         assert _cached_entries() == 0
         assert _read.ns_prefix("short", "") == checkpoint_key("short", "")
         assert _read.ns_prefix("t" * 300, "n") == checkpoint_key("t" * 300, "n")
+
+
+# -- golden ---------------------------------------------------------------------------------
+
+
+def test_a_layout_2_checkpoint_of_fixed_serde_bytes_has_a_pinned_id_on_each_backend(
+    store: Store,
+) -> None:
+    """A put of fixed head and channel bytes is the same cpstore checkpoint on either
+    backend: manifest metadata exactly ``{"lg": pack_head(...)}``, parts the channels only."""
+    from cpstore.langgraph._write import Put  # noqa: PLC0415 - the put path under test
+
+    saver = CpstoreSaver(store)
+    head = {
+        "checkpoint": b"msgpack\x00\x81\xa2id\xa4id-1",
+        "metadata": b"msgpack\x00\x81\xa4step\x00",
+    }
+    fresh = {"a": {"channel/a": b"msgpack\x00\x01"}}
+    saver._writer.commit(Put("t", "", None, "id-1", 0, None, head, fresh, {"a": "1"}, {}))
+    entry = _entry(store, "id-1", thread="t")
+    assert entry.cid.hex() == "e1898d78b324e8cba30fc9a581a379a1"
+    with store.read(entry.cid.hex()) as view:
+        assert view.manifest.metadata == {
+            "lg": bytes.fromhex("0200000011")
+            + b"msgpack\x00\x81\xa2id\xa4id-1msgpack\x00\x81\xa4step\x00"
+        }
+        assert list(view.manifest.raw["state"]["parts"]) == ["channel/a"]
