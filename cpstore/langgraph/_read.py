@@ -68,6 +68,7 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _decode_body = msgspec.msgpack.Decoder(_Body).decode
+_FIELDS = ("cp", "run", "branch", "parent", "run_id", "have")
 _BODY_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 
@@ -97,8 +98,10 @@ class Entry(NamedTuple):
         ``names`` is ``(thread_id, ns, checkpoint_id)`` when the caller built the key.
         The common shape (the six fields the writer stores, of the types it stores)
         is decoded by one typed msgspec decode once the check passed; anything else
-        takes :func:`~cpstore.store.lg_index.unpack`'s generic decode and the field
-        conversions below, which accept or refuse exactly as before.
+        takes :func:`~cpstore.store.lg_index.unpack`'s generic decode, which accepts
+        the same field types (unknown fields ignored: a later writer's) and refuses
+        any other, as IntegrityError (audit23: it converted any value, e.g. an int
+        ``cp`` to that many zero bytes, and let ``bytes(-1)``'s ValueError out).
         """
         thread_id, ns, checkpoint_id = names or split_checkpoint_key(key)
         data = checked(key, value)
@@ -114,21 +117,20 @@ class Entry(NamedTuple):
                 )  # fmt: skip
         body = unpack(key, value)
         try:
-            return cls(
-                thread_id,
-                ns,
-                checkpoint_id,
-                bytes(body["cp"]),
-                str(body["run"]),
-                str(body["branch"]),
-                body["parent"],
-                body["run_id"],
-                tuple(body["have"]),
-            )
-        except (KeyError, TypeError):
-            raise IntegrityError(
-                "LangGraph index entry has the wrong shape", where=f"meta/{key!r}"
-            ) from None
+            cp, run, branch, parent, run_id, have = (body[f] for f in _FIELDS)
+        except (KeyError, TypeError, IndexError):
+            cp = None  # not a map holding the six fields
+        if (
+            type(cp) is bytes
+            and type(run) is str
+            and type(branch) is str
+            and (parent is None or type(parent) is str)
+            and (run_id is None or type(run_id) is str)
+            and type(have) is list
+            and all(type(h) is str for h in have)
+        ):
+            return cls(thread_id, ns, checkpoint_id, cp, run, branch, parent, run_id, tuple(have))
+        raise IntegrityError("LangGraph index entry has the wrong shape", where=f"meta/{key!r}")
 
     @staticmethod
     def id_of(key: bytes) -> str:
@@ -181,16 +183,33 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> dict[str, Any]:
     }
 
 
-@functools.lru_cache(maxsize=1024)
+#: Names longer than this (thread id and namespace, in characters) are not cached: a
+#: key field may hold 65,535 bytes, and 1,024 such keys would pin ~0.5 GB (audit23).
+_CACHED_CHARS = 256
+
+
 def ns_prefix(thread_id: str, ns: str) -> bytes:
-    """``checkpoint_key(thread_id, ns)``, kept for the last 1,024 namespaces (bytes of
-    two strings: no stored data is cached)."""
+    """``checkpoint_key(thread_id, ns)``, kept for the last 1,024 short namespaces
+    (bytes of two strings: no stored data is cached)."""
+    if len(thread_id) + len(ns) > _CACHED_CHARS:
+        return checkpoint_key(thread_id, ns)
+    return _ns_prefix(thread_id, ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ns_prefix(thread_id: str, ns: str) -> bytes:
     return checkpoint_key(thread_id, ns)
 
 
-@functools.lru_cache(maxsize=1024)
 def _thread_ns(thread_id: str, ns: str) -> bytes:
     """``thread_ns(thread_id, ns)``, kept as :func:`ns_prefix` is."""
+    if len(thread_id) + len(ns) > _CACHED_CHARS:
+        return thread_ns(thread_id, ns)
+    return _thread_ns_cached(thread_id, ns)
+
+
+@functools.lru_cache(maxsize=1024)
+def _thread_ns_cached(thread_id: str, ns: str) -> bytes:
     return thread_ns(thread_id, ns)
 
 
@@ -304,12 +323,14 @@ def view_head(view: CheckpointView, entry: Entry) -> tuple[bytes, bytes]:
 
 def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, bytes]:
     """The checkpoint's parts (name -> packed serde bytes), every object hash-checked:
-    its state parts and, for either layout, ``checkpoint`` and ``metadata``."""
-    got = StateReads(store.backend, txn).state_and_metadata(entry.cid)
-    if got is None:  # not stored: the view names it (pruned, or no such checkpoint)
-        with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
-            return _with_head(view.state(), view.manifest.metadata, entry)
-    return _with_head(got[0], got[1], entry)
+    its state parts and, for either layout, ``checkpoint`` and ``metadata``.
+
+    Through a :class:`CheckpointView`, not :class:`StateReads`: the maintenance
+    paths read one checkpoint at a time, and tests use this as the oracle the fast
+    path (:class:`Loader`) is compared with (audit23: it must not share that path).
+    """
+    with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+        return _with_head(view.state(), view.manifest.metadata, entry)
 
 
 #: Values a serde may hand to more than one tuple: none can be changed.

@@ -96,21 +96,24 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         super().__init__(serde=serde)
         self.store = store
         self._writer = Writer(store, self.serde)
-        #: (serde, part_loader(serde), msgpack_loader(serde)): built once, rebuilt if
-        #: ``self.serde`` is replaced.
-        self._loader_of: tuple[Any, Callable[[Any, str], Any], Callable[[bytes], Any] | None] = (
-            self.serde,
-            part_loader(self.serde),
-            msgpack_loader(self.serde),
-        )
+        #: (serde, its loads_typed, part_loader(serde), msgpack_loader(serde)): built
+        #: once, rebuilt when ``self.serde`` or its ``loads_typed`` is replaced.
+        self._loader_of: tuple[
+            Any, Any, Callable[[Any, str], Any], Callable[[bytes], Any] | None
+        ] = _loaders_of(self.serde)
 
     def _loader(self, txn: Any) -> Loader:
-        """A Loader on ``txn`` with this saver's serde and its cached part loader."""
+        """A Loader on ``txn`` with this saver's serde and its cached part loader.
+
+        The loaders are rebuilt when the serde's ``loads_typed`` is another function
+        than when they were built (patched on the instance or the class since): a
+        read always decodes as ``serde.loads_typed`` would now (audit23).
+        """
         serde = self.serde
         held = self._loader_of
-        if held[0] is not serde:
-            held = self._loader_of = (serde, part_loader(serde), msgpack_loader(serde))
-        return Loader(txn, self.store, serde, held[1], held[2])
+        if held[0] is not serde or held[1] != _loads_of(serde):
+            held = self._loader_of = _loaders_of(serde)
+        return Loader(txn, self.store, serde, held[2], held[3])
 
     @classmethod
     @contextmanager
@@ -415,6 +418,20 @@ class AsyncCpstoreSaver(CpstoreSaver):
             yield cls(store, serde=serde)
         finally:
             await loop.run_in_executor(None, store.close)
+
+
+def _loads_of(serde: Any) -> Any:
+    """What ``serde.loads_typed`` is now: the instance's own, else the class's function."""
+    own = getattr(serde, "__dict__", None)
+    if own is not None and "loads_typed" in own:
+        return own["loads_typed"]
+    return getattr(type(serde), "loads_typed", None)
+
+
+def _loaders_of(
+    serde: Any,
+) -> tuple[Any, Any, Callable[[Any, str], Any], Callable[[bytes], Any] | None]:
+    return serde, _loads_of(serde), part_loader(serde), msgpack_loader(serde)
 
 
 def _take(it: Iterator[T], n: int) -> list[T]:
