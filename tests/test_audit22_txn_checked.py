@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import lmdb
 import pytest
 from stored import damage
+from test_put_hint_guard import _ROW_DAMAGES, _damage_row
 
 import cpstore
 from cpstore.errors import ConflictError, IntegrityError
@@ -232,4 +234,70 @@ def test_batches_beside_another_process_writing_and_sweeping_shared_parts_land_w
             with store.read(cid) as view:
                 assert view.state() == state
         _hints_match_index(store, list(done))
+        assert store.verify().ok
+
+
+@pytest.mark.parametrize("how", _ROW_DAMAGES)
+def test_an_inherited_part_whose_row_is_damaged_refuses_a_batch_of_three(
+    tmp_path: Path, how: str
+) -> None:
+    """hint_guard's row damages (its tests flush one checkpoint per txn) in a batch of
+    three that all inherit the victim: refused whole, the branch stays at the head."""
+    with cpstore.open(tmp_path / "s", durability="batched", batch_size=1000) as store:
+        rec = store.recorder("r")
+        states = _states(15)
+        head = ""
+        for step, s in enumerate(states[:12]):
+            head = rec.checkpoint(step, s)
+        store.flush()
+        with store.read(head) as view:
+            parts = [bytes(d) for d in view.manifest.raw["state"]["parts"].values()]
+        keys = (parts[5], parts[7], bytes.fromhex(head))
+        damage(store, lambda txn, dbs: _damage_row(txn, dbs, keys, how))
+        for step, s in enumerate(states[12:], start=12):  # p2, p3, p4 change: p5 inherited
+            rec.checkpoint(step, s)
+        assert store.pending == 3
+        with pytest.raises(IntegrityError):
+            store.flush()
+        assert store.ref("r") == head
+
+
+def test_sync_groups_of_threads_sharing_parts_store_what_each_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """Four threads record (sync: group commits) runs with the same part digests, two of
+    them racing on one branch: every acknowledged checkpoint reads back whole with the
+    index's hints, only the racing pair meets ConflictError, verify is clean."""
+    acked: dict[str, dict[str, str]] = {}
+    conflicts: dict[str, int] = {}
+    errors: list[BaseException] = []
+    with cpstore.open(tmp_path / "s", durability="sync") as store:
+        gate = threading.Barrier(4)
+
+        def record(run: str) -> None:
+            try:
+                rec = store.recorder(run.split(".", maxsplit=1)[0])
+                gate.wait()
+                for step, state in enumerate(_states(40)):
+                    try:
+                        acked[rec.checkpoint(step, state)] = state
+                    except ConflictError:
+                        conflicts[run] = conflicts.get(run, 0) + 1
+                        rec = store.recorder(run.split(".", maxsplit=1)[0])  # from the new head
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=record, args=(run,)) for run in ("a", "b", "race.1", "race.2")
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert set(conflicts) <= {"race.1", "race.2"}
+        for cid, state in acked.items():
+            with store.read(cid) as view:
+                assert view.state() == state
+        _hints_match_index(store, list(acked))
         assert store.verify().ok
