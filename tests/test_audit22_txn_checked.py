@@ -301,3 +301,43 @@ def test_sync_groups_of_threads_sharing_parts_store_what_each_acknowledged(
                 assert view.state() == state
         _hints_match_index(store, list(acked))
         assert store.verify().ok
+
+
+@pytest.mark.parametrize("how", ["row names an object's entry", "entry of another kind"])
+def test_a_parent_record_damaged_between_batches_refuses_the_next_batch(
+    tmp_path: Path, how: str
+) -> None:
+    """The head's record location is damaged after its batch committed: the next batch
+    (the head is its first checkpoint's parent; the second's parent is the first, added
+    by that txn) is refused whole with IntegrityError, the branch stays."""
+    with cpstore.open(tmp_path / "s", durability="batched", batch_size=1000) as store:
+        rec = store.recorder("r")
+        states = _states(14)
+        head = ""
+        for step, s in enumerate(states[:12]):
+            head = rec.checkpoint(step, s)
+        store.flush()
+        with store.read(head) as view:
+            part = bytes(view.manifest.raw["state"]["parts"]["p1"])
+        cid = bytes.fromhex(head)
+
+        saved: list[tuple[str, bytes, bytes]] = []
+
+        def hurt(txn: Any, dbs: Any) -> None:
+            seq = bytes(txn.get(cid, db=dbs["cloc"]))
+            saved.extend([("cloc", cid, seq), ("heap", seq, bytes(txn.get(seq, db=dbs["heap"])))])
+            if how == "row names an object's entry":
+                txn.put(cid, bytes(txn.get(part, db=dbs["oloc"])), db=dbs["cloc"])
+            else:
+                seq = bytes(txn.get(cid, db=dbs["cloc"]))
+                entry = bytes(txn.get(seq, db=dbs["heap"]))
+                txn.put(seq, b"o" + entry[1:], db=dbs["heap"])
+
+        damage(store, hurt)
+        for step, s in enumerate(states[12:], start=12):
+            rec.checkpoint(step, s)
+        assert store.pending == 2
+        with pytest.raises(IntegrityError):
+            store.flush()
+        damage(store, lambda txn, dbs: [txn.put(k, v, db=dbs[t]) for t, k, v in saved])
+        assert store.ref("r") == head  # (undamaged again: the head's read checks its record)
