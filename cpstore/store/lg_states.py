@@ -25,6 +25,7 @@ from cpstore.errors import NotFoundError
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.decode import ALIKE_SCALARS
 from cpstore.store.fast_read import contents, read_parts
+from cpstore.store.model import created_at_of
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["StateReads"]
@@ -59,13 +60,15 @@ class StateReads:
     def state_and_metadata(self, cid: bytes) -> tuple[bytes | dict[str, Any], Any] | None:
         """:meth:`state` and the manifest's ``metadata`` field as decoded (hash-checked
         with the manifest against ``cid``, not shape-checked: the caller checks what it
-        uses; no other manifest field nor the header's ``created_at`` is looked at)."""
+        uses; no other manifest field is looked at; the header's ``created_at`` check is
+        verified, its value not used)."""
         backend, txn = self._backend, self._txn
         hints: list[bytes] = []
         try:
-            raw, _ = backend.load_raw(txn, cid, verify=True, full=False, hints=hints)
+            raw, header = backend.load_raw(txn, cid, verify=True, full=False, hints=hints)
         except NotFoundError:
             return None
+        created_at_of(header, cid)  # its check, as every verified read (CheckpointView)
         st = raw["state"]
         meta = raw.get("metadata")
         parts: dict[str, bytes] | None = st.get("parts")
