@@ -46,7 +46,8 @@ def _flip_created_at(store: Store, cid: bytes) -> None:
 
 
 def test_a_damaged_created_at_is_refused_by_get_tuple_list_and_state_reads(store: Store) -> None:
-    """get_tuple, list and StateReads raise IntegrityError naming created_at, as the view."""
+    """get_tuple, list and state_and_metadata raise IntegrityError naming created_at (the
+    manifest is used, as the view's manifest); a state-only read does not, as view.state()."""
     saver = CpstoreSaver(store)
     cp: dict[str, Any] = dict(empty_checkpoint())
     cp["channel_values"] = {"a": "x"}
@@ -61,5 +62,8 @@ def test_a_damaged_created_at_is_refused_by_get_tuple_list_and_state_reads(store
         fresh.get_tuple(config)
     with pytest.raises(IntegrityError, match="created_at"):
         list(fresh.list(conf))
-    with store.backend.read_txn() as txn, pytest.raises(IntegrityError, match="created_at"):
-        StateReads(store.backend, txn).state(cid)
+    with store.backend.read_txn() as txn:
+        reads = StateReads(store.backend, txn)
+        assert reads.state(cid) is not None  # the state alone: as CheckpointView.state()
+        with pytest.raises(IntegrityError, match="created_at"):
+            reads.state_and_metadata(cid)  # the manifest used: as CheckpointView.manifest

@@ -54,21 +54,25 @@ class StateReads:
         None when no record of ``cid`` is stored (the caller tells pruned from
         lost); IntegrityError naming damage.
         """
-        got = self.state_and_metadata(cid)
+        got = self._read(cid, header=False)  # as CheckpointView.state(): created_at unused
         return None if got is None else got[0]
 
     def state_and_metadata(self, cid: bytes) -> tuple[bytes | dict[str, Any], Any] | None:
         """:meth:`state` and the manifest's ``metadata`` field as decoded (hash-checked
         with the manifest against ``cid``, not shape-checked: the caller checks what it
         uses; no other manifest field is looked at; the header's ``created_at`` check is
-        verified, its value not used)."""
+        verified, its value not used: the manifest is used, as ``CheckpointView.manifest``)."""
+        return self._read(cid, header=True)
+
+    def _read(self, cid: bytes, *, header: bool) -> tuple[bytes | dict[str, Any], Any] | None:
         backend, txn = self._backend, self._txn
         hints: list[bytes] = []
         try:
-            raw, header = backend.load_raw(txn, cid, verify=True, full=False, hints=hints)
+            raw, head = backend.load_raw(txn, cid, verify=True, full=False, hints=hints)
         except NotFoundError:
             return None
-        created_at_of(header, cid)  # its check, as every verified read (CheckpointView)
+        if header:
+            created_at_of(head, cid)  # its check, as every verified use of the manifest
         st = raw["state"]
         meta = raw.get("metadata")
         parts: dict[str, bytes] | None = st.get("parts")
