@@ -6,7 +6,10 @@ heap entry carrying the part's kind and key (docs/store.md): a check of the entr
 the parent's hint names alone would acknowledge a checkpoint whose index row is
 damaged (no read through the index could serve the part). A wrong or stale hint
 in the parent's record is never trusted: the new record's hints are what the index
-says. Each case runs in every durability mode (one txn per put, or a batch in one).
+says. Each case runs in every durability mode: one txn per put, or (batched) a batch
+flushed after that one checkpoint, so the checks here are those of a one-checkpoint txn;
+the per-txn location record of a txn holding several checkpoints (``TxnChecked``) is
+pinned by ``tests/test_audit22_txn_checked.py`` and ``tests/test_put_txn_checked.py``.
 """
 
 from __future__ import annotations
