@@ -41,7 +41,6 @@ tables only: heap placement is the LMDB engine's (docs/store.md).
 
 from __future__ import annotations
 
-import functools
 import heapq
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -239,15 +238,14 @@ class Content:
         found: set[bytes] | None = None,
         known: dict[bytes, bytes] | None = None,
     ) -> bytes:
-        """The hint block of ``keys`` (objects): count, then each heap seq (4 bytes BE; 0 for
-        one in a legacy table, missing, or past 2**32 - 1). ``found`` gets every key whose
-        location checks (what :meth:`stored` says True of through the heap): the commit's
-        must-exist reads of those keys are answered here.
+        """The hint block of ``keys`` (objects): count, then each heap seq (4 bytes BE;
+        0 for one in a legacy table, missing, or past 2**32 - 1). ``found`` gets every
+        key whose location checks (what :meth:`stored` says True of through the heap):
+        the commit's must-exist reads of those keys are answered here.
 
-        ``known`` (with ``found``): key -> hint of the keys whose location checked earlier in
-        this same write txn (commit.TxnChecked); they are answered from it, the others read
-        (when none is known, as for each thread's first checkpoint in a group, the block
-        read is the answer), and every key that checks is added to it."""
+        ``known`` (with ``found``): key -> hint of the keys whose location checked
+        earlier in this same write txn (commit.TxnChecked); they are answered from it,
+        the others read, and every key that checks is added to it."""
         if known is not None and found is not None:
             return self._known_locations(txn, keys, found, known)
         index, heap, heads = self.index, self.heap, self.heads
@@ -263,7 +261,7 @@ class Content:
             # all(), not ``None in``: comparing a view with None costs ~0.25 us.
             if all(rows) and _ONLY_8.issuperset(map(len, rows)):
                 n = len(keys)
-                seqs_of, hints_of, _ = _plans(n)
+                seqs_of, hints_of = _plans(n)
                 seqs = seqs_of(b"".join(rows))
                 if max(seqs) < _HINT_LIMIT and _ONLY_16.issuperset(map(len, keys)):
                     entries: list[Any] = [get(seq, None, heap) for seq in rows]
@@ -302,14 +300,10 @@ class Content:
         if all(hit):  # a hint is 4 bytes, never empty
             found.update(keys)
             return len(keys).to_bytes(4, "big") + b"".join(hit)  # type: ignore[arg-type]
-        fresh = not any(hit)
-        missing = keys if fresh else [key for key, h in zip(keys, hit, strict=True) if h is None]
+        missing = [key for key, h in zip(keys, hit, strict=True) if h is None]
         new: set[bytes] = set()
         block = self.locations(txn, missing, new)
         found.update(new)
-        if fresh and new.issuperset(keys):  # every key checked: remembered in one step
-            known.update(zip(keys, _plans(len(keys))[2](block), strict=True))
-            return block
         at = 4
         for i, was in enumerate(hit):
             if was is None:
@@ -527,14 +521,17 @@ def next_seq(txn: Any, heap: Any) -> bytes:
 _ONLY_8 = frozenset((_SEQ_SIZE,))
 _ONLY_16 = frozenset((16,))
 _HINT_LIMIT = 1 << 32
+#: n -> (unpack of n 8-byte BE seqs, pack of a hint block of n): locations' fast path.
+_PLANS: dict[int, tuple[Callable[[bytes], tuple[int, ...]], Callable[..., bytes]]] = {}
 
 
-@functools.lru_cache(maxsize=256)
-def _plans(n: int) -> tuple[Callable[[bytes], tuple[Any, ...]], Callable[..., bytes], Any]:
-    """Locations' fast path for n keys: unpack of n 8-byte BE seqs, pack of a hint block of
-    n, split of a hint block into its n hints."""
-    st = struct.Struct
-    return (st(f">{n}Q").unpack, st(f">{n + 1}I").pack, st(f">4x{n * '4s'}").unpack)
+def _plans(n: int) -> tuple[Callable[[bytes], tuple[int, ...]], Callable[..., bytes]]:
+    plan = _PLANS.get(n)
+    if plan is None:
+        plan = (struct.Struct(f">{n}Q").unpack, struct.Struct(f">{n + 1}I").pack)
+        if len(_PLANS) < 256:
+            _PLANS[n] = plan
+    return plan
 
 
 def objects_of(dbs: Mapping[str, Any]) -> Content:
