@@ -14,7 +14,12 @@ step in one fsync'd txn, with nothing else to do; :func:`run_raw_pipelined` the
 raw limit of pipelining groups (two groups of 2 writers alternating, each
 committed with ``MDB_NOMETASYNC`` and acknowledged after an ``fdatasync`` begun
 after its commit returned, so one group's txn runs while the other's syncs),
-with and without a stand-in for cpstore's CPU per put (:data:`CPU_STAND_IN`).
+with and without a stand-in for cpstore's CPU per put (:data:`CPU_STAND_IN`);
+``raw_group_threads.run_raw_grouped_threads`` the raw limit of grouping with 4 real
+writer threads (each builds its step, a ``threading.Barrier`` whose action commits
+all 4 in one txn that also reads every part back and compare-and-sets a head: the
+GIL hand-offs and the least checking a verified commit does), bare and with
+:data:`CPU_STAND_IN`.
 
 Each writer records its own LangGraph thread (cpstore: its own run) of the
 issue-12 workload (10 channels x 1 KB, one changes per step), ``WRITES`` puts.
@@ -54,6 +59,7 @@ from bench_store import (
     needs_peers,
 )
 from pytest_benchmark.fixture import BenchmarkFixture
+from raw_group_threads import contenders as threaded_raw
 
 from cpstore.store.facade import open as open_store
 
@@ -491,6 +497,7 @@ def test_group_commit_threads(
     contenders["raw LMDB pipelined 2x2 +cpu"] = lambda: run_raw_pipelined(
         tmp_path_factory.mktemp("gcq"), wls, cpu=True
     )
+    contenders.update(threaded_raw(tmp_path_factory.mktemp, wls, CPU_STAND_IN))
     interleave(
         benchmark,
         f"group commit, {WRITERS} writer threads (aggregate)",
@@ -519,6 +526,27 @@ def test_group_commit_threads(
                 None,
                 True,
                 "pipelined groups of 2 vs one group of 4, with cpstore's CPU per put",
+            ),
+            Comparison(
+                "raw LMDB grouped 4 threads",
+                "SqliteSaver FULL 4 threads",
+                None,
+                True,
+                "raw limit of grouping 4 threads (GIL hand-offs, checks) vs peer",
+            ),
+            Comparison(
+                "raw LMDB grouped 4 threads +cpu",
+                "SqliteSaver FULL 4 threads",
+                None,
+                True,
+                "the same with cpstore's CPU per put vs peer",
+            ),
+            Comparison(
+                "cpstore 4 threads",
+                "raw LMDB grouped 4 threads +cpu",
+                None,
+                True,
+                "cpstore vs the leanest 4-thread group at its CPU per put",
             ),
         ],
         items=WRITERS * writes,
