@@ -422,13 +422,23 @@ class Loader:
             return None
         head, head_meta, parts = got
         load, prev, opts = self._load, self._prev, self._opts
-        where = f"checkpoint {entry.cid.hex()}"
-        checkpoint = load(head, where)
-        metadata = load(head_meta, where)
+        hook, option = opts if opts is not None else (None, 0)
+        if (
+            hook is not None
+            and type(head) is bytes
+            and type(head_meta) is bytes
+            and head.startswith(_MSGPACK)
+            and head_meta.startswith(_MSGPACK)
+        ):  # load(), inline
+            checkpoint = _unpackb(head[_MSGPACK_AT:], ext_hook=hook, option=option)
+            metadata = _unpackb(head_meta[_MSGPACK_AT:], ext_hook=hook, option=option)
+        else:
+            where = f"checkpoint {entry.cid.hex()}"
+            checkpoint = load(head, where)
+            metadata = load(head_meta, where)
         values: dict[str, Any] = {}
         share = self._share
         kept: dict[str, tuple[bytes, Any, str]] = {}
-        hook, option = opts if opts is not None else (None, 0)
         for name, part in parts.items():
             if prev:
                 hit = prev.get(name)
