@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import msgspec
+import ormsgpack
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 
 from cpstore.errors import IntegrityError
@@ -22,7 +23,7 @@ from cpstore.langgraph._codec import (
     HEAD_KEY,
     LIST_KIND,
     load_value,
-    msgpack_loader,
+    msgpack_options,
     part_loader,
     unpack_head,
 )
@@ -30,6 +31,7 @@ from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
 from cpstore.store.lg_index import (
+    WRITE_PREFIX,
     checked,
     checkpoint_key,
     scan,
@@ -67,6 +69,10 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
     have: list[str]
 
 
+#: ``tuple.__new__``: a NamedTuple of its fields in order, without the class's
+#: Python-level ``__new__`` (the same object, one Python call less).
+_new_tuple = tuple.__new__
+_unpackb = ormsgpack.unpackb
 _decode_body = msgspec.msgpack.Decoder(_Body).decode
 _FIELDS = ("cp", "run", "branch", "parent", "run_id", "have")
 _BODY_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
@@ -111,10 +117,10 @@ class Entry(NamedTuple):
             except _BODY_ERRORS:
                 pass  # not the common shape: the generic path below
             else:
-                return cls(
+                return _new_tuple(cls, (
                     thread_id, ns, checkpoint_id, b.cp, b.run, b.branch, b.parent, b.run_id,
                     tuple(b.have),
-                )  # fmt: skip
+                ))  # fmt: skip
         body = unpack(key, value)
         try:
             cp, run, branch, parent, run_id, have = (body[f] for f in _FIELDS)
@@ -340,19 +346,19 @@ _IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
 class Loader:
     """CheckpointTuples of index entries, read in one read txn the caller owns.
 
-    One per ``get_tuple``, one per ``list`` batch. The states are read by
-    :class:`~cpstore.store.lg_states.StateReads` (every object hash-checked,
-    once per txn). A channel whose part is the very object the last tuple
-    decoded (StateReads hands out the one object again for a part it checked
-    before in this txn) takes that tuple's value when it is immutable (str,
-    bytes, numbers, None): the same stored bytes, the same serde, the same
-    value. Any other value is decoded afresh for each tuple, so no two tuples
-    share a list, a dict or a message.
+    One per ``get_tuple`` (``share=False``), one per ``list`` batch. The states
+    are read by :class:`~cpstore.store.lg_states.StateReads` (every object
+    hash-checked, once per txn). With ``share`` (a ``list`` batch), a channel
+    whose part is the very object the last tuple decoded (StateReads hands out
+    the one object again for a part it checked before in this txn) takes that
+    tuple's value when it is immutable (str, bytes, numbers, None): the same
+    stored bytes, the same serde, the same value. Any other value is decoded
+    afresh for each tuple, so no two tuples share a list, a dict or a message.
     """
 
     __slots__ = (
-        "_cursor", "_fast", "_load", "_loads", "_meta", "_prev",
-        "_reads", "_serde", "_tombstones", "_txn",
+        "_cursor", "_load", "_loads", "_meta", "_opts", "_prev", "_reads",
+        "_serde", "_share", "_tombstones", "_txn", "_written",
     )  # fmt: skip
 
     def __init__(
@@ -361,7 +367,9 @@ class Loader:
         store: Store,
         serde: Any,
         load: Callable[[Any, str], Any] | None = None,
-        fast: Callable[[bytes], Any] | None = None,
+        opts: tuple[Callable[..., Any], int] | None = None,
+        *,
+        share: bool = True,
     ) -> None:
         backend = store.backend
         self._txn = txn
@@ -370,16 +378,22 @@ class Loader:
         self._loads = serde.loads_typed
         #: ``part_loader(serde)``; a saver passes the one it built for this serde.
         self._load = part_loader(serde) if load is None else load
-        #: ``msgpack_loader(serde)`` (passed with ``load``): a msgpack part decoded in
-        #: the loop below without a call through ``load``.
-        self._fast = msgpack_loader(serde) if load is None else fast
+        #: ``msgpack_options(serde)`` (passed with ``load``): a msgpack part decoded in
+        #: the loop below by ``ormsgpack.unpackb`` called there, with no call between.
+        self._opts = msgpack_options(serde) if load is None else opts
         self._meta = backend.db("meta")
         self._tombstones = backend.db("tombstones")
         self._cursor: Any = None
+        #: Whether values of one tuple are kept for the next (a ``list`` batch).
+        self._share = share
         #: part name -> (the part, its immutable serde value, channel) of the last tuple.
         #: StateReads hands out the one bytes object again for a part it read before in
         #: this txn, so ``is`` finds a channel the last checkpoint already held.
         self._prev: dict[str, tuple[bytes, Any, str]] = {}
+        #: thread_ns(thread, ns) -> whether any pending write of that namespace is
+        #: stored (in this txn's snapshot): a ``list`` batch of a namespace without
+        #: writes seeks once, not once per checkpoint.
+        self._written: dict[bytes, bool] = {}
 
     def _read(self, entry: Entry) -> tuple[bytes, bytes, dict[str, bytes]] | None:
         """:func:`_head` of the entry's checkpoint; None when retention pruned it."""
@@ -407,25 +421,40 @@ class Loader:
         if got is None:
             return None
         head, head_meta, parts = got
-        load, prev, fast = self._load, self._prev, self._fast
-        where = f"checkpoint {entry.cid.hex()}"
-        checkpoint = load(head, where)
-        metadata = load(head_meta, where)
+        load, prev, opts = self._load, self._prev, self._opts
+        hook, option = opts if opts is not None else (None, 0)
+        if (
+            hook is not None
+            and type(head) is bytes
+            and type(head_meta) is bytes
+            and head.startswith(_MSGPACK)
+            and head_meta.startswith(_MSGPACK)
+        ):  # load(), inline
+            checkpoint = _unpackb(head[_MSGPACK_AT:], ext_hook=hook, option=option)
+            metadata = _unpackb(head_meta[_MSGPACK_AT:], ext_hook=hook, option=option)
+        else:
+            where = f"checkpoint {entry.cid.hex()}"
+            checkpoint = load(head, where)
+            metadata = load(head_meta, where)
         values: dict[str, Any] = {}
+        share = self._share
         kept: dict[str, tuple[bytes, Any, str]] = {}
         for name, part in parts.items():
-            hit = prev.get(name)
-            if hit is not None and hit[0] is part:
-                values[hit[2]] = hit[1]
-                kept[name] = hit
-                continue
+            if prev:
+                hit = prev.get(name)
+                if hit is not None and hit[0] is part:
+                    values[hit[2]] = hit[1]
+                    kept[name] = hit
+                    continue
             if not name.startswith(CHANNEL):
                 continue
             channel = name[_CHANNEL_AT:]
             if type(part) is bytes:
-                if fast is not None and part.startswith(_MSGPACK):  # load(), inline
-                    value = values[channel] = fast(part[_MSGPACK_AT:])
-                    if type(value) in _IMMUTABLE:
+                if hook is not None and part.startswith(_MSGPACK):  # load(), inline
+                    value = values[channel] = _unpackb(
+                        part[_MSGPACK_AT:], ext_hook=hook, option=option
+                    )
+                    if share and type(value) in _IMMUTABLE:
                         kept[name] = (part, value, channel)
                     continue
                 if part.startswith(_EMPTY):  # no value stored for the channel
@@ -435,20 +464,49 @@ class Loader:
                     values[channel] = load_value(self._serde, parts, channel, at)
                     continue
             value = values[channel] = load(part, name)
-            if type(value) in _IMMUTABLE:
+            if share and type(value) in _IMMUTABLE:
                 kept[name] = (part, value, channel)
         self._prev = kept
         checkpoint["channel_values"] = values
-        parent = None if entry.parent is None else _config(entry.thread_id, entry.ns, entry.parent)
-        return CheckpointTuple(entry.config(), checkpoint, metadata, parent, self._writes(entry))
+        thread_id, ns, parent = entry.thread_id, entry.ns, entry.parent
+        # Dict literals and tuple.__new__ (the fields in order): what _config and
+        # CheckpointTuple(...) build, without their Python-level calls.
+        config = {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": entry.checkpoint_id,
+            }
+        }
+        parent_config = (
+            None
+            if parent is None
+            else {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": parent,
+                }
+            }
+        )
+        return _new_tuple(
+            CheckpointTuple, (config, checkpoint, metadata, parent_config, self._writes(entry))
+        )
 
     def _writes(self, entry: Entry) -> list[PendingWrite]:
         """The entry's pending writes (most checkpoints have none: one cursor seek)."""
-        prefix = write_prefix(_thread_ns(entry.thread_id, entry.ns), entry.checkpoint_id)
+        names = _thread_ns(entry.thread_id, entry.ns)
         cursor = self._cursor
         if cursor is None:
             cursor = self._cursor = self._txn.cursor(db=self._meta)
-        if not cursor.set_range(prefix) or not bytes(cursor.key()).startswith(prefix):
+        if self._share:  # a list batch: is any write of the namespace stored at all?
+            written = self._written.get(names)
+            if written is None:
+                under = WRITE_PREFIX + names
+                written = self._written[names] = _starts(cursor, under)
+            if not written:
+                return []
+        if not _starts(cursor, write_prefix(names, entry.checkpoint_id)):
             return []
         loads = self._loads
         return [
@@ -457,6 +515,11 @@ class Loader:
                 self._txn, self._meta, entry.thread_id, entry.ns, entry.checkpoint_id
             )
         ]
+
+
+def _starts(cursor: Any, prefix: bytes) -> bool:
+    """Whether a key starting with ``prefix`` is stored (the cursor is moved to it)."""
+    return bool(cursor.set_range(prefix)) and bytes(cursor.key()[: len(prefix)]) == prefix
 
 
 _CHANNEL_AT = len(CHANNEL)

@@ -35,7 +35,7 @@ from cpstore.langgraph import _maintain
 from cpstore.langgraph._codec import (
     CHANNEL,
     load_value,
-    msgpack_loader,
+    msgpack_options,
     pack_typed,
     part_loader,
 )
@@ -96,13 +96,13 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         super().__init__(serde=serde)
         self.store = store
         self._writer = Writer(store, self.serde)
-        #: (serde, its loads_typed, part_loader(serde), msgpack_loader(serde)): built
+        #: (serde, its loads_typed, part_loader(serde), msgpack_options(serde)): built
         #: once, rebuilt when ``self.serde`` or its ``loads_typed`` is replaced.
         self._loader_of: tuple[
-            Any, Any, Callable[[Any, str], Any], Callable[[bytes], Any] | None
+            Any, Any, Callable[[Any, str], Any], tuple[Callable[..., Any], int] | None
         ] = _loaders_of(self.serde)
 
-    def _loader(self, txn: Any) -> Loader:
+    def _loader(self, txn: Any, *, share: bool = True) -> Loader:
         """A Loader on ``txn`` with this saver's serde and its cached part loader.
 
         The loaders are rebuilt when the serde's ``loads_typed`` is another function
@@ -113,7 +113,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         held = self._loader_of
         if held[0] is not serde or held[1] != _loads_of(serde):
             held = self._loader_of = _loaders_of(serde)
-        return Loader(txn, self.store, serde, held[2], held[3])
+        return Loader(txn, self.store, serde, held[2], held[3], share=share)
 
     @classmethod
     @contextmanager
@@ -137,7 +137,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             entry = entry_at(txn, backend.db("meta"), thread_id, ns, checkpoint_id)
             if entry is None:
                 return None
-            return self._loader(txn).tuple(entry)
+            return self._loader(txn, share=False).tuple(entry)
 
     def list(
         self,
@@ -430,8 +430,8 @@ def _loads_of(serde: Any) -> Any:
 
 def _loaders_of(
     serde: Any,
-) -> tuple[Any, Any, Callable[[Any, str], Any], Callable[[bytes], Any] | None]:
-    return serde, _loads_of(serde), part_loader(serde), msgpack_loader(serde)
+) -> tuple[Any, Any, Callable[[Any, str], Any], tuple[Callable[..., Any], int] | None]:
+    return serde, _loads_of(serde), part_loader(serde), msgpack_options(serde)
 
 
 def _take(it: Iterator[T], n: int) -> list[T]:
