@@ -16,14 +16,17 @@ from typing import Any, NamedTuple
 import msgspec
 from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
 
-from cpstore.errors import IntegrityError
+from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.langgraph._codec import (
     CHANNEL,
     HEAD_KEY,
     LIST_KIND,
+    PASS_THROUGH,
     load_value,
+    loads_checked,
     msgpack_loader,
     part_loader,
+    undecodable,
     unpack_head,
 )
 from cpstore.store import Store
@@ -31,7 +34,9 @@ from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
 from cpstore.store.lg_index import (
     checked,
+    checked_entry_key,
     checkpoint_key,
+    over_limit,
     scan,
     split_checkpoint_key,
     thread_ns,
@@ -223,8 +228,8 @@ def id_after(key: bytes, at: int) -> str:
 
 
 def entry_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
-    """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes)."""
-    return ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+    """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes, the same size check)."""
+    return checked_entry_key(ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,11 +257,25 @@ def stored_writes(
         body = unpack(key, value)
         try:
             path, task_id, idx, channel, kind, data = body
-            out.append(StoredWrite(path, task_id, idx, channel, (kind, bytes(data))))
         except (TypeError, ValueError):
+            path = None  # not a list of six fields
+        if not (
+            type(path) is str
+            and type(task_id) is str
+            and type(idx) is int
+            and type(channel) is str
+            and type(kind) is str
+            and type(data) is bytes
+        ):
+            # An int ``data`` would become that many zero bytes through bytes() (audit23's
+            # finding on index entries): every field's type is checked as written.
             raise IntegrityError(
-                "pending write has the wrong shape", where=f"meta/{key!r}"
-            ) from None
+                "pending write has the wrong shape",
+                where=f"meta/{key!r}",
+                expected="[task_path, task_id, idx, channel, type, bytes]",
+                got=repr(body)[:80],
+            )
+        out.append(StoredWrite(path, task_id, idx, channel, (kind, data)))
     out.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
     return out
 
@@ -351,7 +370,7 @@ class Loader:
     """
 
     __slots__ = (
-        "_cursor", "_fast", "_load", "_loads", "_meta", "_prev",
+        "_cursor", "_fast", "_load", "_meta", "_prev",
         "_reads", "_serde", "_tombstones", "_txn",
     )  # fmt: skip
 
@@ -367,7 +386,6 @@ class Loader:
         self._txn = txn
         self._reads = StateReads(backend, txn)
         self._serde = serde
-        self._loads = serde.loads_typed
         #: ``part_loader(serde)``; a saver passes the one it built for this serde.
         self._load = part_loader(serde) if load is None else load
         #: ``msgpack_loader(serde)`` (passed with ``load``): a msgpack part decoded in
@@ -409,8 +427,15 @@ class Loader:
         head, head_meta, parts = got
         load, prev, fast = self._load, self._prev, self._fast
         where = f"checkpoint {entry.cid.hex()}"
-        checkpoint = load(head, where)
-        metadata = load(head_meta, where)
+        checkpoint = load(head, where + ": head checkpoint")
+        metadata = load(head_meta, where + ": head metadata")
+        if type(checkpoint) is not dict or type(metadata) is not dict:
+            raise IntegrityError(
+                "a LangGraph checkpoint head does not decode to two maps",
+                where=where,
+                expected="checkpoint dict, metadata dict",
+                got=(type(checkpoint).__name__, type(metadata).__name__),
+            )
         values: dict[str, Any] = {}
         kept: dict[str, tuple[bytes, Any, str]] = {}
         for name, part in parts.items():
@@ -424,7 +449,12 @@ class Loader:
             channel = name[_CHANNEL_AT:]
             if type(part) is bytes:
                 if fast is not None and part.startswith(_MSGPACK):  # load(), inline
-                    value = values[channel] = fast(part[_MSGPACK_AT:])
+                    try:
+                        value = values[channel] = fast(part[_MSGPACK_AT:])
+                    except PASS_THROUGH:
+                        raise
+                    except Exception as exc:  # the serde's refusal of hash-checked bytes
+                        raise undecodable(exc, f"{where}: state[{name!r}]") from exc
                     if type(value) in _IMMUTABLE:
                         kept[name] = (part, value, channel)
                     continue
@@ -434,7 +464,7 @@ class Loader:
                     at = f"state[{name!r}] of {entry.cid.hex()}"
                     values[channel] = load_value(self._serde, parts, channel, at)
                     continue
-            value = values[channel] = load(part, name)
+            value = values[channel] = load(part, f"{where}: state[{name!r}]")
             if type(value) in _IMMUTABLE:
                 kept[name] = (part, value, channel)
         self._prev = kept
@@ -450,13 +480,21 @@ class Loader:
             cursor = self._cursor = self._txn.cursor(db=self._meta)
         if not cursor.set_range(prefix) or not bytes(cursor.key()).startswith(prefix):
             return []
-        loads = self._loads
+        serde = self._serde
         return [
-            (w.task_id, w.channel, loads(w.typed))
+            (w.task_id, w.channel, loads_checked(serde, w.typed, _write_where(entry, w)))
             for w in stored_writes(
                 self._txn, self._meta, entry.thread_id, entry.ns, entry.checkpoint_id
             )
         ]
+
+
+def _write_where(entry: Entry, w: StoredWrite) -> str:
+    """Where a pending write is, for an error naming it."""
+    return (
+        f"pending write {w.task_id!r}/{w.idx} ({w.channel!r}) of thread {entry.thread_id!r} "
+        f"checkpoint {entry.checkpoint_id}"
+    )
 
 
 _CHANNEL_AT = len(CHANNEL)
@@ -469,15 +507,24 @@ _EMPTY = b"empty\x00"
 def entry_at(
     txn: Txn[memoryview], meta: Any, thread_id: str, ns: str, checkpoint_id: str | None
 ) -> Entry | None:
-    """The entry of a checkpoint id, or the newest of the namespace when it is None."""
+    """The entry of a checkpoint id, or the newest of the namespace when it is None;
+    None when the names are too long to be stored (``lg_index.over_limit``)."""
+    try:
+        if checkpoint_id is not None:
+            key = entry_key(thread_id, ns, checkpoint_id)
+        else:
+            key = ns_prefix(thread_id, ns)
+    except InvalidInputError:
+        if over_limit(thread_id, ns, checkpoint_id or ""):
+            return None  # no entry has such a key: none is found, on either backend
+        raise
     if checkpoint_id is not None:
-        key = entry_key(thread_id, ns, checkpoint_id)
         found = txn.get(key, db=meta)
         if found is None:
             return None
         return Entry.decode(key, bytes(found), (thread_id, ns, checkpoint_id))
-    for key, value in entries(txn, meta, ns_prefix(thread_id, ns)):
-        return Entry.decode(key, value)
+    for k, value in entries(txn, meta, key):
+        return Entry.decode(k, value)
     return None
 
 
