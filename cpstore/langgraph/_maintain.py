@@ -14,7 +14,13 @@ from typing import Any
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
 from cpstore.errors import ConflictError
-from cpstore.langgraph._codec import CHANNEL, channel_parts, load_checkpoint, load_value
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    channel_parts,
+    load_checkpoint,
+    load_metadata,
+    load_value,
+)
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer
 from cpstore.store import Store
@@ -213,6 +219,7 @@ def _copy_one(
     head = {k: parts[k] for k in ("checkpoint", "metadata")}
     where = f"checkpoint {e.cid.hex()}"
     cp = load_checkpoint(writer.serde, parts["checkpoint"], where)
+    load_metadata(writer.serde, parts["metadata"], where)  # never copy what cannot be read
     versions = cp.get("channel_versions") or {}
     values = {k: channel_parts(parts, k, where) for k in versions if CHANNEL + k in parts}
     writer.commit(

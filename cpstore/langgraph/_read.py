@@ -28,11 +28,14 @@ from cpstore.langgraph._codec import (
     part_loader,
     undecodable,
     unpack_head,
+    unpack_typed,
 )
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
 from cpstore.store.lg_index import (
+    CHECKPOINT_PREFIX,
+    MAX_CHECKPOINT_NAMES,
     checked,
     checked_entry_key,
     checkpoint_key,
@@ -229,7 +232,12 @@ def id_after(key: bytes, at: int) -> str:
 
 def entry_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
     """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes, the same size check)."""
-    return checked_entry_key(ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8"))
+    key = ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+    return key if len(key) <= _ENTRY_KEY_MAX else checked_entry_key(key)
+
+
+#: The longest entry key :func:`checked_entry_key` passes (9 fixed bytes + the names).
+_ENTRY_KEY_MAX = MAX_CHECKPOINT_NAMES + len(CHECKPOINT_PREFIX) + 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,8 +343,13 @@ def view_head(view: CheckpointView, entry: Entry) -> tuple[bytes, bytes]:
     """The packed ``checkpoint`` and ``metadata`` of an open view, without its channels."""
     parts = view.manifest.raw["state"]["parts"]
     if "checkpoint" in parts and "metadata" in parts:
-        return view.state_part("checkpoint"), view.state_part("metadata")
-    ck, meta, _ = _head({}, view.manifest.metadata, entry)
+        ck, meta = view.state_part("checkpoint"), view.state_part("metadata")
+    else:
+        ck, meta, _ = _head({}, view.manifest.metadata, entry)
+    # both halves are serde pairs, though the caller (diff) decodes only the metadata
+    where = f"checkpoint {entry.cid.hex()}"
+    unpack_typed(ck, f"{where}: head checkpoint")
+    unpack_typed(meta, f"{where}: head metadata")
     return ck, meta
 
 
@@ -349,7 +362,13 @@ def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, by
     path (:class:`Loader`) is compared with (audit23: it must not share that path).
     """
     with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
-        return _with_head(view.state(), view.manifest.metadata, entry)
+        parts = _with_head(view.state(), view.manifest.metadata, entry)
+    # both halves are serde pairs, though a caller may decode only one (a copy writes
+    # the other as it is: a malformed half is refused here, never copied)
+    where = f"checkpoint {entry.cid.hex()}"
+    unpack_typed(parts["checkpoint"], f"{where}: head checkpoint")
+    unpack_typed(parts["metadata"], f"{where}: head metadata")
+    return parts
 
 
 #: Values a serde may hand to more than one tuple: none can be changed.
@@ -427,8 +446,8 @@ class Loader:
         head, head_meta, parts = got
         load, prev, fast = self._load, self._prev, self._fast
         where = f"checkpoint {entry.cid.hex()}"
-        checkpoint = load(head, where + ": head checkpoint")
-        metadata = load(head_meta, where + ": head metadata")
+        checkpoint = load(head, where)
+        metadata = load(head_meta, where)
         if type(checkpoint) is not dict or type(metadata) is not dict:
             raise IntegrityError(
                 "a LangGraph checkpoint head does not decode to two maps",

@@ -15,13 +15,21 @@ saver's reads turn a serde's refusal into :class:`IntegrityError`
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpstore.errors import CpstoreError, FormatVersionError, IntegrityError
 from cpstore.store.model import Problem
 
-__all__ = ["HEAD_KEY", "HEAD_LAYOUT", "LG_RUN_PREFIX", "head_problem", "split_head", "split_pair"]
+__all__ = [
+    "HEAD_KEY",
+    "HEAD_LAYOUT",
+    "LG_RUN_PREFIX",
+    "check_head",
+    "head_problem",
+    "split_head",
+    "split_pair",
+]
 
 #: The manifest metadata key holding a layout-2 checkpoint's head.
 HEAD_KEY = "lg"
@@ -66,8 +74,10 @@ def split_head(head: Any, where: str) -> tuple[bytes, bytes]:
     """The packed ``checkpoint`` and ``metadata`` serde pairs of a layout-2 head.
 
     IntegrityError when it is not bytes or its framing is wrong (a length past its
-    end, a half that is not a serde pair); FormatVersionError for a layout byte this
-    release does not know (a later release's head: never misread).
+    end); FormatVersionError for a layout byte this release does not know (a later
+    release's head: never misread). Whether each half is a serde pair is checked where
+    it is decoded (:func:`split_pair`, through ``_codec.unpack_typed``), so a read pays
+    for it once; :func:`check_head` (``verify()``) checks it here.
     """
     if type(head) is not bytes or len(head) < _HEAD_LEN.size:
         raise IntegrityError(
@@ -86,10 +96,30 @@ def split_head(head: Any, where: str) -> tuple[bytes, bytes]:
         raise IntegrityError(
             "a LangGraph checkpoint head is cut short", where=where, expected=end, got=len(head)
         )
-    checkpoint, metadata = head[_HEAD_LEN.size : end], head[end:]
-    split_pair(checkpoint, f"{where}: head checkpoint")
-    split_pair(metadata, f"{where}: head metadata")
-    return checkpoint, metadata
+    return head[_HEAD_LEN.size : end], head[end:]
+
+
+def check_head(head: Any, where: Callable[[], str]) -> None:
+    """:func:`split_head`'s checks and that each half is a serde pair (``verify()``),
+    without copying the halves: a head of the common shape (ASCII type tags) passes in
+    a few C-level steps; anything else goes through :func:`split_head` and
+    :func:`split_pair`, which raise naming ``where()`` (built only then)."""
+    if type(head) is bytes and len(head) >= _HEAD_LEN.size:
+        layout, n = _HEAD_LEN.unpack_from(head)
+        end = _HEAD_LEN.size + n
+        if layout == HEAD_LAYOUT and end <= len(head):
+            c1 = head.find(b"\x00", _HEAD_LEN.size, end)
+            c2 = head.find(b"\x00", end)
+            if (
+                c1 >= 0
+                and c2 >= 0
+                and head[_HEAD_LEN.size : c1].isascii()
+                and head[end:c2].isascii()
+            ):
+                return
+    checkpoint, metadata = split_head(head, where())
+    split_pair(checkpoint, f"{where()}: head checkpoint")
+    split_pair(metadata, f"{where()}: head metadata")
 
 
 def head_problem(run_id: str, metadata: Mapping[str, Any], where: str) -> Problem | None:
@@ -101,7 +131,7 @@ def head_problem(run_id: str, metadata: Mapping[str, Any], where: str) -> Proble
     if not run_id.startswith(LG_RUN_PREFIX) or HEAD_KEY not in metadata:
         return None
     try:
-        split_head(metadata[HEAD_KEY], f"{where}.metadata[{HEAD_KEY!r}]")
+        check_head(metadata[HEAD_KEY], lambda: f"{where}.metadata[{HEAD_KEY!r}]")
     except CpstoreError as exc:
         return Problem(exc.what, exc.where or where, exc.expected, exc.got)
     return None
