@@ -349,6 +349,9 @@ def test_verify_passes_a_well_formed_head_and_reports_one_cut_short(
     after = [p for p in store.verify().problems if p.where not in before]
     assert [p.what for p in after] == ["a LangGraph checkpoint head is cut short"]
     assert cid.hex() in after[0].where
+    # verify_checkpoint (cpstore verify --checkpoint) reports it too
+    one = store.verify_checkpoint(cid.hex())
+    assert [p.what for p in one] == ["a LangGraph checkpoint head is cut short"]
 
 
 @pytest.mark.parametrize("backend", ["lmdb", "postgresql"])
