@@ -24,19 +24,24 @@ from typing import Any
 import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from cpstore.errors import FormatVersionError, IntegrityError, InvalidInputError
+from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
+from cpstore.store.lg_head import HEAD_KEY, HEAD_LAYOUT, split_head, split_pair
 
 __all__ = [
     "CHANNEL",
     "HEAD_KEY",
     "HEAD_LAYOUT",
     "LIST_KIND",
+    "PASS_THROUGH",
     "SEGMENT",
     "branch_label",
     "channel_parts",
     "fork_branch",
+    "load_checkpoint",
+    "load_metadata",
     "load_value",
+    "loads_checked",
     "msgpack_loader",
     "msgpack_options",
     "pack_head",
@@ -44,6 +49,7 @@ __all__ = [
     "pack_value",
     "part_loader",
     "run_for",
+    "undecodable",
     "unpack_head",
     "unpack_typed",
 ]
@@ -57,11 +63,10 @@ LIST_KIND = "cpstore.list"
 #: A list segment closes once it holds at least this many bytes.
 SEGMENT_BYTES = 16 * 1024
 _NAME_LIMIT = 200
-#: The manifest metadata key holding a layout-2 checkpoint's head (:func:`pack_head`).
-HEAD_KEY = "lg"
-#: The LangGraph checkpoint layout this saver writes: 2, the head in the manifest's
-#: metadata (layout 1: the head as the state parts ``checkpoint`` and ``metadata``).
-HEAD_LAYOUT = 2
+# HEAD_KEY (the manifest metadata key holding a layout-2 head, :func:`pack_head`) and
+# HEAD_LAYOUT (2, the layout this saver writes; layout 1: the head as the state parts
+# ``checkpoint`` and ``metadata``) live with the head's framing in the store room
+# (cpstore/store/lg_head.py), where ``verify()`` checks it.
 _HEAD_LEN = struct.Struct(">BI")
 _LEN = struct.Struct("<I")
 _COUNT = struct.Struct("<Q")
@@ -112,13 +117,74 @@ def pack_typed(typed: tuple[str, bytes]) -> bytes:
 
 
 def unpack_typed(part: Any, where: str) -> tuple[str, bytes]:
-    """The serde ``(type, bytes)`` pair a state part holds."""
-    if isinstance(part, (bytes, bytearray, memoryview)):
-        raw = bytes(part)
-        cut = raw.find(b"\x00")
-        if cut >= 0:
-            return raw[:cut].decode("utf-8", "replace"), raw[cut + 1 :]
-    raise IntegrityError("not a LangGraph value part", where=where, got=type(part).__name__)
+    """The serde ``(type, bytes)`` pair a state part holds (IntegrityError when it is
+    not bytes, has no NUL or its type tag is not UTF-8: ``lg_head.split_pair``)."""
+    return split_pair(part, where)
+
+
+#: Exceptions a serde's decode lets through unchanged: cpstore's own, and running out
+#: of memory (no statement about the stored bytes).
+PASS_THROUGH: tuple[type[BaseException], ...] = (CpstoreError, MemoryError)
+
+
+def undecodable(exc: BaseException, where: str) -> IntegrityError:
+    """A serde's refusal of stored, hash-checked bytes, as IntegrityError naming where."""
+    return IntegrityError(
+        "a stored LangGraph value does not decode with the saver's serde",
+        where=where,
+        expected="bytes the serde decodes",
+        got=f"{type(exc).__name__}: {exc}",
+    )
+
+
+def loads_checked(serde: Any, typed: tuple[str, bytes], where: str) -> Any:
+    """``serde.loads_typed(typed)``; any refusal (an unknown type, bytes it cannot
+    decode) is :class:`IntegrityError` naming ``where``, never the serde's own exception."""
+    try:
+        return serde.loads_typed(typed)
+    except PASS_THROUGH:
+        raise
+    except Exception as exc:
+        raise undecodable(exc, where) from exc
+
+
+def load_checkpoint(serde: Any, part: Any, where: str) -> dict[str, Any]:
+    """The LangGraph checkpoint (without channel values) a packed head half holds.
+
+    IntegrityError when it does not decode, is not a map, or its ``channel_versions``
+    is present but not a map."""
+    where = f"{where}: head checkpoint"
+    cp = loads_checked(serde, unpack_typed(part, where), where)
+    if type(cp) is not dict:
+        raise IntegrityError(
+            "a LangGraph checkpoint head does not decode to a map",
+            where=where,
+            expected="dict",
+            got=type(cp).__name__,
+        )
+    versions = cp.get("channel_versions")
+    if versions is not None and not isinstance(versions, dict):
+        raise IntegrityError(
+            "a LangGraph checkpoint's channel_versions is not a map",
+            where=where,
+            expected="dict",
+            got=type(versions).__name__,
+        )
+    return cp
+
+
+def load_metadata(serde: Any, part: Any, where: str) -> dict[str, Any]:
+    """The LangGraph metadata a packed head half holds (IntegrityError unless a map)."""
+    where = f"{where}: head metadata"
+    md = loads_checked(serde, unpack_typed(part, where), where)
+    if type(md) is not dict:
+        raise IntegrityError(
+            "LangGraph checkpoint metadata does not decode to a map",
+            where=where,
+            expected="dict",
+            got=type(md).__name__,
+        )
+    return md
 
 
 def pack_head(checkpoint: bytes, metadata: bytes) -> bytes:
@@ -130,24 +196,11 @@ def pack_head(checkpoint: bytes, metadata: bytes) -> bytes:
 def unpack_head(head: Any, where: str) -> tuple[bytes, bytes]:
     """The packed ``checkpoint`` and ``metadata`` serde pairs of a layout-2 head.
 
-    IntegrityError when it is not bytes or its framing is wrong; FormatVersionError
-    for a layout byte this release does not know.
+    IntegrityError when it is not bytes or its framing is wrong (each half must be a
+    serde pair); FormatVersionError for a layout byte this release does not know
+    (``lg_head.split_head``, which ``verify()`` runs too).
     """
-    if type(head) is not bytes or len(head) < _HEAD_LEN.size:
-        raise IntegrityError(
-            "a LangGraph checkpoint head is malformed", where=where, got=type(head).__name__
-        )
-    layout, n = _HEAD_LEN.unpack_from(head)
-    if layout != HEAD_LAYOUT:
-        raise FormatVersionError(
-            "unknown LangGraph checkpoint layout", where=where, expected=HEAD_LAYOUT, got=layout
-        )
-    end = _HEAD_LEN.size + n
-    if end > len(head):
-        raise IntegrityError(
-            "a LangGraph checkpoint head is cut short", where=where, expected=end, got=len(head)
-        )
-    return head[_HEAD_LEN.size : end], head[end:]
+    return split_head(head, where)
 
 
 #: The prefix of a part holding a ``msgpack`` serde pair.
@@ -198,7 +251,8 @@ def msgpack_loader(serde: Any) -> Callable[[bytes], Any] | None:
 
 
 def part_loader(serde: Any) -> Callable[[Any, str], Any]:
-    """``load(part, where)``: ``serde.loads_typed(unpack_typed(part, where))``, in one call.
+    """``load(part, where)``: ``serde.loads_typed(unpack_typed(part, where))``, in one call;
+    a serde's refusal is :class:`IntegrityError` (:func:`undecodable`), as in :func:`loads_checked`.
 
     For the exact default :class:`JsonPlusSerializer` (its class's own
     ``loads_typed``, not overridden on the class or the instance, on a
@@ -216,14 +270,24 @@ def part_loader(serde: Any) -> Callable[[Any, str], Any]:
         unpackb = ormsgpack.unpackb
 
         def load_fast(part: Any, where: str) -> Any:
-            if type(part) is bytes and part.startswith(_MSGPACK):
-                return unpackb(part[_MSGPACK_AT:], ext_hook=hook, option=option)
-            return loads(unpack_typed(part, where))
+            try:
+                if type(part) is bytes and part.startswith(_MSGPACK):
+                    return unpackb(part[_MSGPACK_AT:], ext_hook=hook, option=option)
+                return loads(unpack_typed(part, where))
+            except PASS_THROUGH:
+                raise
+            except Exception as exc:
+                raise undecodable(exc, where) from exc
 
         return load_fast
 
     def load(part: Any, where: str) -> Any:
-        return loads(unpack_typed(part, where))
+        try:
+            return loads(unpack_typed(part, where))
+        except PASS_THROUGH:
+            raise
+        except Exception as exc:
+            raise undecodable(exc, where) from exc
 
     return load
 
@@ -410,10 +474,11 @@ def _list_head(data: bytes, where: str) -> tuple[str, bytes, int, int]:
 
 
 def load_value(serde: Any, parts: Mapping[str, Any], channel: str, where: str) -> Any:
-    """The value of ``channel`` the parts hold (IntegrityError when the framing is wrong)."""
+    """The value of ``channel`` the parts hold (IntegrityError when the framing is wrong
+    or the serde refuses the bytes)."""
     kind, data = unpack_typed(parts[CHANNEL + channel], where)
     if kind != LIST_KIND:
-        return serde.loads_typed((kind, data))
+        return loads_checked(serde, (kind, data), where)
     tag, prefix, segments, total = _list_head(data, where)
     pieces = [prefix]
     for i in range(segments):
@@ -428,4 +493,4 @@ def load_value(serde: Any, parts: Mapping[str, Any], channel: str, where: str) -
         raise IntegrityError(
             "a stored list value is malformed", where=where, expected=total, got=len(whole)
         )
-    return serde.loads_typed((tag, whole))
+    return loads_checked(serde, (tag, whole), where)

@@ -13,8 +13,14 @@ from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from cpstore.errors import ConflictError, NotFoundError
-from cpstore.langgraph._codec import CHANNEL, channel_parts, load_value, unpack_typed
+from cpstore.errors import ConflictError
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    channel_parts,
+    load_checkpoint,
+    load_metadata,
+    load_value,
+)
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer
 from cpstore.store import Store
@@ -150,7 +156,7 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
     if not stored(txn, store, latest):
         return kept
     parts = load_parts(txn, store, latest)
-    cp = serde.loads_typed(unpack_typed(parts["checkpoint"], "checkpoint"))
+    cp = load_checkpoint(serde, parts["checkpoint"], f"checkpoint {latest.cid.hex()}")
     missing = {c for c in cp.get("channel_versions") or {} if c not in latest.have}
     chain: list[Entry] = []
     at = latest.parent
@@ -161,7 +167,8 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
         if found and stored(txn, store, entry):
             held = load_parts(txn, store, entry)
             for c in found:
-                if isinstance(load_value(serde, held, c, c), _DeltaSnapshot):
+                at = f"state[{CHANNEL + c!r}] of {entry.cid.hex()}"
+                if isinstance(load_value(serde, held, c, at), _DeltaSnapshot):
                     kept.update(e.checkpoint_id for e in chain)
                 missing.discard(c)
         at = entry.parent
@@ -210,11 +217,11 @@ def _copy_one(
 ) -> None:
     parts, step, writes = read
     head = {k: parts[k] for k in ("checkpoint", "metadata")}
-    cp = writer.serde.loads_typed(unpack_typed(parts["checkpoint"], "checkpoint"))
+    where = f"checkpoint {e.cid.hex()}"
+    cp = load_checkpoint(writer.serde, parts["checkpoint"], where)
+    load_metadata(writer.serde, parts["metadata"], where)  # never copy what cannot be read
     versions = cp.get("channel_versions") or {}
-    if not isinstance(versions, dict):
-        raise NotFoundError("checkpoint without channel_versions", where=e.checkpoint_id)
-    values = {k: channel_parts(parts, k, e.checkpoint_id) for k in versions if CHANNEL + k in parts}
+    values = {k: channel_parts(parts, k, where) for k in versions if CHANNEL + k in parts}
     writer.commit(
         Put(
             target,

@@ -9,44 +9,39 @@ damaged byte anywhere is an :class:`IntegrityError`, never a wrong state.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import msgspec
-import ormsgpack
-from langgraph.checkpoint.base import CheckpointTuple, PendingWrite, writes_sort_key
+from langgraph.checkpoint.base import writes_sort_key
 
-from cpstore.errors import IntegrityError
+from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.langgraph._codec import (
-    CHANNEL,
     HEAD_KEY,
-    LIST_KIND,
-    load_value,
-    msgpack_options,
-    part_loader,
     unpack_head,
+    unpack_typed,
 )
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
 from cpstore.store.lg_index import (
-    WRITE_PREFIX,
+    CHECKPOINT_PREFIX,
+    MAX_CHECKPOINT_NAMES,
     checked,
+    checked_entry_key,
     checkpoint_key,
+    over_limit,
     scan,
     split_checkpoint_key,
     thread_ns,
     unpack,
     write_key,
-    write_prefix,
 )
-from cpstore.store.lg_states import StateReads
 from cpstore.store.reader import CheckpointView
 
 __all__ = [
     "Entry",
-    "Loader",
     "StoredWrite",
     "entries",
     "entry_key",
@@ -72,7 +67,7 @@ class _Body(msgspec.Struct, forbid_unknown_fields=True):
 #: ``tuple.__new__``: a NamedTuple of its fields in order, without the class's
 #: Python-level ``__new__`` (the same object, one Python call less).
 _new_tuple = tuple.__new__
-_unpackb = ormsgpack.unpackb
+
 _decode_body = msgspec.msgpack.Decoder(_Body).decode
 _FIELDS = ("cp", "run", "branch", "parent", "run_id", "have")
 _BODY_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
@@ -229,8 +224,13 @@ def id_after(key: bytes, at: int) -> str:
 
 
 def entry_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
-    """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes)."""
-    return ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+    """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes, the same size check)."""
+    key = ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+    return key if len(key) <= _ENTRY_KEY_MAX else checked_entry_key(key)
+
+
+#: The longest entry key :func:`checked_entry_key` passes (9 fixed bytes + the names).
+_ENTRY_KEY_MAX = MAX_CHECKPOINT_NAMES + len(CHECKPOINT_PREFIX) + 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,11 +258,25 @@ def stored_writes(
         body = unpack(key, value)
         try:
             path, task_id, idx, channel, kind, data = body
-            out.append(StoredWrite(path, task_id, idx, channel, (kind, bytes(data))))
         except (TypeError, ValueError):
+            path = None  # not a list of six fields
+        if not (
+            type(path) is str
+            and type(task_id) is str
+            and type(idx) is int
+            and type(channel) is str
+            and type(kind) is str
+            and type(data) is bytes
+        ):
+            # An int ``data`` would become that many zero bytes through bytes() (audit23's
+            # finding on index entries): every field's type is checked as written.
             raise IntegrityError(
-                "pending write has the wrong shape", where=f"meta/{key!r}"
-            ) from None
+                "pending write has the wrong shape",
+                where=f"meta/{key!r}",
+                expected="[task_path, task_id, idx, channel, type, bytes]",
+                got=repr(body)[:80],
+            )
+        out.append(StoredWrite(path, task_id, idx, channel, (kind, data)))
     out.sort(key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
     return out
 
@@ -322,8 +336,13 @@ def view_head(view: CheckpointView, entry: Entry) -> tuple[bytes, bytes]:
     """The packed ``checkpoint`` and ``metadata`` of an open view, without its channels."""
     parts = view.manifest.raw["state"]["parts"]
     if "checkpoint" in parts and "metadata" in parts:
-        return view.state_part("checkpoint"), view.state_part("metadata")
-    ck, meta, _ = _head({}, view.manifest.metadata, entry)
+        ck, meta = view.state_part("checkpoint"), view.state_part("metadata")
+    else:
+        ck, meta, _ = _head({}, view.manifest.metadata, entry)
+    # both halves are serde pairs, though the caller (diff) decodes only the metadata
+    where = f"checkpoint {entry.cid.hex()}"
+    unpack_typed(ck, f"{where}: head checkpoint")
+    unpack_typed(meta, f"{where}: head metadata")
     return ck, meta
 
 
@@ -333,214 +352,43 @@ def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, by
 
     Through a :class:`CheckpointView`, not :class:`StateReads`: the maintenance
     paths read one checkpoint at a time, and tests use this as the oracle the fast
-    path (:class:`Loader`) is compared with (audit23: it must not share that path).
+    path (:class:`~cpstore.langgraph._loader.Loader`) is compared with (audit23: it
+    must not share that path).
     """
     with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
-        return _with_head(view.state(), view.manifest.metadata, entry)
+        parts = _with_head(view.state(), view.manifest.metadata, entry)
+    # both halves are serde pairs, though a caller may decode only one (a copy writes
+    # the other as it is: a malformed half is refused here, never copied)
+    where = f"checkpoint {entry.cid.hex()}"
+    unpack_typed(parts["checkpoint"], f"{where}: head checkpoint")
+    unpack_typed(parts["metadata"], f"{where}: head metadata")
+    return parts
 
 
 #: Values a serde may hand to more than one tuple: none can be changed.
-_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
-
-
-class Loader:
-    """CheckpointTuples of index entries, read in one read txn the caller owns.
-
-    One per ``get_tuple`` (``share=False``), one per ``list`` batch. The states
-    are read by :class:`~cpstore.store.lg_states.StateReads` (every object
-    hash-checked, once per txn). With ``share`` (a ``list`` batch), a channel
-    whose part is the very object the last tuple decoded (StateReads hands out
-    the one object again for a part it checked before in this txn) takes that
-    tuple's value when it is immutable (str, bytes, numbers, None): the same
-    stored bytes, the same serde, the same value. Any other value is decoded
-    afresh for each tuple, so no two tuples share a list, a dict or a message.
-    """
-
-    __slots__ = (
-        "_cursor", "_load", "_loads", "_meta", "_opts", "_prev", "_reads",
-        "_serde", "_share", "_tombstones", "_txn", "_written",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        txn: Txn[memoryview],
-        store: Store,
-        serde: Any,
-        load: Callable[[Any, str], Any] | None = None,
-        opts: tuple[Callable[..., Any], int] | None = None,
-        *,
-        share: bool = True,
-    ) -> None:
-        backend = store.backend
-        self._txn = txn
-        self._reads = StateReads(backend, txn)
-        self._serde = serde
-        self._loads = serde.loads_typed
-        #: ``part_loader(serde)``; a saver passes the one it built for this serde.
-        self._load = part_loader(serde) if load is None else load
-        #: ``msgpack_options(serde)`` (passed with ``load``): a msgpack part decoded in
-        #: the loop below by ``ormsgpack.unpackb`` called there, with no call between.
-        self._opts = msgpack_options(serde) if load is None else opts
-        self._meta = backend.db("meta")
-        self._tombstones = backend.db("tombstones")
-        self._cursor: Any = None
-        #: Whether values of one tuple are kept for the next (a ``list`` batch).
-        self._share = share
-        #: part name -> (the part, its immutable serde value, channel) of the last tuple.
-        #: StateReads hands out the one bytes object again for a part it read before in
-        #: this txn, so ``is`` finds a channel the last checkpoint already held.
-        self._prev: dict[str, tuple[bytes, Any, str]] = {}
-        #: thread_ns(thread, ns) -> whether any pending write of that namespace is
-        #: stored (in this txn's snapshot): a ``list`` batch of a namespace without
-        #: writes seeks once, not once per checkpoint.
-        self._written: dict[bytes, bool] = {}
-
-    def _read(self, entry: Entry) -> tuple[bytes, bytes, dict[str, bytes]] | None:
-        """:func:`_head` of the entry's checkpoint; None when retention pruned it."""
-        got = self._reads.state_and_metadata(entry.cid)
-        if got is None:
-            _pruned(self._txn, self._tombstones, entry)
-            return None
-        return _head(got[0], got[1], entry)
-
-    def parts(self, entry: Entry) -> dict[str, bytes] | None:
-        """The entry's parts as :func:`load_parts` gives them; None when retention pruned it."""
-        got = self._read(entry)
-        if got is None:
-            return None
-        ck, meta, parts = got
-        return (
-            parts
-            if parts.get("checkpoint") is ck
-            else {**parts, "checkpoint": ck, "metadata": meta}
-        )
-
-    def tuple(self, entry: Entry) -> CheckpointTuple | None:
-        """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
-        got = self._read(entry)
-        if got is None:
-            return None
-        head, head_meta, parts = got
-        load, prev, opts = self._load, self._prev, self._opts
-        hook, option = opts if opts is not None else (None, 0)
-        if (
-            hook is not None
-            and type(head) is bytes
-            and type(head_meta) is bytes
-            and head.startswith(_MSGPACK)
-            and head_meta.startswith(_MSGPACK)
-        ):  # load(), inline
-            checkpoint = _unpackb(head[_MSGPACK_AT:], ext_hook=hook, option=option)
-            metadata = _unpackb(head_meta[_MSGPACK_AT:], ext_hook=hook, option=option)
-        else:
-            where = f"checkpoint {entry.cid.hex()}"
-            checkpoint = load(head, where)
-            metadata = load(head_meta, where)
-        values: dict[str, Any] = {}
-        share = self._share
-        kept: dict[str, tuple[bytes, Any, str]] = {}
-        for name, part in parts.items():
-            if prev:
-                hit = prev.get(name)
-                if hit is not None and hit[0] is part:
-                    values[hit[2]] = hit[1]
-                    kept[name] = hit
-                    continue
-            if not name.startswith(CHANNEL):
-                continue
-            channel = name[_CHANNEL_AT:]
-            if type(part) is bytes:
-                if hook is not None and part.startswith(_MSGPACK):  # load(), inline
-                    value = values[channel] = _unpackb(
-                        part[_MSGPACK_AT:], ext_hook=hook, option=option
-                    )
-                    if share and type(value) in _IMMUTABLE:
-                        kept[name] = (part, value, channel)
-                    continue
-                if part.startswith(_EMPTY):  # no value stored for the channel
-                    continue
-                if part.startswith(_LIST):
-                    at = f"state[{name!r}] of {entry.cid.hex()}"
-                    values[channel] = load_value(self._serde, parts, channel, at)
-                    continue
-            value = values[channel] = load(part, name)
-            if share and type(value) in _IMMUTABLE:
-                kept[name] = (part, value, channel)
-        self._prev = kept
-        checkpoint["channel_values"] = values
-        thread_id, ns, parent = entry.thread_id, entry.ns, entry.parent
-        # Dict literals and tuple.__new__ (the fields in order): what _config and
-        # CheckpointTuple(...) build, without their Python-level calls.
-        config = {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": entry.checkpoint_id,
-            }
-        }
-        parent_config = (
-            None
-            if parent is None
-            else {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "checkpoint_id": parent,
-                }
-            }
-        )
-        return _new_tuple(
-            CheckpointTuple, (config, checkpoint, metadata, parent_config, self._writes(entry))
-        )
-
-    def _writes(self, entry: Entry) -> list[PendingWrite]:
-        """The entry's pending writes (most checkpoints have none: one cursor seek)."""
-        names = _thread_ns(entry.thread_id, entry.ns)
-        cursor = self._cursor
-        if cursor is None:
-            cursor = self._cursor = self._txn.cursor(db=self._meta)
-        if self._share:  # a list batch: is any write of the namespace stored at all?
-            written = self._written.get(names)
-            if written is None:
-                under = WRITE_PREFIX + names
-                written = self._written[names] = _starts(cursor, under)
-            if not written:
-                return []
-        if not _starts(cursor, write_prefix(names, entry.checkpoint_id)):
-            return []
-        loads = self._loads
-        return [
-            (w.task_id, w.channel, loads(w.typed))
-            for w in stored_writes(
-                self._txn, self._meta, entry.thread_id, entry.ns, entry.checkpoint_id
-            )
-        ]
-
-
-def _starts(cursor: Any, prefix: bytes) -> bool:
-    """Whether a key starting with ``prefix`` is stored (the cursor is moved to it)."""
-    return bool(cursor.set_range(prefix)) and bytes(cursor.key()[: len(prefix)]) == prefix
-
-
-_CHANNEL_AT = len(CHANNEL)
-_LIST = LIST_KIND.encode() + b"\x00"
-_MSGPACK = b"msgpack\x00"
-_MSGPACK_AT = len(_MSGPACK)
-_EMPTY = b"empty\x00"
 
 
 def entry_at(
     txn: Txn[memoryview], meta: Any, thread_id: str, ns: str, checkpoint_id: str | None
 ) -> Entry | None:
-    """The entry of a checkpoint id, or the newest of the namespace when it is None."""
+    """The entry of a checkpoint id, or the newest of the namespace when it is None;
+    None when the names are too long to be stored (``lg_index.over_limit``)."""
+    try:
+        if checkpoint_id is not None:
+            key = entry_key(thread_id, ns, checkpoint_id)
+        else:
+            key = ns_prefix(thread_id, ns)
+    except InvalidInputError:
+        if over_limit(thread_id, ns, checkpoint_id or ""):
+            return None  # no entry has such a key: none is found, on either backend
+        raise
     if checkpoint_id is not None:
-        key = entry_key(thread_id, ns, checkpoint_id)
         found = txn.get(key, db=meta)
         if found is None:
             return None
         return Entry.decode(key, bytes(found), (thread_id, ns, checkpoint_id))
-    for key, value in entries(txn, meta, ns_prefix(thread_id, ns)):
-        return Entry.decode(key, value)
+    for k, value in entries(txn, meta, key):
+        return Entry.decode(k, value)
     return None
 
 

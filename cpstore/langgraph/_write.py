@@ -27,11 +27,11 @@ from cpstore.langgraph._codec import (
     branch_label,
     channel_parts,
     fork_branch,
+    load_checkpoint,
     pack_head,
     pack_typed,
     pack_value,
     run_for,
-    unpack_typed,
 )
 from cpstore.langgraph._read import Entry, entry_key, load_parts
 from cpstore.store import Store
@@ -337,7 +337,7 @@ class Writer:
         with self.store.backend.read_txn() as txn:
             parts = load_parts(txn, self.store, parent)
         where = f"checkpoint {parent.cid.hex()}"
-        cp = self.serde.loads_typed(unpack_typed(parts["checkpoint"], where))
+        cp = load_checkpoint(self.serde, parts["checkpoint"], where)
         parent_versions = cp.get("channel_versions") or {}
         return {
             k: (v, channel_parts(parts, k, where))

@@ -17,7 +17,7 @@ from typing import Any
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import InvalidInputError, NotFoundError
-from cpstore.langgraph._codec import CHANNEL, SEGMENT, unpack_typed
+from cpstore.langgraph._codec import CHANNEL, SEGMENT, load_metadata
 from cpstore.langgraph._read import Entry, entry_at, stored, stored_writes, view_head
 from cpstore.store import Store
 from cpstore.store.backend import Txn
@@ -94,9 +94,9 @@ def _chain(
     while entry is not None and stored(txn, store, entry):
         with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
             parts: dict[str, bytes] = view.manifest.raw["state"]["parts"]
-            where = f"metadata of {entry.cid.hex()}"
-            meta_value = serde.loads_typed(unpack_typed(view_head(view, entry)[1], where))
-            step = meta_value.get("step") if isinstance(meta_value, dict) else None
+            where = f"checkpoint {entry.cid.hex()}"
+            meta_value = load_metadata(serde, view_head(view, entry)[1], where)
+            step = meta_value.get("step")
         values: dict[str, bytes] = {}
         for name, key in sorted(parts.items()):
             if name.startswith(CHANNEL):

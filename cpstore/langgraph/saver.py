@@ -35,13 +35,14 @@ from cpstore.langgraph import _maintain
 from cpstore.langgraph._codec import (
     CHANNEL,
     load_value,
+    loads_checked,
     msgpack_options,
     pack_typed,
     part_loader,
 )
+from cpstore.langgraph._loader import Loader
 from cpstore.langgraph._read import (
     Entry,
-    Loader,
     entry_at,
     id_after,
     load_parts,
@@ -51,7 +52,14 @@ from cpstore.langgraph._read import (
 )
 from cpstore.langgraph._write import Writer
 from cpstore.store import Store
-from cpstore.store.lg_index import CHECKPOINT_PREFIX, checkpoint_key, pack, scan, write_key
+from cpstore.store.lg_index import (
+    CHECKPOINT_PREFIX,
+    checkpoint_key,
+    over_limit,
+    pack,
+    scan,
+    write_key,
+)
 
 __all__ = ["AsyncCpstoreSaver", "CpstoreSaver"]
 
@@ -153,11 +161,16 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         if config is not None:
             thread_id, _, checkpoint_id = _target(config)
             ns = config["configurable"].get("checkpoint_ns")
-            if ns is None:
-                prefix = checkpoint_key(thread_id)
-            else:
-                names = (thread_id, str(ns))
-                prefix = ns_prefix(*names)
+            try:
+                if ns is None:
+                    prefix = checkpoint_key(thread_id)
+                else:
+                    names = (thread_id, str(ns))
+                    prefix = ns_prefix(*names)
+            except InvalidInputError:
+                if over_limit(thread_id, "" if ns is None else str(ns)):
+                    return  # names too long to be stored: nothing is, on either backend
+                raise
         else:
             prefix, checkpoint_id = CHECKPOINT_PREFIX, None
         at = len(prefix)
@@ -278,10 +291,11 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
                 if entry is None or not stored(txn, self.store, entry):
                     break
                 ends = [c for c in remaining if c in entry.have]
+                where = f"pending writes of thread {thread_id!r} checkpoint {entry.checkpoint_id}"
                 for w in reversed(stored_writes(txn, meta, thread_id, ns, entry.checkpoint_id)):
                     if w.channel in remaining:
                         collected[w.channel].append(
-                            (w.task_id, w.channel, self.serde.loads_typed(w.typed))
+                            (w.task_id, w.channel, loads_checked(self.serde, w.typed, where))
                         )
                 if ends:
                     parts = load_parts(txn, self.store, entry)

@@ -24,15 +24,19 @@ from cpstore.native.binding import digest
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
 from cpstore.store.manifest import decode_trusted
-from cpstore.store.model import Problem
+from cpstore.store.model import MAX_KEY_BYTES, Problem
 
 __all__ = [
     "CHECKPOINT_PREFIX",
+    "MAX_CHECKPOINT_NAMES",
+    "MAX_WRITE_NAMES",
     "WRITE_PREFIX",
     "check_index",
     "checked",
+    "checked_entry_key",
     "checkpoint_key",
     "field",
+    "over_limit",
     "pack",
     "scan",
     "split_checkpoint_key",
@@ -50,6 +54,32 @@ WRITE_PREFIX = b"lg/w/"
 _CHECK = 8
 _MAX_FIELD = 0xFFFF
 _IDX_BIAS = 1 << 63
+#: Fixed bytes of an entry key: the prefix and two 2-byte field lengths.
+_ENTRY_FIXED = len(CHECKPOINT_PREFIX) + 4
+#: Fixed bytes of a checkpoint's pending-writes prefix (three field lengths).
+_WRITES_FIXED = len(WRITE_PREFIX) + 6
+#: Fixed bytes of a pending write's key (four field lengths and the 8-byte index).
+_WRITE_FIXED = _WRITES_FIXED + 2 + 8
+#: Most UTF-8 bytes ``thread_id``, ``checkpoint_ns`` and ``checkpoint_id`` may hold
+#: together (500): the entry key (9 bytes more) and the prefix of the checkpoint's
+#: pending writes (11 more) then fit in a store key (``MAX_KEY_BYTES``, 511).
+MAX_CHECKPOINT_NAMES = MAX_KEY_BYTES - _WRITES_FIXED
+#: Most UTF-8 bytes those three and a pending write's ``task_id`` may hold together
+#: (490): its key is 21 bytes more.
+MAX_WRITE_NAMES = MAX_KEY_BYTES - _WRITE_FIXED
+
+
+def _fits(key: bytes, fixed: int, limit: int, names: str) -> bytes:
+    """``key`` when its names (its bytes but the ``fixed`` ones) are within ``limit``;
+    else InvalidInputError, before anything is read or written with it. Both backends
+    build their keys here, so both refuse alike (docs/store.md, "Key sizes")."""
+    if len(key) - fixed > limit:
+        raise InvalidInputError(
+            f"LangGraph {names} are too long for a store key",
+            expected=f"<= {limit} UTF-8 bytes together (keys are at most {MAX_KEY_BYTES} bytes)",
+            got=len(key) - fixed,
+        )
+    return key
 
 
 def field(text: str, what: str) -> bytes:
@@ -70,14 +100,37 @@ def field(text: str, what: str) -> bytes:
 def checkpoint_key(
     thread_id: str, ns: str | None = None, checkpoint_id: str | None = None
 ) -> bytes:
-    """The entry key, or the prefix of a thread's (or a namespace's) entries."""
+    """The entry key, or the prefix of a thread's (or a namespace's) entries.
+
+    InvalidInputError when the names hold more than :data:`MAX_CHECKPOINT_NAMES` UTF-8
+    bytes together (a prefix too: no entry can be stored under it)."""
     key = CHECKPOINT_PREFIX + field(thread_id, "thread_id")
     if ns is None:
-        return key
+        return _fits(key, _ENTRY_FIXED - 2, MAX_CHECKPOINT_NAMES, _NAMES)
     key += field(ns, "checkpoint_ns")
-    if checkpoint_id is None:
-        return key
-    return key + checkpoint_id.encode("utf-8")
+    if checkpoint_id is not None:
+        key += checkpoint_id.encode("utf-8")
+    return _fits(key, _ENTRY_FIXED, MAX_CHECKPOINT_NAMES, _NAMES)
+
+
+_NAMES = "thread_id, checkpoint_ns and checkpoint_id"
+_WRITE_NAMES = "thread_id, checkpoint_ns, checkpoint_id and task_id"
+
+
+def over_limit(*names: str, limit: int = MAX_CHECKPOINT_NAMES) -> bool:
+    """True when ``names`` hold more than ``limit`` UTF-8 bytes together: no key of
+    them is stored, so a read naming them finds nothing (a name without a UTF-8 form
+    is False: the key builder names that error)."""
+    try:
+        return sum(len(n.encode("utf-8")) for n in names) > limit
+    except UnicodeEncodeError:
+        return False
+
+
+def checked_entry_key(key: bytes) -> bytes:
+    """An entry key built by a caller (``_read.entry_key``), sized as :func:`checkpoint_key`
+    sizes it."""
+    return _fits(key, _ENTRY_FIXED, MAX_CHECKPOINT_NAMES, _NAMES)
 
 
 def split_checkpoint_key(key: bytes) -> tuple[str, str, str]:
@@ -109,12 +162,15 @@ def write_key(
     key = write_prefix(thread_ns(thread_id, ns), checkpoint_id)
     if task_id is None:
         return key
-    return key + field(task_id, "task_id") + (idx + _IDX_BIAS).to_bytes(8, "big")
+    key += field(task_id, "task_id") + (idx + _IDX_BIAS).to_bytes(8, "big")
+    return _fits(key, _WRITE_FIXED, MAX_WRITE_NAMES, _WRITE_NAMES)
 
 
 def write_prefix(names: bytes, checkpoint_id: str) -> bytes:
-    """The prefix of a checkpoint's pending writes; ``names`` is :func:`thread_ns`."""
-    return WRITE_PREFIX + names + field(checkpoint_id, "checkpoint_id")
+    """The prefix of a checkpoint's pending writes; ``names`` is :func:`thread_ns`
+    (InvalidInputError past :data:`MAX_CHECKPOINT_NAMES`, as :func:`checkpoint_key`)."""
+    key = WRITE_PREFIX + names + field(checkpoint_id, "checkpoint_id")
+    return _fits(key, _WRITES_FIXED, MAX_CHECKPOINT_NAMES, _NAMES)
 
 
 def pack(key: bytes, body: Any) -> bytes:

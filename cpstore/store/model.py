@@ -29,6 +29,7 @@ __all__ = [
     "EXTENSION_META_PREFIXES",
     "HEAP_LAYOUT",
     "MANIFEST_VERSION",
+    "MAX_KEY_BYTES",
     "MAX_NAME_BYTES",
     "MAX_OBJECT_SIZE",
     "PG_STORE_VERSION",
@@ -82,6 +83,12 @@ CHUNK_SIZE = 64 * 1024
 MAX_OBJECT_SIZE = 1 << 30
 #: Longest run id or branch name, in UTF-8 bytes (LMDB keys are at most 511).
 MAX_NAME_BYTES = 200
+#: Longest key of any table, in bytes: LMDB's maximum key size. A key built from
+#: names a caller chose (a ref: run NUL branch, at most 401 bytes by MAX_NAME_BYTES;
+#: a LangGraph index key: cpstore/store/lg_index.py; an ``extra_meta`` key) is refused
+#: over it with InvalidInputError before anything is written, on both backends alike,
+#: so every store can be moved to the other backend (docs/store.md, "Key sizes").
+MAX_KEY_BYTES = 511
 
 _CREATED = struct.Struct("<d")
 #: Bytes of the created_at check that follows it in a ``checkpoints`` value.
@@ -351,7 +358,7 @@ def extension_records(
     records: Sequence[tuple[bytes, bytes | None]],
 ) -> tuple[tuple[bytes, bytes | None], ...]:
     """``extra_meta``'s records as bytes; InvalidInputError for a key outside the
-    extension prefixes (``EXTENSION_META_PREFIXES``)."""
+    extension prefixes (``EXTENSION_META_PREFIXES``) or over ``MAX_KEY_BYTES``."""
     out = tuple((bytes(k), None if v is None else bytes(v)) for k, v in records)
     for key, _ in out:
         if not key.startswith(EXTENSION_META_PREFIXES):
@@ -359,5 +366,11 @@ def extension_records(
                 "extra meta keys must be under an extension prefix",
                 expected=[p.decode() for p in EXTENSION_META_PREFIXES],
                 got=key[:16],
+            )
+        if len(key) > MAX_KEY_BYTES:
+            raise InvalidInputError(
+                "an extra meta key is longer than a store key may be",
+                expected=f"<= {MAX_KEY_BYTES} bytes",
+                got=len(key),
             )
     return out

@@ -19,6 +19,7 @@ from cpstore.store.chunk_tree import load_tree, tree_objects
 from cpstore.store.codec import FRAME_KEY_SIZE, stored_key
 from cpstore.store.content import Content, heap_problems, objects_of, records_of
 from cpstore.store.keyed_audit import check_macs
+from cpstore.store.lg_head import head_problem
 from cpstore.store.lg_index import check_index
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import Problem, VerifyReport, split_ref_key, unpack_checkpoint_value
@@ -152,6 +153,13 @@ def _check_parent(
             )
 
 
+def _check_head(m: Manifest, where: str, problems: list[Problem]) -> None:
+    """A LangGraph checkpoint's head framing (layout 2: cpstore/store/lg_head.py)."""
+    problem = head_problem(m.run_id, m.metadata, where)
+    if problem is not None:
+        problems.append(problem)
+
+
 def _unresolved(where: str, key: bytes, position: int | None = None) -> Problem:
     """A manifest, log or chunk index names an object that is not stored."""
     hexkey = bytes(key).hex()
@@ -177,6 +185,7 @@ def _check_checkpoint(
     if m is None:
         return
     _check_parent(txn, dbs, m, where, problems)
+    _check_head(m, where, problems)
     for field, key in manifest_references(m.raw):
         if _peek(txn, objects, key) is None:
             problems.append(_unresolved(f"{where}.{field}", key))
@@ -346,6 +355,7 @@ def check_checkpoint_objects(
     if m is None:
         return problems
     _check_parent(txn, dbs, m, where, problems)
+    _check_head(m, where, problems)
     objs = _Rehash(txn, objects_of(dbs), where, set() if checked is None else checked, problems)
     state = m.raw["state"]
     chunked = state["chunked"] or {}

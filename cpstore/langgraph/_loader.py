@@ -1,0 +1,257 @@
+"""A batch of LangGraph tuples read in one txn: :class:`Loader` (``get_tuple``, ``list``).
+
+Split from ``_read.py`` (the index entries, the verified part reads and the pending
+writes' decode live there); every read here goes through
+:class:`~cpstore.store.lg_states.StateReads`, so every object is hash-checked once per
+txn and a serde's refusal of hash-checked bytes is an :class:`IntegrityError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ormsgpack
+from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
+
+from cpstore.errors import IntegrityError
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    LIST_KIND,
+    PASS_THROUGH,
+    load_value,
+    loads_checked,
+    msgpack_options,
+    part_loader,
+    undecodable,
+)
+from cpstore.langgraph._read import (
+    Entry,
+    StoredWrite,
+    _head,
+    _pruned,
+    _thread_ns,
+    stored_writes,
+)
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+from cpstore.store.lg_index import WRITE_PREFIX, write_prefix
+from cpstore.store.lg_states import StateReads
+
+__all__ = ["Loader"]
+
+_new_tuple = tuple.__new__
+_unpackb = ormsgpack.unpackb
+
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+class Loader:
+    """CheckpointTuples of index entries, read in one read txn the caller owns.
+
+    One per ``get_tuple`` (``share=False``), one per ``list`` batch. The states
+    are read by :class:`~cpstore.store.lg_states.StateReads` (every object
+    hash-checked, once per txn). With ``share`` (a ``list`` batch), a channel
+    whose part is the very object the last tuple decoded (StateReads hands out
+    the one object again for a part it checked before in this txn) takes that
+    tuple's value when it is immutable (str, bytes, numbers, None): the same
+    stored bytes, the same serde, the same value. Any other value is decoded
+    afresh for each tuple, so no two tuples share a list, a dict or a message.
+    """
+
+    __slots__ = (
+        "_cursor", "_load", "_meta", "_opts", "_prev", "_reads",
+        "_serde", "_share", "_tombstones", "_txn", "_written",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        txn: Txn[memoryview],
+        store: Store,
+        serde: Any,
+        load: Callable[[Any, str], Any] | None = None,
+        opts: tuple[Callable[..., Any], int] | None = None,
+        *,
+        share: bool = True,
+    ) -> None:
+        backend = store.backend
+        self._txn = txn
+        self._reads = StateReads(backend, txn)
+        self._serde = serde
+        #: ``part_loader(serde)``; a saver passes the one it built for this serde.
+        self._load = part_loader(serde) if load is None else load
+        #: ``msgpack_options(serde)`` (passed with ``load``): a msgpack part decoded in
+        #: the loop below by ``ormsgpack.unpackb`` called there, with no call between.
+        self._opts = msgpack_options(serde) if load is None else opts
+        self._meta = backend.db("meta")
+        self._tombstones = backend.db("tombstones")
+        self._cursor: Any = None
+        #: Whether values of one tuple are kept for the next (a ``list`` batch).
+        self._share = share
+        #: part name -> (the part, its immutable serde value, channel) of the last tuple.
+        #: StateReads hands out the one bytes object again for a part it read before in
+        #: this txn, so ``is`` finds a channel the last checkpoint already held.
+        self._prev: dict[str, tuple[bytes, Any, str]] = {}
+        #: thread_ns(thread, ns) -> whether any pending write of that namespace is
+        #: stored (in this txn's snapshot): a ``list`` batch of a namespace without
+        #: writes seeks once, not once per checkpoint.
+        self._written: dict[bytes, bool] = {}
+
+    def _read(self, entry: Entry) -> tuple[bytes, bytes, dict[str, bytes]] | None:
+        """:func:`_head` of the entry's checkpoint; None when retention pruned it."""
+        got = self._reads.state_and_metadata(entry.cid)
+        if got is None:
+            _pruned(self._txn, self._tombstones, entry)
+            return None
+        return _head(got[0], got[1], entry)
+
+    def parts(self, entry: Entry) -> dict[str, bytes] | None:
+        """The entry's parts as :func:`load_parts` gives them; None when retention pruned it."""
+        got = self._read(entry)
+        if got is None:
+            return None
+        ck, meta, parts = got
+        return (
+            parts
+            if parts.get("checkpoint") is ck
+            else {**parts, "checkpoint": ck, "metadata": meta}
+        )
+
+    def tuple(self, entry: Entry) -> CheckpointTuple | None:
+        """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
+        got = self._read(entry)
+        if got is None:
+            return None
+        head, head_meta, parts = got
+        load, prev, opts = self._load, self._prev, self._opts
+        hook, option = opts if opts is not None else (None, 0)
+        if (
+            hook is not None
+            and type(head) is bytes
+            and type(head_meta) is bytes
+            and head.startswith(_MSGPACK)
+            and head_meta.startswith(_MSGPACK)
+        ):  # load(), inline
+            try:
+                checkpoint = _unpackb(head[_MSGPACK_AT:], ext_hook=hook, option=option)
+                metadata = _unpackb(head_meta[_MSGPACK_AT:], ext_hook=hook, option=option)
+            except PASS_THROUGH:
+                raise
+            except Exception as exc:  # the serde's refusal of hash-checked bytes
+                raise undecodable(exc, f"checkpoint {entry.cid.hex()}") from exc
+        else:
+            where = f"checkpoint {entry.cid.hex()}"
+            checkpoint = load(head, where)
+            metadata = load(head_meta, where)
+        if type(checkpoint) is not dict or type(metadata) is not dict:
+            raise IntegrityError(
+                "a LangGraph checkpoint head does not decode to two maps",
+                where=f"checkpoint {entry.cid.hex()}",
+                expected="checkpoint dict, metadata dict",
+                got=(type(checkpoint).__name__, type(metadata).__name__),
+            )
+        values: dict[str, Any] = {}
+        share = self._share
+        kept: dict[str, tuple[bytes, Any, str]] = {}
+        for name, part in parts.items():
+            if prev:
+                hit = prev.get(name)
+                if hit is not None and hit[0] is part:
+                    values[hit[2]] = hit[1]
+                    kept[name] = hit
+                    continue
+            if not name.startswith(CHANNEL):
+                continue
+            channel = name[_CHANNEL_AT:]
+            if type(part) is bytes:
+                if hook is not None and part.startswith(_MSGPACK):  # load(), inline
+                    try:
+                        value = values[channel] = _unpackb(
+                            part[_MSGPACK_AT:], ext_hook=hook, option=option
+                        )
+                    except PASS_THROUGH:
+                        raise
+                    except Exception as exc:  # the serde's refusal of hash-checked bytes
+                        where = f"checkpoint {entry.cid.hex()}: state[{name!r}]"
+                        raise undecodable(exc, where) from exc
+                    if share and type(value) in _IMMUTABLE:
+                        kept[name] = (part, value, channel)
+                    continue
+                if part.startswith(_EMPTY):  # no value stored for the channel
+                    continue
+                if part.startswith(_LIST):
+                    at = f"state[{name!r}] of {entry.cid.hex()}"
+                    values[channel] = load_value(self._serde, parts, channel, at)
+                    continue
+            value = values[channel] = load(part, f"checkpoint {entry.cid.hex()}: state[{name!r}]")
+            if share and type(value) in _IMMUTABLE:
+                kept[name] = (part, value, channel)
+        self._prev = kept
+        checkpoint["channel_values"] = values
+        thread_id, ns, parent = entry.thread_id, entry.ns, entry.parent
+        # Dict literals and tuple.__new__ (the fields in order): what _config and
+        # CheckpointTuple(...) build, without their Python-level calls.
+        config = {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": entry.checkpoint_id,
+            }
+        }
+        parent_config = (
+            None
+            if parent is None
+            else {
+                "configurable": {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": parent,
+                }
+            }
+        )
+        return _new_tuple(
+            CheckpointTuple, (config, checkpoint, metadata, parent_config, self._writes(entry))
+        )
+
+    def _writes(self, entry: Entry) -> list[PendingWrite]:
+        """The entry's pending writes (most checkpoints have none: one cursor seek)."""
+        names = _thread_ns(entry.thread_id, entry.ns)
+        cursor = self._cursor
+        if cursor is None:
+            cursor = self._cursor = self._txn.cursor(db=self._meta)
+        if self._share:  # a list batch: is any write of the namespace stored at all?
+            written = self._written.get(names)
+            if written is None:
+                under = WRITE_PREFIX + names
+                written = self._written[names] = _starts(cursor, under)
+            if not written:
+                return []
+        if not _starts(cursor, write_prefix(names, entry.checkpoint_id)):
+            return []
+        serde = self._serde
+        return [
+            (w.task_id, w.channel, loads_checked(serde, w.typed, _write_where(entry, w)))
+            for w in stored_writes(
+                self._txn, self._meta, entry.thread_id, entry.ns, entry.checkpoint_id
+            )
+        ]
+
+
+def _starts(cursor: Any, prefix: bytes) -> bool:
+    """Whether a key starting with ``prefix`` is stored (the cursor is moved to it)."""
+    return bool(cursor.set_range(prefix)) and bytes(cursor.key()[: len(prefix)]) == prefix
+
+
+def _write_where(entry: Entry, w: StoredWrite) -> str:
+    """Where a pending write is, for an error naming it."""
+    return (
+        f"pending write {w.task_id!r}/{w.idx} ({w.channel!r}) of thread {entry.thread_id!r} "
+        f"checkpoint {entry.checkpoint_id}"
+    )
+
+
+_CHANNEL_AT = len(CHANNEL)
+_LIST = LIST_KIND.encode() + b"\x00"
+_MSGPACK = b"msgpack\x00"
+_MSGPACK_AT = len(_MSGPACK)
+_EMPTY = b"empty\x00"
