@@ -16,7 +16,8 @@ Allowed everywhere, under a condition the log shows:
   of that ref stands (docs/store.md "Every ref read is checked": a ref read, a
   ``prune``/``delete_run`` sweep or a push refuses by a damaged ref);
 * ``GateError`` for recording on from a checkpoint whose standing decision is not
-  ACCEPT, when the log shows a validation of it began before (docs/decision-table.md);
+  ACCEPT, and ``GateError``/``SignOffError`` for a decision a later one superseded,
+  when the log shows a validation of it began before (docs/decision-table.md);
 * a batched checkpoint or flush relaying another thread's failed commit
   (docs/durability.md "batched"): the relayed error is judged as that commit's.
 
@@ -105,11 +106,12 @@ class Context:
 
     def decided(self, e: dict[str, Any]) -> bool:
         """A GateError for recording on from a checkpoint whose standing decision is not
-        ACCEPT (docs/decision-table.md): the log shows a validation of that checkpoint
-        began before (a fork branch whose base, or the head, was validated since)."""
+        ACCEPT, or a sign-off / gate of a decision a later one superseded (validations
+        race on the shared run; docs/decision-table.md): the log shows a validation of
+        that checkpoint began before."""
         msg = e.get("msg", "")
         found = re.search(r"at checkpoint ([0-9a-f]{32})", msg)
-        if "standing decision" not in msg or found is None:
+        if not ("standing decision" in msg or "supersede" in msg) or found is None:
             return False
         c = found.group(1)
         return any(
@@ -213,7 +215,9 @@ TABLE: dict[str, dict[str, Rule]] = {
     "unpin": {},
     # A write from a thread holding a read view when the map must grow (LMDB).
     "audit": {"StoreError": _msg("map", "read")},
-    "validate": {},
+    # A signed resume records from the validated checkpoint, which a sweep may take.
+    "validate": {"NotFoundError": _PRUNED},
+    "validate_shared": {"NotFoundError": _PRUNED},
     "gate": {"GateError": _always},  # a non-ACCEPT without a sign-off (required)
     "signoff": {"SignOffError": _msg("no sign-off can release")},
     "reuse": {"GateError": _msg("already used")},  # required: a permit allows one resume
@@ -244,7 +248,7 @@ def allowed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
         return True
     if err == "ConflictError" and b["op"] in ("ckpt", "flush", "close") and _relayed(b, e, c):
         return True
-    if err == "GateError" and c.decided(e):
+    if err in ("GateError", "SignOffError") and c.decided(e):
         return True
     rule = TABLE.get(b["op"], {}).get(err)
     return rule is not None and rule(b, e, c)

@@ -61,7 +61,8 @@ def note_error(log: Log, exc: CpstoreError, where: str) -> None:
         log.write("defect", sync=True, op=where, err="IntegrityError",
                   tb="".join(traceback.format_exception(exc))[-2000:])  # fmt: skip
     else:  # judged by tests/chaos_errors.py's table like a logged call's refusal
-        log.write("err", sync=True, op=where, err=type(exc).__name__, msg=str(exc)[:300])
+        log.write("err", sync=True, op=where, err=type(exc).__name__, msg=str(exc)[:300],
+                  tb="".join(traceback.format_exception(exc))[-1500:])  # fmt: skip
     exc.add_note(LOGGED)
 
 

@@ -120,6 +120,26 @@ class TestRefusalTable:
         ):
             check(st2, tmp_path / "logs2", final=True)
 
+    def test_a_sign_off_of_a_superseded_decision_passes_after_a_validation(
+        self, tmp_path: Path
+    ) -> None:
+        """Validations race (seed 2001): a sign-off of a superseded decision is refused;
+        with no validation of that checkpoint in the log it is reported."""
+        st, first, _ = _store(tmp_path)
+        msg = f"a later decision supersedes this one; at checkpoint {first}"
+        _fake_log(tmp_path / "logs", [
+            {"ev": "b", "op": "validate", "id": "1", "cid": first, "other": first},
+            *_refused("signoff", "2", "SignOffError", msg, cid=first),
+        ])  # fmt: skip
+        with st:
+            check(st, tmp_path / "logs", final=True)
+        _fake_log(tmp_path / "logs2", _refused("signoff", "2", "SignOffError", msg, cid=first))
+        with (
+            cpstore.open(tmp_path / "s") as st2,
+            pytest.raises(AssertionError, match="signoff SignOffError"),
+        ):
+            check(st2, tmp_path / "logs2", final=True)
+
     def test_a_connection_error_with_no_server_restart_is_reported(self, tmp_path: Path) -> None:
         """StoreConnectionError on a run whose server never restarted."""
         st, first, _ = _store(tmp_path)
