@@ -206,6 +206,17 @@ TABLE: dict[str, dict[str, Rule]] = {
         ),
         "ConflictError": lambda b, e, c: c.damage_near(b["run"], b["branch"], b, e),
     },
+    # op_contest reads the head, then the history: another worker's reset may delete the
+    # ref between the two reads (a reset to None is logged with new=None).
+    "contest": {
+        "NotFoundError": lambda b, e, c: any(
+            ob["op"] == "reset"
+            and ob.get("run") == "contested"
+            and ob.get("new") is None
+            and ob["t"] < e["t"]
+            for ob, _ in c.ops
+        )
+    },
     "release": {"NotFoundError": lambda b, e, c: c.released_before(b["cid"], b)},
     "repair": {"ConflictError": _msg("passes its check")},  # required on a healthy ref
     "prune": {"NotFoundError": lambda b, e, c: b.get("run") is not None and _NO_RUN(b, e, c)},
@@ -214,7 +225,7 @@ TABLE: dict[str, dict[str, Rule]] = {
     "pin": {},
     "unpin": {},
     # A write from a thread holding a read view when the map must grow (LMDB).
-    "audit": {"StoreError": _msg("map", "read")},
+    "audit": {"StoreError": _msg("map must change size")},
     # A signed resume records from the validated checkpoint, which a sweep may take.
     "validate": {"NotFoundError": _PRUNED},
     "validate_shared": {"NotFoundError": _PRUNED},
@@ -225,7 +236,7 @@ TABLE: dict[str, dict[str, Rule]] = {
     "lgput": {"StoreError": _msg("kept moving")},
     "lgwrite": {},
     "lgdelete": {},
-    "lgprune": {"ConflictError": _always},  # its resets race its own thread's puts: none now
+    "lgprune": {},
     # The collected conflict (a branch reset here went elsewhere there, the rest copied).
     "push": {"ConflictError": _msg("went elsewhere", "swept")},
     "pckpt": {},
