@@ -115,6 +115,13 @@ def prunes_hold(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[
                 problems.append(f"gc removed {cid}: read now {exc!r}"[:300])
     m = later()
     acked_ck = {a["cid"]: (b, a) for b, a in m.acked("ckpt")}
+    resets: dict[str, list[dict[str, Any]]] = {}  # retained id -> acknowledged resets of it
+    for _, ra in m.acked("reset"):
+        resets.setdefault(ra["old"], []).append(ra)
+    releases: dict[str, list[tuple[Any, Any]]] = {}  # id -> releases that may have landed
+    for xb, xe in m.ops:
+        if xb["op"] == "release" and may_have_committed(xe):
+            releases.setdefault(xb["cid"], []).append((xb, xe))
     for b, a in m.acked("prune"):
         n, ids = a.get("removed"), a.get("ids")
         if "removed" in a and (not isinstance(n, int) or n < 0):
@@ -132,20 +139,27 @@ def prunes_hold(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[
             if run is not None and not (pulled_after and run.startswith("peer-")):
                 problems.append(f"gc {b['id']} reported {cid} removed; it is still stored")
             held = [
-                (rb, ra) for rb, ra in m.acked("reset")
-                if ra["old"] == cid and ra["t"] < t0
+                ra for ra in resets.get(cid, ())
+                if ra["t"] < t0
                 and not any(
-                    xb["op"] == "release" and xb["cid"] == cid and xb["t"] < t1
-                    and m.end(xe) > ra["t"] and may_have_committed(xe)
-                    for xb, xe in m.ops
+                    xb["t"] < t1 and m.end(xe) > ra["t"] for xb, xe in releases.get(cid, ())
                 )
             ]  # fmt: skip
             if held:
                 problems.append(f"gc {b['id']} removed {cid}, a retained head not released")
             ck = acked_ck.get(cid)
-            if ck is not None and ck[1]["t"] < t0 and not m.removable(ck[1], ck[0]):
+            if ck is None or ck[1]["t"] >= t0:
+                continue
+            cb, ca = ck
+            # This sweep's own excuse first (keep_last newer on its branch): one pass over
+            # the log, not Model.removable's pass per sweep in it.
+            if b.get("run") in (None, ca["run"]) and "keep" in b:
+                newer = m.newer(ca["run"], ca["branch"], cb["t"], t1, cb["id"])
+                if newer >= b["keep"]:
+                    continue
+            if not m.removable(ca, cb):
                 problems.append(
-                    f"gc {b['id']} removed acknowledged {cid} ({ck[1]['run']}@{ck[1]['branch']})"
+                    f"gc {b['id']} removed acknowledged {cid} ({ca['run']}@{ca['branch']})"
                     " that nothing in the log lets a sweep take"
                 )
     return problems
