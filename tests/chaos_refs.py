@@ -72,21 +72,41 @@ def _head_allowed(
     return False
 
 
+def refs_and_sweeps_hold(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[str]:
+    """:func:`refs_hold` and :func:`prunes_hold`: the store read for both, then the log
+    read once more (``later()``) for both: any move or removal that could explain what
+    the reads saw was logged by then (the workers run on)."""
+    heads, problems = _read_heads(store, m)
+    removed = _read_removed(store, m, problems)
+    after = later()
+    return problems + _judge_heads(store, heads, after) + _judge_removed(removed, after)
+
+
 def refs_hold(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[str]:
     """Every acknowledged fork / set_ref is its branch's head, or a later move explains it.
 
-    ``m`` is the log read before the store's reads, ``later()`` the log read after them:
-    any move that could explain a head was logged by then (the workers run on).
+    ``m`` is the log read before the store's reads, ``later()`` the log read after them.
     """
-    problems = []
-    heads: list[tuple[str, dict[str, Any], dict[str, Any], str | None]] = []
+    heads, problems = _read_heads(store, m)
+    return problems + _judge_heads(store, heads, later())
+
+
+Heads = list[tuple[str, dict[str, Any], dict[str, Any], str | None]]
+
+
+def _read_heads(store: cpstore.Store, m: Any) -> tuple[Heads, list[str]]:
+    heads: Heads = []
     for op in _TARGET:
         for b, a in m.acked(op):
             try:
                 heads.append((op, b, a, store.ref(b["run"], b["branch"])))
             except CpstoreError as exc:
                 heads.append((op, b, a, f"unreadable: {exc!r}"[:200]))
-    after = later()
+    return heads, []
+
+
+def _judge_heads(store: cpstore.Store, heads: Heads, after: Any) -> list[str]:
+    problems = []
     for op, b, a, head in heads:
         run, branch, want = b["run"], b["branch"], a[_TARGET[op]]
         moves = _moves(after, run, branch, b)
@@ -104,7 +124,13 @@ def prunes_hold(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[
     """What acknowledged sweeps reported removed is gone, and nothing kept was removed
     (``m``/``later()`` as for :func:`refs_hold`)."""
     problems: list[str] = []
-    read: dict[str, str | None] = {}  # removed id -> its run when stored now, else None
+    removed = _read_removed(store, m, problems)
+    return problems + _judge_removed(removed, later())
+
+
+def _read_removed(store: cpstore.Store, m: Any, problems: list[str]) -> dict[str, str | None]:
+    """Removed id -> its run when stored now, else None."""
+    read: dict[str, str | None] = {}
     for _, a in m.acked("prune"):
         for cid in a.get("ids") or ():
             try:
@@ -113,7 +139,11 @@ def prunes_hold(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[
                 read[cid] = None
             except CpstoreError as exc:
                 problems.append(f"gc removed {cid}: read now {exc!r}"[:300])
-    m = later()
+    return read
+
+
+def _judge_removed(read: dict[str, str | None], m: Any) -> list[str]:
+    problems: list[str] = []
     acked_ck = {a["cid"]: (b, a) for b, a in m.acked("ckpt")}
     resets: dict[str, list[dict[str, Any]]] = {}  # retained id -> acknowledged resets of it
     for _, ra in m.acked("reset"):

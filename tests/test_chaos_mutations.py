@@ -85,7 +85,7 @@ from chaos_check import (
 from chaos_compactor import compactor, set_deadline
 from chaos_errors import refusal_problems
 from chaos_process import work
-from chaos_refs import prunes_hold, refs_hold
+from chaos_refs import refs_and_sweeps_hold
 from chaos_roles import damage_and_repair
 from chaos_worker import SHARED, Log
 from pg_cluster import fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
@@ -201,8 +201,7 @@ def check(
     problems += cas_linear(store, after, final=final)
     problems += deletes_hold(store, after)
     problems += saver_problems(store, after, lambda: Model(read_logs(logdir)))
-    problems += refs_hold(store, after, lambda: Model(read_logs(logdir)))
-    problems += prunes_hold(store, after, lambda: Model(read_logs(logdir)))
+    problems += refs_and_sweeps_hold(store, after, lambda: Model(read_logs(logdir)))
     if peer is not None and final:
         problems += peer_problems(peer, after)
     if final:
