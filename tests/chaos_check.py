@@ -50,12 +50,20 @@ class Model:
         begins: dict[str, dict[str, Any]] = {}
         ends: dict[str, dict[str, Any]] = {}
         self.defects = [r for r in lines if r["ev"] == "defect"]
+        self.errs = [r for r in lines if r["ev"] == "err"]  # CpstoreErrors outside a call
         for r in lines:
             if r["ev"] == "b":
                 begins[r["id"]] = r
             elif r["ev"] in ("a", "x"):
                 ends.setdefault(r["id"], r)
         self.ops = [(b, ends.get(i)) for i, b in begins.items()]
+        # A saver put's branch is known once acknowledged (the saver picks it); one not
+        # acknowledged may be on any branch of its run (None matches every branch).
+        self.branch_of = {
+            b["id"]: (e["branch"] if e is not None and e["ev"] == "a" else None)
+            if b["op"] == "lgput" else b.get("branch")
+            for b, e in self.ops
+        }  # fmt: skip
         self.acks = [(begins[i], e) for i, e in ends.items() if e["ev"] == "a"]
         # While a ref is damaged (the operator's, below), anything reading it refuses
         # with IntegrityError (docs/store.md, "Every ref read is checked"): not a defect.
@@ -127,7 +135,7 @@ class Model:
             for b, e in self.ops
             if b["op"] in ("ckpt", "lgput")
             and b["run"] == run
-            and b["branch"] == branch
+            and self.branch_of[b["id"]] in (branch, None)
             and b["id"] != own
             and b["t"] < before
             and self.end(e) > t0

@@ -117,6 +117,9 @@ def _reader(w: Worker, deadline: float, stop: threading.Event) -> None:
                     err=type(exc).__name__,
                     tb=traceback.format_exc()[-2000:],
                 )
+            else:  # judged by tests/chaos_errors.py (before: any passed unseen)
+                w.log.write("err", sync=True, op="read", err=type(exc).__name__,
+                            msg=str(exc)[:300])  # fmt: skip
         except BaseException as exc:  # a raw error escaping is the defect we hunt
             w.log.write(
                 "defect",

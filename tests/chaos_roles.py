@@ -3,10 +3,11 @@ and a second batched writer thread.
 
 * ``lg_*``: a :class:`~cpstore.langgraph.CpstoreSaver` on the worker's store
   (not in batched mode: the saver refuses it) puts a chain of checkpoints on a
-  thread of its own (``lg-w<N>-<inc>``, run ``lg:<thread>``, branch ``main``),
+  thread of its own (``lg-w<N>-<inc>``, run ``lg:<thread>``, branch ``main`` or a fork),
   puts task writes, reads them back (``get_tuple``, ``list``), deletes an older
   thread of its own and prunes one (``keep_latest``). Logged as ``lgput``
-  (``run``/``branch``/``cid``/``vd``, the digest of the values put), ``lgwrite``,
+  (``run``/``branch``/``cid``/``vd``, the digest of the values put; ``branch`` the one
+  the saver recorded on, read from its index entry: ``main@<id>`` for a fork), ``lgwrite``,
   ``lgdelete`` and ``lgprune`` (run ``lg:<thread>``; two steps each, so one
   that raised may still have removed the thread's entries).
 * ``push``: :func:`~cpstore.store.transfer.transfer` of the worker's own run into
@@ -42,7 +43,17 @@ from cpstore.errors import (
     StoreConnectionError,
 )
 from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph._read import entry_at
 from cpstore.store.transfer import transfer
+
+
+def saver_branch(st: cpstore.Store, thread: str, checkpoint_id: str) -> str:
+    """The cpstore branch the saver recorded ``checkpoint_id`` of ``thread`` on (its index
+    entry says), or ``"?"`` when there is no entry."""
+    backend = st.backend
+    with backend.read_txn() as txn:
+        entry = entry_at(txn, backend.db("meta"), thread, "", checkpoint_id)
+    return "?" if entry is None else entry.branch
 
 
 def values_digest(values: Any) -> str:
@@ -106,17 +117,23 @@ class Roles:
         vd = values_digest(cp["channel_values"])
         run = f"lg:{self.thread}"
         versions = {"doc": n + 1, "n": n + 1}
+
+        def put() -> tuple[str, str]:
+            got = saver.put(self.conf(self.lg_head), cp, {"step": n}, versions)
+            return got["configurable"]["checkpoint_id"], saver_branch(w.st, self.thread, cp["id"])
+
         try:
-            oid, got = w.call(
-                "lgput",
-                lambda: saver.put(self.conf(self.lg_head), cp, {"step": n}, versions),
-                run=run, branch="main", parent=self.lg_head, vd=vd, cid=cp["id"],
+            # branch None: the saver picks it (``main``, or ``main@<parent>`` when the parent
+            # is not the head, e.g. after a put whose outcome was unknown landed); the ack
+            # logs the one it recorded on (before, "main" always: the checker counted the
+            # newer puts of main against a fork branch's checkpoint and over-excused).
+            oid, (cid, branch) = w.call(
+                "lgput", put, run=run, branch=None, parent=self.lg_head, vd=vd, cid=cp["id"],
             )  # fmt: skip
         except (StoreConnectionError, OutcomeUnknownError):
             self.lg_maybe[cp["id"]] = vd
             raise
-        cid = got["configurable"]["checkpoint_id"]
-        w.ack("lgput", oid, cid=cid, run=run, branch="main", thread=self.thread, vd=vd)
+        w.ack("lgput", oid, cid=cid, run=run, branch=branch, thread=self.thread, vd=vd)
         self.lg_head = cid
         self.lg_puts.append(cid)
 

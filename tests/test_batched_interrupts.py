@@ -31,9 +31,9 @@ from cpstore.errors import CpstoreError, OutcomeUnknownError
 
 
 def _in_psycopg(frame: FrameType | None) -> bool:
-    """Whether psycopg's code is on the stack: none is planned there (an interrupt deep in
-    psycopg once made a later commit fail with StoreConnectionError, an open finding in
-    docs/durability.md "batched"; the writer lock it used to leave held is pinned by
+    """Whether psycopg's code is on the stack: none is planned here; those entries are
+    swept by tests/test_psycopg_interrupts.py (the writer lock an interrupt there used
+    to leave held is pinned by
     test_an_interrupt_in_psycopgs_pipeline_io_never_keeps_the_writer_lock)."""
     while frame is not None:
         if "psycopg" in frame.f_code.co_filename:

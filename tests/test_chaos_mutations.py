@@ -42,6 +42,14 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
   compaction fails with a CpstoreError or opens the store whose acknowledged
   checkpoints all survive;
 * an acknowledged ``delete_run`` left its run without refs; a dry run said it was one;
+* every refusal (a CpstoreError an operation raised, or a loop of the mix caught) is one
+  tests/chaos_errors.py's table allows for that operation under what the log shows
+  (connection errors only across a server restart, ConflictError only where a race,
+  a dropped batch or a deletion is logged, ...); anything else names op, class, message;
+* an acknowledged ``fork``/``set_ref`` is its branch's head unless a later logged move
+  explains the head; every checkpoint an acknowledged ``gc`` reported removed is gone and
+  was neither a retained head nor an acknowledged checkpoint the log keeps
+  (tests/chaos_refs.py);
 * no worker hung (every wait is bounded), and none died by itself: one found dead when
   its kill comes, or ending without ``end``, fails the run with its last log lines.
 
@@ -75,7 +83,9 @@ from chaos_check import (
     saver_problems,
 )
 from chaos_compactor import compactor, set_deadline
+from chaos_errors import refusal_problems
 from chaos_process import work
+from chaos_refs import refs_and_sweeps_hold
 from chaos_roles import damage_and_repair
 from chaos_worker import SHARED, Log
 from pg_cluster import fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
@@ -94,6 +104,7 @@ def check(
     """Every invariant the module docstring lists, over the logs as they stand."""
     before = Model(read_logs(logdir))
     problems: list[str] = [f"defect: {d}" for d in before.defects]
+    problems += refusal_problems(before.ops, before.errs)  # tests/chaos_errors.py's table
     # Nothing here fails a commit but a server restart (docs/store.md, "Faults"): an
     # outcome the store cannot tell outside one is a defect too.
     outages = [(b["t"], before.end(e)) for b, e in before.ops if b["op"] == "restart"]
@@ -190,6 +201,7 @@ def check(
     problems += cas_linear(store, after, final=final)
     problems += deletes_hold(store, after)
     problems += saver_problems(store, after, lambda: Model(read_logs(logdir)))
+    problems += refs_and_sweeps_hold(store, after, lambda: Model(read_logs(logdir)))
     if peer is not None and final:
         problems += peer_problems(peer, after)
     if final:

@@ -17,15 +17,16 @@ bytea compares bytewise, so ``ORDER BY k`` is LMDB's key order.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg import pq
 
-from cpstore.errors import InvalidInputError, StoreReadOnlyError
+from cpstore.errors import CpstoreError, InvalidInputError, StoreReadOnlyError
 from cpstore.store.pg_errors import is_broken, translate
 
 __all__ = ["EXISTS", "PgCursor", "PgTable", "PgTxn", "settled"]
@@ -118,6 +119,8 @@ class PgTxn:
         self._wire = False
         self._known: dict[PgTable, Known] = {}
         self._dirty: dict[PgTable, dict[bytes, bytes | None]] = {}
+        #: Server-side cursor streams (:meth:`scan`), closed when the txn ends.
+        self._scans: list[Generator[tuple[bytes, memoryview], None, None]] = []
 
     # -- the connection ----------------------------------------------------------
 
@@ -398,6 +401,10 @@ class PgTxn:
 
     def _finish(self, *, broken: bool) -> None:
         self._done = True
+        scans, self._scans = self._scans, []
+        for stream in scans:  # closed on this txn's connection, never on a later txn's
+            with contextlib.suppress(CpstoreError, psycopg.Error, ValueError):  # ValueError:
+                stream.close()  # a stream running now (the txn ended from inside its loop)
         self._known.clear()
         self._dirty.clear()
         conn, self._conn = self._conn, None
@@ -433,7 +440,21 @@ class PgTxn:
         return rows[0] if rows else None
 
     def scan(self, table: PgTable) -> Iterator[tuple[bytes, memoryview]]:
-        """Every row in key order, streamed through a server-side cursor."""
+        """Every row in key order, streamed through a server-side cursor.
+
+        The stream is closed when the txn ends (:meth:`_finish`, while the connection is
+        still this txn's): left to the garbage collector, a stream a raise abandoned
+        (a damaged ref met mid-scan by ``prune``) sent its ``CLOSE`` on the connection
+        after it went back to the pool, inside whichever txn held it then; the cursor was
+        gone, so that txn was aborted and its next statement failed with 25P02 (chaos4,
+        seed 1003 of the server-crash chaos variant;
+        tests/test_pg_scan_cursor.py).
+        """
+        stream = self._scan(table)
+        self._scans.append(stream)
+        return stream
+
+    def _scan(self, table: PgTable) -> Generator[tuple[bytes, memoryview], None, None]:
         self._flush()
         conn = self._ensure()
         name = f"cpstore_scan_{next(_scan_ids)}"

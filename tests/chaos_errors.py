@@ -1,0 +1,283 @@
+"""Which refusals the chaos mix may meet: operation -> the error classes the docs allow.
+
+A worker logs every CpstoreError an operation raised (``x``, with class and message)
+and every one a loop of the mix caught outside a logged call (``err``). Before, any
+CpstoreError passed as "a documented refusal", so a wrong but plausible error (a
+ConflictError on a branch nobody races, a connection error with no server restart,
+NotFoundError for a checkpoint nothing removed) went unseen. :func:`refusal_problems`
+flags every one not allowed here, naming op, class and message.
+
+Allowed everywhere, under a condition the log shows:
+
+* ``StoreConnectionError`` / ``OutcomeUnknownError``: only across a PostgreSQL
+  server restart (docs/store.md "PostgreSQL backend", "Faults": a lost connection
+  says so; nothing else here fails a commit);
+* ``IntegrityError`` naming ``refs/<run>/<branch>``: only while the operator's damage
+  of that ref stands (docs/store.md "Every ref read is checked": a ref read, a
+  ``prune``/``delete_run`` sweep or a push refuses by a damaged ref);
+* ``GateError`` for recording on from a checkpoint whose standing decision is not
+  ACCEPT, and ``GateError``/``SignOffError`` for a decision a later one superseded,
+  when the log shows a validation of it began before (docs/decision-table.md);
+* a batched checkpoint or flush relaying another thread's failed commit
+  (docs/durability.md "batched"): the relayed error is judged as that commit's.
+
+Per operation (docs/store.md "Recorder and reader", "Refs, branches, listing",
+"Retention", "push and pull"; docs/decision-table.md for gates), in :data:`TABLE`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+#: What a thread's flush says of its checkpoints another thread's failed commit dropped.
+RELAYED = "in another thread's batch commit"
+#: The runs every worker compare-and-sets (a lost race is ConflictError).
+RACED = ("refs/shared/main", "refs/contested/main")
+#: How long after a server restart ends a connection it broke may still be met (the
+#: pool meets a dead idle connection at its next use, which may be a while later).
+RESTART_SLACK_NS = 5_000_000_000
+#: How long after the operator's repair a read may still have met the damaged ref.
+DAMAGE_SLACK_NS = 1_000_000_000
+
+Rule = Callable[[dict[str, Any], dict[str, Any], "Context"], bool]
+
+
+class Context:
+    """The log's windows (server restarts, damaged refs) and history, for the rules."""
+
+    def __init__(self, ops: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> None:
+        inf = float("inf")
+
+        def end(e: dict[str, Any] | None) -> float:
+            return inf if e is None else float(e["t"])
+
+        self.ops = ops
+        self.end = end
+        self.restarts = [(b["t"], end(e)) for b, e in ops if b["op"] == "restart"]
+        self.damage = [
+            (b["t"], end(e), f"refs/{b['run']}/{b['branch']}")
+            for b, e in ops
+            if b["op"] == "damage"
+        ]
+
+    def in_restart(self, b: dict[str, Any], e: dict[str, Any]) -> bool:
+        """The operation overlapped a server restart (plus the slack after it)."""
+        t0 = b.get("t", e["t"])
+        return any(t0 <= t1 + RESTART_SLACK_NS and e["t"] >= r0 for r0, t1 in self.restarts)
+
+    def damaged_ref(self, b: dict[str, Any], e: dict[str, Any]) -> bool:
+        """The message names a ref the operator had damaged while the operation ran."""
+        t0, msg = b.get("t", e["t"]), e.get("msg", "")
+        return any(
+            t0 <= t1 + DAMAGE_SLACK_NS and e["t"] >= d0 and re.search(rf"{re.escape(ref)}\b", msg)
+            for d0, t1, ref in self.damage
+        )
+
+    def damage_near(self, run: str, branch: str, b: dict[str, Any], e: dict[str, Any]) -> bool:
+        """The operator damaged (and then repaired: deleted) this ref before the op ended."""
+        ref = f"refs/{run}/{branch}"
+        return any(r == ref and d0 <= e["t"] for d0, _, r in self.damage)
+
+    def released_before(self, cid: str, b: dict[str, Any]) -> bool:
+        """An earlier release of ``cid`` may have committed (a second one finds none)."""
+        return any(
+            ob["op"] == "release" and ob["cid"] == cid and ob["t"] < b["t"] and ob is not b
+            and (oe is None or oe["ev"] == "a" or oe.get("err") in CONNECTION)
+            for ob, oe in self.ops
+        )  # fmt: skip
+
+    def rerooted(self, run: str, branch: str, b: dict[str, Any]) -> bool:
+        """A checkpoint began on ``run``/``branch`` as a root (after the branch was deleted)."""
+        return any(
+            ob["op"] == "ckpt" and ob.get("run") == run and ob.get("branch") == branch
+            and ob.get("parent") is None and ob["t"] < b["t"]
+            for ob, _ in self.ops
+        )  # fmt: skip
+
+    def deleted(self, b: dict[str, Any], e: dict[str, Any]) -> bool:
+        """A CAS lost on a run another worker's ``delete_run`` (begun before the refusal)
+        took: the short ``tmp-`` runs are deleted by any worker."""
+        run = b.get("run")
+        return any(
+            ob["op"] == "delete" and ob.get("run") == run and ob["t"] < e["t"] for ob, _ in self.ops
+        )
+
+    def decided(self, e: dict[str, Any]) -> bool:
+        """A GateError for recording on from a checkpoint whose standing decision is not
+        ACCEPT, or a sign-off / gate of a decision a later one superseded (validations
+        race on the shared run; docs/decision-table.md): the log shows a validation of
+        that checkpoint began before."""
+        msg = e.get("msg", "")
+        found = re.search(r"at checkpoint ([0-9a-f]{32})", msg)
+        if not ("standing decision" in msg or "supersede" in msg) or found is None:
+            return False
+        c = found.group(1)
+        return any(
+            ob["op"] == "validate" and c in (ob.get("cid"), ob.get("other")) and ob["t"] < e["t"]
+            for ob, _ in self.ops
+        )
+
+    def dropped_before(self, b: dict[str, Any], e: dict[str, Any]) -> bool:
+        """A batched CAS lost on a ref whose queued checkpoint another commit of this
+        process dropped: the recorder still extends the dropped one, so its next queued
+        checkpoint conflicts (docs/durability.md "batched": the drop is told at that
+        thread's next flush). The log shows it: a checkpoint of that run queued (never
+        acknowledged nor refused) before a failed flush or checkpoint of the process."""
+        found = re.search(r"at refs/([^/]+)/main\b", e.get("msg", ""))
+        if found is None:
+            return False
+        run, me = found.group(1), (e["w"], e["inc"])
+        drops = [
+            oe["t"] for ob, oe in self.ops
+            if oe is not None and oe["ev"] == "x" and ob["op"] in ("flush", "ckpt", "close")
+            and (oe["w"], oe["inc"]) == me and oe["t"] < e["t"]
+        ]  # fmt: skip
+        return any(
+            ob["op"] == "ckpt" and ob.get("run") == run and oe is None
+            and (ob["w"], ob["inc"]) == me and any(ob["t"] < t for t in drops)
+            for ob, oe in self.ops
+        )  # fmt: skip
+
+
+CONNECTION = ("StoreConnectionError", "OutcomeUnknownError")
+
+
+def _msg(*parts: str) -> Rule:
+    """Allowed when the message holds one of ``parts``."""
+    return lambda b, e, c: any(p in e.get("msg", "") for p in parts)
+
+
+def _raced(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
+    """A compare-and-set lost on a run every worker writes (the message names its ref)."""
+    return any(ref in e.get("msg", "") for ref in RACED)
+
+
+def _batch(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
+    """Raced, or a conflict a dropped batch of this process left (Context.dropped_before)."""
+    return _raced(b, e, c) or c.dropped_before(b, e)
+
+
+def _relayed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
+    """Another thread's failed batch commit told to this one (docs/durability.md)."""
+    return RELAYED in e.get("msg", "")
+
+
+def _always(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
+    return True
+
+
+_PRUNED = _msg("was pruned", "pruned")
+_NO_RUN = _msg("no such run")
+
+#: op -> class name -> the condition under which the docs allow it (besides the
+#: universal ones in the module docstring). An op or class not listed is a defect.
+TABLE: dict[str, dict[str, Rule]] = {
+    # A recorder's CAS: lost only on a raced run; a fork whose parent was pruned before
+    # its first checkpoint (docs/store.md "Recorder and reader": got="pruned").
+    "ckpt": {
+        "ConflictError": lambda b, e, c: (
+            _batch(b, e, c)
+            or _PRUNED(b, e, c)
+            or (bool(b.get("pull")) and "swept" in e.get("msg", ""))
+            or c.deleted(b, e)
+        ),
+        "NotFoundError": _PRUNED,
+    },
+    # A batched commit: a queued fork checkpoint whose parent a sweep took meanwhile;
+    # another thread's failed commit relayed (that thread logged and was judged on it).
+    "flush": {"ConflictError": lambda b, e, c: _batch(b, e, c) or _PRUNED(b, e, c)},
+    "close": {"ConflictError": lambda b, e, c: _batch(b, e, c) or _PRUNED(b, e, c)},
+    # fork of an acknowledged base prune may have swept (keep_last of 3-4).
+    "fork": {"NotFoundError": _PRUNED},
+    # The contested run is raced; a fork branch only by the operator's damage and repair.
+    "reset": {
+        "ConflictError": lambda b, e, c: (
+            _raced(b, e, c) or c.damage_near(b["run"], b["branch"], b, e)
+        ),
+        "NotFoundError": _PRUNED,
+    },
+    # Forward only: refused when the branch was re-rooted (deleted, then recorded from
+    # no parent) or its history pruned ("descent cannot be proven").
+    "set_ref": {
+        "NotDescendantError": lambda b, e, c: (
+            c.rerooted(b["run"], b["branch"], b) or "cannot be proven" in e.get("msg", "")
+        ),
+        "ConflictError": lambda b, e, c: c.damage_near(b["run"], b["branch"], b, e),
+    },
+    # op_contest reads the head, then the history: another worker's reset may delete the
+    # ref between the two reads (a reset to None is logged with new=None).
+    "contest": {
+        "NotFoundError": lambda b, e, c: any(
+            ob["op"] == "reset"
+            and ob.get("run") == "contested"
+            and ob.get("new") is None
+            and ob["t"] < e["t"]
+            for ob, _ in c.ops
+        )
+    },
+    "release": {"NotFoundError": lambda b, e, c: c.released_before(b["cid"], b)},
+    "repair": {"ConflictError": _msg("passes its check")},  # required on a healthy ref
+    "prune": {"NotFoundError": lambda b, e, c: b.get("run") is not None and _NO_RUN(b, e, c)},
+    "dry_run": {"NotFoundError": _NO_RUN},
+    "delete": {"NotFoundError": _NO_RUN},
+    "pin": {},
+    "unpin": {},
+    # A write from a thread holding a read view when the map must grow (LMDB).
+    "audit": {"StoreError": _msg("map must change size")},
+    # A signed resume records from the validated checkpoint, which a sweep may take.
+    "validate": {"NotFoundError": _PRUNED},
+    "validate_shared": {"NotFoundError": _PRUNED},
+    "gate": {"GateError": _always},  # a non-ACCEPT without a sign-off (required)
+    "signoff": {"SignOffError": _msg("no sign-off can release")},
+    "reuse": {"GateError": _msg("already used")},  # required: a permit allows one resume
+    "verify": {},
+    "lgput": {"StoreError": _msg("kept moving")},
+    "lgwrite": {},
+    "lgdelete": {},
+    "lgprune": {},
+    # The collected conflict (a branch reset here went elsewhere there, the rest copied).
+    "push": {"ConflictError": _msg("went elsewhere", "swept")},
+    "pckpt": {},
+    "peer_open": {},
+    # Refused while another process compacts it (the compaction variant).
+    "open": {"StoreError": _msg("compact")},
+    # The reader thread (its reads are never logged): a checkpoint, pin or ancestor a
+    # sweep or an unpin took between the pick and the read.
+    "read": {"NotFoundError": _always},
+    "compact": {"StoreError": _msg("has the store open", "committed", "another process")},
+}
+
+
+def allowed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
+    """True when the docs allow ``e`` (an ``x`` or ``err`` line) for operation ``b``."""
+    err = e.get("err", "")
+    if err in CONNECTION and c.in_restart(b, e):
+        return True
+    if err == "IntegrityError" and c.damaged_ref(b, e):
+        return True
+    if err == "ConflictError" and b["op"] in ("ckpt", "flush", "close") and _relayed(b, e, c):
+        return True
+    if err in ("GateError", "SignOffError") and c.decided(e):
+        return True
+    rule = TABLE.get(b["op"], {}).get(err)
+    return rule is not None and rule(b, e, c)
+
+
+def refusal_problems(ops: list[tuple[dict[str, Any], dict[str, Any] | None]],
+                     errs: list[dict[str, Any]]) -> list[str]:  # fmt: skip
+    """Every logged refusal the table does not allow, naming op, class and message."""
+    c = Context(ops)
+    out = [
+        f"refusal not allowed: {b['op']} {e['err']}: {e.get('msg', '')[:200]} ({b['id']})"
+        for b, e in ops
+        if e is not None and e["ev"] == "x" and not allowed(b, e, c)
+    ]
+    out += [
+        f"refusal not allowed: {e['op']} {e['err']} (outside a logged call): "
+        f"{e.get('msg', '')[:200]}"
+        for e in errs
+        if not allowed({"op": e["op"], "t": e["t"], "id": "-"}, e, c)
+    ]
+    return out
