@@ -230,7 +230,7 @@ def _prepare(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True)
 
 
-def _timed_threads(targets: list[Callable[[], None]]) -> float:
+def timed_threads(targets: list[Callable[[], None]]) -> float:
     """Seconds for ``targets``, one thread each, to run from a common start; the first
     failure is raised (a failed writer fails the figure)."""
     start = threading.Barrier(len(targets) + 1)
@@ -263,7 +263,7 @@ def run_threads(kind: str, path: Path, wls: list[Workload]) -> float:
     shared = opener(path)
     try:
         writers = [make(shared, f"writer{i}") for i in range(WRITERS)]
-        return _timed_threads(
+        return timed_threads(
             [functools.partial(w.run, wl) for w, wl in zip(writers, wls, strict=True)]
         )
     finally:
@@ -392,7 +392,7 @@ def run_raw_pipelined(path: Path, wls: list[Workload], *, cpu: bool, lanes: int 
             synced.wait(txnid)
 
     try:
-        return _timed_threads(
+        return timed_threads(
             [functools.partial(lane, range(k * per, (k + 1) * per)) for k in range(lanes)]
         )
     finally:

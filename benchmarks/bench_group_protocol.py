@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from bench_group_commit import timed_threads
 from bench_store import Comparison, interleave
 from pytest_benchmark.fixture import BenchmarkFixture
 
@@ -42,28 +43,12 @@ def run(kind: str, puts: int) -> float:
     else:
         barrier = threading.Barrier(WRITERS, action=lambda: time.sleep(SYNC_STAND_IN), timeout=120)
         commit = lambda _: barrier.wait()  # noqa: E731
-    start = threading.Barrier(WRITERS + 1)
-    errors: list[BaseException] = []
 
     def writer() -> None:
-        start.wait()
-        try:
-            for i in range(puts):
-                commit(i)
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
+        for i in range(puts):
+            commit(i)
 
-    threads = [threading.Thread(target=writer) for _ in range(WRITERS)]
-    for t in threads:
-        t.start()
-    start.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return elapsed
+    return timed_threads([writer] * WRITERS)
 
 
 @pytest.fixture(scope="module")
