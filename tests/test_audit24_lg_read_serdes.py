@@ -303,8 +303,10 @@ def _check_reads(saver: CpstoreSaver, thread: str, configs: list[dict[str, Any]]
         for ns in dict.fromkeys(c["configurable"]["checkpoint_ns"] for c in by_ns)
         for c in reversed([c for c in configs if c["configurable"]["checkpoint_ns"] == ns])
     ]
-    for tup in listed:
+    for tup in listed:  # each changed before the next is compared: no tuple shares with another
         _same_tuple(tup, _oracle_of(saver, tup.config))
+        _mutate(tup)
+    listed = list(saver.list(_conf(thread, None)))
 
     async def alist(config: Any, **kw: Any) -> list[CheckpointTuple]:
         return [t async for t in saver.alist(config, **kw)]
@@ -432,8 +434,12 @@ def test_each_serde_reads_as_its_loads_typed_on_each_backend(store: Store, varia
 
 def test_a_replaced_ext_hook_is_used_by_the_next_read(tmp_path: Path) -> None:
     """``serde._unpack_ext_hook`` replaced after a read built the saver's loaders: the
-    next get_tuple and list decode ext types with the new hook, as loads_typed does."""
-    with CpstoreSaver.from_conn_string(tmp_path / "s", durability="none") as saver:
+    next get_tuple and list decode ext types with the new hook, as loads_typed does.
+    (Its own serde: without one a saver gets LangGraph's class-level default, which
+    every other saver in the process shares.)"""
+    serde = JsonPlusSerializer()
+    with CpstoreSaver.from_conn_string(tmp_path / "s", serde=serde, durability="none") as saver:
+        assert saver.serde is serde
         cp = empty_checkpoint()
         cp["channel_values"] = {"x": uuid.UUID(int=5)}
         cp["channel_versions"] = {"x": 1}
