@@ -8,23 +8,29 @@ default, a subclass, another allowlist, a custom or later replaced ext hook, an
 encrypted serde, replaced ``loads_typed`` or ``dumps_typed``), ``get_tuple``,
 ``list`` (per namespace, across namespaces and threads, with ``before``,
 ``limit``, ``filter``), ``aget_tuple`` and ``alist`` give the oracle's tuples,
-values of the same types, and a caller's changes never reach a later read.
+values of the same types, and a caller's changes never reach a later read nor
+another tuple of the same read (also through a real graph's ``get_state`` and
+``get_state_history``, sync and async). Heads that pass every hash check but are
+malformed decode, or raise, as the decode before lgread did; writes another
+process commits during lists are seen as one snapshot on both backends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import datetime
 import decimal
 import enum
 import multiprocessing
+import operator
 import pickle
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import ormsgpack
 import pytest
@@ -32,8 +38,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 from pydantic import BaseModel
 
@@ -618,3 +626,76 @@ def test_writes_put_by_another_process_during_lists_are_seen_as_a_prefix(
         proc.join(60)
     assert proc.exitcode == 0
     assert seen_counts[-1] == _WRITES
+
+
+# -- a real graph: what get_state and get_state_history hand out is the caller's ----------
+
+
+class _State(TypedDict):
+    items: Annotated[list[str], operator.add]
+    doc: dict[str, Any]
+
+
+def _graph(checkpointer: Any) -> Any:
+    """Node a sets items and doc, node b items only: doc is unchanged between checkpoints."""
+
+    def step(state: _State) -> dict[str, Any]:
+        n = len(state["items"])
+        return {"items": [f"i{n}"], "doc": {"n": n, "seen": list(state["items"])}}
+
+    def items_only(state: _State) -> dict[str, Any]:
+        return {"items": [f"b{len(state['items'])}"]}
+
+    g = StateGraph(_State)
+    g.add_node("a", step)
+    g.add_node("b", items_only)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+def _snapshot_view(snapshot: Any) -> Any:
+    return (snapshot.values, snapshot.next, snapshot.config, snapshot.metadata)
+
+
+def test_changing_state_snapshots_never_changes_the_next_history(store: Store) -> None:
+    """get_state, get_state_history and their async twins on both backends: every value,
+    config and metadata a caller changes stays the caller's."""
+    saver = CpstoreSaver(store, serde=JsonPlusSerializer())
+    graph = _graph(saver)
+    config: dict[str, Any] = {"configurable": {"thread_id": "g"}}
+    for _ in range(3):
+        graph.invoke({"items": ["start"], "doc": {}}, config)
+    pristine = copy.deepcopy([_snapshot_view(s) for s in graph.get_state_history(config)])
+    memory = _graph(InMemorySaver())
+    for _ in range(3):
+        memory.invoke({"items": ["start"], "doc": {}}, config)
+    assert [v[0] for v in pristine] == [s.values for s in memory.get_state_history(config)]
+
+    def history() -> list[Any]:
+        return [_snapshot_view(s) for s in graph.get_state_history(config)]
+
+    async def ahistory() -> list[Any]:
+        return [_snapshot_view(s) async for s in graph.aget_state_history(config)]
+
+    reads: list[Callable[[], list[Any]]] = [
+        history,
+        lambda: asyncio.run(ahistory()),
+        lambda: [_snapshot_view(graph.get_state(config))],
+        lambda: [_snapshot_view(asyncio.run(graph.aget_state(config)))],
+    ]
+    for read in reads:
+        got = read()
+        assert got == pristine[: len(got)]
+        for i, (values, _, conf, meta) in enumerate(got):
+            for value in values.values():
+                _mutate_value(value)
+                if type(value) is dict:
+                    _mutate_value(value.get("seen"))
+            values["new"] = 1
+            conf["configurable"]["checkpoint_id"] = "changed"
+            meta["step"] = -1
+            meta.setdefault("writes", {})
+            assert got[i + 1 :] == pristine[i + 1 : len(got)]  # shared with no other
+        assert history() == pristine
