@@ -496,8 +496,11 @@ def _outcome(fn: Callable[[], Any]) -> Any:
         return ("raised", type(exc))
 
 
-def _forge_head(saver: CpstoreSaver, thread: str, ck: bytes, md: bytes) -> dict[str, Any]:
-    """A layout-2 checkpoint whose head is (ck, md), named by a valid index entry."""
+def _forge_head(
+    saver: CpstoreSaver, thread: str, ck: Any, md: Any, *, layout: int = 2
+) -> dict[str, Any]:
+    """A checkpoint whose head is (ck, md), named by a valid index entry: layout 2 (the
+    head in the manifest's metadata) or layout 1 (the head as state parts, any value)."""
     rec = saver.store.recorder(run_for(thread), branch=branch_label(""))
     checkpoint_id = str(uuid.uuid4())
     key = checkpoint_key(thread, "", checkpoint_id)
@@ -508,8 +511,12 @@ def _forge_head(saver: CpstoreSaver, thread: str, ck: bytes, md: bytes) -> dict[
         )
         return [(key, pack(key, body))]
 
-    parts = {CHANNEL + "c": _GOOD_MD}
-    rec.checkpoint(0, parts, metadata={HEAD_KEY: pack_head(ck, md)}, extra_meta=extra)
+    parts: dict[str, Any] = {CHANNEL + "c": _GOOD_MD}
+    if layout == 1:
+        parts.update(checkpoint=ck, metadata=md)
+        rec.checkpoint(0, parts, extra_meta=extra)
+    else:
+        rec.checkpoint(0, parts, metadata={HEAD_KEY: pack_head(ck, md)}, extra_meta=extra)
     rec.close()
     return _conf(thread, "", checkpoint_id)
 
@@ -524,6 +531,29 @@ def test_a_malformed_head_reads_as_loads_typed_of_it_or_raises_its_class(
     path = tmp_path_factory.mktemp("head") / "s"
     with CpstoreSaver.from_conn_string(path, durability="none") as saver:
         config = _forge_head(saver, "t", _HALVES[ck], _HALVES[md])
+        want = _outcome(lambda: _oracle_of(saver, config))
+        assert _outcome(lambda: saver.get_tuple(config)) == want
+        assert _outcome(lambda: list(saver.list(_conf("t", "")))) == (
+            want if want[0] == "raised" else ("ok", repr([_oracle_of(saver, config)]))
+        )
+
+
+#: Layout-1 head parts may be any canonical value, not only bytes.
+_PART_HALVES: list[Any] = [*_HALVES, "msgpack\x00\x80", 7, None, [_GOOD_CK], {"a": _GOOD_CK}]
+
+
+@pytest.mark.parametrize(
+    ("ck", "md"),
+    [(i, 1) for i in range(len(_PART_HALVES))] + [(0, i) for i in range(len(_PART_HALVES))],
+)
+def test_a_malformed_layout_1_head_reads_as_before(
+    tmp_path_factory: pytest.TempPathFactory, ck: int, md: int
+) -> None:
+    """The head as state parts (layout 1), each half malformed in turn, non-bytes too:
+    the same tuple as the oracle or the same error class."""
+    path = tmp_path_factory.mktemp("head1") / "s"
+    with CpstoreSaver.from_conn_string(path, durability="none") as saver:
+        config = _forge_head(saver, "t", _PART_HALVES[ck], _PART_HALVES[md], layout=1)
         want = _outcome(lambda: _oracle_of(saver, config))
         assert _outcome(lambda: saver.get_tuple(config)) == want
         assert _outcome(lambda: list(saver.list(_conf("t", "")))) == (
