@@ -464,6 +464,41 @@ def test_a_replaced_ext_hook_is_used_by_the_next_read(tmp_path: Path) -> None:
             assert got.pending_writes == [("task", "x", want)]
 
 
+def test_a_with_allowlist_clone_reads_by_its_serde_and_the_original_by_its_own(
+    tmp_path: Path,
+) -> None:
+    """``with_allowlist`` shallow-copies the saver (its kept loaders too) and gives the copy
+    a derived serde: the copy decodes the allowed type, the original still refuses it."""
+    strict = JsonPlusSerializer(allowed_msgpack_modules=None)
+    with CpstoreSaver.from_conn_string(tmp_path / "s", serde=strict, durability="none") as saver:
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"p": Point(1, [2])}
+        cp["channel_versions"] = {"p": 1}
+        config = saver.put(_conf("t", ""), cp, {"step": 0}, {"p": 1})
+        saver.put_writes(config, [("p", Point(3, [4]))], "task")
+        refused = saver.get_tuple(config)  # builds and keeps the strict loaders
+        assert refused is not None and refused.checkpoint["channel_values"]["p"] == {
+            "x": 1,
+            "y": [2],
+        }
+        clone = saver.with_allowlist([(__name__, "Point")])
+        assert isinstance(clone, CpstoreSaver) and clone.serde is not strict
+        for got in (clone.get_tuple(config), next(iter(clone.list(_conf("t", ""))))):
+            assert got is not None
+            _same_tuple(got, _oracle_of(clone, config))
+            assert got.checkpoint["channel_values"]["p"] == Point(1, [2])
+            assert got.pending_writes == [("task", "p", Point(3, [4]))]
+        again = saver.get_tuple(config)
+        _same_tuple(again, refused)
+        # Another instance of one subclass (the same loads_typed function): its own
+        # allowlist, not the kept loaders' instance's.
+        saver.serde = _Plain(allowed_msgpack_modules=None)
+        assert saver.get_tuple(config) is not None
+        saver.serde = _Plain(allowed_msgpack_modules=[(__name__, "Point")])
+        got = saver.get_tuple(config)
+        assert got is not None and got.checkpoint["channel_values"]["p"] == Point(1, [2])
+
+
 # -- the head's inline decode: hash-valid but malformed heads -----------------------------
 
 _GOOD_CK = pack_typed(JsonPlusSerializer().dumps_typed(dict(empty_checkpoint())))
