@@ -114,12 +114,19 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         """A Loader on ``txn`` with this saver's serde and its cached part loader.
 
         The loaders are rebuilt when the serde's ``loads_typed`` is another function
-        than when they were built (patched on the instance or the class since): a
-        read always decodes as ``serde.loads_typed`` would now (audit23).
+        than when they were built (patched on the instance or the class since), or,
+        for the exact default serde, its ``_unpack_ext_hook`` (which its
+        ``loads_typed`` reads at each call) is another object: a read always decodes
+        as ``serde.loads_typed`` would now (audit23, audit24).
         """
         serde = self.serde
         held = self._loader_of
-        if held[0] is not serde or held[1] != _loads_of(serde):
+        opts = held[3]
+        if (
+            held[0] is not serde
+            or held[1] != _loads_of(serde)
+            or (opts is not None and opts[0] is not getattr(serde, "_unpack_ext_hook", None))
+        ):
             held = self._loader_of = _loaders_of(serde)
         return Loader(txn, self.store, serde, held[2], held[3], share=share)
 
