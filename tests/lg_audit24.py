@@ -19,6 +19,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pydantic import BaseModel
 
+from cpstore.errors import CpstoreError, IntegrityError
 from cpstore.langgraph import CpstoreSaver
 from cpstore.langgraph._codec import (
     CHANNEL,
@@ -135,14 +136,27 @@ def _same(got: Any, want: Any, at: str = "") -> None:
         assert got == want, at
 
 
+def _loads(serde: Any, typed: tuple[str, bytes]) -> Any:
+    """``serde.loads_typed(typed)`` with the saver's rule since lgtrust (written here, not
+    taken from ``_codec``): a serde's own exception on stored bytes is IntegrityError."""
+    try:
+        return serde.loads_typed(typed)
+    except CpstoreError:
+        raise
+    except Exception as exc:
+        raise IntegrityError("oracle: the serde refused stored bytes", where="oracle") from exc
+
+
 def _oracle(saver: CpstoreSaver, entry: Entry, txn: Any) -> CheckpointTuple | None:
     """The tuple through a CheckpointView and ``serde.loads_typed`` alone (no Loader)."""
     store, serde = saver.store, saver.serde
     if not stored(txn, store, entry):
         return None
     parts = load_parts(txn, store, entry)
-    checkpoint = serde.loads_typed(unpack_typed(parts["checkpoint"], "oracle"))
-    metadata = serde.loads_typed(unpack_typed(parts["metadata"], "oracle"))
+    checkpoint = _loads(serde, unpack_typed(parts["checkpoint"], "oracle"))
+    metadata = _loads(serde, unpack_typed(parts["metadata"], "oracle"))
+    if type(checkpoint) is not dict or type(metadata) is not dict:
+        raise IntegrityError("oracle: a head half is not a map", where="oracle")
     values: dict[str, Any] = {}
     for name, part in parts.items():
         if not name.startswith(CHANNEL):
@@ -152,11 +166,11 @@ def _oracle(saver: CpstoreSaver, entry: Entry, txn: Any) -> CheckpointTuple | No
         if kind == LIST_KIND:
             values[channel] = load_value(serde, parts, channel, "oracle")
         elif kind != "empty":
-            values[channel] = serde.loads_typed((kind, data))
+            values[channel] = _loads(serde, (kind, data))
     checkpoint["channel_values"] = values
     meta = saver.store.backend.db("meta")
     writes = [
-        (w.task_id, w.channel, serde.loads_typed(w.typed))
+        (w.task_id, w.channel, _loads(serde, w.typed))
         for w in stored_writes(txn, meta, entry.thread_id, entry.ns, entry.checkpoint_id)
     ]
     parent = None if entry.parent is None else _conf(entry.thread_id, entry.ns, entry.parent)

@@ -1,7 +1,9 @@
 """audit24: the lgread read paths on odd heads, concurrent writes and a real graph.
 
 Heads that pass every hash check but are malformed (either layout) decode, or
-raise, as ``serde.loads_typed`` of them (the decode before lgread) does; the
+raise, as ``serde.loads_typed`` of them (the decode before lgread) does, with
+lgtrust's rule on the oracle side (a serde's own exception, or a head half that is
+not a map, is IntegrityError: ``lg_audit24._loads``); the
 per-namespace "any pending write?" answer belongs to one read snapshot (threads
 with one namespace name, writes another process commits during lists, both
 backends); what a real graph's ``get_state``/``get_state_history`` (sync and
