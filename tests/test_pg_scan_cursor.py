@@ -218,3 +218,35 @@ def test_processes_reading_scans_past_their_txns_meet_no_aborted_txn(pg_cluster:
     assert results == [[], []]
     if any(p.exitcode != 0 for p in procs):
         pytest.fail(f"exit codes {[p.exitcode for p in procs]}")
+
+
+def test_an_interrupt_closing_a_scan_still_gives_the_connection_back(
+    pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt inside a scan's CLOSE when its txn ends: the txn's connection
+    still goes back to the pool (closed), so the next txn gets one (before: it was never
+    given back, and with one pooled connection every later txn waited for the pool and
+    failed)."""
+    monkeypatch.setattr("cpstore.store.pg_backend.POOL_WAIT", 3.0)
+    url = fresh_url(pool_max="1")
+    _damaged_store(url).close()
+    st = cpstore.open(url)
+    refs = st.backend.dbs["refs"]
+    real = psycopg.ServerCursor.close
+    calls: list[int] = []
+
+    def close(self: Any) -> None:
+        if not calls:
+            calls.append(1)
+            raise KeyboardInterrupt
+        real(self)
+
+    monkeypatch.setattr(psycopg.ServerCursor, "close", close)
+    with pytest.raises(KeyboardInterrupt), st.backend.read_txn() as txn:
+        next(iter(txn.cursor(db=refs)))
+    monkeypatch.setattr(psycopg.ServerCursor, "close", real)
+    assert calls == [1]
+    with st.backend.read_txn() as other:
+        assert other.get(b"r0\0main", db=refs) is not None
+    st.recorder("after").checkpoint(0, {"after": True})
+    st.close()

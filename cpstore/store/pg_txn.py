@@ -401,21 +401,26 @@ class PgTxn:
     def _finish(self, *, broken: bool) -> None:
         self._done = True
         scans, self._scans = self._scans, []
-        for stream in scans:  # closed on this txn's connection, never on a later txn's
-            try:
-                stream.close()
-            except (CpstoreError, psycopg.Error, ValueError):
-                # ValueError: the stream is running now (another thread, a finalizer or
-                # a signal handler ended the txn from inside its loop): its cursor stays
-                # bound to the connection and its next FETCH or CLOSE would run inside
-                # whichever txn holds it next. A failed CLOSE leaves the session unknown.
-                # Either way the connection is closed, never pooled.
-                broken = True
-        self._known.clear()
-        self._dirty.clear()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._release(conn, broken or conn.broken)
+        try:
+            for stream in scans:  # closed on this txn's connection, never on a later txn's
+                try:
+                    stream.close()
+                except (CpstoreError, psycopg.Error, ValueError):
+                    # ValueError: the stream is running now (another thread, a finalizer
+                    # or a signal handler ended the txn from inside its loop): its cursor
+                    # stays bound to the connection and its next FETCH or CLOSE would run
+                    # inside whichever txn holds it next. A failed CLOSE leaves the session
+                    # unknown. Either way the connection is closed, never pooled.
+                    broken = True
+        except BaseException:
+            broken = True  # an interrupt inside a CLOSE: the connection still goes back,
+            raise  # closed (kept, it was lost to the pool for good)
+        finally:
+            self._known.clear()
+            self._dirty.clear()
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                self._release(conn, broken or conn.broken)
 
     def __enter__(self) -> PgTxn:
         return self
