@@ -240,7 +240,7 @@ TABLE: dict[str, dict[str, Rule]] = {
     "pin": {},
     "unpin": {},
     # A write from a thread holding a read view when the map must grow (LMDB).
-    "audit": {"StoreError": _msg("map must change size")},
+    "audit": {"ReadHeldDuringResizeError": _msg("map must change size")},
     # A signed resume records from the validated checkpoint, which a sweep may take.
     "validate": {"NotFoundError": _pruned},
     "validate_shared": {"NotFoundError": _pruned},
