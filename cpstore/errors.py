@@ -28,6 +28,7 @@ __all__ = [
     "NotDescendantError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "ReadHeldDuringResizeError",
     "RecordFormatError",
     "RecordingGapError",
     "ReplayDivergenceError",
@@ -136,6 +137,11 @@ class NativeError(CpstoreError):
 
 class StoreError(CpstoreError):
     """The store cannot do what was asked (environment, version, state)."""
+
+
+class ReadHeldDuringResizeError(StoreError):
+    """The LMDB map must change size (a write fills it, or another process grew it) while
+    this thread holds an open read txn of the store; end the read and try again."""
 
 
 class StoreFullError(StoreError):

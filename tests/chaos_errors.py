@@ -38,8 +38,13 @@ RACED = ("refs/shared/main", "refs/contested/main")
 #: How long after a server restart ends a connection it broke may still be met (the
 #: pool meets a dead idle connection at its next use, which may be a while later).
 RESTART_SLACK_NS = 5_000_000_000
-#: How long after the operator's repair a read may still have met the damaged ref.
+#: How long after the operator's repair a refusal a loop caught outside a logged call
+#: (logged with its own time, not its call's start) may still have met the damaged ref.
+#: A logged call begun after the repair was acknowledged gets none: it must see the
+#: repaired ref (before: 1 s for every call, which excused a stale read of the ref).
 DAMAGE_SLACK_NS = 1_000_000_000
+#: The operations that remove checkpoints: a "pruned" refusal needs one begun before it.
+SWEEPS = ("prune", "delete", "lgprune", "lgdelete")
 
 Rule = Callable[[dict[str, Any], dict[str, Any], "Context"], bool]
 
@@ -70,8 +75,9 @@ class Context:
     def damaged_ref(self, b: dict[str, Any], e: dict[str, Any]) -> bool:
         """The message names a ref the operator had damaged while the operation ran."""
         t0, msg = b.get("t", e["t"]), e.get("msg", "")
+        slack = DAMAGE_SLACK_NS if b.get("id") == "-" else 0  # "-": outside a logged call
         return any(
-            t0 <= t1 + DAMAGE_SLACK_NS and e["t"] >= d0 and re.search(rf"{re.escape(ref)}\b", msg)
+            t0 <= t1 + slack and e["t"] >= d0 and re.search(rf"{re.escape(ref)}\b", msg)
             for d0, t1, ref in self.damage
         )
 
@@ -79,6 +85,10 @@ class Context:
         """The operator damaged (and then repaired: deleted) this ref before the op ended."""
         ref = f"refs/{run}/{branch}"
         return any(r == ref and d0 <= e["t"] for d0, _, r in self.damage)
+
+    def swept_before(self, e: dict[str, Any]) -> bool:
+        """A sweep (prune, gc, delete_run, a saver's delete or prune) began before ``e``."""
+        return any(ob["op"] in SWEEPS and ob["t"] < e["t"] for ob, _ in self.ops)
 
     def released_before(self, cid: str, b: dict[str, Any]) -> bool:
         """An earlier release of ``cid`` may have committed (a second one finds none)."""
@@ -168,7 +178,12 @@ def _always(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
     return True
 
 
-_PRUNED = _msg("was pruned", "pruned")
+def _pruned(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
+    """The message says pruned, and a sweep the log shows began before (before: the
+    message alone, which excused a "pruned" refusal nothing had removed)."""
+    return "pruned" in e.get("msg", "") and c.swept_before(e)
+
+
 _NO_RUN = _msg("no such run")
 
 #: op -> class name -> the condition under which the docs allow it (besides the
@@ -179,24 +194,24 @@ TABLE: dict[str, dict[str, Rule]] = {
     "ckpt": {
         "ConflictError": lambda b, e, c: (
             _batch(b, e, c)
-            or _PRUNED(b, e, c)
+            or _pruned(b, e, c)
             or (bool(b.get("pull")) and "swept" in e.get("msg", ""))
             or c.deleted(b, e)
         ),
-        "NotFoundError": _PRUNED,
+        "NotFoundError": _pruned,
     },
     # A batched commit: a queued fork checkpoint whose parent a sweep took meanwhile;
     # another thread's failed commit relayed (that thread logged and was judged on it).
-    "flush": {"ConflictError": lambda b, e, c: _batch(b, e, c) or _PRUNED(b, e, c)},
-    "close": {"ConflictError": lambda b, e, c: _batch(b, e, c) or _PRUNED(b, e, c)},
+    "flush": {"ConflictError": lambda b, e, c: _batch(b, e, c) or _pruned(b, e, c)},
+    "close": {"ConflictError": lambda b, e, c: _batch(b, e, c) or _pruned(b, e, c)},
     # fork of an acknowledged base prune may have swept (keep_last of 3-4).
-    "fork": {"NotFoundError": _PRUNED},
+    "fork": {"NotFoundError": _pruned},
     # The contested run is raced; a fork branch only by the operator's damage and repair.
     "reset": {
         "ConflictError": lambda b, e, c: (
             _raced(b, e, c) or c.damage_near(b["run"], b["branch"], b, e)
         ),
-        "NotFoundError": _PRUNED,
+        "NotFoundError": _pruned,
     },
     # Forward only: refused when the branch was re-rooted (deleted, then recorded from
     # no parent) or its history pruned ("descent cannot be proven").
@@ -225,11 +240,13 @@ TABLE: dict[str, dict[str, Rule]] = {
     "pin": {},
     "unpin": {},
     # A write from a thread holding a read view when the map must grow (LMDB).
-    "audit": {"StoreError": _msg("map must change size")},
+    "audit": {"ReadHeldDuringResizeError": _msg("map must change size")},
     # A signed resume records from the validated checkpoint, which a sweep may take.
-    "validate": {"NotFoundError": _PRUNED},
-    "validate_shared": {"NotFoundError": _PRUNED},
-    "gate": {"GateError": _always},  # a non-ACCEPT without a sign-off (required)
+    "validate": {"NotFoundError": _pruned},
+    "validate_shared": {"NotFoundError": _pruned},
+    # A non-ACCEPT without a sign-off (required). A signed gate (signed_resume) only by a
+    # superseded decision (Context.decided), not by any GateError (before: _always).
+    "gate": {"GateError": lambda b, e, c: not b.get("signed")},
     "signoff": {"SignOffError": _msg("no sign-off can release")},
     "reuse": {"GateError": _msg("already used")},  # required: a permit allows one resume
     "verify": {},

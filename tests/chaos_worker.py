@@ -550,7 +550,7 @@ class Worker:
             "signoff", lambda: cpstore.sign_off(self.st, d, operator="chaos", reason="r"), cid=c
         )
         _, permit = self.call(
-            "gate", lambda: cpstore.resume_gate(self.st, c, d, sign_off=so), cid=c
+            "gate", lambda: cpstore.resume_gate(self.st, c, d, sign_off=so), cid=c, signed=True
         )
         branch, run = f"g{self.log.op().replace('.', '_')}", run or self.run
         rec = self.st.recorder(run, branch=branch, parent=c, permit=permit)

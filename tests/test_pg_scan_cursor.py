@@ -16,6 +16,7 @@ import multiprocessing
 import os
 from typing import Any
 
+import psycopg
 import pytest
 from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixtures
 
@@ -98,3 +99,154 @@ def test_processes_sharing_the_store_meet_no_aborted_txn(
     assert results == [[], []]
     if any(p.exitcode != 0 for p in procs):
         pytest.fail(f"exit codes {[p.exitcode for p in procs]}")
+
+
+def _scan_read_after_its_txn(url: str) -> list[str]:
+    """A refs scan begun inside a read txn and read on after the txn ended (a stream handed
+    out of its ``with`` block), then a read and a write on the one pooled connection.
+    What went wrong."""
+    st = cpstore.open(url)
+    refs = st.backend.dbs["refs"]
+    got: list[str] = []
+    with st.backend.read_txn() as txn:
+        rows = iter(txn.cursor(db=refs))
+        first = next(rows)
+    try:
+        rest = list(rows)
+        got.append(f"the scan went on after its txn ended: {len(rest) + 1} rows, no error")
+    except CpstoreError:
+        pass  # refused: the walk is known to be cut short
+    try:
+        with st.backend.read_txn() as txn:
+            if txn.get(bytes(first[0]), db=refs) is None:
+                got.append("the first ref went missing")
+        st.recorder(f"w{os.getpid()}").checkpoint(0, {"after": True})
+    except CpstoreError as exc:
+        got.append(repr(exc)[:300])
+    st.close()
+    return got
+
+
+def test_a_scan_read_after_its_txn_ended_is_refused_not_cut_short(pg_cluster: Any) -> None:
+    """A stream the txn's end closed refuses its next row (before: it ended silently, a
+    truncated walk a caller took for the whole table)."""
+    url = fresh_url(pool_max="1")
+    _damaged_store(url).close()
+    assert _scan_read_after_its_txn(url) == []
+
+
+def _ended_while_running(url: str) -> list[str]:
+    """The txn ends while its stream is the running frame (a finalizer, a signal handler or
+    another thread ending it inside a FETCH), the next txn takes the one pooled connection
+    before the stream's FETCH runs, and later txns read and write. What went wrong."""
+    st = cpstore.open(url)
+    refs = st.backend.dbs["refs"]
+    got: list[str] = []
+    real = psycopg.ServerCursor.fetchmany
+    txn: Any = None
+
+    def fetchmany(self: Any, size: int = 0) -> Any:
+        txn.abort()  # the stream is running: its close cannot run now
+        other = st.backend.begin_read()  # the next txn (another thread's) takes the pool's
+        try:  # connection, then the stream's FETCH runs
+            other.get(b"r0\0main", db=refs)
+            try:
+                return real(self, size)
+            finally:
+                if other.get(b"r1\0main", db=refs) is None:
+                    got.append("a ref went missing in the next txn")
+        except CpstoreError as exc:
+            if "25P02" in str(exc) or "aborted" in str(exc):
+                got.append(f"the next txn was aborted: {exc!r}"[:300])
+            raise
+        finally:
+            st.backend.end_read(other)
+
+    psycopg.ServerCursor.fetchmany = fetchmany  # type: ignore[method-assign]
+    try:
+        with st.backend.read_txn() as txn:
+            try:
+                rows = list(txn.cursor(db=refs))
+                got.append(f"the stream read {len(rows)} rows after its txn ended")
+            except CpstoreError:
+                pass  # refused
+    finally:
+        psycopg.ServerCursor.fetchmany = real  # type: ignore[method-assign]
+    try:
+        for i in range(3):
+            with st.backend.read_txn() as other:
+                if (
+                    other.get(b"r0\0main", db=refs) is None
+                    or other.get(b"r1\0main", db=refs) is None
+                ):
+                    got.append("a ref went missing")
+            st.recorder(f"w{os.getpid()}").checkpoint(i, {"after": i})
+    except CpstoreError as exc:
+        got.append(repr(exc)[:300])
+    st.close()
+    return got
+
+
+def test_a_txn_ended_inside_its_running_scan_never_pools_the_cursors_connection(
+    pg_cluster: Any,
+) -> None:
+    """The stream cannot be closed while it runs, so its cursor stays bound to the
+    connection: the connection is closed, not pooled (before: pooled, and the stream's
+    FETCH ran outside the txn, on the connection the next txns got)."""
+    url = fresh_url(pool_max="1")
+    _damaged_store(url).close()
+    assert _ended_while_running(url) == []
+
+
+def _child_after_end(url: str, out: Any) -> None:
+    out.put(_scan_read_after_its_txn(url) + _ended_while_running(url))
+
+
+def test_processes_reading_scans_past_their_txns_meet_no_aborted_txn(pg_cluster: Any) -> None:
+    """Two processes on one store, each reading a scan past its txn's end and ending a txn
+    inside its running scan, then reading and writing on (the writer lock between them)."""
+    ctx = multiprocessing.get_context("spawn")
+    out: Any = ctx.Queue()
+    url = fresh_url(pool_max="1")
+    _damaged_store(url).close()
+    procs = [ctx.Process(target=_child_after_end, args=(url, out), daemon=True) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert results == [[], []]
+    if any(p.exitcode != 0 for p in procs):
+        pytest.fail(f"exit codes {[p.exitcode for p in procs]}")
+
+
+def test_an_interrupt_closing_a_scan_still_gives_the_connection_back(
+    pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt inside a scan's CLOSE when its txn ends: the txn's connection
+    still goes back to the pool (closed), so the next txn gets one (before: it was never
+    given back, and with one pooled connection every later txn waited for the pool and
+    failed)."""
+    monkeypatch.setattr("cpstore.store.pg_backend.POOL_WAIT", 3.0)
+    url = fresh_url(pool_max="1")
+    _damaged_store(url).close()
+    st = cpstore.open(url)
+    refs = st.backend.dbs["refs"]
+    real = psycopg.ServerCursor.close
+    calls: list[int] = []
+
+    def close(self: Any) -> None:
+        if not calls:
+            calls.append(1)
+            raise KeyboardInterrupt
+        real(self)
+
+    monkeypatch.setattr(psycopg.ServerCursor, "close", close)
+    with pytest.raises(KeyboardInterrupt), st.backend.read_txn() as txn:
+        next(iter(txn.cursor(db=refs)))
+    monkeypatch.setattr(psycopg.ServerCursor, "close", real)
+    assert calls == [1]
+    with st.backend.read_txn() as other:
+        assert other.get(b"r0\0main", db=refs) is not None
+    st.recorder("after").checkpoint(0, {"after": True})
+    st.close()

@@ -40,11 +40,15 @@ from cpstore.errors import (
     IntegrityError,
     InvalidInputError,
     NotFoundError,
+    ReadHeldDuringResizeError,
 )
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 
 __all__ = ["RunSource", "validate"]
+
+#: Loads of the two sides tried when another process's map growth refused the second.
+_LOAD_TRIES = 3
 
 
 def fidelity_of(
@@ -110,45 +114,62 @@ def validate(
     """
     if not isinstance(verify, bool) or not isinstance(record, bool):
         raise InvalidInputError("verify and record must be bools", got=(verify, record))
-    with ExitStack() as stack:
-        r, r_bad = load_side(stack, recorded, "recorded", store, verify)
-        p, p_bad = load_side(stack, replayed, "replayed", store, verify)
-        if r is not None and p is not None and r.mode is not None and p.from_store:
-            # A replay's Run as R against a stored recording as P would be judged
-            # backwards (and end in QUARANTINE for a mode the checkpoint lacks).
-            raise InvalidInputError(
-                "the sides look swapped: RECORDED is a replay (it declares a replay "
-                "mode) and REPLAYED is a stored checkpoint",
-                where="validate(recorded, replayed)",
-                expected="validate(checkpoint_id, replay_run)",
-                got=f"validate(replay_run with mode={r.mode.value}, {p.checkpoint_id})",
-            )
-        cg_step: int | None = None
-        if r is None or p is None:
-            findings = [*r_bad, *p_bad, *(r.integrity if r else ()), *(p.integrity if p else ())]
-        else:
-            try:
-                findings, cg_step = find_all(r, p)
-            except (NotFoundError, IntegrityError) as exc:
-                # Lazy store reads (payloads, token values) can still find damage.
-                findings = [
-                    *r.integrity,
-                    *p.integrity,
-                    Finding(
-                        FindingCode.INTEGRITY,
-                        "integrity",
-                        "recorded",
-                        None,
-                        "",
-                        "readable and verified",
-                        str(exc),
-                        f"stored data cannot be read: {exc}",
-                    ),
-                ]
-        fidelity, gaps = fidelity_of(findings, cg_step, r, p)
-        r_subj = r.subject() if r is not None else _empty_subject(recorded)
-        p_subj = p.subject() if p is not None else _empty_subject(replayed)
-        mode = p.mode if p is not None else None
+    # The recorded side's read view stays open while the replayed side's begins: when
+    # another process grew the LMDB map in between, that second read cannot adopt the
+    # new size (no read of this process may be open then) and is refused with
+    # ReadHeldDuringResizeError, though the caller holds no view. Both views closed, the
+    # next first read adopts it: loaded again (chaos seed 26011; a caller's own open
+    # view still gets the error, after the tries).
+    for attempt in range(_LOAD_TRIES):
+        try:
+            with ExitStack() as stack:
+                r, r_bad = load_side(stack, recorded, "recorded", store, verify)
+                p, p_bad = load_side(stack, replayed, "replayed", store, verify)
+                if r is not None and p is not None and r.mode is not None and p.from_store:
+                    # A replay's Run as R against a stored recording as P would be judged
+                    # backwards (and end in QUARANTINE for a mode the checkpoint lacks).
+                    raise InvalidInputError(
+                        "the sides look swapped: RECORDED is a replay (it declares a replay "
+                        "mode) and REPLAYED is a stored checkpoint",
+                        where="validate(recorded, replayed)",
+                        expected="validate(checkpoint_id, replay_run)",
+                        got=f"validate(replay_run with mode={r.mode.value}, {p.checkpoint_id})",
+                    )
+                cg_step: int | None = None
+                if r is None or p is None:
+                    findings = [
+                        *r_bad,
+                        *p_bad,
+                        *(r.integrity if r else ()),
+                        *(p.integrity if p else ()),
+                    ]
+                else:
+                    try:
+                        findings, cg_step = find_all(r, p)
+                    except (NotFoundError, IntegrityError) as exc:
+                        # Lazy store reads (payloads, token values) can still find damage.
+                        findings = [
+                            *r.integrity,
+                            *p.integrity,
+                            Finding(
+                                FindingCode.INTEGRITY,
+                                "integrity",
+                                "recorded",
+                                None,
+                                "",
+                                "readable and verified",
+                                str(exc),
+                                f"stored data cannot be read: {exc}",
+                            ),
+                        ]
+                fidelity, gaps = fidelity_of(findings, cg_step, r, p)
+                r_subj = r.subject() if r is not None else _empty_subject(recorded)
+                p_subj = p.subject() if p is not None else _empty_subject(replayed)
+                mode = p.mode if p is not None else None
+            break
+        except ReadHeldDuringResizeError:
+            if attempt == _LOAD_TRIES - 1:
+                raise
     created = time.time()
     verdict = verdict_for(findings)
     ident = _body_digest(

@@ -18,7 +18,13 @@ from typing import Any, TypeVar
 
 import lmdb
 
-from cpstore.errors import ForkError, StoreError, StoreFullError, StoreReadOnlyError
+from cpstore.errors import (
+    ForkError,
+    ReadHeldDuringResizeError,
+    StoreError,
+    StoreFullError,
+    StoreReadOnlyError,
+)
 from cpstore.store.backend import Txn
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
@@ -244,7 +250,7 @@ class EnvTxns:
             return self._begin(write=True)
 
     def _holds_read_during_resize(self) -> StoreError:
-        return StoreError(
+        return ReadHeldDuringResizeError(
             "the map must change size but this thread holds an open read view",
             where=self.path,
             expected="no open store.read() in a thread that writes while the map grows",

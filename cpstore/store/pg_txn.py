@@ -17,7 +17,6 @@ bytea compares bytewise, so ``ORDER BY k`` is LMDB's key order.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -402,14 +401,26 @@ class PgTxn:
     def _finish(self, *, broken: bool) -> None:
         self._done = True
         scans, self._scans = self._scans, []
-        for stream in scans:  # closed on this txn's connection, never on a later txn's
-            with contextlib.suppress(CpstoreError, psycopg.Error, ValueError):  # ValueError:
-                stream.close()  # a stream running now (the txn ended from inside its loop)
-        self._known.clear()
-        self._dirty.clear()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._release(conn, broken or conn.broken)
+        try:
+            for stream in scans:  # closed on this txn's connection, never on a later txn's
+                try:
+                    stream.close()
+                except (CpstoreError, psycopg.Error, ValueError):
+                    # ValueError: the stream is running now (another thread, a finalizer
+                    # or a signal handler ended the txn from inside its loop): its cursor
+                    # stays bound to the connection and its next FETCH or CLOSE would run
+                    # inside whichever txn holds it next. A failed CLOSE leaves the session
+                    # unknown. Either way the connection is closed, never pooled.
+                    broken = True
+        except BaseException:
+            broken = True  # an interrupt inside a CLOSE: the connection still goes back,
+            raise  # closed (kept, it was lost to the pool for good)
+        finally:
+            self._known.clear()
+            self._dirty.clear()
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                self._release(conn, broken or conn.broken)
 
     def __enter__(self) -> PgTxn:
         return self
@@ -452,7 +463,7 @@ class PgTxn:
         """
         stream = self._scan(table)
         self._scans.append(stream)
-        return stream
+        return _Stream(self, stream)
 
     def _scan(self, table: PgTable) -> Generator[tuple[bytes, memoryview], None, None]:
         self._flush()
@@ -470,6 +481,26 @@ class PgTxn:
                         yield bytes(k), memoryview(bytes(v))
         except psycopg.Error as exc:
             raise translate(exc, self.where, conn) from None
+
+
+class _Stream:
+    """A scan as its caller holds it: past the txn's end (which closed the stream) the next
+    row is refused (InvalidInputError), never a silent end of a truncated walk."""
+
+    __slots__ = ("_rows", "_txn")
+
+    def __init__(self, txn: PgTxn, rows: Iterator[tuple[bytes, memoryview]]) -> None:
+        self._txn, self._rows = txn, rows
+
+    def __iter__(self) -> _Stream:
+        return self
+
+    def __next__(self) -> tuple[bytes, memoryview]:
+        if self._txn._done:
+            raise InvalidInputError(
+                "the transaction has ended (a scan is read inside its txn)", where=self._txn.where
+            )
+        return next(self._rows)
 
 
 class PgCursor:
