@@ -11,6 +11,7 @@ prune, gc) leave every acknowledged checkpoint whole with the hints its index gi
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import threading
@@ -273,12 +274,22 @@ def test_sync_groups_of_threads_sharing_parts_store_what_each_acknowledged(
     errors: list[BaseException] = []
     with cpstore.open(tmp_path / "s", durability="sync") as store:
         gate = threading.Barrier(4)
+        # The racing pair draws its steps from one counter: a writer that re-opens at the
+        # other's newer head must not go below that head's step (the recorder refuses
+        # steps going backwards; each thread counting its own steps made this test flaky).
+        race_steps = itertools.count()
+        lock = threading.Lock()
 
         def record(run: str) -> None:
             try:
                 rec = store.recorder(run.split(".", maxsplit=1)[0])
                 gate.wait()
-                for step, state in enumerate(_states(40)):
+                for i, state in enumerate(_states(40)):
+                    if run.startswith("race."):
+                        with lock:
+                            step = next(race_steps)
+                    else:
+                        step = i
                     try:
                         acked[rec.checkpoint(step, state)] = state
                     except ConflictError:
