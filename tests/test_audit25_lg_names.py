@@ -9,6 +9,7 @@ written. The "older release" is this one with the size check switched off.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore.store as cpstore_store
-from cpstore.errors import IntegrityError, InvalidInputError
-from cpstore.langgraph import CpstoreSaver, _read
+from cpstore.errors import CpstoreError, FormatVersionError, IntegrityError, InvalidInputError
+from cpstore.langgraph import AsyncCpstoreSaver, CpstoreSaver, _read
 from cpstore.langgraph._codec import branch_label, run_for
 from cpstore.store import Store, lg_index, model
 from cpstore.store.lg_index import MAX_CHECKPOINT_NAMES, scan
@@ -265,7 +266,15 @@ def test_verify_reports_a_malformed_head_only_of_a_checkpoint_the_index_names(
     assert cid
 
 
-def _bad_child(store: Store, saver: CpstoreSaver, thread: str, parent: str) -> str:
+def _bad_child(
+    store: Store,
+    saver: CpstoreSaver,
+    thread: str,
+    parent: str,
+    *,
+    have: list[str] | None = None,
+    head: bytes = b"\x02\x00\x00\x00\x09short",
+) -> str:
     """A second checkpoint of ``thread`` whose layout-2 head is malformed (every digest
     right: written through the store's API)."""
     with store.backend.read_txn() as txn:
@@ -278,11 +287,16 @@ def _bad_child(store: Store, saver: CpstoreSaver, thread: str, parent: str) -> s
 
     def extra(cid: bytes) -> list[tuple[bytes, bytes | None]]:
         body = _read.Entry.body_of(
-            bytes(cid), run=entry.run, branch=entry.branch, parent=parent, run_id=None, have=[]
+            bytes(cid),
+            run=entry.run,
+            branch=entry.branch,
+            parent=parent,
+            run_id=None,
+            have=have or [],
         )
         return [(key, lg_index.pack(key, body))]
 
-    rec.checkpoint(1, {}, metadata={"lg": b"\x02\x00\x00\x00\x09short"}, extra_meta=extra)
+    rec.checkpoint(1, {}, metadata={"lg": head}, extra_meta=extra)
     rec.close()
     return child
 
@@ -350,3 +364,27 @@ def test_a_hashed_run_name_is_never_a_plain_one(t: str, long: str) -> None:
     assert hashed.startswith("lg:#")
     assert run_for(hashed[3:]) != hashed
     assert t == long or run_for(t) != hashed
+
+
+@pytest.mark.parametrize(
+    "head", [b"\x02\x00\x00\x00\x09short", b"\x07rest", b"\x02\x00\x00\x00\x01xy"]
+)
+def test_delta_channel_history_through_a_malformed_parent_is_refused_sync_and_async(
+    store: Store, head: bytes
+) -> None:
+    saver = CpstoreSaver(store)
+    first = _put(saver, "d")
+    bad = _bad_child(store, saver, "d", first, have=["x"], head=head)
+    target = _bad_child(store, saver, "d", bad)
+    asaver = AsyncCpstoreSaver(store)
+    calls: list[Callable[[], Any]] = [
+        lambda: saver.get_delta_channel_history(config=_cfg("d", "", target), channels=["x"]),
+        lambda: asyncio.run(
+            asaver.aget_delta_channel_history(config=_cfg("d", "", target), channels=["x"])
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(CpstoreError) as info:
+            call()
+        assert type(info.value) in (IntegrityError, FormatVersionError)
+        assert info.value.where
