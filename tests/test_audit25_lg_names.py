@@ -24,7 +24,7 @@ from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 import cpstore.store as cpstore_store
 from cpstore.errors import CpstoreError, FormatVersionError, IntegrityError, InvalidInputError
 from cpstore.langgraph import AsyncCpstoreSaver, CpstoreSaver, _read
-from cpstore.langgraph._codec import branch_label, run_for
+from cpstore.langgraph._codec import branch_label, pack_head, pack_typed, run_for
 from cpstore.store import Store, lg_index, model
 from cpstore.store.lg_index import MAX_CHECKPOINT_NAMES, scan
 from cpstore.store.model import MAX_NAME_BYTES
@@ -388,3 +388,18 @@ def test_delta_channel_history_through_a_malformed_parent_is_refused_sync_and_as
             call()
         assert type(info.value) in (IntegrityError, FormatVersionError)
         assert info.value.where
+
+
+def test_a_prune_whose_kept_checkpoint_does_not_decode_drops_nothing(store: Store) -> None:
+    saver = CpstoreSaver(store)
+    serde = JsonPlusSerializer()
+    first = _put(saver, "p")
+    cp: dict[str, Any] = dict(empty_checkpoint())
+    cp["channel_versions"] = {}
+    head = pack_head(pack_typed(serde.dumps_typed(cp)), pack_typed(("msgpack", b"\xc1")))
+    _bad_child(store, saver, "p", first, head=head)  # the latest: kept, and re-recorded
+    before = _index(store)
+    with pytest.raises(IntegrityError):
+        saver.prune(["p"])
+    assert _index(store) == before  # the older checkpoint is not dropped part-way
+    assert saver.get_tuple(_cfg("p", "", first)) is not None

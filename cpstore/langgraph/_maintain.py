@@ -111,6 +111,13 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                 kept = _needed(txn, store, writer.serde, group)
                 doomed.extend(e for cid, e in group.items() if cid not in kept)
                 chains.append(sorted((group[c] for c in kept), key=lambda e: e.checkpoint_id))
+            # every kept checkpoint is recorded again below (_reclaim, _copy_one): one
+            # that does not decode refuses the prune here, before anything is dropped
+            # (audit25: it was dropped, then the re-record failed part-way)
+            for chain in chains:
+                for e in chain:
+                    if stored(txn, store, e):
+                        _decoded(writer, e, load_parts(txn, store, e))
             _drop_entries(txn, meta, doomed)
             return chains
 
