@@ -218,9 +218,17 @@ def pack(key: bytes, body: Any) -> bytes:
 
     Plain msgpack of the body as built (the callers build it in one field
     order), not the canonical encoding: the check certifies the bytes, and
-    nothing is addressed by their digest.
+    nothing is addressed by their digest. A str without a UTF-8 form (a pending
+    write's channel or task_path holding a lone surrogate) is InvalidInputError.
     """
-    data: bytes = msgpack.packb(body, use_bin_type=True)
+    try:
+        data: bytes = msgpack.packb(body, use_bin_type=True)
+    except UnicodeEncodeError as exc:  # a lone surrogate in a name (channel, task_path)
+        raise InvalidInputError(
+            "a LangGraph index record holds a str without a UTF-8 form",
+            where=f"meta/{key[:64]!r}",
+            got=repr(exc.object[exc.start : exc.end]),
+        ) from None
     return data + digest(key + data)[:_CHECK]
 
 
