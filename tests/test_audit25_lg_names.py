@@ -244,8 +244,9 @@ def test_a_serdes_own_exception_is_chained_and_named(store: Store) -> None:
     assert cid in str(exc.where) or "checkpoint" in str(exc.where)
 
 
+@pytest.mark.parametrize("thread", ["x", "y"])  # y: not the run's thread (every entry)
 def test_verify_reports_a_malformed_head_only_of_a_checkpoint_the_index_names(
-    store: Store,
+    store: Store, thread: str
 ) -> None:
     rec = store.recorder("lg:x")  # any caller may name a run so (not the saver's)
     own = rec.checkpoint(0, {"a": 1}, metadata={"lg": b"not a head"})
@@ -254,7 +255,7 @@ def test_verify_reports_a_malformed_head_only_of_a_checkpoint_the_index_names(
     assert store.verify_checkpoint(own) == ()
     # the same bytes under a checkpoint the saver's index names: reported
     saver = CpstoreSaver(store)
-    cid = _put(saver, "x")
+    cid = _put(saver, thread)
     with store.backend.read_txn() as txn:
         ((key, value),) = list(scan(txn, store.backend.db("meta"), b"lg/c/"))
         body = lg_index.unpack(key, value)

@@ -155,16 +155,23 @@ def head_problem(
 def _indexed(txn: Txn[memoryview], meta: Any, cid: bytes, run_id: str) -> bool:
     """Whether a LangGraph index entry names checkpoint ``cid`` (a failed head only).
 
-    A run ``lg:<thread>`` is its thread's: its entries are scanned; a hashed run name
-    (``lg:#<hex>``) cannot be turned back into its thread, so every entry is. An entry
-    that fails its own check names nothing here (``check_index`` reports it)."""
+    A run ``lg:<thread>`` is its thread's: its entries are looked through first; a
+    hashed run name (``lg:#<hex>``) cannot be turned back into its thread, and a run a
+    release with other naming rules recorded might not be its thread's, so failing
+    that every entry is. An entry that fails its own check names nothing here
+    (``check_index`` reports it)."""
     thread = run_id[len(LG_RUN_PREFIX) :]
-    try:
-        prefix = (
-            CHECKPOINT_PREFIX if thread.startswith("#") else checkpoint_key(thread, sized=False)
-        )
-    except CpstoreError:
-        prefix = CHECKPOINT_PREFIX
+    if not thread.startswith("#"):
+        try:
+            if _names(txn, meta, checkpoint_key(thread, sized=False), cid):
+                return True
+        except CpstoreError:
+            pass
+    return _names(txn, meta, CHECKPOINT_PREFIX, cid)
+
+
+def _names(txn: Txn[memoryview], meta: Any, prefix: bytes, cid: bytes) -> bool:
+    """Whether an entry under ``prefix`` names checkpoint ``cid``."""
     for key, value in scan(txn, meta, prefix):
         try:
             body = unpack(key, value)
