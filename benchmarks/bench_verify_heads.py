@@ -81,7 +81,7 @@ def test_verify_with_head_checks(
     (_plain if kind == "plain" else _langgraph)(path, steps)
     checked = head_problem  # verify.py calls it by this name (patched below)
 
-    def off(*_: object) -> None:
+    def off(*_: object, **__: object) -> None:
         return None
 
     with cpstore.open(path) as st:

@@ -128,14 +128,14 @@ def test_a_thread_name_alone_over_the_limit_is_found_by_no_read_and_refused_by_w
     long = _name(MAX_CHECKPOINT_NAMES + 1)
     assert saver.get_tuple({"configurable": {"thread_id": long}}) is None
     assert list(saver.list({"configurable": {"thread_id": long}})) == []
-    calls: list[Callable[[], Any]] = [
-        lambda: saver.delete_thread(long),
-        lambda: saver.copy_thread("kept", long),
-        lambda: saver.prune([long]),
-    ]
+    calls: list[Callable[[], Any]] = [lambda: saver.copy_thread("kept", long)]
     for call in calls:
         with pytest.raises(InvalidInputError):
             call()
+    # deleting or pruning such a thread finds nothing to do (audit25: an older release
+    # may have stored one on PostgreSQL, and those calls then reach it)
+    saver.delete_thread(long)
+    saver.prune([long])
     assert _snapshot(store) == before
 
 

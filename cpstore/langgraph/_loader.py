@@ -37,6 +37,7 @@ from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.lg_index import WRITE_PREFIX, write_prefix
 from cpstore.store.lg_states import StateReads
+from cpstore.store.model import MAX_KEY_BYTES
 
 __all__ = ["Loader"]
 
@@ -226,7 +227,7 @@ class Loader:
                 written = self._written[names] = _starts(cursor, under)
             if not written:
                 return []
-        if not _starts(cursor, write_prefix(names, entry.checkpoint_id)):
+        if not _starts(cursor, write_prefix(names, entry.checkpoint_id, sized=False)):
             return []
         serde = self._serde
         return [
@@ -238,7 +239,11 @@ class Loader:
 
 
 def _starts(cursor: Any, prefix: bytes) -> bool:
-    """Whether a key starting with ``prefix`` is stored (the cursor is moved to it)."""
+    """Whether a key starting with ``prefix`` is stored (the cursor is moved to it); True
+    ("look") for a prefix longer than an LMDB key (names an older release stored:
+    ``stored_writes`` then scans it as ``lg_index.scan`` does)."""
+    if len(prefix) > MAX_KEY_BYTES:
+        return True
     return bool(cursor.set_range(prefix)) and bytes(cursor.key()[: len(prefix)]) == prefix
 
 

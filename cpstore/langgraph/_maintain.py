@@ -35,6 +35,11 @@ def _thread_writes(thread_id: str) -> bytes:
     return WRITE_PREFIX + field(thread_id, "thread_id")
 
 
+def _refuse_over_limit(thread_id: str, ns: str, checkpoint_id: str) -> None:
+    """InvalidInputError (the limit, the size) when a put could not name these."""
+    checkpoint_key(thread_id, ns, checkpoint_id)
+
+
 def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     """Delete the threads' entries and writes, then sweep their runs."""
     backend = store.backend
@@ -43,7 +48,8 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
 
         def drop(txn: Txn[memoryview], thread_id: str = thread_id) -> set[str]:
             runs: set[str] = set()
-            keys = [k for k, _ in scan(txn, meta, checkpoint_key(thread_id))]
+            # unsized: an older release stored longer names (PostgreSQL), deleted here too
+            keys = [k for k, _ in scan(txn, meta, checkpoint_key(thread_id, sized=False))]
             for key in keys:
                 runs.add(Entry.decode(key, bytes(txn.get(key, db=meta) or b"")).run)
             keys += [k for k, _ in scan(txn, meta, _thread_writes(thread_id))]
@@ -59,8 +65,9 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
 
 def _drop_entries(txn: Txn[memoryview], meta: Any, doomed: list[Entry]) -> None:
     for e in doomed:
-        txn.delete(checkpoint_key(e.thread_id, e.ns, e.checkpoint_id), db=meta)
-        for key, _ in list(scan(txn, meta, write_key(e.thread_id, e.ns, e.checkpoint_id))):
+        txn.delete(checkpoint_key(e.thread_id, e.ns, e.checkpoint_id, sized=False), db=meta)
+        prefix = write_key(e.thread_id, e.ns, e.checkpoint_id, sized=False)
+        for key, _ in list(scan(txn, meta, prefix)):
             txn.delete(key, db=meta)
 
 
@@ -91,8 +98,12 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
 
         def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> list[list[Entry]]:
             by_ns: dict[str, dict[str, Entry]] = {}
-            for k, v in scan(txn, meta, checkpoint_key(thread_id)):
+            for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
                 e = Entry.decode(k, v)
+                # keep_latest records the kept checkpoints again under the same names:
+                # names an older release stored past today's limit are refused here,
+                # before anything is dropped (docs/langgraph.md, "Name sizes")
+                _refuse_over_limit(e.thread_id, e.ns, e.checkpoint_id)
                 by_ns.setdefault(e.ns, {})[e.checkpoint_id] = e
             doomed: list[Entry] = []
             chains: list[list[Entry]] = []
@@ -100,6 +111,13 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                 kept = _needed(txn, store, writer.serde, group)
                 doomed.extend(e for cid, e in group.items() if cid not in kept)
                 chains.append(sorted((group[c] for c in kept), key=lambda e: e.checkpoint_id))
+            # every kept checkpoint is recorded again below (_reclaim, _copy_one): one
+            # that does not decode refuses the prune here, before anything is dropped
+            # (audit25: it was dropped, then the re-record failed part-way)
+            for chain in chains:
+                for e in chain:
+                    if stored(txn, store, e):
+                        _decoded(writer, e, load_parts(txn, store, e))
             _drop_entries(txn, meta, doomed)
             return chains
 
@@ -180,7 +198,15 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
     backend = store.backend
     meta = backend.db("meta")
     with backend.read_txn() as txn:
-        found = [Entry.decode(k, v) for k, v in scan(txn, meta, checkpoint_key(source))]
+        prefix = checkpoint_key(source, sized=False)  # an older release's long names too
+        found = [Entry.decode(k, v) for k, v in scan(txn, meta, prefix)]
+        # every key the copy writes is sized before the first is written: a name over
+        # the limit part-way would leave a part-copied thread (or a checkpoint without
+        # its writes) behind
+        for e in found:
+            _refuse_over_limit(target, e.ns, e.checkpoint_id)
+            for w in stored_writes(txn, meta, e.thread_id, e.ns, e.checkpoint_id):
+                write_key(target, e.ns, e.checkpoint_id, w.task_id, w.idx)
     if not found:
         return
     ids = {(e.ns, e.checkpoint_id) for e in found}
@@ -197,6 +223,14 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
             order.append(e)
             done.add((e.ns, e.checkpoint_id))
         pending = [e for e in pending if (e.ns, e.checkpoint_id) not in done]
+    # Every checkpoint is read and decoded as the copy decodes it before the first is
+    # recorded: one that is malformed (IntegrityError) refuses the whole copy, never
+    # leaves the target with the checkpoints before it (audit25). One at a time, so a
+    # long thread is never held in memory at once.
+    for e in order:
+        with backend.read_txn() as txn:
+            if stored(txn, store, e):
+                _decoded(writer, e, load_parts(txn, store, e))
     for e in order:
         with backend.read_txn() as txn:
             if not stored(txn, store, e):
@@ -208,6 +242,19 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
         _copy_one(store, writer, target, e, (parts, step, writes))
 
 
+def _decoded(
+    writer: Writer, e: Entry, parts: dict[str, bytes]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(channel_versions, the channels' parts)`` of a checkpoint a copy records again;
+    IntegrityError when its head or a channel's framing does not decode."""
+    where = f"checkpoint {e.cid.hex()}"
+    cp = load_checkpoint(writer.serde, parts["checkpoint"], where)
+    load_metadata(writer.serde, parts["metadata"], where)  # never copy what cannot be read
+    versions = cp.get("channel_versions") or {}
+    values = {k: channel_parts(parts, k, where) for k in versions if CHANNEL + k in parts}
+    return versions, values
+
+
 def _copy_one(
     store: Store,
     writer: Writer,
@@ -217,11 +264,7 @@ def _copy_one(
 ) -> None:
     parts, step, writes = read
     head = {k: parts[k] for k in ("checkpoint", "metadata")}
-    where = f"checkpoint {e.cid.hex()}"
-    cp = load_checkpoint(writer.serde, parts["checkpoint"], where)
-    load_metadata(writer.serde, parts["metadata"], where)  # never copy what cannot be read
-    versions = cp.get("channel_versions") or {}
-    values = {k: channel_parts(parts, k, where) for k in versions if CHANNEL + k in parts}
+    versions, values = _decoded(writer, e, parts)
     writer.commit(
         Put(
             target,

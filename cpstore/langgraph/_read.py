@@ -31,6 +31,7 @@ from cpstore.store.lg_index import (
     checked,
     checked_entry_key,
     checkpoint_key,
+    get,
     over_limit,
     scan,
     split_checkpoint_key,
@@ -224,8 +225,12 @@ def id_after(key: bytes, at: int) -> str:
 
 
 def entry_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
-    """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes, the same size check)."""
-    key = ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+    """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes, the same size check
+    and the same InvalidInputError for an id without a UTF-8 form)."""
+    try:
+        key = ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        return checkpoint_key(thread_id, ns, checkpoint_id)
     return key if len(key) <= _ENTRY_KEY_MAX else checked_entry_key(key)
 
 
@@ -254,7 +259,7 @@ def stored_writes(
 ) -> list[StoredWrite]:
     """A checkpoint's pending writes in ``writes_sort_key`` order, each check verified."""
     out: list[StoredWrite] = []
-    for key, value in scan(txn, meta, write_key(thread_id, ns, checkpoint_id)):
+    for key, value in scan(txn, meta, write_key(thread_id, ns, checkpoint_id, sized=False)):
         body = unpack(key, value)
         try:
             path, task_id, idx, channel, kind, data = body
@@ -371,22 +376,26 @@ def load_parts(txn: Txn[memoryview], store: Store, entry: Entry) -> dict[str, by
 def entry_at(
     txn: Txn[memoryview], meta: Any, thread_id: str, ns: str, checkpoint_id: str | None
 ) -> Entry | None:
-    """The entry of a checkpoint id, or the newest of the namespace when it is None;
-    None when the names are too long to be stored (``lg_index.over_limit``)."""
+    """The entry of a checkpoint id, or the newest of the namespace when it is None.
+
+    Names longer than a put may use (``lg_index.over_limit``) are looked up all the
+    same: an older release stored them (PostgreSQL took any length, LMDB entry keys up
+    to 511 bytes), and what is stored is found; LMDB finds nothing for a key it cannot
+    hold (``lg_index.get``, ``scan``)."""
     try:
         if checkpoint_id is not None:
             key = entry_key(thread_id, ns, checkpoint_id)
         else:
             key = ns_prefix(thread_id, ns)
     except InvalidInputError:
-        if over_limit(thread_id, ns, checkpoint_id or ""):
-            return None  # no entry has such a key: none is found, on either backend
-        raise
+        if not over_limit(thread_id, ns, checkpoint_id or ""):
+            raise
+        key = checkpoint_key(thread_id, ns, checkpoint_id, sized=False)
     if checkpoint_id is not None:
-        found = txn.get(key, db=meta)
+        found = get(txn, meta, key)
         if found is None:
             return None
-        return Entry.decode(key, bytes(found), (thread_id, ns, checkpoint_id))
+        return Entry.decode(key, found, (thread_id, ns, checkpoint_id))
     for k, value in entries(txn, meta, key):
         return Entry.decode(k, value)
     return None
@@ -396,5 +405,6 @@ def thread_entries(txn: Txn[memoryview], meta: Any, thread_ids: Iterable[str]) -
     """Every entry of the threads, each check verified."""
     out: list[Entry] = []
     for thread_id in thread_ids:
-        out.extend(Entry.decode(k, v) for k, v in scan(txn, meta, checkpoint_key(thread_id)))
+        prefix = checkpoint_key(thread_id, sized=False)
+        out.extend(Entry.decode(k, v) for k, v in scan(txn, meta, prefix))
     return out

@@ -175,9 +175,12 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
                     names = (thread_id, str(ns))
                     prefix = ns_prefix(*names)
             except InvalidInputError:
-                if over_limit(thread_id, "" if ns is None else str(ns)):
-                    return  # names too long to be stored: nothing is, on either backend
-                raise
+                if not over_limit(thread_id, "" if ns is None else str(ns)):
+                    raise
+                # longer than a put may name, but an older release stored such names
+                # (PostgreSQL took any length): what is stored is listed; LMDB has none
+                ns_ = None if ns is None else str(ns)
+                prefix = checkpoint_key(thread_id, ns_, sized=False)
         else:
             prefix, checkpoint_id = CHECKPOINT_PREFIX, None
         at = len(prefix)

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpstore.errors import CpstoreError, FormatVersionError, IntegrityError
+from cpstore.store.backend import Txn
+from cpstore.store.lg_index import CHECKPOINT_PREFIX, checkpoint_key, scan, unpack
 from cpstore.store.model import Problem
 
 __all__ = [
@@ -122,16 +124,59 @@ def check_head(head: Any, where: Callable[[], str]) -> None:
     split_pair(metadata, f"{where()}: head metadata")
 
 
-def head_problem(run_id: str, metadata: Mapping[str, Any], where: str) -> Problem | None:
+def head_problem(
+    txn: Txn[memoryview],
+    meta: Any,
+    cid: bytes,
+    *,
+    run_id: str,
+    metadata: Mapping[str, Any],
+    where: str,
+) -> Problem | None:
     """The problem with a LangGraph checkpoint's head, or None (``verify()``).
 
     Only a checkpoint of a LangGraph run (``lg:...``) whose manifest metadata holds
-    :data:`HEAD_KEY` is checked: anything else costs a string compare.
+    :data:`HEAD_KEY` is checked: anything else costs a string compare. A head that
+    fails the check is reported only when a LangGraph index entry names the
+    checkpoint: any caller may record a run named ``lg:x`` with metadata ``lg`` of its
+    own (``store.recorder``), which is no saver checkpoint and no problem (audit25).
     """
     if not run_id.startswith(LG_RUN_PREFIX) or HEAD_KEY not in metadata:
         return None
     try:
         check_head(metadata[HEAD_KEY], lambda: f"{where}.metadata[{HEAD_KEY!r}]")
     except CpstoreError as exc:
+        if not _indexed(txn, meta, cid, run_id):
+            return None
         return Problem(exc.what, exc.where or where, exc.expected, exc.got)
     return None
+
+
+def _indexed(txn: Txn[memoryview], meta: Any, cid: bytes, run_id: str) -> bool:
+    """Whether a LangGraph index entry names checkpoint ``cid`` (a failed head only).
+
+    A run ``lg:<thread>`` is its thread's: its entries are looked through first; a
+    hashed run name (``lg:#<hex>``) cannot be turned back into its thread, and a run a
+    release with other naming rules recorded might not be its thread's, so failing
+    that every entry is. An entry that fails its own check names nothing here
+    (``check_index`` reports it)."""
+    thread = run_id[len(LG_RUN_PREFIX) :]
+    if not thread.startswith("#"):
+        try:
+            if _names(txn, meta, checkpoint_key(thread, sized=False), cid):
+                return True
+        except CpstoreError:
+            pass
+    return _names(txn, meta, CHECKPOINT_PREFIX, cid)
+
+
+def _names(txn: Txn[memoryview], meta: Any, prefix: bytes, cid: bytes) -> bool:
+    """Whether an entry under ``prefix`` names checkpoint ``cid``."""
+    for key, value in scan(txn, meta, prefix):
+        try:
+            body = unpack(key, value)
+        except CpstoreError:
+            continue
+        if isinstance(body, dict) and body.get("cp") == cid:
+            return True
+    return False

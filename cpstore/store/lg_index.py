@@ -36,6 +36,8 @@ __all__ = [
     "checked_entry_key",
     "checkpoint_key",
     "field",
+    "field_free",
+    "get",
     "over_limit",
     "pack",
     "scan",
@@ -98,19 +100,36 @@ def field(text: str, what: str) -> bytes:
 
 
 def checkpoint_key(
-    thread_id: str, ns: str | None = None, checkpoint_id: str | None = None
+    thread_id: str,
+    ns: str | None = None,
+    checkpoint_id: str | None = None,
+    *,
+    sized: bool = True,
 ) -> bytes:
     """The entry key, or the prefix of a thread's (or a namespace's) entries.
 
     InvalidInputError when the names hold more than :data:`MAX_CHECKPOINT_NAMES` UTF-8
-    bytes together (a prefix too: no entry can be stored under it)."""
+    bytes together (a prefix too), unless ``sized`` is False: a read or a delete of what
+    an older release stored (PostgreSQL took longer names; LMDB entry keys up to 511
+    bytes) builds its key unsized and looks it up with :func:`scan` or :func:`get`."""
     key = CHECKPOINT_PREFIX + field(thread_id, "thread_id")
     if ns is None:
-        return _fits(key, _ENTRY_FIXED - 2, MAX_CHECKPOINT_NAMES, _NAMES)
+        return _fits(key, _ENTRY_FIXED - 2, MAX_CHECKPOINT_NAMES, _NAMES) if sized else key
     key += field(ns, "checkpoint_ns")
     if checkpoint_id is not None:
-        key += checkpoint_id.encode("utf-8")
-    return _fits(key, _ENTRY_FIXED, MAX_CHECKPOINT_NAMES, _NAMES)
+        key += field_free(checkpoint_id, "checkpoint_id")
+    return _fits(key, _ENTRY_FIXED, MAX_CHECKPOINT_NAMES, _NAMES) if sized else key
+
+
+def field_free(text: str, what: str) -> bytes:
+    """``text`` in UTF-8, the last field of a key (no length): InvalidInputError when it
+    is not a str or has no UTF-8 form (a lone surrogate), never UnicodeEncodeError."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{what} must be a str", got=type(text).__name__)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} has no UTF-8 form", got=repr(text)) from None
 
 
 _NAMES = "thread_id, checkpoint_ns and checkpoint_id"
@@ -156,21 +175,42 @@ def thread_ns(thread_id: str, ns: str) -> bytes:
 
 
 def write_key(
-    thread_id: str, ns: str, checkpoint_id: str, task_id: str | None = None, idx: int = 0
+    thread_id: str,
+    ns: str,
+    checkpoint_id: str,
+    task_id: str | None = None,
+    idx: int = 0,
+    *,
+    sized: bool = True,
 ) -> bytes:
-    """A pending write's key, or (``task_id`` None) the prefix of a checkpoint's writes."""
-    key = write_prefix(thread_ns(thread_id, ns), checkpoint_id)
+    """A pending write's key, or (``task_id`` None) the prefix of a checkpoint's writes
+    (``sized``: as :func:`checkpoint_key`)."""
+    key = write_prefix(thread_ns(thread_id, ns), checkpoint_id, sized=sized)
     if task_id is None:
         return key
     key += field(task_id, "task_id") + (idx + _IDX_BIAS).to_bytes(8, "big")
-    return _fits(key, _WRITE_FIXED, MAX_WRITE_NAMES, _WRITE_NAMES)
+    return _fits(key, _WRITE_FIXED, MAX_WRITE_NAMES, _WRITE_NAMES) if sized else key
 
 
-def write_prefix(names: bytes, checkpoint_id: str) -> bytes:
+def write_prefix(names: bytes, checkpoint_id: str, *, sized: bool = True) -> bytes:
     """The prefix of a checkpoint's pending writes; ``names`` is :func:`thread_ns`
     (InvalidInputError past :data:`MAX_CHECKPOINT_NAMES`, as :func:`checkpoint_key`)."""
     key = WRITE_PREFIX + names + field(checkpoint_id, "checkpoint_id")
-    return _fits(key, _WRITES_FIXED, MAX_CHECKPOINT_NAMES, _NAMES)
+    return _fits(key, _WRITES_FIXED, MAX_CHECKPOINT_NAMES, _NAMES) if sized else key
+
+
+def get(txn: Txn[memoryview], db: Any, key: bytes) -> bytes | None:
+    """The value stored under ``key``, or None; a key longer than an LMDB key may be
+    (stored on PostgreSQL by an older release) is looked up by :func:`scan`, so the
+    same call finds it there and finds nothing on LMDB, which cannot hold it."""
+    if len(key) <= MAX_KEY_BYTES:
+        found = txn.get(key, db=db)
+        return None if found is None else bytes(found)
+    for k, value in scan(txn, db, key):
+        if k == key:
+            return value
+        break
+    return None
 
 
 def pack(key: bytes, body: Any) -> bytes:
@@ -178,9 +218,17 @@ def pack(key: bytes, body: Any) -> bytes:
 
     Plain msgpack of the body as built (the callers build it in one field
     order), not the canonical encoding: the check certifies the bytes, and
-    nothing is addressed by their digest.
+    nothing is addressed by their digest. A str without a UTF-8 form (a pending
+    write's channel or task_path holding a lone surrogate) is InvalidInputError.
     """
-    data: bytes = msgpack.packb(body, use_bin_type=True)
+    try:
+        data: bytes = msgpack.packb(body, use_bin_type=True)
+    except UnicodeEncodeError as exc:  # a lone surrogate in a name (channel, task_path)
+        raise InvalidInputError(
+            "a LangGraph index record holds a str without a UTF-8 form",
+            where=f"meta/{key[:64]!r}",
+            got=repr(exc.object[exc.start : exc.end]),
+        ) from None
     return data + digest(key + data)[:_CHECK]
 
 
@@ -220,18 +268,25 @@ def scan(
     """``(key, value)`` of every record under ``prefix``, in key order (or reversed).
 
     ``below`` (reversed only): start below this key instead of at the end.
+    A prefix longer than an LMDB key may be seeks at its first ``MAX_KEY_BYTES`` bytes
+    and skips the keys there that do not start with it: on PostgreSQL (where an older
+    release stored longer keys) it finds them; on LMDB, which cannot hold them, nothing.
     """
+    seek = prefix if len(prefix) <= MAX_KEY_BYTES else prefix[:MAX_KEY_BYTES]
+    long = seek is not prefix
     cursor = txn.cursor(db=db)
     if not reverse:
-        if not cursor.set_range(prefix):
+        if not cursor.set_range(seek):
             return
         for raw, value in cursor:
             key = bytes(raw)
-            if not key.startswith(prefix):
+            if not key.startswith(seek):
                 return
+            if long and not key.startswith(prefix):
+                continue
             yield key, bytes(value)
         return
-    upper = _after(prefix) if below is None else below
+    upper = _after(seek) if below is None else below
     positioned = cursor.set_range(upper) if upper is not None else False
     if positioned:
         if not cursor.prev():
@@ -240,9 +295,10 @@ def scan(
         return
     while True:
         key = bytes(cursor.key())
-        if not key.startswith(prefix):
+        if not key.startswith(seek):
             return
-        yield key, bytes(cursor.value())
+        if not long or key.startswith(prefix):
+            yield key, bytes(cursor.value())
         if not cursor.prev():
             return
 
@@ -258,6 +314,24 @@ def _after(prefix: bytes) -> bytes | None:
     return None
 
 
+def _oversized(prefix: bytes, key: bytes) -> Problem | None:
+    """An index key a put may no longer write (an older release's, on PostgreSQL): a
+    store holding it cannot move to LMDB, and ``prune`` refuses its thread."""
+    if prefix == CHECKPOINT_PREFIX:
+        fixed, limit, names = _ENTRY_FIXED, MAX_CHECKPOINT_NAMES, _NAMES
+    else:
+        fixed, limit, names = _WRITE_FIXED, MAX_WRITE_NAMES, _WRITE_NAMES
+    if len(key) - fixed <= limit:
+        return None
+    return Problem(
+        f"LangGraph {names} are too long for a store key (written by an older release; "
+        "LMDB cannot hold it: copy_thread to a shorter thread_id, then delete_thread)",
+        f"meta/{key[:64]!r}...",
+        expected=f"<= {limit} UTF-8 bytes together",
+        got=len(key) - fixed,
+    )
+
+
 def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Problem]) -> int:
     """Verify every LangGraph index record; returns how many there are (``verify()``).
 
@@ -269,6 +343,9 @@ def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Pro
         for key, value in scan(txn, dbs["meta"], prefix):
             count += 1
             where = f"meta/{key!r}"
+            oversized = _oversized(prefix, key)
+            if oversized is not None:
+                problems.append(oversized)
             try:
                 body = unpack(key, value)
                 if prefix != CHECKPOINT_PREFIX:

@@ -153,9 +153,17 @@ def _check_parent(
             )
 
 
-def _check_head(m: Manifest, where: str, problems: list[Problem]) -> None:
+def _check_head(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    cid: bytes,
+    m: Manifest,
+    *,
+    where: str,
+    problems: list[Problem],
+) -> None:
     """A LangGraph checkpoint's head framing (layout 2: cpstore/store/lg_head.py)."""
-    problem = head_problem(m.run_id, m.metadata, where)
+    problem = head_problem(txn, dbs["meta"], cid, run_id=m.run_id, metadata=m.metadata, where=where)
     if problem is not None:
         problems.append(problem)
 
@@ -185,7 +193,7 @@ def _check_checkpoint(
     if m is None:
         return
     _check_parent(txn, dbs, m, where, problems)
-    _check_head(m, where, problems)
+    _check_head(txn, dbs, cid, m, where=where, problems=problems)
     for field, key in manifest_references(m.raw):
         if _peek(txn, objects, key) is None:
             problems.append(_unresolved(f"{where}.{field}", key))
@@ -355,7 +363,7 @@ def check_checkpoint_objects(
     if m is None:
         return problems
     _check_parent(txn, dbs, m, where, problems)
-    _check_head(m, where, problems)
+    _check_head(txn, dbs, cid, m, where=where, problems=problems)
     objs = _Rehash(txn, objects_of(dbs), where, set() if checked is None else checked, problems)
     state = m.raw["state"]
     chunked = state["chunked"] or {}
