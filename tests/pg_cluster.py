@@ -20,11 +20,25 @@ import subprocess
 import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-__all__ = ["Cluster", "cluster", "fresh_url", "pg_bin", "pg_cluster", "pg_url"]
+import cpstore.store as cpstore_store
+from cpstore.store import Store
+
+__all__ = [
+    "Cluster",
+    "backend_store",
+    "backend_url",
+    "cluster",
+    "fresh_url",
+    "pg_bin",
+    "pg_cluster",
+    "pg_url",
+]
 
 
 def pg_bin() -> str:
@@ -166,3 +180,21 @@ def pg_cluster() -> Cluster:
 def pg_url(pg_cluster: Cluster) -> str:
     """A URL naming a new, empty store (its own schema) on the test cluster."""
     return fresh_url()
+
+
+@pytest.fixture(params=["lmdb", "postgresql"], name="url")
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Fixture ``url``: a new store's location on each backend (a folder, or a new schema
+    of the test cluster). Import it as ``from pg_cluster import backend_url``."""
+    if request.param == "lmdb":
+        return str(tmp_path / "s")
+    return fresh_url()
+
+
+@pytest.fixture(params=["lmdb", "postgresql"], name="store")
+def backend_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Fixture ``store``: a fresh open store on each backend, closed after the test."""
+    url = str(tmp_path / "s") if request.param == "lmdb" else fresh_url()
+    opened = cpstore_store.open(url)
+    yield opened
+    opened.close()

@@ -10,20 +10,21 @@ the same tuples on layout 1, layout 2 and threads mixing them, on both backends.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import msgpack
 import msgspec
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import CheckpointTuple, empty_checkpoint
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_store,
+    pg_cluster,
+    pg_url,
+)
 
-import cpstore.store as cpstore_store
 from cpstore.errors import CpstoreError, IntegrityError
 from cpstore.langgraph import CpstoreSaver, _read, diff_threads
 from cpstore.langgraph._codec import (
@@ -47,15 +48,6 @@ from cpstore.store.reader import CheckpointView
 
 ROOT = Path(__file__).resolve().parent.parent
 THREAD = "t-a23"
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A fresh store on each backend."""
-    url = str(tmp_path / "s") if request.param == "lmdb" else str(request.getfixturevalue("pg_url"))
-    st_ = cpstore_store.open(url)
-    yield st_
-    st_.close()
 
 
 def _cfg(checkpoint_id: str | None = None, thread: str = THREAD) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import multiprocessing
 import operator
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import ormsgpack
@@ -33,7 +32,11 @@ from lg_audit24 import (
     _oracle_of,
     _outcome,
 )
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_url,
+    pg_cluster,
+    pg_url,
+)
 
 import cpstore.store as cpstore_store
 from cpstore.langgraph import CpstoreSaver
@@ -72,14 +75,6 @@ _HALVES: list[bytes] = [
     b"no type tag",
     b"\xff\xfe\x00x",
 ]
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store's address on each backend."""
-    if request.param == "lmdb":
-        return str(tmp_path / "s")
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

@@ -39,7 +39,11 @@ from lg_audit24 import (
     _Plain,
     _same_tuple,
 )
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_url,
+    pg_cluster,
+    pg_url,
+)
 
 import cpstore.store as cpstore_store
 from cpstore.langgraph import CpstoreSaver
@@ -80,14 +84,6 @@ _steps = st.lists(
     min_size=1,
     max_size=5,
 )
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh store's address on each backend."""
-    if request.param == "lmdb":
-        return str(tmp_path / "s")
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

@@ -19,7 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_store,
+    pg_cluster,
+    pg_url,
+)
 
 import cpstore.store as cpstore_store
 from cpstore.errors import CpstoreError, FormatVersionError, IntegrityError, InvalidInputError
@@ -30,14 +34,6 @@ from cpstore.store.lg_index import MAX_CHECKPOINT_NAMES, scan
 from cpstore.store.model import MAX_NAME_BYTES
 
 ID_BYTES = 36
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = str(tmp_path / "s") if request.param == "lmdb" else str(request.getfixturevalue("pg_url"))
-    st_ = cpstore_store.open(url)
-    yield st_
-    st_.close()
 
 
 @pytest.fixture

@@ -10,7 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_url,
+    pg_cluster,
+    pg_url,
+)
 
 import cpstore
 from cpstore.errors import AuditChainError
@@ -21,14 +25,6 @@ from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 
 RUNS = ("a", "b", "c")
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new store's location on each backend."""
-    if request.param == "lmdb":
-        return str(tmp_path / "s")
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_url,
+    pg_cluster,
+    pg_url,
+)
 from test_decision_support import stored_replay
 
 from cpstore.decision import gates
@@ -35,14 +38,6 @@ from cpstore.store.audit_gates import (
 )
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new store's location on each backend."""
-    if request.param == "lmdb":
-        return str(tmp_path / "s")
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

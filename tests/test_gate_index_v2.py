@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_url,
+    pg_cluster,
+    pg_url,
+)
 from test_decision_support import full_replay, stored_replay
 from test_gate_index import (
     _as_older_release,
@@ -46,14 +50,6 @@ from cpstore.store.maintenance import compact_store
 from cpstore.store.model import AuditRecord
 
 V2_FAMILIES = (PERMIT_PREFIX, QUARANTINE_PREFIX, ODD_ID_PREFIX)
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new store's location on each backend."""
-    if request.param == "lmdb":
-        return str(tmp_path / "s")
-    return str(request.getfixturevalue("pg_url"))
 
 
 @pytest.fixture

@@ -7,7 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_url,
+    pg_cluster,
+    pg_url,
+)
 from test_decision_support import full_replay, stored_replay
 
 from cpstore.decision.gates import (
@@ -29,14 +33,6 @@ if TYPE_CHECKING:
 
 ROUNDS = 24
 WORKERS = 4
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A new store's location on each backend."""
-    if request.param == "lmdb":
-        return str(tmp_path / "s")
-    return str(request.getfixturevalue("pg_url"))
 
 
 def _checkpoint(store: Store, run: str) -> str:

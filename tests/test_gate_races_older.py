@@ -11,16 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
-from test_gate_races import (  # noqa: F401 - fixture
+from test_gate_races import (
     _certify_or_quarantine,
     _checkpoint,
     _race,
     _recorder_with_permit,
     _resumer,
     _signer,
-    url,
 )
 
 from cpstore.decision.gates import AUDIT_GATE, AUDIT_RESUME, AUDIT_SIGNOFF, resume_gate, sign_off
@@ -108,7 +107,7 @@ def _quarantined(st: Any, run: str) -> Any:
 
 
 def test_one_sign_off_releases_one_resume_among_processes_of_two_releases(
-    url: str,  # noqa: F811 - the fixture
+    url: str,
 ) -> None:
     """Two older-release and two current processes race each sign-off: one permit per round;
     the next append catches the index up and verify agrees, on LMDB and PostgreSQL."""
@@ -128,7 +127,7 @@ def test_one_sign_off_releases_one_resume_among_processes_of_two_releases(
 
 
 def test_one_decision_takes_one_sign_off_among_processes_of_two_releases(
-    url: str,  # noqa: F811 - the fixture
+    url: str,
 ) -> None:
     """Two older-release and two current processes sign each decision off: one sign-off per
     decision, on LMDB and PostgreSQL; verify agrees after the catch-up."""
@@ -152,7 +151,7 @@ def _mixed_recorder(path: str, barrier: Any, older: bool, rounds: list[Any]) -> 
 
 
 def test_one_permit_opens_one_recorder_among_processes_of_two_releases(
-    url: str,  # noqa: F811 - the fixture
+    url: str,
 ) -> None:
     """Two older-release processes (no rows, "used?" scanned) and two current ones race each
     permit: one recorder per permit; the next append catches the permit rows up, on LMDB
@@ -181,7 +180,7 @@ def _mixed_certify(path: str, barrier: Any, role: int, older: bool, rounds: list
 
 
 def test_a_rollback_is_never_certified_over_a_quarantine_of_an_older_release(
-    url: str,  # noqa: F811 - the fixture
+    url: str,
 ) -> None:
     """Certifications (one current, one older process) race quarantines of the branch (one
     older process appending without rows, one current): every certificate precedes the

@@ -5,31 +5,23 @@ where ``get_tuple`` and ``list`` take the LangGraph head from the manifest, thro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_store,
+    pg_cluster,
+    pg_url,
+)
 from stored import raw_get, raw_put
 
-import cpstore.store as cpstore_store
 from cpstore.errors import IntegrityError
 from cpstore.langgraph import CpstoreSaver
 from cpstore.store import Store
 from cpstore.store.lg_states import StateReads
 
 THREAD = "t-hdr"
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    """A fresh store on each backend."""
-    url = str(tmp_path / "s") if request.param == "lmdb" else str(request.getfixturevalue("pg_url"))
-    st_ = cpstore_store.open(url)
-    yield st_
-    st_.close()
 
 
 def _flip_created_at(store: Store, cid: bytes) -> None:

@@ -11,15 +11,17 @@ and branch names keep their 200-byte rule (a ref key: at most 401 bytes); an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import (  # noqa: F401 - fixtures
+    backend_store,
+    pg_cluster,
+    pg_url,
+)
 
-import cpstore.store as cpstore_store
 from cpstore.errors import InvalidInputError
 from cpstore.langgraph import CpstoreSaver
 from cpstore.store import Store
@@ -35,14 +37,6 @@ from cpstore.store.lg_index import (
 from cpstore.store.model import MAX_KEY_BYTES, MAX_NAME_BYTES
 
 ID_BYTES = 36  # a uuid6 checkpoint id
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    url = str(tmp_path / "s") if request.param == "lmdb" else str(request.getfixturevalue("pg_url"))
-    st_ = cpstore_store.open(url)
-    yield st_
-    st_.close()
 
 
 def _name(n: int) -> str:
