@@ -23,9 +23,11 @@ from cpstore.langgraph._codec import (
 )
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer
+from cpstore.native.binding import digest
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.lg_index import WRITE_PREFIX, checkpoint_key, field, pack, scan, write_key
+from cpstore.store.model import MAX_NAME_BYTES
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads", "keep_latest"]
@@ -143,6 +145,7 @@ def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Ent
     runs = sorted({e.run for e in kept})
     if not kept:
         return
+    reason = _prune_reason(thread_id)  # before any work: an audit reason is a bounded name
     before = {run: store.branches(run) for run in runs}
     writer.forget()
     for e in kept:
@@ -154,7 +157,6 @@ def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Ent
                 step = view.manifest.step
         _copy_one(store, writer, thread_id, e, (parts, step, []))
     writer.forget()
-    reason = f"LangGraph prune keep_latest of thread {thread_id!r}"
     for run, heads in before.items():
         for branch, head in sorted(heads.items()):
             try:
@@ -165,6 +167,17 @@ def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Ent
                 continue  # moved by another writer since: keep it
             store.release_retained(head, operator=_OPERATOR, reason=reason)
         store.prune(keep_last=max(len(c) for c in chains if c), run_id=run)
+
+
+def _prune_reason(thread_id: str) -> str:
+    """The audit reason of a keep_latest prune: the thread's id when it fits a name
+    (``MAX_NAME_BYTES``), else its length and XXH3-128 (a longer reason was refused
+    after the kept checkpoints were re-recorded, leaving the old branches unswept)."""
+    reason = f"LangGraph prune keep_latest of thread {thread_id!r}"
+    if len(reason.encode("utf-8", "backslashreplace")) <= MAX_NAME_BYTES:
+        return reason
+    tag = digest(thread_id.encode("utf-8", "surrogatepass")).hex()
+    return f"LangGraph prune keep_latest of a thread id of {len(thread_id)} chars, XXH3-128 {tag}"
 
 
 def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Entry]) -> set[str]:
