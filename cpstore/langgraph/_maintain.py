@@ -13,7 +13,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from cpstore.errors import ConflictError
+from cpstore.errors import ConflictError, InvalidInputError
 from cpstore.langgraph._codec import (
     CHANNEL,
     channel_parts,
@@ -26,7 +26,15 @@ from cpstore.langgraph._write import Put, Writer
 from cpstore.native.binding import digest
 from cpstore.store import Store
 from cpstore.store.backend import Txn
-from cpstore.store.lg_index import WRITE_PREFIX, checkpoint_key, field, pack, scan, write_key
+from cpstore.store.lg_index import (
+    CHECKPOINT_PREFIX,
+    WRITE_PREFIX,
+    checkpoint_key,
+    field,
+    pack,
+    scan,
+    write_key,
+)
 from cpstore.store.model import MAX_NAME_BYTES
 from cpstore.store.reader import CheckpointView
 
@@ -57,12 +65,30 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             keys += [k for k, _ in scan(txn, meta, _thread_writes(thread_id))]
             for key in keys:
                 txn.delete(key, db=meta)
-            return runs
+            # a run another thread's entries name too (two long ids whose XXH3-128
+            # collide) is kept: sweeping it would take the other thread's checkpoints
+            return runs - _shared_runs(txn, meta, thread_id, runs)
 
         runs: set[str] = backend.write_txn(drop)
         for run in sorted(runs):
             writer.forget(run)
             store.delete_run(run)
+
+
+def _shared_runs(txn: Txn[memoryview], meta: Any, thread_id: str, runs: set[str]) -> set[str]:
+    """Those of ``runs`` that another thread's index entries also name. Only a hashed
+    run (``lg:#``, a long id: ``_codec.run_for``) can be shared, and only by ids whose
+    XXH3-128 collide (not collision-resistant against chosen ids); every entry is read
+    then, so a store without hashed runs pays nothing."""
+    hashed = {r for r in runs if r.startswith("lg:#")}
+    if not hashed:
+        return set()
+    shared: set[str] = set()
+    for k, v in scan(txn, meta, CHECKPOINT_PREFIX):
+        e = Entry.decode(k, v)
+        if e.run in hashed and e.thread_id != thread_id:
+            shared.add(e.run)
+    return shared
 
 
 def _drop_entries(txn: Txn[memoryview], meta: Any, doomed: list[Entry]) -> None:
@@ -107,6 +133,16 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                 # before anything is dropped (docs/langgraph.md, "Name sizes")
                 _refuse_over_limit(e.thread_id, e.ns, e.checkpoint_id)
                 by_ns.setdefault(e.ns, {})[e.checkpoint_id] = e
+            runs = {e.run for group in by_ns.values() for e in group.values()}
+            shared = _shared_runs(txn, meta, thread_id, runs)
+            if shared:  # _reclaim resets and prunes every branch of the thread's runs
+                raise InvalidInputError(
+                    "the thread shares its cpstore run with another thread (their ids'"
+                    " XXH3-128 collide): keep_latest would sweep the other's checkpoints",
+                    where=f"run {sorted(shared)[0]}",
+                    expected="a run of its own (copy_thread to another id, then delete)",
+                    got=f"{len(shared)} shared run(s)",
+                )
             doomed: list[Entry] = []
             chains: list[list[Entry]] = []
             for group in by_ns.values():

@@ -1,0 +1,107 @@
+"""Two long thread ids whose XXH3-128 collide share one cpstore run (``lg:#<hex>``,
+``_codec.run_for``): XXH3 is not collision-resistant against chosen ids, and this pair
+(two valid-UTF-8 400-byte ids, built in under a second from XXH3's public default
+secret) hashes to one run. Puts and reads stay right (the index keys hold the whole
+id); ``delete_thread`` of one deleted the run and so every checkpoint of the other,
+with ``verify()`` clean, and ``prune`` (keep_latest) reset and pruned the other's
+branches. Now a shared run is kept by a delete and refuses keep_latest before anything
+is dropped (found by a read-only study after session 13's CI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
+
+from cpstore.errors import InvalidInputError
+from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph._codec import run_for
+from cpstore.native.binding import digest
+from cpstore.store import Store
+
+_A = (
+    "#AAAAAAAAAAAAAAAAAAAAAAAAAA\u1df3g\x1fAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\x81:&LAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+)
+_B = (
+    "#AAAAAAAAAAAAAAAAAAAAAAABAA\u1df3g\x1fAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA@AA\x81:&LAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+    "AAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+)
+
+
+def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _put(saver: CpstoreSaver, thread: str, parent: str | None, value: str) -> str:
+    cp: dict[str, Any] = dict(empty_checkpoint())
+    cp["channel_values"] = {"x": value}
+    cp["channel_versions"] = {"x": value}
+    meta = {"source": "loop", "step": 0, "parents": {}}
+    done = saver.put(_cfg(thread, parent), cp, meta, {"x": value})
+    return str(done["configurable"]["checkpoint_id"])
+
+
+def _values(saver: CpstoreSaver, thread: str) -> list[str]:
+    return [t.checkpoint["channel_values"]["x"] for t in saver.list(_cfg(thread))]
+
+
+def _two_threads(store: Store) -> CpstoreSaver:
+    """Both ids, two checkpoints each, interleaved, in their one shared run."""
+    saver = CpstoreSaver(store)
+    a1 = _put(saver, _A, None, "a1")
+    b1 = _put(saver, _B, None, "b1")
+    _put(saver, _A, a1, "a2")
+    _put(saver, _B, b1, "b2")
+    return saver
+
+
+def test_the_pair_collides_into_one_run() -> None:
+    """The premise: distinct ids, one XXH3-128, one run."""
+    assert _A != _B
+    assert digest(_A.encode()) == digest(_B.encode())
+    assert run_for(_A) == run_for(_B)
+
+
+def test_puts_and_reads_of_colliding_threads_stay_apart(store: Store) -> None:
+    saver = _two_threads(store)
+    assert _values(saver, _A) == ["a2", "a1"]
+    assert _values(saver, _B) == ["b2", "b1"]
+
+
+@pytest.mark.parametrize("which", ["A", "B"])
+def test_deleting_one_colliding_thread_keeps_the_other(store: Store, which: str) -> None:
+    """delete_thread (and prune's delete strategy) of one thread leaves the other whole."""
+    saver = _two_threads(store)
+    gone, kept, want = (_A, _B, ["b2", "b1"]) if which == "A" else (_B, _A, ["a2", "a1"])
+    saver.delete_thread(gone)
+    assert _values(saver, gone) == []
+    assert _values(saver, kept) == want
+    assert saver.get_tuple(_cfg(kept)) is not None
+    saver.prune([gone], strategy="delete")
+    assert _values(saver, kept) == want
+    assert store.verify().ok
+
+
+def test_keep_latest_of_a_colliding_thread_is_refused_before_anything_is_dropped(
+    store: Store,
+) -> None:
+    saver = _two_threads(store)
+    with pytest.raises(InvalidInputError, match="shares its cpstore run"):
+        saver.prune([_A])
+    assert _values(saver, _A) == ["a2", "a1"]
+    assert _values(saver, _B) == ["b2", "b1"]
+    assert store.verify().ok
