@@ -5,10 +5,8 @@ swept (found by a study after session 13's CI). It now ends as for a short id.""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from lg_puts import cfg, put_value
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 from cpstore.langgraph import CpstoreSaver
@@ -16,30 +14,14 @@ from cpstore.langgraph._codec import run_for
 from cpstore.store import Store
 
 
-def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
-
-
-def _put(saver: CpstoreSaver, thread: str, parent: str | None, value: str) -> str:
-    cp: dict[str, Any] = dict(empty_checkpoint())
-    cp["channel_values"] = {"x": value}
-    cp["channel_versions"] = {"x": value}
-    meta = {"source": "loop", "step": 0, "parents": {}}
-    done = saver.put(_cfg(thread, parent), cp, meta, {"x": value})
-    return str(done["configurable"]["checkpoint_id"])
-
-
 def _prune_outcome(store: Store, thread: str) -> tuple[list[str], int, bool]:
     """Put three checkpoints, prune keep_latest: (values listed, branches of the run, verify ok)."""
     saver = CpstoreSaver(store)
     parent = None
     for value in ("a1", "a2", "a3"):
-        parent = _put(saver, thread, parent, value)
+        parent = put_value(saver, thread, parent, value)
     saver.prune([thread])
-    listed = [t.checkpoint["channel_values"]["x"] for t in saver.list(_cfg(thread))]
+    listed = [t.checkpoint["channel_values"]["x"] for t in saver.list(cfg(thread))]
     return listed, len(store.branches(run_for(thread))), store.verify().ok
 
 

@@ -9,10 +9,8 @@ is dropped (found by a read-only study after session 13's CI)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
+from lg_puts import cfg, put_value
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 from cpstore.errors import InvalidInputError
@@ -39,33 +37,17 @@ _B = (
 )
 
 
-def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
-
-
-def _put(saver: CpstoreSaver, thread: str, parent: str | None, value: str) -> str:
-    cp: dict[str, Any] = dict(empty_checkpoint())
-    cp["channel_values"] = {"x": value}
-    cp["channel_versions"] = {"x": value}
-    meta = {"source": "loop", "step": 0, "parents": {}}
-    done = saver.put(_cfg(thread, parent), cp, meta, {"x": value})
-    return str(done["configurable"]["checkpoint_id"])
-
-
 def _values(saver: CpstoreSaver, thread: str) -> list[str]:
-    return [t.checkpoint["channel_values"]["x"] for t in saver.list(_cfg(thread))]
+    return [t.checkpoint["channel_values"]["x"] for t in saver.list(cfg(thread))]
 
 
 def _two_threads(store: Store) -> CpstoreSaver:
     """Both ids, two checkpoints each, interleaved, in their one shared run."""
     saver = CpstoreSaver(store)
-    a1 = _put(saver, _A, None, "a1")
-    b1 = _put(saver, _B, None, "b1")
-    _put(saver, _A, a1, "a2")
-    _put(saver, _B, b1, "b2")
+    a1 = put_value(saver, _A, None, "a1")
+    b1 = put_value(saver, _B, None, "b1")
+    put_value(saver, _A, a1, "a2")
+    put_value(saver, _B, b1, "b2")
     return saver
 
 
@@ -90,7 +72,7 @@ def test_deleting_one_colliding_thread_keeps_the_other(store: Store, which: str)
     saver.delete_thread(gone)
     assert _values(saver, gone) == []
     assert _values(saver, kept) == want
-    assert saver.get_tuple(_cfg(kept)) is not None
+    assert saver.get_tuple(cfg(kept)) is not None
     saver.prune([gone], strategy="delete")
     assert _values(saver, kept) == want
     assert store.verify().ok
