@@ -254,7 +254,9 @@ TABLE: dict[str, dict[str, Rule]] = {
     "lgwrite": {},
     "lgdelete": {},
     "lgprune": {},
-    # The collected conflict (a branch reset here went elsewhere there, the rest copied).
+    # The collected conflict (a branch reset here went elsewhere there, the rest copied), or
+    # the named race with the worker's own prune of the run (docs/store.md, "Beside the
+    # source's retention"; before, a bare NotFoundError the table refused).
     "push": {"ConflictError": _msg("went elsewhere", "swept")},
     "pckpt": {},
     "peer_open": {},

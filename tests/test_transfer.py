@@ -156,10 +156,10 @@ def test_a_head_the_destination_prunes_during_the_transfer_gets_no_ref(
         src.fork("run", "alt", ids[1])  # the destination has ids[1], as a non-head
         copy = transfer_module._copy_objects
 
-        def gc_then_copy(*args: Any) -> None:
+        def gc_then_copy(*args: Any, **kwargs: Any) -> None:
             # After the destination's checkpoints were read, before any ref is written.
             subprocess.run([sys.executable, "-c", _GC, str(tmp_path / "b")], check=True)
-            copy(*args)
+            copy(*args, **kwargs)
 
         monkeypatch.setattr(transfer_module, "_copy_objects", gc_then_copy)
         with pytest.raises(ConflictError, match="pruned"):

@@ -16,13 +16,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
-from cpstore.errors import ConflictError
+from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store import transfer as transfer_module
 from cpstore.store.facade import Store
+from cpstore.store.pg_open import parse_url
 from cpstore.store.transfer import transfer
 
 _DELETE_RUN = (
@@ -67,8 +69,8 @@ def _gc_after_copy(monkeypatch: pytest.MonkeyPatch, dst_at: str, run: str) -> No
     """Delete ``run`` of the destination in another process after the copy, before landing."""
     copy = transfer_module._copy_objects
 
-    def copy_then_gc(*args: Any) -> None:
-        copy(*args)
+    def copy_then_gc(*args: Any, **kwargs: Any) -> None:
+        copy(*args, **kwargs)
         subprocess.run([sys.executable, "-c", _DELETE_RUN, dst_at, run], check=True, timeout=60)
 
     monkeypatch.setattr(transfer_module, "_copy_objects", copy_then_gc)
@@ -176,3 +178,62 @@ def test_repeated_pulls_racing_a_gc_loop_land_whole_or_fail_with_the_named_race(
         assert "landed" in outcomes
         assert dst.verify().ok
         print(f"outcomes {outcomes}, re-sent {resends}, swept {out.strip()}")
+
+
+_PRUNE = "import sys, cpstore\nwith cpstore.open(sys.argv[1]) as s:\n    s.gc(keep_last=1)\n"
+
+
+@pytest.mark.parametrize("src_kind", ["lmdb", "pg"])
+def test_objects_the_sources_retention_swept_mid_transfer_are_a_named_race_not_not_found(
+    src_kind: str, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source prunes (another process) after the transfer read its lineage, before the
+    objects are read: a ConflictError naming the race, nothing lands; a rerun finishes.
+
+    Before: a bare NotFoundError "object not in the store" (met by the chaos test's pushes
+    beside the worker's own prune), which reads as a lost object rather than a race.
+    """
+    src_at = _where(src_kind, tmp_path, "src", pg_url)
+    with cpstore.open(src_at) as src, cpstore.open(tmp_path / "dst") as dst:
+        head = _record(src, "run", range(4), [])
+        fetch = transfer_module._fetch
+        pruned: list[bool] = []
+
+        def prune_first(*args: Any) -> Any:
+            if not pruned:
+                subprocess.run([sys.executable, "-c", _PRUNE, src_at], check=True, timeout=60)
+                pruned.append(True)
+            return fetch(*args)
+
+        monkeypatch.setattr(transfer_module, "_fetch", prune_first)
+        with pytest.raises(ConflictError) as info:
+            transfer(src.backend, dst.backend)
+        assert "retention swept objects this transfer was copying" in info.value.what
+        assert info.value.where is not None and info.value.where.startswith("objects/")
+        assert dst.runs() == [] and dst.ref("run") is None
+        assert dst.verify().ok
+        report = transfer(src.backend, dst.backend)  # the pruned lineage: the head alone
+        assert report.refs_created == 1 and report.checkpoints == 1
+        assert dst.ref("run") == head and dst.verify().ok
+        with dst.read(head) as cp, src.read(head) as want:
+            assert cp.state() == want.state()
+
+
+def test_an_object_missing_while_its_checkpoint_stands_is_damage_not_a_race(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A source object gone while a stored checkpoint still reaches it (deleted in SQL) is an
+    IntegrityError naming that checkpoint, not the retention race's ConflictError."""
+    with cpstore.open(pg_url) as src, cpstore.open(tmp_path / "dst") as dst:
+        head = _record(src, "run", range(2), [b"payload"])
+        ids = [m.id for m in src.history("run")]
+        with src.read(head) as cp:
+            key = bytes.fromhex(cp.observations()[0][2])  # the payload both checkpoints name
+        with psycopg.connect(parse_url(pg_url).conninfo, autocommit=True) as conn:
+            conn.execute(f'DELETE FROM "{parse_url(pg_url).schema}".objects WHERE k = %s', (key,))
+        with pytest.raises(IntegrityError) as info:
+            transfer(src.backend, dst.backend)
+        assert "lacks an object a stored checkpoint reaches" in info.value.what
+        assert info.value.where == f"objects/{key.hex()}"
+        assert info.value.expected in {f"an object checkpoint {c} reaches" for c in ids}
+        assert dst.runs() == [] and dst.ref("run") is None

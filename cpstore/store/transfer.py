@@ -24,6 +24,11 @@
    and they are sent again inside the next landing txn (at most
    ``MAX_RESENDS`` rounds, then a :class:`ConflictError` naming the race).
 
+   Objects the *source's* retention swept after step 1 (the checkpoints
+   naming them pruned meanwhile) are a :class:`ConflictError` naming that
+   race; an object missing while a checkpoint reaching it stands is an
+   :class:`IntegrityError` (:func:`_fetch_checked`).
+
 A killed transfer leaves objects without checkpoints (step 3) but never a
 ref or checkpoint that names a missing object: the next transfer skips the
 objects already there and finishes. A second transfer copies nothing.
@@ -195,8 +200,53 @@ def _fetch(src: Backend, keys: list[bytes]) -> dict[bytes, bytes]:
     return batch
 
 
+def _fetch_checked(
+    src: Backend, keys: list[bytes], reach: dict[bytes, list[bytes]]
+) -> dict[bytes, bytes]:
+    """:func:`_fetch`, where an object the source no longer holds says why.
+
+    Objects are read after step 1's read txn ended; the source's own retention
+    (``prune``, ``gc(delete_run=...)``, any process) may since have removed every
+    checkpoint being copied that reaches one and swept it: a :class:`ConflictError`
+    naming the race (nothing of a branch lands without its objects; running the
+    transfer again reads the pruned lineage). An object missing while a checkpoint
+    that reaches it is still stored is damage: an :class:`IntegrityError`.
+    """
+    try:
+        return _fetch(src, keys)
+    except NotFoundError as e:
+        key = next((k for k in keys if e.got == k.hex()), None)
+        if key is None:
+            raise
+        naming = [c for c, objs in reach.items() if key in objs]
+        records = records_of(src.dbs)
+        with src.read_txn() as txn:
+            kept = [c for c in naming if records.exists(txn, c)]
+        if kept:
+            raise IntegrityError(
+                "the source lacks an object a stored checkpoint reaches",
+                where=f"objects/{key.hex()}",
+                expected=f"an object checkpoint {kept[0].hex()} reaches",
+                got="missing",
+            ) from e
+        raise ConflictError(
+            "the source's retention swept objects this transfer was copying (the "
+            "checkpoints naming them were pruned or deleted after the transfer read "
+            "them); nothing of the branches left to land landed: run the transfer again",
+            where=f"objects/{key.hex()}",
+            expected="the checkpoints read in step 1",
+            got=f"{len(naming)} of them gone from the source",
+        ) from None
+
+
 def _copy_objects(
-    src: Backend, dst: Backend, keys: list[bytes], report: TransferReport, sizes: tuple[int, int]
+    src: Backend,
+    dst: Backend,
+    keys: list[bytes],
+    report: TransferReport,
+    sizes: tuple[int, int],
+    *,
+    reach: dict[bytes, list[bytes]],
 ) -> None:
     """Copy ``keys`` in batches, each object hashed again before the receiver writes it."""
     max_objects, max_bytes = sizes
@@ -207,7 +257,7 @@ def _copy_objects(
         size = 0
         while i < len(keys) and len(batch) < max_objects and size < max_bytes:
             part, i = keys[i : i + step], i + step
-            got = _fetch(src, part)
+            got = _fetch_checked(src, part, reach)
             batch.update(got)
             size += sum(map(len, got.values()))
         dst.put_objects(batch)
@@ -352,7 +402,7 @@ def _land_branch(
                     expected="every object the landing checkpoints reach",
                     got=f"{len(gone.keys)} swept, first {gone.keys[0].hex()}",
                 ) from None
-            _resend(src, dst, gone.keys, carry=carry, carry_bytes=carry_bytes, report=report)
+            _resend(src, dst, gone.keys, reach, carry=carry, carry_bytes=carry_bytes, report=report)
             continue
         report.checkpoints += written
         return outcome
@@ -363,6 +413,7 @@ def _resend(
     src: Backend,
     dst: Backend,
     keys: list[bytes],
+    reach: dict[bytes, list[bytes]],
     *,
     carry: dict[bytes, bytes],
     carry_bytes: int,
@@ -371,7 +422,7 @@ def _resend(
     """Fetch ``keys`` again into ``carry`` (written in the landing txn), the excess now."""
     carried = sum(map(len, carry.values()))
     for i in range(0, len(keys), 64):
-        got = _fetch(src, keys[i : i + 64])
+        got = _fetch_checked(src, keys[i : i + 64], reach)
         size = sum(map(len, got.values()))
         if carried + size <= carry_bytes:
             carry.update(got)
@@ -433,7 +484,12 @@ def transfer(
     needed = list(dict.fromkeys(k for c in missing for k in reach[c]))
     stored = _present(dest, "objects", needed)
     _copy_objects(
-        source, dest, [k for k in needed if k not in stored], report, (batch_objects, batch_bytes)
+        source,
+        dest,
+        [k for k in needed if k not in stored],
+        report,
+        (batch_objects, batch_bytes),
+        reach=reach,
     )
     with dest.read_txn() as txn:
         expected = {b.key: read_ref(txn, dest.dbs, b.key, layout=dest.layout) for b in branches}
