@@ -54,7 +54,6 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     """Delete the threads' entries and writes, then sweep their runs."""
     backend = store.backend
     meta = backend.db("meta")
-    owners = _RunThreads()
     for thread_id in thread_ids:
 
         def drop(txn: Txn[memoryview], thread_id: str = thread_id) -> set[str]:
@@ -68,59 +67,28 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                 txn.delete(key, db=meta)
             # a run another thread's entries name too (two long ids whose XXH3-128
             # collide) is kept: sweeping it would take the other thread's checkpoints
-            return runs - owners.shared(txn, meta, thread_id, runs)
+            return runs - _shared_runs(txn, meta, thread_id, runs)
 
         runs: set[str] = backend.write_txn(drop)
-        owners.changed(thread_id)
         for run in sorted(runs):
             writer.forget(run)
             store.delete_run(run)
 
 
-class _RunThreads:
-    """The thread ids each hashed run (``lg:#``, a long id: ``_codec.run_for``) is named
-    by, for one ``delete_threads`` or ``keep_latest`` call. Only a hashed run can be
-    shared, and only by ids whose XXH3-128 collide (not collision-resistant against
-    chosen ids). The whole index is read once, by the first txn with a hashed run (a
-    store without hashed runs pays nothing), not once per thread; a thread the call
-    itself has changed since (``changed``) is read again, its own entries only, before
-    the next look. Another writer's entries put between the call's txns are not seen
-    by a later look of the same call."""
-
-    def __init__(self) -> None:
-        self._runs: dict[str, set[str]] | None = None
-        self._stale: set[str] = set()
-
-    def shared(self, txn: Txn[memoryview], meta: Any, thread_id: str, runs: set[str]) -> set[str]:
-        """Those of ``runs`` that another thread's index entries also name."""
-        hashed = {r for r in runs if r.startswith("lg:#")}
-        if not hashed:
-            return set()
-        if self._runs is None:
-            self._runs = _read_runs(txn, meta, CHECKPOINT_PREFIX, {})
-        else:
-            for stale in sorted(self._stale):
-                for names in self._runs.values():
-                    names.discard(stale)
-                _read_runs(txn, meta, checkpoint_key(stale, sized=False), self._runs)
-        self._stale.clear()
-        return {r for r in hashed if self._runs.get(r, set()) - {thread_id}}
-
-    def changed(self, thread_id: str) -> None:
-        """The call has changed ``thread_id``'s entries (committed) since the last look."""
-        if self._runs is not None:
-            self._stale.add(thread_id)
-
-
-def _read_runs(
-    txn: Txn[memoryview], meta: Any, prefix: bytes, runs: dict[str, set[str]]
-) -> dict[str, set[str]]:
-    """``runs`` with the thread id of each entry under ``prefix`` that names a hashed run."""
-    for k, v in scan(txn, meta, prefix):
+def _shared_runs(txn: Txn[memoryview], meta: Any, thread_id: str, runs: set[str]) -> set[str]:
+    """Those of ``runs`` that another thread's index entries also name. Only a hashed
+    run (``lg:#``, a long id: ``_codec.run_for``) can be shared, and only by ids whose
+    XXH3-128 collide (not collision-resistant against chosen ids); every entry is read
+    then, so a store without hashed runs pays nothing."""
+    hashed = {r for r in runs if r.startswith("lg:#")}
+    if not hashed:
+        return set()
+    shared: set[str] = set()
+    for k, v in scan(txn, meta, CHECKPOINT_PREFIX):
         e = Entry.decode(k, v)
-        if e.run.startswith("lg:#"):
-            runs.setdefault(e.run, set()).add(e.thread_id)
-    return runs
+        if e.run in hashed and e.thread_id != thread_id:
+            shared.add(e.run)
+    return shared
 
 
 def _drop_entries(txn: Txn[memoryview], meta: Any, doomed: list[Entry]) -> None:
@@ -154,7 +122,6 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     """Keep each namespace's newest checkpoint and the ancestors its DeltaChannels need."""
     backend = store.backend
     meta = backend.db("meta")
-    owners = _RunThreads()
     for thread_id in thread_ids:
 
         def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> list[list[Entry]]:
@@ -167,7 +134,7 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                 _refuse_over_limit(e.thread_id, e.ns, e.checkpoint_id)
                 by_ns.setdefault(e.ns, {})[e.checkpoint_id] = e
             runs = {e.run for group in by_ns.values() for e in group.values()}
-            shared = owners.shared(txn, meta, thread_id, runs)
+            shared = _shared_runs(txn, meta, thread_id, runs)
             if shared:  # _reclaim resets and prunes every branch of the thread's runs
                 raise InvalidInputError(
                     "the thread shares its cpstore run with another thread (their ids'"
@@ -194,7 +161,6 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
 
         chains: list[list[Entry]] = backend.write_txn(prune)
         _reclaim(store, writer, thread_id, chains)
-        owners.changed(thread_id)
 
 
 _OPERATOR = "cpstore.langgraph"
