@@ -14,7 +14,7 @@ import random
 import time
 import traceback
 
-from chaos_worker import Log
+from chaos_log import Log
 
 from cpstore.errors import CpstoreError, IntegrityError
 from cpstore.store import compact_store

@@ -20,8 +20,9 @@ import traceback
 from typing import Literal
 
 from chaos_compactor import deadline as the_deadline
+from chaos_log import Log, log_escape, note_error
 from chaos_roles import Roles, batched_writer
-from chaos_worker import CONTESTED, SHARED, Log, Worker, log_escape, note_error, shared_cas
+from chaos_worker import CONTESTED, SHARED, Worker, shared_cas
 
 import cpstore
 from cpstore.errors import CpstoreError, IntegrityError

@@ -31,7 +31,8 @@ import threading
 import time
 from typing import Any
 
-from chaos_worker import SHARED, Log, Worker, log_escape, note_error, shared_cas
+from chaos_log import Log, log_escape, note_error
+from chaos_worker import SHARED, Worker, shared_cas
 from langgraph.checkpoint.base import empty_checkpoint
 
 import cpstore

@@ -1,4 +1,6 @@
-"""Helpers of the audit24 LangGraph read tests: serde variants, the oracle, comparisons.
+"""Helpers of the audit24 LangGraph read tests: serde variants, the oracle, comparisons;
+and the user types (an enum, a dataclass, a pydantic model) every LangGraph read test
+stores (tests/test_langgraph_reads.py imports them too: one definition).
 
 The oracle reads a checkpoint through a CheckpointView only (``load_parts``) and
 decodes every stored serde pair with ``serde.loads_typed`` as it is *at read

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chaos_log import Log, note_error
 from chaos_roles import Roles
-from chaos_worker import SHARED, Log, Worker, note_error
+from chaos_worker import SHARED, Worker
 from test_chaos_mutations import _fake_log, check
 
 import cpstore

@@ -84,10 +84,11 @@ from chaos_check import (
 )
 from chaos_compactor import compactor, set_deadline
 from chaos_errors import refusal_problems
+from chaos_log import Log
 from chaos_process import work
 from chaos_refs import refs_and_sweeps_hold
 from chaos_roles import damage_and_repair
-from chaos_worker import SHARED, Log
+from chaos_worker import SHARED
 from pg_cluster import fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore

@@ -13,8 +13,9 @@ from pathlib import Path
 import chaos_roles
 import pytest
 from chaos_check import may_have_committed
+from chaos_log import Log
 from chaos_process import close_logged
-from chaos_worker import Log, Worker
+from chaos_worker import Worker
 
 import cpstore
 from cpstore.errors import ConflictError

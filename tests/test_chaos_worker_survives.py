@@ -18,9 +18,10 @@ from typing import Any
 import chaos_process
 import pytest
 from chaos_compactor import set_deadline
+from chaos_log import Log
 from chaos_process import head_problem, pin_problem, work
 from chaos_roles import batched_writer
-from chaos_worker import Log, Worker
+from chaos_worker import Worker
 from test_chaos_mutations import _unkilled
 
 import cpstore

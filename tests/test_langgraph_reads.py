@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import decimal
-import enum
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, Tool
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Send
-from pydantic import BaseModel
+from lg_audit24 import Colour, Model, Point
 from stored import damage, raw_delete, raw_get, raw_items, raw_put
 
 from cpstore.errors import IntegrityError
@@ -27,22 +25,6 @@ from cpstore.langgraph._read import entry_at
 from cpstore.native.binding import digest
 from cpstore.store import Store
 from cpstore.store.lg_states import StateReads
-
-
-class Colour(enum.Enum):
-    RED = "red"
-
-
-@dataclasses.dataclass
-class Point:
-    x: int
-    y: list[int]
-
-
-class Model(BaseModel):
-    name: str
-    tags: list[str]
-
 
 _scalars = (
     st.none()

@@ -39,6 +39,31 @@ def _damaged_store(url: str) -> cpstore.Store:
     return st
 
 
+@pytest.fixture
+def damaged_url(pg_cluster: Any) -> str:
+    """A damaged store (:func:`_damaged_store`, closed) whose pool holds one connection,
+    so the txn after a broken one gets that very connection."""
+    url = fresh_url(pool_max="1")
+    _damaged_store(url).close()
+    return url
+
+
+def _in_two_processes(child: Any, url: str) -> None:
+    """``child(url, out)`` in two spawned processes at once: each puts what went wrong
+    (none of them: ``[]``) and exits 0."""
+    ctx = multiprocessing.get_context("spawn")
+    out: Any = ctx.Queue()
+    procs = [ctx.Process(target=child, args=(url, out), daemon=True) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert results == [[], []]
+    if any(p.exitcode != 0 for p in procs):
+        pytest.fail(f"exit codes {[p.exitcode for p in procs]}")
+
+
 def _abandon_then_read(url: str) -> list[str]:
     """prune refused mid-scan, its error kept; a read txn on the one pooled connection
     drops the error (the stream is freed) between two statements. What went wrong."""
@@ -68,13 +93,11 @@ def _abandon_then_read(url: str) -> list[str]:
 
 
 def test_a_scan_abandoned_by_a_raise_never_aborts_the_next_txn(
-    pg_cluster: Any,
+    damaged_url: str,
 ) -> None:
     """One pooled connection: the next txn on it reads and writes normally (before: its
     second statement failed with 25P02)."""
-    url = fresh_url(pool_max="1")
-    _damaged_store(url).close()
-    assert _abandon_then_read(url) == []
+    assert _abandon_then_read(damaged_url) == []
 
 
 def _child(url: str, out: Any) -> None:
@@ -82,23 +105,11 @@ def _child(url: str, out: Any) -> None:
 
 
 def test_processes_sharing_the_store_meet_no_aborted_txn(
-    pg_cluster: Any,
+    damaged_url: str,
 ) -> None:
     """Two processes on one damaged store (the writer lock between them), each abandoning
     a scan and reading and writing on: neither sees an aborted txn."""
-    ctx = multiprocessing.get_context("spawn")
-    out: Any = ctx.Queue()
-    url = fresh_url(pool_max="1")
-    _damaged_store(url).close()
-    procs = [ctx.Process(target=_child, args=(url, out), daemon=True) for _ in range(2)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-    assert results == [[], []]
-    if any(p.exitcode != 0 for p in procs):
-        pytest.fail(f"exit codes {[p.exitcode for p in procs]}")
+    _in_two_processes(_child, damaged_url)
 
 
 def _scan_read_after_its_txn(url: str) -> list[str]:
@@ -127,12 +138,10 @@ def _scan_read_after_its_txn(url: str) -> list[str]:
     return got
 
 
-def test_a_scan_read_after_its_txn_ended_is_refused_not_cut_short(pg_cluster: Any) -> None:
+def test_a_scan_read_after_its_txn_ended_is_refused_not_cut_short(damaged_url: str) -> None:
     """A stream the txn's end closed refuses its next row (before: it ended silently, a
     truncated walk a caller took for the whole table)."""
-    url = fresh_url(pool_max="1")
-    _damaged_store(url).close()
-    assert _scan_read_after_its_txn(url) == []
+    assert _scan_read_after_its_txn(damaged_url) == []
 
 
 def _ended_while_running(url: str) -> list[str]:
@@ -188,49 +197,33 @@ def _ended_while_running(url: str) -> list[str]:
 
 
 def test_a_txn_ended_inside_its_running_scan_never_pools_the_cursors_connection(
-    pg_cluster: Any,
+    damaged_url: str,
 ) -> None:
     """The stream cannot be closed while it runs, so its cursor stays bound to the
     connection: the connection is closed, not pooled (before: pooled, and the stream's
     FETCH ran outside the txn, on the connection the next txns got)."""
-    url = fresh_url(pool_max="1")
-    _damaged_store(url).close()
-    assert _ended_while_running(url) == []
+    assert _ended_while_running(damaged_url) == []
 
 
 def _child_after_end(url: str, out: Any) -> None:
     out.put(_scan_read_after_its_txn(url) + _ended_while_running(url))
 
 
-def test_processes_reading_scans_past_their_txns_meet_no_aborted_txn(pg_cluster: Any) -> None:
+def test_processes_reading_scans_past_their_txns_meet_no_aborted_txn(damaged_url: str) -> None:
     """Two processes on one store, each reading a scan past its txn's end and ending a txn
     inside its running scan, then reading and writing on (the writer lock between them)."""
-    ctx = multiprocessing.get_context("spawn")
-    out: Any = ctx.Queue()
-    url = fresh_url(pool_max="1")
-    _damaged_store(url).close()
-    procs = [ctx.Process(target=_child_after_end, args=(url, out), daemon=True) for _ in range(2)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-    assert results == [[], []]
-    if any(p.exitcode != 0 for p in procs):
-        pytest.fail(f"exit codes {[p.exitcode for p in procs]}")
+    _in_two_processes(_child_after_end, damaged_url)
 
 
 def test_an_interrupt_closing_a_scan_still_gives_the_connection_back(
-    pg_cluster: Any, monkeypatch: pytest.MonkeyPatch
+    damaged_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A KeyboardInterrupt inside a scan's CLOSE when its txn ends: the txn's connection
     still goes back to the pool (closed), so the next txn gets one (before: it was never
     given back, and with one pooled connection every later txn waited for the pool and
     failed)."""
     monkeypatch.setattr("cpstore.store.pg_backend.POOL_WAIT", 3.0)
-    url = fresh_url(pool_max="1")
-    _damaged_store(url).close()
-    st = cpstore.open(url)
+    st = cpstore.open(damaged_url)
     refs = st.backend.dbs["refs"]
     real = psycopg.ServerCursor.close
     calls: list[int] = []

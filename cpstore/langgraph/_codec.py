@@ -148,20 +148,22 @@ def loads_checked(serde: Any, typed: tuple[str, bytes], where: str) -> Any:
         raise undecodable(exc, where) from exc
 
 
+def _load_head_map(serde: Any, part: Any, where: str, what: str) -> dict[str, Any]:
+    """The map a packed head half holds; IntegrityError ``what`` (naming ``where``)
+    when it decodes to anything else, or as :func:`loads_checked` when it does not decode."""
+    value = loads_checked(serde, unpack_typed(part, where), where)
+    if type(value) is not dict:
+        raise IntegrityError(what, where=where, expected="dict", got=type(value).__name__)
+    return value
+
+
 def load_checkpoint(serde: Any, part: Any, where: str) -> dict[str, Any]:
     """The LangGraph checkpoint (without channel values) a packed head half holds.
 
     IntegrityError when it does not decode, is not a map, or its ``channel_versions``
     is present but not a map."""
     where = f"{where}: head checkpoint"
-    cp = loads_checked(serde, unpack_typed(part, where), where)
-    if type(cp) is not dict:
-        raise IntegrityError(
-            "a LangGraph checkpoint head does not decode to a map",
-            where=where,
-            expected="dict",
-            got=type(cp).__name__,
-        )
+    cp = _load_head_map(serde, part, where, "a LangGraph checkpoint head does not decode to a map")
     versions = cp.get("channel_versions")
     if versions is not None and not isinstance(versions, dict):
         raise IntegrityError(
@@ -176,15 +178,9 @@ def load_checkpoint(serde: Any, part: Any, where: str) -> dict[str, Any]:
 def load_metadata(serde: Any, part: Any, where: str) -> dict[str, Any]:
     """The LangGraph metadata a packed head half holds (IntegrityError unless a map)."""
     where = f"{where}: head metadata"
-    md = loads_checked(serde, unpack_typed(part, where), where)
-    if type(md) is not dict:
-        raise IntegrityError(
-            "LangGraph checkpoint metadata does not decode to a map",
-            where=where,
-            expected="dict",
-            got=type(md).__name__,
-        )
-    return md
+    return _load_head_map(
+        serde, part, where, "LangGraph checkpoint metadata does not decode to a map"
+    )
 
 
 def pack_head(checkpoint: bytes, metadata: bytes) -> bytes:
