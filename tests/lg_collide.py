@@ -3,19 +3,29 @@
 ``A`` and ``B`` are two valid-UTF-8 400-byte strings with one XXH3-128 (built by a
 study from XXH3's public default secret: they differ only in the first byte of lane
 3 of stripes 0 and 4, +1 and -1, with that lane's upper 32 key bits zero, so the
-accumulators meet). Any common prefix of up to 24 bytes keeps the collision, so
-``"main@" + FORK_A`` and ``"main@" + FORK_B`` collide as well: the hashed names of
-fork branches off the root namespace (``_codec.fork_branch``).
+accumulators meet). Their first 24 bytes may be replaced by any bytes both share
+(the same length, so the stripes stay aligned): ``"main@" + FORK_A`` and
+``"main@" + FORK_B`` collide as well, the hashed names of fork branches off the root
+namespace (``_codec.fork_branch``).
+
+Hashed names are BLAKE2b-256 now (scheme 2, ``lg:#b2:<hex>``); :func:`scheme1_names`
+makes the saver name as releases before it did (``lg:#<XXH3-128 hex>``), to build the
+stores those releases left behind.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 from langgraph.checkpoint.base import empty_checkpoint
 
-from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph import CpstoreSaver, _codec
 from cpstore.langgraph._read import Entry
+from cpstore.native.binding import digest
 from cpstore.store import Store
 from cpstore.store.lg_index import checkpoint_key, scan
 
@@ -74,3 +84,20 @@ def placed(store: Store, thread: str) -> dict[tuple[str, str], tuple[str, str]]:
             (e.ns, e.checkpoint_id): (e.run, e.branch)
             for e in (Entry.decode(k, v) for k, v in found)
         }
+
+
+def scheme1(prefix: str, text: str) -> str:
+    """A hashed name as releases before scheme 2 made it: ``<prefix><XXH3-128 hex>``."""
+    return prefix + digest(text.encode("utf-8", "surrogatepass")).hex()
+
+
+def scheme2(prefix: str, text: str) -> str:
+    """A hashed name as this release makes it: ``<prefix>b2:<BLAKE2b-256 hex>``."""
+    return prefix + "b2:" + hashlib.blake2b(text.encode(), digest_size=32).hexdigest()
+
+
+@contextmanager
+def scheme1_names() -> Iterator[None]:
+    """Within: the saver hashes names with scheme 1 (an older release's store)."""
+    with mock.patch.object(_codec, "_hashed", scheme1):
+        yield

@@ -16,6 +16,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from cpstore.errors import ConflictError, InvalidInputError
 from cpstore.langgraph._codec import (
     CHANNEL,
+    HASHED_RUN,
     channel_parts,
     load_checkpoint,
     load_metadata,
@@ -66,7 +67,8 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             for key in keys:
                 txn.delete(key, db=meta)
             # a run another thread's entries name too (two long ids whose XXH3-128
-            # collide) is kept: sweeping it would take the other thread's checkpoints
+            # collide, on a scheme-1 run an older release named) is kept: sweeping it
+            # would take the other thread's checkpoints
             return runs - _shared_runs(txn, meta, thread_id, runs)
 
         runs: set[str] = backend.write_txn(drop)
@@ -77,10 +79,13 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
 
 def _shared_runs(txn: Txn[memoryview], meta: Any, thread_id: str, runs: set[str]) -> set[str]:
     """Those of ``runs`` that another thread's index entries also name. Only a hashed
-    run (``lg:#``, a long id: ``_codec.run_for``) can be shared, and only by ids whose
-    XXH3-128 collide (not collision-resistant against chosen ids); every entry is read
-    then, so a store without hashed runs pays nothing."""
-    hashed = {r for r in runs if r.startswith("lg:#")}
+    run (``lg:#``, a long id: ``_codec.run_for``) can be shared: a scheme-1 one
+    (``lg:#<XXH3-128 hex>``, written before scheme 2) by ids whose XXH3-128 collide (not
+    collision-resistant against chosen ids). A scheme-2 run (BLAKE2b-256) is its
+    thread's alone, but it is checked too: a release before the ``#`` rule stored
+    thread ``#b2:<hex>`` on the run of that name. Every entry is read then, so a store
+    without hashed runs pays nothing."""
+    hashed = {r for r in runs if r.startswith(HASHED_RUN)}
     if not hashed:
         return set()
     shared: set[str] = set()
@@ -138,7 +143,8 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             if shared:  # _reclaim resets and prunes every branch of the thread's runs
                 raise InvalidInputError(
                     "the thread shares its cpstore run with another thread (their ids'"
-                    " XXH3-128 collide): keep_latest would sweep the other's checkpoints",
+                    " XXH3-128 collide: a run an older release named):"
+                    " keep_latest would sweep the other's checkpoints",
                     where=f"run {sorted(shared)[0]}",
                     expected="a run of its own (copy_thread to another id, then delete)",
                     got=f"{len(shared)} shared run(s)",
