@@ -81,6 +81,11 @@ def test_keep_latest_prunes_each_colliding_thread(store: Store) -> None:
     for thread in (A, B):  # each run holds its one kept checkpoint, nothing of the other
         (branch,) = store.branches(run_for(thread))
         assert len(store.history(run_for(thread), branch)) == 1
+    # the audit reasons name each thread apart too (an id too long for a reason is
+    # named by its length and digest: two XXH3-128 tags of these ids were one)
+    reasons = {r.body["run"]: r.body["reason"] for r in store.audit_records(kind="ref_reset")}
+    assert reasons.keys() == {run_for(A), run_for(B)}
+    assert reasons[run_for(A)] != reasons[run_for(B)]
     assert store.verify().ok
 
 

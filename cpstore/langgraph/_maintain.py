@@ -9,6 +9,7 @@ and writes are written (no value bytes).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -24,7 +25,6 @@ from cpstore.langgraph._codec import (
 )
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer
-from cpstore.native.binding import digest
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.lg_index import (
@@ -213,13 +213,16 @@ def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Ent
 
 def _prune_reason(thread_id: str) -> str:
     """The audit reason of a keep_latest prune: the thread's id when it fits a name
-    (``MAX_NAME_BYTES``), else its length and XXH3-128 (a longer reason was refused
-    after the kept checkpoints were re-recorded, leaving the old branches unswept)."""
+    (``MAX_NAME_BYTES``), else its length and BLAKE2b-256 (a longer reason was refused
+    after the kept checkpoints were re-recorded, leaving the old branches unswept; an
+    XXH3-128 tag named two chosen ids alike, as their scheme-1 runs did)."""
     reason = f"LangGraph prune keep_latest of thread {thread_id!r}"
     if len(reason.encode("utf-8", "backslashreplace")) <= MAX_NAME_BYTES:
         return reason
-    tag = digest(thread_id.encode("utf-8", "surrogatepass")).hex()
-    return f"LangGraph prune keep_latest of a thread id of {len(thread_id)} chars, XXH3-128 {tag}"
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    tag = hashlib.blake2b(raw, digest_size=32).hexdigest()
+    size = len(thread_id)
+    return f"LangGraph prune keep_latest of a thread id of {size} chars, BLAKE2b-256 {tag}"
 
 
 def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Entry]) -> set[str]:
