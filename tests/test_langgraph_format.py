@@ -75,9 +75,28 @@ def test_a_value_part_and_a_list_are_pinned() -> None:
 def test_run_and_branch_names_are_pinned() -> None:
     """Thread -> run, namespace -> branch, fork branch names (hashed when too long)."""
     assert run_for("chat-1") == "lg:chat-1"
-    assert run_for("x" * 300) == "lg:#125237ea2ad7bc7aa5d1b4607dc83554"
     assert (branch_label(""), branch_label("a:b")) == ("main", "ns:a:b")
     assert (fork_branch("", "id1"), fork_branch("", "id1", 2)) == ("main@id1", "main@id1~2")
+
+
+def test_hashed_names_are_pinned() -> None:
+    """Hashed names, scheme 2: ``<prefix>b2:<BLAKE2b-256 hex of the UTF-8 name>`` (71,
+    70 and 72 bytes, far inside a name's 200). Scheme 1 (XXH3-128, ``lg:#<32 hex>``:
+    "x" * 300 was ``lg:#125237ea2ad7bc7aa5d1b4607dc83554``) is what older releases
+    wrote; runs and branches of that form stay in use (tests/test_lg_hashed_names_compat.py)."""
+    assert run_for("x" * 300) == (
+        "lg:#b2:5aa7fbbf37986bb2a5d547c0d3c4d4326a24d786e7d57bf93fc784176e38b33d"
+    )
+    assert run_for("#1") == (
+        "lg:#b2:34ee3f1112a381fdaaa6153c9e58326b2709eccddbe5a0248ba92eb53c4d673a"
+    )
+    label = "ns#b2:870fbdb429ab0a43d9842bd65df7a82f04f7f0d5bc1608e00e0affe2eae84e5e"
+    assert branch_label("n" * 300) == label
+    assert fork_branch("n" * 300, "id1") == label + "@id1"
+    assert fork_branch("", "f" * 196) == (
+        "fork#b2:8ff773f6276f8527d10454b9d3c6e4890f0fd4e49930f222cda848cb0df20fd8"
+    )
+    assert digest(("x" * 300).encode()).hex() == "125237ea2ad7bc7aa5d1b4607dc83554"
 
 
 def _entry_value(body: dict[str, object]) -> tuple[bytes, bytes]:

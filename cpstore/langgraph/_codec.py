@@ -16,6 +16,7 @@ fewer per head part; layout 1 checkpoints (the head as state parts) stay readabl
 from __future__ import annotations
 
 import functools
+import hashlib
 import struct
 from collections.abc import Callable, Mapping
 from importlib.metadata import PackageNotFoundError, version
@@ -25,11 +26,12 @@ import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError
-from cpstore.native.binding import digest
 from cpstore.store.lg_head import HEAD_KEY, HEAD_LAYOUT, split_head, split_pair
 
 __all__ = [
     "CHANNEL",
+    "HASHED_RUN",
+    "HASH_SCHEME",
     "HEAD_KEY",
     "HEAD_LAYOUT",
     "LIST_KIND",
@@ -80,16 +82,30 @@ def _fits(name: str) -> bool:
     return 0 < len(raw) <= _NAME_LIMIT and b"\x00" not in raw
 
 
+#: The tag of this release's hashed names (scheme 2): ``<prefix>b2:<BLAKE2b-256 hex>``.
+HASH_SCHEME = "b2:"
+#: The prefix of every hashed run name: scheme 2 ``lg:#b2:<64 hex>``, and scheme 1
+#: ``lg:#<32 hex>`` (XXH3-128, written by releases before scheme 2; still read, continued,
+#: deleted and pruned, docs/langgraph.md "Hashed names").
+HASHED_RUN = "lg:#"
+
+
 def _hashed(prefix: str, text: str) -> str:
-    return prefix + digest(text.encode("utf-8", "surrogatepass")).hex()
+    """``<prefix>b2:<hex>``: BLAKE2b-256 of the name, so no two names chosen to meet
+    share a run or a branch (scheme 1, XXH3-128, let a pair of 400-byte thread ids
+    share one: tests/lg_collide.py)."""
+    raw = text.encode("utf-8", "surrogatepass")
+    return prefix + HASH_SCHEME + hashlib.blake2b(raw, digest_size=32).hexdigest()
 
 
 def run_for(thread_id: str) -> str:
-    """The cpstore run id of a LangGraph thread (hashed when the id cannot be a run name)."""
+    """The cpstore run id a new LangGraph thread records on (hashed when the id cannot be
+    a run name). A thread whose index entries already name a run keeps that run
+    (``_write.root_run``): a thread an older release hashed stays on its ``lg:#<hex>``."""
     name = "lg:" + thread_id
-    # A hashed name is "lg:#<hex>": an id starting with "#" is hashed too, or
+    # A hashed name is "lg:#...": an id starting with "#" is hashed too, or
     # thread "#<hex>" would share (and delete_thread sweep) another thread's run.
-    return name if _fits(name) and not thread_id.startswith("#") else _hashed("lg:#", thread_id)
+    return name if _fits(name) and not thread_id.startswith("#") else _hashed(HASHED_RUN, thread_id)
 
 
 def branch_label(ns: str) -> str:

@@ -9,6 +9,7 @@ and writes are written (no value bytes).
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -16,6 +17,7 @@ from langgraph.checkpoint.serde.types import _DeltaSnapshot
 from cpstore.errors import ConflictError, InvalidInputError
 from cpstore.langgraph._codec import (
     CHANNEL,
+    HASHED_RUN,
     channel_parts,
     load_checkpoint,
     load_metadata,
@@ -23,7 +25,6 @@ from cpstore.langgraph._codec import (
 )
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer
-from cpstore.native.binding import digest
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.lg_index import (
@@ -66,7 +67,8 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             for key in keys:
                 txn.delete(key, db=meta)
             # a run another thread's entries name too (two long ids whose XXH3-128
-            # collide) is kept: sweeping it would take the other thread's checkpoints
+            # collide, on a scheme-1 run an older release named) is kept: sweeping it
+            # would take the other thread's checkpoints
             return runs - _shared_runs(txn, meta, thread_id, runs)
 
         runs: set[str] = backend.write_txn(drop)
@@ -77,10 +79,13 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
 
 def _shared_runs(txn: Txn[memoryview], meta: Any, thread_id: str, runs: set[str]) -> set[str]:
     """Those of ``runs`` that another thread's index entries also name. Only a hashed
-    run (``lg:#``, a long id: ``_codec.run_for``) can be shared, and only by ids whose
-    XXH3-128 collide (not collision-resistant against chosen ids); every entry is read
-    then, so a store without hashed runs pays nothing."""
-    hashed = {r for r in runs if r.startswith("lg:#")}
+    run (``lg:#``, a long id: ``_codec.run_for``) can be shared: a scheme-1 one
+    (``lg:#<XXH3-128 hex>``, written before scheme 2) by ids whose XXH3-128 collide (not
+    collision-resistant against chosen ids). A scheme-2 run (BLAKE2b-256) is its
+    thread's alone, but it is checked too: a release before the ``#`` rule stored
+    thread ``#b2:<hex>`` on the run of that name. Every entry is read then, so a store
+    without hashed runs pays nothing."""
+    hashed = {r for r in runs if r.startswith(HASHED_RUN)}
     if not hashed:
         return set()
     shared: set[str] = set()
@@ -138,7 +143,8 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             if shared:  # _reclaim resets and prunes every branch of the thread's runs
                 raise InvalidInputError(
                     "the thread shares its cpstore run with another thread (their ids'"
-                    " XXH3-128 collide): keep_latest would sweep the other's checkpoints",
+                    " XXH3-128 collide: a run an older release named):"
+                    " keep_latest would sweep the other's checkpoints",
                     where=f"run {sorted(shared)[0]}",
                     expected="a run of its own (copy_thread to another id, then delete)",
                     got=f"{len(shared)} shared run(s)",
@@ -207,13 +213,16 @@ def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Ent
 
 def _prune_reason(thread_id: str) -> str:
     """The audit reason of a keep_latest prune: the thread's id when it fits a name
-    (``MAX_NAME_BYTES``), else its length and XXH3-128 (a longer reason was refused
-    after the kept checkpoints were re-recorded, leaving the old branches unswept)."""
+    (``MAX_NAME_BYTES``), else its length and BLAKE2b-256 (a longer reason was refused
+    after the kept checkpoints were re-recorded, leaving the old branches unswept; an
+    XXH3-128 tag named two chosen ids alike, as their scheme-1 runs did)."""
     reason = f"LangGraph prune keep_latest of thread {thread_id!r}"
     if len(reason.encode("utf-8", "backslashreplace")) <= MAX_NAME_BYTES:
         return reason
-    tag = digest(thread_id.encode("utf-8", "surrogatepass")).hex()
-    return f"LangGraph prune keep_latest of a thread id of {len(thread_id)} chars, XXH3-128 {tag}"
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    tag = hashlib.blake2b(raw, digest_size=32).hexdigest()
+    size = len(thread_id)
+    return f"LangGraph prune keep_latest of a thread id of {size} chars, BLAKE2b-256 {tag}"
 
 
 def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Entry]) -> set[str]:

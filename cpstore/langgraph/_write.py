@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 from cpstore.errors import ConflictError, StoreError
 from cpstore.langgraph._codec import (
     CHANNEL,
+    HASHED_RUN,
     HEAD_KEY,
     branch_label,
     channel_parts,
@@ -35,12 +36,13 @@ from cpstore.langgraph._codec import (
 )
 from cpstore.langgraph._read import Entry, entry_key, load_parts
 from cpstore.store import Store
+from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
-from cpstore.store.lg_index import checkpoint_key, pack
+from cpstore.store.lg_index import checkpoint_key, pack, scan
 from cpstore.store.model import ref_key
 from cpstore.store.recorder import Recorder
 
-__all__ = ["Writer"]
+__all__ = ["Writer", "root_run"]
 
 _EMPTY = pack_typed(("empty", b""))
 
@@ -274,7 +276,7 @@ class Writer:
                     return _Plan(parent.run, parent.branch, None, False, parent)
                 run, fork_from = parent.run, parent.cid.hex()
             else:
-                run, fork_from = run_for(thread_id), None
+                run, fork_from = root_run(txn, meta, thread_id), None
                 label = branch_label(ns)
                 if backend.head(txn, ref_key(run, label)) is None:
                     return _Plan(run, label, None, True, None)
@@ -344,6 +346,23 @@ class Writer:
             for k, v in parent_versions.items()
             if CHANNEL + k in parts
         }
+
+
+def root_run(txn: Txn[memoryview], meta: Any, thread_id: str) -> str:
+    """The run a root checkpoint of ``thread_id`` (no stored parent) records on.
+
+    A plain name (``lg:<thread>``) is the same in every release. A hashed one is the
+    run the thread's index entries already name (the first in key order), else this
+    release's ``run_for`` (``lg:#b2:<BLAKE2b-256>``): a thread an older release put on
+    ``lg:#<XXH3-128>`` keeps that run for every new namespace and root. It is looked
+    up in the index, by the whole thread id, never by whether the old run name exists:
+    that run may be another thread's whose XXH3-128 meets this one's."""
+    run = run_for(thread_id)
+    if not run.startswith(HASHED_RUN):
+        return run
+    for key, value in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
+        return Entry.decode(key, value).run
+    return run
 
 
 def _same(old: bytes | None, new: bytes) -> bytes:

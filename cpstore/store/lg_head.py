@@ -156,10 +156,10 @@ def _indexed(txn: Txn[memoryview], meta: Any, cid: bytes, run_id: str) -> bool:
     """Whether a LangGraph index entry names checkpoint ``cid`` (a failed head only).
 
     A run ``lg:<thread>`` is its thread's: its entries are looked through first; a
-    hashed run name (``lg:#<hex>``) cannot be turned back into its thread, and a run a
-    release with other naming rules recorded might not be its thread's, so failing
-    that every entry is. An entry that fails its own check names nothing here
-    (``check_index`` reports it)."""
+    hashed run name (``lg:#b2:<hex>``, or an older release's ``lg:#<hex>``) cannot be
+    turned back into its thread, and a run a release with other naming rules recorded
+    might not be its thread's, so failing that every entry is. An entry that fails its
+    own check names nothing here (``check_index`` reports it)."""
     thread = run_id[len(LG_RUN_PREFIX) :]
     if not thread.startswith("#"):
         try:
