@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from spawn_ready import spawn_ready
 from stored import raw_get, raw_items
 
 from cpstore.errors import ConflictError, CpstoreError
@@ -317,6 +318,7 @@ from cpstore.store.facade import open as open_store
 path, name = sys.argv[1], sys.argv[2]
 with open_store(path) as store:
     rec = store.recorder(name)
+    print("ready", flush=True)
     i = 0
     while True:
         i += 1
@@ -367,16 +369,8 @@ def test_writers_killed_while_growing_the_file_leave_a_store_that_opens_and_veri
     rounds = 0
     while time.time() < until - 2:
         rounds += 1
-        kids = [
-            subprocess.Popen(
-                [sys.executable, "-c", _GROWER, path, f"g{k}"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for k in range(2)
-        ]
-        time.sleep(0.4 + rnd.random() * 0.8)
+        kids = [spawn_ready([_GROWER, path, f"g{k}"]) for k in range(2)]
+        time.sleep(0.4 + rnd.random() * 0.8)  # from both ready (tests/spawn_ready.py)
         for k, kid in enumerate(kids):
             kid.send_signal(signal.SIGKILL)
             out, err = kid.communicate(timeout=60)

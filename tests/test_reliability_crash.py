@@ -13,13 +13,12 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spawn_ready import spawn_ready
 
 from cpstore.store.facade import open as open_store
 
@@ -34,6 +33,7 @@ with open_store(path, durability=mode, batch_size=3) as st:
     rec = st.recorder(run)
     state = {f"p{i}": bytes([i]) * 512 for i in range(6)}
     queued = []
+    print("ready", flush=True)
     for step in range(1_000_000):
         rec.observe(step, "cfg", b"cfg-%d" % (step // 3), pinned_at=float(step))
         rec.tokens([("rng", step), ("clock", float(step)), ("tool", {"s": step})])
@@ -158,14 +158,9 @@ def _crash_loop(root: Path, rounds: int, seed: int, per_store: int) -> dict[str,
             path = root / f"store{i // per_store}"
         mode = "batched" if i % 4 == 3 else "sync"
         run = f"run{i % 5}-{i}"
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(path), run, mode],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        # Imports take ~0.2 s; then kill anywhere in the first ~0.3 s of writing.
-        time.sleep(0.15 + rng.random() * 0.35)
+        child = spawn_ready([CHILD, str(path), run, mode])
+        # From ready (tests/spawn_ready.py): kill anywhere in the first ~0.35 s of writing.
+        time.sleep(rng.random() * 0.35)
         child.send_signal(signal.SIGKILL)
         out, err = child.communicate(timeout=60)
         if child.returncode == -signal.SIGKILL:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from spawn_ready import spawn_ready
 
 from cpstore.errors import UnsealedEffectsError
 from cpstore.store.facade import open as open_store
@@ -24,6 +25,8 @@ path, run, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 with open_store(path, durability=mode, batch_size=4) as st:
     rec = st.recorder(run)
     state = {f"p{i}": bytes([i]) * 1024 for i in range(10)}
+    if mode == "sync":
+        print("ready", flush=True)
     for step in range(100000):
         rec.observe(step, "clock", step.to_bytes(8, "big"), pinned_at=float(step))
         rec.tokens([("rng", step), ("tool", {"step": step})])
@@ -54,8 +57,8 @@ def _kill_loop(path: Path, rounds: int) -> None:
     rng = random.Random(1234)
     acknowledged: list[str] = []
     for i in range(rounds):
-        child = _spawn(path, f"run{i}")
-        time.sleep(0.25 + rng.random() * 0.35)  # startup ~0.2 s, then mid-write
+        child = spawn_ready([CHILD, str(path), f"run{i}", "sync"])
+        time.sleep(0.05 + rng.random() * 0.35)  # from ready (tests/spawn_ready.py): mid-write
         child.send_signal(signal.SIGKILL)
         out, err = child.communicate()
         assert child.returncode == -signal.SIGKILL, err
