@@ -223,7 +223,7 @@ def _fetch_checked(
         naming = [c for c, objs in reach.items() if key in objs]
         records = records_of(src.dbs)
         with src.read_txn() as txn:
-            back = objects_of(src.dbs).exists(txn, key)
+            back = objects_of(src.dbs).stored(txn, key)  # a damaged location raises
             kept = [c for c in naming if records.exists(txn, c)]
         if kept and not back:
             raise IntegrityError(
