@@ -276,14 +276,26 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
     # recorded: one that is malformed (IntegrityError) refuses the whole copy, never
     # leaves the target with the checkpoints before it (audit25). One at a time, so a
     # long thread is never held in memory at once.
+    # A checkpoint pruned before it was decoded is left out, as if the prune came first;
+    # one gone after that (the source deleted or pruned by anyone meanwhile) is the race,
+    # named: the target holds the ones copied before it, never silently a part copy.
+    live: list[Entry] = []
     for e in order:
         with backend.read_txn() as txn:
             if stored(txn, store, e):
                 _decoded(writer, e, load_parts(txn, store, e))
-    for e in order:
+                live.append(e)
+    for n, e in enumerate(live):
         with backend.read_txn() as txn:
             if not stored(txn, store, e):
-                continue
+                raise ConflictError(
+                    "the source thread changed during the copy (its checkpoints were deleted "
+                    "or pruned after the copy read them); the target holds the ones copied "
+                    "before it",
+                    where=f"thread {source!r} checkpoint {e.checkpoint_id}",
+                    expected="every checkpoint the copy read",
+                    got=f"{n} of {len(live)} checkpoints copied to {target!r}",
+                )
             parts = load_parts(txn, store, e)
             with CheckpointView(backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step

@@ -1,0 +1,105 @@
+"""LangGraph copy_thread beside a process deleting or pruning the source thread.
+
+copy_thread scans the source thread's entries in one read txn, decodes each
+checkpoint (one txn each) and then records each again (one txn each): a
+delete_thread or keep_latest prune of the source (another process) part-way
+through the recording left the target with the first checkpoints only and returned
+as if the copy were whole. Now that is a ConflictError naming the race and how many
+checkpoints the target got; a copy the race did not touch is whole.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lg_puts import cfg, put_value
+from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+
+from cpstore.errors import ConflictError
+from cpstore.langgraph import CpstoreSaver, _maintain
+
+_DELETE = (
+    "import sys\nfrom cpstore.langgraph import CpstoreSaver\n"
+    "with CpstoreSaver.from_conn_string(sys.argv[1]) as s:\n    s.delete_thread(sys.argv[2])\n"
+)
+_PRUNE = (
+    "import sys\nfrom cpstore.langgraph import CpstoreSaver\n"
+    "with CpstoreSaver.from_conn_string(sys.argv[1]) as s:\n    s.prune([sys.argv[2]])\n"
+)
+
+
+def _where(kind: str, tmp_path: Path, url: str) -> str:
+    return str(tmp_path / "s") if kind == "lmdb" else url
+
+
+def _thread(saver: CpstoreSaver, thread: str, n: int) -> list[str]:
+    ids: list[str] = []
+    for i in range(n):
+        ids.append(put_value(saver, thread, ids[-1] if ids else None, f"{thread} v{i}"))
+    return ids
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "pg"])
+@pytest.mark.parametrize("script", [_DELETE, _PRUNE], ids=["delete_thread", "prune"])
+def test_a_source_thread_deleted_or_pruned_mid_copy_is_a_named_race_not_a_partial_copy(
+    kind: str,
+    script: str,
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another process deletes (or prunes) the source after the copy recorded two
+    checkpoints and read the third: ConflictError naming the race and the count (3, the
+    third was read whole before the race), not a silent 3 of 5 (a prune's kept head
+    among the missing)."""
+    at = _where(kind, tmp_path, pg_url)
+    with CpstoreSaver.from_conn_string(at) as saver:
+        _thread(saver, "src", 5)
+        copy_one = _maintain._copy_one
+        copied: list[int] = []
+
+        def copy_then_race(*args: Any) -> None:
+            if len(copied) == 2:
+                subprocess.run([sys.executable, "-c", script, at, "src"], check=True, timeout=120)
+            copy_one(*args)
+            copied.append(1)
+
+        monkeypatch.setattr(_maintain, "_copy_one", copy_then_race)
+        with pytest.raises(ConflictError) as info:
+            saver.copy_thread("src", "dst")
+        assert "changed during the copy" in info.value.what
+        assert info.value.got == "3 of 5 checkpoints copied to 'dst'"
+        assert len(list(saver.list(cfg("dst")))) == 3  # what the error says the target holds
+        assert saver.store.verify().ok
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "pg"])
+def test_a_source_thread_deleted_before_the_copy_reads_it_copies_nothing_quietly(
+    kind: str,
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Deleted after the scan, before any checkpoint was read: as if the delete came
+    first (nothing to copy), as copy_thread of a deleted thread does."""
+    at = _where(kind, tmp_path, pg_url)
+    with CpstoreSaver.from_conn_string(at) as saver:
+        _thread(saver, "src", 3)
+        backend = saver.store.backend
+        read_txn = backend.read_txn
+        reads: list[bool] = []
+
+        def delete_after_the_scan() -> Any:
+            if len(reads) == 1:  # the scan's txn ended, no checkpoint read yet
+                subprocess.run([sys.executable, "-c", _DELETE, at, "src"], check=True, timeout=120)
+            reads.append(True)
+            return read_txn()
+
+        monkeypatch.setattr(backend, "read_txn", delete_after_the_scan)
+        saver.copy_thread("src", "dst")
+        assert list(saver.list(cfg("dst"))) == []
+        assert saver.store.verify().ok
