@@ -21,7 +21,14 @@ from cpstore.langgraph._codec import (
     load_metadata,
     load_value,
 )
-from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
+from cpstore.langgraph._read import (
+    Entry,
+    StoredWrite,
+    entry_key,
+    load_parts,
+    stored,
+    stored_writes,
+)
 from cpstore.langgraph._write import Put, Writer
 from cpstore.native.binding import digest
 from cpstore.store import Store
@@ -184,14 +191,21 @@ def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Ent
     reason = _prune_reason(thread_id)  # before any work: an audit reason is a bounded name
     before = {run: store.branches(run) for run in runs}
     writer.forget()
+    meta = store.backend.db("meta")
     for e in kept:
         with store.backend.read_txn() as txn:
-            if not stored(txn, store, e):
-                continue
+            entry = txn.get(entry_key(e.thread_id, e.ns, e.checkpoint_id), db=meta)
+            if entry is None or not stored(txn, store, e):
+                continue  # the thread was deleted (or the entry swept) meanwhile
             parts = load_parts(txn, store, e)
             with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step
-        _copy_one(store, writer, thread_id, e, (parts, step, []))
+        try:
+            # The entry moves only while it is the one read here (its txn checks): a
+            # delete_thread acknowledged meanwhile is never undone.
+            _copy_one(store, writer, thread_id, e, (parts, step, []), expect=bytes(entry))
+        except ConflictError:
+            continue
     writer.forget()
     for run, heads in before.items():
         for branch, head in sorted(heads.items()):
@@ -322,6 +336,8 @@ def _copy_one(
     target: str,
     e: Entry,
     read: tuple[dict[str, bytes], int, list[StoredWrite]],
+    *,
+    expect: bytes | None = None,
 ) -> None:
     parts, step, writes = read
     head = {k: parts[k] for k in ("checkpoint", "metadata")}
@@ -338,6 +354,7 @@ def _copy_one(
             {k: v for k, v in values.items() if k in versions},
             versions,
             {},
+            expect_entry=expect,
         )
     )
     backend = store.backend
