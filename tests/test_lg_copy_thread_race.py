@@ -5,7 +5,10 @@ checkpoint (one txn each) and then records each again (one txn each): a
 delete_thread or keep_latest prune of the source (another process) part-way
 through the recording left the target with the first checkpoints only and returned
 as if the copy were whole. Now that is a ConflictError naming the race and how many
-checkpoints the target got; a copy the race did not touch is whole.
+checkpoints the target got; a copy the race did not touch is whole. A keep_latest
+prune between the scan and the first read moved the kept entry to a new checkpoint:
+the copy returned empty (the scan's entry named a pruned one); each entry is now read
+again in each txn.
 """
 
 from __future__ import annotations
@@ -102,4 +105,37 @@ def test_a_source_thread_deleted_before_the_copy_reads_it_copies_nothing_quietly
         monkeypatch.setattr(backend, "read_txn", delete_after_the_scan)
         saver.copy_thread("src", "dst")
         assert list(saver.list(cfg("dst"))) == []
+        assert saver.store.verify().ok
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "pg"])
+def test_a_source_pruned_after_the_scan_copies_what_the_prune_kept(
+    kind: str,
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """keep_latest (another process) after the scan, before any checkpoint was read: it
+    moved the kept entry to a new checkpoint, so the scan's entry names a pruned one. The
+    copy is the one after the prune (the newest), never empty: it read each entry again."""
+    at = _where(kind, tmp_path, pg_url)
+    with CpstoreSaver.from_conn_string(at) as saver:
+        ids = _thread(saver, "src", 4)
+        backend = saver.store.backend
+        read_txn = backend.read_txn
+        reads: list[bool] = []
+
+        def prune_after_the_scan() -> Any:
+            if len(reads) == 1:
+                subprocess.run([sys.executable, "-c", _PRUNE, at, "src"], check=True, timeout=120)
+            reads.append(True)
+            return read_txn()
+
+        monkeypatch.setattr(backend, "read_txn", prune_after_the_scan)
+        saver.copy_thread("src", "dst")
+        monkeypatch.undo()
+        got = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("dst"))]
+        assert got == [ids[-1]]  # before: [] (the copy returned as if whole)
+        tup = saver.get_tuple(cfg("dst"))
+        assert tup is not None and tup.checkpoint["channel_values"] == {"x": "src v3"}
         assert saver.store.verify().ok

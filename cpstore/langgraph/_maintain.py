@@ -262,7 +262,11 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
     meta = backend.db("meta")
     with backend.read_txn() as txn:
         prefix = checkpoint_key(source, sized=False)  # an older release's long names too
-        found = [Entry.decode(k, v) for k, v in scan(txn, meta, prefix)]
+        keys: dict[tuple[str, str], bytes] = {}
+        found: list[Entry] = []
+        for k, v in scan(txn, meta, prefix):
+            found.append(Entry.decode(k, v))
+            keys[found[-1].ns, found[-1].checkpoint_id] = bytes(k)
         # every key the copy writes is sized before the first is written: a name over
         # the limit part-way would leave a part-copied thread (or a checkpoint without
         # its writes) behind
@@ -286,22 +290,31 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
             order.append(e)
             done.add((e.ns, e.checkpoint_id))
         pending = [e for e in pending if (e.ns, e.checkpoint_id) not in done]
+
     # Every checkpoint is read and decoded as the copy decodes it before the first is
     # recorded: one that is malformed (IntegrityError) refuses the whole copy, never
     # leaves the target with the checkpoints before it (audit25). One at a time, so a
     # long thread is never held in memory at once.
-    # A checkpoint pruned before it was decoded is left out, as if the prune came first;
-    # one gone after that (the source deleted or pruned by anyone meanwhile) is the race,
-    # named: the target holds the ones copied before it, never silently a part copy.
+    # Each entry is read again in each txn (a keep_latest prune since the scan moved the
+    # kept ones to new checkpoints). One gone before it was decoded is left out, as if the
+    # deletion came first; one gone or moved after that (the source deleted or pruned by
+    # anyone meanwhile) is the race, named: the target holds the ones copied before it,
+    # never silently a part copy.
+    def now(txn: Txn[memoryview], e: Entry) -> Entry | None:
+        key = keys[e.ns, e.checkpoint_id]
+        raw = txn.get(key, db=meta)
+        return None if raw is None else Entry.decode(key, bytes(raw))
+
     live: list[Entry] = []
     for e in order:
         with backend.read_txn() as txn:
-            if stored(txn, store, e):
-                _decoded(writer, e, load_parts(txn, store, e))
-                live.append(e)
+            cur = now(txn, e)
+            if cur is not None and stored(txn, store, cur):
+                _decoded(writer, cur, load_parts(txn, store, cur))
+                live.append(cur)
     for n, e in enumerate(live):
         with backend.read_txn() as txn:
-            if not stored(txn, store, e):
+            if now(txn, e) != e or not stored(txn, store, e):
                 raise ConflictError(
                     "the source thread changed during the copy (its checkpoints were deleted "
                     "or pruned after the copy read them); the target holds the ones copied "
