@@ -194,9 +194,10 @@ def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Ent
     meta = store.backend.db("meta")
     for e in kept:
         with store.backend.read_txn() as txn:
-            entry = txn.get(entry_key(e.thread_id, e.ns, e.checkpoint_id), db=meta)
-            if entry is None or not stored(txn, store, e):
-                continue  # the thread was deleted (or the entry swept) meanwhile
+            key = entry_key(e.thread_id, e.ns, e.checkpoint_id)
+            entry = txn.get(key, db=meta)
+            if entry is None or Entry.decode(key, bytes(entry)) != e or not stored(txn, store, e):
+                continue  # the thread was deleted, or another prune moved the entry, meanwhile
             parts = load_parts(txn, store, e)
             with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step
