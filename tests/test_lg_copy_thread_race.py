@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,77 @@ def test_a_source_pruned_after_the_scan_copies_what_the_prune_kept(
         tup = saver.get_tuple(cfg("dst"))
         assert tup is not None and tup.checkpoint["channel_values"] == {"x": "src v3"}
         assert saver.store.verify().ok
+
+
+# Puts four checkpoints on the source thread, then prunes it (keep_latest) or deletes it.
+_CHURN = r"""
+import os, sys
+sys.path.insert(0, sys.argv[3])
+from lg_puts import put_value
+from cpstore.langgraph import CpstoreSaver
+at, stop = sys.argv[1], sys.argv[2]
+n = 0
+with CpstoreSaver.from_conn_string(at) as s:
+    while not os.path.exists(stop):
+        parent = None
+        for i in range(4):
+            parent = put_value(s, "src", parent, f"src {n} {i}")
+        n += 1
+        if n % 3 == 0:
+            s.delete_thread("src")
+        else:
+            s.prune(["src"])
+        open(stop + ".ready", "w").close()
+print(n, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "pg"])
+def test_copies_and_prunes_beside_a_process_churning_the_source_whole_or_named(
+    kind: str,
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process puts, prunes and deletes the source thread nonstop beside 60 copy_thread
+    and keep_latest prunes of it: a copy returns or fails with the race named, a prune
+    returns, every checkpoint a target lists reads back as some put of the source, and
+    the store verifies."""
+    at, stop = _where(kind, tmp_path, pg_url), tmp_path / "stop"
+    copy_one = _maintain._copy_one
+
+    def slower(*args: Any, **kwargs: Any) -> None:
+        time.sleep(0.01)  # widen the window between reading a checkpoint and recording it
+        copy_one(*args, **kwargs)
+
+    monkeypatch.setattr(_maintain, "_copy_one", slower)
+    with CpstoreSaver.from_conn_string(at) as saver:
+        put_value(saver, "src", None, "src seed")
+        churn = subprocess.Popen(
+            [sys.executable, "-c", _CHURN, at, str(stop), str(Path(__file__).parent)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        outcomes: list[str] = []
+        try:
+            while not Path(str(stop) + ".ready").exists() and churn.poll() is None:
+                time.sleep(0.05)
+            for k in range(60):
+                try:
+                    saver.copy_thread("src", f"dst{k}")
+                    outcomes.append("copied")
+                except ConflictError as exc:
+                    assert "changed during the copy" in exc.what, exc
+                    outcomes.append("race")
+                saver.prune(["src"])
+                for tup in saver.list(cfg(f"dst{k}")):
+                    assert tup.checkpoint["channel_values"]["x"].startswith("src "), tup
+        finally:
+            stop.touch()
+            out, err = churn.communicate(timeout=300)
+        assert churn.returncode == 0, err
+        assert int(out) > 0
+        assert "copied" in outcomes
+        assert saver.store.verify().ok
+        print(f"outcomes {outcomes.count('copied')} copied, {outcomes.count('race')} races")
