@@ -62,3 +62,51 @@ def test_a_thread_deleted_while_keep_latest_reclaims_stays_deleted(
         tup = saver.get_tuple(cfg("u"))
         assert tup is not None and tup.config["configurable"]["checkpoint_id"] == other
         assert saver.store.verify().ok
+
+
+_PUT = (
+    "import sys\nsys.path.insert(0, sys.argv[3])\nfrom lg_puts import put_value\n"
+    "from cpstore.langgraph import CpstoreSaver\n"
+    "with CpstoreSaver.from_conn_string(sys.argv[1]) as s:\n"
+    "    print(put_value(s, 't', sys.argv[2], 'late put'))\n"
+)
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "pg"])
+def test_a_put_acknowledged_after_the_prunes_txn_is_never_swept(
+    kind: str,
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another process puts a child of the newest checkpoint after keep_latest dropped the
+    older entries, before it reclaims: the branch heads the reclaim resets must be the ones
+    the prune's txn saw, so the moved branch fails its compare-and-set and is kept. Before,
+    they were read after the put: the put's branch was reset and swept, the acknowledged
+    put vanished from list and get_tuple returned None."""
+    at = str(tmp_path / "s") if kind == "lmdb" else pg_url
+    with CpstoreSaver.from_conn_string(at) as saver:
+        ids: list[str] = []
+        for i in range(4):
+            ids.append(put_value(saver, "t", ids[-1] if ids else None, f"v{i}"))
+        reclaim = _maintain._reclaim
+        late: list[str] = []
+
+        def put_then_reclaim(*args: Any) -> None:
+            done = subprocess.run(
+                [sys.executable, "-c", _PUT, at, ids[-1], str(Path(__file__).parent)],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            late.append(done.stdout.strip())
+            reclaim(*args)
+
+        monkeypatch.setattr(_maintain, "_reclaim", put_then_reclaim)
+        saver.prune(["t"])
+        listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg("t"))]
+        assert late[0] in listed  # before: swept
+        tup = saver.get_tuple(cfg("t"))
+        assert tup is not None and tup.checkpoint["channel_values"] == {"x": "late put"}
+        assert saver.store.verify().ok

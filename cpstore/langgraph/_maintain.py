@@ -33,6 +33,7 @@ from cpstore.langgraph._write import Put, Writer
 from cpstore.native.binding import digest
 from cpstore.store import Store
 from cpstore.store.backend import Txn
+from cpstore.store.branches import branches_in
 from cpstore.store.lg_index import (
     CHECKPOINT_PREFIX,
     WRITE_PREFIX,
@@ -131,7 +132,7 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     meta = backend.db("meta")
     for thread_id in thread_ids:
 
-        def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> list[list[Entry]]:
+        def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> _Pruned:
             by_ns: dict[str, dict[str, Entry]] = {}
             for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
                 e = Entry.decode(k, v)
@@ -164,32 +165,43 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                     if stored(txn, store, e):
                         _decoded(writer, e, load_parts(txn, store, e))
             _drop_entries(txn, meta, doomed)
-            return chains
+            # The heads _reclaim resets, as this txn sees them: a put after it moves its
+            # branch, whose compare-and-set then fails, and the put is never swept.
+            kept_runs = sorted({e.run for chain in chains for e in chain})
+            return chains, {run: branches_in(backend, txn, run) for run in kept_runs}
 
-        chains: list[list[Entry]] = backend.write_txn(prune)
-        _reclaim(store, writer, thread_id, chains)
+        chains, before = backend.write_txn(prune)
+        _reclaim(store, writer, thread_id, chains, before)
 
 
 _OPERATOR = "cpstore.langgraph"
 
 
-def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Entry]]) -> None:
+#: keep_latest's prune txn: the kept chains, and each of their runs' branch heads.
+_Pruned = tuple[list[list[Entry]], dict[str, dict[str, str]]]
+
+
+def _reclaim(
+    store: Store,
+    writer: Writer,
+    thread_id: str,
+    chains: list[list[Entry]],
+    before: dict[str, dict[str, str]],
+) -> None:
     """Free what ``keep_latest`` dropped from the index: the old branches' checkpoints.
 
     The kept checkpoints are recorded again, oldest first, on fresh branches
     (their parts exist: no value bytes are written; their index entries move to
     the new checkpoints in the same txns). Only then is each branch the run had
-    before deleted (``reset_ref`` to None, compare-and-set on the head seen
-    first, audited, then released) and the run pruned to the longest kept chain.
+    before deleted (``reset_ref`` to None, compare-and-set on the head the prune's
+    txn saw, ``before``, audited, then released) and the run pruned to the longest kept chain.
     A branch another process moved meanwhile fails its compare-and-set and is
     left as it is, so nothing acknowledged is swept.
     """
     kept = [e for chain in chains for e in chain]
-    runs = sorted({e.run for e in kept})
     if not kept:
         return
     reason = _prune_reason(thread_id)  # before any work: an audit reason is a bounded name
-    before = {run: store.branches(run) for run in runs}
     writer.forget()
     meta = store.backend.db("meta")
     for e in kept:

@@ -38,6 +38,7 @@ from cpstore.store.refs import (
 
 __all__ = [
     "branches",
+    "branches_in",
     "head_of",
     "head_unmoved",
     "history",
@@ -354,7 +355,7 @@ def runs_with_branches(backend: Backend, *, limit: int | None = None) -> dict[st
     """Run id -> :func:`branches`, every run of :func:`runs`, all in one read txn (a run
     another process deletes meanwhile is listed whole, or not at all: never branchless)."""
     with backend.read_txn() as txn:
-        return {run: _branches(backend, txn, run) for run in _runs(backend, txn, limit)}
+        return {run: branches_in(backend, txn, run) for run in _runs(backend, txn, limit)}
 
 
 def _runs(backend: Backend, txn: Txn[memoryview], limit: int | None) -> list[str]:
@@ -375,10 +376,11 @@ def branches(backend: Backend, run_id: str) -> dict[str, str]:
     """Branch name -> head checkpoint id for ``run_id``."""
     check_name(run_id, "run_id")
     with backend.read_txn() as txn:
-        return _branches(backend, txn, run_id)
+        return branches_in(backend, txn, run_id)
 
 
-def _branches(backend: Backend, txn: Txn[memoryview], run_id: str) -> dict[str, str]:
+def branches_in(backend: Backend, txn: Txn[memoryview], run_id: str) -> dict[str, str]:
+    """:func:`branches` in the caller's txn (read or write)."""
     prefix = ref_key(check_name(run_id, "run_id"), "x")[:-1]
     out: dict[str, str] = {}
     with txn.cursor(db=backend.db("refs")) as cur:
