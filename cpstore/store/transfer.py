@@ -210,7 +210,8 @@ def _fetch_checked(
     checkpoint being copied that reaches one and swept it: a :class:`ConflictError`
     naming the race (nothing of a branch lands without its objects; running the
     transfer again reads the pruned lineage). An object missing while a checkpoint
-    that reaches it is still stored is damage: an :class:`IntegrityError`. Both are
+    being copied that reaches it is still stored is damage: an :class:`IntegrityError`
+    (checkpoints outside the transfer are not looked at: docs/store.md). Both are
     looked at in one read txn, the object again too: one stored by then was swept and
     written again (the same checkpoints recorded anew, their ids recur), the race.
     """
