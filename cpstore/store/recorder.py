@@ -520,7 +520,7 @@ class Recorder(BulkAppends):
             op.hint_keys = self._order
         if extra_meta is not None:
             op.extra_meta = extension_records(extra_meta(cid))
-        op.meta_expected = expected_records(meta_expected)
+        op.meta_expected = expected_records(meta_expected) if meta_expected else ()
         self._chunks, chunks = [], self._chunks
         failed = commit_stored(self._store.commit, op)  # raised once the recorder follows
         named.update(chunks)
