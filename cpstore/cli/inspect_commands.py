@@ -30,6 +30,7 @@ from cpstore.cli.exit_codes import (
 from cpstore.errors import (
     NotFoundError,
 )
+from cpstore.store.branches import runs_with_branches
 from cpstore.store.diff import diff
 
 __all__ = ["add_inspect_parsers"]
@@ -167,8 +168,8 @@ def _side(store: Any, name: str) -> str:
 def _log(args: argparse.Namespace) -> int:
     with open_store_at(args) as store:
         if args.run is None:
-            runs = store.runs(limit=args.limit)
-            out: Any = {run: store.branches(run) for run in runs}
+            # One read txn: a run deleted meanwhile is listed whole or not at all.
+            out: Any = runs_with_branches(store.backend, limit=args.limit)
             if args.json:
                 print_json(out)
             else:

@@ -23,10 +23,18 @@ from cpstore.langgraph._codec import (
     load_metadata,
     load_value,
 )
-from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
+from cpstore.langgraph._read import (
+    Entry,
+    StoredWrite,
+    entry_key,
+    load_parts,
+    stored,
+    stored_writes,
+)
 from cpstore.langgraph._write import Put, Writer
 from cpstore.store import Store
 from cpstore.store.backend import Txn
+from cpstore.store.branches import branches_in
 from cpstore.store.lg_index import (
     CHECKPOINT_PREFIX,
     WRITE_PREFIX,
@@ -129,7 +137,7 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     meta = backend.db("meta")
     for thread_id in thread_ids:
 
-        def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> list[list[Entry]]:
+        def prune(txn: Txn[memoryview], thread_id: str = thread_id) -> _Pruned:
             by_ns: dict[str, dict[str, Entry]] = {}
             for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
                 e = Entry.decode(k, v)
@@ -163,41 +171,60 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                     if stored(txn, store, e):
                         _decoded(writer, e, load_parts(txn, store, e))
             _drop_entries(txn, meta, doomed)
-            return chains
+            # The heads _reclaim resets, as this txn sees them: a put after it moves its
+            # branch, whose compare-and-set then fails, and the put is never swept.
+            kept_runs = sorted({e.run for chain in chains for e in chain})
+            return chains, {run: branches_in(backend, txn, run) for run in kept_runs}
 
-        chains: list[list[Entry]] = backend.write_txn(prune)
-        _reclaim(store, writer, thread_id, chains)
+        chains, before = backend.write_txn(prune)
+        _reclaim(store, writer, thread_id, chains, before)
 
 
 _OPERATOR = "cpstore.langgraph"
 
 
-def _reclaim(store: Store, writer: Writer, thread_id: str, chains: list[list[Entry]]) -> None:
+#: keep_latest's prune txn: the kept chains, and each of their runs' branch heads.
+_Pruned = tuple[list[list[Entry]], dict[str, dict[str, str]]]
+
+
+def _reclaim(
+    store: Store,
+    writer: Writer,
+    thread_id: str,
+    chains: list[list[Entry]],
+    before: dict[str, dict[str, str]],
+) -> None:
     """Free what ``keep_latest`` dropped from the index: the old branches' checkpoints.
 
     The kept checkpoints are recorded again, oldest first, on fresh branches
     (their parts exist: no value bytes are written; their index entries move to
     the new checkpoints in the same txns). Only then is each branch the run had
-    before deleted (``reset_ref`` to None, compare-and-set on the head seen
-    first, audited, then released) and the run pruned to the longest kept chain.
+    before deleted (``reset_ref`` to None, compare-and-set on the head the prune's
+    txn saw, ``before``, audited, then released) and the run pruned to the longest kept chain.
     A branch another process moved meanwhile fails its compare-and-set and is
     left as it is, so nothing acknowledged is swept.
     """
     kept = [e for chain in chains for e in chain]
-    runs = sorted({e.run for e in kept})
     if not kept:
         return
     reason = _prune_reason(thread_id)  # before any work: an audit reason is a bounded name
-    before = {run: store.branches(run) for run in runs}
     writer.forget()
+    meta = store.backend.db("meta")
     for e in kept:
         with store.backend.read_txn() as txn:
-            if not stored(txn, store, e):
-                continue
+            key = entry_key(e.thread_id, e.ns, e.checkpoint_id)
+            entry = txn.get(key, db=meta)
+            if entry is None or Entry.decode(key, bytes(entry)) != e or not stored(txn, store, e):
+                continue  # the thread was deleted, or another prune moved the entry, meanwhile
             parts = load_parts(txn, store, e)
             with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step
-        _copy_one(store, writer, thread_id, e, (parts, step, []))
+        try:
+            # The entry moves only while it is the one read here (its txn checks): a
+            # delete_thread acknowledged meanwhile is never undone.
+            _copy_one(store, writer, thread_id, e, (parts, step, []), expect=bytes(entry))
+        except ConflictError:
+            continue
     writer.forget()
     for run, heads in before.items():
         for branch, head in sorted(heads.items()):
@@ -257,7 +284,11 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
     meta = backend.db("meta")
     with backend.read_txn() as txn:
         prefix = checkpoint_key(source, sized=False)  # an older release's long names too
-        found = [Entry.decode(k, v) for k, v in scan(txn, meta, prefix)]
+        keys: dict[tuple[str, str], bytes] = {}
+        found: list[Entry] = []
+        for k, v in scan(txn, meta, prefix):
+            found.append(Entry.decode(k, v))
+            keys[found[-1].ns, found[-1].checkpoint_id] = bytes(k)
         # every key the copy writes is sized before the first is written: a name over
         # the limit part-way would leave a part-copied thread (or a checkpoint without
         # its writes) behind
@@ -281,18 +312,39 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
             order.append(e)
             done.add((e.ns, e.checkpoint_id))
         pending = [e for e in pending if (e.ns, e.checkpoint_id) not in done]
+
     # Every checkpoint is read and decoded as the copy decodes it before the first is
     # recorded: one that is malformed (IntegrityError) refuses the whole copy, never
     # leaves the target with the checkpoints before it (audit25). One at a time, so a
     # long thread is never held in memory at once.
+    # Each entry is read again in each txn (a keep_latest prune since the scan moved the
+    # kept ones to new checkpoints). One gone before it was decoded is left out, as if the
+    # deletion came first; one gone or moved after that (the source deleted or pruned by
+    # anyone meanwhile) is the race, named: the target holds the ones copied before it,
+    # never silently a part copy.
+    def now(txn: Txn[memoryview], e: Entry) -> Entry | None:
+        key = keys[e.ns, e.checkpoint_id]
+        raw = txn.get(key, db=meta)
+        return None if raw is None else Entry.decode(key, bytes(raw))
+
+    live: list[Entry] = []
     for e in order:
         with backend.read_txn() as txn:
-            if stored(txn, store, e):
-                _decoded(writer, e, load_parts(txn, store, e))
-    for e in order:
+            cur = now(txn, e)
+            if cur is not None and stored(txn, store, cur):
+                _decoded(writer, cur, load_parts(txn, store, cur))
+                live.append(cur)
+    for n, e in enumerate(live):
         with backend.read_txn() as txn:
-            if not stored(txn, store, e):
-                continue
+            if now(txn, e) != e or not stored(txn, store, e):
+                raise ConflictError(
+                    "the source thread changed during the copy (its checkpoints were deleted "
+                    "or pruned after the copy read them); the target holds the ones copied "
+                    "before it",
+                    where=f"thread {source!r} checkpoint {e.checkpoint_id}",
+                    expected="every checkpoint the copy read",
+                    got=f"{n} of {len(live)} checkpoints copied to {target!r}",
+                )
             parts = load_parts(txn, store, e)
             with CheckpointView(backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step
@@ -319,6 +371,8 @@ def _copy_one(
     target: str,
     e: Entry,
     read: tuple[dict[str, bytes], int, list[StoredWrite]],
+    *,
+    expect: bytes | None = None,
 ) -> None:
     parts, step, writes = read
     head = {k: parts[k] for k in ("checkpoint", "metadata")}
@@ -335,6 +389,7 @@ def _copy_one(
             {k: v for k, v in values.items() if k in versions},
             versions,
             {},
+            expect_entry=expect,
         )
     )
     backend = store.backend

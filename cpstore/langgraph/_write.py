@@ -91,6 +91,9 @@ class Put(NamedTuple):
     values: Mapping[str, Any]
     #: Channels of new versions to serialize from ``values`` (absent: the empty marker).
     new: frozenset[str] = frozenset()
+    #: The index entry this put replaces, as read (a prune re-recording a kept
+    #: checkpoint): recorded only while the entry still holds it, else ConflictError.
+    expect_entry: bytes | None = None
 
 
 class _Plan(NamedTuple):
@@ -237,12 +240,17 @@ class Writer:
                     )
                     return [(key, pack(key, body))]
 
+                expect = () if put.expect_entry is None else ((key, put.expect_entry),)
                 try:
-                    branch.recorder.checkpoint(put.step, parts, metadata=head, extra_meta=extra)
+                    branch.recorder.checkpoint(
+                        put.step, parts, metadata=head, extra_meta=extra, meta_expected=expect
+                    )
                 except ConflictError:
                     # Another process moved the branch (or pruned the fork
                     # parent): plan again from what the store holds now.
                     self._drop(plan.run, plan.branch)
+                    if expect and self._stored_entry(key) != put.expect_entry:
+                        raise  # the entry it replaces changed (deleted): not ours to write
                     continue
                 branch.values = held_by
                 branch.last = parts
@@ -327,6 +335,12 @@ class Writer:
         with backend.read_txn() as txn:
             raw = txn.get(key, db=backend.db("meta"))
             return None if raw is None else Entry.decode(key, bytes(raw))
+
+    def _stored_entry(self, key: bytes) -> bytes | None:
+        backend = self.store.backend
+        with backend.read_txn() as txn:
+            raw = txn.get(key, db=backend.db("meta"))
+            return None if raw is None else bytes(raw)
 
     def _parent_parts(self, parent: Entry | None) -> dict[str, tuple[Any, dict[str, bytes]]]:
         """channel -> (the parent's version, its stored value's parts).

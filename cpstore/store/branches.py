@@ -38,6 +38,7 @@ from cpstore.store.refs import (
 
 __all__ = [
     "branches",
+    "branches_in",
     "head_of",
     "head_unmoved",
     "history",
@@ -46,6 +47,7 @@ __all__ = [
     "reset_ref",
     "retained",
     "runs",
+    "runs_with_branches",
     "set_ref",
     "walk_history",
 ]
@@ -345,8 +347,20 @@ def release_retained(
 
 def runs(backend: Backend, *, limit: int | None = None) -> list[str]:
     """Run ids that have at least one ref, in sorted order."""
+    with backend.read_txn() as txn:
+        return _runs(backend, txn, limit)
+
+
+def runs_with_branches(backend: Backend, *, limit: int | None = None) -> dict[str, dict[str, str]]:
+    """Run id -> :func:`branches`, every run of :func:`runs`, all in one read txn (a run
+    another process deletes meanwhile is listed whole, or not at all: never branchless)."""
+    with backend.read_txn() as txn:
+        return {run: branches_in(backend, txn, run) for run in _runs(backend, txn, limit)}
+
+
+def _runs(backend: Backend, txn: Txn[memoryview], limit: int | None) -> list[str]:
     out: list[str] = []
-    with backend.read_txn() as txn, txn.cursor(db=backend.db("refs")) as cur:
+    with txn.cursor(db=backend.db("refs")) as cur:
         checked = backend.layout_in(txn) != 1
         found = cur.first()
         while found and (limit is None or len(out) < limit):
@@ -360,19 +374,25 @@ def runs(backend: Backend, *, limit: int | None = None) -> list[str]:
 
 def branches(backend: Backend, run_id: str) -> dict[str, str]:
     """Branch name -> head checkpoint id for ``run_id``."""
+    check_name(run_id, "run_id")
+    with backend.read_txn() as txn:
+        return branches_in(backend, txn, run_id)
+
+
+def branches_in(backend: Backend, txn: Txn[memoryview], run_id: str) -> dict[str, str]:
+    """:func:`branches` in the caller's txn (read or write)."""
     prefix = ref_key(check_name(run_id, "run_id"), "x")[:-1]
     out: dict[str, str] = {}
-    with backend.read_txn() as txn:
-        with txn.cursor(db=backend.db("refs")) as cur:
-            keys: list[bytes] = []
-            found = cur.set_range(prefix)
-            while found and bytes(cur.key()).startswith(prefix):
-                keys.append(bytes(cur.key()))
-                found = cur.next()
-        for key in keys:
-            head = backend.head(txn, key)
-            if head is not None:
-                out[split_ref_key(key)[1]] = head.hex()
+    with txn.cursor(db=backend.db("refs")) as cur:
+        keys: list[bytes] = []
+        found = cur.set_range(prefix)
+        while found and bytes(cur.key()).startswith(prefix):
+            keys.append(bytes(cur.key()))
+            found = cur.next()
+    for key in keys:
+        head = backend.head(txn, key)
+        if head is not None:
+            out[split_ref_key(key)[1]] = head.hex()
     return out
 
 

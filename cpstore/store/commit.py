@@ -104,6 +104,15 @@ def apply_write(
             expected=op.parent.hex(),
             got="pruned" if pruned else "missing",
         )
+    for mkey, want in op.meta_expected:
+        got = txn.get(mkey, db=dbs["meta"])
+        if got is None or bytes(got) != want:
+            raise ConflictError(
+                "a meta record this checkpoint replaces changed since it was read",
+                where=f"meta/{mkey!r}",
+                expected="the record read",
+                got="missing" if got is None else "another record",
+            )
     for key, data in op.objects.items():
         if put_object(txn, objects, key, data) and checked is not None:
             hint = appended_hint(txn)  # appended by this txn just now: its location

@@ -238,6 +238,10 @@ class CheckpointWrite:
     #: ``meta`` records written (value) or deleted (None) in the same txn; keys
     #: are under an extension prefix (``EXTENSION_META_PREFIXES``, docs/store.md).
     extra_meta: tuple[tuple[bytes, bytes | None], ...] = ()
+    #: ``meta`` records (same prefixes) that must hold exactly these bytes when the txn
+    #: applies the write, else ConflictError and nothing written: a record it replaces
+    #: is still the one read (a LangGraph prune moving a kept entry: a delete wins).
+    meta_expected: tuple[tuple[bytes, bytes], ...] = ()
     #: The state parts' object keys in the manifest's order: the commit stores
     #: their heap locations beside the record as read hints (content.py).
     hint_keys: tuple[bytes, ...] = ()
@@ -374,3 +378,12 @@ def extension_records(
                 got=len(key),
             )
     return out
+
+
+def expected_records(records: Sequence[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes], ...]:
+    """``meta_expected``'s records as bytes, their keys checked as :func:`extension_records`
+    checks them (a record must hold bytes: None is refused)."""
+    out = extension_records(records)
+    if any(v is None for _, v in out):
+        raise InvalidInputError("an expected meta record holds bytes", got=None)
+    return tuple((k, v) for k, v in out if v is not None)

@@ -60,6 +60,7 @@ from cpstore.store.model import (
     check_tags,
     checked_metadata,
     commit_stored,
+    expected_records,
     extension_records,
     pack_checkpoint_value,
     parse_id,
@@ -114,10 +115,9 @@ class Recorder(BulkAppends):
         self._sealed_count = 0  # effects covered by this recorder's last sealing checkpoint
         self._closed = False
         self._pending: dict[bytes, bytes] = {}
-        # Objects a stash may skip: only what the head this recorder extends
-        # reaches (the commit txn still reads each one: commit.objects_to_check).
-        # Anything older (an earlier checkpoint's state part) is stashed again
-        # and put write-once: a no-op when it is still there.
+        # Objects a stash may skip: only what the head this recorder extends reaches (the
+        # commit txn still reads each one: commit.objects_to_check). Anything older (an
+        # earlier checkpoint's state part) is stashed again, put write-once (a no-op).
         self._confirmed: set[bytes] = set()
         # Payload keys of the logs: logs are cumulative, so once committed
         # every one is reached by the head's observations or effects log.
@@ -135,8 +135,7 @@ class Recorder(BulkAppends):
         self._appends = AppendParts()  # AppendLog parts: trees continued (append_state.py)
         self._names: tuple[bytes, bytes] | None = None
         self._token_refs: dict[str, bytes] | None = None
-        # The canonical bytes of the tags list, and how many tags they hold
-        # (tags are only ever added, so the count says when to encode again).
+        # The tags list's canonical bytes and its tag count (tags only grow: encode again).
         self._tags_enc: tuple[int, bytes] = (-1, b"")
         start: bytes | None = None if parent is None else parse_id(parent, "parent")
         if head is not None:
@@ -451,6 +450,7 @@ class Recorder(BulkAppends):
         metadata: Mapping[str, Any] | None = None,
         seal_ledger: bool = True,
         extra_meta: Callable[[bytes], Sequence[tuple[bytes, bytes | None]]] | None = None,
+        meta_expected: Sequence[tuple[bytes, bytes]] = (),
     ) -> str:
         """Write a checkpoint of everything recorded so far; return its id (hex).
 
@@ -459,8 +459,9 @@ class Recorder(BulkAppends):
         it stands: that ledger object never changes, and later :meth:`effect`
         calls build the next checkpoint's ledger on top of it.
         ``extra_meta(cid)`` returns ``meta`` records (value, or None to delete)
-        committed in the same txn, keys under ``EXTENSION_META_PREFIXES``. A batched
-        call that stored its checkpoint may raise about earlier ones (``commit_stored``).
+        committed in the same txn, keys under ``EXTENSION_META_PREFIXES``; ``meta_expected``
+        records must hold those bytes in that txn (else ConflictError, nothing written). A
+        batched call that stored its checkpoint may raise about earlier ones (``commit_stored``).
         """
         _step(step)
         if self._closed:
@@ -519,6 +520,7 @@ class Recorder(BulkAppends):
             op.hint_keys = self._order
         if extra_meta is not None:
             op.extra_meta = extension_records(extra_meta(cid))
+        op.meta_expected = expected_records(meta_expected) if meta_expected else ()
         self._chunks, chunks = [], self._chunks
         failed = commit_stored(self._store.commit, op)  # raised once the recorder follows
         named.update(chunks)

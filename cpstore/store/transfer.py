@@ -210,7 +210,10 @@ def _fetch_checked(
     checkpoint being copied that reaches one and swept it: a :class:`ConflictError`
     naming the race (nothing of a branch lands without its objects; running the
     transfer again reads the pruned lineage). An object missing while a checkpoint
-    that reaches it is still stored is damage: an :class:`IntegrityError`.
+    being copied that reaches it is still stored is damage: an :class:`IntegrityError`
+    (checkpoints outside the transfer are not looked at: docs/store.md). Both are
+    looked at in one read txn, the object again too: one stored by then was swept and
+    written again (the same checkpoints recorded anew, their ids recur), the race.
     """
     try:
         return _fetch(src, keys)
@@ -221,8 +224,9 @@ def _fetch_checked(
         naming = [c for c, objs in reach.items() if key in objs]
         records = records_of(src.dbs)
         with src.read_txn() as txn:
+            back = objects_of(src.dbs).stored(txn, key)  # a damaged location raises
             kept = [c for c in naming if records.exists(txn, c)]
-        if kept:
+        if kept and not back:
             raise IntegrityError(
                 "the source lacks an object a stored checkpoint reaches",
                 where=f"objects/{key.hex()}",
@@ -235,7 +239,9 @@ def _fetch_checked(
             "them); nothing of the branches left to land landed: run the transfer again",
             where=f"objects/{key.hex()}",
             expected="the checkpoints read in step 1",
-            got=f"{len(naming)} of them gone from the source",
+            got="swept, then stored again"
+            if back
+            else f"{len(naming)} of them gone from the source",
         ) from None
 
 
