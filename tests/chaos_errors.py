@@ -38,6 +38,12 @@ RACED = ("refs/shared/main", "refs/contested/main")
 #: How long after a server restart ends a connection it broke may still be met (the
 #: pool meets a dead idle connection at its next use, which may be a while later).
 RESTART_SLACK_NS = 5_000_000_000
+#: A pool wait that timed out ("no connection to the server within 30 s") began that
+#: long before it was caught: a loop outside a logged call logs only the catch, so the
+#: wait is dated back by the store's pool wait (pg_backend.POOL_WAIT) plus a margin —
+#: a wait begun inside a restart can outlast it, because the pool's reconnect backoff
+#: doubles while the server is down (ci2: a racer caught one 30 s after the restart).
+POOL_WAIT_NS = 35_000_000_000
 #: How long after the operator's repair a refusal a loop caught outside a logged call
 #: (logged with its own time, not its call's start) may still have met the damaged ref.
 #: A logged call begun after the repair was acknowledged gets none: it must see the
@@ -70,6 +76,8 @@ class Context:
     def in_restart(self, b: dict[str, Any], e: dict[str, Any]) -> bool:
         """The operation overlapped a server restart (plus the slack after it)."""
         t0 = b.get("t", e["t"])
+        if b.get("id") == "-" and "no connection to the server within" in e.get("msg", ""):
+            t0 = min(t0, e["t"] - POOL_WAIT_NS)  # outside a logged call: date the wait back
         return any(t0 <= t1 + RESTART_SLACK_NS and e["t"] >= r0 for r0, t1 in self.restarts)
 
     def damaged_ref(self, b: dict[str, Any], e: dict[str, Any]) -> bool:

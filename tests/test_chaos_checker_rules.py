@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chaos_errors import Context, allowed
 from chaos_log import Log, note_error
 from chaos_roles import Roles
 from chaos_worker import SHARED, Worker
@@ -335,3 +336,27 @@ def test_a_saver_put_is_logged_on_the_branch_the_saver_recorded_on(tmp_path: Pat
             real = [entry_at(txn, st.backend.db("meta"), roles.thread, "", a["cid"]) for a in acks]
         assert [a["branch"] for a in acks] == [e.branch for e in real if e is not None]
         assert acks[0]["branch"] == "main" and acks[2]["branch"].startswith("main@")
+
+
+def test_a_pool_wait_caught_outside_a_logged_call_is_dated_back_to_its_start() -> None:
+    """A loop outside a logged call logs only when it caught the error: a pool wait
+    that timed out 30 s after it began inside a restart is excused (ci2 met one), a
+    lost connection caught that late is not, nor a wait that began after the restart."""
+    s = 1_000_000_000
+    ops = [
+        (
+            {"ev": "b", "op": "restart", "id": "2", "t": 0},
+            {"ev": "a", "op": "restart", "id": "2", "t": 10 * s},
+        )
+    ]
+    c = Context(ops)  # type: ignore[arg-type]
+
+    def judged(msg: str, t: int) -> bool:
+        e = {"ev": "err", "op": "racer", "err": "StoreConnectionError", "msg": msg, "t": t}
+        return allowed({"op": "racer", "t": t, "id": "-"}, e, c)
+
+    wait = "no connection to the server within 30 s; at postgresql://x"
+    assert judged(wait, 38 * s)  # began at 8 s, inside the restart
+    assert not judged(wait, 60 * s)  # began at 30 s: 20 s after the restart ended
+    assert not judged("the connection to the server was lost", 38 * s)
+    assert judged("the connection to the server was lost", 12 * s)  # within the slack
