@@ -14,6 +14,7 @@ from langgraph.graph import END, START, StateGraph
 import cpstore
 from cpstore.langgraph import CpstoreSaver
 from cpstore.langgraph._codec import run_for
+from cpstore.langgraph._read import entry_at
 from cpstore.langgraph._write import Writer
 
 RUNS = 12
@@ -58,8 +59,46 @@ def _worker(path: str, name: str, shared: str) -> tuple[list[str], list[str]]:
         ]
 
 
+def _ns_and_id(config: Any) -> tuple[str, str]:
+    conf = config["configurable"]
+    return conf["checkpoint_ns"], conf["checkpoint_id"]
+
+
+def _lineage_breaks(saver: CpstoreSaver, thread: str) -> list[str]:
+    """Checkpoints of ``thread`` whose cpstore parent is not their LangGraph parent's
+    checkpoint (or whose LangGraph parent is not indexed), one line each."""
+    st = saver.store
+    meta = st.backend.db("meta")
+    with st.backend.read_txn() as txn:
+        entries = {
+            e.checkpoint_id: e
+            for t in saver.list({"configurable": {"thread_id": thread}})
+            if (e := entry_at(txn, meta, thread, *_ns_and_id(t.config)))
+        }
+    out = []
+    for e in entries.values():
+        with st.read(e.cid.hex()) as view:
+            recorded, step = view.manifest.parent, view.manifest.step
+        parent = None if e.parent is None else entries.get(e.parent)
+        if e.parent is not None and parent is None:
+            out.append(f"{e.checkpoint_id} ({e.branch}): LangGraph parent {e.parent} not indexed")
+        elif recorded != (None if parent is None else parent.cid.hex()):
+            out.append(
+                f"{e.checkpoint_id} ({e.branch}, step {step}): cpstore parent "
+                f"{recorded}, LangGraph parent {e.parent} is "
+                f"{None if parent is None else (parent.cid.hex(), parent.branch)}"
+            )
+    return out
+
+
 def test_two_processes_on_one_store_lose_nothing(tmp_path: Path) -> None:
-    """Every acknowledged checkpoint of both processes is readable; own threads are exact."""
+    """Every acknowledged checkpoint of both processes is readable; own threads are exact;
+    every checkpoint's cpstore parent is its LangGraph parent's (no adopted lineage).
+
+    Under load the processes' invokes on the shared thread interleave between a put's
+    plan and its recorder: that window once made a put adopt the other process's newer
+    head or refuse it as "steps never go backwards" (tests/test_lg_continue_race.py).
+    Each assertion says what it compared, so a failure explains itself."""
     path = str(tmp_path / "store")
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(2) as pool:
@@ -69,28 +108,40 @@ def test_two_processes_on_one_store_lose_nothing(tmp_path: Path) -> None:
             expected = []
             for i in range(RUNS):
                 expected += [f"{name}{i}", "a", "b"]
-            assert own == expected
-            acked_set = set(acked)
+            assert own == expected, f"process {name}'s own thread"
             listed_all = {
                 t.config["configurable"]["checkpoint_id"]
                 for thread in (name, "shared")
                 for t in saver.list({"configurable": {"thread_id": thread}})
             }
-            assert acked_set <= listed_all
+            lost = sorted(set(acked) - listed_all)
+            assert not lost, f"acknowledged to {name} but not listed: {lost}"
         shared = list(saver.list({"configurable": {"thread_id": "shared"}}))
-        everything = list(saver.list(None))
+        everything = sorted(t.config["configurable"]["checkpoint_id"] for t in saver.list(None))
+        acked_all = sorted(results[0][0] + results[1][0])
         # exactly what was acknowledged: nothing lost, nothing extra, no id twice
-        assert sorted(t.config["configurable"]["checkpoint_id"] for t in everything) == sorted(
-            results[0][0] + results[1][0]
+        assert everything == acked_all, (
+            f"not listed: {sorted(set(acked_all) - set(everything))}; "
+            f"never acknowledged: {sorted(set(everything) - set(acked_all))}; "
+            f"{len(everything)} listed, {len(acked_all)} acknowledged"
         )
-        assert len(shared) == 2 * RUNS * 4  # input, start, a, b per invoke
+        # input, start, a, b per invoke
+        assert len(shared) == 2 * RUNS * 4, f"{len(shared)} checkpoints on the shared thread"
         ids = {t.config["configurable"]["checkpoint_id"] for t in shared}
-        for t in shared:  # every parent link resolves: no lost or dangling checkpoint
-            if t.parent_config is not None:
-                assert t.parent_config["configurable"]["checkpoint_id"] in ids
+        dangling = [  # every parent link resolves: no lost or dangling checkpoint
+            (t.config["configurable"]["checkpoint_id"], t.parent_config["configurable"])
+            for t in shared
+            if t.parent_config is not None
+            and t.parent_config["configurable"]["checkpoint_id"] not in ids
+        ]
+        assert not dangling, dangling
+        for thread in ("p", "q", "shared"):
+            breaks = _lineage_breaks(saver, thread)
+            assert not breaks, f"thread {thread}:\n" + "\n".join(breaks)
         final = saver.get_tuple({"configurable": {"thread_id": "shared"}})
         assert final is not None
-        assert saver.store.verify().ok
+        report = saver.store.verify()
+        assert report.ok, report
 
 
 def _putter(path: str, n: int) -> list[tuple[str, str]]:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cpstore.errors import ConflictError, StoreError
+from cpstore.errors import ConflictError, NotFoundError, StoreError
 from cpstore.langgraph._codec import (
     CHANNEL,
     HASHED_RUN,
@@ -297,11 +297,35 @@ class Writer:
     def _branch(self, plan: _Plan) -> _Branch:
         key = (plan.run, plan.branch)
         cached = self._branches.get(key)
-        if cached is not None and not plan.new_branch:
+        # A plan to continue the parent's branch holds the parent's cpstore checkpoint:
+        # the recorder must extend exactly that one. The branch's head when the recorder
+        # is made may be newer (another process moved it since the plan's read); a
+        # recorder on that head would record the put as a child of a checkpoint it never
+        # saw, or refuse it as a step backwards. Made from the parent, it raises
+        # ConflictError instead: the put plans again and forks.
+        at = None if plan.new_branch or plan.parent is None else plan.parent.cid.hex()
+        if (
+            cached is not None
+            and not plan.new_branch
+            and (at is None or cached.recorder.head == at)
+        ):
             self._branches.move_to_end(key)
             return cached
         self._drop(*key)
-        rec = self.store.recorder(plan.run, branch=plan.branch, parent=plan.fork_from)
+        start = plan.fork_from or at
+        try:
+            rec = self.store.recorder(plan.run, branch=plan.branch, parent=start)
+        except NotFoundError as e:
+            if start is None:
+                raise
+            # The planned parent was swept since the plan's read (a delete_thread or
+            # prune of another process): plan again, which finds it gone (a root).
+            raise ConflictError(
+                "the planned parent was swept since the plan read it",
+                where=f"run {plan.run!r} branch {plan.branch!r}",
+                expected=start,
+                got=None,
+            ) from e
         if plan.new_branch and plan.fork_from is None and rec.head is not None:
             # Planned as a new root branch (no head when the plan read it), but another
             # writer made it since (a prune's keep_latest records its kept checkpoint on
