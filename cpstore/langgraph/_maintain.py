@@ -46,6 +46,7 @@ from cpstore.store.lg_index import (
 )
 from cpstore.store.model import MAX_NAME_BYTES
 from cpstore.store.reader import CheckpointView
+from cpstore.store.retention import sweep
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads", "keep_latest"]
 
@@ -200,9 +201,9 @@ def _reclaim(
     (their parts exist: no value bytes are written; their index entries move to
     the new checkpoints in the same txns). Only then is each branch the run had
     before deleted (``reset_ref`` to None, compare-and-set on the head the prune's
-    txn saw, ``before``, audited, then released) and the run pruned to the longest kept chain.
-    A branch another process moved meanwhile fails its compare-and-set and is
-    left as it is, so nothing acknowledged is swept.
+    txn saw, ``before``, audited, then released), and what no branch reaches any more is
+    swept. A branch another process moved meanwhile fails its compare-and-set and is
+    left as it is, its whole lineage kept, so nothing acknowledged is swept.
     """
     kept = [e for chain in chains for e in chain]
     if not kept:
@@ -235,7 +236,12 @@ def _reclaim(
             except ConflictError:
                 continue  # moved by another writer since: keep it
             store.release_retained(head, operator=_OPERATOR, reason=reason)
-        store.prune(keep_last=max(len(c) for c in chains if c), run_id=run)
+    # Every lineage a branch still reaches is kept whole: the fresh branches hold just the
+    # kept chains, so only what the resets let go is swept. A keep_last bound (the longest
+    # kept chain) also cut a branch another process moved meanwhile: of two puts it
+    # acknowledged, the older was swept (tests/test_lg_prune_late_chain.py).
+    store.backend.live()
+    sweep(store.backend)
 
 
 def _prune_reason(thread_id: str) -> str:
