@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lg_delta import graph as delta_graph
 from lg_puts import cfg, put_value
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
@@ -72,4 +73,46 @@ def test_puts_acknowledged_while_keep_latest_reclaims_are_all_kept(
             assert cid in listed
         newest = saver.get_tuple(cfg("t"))
         assert newest is not None and newest.config["configurable"]["checkpoint_id"] == late[-1]
+        assert saver.store.verify().ok
+
+
+_INVOKE = (
+    "import sys\nsys.path.insert(0, sys.argv[2])\nfrom lg_delta import graph\n"
+    "from cpstore.langgraph import CpstoreSaver\n"
+    "with CpstoreSaver.from_conn_string(sys.argv[1]) as s:\n"
+    "    g = graph(s, rare=True)\n"
+    "    for i in range(int(sys.argv[3])):\n"
+    "        g.invoke({'log': [f'late{i}']}, {'configurable': {'thread_id': 'd'}})\n"
+)
+
+
+def test_a_delta_channel_extended_while_keep_latest_reclaims_keeps_its_state(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A graph whose DeltaChannel has no snapshot yet runs on in another process after
+    the prune's txn: the state it reads afterwards is the state it had when that process
+    returned. The prune keeps the whole chain (its history goes back to the root), and
+    before, the sweep's keep_last (that chain's length) cut the branch the other process
+    had moved: the log lost its oldest entries (its history walk met a swept checkpoint)."""
+    config: dict[str, Any] = {"configurable": {"thread_id": "d"}}
+    with CpstoreSaver.from_conn_string(url) as saver:
+        graph = delta_graph(saver, rare=True)
+        for i in range(2):
+            graph.invoke({"log": [f"in{i}"]}, config)
+        reclaim = _maintain._reclaim
+        seen: list[list[str]] = []
+
+        def invoke_then_reclaim(*args: Any) -> None:
+            subprocess.run(
+                [sys.executable, "-c", _INVOKE, url, str(Path(__file__).parent), "3"],
+                check=True,
+                timeout=120,
+            )
+            seen.append(list(graph.get_state(config).values["log"]))
+            reclaim(*args)
+
+        monkeypatch.setattr(_maintain, "_reclaim", invoke_then_reclaim)
+        saver.prune(["d"])
+        assert len(seen[0]) == 10 and seen[0][-2:] == ["late2", "n9"]
+        assert graph.get_state(config).values["log"] == seen[0]
         assert saver.store.verify().ok

@@ -184,6 +184,10 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
 _OPERATOR = "cpstore.langgraph"
 
 
+#: The checkpoint metadata key LangGraph counts each DeltaChannel's updates since its
+#: last snapshot under (absent on threads without delta channels).
+DELTA_COUNTERS = "counters_since_delta_snapshot"
+
 #: keep_latest's prune txn: the kept chains, and each of their runs' branch heads.
 _Pruned = tuple[list[list[Entry]], dict[str, dict[str, str]]]
 
@@ -259,13 +263,24 @@ def _prune_reason(thread_id: str) -> str:
 
 
 def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Entry]) -> set[str]:
-    """The newest id and its ancestors up to each delta channel's nearest snapshot."""
+    """The newest id and its ancestors up to each delta channel's nearest stored value
+    (a ``_DeltaSnapshot``), or up to where the chain ends when there is none yet.
+
+    A channel the newest lacks a value for is a delta channel when the newest's metadata
+    counts it (``counters_since_delta_snapshot``, LangGraph's DeltaChannel bookkeeping)
+    or when its nearest value is a ``_DeltaSnapshot``. Its state is rebuilt from the
+    writes of every ancestor back to that value (``get_delta_channel_history``), back to
+    the root when no snapshot was taken yet: keeping the newest alone then read the
+    channel as empty (tests/test_lg_prune_delta_root.py)."""
     latest = group[max(group)]
     kept = {latest.checkpoint_id}
     if not stored(txn, store, latest):
         return kept
     parts = load_parts(txn, store, latest)
-    cp = load_checkpoint(serde, parts["checkpoint"], f"checkpoint {latest.cid.hex()}")
+    where = f"checkpoint {latest.cid.hex()}"
+    cp = load_checkpoint(serde, parts["checkpoint"], where)
+    counters = load_metadata(serde, parts["metadata"], where).get(DELTA_COUNTERS)
+    delta = set(counters) if isinstance(counters, dict) else set()
     missing = {c for c in cp.get("channel_versions") or {} if c not in latest.have}
     chain: list[Entry] = []
     at = latest.parent
@@ -276,11 +291,13 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
         if found and stored(txn, store, entry):
             held = load_parts(txn, store, entry)
             for c in found:
-                at = f"state[{CHANNEL + c!r}] of {entry.cid.hex()}"
-                if isinstance(load_value(serde, held, c, at), _DeltaSnapshot):
+                spot = f"state[{CHANNEL + c!r}] of {entry.cid.hex()}"
+                if c in delta or isinstance(load_value(serde, held, c, spot), _DeltaSnapshot):
                     kept.update(e.checkpoint_id for e in chain)
                 missing.discard(c)
         at = entry.parent
+    if missing & delta:  # no value before the chain ends: its history is the whole chain
+        kept.update(e.checkpoint_id for e in chain)
     return kept
 
 
