@@ -22,7 +22,7 @@ _KEY = b"lg/grouped-key"
 
 def test_a_failed_condition_in_a_group_fails_only_its_own_write(tmp_path: Path) -> None:
     with cpstore.open(tmp_path / "s") as s:
-        group = s.backend.group  # type: ignore[attr-defined]
+        group = s.backend.group
         inner: Callable[[Sequence[CheckpointWrite]], None] = group._commit_many
         queued = threading.Event()
         calls: list[int] = []
