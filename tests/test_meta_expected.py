@@ -63,3 +63,11 @@ def test_batched_mode_refuses_a_conditional_commit_and_drops_nothing(url: str) -
         second = a.checkpoint(1, {"a": 1})
         s.flush()  # before: ConflictError, and neither of run a's checkpoints stored
         assert s.runs() == ["a"] and [m.id for m in s.history("a")] == [second, first]
+
+
+def test_an_expected_record_of_none_is_refused_with_what_it_expects(url: str) -> None:
+    with cpstore.open(url) as s:
+        with pytest.raises(InvalidInputError, match="holds bytes") as info:
+            s.recorder("run").checkpoint(0, {"a": 0}, meta_expected=[(_KEY, None)])  # type: ignore[list-item]
+        assert info.value.expected == "bytes" and info.value.where == f"meta/{_KEY!r}"
+        assert s.runs() == []

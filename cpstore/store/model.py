@@ -395,6 +395,9 @@ def expected_records(
             got=durability,
         )
     out = extension_records(records)
-    if any(v is None for _, v in out):
-        raise InvalidInputError("an expected meta record holds bytes", got=None)
+    for key, value in out:
+        if value is None:
+            raise InvalidInputError(
+                "an expected meta record holds bytes", where=f"meta/{key!r}", expected="bytes"
+            )
     return tuple((k, v) for k, v in out if v is not None)
