@@ -22,6 +22,7 @@ from cpstore.langgraph._codec import (
     load_checkpoint,
     load_metadata,
     load_value,
+    run_for,
 )
 from cpstore.langgraph._read import (
     Entry,
@@ -75,6 +76,11 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             keys += [k for k, _ in scan(txn, meta, _thread_writes(thread_id))]
             for key in keys:
                 txn.delete(key, db=meta)
+            # the thread's own run too: delete_for_runs may have dropped every entry
+            # naming it and left its checkpoints on their branches (bytes and all)
+            own = run_for(thread_id)
+            if branches_in(backend, txn, own):
+                runs.add(own)
             # a run another thread's entries name too (two long ids whose XXH3-128
             # collide, on a scheme-1 run an older release named) is kept: sweeping it
             # would take the other thread's checkpoints
