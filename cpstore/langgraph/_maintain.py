@@ -22,6 +22,7 @@ from cpstore.langgraph._codec import (
     load_checkpoint,
     load_metadata,
     load_value,
+    run_for,
 )
 from cpstore.langgraph._read import (
     Entry,
@@ -46,6 +47,7 @@ from cpstore.store.lg_index import (
 )
 from cpstore.store.model import MAX_NAME_BYTES
 from cpstore.store.reader import CheckpointView
+from cpstore.store.retention import sweep
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads", "keep_latest"]
 
@@ -74,6 +76,11 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             keys += [k for k, _ in scan(txn, meta, _thread_writes(thread_id))]
             for key in keys:
                 txn.delete(key, db=meta)
+            # the thread's own run too: delete_for_runs may have dropped every entry
+            # naming it and left its checkpoints on their branches (bytes and all)
+            own = run_for(thread_id)
+            if branches_in(backend, txn, own):
+                runs.add(own)
             # a run another thread's entries name too (two long ids whose XXH3-128
             # collide, on a scheme-1 run an older release named) is kept: sweeping it
             # would take the other thread's checkpoints
@@ -183,6 +190,10 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
 _OPERATOR = "cpstore.langgraph"
 
 
+#: The checkpoint metadata key LangGraph counts each DeltaChannel's updates since its
+#: last snapshot under (absent on threads without delta channels).
+DELTA_COUNTERS = "counters_since_delta_snapshot"
+
 #: keep_latest's prune txn: the kept chains, and each of their runs' branch heads.
 _Pruned = tuple[list[list[Entry]], dict[str, dict[str, str]]]
 
@@ -200,9 +211,9 @@ def _reclaim(
     (their parts exist: no value bytes are written; their index entries move to
     the new checkpoints in the same txns). Only then is each branch the run had
     before deleted (``reset_ref`` to None, compare-and-set on the head the prune's
-    txn saw, ``before``, audited, then released) and the run pruned to the longest kept chain.
-    A branch another process moved meanwhile fails its compare-and-set and is
-    left as it is, so nothing acknowledged is swept.
+    txn saw, ``before``, audited, then released), and what no branch reaches any more is
+    swept. A branch another process moved meanwhile fails its compare-and-set and is
+    left as it is, its whole lineage kept, so nothing acknowledged is swept.
     """
     kept = [e for chain in chains for e in chain]
     if not kept:
@@ -235,7 +246,12 @@ def _reclaim(
             except ConflictError:
                 continue  # moved by another writer since: keep it
             store.release_retained(head, operator=_OPERATOR, reason=reason)
-        store.prune(keep_last=max(len(c) for c in chains if c), run_id=run)
+    # Every lineage a branch still reaches is kept whole: the fresh branches hold just the
+    # kept chains, so only what the resets let go is swept. A keep_last bound (the longest
+    # kept chain) also cut a branch another process moved meanwhile: of two puts it
+    # acknowledged, the older was swept (tests/test_lg_prune_late_chain.py).
+    store.backend.live()
+    sweep(store.backend)
 
 
 def _prune_reason(thread_id: str) -> str:
@@ -253,13 +269,24 @@ def _prune_reason(thread_id: str) -> str:
 
 
 def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Entry]) -> set[str]:
-    """The newest id and its ancestors up to each delta channel's nearest snapshot."""
+    """The newest id and its ancestors up to each delta channel's nearest stored value
+    (a ``_DeltaSnapshot``), or up to where the chain ends when there is none yet.
+
+    A channel the newest lacks a value for is a delta channel when the newest's metadata
+    counts it (``counters_since_delta_snapshot``, LangGraph's DeltaChannel bookkeeping)
+    or when its nearest value is a ``_DeltaSnapshot``. Its state is rebuilt from the
+    writes of every ancestor back to that value (``get_delta_channel_history``), back to
+    the root when no snapshot was taken yet: keeping the newest alone then read the
+    channel as empty (tests/test_lg_prune_delta_root.py)."""
     latest = group[max(group)]
     kept = {latest.checkpoint_id}
     if not stored(txn, store, latest):
         return kept
     parts = load_parts(txn, store, latest)
-    cp = load_checkpoint(serde, parts["checkpoint"], f"checkpoint {latest.cid.hex()}")
+    where = f"checkpoint {latest.cid.hex()}"
+    cp = load_checkpoint(serde, parts["checkpoint"], where)
+    counters = load_metadata(serde, parts["metadata"], where).get(DELTA_COUNTERS)
+    delta = set(counters) if isinstance(counters, dict) else set()
     missing = {c for c in cp.get("channel_versions") or {} if c not in latest.have}
     chain: list[Entry] = []
     at = latest.parent
@@ -270,11 +297,13 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
         if found and stored(txn, store, entry):
             held = load_parts(txn, store, entry)
             for c in found:
-                at = f"state[{CHANNEL + c!r}] of {entry.cid.hex()}"
-                if isinstance(load_value(serde, held, c, at), _DeltaSnapshot):
+                spot = f"state[{CHANNEL + c!r}] of {entry.cid.hex()}"
+                if c in delta or isinstance(load_value(serde, held, c, spot), _DeltaSnapshot):
                     kept.update(e.checkpoint_id for e in chain)
                 missing.discard(c)
         at = entry.parent
+    if missing & delta:  # no value before the chain ends: its history is the whole chain
+        kept.update(e.checkpoint_id for e in chain)
     return kept
 
 

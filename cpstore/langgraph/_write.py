@@ -262,6 +262,8 @@ class Writer:
         raise StoreError(
             "could not record the checkpoint: its branch kept moving",
             where=f"thread {thread_id!r} ns {ns!r} checkpoint {checkpoint_id}",
+            expected=f"a commit within {_RETRIES} tries",
+            got=f"the branch moved {_RETRIES} times",
         )
 
     def _plan(

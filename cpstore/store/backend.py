@@ -116,6 +116,10 @@ class Backend(Protocol):
     def pending(self) -> int:
         """Checkpoint writes queued and not yet committed (batched durability)."""
 
+    @property
+    def durability(self) -> str:
+        """``"sync"``, ``"batched"`` or ``"none"`` (docs/durability.md)."""
+
     def translate(self, exc: Exception) -> CpstoreError:
         """The cpstore error for an engine failure ``exc``."""
 

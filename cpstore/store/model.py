@@ -380,10 +380,24 @@ def extension_records(
     return out
 
 
-def expected_records(records: Sequence[tuple[bytes, bytes]]) -> tuple[tuple[bytes, bytes], ...]:
+def expected_records(
+    records: Sequence[tuple[bytes, bytes]], durability: str
+) -> tuple[tuple[bytes, bytes], ...]:
     """``meta_expected``'s records as bytes, their keys checked as :func:`extension_records`
-    checks them (a record must hold bytes: None is refused)."""
+    checks them (a record must hold bytes: None is refused). Refused on a batched handle:
+    its flush checks the condition in one txn with every thread's queued checkpoints, so
+    one failed condition would drop them all, after the caller was handed an id."""
+    if durability == "batched":
+        raise InvalidInputError(
+            "a conditional commit (meta_expected) is settled by the call: a batched "
+            "flush checks it later and drops every queued checkpoint when it fails",
+            expected=["sync", "none"],
+            got=durability,
+        )
     out = extension_records(records)
-    if any(v is None for _, v in out):
-        raise InvalidInputError("an expected meta record holds bytes", got=None)
+    for key, value in out:
+        if value is None:
+            raise InvalidInputError(
+                "an expected meta record holds bytes", where=f"meta/{key!r}", expected="bytes"
+            )
     return tuple((k, v) for k, v in out if v is not None)

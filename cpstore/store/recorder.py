@@ -119,8 +119,7 @@ class Recorder(BulkAppends):
         # commit txn still reads each one: commit.objects_to_check). Anything older (an
         # earlier checkpoint's state part) is stashed again, put write-once (a no-op).
         self._confirmed: set[bytes] = set()
-        # Payload keys of the logs: logs are cumulative, so once committed
-        # every one is reached by the head's observations or effects log.
+        # Payload keys of the logs (cumulative: once committed, the head's logs reach each).
         self._logged: set[bytes] = set()
         self._unlogged: list[bytes] = []
         self._chunks: list[bytes] = []
@@ -460,8 +459,8 @@ class Recorder(BulkAppends):
         calls build the next checkpoint's ledger on top of it.
         ``extra_meta(cid)`` returns ``meta`` records (value, or None to delete)
         committed in the same txn, keys under ``EXTENSION_META_PREFIXES``; ``meta_expected``
-        records must hold those bytes in that txn (else ConflictError, nothing written). A
-        batched call that stored its checkpoint may raise about earlier ones (``commit_stored``).
+        records must hold those bytes in that txn (else ConflictError, nothing written; refused
+        when batched). A batched call that stored its checkpoint may raise about earlier ones.
         """
         _step(step)
         if self._closed:
@@ -520,7 +519,8 @@ class Recorder(BulkAppends):
             op.hint_keys = self._order
         if extra_meta is not None:
             op.extra_meta = extension_records(extra_meta(cid))
-        op.meta_expected = expected_records(meta_expected) if meta_expected else ()
+        if meta_expected:
+            op.meta_expected = expected_records(meta_expected, self._store.durability)
         self._chunks, chunks = [], self._chunks
         failed = commit_stored(self._store.commit, op)  # raised once the recorder follows
         named.update(chunks)
