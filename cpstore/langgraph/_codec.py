@@ -26,6 +26,7 @@ import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError
+from cpstore.native.binding import digest
 from cpstore.store.lg_head import HEAD_KEY, HEAD_LAYOUT, split_head, split_pair
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "pack_value",
     "part_loader",
     "run_for",
+    "thread_runs",
     "undecodable",
     "unpack_head",
     "unpack_typed",
@@ -106,6 +108,28 @@ def run_for(thread_id: str) -> str:
     # A hashed name is "lg:#...": an id starting with "#" is hashed too, or
     # thread "#<hex>" would share (and delete_thread sweep) another thread's run.
     return name if _fits(name) and not thread_id.startswith("#") else _hashed(HASHED_RUN, thread_id)
+
+
+def thread_runs(thread_id: str) -> frozenset[str]:
+    """Every run a release ever recorded ``thread_id`` on: ``lg:<thread>`` for a plain
+    name; for a hashed one its scheme-2 run, its scheme-1 run (``lg:#<XXH3-128 hex>``)
+    and, for an id starting with ``#`` that fits a name, ``lg:<thread>`` (a release
+    before the ``#`` rule). An index entry of the thread naming any other run was not
+    written by a saver: ``_write.root_run`` and ``_maintain`` refuse to follow it
+    (audit28: a root put followed it onto another thread's run, and ``delete_thread``
+    then swept that thread's checkpoints)."""
+    name = "lg:" + thread_id
+    fits = _fits(name)
+    if fits and not thread_id.startswith("#"):
+        return frozenset((name,))
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    runs = {
+        HASHED_RUN + HASH_SCHEME + hashlib.blake2b(raw, digest_size=32).hexdigest(),
+        HASHED_RUN + digest(raw).hex(),
+    }
+    if fits:
+        runs.add(name)
+    return frozenset(runs)
 
 
 def branch_label(ns: str) -> str:

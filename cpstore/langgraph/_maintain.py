@@ -24,7 +24,7 @@ from cpstore.langgraph._codec import (
     load_value,
 )
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
-from cpstore.langgraph._write import Put, Writer
+from cpstore.langgraph._write import Put, Writer, own_run
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.lg_index import (
@@ -62,7 +62,8 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             # unsized: an older release stored longer names (PostgreSQL), deleted here too
             keys = [k for k, _ in scan(txn, meta, checkpoint_key(thread_id, sized=False))]
             for key in keys:
-                runs.add(Entry.decode(key, bytes(txn.get(key, db=meta) or b"")).run)
+                # a run no release put the thread on is refused, never swept (own_run)
+                runs.add(own_run(Entry.decode(key, bytes(txn.get(key, db=meta) or b""))))
             keys += [k for k, _ in scan(txn, meta, _thread_writes(thread_id))]
             for key in keys:
                 txn.delete(key, db=meta)
@@ -137,6 +138,7 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                 # names an older release stored past today's limit are refused here,
                 # before anything is dropped (docs/langgraph.md, "Name sizes")
                 _refuse_over_limit(e.thread_id, e.ns, e.checkpoint_id)
+                own_run(e)  # _reclaim resets every branch of the runs the entries name
                 by_ns.setdefault(e.ns, {})[e.checkpoint_id] = e
             runs = {e.run for group in by_ns.values() for e in group.values()}
             shared = _shared_runs(txn, meta, thread_id, runs)

@@ -1,0 +1,204 @@
+"""audit28: the run a hashed LangGraph thread's root put records on (``_write.root_run``),
+attacked on both backends.
+
+The rule: a root put of a thread whose name is hashed records on the run its first
+index entry names, and only a thread without entries gets its scheme-2 run
+(``lg:#b2:<BLAKE2b-256>``). These tests pin what holds when that seek is stale (the
+index changed between the put's planning read txn and its write txn), when a thread's
+entries sit on both schemes' runs (an older release writing after this one), when the
+entry the seek reads is damaged, and when it names a run that cannot be the thread's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
+
+import pytest
+from lg_collide import conf, placed, put_at, scheme1, scheme1_names, values
+from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
+
+from cpstore.errors import IntegrityError
+from cpstore.langgraph import CpstoreSaver, _write
+from cpstore.langgraph._codec import run_for
+from cpstore.langgraph._read import Entry
+from cpstore.store import Store
+from cpstore.store.lg_index import checkpoint_key, pack, scan
+
+L = "L" * 198  # hashed in both schemes
+N = "n" * 198  # a namespace hashed in both schemes
+OLD = scheme1("lg:#", L)
+NEW = run_for(L)
+
+
+@contextmanager
+def older_release() -> Iterator[None]:
+    """Within: the saver names as a release before scheme 2 did (scheme-1 names, and a
+    root put of a hashed thread goes to ``run_for``, whatever its entries name)."""
+    with scheme1_names(), mock.patch.object(_write, "root_run", lambda t, m, tid: run_for(tid)):
+        yield
+
+
+@contextmanager
+def after_plan(hook: Callable[[], None]) -> Iterator[None]:
+    """Within: ``hook`` runs once, after the first put's planning read txn and before its
+    write txn: what another process would do in between."""
+    real = _write.Writer._plan
+    fired: list[bool] = []
+
+    def plan(self: _write.Writer, *args: Any) -> Any:
+        out = real(self, *args)
+        if not fired:
+            fired.append(True)
+            hook()
+        return out
+
+    with mock.patch.object(_write.Writer, "_plan", plan):
+        yield
+
+
+def _legacy(store: Store) -> CpstoreSaver:
+    """Thread L on its scheme-1 run (root namespace "0" -> "1"), as an older release left it."""
+    with older_release():
+        old = CpstoreSaver(store)
+        put_at(old, L, None, "0", "l0")
+        put_at(old, L, "0", "1", "l1")
+    assert set(placed(store, L).values()) == {(OLD, "main")}
+    return CpstoreSaver(store)
+
+
+def test_a_root_put_planned_before_a_delete_lands_on_the_old_run_and_stays_reachable(
+    store: Store,
+) -> None:
+    """L is on its scheme-1 run. A root put (new namespace) plans it there; before its
+    write another saver deletes L and puts L's new first checkpoint (scheme-2 run). The
+    planned put then records on the old run: L spans two runs, every acknowledged
+    checkpoint reads, and delete_thread sweeps both runs."""
+    saver = _legacy(store)
+    other = CpstoreSaver(store)
+
+    def meanwhile() -> None:
+        other.delete_thread(L)
+        assert store.branches(OLD) == {}
+        put_at(other, L, None, "5", "r5")
+
+    with after_plan(meanwhile):
+        put_at(saver, L, None, "0", "x0", ns="x")
+    assert placed(store, L) == {("", "5"): (NEW, "main"), ("x", "0"): (OLD, "ns:x")}
+    assert values(saver, L) == ["r5"] and values(saver, L, "x") == ["x0"]
+    assert sorted(values(saver, L, None)) == ["r5", "x0"]
+    assert store.verify().ok
+    saver.prune([L])  # keep_latest over two runs
+    assert sorted(values(saver, L, None)) == ["r5", "x0"] and store.verify().ok
+    saver.delete_thread(L)
+    assert store.branches(OLD) == {} and store.branches(NEW) == {}
+    assert store.verify().ok
+
+
+def test_a_root_put_planned_before_keep_latest_keeps_the_threads_run(store: Store) -> None:
+    """keep_latest between a root put's plan and its write: the kept entry stays in the
+    index throughout, so the thread never loses the run its entries name."""
+    saver = _legacy(store)
+    other = CpstoreSaver(store)
+    with after_plan(lambda: other.prune([L])):
+        put_at(saver, L, None, "0", "x0", ns="x")
+    put_at(saver, L, None, "0", "y0", ns="y")  # a root planned after the prune
+    assert {run for run, _ in placed(store, L).values()} == {OLD}
+    assert values(saver, L) == ["l1"] and values(saver, L, "x") == ["x0"]
+    assert values(saver, L, "y") == ["y0"] and store.branches(NEW) == {}
+    assert store.verify().ok
+
+
+def _mixed(store: Store) -> CpstoreSaver:
+    """L's root namespace on its scheme-2 run (this release), then namespace N on its
+    scheme-1 run (an older release writing after)."""
+    saver = CpstoreSaver(store)
+    put_at(saver, L, None, "0", "l0")
+    put_at(saver, L, "0", "1", "l1")
+    with older_release():
+        old = CpstoreSaver(store)
+        put_at(old, L, None, "0", "n0", ns=N)
+        put_at(old, L, "0", "1", "n1", ns=N)
+    got = placed(store, L)
+    assert {got[("", c)][0] for c in "01"} == {NEW} and {got[(N, c)][0] for c in "01"} == {OLD}
+    return CpstoreSaver(store)
+
+
+def test_a_thread_on_both_schemes_reads_writes_and_deletes_whole(store: Store) -> None:
+    saver = _mixed(store)
+    assert values(saver, L) == ["l1", "l0"] and values(saver, L, N) == ["n1", "n0"]
+    assert sorted(values(saver, L, None)) == ["l0", "l1", "n0", "n1"]
+    one = saver.get_tuple(conf(L, N, "1"))
+    assert one is not None and one.checkpoint["channel_values"] == {"x": "n1"}
+    put_at(saver, L, "1", "2", "n2", ns=N)  # continues the scheme-1 branch
+    put_at(saver, L, None, "0", "m0", ns="m")  # a root: the first entry's run
+    got = placed(store, L)
+    assert got[(N, "2")][0] == OLD and got[("m", "0")][0] == NEW
+    assert store.verify().ok
+    saver.delete_thread(L)
+    assert values(saver, L, None) == []
+    assert store.branches(OLD) == {} and store.branches(NEW) == {}
+    assert store.verify().ok
+
+
+def test_a_thread_on_both_schemes_prunes_and_copies(store: Store) -> None:
+    saver = _mixed(store)
+    target = "K" * 198
+    saver.copy_thread(L, target)
+    assert {run for run, _ in placed(store, target).values()} == {run_for(target)}
+    assert sorted(values(saver, target, None)) == ["l0", "l1", "n0", "n1"]
+    saver.prune([L])
+    assert values(saver, L) == ["l1"] and values(saver, L, N) == ["n1"]
+    # the kept checkpoints moved to the run the first entry names; both old runs swept
+    assert {run for run, _ in placed(store, L).values()} == {NEW}
+    assert store.branches(OLD) == {}
+    assert sorted(values(saver, target, None)) == ["l0", "l1", "n0", "n1"]
+    assert store.verify().ok
+
+
+def _entries(store: Store, thread: str) -> list[tuple[bytes, bytes]]:
+    backend = store.backend
+    with backend.read_txn() as txn:
+        return list(scan(txn, backend.db("meta"), checkpoint_key(thread, sized=False)))
+
+
+def test_a_damaged_first_entry_refuses_a_root_put_instead_of_moving_the_thread(
+    store: Store,
+) -> None:
+    """The entry the seek reads fails its check: the root put is an IntegrityError, never
+    a silent move of the thread to its scheme-2 run."""
+    saver = _legacy(store)
+    key, value = _entries(store, L)[0]
+    damaged = value[:-1] + bytes([value[-1] ^ 1])
+    store.backend.write_txn(lambda txn: txn.put(key, damaged, db=store.backend.db("meta")))
+    with pytest.raises(IntegrityError):
+        put_at(saver, L, None, "0", "x0", ns="x")
+    assert store.branches(NEW) == {} and set(store.branches(OLD)) == {"main"}
+
+
+def test_an_entry_naming_another_threads_run_does_not_steer_a_root_put(store: Store) -> None:
+    """An index entry of L (its check made anew, as anyone who can write the index can)
+    names the plain run of thread "victim". A root put of L must not record on it: that
+    run is no name L ever had (its scheme-2, scheme-1 or pre-``#``-rule name), and once
+    L's entries named it, ``delete_thread(L)`` would sweep the victim's run (a plain run
+    is not checked for sharing)."""
+    saver = CpstoreSaver(store)
+    put_at(saver, "victim", None, "0", "v0")
+    put_at(saver, L, None, "0", "l0")
+    key, value = _entries(store, L)[0]
+    e = Entry.decode(key, value)
+    body = Entry.body_of(
+        e.cid, run=run_for("victim"), branch="main", parent=None, run_id=None, have=list(e.have)
+    )
+    store.backend.write_txn(lambda txn: txn.put(key, pack(key, body), db=store.backend.db("meta")))
+    with pytest.raises(IntegrityError) as err:
+        put_at(saver, L, None, "0", "x0", ns="x")
+    assert "lg:victim" in str(err.value)
+    with pytest.raises(IntegrityError):
+        saver.delete_thread(L)  # would sweep lg:victim
+    with pytest.raises(IntegrityError):
+        saver.prune([L])  # would reset lg:victim's branches
+    assert set(store.branches(run_for("victim"))) == {"main"}
+    assert values(saver, "victim") == ["v0"] and values(saver, L) == ["l0"]
