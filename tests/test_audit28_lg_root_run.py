@@ -17,7 +17,8 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from lg_collide import conf, placed, put_at, scheme1, scheme1_names, values
+from langgraph.checkpoint.base import empty_checkpoint
+from lg_collide import A, B, conf, placed, put_at, scheme1, scheme1_names, values
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 from cpstore.errors import IntegrityError
@@ -202,3 +203,65 @@ def test_an_entry_naming_another_threads_run_does_not_steer_a_root_put(store: St
         saver.prune([L])  # would reset lg:victim's branches
     assert set(store.branches(run_for("victim"))) == {"main"}
     assert values(saver, "victim") == ["v0"] and values(saver, L) == ["l0"]
+
+
+def _put_for(saver: CpstoreSaver, thread: str, parent: str | None, cid: str, run_id: str) -> None:
+    """Put checkpoint ``cid`` of ``thread`` with ``metadata["run_id"]`` (delete_for_runs)."""
+    cp: dict[str, Any] = dict(empty_checkpoint())
+    cp["id"] = cid
+    cp["channel_values"] = {"x": cid}
+    cp["channel_versions"] = {"x": cid}
+    meta = {"source": "loop", "step": 0, "parents": {}, "run_id": run_id}
+    saver.put(conf(thread, "", parent), cp, meta, {"x": cid})
+
+
+def test_delete_thread_sweeps_a_legacy_run_delete_for_runs_emptied_of_entries(
+    store: Store,
+) -> None:
+    """delete_for_runs drops every entry of L (its checkpoints stay on its scheme-1 run:
+    "the bytes are reclaimed when the thread is deleted"); L's next put is a root, and
+    with no entries left it goes to L's scheme-2 run. delete_thread(L) must still sweep
+    the scheme-1 run: no entry names it any more, and nothing else ever would."""
+    with older_release():
+        _put_for(CpstoreSaver(store), L, None, "0", "r1")
+    saver = CpstoreSaver(store)
+    saver.delete_for_runs(["r1"])
+    _put_for(saver, L, None, "1", "r2")
+    assert set(placed(store, L).values()) == {(NEW, "main")}
+    saver.delete_thread(L)
+    assert store.branches(NEW) == {}
+    assert store.branches(OLD) == {}
+    assert store.verify().ok
+
+
+@pytest.mark.parametrize("thread", ["plain", "#short", L])
+def test_delete_thread_sweeps_a_run_delete_for_runs_emptied_of_entries(
+    store: Store, thread: str
+) -> None:
+    """Every entry of the thread gone by delete_for_runs, then delete_thread: the run
+    its checkpoints stay on (its own name: plain, or scheme 2) is swept, as the docs say."""
+    saver = CpstoreSaver(store)
+    _put_for(saver, thread, None, "0", "r1")
+    _put_for(saver, "other", None, "0", "r1")
+    saver.delete_for_runs(["r1"])
+    saver.delete_thread(thread)
+    assert store.branches(run_for(thread)) == {}
+    assert set(store.branches(run_for("other"))) == {"main"}  # only the thread's run
+    assert store.verify().ok
+
+
+def test_delete_thread_keeps_a_legacy_run_a_colliding_thread_still_names(store: Store) -> None:
+    """The extra sweep of the thread's scheme-1 name stays behind the shared-run guard:
+    B's entries name A's scheme-1 run (both put there by an older release), so deleting
+    A, whose entries are all gone, leaves B whole."""
+    with older_release():
+        old = CpstoreSaver(store)
+        _put_for(old, A, None, "0", "ra")
+        _put_for(old, B, None, "0", "rb")
+    shared = scheme1("lg:#", A)
+    assert {run for run, _ in placed(store, B).values()} == {shared}
+    saver = CpstoreSaver(store)
+    saver.delete_for_runs(["ra"])
+    saver.delete_thread(A)
+    assert values(saver, B) == ["0"] and "main" in store.branches(shared)
+    assert store.verify().ok

@@ -22,6 +22,7 @@ from cpstore.langgraph._codec import (
     load_checkpoint,
     load_metadata,
     load_value,
+    thread_runs,
 )
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer, own_run
@@ -57,7 +58,7 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     meta = backend.db("meta")
     for thread_id in thread_ids:
 
-        def drop(txn: Txn[memoryview], thread_id: str = thread_id) -> set[str]:
+        def drop(txn: Txn[memoryview], thread_id: str = thread_id) -> tuple[set[str], set[str]]:
             runs: set[str] = set()
             # unsized: an older release stored longer names (PostgreSQL), deleted here too
             keys = [k for k, _ in scan(txn, meta, checkpoint_key(thread_id, sized=False))]
@@ -67,15 +68,22 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             keys += [k for k, _ in scan(txn, meta, _thread_writes(thread_id))]
             for key in keys:
                 txn.delete(key, db=meta)
+            # The thread's own run names too, when no entry names them: after
+            # delete_for_runs took every entry, the checkpoints stay on the run (and a
+            # hashed thread's next root goes to its scheme-2 run, leaving its scheme-1
+            # one): swept here, or never (audit28).
+            unnamed = set(thread_runs(thread_id)) - runs
             # a run another thread's entries name too (two long ids whose XXH3-128
             # collide, on a scheme-1 run an older release named) is kept: sweeping it
             # would take the other thread's checkpoints
-            return runs - _shared_runs(txn, meta, thread_id, runs)
+            shared = _shared_runs(txn, meta, thread_id, runs | unnamed)
+            return runs - shared, unnamed - shared
 
-        runs: set[str] = backend.write_txn(drop)
-        for run in sorted(runs):
+        runs, unnamed = backend.write_txn(drop)
+        for run in sorted(runs | unnamed):
             writer.forget(run)
-            store.delete_run(run)
+            if run in runs or store.branches(run):  # no whole-store sweep for no refs
+                store.delete_run(run)
 
 
 def _shared_runs(txn: Txn[memoryview], meta: Any, thread_id: str, runs: set[str]) -> set[str]:
