@@ -265,3 +265,19 @@ def test_delete_thread_keeps_a_legacy_run_a_colliding_thread_still_names(store: 
     saver.delete_thread(A)
     assert values(saver, B) == ["0"] and "main" in store.branches(shared)
     assert store.verify().ok
+
+
+def test_deleting_a_hash_shaped_thread_id_never_sweeps_the_run_it_spells(store: Store) -> None:
+    """Thread ``"#b2:<hex>"`` spells the scheme-2 run of another thread V (``lg:#b2:<hex>``,
+    and a release before the ``#`` rule put such a thread on that run). Its delete sweeps
+    that run only when its own entries name it: V, whose entries delete_for_runs took
+    (its checkpoints still on its run, its next root put going there), keeps its run."""
+    saver = CpstoreSaver(store)
+    _put_for(saver, L, None, "0", "r1")
+    saver.delete_for_runs(["r1"])
+    spelled = NEW[len("lg:") :]
+    assert spelled.startswith("#b2:")
+    saver.delete_thread(spelled)
+    assert set(store.branches(NEW)) == {"main"}
+    _put_for(saver, L, None, "1", "r2")  # V's next root: a fork beside the old main
+    assert values(saver, L) == ["1"] and store.verify().ok

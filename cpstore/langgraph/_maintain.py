@@ -72,7 +72,11 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             # delete_for_runs took every entry, the checkpoints stay on the run (and a
             # hashed thread's next root goes to its scheme-2 run, leaving its scheme-1
             # one): swept here, or never (audit28).
+            # Not ``lg:#...`` spelled by an id starting with "#" (a release before the
+            # "#" rule used it): that name is another thread's hashed run.
             unnamed = set(thread_runs(thread_id)) - runs
+            if thread_id.startswith("#"):
+                unnamed.discard("lg:" + thread_id)
             # a run another thread's entries name too (two long ids whose XXH3-128
             # collide, on a scheme-1 run an older release named) is kept: sweeping it
             # would take the other thread's checkpoints
