@@ -194,6 +194,11 @@ def test_an_entry_naming_another_threads_run_does_not_steer_a_root_put(store: St
         e.cid, run=run_for("victim"), branch="main", parent=None, run_id=None, have=list(e.have)
     )
     store.backend.write_txn(lambda txn: txn.put(key, pack(key, body), db=store.backend.db("meta")))
+    report = store.verify()  # verify names the entry too
+    assert [p.what for p in report.problems] == [
+        "LangGraph index entry names a run that is not its thread's"
+    ]
+    assert report.problems[0].got == "lg:victim"
     with pytest.raises(IntegrityError) as err:
         put_at(saver, L, None, "0", "x0", ns="x")
     assert "lg:victim" in str(err.value)

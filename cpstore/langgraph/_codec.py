@@ -26,8 +26,8 @@ import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError
-from cpstore.native.binding import digest
 from cpstore.store.lg_head import HEAD_KEY, HEAD_LAYOUT, split_head, split_pair
+from cpstore.store.lg_index import HASH_SCHEME, HASHED_RUN, thread_runs
 
 __all__ = [
     "CHANNEL",
@@ -84,12 +84,10 @@ def _fits(name: str) -> bool:
     return 0 < len(raw) <= _NAME_LIMIT and b"\x00" not in raw
 
 
-#: The tag of this release's hashed names (scheme 2): ``<prefix>b2:<BLAKE2b-256 hex>``.
-HASH_SCHEME = "b2:"
-#: The prefix of every hashed run name: scheme 2 ``lg:#b2:<64 hex>``, and scheme 1
-#: ``lg:#<32 hex>`` (XXH3-128, written by releases before scheme 2; still read, continued,
-#: deleted and pruned, docs/langgraph.md "Hashed names").
-HASHED_RUN = "lg:#"
+# HASH_SCHEME (``b2:``, the tag of this release's hashed names), HASHED_RUN (``lg:#``,
+# the prefix of every hashed run) and thread_runs (every run a release records a thread
+# on) live with the index in the store room (cpstore/store/lg_index.py), where
+# ``verify()`` checks the run each index entry names.
 
 
 def _hashed(prefix: str, text: str) -> str:
@@ -108,28 +106,6 @@ def run_for(thread_id: str) -> str:
     # A hashed name is "lg:#...": an id starting with "#" is hashed too, or
     # thread "#<hex>" would share (and delete_thread sweep) another thread's run.
     return name if _fits(name) and not thread_id.startswith("#") else _hashed(HASHED_RUN, thread_id)
-
-
-def thread_runs(thread_id: str) -> frozenset[str]:
-    """Every run a release ever recorded ``thread_id`` on: ``lg:<thread>`` for a plain
-    name; for a hashed one its scheme-2 run, its scheme-1 run (``lg:#<XXH3-128 hex>``)
-    and, for an id starting with ``#`` that fits a name, ``lg:<thread>`` (a release
-    before the ``#`` rule). An index entry of the thread naming any other run was not
-    written by a saver: ``_write.root_run`` and ``_maintain`` refuse to follow it
-    (audit28: a root put followed it onto another thread's run, and ``delete_thread``
-    then swept that thread's checkpoints)."""
-    name = "lg:" + thread_id
-    fits = _fits(name)
-    if fits and not thread_id.startswith("#"):
-        return frozenset((name,))
-    raw = thread_id.encode("utf-8", "surrogatepass")
-    runs = {
-        HASHED_RUN + HASH_SCHEME + hashlib.blake2b(raw, digest_size=32).hexdigest(),
-        HASHED_RUN + digest(raw).hex(),
-    }
-    if fits:
-        runs.add(name)
-    return frozenset(runs)
 
 
 def branch_label(ns: str) -> str:

@@ -358,7 +358,7 @@ def root_run(txn: Txn[memoryview], meta: Any, thread_id: str) -> str:
     ``lg:#<XXH3-128>`` keeps that run for every new namespace and root. It is looked
     up in the index, by the whole thread id, never by whether the old run name exists:
     that run may be another thread's whose XXH3-128 meets this one's. An entry naming a
-    run no release recorded the thread on (``_codec.thread_runs``) is IntegrityError."""
+    run no release recorded the thread on (``lg_index.thread_runs``) is IntegrityError."""
     run = run_for(thread_id)
     if not run.startswith(HASHED_RUN):
         return run
@@ -369,7 +369,7 @@ def root_run(txn: Txn[memoryview], meta: Any, thread_id: str) -> str:
 
 def own_run(e: Entry) -> str:
     """``e.run`` when it is a run a release records thread ``e.thread_id`` on
-    (``_codec.thread_runs``); else IntegrityError naming the entry: no saver wrote it,
+    (``lg_index.thread_runs``); else IntegrityError naming the entry: no saver wrote it,
     and following it would record on (and a delete or prune sweep) another thread's run."""
     if e.run not in thread_runs(e.thread_id):
         raise IntegrityError(
