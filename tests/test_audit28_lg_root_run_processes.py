@@ -58,13 +58,21 @@ def _root_put(url: str, barrier: Any, thread: str, ns: str, cid: str) -> None:
         store.close()
 
 
-def _run(target: Any, jobs: list[tuple[Any, ...]]) -> None:
+def _run(jobs: list[tuple[Any, tuple[Any, ...]]]) -> None:
+    """Run each ``(target, args)`` in its own spawned process; all must exit 0 (one that
+    hangs is killed, and fails the test)."""
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=target, args=job) for job in jobs]
+    procs = [ctx.Process(target=target, args=args) for target, args in jobs]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(_WAIT * 2)
+    try:
+        for p in procs:
+            p.join(_WAIT * 2)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
     assert [p.exitcode for p in procs] == [0] * len(procs)
 
 
@@ -72,11 +80,13 @@ def test_first_root_puts_of_one_new_thread_in_three_processes_share_its_run(url:
     """All three see no entry and pick the thread's scheme-2 run; the one that commits
     first takes ``main``, the others lose the compare-and-set, plan again and fork."""
     barrier = multiprocessing.get_context("spawn").Barrier(3)
-    _run(_root_put, [(url, barrier, T, "", cid) for cid in ("1", "2", "3")])
+    _run([(_root_put, (url, barrier, T, "", cid)) for cid in ("1", "2", "3")])
     store = cpstore_store.open(url)
     try:
         got = placed(store, T)
         assert {run for run, _ in got.values()} == {run_for(T)} and len(got) == 3
+        branches = sorted(branch for _, branch in got.values())
+        assert branches[0] == "main" and len(set(branches)) == 3  # two forks
         assert sorted(values(CpstoreSaver(store), T)) == ["1", "2", "3"]
         assert store.verify().ok
     finally:
@@ -91,10 +101,8 @@ def test_root_puts_of_an_old_thread_and_a_new_one_racing_keep_their_runs(url: st
         put_at(CpstoreSaver(store), L, None, "0", "l0")
     store.close()
     barrier = multiprocessing.get_context("spawn").Barrier(3)
-    _run(
-        _root_put,
-        [(url, barrier, L, "x", "0"), (url, barrier, L, "y", "0"), (url, barrier, T, "", "1")],
-    )
+    jobs = [(url, barrier, L, "x", "0"), (url, barrier, L, "y", "0"), (url, barrier, T, "", "1")]
+    _run([(_root_put, job) for job in jobs])
     store = cpstore_store.open(url)
     try:
         assert {run for run, _ in placed(store, L).values()} == {OLD}
@@ -141,15 +149,7 @@ def test_a_root_put_whose_seek_another_process_outdated_loses_nothing(url: str) 
     store.close()
     ctx = multiprocessing.get_context("spawn")
     planned, go = ctx.Event(), ctx.Event()
-    procs = [
-        ctx.Process(target=_planned_put, args=(url, planned, go)),
-        ctx.Process(target=_delete_and_put, args=(url, planned, go)),
-    ]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(_WAIT * 2)
-    assert [p.exitcode for p in procs] == [0, 0]
+    _run([(_planned_put, (url, planned, go)), (_delete_and_put, (url, planned, go))])
     store = cpstore_store.open(url)
     try:
         saver = CpstoreSaver(store)
