@@ -286,3 +286,28 @@ def test_deleting_a_hash_shaped_thread_id_never_sweeps_the_run_it_spells(store: 
     assert set(store.branches(NEW)) == {"main"}
     _put_for(saver, L, None, "1", "r2")  # V's next root: a fork beside the old main
     assert values(saver, L) == ["1"] and store.verify().ok
+
+
+@pytest.mark.parametrize("scheme", [1, 2])
+def test_verify_reports_a_cut_short_head_on_a_hashed_run_of_either_scheme(
+    store: Store, scheme: int
+) -> None:
+    """verify() checks a head's framing on ``lg:#b2:`` and ``lg:#`` runs alike: a hashed
+    run cannot be turned back into its thread, so every entry is looked through
+    (``lg_head._indexed``); the entry's run is one of the thread's names, so only the
+    head is reported."""
+    run = NEW if scheme == 2 else OLD
+    rec = store.recorder(run, branch="main")
+    key = checkpoint_key(L, "", "1")
+    got: list[bytes] = []
+
+    def extra(cid: bytes) -> list[tuple[bytes, bytes | None]]:
+        got.append(bytes(cid))
+        body = Entry.body_of(bytes(cid), run=run, branch="main", parent=None, run_id=None, have=[])
+        return [(key, pack(key, body))]
+
+    rec.checkpoint(1, {}, metadata={"lg": b"\x02\x00\x00\x00\x01"}, extra_meta=extra)
+    rec.close()
+    problems = store.verify().problems
+    assert [p.what for p in problems] == ["a LangGraph checkpoint head is cut short"]
+    assert got[0].hex() in problems[0].where
