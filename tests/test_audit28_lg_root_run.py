@@ -17,6 +17,8 @@ from typing import Any
 from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from lg_collide import A, B, conf, placed, put_at, scheme1, scheme1_names, values
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
@@ -26,7 +28,7 @@ from cpstore.langgraph import CpstoreSaver, _write
 from cpstore.langgraph._codec import run_for
 from cpstore.langgraph._read import Entry
 from cpstore.store import Store
-from cpstore.store.lg_index import checkpoint_key, pack, scan
+from cpstore.store.lg_index import checkpoint_key, pack, scan, thread_runs
 
 L = "L" * 198  # hashed in both schemes
 N = "n" * 198  # a namespace hashed in both schemes
@@ -311,3 +313,24 @@ def test_verify_reports_a_cut_short_head_on_a_hashed_run_of_either_scheme(
     problems = store.verify().problems
     assert [p.what for p in problems] == ["a LangGraph checkpoint head is cut short"]
     assert got[0].hex() in problems[0].where
+
+
+@given(
+    thread=st.one_of(
+        st.text(max_size=60),
+        st.text(min_size=190, max_size=260),
+        st.text(max_size=60).map(lambda t: "#" + t),
+        st.text(max_size=60).map(lambda t: t + "\x00"),
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_every_name_a_saver_release_gives_a_thread_is_one_of_its_runs(thread: str) -> None:
+    """thread_runs (store room) and run_for (saver) agree, for this release's names and
+    for scheme 1's: the verify() check and the saver's refusal never flag what a saver
+    wrote."""
+    runs = thread_runs(thread)
+    assert run_for(thread) in runs
+    with scheme1_names():
+        assert run_for(thread) in runs
+    if not run_for(thread).startswith("lg:#"):
+        assert runs == {run_for(thread)}
