@@ -334,3 +334,34 @@ def test_every_name_a_saver_release_gives_a_thread_is_one_of_its_runs(thread: st
         assert run_for(thread) in runs
     if not run_for(thread).startswith("lg:#"):
         assert runs == {run_for(thread)}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="not fixed (audit28 found it): delete_thread sweeps whole runs after its drop txn,"
+    " not the heads that txn saw, so a put committed in between is swept under its entry",
+)
+def test_a_put_acknowledged_between_delete_threads_drop_and_its_sweep_stays_readable(
+    store: Store,
+) -> None:
+    """Not scheme-specific (a plain thread): another saver's put of thread t commits after
+    delete_thread(t) dropped t's entries and before it swept lg:t. The put was
+    acknowledged and its entry is in the index, yet the sweep takes its checkpoint: it
+    reads as retention-pruned (get_tuple None) and verify() is clean. Either outcome of
+    the race is fine (the put deleted with its entry, or kept and readable); this one
+    is neither."""
+    a, b = CpstoreSaver(store), CpstoreSaver(store)
+    put_at(a, "t", None, "0", "v0")
+    real = Store.delete_run
+    fired: list[bool] = []
+
+    def delete_run(self: Store, run: str) -> int:
+        if not fired:
+            fired.append(True)
+            put_at(b, "t", None, "9", "after-drop")
+        return real(self, run)
+
+    with mock.patch.object(Store, "delete_run", delete_run):
+        a.delete_thread("t")
+    if placed(store, "t"):
+        assert values(b, "t") == ["after-drop"]
