@@ -27,7 +27,7 @@ from cpstore.errors import IntegrityError
 from cpstore.langgraph import CpstoreSaver, _write
 from cpstore.langgraph._codec import run_for
 from cpstore.langgraph._read import Entry
-from cpstore.store import Store
+from cpstore.store import Store, retention
 from cpstore.store.lg_index import checkpoint_key, pack, scan, thread_runs
 
 L = "L" * 198  # hashed in both schemes
@@ -336,32 +336,30 @@ def test_every_name_a_saver_release_gives_a_thread_is_one_of_its_runs(thread: st
         assert runs == {run_for(thread)}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not fixed (audit28 found it): delete_thread sweeps whole runs after its drop txn,"
-    " not the heads that txn saw, so a put committed in between is swept under its entry",
-)
 def test_a_put_acknowledged_between_delete_threads_drop_and_its_sweep_stays_readable(
     store: Store,
 ) -> None:
     """Not scheme-specific (a plain thread): another saver's put of thread t commits after
     delete_thread(t) dropped t's entries and before it swept lg:t. The put was
-    acknowledged and its entry is in the index, yet the sweep takes its checkpoint: it
-    reads as retention-pruned (get_tuple None) and verify() is clean. Either outcome of
-    the race is fine (the put deleted with its entry, or kept and readable); this one
-    is neither."""
+    acknowledged and its entry is in the index; the sweep took its checkpoint (it read
+    as retention-pruned, get_tuple None, verify() clean). Either outcome of the race is
+    fine (the put deleted with its entry, or kept and readable); that one was neither.
+    The sweep now drops only the heads delete_thread's txn saw."""
     a, b = CpstoreSaver(store), CpstoreSaver(store)
     put_at(a, "t", None, "0", "v0")
-    real = Store.delete_run
+    real = retention.delete_run
     fired: list[bool] = []
 
-    def delete_run(self: Store, run: str) -> int:
+    def delete_run_racing(backend: Any, run: str, **kw: Any) -> int:
         if not fired:
             fired.append(True)
             put_at(b, "t", None, "9", "after-drop")
-        return real(self, run)
+        return real(backend, run, **kw)
 
-    with mock.patch.object(Store, "delete_run", delete_run):
+    with mock.patch.object(retention, "delete_run", delete_run_racing):
         a.delete_thread("t")
+    assert fired
     if placed(store, "t"):
         assert values(b, "t") == ["after-drop"]
+    assert values(b, "t") == ["after-drop"] or placed(store, "t") == {}
+    assert store.verify().ok

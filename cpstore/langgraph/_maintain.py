@@ -26,8 +26,8 @@ from cpstore.langgraph._codec import (
 )
 from cpstore.langgraph._read import Entry, StoredWrite, load_parts, stored, stored_writes
 from cpstore.langgraph._write import Put, Writer, own_run
-from cpstore.store import Store
-from cpstore.store.backend import Txn
+from cpstore.store import Store, retention
+from cpstore.store.backend import Backend, Txn
 from cpstore.store.lg_index import (
     CHECKPOINT_PREFIX,
     WRITE_PREFIX,
@@ -37,7 +37,7 @@ from cpstore.store.lg_index import (
     scan,
     write_key,
 )
-from cpstore.store.model import MAX_NAME_BYTES
+from cpstore.store.model import MAX_NAME_BYTES, ref_key
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads", "keep_latest"]
@@ -58,7 +58,9 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     meta = backend.db("meta")
     for thread_id in thread_ids:
 
-        def drop(txn: Txn[memoryview], thread_id: str = thread_id) -> tuple[set[str], set[str]]:
+        def drop(
+            txn: Txn[memoryview], thread_id: str = thread_id
+        ) -> tuple[set[str], dict[str, dict[bytes, bytes]]]:
             runs: set[str] = set()
             # unsized: an older release stored longer names (PostgreSQL), deleted here too
             keys = [k for k, _ in scan(txn, meta, checkpoint_key(thread_id, sized=False))]
@@ -81,13 +83,29 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             # collide, on a scheme-1 run an older release named) is kept: sweeping it
             # would take the other thread's checkpoints
             shared = _shared_runs(txn, meta, thread_id, runs | unnamed)
-            return runs - shared, unnamed - shared
+            # the heads seen here are what the sweep drops: a put of the thread that
+            # another process commits after this txn keeps its branch (audit28: the
+            # sweep took it, leaving its acknowledged entry naming a swept checkpoint)
+            return runs - shared, {r: _heads(backend, txn, r) for r in (runs | unnamed) - shared}
 
-        runs, unnamed = backend.write_txn(drop)
-        for run in sorted(runs | unnamed):
+        runs, heads = backend.write_txn(drop)
+        for run in sorted(heads):
             writer.forget(run)
-            if run in runs or store.branches(run):  # no whole-store sweep for no refs
-                store.delete_run(run)
+            if run in runs or heads[run]:  # no whole-store sweep for a run without refs
+                store.backend.live()
+                retention.delete_run(backend, run, only_heads=heads[run])
+
+
+def _heads(backend: Backend, txn: Txn[memoryview], run: str) -> dict[bytes, bytes]:
+    """Ref key -> head of every branch of ``run``, in ``txn``."""
+    prefix = ref_key(run, "")
+    keys: list[bytes] = []
+    with txn.cursor(db=backend.db("refs")) as cur:
+        found = cur.set_range(prefix)
+        while found and bytes(cur.key()).startswith(prefix):
+            keys.append(bytes(cur.key()))
+            found = cur.next()
+    return {k: h for k in keys if (h := backend.head(txn, k)) is not None}
 
 
 def _shared_runs(txn: Txn[memoryview], meta: Any, thread_id: str, runs: set[str]) -> set[str]:
