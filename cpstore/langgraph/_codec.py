@@ -27,6 +27,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError
 from cpstore.store.lg_head import HEAD_KEY, HEAD_LAYOUT, split_head, split_pair
+from cpstore.store.lg_index import HASH_SCHEME, HASHED_RUN, thread_runs
 
 __all__ = [
     "CHANNEL",
@@ -51,6 +52,7 @@ __all__ = [
     "pack_value",
     "part_loader",
     "run_for",
+    "thread_runs",
     "undecodable",
     "unpack_head",
     "unpack_typed",
@@ -82,12 +84,10 @@ def _fits(name: str) -> bool:
     return 0 < len(raw) <= _NAME_LIMIT and b"\x00" not in raw
 
 
-#: The tag of this release's hashed names (scheme 2): ``<prefix>b2:<BLAKE2b-256 hex>``.
-HASH_SCHEME = "b2:"
-#: The prefix of every hashed run name: scheme 2 ``lg:#b2:<64 hex>``, and scheme 1
-#: ``lg:#<32 hex>`` (XXH3-128, written by releases before scheme 2; still read, continued,
-#: deleted and pruned, docs/langgraph.md "Hashed names").
-HASHED_RUN = "lg:#"
+# HASH_SCHEME (``b2:``, the tag of this release's hashed names), HASHED_RUN (``lg:#``,
+# the prefix of every hashed run) and thread_runs (every run a release records a thread
+# on) live with the index in the store room (cpstore/store/lg_index.py), where
+# ``verify()`` checks the run each index entry names.
 
 
 def _hashed(prefix: str, text: str) -> str:

@@ -22,7 +22,7 @@ from cpstore.langgraph._codec import (
     load_checkpoint,
     load_metadata,
     load_value,
-    run_for,
+    thread_runs,
 )
 from cpstore.langgraph._read import (
     Entry,
@@ -32,9 +32,9 @@ from cpstore.langgraph._read import (
     stored,
     stored_writes,
 )
-from cpstore.langgraph._write import Put, Writer
-from cpstore.store import Store
-from cpstore.store.backend import Txn
+from cpstore.langgraph._write import Put, Writer, own_run
+from cpstore.store import Store, retention
+from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches_in
 from cpstore.store.lg_index import (
     CHECKPOINT_PREFIX,
@@ -45,7 +45,7 @@ from cpstore.store.lg_index import (
     scan,
     write_key,
 )
-from cpstore.store.model import MAX_NAME_BYTES
+from cpstore.store.model import MAX_NAME_BYTES, ref_key
 from cpstore.store.reader import CheckpointView
 from cpstore.store.retention import sweep
 
@@ -67,29 +67,54 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
     meta = backend.db("meta")
     for thread_id in thread_ids:
 
-        def drop(txn: Txn[memoryview], thread_id: str = thread_id) -> set[str]:
+        def drop(
+            txn: Txn[memoryview], thread_id: str = thread_id
+        ) -> tuple[set[str], dict[str, dict[bytes, bytes]]]:
             runs: set[str] = set()
             # unsized: an older release stored longer names (PostgreSQL), deleted here too
             keys = [k for k, _ in scan(txn, meta, checkpoint_key(thread_id, sized=False))]
             for key in keys:
-                runs.add(Entry.decode(key, bytes(txn.get(key, db=meta) or b"")).run)
+                # a run no release put the thread on is refused, never swept (own_run)
+                runs.add(own_run(Entry.decode(key, bytes(txn.get(key, db=meta) or b""))))
             keys += [k for k, _ in scan(txn, meta, _thread_writes(thread_id))]
             for key in keys:
                 txn.delete(key, db=meta)
-            # the thread's own run too: delete_for_runs may have dropped every entry
-            # naming it and left its checkpoints on their branches (bytes and all)
-            own = run_for(thread_id)
-            if branches_in(backend, txn, own):
-                runs.add(own)
+            # The thread's own run names too, when no entry names them: after
+            # delete_for_runs took every entry, the checkpoints stay on the run (and a
+            # hashed thread's next root goes to its scheme-2 run, leaving its scheme-1
+            # one): swept here, or never (audit28).
+            # Not ``lg:#...`` spelled by an id starting with "#" (a release before the
+            # "#" rule used it): that name is another thread's hashed run.
+            unnamed = set(thread_runs(thread_id)) - runs
+            if thread_id.startswith("#"):
+                unnamed.discard("lg:" + thread_id)
             # a run another thread's entries name too (two long ids whose XXH3-128
             # collide, on a scheme-1 run an older release named) is kept: sweeping it
             # would take the other thread's checkpoints
-            return runs - _shared_runs(txn, meta, thread_id, runs)
+            shared = _shared_runs(txn, meta, thread_id, runs | unnamed)
+            # the heads seen here are what the sweep drops: a put of the thread that
+            # another process commits after this txn keeps its branch (audit28: the
+            # sweep took it, leaving its acknowledged entry naming a swept checkpoint)
+            return runs - shared, {r: _heads(backend, txn, r) for r in (runs | unnamed) - shared}
 
-        runs: set[str] = backend.write_txn(drop)
-        for run in sorted(runs):
+        runs, heads = backend.write_txn(drop)
+        for run in sorted(heads):
             writer.forget(run)
-            store.delete_run(run)
+            if run in runs or heads[run]:  # no whole-store sweep for a run without refs
+                store.backend.live()
+                retention.delete_run(backend, run, only_heads=heads[run])
+
+
+def _heads(backend: Backend, txn: Txn[memoryview], run: str) -> dict[bytes, bytes]:
+    """Ref key -> head of every branch of ``run``, in ``txn``."""
+    prefix = ref_key(run, "")
+    keys: list[bytes] = []
+    with txn.cursor(db=backend.db("refs")) as cur:
+        found = cur.set_range(prefix)
+        while found and bytes(cur.key()).startswith(prefix):
+            keys.append(bytes(cur.key()))
+            found = cur.next()
+    return {k: h for k in keys if (h := backend.head(txn, k)) is not None}
 
 
 def _shared_runs(txn: Txn[memoryview], meta: Any, thread_id: str, runs: set[str]) -> set[str]:
@@ -152,6 +177,7 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                 # names an older release stored past today's limit are refused here,
                 # before anything is dropped (docs/langgraph.md, "Name sizes")
                 _refuse_over_limit(e.thread_id, e.ns, e.checkpoint_id)
+                own_run(e)  # _reclaim resets every branch of the runs the entries name
                 by_ns.setdefault(e.ns, {})[e.checkpoint_id] = e
             runs = {e.run for group in by_ns.values() for e in group.values()}
             shared = _shared_runs(txn, meta, thread_id, runs)

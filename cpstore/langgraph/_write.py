@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cpstore.errors import ConflictError, NotFoundError, StoreError
+from cpstore.errors import ConflictError, IntegrityError, NotFoundError, StoreError
 from cpstore.langgraph._codec import (
     CHANNEL,
     HASHED_RUN,
@@ -33,6 +33,7 @@ from cpstore.langgraph._codec import (
     pack_typed,
     pack_value,
     run_for,
+    thread_runs,
 )
 from cpstore.langgraph._read import Entry, entry_key, load_parts
 from cpstore.store import Store
@@ -42,7 +43,7 @@ from cpstore.store.lg_index import checkpoint_key, pack, scan
 from cpstore.store.model import ref_key
 from cpstore.store.recorder import Recorder
 
-__all__ = ["Writer", "root_run"]
+__all__ = ["Writer", "own_run", "root_run"]
 
 _EMPTY = pack_typed(("empty", b""))
 
@@ -396,13 +397,28 @@ def root_run(txn: Txn[memoryview], meta: Any, thread_id: str) -> str:
     release's ``run_for`` (``lg:#b2:<BLAKE2b-256>``): a thread an older release put on
     ``lg:#<XXH3-128>`` keeps that run for every new namespace and root. It is looked
     up in the index, by the whole thread id, never by whether the old run name exists:
-    that run may be another thread's whose XXH3-128 meets this one's."""
+    that run may be another thread's whose XXH3-128 meets this one's. An entry naming a
+    run no release recorded the thread on (``lg_index.thread_runs``) is IntegrityError."""
     run = run_for(thread_id)
     if not run.startswith(HASHED_RUN):
         return run
     for key, value in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
-        return Entry.decode(key, value).run
+        return own_run(Entry.decode(key, value))
     return run
+
+
+def own_run(e: Entry) -> str:
+    """``e.run`` when it is a run a release records thread ``e.thread_id`` on
+    (``lg_index.thread_runs``); else IntegrityError naming the entry: no saver wrote it,
+    and following it would record on (and a delete or prune sweep) another thread's run."""
+    if e.run not in thread_runs(e.thread_id):
+        raise IntegrityError(
+            "LangGraph index entry names a run that is not its thread's",
+            where=f"thread {e.thread_id[:64]!r} ns {e.ns[:64]!r} id {e.checkpoint_id[:64]!r}",
+            expected=f"one of {sorted(thread_runs(e.thread_id))}",
+            got=e.run,
+        )
+    return e.run
 
 
 def _same(old: bytes | None, new: bytes) -> bytes:

@@ -14,6 +14,7 @@ naming the key, never another checkpoint's state.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -24,10 +25,12 @@ from cpstore.native.binding import digest
 from cpstore.store.backend import Txn
 from cpstore.store.content import records_of
 from cpstore.store.manifest import decode_trusted
-from cpstore.store.model import MAX_KEY_BYTES, Problem
+from cpstore.store.model import MAX_KEY_BYTES, MAX_NAME_BYTES, Problem
 
 __all__ = [
     "CHECKPOINT_PREFIX",
+    "HASHED_RUN",
+    "HASH_SCHEME",
     "MAX_CHECKPOINT_NAMES",
     "MAX_WRITE_NAMES",
     "WRITE_PREFIX",
@@ -43,6 +46,7 @@ __all__ = [
     "scan",
     "split_checkpoint_key",
     "thread_ns",
+    "thread_runs",
     "unpack",
     "write_key",
     "write_prefix",
@@ -69,6 +73,45 @@ MAX_CHECKPOINT_NAMES = MAX_KEY_BYTES - _WRITES_FIXED
 #: Most UTF-8 bytes those three and a pending write's ``task_id`` may hold together
 #: (490): its key is 21 bytes more.
 MAX_WRITE_NAMES = MAX_KEY_BYTES - _WRITE_FIXED
+
+
+#: The tag of the saver's hashed names (scheme 2): ``<prefix>b2:<BLAKE2b-256 hex>``.
+HASH_SCHEME = "b2:"
+#: The prefix of every hashed run name: scheme 2 ``lg:#b2:<64 hex>``, and scheme 1
+#: ``lg:#<32 hex>`` (XXH3-128, written by releases before scheme 2; still read, continued,
+#: deleted and pruned, docs/langgraph.md "Hashed names").
+HASHED_RUN = "lg:#"
+
+
+def _is_name(name: str) -> bool:
+    """Whether ``name`` can be a run name as the saver names runs (``_codec.run_for``)."""
+    try:
+        raw = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return 0 < len(raw) <= MAX_NAME_BYTES and b"\x00" not in raw
+
+
+def thread_runs(thread_id: str) -> frozenset[str]:
+    """Every run a saver release recorded LangGraph thread ``thread_id`` on: ``lg:<thread>``
+    for a plain id; for a hashed one (too long, holding NUL, or starting with ``#``) its
+    scheme-2 run, its scheme-1 run (``lg:#<XXH3-128 hex>``) and, when ``lg:<thread>`` fits
+    a name, that (a release before the ``#`` rule). An index entry of the thread naming
+    any other run was not written by a saver: ``verify()`` reports it, and the saver's
+    root puts, ``delete_thread`` and ``prune`` refuse to follow it (audit28: a root put
+    followed it onto another thread's run, and ``delete_thread`` then swept that run)."""
+    name = "lg:" + thread_id
+    fits = _is_name(name)
+    if fits and not thread_id.startswith("#"):
+        return frozenset((name,))
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    runs = {
+        HASHED_RUN + HASH_SCHEME + hashlib.blake2b(raw, digest_size=32).hexdigest(),
+        HASHED_RUN + digest(raw).hex(),
+    }
+    if fits:
+        runs.add(name)
+    return frozenset(runs)
 
 
 def _fits(key: bytes, fixed: int, limit: int, names: str) -> bytes:
@@ -350,11 +393,21 @@ def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Pro
                 body = unpack(key, value)
                 if prefix != CHECKPOINT_PREFIX:
                     continue
-                split_checkpoint_key(key)
+                thread = split_checkpoint_key(key)[0]
                 cid = body["cp"] if isinstance(body, dict) else None
                 if not isinstance(cid, bytes) or len(cid) != 16:
                     problems.append(Problem("LangGraph index entry has the wrong shape", where))
                     continue
+                run = body.get("run")
+                if isinstance(run, str) and run not in thread_runs(thread):
+                    problems.append(
+                        Problem(
+                            "LangGraph index entry names a run that is not its thread's",
+                            where,
+                            expected=f"one of {sorted(thread_runs(thread))}",
+                            got=run,
+                        )
+                    )
             except CpstoreError as exc:
                 problems.append(Problem(exc.what, where, got=exc.got))
                 continue

@@ -20,7 +20,7 @@ next dry run does not read the log again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
@@ -72,6 +72,7 @@ def _sweep(
     *,
     dry_run: bool = False,
     operation: str = "gc",
+    only_heads: Mapping[bytes, bytes] | None = None,
 ) -> GcReport:
     dbs = store.dbs
     objects, records = objects_of(dbs), records_of(dbs)
@@ -81,9 +82,11 @@ def _sweep(
         if drop_run is not None:
             prefix = drop_run.encode("utf-8", "surrogatepass") + b"\0"
             with txn.cursor(db=dbs["refs"]) as cur:
-                doomed = [bytes(k) for k, _ in cur if bytes(k).startswith(prefix)]
-            for key in doomed:
-                delete_ref(txn, dbs, key)
+                doomed = [(bytes(k), bytes(v)) for k, v in cur if bytes(k).startswith(prefix)]
+            for ref, stored in doomed:
+                if only_heads is not None and unpack_ref(ref, stored)[0] != only_heads.get(ref):
+                    continue  # moved or made since the caller looked: kept
+                delete_ref(txn, dbs, ref)
         live_cps: dict[bytes, Manifest] = {}
         with txn.cursor(db=dbs["refs"]) as cur:
             # A ref that fails its check stops the sweep (IntegrityError): sweeping
@@ -225,11 +228,23 @@ def sweep(
     run_id: str | None = None,
     delete_run: str | None = None,
     dry_run: bool = False,
+    only_heads: Mapping[bytes, bytes] | None = None,
 ) -> GcReport:
     """Delete the run ``delete_run``, or keep each branch's newest ``keep_last`` (of
-    ``run_id`` or all runs); sweep everything unreachable; report it (module docstring)."""
+    ``run_id`` or all runs); sweep everything unreachable; report it (module docstring).
+
+    ``only_heads`` (with ``delete_run``): ref key -> head; only a ref whose head is still
+    the one given is dropped, in the sweep's own txn (a branch moved or made since the
+    caller looked, by a put it raced, is kept with what it reaches)."""
     if delete_run is not None:
-        return _sweep(store, lambda _run: None, delete_run, dry_run=dry_run, operation="delete-run")
+        return _sweep(
+            store,
+            lambda _run: None,
+            delete_run,
+            dry_run=dry_run,
+            operation="delete-run",
+            only_heads=only_heads,
+        )
     limit = keep_last
 
     def keep(run: str) -> int | None:
@@ -238,9 +253,10 @@ def sweep(
     return _sweep(store, keep, None, dry_run=dry_run, operation="prune")
 
 
-def delete_run(store: Backend, run_id: str) -> int:
-    """Drop every ref of ``run_id``, then sweep everything unreachable."""
-    return len(sweep(store, delete_run=run_id).checkpoints)
+def delete_run(store: Backend, run_id: str, only_heads: Mapping[bytes, bytes] | None = None) -> int:
+    """Drop every ref of ``run_id`` (of those, only the ones still at ``only_heads``), then
+    sweep everything unreachable."""
+    return len(sweep(store, delete_run=run_id, only_heads=only_heads).checkpoints)
 
 
 def prune(store: Backend, *, keep_last: int, run_id: str | None) -> int:
