@@ -37,34 +37,29 @@ def test_a_read_block_ends_its_txn_and_its_bookkeeping(lmdb_store: Store) -> Non
 
 def test_an_lmdb_error_in_the_block_is_translated_and_the_txn_ended(lmdb_store: Store) -> None:
     env = lmdb_store.backend.env
-    with pytest.raises(StoreFullError) as caught:
-        with lmdb_store.backend.read_txn():
-            raise lmdb.MapFullError("mdb_put: MDB_MAP_FULL: Environment mapsize limit reached")
+    with pytest.raises(StoreFullError) as caught, lmdb_store.backend.read_txn():
+        raise lmdb.MapFullError("mdb_put: MDB_MAP_FULL: Environment mapsize limit reached")
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
     assert not env.holds_read()
-    with pytest.raises(CpstoreError):
-        with lmdb_store.backend.read_txn():
-            raise lmdb.CorruptedError("mdb_get: MDB_CORRUPTED")
+    with pytest.raises(CpstoreError), lmdb_store.backend.read_txn():
+        raise lmdb.CorruptedError("mdb_get: MDB_CORRUPTED")
     assert not env.holds_read()
 
 
 def test_another_exception_passes_unchanged_and_the_txn_is_ended(lmdb_store: Store) -> None:
     env = lmdb_store.backend.env
     err = KeyError("mine")
-    with pytest.raises(KeyError) as caught:
-        with lmdb_store.backend.read_txn():
-            raise err
+    with pytest.raises(KeyError) as caught, lmdb_store.backend.read_txn():
+        raise err
     assert caught.value is err
     assert not env.holds_read()
-    with pytest.raises(KeyboardInterrupt):
-        with lmdb_store.backend.read_txn():
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), lmdb_store.backend.read_txn():
+        raise KeyboardInterrupt
     assert not env.holds_read()
 
 
 def test_one_read_block_object_is_entered_once(lmdb_store: Store) -> None:
     block = lmdb_store.backend.read_txn()
-    with block:
-        with pytest.raises(StoreError, match="entered once"):
-            block.__enter__()
+    with block, pytest.raises(StoreError, match="entered once"):
+        block.__enter__()
     assert not lmdb_store.backend.env.holds_read()
