@@ -4,6 +4,7 @@ thread's read bookkeeping (``holds_read``) follows the block, nested blocks incl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import lmdb
@@ -15,9 +16,9 @@ from cpstore.store.facade import open as open_store
 
 
 @pytest.fixture
-def lmdb_store(tmp_path: Path) -> Store:
+def lmdb_store(tmp_path: Path) -> Iterator[Store]:
     store = open_store(tmp_path / "s")
-    yield store  # type: ignore[misc]
+    yield store
     store.close()
 
 
