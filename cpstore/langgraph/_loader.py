@@ -154,6 +154,7 @@ class Loader:
         values: dict[str, Any] = {}
         share = self._share
         kept: dict[str, tuple[bytes, Any, str]] = {}
+        channels = _CHANNELS
         for name, part in parts.items():
             if prev:
                 hit = prev.get(name)
@@ -161,9 +162,11 @@ class Loader:
                     values[hit[2]] = hit[1]
                     kept[name] = hit
                     continue
-            if not name.startswith(CHANNEL):
+            channel = channels.get(name, _MISS)  # _channel_of(name), its lookup inline
+            if channel is _MISS:
+                channel = _channel_of(name)
+            if channel is None:
                 continue
-            channel = name[_CHANNEL_AT:]
             if type(part) is bytes:
                 if hook is not None and part.startswith(_MSGPACK):  # load(), inline
                     try:
@@ -236,6 +239,29 @@ class Loader:
                 self._txn, self._meta, entry.thread_id, entry.ns, entry.checkpoint_id
             )
         ]
+
+
+#: part name -> its channel (``channel/<c>`` -> ``c``), or None for any other part: one
+#: lookup instead of a prefix test and a slice per part of every tuple, and the channel
+#: str handed out again keeps its hash for the values dict. Names only (strings derived
+#: from names, as ``_read.ns_prefix`` keeps): no stored value is cached. Bounded: cleared
+#: when full, and names longer than ``_CHANNEL_NAME_MAX`` are never kept.
+_CHANNELS: dict[str, str | None] = {}
+_MISS: Any = object()
+_CHANNELS_MAX = 4096
+_CHANNEL_NAME_MAX = 256
+
+
+def _channel_of(name: str) -> str | None:
+    """``name[len(CHANNEL):]`` when ``name`` starts with :data:`CHANNEL`, else None."""
+    if name in _CHANNELS:
+        return _CHANNELS[name]
+    channel = name[_CHANNEL_AT:] if name.startswith(CHANNEL) else None
+    if len(name) <= _CHANNEL_NAME_MAX:
+        if len(_CHANNELS) >= _CHANNELS_MAX:
+            _CHANNELS.clear()
+        _CHANNELS[name] = channel
+    return channel
 
 
 def _starts(cursor: Any, prefix: bytes) -> bool:

@@ -25,7 +25,7 @@ from cpstore.errors import NotFoundError
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.decode import ALIKE_SCALARS
 from cpstore.store.fast_read import contents, read_parts
-from cpstore.store.model import created_at_of
+from cpstore.store.model import check_created
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["StateReads"]
@@ -72,7 +72,7 @@ class StateReads:
         except NotFoundError:
             return None
         if header:
-            created_at_of(head, cid)  # its check, as every verified use of the manifest
+            check_created(head, cid)  # created_at_of's check, as every verified use of the manifest
         st = raw["state"]
         meta = raw.get("metadata")
         parts: dict[str, bytes] | None = st.get("parts")

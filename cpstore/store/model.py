@@ -40,6 +40,7 @@ __all__ = [
     "Problem",
     "VerifyReport",
     "as_payload",
+    "check_created",
     "check_name",
     "commit_stored",
     "created_at_of",
@@ -184,6 +185,25 @@ def split_checkpoint_value(value: bytes | memoryview, cid: bytes) -> tuple[bytes
 def created_at_of(header: bytes, cid: bytes | None) -> float:
     """created_at of a ``checkpoints`` header, its check verified when ``cid`` is given."""
     return unpack_checkpoint_value(header, cid)[0]
+
+
+def check_created(header: bytes, cid: bytes) -> None:
+    """:func:`created_at_of`'s check of a ``checkpoints`` header, its value not built.
+
+    The common case (a 16-byte header of bytes whose check matches) is one digest
+    and one compare; anything else goes through :func:`unpack_checkpoint_value`,
+    which raises the same IntegrityError naming the checkpoint as ``created_at_of``.
+    A reader that verifies the header without using created_at (the LangGraph
+    saver's reads) pays ~1/4 of ``created_at_of``'s cost.
+    """
+    if (
+        type(header) is bytes
+        and type(cid) is bytes
+        and len(header) == _HEADER_SIZE
+        and digest_small(cid + header[: _CREATED.size])[:_CHECK_SIZE] == header[_CREATED.size :]
+    ):
+        return
+    unpack_checkpoint_value(header, cid)
 
 
 def unpack_checkpoint_value(
