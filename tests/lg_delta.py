@@ -9,7 +9,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, StateGraph
 
 
-def _concat(state: list[str] | None, writes: Any) -> list[str]:
+def concat(state: list[str] | None, writes: Any) -> list[str]:
     out = list(state or [])
     for w in writes:
         out.extend(w)
@@ -17,11 +17,11 @@ def _concat(state: list[str] | None, writes: Any) -> list[str]:
 
 
 class Delta(TypedDict):
-    log: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=4)]
+    log: Annotated[list[str], DeltaChannel(concat, snapshot_frequency=4)]
 
 
 class Rare(TypedDict):
-    log: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=1000)]
+    log: Annotated[list[str], DeltaChannel(concat, snapshot_frequency=1000)]
 
 
 def graph(cp: Any, *, rare: bool = False) -> Any:

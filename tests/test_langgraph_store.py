@@ -18,6 +18,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import END, START, StateGraph
+from lg_delta import concat
 from stored import raw_get, raw_items, raw_put
 
 from cpstore.errors import IntegrityError, InvalidInputError
@@ -147,15 +148,8 @@ class TestVerifiedReads:
         assert report.ok and report.counts["langgraph"] == 1
 
 
-def _concat(state: list[str] | None, writes: Any) -> list[str]:
-    out = list(state or [])
-    for w in writes:
-        out.extend(w)
-    return out
-
-
 class Delta(TypedDict):
-    log: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=3)]
+    log: Annotated[list[str], DeltaChannel(concat, snapshot_frequency=3)]
 
 
 def _delta_graph(cp: Any) -> Any:
