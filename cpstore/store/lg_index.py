@@ -375,13 +375,22 @@ def _oversized(prefix: bytes, key: bytes) -> Problem | None:
     )
 
 
-def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Problem]) -> int:
+def check_index(
+    txn: Txn[memoryview],
+    dbs: Mapping[str, Any],
+    problems: list[Problem],
+    parents: Mapping[bytes, str | None] | None = None,
+) -> int:
     """Verify every LangGraph index record; returns how many there are (``verify()``).
 
-    Each record's check, each entry's shape, and that the checkpoint an entry
-    names is stored or was pruned by retention (a tombstone).
+    Each record's check, each entry's shape, that the checkpoint an entry
+    names is stored or was pruned by retention (a tombstone), and, given
+    ``parents`` (checkpoint -> its cpstore parent, hex), each entry's lineage
+    (:func:`_check_lineage`).
     """
     count = 0
+    # (thread, ns, checkpoint id, cpstore checkpoint, LangGraph parent, where) per entry
+    entries: list[tuple[str, str, str, bytes, Any, str]] = []
     for prefix in (CHECKPOINT_PREFIX, WRITE_PREFIX):
         for key, value in scan(txn, dbs["meta"], prefix):
             count += 1
@@ -393,11 +402,12 @@ def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Pro
                 body = unpack(key, value)
                 if prefix != CHECKPOINT_PREFIX:
                     continue
-                thread = split_checkpoint_key(key)[0]
+                thread, ns, checkpoint_id = split_checkpoint_key(key)
                 cid = body["cp"] if isinstance(body, dict) else None
                 if not isinstance(cid, bytes) or len(cid) != 16:
                     problems.append(Problem("LangGraph index entry has the wrong shape", where))
                     continue
+                entries.append((thread, ns, checkpoint_id, cid, body.get("parent"), where))
                 run = body.get("run")
                 if isinstance(run, str) and run not in thread_runs(thread):
                     problems.append(
@@ -420,4 +430,42 @@ def check_index(txn: Txn[memoryview], dbs: Mapping[str, Any], problems: list[Pro
                         expected=cid.hex(),
                     )
                 )
+    if parents is not None:
+        _check_lineage(entries, parents, problems)
     return count
+
+
+def _check_lineage(
+    entries: list[tuple[str, str, str, bytes, Any, str]],
+    parents: Mapping[bytes, str | None],
+    problems: list[Problem],
+) -> None:
+    """An entry whose cpstore checkpoint extends a checkpoint that another index entry
+    names is that entry's LangGraph child: the parent's entry is the entry's own
+    LangGraph parent (same thread and namespace). The saver records a put from its
+    parent's checkpoint, or as a root; a put recorded as the child of a checkpoint it
+    never saw (the continue race fixed in flaky5) passed every other check.
+
+    Only what is provable is judged: a cpstore parent that no entry names (its entry
+    moved to a kept copy by ``keep_latest``, was deleted by ``delete_for_runs``, or the
+    checkpoint is not the saver's) and a root are left alone, so a reclaim that moves
+    entries one txn at a time never shows a false problem between its txns.
+    """
+    owners: dict[bytes, set[tuple[str, str, str]]] = {}
+    for thread, ns, checkpoint_id, cid, _, _ in entries:
+        owners.setdefault(cid, set()).add((thread, ns, checkpoint_id))
+    for thread, ns, _, cid, lg_parent, where in entries:
+        parent = parents.get(cid)
+        if parent is None:
+            continue  # a root, or the checkpoint is not stored (reported above)
+        named = owners.get(bytes.fromhex(parent))
+        if named is None or (thread, ns, lg_parent) in named:
+            continue
+        problems.append(
+            Problem(
+                "LangGraph checkpoint extends a checkpoint that is not its LangGraph parent's",
+                where,
+                expected=f"the checkpoint of {lg_parent!r}" if lg_parent else "a root",
+                got=f"{parent} (the checkpoint of {sorted(c for _, _, c in named)})",
+            )
+        )

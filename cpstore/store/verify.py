@@ -186,12 +186,15 @@ def _check_checkpoint(
     cid: bytes,
     value: memoryview,
     problems: list[Problem],
+    *,
+    parents: dict[bytes, str | None],
 ) -> None:
     where = f"checkpoints/{cid.hex()}"
     objects = objects_of(dbs)
     m = _check_entry(cid, value, where, problems)
     if m is None:
         return
+    parents[bytes(cid)] = m.parent  # the LangGraph index's lineage check reads it
     _check_parent(txn, dbs, m, where, problems)
     _check_head(txn, dbs, cid, m, where=where, problems=problems)
     for field, key in manifest_references(m.raw):
@@ -415,6 +418,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
     dbs = store.dbs
     problems: list[Problem] = []
     counts = dict.fromkeys(("objects", "checkpoints", "refs", "ledgers", "tombstones", "audit"), 0)
+    parents: dict[bytes, str | None] = {}  # checkpoint -> its parent, every decoded manifest
     with store.read_txn() as txn:
         dbs = store.dbs  # a read-only handle may have adopted the heap tables at this begin
         objects, records = objects_of(dbs), records_of(dbs)
@@ -450,7 +454,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 tick()
                 counts["checkpoints"] += 1
                 if value is not None:
-                    _check_checkpoint(txn, dbs, key, value, problems)
+                    _check_checkpoint(txn, dbs, key, value, problems, parents=parents)
             problems.extend(heap_problems(txn, dbs))
             if store.layout_in(txn) == 1:  # read-only open of a layout-1 store: no checks stored
                 with txn.cursor(db=dbs["refs"]) as cur:
@@ -488,7 +492,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                             expected=key.hex(),
                         )
                     )
-            indexed = check_index(txn, dbs, problems)
+            indexed = check_index(txn, dbs, problems, parents)
             if indexed:
                 counts["langgraph"] = indexed
             with txn.cursor(db=dbs["ledgers"]) as cur:
