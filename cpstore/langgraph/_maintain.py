@@ -35,7 +35,7 @@ from cpstore.langgraph._read import (
 from cpstore.langgraph._write import Put, Writer, own_run
 from cpstore.store import Store, retention
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.branches import branches_in
+from cpstore.store.branches import branches_in, reset_ref
 from cpstore.store.lg_index import (
     CHECKPOINT_PREFIX,
     WRITE_PREFIX,
@@ -266,11 +266,18 @@ def _reclaim(
     for run, heads in before.items():
         for branch, head in sorted(heads.items()):
             try:
-                store.reset_ref(
-                    run, branch, None, expected_old=head, operator=_OPERATOR, reason=reason
+                reset_ref(
+                    store.backend,
+                    run,
+                    branch,
+                    None,
+                    expected_old=head,
+                    operator=_OPERATOR,
+                    reason=reason,
+                    guard=_unnamed(store.backend, thread_id, run, branch),
                 )
             except ConflictError:
-                continue  # moved by another writer since: keep it
+                continue  # moved by another writer since, or an entry names it: keep it
             store.release_retained(head, operator=_OPERATOR, reason=reason)
     # Every lineage a branch still reaches is kept whole: the fresh branches hold just the
     # kept chains, so only what the resets let go is swept. A keep_last bound (the longest
@@ -278,6 +285,32 @@ def _reclaim(
     # acknowledged, the older was swept (tests/test_lg_prune_late_chain.py).
     store.backend.live()
     sweep(store.backend)
+
+
+def _unnamed(backend: Backend, thread_id: str, run: str, branch: str) -> Any:
+    """A reset guard: ConflictError when an index entry of the thread names the branch.
+
+    The compare-and-set on the head the prune txn saw is not enough: a kept checkpoint
+    that is a root, recorded again on the same run and branch name, is the same cpstore
+    checkpoint (same run, branch, parent, parts and step), so its id can be that head
+    again. A second keep_latest whose prune txn read ``main`` at that head, before this
+    one reset it, re-records onto the freed ``main`` and its reset then deleted the
+    branch its entry had just moved to: the sweep took an acknowledged checkpoint
+    (tests/test_lg_prune_twice_race.py). A branch an entry names is never reset."""
+    meta = backend.db("meta")
+
+    def guard(txn: Txn[memoryview]) -> None:
+        for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
+            e = Entry.decode(k, v)
+            if e.run == run and e.branch == branch:
+                raise ConflictError(
+                    "a LangGraph index entry names the branch: kept",
+                    where=f"run {run!r} branch {branch!r}",
+                    expected="no entry of the thread on the branch",
+                    got=f"checkpoint {e.checkpoint_id[:64]!r}",
+                )
+
+    return guard
 
 
 def _prune_reason(thread_id: str) -> str:
