@@ -10,6 +10,7 @@ and writes are written (no value bytes).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -45,7 +46,7 @@ from cpstore.store.lg_index import (
     scan,
     write_key,
 )
-from cpstore.store.model import MAX_NAME_BYTES, ref_key
+from cpstore.store.model import MAX_NAME_BYTES, ref_key, split_ref_key
 from cpstore.store.reader import CheckpointView
 from cpstore.store.retention import sweep
 
@@ -102,7 +103,32 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             writer.forget(run)
             if run in runs or heads[run]:  # no whole-store sweep for a run without refs
                 store.backend.live()
-                retention.delete_run(backend, run, only_heads=heads[run])
+                retention.delete_run(
+                    backend, run, only_heads=heads[run], keep_ref=_named_ref(backend, thread_id)
+                )
+
+
+def _named_ref(backend: Backend, thread_id: str) -> Callable[[Txn[memoryview], bytes], bool]:
+    """delete_thread's sweep keeps a ref an index entry of the thread names, read in the
+    sweep's txn. Its head being the one the drop txn saw is not enough: a checkpoint
+    recorded again from the same parts on the same run and branch name (copy_thread,
+    a keep_latest re-record) is the same cpstore checkpoint. Once ``main`` was freed
+    between the drop txn and the sweep (another delete_thread's sweep, a keep_latest
+    reset), a copy_thread acknowledged meanwhile landed on it at that very head and the
+    sweep took it (tests/test_lg_delete_sweep_same_head.py)."""
+    meta = backend.db("meta")
+
+    def keep(txn: Txn[memoryview], ref: bytes) -> bool:
+        # read in each call (the thread's entries left after the drop: few), never
+        # cached past the txn (a retried txn reads again)
+        run_branch = split_ref_key(ref)
+        for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
+            e = Entry.decode(k, v)
+            if (e.run, e.branch) == run_branch:
+                return True
+        return False
+
+    return keep
 
 
 def _heads(backend: Backend, txn: Txn[memoryview], run: str) -> dict[bytes, bytes]:
