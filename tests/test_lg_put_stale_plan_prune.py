@@ -22,7 +22,7 @@ from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixture
 from cpstore.langgraph import CpstoreSaver, _maintain
 from cpstore.langgraph._read import entry_at
 from cpstore.langgraph._write import Writer
-from cpstore.store import Store
+from cpstore.store import Store, retention
 
 THREAD = "t"
 
@@ -32,7 +32,7 @@ def test_a_put_planned_on_the_moved_parent(store: Store, when: str) -> None:
     a, b = CpstoreSaver(store), CpstoreSaver(store)
     c0 = put_value(a, THREAD, None, "v0")
     c1 = put_value(a, THREAD, c0, "v1")
-    real_plan, real_sweep = Writer._plan, _maintain.sweep
+    real_plan, real_sweep = Writer._plan, retention.sweep
     stale = real_plan(b._writer, THREAD, "", c1, "next", 0)
     assert not stale.new_branch and stale.branch == "main"  # continue c1 on main
     made: list[str] = []
