@@ -13,11 +13,12 @@ and the sweep took the checkpoint: an acknowledged checkpoint, no longer readabl
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any
 from unittest import mock
 
 from lg_puts import cfg, put_value
-from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import backend_store, backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 from cpstore.langgraph import CpstoreSaver, _maintain
 from cpstore.langgraph._write import Writer
@@ -62,3 +63,51 @@ def test_a_second_prune_between_the_first_ones_re_record_and_reset(store: Store)
     listed = [t.config["configurable"]["checkpoint_id"] for t in a.list(cfg(THREAD))]
     assert listed == [c0]
     assert store.verify().ok
+
+
+def _second_prune(url: str, pruned: Any, go: Any) -> None:
+    """The other process: keep_latest of the thread, its reclaim held until ``go``."""
+    real = _maintain._reclaim
+
+    def held(*args: Any) -> None:
+        pruned.set()
+        assert go.wait(60)
+        real(*args)
+
+    with (
+        CpstoreSaver.from_conn_string(url) as saver,
+        mock.patch.object(_maintain, "_reclaim", held),
+    ):
+        saver.prune([THREAD], strategy="keep_latest")
+
+
+def test_a_second_prune_in_another_process(url: str) -> None:
+    """The same window with B a real process: B's prune txn runs between A's re-record
+    and A's resets, B's reclaim after A is done."""
+    ctx = multiprocessing.get_context("spawn")
+    pruned, go = ctx.Event(), ctx.Event()
+    with CpstoreSaver.from_conn_string(url) as a:
+        c0 = put_value(a, THREAD, None, "v0")
+        real_forget = Writer.forget
+        calls: list[Any] = []
+
+        def forget(self: Writer, run: str | None = None) -> None:
+            if self is a._writer and run is None:
+                calls.append(None)
+                if len(calls) == 2:  # A re-recorded, its resets next: B's prune txn
+                    calls.append(ctx.Process(target=_second_prune, args=(url, pruned, go)))
+                    calls[-1].start()
+                    assert pruned.wait(120)
+            real_forget(self, run)
+
+        with mock.patch.object(Writer, "forget", forget):
+            a.prune([THREAD], strategy="keep_latest")
+        go.set()
+        other = calls[2]
+        other.join(120)
+        assert other.exitcode == 0
+
+        assert _values(a, c0) == {"x": "v0"}
+        listed = [t.config["configurable"]["checkpoint_id"] for t in a.list(cfg(THREAD))]
+        assert listed == [c0]
+        assert a.store.verify().ok
