@@ -7,7 +7,9 @@ the planned parent after the reset, before the sweep, forks a new ``main`` from 
 copy (still stored): the put lands there, the sweep keeps that lineage, and the put
 reads back with its values, its parent's entry on the kept copy (verify clean: a
 cpstore parent no entry names is not judged). Made after the sweep, the parent is gone:
-NotFoundError turns into a replan, and the put continues the kept copy.
+NotFoundError turns into a replan, and the put continues the kept copy. Made before the
+sweep and committed after it (``inside_put``), the commit finds its parent swept and
+the put plans again onto the kept copy: nothing references a swept checkpoint.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from cpstore.store import Store, retention
 THREAD = "t"
 
 
-@pytest.mark.parametrize("when", ["before_sweep", "after_sweep"])
+@pytest.mark.parametrize("when", ["before_sweep", "after_sweep", "inside_put"])
 def test_a_put_planned_on_the_moved_parent(store: Store, when: str) -> None:
     a, b = CpstoreSaver(store), CpstoreSaver(store)
     c0 = put_value(a, THREAD, None, "v0")
@@ -42,14 +44,22 @@ def test_a_put_planned_on_the_moved_parent(store: Store, when: str) -> None:
         plans.append(args)
         return stale if len(plans) == 1 else real_plan(self, *args)
 
+    real_branch = Writer._branch
+
+    def branch(self: Writer, planned: Any) -> Any:  # inside_put: the sweep runs here
+        made_branch = real_branch(self, planned)
+        if when == "inside_put" and len(plans) == 1:
+            real_sweep(self.store.backend)
+        return made_branch
+
     def put() -> None:
-        with mock.patch.object(Writer, "_plan", plan):
+        with mock.patch.object(Writer, "_plan", plan), mock.patch.object(Writer, "_branch", branch):
             cp = b.get_tuple(cfg(THREAD, c1))
             assert cp is not None
             made.append(put_value(b, THREAD, c1, "v2"))
 
     def sweep(*args: Any, **kw: Any) -> Any:
-        if when == "before_sweep":
+        if when in ("before_sweep", "inside_put"):
             put()
         out = real_sweep(*args, **kw)
         if when == "after_sweep":
@@ -60,7 +70,8 @@ def test_a_put_planned_on_the_moved_parent(store: Store, when: str) -> None:
         a.prune([THREAD], strategy="keep_latest")
     assert len(made) == 1
     # before the sweep the stale plan commits (a new main forked from the old copy);
-    # after it, the swept parent refuses it and the put plans again
+    # after it (or between the recorder and its commit), the swept parent refuses it
+    # and the put plans again
     assert len(plans) == (1 if when == "before_sweep" else 2)
 
     tup = a.get_tuple(cfg(THREAD, made[0]))
