@@ -17,12 +17,14 @@ import multiprocessing
 from typing import Any
 from unittest import mock
 
+from lg_delta import graph as delta_graph
 from lg_puts import cfg, put_value
 from pg_cluster import backend_store, backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 from cpstore.langgraph import CpstoreSaver, _maintain
+from cpstore.langgraph._codec import run_for
 from cpstore.langgraph._write import Writer
-from cpstore.store import Store
+from cpstore.store import Store, retention
 
 THREAD = "t"
 
@@ -111,3 +113,22 @@ def test_a_second_prune_in_another_process(url: str) -> None:
         listed = [t.config["configurable"]["checkpoint_id"] for t in a.list(cfg(THREAD))]
         assert listed == [c0]
         assert a.store.verify().ok
+
+
+def test_an_entry_retention_pruned_does_not_hold_its_branch(store: Store) -> None:
+    """The reset guard counts only entries whose checkpoint is stored: a DeltaChannel
+    thread kept to the root whose oldest checkpoints ``keep_last`` swept (their entries
+    read as gone) still has its old ``main`` reset and reclaimed by keep_latest."""
+    saver = CpstoreSaver(store)
+    config: dict[str, Any] = {"configurable": {"thread_id": THREAD}}
+    graph = delta_graph(saver, rare=True)
+    for i in range(2):
+        graph.invoke({"log": [f"in{i}"]}, config)
+    run = run_for(THREAD)
+    assert set(store.branches(run)) == {"main"}
+    retention.prune(store.backend, keep_last=2, run_id=run)
+    listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
+    saver.prune([THREAD], strategy="keep_latest")
+    assert "main" not in store.branches(run)
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)] == listed
+    assert store.verify().ok

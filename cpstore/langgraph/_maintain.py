@@ -37,6 +37,7 @@ from cpstore.langgraph._write import Put, Writer, own_run
 from cpstore.store import Store, retention
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches_in, reset_ref
+from cpstore.store.content import records_of
 from cpstore.store.lg_index import (
     CHECKPOINT_PREFIX,
     WRITE_PREFIX,
@@ -124,11 +125,19 @@ def _named_ref(backend: Backend, thread_id: str) -> Callable[[Txn[memoryview], b
         run_branch = split_ref_key(ref)
         for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
             e = Entry.decode(k, v)
-            if (e.run, e.branch) == run_branch:
+            if (e.run, e.branch) == run_branch and _live(backend, txn, e):
                 return True
         return False
 
     return keep
+
+
+def _live(backend: Backend, txn: Txn[memoryview], e: Entry) -> bool:
+    """Whether the entry's checkpoint is stored, or missing without a tombstone (damage:
+    kept as if stored). An entry retention pruned holds no branch (it reads as gone)."""
+    if records_of(backend.dbs).exists(txn, e.cid):
+        return True
+    return txn.get(e.cid, db=backend.db("tombstones")) is None
 
 
 def _heads(backend: Backend, txn: Txn[memoryview], run: str) -> dict[bytes, bytes]:
@@ -328,7 +337,7 @@ def _unnamed(backend: Backend, thread_id: str, run: str, branch: str) -> Any:
     def guard(txn: Txn[memoryview]) -> None:
         for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
             e = Entry.decode(k, v)
-            if e.run == run and e.branch == branch:
+            if e.run == run and e.branch == branch and _live(backend, txn, e):
                 raise ConflictError(
                     "a LangGraph index entry names the branch: kept",
                     where=f"run {run!r} branch {branch!r}",
