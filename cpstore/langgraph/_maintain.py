@@ -331,7 +331,8 @@ def _unnamed(backend: Backend, thread_id: str, run: str, branch: str) -> Any:
     again. A second keep_latest whose prune txn read ``main`` at that head, before this
     one reset it, re-records onto the freed ``main`` and its reset then deleted the
     branch its entry had just moved to: the sweep took an acknowledged checkpoint
-    (tests/test_lg_prune_twice_race.py). A branch an entry names is never reset."""
+    (tests/test_lg_prune_twice_race.py). A branch an entry names is never reset, unless
+    retention pruned the entry's checkpoint (it reads as gone: ``_live``)."""
     meta = backend.db("meta")
 
     def guard(txn: Txn[memoryview]) -> None:
