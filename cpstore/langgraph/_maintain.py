@@ -10,6 +10,7 @@ and writes are written (no value bytes).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -35,7 +36,8 @@ from cpstore.langgraph._read import (
 from cpstore.langgraph._write import Put, Writer, own_run
 from cpstore.store import Store, retention
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.branches import branches_in
+from cpstore.store.branches import branches_in, reset_ref
+from cpstore.store.content import records_of
 from cpstore.store.lg_index import (
     CHECKPOINT_PREFIX,
     WRITE_PREFIX,
@@ -45,7 +47,7 @@ from cpstore.store.lg_index import (
     scan,
     write_key,
 )
-from cpstore.store.model import MAX_NAME_BYTES, ref_key
+from cpstore.store.model import MAX_NAME_BYTES, ref_key, split_ref_key
 from cpstore.store.reader import CheckpointView
 from cpstore.store.retention import sweep
 
@@ -102,7 +104,40 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             writer.forget(run)
             if run in runs or heads[run]:  # no whole-store sweep for a run without refs
                 store.backend.live()
-                retention.delete_run(backend, run, only_heads=heads[run])
+                retention.delete_run(
+                    backend, run, only_heads=heads[run], keep_ref=_named_ref(backend, thread_id)
+                )
+
+
+def _named_ref(backend: Backend, thread_id: str) -> Callable[[Txn[memoryview], bytes], bool]:
+    """delete_thread's sweep keeps a ref an index entry of the thread names, read in the
+    sweep's txn. Its head being the one the drop txn saw is not enough: a checkpoint
+    recorded again from the same parts on the same run and branch name (copy_thread,
+    a keep_latest re-record) is the same cpstore checkpoint. Once ``main`` was freed
+    between the drop txn and the sweep (another delete_thread's sweep, a keep_latest
+    reset), a copy_thread acknowledged meanwhile landed on it at that very head and the
+    sweep took it (tests/test_lg_delete_sweep_same_head.py)."""
+    meta = backend.db("meta")
+
+    def keep(txn: Txn[memoryview], ref: bytes) -> bool:
+        # read in each call (the thread's entries left after the drop: few), never
+        # cached past the txn (a retried txn reads again)
+        run_branch = split_ref_key(ref)
+        for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
+            e = Entry.decode(k, v)
+            if (e.run, e.branch) == run_branch and _live(backend, txn, e):
+                return True
+        return False
+
+    return keep
+
+
+def _live(backend: Backend, txn: Txn[memoryview], e: Entry) -> bool:
+    """Whether the entry's checkpoint is stored, or missing without a tombstone (damage:
+    kept as if stored). An entry retention pruned holds no branch (it reads as gone)."""
+    if records_of(backend.dbs).exists(txn, e.cid):
+        return True
+    return txn.get(e.cid, db=backend.db("tombstones")) is None
 
 
 def _heads(backend: Backend, txn: Txn[memoryview], run: str) -> dict[bytes, bytes]:
@@ -266,11 +301,18 @@ def _reclaim(
     for run, heads in before.items():
         for branch, head in sorted(heads.items()):
             try:
-                store.reset_ref(
-                    run, branch, None, expected_old=head, operator=_OPERATOR, reason=reason
+                reset_ref(
+                    store.backend,
+                    run,
+                    branch,
+                    None,
+                    expected_old=head,
+                    operator=_OPERATOR,
+                    reason=reason,
+                    guard=_unnamed(store.backend, thread_id, run, branch),
                 )
             except ConflictError:
-                continue  # moved by another writer since: keep it
+                continue  # moved by another writer since, or an entry names it: keep it
             store.release_retained(head, operator=_OPERATOR, reason=reason)
     # Every lineage a branch still reaches is kept whole: the fresh branches hold just the
     # kept chains, so only what the resets let go is swept. A keep_last bound (the longest
@@ -278,6 +320,33 @@ def _reclaim(
     # acknowledged, the older was swept (tests/test_lg_prune_late_chain.py).
     store.backend.live()
     sweep(store.backend)
+
+
+def _unnamed(backend: Backend, thread_id: str, run: str, branch: str) -> Any:
+    """A reset guard: ConflictError when an index entry of the thread names the branch.
+
+    The compare-and-set on the head the prune txn saw is not enough: a kept checkpoint
+    that is a root, recorded again on the same run and branch name, is the same cpstore
+    checkpoint (same run, branch, parent, parts and step), so its id can be that head
+    again. A second keep_latest whose prune txn read ``main`` at that head, before this
+    one reset it, re-records onto the freed ``main`` and its reset then deleted the
+    branch its entry had just moved to: the sweep took an acknowledged checkpoint
+    (tests/test_lg_prune_twice_race.py). A branch an entry names is never reset, unless
+    retention pruned the entry's checkpoint (it reads as gone: ``_live``)."""
+    meta = backend.db("meta")
+
+    def guard(txn: Txn[memoryview]) -> None:
+        for k, v in scan(txn, meta, checkpoint_key(thread_id, sized=False)):
+            e = Entry.decode(k, v)
+            if e.run == run and e.branch == branch and _live(backend, txn, e):
+                raise ConflictError(
+                    "a LangGraph index entry names the branch: kept",
+                    where=f"run {run!r} branch {branch!r}",
+                    expected="no entry of the thread on the branch",
+                    got=f"checkpoint {e.checkpoint_id[:64]!r}",
+                )
+
+    return guard
 
 
 def _prune_reason(thread_id: str) -> str:

@@ -187,6 +187,7 @@ def reset_ref(
     expected_old: str | None,
     operator: str,
     reason: str,
+    guard: Callable[[Txn[memoryview]], None] | None = None,
 ) -> AuditRecord:
     """Move a head anywhere in its run (or delete it, ``new=None``), audited.
 
@@ -194,6 +195,8 @@ def reset_ref(
     record naming the operator and reason, and the old head kept as a
     retention root (its whole history survives ``prune``) until
     :func:`release_retained` lets it go. Returns the audit record.
+    ``guard`` (the caller's condition) runs first in that txn; what it raises
+    (ConflictError) refuses the reset.
     """
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
     new_raw = None if new is None else parse_id(new)
@@ -203,6 +206,8 @@ def reset_ref(
     when = float(backend.now())
 
     def reset(txn: Txn[memoryview]) -> AuditRecord:
+        if guard is not None:
+            guard(txn)
         found = _cas(backend, txn, key, old_raw)
         origin = None if new_raw is None else _ref_target(backend, txn, key, new_raw)
         record = append_audit_txn(

@@ -73,6 +73,7 @@ def _sweep(
     dry_run: bool = False,
     operation: str = "gc",
     only_heads: Mapping[bytes, bytes] | None = None,
+    keep_ref: Callable[[Txn[memoryview], bytes], bool] | None = None,
 ) -> GcReport:
     dbs = store.dbs
     objects, records = objects_of(dbs), records_of(dbs)
@@ -86,6 +87,8 @@ def _sweep(
             for ref, stored in doomed:
                 if only_heads is not None and unpack_ref(ref, stored)[0] != only_heads.get(ref):
                     continue  # moved or made since the caller looked: kept
+                if keep_ref is not None and keep_ref(txn, ref):
+                    continue  # the caller's condition, in this txn: kept
                 delete_ref(txn, dbs, ref)
         live_cps: dict[bytes, Manifest] = {}
         with txn.cursor(db=dbs["refs"]) as cur:
@@ -229,13 +232,17 @@ def sweep(
     delete_run: str | None = None,
     dry_run: bool = False,
     only_heads: Mapping[bytes, bytes] | None = None,
+    keep_ref: Callable[[Txn[memoryview], bytes], bool] | None = None,
 ) -> GcReport:
     """Delete the run ``delete_run``, or keep each branch's newest ``keep_last`` (of
     ``run_id`` or all runs); sweep everything unreachable; report it (module docstring).
 
     ``only_heads`` (with ``delete_run``): ref key -> head; only a ref whose head is still
     the one given is dropped, in the sweep's own txn (a branch moved or made since the
-    caller looked, by a put it raced, is kept with what it reaches)."""
+    caller looked, by a put it raced, is kept with what it reaches). ``keep_ref`` (with
+    ``delete_run``): ``keep_ref(txn, ref key)`` true keeps that ref, asked in the sweep's
+    txn (a head can be the same checkpoint again: recorded anew from the same parts on
+    the same run and branch name)."""
     if delete_run is not None:
         return _sweep(
             store,
@@ -244,6 +251,7 @@ def sweep(
             dry_run=dry_run,
             operation="delete-run",
             only_heads=only_heads,
+            keep_ref=keep_ref,
         )
     limit = keep_last
 
@@ -253,10 +261,16 @@ def sweep(
     return _sweep(store, keep, None, dry_run=dry_run, operation="prune")
 
 
-def delete_run(store: Backend, run_id: str, only_heads: Mapping[bytes, bytes] | None = None) -> int:
-    """Drop every ref of ``run_id`` (of those, only the ones still at ``only_heads``), then
-    sweep everything unreachable."""
-    return len(sweep(store, delete_run=run_id, only_heads=only_heads).checkpoints)
+def delete_run(
+    store: Backend,
+    run_id: str,
+    only_heads: Mapping[bytes, bytes] | None = None,
+    keep_ref: Callable[[Txn[memoryview], bytes], bool] | None = None,
+) -> int:
+    """Drop every ref of ``run_id`` (of those, only the ones still at ``only_heads`` and
+    not kept by ``keep_ref``: :func:`sweep`), then sweep everything unreachable."""
+    report = sweep(store, delete_run=run_id, only_heads=only_heads, keep_ref=keep_ref)
+    return len(report.checkpoints)
 
 
 def prune(store: Backend, *, keep_last: int, run_id: str | None) -> int:
