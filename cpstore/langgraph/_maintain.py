@@ -524,7 +524,20 @@ def _copy_one(
         body = [w.task_path, w.task_id, w.idx, w.channel, w.typed[0], w.typed[1]]
         records.append((key, pack(key, body)))
 
+    held = entry_key(target, e.ns, e.checkpoint_id)
+
     def put(txn: Txn[memoryview]) -> None:
+        # the checkpoint is recorded in the txn before: one deleted or pruned from the
+        # target since (another process) takes no writes, never writes no entry names
+        if txn.get(held, db=meta) is None:
+            raise ConflictError(
+                "the target thread changed during the copy (a checkpoint the copy recorded "
+                "was deleted or pruned before its writes were written); its writes are not "
+                "written",
+                where=f"thread {target!r} checkpoint {e.checkpoint_id}",
+                expected="the checkpoint the copy recorded",
+                got="no index entry",
+            )
         for key, value in records:
             txn.put(key, value, db=meta)
 
