@@ -12,14 +12,14 @@ freeing ``main``: tests/test_lg_prune_delete_explore.py).
 from __future__ import annotations
 
 from typing import Any
-from unittest import mock
 
 import pytest
 from lg_delta import graph as delta_graph
+from lg_steps import prune_steps
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
 
-from cpstore.langgraph import CpstoreSaver, _maintain
-from cpstore.store import Store, branches, retention
+from cpstore.langgraph import CpstoreSaver
+from cpstore.store import Store
 
 
 def _conf(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
@@ -51,7 +51,6 @@ def _scenario(store: Store, thread: str, same: bool, at: int) -> int:
             delta_graph(a, rare=True).invoke({"log": [f"t{i}"]}, _conf(thread))
     src = _values(a, source)
     latest = max(_values(a, thread))
-    real_copy, real_reset, real_sweep = _maintain._copy_one, branches.reset_ref, retention.sweep
     events: list[str] = []
     inside: list[bool] = [False]
 
@@ -64,24 +63,8 @@ def _scenario(store: Store, thread: str, same: bool, at: int) -> int:
             b.copy_thread(source, thread)
             inside[0] = False
 
-    def copy(*args: Any, **kw: Any) -> Any:
-        event("copy")
-        return real_copy(*args, **kw)
-
-    def reset(*args: Any, **kw: Any) -> Any:
-        event("reset")
-        return real_reset(*args, **kw)
-
-    def sweep(*args: Any, **kw: Any) -> Any:
-        event("sweep")
-        return real_sweep(*args, **kw)
-
     kept_before: dict[str, Any] = {}
-    with (
-        mock.patch.object(_maintain, "_copy_one", copy),
-        mock.patch.object(_maintain, "reset_ref", reset),
-        mock.patch.object(_maintain, "sweep", sweep),
-    ):
+    with prune_steps(event):
         kept_before = {latest: _values(a, thread)[latest]}
         a.prune([thread], strategy="keep_latest")
     if at > len(events):

@@ -18,10 +18,11 @@ from unittest import mock
 
 import pytest
 from lg_delta import graph as delta_graph
+from lg_steps import prune_steps
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
 
-from cpstore.langgraph import CpstoreSaver, _maintain
-from cpstore.store import Store, branches, retention
+from cpstore.langgraph import CpstoreSaver
+from cpstore.store import Store, retention
 
 
 def _conf(thread: str) -> dict[str, Any]:
@@ -49,7 +50,6 @@ def _scenario(store: Store, thread: str, write: str, where: tuple[int, int, int]
     graph = delta_graph(a, rare=True)
     graph.invoke({"log": ["in0"]}, _conf(source))
     a.copy_thread(source, thread)
-    real_copy, real_reset, real_sweep = _maintain._copy_one, branches.reset_ref, retention.sweep
     real_delete_run = retention.delete_run
     events: list[str] = []
     inside: list[bool] = [False]
@@ -82,23 +82,7 @@ def _scenario(store: Store, thread: str, write: str, where: tuple[int, int, int]
         finally:
             inside[0] = False
 
-    def copy(*args: Any, **kw: Any) -> Any:
-        event("copy")
-        return real_copy(*args, **kw)
-
-    def reset(*args: Any, **kw: Any) -> Any:
-        event("reset")
-        return real_reset(*args, **kw)
-
-    def sweep(*args: Any, **kw: Any) -> Any:
-        event("sweep")
-        return real_sweep(*args, **kw)
-
-    with (
-        mock.patch.object(_maintain, "_copy_one", copy),
-        mock.patch.object(_maintain, "reset_ref", reset),
-        mock.patch.object(_maintain, "sweep", sweep),
-    ):
+    with prune_steps(event):
         a.prune([thread], strategy="keep_latest")
     inside[0] = True
     if at > len(events):  # D after A

@@ -13,10 +13,11 @@ from typing import Any
 from unittest import mock
 
 from lg_delta import graph as delta_graph
+from lg_steps import prune_steps
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 from cpstore.langgraph import CpstoreSaver, _maintain
-from cpstore.store import Store, branches, retention
+from cpstore.store import Store
 
 
 def _state(saver: CpstoreSaver, thread: str) -> tuple[list[str], set[str]]:
@@ -35,8 +36,7 @@ def _scenario(store: Store, thread: str, at: int, then: int) -> tuple[int, list[
     for i in range(2):
         graph.invoke({"log": [f"in{i}"]}, config)
     log, ids = _state(a, thread)
-    real_reclaim, real_copy = _maintain._reclaim, _maintain._copy_one
-    real_reset, real_sweep = branches.reset_ref, retention.sweep
+    real_reclaim = _maintain._reclaim
     events: list[str] = []
     held: list[tuple[Any, ...]] = []
     inside: list[bool] = [False]
@@ -58,23 +58,7 @@ def _scenario(store: Store, thread: str, at: int, then: int) -> tuple[int, list[
         finally:
             inside[0] = False
 
-    def copy(*args: Any, **kw: Any) -> Any:
-        event("copy")
-        return real_copy(*args, **kw)
-
-    def reset(*args: Any, **kw: Any) -> Any:
-        event("reset")
-        return real_reset(*args, **kw)
-
-    def sweep(*args: Any, **kw: Any) -> Any:
-        event("sweep")
-        return real_sweep(*args, **kw)
-
-    with (
-        mock.patch.object(_maintain, "_copy_one", copy),
-        mock.patch.object(_maintain, "reset_ref", reset),
-        mock.patch.object(_maintain, "sweep", sweep),
-    ):
+    with prune_steps(event):
         a.prune([thread], strategy="keep_latest")
         if held:  # B's reclaim after A
             inside[0] = True
