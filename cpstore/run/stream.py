@@ -192,6 +192,10 @@ def _json_tokens(
             if not done:
                 cols.add_strict(strict(text), len(cols))
         if split.done:
+            # The splitter ends a container at any closing bracket; only ']' ends
+            # an array (a '}' here is invalid JSON the strict path refuses).
+            if raw[split.next - 1] != 0x5D:
+                return None
             return cols.finish(), split.next
         pos, first = split.next, False
 
@@ -271,6 +275,8 @@ def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any]
             if raw[end + 1 :].strip(b" \t\r\n"):
                 return None
             return fields, tokens
+        if raw[end] != 0x2C:  # a ']' is no separator: the strict path says why
+            return None
         pos = end + 1
 
 
