@@ -21,7 +21,7 @@ from test_decision_support import clean_doc
 
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import DocumentError
+from cpstore.errors import CpstoreError, DocumentError
 from cpstore.native.canonical import encode_value
 from cpstore.run import document
 from cpstore.run.document import load_document, parse_document
@@ -41,8 +41,8 @@ def _strict(raw: bytes) -> Run:
 def _outcome(load: Any, raw: bytes) -> Any:
     try:
         run = load(raw)
-    except DocumentError:
-        return "refused"
+    except CpstoreError as exc:  # DocumentError, FormatVersionError: refused alike
+        return ("refused", type(exc).__name__)
     values = run.tokens.values or []
     return (
         bytes(run.tokens.view()),
@@ -117,3 +117,62 @@ def test_any_structural_byte_swap_reads_the_same_on_both_paths(
     for at, byte in swaps:
         bad[at] = byte
     assert _outcome(load_document, bytes(bad)) == _outcome(_strict, bytes(bad))
+
+
+# -- a number literal past the float range ----------------------------------------
+
+
+def _with_literal(doc: dict[str, Any], marker: str, literal: str) -> bytes:
+    text = json.dumps(doc, separators=(",", ":"))
+    assert text.count(marker) == 1
+    return text.replace(marker, literal).encode()
+
+
+@pytest.mark.parametrize("literal", ["1e400", "-1e400", "1" * 400 + ".0", "2e999"])
+@pytest.mark.parametrize("load", [load_document, _strict], ids=["streamed", "strict"])
+def test_a_number_literal_that_overflows_to_infinity_is_refused(literal: str, load: Any) -> None:
+    # JSON has no infinity: 'Infinity' is refused, and so must be a literal the
+    # decoder can only read as one — else 1e400 and 2e400 were the same value.
+    doc = clean_doc()
+    doc["tokens"][0]["value"] = "MARK"
+    with pytest.raises(DocumentError):
+        load(_with_literal(doc, '"MARK"', literal))
+
+
+def test_two_different_overflowing_literals_never_accept() -> None:
+    r, p = clean_doc(), {**clean_doc(), "mode": "strict"}
+    r["tokens"][0]["value"] = "MARK"
+    p["tokens"][0]["value"] = "MARK"
+    r["call_graph"][0]["weight"] = "WMARK"
+    p["call_graph"][0]["weight"] = "WMARK"
+    r_raw = _with_literal(r, '"MARK"', "1e400").replace(b'"WMARK"', b"1e400")
+    p_raw = _with_literal(p, '"MARK"', "2e400").replace(b'"WMARK"', b"9e999")
+    try:
+        verdict = validate(r_raw, p_raw).verdict
+    except DocumentError:
+        return  # refused: not a verdict, as the spec wants
+    pytest.fail(f"two different numbers read as one value: {verdict}")
+
+
+NUMBER = st.builds(
+    lambda sign, whole, frac, exp: f"{sign}{whole}{frac}{exp}",
+    st.sampled_from(["", "-"]),
+    st.sampled_from(["0"]) | st.from_regex(r"[1-9][0-9]{0,25}", fullmatch=True),
+    st.sampled_from([""]) | st.from_regex(r"\.[0-9]{1,25}", fullmatch=True),
+    st.sampled_from([""])
+    | st.builds(
+        lambda e, n: f"{e}{n}", st.sampled_from(["e", "E", "e+", "e-"]), st.integers(0, 400)
+    ),
+)
+
+
+@PROPERTY
+@given(literals=st.lists(NUMBER, min_size=1, max_size=4))
+def test_number_literals_read_the_same_on_both_paths(literals: list[str]) -> None:
+    doc = {**clean_doc(len(literals)), "mode": "strict"}
+    for i in range(len(literals)):
+        doc["tokens"][i]["value"] = f"MARK{i}"
+    raw = json.dumps(doc, separators=(",", ":"))
+    for i, literal in enumerate(literals):
+        raw = raw.replace(f'"MARK{i}"', literal)
+    assert _outcome(load_document, raw.encode()) == _outcome(_strict, raw.encode())

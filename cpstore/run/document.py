@@ -23,6 +23,7 @@ file (:mod:`cpstore.run.cprun`) is mapped, not parsed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Mapping
@@ -197,6 +198,15 @@ def _no_constant(name: str) -> Any:
     raise DocumentError("JSON constant not allowed", where="document", got=name)
 
 
+def _finite_float(text: str) -> float:
+    # JSON has no infinity: a literal past the float range (1e400) would read as
+    # one, and two different numbers as the same value (audit31).
+    value = float(text)
+    if not math.isfinite(value):
+        raise DocumentError("JSON number out of the float range", where="document", got=text[:40])
+    return value
+
+
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
@@ -320,7 +330,12 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
 
 def _strict_json(raw: bytes) -> Any:
     try:
-        return json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_pairs)
+        return json.loads(
+            raw,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_pairs,
+        )
     except RecursionError:
         raise DocumentError("document nested too deeply", where="document") from None
     except (ValueError, UnicodeDecodeError) as exc:
