@@ -216,6 +216,16 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _unique_msgpack_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    # As in JSON: which of two equal keys wins is what readers disagree on (audit31).
+    out: dict[Any, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DocumentError("duplicate key in a msgpack map", where="document", got=key)
+        out[key] = value
+    return out
+
+
 def _decode(raw: bytes) -> Any:
     head = raw.lstrip()[:1]
     if head in (b"{", b"["):
@@ -359,7 +369,10 @@ def _strict_msgpack(raw: bytes) -> Any:
             max_array_len=limit,
             max_map_len=limit // 2,
             max_ext_len=0,
+            object_pairs_hook=_unique_msgpack_pairs,
         )
+    except DocumentError:
+        raise
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
         raise DocumentError(
             "neither a JSON object nor a msgpack map",
