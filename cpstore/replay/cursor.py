@@ -36,6 +36,8 @@ _HEAD = struct.Struct("<QIB")
 _RECORDED = int(Provenance.RECORDED)
 _OFFSET = struct.Struct("<Q")
 _ALWAYS = (True,)
+#: Value digest of a refused request in :meth:`ReplayCursor.replayed` (the value None).
+_REFUSED_DIGEST = _value_digest(None)
 
 
 def _never_closed() -> Exception:  # pragma: no cover - _ALWAYS is never empty
@@ -249,13 +251,19 @@ class ReplayCursor:
         got: Any,
     ) -> Any:
         where = f"seq={self._idx}"
-        if self._strict:
+        if self._strict or live is None:
+            # The refused request stays in what the replay did (as the ledger guard keeps
+            # a refused effect): a retry loop that swallows this error and asks again
+            # still yields a P that differs here, never one equal to R (audit31).
+            self._out += pack_token(self._idx, code, Provenance.RECORDED, _REFUSED_DIGEST)
+            self._out_values.append(None)
             raise ReplayDivergenceError(
-                f"{what} (STRICT: no live fall-through)", where=where, expected=expected, got=got
-            )
-        if live is None:
-            raise ReplayDivergenceError(
-                f"{what}, and no live source was given", where=where, expected=expected, got=got
+                f"{what} (STRICT: no live fall-through)"
+                if self._strict
+                else f"{what}, and no live source was given",
+                where=where,
+                expected=expected,
+                got=got,
             )
         value = live()
         self._out += pack_token(self._idx, code, Provenance.LIVE, _value_digest(value))
@@ -274,7 +282,9 @@ class ReplayCursor:
             )
 
     def replayed(self) -> PackedTokens:
-        """The tokens this replay resolved, packed (``live`` ones tagged)."""
+        """The tokens this replay resolved, packed (``live`` ones tagged), and each request
+        it refused, at its position with the kind asked for and the value None: a P that
+        is never equal to the recording there."""
         return PackedTokens(
             bytes(self._out), values=list(self._out_values), kind_names=dict(self._kinds.names)
         )

@@ -47,6 +47,7 @@ class PinnedObservations:
             self._index.setdefault((step, src), []).append((dig, pinned))
         self._used: dict[tuple[int, str], int] = {}
         self._read: list[Observation] = []
+        self._refused: int | None = None  # index in _read of the last read refused
 
     def read(self, step: int, source: str) -> bytes:
         """The recorded payload of ``source`` at ``step``; RecordingGapError if none."""
@@ -54,6 +55,12 @@ class PinnedObservations:
         entries = self._index.get(key)
         used = self._used.get(key, 0)
         if not entries or used >= len(entries):
+            # The refused read stays in the replay's stream, unpinned and with no
+            # payload (as the ledger guard keeps a refused effect): a retry loop that
+            # swallows this error cannot make P equal R (audit31). A live read of the
+            # same (step, source) recorded next takes its place (record_live).
+            self._read.append(Observation(step, source, "", None))
+            self._refused = len(self._read) - 1
             raise RecordingGapError(
                 "the replay needs an observation the recording does not hold; "
                 "it is never re-fetched",
@@ -61,10 +68,16 @@ class PinnedObservations:
                 expected="a recorded observation",
                 got="none" if not entries else f"only {len(entries)} recorded",
             )
-        payload = self._source.payload(step, source, occurrence=used)
+        try:
+            payload = self._source.payload(step, source, occurrence=used)
+        except RecordingGapError:  # recorded but not pinned: refused, kept as above
+            self._read.append(Observation(step, source, "", None))
+            self._refused = len(self._read) - 1
+            raise
         dig, pinned = entries[used]
         self._used[key] = used + 1
         self._read.append(Observation(step, source, dig, pinned))
+        self._refused = None
         return payload
 
     def record_live(self, step: int, source: str, payload: bytes) -> None:
@@ -80,7 +93,16 @@ class PinnedObservations:
             raise InvalidInputError("source must be a non-empty str", got=source)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
-        self._read.append(Observation(step, source, bytes(digest(bytes(payload))).hex(), None))
+        live = Observation(step, source, bytes(digest(bytes(payload))).hex(), None)
+        last = len(self._read) - 1
+        if self._refused == last and (self._read[last].step, self._read[last].source) == (
+            step,
+            source,
+        ):
+            self._read[last] = live  # the read just refused, made live: one read, not two
+        else:
+            self._read.append(live)
+        self._refused = None
 
     @property
     def observations(self) -> tuple[Observation, ...]:
