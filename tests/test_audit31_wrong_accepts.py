@@ -6,6 +6,8 @@ JSON, strict JSON, msgpack) and the verdict or error the spec requires.
 
 from __future__ import annotations
 
+import io
+import json
 import math
 from typing import Any
 
@@ -14,12 +16,13 @@ from test_decision_support import clean_doc
 
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import DocumentError
+from cpstore.errors import DocumentError, InvalidInputError
 from cpstore.native.binding import native_digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.run.cprun import dump_cprun, parse_cprun
-from cpstore.run.document import parse_document
+from cpstore.run.document import dump_document, parse_document
 from cpstore.run.model import Effect, Observation, ReplayMode, Run
+from cpstore.run.writer import write_document
 
 
 def _replay_of(doc: dict[str, Any]) -> dict[str, Any]:
@@ -89,3 +92,19 @@ def test_packed_run_file_with_a_nan_pin_is_refused() -> None:
     with pytest.raises(DocumentError) as err:
         parse_cprun(bytes(raw))
     assert "pinned_at" in str(err.value.where)
+
+
+@pytest.mark.parametrize("how", ["dump", "writer"])
+def test_a_run_msgpack_cannot_hold_is_an_input_error_not_an_overflow(how: str) -> None:
+    # A token value beyond 64 bits (the canonical encoding's big-int ext, which a
+    # msgpack document does not carry): was a raw OverflowError (exit 1 in convert).
+    doc = clean_doc()
+    doc["tokens"][0]["value"] = 2**70
+    run = parse_document(doc)
+    with pytest.raises(InvalidInputError, match="msgpack"):
+        if how == "dump":
+            dump_document(run, encoding="msgpack")
+        else:
+            write_document(run, io.BytesIO(), encoding="msgpack")
+    back = parse_document(json.loads(dump_document(run, encoding="json"))).tokens.values
+    assert back is not None and back[0] == 2**70  # JSON and cprun carry it

@@ -452,7 +452,14 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
                 "run is not representable in JSON; use encoding='msgpack'", got=str(exc)
             ) from None
     if encoding == "msgpack":
-        return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+        try:
+            return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+        except OverflowError as exc:  # an int beyond 64 bits: msgpack has no form for it
+            raise InvalidInputError(
+                "run is not representable in msgpack (an integer outside [-2**63, 2**64)); "
+                "use encoding='json' or 'cprun'",
+                got=str(exc),
+            ) from None
     raise InvalidInputError(
         "unknown document encoding", expected=["json", "msgpack", "cprun"], got=encoding
     )
