@@ -16,6 +16,7 @@ the same R gives as a document, on both backends.
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import uuid
@@ -87,10 +88,36 @@ def _forms(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _seq_break(doc: dict[str, Any]) -> None:
+    if doc["tokens"]:
+        doc["tokens"][-1]["seq"] += 5
+
+
+#: Changes of R (the recording's own conditions), each making an R-side row fire.
+R_MUTATIONS: dict[str, Any] = {
+    "unsealed": lambda d: d.update(ledger_sealed=False),
+    "replay_tag": lambda d: d.update(provenance_tags=[*d["provenance_tags"], "replay:1"]),
+    "seq_break": _seq_break,
+    "live": lambda d: d["tokens"][0].update(provenance="live") if d["tokens"] else None,
+    "unpinned": lambda d: d["observations"][0].update(pinned_at=None),
+    "harness": lambda d: d.update(harness_accesses=["r-side"]),
+    "no_mode": lambda d: d.update(mode=None),
+}
+
+
 @PROPERTY
-@given(r=recordings(), names=st.lists(st.sampled_from(sorted(MUTATIONS)), max_size=4))
-def test_every_input_path_gives_the_same_decision(r: dict[str, Any], names: list[str]) -> None:
-    p = mutated(r, names)
+@given(
+    clean=recordings(),
+    names=st.lists(st.sampled_from(sorted(MUTATIONS)), max_size=4),
+    r_names=st.lists(st.sampled_from(sorted(R_MUTATIONS)), max_size=2),
+)
+def test_every_input_path_gives_the_same_decision(
+    clean: dict[str, Any], names: list[str], r_names: list[str]
+) -> None:
+    p = mutated(clean, names)
+    r = copy.deepcopy(clean)
+    for name in r_names:
+        R_MUTATIONS[name](r)
     expected = _key(validate(r, p))
     for r_name, r_form in _forms(r).items():
         assert _key(validate(r_form, p)) == expected, f"R as {r_name}"
