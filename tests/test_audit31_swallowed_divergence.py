@@ -19,7 +19,7 @@ import pytest
 
 from cpstore.decision.table import Decision, FindingCode, Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import RecordingGapError, ReplayDivergenceError
+from cpstore.errors import InvalidInputError, RecordingGapError, ReplayDivergenceError
 from cpstore.replay.cursor import ReplayCursor
 from cpstore.replay.session import ReplaySession
 from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
@@ -141,3 +141,18 @@ def test_a_refused_read_then_made_live_is_one_unpinned_read(tmp_path: Path) -> N
         d = validate(cid, p, store=store, record=False)
         assert d.verdict is Verdict.QUARANTINE
         assert FindingCode.OBSERVATION_MISMATCH not in d.codes
+
+
+def test_a_read_of_a_malformed_step_is_bad_input_not_a_kept_refusal(tmp_path: Path) -> None:
+    with open_store(tmp_path / "s") as store:
+        rec = store.recorder("r")
+        rec.token("rng", 1)
+        cid = rec.checkpoint(1, b"state")
+        rec.close()
+        with store.read(cid) as cp:
+            session = ReplaySession(cp)
+            for step, source in (("1", "cfg"), (-1, "cfg"), (True, "cfg"), (1, "")):
+                with pytest.raises(InvalidInputError):
+                    session.observations.read(step, source)  # type: ignore[arg-type]
+            session.cursor.resolve("rng")
+            assert session.finish(cp.manifest.state_digest).observations == ()

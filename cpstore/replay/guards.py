@@ -51,6 +51,7 @@ class PinnedObservations:
 
     def read(self, step: int, source: str) -> bytes:
         """The recorded payload of ``source`` at ``step``; RecordingGapError if none."""
+        _check_read(step, source)
         key = (step, source)
         entries = self._index.get(key)
         used = self._used.get(key, 0)
@@ -87,10 +88,7 @@ class PinnedObservations:
         where validation reports it (UNPINNED_OBSERVATION, and OBSERVATION_MISMATCH
         where it differs from the recording): a live read is always visible.
         """
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise InvalidInputError("step must be an int >= 0", got=step)
-        if not isinstance(source, str) or not source:
-            raise InvalidInputError("source must be a non-empty str", got=source)
+        _check_read(step, source)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
         live = Observation(step, source, bytes(digest(bytes(payload))).hex(), None)
@@ -108,6 +106,14 @@ class PinnedObservations:
     def observations(self) -> tuple[Observation, ...]:
         """What the replay read, in order: its observation stream."""
         return tuple(self._read)
+
+
+def _check_read(step: object, source: object) -> None:
+    """A read's step and source as a replay's observation stream holds them."""
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < 2**63:
+        raise InvalidInputError("step must be an int in [0, 2**63)", got=step)
+    if not isinstance(source, str) or not source:
+        raise InvalidInputError("source must be a non-empty str", got=source)
 
 
 class LedgerGuard:
