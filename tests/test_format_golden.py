@@ -317,12 +317,14 @@ def test_audited_checkpoint_index_rows_are_pinned(tmp_path: Path) -> None:
 
 
 def test_gate_index_rows_are_pinned(tmp_path: Path) -> None:
-    """Index version 2: meta "decision_id/" + UTF-8 id -> canonical list of indexes;
+    """Index version 3 (2 counted only QUARANTINE verdicts in "quarantined/"): meta
+    "decision_id/" + UTF-8 id -> canonical list of indexes;
     "signed/" + decision digest -> nil or the first sign-off's index; "signoff_used/" +
     sign-off digest -> nil or the first gate's index; "permit_used/" + resume gate digest
     -> nil or the first resume's index; "quarantined/" + canonical [run_id, branch] -> nil
-    or the first QUARANTINE's index; "odd_id/" + hex run + "/" + digest -> index;
-    "gates_indexed" -> [2, count] (docs/store.md)."""
+    or the index of the first decision that found the replay unverified (a QUARANTINE, or
+    a REJECT with a QUARANTINE-level finding); "odd_id/" + hex run + "/" + digest -> index;
+    "gates_indexed" -> [3, count] (docs/store.md)."""
     branch = {"run_id": "r", "branch": "main"}
     with open_store(tmp_path / "s") as st:
         d0 = st.append_audit("decision", {"decision_id": "d-é", "recorded": branch}).digest
@@ -344,10 +346,10 @@ def test_gate_index_rows_are_pinned(tmp_path: Path) -> None:
                 for k, v in txn.cursor(db=st.backend.db("meta"))
                 if bytes(k).startswith((*families, b"quarantined/", b"odd_id/"))
             ]
-    assert GATE_INDEX_VERSION == 2
+    assert GATE_INDEX_VERSION == 3
     want = [
         (b"decision_id/d-\xc3\xa9", "920001"),
-        (b"gates_indexed", "92020a"),
+        (b"gates_indexed", "92030a"),
         (b"odd_id/1234567890/" + bytes.fromhex(d8), "08"),
         (b"permit_used/" + bytes.fromhex(g4), "06"),
         (b"quarantined/\x92\xa1r\xa4main", "08"),

@@ -443,8 +443,9 @@ def certify_rollback(
             )
         recorded = rec.body.get("recorded") or {}
         run_id, branch = recorded.get("run_id"), recorded.get("branch")
-        # The first QUARANTINE decision about the run and branch (the gate index), in
-        # this txn: a quarantine appended before this record lands is seen here.
+        # The first decision about the run and branch that found its replay unverified
+        # (the gate index), in this txn: a quarantine appended before this record
+        # lands is seen here.
         quarantine = log.branch_quarantine(rec)
         if quarantine is not None:
             raise GateError(

@@ -109,11 +109,22 @@ def validate(
     ``record`` (the default) the decision is appended to the store's audit
     log, and :attr:`Decision.audit_digest` names the record; the gates act
     only on recorded decisions. ``verify=False`` skips the store's
-    verify-on-read, an explicit choice. ``raise_on_failure`` raises
+    verify-on-read, an explicit choice for looking only: with ``record`` (and a
+    store) it is refused, since the gates would act on it. ``raise_on_failure`` raises
     :class:`ValidationFailedError` for anything but ACCEPT.
     """
     if not isinstance(verify, bool) or not isinstance(record, bool):
         raise InvalidInputError("verify and record must be bools", got=(verify, record))
+    if store is not None and record and not verify:
+        # A recorded decision is what the gates act on, and its record does not say
+        # verification was skipped: an ACCEPT over a damaged checkpoint resumed and
+        # certified a rollback (audit31). Looking without verifying stays allowed.
+        raise InvalidInputError(
+            "a decision recorded for the gates must be made with verification",
+            where="validate(verify=False, record=True)",
+            expected="verify=True, or record=False to look only",
+            got="verify=False",
+        )
     # The recorded side's read view stays open while the replayed side's begins: when
     # another process grew the LMDB map in between, that second read cannot adopt the
     # new size (no read of this process may be open then) and is refused with

@@ -21,7 +21,7 @@ from cpstore.errors import (
     RecordFormatError,
     ReplayDivergenceError,
 )
-from cpstore.native.binding import digest_batch
+from cpstore.native.binding import digest_batch, msgpack_split
 from cpstore.native.canonical import _ext_hook
 from cpstore.native.records import RECORD_SIZE, KindTable, Provenance, RecordType, pack_token
 from cpstore.native.records import value_digest as _value_digest
@@ -36,6 +36,8 @@ _HEAD = struct.Struct("<QIB")
 _RECORDED = int(Provenance.RECORDED)
 _OFFSET = struct.Struct("<Q")
 _ALWAYS = (True,)
+#: Value digest of a refused request in :meth:`ReplayCursor.replayed` (the value None).
+_REFUSED_DIGEST = _value_digest(None)
 
 
 def _never_closed() -> Exception:  # pragma: no cover - _ALWAYS is never empty
@@ -89,6 +91,21 @@ class _CheckpointValues(Sequence[Any]):
                     )
         start = _OFFSET.unpack_from(self._offsets, 8 * first)[0]
         end = _OFFSET.unpack_from(self._offsets, 8 * last)[0]
+        # Each value must be exactly one msgpack item where its offsets say: the
+        # stream decode below pairs items with tokens by count alone, and a log whose
+        # offsets cut elsewhere (which Recorder.tokens_packed took before audit31)
+        # served one token's value for another.
+        want = struct.unpack_from(f"<{last - first}Q", self._offsets, 8 * (first + 1))
+        try:
+            got = tuple(msgpack_split(self._values, start, last - first, cap=last - first).ends)
+        except RecordFormatError:
+            got = ()
+        if got != want:
+            bad = next((j for j, w in enumerate(want) if j >= len(got) or got[j] != w), 0)
+            raise IntegrityError(
+                "token value is not one msgpack value at its offsets",
+                where=f"token {first + bad} of {self._where}",
+            )
         # Every encoding matched the digest computed from its canonical bytes at
         # record time, so one streaming msgpack decode of the block is enough.
         unpacker = msgpack.Unpacker(
@@ -249,13 +266,19 @@ class ReplayCursor:
         got: Any,
     ) -> Any:
         where = f"seq={self._idx}"
-        if self._strict:
+        if self._strict or live is None:
+            # The refused request stays in what the replay did (as the ledger guard keeps
+            # a refused effect): a retry loop that swallows this error and asks again
+            # still yields a P that differs here, never one equal to R (audit31).
+            self._out += pack_token(self._idx, code, Provenance.RECORDED, _REFUSED_DIGEST)
+            self._out_values.append(None)
             raise ReplayDivergenceError(
-                f"{what} (STRICT: no live fall-through)", where=where, expected=expected, got=got
-            )
-        if live is None:
-            raise ReplayDivergenceError(
-                f"{what}, and no live source was given", where=where, expected=expected, got=got
+                f"{what} (STRICT: no live fall-through)"
+                if self._strict
+                else f"{what}, and no live source was given",
+                where=where,
+                expected=expected,
+                got=got,
             )
         value = live()
         self._out += pack_token(self._idx, code, Provenance.LIVE, _value_digest(value))
@@ -274,7 +297,9 @@ class ReplayCursor:
             )
 
     def replayed(self) -> PackedTokens:
-        """The tokens this replay resolved, packed (``live`` ones tagged)."""
+        """The tokens this replay resolved, packed (``live`` ones tagged), and each request
+        it refused, at its position with the kind asked for and the value None: a P that
+        is never equal to the recording there."""
         return PackedTokens(
             bytes(self._out), values=list(self._out_values), kind_names=dict(self._kinds.names)
         )

@@ -47,13 +47,21 @@ class PinnedObservations:
             self._index.setdefault((step, src), []).append((dig, pinned))
         self._used: dict[tuple[int, str], int] = {}
         self._read: list[Observation] = []
+        self._refused: int | None = None  # index in _read of the last read refused
 
     def read(self, step: int, source: str) -> bytes:
         """The recorded payload of ``source`` at ``step``; RecordingGapError if none."""
+        _check_read(step, source)
         key = (step, source)
         entries = self._index.get(key)
         used = self._used.get(key, 0)
         if not entries or used >= len(entries):
+            # The refused read stays in the replay's stream, unpinned and with no
+            # payload (as the ledger guard keeps a refused effect): a retry loop that
+            # swallows this error cannot make P equal R (audit31). A live read of the
+            # same (step, source) recorded next takes its place (record_live).
+            self._read.append(Observation(step, source, "", None))
+            self._refused = len(self._read) - 1
             raise RecordingGapError(
                 "the replay needs an observation the recording does not hold; "
                 "it is never re-fetched",
@@ -61,10 +69,16 @@ class PinnedObservations:
                 expected="a recorded observation",
                 got="none" if not entries else f"only {len(entries)} recorded",
             )
-        payload = self._source.payload(step, source, occurrence=used)
+        try:
+            payload = self._source.payload(step, source, occurrence=used)
+        except RecordingGapError:  # recorded but not pinned: refused, kept as above
+            self._read.append(Observation(step, source, "", None))
+            self._refused = len(self._read) - 1
+            raise
         dig, pinned = entries[used]
         self._used[key] = used + 1
         self._read.append(Observation(step, source, dig, pinned))
+        self._refused = None
         return payload
 
     def record_live(self, step: int, source: str, payload: bytes) -> None:
@@ -74,18 +88,32 @@ class PinnedObservations:
         where validation reports it (UNPINNED_OBSERVATION, and OBSERVATION_MISMATCH
         where it differs from the recording): a live read is always visible.
         """
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise InvalidInputError("step must be an int >= 0", got=step)
-        if not isinstance(source, str) or not source:
-            raise InvalidInputError("source must be a non-empty str", got=source)
+        _check_read(step, source)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
-        self._read.append(Observation(step, source, bytes(digest(bytes(payload))).hex(), None))
+        live = Observation(step, source, bytes(digest(bytes(payload))).hex(), None)
+        last = len(self._read) - 1
+        if self._refused == last and (self._read[last].step, self._read[last].source) == (
+            step,
+            source,
+        ):
+            self._read[last] = live  # the read just refused, made live: one read, not two
+        else:
+            self._read.append(live)
+        self._refused = None
 
     @property
     def observations(self) -> tuple[Observation, ...]:
         """What the replay read, in order: its observation stream."""
         return tuple(self._read)
+
+
+def _check_read(step: object, source: object) -> None:
+    """A read's step and source as a replay's observation stream holds them."""
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < 2**63:
+        raise InvalidInputError("step must be an int in [0, 2**63)", got=step)
+    if not isinstance(source, str) or not source:
+        raise InvalidInputError("source must be a non-empty str", got=source)
 
 
 class LedgerGuard:

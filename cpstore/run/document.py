@@ -23,6 +23,7 @@ file (:mod:`cpstore.run.cprun`) is mapped, not parsed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from collections.abc import Mapping
@@ -197,11 +198,30 @@ def _no_constant(name: str) -> Any:
     raise DocumentError("JSON constant not allowed", where="document", got=name)
 
 
+def _finite_float(text: str) -> float:
+    # JSON has no infinity: a literal past the float range (1e400) would read as
+    # one, and two different numbers as the same value (audit31).
+    value = float(text)
+    if not math.isfinite(value):
+        raise DocumentError("JSON number out of the float range", where="document", got=text[:40])
+    return value
+
+
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
             raise DocumentError("duplicate key in a JSON object", where="document", got=key)
+        out[key] = value
+    return out
+
+
+def _unique_msgpack_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    # As in JSON: which of two equal keys wins is what readers disagree on (audit31).
+    out: dict[Any, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DocumentError("duplicate key in a msgpack map", where="document", got=key)
         out[key] = value
     return out
 
@@ -320,7 +340,12 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
 
 def _strict_json(raw: bytes) -> Any:
     try:
-        return json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_pairs)
+        return json.loads(
+            raw,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            object_pairs_hook=_unique_pairs,
+        )
     except RecursionError:
         raise DocumentError("document nested too deeply", where="document") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -344,7 +369,10 @@ def _strict_msgpack(raw: bytes) -> Any:
             max_array_len=limit,
             max_map_len=limit // 2,
             max_ext_len=0,
+            object_pairs_hook=_unique_msgpack_pairs,
         )
+    except DocumentError:
+        raise
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
         raise DocumentError(
             "neither a JSON object nor a msgpack map",
@@ -424,7 +452,14 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
                 "run is not representable in JSON; use encoding='msgpack'", got=str(exc)
             ) from None
     if encoding == "msgpack":
-        return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+        try:
+            return msgpack.packb(body, use_bin_type=True)  # type: ignore[no-any-return]
+        except OverflowError as exc:  # an int beyond 64 bits: msgpack has no form for it
+            raise InvalidInputError(
+                "run is not representable in msgpack (an integer outside [-2**63, 2**64)); "
+                "use encoding='json' or 'cprun'",
+                got=str(exc),
+            ) from None
     raise InvalidInputError(
         "unknown document encoding", expected=["json", "msgpack", "cprun"], got=encoding
     )

@@ -269,10 +269,16 @@ class Run:
             )
         check_items(self.observations, Observation, "observations")
         check_items(self.effects, Effect, "effects")
+        # Every item field as a run document checks it: the validator counts any
+        # pinned_at but None as pinned, so a NaN "no pin" (or a str) was an ACCEPT
+        # through a Run or a packed run file, where a document is refused (audit31).
         for i, obs in enumerate(self.observations):
+            check_step(obs.step, f"observations[{i}].step")
             check_str(obs.source, f"observations[{i}].source")
             check_str(obs.payload_digest, f"observations[{i}].payload_digest")
+            pinned_or_none(obs.pinned_at, f"observations[{i}].pinned_at")
         for i, eff in enumerate(self.effects):
+            check_uint(eff.seq, f"effects[{i}].seq")
             check_str(eff.target, f"effects[{i}].target")
             check_str(eff.payload_digest, f"effects[{i}].payload_digest")
         if not isinstance(self.call_graph, tuple):

@@ -192,6 +192,10 @@ def _json_tokens(
             if not done:
                 cols.add_strict(strict(text), len(cols))
         if split.done:
+            # The splitter ends a container at any closing bracket; only ']' ends
+            # an array (a '}' here is invalid JSON the strict path refuses).
+            if raw[split.next - 1] != 0x5D:
+                return None
             return cols.finish(), split.next
         pos, first = split.next, False
 
@@ -271,6 +275,8 @@ def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any]
             if raw[end + 1 :].strip(b" \t\r\n"):
                 return None
             return fields, tokens
+        if raw[end] != 0x2C:  # a ']' is no separator: the strict path says why
+            return None
         pos = end + 1
 
 
@@ -308,6 +314,17 @@ def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | Non
     return cols.finish()
 
 
+def _map_size(raw: bytes) -> int:
+    """Entries a msgpack map's header declares (-1 when ``raw`` starts no map)."""
+    head = raw[0] if raw else 0
+    if 0x80 <= head <= 0x8F:
+        return head & 0x0F
+    if head in (0xDE, 0xDF):
+        width = 2 if head == 0xDE else 4
+        return int.from_bytes(raw[1 : 1 + width], "big")
+    return -1
+
+
 def decode_fast(
     raw: bytes,
     *,
@@ -336,8 +353,8 @@ def decode_fast(
             top: Mapping[str, msgspec.Raw] = _MSGPACK_TOP.decode(raw)
         except msgspec.DecodeError:
             return None
-        if "tokens" not in top or "format" not in top:
-            return None
+        if "tokens" not in top or "format" not in top or len(top) != _map_size(raw):
+            return None  # a repeated key (the dict kept one): the strict path refuses it
         rest = {key: strict(bytes(value)) for key, value in top.items() if key != "tokens"}
         try:
             tokens = _msgpack_tokens(memoryview(top["tokens"]).cast("B"), strict)

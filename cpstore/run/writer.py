@@ -105,6 +105,22 @@ def _write_json(run: Run, out: BinaryIO) -> int:
 
 
 def _write_msgpack(run: Run, out: BinaryIO) -> int:
+    try:
+        return _write_msgpack_body(run, out)
+    except OverflowError as exc:
+        raise _not_msgpack(exc) from None
+
+
+def _not_msgpack(exc: OverflowError) -> InvalidInputError:
+    """msgpack has no integer outside [-2**63, 2**64): say so, as JSON's limits are said."""
+    return InvalidInputError(
+        "run is not representable in msgpack (an integer outside [-2**63, 2**64)); "
+        "use encoding='json' or 'cprun'",
+        got=str(exc),
+    )
+
+
+def _write_msgpack_body(run: Run, out: BinaryIO) -> int:
     body = _body(run)
     packer = msgpack.Packer(use_bin_type=True)
     total = out.write(packer.pack_map_header(len(body))) or 0

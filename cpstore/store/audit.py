@@ -352,8 +352,9 @@ class AuditView:
         return found  # type: ignore[return-value]
 
     def branch_quarantine(self, decision: AuditRecord) -> AuditRecord | None:
-        """The first QUARANTINE ``decision`` record about the run and branch ``decision``
-        (a decision record of this log) is about (``audit_permits.branch_of``)."""
+        """The first quarantining ``decision`` record (``audit_permits.unverified``) about
+        the run and branch ``decision`` (a decision record of this log) is about
+        (``audit_permits.branch_of``)."""
         _, run, branch = branch_of(decision.body)
         txn, meta, at = self._txn, self._dbs["meta"], decision.index
         covered, read = gate_count(txn, meta), self._read_one

@@ -57,6 +57,7 @@ from cpstore.store.audit_permits import (
     index_row,
     odd_key,
     put_branch_row,
+    unverified,
 )
 from cpstore.store.audit_permits import (
     IndexedRecord as _Entry,
@@ -85,7 +86,7 @@ __all__ = [
 ]
 
 #: Version of the index's definition and rows; ``gates_indexed`` carries it.
-GATE_INDEX_VERSION = 2
+GATE_INDEX_VERSION = 3
 SIGNED_PREFIX = b"signed/"
 DECISION_ID_PREFIX = b"decision_id/"
 #: Longest decision id (UTF-8 bytes) with a row; a longer one is found by reading the log.
@@ -224,7 +225,7 @@ class GateRows:
             pair = branch_key(run_id, branch) if readable else None
             if pair is not None:
                 self.branches.setdefault(pair[len(QUARANTINE_PREFIX) :], None)
-                if body.get("verdict") == "QUARANTINE":
+                if unverified(body):
                     _first(self.branches, pair[len(QUARANTINE_PREFIX) :], index)
         elif kind == SIGNOFF:
             self.used[record_digest] = None

@@ -10,8 +10,10 @@ whose ``gates_indexed`` row carries the version and the covered count):
 * ``quarantined/<canonical [run_id, branch]>`` (at most :data:`MAX_KEY_BYTES` bytes) for
   every pair a covered ``decision`` record's ``recorded`` side names (a map, or absent:
   ``[nil, nil]``; run id and branch each a str or nil): canonical nil, or the audit index
-  of the first covered ``decision`` with that pair whose ``verdict`` is ``"QUARANTINE"``
-  (``certify_rollback``: "was the branch ever quarantined?");
+  of the first covered ``decision`` with that pair that found the replay unverified: its
+  ``verdict`` is ``"QUARANTINE"``, or it holds a QUARANTINE-level finding (a REJECT that
+  also found one: :func:`unverified`; since index version 3) (``certify_rollback``: "was
+  the branch ever quarantined?");
 * ``odd_id/<hex run>/<decision digest>`` (16 B at the end): canonical audit index, for each
   covered ``decision`` whose ``decision_id`` has no ``decision_id/`` row (not a str, or a
   str longer than 400 UTF-8 bytes) and whose ``str()`` starts with at least
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from typing import Any, Protocol
 
+from cpstore.decision.table import FINDING_RULES, Verdict
 from cpstore.errors import AuditChainError, CanonicalEncodingError, InvalidInputError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.backend import Txn
@@ -58,6 +61,7 @@ __all__ = [
     "odd_key",
     "put_branch_row",
     "quarantines",
+    "unverified",
 ]
 
 PERMIT_PREFIX = b"permit_used/"
@@ -74,6 +78,25 @@ _HEX_RUN = re.compile("[0-9a-f]*")
 #: The smallest int of 4301 digits: Python's default limit refuses its str().
 _TOO_MANY_DIGITS = 10**4300
 _INDEX = struct.Struct(">Q")
+
+
+#: Finding codes that leave a replay unverified (the table's QUARANTINE level).
+_UNVERIFIED_CODES = frozenset(
+    code.value for code, (level, _) in FINDING_RULES.items() if level is Verdict.QUARANTINE
+)
+
+
+def unverified(body: Mapping[str, Any]) -> bool:
+    """Whether a decision found its replay unverified: a QUARANTINE, or a REJECT that holds
+    a QUARANTINE-level finding too (a BEST_EFFORT replay that also diverged is still one
+    whose branch seed 002 quarantines; counting only the verdict let the worse decision
+    leave the branch rollback-certifiable, audit31)."""
+    if body.get("verdict") == QUARANTINE:
+        return True
+    findings = body.get("findings")
+    if not isinstance(findings, list):
+        return False
+    return any(isinstance(f, Mapping) and f.get("code") in _UNVERIFIED_CODES for f in findings)
 
 
 class IndexedRecord(Protocol):
@@ -149,7 +172,7 @@ def put_branch_row(txn: Txn[memoryview], meta: Any, index: int, body: Mapping[st
     key = _decision_branch_key(body)
     if key is None:
         return
-    quarantined = body.get("verdict") == QUARANTINE
+    quarantined = unverified(body)
     raw = txn.get(key, db=meta)
     valid, value = index_row(raw)
     if raw is not None and not valid:
@@ -178,14 +201,15 @@ def clear_rows(txn: Txn[memoryview], meta: Any, prefix: bytes) -> None:
 
 
 def quarantines(rec: IndexedRecord, run_id: object, branch: object) -> bool:
-    """Whether ``rec`` is a QUARANTINE decision about ``run_id``/``branch``."""
+    """Whether ``rec`` is a decision about ``run_id``/``branch`` that quarantines it
+    (:func:`unverified`)."""
     readable, run, br = branch_of(rec.body)
     return (
         rec.kind == DECISION
         and readable
         and run == run_id
         and br == branch
-        and rec.body.get("verdict") == QUARANTINE
+        and unverified(rec.body)
     )
 
 
@@ -200,7 +224,8 @@ def first_quarantine(
     tail: Tail,
     certified: int,
 ) -> IndexedRecord | None:
-    """The first QUARANTINE ``decision`` about ``run_id``/``branch`` in the log, or None.
+    """The first quarantining ``decision`` (:func:`unverified`) about ``run_id``/``branch``
+    in the log, or None.
 
     ``certified`` is the audit index of a decision about that pair: below ``covered`` its
     row must exist (AuditChainError otherwise, never "not quarantined"). A row naming a

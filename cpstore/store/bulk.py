@@ -19,13 +19,19 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from cpstore.errors import CanonicalEncodingError, CpstoreError, InvalidInputError
+from cpstore.errors import (
+    CanonicalEncodingError,
+    CpstoreError,
+    InvalidInputError,
+    RecordFormatError,
+)
 from cpstore.native.args import non_empty_text
 from cpstore.native.binding import (
     NUMBER_TYPES,
     digest,
     digest_batch,
     encode_numbers,
+    msgpack_split,
     pack_tokens,
     scan_tokens,
 )
@@ -280,6 +286,7 @@ class BulkAppends:
             blob: bytes | memoryview = values.blob
             offs = array("Q")  # a fresh copy: the recorder keeps its own
             offs.frombytes(memoryview(values.offsets).cast("B"))
+            _one_value_each(blob, offs)
         else:
             blob, offs = self._encode(list(values))
         provs = records[12::_TOKEN_SIZE].tobytes() if n else b""
@@ -404,6 +411,36 @@ class BulkAppends:
             if not was_dirty:
                 self._dirty.discard(name)
             raise
+
+
+def _one_value_each(blob: bytes | memoryview, offs: array[int]) -> None:
+    """Each ``blob[offs[i]:offs[i+1]]`` is exactly one msgpack item, or InvalidInputError.
+
+    The digests alone do not say so: ``b"\\x01\\x02"`` and ``b""`` hash like any bytes, and
+    a replay cursor, which decodes a block in one stream, then served 1 and 2 for two
+    tokens whose records name other bytes (audit31). One native split checks them all.
+    """
+    n = len(offs) - 1
+    if n <= 0:
+        return
+    try:
+        ends = msgpack_split(blob, 0, n, cap=n).ends
+    except RecordFormatError:
+        ends = array("Q")
+    if ends != offs[1:]:
+        raise InvalidInputError(
+            "token value is not exactly one msgpack value (its offsets cut the values blob "
+            "elsewhere)",
+            where=f"tokens[{next((i for i in range(n) if not _one_value(blob, offs, i)), n - 1)}]",
+        )
+
+
+def _one_value(blob: bytes | memoryview, offs: array[int], i: int) -> bool:
+    try:
+        ends = msgpack_split(blob[: offs[i + 1]], offs[i], 1, cap=1).ends
+    except RecordFormatError:
+        return False
+    return len(ends) == 1 and ends[0] == offs[i + 1]
 
 
 def _checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, float | None]:
