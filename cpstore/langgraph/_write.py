@@ -194,6 +194,7 @@ class Writer:
                 held_by: dict[str, _Held] = {}
                 inherited: dict[str, tuple[Any, dict[str, bytes]]] | None = None
                 last_values = {} if plan.new_branch else branch.values
+                replan = False
                 for k, version in versions.items():
                     chan = fresh.get(k)
                     if chan is None and k in put.new:
@@ -214,15 +215,27 @@ class Writer:
                             chan = pack_value(self.serde, k, values[k], branch.last)
                         else:
                             if inherited is None:
-                                inherited = self._parent_parts(
-                                    plan.parent or self._entry(thread_id, ns, parent_id)
-                                )
+                                try:
+                                    inherited = self._parent_parts(
+                                        plan.parent or self._entry(thread_id, ns, parent_id)
+                                    )
+                                except NotFoundError:
+                                    if plan.parent is None:
+                                        raise
+                                    # The planned parent was swept since the recorder was
+                                    # made from it (a keep_latest moved it to a kept copy):
+                                    # plan again, as a recorder made after the sweep does.
+                                    self._drop(plan.run, plan.branch)
+                                    replan = True
+                                    break
                             held = inherited.get(k)
                             chan = held[1] if held is not None and held[0] == version else None
                     if chan is not None:
                         chan = {n: _same(branch.last.get(n), b) for n, b in chan.items()}
                         held_by[k] = (version, chan, chan[CHANNEL + k] != _EMPTY)
                         parts.update(chan)
+                if replan:
+                    continue
                 # A held channel's flag was computed when its parts were made: an
                 # unchanged channel's bytes are not looked up and compared again.
                 have = sorted([k for k, h in held_by.items() if h[2]])
