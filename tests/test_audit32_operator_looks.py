@@ -1,0 +1,132 @@
+"""audit32: operator commands that only look (and ``gc --dry-run``) change nothing, and
+bad input ends in one line with its exit code, never a traceback, on LMDB and PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
+from stored import to_layout_5
+
+import cpstore
+from cpstore import cli
+from cpstore.native.canonical import encode_value
+from cpstore.store import lmdb_open
+from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY
+from cpstore.store.pg_open import parse_url
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _record(url: str) -> tuple[str, str]:
+    """Two runs of two checkpoints each; returns (run-a's first, run-a's head)."""
+    with cpstore.open(url) as store:
+        heads = []
+        for run in ("run-a", "run-b"):
+            rec = store.recorder(run)
+            rec.observe(1, "read_config", b"cfg-v1", pinned_at=1.0)
+            rec.token("rng", 7)
+            first = rec.checkpoint(1, {"memory": "hello", "plan": [1, 2]}, seal_ledger=False)
+            rec.effect("crm.update", b"ticket")
+            rec.transcript(b"the answer")
+            heads.append((first, rec.checkpoint(2, {"memory": "hello", "plan": [1, 2, 3]})))
+    return heads[0]
+
+
+def _pg_format(url: str, version: int | None = None) -> int:
+    """The format record's version in a PostgreSQL store (first set to ``version``)."""
+    schema = parse_url(url).schema
+    with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
+        if version is not None:
+            conn.execute(
+                f'UPDATE "{schema}"."meta" SET v = %s WHERE k = %s',
+                (encode_value({**FORMAT, "version": version}), FORMAT_KEY),
+            )
+        row = conn.execute(
+            f'SELECT v FROM "{schema}"."meta" WHERE k = %s', (FORMAT_KEY,)
+        ).fetchone()
+    assert row is not None
+    return int(lmdb_open.check_format(bytes(row[0]), url))
+
+
+def _older_layout(url: str) -> int:
+    """Rewrite the closed store as an older release left it; returns that layout."""
+    if url.startswith("postgresql://"):
+        return _pg_format(url, 4)
+    assert to_layout_5(url) > 0
+    return 5
+
+
+def _layout(url: str) -> int:
+    if url.startswith("postgresql://"):
+        return _pg_format(url)
+    with cpstore.open(url, readonly=True) as store:
+        return int(store.backend.layout)
+
+
+def _data_bytes(url: str) -> str:
+    with open(os.path.join(url, "data.mdb"), "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+# -- gc --dry-run on a store an older release wrote ----------------------------------------
+
+
+def test_gc_dry_run_does_not_upgrade_an_older_layout(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writable open upgrades an older layout (one way: the older release then refuses
+    the store); the dry run, which says "nothing changed", must not be that open. It is
+    refused in one line, the format record and (LMDB) every byte of the data file as they
+    were; a real gc still upgrades and sweeps."""
+    first, _ = _record(url)
+    old = _older_layout(url)
+    before = None if url.startswith("postgresql://") else _data_bytes(url)
+    code, out, err = _run(["gc", "--keep-last", "1", "--dry-run", "--store", url], capsys)
+    assert _layout(url) == old, "the dry run upgraded the store's layout"
+    if before is not None:
+        assert _data_bytes(url) == before
+    assert code == cli.EXIT_UNAVAILABLE, (code, out, err)
+    assert "Traceback" not in err and "dry run" in err and f"layout {old}" in err
+    assert "nothing changed" not in out
+    code, out, _ = _run(["gc", "--keep-last", "1", "--store", url, "--json"], capsys)
+    assert code == 0 and first in json.loads(out)["checkpoint_ids"]
+    assert _layout(url) > old
+
+
+def test_gc_dry_run_on_a_current_store_changes_no_byte_and_keeps_everything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The pin beside the refusal: at the current layout the dry run reports and the
+    data file is byte for byte what it was (every looking command too)."""
+    url = str(tmp_path / "s")
+    first, head = _record(url)
+    before = _data_bytes(url)
+    looks = [
+        ["gc", "--keep-last", "1", "--dry-run", "--json"],
+        ["gc", "--delete-run", "run-a", "--dry-run"],
+        ["verify"],
+        ["inspect", head, "--tokens", "5"],
+        ["cat", head, "tokens"],
+        ["cat", head, "transcript"],
+        ["diff", first, head],
+        ["log"],
+        ["log", "run-a"],
+        ["stats"],
+        ["audit", "--check"],
+    ]
+    for argv in looks:
+        code, _, err = _run([*argv, "--store", url], capsys)
+        assert code in (0, cli.EXIT_DIFFERENT), (argv, code, err)
+        assert _data_bytes(url) == before, argv
+    with cpstore.open(url, readonly=True) as store:
+        assert store.manifest(first).id == first
