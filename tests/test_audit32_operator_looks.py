@@ -130,3 +130,64 @@ def test_gc_dry_run_on_a_current_store_changes_no_byte_and_keeps_everything(
         assert _data_bytes(url) == before, argv
     with cpstore.open(url, readonly=True) as store:
         assert store.manifest(first).id == first
+
+
+# -- OS errors about a path: one line and its exit code ------------------------------------
+
+_DOC = {
+    "format": 1,
+    "run_id": "r",
+    "step": 1,
+    "state_digest": "s",
+    "observations": [],
+    "tokens": [],
+    "call_graph": [],
+    "transcript_digest": None,
+    "effects": [],
+    "ledger_sealed": True,
+    "mode": "strict",
+}
+
+
+def test_a_destination_below_a_regular_file_is_bad_input_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`copy`/`convert` to ``FILE/x`` (NotADirectoryError) exit 3 in one line; the store
+    and the file are untouched, and nothing is left behind."""
+    url = str(tmp_path / "s")
+    _record(url)
+    before = _data_bytes(url)
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"not a folder")
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps(_DOC))
+    for argv in (
+        ["copy", str(plain / "backup"), "--store", url],
+        ["convert", str(doc), str(plain / "out.json")],
+    ):
+        code, _, err = _run(argv, capsys)
+        assert code == cli.EXIT_BAD_INPUT, (argv, code, err)
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"cpstore {argv[0]}: ") and str(plain) in err
+    assert plain.read_bytes() == b"not a folder"
+    assert _data_bytes(url) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.json", "plain", "s"]
+
+
+def test_a_full_disk_while_writing_is_exit_7_and_leaves_no_partial_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OS error no path explains (ENOSPC at the fsync) is "unavailable", one line."""
+    import errno  # noqa: PLC0415
+
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps(_DOC))
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    code, _, err = _run(["convert", str(doc), str(tmp_path / "out.cprun")], capsys)
+    assert code == cli.EXIT_UNAVAILABLE, (code, err)
+    assert "Traceback" not in err and "No space left on device" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.json"]
