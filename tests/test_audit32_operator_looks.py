@@ -191,3 +191,39 @@ def test_a_full_disk_while_writing_is_exit_7_and_leaves_no_partial_file(
     assert code == cli.EXIT_UNAVAILABLE, (code, err)
     assert "Traceback" not in err and "No space left on device" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["doc.json"]
+
+
+# -- push/pull of a run the source lacks -------------------------------------------------
+
+
+def _exists(url: str) -> bool:
+    """Whether a store is at ``url`` (a folder with a data file, or a schema)."""
+    if not url.startswith("postgresql://"):
+        return os.path.exists(url)
+    schema = parse_url(url).schema
+    with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+        ).fetchone()
+    return row is not None
+
+
+def test_a_mistyped_run_leaves_no_new_store_at_the_receiver(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`push DEST --run typo` / `pull SRC --run typo` is exit 4 and makes no store at a
+    receiving path that had none (before: an empty store was made, then the run looked
+    up); a real push then makes it."""
+    src = str(tmp_path / "src")
+    _record(src)
+    for argv in (
+        ["push", url, "--run", "run-typo", "--store", src],
+        ["pull", src, "--run", "run-typo", "--store", url],
+    ):
+        code, _, err = _run(argv, capsys)
+        assert code == cli.EXIT_NOT_FOUND and "no such run" in err, (argv, code, err)
+        assert not _exists(url), argv
+    code, _, err = _run(["push", url, "--run", "run-a", "--store", src], capsys)
+    assert code == 0, err
+    with cpstore.open(url, readonly=True) as store:
+        assert set(store.branches("run-a")) == {"main"} and not store.branches("run-b")
