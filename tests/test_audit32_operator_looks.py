@@ -227,3 +227,81 @@ def test_a_mistyped_run_leaves_no_new_store_at_the_receiver(
     assert code == 0, err
     with cpstore.open(url, readonly=True) as store:
         assert set(store.branches("run-a")) == {"main"} and not store.branches("run-b")
+
+
+# -- audit --check: which problems are the audit log's -------------------------------------
+
+
+@pytest.mark.parametrize("run_id", ["audit-bot", "run-a"])
+def test_audit_check_blames_the_chain_only_for_the_chain(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], run_id: str
+) -> None:
+    """A store damaged outside the audit log (a ref whose checkpoint is gone) is exit 5
+    "STORE DAMAGED" with the chain verifying, whatever the run is called: a run named
+    "audit-bot" made the word "audit" in the problem's place read as a broken chain."""
+    from stored import edit_raw  # noqa: PLC0415
+
+    url = str(tmp_path / "s")
+    with cpstore.open(url) as store:
+        head = store.recorder(run_id).checkpoint(1, {"a": 1})
+    edit_raw(url, "checkpoints", bytes.fromhex(head), lambda old: None)
+    code, out, _ = _run(["audit", "--check", "--store", url], capsys)
+    assert code == cli.EXIT_INTEGRITY
+    assert "audit chain verifies" in out and "AUDIT CHAIN BROKEN" not in out, out
+    assert f"refs/{run_id}/main" in out
+    code, out, _ = _run(["audit", "--check", "--json", "--store", url], capsys)
+    data = json.loads(out)
+    assert code == cli.EXIT_INTEGRITY and data["store_ok"] is False
+    assert data["chain_ok"] is True, data["problems"]
+
+
+def test_audit_check_blames_the_chain_for_a_lost_gate_index_row(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The other way round: a problem of the audit log's own indexes (a decision's row in
+    the gate index deleted; its text names no "audit") is the chain's: chain_ok false."""
+    from stored import damage  # noqa: PLC0415
+
+    from cpstore.store.audit_gates import DECISION_ID_PREFIX  # noqa: PLC0415
+
+    url = str(tmp_path / "s")
+    _, head = _record(url)
+    with cpstore.open(url) as store:
+        with store.read(head) as cp:
+            session = cpstore.ReplaySession(cp, mode=cpstore.ReplayMode.BEST_EFFORT)
+            replayed = session.finish("another state")
+        decision = cpstore.validate(head, replayed, store=store)
+        key = DECISION_ID_PREFIX + decision.id.encode()
+
+        def drop(txn: object, dbs: dict[str, object]) -> None:
+            assert txn.delete(key, db=dbs["meta"])  # type: ignore[attr-defined]
+
+        damage(store, drop)
+    code, out, _ = _run(["audit", "--check", "--json", "--store", url], capsys)
+    data = json.loads(out)
+    assert code == cli.EXIT_INTEGRITY and data["store_ok"] is False, data
+    assert any(p["where"].startswith("meta/decision_id/") for p in data["problems"]), data
+    assert data["chain_ok"] is False, data["problems"]
+
+
+def test_audit_check_blames_the_chain_for_a_lost_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The chain itself: the first of two decision records deleted is chain_ok false, the
+    listing still shown, exit 5."""
+    from stored import edit_raw  # noqa: PLC0415
+
+    url = str(tmp_path / "s")
+    _, head = _record(url)
+    with cpstore.open(url) as store:
+        for state in ("another state", "a third"):
+            with store.read(head) as cp:
+                session = cpstore.ReplaySession(cp, mode=cpstore.ReplayMode.BEST_EFFORT)
+                replayed = session.finish(state)
+            cpstore.validate(head, replayed, store=store)
+    edit_raw(url, "audit", (0).to_bytes(8, "big"), lambda old: None)
+    code, out, _ = _run(["audit", "--check", "--json", "--store", url], capsys)
+    data = json.loads(out)
+    assert code == cli.EXIT_INTEGRITY and data["chain_ok"] is False, data["problems"]
+    assert [r["index"] for r in data["records"]] == [1]
+    assert any(p["where"] == "audit/1" for p in data["problems"])
