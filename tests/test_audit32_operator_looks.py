@@ -305,3 +305,24 @@ def test_audit_check_blames_the_chain_for_a_lost_record(
     assert code == cli.EXIT_INTEGRITY and data["chain_ok"] is False, data["problems"]
     assert [r["index"] for r in data["records"]] == [1]
     assert any(p["where"] == "audit/1" for p in data["problems"])
+
+
+# -- an id the store does not hold ---------------------------------------------------------
+
+
+def test_diff_of_an_id_the_store_does_not_hold_is_not_found_not_damage(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pruned id and an id never stored are exit 4 as in inspect and cat; before, diff
+    said "stored data is damaged" (exit 5) of a store whose verify is clean."""
+    first, head = _record(url)
+    code, _, _ = _run(["gc", "--keep-last", "1", "--store", url], capsys)
+    assert code == 0
+    never = "f" * 32
+    for a, b, says in ((first, head, "pruned"), (never, head, "no such"), (head, never, "no such")):
+        for argv in (["diff", a, b], ["inspect", a if a != head else b]):
+            code, _, err = _run([*argv, "--store", url], capsys)
+            assert code == cli.EXIT_NOT_FOUND and says in err, (argv, code, err)
+            assert "damaged" not in err
+    code, _, _ = _run(["verify", "--store", url], capsys)
+    assert code == 0
