@@ -1,0 +1,110 @@
+"""audit32: looking commands given a name (RUN@BRANCH, RUN@BRANCH~N) while other
+processes record and collect, on LMDB and PostgreSQL.
+
+A name is resolved to an id, then the checkpoint read; between the two, another process
+may move the branch and a gc in a third prune the checkpoint resolved. The command must
+read what the name names then, not answer "checkpoint was pruned" (exit 4) for a branch
+that exists. The tests put real processes (spawn) exactly into that window.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from typing import Any
+
+import pytest
+from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
+
+import cpstore
+from cpstore import cli
+from cpstore.store.facade import Store
+
+
+def _advance_and_collect(url: str, step: int) -> str:
+    """In its own process: a new head on run-a/main, then gc keeping only it."""
+    with cpstore.open(url) as store:
+        head = store.recorder("run-a").checkpoint(step, {"step": step})
+        report = store.gc(keep_last=1)
+        assert report.checkpoints, "the gc pruned nothing"
+    return head
+
+
+def _in_another_process(url: str, step: int) -> str:
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        head: str = pool.apply(_advance_and_collect, (url, step))
+    return head
+
+
+def _record(url: str, steps: int) -> list[str]:
+    with cpstore.open(url) as store:
+        rec = store.recorder("run-a")
+        rec.transcript(b"the answer")
+        return [rec.checkpoint(i, {"step": i}) for i in range(steps)]
+
+
+class _Between:
+    """Patches Store.resolve: after its first ``times`` answers, another process moves
+    run-a/main and prunes everything but the new head (what the name then names)."""
+
+    def __init__(self, url: str, times: int = 1) -> None:
+        self.url, self.left, self.heads = url, times, list[str]()
+        self.real = Store.resolve
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> _Between:
+        def patched(store: Store, name: str) -> str:  # a function: Store binds it
+            return self.resolve(store, name)
+
+        monkeypatch.setattr(Store, "resolve", patched)
+        return self
+
+    def resolve(self, store: Store, name: str) -> str:
+        cid = self.real(store, name)
+        if self.left > 0:
+            self.left -= 1
+            self.heads.append(_in_another_process(self.url, 100 + len(self.heads)))
+        return cid
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("name", ["run-a@main", "run-a@main~0"])
+def test_inspect_and_cat_of_a_branch_pruned_between_resolve_and_read(
+    url: str, name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inspect/cat RUN@BRANCH read the head the branch has once the read begins."""
+    _record(url, 3)
+    between = _Between(url).install(monkeypatch)
+    code, out, err = _run(["inspect", name, "--json", "--store", url], capsys)
+    assert code == 0, (code, err)
+    assert json.loads(out)["checkpoint_id"] == between.heads[0]
+    between.left = 1
+    code, out, err = _run(["cat", name, "tokens", "--json", "--store", url], capsys)
+    assert code == 0 and json.loads(out) == [], (code, err)
+
+
+def test_diff_of_names_pruned_between_resolve_and_read(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """diff RUN@BRANCH~1 RUN@BRANCH compares what both name once read (exit 12)."""
+    _record(url, 3)
+    between = _Between(url).install(monkeypatch)
+    code, out, err = _run(["diff", "run-a@main", "run-a@main", "--json", "--store", url], capsys)
+    assert code == 0, (code, err)
+    data: dict[str, Any] = json.loads(out)
+    assert data["a"] == data["b"] == between.heads[-1] and not data["differs"]
+
+
+def test_a_full_id_pruned_before_the_read_is_still_not_found(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An id names one checkpoint: pruned, it is exit 4 "pruned", never another one."""
+    ids = _record(url, 3)
+    _Between(url).install(monkeypatch)
+    code, _, err = _run(["inspect", ids[-1], "--store", url], capsys)
+    assert code == cli.EXIT_NOT_FOUND and "pruned" in err, (code, err)
