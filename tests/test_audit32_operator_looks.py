@@ -326,3 +326,33 @@ def test_diff_of_an_id_the_store_does_not_hold_is_not_found_not_damage(
             assert "damaged" not in err
     code, _, _ = _run(["verify", "--store", url], capsys)
     assert code == 0
+
+
+# -- copy and compact take folders ---------------------------------------------------------
+
+
+@pytest.mark.usefixtures("pg_cluster")
+def test_copy_into_a_url_and_compact_of_a_url_are_refused_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`copy postgresql://... --store FOLDER` wrote a whole LMDB copy into a folder tree
+    named after the URL ("postgresql:/postgres@/...") under the working directory, left it
+    there, and said "no store in this database schema" (exit 4); `compact --store URL`
+    said "no store at this path" (exit 4) of a store that is there. Both are exit 3
+    naming what to use instead, and nothing is written anywhere."""
+    from pg_cluster import fresh_url  # noqa: PLC0415
+
+    folder = str(tmp_path / "s")
+    _record(folder)
+    url = fresh_url()
+    _record(url)
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        code, _, err = _run(["copy", fresh_url(), "--store", folder], capsys)
+        assert code == cli.EXIT_BAD_INPUT and "push" in err, (code, err)
+        code, _, err = _run(["compact", "--store", url], capsys)
+        assert code == cli.EXIT_BAD_INPUT and "PostgreSQL" in err, (code, err)
+    finally:
+        os.chdir(here)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]

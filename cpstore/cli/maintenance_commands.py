@@ -109,7 +109,7 @@ def _gc(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     if not args.store:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
-    if not os.path.exists(args.store):
+    if not is_store_url(args.store) and not os.path.exists(args.store):
         raise NotFoundError("no store at this path", where=args.store)
     report = compact_store(args.store)
     if args.json:
