@@ -15,8 +15,7 @@ from stored import to_layout_5
 
 import cpstore
 from cpstore import cli
-from cpstore.native.canonical import encode_value
-from cpstore.store import lmdb_open
+from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.lmdb_open import FORMAT, FORMAT_KEY
 from cpstore.store.pg_open import parse_url
 
@@ -55,7 +54,7 @@ def _pg_format(url: str, version: int | None = None) -> int:
             f'SELECT v FROM "{schema}"."meta" WHERE k = %s', (FORMAT_KEY,)
         ).fetchone()
     assert row is not None
-    return int(lmdb_open.check_format(bytes(row[0]), url))
+    return int(decode_value(bytes(row[0]))["version"])
 
 
 def _older_layout(url: str) -> int:
@@ -356,3 +355,48 @@ def test_copy_into_a_url_and_compact_of_a_url_are_refused_up_front(
     finally:
         os.chdir(here)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+
+
+# -- a store of a newer format -------------------------------------------------------------
+
+
+def test_every_command_refuses_a_newer_format_and_writes_nothing(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A format record of layout 7 (a newer release's): every command is exit 9 in one
+    line; the store's bytes (LMDB) and format record stay, and no receiver or copy is
+    made. Clean; pinned so that no command starts reading or writing such a store."""
+    _record(url)
+    if url.startswith("postgresql://"):
+        _pg_format(url, 7)
+    else:
+        from stored import edit_raw  # noqa: PLC0415
+
+        newer = encode_value({**FORMAT, "version": 7})
+        edit_raw(url, "meta", FORMAT_KEY, lambda old: newer)
+    before = None if url.startswith("postgresql://") else _data_bytes(url)
+    made = str(tmp_path / "made")
+    commands = [
+        ["verify"],
+        ["log"],
+        ["stats"],
+        ["audit", "--check"],
+        ["inspect", "run-a@main"],
+        ["cat", "run-a@main", "transcript"],
+        ["gc", "--keep-last", "1"],
+        ["gc", "--keep-last", "1", "--dry-run"],
+        ["sign-off", "0" * 32, "--operator", "o", "--reason", "r"],
+        ["push", made],
+    ]
+    if not url.startswith("postgresql://"):
+        commands += [["compact"], ["copy", made]]
+    for argv in commands:
+        code, _, err = _run([*argv, "--store", url], capsys)
+        assert code == cli.EXIT_FORMAT and "unknown version" in err, (argv, code, err)
+    code, _, err = _run(["pull", url, "--store", made], capsys)
+    assert code == cli.EXIT_FORMAT, err
+    assert not os.path.exists(made)
+    if before is not None:
+        assert _data_bytes(url) == before
+    else:
+        assert _pg_format(url) == 7
