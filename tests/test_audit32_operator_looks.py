@@ -400,3 +400,22 @@ def test_every_command_refuses_a_newer_format_and_writes_nothing(
         assert _data_bytes(url) == before
     else:
         assert _pg_format(url) == 7
+
+
+# -- gc options that do not go together ----------------------------------------------------
+
+
+def test_gc_delete_run_with_run_is_refused_not_half_read(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--run` says which run `--keep-last` prunes; beside `--delete-run` it was dropped
+    without a word and the other run deleted (exit 0). Now exit 3, nothing removed (the
+    API's gc(delete_run=, run_id=) alike)."""
+    first, head = _record(url)
+    code, _, err = _run(["gc", "--delete-run", "run-a", "--run", "run-b", "--store", url], capsys)
+    assert code == cli.EXIT_BAD_INPUT and "--run" in err, (code, err)
+    with cpstore.open(url) as store:
+        assert store.ref("run-a", "main") == head and store.manifest(first).id == first
+        with pytest.raises(cpstore.InvalidInputError):
+            store.gc(delete_run="run-a", run_id="run-b")
+        assert store.ref("run-a", "main") == head

@@ -207,7 +207,7 @@ def add_maintenance_parsers(sub: Any) -> None:
             "--keep-last", type=positive, help="keep each branch's newest N checkpoints"
         )
         group.add_argument("--delete-run", metavar="RUN", help="delete every ref of RUN")
-        p.add_argument("--run", help="with --keep-last: only this run")
+        p.add_argument("--run", help="with --keep-last: only this run (not with --delete-run)")
         p.add_argument(
             "--dry-run", action="store_true", help="report what would be removed; change nothing"
         )

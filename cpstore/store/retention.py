@@ -290,6 +290,13 @@ def gc(
     look like "nothing to remove")."""
     if (keep_last is None) == (drop_run is None):
         raise InvalidInputError("give exactly one of keep_last and delete_run")
+    if drop_run is not None and run_id is not None:
+        # run_id says which run keep_last prunes: beside delete_run it would be dropped
+        # unread, and a typo of which run to delete go unnoticed.
+        raise InvalidInputError(
+            "run_id (--run) goes with keep_last (--keep-last), not with delete_run",
+            got={"delete_run": drop_run, "run_id": run_id},
+        )
     if not isinstance(dry_run, bool):
         raise InvalidInputError("dry_run must be a bool", got=dry_run)
     if keep_last is not None and (
