@@ -419,3 +419,28 @@ def test_gc_delete_run_with_run_is_refused_not_half_read(
         with pytest.raises(cpstore.InvalidInputError):
             store.gc(delete_run="run-a", run_id="run-b")
         assert store.ref("run-a", "main") == head
+
+
+# -- validate against a PostgreSQL store ---------------------------------------------------
+
+
+def test_validate_takes_a_store_url_as_every_store_command_does(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`validate A B --store postgresql://...` was "no store at this path" (exit 4): the
+    path check looked for a folder named like the URL. Now the same verdict on both
+    backends, nothing recorded unless --record, then the decision in the audit log."""
+    first, head = _record(url)
+    code, out, err = _run(["validate", head, head, "--json", "--store", url], capsys)
+    assert "no store" not in err and out, (code, err)
+    verdict = json.loads(out)["verdict"]
+    assert verdict in ("ACCEPT", "QUARANTINE")  # the same checkpoint on both sides
+    assert code == {"ACCEPT": cli.EXIT_OK, "QUARANTINE": cli.EXIT_QUARANTINE}[verdict]
+    code, out, err = _run(["validate", first, head, "--json", "--store", url], capsys)
+    assert code == cli.EXIT_REJECT and json.loads(out)["verdict"] == "REJECT", err
+    code, out, _ = _run(["audit", "--json", "--store", url], capsys)
+    assert code == 0 and json.loads(out)["records"] == []
+    code, out, err = _run(["validate", first, head, "--record", "--store", url], capsys)
+    assert code == cli.EXIT_REJECT, err
+    code, out, _ = _run(["audit", "--kind", "decision", "--json", "--store", url], capsys)
+    assert [r["kind"] for r in json.loads(out)["records"]] == ["decision"]
