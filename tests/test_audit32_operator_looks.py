@@ -444,3 +444,34 @@ def test_validate_takes_a_store_url_as_every_store_command_does(
     assert code == cli.EXIT_REJECT, err
     code, out, _ = _run(["audit", "--kind", "decision", "--json", "--store", url], capsys)
     assert [r["kind"] for r in json.loads(out)["records"]] == ["decision"]
+
+
+# -- audit --check walks as verify does ----------------------------------------------------
+
+
+def test_audit_check_survives_a_walk_liblmdb_dies_in(tmp_path: Path) -> None:
+    """`audit --check` "verifies the whole store (as cpstore verify)": a walk that kills
+    liblmdb (SIGABRT on a damaged page; here Store.verify aborts) is exit 5 in one line,
+    as verify says it. Before, the walk ran in the command's own process, which died of
+    the signal with no word (exit -6)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    url = str(tmp_path / "s")
+    _record(url)
+    aborting = (
+        "import os, sys\n"
+        "from cpstore import cli\n"
+        "from cpstore.store.facade import Store\n"
+        "Store.verify = lambda self, **kw: os.abort()\n"
+        "sys.exit(cli.main(['audit', '--check', '--store', sys.argv[1]]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", aborting, url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == cli.EXIT_INTEGRITY, (proc.returncode, proc.stderr)
+    assert len(proc.stderr.splitlines()) == 1 and "liblmdb died with SIGABRT" in proc.stderr

@@ -27,6 +27,7 @@ from cpstore.cli.exit_codes import (
     EXIT_REFUSED,
     EXIT_USAGE,
 )
+from cpstore.cli.verify_command import verify_report
 from cpstore.decision.gates import sign_off
 from cpstore.store.audit import DECISION_PREFIX, HEAD_KEY
 from cpstore.store.audit_gates import DECISION_ID_PREFIX, SIGNED_PREFIX, USED_PREFIX
@@ -127,7 +128,8 @@ def _audit(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     with open_store_at(args) as store:
         records = list(store.audit_records(kind=args.kind, start=args.start, limit=args.limit))
-        report = store.verify() if args.check else None
+    # As cpstore verify walks: in a child process, so damage that kills liblmdb is exit 5.
+    report = verify_report(args) if args.check else None
     problems = [] if report is None else list(report.problems)
     chain_ok = None if report is None else not any(map(_of_the_audit_log, problems))
     if args.json:

@@ -38,7 +38,7 @@ from cpstore.store.affected import checkpoints_reaching
 from cpstore.store.lmdb_registry import is_open_here
 from cpstore.store.model import Problem, VerifyReport
 
-__all__ = ["add_verify_parser"]
+__all__ = ["add_verify_parser", "verify_report"]
 
 
 def _progress_bar(label: str, width: int = 40) -> Callable[[int, int], None]:
@@ -90,6 +90,13 @@ def _verify_report(
             return _verify_parent(args, pid, read_end, err, progress)
         finally:
             os.close(read_end)
+
+
+def verify_report(args: argparse.Namespace) -> VerifyReport:
+    """The store's verify report, walked in a child process as ``cpstore verify`` walks it
+    (``audit --check``); the store must not be open in this process."""
+    args.affects = {}
+    return _verify_report(args, None)
 
 
 def _verify_child(args: argparse.Namespace, out_fd: int, err_fd: int, progress: bool) -> None:
