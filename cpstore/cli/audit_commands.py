@@ -27,7 +27,7 @@ from cpstore.cli.exit_codes import (
     EXIT_REFUSED,
     EXIT_USAGE,
 )
-from cpstore.cli.verify_command import verify_report
+from cpstore.cli.verify_command import MACS_UNCHECKED, verify_report
 from cpstore.decision.gates import sign_off
 from cpstore.store.audit import DECISION_PREFIX, HEAD_KEY
 from cpstore.store.audit_gates import DECISION_ID_PREFIX, SIGNED_PREFIX, USED_PREFIX
@@ -147,6 +147,7 @@ def _audit(args: argparse.Namespace) -> int:
                     for r in records
                 ],
                 "chain_ok": chain_ok,
+                "audit_macs_checked": None if report is None else args.macs,
                 "store_ok": None if report is None else report.ok,
                 "problems": [
                     {"what": p.what, "where": p.where, "expected": p.expected, "got": p.got}
@@ -168,7 +169,12 @@ def _audit(args: argparse.Namespace) -> int:
         if report is not None:
             for p in problems:
                 print(f"PROBLEM {p.where}: {p.what}")
-            print("audit chain verifies" if chain_ok else "AUDIT CHAIN BROKEN")
+            if args.macs is False:
+                print(MACS_UNCHECKED)
+            print(
+                ("audit chain verifies" if chain_ok else "AUDIT CHAIN BROKEN")
+                + (" (digest chain only: audit MACs NOT checked)" if args.macs is False else "")
+            )
             print(
                 "store verifies"
                 if report.ok
