@@ -475,3 +475,23 @@ def test_audit_check_survives_a_walk_liblmdb_dies_in(tmp_path: Path) -> None:
     )
     assert proc.returncode == cli.EXIT_INTEGRITY, (proc.returncode, proc.stderr)
     assert len(proc.stderr.splitlines()) == 1 and "liblmdb died with SIGABRT" in proc.stderr
+
+
+def test_compact_of_a_damaged_store_blames_the_store_not_its_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """compact verifies the store before copying it: damage found there was reported as
+    "the copy fails verification", sending the operator after a copy that was never made.
+    Exit 5 naming the store and the object; nothing swapped, no copy left."""
+    from stored import edit_raw, flip_byte  # noqa: PLC0415
+
+    url = str(tmp_path / "s")
+    _, head = _record(url)
+    with cpstore.open(url, readonly=True) as store:
+        key = bytes.fromhex(store.manifest(head).state_parts["plan"])
+    edit_raw(url, "objects", key, flip_byte(-1))
+    before = _data_bytes(url)
+    code, _, err = _run(["compact", "--store", url], capsys)
+    assert code == cli.EXIT_INTEGRITY and key.hex() in err, err
+    assert "the store" in err and "the copy" not in err, err
+    assert _data_bytes(url) == before and sorted(os.listdir(url)) == ["data.mdb", "lock.mdb"]
