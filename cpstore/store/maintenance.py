@@ -40,16 +40,16 @@ class CompactReport:
     """What the verify of the rewritten file counted (the same as before)."""
 
 
-def _verified(path: str, what: str = "the copy") -> tuple[VerifyReport, int | None]:
+def _verified(path: str) -> tuple[VerifyReport, int | None]:
     """(the store's full verify report, the last txn id read just before it; None
-    where the backend has none); IntegrityError naming ``what`` when it finds a problem."""
+    where the backend has none); IntegrityError when it finds a problem."""
     with open_store(path, readonly=True, create=False) as copy:
         last = getattr(copy.backend, "last_txnid", lambda: None)()
         report = copy.verify()
     if not report.ok:
         first = report.problems[0]
         raise IntegrityError(
-            f"{what} fails verification ({len(report.problems)} problem(s))",
+            f"the copy fails verification ({len(report.problems)} problem(s))",
             where=path,
             got=f"{first.where}: {first.what}",
         )
@@ -100,8 +100,14 @@ def compact_store(path: str | os.PathLike[str]) -> CompactReport:
         raise StoreError("close the store in this process before compacting it", where=where)
     # The last txn is read before the verify: when the txn compaction copies is still
     # this one, no commit came after it, so the verify's counts are the copied store's.
-    # The store itself first: its damage is not the copy's (nothing is copied or swapped).
-    before, last = _verified(where, "the store (compact rewrites only a sound store)")
+    try:
+        before, last = _verified(where)
+    except IntegrityError as exc:  # the store's own damage: nothing was copied or swapped
+        raise IntegrityError(
+            exc.what.replace("the copy", "the store", 1) + "; compact rewrites only a sound store",
+            where=exc.where,
+            got=exc.got,
+        ) from None
 
     def check(copy_path: str, copied: int) -> None:
         if copied != last:
