@@ -253,3 +253,34 @@ def test_cli_compact_and_gc_beside_a_reopening_writer_lose_nothing(tmp_path: Pat
             except NotFoundError as exc:
                 assert "pruned" in str(exc) and cid not in history, (step, exc)
         assert store.verify().ok
+
+
+def _gc_loop(url: str, last_run: str, last_step: int) -> int:
+    """In its own process: gc --keep-last 1 sweeps until ``last_run`` has its checkpoint
+    of ``last_step`` (the writer's last); checkpoints removed."""
+    removed = 0
+    with cpstore.open(url) as store:
+        while True:
+            removed += len(store.gc(keep_last=1).checkpoints)
+            head = store.ref(last_run, "main")
+            if head is not None and store.manifest(head).step == last_step:
+                return removed
+
+
+def test_cli_verify_beside_a_writer_and_a_collector_never_reports_damage(url: str) -> None:
+    """`cpstore verify --json` again and again while one process records and another
+    sweeps: each walk is one snapshot, so every report is ok (exit 0); a problem here
+    would be damage invented by the race, the lie an auditor cannot afford."""
+    cpstore.open(url).close()
+    ctx = multiprocessing.get_context("spawn")
+    walks = 0
+    with ctx.Pool(2) as pool:
+        writing = pool.apply_async(_record, (url, RUNS, STEPS))
+        sweeping = pool.apply_async(_gc_loop, (url, RUNS[-1], STEPS - 1))
+        while not (writing.ready() and sweeping.ready()) or walks < 2:
+            got = _cli("verify", "--json", "--store", url)
+            assert got.returncode == 0, got.stdout + got.stderr
+            assert json.loads(got.stdout)["ok"] is True
+            walks += 1
+        writing.get(timeout=300)
+        assert sweeping.get(timeout=300) > 0
