@@ -108,3 +108,49 @@ def test_a_full_id_pruned_before_the_read_is_still_not_found(
     _Between(url).install(monkeypatch)
     code, _, err = _run(["inspect", ids[-1], "--store", url], capsys)
     assert code == cli.EXIT_NOT_FOUND and "pruned" in err, (code, err)
+
+
+def _record_on(url: str, run: str, step: int) -> str:
+    """In its own process: one checkpoint on ``run``/main (the destination's own writer)."""
+    with cpstore.open(url) as store:
+        return store.recorder(run).checkpoint(step, {"theirs": step})
+
+
+def test_a_receiving_branch_moved_during_a_push_is_named_and_the_others_still_land(
+    url: str,
+    tmp_path: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The destination's own writer moves branch a/main after the push read it: exit 8
+    naming a/main, a/main as that writer left it, and b/main landed as push --help says
+    ("the other branches still land"). Before, the push stopped at a/main and b/main
+    never landed."""
+    from cpstore.store import transfer as transfer_module  # noqa: PLC0415
+
+    src = str(tmp_path / "src")
+    with cpstore.open(src) as store:
+        store.recorder("a").checkpoint(0, {"a": 0})
+    code, _, err = _run(["push", url, "--store", src], capsys)
+    assert code == 0, err
+    with cpstore.open(src) as store:
+        store.recorder("a").checkpoint(1, {"a": 1})
+        b_head = store.recorder("b").checkpoint(0, {"b": 0})
+    real = transfer_module._land_branch
+    moved: list[str] = []
+
+    def land(src_b: Any, dst_b: Any, branch: Any, **kwargs: Any) -> str:
+        if not moved:  # a/main lands first (key order): the other writer goes in between
+            ctx = multiprocessing.get_context("spawn")
+            with ctx.Pool(1) as pool:
+                moved.append(pool.apply(_record_on, (url, "a", 7)))
+        out: str = real(src_b, dst_b, branch, **kwargs)
+        return out
+
+    monkeypatch.setattr(transfer_module, "_land_branch", land)
+    code, _, err = _run(["push", url, "--store", src], capsys)
+    assert code == cli.EXIT_CONFLICT and "a/main" in err, (code, err)
+    with cpstore.open(url, readonly=True) as store:
+        assert store.ref("a", "main") == moved[0]
+        assert store.ref("b", "main") == b_head, "b/main did not land"
+        assert store.verify().ok
