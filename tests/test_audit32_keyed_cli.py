@@ -63,3 +63,26 @@ def test_an_unkeyed_log_is_plain_ok(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0 and out.strip().splitlines()[-1] == "ok" and "MAC" not in out
     code, out, _ = _run(["verify", "--json", "--store", str(path)], capsys)
     assert json.loads(out)["audit_macs_checked"] is None
+
+
+def test_gc_dry_run_says_what_the_real_gc_does_on_a_keyed_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Removing a checkpoint a decision names appends a gc record, which a keyed log
+    takes only with the key: the real gc refuses (exit 7, nothing removed). The dry run
+    said "would remove 1 checkpoint(s)" and exit 0; it must refuse as the real run does."""
+    path = tmp_path / "s"
+    with cpstore.open(path, audit_key=KEY) as store:
+        rec = store.recorder("x")
+        first = rec.checkpoint(1, {"a": 1})
+        rec.checkpoint(2, {"a": 2})
+        with store.read(first) as cp:
+            replayed = cpstore.ReplaySession(cp, mode=cpstore.ReplayMode.BEST_EFFORT).finish("b")
+        cpstore.validate(first, replayed, store=store)
+    real = ["gc", "--keep-last", "1", "--store", str(path)]
+    dry_code, dry_out, dry_err = _run([*real, "--dry-run"], capsys)
+    code, _, err = _run(real, capsys)
+    assert code == cli.EXIT_UNAVAILABLE and "keyed" in err
+    assert (dry_code, dry_err) == (code, err.replace("gc:", "gc:", 1)), dry_out
+    with cpstore.open(path, audit_key=KEY) as store:
+        assert store.manifest(first).id == first and store.verify().ok

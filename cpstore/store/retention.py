@@ -30,6 +30,7 @@ from cpstore.store.audit import append_audit_txn, audited_among, catch_up_indexe
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches
 from cpstore.store.content import objects_of, records_of
+from cpstore.store.keyed_audit import check_can_append
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import check_name, split_ref_key, unpack_checkpoint_value
 from cpstore.store.refs import delete_ref, pinned_objects, retained_heads, unpack_ref
@@ -202,6 +203,10 @@ def _sweep(
         decided = tuple(c for c in ids if bytes.fromhex(c) in named)
         report = GcReport(ids, removed_objects, removed_bytes, decided, dry_run)
         if dry_run:
+            if decided:
+                # The real run appends a gc record, which a keyed log takes only with
+                # the key: it would refuse, and the dry run says what it would do.
+                check_can_append(store)
             raise _DryRunDoneError(report)
         if decided:
             body = {
