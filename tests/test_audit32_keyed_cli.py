@@ -83,6 +83,6 @@ def test_gc_dry_run_says_what_the_real_gc_does_on_a_keyed_log(
     dry_code, dry_out, dry_err = _run([*real, "--dry-run"], capsys)
     code, _, err = _run(real, capsys)
     assert code == cli.EXIT_UNAVAILABLE and "keyed" in err
-    assert (dry_code, dry_err) == (code, err.replace("gc:", "gc:", 1)), dry_out
+    assert (dry_code, dry_err) == (code, err), dry_out
     with cpstore.open(path, audit_key=KEY) as store:
         assert store.manifest(first).id == first and store.verify().ok
