@@ -52,6 +52,11 @@ def test_verify_and_audit_check_say_a_keyed_logs_macs_went_unchecked(
     code, out, _ = _run(["audit", "--check", "--json", "--store", str(path)], capsys)
     data = json.loads(out)
     assert data["chain_ok"] is True and data["audit_macs_checked"] is False
+    # The listing alone shows the forged sign-off as any other: it says MACs went unchecked.
+    code, out, _ = _run(["audit", "--store", str(path)], capsys)
+    assert code == 0 and "mallory" in out and "MACs NOT checked" in out, out
+    code, out, _ = _run(["audit", "--json", "--store", str(path)], capsys)
+    assert json.loads(out)["audit_macs_checked"] is False
 
 
 def test_an_unkeyed_log_is_plain_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,6 +68,11 @@ def test_an_unkeyed_log_is_plain_ok(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 0 and out.strip().splitlines()[-1] == "ok" and "MAC" not in out
     code, out, _ = _run(["verify", "--json", "--store", str(path)], capsys)
     assert json.loads(out)["audit_macs_checked"] is None
+    for argv in (["audit"], ["audit", "--check"]):
+        code, out, _ = _run([*argv, "--store", str(path)], capsys)
+        assert code == 0 and "MAC" not in out, out
+        code, out, _ = _run([*argv, "--json", "--store", str(path)], capsys)
+        assert json.loads(out)["audit_macs_checked"] is None
 
 
 def test_gc_dry_run_says_what_the_real_gc_does_on_a_keyed_log(

@@ -128,8 +128,12 @@ def _audit(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     with open_store_at(args) as store:
         records = list(store.audit_records(kind=args.kind, start=args.start, limit=args.limit))
+        # A keyed log's records are listed without their MACs (no key here): say so.
+        macs = False if store.audit_keyed else None
     # As cpstore verify walks: in a child process, so damage that kills liblmdb is exit 5.
     report = verify_report(args) if args.check else None
+    if report is not None:
+        macs = args.macs
     problems = [] if report is None else list(report.problems)
     chain_ok = None if report is None else not any(map(_of_the_audit_log, problems))
     if args.json:
@@ -147,7 +151,7 @@ def _audit(args: argparse.Namespace) -> int:
                     for r in records
                 ],
                 "chain_ok": chain_ok,
-                "audit_macs_checked": None if report is None else args.macs,
+                "audit_macs_checked": macs,
                 "store_ok": None if report is None else report.ok,
                 "problems": [
                     {"what": p.what, "where": p.where, "expected": p.expected, "got": p.got}
@@ -166,14 +170,14 @@ def _audit(args: argparse.Namespace) -> int:
             f"{len(records)} record(s)"
             + (": " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts else "")
         )
+        if macs is False:
+            print(MACS_UNCHECKED)
         if report is not None:
             for p in problems:
                 print(f"PROBLEM {p.where}: {p.what}")
-            if args.macs is False:
-                print(MACS_UNCHECKED)
             print(
                 ("audit chain verifies" if chain_ok else "AUDIT CHAIN BROKEN")
-                + (" (digest chain only: audit MACs NOT checked)" if args.macs is False else "")
+                + (" (digest chain only: audit MACs NOT checked)" if macs is False else "")
             )
             print(
                 "store verifies"
