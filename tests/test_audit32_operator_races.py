@@ -1,4 +1,5 @@
-"""audit32: looking commands given a name (RUN@BRANCH, RUN@BRANCH~N) while other
+"""audit32: operator commands beside other processes, each put into its window. Looking
+commands given a name (RUN@BRANCH, RUN@BRANCH~N) while other
 processes record and collect, on LMDB and PostgreSQL.
 
 A name is resolved to an id, then the checkpoint read; between the two, another process
@@ -153,4 +154,53 @@ def test_a_receiving_branch_moved_during_a_push_is_named_and_the_others_still_la
     with cpstore.open(url, readonly=True) as store:
         assert store.ref("a", "main") == moved[0]
         assert store.ref("b", "main") == b_head, "b/main did not land"
+        assert store.verify().ok
+
+
+def _sign_off_cli(url: str, decision_id: str, operator: str) -> tuple[int, str]:
+    """In its own process: `cpstore sign-off` (exit code, stderr)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    got = subprocess.run(
+        [
+            *(sys.executable, "-m", "cpstore.cli", "sign-off", decision_id[:12]),
+            *("--operator", operator, "--reason", "checked", "--store", url),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return got.returncode, got.stderr
+
+
+def test_racing_sign_off_commands_land_exactly_one_on_each_backend(url: str) -> None:
+    """Four `cpstore sign-off` processes of one decision (by a 12-hex prefix) at once, on
+    LMDB and PostgreSQL: exactly one exits 0, the others 6 "already signed off", and the
+    log holds one sign-off (the check and the append are one write txn)."""
+    with cpstore.open(url) as store:
+        rec = store.recorder("run")
+        rec.token("rng", 1)
+        cid = rec.checkpoint(1, {"a": 1})
+        with store.read(cid) as cp:
+            replay = cpstore.Run(
+                "run",
+                1,
+                cp.manifest.state_digest,
+                tokens=cpstore.PackedTokens(bytes(cp.tokens())),
+                transcript_digest=cp.manifest.transcript_digest,
+                mode=cpstore.ReplayMode.BEST_EFFORT,
+            )
+        decision = cpstore.validate(cid, replay, store=store)
+        assert decision.verdict is cpstore.Verdict.QUARANTINE and decision.releasable
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        results = pool.starmap(_sign_off_cli, [(url, decision.id, f"op{i}") for i in range(4)])
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, cli.EXIT_REFUSED, cli.EXIT_REFUSED, cli.EXIT_REFUSED], results
+    assert all(code == 0 or "already signed off" in err for code, err in results), results
+    with cpstore.open(url, readonly=True) as store:
+        signed = list(store.audit_records(kind="signoff"))
+        assert len(signed) == 1 and signed[0].body["decision_id"] == decision.id
         assert store.verify().ok
