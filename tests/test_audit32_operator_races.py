@@ -5,7 +5,9 @@ processes record and collect, on LMDB and PostgreSQL.
 A name is resolved to an id, then the checkpoint read; between the two, another process
 may move the branch and a gc in a third prune the checkpoint resolved. The command must
 read what the name names then, not answer "checkpoint was pruned" (exit 4) for a branch
-that exists. The tests put real processes (spawn) exactly into that window.
+that exists. Also: a push whose receiving branch another process moves mid-transfer,
+and sign-off commands racing for one decision. The tests put real processes (spawn)
+exactly into each window.
 """
 
 from __future__ import annotations
