@@ -522,3 +522,22 @@ def test_compact_of_a_damaged_store_blames_the_store_not_its_copy(
     assert code == cli.EXIT_INTEGRITY and key.hex() in err, err
     assert "the store" in err and "the copy" not in err, err
     assert _data_bytes(url) == before and sorted(os.listdir(url)) == ["data.mdb", "lock.mdb"]
+
+
+def test_a_push_or_pull_onto_its_own_store_is_bad_input(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """push/pull with the same store on both sides (a folder, through a symlink too, or
+    one URL): exit 3 saying so, nothing written. On LMDB it was exit 7 "already open in
+    this process with another mode", which names no mistake of the operator's."""
+    _record(url)
+    before = _store_bytes(url)
+    names = [url]
+    if not url.startswith("postgresql://"):
+        os.symlink(url, tmp_path / "link")
+        names.append(str(tmp_path / "link"))
+    for other in names:
+        for argv in (["push", other, "--store", url], ["pull", other, "--store", url]):
+            code, _, err = _run(argv, capsys)
+            assert code == cli.EXIT_BAD_INPUT and "same store" in err, (argv, code, err)
+    assert _store_bytes(url) == before

@@ -30,6 +30,13 @@ def _check_source(path: str) -> None:
         raise NotFoundError("no store at this path", where=path)
 
 
+def _same(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` name one store (one folder, or one URL as written)."""
+    if is_store_url(a) or is_store_url(b):
+        return a == b
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def _run(args: argparse.Namespace, *, pushing: bool) -> int:
     if not args.store:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
@@ -38,6 +45,10 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
     if args.run is not None:
         check_text(args.run, "--run")
     _check_source(source)
+    if _same(source, dest):
+        raise InvalidInputError(
+            "the source and the receiving store are the same store", where=redact(source)
+        )
     with open_store(source, readonly=True, create=False) as src:
         if args.run is not None and not branches(src.backend, args.run):
             # Asked before the receiver is opened: a mistyped run must not leave a new,
