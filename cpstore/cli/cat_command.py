@@ -21,6 +21,7 @@ from cpstore.cli.common import (
     open_store_at,
     positive,
     print_json,
+    read_named,
     show,
     store_arg,
 )
@@ -33,7 +34,7 @@ _WHAT = ("observation", "effect", "tokens", "transcript")
 
 
 def _cat(args: argparse.Namespace) -> int:
-    with open_store_at(args) as store, store.read(store.resolve(args.checkpoint)) as cp:
+    with open_store_at(args) as store, read_named(store, args.checkpoint) as cp:
         what, rest = args.what, list(args.args)
         if what == "tokens":
             _no_more(rest, what)

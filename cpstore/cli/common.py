@@ -7,8 +7,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from cpstore.cli.exit_codes import (
@@ -27,6 +27,7 @@ from cpstore.native.args import int_argument
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.location import is_store_url
+from cpstore.store.reader import CheckpointView
 
 __all__ = [
     "ID_HELP",
@@ -43,6 +44,8 @@ __all__ = [
     "open_store_at",
     "positive",
     "print_json",
+    "read_named",
+    "retry_renamed",
     "show",
     "stamp",
     "store_arg",
@@ -150,3 +153,34 @@ def names_checkpoint(arg: str) -> bool:
     if os.path.exists(arg):
         return False
     return "@" in arg or (len(arg) >= 8 and all(c in "0123456789abcdefABCDEF" for c in arg))
+
+
+#: How often a name is resolved again when what it named is gone by the read.
+RENAMED_TRIES = 3
+
+
+def retry_renamed(resolve: Callable[[], Any], attempt: Callable[[Any], Any]) -> Any:
+    """``attempt(resolve())``; when it raises NotFoundError and ``resolve()`` now names
+    something else (RUN@BRANCH moved and a gc pruned what it named, in other processes,
+    between the two), try again with that, up to :data:`RENAMED_TRIES` times. A name that
+    still names the same (an id, a checkpoint really gone) keeps its NotFoundError."""
+    named = resolve()
+    for tries in range(1, RENAMED_TRIES + 1):
+        try:
+            return attempt(named)
+        except NotFoundError:
+            again = resolve()
+            if again == named or tries == RENAMED_TRIES:
+                raise
+            named = again
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextmanager
+def read_named(store: Store, name: str) -> Iterator[CheckpointView]:
+    """``store.read`` of what ``name`` names when the read begins (:func:`retry_renamed`)."""
+    with ExitStack() as stack:
+        view: CheckpointView = retry_renamed(
+            lambda: store.resolve(name), lambda cid: stack.enter_context(store.read(cid))
+        )
+        yield view

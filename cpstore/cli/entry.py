@@ -47,6 +47,7 @@ from cpstore.cli.exit_codes import (
     EXIT_EPILOG,
     EXIT_NOT_FOUND,
     EXIT_OK,
+    EXIT_UNAVAILABLE,
     exit_code_for,
 )
 from cpstore.errors import CpstoreError
@@ -54,6 +55,10 @@ from cpstore.errors import CpstoreError
 __all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
+
+#: OS errors about the path given (exit 3); a missing file is exit 4, any other OS error
+#: (a full disk, a read-only file system, an I/O error) exit 7.
+_BAD_PATH = (IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,15 +108,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CpstoreError as exc:
         print(f"cpstore {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return exit_code_for(exc)
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        text = _one_line(f"{exc.strerror}: {exc.filename}")
+    except BrokenPipeError:
+        return EXIT_OK
+    except OSError as exc:
+        # What the machine said about a path (a missing file, a path through a regular
+        # file, a full disk, a read-only file system): the operator's to fix, not a bug.
+        text = _one_line(f"{exc.strerror or exc}: {exc.filename}")
         print(f"cpstore {args.command}: {text}", file=sys.stderr)
-        return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_BAD_INPUT
+        if isinstance(exc, FileNotFoundError):
+            return EXIT_NOT_FOUND
+        if isinstance(exc, _BAD_PATH):
+            return EXIT_BAD_INPUT
+        return EXIT_UNAVAILABLE
     except KeyboardInterrupt:
         print(f"cpstore {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return EXIT_OK
 
 
 if __name__ == "__main__":  # pragma: no cover

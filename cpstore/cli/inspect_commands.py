@@ -19,6 +19,8 @@ from cpstore.cli.common import (
     open_store_at,
     positive,
     print_json,
+    read_named,
+    retry_renamed,
     show,
     stamp,
     store_arg,
@@ -40,7 +42,7 @@ __all__ = ["add_inspect_parsers"]
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    with open_store_at(args) as store, store.read(store.resolve(args.checkpoint)) as cp:
+    with open_store_at(args) as store, read_named(store, args.checkpoint) as cp:
         m = cp.manifest
         if args.part is not None:
             value = cp.state_part(args.part)
@@ -109,7 +111,10 @@ def _inspect(args: argparse.Namespace) -> int:
 def _diff(args: argparse.Namespace) -> int:
     if args.store:
         with open_store_at(args) as store:
-            result = diff(_side(store, args.a), _side(store, args.b), store=store)
+            result = retry_renamed(
+                lambda: (_side(store, args.a), _side(store, args.b)),
+                lambda sides: diff(*sides, store=store),
+            )
     else:
         result = diff(args.a, args.b)
     firsts = result.first_per_stream()

@@ -23,8 +23,10 @@ from cpstore.cli.common import (
 from cpstore.cli.exit_codes import (
     EXIT_OK,
 )
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import InvalidInputError, NotFoundError, StoreError
+from cpstore.store.location import is_store_url
 from cpstore.store.maintenance import compact_store, copy_store
+from cpstore.store.model import PG_STORE_VERSION, STORE_VERSION
 from cpstore.store.stats import store_stats
 
 __all__ = ["add_maintenance_parsers"]
@@ -33,7 +35,26 @@ __all__ = ["add_maintenance_parsers"]
 # -- gc / prune ------------------------------------------------------------------------
 
 
+def _refuse_a_dry_run_that_upgrades(args: argparse.Namespace) -> None:
+    """A dry run's sweep runs in a write txn it aborts, so it opens the store writable,
+    and a writable open upgrades an older layout for good (an older release then refuses
+    the store): look read-only first and refuse, before anything is written."""
+    with open_store_at(args) as store:
+        layout = store.backend.layout
+    target = PG_STORE_VERSION if is_store_url(args.store) else STORE_VERSION
+    if layout < target:
+        raise StoreError(
+            "a dry run cannot run on a store of an older layout: it would upgrade the "
+            "layout (nothing changed; gc without --dry-run, or any writable open, upgrades it)",
+            where=args.store,
+            expected=f"layout {target}",
+            got=f"layout {layout}",
+        )
+
+
 def _gc(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        _refuse_a_dry_run_that_upgrades(args)
     # A dry run runs the sweep in a write txn and aborts it: the same code says what goes.
     with open_store_at(args, readonly=False) as store:
         before = store.space()
@@ -88,7 +109,7 @@ def _gc(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     if not args.store:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
-    if not os.path.exists(args.store):
+    if not is_store_url(args.store) and not os.path.exists(args.store):
         raise NotFoundError("no store at this path", where=args.store)
     report = compact_store(args.store)
     if args.json:
@@ -176,7 +197,9 @@ def add_maintenance_parsers(sub: Any) -> None:
             "report lists what went, and every removed checkpoint the audit log names "
             "(also recorded as a gc audit record). The data file does not shrink: LMDB "
             "reuses freed pages for later writes; cpstore compact gives them back. "
-            "--dry-run reports without changing anything. A run with no refs is exit 4.",
+            "--dry-run reports without changing anything (refused, exit 7, on a store of "
+            "an older layout: its writable open would upgrade it). A run with no refs is "
+            "exit 4.",
             STORE_CODES,
         )
         group = p.add_mutually_exclusive_group(required=True)
@@ -184,7 +207,7 @@ def add_maintenance_parsers(sub: Any) -> None:
             "--keep-last", type=positive, help="keep each branch's newest N checkpoints"
         )
         group.add_argument("--delete-run", metavar="RUN", help="delete every ref of RUN")
-        p.add_argument("--run", help="with --keep-last: only this run")
+        p.add_argument("--run", help="with --keep-last: only this run (not with --delete-run)")
         p.add_argument(
             "--dry-run", action="store_true", help="report what would be removed; change nothing"
         )

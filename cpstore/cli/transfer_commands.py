@@ -16,6 +16,7 @@ from cpstore.cli.common import STORE_CODES, command, human, json_arg, print_json
 from cpstore.cli.exit_codes import EXIT_CONFLICT, EXIT_OK
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.args import check_text
+from cpstore.store.branches import branches
 from cpstore.store.facade import open as open_store
 from cpstore.store.location import is_store_url, redact
 from cpstore.store.transfer import TransferReport, transfer
@@ -29,6 +30,13 @@ def _check_source(path: str) -> None:
         raise NotFoundError("no store at this path", where=path)
 
 
+def _same(a: str, b: str) -> bool:
+    """True when ``a`` and ``b`` name one store (one folder, or one URL as written)."""
+    if is_store_url(a) or is_store_url(b):
+        return a == b
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
 def _run(args: argparse.Namespace, *, pushing: bool) -> int:
     if not args.store:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
@@ -37,8 +45,17 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
     if args.run is not None:
         check_text(args.run, "--run")
     _check_source(source)
-    with open_store(source, readonly=True, create=False) as src, open_store(dest) as dst:
-        report = transfer(src.backend, dst.backend, run_id=args.run)
+    if _same(source, dest):
+        raise InvalidInputError(
+            "the source and the receiving store are the same store", where=redact(source)
+        )
+    with open_store(source, readonly=True, create=False) as src:
+        if args.run is not None and not branches(src.backend, args.run):
+            # Asked before the receiver is opened: a mistyped run must not leave a new,
+            # empty store at a receiving path that had none.
+            raise NotFoundError("no such run in the source store", where="refs", got=args.run)
+        with open_store(dest) as dst:
+            report = transfer(src.backend, dst.backend, run_id=args.run)
     _show(report, source, dest, args.json)
     return EXIT_OK
 

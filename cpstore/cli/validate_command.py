@@ -40,6 +40,7 @@ from cpstore.run.document import load_document
 from cpstore.run.model import Run
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
+from cpstore.store.location import is_store_url
 
 __all__ = ["EXIT_FOR_VERDICT", "add_validate_parser", "format_decision", "run_validate"]
 
@@ -198,7 +199,7 @@ def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     if args.store is None:
         decision = validate(_load(args.recorded, None), _load(args.replayed, None))
     else:
-        if not os.path.exists(args.store):  # as every store command says it (exit 4)
+        if not is_store_url(args.store) and not os.path.exists(args.store):  # (exit 4)
             raise NotFoundError("no store at this path", where=args.store)
         # create=False: validating against a store that is not there is a typo.
         with open_store(args.store, readonly=not record, create=False) as store:

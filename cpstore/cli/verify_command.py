@@ -38,7 +38,7 @@ from cpstore.store.affected import checkpoints_reaching
 from cpstore.store.lmdb_registry import is_open_here
 from cpstore.store.model import Problem, VerifyReport
 
-__all__ = ["add_verify_parser"]
+__all__ = ["MACS_UNCHECKED", "add_verify_parser", "verify_report"]
 
 
 def _progress_bar(label: str, width: int = 40) -> Callable[[int, int], None]:
@@ -76,6 +76,7 @@ def _verify_report(
         with open_store_at(args) as store:
             report = store.verify(progress=progress)
             args.affects = _affects(store, report)
+            args.macs = _macs_checked(store)
             return report
     sys.stdout.flush()
     sys.stderr.flush()
@@ -90,6 +91,29 @@ def _verify_report(
             return _verify_parent(args, pid, read_end, err, progress)
         finally:
             os.close(read_end)
+
+
+def verify_report(args: argparse.Namespace) -> VerifyReport:
+    """The store's verify report, walked in a child process as ``cpstore verify`` walks it
+    (``audit --check``); the store must not be open in this process. ``args.macs`` is
+    then :func:`_macs_checked`'s answer."""
+    args.affects, args.macs = {}, None
+    return _verify_report(args, None)
+
+
+def _macs_checked(store: Any) -> bool | None:
+    """None for a log without MACs; else whether this walk checked them (it needs the key,
+    which the command line does not have: a keyed log's digest chain alone verifies a
+    record a data-file writer forged, docs/security.md)."""
+    return None if not store.audit_keyed else store.backend.audit_key is not None
+
+
+#: What verify and audit --check say when a keyed log's MACs were not checked.
+MACS_UNCHECKED = (
+    "audit MACs NOT checked: the audit log is keyed and this command has no key (its "
+    "digest chain alone does not show a record forged in the data file; "
+    "Store.verify with audit_key does)"
+)
 
 
 def _verify_child(args: argparse.Namespace, out_fd: int, err_fd: int, progress: bool) -> None:
@@ -113,7 +137,9 @@ def _verify_child(args: argparse.Namespace, out_fd: int, err_fd: int, progress: 
                         else None
                     )
                     affects = _affects(store, report)
+                    macs = _macs_checked(store)
                 send("affects", affects)
+                send("macs", macs)
                 send("report", report)
             except CpstoreError as exc:
                 send("error", exc)
@@ -150,6 +176,8 @@ def _verify_parent(
                         progress(done, total)
                 elif kind == "affects":
                     args.affects = value
+                elif kind == "macs":
+                    args.macs = value
                 else:
                     result = value
         _, status = os.waitpid(pid, 0)
@@ -205,7 +233,7 @@ def _affects(store: Any, report: VerifyReport) -> dict[str, list[Any]]:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    args.affects = {}
+    args.affects, args.macs = {}, None
     bar = _progress_bar("verify") if sys.stderr.isatty() else None
     report = _verify_report(args, bar)
     if bar is not None:
@@ -214,6 +242,7 @@ def _verify(args: argparse.Namespace) -> int:
         print_json(
             {
                 "ok": report.ok,
+                "audit_macs_checked": args.macs,
                 "counts": report.counts,
                 "problems": [
                     {
@@ -245,7 +274,10 @@ def _verify(args: argparse.Namespace) -> int:
                 print(f"  affects {len(hit)} checkpoint(s):")
                 for c, r, b, s in hit:
                     print(f"    {c}  {r}@{b} step {s}")
-        print("ok" if report.ok else f"{len(report.problems)} problem(s) found")
+        if args.macs is False:
+            print(MACS_UNCHECKED)
+        verdict = "ok" if report.ok else f"{len(report.problems)} problem(s) found"
+        print(verdict + (" (audit MACs NOT checked)" if args.macs is False else ""))
     return EXIT_OK if report.ok else EXIT_INTEGRITY
 
 

@@ -36,7 +36,6 @@ from cpstore.errors import (
     CanonicalEncodingError,
     InvalidInputError,
     NotFoundError,
-    StoreError,
 )
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
@@ -65,7 +64,7 @@ from cpstore.store.audit_named import (
 )
 from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.keyed_audit import check_mac, mac_append
+from cpstore.store.keyed_audit import check_can_append, check_mac, mac_append
 from cpstore.store.model import AuditRecord, Problem, check_metadata, parse_id
 
 __all__ = [
@@ -430,11 +429,7 @@ def append_audit_txn(
     ``content`` must already have passed ``check_metadata``. The decision index
     and the audited-checkpoint index (docs/store.md) are kept in this same txn.
     """
-    if store.audit_keyed and store.audit_key is None:
-        raise StoreError(
-            "this store's audit log is keyed; open it with audit_key= to append",
-            where=store.path,
-        )
+    check_can_append(store)
     dbs = store.dbs
     audit, index_db, meta = dbs["audit"], dbs["audit_index"], dbs["meta"]
     with txn.cursor(db=audit) as cur:

@@ -18,7 +18,7 @@ from typing import Any
 
 from cpstore.decision.table import Finding, FindingCode
 from cpstore.decision.validate import RunSource, validate
-from cpstore.errors import IntegrityError
+from cpstore.errors import CpstoreError, IntegrityError, NotFoundError
 from cpstore.store.facade import Store
 
 __all__ = ["DIFF_CODES", "Diff", "PartDiff", "diff"]
@@ -82,14 +82,29 @@ class Diff:
         return out
 
 
+def _refuse_missing(store: Store, source: str) -> None:
+    """A side that names no stored checkpoint (pruned, never stored) is NotFoundError:
+    validate's fail-closed INTEGRITY finding for it is no damage to report."""
+    try:
+        store.manifest(source, verify=False)
+    except NotFoundError:
+        raise
+    except CpstoreError:
+        pass  # not a checkpoint id (a document's path), or damaged: the finding stands
+
+
 def diff(a: RunSource, b: RunSource, *, store: Store | None = None, verify: bool = True) -> Diff:
     """The differences between ``a`` and ``b`` (checkpoint ids need ``store``).
 
     Damage that stops either side being read is an :class:`IntegrityError`
-    (a diff of unreadable data would be a guess), never a difference.
+    (a diff of unreadable data would be a guess), never a difference; a checkpoint id
+    the store does not hold (pruned, never stored) is :class:`NotFoundError`.
     """
     decision = validate(a, b, store=store, record=False, verify=verify)
     damaged = [f for f in decision.findings if f.code is FindingCode.INTEGRITY]
+    for label, source in (("recorded", a), ("replayed", b)):
+        if store is not None and isinstance(source, str) and any(f.side == label for f in damaged):
+            _refuse_missing(store, source)
     if damaged:
         raise IntegrityError(
             "cannot diff: stored data is damaged", where=damaged[0].side, got=damaged[0].message

@@ -21,10 +21,18 @@ from typing import Any
 from cpstore.errors import AuditChainError, StoreError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.audit_mac import check_record_mac, key_id, mac_head, mac_record, verify_macs
-from cpstore.store.backend import Txn
+from cpstore.store.backend import Backend, Txn
 from cpstore.store.model import Problem
 
-__all__ = ["KEY_ID", "MAC_HEAD", "adopt_key", "check_mac", "check_macs", "mac_append"]
+__all__ = [
+    "KEY_ID",
+    "MAC_HEAD",
+    "adopt_key",
+    "check_can_append",
+    "check_mac",
+    "check_macs",
+    "mac_append",
+]
 
 KEY_ID = b"audit_key_id"
 MAC_HEAD = b"audit_mac_head"
@@ -103,3 +111,12 @@ def check_macs(txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes) -> list
                 Problem("audit MAC head is damaged", "meta/audit_mac_head", got=str(exc)),
             ]
     return verify_macs(records, key, head=head)
+
+
+def check_can_append(store: Backend) -> None:
+    """StoreError when this handle may not append to the log (a keyed log, no key)."""
+    if store.audit_keyed and store.audit_key is None:
+        raise StoreError(
+            "this store's audit log is keyed; open it with audit_key= to append",
+            where=store.path,
+        )

@@ -22,6 +22,7 @@ from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_copy import compact_in_place
 from cpstore.store.lmdb_registry import is_open_here
+from cpstore.store.location import is_store_url, redact
 from cpstore.store.model import VerifyReport
 
 __all__ = ["CompactReport", "compact_store", "copy_store"]
@@ -64,6 +65,13 @@ def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = Tr
     and :class:`IntegrityError` raised.
     """
     target = os.fspath(dest)
+    if is_store_url(target):
+        # A folder named after the URL would be made (and left) in the working folder.
+        raise InvalidInputError(
+            "copy writes a store into a folder, not a database; to copy into PostgreSQL "
+            "use `cpstore push DEST --store SRC` (every object verified)",
+            where=redact(target),
+        )
     if os.path.realpath(target) == os.path.realpath(store.path):
         raise InvalidInputError("a store cannot be copied onto itself", where=target)
     store.backend.copy_to(target, compact=compact)
@@ -82,11 +90,24 @@ def compact_store(path: str | os.PathLike[str]) -> CompactReport:
     original before it replaces it; otherwise nothing changes.
     """
     where = os.fspath(path)
+    if is_store_url(where):
+        raise InvalidInputError(
+            "compact rewrites an LMDB data file; a PostgreSQL store's space is the "
+            "server's to give back (VACUUM FULL of its schema's tables)",
+            where=redact(where),
+        )
     if is_open_here(where):
         raise StoreError("close the store in this process before compacting it", where=where)
     # The last txn is read before the verify: when the txn compaction copies is still
     # this one, no commit came after it, so the verify's counts are the copied store's.
-    before, last = _verified(where)
+    try:
+        before, last = _verified(where)
+    except IntegrityError as exc:  # the store's own damage: nothing was copied or swapped
+        raise IntegrityError(
+            exc.what.replace("the copy", "the store", 1) + "; compact rewrites only a sound store",
+            where=exc.where,
+            got=exc.got,
+        ) from None
 
     def check(copy_path: str, copied: int) -> None:
         if copied != last:

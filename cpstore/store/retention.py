@@ -30,6 +30,7 @@ from cpstore.store.audit import append_audit_txn, audited_among, catch_up_indexe
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches
 from cpstore.store.content import objects_of, records_of
+from cpstore.store.keyed_audit import check_can_append
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import check_name, split_ref_key, unpack_checkpoint_value
 from cpstore.store.refs import delete_ref, pinned_objects, retained_heads, unpack_ref
@@ -202,6 +203,10 @@ def _sweep(
         decided = tuple(c for c in ids if bytes.fromhex(c) in named)
         report = GcReport(ids, removed_objects, removed_bytes, decided, dry_run)
         if dry_run:
+            if decided:
+                # The real run appends a gc record, which a keyed log takes only with
+                # the key: it would refuse, and the dry run says what it would do.
+                check_can_append(store)
             raise _DryRunDoneError(report)
         if decided:
             body = {
@@ -290,6 +295,13 @@ def gc(
     look like "nothing to remove")."""
     if (keep_last is None) == (drop_run is None):
         raise InvalidInputError("give exactly one of keep_last and delete_run")
+    if drop_run is not None and run_id is not None:
+        # run_id says which run keep_last prunes: beside delete_run it would be dropped
+        # unread, and a typo of which run to delete go unnoticed.
+        raise InvalidInputError(
+            "run_id (--run) goes with keep_last (--keep-last), not with delete_run",
+            got={"delete_run": drop_run, "run_id": run_id},
+        )
     if not isinstance(dry_run, bool):
         raise InvalidInputError("dry_run must be a bool", got=dry_run)
     if keep_last is not None and (

@@ -499,20 +499,32 @@ def transfer(
     )
     with dest.read_txn() as txn:
         expected = {b.key: read_ref(txn, dest.dbs, b.key, layout=dest.layout) for b in branches}
+    changed: list[ConflictError] = []  # branches the destination changed meanwhile
     for b in branches:
         mine = {c: values[c] for c in b.lineage if c in values}
-        outcome = _land_branch(
-            source,
-            dest,
-            b,
-            values=mine,
-            reach=reach,
-            ledgers=ledgers,
-            tombstone=None if b.pruned_root is None else tombs.get(b.pruned_root),
-            expected=expected[b.key],
-            report=report,
-            carry_bytes=CARRY_BATCHES * batch_bytes,
-        )
+        try:
+            outcome = _land_branch(
+                source,
+                dest,
+                b,
+                values=mine,
+                reach=reach,
+                ledgers=ledgers,
+                tombstone=None if b.pruned_root is None else tombs.get(b.pruned_root),
+                expected=expected[b.key],
+                report=report,
+                carry_bytes=CARRY_BATCHES * batch_bytes,
+            )
+        except ConflictError as exc:
+            if not str(exc.where or "").startswith("refs/"):
+                raise  # the source's retention swept what was being copied: nothing more lands
+            # The destination's own doing (its writer moved the branch, its gc pruned the
+            # head or swept the objects again and again): this branch landed nothing, and
+            # the others still land, as for a branch that went elsewhere.
+            run, name = split_ref_key(b.key)
+            report.conflicts.append(f"{run}/{name}")
+            changed.append(exc)
+            continue
         if outcome in ("created", "moved"):
             # Landed: a checkpoint shared with a later branch lands once. A
             # diverged branch landed nothing, so a later one must still carry it.
@@ -528,11 +540,14 @@ def transfer(
         else:
             report.refs_unchanged += 1
     report.seconds = time.perf_counter() - started
+    if len(report.conflicts) == 1 and changed:
+        raise changed[0]  # the one branch, as its landing said it (the others landed)
     if report.conflicts:
         raise ConflictError(
-            "destination branches went elsewhere than the source's (not moved; the other "
-            "branches were copied)",
+            "destination branches went elsewhere than the source's, or changed during the "
+            "transfer (not moved; the other branches were copied; run it again for those "
+            "that changed)",
             where="refs",
-            got=report.conflicts,
+            got=[*report.conflicts, *(f"{e.where}: {e.what}" for e in changed)],
         )
     return report
