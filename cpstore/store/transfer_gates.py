@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from cpstore.decision.table import FINDING_RULES, FindingCode, Verdict
+from cpstore.errors import StoreError
 from cpstore.store.audit import (
     DECISION_KIND,
     DECISION_PREFIX,
@@ -41,7 +42,6 @@ from cpstore.store.audit import (
 )
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.content import records_of
-from cpstore.store.keyed_audit import check_can_append
 from cpstore.store.location import redact
 from cpstore.store.model import AuditRecord, check_metadata
 
@@ -111,8 +111,17 @@ def check_carry(dst: Backend, carried: Carried) -> None:
         return
     with dst.read_txn() as txn:
         view = AuditView(dst, txn)
-        if any(_wanted(view, cid, rec) for cid, rec in carried.items()):
-            check_can_append(dst)
+        wanted = [cid for cid, rec in carried.items() if _wanted(view, cid, rec)]
+    if wanted:
+        raise StoreError(
+            "the receiving store's audit log is keyed and was opened without its key: the "
+            "source's decisions about the checkpoints this transfer copies cannot be "
+            "appended to it, so nothing is copied (transfer() with a store opened with "
+            "audit_key= carries them)",
+            where=dst.path,
+            expected="the destination's audit key",
+            got=f"{len(wanted)} decision(s) to carry, first about checkpoint {wanted[0].hex()}",
+        )
 
 
 def land_decisions(
