@@ -18,8 +18,9 @@ from cpstore.cli import main
 from cpstore.decision.gates import certify_rollback, resume_gate, sign_off
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import ConflictError, GateError, StoreError
+from cpstore.errors import ConflictError, GateError, NotFoundError, StoreError
 from cpstore.run.model import ReplayMode
+from cpstore.store import transfer_gates
 from cpstore.store.transfer import transfer
 
 if TYPE_CHECKING:
@@ -226,3 +227,30 @@ def test_cli_push_and_pull_carry_the_decision(tmp_path: Path) -> None:
             with pytest.raises(GateError, match="permit"):
                 dst.recorder("r")
             assert [v for _, v in _decisions(dst)] == ["REJECT"]
+
+
+@pytest.mark.parametrize("dst_kind", ["lmdb", "pg"])
+def test_a_checkpoint_never_lands_without_its_decision(
+    dst_kind: str, tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision is appended in the branch's landing txn: an append that fails (a crash
+    in its place) leaves neither the checkpoint nor the ref; the next transfer lands both."""
+    dst_at = _where(dst_kind, tmp_path, "dst", pg_url)
+    with cpstore.open(tmp_path / "src") as src, cpstore.open(dst_at) as dst:
+        cid = _checkpoint(src)
+        _rejected(src, cid)
+
+        def broken(*_args: object, **_kw: object) -> None:
+            raise RuntimeError("killed while appending the carried decision")
+
+        with monkeypatch.context() as m:
+            m.setattr(transfer_gates, "append_audit_txn", broken)
+            with pytest.raises(RuntimeError, match="killed"):
+                transfer(src.backend, dst.backend)
+        assert dst.runs() == [] and list(dst.audit_records()) == []
+        with pytest.raises(NotFoundError):
+            dst.manifest(cid)
+        report = transfer(src.backend, dst.backend)
+        assert (report.checkpoints, report.decisions, dst.ref("r")) == (1, 1, cid)
+        with pytest.raises(GateError, match="permit"):
+            dst.recorder("r")
