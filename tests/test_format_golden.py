@@ -11,6 +11,7 @@ import pytest
 import xxhash
 
 import cpstore
+from cpstore.decision.table import FindingCode
 from cpstore.native import records
 from cpstore.native import reference as ref
 from cpstore.native.binding import digest
@@ -24,6 +25,7 @@ from cpstore.store.facade import open as open_store
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
 from cpstore.store.record_codec import inflate_record
 from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
+from cpstore.store.transfer import transfer
 
 CANONICAL = [
     (None, "c0"),
@@ -404,3 +406,24 @@ def test_a_record_entry_carries_its_parts_location_hints_before_the_record(
     assert entry[:26] == b"r\x10" + cid + bytes.fromhex("0000000100000001")
     assert inflate_record(entry[26:]) == record
     assert heap[(1).to_bytes(8, "big")] == b"o\x10" + digest(encode_value(1)) + encode_value(1)
+
+
+def test_a_carried_decision_record_is_pinned(tmp_path: Path) -> None:
+    """push/pull append the source's standing non-ACCEPT decision as kind "decision" whose
+    body is the source record's body plus "imported": {"store", "audit", "index"}
+    (docs/format.md, "Carried decisions")."""
+    src_at = tmp_path / "src"
+    with open_store(src_at) as src, open_store(tmp_path / "dst") as dst:
+        cid = src.recorder("r").checkpoint(1, b"state")
+        body = {
+            "decision_id": "d-1",
+            "verdict": "REJECT",
+            "findings": [{"code": FindingCode.STATE_MISMATCH.value}],
+            "recorded": {"checkpoint_id": cid, "run_id": "r", "branch": "main"},
+        }
+        rec = src.append_audit("decision", body)
+        assert transfer(src.backend, dst.backend).decisions == 1
+        (carried,) = dst.audit_records()
+    imported = {"store": str(src_at), "audit": rec.digest, "index": 0}
+    assert (carried.kind, carried.body) == ("decision", {**body, "imported": imported})
+    assert set(carried.body["imported"]) == {"store", "audit", "index"}

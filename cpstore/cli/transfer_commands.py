@@ -70,6 +70,7 @@ def _show(report: TransferReport, source: str, dest: str, as_json: bool) -> None
         f"{report.objects} object(s) ({human(report.object_bytes)}), refs "
         f"{report.refs_created} created / {report.refs_moved} moved / "
         f"{report.refs_unchanged} unchanged in {report.seconds:.2f} s ({rate:.0f} objects/s)"
+        + (f"; {report.decisions} decision(s) carried" if report.decisions else "")
     )
 
 
@@ -87,7 +88,11 @@ _WHAT = (
     "compare-and-set in one transaction. Either store is a folder or a postgresql:// URL. "
     "Running it again copies nothing; a killed copy leaves no ref naming a missing object "
     "and is resumed by running it again. A receiving branch that went elsewhere is left "
-    "alone and named (exit 8); the other branches still land."
+    "alone and named (exit 8); the other branches still land. A checkpoint whose standing "
+    "decision in the sender is not ACCEPT lands with that decision appended to the "
+    "receiver's audit log (its gates refuse what the sender's do; sign-offs are not "
+    "carried); a receiver with a keyed audit log is refused (exit 7) before anything is "
+    "copied when a decision is to be carried."
 )
 
 

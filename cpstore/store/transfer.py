@@ -32,7 +32,11 @@
 A killed transfer leaves objects without checkpoints (step 3) but never a
 ref or checkpoint that names a missing object: the next transfer skips the
 objects already there and finishes. A second transfer copies nothing.
-The audit log is per store and is not copied (docs/store.md, "push and pull").
+The audit log is per store and is not copied, except that each landing txn
+appends the source's standing non-ACCEPT decision of the branch's checkpoints
+(``cpstore.store.transfer_gates``: the destination's gates refuse what the
+source's do); a destination log that cannot take them (keyed, no key) is a
+:class:`StoreError` before anything is copied (docs/store.md, "push and pull").
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from cpstore.store.manifest import (
 from cpstore.store.model import split_checkpoint_value, split_ref_key
 from cpstore.store.objects import put_object
 from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, unpack_ref, write_ref
+from cpstore.store.transfer_gates import Carried, carried_decisions, check_carry, land_decisions
 from cpstore.store.verify import child_kind, children
 
 __all__ = ["TransferReport", "transfer"]
@@ -78,6 +83,7 @@ class TransferReport:
     refs_moved: int = 0
     refs_unchanged: int = 0
     checkpoints: int = 0
+    decisions: int = 0
     objects: int = 0
     object_bytes: int = 0
     seconds: float = 0.0
@@ -90,6 +96,7 @@ class TransferReport:
             "refs_moved": self.refs_moved,
             "refs_unchanged": self.refs_unchanged,
             "checkpoints": self.checkpoints,
+            "decisions": self.decisions,
             "objects": self.objects,
             "object_bytes": self.object_bytes,
             "seconds": round(self.seconds, 6),
@@ -306,6 +313,7 @@ def _land_branch(
     expected: tuple[bytes, int] | None,
     report: TransferReport,
     carry_bytes: int,
+    decisions: Carried,
 ) -> str:
     """One write txn: missing checkpoints, then the ref by compare-and-set. Returns the outcome.
 
@@ -324,7 +332,11 @@ def _land_branch(
     lineage = set(branch.lineage)
     carry: dict[bytes, bytes] = {}
 
-    def land(txn: Txn[memoryview]) -> tuple[str, int]:
+    def gated(txn: Txn[memoryview]) -> int:
+        """The source's standing non-ACCEPT decisions of the stored lineage, in this txn."""
+        return land_decisions(src, dst, txn, reversed(branch.lineage), decisions)
+
+    def land(txn: Txn[memoryview]) -> tuple[str, int, int]:
         landing = [c for c in branch.lineage if c in values]
         prefetch = getattr(txn, "prefetch", None)
         if prefetch is not None:  # PostgreSQL: what this txn reads, in one round trip
@@ -349,9 +361,11 @@ def _land_branch(
                 got=None if current is None else current[0].hex(),
             )
         if current is not None and current[0] == branch.head:
-            return "unchanged", 0
+            return "unchanged", 0, gated(txn)
         if current is not None and current[0] not in lineage:
-            return "diverged", 0  # nothing written: no checkpoint lands without its ref
+            # No checkpoint written (none lands without its ref); the decisions of
+            # those the destination holds still are.
+            return "diverged", 0, gated(txn)
         for key, data in carry.items():  # re-sent: swept since step 3
             put_object(txn, contents, key, data)
         swept = [
@@ -392,11 +406,11 @@ def _land_branch(
             if sealer in lineage:
                 txn.put(key, sealer, overwrite=False, db=dst.db("ledgers"))
         write_ref(txn, dst.dbs, branch.key, branch.head, branch.origin, old=current)
-        return ("moved" if current is not None else "created"), written
+        return ("moved" if current is not None else "created"), written, gated(txn)
 
     for resends in itertools.count():
         try:
-            outcome, written = dst.write_txn(land)
+            outcome, written, carried = dst.write_txn(land)
         except _ObjectsSweptError as gone:
             if resends >= MAX_RESENDS:
                 run, name = split_ref_key(branch.key)
@@ -411,6 +425,7 @@ def _land_branch(
             _resend(src, dst, gone.keys, reach, carry=carry, carry_bytes=carry_bytes, report=report)
             continue
         report.checkpoints += written
+        report.decisions += carried
         return outcome
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -487,6 +502,8 @@ def transfer(
                 tomb = txn.get(b.pruned_root, db=source.db("tombstones"))
                 if tomb is not None:
                     tombs[b.pruned_root] = bytes(tomb)
+        decisions = carried_decisions(source, txn, every)
+    check_carry(dest, decisions)  # before anything is copied
     needed = list(dict.fromkeys(k for c in missing for k in reach[c]))
     stored = _present(dest, "objects", needed)
     _copy_objects(
@@ -514,6 +531,7 @@ def transfer(
                 expected=expected[b.key],
                 report=report,
                 carry_bytes=CARRY_BATCHES * batch_bytes,
+                decisions=decisions,
             )
         except ConflictError as exc:
             if not str(exc.where or "").startswith("refs/"):
