@@ -78,7 +78,9 @@ __all__ = [
     "catch_up_indexes",
     "check_audit_chain",
     "check_record_mac",
+    "decided_checkpoint",
     "get_audit",
+    "indexed_count",
     "indexes_lag",
 ]
 
@@ -116,7 +118,7 @@ def _decode(index: int, raw: bytes | memoryview, where: str) -> AuditRecord:
     )
 
 
-def _decided_checkpoint(kind: str, body: Mapping[str, Any]) -> bytes | None:
+def decided_checkpoint(kind: str, body: Mapping[str, Any]) -> bytes | None:
     """The checkpoint (16 raw bytes) a decision record is about, or None."""
     if kind != DECISION_KIND:
         return None
@@ -130,7 +132,8 @@ def _decided_checkpoint(kind: str, body: Mapping[str, Any]) -> bytes | None:
         return None
 
 
-def _indexed_count(txn: Txn[memoryview], meta: Any) -> int:
+def indexed_count(txn: Txn[memoryview], meta: Any) -> int:
+    """How many decision records the decision index covers (0 when unreadable)."""
     raw = txn.get(DECISIONS_INDEXED, db=meta)
     try:
         count = None if raw is None else decode_value(raw)
@@ -141,7 +144,7 @@ def _indexed_count(txn: Txn[memoryview], meta: Any) -> int:
 
 def _covered(txn: Txn[memoryview], meta: Any) -> tuple[int, int, int]:
     """The covered counts of the decision, audited-checkpoint and gate indexes."""
-    return _indexed_count(txn, meta), named_count(txn, meta), gate_count(txn, meta)
+    return indexed_count(txn, meta), named_count(txn, meta), gate_count(txn, meta)
 
 
 def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[int, int, int]:
@@ -168,7 +171,7 @@ def _catch_up(txn: Txn[memoryview], dbs: Mapping[str, Any], end: int) -> tuple[i
             if index >= end:
                 break
             rec = _decode(index, cur.value(), f"audit/{index}")
-            cid = _decided_checkpoint(rec.kind, rec.body)
+            cid = decided_checkpoint(rec.kind, rec.body)
             if cid is not None and index >= decided_from:
                 latest[cid] = index
             if index >= named_from:
@@ -300,7 +303,7 @@ class AuditView:
             if (
                 not found
                 or found[0].index != index
-                or _decided_checkpoint(found[0].kind, found[0].body) != cid
+                or decided_checkpoint(found[0].kind, found[0].body) != cid
             ):
                 raise AuditChainError(
                     "decision index names a record that is not a decision about the checkpoint",
@@ -309,8 +312,8 @@ class AuditView:
                 )
             latest = found[0]
         # Records the index does not cover yet (written by an older cpstore).
-        for rec in self.audit_records(kind=DECISION_KIND, start=_indexed_count(txn, meta)):
-            if _decided_checkpoint(rec.kind, rec.body) == cid:
+        for rec in self.audit_records(kind=DECISION_KIND, start=indexed_count(txn, meta)):
+            if decided_checkpoint(rec.kind, rec.body) == cid:
                 latest = rec
         return latest
 
@@ -448,7 +451,7 @@ def append_audit_txn(
     txn.put(key, _INDEX.pack(index), overwrite=False, db=index_db)
     txn.put(HEAD_KEY, encode_fast([index + 1, key]), db=meta)
     _catch_up(txn, dbs, index)
-    cid = _decided_checkpoint(kind, content)
+    cid = decided_checkpoint(kind, content)
     if cid is not None:
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
     put_named(txn, meta, index, kind, content)
@@ -512,7 +515,7 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
     problems: list[Problem] = []
     prev: bytes | None = None
     count = 0
-    indexed = _indexed_count(txn, dbs["meta"])
+    indexed = indexed_count(txn, dbs["meta"])
     named_covered = named_count(txn, dbs["meta"])
     signed_covered = gate_count(txn, dbs["meta"])
     signoffs = GateRows()
@@ -536,7 +539,7 @@ def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int
                 prev = digest(raw)
                 count = index + 1
                 continue
-            cid = _decided_checkpoint(rec.kind, rec.body)
+            cid = decided_checkpoint(rec.kind, rec.body)
             if cid is not None and index < indexed:
                 decided[cid] = index
             if index < named_covered:

@@ -36,8 +36,8 @@ from cpstore.store.audit import (
     DECISION_KIND,
     DECISION_PREFIX,
     AuditView,
-    _decided_checkpoint,
-    _indexed_count,
+    decided_checkpoint,
+    indexed_count,
     append_audit_txn,
 )
 from cpstore.store.backend import Backend, Txn
@@ -74,9 +74,9 @@ def _decided(src: Backend, txn: Txn[memoryview], cids: list[bytes]) -> list[byte
     if prefetch is not None:
         prefetch({meta: [DECISION_PREFIX + c for c in cids]})
     tail = {
-        _decided_checkpoint(r.kind, r.body)
+        decided_checkpoint(r.kind, r.body)
         for r in AuditView(src, txn).audit_records(
-            kind=DECISION_KIND, start=_indexed_count(txn, meta)
+            kind=DECISION_KIND, start=indexed_count(txn, meta)
         )
     }
     return [c for c in cids if c in tail or txn.get(DECISION_PREFIX + c, db=meta) is not None]
