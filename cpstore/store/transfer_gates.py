@@ -36,9 +36,9 @@ from cpstore.store.audit import (
     DECISION_KIND,
     DECISION_PREFIX,
     AuditView,
+    append_audit_txn,
     decided_checkpoint,
     indexed_count,
-    append_audit_txn,
 )
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.content import records_of
