@@ -60,8 +60,7 @@ class PinnedObservations:
             # payload (as the ledger guard keeps a refused effect): a retry loop that
             # swallows this error cannot make P equal R (audit31). A live read of the
             # same (step, source) recorded next takes its place (record_live).
-            self._read.append(Observation(step, source, "", None))
-            self._refused = len(self._read) - 1
+            self._keep_refused(step, source)
             raise RecordingGapError(
                 "the replay needs an observation the recording does not hold; "
                 "it is never re-fetched",
@@ -72,14 +71,27 @@ class PinnedObservations:
         try:
             payload = self._source.payload(step, source, occurrence=used)
         except RecordingGapError:  # recorded but not pinned: refused, kept as above
-            self._read.append(Observation(step, source, "", None))
-            self._refused = len(self._read) - 1
+            self._keep_refused(step, source)
             raise
         dig, pinned = entries[used]
         self._used[key] = used + 1
         self._read.append(Observation(step, source, dig, pinned))
         self._refused = None
         return payload
+
+    def _keep_refused(self, step: int, source: str) -> None:
+        # A refusal repeated with nothing between is one request asked again (a retry
+        # loop): kept once, so a live read after the retries is one read, as after one
+        # refusal (audit33: each retry was another observation, a REJECT). One refused
+        # entry always stays, so P still never equals R.
+        last = len(self._read) - 1
+        if self._refused == last and (self._read[last].step, self._read[last].source) == (
+            step,
+            source,
+        ):
+            return
+        self._read.append(Observation(step, source, "", None))
+        self._refused = len(self._read) - 1
 
     def record_live(self, step: int, source: str, payload: bytes) -> None:
         """Add a read the replay made *live* (re-fetched, not from the recording).

@@ -390,6 +390,12 @@ def pinned_or_none(value: Any, where: str) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise DocumentError("must be a number or null", where=where, got=value)
-    if not math.isfinite(value):
+    try:
+        pinned = float(value)
+    except OverflowError:  # an int past the float range (JSON ints are unbounded)
+        raise DocumentError(
+            "must be a number in the float range", where=where, got=str(value)[:40]
+        ) from None
+    if not math.isfinite(pinned):
         raise DocumentError("must be finite", where=where, got=value)
-    return float(value)
+    return pinned
