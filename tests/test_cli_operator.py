@@ -111,7 +111,8 @@ def test_sign_off_accepts_the_audit_digest_that_audit_prints(
 def test_sign_off_takes_a_decision_prefix_of_eight_or_more_hex(
     store_path: tuple[str, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """An 8-character prefix of the decision id works; shorter is refused as not a prefix."""
+    """An 8-character prefix of the decision id works; shorter is bad input (exit 3, as
+    inspect's too-short checkpoint prefix; it was "no such decision", exit 4)."""
     path, _, head = store_path
     decision_id = _quarantine_decision(path, head)
     code, out, err = run(
@@ -121,7 +122,7 @@ def test_sign_off_takes_a_decision_prefix_of_eight_or_more_hex(
     code, _, err = run(
         ["sign-off", decision_id[:7], "--store", path, "--operator", "a", "--reason", "r"], capsys
     )
-    assert code == cli.EXIT_NOT_FOUND and "no such decision" in err
+    assert code == cli.EXIT_BAD_INPUT and "at least 8 hex" in err, err
 
 
 def test_sign_off_refuses_a_superseded_decision_and_a_second_sign_off(

@@ -66,6 +66,13 @@ def old_used_sign_offs(store: AuditLog) -> set[object]:
     }
 
 
+#: What ``_decision_by_name`` says of a name too short or not hex to be a prefix.
+BAD_NAME = (
+    "a decision is named by its id, its audit digest or a prefix of at least "
+    f"{MIN_PREFIX} hex characters of either"
+)
+
+
 def old_decision_by_name(store: AuditLog, ident: str) -> list[AuditEntry]:
     """``_decision_by_name`` as it was: every decision record read."""
     records = list(store.audit_records(kind="decision"))
@@ -73,8 +80,11 @@ def old_decision_by_name(store: AuditLog, ident: str) -> list[AuditEntry]:
     if found:
         return found
     found = [r for r in records if r.digest == ident]
-    if found or len(ident) < MIN_PREFIX or not all(c in "0123456789abcdefABCDEF" for c in ident):
+    if found:
         return found
+    if len(ident) < MIN_PREFIX or not all(c in "0123456789abcdefABCDEF" for c in ident):
+        # Since small3: a name no id or digest can start with is bad input, not "none".
+        raise InvalidInputError(BAD_NAME)
     low = ident.lower()
     matches = {
         r.digest: r

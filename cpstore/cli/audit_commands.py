@@ -22,6 +22,7 @@ from cpstore.cli.common import (
     store_arg,
 )
 from cpstore.cli.exit_codes import (
+    EXIT_BAD_INPUT,
     EXIT_INTEGRITY,
     EXIT_OK,
     EXIT_REFUSED,
@@ -246,7 +247,8 @@ def add_audit_parsers(sub: Any) -> None:
         "Record an operator's release of a QUARANTINE decision whose findings are all "
         "releasable, so resume_gate lets the runtime resume once. DECISION is the "
         "decision id, the digest of its audit record (both printed by cpstore audit), or "
-        "a unique prefix of >= 8 hex characters of either. Refused (exit 6): an ACCEPT, "
+        "a unique prefix of >= 8 hex characters of either (shorter or not hex: exit "
+        f"{EXIT_BAD_INPUT}). Refused (exit 6): an ACCEPT, "
         "a decision with a finding no sign-off releases, a decision a later one "
         "supersedes, a decision already signed off.",
         (*STORE_CODES, EXIT_REFUSED),

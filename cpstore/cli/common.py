@@ -147,12 +147,15 @@ def is_full_id(text: str) -> bool:
 
 
 def names_checkpoint(arg: str) -> bool:
-    """True when ``arg`` is not an existing file and reads as a checkpoint name (hex or @)."""
+    """True when ``arg`` is not an existing file and reads as a checkpoint name (hex or @).
+
+    Hex of any length counts, so ``Store.resolve`` says a prefix shorter than 8 is bad
+    input (exit 3) instead of a missing file (exit 4), as ``inspect`` and ``sign-off`` do."""
     if is_full_id(arg):
         return True
     if os.path.exists(arg):
         return False
-    return "@" in arg or (len(arg) >= 8 and all(c in "0123456789abcdefABCDEF" for c in arg))
+    return "@" in arg or (bool(arg) and all(c in "0123456789abcdefABCDEF" for c in arg))
 
 
 #: How often a name is resolved again when what it named is gone by the read.

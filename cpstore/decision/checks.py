@@ -6,6 +6,7 @@ docs/decision-table.md.
 
 from __future__ import annotations
 
+import re
 import struct
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -25,7 +26,7 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import first_divergence, hashed_kinds, scan_tokens
 from cpstore.native.canonical import encode_value
-from cpstore.native.records import DivergenceKind, RecordType
+from cpstore.native.records import DivergenceKind, Provenance, RecordType, value_digest
 from cpstore.run.model import Observation, ReplayMode, TokenInfo
 
 __all__ = ["find_all"]
@@ -39,6 +40,51 @@ def _token_dict(info: TokenInfo) -> dict[str, Any]:
         out["value"] = info.value
     out["value_digest"] = info.value_digest
     return out
+
+
+#: A refused request as ReplayCursor keeps it in P, from byte 12 of its record:
+#: recorded provenance, reserved bytes zero, the digest of the value None.
+_REFUSED_TAIL = re.compile(
+    re.escape(bytes((int(Provenance.RECORDED), 0, 0, 0)) + value_digest(None))
+)
+
+
+#: Placeholder-like records :func:`_refusals` looks at before it stops counting: a
+#: real replay's refusals are a handful (each one raised); a document full of recorded
+#: None values must not make the count cost more than the whole token check.
+REFUSAL_LOOKS = 1 << 12
+
+
+def _refusals(r: memoryview, p: memoryview, first: int) -> int | None:
+    """How many of P's token records are refused requests the cursor kept (audit31);
+    None when more than :data:`REFUSAL_LOOKS` records look like one (not counted).
+
+    A refusal does not advance the cursor: it is a record with seq = the cursor's
+    index k (the P records before it less the refusals), the value None and a kind
+    other than R's record k (the cursor refuses a kind that differs, or any request
+    past the log); a resolved token is R's record k byte for byte, so a recorded None
+    is never counted. ``first``: the first index where P's record differs from R's
+    (none before it is a refusal). Only records with the placeholder's tail are
+    looked at, found by a search of the buffer."""
+    rb, pb = r.cast("B"), p.cast("B")
+    n_r = len(rb) // TOKEN_SIZE
+    refused = 0
+    looks = 0
+    found = _REFUSED_TAIL.search(pb, first * TOKEN_SIZE + 12)
+    while found is not None:
+        start = found.start() - 12
+        if start % TOKEN_SIZE == 0:
+            looks += 1
+            if looks > REFUSAL_LOOKS:
+                return None
+            k = start // TOKEN_SIZE - refused
+            if int.from_bytes(pb[start : start + 8], "little") == k and (
+                k >= n_r
+                or rb[k * TOKEN_SIZE + 8 : k * TOKEN_SIZE + 12] != pb[start + 8 : start + 12]
+            ):
+                refused += 1
+        found = _REFUSED_TAIL.search(pb, found.start() + 1)
+    return refused
 
 
 def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
@@ -91,6 +137,17 @@ def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
         )
     if div.count_a != div.count_b:
         more = "more" if div.count_b > div.count_a else "fewer"
+        same = min(div.count_a, div.count_b) if div.index is None else div.index
+        refused = _refusals(r.tokens, p.tokens, same)
+        if refused is None:
+            did = f"holds {div.count_b} token entries (refused requests among them not counted)"
+        elif refused:
+            did = (
+                f"consumed {div.count_b - refused} tokens and was refused {refused} "
+                f"({div.count_b} entries)"
+            )
+        else:
+            did = f"consumed {div.count_b} tokens"
         out.append(
             Finding(
                 FindingCode.TOKEN_COUNT,
@@ -100,7 +157,7 @@ def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
                 "index",
                 div.count_a,
                 div.count_b,
-                f"replay consumed {div.count_b} tokens, {more} than the {div.count_a} recorded",
+                f"replay {did}, {more} than the {div.count_a} recorded",
             )
         )
     for side in (r, p):

@@ -165,7 +165,8 @@ def _by_digest(store: AuditView, ident: str) -> list[AuditEntry]:
 
 def _decision_by_name(store: AuditView, ident: str) -> list[AuditEntry]:
     """Decision records ``ident`` names: by decision id, else by the record's audit digest,
-    else (a str of >= 8 hex characters) by a unique prefix of either.
+    else (a str of >= 8 hex characters) by a unique prefix of either; any other str is
+    InvalidInputError (no id or digest can start with it).
 
     All three are asked of the gate index (no read of the log): a prefix, what an
     operator types, reads the rows and records that start with it."""
@@ -173,8 +174,17 @@ def _decision_by_name(store: AuditView, ident: str) -> list[AuditEntry]:
     if found:
         return found
     found = _by_digest(store, ident)
-    if found or len(ident) < MIN_PREFIX or not _is_hex(ident):
+    if found:
         return found
+    if len(ident) < MIN_PREFIX or not _is_hex(ident):
+        # No id or digest can start with it: a mistake in the name, not a missing
+        # decision (exit 3, as a checkpoint prefix too short for Store.resolve).
+        raise InvalidInputError(
+            "a decision is named by its id, its audit digest or a prefix of at least "
+            f"{MIN_PREFIX} hex characters of either",
+            expected=f"a prefix of >= {MIN_PREFIX} hex characters",
+            got=ident,
+        )
     matches = {r.digest: r for r in store.decisions_by_prefix(ident.lower())}
     if len(matches) > 1:
         raise InvalidInputError(

@@ -218,6 +218,8 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _unique_msgpack_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     # As in JSON: which of two equal keys wins is what readers disagree on (audit31).
+    # Keys distinct in the file but equal in Python (1, 1.0 and True; 0.0 and -0.0)
+    # would collapse into one entry: refused as repeated, as decode_value refuses them.
     out: dict[Any, Any] = {}
     for key, value in pairs:
         if key in out:
@@ -362,7 +364,10 @@ def _strict_msgpack(raw: bytes) -> Any:
         return msgpack.unpackb(
             raw,
             raw=False,
-            strict_map_key=True,
+            # A map key is any canonical value (docs/format.md): a token value keyed by
+            # ints, floats, None or bools is what the writers write and .cprun keeps.
+            # Keys equal in Python (1, 1.0, True) are refused as repeated by the hook.
+            strict_map_key=False,
             use_list=True,
             max_str_len=limit,
             max_bin_len=limit,
