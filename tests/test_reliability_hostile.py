@@ -479,7 +479,8 @@ CLI_CASES: list[tuple[list[str], int]] = [
     (["inspect", "CID", "--part", "\ud800", "--store", "STORE"], 4),
     (["gc", "--delete-run", "\udcff", "--store", "STORE"], 3),
     (["gc", "--keep-last", "1", "--run", "\udcff", "--store", "STORE"], 3),
-    (["sign-off", "\ud800", "--operator", "o", "--reason", "r", "--store", "STORE"], 4),
+    # not hex: bad input (exit 3), as an inspect prefix
+    (["sign-off", "\ud800", "--operator", "o", "--reason", "r", "--store", "STORE"], 3),
     (["audit", "--kind", "\udcff", "--store", "STORE"], 2),  # not a kind cpstore writes
     (["verify", "--store", "MISSING\nsecond line"], 4),  # a newline cannot split the line
     (["validate", "MISSING\rx\ny", "FILE"], 4),
