@@ -17,6 +17,7 @@ import io
 import math
 from collections.abc import Iterator, Mapping
 from enum import IntEnum
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_decision_support import clean_doc
 
+import cpstore
 from cpstore.errors import CanonicalEncodingError, DocumentError, InvalidInputError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import encode_fast
@@ -156,6 +158,25 @@ def test_a_run_with_a_tuple_keyed_token_value_is_refused_naming_the_token() -> N
     with pytest.raises(DocumentError) as tok:
         PackedTokens.from_tokens([Token(0, "rng", {"a": [{(1,): 2}]}, "recorded")])
     assert tok.value.where == "tokens[0].value"
+
+
+def test_the_recorder_refuses_a_tuple_key_and_records_nothing_of_it(tmp_path: Path) -> None:
+    with cpstore.open(tmp_path / "s") as st:
+        rec = st.recorder("run")
+        rec.token("rng", 1)
+        for call in (
+            lambda: rec.token("rng", {(1, 2): "x"}),
+            lambda: rec.tokens([("rng", 2), ("rng", {"a": {(1,): 1}})]),
+            lambda: rec.checkpoint(1, {"a": {(1, 2): 1}}),
+            lambda: rec.checkpoint(1, {"a": 1}, metadata={"m": {(1, 2): 1}}),
+        ):
+            with pytest.raises((CanonicalEncodingError, InvalidInputError)) as err:
+                call()
+            assert "cannot be read back as a key" in str(err.value)
+        cp = rec.checkpoint(1, {"a": 1})
+        with st.read(cp) as view:
+            assert len(view.tokens()) == 32  # only the first token, whole
+        assert st.verify().ok
 
 
 def test_a_call_graph_node_with_a_tuple_key_is_refused() -> None:
