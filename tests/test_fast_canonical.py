@@ -66,6 +66,10 @@ keys = (
     | st.floats(allow_nan=True)
     | st.text(max_size=3).map(_Text)
     | st.just(_Small.ONE)
+    # Refused alike (they read back as a list): tuples, nested or empty.
+    | st.tuples(st.integers(0, 3))
+    | st.tuples(st.tuples(st.text(max_size=2)), st.none())
+    | st.just(())
 )
 scalars = (
     st.none()

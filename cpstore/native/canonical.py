@@ -11,7 +11,10 @@ encoding compares values "by type and by value" (seed 002).
   and ``-0.0`` as ``0.0`` (they compare equal in Python, so they encode equal).
 * ``str``: UTF-8 msgpack str; ``bytes``/``bytearray``/``memoryview``: msgpack bin.
 * ``list``/``tuple``: msgpack array (a tuple is a list here).
-* ``dict``: msgpack map, entries sorted by the bytes of the encoded key.
+* ``dict``: msgpack map, entries sorted by the bytes of the encoded key. A key
+  must read back as a key: a tuple (or list, or Mapping) key would be written
+  as an array (map) and read back as a list (dict), which cannot be a key, so
+  it is refused (:func:`key_refusal`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ import msgpack
 
 from cpstore.errors import CanonicalEncodingError
 
-__all__ = ["MAX_DEPTH", "array_header", "decode_value", "encode_value", "map_header"]
+__all__ = [
+    "MAX_DEPTH",
+    "array_header",
+    "decode_value",
+    "encode_value",
+    "key_refusal",
+    "map_header",
+]
 
 #: Deepest nesting accepted; deeper values are refused, never recursed into.
 MAX_DEPTH = 256
@@ -57,6 +67,22 @@ def map_header(n: int) -> bytes:
     if n < 2**16:
         return b"\xde" + n.to_bytes(2, "big")
     return b"\xdf" + n.to_bytes(4, "big")
+
+
+def key_refusal(key: Any) -> str | None:
+    """Why ``key`` cannot be a canonical map key, or None when it can.
+
+    A key is accepted only when it decodes to a hashable value equal to it:
+    None, bool, int, float, str and bytes do (bytes-likes read back as bytes).
+    A list or tuple is written as an array and a Mapping as a map; they read
+    back as a list or a dict, which cannot be a key, so a value holding one
+    could be hashed and stored but never read (docs/format.md).
+    """
+    if isinstance(key, (list, tuple)):
+        return f"a {type(key).__name__} map key cannot be read back as a key (it decodes as a list)"
+    if isinstance(key, Mapping):
+        return f"a {type(key).__name__} map key cannot be read back as a key (it decodes as a dict)"
+    return None
 
 
 def _bigint(value: int) -> bytes:
@@ -102,6 +128,14 @@ def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
         entries: list[tuple[bytes, bytes]] = []
         for key, item in value.items():
             kpath = f"{path}{{{key!r}}}"
+            refusal = key_refusal(key)
+            if refusal is not None:
+                raise CanonicalEncodingError(
+                    refusal,
+                    where=kpath,
+                    expected="a None, bool, int, float, str or bytes key",
+                    got=key,
+                )
             kparts: list[bytes] = []
             _encode(key, kparts, depth + 1, kpath)
             vparts: list[bytes] = []

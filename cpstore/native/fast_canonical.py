@@ -19,7 +19,8 @@ of ``isinstance`` checks. :func:`encode_fast` returns the same bytes:
   subclasses and other Mappings, int/str subclasses, non-str keys, bytearray,
   memoryview) takes a general path that encodes and sorts like the spec
   (a str subclass by its text, never its own ``__str__``: a str-mixin Enum
-  member's str() is its name; a float subclass through the spec's own steps).
+  member's str() is its name; a float subclass through the spec's own steps;
+  a list, tuple or Mapping key refused, as the spec refuses it).
 
 No error path is computed on the way. When anything goes wrong (an
 unsupported type, a lone surrogate, an int msgspec refuses, duplicate
@@ -57,6 +58,8 @@ _PLANS_MAX = 4096
 _PLAN_KEYS_MAX = 64
 _PLAN_CHARS_MAX = 2048
 _ONLY_STR = frozenset({str}).issuperset
+#: Keys that do not read back as keys (canonical.key_refusal).
+_NOT_KEYS = (list, tuple, Mapping)
 
 
 class _RefusedError(Exception):
@@ -89,6 +92,8 @@ def _mapping(value: Mapping[Any, Any], out: list[bytes], depth: int) -> None:
     """Any Mapping, as the spec does it: encode, sort by key bytes, refuse duplicates."""
     entries: list[tuple[bytes, bytes]] = []
     for key, item in value.items():
+        if isinstance(key, _NOT_KEYS):
+            raise _RefusedError  # reads back as a list or dict: the spec says why
         kparts: list[bytes] = []
         _encode(key, kparts, depth + 1)
         vparts: list[bytes] = []

@@ -21,6 +21,7 @@ from cpstore.native.canonical import array_header
 from cpstore.native.records import PROVENANCE_CODES, kind_name, provenance_name
 from cpstore.run.cprun import write_cprun
 from cpstore.run.document import document_dict
+from cpstore.run.keys import check_keys
 from cpstore.run.model import PackedTokens, Run
 
 __all__ = ["ENCODINGS", "write_document"]
@@ -139,6 +140,8 @@ def write_document(run: Run, out: BinaryIO, *, encoding: str) -> int:
     """Write ``run`` to a binary stream as ``json``, ``msgpack`` or ``cprun``; returns bytes."""
     if not isinstance(run, Run):
         raise InvalidInputError("run must be a Run", got=type(run).__name__)
+    if encoding in ("json", "msgpack"):
+        check_keys(run, json=encoding == "json")  # before a byte is written
     if encoding == "json":
         return _write_json(run, out)
     if encoding == "msgpack":
