@@ -116,3 +116,15 @@ def test_tokens_packed_refuses_a_value_that_is_not_canonical(
             rec.tokens_packed(_packed(slices))
         assert err.value.where == f"tokens[{bad}]"
         assert rec.token_count == 0
+
+
+def test_the_cursor_refuses_a_stored_value_not_in_canonical_form() -> None:
+    # What a store written before the canonical check may hold: {"a": 1, "a": 2} (served
+    # as {"a": 2}, last key wins) with a matching digest.
+    slices = [b"\x01", b"\x82\xa1a\x01\xa1a\x02"]
+    packed = _packed(slices)
+    blob = b"".join(slices)
+    values = _CheckpointValues(_View(blob, [0, 1, len(blob)]), packed.view(), 2)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError, match="canonical form") as err:
+        values[0]  # the whole block is checked when it is loaded; was 1, then {"a": 2}
+    assert err.value.where is not None and err.value.where.startswith("token 1 ")
