@@ -7,8 +7,9 @@
  * No allocation, no recursion: nesting is a fixed stack of frames bounded by
  * the encoder's MAX_DEPTH. Map keys are strictly increasing by bytes; keys
  * that differ in bytes but are equal once read (True == 1 == 1.0) are found
- * by a pairwise pass that runs only for maps holding numeric keys of two or
- * more types (quadratic in such a map's key count).
+ * by a pass that runs only for maps holding numeric keys of two or more
+ * types: each bool or integral float key against the others (so its cost is
+ * such keys times the map's size).
  */
 #include <math.h>
 #include <string.h>
@@ -315,17 +316,19 @@ static int keys_collide(const uint8_t *data, size_t start, uint64_t entries, uns
     (void)kinds;
     size_t a = start;
     for (uint64_t i = 0; i < entries; i++) {
+        /* Every cross-type equality has a bool or an integral float on one side:
+         * only those keys are compared with the others. */
         uint8_t ca = data[a];
-        int a_num = ca <= 0x7f || ca >= 0xe0 || (ca >= 0xc2 && ca <= 0xc3 && ca != 0xc1)
-                    || (ca >= 0xc7 && ca <= 0xc9) || (ca >= 0xcb && ca <= 0xd8);
-        if (a_num) {
-            num na;
+        num na;
+        if (ca == 0xc2 || ca == 0xc3 || ca == 0xcb)
             key_num(data + a, &na);
-            size_t b = skip(data, skip(data, a));
-            for (uint64_t j = i + 1; j < entries; j++) {
+        if ((ca == 0xc2 || ca == 0xc3 || ca == 0xcb) && !na.none) {
+            size_t b = start;
+            for (uint64_t j = 0; j < entries; j++) {
                 uint8_t cb = data[b];
-                int b_num = cb <= 0x7f || cb >= 0xe0 || (cb >= 0xc2 && cb <= 0xc3)
-                            || (cb >= 0xc7 && cb <= 0xc9) || (cb >= 0xcb && cb <= 0xd8);
+                int b_num = j != i
+                            && (cb <= 0x7f || cb >= 0xe0 || (cb >= 0xc2 && cb <= 0xc3)
+                                || (cb >= 0xc7 && cb <= 0xc9) || (cb >= 0xcb && cb <= 0xd8));
                 if (b_num) {
                     num nb;
                     key_num(data + b, &nb);

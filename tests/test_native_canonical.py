@@ -36,11 +36,11 @@ PROPERTY = settings(
 NUMBER_KEYS = (
     st.booleans()
     | st.integers(min_value=-3, max_value=3)
-    | st.sampled_from([0.0, 1.0, -1.0, 2.0**64, -(2.0**70), 2.0**63, 0.5, math.nan])
+    | st.sampled_from([0.0, 1.0, -1.0, 2.0**64, -(2.0**70), 2.0**63, 0.5])
     | st.integers(min_value=-(2**80), max_value=2**80)
-    | st.floats()
+    | st.floats(allow_nan=False)  # two NaN keys are two keys that encode alike: refused
 )
-KEYS = st.none() | NUMBER_KEYS | st.text(max_size=6) | st.binary(max_size=4)
+KEYS = st.none() | NUMBER_KEYS | st.just(math.nan) | st.text(max_size=6) | st.binary(max_size=4)
 VALUES = st.recursive(
     st.none()
     | st.booleans()
