@@ -24,7 +24,14 @@ from cffi import FFI
 ROOT = Path(__file__).resolve().parent
 CSRC = ROOT / "csrc"
 HEADER = CSRC / "cpstore.h"
-SOURCES = ["cpstore.c", "cp_xxh_avx2.c", "cp_xxh_avx512.c", "cp_chunk.c", "cp_ingest.c"]
+SOURCES = [
+    "cpstore.c",
+    "cp_xxh_avx2.c",
+    "cp_xxh_avx512.c",
+    "cp_chunk.c",
+    "cp_ingest.c",
+    "cp_canon.c",
+]
 MISSING = (
     "cpstore: the xxHash header <xxhash.h> was not found; install libxxhash-dev "
     "(Debian/Ubuntu), xxhash-devel (Fedora) or xxhash (Homebrew), or point "
@@ -44,7 +51,8 @@ def cdef_source(header: Path = HEADER) -> str:
                 name, value = match.groups()
                 # cffi's cdef takes only non-negative literal defines.
                 out.append(
-                    f"#define {name} {value}" if not value.startswith("-")
+                    f"#define {name} {value}"
+                    if not value.startswith("-")
                     else f"static const int {name};"
                 )
             continue
@@ -65,9 +73,12 @@ def xxhash_include() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / "probe.c"
         probe.write_text("#include <xxhash.h>\nint main(void) { return 0; }\n")
-        found = subprocess.run(
-            [compiler, "-E", str(probe)], capture_output=True, check=False
-        ).returncode == 0
+        found = (
+            subprocess.run(
+                [compiler, "-E", str(probe)], capture_output=True, check=False
+            ).returncode
+            == 0
+        )
     for folder in ("/opt/homebrew/include", "/usr/local/include"):
         if not found and (Path(folder) / "xxhash.h").is_file():
             return [folder]

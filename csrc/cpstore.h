@@ -221,4 +221,35 @@ int cp_encode_numbers(uint32_t number_type, const uint8_t *data, size_t n,
                       uint8_t *out, size_t out_cap, uint64_t *offsets);
 /* ==== end of streaming ingest =============================================== */
 
+/* ==== canonical-form check (audit31; cp_canon.c) ===========================
+ * Whether each value data[offsets[i]:offsets[i+1]] (i < n; offsets has n+1
+ * entries) is exactly one value in cpstore's canonical encoding
+ * (docs/format.md): shortest int/str/bin/array/map/ext headers, no float 32,
+ * only the one NaN and no -0.0, strict UTF-8 str, ext 1 only (minimal two's
+ * complement outside [-2**63, 2**64)), map keys scalar and strictly
+ * increasing by their bytes, no two keys equal once read (True, 1, 1.0),
+ * nesting at most 256 deep. out->index is the first value that is not (or
+ * CP_NONE), out->offset the byte in data where that was seen, out->reason
+ * one of CP_CANON_*. The spec is canonical.decode_value's round trip. */
+#define CP_CANON_TRUNCATED 1    /* the value ends early (or is empty) */
+#define CP_CANON_TRAILING 2     /* bytes after the one value */
+#define CP_CANON_BAD_BYTE 3     /* 0xc1, a byte no msgpack item starts with */
+#define CP_CANON_LONG_FORM 4    /* a header longer than the value needs */
+#define CP_CANON_FLOAT 5        /* float 32, a non-canonical NaN, or -0.0 */
+#define CP_CANON_UTF8 6         /* str that is not strict UTF-8 */
+#define CP_CANON_EXT 7          /* ext not type 1, or a bigint not minimal / in range */
+#define CP_CANON_KEY_ORDER 8    /* map keys not strictly increasing by bytes */
+#define CP_CANON_KEY_TYPE 9     /* an array or map as a map key */
+#define CP_CANON_KEY_EQUAL 10   /* two map keys equal once read (True == 1 == 1.0) */
+#define CP_CANON_DEPTH 11       /* nested deeper than 256 */
+#define CP_CANON_OFFSETS 12     /* offsets decreasing or past the data */
+typedef struct {
+    uint64_t index;
+    uint64_t offset;
+    uint32_t reason;
+} cp_canon_result;
+int cp_canonical_check(const uint8_t *data, size_t len, const uint64_t *offsets,
+                       size_t n, cp_canon_result *out);
+/* ==== end of canonical-form check =========================================== */
+
 #endif

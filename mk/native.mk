@@ -18,7 +18,7 @@ NATIVE_CC ?= gcc
 # One folder per checkout: `make asan` empties it first, so two checkouts'
 # runs at once (parallel worktrees) must not share it.
 NATIVE_TMP ?= $(or $(TMPDIR),/tmp)/cpstore-native-check-$(shell printf %s '$(CURDIR)' | cksum | cut -d' ' -f1)
-NATIVE_TESTS ?= tests/test_native_agrees_with_reference.py tests/test_native_errors.py tests/test_native_chunker.py tests/test_native_ingest.py
+NATIVE_TESTS ?= tests/test_native_agrees_with_reference.py tests/test_native_errors.py tests/test_native_chunker.py tests/test_native_ingest.py tests/test_native_canonical.py
 SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 
 .PHONY: asan valgrind

@@ -94,15 +94,37 @@ def test_the_cursor_refuses_a_stored_log_whose_offsets_cut_elsewhere() -> None:
         values[0]  # was 1, then 2 for token 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="audit31, left open: tokens_packed checks one msgpack item per value, not that "
-    "it is the canonical encoding (a per-value decode and re-encode would cost the bulk "
-    "path its 10 M tokens/s); a map with a repeated key or a long-form int is stored, "
-    "served by the cursor as msgpack reads it, and a session replay ACCEPTs",
+@pytest.mark.parametrize(
+    ("slices", "bad", "what"),
+    [
+        ([b"\xcc\x01", b"\x02"], 0, "shortest form"),  # 1 as uint 8 (was stored)
+        ([b"\x01", b"\x82\xa1a\x01\xa1a\x02"], 1, "strictly increasing"),  # repeated key
+        ([b"\x01", b"\x82\xa1b\x01\xa1a\x02"], 1, "strictly increasing"),  # unsorted keys
+        ([b"\x82\x01\x00\xc3\x00"], 0, "equal once read"),  # {1: 0, True: 0}
+        ([b"\xca\x3f\x80\x00\x00"], 0, "float 32"),
+        ([b"\xa2\xed\xa0"], 0, "UTF-8"),
+    ],
 )
-def test_tokens_packed_refuses_a_value_that_is_not_canonical(tmp_path: Path) -> None:
+def test_tokens_packed_refuses_a_value_that_is_not_canonical(
+    tmp_path: Path, slices: list[bytes], bad: int, what: str
+) -> None:
+    # Before: stored as given, served by the cursor as msgpack reads it (last key wins),
+    # and a session replay ACCEPTed (the strict xfail this test replaced).
     with open_store(tmp_path / "s") as store:
         rec = store.recorder("r")
-        with pytest.raises(InvalidInputError):
-            rec.tokens_packed(_packed([b"\xcc\x01", b"\x82\xa1a\x01\xa1a\x02"]))
+        with pytest.raises(InvalidInputError, match=what) as err:
+            rec.tokens_packed(_packed(slices))
+        assert err.value.where == f"tokens[{bad}]"
+        assert rec.token_count == 0
+
+
+def test_the_cursor_refuses_a_stored_value_not_in_canonical_form() -> None:
+    # What a store written before the canonical check may hold: {"a": 1, "a": 2} (served
+    # as {"a": 2}, last key wins) with a matching digest.
+    slices = [b"\x01", b"\x82\xa1a\x01\xa1a\x02"]
+    packed = _packed(slices)
+    blob = b"".join(slices)
+    values = _CheckpointValues(_View(blob, [0, 1, len(blob)]), packed.view(), 2)  # type: ignore[arg-type]
+    with pytest.raises(IntegrityError, match="canonical form") as err:
+        values[0]  # the whole block is checked when it is loaded; was 1, then {"a": 2}
+    assert err.value.where is not None and err.value.where.startswith("token 1 ")

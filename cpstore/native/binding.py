@@ -528,3 +528,40 @@ def encode_numbers(values: array[int] | array[float]) -> tuple[bytearray, array[
     _check(rc, "cp_encode_numbers")
     del out[offsets[-1] :]
     return out, offsets
+
+
+__all__ += ["CANON_REASONS", "canonical_check"]
+
+#: What each ``CP_CANON_*`` reason of :func:`canonical_check` means.
+CANON_REASONS = {
+    lib.CP_CANON_TRUNCATED: "the value ends early (or is empty)",
+    lib.CP_CANON_TRAILING: "bytes follow the one value",
+    lib.CP_CANON_BAD_BYTE: "a byte no msgpack item starts with",
+    lib.CP_CANON_LONG_FORM: "a header longer than the value needs (not the shortest form)",
+    lib.CP_CANON_FLOAT: "float 32, a NaN other than the canonical one, or -0.0",
+    lib.CP_CANON_UTF8: "a str that is not strict UTF-8",
+    lib.CP_CANON_EXT: "an ext other than a minimal bigint outside [-2**63, 2**64)",
+    lib.CP_CANON_KEY_ORDER: "map keys not strictly increasing by their encoded bytes",
+    lib.CP_CANON_KEY_TYPE: "an array or map as a map key",
+    lib.CP_CANON_KEY_EQUAL: "two map keys equal once read (True, 1 and 1.0)",
+    lib.CP_CANON_DEPTH: "nested deeper than 256",
+    lib.CP_CANON_OFFSETS: "offsets decrease or pass the end of the data",
+}
+
+
+def canonical_check(data: Buffer, offsets: array[int]) -> tuple[int, int, str] | None:
+    """The first value ``data[offsets[i]:offsets[i+1]]`` not in canonical form, as
+    (i, byte offset in data, what is wrong), or None (csrc/cp_canon.c; the spec is
+    :func:`cpstore.native.ingest_reference.canonical_check`)."""
+    view = as_bytes_view(data, "data")
+    if not isinstance(offsets, array) or offsets.typecode != "Q" or len(offsets) < 1:
+        raise InvalidInputError("offsets must be a non-empty array('Q')", got=offsets)
+    out = ffi.new("cp_canon_result *")
+    rc = lib.cp_canonical_check(
+        _buf(view), len(view), ffi.from_buffer("uint64_t[]", offsets), len(offsets) - 1, out
+    )
+    _check(rc, "cp_canonical_check")
+    index = _index(out.index)
+    if index is None:
+        return None
+    return index, int(out.offset), CANON_REASONS[int(out.reason)]

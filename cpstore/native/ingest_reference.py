@@ -15,12 +15,13 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cpstore.errors import RecordFormatError
-from cpstore.native.canonical import encode_value
+from cpstore.errors import CanonicalEncodingError, RecordFormatError
+from cpstore.native.canonical import decode_value, encode_value
 
 __all__ = [
     "NUMBER_TYPES",
     "SplitResult",
+    "canonical_check",
     "encode_numbers",
     "hashed_kinds",
     "json_split",
@@ -253,3 +254,23 @@ def encode_numbers(values: array[int] | array[float]) -> tuple[bytes, array[int]
     for part in parts:
         offsets.append(offsets[-1] + len(part))
     return b"".join(parts), offsets
+
+
+def canonical_check(data: bytes | bytearray | memoryview, offsets: Sequence[int]) -> int | None:
+    """The first ``i`` whose ``data[offsets[i]:offsets[i+1]]`` is not exactly one value in
+    canonical form, or None: the spec of ``cp_canonical_check`` (csrc/cp_canon.c).
+
+    Canonical means the canonical encoder's own round trip holds: the bytes decode
+    (:func:`~cpstore.native.canonical.decode_value`, one msgpack value, nothing after
+    it) and re-encode to themselves. Offsets that decrease or pass the data name the
+    value they cut."""
+    raw = bytes(data)
+    for i in range(len(offsets) - 1):
+        a, b = offsets[i], offsets[i + 1]
+        if a > b or b > len(raw):
+            return i
+        try:
+            decode_value(raw[a:b])
+        except CanonicalEncodingError:
+            return i
+    return None

@@ -10,6 +10,8 @@ ends in QUARANTINE and can never certify a rollback (seed 002).
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
 
@@ -21,7 +23,7 @@ from cpstore.errors import (
     RecordFormatError,
     ReplayDivergenceError,
 )
-from cpstore.native.binding import digest_batch, msgpack_split
+from cpstore.native.binding import canonical_check, digest_batch
 from cpstore.native.canonical import _ext_hook
 from cpstore.native.records import RECORD_SIZE, KindTable, Provenance, RecordType, pack_token
 from cpstore.native.records import value_digest as _value_digest
@@ -91,20 +93,21 @@ class _CheckpointValues(Sequence[Any]):
                     )
         start = _OFFSET.unpack_from(self._offsets, 8 * first)[0]
         end = _OFFSET.unpack_from(self._offsets, 8 * last)[0]
-        # Each value must be exactly one msgpack item where its offsets say: the
-        # stream decode below pairs items with tokens by count alone, and a log whose
-        # offsets cut elsewhere (which Recorder.tokens_packed took before audit31)
-        # served one token's value for another.
-        want = struct.unpack_from(f"<{last - first}Q", self._offsets, 8 * (first + 1))
-        try:
-            got = tuple(msgpack_split(self._values, start, last - first, cap=last - first).ends)
-        except RecordFormatError:
-            got = ()
-        if got != want:
-            bad = next((j for j, w in enumerate(want) if j >= len(got) or got[j] != w), 0)
+        # Each value must be exactly one msgpack item where its offsets say, in
+        # canonical form: the stream decode below pairs items with tokens by count
+        # alone, and a log whose offsets cut elsewhere (which Recorder.tokens_packed
+        # took before audit31) served one token's value for another; a non-canonical
+        # value (a repeated map key, a long-form int: taken before audit31's canonical
+        # check) would be served as msgpack reads it. One native call per block.
+        offs = array("Q")
+        offs.frombytes(self._offsets[8 * first : 8 * (last + 1)])
+        if sys.byteorder == "big":
+            offs.byteswap()
+        bad = canonical_check(self._values, offs)
+        if bad is not None:
             raise IntegrityError(
-                "token value is not one msgpack value at its offsets",
-                where=f"token {first + bad} of {self._where}",
+                f"token value is not one msgpack value in canonical form at its offsets: {bad[2]}",
+                where=f"token {first + bad[0]} of {self._where}",
             )
         # Every encoding matched the digest computed from its canonical bytes at
         # record time, so one streaming msgpack decode of the block is enough.

@@ -23,15 +23,14 @@ from cpstore.errors import (
     CanonicalEncodingError,
     CpstoreError,
     InvalidInputError,
-    RecordFormatError,
 )
 from cpstore.native.args import non_empty_text
 from cpstore.native.binding import (
     NUMBER_TYPES,
+    canonical_check,
     digest,
     digest_batch,
     encode_numbers,
-    msgpack_split,
     pack_tokens,
     scan_tokens,
 )
@@ -414,33 +413,27 @@ class BulkAppends:
 
 
 def _one_value_each(blob: bytes | memoryview, offs: array[int]) -> None:
-    """Each ``blob[offs[i]:offs[i+1]]`` is exactly one msgpack item, or InvalidInputError.
+    """Each ``blob[offs[i]:offs[i+1]]`` is exactly one value in canonical form, or
+    InvalidInputError naming the first that is not.
 
     The digests alone do not say so: ``b"\\x01\\x02"`` and ``b""`` hash like any bytes, and
     a replay cursor, which decodes a block in one stream, then served 1 and 2 for two
-    tokens whose records name other bytes (audit31). One native split checks them all.
+    tokens whose records name other bytes (audit31); a map with a repeated key or a
+    long-form int was stored as given and served as msgpack reads it (last key wins).
+    One native call checks them all against the canonical encoder's rules
+    (``cp_canonical_check``; its spec is the encoder's own round trip).
     """
-    n = len(offs) - 1
-    if n <= 0:
+    if len(offs) <= 1:
         return
-    try:
-        ends = msgpack_split(blob, 0, n, cap=n).ends
-    except RecordFormatError:
-        ends = array("Q")
-    if ends != offs[1:]:
+    bad = canonical_check(blob, offs)
+    if bad is not None:
+        i, at, why = bad
         raise InvalidInputError(
-            "token value is not exactly one msgpack value (its offsets cut the values blob "
-            "elsewhere)",
-            where=f"tokens[{next((i for i in range(n) if not _one_value(blob, offs, i)), n - 1)}]",
+            f"token value is not one value in canonical form: {why}",
+            where=f"tokens[{i}]",
+            expected="the canonical encoding (docs/format.md)",
+            got=f"byte {at - offs[i]} of the value (byte {at} of the values blob)",
         )
-
-
-def _one_value(blob: bytes | memoryview, offs: array[int], i: int) -> bool:
-    try:
-        ends = msgpack_split(blob[: offs[i + 1]], offs[i], 1, cap=1).ends
-    except RecordFormatError:
-        return False
-    return len(ends) == 1 and ends[0] == offs[i + 1]
 
 
 def _checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, float | None]:
