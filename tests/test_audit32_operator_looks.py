@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from stored import to_layout_5
+from test_cli_operator import _DOC
 
 import cpstore
 from cpstore import cli
@@ -159,20 +160,6 @@ def test_gc_dry_run_on_a_current_store_changes_no_byte_and_keeps_everything(
 
 
 # -- OS errors about a path: one line and its exit code ------------------------------------
-
-_DOC = {
-    "format": 1,
-    "run_id": "r",
-    "step": 1,
-    "state_digest": "s",
-    "observations": [],
-    "tokens": [],
-    "call_graph": [],
-    "transcript_digest": None,
-    "effects": [],
-    "ledger_sealed": True,
-    "mode": "strict",
-}
 
 
 def test_a_destination_below_a_regular_file_is_bad_input_not_a_traceback(

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
+from test_keyed_audit import _quarantined
 
 import cpstore
 from cpstore import cli
@@ -182,20 +183,7 @@ def test_racing_sign_off_commands_land_exactly_one_on_each_backend(url: str) -> 
     LMDB and PostgreSQL: exactly one exits 0, the others 6 "already signed off", and the
     log holds one sign-off (the check and the append are one write txn)."""
     with cpstore.open(url) as store:
-        rec = store.recorder("run")
-        rec.token("rng", 1)
-        cid = rec.checkpoint(1, {"a": 1})
-        with store.read(cid) as cp:
-            replay = cpstore.Run(
-                "run",
-                1,
-                cp.manifest.state_digest,
-                tokens=cpstore.PackedTokens(bytes(cp.tokens())),
-                transcript_digest=cp.manifest.transcript_digest,
-                mode=cpstore.ReplayMode.BEST_EFFORT,
-            )
-        decision = cpstore.validate(cid, replay, store=store)
-        assert decision.verdict is cpstore.Verdict.QUARANTINE and decision.releasable
+        _, decision = _quarantined(store)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
         results = pool.starmap(_sign_off_cli, [(url, decision.id, f"op{i}") for i in range(4)])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
 from enum import Enum, IntEnum
 from types import MappingProxyType
 from typing import Any
@@ -13,26 +12,11 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_unreadable_map_keys import _Frozen
 
 from cpstore.errors import CanonicalEncodingError
 from cpstore.native.canonical import MAX_DEPTH, decode_value, encode_value
 from cpstore.native.fast_canonical import decode_fast, encode_element, encode_fast
-
-
-class _Frozen(Mapping[Any, Any]):
-    """A read-only Mapping that is not a dict."""
-
-    def __init__(self, data: dict[Any, Any]) -> None:
-        self._data = data
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._data[key]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
 
 
 class _Small(IntEnum):
