@@ -125,3 +125,19 @@ def test_keys_equal_in_python_are_a_repeated_key(load: Any, keys: tuple[Any, Any
     assert "duplicate" in err.value.what
     with pytest.raises(CanonicalEncodingError):  # the canonical reader refuses it too
         decode_value(value)
+
+
+@pytest.mark.parametrize("load", [load_document, _strict], ids=["streamed", "strict"])
+@pytest.mark.parametrize(
+    "key", [b"\x92\x01\x02", b"\x90", b"\x81\xa1a\x01"], ids=["array", "empty-array", "map"]
+)
+def test_an_array_or_map_key_is_named_as_the_cause(load: Any, key: bytes) -> None:
+    # No dict can hold such a key (the canonical encoder refuses it): the refusal
+    # names the key, not "neither a JSON object nor a msgpack map" with a TypeError.
+    value = b"\x81" + key + b"\xa1x"
+    with pytest.raises(DocumentError) as err:
+        load(_doc_with_value(value))
+    assert "map key is an array or a map" in err.value.what
+    assert err.value.got == ("dict" if key[0] == 0x81 else "list")
+    with pytest.raises(CanonicalEncodingError):  # the canonical reader refuses it too
+        decode_value(value)

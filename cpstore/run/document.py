@@ -223,6 +223,14 @@ def _unique_msgpack_pairs(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
     # would collapse into one entry: refused as repeated, as decode_value refuses them.
     out: dict[Any, Any] = {}
     for key, value in pairs:
+        if isinstance(key, (list, dict)):
+            # no dict can hold it: the canonical encoder refuses such keys (docs/format.md)
+            raise DocumentError(
+                "a msgpack map key is an array or a map (no value keyed so can be read back)",
+                where="document",
+                expected="a map key that reads back as a key",
+                got=type(key).__name__,
+            )
         if key in out:
             raise DocumentError("duplicate key in a msgpack map", where="document", got=key)
         out[key] = value
