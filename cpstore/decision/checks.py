@@ -26,7 +26,7 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import first_divergence, hashed_kinds, scan_tokens
 from cpstore.native.canonical import encode_value
-from cpstore.native.records import DivergenceKind, Provenance, RecordType, value_digest
+from cpstore.native.records import REFUSED_TAIL, DivergenceKind, RecordType
 from cpstore.run.model import Observation, ReplayMode, TokenInfo
 
 __all__ = ["find_all"]
@@ -44,9 +44,7 @@ def _token_dict(info: TokenInfo) -> dict[str, Any]:
 
 #: A refused request as ReplayCursor keeps it in P, from byte 12 of its record:
 #: recorded provenance, reserved bytes zero, the digest of the value None.
-_REFUSED_TAIL = re.compile(
-    re.escape(bytes((int(Provenance.RECORDED), 0, 0, 0)) + value_digest(None))
-)
+_REFUSED_TAIL = re.compile(re.escape(REFUSED_TAIL))
 
 
 #: Placeholder-like records :func:`_refusals` looks at before it stops counting: a

@@ -29,6 +29,7 @@ __all__ = [
     "PROVENANCE_CODES",
     "RECORD_FIELDS",
     "RECORD_SIZE",
+    "REFUSED_TAIL",
     "SEQ_MAGIC",
     "STEP_LIMIT",
     "Digest",
@@ -44,6 +45,7 @@ __all__ = [
     "pack_decision",
     "pack_effect",
     "pack_observation",
+    "pack_refused",
     "pack_token",
     "pack_token_value",
     "provenance_name",
@@ -173,6 +175,11 @@ def value_digest(value: Any) -> Digest:
     return Digest(xxhash.xxh3_128_digest(encode_value(value)))
 
 
+_REFUSED_DIGEST = value_digest(None)
+#: Bytes 12..32 of every :func:`pack_refused` record (provenance, reserved, digest).
+REFUSED_TAIL = bytes((int(Provenance.RECORDED), 0, 0, 0)) + _REFUSED_DIGEST
+
+
 def string_digest(text: str) -> Digest:
     """Digest standing for an opaque string (a source, target or digest string)."""
     return value_digest(text)
@@ -270,6 +277,13 @@ def pack_token(seq: int, kind: str | int, provenance: Provenance | int, digest: 
 def pack_token_value(seq: int, kind: str, provenance: Provenance | int, value: Any) -> bytes:
     """One token record for ``value`` (hashed through the canonical encoding)."""
     return pack_token(seq, kind, provenance, value_digest(value))
+
+
+def pack_refused(seq: int, kind: str | int) -> bytes:
+    """The record a replay cursor keeps for a request it refused (audit31): at the
+    cursor's position, the kind asked for, recorded provenance and the value None, so
+    a replay that swallowed the refusal is never equal to its recording there."""
+    return pack_token(seq, kind, Provenance.RECORDED, _REFUSED_DIGEST)
 
 
 def unpack_token(record: bytes) -> tuple[int, int, Provenance | int, Digest]:

@@ -25,7 +25,14 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import canonical_check, digest_batch
 from cpstore.native.canonical import _ext_hook
-from cpstore.native.records import RECORD_SIZE, KindTable, Provenance, RecordType, pack_token
+from cpstore.native.records import (
+    RECORD_SIZE,
+    KindTable,
+    Provenance,
+    RecordType,
+    pack_refused,
+    pack_token,
+)
 from cpstore.native.records import value_digest as _value_digest
 from cpstore.replay.source import CheckpointSource
 from cpstore.run.model import PackedTokens, ReplayMode
@@ -38,8 +45,6 @@ _HEAD = struct.Struct("<QIB")
 _RECORDED = int(Provenance.RECORDED)
 _OFFSET = struct.Struct("<Q")
 _ALWAYS = (True,)
-#: Value digest of a refused request in :meth:`ReplayCursor.replayed` (the value None).
-_REFUSED_DIGEST = _value_digest(None)
 
 
 def _never_closed() -> Exception:  # pragma: no cover - _ALWAYS is never empty
@@ -273,7 +278,7 @@ class ReplayCursor:
             # The refused request stays in what the replay did (as the ledger guard keeps
             # a refused effect): a retry loop that swallows this error and asks again
             # still yields a P that differs here, never one equal to R (audit31).
-            self._out += pack_token(self._idx, code, Provenance.RECORDED, _REFUSED_DIGEST)
+            self._out += pack_refused(self._idx, code)
             self._out_values.append(None)
             raise ReplayDivergenceError(
                 f"{what} (STRICT: no live fall-through)"
