@@ -27,6 +27,7 @@ from test_transfer_gates import (
 )
 
 import cpstore
+from cpstore.cli import main
 from cpstore.decision.gates import certify_rollback
 from cpstore.errors import GateError
 from cpstore.store.transfer import transfer
@@ -123,7 +124,6 @@ def test_cli_push_carries_the_superseded_quarantine(tmp_path: Path) -> None:
         cid = _checkpoint(src)
         _quarantined(src, cid)
         _accepted(src, cid)
-    from cpstore.cli import main
 
     assert main(["push", pushed, "--store", src_at]) == 0
     with cpstore.open(pushed) as dst:
