@@ -21,13 +21,24 @@ of the branches a transfer lands (copied now or already there):
   (a higher verdict; a record whose verdict does not follow from its finding codes
   counts as strictest, as the gates refuse it).
 
+A branch the source quarantined through a decision since superseded (its
+checkpoint validated again) stays quarantined in the destination: that first
+quarantining decision (the source's ``quarantined/`` row, or a record past its gate
+index) is carried too, before the standing one, when it is about a checkpoint the
+branch lands, the destination does not know its ``decision_id``, has not quarantined
+that run and branch itself and holds no stricter standing decision for the
+checkpoint. The destination's standing decision for that checkpoint is then that
+QUARANTINE (stricter than the source's later one, never milder) until it decides
+again itself; the branch stays quarantined there for good, as in the source.
+
 Sign-offs, gate records and permits are not carried: a carried QUARANTINE needs
 the destination's own operator sign-off (docs/decision-table.md, "Gates").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from cpstore.decision.table import FINDING_RULES, FindingCode, Verdict
@@ -40,19 +51,42 @@ from cpstore.store.audit import (
     decided_checkpoint,
     indexed_count,
 )
+from cpstore.store.audit_gates import gate_count
+from cpstore.store.audit_permits import (
+    QUARANTINE_PREFIX,
+    branch_key,
+    branch_of,
+    first_quarantine,
+    index_row,
+    unverified,
+)
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.content import records_of
 from cpstore.store.location import redact
 from cpstore.store.model import AuditRecord, check_metadata
 
-__all__ = ["IMPORTED", "Carried", "carried_decisions", "check_carry", "land_decisions"]
+__all__ = ["IMPORTED", "Carried", "Carry", "carried_decisions", "check_carry", "land_decisions"]
 
 #: Body field of a carried decision naming where it came from.
 IMPORTED = "imported"
 #: Severity of a decision record the gates refuse outright (verdict not following).
 _UNUSABLE = int(Verdict.REJECT) + 1
-#: A checkpoint id (16 raw bytes) -> the source's standing non-ACCEPT decision record.
-Carried = dict[bytes, AuditRecord]
+#: An index past every audit record: a pair's row is then not required, only checked.
+_PAST_ALL = 2**64
+
+
+@dataclass(frozen=True)
+class Carry:
+    """The source's records to carry about one checkpoint, appended in this order."""
+
+    #: The first quarantines of branches, about this checkpoint, since superseded (log order).
+    quarantines: tuple[AuditRecord, ...]
+    #: The checkpoint's standing decision when it is not an ACCEPT.
+    standing: AuditRecord | None
+
+
+#: A checkpoint id (16 raw bytes) -> what the source's log carries about it.
+Carried = dict[bytes, Carry]
 
 
 def _severity(body: dict[str, Any]) -> int:
@@ -82,26 +116,103 @@ def _decided(src: Backend, txn: Txn[memoryview], cids: list[bytes]) -> list[byte
     return [c for c in cids if c in tail or txn.get(DECISION_PREFIX + c, db=meta) is not None]
 
 
+def _first_quarantines(view: AuditView, txn: Txn[memoryview], meta: Any) -> Iterator[AuditRecord]:
+    """The first quarantining decision of each run and branch a log has quarantined: the
+    records its ``quarantined/`` rows name, then those past its gate index (a pair too long
+    for a row is found only there). A damaged or wrong row names nothing here (verify
+    reports it in that store)."""
+    seen: set[bytes] = set()
+    with txn.cursor(db=meta) as cur:
+        rows, found = [], cur.set_range(QUARANTINE_PREFIX)
+        while found and bytes(cur.key()).startswith(QUARANTINE_PREFIX):
+            rows.append((bytes(cur.key()), index_row(bytes(cur.value()))))
+            found = cur.next()
+    for key, (valid, index) in rows:
+        seen.add(key)
+        if valid and index is not None:
+            named = next(view.audit_records(start=index, limit=1), None)
+            if named is not None and named.index == index and _quarantining(named):
+                yield named
+    for rec in view.audit_records(kind=DECISION_KIND, start=gate_count(txn, meta)):
+        _, run_id, branch = branch_of(rec.body)
+        pair = branch_key(run_id, branch)
+        if _quarantining(rec) and (pair is None or pair not in seen):
+            if pair is not None:
+                seen.add(pair)
+            yield rec
+
+
+def _quarantining(rec: AuditRecord) -> bool:
+    return rec.kind == DECISION_KIND and branch_of(rec.body)[0] and unverified(rec.body)
+
+
 def carried_decisions(src: Backend, txn: Txn[memoryview], cids: Iterable[bytes]) -> Carried:
-    """The source's standing decision of each of ``cids`` that is not an ACCEPT."""
+    """What the source's log carries about each of ``cids``: its standing decision when not
+    an ACCEPT, and a branch's first quarantine about it when since superseded."""
     view = AuditView(src, txn)
+    standing = {cid: view.latest_decision(cid.hex()) for cid in _decided(src, txn, list(cids))}
+    quarantines: dict[bytes, list[AuditRecord]] = {}
+    for rec in _first_quarantines(view, txn, src.dbs["meta"]):
+        about = decided_checkpoint(rec.kind, rec.body)
+        now = standing.get(about) if about is not None else None
+        if about is not None and now is not None and now.index != rec.index:
+            quarantines.setdefault(about, []).append(rec)
     out: Carried = {}
-    for cid in _decided(src, txn, list(cids)):
-        rec = view.latest_decision(cid.hex())
-        if rec is not None and _severity(rec.body) != int(Verdict.ACCEPT):
-            out[cid] = rec
+    for cid, last in standing.items():
+        keep = last if last is not None and _severity(last.body) != int(Verdict.ACCEPT) else None
+        if keep is not None or cid in quarantines:
+            found = sorted(quarantines.get(cid, []), key=lambda r: r.index)
+            out[cid] = Carry(tuple(found), keep)
     return out
 
 
-def _wanted(view: AuditView, cid: bytes, rec: AuditRecord) -> bool:
-    """True when ``rec`` (a source record about ``cid``) is to be appended to ``view``'s log."""
+def _wanted(
+    view: AuditView, cid: bytes, rec: AuditRecord, before: AuditRecord | None = None
+) -> bool:
+    """True when ``rec`` (a source record about ``cid``) is to be appended to ``view``'s log;
+    ``before`` is a record about ``cid`` judged to be appended just before it."""
     ident = rec.body.get("decision_id")
-    standing = view.latest_decision(cid.hex())
+    standing = before if before is not None else view.latest_decision(cid.hex())
     if standing is not None and standing.body.get("decision_id") == ident:
         return False
     if isinstance(ident, str) and ident and view.decisions_by_id(ident):
         return False  # known here already: what the destination decided since is its own
     return standing is None or _severity(standing.body) <= _severity(rec.body)
+
+
+def _pair_quarantined(view: AuditView, txn: Txn[memoryview], meta: Any, rec: AuditRecord) -> bool:
+    """Whether the destination has quarantined the run and branch ``rec`` is about."""
+    _, run_id, branch = branch_of(rec.body)
+    found = first_quarantine(
+        txn,
+        meta,
+        gate_count(txn, meta),
+        run_id,
+        branch,
+        read=lambda i: next(view.audit_records(start=i, limit=1), None),
+        tail=lambda kind, start: view.audit_records(kind=kind, start=start),
+        certified=_PAST_ALL,
+    )
+    return found is not None
+
+
+def _to_append(dst: Backend, txn: Txn[memoryview], cid: bytes, carry: Carry) -> list[AuditRecord]:
+    """The records of ``carry`` the destination is to append, in order, each judged as if
+    the ones before it were appended."""
+    view, meta = AuditView(dst, txn), dst.dbs["meta"]
+    out: list[AuditRecord] = []
+    ident = None if carry.standing is None else carry.standing.body.get("decision_id")
+    for q in carry.quarantines:
+        if (
+            q.body.get("decision_id") != ident  # one id for both: the standing one goes
+            and _wanted(view, cid, q, out[-1] if out else None)
+            and not _pair_quarantined(view, txn, meta, q)
+        ):
+            out.append(q)
+    last = carry.standing
+    if last is not None and _wanted(view, cid, last, out[-1] if out else None):
+        out.append(last)
+    return out
 
 
 def check_carry(dst: Backend, carried: Carried) -> None:
@@ -110,8 +221,7 @@ def check_carry(dst: Backend, carried: Carried) -> None:
     if not carried or not (dst.audit_keyed and dst.audit_key is None):
         return
     with dst.read_txn() as txn:
-        view = AuditView(dst, txn)
-        wanted = [cid for cid, rec in carried.items() if _wanted(view, cid, rec)]
+        wanted = [cid for cid, carry in carried.items() if _to_append(dst, txn, cid, carry)]
     if wanted:
         raise StoreError(
             "the receiving store's audit log is keyed and was opened without its key: the "
@@ -129,16 +239,16 @@ def land_decisions(
 ) -> int:
     """Append, in the landing write ``txn``, the carried decisions of ``cids`` that the
     destination stores and lacks; returns how many were appended."""
-    view = AuditView(dst, txn)
     records = records_of(dst.dbs)
     appended = 0
     for cid in cids:
-        rec = carried.get(cid)
-        if rec is None or not records.exists(txn, cid) or not _wanted(view, cid, rec):
+        carry = carried.get(cid)
+        if carry is None or not records.exists(txn, cid):
             continue
-        body = dict(rec.body)
-        body[IMPORTED] = {"store": redact(src.path), "audit": rec.digest, "index": rec.index}
-        content = check_metadata(body, "audit body")
-        append_audit_txn(dst, txn, "decision", content, float(dst.now()))
-        appended += 1
+        for rec in _to_append(dst, txn, cid, carry):
+            body = dict(rec.body)
+            body[IMPORTED] = {"store": redact(src.path), "audit": rec.digest, "index": rec.index}
+            content = check_metadata(body, "audit body")
+            append_audit_txn(dst, txn, "decision", content, float(dst.now()))
+            appended += 1
     return appended
