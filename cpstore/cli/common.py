@@ -34,6 +34,8 @@ __all__ = [
     "MAX_COUNT",
     "STORE_CODES",
     "STORE_EPILOG",
+    "audit_key_arg",
+    "audit_key_of",
     "command",
     "human",
     "is_full_id",
@@ -52,13 +54,48 @@ __all__ = [
 ]
 
 
-def store_arg(parser: argparse.ArgumentParser) -> None:
+def store_arg(parser: argparse.ArgumentParser, whose: str = "the store's") -> None:
     parser.add_argument(
         "--store",
         metavar="PATH",
         default=os.environ.get("CPSTORE_PATH"),
         help="the store folder or postgresql:// URL (default: $CPSTORE_PATH)",
     )
+    audit_key_arg(parser, whose)
+
+
+#: Bytes an audit key may have (cpstore.store.audit_mac).
+_KEY_SIZES = (16, 64)
+
+
+def audit_key_arg(parser: argparse.ArgumentParser, whose: str = "the store's") -> None:
+    parser.add_argument(
+        "--audit-key-file",
+        metavar="FILE",
+        default=os.environ.get("CPSTORE_AUDIT_KEY_FILE") or None,
+        help=f"a file holding {whose} audit key, 16 to 64 raw bytes, nothing else: a keyed "
+        "log's MACs are checked and it can be appended to (default: "
+        "$CPSTORE_AUDIT_KEY_FILE; docs/security.md)",
+    )
+
+
+def audit_key_of(args: argparse.Namespace) -> bytes | None:
+    """The key in ``--audit-key-file``, or None when none was given. The file's bytes are
+    the key (a trailing newline is part of it, so a wrong size is told at once)."""
+    path = getattr(args, "audit_key_file", None)
+    if not path:
+        return None
+    low, high = _KEY_SIZES
+    with open(path, "rb") as f:  # OSError: the path's own exit code (entry.main)
+        key = f.read(high + 1)
+    if not low <= len(key) <= high:
+        raise InvalidInputError(
+            "the audit key file must hold the key itself: 16 to 64 raw bytes",
+            where=path,
+            expected=f"{low} to {high} bytes",
+            got=f"{len(key)} bytes" if len(key) <= high else f"more than {high} bytes",
+        )
+    return key
 
 
 def json_arg(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +110,8 @@ def open_store_at(args: argparse.Namespace, *, readonly: bool = True) -> Iterato
     if not is_store_url(path) and not os.path.exists(path):
         raise NotFoundError("no store at this path", where=path)
     # No command makes a store: a mistyped path must not become an empty one.
-    with open_store(path, readonly=readonly, create=False) as store:
+    key = audit_key_of(args)
+    with open_store(path, readonly=readonly, create=False, audit_key=key) as store:
         yield store
 
 

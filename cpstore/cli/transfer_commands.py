@@ -12,7 +12,15 @@ import argparse
 import os
 from typing import Any
 
-from cpstore.cli.common import STORE_CODES, command, human, json_arg, print_json, store_arg
+from cpstore.cli.common import (
+    STORE_CODES,
+    audit_key_of,
+    command,
+    human,
+    json_arg,
+    print_json,
+    store_arg,
+)
 from cpstore.cli.exit_codes import EXIT_CONFLICT, EXIT_OK
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.args import check_text
@@ -54,7 +62,7 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
             # Asked before the receiver is opened: a mistyped run must not leave a new,
             # empty store at a receiving path that had none.
             raise NotFoundError("no such run in the source store", where="refs", got=args.run)
-        with open_store(dest) as dst:
+        with open_store(dest, audit_key=audit_key_of(args)) as dst:
             report = transfer(src.backend, dst.backend, run_id=args.run)
     _show(report, source, dest, args.json)
     return EXIT_OK
@@ -92,7 +100,7 @@ _WHAT = (
     "decision in the sender is not ACCEPT lands with that decision appended to the "
     "receiver's audit log (its gates refuse what the sender's do; sign-offs are not "
     "carried); a receiver with a keyed audit log is refused (exit 7) before anything is "
-    "copied when a decision is to be carried."
+    "copied when a decision is to be carried, unless --audit-key-file gives its key."
 )
 
 
@@ -108,7 +116,7 @@ def add_transfer_parsers(sub: Any) -> None:
     )
     p.add_argument("dest", metavar="DEST", help="the receiving store: a folder or URL")
     p.add_argument("--run", help="only this run (default: every run)")
-    store_arg(p)
+    store_arg(p, "the receiving store's (DEST)")
     json_arg(p)
     p.set_defaults(handler=_push)
 
@@ -121,6 +129,6 @@ def add_transfer_parsers(sub: Any) -> None:
     )
     p.add_argument("source", metavar="SOURCE", help="the sending store: a folder or URL")
     p.add_argument("--run", help="only this run (default: every run)")
-    store_arg(p)
+    store_arg(p, "the receiving store's (--store)")
     json_arg(p)
     p.set_defaults(handler=_pull)

@@ -21,7 +21,13 @@ import os
 import sys
 from typing import Any, TextIO
 
-from cpstore.cli.common import is_full_id, jsonable, names_checkpoint
+from cpstore.cli.common import (
+    audit_key_arg,
+    audit_key_of,
+    is_full_id,
+    jsonable,
+    names_checkpoint,
+)
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_FORMAT,
@@ -86,6 +92,7 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=os.environ.get("CPSTORE_PATH"),
         help="the store holding checkpoint ids (default: $CPSTORE_PATH)",
     )
+    audit_key_arg(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument(
         "--wide",
@@ -202,7 +209,8 @@ def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         if not is_store_url(args.store) and not os.path.exists(args.store):  # (exit 4)
             raise NotFoundError("no store at this path", where=args.store)
         # create=False: validating against a store that is not there is a typo.
-        with open_store(args.store, readonly=not record, create=False) as store:
+        key = audit_key_of(args)
+        with open_store(args.store, readonly=not record, create=False, audit_key=key) as store:
             decision = validate(
                 _load(args.recorded, store),
                 _load(args.replayed, store),

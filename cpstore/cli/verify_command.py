@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from cpstore.cli.common import (
     STORE_CODES,
+    audit_key_of,
     command,
     json_arg,
     open_store_at,
@@ -72,6 +73,7 @@ def _verify_report(
     process already has the store open, the walk runs here and is not
     protected.
     """
+    audit_key_of(args)  # a bad key file is told here, with its own exit code
     if not hasattr(os, "fork") or is_open_here(args.store or ""):
         with open_store_at(args) as store:
             report = store.verify(progress=progress)
@@ -103,16 +105,16 @@ def verify_report(args: argparse.Namespace) -> VerifyReport:
 
 def _macs_checked(store: Any) -> bool | None:
     """None for a log without MACs; else whether this walk checked them (it needs the key,
-    which the command line does not have: a keyed log's digest chain alone verifies a
-    record a data-file writer forged, docs/security.md)."""
+    which ``--audit-key-file`` gives: a keyed log's digest chain alone verifies a record
+    a data-file writer forged, docs/security.md)."""
     return None if not store.audit_keyed else store.backend.audit_key is not None
 
 
 #: What verify and audit --check say when a keyed log's MACs were not checked.
 MACS_UNCHECKED = (
-    "audit MACs NOT checked: the audit log is keyed and this command has no key (its "
-    "digest chain alone does not show a record forged in the data file; "
-    "Store.verify with audit_key does)"
+    "audit MACs NOT checked: the audit log is keyed and no key was given (its digest "
+    "chain alone does not show a record forged in the data file; --audit-key-file or "
+    "$CPSTORE_AUDIT_KEY_FILE checks them)"
 )
 
 

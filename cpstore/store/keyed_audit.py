@@ -39,11 +39,15 @@ MAC_HEAD = b"audit_mac_head"
 _INDEX = struct.Struct(">Q")
 
 
-def adopt_key(txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes | None) -> bool:
-    """Check ``key`` against the store (writing its id on a fresh log); True if keyed.
+def adopt_key(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes | None, *, write: bool = True
+) -> bool:
+    """Check ``key`` against the store (writing its id on a fresh log when ``write``);
+    True if keyed.
 
-    Raises :class:`StoreError` for a wrong key, or for a key offered to a log
-    that already holds unkeyed records.
+    Raises :class:`StoreError` for a wrong key, for a key offered to a log that
+    already holds unkeyed records, or for one offered to an unkeyed log by a
+    read-only handle (which cannot key it: there are no MACs to check).
     """
     stored = txn.get(KEY_ID, db=dbs["meta"])
     stored_id = None if stored is None else str(decode_value(stored))
@@ -63,6 +67,14 @@ def adopt_key(txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes | None) -
         raise StoreError(
             "the audit log already has unkeyed records; a key can only be set on an empty log",
             where="audit",
+        )
+    if not write:
+        raise StoreError(
+            "an audit key was given but this store's audit log is not keyed (a read-only "
+            "handle does not key it; there are no MACs to check)",
+            where="meta/audit_key_id",
+            expected="a keyed audit log",
+            got="no audit key id",
         )
     txn.put(KEY_ID, encode_value(want), db=dbs["meta"])
     return True

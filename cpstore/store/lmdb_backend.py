@@ -124,7 +124,7 @@ class LmdbBackend:
             if key is None or readonly:
                 txn = self.env.begin_read()  # not read_txn(): no generator on the open path
                 try:
-                    self._audit_keyed = adopt_key(txn, self.env.dbs, key)
+                    self._audit_keyed = adopt_key(txn, self.env.dbs, key, write=False)
                 except lmdb.Error as exc:
                     raise translate(exc, self.env.path) from None
                 finally:

@@ -128,7 +128,7 @@ class PgBackend:
                 self.write_txn(self._upgrade)
             if key is None or self._readonly:
                 with self.read_txn() as txn:
-                    self._audit_keyed = adopt_key(txn, self._tables, key)
+                    self._audit_keyed = adopt_key(txn, self._tables, key, write=False)
             else:
                 self._audit_keyed = bool(
                     self.write_txn(lambda txn: adopt_key(txn, self._tables, key))
