@@ -10,8 +10,10 @@ import argparse
 import os
 from typing import Any
 
+from cpstore.cli.child import Send, can_fork_for, in_child
 from cpstore.cli.common import (
     STORE_CODES,
+    audit_key_of,
     command,
     human,
     json_arg,
@@ -26,7 +28,7 @@ from cpstore.cli.exit_codes import (
 from cpstore.errors import InvalidInputError, NotFoundError, StoreError
 from cpstore.store.location import is_store_url
 from cpstore.store.maintenance import compact_store, copy_store
-from cpstore.store.model import PG_STORE_VERSION, STORE_VERSION
+from cpstore.store.model import PG_STORE_VERSION, STORE_VERSION, VerifyReport
 from cpstore.store.stats import store_stats
 
 __all__ = ["add_maintenance_parsers"]
@@ -111,7 +113,19 @@ def _compact(args: argparse.Namespace) -> int:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
     if not is_store_url(args.store) and not os.path.exists(args.store):
         raise NotFoundError("no store at this path", where=args.store)
-    report = compact_store(args.store)
+    path = args.store
+    # In a child when it can (cpstore.cli.child): a page that kills liblmdb while the
+    # store is verified or copied is exit 5 in one line, and nothing is swapped.
+    report = (
+        in_child(
+            lambda _send: compact_store(path),
+            store=path,
+            doing="compacting it",
+            name="compact",
+        )
+        if can_fork_for(path)
+        else compact_store(path)
+    )
     if args.json:
         print_json(
             {
@@ -129,8 +143,16 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _copy(args: argparse.Namespace) -> int:
-    with open_store_at(args) as store:
-        report = copy_store(store, args.dest, compact=not args.no_compact)
+    def copy(_send: Send) -> VerifyReport:
+        with open_store_at(args) as store:
+            return copy_store(store, args.dest, compact=not args.no_compact)
+
+    audit_key_of(args)  # a bad key file is told here, with its own exit code
+    report = (
+        in_child(copy, store=args.store or "", doing="copying it", name="copy")
+        if can_fork_for(args.store)
+        else copy(lambda _kind, _value: None)
+    )
     size = os.path.getsize(os.path.join(args.dest, "data.mdb"))
     if args.json:
         print_json({"dest": args.dest, "file_bytes": size, "verified_counts": report.counts})

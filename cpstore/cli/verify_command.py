@@ -7,15 +7,11 @@ over a pipe; a child killed by a signal is reported as damage (exit 5).
 from __future__ import annotations
 
 import argparse
-import os
-import pickle
-import signal
 import sys
-import tempfile
-import traceback
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
+from cpstore.cli.child import Send, can_fork_for, in_child
 from cpstore.cli.common import (
     STORE_CODES,
     audit_key_of,
@@ -27,16 +23,12 @@ from cpstore.cli.common import (
 )
 from cpstore.cli.exit_codes import (
     EXIT_INTEGRITY,
-    EXIT_INTERNAL,
     EXIT_OK,
 )
 from cpstore.errors import (
     CpstoreError,
-    IntegrityError,
-    StoreError,
 )
 from cpstore.store.affected import checkpoints_reaching
-from cpstore.store.lmdb_registry import is_open_here
 from cpstore.store.model import Problem, VerifyReport
 
 __all__ = ["MACS_UNCHECKED", "add_verify_parser", "verify_report"]
@@ -54,45 +46,37 @@ def _progress_bar(label: str, width: int = 40) -> Callable[[int, int], None]:
     return draw
 
 
-#: Signals by which liblmdb dies on a damaged page (assertions, wild pointers).
-_DAMAGE_SIGNALS = frozenset(
-    getattr(signal, name) for name in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
-)
-
-
 def _verify_report(
     args: argparse.Namespace, progress: Callable[[int, int], None] | None
 ) -> VerifyReport:
-    """Verify the store in a child process, so damage that kills liblmdb is reported.
-
-    LMDB 0.9 has no page checksums: walking some damaged B-tree pages makes
-    it abort (an assertion) or fault, which no Python code can catch. The
-    walk runs in a forked child (nothing is open yet in this process); a
-    child killed by such a signal means damaged pages, reported as an
-    :class:`IntegrityError` (exit 5). Where fork() is missing, or this
-    process already has the store open, the walk runs here and is not
-    protected.
-    """
+    """Verify the store in a child process, so damage that kills liblmdb is reported
+    (:mod:`cpstore.cli.child`: exit 5 naming the phase); sets ``args.affects`` and
+    ``args.macs``."""
     audit_key_of(args)  # a bad key file is told here, with its own exit code
-    if not hasattr(os, "fork") or is_open_here(args.store or ""):
+    if not can_fork_for(args.store):
         with open_store_at(args) as store:
             report = store.verify(progress=progress)
             args.affects = _affects(store, report)
             args.macs = _macs_checked(store)
             return report
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as err:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child, which never returns
-            os.close(read_end)
-            _verify_child(args, write_end, err.fileno(), progress is not None)
-        os.close(write_end)
-        try:
-            return _verify_parent(args, pid, read_end, err, progress)
-        finally:
-            os.close(read_end)
+
+    def walk(send: Send) -> tuple[VerifyReport, dict[str, list[Any]], bool | None]:
+        send("phase", "opening the store")
+        with open_store_at(args) as store:
+            send("phase", "walking the store")
+            report = store.verify(
+                progress=(lambda done, total: send("progress", (done, total))) if progress else None
+            )
+            return report, _affects(store, report), _macs_checked(store)
+
+    def heard(kind: str, value: Any) -> None:
+        if kind == "progress" and progress is not None:
+            progress(*value)
+
+    report, args.affects, args.macs = in_child(
+        walk, store=args.store or "", doing="walking it", name="verify", heard=heard
+    )
+    return report
 
 
 def verify_report(args: argparse.Namespace) -> VerifyReport:
@@ -116,96 +100,6 @@ MACS_UNCHECKED = (
     "chain alone does not show a record forged in the data file; --audit-key-file or "
     "$CPSTORE_AUDIT_KEY_FILE checks them)"
 )
-
-
-def _verify_child(args: argparse.Namespace, out_fd: int, err_fd: int, progress: bool) -> None:
-    """The child half of :func:`_verify_report`: every result goes down ``out_fd``."""
-    code = 0
-    try:
-        os.dup2(err_fd, 2)  # liblmdb's assertion text, for the parent's one line
-        with os.fdopen(out_fd, "wb") as out:
-
-            def send(kind: str, value: Any) -> None:
-                pickle.dump((kind, value), out)
-                out.flush()
-
-            try:
-                send("phase", "opening the store")
-                with open_store_at(args) as store:
-                    send("phase", "walking the store")
-                    report = store.verify(
-                        progress=(lambda done, total: send("progress", (done, total)))
-                        if progress
-                        else None
-                    )
-                    affects = _affects(store, report)
-                    macs = _macs_checked(store)
-                send("affects", affects)
-                send("macs", macs)
-                send("report", report)
-            except CpstoreError as exc:
-                send("error", exc)
-    except BaseException:
-        traceback.print_exc()
-        code = EXIT_INTERNAL
-    finally:
-        os._exit(code)
-
-
-def _verify_parent(
-    args: argparse.Namespace,
-    pid: int,
-    read_end: int,
-    err: IO[bytes],
-    progress: Callable[[int, int], None] | None,
-) -> VerifyReport:
-    """The parent half of :func:`_verify_report`: relay progress, then the result."""
-    phase, done, total = "starting", 0, 0
-    result: VerifyReport | CpstoreError | None = None
-    status = None
-    try:
-        with os.fdopen(os.dup(read_end), "rb") as inp:
-            while True:
-                try:
-                    kind, value = pickle.load(inp)
-                except Exception:  # the end, or a frame cut short by the child's death
-                    break
-                if kind == "phase":
-                    phase = value
-                elif kind == "progress":
-                    done, total = value
-                    if progress is not None:
-                        progress(done, total)
-                elif kind == "affects":
-                    args.affects = value
-                elif kind == "macs":
-                    args.macs = value
-                else:
-                    result = value
-        _, status = os.waitpid(pid, 0)
-    finally:
-        if status is None:  # interrupted: the child must not outlive the command
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    if isinstance(result, CpstoreError):
-        raise result
-    if isinstance(result, VerifyReport):
-        return result
-    err.seek(0)
-    lines = err.read().decode("utf-8", "replace").strip().splitlines()
-    where = f"{args.store} ({phase}" + (f", after {done} of {total} entries)" if total else ")")
-    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in _DAMAGE_SIGNALS:
-        raise IntegrityError(
-            "the data file is damaged: liblmdb died with "
-            f"{signal.Signals(os.WTERMSIG(status)).name} walking it",
-            where=where,
-            got=lines[-1] if lines else None,
-        )
-    raise StoreError(
-        "the verify process ended without a result",
-        where=where,
-        got=lines[-1] if lines else f"wait status {status}",
-    )
 
 
 def _damaged_object(problem: Problem) -> bytes | None:

@@ -1,0 +1,156 @@
+"""Run a command's work on a store in a forked child, so damage that kills liblmdb is told.
+
+LMDB 0.9 has no page checksums: walking some damaged B-tree pages makes it abort
+(an assertion) or fault, which no Python code can catch. ``verify``, ``audit
+--check``, ``compact`` and ``copy`` walk every page, so they do it in a child
+(nothing of the store is open yet in this process): the child relays what it
+has to say over a pipe, then its result or its :class:`~cpstore.errors.CpstoreError`
+or :class:`OSError` (raised here, so the command's exit codes are as in process);
+a child killed by such a signal means damaged pages, an :class:`IntegrityError`
+(exit 5) naming the phase it died in; a child that ended any other way without a
+result is a :class:`StoreError`. A command run where ``fork()`` is missing, or
+whose store this process already has open, does its work here, unprotected.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+from typing import IO, Any, TypeVar
+
+from cpstore.cli.exit_codes import EXIT_INTERNAL
+from cpstore.errors import CpstoreError, IntegrityError, StoreError
+from cpstore.store.lmdb_registry import is_open_here
+
+__all__ = ["Send", "can_fork_for", "in_child"]
+
+T = TypeVar("T")
+#: How the child's work says something to the parent: ``send(kind, value)``;
+#: kind ``"phase"`` (a str) and ``"progress"`` (done, total) also name where it died.
+Send = Callable[[str, Any], None]
+
+#: Signals by which liblmdb dies on a damaged page (assertions, wild pointers).
+_DAMAGE_SIGNALS = frozenset(
+    getattr(signal, name) for name in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
+)
+_RESULT, _ERROR = "\x00result", "\x00error"
+
+
+def can_fork_for(path: str | None) -> bool:
+    """Whether a command's work on the store at ``path`` can run in a child."""
+    return hasattr(os, "fork") and not is_open_here(path or "")
+
+
+def in_child(
+    work: Callable[[Send], T],
+    *,
+    store: str,
+    doing: str,
+    name: str,
+    heard: Callable[[str, Any], None] | None = None,
+) -> T:
+    """``work(send)``'s result, run in a forked child; ``heard(kind, value)`` gets what
+    it sends. ``store`` (where), ``doing`` ("walking it") and ``name`` ("verify") word
+    the errors of a child that died."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as err:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, which never returns
+            os.close(read_end)
+            _child(work, write_end, err.fileno())
+        os.close(write_end)
+        try:
+            result: T = _parent(
+                pid, read_end, err, store=store, doing=doing, name=name, heard=heard
+            )
+            return result
+        finally:
+            os.close(read_end)
+
+
+def _child(work: Callable[[Send], Any], out_fd: int, err_fd: int) -> None:
+    """The child half of :func:`in_child`: every result goes down ``out_fd``."""
+    code = 0
+    try:
+        os.dup2(err_fd, 2)  # liblmdb's assertion text, for the parent's one line
+        with os.fdopen(out_fd, "wb") as out:
+
+            def send(kind: str, value: Any) -> None:
+                pickle.dump((kind, value), out)
+                out.flush()
+
+            try:
+                result = work(send)
+            except (CpstoreError, OSError) as exc:  # the command's own errors, told as here
+                send(_ERROR, exc)
+            else:
+                send(_RESULT, result)
+    except BaseException:
+        traceback.print_exc()
+        code = EXIT_INTERNAL
+    finally:
+        os._exit(code)
+
+
+def _parent(
+    pid: int,
+    read_end: int,
+    err: IO[bytes],
+    *,
+    store: str,
+    doing: str,
+    name: str,
+    heard: Callable[[str, Any], None] | None,
+) -> Any:
+    """The parent half of :func:`in_child`: relay what the child says, then its result."""
+    phase, done, total = "starting", 0, 0
+    result: tuple[str, Any] | None = None
+    status = None
+    try:
+        with os.fdopen(os.dup(read_end), "rb") as inp:
+            while True:
+                try:
+                    kind, value = pickle.load(inp)
+                except Exception:  # the end, or a frame cut short by the child's death
+                    break
+                if kind in (_RESULT, _ERROR):
+                    result = (kind, value)
+                    continue
+                if kind == "phase":
+                    phase = value
+                elif kind == "progress":
+                    done, total = value
+                if heard is not None:
+                    heard(kind, value)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        if status is None:  # interrupted: the child must not outlive the command
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    if result is not None:
+        kind, value = result
+        if kind == _ERROR:
+            raise value
+        return value
+    err.seek(0)
+    lines = err.read().decode("utf-8", "replace").strip().splitlines()
+    where = f"{store} ({phase}" + (f", after {done} of {total} entries)" if total else ")")
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) in _DAMAGE_SIGNALS:
+        raise IntegrityError(
+            "the data file is damaged: liblmdb died with "
+            f"{signal.Signals(os.WTERMSIG(status)).name} {doing}",
+            where=where,
+            got=lines[-1] if lines else None,
+        )
+    raise StoreError(
+        f"the {name} process ended without a result",
+        where=where,
+        got=lines[-1] if lines else f"wait status {status}",
+    )
