@@ -66,6 +66,22 @@ class _DryRunDoneError(Exception):
         self.report = report
 
 
+def _ref_where(key: bytes) -> str:
+    run, branch = split_ref_key(key)
+    return f"refs/{run}/{branch}"
+
+
+def _lost(cid: bytes, where: str) -> IntegrityError:
+    return IntegrityError(
+        "a kept checkpoint's record is not stored (and no tombstone says it was pruned): "
+        "the sweep stops, or the sound history under it would be swept (verify names it; "
+        "reset_ref the branch to a stored checkpoint, release_retained a lost retained head)",
+        where=where,
+        expected=cid.hex(),
+        got="missing",
+    )
+
+
 def _sweep(
     store: Backend,
     keep: Callable[[str], int | None],
@@ -95,22 +111,28 @@ def _sweep(
         with txn.cursor(db=dbs["refs"]) as cur:
             # A ref that fails its check stops the sweep (IntegrityError): sweeping
             # by a damaged head could delete the history the true head reaches.
-            heads: list[tuple[str | None, bytes]] = [
-                (split_ref_key(k)[0], unpack_ref(k, v)[0]) for k, v in cur
+            heads: list[tuple[str | None, bytes, str]] = [
+                (split_ref_key(k)[0], unpack_ref(k, v)[0], _ref_where(k)) for k, v in cur
             ]
         # Heads an audited reset_ref moved away from: whole lineage, until released.
-        heads.extend((None, cid) for cid in retained_heads(txn, dbs["meta"]))
+        heads.extend(
+            (None, cid, f"meta/retained/{cid.hex()}") for cid in retained_heads(txn, dbs["meta"])
+        )
         # Checkpoints whose whole lineage is marked: only an unlimited walk may
         # stop at one (a limited walk may have marked just its newest few).
         complete: set[bytes] = set()
-        for run_id, head in heads:
+        for run_id, head, named_by in heads:
             limit = None if run_id is None else keep(run_id)
             cid: bytes | None = head
             walked = 0
             while cid is not None and (limit is None or walked < limit):
                 value = records.get(txn, cid)  # a damaged location stops the sweep
                 if value is None:
-                    break
+                    if walked and txn.get(cid, db=dbs["tombstones"]) is not None:
+                        break  # retention pruned the lineage here
+                    # A lost record (a head, or a parent no tombstone explains): the sound
+                    # ancestors under it would look unreachable and be swept.
+                    raise _lost(cid, named_by if not walked else f"checkpoints/{cid.hex()}")
                 walked += 1
                 if limit is None:
                     if cid in complete:
