@@ -19,8 +19,11 @@ from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.errors import IntegrityError
+from cpstore.native.canonical import decode_value
 from cpstore.store import Store
-from cpstore.store.content import records_of
+from cpstore.store.chunk_tree import read_root
+from cpstore.store.content import objects_of, records_of
+from cpstore.store.verify import children
 
 
 def _lose(st: Store, cid: str) -> None:
@@ -94,3 +97,45 @@ def test_after_the_operator_moves_the_ref_back_the_sweep_runs_and_keeps_the_hist
         assert len(report.checkpoints) == 1  # the other run's checkpoint only
         assert _stored(st, ids[:-1]) == ids[:-1]
         assert st.verify().ok
+
+
+def _container(st: Store, head: str, which: str) -> tuple[bytes, list[bytes]]:
+    """A container object the head reaches (its history tree's upper spine, or its
+    observations log) and the leaves under it that older checkpoints name too."""
+    objects = objects_of(st.backend.dbs)
+    with st.read(head) as view:
+        raw = view.manifest.raw
+    with st.backend.read_txn() as txn:
+        if which == "observations":
+            log = bytes(raw["observations"])
+            entries = decode_value(bytes(objects.get(txn, log) or b""))
+            return log, [bytes(e[2]) for e in entries]
+        root = bytes(raw["state"]["chunked"]["history"])
+        upper = read_root(bytes(objects.get(txn, root) or b""), "")[3]
+        assert upper is not None  # the history is long enough for a multi-level tree
+        kids = children(txn, objects, "state.chunked", root, set())
+        return upper, [bytes(k) for k in kids if len(k) == 17]
+
+
+@pytest.mark.parametrize("which", ["upper spine", "observations"])
+def test_a_lost_container_a_kept_checkpoint_reaches_stops_the_sweep(url: str, which: str) -> None:
+    """A kept checkpoint's chunk-tree upper spine (or its observations log) is lost: the
+    frames (payloads) under it, which the pruned older checkpoints also name, were swept
+    as unreachable by prune; now the sweep stops naming the object, nothing removed."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("a")
+        msgs = [f"message {i} " + "words " * (60 + i % 13) for i in range(160)]
+        ids = []
+        for i in range(30):
+            rec.observe(i, "src", f"payload {i}".encode() * 20, pinned_at=float(i))
+            ids.append(rec.checkpoint(i, {"history": msgs[: 120 + i]}))
+        lost, leaves = _container(st, ids[-1], which)
+        objects = objects_of(st.backend.dbs)
+        st.backend.write_txn(lambda txn: objects.delete(txn, lost))
+        with pytest.raises(IntegrityError) as err:
+            st.prune(keep_last=1)
+        assert err.value.where == f"objects/{lost.hex()}"
+        assert "sweep stops" in err.value.what
+        with st.backend.read_txn() as txn:
+            assert [k for k in leaves if not objects.stored(txn, k)] == []
+        assert _stored(st, ids) == ids
