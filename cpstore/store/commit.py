@@ -164,9 +164,15 @@ def objects_to_check(
     stored when the checkpoint becomes visible -- whatever ran before, in any
     process, and also when the store was damaged behind cpstore's back (the
     commit is refused with IntegrityError instead of acknowledging a checkpoint
-    no read could serve). Skipping what the extended head reaches saved ~2-3 us
-    of a ~45 us put and would rest on a store-wide invariant (only retention
-    deletes objects) that a later maintenance path could silently break.
+    no read could serve). "Names" is the manifest's own references: the nodes
+    and frames under a chunk-tree root this recorder's head already reaches are
+    not read again (append_state.py: a checkpoint costs what was appended), so
+    a frame of the head's tree deleted behind cpstore's back goes unnoticed by
+    the next commit, whose read then fails as the head's does (audit35: verify
+    names the frame; retention stops on a lost node, never on a lost frame).
+    Skipping what the extended head reaches saved ~2-3 us of a ~45 us put and
+    would rest on a store-wide invariant (only retention deletes objects) that a
+    later maintenance path could silently break.
     """
     checked = named | inherited if inherited else named
     return list(checked.difference(written))  # set operations in C: named less written

@@ -71,8 +71,28 @@ T = TypeVar("T")
 POOL_WAIT = 30.0
 
 
-#: Per thread: the writer lock keys of the stores it is inside a write txn of.
+#: Per thread: (conninfo, writer lock key) of the stores it is inside a write txn of.
 _WRITING = threading.local()
+
+
+def _not_nested(conninfo: str, key: int, where: str) -> list[tuple[str, int]]:
+    """This thread's held writes; StoreError when one is of the store ``(conninfo, key)``.
+
+    The outer txn's connection holds (or takes at its next round trip) the store's
+    writer lock: a write txn (or a writable open, which takes the lock to check the
+    schema) nested on the same thread would wait for it on another connection while the
+    outer waits for this thread, a deadlock the server cannot see. It waited for ever
+    (or until ``statement_timeout``); refused at once, as LMDB refuses it.
+    """
+    held: list[tuple[str, int]] = _WRITING.__dict__.setdefault("keys", [])
+    if (conninfo, key) in held:
+        raise StoreError(
+            "a write transaction nested inside a write transaction of the same store "
+            "on one thread would wait for ever on the store's writer lock; refused "
+            "(write after the outer one commits, or on another thread)",
+            where=where,
+        )
+    return held
 
 
 class PgBackend:
@@ -105,6 +125,8 @@ class PgBackend:
         self._audit_key = key
         self._lock_key = lock_key(self._url.schema)
         self._tables = {name: PgTable.of(self._url.schema, name) for name in DB_NAMES}
+        if not self._readonly:
+            _not_nested(self._url.conninfo, self._lock_key, self._path)  # the open locks too
         try:
             with psycopg.connect(self._url.conninfo, autocommit=True, connect_timeout=15) as conn:
                 self._layout = prepare_schema(
@@ -232,8 +254,8 @@ class PgBackend:
         """A finalizer's flush (at_exit.flush_collected): False, nothing done, when this
         thread is inside a write txn of this store (a nested one waits for ever on the
         writer lock its own other connection holds); else flushed now (True)."""
-        if self._lock_key in getattr(_WRITING, "keys", ()):
-            return False
+        if any(key == self._lock_key for _, key in getattr(_WRITING, "keys", ())):
+            return False  # any store of this schema name (an alias URL of this one too)
         self.flush()
         return True
 
@@ -369,8 +391,9 @@ class PgBackend:
         self.live()
         if self._readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self._path)
-        held: list[int] = _WRITING.__dict__.setdefault("keys", [])
-        held.append(self._lock_key)  # try_flush_here: no write nested on this thread
+        held = _not_nested(self._url.conninfo, self._lock_key, self._path)
+        mine = (self._url.conninfo, self._lock_key)
+        held.append(mine)  # try_flush_here: no write nested on this thread
         try:
             txn = self._txn(write=True, synchronous=synchronous)
             try:
@@ -380,7 +403,7 @@ class PgBackend:
                 txn.abort()  # a no-op after a commit that ended the txn; else it returns
                 raise
         finally:
-            held.remove(self._lock_key)
+            held.remove(mine)
         return result
 
     # -- objects -------------------------------------------------------------------

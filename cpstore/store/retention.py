@@ -22,14 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cpstore.errors import IntegrityError, InvalidInputError, NotFoundError
 from cpstore.native.binding import digest, digest_small
 from cpstore.native.canonical import encode_value
+from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn, audited_among, catch_up_indexes, indexes_lag
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches
-from cpstore.store.content import objects_of, records_of
+from cpstore.store.content import KIND_OBJECT, Content, objects_of, records_of
 from cpstore.store.keyed_audit import check_can_append
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import check_name, split_ref_key, unpack_checkpoint_value
@@ -66,6 +68,44 @@ class _DryRunDoneError(Exception):
         self.report = report
 
 
+class _Watched(Content):
+    """The objects, noting each one a walk fetched that is missing, unreadable or (a plain
+    object: a chunk-tree root, node or upper spine, a log) does not hash to its key.
+    The mark walk fetches only containers: each names what it keeps alive."""
+
+    __slots__ = ("lost",)
+
+    def __init__(self, dbs: Mapping[str, Any]) -> None:
+        super().__init__(dbs, KIND_OBJECT)
+        self.lost: list[bytes] = []
+
+    def get(self, txn: Txn[memoryview], key: bytes) -> memoryview | None:
+        try:
+            value = super().get(txn, key)
+        except IntegrityError:  # a damaged location
+            self.lost.append(bytes(key))
+            raise
+        if value is None or (len(key) == DIGEST_SIZE and bytes(digest(value)) != bytes(key)):
+            self.lost.append(bytes(key))
+        return value
+
+
+def _ref_where(key: bytes) -> str:
+    run, branch = split_ref_key(key)
+    return f"refs/{run}/{branch}"
+
+
+def _lost(cid: bytes, where: str) -> IntegrityError:
+    return IntegrityError(
+        "a kept checkpoint's record is not stored (and no tombstone says it was pruned): "
+        "the sweep stops, or the sound history under it would be swept (verify names it; "
+        "reset_ref the branch to a stored checkpoint, release_retained a lost retained head)",
+        where=where,
+        expected=cid.hex(),
+        got="missing",
+    )
+
+
 def _sweep(
     store: Backend,
     keep: Callable[[str], int | None],
@@ -95,22 +135,28 @@ def _sweep(
         with txn.cursor(db=dbs["refs"]) as cur:
             # A ref that fails its check stops the sweep (IntegrityError): sweeping
             # by a damaged head could delete the history the true head reaches.
-            heads: list[tuple[str | None, bytes]] = [
-                (split_ref_key(k)[0], unpack_ref(k, v)[0]) for k, v in cur
+            heads: list[tuple[str | None, bytes, str]] = [
+                (split_ref_key(k)[0], unpack_ref(k, v)[0], _ref_where(k)) for k, v in cur
             ]
         # Heads an audited reset_ref moved away from: whole lineage, until released.
-        heads.extend((None, cid) for cid in retained_heads(txn, dbs["meta"]))
+        heads.extend(
+            (None, cid, f"meta/retained/{cid.hex()}") for cid in retained_heads(txn, dbs["meta"])
+        )
         # Checkpoints whose whole lineage is marked: only an unlimited walk may
         # stop at one (a limited walk may have marked just its newest few).
         complete: set[bytes] = set()
-        for run_id, head in heads:
+        for run_id, head, named_by in heads:
             limit = None if run_id is None else keep(run_id)
             cid: bytes | None = head
             walked = 0
             while cid is not None and (limit is None or walked < limit):
                 value = records.get(txn, cid)  # a damaged location stops the sweep
                 if value is None:
-                    break
+                    if walked and txn.get(cid, db=dbs["tombstones"]) is not None:
+                        break  # retention pruned the lineage here
+                    # A lost record (a head, or a parent no tombstone explains): the sound
+                    # ancestors under it would look unreachable and be swept.
+                    raise _lost(cid, named_by if not walked else f"checkpoints/{cid.hex()}")
                 walked += 1
                 if limit is None:
                     if cid in complete:
@@ -143,20 +189,31 @@ def _sweep(
         # node shared with a dead one keeps its chunks out of the candidates).
         tree_walked: set[bytes] = set()
 
-        def mark(into: set[bytes], field: str, key: bytes) -> None:
+        def mark(into: set[bytes], field: str, key: bytes, source: Content = objects) -> None:
             into.add(key)
             kind = child_kind(field)
             if kind is not None and (key, kind) not in expanded:
                 expanded.add((key, kind))
-                into.update(bytes(c) for c in children(txn, objects, field, key, tree_walked))
+                into.update(bytes(c) for c in children(txn, source, field, key, tree_walked))
 
+        kept = _Watched(dbs)
         for m in live_cps.values():
             for field, key in manifest_references(m.raw):
-                mark(marked, field, key)
+                mark(marked, field, key, kept)
         with txn.cursor(db=dbs["ledgers"]) as cur:
             ledgers = [bytes(k) for k, _ in cur]
         for key in ledgers:
-            mark(marked, "effects", key)
+            mark(marked, "effects", key, kept)
+        if kept.lost:
+            # What a lost container names looks unreachable: the objects under it that
+            # swept checkpoints name too (older chunks, shared payloads) would be swept.
+            raise IntegrityError(
+                "an object a kept checkpoint reaches through (a chunk-tree root, node or "
+                "upper spine, or a log) is missing or damaged: the sweep stops, or what it "
+                "names would be swept (verify names it)",
+                where=f"objects/{kept.lost[0].hex()}",
+                got=[k.hex() for k in dict.fromkeys(kept.lost)][:10],
+            )
         for key in pinned_objects(txn, dbs["meta"]):
             marked.add(key)  # put_object's: the caller's until unpin_object
         # Only what a swept checkpoint named is a candidate: objects stored with
