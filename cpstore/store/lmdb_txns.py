@@ -231,7 +231,8 @@ class EnvTxns:
                 finally:
                     self.write_lock.release()
             except lmdb.MapFullError:
-                self.grow()
+                if not self._clear_dead_readers():
+                    self.grow()
             except lmdb.Error as exc:
                 raise translate(exc, self.path) from None
 
@@ -260,6 +261,18 @@ class EnvTxns:
         while not lock.acquire(timeout=0.05):
             if self._resizing and me in self._active:
                 raise self._holds_read_during_resize()
+
+    def _clear_dead_readers(self) -> bool:
+        """After a full map, before growing it: free the reader slots of processes that died
+        holding a read (LMDB's reader_check). Such a slot keeps its snapshot's pages, and every
+        page freed since, from reuse for as long as this environment stays open: a writer
+        beside a reader killed mid-read grew the file without bound, and at ``max_map_size``
+        was refused StoreFullError with most of the file free (audit34). True when a slot was
+        freed: the write is tried again in the map as it is."""
+        try:
+            return bool(self.env.reader_check())
+        except lmdb.Error:
+            return False
 
     # -- the one place the map size changes ------------------------------
 
