@@ -11,7 +11,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from threading import get_ident
 from typing import Any, TypeVar
 
@@ -32,6 +33,10 @@ from cpstore.store.lmdb_pages import TailCover
 __all__ = ["EnvTxns"]
 
 T = TypeVar("T")
+
+#: The longest a close waits for another thread's txn of the environment to end (a daemon
+#: thread's read may never end): then it closes as it did before audit34.
+CLOSE_WAIT_SECONDS = 5.0
 
 
 class EnvTxns:
@@ -274,6 +279,30 @@ class EnvTxns:
         except lmdb.Error:
             return False
 
+    @contextmanager
+    def quiesced(self) -> Iterator[None]:
+        """A block (the environment's close) no txn of another thread of this process runs
+        in: the write lock held, new reads held back (as during a resize) and the open reads
+        of other threads ended, each wait at most :data:`CLOSE_WAIT_SECONDS`. LMDB frees the
+        environment at close, and a thread inside a call that released the GIL (a write
+        txn's begin waiting for LMDB's writer lock, a commit's fsync) used freed memory: the
+        process died of SIGSEGV when a store was closed under writing threads (audit34)."""
+        me, deadline = get_ident(), time.monotonic() + CLOSE_WAIT_SECONDS
+        held = self.write_lock.acquire(timeout=CLOSE_WAIT_SECONDS)
+        try:
+            with self._gate:
+                self._resizing = True  # a writer waiting for the lock while it reads is refused
+                try:
+                    while any(t != me for t in self._active) and time.monotonic() < deadline:
+                        self._gate.wait(0.05)
+                    yield
+                finally:
+                    self._resizing = False
+                    self._gate.notify_all()
+        finally:
+            if held:
+                self.write_lock.release()
+
     # -- the one place the map size changes ------------------------------
 
     def _resize(self, size: int) -> None:
@@ -310,7 +339,10 @@ class EnvTxns:
 
     def grow(self) -> None:
         """Double the map (up to ``max_map_size``) or raise :class:`StoreFullError`."""
-        current = self.env.info()["map_size"]
+        try:
+            current = self.env.info()["map_size"]
+        except lmdb.Error as exc:  # closed by another thread meanwhile: never a raw LMDB error
+            raise translate(exc, self.path) from None
         limit = self.options.max_map_size
         if current >= limit:
             raise StoreFullError(
