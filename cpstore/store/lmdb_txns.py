@@ -223,9 +223,9 @@ class EnvTxns:
         self.check_pid()
         if self.options.readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
-        while True:
-            try:
-                self._lock_writes()
+        self._lock_writes()
+        try:
+            while True:
                 try:
                     with self._begin_write() as txn:
                         # Under LMDB's writer lock: no commit of any process runs
@@ -233,13 +233,16 @@ class EnvTxns:
                         # must not race a commit reusing those pages).
                         self._cover_tail()
                         return fn(txn)
-                finally:
-                    self.write_lock.release()
-            except lmdb.MapFullError:
-                if not self._clear_dead_readers():
-                    self.grow()
-            except lmdb.Error as exc:
-                raise translate(exc, self.path) from None
+                except lmdb.MapFullError:
+                    # Grown, and tried again, with the write lock still held: no other
+                    # thread's write comes in between (a batched flush that had taken the
+                    # queue saw a later batch commit ahead of it: ConflictError, audit34).
+                    if not self._clear_dead_readers():
+                        self.grow()
+                except lmdb.Error as exc:
+                    raise translate(exc, self.path) from None
+        finally:
+            self.write_lock.release()
 
     def _begin_write(self) -> Txn[memoryview]:
         """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
