@@ -24,7 +24,7 @@ from cpstore.errors import (
     CpstoreError,
     InvalidInputError,
 )
-from cpstore.native.args import non_empty_text
+from cpstore.native.args import little_endian_offsets, non_empty_text
 from cpstore.native.binding import (
     NUMBER_TYPES,
     canonical_check,
@@ -36,6 +36,7 @@ from cpstore.native.binding import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.native.columns import encode_values
+from cpstore.native.fast_canonical import encode_fast
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, KindTable
 from cpstore.run.model import PackedTokens
 from cpstore.run.values import EncodedValues
@@ -134,8 +135,55 @@ class BulkAppends:
     _logged: set[bytes]
     _unlogged: list[bytes]
     _sealed: bool
+    _graph: list[dict[str, Any]]
+    _harness: list[dict[str, Any]]
+    _logs: dict[str, bytes | None]
+    _token_refs: dict[str, bytes] | None
 
     _kind: Callable[[str], int]
+    _stash: Callable[[bytes], bytes]
+
+    # -- the logs' objects, stashed for a checkpoint only when they changed
+
+    def _log(self, name: str) -> bytes | None:
+        """The object digest of log ``name`` (None when empty), encoded when it changed."""
+        if name not in self._dirty:
+            return self._logs.get(name)
+        logs: dict[str, list[Any]] = {
+            "observations": self._observations,
+            "call_graph": self._graph,
+            "effects": self._effects,
+            "harness": self._harness,
+        }
+        value = logs[name]
+        key = self._stash(encode_fast(value)) if value else None
+        self._logs[name] = key
+        self._dirty.discard(name)
+        return key
+
+    def _token_log(self) -> dict[str, bytes] | None:
+        """The token log's object digests (records, values, offsets); its
+        canonical bytes are ``_logs["tokens"]``, encoded only when it changed."""
+        if "tokens" in self._dirty:
+            if self._tokens:
+                refs = {
+                    "records": self._stash(bytes(self._tokens)),
+                    "values": self._stash(bytes(self._values)),
+                    "offsets": self._stash(little_endian_offsets(self._offsets)),
+                }
+                self._logs["tokens"] = encode_value(
+                    {
+                        **refs,
+                        "count": len(self._tokens) // _TOKEN_SIZE,
+                        "kinds": dict(sorted(self._kinds.names.items())),
+                    }
+                )
+                self._token_refs = refs
+            else:
+                self._logs["tokens"] = None
+                self._token_refs = None
+            self._dirty.discard("tokens")
+        return self._token_refs
 
     def _append_columns(
         self,

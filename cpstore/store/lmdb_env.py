@@ -237,14 +237,15 @@ class Env(EnvTxns):
         (``durability="none"``) the last handle's close fsyncs once, so a store closed
         cleanly is durable; LMDB's own close does not sync."""
         if os.getpid() == self.pid:
-            try:
-                if not self.options.sync and not self.options.readonly:
-                    self.sync()  # its failure a StoreError, as every other sync's
-            finally:
-                self.env.close()
-                self._tail.close()
-                if self._mark is not None:
-                    self._mark.close()
+            with self.quiesced():  # no other thread inside a txn of it (EnvTxns.quiesced)
+                try:
+                    if not self.options.sync and not self.options.readonly:
+                        self.sync()  # its failure a StoreError, as every other sync's
+                finally:
+                    self.env.close()
+                    self._tail.close()
+                    if self._mark is not None:
+                        self._mark.close()
         # A fork() child never closes it: that releases the parent's reader slots and locks.
 
     def _open_dbs(self) -> dict[str, Any]:

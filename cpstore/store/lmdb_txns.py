@@ -11,7 +11,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from threading import get_ident
 from typing import Any, TypeVar
 
@@ -32,6 +33,10 @@ from cpstore.store.lmdb_pages import TailCover
 __all__ = ["EnvTxns"]
 
 T = TypeVar("T")
+
+#: The longest a close waits for another thread's txn of the environment to end (a daemon
+#: thread's read may never end): then it closes as it did before audit34.
+CLOSE_WAIT_SECONDS = 5.0
 
 
 class EnvTxns:
@@ -218,9 +223,9 @@ class EnvTxns:
         self.check_pid()
         if self.options.readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
-        while True:
-            try:
-                self._lock_writes()
+        self._lock_writes()
+        try:
+            while True:
                 try:
                     with self._begin_write() as txn:
                         # Under LMDB's writer lock: no commit of any process runs
@@ -228,12 +233,16 @@ class EnvTxns:
                         # must not race a commit reusing those pages).
                         self._cover_tail()
                         return fn(txn)
-                finally:
-                    self.write_lock.release()
-            except lmdb.MapFullError:
-                self.grow()
-            except lmdb.Error as exc:
-                raise translate(exc, self.path) from None
+                except lmdb.MapFullError:
+                    # Grown, and tried again, with the write lock still held: no other
+                    # thread's write comes in between (a batched flush that had taken the
+                    # queue saw a later batch commit ahead of it: ConflictError, audit34).
+                    if not self._clear_dead_readers():
+                        self.grow()
+                except lmdb.Error as exc:
+                    raise translate(exc, self.path) from None
+        finally:
+            self.write_lock.release()
 
     def _begin_write(self) -> Txn[memoryview]:
         """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
@@ -260,6 +269,42 @@ class EnvTxns:
         while not lock.acquire(timeout=0.05):
             if self._resizing and me in self._active:
                 raise self._holds_read_during_resize()
+
+    def _clear_dead_readers(self) -> bool:
+        """After a full map, before growing it: free the reader slots of processes that died
+        holding a read (LMDB's reader_check). Such a slot keeps its snapshot's pages, and every
+        page freed since, from reuse for as long as this environment stays open: a writer
+        beside a reader killed mid-read grew the file without bound, and at ``max_map_size``
+        was refused StoreFullError with most of the file free (audit34). True when a slot was
+        freed: the write is tried again in the map as it is."""
+        try:
+            return bool(self.env.reader_check())
+        except lmdb.Error:
+            return False
+
+    @contextmanager
+    def quiesced(self) -> Iterator[None]:
+        """A block (the environment's close) no txn of another thread of this process runs
+        in: the write lock held, new reads held back (as during a resize) and the open reads
+        of other threads ended, each wait at most :data:`CLOSE_WAIT_SECONDS`. LMDB frees the
+        environment at close, and a thread inside a call that released the GIL (a write
+        txn's begin waiting for LMDB's writer lock, a commit's fsync) used freed memory: the
+        process died of SIGSEGV when a store was closed under writing threads (audit34)."""
+        me, deadline = get_ident(), time.monotonic() + CLOSE_WAIT_SECONDS
+        held = self.write_lock.acquire(timeout=CLOSE_WAIT_SECONDS)
+        try:
+            with self._gate:
+                self._resizing = True  # a writer waiting for the lock while it reads is refused
+                try:
+                    while any(t != me for t in self._active) and time.monotonic() < deadline:
+                        self._gate.wait(0.05)
+                    yield
+                finally:
+                    self._resizing = False
+                    self._gate.notify_all()
+        finally:
+            if held:
+                self.write_lock.release()
 
     # -- the one place the map size changes ------------------------------
 
@@ -297,7 +342,10 @@ class EnvTxns:
 
     def grow(self) -> None:
         """Double the map (up to ``max_map_size``) or raise :class:`StoreFullError`."""
-        current = self.env.info()["map_size"]
+        try:
+            current = self.env.info()["map_size"]
+        except lmdb.Error as exc:  # closed by another thread meanwhile: never a raw LMDB error
+            raise translate(exc, self.path) from None
         limit = self.options.max_map_size
         if current >= limit:
             raise StoreFullError(

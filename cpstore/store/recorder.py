@@ -31,7 +31,7 @@ from cpstore.errors import (
     UnsealedEffectsError,
 )
 from cpstore.native.append_log import AppendLog
-from cpstore.native.args import as_offsets, check_text, little_endian_offsets, non_empty_text
+from cpstore.native.args import as_offsets, check_text, non_empty_text
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.columns import fast_encoding
@@ -401,45 +401,6 @@ class Recorder(BulkAppends):
         st = {"kind": "parts", "digest": _xxh3_128(parts_bytes), "parts": parts, "chunked": chunked}
         return st, encode_state(st, parts_bytes)
 
-    def _log(self, name: str) -> bytes | None:
-        if name not in self._dirty:
-            return self._logs.get(name)
-        logs: dict[str, list[Any]] = {
-            "observations": self._observations,
-            "call_graph": self._graph,
-            "effects": self._effects,
-            "harness": self._harness,
-        }
-        value = logs[name]
-        key = self._stash(encode_fast(value)) if value else None
-        self._logs[name] = key
-        self._dirty.discard(name)
-        return key
-
-    def _token_log(self) -> dict[str, bytes] | None:
-        """The token log's object digests (records, values, offsets); its
-        canonical bytes are ``_logs["tokens"]``, encoded only when it changed."""
-        if "tokens" in self._dirty:
-            if self._tokens:
-                refs = {
-                    "records": self._stash(bytes(self._tokens)),
-                    "values": self._stash(bytes(self._values)),
-                    "offsets": self._stash(little_endian_offsets(self._offsets)),
-                }
-                self._logs["tokens"] = encode_value(
-                    {
-                        **refs,
-                        "count": len(self._tokens) // _TOKEN.size,
-                        "kinds": dict(sorted(self._kinds.names.items())),
-                    }
-                )
-                self._token_refs = refs
-            else:
-                self._logs["tokens"] = None
-                self._token_refs = None
-            self._dirty.discard("tokens")
-        return self._token_refs
-
     def checkpoint(
         self,
         step: int,
@@ -461,7 +422,38 @@ class Recorder(BulkAppends):
         committed in the same txn, keys under ``EXTENSION_META_PREFIXES``; ``meta_expected``
         records must hold those bytes in that txn (else ConflictError, nothing written; refused
         when batched). A batched call that stored its checkpoint may raise about earlier ones.
+        A checkpoint not stored leaves the recorder as it was: nothing of its state is
+        queued for the next one (docs/store.md, "A checkpoint that is not stored").
         """
+        pending, parts, head = self._pending, self._parts, self._expected
+        try:
+            return self._checkpoint(
+                step,
+                state,
+                tags=tags,
+                metadata=metadata,
+                seal_ledger=seal_ledger,
+                extra_meta=extra_meta,
+                meta_expected=meta_expected,
+            )
+        except BaseException:
+            if self._expected is head:  # not stored (a stored one is followed, then raised)
+                self._pending, self._parts = pending, parts
+            raise
+
+    def _checkpoint(
+        self,
+        step: int,
+        state: bytes | Mapping[str, Any],
+        *,
+        tags: Sequence[str],
+        metadata: Mapping[str, Any] | None,
+        seal_ledger: bool,
+        extra_meta: Callable[[bytes], Sequence[tuple[bytes, bytes | None]]] | None,
+        meta_expected: Sequence[tuple[bytes, bytes]],
+    ) -> str:
+        """:meth:`checkpoint`, its state's objects staged apart from the queue (audit34: a
+        failed commit left them queued, and they rode along with every later checkpoint)."""
         _step(step)
         if self._closed:
             raise StoreError("the recorder is closed", where=f"run {self._run_id}")
@@ -476,7 +468,11 @@ class Recorder(BulkAppends):
             self._tags.update(dict.fromkeys(check_tags(tags)))
         _, meta_bytes = checked_metadata(metadata, "metadata")
         self._chunks = []
+        pending = self._pending
+        staged: dict[bytes, bytes] = {}
+        self._pending = staged
         state_map, state_bytes = self._state(state)
+        self._pending = pending
         tokens = self._token_log()
         logs = self._log
         if self._names is None:
@@ -502,8 +498,8 @@ class Recorder(BulkAppends):
         )
         cid = Digest(_xxh3_128(manifest))  # digest()'s bytes (python-xxhash: its twin)
         named = referenced_digests(fields)
-        pending = self._pending
-        must_exist = objects_to_check(named, pending, inherited=self._inherited)
+        objects = {**pending, **staged}
+        must_exist = objects_to_check(named, objects, inherited=self._inherited)
         op = CheckpointWrite(
             cid=cid,
             value=pack_checkpoint_value(self._store.now(), manifest, cid),
@@ -511,7 +507,7 @@ class Recorder(BulkAppends):
             branch=self._branch,
             expected_ref=self._expected,
             parent=self._parent,
-            objects=dict(pending),
+            objects=objects,
             must_exist=must_exist,
             sealed_ledger=fields["effects"] if seal_ledger else None,
         )
