@@ -29,14 +29,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixtures
+from test_pg_faults import _terminate_all
 
 import cpstore
 from cpstore.errors import NotFoundError
 from cpstore.store import Store
-from cpstore.store.pg_open import parse_url
 
 #: The messages every process appends (the same bytes: shared chunks across runs).
 MESSAGE = "msg {i} " + "chunked history text " * 12
@@ -139,17 +138,6 @@ say(op="done")
 """
 
 
-def _terminate_others(url: str) -> int:
-    """pg_terminate_backend on every other client session of the database; how many."""
-    with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend'"
-        ).fetchall()
-    return len(rows)
-
-
 def _spawn(
     url: str, role: str, seconds: float, out: Path, least: int = 3
 ) -> subprocess.Popen[bytes]:
@@ -198,7 +186,7 @@ def test_terminated_sessions_never_lose_an_ack_nor_keep_a_refused_write(
     kills = 0
     while any(child.poll() is None for child in children.values()):
         time.sleep(0.15)
-        kills += _terminate_others(pg_url)
+        kills += _terminate_all(pg_url)
     lines: dict[str, list[dict[str, Any]]] = {}
     for role, child in children.items():
         text = (tmp_path / f"{role}.out").read_text()
