@@ -1,0 +1,91 @@
+"""Instructions per ``durability="none"`` put (cpstore vs its raw limit vs LMDBSaver
+``sync=False``), counted by valgrind: a figure a shared, loaded machine does not move.
+
+Same workload and sides as bench_store.py's put tests (10 channels x 1 KB, one changing
+per step): ``CpstoreSide(..., "none")``, the ``RawLayout5`` raw limit (cpstore's layout
+and checks in bare LMDB) and LangGraph's LMDBSaver with ``sync=False``. Each figure is
+(instructions recording ``HIGH`` steps - recording ``LOW`` steps) / (HIGH - LOW): the
+process start, imports, opening and the workload's generation (made for ``HIGH`` steps
+on both runs) cancel out. ``PYTHONHASHSEED=0``. Needs ``valgrind`` and the bench extra.
+
+Run: ``.venv/bin/python benchmarks/ir_puts.py [cpstore,raw,lmdbsaver] [LOW HIGH]``
+(default all three sides, 100 and 600 steps).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SIDES = ("cpstore", "raw", "lmdbsaver")
+
+
+def _side(root: Path, who: str) -> Any:
+    sys.path.insert(0, str(HERE))
+    import bench_store as bs  # noqa: PLC0415
+
+    if who == "cpstore":
+        return bs.CpstoreSide(root / "cp", "none")
+    if who == "raw":
+        return bs.RawLayout5(root / "raw")
+    return bs.lmdb_saver(root / "lm", sync=False)
+
+
+def _child(root: str, who: str, steps: int, high: int) -> None:
+    sys.path.insert(0, str(HERE))
+    import bench_store as bs  # noqa: PLC0415
+
+    full = bs.make_workload(high)  # generated alike in both runs: it cancels out
+    side = _side(Path(root), who)
+    side.record(bs.Workload(full.states[:steps], full.changed[:steps]))
+    side.close()
+
+
+def _count(who: str, steps: int, high: int) -> int:
+    with tempfile.TemporaryDirectory() as root:
+        out = subprocess.run(
+            [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=no",
+                "--cachegrind-out-file=/dev/null",
+                sys.executable,
+                __file__,
+                "--child",
+                root,
+                who,
+                str(steps),
+                str(high),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in valgrind's output: {out.stderr[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--child"]:
+        _child(argv[1], argv[2], int(argv[3]), int(argv[4]))
+        return
+    sides = argv[0].split(",") if argv else list(SIDES)
+    low, high = (int(argv[1]), int(argv[2])) if len(argv) >= 3 else (100, 600)
+    for who in sides:
+        if who not in SIDES:
+            raise SystemExit(f"unknown side {who!r}; expected some of {', '.join(SIDES)}")
+        per_put = (_count(who, high, high) - _count(who, low, high)) / (high - low)
+        print(f"{who}: {per_put:,.0f} instructions per put ({low} -> {high} steps)", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
