@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "AuditChainError",
     "CanonicalEncodingError",
+    "CommitLostError",
     "ConflictError",
     "CpstoreError",
     "DocumentError",
@@ -154,6 +155,12 @@ class StoreReadOnlyError(StoreError):
 
 class StoreConnectionError(StoreError, ConnectionError):
     """The connection to a store server failed or was lost; the next operation reconnects."""
+
+
+class CommitLostError(StoreConnectionError):
+    """The connection to a store server was lost while a commit was on the wire: the
+    transaction committed whole or not at all, and the store could not be read back to
+    tell which; read the ref again before retrying."""
 
 
 class StoreTimeoutError(StoreError, TimeoutError):

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from cpstore.errors import (
     AuditChainError,
     CanonicalEncodingError,
+    CommitLostError,
     ConflictError,
     CpstoreError,
     DocumentError,
@@ -115,6 +116,7 @@ EXIT_CODES: Mapping[type[CpstoreError], int] = {
     ForkError: EXIT_UNAVAILABLE,
     StoreFatalError: EXIT_UNAVAILABLE,
     StoreConnectionError: EXIT_UNAVAILABLE,
+    CommitLostError: EXIT_UNAVAILABLE,
     StoreTimeoutError: EXIT_UNAVAILABLE,
     OutcomeUnknownError: EXIT_UNAVAILABLE,
     ConflictError: EXIT_CONFLICT,

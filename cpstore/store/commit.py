@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from typing import Any
 
-from cpstore.errors import ConflictError, IntegrityError
+from cpstore.errors import ConflictError, CpstoreError, IntegrityError
 from cpstore.store.backend import Txn
 from cpstore.store.content import Content, appended_hint, objects_of, records_of
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
@@ -176,6 +176,28 @@ def objects_to_check(
     """
     checked = named | inherited if inherited else named
     return list(checked.difference(written))  # set operations in C: named less written
+
+
+def settle_by_reading(exc: Exception, verdict: Callable[[], bool | None]) -> bool:
+    """After a txn was applied and its commit reported ``exc``: True when the store shows
+    it committed (``verdict``, which reads the store and returns :func:`landed`'s answer;
+    the caller then returns: nothing to retry), ``exc``'s own class raised saying "not
+    stored" when it shows it did not, False when it cannot tell (the store unreadable
+    too: the caller raises its own "may or may not")."""
+    try:
+        found = verdict()
+    except Exception:  # e.g. LMDB's fatal state, a server still unreachable
+        found = None
+    if found:
+        return True
+    if found is False and isinstance(exc, CpstoreError):
+        raise type(exc)(
+            f"{exc.what}; the commit wrote nothing: not stored",
+            where=exc.where,
+            expected=exc.expected,
+            got=exc.got,
+        ) from exc
+    return False
 
 
 def landed(

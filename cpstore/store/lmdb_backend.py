@@ -31,7 +31,7 @@ from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
-from cpstore.store.commit import apply_writes, landed
+from cpstore.store.commit import apply_writes, landed, settle_by_reading
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
@@ -488,27 +488,20 @@ class LmdbBackend:
         did not, and OutcomeUnknownError when it cannot tell (commit.landed)."""
         if isinstance(exc, OutcomeUnknownError) and isinstance(exc.__cause__, Exception):
             exc = exc.__cause__  # write_txn's "may or may not": the store is read instead
-        try:
+
+        def verdict() -> bool | None:
             with self.read_txn() as txn:
                 records = contents(self.env.dbs)[1]
                 tombs = self.env.dbs["tombstones"]
-                verdict = landed(
+                return landed(
                     ops,
                     lambda key: self.head(txn, key),
                     lambda cid: records.stored(txn, cid),
                     lambda cid: txn.get(cid, db=tombs) is not None,
                 )
-        except Exception:  # e.g. LMDB's fatal state after a failed meta-page write
-            verdict = None
-        if verdict:
+
+        if settle_by_reading(exc, verdict):  # unreadable (LMDB fatal state): unknown
             return
-        if verdict is False and isinstance(exc, CpstoreError):
-            raise type(exc)(
-                f"{exc.what}; the commit wrote nothing: not stored",
-                where=exc.where,
-                expected=exc.expected,
-                got=exc.got,
-            ) from exc
         raise OutcomeUnknownError(
             "the commit reported an error and may have written all the same; "
             f"{'this checkpoint' if len(ops) == 1 else f'these {len(ops)} checkpoints'} "

@@ -24,6 +24,7 @@ import psycopg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cpstore.errors import (
+    CommitLostError,
     CpstoreError,
     ForkError,
     StoreError,
@@ -35,8 +36,8 @@ from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
-from cpstore.store.commit import apply_write
-from cpstore.store.content import objects_of
+from cpstore.store.commit import apply_write, landed, settle_by_reading
+from cpstore.store.content import objects_of, records_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
@@ -471,7 +472,13 @@ class PgBackend:
         """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
         if self.durability != "batched":
             sync = self.durability == "sync"
-            self._write(lambda txn: self._apply_all(txn, [op]), synchronous=sync)
+            try:
+                self._write(lambda txn: self._apply_all(txn, [op]), synchronous=sync)
+            except CommitLostError as exc:
+                # Lost with COMMIT on the wire: read the store back (a new connection)
+                # to tell committed from not; only when it cannot be read is it unknown.
+                if not settle_by_reading(exc, lambda: self._landed([op])):
+                    raise
             return
         self.live()
         with self._pending_lock:
@@ -480,6 +487,17 @@ class PgBackend:
             full = len(self._pending) >= self._batch_size
         if full:
             self.flush()
+
+    def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
+        """Whether the txn of ``ops`` committed, as a new read txn shows (commit.landed)."""
+        with self.read_txn() as txn:
+            records, tombs = records_of(self._tables), self._tables["tombstones"]
+            return landed(
+                ops,
+                lambda key: self.head(txn, key),
+                lambda cid: records.stored(txn, cid),
+                lambda cid: txn.get(cid, db=tombs) is not None,
+            )
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.

@@ -15,6 +15,7 @@ import psycopg
 from psycopg import errors as pg
 
 from cpstore.errors import (
+    CommitLostError,
     CpstoreError,
     StoreConnectionError,
     StoreError,
@@ -60,7 +61,7 @@ def translate(
         )
     if is_broken(exc, conn):
         if committing:
-            return StoreConnectionError(
+            return CommitLostError(
                 "the connection to the server was lost while committing: the transaction "
                 "either committed whole or not at all; read the ref again before retrying",
                 where=where,
