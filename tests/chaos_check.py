@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from chaos_errors import CONNECTION
 from chaos_roles import values_digest
 from chaos_worker import KEEP, SHARED
 
@@ -160,7 +161,7 @@ def may_have_committed(end: dict[str, Any] | None) -> bool:
     return (
         end is None
         or end["ev"] == "a"
-        or end.get("err") in ("StoreConnectionError", "OutcomeUnknownError")
+        or end.get("err") in CONNECTION
         or (end.get("op") == "ckpt" and RELAYED in end.get("msg", ""))
     )
 

@@ -9,7 +9,7 @@ flags every one not allowed here, naming op, class and message.
 
 Allowed everywhere, under a condition the log shows:
 
-* ``StoreConnectionError`` / ``OutcomeUnknownError``: only across a PostgreSQL
+* ``StoreConnectionError`` / ``CommitLostError`` / ``OutcomeUnknownError``: only across a PostgreSQL
   server restart (docs/store.md "PostgreSQL backend", "Faults": a lost connection
   says so; nothing else here fails a commit);
 * ``IntegrityError`` naming ``refs/<run>/<branch>``: only while the operator's damage
@@ -159,7 +159,7 @@ class Context:
         )  # fmt: skip
 
 
-CONNECTION = ("StoreConnectionError", "OutcomeUnknownError")
+CONNECTION = ("StoreConnectionError", "CommitLostError", "OutcomeUnknownError")
 
 
 def _msg(*parts: str) -> Rule:

@@ -94,7 +94,8 @@ class TestServerCrash:
                 after_restart += 1
             elif line.startswith("error "):
                 errors += 1
-                assert line.split()[1] in ("StoreConnectionError", "ConflictError"), line
+                lost = ("StoreConnectionError", "CommitLostError", "ConflictError")
+                assert line.split()[1] in lost, line
         child.kill()
         child.wait(timeout=10)
         assert after_restart == 20  # the writer reconnected on its own
