@@ -358,11 +358,16 @@ class AuditView:
         the run and branch ``decision`` (a decision record of this log) is about
         (``audit_permits.branch_of``)."""
         _, run, branch = branch_of(decision.body)
-        txn, meta, at = self._txn, self._dbs["meta"], decision.index
-        covered, read = gate_count(txn, meta), self._read_one
-        found = first_quarantine(
-            txn, meta, covered, run, branch, read=read, tail=self._tail, certified=at
-        )
+        return self.pair_quarantine(run, branch, certified=decision.index)
+
+    def pair_quarantine(
+        self, run_id: object, branch: object, *, certified: int = 2**64
+    ) -> AuditRecord | None:
+        """The first quarantining ``decision`` about ``run_id``/``branch`` in the log;
+        ``certified``: the index of a decision about that pair, if known (first_quarantine)."""
+        txn, meta, r, t = self._txn, self._dbs["meta"], self._read_one, self._tail
+        n = gate_count(txn, meta)
+        found = first_quarantine(txn, meta, n, run_id, branch, read=r, tail=t, certified=certified)
         return found  # type: ignore[return-value]
 
     def decisions_by_prefix(self, prefix: str) -> list[AuditRecord]:

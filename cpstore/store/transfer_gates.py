@@ -56,7 +56,6 @@ from cpstore.store.audit_permits import (
     QUARANTINE_PREFIX,
     branch_key,
     branch_of,
-    first_quarantine,
     index_row,
     unverified,
 )
@@ -71,8 +70,6 @@ __all__ = ["IMPORTED", "Carried", "Carry", "carried_decisions", "check_carry", "
 IMPORTED = "imported"
 #: Severity of a decision record the gates refuse outright (verdict not following).
 _UNUSABLE = int(Verdict.REJECT) + 1
-#: An index past every audit record: a pair's row is then not required, only checked.
-_PAST_ALL = 2**64
 
 
 @dataclass(frozen=True)
@@ -180,33 +177,23 @@ def _wanted(
     return standing is None or _severity(standing.body) <= _severity(rec.body)
 
 
-def _pair_quarantined(view: AuditView, txn: Txn[memoryview], meta: Any, rec: AuditRecord) -> bool:
+def _pair_quarantined(view: AuditView, rec: AuditRecord) -> bool:
     """Whether the destination has quarantined the run and branch ``rec`` is about."""
     _, run_id, branch = branch_of(rec.body)
-    found = first_quarantine(
-        txn,
-        meta,
-        gate_count(txn, meta),
-        run_id,
-        branch,
-        read=lambda i: next(view.audit_records(start=i, limit=1), None),
-        tail=lambda kind, start: view.audit_records(kind=kind, start=start),
-        certified=_PAST_ALL,
-    )
-    return found is not None
+    return view.pair_quarantine(run_id, branch) is not None
 
 
 def _to_append(dst: Backend, txn: Txn[memoryview], cid: bytes, carry: Carry) -> list[AuditRecord]:
     """The records of ``carry`` the destination is to append, in order, each judged as if
     the ones before it were appended."""
-    view, meta = AuditView(dst, txn), dst.dbs["meta"]
+    view = AuditView(dst, txn)
     out: list[AuditRecord] = []
     ident = None if carry.standing is None else carry.standing.body.get("decision_id")
     for q in carry.quarantines:
         if (
             q.body.get("decision_id") != ident  # one id for both: the standing one goes
             and _wanted(view, cid, q, out[-1] if out else None)
-            and not _pair_quarantined(view, txn, meta, q)
+            and not _pair_quarantined(view, q)
         ):
             out.append(q)
     last = carry.standing
