@@ -79,6 +79,10 @@ def audit_key_arg(parser: argparse.ArgumentParser, whose: str = "the store's") -
     )
 
 
+#: ``open_store_at``'s default: read ``--audit-key-file`` when opening.
+_READ_IT: Any = object()
+
+
 def audit_key_of(args: argparse.Namespace) -> bytes | None:
     """The key in ``--audit-key-file``, or None when none was given. The file's bytes are
     the key (a trailing newline is part of it, so a wrong size is told at once)."""
@@ -103,14 +107,18 @@ def json_arg(parser: argparse.ArgumentParser) -> None:
 
 
 @contextmanager
-def open_store_at(args: argparse.Namespace, *, readonly: bool = True) -> Iterator[Store]:
+def open_store_at(
+    args: argparse.Namespace, *, readonly: bool = True, audit_key: bytes | None = _READ_IT
+) -> Iterator[Store]:
+    """The store ``--store`` names; ``audit_key``: the key already read from
+    ``--audit-key-file`` (default: read it now)."""
     path = args.store
     if not path:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
     if not is_store_url(path) and not os.path.exists(path):
         raise NotFoundError("no store at this path", where=path)
     # No command makes a store: a mistyped path must not become an empty one.
-    key = audit_key_of(args)
+    key = audit_key_of(args) if audit_key is _READ_IT else audit_key
     with open_store(path, readonly=readonly, create=False, audit_key=key) as store:
         yield store
 

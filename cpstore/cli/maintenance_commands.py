@@ -143,15 +143,16 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _copy(args: argparse.Namespace) -> int:
-    def copy(_send: Send) -> VerifyReport:
-        with open_store_at(args) as store:
+    key = audit_key_of(args)  # a bad key file is told here, with its own exit code
+
+    def copy(_send: Send | None = None) -> VerifyReport:
+        with open_store_at(args, audit_key=key) as store:
             return copy_store(store, args.dest, compact=not args.no_compact)
 
-    audit_key_of(args)  # a bad key file is told here, with its own exit code
     report = (
         in_child(copy, store=args.store or "", doing="copying it", name="copy")
         if can_fork_for(args.store)
-        else copy(lambda _kind, _value: None)
+        else copy()
     )
     size = os.path.getsize(os.path.join(args.dest, "data.mdb"))
     if args.json:

@@ -52,9 +52,9 @@ def _verify_report(
     """Verify the store in a child process, so damage that kills liblmdb is reported
     (:mod:`cpstore.cli.child`: exit 5 naming the phase); sets ``args.affects`` and
     ``args.macs``."""
-    audit_key_of(args)  # a bad key file is told here, with its own exit code
+    key = audit_key_of(args)  # a bad key file is told here, with its own exit code
     if not can_fork_for(args.store):
-        with open_store_at(args) as store:
+        with open_store_at(args, audit_key=key) as store:
             report = store.verify(progress=progress)
             args.affects = _affects(store, report)
             args.macs = _macs_checked(store)
@@ -62,7 +62,7 @@ def _verify_report(
 
     def walk(send: Send) -> tuple[VerifyReport, dict[str, list[Any]], bool | None]:
         send("phase", "opening the store")
-        with open_store_at(args) as store:
+        with open_store_at(args, audit_key=key) as store:
             send("phase", "walking the store")
             report = store.verify(
                 progress=(lambda done, total: send("progress", (done, total))) if progress else None
