@@ -12,9 +12,9 @@ again, with the write lock held throughout.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from script_run import run_to_done
 
 _SCRIPT = """
 import os, random, sys, threading
@@ -58,14 +58,4 @@ print("done", flush=True)
 def test_batched_flushes_of_four_threads_growing_the_map_never_conflict(tmp_path: Path) -> None:
     """Three times: four threads on their own runs, batches of 4, a 64 KiB map grown many
     times over: no CpstoreError, every returned id stored and its run's history whole."""
-    done = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", _SCRIPT, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "done", (
-        done.returncode,
-        done.stderr[-4000:],
-    )
+    run_to_done(_SCRIPT, str(tmp_path))

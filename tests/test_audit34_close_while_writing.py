@@ -12,11 +12,10 @@ their next calls are refused with a CpstoreError.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from script_run import run_to_done
 
 _SCRIPT = """
 import os, random, shutil, sys, threading, time
@@ -61,14 +60,4 @@ print("done", flush=True)
 @pytest.mark.parametrize("mode", ["sync", "none", "batched"])
 def test_closing_while_threads_write_never_crashes_the_process(tmp_path: Path, mode: str) -> None:
     """40 times: four threads checkpoint, the main thread closes the store under them."""
-    done = subprocess.run(
-        [sys.executable, "-X", "faulthandler", "-c", _SCRIPT, str(tmp_path), mode, "40"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "done", (
-        done.returncode,
-        done.stderr[-4000:],
-    )
+    run_to_done(_SCRIPT, str(tmp_path), mode, "40")

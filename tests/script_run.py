@@ -1,0 +1,31 @@
+"""Run a test's Python script in a fresh interpreter and check it finished.
+
+Tests of what would kill the process (a segfault in liblmdb, a lost thread) run their
+work in a child: ``-X faulthandler`` prints every thread's stack if it dies, and the
+script prints ``done`` as its last act, so an exit code of 0 alone (a script that
+returned early) does not pass.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+#: The line a script prints (flushed) as its last act.
+DONE = "done"
+
+
+def run_to_done(script: str, *args: str, timeout: float = 600.0) -> None:
+    """Run ``python -c script args``; fail with its exit code and stderr's tail unless it
+    exited 0 having printed exactly :data:`DONE`."""
+    done = subprocess.run(
+        [sys.executable, "-X", "faulthandler", "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == DONE, (
+        done.returncode,
+        done.stderr[-4000:],
+    )
