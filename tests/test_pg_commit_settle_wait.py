@@ -84,7 +84,9 @@ def _cut_client_socket(pid: int) -> None:
     raise AssertionError(f"no client connection to backend {pid}")
 
 
-def _put_with_its_commit_held(pg_url: str, *, release_when_settling: bool) -> tuple[str, str | None, Any]:
+def _put_with_its_commit_held(
+    pg_url: str, *, release_when_settling: bool
+) -> tuple[str, str | None, Any]:
     """A put whose COMMIT the server holds while its client socket is cut; the COMMIT is
     let go once the put's settle waits (``release_when_settling``) or once the put has
     answered. (first ref, ref after the held backend ended, the put's cid or error)."""
