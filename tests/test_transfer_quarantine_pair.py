@@ -17,6 +17,7 @@ from test_transfer_gates import PAIRS, _accepted, _decisions, _quarantined, _whe
 from test_transfer_quarantine import _refuses_rollback
 
 import cpstore
+from cpstore.errors import StoreError
 from cpstore.store.transfer import transfer
 
 
@@ -50,3 +51,26 @@ def test_a_quarantine_of_a_pruned_checkpoint_still_quarantines_the_branch(
         assert transfer(src.backend, dst.backend).decisions == 0  # carried once
         assert transfer(dst.backend, src.backend).decisions == 0
         assert dst.verify().ok and src.verify().ok
+
+
+def test_a_keyed_destination_takes_the_aside_quarantine_only_with_its_key(
+    tmp_path: Path,
+) -> None:
+    """The carried-aside quarantine counts as a decision to carry: a keyed destination
+    opened without its key is refused before anything is copied; with it, it is carried
+    (MAC and all) and verify is clean."""
+    key = b"k" * 32
+    with cpstore.open(str(tmp_path / "d"), audit_key=key):
+        pass
+    with cpstore.open(str(tmp_path / "s")) as src:
+        old, head = _two_checkpoints(src)
+        _quarantined(src, old)
+        assert src.prune(keep_last=1) == 1
+        with cpstore.open(str(tmp_path / "d")) as dst:
+            with pytest.raises(StoreError, match="keyed"):
+                transfer(src.backend, dst.backend)
+            assert dst.ref("r") is None
+        with cpstore.open(str(tmp_path / "d"), audit_key=key) as dst:
+            assert transfer(src.backend, dst.backend).decisions == 1
+            _refuses_rollback(dst, head)
+            assert dst.verify().ok
