@@ -114,17 +114,18 @@ def _compact(args: argparse.Namespace) -> int:
     if not is_store_url(args.store) and not os.path.exists(args.store):
         raise NotFoundError("no store at this path", where=args.store)
     path = args.store
+    key = audit_key_of(args)  # a bad key file is told here, with its own exit code
     # In a child when it can (cpstore.cli.child): a page that kills liblmdb while the
     # store is verified or copied is exit 5 in one line, and nothing is swapped.
     report = (
         in_child(
-            lambda _send: compact_store(path),
+            lambda _send: compact_store(path, audit_key=key),
             store=path,
             doing="compacting it",
             name="compact",
         )
         if can_fork_for(path)
-        else compact_store(path)
+        else compact_store(path, audit_key=key)
     )
     if args.json:
         print_json(
