@@ -140,8 +140,8 @@ def test_a_commit_between_compacts_check_and_its_copy_is_a_retry_not_damage(
     real = maintenance._verified
     later: list[str] = []
 
-    def verified_then_written(where: str) -> Any:
-        report = real(where)
+    def verified_then_written(where: str, audit_key: bytes | None) -> Any:
+        report = real(where, audit_key)
         if not later:  # the store's own check: another writer commits right after it
             with cpstore.open(where) as other:
                 later.append(other.recorder("r").checkpoint(1, {"a": 2}))

@@ -7,6 +7,7 @@ Each handler returns an exit code (see :mod:`cpstore.cli`); errors propagate as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from typing import Any
 
@@ -114,17 +115,18 @@ def _compact(args: argparse.Namespace) -> int:
     if not is_store_url(args.store) and not os.path.exists(args.store):
         raise NotFoundError("no store at this path", where=args.store)
     path = args.store
+    key = audit_key_of(args)  # a bad key file is told here, with its own exit code
     # In a child when it can (cpstore.cli.child): a page that kills liblmdb while the
     # store is verified or copied is exit 5 in one line, and nothing is swapped.
     report = (
         in_child(
-            lambda _send: compact_store(path),
+            lambda _send: compact_store(path, audit_key=key),
             store=path,
             doing="compacting it",
             name="compact",
         )
         if can_fork_for(path)
-        else compact_store(path)
+        else compact_store(path, audit_key=key)
     )
     if args.json:
         print_json(
@@ -149,11 +151,22 @@ def _copy(args: argparse.Namespace) -> int:
         with open_store_at(args, audit_key=key) as store:
             return copy_store(store, args.dest, compact=not args.no_compact)
 
-    report = (
-        in_child(copy, store=args.store or "", doing="copying it", name="copy")
-        if can_fork_for(args.store)
-        else copy()
-    )
+    dest = args.dest
+    fresh = not os.path.lexists(dest)
+    try:
+        emptied = fresh or (os.path.isdir(dest) and not os.listdir(dest))
+    except OSError:  # unreadable: the copy refuses it, and nothing is removed
+        emptied = False
+    try:
+        report = (
+            in_child(copy, store=args.store or "", doing="copying it", name="copy")
+            if can_fork_for(args.store)
+            else copy()
+        )
+    except BaseException:
+        if emptied:  # DEST was new or empty: what is in it now is this copy's
+            _remove_copy(dest, fresh=fresh)
+        raise
     size = os.path.getsize(os.path.join(args.dest, "data.mdb"))
     if args.json:
         print_json({"dest": args.dest, "file_bytes": size, "verified_counts": report.counts})
@@ -162,6 +175,18 @@ def _copy(args: argparse.Namespace) -> int:
             f"copied to {args.dest} ({human(size)}); the copy verified ({_counts(report.counts)})"
         )
     return EXIT_OK
+
+
+def _remove_copy(dest: str, *, fresh: bool) -> None:
+    """Remove what a failed copy left in ``dest`` (a child killed while writing or
+    verifying it left a whole or half-written data file there: no error of its own
+    removed it); ``dest`` itself too when the copy made it."""
+    for name in ("data.mdb", "lock.mdb"):
+        with contextlib.suppress(OSError):  # the command's own error is what is told
+            os.unlink(os.path.join(dest, name))
+    if fresh:
+        with contextlib.suppress(OSError):  # gone already, or not empty: not ours
+            os.rmdir(dest)
 
 
 def _counts(counts: dict[str, int]) -> str:

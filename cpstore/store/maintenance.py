@@ -40,10 +40,12 @@ class CompactReport:
     """What the verify of the rewritten file counted (the same as before)."""
 
 
-def _verified(path: str) -> tuple[VerifyReport, int | None]:
+def _verified(path: str, audit_key: bytes | None) -> tuple[VerifyReport, int | None]:
     """(the store's full verify report, the last txn id read just before it; None
-    where the backend has none); IntegrityError when it finds a problem."""
-    with open_store(path, readonly=True, create=False) as copy:
+    where the backend has none); IntegrityError when it finds a problem. With
+    ``audit_key`` a keyed log's MACs are checked too (StoreError: a wrong key, or a
+    key for an unkeyed log)."""
+    with open_store(path, readonly=True, create=False, audit_key=audit_key) as copy:
         last = getattr(copy.backend, "last_txnid", lambda: None)()
         report = copy.verify()
     if not report.ok:
@@ -61,8 +63,9 @@ def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = Tr
 
     Hot: one read snapshot, writers keep going (queued batched checkpoints
     of this handle are flushed first). ``compact`` (the default) leaves free
-    pages out. Returns the copy's verify report; a copy that fails it is removed
-    and :class:`IntegrityError` raised.
+    pages out. Returns the copy's verify report (a keyed log's MACs checked when
+    ``store`` was opened with its key); a copy that fails it is removed and
+    :class:`IntegrityError` raised.
     """
     target = os.fspath(dest)
     if is_store_url(target):
@@ -76,18 +79,20 @@ def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = Tr
         raise InvalidInputError("a store cannot be copied onto itself", where=target)
     store.backend.copy_to(target, compact=compact)
     try:
-        return _verified(target)[0]
+        return _verified(target, store.backend.audit_key)[0]
     except IntegrityError:
         shutil.rmtree(target, ignore_errors=True)
         raise
 
 
-def compact_store(path: str | os.PathLike[str]) -> CompactReport:
+def compact_store(path: str | os.PathLike[str], *, audit_key: bytes | None = None) -> CompactReport:
     """Rewrite the closed store at ``path`` compactly, verified; the data file shrinks.
 
     Refused (:class:`~cpstore.StoreError`) while any process has the store open.
     The rewritten file must pass a full verify with the same counts as the
-    original before it replaces it; otherwise nothing changes.
+    original before it replaces it; otherwise nothing changes. With ``audit_key``
+    both verifies check a keyed log's MACs (a wrong key, or a key for an unkeyed
+    log, is refused with StoreError before anything is copied).
     """
     where = os.fspath(path)
     if is_store_url(where):
@@ -101,7 +106,7 @@ def compact_store(path: str | os.PathLike[str]) -> CompactReport:
     # The last txn is read before the verify: when the txn compaction copies is still
     # this one, no commit came after it, so the verify's counts are the copied store's.
     try:
-        before, last = _verified(where)
+        before, last = _verified(where, audit_key)
     except IntegrityError as exc:  # the store's own damage: nothing was copied or swapped
         raise IntegrityError(
             exc.what.replace("the copy", "the store", 1) + "; compact rewrites only a sound store",
@@ -118,7 +123,7 @@ def compact_store(path: str | os.PathLike[str]) -> CompactReport:
                 expected=f"last txn {last}",
                 got=f"last txn {copied}",
             )
-        after = _verified(copy_path)[0]
+        after = _verified(copy_path, audit_key)[0]
         if after.counts != before.counts:
             raise IntegrityError(
                 "the compacted copy does not hold what the store holds",

@@ -70,6 +70,8 @@ T = TypeVar("T")
 
 #: Seconds a txn waits for a pooled connection before StoreConnectionError.
 POOL_WAIT = 30.0
+#: How long a lost commit's read-back waits for the writer lock (PgBackend._landed).
+SETTLE_WAIT = 30.0
 
 
 #: Per thread: (conninfo, writer lock key) of the stores it is inside a write txn of.
@@ -489,8 +491,19 @@ class PgBackend:
             self.flush()
 
     def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
-        """Whether the txn of ``ops`` committed, as a new read txn shows (commit.landed)."""
-        with self.read_txn() as txn:
+        """Whether the txn of ``ops`` committed (commit.landed), read on a new connection
+        once the store's writer lock is free. A client that lost its connection does not
+        end the server's session: a backend still running the COMMIT (or about to read
+        it) holds the lock, and a snapshot taken before it ended showed the branch at its
+        old head: "not stored" for a checkpoint the server committed a moment later. Past
+        ``SETTLE_WAIT`` for the lock the outcome stays open (CommitLostError)."""
+        begin: list[tuple[str, tuple[Any, ...]]] = [
+            ("BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY", ()),
+            (f"SET LOCAL lock_timeout = {int(SETTLE_WAIT * 1000)}", ()),
+            ("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,)),
+        ]
+        txn = PgTxn(self._acquire, self._release, begin, write=False, where=self._path)
+        try:  # READ COMMITTED: the reads after the lock see every commit before it
             records, tombs = records_of(self._tables), self._tables["tombstones"]
             return landed(
                 ops,
@@ -498,6 +511,8 @@ class PgBackend:
                 lambda cid: records.stored(txn, cid),
                 lambda cid: txn.get(cid, db=tombs) is not None,
             )
+        finally:
+            txn.abort()
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.

@@ -334,7 +334,8 @@ def _land_branch(
 
     def gated(txn: Txn[memoryview]) -> int:
         """The source's standing non-ACCEPT decisions of the stored lineage, in this txn."""
-        return land_decisions(src, dst, txn, reversed(branch.lineage), decisions)
+        pair = split_ref_key(branch.key)
+        return land_decisions(src, dst, txn, reversed(branch.lineage), decisions, pair=pair)
 
     def land(txn: Txn[memoryview]) -> tuple[str, int, int]:
         landing = [c for c in branch.lineage if c in values]
@@ -502,7 +503,8 @@ def transfer(
                 tomb = txn.get(b.pruned_root, db=source.db("tombstones"))
                 if tomb is not None:
                     tombs[b.pruned_root] = bytes(tomb)
-        decisions = carried_decisions(source, txn, every)
+        pairs = [split_ref_key(b.key) for b in branches]
+        decisions = carried_decisions(source, txn, every, pairs)
     check_carry(dest, decisions)  # before anything is copied
     needed = list(dict.fromkeys(k for c in missing for k in reach[c]))
     stored = _present(dest, "objects", needed)

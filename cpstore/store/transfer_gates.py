@@ -29,7 +29,9 @@ branch lands, the destination does not know its ``decision_id``, has not quarant
 that run and branch itself and holds no stricter standing decision for the
 checkpoint. The destination's standing decision for that checkpoint is then that
 QUARANTINE (stricter than the source's later one, never milder) until it decides
-again itself; the branch stays quarantined there for good, as in the source.
+again itself; the branch stays quarantined there for good, as in the source. A
+branch's first quarantine about a checkpoint no landing branch holds (swept by the
+source's retention) is carried with the branch it names (``Carry.aside``).
 
 Sign-offs, gate records and permits are not carried: a carried QUARANTINE needs
 the destination's own operator sign-off (docs/decision-table.md, "Gates").
@@ -37,7 +39,7 @@ the destination's own operator sign-off (docs/decision-table.md, "Gates").
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +82,10 @@ class Carry:
     quarantines: tuple[AuditRecord, ...]
     #: The checkpoint's standing decision when it is not an ACCEPT.
     standing: AuditRecord | None
+    #: The checkpoint lands in no branch of the transfer (retention swept it in the
+    #: source, or a reset left it behind): ``quarantines`` are carried with the branch
+    #: they quarantine (land_decisions' ``pair``), whether or not it is stored there.
+    aside: bool = False
 
 
 #: A checkpoint id (16 raw bytes) -> what the source's log carries about it.
@@ -143,18 +149,35 @@ def _quarantining(rec: AuditRecord) -> bool:
     return rec.kind == DECISION_KIND and branch_of(rec.body)[0] and unverified(rec.body)
 
 
-def carried_decisions(src: Backend, txn: Txn[memoryview], cids: Iterable[bytes]) -> Carried:
+def carried_decisions(
+    src: Backend,
+    txn: Txn[memoryview],
+    cids: Iterable[bytes],
+    pairs: Sequence[tuple[str, str]] = (),
+) -> Carried:
     """What the source's log carries about each of ``cids``: its standing decision when not
-    an ACCEPT, and a branch's first quarantine about it when since superseded."""
+    an ACCEPT, and a branch's first quarantine about it when since superseded; and the first
+    quarantine of each of ``pairs`` (the run and branch of each landing branch) about a
+    checkpoint not in ``cids`` (``Carry.aside``)."""
     view = AuditView(src, txn)
-    standing = {cid: view.latest_decision(cid.hex()) for cid in _decided(src, txn, list(cids))}
+    landing = list(cids)
+    standing = {cid: view.latest_decision(cid.hex()) for cid in _decided(src, txn, landing)}
     quarantines: dict[bytes, list[AuditRecord]] = {}
+    aside: dict[bytes, list[AuditRecord]] = {}
+    every = set(landing)
     for rec in _first_quarantines(view, txn, src.dbs["meta"]):
         about = decided_checkpoint(rec.kind, rec.body)
+        if about is not None and about not in every:
+            if branch_of(rec.body)[1:] in pairs:  # == per pair: a field may be unhashable
+                aside.setdefault(about, []).append(rec)
+            continue
         now = standing.get(about) if about is not None else None
         if about is not None and now is not None and now.index != rec.index:
             quarantines.setdefault(about, []).append(rec)
-    out: Carried = {}
+    out: Carried = {
+        cid: Carry(tuple(sorted(found, key=lambda r: r.index)), None, aside=True)
+        for cid, found in aside.items()
+    }
     for cid, last in standing.items():
         keep = last if last is not None and _severity(last.body) != int(Verdict.ACCEPT) else None
         if keep is not None or cid in quarantines:
@@ -222,15 +245,27 @@ def check_carry(dst: Backend, carried: Carried) -> None:
 
 
 def land_decisions(
-    src: Backend, dst: Backend, txn: Txn[memoryview], cids: Iterable[bytes], carried: Carried
+    src: Backend,
+    dst: Backend,
+    txn: Txn[memoryview],
+    cids: Iterable[bytes],
+    carried: Carried,
+    *,
+    pair: tuple[str, str] | None = None,
 ) -> int:
     """Append, in the landing write ``txn``, the carried decisions of ``cids`` that the
-    destination stores and lacks; returns how many were appended."""
+    destination stores and lacks, and the quarantines of run and branch ``pair`` carried
+    aside; returns how many were appended."""
     records = records_of(dst.dbs)
+    todo = [(cid, carried.get(cid)) for cid in cids if records.exists(txn, cid)]
+    todo += [
+        (cid, carry)
+        for cid, carry in carried.items()
+        if carry.aside and pair is not None and branch_of(carry.quarantines[0].body)[1:] == pair
+    ]
     appended = 0
-    for cid in cids:
-        carry = carried.get(cid)
-        if carry is None or not records.exists(txn, cid):
+    for cid, carry in todo:
+        if carry is None or (carry.aside and pair is None):
             continue
         for rec in _to_append(dst, txn, cid, carry):
             body = dict(rec.body)
