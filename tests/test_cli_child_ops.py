@@ -96,3 +96,33 @@ def test_compact_and_copy_report_and_errors_pass_through_the_child(tmp_path: Pat
         )
         assert proc.returncode == 0, proc.stderr
         assert '"checkpoints": 2' in proc.stdout, proc.stdout
+
+
+_BUG = (
+    "import sys\n"
+    "from cpstore import cli\n"
+    "import cpstore.store.maintenance as m\n"
+    "def bug(*a, **k):\n"
+    "    raise ZeroDivisionError('planted bug in the child')\n"
+    "m.compact_in_place = bug\n"
+    "sys.exit(cli.main(sys.argv[1:]))\n"
+)
+
+
+def test_a_bug_in_the_child_is_exit_1_with_its_traceback_as_in_process(tmp_path: Path) -> None:
+    """An exception no command raises on purpose is a bug: in process Python prints its
+    traceback and exits 1; from the child it was 'ended without a result' (exit 7, store
+    unavailable), which sends an operator after the store instead of the bug."""
+    path = tmp_path / "s"
+    before = _store(path)
+    proc = subprocess.run(
+        [sys.executable, "-c", _BUG, "compact", "--store", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == cli.EXIT_INTERNAL, (proc.returncode, proc.stderr)
+    assert "ZeroDivisionError: planted bug in the child" in proc.stderr, proc.stderr
+    assert "Traceback" in proc.stderr and "ended without a result" not in proc.stderr
+    assert hashlib.sha256((path / "data.mdb").read_bytes()).hexdigest() == before

@@ -8,8 +8,10 @@ has to say over a pipe, then its result or its :class:`~cpstore.errors.CpstoreEr
 or :class:`OSError` (raised here, so the command's exit codes are as in process);
 a child killed by such a signal means damaged pages, an :class:`IntegrityError`
 (exit 5) naming the phase it died in; a child that ended any other way without a
-result is a :class:`StoreError`. A command run where ``fork()`` is missing, or
-whose store this process already has open, does its work here, unprotected.
+result is a :class:`StoreError`, one that failed with any other exception (a bug) a
+:class:`RuntimeError` carrying its traceback (exit 1, as in process). A command run
+where ``fork()`` is missing, or whose store this process already has open, does its
+work here, unprotected.
 """
 
 from __future__ import annotations
@@ -142,6 +144,10 @@ def _parent(
     err.seek(0)
     lines = err.read().decode("utf-8", "replace").strip().splitlines()
     where = f"{store} ({phase}" + (f", after {done} of {total} entries)" if total else ")")
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_INTERNAL and lines:
+        # A bug in the child's work (an exception no command raises on purpose): told as
+        # in process, with the child's traceback, and the command's exit 1.
+        raise RuntimeError(f"the {name} process failed: {store}\n" + "\n".join(lines))
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) in _DAMAGE_SIGNALS:
         raise IntegrityError(
             "the data file is damaged: liblmdb died with "
