@@ -502,7 +502,9 @@ class PgBackend:
     def flush(self) -> None:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.
 
-        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped. A
+        commit that lost its connection is settled by reading the store back, as in
+        :meth:`commit`: committed, the flush returns; absent, CommitLostError "not stored".
         The batch is taken once this thread holds the store's writer lock, as on LMDB
         (lmdb_backend.flush says why: two threads' flushes then commit in queue order).
         """
@@ -528,7 +530,11 @@ class PgBackend:
 
         failed: BaseException | None = None
         try:
-            self.write_txn(apply_all)
+            try:
+                self.write_txn(apply_all)
+            except CommitLostError as exc:  # settled as a single put is (commit()): every
+                if not batch or not settle_by_reading(exc, lambda: self._landed(batch)):
+                    raise  # owner gets the verdict (a "not stored" one raised here too)
             for op in batch:  # before settled() wakes their threads
                 op.committed = True
         except BaseException as exc:
