@@ -36,8 +36,8 @@ from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
-from cpstore.store.commit import apply_write, landed, settle_by_reading
-from cpstore.store.content import objects_of, records_of
+from cpstore.store.commit import apply_write, settle_by_reading
+from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
@@ -58,6 +58,7 @@ from cpstore.store.model import (
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
+from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.refs import (
     REFS_DIGEST_KEY,
@@ -328,12 +329,12 @@ class PgBackend:
 
     # -- connections and transactions ------------------------------------------------
 
-    def _acquire(self) -> psycopg.Connection[Any]:
+    def _acquire(self, wait: float = POOL_WAIT) -> psycopg.Connection[Any]:
         try:
-            return self._pool.getconn()
+            return self._pool.getconn(timeout=wait)
         except PoolTimeout as exc:
             raise failed(
-                f"no connection to the server within {POOL_WAIT:.0f} s", self._path, exc
+                f"no connection to the server within {wait:.0f} s", self._path, exc
             ) from None
 
     def _release(self, conn: psycopg.Connection[Any], broken: bool) -> None:
@@ -489,15 +490,15 @@ class PgBackend:
             self.flush()
 
     def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
-        """Whether the txn of ``ops`` committed, as a new read txn shows (commit.landed)."""
-        with self.read_txn() as txn:
-            records, tombs = records_of(self._tables), self._tables["tombstones"]
-            return landed(
-                ops,
-                lambda key: self.head(txn, key),
-                lambda cid: records.stored(txn, cid),
-                lambda cid: txn.get(cid, db=tombs) is not None,
-            )
+        """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle);
+        at exit, each wait is the exit flush's bound."""
+        self.live()
+        wait = min(POOL_WAIT, self._owners.exit_wait or POOL_WAIT)
+        begin = read_back_begin(self._lock_key, min(SETTLE_WAIT, wait))
+        txn = PgTxn(
+            lambda: self._acquire(wait), self._release, begin, write=False, where=self._path
+        )
+        return landed_on_server(txn, self._tables, ops, self.head)
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.
