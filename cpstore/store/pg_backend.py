@@ -493,7 +493,8 @@ class PgBackend:
         """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle);
         at exit, each wait is the exit flush's bound."""
         self.live()
-        wait = min(POOL_WAIT, self._owners.exit_wait or POOL_WAIT)
+        bound = self._owners.exit_wait  # None but at exit
+        wait = POOL_WAIT if bound is None else min(POOL_WAIT, bound)
         begin = read_back_begin(self._lock_key, min(SETTLE_WAIT, wait))
         txn = PgTxn(
             lambda: self._acquire(wait), self._release, begin, write=False, where=self._path
