@@ -160,7 +160,13 @@ class StoreConnectionError(StoreError, ConnectionError):
 class CommitLostError(StoreConnectionError):
     """The connection to a store server was lost while a commit was on the wire: the
     transaction committed whole or not at all, and the store could not be read back to
-    tell which; read the ref again before retrying."""
+    tell which; read the ref again before retrying.
+
+    ``stored`` is False when the store was read back and showed the commit wrote nothing
+    (the message says "not stored"); None when the outcome is open."""
+
+    #: False: read back, the commit wrote nothing; None: it may or may not have.
+    stored: bool | None = None
 
 
 class StoreTimeoutError(StoreError, TimeoutError):

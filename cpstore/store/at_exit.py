@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from cpstore.errors import OutcomeUnknownError, StoreError
+from cpstore.errors import CommitLostError, OutcomeUnknownError, StoreError
 
 __all__ = [
     "EXIT_WAIT",
@@ -95,7 +95,11 @@ def lost_message(path: str, queued: Sequence[_Queued], exc: BaseException, when:
     named = "; ".join(
         f"run {run!r} branch {branch!r}: {', '.join(ids)}" for (run, branch), ids in lost.items()
     )
-    fate = "may or may not have been" if isinstance(exc, OutcomeUnknownError) else "were NOT"
+    # A commit that lost its connection and could not be read back may have landed.
+    unknown = isinstance(exc, OutcomeUnknownError) or (
+        isinstance(exc, CommitLostError) and exc.stored is None
+    )
+    fate = "may or may not have been" if unknown else "were NOT"
     return (
         f"cpstore store {path}: {len(queued)} queued checkpoint(s) {fate} written "
         f"{when} (batched mode acknowledged them as queued only): {named} ({exc})"

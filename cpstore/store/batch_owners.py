@@ -18,7 +18,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreConnectionError, StoreError
+from cpstore.errors import (
+    CommitLostError,
+    CpstoreError,
+    OutcomeUnknownError,
+    StoreConnectionError,
+    StoreError,
+)
 
 __all__ = ["BatchOwners", "Owner"]
 
@@ -42,11 +48,20 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
             where=where,
             got=str(exc)[:300] or type(exc).__name__,
         )
+    if isinstance(exc, CommitLostError) and exc.stored is False:
+        # Lost while committing, then read back and found absent (commit.settle_by_reading):
+        # every owner is told "not stored", as the committing thread is.
+        absent = CommitLostError(
+            f"{what} when the connection was lost: not stored", where=where, got=str(exc)[:300]
+        )
+        absent.stored = False
+        return absent
     if isinstance(exc, StoreConnectionError):
         # Lost while committing, the batch committed whole or not at all (docs/store.md,
         # "Faults"): the committing thread is told so, and so is every other owner (it was
         # told "not stored": found auditing the chaos test; tests/test_chaos_batched_relay.py).
-        return StoreConnectionError(
+        lost = CommitLostError if isinstance(exc, CommitLostError) else StoreConnectionError
+        return lost(
             f"{what} when the connection was lost; they may or may not be stored "
             "(read the branch heads)",
             where=where,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from typing import Any
 
-from cpstore.errors import ConflictError, CpstoreError, IntegrityError
+from cpstore.errors import CommitLostError, ConflictError, CpstoreError, IntegrityError
 from cpstore.store.backend import Txn
 from cpstore.store.content import Content, appended_hint, objects_of, records_of
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
@@ -191,12 +191,15 @@ def settle_by_reading(exc: Exception, verdict: Callable[[], bool | None]) -> boo
     if found:
         return True
     if found is False and isinstance(exc, CpstoreError):
-        raise type(exc)(
+        absent = type(exc)(
             f"{exc.what}; the commit wrote nothing: not stored",
             where=exc.where,
             expected=exc.expected,
             got=exc.got,
-        ) from exc
+        )
+        if isinstance(absent, CommitLostError):
+            absent.stored = False  # batch_owners relays it as "not stored", not "may or may not"
+        raise absent from exc
     return False
 
 

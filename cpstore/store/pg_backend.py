@@ -36,8 +36,8 @@ from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner
-from cpstore.store.commit import apply_write, landed, settle_by_reading
-from cpstore.store.content import objects_of, records_of
+from cpstore.store.commit import apply_write, settle_by_reading
+from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
@@ -58,6 +58,7 @@ from cpstore.store.model import (
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
+from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.refs import (
     REFS_DIGEST_KEY,
@@ -70,8 +71,6 @@ T = TypeVar("T")
 
 #: Seconds a txn waits for a pooled connection before StoreConnectionError.
 POOL_WAIT = 30.0
-#: How long a lost commit's read-back waits for the writer lock (PgBackend._landed).
-SETTLE_WAIT = 30.0
 
 
 #: Per thread: (conninfo, writer lock key) of the stores it is inside a write txn of.
@@ -330,12 +329,12 @@ class PgBackend:
 
     # -- connections and transactions ------------------------------------------------
 
-    def _acquire(self) -> psycopg.Connection[Any]:
+    def _acquire(self, wait: float = POOL_WAIT) -> psycopg.Connection[Any]:
         try:
-            return self._pool.getconn()
+            return self._pool.getconn(timeout=wait)
         except PoolTimeout as exc:
             raise failed(
-                f"no connection to the server within {POOL_WAIT:.0f} s", self._path, exc
+                f"no connection to the server within {wait:.0f} s", self._path, exc
             ) from None
 
     def _release(self, conn: psycopg.Connection[Any], broken: bool) -> None:
@@ -491,33 +490,23 @@ class PgBackend:
             self.flush()
 
     def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
-        """Whether the txn of ``ops`` committed (commit.landed), read on a new connection
-        once the store's writer lock is free. A client that lost its connection does not
-        end the server's session: a backend still running the COMMIT (or about to read
-        it) holds the lock, and a snapshot taken before it ended showed the branch at its
-        old head: "not stored" for a checkpoint the server committed a moment later. Past
-        ``SETTLE_WAIT`` for the lock the outcome stays open (CommitLostError)."""
-        begin: list[tuple[str, tuple[Any, ...]]] = [
-            ("BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY", ()),
-            (f"SET LOCAL lock_timeout = {int(SETTLE_WAIT * 1000)}", ()),
-            ("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,)),
-        ]
-        txn = PgTxn(self._acquire, self._release, begin, write=False, where=self._path)
-        try:  # READ COMMITTED: the reads after the lock see every commit before it
-            records, tombs = records_of(self._tables), self._tables["tombstones"]
-            return landed(
-                ops,
-                lambda key: self.head(txn, key),
-                lambda cid: records.stored(txn, cid),
-                lambda cid: txn.get(cid, db=tombs) is not None,
-            )
-        finally:
-            txn.abort()
+        """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle);
+        at exit, each wait is the exit flush's bound."""
+        self.live()
+        bound = self._owners.exit_wait  # None but at exit
+        wait = POOL_WAIT if bound is None else min(POOL_WAIT, bound)
+        begin = read_back_begin(self._lock_key, min(SETTLE_WAIT, wait))
+        txn = PgTxn(
+            lambda: self._acquire(wait), self._release, begin, write=False, where=self._path
+        )
+        return landed_on_server(txn, self._tables, ops, self.head)
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.
 
-        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped. A
+        commit that lost its connection is settled by reading the store back, as in
+        :meth:`commit`: committed, the flush returns; absent, CommitLostError "not stored".
         The batch is taken once this thread holds the store's writer lock, as on LMDB
         (lmdb_backend.flush says why: two threads' flushes then commit in queue order).
         """
@@ -543,7 +532,11 @@ class PgBackend:
 
         failed: BaseException | None = None
         try:
-            self.write_txn(apply_all)
+            try:
+                self.write_txn(apply_all)
+            except CommitLostError as exc:  # settled as a single put is (commit()): every
+                if not batch or not settle_by_reading(exc, lambda: self._landed(batch)):
+                    raise  # owner gets the verdict (a "not stored" one raised here too)
             for op in batch:  # before settled() wakes their threads
                 op.committed = True
         except BaseException as exc:
