@@ -427,3 +427,42 @@ def test_a_carried_decision_record_is_pinned(tmp_path: Path) -> None:
     imported = {"store": str(src_at), "audit": rec.digest, "index": 0}
     assert (carried.kind, carried.body) == ("decision", {**body, "imported": imported})
     assert set(carried.body["imported"]) == {"store", "audit", "index"}
+
+
+def test_a_quarantine_carried_for_its_branch_only_is_pinned(tmp_path: Path) -> None:
+    """A source QUARANTINE the destination's own REJECT of the checkpoint keeps out is
+    carried with ``recorded.checkpoint_id`` nil and "imported" holding it plus
+    "branch_only": true (docs/format.md, "Carried decisions")."""
+    src_at = tmp_path / "src"
+    with open_store(src_at) as src, open_store(tmp_path / "dst") as dst:
+        cid = src.recorder("r").checkpoint(1, b"state")
+        transfer(src.backend, dst.backend)
+        recorded = {"checkpoint_id": cid, "run_id": "r", "branch": "main"}
+        reject = {
+            "decision_id": "mine",
+            "verdict": "REJECT",
+            "findings": [{"code": FindingCode.STATE_MISMATCH.value}],
+            "recorded": recorded,
+        }
+        dst.append_audit("decision", reject)
+        body = {
+            "decision_id": "d-q",
+            "verdict": "QUARANTINE",
+            "findings": [{"code": FindingCode.BEST_EFFORT.value}],
+            "recorded": recorded,
+        }
+        rec = src.append_audit("decision", body)
+        assert transfer(src.backend, dst.backend).decisions == 1
+        carried = list(dst.audit_records())[-1]
+    imported = {
+        "store": str(src_at),
+        "audit": rec.digest,
+        "index": 0,
+        "checkpoint_id": cid,
+        "branch_only": True,
+    }
+    only = {**recorded, "checkpoint_id": None}
+    assert (carried.kind, carried.body) == (
+        "decision",
+        {**body, "recorded": only, "imported": imported},
+    )

@@ -112,9 +112,45 @@ def test_nothing_extra_when_the_destination_quarantined_the_branch_or_is_stricte
         mine = _rejected(dst, other)
         _quarantined(src, other)
         _accepted(src, other)
-        assert transfer(src.backend, dst.backend).decisions == 0
+        transfer(src.backend, dst.backend)  # the branch's quarantine comes, for its branch only
         assert _standing(dst, other) == mine.id
         assert dst.verify().ok
+
+
+@pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
+def test_a_stricter_standing_decision_keeps_its_place_and_the_branch_is_quarantined(
+    src_kind: str, dst_kind: str, tmp_path: Path, pg_url: str
+) -> None:
+    """The destination's own REJECT stands for the checkpoint (a carried QUARANTINE would
+    be milder), yet the source quarantined the branch: the quarantine was not carried at
+    all, and after a STRICT ACCEPT of its own the destination certified a rollback the
+    source refuses. It is carried for its branch only (its checkpoint moved to
+    ``imported``): the REJECT stays the standing decision, the branch is quarantined, a
+    second push and a pull back append nothing, verify is clean on both sides."""
+    src_at = _where(src_kind, tmp_path, "src", pg_url)
+    dst_at = _where(dst_kind, tmp_path, "dst", pg_url)
+    with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
+        cid = _checkpoint(src)
+        transfer(src.backend, dst.backend)
+        mine = _rejected(dst, cid)
+        q = _quarantined(src, cid)
+        _accepted(src, cid)
+        assert transfer(src.backend, dst.backend).decisions == 1
+        assert _standing(dst, cid) == mine.id
+        rec = list(dst.audit_records(kind="decision"))[-1]
+        assert rec.body["decision_id"] == q.id and rec.body["verdict"] == "QUARANTINE"
+        assert rec.body["recorded"]["checkpoint_id"] is None
+        assert rec.body["imported"]["checkpoint_id"] == cid
+        assert rec.body["imported"]["branch_only"] is True
+        own = _accepted(dst, cid)
+        assert _standing(dst, cid) == own.id  # its own later decision stands, as ever
+        _refuses_rollback(src, cid)
+        _refuses_rollback(dst, cid)
+        before = len(list(dst.audit_records())), len(list(src.audit_records()))
+        assert transfer(src.backend, dst.backend).decisions == 0
+        assert transfer(dst.backend, src.backend).decisions == 0
+        assert (len(list(dst.audit_records())), len(list(src.audit_records()))) == before
+        assert dst.verify().ok and src.verify().ok
 
 
 def test_cli_push_carries_the_superseded_quarantine(tmp_path: Path) -> None:
@@ -128,3 +164,22 @@ def test_cli_push_carries_the_superseded_quarantine(tmp_path: Path) -> None:
     assert main(["push", pushed, "--store", src_at]) == 0
     with cpstore.open(pushed) as dst:
         _refuses_rollback(dst, cid)
+
+
+@pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
+def test_a_standing_quarantine_under_a_stricter_destination_decision_quarantines_the_branch(
+    src_kind: str, dst_kind: str, tmp_path: Path, pg_url: str
+) -> None:
+    """The source's standing decision is the QUARANTINE itself (not superseded) and the
+    destination holds its own REJECT: carried for its branch only, as above."""
+    src_at = _where(src_kind, tmp_path, "src", pg_url)
+    dst_at = _where(dst_kind, tmp_path, "dst", pg_url)
+    with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
+        cid = _checkpoint(src)
+        transfer(src.backend, dst.backend)
+        mine = _rejected(dst, cid)
+        _quarantined(src, cid)
+        assert transfer(src.backend, dst.backend).decisions == 1
+        assert _standing(dst, cid) == mine.id
+        _refuses_rollback(dst, cid)
+        assert dst.verify().ok

@@ -31,7 +31,10 @@ checkpoint. The destination's standing decision for that checkpoint is then that
 QUARANTINE (stricter than the source's later one, never milder) until it decides
 again itself; the branch stays quarantined there for good, as in the source. A
 branch's first quarantine about a checkpoint no landing branch holds (swept by the
-source's retention) is carried with the branch it names (``Carry.aside``).
+source's retention) is carried with the branch it names (``Carry.aside``). One the
+destination's stricter standing decision for its checkpoint keeps out (a REJECT of its
+own) is carried for its branch only (:func:`_branch_only`): the stricter decision
+stands and the branch is quarantined.
 
 Sign-offs, gate records and permits are not carried: a carried QUARANTINE needs
 the destination's own operator sign-off (docs/decision-table.md, "Gates").
@@ -195,9 +198,15 @@ def _wanted(
     standing = before if before is not None else view.latest_decision(cid.hex())
     if standing is not None and standing.body.get("decision_id") == ident:
         return False
-    if isinstance(ident, str) and ident and view.decisions_by_id(ident):
+    if _known(view, rec):
         return False  # known here already: what the destination decided since is its own
     return standing is None or _severity(standing.body) <= _severity(rec.body)
+
+
+def _known(view: AuditView, rec: AuditRecord) -> bool:
+    """Whether the destination holds a decision with ``rec``'s ``decision_id``."""
+    ident = rec.body.get("decision_id")
+    return bool(isinstance(ident, str) and ident and view.decisions_by_id(ident))
 
 
 def _pair_quarantined(view: AuditView, rec: AuditRecord) -> bool:
@@ -206,23 +215,58 @@ def _pair_quarantined(view: AuditView, rec: AuditRecord) -> bool:
     return view.pair_quarantine(run_id, branch) is not None
 
 
-def _to_append(dst: Backend, txn: Txn[memoryview], cid: bytes, carry: Carry) -> list[AuditRecord]:
+def _to_append(
+    dst: Backend, txn: Txn[memoryview], cid: bytes, carry: Carry
+) -> list[tuple[AuditRecord, bool]]:
     """The records of ``carry`` the destination is to append, in order, each judged as if
-    the ones before it were appended."""
+    the ones before it were appended; each with True when it is carried for its branch
+    only (:func:`_branch_only`)."""
     view = AuditView(dst, txn)
-    out: list[AuditRecord] = []
+    out: list[tuple[AuditRecord, bool]] = []
     ident = None if carry.standing is None else carry.standing.body.get("decision_id")
     for q in carry.quarantines:
-        if (
-            q.body.get("decision_id") != ident  # one id for both: the standing one goes
-            and _wanted(view, cid, q, out[-1] if out else None)
-            and not _pair_quarantined(view, q)
-        ):
-            out.append(q)
+        if q.body.get("decision_id") == ident or _pair_quarantined(view, q):
+            continue  # one id for both: the standing one goes
+        if _wanted(view, cid, q, _last_about(out)):
+            out.append((q, False))
+        elif not _known(view, q):  # a stricter standing decision here keeps its place
+            out.append((q, True))
     last = carry.standing
-    if last is not None and _wanted(view, cid, last, out[-1] if out else None):
-        out.append(last)
+    if last is None:
+        return out
+    if _wanted(view, cid, last, _last_about(out)):
+        out.append((last, False))
+    elif (
+        _quarantining(last)
+        and not _known(view, last)
+        and not _pair_quarantined(view, last)
+        and not any(_quarantining(r) and _same_pair(r, last) for r, _ in out)
+    ):
+        out.append((last, True))
     return out
+
+
+def _last_about(out: list[tuple[AuditRecord, bool]]) -> AuditRecord | None:
+    """The last record of ``out`` to be appended as a decision about its checkpoint."""
+    return next((r for r, branch_only in reversed(out) if not branch_only), None)
+
+
+def _same_pair(a: AuditRecord, b: AuditRecord) -> bool:
+    return bool(branch_of(a.body)[1:] == branch_of(b.body)[1:])
+
+
+def _branch_only(body: dict[str, Any]) -> None:
+    """Make ``body`` (a carried quarantine's) quarantine its run and branch without being a
+    decision about its checkpoint: the destination's standing decision for it is stricter
+    (its own REJECT, say), which a carried QUARANTINE appended after it would replace
+    with a milder one; not carried at all, the branch arrived unquarantined and the
+    destination certified a rollback the source refuses. ``recorded.checkpoint_id``
+    moves to ``imported`` (``branch_only`` true), so no gate reads the record as about
+    that checkpoint; the ``quarantined/`` row of its pair is indexed as for any decision."""
+    recorded = dict(body["recorded"])
+    body[IMPORTED].update(checkpoint_id=recorded["checkpoint_id"], branch_only=True)
+    recorded["checkpoint_id"] = None
+    body["recorded"] = recorded
 
 
 def check_carry(dst: Backend, carried: Carried) -> None:
@@ -267,9 +311,11 @@ def land_decisions(
     for cid, carry in todo:
         if carry is None or (carry.aside and pair is None):
             continue
-        for rec in _to_append(dst, txn, cid, carry):
+        for rec, branch_only in _to_append(dst, txn, cid, carry):
             body = dict(rec.body)
             body[IMPORTED] = {"store": redact(src.path), "audit": rec.digest, "index": rec.index}
+            if branch_only:
+                _branch_only(body)
             content = check_metadata(body, "audit body")
             append_audit_txn(dst, txn, "decision", content, float(dst.now()))
             appended += 1
