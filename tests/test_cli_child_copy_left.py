@@ -11,12 +11,10 @@ the copy's verify."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_cli_child_ops import _store
+from test_cli_child_ops import _cli, _store
 
 from cpstore import cli
 
@@ -51,13 +49,7 @@ def test_a_copy_whose_child_died_leaves_no_copy(
         + _DIE[when]
         + "sys.exit(cli.main(sys.argv[1:]))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", script, "copy", str(dest), "--store", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = _cli("copy", str(dest), "--store", str(path), script=script)
     assert proc.returncode == cli.EXIT_INTEGRITY, (proc.returncode, proc.stderr)
     assert "liblmdb died with SIGABRT copying it" in proc.stderr, proc.stderr
     assert dest.exists() == dest_exists

@@ -36,9 +36,10 @@ def _store(path: Path) -> str:
     return hashlib.sha256((path / "data.mdb").read_bytes()).hexdigest()
 
 
-def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
+def _cli(*argv: str, script: str = _ABORT) -> subprocess.CompletedProcess[str]:
+    """The command line ``argv`` run by ``script`` (which plants a fault first)."""
     return subprocess.run(
-        [sys.executable, "-c", _ABORT, *argv],
+        [sys.executable, "-c", script, *argv],
         capture_output=True,
         text=True,
         timeout=120,
@@ -115,13 +116,7 @@ def test_a_bug_in_the_child_is_exit_1_with_its_traceback_as_in_process(tmp_path:
     unavailable), which sends an operator after the store instead of the bug."""
     path = tmp_path / "s"
     before = _store(path)
-    proc = subprocess.run(
-        [sys.executable, "-c", _BUG, "compact", "--store", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = _cli("compact", "--store", str(path), script=_BUG)
     assert proc.returncode == cli.EXIT_INTERNAL, (proc.returncode, proc.stderr)
     assert "ZeroDivisionError: planted bug in the child" in proc.stderr, proc.stderr
     assert "Traceback" in proc.stderr and "ended without a result" not in proc.stderr

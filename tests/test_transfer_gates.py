@@ -178,6 +178,9 @@ def test_a_destination_decision_is_never_made_milder(
         assert transfer(src.backend, dst.backend).decisions == 1
         assert _standing(dst, cid) == own.id
         assert transfer(src.backend, dst.backend).decisions == 0
+        assert dst.verify().ok
+        with pytest.raises(GateError, match="quarantined"):  # the branch is, as in the source
+            certify_rollback(dst, cid, _accepted(dst, cid))
         # Another checkpoint: carried QUARANTINE, then the destination's own REJECT.
         other = _checkpoint(src, "o")
         _quarantined(src, other)

@@ -42,6 +42,15 @@ def _refuses_rollback(store: Store, cid: str) -> None:
     assert err.value.where == "run 'r' branch 'main'"
 
 
+def _round_trips_append_nothing(src: Store, dst: Store) -> None:
+    """A second push and a pull back append nothing; verify is clean on both sides."""
+    before = len(list(dst.audit_records())), len(list(src.audit_records()))
+    assert transfer(src.backend, dst.backend).decisions == 0
+    assert transfer(dst.backend, src.backend).decisions == 0
+    assert (len(list(dst.audit_records())), len(list(src.audit_records()))) == before
+    assert dst.verify().ok and src.verify().ok
+
+
 @pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
 def test_a_superseded_quarantine_still_quarantines_the_branch_in_the_destination(
     src_kind: str, dst_kind: str, tmp_path: Path, pg_url: str
@@ -64,11 +73,7 @@ def test_a_superseded_quarantine_still_quarantines_the_branch_in_the_destination
         assert _standing(dst, cid) == q.id  # stricter than the source's ACCEPT, never milder
         _refuses_rollback(src, cid)
         _refuses_rollback(dst, cid)
-        before = len(list(dst.audit_records())), len(list(src.audit_records()))
-        assert transfer(src.backend, dst.backend).decisions == 0
-        assert transfer(dst.backend, src.backend).decisions == 0
-        assert (len(list(dst.audit_records())), len(list(src.audit_records()))) == before
-        assert dst.verify().ok and src.verify().ok
+        _round_trips_append_nothing(src, dst)
 
 
 @pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
@@ -146,11 +151,7 @@ def test_a_stricter_standing_decision_keeps_its_place_and_the_branch_is_quaranti
         assert _standing(dst, cid) == own.id  # its own later decision stands, as ever
         _refuses_rollback(src, cid)
         _refuses_rollback(dst, cid)
-        before = len(list(dst.audit_records())), len(list(src.audit_records()))
-        assert transfer(src.backend, dst.backend).decisions == 0
-        assert transfer(dst.backend, src.backend).decisions == 0
-        assert (len(list(dst.audit_records())), len(list(src.audit_records()))) == before
-        assert dst.verify().ok and src.verify().ok
+        _round_trips_append_nothing(src, dst)
 
 
 def test_cli_push_carries_the_superseded_quarantine(tmp_path: Path) -> None:
@@ -164,22 +165,3 @@ def test_cli_push_carries_the_superseded_quarantine(tmp_path: Path) -> None:
     assert main(["push", pushed, "--store", src_at]) == 0
     with cpstore.open(pushed) as dst:
         _refuses_rollback(dst, cid)
-
-
-@pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
-def test_a_standing_quarantine_under_a_stricter_destination_decision_quarantines_the_branch(
-    src_kind: str, dst_kind: str, tmp_path: Path, pg_url: str
-) -> None:
-    """The source's standing decision is the QUARANTINE itself (not superseded) and the
-    destination holds its own REJECT: carried for its branch only, as above."""
-    src_at = _where(src_kind, tmp_path, "src", pg_url)
-    dst_at = _where(dst_kind, tmp_path, "dst", pg_url)
-    with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
-        cid = _checkpoint(src)
-        transfer(src.backend, dst.backend)
-        mine = _rejected(dst, cid)
-        _quarantined(src, cid)
-        assert transfer(src.backend, dst.backend).decisions == 1
-        assert _standing(dst, cid) == mine.id
-        _refuses_rollback(dst, cid)
-        assert dst.verify().ok
