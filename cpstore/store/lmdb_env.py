@@ -243,6 +243,7 @@ class Env(EnvTxns):
                         self.sync()  # its failure a StoreError, as every other sync's
                 finally:
                     self.env.close()
+                    self.closed = True  # before new reads are let go (EnvTxns.closed_error)
                     self._tail.close()
                     if self._mark is not None:
                         self._mark.close()

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from cpstore.errors import (
+    CpstoreError,
     ForkError,
     ReadHeldDuringResizeError,
     StoreError,
@@ -64,6 +65,11 @@ class EnvTxns:
         self._resizing = False
         #: Seconds a resize waits for this process's reads (None: no bound; set at exit).
         self.resize_wait: float | None = None
+        #: The last handle's close began (:meth:`quiesced`) / LMDB's environment is closed:
+        #: a thread still using it is told so (:meth:`closed_error`), not a resize's
+        #: refusal or LMDB's "Attempt to operate on closed/deleted/dropped object".
+        self.closing = False
+        self.closed = False
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
         """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
@@ -172,7 +178,7 @@ class EnvTxns:
                 self.env.reader_check()
                 retried_slots = True
             except lmdb.Error as exc:
-                raise translate(exc, self.path) from None
+                raise self.error_of(exc) from None
 
     def begin_read(self) -> Txn[memoryview]:
         """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`.
@@ -240,7 +246,7 @@ class EnvTxns:
                     if not self._clear_dead_readers():
                         self.grow()
                 except lmdb.Error as exc:
-                    raise translate(exc, self.path) from None
+                    raise self.error_of(exc) from None
         finally:
             self.write_lock.release()
 
@@ -251,7 +257,34 @@ class EnvTxns:
         except lmdb.Error:
             return self._begin(write=True)
 
+    def closed_error(self) -> StoreError:
+        """What a thread using the store while another thread closes it gets: the StoreError
+        of a use after close (LmdbBackend.live), not the resize's refusal the close's wait
+        shares its bookkeeping with (audit36)."""
+        if self.closed:
+            return StoreError(
+                "the store is closed",
+                where=self.path,
+                expected="the store open until no other thread of the process uses it",
+                got="closed by another thread of this process while this one used it",
+            )
+        return StoreError(
+            "the store is closing",
+            where=self.path,
+            expected="the store open until no other thread of the process uses it",
+            got="another thread of this process is closing it (it waits for this "
+            "thread's open read view to end)",
+        )
+
+    def error_of(self, exc: lmdb.Error) -> CpstoreError:
+        """The cpstore error for an LMDB failure of this environment: the closed store's
+        once it is closed (LMDB says "Attempt to operate on closed/deleted/dropped
+        object"), else :func:`~cpstore.store.lmdb_errors.translate`'s."""
+        return self.closed_error() if self.closed else translate(exc, self.path)
+
     def _holds_read_during_resize(self) -> StoreError:
+        if self.closing:
+            return self.closed_error()
         return ReadHeldDuringResizeError(
             "the map must change size but this thread holds an open read view",
             where=self.path,
@@ -291,6 +324,7 @@ class EnvTxns:
         txn's begin waiting for LMDB's writer lock, a commit's fsync) used freed memory: the
         process died of SIGSEGV when a store was closed under writing threads (audit34)."""
         me, deadline = get_ident(), time.monotonic() + CLOSE_WAIT_SECONDS
+        self.closing = True  # a thread refused meanwhile is told the store is closing
         held = self.write_lock.acquire(timeout=CLOSE_WAIT_SECONDS)
         try:
             with self._gate:
@@ -331,7 +365,7 @@ class EnvTxns:
                 try:
                     self.env.set_mapsize(size)
                 except lmdb.Error as exc:
-                    raise translate(exc, self.path) from None
+                    raise self.error_of(exc) from None
             finally:
                 self._resizing = False
                 self._gate.notify_all()
@@ -345,7 +379,7 @@ class EnvTxns:
         try:
             current = self.env.info()["map_size"]
         except lmdb.Error as exc:  # closed by another thread meanwhile: never a raw LMDB error
-            raise translate(exc, self.path) from None
+            raise self.error_of(exc) from None
         limit = self.options.max_map_size
         if current >= limit:
             raise StoreFullError(
@@ -379,7 +413,7 @@ class _Read:
         txn, self._txn = self._txn, None
         try:
             if isinstance(exc, lmdb.Error):
-                raise translate(exc, self._env.path) from None
+                raise self._env.error_of(exc) from None
         finally:
             if txn is not None:
                 self._env.end_read(txn)
