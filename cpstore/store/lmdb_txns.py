@@ -334,6 +334,7 @@ class EnvTxns:
                         self._gate.wait(0.05)
                     yield
                 finally:
+                    self.closing = self.closed  # a close given up (a handle taken meanwhile)
                     self._resizing = False
                     self._gate.notify_all()
         finally:
