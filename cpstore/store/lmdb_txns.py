@@ -29,7 +29,7 @@ from cpstore.errors import (
 from cpstore.store.backend import Txn
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
-from cpstore.store.lmdb_pages import TailCover
+from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
 
 __all__ = ["EnvTxns"]
 
@@ -70,6 +70,9 @@ class EnvTxns:
         #: refusal or LMDB's "Attempt to operate on closed/deleted/dropped object".
         self.closing = False
         self.closed = False
+        #: The ``last_pgno`` at which the next write txn frees dead readers' slots
+        #: (:meth:`_cover_tail`); 0: not set yet (the open has just freed them).
+        self._readers_checked_at = 0
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
         """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
@@ -77,8 +80,17 @@ class EnvTxns:
 
     def _cover_tail(self) -> None:
         """At the start of a write txn (under LMDB's writer lock), make the data file
-        reach every committed page (lmdb_pages.TailCover says why and how)."""
-        self._tail.cover(self.env.info()["last_pgno"])
+        reach every committed page (lmdb_pages.TailCover says why and how), and once per
+        :data:`~cpstore.store.lmdb_pages.TAIL_STEP` the file's pages grow by, free dead
+        readers' slots (:meth:`_clear_dead_readers`): one int compare per txn, one
+        ``reader_check`` per MiB of growth (audit36)."""
+        last = self.env.info()["last_pgno"]
+        if last >= self._readers_checked_at:
+            step = max(TAIL_STEP // max(self._tail.psize, 1), 1)
+            if self._readers_checked_at:  # else the open's own reader_check is this one
+                self._clear_dead_readers()
+            self._readers_checked_at = last + step
+        self._tail.cover(last)
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -304,12 +316,14 @@ class EnvTxns:
                 raise self._holds_read_during_resize()
 
     def _clear_dead_readers(self) -> bool:
-        """After a full map, before growing it: free the reader slots of processes that died
-        holding a read (LMDB's reader_check). Such a slot keeps its snapshot's pages, and every
-        page freed since, from reuse for as long as this environment stays open: a writer
-        beside a reader killed mid-read grew the file without bound, and at ``max_map_size``
-        was refused StoreFullError with most of the file free (audit34). True when a slot was
-        freed: the write is tried again in the map as it is."""
+        """After a full map, before growing it, and as the file grows (:meth:`_cover_tail`):
+        free the reader slots of processes that died holding a read (LMDB's reader_check).
+        Such a slot keeps its snapshot's pages, and every page freed since, from reuse for as
+        long as this environment stays open: a writer beside a reader killed mid-read grew
+        the file without bound, and at ``max_map_size`` was refused StoreFullError with most
+        of the file free (audit34); freed at a full map only, the file first grew to the
+        whole map (audit36). True when a slot was freed: the write is tried again in the map
+        as it is."""
         try:
             return bool(self.env.reader_check())
         except lmdb.Error:
