@@ -166,17 +166,18 @@ for what, n in sorted(seen.items()):
 """
 
 
-@pytest.mark.parametrize("mode", ["none"])
+@pytest.mark.parametrize("mode", ["sync", "none", "batched"])
 def test_every_thread_a_close_stops_is_told_the_store_is_closed(tmp_path: Path, mode: str) -> None:
     """20 times: four threads checkpoint (two inside a read block), the main thread closes
-    the store under them; every thread stops on the closed store's StoreError, none on
-    ReadHeldDuringResizeError or a raw "LMDB failed".
+    the store under them; the process lives, and every thread stops on the closed store's
+    StoreError, none on ReadHeldDuringResizeError or a raw "LMDB failed".
 
-    Not "sync": there this script dies of SIGSEGV/SIGBUS, before audit36 as after, in
-    py-lmdb 1.x's close (its trans_clear lets the GIL go while aborting a reset read txn
-    it has not yet forgotten, and another thread dropping that txn object aborts it
-    again; fixed in py-lmdb 2.x, which cpstore does not allow: pyproject.toml). Left
-    open (audit36's report); "none" did not crash in 5 runs of 20."""
+    Before audit36, besides those errors, "sync" died of SIGSEGV/SIGBUS here (5 runs of
+    5): py-lmdb 1.x's close aborts each txn object still alive with the GIL let go
+    before it forgets it, and another thread dropping the last reference to one
+    meanwhile aborted it again (gdb: trans_dealloc -> mdb_txn_abort on freed memory).
+    EnvTxns._txns now holds every txn object until it can be freed with no close beside.
+    """
     done = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-c", _STRESS, str(tmp_path), mode, "20"],
         capture_output=True,

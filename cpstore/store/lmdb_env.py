@@ -250,6 +250,7 @@ class Env(EnvTxns):
         finally:
             self.env.close()
             self.closed = True  # before new reads are let go (EnvTxns.closed_error)
+            self._txns.clear()  # closed with the environment: freeing them is safe now
             self._tail.close()
             if self._mark is not None:
                 self._mark.close()

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from sys import getrefcount
 from threading import get_ident
 from typing import Any, TypeVar
 
@@ -35,6 +36,7 @@ __all__ = ["EnvTxns"]
 
 T = TypeVar("T")
 
+_TWICE = (0, 1)
 #: The longest a close waits for another thread's txn of the environment to end (a daemon
 #: thread's read may never end): then it closes as it did before audit34.
 CLOSE_WAIT_SECONDS = 5.0
@@ -73,6 +75,14 @@ class EnvTxns:
         #: The ``last_pgno`` at which the next write txn frees dead readers' slots
         #: (:meth:`_cover_tail`); 0: not set yet (the open has just freed them).
         self._readers_checked_at = 0
+        #: Every py-lmdb txn object this environment began that may still be referenced:
+        #: py-lmdb 1.x's close aborts each such txn with the GIL let go before it forgets
+        #: it, and another thread freeing one meanwhile (its last reference dropped: a
+        #: view's, a frame's) aborted it again or unlinked it under the close's walk: the
+        #: process died of SIGSEGV/SIGBUS closing a store under threads that checkpointed
+        #: inside read blocks (audit36). Held here, a txn object is freed only by
+        #: :meth:`_drop_unused_txns` (never beside a close) or after the close.
+        self._txns: deque[Any] = deque()
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
         """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
@@ -172,13 +182,17 @@ class EnvTxns:
 
         def attempt() -> Txn[memoryview]:
             if write:
-                return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
+                txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
+                self._txns.append(txn)
+                return txn
             self._enter_read()
             try:
-                return self.env.begin(buffers=self.locked)  # type: ignore[no-any-return]
+                txn = self.env.begin(buffers=self.locked)
             except BaseException:
                 self._leave_read()
                 raise
+            self._txns.append(txn)
+            return txn
 
         retried_slots = False
         while True:
@@ -211,6 +225,7 @@ class EnvTxns:
                 if not isinstance(exc, lmdb.Error):
                     raise
             else:
+                self._txns.append(txn)  # see _txns
                 return self._legacy_read(txn) if self._legacy_ro else txn
         else:
             self._leave_read()
@@ -221,6 +236,7 @@ class EnvTxns:
         """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline."""
         try:
             txn.abort()
+            self._drop_unused_txns()  # before this read leaves: no close runs meanwhile
         finally:
             self._active.remove(get_ident())
             if self._resizing:
@@ -260,14 +276,35 @@ class EnvTxns:
                 except lmdb.Error as exc:
                     raise self.error_of(exc) from None
         finally:
-            self.write_lock.release()
+            try:
+                self._drop_unused_txns()  # the write lock still held: no close meanwhile
+            finally:
+                self.write_lock.release()
 
     def _begin_write(self) -> Txn[memoryview]:
         """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
         try:
-            return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
+            txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
         except lmdb.Error:
             return self._begin(write=True)
+        self._txns.append(txn)  # see _txns
+        return txn
+
+    def _drop_unused_txns(self) -> None:
+        """Let go of up to two txn objects :attr:`_txns` holds that nobody else does (the
+        oldest first), in a thread no close can run beside: one inside a read of this
+        environment or holding its write lock (EnvTxns.quiesced waits for both)."""
+        txns = self._txns
+        for _ in _TWICE:
+            if len(txns) < 2:  # the newest is the caller's own, alive: left for later
+                return
+            try:
+                txn = txns.popleft()
+            except IndexError:  # another thread took the last meanwhile
+                return
+            if getrefcount(txn) > 2:  # held beyond this local (and getrefcount's argument)
+                txns.append(txn)
+            del txn  # the last reference: py-lmdb frees it here
 
     def closed_error(self) -> StoreError:
         """What a thread using the store while another thread closes it gets: the StoreError
