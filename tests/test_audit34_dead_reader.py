@@ -88,3 +88,27 @@ def test_a_growing_map_stays_small_beside_a_reader_killed_mid_read(tmp_path: Pat
         assert space.file_bytes <= MAP, space
         report = st.verify()
         assert report.ok, report.problems
+
+
+def test_a_writer_beside_a_reader_killed_mid_read_keeps_its_file_far_below_the_map(
+    tmp_path: Path,
+) -> None:
+    """audit36: 400 steps of 60 KB states, pruned to the last one every 5 steps, in a
+    16 MiB map beside a reader SIGKILLed holding a read: the data file stays within a
+    quarter of the map. Dead readers' slots were freed only when the map was full, so
+    the file first grew to the whole map (16 MiB for ~300 KB of live data); they are now
+    freed also when the file grows (Env._cover_tail, once per 1 MiB step)."""
+    path = tmp_path / "s"
+    big = 16 << 20
+    with open_store(path, map_size=big, max_map_size=big) as st:
+        st.recorder("r").checkpoint(0, {"a": "first"})
+        _kill_a_reader_mid_read(path)
+        for step in range(1, 401):
+            st.recorder("r").checkpoint(step, {"a": os.urandom(30_000).hex()})
+            if step % 5 == 0:
+                st.prune(keep_last=1, run_id="r")
+        space = st.space()
+        assert space.file_bytes <= big // 4, space
+        assert os.path.getsize(path / "data.mdb") <= big // 4
+        report = st.verify()
+        assert report.ok, report.problems

@@ -48,7 +48,7 @@ def test_a_store_opened_while_another_thread_closes_it_keeps_lmdbs_locks(
     st = cpstore.open(path)
     cid = st.recorder("r").checkpoint(0, {"a": 1})
     env = st.backend.env
-    real_close = env.close
+    real_close = env.close_quiesced  # the close proper, under the registry lock (audit36)
     opened: list[cpstore.Store] = []
     opener = threading.Thread(target=lambda: opened.append(cpstore.open(path)))
 
@@ -59,7 +59,7 @@ def test_a_store_opened_while_another_thread_closes_it_keeps_lmdbs_locks(
         opener.join(timeout=2.0)
         real_close()
 
-    monkeypatch.setattr(env, "close", close_while_another_thread_opens)
+    monkeypatch.setattr(env, "close_quiesced", close_while_another_thread_opens)
     st.close()
     opener.join()
     (again,) = opened

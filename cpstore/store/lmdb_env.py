@@ -238,15 +238,22 @@ class Env(EnvTxns):
         cleanly is durable; LMDB's own close does not sync."""
         if os.getpid() == self.pid:
             with self.quiesced():  # no other thread inside a txn of it (EnvTxns.quiesced)
-                try:
-                    if not self.options.sync and not self.options.readonly:
-                        self.sync()  # its failure a StoreError, as every other sync's
-                finally:
-                    self.env.close()
-                    self._tail.close()
-                    if self._mark is not None:
-                        self._mark.close()
+                self.close_quiesced()
         # A fork() child never closes it: that releases the parent's reader slots and locks.
+
+    def close_quiesced(self) -> None:
+        """:meth:`close` inside :meth:`quiesced` (the caller's: lmdb_registry.release_env
+        waits there without the registry lock, then closes under it)."""
+        try:
+            if not self.options.sync and not self.options.readonly:
+                self.sync()  # its failure a StoreError, as every other sync's
+        finally:
+            self.env.close()
+            self.closed = True  # before new reads are let go (EnvTxns.closed_error)
+            self._txns.clear()  # closed with the environment: freeing them is safe now
+            self._tail.close()
+            if self._mark is not None:
+                self._mark.close()
 
     def _open_dbs(self) -> dict[str, Any]:
         """Open the named databases of a cpstore store, or make a new store's.

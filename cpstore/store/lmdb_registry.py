@@ -374,18 +374,34 @@ def is_open_here(path: str) -> bool:
 def release_env(env: Env) -> None:
     """Drop one handle; the last one closes the environment.
 
-    Under the registry lock: closing drops every POSIX lock this process holds on
-    ``lock.mdb``, so an environment opened beside this one meanwhile would be left
-    without LMDB's liveness and reader locks."""
+    The close proper runs under the registry lock: closing drops every POSIX lock this
+    process holds on ``lock.mdb``, so an environment opened beside this one meanwhile
+    would be left without LMDB's liveness and reader locks. Its wait for other threads'
+    txns (Env.quiesced, up to 5 s) runs before, without the registry lock, the
+    environment still registered: an open of any other store goes on meanwhile, and an
+    open of this one shares it (a handle taken), which leaves it open (audit36)."""
     with _REGISTRY_LOCK:
         env.handles -= 1
         if env.handles > 0:
             return
-        if _REGISTRY.get(env.path) is env:
-            del _REGISTRY[env.path]
-        if env.file_id is not None and _BY_FILE.get(env.file_id) is env:
-            del _BY_FILE[env.file_id]
-        # By identity, not its mark's descriptor (a fork() child closed that one).
-        for folder_id in [at for at, there in _BY_FOLDER.items() if there is env]:
-            del _BY_FOLDER[folder_id]
-        env.close()
+    if env.pid != os.getpid():  # a fork() child: Env.close closes nothing, waits for nothing
+        with _REGISTRY_LOCK:
+            if env.handles == 0:
+                _unregister(env)
+        return
+    with env.quiesced(), _REGISTRY_LOCK:  # lock order: the env's locks, then the registry's
+        if env.handles > 0 or env.closed:
+            return  # opened again while the close waited (or closed by an earlier release)
+        _unregister(env)
+        env.close_quiesced()
+
+
+def _unregister(env: Env) -> None:
+    """Forget ``env`` in every map of the registry (under the registry lock)."""
+    if _REGISTRY.get(env.path) is env:
+        del _REGISTRY[env.path]
+    if env.file_id is not None and _BY_FILE.get(env.file_id) is env:
+        del _BY_FILE[env.file_id]
+    # By identity, not its mark's descriptor (a fork() child closed that one).
+    for folder_id in [at for at, there in _BY_FOLDER.items() if there is env]:
+        del _BY_FOLDER[folder_id]

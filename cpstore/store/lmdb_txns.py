@@ -13,12 +13,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from sys import getrefcount
 from threading import get_ident
 from typing import Any, TypeVar
 
 import lmdb
 
 from cpstore.errors import (
+    CpstoreError,
     ForkError,
     ReadHeldDuringResizeError,
     StoreError,
@@ -28,12 +30,13 @@ from cpstore.errors import (
 from cpstore.store.backend import Txn
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
-from cpstore.store.lmdb_pages import TailCover
+from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
 
 __all__ = ["EnvTxns"]
 
 T = TypeVar("T")
 
+_TWICE = (0, 1)
 #: The longest a close waits for another thread's txn of the environment to end (a daemon
 #: thread's read may never end): then it closes as it did before audit34.
 CLOSE_WAIT_SECONDS = 5.0
@@ -64,6 +67,22 @@ class EnvTxns:
         self._resizing = False
         #: Seconds a resize waits for this process's reads (None: no bound; set at exit).
         self.resize_wait: float | None = None
+        #: The last handle's close began (:meth:`quiesced`) / LMDB's environment is closed:
+        #: a thread still using it is told so (:meth:`closed_error`), not a resize's
+        #: refusal or LMDB's "Attempt to operate on closed/deleted/dropped object".
+        self.closing = False
+        self.closed = False
+        #: The ``last_pgno`` at which the next write txn frees dead readers' slots
+        #: (:meth:`_cover_tail`); 0: not set yet (the open has just freed them).
+        self._readers_checked_at = 0
+        #: Every py-lmdb txn object this environment began that may still be referenced:
+        #: py-lmdb 1.x's close aborts each such txn with the GIL let go before it forgets
+        #: it, and another thread freeing one meanwhile (its last reference dropped: a
+        #: view's, a frame's) aborted it again or unlinked it under the close's walk: the
+        #: process died of SIGSEGV/SIGBUS closing a store under threads that checkpointed
+        #: inside read blocks (audit36). Held here, a txn object is freed only by
+        #: :meth:`_drop_unused_txns` (never beside a close) or after the close.
+        self._txns: deque[Any] = deque()
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
         """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
@@ -71,8 +90,17 @@ class EnvTxns:
 
     def _cover_tail(self) -> None:
         """At the start of a write txn (under LMDB's writer lock), make the data file
-        reach every committed page (lmdb_pages.TailCover says why and how)."""
-        self._tail.cover(self.env.info()["last_pgno"])
+        reach every committed page (lmdb_pages.TailCover says why and how), and once per
+        :data:`~cpstore.store.lmdb_pages.TAIL_STEP` the file's pages grow by, free dead
+        readers' slots (:meth:`_clear_dead_readers`): one int compare per txn, one
+        ``reader_check`` per MiB of growth (audit36)."""
+        last = self.env.info()["last_pgno"]
+        if last >= self._readers_checked_at:
+            step = max(TAIL_STEP // max(self._tail.psize, 1), 1)
+            if self._readers_checked_at:  # else the open's own reader_check is this one
+                self._clear_dead_readers()
+            self._readers_checked_at = last + step
+        self._tail.cover(last)
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -154,13 +182,17 @@ class EnvTxns:
 
         def attempt() -> Txn[memoryview]:
             if write:
-                return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
+                txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
+                self._txns.append(txn)
+                return txn
             self._enter_read()
             try:
-                return self.env.begin(buffers=self.locked)  # type: ignore[no-any-return]
+                txn = self.env.begin(buffers=self.locked)
             except BaseException:
                 self._leave_read()
                 raise
+            self._txns.append(txn)
+            return txn
 
         retried_slots = False
         while True:
@@ -172,7 +204,7 @@ class EnvTxns:
                 self.env.reader_check()
                 retried_slots = True
             except lmdb.Error as exc:
-                raise translate(exc, self.path) from None
+                raise self.error_of(exc) from None
 
     def begin_read(self) -> Txn[memoryview]:
         """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`.
@@ -193,6 +225,7 @@ class EnvTxns:
                 if not isinstance(exc, lmdb.Error):
                     raise
             else:
+                self._txns.append(txn)  # see _txns
                 return self._legacy_read(txn) if self._legacy_ro else txn
         else:
             self._leave_read()
@@ -203,6 +236,7 @@ class EnvTxns:
         """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline."""
         try:
             txn.abort()
+            self._drop_unused_txns()  # before this read leaves: no close runs meanwhile
         finally:
             self._active.remove(get_ident())
             if self._resizing:
@@ -240,18 +274,66 @@ class EnvTxns:
                     if not self._clear_dead_readers():
                         self.grow()
                 except lmdb.Error as exc:
-                    raise translate(exc, self.path) from None
+                    raise self.error_of(exc) from None
         finally:
-            self.write_lock.release()
+            try:
+                self._drop_unused_txns()  # the write lock still held: no close meanwhile
+            finally:
+                self.write_lock.release()
 
     def _begin_write(self) -> Txn[memoryview]:
         """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
         try:
-            return self.env.begin(write=True, buffers=True)  # type: ignore[no-any-return]
+            txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
         except lmdb.Error:
             return self._begin(write=True)
+        self._txns.append(txn)  # see _txns
+        return txn
+
+    def _drop_unused_txns(self) -> None:
+        """Let go of up to two txn objects :attr:`_txns` holds that nobody else does (the
+        oldest first), in a thread no close can run beside: one inside a read of this
+        environment or holding its write lock (EnvTxns.quiesced waits for both)."""
+        txns = self._txns
+        for _ in _TWICE:
+            if len(txns) < 2:  # the newest is the caller's own, alive: left for later
+                return
+            try:
+                txn = txns.popleft()
+            except IndexError:  # another thread took the last meanwhile
+                return
+            if getrefcount(txn) > 2:  # held beyond this local (and getrefcount's argument)
+                txns.append(txn)
+            del txn  # the last reference: py-lmdb frees it here
+
+    def closed_error(self) -> StoreError:
+        """What a thread using the store while another thread closes it gets: the StoreError
+        of a use after close (LmdbBackend.live), not the resize's refusal the close's wait
+        shares its bookkeeping with (audit36)."""
+        if self.closed:
+            return StoreError(
+                "the store is closed",
+                where=self.path,
+                expected="the store open until no other thread of the process uses it",
+                got="closed by another thread of this process while this one used it",
+            )
+        return StoreError(
+            "the store is closing",
+            where=self.path,
+            expected="the store open until no other thread of the process uses it",
+            got="another thread of this process is closing it (it waits for this "
+            "thread's open read view to end)",
+        )
+
+    def error_of(self, exc: lmdb.Error) -> CpstoreError:
+        """The cpstore error for an LMDB failure of this environment: the closed store's
+        once it is closed (LMDB says "Attempt to operate on closed/deleted/dropped
+        object"), else :func:`~cpstore.store.lmdb_errors.translate`'s."""
+        return self.closed_error() if self.closed else translate(exc, self.path)
 
     def _holds_read_during_resize(self) -> StoreError:
+        if self.closing:
+            return self.closed_error()
         return ReadHeldDuringResizeError(
             "the map must change size but this thread holds an open read view",
             where=self.path,
@@ -271,12 +353,14 @@ class EnvTxns:
                 raise self._holds_read_during_resize()
 
     def _clear_dead_readers(self) -> bool:
-        """After a full map, before growing it: free the reader slots of processes that died
-        holding a read (LMDB's reader_check). Such a slot keeps its snapshot's pages, and every
-        page freed since, from reuse for as long as this environment stays open: a writer
-        beside a reader killed mid-read grew the file without bound, and at ``max_map_size``
-        was refused StoreFullError with most of the file free (audit34). True when a slot was
-        freed: the write is tried again in the map as it is."""
+        """After a full map, before growing it, and as the file grows (:meth:`_cover_tail`):
+        free the reader slots of processes that died holding a read (LMDB's reader_check).
+        Such a slot keeps its snapshot's pages, and every page freed since, from reuse for as
+        long as this environment stays open: a writer beside a reader killed mid-read grew
+        the file without bound, and at ``max_map_size`` was refused StoreFullError with most
+        of the file free (audit34); freed at a full map only, the file first grew to the
+        whole map (audit36). True when a slot was freed: the write is tried again in the map
+        as it is."""
         try:
             return bool(self.env.reader_check())
         except lmdb.Error:
@@ -291,6 +375,7 @@ class EnvTxns:
         txn's begin waiting for LMDB's writer lock, a commit's fsync) used freed memory: the
         process died of SIGSEGV when a store was closed under writing threads (audit34)."""
         me, deadline = get_ident(), time.monotonic() + CLOSE_WAIT_SECONDS
+        self.closing = True  # a thread refused meanwhile is told the store is closing
         held = self.write_lock.acquire(timeout=CLOSE_WAIT_SECONDS)
         try:
             with self._gate:
@@ -300,6 +385,7 @@ class EnvTxns:
                         self._gate.wait(0.05)
                     yield
                 finally:
+                    self.closing = self.closed  # a close given up (a handle taken meanwhile)
                     self._resizing = False
                     self._gate.notify_all()
         finally:
@@ -331,7 +417,7 @@ class EnvTxns:
                 try:
                     self.env.set_mapsize(size)
                 except lmdb.Error as exc:
-                    raise translate(exc, self.path) from None
+                    raise self.error_of(exc) from None
             finally:
                 self._resizing = False
                 self._gate.notify_all()
@@ -345,7 +431,7 @@ class EnvTxns:
         try:
             current = self.env.info()["map_size"]
         except lmdb.Error as exc:  # closed by another thread meanwhile: never a raw LMDB error
-            raise translate(exc, self.path) from None
+            raise self.error_of(exc) from None
         limit = self.options.max_map_size
         if current >= limit:
             raise StoreFullError(
@@ -379,7 +465,7 @@ class _Read:
         txn, self._txn = self._txn, None
         try:
             if isinstance(exc, lmdb.Error):
-                raise translate(exc, self._env.path) from None
+                raise self._env.error_of(exc) from None
         finally:
             if txn is not None:
                 self._env.end_read(txn)
