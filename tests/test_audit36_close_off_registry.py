@@ -12,9 +12,19 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
+from cpstore.store import lmdb_txns
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.lmdb_env import Env
+
+
+@pytest.fixture(autouse=True)
+def _close_waits_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The close's bound (5 s) far out of reach: on a loaded machine B's open, write and
+    read must not outlast it, or the close gives up on R and the order tested is lost."""
+    monkeypatch.setattr(lmdb_txns, "CLOSE_WAIT_SECONDS", 120.0)
 
 
 def _env(st: object) -> Env:
