@@ -34,6 +34,7 @@ __all__ = [
     "RecordingGapError",
     "ReplayDivergenceError",
     "SignOffError",
+    "StoreClosedError",
     "StoreConnectionError",
     "StoreError",
     "StoreFatalError",
@@ -138,6 +139,21 @@ class NativeError(CpstoreError):
 
 class StoreError(CpstoreError):
     """The store cannot do what was asked (environment, version, state)."""
+
+
+class StoreClosedError(StoreError):
+    """The store was used after ``close()``, or while another thread of the process
+    closes it ("the store is closing"); open it again to go on."""
+
+    def __init__(
+        self,
+        what: str = "the store is closed",
+        *,
+        where: str | None = None,
+        expected: Any = "an open store",
+        got: Any = "used after close()",
+    ) -> None:
+        super().__init__(what, where=where, expected=expected, got=got)
 
 
 class ReadHeldDuringResizeError(StoreError):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cpstore.errors import ReadHeldDuringResizeError, StoreError
+from cpstore.errors import ReadHeldDuringResizeError, StoreClosedError, StoreError
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_backend import Durability, LmdbBackend
 from cpstore.store.lmdb_env import Env
@@ -36,14 +36,13 @@ def _wait_for(flag: threading.Event, what: str) -> None:
         raise AssertionError(f"never happened: {what}")
 
 
-def _assert_closing_error(exc: BaseException | None, path: Path, *, told: bool = True) -> None:
+def _assert_closing_error(exc: BaseException | None, path: Path) -> None:
     assert isinstance(exc, StoreError), repr(exc)
     assert not isinstance(exc, ReadHeldDuringResizeError), repr(exc)
-    assert type(exc) is StoreError, repr(exc)  # what a use after close raises
+    assert type(exc) is StoreClosedError, repr(exc)  # what a use after close raises
     assert exc.what.startswith("the store is clos"), exc.what
     assert exc.where is not None and str(path) in exc.where
-    if told:  # not the handle's own use-after-close check (LmdbBackend.live): what it meets
-        assert exc.expected is not None and exc.got is not None, exc
+    assert exc.expected is not None and exc.got is not None, exc
 
 
 def _stack_of(thread: threading.Thread) -> list[str]:
@@ -104,7 +103,7 @@ def test_a_thread_holding_a_read_that_writes_while_the_store_closes_is_told_so(
         env.write_lock.release()
     th.join()
     _assert_closing_error(got["write"], path)
-    _assert_closing_error(got["read"], path, told=False)
+    _assert_closing_error(got["read"], path)
 
 
 def test_a_thread_past_the_handles_check_meets_the_closed_store_not_an_lmdb_error(
@@ -187,9 +186,10 @@ def test_every_thread_a_close_stops_is_told_the_store_is_closed(tmp_path: Path, 
     )
     assert done.returncode == 0, (done.returncode, done.stderr[-4000:])
     kinds = {line.split(" ", 1)[1] for line in done.stdout.splitlines()}
-    assert kinds <= {"StoreError: the store is closed", "StoreError: the store is closing"}, (
-        done.stdout
-    )
+    assert kinds <= {
+        "StoreClosedError: the store is closed",
+        "StoreClosedError: the store is closing",
+    }, done.stdout
 
 
 def test_the_txn_objects_a_store_holds_for_its_close_stay_few(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
-from cpstore.errors import InvalidInputError, StoreError
+from cpstore.errors import InvalidInputError, StoreClosedError
 from cpstore.native.binding import digest
 from cpstore.native.records import Digest
 from cpstore.store.at_exit import EXIT_WAIT, flush_collected, track_store
@@ -323,7 +323,7 @@ class Store:
 
     def _refuse_closed(self) -> None:
         if self._backend.closed:
-            raise StoreError("the store is closed", where=self.path)
+            raise StoreClosedError(where=self.path)
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one durable txn (batched mode).

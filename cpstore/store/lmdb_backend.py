@@ -21,6 +21,7 @@ import lmdb
 from cpstore.errors import (
     CpstoreError,
     OutcomeUnknownError,
+    StoreClosedError,
     StoreError,
     StoreFatalError,
     StoreFullError,
@@ -261,7 +262,7 @@ class LmdbBackend:
     def live(self) -> None:
         """Raise StoreError when closed, or used from a forked child."""
         if self._closed:
-            raise StoreError("the store is closed", where=self._path)
+            raise StoreClosedError(where=self._path)
         self.env.check_pid()
 
     def now(self) -> float:
@@ -311,13 +312,13 @@ class LmdbBackend:
     def read_txn(self) -> AbstractContextManager[Txn[memoryview]]:
         """A read txn for a ``with`` block (the pid is checked)."""
         if self._closed:
-            raise StoreError("the store is closed", where=self._path)
+            raise StoreClosedError(where=self._path)
         return self.env.read()
 
     def begin_read(self) -> Txn[memoryview]:
         """A read txn held by an object; end it with :meth:`end_read`."""
         if self._closed:
-            raise StoreError("the store is closed", where=self._path)
+            raise StoreClosedError(where=self._path)
         return self.env.begin_read()
 
     def end_read(self, txn: Txn[memoryview]) -> None:
@@ -374,7 +375,7 @@ class LmdbBackend:
     def _write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """:meth:`write_txn` without telling its commit's errors apart."""
         if self._closed:
-            raise StoreError("the store is closed", where=self._path)
+            raise StoreClosedError(where=self._path)
         result = self.env.write(fn)  # checks the pid (live()'s other half) first
         if not self.env.options.sync:
             try:
@@ -447,7 +448,7 @@ class LmdbBackend:
             return
         if self.durability == "none":
             if self._closed:
-                raise StoreError("the store is closed", where=self._path)
+                raise StoreClosedError(where=self._path)
             # No fsync: the point of "none". env.write checks the pid (live()'s other half).
             self._commit_many([op], durable=False)
             return

@@ -23,6 +23,7 @@ from cpstore.errors import (
     CpstoreError,
     ForkError,
     ReadHeldDuringResizeError,
+    StoreClosedError,
     StoreError,
     StoreFullError,
     StoreReadOnlyError,
@@ -306,18 +307,18 @@ class EnvTxns:
                 txns.append(txn)
             del txn  # the last reference: py-lmdb frees it here
 
-    def closed_error(self) -> StoreError:
+    def closed_error(self) -> StoreClosedError:
         """What a thread using the store while another thread closes it gets: the StoreError
         of a use after close (LmdbBackend.live), not the resize's refusal the close's wait
         shares its bookkeeping with (audit36)."""
         if self.closed:
-            return StoreError(
+            return StoreClosedError(
                 "the store is closed",
                 where=self.path,
                 expected="the store open until no other thread of the process uses it",
                 got="closed by another thread of this process while this one used it",
             )
-        return StoreError(
+        return StoreClosedError(
             "the store is closing",
             where=self.path,
             expected="the store open until no other thread of the process uses it",

@@ -27,6 +27,7 @@ from cpstore.errors import (
     CommitLostError,
     CpstoreError,
     ForkError,
+    StoreClosedError,
     StoreError,
     StoreReadOnlyError,
 )
@@ -289,7 +290,7 @@ class PgBackend:
     def live(self) -> None:
         """Raise StoreError when closed, ForkError in a forked child."""
         if self._closed:
-            raise StoreError("the store is closed", where=self._path)
+            raise StoreClosedError(where=self._path)
         if os.getpid() != self._pid:
             raise ForkError(
                 "store used after fork(); open it again in the child",
