@@ -147,3 +147,36 @@ def test_a_missing_key_file_and_a_key_for_an_unkeyed_log(
     assert code == 7 and "not keyed" in err, err
     with pytest.raises(cpstore.StoreError, match="not keyed"):
         cpstore.open(empty, readonly=True, create=False, audit_key=KEY)
+
+
+def test_the_command_line_never_keys_an_existing_stores_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """$CPSTORE_AUDIT_KEY_FILE set (for other stores), then `gc`, `validate --record` or a
+    push into an existing store whose audit log is unkeyed and empty: each keyed that log
+    for good, and every later writer without the key (the runtime) was refused its
+    appends. Now each is exit 7 naming the cause and the log stays unkeyed; a push into a
+    store it creates keys the new store, as before."""
+    path, src = tmp_path / "s", tmp_path / "src"
+    with cpstore.open(path) as store:
+        cid = _checkpoint(store)
+    with cpstore.open(src) as store:
+        _checkpoint(store, "other")
+    monkeypatch.setenv("CPSTORE_AUDIT_KEY_FILE", _key_file(tmp_path))
+    for argv in (
+        ["gc", "--keep-last", "1", "--store", str(path)],
+        ["validate", cid, cid, "--record", "--store", str(path)],
+        ["push", str(path), "--store", str(src)],
+        ["pull", str(src), "--store", str(path)],
+    ):
+        code, _, err = _run(argv, capsys)
+        assert code == 7 and "never keys" in err, (argv, code, err)
+    with cpstore.open(path) as store:
+        assert not store.audit_keyed  # a writer without the key still appends
+        store.append_audit("note", {"x": 1})
+        assert sorted(store.runs()) == ["r"]  # nothing was pushed or pulled
+    fresh = tmp_path / "fresh"
+    code, _, err = _run(["push", str(fresh), "--store", str(src)], capsys)
+    assert code == 0, err
+    with cpstore.open(fresh, audit_key=KEY) as store:
+        assert store.audit_keyed and sorted(store.runs()) == ["other"]

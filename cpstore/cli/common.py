@@ -22,11 +22,12 @@ from cpstore.cli.exit_codes import (
 from cpstore.errors import (
     InvalidInputError,
     NotFoundError,
+    StoreError,
 )
 from cpstore.native.args import int_argument
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-from cpstore.store.location import is_store_url
+from cpstore.store.location import is_store_url, redact
 from cpstore.store.reader import CheckpointView
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "positive",
     "print_json",
     "read_named",
+    "refuse_keying",
     "retry_renamed",
     "show",
     "stamp",
@@ -119,8 +121,35 @@ def open_store_at(
         raise NotFoundError("no store at this path", where=path)
     # No command makes a store: a mistyped path must not become an empty one.
     key = audit_key_of(args) if audit_key is _READ_IT else audit_key
+    if key is not None and not readonly:
+        refuse_keying(path)
     with open_store(path, readonly=readonly, create=False, audit_key=key) as store:
         yield store
+
+
+def refuse_keying(path: str, *, new_ok: bool = False) -> None:
+    """StoreError unless the store's audit log is keyed already (``new_ok``: or there is
+    no store at ``path`` yet, which push/pull create keyed). A writable open given a key
+    keys an empty unkeyed log for good (the API's way to key a new store); from the
+    command line that happened behind the operator's back — ``$CPSTORE_AUDIT_KEY_FILE``
+    set for other stores, a ``gc`` or ``sign-off`` here, and every later writer without
+    the key was refused its appends (audit37's doubt)."""
+    try:
+        with open_store(path, readonly=True, create=False) as store:
+            keyed = store.audit_keyed
+    except NotFoundError:
+        if new_ok:
+            return
+        raise
+    if not keyed:
+        raise StoreError(
+            "an audit key was given but this store's audit log is not keyed; the command "
+            "line never keys an existing store's log (cpstore.open(..., audit_key=) does, "
+            "on an empty log; push/pull key a store they create)",
+            where=redact(path),
+            expected="a keyed audit log, or no --audit-key-file / $CPSTORE_AUDIT_KEY_FILE",
+            got="an unkeyed audit log",
+        )
 
 
 def print_json(value: Any) -> None:

@@ -19,6 +19,7 @@ from cpstore.cli.common import (
     human,
     json_arg,
     print_json,
+    refuse_keying,
     store_arg,
 )
 from cpstore.cli.exit_codes import EXIT_CONFLICT, EXIT_OK
@@ -62,7 +63,10 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
             # Asked before the receiver is opened: a mistyped run must not leave a new,
             # empty store at a receiving path that had none.
             raise NotFoundError("no such run in the source store", where="refs", got=args.run)
-        with open_store(dest, audit_key=audit_key_of(args)) as dst:
+        key = audit_key_of(args)
+        if key is not None:  # a receiver this transfer creates is keyed; an existing one never
+            refuse_keying(dest, new_ok=True)
+        with open_store(dest, audit_key=key) as dst:
             report = transfer(src.backend, dst.backend, run_id=args.run)
     _show(report, source, dest, args.json)
     return EXIT_OK

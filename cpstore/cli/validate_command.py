@@ -27,6 +27,7 @@ from cpstore.cli.common import (
     is_full_id,
     jsonable,
     names_checkpoint,
+    refuse_keying,
 )
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
@@ -210,6 +211,8 @@ def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             raise NotFoundError("no store at this path", where=args.store)
         # create=False: validating against a store that is not there is a typo.
         key = audit_key_of(args)
+        if key is not None and record:
+            refuse_keying(args.store)  # the command line never keys a store's log
         with open_store(args.store, readonly=not record, create=False, audit_key=key) as store:
             decision = validate(
                 _load(args.recorded, store),
