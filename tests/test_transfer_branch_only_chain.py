@@ -19,6 +19,7 @@ from test_transfer_gates import PAIRS, _accepted, _checkpoint, _quarantined, _re
 from test_transfer_quarantine import _refuses_rollback
 
 import cpstore
+from cpstore.cli import main
 from cpstore.store.transfer import transfer
 
 if TYPE_CHECKING:
@@ -77,3 +78,19 @@ def test_a_branch_only_quarantine_is_carried_on_for_its_branch_only(
         assert transfer(c.backend, a.backend).decisions == 0
         assert (_records(a), _records(b), _records(c)) == before
         assert a.verify().ok and b.verify().ok and c.verify().ok
+
+
+def test_cpstore_audit_says_what_a_branch_only_quarantine_quarantines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`cpstore audit` listed a branch-only quarantine as "QUARANTINE decision ... checkpoint
+    -": an operator could not tell it quarantines a branch, nor which, nor what it was about
+    in its source. The line now names the run and branch and the source's checkpoint."""
+    b_at = str(tmp_path / "b")
+    with cpstore.open(str(tmp_path / "a")) as a, cpstore.open(b_at) as b:
+        cid, q = _branch_only_in(a, b)
+    capsys.readouterr()
+    assert main(["audit", "--store", b_at]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if q in ln]
+    assert "QUARANTINE" in line and "checkpoint -" in line
+    assert "branch only" in line and "run 'r' branch 'main'" in line and cid in line
