@@ -20,6 +20,8 @@ from test_transfer_quarantine import _refuses_rollback
 
 import cpstore
 from cpstore.cli import main
+from cpstore.decision.gates import sign_off
+from cpstore.errors import SignOffError
 from cpstore.store.transfer import transfer
 
 if TYPE_CHECKING:
@@ -94,3 +96,19 @@ def test_cpstore_audit_says_what_a_branch_only_quarantine_quarantines(
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if q in ln]
     assert "QUARANTINE" in line and "checkpoint -" in line
     assert "branch only" in line and "run 'r' branch 'main'" in line and cid in line
+
+
+def test_a_sign_off_of_a_branch_only_quarantine_says_why_there_is_nothing_to_release(
+    tmp_path: Path,
+) -> None:
+    """An operator who names the branch-only quarantine (its id, as `cpstore audit` lists
+    it) to sign it off was told "not about a stored checkpoint" of a QUARANTINE about a
+    checkpoint the store holds; now told it was carried for its branch only, and nothing is
+    appended."""
+    with cpstore.open(str(tmp_path / "a")) as a, cpstore.open(str(tmp_path / "b")) as b:
+        cid, q = _branch_only_in(a, b)
+        before = _records(b)
+        with pytest.raises(SignOffError, match="carried for its branch only") as err:
+            sign_off(b, q, operator="op", reason="looked at it")
+        assert cid in str(err.value.got)
+        assert _records(b) == before
