@@ -112,3 +112,38 @@ def test_a_sign_off_of_a_branch_only_quarantine_says_why_there_is_nothing_to_rel
             sign_off(b, q, operator="op", reason="looked at it")
         assert cid in str(err.value.got)
         assert _records(b) == before
+
+
+@pytest.mark.parametrize(("b_kind", "c_kind"), PAIRS)
+def test_a_branch_only_quarantine_of_a_pruned_checkpoint_is_carried_with_its_branch(
+    b_kind: str, c_kind: str, tmp_path: Path, pg_url: str
+) -> None:
+    """B pruned the checkpoint its branch-only quarantine names: pulled on into C, the
+    quarantine goes with the branch (carried aside), branch only, and C refuses a
+    rollback of the branch's head as A and B do."""
+    b_at = _where(b_kind, tmp_path, "b", pg_url)
+    c_at = _where(c_kind, tmp_path, "c", pg_url)
+    with (
+        cpstore.open(str(tmp_path / "a")) as a,
+        cpstore.open(b_at) as b,
+        cpstore.open(c_at) as c,
+    ):
+        rec = a.recorder("r")
+        rec.observe(1, "clock", b"t", pinned_at=1.0)
+        rec.token("rng", 1)
+        old = str(rec.checkpoint(1, b"state"))
+        rec.observe(2, "clock", b"u", pinned_at=2.0)
+        head = str(rec.checkpoint(2, b"state2"))
+        transfer(a.backend, b.backend)
+        _rejected(b, old)
+        q = _quarantined(a, old)
+        assert transfer(a.backend, b.backend).decisions == 1
+        assert b.prune(keep_last=1) == 1  # B sweeps the checkpoint the quarantine names
+        _refuses_rollback(b, head)
+        transfer(b.backend, c.backend)
+        (got,) = [r for r in c.audit_records(kind="decision") if r.body["decision_id"] == q.id]
+        assert got.body["imported"]["branch_only"] is True
+        assert got.body["imported"]["checkpoint_id"] == old
+        _refuses_rollback(c, head)
+        assert transfer(b.backend, c.backend).decisions == 0
+        assert c.verify().ok and b.verify().ok
