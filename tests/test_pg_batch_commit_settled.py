@@ -296,3 +296,49 @@ def test_a_read_back_that_waits_too_long_for_the_writer_lock_leaves_it_open(
     assert err.value.stored is None and "not stored" not in str(err.value)
     monkeypatch.undo()
     assert store.ref("a") == first  # it had landed: only the read was refused
+
+
+def test_the_read_backs_lock_timeout_ends_with_it(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read-back's ``SET LOCAL lock_timeout`` ends with its txn, read or refused: the one
+    pooled connection (pool_max=1) shows the server's default after both, idle, and a
+    write on it goes on (a session-wide SET would leave later writes cancelled after the
+    settle wait for a lock another writer holds)."""
+    with cpstore.open(pg_url + "&pool_max=1", durability="batched", batch_size=100) as st:
+        backend = st.backend
+        assert isinstance(backend, PgBackend)
+
+        def pooled() -> tuple[str, str]:
+            conn = backend._pool.getconn(timeout=30)
+            try:
+                row = conn.execute("SHOW lock_timeout").fetchone()
+                return (str(row[0]) if row else "?", conn.info.transaction_status.name)
+            finally:
+                backend._pool.putconn(conn)
+
+        default = pooled()
+        assert default[1] == "IDLE"
+        first = st.recorder("a").checkpoint(0, {"a": 0})
+        _lose_the_next_checkpoint_commit(monkeypatch, sent=True)
+        st.flush()  # read back, found committed
+        assert st.ref("a") == first and pooled() == default
+        st.recorder("a").checkpoint(1, {"a": 1})
+        monkeypatch.setattr("cpstore.store.pg_backend.SETTLE_WAIT", 0.2)
+        _lose_the_next_checkpoint_commit(monkeypatch, sent=True)
+        real_landed = PgBackend._landed
+        with psycopg.connect(url_conninfo(pg_url), autocommit=True) as holder:
+
+            def landed(self: PgBackend, ops: list[Any]) -> bool | None:
+                holder.execute("SELECT pg_advisory_lock(%s)", (self._lock_key,))
+                return real_landed(self, ops)
+
+            monkeypatch.setattr(PgBackend, "_landed", landed)
+            with pytest.raises(CommitLostError, match="committed whole or not at all"):
+                st.flush()  # the read-back's lock wait was refused
+            holder.execute("SELECT pg_advisory_unlock(%s)", (backend._lock_key,))
+        monkeypatch.undo()
+        assert pooled() == default
+        third = st.recorder("a").checkpoint(2, {"a": 2})
+        st.flush()
+        assert st.ref("a") == third and st.verify().ok

@@ -60,10 +60,20 @@ def _summary(kind: str, body: dict[str, Any]) -> str:
     """One readable line about an audit record: what it decided, about what, by whom."""
     if kind == "decision":
         recorded = body.get("recorded") or {}
-        return (
+        line = (
             f"{body.get('verdict')} decision {body.get('decision_id')} "
             f"checkpoint {recorded.get('checkpoint_id') or '-'}"
         )
+        imported = body.get("imported")
+        if isinstance(imported, dict) and imported.get("branch_only") is True:
+            # A quarantine carried for its branch only (docs/format.md): about no
+            # checkpoint here; said so, with the branch it quarantines.
+            line += (
+                f" (branch only: quarantines run {recorded.get('run_id')!r} branch "
+                f"{recorded.get('branch')!r}; checkpoint {imported.get('checkpoint_id')} "
+                "in its source)"
+            )
+        return line
     if kind == "signoff":
         return (
             f"decision {body.get('decision_id')} signed off by {body.get('operator')!r}: "

@@ -312,6 +312,15 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
                 got=blocked,
             )
         if cid is None:
+            imported = rec.body.get("imported")
+            if isinstance(imported, Mapping) and imported.get("branch_only") is True:
+                raise SignOffError(  # docs/format.md: carried for its branch only
+                    "decision was carried for its branch only: it quarantines its run and "
+                    "branch for good and is about no checkpoint here; nothing to release "
+                    "(sign off the checkpoint's standing decision)",
+                    where=rec.body.get("decision_id"),
+                    got=f"checkpoint {imported.get('checkpoint_id')} in its source",
+                )
             raise SignOffError(
                 "decision is not about a stored checkpoint; nothing to release",
                 where=rec.body.get("decision_id"),

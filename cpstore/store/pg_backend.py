@@ -492,7 +492,10 @@ class PgBackend:
 
     def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
         """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle);
-        at exit, each wait is the exit flush's bound."""
+        at exit, each wait is the exit flush's bound. Holding the writer lock (shared), it
+        counts as a write txn on this thread (``_WRITING``): a finalizer's flush inside it
+        goes to a helper thread, never waits for the lock this thread holds (a hang:
+        tests/test_pg_settle_collected.py)."""
         self.live()
         bound = self._owners.exit_wait  # None but at exit
         wait = POOL_WAIT if bound is None else min(POOL_WAIT, bound)
@@ -500,7 +503,13 @@ class PgBackend:
         txn = PgTxn(
             lambda: self._acquire(wait), self._release, begin, write=False, where=self._path
         )
-        return landed_on_server(txn, self._tables, ops, self.head)
+        held: list[tuple[str, int]] = _WRITING.__dict__.setdefault("keys", [])
+        mine = (self._url.conninfo, self._lock_key)
+        held.append(mine)
+        try:
+            return landed_on_server(txn, self._tables, ops, self.head)
+        finally:
+            held.remove(mine)
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.

@@ -14,6 +14,9 @@ Once the lock is granted the lost txn has ended, committed or rolled back, and n
 can reach it later. The read runs READ COMMITTED: a REPEATABLE READ snapshot would be
 taken as the lock statement begins, before the wait; the shared lock keeps every writer
 (each takes it exclusively) out while the read runs, so its reads see one state.
+The caller marks its thread as holding the lock meanwhile (PgBackend._landed): a write
+of the same store run on that thread inside the read (a finalizer's flush) would wait
+for the read's own lock for ever.
 """
 
 from __future__ import annotations

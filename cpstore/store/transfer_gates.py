@@ -34,7 +34,10 @@ branch's first quarantine about a checkpoint no landing branch holds (swept by t
 source's retention) is carried with the branch it names (``Carry.aside``). One the
 destination's stricter standing decision for its checkpoint keeps out (a REJECT of its
 own) is carried for its branch only (:func:`_branch_only`): the stricter decision
-stands and the branch is quarantined.
+stands and the branch is quarantined. A record so carried is about no checkpoint; pulled
+on into a third store it goes with the checkpoint its ``imported`` names, for its branch
+only again (it was picked up by no carry, and the third store certified a rollback the
+first two refuse).
 
 Sign-offs, gate records and permits are not carried: a carried QUARANTINE needs
 the destination's own operator sign-off (docs/decision-table.md, "Gates").
@@ -42,7 +45,7 @@ the destination's own operator sign-off (docs/decision-table.md, "Gates").
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,19 +172,22 @@ def carried_decisions(
     aside: dict[bytes, list[AuditRecord]] = {}
     every = set(landing)
     for rec in _first_quarantines(view, txn, src.dbs["meta"]):
-        about = decided_checkpoint(rec.kind, rec.body)
+        moved = _moved_checkpoint(rec.body)  # carried here for its branch only: carried on
+        about = decided_checkpoint(rec.kind, rec.body) if moved is None else moved
         if about is not None and about not in every:
             if branch_of(rec.body)[1:] in pairs:  # == per pair: a field may be unhashable
                 aside.setdefault(about, []).append(rec)
             continue
         now = standing.get(about) if about is not None else None
-        if about is not None and now is not None and now.index != rec.index:
+        superseded = now is not None and now.index != rec.index
+        if about is not None and (moved is not None or superseded):
             quarantines.setdefault(about, []).append(rec)
     out: Carried = {
         cid: Carry(tuple(sorted(found, key=lambda r: r.index)), None, aside=True)
         for cid, found in aside.items()
     }
-    for cid, last in standing.items():
+    for cid in dict.fromkeys([*standing, *quarantines]):
+        last = standing.get(cid)
         keep = last if last is not None and _severity(last.body) != int(Verdict.ACCEPT) else None
         if keep is not None or cid in quarantines:
             found = sorted(quarantines.get(cid, []), key=lambda r: r.index)
@@ -227,7 +233,10 @@ def _to_append(
     for q in carry.quarantines:
         if q.body.get("decision_id") == ident or _pair_quarantined(view, q):
             continue  # one id for both: the standing one goes
-        if _wanted(view, cid, q, _last_about(out)):
+        if _moved_checkpoint(q.body) is not None:  # about no checkpoint in the source either
+            if not _known(view, q):
+                out.append((q, True))
+        elif _wanted(view, cid, q, _last_about(out)):
             out.append((q, False))
         elif not _known(view, q):  # a stricter standing decision here keeps its place
             out.append((q, True))
@@ -255,16 +264,34 @@ def _same_pair(a: AuditRecord, b: AuditRecord) -> bool:
     return bool(branch_of(a.body)[1:] == branch_of(b.body)[1:])
 
 
-def _branch_only(body: dict[str, Any]) -> None:
+def _moved_checkpoint(body: dict[str, Any]) -> bytes | None:
+    """The checkpoint a record carried into this store for its branch only was about in
+    its source (``imported.checkpoint_id`` beside ``branch_only`` true), else None."""
+    imported, recorded = body.get(IMPORTED), body.get("recorded")
+    if not (isinstance(imported, Mapping) and imported.get("branch_only") is True):
+        return None
+    if not isinstance(recorded, Mapping) or recorded.get("checkpoint_id") is not None:
+        return None
+    cid = imported.get("checkpoint_id")
+    try:
+        return bytes.fromhex(cid) if isinstance(cid, str) and len(cid) == 32 else None
+    except ValueError:
+        return None
+
+
+def _branch_only(body: dict[str, Any], checkpoint_id: str | None = None) -> None:
     """Make ``body`` (a carried quarantine's) quarantine its run and branch without being a
     decision about its checkpoint: the destination's standing decision for it is stricter
     (its own REJECT, say), which a carried QUARANTINE appended after it would replace
     with a milder one; not carried at all, the branch arrived unquarantined and the
     destination certified a rollback the source refuses. ``recorded.checkpoint_id``
     moves to ``imported`` (``branch_only`` true), so no gate reads the record as about
-    that checkpoint; the ``quarantined/`` row of its pair is indexed as for any decision."""
+    that checkpoint; the ``quarantined/`` row of its pair is indexed as for any decision.
+    ``checkpoint_id``: the one a record carried for its branch only in its source too names
+    in its ``imported`` (its ``recorded`` one is nil), kept as it is carried on."""
     recorded = dict(body["recorded"])
-    body[IMPORTED].update(checkpoint_id=recorded["checkpoint_id"], branch_only=True)
+    moved = recorded["checkpoint_id"] if checkpoint_id is None else checkpoint_id
+    body[IMPORTED].update(checkpoint_id=moved, branch_only=True)
     recorded["checkpoint_id"] = None
     body["recorded"] = recorded
 
@@ -313,9 +340,10 @@ def land_decisions(
             continue
         for rec, branch_only in _to_append(dst, txn, cid, carry):
             body = dict(rec.body)
+            moved = _moved_checkpoint(body)  # read before ``imported`` is the source's own
             body[IMPORTED] = {"store": redact(src.path), "audit": rec.digest, "index": rec.index}
             if branch_only:
-                _branch_only(body)
+                _branch_only(body, None if moved is None else moved.hex())
             content = check_metadata(body, "audit body")
             append_audit_txn(dst, txn, "decision", content, float(dst.now()))
             appended += 1
