@@ -189,8 +189,8 @@ class LmdbBackend:
         return error
 
     def translate(self, exc: Exception) -> CpstoreError:
-        """The cpstore error for an LMDB failure."""
-        return translate(exc, self._path)
+        """The cpstore error for an LMDB failure (StoreClosedError once closed, audit39)."""
+        return self.env.closed_error() if self.env.closed else translate(exc, self._path)
 
     # -- lifecycle ---------------------------------------------------------------
 
