@@ -6,7 +6,8 @@ LMDB 0.9 has no page checksums: walking some damaged B-tree pages makes it abort
 (nothing of the store is open yet in this process): the child relays what it
 has to say over a pipe, then its result or its :class:`~cpstore.errors.CpstoreError`
 or :class:`OSError` (raised here, so the command's exit codes are as in process);
-a child killed by such a signal means damaged pages, an :class:`IntegrityError`
+one that would not survive the pipe is sent as the parent can rebuild it
+(_portable); a child killed by such a signal means damaged pages, an :class:`IntegrityError`
 (exit 5) naming the phase it died in; a child that ended any other way without a
 result is a :class:`StoreError`, one that failed with any other exception (a bug) a
 :class:`RuntimeError` carrying its traceback (exit 1, as in process). A command run
@@ -91,7 +92,7 @@ def _child(work: Callable[[Send], Any], out_fd: int, err_fd: int) -> None:
             try:
                 result = work(send)
             except (CpstoreError, OSError) as exc:  # the command's own errors, told as here
-                send(_ERROR, exc)
+                send(_ERROR, _portable(exc))
             else:
                 send(_RESULT, result)
     except BaseException:
@@ -99,6 +100,32 @@ def _child(work: Callable[[Send], Any], out_fd: int, err_fd: int) -> None:
         code = EXIT_INTERNAL
     finally:
         os._exit(code)
+
+
+def _survives(exc: BaseException) -> bool:
+    """Whether the parent can unpickle ``exc`` as it was pickled here."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return False
+    return True
+
+
+def _portable(exc: CpstoreError | OSError) -> BaseException:
+    """``exc`` as the parent can rebuild it (audit39): itself; else the same class with
+    ``expected``/``got`` as text (a memoryview failed the child's send: exit 1, "a bug"),
+    or the plain OSError of its errno (a subclass whose constructor takes other arguments
+    failed the parent's load: "ended without a result", exit 7)."""
+    if _survives(exc):
+        return exc
+    if isinstance(exc, CpstoreError):
+        text = [None if v is None else str(v) for v in (exc.expected, exc.got)]
+        other = type(exc)(exc.what, where=exc.where, expected=text[0], got=text[1])
+        if _survives(other):
+            return other
+    elif exc.errno is not None:
+        return OSError(exc.errno, exc.strerror, exc.filename)
+    return OSError(str(exc))
 
 
 def _parent(

@@ -120,6 +120,9 @@ class LmdbBackend:
         self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._closed = False
+        # The close under way (its thread, and set when done): one close releases (close).
+        self._closer: tuple[int, threading.Event] | None = None
+        self._close_claim = threading.Lock()
         self._audit_key = key
         try:
             if key is None or readonly:
@@ -186,21 +189,33 @@ class LmdbBackend:
         return error
 
     def translate(self, exc: Exception) -> CpstoreError:
-        """The cpstore error for an LMDB failure."""
-        return translate(exc, self._path)
+        """The cpstore error for an LMDB failure (StoreClosedError once closed, audit39)."""
+        return self.env.closed_error() if self.env.closed else translate(exc, self._path)
 
     # -- lifecycle ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush queued checkpoints (batched mode) and release the environment."""
-        if self._closed:
+        """Flush queued checkpoints (batched mode) and release the environment: once when
+        two threads close at once (the later waits), or another handle of the path found
+        the shared environment closed under it (audit39)."""
+        done = threading.Event()
+        with self._close_claim:
+            closer = self._closer
+            if closer is None:
+                self._closer = (threading.get_ident(), done)
+        if closer is not None:
+            if closer[0] != threading.get_ident():  # never waits for itself
+                closer[1].wait()
             return
         try:
             if self.durability == "batched" and os.getpid() == self.env.pid:
                 self.flush()  # also raises when another thread's commit dropped ours
         finally:
             self._closed = True
-            release_env(self.env)
+            try:
+                release_env(self.env)
+            finally:
+                done.set()
 
     def owes_flush(self) -> bool:
         """True when this process queued checkpoints it has not committed yet."""

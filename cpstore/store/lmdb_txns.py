@@ -234,7 +234,16 @@ class EnvTxns:
         return self._legacy_read(txn) if self._legacy_ro else txn
 
     def end_read(self, txn: Txn[memoryview]) -> None:
-        """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline."""
+        """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline.
+
+        In a fork() child (a read block left that the parent was in when it forked) only
+        the bookkeeping is left: the txn, its reader slot in the shared lock file and the
+        txn objects :attr:`_txns` holds are the parent's, and aborting or freeing them
+        here reset the parent's live read (its pages unprotected) and gave its slots away
+        (audit39)."""
+        if os.getpid() != self.pid:
+            self._active.remove(get_ident())
+            return
         try:
             txn.abort()
             self._drop_unused_txns()  # before this read leaves: no close runs meanwhile

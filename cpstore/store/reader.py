@@ -253,9 +253,12 @@ class CheckpointView:
             self._checked.update(self._checked_parts.values())
             self._checked_parts = None
         check = self._verify and key not in self._checked
-        view = get_object(
-            self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
-        )
+        try:
+            view = get_object(
+                self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
+            )
+        except self._store.engine_error as exc:  # the store closed under this view: it says so
+            raise self._store.translate(exc) from None
         if check:
             self._checked.add(bytes(key))
         if type(view) is memoryview:  # a copy (a read without LMDB's lock file) has none
@@ -473,7 +476,10 @@ class CheckpointView:
             # for the part-by-part path below, which raises naming a part that is
             # missing, wrong or not one canonical value (and serves verify=False).
             hints = self._hints[0] if self._hints else b""
-            out = read_parts(txn, self._objects, parts, hints)
+            try:
+                out = read_parts(txn, self._objects, parts, hints)
+            except self._store.engine_error as exc:  # closed under this view (_object)
+                raise self._store.translate(exc) from None
             if out is not None:
                 if not hints:
                     # Hash-checked in this txn where _object reads them (the index).
