@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
+from test_audit36_close_errors import _env, _wait_for
 
 from cpstore.store import lmdb_txns
 from cpstore.store.facade import open as open_store
-from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.lmdb_env import Env
 
 
@@ -27,22 +28,28 @@ def _close_waits_long(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lmdb_txns, "CLOSE_WAIT_SECONDS", 120.0)
 
 
-def _env(st: object) -> Env:
-    backend = st._backend  # type: ignore[attr-defined]
-    assert isinstance(backend, LmdbBackend)
-    return backend.env
-
-
-def _wait_for(flag: threading.Event, what: str) -> None:
-    if not flag.wait(120):  # a hang guard only: the test asserts order, never time
-        raise AssertionError(f"never happened: {what}")
-
-
 def _hold_a_read(st: object, cid: str, holding: threading.Event, release: threading.Event) -> None:
     with st.read(cid) as view:  # type: ignore[attr-defined]
         view.state()
         holding.set()
         _wait_for(release, "the test letting the read go")
+
+
+def _close_under_a_read(
+    a: Any,
+) -> tuple[str, Env, threading.Thread, threading.Event, threading.Thread]:
+    """Thread R holds a read of ``a``; thread C closes ``a`` (its close waits for R's
+    read until ``release`` is set). Returns (the checkpoint R reads, a's environment, R,
+    release, C)."""
+    cid = a.recorder("r").checkpoint(0, {"a": 1})
+    env_a = _env(a)
+    holding, release = threading.Event(), threading.Event()
+    reader = threading.Thread(target=_hold_a_read, args=(a, cid, holding, release))
+    reader.start()
+    _wait_for(holding, "R's read")
+    closer = threading.Thread(target=a.close)
+    closer.start()
+    return cid, env_a, reader, release, closer
 
 
 def _closing_and_waiting(env: Env, closer: threading.Thread) -> None:
@@ -60,14 +67,7 @@ def test_an_open_of_another_store_is_not_held_up_by_a_close_that_waits(tmp_path:
     A's close, which gave up on R only after 5 s: the close had ended when B's open
     returned)."""
     a = open_store(tmp_path / "a")
-    cid = a.recorder("r").checkpoint(0, {"a": 1})
-    env_a = _env(a)
-    holding, release = threading.Event(), threading.Event()
-    reader = threading.Thread(target=_hold_a_read, args=(a, cid, holding, release))
-    reader.start()
-    _wait_for(holding, "R's read")
-    closer = threading.Thread(target=a.close)
-    closer.start()
+    _, env_a, reader, release, closer = _close_under_a_read(a)
     try:
         _closing_and_waiting(env_a, closer)
         with open_store(tmp_path / "b") as b:
@@ -90,14 +90,7 @@ def test_an_open_of_the_same_store_while_its_close_waits_keeps_it_open(tmp_path:
     and reads, and what it wrote is there after its own close."""
     path = tmp_path / "a"
     a = open_store(path)
-    cid = a.recorder("r").checkpoint(0, {"a": 1})
-    env_a = _env(a)
-    holding, release = threading.Event(), threading.Event()
-    reader = threading.Thread(target=_hold_a_read, args=(a, cid, holding, release))
-    reader.start()
-    _wait_for(holding, "R's read")
-    closer = threading.Thread(target=a.close)
-    closer.start()
+    cid, env_a, reader, release, closer = _close_under_a_read(a)
     opened: list[object] = []
     failed: list[BaseException] = []
 
