@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Mapping
-from contextlib import suppress
 from typing import Any
 
 from cpstore.errors import IntegrityError
@@ -207,9 +206,11 @@ class TailCover:
         """Hold ``folder``'s data file (the one LMDB opened: ``folder`` is the pinned
         one, lmdb_open.pin_folder), so no later look by path finds another file there
         (a renamed folder). The path it is read by while held; ``data`` if not held."""
-        with suppress(OSError):
-            flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+        flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+        try:  # not ``with suppress(...)``: its object and two Python calls, cold in every open
             self.held = os.open(os.path.join(folder, "data.mdb"), flags)
+        except OSError:
+            self.held = None
         if writable:  # a read-only open never opens the data file for writing
             self.fd = self.held
         if self.held is None:
