@@ -16,7 +16,14 @@ from cpstore.errors import FormatVersionError, IntegrityError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store import append_state, chunk_tree, lmdb_open
-from cpstore.store.chunk_tree import ROOT_VERSION, build_tree, load_tree, read_root, read_upper
+from cpstore.store.chunk_tree import (
+    MAX_LEVEL,
+    ROOT_VERSION,
+    build_tree,
+    load_tree,
+    read_root,
+    read_upper,
+)
 from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -128,11 +135,11 @@ class TestShape:
 
     @pytest.mark.parametrize(
         "upper",
-        [[], [b"x" * 17], [b""] * 12, {"a": b""}, [1]],
+        [[], [b"x" * 17], [b""] * MAX_LEVEL, {"a": b""}, [1]],
         ids=["empty", "not-digests", "too-deep", "map", "int"],
     )
     def test_a_malformed_upper_spine_is_an_integrity_error(self, upper: Any) -> None:
-        """read_upper refuses anything but 1 to 11 tails of whole digests."""
+        """read_upper refuses anything but 1 to MAX_LEVEL - 1 tails of whole digests."""
         with pytest.raises(IntegrityError, match="malformed"):
             read_upper(msgpack.packb(upper, use_bin_type=True), "state.h (upper spine)")
 

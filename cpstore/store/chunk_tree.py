@@ -45,7 +45,7 @@ from typing import Any
 
 import msgpack
 
-from cpstore.errors import IntegrityError
+from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.native.binding import chunk_cuts, digest, digest_batch
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
@@ -93,8 +93,14 @@ RUN_MIN = 512
 FANOUT_BITS = 0x03
 #: ...or when it has this many entries.
 MAX_FANOUT = 64
-#: Deepest tree read (64**12 chunks is far past any value cpstore accepts).
-MAX_LEVEL = 12
+#: Deepest tree written or read. A tree's height is not log64 of its chunks: a level
+#: whose only complete node ends a node again (its digest's low bits clear, ~1 in 4)
+#: adds a level, so heights have a geometric tail (60 KB random values: 9 levels in 1.5e-4
+#: of them). The bound was 12, which such a chain reaches in ~1e-6 of chunked values: the
+#: writer stored a 13-level tree and acknowledged a checkpoint every read then refused as
+#: malformed (ci18). At 64 that chain is below 1e-35; pack_root refuses a taller tree
+#: before anything is stored, so no acknowledged value is ever unreadable.
+MAX_LEVEL = 64
 #: First entry of the roots written now (root v2, store layout 4).
 ROOT_VERSION = 2
 
@@ -181,8 +187,15 @@ pack_node = _pack
 def pack_root(head: bytes, size: int, spine: list[bytes], out: dict[bytes, bytes]) -> bytes:
     """Put a root v2 (and its upper spine, for a tree of 2+ levels) in ``out``; return its key.
 
-    ``spine``: each level's tail (joined digests) from level 1 up.
+    ``spine``: each level's tail (joined digests) from level 1 up. A tree taller than
+    :data:`MAX_LEVEL` (which no read accepts) is refused: InvalidInputError.
     """
+    if len(spine) > MAX_LEVEL:
+        raise InvalidInputError(
+            "the value's chunk tree is taller than any read accepts; nothing was stored",
+            expected=f"at most {MAX_LEVEL} levels",
+            got=f"{len(spine)} levels",
+        )
     upper = b""
     if len(spine) > 1:
         obj = _pack(spine[1:])
