@@ -93,13 +93,8 @@ RUN_MIN = 512
 FANOUT_BITS = 0x03
 #: ...or when it has this many entries.
 MAX_FANOUT = 64
-#: Deepest tree written or read. A tree's height is not log64 of its chunks: a level
-#: whose only complete node ends a node again (its digest's low bits clear, ~1 in 4)
-#: adds a level, so heights have a geometric tail (60 KB random values: 9 levels in 1.5e-4
-#: of them). The bound was 12, which such a chain reaches in ~1e-6 of chunked values: the
-#: writer stored a 13-level tree and acknowledged a checkpoint every read then refused as
-#: malformed (ci18). At 64 that chain is below 1e-35; pack_root refuses a taller tree
-#: before anything is stored, so no acknowledged value is ever unreadable.
+#: Deepest tree written (pack_root) or read. Heights have a geometric tail (a level whose
+#: only node ends a node again, ~1 in 4, adds one): 12 was reached (ci18; docs/format.md).
 MAX_LEVEL = 64
 #: First entry of the roots written now (root v2, store layout 4).
 ROOT_VERSION = 2
@@ -170,32 +165,26 @@ def _pack(value: list[Any] | dict[str, Any]) -> bytes:
     """Canonical bytes of a node, root or upper spine: non-negative ints, bytes and
     lists, which is all msgpack's packer needs to write exactly what ``encode_value``
     would (pinned by tests/test_format_golden.py and tests/test_store_chunk_trees.py)."""
-    packed: bytes = msgpack.packb(value, use_bin_type=True)
-    return packed
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
 
 
 def _ends_node(key: bytes, count: int) -> bool:
     return not key[DIGEST_SIZE - 1] & FANOUT_BITS or count >= MAX_FANOUT
 
 
-#: The grouping and node bytes of :func:`build_tree`, for trees continued
-#: elsewhere (cpstore/store/append_state.py): one definition of each.
-ends_node = _ends_node
-pack_node = _pack
+#: build_tree's grouping and node bytes, for trees continued in append_state.py.
+ends_node, pack_node = _ends_node, _pack
 
 
 def pack_root(head: bytes, size: int, spine: list[bytes], out: dict[bytes, bytes]) -> bytes:
     """Put a root v2 (and its upper spine, for a tree of 2+ levels) in ``out``; return its key.
 
-    ``spine``: each level's tail (joined digests) from level 1 up. A tree taller than
-    :data:`MAX_LEVEL` (which no read accepts) is refused: InvalidInputError.
+    ``spine``: each level's tail (joined digests) from level 1 up; InvalidInputError
+    for a tree taller than :data:`MAX_LEVEL`, which no read accepts.
     """
     if len(spine) > MAX_LEVEL:
-        raise InvalidInputError(
-            "the value's chunk tree is taller than any read accepts; nothing was stored",
-            expected=f"at most {MAX_LEVEL} levels",
-            got=f"{len(spine)} levels",
-        )
+        what = "the value's chunk tree is taller than any read accepts; nothing was stored"
+        raise InvalidInputError(what, expected=f"<= {MAX_LEVEL} levels", got=len(spine))
     upper = b""
     if len(spine) > 1:
         obj = _pack(spine[1:])
