@@ -182,7 +182,29 @@ class CommitLostError(StoreConnectionError):
     (the message says "not stored"); None when the outcome is open."""
 
     #: False: read back, the commit wrote nothing; None: it may or may not have.
-    stored: bool | None = None
+    stored: bool | None
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        where: str | None = None,
+        expected: Any = None,
+        got: Any = None,
+        stored: bool | None = None,
+    ) -> None:
+        self.stored = stored
+        super().__init__(what, where=where, expected=expected, got=got)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # ``stored`` survives pickling too (a forked command's child relays its error).
+        return (_rebuild_lost, (self.what, self.where, self.expected, self.got, self.stored))
+
+
+def _rebuild_lost(
+    what: str, where: str | None, expected: Any, got: Any, stored: bool | None
+) -> CommitLostError:
+    return CommitLostError(what, where=where, expected=expected, got=got, stored=stored)
 
 
 class StoreTimeoutError(StoreError, TimeoutError):

@@ -51,11 +51,12 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
     if isinstance(exc, CommitLostError) and exc.stored is False:
         # Lost while committing, then read back and found absent (commit.settle_by_reading):
         # every owner is told "not stored", as the committing thread is.
-        absent = CommitLostError(
-            f"{what} when the connection was lost: not stored", where=where, got=str(exc)[:300]
+        return CommitLostError(
+            f"{what} when the connection was lost: not stored",
+            where=where,
+            got=str(exc)[:300],
+            stored=False,
         )
-        absent.stored = False
-        return absent
     if isinstance(exc, StoreConnectionError):
         # Lost while committing, the batch committed whole or not at all (docs/store.md,
         # "Faults"): the committing thread is told so, and so is every other owner (it was

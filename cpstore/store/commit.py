@@ -191,15 +191,13 @@ def settle_by_reading(exc: Exception, verdict: Callable[[], bool | None]) -> boo
     if found:
         return True
     if found is False and isinstance(exc, CpstoreError):
-        absent = type(exc)(
-            f"{exc.what}; the commit wrote nothing: not stored",
-            where=exc.where,
-            expected=exc.expected,
-            got=exc.got,
-        )
-        if isinstance(absent, CommitLostError):
-            absent.stored = False  # batch_owners relays it as "not stored", not "may or may not"
-        raise absent from exc
+        what = f"{exc.what}; the commit wrote nothing: not stored"
+        if isinstance(exc, CommitLostError):
+            # stored=False: batch_owners relays it as "not stored", not "may or may not"
+            raise CommitLostError(
+                what, where=exc.where, expected=exc.expected, got=exc.got, stored=False
+            ) from exc
+        raise type(exc)(what, where=exc.where, expected=exc.expected, got=exc.got) from exc
     return False
 
 
