@@ -31,6 +31,13 @@ _USES: dict[str, Callable[[cpstore.Store, str], Any]] = {
 }
 
 
+def _store_with_one_checkpoint(
+    backend: str, tmp_path: Path, url: str, state: dict[str, Any]
+) -> tuple[cpstore.Store, str]:
+    st = cpstore.open(str(tmp_path / "s") if backend == "lmdb" else url)
+    return st, str(st.recorder("r").checkpoint(0, state))
+
+
 @pytest.mark.parametrize("backend", ["lmdb", "postgresql"])
 @pytest.mark.parametrize("use", sorted(_USES))
 def test_every_use_after_close_is_store_closed_error(
@@ -39,9 +46,7 @@ def test_every_use_after_close_is_store_closed_error(
     tmp_path: Path,
     pg_url: str,  # noqa: F811 - the fixture
 ) -> None:
-    where = str(tmp_path / "s") if backend == "lmdb" else pg_url
-    st = cpstore.open(where)
-    cid = str(st.recorder("r").checkpoint(0, {"a": 1}))
+    st, cid = _store_with_one_checkpoint(backend, tmp_path, pg_url, {"a": 1})
     st.close()
     with pytest.raises(StoreClosedError) as caught:
         _USES[use](st, cid)
@@ -49,3 +54,28 @@ def test_every_use_after_close_is_store_closed_error(
     assert isinstance(err, StoreError) and exit_code_for(err) == EXIT_UNAVAILABLE
     assert err.what == "the store is closed"
     assert err.where is not None and err.expected == "an open store" and err.got
+
+
+@pytest.mark.parametrize("backend", ["lmdb", "postgresql"])
+def test_a_view_open_across_the_close_raises_store_closed_error(
+    backend: str,
+    tmp_path: Path,
+    pg_url: str,  # noqa: F811 - the fixture
+) -> None:
+    """audit39: a view entered before the close (the closing thread's own, or one another
+    thread's close stopped waiting for) read its state through the closed LMDB environment
+    and raised py-lmdb's own ``lmdb.Error("Attempt to operate on closed/deleted/dropped
+    object")``: neither a cpstore error nor exit 7. A PostgreSQL view holds the rows it
+    read: it may still serve them, the right ones, or say the store is closed; nothing else."""
+    st, cid = _store_with_one_checkpoint(backend, tmp_path, pg_url, {"a": "x" * 1000})
+    view = st.read(cid).__enter__()
+    st.close()
+    try:
+        try:
+            state = view.state()
+        except StoreClosedError as exc:
+            assert exc.where is not None and exc.got
+        else:
+            assert backend == "postgresql" and state == {"a": "x" * 1000}
+    finally:
+        view.__exit__(None, None, None)
