@@ -23,7 +23,11 @@ from typing import Any
 import psycopg
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
-from test_pg_commit_settled import _LOST, _lose_the_next_checkpoint_commit
+from test_pg_commit_settled import (
+    _LOST,
+    _arm_the_next_checkpoint_commit,
+    _lose_the_next_checkpoint_commit,
+)
 
 import cpstore
 from cpstore.errors import CommitLostError, StoreConnectionError
@@ -196,13 +200,7 @@ def _commit_once_a_reader_waits(monkeypatch: pytest.MonkeyPatch, url: str) -> li
     its session (holding the writer lock) commits only once another session waits for an
     advisory lock, as a COMMIT still on the wire or awaiting a synchronous standby does
     (or after 10 s when none waits). Returns the committing thread, to join."""
-    armed = {"on": False, "spent": False}
-    real_apply, real_commit = PgBackend._apply_all, PgTxn.commit
     late: list[Thread] = []
-
-    def apply_all(self: PgBackend, txn: PgTxn, ops: list[object]) -> None:
-        armed["on"] = not armed["spent"]
-        real_apply(self, txn, ops)  # type: ignore[arg-type]
 
     def commit_later(conn: psycopg.Connection[Any], release: Callable[..., None]) -> None:
         with psycopg.connect(url_conninfo(url), autocommit=True) as look:
@@ -217,10 +215,6 @@ def _commit_once_a_reader_waits(monkeypatch: pytest.MonkeyPatch, url: str) -> li
         release(conn, True)
 
     def commit(txn: PgTxn) -> None:
-        if not (armed["on"] and txn.write):
-            real_commit(txn)
-            return
-        armed["on"], armed["spent"] = False, True
         conn = txn._ensure()
         for sql, params in txn._flush_statements():
             conn.execute(sql, params)  # written, not committed: the session holds the lock
@@ -229,8 +223,7 @@ def _commit_once_a_reader_waits(monkeypatch: pytest.MonkeyPatch, url: str) -> li
         late[-1].start()
         raise translate(_LOST, "test", None, committing=True)
 
-    monkeypatch.setattr(PgBackend, "_apply_all", apply_all)
-    monkeypatch.setattr(PgTxn, "commit", commit)
+    _arm_the_next_checkpoint_commit(monkeypatch, commit)
     return late
 
 

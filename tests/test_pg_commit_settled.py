@@ -12,7 +12,7 @@ COMMIT reaches the server (or not), then the connection is reported broken.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -32,11 +32,11 @@ def store(pg_url: str) -> Iterator[cpstore.Store]:
         yield s
 
 
-def _lose_the_next_checkpoint_commit(
-    monkeypatch: pytest.MonkeyPatch, *, sent: bool, readable: bool = True
+def _arm_the_next_checkpoint_commit(
+    monkeypatch: pytest.MonkeyPatch, armed_commit: Callable[[PgTxn], None]
 ) -> None:
-    """The next checkpoint txn's COMMIT runs on the server (``sent``) or is rolled back,
-    then the connection is reported lost; ``readable`` False: the read-back fails too."""
+    """The next checkpoint txn's COMMIT runs ``armed_commit`` instead; every other txn
+    commits as it would."""
     armed = {"on": False, "spent": False}
     real_apply, real_commit = PgBackend._apply_all, PgTxn.commit
 
@@ -49,6 +49,20 @@ def _lose_the_next_checkpoint_commit(
             real_commit(txn)
             return
         armed["on"], armed["spent"] = False, True
+        armed_commit(txn)
+
+    monkeypatch.setattr(PgBackend, "_apply_all", apply_all)
+    monkeypatch.setattr(PgTxn, "commit", commit)
+
+
+def _lose_the_next_checkpoint_commit(
+    monkeypatch: pytest.MonkeyPatch, *, sent: bool, readable: bool = True
+) -> None:
+    """The next checkpoint txn's COMMIT runs on the server (``sent``) or is rolled back,
+    then the connection is reported lost; ``readable`` False: the read-back fails too."""
+    real_commit = PgTxn.commit
+
+    def lost(txn: PgTxn) -> None:
         if sent:
             real_commit(txn)
         else:
@@ -57,8 +71,7 @@ def _lose_the_next_checkpoint_commit(
 
         raise translate(_LOST, "test", None, committing=True)
 
-    monkeypatch.setattr(PgBackend, "_apply_all", apply_all)
-    monkeypatch.setattr(PgTxn, "commit", commit)
+    _arm_the_next_checkpoint_commit(monkeypatch, lost)
     if not readable:
 
         def unreadable(self: PgBackend, ops: object) -> bool | None:
