@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from cpstore.errors import StoreFullError
+from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 
 MAP = 2 << 20  # holds the live data many times over, never what 100 pruned steps wrote
@@ -46,6 +47,17 @@ def _kill_a_reader_mid_read(path: Path) -> None:
     assert reader.returncode == -signal.SIGKILL
 
 
+def _prune_as_you_go(st: Store, first: int, steps: int) -> list[str]:
+    """Steps ``first`` .. ``steps`` of 60 KB states on run r, pruned to the last one every
+    5 steps; returns their ids."""
+    stored = []
+    for step in range(first, steps + 1):
+        stored.append(st.recorder("r").checkpoint(step, {"a": os.urandom(30_000).hex()}))
+        if step % 5 == 0:
+            st.prune(keep_last=1, run_id="r")
+    return stored
+
+
 def test_a_writer_reuses_the_pages_a_reader_killed_mid_read_pinned(tmp_path: Path) -> None:
     """100 steps of 60 KB states, pruned to the last one every 5 steps, in a map of 2 MiB
     beside a reader SIGKILLed holding a read: every step stored, no StoreFullError."""
@@ -55,14 +67,12 @@ def test_a_writer_reuses_the_pages_a_reader_killed_mid_read_pinned(tmp_path: Pat
         stored.append(st.recorder("r").checkpoint(0, {"a": "first"}))
         _kill_a_reader_mid_read(path)
         try:
-            for step in range(1, 101):
-                stored.append(st.recorder("r").checkpoint(step, {"a": os.urandom(30_000).hex()}))
-                if step % 5 == 0:
-                    st.prune(keep_last=1, run_id="r")
+            stored += _prune_as_you_go(st, 1, 100)
         except StoreFullError as exc:  # the map was full of pages nothing could see
             space = st.space()
             raise AssertionError(
-                f"refused at step {len(stored)}: {exc}; {space.used_bytes} bytes used, "
+                f"refused with head {st.ref('r')}: {exc}; "
+                f"{space.used_bytes} bytes used, "
                 f"{space.reusable_bytes} reusable"
             ) from exc
         assert st.ref("r") == stored[-1]
@@ -80,10 +90,7 @@ def test_a_growing_map_stays_small_beside_a_reader_killed_mid_read(tmp_path: Pat
     with open_store(path, map_size=MAP // 2) as st:
         st.recorder("r").checkpoint(0, {"a": "first"})
         _kill_a_reader_mid_read(path)
-        for step in range(1, 101):
-            st.recorder("r").checkpoint(step, {"a": os.urandom(30_000).hex()})
-            if step % 5 == 0:
-                st.prune(keep_last=1, run_id="r")
+        _prune_as_you_go(st, 1, 100)
         space = st.space()
         assert space.file_bytes <= MAP, space
         report = st.verify()
@@ -103,10 +110,7 @@ def test_a_writer_beside_a_reader_killed_mid_read_keeps_its_file_far_below_the_m
     with open_store(path, map_size=big, max_map_size=big) as st:
         st.recorder("r").checkpoint(0, {"a": "first"})
         _kill_a_reader_mid_read(path)
-        for step in range(1, 401):
-            st.recorder("r").checkpoint(step, {"a": os.urandom(30_000).hex()})
-            if step % 5 == 0:
-                st.prune(keep_last=1, run_id="r")
+        _prune_as_you_go(st, 1, 400)
         space = st.space()
         assert space.file_bytes <= big // 4, space
         assert os.path.getsize(path / "data.mdb") <= big // 4
