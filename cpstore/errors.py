@@ -32,6 +32,7 @@ __all__ = [
     "ReadHeldDuringResizeError",
     "RecordFormatError",
     "RecordingGapError",
+    "ReentrantWriteError",
     "ReplayDivergenceError",
     "SignOffError",
     "StoreClosedError",
@@ -154,6 +155,12 @@ class StoreClosedError(StoreError):
         got: Any = "used after close()",
     ) -> None:
         super().__init__(what, where=where, expected=expected, got=got)
+
+
+class ReentrantWriteError(StoreError):
+    """A checkpoint or flush was asked of a store on a thread already inside one of the
+    store's writes: a signal handler (or a finalizer) running inside it. Refused, since
+    that write would wait for the very write it interrupted; nothing of it was written."""
 
 
 class ReadHeldDuringResizeError(StoreError):

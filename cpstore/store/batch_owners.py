@@ -16,17 +16,19 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from threading import get_ident
 from typing import Generic, TypeVar
 
 from cpstore.errors import (
     CommitLostError,
     CpstoreError,
     OutcomeUnknownError,
+    ReentrantWriteError,
     StoreConnectionError,
     StoreError,
 )
 
-__all__ = ["BatchOwners", "Owner"]
+__all__ = ["BatchOwners", "Owner", "Reentry", "interrupted", "reentrant_write"]
 
 W = TypeVar("W")
 
@@ -72,6 +74,56 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
     return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
 
 
+def reentrant_write(where: str) -> ReentrantWriteError:
+    """The error of a store write begun on a thread already inside one of the store's writes."""
+    return ReentrantWriteError(
+        "a write of this store began on a thread already inside one of its writes (a "
+        "signal handler or a finalizer running inside it): it would wait for itself",
+        where=where,
+        expected="no checkpoint or flush of a store from a signal handler of a thread "
+        "that writes it (set a flag there; flush and exit in the main code)",
+        got="a nested write",
+    )
+
+
+def interrupted(exc: BaseException, applied: bool, landed: Callable[[], bool | None]) -> bool:
+    """Whether a flush that raised ``exc`` with its batch taken puts it back on the queue:
+    ``exc`` is not the batch's own failure (not a CpstoreError: an interrupt, an exception
+    a signal handler raised inside it; or ReentrantWriteError) and its txn wrote nothing
+    (interrupted while applying it; applied, the store read back, ``landed``, says not)."""
+    if isinstance(exc, CpstoreError) and not isinstance(exc, ReentrantWriteError):
+        return False
+    if not applied:
+        return True
+    try:
+        return landed() is False
+    except Exception:  # unreadable: may have landed, never queued twice
+        return False
+
+
+class Reentry:
+    """Whether this thread is inside a commit or flush of one store (a signal handler's
+    write runs inside the write it interrupted: refused, never waiting for itself)."""
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self._local = threading.local()
+
+    def refuse(self) -> None:
+        """ReentrantWriteError when this thread is inside :meth:`run` already."""
+        if getattr(self._local, "on", False):
+            raise reentrant_write(self._where)
+
+    def run(self, fn: Callable[[], None]) -> None:
+        """``fn()`` as this thread's write, refused when it is inside one already."""
+        self.refuse()
+        try:  # set inside: an interrupt before the try leaves it unset, never stuck on
+            self._local.on = True
+            fn()
+        finally:
+            self._local.on = False
+
+
 class Owner:
     """One thread, as long as it lives: never handed to another thread.
 
@@ -105,6 +157,12 @@ class BatchOwners(Generic[W]):
         self._dropped: dict[Owner, CpstoreError] = {}
         #: id(owners list) -> (that list, its batch), while a commit of it is under way.
         self._flying: dict[int, tuple[list[Owner], list[W]]] = {}
+        #: id(owners list) -> the ident of the thread committing it (a flush re-entered on
+        #: that thread, from a signal handler, must not wait for itself).
+        self._committer: dict[int, int] = {}
+        #: Owners whose writes an interrupted flush put back on the queue (:meth:`requeued`):
+        #: their own flush commits them (:meth:`wait_mine` returns True).
+        self._again: set[Owner] = set()
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
         #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
         #: map growth waiting for this thread's open read view); the wait raises instead.
@@ -142,6 +200,7 @@ class BatchOwners(Generic[W]):
             got = [self._owner.get(id(op), me) for op in ops]
             owners[:] = got
             batch[:] = ops
+            self._committer[key] = get_ident()
             self._flying[key] = (owners, batch)
             del pending[:]
 
@@ -162,14 +221,43 @@ class BatchOwners(Generic[W]):
             if exc is not None:
                 for t, n in Counter(t for t in owners if t is not me).items():
                     self._dropped[t] = _dropped_error(exc, n, self._where)
+            self._committer.pop(key, None)
             del self._flying[key]
             self._cond.notify_all()  # interrupted here, the waiters see it on their next poll
+
+    def requeued(self, owners: list[Owner], batch: list[W], pending: list[W]) -> None:
+        """A taken batch whose txn wrote nothing (its flush was interrupted while applying
+        it: a KeyboardInterrupt, a signal handler's ``sys.exit()``) goes back to the head of
+        the queue ``pending`` (call under the queue's lock), before what was queued since,
+        with its owners: the next flush, or the exit flush, commits it (it was dropped:
+        complete checkpoints the exit flush promises to commit were lost without a word).
+        Every other owner's flush commits it again itself (:meth:`wait_mine`). Interrupted
+        before its last store, the caller's fallback :meth:`settled` drops the flight: its
+        other owners are told "may or may not", and the batch is queued all the same."""
+        me = self.me()
+        key = id(owners)
+        with self._lock:
+            if key not in self._flying:
+                return
+            for op, t in zip(batch, owners, strict=True):
+                self._owner[id(op)] = t
+            self._again.update(t for t in owners if t is not me)
+            pending[:0] = batch
+            self._committer.pop(key, None)
+            del self._flying[key]
+            self._cond.notify_all()
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())
 
-    def wait_mine(self) -> None:
-        """Block until no write of this thread is in a commit under way; raise if one was lost.
+    def wait_mine(self) -> bool:
+        """Block until no write of this thread is in a commit under way; raise if one was lost;
+        True when an interrupted flush put this thread's writes back on the queue (the caller
+        flushes again).
+
+        A flush re-entered on the thread committing a batch with this thread's writes (a
+        signal handler's, which runs inside that commit) raises ReentrantWriteError: it
+        waited for itself for ever.
 
         Never waits on a commit that waits on this thread (``blocked``): a flush inside a
         ``store.read()`` block while another thread's commit of this thread's writes grows
@@ -180,6 +268,8 @@ class BatchOwners(Generic[W]):
         deadline = None if bound is None else time.monotonic() + bound
         with self._lock:
             while self._mine_in_flight(me):
+                if self._committing_here(me):
+                    raise reentrant_write(self._where)
                 if self.blocked is not None and self.blocked():
                     raise OutcomeUnknownError(
                         "checkpoints this thread queued are in another thread's batch "
@@ -198,8 +288,18 @@ class BatchOwners(Generic[W]):
                     )
                 self._cond.wait(_POLL if left is None else min(left, _POLL))
             err = self._dropped.pop(me, None)
+            again = me in self._again
+            self._again.discard(me)
         if err is not None:
             raise err
+        return again
+
+    def _committing_here(self, me: Owner) -> bool:
+        here = get_ident()
+        return any(
+            self._committer.get(key) == here and me in owners
+            for key, (owners, _) in self._flying.items()
+        )
 
     def flying(self) -> list[W]:
         """The writes in commits under way (any thread's)."""

@@ -31,8 +31,8 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners, Owner
-from cpstore.store.commit import apply_writes, landed, settle_by_reading
+from cpstore.store.batch_owners import BatchOwners, Owner, Reentry, interrupted
+from cpstore.store.commit import apply_writes
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
@@ -42,6 +42,7 @@ from cpstore.store.lmdb_copy import copy_env, space_of
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_registry import acquire_env, release_env
+from cpstore.store.lmdb_settle import batch_landed, commit_failed
 from cpstore.store.manifest import Manifest, manifest_from_raw
 from cpstore.store.model import (
     CheckpointWrite,
@@ -97,6 +98,7 @@ class LmdbBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
+        self._reentry = Reentry(path)  # a signal handler's write inside commit() or flush()
         # Whose writes a batch holds (batch_owners.py).
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(path)
         # sync mode: concurrent threads' checkpoints share one txn and fsync.
@@ -198,6 +200,7 @@ class LmdbBackend:
         """Flush queued checkpoints (batched mode) and release the environment: once when
         two threads close at once (the later waits), or another handle of the path found
         the shared environment closed under it (audit39)."""
+        self._reentry.refuse()  # a signal handler's close: never under a write under way
         done = threading.Event()
         with self._close_claim:
             closer = self._closer
@@ -450,7 +453,14 @@ class LmdbBackend:
         return read_head(txn, self.env.dbs, key, layout=self.env.layout, load_raw=self.load_raw)
 
     def commit(self, op: CheckpointWrite) -> None:
-        """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
+        """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``).
+
+        ReentrantWriteError when this thread is inside a commit or flush of this store
+        already (a signal handler running inside it): it waited for itself, or LMDB
+        refused a nested write txn."""
+        self._reentry.run(lambda: self._commit(op))
+
+    def _commit(self, op: CheckpointWrite) -> None:
         if self.durability == "sync":
             self.live()  # before the group's lock: a forked child must not wait on it
             if self.env.holds_read():
@@ -473,11 +483,11 @@ class LmdbBackend:
             self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
         if full:
-            self.flush()
+            self._flush()
 
     def _commit_many(self, ops: Sequence[CheckpointWrite], *, durable: bool = True) -> None:
         """Apply ``ops`` in order in one write txn (all or nothing), durable unless told
-        not to sync; a commit that reports an error is settled by :meth:`_commit_failed`."""
+        not to sync; a commit that reports an error is settled by lmdb_settle.commit_failed."""
         applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
@@ -494,45 +504,21 @@ class LmdbBackend:
         except Exception as exc:
             if not applied or _growth_failed(exc):
                 raise  # refused, or failed before its commit: rolled back, nothing stored
-            self._commit_failed(ops, exc)
-
-    def _commit_failed(self, ops: Sequence[CheckpointWrite], exc: Exception) -> None:
-        """After the txn of ``ops`` was applied and its commit (or what follows it) raised
-        ``exc``: return when the store shows the txn committed (LMDB can report an error
-        after the txn is in fact committed, and committing it again would make each write
-        conflict with its own result), raise ``exc`` saying "not stored" when it shows it
-        did not, and OutcomeUnknownError when it cannot tell (commit.landed)."""
-        if isinstance(exc, OutcomeUnknownError) and isinstance(exc.__cause__, Exception):
-            exc = exc.__cause__  # write_txn's "may or may not": the store is read instead
-
-        def verdict() -> bool | None:
-            with self.read_txn() as txn:
-                records = contents(self.env.dbs)[1]
-                tombs = self.env.dbs["tombstones"]
-                return landed(
-                    ops,
-                    lambda key: self.head(txn, key),
-                    lambda cid: records.stored(txn, cid),
-                    lambda cid: txn.get(cid, db=tombs) is not None,
-                )
-
-        if settle_by_reading(exc, verdict):  # unreadable (LMDB fatal state): unknown
-            return
-        raise OutcomeUnknownError(
-            "the commit reported an error and may have written all the same; "
-            f"{'this checkpoint' if len(ops) == 1 else f'these {len(ops)} checkpoints'} "
-            "may or may not be stored (read the branch head)",
-            where=self._path,
-            got=str(exc),
-        ) from exc
+            commit_failed(self, ops, exc)
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one durable txn (batched mode).
 
         On failure (e.g. a ref conflict) the whole batch is rolled back and dropped;
-        a commit that reports an error is settled as in :meth:`_commit_many`.
+        a commit that reports an error is settled as in :meth:`_commit_many`. One
+        interrupted before its commit (KeyboardInterrupt, a signal handler's exception or
+        ``sys.exit()``) puts the batch back on the queue (batch_owners.requeued).
         With ``durability="none"`` it fsyncs every commit made so far instead.
+        ReentrantWriteError inside a commit or flush of this store on this thread.
         """
+        self._reentry.run(self._flush)
+
+    def _flush(self) -> None:
         if self.durability == "none":
             if not self.readonly and not self._closed:
                 self.env.sync()  # checks the pid: a forked child never syncs the parent's
@@ -541,9 +527,12 @@ class LmdbBackend:
         # child settles a commit the parent had under way (it hung: audit20).
         if self.durability == "batched":
             self.env.check_pid()
+        while self._flush_once():  # another thread's interrupted flush requeued ours
+            pass
+
+    def _flush_once(self) -> bool:
         if not self._pending:
-            self._owners.wait_mine()  # another thread's flush may hold our writes
-            return
+            return self._owners.wait_mine()  # another thread's flush may hold our writes
         # The batch is taken once this thread holds the write txn: two threads'
         # flushes then commit their batches in queue order (taken before, the
         # later batch could commit first, and its recorder's next checkpoint,
@@ -569,25 +558,30 @@ class LmdbBackend:
             applied = True
 
         failed: BaseException | None = None
+        requeue = False
         try:
             try:
                 self.write_txn(apply_all)
             except Exception as exc:
                 if not applied or not batch or _growth_failed(exc):
                     raise
-                self._commit_failed(batch, exc)
+                commit_failed(self, batch, exc)
             for op in batch:  # before settled() wakes their threads
                 op.committed = True
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
+            requeue = took and interrupted(exc, applied, lambda: batch_landed(self, batch))
             raise
         finally:  # an interrupt must not leave a taken batch unsettled: entering settled()
             try:  # or in it, it is called again (idempotent), here, not in a function of
-                self._owners.settled(owners, failed)  # its own whose entry it could hit
+                if requeue:  # its own whose entry it could hit
+                    with self._pending_lock:
+                        self._owners.requeued(owners, batch, self._pending)
+                self._owners.settled(owners, failed)  # requeued: settled already
             except BaseException:
                 self._owners.settled(owners, failed)
                 raise
-        self._owners.wait_mine()
+        return self._owners.wait_mine()
 
     @property
     def pending(self) -> int:
