@@ -101,6 +101,9 @@ class PgBackend:
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._pid = os.getpid()
         self._closed = True
+        # The close under way (its thread, and set when done): one close releases (close).
+        self._closer: tuple[int, threading.Event] | None = None
+        self._close_claim = threading.Lock()
         key = None if audit_key is None else check_key(audit_key)
         self._audit_key = key
         self._lock_key = lock_key(self._url.schema)
@@ -210,16 +213,28 @@ class PgBackend:
     # -- lifecycle ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush queued checkpoints (batched mode) and close the pool."""
-        if self._closed:
+        """Flush queued checkpoints (batched mode) and close the pool: once when two
+        threads close at once, the later waiting for the earlier (as LmdbBackend.close);
+        a later close returned while the batch was still committing."""
+        done = threading.Event()
+        with self._close_claim:
+            closer = self._closer
+            if closer is None and not self._closed:
+                self._closer = (threading.get_ident(), done)
+        if closer is not None or self._closed:
+            if closer is not None and closer[0] != threading.get_ident():
+                closer[1].wait()  # never waits for itself
             return
         try:
             if self.durability == "batched" and os.getpid() == self._pid:
                 self.flush()  # also raises when another thread's commit dropped ours
         finally:
             self._closed = True
-            if os.getpid() == self._pid:
-                self._pool.close()
+            try:
+                if os.getpid() == self._pid:
+                    self._pool.close()
+            finally:
+                done.set()
 
     def owes_flush(self) -> bool:
         """True when this process queued checkpoints it has not committed yet."""
