@@ -476,6 +476,8 @@ class PgBackend:
             return
         self.live()
         with self._pending_lock:
+            if self._closer is not None:  # never queued behind the close's flush (closing)
+                raise StoreClosedError("the store is closing", where=self._path)
             self._pending.append(op)
             self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
