@@ -5,6 +5,9 @@ harness, which reads the error class; a caller reading the message was misled).
 On PostgreSQL a connection lost while committing means the batch committed whole or not
 at all (docs/store.md, "Faults"); the committing thread gets exactly that, and the other
 threads whose checkpoints were in the batch got the same class saying "not stored".
+Such a loss was a plain StoreConnectionError then; it is CommitLostError now
+(pg_errors.translate), and a plain StoreConnectionError is a loss before COMMIT was sent:
+nothing committed, "not stored" to every owner (tests/test_pg_batch_lost_before_commit.py).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import threading
 
 import pytest
 
-from cpstore.errors import ConflictError, CpstoreError, StoreConnectionError
+from cpstore.errors import CommitLostError, ConflictError, CpstoreError, StoreConnectionError
 from cpstore.store.batch_owners import BatchOwners
 
 LOST = (
@@ -44,11 +47,18 @@ def _relayed(exc: BaseException) -> CpstoreError:
 
 
 def test_a_drop_from_a_commit_that_lost_its_connection_says_it_may_be_stored() -> None:
-    """The relayed error keeps the class (StoreConnectionError) and says the checkpoints
-    may or may not be stored, never "not stored"."""
-    err = _relayed(StoreConnectionError(LOST, where="flush"))
-    assert isinstance(err, StoreConnectionError)
+    """The relayed error keeps the class (CommitLostError, outcome open) and says the
+    checkpoints may or may not be stored, never "not stored"."""
+    err = _relayed(CommitLostError(LOST, where="flush"))
+    assert isinstance(err, CommitLostError) and err.stored is None
     assert "not stored" not in str(err) and "may or may not be stored" in str(err)
+
+
+def test_a_drop_from_a_connection_lost_before_commit_says_not_stored() -> None:
+    """Lost before COMMIT was sent (a plain StoreConnectionError): nothing committed."""
+    err = _relayed(StoreConnectionError("nothing of this transaction was committed"))
+    assert isinstance(err, StoreConnectionError) and not isinstance(err, CommitLostError)
+    assert "not stored" in str(err) and "may or may not" not in str(err)
 
 
 def test_a_drop_from_a_refused_commit_still_says_not_stored() -> None:

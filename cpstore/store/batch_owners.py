@@ -59,14 +59,22 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
             got=str(exc)[:300],
             stored=False,
         )
+    if isinstance(exc, CommitLostError):
+        # Lost with its COMMIT on the wire and not settled by reading back: the batch
+        # committed whole or not at all (docs/store.md, "Faults"); the committing thread is
+        # told so, and so is every other owner (tests/test_chaos_batched_relay.py).
+        return CommitLostError(
+            f"{what} when the connection was lost while committing; they may or may not "
+            "be stored (read the branch heads)",
+            where=where,
+            got=str(exc)[:300],
+        )
     if isinstance(exc, StoreConnectionError):
-        # Lost while committing, the batch committed whole or not at all (docs/store.md,
-        # "Faults"): the committing thread is told so, and so is every other owner (it was
-        # told "not stored": found auditing the chaos test; tests/test_chaos_batched_relay.py).
-        lost = CommitLostError if isinstance(exc, CommitLostError) else StoreConnectionError
-        return lost(
-            f"{what} when the connection was lost; they may or may not be stored "
-            "(read the branch heads)",
+        # Lost before its COMMIT was sent (a lost COMMIT is CommitLostError): nothing was
+        # committed, as the committing thread and the exit warning say; it said "may or may
+        # not be stored" here (tests/test_pg_batch_lost_before_commit.py).
+        return StoreConnectionError(
+            f"{what} when the connection was lost before its COMMIT was sent: not stored",
             where=where,
             got=str(exc)[:300],
         )

@@ -331,6 +331,8 @@ class Store:
         On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
         With ``durability="none"``, fsync every checkpoint committed so far (one
         fsync of the data file): the point from which an OS crash loses nothing.
+        After :meth:`close` (which flushed, and left nothing queued) it returns, on
+        every backend; it still raises what another thread's failed commit dropped.
         """
         self._backend.flush()
 

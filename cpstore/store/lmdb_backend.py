@@ -464,9 +464,8 @@ class LmdbBackend:
         if self.durability == "sync":
             self.live()  # before the group's lock: a forked child must not wait on it
             if self.env.holds_read():
-                # Never wait on a group while holding a read: the thread committing
-                # a group that grows the map waits for this read to end. Alone,
-                # _lock_writes says so instead.
+                # Never wait on a group holding a read: a group growing the map waits for
+                # this read to end. Alone, _lock_writes says so instead.
                 self._commit_many([op])
             else:
                 self.group.commit(op)
@@ -479,6 +478,8 @@ class LmdbBackend:
             return
         self.live()
         with self._pending_lock:
+            if self._closer is not None:  # never queued behind the close's flush (closing)
+                raise StoreClosedError("the store is closing", where=self._path)
             self._pending.append(op)
             self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
@@ -533,11 +534,10 @@ class LmdbBackend:
     def _flush_once(self) -> bool:
         if not self._pending:
             return self._owners.wait_mine()  # another thread's flush may hold our writes
-        # The batch is taken once this thread holds the write txn: two threads'
-        # flushes then commit their batches in queue order (taken before, the
-        # later batch could commit first, and its recorder's next checkpoint,
-        # expecting one still queued in the earlier batch, dropped it whole on a
-        # ConflictError no other writer caused).
+        # The batch is taken once this thread holds the write txn: two threads' flushes
+        # then commit their batches in queue order (taken before, the later batch could
+        # commit first, and its recorder's next checkpoint, expecting one still queued in
+        # the earlier batch, dropped it whole on a ConflictError no other writer caused).
         batch: list[CheckpointWrite] = []  # filled with the owners in one step (taken)
         owners: list[Owner] = []
         took = applied = False

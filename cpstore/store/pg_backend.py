@@ -61,6 +61,7 @@ from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
+from cpstore.store.pg_writing import not_nested, writing, writing_here
 from cpstore.store.refs import (
     REFS_DIGEST_KEY,
     upgrade_refs_v1,
@@ -72,30 +73,6 @@ T = TypeVar("T")
 
 #: Seconds a txn waits for a pooled connection before StoreConnectionError.
 POOL_WAIT = 30.0
-
-
-#: Per thread: (conninfo, writer lock key) of the stores it is inside a write txn of.
-_WRITING = threading.local()
-
-
-def _not_nested(conninfo: str, key: int, where: str) -> list[tuple[str, int]]:
-    """This thread's held writes; StoreError when one is of the store ``(conninfo, key)``.
-
-    The outer txn's connection holds (or takes at its next round trip) the store's
-    writer lock: a write txn (or a writable open, which takes the lock to check the
-    schema) nested on the same thread would wait for it on another connection while the
-    outer waits for this thread, a deadlock the server cannot see. It waited for ever
-    (or until ``statement_timeout``); refused at once, as LMDB refuses it.
-    """
-    held: list[tuple[str, int]] = _WRITING.__dict__.setdefault("keys", [])
-    if (conninfo, key) in held:
-        raise StoreError(
-            "a write transaction nested inside a write transaction of the same store "
-            "on one thread would wait for ever on the store's writer lock; refused "
-            "(write after the outer one commits, or on another thread)",
-            where=where,
-        )
-    return held
 
 
 class PgBackend:
@@ -124,12 +101,15 @@ class PgBackend:
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._pid = os.getpid()
         self._closed = True
+        # The close under way (its thread, and set when done): one close releases (close).
+        self._closer: tuple[int, threading.Event] | None = None
+        self._close_claim = threading.Lock()
         key = None if audit_key is None else check_key(audit_key)
         self._audit_key = key
         self._lock_key = lock_key(self._url.schema)
         self._tables = {name: PgTable.of(self._url.schema, name) for name in DB_NAMES}
         if not self._readonly:
-            _not_nested(self._url.conninfo, self._lock_key, self._path)  # the open locks too
+            not_nested(self._url.conninfo, self._lock_key, self._path)  # the open locks too
         try:
             with psycopg.connect(self._url.conninfo, autocommit=True, connect_timeout=15) as conn:
                 self._layout = prepare_schema(
@@ -233,16 +213,28 @@ class PgBackend:
     # -- lifecycle ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush queued checkpoints (batched mode) and close the pool."""
-        if self._closed:
+        """Flush queued checkpoints (batched mode) and close the pool: once when two
+        threads close at once, the later waiting for the earlier (as LmdbBackend.close);
+        a later close returned while the batch was still committing."""
+        done = threading.Event()
+        with self._close_claim:
+            closer = self._closer
+            if closer is None and not self._closed:
+                self._closer = (threading.get_ident(), done)
+        if closer is not None or self._closed:
+            if closer is not None and closer[0] != threading.get_ident():
+                closer[1].wait()  # never waits for itself
             return
         try:
             if self.durability == "batched" and os.getpid() == self._pid:
                 self.flush()  # also raises when another thread's commit dropped ours
         finally:
             self._closed = True
-            if os.getpid() == self._pid:
-                self._pool.close()
+            try:
+                if os.getpid() == self._pid:
+                    self._pool.close()
+            finally:
+                done.set()
 
     def owes_flush(self) -> bool:
         """True when this process queued checkpoints it has not committed yet."""
@@ -257,8 +249,8 @@ class PgBackend:
         """A finalizer's flush (at_exit.flush_collected): False, nothing done, when this
         thread is inside a write txn of this store (a nested one waits for ever on the
         writer lock its own other connection holds); else flushed now (True)."""
-        if any(key == self._lock_key for _, key in getattr(_WRITING, "keys", ())):
-            return False  # any store of this schema name (an alias URL of this one too)
+        if writing_here(self._lock_key):
+            return False
         self.flush()
         return True
 
@@ -394,7 +386,7 @@ class PgBackend:
         self.live()
         if self._readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self._path)
-        held = _not_nested(self._url.conninfo, self._lock_key, self._path)
+        held = not_nested(self._url.conninfo, self._lock_key, self._path)
         mine = (self._url.conninfo, self._lock_key)
         held.append(mine)  # try_flush_here: no write nested on this thread
         try:
@@ -484,6 +476,8 @@ class PgBackend:
             return
         self.live()
         with self._pending_lock:
+            if self._closer is not None:  # never queued behind the close's flush (closing)
+                raise StoreClosedError("the store is closing", where=self._path)
             self._pending.append(op)
             self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
@@ -493,7 +487,7 @@ class PgBackend:
     def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
         """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle);
         at exit, each wait is the exit flush's bound. Holding the writer lock (shared), it
-        counts as a write txn on this thread (``_WRITING``): a finalizer's flush inside it
+        counts as a write txn on this thread (pg_writing): a finalizer's flush inside it
         goes to a helper thread, never waits for the lock this thread holds (a hang:
         tests/test_pg_settle_collected.py)."""
         self.live()
@@ -503,7 +497,7 @@ class PgBackend:
         txn = PgTxn(
             lambda: self._acquire(wait), self._release, begin, write=False, where=self._path
         )
-        held: list[tuple[str, int]] = _WRITING.__dict__.setdefault("keys", [])
+        held = writing()
         mine = (self._url.conninfo, self._lock_key)
         held.append(mine)
         try:
