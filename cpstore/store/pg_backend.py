@@ -36,7 +36,7 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners, Owner
+from cpstore.store.batch_owners import BatchOwners, Owner, interrupted
 from cpstore.store.commit import apply_write, settle_by_reading
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -508,21 +508,24 @@ class PgBackend:
     def flush(self) -> None:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.
 
-        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped. A
-        commit that lost its connection is settled by reading the store back, as in
-        :meth:`commit`: committed, the flush returns; absent, CommitLostError "not stored".
-        The batch is taken once this thread holds the store's writer lock, as on LMDB
-        (lmdb_backend.flush says why: two threads' flushes then commit in queue order).
-        """
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped; an
+        interrupt before its commit requeues it (as lmdb_backend.flush). A lost COMMIT is
+        settled by reading the store back, as in :meth:`commit`. The batch is taken once
+        this thread holds the writer lock (lmdb_backend.flush says why)."""
         if os.getpid() != self._pid and self.durability == "batched":
             self.live()  # ForkError: a fork child never waits for the parent's batches (audit20)
+        while self._flush_once():  # another thread's interrupted flush requeued ours
+            pass
+
+    def _flush_once(self) -> bool:
         if not self._pending:
-            self._owners.wait_mine()  # another thread's flush may hold our writes
-            return
+            return self._owners.wait_mine()  # another thread's flush may hold our writes
         batch: list[CheckpointWrite] = []  # filled with the owners in one step (taken)
         owners: list[Owner] = []
+        applied = requeue = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
+            nonlocal applied
             if not isinstance(txn, PgTxn):
                 raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
@@ -533,6 +536,7 @@ class PgBackend:
                 self._owners.taken(self._pending, owners, batch)
             if batch:
                 self._apply_all(txn, batch)
+            applied = True
 
         failed: BaseException | None = None
         try:
@@ -545,14 +549,18 @@ class PgBackend:
                 op.committed = True
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
+            requeue = bool(batch) and interrupted(exc, applied, lambda: self._landed(batch))
             raise
         finally:  # an interrupt must not leave a taken batch unsettled (lmdb_backend)
             try:
+                if requeue:  # an interrupt before the commit: queued again (lmdb_backend)
+                    with self._pending_lock:
+                        self._owners.requeued(owners, batch, self._pending)
                 self._owners.settled(owners, failed)
             except BaseException:
                 self._owners.settled(owners, failed)
                 raise
-        self._owners.wait_mine()
+        return self._owners.wait_mine()
 
     @property
     def pending(self) -> int:

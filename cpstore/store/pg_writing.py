@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 
-from cpstore.errors import StoreError
+from cpstore.errors import ReentrantWriteError
 
 __all__ = ["not_nested", "writing", "writing_here"]
 
@@ -35,7 +35,7 @@ def writing_here(key: int) -> bool:
 
 
 def not_nested(conninfo: str, key: int, where: str) -> list[tuple[str, int]]:
-    """This thread's held writes; StoreError when one is of the store ``(conninfo, key)``.
+    """This thread's held writes; ReentrantWriteError when one is of the store ``(conninfo, key)``.
 
     The outer txn's connection holds (or takes at its next round trip) the store's
     writer lock: a write txn (or a writable open, which takes the lock to check the
@@ -45,7 +45,7 @@ def not_nested(conninfo: str, key: int, where: str) -> list[tuple[str, int]]:
     """
     held = writing()
     if (conninfo, key) in held:
-        raise StoreError(
+        raise ReentrantWriteError(
             "a write transaction nested inside a write transaction of the same store "
             "on one thread would wait for ever on the store's writer lock; refused "
             "(write after the outer one commits, or on another thread)",
