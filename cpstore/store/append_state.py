@@ -265,6 +265,19 @@ class AppendParts:
         self._trees[name] = (owner, tree)
         return tree
 
+    def _build(
+        self, name: str, tree: LogTree, header: bytes, body: memoryview, ends: Iterable[int]
+    ) -> Built:
+        """``tree.build``; a build that raises (pack_root's height refusal, an interrupt)
+        drops the tree, so the next one starts over. It may have settled chunks and nodes
+        it never stashed, and with its last root stored the next build would stash only
+        its own: a checkpoint naming objects never written (audit40)."""
+        try:
+            return tree.build(header, body, ends)
+        except BaseException:
+            self._trees.pop(name, None)
+            raise
+
     def part(self, rec: _Host, name: str, log: AppendLog, chunked: dict[str, Any]) -> bytes:
         """Stash the part ``name`` (an AppendLog) for ``rec``; return its part digest."""
         with log_view(log) as (header, body, ends):
@@ -282,7 +295,7 @@ class AppendParts:
             held = self._trees.get(name)
             same = held is not None and held[0] is log and held[1].elements <= len(ends)
             tree = self._tree(name, log, same)
-            built = tree.build(header, body, ends[tree.elements :])
+            built = self._build(name, tree, header, body, ends[tree.elements :])
             rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
         chunked[name] = built.root
         return built.whole
@@ -307,7 +320,8 @@ class AppendParts:
         count = int.from_bytes(data[1:head], "big") if head > 1 else kind & 0x0F
         view = memoryview(data)
         body = view[head:]
-        built = tree.build(data[:head], body, _walk(body, tree.start, count - tree.elements))
+        ends = _walk(body, tree.start, count - tree.elements)
+        built = self._build(name, tree, data[:head], body, ends)
         rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
         chunked[name] = built.root
         return built.whole
