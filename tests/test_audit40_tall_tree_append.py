@@ -89,12 +89,14 @@ def test_after_a_refused_build_the_next_checkpoint_is_stored_whole(
         assert store.verify().ok
 
 
+@pytest.mark.parametrize("at", ["pack_root", "stash"])
 @pytest.mark.parametrize("kind", ["log", "list"])
 def test_after_an_interrupted_build_the_next_checkpoint_is_stored_whole(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str, at: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An interrupt at the build's last step (where the height refusal raises too): the
-    next checkpoint must name only objects it wrote or that are stored."""
+    """An interrupt at the build's last step (where the height refusal raises too), or
+    between the build and its stash: the next checkpoint must name only objects it wrote
+    or that are stored."""
     log = AppendLog()
     with cpstore.open(tmp_path / "s") as store:
         rec = store.recorder("r")
@@ -104,7 +106,10 @@ def test_after_an_interrupted_build_the_next_checkpoint_is_stored_whole(
             raise KeyboardInterrupt
 
         with monkeypatch.context() as m:
-            m.setattr(append_state, "pack_root", interrupted)
+            if at == "pack_root":
+                m.setattr(append_state, "pack_root", interrupted)
+            else:
+                m.setattr(append_state.LogTree, "stash", interrupted)
             with pytest.raises(KeyboardInterrupt):
                 rec.checkpoint(1, _state(kind, 14, log))
         assert store.ref("r") == first

@@ -266,17 +266,24 @@ class AppendParts:
         return tree
 
     def _build(
-        self, name: str, tree: LogTree, header: bytes, body: memoryview, ends: Iterable[int]
+        self,
+        rec: _Host,
+        name: str,
+        tree: LogTree,
+        parts: tuple[bytes, memoryview, Iterable[int]],
     ) -> Built:
-        """``tree.build``; a build that raises (pack_root's height refusal, an interrupt)
-        drops the tree, so the next one starts over. It may have settled chunks and nodes
-        it never stashed, and with its last root stored the next build would stash only
-        its own: a checkpoint naming objects never written (audit40)."""
+        """``tree.build`` of ``parts`` (header, body, ends), stashed for ``rec``. One that
+        raises (pack_root's height refusal, an interrupt) drops the tree, so the next build
+        starts over: it may have settled chunks and nodes it never stashed, and with its
+        last root stored the next build would stash only its own, a checkpoint naming
+        objects never written (audit40)."""
         try:
-            return tree.build(header, body, ends)
+            built = tree.build(*parts)
+            rec._chunks.extend(tree.stash(built, parts[1], rec._pending, rec._confirmed))
         except BaseException:
             self._trees.pop(name, None)
             raise
+        return built
 
     def part(self, rec: _Host, name: str, log: AppendLog, chunked: dict[str, Any]) -> bytes:
         """Stash the part ``name`` (an AppendLog) for ``rec``; return its part digest."""
@@ -295,8 +302,7 @@ class AppendParts:
             held = self._trees.get(name)
             same = held is not None and held[0] is log and held[1].elements <= len(ends)
             tree = self._tree(name, log, same)
-            built = self._build(name, tree, header, body, ends[tree.elements :])
-            rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
+            built = self._build(rec, name, tree, (header, body, ends[tree.elements :]))
         chunked[name] = built.root
         return built.whole
 
@@ -321,8 +327,7 @@ class AppendParts:
         view = memoryview(data)
         body = view[head:]
         ends = _walk(body, tree.start, count - tree.elements)
-        built = self._build(name, tree, data[:head], body, ends)
-        rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
+        built = self._build(rec, name, tree, (data[:head], body, ends))
         chunked[name] = built.root
         return built.whole
 
