@@ -17,7 +17,7 @@ import cpstore
 from cpstore.cli import main
 from cpstore.errors import InvalidInputError
 from cpstore.store.chunk_tree import MAX_LEVEL
-from cpstore.store.maintenance import copy_store
+from cpstore.store.maintenance import compact_store, copy_store
 from cpstore.store.stats import store_stats
 
 
@@ -109,3 +109,44 @@ def test_one_level_more_than_the_tallest_is_refused_and_nothing_is_stored(
         cid = rec.checkpoint(0, {"big": DATA})  # the same recorder goes on as before
         with store.read(cid) as cp:
             assert cp.state() == {"big": DATA}
+
+
+def test_batched_checkpoints_of_tall_trees_read_back_after_the_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queued (batched) checkpoints carry their trees' objects into one group commit;
+    a refused one between them leaves the queue intact."""
+    grown = DATA + bytes(range(256)) * 4
+    with cpstore.open(tmp_path / "s", durability="batched", batch_size=100) as store:
+        rec = store.recorder("r")
+        with monkeypatch.context() as m:
+            force_ends(m, FORCED_64)
+            first = rec.checkpoint(0, {"big": DATA})
+        with monkeypatch.context() as m:
+            force_ends(m, FORCED_65)
+            with pytest.raises(InvalidInputError, match="taller than any read accepts"):
+                rec.checkpoint(1, {"big": grown})
+        with monkeypatch.context() as m:
+            force_ends(m, FORCED_64)
+            second = rec.checkpoint(1, {"big": grown})
+        assert store.pending == 2
+        store.flush()
+        assert store.ref("r") == second
+        for cid, value in ((first, DATA), (second, grown)):
+            assert stored_height(store, cid, "big") == MAX_LEVEL
+            with store.read(cid) as cp:
+                assert cp.state_part("big") == value
+        assert store.verify().ok
+
+
+def test_compacting_a_store_holding_the_tallest_tree_keeps_it_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with cpstore.open(tmp_path / "s") as store:
+        cid = _tallest(store, monkeypatch)
+        store.recorder("other").checkpoint(0, {"pad": DATA[:3000]})
+        store.gc(delete_run="other")
+    compact_store(tmp_path / "s")
+    with cpstore.open(tmp_path / "s") as store, store.read(cid) as cp:
+        assert cp.state_part("big") == DATA
+        assert store.verify().ok
