@@ -22,8 +22,8 @@ import cpstore
 from cpstore.errors import InvalidInputError
 from cpstore.native.append_log import AppendLog
 from cpstore.native.canonical import encode_value
-from cpstore.store import append_state
-from cpstore.store.chunk_tree import build_tree
+from cpstore.store import append_state, chunk_tree
+from cpstore.store.chunk_tree import MAX_LEVEL, build_tree
 from cpstore.store.facade import Store
 
 _RNG = random.Random(40)
@@ -66,6 +66,39 @@ def test_a_tall_chain_continued_build_after_build_is_read_back(
             with store.read(cid) as cp:
                 assert cp.state_part("log") == _ELEMENTS[:n]
             assert store.verify_checkpoint(cid) == ()
+        assert store.verify().ok
+
+
+def _pure_tall_rule(mp: pytest.MonkeyPatch) -> None:
+    """A grouping rule that is a function of (key, count) only, as the real one is (so a
+    continued tree must equal build_tree's), but ends a node of one *node* entry 7 in 8
+    times: chains of single-node levels, 24 levels over these elements."""
+    real = chunk_tree._ends_node
+    chunks = {f[:16] for f, _, _ in build_tree(encode_value(_ELEMENTS), canonical=True).chunks}
+
+    def ends(key: bytes, count: int) -> bool:
+        return real(key, count) or (count == 1 and key not in chunks and key[0] % 8 != 0)
+
+    mp.setattr(chunk_tree, "_ends_node", ends)
+    mp.setattr(append_state, "ends_node", ends)
+
+
+@pytest.mark.parametrize("kind", ["log", "list"])
+def test_a_tall_tree_continued_is_the_tree_built_whole(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Continued build after build past 12 levels, each checkpoint's root is build_tree's
+    of the whole part, byte for byte, and it reads back and verifies."""
+    log = AppendLog()
+    _pure_tall_rule(monkeypatch)
+    with cpstore.open(tmp_path / "s") as store:
+        rec = store.recorder("r")
+        heights = []
+        for step, n in enumerate((8, 12, 16, 17, 20, 24)):
+            cid = rec.checkpoint(step, _state(kind, n, log))
+            _whole(store, cid, n)
+            heights.append(stored_height(store, cid, "log"))
+        assert heights[0] < 13 <= heights[-1] <= MAX_LEVEL, heights
         assert store.verify().ok
 
 
