@@ -12,6 +12,7 @@ from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 from tall_tree import DATA, FORCED_64, FORCED_65, force_ends, stored_height
 
 import cpstore
+from cpstore.cli import EXIT_OK, main
 from cpstore.errors import InvalidInputError
 from cpstore.store.chunk_tree import MAX_LEVEL
 from cpstore.store.stats import store_stats
@@ -43,6 +44,7 @@ def test_a_postgresql_store_reads_verifies_and_keeps_the_tallest_trees(
             assert cp.state_part("big") == GROWN
         assert store.verify_checkpoint(cids[1]) == ()
         assert store.verify().ok
+    assert main(["verify", "--store", pg_url]) == EXIT_OK  # the walk in a child process
 
 
 def test_a_postgresql_store_refuses_a_tree_one_level_too_tall(
