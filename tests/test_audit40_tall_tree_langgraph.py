@@ -16,6 +16,7 @@ import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 from tall_tree import DATA, force_ends, stored_height
 
+from cpstore.errors import InvalidInputError
 from cpstore.langgraph import CpstoreSaver
 from cpstore.store.chunk_tree import MAX_LEVEL
 from cpstore.store.facade import Store
@@ -81,5 +82,33 @@ def test_a_tall_channel_value_is_read_back_by_the_saver(
         assert kept.checkpoint["channel_values"]["big"] == BIG + "more" * 300
         report = store.verify()
         assert report.ok, report.problems
+    finally:
+        store.close()
+
+
+def test_a_put_refused_as_too_tall_leaves_the_saver_able_to_go_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saver keeps a recorder and the last values per branch: a refused put must
+    change neither, and the next put (of the same values) is stored and read back."""
+    store = open_store(tmp_path / "s")
+    try:
+        saver = CpstoreSaver(store)
+        meta = {"source": "loop", "step": 0, "parents": {}}
+        first = saver.put(_config("t"), _checkpoint(0, {"n": 0}), meta, {"n": f"{1:032}.0"})
+        values = {"big": BIG, "n": 1}
+        versions = {k: f"{2:032}.0" for k in values}
+        meta = {"source": "loop", "step": 1, "parents": {}}
+        with monkeypatch.context() as m:
+            force_ends(m, 10_000)
+            with pytest.raises(InvalidInputError, match="taller than any read accepts"):
+                saver.put(first, _checkpoint(1, values), meta, versions)
+        got = saver.get_tuple(_config("t"))
+        assert got is not None and got.checkpoint["channel_values"] == {"n": 0}
+        saver.put(first, _checkpoint(1, values), meta, versions)
+        got = saver.get_tuple(_config("t"))
+        assert got is not None and got.checkpoint["channel_values"] == values
+        assert [t.checkpoint["channel_values"]["n"] for t in saver.list(_config("t"))] == [1, 0]
+        assert store.verify().ok
     finally:
         store.close()
