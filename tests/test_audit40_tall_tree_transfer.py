@@ -14,6 +14,7 @@ from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 from tall_tree import DATA, FORCED_64, force_ends, stored_height
 
 import cpstore
+from cpstore.cli import EXIT_OK, main
 from cpstore.store.chunk_tree import MAX_LEVEL
 from cpstore.store.facade import Store
 from cpstore.store.transfer import transfer
@@ -64,4 +65,15 @@ def test_tall_trees_are_pushed_and_pulled_back_whole(
         assert (again.objects, again.checkpoints) == (0, 0)
         pulled = transfer(mid.backend, back.backend, batch_objects=5)
         assert (pulled.checkpoints, pulled.objects) == (2, pushed.objects)
+        _intact(back, cids)
+
+
+def test_the_push_and_pull_commands_carry_tall_trees(tmp_path: Path, pg_url: str) -> None:
+    """``cpstore push`` to PostgreSQL and ``cpstore pull`` back into a new embedded store."""
+    with cpstore.open(tmp_path / "src") as src:
+        cids = _record(src)
+    assert main(["push", pg_url, "--store", str(tmp_path / "src")]) == EXIT_OK
+    assert main(["pull", pg_url, "--run", "r", "--store", str(tmp_path / "back")]) == EXIT_OK
+    with cpstore.open(tmp_path / "back") as back:
+        assert back.ref("r") == cids[-1]
         _intact(back, cids)
