@@ -265,6 +265,26 @@ class AppendParts:
         self._trees[name] = (owner, tree)
         return tree
 
+    def _build(
+        self,
+        rec: _Host,
+        name: str,
+        tree: LogTree,
+        parts: tuple[bytes, memoryview, Iterable[int]],
+    ) -> Built:
+        """``tree.build`` of ``parts`` (header, body, ends), stashed for ``rec``. One that
+        raises (pack_root's height refusal, an interrupt) drops the tree, so the next build
+        starts over: it may have settled chunks and nodes it never stashed, and with its
+        last root stored the next build would stash only its own, a checkpoint naming
+        objects never written (audit40)."""
+        try:
+            built = tree.build(*parts)
+            rec._chunks.extend(tree.stash(built, parts[1], rec._pending, rec._confirmed))
+        except BaseException:
+            self._trees.pop(name, None)
+            raise
+        return built
+
     def part(self, rec: _Host, name: str, log: AppendLog, chunked: dict[str, Any]) -> bytes:
         """Stash the part ``name`` (an AppendLog) for ``rec``; return its part digest."""
         with log_view(log) as (header, body, ends):
@@ -282,8 +302,7 @@ class AppendParts:
             held = self._trees.get(name)
             same = held is not None and held[0] is log and held[1].elements <= len(ends)
             tree = self._tree(name, log, same)
-            built = tree.build(header, body, ends[tree.elements :])
-            rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
+            built = self._build(rec, name, tree, (header, body, ends[tree.elements :]))
         chunked[name] = built.root
         return built.whole
 
@@ -307,8 +326,8 @@ class AppendParts:
         count = int.from_bytes(data[1:head], "big") if head > 1 else kind & 0x0F
         view = memoryview(data)
         body = view[head:]
-        built = tree.build(data[:head], body, _walk(body, tree.start, count - tree.elements))
-        rec._chunks.extend(tree.stash(built, body, rec._pending, rec._confirmed))
+        ends = _walk(body, tree.start, count - tree.elements)
+        built = self._build(rec, name, tree, (data[:head], body, ends))
         chunked[name] = built.root
         return built.whole
 
