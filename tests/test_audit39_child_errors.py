@@ -58,3 +58,18 @@ def test_an_oserror_that_cannot_be_rebuilt_is_still_an_oserror_of_its_errno() ->
         )
     assert caught.value.errno == errno.EIO
     assert "cannot read /x: gone" in str(caught.value)
+
+
+@pytest.mark.parametrize("code", [0, 4, None, "told why"])
+def test_sys_exit_in_the_childs_work_exits_the_parent_so(code: int | str | None) -> None:
+    """It was a bug's exit 1 ("the verify process failed" with SystemExit's traceback)."""
+    with pytest.raises(SystemExit) as caught:
+        in_child(_raise(SystemExit(code)), store="s", doing="walking it", name="verify")
+    assert caught.value.code == code
+
+
+def test_a_keyboard_interrupt_in_the_child_alone_interrupts_the_parent() -> None:
+    """A SIGINT to the child alone: the command was interrupted (exit 130 at the entry),
+    not a bug's exit 1."""
+    with pytest.raises(KeyboardInterrupt):
+        in_child(_raise(KeyboardInterrupt()), store="s", doing="walking it", name="verify")

@@ -10,7 +10,8 @@ one that would not survive the pipe is sent as the parent can rebuild it
 (_portable); a child killed by such a signal means damaged pages, an :class:`IntegrityError`
 (exit 5) naming the phase it died in; a child that ended any other way without a
 result is a :class:`StoreError`, one that failed with any other exception (a bug) a
-:class:`RuntimeError` carrying its traceback (exit 1, as in process). A command run
+:class:`RuntimeError` carrying its traceback (exit 1, as in process); a ``sys.exit()`` or
+a KeyboardInterrupt in the child's work is raised again in the parent, as in process. A command run
 where ``fork()`` is missing, or whose store this process already has open, does its
 work here, unprotected.
 """
@@ -41,7 +42,7 @@ Send = Callable[[str, Any], None]
 _DAMAGE_SIGNALS = frozenset(
     getattr(signal, name) for name in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
 )
-_RESULT, _ERROR = "\x00result", "\x00error"
+_RESULT, _ERROR, _EXIT, _INTERRUPT = "\x00result", "\x00error", "\x00exit", "\x00interrupt"
 
 
 def can_fork_for(path: str | None) -> bool:
@@ -93,6 +94,11 @@ def _child(work: Callable[[Send], Any], out_fd: int, err_fd: int) -> None:
                 result = work(send)
             except (CpstoreError, OSError) as exc:  # the command's own errors, told as here
                 send(_ERROR, _portable(exc))
+            except SystemExit as exc:  # sys.exit() in the work: the parent exits so too
+                status = exc.code
+                send(_EXIT, status if status is None or isinstance(status, int) else str(status))
+            except KeyboardInterrupt:  # SIGINT to the child alone: the command was interrupted
+                send(_INTERRUPT, None)
             else:
                 send(_RESULT, result)
     except BaseException:
@@ -149,7 +155,7 @@ def _parent(
                     kind, value = pickle.load(inp)
                 except Exception:  # the end, or a frame cut short by the child's death
                     break
-                if kind in (_RESULT, _ERROR):
+                if kind in (_RESULT, _ERROR, _EXIT, _INTERRUPT):
                     result = (kind, value)
                     continue
                 if kind == "phase":
@@ -167,6 +173,10 @@ def _parent(
         kind, value = result
         if kind == _ERROR:
             raise value
+        if kind == _EXIT:
+            raise SystemExit(value)
+        if kind == _INTERRUPT:
+            raise KeyboardInterrupt
         return value
     err.seek(0)
     lines = err.read().decode("utf-8", "replace").strip().splitlines()
