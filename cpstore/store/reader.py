@@ -278,15 +278,18 @@ class CheckpointView:
         if self._checked_parts is not None:
             self._checked.update(self._checked_parts.values())
             self._checked_parts = None
-        return tuple(
-            check_checkpoint_objects(
-                self._txn,
-                self._store.dbs,
-                self._cid,
-                checked=self._checked,
-                derive_tokens=derive_tokens,
+        try:
+            return tuple(
+                check_checkpoint_objects(
+                    self._txn,
+                    self._store.dbs,
+                    self._cid,
+                    checked=self._checked,
+                    derive_tokens=derive_tokens,
+                )
             )
-        )
+        except self._store.engine_error as exc:  # closed under this view (_object, audit41)
+            raise self._store.translate(exc) from None
 
     def _decoded(self, name: str, *, fresh: bool = False) -> list[Any]:
         """The log ``name`` decoded; ``fresh`` for a caller that hands out its nested
@@ -454,14 +457,17 @@ class CheckpointView:
         if name in chunked:
             if self._txn is None:
                 raise self.closed_error()
-            return load_chunked(
-                self._txn,
-                self._objects,
-                chunked[name],
-                whole,
-                verify=self._verify,
-                where=f"state[{name!r}] of {self.id}",
-            )
+            try:
+                return load_chunked(
+                    self._txn,
+                    self._objects,
+                    chunked[name],
+                    whole,
+                    verify=self._verify,
+                    where=f"state[{name!r}] of {self.id}",
+                )
+            except self._store.engine_error as exc:  # closed under this view (_object, audit41)
+                raise self._store.translate(exc) from None
         return bytes(self._object(whole, f"state[{name!r}]"))
 
     def state(self) -> bytes | dict[str, Any]:
