@@ -5,8 +5,9 @@ audit39 (5955b7b) translated what a view reads through ``_object`` and the whole
 fast path; a chunked value (``load_chunked``: a part or a bytes state past the chunking
 size) and ``verify_objects`` (``check_checkpoint_objects``) read the closed environment
 too and still raised ``lmdb.Error("Attempt to operate on closed/deleted/dropped
-object")``: no cpstore error (the CLI's exit 1, "a bug"), not the ``StoreClosedError``
-(exit 7) of every other use after close.
+object")`` at the call: a caller handling StoreError inside its block (or holding a view
+entered without ``with``) met a non-cpstore error. Leaving a ``with`` block, the view's
+``__exit__`` translated it already, so a block that let it through got StoreClosedError.
 """
 
 from __future__ import annotations
