@@ -13,11 +13,13 @@ hash-checked on first use unless the reader was opened with ``verify=False``.
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 from typing import Any
 
 from cpstore.errors import (
     CanonicalEncodingError,
+    ForkError,
     IntegrityError,
     InvalidInputError,
     NotFoundError,
@@ -40,6 +42,17 @@ __all__ = ["CheckpointView"]
 
 _TOKEN_HEAD = struct.Struct("<QIB")
 _OFFSET = struct.Struct("<Q")
+#: fork()s this process descends through, counted in each child: a view entered before a
+#: fork reads through its parent's txn, whose reader slot the parent ends, and then walks
+#: pages a writer may reuse (a sound store read as corrupt, audit41). ForkError instead.
+_FORKS = [0]
+
+
+def _count_fork() -> None:
+    _FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
 
 
 class _NotOpen(dict[str, Any]):
@@ -79,6 +92,7 @@ class CheckpointView:
         "_checked_parts",
         "_cid",
         "_entered",
+        "_fork",
         "_head",
         "_header",
         "_hints",
@@ -105,6 +119,7 @@ class CheckpointView:
     ) -> None:
         self._store = store
         self._txn: Txn[memoryview] | None = None
+        self._fork = _FORKS[0]  # of the process that entered it (_live)
         # A txn the caller owns (a history walk reads many checkpoints in one):
         # entering uses it, leaving closes the reader but leaves the txn open.
         self._owner = txn
@@ -172,7 +187,7 @@ class CheckpointView:
             if borrowed is None:
                 store.end_read(txn)
             raise
-        self._txn = txn
+        self._txn, self._fork = txn, _FORKS[0]
         self._lease.append(True)
         return self
 
@@ -246,17 +261,28 @@ class CheckpointView:
                 view.release()
         self._views.clear()
 
-    def _object(self, key: bytes, where: str) -> memoryview:
+    def _not_live(self) -> InvalidInputError | ForkError:
+        """Why this view cannot read (its txn is None, or it was entered before a fork():
+        the txn and its reader slot are the parent's, _FORKS). Inline checks call it."""
         if self._txn is None:
-            raise self.closed_error()
+            return self.closed_error()
+        return ForkError(
+            "checkpoint view used after fork(); open the store and read it in the child",
+            where=self._cid.hex() or None,
+            expected="the process that entered the view",
+            got="a fork() child of it",
+        )
+
+    def _object(self, key: bytes, where: str) -> memoryview:
+        txn = self._txn
+        if txn is None or self._fork != _FORKS[0]:
+            raise self._not_live()
         if self._checked_parts is not None:
             self._checked.update(self._checked_parts.values())
             self._checked_parts = None
         check = self._verify and key not in self._checked
         try:
-            view = get_object(
-                self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
-            )
+            view = get_object(txn, self._objects, key, verify=check, where=f"{where} of {self.id}")
         except self._store.engine_error as exc:  # the store closed under this view: it says so
             raise self._store.translate(exc) from None
         if check:
@@ -273,15 +299,16 @@ class CheckpointView:
         skips re-deriving each token's value digest (one digest per token;
         the values and offsets objects are still re-hashed whole).
         """
-        if self._txn is None:
-            raise self.closed_error()
+        txn = self._txn
+        if txn is None or self._fork != _FORKS[0]:
+            raise self._not_live()
         if self._checked_parts is not None:
             self._checked.update(self._checked_parts.values())
             self._checked_parts = None
         try:
             return tuple(
                 check_checkpoint_objects(
-                    self._txn,
+                    txn,
                     self._store.dbs,
                     self._cid,
                     checked=self._checked,
@@ -455,11 +482,12 @@ class CheckpointView:
     def _blob(self, name: str, whole: bytes) -> bytes:
         chunked = self._raw["state"].get("chunked") or {}
         if name in chunked:
-            if self._txn is None:
-                raise self.closed_error()
+            txn = self._txn
+            if txn is None or self._fork != _FORKS[0]:
+                raise self._not_live()
             try:
                 return load_chunked(
-                    self._txn,
+                    txn,
                     self._objects,
                     chunked[name],
                     whole,
@@ -477,6 +505,8 @@ class CheckpointView:
             return self._blob("bytes", st["digest"])
         parts: dict[str, bytes] = st["parts"]
         txn = self._txn
+        if txn is not None and self._fork != _FORKS[0]:
+            raise self._not_live()
         if self._verify and parts and txn is not None and not st.get("chunked"):
             # The fast path of a whole-state read (fast_read.py): None leaves it
             # for the part-by-part path below, which raises naming a part that is
