@@ -13,7 +13,6 @@ hash-checked on first use unless the reader was opened with ``verify=False``.
 from __future__ import annotations
 
 import contextlib
-import os
 import struct
 from typing import Any
 
@@ -30,7 +29,8 @@ from cpstore.native.records import (
     kind_name,
     provenance_name,
 )
-from cpstore.store.backend import Backend, Txn
+from cpstore.store.backend import FORKS as _FORKS
+from cpstore.store.backend import Backend, Txn, forked_view
 from cpstore.store.fast_read import contents, read_parts
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
 from cpstore.store.model import Problem, created_at_of
@@ -42,17 +42,6 @@ __all__ = ["CheckpointView"]
 
 _TOKEN_HEAD = struct.Struct("<QIB")
 _OFFSET = struct.Struct("<Q")
-#: fork()s this process descends through, counted in each child: a view entered before a
-#: fork reads through its parent's txn, whose reader slot the parent ends, and then walks
-#: pages a writer may reuse (a sound store read as corrupt, audit41). ForkError instead.
-_FORKS = [0]
-
-
-def _count_fork() -> None:
-    _FORKS[0] += 1
-
-
-os.register_at_fork(after_in_child=_count_fork)
 
 
 class _NotOpen(dict[str, Any]):
@@ -119,7 +108,7 @@ class CheckpointView:
     ) -> None:
         self._store = store
         self._txn: Txn[memoryview] | None = None
-        self._fork = _FORKS[0]  # of the process that entered it (_live)
+        self._fork = _FORKS[0]  # of the process that entered it (_not_live)
         # A txn the caller owns (a history walk reads many checkpoints in one):
         # entering uses it, leaving closes the reader but leaves the txn open.
         self._owner = txn
@@ -266,12 +255,7 @@ class CheckpointView:
         the txn and its reader slot are the parent's, _FORKS). Inline checks call it."""
         if self._txn is None:
             return self.closed_error()
-        return ForkError(
-            "checkpoint view used after fork(); open the store and read it in the child",
-            where=self._cid.hex() or None,
-            expected="the process that entered the view",
-            got="a fork() child of it",
-        )
+        return forked_view("checkpoint view", self._cid.hex() or None)
 
     def _object(self, key: bytes, where: str) -> memoryview:
         txn = self._txn
