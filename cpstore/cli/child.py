@@ -121,17 +121,25 @@ def _portable(exc: CpstoreError | OSError) -> BaseException:
     """``exc`` as the parent can rebuild it (audit39): itself; else the same class with
     ``expected``/``got`` as text (a memoryview failed the child's send: exit 1, "a bug"),
     or the plain OSError of its errno (a subclass whose constructor takes other arguments
-    failed the parent's load: "ended without a result", exit 7)."""
+    failed the parent's load: "ended without a result", exit 7). A memoryview goes as its
+    bytes: its message shows them as in process, not ``<memory at 0x...>`` (audit41)."""
     if _survives(exc):
         return exc
     if isinstance(exc, CpstoreError):
-        text = [None if v is None else str(v) for v in (exc.expected, exc.got)]
+        text = [_text(v) for v in (exc.expected, exc.got)]
         other = type(exc)(exc.what, where=exc.where, expected=text[0], got=text[1])
         if _survives(other):
             return other
     elif exc.errno is not None:
         return OSError(exc.errno, exc.strerror, exc.filename)
     return OSError(str(exc))
+
+
+def _text(value: Any) -> Any:
+    """``value`` for :func:`_portable`'s twin: None, bytes of a memoryview, else its text."""
+    if value is None:
+        return None
+    return bytes(value) if isinstance(value, memoryview) else str(value)
 
 
 def _parent(

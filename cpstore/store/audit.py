@@ -1,25 +1,22 @@
 """The hash-chained, append-only audit log (docs/store.md, "Audit log").
 
-Record ``i`` is the canonical encoding of ``{"index", "prev", "kind", "body",
-"time"}`` stored under the 8-byte big-endian key ``i``; its digest is its
-identity and ``prev`` is the digest of record ``i - 1``. The meta key
-``audit_head`` holds ``[count, last digest]`` so that losing the newest
-records is found too. Nothing in cpstore deletes an audit record.
+Record ``i`` is the canonical encoding of ``{"index", "prev", "kind", "body", "time"}``
+stored under the 8-byte big-endian key ``i``; its digest is its identity and ``prev`` is the
+digest of record ``i - 1``. The meta key ``audit_head`` holds ``[count, last digest]`` so
+that losing the newest records is found too. Nothing in cpstore deletes an audit record.
 
-:func:`append_audit_checked` evaluates the caller's check *inside* the write
-txn that appends, over an :class:`AuditView` of that txn: no other writer, in
-any process, can append between the check and the record (LMDB has one
-writer at a time). The gates use it so that "not used before" and "not
-superseded" hold when their record lands.
+:func:`append_audit_checked` evaluates the caller's check *inside* the write txn that
+appends, over an :class:`AuditView` of that txn: no other writer, in any process, can append
+between the check and the record (LMDB has one writer at a time). The gates use it so that
+"not used before" and "not superseded" hold when their record lands.
 
-The decision index (meta keys ``decision/<checkpoint id>``, covered count
-under ``decisions_indexed``) maps a checkpoint to the audit index of the
-latest ``decision`` record about it (its ``recorded.checkpoint_id``). It is
-maintained in the append's txn, caught up from the log when it lags (a store
-written before it existed), and checked by :func:`check_audit_chain`. The
-audited-checkpoint index (``cpstore.store.audit_named``: which checkpoints the log
-names, for retention sweeps) is kept, caught up and checked the same way;
-:func:`audited_among` answers from it. So is the gate index
+The decision index (meta keys ``decision/<checkpoint id>``, covered count under
+``decisions_indexed``) maps a checkpoint to the audit index of the latest ``decision``
+record about it (its ``recorded.checkpoint_id``). It is maintained in the append's txn,
+caught up from the log when it lags (a store written before it existed), and checked by
+:func:`check_audit_chain`. The audited-checkpoint index (``cpstore.store.audit_named``:
+which checkpoints the log names, for retention sweeps) is kept, caught up and checked the
+same way; :func:`audited_among` answers from it. So is the gate index
 (``cpstore.store.audit_gates``, ``audit_permits``: decisions by id and prefix, sign-offs,
 gates, permit uses, branch quarantines), which the :class:`AuditView` methods answer from.
 """
@@ -63,7 +60,7 @@ from cpstore.store.audit_named import (
     set_named_count,
 )
 from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine
-from cpstore.store.backend import Backend, Txn
+from cpstore.store.backend import FORKS, Backend, Txn, forked_view
 from cpstore.store.keyed_audit import check_can_append, check_mac, mac_append
 from cpstore.store.model import AuditRecord, Problem, check_metadata, parse_id
 
@@ -253,17 +250,20 @@ def audited_among(store: Backend, txn: Txn[memoryview], cids: Iterable[bytes]) -
 
 
 class AuditView:
-    """The audit log as one txn sees it (read, or the appending write txn).
-
-    It offers the read methods of :class:`~cpstore.store.facade.Store` under the same
-    names, so the gates' checks run unchanged over a store or inside an append.
-    Use it only while its txn is open.
-    """
+    """The audit log as one txn sees it (read, or the appending write txn). It offers the
+    read methods of :class:`~cpstore.store.facade.Store` under the same names, so the gates'
+    checks run unchanged over a store or inside an append. Use it only while its txn is
+    open, in the process that began it (ForkError in a fork() child)."""
 
     def __init__(self, store: Backend, txn: Txn[memoryview]) -> None:
-        self._store = store
-        self._txn = txn
+        self._store, self._held, self._fork = store, txn, FORKS[0]
         self._dbs = store.dbs
+
+    @property
+    def _txn(self) -> Txn[memoryview]:  # the parent's in a fork() child (FORKS, audit41)
+        if self._fork != FORKS[0]:
+            raise forked_view("audit view", None)
+        return self._held
 
     def audit_records(
         self, *, kind: str | None = None, start: int = 0, limit: int | None = None

@@ -11,20 +11,44 @@ implementation. Table and key layouts are the store's, not the engine's
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from cpstore.errors import CpstoreError
+from cpstore.errors import CpstoreError, ForkError
 from cpstore.native.records import Digest
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import CheckpointWrite
 
-__all__ = ["Backend", "StoreSpace", "Txn"]
+__all__ = ["FORKS", "Backend", "StoreSpace", "Txn", "forked_view"]
 
 T = TypeVar("T")
 _V_co = TypeVar("_V_co", covariant=True)
+
+#: fork()s this process descends through, counted in each child: a view entered before a
+#: fork reads through its parent's txn, whose reader slot the parent ends, and then walks
+#: pages a writer may reuse (a sound store read as corrupt, audit41). ForkError instead.
+FORKS = [0]
+
+
+def _count_fork() -> None:
+    FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
+def forked_view(what: str, where: str | None) -> ForkError:
+    """The error of a ``what`` (a view holding a read txn) read in a fork() child of the
+    process that entered it (its txn's :data:`FORKS` count differs)."""
+    return ForkError(
+        f"{what} used after fork(); open the store and read it in the child",
+        where=where,
+        expected=f"the process that entered the {what}",
+        got="a fork() child of it",
+    )
 
 
 class Txn(Protocol[_V_co]):

@@ -44,10 +44,7 @@ from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_registry import acquire_env, release_env
 from cpstore.store.lmdb_settle import batch_landed, commit_failed
 from cpstore.store.manifest import Manifest, manifest_from_raw
-from cpstore.store.model import (
-    CheckpointWrite,
-    created_at_of,
-)
+from cpstore.store.model import CheckpointWrite, created_at_of
 from cpstore.store.objects import get_object, put_object
 
 __all__ = ["DURABILITY_MODES", "Durability", "LmdbBackend"]
@@ -101,9 +98,8 @@ class LmdbBackend:
         self._reentry = Reentry(path)  # a signal handler's write inside commit() or flush()
         # Whose writes a batch holds (batch_owners.py).
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(path)
-        # sync mode: concurrent threads' checkpoints share one txn and fsync.
-        # Not GroupCommit[CheckpointWrite](...): subscripting a generic class at
-        # run time costs ~50 us on its first use, in every fresh process's open.
+        # sync mode: concurrent threads' checkpoints share one txn and fsync. Not
+        # GroupCommit[CheckpointWrite](...): ~50 us on first use, in every fresh open.
         self.group: GroupCommit[CheckpointWrite] = GroupCommit(self._commit_many)
         key = None if audit_key is None else check_key(audit_key)
         self.env = acquire_env(
@@ -198,8 +194,14 @@ class LmdbBackend:
 
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and release the environment: once when
-        two threads close at once (the later waits), or another handle of the path found
-        the shared environment closed under it (audit39)."""
+        two threads close at once (the later waits, else another handle found the shared
+        environment closed, audit39). A fork() child's close never waits for its parent's
+        (no thread of the child ends it: it hung, audit41) and closes nothing (release_env)."""
+        if os.getpid() != self.env.pid:
+            if not self._closed:  # else the parent's closer released it before the fork
+                self._closed = True
+                release_env(self.env)
+            return
         self._reentry.refuse()  # a signal handler's close: never under a write under way
         done = threading.Event()
         with self._close_claim:
@@ -211,7 +213,7 @@ class LmdbBackend:
                 closer[1].wait()
             return
         try:
-            if self.durability == "batched" and os.getpid() == self.env.pid:
+            if self.durability == "batched":
                 self.flush()  # also raises when another thread's commit dropped ours
         finally:
             self._closed = True

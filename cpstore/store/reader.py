@@ -18,6 +18,7 @@ from typing import Any
 
 from cpstore.errors import (
     CanonicalEncodingError,
+    ForkError,
     IntegrityError,
     InvalidInputError,
     NotFoundError,
@@ -28,7 +29,8 @@ from cpstore.native.records import (
     kind_name,
     provenance_name,
 )
-from cpstore.store.backend import Backend, Txn
+from cpstore.store.backend import FORKS as _FORKS
+from cpstore.store.backend import Backend, Txn, forked_view
 from cpstore.store.fast_read import contents, read_parts
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
 from cpstore.store.model import Problem, created_at_of
@@ -79,6 +81,7 @@ class CheckpointView:
         "_checked_parts",
         "_cid",
         "_entered",
+        "_fork",
         "_head",
         "_header",
         "_hints",
@@ -105,6 +108,7 @@ class CheckpointView:
     ) -> None:
         self._store = store
         self._txn: Txn[memoryview] | None = None
+        self._fork = _FORKS[0]  # of the process that entered it (_not_live)
         # A txn the caller owns (a history walk reads many checkpoints in one):
         # entering uses it, leaving closes the reader but leaves the txn open.
         self._owner = txn
@@ -172,7 +176,7 @@ class CheckpointView:
             if borrowed is None:
                 store.end_read(txn)
             raise
-        self._txn = txn
+        self._txn, self._fork = txn, _FORKS[0]
         self._lease.append(True)
         return self
 
@@ -246,17 +250,23 @@ class CheckpointView:
                 view.release()
         self._views.clear()
 
-    def _object(self, key: bytes, where: str) -> memoryview:
+    def _not_live(self) -> InvalidInputError | ForkError:
+        """Why this view cannot read (its txn is None, or it was entered before a fork():
+        the txn and its reader slot are the parent's, _FORKS). Inline checks call it."""
         if self._txn is None:
-            raise self.closed_error()
+            return self.closed_error()
+        return forked_view("checkpoint view", self._cid.hex() or None)
+
+    def _object(self, key: bytes, where: str) -> memoryview:
+        txn = self._txn
+        if txn is None or self._fork != _FORKS[0]:
+            raise self._not_live()
         if self._checked_parts is not None:
             self._checked.update(self._checked_parts.values())
             self._checked_parts = None
         check = self._verify and key not in self._checked
         try:
-            view = get_object(
-                self._txn, self._objects, key, verify=check, where=f"{where} of {self.id}"
-            )
+            view = get_object(txn, self._objects, key, verify=check, where=f"{where} of {self.id}")
         except self._store.engine_error as exc:  # the store closed under this view: it says so
             raise self._store.translate(exc) from None
         if check:
@@ -273,20 +283,24 @@ class CheckpointView:
         skips re-deriving each token's value digest (one digest per token;
         the values and offsets objects are still re-hashed whole).
         """
-        if self._txn is None:
-            raise self.closed_error()
+        txn = self._txn
+        if txn is None or self._fork != _FORKS[0]:
+            raise self._not_live()
         if self._checked_parts is not None:
             self._checked.update(self._checked_parts.values())
             self._checked_parts = None
-        return tuple(
-            check_checkpoint_objects(
-                self._txn,
-                self._store.dbs,
-                self._cid,
-                checked=self._checked,
-                derive_tokens=derive_tokens,
+        try:
+            return tuple(
+                check_checkpoint_objects(
+                    txn,
+                    self._store.dbs,
+                    self._cid,
+                    checked=self._checked,
+                    derive_tokens=derive_tokens,
+                )
             )
-        )
+        except self._store.engine_error as exc:  # closed under this view (_object, audit41)
+            raise self._store.translate(exc) from None
 
     def _decoded(self, name: str, *, fresh: bool = False) -> list[Any]:
         """The log ``name`` decoded; ``fresh`` for a caller that hands out its nested
@@ -452,16 +466,20 @@ class CheckpointView:
     def _blob(self, name: str, whole: bytes) -> bytes:
         chunked = self._raw["state"].get("chunked") or {}
         if name in chunked:
-            if self._txn is None:
-                raise self.closed_error()
-            return load_chunked(
-                self._txn,
-                self._objects,
-                chunked[name],
-                whole,
-                verify=self._verify,
-                where=f"state[{name!r}] of {self.id}",
-            )
+            txn = self._txn
+            if txn is None or self._fork != _FORKS[0]:
+                raise self._not_live()
+            try:
+                return load_chunked(
+                    txn,
+                    self._objects,
+                    chunked[name],
+                    whole,
+                    verify=self._verify,
+                    where=f"state[{name!r}] of {self.id}",
+                )
+            except self._store.engine_error as exc:  # closed under this view (_object, audit41)
+                raise self._store.translate(exc) from None
         return bytes(self._object(whole, f"state[{name!r}]"))
 
     def state(self) -> bytes | dict[str, Any]:
@@ -471,6 +489,8 @@ class CheckpointView:
             return self._blob("bytes", st["digest"])
         parts: dict[str, bytes] = st["parts"]
         txn = self._txn
+        if txn is not None and self._fork != _FORKS[0]:
+            raise self._not_live()
         if self._verify and parts and txn is not None and not st.get("chunked"):
             # The fast path of a whole-state read (fast_read.py): None leaves it
             # for the part-by-part path below, which raises naming a part that is
