@@ -94,7 +94,9 @@ class ReplaySession:
         """The replay as a :class:`Run`, ready for :func:`validate`.
 
         ``state_digest`` is the replayed post-state's digest, as
-        :func:`cpstore.state_digest` computes it from the state.
+        :func:`cpstore.state_digest` computes it from the state. The run is tagged
+        ``replay:<checkpoint id>``: validated as the *recording* of a later replay it
+        is a REPLAY_OF_REPLAY (seed 004's recursion guard); as P its tags are not compared.
         """
         if not isinstance(state_digest, str):
             raise InvalidInputError(
@@ -114,5 +116,8 @@ class ReplaySession:
             transcript_digest=transcript_digest,
             effects=self.guard.attempted,
             harness_accesses=tuple(self._harness),
+            # A replay is marked as one, so it can never pass as a recording (audit43:
+            # untagged, a replay used as R was at most a releasable QUARANTINE).
+            provenance_tags=(f"replay:{self._cp.id}",),
             mode=self.cursor.mode,
         )
