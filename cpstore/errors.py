@@ -94,7 +94,12 @@ class CpstoreError(Exception):
     def __reduce__(self) -> tuple[Any, ...]:
         # Keyword-only constructor: rebuild through a helper so errors survive
         # pickling across processes (multiprocessing workers, crash tests).
-        return (_rebuild, (type(self), self.what, self.where, self.expected, self.got))
+        # Fields a subclass adds (ValidationFailedError.decision) go as the state.
+        extra = {k: v for k, v in self.__dict__.items() if k not in _FIELDS}
+        return (_rebuild, (type(self), self.what, self.where, self.expected, self.got), extra)
+
+
+_FIELDS = frozenset(("what", "where", "expected", "got"))
 
 
 def _rebuild(
@@ -202,16 +207,6 @@ class CommitLostError(StoreConnectionError):
     ) -> None:
         self.stored = stored
         super().__init__(what, where=where, expected=expected, got=got)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # ``stored`` survives pickling too (a forked command's child relays its error).
-        return (_rebuild_lost, (self.what, self.where, self.expected, self.got, self.stored))
-
-
-def _rebuild_lost(
-    what: str, where: str | None, expected: Any, got: Any, stored: bool | None
-) -> CommitLostError:
-    return CommitLostError(what, where=where, expected=expected, got=got, stored=stored)
 
 
 class StoreTimeoutError(StoreError, TimeoutError):
