@@ -328,7 +328,10 @@ class Store:
     def flush(self) -> None:
         """Commit every queued checkpoint in one durable txn (batched mode).
 
-        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped.
+        On failure (e.g. a ref conflict) the whole batch is rolled back and dropped;
+        interrupted before its commit (KeyboardInterrupt, a signal handler's exception or
+        ``sys.exit()``), it goes back on the queue. ReentrantWriteError from a signal
+        handler running inside a write of this store on the same thread.
         With ``durability="none"``, fsync every checkpoint committed so far (one
         fsync of the data file): the point from which an OS crash loses nothing.
         After :meth:`close` (which flushed, and left nothing queued) it returns, on
