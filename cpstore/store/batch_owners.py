@@ -15,9 +15,9 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from threading import get_ident
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from cpstore.errors import (
     CommitLostError,
@@ -28,7 +28,7 @@ from cpstore.errors import (
     StoreError,
 )
 
-__all__ = ["BatchOwners", "Owner", "Reentry", "interrupted", "reentrant_write"]
+__all__ = ["BatchOwners", "Owner", "Reentry", "foreign", "interrupted", "reentrant_write"]
 
 W = TypeVar("W")
 
@@ -94,19 +94,42 @@ def reentrant_write(where: str) -> ReentrantWriteError:
     )
 
 
-def interrupted(exc: BaseException, applied: bool, landed: Callable[[], bool | None]) -> bool:
-    """Whether a flush that raised ``exc`` with its batch taken puts it back on the queue:
-    ``exc`` is not the batch's own failure (not a CpstoreError: an interrupt, an exception
-    a signal handler raised inside it; or ReentrantWriteError) and its txn wrote nothing
-    (interrupted while applying it; applied, the store read back, ``landed``, says not)."""
-    if isinstance(exc, CpstoreError) and not isinstance(exc, ReentrantWriteError):
-        return False
+class _Committable(Protocol):
+    committed: bool
+
+
+def foreign(exc: BaseException) -> bool:
+    """Whether ``exc``, raised in a flush, is not the batch's own failure: an interrupt, an
+    exception a signal handler raised inside it, or ReentrantWriteError (a handler's refused
+    write). Never settled by reading as a failed commit is: a handler's exception landing
+    after the commit was swallowed so, and its program went on (audit42)."""
+    return not isinstance(exc, CpstoreError) or isinstance(exc, ReentrantWriteError)
+
+
+def interrupted(
+    exc: BaseException,
+    applied: bool,
+    landed: Callable[[], bool | None],
+    batch: Sequence[_Committable],
+) -> bool | None:
+    """What a flush that raised ``exc`` with its batch taken does with it when ``exc`` is
+    :func:`foreign`: True, its txn wrote nothing (interrupted while applying it; applied,
+    the store read back, ``landed``, says not), it goes back on the queue; False, the store
+    shows it committed: each op is marked committed and the batch settles as stored for
+    every owner (they were told "not stored" or "may or may not"), ``exc`` raised all the
+    same. None otherwise (the batch's own failure, or cannot tell: dropped)."""
+    if not foreign(exc):
+        return None
     if not applied:
         return True
     try:
-        return landed() is False
+        found = landed()
     except Exception:  # unreadable: may have landed, never queued twice
-        return False
+        return None
+    if found:
+        for op in batch:
+            op.committed = True
+    return None if found is None else not found
 
 
 class Reentry:
@@ -254,6 +277,24 @@ class BatchOwners(Generic[W]):
             self._committer.pop(key, None)
             del self._flying[key]
             self._cond.notify_all()
+
+    def flush_for(
+        self, flush: Callable[[], None], op: W, pending: list[W], lock: threading.Lock
+    ) -> None:
+        """``flush()`` for a commit() whose ``op`` filled the batch. Raising with ``op``
+        queued again (an interrupt requeued the batch), ``op`` leaves the queue: its call
+        raised, so its recorder never follows it, and committed later it made the
+        recorder's next checkpoint conflict, which dropped that whole batch (audit42)."""
+        try:
+            flush()
+        except BaseException:
+            with lock:
+                at = next((i for i, queued in enumerate(pending) if queued is op), None)
+                if at is not None:
+                    del pending[at]
+                    with self._lock:
+                        self._owner.pop(id(op), None)
+            raise
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())
