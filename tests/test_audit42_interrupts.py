@@ -25,6 +25,7 @@ import pytest
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
+from cpstore.store import lmdb_backend, pg_backend
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.lmdb_txns import EnvTxns
 from cpstore.store.model import CheckpointWrite
@@ -196,5 +197,57 @@ def test_a_handlers_exception_after_the_commit_is_raised_and_the_batch_is_stored
         assert other == [None], other
         assert st.pending == 0
         assert st.ref("a") is not None and st.ref("b") is not None
+    finally:
+        st.close()
+
+
+def test_a_requeued_batch_commits_before_what_another_thread_flushes_meanwhile(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main thread's flush is interrupted applying [w0 (thread W's), r0]; W queues
+    w1 (which extends w0) and flushes after the interrupt left the write txn, before the
+    batch went back on the queue. Before: W's flush took [w1] alone and failed
+    ConflictError (w0 not committed yet), no other writer involved; the requeued batch
+    committed after it."""
+    st = cpstore.open(url, durability="batched", batch_size=1000)
+    try:
+        wrec = st.recorder("w")
+        queued, go = threading.Event(), threading.Event()
+        told: list[BaseException | None] = []
+
+        def worker() -> None:
+            wrec.checkpoint(0, {"w": 0})
+            queued.set()
+            go.wait(60)
+            try:
+                wrec.checkpoint(1, {"w": 1})
+                st.flush()
+                told.append(None)
+            except BaseException as exc:  # what it was told is the point
+                told.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        assert queued.wait(60)
+        st.recorder("r").checkpoint(0, {"r": 0})
+        for module in (lmdb_backend, pg_backend):
+            real = module.interrupted
+
+            def between(*args: Any, real: Any = real) -> Any:  # the txn has ended here
+                if threading.current_thread() is threading.main_thread() and not go.is_set():
+                    go.set()
+                    thread.join(60)
+                return real(*args)
+
+            monkeypatch.setattr(module, "interrupted", between)
+        _interrupt_next_apply(monkeypatch, KeyboardInterrupt())
+        with pytest.raises(KeyboardInterrupt):
+            st.flush()
+        thread.join(60)
+        assert not thread.is_alive()
+        assert told == [None], told
+        st.flush()
+        assert [m.step for m in st.history("w")] == [1, 0]
+        assert [m.step for m in st.history("r")] == [0]
     finally:
         st.close()

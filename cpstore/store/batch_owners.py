@@ -278,6 +278,27 @@ class BatchOwners(Generic[W]):
             del self._flying[key]
             self._cond.notify_all()
 
+    def applying(
+        self,
+        apply: Callable[[], None],
+        taken: tuple[list[Owner], list[W]],
+        queue: tuple[list[W], threading.Lock],
+        engine: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        """``apply()`` of a taken batch, in its write txn. A :func:`foreign` exception (not
+        ``engine``'s: LMDB grows a full map and applies again) requeues the batch here,
+        under the writer lock: requeued once the txn had ended, another thread's flush
+        could take what was queued since and commit it first, and a checkpoint extending
+        one of the batch failed ConflictError though no other writer moved the branch
+        (audit42). The flush's own requeue is then a no-op (:meth:`requeued`)."""
+        try:
+            apply()
+        except BaseException as exc:
+            if foreign(exc) and not isinstance(exc, engine):
+                with queue[1]:
+                    self.requeued(*taken, queue[0])
+            raise
+
     def flush_for(
         self, flush: Callable[[], None], op: W, pending: list[W], lock: threading.Lock
     ) -> None:

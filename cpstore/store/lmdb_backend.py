@@ -549,7 +549,8 @@ class LmdbBackend:
                     # other threads' flushes returned ok: audit20).
                     self._owners.taken(self._pending, owners, batch)
                     took = True
-            self._apply(txn, batch)
+            queue = (self._pending, self._pending_lock)  # interrupted: requeued in the txn
+            self._owners.applying(lambda: self._apply(txn, batch), (owners, batch), queue, (_FULL,))
             applied = True
 
         failed: BaseException | None = None

@@ -213,9 +213,8 @@ class PgBackend:
     # -- lifecycle ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush queued checkpoints (batched mode) and close the pool: once when two
-        threads close at once, the later waiting for the earlier (as LmdbBackend.close);
-        a later close returned while the batch was still committing."""
+        """Flush queued checkpoints (batched mode) and close the pool: once when two threads
+        close at once, the later waiting for the earlier's (as LmdbBackend.close)."""
         done = threading.Event()
         with self._close_claim:
             closer = self._closer
@@ -533,8 +532,9 @@ class PgBackend:
             with self._pending_lock:
                 # The queue and its owners go in flight together or not at all (lmdb_backend).
                 self._owners.taken(self._pending, owners, batch)
-            if batch:
-                self._apply_all(txn, batch)
+            if batch:  # interrupted: requeued in the txn, under the writer lock (batch_owners)
+                taken, queue = (owners, batch), (self._pending, self._pending_lock)
+                self._owners.applying(lambda: self._apply_all(txn, batch), taken, queue)
             applied = True
 
         failed: BaseException | None = None
