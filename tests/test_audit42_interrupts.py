@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.store import lmdb_backend, pg_backend
-from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.lmdb_backend import Durability, LmdbBackend
 from cpstore.store.lmdb_txns import EnvTxns
 from cpstore.store.model import CheckpointWrite
 from cpstore.store.pg_backend import PgBackend
@@ -74,7 +75,7 @@ def test_a_close_whose_flush_is_interrupted_keeps_the_batch(
 _EXIT_SCRIPT = """
 import sys
 import cpstore
-from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.lmdb_backend import Durability, LmdbBackend
 from cpstore.store.pg_backend import PgBackend
 where, how = sys.argv[1], sys.argv[2]
 cls, name = (PgBackend, "_apply_all") if "://" in where else (LmdbBackend, "_apply")
@@ -251,3 +252,43 @@ def test_a_requeued_batch_commits_before_what_another_thread_flushes_meanwhile(
         assert [m.step for m in st.history("r")] == [0]
     finally:
         st.close()
+
+
+@pytest.mark.parametrize("mode", ["batched", "sync", "none"])
+def test_a_handlers_write_through_another_handle_of_the_path_is_refused(
+    tmp_path: Path, mode: Durability, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two handles of one LMDB path share one environment; a signal handler writing
+    through handle B while its thread is inside a write of handle A. Before: LMDB's raw
+    'A write transaction is already active' as a plain StoreError (the same-handle case
+    is ReentrantWriteError), and in batched mode B's batch (the handler's checkpoint, and
+    any other thread's in B's queue) was dropped as failed."""
+    where = str(tmp_path / "s")
+    a = cpstore.open(where, durability=mode, batch_size=1000)
+    b = cpstore.open(where, durability=mode, batch_size=1000)
+    try:
+        told: list[str] = []
+        real = LmdbBackend._apply
+        armed = [True]
+
+        def apply(self: Any, txn: Any, ops: Sequence[CheckpointWrite]) -> None:
+            if armed[0]:
+                armed[0] = False
+                try:  # what the handler runs, inside A's write on this thread
+                    b.recorder("h").checkpoint(0, {"h": 0})
+                    b.flush()
+                    told.append("ok")
+                except cpstore.CpstoreError as exc:
+                    told.append(type(exc).__name__)
+            real(self, txn, ops)
+
+        monkeypatch.setattr(LmdbBackend, "_apply", apply)
+        a.recorder("r").checkpoint(0, {"r": 0})
+        a.flush()
+        assert told == ["ReentrantWriteError"]
+        b.flush()
+        assert a.ref("r") is not None
+        assert b.ref("h") is None and b.pending == 0  # refused at its checkpoint()
+    finally:
+        b.close()
+        a.close()

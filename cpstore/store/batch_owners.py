@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from threading import get_ident
@@ -28,7 +29,15 @@ from cpstore.errors import (
     StoreError,
 )
 
-__all__ = ["BatchOwners", "Owner", "Reentry", "foreign", "interrupted", "reentrant_write"]
+__all__ = [
+    "BatchOwners",
+    "Owner",
+    "Reentry",
+    "foreign",
+    "interrupted",
+    "reentrant_write",
+    "shared_reentry",
+]
 
 W = TypeVar("W")
 
@@ -153,6 +162,22 @@ class Reentry:
             fn()
         finally:
             self._local.on = False
+
+
+#: One :class:`Reentry` per shared environment (every handle of one LMDB path): a handler
+#: writing through another handle of the path is nested in the same LMDB write txn.
+_SHARED: weakref.WeakKeyDictionary[object, Reentry] = weakref.WeakKeyDictionary()
+
+
+def shared_reentry(env: object, where: str) -> Reentry:
+    """The :class:`Reentry` of every handle on ``env``. Per handle, a signal handler's
+    write through handle B inside a write of handle A on its thread met LMDB's raw "A
+    write transaction is already active" (a plain StoreError: B's batch dropped as
+    failed, its checkpoints with it) instead of ReentrantWriteError (audit42)."""
+    reentry = _SHARED.get(env)
+    if reentry is None:
+        reentry = _SHARED[env] = Reentry(where)
+    return reentry
 
 
 class Owner:

@@ -31,7 +31,13 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners, Owner, Reentry, foreign, interrupted
+from cpstore.store.batch_owners import (
+    BatchOwners,
+    Owner,
+    foreign,
+    interrupted,
+    shared_reentry,
+)
 from cpstore.store.commit import apply_writes
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -85,7 +91,6 @@ class LmdbBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
-        self._reentry = Reentry(path)  # a signal handler's write inside commit() or flush()
         # Whose writes a batch holds (batch_owners.py).
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(path)
         # sync mode: concurrent threads' checkpoints share one txn and fsync.
@@ -105,6 +110,8 @@ class LmdbBackend:
             ),
         )
         # Never wait for a commit whose map growth waits for this thread's read.
+        # A signal handler's write inside commit() or flush() of any handle of the env.
+        self._reentry = shared_reentry(self.env, path)
         self._owners.blocked = self.env.read_blocks_resize
         self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
