@@ -292,3 +292,53 @@ def test_a_handlers_write_through_another_handle_of_the_path_is_refused(
     finally:
         b.close()
         a.close()
+
+
+def test_the_interrupted_checkpoints_own_write_is_never_requeued_for_another_thread(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpoint(0) of the main thread fills the batch [w0, r0]; its flush is
+    interrupted; thread W flushes as soon as the txn ended. Before: the batch was requeued
+    with r0 and W's flush committed it, though r0's call raised (its recorder never
+    followed): the recorder's next checkpoint expected no head and failed ConflictError."""
+    st = cpstore.open(url, durability="batched", batch_size=2)
+    try:
+        queued, go = threading.Event(), threading.Event()
+        told: list[BaseException | None] = []
+
+        def worker() -> None:
+            st.recorder("w").checkpoint(0, {"w": 0})
+            queued.set()
+            go.wait(60)
+            try:
+                st.flush()
+                told.append(None)
+            except BaseException as exc:  # what it was told is the point
+                told.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        assert queued.wait(60)
+        for module in (lmdb_backend, pg_backend):
+            real = module.interrupted
+
+            def between(*args: Any, real: Any = real) -> Any:  # the txn has ended here
+                if threading.current_thread() is threading.main_thread() and not go.is_set():
+                    go.set()
+                    thread.join(60)
+                return real(*args)
+
+            monkeypatch.setattr(module, "interrupted", between)
+        _interrupt_next_apply(monkeypatch, KeyboardInterrupt())
+        rec = st.recorder("r")
+        with pytest.raises(KeyboardInterrupt):
+            rec.checkpoint(0, {"r": 0})
+        thread.join(60)
+        assert not thread.is_alive()
+        assert told == [None], told
+        cid = rec.checkpoint(0, {"r": 0, "again": True})
+        st.flush()
+        assert st.ref("r") == cid
+        assert [m.step for m in st.history("w")] == [0]
+    finally:
+        st.close()

@@ -292,13 +292,16 @@ class BatchOwners(Generic[W]):
         other owners are told "may or may not", and the batch is queued all the same."""
         me = self.me()
         key = id(owners)
+        skip = getattr(self._local, "withdraw", None)  # this thread's commit() op (flush_for)
         with self._lock:
             if key not in self._flying:
                 return
-            for op, t in zip(batch, owners, strict=True):
+            back = [(op, t) for op, t in zip(batch, owners, strict=True) if op is not skip]
+            for op, t in back:
                 self._owner[id(op)] = t
-            self._again.update(t for t in owners if t is not me)
-            pending[:0] = batch
+            self._owner.pop(id(skip), None)
+            self._again.update(t for _, t in back if t is not me)
+            pending[:0] = [op for op, _ in back]
             self._committer.pop(key, None)
             del self._flying[key]
             self._cond.notify_all()
@@ -330,7 +333,10 @@ class BatchOwners(Generic[W]):
         """``flush()`` for a commit() whose ``op`` filled the batch. Raising with ``op``
         queued again (an interrupt requeued the batch), ``op`` leaves the queue: its call
         raised, so its recorder never follows it, and committed later it made the
-        recorder's next checkpoint conflict, which dropped that whole batch (audit42)."""
+        recorder's next checkpoint conflict, which dropped that whole batch (audit42). It
+        is left out of the requeue itself (:meth:`requeued`): put back, another thread's
+        flush could commit it as soon as the txn ended; taken off here only as a fallback."""
+        self._local.withdraw = op
         try:
             flush()
         except BaseException:
@@ -341,6 +347,8 @@ class BatchOwners(Generic[W]):
                     with self._lock:
                         self._owner.pop(id(op), None)
             raise
+        finally:
+            self._local.withdraw = None
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())
