@@ -18,6 +18,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.store import lmdb_backend, pg_backend
+from cpstore.store.at_exit import flush_collected
+from cpstore.store.batch_owners import BatchOwners
 from cpstore.store.lmdb_backend import Durability, LmdbBackend
 from cpstore.store.lmdb_txns import EnvTxns
 from cpstore.store.model import CheckpointWrite
@@ -342,3 +345,36 @@ def test_the_interrupted_checkpoints_own_write_is_never_requeued_for_another_thr
         assert [m.step for m in st.history("w")] == [0]
     finally:
         st.close()
+
+
+def test_a_collected_handles_flush_inside_another_handles_commit_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared Reentry must not make a finalizer's flush of handle B, run by a
+    collection inside handle A's commit() (outside its txn), fail as a nested write: its
+    queue would be named lost and never written. It flushes now or on a helper thread."""
+    where = str(tmp_path / "s")
+    a = cpstore.open(where, durability="batched", batch_size=1000)
+    b = cpstore.open(where, durability="batched", batch_size=1000)
+    try:
+        cid = b.recorder("b").checkpoint(0, {"b": 0})
+        real = BatchOwners.queued
+        done: list[bool] = []
+
+        def queued(self: Any, op: Any) -> None:
+            real(self, op)
+            if not done:  # a collection inside A's commit(), as a finalizer runs it
+                done.append(flush_collected(b._backend))  # type: ignore[arg-type]
+
+        monkeypatch.setattr(BatchOwners, "queued", queued)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            a.recorder("r").checkpoint(0, {"r": 0})
+            monkeypatch.undo()
+            b.flush()  # waits for a helper thread's flush, if it was handed one
+        assert not [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+        assert done and b.pending == 0
+        assert a.ref("b") == cid
+    finally:
+        b.close()
+        a.close()

@@ -149,6 +149,10 @@ class Reentry:
         self._where = where
         self._local = threading.local()
 
+    def inside(self) -> bool:
+        """Whether this thread is inside :meth:`run` (a finalizer's flush then waits)."""
+        return bool(getattr(self._local, "on", False))
+
     def refuse(self) -> None:
         """ReentrantWriteError when this thread is inside :meth:`run` already."""
         if getattr(self._local, "on", False):

@@ -238,7 +238,9 @@ class LmdbBackend:
         writes or reads it (it may wait for a lock the collecting thread holds); else False,
         nothing done. The write lock is held from that look to the end of the flush."""
         env = self.env
-        if env.writes_here() or env.holds_read() or not env.write_lock.acquire(blocking=False):
+        if env.writes_here() or env.holds_read() or self._reentry.inside():  # another handle's
+            return False  # write on this thread (shared_reentry): refused as nested; helper
+        if not env.write_lock.acquire(blocking=False):
             return False
         try:
             if env.reads_anywhere():
