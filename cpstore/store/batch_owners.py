@@ -303,7 +303,8 @@ class BatchOwners(Generic[W]):
             back = [(op, t) for op, t in zip(batch, owners, strict=True) if op is not skip]
             for op, t in back:
                 self._owner[id(op)] = t
-            self._owner.pop(id(skip), None)
+            if len(back) < len(batch):  # left out: no longer queued or in flight
+                self._owner.pop(id(skip), None)
             self._again.update(t for _, t in back if t is not me)
             pending[:0] = [op for op, _ in back]
             self._committer.pop(key, None)
