@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from threading import get_ident
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from cpstore.errors import (
     CommitLostError,
@@ -28,7 +29,15 @@ from cpstore.errors import (
     StoreError,
 )
 
-__all__ = ["BatchOwners", "Owner", "Reentry", "interrupted", "reentrant_write"]
+__all__ = [
+    "BatchOwners",
+    "Owner",
+    "Reentry",
+    "foreign",
+    "interrupted",
+    "reentrant_write",
+    "shared_reentry",
+]
 
 W = TypeVar("W")
 
@@ -94,19 +103,42 @@ def reentrant_write(where: str) -> ReentrantWriteError:
     )
 
 
-def interrupted(exc: BaseException, applied: bool, landed: Callable[[], bool | None]) -> bool:
-    """Whether a flush that raised ``exc`` with its batch taken puts it back on the queue:
-    ``exc`` is not the batch's own failure (not a CpstoreError: an interrupt, an exception
-    a signal handler raised inside it; or ReentrantWriteError) and its txn wrote nothing
-    (interrupted while applying it; applied, the store read back, ``landed``, says not)."""
-    if isinstance(exc, CpstoreError) and not isinstance(exc, ReentrantWriteError):
-        return False
+class _Committable(Protocol):
+    committed: bool
+
+
+def foreign(exc: BaseException) -> bool:
+    """Whether ``exc``, raised in a flush, is not the batch's own failure: an interrupt, an
+    exception a signal handler raised inside it, or ReentrantWriteError (a handler's refused
+    write). Never settled by reading as a failed commit is: a handler's exception landing
+    after the commit was swallowed so, and its program went on (audit42)."""
+    return not isinstance(exc, CpstoreError) or isinstance(exc, ReentrantWriteError)
+
+
+def interrupted(
+    exc: BaseException,
+    applied: bool,
+    landed: Callable[[], bool | None],
+    batch: Sequence[_Committable],
+) -> bool | None:
+    """What a flush that raised ``exc`` with its batch taken does with it when ``exc`` is
+    :func:`foreign`: True, its txn wrote nothing (interrupted while applying it; applied,
+    the store read back, ``landed``, says not), it goes back on the queue; False, the store
+    shows it committed: each op is marked committed and the batch settles as stored for
+    every owner (they were told "not stored" or "may or may not"), ``exc`` raised all the
+    same. None otherwise (the batch's own failure, or cannot tell: dropped)."""
+    if not foreign(exc):
+        return None
     if not applied:
         return True
     try:
-        return landed() is False
+        found = landed()
     except Exception:  # unreadable: may have landed, never queued twice
-        return False
+        return None
+    if found:
+        for op in batch:
+            op.committed = True
+    return None if found is None else not found
 
 
 class Reentry:
@@ -116,6 +148,10 @@ class Reentry:
     def __init__(self, where: str) -> None:
         self._where = where
         self._local = threading.local()
+
+    def inside(self) -> bool:
+        """Whether this thread is inside :meth:`run` (a finalizer's flush then waits)."""
+        return bool(getattr(self._local, "on", False))
 
     def refuse(self) -> None:
         """ReentrantWriteError when this thread is inside :meth:`run` already."""
@@ -130,6 +166,22 @@ class Reentry:
             fn()
         finally:
             self._local.on = False
+
+
+#: One :class:`Reentry` per shared environment (every handle of one LMDB path): a handler
+#: writing through another handle of the path is nested in the same LMDB write txn.
+_SHARED: weakref.WeakKeyDictionary[object, Reentry] = weakref.WeakKeyDictionary()
+
+
+def shared_reentry(env: object, where: str) -> Reentry:
+    """The :class:`Reentry` of every handle on ``env``. Per handle, a signal handler's
+    write through handle B inside a write of handle A on its thread met LMDB's raw "A
+    write transaction is already active" (a plain StoreError: B's batch dropped as
+    failed, its checkpoints with it) instead of ReentrantWriteError (audit42)."""
+    reentry = _SHARED.get(env)
+    if reentry is None:
+        reentry = _SHARED[env] = Reentry(where)
+    return reentry
 
 
 class Owner:
@@ -244,16 +296,64 @@ class BatchOwners(Generic[W]):
         other owners are told "may or may not", and the batch is queued all the same."""
         me = self.me()
         key = id(owners)
+        skip = getattr(self._local, "withdraw", None)  # this thread's commit() op (flush_for)
         with self._lock:
             if key not in self._flying:
                 return
-            for op, t in zip(batch, owners, strict=True):
+            back = [(op, t) for op, t in zip(batch, owners, strict=True) if op is not skip]
+            for op, t in back:
                 self._owner[id(op)] = t
-            self._again.update(t for t in owners if t is not me)
-            pending[:0] = batch
+            if len(back) < len(batch):  # left out: no longer queued or in flight
+                self._owner.pop(id(skip), None)
+            self._again.update(t for _, t in back if t is not me)
+            pending[:0] = [op for op, _ in back]
             self._committer.pop(key, None)
             del self._flying[key]
             self._cond.notify_all()
+
+    def applying(
+        self,
+        apply: Callable[[], None],
+        taken: tuple[list[Owner], list[W]],
+        queue: tuple[list[W], threading.Lock],
+        engine: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        """``apply()`` of a taken batch, in its write txn. A :func:`foreign` exception (not
+        ``engine``'s: LMDB grows a full map and applies again) requeues the batch here,
+        under the writer lock: requeued once the txn had ended, another thread's flush
+        could take what was queued since and commit it first, and a checkpoint extending
+        one of the batch failed ConflictError though no other writer moved the branch
+        (audit42). The flush's own requeue is then a no-op (:meth:`requeued`)."""
+        try:
+            apply()
+        except BaseException as exc:
+            if foreign(exc) and not isinstance(exc, engine):
+                with queue[1]:
+                    self.requeued(*taken, queue[0])
+            raise
+
+    def flush_for(
+        self, flush: Callable[[], None], op: W, pending: list[W], lock: threading.Lock
+    ) -> None:
+        """``flush()`` for a commit() whose ``op`` filled the batch. Raising with ``op``
+        queued again (an interrupt requeued the batch), ``op`` leaves the queue: its call
+        raised, so its recorder never follows it, and committed later it made the
+        recorder's next checkpoint conflict, which dropped that whole batch (audit42). It
+        is left out of the requeue itself (:meth:`requeued`): put back, another thread's
+        flush could commit it as soon as the txn ended; taken off here only as a fallback."""
+        self._local.withdraw = op
+        try:
+            flush()
+        except BaseException:
+            with lock:
+                at = next((i for i, queued in enumerate(pending) if queued is op), None)
+                if at is not None:
+                    del pending[at]
+                    with self._lock:
+                        self._owner.pop(id(op), None)
+            raise
+        finally:
+            self._local.withdraw = None
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())

@@ -31,7 +31,13 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners, Owner, Reentry, interrupted
+from cpstore.store.batch_owners import (
+    BatchOwners,
+    Owner,
+    foreign,
+    interrupted,
+    shared_reentry,
+)
 from cpstore.store.commit import apply_writes
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -42,7 +48,7 @@ from cpstore.store.lmdb_copy import copy_env, space_of
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_registry import acquire_env, release_env
-from cpstore.store.lmdb_settle import batch_landed, commit_failed
+from cpstore.store.lmdb_settle import batch_landed, commit_failed, growth_failed
 from cpstore.store.manifest import Manifest, manifest_from_raw
 from cpstore.store.model import CheckpointWrite, created_at_of
 from cpstore.store.objects import get_object, put_object
@@ -50,6 +56,7 @@ from cpstore.store.objects import get_object, put_object
 __all__ = ["DURABILITY_MODES", "Durability", "LmdbBackend"]
 
 T = TypeVar("T")
+_FULL = lmdb.MapFullError  # lmdb_settle.growth_failed: only this module imports lmdb
 
 #: ``"sync"``: every checkpoint is fsynced before the call returns.
 #: ``"batched"``: checkpoints are queued and committed ``batch_size`` at a time.
@@ -59,20 +66,6 @@ Durability = Literal["sync", "batched", "none"]
 
 #: Every durability mode, in the order errors list them.
 DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
-
-
-def _growth_failed(exc: BaseException) -> bool:
-    """Whether ``exc`` is an error of the map's growth after LMDB refused a txn's commit
-    for a full map (Env.write grows it in its ``except lmdb.MapFullError`` handler, so
-    what goes wrong there has that error in its context chain, directly or through the
-    LMDB error Env translated): that txn was aborted, nothing of it is stored (not "may or
-    may not"), whatever its function had applied."""
-    seen = exc.__context__
-    for _ in range(3):
-        if seen is None or isinstance(seen, lmdb.MapFullError):
-            return seen is not None
-        seen = seen.__context__
-    return False
 
 
 class LmdbBackend:
@@ -95,7 +88,6 @@ class LmdbBackend:
         self._batch_size = batch_size
         self._pending: list[CheckpointWrite] = []
         self._pending_lock = threading.Lock()
-        self._reentry = Reentry(path)  # a signal handler's write inside commit() or flush()
         # Whose writes a batch holds (batch_owners.py).
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(path)
         # sync mode: concurrent threads' checkpoints share one txn and fsync. Not
@@ -114,6 +106,8 @@ class LmdbBackend:
             ),
         )
         # Never wait for a commit whose map growth waits for this thread's read.
+        # A signal handler's write inside commit() or flush() of any handle of the env.
+        self._reentry = shared_reentry(self.env, path)
         self._owners.blocked = self.env.read_blocks_resize
         self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
@@ -190,13 +184,11 @@ class LmdbBackend:
         """The cpstore error for an LMDB failure (StoreClosedError once closed, audit39)."""
         return self.env.closed_error() if self.env.closed else translate(exc, self._path)
 
-    # -- lifecycle ---------------------------------------------------------------
-
     def close(self) -> None:
-        """Flush queued checkpoints (batched mode) and release the environment: once when
-        two threads close at once (the later waits, else another handle found the shared
-        environment closed, audit39). A fork() child's close never waits for its parent's
-        (no thread of the child ends it: it hung, audit41) and closes nothing (release_env)."""
+        """Flush queued checkpoints (batched mode) and release the environment: once when two
+        threads close at once (the later waits, audit39); interrupted in its flush, the handle
+        stays open with its batch queued (audit42). A fork() child's close never waits for its
+        parent's (no thread of the child ends it, audit41) and closes nothing (release_env)."""
         if os.getpid() != self.env.pid:
             if not self._closed:  # else the parent's closer released it before the fork
                 self._closed = True
@@ -212,13 +204,21 @@ class LmdbBackend:
             if closer[0] != threading.get_ident():  # never waits for itself
                 closer[1].wait()
             return
+        kept = False
         try:
             if self.durability == "batched":
-                self.flush()  # also raises when another thread's commit dropped ours
+                try:
+                    self.flush()  # also raises when another thread's commit dropped ours
+                except BaseException:
+                    kept = bool(self._pending)  # interrupted, its batch queued again: kept
+                    raise
         finally:
-            self._closed = True
-            try:
-                release_env(self.env)
+            try:  # kept open: the next close or the exit flush commits it (closed, lost)
+                if kept:
+                    self._closer = None
+                else:
+                    self._closed = True
+                    release_env(self.env)
             finally:
                 done.set()
 
@@ -238,7 +238,9 @@ class LmdbBackend:
         writes or reads it (it may wait for a lock the collecting thread holds); else False,
         nothing done. The write lock is held from that look to the end of the flush."""
         env = self.env
-        if env.writes_here() or env.holds_read() or not env.write_lock.acquire(blocking=False):
+        if env.writes_here() or env.holds_read() or self._reentry.inside():  # another handle's
+            return False  # write on this thread (shared_reentry): refused as nested; helper
+        if not env.write_lock.acquire(blocking=False):
             return False
         try:
             if env.reads_anywhere():
@@ -367,7 +369,7 @@ class LmdbBackend:
         try:
             return self._write(run)
         except StoreError as exc:
-            if not applied or _growth_failed(exc):
+            if not applied or growth_failed(exc, _FULL):
                 raise  # refused or failed before the commit: not written
             if type(exc) not in (StoreError, StoreFatalError) and not (
                 isinstance(exc, (StoreFullError, StoreReadOnlyError)) and self._fatal()
@@ -485,8 +487,8 @@ class LmdbBackend:
             self._pending.append(op)
             self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
-        if full:
-            self._flush()
+        if full:  # interrupted with op queued again: op leaves the queue (batch_owners)
+            self._owners.flush_for(self._flush, op, self._pending, self._pending_lock)
 
     def _commit_many(self, ops: Sequence[CheckpointWrite], *, durable: bool = True) -> None:
         """Apply ``ops`` in order in one write txn (all or nothing), durable unless told
@@ -505,7 +507,7 @@ class LmdbBackend:
             else:
                 self.env.write(apply_all)
         except Exception as exc:
-            if not applied or _growth_failed(exc):
+            if not applied or growth_failed(exc, _FULL):
                 raise  # refused, or failed before its commit: rolled back, nothing stored
             commit_failed(self, ops, exc)
 
@@ -556,7 +558,8 @@ class LmdbBackend:
                     # other threads' flushes returned ok: audit20).
                     self._owners.taken(self._pending, owners, batch)
                     took = True
-            self._apply(txn, batch)
+            queue = (self._pending, self._pending_lock)  # interrupted: requeued in the txn
+            self._owners.applying(lambda: self._apply(txn, batch), (owners, batch), queue, (_FULL,))
             applied = True
 
         failed: BaseException | None = None
@@ -565,14 +568,15 @@ class LmdbBackend:
             try:
                 self.write_txn(apply_all)
             except Exception as exc:
-                if not applied or not batch or _growth_failed(exc):
-                    raise
+                if not applied or not batch or foreign(exc) or growth_failed(exc, _FULL):
+                    raise  # foreign: a handler's exception, settled below (never swallowed)
                 commit_failed(self, batch, exc)
             for op in batch:  # before settled() wakes their threads
                 op.committed = True
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
-            requeue = took and interrupted(exc, applied, lambda: batch_landed(self, batch))
+            fate = took and interrupted(exc, applied, lambda: batch_landed(self, batch), batch)
+            requeue, failed = fate is True, None if fate is False and took else exc  # False: landed
             raise
         finally:  # an interrupt must not leave a taken batch unsettled: entering settled()
             try:  # or in it, it is called again (idempotent), here, not in a function of

@@ -12,7 +12,7 @@ from cpstore.store.commit import landed, settle_by_reading
 from cpstore.store.fast_read import contents
 from cpstore.store.model import CheckpointWrite
 
-__all__ = ["batch_landed", "commit_failed"]
+__all__ = ["batch_landed", "commit_failed", "growth_failed"]
 
 
 class LmdbBackend(Protocol):
@@ -60,3 +60,18 @@ def commit_failed(backend: LmdbBackend, ops: Sequence[CheckpointWrite], exc: Exc
         where=backend.path,
         got=str(exc),
     ) from exc
+
+
+def growth_failed(exc: BaseException, full: type[BaseException]) -> bool:
+    """Whether ``exc`` is an error of the map's growth after LMDB refused a txn's commit
+    for a full map, ``full`` (lmdb.MapFullError: only the backend imports lmdb; Env.write
+    grows the map in its ``except lmdb.MapFullError`` handler, so
+    what goes wrong there has that error in its context chain, directly or through the
+    LMDB error Env translated): that txn was aborted, nothing of it is stored (not "may or
+    may not"), whatever its function had applied."""
+    seen = exc.__context__
+    for _ in range(3):
+        if seen is None or isinstance(seen, full):
+            return seen is not None
+        seen = seen.__context__
+    return False

@@ -213,9 +213,8 @@ class PgBackend:
     # -- lifecycle ---------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush queued checkpoints (batched mode) and close the pool: once when two
-        threads close at once, the later waiting for the earlier (as LmdbBackend.close);
-        a later close returned while the batch was still committing."""
+        """Flush queued checkpoints (batched mode) and close the pool: once when two threads
+        close at once, the later waiting for the earlier's (as LmdbBackend.close)."""
         done = threading.Event()
         with self._close_claim:
             closer = self._closer
@@ -225,14 +224,22 @@ class PgBackend:
             if closer is not None and closer[0] != threading.get_ident():
                 closer[1].wait()  # never waits for itself
             return
+        kept = False
         try:
             if self.durability == "batched" and os.getpid() == self._pid:
-                self.flush()  # also raises when another thread's commit dropped ours
+                try:
+                    self.flush()  # also raises when another thread's commit dropped ours
+                except BaseException:
+                    kept = bool(self._pending)  # interrupted, its batch queued again: kept
+                    raise
         finally:
-            self._closed = True
-            try:
-                if os.getpid() == self._pid:
-                    self._pool.close()
+            try:  # kept open: the next close or the exit flush commits it (lmdb_backend)
+                if kept:
+                    self._closer = None
+                else:
+                    self._closed = True
+                    if os.getpid() == self._pid:
+                        self._pool.close()
             finally:
                 done.set()
 
@@ -246,9 +253,8 @@ class PgBackend:
         return list(self._pending)
 
     def try_flush_here(self) -> bool:
-        """A finalizer's flush (at_exit.flush_collected): False, nothing done, when this
-        thread is inside a write txn of this store (a nested one waits for ever on the
-        writer lock its own other connection holds); else flushed now (True)."""
+        """A finalizer's flush (at_exit.flush_collected): False, nothing done, inside a write
+        txn of this store on this thread (it waits for ever on its own lock); else True."""
         if writing_here(self._lock_key):
             return False
         self.flush()
@@ -303,12 +309,8 @@ class PgBackend:
             return txn.relation_bytes([t.qualified for t in self._tables.values()])
 
     def space(self) -> StoreSpace:
-        """The tables' bytes on the server; ``reusable_bytes`` is 0 (not measured).
-
-        PostgreSQL hands the space of deleted rows back to later inserts after
-        (auto)vacuum, and ``VACUUM FULL`` shrinks the tables: that is the
-        server's business, not a figure cpstore reads.
-        """
+        """The tables' bytes on the server; ``reusable_bytes`` is 0 (not measured: space of
+        deleted rows is the server's business, reused after (auto)vacuum)."""
         used = self.disk_bytes()
         return StoreSpace(file_bytes=used, used_bytes=used, reusable_bytes=0)
 
@@ -331,8 +333,7 @@ class PgBackend:
             ) from None
 
     def _release(self, conn: psycopg.Connection[Any], broken: bool) -> None:
-        # Busy (a round trip an interrupt left unfinished) is broken too: never pooled.
-        broken = broken or not settled(conn)
+        broken = broken or not settled(conn)  # busy (an interrupted round trip): never pooled
         if broken and not conn.closed:
             conn.close()
         self._pool.putconn(conn)
@@ -481,15 +482,13 @@ class PgBackend:
             self._pending.append(op)
             self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
-        if full:
-            self.flush()
+        if full:  # interrupted with op queued again: op leaves the queue (batch_owners)
+            self._owners.flush_for(self.flush, op, self._pending, self._pending_lock)
 
     def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
-        """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle);
-        at exit, each wait is the exit flush's bound. Holding the writer lock (shared), it
-        counts as a write txn on this thread (pg_writing): a finalizer's flush inside it
-        goes to a helper thread, never waits for the lock this thread holds (a hang:
-        tests/test_pg_settle_collected.py)."""
+        """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle; at
+        exit, waits bounded). It holds the writer lock (shared), so it is a write txn on this
+        thread (pg_writing): a finalizer's flush in it goes to a helper thread (no hang)."""
         self.live()
         bound = self._owners.exit_wait  # None but at exit
         wait = POOL_WAIT if bound is None else min(POOL_WAIT, bound)
@@ -509,9 +508,8 @@ class PgBackend:
         """Commit every queued checkpoint in one txn (batched mode); a no-op otherwise.
 
         On failure (e.g. a ref conflict) the whole batch is rolled back and dropped; an
-        interrupt before its commit requeues it (as lmdb_backend.flush). A lost COMMIT is
-        settled by reading the store back, as in :meth:`commit`. The batch is taken once
-        this thread holds the writer lock (lmdb_backend.flush says why)."""
+        interrupt is settled as lmdb_backend.flush's. A lost COMMIT is settled by reading
+        the store back, as in :meth:`commit`. The batch is taken under the writer lock."""
         if os.getpid() != self._pid and self.durability == "batched":
             self.live()  # ForkError: a fork child never waits for the parent's batches (audit20)
         while self._flush_once():  # another thread's interrupted flush requeued ours
@@ -534,8 +532,9 @@ class PgBackend:
             with self._pending_lock:
                 # The queue and its owners go in flight together or not at all (lmdb_backend).
                 self._owners.taken(self._pending, owners, batch)
-            if batch:
-                self._apply_all(txn, batch)
+            if batch:  # interrupted: requeued in the txn, under the writer lock (batch_owners)
+                taken, queue = (owners, batch), (self._pending, self._pending_lock)
+                self._owners.applying(lambda: self._apply_all(txn, batch), taken, queue)
             applied = True
 
         failed: BaseException | None = None
@@ -548,8 +547,9 @@ class PgBackend:
             for op in batch:  # before settled() wakes their threads
                 op.committed = True
         except BaseException as exc:
-            failed = exc  # dropped: the other threads' flushes must say so
-            requeue = bool(batch) and interrupted(exc, applied, lambda: self._landed(batch))
+            failed = exc  # dropped: the other threads' flushes must say so (False: it landed)
+            fate = interrupted(exc, applied, lambda: self._landed(batch), batch) if batch else None
+            requeue, failed = fate is True, None if fate is False else exc
             raise
         finally:  # an interrupt must not leave a taken batch unsettled (lmdb_backend)
             try:
