@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
+from test_flush_interrupted import _interrupt_the_next_apply, _steps
 
 import cpstore
 from cpstore.store import lmdb_backend, pg_backend
@@ -33,29 +34,7 @@ from cpstore.store.batch_owners import BatchOwners
 from cpstore.store.lmdb_backend import Durability, LmdbBackend
 from cpstore.store.lmdb_txns import EnvTxns
 from cpstore.store.model import CheckpointWrite
-from cpstore.store.pg_backend import PgBackend
 from cpstore.store.pg_txn import PgTxn
-
-
-def _interrupt_next_apply(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
-    """The next batch apply of either backend raises ``exc`` (before anything is written)."""
-    armed = [True]
-    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
-        real = getattr(cls, name)
-
-        def apply(self: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
-            if armed[0] and len(ops) > 1:
-                armed[0] = False
-                raise exc
-            real(self, txn, ops)
-
-        monkeypatch.setattr(cls, name, apply)
-
-
-def _steps(where: str, run_id: str = "r") -> list[int]:
-    with cpstore.open(where, readonly=True, create=False) as st:
-        assert st.verify().ok
-        return [m.step for m in st.history(run_id)]
 
 
 def test_a_close_whose_flush_is_interrupted_keeps_the_batch(
@@ -66,7 +45,7 @@ def test_a_close_whose_flush_is_interrupted_keeps_the_batch(
     st = cpstore.open(url, durability="batched", batch_size=1000)
     rec = st.recorder("r")
     ids = [rec.checkpoint(i, {"i": i}) for i in range(5)]
-    _interrupt_next_apply(monkeypatch, KeyboardInterrupt())
+    _interrupt_the_next_apply(monkeypatch, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
         st.close()
     st.close()
@@ -127,7 +106,7 @@ def test_a_checkpoint_whose_flush_is_interrupted_does_not_break_its_recorder(
     try:
         rec = st.recorder("r")
         ids = [rec.checkpoint(i, {"i": i}) for i in range(4)]
-        _interrupt_next_apply(monkeypatch, KeyboardInterrupt())
+        _interrupt_the_next_apply(monkeypatch, KeyboardInterrupt())
         with pytest.raises(KeyboardInterrupt):
             rec.checkpoint(4, {"i": 4})
         ids.append(rec.checkpoint(4, {"i": 4, "again": True}))  # the program goes on
@@ -244,7 +223,7 @@ def test_a_requeued_batch_commits_before_what_another_thread_flushes_meanwhile(
                 return real(*args)
 
             monkeypatch.setattr(module, "interrupted", between)
-        _interrupt_next_apply(monkeypatch, KeyboardInterrupt())
+        _interrupt_the_next_apply(monkeypatch, KeyboardInterrupt())
         with pytest.raises(KeyboardInterrupt):
             st.flush()
         thread.join(60)
@@ -332,7 +311,7 @@ def test_the_interrupted_checkpoints_own_write_is_never_requeued_for_another_thr
                 return real(*args)
 
             monkeypatch.setattr(module, "interrupted", between)
-        _interrupt_next_apply(monkeypatch, KeyboardInterrupt())
+        _interrupt_the_next_apply(monkeypatch, KeyboardInterrupt())
         rec = st.recorder("r")
         with pytest.raises(KeyboardInterrupt):
             rec.checkpoint(0, {"r": 0})
