@@ -151,6 +151,7 @@ def test_cli_dry_run_and_looks_beside_a_recording_process_remove_nothing(url: st
 _PUSH_KILLED = """
 import sys
 from cpstore.cli import main
+print("ready", flush=True)  # imported: the kill lands in the push itself
 sys.exit(main(["push", sys.argv[2], "--store", sys.argv[1]]))
 """
 
@@ -172,11 +173,14 @@ def test_a_push_killed_at_random_points_beside_a_writer_leaves_a_verified_destin
         for _ in range(5):
             child = subprocess.Popen(
                 [sys.executable, "-c", _PUSH_KILLED, src, dst],
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
-            time.sleep(rng.uniform(0.3, 1.5))
+            # After the imports, within the push's ~0.1-0.5 s: a kill from Popen at
+            # 0.3-1.5 s came after every push had ended once pushes got faster (ci23).
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+            time.sleep(rng.uniform(0.0, 0.15))
             child.send_signal(signal.SIGKILL)
             _, err = child.communicate(timeout=60)
             assert "Traceback" not in err, err
