@@ -575,8 +575,9 @@ class LmdbBackend:
                 op.committed = True
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
-            fate = took and interrupted(exc, applied, lambda: batch_landed(self, batch), batch)
-            requeue, failed = fate is True, None if fate is False and took else exc  # False: landed
+            landed = lambda: batch_landed(self, batch)  # noqa: E731
+            fate = interrupted(exc, applied, landed, batch) if took else None
+            requeue, failed = fate is True, None if fate is False else exc  # False: landed
             raise
         finally:  # an interrupt must not leave a taken batch unsettled: entering settled()
             try:  # or in it, it is called again (idempotent), here, not in a function of
