@@ -29,3 +29,16 @@ def run_to_done(script: str, *args: str, timeout: float = 600.0) -> None:
         done.returncode,
         done.stderr[-4000:],
     )
+
+
+def script_output(script: str, *args: str, timeout: float = 120.0) -> str:
+    """Run ``python -c script args``; fail with its stderr unless it exited 0; its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-4000:])
+    return done.stdout

@@ -13,9 +13,9 @@ LMDB's txns and slots stay the parent's.
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
+
+from script_run import script_output
 
 SCRIPT = r"""
 import os, sys, threading
@@ -65,15 +65,8 @@ def _rows(listing: str) -> list[tuple[str, ...]]:
 def test_a_child_leaving_an_inherited_read_block_leaves_the_parents_reader_slots(
     tmp_path: Path,
 ) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    before, after = (ast.literal_eval(line) for line in out.stdout.splitlines()[-2:])
+    stdout = script_output(SCRIPT, str(tmp_path / "s"))
+    before, after = (ast.literal_eval(line) for line in stdout.splitlines()[-2:])
     live = [row for row in _rows(before) if row[2] != "-"]
     assert len(live) == 2, before  # the holder thread's read and the forking thread's
     assert _rows(after) == _rows(before), (before, after)

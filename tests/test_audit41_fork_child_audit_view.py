@@ -10,11 +10,11 @@ every read of an inherited audit view is ForkError in the child.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_run import script_output
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
 
@@ -54,16 +54,9 @@ st.close()
 def test_an_audit_view_inherited_through_fork_refuses_to_read_in_the_child(
     tmp_path: Path,
 ) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == [
+    stdout = script_output(SCRIPT, str(tmp_path / "s"))
+    assert stdout.splitlines() == [
         "audit_records ForkError",
         "latest_decision ForkError",
         "parent decision",
-    ], out.stdout
+    ], stdout

@@ -11,11 +11,11 @@ audit39 that close returned (a child closes nothing: lmdb_registry.release_env).
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_run import script_output
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
 
@@ -89,12 +89,5 @@ print("child", status, "parent closed", st._backend.closed)
 def test_a_fork_child_closing_a_handle_its_parent_is_closing_returns(
     tmp_path: Path, held: str
 ) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "s"), held],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["child", "0", "parent", "closed", "True"], out.stdout
+    stdout = script_output(SCRIPT, str(tmp_path / "s"), held, timeout=180)
+    assert stdout.split() == ["child", "0", "parent", "closed", "True"], stdout

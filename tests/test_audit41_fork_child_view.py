@@ -15,11 +15,11 @@ page from reading as another value. Now a read through an inherited view is Fork
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_run import script_output
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
 
@@ -62,18 +62,11 @@ st.close()
 
 
 def test_a_view_inherited_through_fork_refuses_to_read_in_the_child(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    stdout = script_output(SCRIPT, str(tmp_path / "s"))
+    lines = stdout.splitlines()
     assert lines[:-1] == [
         f"{name} ForkError"
         for name in ("state", "state_part", "chunked_part", "chunked_bytes", "verify_objects")
-    ], out.stdout
-    assert lines[-1] == "parent ['a', 'big']", out.stdout
+    ], stdout
+    assert lines[-1] == "parent ['a', 'big']", stdout
     assert os.path.exists(tmp_path / "s" / "data.mdb")
