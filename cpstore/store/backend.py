@@ -32,11 +32,11 @@ _V_co = TypeVar("_V_co", covariant=True)
 #: pages a writer may reuse (a sound store read as corrupt, audit41). ForkError instead.
 FORKS = [0]
 
-#: The lease (``CheckpointView.lease``) of each view entered and not yet left in this
-#: process, by id. A fork() child empties them all: what was built from a view and reads
-#: its zero-copy slices of the parent's txn (the replay cursor, a cached token log) checks
-#: only the lease, and read on there — a sound store reported corrupt, a faithful replay
-#: divergent, once the parent's writer reused the pages (audit45). ForkError instead.
+#: The lease (``CheckpointView.lease``) each open view of this process handed out, by id.
+#: A fork() child empties them all: what was built from a view (the replay cursor) reads
+#: its zero-copy slices of the parent's txn checking only the lease, and read on there (a
+#: sound store reported corrupt, a faithful replay divergent, once the parent's writer
+#: reused the pages, audit45). ForkError instead (CheckpointView.closed_error).
 LEASES: dict[int, list[bool]] = {}
 
 

@@ -179,7 +179,6 @@ class CheckpointView:
             raise
         self._txn, self._fork = txn, _FORKS[0]
         self._lease.append(True)
-        _LEASES[id(self._lease)] = self._lease  # a fork() child empties it (audit45)
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -187,7 +186,8 @@ class CheckpointView:
         if txn is None:
             return
         self._lease.clear()  # first: nothing built from this reader reads the map again
-        _LEASES.pop(id(self._lease), None)
+        if _LEASES:
+            _LEASES.pop(id(self._lease), None)
         if self._views:
             self._release_views()
         self._cache.clear()
@@ -235,8 +235,12 @@ class CheckpointView:
 
     @property
     def lease(self) -> list[bool]:
-        """Non-empty exactly while this reader's txn is open (checked before zero-copy reads)."""
-        return self._lease
+        """Non-empty exactly while this reader's txn is open (checked before zero-copy reads),
+        in the process that entered it: a lease handed out is emptied in a fork() child."""
+        lease = self._lease
+        if lease:
+            _LEASES[id(lease)] = lease  # backend.LEASES (audit45)
+        return lease
 
     def closed_error(self) -> InvalidInputError | ForkError:
         """The error for any use of this reader, or of an object built from it, after its block
