@@ -235,16 +235,19 @@ class CheckpointView:
 
     @property
     def lease(self) -> list[bool]:
-        """Non-empty exactly while this reader's txn is open (checked before zero-copy reads),
-        in the process that entered it: a lease handed out is emptied in a fork() child."""
+        """Non-empty exactly while this reader's txn is open (checked before zero-copy reads).
+
+        A lease handed out is emptied in a fork() child (backend.LEASES)."""
         lease = self._lease
         if lease:
             _LEASES[id(lease)] = lease  # backend.LEASES (audit45)
         return lease
 
     def closed_error(self) -> InvalidInputError | ForkError:
-        """The error for any use of this reader, or of an object built from it, after its block
-        (ForkError in a fork() child of the process that entered it: the lease is empty there)."""
+        """The error for any use of this reader, or of an object built from it, after its block.
+
+        ForkError in a fork() child of the process that entered it (its lease is empty there).
+        """
         if self._txn is not None and self._fork != _FORKS[0]:
             return forked_view("checkpoint view", self._cid.hex() or None)
         return InvalidInputError(
