@@ -229,7 +229,11 @@ class LogTree:
                 pending[key] = node
                 continue
             a, b = self.where.get(key) or _tail_span(built)  # no other frame is listed
-            pending[key] = frame_chunk(body[a:b])
+            # A copy, not a slice (encode_frame copied it anyway): an exception raised while
+            # it was framed kept the slice in its traceback's frames, and the slice kept an
+            # AppendLog's buffer exported, refusing every append while the caller held the
+            # exception (BufferError, audit45).
+            pending[key] = frame_chunk(bytes(body[a:b]))
         return keys
 
 

@@ -22,7 +22,7 @@ from cpstore.native.records import Digest
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import CheckpointWrite
 
-__all__ = ["FORKS", "Backend", "StoreSpace", "Txn", "forked_view"]
+__all__ = ["FORKS", "LEASES", "Backend", "StoreSpace", "Txn", "forked_view"]
 
 T = TypeVar("T")
 _V_co = TypeVar("_V_co", covariant=True)
@@ -32,9 +32,19 @@ _V_co = TypeVar("_V_co", covariant=True)
 #: pages a writer may reuse (a sound store read as corrupt, audit41). ForkError instead.
 FORKS = [0]
 
+#: The lease (``CheckpointView.lease``) each open view of this process handed out, by id.
+#: A fork() child empties them all: what was built from a view (the replay cursor) reads
+#: its zero-copy slices of the parent's txn checking only the lease, and read on there (a
+#: sound store reported corrupt, a faithful replay divergent, once the parent's writer
+#: reused the pages, audit45). ForkError instead (CheckpointView.closed_error).
+LEASES: dict[int, list[bool]] = {}
+
 
 def _count_fork() -> None:
     FORKS[0] += 1
+    for lease in LEASES.values():
+        lease.clear()
+    LEASES.clear()
 
 
 os.register_at_fork(after_in_child=_count_fork)

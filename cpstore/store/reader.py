@@ -30,6 +30,7 @@ from cpstore.native.records import (
     provenance_name,
 )
 from cpstore.store.backend import FORKS as _FORKS
+from cpstore.store.backend import LEASES as _LEASES
 from cpstore.store.backend import Backend, Txn, forked_view
 from cpstore.store.fast_read import contents, read_parts
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
@@ -185,6 +186,8 @@ class CheckpointView:
         if txn is None:
             return
         self._lease.clear()  # first: nothing built from this reader reads the map again
+        if _LEASES:
+            _LEASES.pop(id(self._lease), None)
         if self._views:
             self._release_views()
         self._cache.clear()
@@ -232,11 +235,21 @@ class CheckpointView:
 
     @property
     def lease(self) -> list[bool]:
-        """Non-empty exactly while this reader's txn is open (checked before zero-copy reads)."""
-        return self._lease
+        """Non-empty exactly while this reader's txn is open (checked before zero-copy reads).
 
-    def closed_error(self) -> InvalidInputError:
-        """The error for any use of this reader, or of an object built from it, after its block."""
+        A lease handed out is emptied in a fork() child (backend.LEASES)."""
+        lease = self._lease
+        if lease:
+            _LEASES[id(lease)] = lease  # backend.LEASES (audit45)
+        return lease
+
+    def closed_error(self) -> InvalidInputError | ForkError:
+        """The error for any use of this reader, or of an object built from it, after its block.
+
+        ForkError in a fork() child of the process that entered it (its lease is empty there).
+        """
+        if self._txn is not None and self._fork != _FORKS[0]:
+            return forked_view("checkpoint view", self._cid.hex() or None)
         return InvalidInputError(
             "the checkpoint reader is closed",
             where=self._cid.hex() or None,
@@ -253,9 +266,7 @@ class CheckpointView:
     def _not_live(self) -> InvalidInputError | ForkError:
         """Why this view cannot read (its txn is None, or it was entered before a fork():
         the txn and its reader slot are the parent's, _FORKS). Inline checks call it."""
-        if self._txn is None:
-            return self.closed_error()
-        return forked_view("checkpoint view", self._cid.hex() or None)
+        return self.closed_error()
 
     def _object(self, key: bytes, where: str) -> memoryview:
         txn = self._txn
@@ -336,6 +347,8 @@ class CheckpointView:
 
     def token_records(self) -> memoryview:
         """The packed TOKEN records, zero-copy from LMDB: only for use inside the block."""
+        if self._fork != _FORKS[0]:  # the cached view is of the parent's txn (audit45)
+            raise self._not_live()
         if "tokens" not in self._cache:
             log = self._fields()["tokens"]
             self._cache["tokens"] = (
@@ -361,6 +374,8 @@ class CheckpointView:
 
     def token_value_views(self) -> tuple[memoryview, memoryview]:
         """(values, offsets), zero-copy from LMDB: only for use inside the block."""
+        if self._fork != _FORKS[0]:  # the cached views are of the parent's txn (audit45)
+            raise self._not_live()
         if "values" not in self._cache:
             log = self._fields()["tokens"]
             if log is None:
