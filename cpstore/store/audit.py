@@ -14,11 +14,12 @@ The decision index (meta keys ``decision/<checkpoint id>``, covered count under
 ``decisions_indexed``) maps a checkpoint to the audit index of the latest ``decision``
 record about it (its ``recorded.checkpoint_id``). It is maintained in the append's txn,
 caught up from the log when it lags (a store written before it existed), and checked by
-:func:`check_audit_chain`. The audited-checkpoint index (``cpstore.store.audit_named``:
-which checkpoints the log names, for retention sweeps) is kept, caught up and checked the
-same way; :func:`audited_among` answers from it. So is the gate index
-(``cpstore.store.audit_gates``, ``audit_permits``: decisions by id and prefix, sign-offs,
-gates, permit uses, branch quarantines), which the :class:`AuditView` methods answer from.
+``cpstore.store.audit_chain.check_audit_chain``. The audited-checkpoint index
+(``cpstore.store.audit_named``: which checkpoints the log names, for retention sweeps) is
+kept, caught up and checked the same way; :func:`audited_among` answers from it. So is the
+gate index (``cpstore.store.audit_gates``, ``audit_permits``: decisions by id and prefix,
+sign-offs, gates, permit uses, branch quarantines), which the :class:`AuditView` methods
+answer from.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import decode_fast, encode_fast
 from cpstore.store.audit_gates import (
-    GateRows,
-    check_gate_index,
     decisions_by_id,
     first_permit_use,
     first_sign_off,
@@ -51,8 +50,6 @@ from cpstore.store.audit_gates import (
 )
 from cpstore.store.audit_named import (
     AUDITED_PREFIX,
-    check_index_rows,
-    check_named_index,
     named_by,
     named_count,
     put_first_naming,
@@ -62,7 +59,7 @@ from cpstore.store.audit_named import (
 from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine
 from cpstore.store.backend import FORKS, Backend, Txn, forked_view
 from cpstore.store.keyed_audit import check_can_append, check_mac, mac_append
-from cpstore.store.model import AuditRecord, Problem, check_metadata, parse_id
+from cpstore.store.model import AuditRecord, check_metadata, parse_id
 
 __all__ = [
     "AuditView",
@@ -73,7 +70,6 @@ __all__ = [
     "audit_view",
     "audited_among",
     "catch_up_indexes",
-    "check_audit_chain",
     "check_record_mac",
     "decided_checkpoint",
     "get_audit",
@@ -253,16 +249,24 @@ class AuditView:
     """The audit log as one txn sees it (read, or the appending write txn). It offers the
     read methods of :class:`~cpstore.store.facade.Store` under the same names, so the gates'
     checks run unchanged over a store or inside an append. Use it only while its txn is
-    open, in the process that began it (ForkError in a fork() child)."""
+    open, in the process that began it: ForkError in a fork() child, InvalidInputError after
+    its ``with`` block; each checked again by an iteration at every record it hands out."""
 
     def __init__(self, store: Backend, txn: Txn[memoryview]) -> None:
         self._store, self._held, self._fork = store, txn, FORKS[0]
         self._dbs = store.dbs
+        self.closed = False  # set when audit_view()'s block ends
 
     @property
     def _txn(self) -> Txn[memoryview]:  # the parent's in a fork() child (FORKS, audit41)
         if self._fork != FORKS[0]:
             raise forked_view("audit view", None)
+        if self.closed:  # the txn is over: py-lmdb's raw error, or a reused reader slot
+            raise InvalidInputError(
+                "the audit view is closed",
+                expected="use inside with store.audit_view() as log: ...",
+                got="use after the with block ended",
+            )
         return self._held
 
     def audit_records(
@@ -278,6 +282,7 @@ class AuditView:
                 if kind is None or rec.kind == kind:
                     yield rec
                     produced += 1
+                    self._txn  # noqa: B018 - resumed after its block, or in a fork() child
                 found = cur.next()
 
     def get_audit(self, digest_hex: str) -> AuditRecord:
@@ -400,7 +405,11 @@ def check_record_mac(store: Backend, txn: Txn[memoryview], index: int) -> None:
 def audit_view(store: Backend) -> Iterator[AuditView]:
     """An :class:`AuditView` over a read txn, for the ``with`` block."""
     with store.read_txn() as txn:
-        yield AuditView(store, txn)
+        view = AuditView(store, txn)
+        try:
+            yield view
+        finally:
+            view.closed = True
 
 
 def append_audit(store: Backend, kind: str, body: Mapping[str, Any]) -> AuditRecord:
@@ -513,88 +522,3 @@ def _get(txn: Txn[memoryview], dbs: Mapping[str, Any], digest_hex: str) -> Audit
     if raw is None or digest(raw) != key:
         raise AuditChainError("audit index points at a different record", where=f"audit/{index}")
     return _decode(index, raw, f"audit/{index}")
-
-
-def check_audit_chain(txn: Txn[memoryview], dbs: Mapping[str, Any]) -> tuple[int, list[Problem]]:
-    """Walk the chain: indexes dense from 0, each ``prev`` the digest before, head matches."""
-    problems: list[Problem] = []
-    prev: bytes | None = None
-    count = 0
-    indexed = indexed_count(txn, dbs["meta"])
-    named_covered = named_count(txn, dbs["meta"])
-    signed_covered = gate_count(txn, dbs["meta"])
-    signoffs = GateRows()
-    decided: dict[bytes, int] = {}
-    first_named: dict[bytes, int] = {}
-    with txn.cursor(db=dbs["audit"]) as cur:
-        for key, raw in cur:
-            if len(key) != _INDEX.size:
-                problems.append(
-                    Problem("audit key is not an 8-byte index", f"audit/{bytes(key).hex()}")
-                )
-                continue
-            index = _INDEX.unpack(key)[0]
-            where = f"audit/{index}"
-            if index != count:
-                problems.append(Problem("audit log has a gap", where, expected=count, got=index))
-            try:
-                rec = _decode(index, raw, where)
-            except AuditChainError as exc:
-                problems.append(Problem(exc.what, where, got=exc.got))
-                prev = digest(raw)
-                count = index + 1
-                continue
-            cid = decided_checkpoint(rec.kind, rec.body)
-            if cid is not None and index < indexed:
-                decided[cid] = index
-            if index < named_covered:
-                for named in named_by(rec.kind, rec.body):
-                    first_named.setdefault(named, index)
-            if index < signed_covered:
-                signoffs.add(index, digest(raw), rec.kind, rec.body)
-            expected_prev = None if prev is None else prev.hex()
-            if rec.prev != expected_prev:
-                problems.append(
-                    Problem("audit chain broken", where, expected=expected_prev, got=rec.prev)
-                )
-            d = digest(raw)
-            pos = txn.get(d, db=dbs["audit_index"])
-            if pos is None or bytes(pos) != bytes(key):
-                problems.append(
-                    Problem("audit digest index missing or wrong", where, expected=d.hex())
-                )
-            prev = d
-            count = index + 1
-    problems.extend(_check_decision_index(txn, dbs, decided))
-    problems.extend(check_named_index(txn, dbs, first_named))
-    problems.extend(check_gate_index(txn, dbs["meta"], signoffs))
-    head_raw = txn.get(HEAD_KEY, db=dbs["meta"])
-    try:
-        head = None if head_raw is None else decode_value(head_raw)
-    except CanonicalEncodingError as exc:
-        head = f"not canonical: {exc}"
-    expected_head = None if count == 0 else [count, prev]
-    if head != expected_head:
-        problems.append(
-            Problem(
-                "audit head does not match the last record (records lost?)",
-                "meta/audit_head",
-                expected=expected_head,
-                got=head,
-            )
-        )
-    return count, problems
-
-
-def _check_decision_index(
-    txn: Txn[memoryview], dbs: Mapping[str, Any], decided: Mapping[bytes, int]
-) -> list[Problem]:
-    """The decision index must name, for each checkpoint, its latest indexed decision."""
-    return check_index_rows(
-        txn,
-        dbs["meta"],
-        DECISION_PREFIX,
-        decided,
-        disagrees="decision index disagrees with the audit log",
-        lacks="decision index lacks a checkpoint's latest decision",
-    )

@@ -13,7 +13,7 @@ from cpstore.errors import CanonicalEncodingError, CpstoreError, IntegrityError
 from cpstore.native.binding import digest, digest_batch
 from cpstore.native.canonical import decode_value
 from cpstore.native.records import DIGEST_SIZE
-from cpstore.store.audit import check_audit_chain
+from cpstore.store.audit_chain import check_audit_chain
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.chunk_tree import load_tree, tree_objects
 from cpstore.store.codec import FRAME_KEY_SIZE, stored_key
