@@ -1,0 +1,335 @@
+"""``durability="sync"``: a signal handler's exception (a SIGTERM handler that raises, calls
+``sys.exit()`` or raises KeyboardInterrupt) landing in a checkpoint's commit (LMDB).
+
+Real signals: the test sends SIGTERM to the main thread at a chosen point of the commit
+(while its txn is applied, or just after LMDB's commit returned) and the handler raises.
+
+Before (docs/durability.md, audit42's "not fixed"):
+
+- after the commit, a handler's exception of class Exception (a watchdog's TimeoutError)
+  was swallowed: the commit was settled by reading it back, as a commit that reported an
+  error is, found stored, and the call returned;
+- after the commit, ``sys.exit()`` / KeyboardInterrupt was raised, but every other thread
+  of the group was told "may or may not be stored" for a stored checkpoint, and the
+  recorder whose call raised did not follow its stored checkpoint: its next checkpoint
+  failed ConflictError;
+- while a group of several threads was applied, a handler's TimeoutError failed the group
+  txn, which was committed again one checkpoint per txn: the leader's own checkpoint was
+  stored and the exception swallowed; ``sys.exit()`` there told the other threads "may or
+  may not be stored" though nothing of theirs was written;
+- a handler's exception landing in a thread that waited for a group another thread
+  committed was raised at once, and its recorder never followed its stored checkpoint.
+
+The same holds for ``durability="none"`` and a sync checkpoint committed alone inside a
+read view; and batched mode's recorder now follows a stored checkpoint whose call raised
+the handler's exception, as sync mode's does.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+import cpstore
+from cpstore.store import group_commit
+from cpstore.store.facade import Store
+from cpstore.store.group_commit import GroupCommit
+from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.lmdb_txns import EnvTxns
+from cpstore.store.model import CheckpointWrite
+
+
+class WatchdogError(Exception):
+    """What a SIGALRM/SIGTERM watchdog handler raises (an Exception, not a BaseException)."""
+
+
+_HOW = ["raise", "exit", "interrupt"]
+
+
+def _raised(how: str) -> type[BaseException]:
+    return {"raise": WatchdogError, "exit": SystemExit, "interrupt": KeyboardInterrupt}[how]
+
+
+@pytest.fixture
+def handled() -> Iterator[list[threading.Event]]:
+    """A SIGTERM handler raising as the test asks (``_arm``); set once it ran."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield []
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _arm(how: str, handled: list[threading.Event]) -> threading.Event:
+    ran = threading.Event()
+    handled.append(ran)
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        ran.set()
+        if how == "exit":
+            sys.exit(3)
+        if how == "interrupt":
+            raise KeyboardInterrupt
+        raise WatchdogError("watchdog")
+
+    signal.signal(signal.SIGTERM, handler)
+    return ran
+
+
+def _term_main() -> None:
+    """SIGTERM to the main thread (its handler runs there, at its next bytecode)."""
+    main = threading.main_thread().ident
+    assert main is not None
+    signal.pthread_kill(main, signal.SIGTERM)
+
+
+def _after_the_commit(
+    monkeypatch: pytest.MonkeyPatch, when: Callable[[], bool], then: Callable[[], None]
+) -> None:
+    """The next write txn for which ``when()`` holds: ``then()`` right after LMDB's commit
+    (env.write's ``finally``, the write lock still held)."""
+    armed = [True]
+    real = EnvTxns._drop_unused_txns
+
+    def drop(self: Any) -> None:
+        real(self)
+        if armed[0] and sys._getframe(1).f_code.co_name == "write" and when():
+            armed[0] = False
+            then()
+
+    monkeypatch.setattr(EnvTxns, "_drop_unused_txns", drop)
+
+
+def _while_applied(monkeypatch: pytest.MonkeyPatch, when: Callable[[], bool]) -> None:
+    """The next apply for which ``when()`` holds: SIGTERM to itself, handled inside it."""
+    armed = [True]
+    real = LmdbBackend._apply
+
+    def apply(self: Any, txn: Any, ops: Sequence[CheckpointWrite]) -> None:
+        if armed[0] and when():
+            armed[0] = False
+            group = self.group
+            group._last_size = 1  # what goes back to the queue is taken at once
+            _term_main()
+            for _ in range(1000):  # the handler runs here, before the txn is written
+                pass
+        real(self, txn, ops)
+
+    monkeypatch.setattr(LmdbBackend, "_apply", apply)
+
+
+def _on_main() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _group_of(st: Store, size: int, monkeypatch: pytest.MonkeyPatch) -> GroupCommit[Any]:
+    """The store's group commit set to take its queue once it holds ``size`` writes, by
+    the thread whose write completes it (the first waits up to 30 s, never that long)."""
+    backend = st._backend
+    assert isinstance(backend, LmdbBackend)
+    monkeypatch.setattr(group_commit, "MAX_GATHER_SECONDS", 30.0)
+    gc = backend.group
+    gc._last_size, gc._last_seconds = size, 30.0
+    return gc
+
+
+def _until(cond: Callable[[], bool]) -> None:
+    done = threading.Event()
+    for _ in range(6000):
+        if cond():
+            return
+        done.wait(0.01)
+    raise AssertionError("never happened")
+
+
+class _Workers:
+    """Threads that each checkpoint step 0 of their own branch once, and what they got."""
+
+    def __init__(self, st: Store, names: Sequence[str], after: int = 0) -> None:
+        self.got: dict[str, str | BaseException] = {}
+        self.threads = [
+            threading.Thread(target=self._run, args=(st, name, after)) for name in names
+        ]
+
+    def _run(self, st: Store, name: str, after: int) -> None:
+        gc = st._backend.group  # type: ignore[union-attr]
+        _until(lambda: len(gc._queue) >= after)
+        try:
+            self.got[name] = st.recorder(name).checkpoint(0, {name: 0})
+        except BaseException as exc:  # what it was told is the point
+            self.got[name] = exc
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(60)
+            assert not t.is_alive()
+
+
+def _chains_on(st: Store, rec: Any, branch: str) -> None:
+    """The recorder follows what the store holds: its next checkpoint extends it."""
+    st._backend.group._last_size = 1  # type: ignore[union-attr]  # a lone writer: no gather
+    head = st.ref(branch)
+    assert rec.head == head
+    nxt = rec.checkpoint(1, {"next": 1})
+    assert st.ref(branch) == nxt
+    assert [m.step for m in st.history(branch)] == ([1, 0] if head is not None else [1])
+
+
+@pytest.mark.parametrize("how", _HOW)
+def test_the_leaders_handler_exception_after_the_groups_commit(
+    tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main thread leads a group of three; SIGTERM right after its commit. Its call
+    raises the handler's exception; all three checkpoints are stored, and each thread is
+    told so (the main thread's recorder follows its own)."""
+    st = cpstore.open(str(tmp_path / "s"), durability="sync")
+    try:
+        gc = _group_of(st, 3, monkeypatch)
+        workers = _Workers(st, ["a", "b"])
+        workers.start()
+        _until(lambda: len(gc._queue) == 2)
+        ran = _arm(how, handled)
+        _after_the_commit(monkeypatch, _on_main, _term_main)
+        rec = st.recorder("m")
+        with pytest.raises(_raised(how)):
+            rec.checkpoint(0, {"m": 0})
+        workers.join()
+        assert ran.is_set()
+        assert gc.groups == 1 and gc.writes == 3  # one group txn: its writes not retried
+        assert workers.got == {"a": st.ref("a"), "b": st.ref("b")}, workers.got
+        assert st.ref("m") is not None
+        _chains_on(st, rec, "m")
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("where", ["alone", "in-a-read-view", "none"])
+def test_a_lone_writers_handler_exception_after_the_commit(
+    tmp_path: Path,
+    how: str,
+    where: str,
+    handled: list[threading.Event],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One writer: a group of one; with a read txn open, as inside a ``store.read()`` view
+    (it commits without the group); or ``durability="none"``. Its call raises the
+    handler's exception and its recorder follows the stored checkpoint."""
+    reading = where == "in-a-read-view"
+    st = cpstore.open(str(tmp_path / "s"), durability="none" if where == "none" else "sync")
+    try:
+        rec = st.recorder("m")
+        first = rec.checkpoint(0, {"m": 0})
+        ran = _arm(how, handled)
+        _after_the_commit(monkeypatch, _on_main, _term_main)
+        with pytest.raises(_raised(how)):
+            if reading:
+                with st._backend.read_txn():  # what a store.read() view holds
+                    rec.checkpoint(1, {"m": 1})
+            else:
+                rec.checkpoint(1, {"m": 1})
+        assert ran.is_set()
+        head = st.ref("m")
+        assert head is not None and head != first
+        assert rec.head == head
+        nxt = rec.checkpoint(2, {"m": 2})
+        assert [m.id for m in st.history("m")] == [nxt, head, first]
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("how", _HOW)
+def test_the_leaders_handler_exception_while_the_group_is_applied(
+    tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM while the main thread's group of three is applied (before its commit): its
+    call raises the handler's exception and its checkpoint is not stored; the other two
+    are stored (committed without it), and their threads are told so."""
+    st = cpstore.open(str(tmp_path / "s"), durability="sync")
+    try:
+        gc = _group_of(st, 3, monkeypatch)
+        workers = _Workers(st, ["a", "b"])
+        workers.start()
+        _until(lambda: len(gc._queue) == 2)
+        ran = _arm(how, handled)
+        _while_applied(monkeypatch, _on_main)
+        rec = st.recorder("m")
+        with pytest.raises(_raised(how)):
+            rec.checkpoint(0, {"m": 0})
+        workers.join()
+        assert ran.is_set()
+        assert st.ref("m") is None
+        assert workers.got == {"a": st.ref("a"), "b": st.ref("b")}, workers.got
+        assert st.ref("a") is not None and st.ref("b") is not None
+        _chains_on(st, rec, "m")
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("how", _HOW)
+def test_a_waiters_handler_exception_while_another_thread_commits_its_group(
+    tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main thread's checkpoint waits in a group of two that thread W leads; SIGTERM
+    reaches the main thread just after W's commit. The main thread's call raises the
+    handler's exception once its checkpoint is settled stored, and its recorder follows."""
+    st = cpstore.open(str(tmp_path / "s"), durability="sync")
+    try:
+        gc = _group_of(st, 2, monkeypatch)
+        workers = _Workers(st, ["w"], after=1)  # queues once the main thread's write did
+        ran = _arm(how, handled)
+
+        def term_and_wait() -> None:  # W, after its commit: the handler runs in main first
+            _term_main()
+            ran.wait(60)
+
+        _after_the_commit(monkeypatch, lambda: not _on_main(), term_and_wait)
+        workers.start()
+        rec = st.recorder("m")
+        with pytest.raises(_raised(how)):
+            rec.checkpoint(0, {"m": 0})
+        workers.join()
+        assert ran.is_set()
+        assert gc.groups == 1 and gc.writes == 2
+        assert workers.got == {"w": st.ref("w")}, workers.got
+        assert st.ref("m") is not None
+        _chains_on(st, rec, "m")
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("how", _HOW)
+def test_batched_a_checkpoint_whose_flush_commits_then_raises_is_followed(
+    tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batched mode behaves as sync: checkpoint(1) fills the batch, its flush commits and
+    SIGTERM lands; the call raises the handler's exception and its recorder follows the
+    stored checkpoint. Before: it did not (docs said so), and its next checkpoint's flush
+    failed ConflictError, dropping that batch."""
+    st = cpstore.open(str(tmp_path / "s"), durability="batched", batch_size=2)
+    try:
+        rec = st.recorder("m")
+        first = rec.checkpoint(0, {"m": 0})
+        ran = _arm(how, handled)
+        _after_the_commit(monkeypatch, _on_main, _term_main)
+        with pytest.raises(_raised(how)) as raised:
+            rec.checkpoint(1, {"m": 1})
+        assert ran.is_set()
+        head = st.ref("m")
+        assert head is not None and head != first
+        assert rec.head == head
+        assert any(head in note for note in getattr(raised.value, "__notes__", []))
+        nxt = rec.checkpoint(2, {"m": 2})
+        st.flush()
+        assert [m.id for m in st.history("m")] == [nxt, head, first]
+    finally:
+        st.close()
