@@ -333,3 +333,61 @@ def test_batched_a_checkpoint_whose_flush_commits_then_raises_is_followed(
         assert [m.id for m in st.history("m")] == [nxt, head, first]
     finally:
         st.close()
+
+
+@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("at", [2, 4], ids=["after-a", "after-its-own"])
+def test_the_leaders_handler_exception_while_its_group_commits_one_write_per_txn(
+    tmp_path: Path,
+    how: str,
+    at: int,
+    handled: list[threading.Event],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A group [a, c, m] whose txn fails (c's branch moved: ConflictError) is committed
+    again one write per txn by the main thread; SIGTERM lands just after a's txn, or
+    after m's own. The main thread's call raises the handler's exception, its checkpoint
+    stored and followed when its txn ran (else not stored); a is stored and told so, c
+    gets its ConflictError (never the handler's exception; after a's, c goes back to the
+    queue and fails in its next group)."""
+    st = cpstore.open(str(tmp_path / "s"), durability="sync")
+    try:
+        stale = st.recorder("c")  # expects no head
+        st.recorder("c").checkpoint(0, {"other": 0})  # another writer moves the branch
+        gc = _group_of(st, 3, monkeypatch)
+        got: dict[str, str | BaseException] = {}
+
+        def one(name: str, rec: Any) -> None:
+            try:
+                got[name] = rec.checkpoint(1, {name: 1})
+            except BaseException as exc:  # what it was told is the point
+                got[name] = exc
+
+        a = threading.Thread(target=one, args=("a", st.recorder("a")))
+        a.start()
+        _until(lambda: len(gc._queue) == 1)
+        c = threading.Thread(target=one, args=("c", stale))
+        c.start()
+        _until(lambda: len(gc._queue) == 2)
+        ran = _arm(how, handled)
+        txns = [0]
+
+        def mine() -> bool:  # the main thread's txns: the group's, then a's, c's, its own
+            txns[0] += _on_main()
+            if txns[0] == at:
+                gc._last_size = 1  # what goes back to the queue is taken at once
+            return txns[0] == at
+
+        rec = st.recorder("m")
+        _after_the_commit(monkeypatch, mine, _term_main)
+        with pytest.raises(_raised(how)):
+            rec.checkpoint(0, {"m": 0})
+        a.join(60)
+        c.join(60)
+        assert ran.is_set() and txns[0] == at
+        assert got["a"] == st.ref("a") and st.ref("a") is not None
+        assert isinstance(got["c"], cpstore.ConflictError), got
+        assert (st.ref("m") is not None) == (at == 4)
+        _chains_on(st, rec, "m")
+    finally:
+        st.close()

@@ -353,11 +353,12 @@ class GroupCommit(Generic[W]):
         if readback is None:
             return None
         try:
-            if self._alone:  # one txn per write: each is its own
-                fates = {id(s): readback.landed([s.write]) for s in open_}
-                stored = sum(1 for f in fates.values() if f)
-                self._count(stored, stored)
-                return fates
+            if self._alone:  # one txn per write, in order: the first open one ran, or
+                # was running; the rest were never tried (read back, a branch another
+                # writer moved since would say "cannot tell")
+                first = readback.landed([open_[0].write])
+                self._count(int(bool(first)), int(bool(first)))
+                return {id(s): first if s is open_[0] else False for s in open_}
             found = readback.landed([s.write for s in group])  # one txn: all or nothing
         except Exception:  # unreadable: may or may not
             return None
