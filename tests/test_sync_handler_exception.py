@@ -27,6 +27,7 @@ the handler's exception, as sync mode's does.
 
 from __future__ import annotations
 
+import random
 import signal
 import sys
 import threading
@@ -36,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from test_group_commit_audit import _run_writers, _violations
 
 import cpstore
 from cpstore.store import group_commit
@@ -391,3 +393,97 @@ def test_the_leaders_handler_exception_while_its_group_commits_one_write_per_txn
         _chains_on(st, rec, "m")
     finally:
         st.close()
+
+
+class _StrReadback:
+    """group_commit.Readback of a list-backed store: a group landed when all its writes
+    are stored, not when none is; KeyboardInterrupt and TimeoutError are a handler's."""
+
+    def __init__(self, stored: list[str]) -> None:
+        self._stored = stored
+        self.told: list[str] = []
+
+    def foreign(self, exc: BaseException) -> bool:
+        return isinstance(exc, (KeyboardInterrupt, TimeoutError))
+
+    def landed(self, writes: Sequence[str]) -> bool | None:
+        got = [w in self._stored for w in writes]
+        return True if all(got) else False if not any(got) else None
+
+    def stored(self, write: str) -> None:
+        self.told.append(write)
+
+
+def _handler_stress(seed: int, threads: int, per: int) -> list[str]:
+    """Writers of a GroupCommit[str] whose commit_many raises a handler's exception before
+    or after storing (2% each) and refuses groups with a write ending in "!"; interrupts
+    also land on 1% of the entries into group_commit's functions. Returns the contract's
+    violations: a hang, "stored" (returned, or told through Readback.stored) for a write
+    not stored, a write stored twice, a thread's writes stored out of its order."""
+    rnd = random.Random(seed)
+    stored: list[str] = []
+    lock = threading.Lock()
+    chance = random.Random(rnd.random())
+
+    def commit_many(writes: Sequence[str]) -> None:
+        if chance.random() < 0.02:
+            raise TimeoutError("before")
+        if any(w.endswith("!") for w in writes):
+            raise ValueError("refused")
+        with lock:
+            stored.extend(writes)
+        if chance.random() < 0.02:
+            raise KeyboardInterrupt("after") if chance.random() < 0.5 else TimeoutError("after")
+
+    readback = _StrReadback(stored)
+    gc = GroupCommit[str](commit_many, readback)
+    outcome: dict[str, str] = {}
+
+    def writer(i: int) -> None:
+        mine = random.Random(rnd.random())
+
+        def trace(frame: FrameType, event: str, arg: object) -> Any:
+            if frame.f_code.co_filename != group_commit.__file__:
+                return None
+            if event == "call" and mine.random() < 0.01:
+                raise KeyboardInterrupt
+            return None
+
+        sys.settrace(trace)
+        try:
+            for k in range(per):
+                w = f"{i}.{k}" + ("!" if mine.random() < 0.1 else "")
+                try:
+                    gc.commit(w)
+                    outcome[w] = "ok"
+                except (ValueError, TimeoutError, cpstore.StoreError, KeyboardInterrupt) as exc:
+                    outcome[w] = type(exc).__name__
+        finally:
+            sys.settrace(None)
+
+    problems = _run_writers(writer, threads, 30)
+    problems += _violations(stored, outcome)
+    problems += [f"told stored, not stored: {w}" for w in readback.told if w not in stored]
+    problems += [
+        f"refused, stored: {w}" for w, v in outcome.items() if v == "ValueError" and w in stored
+    ]
+    problems += [  # the handler's exception alone: its write is stored exactly when told so
+        f"handler's exception, told {w in readback.told}, stored {w in stored}: {w}"
+        for w, v in outcome.items()
+        if v == "TimeoutError" and (w in stored) != (w in readback.told)
+    ]
+    for i in range(threads):
+        ks = [int(w.split(".")[1].rstrip("!")) for w in stored if w.startswith(f"{i}.")]
+        if ks != sorted(ks):
+            problems.append(f"order of thread {i}: {ks}")
+    return problems
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_handler_exceptions_and_interrupts_anywhere_hang_no_writer_and_fake_no_success(
+    seed: int,
+) -> None:
+    """6 threads x 25 writes; handler exceptions before and after the commit, refused
+    groups, interrupts on entering group_commit's functions: every call returns, each
+    write told stored is stored once, each thread's writes in its order."""
+    assert _handler_stress(seed, 6, 25) == []
