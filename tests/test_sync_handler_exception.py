@@ -37,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_group_commit_audit import _run_writers, _violations
 
 import cpstore
@@ -46,6 +47,7 @@ from cpstore.store.group_commit import GroupCommit
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.lmdb_txns import EnvTxns
 from cpstore.store.model import CheckpointWrite
+from cpstore.store.pg_txn import PgTxn
 
 
 class WatchdogError(Exception):
@@ -311,18 +313,28 @@ def test_a_waiters_handler_exception_while_another_thread_commits_its_group(
 
 @pytest.mark.parametrize("how", _HOW)
 def test_batched_a_checkpoint_whose_flush_commits_then_raises_is_followed(
-    tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
+    url: str, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Batched mode behaves as sync: checkpoint(1) fills the batch, its flush commits and
-    SIGTERM lands; the call raises the handler's exception and its recorder follows the
-    stored checkpoint. Before: it did not (docs said so), and its next checkpoint's flush
-    failed ConflictError, dropping that batch."""
-    st = cpstore.open(str(tmp_path / "s"), durability="batched", batch_size=2)
+    """Batched mode behaves as sync (both backends): checkpoint(1) fills the batch, its
+    flush commits and SIGTERM lands; the call raises the handler's exception and its
+    recorder follows the stored checkpoint. Before: it did not (docs said so), and its
+    next checkpoint's flush failed ConflictError, dropping that batch."""
+    st = cpstore.open(url, durability="batched", batch_size=2)
     try:
         rec = st.recorder("m")
         first = rec.checkpoint(0, {"m": 0})
         ran = _arm(how, handled)
         _after_the_commit(monkeypatch, _on_main, _term_main)
+        armed = [True]
+        real_commit = PgTxn.commit
+
+        def commit(self: Any) -> None:
+            real_commit(self)
+            if armed[0] and _on_main():
+                armed[0] = False
+                _term_main()
+
+        monkeypatch.setattr(PgTxn, "commit", commit)
         with pytest.raises(_raised(how)) as raised:
             rec.checkpoint(1, {"m": 1})
         assert ran.is_set()
