@@ -40,6 +40,17 @@ interrupt stops them doing is done by the waiting writers, which also wake every
 (:meth:`GroupCommit._rescue`). Nobody waits forever, and nobody is told "stored"
 for a write whose outcome nobody settled.
 
+A signal handler's exception (a SIGTERM handler's ``sys.exit()``, a watchdog's
+TimeoutError: :meth:`Readback.foreign`) is an interrupt too, never the group's own
+failure: it is raised in its thread, never settled onto the others nor a reason to
+commit the group again one write per txn. What its group's run left unsettled is
+settled by reading the store back (:class:`Readback`): stored; not written (another
+thread's write goes back to the queue for the next group); or "may or may not". A
+waiting thread it lands in raises it once its group settled its write, and a write
+stored under a raising call is told to the store (``Readback.stored``: its recorder
+follows it). It was swallowed when it landed after the commit (settled by reading back
+as a failed commit), and told the others "may or may not" for a stored group.
+
 It knows nothing of LMDB: ``commit_many`` is any function that applies a list
 of writes in one durable txn (all or nothing). Processes are not grouped:
 LMDB has one writer at a time across processes, and each process's group
@@ -51,13 +62,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from cpstore.errors import OutcomeUnknownError, StoreError
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "Readback"]
 
 W = TypeVar("W")
+W_contra = TypeVar("W_contra", contravariant=True)
 
 #: The longest the first queued writer waits for the writers of the last group to queue again.
 MAX_GATHER_SECONDS = 0.002
@@ -67,6 +79,21 @@ MAX_GATHER_SECONDS = 0.002
 POLL_SECONDS = 0.5
 
 _monotonic = time.monotonic
+
+
+class Readback(Protocol[W_contra]):
+    """What the store tells a group whose commit a signal handler's exception interrupted."""
+
+    def foreign(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by ``commit_many``, is not the writes' own failure (a
+        signal handler's exception, an interrupt): raised to its thread, never settled as
+        every write's outcome nor taken as a reason to commit them one per txn."""
+
+    def landed(self, writes: Sequence[W_contra]) -> bool | None:
+        """Whether the store shows the one txn of ``writes`` committed (None: cannot tell)."""
+
+    def stored(self, write: W_contra) -> None:
+        """``write`` is stored, and its caller gets an exception all the same."""
 
 
 class _Slot(Generic[W]):
@@ -91,8 +118,13 @@ class _Slot(Generic[W]):
 class GroupCommit(Generic[W]):
     """A queue of writes in front of a one-txn ``commit_many``, committed by the writers."""
 
-    def __init__(self, commit_many: Callable[[Sequence[W]], None]) -> None:
+    def __init__(
+        self, commit_many: Callable[[Sequence[W]], None], readback: Readback[W] | None = None
+    ) -> None:
         self._commit_many = commit_many
+        # Reads the store after a handler's exception in a group's commit (None: every
+        # write whose outcome nobody settled may or may not be stored).
+        self._readback = readback
         self._mutex = threading.Lock()
         self._queue: list[_Slot[W]] = []
         #: True from a group being taken until its outcomes are settled.
@@ -102,6 +134,8 @@ class GroupCommit(Generic[W]):
         self._group: list[_Slot[W]] | None = None
         self._owner: _Slot[W] | None = None
         self._handed = False
+        # Whether the group taken is being committed one write per txn (its txn failed).
+        self._alone = False
         # The queued slot whose thread waits with a deadline for the queue to
         # fill (None: nobody times the queue yet), and that deadline.
         self._timer: _Slot[W] | None = None
@@ -118,8 +152,15 @@ class GroupCommit(Generic[W]):
     def commit(self, write: W) -> None:
         """Commit ``write`` durably, grouped with the writes of other threads; raise its error."""
         slot = _Slot(write)
-        with slot.inside:
-            self._commit(slot)
+        try:
+            with slot.inside:
+                self._commit(slot)
+        except BaseException:
+            # A signal handler's exception (or an interrupt) raised once its write is
+            # stored: its caller is told so (a recorder follows it), then gets the exception.
+            if slot.done and slot.error is None and self._readback is not None:
+                self._readback.stored(write)
+            raise
 
     def _commit(self, slot: _Slot[W]) -> None:
         taken: list[_Slot[W]] | None = None
@@ -142,10 +183,12 @@ class GroupCommit(Generic[W]):
                         break
                     taken, timeout = self._next(slot)
         except BaseException:
-            # Interrupted (KeyboardInterrupt) before this write's group ran:
-            # withdraw it, so it is not stored behind its caller's back, and
-            # hand on whatever this thread was to do for the others.
-            self._abandon(slot, taken)
+            # Interrupted (KeyboardInterrupt, a signal handler's exception) before this
+            # write's group ran: withdraw it, so it is not stored behind its caller's back,
+            # and hand on whatever this thread was to do for the others. Already in a group
+            # another thread commits: raised once that group settles it.
+            if self._abandon(slot, taken):
+                self._await(slot)
             raise
         if taken is None:
             return _outcome(slot)
@@ -203,12 +246,17 @@ class GroupCommit(Generic[W]):
         self._group = group
         self._owner = owner
         self._handed = False
+        self._alone = False
         return group
 
-    def _abandon(self, slot: _Slot[W], taken: list[_Slot[W]] | None) -> None:
-        """Withdraw an interrupted ``slot``; a group it took but never ran goes back queued."""
+    def _abandon(self, slot: _Slot[W], taken: list[_Slot[W]] | None) -> bool:
+        """Withdraw an interrupted ``slot``; a group it took but never ran goes back queued.
+        True when another thread's group holds it (its outcome is that group's)."""
+        held = False
         with self._mutex:
             queue = self._queue
+            if taken is None and self._owner is slot:
+                taken = self._group  # taken in _next, interrupted before it was returned
             if taken is not None:  # never handed to commit_many: its writes are unattempted
                 # Back in the queue before the group is let go: interrupted in between,
                 # _rescue must find them queued or still in the group, never neither.
@@ -219,21 +267,60 @@ class GroupCommit(Generic[W]):
                     self._owner = None
             elif slot in queue:
                 queue.remove(slot)
-            # (Otherwise a running group holds it: it may or may not be stored.)
+            else:  # a running group holds it (or settled it already)
+                held = not slot.done
             if self._timer is slot:
                 self._timer = None
             if queue and not self._committing:
                 _signal(queue[0])  # whoever is first takes or times the queue
+        return held
+
+    def _await(self, slot: _Slot[W]) -> None:
+        """Until ``slot``, whose thread was interrupted while another thread's group held
+        it, is settled: its caller's exception is raised once it is known stored or not
+        (a recorder then follows a stored checkpoint). Interrupted again, it is left to that
+        group: its caller's checkpoint may or may not be stored."""
+        while True:
+            got = slot.wake.acquire(timeout=POLL_SECONDS)
+            with self._mutex:
+                if got:
+                    slot.signalled = False
+                else:
+                    self._rescue()
+                if slot.done:
+                    return
+                if slot in self._queue:  # its group wrote nothing (_end): withdrawn
+                    self._queue.remove(slot)
+                    if self._timer is slot:
+                        self._timer = None
+                    if self._queue and not self._committing:
+                        _signal(self._queue[0])
+                    return
 
     def _end(self, group: list[_Slot[W]], mine: _Slot[W], started: float | None) -> None:
         """After ``group`` ran (from ``started``; None: it raised): settle what its run did
         not (it never started, or was interrupted), wake each other writer to its outcome,
-        hand the queue on. Idempotent: an interrupted call is made again."""
+        hand the queue on. Idempotent: an interrupted call is made again.
+
+        What its run did not settle is settled as the store shows it (:meth:`_fates`):
+        stored; not written (the write of another thread goes back to the queue, ahead of
+        what queued since, and is committed by the next group); else "may or may not be
+        stored". A signal handler's exception landing just after the group's commit was
+        swallowed (read back as a failed commit, found stored), or told every other
+        thread of the group "may or may not" for a stored checkpoint."""
+        fates = self._fates(group) if started is None else None  # reads: not under the mutex
         with self._mutex:
-            for s in group:  # settled before the group is let go (see _rescue)
-                if not s.done:  # woken unsettled, it would take the queue and return "stored"
-                    _settle(s, _unknown())
             if self._group is group:  # not ended yet (a second call must not end another)
+                back: list[_Slot[W]] = []
+                for s in group:  # settled or queued before the group is let go (_rescue)
+                    if s.done:
+                        continue
+                    fate = None if fates is None else fates.get(id(s))
+                    if fate is False and s is not mine and s.inside.locked():
+                        back.append(s)
+                    else:  # woken unsettled, it would take the queue and return "stored"
+                        _settle(s, None if fate else _unknown())
+                self._queue[:0] = [s for s in back if s not in self._queue]
                 if started is not None:
                     # Every writer seen: this group and what queued while it committed.
                     # (This group's size alone locks in: were one writer of four late
@@ -249,6 +336,35 @@ class GroupCommit(Generic[W]):
                     _signal(s)
             if self._queue and not self._committing:
                 _signal(self._queue[0])  # queued meanwhile: it takes or times the next group
+
+    def _fates(self, group: list[_Slot[W]]) -> dict[int, bool | None] | None:
+        """By the thread whose run of ``group`` raised (a signal handler's exception, an
+        interrupt), before the group is let go: id(slot) -> whether the store shows the
+        write of each slot not settled stored (True), not written (False) or cannot tell
+        (None). None: every such write may or may not be stored (no :class:`Readback`)."""
+        if self._group is not group:
+            return None  # ended already (a call again after an interrupt)
+        open_ = [s for s in group if not s.done]
+        if not open_:
+            return None
+        if not self._handed:  # never handed to commit_many: nothing of it written
+            return dict.fromkeys(map(id, open_), False)
+        readback = self._readback
+        if readback is None:
+            return None
+        try:
+            if self._alone:  # one txn per write, in order: the first open one ran, or
+                # was running; the rest were never tried (read back, a branch another
+                # writer moved since would say "cannot tell")
+                first = readback.landed([open_[0].write])
+                self._count(int(bool(first)), int(bool(first)))
+                return {id(s): first if s is open_[0] else False for s in open_}
+            found = readback.landed([s.write for s in group])  # one txn: all or nothing
+        except Exception:  # unreadable: may or may not
+            return None
+        if found and len(open_) == len(group):  # stored, and _run counted none of it
+            self._count(1, len(group))
+        return dict.fromkeys(map(id, open_), found)
 
     def _rescue(self) -> None:
         """Under the mutex, by a waiting writer on its poll: do what a writer that left its
@@ -283,8 +399,9 @@ class GroupCommit(Generic[W]):
 
     def _run(self, group: list[_Slot[W]]) -> None:
         """Commit ``group``: in one txn, or one txn per write when that fails. An
-        interrupt (KeyboardInterrupt) propagates; :meth:`_end` then tells every write
-        whose outcome nobody knows that it may or may not be stored."""
+        interrupt (KeyboardInterrupt; a signal handler's exception: Readback.foreign)
+        propagates, never settled as the group's failure; :meth:`_end` then settles every
+        write whose outcome nobody settled as the store shows it."""
         self._handed = True  # from here its writes may be stored (see _rescue)
         try:
             self._commit_many([s.write for s in group])
@@ -292,14 +409,19 @@ class GroupCommit(Generic[W]):
             for s in group:  # one error per thread: raising it extends its traceback
                 _settle(s, _again(exc))
         except Exception as exc:
+            if self._foreign(exc):
+                raise  # a signal handler's, not the group's: _end reads the store
             if len(group) == 1:
                 _settle(group[0], exc)
                 return
             # Rolled back whole: each write again alone, for its own outcome.
+            self._alone = True
             for s in group:
                 try:
                     self._commit_many([s.write])
                 except Exception as alone:
+                    if self._foreign(alone):
+                        raise  # settled by _end, never given to another thread
                     _settle(s, alone)
                 else:
                     self._count(1, 1)
@@ -308,6 +430,9 @@ class GroupCommit(Generic[W]):
             self._count(1, len(group))
             for s in group:
                 _settle(s, None)
+
+    def _foreign(self, exc: Exception) -> bool:
+        return self._readback is not None and self._readback.foreign(exc)
 
     def _count(self, groups: int, writes: int) -> None:
         self.groups += groups

@@ -46,6 +46,7 @@ from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_copy import copy_env, space_of
 from cpstore.store.lmdb_errors import translate
+from cpstore.store.lmdb_interrupted import GroupFates, commit_raised
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_registry import acquire_env, release_env
 from cpstore.store.lmdb_settle import batch_landed, commit_failed, growth_failed
@@ -92,7 +93,7 @@ class LmdbBackend:
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(path)
         # sync mode: concurrent threads' checkpoints share one txn and fsync. Not
         # GroupCommit[CheckpointWrite](...): ~50 us on first use, in every fresh open.
-        self.group: GroupCommit[CheckpointWrite] = GroupCommit(self._commit_many)
+        self.group: GroupCommit[CheckpointWrite] = GroupCommit(self._commit_many, GroupFates(self))
         key = None if audit_key is None else check_key(audit_key)
         self.env = acquire_env(
             path,
@@ -492,7 +493,7 @@ class LmdbBackend:
 
     def _commit_many(self, ops: Sequence[CheckpointWrite], *, durable: bool = True) -> None:
         """Apply ``ops`` in order in one write txn (all or nothing), durable unless told
-        not to sync; a commit that reports an error is settled by lmdb_settle.commit_failed."""
+        not to sync; an error once applied is settled by lmdb_interrupted.commit_raised."""
         applied = False
 
         def apply_all(txn: Txn[memoryview]) -> None:
@@ -506,10 +507,9 @@ class LmdbBackend:
                 self.write_txn(apply_all)
             else:
                 self.env.write(apply_all)
-        except Exception as exc:
-            if not applied or growth_failed(exc, _FULL):
-                raise  # refused, or failed before its commit: rolled back, nothing stored
-            commit_failed(self, ops, exc)
+        except BaseException as exc:
+            if not commit_raised(self, ops, exc, applied, _FULL):
+                raise  # a handler's exception; or refused, or failed before its commit
 
     def flush(self) -> None:
         """Commit every queued checkpoint in one durable txn (batched mode).

@@ -17,6 +17,7 @@ from cpstore.errors import (
     CpstoreError,
     IntegrityError,
     InvalidInputError,
+    ReentrantWriteError,
 )
 from cpstore.native.args import as_bytes_view, check_text
 from cpstore.native.binding import digest, digest_small
@@ -265,33 +266,41 @@ class CheckpointWrite:
     #: The state parts' object keys in the manifest's order: the commit stores
     #: their heap locations beside the record as read hints (content.py).
     hint_keys: tuple[bytes, ...] = ()
-    #: Batched mode: set once the batch holding it is known to have committed. A
+    #: Set once the batch holding it is known to have committed (batched mode), or the
+    #: commit a signal handler's exception interrupted is read back stored (any mode). A
     #: ``checkpoint()`` call may then still raise (its flush tells this thread of
-    #: earlier checkpoints another thread's failed commit dropped); the recorder
-    #: follows the stored checkpoint all the same.
+    #: earlier checkpoints another thread's failed commit dropped; the handler's
+    #: exception); the recorder follows the stored checkpoint all the same.
     committed: bool = False
 
 
 def commit_stored(
     commit: Callable[[CheckpointWrite], None], op: CheckpointWrite
-) -> CpstoreError | None:
-    """``commit(op)``; its error when ``op`` is stored all the same, else None (raises it
-    when ``op`` is not stored, or not known to be).
+) -> BaseException | None:
+    """``commit(op)``; its exception when ``op`` is stored all the same, else None (raises
+    it when ``op`` is not stored, or not known to be).
 
     Batched mode: a ``checkpoint()`` that fills the batch flushes, and that flush
     then tells this thread of earlier checkpoints another thread's failed commit
     dropped. Its own checkpoint is stored, so the recorder must follow it (else its
     next checkpoint conflicts with its own head) and the caller must be told: the
     error gets a note naming the stored id (tests/test_batched_stored_then_raised.py).
+    Any mode: a signal handler's exception (or an interrupt) landing once the commit
+    was stored is raised the same way, the recorder following the stored checkpoint
+    (tests/test_sync_handler_exception.py).
     """
     try:
         commit(op)
-    except CpstoreError as exc:
+    except BaseException as exc:
         if not op.committed:
             raise
         exc.add_note(
-            f"cpstore: this call's checkpoint {bytes(op.cid).hex()} IS stored (its batch "
-            "committed); the error is about checkpoints this thread queued before it"
+            f"cpstore: this call's checkpoint {bytes(op.cid).hex()} IS stored; "
+            + (
+                "the error is about checkpoints this thread queued before it"
+                if isinstance(exc, CpstoreError) and not isinstance(exc, ReentrantWriteError)
+                else "this exception (a signal handler's, or an interrupt) came after its commit"
+            )
         )
         return exc
     return None
