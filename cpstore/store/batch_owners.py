@@ -306,9 +306,16 @@ class BatchOwners(Generic[W]):
             if len(back) < len(batch):  # left out: no longer queued or in flight
                 self._owner.pop(id(skip), None)
             self._again.update(t for _, t in back if t is not me)
-            pending[:0] = [op for op, _ in back]
-            self._committer.pop(key, None)
+            ops = [op for op, _ in back]
+            # The one step that is not idempotent, the queue's, and the flight's end: two
+            # stores with no landing point between (no call). A call between them (the
+            # committer's pop) let a second interrupt land after the batch was queued
+            # again and before it left the flight: the flush's fallback requeued it a
+            # second time, and the next flush failed ConflictError on the copies and
+            # dropped the whole queue (audit44).
+            pending[:0] = ops
             del self._flying[key]
+            self._committer.pop(key, None)
             self._cond.notify_all()
 
     def applying(

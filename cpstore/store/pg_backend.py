@@ -37,7 +37,7 @@ from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.batch_owners import BatchOwners, Owner, interrupted
-from cpstore.store.commit import apply_write, settle_by_reading
+from cpstore.store.commit import settle_by_reading
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
@@ -54,16 +54,15 @@ from cpstore.store.model import (
     PG_STORE_VERSION,
     CheckpointWrite,
     created_at_of,
-    ref_key,
 )
 from cpstore.store.objects import get_object, put_object
+from cpstore.store.pg_apply import abort_again, apply_batch
 from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.pg_writing import not_nested, writing, writing_here
 from cpstore.store.refs import (
-    REFS_DIGEST_KEY,
     upgrade_refs_v1,
 )
 
@@ -396,7 +395,11 @@ class PgBackend:
                 result = fn(txn)
                 txn.commit()
             except BaseException:
-                txn.abort()  # a no-op after a commit that ended the txn; else it returns
+                try:
+                    txn.abort()  # a no-op after a commit that ended the txn; else it returns
+                except BaseException:  # a second interrupt: never left holding the lock
+                    abort_again(txn, self._release)
+                    raise
                 raise
         finally:
             held.remove(mine)
@@ -569,32 +572,6 @@ class PgBackend:
 
     def _apply_all(self, txn: Txn[memoryview], ops: list[CheckpointWrite]) -> None:
         """Prefetch what every op reads (one round trip), then apply them in order."""
-        assert isinstance(txn, PgTxn)
-        t = self._tables
-        cps = [op.cid for op in ops] + [op.parent for op in ops if op.parent is not None]
-        txn.prefetch(
-            {
-                t["refs"]: [ref_key(op.run_id, op.branch) for op in ops],
-                t["meta"]: [REFS_DIGEST_KEY],
-                t["checkpoints"]: cps,
-                t["tombstones"]: cps,
-                t["ledgers"]: [op.sealed_ledger for op in ops if op.sealed_ledger is not None],
-                t["objects"]: [k for op in ops for k in op.objects],
-            },
-            exists={t["objects"]: [k for op in ops for k in op.must_exist]},
-        )
-        for op in ops:
-            self._apply(txn, op)
-
-    def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
         if not isinstance(txn, PgTxn):
             raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
-        objects = self._tables["objects"]
-        # Prefetched as existence: no value fetched.
-        apply_write(
-            txn,
-            self._tables,
-            op,
-            layout=self._layout,
-            exists=lambda key: txn.has(key, db=objects),
-        )
+        apply_batch(txn, self._tables, ops, self._layout)

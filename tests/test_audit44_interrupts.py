@@ -1,0 +1,181 @@
+"""audit44: the batched-mode interrupt machinery of audit42, under a second interrupt.
+
+A flush interrupted while it applies its batch puts the batch back at the head of the
+queue (batch_owners.BatchOwners.requeued). A second interrupt (Ctrl-C pressed twice, a
+SIGTERM handler's ``sys.exit()`` after a SIGINT) landing inside that requeue, after the
+batch was queued again and before it left the flight, made the flush's fallback queue it
+a second time: the next flush applied every checkpoint twice, failed ConflictError on the
+copies and dropped the whole queue, acknowledged checkpoints included.
+
+On PostgreSQL a second interrupt landing on entering (or in) the write txn's abort left
+the connection checked out with its transaction open: its session kept the store's
+advisory writer lock, and every later writer, of this process and of every other,
+waited for ever.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+import psycopg
+import pytest
+from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
+
+import cpstore
+from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.model import CheckpointWrite
+from cpstore.store.pg_backend import PgBackend
+from cpstore.store.pg_txn import PgTxn
+
+
+def _in_psycopg(frame: FrameType | None) -> bool:
+    """psycopg's own frames are swept by tests/test_psycopg_interrupts.py."""
+    while frame is not None:
+        if "psycopg" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class _Twice:
+    """The next batch apply raises KeyboardInterrupt; a second one lands on the k-th
+    function entry or C call return of this thread after it (where CPython delivers a
+    signal's exception), then no more."""
+
+    def __init__(self) -> None:
+        self.k = 0
+        self.armed = False
+        self.seen = 0
+        self.landed: str | None = None
+
+    def arm(self, k: int) -> None:
+        self.k, self.armed, self.seen, self.landed = k, True, 0, None
+
+    def profile(self, frame: FrameType, event: str, arg: object) -> None:
+        if event not in ("call", "c_return") or _in_psycopg(frame):
+            return
+        self.seen += 1
+        if self.seen == self.k:
+            sys.setprofile(None)
+            self.landed = f"{frame.f_code.co_name}/{getattr(arg, '__name__', event)}"
+            raise KeyboardInterrupt(f"second, at {self.landed}")
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
+            real: Callable[..., None] = getattr(cls, name)
+
+            def apply(
+                owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real
+            ) -> None:
+                if self.armed and len(ops) > 1:
+                    self.armed = False
+                    sys.setprofile(self.profile)
+                    raise KeyboardInterrupt("first")
+                real(owner, txn, ops)
+
+            monkeypatch.setattr(cls, name, apply)
+
+
+def test_a_second_interrupt_in_the_requeue_never_queues_the_batch_twice(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For every landing point k after the first interrupt, until the flush ends: the
+    queue holds each checkpoint once, and the next flush stores every acknowledged one.
+    Before: k at the return of ``self._committer.pop`` in ``requeued`` left 8 entries for
+    4 checkpoints, and the next flush raised ConflictError and stored none of them."""
+    twice = _Twice()
+    twice.install(monkeypatch)
+    st = cpstore.open(url, durability="batched", batch_size=10_000)
+    try:
+        problems: list[str] = []
+        for k in range(1, 10_000):
+            run = f"r{k}"
+            rec = st.recorder(run)
+            ids = [rec.checkpoint(i, {"i": i}) for i in range(4)]
+            twice.arm(k)
+            try:
+                st.flush()
+            except KeyboardInterrupt:
+                pass
+            finally:
+                sys.setprofile(None)
+            queued = st._backend.queued_writes()
+            if len({id(op) for op in queued}) != len(queued):
+                problems.append(f"k={k} at {twice.landed}: {len(queued)} queued for 4")
+            try:
+                st.flush()
+            except cpstore.CpstoreError as exc:
+                problems.append(f"k={k} at {twice.landed}: {type(exc).__name__}")
+                continue
+            if [m.id for m in st.history(run)] != ids[::-1]:
+                problems.append(f"k={k} at {twice.landed}: not every checkpoint stored")
+            if twice.landed is None:  # the flush ended before the k-th landing point
+                break
+        assert k > 10  # the sweep ran through the requeue
+        assert not problems, problems
+    finally:
+        sys.setprofile(None)
+        st.close()
+
+
+def _conninfo(url: str) -> str:
+    """The test cluster's server, from a store URL (its socket folder)."""
+    socket_dir = url.split("host=")[1].split("&", maxsplit=1)[0]
+    return f"host={socket_dir} user=postgres dbname=postgres"
+
+
+def _advisory_holders(url: str) -> list[int]:
+    """The server pids of other sessions holding an advisory lock (a store's writer lock)."""
+    with psycopg.connect(_conninfo(url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return [int(pid) for (pid,) in rows]
+
+
+def test_a_second_interrupt_entering_the_abort_never_keeps_the_writer_lock(
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The flush's apply is interrupted, and a second interrupt lands on entering the write
+    txn's abort. Before: the connection stayed checked out inside its transaction, its
+    session held the writer lock, and the next flush waited for it for ever."""
+    twice = _Twice()
+    twice.install(monkeypatch)
+    real_abort = PgTxn.abort
+    armed = [False]
+
+    def abort(txn: PgTxn) -> None:
+        if armed[0] and txn.write:
+            armed[0] = False
+            raise KeyboardInterrupt("second, entering abort")
+        real_abort(txn)
+
+    monkeypatch.setattr(PgTxn, "abort", abort)
+    st = cpstore.open(pg_url, durability="batched", batch_size=10_000)
+    try:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(4)]
+        twice.arm(0)  # no profiled landing point: only the two below
+        armed[0] = True
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                st.flush()
+        finally:
+            sys.setprofile(None)  # k=0: installed by the first interrupt, never fired
+        assert not armed[0]  # the second interrupt landed
+        assert _advisory_holders(pg_url) == []  # before: the interrupted txn's session
+        assert st.pending == 4
+        st.flush()
+        assert [m.id for m in st.history("r")] == ids[::-1]
+    finally:
+        with psycopg.connect(
+            _conninfo(pg_url), autocommit=True
+        ) as conn:  # before the fix: end the stuck session, or close() waits for ever
+            for pid in _advisory_holders(pg_url):
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        st.close()
