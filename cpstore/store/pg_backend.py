@@ -36,7 +36,7 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners, Owner, interrupted
+from cpstore.store.batch_owners import BatchOwners, Owner, Reentry, interrupted
 from cpstore.store.commit import settle_by_reading
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -96,6 +96,9 @@ class PgBackend:
         self._pending_lock = threading.Lock()
         # Whose writes a batch holds (batch_owners.py).
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(self._path)
+        # A signal handler's write inside commit() or flush() on its thread: refused (it
+        # waited for ever on the queue's lock its thread held, or closed the pool: audit44).
+        self._reentry = Reentry(self._path)
         self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._pid = os.getpid()
@@ -214,6 +217,7 @@ class PgBackend:
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and close the pool: once when two threads
         close at once, the later waiting for the earlier's (as LmdbBackend.close)."""
+        self._reentry.refuse()  # a signal handler's close: never under a write under way
         done = threading.Event()
         with self._close_claim:
             closer = self._closer
@@ -254,8 +258,8 @@ class PgBackend:
     def try_flush_here(self) -> bool:
         """A finalizer's flush (at_exit.flush_collected): False, nothing done, inside a write
         txn of this store on this thread (it waits for ever on its own lock); else True."""
-        if writing_here(self._lock_key):
-            return False
+        if writing_here(self._lock_key) or self._reentry.inside():  # in commit(): its queue
+            return False  # lock may be held (a helper thread flushes once it is let go)
         self.flush()
         return True
 
@@ -467,7 +471,12 @@ class PgBackend:
         return read_head(txn, self._tables, key, layout=self._layout, load_raw=self.load_raw)
 
     def commit(self, op: CheckpointWrite) -> None:
-        """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
+        """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``);
+        ReentrantWriteError inside a commit or flush of this store on this thread (a signal
+        handler's: it waited for ever on the queue's lock its thread held)."""
+        self._reentry.run(lambda: self._commit(op))
+
+    def _commit(self, op: CheckpointWrite) -> None:
         if self.durability != "batched":
             sync = self.durability == "sync"
             try:
@@ -486,7 +495,7 @@ class PgBackend:
             self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
         if full:  # interrupted with op queued again: op leaves the queue (batch_owners)
-            self._owners.flush_for(self.flush, op, self._pending, self._pending_lock)
+            self._owners.flush_for(self._flush, op, self._pending, self._pending_lock)
 
     def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
         """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle; at
@@ -512,7 +521,11 @@ class PgBackend:
 
         On failure (e.g. a ref conflict) the whole batch is rolled back and dropped; an
         interrupt is settled as lmdb_backend.flush's. A lost COMMIT is settled by reading
-        the store back, as in :meth:`commit`. The batch is taken under the writer lock."""
+        the store back, as in :meth:`commit`. The batch is taken under the writer lock.
+        ReentrantWriteError inside a commit or flush of this store on this thread."""
+        self._reentry.run(self._flush)
+
+    def _flush(self) -> None:
         if os.getpid() != self._pid and self.durability == "batched":
             self.live()  # ForkError: a fork child never waits for the parent's batches (audit20)
         while self._flush_once():  # another thread's interrupted flush requeued ours
