@@ -16,6 +16,7 @@ waited for ever.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
@@ -25,6 +26,7 @@ import pytest
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
+from cpstore.store.batch_owners import BatchOwners
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
 from cpstore.store.pg_backend import PgBackend
@@ -179,3 +181,57 @@ def test_a_second_interrupt_entering_the_abort_never_keeps_the_writer_lock(
             for pid in _advisory_holders(pg_url):
                 conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         st.close()
+
+
+def test_a_close_on_another_thread_commits_what_an_interrupted_flush_requeues(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main thread's flush is applying its batch when thread C closes the store (C has
+    nothing of its own in flight, so its close's flush returns at once); then the main
+    flush is interrupted and requeues the batch. Before: C's close returned ok and closed
+    the handle with the 5 checkpoints queued in it; the exit flush skips closed handles,
+    and the store held none of them. Now C's close waits for that flush and commits them."""
+    st = cpstore.open(url, durability="batched", batch_size=10_000)
+    rec = st.recorder("r")
+    ids = [rec.checkpoint(i, {"i": i}) for i in range(5)]
+    flushed = threading.Event()  # the closer's own flush has returned
+    real_wait = BatchOwners.wait_mine
+
+    def wait_mine(owners: BatchOwners[CheckpointWrite]) -> bool:
+        again = real_wait(owners)
+        if threading.current_thread().name == "closer":
+            flushed.set()
+        return again
+
+    monkeypatch.setattr(BatchOwners, "wait_mine", wait_mine)
+    told: list[BaseException | None] = []
+
+    def close() -> None:
+        try:
+            st.close()
+            told.append(None)
+        except BaseException as exc:  # what it was told is the point
+            told.append(exc)
+
+    closer = threading.Thread(target=close, name="closer")
+    armed = [True]
+    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
+        real: Callable[..., None] = getattr(cls, name)
+
+        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
+            if armed[0]:
+                armed[0] = False
+                closer.start()
+                assert flushed.wait(60)
+                raise KeyboardInterrupt
+            real(owner, txn, ops)
+
+        monkeypatch.setattr(cls, name, apply)
+    with pytest.raises(KeyboardInterrupt):
+        st.flush()
+    closer.join(60)
+    assert not closer.is_alive()
+    assert told == [None], told
+    assert st.pending == 0  # before: 5, in a closed handle
+    with cpstore.open(url, readonly=True, create=False) as ro:
+        assert [m.id for m in ro.history("r")] == ids[::-1]  # before: none stored

@@ -362,6 +362,28 @@ class BatchOwners(Generic[W]):
         finally:
             self._local.withdraw = None
 
+    def drain(self, flush: Callable[[], None], pending: list[W]) -> None:
+        """A close's flush: ``flush()``, then until no batch of any thread is in flight and
+        nothing is queued (``pending``). Returning at the first, a close on thread C let
+        the main thread's flush, interrupted meanwhile, requeue its batch into the closed
+        handle: C's close returned ok, the exit flush skips closed handles, and every
+        checkpoint of the batch was lost without a word (audit44)."""
+        flush()
+        while True:
+            with self._lock:
+                while self._flying:
+                    if self.blocked is not None and self.blocked():
+                        raise OutcomeUnknownError(
+                            "another thread's batch commit grows the map and waits for this "
+                            "thread's open read view to end; the close cannot wait for it",
+                            where=self._where,
+                            expected="no open store.read() in a thread that closes the store",
+                        )
+                    self._cond.wait(_POLL)
+            if not pending:
+                return
+            flush()  # requeued by another thread's interrupted flush
+
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())
 

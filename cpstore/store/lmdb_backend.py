@@ -208,7 +208,7 @@ class LmdbBackend:
         try:
             if self.durability == "batched":
                 try:
-                    self.flush()  # also raises when another thread's commit dropped ours
+                    self._owners.drain(self.flush, self._pending)  # raises as flush()
                 except BaseException:
                     kept = bool(self._pending)  # interrupted, its batch queued again: kept
                     raise

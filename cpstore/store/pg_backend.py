@@ -231,7 +231,7 @@ class PgBackend:
         try:
             if self.durability == "batched" and os.getpid() == self._pid:
                 try:
-                    self.flush()  # also raises when another thread's commit dropped ours
+                    self._owners.drain(self.flush, self._pending)  # raises as flush()
                 except BaseException:
                     kept = bool(self._pending)  # interrupted, its batch queued again: kept
                     raise
