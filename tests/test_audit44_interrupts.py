@@ -26,6 +26,7 @@ import pytest
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
+from cpstore.store import pg_backend
 from cpstore.store.batch_owners import BatchOwners
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
@@ -235,3 +236,66 @@ def test_a_close_on_another_thread_commits_what_an_interrupted_flush_requeues(
     assert st.pending == 0  # before: 5, in a closed handle
     with cpstore.open(url, readonly=True, create=False) as ro:
         assert [m.id for m in ro.history("r")] == ids[::-1]  # before: none stored
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="not fixed (audit44): an interrupt in the COMMIT's round trip requeues the batch "
+    "after the write txn ended; another thread's flush takes what was queued since first",
+)
+def test_an_interrupt_in_the_commit_requeues_before_another_thread_takes_the_queue(
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As test_a_requeued_batch_commits_before_what_another_thread_flushes_meanwhile
+    (audit42), with the interrupt landing in PgTxn.commit (before COMMIT is sent) instead
+    of the apply: the requeue waits for the read-back, after the writer lock was let go,
+    and thread W's flush of w1 (extending w0, in the interrupted batch) fails
+    ConflictError, dropping w1 (acknowledged as queued)."""
+    st = cpstore.open(pg_url, durability="batched", batch_size=10_000)
+    try:
+        wrec = st.recorder("w")
+        queued, go = threading.Event(), threading.Event()
+        told: list[BaseException | None] = []
+
+        def worker() -> None:
+            wrec.checkpoint(0, {"w": 0})
+            queued.set()
+            go.wait(60)
+            try:
+                wrec.checkpoint(1, {"w": 1})
+                st.flush()
+                told.append(None)
+            except BaseException as exc:  # what it was told is the point
+                told.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        assert queued.wait(60)
+        st.recorder("r").checkpoint(0, {"r": 0})
+        real: Any = pg_backend.interrupted  # type: ignore[attr-defined]
+
+        def between(*args: Any) -> Any:  # the txn has ended here
+            if threading.current_thread() is threading.main_thread() and not go.is_set():
+                go.set()
+                thread.join(60)
+            return real(*args)
+
+        monkeypatch.setattr(pg_backend, "interrupted", between)
+        real_commit = PgTxn.commit
+        armed = [True]
+
+        def commit(txn: PgTxn) -> None:
+            if armed[0] and txn.write and threading.current_thread() is threading.main_thread():
+                armed[0] = False
+                raise KeyboardInterrupt("in the COMMIT's round trip, before it is sent")
+            real_commit(txn)
+
+        monkeypatch.setattr(PgTxn, "commit", commit)
+        with pytest.raises(KeyboardInterrupt):
+            st.flush()
+        thread.join(60)
+        assert not thread.is_alive()
+        assert told == [None], told
+    finally:
+        st.close()
