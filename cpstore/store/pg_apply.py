@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import psycopg
-
 from cpstore.store.commit import apply_write
 from cpstore.store.model import CheckpointWrite, ref_key
 from cpstore.store.pg_txn import PgTable, PgTxn
@@ -39,7 +37,7 @@ def apply_batch(
         apply_write(txn, tables, op, layout=layout, exists=lambda key: txn.has(key, db=objects))
 
 
-def abort_again(txn: PgTxn, release: Callable[[psycopg.Connection[Any], bool], None]) -> None:
+def abort_again(txn: PgTxn, release: Callable[[Any, bool], None]) -> None:
     """End ``txn`` after its ``abort()`` was interrupted (a second interrupt, entering it or
     in it): all of it again, and a connection it still holds (cut short after it marked
     itself done) closed, never pooled. Left held, its session kept the txn open and the
