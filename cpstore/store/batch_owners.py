@@ -369,6 +369,8 @@ class BatchOwners(Generic[W]):
         handle: C's close returned ok, the exit flush skips closed handles, and every
         checkpoint of the batch was lost without a word (audit44)."""
         flush()
+        bound = self.exit_wait  # at exit: never hangs (as wait_mine)
+        deadline = None if bound is None else time.monotonic() + bound
         while True:
             with self._lock:
                 while self._flying:
@@ -378,6 +380,12 @@ class BatchOwners(Generic[W]):
                             "thread's open read view to end; the close cannot wait for it",
                             where=self._where,
                             expected="no open store.read() in a thread that closes the store",
+                        )
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise OutcomeUnknownError(
+                            "another thread's batch commit is still under way at exit; "
+                            "what it holds may or may not be stored",
+                            where=self._where,
                         )
                     self._cond.wait(_POLL)
             if not pending:
