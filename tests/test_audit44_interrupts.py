@@ -15,6 +15,7 @@ waited for ever.
 
 from __future__ import annotations
 
+import dis
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -299,3 +300,48 @@ def test_an_interrupt_in_the_commit_requeues_before_another_thread_takes_the_que
         assert told == [None], told
     finally:
         st.close()
+
+
+class _SecondInClose(list[CheckpointWrite]):
+    """The queue; its length read by a call in close() (``bool(queue)``, a point where
+    CPython delivers a pending signal's exception once the call returns) raises a second
+    KeyboardInterrupt. A plain truth test (``if queue:``) calls nothing on a real list: no
+    landing point there, and none here."""
+
+    armed = True
+
+    def __len__(self) -> int:
+        n = super().__len__()
+        caller = sys._getframe(1)
+        op = dis.opname[caller.f_code.co_code[caller.f_lasti]]
+        if _SecondInClose.armed and caller.f_code.co_name == "close" and "CALL" in op:
+            _SecondInClose.armed = False
+            raise KeyboardInterrupt("second, in close()'s look at the queue")
+        return n
+
+
+def test_a_second_interrupt_in_the_closes_look_at_the_queue_never_closes_it_queued(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close's flush is interrupted (the batch goes back on the queue) and a second
+    interrupt lands as the close looks whether it is kept. Before: it landed after
+    ``bool(self._pending)`` returned, ``kept`` was never set, the handle was closed with
+    the 4 checkpoints queued, and nothing stored them. Now the look calls nothing."""
+    st = cpstore.open(url, durability="batched", batch_size=10_000)
+    backend = st._backend
+    _SecondInClose.armed = True
+    backend._pending = _SecondInClose()
+    rec = st.recorder("r")
+    ids = [rec.checkpoint(i, {"i": i}) for i in range(4)]
+    twice = _Twice()
+    twice.install(monkeypatch)
+    twice.arm(0)  # the first interrupt only, in the apply; the second is the queue's
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            st.close()
+    finally:
+        sys.setprofile(None)
+    assert not backend.closed and st.pending == 4  # before: closed, 4 queued in it
+    st.close()
+    with cpstore.open(url, readonly=True, create=False) as ro:
+        assert [m.id for m in ro.history("r")] == ids[::-1]
