@@ -306,9 +306,16 @@ class BatchOwners(Generic[W]):
             if len(back) < len(batch):  # left out: no longer queued or in flight
                 self._owner.pop(id(skip), None)
             self._again.update(t for _, t in back if t is not me)
-            pending[:0] = [op for op, _ in back]
-            self._committer.pop(key, None)
+            ops = [op for op, _ in back]
+            # The one step that is not idempotent, the queue's, and the flight's end: two
+            # stores with no landing point between (no call). A call between them (the
+            # committer's pop) let a second interrupt land after the batch was queued
+            # again and before it left the flight: the flush's fallback requeued it a
+            # second time, and the next flush failed ConflictError on the copies and
+            # dropped the whole queue (audit44).
+            pending[:0] = ops
             del self._flying[key]
+            self._committer.pop(key, None)
             self._cond.notify_all()
 
     def applying(
@@ -354,6 +361,36 @@ class BatchOwners(Generic[W]):
             raise
         finally:
             self._local.withdraw = None
+
+    def drain(self, flush: Callable[[], None], pending: list[W]) -> None:
+        """A close's flush: ``flush()``, then until no batch of any thread is in flight and
+        nothing is queued (``pending``). Returning at the first, a close on thread C let
+        the main thread's flush, interrupted meanwhile, requeue its batch into the closed
+        handle: C's close returned ok, the exit flush skips closed handles, and every
+        checkpoint of the batch was lost without a word (audit44)."""
+        flush()
+        bound = self.exit_wait  # at exit: never hangs (as wait_mine)
+        deadline = None if bound is None else time.monotonic() + bound
+        while True:
+            with self._lock:
+                while self._flying:
+                    if self.blocked is not None and self.blocked():
+                        raise OutcomeUnknownError(
+                            "another thread's batch commit grows the map and waits for this "
+                            "thread's open read view to end; the close cannot wait for it",
+                            where=self._where,
+                            expected="no open store.read() in a thread that closes the store",
+                        )
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise OutcomeUnknownError(
+                            "another thread's batch commit is still under way at exit; "
+                            "what it holds may or may not be stored",
+                            where=self._where,
+                        )
+                    self._cond.wait(_POLL)
+            if not pending:
+                return
+            flush()  # requeued by another thread's interrupted flush
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())

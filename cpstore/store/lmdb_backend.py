@@ -209,13 +209,13 @@ class LmdbBackend:
         try:
             if self.durability == "batched":
                 try:
-                    self.flush()  # also raises when another thread's commit dropped ours
+                    self._owners.drain(self.flush, self._pending)  # raises as flush()
                 except BaseException:
-                    kept = bool(self._pending)  # interrupted, its batch queued again: kept
+                    kept = True  # kept open if its batch is queued again (no call here)
                     raise
         finally:
             try:  # kept open: the next close or the exit flush commits it (closed, lost)
-                if kept:
+                if kept and self._pending:
                     self._closer = None
                 else:
                     self._closed = True

@@ -36,8 +36,8 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners, Owner, interrupted
-from cpstore.store.commit import apply_write, settle_by_reading
+from cpstore.store.batch_owners import BatchOwners, Owner, Reentry, interrupted
+from cpstore.store.commit import settle_by_reading
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.keyed_audit import adopt_key
@@ -54,16 +54,15 @@ from cpstore.store.model import (
     PG_STORE_VERSION,
     CheckpointWrite,
     created_at_of,
-    ref_key,
 )
 from cpstore.store.objects import get_object, put_object
+from cpstore.store.pg_apply import abort_again, apply_batch
 from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.pg_writing import not_nested, writing, writing_here
 from cpstore.store.refs import (
-    REFS_DIGEST_KEY,
     upgrade_refs_v1,
 )
 
@@ -97,6 +96,9 @@ class PgBackend:
         self._pending_lock = threading.Lock()
         # Whose writes a batch holds (batch_owners.py).
         self._owners: BatchOwners[CheckpointWrite] = BatchOwners(self._path)
+        # A signal handler's write inside commit() or flush() on its thread: refused (it
+        # waited for ever on the queue's lock its thread held, or closed the pool: audit44).
+        self._reentry = Reentry(self._path)
         self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._pid = os.getpid()
@@ -215,6 +217,7 @@ class PgBackend:
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and close the pool: once when two threads
         close at once, the later waiting for the earlier's (as LmdbBackend.close)."""
+        self._reentry.refuse()  # a signal handler's close: never under a write under way
         done = threading.Event()
         with self._close_claim:
             closer = self._closer
@@ -228,13 +231,13 @@ class PgBackend:
         try:
             if self.durability == "batched" and os.getpid() == self._pid:
                 try:
-                    self.flush()  # also raises when another thread's commit dropped ours
+                    self._owners.drain(self.flush, self._pending)  # raises as flush()
                 except BaseException:
-                    kept = bool(self._pending)  # interrupted, its batch queued again: kept
+                    kept = True  # kept open if its batch is queued again (no call here)
                     raise
         finally:
             try:  # kept open: the next close or the exit flush commits it (lmdb_backend)
-                if kept:
+                if kept and self._pending:
                     self._closer = None
                 else:
                     self._closed = True
@@ -255,8 +258,8 @@ class PgBackend:
     def try_flush_here(self) -> bool:
         """A finalizer's flush (at_exit.flush_collected): False, nothing done, inside a write
         txn of this store on this thread (it waits for ever on its own lock); else True."""
-        if writing_here(self._lock_key):
-            return False
+        if writing_here(self._lock_key) or self._reentry.inside():  # in commit(): its queue
+            return False  # lock may be held (a helper thread flushes once it is let go)
         self.flush()
         return True
 
@@ -396,7 +399,11 @@ class PgBackend:
                 result = fn(txn)
                 txn.commit()
             except BaseException:
-                txn.abort()  # a no-op after a commit that ended the txn; else it returns
+                try:
+                    txn.abort()  # a no-op after a commit that ended the txn; else it returns
+                except BaseException:  # a second interrupt: never left holding the lock
+                    abort_again(txn, self._release)
+                    raise
                 raise
         finally:
             held.remove(mine)
@@ -464,7 +471,12 @@ class PgBackend:
         return read_head(txn, self._tables, key, layout=self._layout, load_raw=self.load_raw)
 
     def commit(self, op: CheckpointWrite) -> None:
-        """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``)."""
+        """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``);
+        ReentrantWriteError inside a commit or flush of this store on this thread (a signal
+        handler's: it waited for ever on the queue's lock its thread held)."""
+        self._reentry.run(lambda: self._commit(op))
+
+    def _commit(self, op: CheckpointWrite) -> None:
         if self.durability != "batched":
             sync = self.durability == "sync"
             try:
@@ -483,7 +495,7 @@ class PgBackend:
             self._owners.queued(op)
             full = len(self._pending) >= self._batch_size
         if full:  # interrupted with op queued again: op leaves the queue (batch_owners)
-            self._owners.flush_for(self.flush, op, self._pending, self._pending_lock)
+            self._owners.flush_for(self._flush, op, self._pending, self._pending_lock)
 
     def _landed(self, ops: list[CheckpointWrite]) -> bool | None:
         """Whether the txn of ``ops`` committed, read back once it has ended (pg_settle; at
@@ -509,7 +521,11 @@ class PgBackend:
 
         On failure (e.g. a ref conflict) the whole batch is rolled back and dropped; an
         interrupt is settled as lmdb_backend.flush's. A lost COMMIT is settled by reading
-        the store back, as in :meth:`commit`. The batch is taken under the writer lock."""
+        the store back, as in :meth:`commit`. The batch is taken under the writer lock.
+        ReentrantWriteError inside a commit or flush of this store on this thread."""
+        self._reentry.run(self._flush)
+
+    def _flush(self) -> None:
         if os.getpid() != self._pid and self.durability == "batched":
             self.live()  # ForkError: a fork child never waits for the parent's batches (audit20)
         while self._flush_once():  # another thread's interrupted flush requeued ours
@@ -569,32 +585,6 @@ class PgBackend:
 
     def _apply_all(self, txn: Txn[memoryview], ops: list[CheckpointWrite]) -> None:
         """Prefetch what every op reads (one round trip), then apply them in order."""
-        assert isinstance(txn, PgTxn)
-        t = self._tables
-        cps = [op.cid for op in ops] + [op.parent for op in ops if op.parent is not None]
-        txn.prefetch(
-            {
-                t["refs"]: [ref_key(op.run_id, op.branch) for op in ops],
-                t["meta"]: [REFS_DIGEST_KEY],
-                t["checkpoints"]: cps,
-                t["tombstones"]: cps,
-                t["ledgers"]: [op.sealed_ledger for op in ops if op.sealed_ledger is not None],
-                t["objects"]: [k for op in ops for k in op.objects],
-            },
-            exists={t["objects"]: [k for op in ops for k in op.must_exist]},
-        )
-        for op in ops:
-            self._apply(txn, op)
-
-    def _apply(self, txn: Txn[memoryview], op: CheckpointWrite) -> None:
         if not isinstance(txn, PgTxn):
             raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
-        objects = self._tables["objects"]
-        # Prefetched as existence: no value fetched.
-        apply_write(
-            txn,
-            self._tables,
-            op,
-            layout=self._layout,
-            exists=lambda key: txn.has(key, db=objects),
-        )
+        apply_batch(txn, self._tables, ops, self._layout)
