@@ -48,8 +48,12 @@ settled by reading the store back (:class:`Readback`): stored; not written (anot
 thread's write goes back to the queue for the next group); or "may or may not". A
 waiting thread it lands in raises it once its group settled its write, and a write
 stored under a raising call is told to the store (``Readback.stored``: its recorder
-follows it). It was swallowed when it landed after the commit (settled by reading back
-as a failed commit), and told the others "may or may not" for a stored group.
+follows it). Only in the main thread, where Python runs signal handlers: elsewhere such
+an exception of class Exception is the writes' own failure (a bug in one write's apply
+fails that write alone), settled by reading the store back (:meth:`_stray`).
+Before, a handler's exception was swallowed when it landed after the commit (settled
+by reading back as a failed commit), and told the others "may or may not" for a stored
+group.
 
 It knows nothing of LMDB: ``commit_many`` is any function that applies a list
 of writes in one durable txn (all or nothing). Processes are not grouped:
@@ -411,6 +415,8 @@ class GroupCommit(Generic[W]):
         except Exception as exc:
             if self._foreign(exc):
                 raise  # a signal handler's, not the group's: _end reads the store
+            if self._stray(exc, group):
+                return  # not the writes' own failure, yet settled by reading the store
             if len(group) == 1:
                 _settle(group[0], exc)
                 return
@@ -422,7 +428,8 @@ class GroupCommit(Generic[W]):
                 except Exception as alone:
                     if self._foreign(alone):
                         raise  # settled by _end, never given to another thread
-                    _settle(s, alone)
+                    if not self._stray(alone, [s]):
+                        _settle(s, alone)
                 else:
                     self._count(1, 1)
                     _settle(s, None)
@@ -432,7 +439,37 @@ class GroupCommit(Generic[W]):
                 _settle(s, None)
 
     def _foreign(self, exc: Exception) -> bool:
-        return self._readback is not None and self._readback.foreign(exc)
+        """Whether ``exc`` may be a signal handler's: Readback.foreign, and raised in the
+        main thread (Python runs signal handlers there only). In any other thread an
+        Exception that is not the store's (a bug, a MemoryError in one write's apply) is
+        the writes' own failure: were it raised as a handler's, the leader of every group
+        holding that write would raise it and requeue the others (audit46)."""
+        return (
+            self._readback is not None
+            and threading.current_thread() is threading.main_thread()
+            and self._readback.foreign(exc)
+        )
+
+    def _stray(self, exc: Exception, slots: list[_Slot[W]]) -> bool:
+        """After ``exc`` failed the txn of ``slots`` outside the main thread, an exception
+        Readback.foreign would call a handler's (no handler's: the writes' own failure, but
+        not settled by ``commit_many`` as a commit's own error is): True when the store,
+        read back, settled them (stored: returned; cannot tell: "may or may not"); False
+        when it shows nothing of them written (each caller gets its own result)."""
+        readback = self._readback
+        if readback is None or not readback.foreign(exc):
+            return False
+        try:
+            found = readback.landed([s.write for s in slots])
+        except Exception:  # unreadable: may or may not
+            found = None
+        if found is False:
+            return False
+        if found:
+            self._count(1, len(slots))
+        for s in slots:
+            _settle(s, None if found else _unknown(exc))
+        return True
 
     def _count(self, groups: int, writes: int) -> None:
         self.groups += groups
@@ -452,12 +489,14 @@ def _again(exc: OutcomeUnknownError) -> OutcomeUnknownError:
     return copy
 
 
-def _unknown() -> StoreError:
-    return StoreError(
+def _unknown(cause: BaseException | None = None) -> StoreError:
+    error = StoreError(
         "interrupted while committing this checkpoint's group; "
         "it may or may not be stored (read the branch head)",
         where="group commit",
     )
+    error.__cause__ = cause
+    return error
 
 
 def _settle(slot: _Slot[W], error: BaseException | None) -> None:

@@ -1,0 +1,55 @@
+"""``durability="sync"``: one thread's checkpoint whose apply raises an exception that is
+not a CpstoreError (a bug, a MemoryError) in a group with other threads' checkpoints.
+
+Each caller must get the result it would have had committing alone: the other threads'
+checkpoints are stored and their calls return; only the failing checkpoint's caller gets
+the exception. (Since syncexc such an exception counts as a signal handler's: the group's
+leader raised it, whoever it was, and the others went back to the queue, where the next
+leader raised it again.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_sync_handler_exception import _group_of, _Workers
+
+import cpstore
+from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.model import CheckpointWrite
+
+
+class PoisonError(RuntimeError):
+    """What applying the poisoned checkpoint raises (a bug in its data's path)."""
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_poisoned_write_fails_alone(
+    tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = LmdbBackend._apply
+
+    def apply(self: Any, txn: Any, ops: Sequence[CheckpointWrite]) -> None:
+        if any(op.run_id == "poison" for op in ops):
+            self.group._last_size, self.group._last_seconds = 1, 0.0  # no gather after it
+            raise PoisonError("poisoned")
+        real(self, txn, ops)
+
+    monkeypatch.setattr(LmdbBackend, "_apply", apply)
+    st = cpstore.open(str(tmp_path / "s"), durability="sync")
+    try:
+        _group_of(st, size, monkeypatch)
+        names = ["poison"] + [f"w{i}" for i in range(size - 1)]
+        workers = _Workers(st, names)
+        workers.start()
+        workers.join()
+        got = workers.got
+        assert isinstance(got["poison"], PoisonError), got
+        assert st.ref("poison") is None
+        for name in names[1:]:
+            assert got[name] == st.ref(name) and st.ref(name) is not None, got
+    finally:
+        st.close()
