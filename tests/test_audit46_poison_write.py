@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sync_handler_exception import _group_of, _Workers
+from test_sync_handler_exception import _group_of, _until, _Workers
 
 import cpstore
 from cpstore.store.lmdb_backend import LmdbBackend
@@ -51,5 +51,39 @@ def test_a_poisoned_write_fails_alone(
         assert st.ref("poison") is None
         for name in names[1:]:
             assert got[name] == st.ref(name) and st.ref(name) is not None, got
+    finally:
+        st.close()
+
+
+def test_a_poisoned_write_in_a_group_the_main_thread_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main thread (where a signal handler's exception lands, so it cannot tell one
+    from a bug) completes and commits a group of three holding the poisoned checkpoint:
+    it raises the exception, its own checkpoint not stored; the other innocent thread's
+    checkpoint is stored by the next group, only the poisoned one's caller fails."""
+    real = LmdbBackend._apply
+
+    def apply(self: Any, txn: Any, ops: Sequence[CheckpointWrite]) -> None:
+        if any(op.run_id == "poison" for op in ops):
+            self.group._last_size, self.group._last_seconds = 1, 0.0
+            raise PoisonError("poisoned")
+        real(self, txn, ops)
+
+    monkeypatch.setattr(LmdbBackend, "_apply", apply)
+    st = cpstore.open(str(tmp_path / "s"), durability="sync")
+    try:
+        gc = _group_of(st, 3, monkeypatch)
+        workers = _Workers(st, ["poison", "w"])
+        workers.start()
+        _until(lambda: len(gc._queue) == 2)
+        with pytest.raises(PoisonError):
+            st.recorder("main").checkpoint(0, {"main": 0})
+        workers.join()
+        got = workers.got
+        assert st.ref("main") is None
+        assert isinstance(got["poison"], PoisonError), got
+        assert st.ref("poison") is None
+        assert got["w"] == st.ref("w") and st.ref("w") is not None, got
     finally:
         st.close()
