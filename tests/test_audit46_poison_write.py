@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sync_handler_exception import _group_of, _until, _Workers
+from test_sync_handler_exception import _group_of, _handler_stress, _until, _Workers
 
 import cpstore
+from cpstore.store import group_commit
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
 
@@ -87,3 +88,14 @@ def test_a_poisoned_write_in_a_group_the_main_thread_commits(
         assert got["w"] == st.ref("w") and st.ref("w") is not None, got
     finally:
         st.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_handler_stress_as_if_every_writer_were_the_main_thread(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler stress of tests/test_sync_handler_exception.py runs its writers outside
+    the main thread, where its TimeoutError is now the writes' own failure; here every
+    writer counts as the main thread, so the handler's path is stressed as before."""
+    monkeypatch.setattr(group_commit, "_in_main", lambda: True)
+    assert _handler_stress(seed, 6, 25) == []

@@ -444,11 +444,7 @@ class GroupCommit(Generic[W]):
         Exception that is not the store's (a bug, a MemoryError in one write's apply) is
         the writes' own failure: were it raised as a handler's, the leader of every group
         holding that write would raise it and requeue the others (audit46)."""
-        return (
-            self._readback is not None
-            and threading.current_thread() is threading.main_thread()
-            and self._readback.foreign(exc)
-        )
+        return self._readback is not None and _in_main() and self._readback.foreign(exc)
 
     def _stray(self, exc: Exception, slots: list[_Slot[W]]) -> bool:
         """After ``exc`` failed the txn of ``slots`` outside the main thread, an exception
@@ -474,6 +470,11 @@ class GroupCommit(Generic[W]):
     def _count(self, groups: int, writes: int) -> None:
         self.groups += groups
         self.writes += writes
+
+
+def _in_main() -> bool:
+    """Whether this is the main thread (the only one a signal handler's exception lands in)."""
+    return threading.current_thread() is threading.main_thread()
 
 
 def _signal(slot: _Slot[W]) -> None:
