@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_sync_handler_exception import _group_of, _handler_stress, _until, _Workers
+from test_sync_handler_exception import (
+    _after_the_commit,
+    _group_of,
+    _handler_stress,
+    _on_main,
+    _until,
+    _Workers,
+)
 
 import cpstore
 from cpstore.store import group_commit
@@ -99,3 +106,37 @@ def test_handler_stress_as_if_every_writer_were_the_main_thread(
     writer counts as the main thread, so the handler's path is stressed as before."""
     monkeypatch.setattr(group_commit, "_in_main", lambda: True)
     assert _handler_stress(seed, 6, 25) == []
+
+
+def test_a_bugs_exception_after_a_groups_commit_outside_the_main_thread_is_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker commits a group of three and an exception that is not cpstore's (a bug, a
+    MemoryError) is raised right after LMDB's commit: never swallowed. The committing
+    thread raises it, told its checkpoint IS stored (its recorder follows); the others
+    return their ids."""
+
+    def boom() -> None:
+        raise PoisonError("after the commit")
+
+    _after_the_commit(monkeypatch, lambda: not _on_main(), boom)
+    st = cpstore.open(str(tmp_path / "s"), durability="sync")
+    try:
+        gc = _group_of(st, 3, monkeypatch)
+        first, second, third = _Workers(st, ["a"]), _Workers(st, ["b"], 1), _Workers(st, ["c"], 2)
+        for w in (first, second, third):
+            w.start()
+        for w in (first, second, third):
+            w.join()
+        got = {**first.got, **second.got, **third.got}
+        assert gc.groups == 1
+        raised = [n for n, g in got.items() if isinstance(g, PoisonError)]
+        assert len(raised) == 1, got
+        for name, g in got.items():
+            assert st.ref(name) is not None
+            if name not in raised:
+                assert g == st.ref(name), got
+        notes = getattr(got[raised[0]], "__notes__", [])
+        assert any("IS stored" in n for n in notes), notes
+    finally:
+        st.close()

@@ -48,9 +48,10 @@ settled by reading the store back (:class:`Readback`): stored; not written (anot
 thread's write goes back to the queue for the next group); or "may or may not". A
 waiting thread it lands in raises it once its group settled its write, and a write
 stored under a raising call is told to the store (``Readback.stored``: its recorder
-follows it). Only in the main thread, where Python runs signal handlers: elsewhere such
-an exception of class Exception is the writes' own failure (a bug in one write's apply
-fails that write alone), settled by reading the store back (:meth:`_stray`).
+follows it). Outside the main thread, where no signal handler runs, such an exception of
+class Exception whose txn the store shows wrote nothing is the writes' own failure (a bug
+in one write's apply fails that write alone: :meth:`_foreign`); written or cannot tell,
+it is raised as a handler's is (never swallowed).
 Before, a handler's exception was swallowed when it landed after the commit (settled
 by reading back as a failed commit), and told the others "may or may not" for a stored
 group.
@@ -413,10 +414,8 @@ class GroupCommit(Generic[W]):
             for s in group:  # one error per thread: raising it extends its traceback
                 _settle(s, _again(exc))
         except Exception as exc:
-            if self._foreign(exc):
+            if self._foreign(exc, group):
                 raise  # a signal handler's, not the group's: _end reads the store
-            if self._stray(exc, group):
-                return  # not the writes' own failure, yet settled by reading the store
             if len(group) == 1:
                 _settle(group[0], exc)
                 return
@@ -426,10 +425,9 @@ class GroupCommit(Generic[W]):
                 try:
                     self._commit_many([s.write])
                 except Exception as alone:
-                    if self._foreign(alone):
+                    if self._foreign(alone, [s]):
                         raise  # settled by _end, never given to another thread
-                    if not self._stray(alone, [s]):
-                        _settle(s, alone)
+                    _settle(s, alone)
                 else:
                     self._count(1, 1)
                     _settle(s, None)
@@ -438,34 +436,26 @@ class GroupCommit(Generic[W]):
             for s in group:
                 _settle(s, None)
 
-    def _foreign(self, exc: Exception) -> bool:
-        """Whether ``exc`` may be a signal handler's: Readback.foreign, and raised in the
-        main thread (Python runs signal handlers there only). In any other thread an
-        Exception that is not the store's (a bug, a MemoryError in one write's apply) is
-        the writes' own failure: were it raised as a handler's, the leader of every group
-        holding that write would raise it and requeue the others (audit46)."""
-        return self._readback is not None and _in_main() and self._readback.foreign(exc)
+    def _foreign(self, exc: Exception, slots: list[_Slot[W]]) -> bool:
+        """Whether ``exc``, raised by the txn of ``slots``, is raised in this thread and
+        settled by :meth:`_end` reading the store (Readback.foreign: it may be a signal
+        handler's), not the writes' own failure.
 
-    def _stray(self, exc: Exception, slots: list[_Slot[W]]) -> bool:
-        """After ``exc`` failed the txn of ``slots`` outside the main thread, an exception
-        Readback.foreign would call a handler's (no handler's: the writes' own failure, but
-        not settled by ``commit_many`` as a commit's own error is): True when the store,
-        read back, settled them (stored: returned; cannot tell: "may or may not"); False
-        when it shows nothing of them written (each caller gets its own result)."""
+        Python runs signal handlers in the main thread only. In any other thread such an
+        exception (a bug, a MemoryError in one write's apply) is the writes' own failure
+        when the store shows nothing of them written: were it raised as a handler's, the
+        leader of every group holding that write would raise it and requeue the others
+        (audit46). Written, or cannot tell: raised all the same (never swallowed), the
+        writes settled as the store shows them."""
         readback = self._readback
         if readback is None or not readback.foreign(exc):
             return False
+        if _in_main():
+            return True
         try:
-            found = readback.landed([s.write for s in slots])
-        except Exception:  # unreadable: may or may not
-            found = None
-        if found is False:
-            return False
-        if found:
-            self._count(1, len(slots))
-        for s in slots:
-            _settle(s, None if found else _unknown(exc))
-        return True
+            return readback.landed([s.write for s in slots]) is not False
+        except Exception:  # unreadable: may or may not (_end)
+            return True
 
     def _count(self, groups: int, writes: int) -> None:
         self.groups += groups
@@ -490,14 +480,12 @@ def _again(exc: OutcomeUnknownError) -> OutcomeUnknownError:
     return copy
 
 
-def _unknown(cause: BaseException | None = None) -> StoreError:
-    error = StoreError(
+def _unknown() -> StoreError:
+    return StoreError(
         "interrupted while committing this checkpoint's group; "
         "it may or may not be stored (read the branch head)",
         where="group commit",
     )
-    error.__cause__ = cause
-    return error
 
 
 def _settle(slot: _Slot[W], error: BaseException | None) -> None:
