@@ -48,8 +48,13 @@ settled by reading the store back (:class:`Readback`): stored; not written (anot
 thread's write goes back to the queue for the next group); or "may or may not". A
 waiting thread it lands in raises it once its group settled its write, and a write
 stored under a raising call is told to the store (``Readback.stored``: its recorder
-follows it). It was swallowed when it landed after the commit (settled by reading back
-as a failed commit), and told the others "may or may not" for a stored group.
+follows it). Outside the main thread, where no signal handler runs, such an exception of
+class Exception whose txn the store shows wrote nothing is the writes' own failure (a bug
+in one write's apply fails that write alone: :meth:`_foreign`); written or cannot tell,
+it is raised as a handler's is (never swallowed).
+Before, a handler's exception was swallowed when it landed after the commit (settled
+by reading back as a failed commit), and told the others "may or may not" for a stored
+group.
 
 It knows nothing of LMDB: ``commit_many`` is any function that applies a list
 of writes in one durable txn (all or nothing). Processes are not grouped:
@@ -409,7 +414,7 @@ class GroupCommit(Generic[W]):
             for s in group:  # one error per thread: raising it extends its traceback
                 _settle(s, _again(exc))
         except Exception as exc:
-            if self._foreign(exc):
+            if self._foreign(exc, group):
                 raise  # a signal handler's, not the group's: _end reads the store
             if len(group) == 1:
                 _settle(group[0], exc)
@@ -420,7 +425,7 @@ class GroupCommit(Generic[W]):
                 try:
                     self._commit_many([s.write])
                 except Exception as alone:
-                    if self._foreign(alone):
+                    if self._foreign(alone, [s]):
                         raise  # settled by _end, never given to another thread
                     _settle(s, alone)
                 else:
@@ -431,12 +436,35 @@ class GroupCommit(Generic[W]):
             for s in group:
                 _settle(s, None)
 
-    def _foreign(self, exc: Exception) -> bool:
-        return self._readback is not None and self._readback.foreign(exc)
+    def _foreign(self, exc: Exception, slots: list[_Slot[W]]) -> bool:
+        """Whether ``exc``, raised by the txn of ``slots``, is raised in this thread and
+        settled by :meth:`_end` reading the store (Readback.foreign: it may be a signal
+        handler's), not the writes' own failure.
+
+        Python runs signal handlers in the main thread only. In any other thread such an
+        exception (a bug, a MemoryError in one write's apply) is the writes' own failure
+        when the store shows nothing of them written: were it raised as a handler's, the
+        leader of every group holding that write would raise it and requeue the others
+        (audit46). Written, or cannot tell: raised all the same (never swallowed), the
+        writes settled as the store shows them."""
+        readback = self._readback
+        if readback is None or not readback.foreign(exc):
+            return False
+        if _in_main():
+            return True
+        try:
+            return readback.landed([s.write for s in slots]) is not False
+        except Exception:  # unreadable: may or may not (_end)
+            return True
 
     def _count(self, groups: int, writes: int) -> None:
         self.groups += groups
         self.writes += writes
+
+
+def _in_main() -> bool:
+    """Whether this is the main thread (the only one a signal handler's exception lands in)."""
+    return threading.current_thread() is threading.main_thread()
 
 
 def _signal(slot: _Slot[W]) -> None:
