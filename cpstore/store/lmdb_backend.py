@@ -553,13 +553,13 @@ class LmdbBackend:
                 if self._exit_gate is not None:
                     self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
                 with self._pending_lock:
-                    # The queue and its owners go in flight together, or not at all
-                    # (taken off the queue first, the batch was lost unowned, and its
-                    # other threads' flushes returned ok: audit20).
+                    # Queue and owners go in flight together or not at all (taken off the
+                    # queue first, the batch was lost unowned and its owners told ok: audit20).
                     self._owners.taken(self._pending, owners, batch)
                     took = True
             queue = (self._pending, self._pending_lock)  # interrupted: requeued in the txn
-            self._owners.applying(lambda: self._apply(txn, batch), (owners, batch), queue, (_FULL,))
+            engine = (lmdb.Error,)  # an LMDB error in the apply is the batch's own: dropped
+            self._owners.applying(lambda: self._apply(txn, batch), (owners, batch), queue, engine)
             applied = True
 
         failed: BaseException | None = None
