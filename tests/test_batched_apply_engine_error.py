@@ -14,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import cpstore
 import lmdb
 import pytest
+
+import cpstore
 from cpstore.errors import IntegrityError
 
 

@@ -158,12 +158,12 @@ class Reentry:
         if getattr(self._local, "on", False):
             raise reentrant_write(self._where)
 
-    def run(self, fn: Callable[[], None]) -> None:
-        """``fn()`` as this thread's write, refused when it is inside one already."""
+    def run(self, fn: Callable[..., None], *args: object) -> None:
+        """``fn(*args)`` as this thread's write, refused when it is inside one already."""
         self.refuse()
         try:  # set inside: an interrupt before the try leaves it unset, never stuck on
             self._local.on = True
-            fn()
+            fn(*args)
         finally:
             self._local.on = False
 

@@ -463,7 +463,7 @@ class LmdbBackend:
         ReentrantWriteError when this thread is inside a commit or flush of this store
         already (a signal handler running inside it): it waited for itself, or LMDB
         refused a nested write txn."""
-        self._reentry.run(lambda: self._commit(op))
+        self._reentry.run(self._commit, op)
 
     def _commit(self, op: CheckpointWrite) -> None:
         if self.durability == "sync":

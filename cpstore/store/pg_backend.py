@@ -474,7 +474,7 @@ class PgBackend:
         """Commit ``op`` now (sync, none) or queue it (batched, flushed every ``batch_size``);
         ReentrantWriteError inside a commit or flush of this store on this thread (a signal
         handler's: it waited for ever on the queue's lock its thread held)."""
-        self._reentry.run(lambda: self._commit(op))
+        self._reentry.run(self._commit, op)
 
     def _commit(self, op: CheckpointWrite) -> None:
         if self.durability != "batched":
