@@ -297,7 +297,8 @@ def commit_stored(
         exc.add_note(
             f"cpstore: this call's checkpoint {bytes(op.cid).hex()} IS stored; "
             + (
-                "the error is about checkpoints this thread queued before it"
+                "the error is about others (checkpoints this thread queued before it), or "
+                "came after its commit"
                 if isinstance(exc, CpstoreError) and not isinstance(exc, ReentrantWriteError)
                 else "this exception (a signal handler's, or an interrupt) came after its commit"
             )
