@@ -58,6 +58,7 @@ from cpstore.store.model import (
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_apply import abort_again, apply_batch
 from cpstore.store.pg_errors import failed, translate
+from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
@@ -477,15 +478,11 @@ class PgBackend:
         self._reentry.run(self._commit, op)
 
     def _commit(self, op: CheckpointWrite) -> None:
-        if self.durability != "batched":
-            sync = self.durability == "sync"
-            try:
-                self._write(lambda txn: self._apply_all(txn, [op]), synchronous=sync)
-            except CommitLostError as exc:
-                # Lost with COMMIT on the wire: read the store back (a new connection)
-                # to tell committed from not; only when it cannot be read is it unknown.
-                if not settle_by_reading(exc, lambda: self._landed([op])):
-                    raise
+        if self.durability != "batched":  # a handler's exception after the apply: the
+            sync = self.durability == "sync"  # store read back, op marked if stored
+            commit_alone(
+                op, lambda fn: self._write(fn, synchronous=sync), self._apply_all, self._landed
+            )
             return
         self.live()
         with self._pending_lock:
