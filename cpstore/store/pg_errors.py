@@ -24,7 +24,7 @@ from cpstore.errors import (
     StoreTimeoutError,
 )
 
-__all__ = ["is_broken", "translate"]
+__all__ = ["interrupt_in", "is_broken", "translate"]
 
 
 def _text(exc: BaseException) -> str:
@@ -85,3 +85,20 @@ def translate(
 def failed(what: str, where: str, exc: BaseException) -> StoreError:
     """A StoreError for a failure outside a statement (pool, connect)."""
     return StoreConnectionError(what, where=where, got=_text(exc))
+
+
+def interrupt_in(exc: BaseException) -> BaseException | None:
+    """The interrupt (KeyboardInterrupt, a signal handler's exception: neither psycopg's nor
+    cpstore's) that psycopg error ``exc`` replaced, if any. psycopg's pipeline, ended while
+    an interrupt propagates out of its wait for a reply, raises its own "cannot exit
+    pipeline mode while busy" in the interrupt's place (pgfollow): that is an interrupt,
+    raised as itself (its commit then settled by reading back), not a lost COMMIT that
+    reads back stored and returns with the interrupt swallowed."""
+    seen: set[int] = set()
+    cause = exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if not isinstance(cause, (psycopg.Error, CpstoreError)):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None

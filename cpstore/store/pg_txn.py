@@ -26,7 +26,7 @@ import psycopg
 from psycopg import pq
 
 from cpstore.errors import CpstoreError, InvalidInputError, StoreReadOnlyError
-from cpstore.store.pg_errors import is_broken, translate
+from cpstore.store.pg_errors import interrupt_in, is_broken, translate
 
 __all__ = ["EXISTS", "PgCursor", "PgTable", "PgTxn", "settled"]
 
@@ -367,7 +367,7 @@ class PgTxn:
             if not broken:
                 self._rollback(conn)
             self._finish(broken=broken)
-            raise translate(exc, self.where, conn, committing=broken) from None
+            raise interrupt_in(exc) or translate(exc, self.where, conn, committing=broken) from None
         self._finish(broken=False)
 
     def abort(self) -> None:
