@@ -31,6 +31,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from handler_signals import HOW, arm, raised_by, sigterm_restored
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
@@ -38,44 +39,16 @@ from cpstore.store.lmdb_backend import Durability
 from cpstore.store.pg_backend import PgBackend
 from cpstore.store.pg_txn import PgTxn
 
-
-class WatchdogError(Exception):
-    """What a SIGALRM/SIGTERM watchdog handler raises (an Exception, not a BaseException)."""
-
-
-_HOW = ["raise", "exit", "interrupt"]
 _MODES: list[Durability] = ["sync", "none"]
 #: The psycopg entries swept: every one under CPSTORE_SOAK, else every third.
 STRIDE = 1 if os.environ.get("CPSTORE_SOAK") else 3
 
 
-def _raised(how: str) -> type[BaseException]:
-    return {"raise": WatchdogError, "exit": SystemExit, "interrupt": KeyboardInterrupt}[how]
-
-
 @pytest.fixture
 def handled() -> Iterator[list[threading.Event]]:
     """The SIGTERM handler put back after the test."""
-    previous = signal.getsignal(signal.SIGTERM)
-    yield []
-    signal.signal(signal.SIGTERM, previous)
-
-
-def _arm(how: str, handled: list[threading.Event]) -> threading.Event:
-    """A SIGTERM handler raising as ``how`` says; the event is set once it ran."""
-    ran = threading.Event()
-    handled.append(ran)
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        ran.set()
-        if how == "exit":
-            sys.exit(3)
-        if how == "interrupt":
-            raise KeyboardInterrupt
-        raise WatchdogError("watchdog")
-
-    signal.signal(signal.SIGTERM, handler)
-    return ran
+    with sigterm_restored() as events:
+        yield events
 
 
 def _term_main_and_run_it() -> None:
@@ -158,7 +131,7 @@ _STORED = {"after-commit": _after_the_commit, "after-round-trip": _after_the_com
 _NOT_STORED = {"before-apply": _before_the_apply, "before-commit": _before_the_commit}
 
 
-@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("mode", _MODES)
 @pytest.mark.parametrize("where", list(_STORED))
 def test_a_handlers_exception_after_the_commit_is_raised_and_the_recorder_follows(
@@ -174,13 +147,13 @@ def test_a_handlers_exception_after_the_commit_is_raised_and_the_recorder_follow
     try:
         rec = st.recorder("m")
         first = rec.checkpoint(0, {"m": 0})
-        ran = _arm(how, handled)
+        ran = arm(how, handled)
         _STORED[where](monkeypatch)
-        with pytest.raises(_raised(how)) as raised:
+        with pytest.raises(raised_by(how)) as raised:
             rec.checkpoint(1, {"m": 1})
         monkeypatch.undo()  # the next commits run unpatched
         assert ran.is_set()
-        assert type(raised.value) is _raised(how)  # the handler's own exception
+        assert type(raised.value) is raised_by(how)  # the handler's own exception
         head = st.ref("m")
         assert head is not None and head != first  # stored
         followed = rec.head == head  # the recorder follows its stored checkpoint
@@ -193,7 +166,7 @@ def test_a_handlers_exception_after_the_commit_is_raised_and_the_recorder_follow
         st.close()
 
 
-@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("mode", _MODES)
 @pytest.mark.parametrize("where", list(_NOT_STORED))
 def test_a_handlers_exception_before_the_commit_stores_nothing_and_the_recorder_stays(
@@ -209,13 +182,13 @@ def test_a_handlers_exception_before_the_commit_stores_nothing_and_the_recorder_
     try:
         rec = st.recorder("m")
         first = rec.checkpoint(0, {"m": 0})
-        ran = _arm(how, handled)
+        ran = arm(how, handled)
         _NOT_STORED[where](monkeypatch)
-        with pytest.raises(_raised(how)) as raised:
+        with pytest.raises(raised_by(how)) as raised:
             rec.checkpoint(1, {"m": 1})
         monkeypatch.undo()
         assert ran.is_set()
-        assert type(raised.value) is _raised(how)
+        assert type(raised.value) is raised_by(how)
         assert not getattr(raised.value, "__notes__", [])  # never said stored
         assert st.ref("m") == first  # not stored
         assert rec.head == first  # the recorder stays where it was
@@ -347,7 +320,7 @@ def _interrupt_entering(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]
     return landed
 
 
-def test_an_interrupt_waiting_for_the_commits_reply_is_raised(
+def test_an_interrupt_waiting_for_the_commits_reply_israised_by(
     pg_url: str,  # noqa: F811 - the fixture
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -37,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from handler_signals import HOW, arm, raised_by, sigterm_restored
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_group_commit_audit import _run_writers, _violations
 
@@ -50,39 +51,11 @@ from cpstore.store.model import CheckpointWrite
 from cpstore.store.pg_txn import PgTxn
 
 
-class WatchdogError(Exception):
-    """What a SIGALRM/SIGTERM watchdog handler raises (an Exception, not a BaseException)."""
-
-
-_HOW = ["raise", "exit", "interrupt"]
-
-
-def _raised(how: str) -> type[BaseException]:
-    return {"raise": WatchdogError, "exit": SystemExit, "interrupt": KeyboardInterrupt}[how]
-
-
 @pytest.fixture
 def handled() -> Iterator[list[threading.Event]]:
-    """A SIGTERM handler raising as the test asks (``_arm``); set once it ran."""
-    previous = signal.getsignal(signal.SIGTERM)
-    yield []
-    signal.signal(signal.SIGTERM, previous)
-
-
-def _arm(how: str, handled: list[threading.Event]) -> threading.Event:
-    ran = threading.Event()
-    handled.append(ran)
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        ran.set()
-        if how == "exit":
-            sys.exit(3)
-        if how == "interrupt":
-            raise KeyboardInterrupt
-        raise WatchdogError("watchdog")
-
-    signal.signal(signal.SIGTERM, handler)
-    return ran
+    """The SIGTERM handler put back after the test."""
+    with sigterm_restored() as events:
+        yield events
 
 
 def _term_main() -> None:
@@ -188,7 +161,7 @@ def _chains_on(st: Store, rec: Any, branch: str) -> None:
     assert [m.step for m in st.history(branch)] == ([1, 0] if head is not None else [1])
 
 
-@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("how", HOW)
 def test_the_leaders_handler_exception_after_the_groups_commit(
     tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -201,10 +174,10 @@ def test_the_leaders_handler_exception_after_the_groups_commit(
         workers = _Workers(st, ["a", "b"])
         workers.start()
         _until(lambda: len(gc._queue) == 2)
-        ran = _arm(how, handled)
+        ran = arm(how, handled)
         _after_the_commit(monkeypatch, _on_main, _term_main)
         rec = st.recorder("m")
-        with pytest.raises(_raised(how)):
+        with pytest.raises(raised_by(how)):
             rec.checkpoint(0, {"m": 0})
         workers.join()
         assert ran.is_set()
@@ -216,7 +189,7 @@ def test_the_leaders_handler_exception_after_the_groups_commit(
         st.close()
 
 
-@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("where", ["alone", "in-a-read-view", "none"])
 def test_a_lone_writers_handler_exception_after_the_commit(
     tmp_path: Path,
@@ -233,9 +206,9 @@ def test_a_lone_writers_handler_exception_after_the_commit(
     try:
         rec = st.recorder("m")
         first = rec.checkpoint(0, {"m": 0})
-        ran = _arm(how, handled)
+        ran = arm(how, handled)
         _after_the_commit(monkeypatch, _on_main, _term_main)
-        with pytest.raises(_raised(how)):
+        with pytest.raises(raised_by(how)):
             if reading:
                 with st._backend.read_txn():  # what a store.read() view holds
                     rec.checkpoint(1, {"m": 1})
@@ -251,7 +224,7 @@ def test_a_lone_writers_handler_exception_after_the_commit(
         st.close()
 
 
-@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("how", HOW)
 def test_the_leaders_handler_exception_while_the_group_is_applied(
     tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -264,10 +237,10 @@ def test_the_leaders_handler_exception_while_the_group_is_applied(
         workers = _Workers(st, ["a", "b"])
         workers.start()
         _until(lambda: len(gc._queue) == 2)
-        ran = _arm(how, handled)
+        ran = arm(how, handled)
         _while_applied(monkeypatch, _on_main)
         rec = st.recorder("m")
-        with pytest.raises(_raised(how)):
+        with pytest.raises(raised_by(how)):
             rec.checkpoint(0, {"m": 0})
         workers.join()
         assert ran.is_set()
@@ -279,7 +252,7 @@ def test_the_leaders_handler_exception_while_the_group_is_applied(
         st.close()
 
 
-@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("how", HOW)
 def test_a_waiters_handler_exception_while_another_thread_commits_its_group(
     tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,7 +263,7 @@ def test_a_waiters_handler_exception_while_another_thread_commits_its_group(
     try:
         gc = _group_of(st, 2, monkeypatch)
         workers = _Workers(st, ["w"], after=1)  # queues once the main thread's write did
-        ran = _arm(how, handled)
+        ran = arm(how, handled)
 
         def term_and_wait() -> None:  # W, after its commit: the handler runs in main first
             _term_main()
@@ -299,7 +272,7 @@ def test_a_waiters_handler_exception_while_another_thread_commits_its_group(
         _after_the_commit(monkeypatch, lambda: not _on_main(), term_and_wait)
         workers.start()
         rec = st.recorder("m")
-        with pytest.raises(_raised(how)):
+        with pytest.raises(raised_by(how)):
             rec.checkpoint(0, {"m": 0})
         workers.join()
         assert ran.is_set()
@@ -311,7 +284,7 @@ def test_a_waiters_handler_exception_while_another_thread_commits_its_group(
         st.close()
 
 
-@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("how", HOW)
 def test_batched_a_checkpoint_whose_flush_commits_then_raises_is_followed(
     url: str, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,7 +296,7 @@ def test_batched_a_checkpoint_whose_flush_commits_then_raises_is_followed(
     try:
         rec = st.recorder("m")
         first = rec.checkpoint(0, {"m": 0})
-        ran = _arm(how, handled)
+        ran = arm(how, handled)
         _after_the_commit(monkeypatch, _on_main, _term_main)
         armed = [True]
         real_commit = PgTxn.commit
@@ -335,7 +308,7 @@ def test_batched_a_checkpoint_whose_flush_commits_then_raises_is_followed(
                 _term_main()
 
         monkeypatch.setattr(PgTxn, "commit", commit)
-        with pytest.raises(_raised(how)) as raised:
+        with pytest.raises(raised_by(how)) as raised:
             rec.checkpoint(1, {"m": 1})
         assert ran.is_set()
         head = st.ref("m")
@@ -349,7 +322,7 @@ def test_batched_a_checkpoint_whose_flush_commits_then_raises_is_followed(
         st.close()
 
 
-@pytest.mark.parametrize("how", _HOW)
+@pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("at", [2, 4], ids=["after-a", "after-its-own"])
 def test_the_leaders_handler_exception_while_its_group_commits_one_write_per_txn(
     tmp_path: Path,
@@ -383,7 +356,7 @@ def test_the_leaders_handler_exception_while_its_group_commits_one_write_per_txn
         c = threading.Thread(target=one, args=("c", stale))
         c.start()
         _until(lambda: len(gc._queue) == 2)
-        ran = _arm(how, handled)
+        ran = arm(how, handled)
         txns = [0]
 
         def mine() -> bool:  # the main thread's txns: the group's, then a's, c's, its own
@@ -394,7 +367,7 @@ def test_the_leaders_handler_exception_while_its_group_commits_one_write_per_txn
 
         rec = st.recorder("m")
         _after_the_commit(monkeypatch, mine, _term_main)
-        with pytest.raises(_raised(how)):
+        with pytest.raises(raised_by(how)):
             rec.checkpoint(0, {"m": 0})
         a.join(60)
         c.join(60)
