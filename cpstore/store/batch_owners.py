@@ -17,6 +17,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from threading import get_ident
 from typing import Generic, Protocol, TypeVar
 
@@ -367,30 +368,47 @@ class BatchOwners(Generic[W]):
         nothing is queued (``pending``). Returning at the first, a close on thread C let
         the main thread's flush, interrupted meanwhile, requeue its batch into the closed
         handle: C's close returned ok, the exit flush skips closed handles, and every
-        checkpoint of the batch was lost without a word (audit44)."""
-        flush()
-        bound = self.exit_wait  # at exit: never hangs (as wait_mine)
-        deadline = None if bound is None else time.monotonic() + bound
+        checkpoint of the batch was lost without a word (audit44). A ``flush()`` that
+        raises waits for them too, then raises: it returned at once, and the close closed
+        the handle under the flight, whose interrupted flush requeued into it (audit47;
+        the caller keeps the handle open when something is queued again). Not when it
+        was interrupted itself (a second Ctrl-C would be needed to leave a long commit)."""
+        try:
+            flush()
+        except BaseException as exc:
+            if not foreign(exc):
+                with suppress(OutcomeUnknownError):  # the flush's own error is raised
+                    self._landed_all(self._deadline())
+            raise
+        deadline = self._deadline()
         while True:
-            with self._lock:
-                while self._flying:
-                    if self.blocked is not None and self.blocked():
-                        raise OutcomeUnknownError(
-                            "another thread's batch commit grows the map and waits for this "
-                            "thread's open read view to end; the close cannot wait for it",
-                            where=self._where,
-                            expected="no open store.read() in a thread that closes the store",
-                        )
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise OutcomeUnknownError(
-                            "another thread's batch commit is still under way at exit; "
-                            "what it holds may or may not be stored",
-                            where=self._where,
-                        )
-                    self._cond.wait(_POLL)
+            self._landed_all(deadline)
             if not pending:
                 return
             flush()  # requeued by another thread's interrupted flush
+
+    def _deadline(self) -> float | None:
+        bound = self.exit_wait  # at exit: never hangs (as wait_mine)
+        return None if bound is None else time.monotonic() + bound
+
+    def _landed_all(self, deadline: float | None) -> None:
+        """:meth:`drain`'s wait until no batch of any thread is in flight."""
+        with self._lock:
+            while self._flying:
+                if self.blocked is not None and self.blocked():
+                    raise OutcomeUnknownError(
+                        "another thread's batch commit grows the map and waits for this "
+                        "thread's open read view to end; the close cannot wait for it",
+                        where=self._where,
+                        expected="no open store.read() in a thread that closes the store",
+                    )
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise OutcomeUnknownError(
+                        "another thread's batch commit is still under way at exit; "
+                        "what it holds may or may not be stored",
+                        where=self._where,
+                    )
+                self._cond.wait(_POLL)
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())

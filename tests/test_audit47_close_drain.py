@@ -1,0 +1,104 @@
+"""audit47: a close's drain (BatchOwners.drain) when its own flush raises.
+
+Since audit44 a close waits for every other thread's batch commit under way and commits
+what such a flush, interrupted, puts back on the queue. It did so only when its own flush
+returned: a close whose flush raised (its own batch's store error, or the error a thread
+gets for its checkpoints another thread's failed commit dropped) returned at once and
+closed the handle, and a flush of the main thread interrupted meanwhile requeued its batch
+into the closed handle. The exit flush skips closed handles: every checkpoint of the
+batch was lost without a word, as audit44 found for a close whose flush returned.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
+
+import cpstore
+from cpstore.errors import StoreError
+from cpstore.store.batch_owners import BatchOwners
+from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.model import CheckpointWrite
+from cpstore.store.pg_backend import PgBackend
+
+
+class _SeenWait:
+    """``BatchOwners._cond`` whose waits on the closer's thread are signalled (the drain
+    waiting for a flight); every other call goes to the real condition."""
+
+    def __init__(self, real: threading.Condition, seen: threading.Event) -> None:
+        self._real, self._seen = real, seen
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if threading.current_thread().name == "closer":
+            self._seen.set()
+        return self._real.wait(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_a_close_whose_flush_raises_still_keeps_what_an_interrupted_flush_requeues(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thread C closes while the main thread's flush applies its batch of 5; C's flush raises
+    (the error its thread is owed for checkpoints another thread's commit dropped); then
+    the main flush is interrupted and requeues its batch. Before: C's close raised and
+    closed the handle at once, the 5 checkpoints queued in it, lost (the exit flush skips
+    closed handles). Now C's close waits for the flight, raises its error, and the handle
+    stays open with the batch queued: the next close commits it."""
+    st = cpstore.open(url, durability="batched", batch_size=10_000)
+    backend: Any = st.backend
+    rec = st.recorder("r")
+    ids = [rec.checkpoint(i, {"i": i}) for i in range(5)]
+    decided = threading.Event()  # C's close returned or its drain waits for the flight
+    owners: BatchOwners[CheckpointWrite] = backend._owners
+    owners._cond = _SeenWait(owners._cond, decided)  # type: ignore[assignment]
+    real_wait = BatchOwners.wait_mine
+
+    def wait_mine(self: BatchOwners[CheckpointWrite]) -> bool:
+        again = real_wait(self)
+        if threading.current_thread().name == "closer":
+            raise StoreError("dropped by another thread's commit (injected)", where="test")
+        return again
+
+    monkeypatch.setattr(BatchOwners, "wait_mine", wait_mine)
+    told: list[BaseException | None] = []
+
+    def close() -> None:
+        try:
+            st.close()
+            told.append(None)
+        except BaseException as exc:  # what it was told is the point
+            told.append(exc)
+        decided.set()
+
+    closer = threading.Thread(target=close, name="closer")
+    armed = [True]
+    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
+        real: Callable[..., None] = getattr(cls, name)
+
+        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
+            if armed[0]:
+                armed[0] = False
+                closer.start()
+                assert decided.wait(60)
+                raise KeyboardInterrupt
+            real(owner, txn, ops)
+
+        monkeypatch.setattr(cls, name, apply)
+    with pytest.raises(KeyboardInterrupt):
+        st.flush()
+    closer.join(60)
+    assert not closer.is_alive()
+    assert len(told) == 1 and isinstance(told[0], StoreError), told
+    assert not backend.closed, "closed with the requeued batch queued in it"  # before: closed
+    assert st.pending == 5
+    monkeypatch.undo()
+    st.close()
+    with cpstore.open(url, readonly=True, create=False) as ro:
+        assert [m.id for m in ro.history("r")] == ids[::-1]  # before: none stored
