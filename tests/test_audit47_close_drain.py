@@ -11,8 +11,11 @@ batch was lost without a word, as audit44 found for a close whose flush returned
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,3 +105,66 @@ def test_a_close_whose_flush_raises_still_keeps_what_an_interrupted_flush_requeu
     st.close()
     with cpstore.open(url, readonly=True, create=False) as ro:
         assert [m.id for m in ro.history("r")] == ids[::-1]  # before: none stored
+
+
+#: Thread R holds a read view; thread D's flush grows the map (the growth waits for R's
+#: read); thread C closes (its drain waits for D's commit); then R closes inside its view
+#: (it waits for C's close). Before: the three waited on each other for ever.
+_CLOSE_IN_READ_WHILE_ANOTHER_CLOSES = """
+import os, sys, threading, time
+import cpstore
+st = cpstore.open(sys.argv[1], durability="batched", batch_size=10_000, map_size=64 * 1024)
+base = st.recorder("base").checkpoint(0, {"x": 0})
+st.flush()
+env, rd = st.backend.env, st.recorder("d")
+ready, go, got = threading.Event(), threading.Event(), {}
+last = [rd.checkpoint(k, {"pad": os.urandom(1500).hex()}) for k in range(40)]
+def close(name):
+    try:
+        st.close()
+        got[name] = "returned"
+    except cpstore.CpstoreError as exc:
+        got[name] = type(exc).__name__
+def r():
+    with st.read(base):
+        ready.set()
+        go.wait()
+        close("r")
+tr = threading.Thread(target=r, daemon=True)
+tr.start()
+assert ready.wait(120)
+td = threading.Thread(target=st.flush, daemon=True)
+td.start()
+t0 = time.monotonic()
+while not env._resizing and time.monotonic() - t0 < 120:
+    time.sleep(0.005)
+grew = env._resizing
+tc = threading.Thread(target=close, args=("c",), daemon=True)
+tc.start()
+while st.backend._closer is None and time.monotonic() - t0 < 120:
+    time.sleep(0.005)
+go.set()
+for t in (tr, tc, td):
+    t.join(60)
+if any(t.is_alive() for t in (tr, tc, td)):
+    print("HANG", flush=True)
+    os._exit(3)
+with cpstore.open(sys.argv[1], readonly=True, create=False) as ro:
+    print(got.get("r"), got.get("c"), grew, ro.ref("d") == last[-1], flush=True)
+"""
+
+
+def test_a_close_inside_a_read_view_never_waits_on_a_close_waiting_on_it(tmp_path: Path) -> None:
+    """R's close inside its read view raises OutcomeUnknownError instead of waiting for C's
+    close (which waits for D's growing commit, which waits for R's read); D's commit then
+    lands and C's close returns. Before: a hang (before audit44, C's close gave up on D
+    after 5 s and closed the environment under D's commit, which failed StoreClosedError)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CLOSE_IN_READ_WHILE_ANOTHER_CLOSES, str(tmp_path / "s")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"deadlocked or failed: {done.stdout} {done.stderr[-2000:]}"
+    assert done.stdout.split() == ["OutcomeUnknownError", "returned", "True", "True"]

@@ -387,6 +387,22 @@ class BatchOwners(Generic[W]):
                 return
             flush()  # requeued by another thread's interrupted flush
 
+    def wait_closed(self, done: threading.Event) -> None:
+        """A second close's wait for the close another thread has under way (``done``);
+        raises instead of waiting when a map growth waits for this thread's open read view:
+        that close waits for the growth's commit (:meth:`drain`), which waits for this
+        thread. The three waited on each other for ever: a close inside ``store.read()``
+        while another thread's close waited for a third thread's growing flush (audit47)."""
+        while not done.wait(_POLL):
+            if self.blocked is not None and self.blocked():
+                raise OutcomeUnknownError(
+                    "another thread's close waits for a batch commit that grows the map and "
+                    "waits for this thread's open read view to end; this close cannot wait "
+                    "for it",
+                    where=self._where,
+                    expected="no open store.read() in a thread that closes the store",
+                )
+
     def _deadline(self) -> float | None:
         bound = self.exit_wait  # at exit: never hangs (as wait_mine)
         return None if bound is None else time.monotonic() + bound
