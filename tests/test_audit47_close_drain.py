@@ -168,3 +168,58 @@ def test_a_close_inside_a_read_view_never_waits_on_a_close_waiting_on_it(tmp_pat
     )
     assert done.returncode == 0, f"deadlocked or failed: {done.stdout} {done.stderr[-2000:]}"
     assert done.stdout.split() == ["OutcomeUnknownError", "returned", "True", "True"]
+
+
+#: A daemon thread's flush of its own checkpoints grows the map and waits for a daemon's
+#: read that never ends; the main thread ends, and an atexit close (run before cpstore's
+#: exit flush) waits for that commit.
+_ATEXIT_CLOSE_WHILE_A_COMMIT_NEVER_ENDS = """
+import atexit, os, sys, threading, time
+import cpstore
+st = cpstore.open(sys.argv[1], durability="batched", batch_size=10_000, map_size=64 * 1024)
+base = st.recorder("base").checkpoint(0, {"x": 0})
+st.flush()
+env, rd = st.backend.env, st.recorder("d")
+ready = threading.Event()
+def r():
+    with st.read(base):
+        ready.set()
+        threading.Event().wait()
+def d():
+    for k in range(40):
+        rd.checkpoint(k, {"pad": os.urandom(1500).hex()})
+    st.flush()
+threading.Thread(target=r, daemon=True).start()
+assert ready.wait(120)
+threading.Thread(target=d, daemon=True).start()
+t0 = time.monotonic()
+while not env._resizing and time.monotonic() - t0 < 120:
+    time.sleep(0.005)
+print("growing", env._resizing, flush=True)
+def close():
+    try:
+        st.close()
+        print("returned", flush=True)
+    except cpstore.CpstoreError as exc:
+        print(type(exc).__name__, flush=True)
+atexit.register(close)
+"""
+
+
+def test_an_atexit_close_never_keeps_the_process_from_exiting(tmp_path: Path) -> None:
+    """The atexit close gives up on the daemon's commit (OutcomeUnknownError: it may or may
+    not be stored) and the process exits. Before: the close's drain waited for ever (no
+    bound until the exit flush sets one, and it runs after), and the process never exited;
+    before audit44 the close gave up after 5 s."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _ATEXIT_CLOSE_WHILE_A_COMMIT_NEVER_ENDS, str(tmp_path / "s")],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the process never exited: {exc.stdout!r}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["growing", "True", "OutcomeUnknownError"]

@@ -44,6 +44,9 @@ W = TypeVar("W")
 
 #: Seconds between looks at ``BatchOwners.blocked`` while a flush waits.
 _POLL = 0.05
+#: A close's wait for other threads' commits once the main thread has ended (as
+#: at_exit.EXIT_WAIT, and the environment's close wait, lmdb_txns.CLOSE_WAIT_SECONDS).
+_EXIT_WAIT = 5.0
 
 
 def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
@@ -404,7 +407,15 @@ class BatchOwners(Generic[W]):
                 )
 
     def _deadline(self) -> float | None:
-        bound = self.exit_wait  # at exit: never hangs (as wait_mine)
+        """When :meth:`drain` stops waiting: never, but at exit (as wait_mine), which is also
+        once the main thread has ended (threading's shutdown: an atexit close run before
+        the exit flush, a non-daemon thread's close the interpreter waits for). Unbounded
+        there, a close waiting on a commit that never ends (a daemon's growth waiting on a
+        daemon's read) kept the process from exiting; before audit44 it gave up after 5 s
+        (audit47)."""
+        bound = self.exit_wait
+        if bound is None and not threading.main_thread().is_alive():
+            bound = _EXIT_WAIT
         return None if bound is None else time.monotonic() + bound
 
     def _landed_all(self, deadline: float | None) -> None:
@@ -420,7 +431,8 @@ class BatchOwners(Generic[W]):
                     )
                 if deadline is not None and time.monotonic() >= deadline:
                     raise OutcomeUnknownError(
-                        "another thread's batch commit is still under way at exit; "
+                        "another thread's batch commit is still under way at exit (or the "
+                        "main thread has ended); "
                         "what it holds may or may not be stored",
                         where=self._where,
                     )
