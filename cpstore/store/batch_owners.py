@@ -55,9 +55,12 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
         f"{count} checkpoint(s) this thread queued were in another thread's batch commit, "
         "which failed"
     )
-    if isinstance(exc, OutcomeUnknownError) or not isinstance(exc, Exception):
+    if isinstance(exc, OutcomeUnknownError) or foreign(exc):
         # An interrupt (KeyboardInterrupt) may have landed after the commit: never "not
-        # stored" for what may be stored (audit20; group commit says the same).
+        # stored" for what may be stored (audit20; group commit says the same). So may a
+        # handler's Exception (a watchdog's TimeoutError): a batch it reaches here with was
+        # not settled by reading back (not applied, it is requeued instead); it was told
+        # "not stored" for a stored batch (audit47).
         return OutcomeUnknownError(
             f"{what}; they may or may not be stored (read the branch heads)",
             where=where,
