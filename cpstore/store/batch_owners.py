@@ -17,6 +17,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from threading import get_ident
 from typing import Generic, Protocol, TypeVar
 
@@ -43,6 +44,9 @@ W = TypeVar("W")
 
 #: Seconds between looks at ``BatchOwners.blocked`` while a flush waits.
 _POLL = 0.05
+#: A close's wait for other threads' commits once the main thread has ended (as
+#: at_exit.EXIT_WAIT, and the environment's close wait, lmdb_txns.CLOSE_WAIT_SECONDS).
+_EXIT_WAIT = 5.0
 
 
 def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
@@ -51,9 +55,12 @@ def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
         f"{count} checkpoint(s) this thread queued were in another thread's batch commit, "
         "which failed"
     )
-    if isinstance(exc, OutcomeUnknownError) or not isinstance(exc, Exception):
+    if isinstance(exc, OutcomeUnknownError) or foreign(exc):
         # An interrupt (KeyboardInterrupt) may have landed after the commit: never "not
-        # stored" for what may be stored (audit20; group commit says the same).
+        # stored" for what may be stored (audit20; group commit says the same). So may a
+        # handler's Exception (a watchdog's TimeoutError): a batch it reaches here with was
+        # not settled by reading back (not applied, it is requeued instead); it was told
+        # "not stored" for a stored batch (audit47).
         return OutcomeUnknownError(
             f"{what}; they may or may not be stored (read the branch heads)",
             where=where,
@@ -367,30 +374,72 @@ class BatchOwners(Generic[W]):
         nothing is queued (``pending``). Returning at the first, a close on thread C let
         the main thread's flush, interrupted meanwhile, requeue its batch into the closed
         handle: C's close returned ok, the exit flush skips closed handles, and every
-        checkpoint of the batch was lost without a word (audit44)."""
-        flush()
-        bound = self.exit_wait  # at exit: never hangs (as wait_mine)
-        deadline = None if bound is None else time.monotonic() + bound
+        checkpoint of the batch was lost without a word (audit44). A ``flush()`` that
+        raises waits for them too, then raises: it returned at once, and the close closed
+        the handle under the flight, whose interrupted flush requeued into it (audit47;
+        the caller keeps the handle open when something is queued again). Not when it
+        was interrupted itself (a second Ctrl-C would be needed to leave a long commit)."""
+        try:
+            flush()
+        except BaseException as exc:
+            if not foreign(exc):
+                with suppress(OutcomeUnknownError):  # the flush's own error is raised
+                    self._landed_all(self._deadline())
+            raise
+        deadline = self._deadline()
         while True:
-            with self._lock:
-                while self._flying:
-                    if self.blocked is not None and self.blocked():
-                        raise OutcomeUnknownError(
-                            "another thread's batch commit grows the map and waits for this "
-                            "thread's open read view to end; the close cannot wait for it",
-                            where=self._where,
-                            expected="no open store.read() in a thread that closes the store",
-                        )
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise OutcomeUnknownError(
-                            "another thread's batch commit is still under way at exit; "
-                            "what it holds may or may not be stored",
-                            where=self._where,
-                        )
-                    self._cond.wait(_POLL)
+            self._landed_all(deadline)
             if not pending:
                 return
             flush()  # requeued by another thread's interrupted flush
+
+    def wait_closed(self, done: threading.Event) -> None:
+        """A second close's wait for the close another thread has under way (``done``);
+        raises instead of waiting when a map growth waits for this thread's open read view:
+        that close waits for the growth's commit (:meth:`drain`), which waits for this
+        thread. The three waited on each other for ever: a close inside ``store.read()``
+        while another thread's close waited for a third thread's growing flush (audit47)."""
+        while not done.wait(_POLL):
+            if self.blocked is not None and self.blocked():
+                raise OutcomeUnknownError(
+                    "another thread's close waits for a batch commit that grows the map and "
+                    "waits for this thread's open read view to end; this close cannot wait "
+                    "for it",
+                    where=self._where,
+                    expected="no open store.read() in a thread that closes the store",
+                )
+
+    def _deadline(self) -> float | None:
+        """When :meth:`drain` stops waiting: never, but at exit (as wait_mine), which is also
+        once the main thread has ended (threading's shutdown: an atexit close run before
+        the exit flush, a non-daemon thread's close the interpreter waits for). Unbounded
+        there, a close waiting on a commit that never ends (a daemon's growth waiting on a
+        daemon's read) kept the process from exiting; before audit44 it gave up after 5 s
+        (audit47)."""
+        bound = self.exit_wait
+        if bound is None and not threading.main_thread().is_alive():
+            bound = _EXIT_WAIT
+        return None if bound is None else time.monotonic() + bound
+
+    def _landed_all(self, deadline: float | None) -> None:
+        """:meth:`drain`'s wait until no batch of any thread is in flight."""
+        with self._lock:
+            while self._flying:
+                if self.blocked is not None and self.blocked():
+                    raise OutcomeUnknownError(
+                        "another thread's batch commit grows the map and waits for this "
+                        "thread's open read view to end; the close cannot wait for it",
+                        where=self._where,
+                        expected="no open store.read() in a thread that closes the store",
+                    )
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise OutcomeUnknownError(
+                        "another thread's batch commit is still under way at exit (or the "
+                        "main thread has ended); "
+                        "what it holds may or may not be stored",
+                        where=self._where,
+                    )
+                self._cond.wait(_POLL)
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())

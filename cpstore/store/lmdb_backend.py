@@ -203,7 +203,7 @@ class LmdbBackend:
                 self._closer = (threading.get_ident(), done)
         if closer is not None:
             if closer[0] != threading.get_ident():  # never waits for itself
-                closer[1].wait()
+                self._owners.wait_closed(closer[1])  # raises if it would wait on this one
             return
         kept = False
         try:
