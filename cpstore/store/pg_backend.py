@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from cpstore.errors import (
     CommitLostError,
@@ -60,6 +60,7 @@ from cpstore.store.pg_apply import abort_again, apply_batch
 from cpstore.store.pg_errors import failed, translate
 from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
+from cpstore.store.pg_pool import make_pool
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.pg_writing import not_nested, writing, writing_here
@@ -120,14 +121,11 @@ class PgBackend:
                 )
         except psycopg.Error as exc:
             raise translate(exc, self._path) from None
-        self._pool = ConnectionPool(
+        self._pool = make_pool(
             self._url.conninfo,
-            min_size=1,
             max_size=self._url.pool_max,
-            kwargs={"autocommit": True},
-            open=False,
             name=f"cpstore-{self._url.schema}",
-            timeout=POOL_WAIT,
+            wait=POOL_WAIT,
         )
         self._pool.open(wait=False)
         self._closed = False

@@ -1,0 +1,78 @@
+"""A PostgreSQL store gets a connection soon after the server is back from an outage.
+
+psycopg_pool retried a lost connection with a backoff doubling from 1 s (1, 2, 4, …,
+32 s) for five minutes: after an outage of ~16 s its next attempt lay ~15 s after the
+server's return, so a txn asking with a shorter wait, or one that had waited through
+the outage, failed with StoreConnectionError against a running server (CI saw it once,
+after the crash-in-commit test's ~30 s outage). ``cpstore.store.pg_pool`` starts the
+series over every few seconds (module doc). The server is this process's test cluster,
+stopped with ``pg_ctl stop -m immediate``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from pg_cluster import Cluster, pg_cluster, pg_url  # noqa: F401 - fixtures
+
+import cpstore
+
+# psycopg_pool's series of attempts (delays 1, 2, 4, 8, 16 s, each series' jitter
+# ±10 %) fall at 0.9-1.1 times (0, 1, 3, 7, 15, 31) s after the outage began: none between
+# 16.5 s and 27.9 s. The server comes back at OUTAGE, inside that gap.
+OUTAGE = 18.0
+
+
+def _down(store: Any, cluster: Cluster) -> None:
+    """Stop the server; the pool finds its connection broken and starts reconnecting (as
+    after a txn failed on it, which first waits POOL_WAIT for a connection)."""
+    cluster.stop("immediate")
+    store.backend._pool.check()
+    assert store.backend._pool.get_stats()["pool_available"] == 0
+
+
+def test_a_txn_after_an_outage_gets_a_connection_at_once(pg_url: str, pg_cluster: Cluster) -> None:
+    with cpstore.open(pg_url) as store:
+        cid = store.recorder("run").checkpoint(0, {"i": 0})
+        _down(store, pg_cluster)
+        try:
+            time.sleep(OUTAGE)
+        finally:
+            pg_cluster.start()
+        # Without the fix the pool's next attempt lay ~10 s ahead: an 8 s wait failed.
+        conn = store.backend._acquire(8.0)
+        store.backend._release(conn, False)
+        assert store.ref("run") == cid
+        assert store.recorder("run").checkpoint(1, {"i": 1}) == store.ref("run")
+
+
+def test_a_txn_waiting_through_an_outage_gets_a_connection_when_it_ends(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    with cpstore.open(pg_url) as store:
+        cid = store.recorder("run").checkpoint(0, {"i": 0})
+        _down(store, pg_cluster)
+        got: list[Any] = []
+
+        def waiter() -> None:  # waits 25 s (of POOL_WAIT's 30) for a connection
+            try:
+                conn = store.backend._acquire(25.0)
+                store.backend._release(conn, False)
+                got.append(store.ref("run"))
+            except Exception as exc:  # reported below
+                got.append(exc)
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        try:
+            time.sleep(OUTAGE)
+        finally:
+            pg_cluster.start()
+        thread.join(60)
+        assert not thread.is_alive()
+        # Without the fix the next attempt lay ≥ 27.9 s after the outage began: the
+        # waiter's 25 s ran out with the server up for ~7 s of it.
+        assert got == [cid]
+        assert store.verify().ok
