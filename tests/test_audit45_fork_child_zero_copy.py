@@ -15,11 +15,11 @@ faithful replay reported divergent. Now each is ForkError (the child's lease is 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from script_run import run_script
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
 
@@ -82,13 +82,7 @@ st.close()
 
 
 def test_what_a_view_handed_out_refuses_to_read_in_a_fork_child(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = run_script(SCRIPT, str(tmp_path / "s"), timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[:-1] == [
@@ -131,12 +125,6 @@ st.close()
 
 
 def test_the_parent_reads_on_and_a_view_left_before_the_fork_says_closed(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT_PARENT, str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = run_script(SCRIPT_PARENT, str(tmp_path / "s"), timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["child 0", "parent 7 7"], out.stdout

@@ -12,7 +12,6 @@ batch was lost without a word, as audit44 found for a close whose flush returned
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
+from script_run import run_script
 
 import cpstore
 from cpstore.errors import StoreError
@@ -159,13 +159,7 @@ def test_a_close_inside_a_read_view_never_waits_on_a_close_waiting_on_it(tmp_pat
     close (which waits for D's growing commit, which waits for R's read); D's commit then
     lands and C's close returns. Before: a hang (before audit44, C's close gave up on D
     after 5 s and closed the environment under D's commit, which failed StoreClosedError)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _CLOSE_IN_READ_WHILE_ANOTHER_CLOSES, str(tmp_path / "s")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_script(_CLOSE_IN_READ_WHILE_ANOTHER_CLOSES, str(tmp_path / "s"), timeout=600)
     assert done.returncode == 0, f"deadlocked or failed: {done.stdout} {done.stderr[-2000:]}"
     assert done.stdout.split() == ["OutcomeUnknownError", "returned", "True", "True"]
 
@@ -212,13 +206,7 @@ def test_an_atexit_close_never_keeps_the_process_from_exiting(tmp_path: Path) ->
     bound until the exit flush sets one, and it runs after), and the process never exited;
     before audit44 the close gave up after 5 s."""
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _ATEXIT_CLOSE_WHILE_A_COMMIT_NEVER_ENDS, str(tmp_path / "s")],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_script(_ATEXIT_CLOSE_WHILE_A_COMMIT_NEVER_ENDS, str(tmp_path / "s"), timeout=120)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the process never exited: {exc.stdout!r}")
     assert done.returncode == 0, done.stderr[-2000:]
