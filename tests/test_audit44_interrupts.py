@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 import pytest
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
+from trace_interrupts import in_psycopg
 
 import cpstore
 from cpstore.store import pg_backend
@@ -33,15 +34,6 @@ from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
 from cpstore.store.pg_backend import PgBackend
 from cpstore.store.pg_txn import PgTxn
-
-
-def _in_psycopg(frame: FrameType | None) -> bool:
-    """psycopg's own frames are swept by tests/test_psycopg_interrupts.py."""
-    while frame is not None:
-        if "psycopg" in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
 
 
 class _Twice:
@@ -59,7 +51,7 @@ class _Twice:
         self.k, self.armed, self.seen, self.landed = k, True, 0, None
 
     def profile(self, frame: FrameType, event: str, arg: object) -> None:
-        if event not in ("call", "c_return") or _in_psycopg(frame):
+        if event not in ("call", "c_return") or in_psycopg(frame):  # swept elsewhere
             return
         self.seen += 1
         if self.seen == self.k:

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 from handler_signals import HOW, arm, raised_by, sigterm_restored
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from trace_interrupts import in_psycopg, interrupting
 
 import cpstore
 from cpstore.store.lmdb_backend import Durability
@@ -198,31 +199,10 @@ def test_a_handlers_exception_before_the_commit_stores_nothing_and_the_recorder_
         st.close()
 
 
-def _in_psycopg(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if "psycopg" in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _interrupt_in_the_commit(monkeypatch: pytest.MonkeyPatch, k: int) -> list[str]:
-    """KeyboardInterrupt on the k-th function entry with psycopg on the stack inside the
-    next write txn's ``commit()`` (the statements and COMMIT in one pipeline, its reply,
-    the connection handed back); where it landed (empty: the commit ran through)."""
-    landed: list[str] = []
-    seen = [0]
+def _trace_the_next_commit(monkeypatch: pytest.MonkeyPatch, trace: Callable[..., Any]) -> None:
+    """The next write txn's ``commit()`` on the main thread runs under ``sys.settrace(trace)``."""
     armed = [True]
     real = PgTxn.commit
-
-    def trace(frame: FrameType, event: str, arg: object) -> None:
-        if event == "call" and _in_psycopg(frame):
-            seen[0] += 1
-            if seen[0] == k:
-                landed.append(
-                    f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
-                )
-                raise KeyboardInterrupt(landed[0])
 
     def commit(self: PgTxn) -> None:
         if not (armed[0] and self.write and threading.current_thread() is threading.main_thread()):
@@ -236,6 +216,14 @@ def _interrupt_in_the_commit(monkeypatch: pytest.MonkeyPatch, k: int) -> list[st
             sys.settrace(None)
 
     monkeypatch.setattr(PgTxn, "commit", commit)
+
+
+def _interrupt_in_the_commit(monkeypatch: pytest.MonkeyPatch, k: int) -> list[str]:
+    """KeyboardInterrupt on the k-th function entry with psycopg on the stack inside the
+    next write txn's ``commit()`` (the statements and COMMIT in one pipeline, its reply,
+    the connection handed back); where it landed (empty: the commit ran through)."""
+    trace, landed = interrupting(k, in_psycopg)
+    _trace_the_next_commit(monkeypatch, trace)
     return landed
 
 
@@ -296,27 +284,14 @@ def _interrupt_entering(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]
     """KeyboardInterrupt on the first entry of a psycopg function called ``name`` inside
     the next write txn's ``commit()``; where it landed."""
     landed: list[str] = []
-    armed = [True]
-    real = PgTxn.commit
 
     def trace(frame: FrameType, event: str, arg: object) -> Any:
-        if event == "call" and frame.f_code.co_name == name and _in_psycopg(frame):
+        if event == "call" and frame.f_code.co_name == name and in_psycopg(frame):
             landed.append(name)
             raise KeyboardInterrupt(name)
         return None
 
-    def commit(self: PgTxn) -> None:
-        if not (armed[0] and self.write and threading.current_thread() is threading.main_thread()):
-            real(self)
-            return
-        armed[0] = False
-        sys.settrace(trace)
-        try:
-            real(self)
-        finally:
-            sys.settrace(None)
-
-    monkeypatch.setattr(PgTxn, "commit", commit)
+    _trace_the_next_commit(monkeypatch, trace)
     return landed
 
 
