@@ -24,6 +24,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from flush_threads import WaitingWriter, close_in_the_next_apply
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 from trace_interrupts import in_psycopg
 
@@ -198,29 +199,7 @@ def test_a_close_on_another_thread_commits_what_an_interrupted_flush_requeues(
         return again
 
     monkeypatch.setattr(BatchOwners, "wait_mine", wait_mine)
-    told: list[BaseException | None] = []
-
-    def close() -> None:
-        try:
-            st.close()
-            told.append(None)
-        except BaseException as exc:  # what it was told is the point
-            told.append(exc)
-
-    closer = threading.Thread(target=close, name="closer")
-    armed = [True]
-    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
-        real: Callable[..., None] = getattr(cls, name)
-
-        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
-            if armed[0]:
-                armed[0] = False
-                closer.start()
-                assert flushed.wait(60)
-                raise KeyboardInterrupt
-            real(owner, txn, ops)
-
-        monkeypatch.setattr(cls, name, apply)
+    closer, told = close_in_the_next_apply(monkeypatch, st, flushed)
     with pytest.raises(KeyboardInterrupt):
         st.flush()
     closer.join(60)
@@ -247,34 +226,10 @@ def test_an_interrupt_in_the_commit_requeues_before_another_thread_takes_the_que
     ConflictError, dropping w1 (acknowledged as queued)."""
     st = cpstore.open(pg_url, durability="batched", batch_size=10_000)
     try:
-        wrec = st.recorder("w")
-        queued, go = threading.Event(), threading.Event()
-        told: list[BaseException | None] = []
-
-        def worker() -> None:
-            wrec.checkpoint(0, {"w": 0})
-            queued.set()
-            go.wait(60)
-            try:
-                wrec.checkpoint(1, {"w": 1})
-                st.flush()
-                told.append(None)
-            except BaseException as exc:  # what it was told is the point
-                told.append(exc)
-
-        thread = threading.Thread(target=worker)
-        thread.start()
-        assert queued.wait(60)
+        w = WaitingWriter(st, then_checkpoint=True)
+        w.start()
         st.recorder("r").checkpoint(0, {"r": 0})
-        real: Any = pg_backend.interrupted  # type: ignore[attr-defined]
-
-        def between(*args: Any) -> Any:  # the txn has ended here
-            if threading.current_thread() is threading.main_thread() and not go.is_set():
-                go.set()
-                thread.join(60)
-            return real(*args)
-
-        monkeypatch.setattr(pg_backend, "interrupted", between)
+        w.go_once_the_txn_ended(monkeypatch, [pg_backend])
         real_commit = PgTxn.commit
         armed = [True]
 
@@ -287,9 +242,8 @@ def test_an_interrupt_in_the_commit_requeues_before_another_thread_takes_the_que
         monkeypatch.setattr(PgTxn, "commit", commit)
         with pytest.raises(KeyboardInterrupt):
             st.flush()
-        thread.join(60)
-        assert not thread.is_alive()
-        assert told == [None], told
+        w.join()
+        assert w.told == [None], w.told
     finally:
         st.close()
 

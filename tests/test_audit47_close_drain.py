@@ -13,20 +13,18 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from flush_threads import close_in_the_next_apply
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 from script_run import run_script
 
 import cpstore
 from cpstore.errors import StoreError
 from cpstore.store.batch_owners import BatchOwners
-from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
-from cpstore.store.pg_backend import PgBackend
 
 
 class _SeenWait:
@@ -70,30 +68,7 @@ def test_a_close_whose_flush_raises_still_keeps_what_an_interrupted_flush_requeu
         return again
 
     monkeypatch.setattr(BatchOwners, "wait_mine", wait_mine)
-    told: list[BaseException | None] = []
-
-    def close() -> None:
-        try:
-            st.close()
-            told.append(None)
-        except BaseException as exc:  # what it was told is the point
-            told.append(exc)
-        decided.set()
-
-    closer = threading.Thread(target=close, name="closer")
-    armed = [True]
-    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
-        real: Callable[..., None] = getattr(cls, name)
-
-        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
-            if armed[0]:
-                armed[0] = False
-                closer.start()
-                assert decided.wait(60)
-                raise KeyboardInterrupt
-            real(owner, txn, ops)
-
-        monkeypatch.setattr(cls, name, apply)
+    closer, told = close_in_the_next_apply(monkeypatch, st, decided, closed=decided)
     with pytest.raises(KeyboardInterrupt):
         st.flush()
     closer.join(60)
