@@ -33,13 +33,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
 from handler_signals import HOW, arm, raised_by, sigterm_restored
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
-from test_group_commit_audit import _run_writers, _violations
+from test_group_commit_audit import _run_writers, _violations, interrupts_entering_group_commit
 
 import cpstore
 from cpstore.store import group_commit
@@ -426,16 +425,7 @@ def _handler_stress(seed: int, threads: int, per: int) -> list[str]:
 
     def writer(i: int) -> None:
         mine = random.Random(rnd.random())
-
-        def trace(frame: FrameType, event: str, arg: object) -> Any:
-            if frame.f_code.co_filename != group_commit.__file__:
-                return None
-            if event == "call" and mine.random() < 0.01:
-                raise KeyboardInterrupt
-            return None
-
-        sys.settrace(trace)
-        try:
+        with interrupts_entering_group_commit(mine, 0.01):
             for k in range(per):
                 w = f"{i}.{k}" + ("!" if mine.random() < 0.1 else "")
                 try:
@@ -443,8 +433,6 @@ def _handler_stress(seed: int, threads: int, per: int) -> list[str]:
                     outcome[w] = "ok"
                 except (ValueError, TimeoutError, cpstore.StoreError, KeyboardInterrupt) as exc:
                     outcome[w] = type(exc).__name__
-        finally:
-            sys.settrace(None)
 
     problems = _run_writers(writer, threads, 30)
     problems += _violations(stored, outcome)
