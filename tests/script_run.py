@@ -31,14 +31,20 @@ def run_to_done(script: str, *args: str, timeout: float = 600.0) -> None:
     )
 
 
-def script_output(script: str, *args: str, timeout: float = 120.0) -> str:
-    """Run ``python -c script args``; fail with its stderr unless it exited 0; its stdout."""
-    done = subprocess.run(
+def run_script(script: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run ``python -c script args``, its output captured as text; how it ended, unchecked
+    (``subprocess.TimeoutExpired`` past ``timeout``)."""
+    return subprocess.run(
         [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
+
+
+def script_output(script: str, *args: str, timeout: float = 120.0) -> str:
+    """Run ``python -c script args``; fail with its stderr unless it exited 0; its stdout."""
+    done = run_script(script, *args, timeout=timeout)
     assert done.returncode == 0, (done.returncode, done.stderr[-4000:])
     return done.stdout

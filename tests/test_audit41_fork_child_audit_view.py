@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fork_child import TELL_EACH
 from script_run import script_output
 
 import cpstore
@@ -21,6 +22,7 @@ from cpstore.errors import InvalidInputError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
 
+#: argv: the store. Run after fork_child.TELL_EACH.
 SCRIPT = r"""
 import os, sys
 import cpstore
@@ -33,18 +35,13 @@ with st.audit_view() as log:
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        said = []
-        for name, read in (
-            ("audit_records", lambda: list(log.audit_records())),
-            ("latest_decision", lambda: log.latest_decision(cid)),
-        ):
-            try:
-                read()
-                said.append(f"{name} read")
-            except Exception as exc:
-                said.append(f"{name} {type(exc).__name__}")
-        os.write(w, "\n".join(said).encode())
-        os._exit(0)
+        tell_each(
+            w,
+            (
+                ("audit_records", lambda: list(log.audit_records())),
+                ("latest_decision", lambda: log.latest_decision(cid)),
+            ),
+        )
     os.close(w)
     with os.fdopen(r) as got:
         print(got.read())
@@ -57,7 +54,7 @@ st.close()
 def test_an_audit_view_inherited_through_fork_refuses_to_read_in_the_child(
     tmp_path: Path,
 ) -> None:
-    stdout = script_output(SCRIPT, str(tmp_path / "s"))
+    stdout = script_output(TELL_EACH + SCRIPT, str(tmp_path / "s"))
     assert stdout.splitlines() == [
         "audit_records ForkError",
         "latest_decision ForkError",

@@ -19,12 +19,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fork_child import TELL_EACH
 from script_run import script_output
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
 
 #: argv: the store. Prints what the child's reads raised, one per line, then the
-#: parent's own read of its view after the child ended.
+#: parent's own read of its view after the child ended. Run after fork_child.TELL_EACH.
 SCRIPT = r"""
 import os, sys
 import cpstore
@@ -37,21 +38,16 @@ with st.read(small) as view, st.read(whole) as chunked:
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        said = []
-        for name, read in (
-            ("state", view.state),
-            ("state_part", lambda: view.state_part("a")),
-            ("chunked_part", lambda: view.state_part("big")),
-            ("chunked_bytes", chunked.state),
-            ("verify_objects", view.verify_objects),
-        ):
-            try:
-                read()
-                said.append(f"{name} read")
-            except Exception as exc:
-                said.append(f"{name} {type(exc).__name__}")
-        os.write(w, "\n".join(said).encode())
-        os._exit(0)
+        tell_each(
+            w,
+            (
+                ("state", view.state),
+                ("state_part", lambda: view.state_part("a")),
+                ("chunked_part", lambda: view.state_part("big")),
+                ("chunked_bytes", chunked.state),
+                ("verify_objects", view.verify_objects),
+            ),
+        )
     os.close(w)
     with os.fdopen(r) as got:
         print(got.read())
@@ -62,7 +58,7 @@ st.close()
 
 
 def test_a_view_inherited_through_fork_refuses_to_read_in_the_child(tmp_path: Path) -> None:
-    stdout = script_output(SCRIPT, str(tmp_path / "s"))
+    stdout = script_output(TELL_EACH + SCRIPT, str(tmp_path / "s"))
     lines = stdout.splitlines()
     assert lines[:-1] == [
         f"{name} ForkError"

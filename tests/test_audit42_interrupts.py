@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from flush_threads import WaitingWriter
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_flush_interrupted import _interrupt_the_next_apply, _steps
 
@@ -152,32 +152,16 @@ def test_a_handlers_exception_after_the_commit_is_raised_and_the_batch_is_stored
     st = cpstore.open(url, durability="batched", batch_size=1000)
     try:
         st.recorder("a").checkpoint(0, {"a": 0})
-        other: list[BaseException | None] = []
-        queued = threading.Event()
-        go = threading.Event()
-
-        def second() -> None:
-            st.recorder("b").checkpoint(0, {"b": 0})
-            queued.set()
-            go.wait(60)
-            try:
-                st.flush()
-                other.append(None)
-            except BaseException as exc:  # what it was told is the point
-                other.append(exc)
-
-        thread = threading.Thread(target=second)
-        thread.start()
-        assert queued.wait(60)
+        second = WaitingWriter(st, "b")
+        second.start()
         _raise_after_the_commit(monkeypatch, TimeoutError("watchdog"))
         if isinstance(st._backend, LmdbBackend):
             st._backend.env._arm42 = True  # type: ignore[attr-defined]
         with pytest.raises(TimeoutError):
             st.flush()
-        go.set()  # its flush finds its checkpoint settled by the main thread's
-        thread.join(60)
-        assert not thread.is_alive()
-        assert other == [None], other
+        second.go.set()  # its flush finds its checkpoint settled by the main thread's
+        second.join()
+        assert second.told == [None], second.told
         assert st.pending == 0
         assert st.ref("a") is not None and st.ref("b") is not None
     finally:
@@ -194,41 +178,15 @@ def test_a_requeued_batch_commits_before_what_another_thread_flushes_meanwhile(
     committed after it."""
     st = cpstore.open(url, durability="batched", batch_size=1000)
     try:
-        wrec = st.recorder("w")
-        queued, go = threading.Event(), threading.Event()
-        told: list[BaseException | None] = []
-
-        def worker() -> None:
-            wrec.checkpoint(0, {"w": 0})
-            queued.set()
-            go.wait(60)
-            try:
-                wrec.checkpoint(1, {"w": 1})
-                st.flush()
-                told.append(None)
-            except BaseException as exc:  # what it was told is the point
-                told.append(exc)
-
-        thread = threading.Thread(target=worker)
-        thread.start()
-        assert queued.wait(60)
+        w = WaitingWriter(st, then_checkpoint=True)
+        w.start()
         st.recorder("r").checkpoint(0, {"r": 0})
-        for module in (lmdb_backend, pg_backend):
-            real = module.interrupted
-
-            def between(*args: Any, real: Any = real) -> Any:  # the txn has ended here
-                if threading.current_thread() is threading.main_thread() and not go.is_set():
-                    go.set()
-                    thread.join(60)
-                return real(*args)
-
-            monkeypatch.setattr(module, "interrupted", between)
+        w.go_once_the_txn_ended(monkeypatch, [lmdb_backend, pg_backend])
         _interrupt_the_next_apply(monkeypatch, KeyboardInterrupt())
         with pytest.raises(KeyboardInterrupt):
             st.flush()
-        thread.join(60)
-        assert not thread.is_alive()
-        assert told == [None], told
+        w.join()
+        assert w.told == [None], w.told
         st.flush()
         assert [m.step for m in st.history("w")] == [1, 0]
         assert [m.step for m in st.history("r")] == [0]
@@ -285,39 +243,15 @@ def test_the_interrupted_checkpoints_own_write_is_never_requeued_for_another_thr
     followed): the recorder's next checkpoint expected no head and failed ConflictError."""
     st = cpstore.open(url, durability="batched", batch_size=2)
     try:
-        queued, go = threading.Event(), threading.Event()
-        told: list[BaseException | None] = []
-
-        def worker() -> None:
-            st.recorder("w").checkpoint(0, {"w": 0})
-            queued.set()
-            go.wait(60)
-            try:
-                st.flush()
-                told.append(None)
-            except BaseException as exc:  # what it was told is the point
-                told.append(exc)
-
-        thread = threading.Thread(target=worker)
-        thread.start()
-        assert queued.wait(60)
-        for module in (lmdb_backend, pg_backend):
-            real = module.interrupted
-
-            def between(*args: Any, real: Any = real) -> Any:  # the txn has ended here
-                if threading.current_thread() is threading.main_thread() and not go.is_set():
-                    go.set()
-                    thread.join(60)
-                return real(*args)
-
-            monkeypatch.setattr(module, "interrupted", between)
+        w = WaitingWriter(st)
+        w.start()
+        w.go_once_the_txn_ended(monkeypatch, [lmdb_backend, pg_backend])
         _interrupt_the_next_apply(monkeypatch, KeyboardInterrupt())
         rec = st.recorder("r")
         with pytest.raises(KeyboardInterrupt):
             rec.checkpoint(0, {"r": 0})
-        thread.join(60)
-        assert not thread.is_alive()
-        assert told == [None], told
+        w.join()
+        assert w.told == [None], w.told
         cid = rec.checkpoint(0, {"r": 0, "again": True})
         st.flush()
         assert st.ref("r") == cid

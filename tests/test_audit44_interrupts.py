@@ -24,7 +24,9 @@ from typing import Any
 
 import psycopg
 import pytest
+from flush_threads import WaitingWriter, close_in_the_next_apply
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
+from trace_interrupts import in_psycopg
 
 import cpstore
 from cpstore.store import pg_backend
@@ -33,15 +35,6 @@ from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
 from cpstore.store.pg_backend import PgBackend
 from cpstore.store.pg_txn import PgTxn
-
-
-def _in_psycopg(frame: FrameType | None) -> bool:
-    """psycopg's own frames are swept by tests/test_psycopg_interrupts.py."""
-    while frame is not None:
-        if "psycopg" in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
 
 
 class _Twice:
@@ -59,7 +52,7 @@ class _Twice:
         self.k, self.armed, self.seen, self.landed = k, True, 0, None
 
     def profile(self, frame: FrameType, event: str, arg: object) -> None:
-        if event not in ("call", "c_return") or _in_psycopg(frame):
+        if event not in ("call", "c_return") or in_psycopg(frame):  # swept elsewhere
             return
         self.seen += 1
         if self.seen == self.k:
@@ -206,29 +199,7 @@ def test_a_close_on_another_thread_commits_what_an_interrupted_flush_requeues(
         return again
 
     monkeypatch.setattr(BatchOwners, "wait_mine", wait_mine)
-    told: list[BaseException | None] = []
-
-    def close() -> None:
-        try:
-            st.close()
-            told.append(None)
-        except BaseException as exc:  # what it was told is the point
-            told.append(exc)
-
-    closer = threading.Thread(target=close, name="closer")
-    armed = [True]
-    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
-        real: Callable[..., None] = getattr(cls, name)
-
-        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
-            if armed[0]:
-                armed[0] = False
-                closer.start()
-                assert flushed.wait(60)
-                raise KeyboardInterrupt
-            real(owner, txn, ops)
-
-        monkeypatch.setattr(cls, name, apply)
+    closer, told = close_in_the_next_apply(monkeypatch, st, flushed)
     with pytest.raises(KeyboardInterrupt):
         st.flush()
     closer.join(60)
@@ -255,34 +226,10 @@ def test_an_interrupt_in_the_commit_requeues_before_another_thread_takes_the_que
     ConflictError, dropping w1 (acknowledged as queued)."""
     st = cpstore.open(pg_url, durability="batched", batch_size=10_000)
     try:
-        wrec = st.recorder("w")
-        queued, go = threading.Event(), threading.Event()
-        told: list[BaseException | None] = []
-
-        def worker() -> None:
-            wrec.checkpoint(0, {"w": 0})
-            queued.set()
-            go.wait(60)
-            try:
-                wrec.checkpoint(1, {"w": 1})
-                st.flush()
-                told.append(None)
-            except BaseException as exc:  # what it was told is the point
-                told.append(exc)
-
-        thread = threading.Thread(target=worker)
-        thread.start()
-        assert queued.wait(60)
+        w = WaitingWriter(st, then_checkpoint=True)
+        w.start()
         st.recorder("r").checkpoint(0, {"r": 0})
-        real: Any = pg_backend.interrupted  # type: ignore[attr-defined]
-
-        def between(*args: Any) -> Any:  # the txn has ended here
-            if threading.current_thread() is threading.main_thread() and not go.is_set():
-                go.set()
-                thread.join(60)
-            return real(*args)
-
-        monkeypatch.setattr(pg_backend, "interrupted", between)
+        w.go_once_the_txn_ended(monkeypatch, [pg_backend])
         real_commit = PgTxn.commit
         armed = [True]
 
@@ -295,9 +242,8 @@ def test_an_interrupt_in_the_commit_requeues_before_another_thread_takes_the_que
         monkeypatch.setattr(PgTxn, "commit", commit)
         with pytest.raises(KeyboardInterrupt):
             st.flush()
-        thread.join(60)
-        assert not thread.is_alive()
-        assert told == [None], told
+        w.join()
+        assert w.told == [None], w.told
     finally:
         st.close()
 

@@ -15,16 +15,17 @@ faithful replay reported divergent. Now each is ForkError (the child's lease is 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fork_child import TELL_EACH
+from script_run import run_script
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
 
 #: argv: the store. Prints what each read of the child raised, one per line, then the
-#: parent's own reads after the child ended.
+#: parent's own reads after the child ended. Run after fork_child.TELL_EACH.
 SCRIPT = r"""
 import os, sys
 import cpstore
@@ -47,20 +48,15 @@ with st.read(cid) as view:
         os.close(r)
         os.close(go_w)
         os.read(go_r, 1)  # the parent has left its block and written
-        said = []
-        for name, read in (
-            ("token", lambda: view.token(3)),
-            ("token_records", view.token_records),
-            ("token_value_views", view.token_value_views),
-            ("cursor", lambda: session.cursor.resolve("rng")),
-        ):
-            try:
-                read()
-                said.append(f"{name} read")
-            except Exception as exc:
-                said.append(f"{name} {type(exc).__name__}")
-        os.write(w, "\n".join(said).encode())
-        os._exit(0)
+        tell_each(
+            w,
+            (
+                ("token", lambda: view.token(3)),
+                ("token_records", view.token_records),
+                ("token_value_views", view.token_value_views),
+                ("cursor", lambda: session.cursor.resolve("rng")),
+            ),
+        )
     os.close(w)
     os.close(go_r)
     first = session.cursor.resolve("rng")
@@ -82,13 +78,7 @@ st.close()
 
 
 def test_what_a_view_handed_out_refuses_to_read_in_a_fork_child(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = run_script(TELL_EACH + SCRIPT, str(tmp_path / "s"), timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[:-1] == [
@@ -131,12 +121,6 @@ st.close()
 
 
 def test_the_parent_reads_on_and_a_view_left_before_the_fork_says_closed(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT_PARENT, str(tmp_path / "s")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    out = run_script(SCRIPT_PARENT, str(tmp_path / "s"), timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["child 0", "parent 7 7"], out.stdout

@@ -19,8 +19,8 @@ from test_sync_handler_exception import (
     _after_the_commit,
     _group_of,
     _handler_stress,
+    _main_completes_a_group,
     _on_main,
-    _until,
     _Workers,
 )
 
@@ -34,10 +34,8 @@ class PoisonError(RuntimeError):
     """What applying the poisoned checkpoint raises (a bug in its data's path)."""
 
 
-@pytest.mark.parametrize("size", [2, 3, 4])
-def test_a_poisoned_write_fails_alone(
-    tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _poison_the_apply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every apply of a group holding a checkpoint of run "poison" raises PoisonError."""
     real = LmdbBackend._apply
 
     def apply(self: Any, txn: Any, ops: Sequence[CheckpointWrite]) -> None:
@@ -47,6 +45,13 @@ def test_a_poisoned_write_fails_alone(
         real(self, txn, ops)
 
     monkeypatch.setattr(LmdbBackend, "_apply", apply)
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_poisoned_write_fails_alone(
+    tmp_path: Path, size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _poison_the_apply(monkeypatch)
     st = cpstore.open(str(tmp_path / "s"), durability="sync")
     try:
         _group_of(st, size, monkeypatch)
@@ -70,21 +75,10 @@ def test_a_poisoned_write_in_a_group_the_main_thread_commits(
     from a bug) completes and commits a group of three holding the poisoned checkpoint:
     it raises the exception, its own checkpoint not stored; the other innocent thread's
     checkpoint is stored by the next group, only the poisoned one's caller fails."""
-    real = LmdbBackend._apply
-
-    def apply(self: Any, txn: Any, ops: Sequence[CheckpointWrite]) -> None:
-        if any(op.run_id == "poison" for op in ops):
-            self.group._last_size, self.group._last_seconds = 1, 0.0
-            raise PoisonError("poisoned")
-        real(self, txn, ops)
-
-    monkeypatch.setattr(LmdbBackend, "_apply", apply)
+    _poison_the_apply(monkeypatch)
     st = cpstore.open(str(tmp_path / "s"), durability="sync")
     try:
-        gc = _group_of(st, 3, monkeypatch)
-        workers = _Workers(st, ["poison", "w"])
-        workers.start()
-        _until(lambda: len(gc._queue) == 2)
+        _, workers = _main_completes_a_group(st, ["poison", "w"], monkeypatch)
         with pytest.raises(PoisonError):
             st.recorder("main").checkpoint(0, {"main": 0})
         workers.join()

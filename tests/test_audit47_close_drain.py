@@ -12,21 +12,19 @@ batch was lost without a word, as audit44 found for a close whose flush returned
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from flush_threads import close_in_the_next_apply
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
+from script_run import run_script
 
 import cpstore
 from cpstore.errors import StoreError
 from cpstore.store.batch_owners import BatchOwners
-from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
-from cpstore.store.pg_backend import PgBackend
 
 
 class _SeenWait:
@@ -70,30 +68,7 @@ def test_a_close_whose_flush_raises_still_keeps_what_an_interrupted_flush_requeu
         return again
 
     monkeypatch.setattr(BatchOwners, "wait_mine", wait_mine)
-    told: list[BaseException | None] = []
-
-    def close() -> None:
-        try:
-            st.close()
-            told.append(None)
-        except BaseException as exc:  # what it was told is the point
-            told.append(exc)
-        decided.set()
-
-    closer = threading.Thread(target=close, name="closer")
-    armed = [True]
-    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
-        real: Callable[..., None] = getattr(cls, name)
-
-        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
-            if armed[0]:
-                armed[0] = False
-                closer.start()
-                assert decided.wait(60)
-                raise KeyboardInterrupt
-            real(owner, txn, ops)
-
-        monkeypatch.setattr(cls, name, apply)
+    closer, told = close_in_the_next_apply(monkeypatch, st, decided, closed=decided)
     with pytest.raises(KeyboardInterrupt):
         st.flush()
     closer.join(60)
@@ -159,13 +134,7 @@ def test_a_close_inside_a_read_view_never_waits_on_a_close_waiting_on_it(tmp_pat
     close (which waits for D's growing commit, which waits for R's read); D's commit then
     lands and C's close returns. Before: a hang (before audit44, C's close gave up on D
     after 5 s and closed the environment under D's commit, which failed StoreClosedError)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _CLOSE_IN_READ_WHILE_ANOTHER_CLOSES, str(tmp_path / "s")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = run_script(_CLOSE_IN_READ_WHILE_ANOTHER_CLOSES, str(tmp_path / "s"), timeout=600)
     assert done.returncode == 0, f"deadlocked or failed: {done.stdout} {done.stderr[-2000:]}"
     assert done.stdout.split() == ["OutcomeUnknownError", "returned", "True", "True"]
 
@@ -212,13 +181,7 @@ def test_an_atexit_close_never_keeps_the_process_from_exiting(tmp_path: Path) ->
     bound until the exit flush sets one, and it runs after), and the process never exited;
     before audit44 the close gave up after 5 s."""
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", _ATEXIT_CLOSE_WHILE_A_COMMIT_NEVER_ENDS, str(tmp_path / "s")],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = run_script(_ATEXIT_CLOSE_WHILE_A_COMMIT_NEVER_ENDS, str(tmp_path / "s"), timeout=120)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"the process never exited: {exc.stdout!r}")
     assert done.returncode == 0, done.stderr[-2000:]

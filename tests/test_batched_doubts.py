@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from script_run import run_script
 
 import cpstore
 from cpstore.errors import ConflictError
@@ -115,23 +116,13 @@ print(cid, unraisable[0] if unraisable else "-", other.ref("r"), flush=True)
 """
 
 
-def _run(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def test_a_store_collected_inside_a_write_of_the_same_store_flushes_after_it(
     tmp_path: Path,
 ) -> None:
     """The finalizer of a batched store collected inside a write txn of the same store never
     nests a write txn (LMDB refused it: the queue was lost, shown only as an ignored
     exception): a helper thread commits the queue once the write ends."""
-    done = _run(_COLLECTED_IN_A_WRITE, str(tmp_path / "s"))
+    done = run_script(_COLLECTED_IN_A_WRITE, str(tmp_path / "s"))
     assert done.returncode == 0, done.stderr[-3000:]
     cid, raised, head = done.stdout.split()
     assert raised == "-", f"the finalizer's flush failed: {raised}"
@@ -144,7 +135,7 @@ def test_a_store_collected_inside_a_write_of_the_same_store_flushes_after_it_on_
     """PostgreSQL: the same never waits for ever on its own writer lock (a nested write txn
     waited for the advisory lock this thread's other connection holds)."""
     try:
-        done = _run(_COLLECTED_IN_A_WRITE, pg_url, timeout=60)
+        done = run_script(_COLLECTED_IN_A_WRITE, pg_url, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("the finalizer's flush deadlocked on this thread's own writer lock")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -196,7 +187,7 @@ def test_a_store_collected_while_another_thread_writes_never_waits_for_it(
     """The finalizer never waits for another thread's write txn (that thread may wait for
     the collecting thread: a deadlock before); the queue is committed after it."""
     try:
-        done = _run(_COLLECTED_WHILE_ANOTHER_THREAD_WRITES, str(tmp_path / "s"), timeout=100)
+        done = run_script(_COLLECTED_WHILE_ANOTHER_THREAD_WRITES, str(tmp_path / "s"), timeout=100)
     except subprocess.TimeoutExpired:
         pytest.fail("the finalizer's flush waited for a writer waiting for it")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -213,7 +204,7 @@ def test_a_recorder_keeps_its_store_so_its_queue_commits_at_exit(tmp_path: Path)
         "rec = cpstore.open(sys.argv[1], durability='batched').recorder('r')\n"
         "print(rec.checkpoint(0, {'x': 1}))\n"
     )
-    done = _run(code, str(tmp_path / "s"))
+    done = run_script(code, str(tmp_path / "s"))
     assert done.returncode == 0, done.stderr[-3000:]
     with cpstore.open(tmp_path / "s") as st:
         assert st.ref("r") == done.stdout.strip()

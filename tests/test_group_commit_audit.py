@@ -14,7 +14,8 @@ import os
 import random
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -62,6 +63,26 @@ def _interrupt_on_entering(function: str, gc: GroupCommit[str]) -> Any:
         return trace
 
     return trace
+
+
+@contextmanager
+def interrupts_entering_group_commit(rnd: random.Random, chance: float) -> Iterator[None]:
+    """For the block (on this thread): KeyboardInterrupt on entering a function of
+    group_commit, each entry with probability ``chance`` drawn from ``rnd`` (Python unsets
+    the trace once it raised)."""
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        if frame.f_code.co_filename != group_commit.__file__:
+            return None
+        if event == "call" and rnd.random() < chance:
+            raise KeyboardInterrupt
+        return None
+
+    sys.settrace(trace)
+    try:
+        yield
+    finally:
+        sys.settrace(None)
 
 
 def _waiting_group() -> tuple[_Store, GroupCommit[str]]:
@@ -234,19 +255,8 @@ def _stress(seed: int, threads: int, per: int) -> list[str]:
 
     def writer(i: int) -> None:
         mine = random.Random(rnd.random())
-
-        def trace(frame: FrameType, event: str, arg: object) -> Any:
-            if frame.f_code.co_filename != group_commit.__file__:
-                return None
-            if event == "call" and mine.random() < 0.02:
-                raise KeyboardInterrupt
-            return None
-
-        sys.settrace(trace)
-        try:
+        with interrupts_entering_group_commit(mine, 0.02):
             _write_all(gc, i, per, mine, outcome)
-        finally:
-            sys.settrace(None)
 
     problems = _run_writers(writer, threads, 10)
     problems += _violations(stored, outcome)

@@ -33,11 +33,14 @@ from typing import Any
 import pytest
 from handler_signals import HOW, arm, raised_by, sigterm_restored
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from trace_interrupts import in_psycopg, interrupting
 
 import cpstore
+from cpstore.store.facade import Store
 from cpstore.store.lmdb_backend import Durability
 from cpstore.store.pg_backend import PgBackend
 from cpstore.store.pg_txn import PgTxn
+from cpstore.store.recorder import Recorder
 
 _MODES: list[Durability] = ["sync", "none"]
 #: The psycopg entries swept: every one under CPSTORE_SOAK, else every third.
@@ -127,102 +130,76 @@ def _before_the_apply(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(PgBackend, "_apply_all", apply_all)
 
 
+def _checkpoint_1_raises(
+    st: Store,
+    how: str,
+    handled: list[threading.Event],
+    monkeypatch: pytest.MonkeyPatch,
+    where: Callable[[pytest.MonkeyPatch], None],
+) -> tuple[Recorder, str, BaseException]:
+    """Branch m's checkpoint 0, then its checkpoint 1 with SIGTERM handled ``where`` says,
+    the handler armed ``how``: the call raised the handler's own exception, its type
+    unchanged. The recorder, checkpoint 0's id and that exception; the commits after it
+    run unpatched."""
+    rec = st.recorder("m")
+    first = rec.checkpoint(0, {"m": 0})
+    ran = arm(how, handled)
+    where(monkeypatch)
+    with pytest.raises(raised_by(how)) as raised:
+        rec.checkpoint(1, {"m": 1})
+    monkeypatch.undo()  # the next commits run unpatched
+    assert ran.is_set()
+    assert type(raised.value) is raised_by(how)  # the handler's own exception
+    return rec, first, raised.value
+
+
 _STORED = {"after-commit": _after_the_commit, "after-round-trip": _after_the_commits_round_trip}
 _NOT_STORED = {"before-apply": _before_the_apply, "before-commit": _before_the_commit}
 
 
+@pytest.fixture(params=_MODES)
+def st(pg_url: str, request: pytest.FixtureRequest) -> Iterator[Store]:  # noqa: F811
+    """The cluster's store opened with each durability of ``_MODES``, closed after."""
+    store = cpstore.open(pg_url, durability=request.param)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("how", HOW)
-@pytest.mark.parametrize("mode", _MODES)
 @pytest.mark.parametrize("where", list(_STORED))
 def test_a_handlers_exception_after_the_commit_is_raised_and_the_recorder_follows(
-    pg_url: str,  # noqa: F811 - the fixture
-    *,
-    how: str,
-    mode: Durability,
-    where: str,
-    handled: list[threading.Event],
-    monkeypatch: pytest.MonkeyPatch,
+    st: Store, how: str, where: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    st = cpstore.open(pg_url, durability=mode)
-    try:
-        rec = st.recorder("m")
-        first = rec.checkpoint(0, {"m": 0})
-        ran = arm(how, handled)
-        _STORED[where](monkeypatch)
-        with pytest.raises(raised_by(how)) as raised:
-            rec.checkpoint(1, {"m": 1})
-        monkeypatch.undo()  # the next commits run unpatched
-        assert ran.is_set()
-        assert type(raised.value) is raised_by(how)  # the handler's own exception
-        head = st.ref("m")
-        assert head is not None and head != first  # stored
-        followed = rec.head == head  # the recorder follows its stored checkpoint
-        nxt = rec.checkpoint(2, {"m": 2})  # before: ConflictError
-        assert followed
-        assert [m.id for m in st.history("m")] == [nxt, head, first]
-        assert [m.step for m in st.history("m")] == [2, 1, 0]
-        assert any(head in note for note in getattr(raised.value, "__notes__", []))
-    finally:
-        st.close()
+    rec, first, raised = _checkpoint_1_raises(st, how, handled, monkeypatch, _STORED[where])
+    head = st.ref("m")
+    assert head is not None and head != first  # stored
+    followed = rec.head == head  # the recorder follows its stored checkpoint
+    nxt = rec.checkpoint(2, {"m": 2})  # before: ConflictError
+    assert followed
+    assert [m.id for m in st.history("m")] == [nxt, head, first]
+    assert [m.step for m in st.history("m")] == [2, 1, 0]
+    assert any(head in note for note in getattr(raised, "__notes__", []))
 
 
 @pytest.mark.parametrize("how", HOW)
-@pytest.mark.parametrize("mode", _MODES)
 @pytest.mark.parametrize("where", list(_NOT_STORED))
 def test_a_handlers_exception_before_the_commit_stores_nothing_and_the_recorder_stays(
-    pg_url: str,  # noqa: F811 - the fixture
-    *,
-    how: str,
-    mode: Durability,
-    where: str,
-    handled: list[threading.Event],
-    monkeypatch: pytest.MonkeyPatch,
+    st: Store, how: str, where: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    st = cpstore.open(pg_url, durability=mode)
-    try:
-        rec = st.recorder("m")
-        first = rec.checkpoint(0, {"m": 0})
-        ran = arm(how, handled)
-        _NOT_STORED[where](monkeypatch)
-        with pytest.raises(raised_by(how)) as raised:
-            rec.checkpoint(1, {"m": 1})
-        monkeypatch.undo()
-        assert ran.is_set()
-        assert type(raised.value) is raised_by(how)
-        assert not getattr(raised.value, "__notes__", [])  # never said stored
-        assert st.ref("m") == first  # not stored
-        assert rec.head == first  # the recorder stays where it was
-        nxt = rec.checkpoint(1, {"m": 1})
-        assert [m.id for m in st.history("m")] == [nxt, first]
-    finally:
-        st.close()
+    rec, first, raised = _checkpoint_1_raises(st, how, handled, monkeypatch, _NOT_STORED[where])
+    assert not getattr(raised, "__notes__", [])  # never said stored
+    assert st.ref("m") == first  # not stored
+    assert rec.head == first  # the recorder stays where it was
+    nxt = rec.checkpoint(1, {"m": 1})
+    assert [m.id for m in st.history("m")] == [nxt, first]
 
 
-def _in_psycopg(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if "psycopg" in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _interrupt_in_the_commit(monkeypatch: pytest.MonkeyPatch, k: int) -> list[str]:
-    """KeyboardInterrupt on the k-th function entry with psycopg on the stack inside the
-    next write txn's ``commit()`` (the statements and COMMIT in one pipeline, its reply,
-    the connection handed back); where it landed (empty: the commit ran through)."""
-    landed: list[str] = []
-    seen = [0]
+def _trace_the_next_commit(monkeypatch: pytest.MonkeyPatch, trace: Callable[..., Any]) -> None:
+    """The next write txn's ``commit()`` on the main thread runs under ``sys.settrace(trace)``."""
     armed = [True]
     real = PgTxn.commit
-
-    def trace(frame: FrameType, event: str, arg: object) -> None:
-        if event == "call" and _in_psycopg(frame):
-            seen[0] += 1
-            if seen[0] == k:
-                landed.append(
-                    f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
-                )
-                raise KeyboardInterrupt(landed[0])
 
     def commit(self: PgTxn) -> None:
         if not (armed[0] and self.write and threading.current_thread() is threading.main_thread()):
@@ -236,6 +213,14 @@ def _interrupt_in_the_commit(monkeypatch: pytest.MonkeyPatch, k: int) -> list[st
             sys.settrace(None)
 
     monkeypatch.setattr(PgTxn, "commit", commit)
+
+
+def _interrupt_in_the_commit(monkeypatch: pytest.MonkeyPatch, k: int) -> list[str]:
+    """KeyboardInterrupt on the k-th function entry with psycopg on the stack inside the
+    next write txn's ``commit()`` (the statements and COMMIT in one pipeline, its reply,
+    the connection handed back); where it landed (empty: the commit ran through)."""
+    trace, landed = interrupting(k, in_psycopg)
+    _trace_the_next_commit(monkeypatch, trace)
     return landed
 
 
@@ -296,27 +281,14 @@ def _interrupt_entering(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]
     """KeyboardInterrupt on the first entry of a psycopg function called ``name`` inside
     the next write txn's ``commit()``; where it landed."""
     landed: list[str] = []
-    armed = [True]
-    real = PgTxn.commit
 
     def trace(frame: FrameType, event: str, arg: object) -> Any:
-        if event == "call" and frame.f_code.co_name == name and _in_psycopg(frame):
+        if event == "call" and frame.f_code.co_name == name and in_psycopg(frame):
             landed.append(name)
             raise KeyboardInterrupt(name)
         return None
 
-    def commit(self: PgTxn) -> None:
-        if not (armed[0] and self.write and threading.current_thread() is threading.main_thread()):
-            real(self)
-            return
-        armed[0] = False
-        sys.settrace(trace)
-        try:
-            real(self)
-        finally:
-            sys.settrace(None)
-
-    monkeypatch.setattr(PgTxn, "commit", commit)
+    _trace_the_next_commit(monkeypatch, trace)
     return landed
 
 

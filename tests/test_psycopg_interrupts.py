@@ -28,43 +28,17 @@ import os
 import queue
 import random
 import sys
-from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 from test_batched_threads import JobThread
+from trace_interrupts import in_psycopg, interrupting
 
 import cpstore
 from cpstore.errors import CpstoreError, OutcomeUnknownError, StoreConnectionError
 
 FULL = bool(os.environ.get("CPSTORE_SOAK")) or os.environ.get("CPSTORE_PSYCOPG_SWEEP") == "full"
 STRIDE = 1 if FULL else 25
-
-
-def _in_psycopg(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if "psycopg" in frame.f_code.co_filename:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _interrupting(k: int) -> tuple[Callable[..., Any], list[str]]:
-    """A trace function raising KeyboardInterrupt on the k-th function entry that has
-    psycopg on the stack (Python unsets it once it raised), and where it landed."""
-    seen, landed = [0], []
-
-    def trace(frame: FrameType, event: str, arg: object) -> None:
-        if event == "call" and _in_psycopg(frame):
-            seen[0] += 1
-            if seen[0] == k:
-                code = frame.f_code
-                landed.append(f"{code.co_filename.rsplit('/', 1)[-1]}:{code.co_name}")
-                raise KeyboardInterrupt(landed[0])
-
-    return trace, landed
 
 
 def _unknown(told: object) -> bool:
@@ -88,7 +62,7 @@ def check_an_interrupt_inside_psycopg_keeps_the_batched_contract(
     for k in range(offset + 1, 100_000, stride):
         run = f"b{k}"
         cid = b.run(functools.partial(st.recorder(run).checkpoint, 1, {"k": k}))
-        trace, landed = _interrupting(k)
+        trace, landed = interrupting(k, in_psycopg)
         sys.settrace(trace)
         try:
             st.flush()

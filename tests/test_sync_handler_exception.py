@@ -33,13 +33,12 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import pytest
 from handler_signals import HOW, arm, raised_by, sigterm_restored
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
-from test_group_commit_audit import _run_writers, _violations
+from test_group_commit_audit import _run_writers, _violations, interrupts_entering_group_commit
 
 import cpstore
 from cpstore.store import group_commit
@@ -161,32 +160,54 @@ def _chains_on(st: Store, rec: Any, branch: str) -> None:
     assert [m.step for m in st.history(branch)] == ([1, 0] if head is not None else [1])
 
 
+def _main_completes_a_group(
+    st: Store, names: Sequence[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[GroupCommit[Any], _Workers]:
+    """A group of ``len(names) + 1`` that the main thread's next write completes and so
+    commits: a worker thread per name has queued its checkpoint."""
+    gc = _group_of(st, len(names) + 1, monkeypatch)
+    workers = _Workers(st, names)
+    workers.start()
+    _until(lambda: len(gc._queue) == len(names))
+    return gc, workers
+
+
+def _main_raises(st: Store, how: str, ran: threading.Event, workers: _Workers) -> Any:
+    """The main thread's checkpoint 0 of branch m raises the handler's exception (armed
+    ``how``, its handler ran); the workers have ended. Its recorder."""
+    rec = st.recorder("m")
+    with pytest.raises(raised_by(how)):
+        rec.checkpoint(0, {"m": 0})
+    workers.join()
+    assert ran.is_set()
+    return rec
+
+
+@pytest.fixture
+def st(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
+    """A sync store, closed after the test (before its monkeypatches are undone)."""
+    store = cpstore.open(str(tmp_path / "s"), durability="sync")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 @pytest.mark.parametrize("how", HOW)
 def test_the_leaders_handler_exception_after_the_groups_commit(
-    tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
+    st: Store, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The main thread leads a group of three; SIGTERM right after its commit. Its call
     raises the handler's exception; all three checkpoints are stored, and each thread is
     told so (the main thread's recorder follows its own)."""
-    st = cpstore.open(str(tmp_path / "s"), durability="sync")
-    try:
-        gc = _group_of(st, 3, monkeypatch)
-        workers = _Workers(st, ["a", "b"])
-        workers.start()
-        _until(lambda: len(gc._queue) == 2)
-        ran = arm(how, handled)
-        _after_the_commit(monkeypatch, _on_main, _term_main)
-        rec = st.recorder("m")
-        with pytest.raises(raised_by(how)):
-            rec.checkpoint(0, {"m": 0})
-        workers.join()
-        assert ran.is_set()
-        assert gc.groups == 1 and gc.writes == 3  # one group txn: its writes not retried
-        assert workers.got == {"a": st.ref("a"), "b": st.ref("b")}, workers.got
-        assert st.ref("m") is not None
-        _chains_on(st, rec, "m")
-    finally:
-        st.close()
+    gc, workers = _main_completes_a_group(st, ["a", "b"], monkeypatch)
+    ran = arm(how, handled)
+    _after_the_commit(monkeypatch, _on_main, _term_main)
+    rec = _main_raises(st, how, ran, workers)
+    assert gc.groups == 1 and gc.writes == 3  # one group txn: its writes not retried
+    assert workers.got == {"a": st.ref("a"), "b": st.ref("b")}, workers.got
+    assert st.ref("m") is not None
+    _chains_on(st, rec, "m")
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -226,62 +247,43 @@ def test_a_lone_writers_handler_exception_after_the_commit(
 
 @pytest.mark.parametrize("how", HOW)
 def test_the_leaders_handler_exception_while_the_group_is_applied(
-    tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
+    st: Store, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGTERM while the main thread's group of three is applied (before its commit): its
     call raises the handler's exception and its checkpoint is not stored; the other two
     are stored (committed without it), and their threads are told so."""
-    st = cpstore.open(str(tmp_path / "s"), durability="sync")
-    try:
-        gc = _group_of(st, 3, monkeypatch)
-        workers = _Workers(st, ["a", "b"])
-        workers.start()
-        _until(lambda: len(gc._queue) == 2)
-        ran = arm(how, handled)
-        _while_applied(monkeypatch, _on_main)
-        rec = st.recorder("m")
-        with pytest.raises(raised_by(how)):
-            rec.checkpoint(0, {"m": 0})
-        workers.join()
-        assert ran.is_set()
-        assert st.ref("m") is None
-        assert workers.got == {"a": st.ref("a"), "b": st.ref("b")}, workers.got
-        assert st.ref("a") is not None and st.ref("b") is not None
-        _chains_on(st, rec, "m")
-    finally:
-        st.close()
+    _, workers = _main_completes_a_group(st, ["a", "b"], monkeypatch)
+    ran = arm(how, handled)
+    _while_applied(monkeypatch, _on_main)
+    rec = _main_raises(st, how, ran, workers)
+    assert st.ref("m") is None
+    assert workers.got == {"a": st.ref("a"), "b": st.ref("b")}, workers.got
+    assert st.ref("a") is not None and st.ref("b") is not None
+    _chains_on(st, rec, "m")
 
 
 @pytest.mark.parametrize("how", HOW)
 def test_a_waiters_handler_exception_while_another_thread_commits_its_group(
-    tmp_path: Path, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
+    st: Store, how: str, handled: list[threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The main thread's checkpoint waits in a group of two that thread W leads; SIGTERM
     reaches the main thread just after W's commit. The main thread's call raises the
     handler's exception once its checkpoint is settled stored, and its recorder follows."""
-    st = cpstore.open(str(tmp_path / "s"), durability="sync")
-    try:
-        gc = _group_of(st, 2, monkeypatch)
-        workers = _Workers(st, ["w"], after=1)  # queues once the main thread's write did
-        ran = arm(how, handled)
+    gc = _group_of(st, 2, monkeypatch)
+    workers = _Workers(st, ["w"], after=1)  # queues once the main thread's write did
+    ran = arm(how, handled)
 
-        def term_and_wait() -> None:  # W, after its commit: the handler runs in main first
-            _term_main()
-            ran.wait(60)
+    def term_and_wait() -> None:  # W, after its commit: the handler runs in main first
+        _term_main()
+        ran.wait(60)
 
-        _after_the_commit(monkeypatch, lambda: not _on_main(), term_and_wait)
-        workers.start()
-        rec = st.recorder("m")
-        with pytest.raises(raised_by(how)):
-            rec.checkpoint(0, {"m": 0})
-        workers.join()
-        assert ran.is_set()
-        assert gc.groups == 1 and gc.writes == 2
-        assert workers.got == {"w": st.ref("w")}, workers.got
-        assert st.ref("m") is not None
-        _chains_on(st, rec, "m")
-    finally:
-        st.close()
+    _after_the_commit(monkeypatch, lambda: not _on_main(), term_and_wait)
+    workers.start()
+    rec = _main_raises(st, how, ran, workers)
+    assert gc.groups == 1 and gc.writes == 2
+    assert workers.got == {"w": st.ref("w")}, workers.got
+    assert st.ref("m") is not None
+    _chains_on(st, rec, "m")
 
 
 @pytest.mark.parametrize("how", HOW)
@@ -325,7 +327,7 @@ def test_batched_a_checkpoint_whose_flush_commits_then_raises_is_followed(
 @pytest.mark.parametrize("how", HOW)
 @pytest.mark.parametrize("at", [2, 4], ids=["after-a", "after-its-own"])
 def test_the_leaders_handler_exception_while_its_group_commits_one_write_per_txn(
-    tmp_path: Path,
+    st: Store,
     how: str,
     at: int,
     handled: list[threading.Event],
@@ -337,47 +339,43 @@ def test_the_leaders_handler_exception_while_its_group_commits_one_write_per_txn
     stored and followed when its txn ran (else not stored); a is stored and told so, c
     gets its ConflictError (never the handler's exception; after a's, c goes back to the
     queue and fails in its next group)."""
-    st = cpstore.open(str(tmp_path / "s"), durability="sync")
-    try:
-        stale = st.recorder("c")  # expects no head
-        st.recorder("c").checkpoint(0, {"other": 0})  # another writer moves the branch
-        gc = _group_of(st, 3, monkeypatch)
-        got: dict[str, str | BaseException] = {}
+    stale = st.recorder("c")  # expects no head
+    st.recorder("c").checkpoint(0, {"other": 0})  # another writer moves the branch
+    gc = _group_of(st, 3, monkeypatch)
+    got: dict[str, str | BaseException] = {}
 
-        def one(name: str, rec: Any) -> None:
-            try:
-                got[name] = rec.checkpoint(1, {name: 1})
-            except BaseException as exc:  # what it was told is the point
-                got[name] = exc
+    def one(name: str, rec: Any) -> None:
+        try:
+            got[name] = rec.checkpoint(1, {name: 1})
+        except BaseException as exc:  # what it was told is the point
+            got[name] = exc
 
-        a = threading.Thread(target=one, args=("a", st.recorder("a")))
-        a.start()
-        _until(lambda: len(gc._queue) == 1)
-        c = threading.Thread(target=one, args=("c", stale))
-        c.start()
-        _until(lambda: len(gc._queue) == 2)
-        ran = arm(how, handled)
-        txns = [0]
+    a = threading.Thread(target=one, args=("a", st.recorder("a")))
+    a.start()
+    _until(lambda: len(gc._queue) == 1)
+    c = threading.Thread(target=one, args=("c", stale))
+    c.start()
+    _until(lambda: len(gc._queue) == 2)
+    ran = arm(how, handled)
+    txns = [0]
 
-        def mine() -> bool:  # the main thread's txns: the group's, then a's, c's, its own
-            txns[0] += _on_main()
-            if txns[0] == at:
-                gc._last_size = 1  # what goes back to the queue is taken at once
-            return txns[0] == at
+    def mine() -> bool:  # the main thread's txns: the group's, then a's, c's, its own
+        txns[0] += _on_main()
+        if txns[0] == at:
+            gc._last_size = 1  # what goes back to the queue is taken at once
+        return txns[0] == at
 
-        rec = st.recorder("m")
-        _after_the_commit(monkeypatch, mine, _term_main)
-        with pytest.raises(raised_by(how)):
-            rec.checkpoint(0, {"m": 0})
-        a.join(60)
-        c.join(60)
-        assert ran.is_set() and txns[0] == at
-        assert got["a"] == st.ref("a") and st.ref("a") is not None
-        assert isinstance(got["c"], cpstore.ConflictError), got
-        assert (st.ref("m") is not None) == (at == 4)
-        _chains_on(st, rec, "m")
-    finally:
-        st.close()
+    rec = st.recorder("m")
+    _after_the_commit(monkeypatch, mine, _term_main)
+    with pytest.raises(raised_by(how)):
+        rec.checkpoint(0, {"m": 0})
+    a.join(60)
+    c.join(60)
+    assert ran.is_set() and txns[0] == at
+    assert got["a"] == st.ref("a") and st.ref("a") is not None
+    assert isinstance(got["c"], cpstore.ConflictError), got
+    assert (st.ref("m") is not None) == (at == 4)
+    _chains_on(st, rec, "m")
 
 
 class _StrReadback:
@@ -426,16 +424,7 @@ def _handler_stress(seed: int, threads: int, per: int) -> list[str]:
 
     def writer(i: int) -> None:
         mine = random.Random(rnd.random())
-
-        def trace(frame: FrameType, event: str, arg: object) -> Any:
-            if frame.f_code.co_filename != group_commit.__file__:
-                return None
-            if event == "call" and mine.random() < 0.01:
-                raise KeyboardInterrupt
-            return None
-
-        sys.settrace(trace)
-        try:
+        with interrupts_entering_group_commit(mine, 0.01):
             for k in range(per):
                 w = f"{i}.{k}" + ("!" if mine.random() < 0.1 else "")
                 try:
@@ -443,8 +432,6 @@ def _handler_stress(seed: int, threads: int, per: int) -> list[str]:
                     outcome[w] = "ok"
                 except (ValueError, TimeoutError, cpstore.StoreError, KeyboardInterrupt) as exc:
                     outcome[w] = type(exc).__name__
-        finally:
-            sys.settrace(None)
 
     problems = _run_writers(writer, threads, 30)
     problems += _violations(stored, outcome)

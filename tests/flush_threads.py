@@ -1,0 +1,105 @@
+"""Other threads of the batched-interrupt tests: a writer that flushes once the main
+thread's interrupted flush has left its txn, and a closer started inside the main thread's
+batch apply."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from cpstore.store.facade import Store
+from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.model import CheckpointWrite
+from cpstore.store.pg_backend import PgBackend
+
+
+class WaitingWriter:
+    """Thread W: queues checkpoint 0 of ``branch`` ({branch: 0}), waits until :attr:`go`
+    is set (60 s at most), then flushes, after checkpoint 1 ({branch: 1}) if
+    ``then_checkpoint``; :attr:`told` holds what that raised (None: it returned)."""
+
+    def __init__(self, st: Store, branch: str = "w", *, then_checkpoint: bool = False) -> None:
+        self.queued, self.go = threading.Event(), threading.Event()
+        self.told: list[BaseException | None] = []
+        self._thread = threading.Thread(target=self._run, args=(st, branch, then_checkpoint))
+
+    def _run(self, st: Store, branch: str, then_checkpoint: bool) -> None:
+        rec = st.recorder(branch)
+        rec.checkpoint(0, {branch: 0})
+        self.queued.set()
+        self.go.wait(60)
+        try:
+            if then_checkpoint:
+                rec.checkpoint(1, {branch: 1})
+            st.flush()
+            self.told.append(None)
+        except BaseException as exc:  # what it was told is the point
+            self.told.append(exc)
+
+    def start(self) -> None:
+        """Start W; returns once its checkpoint 0 is queued."""
+        self._thread.start()
+        assert self.queued.wait(60)
+
+    def go_once_the_txn_ended(
+        self, monkeypatch: pytest.MonkeyPatch, modules: Iterable[ModuleType]
+    ) -> None:
+        """Let W go, and wait for it (60 s at most), as the main thread's interrupted flush
+        has left its write txn: at its first call of the backend modules' ``interrupted``."""
+        for module in modules:
+            real = module.interrupted
+
+            def between(*args: Any, real: Any = real) -> Any:  # the txn has ended here
+                if threading.current_thread() is threading.main_thread() and not self.go.is_set():
+                    self.go.set()
+                    self._thread.join(60)
+                return real(*args)
+
+            monkeypatch.setattr(module, "interrupted", between)
+
+    def join(self) -> None:
+        """W has ended (waited for 60 s at most)."""
+        self._thread.join(60)
+        assert not self._thread.is_alive()
+
+
+def close_in_the_next_apply(
+    monkeypatch: pytest.MonkeyPatch,
+    st: Store,
+    until: threading.Event,
+    closed: threading.Event | None = None,
+) -> tuple[threading.Thread, list[BaseException | None]]:
+    """The next batch apply (either backend's) starts thread "closer" closing ``st``, waits
+    until ``until`` is set (asserted within 60 s) and raises KeyboardInterrupt instead of
+    applying. The closer (not started yet) and what its close raised (None: it returned);
+    ``closed`` is set once the close has ended, either way."""
+    told: list[BaseException | None] = []
+
+    def close() -> None:
+        try:
+            st.close()
+            told.append(None)
+        except BaseException as exc:  # what it was told is the point
+            told.append(exc)
+        if closed is not None:
+            closed.set()
+
+    closer = threading.Thread(target=close, name="closer")
+    armed = [True]
+    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
+        real = getattr(cls, name)
+
+        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
+            if armed[0]:
+                armed[0] = False
+                closer.start()
+                assert until.wait(60)
+                raise KeyboardInterrupt
+            real(owner, txn, ops)
+
+        monkeypatch.setattr(cls, name, apply)
+    return closer, told
