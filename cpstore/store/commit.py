@@ -10,6 +10,7 @@ caller's txn. Backends differ only in how they ask whether an object exists
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence, Set
 from typing import Any
 
@@ -178,15 +179,30 @@ def objects_to_check(
     return list(checked.difference(written))  # set operations in C: named less written
 
 
-def settle_by_reading(exc: Exception, verdict: Callable[[], bool | None]) -> bool:
+def settle_by_reading(
+    exc: Exception,
+    verdict: Callable[[], bool | None],
+    engine: tuple[type[Exception], ...] = (),
+) -> bool:
     """After a txn was applied and its commit reported ``exc``: True when the store shows
     it committed (``verdict``, which reads the store and returns :func:`landed`'s answer;
     the caller then returns: nothing to retry), ``exc``'s own class raised saying "not
     stored" when it shows it did not, False when it cannot tell (the store unreadable
-    too: the caller raises its own "may or may not")."""
+    too: the caller raises its own "may or may not").
+
+    In the main thread an exception of ``verdict`` that is neither a cpstore error nor
+    one of ``engine`` (the backend's raw errors) is a signal handler's (a watchdog's
+    TimeoutError) landing in the read: raised, never taken for an unreadable store (it
+    was, and lost), as a KeyboardInterrupt there always was; the caller's handling of
+    an interrupt settles the write (batch_owners.interrupted). Other threads run no
+    signal handlers: there it is the read's failure."""
     try:
         found = verdict()
-    except Exception:  # e.g. LMDB's fatal state, a server still unreachable
+    except Exception as err:  # e.g. LMDB's fatal state, a server still unreachable
+        if not isinstance(err, (CpstoreError, *engine)) and (
+            threading.current_thread() is threading.main_thread()
+        ):
+            raise
         found = None
     if found:
         return True

@@ -40,7 +40,14 @@ def commit_raised(
         return False
     if not applied or growth_failed(exc, full):
         return False  # refused, or failed before its commit: rolled back, nothing stored
-    commit_failed(backend, ops, exc)
+    try:
+        commit_failed(backend, ops, exc)
+    except BaseException as late:
+        if foreign(late) or not isinstance(late, Exception):
+            # A handler's exception in the read-back (commit.settle_by_reading): read
+            # again, only to mark what is stored (its recorder follows), and raise it.
+            interrupted(late, applied, lambda: batch_landed(backend, ops), ops)
+        raise
     return True
 
 

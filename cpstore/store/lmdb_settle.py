@@ -28,6 +28,9 @@ class LmdbBackend(Protocol):
 
     def head(self, txn: Txn[memoryview], key: bytes) -> bytes | None: ...
 
+    @property
+    def engine_error(self) -> type[Exception]: ...
+
 
 def batch_landed(backend: LmdbBackend, ops: Sequence[CheckpointWrite]) -> bool | None:
     """Whether the store shows the txn of ``ops`` committed (commit.landed)."""
@@ -51,7 +54,8 @@ def commit_failed(backend: LmdbBackend, ops: Sequence[CheckpointWrite], exc: Exc
     did not, and OutcomeUnknownError when it cannot tell (commit.landed)."""
     if isinstance(exc, OutcomeUnknownError) and isinstance(exc.__cause__, Exception):
         exc = exc.__cause__  # write_txn's "may or may not": the store is read instead
-    if settle_by_reading(exc, lambda: batch_landed(backend, ops)):  # unreadable: unknown
+    engine = (backend.engine_error,)  # LMDB's raw errors: unreadable, not a handler's
+    if settle_by_reading(exc, lambda: batch_landed(backend, ops), engine):  # unreadable: unknown
         return
     raise OutcomeUnknownError(
         "the commit reported an error and may have written all the same; "

@@ -57,7 +57,7 @@ from cpstore.store.model import (
 )
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_apply import abort_again, apply_batch
-from cpstore.store.pg_errors import failed, translate
+from cpstore.store.pg_errors import ENGINE_ERRORS, failed, translate
 from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
 from cpstore.store.pg_pool import make_pool
@@ -553,7 +553,8 @@ class PgBackend:
             try:
                 self.write_txn(apply_all)
             except CommitLostError as exc:  # settled as a single put is (commit()): every
-                if not batch or not settle_by_reading(exc, lambda: self._landed(batch)):
+                landed = lambda: self._landed(batch)  # noqa: E731
+                if not batch or not settle_by_reading(exc, landed, ENGINE_ERRORS):
                     raise  # owner gets the verdict (a "not stored" one raised here too)
             for op in batch:  # before settled() wakes their threads
                 op.committed = True

@@ -24,7 +24,11 @@ from cpstore.errors import (
     StoreTimeoutError,
 )
 
-__all__ = ["interrupt_in", "is_broken", "translate"]
+__all__ = ["ENGINE_ERRORS", "interrupt_in", "is_broken", "translate"]
+
+#: psycopg's raw errors: a read-back failing with one could not read the store
+#: (commit.settle_by_reading), not a signal handler's exception.
+ENGINE_ERRORS: tuple[type[Exception], ...] = (psycopg.Error,)
 
 
 def _text(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ from cpstore.store.backend import Txn
 from cpstore.store.batch_owners import interrupted
 from cpstore.store.commit import settle_by_reading
 from cpstore.store.model import CheckpointWrite
+from cpstore.store.pg_errors import ENGINE_ERRORS
 
 __all__ = ["commit_alone"]
 
@@ -53,7 +54,7 @@ def commit_alone(
         except CommitLostError as exc:
             # Lost with COMMIT on the wire: read the store back (a new connection) to
             # tell committed from not; only when it cannot be read is it unknown.
-            if not settle_by_reading(exc, lambda: landed(ops)):
+            if not settle_by_reading(exc, lambda: landed(ops), ENGINE_ERRORS):
                 raise
     except BaseException as exc:
         interrupted(exc, applied, lambda: landed(ops), ops)  # marks op when stored

@@ -1,0 +1,124 @@
+"""A signal handler's exception landing in the read-back that settles a commit error.
+
+A checkpoint commit that reports an error is settled by reading the store back
+(commit.settle_by_reading). A SIGTERM handler raising an ``Exception`` (a watchdog's
+TimeoutError) in the main thread during that read was taken for "the store cannot be
+read": the caller got OutcomeUnknownError "may or may not be stored", the handler's
+exception lost, and the recorder did not follow its stored checkpoint. Now the
+handler's exception is raised (as a KeyboardInterrupt there always was), the store is
+read back once more, and a stored checkpoint is marked so its recorder follows it.
+Real LMDB underneath (test_group_commit_errors.fail_commits: the txn really commits,
+then its commit raises); a real PostgreSQL server (its COMMIT runs, then the connection
+is reported lost: test_pg_commit_settled).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from handler_signals import HOW, arm, raised_by, sigterm_restored
+from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from test_group_commit_errors import fail_commits
+from test_pg_commit_settled import _lose_the_next_checkpoint_commit
+
+import cpstore
+from cpstore.store import lmdb_settle
+from cpstore.store.pg_backend import PgBackend
+
+
+@pytest.fixture
+def handled() -> Iterator[list[threading.Event]]:
+    with sigterm_restored() as events:
+        yield events
+
+
+def _term_in_the_first_read_back(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """SIGTERM to this (main) thread inside the first read-back; its handler runs there.
+    Returns a one-item list counting the read-backs."""
+    real = lmdb_settle.batch_landed
+    calls = [0]
+
+    def landed(backend: Any, ops: Any) -> bool | None:
+        calls[0] += 1
+        if calls[0] == 1:
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+        return real(backend, ops)
+
+    monkeypatch.setattr(lmdb_settle, "batch_landed", landed)
+    return calls
+
+
+@pytest.mark.parametrize("durability", ["sync", "none", "batched"])
+@pytest.mark.parametrize("how", HOW)
+def test_a_handler_exception_in_the_read_back_is_raised_and_the_recorder_follows(
+    tmp_path: Path,
+    durability: str,
+    how: str,
+    handled: list[threading.Event],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with cpstore.open(str(tmp_path / "s"), durability=durability) as st:  # type: ignore[arg-type]
+        rec = st.recorder("m")
+        first = rec.checkpoint(0, {"m": 0})
+        st.flush()
+        ran = arm(how, handled)
+        calls = _term_in_the_first_read_back(monkeypatch)
+        fail_commits(st, lands=True)  # committed, then the commit reports EIO
+        with pytest.raises(raised_by(how)):
+            rec.checkpoint(1, {"m": 1})
+            st.flush()
+        assert ran.is_set()
+        assert calls[0] >= 1
+        head = st.ref("m")
+        assert head is not None and head != first  # it landed
+        assert rec.head == head  # the recorder follows what the store holds
+        nxt = rec.checkpoint(2, {"m": 2})
+        st.flush()
+        assert [m.id for m in st.history("m")][:2] == [nxt, head]
+        assert [m.step for m in st.history("m")] == [2, 1, 0]
+
+
+@pytest.mark.parametrize("durability", ["sync", "none", "batched"])
+@pytest.mark.parametrize("how", HOW)
+def test_postgresql_a_handler_exception_in_the_read_back_is_raised_and_the_recorder_follows(
+    pg_url: str,  # noqa: F811 - the fixture
+    durability: str,
+    how: str,
+    handled: list[threading.Event],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same when PostgreSQL's COMMIT lost its connection after committing."""
+    with cpstore.open(pg_url, durability=durability) as st:  # type: ignore[arg-type]
+        rec = st.recorder("m")
+        first = rec.checkpoint(0, {"m": 0})
+        st.flush()
+        ran = arm(how, handled)
+        real = PgBackend._landed
+        calls = [0]
+
+        def landed(self: PgBackend, ops: Any) -> bool | None:
+            calls[0] += 1
+            if calls[0] == 1:
+                signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+            return real(self, ops)
+
+        monkeypatch.setattr(PgBackend, "_landed", landed)
+        _lose_the_next_checkpoint_commit(monkeypatch, sent=True)
+        with pytest.raises(raised_by(how)):
+            rec.checkpoint(1, {"m": 1})
+            st.flush()
+        monkeypatch.undo()
+        assert ran.is_set()
+        assert calls[0] >= 1
+        head = st.ref("m")
+        assert head is not None and head != first  # it landed
+        assert rec.head == head  # the recorder follows what the store holds
+        nxt = rec.checkpoint(2, {"m": 2})
+        st.flush()
+        assert [m.id for m in st.history("m")][:2] == [nxt, head]
+        assert [m.step for m in st.history("m")] == [2, 1, 0]
