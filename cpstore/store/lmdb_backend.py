@@ -205,21 +205,21 @@ class LmdbBackend:
             if closer[0] != threading.get_ident():  # never waits for itself
                 self._owners.wait_closed(closer[1])  # raises if it would wait on this one
             return
-        kept = False
+        failed: BaseException | None = None
         try:
             if self.durability == "batched":
                 try:
                     self._owners.drain(self.flush, self._pending)  # raises as flush()
-                except BaseException:
-                    kept = True  # kept open if its batch is queued again (no call here)
+                except BaseException as exc:
+                    failed = exc  # kept open if its batch is queued again (no call here)
                     raise
         finally:
             try:  # kept open: the next close or the exit flush commits it (closed, lost)
-                if kept and self._pending:
+                if failed is not None and self._pending:
                     self._closer = None
                 else:
                     self._closed = True
-                    release_env(self.env)
+                    release_env(self.env, failed)  # left open: raised, or a note on failed
             finally:
                 done.set()
 

@@ -23,6 +23,7 @@ from cpstore.errors import (
     StoreReadOnlyError,
 )
 from cpstore.native.canonical import encode_value
+from cpstore.store import lmdb_txns
 from cpstore.store.backend import Txn
 from cpstore.store.content import HEAP_TABLES
 from cpstore.store.lmdb_errors import translate
@@ -237,9 +238,28 @@ class Env(EnvTxns):
         (``durability="none"``) the last handle's close fsyncs once, so a store closed
         cleanly is durable; LMDB's own close does not sync."""
         if os.getpid() == self.pid:
-            with self.quiesced():  # no other thread inside a txn of it (EnvTxns.quiesced)
+            with self.quiesced() as quiet:  # no other thread inside a txn of it
+                if not quiet:
+                    raise self.left_open()
                 self.close_quiesced()
         # A fork() child never closes it: that releases the parent's reader slots and locks.
+
+    def left_open(self) -> StoreError:
+        """The error of a close that gave up (EnvTxns.quiesced): the environment stays
+        open, this process's other thread inside a txn of it; a ``none`` store is synced."""
+        try:
+            if not self.options.sync and not self.options.readonly:
+                self.sync()  # the clean close's fsync (safe beside that txn: no close)
+        except StoreError as exc:
+            return exc
+        wait = lmdb_txns.CLOSE_WAIT_SECONDS
+        return StoreError(
+            f"the store's environment was left open: a transaction of another thread of "
+            f"this process did not end within {wait:.0f} s (closing it under "
+            "that transaction could crash the process); this handle is closed, the "
+            "transaction ends as it would, and the environment is released at exit",
+            where=self.path,
+        )
 
     def close_quiesced(self) -> None:
         """:meth:`close` inside :meth:`quiesced` (the caller's: lmdb_registry.release_env

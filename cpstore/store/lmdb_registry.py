@@ -371,8 +371,10 @@ def is_open_here(path: str) -> bool:
         return env is not None and env.pid == os.getpid()
 
 
-def release_env(env: Env) -> None:
-    """Drop one handle; the last one closes the environment.
+def release_env(env: Env, failed: BaseException | None = None) -> None:
+    """Drop one handle; the last one closes the environment, unless another thread's txn
+    of it did not end (Env.left_open: raised, or a note on ``failed``, the close's own
+    error, which it does not hide).
 
     The close proper runs under the registry lock: closing drops every POSIX lock this
     process holds on ``lock.mdb``, so an environment opened beside this one meanwhile
@@ -389,9 +391,15 @@ def release_env(env: Env) -> None:
             if env.handles == 0:
                 _unregister(env)
         return
-    with env.quiesced(), _REGISTRY_LOCK:  # lock order: the env's locks, then the registry's
+    with env.quiesced() as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
         if env.handles > 0 or env.closed:
             return  # opened again while the close waited (or closed by an earlier release)
+        if not quiet:  # left open and registered: an open of it shares it
+            left = env.left_open()
+            if failed is None:
+                raise left
+            failed.add_note(str(left))
+            return
         _unregister(env)
         env.close_quiesced()
 

@@ -39,7 +39,8 @@ T = TypeVar("T")
 
 _TWICE = (0, 1)
 #: The longest a close waits for another thread's txn of the environment to end (a daemon
-#: thread's read may never end): then it closes as it did before audit34.
+#: thread's read may never end): then it gives up and leaves the environment open
+#: (closing it under that txn could crash the process: EnvTxns.quiesced).
 CLOSE_WAIT_SECONDS = 5.0
 
 
@@ -377,13 +378,16 @@ class EnvTxns:
             return False
 
     @contextmanager
-    def quiesced(self) -> Iterator[None]:
+    def quiesced(self) -> Iterator[bool]:
         """A block (the environment's close) no txn of another thread of this process runs
         in: the write lock held, new reads held back (as during a resize) and the open reads
         of other threads ended, each wait at most :data:`CLOSE_WAIT_SECONDS`. LMDB frees the
         environment at close, and a thread inside a call that released the GIL (a write
         txn's begin waiting for LMDB's writer lock, a commit's fsync) used freed memory: the
-        process died of SIGSEGV when a store was closed under writing threads (audit34)."""
+        process died of SIGSEGV when a store was closed under writing threads (audit34).
+        Yields whether that holds: False once a wait ran out (another process held LMDB's
+        writer lock longer, a read view kept open), and the caller must not close (it did,
+        and the process died of SIGSEGV when that thread's begin returned)."""
         me, deadline = get_ident(), time.monotonic() + CLOSE_WAIT_SECONDS
         self.closing = True  # a thread refused meanwhile is told the store is closing
         held = self.write_lock.acquire(timeout=CLOSE_WAIT_SECONDS)
@@ -393,7 +397,7 @@ class EnvTxns:
                 try:
                     while any(t != me for t in self._active) and time.monotonic() < deadline:
                         self._gate.wait(0.05)
-                    yield
+                    yield held and not any(t != me for t in self._active)
                 finally:
                     self.closing = self.closed  # a close given up (a handle taken meanwhile)
                     self._resizing = False
