@@ -21,6 +21,7 @@ import pytest
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
+from cpstore.errors import StoreError
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
 from cpstore.store.pg_backend import PgBackend
@@ -86,3 +87,61 @@ def test_a_close_waiting_for_an_interrupted_close_commits_its_checkpoints(
     st.close()
     with cpstore.open(url, readonly=True, create=False) as ro:
         assert [m.id for m in ro.history("t")] == ids[::-1]
+
+
+def test_a_close_waiting_for_another_close_raises_what_its_thread_is_owed(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thread T's checkpoints were in the main thread's batch, whose commit failed (a store
+    error: dropped, T owed "not stored"). T then closes while the main thread's close
+    commits a checkpoint of its own, so T's close waits for that one. Before: T's close
+    returned ok, T never told its checkpoints were not stored (alone, its close's flush
+    raised it). Now it raises the error T is owed (fails before)."""
+    st = cpstore.open(url, durability="batched", batch_size=10_000)
+    ids: list[str] = []
+    recorded, go = threading.Event(), threading.Event()
+    calls = [0]
+    told: list[BaseException | None] = []
+
+    def record_then_close() -> None:
+        rec = st.recorder("t")
+        ids.extend(rec.checkpoint(i, {"i": i}) for i in range(3))
+        recorded.set()
+        assert go.wait(60)
+        try:
+            st.close()
+            told.append(None)
+        except BaseException as exc:  # what it was told is the point
+            told.append(exc)
+
+    closer = threading.Thread(target=record_then_close, name="second-closer")
+    closer.start()
+    assert recorded.wait(60)
+    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
+        real: Callable[..., None] = getattr(cls, name)
+
+        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
+            calls[0] += 1
+            if calls[0] == 1:  # the main thread's flush of T's batch: fails, dropped
+                raise StoreError("injected failure of the batch's apply", where="test")
+            if calls[0] == 2:  # the main thread's close: T closes meanwhile
+                go.set()
+                deadline = time.monotonic() + 30
+                while not _waiting_in_close(closer) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            real(owner, txn, ops)
+
+        monkeypatch.setattr(cls, name, apply)
+    with pytest.raises(StoreError):
+        st.flush()
+    main = st.recorder("main").checkpoint(0, {"m": 0})
+    st.close()
+    closer.join(60)
+    assert not closer.is_alive()
+    assert len(told) == 1
+    assert isinstance(told[0], StoreError), told  # before: None, told ok
+    assert "not stored" in str(told[0])
+    monkeypatch.undo()
+    with cpstore.open(url, readonly=True, create=False) as ro:
+        assert [m.id for m in ro.history("t")] == []
+        assert ro.ref("main") == main

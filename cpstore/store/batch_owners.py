@@ -409,6 +409,29 @@ class BatchOwners(Generic[W]):
                     expected="no open store.read() in a thread that closes the store",
                 )
 
+    def after_other_close(self, closed: Callable[[], bool], close: Callable[[], None]) -> None:
+        """A second close, once the close it waited for (another thread's) has ended: when
+        that one kept the handle open (an interrupt requeued its batch), ``close()`` again
+        here, which commits the queue (it returned with this thread's checkpoints queued,
+        told durable); else raise what this thread is owed (its checkpoints another
+        thread's failed commit dropped: alone, its close's flush raised it; here it returned
+        ok) or, its checkpoints still in a commit the close stopped waiting for, that they
+        may or may not be stored (audit48)."""
+        if not closed():
+            close()
+            return
+        me = self.me()
+        with self._lock:
+            err = self._dropped.pop(me, None)
+            if err is None and self._mine_in_flight(me):
+                err = OutcomeUnknownError(
+                    "checkpoints this thread queued are in another thread's batch commit, "
+                    "still under way when the store closed; they may or may not be stored",
+                    where=self._where,
+                )
+        if err is not None:
+            raise err
+
     def _deadline(self) -> float | None:
         """When :meth:`drain` stops waiting: never, but at exit (as wait_mine), which is also
         once the main thread has ended (threading's shutdown: an atexit close run before

@@ -203,8 +203,7 @@ class LmdbBackend:
         if closer is not None:
             if closer[0] != threading.get_ident():  # never waits for itself
                 self._owners.wait_closed(closer[1])  # raises if it would wait on this one
-                if not self._closed:  # kept open: its batch queued, the caller told "stored"
-                    self.close()
+                self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
             return
         kept = False
         try:

@@ -225,8 +225,7 @@ class PgBackend:
         if closer is not None or self._closed:
             if closer is not None and closer[0] != threading.get_ident():
                 closer[1].wait()  # never waits for itself
-                if not self._closed:  # kept open by an interrupt (lmdb_backend): closed here
-                    self.close()
+                self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
             return
         kept = False
         try:
