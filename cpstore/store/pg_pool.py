@@ -43,13 +43,16 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
         super().__init__(*args, **kwargs)
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
-        with self._asking_lock:
-            self.asking += 1
+        counted = False  # an interrupt landing anywhere never leaves the count up
         try:
+            with self._asking_lock:
+                self.asking += 1
+                counted = True
             return super().getconn(timeout)
         finally:
-            with self._asking_lock:
-                self.asking -= 1
+            if counted:
+                with self._asking_lock:
+                    self.asking -= 1
 
 
 def _again(pool: ConnectionPool[Any]) -> None:
