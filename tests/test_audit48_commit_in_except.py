@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from test_pgfollow_handler_exception import STRIDE, _interrupt_in_the_commit
 
 import cpstore
 from cpstore.errors import CommitLostError
@@ -91,3 +92,45 @@ def test_a_batched_flush_inside_an_except_block_drops_a_lost_batch(
                 store.flush()
         assert store.pending == 0
         assert store.ref("run") == first
+
+
+def test_an_interrupt_in_the_commit_inside_an_except_block_is_raised_as_itself(
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pgfollow's sweep (KeyboardInterrupt at every STRIDE-th psycopg function entry of the
+    COMMIT's round trip), each checkpoint saved inside an ``except`` block: the interrupt
+    is raised (never the handled exception, never swallowed) and the recorder stays on
+    the branch's head. A guard for the fix (passes before it too: the interrupt comes
+    before the handled exception in the chain): the chain's walk stopping at the handled
+    exception never hides an interrupt psycopg's error replaced."""
+    st = cpstore.open(pg_url, durability="sync")
+    problems: list[str] = []
+    try:
+        rec = st.recorder("m")
+        rec.checkpoint(0, {"m": 0})
+        step = 1
+        for k in range(1, 10_000, STRIDE):
+            landed = _interrupt_in_the_commit(monkeypatch, k)
+            raised: BaseException | None = None
+            try:
+                raise _MineError("the training step failed")
+            except _MineError:
+                try:
+                    rec.checkpoint(step, {"m": step})
+                except BaseException as exc:  # what came out is the point
+                    raised = exc
+            monkeypatch.undo()
+            step += 1
+            if not landed:
+                break  # the commit ran through: every entry was tried
+            if not isinstance(raised, KeyboardInterrupt):
+                problems.append(f"k={k} {landed}: raised {raised!r}"[:200])
+            if rec.head != st.ref("m"):
+                problems.append(f"k={k} {landed}: recorder at {rec.head}, not the head")
+                rec = st.recorder("m")
+        else:
+            pytest.fail("the commit never ran through")
+    finally:
+        st.close()
+    assert not problems, problems[:10]
