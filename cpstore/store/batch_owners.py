@@ -378,20 +378,27 @@ class BatchOwners(Generic[W]):
         raises waits for them too, then raises: it returned at once, and the close closed
         the handle under the flight, whose interrupted flush requeued into it (audit47;
         the caller keeps the handle open when something is queued again). Not when it
-        was interrupted itself (a second Ctrl-C would be needed to leave a long commit)."""
-        try:
-            flush()
-        except BaseException as exc:
-            if not foreign(exc):
-                with suppress(OutcomeUnknownError):  # the flush's own error is raised
-                    self._landed_all(self._deadline())
-            raise
+        was interrupted itself (a second Ctrl-C would be needed to leave a long commit).
+        Once the main thread has ended, the flush's own wait for this thread's writes in
+        another thread's commit is bounded too (:meth:`wait_mine`): it waited for ever on
+        a commit that never ends, and the process never exited (audit48)."""
         deadline = self._deadline()
-        while True:
-            self._landed_all(deadline)
-            if not pending:
-                return
-            flush()  # requeued by another thread's interrupted flush
+        try:  # set inside: an interrupt before the try never leaves it set (Reentry.run)
+            self._local.deadline = deadline
+            try:
+                flush()
+            except BaseException as exc:
+                if not foreign(exc):
+                    with suppress(OutcomeUnknownError):  # the flush's own error is raised
+                        self._landed_all(deadline)
+                raise
+            while True:
+                self._landed_all(deadline)
+                if not pending:
+                    return
+                flush()  # requeued by another thread's interrupted flush
+        finally:
+            self._local.deadline = None
 
     def wait_closed(self, done: threading.Event) -> None:
         """A second close's wait for the close another thread has under way (``done``);
@@ -483,6 +490,8 @@ class BatchOwners(Generic[W]):
         me = self.me()
         bound = self.exit_wait
         deadline = None if bound is None else time.monotonic() + bound
+        if deadline is None:  # a close's drain once the main thread has ended (drain)
+            deadline = getattr(self._local, "deadline", None)
         with self._lock:
             while self._mine_in_flight(me):
                 if self._committing_here(me):
