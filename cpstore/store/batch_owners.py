@@ -382,23 +382,23 @@ class BatchOwners(Generic[W]):
         Once the main thread has ended, the flush's own wait for this thread's writes in
         another thread's commit is bounded too (:meth:`wait_mine`): it waited for ever on
         a commit that never ends, and the process never exited (audit48)."""
-        deadline = self._deadline()
         try:  # set inside: an interrupt before the try never leaves it set (Reentry.run)
-            self._local.deadline = deadline
+            self._local.bound = self._bound()
             try:
                 flush()
             except BaseException as exc:
                 if not foreign(exc):
                     with suppress(OutcomeUnknownError):  # the flush's own error is raised
-                        self._landed_all(deadline)
+                        self._landed_all(self._deadline())
                 raise
+            deadline = self._deadline()
             while True:
                 self._landed_all(deadline)
                 if not pending:
                     return
                 flush()  # requeued by another thread's interrupted flush
         finally:
-            self._local.deadline = None
+            self._local.bound = None
 
     def wait_closed(self, done: threading.Event) -> None:
         """A second close's wait for the close another thread has under way (``done``);
@@ -446,10 +446,15 @@ class BatchOwners(Generic[W]):
         there, a close waiting on a commit that never ends (a daemon's growth waiting on a
         daemon's read) kept the process from exiting; before audit44 it gave up after 5 s
         (audit47)."""
+        bound = self._bound()
+        return None if bound is None else time.monotonic() + bound
+
+    def _bound(self) -> float | None:
+        """Seconds a close waits for other threads' commits (:meth:`_deadline`); None: no end."""
         bound = self.exit_wait
         if bound is None and not threading.main_thread().is_alive():
             bound = _EXIT_WAIT
-        return None if bound is None else time.monotonic() + bound
+        return bound
 
     def _landed_all(self, deadline: float | None) -> None:
         """:meth:`drain`'s wait until no batch of any thread is in flight."""
@@ -489,9 +494,9 @@ class BatchOwners(Generic[W]):
         """
         me = self.me()
         bound = self.exit_wait
+        if bound is None:  # a close's drain once the main thread has ended (drain)
+            bound = getattr(self._local, "bound", None)
         deadline = None if bound is None else time.monotonic() + bound
-        if deadline is None:  # a close's drain once the main thread has ended (drain)
-            deadline = getattr(self._local, "deadline", None)
         with self._lock:
             while self._mine_in_flight(me):
                 if self._committing_here(me):
