@@ -26,12 +26,19 @@ import threading
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-__all__ = ["RECONNECT_SPAN", "make_pool"]
+__all__ = ["CONNECT_WAIT", "RECONNECT_SPAN", "make_pool"]
 
 #: Seconds one reconnect attempt series runs before it starts over (see the module doc).
 RECONNECT_SPAN = 5.0
+#: Seconds one connection attempt waits (libpq's ``connect_timeout``, as the store's open),
+#: unless the URL sets its own: without it an attempt against a server that accepts and
+#: never answers waited for ever, its pool worker never ended, even after the close
+#: (psycopg_pool stops waiting for it after 5 s), and RECONNECT_SPAN bounded nothing
+#: (tests/test_pg_audit48_hung_server.py).
+CONNECT_WAIT = 15
 
 
 class _Pool(ConnectionPool[psycopg.Connection[Any]]):
@@ -68,11 +75,14 @@ def make_pool(
     conninfo: str, *, max_size: int, name: str, wait: float
 ) -> ConnectionPool[psycopg.Connection[Any]]:
     """An autocommit pool of 1 to ``max_size`` connections, not yet opened."""
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in conninfo_to_dict(conninfo):
+        kwargs["connect_timeout"] = CONNECT_WAIT
     return _Pool(
         conninfo,
         min_size=1,
         max_size=max_size,
-        kwargs={"autocommit": True},
+        kwargs=kwargs,
         open=False,
         name=name,
         timeout=wait,
