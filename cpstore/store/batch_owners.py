@@ -378,20 +378,27 @@ class BatchOwners(Generic[W]):
         raises waits for them too, then raises: it returned at once, and the close closed
         the handle under the flight, whose interrupted flush requeued into it (audit47;
         the caller keeps the handle open when something is queued again). Not when it
-        was interrupted itself (a second Ctrl-C would be needed to leave a long commit)."""
-        try:
-            flush()
-        except BaseException as exc:
-            if not foreign(exc):
-                with suppress(OutcomeUnknownError):  # the flush's own error is raised
-                    self._landed_all(self._deadline())
-            raise
-        deadline = self._deadline()
-        while True:
-            self._landed_all(deadline)
-            if not pending:
-                return
-            flush()  # requeued by another thread's interrupted flush
+        was interrupted itself (a second Ctrl-C would be needed to leave a long commit).
+        Once the main thread has ended, the flush's own wait for this thread's writes in
+        another thread's commit is bounded too (:meth:`wait_mine`): it waited for ever on
+        a commit that never ends, and the process never exited (audit48)."""
+        try:  # set inside: an interrupt before the try never leaves it set (Reentry.run)
+            self._local.bound = self._bound()
+            try:
+                flush()
+            except BaseException as exc:
+                if not foreign(exc):
+                    with suppress(OutcomeUnknownError):  # the flush's own error is raised
+                        self._landed_all(self._deadline())
+                raise
+            deadline = self._deadline()
+            while True:
+                self._landed_all(deadline)
+                if not pending:
+                    return
+                flush()  # requeued by another thread's interrupted flush
+        finally:
+            self._local.bound = None
 
     def wait_closed(self, done: threading.Event) -> None:
         """A second close's wait for the close another thread has under way (``done``);
@@ -409,6 +416,29 @@ class BatchOwners(Generic[W]):
                     expected="no open store.read() in a thread that closes the store",
                 )
 
+    def after_other_close(self, closed: Callable[[], bool], close: Callable[[], None]) -> None:
+        """A second close, once the close it waited for (another thread's) has ended: when
+        that one kept the handle open (an interrupt requeued its batch), ``close()`` again
+        here, which commits the queue (it returned with this thread's checkpoints queued,
+        told durable); else raise what this thread is owed (its checkpoints another
+        thread's failed commit dropped: alone, its close's flush raised it; here it returned
+        ok) or, its checkpoints still in a commit the close stopped waiting for, that they
+        may or may not be stored (audit48)."""
+        if not closed():
+            close()
+            return
+        me = self.me()
+        with self._lock:
+            err = self._dropped.pop(me, None)
+            if err is None and self._mine_in_flight(me):
+                err = OutcomeUnknownError(
+                    "checkpoints this thread queued are in another thread's batch commit, "
+                    "still under way when the store closed; they may or may not be stored",
+                    where=self._where,
+                )
+        if err is not None:
+            raise err
+
     def _deadline(self) -> float | None:
         """When :meth:`drain` stops waiting: never, but at exit (as wait_mine), which is also
         once the main thread has ended (threading's shutdown: an atexit close run before
@@ -416,10 +446,15 @@ class BatchOwners(Generic[W]):
         there, a close waiting on a commit that never ends (a daemon's growth waiting on a
         daemon's read) kept the process from exiting; before audit44 it gave up after 5 s
         (audit47)."""
+        bound = self._bound()
+        return None if bound is None else time.monotonic() + bound
+
+    def _bound(self) -> float | None:
+        """Seconds a close waits for other threads' commits (:meth:`_deadline`); None: no end."""
         bound = self.exit_wait
         if bound is None and not threading.main_thread().is_alive():
             bound = _EXIT_WAIT
-        return None if bound is None else time.monotonic() + bound
+        return bound
 
     def _landed_all(self, deadline: float | None) -> None:
         """:meth:`drain`'s wait until no batch of any thread is in flight."""
@@ -459,6 +494,8 @@ class BatchOwners(Generic[W]):
         """
         me = self.me()
         bound = self.exit_wait
+        if bound is None:  # a close's drain once the main thread has ended (drain)
+            bound = getattr(self._local, "bound", None)
         deadline = None if bound is None else time.monotonic() + bound
         with self._lock:
             while self._mine_in_flight(me):

@@ -1,9 +1,8 @@
 """The LMDB backend: the first implementation of :class:`~cpstore.store.backend.Backend`.
 
-It owns the environment handle (shared per data file per process, see
-:mod:`cpstore.store.lmdb_env`), the audit key, and the checkpoint write
-queue of batched durability. Everything the upper modules do to LMDB goes
-through it; :class:`~cpstore.store.facade.Store` composes it with them.
+It owns the environment handle (shared per data file per process: lmdb_env.py), the audit
+key, and the checkpoint write queue of batched durability. Everything the upper modules do
+to LMDB goes through it; :class:`~cpstore.store.facade.Store` composes it with them.
 """
 
 from __future__ import annotations
@@ -187,9 +186,9 @@ class LmdbBackend:
 
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and release the environment: once when two
-        threads close at once (the later waits, audit39); interrupted in its flush, the handle
-        stays open with its batch queued (audit42). A fork() child's close never waits for its
-        parent's (no thread of the child ends it, audit41) and closes nothing (release_env)."""
+        threads close at once (the later waits, audit39, and closes itself what the earlier,
+        interrupted in its flush, kept open with its batch queued: audit42, audit48). A fork()
+        child's close never waits for its parent's (audit41) and closes nothing (release_env)."""
         if os.getpid() != self.env.pid:
             if not self._closed:  # else the parent's closer released it before the fork
                 self._closed = True
@@ -204,6 +203,7 @@ class LmdbBackend:
         if closer is not None:
             if closer[0] != threading.get_ident():  # never waits for itself
                 self._owners.wait_closed(closer[1])  # raises if it would wait on this one
+                self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
             return
         failed: BaseException | None = None
         try:
@@ -469,8 +469,7 @@ class LmdbBackend:
         if self.durability == "sync":
             self.live()  # before the group's lock: a forked child must not wait on it
             if self.env.holds_read():
-                # Never wait on a group holding a read: a group growing the map waits for
-                # this read to end. Alone, _lock_writes says so instead.
+                # Never wait on a group holding a read: its map growth waits for this read.
                 self._commit_many([op])
             else:
                 self.group.commit(op)

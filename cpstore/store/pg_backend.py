@@ -216,6 +216,9 @@ class PgBackend:
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and close the pool: once when two threads
         close at once, the later waiting for the earlier's (as LmdbBackend.close)."""
+        if os.getpid() != self._pid:  # a fork child: never waits for the parent's close (the
+            self._closed = True  # claim's Event no thread of it sets: it hung, audit48) and
+            return  # closes nothing of the parent's (the pool's connections)
         self._reentry.refuse()  # a signal handler's close: never under a write under way
         done = threading.Event()
         with self._close_claim:
@@ -225,6 +228,7 @@ class PgBackend:
         if closer is not None or self._closed:
             if closer is not None and closer[0] != threading.get_ident():
                 closer[1].wait()  # never waits for itself
+                self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
             return
         kept = False
         try:

@@ -91,16 +91,22 @@ def failed(what: str, where: str, exc: BaseException) -> StoreError:
     return StoreConnectionError(what, where=where, got=_text(exc))
 
 
-def interrupt_in(exc: BaseException) -> BaseException | None:
+def interrupt_in(exc: BaseException, outer: BaseException | None) -> BaseException | None:
     """The interrupt (KeyboardInterrupt, a signal handler's exception: neither psycopg's nor
     cpstore's) that psycopg error ``exc`` replaced, if any. psycopg's pipeline, ended while
     an interrupt propagates out of its wait for a reply, raises its own "cannot exit
     pipeline mode while busy" in the interrupt's place (pgfollow): that is an interrupt,
     raised as itself (its commit then settled by reading back), not a lost COMMIT that
-    reads back stored and returns with the interrupt swallowed."""
+    reads back stored and returns with the interrupt swallowed.
+
+    ``outer`` is the exception the caller was handling when the commit began (a checkpoint
+    saved in an ``except`` block), where the context chain of every error raised inside
+    the commit ends: never taken for an interrupt. It was: a COMMIT lost with the
+    connection raised the caller's own handled exception instead of CommitLostError, and a
+    batched flush took it for an interrupt and requeued its batch (audit48)."""
     seen: set[int] = set()
     cause = exc.__context__
-    while cause is not None and id(cause) not in seen:
+    while cause is not None and cause is not outer and id(cause) not in seen:
         if not isinstance(cause, (psycopg.Error, CpstoreError)):
             return cause
         seen.add(id(cause))

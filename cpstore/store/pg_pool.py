@@ -10,7 +10,11 @@ it); the pool then drops that connection from its count, and
 
 - if a client is waiting, a fresh attempt starts at once (:func:`_again`), its
   backoff from 1 s again, so a waiting txn gets a connection within about
-  ``RECONNECT_SPAN / 2`` of the server's return;
+  ``RECONNECT_SPAN / 2`` of the server's return. Waiting is counted here
+  (:class:`_Pool`), not by psycopg_pool's ``requests_waiting``: that keeps a client
+  whose wait timed out in its queue until a connection comes, and counted it as
+  waiting for as long as the server stayed down (a new series every few seconds, each
+  attempt a logged warning, with nobody waiting: audit48);
 - if none is, nothing is retried until the next txn asks, whose request grows the
   pool with an immediate attempt (psycopg_pool does that for a pool below its size).
 """
@@ -18,20 +22,49 @@ it); the pool then drops that connection from its count, and
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-__all__ = ["RECONNECT_SPAN", "make_pool"]
+__all__ = ["CONNECT_WAIT", "RECONNECT_SPAN", "make_pool"]
 
 #: Seconds one reconnect attempt series runs before it starts over (see the module doc).
 RECONNECT_SPAN = 5.0
+#: Seconds one connection attempt waits (libpq's ``connect_timeout``, as the store's open),
+#: unless the URL sets its own: without it an attempt against a server that accepts and
+#: never answers waited for ever, its pool worker never ended, even after the close
+#: (psycopg_pool stops waiting for it after 5 s), and RECONNECT_SPAN bounded nothing
+#: (tests/test_pg_audit48_hung_server.py).
+CONNECT_WAIT = 15
+
+
+class _Pool(ConnectionPool[psycopg.Connection[Any]]):
+    """A ConnectionPool that knows how many getconn() calls are under way (module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.asking = 0
+        self._asking_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+        counted = False  # an interrupt landing anywhere never leaves the count up
+        try:
+            with self._asking_lock:
+                self.asking += 1
+                counted = True
+            return super().getconn(timeout)
+        finally:
+            if counted:
+                with self._asking_lock:
+                    self.asking -= 1
 
 
 def _again(pool: ConnectionPool[Any]) -> None:
     """psycopg_pool's ``reconnect_failed``: start over at once if a txn is waiting."""
-    if pool.get_stats().get("requests_waiting", 0) > 0:
+    if isinstance(pool, _Pool) and pool.asking > 0:
         # check() grows a pool below its size with an immediate attempt (and tests the
         # idle connections, of which a pool with waiting clients has none).
         with contextlib.suppress(Exception):  # closed meanwhile: nothing to do
@@ -42,11 +75,14 @@ def make_pool(
     conninfo: str, *, max_size: int, name: str, wait: float
 ) -> ConnectionPool[psycopg.Connection[Any]]:
     """An autocommit pool of 1 to ``max_size`` connections, not yet opened."""
-    return ConnectionPool(
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in conninfo_to_dict(conninfo):
+        kwargs["connect_timeout"] = CONNECT_WAIT
+    return _Pool(
         conninfo,
         min_size=1,
         max_size=max_size,
-        kwargs={"autocommit": True},
+        kwargs=kwargs,
         open=False,
         name=name,
         timeout=wait,

@@ -18,6 +18,7 @@ bytea compares bytewise, so ``ORDER BY k`` is LMDB's key order.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -354,6 +355,7 @@ class PgTxn:
         if not self._begun and not statements:
             self._finish(broken=False)
             return
+        outer = sys.exception()  # the caller's, never an interrupt here (interrupt_in)
         conn = self._ensure()
         self._wire = True
         try:
@@ -367,7 +369,9 @@ class PgTxn:
             if not broken:
                 self._rollback(conn)
             self._finish(broken=broken)
-            raise interrupt_in(exc) or translate(exc, self.where, conn, committing=broken) from None
+            raise interrupt_in(exc, outer) or translate(
+                exc, self.where, conn, committing=broken
+            ) from None
         self._finish(broken=False)
 
     def abort(self) -> None:
