@@ -169,7 +169,13 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Flush queued checkpoints (batched mode) and release the environment."""
+        """Flush queued checkpoints (batched mode) and release the environment.
+
+        On LMDB, when another thread of this process is still inside a transaction of the
+        store after 5 s (waiting for the writer lock another process holds, a read view
+        kept open), the handle is closed but the environment is left open, and
+        StoreError "... was left open" is raised: closing it under that transaction could
+        crash the process (docs/durability.md)."""
         self._backend.close()
 
     def flush_at_exit(self) -> None:
