@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +37,50 @@ def handled() -> Iterator[list[threading.Event]]:
         yield events
 
 
-def _term_in_the_first_read_back(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """SIGTERM to this (main) thread inside the first read-back; its handler runs there.
-    Returns a one-item list counting the read-backs."""
-    real = lmdb_settle.batch_landed
+def _term_in_the_first_call(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[int]:
+    """``owner.name`` (the read-back) sends SIGTERM to this (main) thread in its first call;
+    the handler runs there. Returns a one-item list counting the calls."""
+    real = getattr(owner, name)
     calls = [0]
 
-    def landed(backend: Any, ops: Any) -> bool | None:
+    def landed(*args: Any) -> Any:
         calls[0] += 1
         if calls[0] == 1:
             signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
-        return real(backend, ops)
+        return real(*args)
 
-    monkeypatch.setattr(lmdb_settle, "batch_landed", landed)
+    monkeypatch.setattr(owner, name, landed)
     return calls
+
+
+def _check(
+    st: cpstore.Store,
+    how: str,
+    handled: list[threading.Event],
+    monkeypatch: pytest.MonkeyPatch,
+    arm_fault: Callable[[], list[int]],
+) -> None:
+    """Checkpoint 1 of branch m commits, its commit then reports an error (``arm_fault``:
+    the fault, and SIGTERM in the first read-back); the call raises the handler's own
+    exception, and the recorder follows the stored checkpoint."""
+    rec = st.recorder("m")
+    first = rec.checkpoint(0, {"m": 0})
+    st.flush()
+    ran = arm(how, handled)
+    calls = arm_fault()
+    with pytest.raises(raised_by(how)):
+        rec.checkpoint(1, {"m": 1})
+        st.flush()
+    monkeypatch.undo()
+    assert ran.is_set()
+    assert calls[0] >= 1
+    head = st.ref("m")
+    assert head is not None and head != first  # it landed
+    assert rec.head == head  # the recorder follows what the store holds
+    nxt = rec.checkpoint(2, {"m": 2})
+    st.flush()
+    assert [m.id for m in st.history("m")][:2] == [nxt, head]
+    assert [m.step for m in st.history("m")] == [2, 1, 0]
 
 
 @pytest.mark.parametrize("durability", ["sync", "none", "batched"])
@@ -62,25 +92,15 @@ def test_a_handler_exception_in_the_read_back_is_raised_and_the_recorder_follows
     handled: list[threading.Event],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """LMDB: the txn commits, then its commit reports EIO."""
+
+    def fault() -> list[int]:
+        calls = _term_in_the_first_call(monkeypatch, lmdb_settle, "batch_landed")
+        fail_commits(st, lands=True)
+        return calls
+
     with cpstore.open(str(tmp_path / "s"), durability=durability) as st:  # type: ignore[arg-type]
-        rec = st.recorder("m")
-        first = rec.checkpoint(0, {"m": 0})
-        st.flush()
-        ran = arm(how, handled)
-        calls = _term_in_the_first_read_back(monkeypatch)
-        fail_commits(st, lands=True)  # committed, then the commit reports EIO
-        with pytest.raises(raised_by(how)):
-            rec.checkpoint(1, {"m": 1})
-            st.flush()
-        assert ran.is_set()
-        assert calls[0] >= 1
-        head = st.ref("m")
-        assert head is not None and head != first  # it landed
-        assert rec.head == head  # the recorder follows what the store holds
-        nxt = rec.checkpoint(2, {"m": 2})
-        st.flush()
-        assert [m.id for m in st.history("m")][:2] == [nxt, head]
-        assert [m.step for m in st.history("m")] == [2, 1, 0]
+        _check(st, how, handled, monkeypatch, fault)
 
 
 @pytest.mark.parametrize("durability", ["sync", "none", "batched"])
@@ -92,33 +112,12 @@ def test_postgresql_a_handler_exception_in_the_read_back_is_raised_and_the_recor
     handled: list[threading.Event],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The same when PostgreSQL's COMMIT lost its connection after committing."""
-    with cpstore.open(pg_url, durability=durability) as st:  # type: ignore[arg-type]
-        rec = st.recorder("m")
-        first = rec.checkpoint(0, {"m": 0})
-        st.flush()
-        ran = arm(how, handled)
-        real = PgBackend._landed
-        calls = [0]
+    """PostgreSQL: the COMMIT runs on the server, then the connection is reported lost."""
 
-        def landed(self: PgBackend, ops: Any) -> bool | None:
-            calls[0] += 1
-            if calls[0] == 1:
-                signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
-            return real(self, ops)
-
-        monkeypatch.setattr(PgBackend, "_landed", landed)
+    def fault() -> list[int]:
+        calls = _term_in_the_first_call(monkeypatch, PgBackend, "_landed")
         _lose_the_next_checkpoint_commit(monkeypatch, sent=True)
-        with pytest.raises(raised_by(how)):
-            rec.checkpoint(1, {"m": 1})
-            st.flush()
-        monkeypatch.undo()
-        assert ran.is_set()
-        assert calls[0] >= 1
-        head = st.ref("m")
-        assert head is not None and head != first  # it landed
-        assert rec.head == head  # the recorder follows what the store holds
-        nxt = rec.checkpoint(2, {"m": 2})
-        st.flush()
-        assert [m.id for m in st.history("m")][:2] == [nxt, head]
-        assert [m.step for m in st.history("m")] == [2, 1, 0]
+        return calls
+
+    with cpstore.open(pg_url, durability=durability) as st:  # type: ignore[arg-type]
+        _check(st, how, handled, monkeypatch, fault)
