@@ -5,7 +5,8 @@ batch apply."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -70,13 +71,14 @@ class WaitingWriter:
 def close_in_the_next_apply(
     monkeypatch: pytest.MonkeyPatch,
     st: Store,
-    until: threading.Event,
+    until: threading.Event | Callable[[threading.Thread], bool],
     closed: threading.Event | None = None,
 ) -> tuple[threading.Thread, list[BaseException | None]]:
     """The next batch apply (either backend's) starts thread "closer" closing ``st``, waits
-    until ``until`` is set (asserted within 60 s) and raises KeyboardInterrupt instead of
-    applying. The closer (not started yet) and what its close raised (None: it returned);
-    ``closed`` is set once the close has ended, either way."""
+    until ``until`` is set (asserted within 60 s; a function of the closer: until it holds,
+    at most 30 s) and raises KeyboardInterrupt instead of applying. The closer (not started
+    yet) and what its close raised (None: it returned); ``closed`` is set once the close
+    has ended, either way."""
     told: list[BaseException | None] = []
 
     def close() -> None:
@@ -97,7 +99,12 @@ def close_in_the_next_apply(
             if armed[0]:
                 armed[0] = False
                 closer.start()
-                assert until.wait(60)
+                if isinstance(until, threading.Event):
+                    assert until.wait(60)
+                else:
+                    deadline = time.monotonic() + 30
+                    while not until(closer) and time.monotonic() < deadline:
+                        time.sleep(0.01)
                 raise KeyboardInterrupt
             real(owner, txn, ops)
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from flush_threads import close_in_the_next_apply
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
@@ -50,31 +51,7 @@ def test_a_close_waiting_for_an_interrupted_close_commits_its_checkpoints(
     worker.start()
     worker.join(60)
     assert len(ids) == 3 and st.pending == 3
-    told: list[BaseException | None] = []
-
-    def close() -> None:
-        try:
-            st.close()
-            told.append(None)
-        except BaseException as exc:  # what it was told is the point
-            told.append(exc)
-
-    closer = threading.Thread(target=close, name="second-closer")
-    armed = [True]
-    for cls, name in ((LmdbBackend, "_apply"), (PgBackend, "_apply_all")):
-        real: Callable[..., None] = getattr(cls, name)
-
-        def apply(owner: Any, txn: Any, ops: Sequence[CheckpointWrite], real: Any = real) -> None:
-            if armed[0]:
-                armed[0] = False
-                closer.start()
-                deadline = time.monotonic() + 30
-                while not _waiting_in_close(closer) and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                raise KeyboardInterrupt
-            real(owner, txn, ops)
-
-        monkeypatch.setattr(cls, name, apply)
+    closer, told = close_in_the_next_apply(monkeypatch, st, _waiting_in_close)
     with pytest.raises(KeyboardInterrupt):
         st.close()
     closer.join(60)
