@@ -140,8 +140,15 @@ def interrupted(
         return True
     try:
         found = landed()
-    except Exception:  # unreadable: may have landed, never queued twice
-        return None
+    except Exception as err:  # unreadable: may have landed, never queued twice
+        if not foreign(err):
+            return None
+        # A handler's again (a watchdog firing twice; ``exc`` is the one raised): read once
+        # more. It was taken for an unreadable store: a stored batch not marked (audit49).
+        try:
+            found = landed()
+        except Exception:
+            return None
     if found:
         for op in batch:
             op.committed = True

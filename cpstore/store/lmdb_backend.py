@@ -43,7 +43,7 @@ from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
 from cpstore.store.group_commit import GroupCommit
 from cpstore.store.keyed_audit import adopt_key
-from cpstore.store.lmdb_copy import copy_env, space_of
+from cpstore.store.lmdb_copy import copy_open, space_of
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_interrupted import GroupFates, commit_raised
 from cpstore.store.lmdb_open import EnvOptions
@@ -310,7 +310,7 @@ class LmdbBackend:
         self.live()
         if self.pending:
             self.flush()
-        copy_env(self.env.env, dest, compact=compact)
+        copy_open(self.env, dest, compact=compact)  # a close waits for it
 
     def last_txnid(self) -> int:
         """The id of the last txn a read begun now sees (any process's commits).

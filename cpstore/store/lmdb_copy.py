@@ -40,11 +40,11 @@ from collections.abc import Callable
 import lmdb
 
 from cpstore.errors import InvalidInputError, StoreError
-from cpstore.store.lmdb_env import LMDB_TABLES
+from cpstore.store.lmdb_env import LMDB_TABLES, Env
 from cpstore.store.lmdb_open import close_on_exec, creation_lock
 from cpstore.store.lmdb_registry import pinned_for_compact, registry_settled, reserved_for_compact
 
-__all__ = ["compact_in_place", "copy_env", "space_of"]
+__all__ = ["compact_in_place", "copy_env", "copy_open", "space_of"]
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:
@@ -75,6 +75,13 @@ def copy_env(env: object, dest: str, *, compact: bool) -> None:
         raise StoreError("LMDB could not copy the store", where=dest, got=str(exc)) from None
     _fsync_path(os.path.join(dest, "data.mdb"))
     _fsync_path(dest, directory=True)
+
+
+def copy_open(env: Env, dest: str, *, compact: bool) -> None:
+    """:func:`copy_env` of a store's open environment, counted as a read of it while it runs
+    (EnvTxns.held_open): a close or a map resize of another thread waits for it."""
+    with env.held_open():
+        copy_env(env.env, dest, compact=compact)
 
 
 def space_of(env: object, txn: object, dbs: dict[str, object], data: str) -> tuple[int, int, int]:

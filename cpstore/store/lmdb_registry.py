@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from stat import S_ISLNK
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
@@ -67,6 +67,10 @@ def _after_fork_in_child() -> None:
     if _REGISTRY_LOCK.locked():  # by a thread of the parent: the child has only this one
         _REGISTRY_LOCK.release()
     _COMPACTING.clear()
+    # One no handle holds (a close left it open, or a close under way) is forgotten: the
+    # child may open the store itself, as beside a half-made one (audit49).
+    for env in [env for env in {*_REGISTRY.values(), *_BY_FILE.values()} if not env.handles]:
+        _unregister(env)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -174,6 +178,7 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     names that folder (Env), so lock churn cannot refuse it a second time.
     """
     key = canonical(path)
+    _close_left_open(key)  # another mode or durability may open it then
     won: int | None = None
     try:
         while True:
@@ -296,6 +301,7 @@ def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     reserved (:func:`pinned_for_compact` adds to it; all released at the end).
     """
     key = canonical(path)
+    _close_left_open(key)
     with _REGISTRY_LOCK:
         env, file_id = _registered(key)
         if (
@@ -366,6 +372,7 @@ def is_open_here(path: str) -> bool:
         real = canonical(path)
     except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
         return False
+    _close_left_open(real)  # left open, its txn ended: closed now (compact may run)
     with _REGISTRY_LOCK:
         env = _registered(real)[0]
         return env is not None and env.pid == os.getpid()
@@ -402,6 +409,23 @@ def release_env(env: Env, failed: BaseException | None = None) -> None:
             return
         _unregister(env)
         env.close_quiesced()
+
+
+def _close_left_open(key: str) -> None:
+    """Close ``key``'s environment when a close left it open (release_env: registered, no
+    handle) and the txn that kept it open has ended since: an open with another mode or
+    durability and a compact were refused "already open in this process" for ever after
+    every handle was closed (audit49). Still in use: left as it is (an open shares it)."""
+    with _REGISTRY_LOCK:
+        env = _registered(key)[0]
+        if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
+            return
+        if env.reads_anywhere() or not env.write_lock.acquire(blocking=False):
+            return  # still in use (or another thread's release is closing it)
+        env.write_lock.release()
+        env.handles += 1  # this close's own handle, dropped by release_env
+    with suppress(StoreError):  # a txn began meanwhile: left open again, shared as before
+        release_env(env)
 
 
 def _unregister(env: Env) -> None:

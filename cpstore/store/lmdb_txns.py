@@ -161,6 +161,20 @@ class EnvTxns:
                 while self._resizing:
                     self._gate.wait()
 
+    @contextmanager
+    def held_open(self) -> Iterator[None]:
+        """A block that uses the environment outside this class's txns (LMDB's copy, which
+        reads through a txn of its own with the GIL released), counted as a read: a close
+        (:meth:`quiesced`) and a resize wait for it. A close beside a copy freed the
+        environment under it and the process died of SIGSEGV (audit49)."""
+        self._enter_read()
+        try:
+            if self.closed:  # closed before this block was counted
+                raise self.closed_error()
+            yield
+        finally:
+            self._leave_read()
+
     def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
         """Run ``attempt`` (which begins txns) again until the map it sees is current.
 
