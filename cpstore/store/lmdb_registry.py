@@ -50,6 +50,9 @@ _REGISTRY_LOCK = threading.Lock()
 #: Paths (and data files) this process is compacting (:func:`reserved_for_compact`):
 #: opens refuse them.
 _COMPACTING: set[str | tuple[int, int]] = set()
+#: Environments a close left open (release_env), until closed: while it is empty (nearly
+#: always) an open does not look for one (_close_left_open), not even a stat.
+_LEFT_OPEN: set[Env] = set()
 #: Environments opened on the file of one already open (its data.mdb swapped in between
 #: the open's own check and LMDB's open; a renamed folder is caught by that check):
 #: never closed, as LMDB's close would clear this process's reader slots in that file
@@ -67,6 +70,7 @@ def _after_fork_in_child() -> None:
     if _REGISTRY_LOCK.locked():  # by a thread of the parent: the child has only this one
         _REGISTRY_LOCK.release()
     _COMPACTING.clear()
+    _LEFT_OPEN.clear()
     # One no handle holds (a close left it open, or a close under way) is forgotten: the
     # child may open the store itself, as beside a half-made one (audit49).
     for env in [env for env in {*_REGISTRY.values(), *_BY_FILE.values()} if not env.handles]:
@@ -402,6 +406,7 @@ def release_env(env: Env, failed: BaseException | None = None) -> None:
         if env.handles > 0 or env.closed:
             return  # opened again while the close waited (or closed by an earlier release)
         if not quiet:  # left open and registered: an open of it shares it
+            _LEFT_OPEN.add(env)
             left = env.left_open()
             if failed is None:
                 raise left
@@ -416,6 +421,8 @@ def _close_left_open(key: str) -> None:
     handle) and the txn that kept it open has ended since: an open with another mode or
     durability and a compact were refused "already open in this process" for ever after
     every handle was closed (audit49). Still in use: left as it is (an open shares it)."""
+    if not _LEFT_OPEN:  # read without the lock: a set only a close that gave up fills
+        return
     with _REGISTRY_LOCK:
         env = _registered(key)[0]
         if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
@@ -430,6 +437,7 @@ def _close_left_open(key: str) -> None:
 
 def _unregister(env: Env) -> None:
     """Forget ``env`` in every map of the registry (under the registry lock)."""
+    _LEFT_OPEN.discard(env)
     if _REGISTRY.get(env.path) is env:
         del _REGISTRY[env.path]
     if env.file_id is not None and _BY_FILE.get(env.file_id) is env:
