@@ -66,12 +66,16 @@ def _check_dest(dest: str) -> None:
         os.makedirs(dest)
 
 
-def copy_env(env: object, dest: str, *, compact: bool) -> None:
-    """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced."""
-    _check_dest(dest)
+def copy_env(env: object, dest: str, *, compact: bool, checked: bool = False) -> None:
+    """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced
+    (``checked``: the caller made ``dest`` ready; lmdb.MapResizedError is its to handle)."""
+    if not checked:
+        _check_dest(dest)
     try:
         env.copy(dest, compact=compact)  # type: ignore[attr-defined]
     except lmdb.Error as exc:
+        if checked and isinstance(exc, lmdb.MapResizedError):
+            raise
         raise StoreError("LMDB could not copy the store", where=dest, got=str(exc)) from None
     _fsync_path(os.path.join(dest, "data.mdb"))
     _fsync_path(dest, directory=True)
@@ -79,9 +83,23 @@ def copy_env(env: object, dest: str, *, compact: bool) -> None:
 
 def copy_open(env: Env, dest: str, *, compact: bool) -> None:
     """:func:`copy_env` of a store's open environment, counted as a read of it while it runs
-    (EnvTxns.held_open): a close or a map resize of another thread waits for it."""
-    with env.held_open():
-        copy_env(env.env, dest, compact=compact)
+    (EnvTxns.held_open): a close or a map resize of another thread waits for it.
+
+    LMDB's copy refuses with MDB_MAP_RESIZED when another process grew the map past this
+    process's: the new size is taken up (outside the hold: a resize waits for every
+    read) and the copy made again, its empty data.mdb removed first. Every copy_store
+    of the store was refused until a read of this process took up the size (audit50)."""
+    _check_dest(dest)
+    while True:
+        with env.held_open():
+            try:
+                copy_env(env.env, dest, compact=compact, checked=True)
+                return
+            except lmdb.MapResizedError:
+                pass
+        with contextlib.suppress(FileNotFoundError):  # the refused copy's, made by LMDB
+            os.remove(os.path.join(dest, "data.mdb"))
+        env.adopt_map_size()
 
 
 def space_of(env: object, txn: object, dbs: dict[str, object], data: str) -> tuple[int, int, int]:
