@@ -66,17 +66,20 @@ def _check_dest(dest: str) -> None:
         os.makedirs(dest)
 
 
-def copy_env(env: object, dest: str, *, compact: bool, checked: bool = False) -> None:
-    """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced
-    (``checked``: the caller made ``dest`` ready; lmdb.MapResizedError is its to handle)."""
-    if not checked:
-        _check_dest(dest)
+class _MapResizedError(StoreError):
+    """LMDB's copy refused: another process grew the map past this process's."""
+
+
+def copy_env(env: object, dest: str, *, compact: bool) -> None:
+    """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced."""
+    _check_dest(dest)
     try:
         env.copy(dest, compact=compact)  # type: ignore[attr-defined]
     except lmdb.Error as exc:
-        if checked and isinstance(exc, lmdb.MapResizedError):
-            raise
-        raise StoreError("LMDB could not copy the store", where=dest, got=str(exc)) from None
+        resized = isinstance(exc, lmdb.MapResizedError)
+        raise (_MapResizedError if resized else StoreError)(
+            "LMDB could not copy the store", where=dest, got=str(exc)
+        ) from None
     _fsync_path(os.path.join(dest, "data.mdb"))
     _fsync_path(dest, directory=True)
 
@@ -89,13 +92,12 @@ def copy_open(env: Env, dest: str, *, compact: bool) -> None:
     process's: the new size is taken up (outside the hold: a resize waits for every
     read) and the copy made again, its empty data.mdb removed first. Every copy_store
     of the store was refused until a read of this process took up the size (audit50)."""
-    _check_dest(dest)
     while True:
         with env.held_open():
             try:
-                copy_env(env.env, dest, compact=compact, checked=True)
+                copy_env(env.env, dest, compact=compact)
                 return
-            except lmdb.MapResizedError:
+            except _MapResizedError:
                 pass
         with contextlib.suppress(FileNotFoundError):  # the refused copy's, made by LMDB
             os.remove(os.path.join(dest, "data.mdb"))
