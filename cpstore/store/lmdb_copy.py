@@ -66,6 +66,10 @@ def _check_dest(dest: str) -> None:
         os.makedirs(dest)
 
 
+#: Copies :func:`copy_open` tries, taking up the map size between them.
+_COPY_ATTEMPTS = 5
+
+
 class _MapResizedError(StoreError):
     """LMDB's copy refused: another process grew the map past this process's."""
 
@@ -92,13 +96,14 @@ def copy_open(env: Env, dest: str, *, compact: bool) -> None:
     process's: the new size is taken up (outside the hold: a resize waits for every
     read) and the copy made again, its empty data.mdb removed first. Every copy_store
     of the store was refused until a read of this process took up the size (audit50)."""
-    while True:
+    for attempt in range(_COPY_ATTEMPTS):  # bounded: a map growing without end, refused
         with env.held_open():
             try:
                 copy_env(env.env, dest, compact=compact)
                 return
             except _MapResizedError:
-                pass
+                if attempt == _COPY_ATTEMPTS - 1:
+                    raise
         with contextlib.suppress(FileNotFoundError):  # the refused copy's, made by LMDB
             os.remove(os.path.join(dest, "data.mdb"))
         env.adopt_map_size()
