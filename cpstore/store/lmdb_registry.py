@@ -433,7 +433,9 @@ def _close_left_open(key: str) -> None:
         env = _registered(key)[0]
         if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
             return
-        if env.reads_anywhere() or not env.write_lock.acquire(blocking=False):
+        if env.reads_anywhere() or env.writes_here():  # this thread's write: the RLock is its
+            return  # (a handler's open inside it closed the env under that write; audit50)
+        if not env.write_lock.acquire(blocking=False):
             return  # still in use (or another thread's release is closing it)
         env.write_lock.release()
         _CLOSING_LEFT.add(env)  # first: a fork() child must never see the handle alone
