@@ -140,14 +140,15 @@ def interrupted(
         return True
     try:
         found = landed()
-    except Exception as err:  # unreadable: may have landed, never queued twice
+    except BaseException as err:  # unreadable: may have landed, never queued twice
         if not foreign(err):
             return None
-        # A handler's again (a watchdog firing twice; ``exc`` is the one raised): read once
-        # more. It was taken for an unreadable store: a stored batch not marked (audit49).
+        # A handler's again (a watchdog firing twice, a second Ctrl-C; ``exc`` is the one
+        # raised): read once more. A watchdog's was taken for an unreadable store (audit49),
+        # a KeyboardInterrupt or SystemExit left unread (audit50): a stored batch not marked.
         try:
             found = landed()
-        except Exception:
+        except BaseException:
             return None
     if found:
         for op in batch:

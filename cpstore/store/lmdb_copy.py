@@ -66,22 +66,47 @@ def _check_dest(dest: str) -> None:
         os.makedirs(dest)
 
 
+#: Copies :func:`copy_open` tries, taking up the map size between them.
+_COPY_ATTEMPTS = 5
+
+
+class _MapResizedError(StoreError):
+    """LMDB's copy refused: another process grew the map past this process's."""
+
+
 def copy_env(env: object, dest: str, *, compact: bool) -> None:
     """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced."""
     _check_dest(dest)
     try:
         env.copy(dest, compact=compact)  # type: ignore[attr-defined]
     except lmdb.Error as exc:
-        raise StoreError("LMDB could not copy the store", where=dest, got=str(exc)) from None
+        resized = isinstance(exc, lmdb.MapResizedError)
+        raise (_MapResizedError if resized else StoreError)(
+            "LMDB could not copy the store", where=dest, got=str(exc)
+        ) from None
     _fsync_path(os.path.join(dest, "data.mdb"))
     _fsync_path(dest, directory=True)
 
 
 def copy_open(env: Env, dest: str, *, compact: bool) -> None:
     """:func:`copy_env` of a store's open environment, counted as a read of it while it runs
-    (EnvTxns.held_open): a close or a map resize of another thread waits for it."""
-    with env.held_open():
-        copy_env(env.env, dest, compact=compact)
+    (EnvTxns.held_open): a close or a map resize of another thread waits for it.
+
+    LMDB's copy refuses with MDB_MAP_RESIZED when another process grew the map past this
+    process's: the new size is taken up (outside the hold: a resize waits for every
+    read) and the copy made again, its empty data.mdb removed first. Every copy_store
+    of the store was refused until a read of this process took up the size (audit50)."""
+    for attempt in range(_COPY_ATTEMPTS):  # bounded: a map growing without end, refused
+        with env.held_open():
+            try:
+                copy_env(env.env, dest, compact=compact)
+                return
+            except _MapResizedError:
+                if attempt == _COPY_ATTEMPTS - 1:
+                    raise
+        with contextlib.suppress(FileNotFoundError):  # the refused copy's, made by LMDB
+            os.remove(os.path.join(dest, "data.mdb"))
+        env.adopt_map_size()
 
 
 def space_of(env: object, txn: object, dbs: dict[str, object], data: str) -> tuple[int, int, int]:

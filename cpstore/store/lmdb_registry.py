@@ -53,6 +53,8 @@ _COMPACTING: set[str | tuple[int, int]] = set()
 #: Environments a close left open (release_env), until closed: while it is empty (nearly
 #: always) an open does not look for one (_close_left_open), not even a stat.
 _LEFT_OPEN: set[Env] = set()
+#: Those _close_left_open is closing: the handle it takes is no user's (_after_fork_in_child).
+_CLOSING_LEFT: set[Env] = set()
 #: Environments opened on the file of one already open (its data.mdb swapped in between
 #: the open's own check and LMDB's open; a renamed folder is caught by that check):
 #: never closed, as LMDB's close would clear this process's reader slots in that file
@@ -71,10 +73,14 @@ def _after_fork_in_child() -> None:
         _REGISTRY_LOCK.release()
     _COMPACTING.clear()
     _LEFT_OPEN.clear()
+    closing = set(_CLOSING_LEFT)
+    _CLOSING_LEFT.clear()
     # One no handle holds (a close left it open, or a close under way) is forgotten: the
-    # child may open the store itself, as beside a half-made one (audit49).
-    for env in [env for env in {*_REGISTRY.values(), *_BY_FILE.values()} if not env.handles]:
-        _unregister(env)
+    # child may open the store itself, as beside a half-made one (audit49). So is one whose
+    # only handle is _close_left_open's own: the child was refused it for life (audit50).
+    for env in {*_REGISTRY.values(), *_BY_FILE.values()}:
+        if not env.handles or (env.handles == 1 and env in closing):
+            _unregister(env)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -427,12 +433,18 @@ def _close_left_open(key: str) -> None:
         env = _registered(key)[0]
         if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
             return
-        if env.reads_anywhere() or not env.write_lock.acquire(blocking=False):
+        if env.reads_anywhere() or env.writes_here():  # this thread's write: the RLock is its
+            return  # (a handler's open inside it closed the env under that write; audit50)
+        if not env.write_lock.acquire(blocking=False):
             return  # still in use (or another thread's release is closing it)
         env.write_lock.release()
+        _CLOSING_LEFT.add(env)  # first: a fork() child must never see the handle alone
         env.handles += 1  # this close's own handle, dropped by release_env
-    with suppress(StoreError):  # a txn began meanwhile: left open again, shared as before
-        release_env(env)
+    try:
+        with suppress(StoreError):  # a txn began meanwhile: left open again, shared as before
+            release_env(env)
+    finally:
+        _CLOSING_LEFT.discard(env)
 
 
 def _unregister(env: Env) -> None:
