@@ -233,17 +233,6 @@ class Env(EnvTxns):
         except lmdb.Error as exc:
             raise translate(exc, self.path) from None
 
-    def close(self) -> None:
-        """Close the environment (in the opening process only). Without fsync per commit
-        (``durability="none"``) the last handle's close fsyncs once, so a store closed
-        cleanly is durable; LMDB's own close does not sync."""
-        if os.getpid() == self.pid:
-            with self.quiesced() as quiet:  # no other thread inside a txn of it
-                if not quiet:
-                    raise self.left_open()
-                self.close_quiesced()
-        # A fork() child never closes it: that releases the parent's reader slots and locks.
-
     def left_open(self) -> StoreError:
         """The error of a close that gave up (EnvTxns.quiesced): the environment stays
         open, this process's other thread inside a txn of it; a ``none`` store is synced."""
@@ -257,13 +246,17 @@ class Env(EnvTxns):
             f"the store's environment was left open: a transaction of another thread of "
             f"this process did not end within {wait:.0f} s (closing it under "
             "that transaction could crash the process); this handle is closed, the "
-            "transaction ends as it would, and the environment is released at exit",
+            "transaction ends as it would, and the next open of the store closes the "
+            "environment once it is idle (else the process releases it at exit)",
             where=self.path,
         )
 
     def close_quiesced(self) -> None:
-        """:meth:`close` inside :meth:`quiesced` (the caller's: lmdb_registry.release_env
-        waits there without the registry lock, then closes under it)."""
+        """Close the environment inside :meth:`quiesced` (lmdb_registry.release_env waits
+        there without the registry lock, then closes under it; in the opening process
+        only: a fork() child's close would release the parent's reader slots and locks).
+        Without fsync per commit (``durability="none"``) it fsyncs once first, so a store
+        closed cleanly is durable; LMDB's own close does not sync."""
         try:
             if not self.options.sync and not self.options.readonly:
                 self.sync()  # its failure a StoreError, as every other sync's

@@ -403,7 +403,7 @@ def release_env(env: Env, failed: BaseException | None = None) -> None:
         env.handles -= 1
         if env.handles > 0:
             return
-    if env.pid != os.getpid():  # a fork() child: Env.close closes nothing, waits for nothing
+    if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
         with _REGISTRY_LOCK:
             if env.handles == 0:
                 _unregister(env)
