@@ -60,7 +60,7 @@ from cpstore.store.pg_apply import abort_again, apply_batch
 from cpstore.store.pg_errors import ENGINE_ERRORS, failed, translate
 from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
-from cpstore.store.pg_pool import make_pool
+from cpstore.store.pg_pool import CONNECT_WAIT, make_pool
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.pg_writing import not_nested, writing, writing_here
@@ -115,7 +115,9 @@ class PgBackend:
         if not self._readonly:
             not_nested(self._url.conninfo, self._lock_key, self._path)  # the open locks too
         try:
-            with psycopg.connect(self._url.conninfo, autocommit=True, connect_timeout=15) as conn:
+            with psycopg.connect(
+                self._url.conninfo, autocommit=True, connect_timeout=CONNECT_WAIT
+            ) as conn:
                 self._layout = prepare_schema(
                     conn, self._url, readonly=self._readonly, create=create
                 )
