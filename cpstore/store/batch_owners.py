@@ -138,18 +138,20 @@ def interrupted(
         return None
     if not applied:
         return True
-    try:
-        found = landed()
-    except BaseException as err:  # unreadable: may have landed, never queued twice
-        if not foreign(err):
-            return None
-        # A handler's again (a watchdog firing twice, a second Ctrl-C; ``exc`` is the one
-        # raised): read once more. A watchdog's was taken for an unreadable store (audit49),
-        # a KeyboardInterrupt or SystemExit left unread (audit50): a stored batch not marked.
+    # Read at most twice: a handler's exception again in the read (a watchdog firing twice,
+    # a second Ctrl-C; ``exc`` is the one raised) reads once more. A watchdog's was taken
+    # for an unreadable store (audit49), a KeyboardInterrupt or SystemExit left it unread
+    # (audit50): a stored batch not marked. Anything else: unreadable, may have landed,
+    # never queued twice.
+    for _ in range(2):
         try:
             found = landed()
-        except BaseException:
-            return None
+            break
+        except BaseException as err:
+            if not foreign(err):
+                return None
+    else:
+        return None
     if found:
         for op in batch:
             op.committed = True
