@@ -295,8 +295,9 @@ class LmdbBackend:
     def disk_bytes(self) -> int:
         """Bytes of the data file that hold pages (what a copy would need)."""
         self.live()
-        info = self.env.env.info()
-        return int((info["last_pgno"] + 1) * self.env.env.stat()["psize"])
+        with self.env.held_open():  # a close meanwhile: StoreClosedError, never lmdb's own
+            info = self.env.env.info()
+            return int((info["last_pgno"] + 1) * self.env.env.stat()["psize"])
 
     def space(self) -> StoreSpace:
         """File size, bytes in pages in use, bytes in free pages (lmdb_copy.space_of)."""

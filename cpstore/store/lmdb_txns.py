@@ -217,7 +217,8 @@ class EnvTxns:
             except lmdb.ReadersFullError as exc:
                 if retried_slots:
                     raise translate(exc, self.path) from None
-                self.env.reader_check()
+                with self.held_open():  # counted: a close waits (StoreClosedError after it)
+                    self.env.reader_check()
                 retried_slots = True
             except lmdb.Error as exc:
                 raise self.error_of(exc) from None
