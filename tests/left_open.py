@@ -28,11 +28,12 @@ print("left open True", flush=True)
 """
 
 
-def left_open(path: str) -> str:
-    """Open ``path``, checkpoint once, and close it under another thread's read view held
-    past the close's wait (``lmdb_txns.CLOSE_WAIT_SECONDS``, set small by the caller):
-    left open; the read then ends. The checkpoint's id."""
-    st = cpstore.open(path)
+def left_open(path: str, durability: str = "sync", match: str = "left open") -> str:
+    """Open ``path`` with ``durability``, checkpoint once, and close it under another
+    thread's read view held past the close's wait (``lmdb_txns.CLOSE_WAIT_SECONDS``, set
+    small by the caller): left open (the close's error matching ``match``); the read then
+    ends. The checkpoint's id."""
+    st = cpstore.open(path, durability=durability)  # type: ignore[arg-type]
     cid = st.recorder("r").checkpoint(0, {"a": 1})
     opened, release = threading.Event(), threading.Event()
 
@@ -44,7 +45,7 @@ def left_open(path: str) -> str:
     thread = threading.Thread(target=reader)
     thread.start()
     assert opened.wait(30)
-    with pytest.raises(StoreError, match="left open"):
+    with pytest.raises(StoreError, match=match):
         st.close()
     release.set()
     thread.join(30)

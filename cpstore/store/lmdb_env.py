@@ -235,14 +235,10 @@ class Env(EnvTxns):
 
     def left_open(self) -> StoreError:
         """The error of a close that gave up (EnvTxns.quiesced): the environment stays
-        open, this process's other thread inside a txn of it; a ``none`` store is synced."""
-        try:
-            if not self.options.sync and not self.options.readonly:
-                self.sync()  # the clean close's fsync (safe beside that txn: no close)
-        except StoreError as exc:
-            return exc
+        open, this process's other thread inside a txn of it; a ``none`` store is synced.
+        A failed sync is the error (what may not be on disk), the left open a note on it."""
         wait = lmdb_txns.CLOSE_WAIT_SECONDS
-        return StoreError(
+        left = StoreError(
             f"the store's environment was left open: a transaction of another thread of "
             f"this process did not end within {wait:.0f} s (closing it under "
             "that transaction could crash the process); this handle is closed, the "
@@ -250,6 +246,13 @@ class Env(EnvTxns):
             "environment once it is idle (else the process releases it at exit)",
             where=self.path,
         )
+        try:
+            if not self.options.sync and not self.options.readonly:
+                self.sync()  # the clean close's fsync (safe beside that txn: no close)
+        except StoreError as exc:
+            exc.add_note(str(left))  # before: the sync's error alone (audit50)
+            return exc
+        return left
 
     def close_quiesced(self) -> None:
         """Close the environment inside :meth:`quiesced` (lmdb_registry.release_env waits

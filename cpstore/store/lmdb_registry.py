@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from stat import S_ISLNK
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
@@ -441,10 +442,21 @@ def _close_left_open(key: str) -> None:
         _CLOSING_LEFT.add(env)  # first: a fork() child must never see the handle alone
         env.handles += 1  # this close's own handle, dropped by release_env
     try:
-        with suppress(StoreError):  # a txn began meanwhile: left open again, shared as before
-            release_env(env)
+        release_env(env)
+    except StoreError as exc:
+        if env.closed:  # closed, its ``none`` fsync failed: say so (was swallowed, audit50)
+            warnings.warn(_UNSYNCED.format(path=env.path, exc=exc), RuntimeWarning, 3)
+        # else a txn began meanwhile: left open again, shared as before
     finally:
         _CLOSING_LEFT.discard(env)
+
+
+#: What the close of an environment a close left open says when its fsync failed: the
+#: commits of a ``none`` store since the first close's own sync may not be on disk.
+_UNSYNCED = (
+    "cpstore store {path}: closing the environment an earlier close left open, its fsync "
+    "failed; checkpoints committed after that close may be lost if the system crashes: {exc}"
+)
 
 
 def _unregister(env: Env) -> None:
