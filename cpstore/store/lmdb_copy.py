@@ -55,15 +55,28 @@ def _fsync_path(path: str, directory: bool = False) -> None:
         os.close(fd)
 
 
-def _check_dest(dest: str) -> None:
-    """A copy goes into a new or empty folder: it never overwrites anything."""
+def _check_dest(dest: str) -> bool:
+    """A copy goes into a new or empty folder: it never overwrites anything. True when
+    this call made the folder."""
     if os.path.lexists(dest):
         if not os.path.isdir(dest) or os.listdir(dest):
             raise InvalidInputError(
                 "the copy's destination must be a new or empty folder", where=dest
             )
-    else:
-        os.makedirs(dest)
+        return False
+    os.makedirs(dest)
+    return True
+
+
+def _undo_copy(dest: str, made: bool) -> None:
+    """After a copy failed or was interrupted: remove the partial data file it wrote and the
+    folder when the copy made it, so a retry into ``dest`` is not refused "not empty" (it
+    was, audit50). Nothing else in ``dest`` is touched."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(dest, "data.mdb"))
+    if made:
+        with contextlib.suppress(OSError):  # not empty: something else is there, kept
+            os.rmdir(dest)
 
 
 #: Copies :func:`copy_open` tries, taking up the map size between them.
@@ -76,16 +89,22 @@ class _MapResizedError(StoreError):
 
 def copy_env(env: object, dest: str, *, compact: bool) -> None:
     """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced."""
-    _check_dest(dest)
+    made = _check_dest(dest)
+    ours = True  # the data file is this copy's (LMDB creates it exclusively)
     try:
+        ours = not os.path.lexists(os.path.join(dest, "data.mdb"))
         env.copy(dest, compact=compact)  # type: ignore[attr-defined]
-    except lmdb.Error as exc:
+        _fsync_path(os.path.join(dest, "data.mdb"))
+        _fsync_path(dest, directory=True)
+    except BaseException as exc:
+        if ours:
+            _undo_copy(dest, made)
+        if not isinstance(exc, lmdb.Error):
+            raise
         resized = isinstance(exc, lmdb.MapResizedError)
         raise (_MapResizedError if resized else StoreError)(
             "LMDB could not copy the store", where=dest, got=str(exc)
         ) from None
-    _fsync_path(os.path.join(dest, "data.mdb"))
-    _fsync_path(dest, directory=True)
 
 
 def copy_open(env: Env, dest: str, *, compact: bool) -> None:
@@ -94,18 +113,17 @@ def copy_open(env: Env, dest: str, *, compact: bool) -> None:
 
     LMDB's copy refuses with MDB_MAP_RESIZED when another process grew the map past this
     process's: the new size is taken up (outside the hold: a resize waits for every
-    read) and the copy made again, its empty data.mdb removed first. Every copy_store
-    of the store was refused until a read of this process took up the size (audit50)."""
+    read) and the copy made again (copy_env removed the refused one's empty data.mdb).
+    Every copy_store of the store was refused until a read of this process took up the
+    size (audit50)."""
     for attempt in range(_COPY_ATTEMPTS):  # bounded: a map growing without end, refused
         with env.held_open():
             try:
                 copy_env(env.env, dest, compact=compact)
                 return
-            except _MapResizedError:
+            except _MapResizedError:  # its empty data.mdb removed (copy_env)
                 if attempt == _COPY_ATTEMPTS - 1:
                     raise
-        with contextlib.suppress(FileNotFoundError):  # the refused copy's, made by LMDB
-            os.remove(os.path.join(dest, "data.mdb"))
         env.adopt_map_size()
 
 
