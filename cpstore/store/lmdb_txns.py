@@ -151,10 +151,15 @@ class EnvTxns:
         while True:
             # A thread already holding a read goes on: the resize waits for
             # that read anyway, and making this one wait would deadlock.
-            nested = me in active
-            active.append(me)
-            if not self._resizing or nested:
-                return
+            before = active.count(me)
+            try:
+                active.append(me)  # an interrupt on its return: removed (_unwind_begin)
+                if not self._resizing or before:
+                    return
+            except BaseException:
+                if active.count(me) > before:
+                    self._leave_read()
+                raise
             active.remove(me)
             with self._gate:
                 self._gate.notify_all()
@@ -167,13 +172,16 @@ class EnvTxns:
         reads through a txn of its own with the GIL released), counted as a read: a close
         (:meth:`quiesced`) and a resize wait for it. A close beside a copy freed the
         environment under it and the process died of SIGSEGV (audit49)."""
-        self._enter_read()
+        active, me = self._active, get_ident()
+        before = active.count(me)  # an interrupt as _enter_read returns: still undone
         try:
+            self._enter_read()
             if self.closed:  # closed before this block was counted
                 raise self.closed_error()
             yield
         finally:
-            self._leave_read()
+            if active.count(me) > before:
+                self._leave_read()
 
     def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
         """Run ``attempt`` (which begins txns) again until the map it sees is current.
@@ -197,18 +205,20 @@ class EnvTxns:
         """
 
         def attempt() -> Txn[memoryview]:
-            if write:
-                txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
+            active, me = self._active, get_ident()
+            before = active.count(me)
+            txn: Txn[memoryview] | None = None
+            try:
+                if write:
+                    txn = self.env.begin(write=True, buffers=True)
+                else:
+                    self._enter_read()
+                    txn = self.env.begin(buffers=self.locked)
                 self._txns.append(txn)
                 return txn
-            self._enter_read()
-            try:
-                txn = self.env.begin(buffers=self.locked)
             except BaseException:
-                self._leave_read()
+                self._unwind_begin(txn, counted=active.count(me) > before)
                 raise
-            self._txns.append(txn)
-            return txn
 
         retried_slots = False
         while True:
@@ -233,21 +243,39 @@ class EnvTxns:
         if os.getpid() != self.pid:
             self.check_pid()
         active, me = self._active, get_ident()
-        active.append(me)
-        if not self._resizing:
-            try:
-                txn: Txn[memoryview] = self.env.begin(buffers=self.locked)  # copies: no slot
-            except BaseException as exc:
-                active.remove(me)
-                if not isinstance(exc, lmdb.Error):
-                    raise
-            else:
+        before = active.count(me)  # an interrupt lands on a C call's return: see the except
+        txn: Txn[memoryview] | None = None
+        try:
+            active.append(me)
+            if not self._resizing:
+                txn = self.env.begin(buffers=self.locked)  # copies: no slot
                 self._txns.append(txn)  # see _txns
                 return self._legacy_read(txn) if self._legacy_ro else txn
+        except BaseException as exc:
+            self._unwind_begin(txn, counted=active.count(me) > before)
+            if txn is not None or not isinstance(exc, lmdb.Error):
+                raise
         else:
-            self._leave_read()
+            self._leave_read()  # a resize under way: _begin waits for it
         txn = self._begin(write=False)
         return self._legacy_read(txn) if self._legacy_ro else txn
+
+    def _unwind_begin(self, txn: Txn[memoryview] | None, *, counted: bool) -> None:
+        """Undo a begin an error or an interrupt cut short (a signal handler's exception
+        lands on the return of any C call: the reader entry's append, LMDB's begin, the
+        append to :attr:`_txns`): the txn begun is aborted (kept in :attr:`_txns`, freed
+        where no close runs) and the calling thread's reader entry, when ``counted``,
+        removed. Left, the entry made every resize of this thread refuse and another
+        thread's wait for it, and a close, wait in vain; a write txn left open kept LMDB's
+        writer lock (tests/test_begin_interrupted.py)."""
+        try:
+            if txn is not None:
+                if txn not in self._txns:  # a scan, on this path only
+                    self._txns.append(txn)
+                txn.abort()
+        finally:
+            if counted:
+                self._leave_read()
 
     def end_read(self, txn: Txn[memoryview]) -> None:
         """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline.
@@ -309,12 +337,16 @@ class EnvTxns:
 
     def _begin_write(self) -> Txn[memoryview]:
         """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
+        txn: Txn[memoryview] | None = None
         try:
-            txn: Txn[memoryview] = self.env.begin(write=True, buffers=True)
-        except lmdb.Error:
-            return self._begin(write=True)
-        self._txns.append(txn)  # see _txns
-        return txn
+            txn = self.env.begin(write=True, buffers=True)
+            self._txns.append(txn)  # see _txns
+            return txn
+        except BaseException as exc:
+            self._unwind_begin(txn, counted=False)  # else LMDB's writer lock stays held
+            if txn is not None or not isinstance(exc, lmdb.Error):
+                raise
+        return self._begin(write=True)
 
     def _drop_unused_txns(self) -> None:
         """Let go of up to two txn objects :attr:`_txns` holds that nobody else does (the

@@ -1,0 +1,183 @@
+"""An interrupt (a signal handler's exception: Ctrl-C, a watchdog's alarm) landing anywhere
+in the begin of a txn leaves nothing behind: not the thread's reader entry (which made
+every later map resize of that thread refuse and another thread's resize, and a close,
+wait for it in vain), not a read txn holding a reader slot, not a write txn holding LMDB's
+writer lock. CPython runs a signal handler when a C call returns: the append of the
+reader entry and the txn's bookkeeping were outside the try that undoes the begin.
+
+A trace function raises KeyboardInterrupt at every point of the begin where CPython runs
+a pending signal's handler (a function's start, a C call's return) in turn, and each time
+the bookkeeping is checked."""
+
+from __future__ import annotations
+
+import dis
+import functools
+import os
+import sys
+import threading
+from collections.abc import Callable, Container
+from pathlib import Path
+from threading import get_ident
+from types import CodeType, FrameType
+from typing import Any
+
+import lmdb
+import pytest
+
+import cpstore
+from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.lmdb_env import Env
+
+#: The functions whose every opcode the sweep lands on.
+_BEGIN = {"begin_read", "_begin", "attempt", "_enter_read", "_begin_write", "held_open"}
+
+
+@functools.cache
+def _after_calls(code: CodeType) -> frozenset[int]:
+    """The offsets of ``code``'s instructions that follow a call, not inside an ``except``
+    (or a ``finally`` run for an exception): an interrupt there is a second exception
+    landing in the handling of a first, out of this test's scope (each undo step would
+    need one of its own)."""
+    after, handling, previous = set(), False, ""
+    for ins in dis.get_instructions(code):
+        handling = (handling or ins.opname == "PUSH_EXC_INFO") and previous not in _HANDLED
+        if previous == "CALL" and not handling:
+            after.add(ins.offset)
+        previous = ins.opname
+    return frozenset(after)
+
+
+#: The instructions that end the handling of an exception.
+_HANDLED = {"POP_EXCEPT", "RERAISE", "RAISE_VARARGS"}
+
+
+def _interrupting(k: int, names: Container[str]) -> tuple[Callable[..., Any], list[str]]:
+    """A trace function raising KeyboardInterrupt at the k-th point, in a frame named in
+    ``names``, where CPython runs a pending signal's handler: a frame's start, and the
+    return of a call of a C function (not of a Python function: its return runs none).
+    Where it landed."""
+    seen, landed = [0], []
+    called_python: set[int] = set()  # frames whose last call was of a Python function
+
+    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
+        if event == "call" and frame.f_back is not None:
+            called_python.add(id(frame.f_back))  # its return is no landing point
+        if frame.f_code.co_name not in names:
+            return None
+        frame.f_trace_opcodes = True
+        at_landing = event == "call" or (
+            event == "opcode"
+            and frame.f_lasti in _after_calls(frame.f_code)
+            and id(frame) not in called_python
+        )
+        if at_landing:
+            seen[0] += 1
+            if seen[0] == k:
+                landed.append(f"{frame.f_code.co_name}@{frame.f_lasti}")
+                raise KeyboardInterrupt(landed[0])
+        if event == "opcode":
+            called_python.discard(id(frame))
+        return trace
+
+    return trace, landed
+
+
+def _open_txns_of_this_process(env: Env) -> list[str]:
+    """LMDB's reader table lines of this process with a txn open (a txn id, not '-')."""
+    lines = str(env.env.readers()).splitlines()[1:]
+    return [ln for ln in lines if ln.split()[0] == str(os.getpid()) and ln.split()[2] != "-"]
+
+
+def _sweep(env: Env, begin: Callable[[], Any], end: Callable[[Any], None]) -> int:
+    """Interrupt ``begin`` at each call's return in turn until it runs through; after each
+    interrupt nothing of the begin may be left. The number of landings."""
+    k = 0
+    while True:
+        k += 1
+        trace, landed = _interrupting(k, _BEGIN)
+        sys.settrace(trace)
+        try:
+            got = begin()
+        except KeyboardInterrupt:
+            got = None
+        finally:
+            sys.settrace(None)
+        if not landed:
+            end(got)
+            return k - 1
+        assert got is None, landed
+        where = landed[0]
+        assert get_ident() not in env._active, where  # before: the entry left
+        assert _open_txns_of_this_process(env) == [], where  # no read txn left open
+        _assert_writable(env, where)
+
+
+def _assert_writable(env: Env, where: str) -> None:
+    """Another thread can write: LMDB's writer lock is not held by a txn left open."""
+    done = threading.Event()
+
+    def write() -> None:
+        env.write(lambda txn: txn.put(b"probe", b"1", db=env.dbs["meta"]))
+        done.set()
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert done.is_set(), f"a write txn left open holds the writer lock ({where})"
+
+
+class _FullOnce:
+    """The store's LMDB environment whose first read begin finds the reader table full
+    (the begin then takes _begin, its attempt and held_open's reader check)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real, self.full = real, True
+
+    def begin(self, **kwargs: Any) -> Any:
+        if not kwargs.get("write") and self.full:
+            self.full = False
+            raise lmdb.ReadersFullError("mdb_txn_begin: MDB_READERS_FULL (test)")
+        return self.real.begin(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Any:
+    st = cpstore.open(str(tmp_path / "s"))
+    st.recorder("r").checkpoint(0, {"a": 1})
+    backend = st._backend
+    assert isinstance(backend, LmdbBackend)
+    yield backend.env
+    st.close()
+
+
+def test_an_interrupt_anywhere_in_a_read_begin_leaves_nothing(env: Env) -> None:
+    assert _sweep(env, env.begin_read, env.end_read) >= 5
+
+
+def test_an_interrupt_anywhere_in_a_read_begin_after_a_full_reader_table(env: Env) -> None:
+    real = env.env
+
+    def begin() -> Any:
+        env.env = _FullOnce(real)
+        try:
+            return env.begin_read()
+        finally:
+            env.env = real
+
+    assert _sweep(env, begin, env.end_read) >= 10
+
+
+def test_an_interrupt_anywhere_in_a_write_begin_leaves_no_writer_lock(env: Env) -> None:
+    def begin() -> Any:
+        with env.write_lock:
+            txn = env._begin_write()
+        return txn
+
+    def end(txn: Any) -> None:
+        txn.abort()
+
+    assert _sweep(env, begin, end) >= 2
