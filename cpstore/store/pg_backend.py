@@ -21,7 +21,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg_pool import PoolTimeout
+from psycopg_pool import PoolClosed, PoolTimeout
 
 from cpstore.errors import (
     CommitLostError,
@@ -339,6 +339,8 @@ class PgBackend:
             raise failed(
                 f"no connection to the server within {wait:.0f} s", self._path, exc
             ) from None
+        except PoolClosed:  # closed while it waited: not "the next operation reconnects"
+            raise StoreClosedError(where=self._path) from None
 
     def _release(self, conn: psycopg.Connection[Any], broken: bool) -> None:
         broken = broken or not settled(conn)  # busy (an interrupted round trip): never pooled
