@@ -59,7 +59,7 @@ from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_apply import abort_again, apply_batch
 from cpstore.store.pg_errors import ENGINE_ERRORS, failed, translate
 from cpstore.store.pg_interrupted import commit_alone
-from cpstore.store.pg_open import lock_key, parse_url, prepare_schema
+from cpstore.store.pg_open import lock_key, parse_url, prepare_schema, write_identity
 from cpstore.store.pg_pool import CONNECT_WAIT, make_pool
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
@@ -112,15 +112,18 @@ class PgBackend:
         self._audit_key = key
         self._lock_key = lock_key(self._url.schema)
         self._tables = {name: PgTable.of(self._url.schema, name) for name in DB_NAMES}
-        if not self._readonly:
-            not_nested(self._url.conninfo, self._lock_key, self._path)  # the open locks too
+        self._ident = self._url.conninfo  # a write's identity on its thread (pg_writing)
         try:
             with psycopg.connect(
                 self._url.conninfo, autocommit=True, connect_timeout=CONNECT_WAIT
             ) as conn:
+                if not self._readonly:  # the open locks too; by the store's id, not its URL
+                    not_nested(write_identity(conn, self._url), self._lock_key, self._path)
                 self._layout = prepare_schema(
                     conn, self._url, readonly=self._readonly, create=create
                 )
+                if not self._readonly:
+                    self._ident = write_identity(conn, self._url)
         except psycopg.Error as exc:
             raise translate(exc, self._path) from None
         self._pool = make_pool(
@@ -397,8 +400,8 @@ class PgBackend:
         self.live()
         if self._readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self._path)
-        held = not_nested(self._url.conninfo, self._lock_key, self._path)
-        mine = (self._url.conninfo, self._lock_key)
+        held = not_nested(self._ident, self._lock_key, self._path)
+        mine = (self._ident, self._lock_key)
         held.append(mine)  # try_flush_here: no write nested on this thread
         try:
             txn = self._txn(write=True, synchronous=synchronous)
@@ -512,7 +515,7 @@ class PgBackend:
             lambda: self._acquire(wait), self._release, begin, write=False, where=self._path
         )
         held = writing()
-        mine = (self._url.conninfo, self._lock_key)
+        mine = (self._ident, self._lock_key)
         held.append(mine)
         try:
             return landed_on_server(txn, self._tables, ops, self.head)

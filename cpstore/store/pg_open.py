@@ -10,6 +10,7 @@ DDL is transactional): processes creating one store together make it once.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -25,13 +26,25 @@ from cpstore.store.lmdb_open import FORMAT_KEY, PG_FORMAT, check_format, refuse
 from cpstore.store.location import redact
 from cpstore.store.pg_errors import translate
 
-__all__ = ["DEFAULT_SCHEMA", "StoreUrl", "lock_key", "parse_url", "prepare_schema"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "STORE_ID_KEY",
+    "StoreUrl",
+    "lock_key",
+    "parse_url",
+    "prepare_schema",
+    "write_identity",
+]
 
 #: The schema a URL without ``?schema=`` names.
 DEFAULT_SCHEMA = "cpstore"
 _IDENT = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: URL query parameters cpstore takes for itself (libpq would refuse them).
 _OURS = ("schema", "pool_max")
+#: The ``meta`` key of a store's id: 16 random bytes, written once by the first writable
+#: open (under the writer lock), never changed; a write nested on one thread is known by it
+#: whatever the URL's spelling (:func:`write_identity`).
+STORE_ID_KEY = b"store_id"
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,30 @@ def prepare_schema(
                     (FORMAT_KEY, encode_value(PG_FORMAT)),
                 )
             row = conn.execute(f"SELECT v FROM {meta} WHERE k = %s", (FORMAT_KEY,)).fetchone()
-            return check_format(None if row is None else bytes(row[0]), where)
+            version = check_format(None if row is None else bytes(row[0]), where)
+            if not readonly:  # a no-op once the store has its id
+                conn.execute(
+                    f"INSERT INTO {meta} (k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING",
+                    (STORE_ID_KEY, os.urandom(16)),
+                )
+            return version
     except psycopg.Error as exc:
         raise translate(exc, where, conn) from None
+
+
+def write_identity(conn: psycopg.Connection[Any], url: StoreUrl) -> str:
+    """What a write of the store at ``url`` is known by on its thread (pg_writing): its
+    store id and database, read without the writer lock (this thread may hold it on another
+    connection). Two spellings of one store's URL (another host name for the server, the
+    parameters in another order, an added ``application_name``) are one store: a write
+    nested through the other spelling waited for ever on the lock its own thread held.
+    The URL's conninfo when the store has no id yet (new, or made before store ids) or it
+    cannot be read."""
+    try:
+        row = conn.execute(
+            f'SELECT v, current_database() FROM "{url.schema}"."meta" WHERE k = %s',
+            (STORE_ID_KEY,),
+        ).fetchone()
+    except psycopg.Error:  # no such table (a new store), no right to read it
+        return url.conninfo
+    return url.conninfo if row is None else f"store {bytes(row[0]).hex()} in {row[1]}"

@@ -18,12 +18,14 @@ from cpstore.errors import ReentrantWriteError
 
 __all__ = ["not_nested", "writing", "writing_here"]
 
-#: Per thread: (conninfo, writer lock key) of the stores it is inside a write txn of.
+#: Per thread: (identity, writer lock key) of the stores it is inside a write txn of; the
+#: identity is the store's id and database (pg_open.write_identity), the same for every
+#: spelling of its URL.
 _WRITING = threading.local()
 
 
 def writing() -> list[tuple[str, int]]:
-    """This thread's held writes, as (conninfo, lock key); the caller appends and removes."""
+    """This thread's held writes, as (identity, lock key); the caller appends and removes."""
     held: list[tuple[str, int]] = _WRITING.__dict__.setdefault("keys", [])
     return held
 
@@ -34,8 +36,8 @@ def writing_here(key: int) -> bool:
     return any(k == key for _, k in getattr(_WRITING, "keys", ()))
 
 
-def not_nested(conninfo: str, key: int, where: str) -> list[tuple[str, int]]:
-    """This thread's held writes; ReentrantWriteError when one is of the store ``(conninfo, key)``.
+def not_nested(identity: str, key: int, where: str) -> list[tuple[str, int]]:
+    """This thread's held writes; ReentrantWriteError when one is of the store ``(identity, key)``.
 
     The outer txn's connection holds (or takes at its next round trip) the store's
     writer lock: a write txn (or a writable open, which takes the lock to check the
@@ -44,7 +46,7 @@ def not_nested(conninfo: str, key: int, where: str) -> list[tuple[str, int]]:
     (or until ``statement_timeout``); refused at once, as LMDB refuses it.
     """
     held = writing()
-    if (conninfo, key) in held:
+    if (identity, key) in held:
         raise ReentrantWriteError(
             "a write transaction nested inside a write transaction of the same store "
             "on one thread would wait for ever on the store's writer lock; refused "
