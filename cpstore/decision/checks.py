@@ -258,12 +258,44 @@ def _first_difference(a: Sequence[Any], b: Sequence[Any], key: Callable[[Any], A
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def _repinned(ro: Observation, po: Observation) -> bool:
+    """Both pinned, at different times: the replayed read was not served from the log."""
+    return ro.pinned_at is not None and po.pinned_at is not None and ro.pinned_at != po.pinned_at
+
+
+def _first_observation_difference(r: Side, p: Side) -> int | None:
+    """First position whose (step, source, payload_digest) differ, or whose pins both
+    exist and differ. Seed 000's sketch digests ``pinned_at`` with the rest: a read
+    replayed from the log carries the log's pin, another pin is a read pinned anew
+    (audit51: it was an ACCEPT). A null pin is UNPINNED_OBSERVATION's, not this."""
+    ra, pa = r.observations, p.observations
+    for i, (x, y) in enumerate(zip(ra, pa, strict=False)):
+        if _obs_key(x) != _obs_key(y) or _repinned(x, y):
+            return i
+    return None if len(ra) == len(pa) else min(len(ra), len(pa))
+
+
 def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
-    i = _first_difference(r.observations, p.observations, _obs_key)
+    i = _first_observation_difference(r, p)
     if i is not None:
         ro = r.observations[i] if i < len(r.observations) else None
         po = p.observations[i] if i < len(p.observations) else None
         step = (ro or po).step  # type: ignore[union-attr]  # one exists at a difference
+        expected = None if ro is None else _obs_key(ro)
+        observed = None if po is None else _obs_key(po)
+        message = (
+            f"observation {i} differs at step {step}: recorded "
+            f"{'nothing' if ro is None else f'{ro.source}={ro.payload_digest}'} vs replayed "
+            f"{'nothing' if po is None else f'{po.source}={po.payload_digest}'}"
+        )
+        if ro is not None and po is not None and _obs_key(ro) == _obs_key(po):
+            # Only the pins differ: show them.
+            expected, observed = [*_obs_key(ro), ro.pinned_at], [*_obs_key(po), po.pinned_at]
+            message = (
+                f"observation {i} at step {step}: replayed {po.source} was pinned at "
+                f"{po.pinned_at!r}, not at the recording's pin {ro.pinned_at!r}; "
+                "it was not replayed from the log"
+            )
         out.append(
             Finding(
                 FindingCode.OBSERVATION_MISMATCH,
@@ -271,11 +303,9 @@ def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
                 "both",
                 step,
                 "step",
-                None if ro is None else _obs_key(ro),
-                None if po is None else _obs_key(po),
-                f"observation {i} differs at step {step}: recorded "
-                f"{'nothing' if ro is None else f'{ro.source}={ro.payload_digest}'} vs replayed "
-                f"{'nothing' if po is None else f'{po.source}={po.payload_digest}'}",
+                expected,
+                observed,
+                message,
             )
         )
     for side in (r, p):
