@@ -500,6 +500,21 @@ def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
                 f"replay mode is {observed}, not strict: evidence of nothing",
             )
         )
+    if r.mode is ReplayMode.BEST_EFFORT:
+        # The recording says it is a best-effort replay: evidence of nothing, and
+        # seed 002's tag that rollback must not act on (audit51: it was an ACCEPT).
+        out.append(
+            Finding(
+                FindingCode.BEST_EFFORT,
+                "mode",
+                "recorded",
+                None,
+                "",
+                "strict or undeclared",
+                r.mode.value,
+                "the recording declares itself a best_effort replay: evidence of nothing",
+            )
+        )
     _check_effects(r, p, out)
     if p.harness_accesses:
         out.append(
