@@ -280,7 +280,9 @@ def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
     if i is not None:
         ro = r.observations[i] if i < len(r.observations) else None
         po = p.observations[i] if i < len(p.observations) else None
-        step = (ro or po).step  # type: ignore[union-attr]  # one exists at a difference
+        # The replay departed at the earlier of the two steps (audit51: R's was taken,
+        # so a read P inserted at step 5 before R's step-12 read was located at 12).
+        step = min(o.step for o in (ro, po) if o is not None)
         expected = None if ro is None else _obs_key(ro)
         observed = None if po is None else _obs_key(po)
         message = (
@@ -363,8 +365,9 @@ def _check_call_graph(r: Side, p: Side, out: list[Finding]) -> int | None:
         return None
     rn = r.call_graph[i] if i < len(r.call_graph) else None
     pn = p.call_graph[i] if i < len(p.call_graph) else None
-    node = rn if rn is not None else pn
-    step = int(node["step"]) if node is not None else 0
+    # Where the replay departed: the earlier of the two nodes' steps (audit51: R's was
+    # taken, so the recording gap of a decision P inserted before R's named R's step).
+    step = min(int(n["step"]) for n in (rn, pn) if n is not None)
     out.append(
         Finding(
             FindingCode.CALL_GRAPH_MISMATCH,
