@@ -14,6 +14,7 @@ times were an ACCEPT, on every input path and against a stored recording.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from test_decision_support import clean_doc, replay_of
 from cpstore import dump_document, parse_document, validate
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.native.binding import digest
+from cpstore.run.model import Observation
 from cpstore.store.facade import open as open_store
 
 
@@ -124,3 +126,17 @@ def test_any_other_pin_never_accepts(index: int, pin: float, form: str) -> None:
     else:
         assert d.verdict is Verdict.REJECT
         assert FindingCode.OBSERVATION_MISMATCH in d.codes
+
+
+def test_an_int_pin_in_a_python_run_compares_as_the_float_every_path_holds() -> None:
+    """A Run built in Python keeps an int pin; a document (and the store) hold its float.
+    2**53 + 1 pins the float 2**53: the same pin, whatever path R or P takes."""
+    r = clean_doc()
+    r["observations"][0]["pinned_at"] = float(2**53)
+    p = parse_document(replay_of(r))
+    obs = (Observation(3, "clock", "c3", 2**53 + 1), *p.observations[1:])
+    p_int = dataclasses.replace(p, observations=obs)
+    assert validate(r, p_int).verdict is Verdict.ACCEPT
+    assert validate(r, dump_document(p_int, encoding="json")).verdict is Verdict.ACCEPT
+    r_int = dataclasses.replace(parse_document(r), observations=obs)
+    assert validate(r_int, replay_of(r)).verdict is Verdict.ACCEPT

@@ -258,9 +258,16 @@ def _first_difference(a: Sequence[Any], b: Sequence[Any], key: Callable[[Any], A
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def _pin(o: Observation) -> float | None:
+    """The pin as every input path holds it: a float (a document's and the store's
+    are; a ``Run`` built in Python may hold an int, ``2**53 + 1`` pins 2**53 anywhere else)."""
+    return None if o.pinned_at is None else float(o.pinned_at)
+
+
 def _repinned(ro: Observation, po: Observation) -> bool:
     """Both pinned, at different times: the replayed read was not served from the log."""
-    return ro.pinned_at is not None and po.pinned_at is not None and ro.pinned_at != po.pinned_at
+    a, b = _pin(ro), _pin(po)
+    return a is not None and b is not None and a != b
 
 
 def _first_observation_difference(r: Side, p: Side) -> int | None:
@@ -292,10 +299,10 @@ def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
         )
         if ro is not None and po is not None and _obs_key(ro) == _obs_key(po):
             # Only the pins differ: show them.
-            expected, observed = [*_obs_key(ro), ro.pinned_at], [*_obs_key(po), po.pinned_at]
+            expected, observed = [*_obs_key(ro), _pin(ro)], [*_obs_key(po), _pin(po)]
             message = (
                 f"observation {i} at step {step}: replayed {po.source} was pinned at "
-                f"{po.pinned_at!r}, not at the recording's pin {ro.pinned_at!r}; "
+                f"{_pin(po)!r}, not at the recording's pin {_pin(ro)!r}; "
                 "it was not replayed from the log"
             )
         out.append(
