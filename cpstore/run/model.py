@@ -101,7 +101,8 @@ class TokenInfo:
 
 @dataclass(frozen=True)
 class Observation:
-    """One external read (seed 000): compared on (step, source, payload_digest)."""
+    """One external read (seed 000): compared on (step, source, payload_digest), and on
+    ``pinned_at`` where both sides are pinned."""
 
     step: int
     """Agent step that made the read."""
