@@ -1,14 +1,16 @@
 """audit51: a replayed read pinned at another time than the recording's is not ACCEPTed.
 
 Seed 000, condition 3: every nondeterministic read "is recorded with an explicit
-``pinned_at`` timestamp and replayed from the log rather than re-fetched"; its
-sketch digests the observation sequence as ``step|source|payload_digest|pinned_at``,
-so a replayed read whose pin differs from the recorded one is an observational
-divergence ("state matched but observation sequence differs; recovery requires
-operator sign-off"). A read served from the log carries the log's pin (a
-``ReplaySession`` copies it); another pin is a read fetched and pinned anew. Before
-audit51 only a null pin counted, so two pinned reads of one payload at different
-times were an ACCEPT, on every input path and against a stored recording.
+``pinned_at`` timestamp and replayed from the log rather than re-fetched", and "if
+state matches but an observation was re-fetched instead of pinned -> treat as
+divergence (unknown), because equivalence cannot be proven" (its sketch digests
+``pinned_at`` with the rest, so another pin fails its check too). A read served from
+the log carries the log's pin (a ``ReplaySession`` copies it); another pin is a read
+fetched and pinned anew: re-fetched, as a null pin is, so UNPINNED_OBSERVATION
+(QUARANTINE; the payload digests are equal, so no divergence is proven, and dropping
+the pin would not make it lighter). Before audit51 only a null pin counted, so two
+pinned reads of one payload at different times were an ACCEPT, on every input path
+and against a stored recording.
 """
 
 from __future__ import annotations
@@ -50,17 +52,27 @@ def _repinned(doc: dict[str, Any], index: int, pin: float) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("form", ["mapping", "run", "json", "msgpack", "cprun"])
-def test_a_read_pinned_at_another_time_is_an_observation_mismatch(form: str) -> None:
+def test_a_read_pinned_at_another_time_quarantines(form: str) -> None:
     r = clean_doc()
     p = _repinned(replay_of(r), 1, 999.0)  # read_config at step 12: recorded pin 101.5
     d = validate(r, _forms(p)[form])
-    assert d.verdict is not Verdict.ACCEPT and not d.evidence
-    f = next(f for f in d.findings if f.code is FindingCode.OBSERVATION_MISMATCH)
-    assert (f.position, f.unit) == (12, "step")
-    assert f.expected == [12, "read_config", "cfg-v1", 101.5]
-    assert f.observed == [12, "read_config", "cfg-v1", 999.0]
+    assert d.verdict is Verdict.QUARANTINE and not d.evidence and d.releasable
+    assert d.codes == {FindingCode.UNPINNED_OBSERVATION}
+    f = d.findings[0]
+    assert (f.side, f.position, f.unit, f.count) == ("replayed", 12, "step", 1)
+    assert (f.expected, f.observed) == (101.5, 999.0)
     assert "pinned at 999.0" in f.message and "101.5" in f.message
-    assert d.verdict is Verdict.REJECT and d.releasable  # seed 000: operator sign-off
+
+
+def test_the_first_of_unpinned_and_repinned_reads_is_located() -> None:
+    r = clean_doc()
+    p = _repinned(replay_of(r), 2, 5.0)
+    p["observations"][0]["pinned_at"] = 7.0  # step 3: re-pinned, before the null pin
+    p["observations"][1]["pinned_at"] = None
+    f = validate(r, p).findings[0]
+    assert (f.code, f.position, f.count) == (FindingCode.UNPINNED_OBSERVATION, 3, 3)
+    assert (f.expected, f.observed) == (100.0, 7.0)
+    assert "(1 unpinned, 2 re-pinned)" in f.message
 
 
 def test_equal_pins_still_accept_and_an_int_pin_is_its_float() -> None:
@@ -72,8 +84,8 @@ def test_equal_pins_still_accept_and_an_int_pin_is_its_float() -> None:
     assert validate(r, p).verdict is Verdict.ACCEPT
 
 
-def test_a_null_pin_stays_a_quarantine_not_a_pin_mismatch() -> None:
-    """A replay's live read (pin null) is UNPINNED_OBSERVATION only (audit33's retries)."""
+def test_a_null_pin_is_as_before() -> None:
+    """A replay's live read (pin null) is UNPINNED_OBSERVATION as before (audit33's retries)."""
     r = clean_doc()
     p = replay_of(r)
     p["observations"][1]["pinned_at"] = None
@@ -108,7 +120,8 @@ def test_against_a_stored_recording(tmp_path: Path) -> None:
         }
         assert validate(cid, p, store=store, record=False).verdict is Verdict.ACCEPT
         d = validate(cid, _repinned(p, 0, 202.0), store=store, record=False)
-        assert d.codes == {FindingCode.OBSERVATION_MISMATCH}, d.findings
+        assert d.codes == {FindingCode.UNPINNED_OBSERVATION}, d.findings
+        assert d.verdict is Verdict.QUARANTINE
 
 
 @settings(max_examples=60, deadline=None)
@@ -124,8 +137,8 @@ def test_any_other_pin_never_accepts(index: int, pin: float, form: str) -> None:
     if pin == r["observations"][index]["pinned_at"]:
         assert d.verdict is Verdict.ACCEPT
     else:
-        assert d.verdict is Verdict.REJECT
-        assert FindingCode.OBSERVATION_MISMATCH in d.codes
+        assert d.verdict is Verdict.QUARANTINE
+        assert d.codes == {FindingCode.UNPINNED_OBSERVATION}
 
 
 def test_an_int_pin_in_a_python_run_compares_as_the_float_every_path_holds() -> None:

@@ -270,41 +270,14 @@ def _repinned(ro: Observation, po: Observation) -> bool:
     return a is not None and b is not None and a != b
 
 
-def _first_observation_difference(r: Side, p: Side) -> int | None:
-    """First position whose (step, source, payload_digest) differ, or whose pins both
-    exist and differ. Seed 000's sketch digests ``pinned_at`` with the rest: a read
-    replayed from the log carries the log's pin, another pin is a read pinned anew
-    (audit51: it was an ACCEPT). A null pin is UNPINNED_OBSERVATION's, not this."""
-    ra, pa = r.observations, p.observations
-    for i, (x, y) in enumerate(zip(ra, pa, strict=False)):
-        if _obs_key(x) != _obs_key(y) or _repinned(x, y):
-            return i
-    return None if len(ra) == len(pa) else min(len(ra), len(pa))
-
-
 def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
-    i = _first_observation_difference(r, p)
+    i = _first_difference(r.observations, p.observations, _obs_key)
     if i is not None:
         ro = r.observations[i] if i < len(r.observations) else None
         po = p.observations[i] if i < len(p.observations) else None
         # The replay departed at the earlier of the two steps (audit51: R's was taken,
         # so a read P inserted at step 5 before R's step-12 read was located at 12).
         step = min(o.step for o in (ro, po) if o is not None)
-        expected = None if ro is None else _obs_key(ro)
-        observed = None if po is None else _obs_key(po)
-        message = (
-            f"observation {i} differs at step {step}: recorded "
-            f"{'nothing' if ro is None else f'{ro.source}={ro.payload_digest}'} vs replayed "
-            f"{'nothing' if po is None else f'{po.source}={po.payload_digest}'}"
-        )
-        if ro is not None and po is not None and _obs_key(ro) == _obs_key(po):
-            # Only the pins differ: show them.
-            expected, observed = [*_obs_key(ro), _pin(ro)], [*_obs_key(po), _pin(po)]
-            message = (
-                f"observation {i} at step {step}: replayed {po.source} was pinned at "
-                f"{_pin(po)!r}, not at the recording's pin {_pin(ro)!r}; "
-                "it was not replayed from the log"
-            )
         out.append(
             Finding(
                 FindingCode.OBSERVATION_MISMATCH,
@@ -312,29 +285,56 @@ def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
                 "both",
                 step,
                 "step",
-                expected,
-                observed,
-                message,
+                None if ro is None else _obs_key(ro),
+                None if po is None else _obs_key(po),
+                f"observation {i} differs at step {step}: recorded "
+                f"{'nothing' if ro is None else f'{ro.source}={ro.payload_digest}'} vs replayed "
+                f"{'nothing' if po is None else f'{po.source}={po.payload_digest}'}",
             )
         )
     for side in (r, p):
-        unpinned = [o for o in side.observations if o.pinned_at is None]
-        if unpinned:
-            first = unpinned[0]
-            out.append(
-                Finding(
-                    FindingCode.UNPINNED_OBSERVATION,
-                    "observations",
-                    side.label,
-                    first.step,
-                    "step",
-                    "pinned_at set",
-                    None,
-                    f"{side.label} observation {first.source} at step {first.step} was re-fetched, "
-                    f"not pinned ({len(unpinned)} unpinned)",
-                    len(unpinned),
-                )
+        unpinned = [i for i, o in enumerate(side.observations) if o.pinned_at is None]
+        # A replayed read pinned at another time than the recording's read at that
+        # position (otherwise equal) was fetched and pinned anew, not "replayed from the
+        # log rather than re-fetched" (seed 000, condition 3): re-fetched, equivalence
+        # unprovable, as a null pin. audit51: only a null pin counted, so it was an ACCEPT.
+        repinned = (
+            [
+                i
+                for i, (x, y) in enumerate(zip(r.observations, p.observations, strict=False))
+                if _obs_key(x) == _obs_key(y) and _repinned(x, y)
+            ]
+            if side is p
+            else []
+        )
+        if not unpinned and not repinned:
+            continue
+        at = min(unpinned[:1] + repinned[:1])
+        first = side.observations[at]
+        if first.pinned_at is None:
+            expected: Any = "pinned_at set"
+            observed: Any = None
+            what = "was re-fetched, not pinned"
+        else:
+            expected, observed = _pin(r.observations[at]), _pin(first)
+            what = (
+                f"was pinned at {observed!r}, not at the recording's pin {expected!r}: "
+                "re-fetched, not replayed from the log"
             )
+        tally = f"{len(unpinned)} unpinned" + (f", {len(repinned)} re-pinned" if repinned else "")
+        out.append(
+            Finding(
+                FindingCode.UNPINNED_OBSERVATION,
+                "observations",
+                side.label,
+                first.step,
+                "step",
+                expected,
+                observed,
+                f"{side.label} observation {first.source} at step {first.step} {what} ({tally})",
+                len(unpinned) + len(repinned),
+            )
+        )
 
 
 def _node_bytes(node: Mapping[str, Any]) -> bytes:
