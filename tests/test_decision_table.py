@@ -135,12 +135,16 @@ def test_observation_mismatch_rejects_but_is_releasable() -> None:
     assert d.verdict is Verdict.REJECT and d.releasable
 
 
-def test_observation_compare_ignores_pinned_at_value() -> None:
-    """Observations compare on (step, source, payload_digest); a different pin time is equal."""
+def test_observation_pinned_at_another_time_quarantines() -> None:
+    """A read pinned at another time than the recording's was not replayed from the log
+    (seed 000, condition 3): re-fetched, UNPINNED_OBSERVATION. Observations still compare
+    on (step, source, payload_digest). It was an ACCEPT before audit51
+    (tests/test_audit51_pinned_at.py)."""
     r = clean_doc()
     p = replay_of(r)
     p["observations"][0]["pinned_at"] = 999.0
-    assert validate(r, p).verdict is Verdict.ACCEPT
+    d = validate(r, p)
+    assert d.codes == {FindingCode.UNPINNED_OBSERVATION} and d.verdict is Verdict.QUARANTINE
 
 
 def test_missing_observation_is_a_mismatch() -> None:

@@ -258,12 +258,26 @@ def _first_difference(a: Sequence[Any], b: Sequence[Any], key: Callable[[Any], A
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def _pin(o: Observation) -> float | None:
+    """The pin as every input path holds it: a float (a document's and the store's
+    are; a ``Run`` built in Python may hold an int, ``2**53 + 1`` pins 2**53 anywhere else)."""
+    return None if o.pinned_at is None else float(o.pinned_at)
+
+
+def _repinned(ro: Observation, po: Observation) -> bool:
+    """Both pinned, at different times: the replayed read was not served from the log."""
+    a, b = _pin(ro), _pin(po)
+    return a is not None and b is not None and a != b
+
+
 def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
     i = _first_difference(r.observations, p.observations, _obs_key)
     if i is not None:
         ro = r.observations[i] if i < len(r.observations) else None
         po = p.observations[i] if i < len(p.observations) else None
-        step = (ro or po).step  # type: ignore[union-attr]  # one exists at a difference
+        # The replay departed at the earlier of the two steps (audit51: R's was taken,
+        # so a read P inserted at step 5 before R's step-12 read was located at 12).
+        step = min(o.step for o in (ro, po) if o is not None)
         out.append(
             Finding(
                 FindingCode.OBSERVATION_MISMATCH,
@@ -279,23 +293,48 @@ def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
             )
         )
     for side in (r, p):
-        unpinned = [o for o in side.observations if o.pinned_at is None]
-        if unpinned:
-            first = unpinned[0]
-            out.append(
-                Finding(
-                    FindingCode.UNPINNED_OBSERVATION,
-                    "observations",
-                    side.label,
-                    first.step,
-                    "step",
-                    "pinned_at set",
-                    None,
-                    f"{side.label} observation {first.source} at step {first.step} was re-fetched, "
-                    f"not pinned ({len(unpinned)} unpinned)",
-                    len(unpinned),
-                )
+        unpinned = [i for i, o in enumerate(side.observations) if o.pinned_at is None]
+        # A replayed read pinned at another time than the recording's read at that
+        # position (otherwise equal) was fetched and pinned anew, not "replayed from the
+        # log rather than re-fetched" (seed 000, condition 3): re-fetched, equivalence
+        # unprovable, as a null pin. audit51: only a null pin counted, so it was an ACCEPT.
+        repinned = (
+            [
+                i
+                for i, (x, y) in enumerate(zip(r.observations, p.observations, strict=False))
+                if _obs_key(x) == _obs_key(y) and _repinned(x, y)
+            ]
+            if side is p
+            else []
+        )
+        if not unpinned and not repinned:
+            continue
+        at = min(unpinned[:1] + repinned[:1])
+        first = side.observations[at]
+        if first.pinned_at is None:
+            expected: Any = "pinned_at set"
+            observed: Any = None
+            what = "was re-fetched, not pinned"
+        else:
+            expected, observed = _pin(r.observations[at]), _pin(first)
+            what = (
+                f"was pinned at {observed!r}, not at the recording's pin {expected!r}: "
+                "re-fetched, not replayed from the log"
             )
+        tally = f"{len(unpinned)} unpinned" + (f", {len(repinned)} re-pinned" if repinned else "")
+        out.append(
+            Finding(
+                FindingCode.UNPINNED_OBSERVATION,
+                "observations",
+                side.label,
+                first.step,
+                "step",
+                expected,
+                observed,
+                f"{side.label} observation {first.source} at step {first.step} {what} ({tally})",
+                len(unpinned) + len(repinned),
+            )
+        )
 
 
 def _node_bytes(node: Mapping[str, Any]) -> bytes:
@@ -333,8 +372,9 @@ def _check_call_graph(r: Side, p: Side, out: list[Finding]) -> int | None:
         return None
     rn = r.call_graph[i] if i < len(r.call_graph) else None
     pn = p.call_graph[i] if i < len(p.call_graph) else None
-    node = rn if rn is not None else pn
-    step = int(node["step"]) if node is not None else 0
+    # Where the replay departed: the earlier of the two nodes' steps (audit51: R's was
+    # taken, so the recording gap of a decision P inserted before R's named R's step).
+    step = min(int(n["step"]) for n in (rn, pn) if n is not None)
     out.append(
         Finding(
             FindingCode.CALL_GRAPH_MISMATCH,
@@ -468,6 +508,21 @@ def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
                 "strict",
                 observed,
                 f"replay mode is {observed}, not strict: evidence of nothing",
+            )
+        )
+    if r.mode is ReplayMode.BEST_EFFORT:
+        # The recording says it is a best-effort replay: evidence of nothing, and
+        # seed 002's tag that rollback must not act on (audit51: it was an ACCEPT).
+        out.append(
+            Finding(
+                FindingCode.BEST_EFFORT,
+                "mode",
+                "recorded",
+                None,
+                "",
+                "strict or undeclared",
+                r.mode.value,
+                "the recording declares itself a best_effort replay: evidence of nothing",
             )
         )
     _check_effects(r, p, out)

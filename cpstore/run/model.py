@@ -101,7 +101,8 @@ class TokenInfo:
 
 @dataclass(frozen=True)
 class Observation:
-    """One external read (seed 000): compared on (step, source, payload_digest)."""
+    """One external read (seed 000): compared on (step, source, payload_digest); a replayed
+    read pinned at another time than the recorded one was re-fetched (as a null pin)."""
 
     step: int
     """Agent step that made the read."""
