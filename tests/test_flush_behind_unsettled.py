@@ -8,7 +8,7 @@ failed ConflictError (w0 not committed yet; no other writer involved), dropping 
 which was acknowledged as queued; or, w0's fate unknown, W was told ConflictError for
 w1 instead of the doubt on w0. Now a flush that finds another batch in flight under the
 writer lock takes nothing, lets the lock go (the read-back waits for it), waits for that
-batch to settle and flushes again (BatchOwners.taken).
+batch to settle and flushes again (BatchOwners.take).
 """
 
 from __future__ import annotations

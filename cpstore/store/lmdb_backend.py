@@ -552,11 +552,10 @@ class LmdbBackend:
             if not took:  # a retried txn (map growth) applies the same batch again
                 if self._exit_gate is not None:
                     self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
-                with self._pending_lock:
-                    # Queue and owners go in flight together or not at all (taken off the
-                    # queue first, the batch was lost unowned and its owners told ok: audit20).
-                    behind = self._owners.taken(self._pending, owners, batch)
-                    took = True
+                # Queue and owners go in flight together or not at all (taken off the
+                # queue first, the batch was lost unowned and its owners told ok: audit20).
+                behind = self._owners.take(self._pending, self._pending_lock, owners, batch)
+                took = True
             queue = (self._pending, self._pending_lock)  # interrupted: requeued in the txn
             engine = (lmdb.Error,)  # an LMDB error in the apply is the batch's own: dropped
             self._owners.applying(lambda: self._apply(txn, batch), (owners, batch), queue, engine)

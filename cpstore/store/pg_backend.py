@@ -547,9 +547,8 @@ class PgBackend:
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
             if self._exit_gate is not None:
                 self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
-            with self._pending_lock:
-                # The queue and its owners go in flight together or not at all (lmdb_backend).
-                behind = self._owners.taken(self._pending, owners, batch)
+            # The queue and its owners go in flight together or not at all (lmdb_backend).
+            behind = self._owners.take(self._pending, self._pending_lock, owners, batch)
             if batch:  # interrupted: requeued in the txn, under the writer lock (batch_owners)
                 taken, queue = (owners, batch), (self._pending, self._pending_lock)
                 self._owners.applying(lambda: self._apply_all(txn, batch), taken, queue)
