@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from cpstore.store.batch_owners import BatchOwners
 from cpstore.store.facade import Store
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.model import CheckpointWrite
@@ -49,15 +50,30 @@ class WaitingWriter:
     def go_once_the_txn_ended(
         self, monkeypatch: pytest.MonkeyPatch, modules: Iterable[ModuleType]
     ) -> None:
-        """Let W go, and wait for it (60 s at most), as the main thread's interrupted flush
-        has left its write txn: at its first call of the backend modules' ``interrupted``."""
+        """Let W go as the main thread's interrupted flush has left its write txn (at its
+        first call of the backend modules' ``interrupted``), and wait (60 s at most) until
+        W has ended or waits for a commit to settle (BatchOwners.wait_mine: the main
+        thread's batch, whose fate that call settles)."""
+        waiting = threading.Event()
+        real_wait = BatchOwners.wait_mine
+
+        def wait_mine(owners: BatchOwners[CheckpointWrite], *args: Any) -> bool:
+            if threading.current_thread() is self._thread:
+                waiting.set()
+            return real_wait(owners, *args)
+
+        monkeypatch.setattr(BatchOwners, "wait_mine", wait_mine)
         for module in modules:
             real = module.interrupted
 
             def between(*args: Any, real: Any = real) -> Any:  # the txn has ended here
                 if threading.current_thread() is threading.main_thread() and not self.go.is_set():
                     self.go.set()
-                    self._thread.join(60)
+                    deadline = time.monotonic() + 60
+                    while self._thread.is_alive() and not waiting.is_set():
+                        if time.monotonic() >= deadline:
+                            break
+                        self._thread.join(0.01)
                 return real(*args)
 
             monkeypatch.setattr(module, "interrupted", between)

@@ -61,8 +61,8 @@ def test_a_close_whose_flush_raises_still_keeps_what_an_interrupted_flush_requeu
     owners._cond = _SeenWait(owners._cond, decided)  # type: ignore[assignment]
     real_wait = BatchOwners.wait_mine
 
-    def wait_mine(self: BatchOwners[CheckpointWrite]) -> bool:
-        again = real_wait(self)
+    def wait_mine(self: BatchOwners[CheckpointWrite], *behind: tuple[int, ...]) -> bool:
+        again = real_wait(self, *behind)
         if threading.current_thread().name == "closer":
             raise StoreError("dropped by another thread's commit (injected)", where="test")
         return again

@@ -545,18 +545,18 @@ class LmdbBackend:
         batch: list[CheckpointWrite] = []  # filled with the owners in one step (taken)
         owners: list[Owner] = []
         took = applied = False
+        behind: tuple[int, ...] = ()  # batches in flight: nothing taken (BatchOwners.taken)
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal took, applied
+            nonlocal took, applied, behind
             applied = False
             if not took:  # a retried txn (map growth) applies the same batch again
                 if self._exit_gate is not None:
                     self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
-                with self._pending_lock:
-                    # Queue and owners go in flight together or not at all (taken off the
-                    # queue first, the batch was lost unowned and its owners told ok: audit20).
-                    self._owners.taken(self._pending, owners, batch)
-                    took = True
+                # Queue and owners go in flight together or not at all (taken off the
+                # queue first, the batch was lost unowned and its owners told ok: audit20).
+                behind = self._owners.take(self._pending, self._pending_lock, owners, batch)
+                took = True
             queue = (self._pending, self._pending_lock)  # interrupted: requeued in the txn
             engine = (lmdb.Error,)  # an LMDB error in the apply is the batch's own: dropped
             self._owners.applying(lambda: self._apply(txn, batch), (owners, batch), queue, engine)
@@ -588,7 +588,7 @@ class LmdbBackend:
             except BaseException:
                 self._owners.settled(owners, failed)
                 raise
-        return self._owners.wait_mine()
+        return self._owners.wait_mine(behind)
 
     @property
     def pending(self) -> int:

@@ -543,17 +543,17 @@ class PgBackend:
         batch: list[CheckpointWrite] = []  # filled with the owners in one step (taken)
         owners: list[Owner] = []
         applied = requeue = False
+        behind: tuple[int, ...] = ()  # batches in flight: nothing taken (BatchOwners.taken)
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal applied
+            nonlocal applied, behind
             if not isinstance(txn, PgTxn):
                 raise TypeError(f"a PostgreSQL write needs a PgTxn, got {type(txn).__name__}")
             txn.begin_now()  # BEGIN and the advisory writer lock, before the batch is taken
             if self._exit_gate is not None:
                 self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
-            with self._pending_lock:
-                # The queue and its owners go in flight together or not at all (lmdb_backend).
-                self._owners.taken(self._pending, owners, batch)
+            # The queue and its owners go in flight together or not at all (lmdb_backend).
+            behind = self._owners.take(self._pending, self._pending_lock, owners, batch)
             if batch:  # interrupted: requeued in the txn, under the writer lock (batch_owners)
                 taken, queue = (owners, batch), (self._pending, self._pending_lock)
                 self._owners.applying(lambda: self._apply_all(txn, batch), taken, queue)
@@ -583,7 +583,7 @@ class PgBackend:
             except BaseException:
                 self._owners.settled(owners, failed)
                 raise
-        return self._owners.wait_mine()
+        return self._owners.wait_mine(behind)
 
     @property
     def pending(self) -> int:
