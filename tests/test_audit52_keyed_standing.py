@@ -10,12 +10,15 @@ where docs/security.md says a forged record "never releases a gate"."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
 from test_keyed_audit import KEY, _forge, _quarantined
 
 import cpstore
+import cpstore.store.audit as audit_module
 from cpstore import AuditChainError, GateError
 
 
@@ -73,3 +76,30 @@ def test_a_true_accept_on_a_keyed_log_lets_the_recorder_continue(tmp_path: Path)
         replay = stored_replay(store, cid)
         assert cpstore.validate(cid, replay, store=store).verdict is cpstore.Verdict.ACCEPT
         store.recorder("run").close()
+
+
+def test_a_record_with_a_wrong_mac_stops_the_recorder_on_both_backends(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on PostgreSQL: the forged ACCEPT is appended through the API with a MAC
+    made under another key (what a writer of the tables without the key can do at best)."""
+    real = audit_module.mac_append  # type: ignore[attr-defined]
+
+    def wrong_key(txn: Any, dbs: Any, _key: bytes, index: int, raw: bytes) -> None:
+        real(txn, dbs, b"x" * 32, index, raw)
+
+    with cpstore.open(url, audit_key=KEY) as store:
+        cid, _ = _quarantined(store)
+        body = {
+            "decision_id": "f" * 32,
+            "verdict": "ACCEPT",
+            "findings": [],
+            "mode": "strict",
+            "recorded": {"checkpoint_id": cid, "run_id": "run", "branch": "main"},
+        }
+        with monkeypatch.context() as m:
+            m.setattr(audit_module, "mac_append", wrong_key)
+            store.append_audit("decision", body)
+        with pytest.raises(AuditChainError):
+            store.recorder("run")
+        assert store.ref("run") == cid
