@@ -11,12 +11,14 @@ good. The rule: findings no sign-off can release stay refused."""
 
 from __future__ import annotations
 
+import multiprocessing
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
 from test_transfer_gates import _checkpoint, _rejected, _standing, _where
 
@@ -89,4 +91,63 @@ def test_a_carried_non_releasable_reject_still_supersedes_a_releasable_one(
         assert _standing(dst, cid) == strict.id
         with pytest.raises(GateError, match="supersedes"):
             dst.recorder("r", permit=permit)
+        assert dst.verify().ok
+
+
+ROUNDS = 16
+
+
+def _local_rejecter(dst_at: str, barrier: Any, cids: list[str]) -> int:
+    """Each round: wait, then record the destination's own non-releasable REJECT."""
+    with cpstore.open(dst_at) as dst:
+        for cid in cids:
+            barrier.wait()
+            _rejected(dst, cid)
+    return len(cids)
+
+
+def _pusher(src_at: str, barrier: Any, runs: list[str], dst_at: str) -> int:
+    """Each round: wait, then push the round's run (its releasable REJECT goes with it)."""
+    with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
+        for i, run in enumerate(runs):
+            barrier.wait()
+            if i % 2:  # let the local REJECT go first in every other round: both orders
+                time.sleep(0.05)
+            transfer(src.backend, dst.backend, run_id=run)
+    return len(runs)
+
+
+def test_a_push_racing_the_destinations_own_reject_never_leaves_it_releasable(
+    url: str,
+    tmp_path: Path,
+) -> None:
+    """Two processes each round: one records the destination's non-releasable REJECT, one
+    pushes the source's releasable REJECT of the same checkpoint. Whichever lands first,
+    nobody can sign the checkpoint's standing decision off afterwards (before the fix the
+    rounds the local REJECT won ended releasable), on LMDB and PostgreSQL."""
+    src_at = str(tmp_path / "src")
+    runs, cids = [f"r{i}" for i in range(ROUNDS)], []
+    with cpstore.open(src_at) as src, cpstore.open(url) as dst:
+        for run in runs:
+            cids.append(_checkpoint(src, run))
+        transfer(src.backend, dst.backend)
+        for cid in cids:
+            _releasable_reject(src, cid)
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    procs = [
+        ctx.Process(target=_local_rejecter, args=(url, barrier, cids)),
+        ctx.Process(target=_pusher, args=(src_at, barrier, runs, url)),
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    with cpstore.open(url) as dst:
+        for cid in cids:
+            standing = _standing(dst, cid)
+            assert isinstance(standing, str)
+            with pytest.raises(SignOffError, match="no sign-off can release"):
+                sign_off(dst, standing, operator="mallory", reason="the push won")
         assert dst.verify().ok
