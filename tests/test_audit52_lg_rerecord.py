@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
+from script_run import run_to_done
 from test_langgraph_store import _put
 
 import cpstore
 from cpstore import GateError
-from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph import CpstoreSaver, _maintain
 
 
 def _rejected_thread(url: str) -> tuple[str, str]:
@@ -88,3 +89,49 @@ def test_an_accepted_or_undecided_thread_is_still_pruned_and_copied(tmp_path: Pa
         saver.prune(["t"], strategy="keep_latest")
         _put(saver, "t", {"doc": "next"}, parent)
         _put(saver, "t2", {"doc": "next"}, parent)
+
+
+_REJECT = """
+import sys
+import cpstore
+with cpstore.open(sys.argv[1]) as st:
+    head = sys.argv[2]
+    with st.read(head) as cp:
+        m = cp.manifest
+        replay = cpstore.Run(
+            m.run_id, m.step, "0" * 32, tokens=cpstore.PackedTokens(bytes(cp.tokens())),
+            mode=cpstore.ReplayMode.STRICT, transcript_digest=m.transcript_digest,
+        )
+    assert cpstore.validate(head, replay, store=st).verdict is cpstore.Verdict.REJECT
+print("done")
+"""
+
+
+def test_a_reject_another_process_records_during_keep_latest_stops_its_re_record(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head is REJECTed by another process after keep_latest's prune txn checked it and
+    before it is recorded again: the re-record is refused all the same, the old branch
+    stays, and the thread still reads its head and refuses to go on from it."""
+    parent = None
+    with CpstoreSaver.from_conn_string(url) as saver:
+        for i in range(3):
+            parent = _put(saver, "t", {"doc": f"v{i}"}, parent)
+        (head,) = saver.store.branches("lg:t").values()
+    real = _maintain._reclaim
+
+    def meanwhile(*args: Any, **kwargs: Any) -> None:
+        run_to_done(_REJECT, url, head)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(_maintain, "_reclaim", meanwhile)
+    with pytest.raises(GateError, match="REJECT"):
+        _with_saver(url, lambda s: s.prune(["t"], strategy="keep_latest"))
+    monkeypatch.undo()
+    with CpstoreSaver.from_conn_string(url) as saver:
+        assert head in saver.store.branches("lg:t").values()
+        tup = saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+        assert tup is not None and tup.checkpoint["channel_values"]["doc"] == "v2"
+        with pytest.raises(GateError, match="ResumePermit"):
+            _put(saver, "t", {"doc": "next"}, parent)
+        assert saver.store.verify().ok
