@@ -515,6 +515,8 @@ def _use_permit(
         )
     _linked(log, gate)
     standing, _ = _standing(log, checkpoint_id)
+    if standing is not None:
+        _linked(log, standing)
     if standing is None or standing.digest != body.get("decision_audit"):
         raise GateError(
             "a later decision supersedes the one the permit was given for",
@@ -560,6 +562,10 @@ def check_resume(
             return
         with store.audit_view() as log:
             standing, verdict = _standing(log, checkpoint_id)
+            if standing is not None:
+                # What lets the recorder on is trusted as a gate trusts a record: its
+                # MAC on a keyed log (audit52: a forged ACCEPT released it).
+                _linked(log, standing)
         if standing is None or verdict is Verdict.ACCEPT:
             return
         raise GateError(

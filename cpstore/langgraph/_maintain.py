@@ -15,7 +15,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from cpstore.errors import ConflictError, InvalidInputError
+from cpstore.errors import ConflictError, GateError, InvalidInputError
 from cpstore.langgraph._codec import (
     CHANNEL,
     HASHED_RUN,
@@ -35,6 +35,7 @@ from cpstore.langgraph._read import (
 )
 from cpstore.langgraph._write import Put, Writer, own_run
 from cpstore.store import Store, retention
+from cpstore.store.audit import AuditView
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches_in, reset_ref
 from cpstore.store.content import records_of
@@ -52,6 +53,28 @@ from cpstore.store.reader import CheckpointView
 from cpstore.store.retention import sweep
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads", "keep_latest"]
+
+
+def _refuse_gated(store: Store, txn: Txn[memoryview], entries: list[Entry], what: str) -> None:
+    """GateError when a checkpoint ``what`` would record again has a standing decision that
+    is not an ACCEPT (a keyed log's ACCEPT only once its MAC verifies): recorded again it
+    is a new checkpoint no decision names, which the thread went on from without the
+    permit its original needs (audit52)."""
+    view = AuditView(store.backend, txn)
+    for e in entries:
+        rec = view.latest_decision(e.cid.hex())
+        if rec is None:
+            continue
+        view.check_audit_mac(rec.index)
+        if rec.body.get("verdict") != "ACCEPT" or rec.body.get("findings"):
+            raise GateError(
+                f"{what} would record a checkpoint whose standing decision is "
+                f"{rec.body.get('verdict')} again, as a new checkpoint no decision names; "
+                "going on from it needs a ResumePermit (store.recorder(permit=))",
+                where=f"thread {e.thread_id!r} checkpoint {e.checkpoint_id} "
+                f"(cpstore {e.cid.hex()})",
+                got=rec.body.get("decision_id"),
+            )
 
 
 def _thread_writes(thread_id: str) -> bytes:
@@ -238,6 +261,7 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
                 for e in chain:
                     if stored(txn, store, e):
                         _decoded(writer, e, load_parts(txn, store, e))
+            _refuse_gated(store, txn, [e for chain in chains for e in chain], "keep_latest")
             _drop_entries(txn, meta, doomed)
             # The heads _reclaim resets, as this txn sees them: a put after it moves its
             # branch, whose compare-and-set then fails, and the put is never swept.
@@ -288,6 +312,7 @@ def _reclaim(
             entry = txn.get(key, db=meta)
             if entry is None or Entry.decode(key, bytes(entry)) != e or not stored(txn, store, e):
                 continue  # the thread was deleted, or another prune moved the entry, meanwhile
+            _refuse_gated(store, txn, [e], "keep_latest")  # decided since the prune's txn
             parts = load_parts(txn, store, e)
             with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step
@@ -456,6 +481,7 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
         with backend.read_txn() as txn:
             cur = now(txn, e)
             if cur is not None and stored(txn, store, cur):
+                _refuse_gated(store, txn, [cur], "copy_thread")
                 _decoded(writer, cur, load_parts(txn, store, cur))
                 live.append(cur)
     for n, e in enumerate(live):
@@ -469,6 +495,7 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
                     expected="every checkpoint the copy read",
                     got=f"{n} of {len(live)} checkpoints copied to {target!r}",
                 )
+            _refuse_gated(store, txn, [e], "copy_thread")  # decided since the first pass
             parts = load_parts(txn, store, e)
             with CheckpointView(backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step

@@ -77,7 +77,7 @@ __all__ = ["IMPORTED", "Carried", "Carry", "carried_decisions", "check_carry", "
 #: Body field of a carried decision naming where it came from.
 IMPORTED = "imported"
 #: Severity of a decision record the gates refuse outright (verdict not following).
-_UNUSABLE = int(Verdict.REJECT) + 1
+_UNUSABLE = 2 * int(Verdict.REJECT) + 2
 
 
 @dataclass(frozen=True)
@@ -99,14 +99,18 @@ Carried = dict[bytes, Carry]
 
 
 def _severity(body: dict[str, Any]) -> int:
-    """The verdict a decision body's finding codes give (as the gates derive it), or
-    :data:`_UNUSABLE` when a code is unknown or the stored verdict does not follow."""
+    """How strict a decision body is, as the gates derive it: twice its verdict, plus one
+    when a finding no sign-off can release is among its codes (a REJECT only the source
+    could release is milder than one nobody can: audit52), or :data:`_UNUSABLE` when a
+    code is unknown or the stored verdict does not follow."""
     try:
         codes = [FindingCode(f.get("code")) for f in body.get("findings", [])]
     except (ValueError, AttributeError, TypeError):
         return _UNUSABLE
     derived = max((FINDING_RULES[c][0] for c in codes), default=Verdict.ACCEPT)
-    return int(derived) if body.get("verdict") == derived.name else _UNUSABLE
+    if body.get("verdict") != derived.name:
+        return _UNUSABLE
+    return 2 * int(derived) + any(not FINDING_RULES[c][1] for c in codes)
 
 
 def _decided(src: Backend, txn: Txn[memoryview], cids: list[bytes]) -> list[bytes]:
