@@ -260,8 +260,8 @@ def add_audit_parsers(sub: Any) -> None:
         sub,
         "sign-off",
         "operator release of a releasable decision",
-        "Record an operator's release of a QUARANTINE decision whose findings are all "
-        "releasable, so resume_gate lets the runtime resume once. DECISION is the "
+        "Record an operator's release of a QUARANTINE or REJECT decision whose findings "
+        "are all releasable, so resume_gate lets the runtime resume once. DECISION is the "
         "decision id, the digest of its audit record (both printed by cpstore audit), or "
         "a unique prefix of >= 8 hex characters of either (shorter or not hex: exit "
         f"{EXIT_BAD_INPUT}). Refused (exit 6): an ACCEPT, "
