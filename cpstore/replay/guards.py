@@ -148,6 +148,8 @@ class LedgerGuard:
             )
         self._sealed = sealed
         self._attempted: list[Effect] = []
+        #: The first effect refused: the guard stays closed after it.
+        self._refused: Effect | None = None
 
     @classmethod
     def from_checkpoint(cls, cp: CheckpointSource, *, allow_unsealed: bool = False) -> LedgerGuard:
@@ -185,7 +187,20 @@ class LedgerGuard:
         )
         attempt = Effect(seq, target, payload_digest)
         self._attempted.append(attempt)
+        refused = self._refused
+        if refused is not None:  # halted: no later effect is checked against the ledger
+            raise LedgerGuardError(
+                "the replay already attempted an effect not in the sealed ledger; it is "
+                "halted there, and no later effect escapes",
+                where=f"effect seq={seq}",
+                expected=f"no effect after the one refused at seq={refused.seq}",
+                got=[target, payload_digest],
+            )
         if expected is None or expected != attempt:
+            # Halted (seed 002: "it must halt before the effect is committed"): the next
+            # attempt was checked against the next entry, and one equal to it escaped from
+            # a replay already known to diverge (audit52's doubt).
+            self._refused = attempt
             raise LedgerGuardError(
                 "effect is not in the sealed ledger at this position; stopped before it escaped",
                 where=f"effect seq={seq}",
