@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg import errors as pg
 
 from cpstore.errors import InvalidInputError, NotFoundError, StoreError
 from cpstore.native.binding import digest
@@ -141,14 +142,29 @@ def prepare_schema(
                 )
             row = conn.execute(f"SELECT v FROM {meta} WHERE k = %s", (FORMAT_KEY,)).fetchone()
             version = check_format(None if row is None else bytes(row[0]), where)
-            if not readonly:  # a no-op once the store has its id
-                conn.execute(
-                    f"INSERT INTO {meta} (k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING",
-                    (STORE_ID_KEY, os.urandom(16)),
-                )
+            if not readonly:
+                _make_store_id(conn, meta)
             return version
     except psycopg.Error as exc:
         raise translate(exc, where, conn) from None
+
+
+def _make_store_id(conn: psycopg.Connection[Any], meta: str) -> None:
+    """Give the store its id when it has none (new, or made before store ids), under the
+    writer lock. A role that may not write the store (or a read-only server) opens it
+    writable as before and keeps none: its writes are refused anyway, and the nested-write
+    check then knows it by its URL. The insert runs in a savepoint, so its refusal leaves
+    the open's transaction usable."""
+    if conn.execute(f"SELECT 1 FROM {meta} WHERE k = %s", (STORE_ID_KEY,)).fetchone():
+        return
+    try:
+        with conn.transaction():
+            conn.execute(
+                f"INSERT INTO {meta} (k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING",
+                (STORE_ID_KEY, os.urandom(16)),
+            )
+    except (pg.InsufficientPrivilege, pg.ReadOnlySqlTransaction):
+        pass
 
 
 def write_identity(conn: psycopg.Connection[Any], url: StoreUrl) -> str:
