@@ -33,7 +33,7 @@ def _reader_url(schema: str) -> str:
 
 @pytest.mark.parametrize("with_id", [True, False], ids=["id", "no-id"])
 def test_a_read_only_role_opens_writable_as_before(
-    pg_cluster: object,  # noqa: F811 - the fixture
+    pg_cluster: object,
     with_id: bool,
 ) -> None:
     schema = f"t_roles_{uuid.uuid4().hex[:12]}"
@@ -49,7 +49,7 @@ def test_a_read_only_role_opens_writable_as_before(
 
 
 def test_a_store_without_an_id_gets_one_at_the_next_writable_open(
-    pg_cluster: object,  # noqa: F811 - the fixture
+    pg_cluster: object,
 ) -> None:
     schema = f"t_roles_{uuid.uuid4().hex[:12]}"
     with cpstore.open(cluster().url(schema)) as st:
