@@ -179,6 +179,15 @@ class ExitGate:
                 raise StoreError("the exit flush gave up waiting for the writer lock")
             self._began = True
 
+    def leave(self) -> None:
+        """The worker's txn took nothing (another thread's batch was in flight: it waits for
+        it and flushes again, BatchOwners.take): its next wait for the lock is bounded too.
+        Counted as begun from its first txn on, the exit waited without bound for a lock
+        another process took between the two txns (audit53)."""
+        if threading.current_thread() is self.worker:
+            with self._lock:
+                self._began = False
+
     def cancel(self) -> bool:
         """True when the worker had not begun (it never will); False when it has."""
         with self._lock:

@@ -29,6 +29,7 @@ from cpstore.errors import (
     StoreConnectionError,
     StoreError,
 )
+from cpstore.store.at_exit import ExitGate
 
 __all__ = [
     "BatchOwners",
@@ -241,6 +242,7 @@ class BatchOwners(Generic[W]):
         #: their own flush commits them (:meth:`wait_mine` returns True).
         self._again: set[Owner] = set()
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
+        self.gate: ExitGate | None = None  # the exit flush's: a take of nothing leaves it
         #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
         #: map growth waiting for this thread's open read view); the wait raises instead.
         self.blocked: Callable[[], bool] | None = None
@@ -267,18 +269,19 @@ class BatchOwners(Generic[W]):
     def take(
         self, pending: list[W], lock: threading.Lock, owners: list[Owner], batch: list[W]
     ) -> tuple[int, ...]:
-        """:meth:`taken` under the queue's ``lock`` (the caller holds the writer lock), once
-        the batches in flight have settled, waiting for them at most ``_POLL`` s: most settle
-        at once (their commit returned just before), and a flush that met one paid an empty
-        write txn and a wait (PostgreSQL, 4 threads flushing every 5 checkpoints: 90 of 240
-        flushes). Not longer: one read back waits for the writer lock (``taken`` then names
-        it; the caller lets the lock go and waits for it in :meth:`wait_mine`)."""
+        """:meth:`taken` under the queue's ``lock`` (the caller holds the writer lock) once the
+        batches in flight have settled, waited for at most ``_POLL`` s: most settle at once
+        (else an empty txn and a wait: 90 of 240 flushes of 4 PostgreSQL threads). Not longer:
+        a read back waits for the writer lock (the caller lets it go, then :meth:`wait_mine`)."""
         deadline = time.monotonic() + _POLL
         with self._lock:
             while self._flying and (left := deadline - time.monotonic()) > 0:
                 self._cond.wait(left)
         with lock:
-            return self.taken(pending, owners, batch)
+            behind = self.taken(pending, owners, batch)
+        if behind and self.gate is not None:
+            self.gate.leave()  # nothing taken: the exit may give up on the next txn's lock
+        return behind
 
     def taken(self, pending: list[W], owners: list[Owner], batch: list[W]) -> tuple[int, ...]:
         """Move the queue ``pending`` into ``batch`` and its owners into ``owners`` (both

@@ -265,7 +265,7 @@ class LmdbBackend:
         self._exit_ran = True
         self.env.resize_wait = wait
         self._owners.exit_wait = wait
-        self._exit_gate = gate = ExitGate()
+        self._owners.gate = self._exit_gate = gate = ExitGate()
         me = self._owners.me()
 
         def flush_as_me() -> None:  # the worker flushes as this thread (batch_owners.act_as)
