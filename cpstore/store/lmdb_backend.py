@@ -576,7 +576,7 @@ class LmdbBackend:
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             landed = lambda: batch_landed(self, batch)  # noqa: E731
-            fate = interrupted(exc, applied, landed, batch) if took else None
+            fate = interrupted(exc, applied, landed, batch) if batch else None  # taken
             requeue, failed = fate is True, None if fate is False else exc  # False: landed
             raise
         finally:  # an interrupt must not leave a taken batch unsettled: entering settled()
