@@ -141,14 +141,29 @@ def prepare_schema(
                 )
             row = conn.execute(f"SELECT v FROM {meta} WHERE k = %s", (FORMAT_KEY,)).fetchone()
             version = check_format(None if row is None else bytes(row[0]), where)
-            if not readonly:  # a no-op once the store has its id
-                conn.execute(
-                    f"INSERT INTO {meta} (k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING",
-                    (STORE_ID_KEY, os.urandom(16)),
-                )
+            if not readonly:
+                _give_id(conn, meta)
             return version
     except psycopg.Error as exc:
         raise translate(exc, where, conn) from None
+
+
+def _give_id(conn: psycopg.Connection[Any], meta: str) -> None:
+    """Insert the store's id (:data:`STORE_ID_KEY`) when it has none (call under the writer
+    lock). Only then: PostgreSQL checks the INSERT right before it finds a conflict, so a
+    role that may only read (opened writable by default, to read) was refused at the open
+    (audit53). A store such a role may not give an id (made before store ids; a hot
+    standby) keeps none: its writes are known by the URL (:func:`write_identity`)."""
+    if conn.execute(f"SELECT 1 FROM {meta} WHERE k = %s", (STORE_ID_KEY,)).fetchone():
+        return
+    try:
+        with conn.transaction():  # a savepoint: refused, the open's txn goes on
+            conn.execute(
+                f"INSERT INTO {meta} (k, v) VALUES (%s, %s) ON CONFLICT (k) DO NOTHING",
+                (STORE_ID_KEY, os.urandom(16)),
+            )
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction):
+        pass
 
 
 def write_identity(conn: psycopg.Connection[Any], url: StoreUrl) -> str:
