@@ -6,16 +6,17 @@ BatchOwners.take (limbo22) it takes nothing, commits an empty txn, waits for tha
 and flushes again: the second txn waits for the writer lock once more. The exit flush's
 bound on the lock (at_exit.ExitGate) counted the worker as begun from its first txn on,
 so when another process took the lock between the two txns the exit waited on it
-without bound (here until the holder let go, 25 s; for ever with a holder that never
-does). Now a txn that took nothing leaves the gate: the exit gives up after its bounded
-wait and names the queued checkpoint "NOT written", which is the truth.
+without bound (here until the holder let go; for ever with a holder that never
+does; LMDB's lock and PostgreSQL's advisory lock). Now a txn that took nothing leaves
+the gate: the exit gives up after its bounded wait and names the queued checkpoint
+"NOT written", which is the truth.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
+from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from script_run import run_script
 
 import cpstore
@@ -27,14 +28,20 @@ from cpstore.store.batch_owners import BatchOwners
 
 path = sys.argv[1]
 holder = subprocess.Popen([sys.executable, "-c", '''
-import lmdb, sys, time
+import sys, time
+import cpstore
+st = cpstore.open(sys.argv[1])
 sys.stdin.readline()
-env = lmdb.open(sys.argv[1], max_dbs=64)
-txn = env.begin(write=True)  # LMDB's writer lock, across processes
-time.sleep(25)
-txn.abort()
+
+def hold(txn):
+    if hasattr(txn, "begin_now"):
+        txn.begin_now()  # PostgreSQL: BEGIN and the advisory writer lock
+    time.sleep(40)  # LMDB: its writer lock, across processes
+
+st.backend.write_txn(hold)
 ''', path], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     text=True)
+time.sleep(3)  # the holder has opened the store (a writable open takes the lock too)
 
 orig_take, orig_settled = BatchOwners.take, BatchOwners.settled
 settling = threading.Event()
@@ -68,16 +75,16 @@ print(st.recorder("a").checkpoint(0, {"a": 0}), flush=True)
 
 
 def test_the_exit_flush_behind_an_unsettled_batch_gives_up_on_a_lock_taken_meanwhile(
-    tmp_path: Path,
+    url: str,
 ) -> None:
-    path = str(tmp_path / "s")
+    path = url
     began = time.monotonic()
     out = run_script(_SCRIPT, path, timeout=60)
     took = time.monotonic() - began
     assert out.returncode == 0, (out.returncode, out.stderr[-3000:])
     cid = out.stdout.strip()
-    # Bounded: EXIT_WAIT (5 s) and start-up; before, until the holder let go (25 s).
-    assert took < 18, (took, out.stderr[-3000:])
+    # Bounded: EXIT_WAIT (5 s), 3 s and start-up; before, until the holder let go (40 s).
+    assert took < 22, (took, out.stderr[-3000:])
     assert "RuntimeWarning" in out.stderr and cid in out.stderr, out.stderr[-3000:]
     assert "NOT written" in out.stderr, out.stderr[-3000:]
     time.sleep(0.1)
