@@ -64,6 +64,8 @@ class _Queued(Protocol):
     def branch(self) -> str: ...
     @property
     def cid(self) -> bytes: ...
+    @property
+    def committed(self) -> bool: ...
 
 
 class _Backend(Protocol):
@@ -88,7 +90,10 @@ _DEFERRED: set[_Backend] = set()
 
 def lost_message(path: str, queued: Sequence[_Queued], exc: BaseException, when: str) -> str:
     """The warning for queued checkpoints a flush could not write (or whose commit may or
-    may not have taken effect): every id, by run and branch."""
+    may not have taken effect): every id, by run and branch. One the store showed committed
+    by the time the flush ended is not named: it was named "NOT written" when it had been
+    in another thread's commit, which landed while the exit gave up on the lock (audit53)."""
+    queued = [op for op in queued if not op.committed]
     lost: dict[tuple[str, str], list[str]] = {}
     for op in queued:
         lost.setdefault((op.run_id, op.branch), []).append(bytes(op.cid).hex())
