@@ -203,11 +203,9 @@ def shared_reentry(env: object, where: str) -> Reentry:
 
 
 class Owner:
-    """One thread, as long as it lives: never handed to another thread.
-
-    Not the thread's ident: the OS hands a dead thread's ident to the next thread it
-    starts, which was then handed the dead thread's drop error (a false "not stored") or
-    made to wait for the dead thread's writes (issue batchdoubt-2)."""
+    """One thread, as long as it lives. Not its ident: the OS hands a dead thread's ident to
+    the next thread it starts, which was then handed the dead thread's drop error (a false
+    "not stored") or made to wait for its writes (issue batchdoubt-2)."""
 
     __slots__ = ("name",)
 
@@ -412,17 +410,12 @@ class BatchOwners(Generic[W]):
 
     def drain(self, flush: Callable[[], None], pending: list[W]) -> None:
         """A close's flush: ``flush()``, then until no batch of any thread is in flight and
-        nothing is queued (``pending``). Returning at the first, a close on thread C let
-        the main thread's flush, interrupted meanwhile, requeue its batch into the closed
-        handle: C's close returned ok, the exit flush skips closed handles, and every
-        checkpoint of the batch was lost without a word (audit44). A ``flush()`` that
-        raises waits for them too, then raises: it returned at once, and the close closed
-        the handle under the flight, whose interrupted flush requeued into it (audit47;
-        the caller keeps the handle open when something is queued again). Not when it
-        was interrupted itself (a second Ctrl-C would be needed to leave a long commit).
-        Once the main thread has ended, the flush's own wait for this thread's writes in
-        another thread's commit is bounded too (:meth:`wait_mine`): it waited for ever on
-        a commit that never ends, and the process never exited (audit48)."""
+        nothing is queued (``pending``): else a close on thread C let the main thread's
+        interrupted flush requeue into the closed handle, lost unsaid (audit44). A
+        ``flush()`` that raises waits too, then raises (audit47; the caller keeps the handle
+        open when something is queued again); not when interrupted itself (a second Ctrl-C
+        would be needed to leave a long commit). Once the main thread has ended, the wait
+        for this thread's writes in another thread's commit is bounded (audit48)."""
         try:  # set inside: an interrupt before the try never leaves it set (Reentry.run)
             self._local.bound = self._bound()
             try:
@@ -515,10 +508,19 @@ class BatchOwners(Generic[W]):
                         "what it holds may or may not be stored",
                         where=self._where,
                     )
-                self._cond.wait(_POLL)
+                self._wait(_POLL)
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())
+
+    def _wait(self, timeout: float) -> None:
+        """``_cond.wait`` (the lock held once), the lock held again whatever lands in it (an
+        interrupt as its ``_release_save`` returned: RuntimeError in its place, audit53)."""
+        try:
+            self._cond.wait(timeout)
+        finally:
+            if not self._lock._is_owned():  # type: ignore[attr-defined]
+                self._lock.acquire()
 
     def wait_mine(self, behind: tuple[int, ...] = ()) -> bool:
         """Block until no write of this thread is in a commit under way, nor the batches
@@ -527,12 +529,10 @@ class BatchOwners(Generic[W]):
         writes back on the queue, or ``behind`` names any (the caller flushes again).
 
         A flush re-entered on the thread committing a batch with this thread's writes (a
-        signal handler's, which runs inside that commit) raises ReentrantWriteError: it
-        waited for itself for ever.
-
-        Never waits on a commit that waits on this thread (``blocked``): a flush inside a
-        ``store.read()`` block while another thread's commit of this thread's writes grows
-        the map, which waits for that read to end, raises OutcomeUnknownError instead.
+        signal handler's, inside that commit) raises ReentrantWriteError: it waited for
+        itself for ever. Never waits on a commit that waits on this thread (``blocked``): a
+        flush inside ``store.read()`` while another thread's commit of this thread's writes
+        grows the map, which waits for that read to end, raises OutcomeUnknownError.
         """
         me = self.me()
         bound = self.exit_wait
@@ -559,7 +559,7 @@ class BatchOwners(Generic[W]):
                         "commit at exit, or queued behind it; they may or may not be stored",
                         where=self._where,
                     )
-                self._cond.wait(_POLL if left is None else min(left, _POLL))
+                self._wait(_POLL if left is None else min(left, _POLL))
             err = self._dropped.pop(me, None)
             again = me in self._again or bool(behind)
             self._again.discard(me)
