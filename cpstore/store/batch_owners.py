@@ -29,6 +29,7 @@ from cpstore.errors import (
     StoreConnectionError,
     StoreError,
 )
+from cpstore.store.at_exit import ExitGate
 
 __all__ = [
     "BatchOwners",
@@ -202,11 +203,9 @@ def shared_reentry(env: object, where: str) -> Reentry:
 
 
 class Owner:
-    """One thread, as long as it lives: never handed to another thread.
-
-    Not the thread's ident: the OS hands a dead thread's ident to the next thread it
-    starts, which was then handed the dead thread's drop error (a false "not stored") or
-    made to wait for the dead thread's writes (issue batchdoubt-2)."""
+    """One thread, as long as it lives. Not its ident: the OS hands a dead thread's ident to
+    the next thread it starts, which was then handed the dead thread's drop error (a false
+    "not stored") or made to wait for its writes (issue batchdoubt-2)."""
 
     __slots__ = ("name",)
 
@@ -241,6 +240,7 @@ class BatchOwners(Generic[W]):
         #: their own flush commits them (:meth:`wait_mine` returns True).
         self._again: set[Owner] = set()
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
+        self.gate: ExitGate | None = None  # the exit flush's: a take of nothing leaves it
         #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
         #: map growth waiting for this thread's open read view); the wait raises instead.
         self.blocked: Callable[[], bool] | None = None
@@ -267,18 +267,19 @@ class BatchOwners(Generic[W]):
     def take(
         self, pending: list[W], lock: threading.Lock, owners: list[Owner], batch: list[W]
     ) -> tuple[int, ...]:
-        """:meth:`taken` under the queue's ``lock`` (the caller holds the writer lock), once
-        the batches in flight have settled, waiting for them at most ``_POLL`` s: most settle
-        at once (their commit returned just before), and a flush that met one paid an empty
-        write txn and a wait (PostgreSQL, 4 threads flushing every 5 checkpoints: 90 of 240
-        flushes). Not longer: one read back waits for the writer lock (``taken`` then names
-        it; the caller lets the lock go and waits for it in :meth:`wait_mine`)."""
+        """:meth:`taken` under the queue's ``lock`` (the caller holds the writer lock) once the
+        batches in flight have settled, waited for at most ``_POLL`` s: most settle at once
+        (else an empty txn and a wait: 90 of 240 flushes of 4 PostgreSQL threads). Not longer:
+        a read back waits for the writer lock (the caller lets it go, then :meth:`wait_mine`).
+        Polled by sleeps: an interrupt in ``Condition.wait`` was RuntimeError (audit53)."""
         deadline = time.monotonic() + _POLL
-        with self._lock:
-            while self._flying and (left := deadline - time.monotonic()) > 0:
-                self._cond.wait(left)
+        while self._flying and time.monotonic() < deadline:  # a read: no lock needed
+            time.sleep(0.002)
         with lock:
-            return self.taken(pending, owners, batch)
+            behind = self.taken(pending, owners, batch)
+        if behind and self.gate is not None:
+            self.gate.leave()  # nothing taken: the exit may give up on the next txn's lock
+        return behind
 
     def taken(self, pending: list[W], owners: list[Owner], batch: list[W]) -> tuple[int, ...]:
         """Move the queue ``pending`` into ``batch`` and its owners into ``owners`` (both
@@ -409,17 +410,12 @@ class BatchOwners(Generic[W]):
 
     def drain(self, flush: Callable[[], None], pending: list[W]) -> None:
         """A close's flush: ``flush()``, then until no batch of any thread is in flight and
-        nothing is queued (``pending``). Returning at the first, a close on thread C let
-        the main thread's flush, interrupted meanwhile, requeue its batch into the closed
-        handle: C's close returned ok, the exit flush skips closed handles, and every
-        checkpoint of the batch was lost without a word (audit44). A ``flush()`` that
-        raises waits for them too, then raises: it returned at once, and the close closed
-        the handle under the flight, whose interrupted flush requeued into it (audit47;
-        the caller keeps the handle open when something is queued again). Not when it
-        was interrupted itself (a second Ctrl-C would be needed to leave a long commit).
-        Once the main thread has ended, the flush's own wait for this thread's writes in
-        another thread's commit is bounded too (:meth:`wait_mine`): it waited for ever on
-        a commit that never ends, and the process never exited (audit48)."""
+        nothing is queued (``pending``): else a close on thread C let the main thread's
+        interrupted flush requeue into the closed handle, lost unsaid (audit44). A
+        ``flush()`` that raises waits too, then raises (audit47; the caller keeps the handle
+        open when something is queued again); not when interrupted itself (a second Ctrl-C
+        would be needed to leave a long commit). Once the main thread has ended, the wait
+        for this thread's writes in another thread's commit is bounded (audit48)."""
         try:  # set inside: an interrupt before the try never leaves it set (Reentry.run)
             self._local.bound = self._bound()
             try:
@@ -512,10 +508,19 @@ class BatchOwners(Generic[W]):
                         "what it holds may or may not be stored",
                         where=self._where,
                     )
-                self._cond.wait(_POLL)
+                self._wait(_POLL)
 
     def _mine_in_flight(self, me: Owner) -> bool:
         return any(me in owners for owners, _ in self._flying.values())
+
+    def _wait(self, timeout: float) -> None:
+        """``_cond.wait`` (the lock held once), the lock held again whatever lands in it (an
+        interrupt as its ``_release_save`` returned: RuntimeError in its place, audit53)."""
+        try:
+            self._cond.wait(timeout)
+        finally:
+            if not self._lock._is_owned():  # type: ignore[attr-defined]
+                self._lock.acquire()
 
     def wait_mine(self, behind: tuple[int, ...] = ()) -> bool:
         """Block until no write of this thread is in a commit under way, nor the batches
@@ -524,12 +529,10 @@ class BatchOwners(Generic[W]):
         writes back on the queue, or ``behind`` names any (the caller flushes again).
 
         A flush re-entered on the thread committing a batch with this thread's writes (a
-        signal handler's, which runs inside that commit) raises ReentrantWriteError: it
-        waited for itself for ever.
-
-        Never waits on a commit that waits on this thread (``blocked``): a flush inside a
-        ``store.read()`` block while another thread's commit of this thread's writes grows
-        the map, which waits for that read to end, raises OutcomeUnknownError instead.
+        signal handler's, inside that commit) raises ReentrantWriteError: it waited for
+        itself for ever. Never waits on a commit that waits on this thread (``blocked``): a
+        flush inside ``store.read()`` while another thread's commit of this thread's writes
+        grows the map, which waits for that read to end, raises OutcomeUnknownError.
         """
         me = self.me()
         bound = self.exit_wait
@@ -556,7 +559,7 @@ class BatchOwners(Generic[W]):
                         "commit at exit, or queued behind it; they may or may not be stored",
                         where=self._where,
                     )
-                self._cond.wait(_POLL if left is None else min(left, _POLL))
+                self._wait(_POLL if left is None else min(left, _POLL))
             err = self._dropped.pop(me, None)
             again = me in self._again or bool(behind)
             self._again.discard(me)

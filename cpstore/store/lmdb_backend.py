@@ -265,7 +265,7 @@ class LmdbBackend:
         self._exit_ran = True
         self.env.resize_wait = wait
         self._owners.exit_wait = wait
-        self._exit_gate = gate = ExitGate()
+        self._owners.gate = self._exit_gate = gate = ExitGate()
         me = self._owners.me()
 
         def flush_as_me() -> None:  # the worker flushes as this thread (batch_owners.act_as)
@@ -576,7 +576,7 @@ class LmdbBackend:
         except BaseException as exc:
             failed = exc  # dropped: the other threads' flushes must say so
             landed = lambda: batch_landed(self, batch)  # noqa: E731
-            fate = interrupted(exc, applied, landed, batch) if took else None
+            fate = interrupted(exc, applied, landed, batch) if batch else None  # taken
             requeue, failed = fate is True, None if fate is False else exc  # False: landed
             raise
         finally:  # an interrupt must not leave a taken batch unsettled: entering settled()

@@ -279,7 +279,7 @@ class PgBackend:
         queued = list(self._pending) + self._owners.flying()
         self._exit_ran = True
         self._owners.exit_wait = wait
-        self._exit_gate = gate = ExitGate()
+        self._owners.gate = self._exit_gate = gate = ExitGate()
         me = self._owners.me()
 
         def flush_as_me() -> None:  # the worker flushes as this thread (batch_owners.act_as)
