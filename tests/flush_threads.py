@@ -126,3 +126,33 @@ def close_in_the_next_apply(
 
         monkeypatch.setattr(cls, name, apply)
     return closer, told
+
+
+def flush_interrupted_beside_writer(
+    st: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    modules: Sequence[ModuleType],
+    arm: Callable[[], None],
+) -> WaitingWriter:
+    """Thread W queues w0 and waits; the main thread queues r0 of run r and flushes with
+    ``arm()``'s patches in place, which must interrupt that flush (KeyboardInterrupt); W is
+    let go once the main thread's txn ended (``modules``' backends), queues w1 (extending
+    w0) and flushes. W, joined (:attr:`WaitingWriter.told` says what its flush raised)."""
+    w = WaitingWriter(st, then_checkpoint=True)
+    w.start()
+    st.recorder("r").checkpoint(0, {"r": 0})
+    w.go_once_the_txn_ended(monkeypatch, modules)
+    arm()
+    with pytest.raises(KeyboardInterrupt):
+        st.flush()
+    w.join()
+    return w
+
+
+def assert_all_committed(st: Store, w: WaitingWriter) -> None:
+    """W's flush returned, and once the main thread's requeued batch is flushed too, w0,
+    w1 and r0 are stored in order."""
+    assert w.told == [None], w.told
+    st.flush()
+    assert [m.step for m in st.history("w")] == [1, 0]
+    assert [m.step for m in st.history("r")] == [0]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flush_threads import WaitingWriter
+from flush_threads import WaitingWriter, assert_all_committed, flush_interrupted_beside_writer
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_flush_interrupted import _interrupt_the_next_apply, _steps
 
@@ -178,18 +178,13 @@ def test_a_requeued_batch_commits_before_what_another_thread_flushes_meanwhile(
     committed after it."""
     st = cpstore.open(url, durability="batched", batch_size=1000)
     try:
-        w = WaitingWriter(st, then_checkpoint=True)
-        w.start()
-        st.recorder("r").checkpoint(0, {"r": 0})
-        w.go_once_the_txn_ended(monkeypatch, [lmdb_backend, pg_backend])
-        _interrupt_the_next_apply(monkeypatch, KeyboardInterrupt())
-        with pytest.raises(KeyboardInterrupt):
-            st.flush()
-        w.join()
-        assert w.told == [None], w.told
-        st.flush()
-        assert [m.step for m in st.history("w")] == [1, 0]
-        assert [m.step for m in st.history("r")] == [0]
+        w = flush_interrupted_beside_writer(
+            st,
+            monkeypatch,
+            [lmdb_backend, pg_backend],
+            lambda: _interrupt_the_next_apply(monkeypatch, KeyboardInterrupt()),
+        )
+        assert_all_committed(st, w)
     finally:
         st.close()
 

@@ -19,12 +19,13 @@ import dis
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from types import FrameType
 from typing import Any
 
 import psycopg
 import pytest
-from flush_threads import WaitingWriter, close_in_the_next_apply
+from flush_threads import close_in_the_next_apply, flush_interrupted_beside_writer
 from pg_cluster import backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 from trace_interrupts import in_psycopg
 
@@ -221,10 +222,6 @@ def test_an_interrupt_in_the_commit_requeues_before_another_thread_takes_the_que
     ConflictError, dropping w1 (acknowledged as queued)."""
     st = cpstore.open(pg_url, durability="batched", batch_size=10_000)
     try:
-        w = WaitingWriter(st, then_checkpoint=True)
-        w.start()
-        st.recorder("r").checkpoint(0, {"r": 0})
-        w.go_once_the_txn_ended(monkeypatch, [pg_backend])
         real_commit = PgTxn.commit
         armed = [True]
 
@@ -234,10 +231,8 @@ def test_an_interrupt_in_the_commit_requeues_before_another_thread_takes_the_que
                 raise KeyboardInterrupt("in the COMMIT's round trip, before it is sent")
             real_commit(txn)
 
-        monkeypatch.setattr(PgTxn, "commit", commit)
-        with pytest.raises(KeyboardInterrupt):
-            st.flush()
-        w.join()
+        arm = partial(monkeypatch.setattr, PgTxn, "commit", commit)
+        w = flush_interrupted_beside_writer(st, monkeypatch, [pg_backend], arm)
         assert w.told == [None], w.told
     finally:
         st.close()

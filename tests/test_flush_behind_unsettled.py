@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
-from flush_threads import WaitingWriter
+from flush_threads import assert_all_committed, flush_interrupted_beside_writer
 from pg_cluster import Cluster, backend_url, fresh_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
@@ -55,10 +56,6 @@ def test_an_interrupt_as_the_apply_returns_requeues_before_another_thread_takes_
     interrupt inside the apply). Before: W told ConflictError, w1 dropped (both backends)."""
     st = cpstore.open(url, durability="batched", batch_size=1000)
     try:
-        w = WaitingWriter(st, then_checkpoint=True)
-        w.start()
-        st.recorder("r").checkpoint(0, {"r": 0})
-        w.go_once_the_txn_ended(monkeypatch, [lmdb_backend, pg_backend])
         real = BatchOwners.applying
         trigger = _on_main_once(_interrupt)
 
@@ -66,14 +63,9 @@ def test_an_interrupt_as_the_apply_returns_requeues_before_another_thread_takes_
             real(owners, *args)
             trigger()
 
-        monkeypatch.setattr(BatchOwners, "applying", applying)
-        with pytest.raises(KeyboardInterrupt):
-            st.flush()
-        w.join()
-        assert w.told == [None], w.told
-        st.flush()
-        assert [m.step for m in st.history("w")] == [1, 0]
-        assert [m.step for m in st.history("r")] == [0]
+        arm = partial(monkeypatch.setattr, BatchOwners, "applying", applying)
+        w = flush_interrupted_beside_writer(st, monkeypatch, [lmdb_backend, pg_backend], arm)
+        assert_all_committed(st, w)
     finally:
         st.close()
 
@@ -114,10 +106,6 @@ def test_a_commit_whose_read_back_fails_holds_back_another_threads_flush(
     was told ConflictError every time."""
     st = cpstore.open(fresh_url(pool_max=pool_max), durability="batched", batch_size=10_000)
     try:
-        w = WaitingWriter(st, then_checkpoint=True)
-        w.start()
-        st.recorder("r").checkpoint(0, {"r": 0})
-        w.go_once_the_txn_ended(monkeypatch, [pg_backend])
         real_commit = PgTxn.commit
         in_commit = _on_main_once(_interrupt)
 
@@ -134,16 +122,13 @@ def test_a_commit_whose_read_back_fails_holds_back_another_threads_flush(
                     break  # raised; never here
             return real_landed(*args)
 
-        monkeypatch.setattr(PgTxn, "commit", commit)
-        monkeypatch.setattr(pg_backend, "landed_on_server", landed)
-        with pytest.raises(KeyboardInterrupt):
-            st.flush()
-        w.join()
+        def arm() -> None:
+            monkeypatch.setattr(PgTxn, "commit", commit)
+            monkeypatch.setattr(pg_backend, "landed_on_server", landed)
+
+        w = flush_interrupted_beside_writer(st, monkeypatch, [pg_backend], arm)
         if how == "interrupted" and times <= 1:
-            assert w.told == [None], w.told
-            st.flush()
-            assert [m.step for m in st.history("w")] == [1, 0]
-            assert [m.step for m in st.history("r")] == [0]
+            assert_all_committed(st, w)
             return
         assert len(w.told) == 1 and isinstance(w.told[0], OutcomeUnknownError), w.told
         assert st.pending == 1  # w1, behind the doubt on w0
