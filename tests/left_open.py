@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -35,6 +37,14 @@ def left_open(path: str, durability: str = "sync", match: str = "left open") -> 
     ends. The checkpoint's id."""
     st = cpstore.open(path, durability=durability)  # type: ignore[arg-type]
     cid = st.recorder("r").checkpoint(0, {"a": 1})
+    with read_held(st, cid), pytest.raises(StoreError, match=match):
+        st.close()
+    return cid
+
+
+@contextmanager
+def read_held(st: cpstore.Store, cid: str) -> Iterator[None]:
+    """Another thread's read view of ``st`` (of checkpoint ``cid``), held for the block."""
     opened, release = threading.Event(), threading.Event()
 
     def reader() -> None:
@@ -45,11 +55,11 @@ def left_open(path: str, durability: str = "sync", match: str = "left open") -> 
     thread = threading.Thread(target=reader)
     thread.start()
     assert opened.wait(30)
-    with pytest.raises(StoreError, match=match):
-        st.close()
-    release.set()
-    thread.join(30)
-    return cid
+    try:
+        yield
+    finally:
+        release.set()
+        thread.join(30)
 
 
 def fork_child_writes(path: str, durability: str = "sync") -> None:

@@ -6,13 +6,10 @@ failure swallowed."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from left_open import left_open
+from left_open import left_open, read_held
 
 import cpstore
 from cpstore.errors import StoreError
@@ -22,26 +19,6 @@ from cpstore.store.lmdb_env import Env
 
 def _failing_sync(env: Env) -> None:
     raise StoreError("fsync failed (test)", where=env.path)
-
-
-@contextmanager
-def _read_held(st: cpstore.Store, cid: str) -> Iterator[None]:
-    """Another thread's read view of ``st``, held for the block."""
-    opened, release = threading.Event(), threading.Event()
-
-    def reader() -> None:
-        with st.read(cid):
-            opened.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=reader)
-    thread.start()
-    assert opened.wait(30)
-    try:
-        yield
-    finally:
-        release.set()
-        thread.join(30)
 
 
 def _notes(exc: BaseException) -> str:
@@ -54,7 +31,7 @@ def test_a_close_left_open_whose_sync_fails_raises_the_sync_failure_noting_left_
     monkeypatch.setattr(lmdb_txns, "CLOSE_WAIT_SECONDS", 0.5)
     st = cpstore.open(str(tmp_path / "s"), durability="none")
     cid = st.recorder("r").checkpoint(0, {"a": 1})
-    with _read_held(st, cid):
+    with read_held(st, cid):
         monkeypatch.setattr(Env, "sync", _failing_sync)
         with pytest.raises(StoreError, match="fsync failed") as told:
             st.close()
