@@ -17,32 +17,19 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_decision_support import clean_doc, replay_of
+from test_decision_support import clean_doc, input_forms, replay_of
 
 from cpstore import dump_document, parse_document, validate
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.native.binding import digest
 from cpstore.run.model import Observation
 from cpstore.store.facade import open as open_store
-
-
-def _forms(doc: dict[str, Any]) -> dict[str, Any]:
-    run = parse_document(doc)
-    return {
-        "mapping": doc,
-        "run": run,
-        "json": json.dumps(doc).encode(),
-        "msgpack": msgpack.packb(doc, use_bin_type=True),
-        "cprun": dump_document(run, encoding="cprun"),
-    }
 
 
 def _repinned(doc: dict[str, Any], index: int, pin: float) -> dict[str, Any]:
@@ -55,7 +42,7 @@ def _repinned(doc: dict[str, Any], index: int, pin: float) -> dict[str, Any]:
 def test_a_read_pinned_at_another_time_quarantines(form: str) -> None:
     r = clean_doc()
     p = _repinned(replay_of(r), 1, 999.0)  # read_config at step 12: recorded pin 101.5
-    d = validate(r, _forms(p)[form])
+    d = validate(r, input_forms(p)[form])
     assert d.verdict is Verdict.QUARANTINE and not d.evidence and d.releasable
     assert d.codes == {FindingCode.UNPINNED_OBSERVATION}
     f = d.findings[0]
@@ -133,7 +120,7 @@ def test_against_a_stored_recording(tmp_path: Path) -> None:
 def test_any_other_pin_never_accepts(index: int, pin: float, form: str) -> None:
     r = clean_doc()
     p = _repinned(replay_of(r), index, pin)
-    d = validate(r, _forms(p)[form])
+    d = validate(r, input_forms(p)[form])
     if pin == r["observations"][index]["pinned_at"]:
         assert d.verdict is Verdict.ACCEPT
     else:

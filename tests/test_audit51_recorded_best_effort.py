@@ -13,31 +13,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-import msgpack
 import pytest
-from test_decision_support import clean_doc, replay_of
+from test_decision_support import clean_doc, input_forms, replay_of
 
-from cpstore import cli, dump_document, parse_document, validate
+from cpstore import cli, validate
 from cpstore.decision.table import Fidelity, FindingCode, Verdict
-
-
-def _forms(doc: dict[str, Any]) -> dict[str, Any]:
-    run = parse_document(doc)
-    return {
-        "mapping": doc,
-        "run": run,
-        "json": json.dumps(doc).encode(),
-        "msgpack": msgpack.packb(doc, use_bin_type=True),
-        "cprun": dump_document(run, encoding="cprun"),
-    }
 
 
 @pytest.mark.parametrize("form", ["mapping", "run", "json", "msgpack", "cprun"])
 def test_recorded_best_effort_quarantines(form: str) -> None:
     r = clean_doc(mode="best_effort")
-    d = validate(_forms(r)[form], replay_of(r))
+    d = validate(input_forms(r)[form], replay_of(r))
     assert d.verdict is Verdict.QUARANTINE and not d.evidence
     assert d.codes == {FindingCode.BEST_EFFORT}
     f = d.findings[0]

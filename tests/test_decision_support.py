@@ -5,8 +5,12 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import json
 from typing import TYPE_CHECKING, Any
 
+import msgpack
+
+from cpstore import dump_document, parse_document
 from cpstore.native.records import kind_code
 from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 
@@ -109,3 +113,16 @@ def stored_replay(store: Store, cid: str, **changes: Any) -> Run:
         fields.update(changes)
         state = fields.pop("state_digest", m.state_digest)
         return Run(m.run_id, m.step, state, **fields)
+
+
+def input_forms(doc: dict[str, Any]) -> dict[str, Any]:
+    """Run document ``doc`` in every form validate takes: the mapping, a parsed ``Run``,
+    JSON and msgpack bytes, and the ``.cprun`` encoding."""
+    run = parse_document(doc)
+    return {
+        "mapping": doc,
+        "run": run,
+        "json": json.dumps(doc).encode(),
+        "msgpack": msgpack.packb(doc, use_bin_type=True),
+        "cprun": dump_document(run, encoding="cprun"),
+    }
