@@ -117,13 +117,16 @@ class PgBackend:
             with psycopg.connect(
                 self._url.conninfo, autocommit=True, connect_timeout=CONNECT_WAIT
             ) as conn:
+                ident = self._ident
                 if not self._readonly:  # the open locks too; by the store's id, not its URL
-                    not_nested(write_identity(conn, self._url), self._lock_key, self._path)
+                    ident = write_identity(conn, self._url)
+                    not_nested(ident, self._lock_key, self._path)
                 self._layout = prepare_schema(
                     conn, self._url, readonly=self._readonly, create=create
                 )
-                if not self._readonly:
-                    self._ident = write_identity(conn, self._url)
+                if ident == self._url.conninfo and not self._readonly:  # no id before the lock
+                    ident = write_identity(conn, self._url)  # made by prepare_schema, if it may
+                self._ident = ident
         except psycopg.Error as exc:
             raise translate(exc, self._path) from None
         self._pool = make_pool(
