@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
+from python_versions import needs_thread_at_exit
 from script_run import run_script
 
 import cpstore
@@ -76,6 +77,7 @@ print(st.recorder("a").checkpoint(0, {"a": 0}), d_ids[0], flush=True)
 """
 
 
+@needs_thread_at_exit
 def test_the_exit_flush_behind_an_unsettled_batch_gives_up_on_a_lock_taken_meanwhile(
     url: str,
 ) -> None:

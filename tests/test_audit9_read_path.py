@@ -19,6 +19,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from python_versions import C_RECURSION_BOUNDED
 from stored import to_layout_4
 from test_store_read_decoders import _forge_parts, _msgpack, _same
 
@@ -81,7 +82,8 @@ class TestDepthPastMsgpacksStack:
         """With the recursion limit raised msgspec decodes 1025 nested arrays; decoded_alike
         refuses them (msgpack refuses the bytes) and keeps 1024."""
         assert not decoded_alike(decode_part(_nested(MSGPACK_MAX_DEPTH + 1)))
-        assert decoded_alike(decode_part(_nested(MSGPACK_MAX_DEPTH)))
+        if not C_RECURSION_BOUNDED:  # 3.12: the walk stops short (the slow path decodes)
+            assert decoded_alike(decode_part(_nested(MSGPACK_MAX_DEPTH)))
         mixed = b"\x91\x81\xa1a" * (MSGPACK_MAX_DEPTH // 2) + b"\x91\x01"
         assert not decoded_alike(decode_part(mixed))
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
+from python_versions import needs_thread_at_exit
 from script_run import run_script
 
 import cpstore
@@ -281,11 +282,13 @@ def check_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds(store: 
         assert st.verify().ok
 
 
+@needs_thread_at_exit
 def test_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds(tmp_path: Path) -> None:
     """LMDB: the exit flush waits at most ~5 s for a writer lock another process holds."""
     check_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds(str(tmp_path / "s"))
 
 
+@needs_thread_at_exit
 def test_the_exit_flush_gives_up_on_a_writer_lock_another_process_holds_on_postgres(
     pg_url: str,  # noqa: F811 - the fixture
 ) -> None:

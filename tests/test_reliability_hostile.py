@@ -347,7 +347,8 @@ class TestLoneSurrogates:
 
 
 def test_a_replay_cursor_asked_for_a_surrogate_kind_says_so(tmp_path: Path) -> None:
-    """ReplayCursor.resolve("\ud800") is InvalidInputError about the surrogate, not a hash clash."""
+    """ReplayCursor.resolve of a lone surrogate ("\\ud800") is InvalidInputError about it,
+    not a hash clash."""
     with cpstore.open(tmp_path / "s") as st:
         rec = st.recorder("run")
         rec.token("rng", 1)
