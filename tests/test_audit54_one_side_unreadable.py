@@ -14,12 +14,17 @@ rollback that the same validation against a readable replay would have barred.
 
 from __future__ import annotations
 
+import random
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_decision_support import clean_doc, replay_of, stored_replay
 
+from cpstore.decision.checks import find_alone
 from cpstore.decision.gates import certify_rollback
+from cpstore.decision.sides import load_side
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import GateError
@@ -100,3 +105,59 @@ def test_the_unverified_recording_quarantines_its_branch(tmp_path: Path) -> None
         assert dy.verdict is Verdict.ACCEPT, dy.findings
         with pytest.raises(GateError, match="quarantined"):
             certify_rollback(store, y, dy)
+
+
+def _mutated(rng: random.Random) -> tuple[dict[str, Any], dict[str, Any]]:
+    r, p = clean_doc(), replay_of(clean_doc())
+    for doc in (r, p):
+        if rng.random() < 0.3:
+            doc["tokens"][rng.randrange(6)]["provenance"] = "live"
+        if rng.random() < 0.3:
+            doc["observations"][rng.randrange(3)]["pinned_at"] = None
+        if rng.random() < 0.3:
+            doc["mode"] = rng.choice(["best_effort", None, "strict"])
+        if rng.random() < 0.3:
+            doc["provenance_tags"] = ["replay:x"]
+        if rng.random() < 0.3:
+            doc["ledger_sealed"] = False
+        if rng.random() < 0.3:
+            doc["harness_accesses"] = [{"resource": "cache"}]
+        if rng.random() < 0.2:
+            doc["tokens"][2]["seq"] = 9
+    return r, p
+
+
+def test_what_a_side_shows_alone_is_what_the_full_validation_lists_of_it() -> None:
+    # The one-sided findings are the full validation's (find_all and find_alone share
+    # the checks): a P read pinned at another time than R's needs R, so P's
+    # UNPINNED_OBSERVATION is compared only when P has a null pin.
+    rng = random.Random(54)
+    for _ in range(200):
+        r, p = _mutated(rng)
+        full = validate(r, p)
+        with ExitStack() as stack:  # documents: nothing held open
+            rs = load_side(stack, r, "recorded", None, True)[0]
+            ps = load_side(stack, p, "replayed", None, True)[0]
+        assert rs is not None and ps is not None
+        for side in (rs, ps):
+            alone = [(f.code, f.side, f.position, f.count) for f in find_alone(side)]
+            listed = [
+                (f.code, f.side, f.position, f.count)
+                for f in full.findings
+                if f.side == side.label
+                and f.code in _ALONE
+                and (f.code is not FindingCode.UNPINNED_OBSERVATION or side is rs)
+            ]
+            alone = [a for a in alone if a[0] is not FindingCode.UNPINNED_OBSERVATION or side is rs]
+            assert alone == listed, (r, p)
+
+
+_ALONE = {
+    FindingCode.REPLAY_OF_REPLAY,
+    FindingCode.BEST_EFFORT,
+    FindingCode.LEDGER_UNSEALED,
+    FindingCode.UNPINNED_OBSERVATION,
+    FindingCode.LIVE_RESOLUTION,
+    FindingCode.TOKEN_SEQUENCE,
+    FindingCode.HARNESS_PERTURBATION,
+}
