@@ -26,10 +26,10 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import first_divergence, hashed_kinds, scan_tokens
 from cpstore.native.canonical import encode_value
-from cpstore.native.records import REFUSED_TAIL, DivergenceKind, RecordType
+from cpstore.native.records import REFUSED_TAIL, DivergenceKind, RecordType, TokenScan
 from cpstore.run.model import Observation, ReplayMode, TokenInfo
 
-__all__ = ["find_all"]
+__all__ = ["find_all", "find_alone", "sort_findings"]
 
 # -- the checks, one per stream -------------------------------------------------
 
@@ -85,30 +85,32 @@ def _refusals(r: memoryview, p: memoryview, first: int) -> int | None:
     return refused
 
 
-def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
-    scans = {}
-    for side in (r, p):
-        scan = scan_tokens(side.tokens)
-        if scan.first_malformed is not None:
-            where = f"{side.label}.tokens[{scan.first_malformed}]"
-            if not side.from_store:
-                raise RecordFormatError(
-                    "malformed token record (kind 0, unknown provenance or reserved bytes set)",
-                    where=where,
-                )
-            out.append(
-                Finding(
-                    FindingCode.INTEGRITY,
-                    "tokens",
-                    side.label,
-                    scan.first_malformed,
-                    "index",
-                    "a well-formed token record",
-                    "malformed",
-                    f"stored token record {where} is malformed",
-                )
+def _scan(side: Side, out: list[Finding]) -> TokenScan:
+    scan = scan_tokens(side.tokens)
+    if scan.first_malformed is not None:
+        where = f"{side.label}.tokens[{scan.first_malformed}]"
+        if not side.from_store:
+            raise RecordFormatError(
+                "malformed token record (kind 0, unknown provenance or reserved bytes set)",
+                where=where,
             )
-        scans[side.label] = scan
+        out.append(
+            Finding(
+                FindingCode.INTEGRITY,
+                "tokens",
+                side.label,
+                scan.first_malformed,
+                "index",
+                "a well-formed token record",
+                "malformed",
+                f"stored token record {where} is malformed",
+            )
+        )
+    return scan
+
+
+def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
+    scans = {side.label: _scan(side, out) for side in (r, p)}
     div = first_divergence(RecordType.TOKEN, r.tokens, p.tokens, fields=TOKEN_FIELDS)
     index = div.index if div.kind is DivergenceKind.RECORD else None
     fields = div.fields
@@ -159,36 +161,39 @@ def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
             )
         )
     for side in (r, p):
-        scan = scans[side.label]
-        if scan.first_live is not None:
-            info = side.token_info(scan.first_live)
-            out.append(
-                Finding(
-                    FindingCode.LIVE_RESOLUTION,
-                    "tokens",
-                    side.label,
-                    info.seq,
-                    "seq",
-                    "recorded",
-                    info.provenance,
-                    f"{side.label} token seq={info.seq} kind={info.kind} was resolved from a live "
-                    f"source ({scan.live_count} such tokens)",
-                    scan.live_count,
-                )
+        _scan_findings(side, scans[side.label], out)
+
+
+def _scan_findings(side: Side, scan: TokenScan, out: list[Finding]) -> None:
+    """LIVE_RESOLUTION (either side) and TOKEN_SEQUENCE (R): one side's own scan."""
+    if scan.first_live is not None:
+        info = side.token_info(scan.first_live)
+        out.append(
+            Finding(
+                FindingCode.LIVE_RESOLUTION,
+                "tokens",
+                side.label,
+                info.seq,
+                "seq",
+                "recorded",
+                info.provenance,
+                f"{side.label} token seq={info.seq} kind={info.kind} was resolved from a live "
+                f"source ({scan.live_count} such tokens)",
+                scan.live_count,
             )
-    rscan = scans[r.label]
-    if rscan.first_seq_break is not None:
-        info = r.token_info(rscan.first_seq_break)
+        )
+    if side.label == "recorded" and scan.first_seq_break is not None:
+        info = side.token_info(scan.first_seq_break)
         out.append(
             Finding(
                 FindingCode.TOKEN_SEQUENCE,
                 "tokens",
                 "recorded",
-                rscan.first_seq_break,
+                scan.first_seq_break,
                 "index",
-                rscan.first_seq_break,
+                scan.first_seq_break,
                 info.seq,
-                f"recorded token {rscan.first_seq_break} has seq {info.seq}; "
+                f"recorded token {scan.first_seq_break} has seq {info.seq}; "
                 "seqs must be 0, 1, 2, ...",
             )
         )
@@ -293,48 +298,54 @@ def _check_observations(r: Side, p: Side, out: list[Finding]) -> None:
             )
         )
     for side in (r, p):
-        unpinned = [i for i, o in enumerate(side.observations) if o.pinned_at is None]
-        # A replayed read pinned at another time than the recording's read at that
-        # position (otherwise equal) was fetched and pinned anew, not "replayed from the
-        # log rather than re-fetched" (seed 000, condition 3): re-fetched, equivalence
-        # unprovable, as a null pin. audit51: only a null pin counted, so it was an ACCEPT.
-        repinned = (
-            [
-                i
-                for i, (x, y) in enumerate(zip(r.observations, p.observations, strict=False))
-                if _obs_key(x) == _obs_key(y) and _repinned(x, y)
-            ]
-            if side is p
-            else []
+        _pin_findings(side, r if side is p else None, out)
+
+
+def _pin_findings(side: Side, r: Side | None, out: list[Finding]) -> None:
+    """UNPINNED_OBSERVATION for ``side``: its null pins, and (``r`` given: ``side`` is P)
+    its reads pinned at another time than R's otherwise equal read at that position."""
+    unpinned = [i for i, o in enumerate(side.observations) if o.pinned_at is None]
+    # A replayed read pinned at another time than the recording's read at that
+    # position (otherwise equal) was fetched and pinned anew, not "replayed from the
+    # log rather than re-fetched" (seed 000, condition 3): re-fetched, equivalence
+    # unprovable, as a null pin. audit51: only a null pin counted, so it was an ACCEPT.
+    repinned = (
+        [
+            i
+            for i, (x, y) in enumerate(zip(r.observations, side.observations, strict=False))
+            if _obs_key(x) == _obs_key(y) and _repinned(x, y)
+        ]
+        if r is not None
+        else []
+    )
+    if not unpinned and not repinned:
+        return
+    at = min(unpinned[:1] + repinned[:1])
+    first = side.observations[at]
+    if first.pinned_at is None or r is None:  # without R only null pins are found
+        expected: Any = "pinned_at set"
+        observed: Any = None
+        what = "was re-fetched, not pinned"
+    else:
+        expected, observed = _pin(r.observations[at]), _pin(first)
+        what = (
+            f"was pinned at {observed!r}, not at the recording's pin {expected!r}: "
+            "re-fetched, not replayed from the log"
         )
-        if not unpinned and not repinned:
-            continue
-        at = min(unpinned[:1] + repinned[:1])
-        first = side.observations[at]
-        if first.pinned_at is None:
-            expected: Any = "pinned_at set"
-            observed: Any = None
-            what = "was re-fetched, not pinned"
-        else:
-            expected, observed = _pin(r.observations[at]), _pin(first)
-            what = (
-                f"was pinned at {observed!r}, not at the recording's pin {expected!r}: "
-                "re-fetched, not replayed from the log"
-            )
-        tally = f"{len(unpinned)} unpinned" + (f", {len(repinned)} re-pinned" if repinned else "")
-        out.append(
-            Finding(
-                FindingCode.UNPINNED_OBSERVATION,
-                "observations",
-                side.label,
-                first.step,
-                "step",
-                expected,
-                observed,
-                f"{side.label} observation {first.source} at step {first.step} {what} ({tally})",
-                len(unpinned) + len(repinned),
-            )
+    tally = f"{len(unpinned)} unpinned" + (f", {len(repinned)} re-pinned" if repinned else "")
+    out.append(
+        Finding(
+            FindingCode.UNPINNED_OBSERVATION,
+            "observations",
+            side.label,
+            first.step,
+            "step",
+            expected,
+            observed,
+            f"{side.label} observation {first.source} at step {first.step} {what} ({tally})",
+            len(unpinned) + len(repinned),
         )
+    )
 
 
 def _node_bytes(node: Mapping[str, Any]) -> bytes:
@@ -391,19 +402,6 @@ def _check_call_graph(r: Side, p: Side, out: list[Finding]) -> int | None:
 
 
 def _check_effects(r: Side, p: Side, out: list[Finding]) -> None:
-    if not r.ledger_sealed:
-        out.append(
-            Finding(
-                FindingCode.LEDGER_UNSEALED,
-                "ledger",
-                "recorded",
-                None,
-                "",
-                True,
-                False,
-                "the recorded side-effect ledger was not sealed at checkpoint time",
-            )
-        )
     bad = [i for i, e in enumerate(p.effects) if i >= len(r.effects) or r.effects[i] != e]
     if bad:
         i = bad[0]
@@ -461,9 +459,8 @@ def _check_identity(r: Side, p: Side, out: list[Finding]) -> None:
         )
 
 
-def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
-    out: list[Finding] = [*r.integrity, *p.integrity]
-    _check_identity(r, p, out)
+def _recorded_alone(r: Side, out: list[Finding]) -> None:
+    """What R shows on its own: a replay: tag, a best_effort mode, an unsealed ledger."""
     tags = [(i, t) for i, t in enumerate(r.provenance_tags) if t.startswith("replay:")]
     if tags:
         out.append(
@@ -478,36 +475,6 @@ def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
                 f"recorded run carries replay-provenance tag {tags[0][1]!r}: "
                 "replay-of-replay is not evidence",
                 len(tags),
-            )
-        )
-    if r.state_digest != p.state_digest:
-        out.append(
-            Finding(
-                FindingCode.STATE_MISMATCH,
-                "state",
-                "both",
-                r.step,
-                "step",
-                r.state_digest,
-                p.state_digest,
-                f"post-state digest differs at step {r.step}",
-            )
-        )
-    _check_tokens(r, p, out)
-    cg_step = _check_call_graph(r, p, out)
-    _check_observations(r, p, out)
-    if p.mode is not ReplayMode.STRICT:
-        observed = "undeclared" if p.mode is None else p.mode.value
-        out.append(
-            Finding(
-                FindingCode.BEST_EFFORT,
-                "mode",
-                "replayed",
-                None,
-                "",
-                "strict",
-                observed,
-                f"replay mode is {observed}, not strict: evidence of nothing",
             )
         )
     if r.mode is ReplayMode.BEST_EFFORT:
@@ -525,7 +492,37 @@ def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
                 "the recording declares itself a best_effort replay: evidence of nothing",
             )
         )
-    _check_effects(r, p, out)
+    if not r.ledger_sealed:
+        out.append(
+            Finding(
+                FindingCode.LEDGER_UNSEALED,
+                "ledger",
+                "recorded",
+                None,
+                "",
+                True,
+                False,
+                "the recorded side-effect ledger was not sealed at checkpoint time",
+            )
+        )
+
+
+def _replayed_alone(p: Side, out: list[Finding]) -> None:
+    """What P shows on its own: a mode other than strict, the harness's own accesses."""
+    if p.mode is not ReplayMode.STRICT:
+        observed = "undeclared" if p.mode is None else p.mode.value
+        out.append(
+            Finding(
+                FindingCode.BEST_EFFORT,
+                "mode",
+                "replayed",
+                None,
+                "",
+                "strict",
+                observed,
+                f"replay mode is {observed}, not strict: evidence of nothing",
+            )
+        )
     if p.harness_accesses:
         out.append(
             Finding(
@@ -540,6 +537,52 @@ def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
                 len(p.harness_accesses),
             )
         )
+
+
+def sort_findings(out: list[Finding]) -> list[Finding]:
+    """``out`` in table order (the order of :class:`FindingCode`), stably."""
+    order = list(FindingCode)
+    out.sort(key=lambda f: order.index(f.code))
+    return out
+
+
+def find_alone(side: Side) -> list[Finding]:
+    """The findings ``side`` shows without the other side, which could not be read
+    (its own INTEGRITY findings included). audit54: the decision held only INTEGRITY,
+    so a recording's replay: tag or unsealed ledger, a replay's best-effort mode, went
+    unlisted, and a branch such a decision should quarantine was not."""
+    out: list[Finding] = list(side.integrity)
+    if side.label == "recorded":
+        _recorded_alone(side, out)
+    else:
+        _replayed_alone(side, out)
+    _scan_findings(side, _scan(side, out), out)
+    _pin_findings(side, None, out)
+    return sort_findings(out)
+
+
+def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
+    out: list[Finding] = [*r.integrity, *p.integrity]
+    _check_identity(r, p, out)
+    _replayed_alone(p, out)  # before R's: a replayed BEST_EFFORT is listed first
+    _recorded_alone(r, out)
+    if r.state_digest != p.state_digest:
+        out.append(
+            Finding(
+                FindingCode.STATE_MISMATCH,
+                "state",
+                "both",
+                r.step,
+                "step",
+                r.state_digest,
+                p.state_digest,
+                f"post-state digest differs at step {r.step}",
+            )
+        )
+    _check_tokens(r, p, out)
+    cg_step = _check_call_graph(r, p, out)
+    _check_observations(r, p, out)
+    _check_effects(r, p, out)
     if r.transcript_digest != p.transcript_digest:
         out.append(
             Finding(
@@ -553,6 +596,4 @@ def find_all(r: Side, p: Side) -> tuple[list[Finding], int | None]:
                 "transcript digest differs",
             )
         )
-    order = list(FindingCode)
-    out.sort(key=lambda f: order.index(f.code))
-    return out, cg_step
+    return sort_findings(out), cg_step

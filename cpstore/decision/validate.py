@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
-from cpstore.decision.checks import find_all
+from cpstore.decision.checks import find_all, find_alone, sort_findings
 from cpstore.decision.ports import CheckpointStore
 from cpstore.decision.sides import RunSource, Side, load_side
 from cpstore.decision.table import (
@@ -148,12 +148,16 @@ def validate(
                     )
                 cg_step: int | None = None
                 if r is None or p is None:
-                    findings = [
-                        *r_bad,
-                        *p_bad,
-                        *(r.integrity if r else ()),
-                        *(p.integrity if p else ()),
-                    ]
+                    # The side that was read still shows what it shows alone (audit54:
+                    # only INTEGRITY was listed, and such a decision quarantined no branch).
+                    findings = sort_findings(
+                        [
+                            *r_bad,
+                            *p_bad,
+                            *(find_alone(r) if r else ()),
+                            *(find_alone(p) if p else ()),
+                        ]
+                    )
                 else:
                     try:
                         findings, cg_step = find_all(r, p)
