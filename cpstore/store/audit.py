@@ -58,7 +58,7 @@ from cpstore.store.audit_named import (
 )
 from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine
 from cpstore.store.backend import FORKS, Backend, Txn, forked_view
-from cpstore.store.keyed_audit import check_can_append, check_mac, mac_append
+from cpstore.store.keyed_audit import check_can_append, check_mac, keyed_in, mac_append
 from cpstore.store.model import AuditRecord, check_metadata, parse_id
 
 __all__ = [
@@ -391,7 +391,7 @@ def check_record_mac(store: Backend, txn: Txn[memoryview], index: int) -> None:
     A no-op on an unkeyed store; on a keyed store opened without the key it
     raises, since nothing it reads can be trusted against a forger.
     """
-    if not store.audit_keyed:
+    if not keyed_in(store, txn):
         return
     if store.audit_key is None:
         raise AuditChainError(
@@ -446,7 +446,7 @@ def append_audit_txn(
     ``content`` must already have passed ``check_metadata``. The decision index
     and the audited-checkpoint index (docs/store.md) are kept in this same txn.
     """
-    check_can_append(store)
+    check_can_append(store, txn)
     dbs = store.dbs
     audit, index_db, meta = dbs["audit"], dbs["audit_index"], dbs["meta"]
     with txn.cursor(db=audit) as cur:

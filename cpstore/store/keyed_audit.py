@@ -31,6 +31,7 @@ __all__ = [
     "check_can_append",
     "check_mac",
     "check_macs",
+    "keyed_in",
     "mac_append",
 ]
 
@@ -125,9 +126,17 @@ def check_macs(txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes) -> list
     return verify_macs(records, key, head=head)
 
 
-def check_can_append(store: Backend) -> None:
-    """StoreError when this handle may not append to the log (a keyed log, no key)."""
-    if store.audit_keyed and store.audit_key is None:
+def keyed_in(store: Backend, txn: Txn[memoryview]) -> bool:
+    """Whether the log is keyed, as ``txn`` sees it: a handle opened without a key on the
+    empty log stays unkeyed at open, but another process may key the log since (audit55:
+    the stale handle appended records with no MAC to a keyed log and trusted any record)."""
+    return store.audit_keyed or txn.get(KEY_ID, db=store.dbs["meta"]) is not None
+
+
+def check_can_append(store: Backend, txn: Txn[memoryview]) -> None:
+    """StoreError when this handle may not append to the log in ``txn`` (a keyed log, no
+    key)."""
+    if store.audit_key is None and keyed_in(store, txn):
         raise StoreError(
             "this store's audit log is keyed; open it with audit_key= to append",
             where=store.path,

@@ -263,7 +263,7 @@ def _sweep(
             if decided:
                 # The real run appends a gc record, which a keyed log takes only with
                 # the key: it would refuse, and the dry run says what it would do.
-                check_can_append(store)
+                check_can_append(store, txn)
             raise _DryRunDoneError(report)
         if decided:
             body = {

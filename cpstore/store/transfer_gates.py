@@ -69,6 +69,7 @@ from cpstore.store.audit_permits import (
 )
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.content import records_of
+from cpstore.store.keyed_audit import keyed_in
 from cpstore.store.location import redact
 from cpstore.store.model import AuditRecord, check_metadata
 
@@ -303,9 +304,11 @@ def _branch_only(body: dict[str, Any], checkpoint_id: str | None = None) -> None
 def check_carry(dst: Backend, carried: Carried) -> None:
     """Before anything is copied: refuse (StoreError) when a decision is to be carried
     and the destination's log cannot be appended to (keyed, opened without its key)."""
-    if not carried or not (dst.audit_keyed and dst.audit_key is None):
+    if not carried or dst.audit_key is not None:
         return
     with dst.read_txn() as txn:
+        if not keyed_in(dst, txn):  # read now: another process may have keyed it (audit55)
+            return
         wanted = [cid for cid, carry in carried.items() if _to_append(dst, txn, cid, carry)]
     if wanted:
         raise StoreError(
