@@ -12,6 +12,7 @@ and PostgreSQL alike.
 from __future__ import annotations
 
 import multiprocessing
+from pathlib import Path
 from typing import Any
 
 from pg_cluster import (  # noqa: F401 - fixtures
@@ -19,9 +20,14 @@ from pg_cluster import (  # noqa: F401 - fixtures
     pg_cluster,
     pg_url,
 )
+from test_decision_support import stored_replay
 
+from cpstore.decision.table import Verdict
+from cpstore.decision.validate import validate
 from cpstore.errors import CpstoreError
+from cpstore.run.model import ReplayMode
 from cpstore.store.facade import open as open_store
+from cpstore.store.transfer import transfer
 
 KEY = b"k" * 32
 WAIT = 120
@@ -71,5 +77,59 @@ def test_a_handle_opened_before_the_log_was_keyed_neither_appends_nor_trusts(url
     assert trusted.startswith("refused: ") and "keyed" in trusted, trusted
     with open_store(url, audit_key=KEY) as keyed:
         assert [r.body["by"] for r in keyed.audit_records()] == ["keyed handle"]
+        report = keyed.verify()
+        assert report.ok, report.problems
+
+
+def _stale_destination(src: str, dst: str, ready: Any, go: Any, out: Any) -> None:
+    """Open the destination without the key on its empty log, wait for it to be keyed
+    elsewhere, then push the source's quarantined checkpoint into it."""
+    try:
+        with open_store(src) as source, open_store(dst) as dest:
+            ready.set()
+            if not go.wait(WAIT):
+                out.put("never told to go")
+                return
+            try:
+                report = transfer(source.backend, dest.backend)
+                out.put(f"landed, {report.decisions} decision(s) carried")
+            except CpstoreError as exc:
+                out.put(f"refused: {exc.what}")
+    except BaseException as exc:
+        out.put(repr(exc))
+
+
+def test_a_push_into_a_log_keyed_after_the_open_carries_no_unkeyed_decision(
+    url: str, tmp_path: Path
+) -> None:
+    """The transfer's "keyed destination opened without its key" refusal (docs/store.md)
+    is decided on the log as it is when the push runs, not as it was at the open."""
+    dst = str(tmp_path / "dst") if "://" not in url else url.replace("schema=", "schema=dst_")
+    with open_store(url) as source:
+        rec = source.recorder("r")
+        rec.observe(1, "clock", b"t", pinned_at=1.0)
+        rec.token("rng", 1)
+        cid = str(rec.checkpoint(1, b"state"))
+        replay = stored_replay(source, cid, mode=ReplayMode.BEST_EFFORT)
+        assert validate(cid, replay, store=source).verdict is Verdict.QUARANTINE
+    with open_store(dst):
+        pass
+    ctx = multiprocessing.get_context("spawn")
+    ready, go, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    child = ctx.Process(target=_stale_destination, args=(url, dst, ready, go, out))
+    child.start()
+    try:
+        assert ready.wait(WAIT)
+        with open_store(dst, audit_key=KEY) as keyed:
+            keyed.append_audit("note", {"by": "keyed handle"})
+        go.set()
+        told = out.get(timeout=WAIT)
+    finally:
+        child.join(timeout=WAIT)
+    assert child.exitcode == 0
+    assert told.startswith("refused: ") and "keyed" in told, told
+    with open_store(dst, audit_key=KEY) as keyed:
+        assert keyed.ref("r") is None  # nothing copied
+        assert [r.kind for r in keyed.audit_records()] == ["note"]
         report = keyed.verify()
         assert report.ok, report.problems
