@@ -13,7 +13,7 @@ during a read raises KeyboardInterrupt, for every k until a read runs through, e
 a fresh handle of a one-connection pool; the handle must then read and write. (LMDB has
 no pool: nothing to compare.)
 
-audit55 built a fix (branch audit55, d111c52 + 03ae6c1) that overrides three private
+audit55 built a fix that overrides three private
 psycopg_pool methods and marks the connection's private ``_pool`` attribute; it was not
 merged: its safety against lending one connection to two threads rests on psycopg_pool
 internals (3.3.3) that pyproject's ``psycopg-pool>=3.2`` does not pin, and two threads on
