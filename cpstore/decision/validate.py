@@ -136,15 +136,18 @@ def validate(
             with ExitStack() as stack:
                 r, r_bad = load_side(stack, recorded, "recorded", store, verify)
                 p, p_bad = load_side(stack, replayed, "replayed", store, verify)
-                if r is not None and p is not None and r.mode is not None and p.from_store:
+                if r is not None and r.mode is not None and (p is None or p.from_store):
                     # A replay's Run as R against a stored recording as P would be judged
                     # backwards (and end in QUARANTINE for a mode the checkpoint lacks).
+                    # Only a checkpoint id gives no side (p None): swapped too, though
+                    # unreadable (audit56: R's own findings were listed as a recording's).
                     raise InvalidInputError(
                         "the sides look swapped: RECORDED is a replay (it declares a replay "
                         "mode) and REPLAYED is a stored checkpoint",
                         where="validate(recorded, replayed)",
                         expected="validate(checkpoint_id, replay_run)",
-                        got=f"validate(replay_run with mode={r.mode.value}, {p.checkpoint_id})",
+                        got=f"validate(replay_run with mode={r.mode.value}, "
+                        f"{p.checkpoint_id if p is not None else repr(replayed)})",
                     )
                 cg_step: int | None = None
                 if r is None or p is None:
