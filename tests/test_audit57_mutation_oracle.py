@@ -1,0 +1,449 @@
+"""audit57: a field-mutation oracle for ``validate`` (docs/decision-table.md).
+
+A recording R and its faithful STRICT replay P validate to ACCEPT. Then every field
+that carries identity or evidence on either side (identity, state, mode, seal,
+harness, tags, every observation / token / decision / effect field, and each list's
+items: dropped, duplicated, swapped with the next, an extra one, emptied) is mutated
+on ONE side, by a small fixed set of changes (one byte or value, a type change,
+empty, null, dropped). Each mutated pair must either be refused as bad input (a
+``DocumentError`` naming the field, never a crash) or give exactly the findings,
+located exactly where, that a reference table written from the docs alone gives
+(``tests/audit57_oracle.py``), and so the verdict. A mutation the reference keeps at
+ACCEPT must be one the docs say is not compared (``KEPT`` below, each with its doc
+line). The fixed enumeration covers every field on every run; hypothesis adds pairs
+of mutations, on one side or both, and the other input forms (msgpack, ``.cprun``).
+
+The same mutations run against a stored recording (the recorder) with the replay a
+``ReplaySession`` built, and a sample through ``cpstore validate`` (exit codes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+from audit57_oracle import (
+    DROP,
+    Located,
+    Mutation,
+    apply,
+    mutations,
+    recording,
+    replay_of,
+    spec_findings,
+    spec_verdict,
+)
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cpstore import ReplaySession, dump_document, parse_document, state_digest, validate
+from cpstore.cli.entry import main as cli_main
+from cpstore.decision.table import Decision, Verdict
+from cpstore.errors import CpstoreError, DocumentError, FormatVersionError
+from cpstore.native.canonical import encode_value
+from cpstore.run.document import document_dict
+from cpstore.store.facade import Store
+from cpstore.store.facade import open as open_store
+
+R0 = recording()
+P0 = replay_of(R0)
+MUTATIONS = list(mutations(R0))
+
+#: Mutations that keep the ACCEPT, with the doc line that says the field is not
+#: compared (or compares equal). Keyed by (side, field), field without item index.
+KEPT: dict[tuple[str, str], str] = {
+    # decision-table.md: "R declaring `strict` (or nothing) adds no finding."
+    ("R", "mode"): "decision-table.md, Notes, Mode",
+    # run-document.md fields table: "`ledger_sealed` ... R: was the ledger sealed at
+    # checkpoint time" (P's is not read).
+    ("P", "ledger_sealed"): "run-document.md, Fields",
+    # decision-table.md, Notes, ReplaySession: "as P its tags are never compared, so
+    # the tag changes no verdict there"; REPLAY_OF_REPLAY: "R carries a provenance tag
+    # starting with `replay:`" (other tags of R are not identity).
+    ("P", "provenance_tags"): "decision-table.md, ReplaySession",
+    ("R", "provenance_tags"): "decision-table.md, Findings, REPLAY_OF_REPLAY",
+    # decision-table.md, Notes, Effects: "A replay that performed only a prefix of the
+    # ledger attempted nothing unrecorded." (P dropped its last effects; R grew.)
+    ("P", "effects"): "decision-table.md, Notes, Effects",
+    ("R", "effects"): "decision-table.md, Notes, Effects",
+    # decision-table.md, HARNESS_PERTURBATION: "P's harness-access stream is not
+    # empty"; run-document.md: "`harness_accesses` ... P: the replay harness's own
+    # accesses". R's stream is not read: POLICY QUESTION (see the audit57 report):
+    # a recording made under a replay harness carries accesses seed 004 says perturb.
+    ("R", "harness_accesses"): "decision-table.md, Findings, HARNESS_PERTURBATION",
+    ("P", "harness_accesses"): "an empty stream stays empty (dropped: default [])",
+    # audit51 / checks._pin: an int pin is the same instant as its float (100 == 100.0).
+    ("R", "observations.pinned_at"): "tests/test_audit51_pinned_at.py (int pin = float)",
+    ("P", "observations.pinned_at"): "tests/test_audit51_pinned_at.py (int pin = float)",
+}
+
+
+def _field(m: Mutation) -> str:
+    head, _, leaf = m.path.partition(".")
+    name = head.partition("[")[0]
+    return f"{name}.{leaf}" if leaf else name
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as the canonical encoding sees them (1, 1.0 and True differ)."""
+    try:
+        return bytes(encode_value(a)) == bytes(encode_value(b))
+    except CpstoreError:
+        return False
+
+
+def located(decision: Decision) -> Located:
+    return {(f.code.name, f.side): (f.position, f.unit) for f in decision.findings}
+
+
+def check(m: Mutation, decide: Any) -> None:
+    """Run ``decide(r, p)`` on the mutated pair; compare with the reference table."""
+    r, p = apply(m, R0, P0)
+    if _same(r, R0) and _same(p, P0):  # a change to the value it had (P's mode "strict")
+        assert decide(r, p).verdict is Verdict.ACCEPT
+        return
+    try:
+        decision = decide(r, p)
+    except (DocumentError, FormatVersionError) as exc:
+        # Bad input is refused naming the field mutated, never a verdict or a crash.
+        assert exc.where is not None and exc.where.startswith(m.path.partition("[")[0]), (
+            m.ident,
+            exc,
+        )
+        # Only an enumeration refuses a same-type change (format 2, mode "stricu").
+        assert m.op not in ("one_byte", "plus_one", "plus_half", "swap", "duplicate") or _field(
+            m
+        ) in ("format", "mode", "tokens.provenance"), (m.ident, exc)
+        return
+    want = spec_findings(r, p)
+    assert located(decision) == want, m.ident
+    assert decision.verdict.name == spec_verdict(want), m.ident
+    if decision.verdict is Verdict.ACCEPT:
+        assert (m.side, _field(m)) in KEPT, f"{m.ident}: ACCEPT of a field the docs compare"
+    else:
+        assert not decision.evidence and decision.standing == "hypothesis"
+    for finding in decision.findings:  # the first divergence of each stream is named
+        assert decision.divergences[finding.stream].code is not None
+
+
+def test_the_unmutated_pair_accepts_in_every_form() -> None:
+    run_r, run_p = parse_document(R0), parse_document(P0)
+    for r, p in (
+        (R0, P0),
+        (run_r, run_p),
+        (msgpack.packb(R0, use_bin_type=True), msgpack.packb(P0, use_bin_type=True)),
+        (dump_document(run_r, encoding="cprun"), dump_document(run_p, encoding="cprun")),
+    ):
+        d = validate(r, p)
+        assert d.verdict is Verdict.ACCEPT and d.findings == () and d.evidence
+
+
+def test_the_enumeration_covers_every_field() -> None:
+    fields = {(m.side, _field(m)) for m in MUTATIONS}
+    for side in ("R", "P"):
+        for name in R0:
+            assert (side, name) in fields
+        for name in ("observations", "tokens", "call_graph", "effects"):
+            for leaf in R0[name][0]:
+                assert (side, f"{name}.{leaf}") in fields
+    ops = {m.op for m in MUTATIONS}
+    assert {"drop", "duplicate", "swap", "extra_key", "append", "empty", "to_str"} <= ops
+    assert len(MUTATIONS) > 800
+
+
+@pytest.mark.parametrize("m", MUTATIONS, ids=lambda m: m.ident)
+def test_each_field_mutation_on_one_side(m: Mutation) -> None:
+    check(m, validate)
+
+
+# -- pairs of mutations and the other input forms (hypothesis) ----------------------
+
+
+def _forms(doc: Mapping[str, Any]) -> list[Any]:
+    out: list[Any] = [msgpack.packb(doc, use_bin_type=True)]
+    with contextlib.suppress(CpstoreError):
+        out.append(dump_document(parse_document(doc), encoding="cprun"))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=3),
+    st.integers(0, 1),
+)
+def test_mutations_combined_and_in_every_form(ms: list[Mutation], form: int) -> None:
+    r, p = dict(R0), dict(P0)
+    for m in ms:
+        try:
+            r, p = (m.apply(r), p) if m.side == "R" else (r, m.apply(p))
+        except (IndexError, KeyError):
+            return  # an earlier mutation removed what this one names
+    try:
+        want = validate(r, p)
+    except CpstoreError:
+        return
+    assert located(want) == spec_findings(r, p)
+    assert want.verdict.name == spec_verdict(spec_findings(r, p))
+    rf, pf = _forms(r), _forms(p)
+    got = validate(rf[min(form, len(rf) - 1)], pf[min(form, len(pf) - 1)])
+    assert located(got) == located(want) and got.verdict is want.verdict
+
+
+# -- the fixed defect: where a divergence is located ----------------------------------
+
+
+def test_a_token_divergence_is_located_at_its_position_not_rs_broken_seq() -> None:
+    """R's seqs broken (its first token dropped): tokens at seq 1.. are equal on both
+    sides, and the replay departs at position 0. Before audit57 TOKEN_MISMATCH was
+    located at R's seq there (1), naming a pair of tokens that agree."""
+    r = replay_of(R0)
+    del r["tokens"][0]
+    d = validate(r, P0)
+    first = d.divergences["tokens"]
+    assert (first.code.name, first.position, first.unit) == ("TOKEN_MISMATCH", 0, "seq")
+    r = replay_of(R0)
+    r["tokens"][0], r["tokens"][5] = r["tokens"][5], r["tokens"][0]  # seqs 5,1,2,3,4,0
+    first = validate(r, P0).divergences["tokens"]
+    assert (first.code.name, first.position) == ("TOKEN_MISMATCH", 0)
+
+
+def test_an_effect_divergence_is_located_at_the_ledger_entry_not_ps_seq() -> None:
+    """P's first attempt claims seq 1 (its db write) or is the mail write (its db write
+    dropped): the ledger entry it violates is seq 0 (db). Before audit57 the finding
+    named P's claimed seq, 1: the mail entry, which P's second attempt matches."""
+    p = replay_of(P0)
+    p["effects"][0]["seq"] = 1
+    f = validate(R0, p).divergences["effects"]
+    assert (f.code.name, f.position, f.expected) == ("UNRECORDED_EFFECT", 0, [0, "db", "e0"])
+    assert f.observed == [1, "db", "e0"]
+    p = replay_of(P0)
+    del p["effects"][0]
+    f = validate(R0, p).divergences["effects"]
+    assert (f.position, f.expected, f.observed) == (0, [0, "db", "e0"], [1, "mail", "e1"])
+
+
+# -- a stored recording and a ReplaySession replay ------------------------------------
+
+STATE1 = {"messages": ["hi"], "memory": {"k": 1}}
+STATE2 = {"messages": ["hi", "there"], "memory": {"k": 2}}
+
+
+def _record(store: Store, tamper: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    """Two checkpoints of one run (the second's parent is the first); ``tamper``
+    changes one thing the second records."""
+    t = dict(tamper or {})
+    with store.recorder("run-s") as rec:
+        rec.observe(1, "clock", b"t1", pinned_at=10.0)
+        rec.token("rng", 4)
+        rec.decision(1, "plan")
+        c1 = rec.checkpoint(1, STATE1)
+        rec.observe(2, "read_config", t.get("payload", b"cfg-v1"), pinned_at=t.get("pin", 11.0))
+        rec.token(t.get("kind", "clock"), t.get("value", 1.5))
+        rec.token("my-kind", b"raw")
+        rec.decision(2, "select_tool", tool=t.get("tool", "search"))
+        rec.effect("db", t.get("effect", b"row"))
+        if t.get("harness"):
+            rec.harness_access("cache", {"n": 1})
+        rec.transcript(t.get("transcript", b"hello"))
+        c2 = rec.checkpoint(
+            2,
+            t.get("state", STATE2),
+            tags=t.get("tags", ["agent:v1"]),
+            seal_ledger=t.get("seal", True),
+        )
+        if not t.get("seal", True):
+            rec.close(discard_effects=True)  # the unsealed effect stays in c2's ledger
+    return c1, c2
+
+
+def _replay(store: Store, cid: str, state: Any = STATE2) -> Any:
+    """A faithful STRICT replay of checkpoint ``cid`` made with a ReplaySession."""
+    with store.read(cid) as cp:
+        session = ReplaySession(cp)
+        for i in range(cp.token_count()):
+            session.cursor.resolve(cp.token(i)[1])
+        for step, source, _digest, _pin in cp.observations():
+            session.observations.read(step, source)
+        for node in cp.call_graph():
+            session.decision(node["step"], {k: v for k, v in node.items() if k != "step"})
+        for seq, target, _digest in cp.effects():
+            session.guard.check(target, cp.effect_payload(seq))
+        return session.finish(state_digest(state), transcript_digest=cp.manifest.transcript_digest)
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with open_store(tmp_path_factory.mktemp("s") / "s") as store:
+        c1, c2 = _record(store)
+        yield store, c1, c2, _replay(store, c2)
+
+
+def _stored_findings(d: Decision) -> dict[tuple[str, str], Any]:
+    return {(f.code.name, f.side): f.position for f in d.findings}
+
+
+def test_a_stored_recording_and_its_session_replay_accept(stored: Any) -> None:
+    store, _c1, c2, p = stored
+    d = validate(c2, p, store=store, record=False)
+    assert d.verdict is Verdict.ACCEPT and d.evidence
+
+
+def test_every_mutation_of_the_session_replay_against_the_stored_recording(
+    stored: Any,
+) -> None:
+    """P, exported as a mapping, mutated field by field as above; R is the stored
+    checkpoint (R's side of the reference table is the document of R's replay
+    before mutation, with R's own ledger seal, tags and mode)."""
+    store, _c1, c2, p = stored
+    p0 = document_dict(p)
+    r_doc = {**p0, "ledger_sealed": True, "provenance_tags": ["agent:v1"], "mode": None}
+    seen = 0
+    for m in mutations(p0):
+        if m.side != "P":
+            continue
+        try:
+            pm = m.apply(p0)
+        except (IndexError, KeyError):
+            continue
+        if _same(pm, p0):
+            continue
+        try:
+            d = validate(c2, pm, store=store, record=False)
+        except (DocumentError, FormatVersionError) as exc:
+            assert exc.where is not None, m.ident
+            continue
+        want = spec_findings(r_doc, pm)
+        assert located(d) == want, m.ident
+        if d.verdict is Verdict.ACCEPT:
+            assert ("P", _field(m)) in KEPT, m.ident
+        seen += 1
+    assert seen > 100
+
+
+@pytest.mark.parametrize(
+    ("tamper", "expected"),
+    [
+        ({"payload": b"cfg-v2"}, {("OBSERVATION_MISMATCH", "both"): 2}),
+        ({"pin": 12.0}, {("UNPINNED_OBSERVATION", "replayed"): 2}),
+        ({"pin": None}, {("UNPINNED_OBSERVATION", "recorded"): 2}),
+        ({"value": 1}, {("TOKEN_MISMATCH", "both"): 1}),
+        ({"value": "1.5"}, {("TOKEN_MISMATCH", "both"): 1}),
+        ({"kind": "tool"}, {("TOKEN_MISMATCH", "both"): 1}),
+        ({"tool": "fetch"}, {("CALL_GRAPH_MISMATCH", "both"): 1}),
+        ({"effect": b"row2"}, {("UNRECORDED_EFFECT", "replayed"): 0}),
+        ({"transcript": b"hello!"}, {("TRANSCRIPT_MISMATCH", "both"): None}),
+        (
+            {"state": {"messages": ["hi", "there"], "memory": {"k": 3}}},
+            {("STATE_MISMATCH", "both"): 2},
+        ),
+        ({"tags": ["replay:0123"]}, {("REPLAY_OF_REPLAY", "recorded"): 0}),
+        ({"seal": False}, {("LEDGER_UNSEALED", "recorded"): None}),
+        # R's harness stream is not read (KEPT: the policy question in the report).
+        ({"harness": True}, {}),
+        ({"tags": []}, {}),
+    ],
+    ids=lambda v: repr(v)[:40],
+)
+def test_a_stored_recording_changed_in_one_thing(
+    tmp_path: Path, tamper: Mapping[str, Any], expected: Mapping[tuple[str, str], Any]
+) -> None:
+    """R recorded with one thing changed, against the replay of the unchanged one."""
+    with open_store(tmp_path / "clean") as clean:
+        _c1, c2 = _record(clean)
+        p = _replay(clean, c2)
+    with open_store(tmp_path / "s") as store:
+        _a1, a2 = _record(store, tamper)
+        d = validate(a2, p, store=store, record=False)
+    assert _stored_findings(d) == dict(expected)
+
+
+def test_state_parts_and_checkpoint_parents(stored: Any) -> None:
+    store, c1, c2, p = stored
+    # The parent checkpoint is not the one replayed: another step, state, log.
+    d = validate(c1, p, store=store, record=False)
+    assert d.verdict is Verdict.REJECT
+    assert {"STEP_MISMATCH", "STATE_MISMATCH", "TOKEN_COUNT"} <= {f.code.name for f in d.findings}
+    # One state part changed, dropped, added, or retyped: STATE_MISMATCH at R's step.
+    for state in (
+        {"messages": ["hi", "there"]},
+        {**STATE2, "extra": 1},
+        {"messages": ["hi", "there"], "memory": {"k": "2"}},
+        {"messages": ["hi", "there!"], "memory": {"k": 2}},
+        b"state",
+    ):
+        d = validate(c2, _replay(store, c2, state), store=store, record=False)
+        assert _stored_findings(d) == {("STATE_MISMATCH", "both"): 2}, state
+    # The parts' order is not identity (a map: docs/store.md, the state digest is
+    # of the canonical {name: part digest} map).
+    reordered = {"memory": {"k": 2}, "messages": ["hi", "there"]}
+    d = validate(c2, _replay(store, c2, reordered), store=store, record=False)
+    assert d.verdict is Verdict.ACCEPT
+
+
+# -- the command line ----------------------------------------------------------------
+
+EXIT = {"ACCEPT": 0, "REJECT": 10, "QUARANTINE": 11}
+CLI_SAMPLE = [m for i, m in enumerate(MUTATIONS) if i % 23 == 0]
+
+
+def _write(path: Path, doc: Mapping[str, Any]) -> Path:
+    path.write_bytes(msgpack.packb(doc, use_bin_type=True))
+    return path
+
+
+@pytest.mark.parametrize("m", CLI_SAMPLE, ids=lambda m: m.ident)
+def test_cli_exit_code_is_the_verdict(
+    m: Mutation, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r, p = apply(m, R0, P0)
+    try:
+        want: str | None = spec_verdict(spec_findings(r, p))
+        parse_document(r)
+        parse_document(p)
+    except (CpstoreError, KeyError, TypeError, AttributeError):
+        want = None  # refused: exit 3 (9 for an unknown format)
+    code = cli_main(
+        [
+            "validate",
+            str(_write(tmp_path / "r.mpk", r)),
+            str(_write(tmp_path / "p.mpk", p)),
+            "--json",
+        ]
+    )
+    out, err = capsys.readouterr()
+    if want is None:
+        assert code in (3, 9) and err.count("\n") == 1 and "Traceback" not in err, m.ident
+    else:
+        assert code == EXIT[want], m.ident
+        assert json.loads(out)["verdict"] == want
+
+
+def test_cli_in_a_process(tmp_path: Path) -> None:
+    """The installed entry point, once per verdict."""
+    cases = {
+        0: (R0, P0),
+        10: (R0, Mutation("P", "tokens[2].value", "one", {"rows": [1, "b"]}).apply(P0)),
+        11: (R0, Mutation("P", "mode", "none", DROP).apply(P0)),
+    }
+    for want, (r, p) in cases.items():
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cpstore.cli",
+                "validate",
+                str(_write(tmp_path / "r.mpk", r)),
+                str(_write(tmp_path / "p.mpk", p)),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert proc.returncode == want, proc.stderr
