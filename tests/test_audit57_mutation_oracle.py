@@ -42,6 +42,7 @@ from audit57_oracle import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_decision_support import colliding_kinds
 
 from cpstore import ReplaySession, dump_document, parse_document, state_digest, validate
 from cpstore.cli.entry import main as cli_main
@@ -169,14 +170,15 @@ def test_each_field_mutation_on_one_side(m: Mutation) -> None:
 def _forms(doc: Mapping[str, Any]) -> list[Any]:
     out: list[Any] = [msgpack.packb(doc, use_bin_type=True)]
     with contextlib.suppress(CpstoreError):
-        out.append(dump_document(parse_document(doc), encoding="cprun"))
+        run = parse_document(doc)
+        out += [run, dump_document(run, encoding="cprun")]
     return out
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=3),
-    st.integers(0, 1),
+    st.integers(0, 2),
 )
 def test_mutations_combined_and_in_every_form(ms: list[Mutation], form: int) -> None:
     r, p = dict(R0), dict(P0)
@@ -263,19 +265,25 @@ def _record(store: Store, tamper: Mapping[str, Any] | None = None) -> tuple[str,
     return c1, c2
 
 
+def _session(cp: Any) -> ReplaySession:
+    """A ReplaySession over open checkpoint ``cp`` that replays it faithfully (STRICT)."""
+    session = ReplaySession(cp)
+    for i in range(cp.token_count()):
+        session.cursor.resolve(cp.token(i)[1])
+    for step, source, _digest, _pin in cp.observations():
+        session.observations.read(step, source)
+    for node in cp.call_graph():
+        session.decision(node["step"], {k: v for k, v in node.items() if k != "step"})
+    for seq, target, _digest in cp.effects():
+        session.guard.check(target, cp.effect_payload(seq))
+    return session
+
+
 def _replay(store: Store, cid: str, state: Any = STATE2) -> Any:
     """A faithful STRICT replay of checkpoint ``cid`` made with a ReplaySession."""
     with store.read(cid) as cp:
-        session = ReplaySession(cp)
-        for i in range(cp.token_count()):
-            session.cursor.resolve(cp.token(i)[1])
-        for step, source, _digest, _pin in cp.observations():
-            session.observations.read(step, source)
-        for node in cp.call_graph():
-            session.decision(node["step"], {k: v for k, v in node.items() if k != "step"})
-        for seq, target, _digest in cp.effects():
-            session.guard.check(target, cp.effect_payload(seq))
-        return session.finish(state_digest(state), transcript_digest=cp.manifest.transcript_digest)
+        transcript = cp.manifest.transcript_digest
+        return _session(cp).finish(state_digest(state), transcript_digest=transcript)
 
 
 @pytest.fixture(scope="module")
@@ -447,3 +455,48 @@ def test_cli_in_a_process(tmp_path: Path) -> None:
             check=False,
         )
         assert proc.returncode == want, proc.stderr
+
+
+def test_cli_against_a_stored_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``cpstore validate CID P --store S``: the session replay as a ``.cprun`` file, then
+    mutated (a sample), each exit code the verdict the Python API gives."""
+    path = tmp_path / "s"
+    with open_store(path) as store:
+        _c1, c2 = _record(store)
+        with store.read(c2) as cp, (tmp_path / "p.cprun").open("wb") as fh:
+            transcript = cp.manifest.transcript_digest
+            _session(cp).write(fh, state_digest(STATE2), transcript_digest=transcript)
+        p0 = document_dict(_replay(store, c2))
+        sample = [m for i, m in enumerate(mutations(p0)) if m.side == "P" and i % 11 == 0]
+        wanted = {}
+        for m in sample:
+            try:
+                wanted[m.ident] = validate(c2, m.apply(p0), store=store, record=False).verdict.name
+            except CpstoreError:
+                wanted[m.ident] = "refused"
+    assert cli_main(["validate", c2, str(tmp_path / "p.cprun"), "--store", str(path)]) == 0
+    assert set(wanted.values()) >= {"ACCEPT", "REJECT", "QUARANTINE", "refused"}
+    for m in sample:
+        doc = _write(tmp_path / "p.mpk", m.apply(p0))
+        code = cli_main(["validate", c2, str(doc), "--store", str(path), "--json"])
+        out, err = capsys.readouterr()
+        if wanted[m.ident] == "refused":
+            assert code in (3, 9) and "Traceback" not in err, m.ident
+        else:
+            assert code == EXIT[wanted[m.ident]], m.ident
+            assert json.loads(out)["verdict"] == wanted[m.ident]
+
+
+def test_two_kind_names_with_one_hashed_code() -> None:
+    """Token kinds are names: a replayed kind renamed to another name with the same
+    31-bit code is a TOKEN_MISMATCH in ``kind`` at that token (decision-table.md,
+    Notes, Token kinds), on every input form."""
+    a, b = colliding_kinds()
+    r = recording()
+    r["tokens"][3]["kind"] = a
+    p = replay_of(r)
+    p["tokens"][3]["kind"] = b
+    for rf, pf in ((r, p), *zip(_forms(r), _forms(p), strict=True)):
+        d = validate(rf, pf)
+        assert located(d) == {("TOKEN_MISMATCH", "both"): (3, "seq")} == spec_findings(r, p)
+        assert "differs in kind" in d.findings[0].message
