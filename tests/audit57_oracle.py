@@ -329,3 +329,27 @@ def mutations(base: Mapping[str, Any]) -> Iterator[Mutation]:
 
 def apply(m: Mutation, r: Mapping[str, Any], p: Mapping[str, Any]) -> tuple[Any, Any]:
     return (m.apply(r), p) if m.side == "R" else (r, m.apply(p))
+
+
+def spec_fidelity(
+    r: Mapping[str, Any], p: Mapping[str, Any], found: Located
+) -> tuple[str, tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...]]:
+    """Seed 004's class (docs/decision-table.md, "Fidelity", rows top to bottom) and
+    the recording gaps: (step, sources unpinned there in R or P, sources only P read)."""
+    codes = {code for code, _ in found}
+    if not found:
+        return "FAITHFUL", ()
+    cg, tr = "CALL_GRAPH_MISMATCH" in codes, "TRANSCRIPT_MISMATCH" in codes
+    if cg and tr:
+        i = _first_difference(r["call_graph"], p["call_graph"], _canon)
+        assert i is not None
+        step = min(g[i]["step"] for g in (r["call_graph"], p["call_graph"]) if i < len(g))
+        at = [o for o in (*r["observations"], *p["observations"]) if o["step"] == step]
+        unpinned = tuple(sorted({o["source"] for o in at if o["pinned_at"] is None}))
+        recorded = {o["source"] for o in r["observations"] if o["step"] == step}
+        only_p = {o["source"] for o in p["observations"] if o["step"] == step} - recorded
+        return "DIVERGENT_CAUSAL", ((step, unpinned, tuple(sorted(only_p))),)
+    none = r["transcript_digest"] is None and p["transcript_digest"] is None
+    if "HARNESS_PERTURBATION" in codes or (cg and not tr and not none):
+        return "DIVERGENT_PERTURBED", ()
+    return "UNVERIFIED", ()

@@ -37,6 +37,7 @@ from audit57_oracle import (
     mutations,
     recording,
     replay_of,
+    spec_fidelity,
     spec_findings,
     spec_verdict,
 )
@@ -104,6 +105,13 @@ def located(decision: Decision) -> Located:
     return {(f.code.name, f.side): (f.position, f.unit) for f in decision.findings}
 
 
+def classed(decision: Decision) -> tuple[str, tuple[Any, ...]]:
+    gaps = tuple(
+        (g.step, g.unpinned_sources, g.unrecorded_sources) for g in decision.recording_gaps
+    )
+    return decision.fidelity.name, gaps
+
+
 def check(m: Mutation, decide: Any) -> None:
     """Run ``decide(r, p)`` on the mutated pair; compare with the reference table."""
     r, p = apply(m, R0, P0)
@@ -126,6 +134,7 @@ def check(m: Mutation, decide: Any) -> None:
     want = spec_findings(r, p)
     assert located(decision) == want, m.ident
     assert decision.verdict.name == spec_verdict(want), m.ident
+    assert classed(decision) == spec_fidelity(r, p, want), m.ident
     if decision.verdict is Verdict.ACCEPT:
         assert (m.side, _field(m)) in KEPT, f"{m.ident}: ACCEPT of a field the docs compare"
     else:
@@ -193,6 +202,7 @@ def test_mutations_combined_and_in_every_form(ms: list[Mutation], form: int) -> 
         return
     assert located(want) == spec_findings(r, p)
     assert want.verdict.name == spec_verdict(spec_findings(r, p))
+    assert classed(want) == spec_fidelity(r, p, spec_findings(r, p))
     rf, pf = _forms(r), _forms(p)
     got = validate(rf[min(form, len(rf) - 1)], pf[min(form, len(pf) - 1)])
     assert located(got) == located(want) and got.verdict is want.verdict
