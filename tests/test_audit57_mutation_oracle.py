@@ -510,3 +510,32 @@ def test_two_kind_names_with_one_hashed_code() -> None:
         d = validate(rf, pf)
         assert located(d) == {("TOKEN_MISMATCH", "both"): (3, "seq")} == spec_findings(r, p)
         assert "differs in kind" in d.findings[0].message
+
+
+# -- policy questions (behaviour pinned as documented; see the audit57 report) -------
+
+
+def test_policy_a_recording_carrying_harness_accesses_is_accepted() -> None:
+    """POLICY QUESTION. HARNESS_PERTURBATION is "P's harness-access stream is not
+    empty"; R's is not read. Seed 004 says a replay whose harness accesses "appear in
+    the state delta stream" is DIVERGENT-PERTURBED and that the recording must not
+    contain a prior replay; a recording made under a replay harness (the recorder's
+    ``harness_access`` is documented as "an access the replay harness itself made")
+    carries such accesses, and its faithful replay is today an ACCEPT (also stored:
+    ``test_a_stored_recording_changed_in_one_thing``, ``{'harness': True}``)."""
+    r = recording()
+    r["harness_accesses"] = [{"resource": "cache", "n": 1}]
+    d = validate(r, P0)  # P's harness made no access
+    assert d.verdict is Verdict.ACCEPT and d.fidelity.name == "FAITHFUL"
+
+
+def test_policy_a_recording_declaring_a_strict_replay_mode_is_accepted() -> None:
+    """POLICY QUESTION. ``mode`` is "P: how the replay resolved tokens"; a recording
+    that declares ``strict`` says it is a strict replay, handed over as the recording.
+    The docs chose (decision-table.md, Mode): "R declaring `strict` (or nothing) adds
+    no finding" -- only ``best_effort`` is a finding (audit51), and replay-of-replay is
+    found from ``replay:`` tags only, so a replay whose tag was dropped passes as a
+    recording."""
+    r = recording()
+    assert r["mode"] == "strict" and r["provenance_tags"] == ["agent:v1"]
+    assert validate(r, replay_of(r)).verdict is Verdict.ACCEPT
