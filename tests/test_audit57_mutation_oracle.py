@@ -48,9 +48,15 @@ from test_decision_support import colliding_kinds
 from cpstore import ReplaySession, dump_document, parse_document, state_digest, validate
 from cpstore.cli.entry import main as cli_main
 from cpstore.decision.table import Decision, Verdict
-from cpstore.errors import CpstoreError, DocumentError, FormatVersionError
+from cpstore.errors import (
+    CpstoreError,
+    DocumentError,
+    FormatVersionError,
+    ReplayDivergenceError,
+)
 from cpstore.native.canonical import encode_value
 from cpstore.run.document import document_dict
+from cpstore.run.model import ReplayMode
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 
@@ -275,17 +281,55 @@ def _record(store: Store, tamper: Mapping[str, Any] | None = None) -> tuple[str,
     return c1, c2
 
 
-def _session(cp: Any) -> ReplaySession:
-    """A ReplaySession over open checkpoint ``cp`` that replays it faithfully (STRICT)."""
-    session = ReplaySession(cp)
-    for i in range(cp.token_count()):
-        session.cursor.resolve(cp.token(i)[1])
-    for step, source, _digest, _pin in cp.observations():
-        session.observations.read(step, source)
-    for node in cp.call_graph():
-        session.decision(node["step"], {k: v for k, v in node.items() if k != "step"})
-    for seq, target, _digest in cp.effects():
-        session.guard.check(target, cp.effect_payload(seq))
+def _session(cp: Any, deviate: str = "", mode: ReplayMode = ReplayMode.STRICT) -> ReplaySession:
+    """A ReplaySession over open checkpoint ``cp`` that replays it faithfully, but for
+    the one ``deviate`` names (what a buggy or perturbed replay engine would do; an
+    error the session raises is swallowed, as seed 002's retry loop does)."""
+    session = ReplaySession(cp, mode=mode)
+    kinds = [cp.token(i)[1] for i in range(cp.token_count())]
+    if deviate == "token_skipped":
+        kinds = kinds[:-1]
+    if deviate == "token_extra":
+        kinds = [*kinds, "rng"]
+    if deviate == "token_kind":
+        kinds[1] = "rng"
+    for kind in kinds:
+        with contextlib.suppress(ReplayDivergenceError):
+            session.cursor.resolve(kind, live=lambda: 99)
+    reads = [(step, source) for step, source, _digest, _pin in cp.observations()]
+    if deviate == "read_skipped":
+        reads = reads[:1]
+    if deviate == "read_twice":
+        reads = [reads[0], *reads]
+    if deviate == "reads_swapped":
+        reads = reads[::-1]
+    for step, source in reads:
+        if deviate.startswith("read_live") and source == "read_config":
+            payload = b"cfg-v1" if deviate == "read_live_same" else b"cfg-v2"
+            session.observe_live(step, source, payload)
+            continue
+        with contextlib.suppress(ReplayDivergenceError):
+            session.observations.read(step, source)
+    nodes = [{k: v for k, v in node.items() if k != "step"} for node in cp.call_graph()]
+    steps = [node["step"] for node in cp.call_graph()]
+    if deviate == "decision_field":
+        nodes[1]["tool"] = "fetch"
+    for step, node in zip(steps, nodes, strict=True):
+        session.decision(step, node)
+    if deviate == "decision_extra":
+        session.decision(2, "answer")
+    if deviate == "harness_access":
+        session.harness_access({"resource": "cache", "op": "stat"})
+    effects = [(target, cp.effect_payload(seq)) for seq, target, _digest in cp.effects()]
+    if deviate == "effect_skipped":
+        effects = []
+    if deviate == "effect_extra":
+        effects = [*effects, ("mail", b"hi")]
+    if deviate == "effect_payload":
+        effects = [("db", b"other row")]
+    for target, payload in effects:
+        with contextlib.suppress(ReplayDivergenceError):
+            session.guard.check(target, payload)
     return session
 
 
@@ -301,6 +345,68 @@ def stored(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with open_store(tmp_path_factory.mktemp("s") / "s") as store:
         c1, c2 = _record(store)
         yield store, c1, c2, _replay(store, c2)
+
+
+@pytest.mark.parametrize(
+    ("deviate", "expected"),
+    [
+        ("token_skipped", {("TOKEN_COUNT", "both"): 2}),
+        ("token_extra", {("TOKEN_COUNT", "both"): 3}),
+        # Asked rng where clock was recorded: refused, and so is the next request
+        # (my-kind, the cursor still at clock); each refusal is kept at its position.
+        ("token_kind", {("TOKEN_MISMATCH", "both"): 1}),
+        ("read_skipped", {("OBSERVATION_MISMATCH", "both"): 2}),
+        # Refused (one recorded clock read at step 1): kept unpinned, so also UNPINNED.
+        (
+            "read_twice",
+            {("OBSERVATION_MISMATCH", "both"): 1, ("UNPINNED_OBSERVATION", "replayed"): 1},
+        ),
+        ("reads_swapped", {("OBSERVATION_MISMATCH", "both"): 1}),
+        ("read_live_same", {("UNPINNED_OBSERVATION", "replayed"): 2}),
+        (
+            "read_live_other",
+            {("OBSERVATION_MISMATCH", "both"): 2, ("UNPINNED_OBSERVATION", "replayed"): 2},
+        ),
+        ("decision_field", {("CALL_GRAPH_MISMATCH", "both"): 1}),
+        ("decision_extra", {("CALL_GRAPH_MISMATCH", "both"): 2}),
+        ("harness_access", {("HARNESS_PERTURBATION", "replayed"): 0}),
+        ("effect_extra", {("UNRECORDED_EFFECT", "replayed"): 1}),
+        ("effect_payload", {("UNRECORDED_EFFECT", "replayed"): 0}),
+        # decision-table.md, Notes, Effects: a prefix of the ledger is no finding.
+        ("effect_skipped", {}),
+    ],
+)
+def test_a_session_replay_that_deviates_in_one_thing(
+    stored: Any, deviate: str, expected: Mapping[tuple[str, str], Any]
+) -> None:
+    """What a replay engine does wrong through the session API (skips, repeats, swaps,
+    reads live, decides otherwise, touches the harness, writes more), each swallowing
+    the session's error: the finding it must give, located."""
+    store, _c1, c2, _p = stored
+    with store.read(c2) as cp:
+        transcript = cp.manifest.transcript_digest
+        p = _session(cp, deviate).finish(state_digest(STATE2), transcript_digest=transcript)
+    d = validate(c2, p, store=store, record=False)
+    assert _stored_findings(d) == dict(expected)
+    assert (d.verdict is Verdict.ACCEPT) == (not expected)
+
+
+def test_a_best_effort_session_replay_is_never_evidence(stored: Any) -> None:
+    store, _c1, c2, _p = stored
+    with store.read(c2) as cp:
+        transcript = cp.manifest.transcript_digest
+        faithful = _session(cp, mode=ReplayMode.BEST_EFFORT)
+        p = faithful.finish(state_digest(STATE2), transcript_digest=transcript)
+        extra = _session(cp, "token_extra", mode=ReplayMode.BEST_EFFORT)
+        q = extra.finish(state_digest(STATE2), transcript_digest=transcript)
+    d = validate(c2, p, store=store, record=False)
+    assert _stored_findings(d) == {("BEST_EFFORT", "replayed"): None}
+    d = validate(c2, q, store=store, record=False)
+    assert _stored_findings(d) == {
+        ("BEST_EFFORT", "replayed"): None,
+        ("TOKEN_COUNT", "both"): 3,
+        ("LIVE_RESOLUTION", "replayed"): 3,
+    }
 
 
 def _stored_findings(d: Decision) -> dict[tuple[str, str], Any]:
