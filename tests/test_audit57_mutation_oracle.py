@@ -590,7 +590,13 @@ def test_cli_against_a_stored_recording(tmp_path: Path, capsys: pytest.CaptureFi
                 wanted[m.ident] = validate(c2, m.apply(p0), store=store, record=False).verdict.name
             except CpstoreError:
                 wanted[m.ident] = "refused"
-    assert cli_main(["validate", c2, str(tmp_path / "p.cprun"), "--store", str(path)]) == 0
+    cprun = str(tmp_path / "p.cprun")
+    # Every way to name the recording names the same one (identity), or none.
+    for ref, want in ((c2, 0), (c2[:8], 0), ("run-s@main", 0), ("run-s@main~1", 10)):
+        assert cli_main(["validate", ref, cprun, "--store", str(path)]) == want, ref
+    for ref, want in (("run-s@main~2", 4), ("run-s@other", 4), (c2[:7], 3)):
+        assert cli_main(["validate", ref, cprun, "--store", str(path)]) == want, ref
+    capsys.readouterr()
     assert set(wanted.values()) >= {"ACCEPT", "REJECT", "QUARANTINE", "refused"}
     for m in sample:
         doc = _write(tmp_path / "p.mpk", m.apply(p0))
@@ -645,3 +651,24 @@ def test_policy_a_recording_declaring_a_strict_replay_mode_is_accepted() -> None
     r = recording()
     assert r["mode"] == "strict" and r["provenance_tags"] == ["agent:v1"]
     assert validate(r, replay_of(r)).verdict is Verdict.ACCEPT
+
+
+def test_replay_lineage_is_inherited_by_what_is_recorded_after_it(tmp_path: Path) -> None:
+    """A checkpoint tagged ``replay:`` passes the tag on: to the next checkpoint of the
+    recorder, to a branch forked from it, and to a later recorder on its branch; each,
+    replayed faithfully, is a REPLAY_OF_REPLAY (seed 004's recursion guard)."""
+    with open_store(tmp_path / "s") as store:
+        with store.recorder("run-l") as rec:
+            rec.token("rng", 1)
+            c1 = rec.checkpoint(1, {"a": 1}, tags=["replay:0123"])
+            rec.token("rng", 2)
+            c2 = rec.checkpoint(2, {"a": 2})
+        with store.recorder("run-l", branch="fork", parent=c1) as rec:
+            rec.token("rng", 3)
+            c3 = rec.checkpoint(3, {"a": 3})
+        with store.recorder("run-l") as rec:
+            rec.token("rng", 4)
+            c4 = rec.checkpoint(4, {"a": 4})
+        for cid, state in ((c1, {"a": 1}), (c2, {"a": 2}), (c3, {"a": 3}), (c4, {"a": 4})):
+            d = validate(cid, _replay(store, cid, state), store=store, record=False)
+            assert _stored_findings(d) == {("REPLAY_OF_REPLAY", "recorded"): 0}, cid
