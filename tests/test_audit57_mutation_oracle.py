@@ -257,21 +257,38 @@ def _record(store: Store, tamper: Mapping[str, Any] | None = None) -> tuple[str,
     """Two checkpoints of one run (the second's parent is the first); ``tamper``
     changes one thing the second records."""
     t = dict(tamper or {})
-    with store.recorder("run-s") as rec:
+    with store.recorder(t.get("run_id", "run-s")) as rec:
         rec.observe(1, "clock", b"t1", pinned_at=10.0)
         rec.token("rng", 4)
         rec.decision(1, "plan")
         c1 = rec.checkpoint(1, STATE1)
-        rec.observe(2, "read_config", t.get("payload", b"cfg-v1"), pinned_at=t.get("pin", 11.0))
-        rec.token(t.get("kind", "clock"), t.get("value", 1.5))
-        rec.token("my-kind", b"raw")
+        reads = [("read_config", t.get("payload", b"cfg-v1"), t.get("pin", 11.0))]
+        if t.get("reads") == "duplicated":
+            reads = reads * 2
+        if t.get("reads") == "extra_first":
+            reads = [("clock", b"t2", 11.0), *reads]
+        for source, payload, pin in reads:
+            rec.observe(2, source, payload, pinned_at=pin)
+        tokens = [(t.get("kind", "clock"), t.get("value", 1.5)), ("my-kind", b"raw")]
+        if t.get("tokens") == "dropped":
+            tokens = tokens[:1]
+        if t.get("tokens") == "extra":
+            tokens = [*tokens, ("rng", 5)]
+        if t.get("tokens") == "swapped":
+            tokens = tokens[::-1]
+        for kind, value in tokens:
+            rec.token(kind, value, provenance=t.get("provenance", "recorded"))
         rec.decision(2, "select_tool", tool=t.get("tool", "search"))
+        if t.get("decisions") == "extra":
+            rec.decision(2, "answer")
         rec.effect("db", t.get("effect", b"row"))
+        if t.get("effects") == "extra":
+            rec.effect("mail", b"hi")
         if t.get("harness"):
             rec.harness_access("cache", {"n": 1})
         rec.transcript(t.get("transcript", b"hello"))
         c2 = rec.checkpoint(
-            2,
+            t.get("step", 2),
             t.get("state", STATE2),
             tags=t.get("tags", ["agent:v1"]),
             seal_ledger=t.get("seal", True),
@@ -469,6 +486,17 @@ def test_every_mutation_of_the_session_replay_against_the_stored_recording(
         ),
         ({"tags": ["replay:0123"]}, {("REPLAY_OF_REPLAY", "recorded"): 0}),
         ({"seal": False}, {("LEDGER_UNSEALED", "recorded"): None}),
+        ({"run_id": "run-t"}, {("RUN_MISMATCH", "both"): None}),
+        ({"step": 3}, {("STEP_MISMATCH", "both"): 2}),
+        ({"reads": "duplicated"}, {("OBSERVATION_MISMATCH", "both"): 2}),
+        ({"reads": "extra_first"}, {("OBSERVATION_MISMATCH", "both"): 2}),
+        ({"tokens": "dropped"}, {("TOKEN_COUNT", "both"): 2}),
+        ({"tokens": "extra"}, {("TOKEN_COUNT", "both"): 3}),
+        ({"tokens": "swapped"}, {("TOKEN_MISMATCH", "both"): 1}),
+        ({"provenance": "live"}, {("LIVE_RESOLUTION", "recorded"): 1}),
+        ({"decisions": "extra"}, {("CALL_GRAPH_MISMATCH", "both"): 2}),
+        # decision-table.md, Notes, Effects: P did a prefix of R's ledger.
+        ({"effects": "extra"}, {}),
         # R's harness stream is not read (KEPT: the policy question in the report).
         ({"harness": True}, {}),
         ({"tags": []}, {}),
