@@ -190,7 +190,12 @@ def _forms(doc: Mapping[str, Any]) -> list[Any]:
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=3),
     st.integers(0, 2),
