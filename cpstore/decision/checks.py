@@ -127,7 +127,7 @@ def _check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
                 FindingCode.TOKEN_MISMATCH,
                 "tokens",
                 "both",
-                ri.seq,
+                index,  # the stream position, not R's seq field, maybe broken (audit57)
                 "seq",
                 canonical_or_repr(_token_dict(ri)),
                 canonical_or_repr(_token_dict(pi)),
@@ -406,17 +406,14 @@ def _check_effects(r: Side, p: Side, out: list[Finding]) -> None:
     if bad:
         i = bad[0]
         e = p.effects[i]
-        expected = (
-            None
-            if i >= len(r.effects)
-            else [r.effects[i].seq, r.effects[i].target, r.effects[i].payload_digest]
-        )
+        entry = r.effects[i] if i < len(r.effects) else None
+        expected = None if entry is None else [entry.seq, entry.target, entry.payload_digest]
         out.append(
             Finding(
                 FindingCode.UNRECORDED_EFFECT,
                 "effects",
                 "replayed",
-                e.seq,
+                i,  # the ledger position violated, not the seq P claims (audit57)
                 "seq",
                 expected,
                 [e.seq, e.target, e.payload_digest],
