@@ -138,6 +138,7 @@ def format_decision(decision: Decision, *, wide: bool = False) -> str:
         f"fidelity  {decision.fidelity.value}",
         f"standing  {decision.standing}"
         + ("" if decision.evidence else " (not evidence)")
+        + ("" if decision.verified else ": stored data read without verification (--no-verify)")
         + (" - releasable by operator sign-off" if decision.releasable else ""),
         f"decision  {decision.id}"
         + ("" if decision.audit_digest is None else f"  (audit {decision.audit_digest})"),

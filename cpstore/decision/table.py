@@ -244,11 +244,13 @@ class Decision:
     """Wall-clock time of the decision (seconds since the epoch)."""
     audit_digest: str | None = None
     """Digest of the audit record holding this decision, when one was written."""
+    verified: bool = True
+    """False when ``validate(verify=False)`` read a side from the store: nothing proved it."""
 
     @property
     def evidence(self) -> bool:
-        """True only for ACCEPT: anything else is at most a hypothesis."""
-        return self.verdict is Verdict.ACCEPT
+        """True only for a :attr:`verified` ACCEPT: anything else is at most a hypothesis."""
+        return self.verdict is Verdict.ACCEPT and self.verified
 
     @property
     def standing(self) -> str:
@@ -258,7 +260,7 @@ class Decision:
     @property
     def releasable(self) -> bool:
         """A non-ACCEPT decision whose findings an operator sign-off can all release."""
-        return not self.evidence and all(f.releasable for f in self.findings)
+        return self.verdict is not Verdict.ACCEPT and all(f.releasable for f in self.findings)
 
     @property
     def codes(self) -> frozenset[FindingCode]:
@@ -275,7 +277,7 @@ class Decision:
 
     def raise_for_verdict(self) -> None:
         """Raise :class:`ValidationFailedError` unless the verdict is ACCEPT."""
-        if self.evidence:
+        if self.verdict is Verdict.ACCEPT:
             return
         first = self.findings[0] if self.findings else None
         err = ValidationFailedError(
@@ -288,8 +290,9 @@ class Decision:
         raise err
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (canonical-encodable): the audit body and the CLI's ``--json``."""
-        return {
+        """Plain data (canonical-encodable): the audit body and the CLI's ``--json``
+        (``"verified": false`` only for an unverified one, which is never recorded)."""
+        out: dict[str, Any] = {
             "decision_id": self.id,
             "verdict": self.verdict.name,
             "fidelity": self.fidelity.value,
@@ -302,3 +305,6 @@ class Decision:
             "recording_gaps": [g.to_dict() for g in self.recording_gaps],
             "created_at": self.created_at,
         }
+        if not self.verified:
+            out["verified"] = False
+        return out

@@ -110,7 +110,8 @@ def validate(
     log, and :attr:`Decision.audit_digest` names the record; the gates act
     only on recorded decisions. ``verify=False`` skips the store's
     verify-on-read, an explicit choice for looking only: with ``record`` (and a
-    store) it is refused, since the gates would act on it. ``raise_on_failure`` raises
+    store) it is refused, since the gates would act on it, and a decision that read a
+    stored side so is never evidence (:attr:`Decision.verified`). ``raise_on_failure`` raises
     :class:`ValidationFailedError` for anything but ACCEPT.
     """
     if not isinstance(verify, bool) or not isinstance(record, bool):
@@ -184,6 +185,7 @@ def validate(
                 r_subj = r.subject() if r is not None else _empty_subject(recorded)
                 p_subj = p.subject() if p is not None else _empty_subject(replayed)
                 mode = p.mode if p is not None else None
+                stored = any(side is not None and side.from_store for side in (r, p))
             break
         except ReadHeldDuringResizeError:
             if attempt == _LOAD_TRIES - 1:
@@ -201,7 +203,16 @@ def validate(
         }
     )
     decision = Decision(
-        ident, verdict, fidelity, tuple(findings), gaps, r_subj, p_subj, mode, created
+        ident,
+        verdict,
+        fidelity,
+        tuple(findings),
+        gaps,
+        r_subj,
+        p_subj,
+        mode,
+        created,
+        verified=verify or not stored,  # an unverified stored side proves nothing
     )
     if store is not None and record:
         rec = store.append_audit(AUDIT_DECISION, decision.to_dict())
