@@ -56,10 +56,10 @@ def _outcome(exc: CpstoreError) -> str:
     return f"{type(exc).__name__}: {exc.what} got={exc.got}"
 
 
-def _hold_recorder(
-    url: str, branch: str, parent: str | None, permit: str, made: Any, go: Any, out: Any
-) -> None:
-    """In its own process: a recorder made with ``permit``; once told, one checkpoint."""
+def _hold_recorder(url: str, branch: str, parent: str | None, permit: str, sync: Any) -> None:
+    """In its own process: a recorder made with ``permit``; once told, one checkpoint.
+    ``sync``: (made, go, out)."""
+    made, go, out = sync
     try:
         with cpstore.open(url) as store:
             rec = store.recorder("r", branch=branch, parent=parent, permit=permit)
@@ -80,7 +80,7 @@ def _run_holder(url: str, branch: str, parent: str | None, permit: str, sweep: A
     """Run :func:`_hold_recorder`; ``sweep()`` runs here once its recorder is made."""
     ctx = multiprocessing.get_context("spawn")
     made, go, out = ctx.Event(), ctx.Event(), ctx.Queue()
-    child = ctx.Process(target=_hold_recorder, args=(url, branch, parent, permit, made, go, out))
+    child = ctx.Process(target=_hold_recorder, args=(url, branch, parent, permit, (made, go, out)))
     child.start()
     try:
         assert made.wait(WAIT)
@@ -194,8 +194,10 @@ def test_a_permit_for_a_swept_checkpoint_is_refused_not_used_up(url: str) -> Non
         assert result.ok, result.problems
 
 
-def _certify_then_roll_back(url: str, target: str, head: str, certified: Any, go: Any, out: Any) -> None:
-    """In its own process: certify rolling back to ``target``; once told, reset to it."""
+def _certify_then_roll_back(url: str, target: str, head: str, sync: Any) -> None:
+    """In its own process: certify rolling back to ``target``; once told, reset to it.
+    ``sync``: (certified, go, out)."""
+    certified, go, out = sync
     try:
         with cpstore.open(url) as store:
             decision = validate(target, stored_replay(store, target), store=store)
@@ -224,7 +226,7 @@ def test_a_rollback_certified_for_a_checkpoint_then_swept_is_refused_and_moves_n
     ctx = multiprocessing.get_context("spawn")
     certified, go, out = ctx.Event(), ctx.Event(), ctx.Queue()
     child = ctx.Process(
-        target=_certify_then_roll_back, args=(url, ids[0], ids[-1], certified, go, out)
+        target=_certify_then_roll_back, args=(url, ids[0], ids[-1], (certified, go, out))
     )
     child.start()
     try:

@@ -22,6 +22,7 @@ import pytest
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
+from cpstore.store import retention
 from cpstore.store.facade import Store
 
 WAIT = 120
@@ -29,7 +30,6 @@ WAIT = 120
 
 def _sweep_and_die(url: str, op: str, writer_ready: Any, in_sweep: Any, writing: Any) -> None:
     """In its own process: start ``op``, and SIGKILL this process inside its txn."""
-    from cpstore.store import retention
 
     def die(*_args: object, **_kwargs: object) -> None:
         in_sweep.set()
@@ -37,7 +37,7 @@ def _sweep_and_die(url: str, op: str, writer_ready: Any, in_sweep: Any, writing:
         time.sleep(0.2)  # let the writer reach the lock (not asserted: either order holds)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    retention.catch_up_indexes = die  # type: ignore[assignment]  # the sweep's last step
+    setattr(retention, "catch_up_indexes", die)  # noqa: B010 - the sweep's last step
     if not writer_ready.wait(WAIT):
         return
     with cpstore.open(url) as store:

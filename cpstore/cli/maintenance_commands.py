@@ -27,7 +27,7 @@ from cpstore.cli.exit_codes import (
     EXIT_OK,
 )
 from cpstore.errors import InvalidInputError, NotFoundError, StoreError
-from cpstore.store.location import is_store_url
+from cpstore.store.location import is_store_url, refuse_empty
 from cpstore.store.maintenance import compact_store, copy_store
 from cpstore.store.model import PG_STORE_VERSION, STORE_VERSION, VerifyReport
 from cpstore.store.stats import store_stats
@@ -152,6 +152,9 @@ def _copy(args: argparse.Namespace) -> int:
             return copy_store(store, args.dest, compact=not args.no_compact)
 
     dest = args.dest
+    # Before anything: the clean-up below joins names to DEST, and "" joined is the
+    # working folder (a failed copy removed its store's data file; audit58).
+    refuse_empty(dest, "copy's destination", "a new or empty folder")
     fresh = not os.path.lexists(dest)
     try:
         emptied = fresh or (os.path.isdir(dest) and not os.listdir(dest))
