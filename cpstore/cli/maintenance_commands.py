@@ -166,6 +166,11 @@ def _copy(args: argparse.Namespace) -> int:
             if can_fork_for(args.store)
             else copy()
         )
+    except InvalidInputError:
+        # A refusal (DEST no longer empty, the store itself, a URL) comes before the copy
+        # writes anything: what is in DEST now is another's (a store another process made
+        # there after the look above lost its data file to the clean-up; audit58).
+        raise
     except BaseException:
         if emptied:  # DEST was new or empty: what is in it now is this copy's
             _remove_copy(dest, fresh=fresh)
