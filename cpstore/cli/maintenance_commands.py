@@ -96,6 +96,14 @@ def _gc(args: argparse.Namespace) -> int:
     if report.dry_run:
         print("dry run: nothing changed")
         return EXIT_OK
+    if is_store_url(args.store):
+        # compact refuses a URL: the server gives the space back, not cpstore (audit58).
+        print(
+            f"tables {human(before.file_bytes)} -> {human(after.file_bytes)} on the server "
+            "(PostgreSQL reuses deleted rows' space after (auto)vacuum; VACUUM FULL of the "
+            "schema's tables gives it back to the disk)"
+        )
+        return EXIT_OK
     freed = after.reusable_bytes - before.reusable_bytes
     print(
         f"data file {human(before.file_bytes)} -> {human(after.file_bytes)} (LMDB reuses "
@@ -236,8 +244,12 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"dedupe ratio     {s.dedupe_ratio:>12.2f}x")
         print(f"compression      {s.compression_ratio:>12.2f}x")
         print(f"unreferenced     {human(s.unreferenced_bytes):>12}  (pinned objects, ledgers)")
-        print(f"data file        {human(s.disk_bytes):>12}")
-        print(f"reusable         {human(s.reusable_bytes):>12}  (freed by gc; compact shrinks)")
+        if is_store_url(args.store):  # compact refuses a URL (audit58)
+            print(f"tables           {human(s.disk_bytes):>12}  (on the server)")
+            print(f"reusable         {'-':>12}  (the server's: reused after (auto)vacuum)")
+        else:
+            print(f"data file        {human(s.disk_bytes):>12}")
+            print(f"reusable         {human(s.reusable_bytes):>12}  (freed by gc; compact shrinks)")
     return EXIT_OK
 
 
