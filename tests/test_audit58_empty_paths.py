@@ -19,7 +19,7 @@ import pytest
 
 import cpstore
 from cpstore.errors import InvalidInputError
-from cpstore.store.maintenance import copy_store
+from cpstore.store.maintenance import compact_store, copy_store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,3 +107,16 @@ def test_copy_to_an_empty_path_from_inside_a_store_folder_leaves_that_store_whol
         assert store.ref("kept") == head
         report = store.verify()
         assert report.ok, report.problems
+
+
+@pytest.mark.parametrize("bad", [None, 5, 1.5], ids=["None", "int", "float"])
+def test_a_copy_or_compact_path_of_another_type_is_bad_input(tmp_path: Path, bad: object) -> None:
+    """``copy_store(store, None)`` and ``compact_store(5)`` raised a bare TypeError (every
+    error of the store is a CpstoreError: one root exception)."""
+    src = _source(tmp_path)
+    with cpstore.open(src) as store, pytest.raises(InvalidInputError, match="path"):
+        copy_store(store, bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="path"):
+        compact_store(bad)  # type: ignore[arg-type]
+    with cpstore.open(src, readonly=True) as store:
+        assert store.verify().ok

@@ -45,20 +45,26 @@ def redact(url: str) -> str:
 
 def refuse_empty(
     path: object, what: str, expected: str = "a folder or a postgresql:// URL"
-) -> None:
-    """InvalidInputError for an empty path (``""``, ``b""``, or a path-like of one).
+) -> str | bytes | os.PathLike[str] | os.PathLike[bytes]:
+    """``path``, or InvalidInputError for a path that is not a str, bytes or path-like,
+    or is empty (``""``, ``b""``, or a path-like of one).
 
     The OS takes no empty path (``os.stat("")`` is FileNotFoundError, so it looked
     like a new store), and ``os.path.join("", name)`` is ``name`` in the working
     folder: an unset ``$DEST`` made a store there, and a failed copy's clean-up
     removed that folder's data file (audit58)."""
-    if isinstance(path, (str, bytes, os.PathLike)) and not os.fspath(path):
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise InvalidInputError(
+            f"a {what} path must be a str or path", where=what, got=type(path).__name__
+        )
+    if not os.fspath(path):
         raise InvalidInputError(
             f"the {what} path is empty (it would name the working folder)",
             where=what,
             expected=expected,
             got="''",
         )
+    return path
 
 
 def check_store_path(path: object) -> str | os.PathLike[str]:
@@ -66,10 +72,8 @@ def check_store_path(path: object) -> str | os.PathLike[str]:
     the path to open, a bytes path (or path-like of bytes) as the str it decodes to."""
     if is_store_url(path):
         return os.fsdecode(cast("str | bytes", path))
-    refuse_empty(path, "store")
+    path = refuse_empty(path, "store")
     if type(path) is not str or not path.isascii():  # (an ASCII str passes both checks)
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            raise InvalidInputError("a store path must be a str or path", got=type(path).__name__)
         # LMDB takes the path as UTF-8: a name with undecodable bytes has no such form.
         text = os.fsdecode(path)
         check_text(text, "store path")

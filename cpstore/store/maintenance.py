@@ -96,6 +96,7 @@ def compact_store(path: str | os.PathLike[str], *, audit_key: bytes | None = Non
     both verifies check a keyed log's MACs (a wrong key, or a key for an unkeyed
     log, is refused with StoreError before anything is copied).
     """
+    refuse_empty(path, "store")
     where = os.fspath(path)
     if is_store_url(where):
         raise InvalidInputError(
