@@ -27,7 +27,7 @@ from cpstore.cli.exit_codes import (
     EXIT_OK,
 )
 from cpstore.errors import InvalidInputError, NotFoundError, StoreError
-from cpstore.store.location import is_store_url
+from cpstore.store.location import is_store_url, refuse_empty
 from cpstore.store.maintenance import compact_store, copy_store
 from cpstore.store.model import PG_STORE_VERSION, STORE_VERSION, VerifyReport
 from cpstore.store.stats import store_stats
@@ -96,6 +96,14 @@ def _gc(args: argparse.Namespace) -> int:
     if report.dry_run:
         print("dry run: nothing changed")
         return EXIT_OK
+    if is_store_url(args.store):
+        # compact refuses a URL: the server gives the space back, not cpstore (audit58).
+        print(
+            f"tables {human(before.file_bytes)} -> {human(after.file_bytes)} on the server "
+            "(PostgreSQL reuses deleted rows' space after (auto)vacuum; VACUUM FULL of the "
+            "schema's tables gives it back to the disk)"
+        )
+        return EXIT_OK
     freed = after.reusable_bytes - before.reusable_bytes
     print(
         f"data file {human(before.file_bytes)} -> {human(after.file_bytes)} (LMDB reuses "
@@ -152,6 +160,9 @@ def _copy(args: argparse.Namespace) -> int:
             return copy_store(store, args.dest, compact=not args.no_compact)
 
     dest = args.dest
+    # Before anything: the clean-up below joins names to DEST, and "" joined is the
+    # working folder (a failed copy removed its store's data file; audit58).
+    refuse_empty(dest, "copy's destination", "a new or empty folder")
     fresh = not os.path.lexists(dest)
     try:
         emptied = fresh or (os.path.isdir(dest) and not os.listdir(dest))
@@ -163,6 +174,11 @@ def _copy(args: argparse.Namespace) -> int:
             if can_fork_for(args.store)
             else copy()
         )
+    except InvalidInputError:
+        # A refusal (DEST no longer empty, the store itself, a URL) comes before the copy
+        # writes anything: what is in DEST now is another's (a store another process made
+        # there after the look above lost its data file to the clean-up; audit58).
+        raise
     except BaseException:
         if emptied:  # DEST was new or empty: what is in it now is this copy's
             _remove_copy(dest, fresh=fresh)
@@ -228,8 +244,12 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"dedupe ratio     {s.dedupe_ratio:>12.2f}x")
         print(f"compression      {s.compression_ratio:>12.2f}x")
         print(f"unreferenced     {human(s.unreferenced_bytes):>12}  (pinned objects, ledgers)")
-        print(f"data file        {human(s.disk_bytes):>12}")
-        print(f"reusable         {human(s.reusable_bytes):>12}  (freed by gc; compact shrinks)")
+        if is_store_url(args.store):  # compact refuses a URL (audit58)
+            print(f"tables           {human(s.disk_bytes):>12}  (on the server)")
+            print(f"reusable         {'-':>12}  (the server's: reused after (auto)vacuum)")
+        else:
+            print(f"data file        {human(s.disk_bytes):>12}")
+            print(f"reusable         {human(s.reusable_bytes):>12}  (freed by gc; compact shrinks)")
     return EXIT_OK
 
 

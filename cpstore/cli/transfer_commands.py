@@ -27,7 +27,7 @@ from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.args import check_text
 from cpstore.store.branches import branches
 from cpstore.store.facade import open as open_store
-from cpstore.store.location import is_store_url, redact
+from cpstore.store.location import is_store_url, redact, refuse_empty
 from cpstore.store.transfer import TransferReport, transfer
 
 __all__ = ["add_transfer_parsers"]
@@ -50,6 +50,8 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
     if not args.store:
         raise InvalidInputError("no store given", expected="--store PATH or $CPSTORE_PATH")
     other = args.dest if pushing else args.source
+    # An unset $DEST: "" was the working folder, where push made a store (audit58).
+    refuse_empty(other, "destination" if pushing else "source")
     source, dest = (args.store, other) if pushing else (other, args.store)
     if args.run is not None:
         check_text(args.run, "--run")

@@ -570,7 +570,8 @@ def open(
     anything else that is not a cpstore store (an empty or foreign data.mdb,
     a folder of other files) raises :class:`FormatVersionError` naming the
     path, and a missing store opened with ``create=False`` or ``readonly``
-    raises :class:`NotFoundError`. A ``readonly`` open of a store whose
+    raises :class:`NotFoundError`. An empty path is :class:`InvalidInputError`
+    (it would name the working folder). A ``readonly`` open of a store whose
     folder this user cannot write works without LMDB's lock file
     (docs/store.md, "Read-only opens").
 

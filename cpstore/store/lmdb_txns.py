@@ -496,7 +496,10 @@ class EnvTxns:
         limit = self.options.max_map_size
         if current >= limit:
             raise StoreFullError(
-                "the store reached its maximum map size",
+                # A sweep writes too: the gc that would free space needs the way out.
+                "the store reached its maximum map size; open it with a larger "
+                "max_map_size (retention as well: a gc or prune writes, and is refused "
+                "here; `cpstore gc` opens with the default, 1 TiB, and frees the space)",
                 where=self.path,
                 expected=f"<= {limit} bytes",
                 got=f"{current} bytes in use",

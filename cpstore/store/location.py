@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 from cpstore.errors import InvalidInputError
 from cpstore.native.args import check_text
 
-__all__ = ["URL_SCHEMES", "check_store_path", "is_store_url", "redact"]
+__all__ = ["URL_SCHEMES", "check_store_path", "is_store_url", "redact", "refuse_empty"]
 
 #: URL schemes that name a PostgreSQL store (libpq's two spellings).
 URL_SCHEMES = ("postgresql://", "postgres://")
@@ -43,14 +43,37 @@ def redact(url: str) -> str:
         return url.split("://", 1)[0] + "://(unparseable URL)"
 
 
+def refuse_empty(
+    path: object, what: str, expected: str = "a folder or a postgresql:// URL"
+) -> str | bytes | os.PathLike[str] | os.PathLike[bytes]:
+    """``path``, or InvalidInputError for a path that is not a str, bytes or path-like,
+    or is empty (``""``, ``b""``, or a path-like of one).
+
+    The OS takes no empty path (``os.stat("")`` is FileNotFoundError, so it looked
+    like a new store), and ``os.path.join("", name)`` is ``name`` in the working
+    folder: an unset ``$DEST`` made a store there, and a failed copy's clean-up
+    removed that folder's data file (audit58)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise InvalidInputError(
+            f"a {what} path must be a str or path", where=what, got=type(path).__name__
+        )
+    if not os.fspath(path):
+        raise InvalidInputError(
+            f"the {what} path is empty (it would name the working folder)",
+            where=what,
+            expected=expected,
+            got="''",
+        )
+    return path
+
+
 def check_store_path(path: object) -> str | os.PathLike[str]:
     """Refuse a path that cannot be a store folder (or URL) before anything touches it;
     the path to open, a bytes path (or path-like of bytes) as the str it decodes to."""
     if is_store_url(path):
         return os.fsdecode(cast("str | bytes", path))
+    path = refuse_empty(path, "store")
     if type(path) is not str or not path.isascii():  # (an ASCII str passes both checks)
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            raise InvalidInputError("a store path must be a str or path", got=type(path).__name__)
         # LMDB takes the path as UTF-8: a name with undecodable bytes has no such form.
         text = os.fsdecode(path)
         check_text(text, "store path")

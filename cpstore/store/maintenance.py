@@ -22,7 +22,7 @@ from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_copy import compact_in_place
 from cpstore.store.lmdb_registry import is_open_here
-from cpstore.store.location import is_store_url, redact
+from cpstore.store.location import is_store_url, redact, refuse_empty
 from cpstore.store.model import VerifyReport
 
 __all__ = ["CompactReport", "compact_store", "copy_store"]
@@ -65,8 +65,10 @@ def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = Tr
     of this handle are flushed first). ``compact`` (the default) leaves free
     pages out. Returns the copy's verify report (a keyed log's MACs checked when
     ``store`` was opened with its key); a copy that fails it is removed and
-    :class:`IntegrityError` raised.
+    :class:`IntegrityError` raised. An empty ``dest`` is :class:`InvalidInputError`.
     """
+    # "" would name the working folder (and a failed copy's clean-up its files).
+    refuse_empty(dest, "copy's destination", "a new or empty folder")
     target = os.fspath(dest)
     if is_store_url(target):
         # A folder named after the URL would be made (and left) in the working folder.
@@ -94,6 +96,7 @@ def compact_store(path: str | os.PathLike[str], *, audit_key: bytes | None = Non
     both verifies check a keyed log's MACs (a wrong key, or a key for an unkeyed
     log, is refused with StoreError before anything is copied).
     """
+    refuse_empty(path, "store")
     where = os.fspath(path)
     if is_store_url(where):
         raise InvalidInputError(
