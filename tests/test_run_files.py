@@ -216,3 +216,27 @@ def test_a_failed_conversion_leaves_no_file(tmp_path: Path) -> None:
     src.write_bytes(dump_document(run, encoding="msgpack"))
     assert _cli(str(src), str(tmp_path / "o.json")) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.msgpack"]
+
+
+def test_convert_refuses_an_empty_or_folder_out_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty IN or OUT, or OUT a folder, is exit 3 naming it; no temp file is left.
+
+    Before, OUT "" (an unset variable) was the working folder: refused as existing, and
+    with --force renamed onto it (EBUSY, exit 7, naming a temp file); OUT a folder with
+    --force failed naming the temp file ("Is a directory: .d.XXXX.tmp")."""
+    src = tmp_path / "r.json"
+    src.write_bytes(dump_document(_run(), encoding="json"))
+    folder = tmp_path / "d"
+    folder.mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _cli(str(src), "", "--to", "json", "--force") == 3
+    assert "OUT is an empty path" in capsys.readouterr().err
+    assert _cli("", str(tmp_path / "o.json")) == 3
+    assert "IN is an empty path" in capsys.readouterr().err
+    assert _cli(str(src), str(folder), "--to", "json", "--force") == 3
+    err = capsys.readouterr().err
+    assert "OUT is a folder" in err and ".tmp" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "r.json"]
+    assert list(folder.iterdir()) == []

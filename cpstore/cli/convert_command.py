@@ -68,8 +68,15 @@ def encoding_for(path: str, to: str | None) -> str:
 
 def run_convert(args: argparse.Namespace) -> int:
     """Convert IN to OUT; exit 0, or an error's exit code."""
+    for name, path in (("IN", args.input), ("OUT", args.output)):
+        if not path:  # Path("") is the working folder: --force renamed onto it
+            raise InvalidInputError(f"{name} is an empty path", where=name, expected="a file")
     encoding = encoding_for(args.output, args.to)
     out = Path(args.output)
+    if out.is_dir():  # refused before the temp file: the rename's error named that
+        raise InvalidInputError(
+            "OUT is a folder; name a file", where=str(out), expected="a file", got="a folder"
+        )
     if out.exists() and not args.force:
         raise InvalidInputError("output exists; pass --force to replace it", where=str(out))
     run = load_document(args.input, max_bytes=args.max_bytes)
