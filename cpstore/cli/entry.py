@@ -38,6 +38,7 @@ from cpstore.cli import (
     inspect_commands,
     lg_diff_command,
     maintenance_commands,
+    retained_command,
     transfer_commands,
     validate_command,
     verify_command,
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     cat_command.add_cat_parser(sub)
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
+    retained_command.add_retained_parser(sub)
     lg_diff_command.add_lg_diff_parser(sub)
     transfer_commands.add_transfer_parsers(sub)
     convert_command.add_convert_parser(sub)

@@ -30,7 +30,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn, audited_among, catch_up_indexes, indexes_lag
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.branches import branches
+from cpstore.store.branches import branches, retained
 from cpstore.store.content import KIND_OBJECT, Content, objects_of, records_of
 from cpstore.store.keyed_audit import check_can_append
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
@@ -369,7 +369,17 @@ def gc(
     if named is not None:
         named = check_name(named, "run_id")
         if not branches(store, named):
-            raise NotFoundError("no such run (it has no refs)", where=named)
+            kept = sum(1 for head in retained(store).values() if head["run"] == named)
+            raise NotFoundError(
+                "no such run (it has no refs)"
+                + (
+                    f"; {kept} retained head(s) of it keep its history (`cpstore retained "
+                    "--run`, Store.retained(); release them to let gc sweep it)"
+                    if kept
+                    else ""
+                ),
+                where=named,
+            )
     if drop_run is not None:
         return sweep(store, delete_run=named, dry_run=dry_run)
     return sweep(store, keep_last=keep_last, run_id=named, dry_run=dry_run)

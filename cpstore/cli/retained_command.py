@@ -1,0 +1,104 @@
+"""``cpstore retained``: list the heads ``reset_ref`` keeps, or release one (audited).
+
+A head a rollback moved its branch away from stays a retention root, with its whole
+lineage, until it is released (docs/store.md, "Moving a ref back"); before this command
+only the API (``Store.retained()``, ``Store.release_retained()``) could see or free
+them, and ``cpstore gc --delete-run`` of a run left with retained heads only said
+"no such run" (audit58).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from cpstore.cli.common import (
+    ID_HELP,
+    STORE_CODES,
+    command,
+    json_arg,
+    open_store_at,
+    print_json,
+    store_arg,
+)
+from cpstore.cli.exit_codes import EXIT_NOT_FOUND, EXIT_OK
+from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.native.args import check_text
+
+__all__ = ["add_retained_parser"]
+
+
+def _list(args: argparse.Namespace) -> int:
+    with open_store_at(args) as store:
+        heads = store.retained()
+    rows = [
+        {"checkpoint": cid, "run": head["run"], "branch": head["branch"], "audit": head["audit"]}
+        for cid, head in sorted(heads.items(), key=lambda kv: (kv[1]["run"], kv[1]["branch"]))
+        if args.run is None or head["run"] == args.run
+    ]
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    for row in rows:
+        print(f"{row['checkpoint']}  {row['run']}@{row['branch']}  (reset: audit {row['audit']})")
+    whose = "" if args.run is None else f" of run {args.run}"
+    print(f"{len(rows)} retained head(s){whose}")
+    return EXIT_OK
+
+
+def _release(args: argparse.Namespace) -> int:
+    with open_store_at(args, readonly=False) as store:
+        cid = store.resolve(args.release)  # any checkpoint name; retained or not, below
+        if cid not in store.retained():
+            raise NotFoundError(
+                "not a retained head (cpstore retained lists them)",
+                where="retained",
+                got=cid,
+            )
+        # The API's own txn checks again: another process's release meanwhile is exit 4.
+        rec = store.release_retained(cid, operator=args.operator, reason=args.reason)
+    if args.json:
+        print_json({"released": cid, "audit": str(rec.digest), "index": rec.index})
+    else:
+        print(f"released retained head {cid} (audit {rec.digest}); the next gc may sweep it")
+    return EXIT_OK
+
+
+def _retained(args: argparse.Namespace) -> int:
+    if args.run is not None:
+        check_text(args.run, "--run")
+    if args.release is None:
+        if args.operator is not None or args.reason is not None:
+            raise InvalidInputError("--operator and --reason go with --release")
+        return _list(args)
+    if args.run is not None:
+        raise InvalidInputError("--run lists; --release names one head itself")
+    if args.operator is None or args.reason is None:
+        raise InvalidInputError(
+            "--release needs --operator and --reason (both are audited)",
+            got={"operator": args.operator, "reason": args.reason},
+        )
+    return _release(args)
+
+
+def add_retained_parser(sub: Any) -> None:
+    """Add ``retained`` to the main parser."""
+    p = command(
+        sub,
+        "retained",
+        "heads a rollback (reset_ref) keeps, with their lineage; --release frees one",
+        "List the retained heads: each a checkpoint a branch was reset away from, kept "
+        "with its whole lineage by every gc until released (id, run@branch, the audit "
+        "digest of its ref_reset record). --release CHECKPOINT --operator WHO --reason "
+        "WHY stops keeping one (a retained_release audit record); the next gc may then "
+        f"sweep it. {ID_HELP} A checkpoint that is not a retained head is exit "
+        f"{EXIT_NOT_FOUND}.",
+        STORE_CODES,
+    )
+    p.add_argument("--run", help="list only this run's retained heads")
+    p.add_argument("--release", metavar="CHECKPOINT", help="release this retained head")
+    p.add_argument("--operator", help="with --release: who releases it")
+    p.add_argument("--reason", help="with --release: why")
+    store_arg(p)
+    json_arg(p)
+    p.set_defaults(handler=_retained)
