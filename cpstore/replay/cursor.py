@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import sys
+import threading
 from array import array
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
@@ -240,6 +241,7 @@ class ReplayCursor:
         )
         # The block of verified values being served, indexed directly (a
         # Sequence.__getitem__ call per token would cost a third of the budget).
+        self._lock = threading.RLock()
         self._block: Sequence[Any] = ()
         self._block_first = 0
         self._mode = mode
@@ -312,47 +314,50 @@ class ReplayCursor:
         ``live`` is consulted only in BEST_EFFORT mode, when the log cannot
         answer; in STRICT mode that situation raises instead.
         """
-        if not self._lease:
-            raise self._closed_error()
-        code = self._code(kind)
-        i = self._idx
-        if i >= self._count:
-            return self._fall_through(
-                code,
-                kind,
-                live,
-                "token stream exhausted: the replay resolved beyond the log",
-                expected="end of the replay",
-                got=kind,
-            )
-        seq, rcode, prov = _HEAD.unpack_from(self._view, i * _SIZE)
-        if prov != _RECORDED:
-            raise ReplayDivergenceError(
-                "recorded token does not have recorded provenance; refusing to audit",
-                where=f"seq={seq}",
-                expected="recorded",
-                got={2: "live"}.get(prov, f"invalid#{prov}"),
-            )
-        if rcode != code:
-            return self._fall_through(
-                code,
-                kind,
-                live,
-                "token kind differs from the recording",
-                expected=self._kinds.label(rcode),
-                got=kind,
-            )
-        # The value first: one that fails its check (IntegrityError) leaves nothing
-        # behind. Appended before it, the record stayed without a value, and a replay
-        # that swallowed the error could not finish() (a P whose records and values
-        # do not pair up).
-        j = i - self._block_first
-        block = self._block
-        value = block[j] if 0 <= j < len(block) else self._load(i)
-        self._out += self._view[i * _SIZE : (i + 1) * _SIZE]
-        self._out_values.append(value)
-        self._idx = i + 1
-        return value
+        # One resolve at a time: two threads sharing the cursor each took token i and
+        # were both served it (a re-read); now the second gets token i + 1 (audit59).
+        with self._lock:
+            if not self._lease:
+                raise self._closed_error()
+            code = self._code(kind)
+            i = self._idx
+            if i >= self._count:
+                return self._fall_through(
+                    code,
+                    kind,
+                    live,
+                    "token stream exhausted: the replay resolved beyond the log",
+                    expected="end of the replay",
+                    got=kind,
+                )
+            seq, rcode, prov = _HEAD.unpack_from(self._view, i * _SIZE)
+            if prov != _RECORDED:
+                raise ReplayDivergenceError(
+                    "recorded token does not have recorded provenance; refusing to audit",
+                    where=f"seq={seq}",
+                    expected="recorded",
+                    got={2: "live"}.get(prov, f"invalid#{prov}"),
+                )
+            if rcode != code:
+                return self._fall_through(
+                    code,
+                    kind,
+                    live,
+                    "token kind differs from the recording",
+                    expected=self._kinds.label(rcode),
+                    got=kind,
+                )
+            # The value first: one that fails its check (IntegrityError) leaves nothing
+            # behind. Appended before it, the record stayed without a value, and a replay
+            # that swallowed the error could not finish() (a P whose records and values
+            # do not pair up).
+            j = i - self._block_first
+            block = self._block
+            value = block[j] if 0 <= j < len(block) else self._load(i)
+            self._out += self._view[i * _SIZE : (i + 1) * _SIZE]
+            self._out_values.append(value)
+            self._idx = i + 1
+            return value
 
     def _fall_through(
         self,
@@ -399,6 +404,7 @@ class ReplayCursor:
         """The tokens this replay resolved, packed (``live`` ones tagged), and each request
         it refused, at its position with the kind asked for and the value None: a P that
         is never equal to the recording there."""
-        return PackedTokens(
-            bytes(self._out), values=list(self._out_values), kind_names=dict(self._kinds.names)
-        )
+        with self._lock:  # records and values of the same resolves
+            return PackedTokens(
+                bytes(self._out), values=list(self._out_values), kind_names=dict(self._kinds.names)
+            )

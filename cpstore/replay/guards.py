@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
@@ -48,10 +49,16 @@ class PinnedObservations:
         self._used: dict[tuple[int, str], int] = {}
         self._read: list[Observation] = []
         self._refused: int | None = None  # index in _read of the last read refused
+        # One read at a time (audit59): two threads took one occurrence each.
+        self._lock = threading.RLock()
 
     def read(self, step: int, source: str) -> bytes:
         """The recorded payload of ``source`` at ``step``; RecordingGapError if none."""
         _check_read(step, source)
+        with self._lock:
+            return self._read_locked(step, source)
+
+    def _read_locked(self, step: int, source: str) -> bytes:
         key = (step, source)
         entries = self._index.get(key)
         used = self._used.get(key, 0)
@@ -104,6 +111,11 @@ class PinnedObservations:
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
         live = Observation(step, source, bytes(digest(bytes(payload))).hex(), None)
+        with self._lock:
+            self._add_live(live)
+
+    def _add_live(self, live: Observation) -> None:
+        step, source = live.step, live.source
         last = len(self._read) - 1
         if self._refused == last and (self._read[last].step, self._read[last].source) == (
             step,
@@ -117,7 +129,8 @@ class PinnedObservations:
     @property
     def observations(self) -> tuple[Observation, ...]:
         """What the replay read, in order: its observation stream."""
-        return tuple(self._read)
+        with self._lock:
+            return tuple(self._read)
 
 
 def _check_read(step: object, source: object) -> None:
@@ -147,6 +160,9 @@ class LedgerGuard:
                 got="unsealed",
             )
         self._sealed = sealed
+        # One check at a time: two threads each took position i and both were admitted
+        # against entry i, so an effect the ledger holds once escaped twice (audit59).
+        self._lock = threading.Lock()
         self._attempted: list[Effect] = []
         #: The first effect refused: the guard stays closed after it.
         self._refused: Effect | None = None
@@ -178,38 +194,40 @@ class LedgerGuard:
                 "target and payload_digest must be str",
                 got=(type(target).__name__, type(payload_digest).__name__),
             )
-        i = len(self._attempted)
-        expected = self._ledger[i] if i < len(self._ledger) else None
-        seq = (
-            expected.seq
-            if expected is not None
-            else (self._ledger[-1].seq + 1 + i - len(self._ledger) if self._ledger else i)
-        )
-        attempt = Effect(seq, target, payload_digest)
-        self._attempted.append(attempt)
-        refused = self._refused
-        if refused is not None:  # halted: no later effect is checked against the ledger
-            raise LedgerGuardError(
-                "the replay already attempted an effect not in the sealed ledger; it is "
-                "halted there, and no later effect escapes",
-                where=f"effect seq={seq}",
-                expected=f"no effect after the one refused at seq={refused.seq}",
-                got=[target, payload_digest],
+        with self._lock:
+            i = len(self._attempted)
+            expected = self._ledger[i] if i < len(self._ledger) else None
+            seq = (
+                expected.seq
+                if expected is not None
+                else (self._ledger[-1].seq + 1 + i - len(self._ledger) if self._ledger else i)
             )
-        if expected is None or expected != attempt:
-            # Halted (seed 002: "it must halt before the effect is committed"): the next
-            # attempt was checked against the next entry, and one equal to it escaped from
-            # a replay already known to diverge (audit52's doubt).
-            self._refused = attempt
-            raise LedgerGuardError(
-                "effect is not in the sealed ledger at this position; stopped before it escaped",
-                where=f"effect seq={seq}",
-                expected="end of the ledger"
-                if expected is None
-                else [expected.target, expected.payload_digest],
-                got=[target, payload_digest],
-            )
-        return attempt
+            attempt = Effect(seq, target, payload_digest)
+            self._attempted.append(attempt)
+            refused = self._refused
+            if refused is not None:  # halted: no later effect is checked against the ledger
+                raise LedgerGuardError(
+                    "the replay already attempted an effect not in the sealed ledger; it is "
+                    "halted there, and no later effect escapes",
+                    where=f"effect seq={seq}",
+                    expected=f"no effect after the one refused at seq={refused.seq}",
+                    got=[target, payload_digest],
+                )
+            if expected is None or expected != attempt:
+                # Halted (seed 002: "it must halt before the effect is committed"): the next
+                # attempt was checked against the next entry, and one equal to it escaped from
+                # a replay already known to diverge (audit52's doubt).
+                self._refused = attempt
+                raise LedgerGuardError(
+                    "effect is not in the sealed ledger at this position; "
+                    "stopped before it escaped",
+                    where=f"effect seq={seq}",
+                    expected="end of the ledger"
+                    if expected is None
+                    else [expected.target, expected.payload_digest],
+                    got=[target, payload_digest],
+                )
+            return attempt
 
     def perform(self, target: str, payload: bytes, action: Callable[[], T]) -> T:
         """Check the effect, then (only if admitted) run ``action`` and return its result."""
@@ -228,4 +246,5 @@ class LedgerGuard:
     @property
     def attempted(self) -> tuple[Effect, ...]:
         """Every effect the replay attempted, including a refused one."""
-        return tuple(self._attempted)
+        with self._lock:
+            return tuple(self._attempted)
