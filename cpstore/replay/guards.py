@@ -142,7 +142,11 @@ def _check_read(step: object, source: object) -> None:
 
 
 class LedgerGuard:
-    """Checks every effect a replay attempts against the sealed ledger, first."""
+    """Checks every effect a replay attempts against the sealed ledger, first.
+
+    Safe to share between threads: each check takes the next ledger position under a
+    lock, so an entry is admitted to one attempt only.
+    """
 
     def __init__(
         self, ledger: Iterable[Effect], *, sealed: bool, allow_unsealed: bool = False
