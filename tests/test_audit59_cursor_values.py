@@ -128,3 +128,15 @@ def test_faithful_in_memory_values_are_served_and_accepted(values: list[object])
         assert len(served) == len(values)
         decision = validate(_recording(tokens), _replay_of(cursor.replayed()))
         assert decision.verdict is Verdict.ACCEPT, decision.findings
+
+
+def test_a_cprun_recording_of_several_blocks_is_served_whole() -> None:
+    """Blocks past the first of an encoded blob are checked at their absolute offsets."""
+    n = 9000
+    tokens = PackedTokens.from_tokens(Token(i, "rng", [i, str(i)]) for i in range(n))
+    loaded = load_document(dump_document(_recording(tokens), encoding="cprun")).tokens
+    assert isinstance(loaded.values, EncodedValues)
+    cursor = ReplayCursor(loaded)
+    assert [cursor.resolve("rng") for _ in range(n)] == [[i, str(i)] for i in range(n)]
+    decision = validate(_recording(tokens), _replay_of(cursor.replayed()))
+    assert decision.verdict is Verdict.ACCEPT
