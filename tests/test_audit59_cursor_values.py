@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import struct
 from array import array
+from collections.abc import Sequence
+from typing import Any, overload
 
 import pytest
 
@@ -140,3 +142,32 @@ def test_a_cprun_recording_of_several_blocks_is_served_whole() -> None:
     assert [cursor.resolve("rng") for _ in range(n)] == [[i, str(i)] for i in range(n)]
     decision = validate(_recording(tokens), _replay_of(cursor.replayed()))
     assert decision.verdict is Verdict.ACCEPT
+
+
+class _SliceAddsOne(Sequence[Any]):
+    """A values sequence whose block slice holds one value more than asked for."""
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [*range(self._n)[index], "evil"]
+        return index
+
+
+def test_a_block_is_served_only_as_far_as_it_was_verified() -> None:
+    """One digest per token of the block: a slice longer than the block (its extra value
+    never checked) is refused, not served as the next block's first token."""
+    n = 4097
+    good = PackedTokens.from_tokens(Token(i, "rng", i) for i in range(n))
+    cursor = ReplayCursor(PackedTokens(good.view(), values=_SliceAddsOne(n)))
+    with pytest.raises(IntegrityError, match="one per record"):
+        cursor.resolve("rng")

@@ -59,6 +59,13 @@ def _check_digests(digests: bytes, records: memoryview, first: int, last: int, w
     """Raise IntegrityError at the first token of ``first:last`` whose value digest (in
     ``digests``) is not the one its record holds."""
     recs = bytes(records[32 * first : 32 * last])
+    if len(digests) != 16 * (last - first):  # one digest per token, never more or fewer
+        raise IntegrityError(
+            "token values do not number one per record",
+            where=f"tokens {first}..{last - 1} of {where}",
+            expected=last - first,
+            got=len(digests) // 16,
+        )
     # Column by column (byte k of every digest against byte 16+k of every
     # record): 16 C-level slice compares per block instead of one Python
     # compare per token; a mismatch is then located token by token.
