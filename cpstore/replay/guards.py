@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 from cpstore.errors import (
+    IntegrityError,
     InvalidInputError,
     LedgerGuardError,
     LedgerSealedError,
@@ -32,7 +33,8 @@ class PayloadSource(Protocol):
     """What :class:`PinnedObservations` reads from: a checkpoint view of the store."""
 
     def observations(self) -> Sequence[tuple[int, str, str, float | None]]:
-        """(step, source, payload digest, pinned_at) of every recorded read."""
+        """(step, source, payload digest, pinned_at) of every recorded read; the digest is
+        cpstore's (hex) of the payload, and a payload that does not have it is refused."""
 
     def payload(self, step: int, source: str, *, occurrence: int = 0) -> bytes:
         """The ``occurrence``-th recorded payload; :class:`RecordingGapError` when none."""
@@ -81,6 +83,19 @@ class PinnedObservations:
             self._keep_refused(step, source)
             raise
         dig, pinned = entries[used]
+        # Served only if it is the payload recorded (as the cursor checks each token
+        # value): a reader opened with verify=False hands over stored bytes unchecked,
+        # and P, which names the recorded digest, was an ACCEPT against R as a document
+        # while the replay read other bytes (audit59). Damage, not a divergence of the
+        # replay: nothing is kept, as for a token value that fails its check.
+        got = bytes(digest(payload)).hex()
+        if got != dig:
+            raise IntegrityError(
+                "pinned payload does not match its recorded digest",
+                where=f"step {step}, source {source!r}, occurrence {used}",
+                expected=dig,
+                got=got,
+            )
         self._used[key] = used + 1
         self._read.append(Observation(step, source, dig, pinned))
         self._refused = None
