@@ -171,3 +171,16 @@ def test_a_block_is_served_only_as_far_as_it_was_verified() -> None:
     cursor = ReplayCursor(PackedTokens(good.view(), values=_SliceAddsOne(n)))
     with pytest.raises(IntegrityError, match="one per record"):
         cursor.resolve("rng")
+
+
+def test_one_object_at_two_tokens_is_served_as_recorded_both_times() -> None:
+    """Containers are served decoded from their verified encodings (fresh objects, as
+    from the store). Before, the caller's object itself was served: a replay that
+    changed the value of token 0 was served that change as token 1."""
+    config = {"version": 1}
+    tokens = PackedTokens.from_tokens([Token(0, "tool", config), Token(1, "tool", config)])
+    cursor = ReplayCursor(PackedTokens(tokens.view(), values=[config, config]))
+    first = cursor.resolve("tool")
+    first["version"] = 2  # the replay changes what it was served
+    assert cursor.resolve("tool") == {"version": 1}  # before: {"version": 2}
+    assert config == {"version": 1}  # the recording itself is untouched

@@ -49,6 +49,8 @@ _HEAD = struct.Struct("<QIB")
 _RECORDED = int(Provenance.RECORDED)
 _OFFSET = struct.Struct("<Q")
 _ALWAYS = (True,)
+#: Values served as the caller's own objects: nothing a replay does changes them.
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 def _never_closed() -> Exception:  # pragma: no cover - _ALWAYS is never empty
@@ -210,7 +212,12 @@ class _MemoryValues(_BlockValues):
                     ) from None
             raise
         _check_digests(digest_batch(blob, offs), self._records, first, last, self._where)
-        return chunk
+        if set(map(type, chunk)) <= _IMMUTABLE:
+            return chunk
+        # A container is served decoded from its verified encoding, a fresh object as a
+        # stored cursor serves: one object at two tokens (values=[cfg, cfg]) mutated by
+        # the replay after the first was served the mutation as the second (audit59).
+        return _decode_checked(memoryview(blob), offs, first, self._where)
 
 
 class ReplayCursor:
