@@ -47,7 +47,6 @@ __all__ = ["ReplayCursor"]
 _SIZE = RECORD_SIZE[RecordType.TOKEN]
 _HEAD = struct.Struct("<QIB")
 _RECORDED = int(Provenance.RECORDED)
-_OFFSET = struct.Struct("<Q")
 _ALWAYS = (True,)
 #: Values served as the caller's own objects: nothing a replay does changes them.
 _IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
@@ -248,14 +247,14 @@ class ReplayCursor:
         self._kinds = KindTable(recorded.kind_names)
         self._count = len(recorded)
         values = recorded.values
-        self._values: Sequence[Any] = (
+        self._values: _BlockValues = (
             values
             if isinstance(values, _BlockValues)
             else _MemoryValues(values, self._view, self._count)
         )
+        self._lock = threading.RLock()
         # The block of verified values being served, indexed directly (a
         # Sequence.__getitem__ call per token would cost a third of the budget).
-        self._lock = threading.RLock()
         self._block: Sequence[Any] = ()
         self._block_first = 0
         self._mode = mode
@@ -269,10 +268,8 @@ class ReplayCursor:
 
     def _load(self, i: int) -> Any:
         """Value ``i``, its block verified (and kept at hand for the next resolves)."""
-        values = self._values
-        value = values[i]
-        if isinstance(values, _BlockValues):
-            self._block, self._block_first = values.current
+        value = self._values[i]
+        self._block, self._block_first = self._values.current
         return value
 
     @classmethod
