@@ -145,19 +145,21 @@ class FakeCheckpoint:
 
 def test_pinned_reader_serves_payloads_and_records_the_stream() -> None:
     """Each read comes from the recording; repeated reads take the next occurrence."""
+    d1, d2 = digest(b"t1").hex(), digest(b"t2").hex()  # each payload's own (audit59)
     src = FakeCheckpoint(
-        [(1, "clock", "d1", 5.0), (1, "clock", "d2", 6.0)],
+        [(1, "clock", d1, 5.0), (1, "clock", d2, 6.0)],
         {(1, "clock", 0): b"t1", (1, "clock", 1): b"t2"},
     )
     reader = PinnedObservations(src)
     assert reader.read(1, "clock") == b"t1"
     assert reader.read(1, "clock") == b"t2"
-    assert [o.payload_digest for o in reader.observations] == ["d1", "d2"]
+    assert [o.payload_digest for o in reader.observations] == [d1, d2]
 
 
 def test_pinned_reader_raises_a_recording_gap_never_refetches() -> None:
     """An unrecorded (step, source), or one read too often, is a RecordingGapError."""
-    reader = PinnedObservations(FakeCheckpoint([(1, "clock", "d", 5.0)], {(1, "clock", 0): b"t"}))
+    d = digest(b"t").hex()
+    reader = PinnedObservations(FakeCheckpoint([(1, "clock", d, 5.0)], {(1, "clock", 0): b"t"}))
     with pytest.raises(RecordingGapError) as info:
         reader.read(2, "clock")
     assert info.value.where is not None and "step 2" in info.value.where

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 import sys
+import threading
 from array import array
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import msgpack
 
 from cpstore.errors import (
+    CanonicalEncodingError,
     IntegrityError,
     InvalidInputError,
     RecordFormatError,
@@ -25,6 +27,7 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import canonical_check, digest_batch
 from cpstore.native.canonical import _ext_hook
+from cpstore.native.columns import encode_values, fast_encoding
 from cpstore.native.records import (
     RECORD_SIZE,
     KindTable,
@@ -36,6 +39,7 @@ from cpstore.native.records import (
 from cpstore.native.records import value_digest as _value_digest
 from cpstore.replay.source import CheckpointSource
 from cpstore.run.model import PackedTokens, ReplayMode
+from cpstore.run.values import EncodedValues
 
 __all__ = ["ReplayCursor"]
 
@@ -43,15 +47,103 @@ __all__ = ["ReplayCursor"]
 _SIZE = RECORD_SIZE[RecordType.TOKEN]
 _HEAD = struct.Struct("<QIB")
 _RECORDED = int(Provenance.RECORDED)
-_OFFSET = struct.Struct("<Q")
 _ALWAYS = (True,)
+#: Values served as the caller's own objects: nothing a replay does changes them.
+_IMMUTABLE = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 def _never_closed() -> Exception:  # pragma: no cover - _ALWAYS is never empty
     return InvalidInputError("an in-memory cursor has no reader to close")
 
 
-class _CheckpointValues(Sequence[Any]):
+def _check_digests(digests: bytes, records: memoryview, first: int, last: int, where: str) -> None:
+    """Raise IntegrityError at the first token of ``first:last`` whose value digest (in
+    ``digests``) is not the one its record holds."""
+    recs = bytes(records[32 * first : 32 * last])
+    if len(digests) != 16 * (last - first):  # one digest per token, never more or fewer
+        raise IntegrityError(
+            "token values do not number one per record",
+            where=f"tokens {first}..{last - 1} of {where}",
+            expected=last - first,
+            got=len(digests) // 16,
+        )
+    # Column by column (byte k of every digest against byte 16+k of every
+    # record): 16 C-level slice compares per block instead of one Python
+    # compare per token; a mismatch is then located token by token.
+    if any(digests[k::16] != recs[16 + k :: 32] for k in range(16)):
+        for j in range(last - first):
+            if digests[16 * j : 16 * j + 16] != recs[32 * j + 16 : 32 * j + 32]:
+                raise IntegrityError(
+                    "token value does not match its record", where=f"token {first + j} of {where}"
+                )
+
+
+def _decode_checked(blob: memoryview, offs: array[int], first: int, where: str) -> list[Any]:
+    """The values ``blob[offs[i]:offs[i+1]]``, each checked to be one canonical msgpack value."""
+    # Each value must be exactly one msgpack item where its offsets say, in
+    # canonical form: the stream decode below pairs items with tokens by count
+    # alone, and a log whose offsets cut elsewhere (which Recorder.tokens_packed
+    # took before audit31) served one token's value for another; a non-canonical
+    # value (a repeated map key, a long-form int: taken before audit31's canonical
+    # check) would be served as msgpack reads it. One native call per block.
+    bad = canonical_check(blob, offs)
+    if bad is not None:
+        raise IntegrityError(
+            f"token value is not one msgpack value in canonical form at its offsets: {bad[2]}",
+            where=f"token {first + bad[0]} of {where}",
+        )
+    # Every encoding matched the digest computed from its canonical bytes at
+    # record time, so one streaming msgpack decode of the block is enough.
+    start, end = offs[0], offs[-1]
+    unpacker = msgpack.Unpacker(
+        raw=False, strict_map_key=False, ext_hook=_ext_hook, max_buffer_size=end - start + 1
+    )
+    unpacker.feed(blob[start:end])
+    return list(unpacker)
+
+
+class _BlockValues(Sequence[Any]):
+    """Token values served to a cursor, each block of 4096 verified against the records'
+    value digests (one native ``digest_batch`` call) before any of it is served."""
+
+    _BLOCK = 4096
+
+    def __init__(self, records: memoryview, count: int, where: str) -> None:
+        self._records = records
+        self._count = count
+        self._where = where
+        self._first = 0
+        self._decoded: list[Any] = []
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def current(self) -> tuple[list[Any], int]:
+        """The block last verified and its first index."""
+        return self._decoded, self._first
+
+    def _block(self, first: int, last: int) -> list[Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __getitem__(self, index: Any) -> Any:
+        if type(index) is int:
+            j = index - self._first
+            decoded = self._decoded
+            if 0 <= j < len(decoded):  # the cursor's path: the current block
+                return decoded[j]
+            if not 0 <= index < self._count:
+                raise IndexError(index)
+            first = index // self._BLOCK * self._BLOCK
+            decoded = self._block(first, min(self._count, first + self._BLOCK))
+            self._decoded, self._first = decoded, first
+            return decoded[index - first]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        raise TypeError(f"token value index must be an int, not {type(index).__name__}")
+
+
+class _CheckpointValues(_BlockValues):
     """Token values read lazily from an open checkpoint view, verified in blocks.
 
     One native ``digest_batch`` call checks a block of value encodings against
@@ -60,81 +152,71 @@ class _CheckpointValues(Sequence[Any]):
     LMDB map: a block is loaded only while the reader's lease is held.
     """
 
-    _BLOCK = 4096
-
     def __init__(self, cp: CheckpointSource, records: memoryview, count: int) -> None:
+        super().__init__(records, count, str(cp.id))
         values, offsets = cp.token_value_views()
         self._lease: Sized = cp.lease
         self._closed_error: Callable[[], Exception] = cp.closed_error
         self._values = memoryview(values).cast("B")
         self._offsets = memoryview(offsets).cast("B")
-        self._records = records
-        self._count = count
-        self._where = str(cp.id)
-        self._first = 0
-        self._decoded: list[Any] = []
 
-    def __len__(self) -> int:
-        return self._count
-
-    def _load_block(self, block: int) -> None:
+    def _block(self, first: int, last: int) -> list[Any]:
         if not self._lease:
             raise self._closed_error()
-        first = block * self._BLOCK
-        last = min(self._count, first + self._BLOCK)
         digests = digest_batch(
             self._values, self._offsets[8 * first : 8 * (last + 1)], byteorder="little"
         )
-        recs = bytes(self._records[32 * first : 32 * last])
-        # Column by column (byte k of every digest against byte 16+k of every
-        # record): 16 C-level slice compares per block instead of one Python
-        # compare per token; a mismatch is then located token by token.
-        if any(digests[k::16] != recs[16 + k :: 32] for k in range(16)):
-            for j in range(last - first):
-                if digests[16 * j : 16 * j + 16] != recs[32 * j + 16 : 32 * j + 32]:
-                    raise IntegrityError(
-                        "token value does not match its record",
-                        where=f"token {first + j} of {self._where}",
-                    )
-        start = _OFFSET.unpack_from(self._offsets, 8 * first)[0]
-        end = _OFFSET.unpack_from(self._offsets, 8 * last)[0]
-        # Each value must be exactly one msgpack item where its offsets say, in
-        # canonical form: the stream decode below pairs items with tokens by count
-        # alone, and a log whose offsets cut elsewhere (which Recorder.tokens_packed
-        # took before audit31) served one token's value for another; a non-canonical
-        # value (a repeated map key, a long-form int: taken before audit31's canonical
-        # check) would be served as msgpack reads it. One native call per block.
+        _check_digests(digests, self._records, first, last, self._where)
         offs = array("Q")
         offs.frombytes(self._offsets[8 * first : 8 * (last + 1)])
         if sys.byteorder == "big":
             offs.byteswap()
-        bad = canonical_check(self._values, offs)
-        if bad is not None:
-            raise IntegrityError(
-                f"token value is not one msgpack value in canonical form at its offsets: {bad[2]}",
-                where=f"token {first + bad[0]} of {self._where}",
-            )
-        # Every encoding matched the digest computed from its canonical bytes at
-        # record time, so one streaming msgpack decode of the block is enough.
-        unpacker = msgpack.Unpacker(
-            raw=False, strict_map_key=False, ext_hook=_ext_hook, max_buffer_size=end - start + 1
-        )
-        unpacker.feed(self._values[start:end])
-        self._decoded = list(unpacker)
-        self._first = first
+        return _decode_checked(self._values, offs, first, self._where)
 
-    def __getitem__(self, index: Any) -> Any:
-        if type(index) is int:
-            j = index - self._first
-            if 0 <= j < len(self._decoded):  # the cursor's path: the current block
-                return self._decoded[j]
-            if not 0 <= index < self._count:
-                raise IndexError(index)
-            self._load_block(index // self._BLOCK)
-            return self._decoded[index - self._first]
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._count))]
-        raise TypeError(f"token value index must be an int, not {type(index).__name__}")
+
+class _MemoryValues(_BlockValues):
+    """The values of an in-memory recording (``PackedTokens.values``), verified as a
+    stored checkpoint's are: a value is served only once its canonical encoding has the
+    digest its record holds. ``PackedTokens`` takes values only for readable findings
+    and never checks them, and validate compares the records alone, so before audit59 a
+    recording whose values were not its records' (a ``.cprun`` file's values section
+    edited with its table digest, a hand-built ``PackedTokens``) had the cursor serve
+    them while P, a copy of R's records, was an ACCEPT."""
+
+    def __init__(self, values: Sequence[Any], records: memoryview, count: int) -> None:
+        super().__init__(records, count, "the recorded tokens")
+        self._values = values
+
+    def _block(self, first: int, last: int) -> list[Any]:
+        values = self._values
+        if isinstance(values, EncodedValues):
+            offs = values.offsets[first : last + 1]
+            if not isinstance(offs, array):
+                offs = array("Q", bytes(offs))
+            digests = digest_batch(values.blob, offs)
+            _check_digests(digests, self._records, first, last, self._where)
+            return _decode_checked(values.blob, offs, first, self._where)
+        chunk = list(values[first:last])
+        try:
+            blob, offs = encode_values(chunk)
+        except CanonicalEncodingError:
+            for j, value in enumerate(chunk):
+                try:
+                    fast_encoding(value)
+                except CanonicalEncodingError as exc:
+                    raise IntegrityError(
+                        "token value has no canonical encoding (it matches no record)",
+                        where=f"token {first + j} of {self._where}",
+                        got=exc.what,
+                    ) from None
+            raise
+        _check_digests(digest_batch(blob, offs), self._records, first, last, self._where)
+        if set(map(type, chunk)) <= _IMMUTABLE:
+            return chunk
+        # A container is served decoded from its verified encoding, a fresh object as a
+        # stored cursor serves: one object at two tokens (values=[cfg, cfg]) mutated by
+        # the replay after the first was served the mutation as the second (audit59).
+        return _decode_checked(memoryview(blob), offs, first, self._where)
 
 
 class ReplayCursor:
@@ -162,9 +244,19 @@ class ReplayCursor:
                 "a cursor needs the recorded token values", where="recorded.values"
             )
         self._view = recorded.view()
-        self._values: Sequence[Any] = recorded.values
         self._kinds = KindTable(recorded.kind_names)
         self._count = len(recorded)
+        values = recorded.values
+        self._values: _BlockValues = (
+            values
+            if isinstance(values, _BlockValues)
+            else _MemoryValues(values, self._view, self._count)
+        )
+        self._lock = threading.RLock()
+        # The block of verified values being served, indexed directly (a
+        # Sequence.__getitem__ call per token would cost a third of the budget).
+        self._block: Sequence[Any] = ()
+        self._block_first = 0
         self._mode = mode
         self._strict = mode is ReplayMode.STRICT
         self._idx = 0
@@ -173,6 +265,12 @@ class ReplayCursor:
         # In-memory tokens are the caller's own memory: always readable.
         self._lease: Sized = _ALWAYS
         self._closed_error: Callable[[], Exception] = _never_closed
+
+    def _load(self, i: int) -> Any:
+        """Value ``i``, its block verified (and kept at hand for the next resolves)."""
+        value = self._values[i]
+        self._block, self._block_first = self._values.current
+        return value
 
     @classmethod
     def from_checkpoint(
@@ -227,41 +325,50 @@ class ReplayCursor:
         ``live`` is consulted only in BEST_EFFORT mode, when the log cannot
         answer; in STRICT mode that situation raises instead.
         """
-        if not self._lease:
-            raise self._closed_error()
-        code = self._code(kind)
-        i = self._idx
-        if i >= self._count:
-            return self._fall_through(
-                code,
-                kind,
-                live,
-                "token stream exhausted: the replay resolved beyond the log",
-                expected="end of the replay",
-                got=kind,
-            )
-        seq, rcode, prov = _HEAD.unpack_from(self._view, i * _SIZE)
-        if prov != _RECORDED:
-            raise ReplayDivergenceError(
-                "recorded token does not have recorded provenance; refusing to audit",
-                where=f"seq={seq}",
-                expected="recorded",
-                got={2: "live"}.get(prov, f"invalid#{prov}"),
-            )
-        if rcode != code:
-            return self._fall_through(
-                code,
-                kind,
-                live,
-                "token kind differs from the recording",
-                expected=self._kinds.label(rcode),
-                got=kind,
-            )
-        self._out += self._view[i * _SIZE : (i + 1) * _SIZE]
-        value = self._values[i]
-        self._out_values.append(value)
-        self._idx = i + 1
-        return value
+        # One resolve at a time: two threads sharing the cursor each took token i and
+        # were both served it (a re-read); now the second gets token i + 1 (audit59).
+        with self._lock:
+            if not self._lease:
+                raise self._closed_error()
+            code = self._code(kind)
+            i = self._idx
+            if i >= self._count:
+                return self._fall_through(
+                    code,
+                    kind,
+                    live,
+                    "token stream exhausted: the replay resolved beyond the log",
+                    expected="end of the replay",
+                    got=kind,
+                )
+            seq, rcode, prov = _HEAD.unpack_from(self._view, i * _SIZE)
+            if prov != _RECORDED:
+                raise ReplayDivergenceError(
+                    "recorded token does not have recorded provenance; refusing to audit",
+                    where=f"seq={seq}",
+                    expected="recorded",
+                    got={2: "live"}.get(prov, f"invalid#{prov}"),
+                )
+            if rcode != code:
+                return self._fall_through(
+                    code,
+                    kind,
+                    live,
+                    "token kind differs from the recording",
+                    expected=self._kinds.label(rcode),
+                    got=kind,
+                )
+            # The value first: one that fails its check (IntegrityError) leaves nothing
+            # behind. Appended before it, the record stayed without a value, and a replay
+            # that swallowed the error could not finish() (a P whose records and values
+            # do not pair up).
+            j = i - self._block_first
+            block = self._block
+            value = block[j] if 0 <= j < len(block) else self._load(i)
+            self._out += self._view[i * _SIZE : (i + 1) * _SIZE]
+            self._out_values.append(value)
+            self._idx = i + 1
+            return value
 
     def _fall_through(
         self,
@@ -308,6 +415,7 @@ class ReplayCursor:
         """The tokens this replay resolved, packed (``live`` ones tagged), and each request
         it refused, at its position with the kind asked for and the value None: a P that
         is never equal to the recording there."""
-        return PackedTokens(
-            bytes(self._out), values=list(self._out_values), kind_names=dict(self._kinds.names)
-        )
+        with self._lock:  # records and values of the same resolves
+            return PackedTokens(
+                bytes(self._out), values=list(self._out_values), kind_names=dict(self._kinds.names)
+            )

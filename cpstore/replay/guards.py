@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol, TypeVar
 
 from cpstore.errors import (
+    IntegrityError,
     InvalidInputError,
     LedgerGuardError,
     LedgerSealedError,
@@ -31,7 +33,8 @@ class PayloadSource(Protocol):
     """What :class:`PinnedObservations` reads from: a checkpoint view of the store."""
 
     def observations(self) -> Sequence[tuple[int, str, str, float | None]]:
-        """(step, source, payload digest, pinned_at) of every recorded read."""
+        """(step, source, payload digest, pinned_at) of every recorded read; the digest is
+        cpstore's (hex) of the payload, and a payload that does not have it is refused."""
 
     def payload(self, step: int, source: str, *, occurrence: int = 0) -> bytes:
         """The ``occurrence``-th recorded payload; :class:`RecordingGapError` when none."""
@@ -48,10 +51,16 @@ class PinnedObservations:
         self._used: dict[tuple[int, str], int] = {}
         self._read: list[Observation] = []
         self._refused: int | None = None  # index in _read of the last read refused
+        # One read at a time (audit59): two threads took one occurrence each.
+        self._lock = threading.RLock()
 
     def read(self, step: int, source: str) -> bytes:
         """The recorded payload of ``source`` at ``step``; RecordingGapError if none."""
         _check_read(step, source)
+        with self._lock:
+            return self._read_locked(step, source)
+
+    def _read_locked(self, step: int, source: str) -> bytes:
         key = (step, source)
         entries = self._index.get(key)
         used = self._used.get(key, 0)
@@ -74,6 +83,19 @@ class PinnedObservations:
             self._keep_refused(step, source)
             raise
         dig, pinned = entries[used]
+        # Served only if it is the payload recorded (as the cursor checks each token
+        # value): a reader opened with verify=False hands over stored bytes unchecked,
+        # and P, which names the recorded digest, was an ACCEPT against R as a document
+        # while the replay read other bytes (audit59). Damage, not a divergence of the
+        # replay: nothing is kept, as for a token value that fails its check.
+        got = bytes(digest(payload)).hex()
+        if got != dig:
+            raise IntegrityError(
+                "pinned payload does not match its recorded digest",
+                where=f"step {step}, source {source!r}, occurrence {used}",
+                expected=dig,
+                got=got,
+            )
         self._used[key] = used + 1
         self._read.append(Observation(step, source, dig, pinned))
         self._refused = None
@@ -104,6 +126,11 @@ class PinnedObservations:
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
         live = Observation(step, source, bytes(digest(bytes(payload))).hex(), None)
+        with self._lock:
+            self._add_live(live)
+
+    def _add_live(self, live: Observation) -> None:
+        step, source = live.step, live.source
         last = len(self._read) - 1
         if self._refused == last and (self._read[last].step, self._read[last].source) == (
             step,
@@ -117,7 +144,8 @@ class PinnedObservations:
     @property
     def observations(self) -> tuple[Observation, ...]:
         """What the replay read, in order: its observation stream."""
-        return tuple(self._read)
+        with self._lock:
+            return tuple(self._read)
 
 
 def _check_read(step: object, source: object) -> None:
@@ -129,7 +157,11 @@ def _check_read(step: object, source: object) -> None:
 
 
 class LedgerGuard:
-    """Checks every effect a replay attempts against the sealed ledger, first."""
+    """Checks every effect a replay attempts against the sealed ledger, first.
+
+    Safe to share between threads: each check takes the next ledger position under a
+    lock, so an entry is admitted to one attempt only.
+    """
 
     def __init__(
         self, ledger: Iterable[Effect], *, sealed: bool, allow_unsealed: bool = False
@@ -147,6 +179,9 @@ class LedgerGuard:
                 got="unsealed",
             )
         self._sealed = sealed
+        # One check at a time: two threads each took position i and both were admitted
+        # against entry i, so an effect the ledger holds once escaped twice (audit59).
+        self._lock = threading.Lock()
         self._attempted: list[Effect] = []
         #: The first effect refused: the guard stays closed after it.
         self._refused: Effect | None = None
@@ -178,38 +213,40 @@ class LedgerGuard:
                 "target and payload_digest must be str",
                 got=(type(target).__name__, type(payload_digest).__name__),
             )
-        i = len(self._attempted)
-        expected = self._ledger[i] if i < len(self._ledger) else None
-        seq = (
-            expected.seq
-            if expected is not None
-            else (self._ledger[-1].seq + 1 + i - len(self._ledger) if self._ledger else i)
-        )
-        attempt = Effect(seq, target, payload_digest)
-        self._attempted.append(attempt)
-        refused = self._refused
-        if refused is not None:  # halted: no later effect is checked against the ledger
-            raise LedgerGuardError(
-                "the replay already attempted an effect not in the sealed ledger; it is "
-                "halted there, and no later effect escapes",
-                where=f"effect seq={seq}",
-                expected=f"no effect after the one refused at seq={refused.seq}",
-                got=[target, payload_digest],
+        with self._lock:
+            i = len(self._attempted)
+            expected = self._ledger[i] if i < len(self._ledger) else None
+            seq = (
+                expected.seq
+                if expected is not None
+                else (self._ledger[-1].seq + 1 + i - len(self._ledger) if self._ledger else i)
             )
-        if expected is None or expected != attempt:
-            # Halted (seed 002: "it must halt before the effect is committed"): the next
-            # attempt was checked against the next entry, and one equal to it escaped from
-            # a replay already known to diverge (audit52's doubt).
-            self._refused = attempt
-            raise LedgerGuardError(
-                "effect is not in the sealed ledger at this position; stopped before it escaped",
-                where=f"effect seq={seq}",
-                expected="end of the ledger"
-                if expected is None
-                else [expected.target, expected.payload_digest],
-                got=[target, payload_digest],
-            )
-        return attempt
+            attempt = Effect(seq, target, payload_digest)
+            self._attempted.append(attempt)
+            refused = self._refused
+            if refused is not None:  # halted: no later effect is checked against the ledger
+                raise LedgerGuardError(
+                    "the replay already attempted an effect not in the sealed ledger; it is "
+                    "halted there, and no later effect escapes",
+                    where=f"effect seq={seq}",
+                    expected=f"no effect after the one refused at seq={refused.seq}",
+                    got=[target, payload_digest],
+                )
+            if expected is None or expected != attempt:
+                # Halted (seed 002: "it must halt before the effect is committed"): the next
+                # attempt was checked against the next entry, and one equal to it escaped from
+                # a replay already known to diverge (audit52's doubt).
+                self._refused = attempt
+                raise LedgerGuardError(
+                    "effect is not in the sealed ledger at this position; "
+                    "stopped before it escaped",
+                    where=f"effect seq={seq}",
+                    expected="end of the ledger"
+                    if expected is None
+                    else [expected.target, expected.payload_digest],
+                    got=[target, payload_digest],
+                )
+            return attempt
 
     def perform(self, target: str, payload: bytes, action: Callable[[], T]) -> T:
         """Check the effect, then (only if admitted) run ``action`` and return its result."""
@@ -228,4 +265,5 @@ class LedgerGuard:
     @property
     def attempted(self) -> tuple[Effect, ...]:
         """Every effect the replay attempted, including a refused one."""
-        return tuple(self._attempted)
+        with self._lock:
+            return tuple(self._attempted)

@@ -39,7 +39,9 @@ class ReplaySession:
     """One replay of a stored checkpoint: cursor, pinned reads, guard, and the result.
 
     Use it inside ``with store.read(checkpoint_id) as cp:``; :meth:`finish`
-    builds the replay :class:`Run` (P) for :func:`validate`.
+    builds the replay :class:`Run` (P) for :func:`validate`. Its cursor, reads and
+    guard may be shared by the replay's threads (each call is one step under a lock);
+    :meth:`finish` is a snapshot, for when they are done.
     """
 
     def __init__(

@@ -133,7 +133,9 @@ class PackedTokens:
     ``records`` is used as given (no copy), so a replay engine can hand over
     the buffer it built and the validator compares it in one native call.
     ``values`` (one per record) and ``kind_names`` (names of hashed kind
-    codes) are optional and only make findings more readable.
+    codes) are optional: validate compares the records alone, and uses values only to
+    make findings readable; a :class:`ReplayCursor` serves them, each block checked
+    against its records' digests first.
     """
 
     records: bytes | bytearray | memoryview
