@@ -1,0 +1,160 @@
+"""audit60: claims of README.md and docs/ that a new user relies on, run against the code.
+
+Each test pins one claim audit60 found wrong (in the doc or in the code) or that no test
+ran: the README's AppendLog snippet, the opening table's regular-file row, which CLI
+commands create a store, `validate`'s exit 5 against a judged INTEGRITY finding, and the
+codes `convert --help` lists.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from test_cli_operator import _DOC
+
+import cpstore
+from cpstore import cli
+from cpstore.store.refs import read_ref
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+STORE_MD = ROOT / "docs" / "store.md"
+DECISION_MD = ROOT / "docs" / "decision-table.md"
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _append_log_snippet() -> str:
+    section = README.read_text().split("### Histories that only grow", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match is not None, "README has no AppendLog code block"
+    return match.group(1)
+
+
+def test_readme_append_log_snippet_runs_and_reads_back_a_plain_list(tmp_path: Path) -> None:
+    """The snippet checkpoints an AppendLog as the plain list's bytes and resumes from it."""
+    with cpstore.open(tmp_path / "s") as store:
+        rec = store.recorder("chat")
+        scope: dict[str, object] = {"cpstore": cpstore, "store": store, "rec": rec}
+        exec(compile(_append_log_snippet(), str(README), "exec"), scope)
+        assert scope["history"] == [{"role": "user", "content": "hi"}]
+        assert type(scope["history"]) is list
+        assert isinstance(scope["log"], cpstore.AppendLog)
+        assert scope["log"].to_list() == scope["history"]
+        plain = store.recorder("plain").checkpoint(13, {"messages": scope["history"]})
+        with store.read(plain) as a, store.read(str(scope["cid"])) as b:
+            assert a.manifest.state_digest == b.manifest.state_digest  # "same bytes, digests"
+
+
+def _opening_row(label: str) -> list[str]:
+    """The cells of docs/store.md's opening table row whose first cell starts with label."""
+    for line in STORE_MD.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and cells[0].startswith(label):
+            return cells
+    raise AssertionError(f"no opening-table row for {label!r}")
+
+
+def test_opening_a_regular_file_raises_the_class_the_opening_table_names(tmp_path: Path) -> None:
+    """docs/store.md said FormatVersionError (exit 9); the code says InvalidInputError (3)."""
+    cells = _opening_row("a regular file")
+    file = tmp_path / "f"
+    file.write_bytes(b"not a store")
+    first = cells[1].strip("`")
+    modes = ((True, False), (False, False), (True, True))  # (create, readonly) per column
+    for cell, (create, readonly) in zip(cells[1:], modes, strict=True):
+        named = first if cell == "same" else cell.strip("`")
+        with pytest.raises(cpstore.CpstoreError) as info:
+            cpstore.open(file, create=create, readonly=readonly)
+        assert type(info.value).__name__ == named == "InvalidInputError", (create, cell)
+    assert file.read_bytes() == b"not a store"
+
+
+def _record(path: Path) -> str:
+    with cpstore.open(path) as store:
+        rec = store.recorder("r")
+        rec.effect("mail.send", b"audit60 payload that is unique in the data file .....")
+        return rec.checkpoint(1, {"a": 1})
+
+
+def test_the_commands_store_md_says_create_a_store_do_and_the_others_do_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/store.md said "No CLI command creates a store"; push/pull/copy/demo do."""
+    text = " ".join(STORE_MD.read_text().split())
+    assert "No CLI command creates a store but `demo`" in text
+    src = tmp_path / "src"
+    _record(src)
+    for argv in (["log"], ["verify"], ["stats"], ["audit"], ["gc", "--keep-last", "1"]):
+        missing = tmp_path / f"none-{argv[0]}"
+        code, _, err = _run([*argv, "--store", str(missing)], capsys)
+        assert code == cli.EXIT_NOT_FOUND and "no store" in err, (argv, code, err)
+        assert not missing.exists()
+    assert _run(["push", str(tmp_path / "pushed"), "--store", str(src)], capsys)[0] == 0
+    assert _run(["pull", str(src), "--store", str(tmp_path / "pulled")], capsys)[0] == 0
+    assert _run(["copy", str(tmp_path / "copied"), "--store", str(src)], capsys)[0] == 0
+    for made in ("pushed", "pulled", "copied"):
+        with cpstore.open(tmp_path / made, readonly=True) as store:
+            assert store.runs() == ["r"], made
+
+
+def test_validate_of_a_damaged_checkpoint_is_judged_and_a_damaged_ref_is_exit_5(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/decision-table.md's exit 5 row said "a stored checkpoint is damaged": that is
+    a REJECT with an INTEGRITY finding (exit 10); exit 5 is damage met before judging."""
+    row = next(ln for ln in DECISION_MD.read_text().splitlines() if ln.startswith("| 5 |"))
+    assert "INTEGRITY finding, REJECT, exit 10" in row
+    store_path = tmp_path / "s"
+    cid = _record(store_path)
+    data = store_path / "data.mdb"
+    raw = bytearray(data.read_bytes())
+    at = raw.find(b"audit60 payload")
+    assert at > 0 and raw.find(b"audit60 payload", at + 1) < 0
+    raw[at] ^= 1
+    data.write_bytes(bytes(raw))
+    code, out, err = _run(["validate", cid, cid, "--store", str(store_path), "--json"], capsys)
+    assert code == cli.EXIT_REJECT, (code, err)
+    assert "INTEGRITY" in [f["code"] for f in json.loads(out)["findings"]]
+    with cpstore.open(store_path) as store, store.backend.env.env.begin(write=True) as txn:
+        dbs = store.backend.env.dbs
+        value = bytearray(txn.get(b"r\0main", db=dbs["refs"]))
+        assert read_ref(txn, dbs, b"r\0main", layout=2) is not None
+        value[0] ^= 1
+        txn.put(b"r\0main", bytes(value), db=dbs["refs"])
+    code, _, err = _run(["validate", "r@main", cid, "--store", str(store_path)], capsys)
+    assert code == cli.EXIT_INTEGRITY, (code, err)
+
+
+def test_convert_help_lists_exit_7_which_a_full_disk_gives(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README: "each command's --help lists the codes it can give"; convert's lacked 7."""
+    with pytest.raises(SystemExit):
+        cli.main(["convert", "--help"])
+    assert "7 store unavailable" in " ".join(capsys.readouterr().out.split())
+
+
+def test_an_os_error_without_a_file_name_is_one_line_without_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk at the fsync said "No space left on device: None"."""
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps(_DOC))
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    code, _, err = _run(["convert", str(doc), str(tmp_path / "out.cprun")], capsys)
+    assert code == cli.EXIT_UNAVAILABLE, (code, err)
+    assert err.strip() == f"cpstore convert: {os.strerror(errno.ENOSPC)}", err
