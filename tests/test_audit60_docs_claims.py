@@ -158,3 +158,18 @@ def test_an_os_error_without_a_file_name_is_one_line_without_none(
     code, _, err = _run(["convert", str(doc), str(tmp_path / "out.cprun")], capsys)
     assert code == cli.EXIT_UNAVAILABLE, (code, err)
     assert err.strip() == f"cpstore convert: {os.strerror(errno.ENOSPC)}", err
+
+
+def test_raise_on_failure_names_where_the_first_finding_is_without_none(tmp_path: Path) -> None:
+    """A finding with no position made the error's ``where`` "mode  None"; a positional
+    one says stream, unit and position ("tokens seq 0")."""
+    base = {k: v for k, v in _DOC.items() if k != "mode"}
+    with pytest.raises(cpstore.ValidationFailedError) as info:
+        cpstore.validate(base, base, raise_on_failure=True)  # P declares no mode
+    assert info.value.where == "mode", info.value.where
+    assert "None" not in str(info.value)
+    tokens = [{"seq": 0, "kind": "rng", "value": 1, "provenance": "recorded"}]
+    replay = {**base, "mode": "strict", "tokens": [{**tokens[0], "value": 2}]}
+    with pytest.raises(cpstore.ValidationFailedError) as info:
+        cpstore.validate({**base, "tokens": tokens}, replay, raise_on_failure=True)
+    assert info.value.where == "tokens seq 0", info.value.where
