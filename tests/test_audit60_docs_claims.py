@@ -173,3 +173,17 @@ def test_raise_on_failure_names_where_the_first_finding_is_without_none(tmp_path
     with pytest.raises(cpstore.ValidationFailedError) as info:
         cpstore.validate({**base, "tokens": tokens}, replay, raise_on_failure=True)
     assert info.value.where == "tokens seq 0", info.value.where
+
+
+def test_an_empty_branch_in_a_checkpoint_name_is_main(tmp_path: Path) -> None:
+    """docs/store.md, "Naming checkpoints": ``RUN@`` and ``RUN@~N`` name main (the code's
+    ``branch or "main"``, undocumented before audit60)."""
+    text = " ".join(STORE_MD.read_text().split())
+    assert "an empty BRANCH is `main` (`RUN@`, `RUN@~N`" in text
+    with cpstore.open(tmp_path / "s") as store:
+        rec = store.recorder("r")
+        first, head = rec.checkpoint(1, {"a": 1}), rec.checkpoint(2, {"a": 2})
+        assert store.resolve("r@") == store.resolve("r@main") == head
+        assert store.resolve("r@~1") == store.resolve("r@main~1") == first
+        with pytest.raises(cpstore.NotFoundError):
+            store.resolve("r@other")
