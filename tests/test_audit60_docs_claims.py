@@ -12,8 +12,10 @@ import errno
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
+import lmdb
 import pytest
 from test_cli_operator import _DOC
 
@@ -187,3 +189,52 @@ def test_an_empty_branch_in_a_checkpoint_name_is_main(tmp_path: Path) -> None:
         assert store.resolve("r@~1") == store.resolve("r@main~1") == first
         with pytest.raises(cpstore.NotFoundError):
             store.resolve("r@other")
+
+
+def _foreign_lmdb(folder: Path) -> Path:
+    env = lmdb.open(str(folder))
+    with env.begin(write=True) as txn:
+        txn.put(b"k", b"v")
+    env.close()
+    return folder
+
+
+def _a_store(folder: Path) -> Path:
+    cpstore.open(folder).close()
+    return folder
+
+
+def _file_in(folder: Path, name: str, data: bytes = b"") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(data)
+    return folder
+
+
+_OPENING_SETUPS: dict[str, Callable[[Path], Path]] = {
+    "nothing, or an empty folder": lambda d: d / "new",
+    "a cpstore store": _a_store,
+    "a 0-byte `data.mdb`": lambda d: _file_in(d, "data.mdb"),
+    "an LMDB environment without the format record": _foreign_lmdb,
+    "a folder of other files": lambda d: _file_in(d, "notes.txt", b"hi"),
+    "a regular file": lambda d: _file_in(d, "f", b"x") / "f",
+}
+
+
+@pytest.mark.parametrize("label", sorted(_OPENING_SETUPS))
+def test_each_row_of_the_opening_table_is_what_open_does(tmp_path: Path, label: str) -> None:
+    """docs/store.md's opening table, row by row, against ``cpstore.open`` (and the open
+    docstring in docs/api.md, which said a folder of other files is FormatVersionError
+    whatever ``create``)."""
+    cells = _opening_row(label)
+    modes = ((True, False), (False, False), (True, True))  # (create, readonly) per column
+    for column, (cell, (create, readonly)) in enumerate(zip(cells[1:], modes, strict=True)):
+        folder = tmp_path / str(column)
+        folder.mkdir()
+        path = _OPENING_SETUPS[label](folder)
+        said = (cells[1] if cell == "same" else cell).strip("`")
+        try:
+            cpstore.open(path, create=create, readonly=readonly).close()
+            got = "opened" if label == "a cpstore store" else "a new store"
+        except cpstore.CpstoreError as exc:
+            got = type(exc).__name__
+        assert got == said, (label, create, readonly)
