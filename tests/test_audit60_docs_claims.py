@@ -238,3 +238,34 @@ def test_each_row_of_the_opening_table_is_what_open_does(tmp_path: Path, label: 
         except cpstore.CpstoreError as exc:
             got = type(exc).__name__
         assert got == said, (label, create, readonly)
+
+
+def test_a_replay_handing_over_its_packed_buffer_needs_its_kind_names(tmp_path: Path) -> None:
+    """docs/run-document.md's ``Run(..., tokens=PackedTokens(buffer))`` example left out
+    ``kind_names``: with a kind beyond rng/clock/tool/env that replay is a REJECT
+    (TOKEN_MISMATCH) of a faithful replay. The example now passes them."""
+    example = (ROOT / "docs" / "run-document.md").read_text().split("replay = Run(", 1)[1]
+    assert "kind_names=names" in example.split("```", 1)[0]
+    from cpstore.native.records import kind_code  # noqa: PLC0415
+
+    with cpstore.open(tmp_path / "s") as store:
+        rec = store.recorder("r")
+        rec.token("rng", 5)
+        rec.token("llm_sample", "x")
+        cid = rec.checkpoint(1, {"s": 1})
+        with store.read(cid) as cp:
+            session = cpstore.ReplaySession(cp)
+            session.cursor.resolve("rng")
+            session.cursor.resolve("llm_sample")
+            buffer = bytes(session.finish(cpstore.state_digest({"s": 1})).tokens.records)
+        verdicts = []
+        for names in ({}, {kind_code("llm_sample"): "llm_sample"}):
+            replay = cpstore.Run(
+                "r",
+                1,
+                cpstore.state_digest({"s": 1}),
+                tokens=cpstore.PackedTokens(buffer, kind_names=names),
+                mode=cpstore.ReplayMode.STRICT,
+            )
+            verdicts.append(cpstore.validate(cid, replay, store=store, record=False).verdict)
+        assert verdicts == [cpstore.Verdict.REJECT, cpstore.Verdict.ACCEPT]
