@@ -269,3 +269,35 @@ def test_a_replay_handing_over_its_packed_buffer_needs_its_kind_names(tmp_path: 
             )
             verdicts.append(cpstore.validate(cid, replay, store=store, record=False).verdict)
         assert verdicts == [cpstore.Verdict.REJECT, cpstore.Verdict.ACCEPT]
+
+
+def test_a_best_effort_live_token_is_a_reject_and_a_live_recorded_token_is_refused(
+    tmp_path: Path,
+) -> None:
+    """docs/decision-table.md said a live resolution makes the decision QUARANTINE
+    (BEST_EFFORT, LIVE_RESOLUTION): the live token always also differs from R where the
+    log could not answer (TOKEN_MISMATCH, or TOKEN_COUNT past its end), a REJECT."""
+    text = " ".join(DECISION_MD.read_text().split())
+    assert "so the decision holds BEST_EFFORT and LIVE_RESOLUTION" in text
+    best = cpstore.ReplayMode.BEST_EFFORT
+    with cpstore.open(tmp_path / "s") as store:
+        rec = store.recorder("r")
+        rec.token("rng", 1)
+        cid = rec.checkpoint(1, b"x")
+        for asks, extra in ((["clock"], "TOKEN_MISMATCH"), (["rng", "rng"], "TOKEN_COUNT")):
+            with store.read(cid) as cp:
+                session = cpstore.ReplaySession(cp, mode=best)
+                for kind in asks:
+                    session.cursor.resolve(kind, live=lambda: 42)
+                replay = session.finish(cpstore.state_digest(b"x"))
+            decision = cpstore.validate(cid, replay, store=store, record=False)
+            assert decision.verdict is cpstore.Verdict.REJECT, asks
+            codes = {c.value for c in decision.codes}
+            assert {"BEST_EFFORT", "LIVE_RESOLUTION", extra} <= codes, (asks, codes)
+        live = store.recorder("q")
+        live.token("rng", 1, provenance="live")
+        cid = live.checkpoint(1, b"x")
+        with store.read(cid) as cp:
+            session = cpstore.ReplaySession(cp, mode=best)
+            with pytest.raises(cpstore.ReplayDivergenceError, match="refusing to audit"):
+                session.cursor.resolve("rng", live=lambda: 1)
