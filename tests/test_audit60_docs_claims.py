@@ -301,3 +301,23 @@ def test_a_best_effort_live_token_is_a_reject_and_a_live_recorded_token_is_refus
             session = cpstore.ReplaySession(cp, mode=best)
             with pytest.raises(cpstore.ReplayDivergenceError, match="refusing to audit"):
                 session.cursor.resolve("rng", live=lambda: 1)
+
+
+def test_push_carries_a_standing_non_accept_decision_as_the_readme_now_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README said push/pull copy no audit log at all; a standing QUARANTINE is carried,
+    so recording on from the pushed checkpoint needs a permit there too."""
+    text = " ".join(README.read_text().split())
+    assert "only a checkpoint's standing decision that is not an ACCEPT is carried" in text
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    with cpstore.open(src) as store:
+        cid = store.recorder("r").checkpoint(1, {"a": 1})
+        replay = {**_DOC, "run_id": "r", "state_digest": cpstore.state_digest({"a": 1})}
+        replay.pop("mode")
+        assert cpstore.validate(cid, replay, store=store).verdict is cpstore.Verdict.QUARANTINE
+    assert _run(["push", str(dest), "--store", str(src)], capsys)[0] == 0
+    with cpstore.open(dest) as store:
+        assert [r.kind for r in store.audit_records()] == ["decision"]
+        with pytest.raises(cpstore.GateError):
+            store.recorder("r")
