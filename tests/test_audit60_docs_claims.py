@@ -321,3 +321,23 @@ def test_push_carries_a_standing_non_accept_decision_as_the_readme_now_says(
         assert [r.kind for r in store.audit_records()] == ["decision"]
         with pytest.raises(cpstore.GateError):
             store.recorder("r")
+
+
+def test_cat_json_of_a_payload_is_json_with_bytes_hex(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README: "--json wherever the output is data (bytes as {"bytes_hex": ...})";
+    ``cat CID effect 0 --json`` wrote the raw payload (binary bytes for a script that
+    asked for JSON). Without --json the bytes stay unchanged."""
+    path = tmp_path / "s"
+    payload = b"\x00\xffbinary\n"
+    with cpstore.open(path) as store:
+        rec = store.recorder("r")
+        rec.observe(1, "cfg", payload, pinned_at=1.0)
+        rec.effect("t", payload)
+        rec.transcript(payload)
+        rec.checkpoint(1, {"a": 1})
+    for what in (["observation", "1", "cfg"], ["effect", "0"], ["transcript"]):
+        code, out, err = _run(["cat", "r@main", *what, "--json", "--store", str(path)], capsys)
+        assert code == 0, err
+        assert json.loads(out) == {"bytes_hex": payload.hex()}, what
