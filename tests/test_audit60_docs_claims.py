@@ -341,3 +341,17 @@ def test_cat_json_of_a_payload_is_json_with_bytes_hex(
         code, out, err = _run(["cat", "r@main", *what, "--json", "--store", str(path)], capsys)
         assert code == 0, err
         assert json.loads(out) == {"bytes_hex": payload.hex()}, what
+
+
+def test_log_branch_without_a_run_is_refused_not_ignored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cpstore log --branch B`` (README: ``log [RUN] [--branch B]``) listed every run and
+    branch, B ignored, exit 0: an operator asking for one branch got all of them."""
+    path = tmp_path / "s"
+    _record(path)
+    code, out, err = _run(["log", "--branch", "nob", "--store", str(path)], capsys)
+    assert code == cli.EXIT_BAD_INPUT and out == "" and "--branch" in err, (code, out, err)
+    assert _run(["log", "--store", str(path)], capsys)[1].startswith("r: main -> ")
+    assert _run(["log", "r", "--store", str(path)], capsys)[0] == 0  # main by default
+    assert _run(["log", "r", "--branch", "main", "--store", str(path)], capsys)[0] == 0
