@@ -355,3 +355,28 @@ def test_log_branch_without_a_run_is_refused_not_ignored(
     assert _run(["log", "--store", str(path)], capsys)[1].startswith("r: main -> ")
     assert _run(["log", "r", "--store", str(path)], capsys)[0] == 0  # main by default
     assert _run(["log", "r", "--branch", "main", "--store", str(path)], capsys)[0] == 0
+
+
+def test_two_branches_of_a_run_number_different_effects_alike_as_effects_md_warns(
+    tmp_path: Path,
+) -> None:
+    """docs/effects.md called `run:seq` unique per run; a fork numbers its own effects
+    from the fork point, so two branches hold different effects at one seq (a receiver
+    keyed on `run:seq` would drop the second). The digest tells them apart; an inherited
+    entry keeps its seq and digest."""
+    text = " ".join((ROOT / "docs" / "effects.md").read_text().split())
+    assert 'f"{run_id}:{seq}:{digest}"' in text and "unique per run" not in text
+    with cpstore.open(tmp_path / "s") as store:
+        main = store.recorder("r")
+        main.effect("mail", b"first")
+        root = main.checkpoint(0, {"s": 0})
+        fork = store.recorder("r", branch="b", parent=root)
+        assert main.effect("mail", b"main two") == fork.effect("mail", b"fork two") == 1
+        heads = [main.checkpoint(1, {"s": 1}), fork.checkpoint(1, {"s": 2})]
+        ledgers = []
+        for cid in heads:
+            with store.read(cid) as cp:
+                ledgers.append(cp.effects())
+        assert ledgers[0][0] == ledgers[1][0]  # the inherited entry: same key either way
+        assert ledgers[0][1][0] == ledgers[1][1][0] == 1
+        assert ledgers[0][1][2] != ledgers[1][1][2]
