@@ -380,3 +380,25 @@ def test_two_branches_of_a_run_number_different_effects_alike_as_effects_md_warn
         assert ledgers[0][0] == ledgers[1][0]  # the inherited entry: same key either way
         assert ledgers[0][1][0] == ledgers[1][1][0] == 1
         assert ledgers[0][1][2] != ledgers[1][1][2]
+
+
+def test_retained_json_uses_the_one_vocabulary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """README: "JSON output uses one vocabulary: checkpoint_id, ..."; ``retained --json``
+    said ``checkpoint`` and ``run`` (inspect, log and verify say checkpoint_id, run_id),
+    and ``--release --json`` ``released``."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as store:
+        rec = store.recorder("r")
+        first, head = rec.checkpoint(1, {"a": 1}), rec.checkpoint(2, {"a": 2})
+        store.reset_ref("r", "main", first, expected_old=head, operator="o", reason="x")
+    code, out, err = _run(["retained", "--json", "--store", str(path)], capsys)
+    assert code == 0, err
+    [row] = json.loads(out)
+    assert (row["checkpoint_id"], row["run_id"], row["branch"]) == (head, "r", "main")
+    assert "checkpoint" not in row and "run" not in row
+    argv = ["retained", "--release", head, "--operator", "o", "--reason", "y", "--json"]
+    code, out, err = _run([*argv, "--store", str(path)], capsys)
+    assert code == 0, err
+    assert json.loads(out)["checkpoint_id"] == head
