@@ -47,7 +47,7 @@ def test_list_and_release_a_retained_head(
     assert "0 retained head(s) of run q" in capsys.readouterr().out
     assert _cli(path, "--json") == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [(r["checkpoint"], r["run"], r["branch"]) for r in rows] == [(ids[2], "r", "main")]
+    assert [(r["checkpoint_id"], r["run_id"], r["branch"]) for r in rows] == [(ids[2], "r", "main")]
     # gc keeps the retained head and its lineage until it is released.
     assert main(["gc", "--store", str(path), "--keep-last", "1"]) == 0
     capsys.readouterr()

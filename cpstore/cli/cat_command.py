@@ -3,7 +3,8 @@
 ``cat CHECKPOINT observation STEP SOURCE`` and ``cat CHECKPOINT effect SEQ``
 write the payload's bytes to stdout unchanged (pipe them to a file or ``jq``);
 ``cat CHECKPOINT transcript`` the transcript; ``cat CHECKPOINT tokens`` one line
-per token (``--start``/``--count`` select a range; ``--json`` gives a list).
+per token (``--start``/``--count`` select a range; ``--json`` gives a list, and
+``{"bytes_hex": ...}`` for a payload or the transcript).
 Every read is hash-checked.
 """
 
@@ -67,6 +68,9 @@ def _cat(args: argparse.Namespace) -> int:
             if transcript is None:
                 raise NotFoundError("the checkpoint recorded no transcript", where=cp.id)
             data = transcript
+    if args.json:  # JSON asked for: bytes as {"bytes_hex": ...}, never raw (README)
+        print_json(data)
+        return EXIT_OK
     sys.stdout.flush()
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -95,9 +99,9 @@ def add_cat_parser(sub: Any) -> None:
         "cat",
         "print an observation payload, an effect, the transcript or a range of tokens",
         "cat CHECKPOINT observation STEP SOURCE [--occurrence N] | effect SEQ | transcript "
-        "writes the recorded bytes to stdout unchanged; cat CHECKPOINT tokens "
-        "[--start I] [--count N] prints one token per line (seq, kind, provenance, value "
-        "as JSON). Every read is hash-checked. " + ID_HELP,
+        "writes the recorded bytes to stdout unchanged (--json: as bytes_hex); "
+        "cat CHECKPOINT tokens [--start I] [--count N] prints one token per line "
+        "(seq, kind, provenance, value as JSON). Every read is hash-checked. " + ID_HELP,
         STORE_CODES,
     )
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint (id, prefix, RUN@BRANCH~N)")
@@ -106,6 +110,10 @@ def add_cat_parser(sub: Any) -> None:
     p.add_argument("--occurrence", type=nonnegative, default=0, help="the N-th read (from 0)")
     p.add_argument("--start", type=nonnegative, default=0, help="first token index")
     p.add_argument("--count", type=positive, default=None, help="at most N tokens")
-    p.add_argument("--json", action="store_true", help="tokens as one JSON list")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='tokens as one JSON list; a payload or transcript as {"bytes_hex": ...}',
+    )
     store_arg(p)
     p.set_defaults(handler=_cat)

@@ -17,7 +17,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from cpstore.cli.exit_codes import EXIT_BAD_INPUT, EXIT_FORMAT, EXIT_NOT_FOUND, EXIT_OK, exit_epilog
+from cpstore.cli.exit_codes import (
+    EXIT_BAD_INPUT,
+    EXIT_FORMAT,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    exit_epilog,
+)
 from cpstore.errors import InvalidInputError
 from cpstore.run.document import MAX_DOCUMENT_BYTES, load_document
 from cpstore.run.writer import ENCODINGS, write_document
@@ -33,7 +40,7 @@ def add_convert_parser(subparsers: Any) -> argparse.ArgumentParser:
         "convert",
         help="convert a run between JSON, msgpack and a packed run file (.cprun)",
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        epilog=exit_epilog(EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_FORMAT),
+        epilog=exit_epilog(EXIT_BAD_INPUT, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_FORMAT),
     )
     parser.add_argument("input", metavar="IN", help="a run document or packed run file")
     parser.add_argument("output", metavar="OUT", help="the file to write")

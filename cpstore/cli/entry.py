@@ -115,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         # What the machine said about a path (a missing file, a path through a regular
         # file, a full disk, a read-only file system): the operator's to fix, not a bug.
-        text = _one_line(f"{exc.strerror or exc}: {exc.filename}")
+        reason = str(exc.strerror or exc)  # no file name (ENOSPC at an fsync): not ": None"
+        text = _one_line(reason if exc.filename is None else f"{reason}: {exc.filename}")
         print(f"cpstore {args.command}: {text}", file=sys.stderr)
         if isinstance(exc, FileNotFoundError):
             return EXIT_NOT_FOUND

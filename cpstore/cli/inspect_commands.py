@@ -29,9 +29,7 @@ from cpstore.cli.exit_codes import (
     EXIT_DIFFERENT,
     EXIT_OK,
 )
-from cpstore.errors import (
-    NotFoundError,
-)
+from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.store.branches import runs_with_branches
 from cpstore.store.diff import diff
 
@@ -171,6 +169,9 @@ def _side(store: Any, name: str) -> str:
 
 
 def _log(args: argparse.Namespace) -> int:
+    if args.run is None and args.branch is not None:  # it listed every run, B ignored
+        raise InvalidInputError("--branch needs RUN (cpstore log RUN --branch B)", got=args.branch)
+    branch = "main" if args.branch is None else args.branch
     with open_store_at(args) as store:
         if args.run is None:
             # One read txn: a run deleted meanwhile is listed whole or not at all.
@@ -181,9 +182,9 @@ def _log(args: argparse.Namespace) -> int:
                 for run, branches in out.items():
                     print(f"{run}: {', '.join(f'{b} -> {c}' for b, c in branches.items())}")
             return EXIT_OK
-        history = store.history(args.run, args.branch, limit=args.limit)
-        if not history and store.ref(args.run, args.branch) is None:
-            raise NotFoundError("no such run or branch", where=f"{args.run}/{args.branch}")
+        history = store.history(args.run, branch, limit=args.limit)
+        if not history and store.ref(args.run, branch) is None:
+            raise NotFoundError("no such run or branch", where=f"{args.run}/{branch}")
     if args.json:
         print_json(
             [
@@ -262,7 +263,7 @@ def add_inspect_parsers(sub: Any) -> None:
         STORE_CODES,
     )
     p.add_argument("run", metavar="RUN", nargs="?", help="a run id (omit to list runs)")
-    p.add_argument("--branch", default="main", help="branch of RUN (default: main)")
+    p.add_argument("--branch", default=None, help="branch of RUN (default: main)")
     p.add_argument("--limit", type=positive, default=None, help="at most N entries")
     store_arg(p)
     json_arg(p)

@@ -32,7 +32,12 @@ def _list(args: argparse.Namespace) -> int:
     with open_store_at(args) as store:
         heads = store.retained()
     rows = [
-        {"checkpoint": cid, "run": head["run"], "branch": head["branch"], "audit": head["audit"]}
+        {  # README's one vocabulary: checkpoint_id and run_id, as inspect, log and verify
+            "checkpoint_id": cid,
+            "run_id": head["run"],
+            "branch": head["branch"],
+            "audit": head["audit"],
+        }
         for cid, head in sorted(heads.items(), key=lambda kv: (kv[1]["run"], kv[1]["branch"]))
         if args.run is None or head["run"] == args.run
     ]
@@ -40,7 +45,8 @@ def _list(args: argparse.Namespace) -> int:
         print_json(rows)
         return EXIT_OK
     for row in rows:
-        print(f"{row['checkpoint']}  {row['run']}@{row['branch']}  (reset: audit {row['audit']})")
+        where = f"{row['run_id']}@{row['branch']}"
+        print(f"{row['checkpoint_id']}  {where}  (reset: audit {row['audit']})")
     whose = "" if args.run is None else f" of run {args.run}"
     print(f"{len(rows)} retained head(s){whose}")
     return EXIT_OK
@@ -58,7 +64,7 @@ def _release(args: argparse.Namespace) -> int:
         # The API's own txn checks again: another process's release meanwhile is exit 4.
         rec = store.release_retained(cid, operator=args.operator, reason=args.reason)
     if args.json:
-        print_json({"released": cid, "audit": str(rec.digest), "index": rec.index})
+        print_json({"checkpoint_id": cid, "audit": str(rec.digest), "index": rec.index})
     else:
         print(f"released retained head {cid} (audit {rec.digest}); the next gc may sweep it")
     return EXIT_OK

@@ -280,9 +280,12 @@ class Decision:
         if self.verdict is Verdict.ACCEPT:
             return
         first = self.findings[0] if self.findings else None
+        where = None if first is None else first.stream
+        if first is not None and first.position is not None:
+            where = " ".join(str(p) for p in (first.stream, first.unit, first.position) if p != "")
         err = ValidationFailedError(
             f"replay validation ended in {self.verdict.name}",
-            where=None if first is None else f"{first.stream} {first.unit} {first.position}",
+            where=where,
             expected="ACCEPT",
             got=", ".join(sorted({f.code.value for f in self.findings})),
         )

@@ -567,11 +567,13 @@ def open(
 
     A new store is made only when ``create`` is true (the default), the open
     is not ``readonly`` and ``path`` is missing or an empty directory;
-    anything else that is not a cpstore store (an empty or foreign data.mdb,
-    a folder of other files) raises :class:`FormatVersionError` naming the
-    path, and a missing store opened with ``create=False`` or ``readonly``
-    raises :class:`NotFoundError`. An empty path is :class:`InvalidInputError`
-    (it would name the working folder). A ``readonly`` open of a store whose
+    anything else that is not a cpstore store (an empty or foreign data.mdb;
+    a folder of other files when a store could be made there) raises
+    :class:`FormatVersionError` naming the path, and a missing store (a
+    folder of other files too) opened with ``create=False`` or ``readonly``
+    raises :class:`NotFoundError`. An empty path, or a regular file or a path
+    through one, is :class:`InvalidInputError` (the table: docs/store.md,
+    "Opening"). A ``readonly`` open of a store whose
     folder this user cannot write works without LMDB's lock file
     (docs/store.md, "Read-only opens").
 
