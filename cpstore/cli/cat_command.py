@@ -34,13 +34,30 @@ __all__ = ["add_cat_parser"]
 _WHAT = ("observation", "effect", "tokens", "transcript")
 
 
+def _misplaced(args: argparse.Namespace) -> None:
+    """An option that does not go with ``what`` is bad input: it was silently ignored."""
+    given = {
+        "--occurrence": args.occurrence is not None and args.what != "observation",
+        "--start": args.start is not None and args.what != "tokens",
+        "--count": args.count is not None and args.what != "tokens",
+    }
+    wrong = [name for name, bad in given.items() if bad]
+    if wrong:
+        raise InvalidInputError(
+            f"{', '.join(wrong)} does not go with cat {args.what}",
+            expected="--occurrence with observation; --start, --count with tokens",
+            got=wrong,
+        )
+
+
 def _cat(args: argparse.Namespace) -> int:
+    _misplaced(args)
     with open_store_at(args) as store, read_named(store, args.checkpoint) as cp:
         what, rest = args.what, list(args.args)
         if what == "tokens":
             _no_more(rest, what)
             count = cp.token_count()
-            start = min(args.start, count)
+            start = min(args.start or 0, count)
             end = count if args.count is None else min(count, start + args.count)
             rows = [cp.token(i) for i in range(start, end)]
             if args.json:
@@ -57,7 +74,7 @@ def _cat(args: argparse.Namespace) -> int:
                 raise InvalidInputError(
                     "cat CHECKPOINT observation needs STEP and SOURCE", got=rest
                 )
-            data = cp.payload(_int(rest[0], "STEP"), rest[1], occurrence=args.occurrence)
+            data = cp.payload(_int(rest[0], "STEP"), rest[1], occurrence=args.occurrence or 0)
         elif what == "effect":
             if len(rest) != 1:
                 raise InvalidInputError("cat CHECKPOINT effect needs SEQ", got=rest)
@@ -107,9 +124,11 @@ def add_cat_parser(sub: Any) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="checkpoint (id, prefix, RUN@BRANCH~N)")
     p.add_argument("what", choices=_WHAT, help="what to print")
     p.add_argument("args", nargs="*", metavar="ARG", help="STEP SOURCE, or SEQ")
-    p.add_argument("--occurrence", type=nonnegative, default=0, help="the N-th read (from 0)")
-    p.add_argument("--start", type=nonnegative, default=0, help="first token index")
-    p.add_argument("--count", type=positive, default=None, help="at most N tokens")
+    p.add_argument(
+        "--occurrence", type=nonnegative, default=None, help="observation: the N-th read (from 0)"
+    )
+    p.add_argument("--start", type=nonnegative, default=None, help="tokens: first index")
+    p.add_argument("--count", type=positive, default=None, help="tokens: at most N")
     p.add_argument(
         "--json",
         action="store_true",

@@ -84,6 +84,10 @@ def run_convert(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             "OUT is a folder; name a file", where=str(out), expected="a file", got="a folder"
         )
+    if out.exists() and not out.is_file():  # a FIFO or a device: renamed over with --force
+        raise InvalidInputError(
+            "OUT exists and is not a regular file", where=str(out), expected="a file"
+        )
     if out.exists() and not args.force:
         raise InvalidInputError("output exists; pass --force to replace it", where=str(out))
     run = load_document(args.input, max_bytes=args.max_bytes)

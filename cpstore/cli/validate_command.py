@@ -43,7 +43,7 @@ from cpstore.cli.exit_codes import (
 from cpstore.decision.table import Decision, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import CpstoreError, NotFoundError
-from cpstore.run.document import load_document
+from cpstore.run.document import MAX_DOCUMENT_BYTES, load_document
 from cpstore.run.model import Run
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -110,6 +110,12 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--no-record",
         action="store_true",
         help="do not record the decision (the default; kept for scripts that pass it)",
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=int,
+        default=MAX_DOCUMENT_BYTES,
+        help=f"largest JSON/msgpack document to read (default {MAX_DOCUMENT_BYTES})",
     )
     parser.add_argument(
         "--no-verify",
@@ -182,7 +188,7 @@ def _named(path: str, exc: CpstoreError) -> CpstoreError:
         return exc
 
 
-def _load(arg: str, store: Store | None) -> str | Run:
+def _load(arg: str, store: Store | None, max_bytes: int = MAX_DOCUMENT_BYTES) -> str | Run:
     """A side as :func:`validate` takes it: a checkpoint id (resolved) or a loaded file.
 
     32 hex characters are always an id; an existing file is a document; with a
@@ -194,7 +200,7 @@ def _load(arg: str, store: Store | None) -> str | Run:
     if is_full_id(arg):
         return arg  # validate says a checkpoint id needs a store
     try:
-        return load_document(arg)
+        return load_document(arg, max_bytes=max_bytes)
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except CpstoreError as exc:
@@ -206,7 +212,9 @@ def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     stream = out if out is not None else sys.stdout
     record = bool(args.record) and not args.no_record
     if args.store is None:
-        decision = validate(_load(args.recorded, None), _load(args.replayed, None))
+        decision = validate(
+            _load(args.recorded, None, args.max_bytes), _load(args.replayed, None, args.max_bytes)
+        )
     else:
         if not is_store_url(args.store) and not os.path.exists(args.store):  # (exit 4)
             raise NotFoundError("no store at this path", where=args.store)
@@ -216,8 +224,8 @@ def run_validate(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             refuse_keying(args.store)  # the command line never keys a store's log
         with open_store(args.store, readonly=not record, create=False, audit_key=key) as store:
             decision = validate(
-                _load(args.recorded, store),
-                _load(args.replayed, store),
+                _load(args.recorded, store, args.max_bytes),
+                _load(args.replayed, store, args.max_bytes),
                 store=store,
                 record=record,
                 verify=not args.no_verify,

@@ -246,7 +246,8 @@ def _decode(raw: bytes) -> Any:
 
 def _too_large(where: str | None, size: int | str, max_bytes: int) -> DocumentError:
     return DocumentError(
-        "document too large to parse in bounded memory (max_bytes= raises the limit)",
+        "document too large to parse in bounded memory (max_bytes=, or --max-bytes on the "
+        "command line, raises the limit)",
         where=where,
         expected=f"<= {max_bytes} bytes",
         got=f"{size} bytes" if isinstance(size, int) else size,
