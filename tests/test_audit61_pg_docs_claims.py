@@ -1,0 +1,420 @@
+"""audit61: what README.md and docs/ say about PostgreSQL, run against a real server.
+
+The test suite's own throwaway cluster (tests/pg_cluster.py), never a mock: the URL's
+own parameters (``schema``, ``pool_max``) and what a password becomes in ``store.path``
+and errors, the opening rules, durability ``none`` on the server, a statement timeout,
+a role that may only read, and every CLI command that takes ``--store`` given a URL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from pg_cluster import Cluster, fresh_url, pg_cluster  # noqa: F401 - fixture
+
+import cpstore
+from cpstore import cli
+from cpstore.errors import ReentrantWriteError, StoreConnectionError, StoreTimeoutError
+from cpstore.store.pg_open import lock_key, parse_url
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+STORE_MD = ROOT / "docs" / "store.md"
+
+
+def _text(path: Path) -> str:
+    return " ".join(path.read_text().split())
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _sql(cluster: Cluster, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(parse_url(cluster.url()).conninfo, autocommit=True) as conn:
+        cur = conn.execute(query, params)
+        return cur.fetchall() if cur.description else []
+
+
+def _schema_of(url: str) -> str:
+    return parse_url(url).schema
+
+
+def _schema_exists(cluster: Cluster, schema: str) -> bool:
+    rows = _sql(cluster, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+    return bool(rows)
+
+
+@pytest.fixture
+def url(pg_cluster: Cluster) -> str:  # noqa: F811 - the imported fixture
+    return fresh_url()
+
+
+@pytest.fixture
+def recorded(url: str) -> Iterator[tuple[str, str, str]]:
+    """A store on the cluster with one run of two checkpoints: (url, first, head)."""
+    with cpstore.open(url) as store:
+        rec = store.recorder("r")
+        rec.observe(1, "cfg", b"observed bytes", pinned_at=1.0)
+        rec.effect("mail.send", b"effect payload")
+        first = rec.checkpoint(1, {"a": 1})
+        head = rec.checkpoint(2, {"a": 2})
+    yield url, first, head
+
+
+# -- the URL -------------------------------------------------------------------------------
+
+
+def test_schema_defaults_to_cpstore_and_names_the_tables_store_md_lists(
+    pg_cluster: Cluster,  # noqa: F811
+) -> None:
+    """docs/store.md: ``schema=NAME`` (default ``cpstore``), one table per named database."""
+    text = _text(STORE_MD)
+    assert "`schema=NAME` (default `cpstore`; a lower-case identifier)" in text
+    base = pg_cluster.url()  # no schema= at all
+    try:
+        with cpstore.open(base) as store:
+            store.recorder("r").checkpoint(1, {"a": 1})
+        rows = _sql(pg_cluster, "SELECT tablename FROM pg_tables WHERE schemaname = 'cpstore'")
+        listed = "meta, objects, checkpoints, refs, tombstones, ledgers, audit, audit_index, "
+        assert {r[0] for r in rows} == set((listed + "audit_mac").split(", "))
+    finally:
+        _sql(pg_cluster, "DROP SCHEMA IF EXISTS cpstore CASCADE")
+    for bad in ("Upper", "1x", "a-b"):
+        with pytest.raises(cpstore.InvalidInputError, match="lower-case"):
+            cpstore.open(pg_cluster.url(bad))
+
+
+def test_pool_max_is_connections_per_handle_default_8(pg_cluster: Cluster) -> None:  # noqa: F811
+    """docs/store.md: ``pool_max=N`` (connections per handle, default 8), removed before
+    the URL reaches libpq (which would refuse an unknown parameter)."""
+    assert "`pool_max=N` (connections per handle, default 8)" in _text(STORE_MD)
+    assert parse_url(pg_cluster.url("x")).pool_max == 8
+    url = fresh_url(pool_max="1")
+    assert parse_url(url).pool_max == 1 and "pool_max" not in parse_url(url).conninfo
+    with cpstore.open(url) as store:
+        store.recorder("r").checkpoint(1, {"a": 1})
+        assert store.runs() == ["r"]
+    for bad in ("0", "x", "-1"):
+        with pytest.raises(cpstore.InvalidInputError, match="pool_max"):
+            cpstore.open(fresh_url(pool_max=bad))
+
+
+def test_libpq_parameters_pass_through_and_postgres_scheme_works(
+    pg_cluster: Cluster,  # noqa: F811
+) -> None:
+    """ "Anything else is libpq's"; ``postgres://`` is libpq's other spelling."""
+    url = fresh_url(application_name="audit61")
+    with cpstore.open(url) as store:
+        store.recorder("r").checkpoint(1, {"a": 1})
+    with cpstore.open(url.replace("postgresql://", "postgres://", 1), readonly=True) as store:
+        assert store.runs() == ["r"]
+
+
+def test_a_password_never_appears_in_store_path_or_an_error(
+    pg_cluster: Cluster,  # noqa: F811
+) -> None:
+    """docs/store.md: "A password never appears in ``store.path`` or an error (``***``)",
+    whether the URL carries it before the host or as libpq's ``password=`` parameter."""
+    assert "A password never appears in `store.path` or an error (`***`)" in _text(STORE_MD)
+    secret = "hunter2secret"
+    schema = _schema_of(fresh_url())
+    in_netloc = pg_cluster.url(schema).replace("postgres@", f"postgres:{secret}@", 1)
+    in_query = pg_cluster.url(schema, password=secret)
+    for url in (in_netloc, in_query):
+        with cpstore.open(url) as store:  # trust auth: the password is not checked
+            assert secret not in str(store.path) and "***" in str(store.path), store.path
+        with pytest.raises(cpstore.CpstoreError) as info:
+            cpstore.open(url + "&pool_max=0")
+        assert secret not in str(info.value) and secret not in repr(info.value.__dict__)
+        with pytest.raises(cpstore.CpstoreError) as info:
+            cpstore.open(url.replace(pg_cluster.socket_dir, "/nonexistent-audit61"))
+        assert secret not in str(info.value) and secret not in repr(info.value.__dict__)
+
+
+# -- opening -------------------------------------------------------------------------------
+
+
+def test_opening_follows_the_lmdb_rules(pg_cluster: Cluster, url: str) -> None:  # noqa: F811
+    """A missing schema is made only when ``create=True`` and not ``readonly``
+    (NotFoundError otherwise, nothing made); store tables without a format record are
+    refused (FormatVersionError)."""
+    schema = _schema_of(url)
+    for kwargs in ({"create": False}, {"readonly": True}):
+        with pytest.raises(cpstore.NotFoundError):
+            cpstore.open(url, **kwargs)  # type: ignore[arg-type]
+        assert not _schema_exists(pg_cluster, schema)
+    _sql(pg_cluster, f'CREATE SCHEMA "{schema}"')
+    _sql(pg_cluster, f'CREATE TABLE "{schema}"."refs" (k bytea PRIMARY KEY, v bytea NOT NULL)')
+    for kwargs in ({}, {"readonly": True}):
+        with pytest.raises(cpstore.FormatVersionError):
+            cpstore.open(url, **kwargs)  # type: ignore[arg-type]
+
+
+def test_without_the_extra_a_url_is_a_store_error_naming_it(url: str) -> None:
+    """README/docs/store.md: without ``cpstore[postgres]`` a URL is a StoreError saying so,
+    never a folder name."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "import cpstore\n"
+        "try:\n"
+        f"    cpstore.open({url!r})\n"
+        "except cpstore.StoreError as exc:\n"
+        "    print(type(exc).__name__, exc)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert "pip install 'cpstore[postgres]'" in out.stdout, (out.stdout, out.stderr)
+    assert not Path(url).exists() and not Path("postgresql:").exists()
+
+
+# -- transactions, durability, faults --------------------------------------------------------
+
+
+def test_durability_none_turns_synchronous_commit_off_for_checkpoints_only(
+    pg_cluster: Cluster,  # noqa: F811
+    url: str,
+) -> None:
+    """docs/store.md: ``"none"``: checkpoint commits set ``synchronous_commit = off``;
+    ref moves, audit records and prune stay synchronous. Seen by a trigger on the server."""
+    schema = _schema_of(url)
+    with cpstore.open(url):
+        pass
+    _sql(pg_cluster, f'CREATE TABLE "{schema}".seen (tbl text, sc text)')
+    _sql(
+        pg_cluster,
+        f'CREATE FUNCTION "{schema}".note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN '
+        f'INSERT INTO "{schema}".seen VALUES (TG_TABLE_NAME, '
+        "current_setting('synchronous_commit')); RETURN NULL; END $$",
+    )
+    for table in ("checkpoints", "audit"):
+        _sql(
+            pg_cluster,
+            f'CREATE TRIGGER t_{table} AFTER INSERT ON "{schema}"."{table}" '
+            f'FOR EACH ROW EXECUTE FUNCTION "{schema}".note()',
+        )
+    with cpstore.open(url, durability="none") as store:
+        store.recorder("r").checkpoint(1, {"a": 1})
+        store.append_audit("note", {"by": "audit61"})
+    seen = _sql(pg_cluster, f'SELECT tbl, sc FROM "{schema}".seen ORDER BY tbl')
+    assert seen == [("audit", "on"), ("checkpoints", "off")]
+    _sql(pg_cluster, f'TRUNCATE "{schema}".seen')
+    with cpstore.open(url, durability="sync") as store:
+        store.recorder("r").checkpoint(2, {"a": 2})
+    assert _sql(pg_cluster, f'SELECT tbl, sc FROM "{schema}".seen') == [("checkpoints", "on")]
+
+
+def test_a_statement_timeout_is_store_timeout_error_and_a_nested_write_is_refused(
+    pg_cluster: Cluster,  # noqa: F811
+) -> None:
+    """docs/store.md: ``options=-c statement_timeout=...`` is libpq's; a statement it
+    cancels is StoreTimeoutError (a TimeoutError), the txn rolled back; a write nested in
+    a write of the same store on one thread is StoreError at once."""
+    url = fresh_url(options="-c%20statement_timeout%3D300")
+    with cpstore.open(url) as store:
+        rec = store.recorder("r")
+        rec.checkpoint(1, {"a": 1})
+        with psycopg.connect(parse_url(url).conninfo, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (lock_key(_schema_of(url)),))
+            with pytest.raises(StoreTimeoutError) as info:
+                rec.checkpoint(2, {"a": 2})
+            assert isinstance(info.value, TimeoutError)
+        assert len(store.history("r")) == 1
+        with pytest.raises(ReentrantWriteError, match="nested"):
+            store.backend.write_txn(lambda _txn: cpstore.open(url))
+        assert issubclass(ReentrantWriteError, cpstore.StoreError)
+        text = _text(STORE_MD)
+        assert "is refused at once with `ReentrantWriteError` (a `StoreError`, exit 7)" in text
+
+
+def test_a_server_that_is_not_there_is_store_connection_error_exit_7(
+    pg_cluster: Cluster,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/store.md: a lost connection is StoreConnectionError (a StoreError and a
+    ConnectionError; exit 7)."""
+    url = fresh_url().replace(pg_cluster.socket_dir, "/nonexistent-audit61")
+    with pytest.raises(StoreConnectionError) as info:
+        cpstore.open(url)
+    assert isinstance(info.value, ConnectionError) and isinstance(info.value, cpstore.StoreError)
+    code, _, err = _run(["log", "--store", url], capsys)
+    assert code == 7 == cli.EXIT_CODES[cpstore.StoreError], err
+
+
+def test_disk_bytes_is_the_schemas_total_relation_size(
+    pg_cluster: Cluster,  # noqa: F811
+    recorded: tuple[str, str, str],
+) -> None:
+    """docs/store.md "Sizes": ``disk_bytes()`` is pg_total_relation_size over the tables."""
+    url = recorded[0]
+    schema = _schema_of(url)
+    [(total,)] = _sql(
+        pg_cluster,
+        "SELECT sum(pg_total_relation_size("
+        "quote_ident(schemaname) || '.' || quote_ident(tablename)))::bigint "
+        "FROM pg_tables WHERE schemaname = %s",
+        (schema,),
+    )
+    with cpstore.open(url, readonly=True) as store:
+        assert store.disk_bytes() == total
+
+
+# -- a role that may only read ---------------------------------------------------------------
+
+
+def test_a_select_only_role_opens_readonly_and_runs_the_reading_commands(
+    pg_cluster: Cluster,  # noqa: F811
+    recorded: tuple[str, str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/store.md "Limits": ``readonly=True`` takes no lock, so a role that may only
+    SELECT the schema can open it; README: the commands that only read open read-only."""
+    url, _, head = recorded
+    schema = _schema_of(url)
+    role = f"ro_{schema}"
+    _sql(pg_cluster, f'CREATE ROLE "{role}" LOGIN')
+    _sql(pg_cluster, f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+    _sql(pg_cluster, f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+    ro_url = url.replace("postgres@", f"{role}@", 1)
+    with cpstore.open(ro_url, readonly=True) as store:
+        assert store.runs() == ["r"]
+    for argv in (["log", "r"], ["inspect", head], ["stats"], ["audit"], ["retained"]):
+        code, _, err = _run([*argv, "--store", ro_url], capsys)
+        assert code == 0, (argv, err)
+    code, _, err = _run(["verify", "--store", ro_url], capsys)
+    assert code == 0, err
+
+
+# -- the command line on a URL ------------------------------------------------------------
+
+
+def test_every_store_command_takes_a_url(
+    recorded: tuple[str, str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README: "A URL works wherever a path does (``--store``, ``$CPSTORE_PATH``)"."""
+    url, first, head = recorded
+    ok = [
+        ["log"],
+        ["log", "r", "--branch", "main"],
+        ["inspect", head],
+        ["show", "r@main"],
+        ["cat", head, "observation", "1", "cfg"],
+        ["cat", head, "effect", "0"],
+        ["diff", first, first],
+        ["stats"],
+        ["verify"],
+        ["retained"],
+    ]
+    for argv in ok:
+        code, out, err = _run([*argv, "--store", url], capsys)
+        assert code == 0, (argv, out, err)
+    assert _run(["cat", head, "effect", "0", "--store", url], capsys)[1] == "effect payload"
+    # a releasable decision (QUARANTINE: a checkpoint declares no replay mode), signed off
+    code, out, err = _run(["validate", head, head, "--record", "--store", url], capsys)
+    assert code == cli.EXIT_QUARANTINE and "QUARANTINE" in out, (code, out, err)
+    code, out, err = _run(["audit", "--json", "--store", url], capsys)
+    assert code == 0, err
+    with cpstore.open(url, readonly=True) as store:
+        decision = [r for r in store.audit_records(kind="decision")][-1].body["decision_id"]
+    argv = ["sign-off", str(decision), "--operator", "o", "--reason", "ok", "--store", url]
+    code, out, err = _run(argv, capsys)
+    assert code == 0, (out, err)
+    code, out, err = _run(["audit", "--check", "--store", url], capsys)
+    assert code == 0 and "audit chain verifies" in out, (out, err)
+    # retention
+    code, out, err = _run(["gc", "--keep-last", "1", "--dry-run", "--store", url], capsys)
+    assert code == 0 and "dry run" in out, (out, err)
+    with cpstore.open(url, readonly=True) as store:
+        assert len(store.history("r")) == 2
+    code, out, err = _run(["prune", "--keep-last", "1", "--store", url], capsys)
+    assert code == 0, (out, err)
+    assert "never shrinks the file" not in out and "vacuum" in out.lower(), out
+    with cpstore.open(url, readonly=True) as store:
+        assert len(store.history("r")) == 1
+    # $CPSTORE_PATH
+    os.environ["CPSTORE_PATH"] = url
+    try:
+        assert _run(["log", "r"], capsys)[0] == 0
+    finally:
+        del os.environ["CPSTORE_PATH"]
+
+
+def test_compact_and_copy_refuse_a_url_exit_3_naming_push(
+    recorded: tuple[str, str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README/docs/store.md: ``compact`` of a URL and ``copy`` to a URL DEST are exit 3;
+    copy's error names ``push``. ``copy`` of a PostgreSQL store (``--store`` a URL) was a
+    StoreError, exit 7 "store unavailable", naming the DEST folder: exit 3 now, as
+    compact's URL, naming the store and ``pull``."""
+    url = recorded[0]
+    code, out, err = _run(["compact", "--store", url], capsys)
+    assert code == cli.EXIT_BAD_INPUT == 3, (code, out, err)
+    local = tmp_path / "local"
+    with cpstore.open(local) as store:
+        store.recorder("r").checkpoint(1, {"a": 1})
+    code, out, err = _run(["copy", fresh_url(), "--store", str(local)], capsys)
+    assert code == 3 and "push" in err, (code, out, err)
+    assert "(a `postgresql://` DEST, or `--store`, is exit 3: use `push` or `pull`)" in _text(
+        README
+    )
+    code, out, err = _run(["copy", str(tmp_path / "c"), "--store", url], capsys)
+    assert code == 3 and "cpstore pull" in err and url in err, (code, out, err)
+    assert not (tmp_path / "c").exists()
+
+
+def test_push_and_pull_between_lmdb_and_postgresql(
+    recorded: tuple[str, str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README: push/pull either side a folder or a URL; a second push copies nothing."""
+    url, _, head = recorded
+    local = tmp_path / "local"
+    assert _run(["pull", url, "--run", "r", "--store", str(local)], capsys)[0] == 0
+    other = fresh_url()
+    code, out, err = _run(["push", other, "--json", "--store", str(local)], capsys)
+    assert code == 0, err
+    again = _run(["push", other, "--json", "--store", str(local)], capsys)
+    assert again[0] == 0
+    first, second = json.loads(out), json.loads(again[1])
+    assert first["checkpoints"] == 2 and second["checkpoints"] == second["objects"] == 0
+    with cpstore.open(other, readonly=True) as store:
+        assert store.ref("r") == head
+    code, _, err = _run(["push", url, "--store", url], capsys)
+    assert code == 3, err  # the same store on both sides
+    code, _, err = _run(["pull", fresh_url(), "--store", str(tmp_path / "x")], capsys)
+    assert code == 4 and not (tmp_path / "x").exists(), err  # the sender is never made
+
+
+def test_no_command_but_push_pull_copy_demo_makes_a_schema(
+    pg_cluster: Cluster,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README: no command but push/pull (receiving side), copy and demo creates a store."""
+    looks = (["log"], ["verify"], ["stats"], ["audit"], ["retained"])
+    for argv in (*looks, ["gc", "--keep-last", "1"], ["prune", "--delete-run", "r"]):
+        url = fresh_url()
+        code, _, err = _run([*argv, "--store", url], capsys)
+        assert code == cli.EXIT_NOT_FOUND, (argv, code, err)
+        assert not _schema_exists(pg_cluster, _schema_of(url)), argv
