@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,16 @@ from pg_cluster import Cluster, fresh_url, pg_cluster  # noqa: F401 - fixture
 
 import cpstore
 from cpstore import cli
-from cpstore.errors import ReentrantWriteError, StoreConnectionError, StoreTimeoutError
+from cpstore.errors import (
+    ReentrantWriteError,
+    StoreConnectionError,
+    StoreReadOnlyError,
+    StoreTimeoutError,
+)
+from cpstore.store.model import PG_STORE_VERSION
+from cpstore.store.pg_backend import POOL_WAIT
 from cpstore.store.pg_open import lock_key, parse_url
+from cpstore.store.pg_pool import CONNECT_WAIT, RECONNECT_SPAN
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -126,7 +135,11 @@ def test_a_password_never_appears_in_store_path_or_an_error(
 ) -> None:
     """docs/store.md: "A password never appears in ``store.path`` or an error (``***``)",
     whether the URL carries it before the host or as libpq's ``password=`` parameter."""
-    assert "A password never appears in `store.path` or an error (`***`)" in _text(STORE_MD)
+    text = _text(STORE_MD)
+    assert (
+        "A password, before the host or as `password=`, never appears in `store.path` "
+        "or an error (`***`)" in text
+    )
     secret = "hunter2secret"
     schema = _schema_of(fresh_url())
     in_netloc = pg_cluster.url(schema).replace("postgres@", f"postgres:{secret}@", 1)
@@ -140,6 +153,31 @@ def test_a_password_never_appears_in_store_path_or_an_error(
         with pytest.raises(cpstore.CpstoreError) as info:
             cpstore.open(url.replace(pg_cluster.socket_dir, "/nonexistent-audit61"))
         assert secret not in str(info.value) and secret not in repr(info.value.__dict__)
+
+
+def test_a_url_libpq_cannot_parse_is_bad_input_without_the_password(
+    pg_cluster: Cluster,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A password with a bad percent-escape: libpq's message quotes the token, and it
+    reached the error's ``got`` whole (a StoreError "PostgreSQL failed", exit 7). A URL
+    libpq cannot parse (that, or a parameter it does not know) is InvalidInputError,
+    exit 3 (README: "a malformed ... argument"), the password never shown."""
+    secret = "sec%zzret"
+    url = fresh_url().replace("postgres@", f"postgres:{secret}@", 1)
+    with pytest.raises(cpstore.InvalidInputError) as info:
+        cpstore.open(url)
+    shown = str(info.value) + repr(info.value.__dict__)
+    assert "sec" not in shown and "zzret" not in shown and "percent" in shown, shown
+    code, _, err = _run(["log", "--store", url], capsys)
+    assert code == cli.EXIT_BAD_INPUT and "zzret" not in err, (code, err)
+    with pytest.raises(cpstore.InvalidInputError, match="not a usable PostgreSQL URL") as info:
+        cpstore.open(fresh_url(no_such_option="1"))
+    assert "no_such_option" in str(info.value)
+    assert (
+        "cannot parse (a parameter it does not know, a bad `%` escape) is "
+        "`InvalidInputError` (exit 3)" in _text(STORE_MD)
+    )
 
 
 # -- opening -------------------------------------------------------------------------------
@@ -418,3 +456,162 @@ def test_no_command_but_push_pull_copy_demo_makes_a_schema(
         code, _, err = _run([*argv, "--store", url], capsys)
         assert code == cli.EXIT_NOT_FOUND, (argv, code, err)
         assert not _schema_exists(pg_cluster, _schema_of(url)), argv
+
+
+# -- more of docs/store.md's PostgreSQL section ---------------------------------------------
+
+
+def _count(cluster: Cluster, url: str, table: str) -> int:
+    [(n,)] = _sql(cluster, f'SELECT count(*) FROM "{_schema_of(url)}"."{table}"')
+    return int(n)
+
+
+def test_batched_commits_batch_size_at_a_time_and_stays_at_layout_5(
+    pg_cluster: Cluster,  # noqa: F811
+    url: str,
+) -> None:
+    """docs/store.md: ``"batched"``: queued in the process, committed ``batch_size`` at a
+    time, as on LMDB; README: PostgreSQL stores stay at layout 5."""
+    with cpstore.open(url, durability="batched", batch_size=3) as store:
+        assert store.backend.layout == PG_STORE_VERSION == 5
+        rec = store.recorder("r")
+        rec.checkpoint(1, {"a": 1})
+        rec.checkpoint(2, {"a": 2})
+        assert _count(pg_cluster, url, "checkpoints") == 0  # still queued in the process
+        rec.checkpoint(3, {"a": 3})
+        assert _count(pg_cluster, url, "checkpoints") == 3
+        rec.checkpoint(4, {"a": 4})
+    assert _count(pg_cluster, url, "checkpoints") == 4  # the close flushed the rest
+
+
+def test_a_readonly_handle_and_a_read_only_role_have_their_writes_refused(
+    pg_cluster: Cluster,  # noqa: F811
+    recorded: tuple[str, str, str],
+) -> None:
+    """docs/store.md: ``readonly=True`` runs every txn READ ONLY; a role that may read the
+    store but not write it still opens it writable, its writes StoreReadOnlyError."""
+    url = recorded[0]
+    with cpstore.open(url, readonly=True) as store, pytest.raises(StoreReadOnlyError):
+        store.recorder("r").checkpoint(3, {"a": 3})
+    schema = _schema_of(url)
+    role = f"rw_{schema}"
+    _sql(pg_cluster, f'CREATE ROLE "{role}" LOGIN')
+    _sql(pg_cluster, f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+    _sql(pg_cluster, f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+    with cpstore.open(url.replace("postgres@", f"{role}@", 1)) as store:
+        assert store.runs() == ["r"]
+        with pytest.raises(StoreReadOnlyError):
+            store.recorder("r").checkpoint(3, {"a": 3})
+    with cpstore.open(url, readonly=True) as store:
+        assert len(store.history("r")) == 2
+
+
+def test_dead_pooled_connections_and_a_restart_are_met_without_an_error(
+    pg_cluster: Cluster,  # noqa: F811
+    recorded: tuple[str, str, str],
+) -> None:
+    """docs/store.md/scale.md: a dead connection met on a txn's first round trip is
+    replaced silently; after the server's return the next operation reconnects."""
+    url, _, head = recorded
+    with cpstore.open(url) as store:
+        assert store.runs() == ["r"]  # a pooled connection now idle
+        killed = _sql(
+            pg_cluster,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        assert killed
+        assert store.ref("r") == head
+        store.recorder("r").checkpoint(3, {"a": 3})
+        pg_cluster.restart("fast")
+        assert len(store.history("r")) == 3
+        store.recorder("r").checkpoint(4, {"a": 4})
+
+
+def test_the_waits_store_md_and_scale_md_name(pg_cluster: Cluster) -> None:  # noqa: F811
+    """POOL_WAIT 30 s (store.md's known limit), connect_timeout 15 s unless the URL sets
+    one, reconnect series of 5 s (scale.md)."""
+    assert "after `POOL_WAIT` (30 s)" in _text(STORE_MD)
+    scale = _text(ROOT / "docs" / "scale.md")
+    assert "Each attempt gives up after 15 s (`connect_timeout`, unless the URL sets one)" in scale
+    assert "lets a series of reconnect attempts run 5 s" in scale
+    assert (POOL_WAIT, CONNECT_WAIT, RECONNECT_SPAN) == (30.0, 15, 5.0)
+
+
+def test_retained_release_and_audit_kind_take_a_url(
+    url: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """README: ``retained --release`` (audited ``retained_release``) on a URL store."""
+    with cpstore.open(url) as store:
+        rec = store.recorder("r")
+        first, head = rec.checkpoint(1, {"a": 1}), rec.checkpoint(2, {"a": 2})
+        store.reset_ref("r", "main", first, expected_old=head, operator="o", reason="x")
+    code, out, err = _run(["retained", "--json", "--store", url], capsys)
+    assert code == 0 and json.loads(out)[0]["checkpoint_id"] == head, err
+    argv = ["retained", "--release", head, "--operator", "o", "--reason", "y", "--store", url]
+    assert _run(argv, capsys)[0] == 0
+    code, out, err = _run(["audit", "--kind", "retained_release", "--store", url], capsys)
+    assert code == 0 and "retained_release" in out, (out, err)
+    code, out, err = _run(["retained", "--json", "--store", url], capsys)
+    assert code == 0 and json.loads(out) == [], (out, err)
+
+
+def test_sync_commits_each_checkpoint_in_its_own_txn_even_from_many_threads(
+    pg_cluster: Cluster,  # noqa: F811
+    url: str,
+) -> None:
+    """docs/durability.md: on PostgreSQL (``sync``, ``none``) one checkpoint per txn, no
+    group commit: seen by the server's txid of each checkpoint row."""
+    schema = _schema_of(url)
+    with cpstore.open(url):
+        pass
+    _sql(pg_cluster, f'CREATE TABLE "{schema}".txids (x bigint)')
+    _sql(
+        pg_cluster,
+        f'CREATE FUNCTION "{schema}".note() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN '
+        f'INSERT INTO "{schema}".txids VALUES (txid_current()); RETURN NULL; END $$',
+    )
+    _sql(
+        pg_cluster,
+        f'CREATE TRIGGER t AFTER INSERT ON "{schema}"."checkpoints" '
+        f'FOR EACH ROW EXECUTE FUNCTION "{schema}".note()',
+    )
+    with cpstore.open(url) as store:
+
+        def work(i: int) -> None:
+            rec = store.recorder(f"r{i}")
+            for step in range(4):
+                rec.checkpoint(step, {"i": i, "s": step})
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    rows = [r[0] for r in _sql(pg_cluster, f'SELECT x FROM "{schema}".txids')]
+    assert len(rows) == 16 and len(set(rows)) == 16
+
+
+def test_push_into_a_keyed_postgresql_store_without_its_key_is_exit_7_before_copying(
+    pg_cluster: Cluster,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/store.md "Decisions carried": a keyed destination opened without its key
+    cannot take a carried decision: StoreError "the receiving store's audit log is keyed
+    and was opened without its key ...", exit 7, before any object is copied; a --run the
+    source lacks is exit 4 and makes no receiving schema."""
+    src = tmp_path / "src"
+    with cpstore.open(src) as store:
+        head = store.recorder("r").checkpoint(1, {"a": 1})
+        assert cpstore.validate(head, head, store=store).verdict is cpstore.Verdict.QUARANTINE
+    dest = fresh_url()
+    with cpstore.open(dest, audit_key=b"k" * 32) as store:
+        store.append_audit("note", {"by": "audit61"})  # keys the log
+    code, _, err = _run(["push", dest, "--store", str(src)], capsys)
+    assert code == 7 and "keyed and was opened without its key" in err, (code, err)
+    assert _count(pg_cluster, dest, "objects") == 0
+    missing = fresh_url()
+    code, _, err = _run(["push", missing, "--run", "nope", "--store", str(src)], capsys)
+    assert code == 4 and not _schema_exists(pg_cluster, _schema_of(missing)), err
