@@ -9,6 +9,7 @@ a role that may only read, and every CLI command that takes ``--store`` given a 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from cpstore.errors import (
     StoreReadOnlyError,
     StoreTimeoutError,
 )
+from cpstore.store.lmdb_open import FORMAT_KEY
 from cpstore.store.model import PG_STORE_VERSION
 from cpstore.store.pg_backend import POOL_WAIT
 from cpstore.store.pg_open import lock_key, parse_url
@@ -615,3 +617,43 @@ def test_push_into_a_keyed_postgresql_store_without_its_key_is_exit_7_before_cop
     missing = fresh_url()
     code, _, err = _run(["push", missing, "--run", "nope", "--store", str(src)], capsys)
     assert code == 4 and not _schema_exists(pg_cluster, _schema_of(missing)), err
+
+
+def _create_and_record(url: str, i: int, go: Any, out: Any) -> None:
+    """Wait for the start, then open (making the store if missing) and record a run."""
+    try:
+        if not go.wait(120):
+            out.put((i, "never told to go"))
+            return
+        with cpstore.open(url) as store:
+            store.recorder(f"r{i}").checkpoint(1, {"i": i})
+        out.put((i, "ok"))
+    except BaseException as exc:
+        out.put((i, repr(exc)))
+
+
+def test_concurrent_creators_in_processes_make_the_schema_once(
+    pg_cluster: Cluster,  # noqa: F811
+    url: str,
+) -> None:
+    """docs/store.md "Schema": the tables and the format record are made in one txn under
+    the writer lock, so concurrent creators (processes here) make the store once."""
+    ctx = multiprocessing.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    children = [ctx.Process(target=_create_and_record, args=(url, i, go, out)) for i in range(3)]
+    for child in children:
+        child.start()
+    go.set()
+    results = sorted(out.get(timeout=120) for _ in children)
+    for child in children:
+        child.join(60)
+    assert results == [(0, "ok"), (1, "ok"), (2, "ok")]
+    with cpstore.open(url, readonly=True) as store:
+        assert sorted(store.runs()) == ["r0", "r1", "r2"]
+    assert _count(pg_cluster, url, "meta") >= 1
+    [(n,)] = _sql(
+        pg_cluster,
+        f'SELECT count(*) FROM "{_schema_of(url)}".meta WHERE k = %s',
+        (FORMAT_KEY,),
+    )
+    assert n == 1
