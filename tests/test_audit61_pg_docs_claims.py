@@ -255,10 +255,30 @@ def test_durability_none_turns_synchronous_commit_off_for_checkpoints_only(
         store.append_audit("note", {"by": "audit61"})
     seen = _sql(pg_cluster, f'SELECT tbl, sc FROM "{schema}".seen ORDER BY tbl')
     assert seen == [("audit", "on"), ("checkpoints", "off")]
+    for table in ("refs", "tombstones"):
+        _sql(
+            pg_cluster,
+            f'CREATE TRIGGER t_{table} AFTER INSERT OR UPDATE OR DELETE ON "{schema}"."{table}" '
+            f'FOR EACH ROW EXECUTE FUNCTION "{schema}".note()',
+        )
+    with cpstore.open(url, durability="none") as store:
+        rec = store.recorder("r")
+        old, new = rec.checkpoint(2, {"a": 2}), rec.checkpoint(3, {"a": 3})
+        _sql(pg_cluster, f'TRUNCATE "{schema}".seen')
+        store.reset_ref("r", "main", old, expected_old=new, operator="o", reason="x")
+        assert {r[1] for r in _sql(pg_cluster, f'SELECT * FROM "{schema}".seen')} == {"on"}
+        other = store.recorder("p")
+        other.checkpoint(1, {"p": 1})
+        other.checkpoint(2, {"p": 2})
+        _sql(pg_cluster, f'TRUNCATE "{schema}".seen')
+        assert store.prune(keep_last=1, run_id="p") == 1
+        seen = _sql(pg_cluster, f'SELECT tbl, sc FROM "{schema}".seen')
+        assert ("tombstones", "on") in seen and {r[1] for r in seen} == {"on"}, seen
     _sql(pg_cluster, f'TRUNCATE "{schema}".seen')
     with cpstore.open(url, durability="sync") as store:
-        store.recorder("r").checkpoint(2, {"a": 2})
-    assert _sql(pg_cluster, f'SELECT tbl, sc FROM "{schema}".seen') == [("checkpoints", "on")]
+        store.recorder("r").checkpoint(4, {"a": 4})
+    seen = _sql(pg_cluster, f'SELECT DISTINCT tbl, sc FROM "{schema}".seen ORDER BY tbl')
+    assert seen == [("checkpoints", "on"), ("refs", "on")]
 
 
 def test_a_statement_timeout_is_store_timeout_error_and_a_nested_write_is_refused(
@@ -534,6 +554,7 @@ def test_the_waits_store_md_and_scale_md_name(pg_cluster: Cluster) -> None:  # n
     """POOL_WAIT 30 s (store.md's known limit), connect_timeout 15 s unless the URL sets
     one, reconnect series of 5 s (scale.md)."""
     assert "after `POOL_WAIT` (30 s)" in _text(STORE_MD)
+    assert "`connect_timeout` is 15 s unless the URL sets it" in _text(STORE_MD)
     scale = _text(ROOT / "docs" / "scale.md")
     assert "Each attempt gives up after 15 s (`connect_timeout`, unless the URL sets one)" in scale
     assert "lets a series of reconnect attempts run 5 s" in scale
@@ -657,3 +678,28 @@ def test_concurrent_creators_in_processes_make_the_schema_once(
         (FORMAT_KEY,),
     )
     assert n == 1
+
+
+def test_a_batched_queue_is_unseen_until_committed_and_a_failed_batch_is_dropped_whole(
+    pg_cluster: Cluster,  # noqa: F811
+    url: str,
+) -> None:
+    """docs/durability.md "batched": queued checkpoints are not visible to reads until
+    committed, not even in the same process; a batch whose commit fails (a ref
+    ConflictError) is rolled back and dropped whole, and flush() raises."""
+    with cpstore.open(url) as plain:
+        root = plain.recorder("r").checkpoint(0, {"a": 0})
+    with cpstore.open(url, durability="batched", batch_size=10) as store:
+        rec = store.recorder("r")
+        queued = rec.checkpoint(1, {"a": 1})
+        rec.checkpoint(2, {"a": 2})
+        assert store.ref("r") == root
+        with pytest.raises(cpstore.NotFoundError), store.read(queued):
+            pass
+        with cpstore.open(url) as other:
+            other.recorder("r").checkpoint(9, {"other": 1})  # moves the ref under the queue
+        with pytest.raises(cpstore.ConflictError):
+            store.flush()
+        assert _count(pg_cluster, url, "checkpoints") == 2  # root and the other's
+        store.flush()  # dropped: nothing left to commit
+    assert _count(pg_cluster, url, "checkpoints") == 2
