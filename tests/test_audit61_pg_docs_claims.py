@@ -30,6 +30,7 @@ from cpstore.errors import (
     StoreReadOnlyError,
     StoreTimeoutError,
 )
+from cpstore.store.facade import Durability
 from cpstore.store.lmdb_open import FORMAT_KEY
 from cpstore.store.model import PG_STORE_VERSION
 from cpstore.store.pg_backend import POOL_WAIT
@@ -355,11 +356,24 @@ def test_a_select_only_role_opens_readonly_and_runs_the_reading_commands(
     ro_url = url.replace("postgres@", f"{role}@", 1)
     with cpstore.open(ro_url, readonly=True) as store:
         assert store.runs() == ["r"]
-    for argv in (["log", "r"], ["inspect", head], ["stats"], ["audit"], ["retained"]):
+    looks = (
+        ["log", "r"],
+        ["inspect", head],
+        ["stats"],
+        ["audit"],
+        ["retained"],
+        ["cat", head, "effect", "0"],
+        ["diff", head, head],
+    )
+    for argv in looks:
         code, _, err = _run([*argv, "--store", ro_url], capsys)
         assert code == 0, (argv, err)
     code, _, err = _run(["verify", "--store", ro_url], capsys)
     assert code == 0, err
+    code, out, err = _run(["audit", "--check", "--store", ro_url], capsys)
+    assert code == 0, (out, err)
+    code, out, err = _run(["validate", head, head, "--store", ro_url], capsys)
+    assert code == cli.EXIT_QUARANTINE and "QUARANTINE" in out, (code, out, err)
 
 
 # -- the command line on a URL ------------------------------------------------------------
@@ -580,9 +594,11 @@ def test_retained_release_and_audit_kind_take_a_url(
     assert code == 0 and json.loads(out) == [], (out, err)
 
 
-def test_sync_commits_each_checkpoint_in_its_own_txn_even_from_many_threads(
+@pytest.mark.parametrize("durability", ["sync", "none"])
+def test_sync_and_none_commit_each_checkpoint_in_its_own_txn_even_from_many_threads(
     pg_cluster: Cluster,  # noqa: F811
     url: str,
+    durability: Durability,
 ) -> None:
     """docs/durability.md: on PostgreSQL (``sync``, ``none``) one checkpoint per txn, no
     group commit: seen by the server's txid of each checkpoint row."""
@@ -600,7 +616,7 @@ def test_sync_commits_each_checkpoint_in_its_own_txn_even_from_many_threads(
         f'CREATE TRIGGER t AFTER INSERT ON "{schema}"."checkpoints" '
         f'FOR EACH ROW EXECUTE FUNCTION "{schema}".note()',
     )
-    with cpstore.open(url) as store:
+    with cpstore.open(url, durability=durability) as store:
 
         def work(i: int) -> None:
             rec = store.recorder(f"r{i}")
