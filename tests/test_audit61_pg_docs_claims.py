@@ -110,14 +110,16 @@ def test_schema_defaults_to_cpstore_and_names_the_tables_store_md_lists(
 def test_pool_max_is_connections_per_handle_default_8(pg_cluster: Cluster) -> None:  # noqa: F811
     """docs/store.md: ``pool_max=N`` (connections per handle, default 8), removed before
     the URL reaches libpq (which would refuse an unknown parameter)."""
-    assert "`pool_max=N` (connections per handle, default 8)" in _text(STORE_MD)
+    text = _text(STORE_MD)
+    assert "`pool_max=N` (connections per handle, default 8; 1 to 1000, anything else" in text
     assert parse_url(pg_cluster.url("x")).pool_max == 8
     url = fresh_url(pool_max="1")
     assert parse_url(url).pool_max == 1 and "pool_max" not in parse_url(url).conninfo
     with cpstore.open(url) as store:
         store.recorder("r").checkpoint(1, {"a": 1})
         assert store.runs() == ["r"]
-    for bad in ("0", "x", "-1"):
+    assert parse_url(fresh_url(pool_max="1000")).pool_max == 1000
+    for bad in ("0", "x", "-1", "1001"):
         with pytest.raises(cpstore.InvalidInputError, match="pool_max"):
             cpstore.open(fresh_url(pool_max=bad))
 
@@ -719,3 +721,28 @@ def test_a_batched_queue_is_unseen_until_committed_and_a_failed_batch_is_dropped
         assert _count(pg_cluster, url, "checkpoints") == 2  # root and the other's
         store.flush()  # dropped: nothing left to commit
     assert _count(pg_cluster, url, "checkpoints") == 2
+
+
+def test_a_handle_never_holds_more_connections_than_pool_max(
+    pg_cluster: Cluster,  # noqa: F811
+) -> None:
+    """docs/store.md: ``pool_max=N`` is the connections per handle: six threads reading
+    at once through a ``pool_max=2`` handle leave at most two sessions on the server."""
+    name = f"a61_{os.getpid()}_{threading.get_ident() % 10000}"
+    url = fresh_url(pool_max="2", application_name=name)
+    with cpstore.open(url) as store:
+        store.recorder("r").checkpoint(1, {"a": 1})
+
+        def reads() -> None:
+            for _ in range(30):
+                assert store.runs() == ["r"]
+
+        threads = [threading.Thread(target=reads) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rows = _sql(
+            pg_cluster, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        )
+        assert 1 <= rows[0][0] <= 2, rows
