@@ -746,3 +746,28 @@ def test_a_handle_never_holds_more_connections_than_pool_max(
             pg_cluster, "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
         )
         assert 1 <= rows[0][0] <= 2, rows
+
+
+def test_the_urls_connect_timeout_holds_for_the_opens_own_connection(
+    pg_cluster: Cluster,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """docs/store.md/scale.md: ``connect_timeout`` is 15 s unless the URL sets it. The
+    pool kept the URL's; the open's own connection (the one that checks the schema) was
+    made with ``connect_timeout=15`` whatever the URL said, so ``connect_timeout=2``
+    against a hung server still waited 15 s at open (and 60 gave up after 15). Seen on
+    the real connections the open makes (their libpq parameters), to the test cluster."""
+    made: list[str | None] = []
+    real = psycopg.connect
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        conn = real(*args, **kwargs)
+        made.append(conn.info.get_parameters().get("connect_timeout"))
+        return conn
+
+    monkeypatch.setattr(psycopg, "connect", spy)
+    with cpstore.open(fresh_url(connect_timeout="7")) as store:
+        store.recorder("r").checkpoint(1, {"a": 1})
+    with cpstore.open(fresh_url()) as store:
+        store.recorder("r").checkpoint(1, {"a": 1})
+    assert made and made[0] == "7" and made[-1] == str(CONNECT_WAIT) == "15", made

@@ -29,7 +29,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-__all__ = ["CONNECT_WAIT", "RECONNECT_SPAN", "make_pool"]
+__all__ = ["CONNECT_WAIT", "RECONNECT_SPAN", "connect", "make_pool"]
 
 #: Seconds one reconnect attempt series runs before it starts over (see the module doc).
 RECONNECT_SPAN = 5.0
@@ -71,18 +71,29 @@ def _again(pool: ConnectionPool[Any]) -> None:
             pool.check()
 
 
+def connect(conninfo: str) -> psycopg.Connection[Any]:
+    """One autocommit connection (the open's), waiting the URL's ``connect_timeout``, else
+    :data:`CONNECT_WAIT`: the open passed ``connect_timeout=CONNECT_WAIT`` always, which
+    overrode the URL's (its 2 s waited 15 against a hung server; audit61)."""
+    return psycopg.connect(conninfo, **_connect_kwargs(conninfo))
+
+
+def _connect_kwargs(conninfo: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in conninfo_to_dict(conninfo):
+        kwargs["connect_timeout"] = CONNECT_WAIT
+    return kwargs
+
+
 def make_pool(
     conninfo: str, *, max_size: int, name: str, wait: float
 ) -> ConnectionPool[psycopg.Connection[Any]]:
     """An autocommit pool of 1 to ``max_size`` connections, not yet opened."""
-    kwargs: dict[str, Any] = {"autocommit": True}
-    if "connect_timeout" not in conninfo_to_dict(conninfo):
-        kwargs["connect_timeout"] = CONNECT_WAIT
     return _Pool(
         conninfo,
         min_size=1,
         max_size=max_size,
-        kwargs=kwargs,
+        kwargs=_connect_kwargs(conninfo),
         open=False,
         name=name,
         timeout=wait,
