@@ -9,6 +9,7 @@ a role that may only read, and every CLI command that takes ``--store`` given a 
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import subprocess
@@ -771,3 +772,66 @@ def test_the_urls_connect_timeout_holds_for_the_opens_own_connection(
     with cpstore.open(fresh_url()) as store:
         store.recorder("r").checkpoint(1, {"a": 1})
     assert made and made[0] == "7" and made[-1] == str(CONNECT_WAIT) == "15", made
+
+
+def test_a_write_a_read_only_role_is_refused_is_one_line_on_stderr(
+    pg_cluster: Cluster,  # noqa: F811
+    recorded: tuple[str, str, str],
+) -> None:
+    """README: "A user mistake prints one line on stderr, never a traceback". A write
+    the server refused inside a pipelined commit (a role that may only read) printed
+    psycopg's own logged warning ("error ignored terminating <psycopg.Pipeline ...>:
+    pipeline aborted") before cpstore's line; the real ``cpstore`` process, not
+    cli.main, since pytest's logging capture would hide the warning."""
+    url, _, head = recorded
+    schema = _schema_of(url)
+    role = f"ro2_{schema}"
+    _sql(pg_cluster, f'CREATE ROLE "{role}" LOGIN')
+    _sql(pg_cluster, f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+    _sql(pg_cluster, f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+    ro_url = url.replace("postgres@", f"{role}@", 1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv in (["validate", head, head, "--record"], ["gc", "--keep-last", "1"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "cpstore.cli", *argv, "--store", ro_url],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        lines = done.stderr.splitlines()
+        assert done.returncode == 7 and len(lines) == 1, (argv, done.stderr)
+        assert lines[0].startswith(f"cpstore {argv[0]}: the store cannot be written"), lines
+
+
+def test_psycopgs_ignored_pipeline_error_about_a_cpstore_connection_is_not_logged(
+    pg_cluster: Cluster,  # noqa: F811
+    recorded: tuple[str, str, str],
+) -> None:
+    """The same in-process, many times (the warning came when the server's refusal reached
+    psycopg before the pipeline's end: about one refused write in ten): cpstore raises
+    the refusal itself (StoreReadOnlyError), so psycopg's second word on it, the
+    "error ignored terminating" warning, is noise on stderr (logging's last resort)."""
+    url = recorded[0]
+    schema = _schema_of(url)
+    role = f"ro3_{schema}"
+    _sql(pg_cluster, f'CREATE ROLE "{role}" LOGIN')
+    _sql(pg_cluster, f'GRANT USAGE ON SCHEMA "{schema}" TO "{role}"')
+    _sql(pg_cluster, f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+    seen: list[str] = []
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Seen()
+    logging.getLogger("psycopg").addHandler(handler)
+    try:
+        with cpstore.open(url.replace("postgres@", f"{role}@", 1)) as store:
+            for i in range(150):
+                with pytest.raises(StoreReadOnlyError):
+                    store.append_audit("note", {"i": i})
+    finally:
+        logging.getLogger("psycopg").removeHandler(handler)
+    assert not [m for m in seen if "error ignored terminating" in m], seen[:3]

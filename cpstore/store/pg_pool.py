@@ -22,6 +22,7 @@ it); the pool then drops that connection from its count, and
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from typing import Any
 
@@ -60,6 +61,22 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
             if counted:
                 with self._asking_lock:
                     self.asking -= 1
+
+
+def _ours_ignored(record: logging.LogRecord) -> bool:
+    """False (drop it) for psycopg's "error ignored terminating <Pipeline>" warning about a
+    pipeline on a connection a cpstore pool lent: the statement's own error, which the
+    pipeline's end met again ("pipeline aborted"), is raised by cpstore (a StoreReadOnlyError,
+    say). It printed as a second stderr line beside the CLI's one about one refused write
+    in ten (audit61). Reads psycopg's private ``_conn``/``_pool``: if they change, the
+    warning just shows again."""
+    if record.msg != "error ignored terminating %r: %s" or not record.args:
+        return True
+    conn = getattr(record.args[0], "_conn", None)  # type: ignore[index]
+    return not isinstance(getattr(conn, "_pool", None), _Pool)
+
+
+logging.getLogger("psycopg").addFilter(_ours_ignored)
 
 
 def _again(pool: ConnectionPool[Any]) -> None:
