@@ -271,7 +271,7 @@ class TestModes:
             space = store.space()
             assert space.file_bytes == space.used_bytes == store.disk_bytes() > 0
             assert space.reusable_bytes == 0
-            with pytest.raises(StoreError, match="cpstore pull"):
+            with pytest.raises(InvalidInputError, match="cpstore pull"):  # exit 3 (audit61)
                 copy_store(store, tmp_path / "copy")
             assert not any((tmp_path / "copy").glob("*.mdb"))
 

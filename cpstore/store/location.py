@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 from typing import cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from cpstore.errors import InvalidInputError
 from cpstore.native.args import check_text
@@ -29,18 +29,28 @@ def is_store_url(path: object) -> bool:
 
 
 def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for messages and ``store.path``)."""
+    """``url`` with any password replaced by ``***`` (for messages and ``store.path``): the
+    one before the host and libpq's ``password=`` query parameter alike."""
     try:
         parts = urlsplit(url)
-        if parts.password is None:
+        netloc = parts.netloc
+        if parts.password is not None:  # user:password@host: only the password goes
+            userinfo, _, hostport = netloc.rpartition("@")
+            user = userinfo.partition(":")[0]
+            netloc = f"{user}:***@{hostport}"
+        query = "&".join(_redact_param(p) for p in parts.query.split("&"))
+        if netloc == parts.netloc and query == parts.query:
             return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port is not None else ""
-        netloc = f"{user}:***@{host}{port}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:
         return url.split("://", 1)[0] + "://(unparseable URL)"
+
+
+def _redact_param(param: str) -> str:
+    """One ``key=value`` of a URL's query, its value ``***`` when the key (percent-decoded,
+    as libpq reads it) is ``password``."""
+    key, eq, _ = param.partition("=")
+    return f"{key}=***" if eq and unquote(key).strip().lower() == "password" else param
 
 
 def refuse_empty(

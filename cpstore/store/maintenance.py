@@ -65,7 +65,8 @@ def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = Tr
     of this handle are flushed first). ``compact`` (the default) leaves free
     pages out. Returns the copy's verify report (a keyed log's MACs checked when
     ``store`` was opened with its key); a copy that fails it is removed and
-    :class:`IntegrityError` raised. An empty ``dest`` is :class:`InvalidInputError`.
+    :class:`IntegrityError` raised. An empty ``dest``, a ``postgresql://`` one, or a
+    ``store`` on PostgreSQL (copy it with push or pull) is :class:`InvalidInputError`.
     """
     # "" would name the working folder (and a failed copy's clean-up its files).
     refuse_empty(dest, "copy's destination", "a new or empty folder")
@@ -76,6 +77,15 @@ def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = Tr
             "copy writes a store into a folder, not a database; to copy into PostgreSQL "
             "use `cpstore push DEST --store SRC` (every object verified)",
             where=redact(target),
+        )
+    if is_store_url(store.path):
+        # The same mistake as compact's URL (exit 3); it was a StoreError, exit 7, "store
+        # unavailable", naming the destination folder (audit61).
+        raise InvalidInputError(
+            "a PostgreSQL store is not copied into a folder by copy; use `cpstore pull "
+            "SOURCE --store DEST` (every object verified) or pg_dump",
+            where=store.path,
+            expected="an LMDB store folder",
         )
     if os.path.realpath(target) == os.path.realpath(store.path):
         raise InvalidInputError("a store cannot be copied onto itself", where=target)

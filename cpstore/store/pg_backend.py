@@ -60,7 +60,7 @@ from cpstore.store.pg_apply import abort_again, apply_batch
 from cpstore.store.pg_errors import ENGINE_ERRORS, failed, translate
 from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema, write_identity
-from cpstore.store.pg_pool import CONNECT_WAIT, make_pool
+from cpstore.store.pg_pool import connect, make_pool
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.pg_writing import not_nested, writing, writing_here
@@ -114,9 +114,7 @@ class PgBackend:
         self._tables = {name: PgTable.of(self._url.schema, name) for name in DB_NAMES}
         self._ident = self._url.conninfo  # a write's identity on its thread (pg_writing)
         try:
-            with psycopg.connect(
-                self._url.conninfo, autocommit=True, connect_timeout=CONNECT_WAIT
-            ) as conn:
+            with connect(self._url.conninfo) as conn:
                 ident = self._ident
                 if not self._readonly:  # the open locks too; by the store's id, not its URL
                     ident = write_identity(conn, self._url)

@@ -14,10 +14,11 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg
+from psycopg.conninfo import conninfo_to_dict
 
 from cpstore.errors import InvalidInputError, NotFoundError, StoreError
 from cpstore.native.binding import digest
@@ -84,7 +85,22 @@ def parse_url(url: str) -> StoreUrl:
     rest = urlencode([(k, v) for k, v in query if k not in _OURS], quote_via=quote)
     conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, rest, parts.fragment))
     shown = redact(url)
+    try:  # libpq's own parse, so a URL it refuses is bad input, not a failed server
+        conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:
+        raise InvalidInputError(
+            "not a usable PostgreSQL URL", where=shown, got=_unquoted(str(exc), parts.password)
+        ) from None
     return StoreUrl(conninfo, schema, int(raw_max), shown)
+
+
+def _unquoted(message: str, password: str | None) -> str:
+    """``message`` (libpq's, which quotes the token it could not parse) without the URL's
+    password: a password with a bad percent-escape reached the error whole (audit61)."""
+    if password:
+        for form in sorted({password, unquote(password)}, key=len, reverse=True):
+            message = message.replace(form, "***")
+    return message
 
 
 def lock_key(schema: str) -> int:

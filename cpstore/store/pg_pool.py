@@ -22,6 +22,7 @@ it); the pool then drops that connection from its count, and
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from typing import Any
 
@@ -29,7 +30,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
-__all__ = ["CONNECT_WAIT", "RECONNECT_SPAN", "make_pool"]
+__all__ = ["CONNECT_WAIT", "RECONNECT_SPAN", "connect", "make_pool"]
 
 #: Seconds one reconnect attempt series runs before it starts over (see the module doc).
 RECONNECT_SPAN = 5.0
@@ -62,6 +63,22 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
                     self.asking -= 1
 
 
+def _ours_ignored(record: logging.LogRecord) -> bool:
+    """False (drop it) for psycopg's "error ignored terminating <Pipeline>" warning about a
+    pipeline on a connection a cpstore pool lent: the statement's own error, which the
+    pipeline's end met again ("pipeline aborted"), is raised by cpstore (a StoreReadOnlyError,
+    say). It printed as a second stderr line beside the CLI's one about one refused write
+    in ten (audit61). Reads psycopg's private ``_conn``/``_pool``: if they change, the
+    warning just shows again."""
+    if record.msg != "error ignored terminating %r: %s" or not record.args:
+        return True
+    conn = getattr(record.args[0], "_conn", None)  # type: ignore[index]
+    return not isinstance(getattr(conn, "_pool", None), _Pool)
+
+
+logging.getLogger("psycopg").addFilter(_ours_ignored)
+
+
 def _again(pool: ConnectionPool[Any]) -> None:
     """psycopg_pool's ``reconnect_failed``: start over at once if a txn is waiting."""
     if isinstance(pool, _Pool) and pool.asking > 0:
@@ -71,18 +88,29 @@ def _again(pool: ConnectionPool[Any]) -> None:
             pool.check()
 
 
+def connect(conninfo: str) -> psycopg.Connection[Any]:
+    """One autocommit connection (the open's), waiting the URL's ``connect_timeout``, else
+    :data:`CONNECT_WAIT`: the open passed ``connect_timeout=CONNECT_WAIT`` always, which
+    overrode the URL's (its 2 s waited 15 against a hung server; audit61)."""
+    return psycopg.connect(conninfo, **_connect_kwargs(conninfo))
+
+
+def _connect_kwargs(conninfo: str) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if "connect_timeout" not in conninfo_to_dict(conninfo):
+        kwargs["connect_timeout"] = CONNECT_WAIT
+    return kwargs
+
+
 def make_pool(
     conninfo: str, *, max_size: int, name: str, wait: float
 ) -> ConnectionPool[psycopg.Connection[Any]]:
     """An autocommit pool of 1 to ``max_size`` connections, not yet opened."""
-    kwargs: dict[str, Any] = {"autocommit": True}
-    if "connect_timeout" not in conninfo_to_dict(conninfo):
-        kwargs["connect_timeout"] = CONNECT_WAIT
     return _Pool(
         conninfo,
         min_size=1,
         max_size=max_size,
-        kwargs=kwargs,
+        kwargs=_connect_kwargs(conninfo),
         open=False,
         name=name,
         timeout=wait,
