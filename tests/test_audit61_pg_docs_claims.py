@@ -318,8 +318,11 @@ def test_a_server_that_is_not_there_is_store_connection_error_exit_7(
     with pytest.raises(StoreConnectionError) as info:
         cpstore.open(url)
     assert isinstance(info.value, ConnectionError) and isinstance(info.value, cpstore.StoreError)
+    # No handle was made: not "lost ...; the next operation reconnects" (audit61's report).
+    assert "could not connect" in info.value.what and "reconnects" not in str(info.value)
     code, _, err = _run(["log", "--store", url], capsys)
     assert code == 7 == cli.EXIT_CODES[cpstore.StoreError], err
+    assert "could not connect to the server; nothing was opened" in err
 
 
 def test_disk_bytes_is_the_schemas_total_relation_size(

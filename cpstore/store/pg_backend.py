@@ -114,7 +114,7 @@ class PgBackend:
         self._tables = {name: PgTable.of(self._url.schema, name) for name in DB_NAMES}
         self._ident = self._url.conninfo  # a write's identity on its thread (pg_writing)
         try:
-            with connect(self._url.conninfo) as conn:
+            with connect(self._url.conninfo, self._path) as conn:
                 ident = self._ident
                 if not self._readonly:  # the open locks too; by the store's id, not its URL
                     ident = write_identity(conn, self._url)

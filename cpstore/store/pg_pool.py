@@ -30,6 +30,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
+from cpstore.store.pg_errors import failed
+
 __all__ = ["CONNECT_WAIT", "RECONNECT_SPAN", "connect", "make_pool"]
 
 #: Seconds one reconnect attempt series runs before it starts over (see the module doc).
@@ -88,11 +90,17 @@ def _again(pool: ConnectionPool[Any]) -> None:
             pool.check()
 
 
-def connect(conninfo: str) -> psycopg.Connection[Any]:
+def connect(conninfo: str, where: str) -> psycopg.Connection[Any]:
     """One autocommit connection (the open's), waiting the URL's ``connect_timeout``, else
     :data:`CONNECT_WAIT`: the open passed ``connect_timeout=CONNECT_WAIT`` always, which
-    overrode the URL's (its 2 s waited 15 against a hung server; audit61)."""
-    return psycopg.connect(conninfo, **_connect_kwargs(conninfo))
+    overrode the URL's (its 2 s waited 15 against a hung server; audit61).
+
+    StoreConnectionError when none is made: it said "the connection ... was lost ...; the
+    next operation reconnects", with no handle to reconnect (audit61's report)."""
+    try:
+        return psycopg.connect(conninfo, **_connect_kwargs(conninfo))
+    except psycopg.OperationalError as exc:
+        raise failed("could not connect to the server; nothing was opened", where, exc) from None
 
 
 def _connect_kwargs(conninfo: str) -> dict[str, Any]:
