@@ -94,3 +94,17 @@ def test_convert_never_renames_over_a_fifo_or_device(
     assert cli.main(["convert", str(src), str(link), "--force"]) == cli.EXIT_BAD_INPUT
     assert "not a regular file" in capsys.readouterr().err
     assert link.is_symlink() and fifo.is_fifo()
+
+
+def test_a_part_of_a_bytes_state_says_the_state_is_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``inspect --part x`` of a bytes state said "no such state part ... expected []"."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as store:
+        cid = store.recorder("b").checkpoint(1, b"raw state")
+        with store.read(cid) as cp, pytest.raises(cpstore.NotFoundError) as info:
+            cp.state_part("x")
+    assert "the state is bytes" in info.value.what and info.value.expected == "a parts state"
+    assert cli.main(["inspect", "b@main", "--part", "x", "--store", str(path)]) == 4
+    assert "the state is bytes" in capsys.readouterr().err

@@ -530,7 +530,11 @@ class CheckpointView:
         parts = st["parts"] or {}
         if st["kind"] != "parts" or name not in parts:
             raise NotFoundError(
-                "no such state part", where=self.id, expected=sorted(parts), got=name
+                "no such state part"
+                + ("" if st["kind"] == "parts" else ": the state is bytes, not parts (state())"),
+                where=self.id,
+                expected=sorted(parts) if st["kind"] == "parts" else "a parts state",
+                got=name,
             )
         try:
             return decode_trusted(self._blob(name, parts[name]))
