@@ -18,10 +18,11 @@ from typing import Any
 
 import msgspec
 
+from cpstore.errors import CanonicalEncodingError
 from cpstore.native.binding import msgpack_split
 from cpstore.native.canonical import encode_value
 
-__all__ = ["encode_values", "fast_encoding"]
+__all__ = ["encode_values", "fast_encoding", "first_unencodable"]
 
 _INT_MIN = -(2**63)
 _INT_END = 2**64
@@ -90,3 +91,14 @@ def encode_values(values: Sequence[Any]) -> tuple[bytes | memoryview, array[int]
     offsets = array("Q", [0])
     offsets.extend(accumulate(map(len, encs)))
     return b"".join(encs), offsets
+
+
+def first_unencodable(values: Sequence[Any]) -> tuple[int, CanonicalEncodingError] | None:
+    """The index of the first of ``values`` with no canonical encoding and its error
+    (what a caller names after :func:`encode_values` refused them), or None."""
+    for i, value in enumerate(values):
+        try:
+            fast_encoding(value)
+        except CanonicalEncodingError as exc:
+            return i, exc
+    return None

@@ -27,7 +27,7 @@ from cpstore.errors import (
 )
 from cpstore.native.binding import canonical_check, digest_batch
 from cpstore.native.canonical import _ext_hook
-from cpstore.native.columns import encode_values, fast_encoding
+from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.records import (
     RECORD_SIZE,
     KindTable,
@@ -200,16 +200,14 @@ class _MemoryValues(_BlockValues):
         try:
             blob, offs = encode_values(chunk)
         except CanonicalEncodingError:
-            for j, value in enumerate(chunk):
-                try:
-                    fast_encoding(value)
-                except CanonicalEncodingError as exc:
-                    raise IntegrityError(
-                        "token value has no canonical encoding (it matches no record)",
-                        where=f"token {first + j} of {self._where}",
-                        got=exc.what,
-                    ) from None
-            raise
+            found = first_unencodable(chunk)
+            if found is None:
+                raise
+            raise IntegrityError(
+                "token value has no canonical encoding (it matches no record)",
+                where=f"token {first + found[0]} of {self._where}",
+                got=found[1].what,
+            ) from None
         _check_digests(digest_batch(blob, offs), self._records, first, last, self._where)
         if set(map(type, chunk)) <= _IMMUTABLE:
             return chunk

@@ -35,7 +35,7 @@ from cpstore.native.binding import (
     scan_tokens,
 )
 from cpstore.native.canonical import encode_value
-from cpstore.native.columns import encode_values
+from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.fast_canonical import encode_fast
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, KindTable
 from cpstore.run.model import PackedTokens
@@ -222,17 +222,14 @@ class BulkAppends:
         try:
             return encode_values(values)
         except CanonicalEncodingError:
-            # Name the first value that cannot be encoded, as token() would.
-            for i, value in enumerate(values):
-                try:
-                    encode_value(value)
-                except CanonicalEncodingError as exc:
-                    raise InvalidInputError(
-                        "token value cannot be canonically encoded",
-                        where=f"values[{i}]",
-                        got=exc.what,
-                    ) from None
-            raise
+            found = first_unencodable(values)  # named as token() would
+            if found is None:
+                raise
+            raise InvalidInputError(
+                "token value cannot be canonically encoded",
+                where=f"values[{found[0]}]",
+                got=found[1].what,
+            ) from None
 
     @_kinds_kept_only_on_success
     def tokens_from(
