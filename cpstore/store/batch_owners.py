@@ -14,32 +14,18 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import suppress
 from threading import get_ident
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
-from cpstore.errors import (
-    CommitLostError,
-    CpstoreError,
-    OutcomeUnknownError,
-    ReentrantWriteError,
-    StoreConnectionError,
-    StoreError,
-)
+from cpstore.errors import CpstoreError, OutcomeUnknownError
 from cpstore.store.at_exit import ExitGate
+from cpstore.store.batch_fates import dropped_error, foreign
+from cpstore.store.reentry import reentrant_write
 
-__all__ = [
-    "BatchOwners",
-    "Owner",
-    "Reentry",
-    "foreign",
-    "interrupted",
-    "reentrant_write",
-    "shared_reentry",
-]
+__all__ = ["BatchOwners", "Owner"]
 
 W = TypeVar("W")
 
@@ -48,158 +34,6 @@ _POLL = 0.05
 #: A close's wait for other threads' commits once the main thread has ended (as
 #: at_exit.EXIT_WAIT, and the environment's close wait, lmdb_txns.CLOSE_WAIT_SECONDS).
 _EXIT_WAIT = 5.0
-
-
-def _dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
-    """The error a thread gets for ``count`` of its queued writes another thread's commit lost."""
-    what = (
-        f"{count} checkpoint(s) this thread queued were in another thread's batch commit, "
-        "which failed"
-    )
-    if isinstance(exc, OutcomeUnknownError) or foreign(exc):
-        # An interrupt (KeyboardInterrupt) may have landed after the commit: never "not
-        # stored" for what may be stored (audit20; group commit says the same). So may a
-        # handler's Exception (a watchdog's TimeoutError): a batch it reaches here with was
-        # not settled by reading back (not applied, it is requeued instead); it was told
-        # "not stored" for a stored batch (audit47).
-        return OutcomeUnknownError(
-            f"{what}; they may or may not be stored (read the branch heads)",
-            where=where,
-            got=str(exc)[:300] or type(exc).__name__,
-        )
-    if isinstance(exc, CommitLostError) and exc.stored is False:
-        # Lost while committing, then read back and found absent (commit.settle_by_reading):
-        # every owner is told "not stored", as the committing thread is.
-        return CommitLostError(
-            f"{what} when the connection was lost: not stored",
-            where=where,
-            got=str(exc)[:300],
-            stored=False,
-        )
-    if isinstance(exc, CommitLostError):
-        # Lost with its COMMIT on the wire and not settled by reading back: the batch
-        # committed whole or not at all (docs/store.md, "Faults"); the committing thread is
-        # told so, and so is every other owner (tests/test_chaos_batched_relay.py).
-        return CommitLostError(
-            f"{what} when the connection was lost while committing; they may or may not "
-            "be stored (read the branch heads)",
-            where=where,
-            got=str(exc)[:300],
-        )
-    if isinstance(exc, StoreConnectionError):
-        # Lost before its COMMIT was sent (a lost COMMIT is CommitLostError): nothing was
-        # committed, as the committing thread and the exit warning say; it said "may or may
-        # not be stored" here (tests/test_pg_batch_lost_before_commit.py).
-        return StoreConnectionError(
-            f"{what} when the connection was lost before its COMMIT was sent: not stored",
-            where=where,
-            got=str(exc)[:300],
-        )
-    cls = type(exc) if isinstance(exc, CpstoreError) else StoreError
-    return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
-
-
-def reentrant_write(where: str) -> ReentrantWriteError:
-    """The error of a store write begun on a thread already inside one of the store's writes."""
-    return ReentrantWriteError(
-        "a write of this store began on a thread already inside one of its writes (a "
-        "signal handler or a finalizer running inside it): it would wait for itself",
-        where=where,
-        expected="no checkpoint or flush of a store from a signal handler of a thread "
-        "that writes it (set a flag there; flush and exit in the main code)",
-        got="a nested write",
-    )
-
-
-class _Committable(Protocol):
-    committed: bool
-
-
-def foreign(exc: BaseException) -> bool:
-    """Whether ``exc``, raised in a flush, is not the batch's own failure: an interrupt, an
-    exception a signal handler raised inside it, or ReentrantWriteError (a handler's refused
-    write). Never settled by reading as a failed commit is: a handler's exception landing
-    after the commit was swallowed so, and its program went on (audit42)."""
-    return not isinstance(exc, CpstoreError) or isinstance(exc, ReentrantWriteError)
-
-
-def interrupted(
-    exc: BaseException,
-    applied: bool,
-    landed: Callable[[], bool | None],
-    batch: Sequence[_Committable],
-) -> bool | None:
-    """What a flush that raised ``exc`` with its batch taken does with it when ``exc`` is
-    :func:`foreign`: True, its txn wrote nothing (interrupted while applying it; applied,
-    the store read back, ``landed``, says not), it goes back on the queue; False, the store
-    shows it committed: each op is marked committed and the batch settles as stored for
-    every owner (they were told "not stored" or "may or may not"), ``exc`` raised all the
-    same. None otherwise (the batch's own failure, or cannot tell: dropped)."""
-    if not foreign(exc):
-        return None
-    if not applied:
-        return True
-    # Read at most twice: a handler's exception again in the read (a watchdog firing twice,
-    # a second Ctrl-C; ``exc`` is the one raised) reads once more. A watchdog's was taken
-    # for an unreadable store (audit49), a KeyboardInterrupt or SystemExit left it unread
-    # (audit50): a stored batch not marked. Anything else: unreadable, may have landed,
-    # never queued twice.
-    for _ in range(2):
-        try:
-            found = landed()
-            break
-        except BaseException as err:
-            if not foreign(err):
-                return None
-    else:
-        return None
-    if found:
-        for op in batch:
-            op.committed = True
-    return None if found is None else not found
-
-
-class Reentry:
-    """Whether this thread is inside a commit or flush of one store (a signal handler's
-    write runs inside the write it interrupted: refused, never waiting for itself)."""
-
-    def __init__(self, where: str) -> None:
-        self._where = where
-        self._local = threading.local()
-
-    def inside(self) -> bool:
-        """Whether this thread is inside :meth:`run` (a finalizer's flush then waits)."""
-        return bool(getattr(self._local, "on", False))
-
-    def refuse(self) -> None:
-        """ReentrantWriteError when this thread is inside :meth:`run` already."""
-        if getattr(self._local, "on", False):
-            raise reentrant_write(self._where)
-
-    def run(self, fn: Callable[..., None], *args: object) -> None:
-        """``fn(*args)`` as this thread's write, refused when it is inside one already."""
-        self.refuse()
-        try:  # set inside: an interrupt before the try leaves it unset, never stuck on
-            self._local.on = True
-            fn(*args)
-        finally:
-            self._local.on = False
-
-
-#: One :class:`Reentry` per shared environment (every handle of one LMDB path): a handler
-#: writing through another handle of the path is nested in the same LMDB write txn.
-_SHARED: weakref.WeakKeyDictionary[object, Reentry] = weakref.WeakKeyDictionary()
-
-
-def shared_reentry(env: object, where: str) -> Reentry:
-    """The :class:`Reentry` of every handle on ``env``. Per handle, a signal handler's
-    write through handle B inside a write of handle A on its thread met LMDB's raw "A
-    write transaction is already active" (a plain StoreError: B's batch dropped as
-    failed, its checkpoints with it) instead of ReentrantWriteError (audit42)."""
-    reentry = _SHARED.get(env)
-    if reentry is None:
-        reentry = _SHARED[env] = Reentry(where)
-    return reentry
 
 
 class Owner:
@@ -326,7 +160,7 @@ class BatchOwners(Generic[W]):
                 self._owner.pop(id(op), None)
             if exc is not None:
                 for t, n in Counter(t for t in owners if t is not me).items():
-                    self._dropped[t] = _dropped_error(exc, n, self._where)
+                    self._dropped[t] = dropped_error(exc, n, self._where)
             self._committer.pop(key, None)
             del self._flying[key]
             self._cond.notify_all()  # interrupted here, the waiters see it on their next poll

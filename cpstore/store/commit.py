@@ -194,7 +194,7 @@ def settle_by_reading(
     one of ``engine`` (the backend's raw errors) is a signal handler's (a watchdog's
     TimeoutError) landing in the read: raised, never taken for an unreadable store (it
     was, and lost), as a KeyboardInterrupt there always was; the caller's handling of
-    an interrupt settles the write (batch_owners.interrupted). Other threads run no
+    an interrupt settles the write (batch_fates.interrupted). Other threads run no
     signal handlers: there it is the read's failure."""
     try:
         found = verdict()

@@ -30,13 +30,8 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import (
-    BatchOwners,
-    Owner,
-    foreign,
-    interrupted,
-    shared_reentry,
-)
+from cpstore.store.batch_fates import foreign, interrupted
+from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_writes
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -52,6 +47,7 @@ from cpstore.store.lmdb_settle import batch_landed, commit_failed, growth_failed
 from cpstore.store.manifest import Manifest, manifest_from_raw
 from cpstore.store.model import CheckpointWrite, created_at_of
 from cpstore.store.objects import get_object, put_object
+from cpstore.store.reentry import shared_reentry
 
 __all__ = ["DURABILITY_MODES", "Durability", "LmdbBackend"]
 

@@ -2,7 +2,7 @@
 exception interrupted: read back, raised, never swallowed.
 
 A handler's exception (a SIGTERM handler's ``sys.exit()``, a watchdog's TimeoutError,
-KeyboardInterrupt: :func:`~cpstore.store.batch_owners.foreign`) landing just after the
+KeyboardInterrupt: :func:`~cpstore.store.batch_fates.foreign`) landing just after the
 commit was settled as a commit that reported an error is (lmdb_settle.commit_failed): the
 store read back showed it committed and the call returned, the exception lost. It is now
 raised, and the store is read back only to tell whether the checkpoints are stored: those
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cpstore.store.batch_owners import foreign, interrupted
+from cpstore.store.batch_fates import foreign, interrupted
 from cpstore.store.lmdb_settle import LmdbBackend, batch_landed, commit_failed, growth_failed
 from cpstore.store.model import CheckpointWrite
 
@@ -62,7 +62,7 @@ class GroupFates:
         self._backend = backend
 
     def foreign(self, exc: BaseException) -> bool:
-        """A signal handler's exception or an interrupt (batch_owners.foreign)."""
+        """A signal handler's exception or an interrupt (batch_fates.foreign)."""
         return foreign(exc)
 
     def landed(self, writes: Sequence[CheckpointWrite]) -> bool | None:

@@ -36,7 +36,8 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.batch_owners import BatchOwners, Owner, Reentry, interrupted
+from cpstore.store.batch_fates import interrupted
+from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import settle_by_reading
 from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
@@ -64,6 +65,7 @@ from cpstore.store.pg_pool import connect, make_pool
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_txn import PgTable, PgTxn, settled
 from cpstore.store.pg_writing import not_nested, writing, writing_here
+from cpstore.store.reentry import Reentry
 from cpstore.store.refs import (
     upgrade_refs_v1,
 )

@@ -2,7 +2,7 @@
 handler's exception interrupted: read back, raised, never swallowed.
 
 A handler's exception (a SIGTERM handler's ``sys.exit()``, a watchdog's TimeoutError,
-KeyboardInterrupt: :func:`~cpstore.store.batch_owners.foreign`) landing once the
+KeyboardInterrupt: :func:`~cpstore.store.batch_fates.foreign`) landing once the
 checkpoint was applied (in the COMMIT's round trip, or after it) was raised, but the
 checkpoint was never marked stored: a recorder whose call raised kept its old head and
 its next checkpoint failed ConflictError, its own stored checkpoint having moved the
@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from cpstore.errors import CommitLostError
 from cpstore.store.backend import Txn
-from cpstore.store.batch_owners import interrupted
+from cpstore.store.batch_fates import interrupted
 from cpstore.store.commit import settle_by_reading
 from cpstore.store.model import CheckpointWrite
 from cpstore.store.pg_errors import ENGINE_ERRORS
@@ -37,7 +37,7 @@ def commit_alone(
     writes made by ``apply``; ``landed`` reads back whether a txn of ops committed.
 
     A lost COMMIT (CommitLostError) is settled by reading back: stored, it returns. Any
-    :func:`~cpstore.store.batch_owners.foreign` exception is raised unchanged, after the
+    :func:`~cpstore.store.batch_fates.foreign` exception is raised unchanged, after the
     store is read back when ``op`` had been applied: ``op`` is marked committed when it
     shows it stored (unreadable: not marked, as "may or may not be stored")."""
     ops = [op]

@@ -1,0 +1,69 @@
+"""Writes from inside a write: a signal handler (or a finalizer) writing a store on a thread
+already inside one of that store's commits or flushes is ReentrantWriteError, never a wait
+for itself (:class:`Reentry`, one per LMDB environment: :func:`shared_reentry`).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+
+from cpstore.errors import ReentrantWriteError
+
+__all__ = ["Reentry", "reentrant_write", "shared_reentry"]
+
+
+def reentrant_write(where: str) -> ReentrantWriteError:
+    """The error of a store write begun on a thread already inside one of the store's writes."""
+    return ReentrantWriteError(
+        "a write of this store began on a thread already inside one of its writes (a "
+        "signal handler or a finalizer running inside it): it would wait for itself",
+        where=where,
+        expected="no checkpoint or flush of a store from a signal handler of a thread "
+        "that writes it (set a flag there; flush and exit in the main code)",
+        got="a nested write",
+    )
+
+
+class Reentry:
+    """Whether this thread is inside a commit or flush of one store (a signal handler's
+    write runs inside the write it interrupted: refused, never waiting for itself)."""
+
+    def __init__(self, where: str) -> None:
+        self._where = where
+        self._local = threading.local()
+
+    def inside(self) -> bool:
+        """Whether this thread is inside :meth:`run` (a finalizer's flush then waits)."""
+        return bool(getattr(self._local, "on", False))
+
+    def refuse(self) -> None:
+        """ReentrantWriteError when this thread is inside :meth:`run` already."""
+        if getattr(self._local, "on", False):
+            raise reentrant_write(self._where)
+
+    def run(self, fn: Callable[..., None], *args: object) -> None:
+        """``fn(*args)`` as this thread's write, refused when it is inside one already."""
+        self.refuse()
+        try:  # set inside: an interrupt before the try leaves it unset, never stuck on
+            self._local.on = True
+            fn(*args)
+        finally:
+            self._local.on = False
+
+
+#: One :class:`Reentry` per shared environment (every handle of one LMDB path): a handler
+#: writing through another handle of the path is nested in the same LMDB write txn.
+_SHARED: weakref.WeakKeyDictionary[object, Reentry] = weakref.WeakKeyDictionary()
+
+
+def shared_reentry(env: object, where: str) -> Reentry:
+    """The :class:`Reentry` of every handle on ``env``. Per handle, a signal handler's
+    write through handle B inside a write of handle A on its thread met LMDB's raw "A
+    write transaction is already active" (a plain StoreError: B's batch dropped as
+    failed, its checkpoints with it) instead of ReentrantWriteError (audit42)."""
+    reentry = _SHARED.get(env)
+    if reentry is None:
+        reentry = _SHARED[env] = Reentry(where)
+    return reentry
