@@ -24,8 +24,9 @@ from cpstore.cli import main
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest
 from cpstore.store import record_codec
-from cpstore.store.content import KIND_COMPACT, KIND_RECORD, heap_problems, records_of
+from cpstore.store.content import KIND_COMPACT, KIND_RECORD, records_of
 from cpstore.store.facade import Store
+from cpstore.store.heap_check import heap_problems
 from cpstore.store.model import STORE_VERSION
 from cpstore.store.record_codec import (
     MAX_RECORD_CONTENT,

@@ -21,7 +21,8 @@ import cpstore
 from cpstore.errors import IntegrityError, StoreError
 from cpstore.native.canonical import encode_value
 from cpstore.store import lmdb_env, lmdb_holders, record_codec
-from cpstore.store.content import KIND_COMPACT, heap_problems
+from cpstore.store.content import KIND_COMPACT
+from cpstore.store.heap_check import heap_problems
 from cpstore.store.manifest import check_manifest_state
 from cpstore.store.record_codec import (
     RECORD_DICT,

@@ -49,8 +49,17 @@ from typing import Any
 from cpstore.errors import IntegrityError
 from cpstore.native.binding import digest_small
 from cpstore.store.backend import Txn
-from cpstore.store.model import Problem
-from cpstore.store.record_codec import KIND_COMPACT, compress_record, inflate_record, why_not
+from cpstore.store.heap_layout import (
+    HEADS,
+    KIND_OBJECT,
+    KIND_RECORD,
+    SEQ_SIZE,
+    ZERO4,
+    entry_header,
+    next_seq,
+    record_entry,
+)
+from cpstore.store.record_codec import KIND_COMPACT, inflate_record, why_not
 
 __all__ = [
     "HEAP_TABLES",
@@ -60,7 +69,6 @@ __all__ = [
     "Content",
     "appended_hint",
     "entry_header",
-    "heap_problems",
     "objects_of",
     "records_of",
     "uses_heap",
@@ -69,28 +77,17 @@ __all__ = [
 #: The layout-5 tables (LMDB only): the heap and its two indexes.
 HEAP_TABLES = ("heap", "oloc", "cloc")
 #: Heap entry kinds.
-KIND_OBJECT = 0x6F  # "o"
-KIND_RECORD = 0x63  # "c"
-_SEQ_SIZE = 8
-_ZERO4 = bytes(4)
 #: Where a part's bytes start in its heap entry (kind, key length 16, the digest).
 _PART_AT = 18
 _KIND_NAMES = {KIND_OBJECT: ("objects", "oloc"), KIND_RECORD: ("checkpoints", "cloc")}
-#: kind -> key length -> the two bytes an entry of that kind and key length starts with
-_HEADS = {kind: [bytes((kind, n)) for n in range(256)] for kind in (*_KIND_NAMES, KIND_COMPACT)}
 #: The head of a compact record entry under a 16-byte key (kind ``r``, key length 16).
 _COMPACT_16 = bytes((KIND_COMPACT, 16))
 #: kind -> (the heads its entries are compared with first, the other kind's or None):
 #: a record's entry is compact (``r``, layout 6) or as it is (``c``, layout 5 on).
 _COMPARED = {
-    KIND_OBJECT: (_HEADS[KIND_OBJECT], None),
-    KIND_RECORD: (_HEADS[KIND_COMPACT], _HEADS[KIND_RECORD]),
+    KIND_OBJECT: (HEADS[KIND_OBJECT], None),
+    KIND_RECORD: (HEADS[KIND_COMPACT], HEADS[KIND_RECORD]),
 }
-
-
-def entry_header(kind: int, key: bytes) -> bytes:
-    """The bytes a heap entry of ``kind`` for ``key`` starts with."""
-    return bytes((kind, len(key))) + bytes(key)
 
 
 def uses_heap(dbs: Mapping[str, Any]) -> bool:
@@ -222,7 +219,7 @@ class Content:
         entry = txn.get(bytes(seq), None, self.heap)
         n = len(key) + 2
         if (
-            len(seq) != _SEQ_SIZE
+            len(seq) != SEQ_SIZE
             or entry is None
             or (entry[:n] != self.heads[n - 2] + key and not self._alt(entry, key))
         ):
@@ -277,7 +274,7 @@ class Content:
             n += 1
             seq: Any = None if index is None else get(key, None, index)
             if seq is None:
-                out += _ZERO4
+                out += ZERO4
                 continue
             if found is not None:  # stored()'s compare: the entry carries kind and key
                 entry = get(seq, None, heap)
@@ -285,7 +282,7 @@ class Content:
                 if entry is not None and entry[: k + 2] == heads[k] + key:
                     found.add(key)
             raw = bytes(seq)
-            out += raw[4:] if len(raw) == _SEQ_SIZE and raw[:4] == _ZERO4 else _ZERO4
+            out += raw[4:] if len(raw) == SEQ_SIZE and raw[:4] == ZERO4 else ZERO4
         return n.to_bytes(4, "big") + bytes(out)
 
     def _known_locations(
@@ -319,11 +316,11 @@ class Content:
         return _KIND_NAMES[self.kind][1]
 
     def _bad_location(self, key: bytes, seq: Any, entry: Any) -> IntegrityError:
-        if len(seq) != _SEQ_SIZE:
+        if len(seq) != SEQ_SIZE:
             return IntegrityError(
                 "a location index entry is not an 8-byte location",
                 where=f"{self._index_name()}/{bytes(key).hex()}",
-                expected=_SEQ_SIZE,
+                expected=SEQ_SIZE,
                 got=len(seq),
             )
         at = int.from_bytes(bytes(seq), "big")
@@ -351,7 +348,7 @@ class Content:
         ``key`` (a reused seq or damage only costs the index lookup).
         """
         if hints:
-            view = txn.get(_ZERO4 + hints[4 * i : 4 * i + 4], None, self.heap)
+            view = txn.get(ZERO4 + hints[4 * i : 4 * i + 4], None, self.heap)
             if view is not None:
                 view = view[_PART_AT:]  # an object entry: kind, 16, the digest, bytes
                 if digest_small(view) == key:
@@ -424,7 +421,7 @@ class Content:
             at = last[1] + 1  # this txn appended before: no cursor
         else:
             at = int.from_bytes(next_seq(txn, self.heap), "big")
-        seq = at.to_bytes(_SEQ_SIZE, "big")
+        seq = at.to_bytes(SEQ_SIZE, "big")
         # The index row first, write-once: one call both asks and claims the key.
         if not txn.put(key, seq, overwrite=False, db=index):
             return False
@@ -432,7 +429,7 @@ class Content:
             txn.delete(key, db=index)
             return False
         if self.kind == KIND_RECORD:
-            entry = _record_entry(key, hints, data)
+            entry = record_entry(key, hints, data)
         else:
             entry = self.heads[len(key)] + key + data
         if not txn.put(seq, entry, append=True, db=self.heap):
@@ -475,16 +472,7 @@ def appended_hint(txn: Any) -> bytes | None:
     if last is None or last[0] is not txn:
         return None
     at = last[1]
-    return at.to_bytes(4, "big") if at < _HINT_LIMIT else _ZERO4
-
-
-def _record_entry(key: bytes, hints: bytes, record: bytes | memoryview) -> bytes:
-    """A checkpoint record's heap entry (layout 6): compact (``r``, record_codec) when
-    the record's frame is smaller, else ``c`` with the record as it is."""
-    frame = compress_record(record)
-    if frame is None:
-        return _HEADS[KIND_RECORD][len(key)] + key + (hints or _ZERO4) + record
-    return _HEADS[KIND_COMPACT][len(key)] + key + (hints or _ZERO4) + frame
+    return at.to_bytes(4, "big") if at < _HINT_LIMIT else ZERO4
 
 
 def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
@@ -501,24 +489,7 @@ def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
 _APPENDED: list[tuple[Any, int] | None] = [None]
 
 
-def next_seq(txn: Any, heap: Any) -> bytes:
-    """The next free heap key in a write txn: the last one + 1 (1 for an empty heap)."""
-    with txn.cursor(db=heap) as cur:
-        if not cur.last():
-            return (1).to_bytes(_SEQ_SIZE, "big")
-        last = bytes(cur.key())
-    if len(last) != _SEQ_SIZE or last == b"\xff" * _SEQ_SIZE:
-        # A stray key (damage) sorts last: an append after it would be refused.
-        raise IntegrityError(
-            "the heap's last key is not a location a next entry can follow",
-            where=f"heap/{last.hex()}",
-            expected=f"an {_SEQ_SIZE}-byte location below the largest",
-            got=len(last),
-        )
-    return (int.from_bytes(last, "big") + 1).to_bytes(_SEQ_SIZE, "big")
-
-
-_ONLY_8 = frozenset((_SEQ_SIZE,))
+_ONLY_8 = frozenset((SEQ_SIZE,))
 _ONLY_16 = frozenset((16,))
 _HINT_LIMIT = 1 << 32
 #: n -> (unpack of n 8-byte BE seqs, pack of a hint block of n): locations' fast path.
@@ -542,56 +513,3 @@ def objects_of(dbs: Mapping[str, Any]) -> Content:
 def records_of(dbs: Mapping[str, Any]) -> Content:
     """The checkpoint records (``checkpoints`` values) of the store whose tables are ``dbs``."""
     return Content(dbs, KIND_RECORD)
-
-
-def heap_problems(txn: Any, dbs: Mapping[str, Any]) -> list[Problem]:
-    """A :class:`Problem` for every heap or location-index entry that is not as written
-    (``expected`` and ``got`` as the check that failed gives them).
-
-    Every index entry must name a heap entry carrying its kind and key (its
-    bytes are checked by the caller, through :meth:`Content.get`); every heap
-    entry must be named by the index of its kind: one no index names is
-    garbage (a crash cannot leave one: entry and index row share a txn).
-    """
-    if not uses_heap(dbs):
-        return []
-    heap = dbs["heap"]
-    out: list[Problem] = []
-    named: set[bytes] = set()
-    for kind in (KIND_OBJECT, KIND_RECORD):
-        content = Content(dbs, kind)
-        with txn.cursor(db=content.index) as cur:
-            for key, seq in cur:
-                k = bytes(key)
-                try:
-                    content._entry(txn, k, seq)
-                except IntegrityError as exc:
-                    out.append(
-                        Problem(
-                            exc.what,
-                            exc.where or "",
-                            expected=None if exc.expected is None else str(exc.expected),
-                            got=None if exc.got is None else str(exc.got),
-                        )
-                    )
-                    # Named all the same when it carries the kind and key (a damaged
-                    # frame or hint block): reported once, above, not as garbage too.
-                    entry = txn.get(bytes(seq), None, heap) if len(seq) == _SEQ_SIZE else None
-                    if entry is None or not content._carries(entry, k):
-                        continue
-                named.add(bytes(seq))
-    with txn.cursor(db=heap) as cur:
-        for seq, entry in cur:
-            loc = bytes(seq)
-            if loc in named:
-                continue
-            at = int.from_bytes(loc, "big") if len(loc) == _SEQ_SIZE else loc.hex()
-            head = bytes(entry[:18])
-            out.append(
-                Problem(
-                    "a heap entry no location index names (garbage, or a damaged index)",
-                    f"heap/{at}",
-                    got=head.hex(),
-                )
-            )
-    return out

@@ -17,7 +17,8 @@ from cpstore.store.audit_chain import check_audit_chain
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.chunk_tree import load_tree, tree_objects
 from cpstore.store.codec import FRAME_KEY_SIZE, stored_key
-from cpstore.store.content import Content, heap_problems, objects_of, records_of
+from cpstore.store.content import Content, objects_of, records_of
+from cpstore.store.heap_check import heap_problems
 from cpstore.store.keyed_audit import check_macs
 from cpstore.store.lg_head import head_problem
 from cpstore.store.lg_index import check_index
