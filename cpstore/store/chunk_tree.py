@@ -50,6 +50,15 @@ from cpstore.native.binding import chunk_cuts, digest, digest_batch
 from cpstore.native.chunking import CHUNK_MAX
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.backend import Txn
+from cpstore.store.chunk_nodes import (
+    MAX_LEVEL,
+    ROOT_VERSION,
+    bad,
+    read_node,
+    read_root,
+    read_upper,
+    read_v2_index,
+)
 from cpstore.store.codec import (
     FRAME_TAG,
     Decompressor,
@@ -93,11 +102,6 @@ RUN_MIN = 512
 FANOUT_BITS = 0x03
 #: ...or when it has this many entries.
 MAX_FANOUT = 64
-#: Deepest tree written (pack_root) or read. Heights have a geometric tail (a level whose
-#: only node ends a node again, ~1 in 4, adds one): 12 was reached (ci18; docs/format.md).
-MAX_LEVEL = 64
-#: First entry of the roots written now (root v2, store layout 4).
-ROOT_VERSION = 2
 
 _ARRAY = frozenset(range(0x90, 0xA0)) | {0xDC, 0xDD}
 _MAP = frozenset(range(0x80, 0x90)) | {0xDE, 0xDF}
@@ -256,118 +260,6 @@ def stash_tree(
     return keys
 
 
-def _bad(what: str, where: str, got: object = None, expected: object = None) -> IntegrityError:
-    return IntegrityError(what, where=where, expected=expected, got=got)
-
-
-def _malformed(raw: bytes | memoryview, where: str) -> IntegrityError:
-    return _bad("chunk index is malformed", where, got=bytes(raw)[:64])
-
-
-def _digests(value: object) -> bool:
-    return isinstance(value, bytes) and len(value) % DIGEST_SIZE == 0
-
-
-def _split(joined: bytes) -> list[bytes]:
-    return [joined[i : i + DIGEST_SIZE] for i in range(0, len(joined), DIGEST_SIZE)]
-
-
-def _decode(raw: bytes | memoryview, where: str) -> Any:
-    # Plain msgpack, not decode_value's canonical re-encoding: a node's bytes
-    # are checked against its digest, and its shape by the callers.
-    try:
-        return msgpack.unpackb(raw, raw=False, strict_map_key=False, use_list=True)
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        raise _bad("chunk index is malformed", where, got=str(exc) or type(exc).__name__) from None
-
-
-def read_root(
-    raw: bytes | memoryview, where: str
-) -> tuple[bytes, int, list[list[bytes]], bytes | None]:
-    """(head, size, spine, upper) of a chunk tree root (v2, or v1 from layout 3).
-
-    The spine lists each level's tail from level 1 (chunk digests) up: all of
-    it for a v1 root; for a v2 root only level 1's, the rest being in the
-    upper-spine object ``upper`` names (None: there is none).
-    """
-    value = _decode(raw, where)
-    if isinstance(value, list):
-        ok = (
-            len(value) == 5
-            and type(value[0]) is int
-            and value[0] == ROOT_VERSION
-            and isinstance(value[1], bytes)
-            and type(value[2]) is int
-            and value[2] >= 0
-            and _digests(value[3])
-            and isinstance(value[4], bytes)
-            and len(value[4]) in (0, DIGEST_SIZE)
-        )
-        if not ok:
-            raise _malformed(raw, where)
-        return value[1], value[2], [_split(value[3])], value[4] or None
-    ok = (
-        isinstance(value, dict)
-        and sorted(value) == ["head", "size", "spine"]
-        and isinstance(value["head"], bytes)
-        and type(value["size"]) is int
-        and value["size"] >= 0
-        and isinstance(value["spine"], list)
-        and 1 <= len(value["spine"]) <= MAX_LEVEL
-        and all(_digests(tail) for tail in value["spine"])
-    )
-    if not ok:
-        raise _malformed(raw, where)
-    return value["head"], value["size"], [_split(tail) for tail in value["spine"]], None
-
-
-def read_upper(raw: bytes | memoryview, where: str) -> list[list[bytes]]:
-    """The tails of levels 2 and up that an upper-spine object lists."""
-    value = _decode(raw, where)
-    ok = (
-        isinstance(value, list)
-        and 1 <= len(value) < MAX_LEVEL
-        and all(_digests(tail) for tail in value)
-    )
-    if not ok:
-        raise _malformed(raw, where)
-    return [_split(tail) for tail in value]
-
-
-def read_v2_index(raw: bytes | memoryview, where: str) -> tuple[int, list[bytes]] | None:
-    """(size, chunk digests) of a layout-2 chunk index, None when ``raw`` is not one."""
-    value = _decode(raw, where)
-    if isinstance(value, list) and len(value) == 2:
-        keys = value[1]
-        if (
-            type(value[0]) is int
-            and value[0] >= 0
-            and isinstance(keys, list)
-            and all(isinstance(k, bytes) and len(k) == DIGEST_SIZE for k in keys)
-        ):
-            return value[0], keys
-        raise _malformed(raw, where)
-    return None
-
-
-def read_node(raw: bytes | memoryview, where: str) -> tuple[int, int, list[bytes]]:
-    """(level, size, entries) of a complete node."""
-    value = _decode(raw, where)
-    ok = (
-        isinstance(value, list)
-        and len(value) == 3
-        and type(value[0]) is int
-        and 1 <= value[0] <= MAX_LEVEL
-        and type(value[1]) is int
-        and value[1] >= 0
-        and _digests(value[2])
-        and value[2]
-    )
-    if not ok:
-        raise _malformed(raw, where)
-    return value[0], value[1], _split(value[2])
-
-
 def _get(txn: Txn[memoryview], objects: Content, key: bytes, where: str) -> memoryview:
     view = objects.get(txn, key)
     if view is None:
@@ -380,7 +272,7 @@ def _checked_plain(
 ) -> memoryview:
     raw = _get(txn, objects, key, where)
     if verify and digest(raw) != key:
-        raise _bad(
+        raise bad(
             "object bytes do not match their digest",
             where,
             got=digest(raw).hex(),
@@ -435,14 +327,14 @@ class _Frames:
         if sizes is None:
             for i in range(len(keys)):  # raises, naming the frame
                 self._one(start + i, keys[i], views[i])
-            raise _bad("framed object is malformed", self._where(start))  # not reached
+            raise bad("framed object is malformed", self._where(start))  # not reached
         self.views += views
         self.sizes += sizes
         self.left -= sum(sizes)
         if self.left < 0:
             left = self.left + sum(sizes)
             over = next(i for i, s in enumerate(accumulate(sizes)) if s > left)
-            raise _bad("chunk tree spans more bytes than its root says", self._where(start + over))
+            raise bad("chunk tree spans more bytes than its root says", self._where(start + over))
 
     def inflate(self) -> list[bytes]:
         """Every chunk's bytes in walk order, each hash-checked unless the read is unverified;
@@ -453,13 +345,13 @@ class _Frames:
         if out is None:
             for i, (key, view) in enumerate(zip(self.keys, self.views, strict=True)):
                 self._one(i, key, view)
-            raise _bad("framed objects failed a check that no single frame fails", "chunk tree")
+            raise bad("framed objects failed a check that no single frame fails", "chunk tree")
         if self.verify:
             ends = [0, *accumulate(self.sizes)]
             for first, end, size, where in self.spans:
                 got = ends[end] - ends[first]
                 if got != size:
-                    raise _bad("chunk tree node spans the wrong size", where, got, size)
+                    raise bad("chunk tree node spans the wrong size", where, got, size)
         return out
 
     def _one(self, index: int, key: bytes, view: memoryview | None) -> None:
@@ -501,7 +393,7 @@ def load_tree(
         pieces += frames.inflate()
     data = b"".join(pieces)
     if len(data) != size or (verify and digest(data) != whole):
-        raise _bad(
+        raise bad(
             "chunked value does not match its digest",
             where,
             expected=bytes(whole).hex(),
@@ -533,7 +425,7 @@ def _walk(
             at = f"{where} node {key.hex()}"
             child = read_node(_checked_plain(txn, objects, key, verify=verify, where=at), at)
             if child[0] != level - 1:
-                raise _bad("chunk tree node is at the wrong level", at, child[0], level - 1)
+                raise bad("chunk tree node is at the wrong level", at, child[0], level - 1)
             _walk(txn, objects, child, frames, verify=verify, where=at)
     if verify and size >= 0:
         frames.spans.append((first, len(frames.keys), size, where))
