@@ -37,6 +37,7 @@ PG_MODULES = frozenset(
         "cpstore.store.pg_errors",
         "cpstore.store.pg_open",
         "cpstore.store.pg_pool",
+        "cpstore.store.pg_table",
         "cpstore.store.pg_txn",
     }
 )

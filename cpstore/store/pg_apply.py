@@ -8,7 +8,8 @@ from typing import Any
 
 from cpstore.store.commit import apply_write
 from cpstore.store.model import CheckpointWrite, ref_key
-from cpstore.store.pg_txn import PgTable, PgTxn
+from cpstore.store.pg_table import PgTable
+from cpstore.store.pg_txn import PgTxn
 from cpstore.store.refs import REFS_DIGEST_KEY
 
 __all__ = ["abort_again", "apply_batch"]

@@ -63,12 +63,11 @@ from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema, write_identity
 from cpstore.store.pg_pool import connect, make_pool
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
-from cpstore.store.pg_txn import PgTable, PgTxn, settled
+from cpstore.store.pg_table import PgTable, settled
+from cpstore.store.pg_txn import PgTxn
 from cpstore.store.pg_writing import not_nested, writing, writing_here
 from cpstore.store.reentry import Reentry
-from cpstore.store.refs import (
-    upgrade_refs_v1,
-)
+from cpstore.store.refs import upgrade_refs_v1
 
 __all__ = ["PgBackend"]
 

@@ -28,7 +28,8 @@ from cpstore.store.backend import Txn
 from cpstore.store.commit import landed
 from cpstore.store.content import records_of
 from cpstore.store.model import CheckpointWrite
-from cpstore.store.pg_txn import PgTable, PgTxn
+from cpstore.store.pg_table import PgTable
+from cpstore.store.pg_txn import PgTxn
 
 __all__ = ["SETTLE_WAIT", "landed_on_server", "read_back_begin"]
 

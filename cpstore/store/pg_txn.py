@@ -20,73 +20,21 @@ from __future__ import annotations
 import itertools
 import sys
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import pq
 
 from cpstore.errors import CpstoreError, InvalidInputError, StoreReadOnlyError
+from cpstore.store.pg_cursor import PgCursor
 from cpstore.store.pg_errors import interrupt_in, is_broken, translate
+from cpstore.store.pg_table import EXISTS, Exists, PgTable, settled
 
 __all__ = ["EXISTS", "PgCursor", "PgTable", "PgTxn", "settled"]
-
-
-def settled(conn: psycopg.Connection[Any]) -> bool:
-    """No command in flight and the pipeline off: a ROLLBACK would run at once."""
-    return (
-        conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
-        and conn.info.transaction_status in _SETTLED
-    )
-
-
-class _Exists:
-    """A key known to be stored whose value was not fetched (an existence prefetch)."""
-
-
-#: The marker :meth:`PgTxn.prefetch` leaves for a key fetched without its value.
-EXISTS = _Exists()
-#: Transaction states in which a ROLLBACK runs at once (no command in flight).
-_SETTLED = frozenset(
-    {pq.TransactionStatus.IDLE, pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR}
-)
 
 _scan_ids = itertools.count()
 
 
-@dataclass(frozen=True, eq=False)
-class PgTable:
-    """The handle a txn's ``db=`` takes: one table ``schema.name`` and its statements."""
-
-    name: str
-    qualified: str
-    sql: dict[str, str] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def of(cls, schema: str, name: str) -> PgTable:
-        """The handle of table ``name`` in ``schema`` (both checked identifiers)."""
-        q = f'"{schema}"."{name}"'
-        return cls(
-            name,
-            q,
-            {
-                "get": f"SELECT v FROM {q} WHERE k = %b",
-                "many": f"SELECT k, v FROM {q} WHERE k = ANY(%b)",
-                "exists": f"SELECT k FROM {q} WHERE k = ANY(%b)",
-                "from": f"SELECT k, v FROM {q} WHERE k >= %b ORDER BY k LIMIT %b",
-                "after": f"SELECT k, v FROM {q} WHERE k > %b ORDER BY k LIMIT %b",
-                "last": f"SELECT k, v FROM {q} ORDER BY k DESC LIMIT 1",
-                "before": f"SELECT k, v FROM {q} WHERE k < %b ORDER BY k DESC LIMIT %b",
-                "scan": f"SELECT k, v FROM {q} ORDER BY k",
-                "count": f"SELECT count(*) FROM {q}",
-                "upsert": f"INSERT INTO {q} (k, v) SELECT * FROM unnest(%b::bytea[], "
-                "%b::bytea[]) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
-                "delete": f"DELETE FROM {q} WHERE k = ANY(%b)",
-            },
-        )
-
-
-Known = dict[bytes, "bytes | _Exists | None"]
+Known = dict[bytes, "bytes | Exists | None"]
 
 
 class PgTxn:
@@ -190,14 +138,14 @@ class PgTxn:
             raise InvalidInputError("a PostgreSQL txn needs a table handle", got=repr(db))
         return db
 
-    def _lookup(self, table: PgTable, key: bytes) -> bytes | _Exists | None:
+    def _lookup(self, table: PgTable, key: bytes) -> bytes | Exists | None:
         dirty = self._dirty.get(table)
         if dirty is not None and key in dirty:
             return dirty[key]
         known = self._known.setdefault(table, {})
         if key in known:
             found = known[key]
-            if not isinstance(found, _Exists):
+            if not isinstance(found, Exists):
                 return found
         rows = self._statements(table.sql["get"], (key,))
         value = bytes(rows[0][0]) if rows else None
@@ -208,7 +156,7 @@ class PgTxn:
         dirty = self._dirty.get(table)
         if dirty is not None and key in dirty:
             return dirty[key] is not None
-        if isinstance(self._known.get(table, {}).get(key), _Exists):
+        if isinstance(self._known.get(table, {}).get(key), Exists):
             return True
         return self._lookup(table, key) is not None
 
@@ -505,93 +453,3 @@ class _Stream:
                 "the transaction has ended (a scan is read inside its txn)", where=self._txn.where
             )
         return next(self._rows)
-
-
-class PgCursor:
-    """LMDB's cursor calls on a table: ``first``, ``last``, ``set_range``, ``next``, ``prev``,
-    iteration."""
-
-    _FIRST_PAGE = 8
-    _MAX_PAGE = 1024
-
-    def __init__(self, txn: PgTxn, table: PgTable) -> None:
-        self._txn, self._table = txn, table
-        self._rows: list[Any] = []
-        self._i = -1
-        self._size = self._FIRST_PAGE
-        self._full = False  # the page was full: more rows may follow it
-        self._positioned = False
-
-    def __enter__(self) -> PgCursor:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._rows = []
-
-    def _load(self, start: bytes, *, inclusive: bool) -> bool:
-        rows = self._txn.page(self._table, start, inclusive=inclusive, size=self._size)
-        self._full = len(rows) == self._size
-        self._size = min(self._size * 4, self._MAX_PAGE)
-        self._rows, self._i = rows, 0
-        self._positioned = bool(rows)
-        return bool(rows)
-
-    def first(self) -> bool:
-        """Position on the first row; False when the table is empty."""
-        self._size = self._FIRST_PAGE
-        return self._load(b"", inclusive=True)
-
-    def set_range(self, key: bytes) -> bool:
-        """Position on the first row whose key is >= ``key``; False when none is."""
-        self._size = self._FIRST_PAGE
-        return self._load(bytes(key), inclusive=True)
-
-    def last(self) -> bool:
-        """Position on the last row; False when the table is empty."""
-        row = self._txn.last_row(self._table)
-        self._rows, self._i, self._full = ([row], 0, True) if row is not None else ([], -1, False)
-        self._positioned = row is not None
-        return self._positioned
-
-    def next(self) -> bool:
-        """Move to the next row; False past the last one."""
-        if not self._positioned:
-            return self.first()
-        self._i += 1
-        if self._i < len(self._rows):
-            return True
-        if not self._full:
-            self._positioned = False
-            return False
-        return self._load(bytes(self._rows[-1][0]), inclusive=False)
-
-    def prev(self) -> bool:
-        """Move to the previous row (from unpositioned: the last, as py-lmdb); False
-        before the first one, which leaves the cursor unpositioned."""
-        if not self._positioned:
-            return self.last()
-        if self._i > 0:
-            self._i -= 1
-            return True
-        rows = self._txn.page_before(self._table, bytes(self._rows[0][0]), size=self._size)
-        self._size = min(self._size * 4, self._MAX_PAGE)
-        # The rows after this page are known to exist: next() loads them again.
-        self._rows, self._i, self._full = rows, len(rows) - 1, True
-        self._positioned = bool(rows)
-        return self._positioned
-
-    def key(self) -> bytes:
-        """The key at the position (b"" when unpositioned, as py-lmdb)."""
-        return bytes(self._rows[self._i][0]) if self._positioned else b""
-
-    def value(self) -> memoryview:
-        """The value at the position."""
-        return memoryview(bytes(self._rows[self._i][1]) if self._positioned else b"")
-
-    def __iter__(self) -> Iterator[tuple[bytes, memoryview]]:
-        if not self._positioned:
-            yield from self._txn.scan(self._table)
-            return
-        while self._positioned:
-            yield self.key(), self.value()
-            self.next()

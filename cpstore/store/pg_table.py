@@ -1,0 +1,66 @@
+"""A PostgreSQL store's table handle and the txn states pg_txn.py tests: :class:`PgTable`
+(one table ``schema.name`` and its statements), the :data:`EXISTS` marker of a key
+prefetched without its value, and :func:`settled` (a ROLLBACK would run at once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import pq
+
+__all__ = ["EXISTS", "Exists", "PgTable", "settled"]
+
+
+def settled(conn: psycopg.Connection[Any]) -> bool:
+    """No command in flight and the pipeline off: a ROLLBACK would run at once."""
+    return (
+        conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+        and conn.info.transaction_status in _SETTLED
+    )
+
+
+class Exists:
+    """A key known to be stored whose value was not fetched (an existence prefetch)."""
+
+
+#: The marker :meth:`PgTxn.prefetch` leaves for a key fetched without its value.
+EXISTS = Exists()
+#: Transaction states in which a ROLLBACK runs at once (no command in flight).
+_SETTLED = frozenset(
+    {pq.TransactionStatus.IDLE, pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR}
+)
+
+
+@dataclass(frozen=True, eq=False)
+class PgTable:
+    """The handle a txn's ``db=`` takes: one table ``schema.name`` and its statements."""
+
+    name: str
+    qualified: str
+    sql: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def of(cls, schema: str, name: str) -> PgTable:
+        """The handle of table ``name`` in ``schema`` (both checked identifiers)."""
+        q = f'"{schema}"."{name}"'
+        return cls(
+            name,
+            q,
+            {
+                "get": f"SELECT v FROM {q} WHERE k = %b",
+                "many": f"SELECT k, v FROM {q} WHERE k = ANY(%b)",
+                "exists": f"SELECT k FROM {q} WHERE k = ANY(%b)",
+                "from": f"SELECT k, v FROM {q} WHERE k >= %b ORDER BY k LIMIT %b",
+                "after": f"SELECT k, v FROM {q} WHERE k > %b ORDER BY k LIMIT %b",
+                "last": f"SELECT k, v FROM {q} ORDER BY k DESC LIMIT 1",
+                "before": f"SELECT k, v FROM {q} WHERE k < %b ORDER BY k DESC LIMIT %b",
+                "scan": f"SELECT k, v FROM {q} ORDER BY k",
+                "count": f"SELECT count(*) FROM {q}",
+                "upsert": f"INSERT INTO {q} (k, v) SELECT * FROM unnest(%b::bytea[], "
+                "%b::bytea[]) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
+                "delete": f"DELETE FROM {q} WHERE k = ANY(%b)",
+            },
+        )
