@@ -28,6 +28,11 @@ from cpstore.store import (
     StoreSpace,
     VerifyReport,
 )
+from cpstore.store.facade_upkeep import StoreUpkeep
+
+#: Bases whose members are documented as the class's own: the halves of a class split
+#: across modules (Store's audit and maintenance calls, facade_upkeep.py).
+DOCUMENTED_BASES: tuple[type, ...] = (StoreUpkeep,)
 
 #: Objects the public names return, documented after them.
 RETURNED: list[tuple[str, Any]] = [
@@ -145,11 +150,17 @@ def _doc(obj: Any) -> str:
 
 
 def _members(cls: type) -> list[tuple[str, Any]]:
+    """Public members of ``cls``, then those of its :data:`DOCUMENTED_BASES`, each once."""
     out = []
-    for name, value in cls.__dict__.items():
-        if name.startswith("_"):
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        if klass is not cls and klass not in DOCUMENTED_BASES:
             continue
-        out.append((name, value))
+        for name, value in klass.__dict__.items():
+            if name.startswith("_") or name in seen:
+                continue
+            seen.add(name)
+            out.append((name, value))
     return out
 
 

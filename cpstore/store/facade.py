@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
@@ -19,15 +17,6 @@ from cpstore.errors import InvalidInputError, StoreClosedError
 from cpstore.native.binding import digest
 from cpstore.native.records import Digest
 from cpstore.store.at_exit import EXIT_WAIT, flush_collected, track_store
-from cpstore.store.audit import (
-    AuditView,
-    append_audit,
-    append_audit_checked,
-    audit_records,
-    audit_view,
-    check_record_mac,
-    get_audit,
-)
 from cpstore.store.backend import StoreSpace, Txn
 from cpstore.store.branches import (
     branches,
@@ -41,6 +30,7 @@ from cpstore.store.branches import (
     set_ref,
 )
 from cpstore.store.content import objects_of
+from cpstore.store.facade_upkeep import StoreUpkeep
 from cpstore.store.history import HistoryEntry, history_states
 from cpstore.store.ids import resolve
 from cpstore.store.lmdb_backend import DURABILITY_MODES, Durability, LmdbBackend
@@ -48,8 +38,6 @@ from cpstore.store.location import check_store_path, is_store_url
 from cpstore.store.manifest import Manifest
 from cpstore.store.model import (
     AuditRecord,
-    Problem,
-    VerifyReport,
     as_payload,
     check_name,
     parse_id,
@@ -60,9 +48,7 @@ from cpstore.store.objects import put_object as put_stored_object
 from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
 from cpstore.store.refs import pinned_key
-from cpstore.store.retention import GcReport, delete_run, gc, prune
 from cpstore.store.url_backend import postgres_backend
-from cpstore.store.verify import check_checkpoint_objects, verify
 
 if TYPE_CHECKING:
     from cpstore.store.pg_backend import PgBackend
@@ -80,7 +66,7 @@ _EXIT_RESIZE_WAIT = EXIT_WAIT
 _MADE_BY: weakref.WeakKeyDictionary[Recorder, Store] = weakref.WeakKeyDictionary()
 
 
-class Store:
+class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
     """An open cpstore store; use as a context manager or call :meth:`close`.
 
     The facade: it checks arguments and composes the recorder, the reader,
@@ -447,109 +433,6 @@ class Store:
         ``entry.manifest`` is first used (as ``CheckpointView.manifest``).
         """
         return history_states(self._backend, run_id, branch, limit=limit, verify=verify)
-
-    # -- audit ---------------------------------------------------------------
-
-    def append_audit(self, kind: str, body: Mapping[str, Any]) -> AuditRecord:
-        """Append a hash-chained audit record (committed durably before returning)."""
-        return append_audit(self._backend, kind, body)
-
-    def append_audit_checked(
-        self, kind: str, prepare: Callable[[AuditView], Mapping[str, Any]]
-    ) -> AuditRecord:
-        """Append the body ``prepare(view)`` returns, ``prepare`` running in the append's txn.
-
-        ``view`` is an :class:`~cpstore.store.audit.AuditView` of that write
-        txn; ``prepare`` raises to refuse, and may run more than once.
-        """
-        return append_audit_checked(self._backend, kind, prepare)
-
-    def audit_view(self) -> AbstractContextManager[AuditView]:
-        """The audit log as one read txn sees it: ``with store.audit_view() as log``."""
-        return audit_view(self._backend)
-
-    def audit_records(
-        self, *, kind: str | None = None, start: int = 0, limit: int | None = None
-    ) -> Iterator[AuditRecord]:
-        """Audit records in order from index ``start``, optionally of one ``kind``."""
-        return audit_records(self._backend, kind=kind, start=start, limit=limit)
-
-    @property
-    def audit_keyed(self) -> bool:
-        """True when this store's audit log carries keyed MACs (docs/security.md)."""
-        return self._backend.audit_keyed
-
-    def check_audit_mac(self, index: int) -> None:
-        """Raise AuditChainError unless audit record ``index`` carries its true keyed MAC.
-
-        A no-op on an unkeyed store; on a keyed store opened without the key it
-        raises, since nothing it reads can be trusted against a forger.
-        """
-        with self._backend.read_txn() as txn:
-            check_record_mac(self._backend, txn, index)
-
-    def get_audit(self, digest_hex: str) -> AuditRecord:
-        """The audit record with this digest (NotFoundError if none)."""
-        return get_audit(self._backend, digest_hex)
-
-    # -- maintenance ---------------------------------------------------------
-
-    def verify(self, *, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-        """Re-hash every object and manifest, resolve every reference, check the audit chain.
-
-        ``progress(done, total)`` is called every few thousand entries and once at the end.
-        It runs in this process: some damaged B-tree pages make liblmdb abort or fault,
-        which kills the interpreter. ``cpstore verify`` runs the walk in a child process
-        and reports that as damage (exit 5); use it for a store you do not trust.
-        """
-        self._backend.live()
-        return verify(self._backend, progress)
-
-    def verify_checkpoint(self, checkpoint_id: str) -> tuple[Problem, ...]:
-        """Re-hash everything ``checkpoint_id`` reaches, in one read txn; () when intact.
-
-        The manifest and its header, every state part, chunk index and chunk,
-        every log, observation and effect payload, the transcript and the token
-        records, values and offsets. Each problem names the object.
-        """
-        cid = parse_id(checkpoint_id)
-        self._backend.live()
-        with self._backend.read_txn() as txn:
-            return tuple(check_checkpoint_objects(txn, self._backend.dbs, cid))
-
-    def delete_run(self, run_id: str) -> int:
-        """Delete every ref of ``run_id`` and sweep; returns checkpoints removed."""
-        self._backend.live()
-        return delete_run(self._backend, check_name(run_id, "run_id"))
-
-    def prune(self, *, keep_last: int, run_id: str | None = None) -> int:
-        """Keep each branch's newest ``keep_last`` checkpoints (of ``run_id`` or all); sweep."""
-        if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
-            raise InvalidInputError("keep_last must be an int >= 1", got=keep_last)
-        self._backend.live()
-        return prune(
-            self._backend,
-            keep_last=keep_last,
-            run_id=None if run_id is None else check_name(run_id, "run_id"),
-        )
-
-    def gc(
-        self,
-        *,
-        keep_last: int | None = None,
-        run_id: str | None = None,
-        delete_run: str | None = None,
-        dry_run: bool = False,
-    ) -> GcReport:
-        """:meth:`prune` (``keep_last``) or :meth:`delete_run` (NotFoundError for a run
-        without refs), reporting every checkpoint removed, the objects and bytes, and
-        those the audit log names; ``dry_run`` changes nothing (docs/store.md, "gc")."""
-        self._backend.live()
-        return gc(self._backend, keep_last, run_id, delete_run, dry_run)
-
-    def now(self) -> float:
-        """The clock the store stamps records with."""
-        return self._backend.now()
 
 
 def open(
