@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
@@ -27,9 +25,10 @@ from cpstore.errors import (
     StoreReadOnlyError,
 )
 from cpstore.native.records import Digest
-from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
+from cpstore.store.at_exit import ExitGate
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.backend_base import BackendBase
 from cpstore.store.batch_fates import foreign, interrupted
 from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_writes
@@ -44,8 +43,7 @@ from cpstore.store.lmdb_interrupted import GroupFates, commit_raised
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_registry import acquire_env, release_env
 from cpstore.store.lmdb_settle import batch_landed, commit_failed, growth_failed
-from cpstore.store.manifest import Manifest, manifest_from_raw
-from cpstore.store.model import CheckpointWrite, created_at_of
+from cpstore.store.model import CheckpointWrite
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.reentry import shared_reentry
 
@@ -64,7 +62,7 @@ Durability = Literal["sync", "batched", "none"]
 DURABILITY_MODES: tuple[Durability, ...] = ("sync", "batched", "none")
 
 
-class LmdbBackend:
+class LmdbBackend(BackendBase):
     """One open store on LMDB (see :class:`~cpstore.store.backend.Backend`)."""
 
     def __init__(
@@ -132,19 +130,9 @@ class LmdbBackend:
     # -- what it is ------------------------------------------------------------
 
     @property
-    def path(self) -> str:
-        """The store directory."""
-        return self._path
-
-    @property
     def readonly(self) -> bool:
         """True when opened read-only."""
         return bool(self.env.options.readonly)
-
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`close`."""
-        return self._closed
 
     @property
     def layout(self) -> int:
@@ -159,16 +147,6 @@ class LmdbBackend:
     def dbs(self) -> Mapping[str, Any]:
         """Named database -> its LMDB handle."""
         return self.env.dbs
-
-    @property
-    def audit_key(self) -> bytes | None:
-        """The audit MAC key this handle was opened with, or None."""
-        return self._audit_key
-
-    @property
-    def audit_keyed(self) -> bool:
-        """True when the store's audit log carries keyed MACs."""
-        return self._audit_keyed
 
     @property
     def engine_error(self) -> type[Exception]:
@@ -219,14 +197,8 @@ class LmdbBackend:
             finally:
                 done.set()
 
-    def owes_flush(self) -> bool:
-        """True when this process queued checkpoints it has not committed yet."""
-        here = not self._closed and os.getpid() == self.env.pid
-        return here and bool(self._pending) and not self._exit_ran
-
-    def queued_writes(self) -> list[CheckpointWrite]:
-        """The queue as it stands (batched mode)."""
-        return list(self._pending)
+    def _here(self) -> bool:
+        return not self._closed and os.getpid() == self.env.pid
 
     def try_flush_here(self) -> bool:
         """A finalizer's flush (at_exit.flush_collected): done now (True) only when no thread
@@ -247,46 +219,14 @@ class LmdbBackend:
             env.write_lock.release()
         return True
 
-    def flush_at_exit(self, wait: float) -> None:
-        """Commit queued checkpoints at interpreter exit; never hangs, never hides a loss.
-
-        A map growth waits at most ``wait`` seconds for reads of other threads
-        (a daemon thread's read may never end). A flush that fails is a
-        RuntimeWarning naming every checkpoint not written.
-        """
-        here = not self._closed and os.getpid() == self.env.pid
-        if not here or not (self._pending or self._owners.flying()):
-            return
-        queued = list(self._pending) + self._owners.flying()
-        self._exit_ran = True
-        self.env.resize_wait = wait
-        self._owners.exit_wait = wait
-        self._owners.gate = self._exit_gate = gate = ExitGate()
-        me = self._owners.me()
-
-        def flush_as_me() -> None:  # the worker flushes as this thread (batch_owners.act_as)
-            self._owners.act_as(me)
-            self.flush()
-
-        try:
-            flush_bounded(flush_as_me, gate, wait, self._path)  # LMDB's lock: no bound of its own
-            self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
-        except Exception as exc:  # an exit hook must say what is lost, not raise
-            warnings.warn(
-                lost_message(self._path, queued, exc, "at interpreter exit"),
-                RuntimeWarning,
-                stacklevel=1,
-            )
+    def _exit_bound(self, wait: float) -> None:
+        self.env.resize_wait = wait  # a map growth's wait for other threads' reads
 
     def live(self) -> None:
         """Raise StoreError when closed, or used from a forked child."""
         if self._closed:
             raise StoreClosedError(where=self._path)
         self.env.check_pid()
-
-    def now(self) -> float:
-        """The clock records are stamped with."""
-        return time.time()
 
     def disk_bytes(self) -> int:
         """Bytes of the data file that hold pages (what a copy would need)."""
@@ -432,11 +372,6 @@ class LmdbBackend:
             ]
 
     # -- checkpoints -------------------------------------------------------------
-
-    def load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
-        """The decoded manifest of ``cid``."""
-        raw, header = self.load_raw(txn, cid, verify=verify)
-        return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
 
     def load_raw(
         self,
@@ -585,11 +520,6 @@ class LmdbBackend:
                 self._owners.settled(owners, failed)
                 raise
         return self._owners.wait_mine(behind)
-
-    @property
-    def pending(self) -> int:
-        """Checkpoints queued but not yet committed (always 0 in sync and none modes)."""
-        return len(self._pending)
 
     def _apply(self, txn: Txn[memoryview], ops: Sequence[CheckpointWrite]) -> None:
         dbs = self.env.dbs  # contents: built once per table set, as every read builds them

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
@@ -33,9 +31,10 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import Digest
-from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
+from cpstore.store.at_exit import ExitGate
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.backend_base import BackendBase
 from cpstore.store.batch_fates import interrupted
 from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import settle_by_reading
@@ -46,15 +45,12 @@ from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
 from cpstore.store.lmdb_open import FORMAT_KEY, PG_FORMAT, check_format
 from cpstore.store.manifest import (
-    Manifest,
-    manifest_from_raw,
     manifest_references,
 )
 from cpstore.store.model import (
     BARE_REF_LAYOUTS,
     PG_STORE_VERSION,
     CheckpointWrite,
-    created_at_of,
 )
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_apply import abort_again, apply_batch
@@ -77,7 +73,7 @@ T = TypeVar("T")
 POOL_WAIT = 30.0
 
 
-class PgBackend:
+class PgBackend(BackendBase):
     """One open store on PostgreSQL (see :class:`~cpstore.store.backend.Backend`)."""
 
     def __init__(
@@ -166,11 +162,6 @@ class PgBackend:
     # -- what it is ------------------------------------------------------------
 
     @property
-    def path(self) -> str:
-        """The store URL (password redacted)."""
-        return self._path
-
-    @property
     def schema(self) -> str:
         """The database schema that holds the store's tables."""
         return self._url.schema
@@ -179,11 +170,6 @@ class PgBackend:
     def readonly(self) -> bool:
         """True when opened read-only."""
         return self._readonly
-
-    @property
-    def closed(self) -> bool:
-        """True after :meth:`close`."""
-        return self._closed
 
     @property
     def layout(self) -> int:
@@ -198,16 +184,6 @@ class PgBackend:
     def dbs(self) -> Mapping[str, Any]:
         """Named table -> its :class:`PgTable` handle."""
         return self._tables
-
-    @property
-    def audit_key(self) -> bytes | None:
-        """The audit MAC key this handle was opened with, or None."""
-        return self._audit_key
-
-    @property
-    def audit_keyed(self) -> bool:
-        """True when the store's audit log carries keyed MACs."""
-        return self._audit_keyed
 
     @property
     def engine_error(self) -> type[Exception]:
@@ -256,14 +232,8 @@ class PgBackend:
             finally:
                 done.set()
 
-    def owes_flush(self) -> bool:
-        """True when this process queued checkpoints it has not committed yet."""
-        here = not self._closed and os.getpid() == self._pid
-        return here and bool(self._pending) and not self._exit_ran
-
-    def queued_writes(self) -> list[CheckpointWrite]:
-        """The queue as it stands (batched mode)."""
-        return list(self._pending)
+    def _here(self) -> bool:
+        return not self._closed and os.getpid() == self._pid
 
     def try_flush_here(self) -> bool:
         """A finalizer's flush (at_exit.flush_collected): False, nothing done, inside a write
@@ -272,31 +242,6 @@ class PgBackend:
             return False  # lock may be held (a helper thread flushes once it is let go)
         self.flush()
         return True
-
-    def flush_at_exit(self, wait: float) -> None:
-        """Commit queued checkpoints at interpreter exit; a failure is a RuntimeWarning."""
-        here = not self._closed and os.getpid() == self._pid
-        if not here or not (self._pending or self._owners.flying()):
-            return
-        queued = list(self._pending) + self._owners.flying()
-        self._exit_ran = True
-        self._owners.exit_wait = wait
-        self._owners.gate = self._exit_gate = gate = ExitGate()
-        me = self._owners.me()
-
-        def flush_as_me() -> None:  # the worker flushes as this thread (batch_owners.act_as)
-            self._owners.act_as(me)
-            self.flush()
-
-        try:
-            flush_bounded(flush_as_me, gate, wait, self._path)  # the advisory lock: no bound
-            self._owners.wait_all()  # a daemon thread's flush may hold the queue (audit20)
-        except Exception as exc:  # an exit hook must say what is lost, not raise
-            warnings.warn(
-                lost_message(self._path, queued, exc, "at interpreter exit"),
-                RuntimeWarning,
-                stacklevel=1,
-            )
 
     def live(self) -> None:
         """Raise StoreError when closed, ForkError in a forked child."""
@@ -309,10 +254,6 @@ class PgBackend:
                 expected=f"pid {self._pid}",
                 got=f"pid {os.getpid()}",
             )
-
-    def now(self) -> float:
-        """The clock records are stamped with."""
-        return time.time()
 
     def disk_bytes(self) -> int:
         """Bytes the store's tables take on the server, indexes and TOAST included."""
@@ -451,11 +392,6 @@ class PgBackend:
     # -- checkpoints -------------------------------------------------------------
     # load_raw / head: the shared read rule (entries.py) plus this engine's prefetch.
 
-    def load_manifest(self, txn: Txn[memoryview], cid: bytes, *, verify: bool) -> Manifest:
-        """The decoded manifest of ``cid``."""
-        raw, header = self.load_raw(txn, cid, verify=verify)
-        return manifest_from_raw(cid, raw, created_at_of(header, cid if verify else None))
-
     def load_raw(
         self,
         txn: Txn[memoryview],
@@ -586,11 +522,6 @@ class PgBackend:
                 self._owners.settled(owners, failed)
                 raise
         return self._owners.wait_mine(behind)
-
-    @property
-    def pending(self) -> int:
-        """Checkpoints queued but not yet committed (always 0 in sync and none modes)."""
-        return len(self._pending)
 
     def _apply_all(self, txn: Txn[memoryview], ops: list[CheckpointWrite]) -> None:
         """Prefetch what every op reads (one round trip), then apply them in order."""
