@@ -4,7 +4,7 @@ could not be read back to settle it.
 
 The batch may or may not be stored; the flushing thread gets its TimeoutError, and each
 other thread with checkpoints in the batch is told by its next flush. It was told
-StoreError "... failed: not stored" (batch_owners._dropped_error took a non-cpstore
+StoreError "... failed: not stored" (batch_fates.dropped_error took a non-cpstore
 Exception for the batch's own failure), for a batch the store held: a false "not stored".
 """
 

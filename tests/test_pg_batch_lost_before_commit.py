@@ -6,7 +6,7 @@ committed"): a COMMIT lost on the wire is ``CommitLostError`` instead (pg_errors
 settled by reading the store back (tests/test_pg_batch_commit_settled.py). The thread that
 flushed was told "nothing ... was committed", the exit flush's warning says "were NOT
 written", but every other owner of the batch was told "they may or may not be stored
-(read the branch heads)" (batch_owners._dropped_error took every StoreConnectionError for a
+(read the branch heads)" (batch_fates.dropped_error took every StoreConnectionError for a
 lost COMMIT, as it was before CommitLostError existed). Now it says "not stored" there too;
 "may or may not" stays for a lost COMMIT the read-back could not settle.
 """

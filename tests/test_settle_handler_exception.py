@@ -9,7 +9,7 @@ handler's exception is raised (as a KeyboardInterrupt there always was), the sto
 read back once more, and a stored checkpoint is marked so its recorder follows it.
 A second handler exception landing in that second read (a watchdog firing twice, a
 second Ctrl-C, ``sys.exit()``: ``terms=2``) was taken for an unreadable store too, or
-left it unread (batch_owners.interrupted; audit49, audit50): that read is tried once
+left it unread (batch_fates.interrupted; audit49, audit50): that read is tried once
 more, and the first handler's exception is still the one raised.
 Real LMDB underneath (test_group_commit_errors.fail_commits: the txn really commits,
 then its commit raises); a real PostgreSQL server (its COMMIT runs, then the connection
