@@ -25,9 +25,11 @@ from cpstore.cli.common import (
 from cpstore.cli.exit_codes import EXIT_CONFLICT, EXIT_OK
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.args import check_text
+from cpstore.store.backend import Backend
 from cpstore.store.branches import branches
 from cpstore.store.facade import open as open_store
 from cpstore.store.location import is_store_url, redact, refuse_empty
+from cpstore.store.store_identity import SameStoreError, lmdb_file_of
 from cpstore.store.transfer import TransferReport, transfer
 
 __all__ = ["add_transfer_parsers"]
@@ -39,11 +41,15 @@ def _check_source(path: str) -> None:
         raise NotFoundError("no store at this path", where=path)
 
 
-def _same(a: str, b: str) -> bool:
-    """True when ``a`` and ``b`` name one store (one folder, or one URL as written)."""
-    if is_store_url(a) or is_store_url(b):
-        return a == b
-    return os.path.realpath(a) == os.path.realpath(b)
+def _refuse_same_folder(src: Backend, dest: str) -> None:
+    """Before the receiver is opened: an LMDB ``dest`` whose data file is the source's
+    (a relative path, a trailing slash, a symlink, a bind mount) is SameStoreError.
+    Opened, it was refused by the registry as "already open in this process with
+    another mode" (exit 7), naming no mistake. Any other pair of one store (two URLs
+    of one schema) is found by transfer() itself, before it writes anything."""
+    file_id = getattr(getattr(src, "env", None), "file_id", None)
+    if file_id is not None and not is_store_url(dest) and lmdb_file_of(dest) == file_id:
+        raise SameStoreError(src.path, dest, got="one data file")
 
 
 def _run(args: argparse.Namespace, *, pushing: bool) -> int:
@@ -56,11 +62,8 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
     if args.run is not None:
         check_text(args.run, "--run")
     _check_source(source)
-    if _same(source, dest):
-        raise InvalidInputError(
-            "the source and the receiving store are the same store", where=redact(source)
-        )
     with open_store(source, readonly=True, create=False) as src:
+        _refuse_same_folder(src.backend, dest)
         if args.run is not None and not branches(src.backend, args.run):
             # Asked before the receiver is opened: a mistyped run must not leave a new,
             # empty store at a receiving path that had none.
