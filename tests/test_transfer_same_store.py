@@ -195,3 +195,53 @@ def test_push_and_pull_between_two_paths_of_one_lmdb_folder_exit_3(tmp_path: Pat
             assert done.returncode == 3, (argv, done.returncode, done.stderr)
             assert "same store" in done.stderr, done.stderr
     assert _state(str(at)) == before
+
+
+def _schema(url: str) -> str:
+    return url.rpartition("schema=")[2].split("&")[0]
+
+
+def _store_id_row(cluster: Cluster, url: str, *, delete: bool = False) -> bytes | None:
+    """The store's ``meta/store_id`` (deleted first with ``delete``: a store made before
+    store ids)."""
+    with psycopg.connect(
+        f"host={cluster.socket_dir} user=postgres dbname=postgres", autocommit=True
+    ) as conn:
+        meta = f'"{_schema(url)}".meta'
+        if delete:
+            conn.execute(f"DELETE FROM {meta} WHERE k = %s", (STORE_ID_KEY,))
+        row = conn.execute(f"SELECT v FROM {meta} WHERE k = %s", (STORE_ID_KEY,)).fetchone()
+        return None if row is None else bytes(row[0])
+
+
+def test_one_pg_store_without_a_store_id_is_still_one_store(
+    pg_cluster: Cluster,
+) -> None:
+    """A store made before store ids: the servers are asked, the ids cannot answer."""
+    url = fresh_url()
+    with cpstore.open(url) as store:
+        _record(store)
+    assert _store_id_row(pg_cluster, url, delete=True) is None
+    before = _state(url)
+    with (
+        cpstore.open(url, readonly=True) as src,
+        cpstore.open(_respelled(url), readonly=True) as dst,
+        pytest.raises(SameStoreError),
+    ):
+        transfer(src.backend, dst.backend)
+    assert _state(url) == before and _store_id_row(pg_cluster, url) is None
+
+
+def test_push_onto_its_own_pg_store_is_refused_before_the_receivers_writable_open(
+    pg_cluster: Cluster,
+) -> None:
+    """The receiver's writable open writes a store id into a store made before them: the
+    refusal comes before it, so not even that is written."""
+    url = fresh_url()
+    with cpstore.open(url) as store:
+        _record(store)
+    assert _store_id_row(pg_cluster, url, delete=True) is None
+    before = _state(url)
+    done = _cli("push", _respelled(url), "--store", url)
+    assert done.returncode == 3 and "same store" in done.stderr, done.stderr
+    assert _state(url) == before and _store_id_row(pg_cluster, url) is None

@@ -23,13 +23,13 @@ from cpstore.cli.common import (
     store_arg,
 )
 from cpstore.cli.exit_codes import EXIT_CONFLICT, EXIT_OK
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import InvalidInputError, NotFoundError, StoreError
 from cpstore.native.args import check_text
 from cpstore.store.backend import Backend
 from cpstore.store.branches import branches
 from cpstore.store.facade import open as open_store
 from cpstore.store.location import is_store_url, redact, refuse_empty
-from cpstore.store.store_identity import SameStoreError, lmdb_file_of
+from cpstore.store.store_identity import SameStoreError, check_distinct, lmdb_file_of
 from cpstore.store.transfer import TransferReport, transfer
 
 __all__ = ["add_transfer_parsers"]
@@ -41,15 +41,27 @@ def _check_source(path: str) -> None:
         raise NotFoundError("no store at this path", where=path)
 
 
-def _refuse_same_folder(src: Backend, dest: str) -> None:
-    """Before the receiver is opened: an LMDB ``dest`` whose data file is the source's
-    (a relative path, a trailing slash, a symlink, a bind mount) is SameStoreError.
-    Opened, it was refused by the registry as "already open in this process with
-    another mode" (exit 7), naming no mistake. Any other pair of one store (two URLs
-    of one schema) is found by transfer() itself, before it writes anything."""
-    file_id = getattr(getattr(src, "env", None), "file_id", None)
-    if file_id is not None and not is_store_url(dest) and lmdb_file_of(dest) == file_id:
-        raise SameStoreError(src.path, dest, got="one data file")
+def _refuse_same_store(src: Backend, dest: str) -> None:
+    """Before the receiver is opened (writable: it may make a store id, upgrade a layout),
+    SameStoreError when ``dest`` is the source store, however spelled: an LMDB folder
+    whose data file is the source's (a relative path, a trailing slash, a symlink, a bind
+    mount; opened, it was refused by the registry as "already open in this process with
+    another mode", exit 7, naming no mistake), or a URL of the source's PostgreSQL store
+    (asked of the servers through a read-only open of ``dest``). transfer() asks again;
+    a ``dest`` with no store yet, or one only a writable open can use, is left to it."""
+    if not is_store_url(dest):
+        file_id = getattr(getattr(src, "env", None), "file_id", None)
+        if file_id is not None and lmdb_file_of(dest) == file_id:
+            raise SameStoreError(src.path, dest, got="one data file")
+        return
+    if not is_store_url(src.path):
+        return  # a folder and a URL: two stores
+    try:
+        probe = open_store(dest, readonly=True, create=False)
+    except (NotFoundError, StoreError):  # none there yet; a table to add; the server down
+        return
+    with probe:
+        check_distinct(src, probe.backend)
 
 
 def _run(args: argparse.Namespace, *, pushing: bool) -> int:
@@ -63,7 +75,7 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
         check_text(args.run, "--run")
     _check_source(source)
     with open_store(source, readonly=True, create=False) as src:
-        _refuse_same_folder(src.backend, dest)
+        _refuse_same_store(src.backend, dest)
         if args.run is not None and not branches(src.backend, args.run):
             # Asked before the receiver is opened: a mistyped run must not leave a new,
             # empty store at a receiving path that had none.
