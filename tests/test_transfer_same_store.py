@@ -12,9 +12,11 @@ same schema name and store id, in another database) still transfer.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -245,3 +247,40 @@ def test_push_onto_its_own_pg_store_is_refused_before_the_receivers_writable_ope
     done = _cli("push", _respelled(url), "--store", url)
     assert done.returncode == 3 and "same store" in done.stderr, done.stderr
     assert _state(url) == before and _store_id_row(pg_cluster, url) is None
+
+
+@pytest.fixture
+def bind_alias(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """(real folder, the same folder bind-mounted elsewhere); skipped where mount fails."""
+    real, alias = tmp_path / "real", tmp_path / "alias"
+    real.mkdir()
+    alias.mkdir()
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("needs root and mount")
+    done = subprocess.run(
+        ["mount", "--bind", str(real), str(alias)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"mount --bind refused: {done.stderr!r}")
+    try:
+        yield real, alias
+    finally:
+        subprocess.run(["umount", str(alias)], capture_output=True, check=False)
+
+
+def test_push_onto_its_own_folder_through_a_bind_mount_is_bad_input(
+    bind_alias: tuple[Path, Path],
+) -> None:
+    """Another real path to the one data file: exit 3 "same store" (it was exit 7, the
+    registry's "already open in this process with another mode", naming no mistake)."""
+    real, alias = bind_alias
+    with cpstore.open(real / "s") as store:
+        _record(store)
+    before = _state(str(real / "s"))
+    for argv in (
+        ["push", str(alias / "s"), "--store", str(real / "s")],
+        ["pull", str(alias / "s"), "--store", str(real / "s")],
+    ):
+        done = _cli(*argv)
+        assert done.returncode == 3 and "same store" in done.stderr, (argv, done.stderr)
+    assert _state(str(real / "s")) == before
