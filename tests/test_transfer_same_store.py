@@ -284,3 +284,11 @@ def test_push_onto_its_own_folder_through_a_bind_mount_is_bad_input(
         done = _cli(*argv)
         assert done.returncode == 3 and "same store" in done.stderr, (argv, done.stderr)
     assert _state(str(real / "s")) == before
+
+
+def test_push_and_pull_help_say_one_store_is_refused() -> None:
+    for command in ("push", "pull"):
+        done = _cli(command, "--help")
+        text = " ".join(done.stdout.split())
+        assert done.returncode == 0 and "both one store, however spelled" in text, text
+        assert "is refused (exit 3) before anything is written" in text, text

@@ -114,7 +114,9 @@ def _pull(args: argparse.Namespace) -> int:
 _WHAT = (
     "Copy from {src} to {dst} what the receiver lacks: objects by digest in batches, each "
     "hashed again at the receiver, then per branch its checkpoints and its ref by "
-    "compare-and-set in one transaction. Either store is a folder or a postgresql:// URL. "
+    "compare-and-set in one transaction. Either store is a folder or a postgresql:// URL; "
+    "both one store, however spelled (another path to the folder, the URL written another "
+    "way), is refused (exit 3) before anything is written. "
     "Running it again copies nothing; a killed copy leaves no ref naming a missing object "
     "and is resumed by running it again. A receiving branch that went elsewhere is left "
     "alone and named (exit 8); the other branches still land. A checkpoint whose standing "

@@ -468,7 +468,7 @@ def transfer(
 
     ``source`` and ``dest`` one store, however spelled (two URLs of one database schema,
     two paths of one LMDB folder), is :class:`~cpstore.store.store_identity.SameStoreError`
-    (an :class:`~cpstore.errors.InvalidInputError`) before anything is read or written."""
+    (an :class:`~cpstore.errors.InvalidInputError`) before anything is copied or written."""
     started = time.perf_counter()
     report = TransferReport()
     source.live()
