@@ -17,11 +17,10 @@ from pg_cluster import Cluster, fresh_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.cli.exit_codes import EXIT_UNAVAILABLE, exit_code_for
-from cpstore.errors import StoreError
+from cpstore.errors import ServerVersionError, StoreError
 from cpstore.store import pg_open
 from cpstore.store.pg_open import (
     MIN_SERVER_VERSION,
-    ServerVersionError,
     check_server_version,
     show_version,
 )

@@ -25,9 +25,8 @@ import pytest
 from pg_cluster import Cluster, fresh_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
-from cpstore.errors import InvalidInputError
+from cpstore.errors import InvalidInputError, SameStoreError
 from cpstore.store.pg_open import STORE_ID_KEY
-from cpstore.store.store_identity import SameStoreError
 from cpstore.store.transfer import transfer
 
 ROOT = str(Path(__file__).resolve().parent.parent)

@@ -29,7 +29,7 @@ from cpstore.store.backend import Backend
 from cpstore.store.branches import branches
 from cpstore.store.facade import open as open_store
 from cpstore.store.location import is_store_url, redact, refuse_empty
-from cpstore.store.store_identity import SameStoreError, check_distinct, lmdb_file_of
+from cpstore.store.store_identity import check_distinct, lmdb_file_of, same_store_error
 from cpstore.store.transfer import TransferReport, transfer
 
 __all__ = ["add_transfer_parsers"]
@@ -52,7 +52,7 @@ def _refuse_same_store(src: Backend, dest: str) -> None:
     if not is_store_url(dest):
         file_id = getattr(getattr(src, "env", None), "file_id", None)
         if file_id is not None and lmdb_file_of(dest) == file_id:
-            raise SameStoreError(src.path, dest, got="one data file")
+            raise same_store_error(src.path, dest, "one data file")
         return
     if not is_store_url(src.path):
         return  # a folder and a URL: two stores

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import errors as pg
 from psycopg.conninfo import conninfo_to_dict
 
-from cpstore.errors import InvalidInputError, NotFoundError, StoreError
+from cpstore.errors import InvalidInputError, NotFoundError, ServerVersionError, StoreError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.lmdb_env import DB_NAMES
@@ -33,7 +33,6 @@ __all__ = [
     "MIN_SERVER_VERSION",
     "STORE_ID_KEY",
     "TESTED_SERVER_VERSION",
-    "ServerVersionError",
     "StoreUrl",
     "check_server_version",
     "lock_key",
@@ -58,23 +57,6 @@ MIN_SERVER_VERSION = 140000
 TESTED_SERVER_VERSION = 15
 
 
-class ServerVersionError(StoreError):
-    """The server is older than cpstore supports: nothing was opened. Carries ``found``
-    and ``required`` (``server_version_num`` values, e.g. 130011 and 140000)."""
-
-    def __init__(self, found: int, required: int, where: str | None) -> None:
-        self.found = found
-        self.required = required
-        super().__init__(
-            f"PostgreSQL {show_version(found)} is older than cpstore supports "
-            f"(PostgreSQL {show_version(required)} or newer; tested on "
-            f"{TESTED_SERVER_VERSION}); nothing was opened",
-            where=where,
-            expected=f"server_version_num >= {required}",
-            got=found,
-        )
-
-
 def show_version(num: int) -> str:
     """``server_version_num`` as people write it: 150018 is "15.18", 90624 "9.6.24"."""
     if num >= 100000:
@@ -87,7 +69,16 @@ def check_server_version(found: int, where: str | None, required: int | None = N
     (default :data:`MIN_SERVER_VERSION`); 0 (libpq's "unknown") is refused too."""
     need = MIN_SERVER_VERSION if required is None else required
     if found < need:
-        raise ServerVersionError(found, need, where)
+        raise ServerVersionError(
+            f"PostgreSQL {show_version(found)} is older than cpstore supports "
+            f"(PostgreSQL {show_version(need)} or newer; tested on "
+            f"{TESTED_SERVER_VERSION}); nothing was opened",
+            where=where,
+            expected=f"server_version_num >= {need}",
+            got=found,
+            found=found,
+            required=need,
+        )
 
 
 @dataclass(frozen=True)

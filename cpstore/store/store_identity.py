@@ -28,30 +28,14 @@ import os
 import secrets
 from typing import Any
 
-from cpstore.errors import InvalidInputError
+from cpstore.errors import InvalidInputError, SameStoreError
 from cpstore.store.backend import Backend, Txn
 
-__all__ = ["STORE_ID_KEY", "SameStoreError", "check_distinct", "lmdb_file_of", "same_store"]
+__all__ = ["STORE_ID_KEY", "check_distinct", "lmdb_file_of", "same_store", "same_store_error"]
 
 #: The ``meta`` key of a PostgreSQL store's id (pg_open.STORE_ID_KEY; repeated here so
 #: this module does not import psycopg).
 STORE_ID_KEY = b"store_id"
-
-
-class SameStoreError(InvalidInputError):
-    """A transfer's source and destination are one store (however they are spelled):
-    nothing to copy, and nothing was written. Carries both names (passwords redacted)."""
-
-    def __init__(self, source: str, dest: str, *, got: Any = None) -> None:
-        self.source = source
-        self.dest = dest
-        super().__init__(
-            "the source and the receiving store are the same store (two spellings of one "
-            "location); nothing was copied",
-            where=f"{source} -> {dest}",
-            expected="two different stores",
-            got=got,
-        )
 
 
 def lmdb_file_of(folder: str) -> tuple[int, int] | None:
@@ -132,6 +116,19 @@ def check_distinct(source: Backend, dest: Backend) -> None:
     same, store_id = _same(source, dest)
     if same:
         got = "one data file" if _engine(source) == "lmdb" else "one database schema"
-        raise SameStoreError(
-            source.path, dest.path, got=got if store_id is None else f"{got}, store {store_id}"
+        raise same_store_error(
+            source.path, dest.path, got if store_id is None else f"{got}, store {store_id}"
         )
+
+
+def same_store_error(source: str, dest: str, got: str) -> SameStoreError:
+    """The refusal of a transfer from ``source`` to ``dest``, one store (``got``: why)."""
+    return SameStoreError(
+        "the source and the receiving store are the same store (two spellings of one "
+        "location); nothing was copied",
+        where=f"{source} -> {dest}",
+        expected="two different stores",
+        got=got,
+        source=source,
+        dest=dest,
+    )
