@@ -467,7 +467,7 @@ def transfer(
     """Copy the runs of ``source`` (or run ``run_id``) that ``dest`` lacks; see the module doc.
 
     ``source`` and ``dest`` one store, however spelled (two URLs of one database schema,
-    two paths of one LMDB folder), is :class:`~cpstore.store.store_identity.SameStoreError`
+    two paths of one LMDB folder), is :class:`~cpstore.errors.SameStoreError`
     (an :class:`~cpstore.errors.InvalidInputError`) before anything is copied or written."""
     started = time.perf_counter()
     report = TransferReport()
