@@ -34,6 +34,8 @@ __all__ = [
     "RecordingGapError",
     "ReentrantWriteError",
     "ReplayDivergenceError",
+    "SameStoreError",
+    "ServerVersionError",
     "SignOffError",
     "StoreClosedError",
     "StoreConnectionError",
@@ -128,6 +130,30 @@ class FormatVersionError(InvalidInputError):
     """Data of a format version this cpstore does not know; never misread."""
 
 
+class SameStoreError(InvalidInputError):
+    """A push, pull or ``transfer()`` whose source and destination are one store, however
+    spelled (two URLs of one database schema, two paths of one LMDB data file): refused
+    before anything was written. ``source`` and ``dest`` are the two names (passwords
+    redacted)."""
+
+    source: str | None
+    dest: str | None
+
+    def __init__(
+        self,
+        what: str = "the source and the receiving store are the same store",
+        *,
+        where: str | None = None,
+        expected: Any = None,
+        got: Any = None,
+        source: str | None = None,
+        dest: str | None = None,
+    ) -> None:
+        self.source = source
+        self.dest = dest
+        super().__init__(what, where=where, expected=expected, got=got)
+
+
 class NotFoundError(CpstoreError, KeyError):
     """A digest, checkpoint, run, branch or payload is not in the store."""
 
@@ -159,6 +185,28 @@ class StoreClosedError(StoreError):
         expected: Any = "an open store",
         got: Any = "used after close()",
     ) -> None:
+        super().__init__(what, where=where, expected=expected, got=got)
+
+
+class ServerVersionError(StoreError):
+    """A PostgreSQL server older than cpstore supports: nothing was opened. ``found`` and
+    ``required`` are ``server_version_num`` values (e.g. 130011 and 140000)."""
+
+    found: int | None
+    required: int | None
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        where: str | None = None,
+        expected: Any = None,
+        got: Any = None,
+        found: int | None = None,
+        required: int | None = None,
+    ) -> None:
+        self.found = found
+        self.required = required
         super().__init__(what, where=where, expected=expected, got=got)
 
 

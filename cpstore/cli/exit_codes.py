@@ -35,6 +35,8 @@ from cpstore.errors import (
     RecordingGapError,
     ReentrantWriteError,
     ReplayDivergenceError,
+    SameStoreError,
+    ServerVersionError,
     SignOffError,
     StoreClosedError,
     StoreConnectionError,
@@ -100,6 +102,7 @@ Its own code, not 1 as in ``git diff --exit-code`` (1 is a bug here) and not
 #: Every public error class and its exit code (README.md, "Command line").
 EXIT_CODES: Mapping[type[CpstoreError], int] = {
     InvalidInputError: EXIT_BAD_INPUT,
+    SameStoreError: EXIT_BAD_INPUT,
     RecordFormatError: EXIT_BAD_INPUT,
     CanonicalEncodingError: EXIT_BAD_INPUT,
     DocumentError: EXIT_BAD_INPUT,
@@ -112,6 +115,7 @@ EXIT_CODES: Mapping[type[CpstoreError], int] = {
     SignOffError: EXIT_REFUSED,
     LedgerSealedError: EXIT_REFUSED,
     StoreError: EXIT_UNAVAILABLE,
+    ServerVersionError: EXIT_UNAVAILABLE,
     StoreFullError: EXIT_UNAVAILABLE,
     ReadHeldDuringResizeError: EXIT_UNAVAILABLE,
     ReentrantWriteError: EXIT_UNAVAILABLE,

@@ -23,11 +23,13 @@ from cpstore.cli.common import (
     store_arg,
 )
 from cpstore.cli.exit_codes import EXIT_CONFLICT, EXIT_OK
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import InvalidInputError, NotFoundError, StoreError
 from cpstore.native.args import check_text
+from cpstore.store.backend import Backend
 from cpstore.store.branches import branches
 from cpstore.store.facade import open as open_store
 from cpstore.store.location import is_store_url, redact, refuse_empty
+from cpstore.store.store_identity import check_distinct, lmdb_file_of, same_store_error
 from cpstore.store.transfer import TransferReport, transfer
 
 __all__ = ["add_transfer_parsers"]
@@ -39,11 +41,27 @@ def _check_source(path: str) -> None:
         raise NotFoundError("no store at this path", where=path)
 
 
-def _same(a: str, b: str) -> bool:
-    """True when ``a`` and ``b`` name one store (one folder, or one URL as written)."""
-    if is_store_url(a) or is_store_url(b):
-        return a == b
-    return os.path.realpath(a) == os.path.realpath(b)
+def _refuse_same_store(src: Backend, dest: str) -> None:
+    """Before the receiver is opened (writable: it may make a store id, upgrade a layout),
+    SameStoreError when ``dest`` is the source store, however spelled: an LMDB folder
+    whose data file is the source's (a relative path, a trailing slash, a symlink, a bind
+    mount; opened, it was refused by the registry as "already open in this process with
+    another mode", exit 7, naming no mistake), or a URL of the source's PostgreSQL store
+    (asked of the servers through a read-only open of ``dest``). transfer() asks again;
+    a ``dest`` with no store yet, or one only a writable open can use, is left to it."""
+    if not is_store_url(dest):
+        file_id = getattr(getattr(src, "env", None), "file_id", None)
+        if file_id is not None and lmdb_file_of(dest) == file_id:
+            raise same_store_error(src.path, dest, "one data file")
+        return
+    if not is_store_url(src.path):
+        return  # a folder and a URL: two stores
+    try:
+        probe = open_store(dest, readonly=True, create=False)
+    except (NotFoundError, StoreError):  # none there yet; a table to add; the server down
+        return
+    with probe:
+        check_distinct(src, probe.backend)
 
 
 def _run(args: argparse.Namespace, *, pushing: bool) -> int:
@@ -56,11 +74,8 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
     if args.run is not None:
         check_text(args.run, "--run")
     _check_source(source)
-    if _same(source, dest):
-        raise InvalidInputError(
-            "the source and the receiving store are the same store", where=redact(source)
-        )
     with open_store(source, readonly=True, create=False) as src:
+        _refuse_same_store(src.backend, dest)
         if args.run is not None and not branches(src.backend, args.run):
             # Asked before the receiver is opened: a mistyped run must not leave a new,
             # empty store at a receiving path that had none.
@@ -99,7 +114,9 @@ def _pull(args: argparse.Namespace) -> int:
 _WHAT = (
     "Copy from {src} to {dst} what the receiver lacks: objects by digest in batches, each "
     "hashed again at the receiver, then per branch its checkpoints and its ref by "
-    "compare-and-set in one transaction. Either store is a folder or a postgresql:// URL. "
+    "compare-and-set in one transaction. Either store is a folder or a postgresql:// URL; "
+    "both one store, however spelled (another path to the folder, the URL written another "
+    "way), is refused (exit 3) before anything is written. "
     "Running it again copies nothing; a killed copy leaves no ref naming a missing object "
     "and is resumed by running it again. A receiving branch that went elsewhere is left "
     "alone and named (exit 8); the other branches still land. A checkpoint whose standing "

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import errors as pg
 from psycopg.conninfo import conninfo_to_dict
 
-from cpstore.errors import InvalidInputError, NotFoundError, StoreError
+from cpstore.errors import InvalidInputError, NotFoundError, ServerVersionError, StoreError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.lmdb_env import DB_NAMES
@@ -30,8 +30,11 @@ from cpstore.store.pg_errors import translate
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "MIN_SERVER_VERSION",
     "STORE_ID_KEY",
+    "TESTED_SERVER_VERSION",
     "StoreUrl",
+    "check_server_version",
     "lock_key",
     "parse_url",
     "prepare_schema",
@@ -47,6 +50,35 @@ _OURS = ("schema", "pool_max")
 #: open (under the writer lock), never changed; a write nested on one thread is known by it
 #: whatever the URL's spelling (:func:`write_identity`).
 STORE_ID_KEY = b"store_id"
+#: The oldest server a store opens on, as ``server_version_num`` (14.0): the code uses
+#: nothing newer (advisory locks, ``unnest``, data-modifying CTEs, ``ON CONFLICT``).
+MIN_SERVER_VERSION = 140000
+#: The major version the test suite runs on (docs/scale.md, "What was not tested").
+TESTED_SERVER_VERSION = 15
+
+
+def show_version(num: int) -> str:
+    """``server_version_num`` as people write it: 150018 is "15.18", 90624 "9.6.24"."""
+    if num >= 100000:
+        return f"{num // 10000}.{num % 10000}"
+    return f"{num // 10000}.{num // 100 % 100}.{num % 100}"
+
+
+def check_server_version(found: int, where: str | None, required: int | None = None) -> None:
+    """ServerVersionError when ``found`` (``server_version_num``) is below ``required``
+    (default :data:`MIN_SERVER_VERSION`); 0 (libpq's "unknown") is refused too."""
+    need = MIN_SERVER_VERSION if required is None else required
+    if found < need:
+        raise ServerVersionError(
+            f"PostgreSQL {show_version(found)} is older than cpstore supports "
+            f"(PostgreSQL {show_version(need)} or newer; tested on "
+            f"{TESTED_SERVER_VERSION}); nothing was opened",
+            where=where,
+            expected=f"server_version_num >= {need}",
+            got=found,
+            found=found,
+            required=need,
+        )
 
 
 @dataclass(frozen=True)
@@ -120,11 +152,14 @@ def prepare_schema(
 ) -> int:
     """Check (and make, or add missing tables to) the store's schema; its layout version.
 
+    A server older than :data:`MIN_SERVER_VERSION` is :class:`ServerVersionError` first.
     A new store is made only when ``create`` and not ``readonly`` and none of
     its tables exist; a schema holding some of them but no format record is
     refused as not a cpstore store.
     """
     where = url.shown
+    # The version the server sent when the connection started: no round trip.
+    check_server_version(conn.info.server_version, where)
     try:
         with conn.transaction():
             if not readonly:

@@ -61,6 +61,7 @@ from cpstore.store.manifest import (
 from cpstore.store.model import split_checkpoint_value, split_ref_key
 from cpstore.store.objects import put_object
 from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, unpack_ref, write_ref
+from cpstore.store.store_identity import check_distinct
 from cpstore.store.transfer_gates import Carried, carried_decisions, check_carry, land_decisions
 from cpstore.store.verify import child_kind, children
 
@@ -463,11 +464,16 @@ def transfer(
     batch_objects: int = BATCH_OBJECTS,
     batch_bytes: int = BATCH_BYTES,
 ) -> TransferReport:
-    """Copy the runs of ``source`` (or run ``run_id``) that ``dest`` lacks; see the module doc."""
+    """Copy the runs of ``source`` (or run ``run_id``) that ``dest`` lacks; see the module doc.
+
+    ``source`` and ``dest`` one store, however spelled (two URLs of one database schema,
+    two paths of one LMDB folder), is :class:`~cpstore.errors.SameStoreError`
+    (an :class:`~cpstore.errors.InvalidInputError`) before anything is copied or written."""
     started = time.perf_counter()
     report = TransferReport()
     source.live()
     dest.live()
+    check_distinct(source, dest)  # by what the stores are, not how they are spelled
     with source.read_txn() as txn:
         branches = _branches(source, txn, run_id)
         if run_id is not None and not branches:
