@@ -120,6 +120,15 @@ class PgTxn:
     def _statements(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         return self._run([(sql, params)])[0]
 
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Rows of one SQL statement run in this txn (its connection and snapshot).
+
+        For questions to the server that are not about the store's tables (whether two
+        handles reach one database: store_identity.py); the store's rows go through the
+        table calls, which buffer writes and keep the txn's reads consistent with them.
+        """
+        return list(self._statements(sql, params))
+
     def begin_now(self) -> None:
         """Begin the txn now, not at its first read: for a write txn, BEGIN and the
         store's writer lock (the backend's begin statements) are held on return."""

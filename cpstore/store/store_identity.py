@@ -65,7 +65,7 @@ def _lmdb_same(a: Backend, b: Backend) -> bool:
 
 def _query(txn: Txn[memoryview], sql: str, params: tuple[Any, ...]) -> list[Any]:
     """Rows of ``sql`` run in the PostgreSQL read ``txn`` (its connection, its snapshot)."""
-    run = getattr(txn, "_statements", None)  # PgTxn: one statement in the txn's round trip
+    run = getattr(txn, "query", None)  # PgTxn.query (this module does not import psycopg)
     if run is None:  # pragma: no cover - every PostgreSQL txn has it
         raise InvalidInputError("not a PostgreSQL transaction", got=type(txn).__name__)
     return list(run(sql, params))
