@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from cpstore.decision.checks import REFUSAL_LOOKS
 from cpstore.decision.table import Decision, FindingCode, Verdict
+from cpstore.decision.token_checks import REFUSAL_LOOKS
 from cpstore.decision.validate import validate
 from cpstore.errors import ReplayDivergenceError
 from cpstore.replay.cursor import ReplayCursor

@@ -29,10 +29,12 @@ from cpstore.store import (
     VerifyReport,
 )
 from cpstore.store.facade_upkeep import StoreUpkeep
+from cpstore.store.recorder_ends import RecorderEnds
 
 #: Bases whose members are documented as the class's own: the halves of a class split
-#: across modules (Store's audit and maintenance calls, facade_upkeep.py).
-DOCUMENTED_BASES: tuple[type, ...] = (StoreUpkeep,)
+#: across modules (Store's audit and maintenance calls, facade_upkeep.py; a Recorder's
+#: start and close, recorder_ends.py).
+DOCUMENTED_BASES: tuple[type, ...] = (StoreUpkeep, RecorderEnds)
 
 #: Objects the public names return, documented after them.
 RETURNED: list[tuple[str, Any]] = [
@@ -149,13 +151,16 @@ def _doc(obj: Any) -> str:
     return inspect.cleandoc(obj.__doc__ or "").strip()
 
 
+def _documented(cls: type) -> list[type]:
+    """``cls``, then those of its bases in :data:`DOCUMENTED_BASES`, in MRO order."""
+    return [klass for klass in cls.__mro__ if klass is cls or klass in DOCUMENTED_BASES]
+
+
 def _members(cls: type) -> list[tuple[str, Any]]:
     """Public members of ``cls``, then those of its :data:`DOCUMENTED_BASES`, each once."""
     out = []
     seen: set[str] = set()
-    for klass in cls.__mro__:
-        if klass is not cls and klass not in DOCUMENTED_BASES:
-            continue
+    for klass in _documented(cls):
         for name, value in klass.__dict__.items():
             if name.startswith("_") or name in seen:
                 continue
@@ -177,7 +182,7 @@ def _class(cls: type, title: str, lines: list[str]) -> None:
     doc = _doc(cls)
     if doc:
         lines.append(doc + "\n")
-    if "__enter__" in cls.__dict__:
+    if any("__enter__" in klass.__dict__ for klass in _documented(cls)):
         lines.append("A context manager: use it in a `with` block.\n")
     if issubclass(cls, enum.Enum):
         attrs = _attr_docs(cls)

@@ -1,7 +1,8 @@
 """Deciding about a replay (docs/decision-table.md).
 
 The findings table (:mod:`cpstore.decision.table`), the two sides
-(:mod:`~cpstore.decision.sides`), the checks (:mod:`~cpstore.decision.checks`),
+(:mod:`~cpstore.decision.sides`), the checks (:mod:`~cpstore.decision.checks`,
+the token stream's in :mod:`~cpstore.decision.token_checks`),
 :func:`validate`, the gates (:mod:`~cpstore.decision.gates`) and the
 Protocols this layer needs of a store (:mod:`~cpstore.decision.ports`).
 """

@@ -6,14 +6,15 @@ nothing partial ever reaches the store. Logs are cumulative: a checkpoint's
 logs cover the run from its first step (or from the run's start, through the
 fork parent), so a replay of any checkpoint has the whole history.
 
-A recorder is not thread-safe: use one per thread (or lock around it).
+A recorder is not thread-safe: use one per thread (or lock around it). Its
+cold ends, loading the checkpoint it extends and its close, are its base
+:class:`cpstore.store.recorder_ends.RecorderEnds`.
 """
 
 from __future__ import annotations
 
 import os
 import struct
-import warnings
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,12 +29,11 @@ from cpstore.errors import (
     NotFoundError,
     RecordFormatError,
     StoreError,
-    UnsealedEffectsError,
 )
 from cpstore.native.append_log import AppendLog
-from cpstore.native.args import as_offsets, check_text, non_empty_text
+from cpstore.native.args import check_text, non_empty_text
 from cpstore.native.binding import digest
-from cpstore.native.canonical import decode_value, encode_value
+from cpstore.native.canonical import encode_value
 from cpstore.native.columns import fast_encoding
 from cpstore.native.fast_canonical import encode_fast
 from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
@@ -45,7 +45,6 @@ from cpstore.store.branches import head_of, head_unmoved
 from cpstore.store.bulk import BulkAppends, checked_pin
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.commit import objects_to_check
-from cpstore.store.content import objects_of
 from cpstore.store.manifest import (
     digest_map_and_order,
     encode_recorded_manifest,
@@ -65,7 +64,7 @@ from cpstore.store.model import (
     pack_checkpoint_value,
     parse_id,
 )
-from cpstore.store.objects import get_object
+from cpstore.store.recorder_ends import RecorderEnds
 
 __all__ = ["Recorder"]
 
@@ -74,7 +73,6 @@ __all__ = ["Recorder"]
 _TOKEN = struct.Struct("<QIB3x16s")
 _PROVENANCE = {name: int(code) for name, code in PROVENANCE_CODES.items()}
 _INT64, _UINT64_END = 2**63, 2**64
-_TOKEN_OBJECTS = ("records", "values", "offsets")
 _msgpack = msgspec.msgpack.Encoder().encode
 
 
@@ -84,7 +82,7 @@ def _step(value: object) -> int:
     return value
 
 
-class Recorder(BulkAppends):
+class Recorder(BulkAppends, RecorderEnds):
     """Records one run on one branch; create with :meth:`Store.recorder`."""
 
     def __init__(self, store: Backend, run_id: str, branch: str, parent: str | None) -> None:
@@ -158,54 +156,6 @@ class Recorder(BulkAppends):
                 raise
         self._sealed_count = len(self._effects)
         track_recorder(self)
-
-    def _load_parent(self, cid: bytes) -> None:
-        store = self._store
-        with store.read_txn() as txn:
-            objects = objects_of(store.dbs)
-            m = store.load_manifest(txn, cid, verify=True)
-            self._last_step = m.step
-            if m.run_id != self._run_id:
-                raise InvalidInputError(
-                    "a branch can only fork from a checkpoint of its own run",
-                    where=f"run {self._run_id}",
-                    expected=self._run_id,
-                    got=m.run_id,
-                )
-            raw = m.raw
-
-            def load(key: bytes, where: str) -> memoryview:
-                return get_object(txn, objects, key, verify=True, where=f"{where} of {m.id}")
-
-            tokens = raw["tokens"]
-            if tokens is not None:
-                self._tokens = bytearray(load(tokens["records"], "token records"))
-                self._values = bytearray(load(tokens["values"], "token values"))
-                self._offsets = as_offsets(load(tokens["offsets"], "token offsets"), "little")
-                self._kinds = KindTable({int(k): v for k, v in tokens["kinds"].items()})
-            for name, attr in (
-                ("observations", "_observations"),
-                ("call_graph", "_graph"),
-                ("effects", "_effects"),
-                ("harness", "_harness"),
-            ):
-                if raw[name] is not None:
-                    setattr(self, attr, decode_value(load(raw[name], name)))
-            self._transcript = raw["transcript"]
-            # Objects the fork inherits: checked to still exist at the first commit.
-            self._confirmed = referenced_digests(raw)
-            self._logged = {obs[2] for obs in self._observations}
-            self._logged.update(eff[2] for eff in self._effects)
-            self._inherited = self._confirmed | self._logged
-        self._tags = dict.fromkeys(m.provenance_tags)
-        self._parent = cid
-        self._logs = {
-            name: raw[name] for name in ("observations", "call_graph", "effects", "harness")
-        }
-        tokens = raw["tokens"]
-        self._logs["tokens"] = None if tokens is None else encode_value(tokens)
-        self._token_refs = None if tokens is None else {k: tokens[k] for k in _TOKEN_OBJECTS}
-        self._dirty = set()
 
     # -- properties ----------------------------------------------------------
 
@@ -534,63 +484,3 @@ class Recorder(BulkAppends):
         if failed is not None:
             raise failed
         return cid.hex()
-
-    def flush(self) -> None:
-        """Commit the store's queued checkpoints (batched mode); fsync its commits (none mode)."""
-        self._store.flush()
-
-    @property
-    def unsealed_effects(self) -> int:
-        """Effects this recorder appended that no checkpoint of it sealed yet."""
-        return len(self._effects) - self._sealed_count
-
-    def close(self, *, discard_effects: bool = False) -> None:
-        """Flush the store's queued checkpoints and end this recorder.
-
-        Raises :class:`UnsealedEffectsError` (nothing is flushed or ended) when
-        effects were appended that no checkpoint sealed, unless
-        ``discard_effects=True`` says dropping them is intended. A side effect
-        that happened but is in no sealed ledger is one a replay cannot guard.
-        """
-        if self._closed:
-            return
-        count = self.unsealed_effects
-        if count and not discard_effects:
-            raise UnsealedEffectsError(
-                "recorder closed holding side effects no checkpoint sealed; "
-                "checkpoint them (seal_ledger=True) or close(discard_effects=True)",
-                where=f"run {self._run_id} branch {self._branch}",
-                expected=0,
-                got=count,
-            )
-        self._closed = True
-        self._store.flush()
-
-    def __enter__(self) -> Recorder:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        # Leaving on an error: do not mask it; say what is dropped instead.
-        self._warn_unsealed("leaving its with-block on an error")
-        self._closed = True
-
-    def _warn_unsealed(self, when: str) -> None:
-        """RuntimeWarning naming the run when effects are dropped unsealed (once)."""
-        if self._closed or os.getpid() != self._pid:
-            return  # a fork() child's copy: the parent still holds (and seals) them
-        self._closed = True
-        count = self.unsealed_effects
-        if count:
-            warnings.warn(
-                f"cpstore recorder for run {self._run_id!r} branch {self._branch!r} "
-                f"dropped {count} side effect(s) no checkpoint sealed, {when}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-
-    def __del__(self) -> None:
-        if hasattr(self, "_closed"):
-            self._warn_unsealed("when garbage-collected")
