@@ -28,13 +28,14 @@ from cpstore.store import (
     StoreSpace,
     VerifyReport,
 )
+from cpstore.store.bulk import BulkAppends
 from cpstore.store.facade_upkeep import StoreUpkeep
 from cpstore.store.recorder_ends import RecorderEnds
 
 #: Bases whose members are documented as the class's own: the halves of a class split
 #: across modules (Store's audit and maintenance calls, facade_upkeep.py; a Recorder's
-#: start and close, recorder_ends.py).
-DOCUMENTED_BASES: tuple[type, ...] = (StoreUpkeep, RecorderEnds)
+#: start and close, recorder_ends.py; its batch appends for replay engines, bulk.py).
+DOCUMENTED_BASES: tuple[type, ...] = (StoreUpkeep, RecorderEnds, BulkAppends)
 
 #: Objects the public names return, documented after them.
 RETURNED: list[tuple[str, Any]] = [
