@@ -296,31 +296,40 @@ class AuditView:
     def latest_decision(self, checkpoint_id: str) -> AuditRecord | None:
         """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail)."""
         cid = parse_id(checkpoint_id, "checkpoint id")
-        txn, meta = self._txn, self._dbs["meta"]
-        latest: AuditRecord | None = None
-        raw = txn.get(DECISION_PREFIX + cid, db=meta)
-        if raw is not None:
-            try:
-                index = decode_value(raw)
-            except CanonicalEncodingError:
-                index = None
-            found = list(self.audit_records(start=index, limit=1)) if isinstance(index, int) else []
-            if (
-                not found
-                or found[0].index != index
-                or decided_checkpoint(found[0].kind, found[0].body) != cid
-            ):
-                raise AuditChainError(
-                    "decision index names a record that is not a decision about the checkpoint",
-                    where=f"meta/decision/{checkpoint_id}",
-                    got=index,
-                )
-            latest = found[0]
+        latest = self.indexed_decision(cid)
         # Records the index does not cover yet (written by an older cpstore).
+        txn, meta = self._txn, self._dbs["meta"]
         for rec in self.audit_records(kind=DECISION_KIND, start=indexed_count(txn, meta)):
             if decided_checkpoint(rec.kind, rec.body) == cid:
                 latest = rec
         return latest
+
+    def indexed_decision(self, cid: bytes, *, before: int = 2**64) -> AuditRecord | None:
+        """The record the decision index names for checkpoint ``cid`` (16 raw bytes), or
+        None without a row; AuditChainError when the row is damaged or names a record
+        that is not a decision about ``cid`` below ``before`` (never a wrong answer)."""
+        raw = self._txn.get(DECISION_PREFIX + cid, db=self._dbs["meta"])
+        if raw is None:
+            return None
+        try:
+            index = decode_value(raw)
+        except CanonicalEncodingError:
+            index = None
+        valid = isinstance(index, int) and not isinstance(index, bool) and 0 <= index < before
+        found = list(self.audit_records(start=index, limit=1)) if valid else []
+        if (
+            not found
+            or found[0].index != index
+            or decided_checkpoint(found[0].kind, found[0].body) != cid
+        ):
+            raise AuditChainError(
+                "decision index names a record that is not a decision about the checkpoint "
+                "(verify reports the index)",
+                where=f"meta/decision/{cid.hex()}",
+                expected="the audit index of the checkpoint's latest decision",
+                got=index,
+            )
+        return found[0]
 
     def _read_one(self, index: int) -> AuditRecord | None:
         return next(self.audit_records(start=index, limit=1), None)
@@ -467,6 +476,9 @@ def append_audit_txn(
     _catch_up(txn, dbs, index)
     cid = decided_checkpoint(kind, content)
     if cid is not None:
+        # The row this decision replaces must be sound: overwritten unread, a damaged row
+        # was erased with nothing reported (audit62; the txn aborts, nothing appended).
+        AuditView(store, txn).indexed_decision(cid, before=index)
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
     put_named(txn, meta, index, kind, content)
     put_gate_rows(txn, meta, index, key, kind=kind, body=content)
