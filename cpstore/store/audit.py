@@ -331,6 +331,32 @@ class AuditView:
             )
         return found[0]
 
+    def chained_digest(self, index: int) -> str:
+        """The digest the log vouches for record ``index``: the ``prev`` of record
+        ``index + 1``, or the head's last digest (meta ``audit_head``) when ``index`` is the
+        last record. AuditChainError when what should vouch is damaged."""
+        after = next(self.audit_records(start=index + 1, limit=1), None)
+        if after is not None:
+            if after.index != index + 1:
+                raise AuditChainError("audit log has a gap", where=f"audit/{index + 1}")
+            return str(after.prev)
+        raw = self._txn.get(HEAD_KEY, db=self._dbs["meta"])
+        try:
+            head = None if raw is None else decode_fast(raw)
+        except CanonicalEncodingError:
+            head = None
+        if not (isinstance(head, list) and len(head) == 2 and isinstance(head[1], bytes)):
+            raise AuditChainError("audit head is missing or damaged", where="meta/audit_head")
+        if head[0] != index + 1:
+            raise AuditChainError(
+                "audit head does not match the last record (records lost?)",
+                where="meta/audit_head",
+                expected=index + 1,
+                got=head[0],
+            )
+        result: str = head[1].hex()
+        return result
+
     def _read_one(self, index: int) -> AuditRecord | None:
         return next(self.audit_records(start=index, limit=1), None)
 
