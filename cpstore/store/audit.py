@@ -56,7 +56,7 @@ from cpstore.store.audit_named import (
     put_named,
     set_named_count,
 )
-from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine
+from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine, index_row
 from cpstore.store.backend import FORKS, Backend, Txn, forked_view
 from cpstore.store.keyed_audit import check_can_append, check_mac, keyed_in, mac_append
 from cpstore.store.model import AuditRecord, check_metadata, parse_id
@@ -310,6 +310,7 @@ class AuditView:
         that is not a decision about ``cid`` below ``before`` (never a wrong answer)."""
         raw = self._txn.get(DECISION_PREFIX + cid, db=self._dbs["meta"])
         if raw is None:
+            self._check_no_row(cid)
             return None
         try:
             index = decode_value(raw)
@@ -330,6 +331,33 @@ class AuditView:
                 got=index,
             )
         return found[0]
+
+    def _check_no_row(self, cid: bytes) -> None:
+        """AuditChainError when ``cid`` has no decision-index row but the first record
+        naming it (its ``audited/`` row) is a covered decision about it: the row was
+        deleted, and "no decision" would let a recorder on with no permit (audit62). A
+        checkpoint first named by another record, or as a replayed side, is not told."""
+        txn, meta = self._txn, self._dbs["meta"]
+        raw = txn.get(AUDITED_PREFIX + cid, db=meta)
+        if raw is None:
+            return
+        valid, index = index_row(raw)
+        rec = self._read_one(index) if valid and index is not None else None
+        if rec is None or rec.index != index or cid not in named_by(rec.kind, rec.body):
+            raise AuditChainError(
+                "audited-checkpoint index names a record that does not name the checkpoint "
+                "(verify reports the index)",
+                where=f"meta/audited/{cid.hex()}",
+                got=index,
+            )
+        if rec.index < indexed_count(txn, meta) and decided_checkpoint(rec.kind, rec.body) == cid:
+            raise AuditChainError(
+                "decision index lacks the row of a checkpoint a covered decision is about "
+                "(verify reports the index)",
+                where=f"meta/decision/{cid.hex()}",
+                expected=f"the audit index of a decision at or after {rec.index}",
+                got=None,
+            )
 
     def chained_digest(self, index: int) -> str:
         """The digest the log vouches for record ``index``: the ``prev`` of record
