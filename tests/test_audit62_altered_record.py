@@ -67,6 +67,8 @@ def test_gates_refuse_an_altered_decision(store: Store, last: bool) -> None:
         certify_rollback(store, cid, d.id)
     with pytest.raises(AuditChainError):
         check_resume(store, cid, run_id="r", branch="main")
+    with store.audit_view() as log, pytest.raises(AuditChainError):
+        log.latest_decision(cid)  # every reader of the standing decision (transfer's too)
     assert len(list(store.audit_records())) == n  # nothing granted, nothing appended
     assert not store.verify().ok
 

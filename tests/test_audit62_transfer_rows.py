@@ -100,3 +100,26 @@ def test_a_damaged_destination_row_is_refused_not_overwritten(
             transfer(src.backend, dst.backend)
         assert len(list(dst.audit_records())) == n
         assert not dst.verify().ok
+
+
+@pytest.mark.usefixtures("pg_cluster")
+@pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
+def test_an_altered_source_decision_is_not_carried(
+    src_kind: str, dst_kind: str, tmp_path: Path
+) -> None:
+    """A standing decision altered in place in the source (a byte of its time flipped; it
+    still decodes) was carried with a digest the source's chain does not hold, and the
+    destination verified clean: refused now, before anything lands."""
+    src_at = _where(src_kind, tmp_path, "src")
+    dst_at = _where(dst_kind, tmp_path, "dst")
+    with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
+        _quarantined(src)
+        audit, key = src.backend.dbs["audit"], (0).to_bytes(8, "big")
+        with src.backend.read_txn() as txn:
+            raw = bytearray(bytes(txn.get(key, db=audit)))
+        raw[raw.index(b"\xa4time\xcb") + 13] ^= 1
+        src.backend.write_txn(lambda t: t.put(key, bytes(raw), db=audit))
+        with pytest.raises(AuditChainError):
+            transfer(src.backend, dst.backend)
+        assert list(dst.audit_records()) == []
+        assert dst.ref("r", "main") is None

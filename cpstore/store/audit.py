@@ -294,7 +294,8 @@ class AuditView:
         check_record_mac(self._store, self._txn, index)
 
     def latest_decision(self, checkpoint_id: str) -> AuditRecord | None:
-        """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail)."""
+        """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail),
+        one the chain vouches for (``chained_digest``; else AuditChainError)."""
         cid = parse_id(checkpoint_id, "checkpoint id")
         latest = self.indexed_decision(cid)
         # Records the index does not cover yet (written by an older cpstore).
@@ -302,6 +303,10 @@ class AuditView:
         for rec in self.audit_records(kind=DECISION_KIND, start=indexed_count(txn, meta)):
             if decided_checkpoint(rec.kind, rec.body) == cid:
                 latest = rec
+        if latest is not None and self.chained_digest(latest.index) != latest.digest:
+            raise AuditChainError(  # altered in place: its successor (or head) disagrees
+                "audit record is not the one the chain vouches for", where=f"audit/{latest.index}"
+            )
         return latest
 
     def indexed_decision(self, cid: bytes, *, before: int = 2**64) -> AuditRecord | None:
