@@ -30,6 +30,7 @@ from cpstore.cli.exit_codes import (
 )
 from cpstore.cli.verify_command import MACS_UNCHECKED, verify_report
 from cpstore.decision.gates import sign_off
+from cpstore.errors import AuditChainError
 from cpstore.store.audit import DECISION_PREFIX, HEAD_KEY
 from cpstore.store.audit_gates import DECISION_ID_PREFIX, SIGNED_PREFIX, USED_PREFIX
 from cpstore.store.audit_named import AUDITED_PREFIX
@@ -128,6 +129,28 @@ def _of_the_audit_log(problem: Problem) -> bool:
     return isinstance(problem.where, str) and problem.where.startswith(_AUDIT_PLACES)
 
 
+def _check_vouched(store: Any, records: list[Any]) -> None:
+    """AuditChainError (exit 5) at the first listed record the chain does not vouch for:
+    its digest is not the next record's ``prev`` (or the head's, for the last record). An
+    altered record that still decodes was listed as if sound (audit62)."""
+    if not records:
+        return
+    with store.audit_view() as log:
+        for rec, after in zip(records, [*records[1:], None], strict=True):
+            if after is not None and after.index == rec.index + 1:
+                vouched = after.prev
+            else:
+                vouched = log.chained_digest(rec.index)
+            if vouched != rec.digest:
+                raise AuditChainError(
+                    "audit record is not the one the chain vouches for (altered; "
+                    "cpstore audit --check reports every problem)",
+                    where=f"audit/{rec.index}",
+                    expected=vouched,
+                    got=rec.digest,
+                )
+
+
 def _audit(args: argparse.Namespace) -> int:
     if args.kind is not None and args.kind not in AUDIT_KINDS:
         # A usage error in one line (argparse's own would print the whole usage).
@@ -147,6 +170,8 @@ def _audit(args: argparse.Namespace) -> int:
             macs = store.backend.audit_key is not None
             for r in records if macs and not args.check else ():
                 store.check_audit_mac(r.index)
+        if not args.check:  # --check reports every problem instead
+            _check_vouched(store, records)
     # As cpstore verify walks: in a child process, so damage that kills liblmdb is exit 5.
     report = verify_report(args) if args.check else None
     if report is not None:
@@ -237,7 +262,9 @@ def add_audit_parsers(sub: Any) -> None:
         "the hash-chained audit log, filterable; --check verifies the store and the chain",
         "List audit records oldest first: index, time (UTC), digest, kind and what each "
         "says (a decision's verdict, id and checkpoint; a sign-off's decision and "
-        "operator; a gate's passage), then a count per kind. --check also verifies the "
+        "operator; a gate's passage), then a count per kind. A listed record the chain "
+        f"does not vouch for (altered in place) is exit {EXIT_INTEGRITY}. --check also "
+        "verifies the "
         f"whole store and the chain (as cpstore verify) and exits {EXIT_INTEGRITY} on any "
         "problem, in the store or in the chain.",
         STORE_CODES,

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cpstore.decision.ports import AuditEntry, AuditLog, AuditStore, AuditView
+from cpstore.decision.ports import AuditEntry, AuditStore, AuditView
 from cpstore.decision.table import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
 from cpstore.errors import (
     AuditChainError,
@@ -122,9 +122,19 @@ class RollbackCertificate:
 # -- reading the audit log ------------------------------------------------------
 
 
-def _linked(store: AuditLog, rec: AuditEntry) -> None:
-    """Check ``rec`` is where the chain says, and (keyed store) that its MAC verifies."""
+def _linked(store: AuditView, rec: AuditEntry) -> None:
+    """Check ``rec`` is where the chain says, the very record the log vouches for (the next
+    record's ``prev``, or the head's digest: an altered record that still decodes was
+    trusted, audit62), and (keyed store) that its MAC verifies."""
     store.check_audit_mac(rec.index)
+    vouched = store.chained_digest(rec.index)
+    if vouched != rec.digest:
+        raise AuditChainError(
+            "audit record is not the one the chain vouches for (altered)",
+            where=f"audit[{rec.index}]",
+            expected=vouched,
+            got=rec.digest,
+        )
     if rec.index == 0:
         if rec.prev is not None:
             raise AuditChainError("first audit record names a predecessor", where="audit[0]")

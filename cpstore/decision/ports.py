@@ -91,6 +91,10 @@ class AuditView(AuditLog, Protocol):
         """The first ``decision`` record with verdict QUARANTINE whose ``recorded`` run id
         and branch equal those of ``decision`` (a decision record of this log), or None."""
 
+    def chained_digest(self, index: int) -> str:
+        """The digest the log vouches for record ``index`` (the next record's ``prev``, or
+        the head's when it is the last); raises when that is damaged."""
+
     def decisions_by_prefix(self, prefix: str) -> Sequence[AuditEntry]:
         """Every ``decision`` record whose ``str(decision_id)`` or digest starts with
         ``prefix`` (lowercase hex, at least 8 characters), in log order."""

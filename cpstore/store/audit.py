@@ -56,7 +56,7 @@ from cpstore.store.audit_named import (
     put_named,
     set_named_count,
 )
-from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine
+from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine, index_row
 from cpstore.store.backend import FORKS, Backend, Txn, forked_view
 from cpstore.store.keyed_audit import check_can_append, check_mac, keyed_in, mac_append
 from cpstore.store.model import AuditRecord, check_metadata, parse_id
@@ -294,33 +294,101 @@ class AuditView:
         check_record_mac(self._store, self._txn, index)
 
     def latest_decision(self, checkpoint_id: str) -> AuditRecord | None:
-        """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail)."""
+        """The latest ``decision`` record about ``checkpoint_id`` (decision index + log tail),
+        one the chain vouches for (``chained_digest``; else AuditChainError)."""
         cid = parse_id(checkpoint_id, "checkpoint id")
-        txn, meta = self._txn, self._dbs["meta"]
-        latest: AuditRecord | None = None
-        raw = txn.get(DECISION_PREFIX + cid, db=meta)
-        if raw is not None:
-            try:
-                index = decode_value(raw)
-            except CanonicalEncodingError:
-                index = None
-            found = list(self.audit_records(start=index, limit=1)) if isinstance(index, int) else []
-            if (
-                not found
-                or found[0].index != index
-                or decided_checkpoint(found[0].kind, found[0].body) != cid
-            ):
-                raise AuditChainError(
-                    "decision index names a record that is not a decision about the checkpoint",
-                    where=f"meta/decision/{checkpoint_id}",
-                    got=index,
-                )
-            latest = found[0]
+        latest = self.indexed_decision(cid)
         # Records the index does not cover yet (written by an older cpstore).
+        txn, meta = self._txn, self._dbs["meta"]
         for rec in self.audit_records(kind=DECISION_KIND, start=indexed_count(txn, meta)):
             if decided_checkpoint(rec.kind, rec.body) == cid:
                 latest = rec
+        if latest is not None and self.chained_digest(latest.index) != latest.digest:
+            raise AuditChainError(  # altered in place: its successor (or head) disagrees
+                "audit record is not the one the chain vouches for", where=f"audit/{latest.index}"
+            )
         return latest
+
+    def indexed_decision(self, cid: bytes, *, before: int = 2**64) -> AuditRecord | None:
+        """The record the decision index names for checkpoint ``cid`` (16 raw bytes), or
+        None without a row; AuditChainError when the row is damaged or names a record
+        that is not a decision about ``cid`` below ``before`` (never a wrong answer)."""
+        raw = self._txn.get(DECISION_PREFIX + cid, db=self._dbs["meta"])
+        if raw is None:
+            self._check_no_row(cid)
+            return None
+        try:
+            index = decode_value(raw)
+        except CanonicalEncodingError:
+            index = None
+        valid = isinstance(index, int) and not isinstance(index, bool) and 0 <= index < before
+        found = list(self.audit_records(start=index, limit=1)) if valid else []
+        if (
+            not found
+            or found[0].index != index
+            or decided_checkpoint(found[0].kind, found[0].body) != cid
+        ):
+            raise AuditChainError(
+                "decision index names a record that is not a decision about the checkpoint "
+                "(verify reports the index)",
+                where=f"meta/decision/{cid.hex()}",
+                expected="the audit index of the checkpoint's latest decision",
+                got=index,
+            )
+        return found[0]
+
+    def _check_no_row(self, cid: bytes) -> None:
+        """AuditChainError when ``cid`` has no decision-index row but the first record
+        naming it (its ``audited/`` row) is a covered decision about it: the row was
+        deleted, and "no decision" would let a recorder on with no permit (audit62). A
+        checkpoint first named by another record, or as a replayed side, is not told."""
+        txn, meta = self._txn, self._dbs["meta"]
+        raw = txn.get(AUDITED_PREFIX + cid, db=meta)
+        if raw is None:
+            return
+        valid, index = index_row(raw)
+        rec = self._read_one(index) if valid and index is not None else None
+        if rec is None or rec.index != index or cid not in named_by(rec.kind, rec.body):
+            raise AuditChainError(
+                "audited-checkpoint index names a record that does not name the checkpoint "
+                "(verify reports the index)",
+                where=f"meta/audited/{cid.hex()}",
+                got=index,
+            )
+        if rec.index < indexed_count(txn, meta) and decided_checkpoint(rec.kind, rec.body) == cid:
+            raise AuditChainError(
+                "decision index lacks the row of a checkpoint a covered decision is about "
+                "(verify reports the index)",
+                where=f"meta/decision/{cid.hex()}",
+                expected=f"the audit index of a decision at or after {rec.index}",
+                got=None,
+            )
+
+    def chained_digest(self, index: int) -> str:
+        """The digest the log vouches for record ``index``: the ``prev`` of record
+        ``index + 1``, or the head's last digest (meta ``audit_head``) when ``index`` is the
+        last record. AuditChainError when what should vouch is damaged."""
+        after = next(self.audit_records(start=index + 1, limit=1), None)
+        if after is not None:
+            if after.index != index + 1:
+                raise AuditChainError("audit log has a gap", where=f"audit/{index + 1}")
+            return str(after.prev)
+        raw = self._txn.get(HEAD_KEY, db=self._dbs["meta"])
+        try:
+            head = None if raw is None else decode_fast(raw)
+        except CanonicalEncodingError:
+            head = None
+        if not (isinstance(head, list) and len(head) == 2 and isinstance(head[1], bytes)):
+            raise AuditChainError("audit head is missing or damaged", where="meta/audit_head")
+        if head[0] != index + 1:
+            raise AuditChainError(
+                "audit head does not match the last record (records lost?)",
+                where="meta/audit_head",
+                expected=index + 1,
+                got=head[0],
+            )
+        result: str = head[1].hex()
+        return result
 
     def _read_one(self, index: int) -> AuditRecord | None:
         return next(self.audit_records(start=index, limit=1), None)
@@ -467,6 +535,9 @@ def append_audit_txn(
     _catch_up(txn, dbs, index)
     cid = decided_checkpoint(kind, content)
     if cid is not None:
+        # The row this decision replaces must be sound: overwritten unread, a damaged row
+        # was erased with nothing reported (audit62; the txn aborts, nothing appended).
+        AuditView(store, txn).indexed_decision(cid, before=index)
         txn.put(DECISION_PREFIX + cid, encode_value(index), db=meta)
     put_named(txn, meta, index, kind, content)
     put_gate_rows(txn, meta, index, key, kind=kind, body=content)
