@@ -48,20 +48,12 @@ def _damage(store: Store, cid: str, value: bytes | None) -> None:
     )
 
 
-DELETED_SOURCE_ROW = pytest.mark.xfail(
-    strict=True,
-    reason="audit62: transfer_gates._decided keeps only the checkpoints with a decision/ row "
-    "(or a decision past the covered count) and never asks latest_decision of the others, so "
-    "a deleted source row carries nothing (transfer_gates.py is not this audit's to change)",
-)
-
-
 @pytest.mark.usefixtures("pg_cluster")
 @pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
 @pytest.mark.parametrize(
     "value",
     [
-        pytest.param(None, id="deleted", marks=DELETED_SOURCE_ROW),
+        pytest.param(None, id="deleted"),
         pytest.param(b"\xff", id="flipped"),
     ],
 )
@@ -114,6 +106,31 @@ def test_an_altered_source_decision_is_not_carried(
     dst_at = _where(dst_kind, tmp_path, "dst")
     with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
         _quarantined(src)
+        audit, key = src.backend.dbs["audit"], (0).to_bytes(8, "big")
+        with src.backend.read_txn() as txn:
+            raw = bytearray(bytes(txn.get(key, db=audit)))
+        raw[raw.index(b"\xa4time\xcb") + 13] ^= 1
+        src.backend.write_txn(lambda t: t.put(key, bytes(raw), db=audit))
+        with pytest.raises(AuditChainError):
+            transfer(src.backend, dst.backend)
+        assert list(dst.audit_records()) == []
+        assert dst.ref("r", "main") is None
+
+
+@pytest.mark.usefixtures("pg_cluster")
+@pytest.mark.parametrize(("src_kind", "dst_kind"), PAIRS)
+def test_an_altered_superseded_quarantine_is_not_carried(
+    src_kind: str, dst_kind: str, tmp_path: Path
+) -> None:
+    """A branch's first quarantine, since superseded by an ACCEPT, travels for its branch
+    (docs/store.md, "Decisions carried"). Altered in place in the source (a byte of its
+    time flipped; it still decodes) it was carried with a digest the source's chain does
+    not hold: refused now, before anything lands."""
+    src_at = _where(src_kind, tmp_path, "src")
+    dst_at = _where(dst_kind, tmp_path, "dst")
+    with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
+        cid = _quarantined(src)
+        assert validate(cid, stored_replay(src, cid), store=src).verdict.name == "ACCEPT"
         audit, key = src.backend.dbs["audit"], (0).to_bytes(8, "big")
         with src.backend.read_txn() as txn:
             raw = bytearray(bytes(txn.get(key, db=audit)))

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpstore.decision.table import FINDING_RULES, FindingCode, Verdict
-from cpstore.errors import StoreError
+from cpstore.errors import AuditChainError, StoreError
 from cpstore.store.audit import (
     DECISION_KIND,
     DECISION_PREFIX,
@@ -60,6 +60,7 @@ from cpstore.store.audit import (
     indexed_count,
 )
 from cpstore.store.audit_gates import gate_count
+from cpstore.store.audit_named import AUDITED_PREFIX
 from cpstore.store.audit_permits import (
     QUARANTINE_PREFIX,
     branch_key,
@@ -115,19 +116,27 @@ def _severity(body: dict[str, Any]) -> int:
 
 
 def _decided(src: Backend, txn: Txn[memoryview], cids: list[bytes]) -> list[bytes]:
-    """Those of ``cids`` with a decision: a decision index row (fetched in one round trip
-    on PostgreSQL), or a decision record past the index's covered count."""
+    """Those of ``cids`` that may have a decision: a decision index row, or an
+    audited-checkpoint row (a deleted decision row then makes ``latest_decision`` raise
+    instead of the checkpoint travelling with no decision, audit62), both fetched in one
+    round trip on PostgreSQL; or a decision record past the index's covered count."""
     meta = src.dbs["meta"]
     prefetch = getattr(txn, "prefetch", None)
     if prefetch is not None:
-        prefetch({meta: [DECISION_PREFIX + c for c in cids]})
+        prefetch({meta: [p + c for c in cids for p in (DECISION_PREFIX, AUDITED_PREFIX)]})
     tail = {
         decided_checkpoint(r.kind, r.body)
         for r in AuditView(src, txn).audit_records(
             kind=DECISION_KIND, start=indexed_count(txn, meta)
         )
     }
-    return [c for c in cids if c in tail or txn.get(DECISION_PREFIX + c, db=meta) is not None]
+    return [
+        c
+        for c in cids
+        if c in tail
+        or txn.get(DECISION_PREFIX + c, db=meta) is not None
+        or txn.get(AUDITED_PREFIX + c, db=meta) is not None
+    ]
 
 
 def _first_quarantines(view: AuditView, txn: Txn[memoryview], meta: Any) -> Iterator[AuditRecord]:
@@ -146,14 +155,29 @@ def _first_quarantines(view: AuditView, txn: Txn[memoryview], meta: Any) -> Iter
         if valid and index is not None:
             named = next(view.audit_records(start=index, limit=1), None)
             if named is not None and named.index == index and _quarantining(named):
-                yield named
+                yield _vouched(view, named)
     for rec in view.audit_records(kind=DECISION_KIND, start=gate_count(txn, meta)):
         _, run_id, branch = branch_of(rec.body)
         pair = branch_key(run_id, branch)
         if _quarantining(rec) and (pair is None or pair not in seen):
             if pair is not None:
                 seen.add(pair)
-            yield rec
+            yield _vouched(view, rec)
+
+
+def _vouched(view: AuditView, rec: AuditRecord) -> AuditRecord:
+    """``rec`` when the source's chain vouches for it (the next record's ``prev``, or the
+    head); AuditChainError for a record altered in place, which would land with a digest
+    the source's chain does not hold (audit62: as ``latest_decision`` refuses one)."""
+    vouched = view.chained_digest(rec.index)
+    if vouched != rec.digest:
+        raise AuditChainError(
+            "audit record is not the one the chain vouches for (altered); nothing carried",
+            where=f"audit/{rec.index}",
+            expected=vouched,
+            got=rec.digest,
+        )
+    return rec
 
 
 def _quarantining(rec: AuditRecord) -> bool:
