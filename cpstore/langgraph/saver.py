@@ -460,7 +460,7 @@ async def settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = N
     def call() -> T:
         with gate:
             if began[1]:
-                raise asyncio.CancelledError
+                raise _AbandonedError  # cancelled before it began: never runs
             began[0] = True
         return fn()
 
@@ -482,6 +482,10 @@ async def settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = N
         if undo is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
             await settled(functools.partial(undo, fut.result()))
         raise
+
+
+class _AbandonedError(Exception):
+    """The outcome of a call cancelled before an executor thread took it (never seen)."""
 
 
 def _retrieved(fut: asyncio.Future[Any]) -> None:
