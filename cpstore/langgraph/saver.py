@@ -355,7 +355,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
     # -- async twins -----------------------------------------------------------
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await settled(functools.partial(fn, *args, **kwargs))
+        return await _settled(functools.partial(fn, *args, **kwargs))
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         """:meth:`get_tuple` in the default executor."""
@@ -434,14 +434,14 @@ class AsyncCpstoreSaver(CpstoreSaver):
         cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
     ) -> AsyncIterator[AsyncCpstoreSaver]:
         """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit."""
-        store = await settled(functools.partial(_store.open, conn_string, **options), undo=_close)
+        store = await _settled(functools.partial(_store.open, conn_string, **options), undo=_close)
         try:
             yield cls(store, serde=serde)
         finally:
-            await settled(store.close)
+            await _settled(store.close)
 
 
-async def settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = None) -> T:
+async def _settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = None) -> T:
     """``fn()`` in the running loop's default executor; a cancellation settles it first.
 
     Cancelled before an executor thread took it, ``fn`` never runs. Cancelled once it
@@ -480,7 +480,7 @@ async def settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = N
             except BaseException:  # fn failed: reported as cancelled
                 break
         if undo is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
-            await settled(functools.partial(undo, fut.result()))
+            await _settled(functools.partial(undo, fut.result()))
         raise
 
 
