@@ -107,6 +107,12 @@ def test_tasks_and_processes_put_and_read_one_store(url: str, tmp_path: Path) ->
                 assert listed == want, (thread, ns)
                 newest = await saver.aget_tuple(_conf(thread, ns))
                 assert newest is not None and newest.checkpoint["id"] == want[0]
+            # no namespace named: namespaces in descending name order, each newest first
+            whole = [
+                (tup.config["configurable"]["checkpoint_ns"], tup.checkpoint["id"])
+                async for tup in saver.alist(_conf("shared", None))
+            ]
+            assert whole == sorted(((n, c) for t, n, c, _ in puts if t == "shared"), reverse=True)
             everything = [tup async for tup in saver.alist(None)]
             assert len(everything) == len(puts)
             assert saver.store.verify().ok
