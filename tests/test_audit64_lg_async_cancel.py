@@ -181,3 +181,37 @@ def test_an_open_cancelled_behind_the_lock_leaves_no_store_open(tmp_path: Any) -
 
     asyncio.run(main())
     assert not lmdb_registry.is_open_here(url)
+
+
+def test_a_timed_out_and_twice_cancelled_put_is_settled(url: str) -> None:
+    """``asyncio.timeout`` around a put behind another process's lock is TimeoutError, and a
+    second cancel while it settles is absorbed: either way the read after it is final."""
+    cpstore.open(url).close()
+
+    async def main() -> list[tuple[Any, Any]]:
+        out = []
+        async with AsyncCpstoreSaver.from_conn_string(url) as saver:
+            for twice in (False, True):
+                thread = f"t{twice}"
+                holder = _holder(url)
+                releaser = _release_later(holder, 2.0)
+                if twice:
+                    task = asyncio.create_task(saver.aput(cfg(thread), *_checkpoint(1)))
+                    await asyncio.sleep(0.3)
+                    task.cancel()
+                    await asyncio.sleep(0.1)
+                    task.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await task
+                else:
+                    with pytest.raises(TimeoutError):
+                        async with asyncio.timeout(0.3):
+                            await saver.aput(cfg(thread), *_checkpoint(1))
+                seen = _ids(await saver.aget_tuple(cfg(thread)))
+                await asyncio.get_running_loop().run_in_executor(None, releaser.join)
+                await asyncio.get_running_loop().run_in_executor(None, holder.wait)
+                out.append((seen, _ids(await saver.aget_tuple(cfg(thread)))))
+        return out
+
+    for seen, later in asyncio.run(main()):
+        assert seen == later
