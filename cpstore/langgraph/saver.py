@@ -12,6 +12,7 @@ import asyncio
 import functools
 import os
 import random
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
@@ -354,8 +355,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
     # -- async twins -----------------------------------------------------------
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
+        return await _settled(functools.partial(fn, *args, **kwargs))
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         """:meth:`get_tuple` in the default executor."""
@@ -434,14 +434,68 @@ class AsyncCpstoreSaver(CpstoreSaver):
         cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
     ) -> AsyncIterator[AsyncCpstoreSaver]:
         """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit."""
-        loop = asyncio.get_running_loop()
-        store = await loop.run_in_executor(
-            None, functools.partial(_store.open, conn_string, **options)
-        )
+        store = await _settled(functools.partial(_store.open, conn_string, **options), undo=_close)
         try:
             yield cls(store, serde=serde)
         finally:
-            await loop.run_in_executor(None, store.close)
+            await _settled(store.close)
+
+
+async def _settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = None) -> T:
+    """``fn()`` in the running loop's default executor; a cancellation settles it first.
+
+    Cancelled before an executor thread took it, ``fn`` never runs. Cancelled once it
+    runs (a put waiting for the writer lock another process holds, its commit), the
+    CancelledError is raised only when ``fn`` has ended (further cancellations meanwhile
+    are absorbed), so what the cancelled call stored is what any later read sees, and no
+    store work of it is left running under a ``close()`` (audit64: the put went on in
+    the executor, and a read right after the CancelledError missed a checkpoint that
+    appeared later). ``undo(result)`` runs (settled) when ``fn`` returned but the call
+    was cancelled: an opened store is closed, not leaked.
+    """
+    loop = asyncio.get_running_loop()
+    gate = threading.Lock()
+    began = [False, False]  # [started, abandoned]
+
+    def call() -> T:
+        with gate:
+            if began[1]:
+                raise _AbandonedError  # cancelled before it began: never runs
+            began[0] = True
+        return fn()
+
+    fut = loop.run_in_executor(None, call)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        with gate:
+            began[1] = True
+            started = began[0]
+        fut.add_done_callback(_retrieved)
+        while started and not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                continue  # cancelled again: fn still runs, and is waited for
+            except BaseException:  # fn failed: reported as cancelled
+                break
+        if undo is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+            await _settled(functools.partial(undo, fut.result()))
+        raise
+
+
+class _AbandonedError(Exception):
+    """The outcome of a call cancelled before an executor thread took it (never seen)."""
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Mark a cancelled call's outcome seen (its CancelledError was raised instead)."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _close(store: Store) -> None:
+    store.close()
 
 
 def _loads_of(serde: Any) -> Any:
