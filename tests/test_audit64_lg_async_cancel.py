@@ -26,7 +26,9 @@ from lg_puts import cfg
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
+from cpstore.errors import OutcomeUnknownError
 from cpstore.langgraph import AsyncCpstoreSaver
+from cpstore.langgraph.saver import _settled
 from cpstore.store import lmdb_registry
 
 _HOLD = r"""
@@ -215,3 +217,32 @@ def test_a_timed_out_and_twice_cancelled_put_is_settled(url: str) -> None:
 
     for seen, later in asyncio.run(main()):
         assert seen == later
+
+
+def test_a_cancelled_call_that_fails_meanwhile_names_its_error() -> None:
+    """A call cancelled while it runs and then failing (an OutcomeUnknownError: "may or may
+    not be stored") ends in the CancelledError the caller asked for, with the call's own
+    error in its notes: before, the error was dropped unseen."""
+    started, release = threading.Event(), threading.Event()
+
+    def fails() -> None:
+        started.set()
+        release.wait(10)
+        raise OutcomeUnknownError("the commit's outcome is unknown", where="test")
+
+    async def main() -> list[str]:
+        task = asyncio.ensure_future(_settled(fails))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            return list(getattr(exc, "__notes__", []))
+        raise AssertionError("not cancelled")
+
+    notes = asyncio.run(main())
+    assert len(notes) == 1
+    assert "OutcomeUnknownError" in notes[0] and "outcome is unknown" in notes[0]

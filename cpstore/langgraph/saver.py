@@ -12,6 +12,7 @@ import asyncio
 import functools
 import os
 import random
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -477,10 +478,17 @@ async def _settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = 
                 await asyncio.shield(fut)
             except asyncio.CancelledError:
                 continue  # cancelled again: fn still runs, and is waited for
-            except BaseException:  # fn failed: reported as cancelled
+            except BaseException:  # fn failed: reported as cancelled, its error noted below
                 break
-        if undo is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+        failed = fut.exception() if fut.done() and not fut.cancelled() else None
+        if undo is not None and fut.done() and not fut.cancelled() and failed is None:
             await _settled(functools.partial(undo, fut.result()))
+        if failed is not None and not isinstance(failed, _AbandonedError):
+            # The caller sees the cancellation; what the call it cancelled ended in (an
+            # OutcomeUnknownError: "may or may not be stored") is not hidden (audit64).
+            cancel = sys.exc_info()[1]
+            if cancel is not None:
+                cancel.add_note(f"the cancelled call ended in {type(failed).__name__}: {failed}")
         raise
 
 
