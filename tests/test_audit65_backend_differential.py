@@ -490,7 +490,19 @@ def cli_outputs(
     """Each CLI command's (exit code, output) on both stores, the path replaced."""
     found = []
     lm_path, pg_url = machine.folder.name + "/store", machine.url
-    commands: list[list[str]] = [["log"], ["audit"], ["verify"], ["retained"]]
+    commands: list[list[str]] = [
+        ["log"],
+        ["audit"],
+        ["audit", "--check"],
+        ["audit", "--kind", "decision", "--start", "1", "--limit", "2"],
+        ["verify"],
+        ["retained"],
+        ["stats"],
+        ["inspect", "deadbeef"],
+        ["inspect", "r1@main~9"],
+        ["log", "nope"],
+        ["log", "r1", "--branch", "nope"],
+    ]
     for run in RUNS:
         commands.append(["log", run])
         for branch in branches[run]:
@@ -513,7 +525,7 @@ def cli_outputs(
 
 
 #: The CLI differential runs after every CLI_EVERY-th sequence (the first included).
-CLI_EVERY = 5
+CLI_EVERY = int(os.environ.get("A65_CLI_EVERY", "5"))
 
 SETTINGS = settings(
     max_examples=int(os.environ.get("A65_N", "30")),
