@@ -6,12 +6,14 @@
 * reset_ref, fork and branch deletion (reset_ref to None) race recorders on the same
   branch and on another: every acknowledged checkpoint stays stored, verify (refs
   digest included) is clean, and a prune keeps every retained head's lineage.
+* Four processes fork one branch name at once: exactly one creates it.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from typing import Any
 
 from pg_cluster import backend_url  # noqa: F401 - fixture
@@ -102,7 +104,14 @@ def _operator(url: str, rounds: int, out: Any) -> None:
     errors: list[str] = []
     kept: list[str] = []
     with cpstore.open(url) as st:
-        for i in range(rounds):
+        while any(  # the recorders are under way: both branches have a head past the root
+            (h := st.ref("r", b)) is None or st.manifest(h).parent is None
+            for b in ("main", "other")
+        ):
+            time.sleep(0.01)
+        for i in range(rounds * 20):
+            if i >= rounds and "reset" in done:
+                break  # a reset can lose every race while the recorders run: go on to one
             branch = "main" if i % 2 == 0 else "other"
             try:
                 head = st.ref("r", branch)
@@ -231,3 +240,35 @@ def test_resets_racing_recorders_and_gc_keep_retained_lineages(url: str, tmp_pat
                 cp.state()
         report = st.verify()
         assert report.ok, report.problems
+
+
+def _fork_at_once(url: str, target: str, barrier: Any, out: Any) -> None:
+    with cpstore.open(url) as st:
+        barrier.wait(60)
+        try:
+            st.fork("r", "b", target)
+            out.put(("won", target))
+        except ConflictError as exc:
+            out.put(("lost", exc.what))
+
+
+def test_processes_forking_one_branch_name_at_once_one_wins(url: str) -> None:
+    """Four processes create r@b at once, each at another checkpoint: exactly one
+    creates it, and the branch names that one's checkpoint."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(4)]
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(4), ctx.Queue()
+    procs = [ctx.Process(target=_fork_at_once, args=(url, cid, barrier, out)) for cid in ids]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    won = [cid for kind, cid in results if kind == "won"]
+    assert len(won) == 1 and sum(kind == "lost" for kind, _ in results) == 3, results
+    with cpstore.open(url) as st:
+        assert st.ref("r", "b") == won[0]
+        assert st.verify().ok
