@@ -23,37 +23,38 @@ import pytest
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 import cpstore
-from cpstore.errors import IntegrityError
+from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store.facade import Store
 from cpstore.store.pg_open import parse_url
-from cpstore.store.refs import RECORDED, pack_ref
+from cpstore.store.refs import RECORDED, REFS_DIGEST_KEY, pack_ref
 
 ROOT = Path(__file__).resolve().parent.parent
 
 _LMDB_PUT = """
 import sys, lmdb
-path, key = sys.argv[1], bytes.fromhex(sys.argv[2])
+path, table, key = sys.argv[1], sys.argv[4].encode(), bytes.fromhex(sys.argv[2])
 value = None if sys.argv[3] == "-" else bytes.fromhex(sys.argv[3])
 env = lmdb.open(path, max_dbs=64, subdir=True, create=False)
-db = env.open_db(b"refs", create=False)
+db = env.open_db(table, create=False)
 with env.begin(write=True, db=db) as txn:
     txn.put(key, value) if value is not None else txn.delete(key)
 env.close()
 """
 
 
-def _raw_ref(url: str, key: bytes, value: bytes | None) -> None:
-    """Put (or delete) a ref row behind cpstore's back, from another process/connection."""
+def _raw_ref(url: str, key: bytes, value: bytes | None, table: str = "refs") -> None:
+    """Put (or delete) a row behind cpstore's back, from another process/connection."""
     if url.startswith("postgresql"):
         schema = parse_url(url).schema
         with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
             if value is None:
-                conn.execute(f'DELETE FROM "{schema}"."refs" WHERE k = %s', (key,))
+                conn.execute(f'DELETE FROM "{schema}"."{table}" WHERE k = %s', (key,))
             else:
-                conn.execute(f'UPDATE "{schema}"."refs" SET v = %s WHERE k = %s', (value, key))
+                conn.execute(f'UPDATE "{schema}"."{table}" SET v = %s WHERE k = %s', (value, key))
         return
+    hexed = "-" if value is None else value.hex()
     subprocess.run(
-        [sys.executable, "-c", _LMDB_PUT, url, key.hex(), "-" if value is None else value.hex()],
+        [sys.executable, "-c", _LMDB_PUT, url, key.hex(), hexed, table],
         check=True,
         capture_output=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
@@ -116,4 +117,43 @@ def test_an_intact_store_still_sweeps(url: str) -> None:
         assert st.prune(keep_last=1) == 2
         st.recorder("s").checkpoint(0, {"s": 1})
         assert st.delete_run("s") == 1
+        assert st.verify().ok
+
+
+# -- a damaged refs digest has a repair path ---------------------------------------
+
+
+def _digest(st: Store) -> bytes:
+    with st.backend.read_txn() as txn:
+        return bytes(txn.get(REFS_DIGEST_KEY, None, st.backend.db("meta")))
+
+
+@pytest.mark.parametrize("damage", ["flipped", "truncated"])
+def test_a_damaged_refs_digest_is_repaired_with_repair_ref(url: str, damage: str) -> None:
+    """A flipped digest stops retention, a truncated one every ref move; the refs all
+    pass their checks, so repair_ref refused them (ConflictError) and nothing could
+    clear the damage. It now re-derives the digest, audited, and both run again."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        st.recorder("s").checkpoint(0, {"s": 1})
+        with pytest.raises(ConflictError):
+            st.repair_ref("r", "main", ids[2], operator="o", reason="intact")
+        good = _digest(st)
+        bad = bytes([good[0] ^ 1]) + good[1:] if damage == "flipped" else good[:-1]
+        _raw_ref(url, REFS_DIGEST_KEY, bad, "meta")
+        with pytest.raises(IntegrityError):
+            st.prune(keep_last=1)
+        if damage == "truncated":
+            with pytest.raises(IntegrityError):
+                rec.checkpoint(3, {"i": 3})
+        assert not st.verify().ok
+        record = st.repair_ref("r", "main", ids[2], operator="o", reason="digest damaged")
+        assert record.kind == "ref_repair" and record.body["retained"] is None
+        assert _digest(st) == good
+        assert st.verify().ok
+        assert st.ref("r") == ids[2]
+        rec = st.recorder("r")
+        rec.checkpoint(3, {"i": 3})
+        assert st.prune(keep_last=1) == 3
         assert st.verify().ok

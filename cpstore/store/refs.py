@@ -44,6 +44,7 @@ __all__ = [
     "pinned_objects",
     "read_ref",
     "read_ref_hashed",
+    "refs_digest_holds",
     "replace_damaged_ref",
     "retained_heads",
     "retained_key",
@@ -326,6 +327,20 @@ def checked_heads(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[bytes, bytes]]
             got=f"{len(out)} refs, digest {acc.to_bytes(DIGEST_SIZE, 'little').hex()}",
         )
     return out
+
+
+def refs_digest_holds(txn: Any, dbs: Mapping[str, Any]) -> bool:
+    """Whether ``meta/refs_digest`` is well formed and matches the table as stored."""
+    acc, count = _ZERO, 0
+    with txn.cursor(db=dbs["refs"]) as cur:
+        for k, v in cur:
+            raw, count = bytes(v), count + 1
+            if len(raw) == REF_SIZE:
+                acc = _xor(acc, _hash(bytes(k), raw[:DIGEST_SIZE], raw[DIGEST_SIZE]))
+    try:
+        return _digest_state(txn, dbs["meta"]) == (acc, count)
+    except IntegrityError:
+        return False
 
 
 def upgrade_refs_v1(txn: Any, dbs: Mapping[str, Any]) -> int:
