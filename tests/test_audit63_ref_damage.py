@@ -163,3 +163,50 @@ def test_the_command_line_exits_damaged_on_a_flipped_ref(url: str, args: list[st
     )
     assert done.returncode == 5, done.stderr
     assert b"Traceback" not in done.stderr
+
+
+_LMDB_RENAME = """
+import sys, lmdb
+path, old, new = sys.argv[1], bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])
+env = lmdb.open(path, max_dbs=64, subdir=True, create=False)
+db = env.open_db(b"refs", create=False)
+with env.begin(write=True, db=db) as txn:
+    value = bytes(txn.get(old))
+    txn.delete(old)
+    txn.put(new, value)
+env.close()
+"""
+
+
+def test_a_flipped_ref_key_names_nothing(url: str) -> None:
+    """r@main's row renamed r@maio by one bit: r@maio is refused, r@main is gone (not
+    another checkpoint), retention stops, verify names the damaged key."""
+    old, new = b"r\0main", b"r\0maio"  # 'n' ^ 0x01 == 'o'
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        if url.startswith("postgresql"):
+            schema = parse_url(url).schema
+            with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
+                conn.execute(f'UPDATE "{schema}"."refs" SET k = %s WHERE k = %s', (new, old))
+        else:
+            subprocess.run(
+                [sys.executable, "-c", _LMDB_RENAME, url, old.hex(), new.hex()],
+                check=True,
+                capture_output=True,
+            )
+        for read in (
+            lambda: st.ref("r", "maio"),
+            lambda: st.resolve("r@maio"),
+            lambda: st.branches("r"),
+            lambda: st.prune(keep_last=1),
+        ):
+            with pytest.raises(IntegrityError):
+                read()
+        assert st.ref("r") is None
+        with pytest.raises(cpstore.NotFoundError):
+            st.resolve("r@main")
+        assert any(p.where == "refs/r/maio" for p in st.verify().problems)
+        for cid in ids:
+            with st.read(cid) as cp:
+                cp.state()
