@@ -21,6 +21,7 @@ from pg_cluster import backend_store, backend_url  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.errors import ConflictError, InvalidInputError, NotFoundError
+from cpstore.store import ids
 from cpstore.store.facade import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,3 +201,38 @@ def test_tilde_names_on_a_branch_another_process_moves(url: str, tmp_path: Path)
     assert all("no ancestor 2 back" in e for e in errors), errors
     with cpstore.open(url) as st:
         assert st.verify().ok
+
+
+def _collide(url: str, prefix: str, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    """Record on run w until a checkpoint id starts with ``prefix``; report it."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("w")
+        for i in range(5000):
+            cid = rec.checkpoint(i, {"i": i})
+            if cid.startswith(prefix):
+                out.put(cid)
+                return
+    out.put(None)
+
+
+def test_a_prefix_another_process_makes_ambiguous(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the other process's put the prefix names X; after, InvalidInputError naming
+    both, never one of them. (A 2-hex prefix, allowed here only, so a collision is cheap.)"""
+    monkeypatch.setattr(ids, "MIN_PREFIX", 2)
+    with cpstore.open(url) as st:
+        x = _chain(st, "r")[0]
+        prefix = x[:2]
+        assert st.resolve(prefix) == x
+        ctx = multiprocessing.get_context("spawn")
+        out = ctx.Queue()
+        writer = ctx.Process(target=_collide, args=(url, prefix, out))
+        writer.start()
+        other = out.get(timeout=300)
+        writer.join(60)
+        assert other is not None and other != x
+        with pytest.raises(InvalidInputError) as info:
+            st.resolve(prefix)
+        assert x in str(info.value.expected) and other in str(info.value.expected)
+        assert st.resolve(x[:16]) == x  # a longer prefix still names X alone
