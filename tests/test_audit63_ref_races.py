@@ -3,6 +3,7 @@
 * Two processes extend one branch from the same head in lockstep: each step exactly
   one wins, the other gets ConflictError (docs/store.md: "a lost race raises
   ConflictError and writes nothing"), the branch's history is the winners in order.
+  Batched too (the flush acknowledges): the loser's flush is the ConflictError.
 * reset_ref, fork and branch deletion (reset_ref to None) race recorders on the same
   branch and on another: every acknowledged checkpoint stays stored, verify (refs
   digest included) is clean, and a prune keeps every retained head's lineage.
@@ -24,10 +25,12 @@ from cpstore.errors import ConflictError, CpstoreError, NotFoundError
 STEPS = 12
 
 
-def _lockstep(url: str, name: str, barrier: Any, out: Any, same: bool) -> None:
-    """Each step: read the head, make a recorder on it, wait for the other, checkpoint."""
+def _lockstep(url: str, name: str, sync: tuple[Any, Any], same: bool, durability: str) -> None:
+    """Each step: read the head, make a recorder on it, wait for the other, checkpoint
+    (batched: and flush; the checkpoint is acknowledged by the flush)."""
+    barrier, out = sync
     results: list[tuple[str, str]] = []
-    with cpstore.open(url) as st:
+    with cpstore.open(url, durability=durability) as st:  # type: ignore[arg-type]
         for step in range(STEPS):
             barrier.wait(60)  # the previous step's winner has committed
             head = st.ref("r")
@@ -36,7 +39,9 @@ def _lockstep(url: str, name: str, barrier: Any, out: Any, same: bool) -> None:
             barrier.wait(60)
             state = {"step": step} if same else {"step": step, "by": name}
             try:
-                results.append(("ok", rec.checkpoint(base, state)))
+                cid = rec.checkpoint(base, state)
+                st.flush()
+                results.append(("ok", cid))
             except ConflictError as exc:
                 results.append(("conflict", exc.what))
             except CpstoreError as exc:
@@ -44,12 +49,13 @@ def _lockstep(url: str, name: str, barrier: Any, out: Any, same: bool) -> None:
     out.put((name, results))
 
 
-def _two_extend(url: str, same: bool) -> None:
+def _two_extend(url: str, same: bool, durability: str = "sync") -> None:
     with cpstore.open(url) as st:
         st.recorder("r").checkpoint(0, {"root": True})
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(2), ctx.Queue()
-    procs = [ctx.Process(target=_lockstep, args=(url, n, barrier, out, same)) for n in "ab"]
+    args = [(url, n, (barrier, out), same, durability) for n in "ab"]
+    procs = [ctx.Process(target=_lockstep, args=a) for a in args]
     for p in procs:
         p.start()
     got = dict(out.get(timeout=300) for _ in procs)
@@ -70,6 +76,10 @@ def _two_extend(url: str, same: bool) -> None:
 
 def test_two_processes_extending_one_head_one_wins_each_step(url: str) -> None:
     _two_extend(url, same=False)
+
+
+def test_two_batched_processes_extending_one_head_one_wins_each_flush(url: str) -> None:
+    _two_extend(url, same=False, durability="batched")
 
 
 def test_two_processes_writing_the_same_checkpoint_one_wins_each_step(url: str) -> None:
