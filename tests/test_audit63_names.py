@@ -184,15 +184,17 @@ def test_tilde_names_on_a_branch_another_process_moves(url: str, tmp_path: Path)
     ctx = multiprocessing.get_context("spawn")
     moves, reads = ctx.Queue(), ctx.Queue()
     until = str(tmp_path / "done")
-    reader = ctx.Process(target=_reader, args=(url, until, reads))
-    mover = ctx.Process(target=_mover, args=(url, 60, moves))
+    reader = ctx.Process(target=_reader, args=(url, until, reads), daemon=True)
+    mover = ctx.Process(target=_mover, args=(url, 60, moves), daemon=True)
     reader.start()
     mover.start()
     parent_of: dict[str, str | None] = {first[0]: None, first[1]: first[0], first[2]: first[1]}
-    while (item := moves.get(timeout=120)) is not None:
-        parent_of[item[0]] = item[1]
-    Path(until).touch()
-    seen, errors = reads.get(timeout=120)
+    try:
+        while (item := moves.get(timeout=300)) is not None:
+            parent_of[item[0]] = item[1]
+    finally:
+        Path(until).touch()  # the reader stops however the mover ended
+    seen, errors = reads.get(timeout=300)
     mover.join(60)
     reader.join(60)
     assert mover.exitcode == 0 and reader.exitcode == 0
@@ -227,7 +229,7 @@ def test_a_prefix_another_process_makes_ambiguous(
         assert st.resolve(prefix) == x
         ctx = multiprocessing.get_context("spawn")
         out = ctx.Queue()
-        writer = ctx.Process(target=_collide, args=(url, prefix, out))
+        writer = ctx.Process(target=_collide, args=(url, prefix, out), daemon=True)
         writer.start()
         other = out.get(timeout=300)
         writer.join(60)
