@@ -29,6 +29,7 @@ from cpstore.store.refs import (
     SET,
     delete_ref,
     read_ref,
+    refs_digest_holds,
     replace_damaged_ref,
     retained_heads,
     retained_key,
@@ -252,8 +253,10 @@ def repair_ref(
     """Replace (or delete, ``new=None``) a ref that fails its check, audited.
 
     The repair path for a damaged ref, which blocks ``prune`` and every
-    CAS: refused with :class:`ConflictError` unless the stored ref fails
-    its check. In one write txn: a ``ref_repair`` audit record (``run``,
+    CAS, and for a damaged ``meta/refs_digest`` (which blocks retention, and
+    every ref move when malformed): refused with :class:`ConflictError`
+    unless the stored ref fails its check or the refs table fails its digest.
+    In one write txn: a ``ref_repair`` audit record (``run``,
     ``branch``, ``damaged``: the stored value in hex, ``new``, ``retained``,
     ``operator``, ``reason``), the new value, and, when the damaged value's
     first 16 bytes name a stored checkpoint, that checkpoint kept as a
@@ -275,13 +278,14 @@ def repair_ref(
         except IntegrityError:
             pass
         else:
-            raise ConflictError(
-                "the ref passes its check; repair_ref only replaces a damaged ref "
-                "(use set_ref or reset_ref)",
-                where=f"refs/{run_id}/{branch}",
-                expected="a ref that fails its check",
-                got=damaged.hex(),
-            )
+            if refs_digest_holds(txn, backend.dbs):
+                raise ConflictError(
+                    "the ref passes its check and the refs table its digest; repair_ref "
+                    "only replaces a damaged ref (use set_ref or reset_ref)",
+                    where=f"refs/{run_id}/{branch}",
+                    expected="a ref that fails its check",
+                    got=damaged.hex(),
+                )
         origin = SET if new_raw is None else _ref_target(backend, txn, key, new_raw)
         named = damaged[:DIGEST_SIZE]
         keep = (

@@ -385,7 +385,8 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         """Replace (or delete, ``new=None``) a ref that fails its check, audited.
 
         The repair path for a damaged ref (which blocks ``prune`` and every
-        CAS): ConflictError unless the stored ref fails its check. The audit
+        CAS) and a damaged refs digest: ConflictError unless the stored ref fails
+        its check or the refs table fails ``meta/refs_digest``. The audit
         record carries the damaged bytes; a checkpoint they still name is kept
         as a retained head. See docs/store.md, "Repairing a damaged ref".
         """

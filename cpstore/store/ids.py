@@ -8,7 +8,12 @@
   :class:`NotFoundError` when none does. Eight is git's and restic's usual short
   form; shorter prefixes collide too often to be typed safely.
 * ``RUN@BRANCH``: the head of that branch; ``RUN@BRANCH~N``: its N-th ancestor
-  through parents (``~0`` is the head). A pruned ancestor is NotFoundError.
+  through parents (``~0`` is the head; N in ASCII digits). A pruned ancestor is
+  NotFoundError. Run ids and branch names may hold ``@`` and ``~`` themselves, so a
+  name is read every way it splits (at each ``@``; a ``~N`` tail as steps or as part
+  of the branch name): the one reading whose branch exists is taken, and more than
+  one is :class:`InvalidInputError` listing them, never a silent pick. A ref name
+  is taken as typed (surrounding spaces are part of the run or branch name).
 
 The prefix scan is a cursor range over the checkpoint ids (``cloc`` and ``checkpoints``,
 keyed by the raw id), so it reads only the matching keys; it uses only the seam's
@@ -38,7 +43,7 @@ def resolve(backend: Backend, spec: str) -> str:
     if not isinstance(spec, str):
         raise InvalidInputError("a checkpoint must be named by a str", got=type(spec).__name__)
     check_text(spec, "checkpoint")
-    text = spec.strip()
+    text = spec.strip()  # an id has no spaces: a padded one is that id
     low = text.lower()
     if low and set(low) <= _HEX:
         if len(low) == 32:
@@ -54,8 +59,8 @@ def resolve(backend: Backend, spec: str) -> str:
                 got=text,
             )
         return _by_prefix(backend, low)
-    if "@" in text:
-        return _by_ref(backend, text)
+    if "@" in spec:
+        return _by_ref(backend, spec)  # as typed: " a@main" is run " a", never run "a"
     raise InvalidInputError(
         "not a checkpoint name",
         expected=f"a 32-hex id, a prefix of >= {MIN_PREFIX} hex, RUN@BRANCH or RUN@BRANCH~N",
@@ -90,22 +95,61 @@ def _by_prefix(backend: Backend, prefix: str) -> str:
     return found[0]
 
 
+def _steps(count: str) -> int | None:
+    """N of a ``~N`` tail: ASCII digits only (``int`` takes other scripts' digits and
+    ``str.isdigit`` superscripts ``int`` refuses), else None."""
+    return int(count) if count.isascii() and count.isdigit() else None
+
+
+def _readings(text: str) -> list[tuple[str, str, int]]:
+    """Every (run, branch, steps) ``text`` can mean: split at each ``@``, the rest
+    taken whole as the branch or, when it ends in ``~N``, as BRANCH~N; an empty
+    branch is ``main``. Readings whose names are not valid are left out."""
+    out: list[tuple[str, str, int]] = []
+    for at, char in enumerate(text):
+        if char != "@":
+            continue
+        run, rest = text[:at], text[at + 1 :]
+        head, tilde, count = rest.rpartition("~")
+        steps = _steps(count) if tilde else None
+        parts = [(rest, 0)] + ([] if steps is None else [(head, steps)])
+        for branch, n in parts:
+            try:
+                out.append((check_name(run, "run_id"), check_name(branch or "main", "branch"), n))
+            except InvalidInputError:
+                continue
+    return out
+
+
 def _by_ref(backend: Backend, text: str) -> str:
     run_id, _, rest = text.rpartition("@")
-    branch, steps = rest, 0
     head, tilde, count = rest.rpartition("~")
-    if tilde:
-        if not count.isdigit():
-            raise InvalidInputError(
-                "RUN@BRANCH~N needs a non-negative integer N", where=text, got=count
-            )
-        branch, steps = head, int(count)
-    run_id = check_name(run_id, "run_id")
-    branch = check_name(branch or "main", "branch")
     with backend.read_txn() as txn:
-        cid = backend.head(txn, ref_key(run_id, branch))
-        if cid is None:
-            raise NotFoundError("no such run or branch", where=f"{run_id}@{branch}")
+        found = [
+            (run, branch, steps, cid)
+            for run, branch, steps in _readings(text)
+            if (cid := backend.head(txn, ref_key(run, branch))) is not None
+        ]
+        if len(found) > 1:
+            raise InvalidInputError(
+                "ambiguous checkpoint name: more than one run@branch reads it; "
+                "give the checkpoint id",
+                where=text,
+                expected="one of "
+                + ", ".join(f"run {r!r} branch {b!r} ~{n}" for r, b, n, _ in found),
+                got=f"{len(found)} readings",
+            )
+        if not found:
+            # Nothing exists: the usual reading's errors (bad N or names, no such branch).
+            if tilde and _steps(count) is None:
+                raise InvalidInputError(
+                    "RUN@BRANCH~N needs a non-negative integer N", where=text, got=count
+                )
+            branch = head if tilde else rest
+            check_name(run_id, "run_id")
+            check_name(branch or "main", "branch")
+            raise NotFoundError("no such run or branch", where=f"{run_id}@{branch or 'main'}")
+        run_id, branch, steps, cid = found[0]
         for n in range(steps):
             parent = backend.load_manifest(txn, cid, verify=True).parent
             if parent is None:

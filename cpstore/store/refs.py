@@ -38,11 +38,13 @@ __all__ = [
     "SET",
     "check_ref_target",
     "check_refs",
+    "checked_heads",
     "delete_ref",
     "pinned_key",
     "pinned_objects",
     "read_ref",
     "read_ref_hashed",
+    "refs_digest_holds",
     "replace_damaged_ref",
     "retained_heads",
     "retained_key",
@@ -296,6 +298,49 @@ def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int
             )
         )
     return count
+
+
+def checked_heads(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
+    """(key, checkpoint id) of every ref, each checked, and the table against its digest.
+
+    For retention, which sweeps what no head reaches: a ref that fails its check, and a
+    table a ref vanished from, was added to or changed in outside cpstore (a ref put
+    back to an older head: its own check holds), is IntegrityError, so nothing is swept
+    by a head cpstore did not set. The digest costs no more hashing than the checks.
+    """
+    out: list[tuple[bytes, bytes]] = []
+    acc = 0
+    with txn.cursor(db=dbs["refs"]) as cur:
+        for k, v in cur:
+            key = bytes(k)
+            cid, _, full = _unpack_hashed(key, v)
+            acc ^= int.from_bytes(full, "little")
+            out.append((key, cid))
+    want_acc, want_count = _digest_state(txn, dbs["meta"])
+    if want_count != len(out) or want_acc != acc.to_bytes(DIGEST_SIZE, "little"):
+        raise IntegrityError(
+            "refs table does not match its digest (a ref vanished, was added or changed "
+            "outside cpstore): retention stops, it would sweep by heads cpstore did not set; "
+            "verify names the damage",
+            where="meta/refs_digest",
+            expected=f"{want_count} refs, digest {want_acc.hex()}",
+            got=f"{len(out)} refs, digest {acc.to_bytes(DIGEST_SIZE, 'little').hex()}",
+        )
+    return out
+
+
+def refs_digest_holds(txn: Any, dbs: Mapping[str, Any]) -> bool:
+    """Whether ``meta/refs_digest`` is well formed and matches the table as stored."""
+    acc, count = _ZERO, 0
+    with txn.cursor(db=dbs["refs"]) as cur:
+        for k, v in cur:
+            raw, count = bytes(v), count + 1
+            if len(raw) == REF_SIZE:
+                acc = _xor(acc, _hash(bytes(k), raw[:DIGEST_SIZE], raw[DIGEST_SIZE]))
+    try:
+        return _digest_state(txn, dbs["meta"]) == (acc, count)
+    except IntegrityError:
+        return False
 
 
 def upgrade_refs_v1(txn: Any, dbs: Mapping[str, Any]) -> int:

@@ -35,7 +35,13 @@ from cpstore.store.content import KIND_OBJECT, Content, objects_of, records_of
 from cpstore.store.keyed_audit import check_can_append
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import check_name, split_ref_key, unpack_checkpoint_value
-from cpstore.store.refs import delete_ref, pinned_objects, retained_heads, unpack_ref
+from cpstore.store.refs import (
+    checked_heads,
+    delete_ref,
+    pinned_objects,
+    retained_heads,
+    unpack_ref,
+)
 from cpstore.store.verify import child_kind, children
 
 __all__ = ["AUDIT_GC", "GcReport", "delete_run", "gc", "prune", "sweep"]
@@ -132,12 +138,12 @@ def _sweep(
                     continue  # the caller's condition, in this txn: kept
                 delete_ref(txn, dbs, ref)
         live_cps: dict[bytes, Manifest] = {}
-        with txn.cursor(db=dbs["refs"]) as cur:
-            # A ref that fails its check stops the sweep (IntegrityError): sweeping
-            # by a damaged head could delete the history the true head reaches.
-            heads: list[tuple[str | None, bytes, str]] = [
-                (split_ref_key(k)[0], unpack_ref(k, v)[0], _ref_where(k)) for k, v in cur
-            ]
+        # A ref that fails its check, or a refs table that fails its digest (a ref put
+        # back to an older head outside cpstore), stops the sweep (IntegrityError):
+        # sweeping by a damaged head could delete the history the true head reaches.
+        heads: list[tuple[str | None, bytes, str]] = [
+            (split_ref_key(k)[0], cid, _ref_where(k)) for k, cid in checked_heads(txn, dbs)
+        ]
         # Heads an audited reset_ref moved away from: whole lineage, until released.
         heads.extend(
             (None, cid, f"meta/retained/{cid.hex()}") for cid in retained_heads(txn, dbs["meta"])
