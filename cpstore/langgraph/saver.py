@@ -439,10 +439,12 @@ class AsyncCpstoreSaver(CpstoreSaver):
         try:
             yield cls(store, serde=serde)
         finally:
-            await _settled(store.close)
+            await _settled(store.close, abandon=False)
 
 
-async def _settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = None) -> T:
+async def _settled(
+    fn: Callable[[], T], *, undo: Callable[[T], object] | None = None, abandon: bool = True
+) -> T:
     """``fn()`` in the running loop's default executor; a cancellation settles it first.
 
     Cancelled before an executor thread took it, ``fn`` never runs. Cancelled once it
@@ -452,7 +454,10 @@ async def _settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = 
     store work of it is left running under a ``close()`` (audit64: the put went on in
     the executor, and a read right after the CancelledError missed a checkpoint that
     appeared later). ``undo(result)`` runs (settled) when ``fn`` returned but the call
-    was cancelled: an opened store is closed, not leaked.
+    was cancelled: an opened store is closed, not leaked. ``abandon=False`` (a close, and
+    every ``undo``) runs ``fn`` even when cancelled before a thread took it, and waits
+    for it: cancelled again while the close of a cancelled open (or of the saver's
+    block) still waited in the executor's queue, the store was left open (review66).
     """
     loop = asyncio.get_running_loop()
     gate = threading.Lock()
@@ -460,7 +465,7 @@ async def _settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = 
 
     def call() -> T:
         with gate:
-            if began[1]:
+            if began[1] and abandon:
                 raise _AbandonedError  # cancelled before it began: never runs
             began[0] = True
         return fn()
@@ -471,7 +476,7 @@ async def _settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = 
     except asyncio.CancelledError:
         with gate:
             began[1] = True
-            started = began[0]
+            started = began[0] or not abandon
         fut.add_done_callback(_retrieved)
         while started and not fut.done():
             try:
@@ -482,7 +487,7 @@ async def _settled(fn: Callable[[], T], *, undo: Callable[[T], object] | None = 
                 break
         failed = fut.exception() if fut.done() and not fut.cancelled() else None
         if undo is not None and fut.done() and not fut.cancelled() and failed is None:
-            await _settled(functools.partial(undo, fut.result()))
+            await _settled(functools.partial(undo, fut.result()), abandon=False)
         if failed is not None and not isinstance(failed, _AbandonedError):
             # The caller sees the cancellation; what the call it cancelled ended in (an
             # OutcomeUnknownError: "may or may not be stored") is not hidden (audit64).
