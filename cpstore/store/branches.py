@@ -276,8 +276,9 @@ def repair_ref(
         try:
             unpack_ref(key, damaged)
         except IntegrityError:
-            pass
+            intact = False
         else:
+            intact = True
             if refs_digest_holds(txn, backend.dbs):
                 raise ConflictError(
                     "the ref passes its check and the refs table its digest; repair_ref "
@@ -316,7 +317,8 @@ def repair_ref(
                 encode_value({"run": run_id, "branch": branch, "audit": record.digest}),
                 db=backend.db("meta"),
             )
-        replace_damaged_ref(txn, backend.dbs, key, new_raw, origin)
+        # The ref intact, the digest is what is repaired: its count too (review66).
+        replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, recount=intact)
         return record
 
     result: AuditRecord = backend.write_txn(repair)

@@ -217,19 +217,30 @@ def delete_ref(txn: Any, dbs: Mapping[str, Any], key: bytes) -> None:
 
 
 def replace_damaged_ref(
-    txn: Any, dbs: Mapping[str, Any], key: bytes, cid: bytes | None, origin: int
+    txn: Any,
+    dbs: Mapping[str, Any],
+    key: bytes,
+    cid: bytes | None,
+    origin: int,
+    *,
+    recount: bool = False,
 ) -> None:
     """Overwrite (or, ``cid=None``, delete) a ref whose check fails; re-derive the digest.
 
     The damaged value's true hash is unknowable, so the table digest's XOR is
     recomputed over the table as it now stands (hashing what is stored, as
     :func:`check_refs` does). The count is carried forward by the change, so a
-    ref that vanished before the repair is still reported as vanished.
+    ref that vanished before the repair is still reported as vanished. ``recount``
+    (the repair of the digest itself, every ref passing its check): the count is the
+    table's too, the stored one being part of what is damaged (carried forward, a
+    flipped count byte survived every repair; review66).
     """
     refs = dbs["refs"]
     try:
         _, want_count = _digest_state(txn, dbs["meta"])
     except IntegrityError:
+        recount = True
+    if recount:
         want_count = txn.stat(refs)["entries"]
     if cid is None:
         txn.delete(key, db=refs)
