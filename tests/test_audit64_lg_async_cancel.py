@@ -246,3 +246,34 @@ def test_a_cancelled_call_that_fails_meanwhile_names_its_error() -> None:
     notes = asyncio.run(main())
     assert len(notes) == 1
     assert "OutcomeUnknownError" in notes[0] and "outcome is unknown" in notes[0]
+
+
+def test_an_undo_that_fails_keeps_the_cancellation() -> None:
+    """The undo of a cancelled call (the close of a cancelled open) that raises leaves the
+    caller's CancelledError in place, the undo's error in its notes: before, the undo's
+    error replaced the cancellation (review66's report)."""
+    started, release = threading.Event(), threading.Event()
+
+    def opens() -> str:
+        started.set()
+        release.wait(10)
+        return "opened"
+
+    def undo(value: str) -> None:
+        raise RuntimeError(f"close of {value} failed")
+
+    async def main() -> list[str]:
+        task = asyncio.ensure_future(_settled(opens, undo=undo))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        task.cancel()
+        await asyncio.sleep(0.01)
+        release.set()
+        try:
+            await task
+        except asyncio.CancelledError as exc:
+            return list(getattr(exc, "__notes__", []))
+        raise AssertionError("not cancelled")
+
+    notes = asyncio.run(main())
+    assert notes == ["undoing the cancelled call failed: RuntimeError: close of opened failed"]

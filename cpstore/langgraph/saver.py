@@ -486,14 +486,20 @@ async def _settled(
             except BaseException:  # fn failed: reported as cancelled, its error noted below
                 break
         failed = fut.exception() if fut.done() and not fut.cancelled() else None
-        if undo is not None and fut.done() and not fut.cancelled() and failed is None:
-            await _settled(functools.partial(undo, fut.result()), abandon=False)
+        notes = []
         if failed is not None and not isinstance(failed, _AbandonedError):
             # The caller sees the cancellation; what the call it cancelled ended in (an
             # OutcomeUnknownError: "may or may not be stored") is not hidden (audit64).
-            cancel = sys.exc_info()[1]
-            if cancel is not None:
-                cancel.add_note(f"the cancelled call ended in {type(failed).__name__}: {failed}")
+            notes.append(f"the cancelled call ended in {type(failed).__name__}: {failed}")
+        if undo is not None and fut.done() and not fut.cancelled() and failed is None:
+            try:
+                await _settled(functools.partial(undo, fut.result()), abandon=False)
+            except Exception as exc:  # the undo's failure is noted, the cancellation stays
+                notes.append(f"undoing the cancelled call failed: {type(exc).__name__}: {exc}")
+        cancel = sys.exc_info()[1]
+        if cancel is not None:
+            for note in notes:
+                cancel.add_note(note)
         raise
 
 
