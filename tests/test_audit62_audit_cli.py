@@ -41,7 +41,9 @@ def _flip_time(store: Store, index: int) -> None:
 
 
 @pytest.mark.parametrize("index", [0, 2], ids=["middle", "last"])
-def test_an_altered_record_is_exit_5(url: str, index: int, capsys: pytest.CaptureFixture) -> None:
+def test_an_altered_record_is_exit_5(
+    url: str, index: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     with open_store(url) as store:
         for run in ("a", "b", "c"):
             _decided(store, run)

@@ -100,7 +100,9 @@ def test_record_over_a_damaged_row_is_refused(store: Store, damage: str) -> None
 def test_every_latest_decision_reader_refuses_a_damaged_row(store: Store, damage: str) -> None:
     _, cid, n = _two_decided(store)
     with store.audit_view() as log:
-        decision_id = log.latest_decision(cid).body["decision_id"]
+        latest = log.latest_decision(cid)
+        assert latest is not None
+        decision_id = latest.body["decision_id"]
     _put_row(store, cid, DAMAGE[damage](_row(store, cid), 1, n))
     calls: list[Callable[[], Any]] = [
         lambda: resume_gate(store, cid, decision_id),

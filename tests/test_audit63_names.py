@@ -27,7 +27,9 @@ from cpstore.store.facade import Store
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _chain(store: Store, run: str, branch: str = "main", parent: str | None = None, n: int = 1):
+def _chain(
+    store: Store, run: str, branch: str = "main", parent: str | None = None, n: int = 1
+) -> list[str]:
     rec = store.recorder(run, branch=branch, parent=parent)
     base = 0 if parent is None else store.manifest(parent).step + 1
     return [rec.checkpoint(base + i, {"run": run, "branch": branch, "i": i}) for i in range(n)]

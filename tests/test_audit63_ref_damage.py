@@ -45,7 +45,9 @@ def _flip(url: str, table: str, key: bytes, at: int) -> None:
         schema = parse_url(url).schema
         with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
             row = conn.execute(f'SELECT v FROM "{schema}"."{table}" WHERE k = %s', (key,))
-            value = bytearray(row.fetchone()[0])
+            fetched = row.fetchone()
+            assert fetched is not None
+            value = bytearray(fetched[0])
             value[at] ^= 0x01
             done = conn.execute(
                 f'UPDATE "{schema}"."{table}" SET v = %s WHERE k = %s', (bytes(value), key)

@@ -62,7 +62,7 @@ def _two_extend(url: str, same: bool, durability: str = "sync") -> None:
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
-    winners = []
+    winners: list[str] = []
     for step in range(STEPS):
         kinds = sorted(got[n][step][0] for n in "ab")
         assert kinds == ["conflict", "ok"], (step, got["a"][step], got["b"][step])

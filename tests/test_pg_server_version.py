@@ -74,7 +74,8 @@ def test_the_open_applies_the_check_before_creating_anything(
     monkeypatch.setattr(pg_open, "MIN_SERVER_VERSION", 160000)
     with pytest.raises(ServerVersionError) as caught:
         cpstore.open(url)
-    assert caught.value.required == 160000 and caught.value.found // 10000 == 15
+    assert caught.value.required == 160000
+    assert caught.value.found is not None and caught.value.found // 10000 == 15
     assert url.split("?")[0] in str(caught.value)
     with psycopg.connect(
         f"host={pg_cluster.socket_dir} user=postgres dbname=postgres", autocommit=True

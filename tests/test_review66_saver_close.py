@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-import cpstore.langgraph.saver as saver_mod
+import cpstore.store as store_pkg
 from cpstore.langgraph.saver import AsyncCpstoreSaver
 
 
@@ -33,7 +33,7 @@ async def _queued(ex: ThreadPoolExecutor, count: int) -> None:
 def _run_with_second_cancel(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, in_body: bool
 ) -> list[Any]:
-    real_open = saver_mod._store.open
+    real_open = store_pkg.open
     opened: list[Any] = []
     in_open, release_open, release_blocker = (threading.Event() for _ in range(3))
 
@@ -44,7 +44,7 @@ def _run_with_second_cancel(
         opened.append(store)
         return store
 
-    monkeypatch.setattr(saver_mod._store, "open", slow_open)
+    monkeypatch.setattr(store_pkg, "open", slow_open)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
