@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,9 +144,13 @@ def test_cli_names_exit_bad_input_or_not_found(tmp_path: Path, name: bytes, code
 # -- a name resolved while another process moves its branch -----------------------
 
 
-def _mover(url: str, rounds: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _mover(url: str, rounds: int, out: multiprocessing.Queue, reading: str) -> None:  # type: ignore[type-arg]
     """Extend r@main, resetting it two back every fifth step; report every acknowledged id
-    with its parent (the tree a ``~2`` reading must come from)."""
+    with its parent (the tree a ``~2`` reading must come from). Starts once the reader
+    reads (``reading`` exists): a reader slow to spawn under load read nothing (CI)."""
+    deadline = time.monotonic() + 120
+    while not os.path.exists(reading) and time.monotonic() < deadline:
+        time.sleep(0.01)
     with cpstore.open(url) as st:
         for i in range(rounds):
             head = st.ref("r")
@@ -164,7 +169,7 @@ def _mover(url: str, rounds: int, out: multiprocessing.Queue) -> None:  # type: 
     out.put(None)
 
 
-def _reader(url: str, until: str, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _reader(url: str, until: str, out: multiprocessing.Queue, reading: str) -> None:  # type: ignore[type-arg]
     seen: list[str] = []
     errors: list[str] = []
     with cpstore.open(url) as st:
@@ -175,6 +180,8 @@ def _reader(url: str, until: str, out: multiprocessing.Queue) -> None:  # type: 
                 errors.append(exc.what)
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
+            if len(seen) + len(errors) == 1:
+                Path(reading).touch()
     out.put((seen, errors))
 
 
@@ -185,9 +192,9 @@ def test_tilde_names_on_a_branch_another_process_moves(url: str, tmp_path: Path)
         first = _chain(st, "r", n=3)
     ctx = multiprocessing.get_context("spawn")
     moves, reads = ctx.Queue(), ctx.Queue()
-    until = str(tmp_path / "done")
-    reader = ctx.Process(target=_reader, args=(url, until, reads), daemon=True)
-    mover = ctx.Process(target=_mover, args=(url, 60, moves), daemon=True)
+    until, reading = str(tmp_path / "done"), str(tmp_path / "reading")
+    reader = ctx.Process(target=_reader, args=(url, until, reads, reading), daemon=True)
+    mover = ctx.Process(target=_mover, args=(url, 60, moves, reading), daemon=True)
     reader.start()
     mover.start()
     parent_of: dict[str, str | None] = {first[0]: None, first[1]: first[0], first[2]: first[1]}
