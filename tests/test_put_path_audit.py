@@ -24,7 +24,7 @@ from cpstore.errors import ConflictError, CpstoreError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import encode_element, encode_fast
-from cpstore.store import manifest as manifest_module
+from cpstore.store import manifest_encode
 from cpstore.store.content import objects_of
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -51,8 +51,8 @@ def _cold_cid(
     store: Store, ops: list[Callable[[Recorder], Any]], cp: Callable[[Recorder], Any]
 ) -> bytes:
     """The checkpoint a fresh recorder on the head writes after the same calls (not stored)."""
-    manifest_module._DIGEST_MAP_PLANS.clear()  # cold module caches too
-    manifest_module._ENCODED_NAMES.clear()
+    manifest_encode._DIGEST_MAP_PLANS.clear()  # cold module caches too
+    manifest_encode._ENCODED_NAMES.clear()
     cold = store.recorder("r")
     for op in ops:
         with contextlib.suppress(CpstoreError):

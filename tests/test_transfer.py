@@ -16,6 +16,7 @@ import cpstore
 from cpstore.cli import main
 from cpstore.errors import ConflictError, IntegrityError, NotFoundError
 from cpstore.store import transfer as transfer_module
+from cpstore.store import transfer_objects
 from cpstore.store.facade import Store
 from cpstore.store.stats import store_stats
 from cpstore.store.transfer import transfer
@@ -154,7 +155,7 @@ def test_a_head_the_destination_prunes_during_the_transfer_gets_no_ref(
         ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
         transfer(src.backend, dst.backend)
         src.fork("run", "alt", ids[1])  # the destination has ids[1], as a non-head
-        copy = transfer_module._copy_objects
+        copy = transfer_objects._copy_objects
 
         def gc_then_copy(*args: Any, **kwargs: Any) -> None:
             # After the destination's checkpoints were read, before any ref is written.

@@ -23,6 +23,7 @@ from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 import cpstore
 from cpstore.errors import ConflictError, IntegrityError
 from cpstore.store import transfer as transfer_module
+from cpstore.store import transfer_objects
 from cpstore.store.facade import Store
 from cpstore.store.pg_open import parse_url
 from cpstore.store.transfer import transfer
@@ -67,7 +68,7 @@ def _record(store: Store, run: str, steps: range, shared: list[bytes]) -> str:
 
 def _gc_after_copy(monkeypatch: pytest.MonkeyPatch, dst_at: str, run: str) -> None:
     """Delete ``run`` of the destination in another process after the copy, before landing."""
-    copy = transfer_module._copy_objects
+    copy = transfer_objects._copy_objects
 
     def copy_then_gc(*args: Any, **kwargs: Any) -> None:
         copy(*args, **kwargs)
@@ -107,7 +108,7 @@ def test_a_race_that_persists_is_a_conflict_naming_it_and_nothing_lands(
         _record(src, "run", range(3), shared)
         _record(dst, "local-old", range(1), shared)
         _gc_after_copy(monkeypatch, dst_at, "local-old")
-        resend = transfer_module._resend
+        resend = transfer_objects._resend
 
         def swept_again(*args: Any, **kwargs: Any) -> None:
             resend(*args, **kwargs)
@@ -136,7 +137,7 @@ def test_repeated_pulls_racing_a_gc_loop_land_whole_or_fail_with_the_named_race(
 
         monkeypatch.setattr(dst.backend, "put_objects", put_then_pause)
         resends: list[int] = []
-        resend = transfer_module._resend
+        resend = transfer_objects._resend
 
         def counted(*args: Any, **kwargs: Any) -> None:
             resends.append(len(args[2]))
@@ -196,7 +197,7 @@ def test_objects_the_sources_retention_swept_mid_transfer_are_a_named_race_not_n
     src_at = _where(src_kind, tmp_path, "src", pg_url)
     with cpstore.open(src_at) as src, cpstore.open(tmp_path / "dst") as dst:
         head = _record(src, "run", range(4), [])
-        fetch = transfer_module._fetch
+        fetch = transfer_objects._fetch
         pruned: list[bool] = []
 
         def prune_first(*args: Any) -> Any:
@@ -205,7 +206,7 @@ def test_objects_the_sources_retention_swept_mid_transfer_are_a_named_race_not_n
                 pruned.append(True)
             return fetch(*args)
 
-        monkeypatch.setattr(transfer_module, "_fetch", prune_first)
+        monkeypatch.setattr(transfer_objects, "_fetch", prune_first)
         with pytest.raises(ConflictError) as info:
             transfer(src.backend, dst.backend)
         assert "retention swept objects this transfer was copying" in info.value.what

@@ -19,7 +19,7 @@ from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.errors import ConflictError, NotFoundError
-from cpstore.store import transfer as transfer_module
+from cpstore.store import transfer_objects
 from cpstore.store.facade import Store
 from cpstore.store.transfer import transfer
 
@@ -56,7 +56,7 @@ def test_an_object_swept_and_recorded_again_before_the_check_is_the_race_not_dam
     with cpstore.open(src_at) as src, cpstore.open(tmp_path / "dst") as dst:
         head = src.ref("run")
         assert head is not None
-        fetch = transfer_module._fetch
+        fetch = transfer_objects._fetch
         raced: list[bool] = []
 
         def delete_then_fetch(*args: Any) -> Any:
@@ -70,7 +70,7 @@ def test_an_object_swept_and_recorded_again_before_the_check_is_the_race_not_dam
                 _run(_RECORD, src_at)  # before the transfer classifies what it met
                 raise
 
-        monkeypatch.setattr(transfer_module, "_fetch", delete_then_fetch)
+        monkeypatch.setattr(transfer_objects, "_fetch", delete_then_fetch)
         with pytest.raises(ConflictError) as info:
             transfer(src.backend, dst.backend)
         assert "retention swept objects this transfer was copying" in info.value.what
@@ -116,14 +116,14 @@ def test_pushes_beside_a_process_pruning_the_source_land_whole_or_fail_with_the_
     recorded between them): each lands whole (the destination verifies, every head reads)
     or fails with the source-retention race named; a push after the sweeper stops lands."""
     src_at, stop = _where(src_kind, tmp_path, "src", pg_url), tmp_path / "stop"
-    fetch = transfer_module._fetch
+    fetch = transfer_objects._fetch
     fetched: list[int] = []
 
     def counted(*args: Any) -> Any:
         fetched.append(len(args[1]))
         return fetch(*args)
 
-    monkeypatch.setattr(transfer_module, "_fetch", counted)
+    monkeypatch.setattr(transfer_objects, "_fetch", counted)
     with cpstore.open(src_at) as src:
         for k in range(24):
             _record_run(src, f"r{k}", 4, [b"shared %d" % (k // 3), b"own %d" % k])
