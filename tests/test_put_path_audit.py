@@ -53,6 +53,7 @@ def _cold_cid(
     """The checkpoint a fresh recorder on the head writes after the same calls (not stored)."""
     manifest_encode._DIGEST_MAP_PLANS.clear()  # cold module caches too
     manifest_encode._ENCODED_NAMES.clear()
+    manifest_encode._ORDER_PLANS.clear()  # the plan the recorder's digest_map_and_order reads first
     cold = store.recorder("r")
     for op in ops:
         with contextlib.suppress(CpstoreError):
