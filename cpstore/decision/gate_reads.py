@@ -18,23 +18,16 @@ def _linked(store: AuditView, rec: AuditEntry) -> None:
     record's ``prev``, or the head's digest: an altered record that still decodes was
     trusted, audit62), and (keyed store) that its MAC verifies."""
     store.check_audit_mac(rec.index)
-    vouched = store.chained_digest(rec.index)
-    if vouched != rec.digest:
-        raise AuditChainError(
-            "audit record is not the one the chain vouches for (altered)",
-            where=f"audit[{rec.index}]",
-            expected=vouched,
-            got=rec.digest,
-        )
+    store.check_vouched(rec)
     if rec.index == 0:
         if rec.prev is not None:
-            raise AuditChainError("first audit record names a predecessor", where="audit[0]")
+            raise AuditChainError("first audit record names a predecessor", where="audit/0")
         return
     before = list(store.audit_records(start=rec.index - 1, limit=1))
     if not before or before[0].digest != rec.prev:
         raise AuditChainError(
             "audit record does not chain to its predecessor",
-            where=f"audit[{rec.index}]",
+            where=f"audit/{rec.index}",
             expected=rec.prev,
             got=None if not before else before[0].digest,
         )

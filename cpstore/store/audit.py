@@ -297,10 +297,8 @@ class AuditView(GateLookups):
         for rec in self.audit_records(kind=DECISION_KIND, start=indexed_count(txn, meta)):
             if decided_checkpoint(rec.kind, rec.body) == cid:
                 latest = rec
-        if latest is not None and self.chained_digest(latest.index) != latest.digest:
-            raise AuditChainError(  # altered in place: its successor (or head) disagrees
-                "audit record is not the one the chain vouches for", where=f"audit/{latest.index}"
-            )
+        if latest is not None:
+            self.check_vouched(latest)  # altered in place: its successor (or head) disagrees
         return latest
 
     def indexed_decision(self, cid: bytes, *, before: int = 2**64) -> AuditRecord | None:
@@ -356,6 +354,27 @@ class AuditView(GateLookups):
                 where=f"meta/decision/{cid.hex()}",
                 expected=f"the audit index of a decision at or after {rec.index}",
                 got=None,
+            )
+
+    def check_vouched(
+        self, rec: AuditRecord, after: AuditRecord | None = None, *, what: str = ""
+    ) -> None:
+        """AuditChainError (where ``audit/<index>``) unless ``rec`` is the very record the
+        chain vouches for (:meth:`chained_digest`): an altered record that still decodes is
+        no longer the one the next record's ``prev`` (or the head) names (audit62).
+        ``after``: the record listed after ``rec``, when the caller has it; its ``prev``
+        vouches when it is record ``rec.index + 1`` (no read). ``what``: appended to the
+        message, the caller's consequence."""
+        if after is not None and after.index == rec.index + 1:
+            vouched = after.prev
+        else:
+            vouched = self.chained_digest(rec.index)
+        if vouched != rec.digest:
+            raise AuditChainError(
+                "audit record is not the one the chain vouches for (altered)" + what,
+                where=f"audit/{rec.index}",
+                expected=vouched,
+                got=rec.digest,
             )
 
     def chained_digest(self, index: int) -> str:
