@@ -6,7 +6,8 @@ their own copy, and told it apart: the gates at ``audit[i]``, the others at ``au
 ``latest_decision`` without the digests. Now one method does it: the same altered record
 is refused by all three at ``audit/<index>``, the expected and found digests in each. A
 caller holding the next listed record (the CLI's listing) passes it as ``after`` and no
-read is made. Both backends.
+read is made. The gates' other refusals that name a record name it as ``audit/<index>``
+too. Both backends.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from test_decision_support import stored_replay
 import cpstore
 from cpstore.cli import main
 from cpstore.cli.exit_codes import EXIT_INTEGRITY
-from cpstore.decision.gates import resume_gate
+from cpstore.decision.gates import check_resume, resume_gate, sign_off
 from cpstore.decision.validate import validate
-from cpstore.errors import AuditChainError
+from cpstore.errors import AuditChainError, GateError, SignOffError
 from cpstore.run.model import ReplayMode
 from cpstore.store.audit import AuditView
 from cpstore.store.facade import Store
@@ -111,3 +112,27 @@ def test_after_vouches_without_a_read(
             with pytest.raises(AuditChainError, match="nothing carried") as told:
                 view.check_vouched(first, other, what="; nothing carried")
             assert told.value.what.endswith("(altered); nothing carried")
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "postgresql"])
+@pytest.mark.usefixtures("pg_cluster")
+def test_the_gates_name_a_record_as_audit_slash_index(kind: str, tmp_path: Path) -> None:
+    with cpstore.open(_at(kind, tmp_path, "s")) as store:
+        cid = _quarantined(store)
+        [decision] = list(store.audit_records(kind="decision"))
+        d = decision.body["decision_id"]
+        so = sign_off(store, d, operator="op", reason="drill")
+        [signed] = list(store.audit_records(kind="signoff"))
+        with pytest.raises(SignOffError) as again:
+            sign_off(store, d, operator="op", reason="twice")
+        assert again.value.where == f"audit/{signed.index}"
+        permit = resume_gate(store, cid, d, sign_off=so)
+        with pytest.raises(GateError) as other:
+            check_resume(store, "0" * 32, run_id="r", branch="main", permit=permit)
+        [gate] = list(store.audit_records(kind="gate"))
+        assert other.value.where == f"audit/{gate.index}"
+        check_resume(store, cid, run_id="r", branch="main", permit=permit)
+        [used] = list(store.audit_records(kind="resume"))
+        with pytest.raises(GateError) as twice:
+            check_resume(store, cid, run_id="r", branch="main", permit=permit)
+        assert twice.value.where == f"audit/{used.index}"

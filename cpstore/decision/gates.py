@@ -175,7 +175,7 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
         if earlier is not None:
             raise SignOffError(
                 "decision is already signed off; one decision takes one sign-off",
-                where=f"audit[{earlier.index}]",
+                where=f"audit/{earlier.index}",
                 got=earlier.digest,
             )
         return {
@@ -208,7 +208,7 @@ def _valid_sign_off(store: AuditView, digest: str, rec: AuditEntry) -> AuditEntr
     ):
         raise SignOffError(
             "sign-off does not release this decision",
-            where=f"audit[{so.index}]",
+            where=f"audit/{so.index}",
             expected=rec.body.get("decision_id"),
             got=body.get("decision_id"),
         )
@@ -342,11 +342,11 @@ def _use_permit(
         raise GateError("permit is not in the audit log", got=digest) from None
     body = gate.body
     if gate.kind != AUDIT_GATE or body.get("gate") != "resume":
-        raise GateError("not a resume permit", where=f"audit[{gate.index}]", got=gate.kind)
+        raise GateError("not a resume permit", where=f"audit/{gate.index}", got=gate.kind)
     if body.get("checkpoint_id") != checkpoint_id:
         raise GateError(
             "permit is for another checkpoint",
-            where=f"audit[{gate.index}]",
+            where=f"audit/{gate.index}",
             expected=checkpoint_id,
             got=body.get("checkpoint_id"),
         )
@@ -365,7 +365,7 @@ def _use_permit(
     if used is not None:
         raise GateError(
             "permit was already used; it allows one resume",
-            where=f"audit[{used.index}]",
+            where=f"audit/{used.index}",
             got=gate.digest,
         )
     return {
