@@ -51,7 +51,7 @@ from bench_store import Comparison, _timed, _timer, interleave
 from pytest_benchmark.fixture import BenchmarkFixture
 
 import cpstore
-from cpstore.decision import gates
+from cpstore.decision import gate_reads
 from cpstore.decision.gates import certify_rollback, check_resume, resume_gate, sign_off
 from cpstore.native import fast_canonical
 from cpstore.native.canonical import decode_value
@@ -422,7 +422,8 @@ def test_gate_path_against_its_full_scan_twin(
 
         def lookup() -> None:
             with store.audit_view() as view:
-                if [r.digest for r in gates._decision_by_name(view, prefix)] != [target.digest]:
+                found = gate_reads._decision_by_name(view, prefix)
+                if [r.digest for r in found] != [target.digest]:
                     raise AssertionError("the prefix lookup missed its decision")
 
         return _timed(lookup)

@@ -14,7 +14,7 @@ from pg_cluster import (  # noqa: F401 - fixtures
 )
 from test_decision_support import stored_replay
 
-from cpstore.decision import gates
+from cpstore.decision import gate_reads
 from cpstore.decision.gates import MIN_PREFIX, resume_gate, sign_off
 from cpstore.decision.ports import AuditEntry, AuditLog
 from cpstore.decision.validate import validate
@@ -120,7 +120,7 @@ def _index_agrees_with_the_scans(store: Store) -> int:
             same = [r.digest for r in decisions if r.body.get("decision_id") == ident]
             assert [r.digest for r in log.decisions_by_id(ident)] == same, ident
             old = _outcome(old_decision_by_name, log, ident)
-            assert _outcome(gates._decision_by_name, log, ident) == old, ident
+            assert _outcome(gate_reads._decision_by_name, log, ident) == old, ident
             checked += 1
         for rec in log.audit_records():
             if rec.kind == "decision":

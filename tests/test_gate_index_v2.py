@@ -29,7 +29,7 @@ from test_gate_index import (
     old_decision_by_name,
 )
 
-from cpstore.decision import gates
+from cpstore.decision import gate_reads
 from cpstore.decision.gates import (
     MIN_PREFIX,
     certify_rollback,
@@ -109,7 +109,7 @@ def _agrees_with_the_scans(store: Store) -> int:
         decisions = [r for r in records if r.kind == "decision"]
         for ident in sorted(idents):
             old = _outcome(old_decision_by_name, log, ident)
-            assert _outcome(gates._decision_by_name, log, ident) == old, ident
+            assert _outcome(gate_reads._decision_by_name, log, ident) == old, ident
             if len(ident) >= MIN_PREFIX and all(c in "0123456789abcdef" for c in ident):
                 want_all = [
                     r.digest

@@ -30,7 +30,6 @@ from cpstore.cli.exit_codes import (
 )
 from cpstore.cli.verify_command import MACS_UNCHECKED, verify_report
 from cpstore.decision.gates import sign_off
-from cpstore.errors import AuditChainError
 from cpstore.store.audit import DECISION_PREFIX, HEAD_KEY
 from cpstore.store.audit_gates import DECISION_ID_PREFIX, SIGNED_PREFIX, USED_PREFIX
 from cpstore.store.audit_named import AUDITED_PREFIX
@@ -137,18 +136,7 @@ def _check_vouched(store: Any, records: list[Any]) -> None:
         return
     with store.audit_view() as log:
         for rec, after in zip(records, [*records[1:], None], strict=True):
-            if after is not None and after.index == rec.index + 1:
-                vouched = after.prev
-            else:
-                vouched = log.chained_digest(rec.index)
-            if vouched != rec.digest:
-                raise AuditChainError(
-                    "audit record is not the one the chain vouches for (altered; "
-                    "cpstore audit --check reports every problem)",
-                    where=f"audit/{rec.index}",
-                    expected=vouched,
-                    got=rec.digest,
-                )
+            log.check_vouched(rec, after, what="; cpstore audit --check reports every problem")
 
 
 def _audit(args: argparse.Namespace) -> int:

@@ -26,7 +26,8 @@ The decision named by id, digest or prefix, "already signed off", "sign-off alre
 used", "permit already used" and "branch ever quarantined" are asked of the view
 (:meth:`~cpstore.decision.ports.AuditView.decisions_by_id`, ``decisions_by_prefix``,
 ``sign_off_of``, ``sign_off_use``, ``permit_use``, ``branch_quarantine``: the store's
-gate index, docs/store.md), not found by reading every record.
+gate index, docs/store.md), not found by reading every record. Finding the decision a
+gate is named and trusting it (the chain vouches for it) is ``gate_reads.py``'s.
 """
 
 from __future__ import annotations
@@ -36,15 +37,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cpstore.decision.ports import AuditEntry, AuditStore, AuditView
-from cpstore.decision.table import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
-from cpstore.errors import (
-    AuditChainError,
-    GateError,
-    InvalidInputError,
-    NotFoundError,
-    SignOffError,
+from cpstore.decision.gate_reads import (
+    MIN_PREFIX,
+    _check_current,
+    _checkpoint_of,
+    _codes,
+    _decision_record,
+    _id_of,
+    _latest_for,
+    _linked,
+    _verdict,
 )
+from cpstore.decision.ports import AuditEntry, AuditStore, AuditView
+from cpstore.decision.table import AUDIT_DECISION, FINDING_RULES, Decision, Verdict
+from cpstore.errors import GateError, InvalidInputError, NotFoundError, SignOffError
 from cpstore.native.args import non_empty_text
 
 __all__ = [
@@ -119,185 +125,6 @@ class RollbackCertificate:
     """Digest of the gate's own audit record."""
 
 
-# -- reading the audit log ------------------------------------------------------
-
-
-def _linked(store: AuditView, rec: AuditEntry) -> None:
-    """Check ``rec`` is where the chain says, the very record the log vouches for (the next
-    record's ``prev``, or the head's digest: an altered record that still decodes was
-    trusted, audit62), and (keyed store) that its MAC verifies."""
-    store.check_audit_mac(rec.index)
-    vouched = store.chained_digest(rec.index)
-    if vouched != rec.digest:
-        raise AuditChainError(
-            "audit record is not the one the chain vouches for (altered)",
-            where=f"audit[{rec.index}]",
-            expected=vouched,
-            got=rec.digest,
-        )
-    if rec.index == 0:
-        if rec.prev is not None:
-            raise AuditChainError("first audit record names a predecessor", where="audit[0]")
-        return
-    before = list(store.audit_records(start=rec.index - 1, limit=1))
-    if not before or before[0].digest != rec.prev:
-        raise AuditChainError(
-            "audit record does not chain to its predecessor",
-            where=f"audit[{rec.index}]",
-            expected=rec.prev,
-            got=None if not before else before[0].digest,
-        )
-
-
-def _id_of(decision: Decision | str) -> str:
-    """The id a caller names a decision by: the Decision's own, or the str given."""
-    if isinstance(decision, Decision):
-        return decision.id
-    if isinstance(decision, str) and decision:
-        return decision
-    raise InvalidInputError("decision must be a Decision or a decision id", got=decision)
-
-
-#: Shortest prefix of a decision id or audit digest an operator may type (as git's ids).
-MIN_PREFIX = 8
-
-
-def _by_digest(store: AuditView, ident: str) -> list[AuditEntry]:
-    """The decision record whose audit digest is ``ident`` (32 lowercase hex), if any."""
-    if len(ident) != 32 or not _is_hex(ident) or ident != ident.lower():
-        return []
-    try:
-        rec = store.get_audit(ident)
-    except NotFoundError:
-        return []
-    return [rec] if rec.kind == AUDIT_DECISION else []
-
-
-def _decision_by_name(store: AuditView, ident: str) -> list[AuditEntry]:
-    """Decision records ``ident`` names: by decision id, else by the record's audit digest,
-    else (a str of >= 8 hex characters) by a unique prefix of either; any other str is
-    InvalidInputError (no id or digest can start with it).
-
-    All three are asked of the gate index (no read of the log): a prefix, what an
-    operator types, reads the rows and records that start with it."""
-    found = list(store.decisions_by_id(ident))
-    if found:
-        return found
-    found = _by_digest(store, ident)
-    if found:
-        return found
-    if len(ident) < MIN_PREFIX or not _is_hex(ident):
-        # No id or digest can start with it: a mistake in the name, not a missing
-        # decision (exit 3, as a checkpoint prefix too short for Store.resolve).
-        raise InvalidInputError(
-            "a decision is named by its id, its audit digest or a prefix of at least "
-            f"{MIN_PREFIX} hex characters of either",
-            expected=f"a prefix of >= {MIN_PREFIX} hex characters",
-            got=ident,
-        )
-    matches = {r.digest: r for r in store.decisions_by_prefix(ident.lower())}
-    if len(matches) > 1:
-        raise InvalidInputError(
-            "ambiguous decision prefix; give more characters",
-            where=ident,
-            expected="one of "
-            + ", ".join(
-                f"{r.body.get('decision_id')} (audit {r.digest})" for r in matches.values()
-            ),
-            got=f"{len(matches)} decisions",
-        )
-    return list(matches.values())
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdefABCDEF" for c in text)
-
-
-def _decision_record(store: AuditView, decision: Decision | str) -> AuditEntry:
-    """The one audit record of ``decision``; the caller's object is not trusted.
-
-    A str names the decision by its id or by its audit record's digest (what
-    ``cpstore audit`` prints), or by a unique prefix of >= 8 hex characters of either.
-    """
-    ident = _id_of(decision)
-    if isinstance(decision, Decision):
-        found = list(store.decisions_by_id(ident))
-    else:
-        found = _decision_by_name(store, ident)
-    if not found:
-        raise NotFoundError(
-            "no such decision in the audit log (neither a decision id nor its audit digest)",
-            where="audit",
-            got=ident,
-        )
-    if len(found) > 1:
-        raise GateError(
-            "decision id appears more than once in the audit log; refusing to trust it",
-            got=[r.digest for r in found],
-        )
-    rec = found[0]
-    if isinstance(decision, Decision) and decision.audit_digest not in (None, rec.digest):
-        raise GateError(
-            "decision object does not match its audit record",
-            expected=rec.digest,
-            got=decision.audit_digest,
-        )
-    _linked(store, rec)
-    return rec
-
-
-def _checkpoint_of(rec: AuditEntry) -> str | None:
-    recorded = rec.body.get("recorded")
-    return recorded.get("checkpoint_id") if isinstance(recorded, Mapping) else None
-
-
-def _codes(rec: AuditEntry) -> list[FindingCode]:
-    out = []
-    for f in rec.body.get("findings", []):
-        try:
-            out.append(FindingCode(f.get("code")))
-        except (ValueError, AttributeError):
-            # An unknown code cannot be released by anyone.
-            raise GateError(
-                "decision record holds an unknown finding code", where=rec.digest, got=f
-            ) from None
-    return out
-
-
-def _verdict(rec: AuditEntry) -> Verdict:
-    # Re-derive from the codes; the stored verdict must agree with them.
-    derived = max((FINDING_RULES[c][0] for c in _codes(rec)), default=Verdict.ACCEPT)
-    if rec.body.get("verdict") != derived.name:
-        raise GateError(
-            "decision record's verdict does not follow from its findings",
-            where=rec.digest,
-            expected=derived.name,
-            got=rec.body.get("verdict"),
-        )
-    return derived
-
-
-def _latest_for(log: AuditView, checkpoint_id: str) -> AuditEntry | None:
-    return log.latest_decision(checkpoint_id)
-
-
-def _check_current(store: AuditView, rec: AuditEntry, checkpoint_id: str) -> None:
-    if _checkpoint_of(rec) != checkpoint_id:
-        raise GateError(
-            "decision is about another checkpoint",
-            expected=checkpoint_id,
-            got=_checkpoint_of(rec),
-        )
-    latest = _latest_for(store, checkpoint_id)
-    if latest is not None and latest.digest != rec.digest:
-        raise GateError(
-            "a later decision supersedes this one for the checkpoint",
-            where=f"checkpoint {checkpoint_id}",
-            expected=latest.body.get("decision_id"),
-            got=rec.body.get("decision_id"),
-        )
-
-
 # -- the gates ------------------------------------------------------------------
 
 
@@ -348,7 +175,7 @@ def sign_off(store: AuditStore, decision: Decision | str, *, operator: str, reas
         if earlier is not None:
             raise SignOffError(
                 "decision is already signed off; one decision takes one sign-off",
-                where=f"audit[{earlier.index}]",
+                where=f"audit/{earlier.index}",
                 got=earlier.digest,
             )
         return {
@@ -381,7 +208,7 @@ def _valid_sign_off(store: AuditView, digest: str, rec: AuditEntry) -> AuditEntr
     ):
         raise SignOffError(
             "sign-off does not release this decision",
-            where=f"audit[{so.index}]",
+            where=f"audit/{so.index}",
             expected=rec.body.get("decision_id"),
             got=body.get("decision_id"),
         )
@@ -515,11 +342,11 @@ def _use_permit(
         raise GateError("permit is not in the audit log", got=digest) from None
     body = gate.body
     if gate.kind != AUDIT_GATE or body.get("gate") != "resume":
-        raise GateError("not a resume permit", where=f"audit[{gate.index}]", got=gate.kind)
+        raise GateError("not a resume permit", where=f"audit/{gate.index}", got=gate.kind)
     if body.get("checkpoint_id") != checkpoint_id:
         raise GateError(
             "permit is for another checkpoint",
-            where=f"audit[{gate.index}]",
+            where=f"audit/{gate.index}",
             expected=checkpoint_id,
             got=body.get("checkpoint_id"),
         )
@@ -538,7 +365,7 @@ def _use_permit(
     if used is not None:
         raise GateError(
             "permit was already used; it allows one resume",
-            where=f"audit[{used.index}]",
+            where=f"audit/{used.index}",
             got=gate.digest,
         )
     return {

@@ -95,6 +95,12 @@ class AuditView(AuditLog, Protocol):
         """The digest the log vouches for record ``index`` (the next record's ``prev``, or
         the head's when it is the last); raises when that is damaged."""
 
+    def check_vouched(self, rec: Any, after: Any = None, *, what: str = "") -> None:
+        """Raise AuditChainError (where ``audit/<index>``) unless ``rec`` (an entry of this
+        log) is the record the chain vouches for (:meth:`chained_digest`); ``after``, the
+        entry listed after it if the caller has one, vouches by its ``prev`` when it is the
+        next record. ``what`` is appended to the message."""
+
     def decisions_by_prefix(self, prefix: str) -> Sequence[AuditEntry]:
         """Every ``decision`` record whose ``str(decision_id)`` or digest starts with
         ``prefix`` (lowercase hex, at least 8 characters), in log order."""

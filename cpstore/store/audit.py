@@ -38,16 +38,8 @@ from cpstore.errors import (
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.fast_canonical import decode_fast, encode_fast
-from cpstore.store.audit_gates import (
-    decisions_by_id,
-    first_permit_use,
-    first_sign_off,
-    first_use,
-    gate_count,
-    put_gate_rows,
-    set_gate_count,
-    start_rebuild,
-)
+from cpstore.store.audit_gates import gate_count, put_gate_rows, set_gate_count, start_rebuild
+from cpstore.store.audit_lookups import GateLookups
 from cpstore.store.audit_named import (
     AUDITED_PREFIX,
     named_by,
@@ -56,7 +48,7 @@ from cpstore.store.audit_named import (
     put_named,
     set_named_count,
 )
-from cpstore.store.audit_permits import branch_of, decisions_by_prefix, first_quarantine, index_row
+from cpstore.store.audit_permits import index_row
 from cpstore.store.backend import FORKS, Backend, Txn, forked_view
 from cpstore.store.keyed_audit import check_can_append, check_mac, keyed_in, mac_append
 from cpstore.store.model import AuditRecord, check_metadata, parse_id
@@ -245,12 +237,14 @@ def audited_among(store: Backend, txn: Txn[memoryview], cids: Iterable[bytes]) -
     return found
 
 
-class AuditView:
+class AuditView(GateLookups):
     """The audit log as one txn sees it (read, or the appending write txn). It offers the
     read methods of :class:`~cpstore.store.facade.Store` under the same names, so the gates'
     checks run unchanged over a store or inside an append. Use it only while its txn is
     open, in the process that began it: ForkError in a fork() child, InvalidInputError after
-    its ``with`` block; each checked again by an iteration at every record it hands out."""
+    its ``with`` block; each checked again by an iteration at every record it hands out.
+    Its gate-index questions (``decisions_by_id``, ``sign_off_of`` …) are those of its base,
+    :class:`~cpstore.store.audit_lookups.GateLookups`."""
 
     def __init__(self, store: Backend, txn: Txn[memoryview]) -> None:
         self._store, self._held, self._fork = store, txn, FORKS[0]
@@ -303,10 +297,8 @@ class AuditView:
         for rec in self.audit_records(kind=DECISION_KIND, start=indexed_count(txn, meta)):
             if decided_checkpoint(rec.kind, rec.body) == cid:
                 latest = rec
-        if latest is not None and self.chained_digest(latest.index) != latest.digest:
-            raise AuditChainError(  # altered in place: its successor (or head) disagrees
-                "audit record is not the one the chain vouches for", where=f"audit/{latest.index}"
-            )
+        if latest is not None:
+            self.check_vouched(latest)  # altered in place: its successor (or head) disagrees
         return latest
 
     def indexed_decision(self, cid: bytes, *, before: int = 2**64) -> AuditRecord | None:
@@ -364,6 +356,27 @@ class AuditView:
                 got=None,
             )
 
+    def check_vouched(
+        self, rec: AuditRecord, after: AuditRecord | None = None, *, what: str = ""
+    ) -> None:
+        """AuditChainError (where ``audit/<index>``) unless ``rec`` is the very record the
+        chain vouches for (:meth:`chained_digest`): an altered record that still decodes is
+        no longer the one the next record's ``prev`` (or the head) names (audit62).
+        ``after``: the record listed after ``rec``, when the caller has it; its ``prev``
+        vouches when it is record ``rec.index + 1`` (no read). ``what``: appended to the
+        message, the caller's consequence."""
+        if after is not None and after.index == rec.index + 1:
+            vouched = after.prev
+        else:
+            vouched = self.chained_digest(rec.index)
+        if vouched != rec.digest:
+            raise AuditChainError(
+                "audit record is not the one the chain vouches for (altered)" + what,
+                where=f"audit/{rec.index}",
+                expected=vouched,
+                got=rec.digest,
+            )
+
     def chained_digest(self, index: int) -> str:
         """The digest the log vouches for record ``index``: the ``prev`` of record
         ``index + 1``, or the head's last digest (meta ``audit_head``) when ``index`` is the
@@ -389,68 +402,6 @@ class AuditView:
             )
         result: str = head[1].hex()
         return result
-
-    def _read_one(self, index: int) -> AuditRecord | None:
-        return next(self.audit_records(start=index, limit=1), None)
-
-    def _tail(self, kind: str, start: int) -> Iterator[AuditRecord]:
-        return self.audit_records(kind=kind, start=start)
-
-    def decisions_by_id(self, decision_id: str) -> list[AuditRecord]:
-        """Every ``decision`` record whose ``decision_id`` is ``decision_id``, in log order
-        (the gate index, ``cpstore.store.audit_gates``, + the log tail)."""
-        found = decisions_by_id(
-            self._txn, self._dbs["meta"], decision_id, read=self._read_one, tail=self._tail
-        )
-        return found  # type: ignore[return-value]
-
-    def sign_off_of(self, decision: AuditRecord) -> AuditRecord | None:
-        """The first ``signoff`` record after ``decision`` whose ``decision_audit`` is its
-        digest (the gate index + the log tail)."""
-        found = first_sign_off(
-            self._txn, self._dbs["meta"], decision, read=self._read_one, tail=self._tail
-        )
-        return found  # type: ignore[return-value]
-
-    def sign_off_use(self, sign_off: AuditRecord) -> AuditRecord | None:
-        """The first ``gate`` record after ``sign_off`` whose ``sign_off`` is its digest."""
-        found = first_use(
-            self._txn, self._dbs["meta"], sign_off, read=self._read_one, tail=self._tail
-        )
-        return found  # type: ignore[return-value]
-
-    def permit_use(self, gate: AuditRecord) -> AuditRecord | None:
-        """The first ``resume`` record after ``gate`` whose ``permit`` is its digest."""
-        found = first_permit_use(
-            self._txn, self._dbs["meta"], gate, read=self._read_one, tail=self._tail
-        )
-        return found  # type: ignore[return-value]
-
-    def branch_quarantine(self, decision: AuditRecord) -> AuditRecord | None:
-        """The first quarantining ``decision`` record (``audit_permits.unverified``) about
-        the run and branch ``decision`` (a decision record of this log) is about
-        (``audit_permits.branch_of``)."""
-        _, run, branch = branch_of(decision.body)
-        return self.pair_quarantine(run, branch, certified=decision.index)
-
-    def pair_quarantine(
-        self, run_id: object, branch: object, *, certified: int = 2**64
-    ) -> AuditRecord | None:
-        """The first quarantining ``decision`` about ``run_id``/``branch`` in the log;
-        ``certified``: the index of a decision about that pair, if known (first_quarantine)."""
-        txn, meta, r, t = self._txn, self._dbs["meta"], self._read_one, self._tail
-        n = gate_count(txn, meta)
-        found = first_quarantine(txn, meta, n, run_id, branch, read=r, tail=t, certified=certified)
-        return found  # type: ignore[return-value]
-
-    def decisions_by_prefix(self, prefix: str) -> list[AuditRecord]:
-        """Decision records whose ``str(decision_id)`` or digest starts with ``prefix``
-        (lowercase hex, 8 or more characters), in log order (the gate index + the tail)."""
-        covered = gate_count(self._txn, self._dbs["meta"])
-        found = decisions_by_prefix(
-            self._txn, self._dbs, covered, prefix, read=self._read_one, tail=self._tail
-        )
-        return found  # type: ignore[return-value]
 
 
 def check_record_mac(store: Backend, txn: Txn[memoryview], index: int) -> None:

@@ -337,7 +337,7 @@ def _lookup(
             "gate index lacks the row of a record it covers, or the row is damaged "
             "(verify reports the index)",
             where=where,
-            expected=f"nil or the index of a {kind} record naming audit[{of.index}]",
+            expected=f"nil or the index of a {kind} record naming audit/{of.index}",
         )
     if index is None:
         return None
@@ -350,7 +350,7 @@ def _lookup(
         or index <= of.index
     ):
         raise AuditChainError(
-            f"gate index names a record that is not a {kind} naming audit[{of.index}] "
+            f"gate index names a record that is not a {kind} naming audit/{of.index} "
             "(verify reports the index)",
             where=where,
             expected=f"the index of a {kind} record whose {field} is {of.digest}",

@@ -19,7 +19,7 @@ checkpoint of its key's run.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpstore.errors import CpstoreError, IntegrityError
@@ -173,6 +173,34 @@ def _xor(a: bytes, b: bytes) -> bytes:
     )
 
 
+#: Called by :func:`_table_digest` with each ref's key and stored value (as the cursor
+#: gives it); returns the ref's full hash once it has checked the ref, or None to have the
+#: stored value hashed as it is.
+_OnRef = Callable[[bytes, bytes | memoryview], bytes | None]
+
+
+def _table_digest(
+    txn: Any, dbs: Mapping[str, Any], on_ref: _OnRef | None = None
+) -> tuple[bytes, int]:
+    """(XOR of the full hash of every ref, ref count): what ``meta/refs_digest`` holds for
+    the refs table as it is stored. A value of ``REF_SIZE`` bytes is hashed as stored,
+    even when its check fails (its true hash is unknowable); another is counted, not
+    hashed. ``on_ref`` sees each ref in key order (it may raise, ending the walk) and may
+    give the hash it computed checking the ref (equal to the stored value's: one hash)."""
+    acc = count = 0
+    hashed, from_bytes = _hash, int.from_bytes
+    with txn.cursor(db=dbs["refs"]) as cur:
+        for count, (k, v) in enumerate(cur, 1):  # noqa: B007 - the count is the last
+            key = bytes(k)
+            full = None if on_ref is None else on_ref(key, v)
+            if full is None and len(v) == REF_SIZE:
+                raw = bytes(v)
+                full = hashed(key, raw[:DIGEST_SIZE], raw[DIGEST_SIZE])
+            if full is not None:
+                acc ^= from_bytes(full, "little")
+    return acc.to_bytes(DIGEST_SIZE, "little"), count
+
+
 def _update_digest(txn: Any, meta: Any, out: bytes | None, into: bytes | None) -> None:
     acc, count = _digest_state(txn, meta)
     x = int.from_bytes(acc, "little")
@@ -247,43 +275,36 @@ def replace_damaged_ref(
         want_count -= 1
     else:
         txn.put(key, pack_ref(key, cid, origin), db=refs)
-    acc = _ZERO
-    with txn.cursor(db=refs) as cur:
-        for k, v in cur:
-            raw = bytes(v)
-            if len(raw) == REF_SIZE:
-                acc = _xor(acc, _hash(bytes(k), raw[:DIGEST_SIZE], raw[DIGEST_SIZE]))
+    acc, _ = _table_digest(txn, dbs)
     txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(want_count), db=dbs["meta"])
 
 
 def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int:
     """Check every ref (its check, its target's run and branch) and the table digest."""
-    acc, count = _ZERO, 0
     cps = records_of(dbs)
-    with txn.cursor(db=dbs["refs"]) as cur:
-        for k, v in cur:
-            key, count = bytes(k), count + 1
-            raw = bytes(v)
-            if len(raw) == REF_SIZE:  # hash what is stored, even when damaged
-                acc = _xor(acc, _hash(key, raw[:DIGEST_SIZE], raw[DIGEST_SIZE]))
-            try:
-                cid, origin = unpack_ref(key, raw)
-            except CpstoreError as exc:
-                problems.append(Problem(exc.what, exc.where or "refs", exc.expected, exc.got))
-                continue
-            try:
-                value = cps.get(txn, cid)
-            except IntegrityError:
-                value = None  # a damaged location: heap_problems names it
-            if value is None:
-                problems.append(Problem("ref does not resolve", _where(key), expected=cid.hex()))
-                continue
-            try:
-                created, data = unpack_checkpoint_value(value)
-                m = decode_manifest(cid, bytes(data), created)
-                check_ref_target(key, origin, m.run_id, m.branch)
-            except CpstoreError as exc:
-                problems.append(Problem(exc.what, exc.where or _where(key), exc.expected, exc.got))
+
+    def check(key: bytes, stored: bytes | memoryview) -> bytes | None:
+        try:
+            cid, origin, full = _unpack_hashed(key, stored)
+        except CpstoreError as exc:  # hashed as stored, when REF_SIZE bytes
+            problems.append(Problem(exc.what, exc.where or "refs", exc.expected, exc.got))
+            return None
+        try:
+            value = cps.get(txn, cid)
+        except IntegrityError:
+            value = None  # a damaged location: heap_problems names it
+        if value is None:
+            problems.append(Problem("ref does not resolve", _where(key), expected=cid.hex()))
+            return full
+        try:
+            created, data = unpack_checkpoint_value(value)
+            m = decode_manifest(cid, bytes(data), created)
+            check_ref_target(key, origin, m.run_id, m.branch)
+        except CpstoreError as exc:
+            problems.append(Problem(exc.what, exc.where or _where(key), exc.expected, exc.got))
+        return full
+
+    acc, count = _table_digest(txn, dbs, check)
     try:
         want_acc, want_count = _digest_state(txn, dbs["meta"])
     except CpstoreError as exc:
@@ -320,36 +341,32 @@ def checked_heads(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[bytes, bytes]]
     by a head cpstore did not set. The digest costs no more hashing than the checks.
     """
     out: list[tuple[bytes, bytes]] = []
-    acc = 0
-    with txn.cursor(db=dbs["refs"]) as cur:
-        for k, v in cur:
-            key = bytes(k)
-            cid, _, full = _unpack_hashed(key, v)
-            acc ^= int.from_bytes(full, "little")
-            out.append((key, cid))
+    unpack, keep = _unpack_hashed, out.append
+
+    def check(key: bytes, stored: bytes | memoryview) -> bytes:
+        cid, _, full = unpack(key, stored)  # IntegrityError at a ref failing its check
+        keep((key, cid))
+        return full
+
+    acc, count = _table_digest(txn, dbs, check)
     want_acc, want_count = _digest_state(txn, dbs["meta"])
-    if want_count != len(out) or want_acc != acc.to_bytes(DIGEST_SIZE, "little"):
+    if (want_acc, want_count) != (acc, count):
         raise IntegrityError(
             "refs table does not match its digest (a ref vanished, was added or changed "
             "outside cpstore): retention stops, it would sweep by heads cpstore did not set; "
             "verify names the damage",
             where="meta/refs_digest",
             expected=f"{want_count} refs, digest {want_acc.hex()}",
-            got=f"{len(out)} refs, digest {acc.to_bytes(DIGEST_SIZE, 'little').hex()}",
+            got=f"{count} refs, digest {acc.hex()}",
         )
     return out
 
 
 def refs_digest_holds(txn: Any, dbs: Mapping[str, Any]) -> bool:
     """Whether ``meta/refs_digest`` is well formed and matches the table as stored."""
-    acc, count = _ZERO, 0
-    with txn.cursor(db=dbs["refs"]) as cur:
-        for k, v in cur:
-            raw, count = bytes(v), count + 1
-            if len(raw) == REF_SIZE:
-                acc = _xor(acc, _hash(bytes(k), raw[:DIGEST_SIZE], raw[DIGEST_SIZE]))
+    held = _table_digest(txn, dbs)
     try:
-        return _digest_state(txn, dbs["meta"]) == (acc, count)
+        return _digest_state(txn, dbs["meta"]) == held
     except IntegrityError:
         return False
 

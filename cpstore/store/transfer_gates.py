@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cpstore.decision.table import FINDING_RULES, FindingCode, Verdict
-from cpstore.errors import AuditChainError, StoreError
+from cpstore.errors import StoreError
 from cpstore.store.audit import (
     DECISION_KIND,
     DECISION_PREFIX,
@@ -169,14 +169,7 @@ def _vouched(view: AuditView, rec: AuditRecord) -> AuditRecord:
     """``rec`` when the source's chain vouches for it (the next record's ``prev``, or the
     head); AuditChainError for a record altered in place, which would land with a digest
     the source's chain does not hold (audit62: as ``latest_decision`` refuses one)."""
-    vouched = view.chained_digest(rec.index)
-    if vouched != rec.digest:
-        raise AuditChainError(
-            "audit record is not the one the chain vouches for (altered); nothing carried",
-            where=f"audit/{rec.index}",
-            expected=vouched,
-            got=rec.digest,
-        )
+    view.check_vouched(rec, what="; nothing carried")
     return rec
 
 
