@@ -147,6 +147,48 @@ class TestRefusals:
             problems = [p for p in _problems(st, tmp_path) if "resolve" in p]
         assert problems == []
 
+    def test_no_such_branch_beside_a_dropped_batched_checkpoint_passes(
+        self, tmp_path: Path
+    ) -> None:
+        """Seed 67204 (PostgreSQL): the shared run's first checkpoints were queued (``b``,
+        never acknowledged: their flushes lost the race) before the call; nothing had set
+        the branch for sure, so "no such run or branch" is right. The first rule took a
+        begun checkpoint for a set branch and reported it."""
+        st, lines, _ = _chain(tmp_path)
+        queued = {"run": SHARED, "branch": "main", "parent": None, "sd": "0" * 32}
+        msg = f"the branch moved since this recorder read it; at refs/{SHARED}/main"
+        lines += [
+            {"ev": "b", "op": "ckpt", "id": "q", **queued},
+            {"ev": "b", "op": "flush", "id": "f"},
+            {"ev": "x", "op": "flush", "id": "f", "err": "ConflictError", "msg": msg},
+        ]
+        refused = _refused(0, f"no such run or branch; at {SHARED}@main", run=SHARED)
+        _fake_log(tmp_path / "logs", lines + refused)
+        with st:
+            problems = [p for p in _problems(st, tmp_path) if "resolve" in p]
+        assert problems == []
+
+    def test_no_such_branch_after_a_deletion_and_a_new_root_is_reported(
+        self, tmp_path: Path
+    ) -> None:
+        """A reset to None, then a root checkpoint acknowledged, both before the call: the
+        branch stood again for the whole call, the deletion does not excuse the refusal."""
+        st, lines, (c0, _, c2) = _chain(tmp_path)
+        reset = {"run": RUN, "branch": "main", "old": c2, "new": None}
+        lines += [
+            {"ev": "b", "op": "reset", "id": "s", **reset},
+            {"ev": "x", "op": "reset", "id": "s", "err": "StoreConnectionError", "msg": "-"},
+            {"ev": "b", "op": "restart", "id": "z"},
+            {"ev": "a", "op": "restart", "id": "z"},
+            {"ev": "b", "op": "ckpt", "id": "n", "run": RUN, "branch": "main", "parent": None,
+             "sd": st.manifest(c0).state_digest},
+            {"ev": "a", "op": "ckpt", "id": "n", "cid": c0, "run": RUN, "branch": "main",
+             "parent": None, "sd": st.manifest(c0).state_digest},
+        ]  # fmt: skip
+        _fake_log(tmp_path / "logs", lines + _refused(0, f"no such run or branch; at {RUN}@main"))
+        with st, pytest.raises(AssertionError, match="refusal not allowed: resolve NotFound"):
+            check(st, tmp_path / "logs", final=True)
+
     def test_no_ancestor_on_a_long_enough_chain_is_reported(self, tmp_path: Path) -> None:
         """~2 of a chain of 3 exists: "no ancestor 2 back" is wrong."""
         st, lines, _ = _chain(tmp_path)
