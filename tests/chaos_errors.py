@@ -31,6 +31,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from chaos_names import refusal_allowed as name_refusal_allowed
+
 #: What a thread's flush says of its checkpoints another thread's failed commit dropped.
 RELAYED = "in another thread's batch commit"
 #: The runs every worker compare-and-sets (a lost race is ConflictError).
@@ -166,6 +168,17 @@ class Context:
 CONNECTION = ("StoreConnectionError", "CommitLostError", "OutcomeUnknownError")
 
 
+def _committed(e: dict[str, Any] | None) -> bool:
+    """chaos_check.may_have_committed (which imports this module): killed, acknowledged,
+    a lost connection, or a batched checkpoint relaying another thread's drop."""
+    return (
+        e is None
+        or e["ev"] == "a"
+        or e.get("err") in CONNECTION
+        or (e.get("op") == "ckpt" and RELAYED in e.get("msg", ""))
+    )
+
+
 def _msg(*parts: str) -> Rule:
     """Allowed when the message holds one of ``parts``."""
     return lambda b, e, c: any(p in e.get("msg", "") for p in parts)
@@ -282,6 +295,14 @@ TABLE: dict[str, dict[str, Rule]] = {
     # sweep or an unpin took between the pick and the read.
     "read": {"NotFoundError": _always},
     "compact": {"StoreError": _msg("has the store open", "committed", "another process")},
+    # RUN@BRANCH~N (tests/chaos_names.py): no such branch only when it may not have existed
+    # during the call, no ancestor N back only when a head it may have had is that short,
+    # an ancestor pruned only after a sweep (docs/store.md, "Naming checkpoints").
+    "resolve": {
+        "NotFoundError": lambda b, e, c: (
+            _pruned(b, e, c) or name_refusal_allowed(b, e, c.ops, _committed)
+        ),
+    },
 }
 
 

@@ -21,6 +21,7 @@ from typing import Literal
 
 from chaos_compactor import deadline as the_deadline
 from chaos_log import Log, log_escape, note_error
+from chaos_names import resolve_by_name
 from chaos_roles import Roles, batched_writer
 from chaos_worker import CONTESTED, SHARED, Worker, shared_cas
 
@@ -53,6 +54,7 @@ OPS: list[tuple[str, int]] = [
     ("lg_maintain", 1),
     ("push", 2),
     ("pull", 3),
+    ("resolve", 4),
 ]
 ROLES = {"lg_put", "lg_write", "lg_maintain", "push", "pull"}
 
@@ -264,6 +266,8 @@ def _session(w: Worker, roles: Roles, until: float) -> None:
                     w.op_on_fork(rng.choice(sorted(w.forks)))
             elif op in ROLES:
                 getattr(roles, op)()
+            elif op == "resolve":
+                resolve_by_name(w)
             else:
                 getattr(w, f"op_{op}")()
         except CpstoreError as exc:  # an IntegrityError outside call() was dropped here unseen

@@ -12,6 +12,9 @@
   acknowledged reset kept and no release freed, nor an acknowledged checkpoint the
   log cannot explain being swept (``Model.removable``); ``prune``'s count is a
   non-negative int and ``gc``'s equals its list. Before, removed counts were unchecked.
+* tests/chaos_names.py's :func:`~chaos_names.names_hold`: an acknowledged
+  ``resolve("RUN@BRANCH~N")`` named a checkpoint the log shows at depth N of that branch
+  during the call.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos_check import may_have_committed
+from chaos_names import names_hold
 
 import cpstore
 from cpstore.errors import CpstoreError, NotFoundError
@@ -75,11 +79,13 @@ def _head_allowed(
 def refs_and_sweeps_hold(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[str]:
     """:func:`refs_hold` and :func:`prunes_hold`: the store read for both, then the log
     read once more (``later()``) for both: any move or removal that could explain what
-    the reads saw was logged by then (the workers run on)."""
+    the reads saw was logged by then (the workers run on). Then the resolves by name
+    (:func:`~chaos_names.names_hold`) against that log (manifests never change)."""
     heads, problems = _read_heads(store, m)
     removed = _read_removed(store, m, problems)
     after = later()
-    return problems + _judge_heads(store, heads, after) + _judge_removed(removed, after)
+    problems += _judge_heads(store, heads, after) + _judge_removed(removed, after)
+    return problems + names_hold(store, after, may_have_committed)
 
 
 def refs_hold(store: cpstore.Store, m: Any, later: Callable[[], Any]) -> list[str]:

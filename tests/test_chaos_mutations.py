@@ -7,7 +7,8 @@ objects put and unpinned, audit appends, validations and gates, durability
 modes sync/none/batched, a 1 MiB starting map so it grows under load) and
 tests/chaos_roles.py's (a LangGraph saver writing and reading its own thread,
 push of the own run into a peer store and pull of a run recorded there, a
-second batched writer thread sharing the handle's queue). This process
+second batched writer thread sharing the handle's queue), and reads by name
+(tests/chaos_names.py: ``resolve("RUN@BRANCH~N")``). This process
 SIGKILLs a random worker (once it began its mix) every 0.3-1.5 s and restarts
 it. Variants: compaction (workers open and close the store in short sessions
 while tests/chaos_compactor.py runs ``compact_store`` again and again, killed
@@ -49,7 +50,8 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
 * an acknowledged ``fork``/``set_ref`` is its branch's head unless a later logged move
   explains the head; every checkpoint an acknowledged ``gc`` reported removed is gone and
   was neither a retained head nor an acknowledged checkpoint the log keeps
-  (tests/chaos_refs.py);
+  (tests/chaos_refs.py); an acknowledged ``resolve`` named a checkpoint the log shows at
+  depth N of that branch at some time during the call (tests/chaos_names.py);
 * no worker hung (every wait is bounded), and none died by itself: one found dead when
   its kill comes, or ending without ``end``, fails the run with its last log lines.
 
@@ -376,7 +378,8 @@ def chaos(
     for r in lines:
         if r["ev"] == "b" and r["op"] == "compact":
             done["compact_tries"] += 1
-        if r["ev"] == "a" and r["op"] in ("compact", "lgput", "lgwrite", "push", "pckpt", "ckpt"):
+        if r["ev"] == "a" and r["op"] in ("compact", "lgput", "lgwrite", "push", "pckpt",
+                                          "ckpt", "resolve"):  # fmt: skip
             done[r["op"] + (":pull" if r.get("pull") else "")] += 1
     figures.update(
         kills=kills,

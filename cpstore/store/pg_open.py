@@ -225,12 +225,14 @@ def write_identity(conn: psycopg.Connection[Any], url: StoreUrl) -> str:
     parameters in another order, an added ``application_name``) are one store: a write
     nested through the other spelling waited for ever on the lock its own thread held.
     The URL's conninfo when the store has no id yet (new, or made before store ids) or it
-    cannot be read."""
+    cannot be read; a connection lost meanwhile is raised (psycopg's error)."""
     try:
         row = conn.execute(
             f'SELECT v, current_database() FROM "{url.schema}"."meta" WHERE k = %s',
             (STORE_ID_KEY,),
         ).fetchone()
     except psycopg.Error:  # no such table (a new store), no right to read it
+        if conn.broken:  # the connection was lost, not the id: the open says so (chaos67;
+            raise  # the version check next read libpq's 0 and said "PostgreSQL 0.0.0")
         return url.conninfo
     return url.conninfo if row is None else f"store {bytes(row[0]).hex()} in {row[1]}"
