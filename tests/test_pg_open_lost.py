@@ -62,3 +62,21 @@ def test_an_open_whose_connection_is_terminated_is_a_connection_error(
     monkeypatch.undo()
     with cpstore.open(url, readonly=True) as st:  # the server and the store are fine
         assert st.ref("r") is not None
+
+
+def test_the_schema_check_on_a_lost_connection_is_a_connection_error(
+    pg_cluster: Cluster,
+) -> None:
+    """Whatever path reaches the schema check with a lost connection (libpq then reports
+    server version 0), the open says the connection was lost, not "PostgreSQL 0.0.0"."""
+    from cpstore.store.pg_open import parse_url, prepare_schema
+
+    url = parse_url(fresh_url())
+    conn = _dying_connect(pg_cluster)(url.conninfo, url.shown)
+    with pytest.raises(psycopg.OperationalError):
+        conn.execute("SELECT 1")  # meets the terminated session: psycopg marks it broken
+    assert conn.broken and conn.info.server_version == 0  # what the version check read
+    with pytest.raises(StoreConnectionError) as caught:
+        prepare_schema(conn, url, readonly=False, create=True)
+    assert not isinstance(caught.value, ServerVersionError)
+    conn.close()

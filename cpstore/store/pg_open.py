@@ -20,7 +20,13 @@ import psycopg
 from psycopg import errors as pg
 from psycopg.conninfo import conninfo_to_dict
 
-from cpstore.errors import InvalidInputError, NotFoundError, ServerVersionError, StoreError
+from cpstore.errors import (
+    InvalidInputError,
+    NotFoundError,
+    ServerVersionError,
+    StoreConnectionError,
+    StoreError,
+)
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.lmdb_env import DB_NAMES
@@ -158,6 +164,10 @@ def prepare_schema(
     refused as not a cpstore store.
     """
     where = url.shown
+    if conn.closed or conn.broken:  # libpq then reports version 0: never "0.0.0 is too old"
+        raise StoreConnectionError(
+            "the connection to the server was lost while the store was opened", where=where
+        )
     # The version the server sent when the connection started: no round trip.
     check_server_version(conn.info.server_version, where)
     try:
