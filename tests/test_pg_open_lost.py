@@ -24,6 +24,7 @@ from pg_cluster import Cluster, fresh_url, pg_cluster  # noqa: F401 - fixtures
 import cpstore
 from cpstore.errors import ServerVersionError, StoreConnectionError
 from cpstore.store import pg_backend, pg_pool
+from cpstore.store.pg_open import parse_url, prepare_schema
 
 
 def _dying_connect(cluster: Cluster) -> Any:
@@ -69,8 +70,6 @@ def test_the_schema_check_on_a_lost_connection_is_a_connection_error(
 ) -> None:
     """Whatever path reaches the schema check with a lost connection (libpq then reports
     server version 0), the open says the connection was lost, not "PostgreSQL 0.0.0"."""
-    from cpstore.store.pg_open import parse_url, prepare_schema
-
     url = parse_url(fresh_url())
     conn = _dying_connect(pg_cluster)(url.conninfo, url.shown)
     with pytest.raises(psycopg.OperationalError):
