@@ -1,0 +1,237 @@
+"""docs67: claims README.md and docs/ gained since 2026-12-03, run against the code.
+
+Each test pins one claim no test ran yet (the others were found already pinned: see
+the docs67 report). One claim was wrong: docs/store.md said a ref that vanished or was
+changed outside cpstore is mended by a ``fork`` or ``reset_ref`` to its true head ("each
+move XORs the digest back to true"); a move XORs out the value it finds, so the digest
+stayed wrong and retention stayed stopped. The doc now names ``repair_ref``, which
+does mend it (``test_a_ref_changed_or_vanished_outside_cpstore_is_mended_by_repair_ref``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from pg_cluster import Cluster, backend_url, fresh_url, pg_cluster  # noqa: F401 - fixtures
+from test_audit63_retention_digest import _raw_ref
+from test_decision_support import stored_replay
+
+import cpstore
+from cpstore import cli
+from cpstore.cli.exit_codes import EXIT_UNAVAILABLE
+from cpstore.decision.gates import check_resume
+from cpstore.decision.table import Verdict
+from cpstore.decision.validate import validate
+from cpstore.errors import (
+    IntegrityError,
+    NotFoundError,
+    OutcomeUnknownError,
+    ServerVersionError,
+    StoreError,
+)
+from cpstore.langgraph.saver import _settled
+from cpstore.run.model import ReplayMode
+from cpstore.store import pg_open
+from cpstore.store.audit import DECISION_PREFIX
+from cpstore.store.audit_named import AUDITED_PREFIX
+from cpstore.store.facade import Store
+from cpstore.store.refs import RECORDED, REFS_DIGEST_KEY, pack_ref
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _problems(st: Store) -> list[str]:
+    return [p.what for p in st.verify().problems]
+
+
+# -- docs/store.md, "Repairing a damaged ref" ------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["changed", "vanished"])
+def test_a_ref_changed_or_vanished_outside_cpstore_is_mended_by_repair_ref(
+    url: str, damage: str
+) -> None:
+    """docs/store.md, "Repairing a damaged ref": "A ref changed outside cpstore (put back
+    to an older head) is mended the same way, `repair_ref` naming it and its true head
+    ...; a ref that vanished is first put back (`fork` it at its true head), then
+    repaired so ... A `fork` or `reset_ref` alone mends nothing". It said the move alone
+    mended it ("each move XORs the digest back to true"): the digest stayed wrong."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        key = b"r\0main"
+        if damage == "changed":
+            _raw_ref(url, key, pack_ref(key, bytes.fromhex(ids[0]), RECORDED))
+            st.reset_ref("r", "main", ids[2], expected_old=ids[0], operator="o", reason="x")
+        else:
+            _raw_ref(url, key, None)
+            with pytest.raises(NotFoundError):
+                st.repair_ref("r", "main", ids[2], operator="o", reason="not there")
+            st.fork("r", "main", ids[2])
+        assert st.ref("r") == ids[2]
+        # the move alone: the table still fails its digest, retention still stops
+        assert len(_problems(st)) == 1 and "refs table" in _problems(st)[0]
+        with pytest.raises(IntegrityError) as info:
+            st.prune(keep_last=1)
+        assert info.value.where == "meta/refs_digest"
+        record = st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
+        assert record.kind == "ref_repair"
+        assert _problems(st) == []
+        assert st.ref("r") == ids[2]
+        st.prune(keep_last=1)
+        with st.read(ids[2]) as cp:
+            assert cp.state() == {"i": 2}
+        assert st.verify().ok
+
+
+def test_a_flipped_refs_digest_stops_retention_but_no_ref_move(url: str) -> None:
+    """docs/store.md, "Repairing a damaged ref": "a damaged `meta/refs_digest` (flipped:
+    it stops retention; malformed: every ref move)". A flipped one leaves checkpoints,
+    forks and resets working (each moves the digest by XOR), sweeps refused."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(2)]
+        with st.backend.read_txn() as txn:
+            good = bytes(txn.get(REFS_DIGEST_KEY, None, st.backend.db("meta")))
+        _raw_ref(url, REFS_DIGEST_KEY, bytes([good[0] ^ 1]) + good[1:], "meta")
+        ids.append(rec.checkpoint(2, {"i": 2}))
+        st.fork("r", "b", ids[0])
+        st.reset_ref("r", "b", ids[1], expected_old=ids[0], operator="o", reason="x")
+        assert st.ref("r") == ids[2] and st.ref("r", "b") == ids[1]
+        for sweep in (
+            lambda: st.prune(keep_last=1),
+            lambda: st.gc(keep_last=1),
+            lambda: st.delete_run("r"),
+        ):
+            with pytest.raises(IntegrityError) as info:
+                sweep()
+            assert info.value.where == "meta/refs_digest"
+        for cid in ids:
+            with st.read(cid) as cp:
+                cp.state()
+
+
+# -- docs/store.md, "Engine differences" --------------------------------------------
+
+
+def test_lmdb_refuses_a_writable_open_beside_a_readonly_handle(tmp_path: Path) -> None:
+    """docs/store.md, "Engine differences": "a `readonly=True` open beside a writable
+    handle (or the other way round) is `StoreError` "already open in this process with
+    another mode"". test_audit65_engine_differences pins the first order only."""
+    path = str(tmp_path / "s")
+    cpstore.open(path).close()
+    with cpstore.open(path, readonly=True), pytest.raises(StoreError) as info:
+        cpstore.open(path)
+    assert "another mode" in info.value.what and info.value.where == path
+
+
+# -- docs/store.md, "Server version"; README's exit-code table ---------------------
+
+
+def test_an_older_server_is_exit_7_on_the_command_line_before_anything_is_made(
+    pg_cluster: Cluster,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/store.md, "Server version": "older than 14.0 is `ServerVersionError` (a
+    `StoreError`, exit 7 ...) before anything is created or read"; README's table: exit 7
+    "server ... older than PostgreSQL 14". The real 15 server against a limit raised to
+    16 (as test_pg_server_version): a reading command, a readonly open and a push into a
+    new schema are refused, one line on stderr, and the push made no schema."""
+    existing = fresh_url()
+    with cpstore.open(existing) as st:
+        st.recorder("r").checkpoint(0, {"a": 1})
+    source = str(tmp_path / "src")
+    with cpstore.open(source) as st:
+        st.recorder("r").checkpoint(0, {"a": 1})
+    dest = fresh_url()
+    monkeypatch.setattr(pg_open, "MIN_SERVER_VERSION", 160000)
+    with pytest.raises(ServerVersionError):
+        cpstore.open(existing, readonly=True)
+    for argv in (["log", "--store", existing], ["push", dest, "--store", source]):
+        code = cli.main(argv)
+        _, err = capsys.readouterr()
+        assert code == EXIT_UNAVAILABLE, (argv, err)
+        assert "older than cpstore supports" in err and "Traceback" not in err
+        assert len(err.strip().splitlines()) == 1, err
+    schema = dest.rpartition("schema=")[2]
+    with psycopg.connect(
+        f"host={pg_cluster.socket_dir} user=postgres dbname=postgres", autocommit=True
+    ) as conn:
+        made = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    assert made is None
+
+
+# -- docs/langgraph.md, the async saver's cancellation ------------------------------
+
+
+def test_under_asyncio_timeout_the_noted_cancellation_is_the_timeouts_cause() -> None:
+    """docs/langgraph.md: "its error is in the `CancelledError`'s notes (`__notes__`; under
+    `asyncio.timeout`, that `CancelledError` is the `TimeoutError`'s `__cause__`)". A call
+    timed out while it runs and then failing: the TimeoutError's cause carries the note."""
+    started, release = threading.Event(), threading.Event()
+
+    def fails() -> None:
+        started.set()
+        release.wait(10)
+        raise OutcomeUnknownError("the commit's outcome is unknown", where="test")
+
+    async def main() -> BaseException | None:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.2, release.set)  # fails after the timeout fired
+        try:
+            async with asyncio.timeout(0.05):
+                await _settled(fails)
+        except TimeoutError as exc:
+            return exc.__cause__
+        raise AssertionError("no TimeoutError")
+
+    cause = asyncio.run(main())
+    assert started.is_set()
+    assert isinstance(cause, asyncio.CancelledError)
+    notes = list(getattr(cause, "__notes__", []))
+    assert len(notes) == 1 and "OutcomeUnknownError" in notes[0], notes
+
+
+# -- docs/security.md, a deleted decision-index entry ------------------------------
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    with cpstore.open(url) as st:
+        yield st
+
+
+def _checkpoint(st: Store, run: str) -> str:
+    rec = st.recorder(run)
+    rec.observe(1, "clock", b"t", pinned_at=1.0)
+    rec.token("rng", 1)
+    return str(rec.checkpoint(1, {"run": run}))
+
+
+def test_a_deleted_entry_of_a_checkpoint_first_named_as_a_replayed_side_reads_no_decision(
+    store: Store,
+) -> None:
+    """docs/security.md: "a checkpoint first named otherwise (as a replayed side, by a
+    retention record) ... reads "no decision" until `verify()` reports both entries"
+    (here: the decision entry; its `audited/<id>` entry names the other's decision). The
+    documented limit: its QUARANTINE then stops no recorder."""
+    a, b = _checkpoint(store, "a"), _checkpoint(store, "b")
+    validate(a, b, store=store)  # names b first, as the replayed side
+    with store.backend.read_txn() as txn:
+        assert txn.get(AUDITED_PREFIX + bytes.fromhex(b), None, store.backend.db("meta"))
+    d = validate(b, stored_replay(store, b, mode=ReplayMode.BEST_EFFORT), store=store)
+    assert d.verdict is Verdict.QUARANTINE
+    meta = store.backend.dbs["meta"]
+    store.backend.write_txn(lambda t: t.delete(DECISION_PREFIX + bytes.fromhex(b), db=meta))
+    with store.audit_view() as log:
+        assert log.latest_decision(b) is None
+    check_resume(store, b, run_id="b", branch="main")  # no decision: not refused
+    wheres = {p.where for p in store.verify().problems}
+    assert f"meta/decision/{b}" in wheres
