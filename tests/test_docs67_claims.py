@@ -18,16 +18,18 @@ from pathlib import Path
 import psycopg
 import pytest
 from pg_cluster import Cluster, backend_url, fresh_url, pg_cluster  # noqa: F401 - fixtures
+from test_audit62_altered_record import _flip_time
 from test_audit63_retention_digest import _raw_ref
 from test_decision_support import stored_replay
 
 import cpstore
 from cpstore import cli
-from cpstore.cli.exit_codes import EXIT_UNAVAILABLE
-from cpstore.decision.gates import check_resume
+from cpstore.cli.exit_codes import EXIT_INTEGRITY, EXIT_UNAVAILABLE
+from cpstore.decision.gates import check_resume, resume_gate, sign_off
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import (
+    AuditChainError,
     IntegrityError,
     NotFoundError,
     OutcomeUnknownError,
@@ -235,3 +237,53 @@ def test_a_deleted_entry_of_a_checkpoint_first_named_as_a_replayed_side_reads_no
     check_resume(store, b, run_id="b", branch="main")  # no decision: not refused
     wheres = {p.where for p in store.verify().problems}
     assert f"meta/decision/{b}" in wheres
+
+
+def test_a_deleted_source_entry_stops_a_push_before_anything_lands(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/security.md: "A push or pull asks the same of each checkpoint it carries that
+    has either entry, so a deleted source entry stops it with `AuditChainError` before
+    anything lands" (store.md, "Decisions carried": "a source checkpoint whose decision
+    entry was deleted"). test_audit62_transfer_rows allows "refused, or carried"; here
+    the refusal, exit 5, and a destination left without the checkpoint or a log record."""
+    dest = str(tmp_path / "dest")
+    with cpstore.open(url) as src:
+        cid = _checkpoint(src, "r")
+        validate(cid, stored_replay(src, cid, mode=ReplayMode.BEST_EFFORT), store=src)
+        meta = src.backend.dbs["meta"]
+        src.backend.write_txn(lambda t: t.delete(DECISION_PREFIX + bytes.fromhex(cid), db=meta))
+    code = cli.main(["push", dest, "--store", url])
+    _, err = capsys.readouterr()
+    assert code == EXIT_INTEGRITY, err
+    assert f"meta/decision/{cid}" in err
+    with cpstore.open(dest) as dst:
+        assert dst.ref("r") is None
+        with pytest.raises(NotFoundError):
+            dst.manifest(cid)
+        assert list(dst.audit_records()) == []
+        assert dst.verify().ok
+
+
+# -- docs/decision-table.md, "the chain vouches for it" -----------------------------
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["middle", "last"])
+def test_an_altered_resume_permit_lets_no_recorder_on(store: Store, last: bool) -> None:
+    """docs/decision-table.md: "a record altered in place that still decodes is an
+    `AuditChainError` ...; each sign-off, permit and standing decision they use is checked
+    the same way". test_audit62_altered_record alters a decision and a sign-off; here the
+    permit (`resume_gate`'s gate record) that `Store.recorder` spends: refused, unspent."""
+    cid = _checkpoint(store, "r")
+    d = validate(cid, stored_replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
+    so = sign_off(store, d, operator="op", reason="drill")
+    permit = resume_gate(store, cid, d.id, sign_off=so.audit_digest)
+    if not last:
+        other = _checkpoint(store, "o")
+        validate(other, stored_replay(store, other), store=store)
+    index = next(r.index for r in store.audit_records(kind="gate"))
+    n = len(list(store.audit_records()))
+    _flip_time(store, index)
+    with pytest.raises(AuditChainError):
+        store.recorder("r", permit=permit)
+    assert len(list(store.audit_records())) == n  # no resume record: nothing spent
