@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -287,3 +288,54 @@ def test_an_altered_resume_permit_lets_no_recorder_on(store: Store, last: bool) 
     with pytest.raises(AuditChainError):
         store.recorder("r", permit=permit)
     assert len(list(store.audit_records())) == n  # no resume record: nothing spent
+
+
+def test_a_call_cancelled_before_an_executor_thread_took_it_never_runs() -> None:
+    """docs/langgraph.md: "A cancelled async call is settled when its `CancelledError` is
+    raised: cancelled before an executor thread took it, the store work never runs". The
+    loop's one executor thread is busy; the queued call is cancelled, the thread freed:
+    the call never runs, and the CancelledError comes at once (nothing to wait for)."""
+    busy, free = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def block() -> None:
+        busy.set()
+        free.wait(10)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        blocker = loop.run_in_executor(None, block)
+        while not busy.is_set():  # the one thread is taken by the blocker
+            await asyncio.sleep(0.001)
+        task = asyncio.ensure_future(_settled(lambda: ran.append("ran")))
+        await asyncio.sleep(0.05)  # the call is queued, no thread has taken it
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        free.set()
+        await blocker
+        await loop.run_in_executor(None, lambda: None)  # the queue has drained
+
+    asyncio.run(main())
+    assert ran == []
+
+
+def test_a_digest_repair_through_another_branch_forgets_a_vanished_ref(url: str) -> None:
+    """docs/store.md, "Repairing a damaged ref": "The digest cannot tell which ref vanished:
+    a repair naming any other branch accepts the table as it stands, so put a vanished ref
+    back first, or its run's history is unreachable and the next sweep removes it,
+    `verify()` clean (only the `ref_repair` record tells". The caution was missing."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        other = st.recorder("s").checkpoint(0, {"s": 1})
+        _raw_ref(url, b"r\0main", None)
+        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        assert record.kind == "ref_repair" and record.body["run"] == "s"
+        assert st.verify().ok  # the vanished ref is forgotten
+        assert st.prune(keep_last=1) == len(ids)
+        for cid in ids:
+            with pytest.raises(NotFoundError):
+                st.manifest(cid)
+        assert [r.body["run"] for r in st.audit_records(kind="ref_repair")] == ["s"]
