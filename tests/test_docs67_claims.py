@@ -339,3 +339,27 @@ def test_a_digest_repair_through_another_branch_forgets_a_vanished_ref(url: str)
             with pytest.raises(NotFoundError):
                 st.manifest(cid)
         assert [r.body["run"] for r in st.audit_records(kind="ref_repair")] == ["s"]
+
+
+def test_gc_on_the_command_line_stops_at_a_ref_put_back_exit_5(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/store.md, "Retention": "a ref that vanished, was added or was changed outside
+    cpstore (a ref put back to an older head keeps a true check; only the digest tells)
+    stops the sweep with `IntegrityError` (`where`: `meta/refs_digest`)"; README: exit 5.
+    test_audit63_ref_damage runs `cpstore gc` on a flipped ref only: here a ref with a
+    true check, `gc` and `gc --dry-run` exit 5 naming the digest, nothing swept."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+    key = b"r\0main"
+    _raw_ref(url, key, pack_ref(key, bytes.fromhex(ids[0]), RECORDED))
+    for extra in ([], ["--dry-run"]):
+        code = cli.main(["gc", "--keep-last", "1", *extra, "--store", url])
+        _, err = capsys.readouterr()
+        assert code == EXIT_INTEGRITY, err
+        assert "meta/refs_digest" in err and len(err.strip().splitlines()) == 1, err
+    with cpstore.open(url) as st:
+        for cid in ids:
+            with st.read(cid) as cp:
+                cp.state()
