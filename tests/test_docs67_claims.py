@@ -31,6 +31,7 @@ from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import (
     AuditChainError,
+    GateError,
     IntegrityError,
     NotFoundError,
     OutcomeUnknownError,
@@ -363,3 +364,29 @@ def test_gc_on_the_command_line_stops_at_a_ref_put_back_exit_5(
         for cid in ids:
             with st.read(cid) as cp:
                 cp.state()
+
+
+def test_an_entry_rewound_to_an_older_accept_fools_the_gates_until_verify(
+    store: Store,
+) -> None:
+    """docs/security.md: "someone who can write `data.mdb` and rewinds an entry to an older
+    ACCEPT fools the gates and `store.recorder` until `verify()` reports "decision index
+    disagrees with the audit log"" (decision-table.md, "Not enforced"). The documented
+    limit the audit62 checks leave: the older record is a decision about the checkpoint
+    the chain vouches for, so the lookup takes it."""
+    cid = _checkpoint(store, "r")
+    validate(cid, stored_replay(store, cid), store=store)  # ACCEPT, record 0
+    meta, key = store.backend.dbs["meta"], DECISION_PREFIX + bytes.fromhex(cid)
+    with store.backend.read_txn() as txn:
+        accept_row = bytes(txn.get(key, None, meta))
+    d = validate(cid, stored_replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
+    assert d.verdict is Verdict.QUARANTINE
+    with pytest.raises(GateError):
+        store.recorder("r")
+    store.backend.write_txn(lambda t: t.put(key, accept_row, db=meta))
+    with store.audit_view() as log:
+        latest = log.latest_decision(cid)
+        assert latest is not None and latest.body["verdict"] == "ACCEPT"
+    store.recorder("r").close()  # fooled: no permit asked
+    problems = [(p.what, p.where) for p in store.verify().problems]
+    assert ("decision index disagrees with the audit log", f"meta/decision/{cid}") in problems
