@@ -11,6 +11,10 @@ does mend it (``test_a_ref_changed_or_vanished_outside_cpstore_is_mended_by_repa
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -390,3 +394,73 @@ def test_an_entry_rewound_to_an_older_accept_fools_the_gates_until_verify(
     store.recorder("r").close()  # fooled: no permit asked
     problems = [(p.what, p.where) for p in store.verify().problems]
     assert ("decision index disagrees with the audit log", f"meta/decision/{cid}") in problems
+
+
+_HOLD = r"""
+import sys
+import cpstore
+st = cpstore.open(sys.argv[1])
+def hold(txn):
+    txn.begin_now()  # BEGIN and the advisory writer lock
+    print("held", flush=True)
+    sys.stdin.readline()
+st.backend.write_txn(hold)
+st.close()
+"""
+
+
+def test_ctrl_c_ends_a_postgresql_command_waiting_for_the_writer_lock_exit_130(
+    pg_cluster: Cluster,  # noqa: F811
+) -> None:
+    """docs/reliability.md: "Ctrl-C does not stop an LMDB command ... that waits for the
+    store's writer lock another process holds ... On PostgreSQL the same wait is
+    interrupted (exit 130, "interrupted")". `cpstore gc` waits behind another process's
+    write (its advisory lock seen waiting in pg_locks), SIGINT: exit 130, nothing swept."""
+    url = fresh_url()
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        gc = subprocess.Popen(
+            [sys.executable, "-m", "cpstore.cli", "gc", "--keep-last", "1", "--store", url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        with psycopg.connect(
+            f"host={pg_cluster.socket_dir} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            waiting = 0
+            for _ in range(600):  # the gc's lock request shows up once it waits
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                waiting = 0 if row is None else int(row[0])
+                if waiting or gc.poll() is not None:
+                    break
+                threading.Event().wait(0.05)
+            assert waiting == 1, gc.communicate()
+        gc.send_signal(signal.SIGINT)
+        _, err = gc.communicate(timeout=60)
+        assert gc.returncode == 130, err
+        assert err.strip() == "cpstore gc: interrupted", err
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        holder.wait(timeout=60)
+    with cpstore.open(url) as st:
+        for cid in ids:
+            with st.read(cid) as cp:
+                cp.state()
+        assert st.verify().ok
