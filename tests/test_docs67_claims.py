@@ -48,6 +48,7 @@ from cpstore.store import pg_open
 from cpstore.store.audit import DECISION_PREFIX
 from cpstore.store.audit_named import AUDITED_PREFIX
 from cpstore.store.facade import Store
+from cpstore.store.pg_open import parse_url
 from cpstore.store.refs import RECORDED, REFS_DIGEST_KEY, pack_ref
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -464,3 +465,36 @@ def test_ctrl_c_ends_a_postgresql_command_waiting_for_the_writer_lock_exit_130(
             with st.read(cid) as cp:
                 cp.state()
         assert st.verify().ok
+
+
+def test_a_damaged_key_is_repaired_by_dropping_it_and_setting_the_true_branch(
+    url: str,
+) -> None:
+    """docs/store.md, "Repairing a damaged ref": "A damaged *key* shows in `verify` under
+    the name it now decodes to; repair that name with `new=None`, then `set_ref`/`reset_ref`
+    the true branch again." test_audit63_ref_damage shows the damage; here the repair: the
+    store verifies clean, retention runs again and keeps the branch's history."""
+    old, new = b"r\0main", b"r\0maio"  # one bit: 'n' ^ 0x01 == 'o'
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        rec.close()
+        with st.backend.read_txn() as txn:
+            value = bytes(txn.get(old, None, st.backend.db("refs")))
+        _raw_ref(url, old, None)
+        if url.startswith("postgresql"):
+            schema = parse_url(url).schema
+            with psycopg.connect(parse_url(url).conninfo, autocommit=True) as conn:
+                conn.execute(f'INSERT INTO "{schema}"."refs" (k, v) VALUES (%s, %s)', (new, value))
+        else:
+            _raw_ref(url, new, value)  # an LMDB put inserts
+        assert any(p.where == "refs/r/maio" for p in st.verify().problems)
+        record = st.repair_ref("r", "maio", None, operator="o", reason="damaged key")
+        assert record.body["new"] is None and record.body["retained"] == ids[2]
+        st.set_ref("r", "main", ids[2], expected_old=None)
+        assert st.verify().ok, st.verify().problems
+        assert st.prune(keep_last=1) == 0  # the damaged value's head is kept, retained
+        st.release_retained(ids[2], operator="o", reason="set again")
+        assert st.prune(keep_last=1) == 2
+        with st.read(ids[2]) as cp:
+            assert cp.state() == {"i": 2}
