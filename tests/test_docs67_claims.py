@@ -23,6 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from pg_cluster import Cluster, backend_url, fresh_url, pg_cluster  # noqa: F401 - fixtures
+from test_audit52_lg_rerecord import _rejected_thread
 from test_audit62_altered_record import _flip_time
 from test_audit63_retention_digest import _raw_ref
 from test_decision_support import stored_replay
@@ -42,6 +43,7 @@ from cpstore.errors import (
     ServerVersionError,
     StoreError,
 )
+from cpstore.langgraph import CpstoreSaver
 from cpstore.langgraph.saver import _settled
 from cpstore.run.model import ReplayMode
 from cpstore.store import pg_open
@@ -498,3 +500,22 @@ def test_a_damaged_key_is_repaired_by_dropping_it_and_setting_the_true_branch(
         assert st.prune(keep_last=1) == 2
         with st.read(ids[2]) as cp:
             assert cp.state() == {"i": 2}
+
+
+@pytest.mark.parametrize("action", ["copy_thread", "keep_latest"])
+def test_the_savers_maintenance_refuses_an_altered_standing_decision(url: str, action: str) -> None:
+    """docs/store.md, "Decision index": "a standing decision altered in place that still
+    decodes is an `AuditChainError` to every reader (the gates, `Store.recorder`, the
+    LangGraph saver's maintenance, ...)". A thread whose head's REJECT was altered in
+    place: `copy_thread` and `prune(keep_latest)` refuse, nothing recorded or dropped."""
+    _, head = _rejected_thread(url)
+    with CpstoreSaver.from_conn_string(url) as saver:
+        _flip_time(saver.store, 0)  # the REJECT, the log's one record
+        with pytest.raises(AuditChainError):
+            if action == "copy_thread":
+                saver.copy_thread("t", "t2")
+            else:
+                saver.prune(["t"], strategy="keep_latest")
+        assert list(saver.list({"configurable": {"thread_id": "t2"}})) == []
+        assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 3
+        assert list(saver.store.branches("lg:t").values()) == [head]
