@@ -193,13 +193,20 @@ def test_under_asyncio_timeout_the_noted_cancellation_is_the_timeouts_cause() ->
         release.wait(10)
         raise OutcomeUnknownError("the commit's outcome is unknown", where="test")
 
-    async def main() -> BaseException | None:
+    async def fire(cm: asyncio.Timeout) -> None:
+        while not started.is_set():  # the call runs in its thread: time out now
+            await asyncio.sleep(0.001)
         loop = asyncio.get_running_loop()
-        loop.call_later(0.2, release.set)  # fails after the timeout fired
+        cm.reschedule(loop.time())
+        loop.call_later(0.05, release.set)  # then it fails, after the cancellation
+
+    async def main() -> BaseException | None:
         try:
-            async with asyncio.timeout(0.05):
+            async with asyncio.timeout(None) as cm:
+                helper = asyncio.ensure_future(fire(cm))
                 await _settled(fails)
         except TimeoutError as exc:
+            await helper
             return exc.__cause__
         raise AssertionError("no TimeoutError")
 
