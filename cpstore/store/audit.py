@@ -471,7 +471,9 @@ def append_audit_txn(
     with txn.cursor(db=audit) as cur:
         if cur.last():
             last_index = _INDEX.unpack(cur.key())[0]
-            prev: bytes | None = digest(cur.value())
+            last = digest(cur.value())
+            _check_last_vouched(txn, dbs, last_index, last)
+            prev: bytes | None = last
             index = last_index + 1
         else:
             prev, index = None, 0
@@ -496,6 +498,33 @@ def append_audit_txn(
     set_named_count(txn, meta, index + 1)
     set_gate_count(txn, meta, index + 1)
     return AuditRecord(index, key.hex(), None if prev is None else prev.hex(), kind, content, when)
+
+
+def _check_last_vouched(
+    txn: Txn[memoryview], dbs: Mapping[str, Any], last_index: int, last: bytes
+) -> None:
+    """AuditChainError when neither the digest index nor the head vouches for the last
+    record's bytes as stored: it was altered in place, and the append would make its
+    ``prev`` vouch for it, and the gates trust it again (session 26). One index read
+    when sound; a damaged head alone (the record indexed) lets the append rewrite it."""
+    pos = txn.get(last, db=dbs["audit_index"])
+    if pos is not None and bytes(pos) == _INDEX.pack(last_index):
+        return
+    raw = txn.get(HEAD_KEY, db=dbs["meta"])
+    try:
+        head = None if raw is None else decode_fast(raw)
+    except CanonicalEncodingError:
+        head = None
+    if head == [last_index + 1, last]:
+        return
+    vouched = head[1] if isinstance(head, list) and len(head) == 2 else None
+    raise AuditChainError(
+        "the last audit record is not the one the chain vouches for (altered in place): "
+        "an append would vouch for it; nothing appended (verify reports it)",
+        where=f"audit/{last_index}",
+        expected=vouched.hex() if isinstance(vouched, bytes) else None,
+        got=last.hex(),
+    )
 
 
 def audit_records(
