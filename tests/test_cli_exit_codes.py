@@ -103,6 +103,23 @@ def test_the_entry_point_exits_with_the_mapped_code(
     assert err.count("\n") == 1 and "provoked" in err
 
 
+def test_an_interrupt_exits_130_as_the_readme_says(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C inside a command: exit 130 and one stderr line, the README's row for it."""
+
+    def interrupted(args: Any, **_: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_cli_validate, "run_validate", interrupted)
+    code = cli.main(["validate", "a", "b"])
+    err = capsys.readouterr().err
+    assert code == 130 and err == "cpstore validate: interrupted\n"
+    section = README.read_text().split("## Command line", 1)[1].split("\n## ", 1)[0]
+    row = next(line for line in section.splitlines() if line.startswith("| 130 |"))
+    assert "interrupted" in row
+
+
 def test_a_quarantine_raised_as_an_error_exits_11() -> None:
     """ValidationFailedError carries its decision: a QUARANTINE exits 11, a REJECT 10."""
 
