@@ -354,6 +354,8 @@ def test_a_digest_repair_through_another_branch_forgets_a_vanished_ref(url: str)
             with pytest.raises(NotFoundError):
                 st.manifest(cid)
         assert [r.body["run"] for r in st.audit_records(kind="ref_repair")] == ["s"]
+        # the record says what was accepted: the digest recorded 2 refs, the table held 1
+        assert record.body["refs"] == {"recorded": 2, "found": 1}
 
 
 def test_gc_on_the_command_line_stops_at_a_ref_put_back_exit_5(

@@ -29,6 +29,7 @@ from cpstore.store.refs import (
     SET,
     delete_ref,
     read_ref,
+    ref_counts,
     refs_digest_holds,
     replace_damaged_ref,
     retained_heads,
@@ -296,6 +297,7 @@ def repair_ref(
             and records_of(backend.dbs).exists(txn, named)
             else None
         )
+        recorded, found = ref_counts(txn, backend.dbs)
         record = append_audit_txn(
             backend,
             txn,
@@ -308,6 +310,9 @@ def repair_ref(
                 "retained": hex_id(keep),
                 "operator": who,
                 "reason": why,
+                # What the digest recorded and the table held before the repair: fewer
+                # found than recorded is a ref vanished, which a digest repair forgets.
+                "refs": {"recorded": recorded, "found": found},
             },
             when,
         )

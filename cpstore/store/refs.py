@@ -44,6 +44,7 @@ __all__ = [
     "pinned_objects",
     "read_ref",
     "read_ref_hashed",
+    "ref_counts",
     "refs_digest_holds",
     "replace_damaged_ref",
     "retained_heads",
@@ -360,6 +361,17 @@ def checked_heads(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[bytes, bytes]]
             got=f"{count} refs, digest {acc.hex()}",
         )
     return out
+
+
+def ref_counts(txn: Any, dbs: Mapping[str, Any]) -> tuple[int | None, int]:
+    """(refs the digest records, or None when it is malformed; refs the table holds):
+    what a ``ref_repair`` record keeps, so a repair that accepted a table a ref had
+    vanished from says so in the log."""
+    try:
+        _, recorded = _digest_state(txn, dbs["meta"])
+    except IntegrityError:
+        return None, int(txn.stat(dbs["refs"])["entries"])
+    return recorded, int(txn.stat(dbs["refs"])["entries"])
 
 
 def refs_digest_holds(txn: Any, dbs: Mapping[str, Any]) -> bool:
