@@ -453,9 +453,15 @@ def test_ctrl_c_ends_a_postgresql_command_waiting_for_the_writer_lock_exit_130(
             f"host={pg_cluster.socket_dir} user=postgres dbname=postgres", autocommit=True
         ) as conn:
             waiting = 0
-            for _ in range(600):  # the gc's lock request shows up once it waits
+            # The gc's request for THIS store's writer lock, once it waits (the cluster is
+            # the suite's: counting every ungranted advisory lock let another test's
+            # leftover waiter send the SIGINT before the gc reached its wait; CI, once).
+            key = pg_open.lock_key(pg_open.parse_url(url).schema)
+            for _ in range(600):
                 row = conn.execute(
                     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                    " AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = %s",
+                    (key,),
                 ).fetchone()
                 waiting = 0 if row is None else int(row[0])
                 if waiting or gc.poll() is not None:
