@@ -421,6 +421,10 @@ st.close()
 """
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_ends_a_postgresql_command_waiting_for_the_writer_lock_exit_130(
     pg_cluster: Cluster,  # noqa: F811
 ) -> None:
@@ -448,6 +452,9 @@ def test_ctrl_c_ends_a_postgresql_command_waiting_for_the_writer_lock_exit_130(
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            # As from a terminal: a suite run as a background job (a shell's `cmd &`)
+            # inherits SIGINT ignored, and Python then keeps ignoring it (CI, twice).
+            preexec_fn=_default_sigint,  # noqa: PLW1509 - one thread forks here
         )
         with psycopg.connect(
             f"host={pg_cluster.socket_dir} user=postgres dbname=postgres", autocommit=True
