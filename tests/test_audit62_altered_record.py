@@ -13,6 +13,7 @@ import struct
 from collections.abc import Iterator
 
 import pytest
+from audit_damage import flip_time
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
 
@@ -39,19 +40,6 @@ def _checkpoint(store: Store, run: str) -> str:
     return str(rec.checkpoint(1, b"state"))
 
 
-def _flip_time(store: Store, index: int) -> None:
-    """Flip the last byte of record ``index``'s ``time`` float: it still decodes."""
-    audit = store.backend.dbs["audit"]
-    key = _INDEX.pack(index)
-    with store.backend.read_txn() as txn:
-        raw = bytearray(bytes(txn.get(key, db=audit)))
-    at = raw.index(b"\xa4time\xcb") + 6 + 7
-    raw[at] ^= 1
-    store.backend.write_txn(lambda t: t.put(key, bytes(raw), db=audit))
-    assert store.audit_records(start=index, limit=1)  # still decodes
-    next(iter(store.audit_records(start=index, limit=1)))
-
-
 @pytest.mark.parametrize("last", [False, True], ids=["middle", "last"])
 def test_gates_refuse_an_altered_decision(store: Store, last: bool) -> None:
     cid = _checkpoint(store, "r")
@@ -60,7 +48,7 @@ def test_gates_refuse_an_altered_decision(store: Store, last: bool) -> None:
         other = _checkpoint(store, "o")
         validate(other, stored_replay(store, other), store=store)
     n = len(list(store.audit_records()))
-    _flip_time(store, 0)
+    flip_time(store, 0)
     with pytest.raises(AuditChainError):
         resume_gate(store, cid, d.id)
     with pytest.raises(AuditChainError):
@@ -81,6 +69,6 @@ def test_an_altered_sign_off_releases_nothing(store: Store) -> None:
     validate(other, stored_replay(store, other), store=store)  # a record after the sign-off
     with store.audit_view() as log:
         index = next(r.index for r in log.audit_records(kind="signoff"))
-    _flip_time(store, index)
+    flip_time(store, index)
     with pytest.raises(AuditChainError):
         resume_gate(store, cid, d.id, sign_off=so.audit_digest)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from audit_damage import flip_time
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
 
@@ -32,14 +33,6 @@ def _decided(store: Store, run: str) -> None:
     validate(cid, stored_replay(store, cid), store=store)
 
 
-def _flip_time(store: Store, index: int) -> None:
-    audit, key = store.backend.dbs["audit"], _INDEX.pack(index)
-    with store.backend.read_txn() as txn:
-        raw = bytearray(bytes(txn.get(key, db=audit)))
-    raw[raw.index(b"\xa4time\xcb") + 13] ^= 1
-    store.backend.write_txn(lambda t: t.put(key, bytes(raw), db=audit))
-
-
 @pytest.mark.parametrize("index", [0, 2], ids=["middle", "last"])
 def test_an_altered_record_is_exit_5(
     url: str, index: int, capsys: pytest.CaptureFixture[str]
@@ -50,7 +43,7 @@ def test_an_altered_record_is_exit_5(
     assert main(["audit", "--store", url]) == EXIT_OK
     assert main(["audit", "--store", url, "--kind", "decision", "--start", "1"]) == EXIT_OK
     with open_store(url) as store:
-        _flip_time(store, index)
+        flip_time(store, index)
         assert len(list(store.audit_records())) == 3  # it still decodes
     capsys.readouterr()
     assert main(["audit", "--store", url]) == EXIT_INTEGRITY

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from audit_damage import quarantined
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
 
@@ -19,7 +20,6 @@ from cpstore.decision.gates import check_resume
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import AuditChainError, GateError
-from cpstore.run.model import ReplayMode
 from cpstore.store.audit import DECISION_PREFIX
 from cpstore.store.audit_named import AUDITED_PREFIX
 from cpstore.store.facade import Store
@@ -33,12 +33,10 @@ def store(url: str) -> Iterator[Store]:
 
 
 def _quarantined(store: Store) -> str:
-    rec = store.recorder("r")
-    rec.observe(1, "clock", b"t", pinned_at=1.0)
-    rec.token("rng", 1)
-    cid = str(rec.checkpoint(1, b"state"))
-    d = validate(cid, stored_replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
-    assert d.verdict is Verdict.QUARANTINE
+    cid = quarantined(store)
+    with store.audit_view() as log:
+        d = log.latest_decision(cid)
+    assert d is not None and d.body["verdict"] == Verdict.QUARANTINE.name
     with pytest.raises(GateError):
         check_resume(store, cid, run_id="r", branch="main")
     return cid

@@ -14,13 +14,13 @@ import contextlib
 from pathlib import Path
 
 import pytest
+from audit_damage import flip_time, quarantined
 from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixtures
 from test_decision_support import stored_replay
 
 import cpstore
 from cpstore.decision.validate import validate
 from cpstore.errors import AuditChainError, GateError
-from cpstore.run.model import ReplayMode
 from cpstore.store.audit import DECISION_PREFIX
 from cpstore.store.facade import Store
 from cpstore.store.transfer import transfer
@@ -30,15 +30,6 @@ PAIRS = [("lmdb", "lmdb"), ("lmdb", "postgresql"), ("postgresql", "lmdb")]
 
 def _where(kind: str, tmp_path: Path, name: str) -> str:
     return str(tmp_path / name) if kind == "lmdb" else fresh_url()
-
-
-def _quarantined(store: Store) -> str:
-    rec = store.recorder("r")
-    rec.observe(1, "clock", b"t", pinned_at=1.0)
-    rec.token("rng", 1)
-    cid = str(rec.checkpoint(1, b"state"))
-    validate(cid, stored_replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
-    return cid
 
 
 def _damage(store: Store, cid: str, value: bytes | None) -> None:
@@ -63,7 +54,7 @@ def test_a_damaged_source_row_carries_no_wrong_standing(
     src_at = _where(src_kind, tmp_path, "src")
     dst_at = _where(dst_kind, tmp_path, "dst")
     with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
-        cid = _quarantined(src)
+        cid = quarantined(src)
         _damage(src, cid, value)
         # Refused, or carried: the destination never holds the checkpoint without it.
         with contextlib.suppress(AuditChainError):
@@ -82,7 +73,7 @@ def test_a_damaged_destination_row_is_refused_not_overwritten(
     src_at = _where(src_kind, tmp_path, "src")
     dst_at = _where(dst_kind, tmp_path, "dst")
     with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
-        cid = _quarantined(src)
+        cid = quarantined(src)
         transfer(src.backend, dst.backend)
         second = validate(cid, stored_replay(src, cid, state_digest="x"), store=src)
         assert second.verdict.name == "REJECT"
@@ -105,12 +96,8 @@ def test_an_altered_source_decision_is_not_carried(
     src_at = _where(src_kind, tmp_path, "src")
     dst_at = _where(dst_kind, tmp_path, "dst")
     with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
-        _quarantined(src)
-        audit, key = src.backend.dbs["audit"], (0).to_bytes(8, "big")
-        with src.backend.read_txn() as txn:
-            raw = bytearray(bytes(txn.get(key, db=audit)))
-        raw[raw.index(b"\xa4time\xcb") + 13] ^= 1
-        src.backend.write_txn(lambda t: t.put(key, bytes(raw), db=audit))
+        quarantined(src)
+        flip_time(src, 0)
         with pytest.raises(AuditChainError):
             transfer(src.backend, dst.backend)
         assert list(dst.audit_records()) == []
@@ -129,13 +116,9 @@ def test_an_altered_superseded_quarantine_is_not_carried(
     src_at = _where(src_kind, tmp_path, "src")
     dst_at = _where(dst_kind, tmp_path, "dst")
     with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
-        cid = _quarantined(src)
+        cid = quarantined(src)
         assert validate(cid, stored_replay(src, cid), store=src).verdict.name == "ACCEPT"
-        audit, key = src.backend.dbs["audit"], (0).to_bytes(8, "big")
-        with src.backend.read_txn() as txn:
-            raw = bytearray(bytes(txn.get(key, db=audit)))
-        raw[raw.index(b"\xa4time\xcb") + 13] ^= 1
-        src.backend.write_txn(lambda t: t.put(key, bytes(raw), db=audit))
+        flip_time(src, 0)
         with pytest.raises(AuditChainError):
             transfer(src.backend, dst.backend)
         assert list(dst.audit_records()) == []

@@ -18,8 +18,9 @@ import struct
 from collections.abc import Iterator
 
 import pytest
+from audit_damage import flip_time
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
-from test_audit62_altered_record import _checkpoint, _flip_time
+from test_audit62_altered_record import _checkpoint
 from test_decision_support import stored_replay
 
 from cpstore.decision.gates import check_resume, resume_gate
@@ -46,7 +47,7 @@ def test_an_append_after_an_altered_last_decision_is_refused(store: Store) -> No
     other = _checkpoint(store, "o")
     d = validate(cid, stored_replay(store, cid), store=store)
     n = len(list(store.audit_records()))
-    _flip_time(store, n - 1)
+    flip_time(store, n - 1)
     with pytest.raises(AuditChainError) as caught:
         store.append_audit("note", {"what": "after the damage"})
     assert caught.value.where == f"audit/{n - 1}"

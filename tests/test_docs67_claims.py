@@ -22,9 +22,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from audit_damage import flip_time
 from pg_cluster import Cluster, backend_url, fresh_url, pg_cluster  # noqa: F401 - fixtures
 from test_audit52_lg_rerecord import _rejected_thread
-from test_audit62_altered_record import _flip_time
 from test_audit63_retention_digest import _raw_ref
 from test_decision_support import stored_replay
 
@@ -299,7 +299,7 @@ def test_an_altered_resume_permit_lets_no_recorder_on(store: Store, last: bool) 
         validate(other, stored_replay(store, other), store=store)
     index = next(r.index for r in store.audit_records(kind="gate"))
     n = len(list(store.audit_records()))
-    _flip_time(store, index)
+    flip_time(store, index)
     with pytest.raises(AuditChainError):
         store.recorder("r", permit=permit)
     assert len(list(store.audit_records())) == n  # no resume record: nothing spent
@@ -532,7 +532,7 @@ def test_the_savers_maintenance_refuses_an_altered_standing_decision(url: str, a
     place: `copy_thread` and `prune(keep_latest)` refuse, nothing recorded or dropped."""
     _, head = _rejected_thread(url)
     with CpstoreSaver.from_conn_string(url) as saver:
-        _flip_time(saver.store, 0)  # the REJECT, the log's one record
+        flip_time(saver.store, 0)  # the REJECT, the log's one record
         with pytest.raises(AuditChainError):
             if action == "copy_thread":
                 saver.copy_thread("t", "t2")

@@ -16,18 +16,15 @@ import struct
 from pathlib import Path
 
 import pytest
+from audit_damage import flip_time, quarantined
 from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixtures
-from test_decision_support import stored_replay
 
 import cpstore
 from cpstore.cli import main
 from cpstore.cli.exit_codes import EXIT_INTEGRITY
 from cpstore.decision.gates import check_resume, resume_gate, sign_off
-from cpstore.decision.validate import validate
 from cpstore.errors import AuditChainError, GateError, SignOffError
-from cpstore.run.model import ReplayMode
 from cpstore.store.audit import AuditView
-from cpstore.store.facade import Store
 from cpstore.store.model import AuditRecord
 from cpstore.store.transfer import transfer
 
@@ -38,24 +35,6 @@ def _at(kind: str, tmp_path: Path, name: str) -> str:
     return str(tmp_path / name) if kind == "lmdb" else fresh_url()
 
 
-def _quarantined(store: Store) -> str:
-    rec = store.recorder("r")
-    rec.observe(1, "clock", b"t", pinned_at=1.0)
-    rec.token("rng", 1)
-    cid = str(rec.checkpoint(1, b"state"))
-    validate(cid, stored_replay(store, cid, mode=ReplayMode.BEST_EFFORT), store=store)
-    return cid
-
-
-def _flip_time(store: Store, index: int) -> None:
-    """Flip the last byte of record ``index``'s ``time`` float: it still decodes."""
-    audit, key = store.backend.dbs["audit"], _INDEX.pack(index)
-    with store.backend.read_txn() as txn:
-        raw = bytearray(bytes(txn.get(key, db=audit)))
-    raw[raw.index(b"\xa4time\xcb") + 13] ^= 1
-    store.backend.write_txn(lambda t: t.put(key, bytes(raw), db=audit))
-
-
 @pytest.mark.usefixtures("pg_cluster")
 @pytest.mark.parametrize("kind", ["lmdb", "postgresql"])
 def test_gate_transfer_and_listing_refuse_alike(
@@ -63,9 +42,9 @@ def test_gate_transfer_and_listing_refuse_alike(
 ) -> None:
     src_at, dst_at = _at(kind, tmp_path, "src"), _at(kind, tmp_path, "dst")
     with cpstore.open(src_at) as src, cpstore.open(dst_at) as dst:
-        cid = _quarantined(src)
+        cid = quarantined(src)
         [decision] = list(src.audit_records(kind="decision"))
-        _flip_time(src, decision.index)
+        flip_time(src, decision.index)
         [altered] = list(src.audit_records(start=decision.index, limit=1))
         assert altered.digest != decision.digest  # still decodes, another digest
         want = (f"audit/{decision.index}", decision.digest, altered.digest)
@@ -118,7 +97,7 @@ def test_after_vouches_without_a_read(
 @pytest.mark.usefixtures("pg_cluster")
 def test_the_gates_name_a_record_as_audit_slash_index(kind: str, tmp_path: Path) -> None:
     with cpstore.open(_at(kind, tmp_path, "s")) as store:
-        cid = _quarantined(store)
+        cid = quarantined(store)
         [decision] = list(store.audit_records(kind="decision"))
         d = decision.body["decision_id"]
         so = sign_off(store, d, operator="op", reason="drill")

@@ -386,12 +386,8 @@ class AuditView(GateLookups):
             if after.index != index + 1:
                 raise AuditChainError("audit log has a gap", where=f"audit/{index + 1}")
             return str(after.prev)
-        raw = self._txn.get(HEAD_KEY, db=self._dbs["meta"])
-        try:
-            head = None if raw is None else decode_fast(raw)
-        except CanonicalEncodingError:
-            head = None
-        if not (isinstance(head, list) and len(head) == 2 and isinstance(head[1], bytes)):
+        head = _read_head(self._txn, self._dbs["meta"])
+        if head is None:
             raise AuditChainError("audit head is missing or damaged", where="meta/audit_head")
         if head[0] != index + 1:
             raise AuditChainError(
@@ -510,21 +506,30 @@ def _check_last_vouched(
     pos = txn.get(last, db=dbs["audit_index"])
     if pos is not None and bytes(pos) == _INDEX.pack(last_index):
         return
-    raw = txn.get(HEAD_KEY, db=dbs["meta"])
-    try:
-        head = None if raw is None else decode_fast(raw)
-    except CanonicalEncodingError:
-        head = None
-    if head == [last_index + 1, last]:
+    head = _read_head(txn, dbs["meta"])
+    if head is not None and head[0] == last_index + 1 and head[1] == last:
         return
-    vouched = head[1] if isinstance(head, list) and len(head) == 2 else None
     raise AuditChainError(
         "the last audit record is not the one the chain vouches for (altered in place): "
         "an append would vouch for it; nothing appended (verify reports it)",
         where=f"audit/{last_index}",
-        expected=vouched.hex() if isinstance(vouched, bytes) else None,
+        expected=None if head is None else head[1].hex(),
         got=last.hex(),
     )
+
+
+def _read_head(txn: Txn[memoryview], meta: Any) -> tuple[Any, bytes] | None:
+    """Meta ``audit_head`` as ``(count, last digest)``, or None when it is missing or
+    does not decode to a pair whose second item is bytes (the count is the caller's to
+    compare)."""
+    raw = txn.get(HEAD_KEY, db=meta)
+    try:
+        head = None if raw is None else decode_fast(raw)
+    except CanonicalEncodingError:
+        return None
+    if isinstance(head, list) and len(head) == 2 and isinstance(head[1], bytes):
+        return head[0], head[1]
+    return None
 
 
 def audit_records(
