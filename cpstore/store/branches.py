@@ -1,5 +1,7 @@
 """Ref operations: compare-and-set moves, audited resets, retained heads, listing, history.
 
+The audited repair of a damaged ref or refs digest is :mod:`cpstore.store.ref_repair`.
+
 The ref codec and its checks are :mod:`cpstore.store.refs`; these are the
 operations :class:`~cpstore.store.facade.Store` offers on top of it, written
 against the :class:`~cpstore.store.backend.Backend` seam.
@@ -12,13 +14,11 @@ from typing import Any, TypeVar
 
 from cpstore.errors import (
     ConflictError,
-    IntegrityError,
     InvalidInputError,
     NotDescendantError,
     NotFoundError,
 )
 from cpstore.native.canonical import encode_value
-from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.content import records_of
@@ -29,9 +29,6 @@ from cpstore.store.refs import (
     SET,
     delete_ref,
     read_ref,
-    ref_counts,
-    refs_digest_holds,
-    replace_damaged_ref,
     retained_heads,
     retained_key,
     unpack_ref,
@@ -44,8 +41,8 @@ __all__ = [
     "head_of",
     "head_unmoved",
     "history",
+    "ref_target",
     "release_retained",
-    "repair_ref",
     "reset_ref",
     "retained",
     "runs",
@@ -105,7 +102,7 @@ def set_ref(
 
     def cas(txn: Txn[memoryview]) -> None:
         found = _cas(backend, txn, key, old_raw)
-        origin = _ref_target(backend, txn, key, new_raw)
+        origin = ref_target(backend, txn, key, new_raw)
         if old_raw is not None:
             _check_descends(backend, txn, key, new_raw, old_raw)
         write_ref(txn, backend.dbs, key, new_raw, origin, old=found)
@@ -130,7 +127,7 @@ def _cas(
     return found
 
 
-def _ref_target(backend: Backend, txn: Txn[memoryview], key: bytes, cid: bytes) -> int:
+def ref_target(backend: Backend, txn: Txn[memoryview], key: bytes, cid: bytes) -> int:
     """The origin a ref ``key`` -> ``cid`` gets; InvalidInputError for another run."""
     run, branch = split_ref_key(key)
     m = backend.load_manifest(txn, cid, verify=True)
@@ -211,7 +208,7 @@ def reset_ref(
         if guard is not None:
             guard(txn)
         found = _cas(backend, txn, key, old_raw)
-        origin = None if new_raw is None else _ref_target(backend, txn, key, new_raw)
+        origin = None if new_raw is None else ref_target(backend, txn, key, new_raw)
         record = append_audit_txn(
             backend,
             txn,
@@ -239,94 +236,6 @@ def reset_ref(
         return record
 
     result: AuditRecord = backend.write_txn(reset)
-    return result
-
-
-def repair_ref(
-    backend: Backend,
-    run_id: str,
-    branch: str,
-    new: str | None,
-    *,
-    operator: str,
-    reason: str,
-) -> AuditRecord:
-    """Replace (or delete, ``new=None``) a ref that fails its check, audited.
-
-    The repair path for a damaged ref, which blocks ``prune`` and every
-    CAS, and for a damaged ``meta/refs_digest`` (which blocks retention, and
-    every ref move when malformed): refused with :class:`ConflictError`
-    unless the stored ref fails its check or the refs table fails its digest.
-    In one write txn: a ``ref_repair`` audit record (``run``,
-    ``branch``, ``damaged``: the stored value in hex, ``new``, ``retained``,
-    ``operator``, ``reason``), the new value, and, when the damaged value's
-    first 16 bytes name a stored checkpoint, that checkpoint kept as a
-    retained head (as :func:`reset_ref` keeps an old head). Returns the record.
-    """
-    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
-    new_raw = None if new is None else parse_id(new)
-    who = check_name(operator, "operator")
-    why = check_name(reason, "reason")
-    when = float(backend.now())
-
-    def repair(txn: Txn[memoryview]) -> AuditRecord:
-        stored = txn.get(key, None, backend.db("refs"))
-        if stored is None:
-            raise NotFoundError("no such ref", where=f"refs/{run_id}/{branch}")
-        damaged = bytes(stored)
-        try:
-            unpack_ref(key, damaged)
-        except IntegrityError:
-            intact = False
-        else:
-            intact = True
-            if refs_digest_holds(txn, backend.dbs):
-                raise ConflictError(
-                    "the ref passes its check and the refs table its digest; repair_ref "
-                    "only replaces a damaged ref (use set_ref or reset_ref)",
-                    where=f"refs/{run_id}/{branch}",
-                    expected="a ref that fails its check",
-                    got=damaged.hex(),
-                )
-        origin = SET if new_raw is None else _ref_target(backend, txn, key, new_raw)
-        named = damaged[:DIGEST_SIZE]
-        keep = (
-            named
-            if len(named) == DIGEST_SIZE
-            and named != new_raw
-            and records_of(backend.dbs).exists(txn, named)
-            else None
-        )
-        recorded, found = ref_counts(txn, backend.dbs)
-        record = append_audit_txn(
-            backend,
-            txn,
-            "ref_repair",
-            {
-                "run": run_id,
-                "branch": branch,
-                "damaged": damaged.hex(),
-                "new": hex_id(new_raw),
-                "retained": hex_id(keep),
-                "operator": who,
-                "reason": why,
-                # What the digest recorded and the table held before the repair: fewer
-                # found than recorded is a ref vanished, which a digest repair forgets.
-                "refs": {"recorded": recorded, "found": found},
-            },
-            when,
-        )
-        if keep is not None:
-            txn.put(
-                retained_key(keep),
-                encode_value({"run": run_id, "branch": branch, "audit": record.digest}),
-                db=backend.db("meta"),
-            )
-        # The ref intact, the digest is what is repaired: its count too (review66).
-        replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, recount=intact)
-        return record
-
-    result: AuditRecord = backend.write_txn(repair)
     return result
 
 

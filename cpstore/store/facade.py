@@ -23,7 +23,6 @@ from cpstore.store.branches import (
     head_of,
     history,
     release_retained,
-    repair_ref,
     reset_ref,
     retained,
     runs,
@@ -47,6 +46,7 @@ from cpstore.store.objects import as_digest
 from cpstore.store.objects import put_object as put_stored_object
 from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
+from cpstore.store.ref_repair import repair_ref
 from cpstore.store.refs import pinned_key
 from cpstore.store.url_backend import postgres_backend
 
@@ -382,13 +382,17 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
     def repair_ref(
         self, run_id: str, branch: str, new: str | None, *, operator: str, reason: str
     ) -> AuditRecord:
-        """Replace (or delete, ``new=None``) a ref that fails its check, audited.
+        """Replace, delete (``new=None``) or put back a damaged or vanished ref, audited.
 
         The repair path for a damaged ref (which blocks ``prune`` and every
-        CAS) and a damaged refs digest: ConflictError unless the stored ref fails
-        its check or the refs table fails ``meta/refs_digest``. The audit
-        record carries the damaged bytes; a checkpoint they still name is kept
-        as a retained head. See docs/store.md, "Repairing a damaged ref".
+        CAS), a damaged refs digest and a ref that vanished (put back at ``new``):
+        ConflictError unless the stored ref fails its check or the refs table fails
+        ``meta/refs_digest``; NotFoundError for an absent ref when the table passes
+        its digest (``fork`` makes a branch) or ``new`` is None. The audit record
+        carries the damaged bytes (None for a ref put back); a checkpoint they still
+        name is kept as a retained head, and so is, when the table held fewer refs
+        than the digest recorded, what the repaired table no longer reaches
+        (``kept``). See docs/store.md, "Repairing a damaged ref".
         """
         return repair_ref(self._backend, run_id, branch, new, operator=operator, reason=reason)
 

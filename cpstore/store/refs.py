@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from cpstore.errors import CpstoreError, IntegrityError
 from cpstore.native.binding import digest_small
@@ -36,6 +36,7 @@ __all__ = [
     "REFS_DIGEST_KEY",
     "RETAINED_PREFIX",
     "SET",
+    "RefsState",
     "check_ref_target",
     "check_refs",
     "checked_heads",
@@ -44,8 +45,8 @@ __all__ = [
     "pinned_objects",
     "read_ref",
     "read_ref_hashed",
-    "ref_counts",
-    "refs_digest_holds",
+    "ref_hash",
+    "refs_state",
     "replace_damaged_ref",
     "retained_heads",
     "retained_key",
@@ -252,32 +253,27 @@ def replace_damaged_ref(
     cid: bytes | None,
     origin: int,
     *,
-    recount: bool = False,
-) -> None:
-    """Overwrite (or, ``cid=None``, delete) a ref whose check fails; re-derive the digest.
+    count: int,
+) -> tuple[bytes, int]:
+    """Overwrite, put back or (``cid=None``) delete a ref; re-derive the digest.
 
-    The damaged value's true hash is unknowable, so the table digest's XOR is
-    recomputed over the table as it now stands (hashing what is stored, as
-    :func:`check_refs` does). The count is carried forward by the change, so a
-    ref that vanished before the repair is still reported as vanished. ``recount``
-    (the repair of the digest itself, every ref passing its check): the count is the
-    table's too, the stored one being part of what is damaged (carried forward, a
-    flipped count byte survived every repair; review66).
+    For a ref whose check fails, a ref absent from a table that fails its digest, or
+    a damaged digest itself: the damaged value's true hash is unknowable, so the
+    table digest's XOR is recomputed over the table as it now stands (hashing what
+    is stored, as :func:`check_refs` does). ``count`` is the ref count the digest
+    then records, which the caller derives from :func:`refs_state` (carried by the
+    change, so a ref that vanished before the repair is still reported; the table's
+    own when the stored count is part of what is damaged; review66). Returns the
+    table's (XOR, ref count) after the change.
     """
     refs = dbs["refs"]
-    try:
-        _, want_count = _digest_state(txn, dbs["meta"])
-    except IntegrityError:
-        recount = True
-    if recount:
-        want_count = txn.stat(refs)["entries"]
     if cid is None:
         txn.delete(key, db=refs)
-        want_count -= 1
     else:
         txn.put(key, pack_ref(key, cid, origin), db=refs)
-    acc, _ = _table_digest(txn, dbs)
-    txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(want_count), db=dbs["meta"])
+    acc, found = _table_digest(txn, dbs)
+    txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(count), db=dbs["meta"])
+    return acc, found
 
 
 def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int:
@@ -363,24 +359,37 @@ def checked_heads(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[bytes, bytes]]
     return out
 
 
-def ref_counts(txn: Any, dbs: Mapping[str, Any]) -> tuple[int | None, int]:
-    """(refs the digest records, or None when it is malformed; refs the table holds):
-    what a ``ref_repair`` record keeps, so a repair that accepted a table a ref had
-    vanished from says so in the log."""
-    try:
-        _, recorded = _digest_state(txn, dbs["meta"])
-    except IntegrityError:
-        return None, int(txn.stat(dbs["refs"])["entries"])
-    return recorded, int(txn.stat(dbs["refs"])["entries"])
+class RefsState(NamedTuple):
+    """``meta/refs_digest`` and the refs table as stored, read together once."""
+
+    recorded: tuple[bytes, int] | None
+    """(XOR, ref count) the digest records; None when it is malformed."""
+    acc: bytes
+    """XOR of the full hash of every ref in the table, as stored."""
+    found: int
+    """Refs the table holds."""
+
+    @property
+    def holds(self) -> bool:
+        """Whether the digest is well formed and matches the table."""
+        return self.recorded == (self.acc, self.found)
 
 
-def refs_digest_holds(txn: Any, dbs: Mapping[str, Any]) -> bool:
-    """Whether ``meta/refs_digest`` is well formed and matches the table as stored."""
-    held = _table_digest(txn, dbs)
+def refs_state(txn: Any, dbs: Mapping[str, Any]) -> RefsState:
+    """The digest and the table it summarises, in the caller's txn: what a repair
+    decides by (whether anything is damaged) and records (``ref_repair``'s ``refs``:
+    a repair that accepted a table a ref had vanished from says so in the log)."""
+    acc, count = _table_digest(txn, dbs)
     try:
-        return _digest_state(txn, dbs["meta"]) == held
+        recorded: tuple[bytes, int] | None = _digest_state(txn, dbs["meta"])
     except IntegrityError:
-        return False
+        recorded = None
+    return RefsState(recorded, acc, count)
+
+
+def ref_hash(key: bytes, cid: bytes, origin: int) -> bytes:
+    """The full hash of ref ``key`` naming ``cid`` with ``origin`` (what the digest XORs)."""
+    return _hash(key, cid, origin)
 
 
 def upgrade_refs_v1(txn: Any, dbs: Mapping[str, Any]) -> int:

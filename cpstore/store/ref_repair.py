@@ -1,0 +1,344 @@
+"""The audited repair of a damaged ref or refs digest, and what it must not forget.
+
+:func:`repair_ref` replaces, deletes or puts back one ref when the store says
+something is damaged: the ref fails its check, or the refs table fails
+``meta/refs_digest`` (a ref vanished, was added or was changed outside cpstore, or
+the digest itself was damaged). The digest is then re-derived, so retention runs
+again. The digest cannot say which ref vanished, so a repair that leaves the table
+shorter than the digest recorded would let the next sweep take a vanished ref's
+history: :func:`forgotten_heads` finds what the repaired table no longer reaches and
+the repair keeps it as retained heads (docs/store.md, "Repairing a damaged ref").
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from cpstore.errors import ConflictError, IntegrityError, NotFoundError
+from cpstore.native.binding import digest_small
+from cpstore.native.canonical import encode_value
+from cpstore.native.records import DIGEST_SIZE
+from cpstore.store.audit import append_audit_txn
+from cpstore.store.backend import Backend, Txn
+from cpstore.store.branches import ref_target
+from cpstore.store.content import records_of
+from cpstore.store.manifest import decode_manifest
+from cpstore.store.model import (
+    AuditRecord,
+    check_name,
+    hex_id,
+    parse_id,
+    ref_key,
+    split_ref_key,
+    unpack_checkpoint_value,
+)
+from cpstore.store.refs import (
+    RECORDED,
+    SET,
+    RefsState,
+    ref_hash,
+    refs_state,
+    replace_damaged_ref,
+    retained_heads,
+    retained_key,
+    unpack_ref,
+)
+
+__all__ = ["Forgotten", "forgotten_heads", "repair_ref"]
+
+
+class Forgotten(NamedTuple):
+    """A checkpoint a repair keeps as a retained head: no ref or retained head reaches it."""
+
+    cid: bytes
+    run: str
+    branch: str
+    """The vanished ref's branch when the digest named it, else the manifest's branch."""
+
+
+def _xor(a: bytes, b: bytes) -> bytes:
+    return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(
+        DIGEST_SIZE, "little"
+    )
+
+
+def _lineage(backend: Backend, txn: Txn[memoryview]) -> dict[bytes, tuple[bytes | None, str, str]]:
+    """Every stored checkpoint a sweep could remove -> (parent, run, branch).
+
+    Records the sweep leaves alone (a damaged location, a manifest that does not hash
+    to its id) are left out, as the sweep leaves them out: verify names them.
+    """
+    out: dict[bytes, tuple[bytes | None, str, str]] = {}
+    for cid, value in records_of(backend.dbs).items(txn):
+        if value is None:
+            continue
+        try:
+            created, data = unpack_checkpoint_value(bytes(value))
+        except IntegrityError:
+            continue
+        if digest_small(data) != cid:
+            continue
+        m = decode_manifest(cid, bytes(data), created)
+        out[cid] = (None if m.parent is None else bytes.fromhex(m.parent), m.run_id, m.branch)
+    return out
+
+
+def forgotten_heads(
+    backend: Backend,
+    txn: Txn[memoryview],
+    expected: RefsState | None,
+    extra_roots: tuple[bytes, ...] = (),
+) -> list[Forgotten]:
+    """What to keep so a repair that left the refs table short loses no checkpoint.
+
+    Called after the repair's change, in its txn. ``expected``: the table the digest
+    recorded, with the repair's own change applied (None when unknowable: the digest
+    was malformed, or the change was to a ref whose true value is unknown).
+
+    The unreachable set U is every stored checkpoint no ref (whole lineage) or
+    retained head (or ``extra_roots``) reaches. Between sweeps, U holds only what a
+    release made unreachable (the lineage of a released head: the next sweep's to
+    remove) and what damage did (a vanished ref's history). When the table is
+    exactly what the digest recorded (or its XOR is: only the count was damaged),
+    nothing vanished remains: nothing is kept. When it is one ref short, the
+    digest's XOR names that ref's full hash: the ref is back in the table (kept:
+    nothing), or a stored checkpoint with its run and a branch name the run uses
+    gives that hash (kept: that one with its lineage, when no root reaches it).
+    Otherwise (several refs missing, a name no manifest or ref of the run uses, a
+    malformed digest) every tip of U (a member no member names as parent) is kept: a
+    released lineage and a vanished ref's head inside it cannot be told apart (forks
+    are not audited), and a kept head costs a ``release_retained``, a lost one the
+    history.
+    """
+    lineage = _lineage(backend, txn)
+    roots: list[bytes] = list(extra_roots)
+    present: set[bytes] = set()
+    names: dict[str, set[str]] = {}
+    with txn.cursor(db=backend.db("refs")) as cur:
+        refs = [(bytes(k), bytes(v)) for k, v in cur]
+    for key, value in refs:
+        try:
+            cid, origin = unpack_ref(key, value)
+        except IntegrityError:
+            continue  # a damaged ref reaches nothing here: what it named stays kept
+        roots.append(cid)
+        present.add(ref_hash(key, cid, origin))
+        run, branch = split_ref_key(key)
+        names.setdefault(run, set()).add(branch)
+    roots.extend(retained_heads(txn, backend.db("meta")))
+    reached: set[bytes] = set()
+    for root in roots:
+        at: bytes | None = root
+        while at is not None and at in lineage and at not in reached:
+            reached.add(at)
+            at = lineage[at][0]
+    unreached = [cid for cid in lineage if cid not in reached]
+    if not unreached:
+        return []
+    if expected is not None and expected.recorded is not None:
+        want_acc, want_count = expected.recorded
+        if want_acc == expected.acc:
+            return []  # every ref's hash is in the XOR: none is missing, the count is damaged
+        if want_count - expected.found == 1:
+            missing = _xor(want_acc, expected.acc)
+            if missing in present:
+                return []  # the one ref missing is back (a fork put it back)
+            found = _named_by(lineage, names, missing, [*unreached, *reached])
+            if found is not None:
+                # Its head unreachable: kept; reachable (a fork of a kept lineage): nothing.
+                return [] if found.cid in reached else [found]
+    parents = {lineage[cid][0] for cid in unreached}
+    return [
+        Forgotten(cid, lineage[cid][1], lineage[cid][2])
+        for cid in sorted(unreached)
+        if cid not in parents
+    ]
+
+
+def _named_by(
+    lineage: dict[bytes, tuple[bytes | None, str, str]],
+    names: dict[str, set[str]],
+    missing: bytes,
+    among: list[bytes],
+) -> Forgotten | None:
+    """The ref whose full hash is ``missing``: a checkpoint of ``among`` with its run and
+    a branch name the run uses (in its manifests or refs), or None."""
+    for _, run, branch in lineage.values():
+        names.setdefault(run, set()).add(branch)
+    for cid in among:
+        _, run, recorded_on = lineage[cid]
+        for name in sorted(names[run]):
+            origin = RECORDED if name == recorded_on else SET
+            if ref_hash(ref_key(run, name), cid, origin) == missing:
+                return Forgotten(cid, run, name)
+    return None
+
+
+def repair_ref(
+    backend: Backend,
+    run_id: str,
+    branch: str,
+    new: str | None,
+    *,
+    operator: str,
+    reason: str,
+) -> AuditRecord:
+    """Replace, delete (``new=None``) or put back a ref when the store says it is damaged.
+
+    The repair path for a damaged ref, which blocks ``prune`` and every CAS, for a
+    damaged ``meta/refs_digest`` (which blocks retention, and every ref move when
+    malformed), and for a ref that vanished (deleted outside cpstore): refused with
+    :class:`ConflictError` when the stored ref passes its check and the refs table its
+    digest, and with :class:`NotFoundError` for a ref that is not there when the table
+    passes its digest (nothing vanished: ``fork`` makes a branch) or when ``new`` is
+    None (nothing to delete). ``new`` must be a stored checkpoint of the run.
+    In one write txn: a ``ref_repair`` audit record (``run``, ``branch``, ``damaged``:
+    the stored value in hex, None for a ref put back, ``new``, ``retained``, ``kept``,
+    ``operator``, ``reason``, ``refs``), the new value, the digest re-derived, and as
+    retained heads: the checkpoint a damaged value's first 16 bytes name, if stored
+    (``retained``), and, when the table held fewer refs than the digest recorded (or
+    the count was unknowable), every checkpoint the repaired table no longer reaches
+    that a vanished ref may have held (``kept``; :func:`forgotten_heads`).
+    Returns the record.
+    """
+    key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
+    new_raw = None if new is None else parse_id(new)
+    who = check_name(operator, "operator")
+    why = check_name(reason, "reason")
+    when = float(backend.now())
+    where = f"refs/{run_id}/{branch}"
+
+    def repair(txn: Txn[memoryview]) -> AuditRecord:
+        before = refs_state(txn, backend.dbs)  # the one read of the digest and the table
+        stored = txn.get(key, None, backend.db("refs"))
+        damaged = None if stored is None else bytes(stored)
+        old_hash: bytes | None = None  # the named ref's full hash, when its check holds
+        if damaged is None:
+            if new_raw is None:
+                raise NotFoundError(
+                    "no such ref: there is nothing to delete",
+                    where=where,
+                    expected="a checkpoint id to put a vanished ref back at",
+                    got=None,
+                )
+            if before.holds:
+                raise NotFoundError(
+                    "no such ref, and the refs table passes its digest: no ref vanished, "
+                    "so there is nothing to put back (fork makes a branch, set_ref moves one)",
+                    where=where,
+                    expected="a ref that fails its check, or a refs table that fails its digest",
+                    got=None,
+                )
+        else:
+            try:
+                old_cid, old_origin = unpack_ref(key, damaged)
+            except IntegrityError:
+                pass
+            else:
+                old_hash = ref_hash(key, old_cid, old_origin)
+                if before.holds:
+                    raise ConflictError(
+                        "the ref passes its check and the refs table its digest; repair_ref "
+                        "only replaces a damaged ref (use set_ref or reset_ref)",
+                        where=where,
+                        expected="a ref that fails its check",
+                        got=damaged.hex(),
+                    )
+        origin = SET if new_raw is None else ref_target(backend, txn, key, new_raw)
+        named = b"" if damaged is None else damaged[:DIGEST_SIZE]
+        keep = (
+            named
+            if len(named) == DIGEST_SIZE
+            and named != new_raw
+            and records_of(backend.dbs).exists(txn, named)
+            else None
+        )
+        recorded = None if before.recorded is None else before.recorded[1]
+        if damaged is None:
+            # It fills the hole of a ref vanished (which the digest still counts), or
+            # is one more ref (a table not short).
+            count = before.found + 1 if recorded is None else recorded + (before.found >= recorded)
+        elif recorded is None or old_hash is not None:
+            # The ref intact, the digest is what is repaired: its count too (review66).
+            count = before.found - (new_raw is None)
+        else:
+            count = recorded - (new_raw is None)  # carried: a vanished ref stays reported
+        after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
+        kept: list[Forgotten] = []
+        if recorded is None or before.found < recorded:
+            kept = forgotten_heads(
+                backend,
+                txn,
+                _expected(
+                    before,
+                    key=key,
+                    damaged=damaged,
+                    old_hash=old_hash,
+                    new_raw=new_raw,
+                    origin=origin,
+                    after=after,
+                ),
+                () if keep is None else (keep,),
+            )
+        record = append_audit_txn(
+            backend,
+            txn,
+            "ref_repair",
+            {
+                "run": run_id,
+                "branch": branch,
+                "damaged": None if damaged is None else damaged.hex(),
+                "new": hex_id(new_raw),
+                "retained": hex_id(keep),
+                "kept": [k.cid.hex() for k in kept],
+                "operator": who,
+                "reason": why,
+                # What the digest recorded and the table held before the repair: fewer
+                # found than recorded is a ref vanished; ``kept`` is what it reached.
+                "refs": {"recorded": recorded, "found": before.found},
+            },
+            when,
+        )
+        meta = backend.db("meta")
+        if keep is not None:
+            value = encode_value({"run": run_id, "branch": branch, "audit": record.digest})
+            txn.put(retained_key(keep), value, db=meta)
+        for k in kept:
+            value = encode_value({"run": k.run, "branch": k.branch, "audit": record.digest})
+            txn.put(retained_key(k.cid), value, db=meta)
+        return record
+
+    result: AuditRecord = backend.write_txn(repair)
+    return result
+
+
+def _expected(
+    before: RefsState,
+    *,
+    key: bytes,
+    damaged: bytes | None,
+    old_hash: bytes | None,
+    new_raw: bytes | None,
+    origin: int,
+    after: tuple[bytes, int],
+) -> RefsState | None:
+    """The table the digest recorded with the repair's change applied, beside the table
+    as it stands after it (``RefsState``: ``recorded`` the former, ``acc``/``count`` the
+    latter); None when the change's effect on the recorded table is unknowable (a
+    damaged ref deleted: its true hash is not known)."""
+    if before.recorded is None:
+        return None
+    acc, count = before.recorded
+    if damaged is not None:
+        if old_hash is None and new_raw is None:
+            return None
+        if old_hash is not None:  # an intact ref moved or deleted: out with its hash
+            acc = _xor(acc, old_hash)
+            if new_raw is None:
+                count -= 1
+            else:
+                acc = _xor(acc, ref_hash(key, new_raw, origin))
+        # A damaged ref replaced: the repair names its true value, which the digest holds.
+    elif before.found >= count and new_raw is not None:  # a ref added, not a hole filled
+        acc, count = _xor(acc, ref_hash(key, new_raw, origin)), count + 1
+    return RefsState((acc, count), after[0], after[1])
