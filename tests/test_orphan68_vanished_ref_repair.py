@@ -13,7 +13,6 @@ process (LMDB) or connection (PostgreSQL), on both engines.
 from __future__ import annotations
 
 import multiprocessing
-from pathlib import Path
 
 import pytest
 from pg_cluster import backend_url  # noqa: F401 - fixture
@@ -116,18 +115,17 @@ def _put_back_race(path: str, new: str, who: str) -> bool:
         return True
 
 
-def test_concurrent_put_backs_one_wins_and_one_audit_record(tmp_path: Path) -> None:
+def test_concurrent_put_backs_one_wins_and_one_audit_record(url: str) -> None:
     """Four processes put the same vanished ref back at once: one wins, one record."""
-    path = str(tmp_path / "s")
-    with cpstore.open(path) as st:
+    with cpstore.open(url) as st:
         ids = _three(st)
         st.recorder("s").checkpoint(0, {"s": 1})
-    _raw_ref(path, b"r\0main", None)
+    _raw_ref(url, b"r\0main", None)
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
-        wins = pool.starmap(_put_back_race, [(path, ids[2], f"op{i}") for i in range(4)])
+        wins = pool.starmap(_put_back_race, [(url, ids[2], f"op{i}") for i in range(4)])
     assert sum(wins) == 1
-    with cpstore.open(path) as st:
+    with cpstore.open(url) as st:
         assert len(list(st.audit_records(kind="ref_repair"))) == 1
         assert st.ref("r") == ids[2] and st.verify().ok
 
