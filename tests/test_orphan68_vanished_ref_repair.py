@@ -20,6 +20,7 @@ from test_audit63_retention_digest import _digest, _raw_ref
 
 import cpstore
 from cpstore.errors import ConflictError, IntegrityError, InvalidInputError, NotFoundError
+from cpstore.store import ref_repair
 from cpstore.store.facade import Store
 from cpstore.store.refs import REFS_DIGEST_KEY
 
@@ -287,3 +288,21 @@ def test_a_damaged_count_keeps_nothing(url: str) -> None:
         assert record.body["kept"] == [] and record.body["refs"] == {"recorded": 5, "found": 1}
         assert _digest(st) == good and st.verify().ok
         assert st.prune(keep_last=3) == 2 and _swept(st, dropped)
+
+
+def test_a_name_search_past_its_budget_keeps_every_unreachable_tip(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many branches per run bound the search for the vanished ref's name (NAME_TRIES):
+    past it, the repair keeps every unreachable tip (the released lineage too), never
+    fewer."""
+    monkeypatch.setattr(ref_repair, "NAME_TRIES", 0)
+    with cpstore.open(url) as st:
+        ids = _three(st)
+        dropped = _released_lineage(st, ids[0])
+        other = st.recorder("s").checkpoint(0, {"s": 1})
+        _raw_ref(url, b"r\0main", None)
+        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        assert sorted(record.body["kept"]) == sorted([ids[2], dropped[1]])
+        assert st.verify().ok and st.prune(keep_last=1) == 0
+        assert _stored(st, ids + dropped)

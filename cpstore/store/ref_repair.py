@@ -44,7 +44,7 @@ from cpstore.store.refs import (
     unpack_ref,
 )
 
-__all__ = ["Forgotten", "forgotten_heads", "repair_ref"]
+__all__ = ["NAME_TRIES", "Forgotten", "forgotten_heads", "repair_ref"]
 
 
 class Forgotten(NamedTuple):
@@ -143,16 +143,26 @@ def forgotten_heads(
             missing = _xor(want_acc, expected.acc)
             if missing in present:
                 return []  # the one ref missing is back (a fork put it back)
-            found = _named_by(lineage, names, missing, [*unreached, *reached])
+            # Its head is most likely a tip of U, then elsewhere in U, then reached.
+            tips = _tips(lineage, unreached)
+            tipped = set(tips)
+            rest = [cid for cid in unreached if cid not in tipped]
+            found = _named_by(lineage, names, missing, [*tips, *rest, *reached])
             if found is not None:
                 # Its head unreachable: kept; reachable (a fork of a kept lineage): nothing.
                 return [] if found.cid in reached else [found]
-    parents = {lineage[cid][0] for cid in unreached}
-    return [
-        Forgotten(cid, lineage[cid][1], lineage[cid][2])
-        for cid in sorted(unreached)
-        if cid not in parents
-    ]
+    return [Forgotten(cid, lineage[cid][1], lineage[cid][2]) for cid in _tips(lineage, unreached)]
+
+
+def _tips(lineage: dict[bytes, tuple[bytes | None, str, str]], among: list[bytes]) -> list[bytes]:
+    """The members of ``among`` no member names as its parent, sorted."""
+    parents = {lineage[cid][0] for cid in among}
+    return sorted(cid for cid in among if cid not in parents)
+
+
+#: Hashes :func:`_named_by` tries before giving up (about a second): a store with
+#: many branches per run falls back to keeping every unreachable tip, not to a long scan.
+NAME_TRIES = 1_000_000
 
 
 def _named_by(
@@ -161,16 +171,24 @@ def _named_by(
     missing: bytes,
     among: list[bytes],
 ) -> Forgotten | None:
-    """The ref whose full hash is ``missing``: a checkpoint of ``among`` with its run and
-    a branch name the run uses (in its manifests or refs), or None."""
+    """The ref whose full hash is ``missing``: a checkpoint of ``among`` (tried in that
+    order) with its run and a branch name the run uses (in its manifests or refs), or
+    None (none gives it within :data:`NAME_TRIES`)."""
     for _, run, branch in lineage.values():
         names.setdefault(run, set()).add(branch)
+    keys = {
+        run: [(name, ref_key(run, name)) for name in sorted(given)] for run, given in names.items()
+    }
+    tries = 0
     for cid in among:
+        if tries >= NAME_TRIES:
+            return None
         _, run, recorded_on = lineage[cid]
-        for name in sorted(names[run]):
+        for name, key in keys[run]:
             origin = RECORDED if name == recorded_on else SET
-            if ref_hash(ref_key(run, name), cid, origin) == missing:
+            if ref_hash(key, cid, origin) == missing:
                 return Forgotten(cid, run, name)
+        tries += len(keys[run])
     return None
 
 
