@@ -22,7 +22,7 @@ import cpstore
 from cpstore.errors import ConflictError, IntegrityError, InvalidInputError, NotFoundError
 from cpstore.store import ref_repair
 from cpstore.store.facade import Store
-from cpstore.store.refs import REFS_DIGEST_KEY
+from cpstore.store.refs import RECORDED, REFS_DIGEST_KEY, pack_ref
 
 
 def _stored(st: Store, ids: list[str]) -> bool:
@@ -306,3 +306,55 @@ def test_a_name_search_past_its_budget_keeps_every_unreachable_tip(
         assert sorted(record.body["kept"]) == sorted([ids[2], dropped[1]])
         assert st.verify().ok and st.prune(keep_last=1) == 0
         assert _stored(st, ids + dropped)
+
+
+# -- a ref changed outside cpstore: the same forgetting, one ref not short ------------
+
+
+def test_a_digest_repair_through_another_branch_keeps_a_changed_ref_history(url: str) -> None:
+    """A ref put back to an older head outside cpstore keeps a true check; a digest
+    repair naming another branch accepted it and the next sweep removed the history the
+    true head reached (the table was not short, so nothing was scanned). The digest's
+    XOR difference names the true head: it is kept, the released lineage is not."""
+    with cpstore.open(url) as st:
+        ids = _three(st)
+        dropped = _released_lineage(st, ids[0])
+        other = st.recorder("s").checkpoint(0, {"s": 1})
+        key = b"r\0main"
+        _raw_ref(url, key, pack_ref(key, bytes.fromhex(ids[0]), RECORDED))
+        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        assert record.body["kept"] == [ids[2]]
+        assert record.body["refs"] == {"recorded": 2, "found": 2}
+        assert st.verify().ok
+        assert st.prune(keep_last=1) == 2 and _swept(st, dropped)
+        assert _stored(st, ids)
+
+
+def test_a_flipped_digest_keeps_what_no_root_reaches(url: str) -> None:
+    """A flipped XOR names no ref: a released lineage awaiting the sweep cannot be told
+    from a changed ref's history, so it is kept (over-kept, never lost)."""
+    with cpstore.open(url) as st:
+        ids = _three(st)
+        dropped = _released_lineage(st, ids[0])
+        good = _digest(st)
+        _raw_ref(url, REFS_DIGEST_KEY, bytes([good[0] ^ 1]) + good[1:], "meta")
+        record = st.repair_ref("r", "main", ids[2], operator="o", reason="digest flipped")
+        assert record.body["kept"] == [dropped[1]] and _digest(st) == good
+        assert st.verify().ok and st.prune(keep_last=3) == 0
+        assert _stored(st, ids + dropped)
+
+
+def test_a_damaged_fork_dropped_keeps_nothing_more(url: str) -> None:
+    """A fork's ref fails its check and is dropped (new=None): its head is retained as
+    before; the digest names the dropped ref, so a released lineage is not kept."""
+    with cpstore.open(url) as st:
+        ids = _three(st)
+        st.fork("r", "exp", ids[1])
+        dropped = _released_lineage(st, ids[0])
+        with st.backend.read_txn() as txn:
+            value = bytes(txn.get(b"r\0exp", None, st.backend.db("refs")))
+        _raw_ref(url, b"r\0exp", value[:-1] + bytes([value[-1] ^ 1]))
+        record = st.repair_ref("r", "exp", None, operator="o", reason="check damaged")
+        assert record.body["retained"] == ids[1] and record.body["kept"] == []
+        assert st.verify().ok
+        assert st.prune(keep_last=3) == 2 and _swept(st, dropped)

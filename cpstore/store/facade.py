@@ -390,9 +390,9 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         ``meta/refs_digest``; NotFoundError for an absent ref when the table passes
         its digest (``fork`` makes a branch) or ``new`` is None. The audit record
         carries the damaged bytes (None for a ref put back); a checkpoint they still
-        name is kept as a retained head, and so is, when the table held fewer refs
-        than the digest recorded, what the repaired table no longer reaches
-        (``kept``). See docs/store.md, "Repairing a damaged ref".
+        name is kept as a retained head, and so is what the repaired table no
+        longer reaches that a vanished or changed ref may have held (``kept``).
+        See docs/store.md, "Repairing a damaged ref".
         """
         return repair_ref(self._backend, run_id, branch, new, operator=operator, reason=reason)
 

@@ -4,10 +4,11 @@
 something is damaged: the ref fails its check, or the refs table fails
 ``meta/refs_digest`` (a ref vanished, was added or was changed outside cpstore, or
 the digest itself was damaged). The digest is then re-derived, so retention runs
-again. The digest cannot say which ref vanished, so a repair that leaves the table
-shorter than the digest recorded would let the next sweep take a vanished ref's
-history: :func:`forgotten_heads` finds what the repaired table no longer reaches and
-the repair keeps it as retained heads (docs/store.md, "Repairing a damaged ref").
+again. The digest cannot say which ref vanished or changed, so a repair that accepts
+the table as it stands would let the next sweep take that ref's history:
+:func:`forgotten_heads` finds what the repaired table no longer reaches and the
+repair keeps what a damaged ref held as retained heads (docs/store.md, "Repairing a
+damaged ref").
 """
 
 from __future__ import annotations
@@ -86,34 +87,42 @@ def _lineage(backend: Backend, txn: Txn[memoryview]) -> dict[bytes, tuple[bytes 
 def forgotten_heads(
     backend: Backend,
     txn: Txn[memoryview],
-    expected: RefsState | None,
+    digests: tuple[tuple[bytes, int], ...],
+    after: tuple[bytes, int],
+    *,
     extra_roots: tuple[bytes, ...] = (),
+    named: tuple[str, str] | None = None,
 ) -> list[Forgotten]:
-    """What to keep so a repair that left the refs table short loses no checkpoint.
+    """What to keep so a repair that accepts a damaged refs table loses no checkpoint.
 
-    Called after the repair's change, in its txn. ``expected``: the table the digest
-    recorded, with the repair's own change applied (None when unknowable: the digest
-    was malformed, or the change was to a ref whose true value is unknown).
+    Called after the repair's change, in its txn. ``digests``: the (XOR, count) the
+    digest recorded, and that with the repair's own change applied (none when the
+    digest was malformed); ``after``: the table's now; ``named``: the (run, branch)
+    the repair names.
 
     The unreachable set U is every stored checkpoint no ref (whole lineage) or
     retained head (or ``extra_roots``) reaches. Between sweeps, U holds only what a
     release made unreachable (the lineage of a released head: the next sweep's to
-    remove) and what damage did (a vanished ref's history). When the table is
-    exactly what the digest recorded (or its XOR is: only the count was damaged),
-    nothing vanished remains: nothing is kept. When it is one ref short, the
-    digest's XOR names that ref's full hash: the ref is back in the table (kept:
-    nothing), or a stored checkpoint with its run and a branch name the run uses
-    gives that hash (kept: that one with its lineage, when no root reaches it).
-    Otherwise (several refs missing, a name no manifest or ref of the run uses, a
+    remove) and what damage did (a vanished ref's history, the history a ref changed
+    outside cpstore no longer reaches). When the table's XOR is what the digest
+    recorded, nothing is missing: nothing is kept. When it is one ref short, the
+    XOR difference is that ref's full hash; when no ref is short, the difference is
+    a changed ref's true hash XOR its hash now. A stored checkpoint with its run and
+    a branch name the run uses (its manifests', its refs', the named one) that gives
+    the hash names the ref: kept with its lineage when no root reaches it, nothing
+    kept when one does (or when the missing ref is back in the table).
+    Otherwise (several refs missing or changed, a name nothing holds, a flipped or
     malformed digest) every tip of U (a member no member names as parent) is kept: a
-    released lineage and a vanished ref's head inside it cannot be told apart (forks
+    released lineage and a damaged ref's head inside it cannot be told apart (forks
     are not audited), and a kept head costs a ``release_retained``, a lost one the
     history.
     """
     lineage = _lineage(backend, txn)
     roots: list[bytes] = list(extra_roots)
-    present: set[bytes] = set()
+    present: dict[bytes, bytes] = {}  # ref key -> its full hash, refs that pass their check
     names: dict[str, set[str]] = {}
+    if named is not None:
+        names[named[0]] = {named[1]}
     with txn.cursor(db=backend.db("refs")) as cur:
         refs = [(bytes(k), bytes(v)) for k, v in cur]
     for key, value in refs:
@@ -122,7 +131,7 @@ def forgotten_heads(
         except IntegrityError:
             continue  # a damaged ref reaches nothing here: what it named stays kept
         roots.append(cid)
-        present.add(ref_hash(key, cid, origin))
+        present[key] = ref_hash(key, cid, origin)
         run, branch = split_ref_key(key)
         names.setdefault(run, set()).add(branch)
     roots.extend(retained_heads(txn, backend.db("meta")))
@@ -135,22 +144,28 @@ def forgotten_heads(
     unreached = [cid for cid in lineage if cid not in reached]
     if not unreached:
         return []
-    if expected is not None and expected.recorded is not None:
-        want_acc, want_count = expected.recorded
-        if want_acc == expected.acc:
-            return []  # every ref's hash is in the XOR: none is missing, the count is damaged
-        if want_count - expected.found == 1:
-            missing = _xor(want_acc, expected.acc)
-            if missing in present:
+    if any(acc == after[0] for acc, _ in digests):
+        return []  # every ref's hash is in the XOR: none is missing (a count damaged)
+    missing: set[bytes] = set()  # the full hash of the one ref missing
+    changed: dict[bytes, set[bytes]] = {}  # ref key -> the true full hash, if it changed
+    for acc, count in digests:
+        diff = _xor(acc, after[0])
+        if count - after[1] == 1:
+            if diff in present.values():
                 return []  # the one ref missing is back (a fork put it back)
-            # Its head is most likely a tip of U, then elsewhere in U, then reached.
-            tips = _tips(lineage, unreached)
-            tipped = set(tips)
-            rest = [cid for cid in unreached if cid not in tipped]
-            found = _named_by(lineage, names, missing, [*tips, *rest, *reached])
-            if found is not None:
-                # Its head unreachable: kept; reachable (a fork of a kept lineage): nothing.
-                return [] if found.cid in reached else [found]
+            missing.add(diff)
+        elif count == after[1]:
+            for key, full in present.items():
+                changed.setdefault(key, set()).add(_xor(diff, full))
+    if missing or changed:
+        # Its head is most likely a tip of U, then elsewhere in U, then reached.
+        tips = _tips(lineage, unreached)
+        tipped = set(tips)
+        rest = [cid for cid in unreached if cid not in tipped]
+        found = _named_by(lineage, names, (missing, changed), [*tips, *rest, *reached])
+        if found is not None:
+            # Its head unreachable: kept; reachable (another root keeps it): nothing.
+            return [] if found.cid in reached else [found]
     return [Forgotten(cid, lineage[cid][1], lineage[cid][2]) for cid in _tips(lineage, unreached)]
 
 
@@ -168,12 +183,13 @@ NAME_TRIES = 1_000_000
 def _named_by(
     lineage: dict[bytes, tuple[bytes | None, str, str]],
     names: dict[str, set[str]],
-    missing: bytes,
+    hashes: tuple[set[bytes], dict[bytes, set[bytes]]],
     among: list[bytes],
 ) -> Forgotten | None:
-    """The ref whose full hash is ``missing``: a checkpoint of ``among`` (tried in that
-    order) with its run and a branch name the run uses (in its manifests or refs), or
-    None (none gives it within :data:`NAME_TRIES`)."""
+    """The ref whose full hash is one of ``hashes`` (any key's, or the given key's): a
+    checkpoint of ``among`` (tried in that order) with its run and a branch name the
+    run uses, or None (none gives one within :data:`NAME_TRIES`)."""
+    anywhere, by_key = hashes
     for _, run, branch in lineage.values():
         names.setdefault(run, set()).add(branch)
     keys = {
@@ -185,8 +201,8 @@ def _named_by(
             return None
         _, run, recorded_on = lineage[cid]
         for name, key in keys[run]:
-            origin = RECORDED if name == recorded_on else SET
-            if ref_hash(key, cid, origin) == missing:
+            full = ref_hash(key, cid, RECORDED if name == recorded_on else SET)
+            if full in anywhere or full in by_key.get(key, ()):
                 return Forgotten(cid, run, name)
         tries += len(keys[run])
     return None
@@ -214,9 +230,9 @@ def repair_ref(
     the stored value in hex, None for a ref put back, ``new``, ``retained``, ``kept``,
     ``operator``, ``reason``, ``refs``), the new value, the digest re-derived, and as
     retained heads: the checkpoint a damaged value's first 16 bytes name, if stored
-    (``retained``), and, when the table held fewer refs than the digest recorded (or
-    the count was unknowable), every checkpoint the repaired table no longer reaches
-    that a vanished ref may have held (``kept``; :func:`forgotten_heads`).
+    (``retained``), and every checkpoint the repaired table no longer reaches that a
+    ref vanished or changed outside cpstore may have held (``kept``;
+    :func:`forgotten_heads`).
     Returns the record.
     """
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
@@ -283,20 +299,17 @@ def repair_ref(
             count = recorded - (new_raw is None)  # carried: a vanished ref stays reported
         after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
         kept: list[Forgotten] = []
-        if recorded is None or before.found < recorded:
+        if not before.holds:
+            adjusted = _expected(
+                before, key=key, damaged=damaged, old_hash=old_hash, new_raw=new_raw, origin=origin
+            )
             kept = forgotten_heads(
                 backend,
                 txn,
-                _expected(
-                    before,
-                    key=key,
-                    damaged=damaged,
-                    old_hash=old_hash,
-                    new_raw=new_raw,
-                    origin=origin,
-                    after=after,
-                ),
-                () if keep is None else (keep,),
+                tuple(dict.fromkeys(d for d in (before.recorded, adjusted) if d is not None)),
+                after,
+                extra_roots=() if keep is None else (keep,),
+                named=(run_id, branch),
             )
         record = append_audit_txn(
             backend,
@@ -338,12 +351,11 @@ def _expected(
     old_hash: bytes | None,
     new_raw: bytes | None,
     origin: int,
-    after: tuple[bytes, int],
-) -> RefsState | None:
-    """The table the digest recorded with the repair's change applied, beside the table
-    as it stands after it (``RefsState``: ``recorded`` the former, ``acc``/``count`` the
-    latter); None when the change's effect on the recorded table is unknowable (a
-    damaged ref deleted: its true hash is not known)."""
+) -> tuple[bytes, int] | None:
+    """The (XOR, count) the digest recorded with the repair's own change applied, or None
+    when unknowable (a malformed digest; a damaged ref deleted: its true hash is not
+    known). A damaged ref replaced is taken to be put back to its true value (which the
+    digest holds); a ref put back fills a hole when the table is short."""
     if before.recorded is None:
         return None
     acc, count = before.recorded
@@ -356,7 +368,6 @@ def _expected(
                 count -= 1
             else:
                 acc = _xor(acc, ref_hash(key, new_raw, origin))
-        # A damaged ref replaced: the repair names its true value, which the digest holds.
     elif before.found >= count and new_raw is not None:  # a ref added, not a hole filled
         acc, count = _xor(acc, ref_hash(key, new_raw, origin)), count + 1
-    return RefsState((acc, count), after[0], after[1])
+    return acc, count
