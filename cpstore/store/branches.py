@@ -240,7 +240,7 @@ def reset_ref(
 
 
 def retained(backend: Backend) -> dict[str, dict[str, Any]]:
-    """Heads kept by :func:`reset_ref`: id -> ``{"run", "branch", "audit"}``."""
+    """Heads kept by :func:`reset_ref` or ``repair_ref``: id -> ``{"run", "branch", "audit"}``."""
     with backend.read_txn() as txn:
         heads = retained_heads(txn, backend.db("meta"))
     return {cid.hex(): record for cid, record in heads.items()}

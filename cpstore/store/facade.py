@@ -397,7 +397,8 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         return repair_ref(self._backend, run_id, branch, new, operator=operator, reason=reason)
 
     def retained(self) -> dict[str, dict[str, Any]]:
-        """Heads kept by :meth:`reset_ref`: id -> ``{"run", "branch", "audit"}``."""
+        """Heads kept by :meth:`reset_ref` or :meth:`repair_ref`: id -> ``{"run", "branch",
+        "audit"}``."""
         return retained(self._backend)
 
     def release_retained(self, checkpoint_id: str, *, operator: str, reason: str) -> AuditRecord:
