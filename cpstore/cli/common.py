@@ -217,8 +217,9 @@ def stamp(seconds: float | None) -> str:
 
 
 def is_full_id(text: str) -> bool:
-    """True for 32 lowercase hex characters: always a checkpoint id, never a file name."""
-    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+    """True for 32 hex characters (either case): always a checkpoint id, never a file name
+    (audit68: an uppercase id was read as a file of that name when one existed)."""
+    return len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def names_checkpoint(arg: str) -> bool:

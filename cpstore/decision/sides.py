@@ -33,7 +33,7 @@ from cpstore.run.model import Effect, Observation, ReplayMode, Run, TokenInfo
 
 __all__ = ["DamagedSideError", "RunSource", "Side", "canonical_or_repr", "load_side"]
 
-_CHECKPOINT_ID = re.compile(r"[0-9a-f]{32}")
+_CHECKPOINT_ID = re.compile(r"[0-9a-fA-F]{32}")
 
 #: What :func:`~cpstore.decision.validate.validate` accepts for R or P.
 RunSource = Union[Run, Mapping[str, Any], str, "os.PathLike[str]", bytes]
@@ -200,11 +200,12 @@ def _fill_side(
 
 
 def _checkpoint_ref(source: object, store: CheckpointStore | None) -> str | None:
-    """``source`` when it names a checkpoint: a str that is exactly a checkpoint id.
+    """The id ``source`` names when it is a str of exactly 32 hex characters (either case).
 
     Such a str is always an id, never a path: which recording is validated
     must not depend on what files the working directory holds. A document
     whose file name looks like an id is passed as ``Path(name)`` or ``./name``.
+    audit68: only lowercase hex was an id, so an uppercase one read a file named so.
     """
     if not isinstance(source, str) or not _CHECKPOINT_ID.fullmatch(source):
         return None
@@ -214,7 +215,7 @@ def _checkpoint_ref(source: object, store: CheckpointStore | None) -> str | None
             "for a document file named like an id, pass ./NAME",
             got=source,
         )
-    return source
+    return source.lower()
 
 
 def load_side(
