@@ -7,16 +7,26 @@ native token kernels and the pure-Python reference give the same decision.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_decision_cli import cli
-from test_decision_support import clean_doc, replay_of
+from test_decision_support import clean_doc, colliding_kinds, replay_of
 
-from cpstore.decision.table import Verdict
+from cpstore.decision import token_checks
+from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import InvalidInputError
+from cpstore.native import binding, ingest_reference, reference
+from cpstore.native.records import kind_code, pack_token
+from cpstore.run.document import dump_document, load_document, parse_document
+from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.facade import open as open_store
 
 # -- naming a side: 32 hex characters are always an id ----------------------------
@@ -65,3 +75,214 @@ def test_the_cli_reads_an_uppercase_id_as_the_checkpoint(
     assert code == 10 and body["verdict"] == "REJECT"
     code, out = cli([f"./{cid.upper()}", "p.json", "--json"])  # the documented way to a file
     assert code == 0 and json.loads(out)["verdict"] == "ACCEPT"
+
+
+# -- the native token kernels and the pure-Python reference decide alike ----------
+
+_KIND_A, _KIND_B = colliding_kinds()  # two names, one hashed code
+_CODE_A = kind_code(_KIND_A)
+_CODE_C = kind_code("custom")
+_DIGESTS = [bytes([i]) * 16 for i in range(3)]
+
+
+@st.composite
+def _token_logs(draw: st.DrawFn) -> tuple[bytes, bytes]:
+    """R's records and P's: P a copy of R with a few records changed, cut or extended."""
+    n = draw(st.integers(0, 12))
+    rows = [
+        [
+            draw(st.sampled_from([i, i, i, i + 1, 0])),
+            draw(st.sampled_from([1, 2, 3, 4, _CODE_A, _CODE_C])),
+            draw(st.sampled_from([1, 1, 1, 2])),
+            draw(st.sampled_from(_DIGESTS)),
+        ]
+        for i in range(n)
+    ]
+    p_rows = [list(row) for row in rows]
+    for _ in range(draw(st.integers(0, 3))):
+        what = draw(st.sampled_from(["seq", "kind", "prov", "value", "cut", "add"]))
+        if what == "add" or not p_rows:
+            p_rows.append([len(p_rows), 1, 1, _DIGESTS[0]])
+            continue
+        i = draw(st.integers(0, len(p_rows) - 1))
+        if what == "cut":
+            del p_rows[i:]
+        else:
+            field = ("seq", "kind", "prov", "value").index(what)
+            p_rows[i][field] = draw(
+                [
+                    st.integers(0, 20),
+                    st.sampled_from([1, 2, _CODE_A, _CODE_C]),
+                    st.sampled_from([1, 2]),
+                    st.sampled_from(_DIGESTS),
+                ][field]
+            )
+    return _pack(rows), _pack(p_rows)
+
+
+def _pack(rows: list[list[Any]]) -> bytes:
+    return b"".join(pack_token(s, k, p, d) for s, k, p, d in rows)
+
+
+def _decision_key(r: Run, p: Run) -> Any:
+    d = validate(r, p)
+    return d.verdict, d.fidelity, [f.to_dict() for f in d.findings]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    logs=_token_logs(),
+    p_names=st.sampled_from(["same", "other", "none"]),
+)
+def test_native_and_reference_token_kernels_give_the_same_decision(
+    logs: tuple[bytes, bytes], p_names: str
+) -> None:
+    """validate over the native kernels (first_divergence, scan_tokens, hashed_kinds, the
+    little-endian kind column) and over the pure-Python reference (and the struct path of
+    a big-endian host, and a hashed-kind cap of 1) gives the same decision, finding for
+    finding, for any pair of well-formed logs: seqs broken, live tokens, one record
+    changed in any field, a prefix, an extension, and equal hashed codes named alike,
+    differently (two names with one code) or not at all."""
+    r_recs, p_recs = logs
+    r_names = {_CODE_A: _KIND_A, _CODE_C: "custom"}
+    names = {
+        "same": dict(r_names),
+        "other": {_CODE_A: _KIND_B, _CODE_C: "custom"},
+        "none": {_CODE_C: "custom"},
+    }[p_names]
+    r = Run("run", 3, "s", tokens=PackedTokens(r_recs, kind_names=r_names), ledger_sealed=True)
+    p = Run("run", 3, "s", tokens=PackedTokens(p_recs, kind_names=names), mode=ReplayMode.STRICT)
+    native = _decision_key(r, p)
+
+    # The oracle, from the table: a record differing in seq, kind or value, a count
+    # difference, or a hashed code R uses that P names otherwise, is a REJECT; else a
+    # live token (either side) or a broken seq in R is a QUARANTINE; else ACCEPT.
+    def compared(recs: bytes) -> list[bytes]:
+        return [recs[i : i + 12] + recs[i + 16 : i + 32] for i in range(0, len(recs), 32)]
+
+    r_codes = {int.from_bytes(r_recs[i + 8 : i + 12], "little") for i in range(0, len(r_recs), 32)}
+    diverged = compared(r_recs) != compared(p_recs) or (p_names != "same" and _CODE_A in r_codes)
+    unverified = any(recs[i + 12] != 1 for recs in logs for i in range(0, len(recs), 32)) or any(
+        int.from_bytes(r_recs[i : i + 8], "little") != i // 32 for i in range(0, len(r_recs), 32)
+    )
+    want = Verdict.REJECT if diverged else Verdict.QUARANTINE if unverified else Verdict.ACCEPT
+    assert native[0] is want
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(token_checks, "first_divergence", reference.first_divergence)
+        mp.setattr(token_checks, "scan_tokens", reference.scan_tokens)
+        mp.setattr(
+            token_checks,
+            "hashed_kinds",
+            lambda recs: ingest_reference.hashed_kinds(bytes(recs), 256),
+        )
+        mp.setattr(token_checks, "sys", SimpleNamespace(byteorder="big"))
+        assert _decision_key(r, p) == native
+        mp.setattr(token_checks, "hashed_kinds", lambda recs: binding.hashed_kinds(recs, cap=1))
+        assert _decision_key(r, p) == native
+
+
+# -- a Run's fields are compared as their values, not by their own __eq__ ----------
+
+
+class _LooseStr(str):
+    """A str subclass whose comparisons say "equal" to any str (a case-folding id type
+    gone wrong) and whose ``startswith`` never matches: its text is what counts."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str)
+
+    def __ne__(self, other: object) -> bool:
+        return not isinstance(other, str)
+
+    __hash__ = str.__hash__
+
+    def startswith(self, *args: Any, **kwargs: Any) -> bool:
+        return False
+
+
+class _LooseInt(int):
+    """An int subclass equal to any int."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, int)
+
+    def __ne__(self, other: object) -> bool:
+        return not isinstance(other, int)
+
+    __hash__ = int.__hash__
+
+
+def _loosen_p(run: Run, field: str) -> Run:
+    """``run`` with ``field`` changed, held in a subclass whose __eq__ hides the change."""
+    if field == "run_id":
+        return dataclasses.replace(run, run_id=_LooseStr(run.run_id + "'"))
+    if field == "step":
+        return dataclasses.replace(run, step=_LooseInt(run.step + 1))
+    if field == "state_digest":
+        return dataclasses.replace(run, state_digest=_LooseStr(run.state_digest + "'"))
+    if field == "transcript_digest":
+        return dataclasses.replace(run, transcript_digest=_LooseStr("other"))
+    if field in ("obs_step", "obs_source", "obs_payload"):
+        o = run.observations[0]
+        changed = {
+            "obs_step": Observation(_LooseInt(o.step + 1), o.source, o.payload_digest, o.pinned_at),
+            "obs_source": Observation(o.step, _LooseStr("other"), o.payload_digest, o.pinned_at),
+            "obs_payload": Observation(o.step, o.source, _LooseStr("other"), o.pinned_at),
+        }[field]
+        return dataclasses.replace(run, observations=(changed, *run.observations[1:]))
+    if field in ("effect_seq", "effect_target", "effect_payload"):
+        e = run.effects[0]
+        changed_e = {
+            "effect_seq": Effect(_LooseInt(e.seq + 7), e.target, e.payload_digest),
+            "effect_target": Effect(e.seq, _LooseStr("other"), e.payload_digest),
+            "effect_payload": Effect(e.seq, e.target, _LooseStr("other")),
+        }[field]
+        return dataclasses.replace(run, effects=(changed_e, *run.effects[1:]))
+    assert field == "kind_name"  # the other name of one hashed code, held loosely
+    names = {code: _LooseStr(_KIND_B) for code in run.tokens.kind_names}
+    tokens = PackedTokens(run.tokens.records, values=run.tokens.values, kind_names=names)
+    return dataclasses.replace(run, tokens=tokens)
+
+
+_LOOSE_FIELDS = [
+    "run_id",
+    "step",
+    "state_digest",
+    "transcript_digest",
+    "obs_step",
+    "obs_source",
+    "obs_payload",
+    "effect_seq",
+    "effect_target",
+    "effect_payload",
+    "kind_name",
+]
+
+
+@pytest.mark.parametrize("field", _LOOSE_FIELDS)
+def test_a_replay_run_decides_as_its_document_whatever_its_fields_eq_says(field: str) -> None:
+    """A ``Run`` built in Python (a ``ReplaySession``'s ``finish(state_digest)`` takes the
+    caller's str) is compared on its values, as its document is: a str or int subclass
+    whose ``__eq__`` calls every value equal does not hide a changed run id, step, state,
+    transcript, observation, effect or kind name. Before audit68 each was an ACCEPT
+    through the Run and a REJECT or QUARANTINE through its document."""
+    doc = clean_doc()
+    doc["tokens"].append(
+        {"seq": len(doc["tokens"]), "kind": _KIND_A, "value": 0, "provenance": "recorded"}
+    )
+    r = parse_document(doc)
+    p = _loosen_p(parse_document(replay_of(doc)), field)
+    as_document = validate(r, load_document(dump_document(p, encoding="msgpack")))
+    d = validate(r, p)
+    assert as_document.verdict is not Verdict.ACCEPT
+    assert [f.to_dict() for f in d.findings] == [f.to_dict() for f in as_document.findings]
+    assert d.verdict is as_document.verdict
+
+
+def test_a_recording_replay_tag_counts_whatever_its_startswith_says() -> None:
+    """R's provenance tags are read as text: a tag object whose own ``startswith`` denies
+    the ``replay:`` prefix is still a REPLAY_OF_REPLAY (before audit68: an ACCEPT)."""
+    doc = clean_doc()
+    r = dataclasses.replace(parse_document(doc), provenance_tags=(_LooseStr("replay:abc"),))
+    d = validate(r, replay_of(doc))
+    assert d.codes == {FindingCode.REPLAY_OF_REPLAY} and d.verdict is Verdict.REJECT

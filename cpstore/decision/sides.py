@@ -75,22 +75,57 @@ class Side:
         )
 
 
+# A Run built in Python may hold str, int and float *subclasses* (the caller's own id or
+# digest type); the checks compare with ==, != and startswith, which such a subclass can
+# override. Its value is what a document of it holds, so that is what is compared
+# (audit68: a str subclass equal to every str hid a changed run id, state digest,
+# observation, effect, kind name or replay: tag, an ACCEPT its document rejected).
+
+
+def _text(value: str) -> str:
+    return value if type(value) is str else str.__str__(value)
+
+
+def _int(value: int) -> int:
+    return value if type(value) is int else int.__index__(value)
+
+
+def _pin(value: float | None) -> float | None:
+    if value is None or type(value) is float or type(value) is int:
+        return value
+    return float.__float__(value) if isinstance(value, float) else int.__index__(value)
+
+
+def _observation(o: Observation) -> Observation:
+    exact = type(o.step) is int and type(o.source) is str and type(o.payload_digest) is str
+    if exact and (o.pinned_at is None or type(o.pinned_at) is float):
+        return o
+    return Observation(_int(o.step), _text(o.source), _text(o.payload_digest), _pin(o.pinned_at))
+
+
+def _effect(e: Effect) -> Effect:
+    if type(e.seq) is int and type(e.target) is str and type(e.payload_digest) is str:
+        return e
+    return Effect(_int(e.seq), _text(e.target), _text(e.payload_digest))
+
+
 def _side_from_run(run: Run, label: str) -> Side:
+    transcript = run.transcript_digest
     return Side(
         label=label,
-        run_id=run.run_id,
-        step=run.step,
-        state_digest=run.state_digest,
+        run_id=_text(run.run_id),
+        step=_int(run.step),
+        state_digest=_text(run.state_digest),
         tokens=run.tokens.view(),
         token_info=run.tokens.info,
-        kind_names=run.tokens.kind_names,
-        observations=run.observations,
+        kind_names={_int(k): _text(v) for k, v in run.tokens.kind_names.items()},
+        observations=[_observation(o) for o in run.observations],
         call_graph=run.call_graph,
-        transcript_digest=run.transcript_digest,
-        effects=run.effects,
+        transcript_digest=None if transcript is None else _text(transcript),
+        effects=[_effect(e) for e in run.effects],
         ledger_sealed=run.ledger_sealed,
         harness_accesses=run.harness_accesses,
-        provenance_tags=run.provenance_tags,
+        provenance_tags=tuple(_text(t) for t in run.provenance_tags),
         mode=run.mode,
     )
 
