@@ -286,3 +286,31 @@ def test_a_recording_replay_tag_counts_whatever_its_startswith_says() -> None:
     r = dataclasses.replace(parse_document(doc), provenance_tags=(_LooseStr("replay:abc"),))
     d = validate(r, replay_of(doc))
     assert d.codes == {FindingCode.REPLAY_OF_REPLAY} and d.verdict is Verdict.REJECT
+
+
+# -- a finding shows a value as every input path holds it -----------------------------
+
+
+@pytest.mark.parametrize("value", [-0.0, (1, -0.0), {"b": 1, "a": (2,)}])
+def test_a_finding_shows_values_alike_from_a_mapping_and_a_packed_run_file(value: Any) -> None:
+    """Values equal in the canonical encoding (``-0.0`` and ``0.0``, a tuple and a list,
+    two key orders) are shown alike in a finding, whichever path brought the run: a
+    mapping keeps the caller's object, a ``.cprun`` file (or the store) the canonical
+    one. Before audit68 a TOKEN_MISMATCH, CALL_GRAPH_MISMATCH or HARNESS_PERTURBATION
+    showed ``-0.0`` from the mapping and ``0.0`` from the file, so the same decision
+    differed by input path (test_audit31_paths_agree drew it: a flaky failure)."""
+    doc = clean_doc(tokens=1)
+    doc["tokens"][0]["value"] = value
+    doc["call_graph"][0]["detail"] = value
+    p = replay_of(doc, harness_accesses=[value])
+    p["tokens"][0]["kind"] = "clock"
+    p["call_graph"][0]["node"] = "other"
+    d_map = validate(doc, p)
+    assert {FindingCode.TOKEN_MISMATCH, FindingCode.CALL_GRAPH_MISMATCH} <= d_map.codes
+    forms: list[tuple[Any, Any]] = [
+        (dump_document(parse_document(doc), encoding="cprun"), p),
+        (doc, dump_document(parse_document(p), encoding="cprun")),
+    ]
+    for r_form, p_form in forms:
+        d = validate(r_form, p_form)
+        assert [f.to_dict() for f in d.findings] == [f.to_dict() for f in d_map.findings]

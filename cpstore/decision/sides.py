@@ -26,7 +26,7 @@ from cpstore.errors import (
     InvalidInputError,
     NotFoundError,
 )
-from cpstore.native.canonical import encode_value
+from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import kind_name, unpack_token
 from cpstore.run.document import load_document, parse_document
 from cpstore.run.model import Effect, Observation, ReplayMode, Run, TokenInfo
@@ -291,8 +291,11 @@ def load_side(
 
 
 def canonical_or_repr(value: Any) -> Any:
+    """``value`` as its canonical encoding reads back (as a ``.cprun`` file or the store
+    holds it), or its repr when it has none. audit68: the caller's object was shown, so
+    ``-0.0`` (a tuple, another key order) from a mapping and ``0.0`` from a file made
+    one decision's findings differ by input path."""
     try:
-        encode_value(value)
-        return value
+        return decode_value(encode_value(value))
     except CpstoreError:
         return repr(value)

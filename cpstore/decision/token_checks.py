@@ -13,6 +13,7 @@ import re
 import struct
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from cpstore.decision.sides import Side, canonical_or_repr
@@ -119,7 +120,7 @@ def check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
     if renamed is not None:
         index, fields = renamed, ("kind",)
     if index is not None:
-        ri, pi = r.token_info(index), p.token_info(index)
+        ri, pi = _shown(r.token_info(index)), _shown(p.token_info(index))
         out.append(
             Finding(
                 FindingCode.TOKEN_MISMATCH,
@@ -241,6 +242,12 @@ def _kind_name_divergence(r: Side, p: Side, limit: int) -> int | None:
         if code in suspect:
             return i
     return None
+
+
+def _shown(info: TokenInfo) -> TokenInfo:
+    """``info`` with its value as the canonical encoding reads it back, as every input
+    path shows it (:func:`~cpstore.decision.sides.canonical_or_repr`)."""
+    return replace(info, value=canonical_or_repr(info.value)) if info.has_value else info
 
 
 def _short(info: TokenInfo) -> str:
