@@ -22,9 +22,10 @@ from test_decision_support import clean_doc, colliding_kinds, replay_of
 from cpstore.decision import token_checks
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import InvalidInputError
+from cpstore.errors import InvalidInputError, ReplayDivergenceError
 from cpstore.native import binding, ingest_reference, reference
 from cpstore.native.records import kind_code, pack_token
+from cpstore.replay.session import ReplaySession
 from cpstore.run.document import dump_document, load_document, parse_document
 from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run
 from cpstore.store.facade import open as open_store
@@ -314,3 +315,39 @@ def test_a_finding_shows_values_alike_from_a_mapping_and_a_packed_run_file(value
     for r_form, p_form in forms:
         d = validate(r_form, p_form)
         assert [f.to_dict() for f in d.findings] == [f.to_dict() for f in d_map.findings]
+
+
+# -- a replay cursor keeps every refused request, a colliding kind name too ----------
+
+
+@pytest.mark.parametrize("asked", ["other name, one code", "clock"])
+def test_a_swallowed_request_for_a_colliding_kind_stays_in_the_replay(
+    tmp_path: Path, asked: str
+) -> None:
+    """A replay that asks, at a token recorded as kind A, for kind B (another name with
+    A's 31-bit code) asked for another kind: the cursor refuses it as it refuses any kind
+    mismatch (ReplayDivergenceError at that seq) and keeps the refused request in P, so a
+    retry loop that swallows the refusal and asks for A gets a REJECT located at that
+    token, as it does for a kind with its own code. Before audit68 the collision raised
+    InvalidInputError and kept nothing: the swallowed request vanished and P, equal to R,
+    was an ACCEPT."""
+    wanted = _KIND_B if asked == "other name, one code" else asked
+    with open_store(tmp_path / "s") as store:
+        rec = store.recorder("agent")
+        rec.token("rng", 1)
+        rec.token(_KIND_A, "x")
+        rec.token("rng", 2)
+        cid = rec.checkpoint(1, {"memory": "x"})
+        with store.read(cid) as cp:
+            session = ReplaySession(cp)
+            session.cursor.resolve("rng")
+            with pytest.raises(ReplayDivergenceError) as refused:
+                session.cursor.resolve(wanted)
+            assert refused.value.where == "seq=1"
+            assert session.cursor.resolve(_KIND_A) == "x"  # the retry the loop makes
+            session.cursor.resolve("rng")
+            p = session.finish(cp.manifest.state_digest)
+        d = validate(cid, p, store=store, record=False)
+    assert d.verdict is Verdict.REJECT
+    first = d.divergences["tokens"]
+    assert (first.code, first.position) == (FindingCode.TOKEN_MISMATCH, 1)

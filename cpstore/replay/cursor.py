@@ -33,6 +33,7 @@ from cpstore.native.records import (
     KindTable,
     Provenance,
     RecordType,
+    kind_code,
     pack_refused,
     pack_token,
 )
@@ -306,12 +307,16 @@ class ReplayCursor:
         try:
             return self._kinds.code(kind)
         except RecordFormatError as exc:
-            # Two names, one 31-bit code (the cursor could not tell them apart),
-            # or a name with no UTF-8 form (no expected name: exc.what says so).
-            raise InvalidInputError(
-                exc.what
-                if exc.expected is None
-                else "token kind hashes to the code of another kind",
+            if exc.expected is None:  # a name with no UTF-8 form: no kind at all
+                raise InvalidInputError(exc.what, where=f"seq={self._idx}", got=kind) from None
+            # Another name with the code of a kind the log names: a kind mismatch the codes
+            # cannot show, refused and kept in P as any other (audit68: InvalidInputError,
+            # nothing kept, so a retry loop that swallowed it left P equal to R, an ACCEPT).
+            code = kind_code(kind)
+            self._out += pack_refused(self._idx, code)
+            self._out_values.append(None)
+            raise ReplayDivergenceError(
+                "token kind differs from the recording: another name with its hashed code",
                 where=f"seq={self._idx}",
                 expected=exc.expected,
                 got=kind,
