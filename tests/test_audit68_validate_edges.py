@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_decision_cli import cli
 from test_decision_support import clean_doc, colliding_kinds, replay_of
@@ -24,6 +26,7 @@ from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import InvalidInputError, ReplayDivergenceError
 from cpstore.native import binding, ingest_reference, reference
+from cpstore.native.canonical import encode_value
 from cpstore.native.records import kind_code, pack_token
 from cpstore.replay.session import ReplaySession
 from cpstore.run.document import dump_document, load_document, parse_document
@@ -351,3 +354,79 @@ def test_a_swallowed_request_for_a_colliding_kind_stays_in_the_replay(
     assert d.verdict is Verdict.REJECT
     first = d.divergences["tokens"]
     assert (first.code, first.position) == (FindingCode.TOKEN_MISMATCH, 1)
+
+
+# -- token values: equal exactly when their canonical encodings are -------------------
+
+_NEAR: list[tuple[Any, Any]] = [
+    (0.0, -0.0),  # one canonical float (docs/format.md): equal
+    (math.nan, float("-nan")),  # every NaN is one canonical NaN: equal
+    ([1, [2]], (1, (2,))),  # a tuple is a list: equal
+    ({"a": 1, "b": 2}, {"b": 2, "a": 1}),  # key order: equal
+    (b"x", bytearray(b"x")),  # bytes-likes are bin: equal
+    (1, 1.0),
+    (1, True),
+    (0, False),
+    (None, False),
+    (None, ""),
+    ("", b""),
+    ("x", b"x"),
+    ("\u00e9", "e\u0301"),  # NFC and NFD: different text
+    (2**64, 2**64 + 1),
+    (2**63, -(2**63)),
+    (-(2**63) - 1, -(2**63)),
+    ({1: "a"}, {1.0: "a"}),
+    ({"k": None}, {}),
+    ([None], []),
+    ([], {}),
+    (1.5, 1.5000000000000002),
+]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    pair=st.sampled_from(_NEAR),
+    swap=st.booleans(),
+    at=st.integers(0, 5),
+    path=st.sampled_from(["mapping", "msgpack", "cprun", "stored"]),
+)
+def test_a_token_value_differs_exactly_when_its_canonical_encoding_does(
+    tmp_path_factory: pytest.TempPathFactory, pair: tuple[Any, Any], swap: bool, at: int, path: str
+) -> None:
+    """Two values at one token are the same value exactly when their canonical
+    encodings are equal ("by type and by value", docs/format.md): 1 and 1.0, 1 and
+    True, None and False, str and bytes, NFC and NFD text, 2**64 and 2**64 + 1 are
+    REJECTs; -0.0 and 0.0, two NaNs, a tuple and a list, two key orders are one value
+    (the documented folds). The same through a mapping, msgpack bytes, a packed run
+    file and a recording in the store."""
+    a, b = (pair[1], pair[0]) if swap else pair
+    wide = any(isinstance(v, int) and not -(2**63) <= v < 2**64 for v in (a, b))
+    assume(not (path == "msgpack" and wide))  # msgpack has no such int (run-document.md)
+    doc = clean_doc()
+    doc["tokens"][at]["value"] = a
+    p = replay_of(doc)
+    p["tokens"][at]["value"] = b
+    same = encode_value(a) == encode_value(b)
+    want = Verdict.ACCEPT if same else Verdict.REJECT
+    if path == "stored":
+        with open_store(tmp_path_factory.mktemp("s") / "s") as store:
+            rec = store.recorder(doc["run_id"])
+            for t in doc["tokens"]:
+                rec.token(t["kind"], t["value"])
+            cid = rec.checkpoint(doc["step"], {"m": 1})
+            with store.read(cid) as cp:
+                r_side: Any = cid
+                p["state_digest"] = cp.manifest.state_digest
+                p["observations"], p["call_graph"], p["effects"] = [], [], []
+                p["transcript_digest"] = None
+            d = validate(r_side, p, store=store, record=False)
+    else:
+        forms = {
+            "mapping": lambda x: x,
+            "msgpack": lambda x: msgpack.packb(x, use_bin_type=True),
+            "cprun": lambda x: dump_document(parse_document(x), encoding="cprun"),
+        }
+        d = validate(forms[path](doc), forms[path](p))
+    assert d.verdict is want, d.findings
+    if not same:
+        assert [(f.code, f.position) for f in d.findings] == [(FindingCode.TOKEN_MISMATCH, at)]
