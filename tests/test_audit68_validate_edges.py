@@ -358,6 +358,15 @@ def test_a_swallowed_request_for_a_colliding_kind_stays_in_the_replay(
 
 # -- token values: equal exactly when their canonical encodings are -------------------
 
+
+def _as_form(doc: dict[str, Any], path: str) -> Any:
+    if path == "msgpack":
+        return msgpack.packb(doc, use_bin_type=True)
+    if path == "cprun":
+        return dump_document(parse_document(doc), encoding="cprun")
+    return doc
+
+
 _NEAR: list[tuple[Any, Any]] = [
     (0.0, -0.0),  # one canonical float (docs/format.md): equal
     (math.nan, float("-nan")),  # every NaN is one canonical NaN: equal
@@ -421,12 +430,7 @@ def test_a_token_value_differs_exactly_when_its_canonical_encoding_does(
                 p["transcript_digest"] = None
             d = validate(r_side, p, store=store, record=False)
     else:
-        forms = {
-            "mapping": lambda x: x,
-            "msgpack": lambda x: msgpack.packb(x, use_bin_type=True),
-            "cprun": lambda x: dump_document(parse_document(x), encoding="cprun"),
-        }
-        d = validate(forms[path](doc), forms[path](p))
+        d = validate(_as_form(doc, path), _as_form(p, path))
     assert d.verdict is want, d.findings
     if not same:
         assert [(f.code, f.position) for f in d.findings] == [(FindingCode.TOKEN_MISMATCH, at)]
