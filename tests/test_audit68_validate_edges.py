@@ -434,3 +434,13 @@ def test_a_token_value_differs_exactly_when_its_canonical_encoding_does(
     assert d.verdict is want, d.findings
     if not same:
         assert [(f.code, f.position) for f in d.findings] == [(FindingCode.TOKEN_MISMATCH, at)]
+
+
+def test_a_kind_table_entry_that_is_not_a_name_is_left_as_it_is() -> None:
+    """Reading a Run's values as plain values leaves what is no str or int alone: a
+    hand-built kind table naming an unused code with something else still decides
+    (an earlier form of that reading raised TypeError here)."""
+    odd: Any = {5: 7}
+    r = Run("a", 1, "s", tokens=PackedTokens(b"", kind_names=odd), ledger_sealed=True)
+    p = Run("a", 1, "s", tokens=PackedTokens(b"", kind_names=odd), mode=ReplayMode.STRICT)
+    assert validate(r, p).verdict is Verdict.ACCEPT

@@ -83,11 +83,13 @@ class Side:
 
 
 def _text(value: str) -> str:
-    return value if type(value) is str else str.__str__(value)
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
 
 
 def _int(value: int) -> int:
-    return value if type(value) is int else int.__index__(value)
+    if isinstance(value, int) and type(value) is not int and type(value) is not bool:
+        return int.__index__(value)
+    return value
 
 
 def _pin(value: float | None) -> float | None:
