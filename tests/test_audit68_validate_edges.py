@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import struct
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +29,7 @@ from cpstore.errors import InvalidInputError, ReplayDivergenceError
 from cpstore.native import binding, ingest_reference, reference
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import kind_code, pack_token
+from cpstore.replay.cursor import ReplayCursor
 from cpstore.replay.session import ReplaySession
 from cpstore.run.document import dump_document, load_document, parse_document
 from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run
@@ -444,3 +446,39 @@ def test_a_kind_table_entry_that_is_not_a_name_is_left_as_it_is() -> None:
     r = Run("a", 1, "s", tokens=PackedTokens(b"", kind_names=odd), ledger_sealed=True)
     p = Run("a", 1, "s", tokens=PackedTokens(b"", kind_names=odd), mode=ReplayMode.STRICT)
     assert validate(r, p).verdict is Verdict.ACCEPT
+
+
+# -- a cursor serves a recording's value alike from memory and from the store ---------
+
+_NEG_NAN = struct.unpack(">d", bytes.fromhex("fff8000000000001"))[0]  # sign and payload set
+
+
+def test_a_cursor_serves_a_float_as_the_recording_holds_it_on_every_path(tmp_path: Path) -> None:
+    """A float the canonical encoding folds (``-0.0``, a NaN with a sign or payload) is
+    served to the replay as the recording holds it, ``0.0`` and the canonical NaN, by a
+    cursor over an in-memory recording as by one over the store or a loaded file. Before
+    audit68 the in-memory cursor served the caller's own object: one recording gave a
+    replay ``-0.0`` from a mapping and ``0.0`` from the store (bits compared here)."""
+    values = [-0.0, _NEG_NAN, 1.5, "x"]
+    doc = clean_doc(tokens=0)
+    doc["tokens"] = [
+        {"seq": i, "kind": "rng", "value": v, "provenance": "recorded"}
+        for i, v in enumerate(values)
+    ]
+
+    def served(cursor: ReplayCursor) -> list[Any]:
+        out = [cursor.resolve("rng") for _ in values]
+        return [struct.pack(">d", v).hex() if isinstance(v, float) else v for v in out]
+
+    from_mapping = served(ReplayCursor(parse_document(doc).tokens))
+    packed = dump_document(parse_document(doc), encoding="msgpack")
+    from_file = served(ReplayCursor(load_document(packed).tokens))
+    with open_store(tmp_path / "s") as store:
+        rec = store.recorder("agent")
+        for v in values:
+            rec.token("rng", v)
+        cid = rec.checkpoint(1, {"m": 1})
+        with store.read(cid) as cp:
+            from_store = served(ReplayCursor.from_checkpoint(cp))
+    assert from_store == ["0000000000000000", "7ff8000000000000", "3ff8000000000000", "x"]
+    assert from_mapping == from_store == from_file
