@@ -32,7 +32,7 @@ from cpstore.native.records import kind_code, pack_token
 from cpstore.replay.cursor import ReplayCursor
 from cpstore.replay.session import ReplaySession
 from cpstore.run.document import dump_document, load_document, parse_document
-from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run
+from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import open as open_store
 
 # -- naming a side: 32 hex characters are always an id ----------------------------
@@ -482,3 +482,18 @@ def test_a_cursor_serves_a_float_as_the_recording_holds_it_on_every_path(tmp_pat
             from_store = served(ReplayCursor.from_checkpoint(cp))
     assert from_store == ["0000000000000000", "7ff8000000000000", "3ff8000000000000", "x"]
     assert from_mapping == from_store == from_file
+
+
+def test_a_best_effort_cursor_refuses_a_colliding_kind_too() -> None:
+    """In BEST_EFFORT the colliding name is refused as in STRICT (the live source is not
+    asked: a live token would carry the recorded kind's code, named as the recorded kind),
+    and the refusal is kept in P at its position (decision-table.md, Token kinds)."""
+    asked: list[int] = []
+    cursor = ReplayCursor(
+        PackedTokens.from_tokens([Token(0, _KIND_A, "x")]), mode=ReplayMode.BEST_EFFORT
+    )
+    with pytest.raises(ReplayDivergenceError, match="hashed code"):
+        cursor.resolve(_KIND_B, live=lambda: asked.append(1))
+    assert asked == []
+    kept = cursor.replayed()
+    assert len(kept) == 1 and kept.info(0).seq == 0 and kept.values == [None]
