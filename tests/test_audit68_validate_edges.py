@@ -30,6 +30,7 @@ from cpstore.native import binding, ingest_reference, reference
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import kind_code, pack_token
 from cpstore.replay.cursor import ReplayCursor
+from cpstore.replay.guards import LedgerGuard
 from cpstore.replay.session import ReplaySession
 from cpstore.run.document import dump_document, load_document, parse_document
 from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run, Token
@@ -497,3 +498,48 @@ def test_a_best_effort_cursor_refuses_a_colliding_kind_too() -> None:
     assert asked == []
     kept = cursor.replayed()
     assert len(kept) == 1 and kept.info(0).seq == 0 and kept.values == [None]
+
+
+# -- policy questions (behaviour pinned as documented; see the audit68 report) --------
+
+
+def test_policy_two_empty_state_digests_are_equal_states() -> None:
+    """POLICY QUESTION. run-document.md: digests are "opaque strings compared exactly ...
+    a document may use any string as long as R and P agree", so ``""`` on both sides is
+    state equality (seed 000's condition 1) though it proves nothing about either state,
+    where decision-table.md says two *missing* transcripts are not equal transcripts.
+    A stored checkpoint's digest is never empty: only document-to-document validation."""
+    doc = clean_doc(state_digest="")
+    assert validate(doc, replay_of(doc)).verdict is Verdict.ACCEPT
+
+
+def test_policy_a_document_ledger_repeating_a_seq_is_accepted() -> None:
+    """POLICY QUESTION. TOKEN_SEQUENCE holds R's tokens to seqs 0, 1, 2, ...; nothing holds
+    a document's (or a Run's) ledger so (a stored ledger always is). Two entries with one
+    seq are one idempotency key (docs/effects.md: ``run:seq``), so an outbox delivers one
+    of them; a replay through a LedgerGuard over that ledger mirrors it and is an ACCEPT."""
+    doc = clean_doc()
+    doc["effects"][1]["seq"] = 0
+    r = parse_document(doc)
+    guard = LedgerGuard(r.effects, sealed=True)
+    for e in r.effects:
+        guard.check_digest(e.target, e.payload_digest)
+    p = dataclasses.replace(r, effects=guard.attempted, mode=ReplayMode.STRICT)
+    assert validate(r, p).verdict is Verdict.ACCEPT
+
+
+def test_policy_a_replay_that_bypassed_the_ledger_guard_is_accepted(tmp_path: Path) -> None:
+    """POLICY QUESTION. "A replay that performed only a prefix of the ledger attempted
+    nothing unrecorded" (decision-table.md, Effects): the empty prefix too, so a replay
+    whose effects never went through ``session.guard`` (seed 002's orphaned write, made
+    outside the guard) is indistinguishable from one that attempted none. Every other
+    stream a replay leaves uninstrumented is a finding (no tokens: TOKEN_COUNT; no reads:
+    OBSERVATION_MISMATCH; no decisions: CALL_GRAPH_MISMATCH)."""
+    with open_store(tmp_path / "s") as store:
+        rec = store.recorder("agent")
+        rec.effect("crm", b"update-1")
+        cid = rec.checkpoint(1, {"m": 1})
+        with store.read(cid) as cp:
+            p = ReplaySession(cp).finish(cp.manifest.state_digest)  # no guard.check
+        assert p.effects == ()
+        assert validate(cid, p, store=store, record=False).verdict is Verdict.ACCEPT
