@@ -543,3 +543,23 @@ def test_policy_a_replay_that_bypassed_the_ledger_guard_is_accepted(tmp_path: Pa
             p = ReplaySession(cp).finish(cp.manifest.state_digest)  # no guard.check
         assert p.effects == ()
         assert validate(cid, p, store=store, record=False).verdict is Verdict.ACCEPT
+
+
+def test_a_first_difference_row_counts_one_however_much_differs() -> None:
+    """decision-table.md: ``count`` is how many positions show a finding, and a
+    first-difference row (TOKEN_MISMATCH, CALL_GRAPH_MISMATCH, OBSERVATION_MISMATCH)
+    counts 1 (the page said only "how many positions show it"; audit68 made it say so)."""
+    r = clean_doc()
+    p = replay_of(r)
+    for t in p["tokens"]:
+        t["value"] = "z"
+    for o in p["observations"]:
+        o["payload_digest"] = "z"
+    for n in p["call_graph"]:
+        n["node"] = "z"
+    d = validate(r, p)
+    assert [(f.code, f.count) for f in d.findings] == [
+        (FindingCode.TOKEN_MISMATCH, 1),
+        (FindingCode.CALL_GRAPH_MISMATCH, 1),
+        (FindingCode.OBSERVATION_MISMATCH, 1),
+    ]
