@@ -563,3 +563,38 @@ def test_a_first_difference_row_counts_one_however_much_differs() -> None:
         (FindingCode.CALL_GRAPH_MISMATCH, 1),
         (FindingCode.OBSERVATION_MISMATCH, 1),
     ]
+
+
+# -- the command line's table shows a side's text, never acts on it --------------------
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "run-1\nverdict   ACCEPT\nfidelity  FAITHFUL",
+        "run-1\x1b[8A\x1b[2Kverdict   ACCEPT",  # cursor up, erase line: over the real verdict
+        "run-1\rverdict   ACCEPT",
+        "run-1\u2028verdict   ACCEPT",
+    ],
+)
+def test_the_table_escapes_control_characters_a_side_holds(tmp_path: Path, forged: str) -> None:
+    """``cpstore validate``'s table prints what the sides hold (a run id, a source, a
+    target, a kind name) in its cells and messages; a newline, carriage return, line
+    separator or terminal escape there is shown escaped, so a replay document cannot
+    forge a "verdict ACCEPT" line under (or over) a REJECT. Before audit68 the cells
+    printed it raw: the OBSERVED cell of a RUN_MISMATCH broke into a line reading
+    "verdict   ACCEPT", and an escape sequence could erase the real verdict."""
+    r = clean_doc()
+    p = replay_of(r, run_id=forged)
+    p["observations"][0]["source"] = forged
+    p["effects"].append({"seq": 2, "target": forged, "payload_digest": forged})
+    rp, pp = tmp_path / "r.json", tmp_path / "p.json"
+    rp.write_text(json.dumps(r))
+    pp.write_text(json.dumps(p))
+    for wide in ([], ["--wide"]):
+        code, out = cli([str(rp), str(pp), *wide])
+        assert code == 10
+        lines = out.splitlines()
+        assert lines[0] == "verdict   REJECT"
+        assert all(line.isprintable() for line in lines), [x for x in lines if not x.isprintable()]
+        assert not any(line.lstrip().startswith("verdict") for line in lines[1:])
