@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import struct
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,9 +21,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_decision_cli import cli
-from test_decision_support import clean_doc, colliding_kinds, replay_of
+from test_decision_support import clean_doc, colliding_kinds, replay_of, stored_replay
 
+from cpstore.cli import main as cli_main
 from cpstore.decision import token_checks
+from cpstore.decision.gates import sign_off
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import InvalidInputError, ReplayDivergenceError
@@ -598,3 +601,25 @@ def test_the_table_escapes_control_characters_a_side_holds(tmp_path: Path, forge
         assert lines[0] == "verdict   REJECT"
         assert all(line.isprintable() for line in lines), [x for x in lines if not x.isprintable()]
         assert not any(line.lstrip().startswith("verdict") for line in lines[1:])
+
+
+def test_the_audit_listing_escapes_control_characters_a_record_holds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cpstore audit`` lists one line per record; a sign-off reason (an operator's free
+    text) holding a newline or an escape sequence is shown escaped, so it cannot add a
+    line that reads as an ACCEPT decision to the listing an operator reads before signing
+    off (decision-table.md). Before audit68 it was printed raw."""
+    forged = "ok\n     9  2026-12-04T00:00:00Z  " + "f" * 32 + "  decision   ACCEPT decision"
+    with open_store(tmp_path / "s") as store:
+        rec = store.recorder("agent")
+        rec.token("rng", 1)
+        cid = rec.checkpoint(1, {"memory": "x"})
+        d = validate(cid, stored_replay(store, cid, mode=None), store=store)  # QUARANTINE
+        sign_off(store, d, operator="oncall\x1b[2K", reason=forged)
+    capsys.readouterr()
+    assert cli_main(["audit", "--store", str(tmp_path / "s")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.isprintable() for line in lines)
+    assert not any("ACCEPT" in line for line in lines if "signoff" not in line)
+    assert len([line for line in lines if re.match(r"\s*\d+  \d{4}-", line)]) == 2  # 2 records

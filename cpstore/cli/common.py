@@ -47,6 +47,7 @@ __all__ = [
     "open_store_at",
     "positive",
     "print_json",
+    "printable",
     "read_named",
     "refuse_keying",
     "retry_renamed",
@@ -214,6 +215,17 @@ def stamp(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable escaped (``\\n``, ``\\x1b``):
+    what a store or a document holds (a run id, a source, a sign-off reason) is shown,
+    never acted on by the terminal (audit68: a newline or an escape sequence forged a
+    "verdict ACCEPT" line in ``cpstore validate``'s table of a REJECT, or erased the real
+    one; ``cpstore audit`` printed a sign-off reason so)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def is_full_id(text: str) -> bool:

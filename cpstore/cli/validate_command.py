@@ -27,6 +27,7 @@ from cpstore.cli.common import (
     is_full_id,
     jsonable,
     names_checkpoint,
+    printable,
     refuse_keying,
 )
 from cpstore.cli.exit_codes import (
@@ -126,18 +127,8 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _printable(text: str) -> str:
-    """``text`` with each character that is not printable escaped (``\\n``, ``\\x1b``):
-    a side's run id, source or target is shown, never acted on by the terminal (audit68:
-    a newline or an escape sequence in a replay document forged a "verdict ACCEPT" line
-    in the table of a REJECT, or erased the real one)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def _cell(value: Any, width: int = 40) -> str:
-    text = _printable(
+    text = printable(
         "-"
         if value is None
         else value
@@ -179,7 +170,7 @@ def format_decision(decision: Decision, *, wide: bool = False) -> str:
         for row in (head, *rows):
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.append("")
-        lines.extend(f"- {_printable(f.message)}" for f in decision.findings)
+        lines.extend(f"- {printable(f.message)}" for f in decision.findings)
     for gap in decision.recording_gaps:
         lines.append(
             f"recording gap at step {gap.step}: unpinned {list(gap.unpinned_sources)}, "
