@@ -623,3 +623,27 @@ def test_the_audit_listing_escapes_control_characters_a_record_holds(
     assert all(line.isprintable() for line in lines)
     assert not any("ACCEPT" in line for line in lines if "signoff" not in line)
     assert len([line for line in lines if re.match(r"\s*\d+  \d{4}-", line)]) == 2  # 2 records
+
+
+# -- LIVE_RESOLUTION is located where the live token stands ---------------------------
+
+
+def test_a_live_token_is_located_at_its_position_not_at_the_seq_it_claims() -> None:
+    """LIVE_RESOLUTION names the stream position of the first live token (unit ``seq``:
+    the seq a well-formed log holds there), as TOKEN_MISMATCH does since audit57, never
+    the seq field the record claims, which a broken log can hold anywhere. Before audit68
+    a replay whose live token 1 claimed seq 0 was located at token 0, a recorded one;
+    a recording's live token 1 claiming seq 5 at 5, past its end."""
+    r = clean_doc(tokens=2)
+    p = replay_of(r)
+    p["tokens"][1].update(seq=0, provenance="live")
+    d = validate(r, p)
+    live = [f for f in d.findings if f.code is FindingCode.LIVE_RESOLUTION]
+    assert [(f.side, f.position, f.unit) for f in live] == [("replayed", 1, "seq")]
+    r2 = clean_doc(tokens=2)
+    r2["tokens"][1].update(seq=5, provenance="live")
+    d2 = validate(r2, replay_of(r2))
+    live = [f for f in d2.findings if f.code is FindingCode.LIVE_RESOLUTION]
+    assert sorted((f.side, f.position) for f in live) == [("recorded", 1), ("replayed", 1)]
+    (gap,) = [f for f in d2.findings if f.code is FindingCode.TOKEN_SEQUENCE]
+    assert gap.position == 1

@@ -166,18 +166,20 @@ def check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
 def scan_findings(side: Side, scan: TokenScan, out: list[Finding]) -> None:
     """LIVE_RESOLUTION (either side) and TOKEN_SEQUENCE (R): one side's own scan."""
     if scan.first_live is not None:
-        info = side.token_info(scan.first_live)
+        at = scan.first_live
+        info = side.token_info(at)
+        claimed = "" if info.seq == at else f" (its record claims seq {info.seq})"
         out.append(
             Finding(
                 FindingCode.LIVE_RESOLUTION,
                 "tokens",
                 side.label,
-                info.seq,
+                at,  # the stream position, not the seq the record claims (audit68, as audit57)
                 "seq",
                 "recorded",
                 info.provenance,
-                f"{side.label} token seq={info.seq} kind={info.kind} was resolved from a live "
-                f"source ({scan.live_count} such tokens)",
+                f"{side.label} token seq={at}{claimed} kind={info.kind} was resolved from a "
+                f"live source ({scan.live_count} such tokens)",
                 scan.live_count,
             )
         )
