@@ -128,9 +128,9 @@ def spec_findings(r: Mapping[str, Any], p: Mapping[str, Any]) -> Located:
     if len(rt) != len(pt):
         out[("TOKEN_COUNT", "both")] = (min(len(rt), len(pt)), "index")
     for side, doc in (("recorded", r), ("replayed", p)):
-        live = [t for t in doc["tokens"] if t["provenance"] != "recorded"]
-        if live:
-            out[("LIVE_RESOLUTION", side)] = (live[0]["seq"], "seq")
+        live = [k for k, t in enumerate(doc["tokens"]) if t["provenance"] != "recorded"]
+        if live:  # its stream position, not the seq its record claims (audit68)
+            out[("LIVE_RESOLUTION", side)] = (live[0], "seq")
     breaks = [k for k, t in enumerate(rt) if t["seq"] != k]
     if breaks:
         out[("TOKEN_SEQUENCE", "recorded")] = (breaks[0], "index")

@@ -286,9 +286,11 @@ def test_stored_cursor_detects_a_damaged_value_even_without_verify_on_read(tmp_p
 
 
 def test_cursor_refuses_a_kind_whose_code_collides_with_the_recorded_kind() -> None:
-    """Asking for k53003 where k9870 (same hashed code) was recorded raises, never matches."""
+    """Asking for k53003 where k9870 (same hashed code) was recorded raises, never matches:
+    a kind mismatch (ReplayDivergenceError at that seq; InvalidInputError before audit68,
+    which kept no refused request in P: tests/test_audit68_validate_edges.py)."""
     c = ReplayCursor(PackedTokens.from_tokens([Token(0, "k9870", 1)]))
-    with pytest.raises(InvalidInputError, match="another kind"):
+    with pytest.raises(ReplayDivergenceError, match="another name with its hashed code"):
         c.resolve("k53003")
 
 

@@ -18,6 +18,7 @@ from cpstore.cli.common import (
     open_store_at,
     positive,
     print_json,
+    printable,
     stamp,
     store_arg,
 )
@@ -192,7 +193,9 @@ def _audit(args: argparse.Namespace) -> int:
     else:
         for r in records:
             head = f"{r.index:>6}  {stamp(r.time)}  {r.digest}  {r.kind:<10}"
-            print(f"{head} {_summary(r.kind, r.body)}".rstrip())
+            # Shown, never acted on: a kind or a reason holding a newline or an escape
+            # sequence forged a line of the listing (audit68).
+            print(printable(f"{head} {_summary(r.kind, r.body)}".rstrip()))
         counts: dict[str, int] = {}
         for r in records:
             counts[r.kind] = counts.get(r.kind, 0) + 1

@@ -47,6 +47,7 @@ __all__ = [
     "open_store_at",
     "positive",
     "print_json",
+    "printable",
     "read_named",
     "refuse_keying",
     "retry_renamed",
@@ -216,9 +217,21 @@ def stamp(seconds: float | None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable escaped (``\\n``, ``\\x1b``):
+    what a store or a document holds (a run id, a source, a sign-off reason) is shown,
+    never acted on by the terminal (audit68: a newline or an escape sequence forged a
+    "verdict ACCEPT" line in ``cpstore validate``'s table of a REJECT, or erased the real
+    one; ``cpstore audit`` printed a sign-off reason so)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def is_full_id(text: str) -> bool:
-    """True for 32 lowercase hex characters: always a checkpoint id, never a file name."""
-    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+    """True for 32 hex characters (either case): always a checkpoint id, never a file name
+    (audit68: an uppercase id was read as a file of that name when one existed)."""
+    return len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def names_checkpoint(arg: str) -> bool:

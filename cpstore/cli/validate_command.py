@@ -27,6 +27,7 @@ from cpstore.cli.common import (
     is_full_id,
     jsonable,
     names_checkpoint,
+    printable,
     refuse_keying,
 )
 from cpstore.cli.exit_codes import (
@@ -127,7 +128,7 @@ def add_validate_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _cell(value: Any, width: int = 40) -> str:
-    text = (
+    text = printable(
         "-"
         if value is None
         else value
@@ -169,7 +170,7 @@ def format_decision(decision: Decision, *, wide: bool = False) -> str:
         for row in (head, *rows):
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         lines.append("")
-        lines.extend(f"- {f.message}" for f in decision.findings)
+        lines.extend(f"- {printable(f.message)}" for f in decision.findings)
     for gap in decision.recording_gaps:
         lines.append(
             f"recording gap at step {gap.step}: unpinned {list(gap.unpinned_sources)}, "

@@ -151,8 +151,9 @@ def _check_call_graph(r: Side, p: Side, out: list[Finding]) -> int | None:
     i = _first_difference(r.call_graph, p.call_graph, _node_bytes)
     if i is None:
         return None
-    rn = r.call_graph[i] if i < len(r.call_graph) else None
-    pn = p.call_graph[i] if i < len(p.call_graph) else None
+    # Shown as read back from their canonical encoding (as from a file or the store).
+    rn = canonical_or_repr(dict(r.call_graph[i])) if i < len(r.call_graph) else None
+    pn = canonical_or_repr(dict(p.call_graph[i])) if i < len(p.call_graph) else None
     # Where the replay departed: the earlier of the two nodes' steps (audit51: R's was
     # taken, so the recording gap of a decision P inserted before R's named R's step).
     step = min(int(n["step"]) for n in (rn, pn) if n is not None)
@@ -163,8 +164,8 @@ def _check_call_graph(r: Side, p: Side, out: list[Finding]) -> int | None:
             "both",
             i,
             "index",
-            None if rn is None else canonical_or_repr(dict(rn)),
-            None if pn is None else canonical_or_repr(dict(pn)),
+            rn,
+            pn,
             f"decision {i} (step {step}) differs: {_node_difference(rn, pn)}",
         )
     )

@@ -26,14 +26,14 @@ from cpstore.errors import (
     InvalidInputError,
     NotFoundError,
 )
-from cpstore.native.canonical import encode_value
+from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import kind_name, unpack_token
 from cpstore.run.document import load_document, parse_document
 from cpstore.run.model import Effect, Observation, ReplayMode, Run, TokenInfo
 
 __all__ = ["DamagedSideError", "RunSource", "Side", "canonical_or_repr", "load_side"]
 
-_CHECKPOINT_ID = re.compile(r"[0-9a-f]{32}")
+_CHECKPOINT_ID = re.compile(r"[0-9a-fA-F]{32}")
 
 #: What :func:`~cpstore.decision.validate.validate` accepts for R or P.
 RunSource = Union[Run, Mapping[str, Any], str, "os.PathLike[str]", bytes]
@@ -75,22 +75,59 @@ class Side:
         )
 
 
+# A Run built in Python may hold str, int and float *subclasses* (the caller's own id or
+# digest type); the checks compare with ==, != and startswith, which such a subclass can
+# override. Its value is what a document of it holds, so that is what is compared
+# (audit68: a str subclass equal to every str hid a changed run id, state digest,
+# observation, effect, kind name or replay: tag, an ACCEPT its document rejected).
+
+
+def _text(value: str) -> str:
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
+def _int(value: int) -> int:
+    if isinstance(value, int) and type(value) is not int and type(value) is not bool:
+        return int.__index__(value)
+    return value
+
+
+def _pin(value: float | None) -> float | None:
+    if value is None or type(value) is float or type(value) is int:
+        return value
+    return float.__float__(value) if isinstance(value, float) else int.__index__(value)
+
+
+def _observation(o: Observation) -> Observation:
+    exact = type(o.step) is int and type(o.source) is str and type(o.payload_digest) is str
+    if exact and (o.pinned_at is None or type(o.pinned_at) is float):
+        return o
+    return Observation(_int(o.step), _text(o.source), _text(o.payload_digest), _pin(o.pinned_at))
+
+
+def _effect(e: Effect) -> Effect:
+    if type(e.seq) is int and type(e.target) is str and type(e.payload_digest) is str:
+        return e
+    return Effect(_int(e.seq), _text(e.target), _text(e.payload_digest))
+
+
 def _side_from_run(run: Run, label: str) -> Side:
+    transcript = run.transcript_digest
     return Side(
         label=label,
-        run_id=run.run_id,
-        step=run.step,
-        state_digest=run.state_digest,
+        run_id=_text(run.run_id),
+        step=_int(run.step),
+        state_digest=_text(run.state_digest),
         tokens=run.tokens.view(),
         token_info=run.tokens.info,
-        kind_names=run.tokens.kind_names,
-        observations=run.observations,
+        kind_names={_int(k): _text(v) for k, v in run.tokens.kind_names.items()},
+        observations=[_observation(o) for o in run.observations],
         call_graph=run.call_graph,
-        transcript_digest=run.transcript_digest,
-        effects=run.effects,
+        transcript_digest=None if transcript is None else _text(transcript),
+        effects=[_effect(e) for e in run.effects],
         ledger_sealed=run.ledger_sealed,
         harness_accesses=run.harness_accesses,
-        provenance_tags=run.provenance_tags,
+        provenance_tags=tuple(_text(t) for t in run.provenance_tags),
         mode=run.mode,
     )
 
@@ -200,11 +237,12 @@ def _fill_side(
 
 
 def _checkpoint_ref(source: object, store: CheckpointStore | None) -> str | None:
-    """``source`` when it names a checkpoint: a str that is exactly a checkpoint id.
+    """The id ``source`` names when it is a str of exactly 32 hex characters (either case).
 
     Such a str is always an id, never a path: which recording is validated
     must not depend on what files the working directory holds. A document
     whose file name looks like an id is passed as ``Path(name)`` or ``./name``.
+    audit68: only lowercase hex was an id, so an uppercase one read a file named so.
     """
     if not isinstance(source, str) or not _CHECKPOINT_ID.fullmatch(source):
         return None
@@ -214,7 +252,7 @@ def _checkpoint_ref(source: object, store: CheckpointStore | None) -> str | None
             "for a document file named like an id, pass ./NAME",
             got=source,
         )
-    return source
+    return source.lower()
 
 
 def load_side(
@@ -255,8 +293,11 @@ def load_side(
 
 
 def canonical_or_repr(value: Any) -> Any:
+    """``value`` as its canonical encoding reads back (as a ``.cprun`` file or the store
+    holds it), or its repr when it has none. audit68: the caller's object was shown, so
+    ``-0.0`` (a tuple, another key order) from a mapping and ``0.0`` from a file made
+    one decision's findings differ by input path."""
     try:
-        encode_value(value)
-        return value
+        return decode_value(encode_value(value))
     except CpstoreError:
         return repr(value)

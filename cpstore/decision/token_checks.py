@@ -13,6 +13,7 @@ import re
 import struct
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from cpstore.decision.sides import Side, canonical_or_repr
@@ -119,7 +120,7 @@ def check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
     if renamed is not None:
         index, fields = renamed, ("kind",)
     if index is not None:
-        ri, pi = r.token_info(index), p.token_info(index)
+        ri, pi = _shown(r.token_info(index)), _shown(p.token_info(index))
         out.append(
             Finding(
                 FindingCode.TOKEN_MISMATCH,
@@ -165,18 +166,20 @@ def check_tokens(r: Side, p: Side, out: list[Finding]) -> None:
 def scan_findings(side: Side, scan: TokenScan, out: list[Finding]) -> None:
     """LIVE_RESOLUTION (either side) and TOKEN_SEQUENCE (R): one side's own scan."""
     if scan.first_live is not None:
-        info = side.token_info(scan.first_live)
+        at = scan.first_live
+        info = side.token_info(at)
+        claimed = "" if info.seq == at else f" (its record claims seq {info.seq})"
         out.append(
             Finding(
                 FindingCode.LIVE_RESOLUTION,
                 "tokens",
                 side.label,
-                info.seq,
+                at,  # the stream position, not the seq the record claims (audit68, as audit57)
                 "seq",
                 "recorded",
                 info.provenance,
-                f"{side.label} token seq={info.seq} kind={info.kind} was resolved from a live "
-                f"source ({scan.live_count} such tokens)",
+                f"{side.label} token seq={at}{claimed} kind={info.kind} was resolved from a "
+                f"live source ({scan.live_count} such tokens)",
                 scan.live_count,
             )
         )
@@ -241,6 +244,12 @@ def _kind_name_divergence(r: Side, p: Side, limit: int) -> int | None:
         if code in suspect:
             return i
     return None
+
+
+def _shown(info: TokenInfo) -> TokenInfo:
+    """``info`` with its value as the canonical encoding reads it back, as every input
+    path shows it (:func:`~cpstore.decision.sides.canonical_or_repr`)."""
+    return replace(info, value=canonical_or_repr(info.value)) if info.has_value else info
 
 
 def _short(info: TokenInfo) -> str:

@@ -82,7 +82,7 @@ def fidelity_of(
 
 
 def _empty_subject(source: object) -> Subject:
-    cid = source if isinstance(source, str) else None
+    cid = source.lower() if isinstance(source, str) else None  # the id as the store names it
     return Subject("", 0, cid, None, 0)
 
 
