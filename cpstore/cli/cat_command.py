@@ -22,6 +22,7 @@ from cpstore.cli.common import (
     open_store_at,
     positive,
     print_json,
+    printable,
     read_named,
     show,
     store_arg,
@@ -66,7 +67,7 @@ def _cat(args: argparse.Namespace) -> int:
                 )
             else:
                 for s, k, p, v in rows:
-                    print(f"{s}\t{k}\t{p}\t{show(v)}")
+                    print("\t".join(printable(str(x)) for x in (s, k, p, show(v))))
             return EXIT_OK
         data: bytes
         if what == "observation":

@@ -51,6 +51,7 @@ __all__ = [
     "read_named",
     "refuse_keying",
     "retry_renamed",
+    "say",
     "show",
     "stamp",
     "store_arg",
@@ -226,6 +227,14 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def say(text: str) -> None:
+    """Print one line of text output with what is not printable escaped
+    (:func:`printable`): a run or branch name, a tag, a metadata key, a part name or a
+    problem's place may hold a newline or an escape sequence, which forged a line of the
+    listing (audit68 found it in ``validate`` and ``audit``; the other commands since)."""
+    print(printable(text))
 
 
 def is_full_id(text: str) -> bool:

@@ -21,6 +21,7 @@ from cpstore.cli.common import (
     print_json,
     read_named,
     retry_renamed,
+    say,
     show,
     stamp,
     store_arg,
@@ -47,7 +48,7 @@ def _inspect(args: argparse.Namespace) -> int:
             if args.json:
                 print_json({"checkpoint_id": m.id, "part": args.part, "value": value})
             else:
-                print(show(value))
+                say(show(value))
             return EXIT_OK
         logs = {
             "tokens": {"digest": m.tokens_digest, "count": m.token_count},
@@ -85,21 +86,21 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print_json(info)
         return EXIT_OK
-    print(f"checkpoint {m.id}")
-    print(f"  run {m.run_id}  branch {m.branch}  step {m.step}  parent {m.parent or '-'}")
-    print(f"  created {stamp(m.created_at)}")
+    say(f"checkpoint {m.id}")
+    say(f"  run {m.run_id}  branch {m.branch}  step {m.step}  parent {m.parent or '-'}")
+    say(f"  created {stamp(m.created_at)}")
     for key, value in sorted(m.metadata.items()):
-        print(f"  metadata {key} = {show(value)}")
-    print(f"  state {m.state_kind} {m.state_digest}")
+        say(f"  metadata {key} = {show(value)}")
+    say(f"  state {m.state_kind} {m.state_digest}")
     for name, digest in sorted(m.state_parts.items()):
-        print(f"    part {name:<20} {digest}")
-    print(f"  transcript {m.transcript_digest or '-'}")
-    print(f"  tags {', '.join(m.provenance_tags) or '-'}")
+        say(f"    part {name:<20} {digest}")
+    say(f"  transcript {m.transcript_digest or '-'}")
+    say(f"  tags {', '.join(m.provenance_tags) or '-'}")
     for name, log in logs.items():
         sealed = "" if "sealed" not in log else (" sealed" if log["sealed"] else " UNSEALED")
-        print(f"  {name:<17} {log['count']:>10} records  {log['digest'] or '-'}{sealed}")
+        say(f"  {name:<17} {log['count']:>10} records  {log['digest'] or '-'}{sealed}")
     for t in info.get("first_tokens", []):
-        print(f"    token {t['seq']:>6} {t['kind']:<8} {t['provenance']:<9} {show(t['value'])}")
+        say(f"    token {t['seq']:>6} {t['kind']:<8} {t['provenance']:<9} {show(t['value'])}")
     return EXIT_OK
 
 
@@ -137,23 +138,19 @@ def _diff(args: argparse.Namespace) -> int:
         )
         return EXIT_DIFFERENT if result.differs else EXIT_OK
     if not result.differs:
-        print("no difference: every stream is equal")
+        say("no difference: every stream is equal")
         return EXIT_OK
     for stream, f in firsts.items():
         where = f"{f.unit} {f.position}" if f.position is not None else "-"
-        print(f"{stream:<14} {f.code.value:<22} at {where}")
+        say(f"{stream:<14} {f.code.value:<22} at {where}")
         if stream == "state" and result.state_parts:
             for p in result.state_parts:
-                print(f"  part {p.name!r}")
-                print(
-                    f"    expected {'(absent)' if p.expected is None else show(p.expected_value)}"
-                )
-                print(
-                    f"    observed {'(absent)' if p.observed is None else show(p.observed_value)}"
-                )
+                say(f"  part {p.name!r}")
+                say(f"    expected {'(absent)' if p.expected is None else show(p.expected_value)}")
+                say(f"    observed {'(absent)' if p.observed is None else show(p.observed_value)}")
             continue
-        print(f"  expected {show(f.expected)}")
-        print(f"  observed {show(f.observed)}")
+        say(f"  expected {show(f.expected)}")
+        say(f"  observed {show(f.observed)}")
     return EXIT_DIFFERENT
 
 
@@ -180,7 +177,7 @@ def _log(args: argparse.Namespace) -> int:
                 print_json(out)
             else:
                 for run, branches in out.items():
-                    print(f"{run}: {', '.join(f'{b} -> {c}' for b, c in branches.items())}")
+                    say(f"{run}: {', '.join(f'{b} -> {c}' for b, c in branches.items())}")
             return EXIT_OK
         history = store.history(args.run, branch, limit=args.limit)
         if not history and store.ref(args.run, branch) is None:
@@ -203,9 +200,7 @@ def _log(args: argparse.Namespace) -> int:
     else:
         for m in history:
             tags = f"  [{', '.join(m.provenance_tags)}]" if m.provenance_tags else ""
-            print(
-                f"{m.id}  {stamp(m.created_at)}  step {m.step:>6}  tokens {m.token_count:>8}{tags}"
-            )
+            say(f"{m.id}  {stamp(m.created_at)}  step {m.step:>6}  tokens {m.token_count:>8}{tags}")
     return EXIT_OK
 
 

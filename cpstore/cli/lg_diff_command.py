@@ -16,6 +16,7 @@ from cpstore.cli.common import (
     json_arg,
     open_store_at,
     print_json,
+    say,
     store_arg,
 )
 from cpstore.cli.exit_codes import EXIT_DIFFERENT, EXIT_OK
@@ -69,7 +70,8 @@ def _lg_diff(args: argparse.Namespace) -> int:
     if args.json:
         print_json(found.as_dict())
     else:
-        print(found.summary)
+        say(found.summary)
         if not found.same:
-            print(f"  A: {found.checkpoint_a}\n  B: {found.checkpoint_b}")
+            say(f"  A: {found.checkpoint_a}")
+            say(f"  B: {found.checkpoint_b}")
     return EXIT_OK if found.same else EXIT_DIFFERENT  # as ``cpstore diff``

@@ -21,6 +21,7 @@ from cpstore.cli.common import (
     open_store_at,
     positive,
     print_json,
+    say,
     store_arg,
 )
 from cpstore.cli.exit_codes import (
@@ -85,27 +86,27 @@ def _gc(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     verb = "would remove" if report.dry_run else "removed"
-    print(
+    say(
         f"{verb} {len(report.checkpoints)} checkpoint(s) and {report.objects_removed} "
         f"object(s), {human(report.bytes_removed)} of data"
     )
     for cid in report.decided:
-        print(f"  {cid} is named by a decision, sign-off or gate in the audit log")
+        say(f"  {cid} is named by a decision, sign-off or gate in the audit log")
     if report.decided and not report.dry_run:
-        print("  (recorded as a gc audit record)")
+        say("  (recorded as a gc audit record)")
     if report.dry_run:
-        print("dry run: nothing changed")
+        say("dry run: nothing changed")
         return EXIT_OK
     if is_store_url(args.store):
         # compact refuses a URL: the server gives the space back, not cpstore (audit58).
-        print(
+        say(
             f"tables {human(before.file_bytes)} -> {human(after.file_bytes)} on the server "
             "(PostgreSQL reuses deleted rows' space after (auto)vacuum; VACUUM FULL of the "
             "schema's tables gives it back to the disk)"
         )
         return EXIT_OK
     freed = after.reusable_bytes - before.reusable_bytes
-    print(
+    say(
         f"data file {human(before.file_bytes)} -> {human(after.file_bytes)} (LMDB reuses "
         "freed pages for later writes and never shrinks the file); reusable inside it "
         f"{human(before.reusable_bytes)} -> {human(after.reusable_bytes)} "
@@ -145,7 +146,7 @@ def _compact(args: argparse.Namespace) -> int:
             }
         )
     else:
-        print(
+        say(
             f"data file {human(report.bytes_before)} -> {human(report.bytes_after)}; "
             f"the rewritten file verified ({_counts(report.counts)})"
         )
@@ -187,9 +188,7 @@ def _copy(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"dest": args.dest, "file_bytes": size, "verified_counts": report.counts})
     else:
-        print(
-            f"copied to {args.dest} ({human(size)}); the copy verified ({_counts(report.counts)})"
-        )
+        say(f"copied to {args.dest} ({human(size)}); the copy verified ({_counts(report.counts)})")
     return EXIT_OK
 
 
@@ -234,22 +233,22 @@ def _stats(args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
     else:
-        print(f"objects          {s.objects:>12}  {human(s.object_bytes)}")
-        print(f"checkpoints      {s.checkpoints:>12}")
-        print(f"refs             {s.refs:>12}")
-        print(f"audit records    {s.audit_records:>12}")
-        print(f"logical          {human(s.logical_bytes):>12}")
-        print(f"unique           {human(s.unique_bytes):>12}")
-        print(f"stored           {human(s.stored_bytes):>12}")
-        print(f"dedupe ratio     {s.dedupe_ratio:>12.2f}x")
-        print(f"compression      {s.compression_ratio:>12.2f}x")
-        print(f"unreferenced     {human(s.unreferenced_bytes):>12}  (pinned objects, ledgers)")
+        say(f"objects          {s.objects:>12}  {human(s.object_bytes)}")
+        say(f"checkpoints      {s.checkpoints:>12}")
+        say(f"refs             {s.refs:>12}")
+        say(f"audit records    {s.audit_records:>12}")
+        say(f"logical          {human(s.logical_bytes):>12}")
+        say(f"unique           {human(s.unique_bytes):>12}")
+        say(f"stored           {human(s.stored_bytes):>12}")
+        say(f"dedupe ratio     {s.dedupe_ratio:>12.2f}x")
+        say(f"compression      {s.compression_ratio:>12.2f}x")
+        say(f"unreferenced     {human(s.unreferenced_bytes):>12}  (pinned objects, ledgers)")
         if is_store_url(args.store):  # compact refuses a URL (audit58)
-            print(f"tables           {human(s.disk_bytes):>12}  (on the server)")
-            print(f"reusable         {'-':>12}  (the server's: reused after (auto)vacuum)")
+            say(f"tables           {human(s.disk_bytes):>12}  (on the server)")
+            say(f"reusable         {'-':>12}  (the server's: reused after (auto)vacuum)")
         else:
-            print(f"data file        {human(s.disk_bytes):>12}")
-            print(f"reusable         {human(s.reusable_bytes):>12}  (freed by gc; compact shrinks)")
+            say(f"data file        {human(s.disk_bytes):>12}")
+            say(f"reusable         {human(s.reusable_bytes):>12}  (freed by gc; compact shrinks)")
     return EXIT_OK
 
 

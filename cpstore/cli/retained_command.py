@@ -19,6 +19,7 @@ from cpstore.cli.common import (
     json_arg,
     open_store_at,
     print_json,
+    say,
     store_arg,
 )
 from cpstore.cli.exit_codes import EXIT_NOT_FOUND, EXIT_OK
@@ -46,9 +47,9 @@ def _list(args: argparse.Namespace) -> int:
         return EXIT_OK
     for row in rows:
         where = f"{row['run_id']}@{row['branch']}"
-        print(f"{row['checkpoint_id']}  {where}  (reset: audit {row['audit']})")
+        say(f"{row['checkpoint_id']}  {where}  (reset: audit {row['audit']})")
     whose = "" if args.run is None else f" of run {args.run}"
-    print(f"{len(rows)} retained head(s){whose}")
+    say(f"{len(rows)} retained head(s){whose}")
     return EXIT_OK
 
 
@@ -66,7 +67,7 @@ def _release(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"checkpoint_id": cid, "audit": str(rec.digest), "index": rec.index})
     else:
-        print(f"released retained head {cid} (audit {rec.digest}); the next gc may sweep it")
+        say(f"released retained head {cid} (audit {rec.digest}); the next gc may sweep it")
     return EXIT_OK
 
 

@@ -20,6 +20,7 @@ from cpstore.cli.common import (
     json_arg,
     print_json,
     refuse_keying,
+    say,
     store_arg,
 )
 from cpstore.cli.exit_codes import EXIT_CONFLICT, EXIT_OK
@@ -94,7 +95,7 @@ def _show(report: TransferReport, source: str, dest: str, as_json: bool) -> None
         print_json({"source": redact(source), "dest": redact(dest), **report.as_dict()})
         return
     rate = report.objects / report.seconds if report.seconds else 0.0
-    print(
+    say(
         f"{redact(source)} -> {redact(dest)}: {report.checkpoints} checkpoint(s), "
         f"{report.objects} object(s) ({human(report.object_bytes)}), refs "
         f"{report.refs_created} created / {report.refs_moved} moved / "

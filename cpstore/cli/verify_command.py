@@ -19,6 +19,7 @@ from cpstore.cli.common import (
     json_arg,
     open_store_at,
     print_json,
+    say,
     store_arg,
 )
 from cpstore.cli.exit_codes import (
@@ -157,23 +158,23 @@ def _verify(args: argparse.Namespace) -> int:
         )
     else:
         counts = ", ".join(f"{v} {k}" for k, v in sorted(report.counts.items()))
-        print(f"checked {counts}")
+        say(f"checked {counts}")
         for p in report.problems:
             extra = "".join(
                 f"; {label} {value!r}"
                 for label, value in (("expected", p.expected), ("got", p.got))
                 if value is not None
             )
-            print(f"PROBLEM {p.where}: {p.what}{extra}")
+            say(f"PROBLEM {p.where}: {p.what}{extra}")
             hit = _affected(args, p)
             if hit:
-                print(f"  affects {len(hit)} checkpoint(s):")
+                say(f"  affects {len(hit)} checkpoint(s):")
                 for c, r, b, s in hit:
-                    print(f"    {c}  {r}@{b} step {s}")
+                    say(f"    {c}  {r}@{b} step {s}")
         if args.macs is False:
-            print(MACS_UNCHECKED)
+            say(MACS_UNCHECKED)
         verdict = "ok" if report.ok else f"{len(report.problems)} problem(s) found"
-        print(verdict + (" (audit MACs NOT checked)" if args.macs is False else ""))
+        say(verdict + (" (audit MACs NOT checked)" if args.macs is False else ""))
     return EXIT_OK if report.ok else EXIT_INTEGRITY
 
 
