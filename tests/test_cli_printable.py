@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from cpstore.cli import main
+from cpstore.cli.exit_codes import EXIT_INTEGRITY
 from cpstore.store.facade import open as open_store
+from cpstore.store.model import ref_key
 
 FORGED = "x\nPROBLEM refs/r/main: forged\x1b[2K\r\u2028"
 
@@ -84,3 +86,25 @@ def test_cat_tokens_escapes_each_column_and_keeps_its_tabs(
     seq, kind, provenance, value = lines[0].split("\t")
     assert (seq, provenance, value) == ("0", "recorded", "7")
     assert kind.startswith("rng") and "\\n" in kind
+
+
+@pytest.mark.parametrize("argv", [["verify"], ["audit", "--check"]], ids=["verify", "audit"])
+def test_a_problem_line_escapes_the_name_it_places(
+    store_at: tuple[str, str, str], capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A damaged ref is placed at ``refs/RUN/BRANCH``: the PROBLEM line shows the names
+    escaped, one line per problem (before, the forged name printed a second PROBLEM)."""
+    at, run, _ = store_at
+    with open_store(at) as store:
+        refs, key = store.backend.dbs["refs"], ref_key(run, "branch" + FORGED)
+        with store.backend.read_txn() as txn:
+            raw = bytearray(bytes(txn.get(key, db=refs)))
+        raw[-1] ^= 1
+        store.backend.write_txn(lambda t: t.put(key, bytes(raw), db=refs))
+    capsys.readouterr()
+    assert main([*argv, "--store", at]) == EXIT_INTEGRITY
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert all(line.isprintable() for line in lines), [x for x in lines if not x.isprintable()]
+    problems = [line for line in lines if line.startswith("PROBLEM")]
+    assert len(problems) == 1 and "forged" in problems[0], problems

@@ -18,7 +18,7 @@ from cpstore.cli.common import (
     open_store_at,
     positive,
     print_json,
-    printable,
+    say,
     stamp,
     store_arg,
 )
@@ -195,7 +195,7 @@ def _audit(args: argparse.Namespace) -> int:
             head = f"{r.index:>6}  {stamp(r.time)}  {r.digest}  {r.kind:<10}"
             # Shown, never acted on: a kind or a reason holding a newline or an escape
             # sequence forged a line of the listing (audit68).
-            print(printable(f"{head} {_summary(r.kind, r.body)}".rstrip()))
+            say(f"{head} {_summary(r.kind, r.body)}".rstrip())
         counts: dict[str, int] = {}
         for r in records:
             counts[r.kind] = counts.get(r.kind, 0) + 1
@@ -207,7 +207,7 @@ def _audit(args: argparse.Namespace) -> int:
             print(MACS_UNCHECKED)
         if report is not None:
             for p in problems:
-                print(f"PROBLEM {p.where}: {p.what}")
+                say(f"PROBLEM {p.where}: {p.what}")
             print(
                 ("audit chain verifies" if chain_ok else "AUDIT CHAIN BROKEN")
                 + (" (digest chain only: audit MACs NOT checked)" if macs is False else "")

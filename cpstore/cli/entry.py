@@ -43,6 +43,7 @@ from cpstore.cli import (
     validate_command,
     verify_command,
 )
+from cpstore.cli.common import printable
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
     EXIT_EPILOG,
@@ -92,14 +93,6 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _one_line(text: str) -> str:
-    """``text`` with control characters and surrogates escaped: a path or name holding
-    a newline must not split the one error line."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     parser = _parser()
@@ -108,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler(args)
     except CpstoreError as exc:
-        print(f"cpstore {args.command}: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"cpstore {args.command}: {printable(str(exc))}", file=sys.stderr)
         return exit_code_for(exc)
     except BrokenPipeError:
         return EXIT_OK
@@ -116,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What the machine said about a path (a missing file, a path through a regular
         # file, a full disk, a read-only file system): the operator's to fix, not a bug.
         reason = str(exc.strerror or exc)  # no file name (ENOSPC at an fsync): not ": None"
-        text = _one_line(reason if exc.filename is None else f"{reason}: {exc.filename}")
+        text = printable(reason if exc.filename is None else f"{reason}: {exc.filename}")
         print(f"cpstore {args.command}: {text}", file=sys.stderr)
         if isinstance(exc, FileNotFoundError):
             return EXIT_NOT_FOUND
