@@ -81,6 +81,7 @@ class ReplaySession:
         state_digest: str,
         *,
         transcript_digest: str | None = None,
+        step: int | None = None,
         encoding: str = "cprun",
     ) -> int:
         """Write the replay (:meth:`finish`'s run) to a binary stream; returns bytes written.
@@ -89,14 +90,20 @@ class ReplaySession:
         replay validated in another process needs no document at all:
         ``validate(cp_id, load_document(path), store=store)``.
         """
-        run = self.finish(state_digest, transcript_digest=transcript_digest)
+        run = self.finish(state_digest, transcript_digest=transcript_digest, step=step)
         return write_document(run, out, encoding=encoding)
 
-    def finish(self, state_digest: str, *, transcript_digest: str | None = None) -> Run:
+    def finish(
+        self, state_digest: str, *, transcript_digest: str | None = None, step: int | None = None
+    ) -> Run:
         """The replay as a :class:`Run`, ready for :func:`validate`.
 
         ``state_digest`` is the replayed post-state's digest, as
-        :func:`cpstore.state_digest` computes it from the state. The run is tagged
+        :func:`cpstore.state_digest` computes it from the state. ``step`` is the step
+        the replay reached, as the runtime counts it: a step other than the checkpoint's
+        is a STEP_MISMATCH (REJECT); omitted, the checkpoint's step is taken (a runtime
+        that does not count steps; audit68: it was always taken, so STEP_MISMATCH could
+        not fire through a session). The run is tagged
         ``replay:<checkpoint id>``: validated as the *recording* of a later replay it
         is a REPLAY_OF_REPLAY (seed 004's recursion guard); as P its tags are not compared.
         """
@@ -107,10 +114,16 @@ class ReplaySession:
                 expected="session.finish(cpstore.state_digest(state))",
                 got=type(state_digest).__name__,
             )
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise InvalidInputError(
+                "step must be a non-negative int (the step the replay reached) or None",
+                where="finish(step)",
+                got=step,
+            )
         man = self._cp.manifest
         return Run(
             man.run_id,
-            man.step,
+            man.step if step is None else step,
             state_digest,
             tokens=self.cursor.replayed(),
             observations=self.observations.observations,
