@@ -245,9 +245,11 @@ def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:
         done = roll_back(st, log, run, rng)
         if done is None:
             return
-        time.sleep(rng.uniform(0.05, 0.4))
+        # Long enough for the workers to meet it (a 120 s soak's 5 rollbacks of 0.05-0.4 s
+        # saw no checkpoint recorded on the older head): recorders conflict, then extend it.
+        time.sleep(rng.uniform(0.2, 1.0))
         probe(st, log)
-        time.sleep(rng.uniform(0.02, 0.2))
+        time.sleep(rng.uniform(0.05, 0.4))
         repair(st, log, run, done[0])
 
 

@@ -52,6 +52,11 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
   was neither a retained head nor an acknowledged checkpoint the log keeps
   (tests/chaos_refs.py); an acknowledged ``resolve`` named a checkpoint the log shows at
   depth N of that branch at some time during the call (tests/chaos_names.py);
+* while the operator's rollback of a ref stands (tests/chaos_rollback.py: a ``main`` ref
+  put back to an older head with a true check, then ``repair_ref``), retention refuses
+  (``meta/refs_digest``) and nothing it must keep is swept: no sweep is acknowledged, the
+  side chain recorded on the older head is never counted as newer nor swept, and
+  conflicts and resolves meanwhile are the ones the log explains;
 * no worker hung (every wait is bounded), and none died by itself: one found dead when
   its kill comes, or ending without ``end``, fails the run with its last log lines.
 
