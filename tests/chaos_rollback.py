@@ -147,8 +147,10 @@ def conflict_explained(rolls: list[Rollback], b: dict[str, Any], e: dict[str, An
                        ops: Ops) -> bool:  # fmt: skip
     """A ConflictError naming a rolled-back ref: the call began before the repair ended,
     or it extended the older head or the side chain (a recorder made during the
-    rollback, used after the repair; for a flush or close, one of the process's queued
-    checkpoints did)."""
+    rollback, used after the repair), or one of the process's checkpoints still queued
+    then did (batched: a checkpoint call that fills the batch, a flush or a close commits
+    the queue, whose first checkpoint is the one on the older line; the later ones name
+    unacknowledged parents)."""
     msg = e.get("msg", "")
     for r in rolls:
         if not (r.ref in msg and r.begin < e["t"]):
@@ -158,11 +160,11 @@ def conflict_explained(rolls: list[Rollback], b: dict[str, Any], e: dict[str, An
         stale = r.side_cids | {r.new}
         if b["op"] == "ckpt" and b.get("parent") in stale:
             return True
-        if b["op"] in ("flush", "close") and any(
+        if any(
             ob["op"] == "ckpt" and (ob.get("run"), ob.get("branch")) == (r.run, r.branch)
             and (ob["w"], ob["inc"]) == (e["w"], e["inc"]) and r.begin < ob["t"] < e["t"]
-            and ob.get("parent") in stale
-            for ob, _ in ops
+            and (oe is None or oe["t"] >= e["t"]) and ob.get("parent") in stale
+            for ob, oe in ops
         ):  # fmt: skip
             return True
     return False

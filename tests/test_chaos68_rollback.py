@@ -206,6 +206,19 @@ class TestRefusals:
                         parent=parent)  # fmt: skip
         assert allowed(b, e, Context([*ops, (b, e)])) is ok
 
+    @pytest.mark.parametrize(("queued_on", "ok"), [("o" * 32, True), ("h" * 32, False)])
+    def test_a_batched_conflict_after_the_repair(self, queued_on: str, ok: bool) -> None:
+        """Batched: C1 queued on the older head during the rollback (never acknowledged),
+        C2 queued on C1 after the repair fills the batch, whose commit conflicts: the
+        ckpt call's own parent is C1, unacknowledged, so only the queue explains it (the
+        first rule flagged it). Queued on the true head instead, nothing does."""
+        ops = _ops(True)
+        c1 = {"ev": "b", "op": "ckpt", "id": "q1", "t": 35, "w": 0, "inc": 0, "run": RUN,
+              "branch": "main", "parent": queued_on}  # fmt: skip
+        b, e = _refusal("ckpt", 50, 51, "ConflictError", CONFLICT, run=RUN, branch="main",
+                        parent="1" * 32)  # fmt: skip
+        assert allowed(b, e, Context([*ops, (c1, None), (b, e)])) is ok
+
     @pytest.mark.parametrize(("rolled", "ok"), [(True, True), (False, False)])
     def test_a_workers_repair_goes_on_only_while_rolled_back(self, rolled: bool, ok: bool) -> None:
         """The worker's repair_ref of its intact main, to a target nothing stores: past the
