@@ -113,8 +113,10 @@ class Model:
             # Every sweep (a prune of any run, a delete_run) takes what nothing keeps: a
             # fork branch's checkpoints once the retained head keeping them is released.
             fork = branch.startswith(("f", "g"))
+            # A saver's delete or prune sweeps the whole store too (retention.delete_run):
+            # crash-68005 saw one take a fork head released just before.
             if (
-                b["op"] in ("prune", "delete")
+                b["op"] in ("prune", "delete", "lgdelete", "lgprune")
                 and fork
                 and self.released(run, branch, t0, self.end(e))
             ):

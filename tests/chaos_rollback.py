@@ -14,8 +14,9 @@ checked"). Meanwhile the operator tries a real ``gc(keep_last=3)`` itself (logge
 retained head.
 
 Logged (the operator's ``w99.log``): ``rollback`` (``b``: run, branch, ``old`` = H,
-``new`` = the older head; ``a``: ``written``, False when the head had moved), the probe
-``prune``, and ``ref_repair`` (``b``: ``new`` = H; ``a``: digest, index, ``retained``).
+``new`` = the older head, ``line`` = the ids from H down to it, exclusive; ``a``:
+``written``, False when the head had moved), the probe ``prune``, and ``ref_repair``
+(``b``: ``new`` = H; ``a``: digest, index, ``retained``).
 
 :func:`rollbacks` reads the windows back for the checker's rules:
 
@@ -77,6 +78,7 @@ class Rollback:
     written: float  # its ``a``: the write committed before (INF: not acknowledged)
     repair_begin: float  # the repair's ``b`` (INF: none logged)
     end: float  # the repair's ``a``: the digest holds again (INF: not repaired)
+    line: set[str] = field(default_factory=set)  # the true head's line above ``new``
     side: set[str] = field(default_factory=set)  # op ids of side-chain checkpoints
     side_cids: set[str] = field(default_factory=set)  # acknowledged side-chain ids
 
@@ -105,7 +107,7 @@ def rollbacks(ops: Ops) -> list[Rollback]:
         rep_end = INF if re_ is None or re_["ev"] != "a" else float(re_["t"])
         roll = Rollback(
             run, branch, b["old"], b["new"], b["t"], _end(e),
-            INF if rb_ is None else float(rb_["t"]), rep_end,
+            INF if rb_ is None else float(rb_["t"]), rep_end, set(b.get("line") or [b["old"]]),
         )  # fmt: skip
         _side(ops, roll)
         out.append(roll)
@@ -122,17 +124,23 @@ def _side(ops: Ops, roll: Rollback) -> None:
     ]  # fmt: skip
     pre = {e["cid"] for b, e in ckpts if e is not None and e["ev"] == "a" and e["t"] < roll.begin}
     for b, e in sorted(ckpts, key=lambda x: x[0]["t"]):
-        if not roll.begin < b["t"] <= roll.end:
+        if b["t"] > roll.end:
             continue
-        p = b.get("parent")
-        if (
-            p == roll.new
-            or p in roll.side_cids
-            or (p is not None and p not in pre and p != roll.old)
+        p, cid = b.get("parent"), (e["cid"] if e is not None and e["ev"] == "a" else None)
+        if p == roll.new:
+            # On the older head: also one begun before the rollback by a recorder that read
+            # it then, whose CAS found it again after the write (pg-68006, the shared run),
+            # unless it ended before the rollback or is the true head's line above it.
+            if _end(e) <= roll.begin or cid in roll.line:
+                continue
+        elif not (
+            p in roll.side_cids
+            or (roll.begin < b["t"] and p is not None and p not in pre and p != roll.old)
         ):
-            roll.side.add(b["id"])
-            if e is not None and e["ev"] == "a":
-                roll.side_cids.add(e["cid"])
+            continue
+        roll.side.add(b["id"])
+        if cid is not None:
+            roll.side_cids.add(cid)
 
 
 def digest_failed(
@@ -219,8 +227,10 @@ def roll_back(st: cpstore.Store, log: Log, run: str, rng: random.Random) -> tupl
         txn.put(key, pack_ref(key, bytes.fromhex(new), origin), db=refs)
         return True
 
+    line = hist[: hist.index(new)]  # H (and H~1): the true head's line above the older head
     oid = log.op()
-    log.write("b", sync=True, op=ROLLBACK, id=oid, run=run, branch="main", old=old, new=new)
+    log.write("b", sync=True, op=ROLLBACK, id=oid, run=run, branch="main", old=old, new=new,
+              line=line)  # fmt: skip
     written = bool(st.backend.write_txn(put))
     log.write("a", sync=True, op=ROLLBACK, id=oid, written=written)
     return (old, new) if written else None

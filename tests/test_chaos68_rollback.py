@@ -23,7 +23,9 @@ from chaos_check import Model, may_have_committed, read_logs
 from chaos_errors import Context, allowed
 from chaos_log import Log
 from chaos_names import names_hold
+from chaos_roles import Roles
 from chaos_rollback import probe, repair, roll_back
+from chaos_worker import Worker
 from test_chaos_mutations import check
 
 import cpstore
@@ -281,3 +283,76 @@ class TestAnswers:
             twin = [dict(b, id="0.0.99", t=b["t"] + 1), dict(a, id="0.0.99", cid="d" * 32)]
             found = chaos_check.cas_linear(st, Model(lines + twin), final=False)
             assert any("CAS was bypassed" in p for p in found)
+
+
+# -- two false alarms of the first rules, seen in the campaign's third round -------------
+
+
+def _lines(rows: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    out = []
+    for b, e in rows:
+        out.append({"ev": "b", "w": 0, "inc": 0, **b})
+        out.append({"ev": "a", "w": 0, "inc": 0, "op": b["op"], "id": b["id"], **e})
+    return sorted(out, key=lambda r: r["t"])
+
+
+class TestFirstRulesFalseAlarms:
+    @pytest.mark.parametrize(("ends", "ok"), [(25, True), (18, False)])
+    def test_a_stale_recorder_on_the_older_head_lands_after_the_write(
+        self, tmp_path: Path, ends: int, ok: bool
+    ) -> None:
+        """pg-68006 (shared run): a CAS begun on O before the rollback (its recorder read O
+        before H landed) found O again after the write and landed: a side child of O,
+        though begun before the rollback (the first rule took it for a second child on the
+        true head's line: "a CAS was bypassed"). Ended before the rollback, it is one."""
+        o, h, s = "o" * 32, "h" * 32, "s" * 32
+        sd = {"branch": "main", "run": "shared", "sd": "0" * 32}
+        lines = _lines([
+            ({"t": 10, "op": "ckpt", "id": "1", "parent": None, **sd}, {"t": 11, "cid": o}),
+            ({"t": 12, "op": "ckpt", "id": "2", "parent": o, **sd}, {"t": 13, "cid": h}),
+            ({"t": 15, "op": "ckpt", "id": "3", "parent": o, **sd}, {"t": ends, "cid": s}),
+            ({"t": 20, "op": "rollback", "id": "9", "run": "shared", "branch": "main", "old": h,
+              "new": o, "line": [h]}, {"t": 21, "written": True}),
+            ({"t": 40, "op": "ref_repair", "id": "10", "run": "shared", "branch": "main",
+              "new": h}, {"t": 41}),
+        ])  # fmt: skip
+        with cpstore.open(tmp_path / "s") as st:  # not read: final=False
+            found = chaos_check.cas_linear(st, Model(lines), final=False)
+        assert (found == []) is ok
+
+    def test_a_saver_prune_sweeping_a_released_fork_head_passes(self, tmp_path: Path) -> None:
+        """crash-68005: a fork branch reset away, its head released, then a saver's prune
+        (or delete) of another thread: its sweep takes every checkpoint nothing keeps
+        (docs/store.md, Retention), the released head too; the first rules excused that
+        for prune and delete_run only ("acknowledged checkpoint lost")."""
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        st = cpstore.open(tmp_path / "s")
+        log = Log(str(logs / "w0.log"), 0, 0)
+        base = _checkpoints(st, log, 1)[0]
+        w = Worker(st, log, random.Random(1), "w0")
+        w.acked_main = [base]
+        w.op_fork()
+        (branch,) = w.forks
+        head = st.ref(RUN, branch)
+        oid = log.op()
+        log.write("b", sync=True, op="reset", id=oid, run=RUN, branch=branch, old=head, new=None)
+        rec = st.reset_ref(RUN, branch, None, expected_old=head, operator="o", reason="r")
+        log.write("a", sync=True, op="reset", id=oid, run=RUN, branch=branch, old=head,
+                  new=None, digest=rec.digest, index=rec.index)  # fmt: skip
+        w.retained = [(str(head), branch)]
+        w.op_release()
+        roles = Roles(1, None)
+        roles.bind(w)
+        roles.lg_old = ["lg-w0-0"]
+        old = Roles(0, None)
+        old.bind(w)
+        for _ in range(2):
+            old.lg_put()
+        w.rng = random.Random(3)
+        roles.lg_maintain()
+        assert any(b["op"] in ("lgprune", "lgdelete") for b, _ in Model(read_logs(logs)).acks)
+        with st:
+            with pytest.raises(NotFoundError):
+                st.manifest(str(head))
+            check(st, logs, final=True)
