@@ -129,9 +129,11 @@ def _side(ops: Ops, roll: Rollback) -> None:
         p, cid = b.get("parent"), (e["cid"] if e is not None and e["ev"] == "a" else None)
         if p == roll.new:
             # On the older head: also one begun before the rollback by a recorder that read
-            # it then, whose CAS found it again after the write (pg-68006, the shared run),
-            # unless it ended before the rollback or is the true head's line above it.
-            if _end(e) <= roll.begin or cid in roll.line:
+            # it then, acknowledged after the write: its CAS found it again (pg-68006, the
+            # shared run), unless it is the true head's line above it. One begun before and
+            # never acknowledged stays off the side chain: it may be that line (crash-68011:
+            # a batched checkpoint queued on the head 6 s before, counted as newer there).
+            if b["t"] <= roll.begin and (cid is None or _end(e) <= roll.begin or cid in roll.line):
                 continue
         elif not (
             p in roll.side_cids

@@ -356,3 +356,27 @@ class TestFirstRulesFalseAlarms:
             with pytest.raises(NotFoundError):
                 st.manifest(str(head))
             check(st, logs, final=True)
+
+    def test_a_checkpoint_queued_long_before_a_rollback_still_counts_as_newer(self) -> None:
+        """crash-68011: a batched checkpoint queued on the head 6 s before a rollback to
+        that head, never acknowledged (it may have landed), counts as newer on the true
+        line: a gc keeping 4 may take the one 4 back (the pg-68006 rule made it a side
+        child, and the sweep "nothing in the log lets a sweep take")."""
+        c = [f"{i}" * 32 for i in range(1, 6)]
+        sd = {"branch": "main", "run": RUN, "sd": "0" * 32}
+        lines = _lines([
+            ({"t": 10 + 2 * i, "op": "ckpt", "id": f"c{i}", "parent": c[i - 1] if i else None,
+              **sd}, {"t": 11 + 2 * i, "cid": c[i], **sd})
+            for i in range(5)
+        ] + [
+            ({"t": 30, "op": "prune", "id": "p", "keep": 4, "run": None}, {"t": 31, "ids": []}),
+            ({"t": 50, "op": "rollback", "id": "9", "run": RUN, "branch": "main", "old": "h" * 32,
+              "new": c[4], "line": ["h" * 32]}, {"t": 51, "written": True}),
+            ({"t": 60, "op": "ref_repair", "id": "10", "run": RUN, "branch": "main",
+              "new": "h" * 32}, {"t": 61}),
+        ])  # fmt: skip
+        lines.append({"ev": "b", "w": 0, "inc": 0, "t": 20, "op": "ckpt", "id": "q",
+                      "parent": c[4], **sd})  # fmt: skip
+        m = Model(sorted(lines, key=lambda r: r["t"]))
+        (b, a) = next((b, a) for b, a in m.acked("ckpt") if a["cid"] == c[1])
+        assert m.side == set() and m.removable(a, b)
