@@ -24,6 +24,7 @@ from typing import Any
 
 from chaos_errors import CONNECTION
 from chaos_roles import values_digest
+from chaos_rollback import DIGEST, SWEEPING, rollbacks
 from chaos_worker import KEEP, SHARED
 
 import cpstore
@@ -74,11 +75,17 @@ class Model:
             for b, e in self.ops
             if b["op"] == "damage"
         ]
+        # The operator's rollbacks (tests/chaos_rollback.py): while one stands, retention
+        # alone refuses, naming meta/refs_digest; its side chain is kept by the repair.
+        self.rollbacks = rollbacks(self.ops)
+        self.side = {i for r in self.rollbacks for i in r.side}
+        windows += [(r.begin, r.end, DIGEST) for r in self.rollbacks]
         self.defects = [
             d
             for d in self.defects
             if not (d.get("err") == "IntegrityError" and any(
                 t0 <= d["t"] and d["t"] - 1e9 <= t1 and ref in d.get("tb", "")
+                and (ref != DIGEST or d.get("op") in SWEEPING)
                 for t0, t1, ref in windows
             ))
         ]  # fmt: skip
@@ -106,8 +113,10 @@ class Model:
             # Every sweep (a prune of any run, a delete_run) takes what nothing keeps: a
             # fork branch's checkpoints once the retained head keeping them is released.
             fork = branch.startswith(("f", "g"))
+            # A saver's delete or prune sweeps the whole store too (retention.delete_run):
+            # crash-68005 saw one take a fork head released just before.
             if (
-                b["op"] in ("prune", "delete")
+                b["op"] in ("prune", "delete", "lgdelete", "lgprune")
                 and fork
                 and self.released(run, branch, t0, self.end(e))
             ):
@@ -130,7 +139,12 @@ class Model:
         )
 
     def newer(self, run: str, branch: str, t0: float, before: float, own: str) -> int:
-        """Checkpoints of ``run``/``branch`` that may have committed in (``t0``, ``before``)."""
+        """Checkpoints of ``run``/``branch`` that may have committed in (``t0``, ``before``).
+
+        A rollback's side chain (tests/chaos_rollback.py) is not on the true head's line:
+        none of it counts, and none of it is swept by a count (the repair retains it)."""
+        if own in self.side:
+            return 0
         return sum(
             1
             for b, e in self.ops
@@ -138,6 +152,7 @@ class Model:
             and b["run"] == run
             and self.branch_of[b["id"]] in (branch, None)
             and b["id"] != own
+            and b["id"] not in self.side
             and b["t"] < before
             and self.end(e) > t0
             and may_have_committed(e)
@@ -169,7 +184,10 @@ def may_have_committed(end: dict[str, Any] | None) -> bool:
 def cas_linear(store: cpstore.Store, m: Any, *, final: bool) -> list[str]:
     """CAS-only branches: no parent with two acked children; the head's chain: only begun ones."""
     problems = []
-    children: dict[tuple[str, str | None], list[str]] = defaultdict(list)
+    # Keyed by era too: a rollback's side chain (tests/chaos_rollback.py) may give the
+    # older head a second acknowledged child, one per rollback, never two in one era.
+    era = {i: n for n, r in enumerate(m.rollbacks) for i in r.side}
+    children: dict[tuple[str, str | None, int], list[str]] = defaultdict(list)
     begun: dict[str, set[str]] = defaultdict(set)  # run -> state digests begun on its main
     for b, e in m.ops:
         if (
@@ -179,8 +197,8 @@ def cas_linear(store: cpstore.Store, m: Any, *, final: bool) -> list[str]:
         ):
             begun[b["run"]].add(b["sd"])
             if e is not None and e["ev"] == "a":
-                children[(b["run"], b["parent"])].append(e["cid"])
-    for (run, parent), kids in children.items():
+                children[(b["run"], b["parent"], era.get(b["id"], -1))].append(e["cid"])
+    for (run, parent, _), kids in children.items():
         if len(set(kids)) > 1:
             problems.append(
                 f"a CAS was bypassed on {run}: {parent} has acknowledged children {kids}"

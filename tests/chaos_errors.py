@@ -15,6 +15,10 @@ Allowed everywhere, under a condition the log shows:
 * ``IntegrityError`` naming ``refs/<run>/<branch>``: only while the operator's damage
   of that ref stands (docs/store.md "Every ref read is checked": a ref read, a
   ``prune``/``delete_run`` sweep or a push refuses by a damaged ref);
+* ``IntegrityError`` naming ``meta/refs_digest``: only for retention (prune, gc,
+  delete_run, dry runs, a saver's delete or prune) while the operator's rollback of a
+  ref stood; ``ConflictError`` naming that ref for a checkpoint begun before its repair
+  ended or extending the older head's line (tests/chaos_rollback.py);
 * ``GateError`` for recording on from a checkpoint whose standing decision is not
   ACCEPT, and ``GateError``/``SignOffError`` for a decision a later one superseded,
   when the log shows a validation of it began before (docs/decision-table.md);
@@ -32,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos_names import refusal_allowed as name_refusal_allowed
+from chaos_rollback import SWEEPING, conflict_explained, digest_failed, rollbacks
 
 #: What a thread's flush says of its checkpoints another thread's failed commit dropped.
 RELAYED = "in another thread's batch commit"
@@ -74,6 +79,7 @@ class Context:
             for b, e in ops
             if b["op"] == "damage"
         ]
+        self.rollbacks = rollbacks(ops)  # tests/chaos_rollback.py: refs put back, digest fails
 
     def in_restart(self, b: dict[str, Any], e: dict[str, Any]) -> bool:
         """The operation overlapped a server restart (plus the slack after it)."""
@@ -90,6 +96,11 @@ class Context:
             t0 <= t1 + slack and e["t"] >= d0 and re.search(rf"{re.escape(ref)}\b", msg)
             for d0, t1, ref in self.damage
         )
+
+    def digest_failed(self, b: dict[str, Any], e: dict[str, Any]) -> bool:
+        """The operation overlapped a rollback standing: the refs table failed its digest."""
+        slack = DAMAGE_SLACK_NS if b.get("id") == "-" else 0
+        return digest_failed(self.rollbacks, b, e, slack)
 
     def damage_near(self, run: str, branch: str, b: dict[str, Any], e: dict[str, Any]) -> bool:
         """The operator damaged (and then repaired: deleted) this ref before the op ended."""
@@ -258,7 +269,12 @@ TABLE: dict[str, dict[str, Rule]] = {
         )
     },
     "release": {"NotFoundError": lambda b, e, c: c.released_before(b["cid"], b)},
-    "repair": {"ConflictError": _msg("passes its check")},  # required on a healthy ref
+    # Required on a healthy ref; while a rollback stands (the table fails its digest) the
+    # repair goes on to its bogus target: NotFoundError (tests/chaos_rollback.py).
+    "repair": {
+        "ConflictError": _msg("passes its check"),
+        "NotFoundError": lambda b, e, c: c.digest_failed(b, e),
+    },
     "prune": {"NotFoundError": lambda b, e, c: b.get("run") is not None and _NO_RUN(b, e, c)},
     "dry_run": {"NotFoundError": _NO_RUN},
     "delete": {"NotFoundError": _NO_RUN},
@@ -312,6 +328,18 @@ def allowed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
     if err in CONNECTION and c.in_restart(b, e):
         return True
     if err == "IntegrityError" and c.damaged_ref(b, e):
+        return True
+    # Retention, and only retention, refuses while a ref stands rolled back (its own check
+    # holds; the table fails meta/refs_digest): tests/chaos_rollback.py.
+    if (
+        err == "IntegrityError" and b["op"] in SWEEPING
+        and "meta/refs_digest" in e.get("msg", "") and c.digest_failed(b, e)
+    ):  # fmt: skip
+        return True
+    if (
+        err == "ConflictError" and b["op"] in ("ckpt", "flush", "close")
+        and conflict_explained(c.rollbacks, b, e, c.ops)
+    ):  # fmt: skip
         return True
     if err == "ConflictError" and b["op"] in ("ckpt", "flush", "close") and _relayed(b, e, c):
         return True

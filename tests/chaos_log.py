@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from cpstore.errors import CpstoreError, IntegrityError
@@ -71,3 +72,22 @@ class Log:
             os.write(self._fd, (json.dumps(line, sort_keys=True) + "\n").encode())
             if sync:
                 os.fsync(self._fd)
+
+
+def ready(logdir: Path, w: int) -> bool:
+    """True when worker ``w``'s first incarnation is ready (imports done)."""
+    path = logdir / f"w{w}.log"
+    return path.exists() and '"ready"' in path.read_text()
+
+
+def started(logdir: Path, w: int, inc: int) -> bool:
+    """True when incarnation ``inc`` of worker ``w`` began an operation (the compactor: a
+    compaction)."""
+    path = logdir / f"w{w}.log"
+    if not path.exists():
+        return False
+    for raw in path.read_text().split("\n")[:-1]:
+        r = json.loads(raw)
+        if r["inc"] == inc and r["ev"] == "b" and r["op"] != "open":
+            return True
+    return False

@@ -8,7 +8,8 @@
   depth N of that branch at some time during the call: N parents back (read from the
   store's manifests, or the log's ``parent`` where a sweep took one) from a head the
   branch may have had then, i.e. one a logged operation set (a checkpoint recorded on
-  it, a fork, a reset, a set_ref) that began before the call ended, and that no
+  it, a fork, a reset, a set_ref, the operator's rollback to an older head and its
+  repair: tests/chaos_rollback.py) that began before the call ended, and that no
   acknowledged move of the branch, begun after it was set, replaced before the call
   began. A checkpoint begun there and never acknowledged (killed, batched) is matched
   by its logged run, branch, parent and state digest.
@@ -85,6 +86,11 @@ def placements(ops: Ops, run: str, branch: str, committed: Committed) -> list[Pl
         acked = e is not None and e["ev"] == "a"
         if op == "damage":  # broken, then repaired: deleted (IntegrityError meanwhile)
             out.append(Place(b["t"], end, None, acked))
+        elif op == "rollback":  # put back to an older head (tests/chaos_rollback.py)
+            if e is None or e.get("written"):
+                out.append(Place(b["t"], end, b["new"], acked))
+        elif op == "ref_repair" and (e is None or committed(e)):  # back to the true head
+            out.append(Place(b["t"], end, b.get("new"), acked))
         elif e is not None and not committed(e):
             continue
         elif op == "ckpt" and e is not None and acked:

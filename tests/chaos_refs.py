@@ -40,7 +40,7 @@ def _moves(m: Any, run: str, branch: str, b0: dict[str, Any]) -> list[tuple[Any,
         if b is b0 or m.end(e) <= b0["t"]:
             continue
         same = b.get("run") == run and b.get("branch") == branch
-        moved = same and b["op"] in ("ckpt", "reset", "set_ref", "fork")
+        moved = same and b["op"] in ("ckpt", "reset", "set_ref", "fork", "rollback", "ref_repair")
         deleted = b["op"] == "delete" and b.get("run") == run
         if (b["op"] == "damage" and same) or ((moved or deleted) and may_have_committed(e)):
             out.append((b, e))  # (the operator's repair deletes the ref)
@@ -57,7 +57,7 @@ def _head_allowed(
     for b, e in moves:
         if b["op"] in ("damage", "delete") and head is None:
             return True
-        if b["op"] == "reset" and b.get("new") == head:
+        if b["op"] in ("reset", "rollback", "ref_repair") and b.get("new") == head:
             return True
         acked = e is not None and e["ev"] == "a"
         if acked and b["op"] in ("set_ref", "fork") and e.get(_TARGET[b["op"]]) == head:

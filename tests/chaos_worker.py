@@ -27,10 +27,11 @@ from chaos_log import LOGGED, Log
 
 import cpstore
 from cpstore.decision.table import Decision, FindingCode, Verdict, verdict_for
-from cpstore.errors import ConflictError, CpstoreError, GateError, IntegrityError
+from cpstore.errors import ConflictError, CpstoreError, GateError, IntegrityError, NotFoundError
 
 KEEP = (3, 4)  # prune's keep_last choices: a CAS branch's newest 3 are never swept
 SHARED = "shared"
+BOGUS = "0" * 32  # a checkpoint id nothing stores: the worker's repair_ref target
 CONTESTED = "contested"  # CAS checkpoints and resets by every worker: only retention keeps history
 
 
@@ -271,18 +272,24 @@ class Worker:
         self.ack("release", oid, cid=head, digest=rec.digest, index=rec.index)
 
     def op_repair(self) -> None:
-        """repair_ref on a healthy ref must be refused (ConflictError) and change nothing."""
+        """repair_ref on a healthy ref must be refused (ConflictError) and change nothing.
+
+        Its target is no checkpoint (``BOGUS``): while the operator's rollback of a ref
+        stands (tests/chaos_rollback.py) the refs table fails its digest and a repair of
+        any branch goes on (docs/store.md: it accepts the table as it stands), so the
+        worker's must still be refused, as NotFoundError, changing nothing (with
+        ``new=None`` it deleted this main, or set it to the rolled-back head)."""
         before = self.st.ref(self.run)
         if before is None:
             return
         try:
             self.call(
                 "repair",
-                lambda: self.st.repair_ref(self.run, "main", None, operator="chaos", reason="r"),
+                lambda: self.st.repair_ref(self.run, "main", BOGUS, operator="chaos", reason="r"),
                 destructive=True,
                 run=self.run,
             )
-        except ConflictError:
+        except (ConflictError, NotFoundError):
             return
         self.log.write("defect", sync=True, op="repair", tb="repair_ref changed a healthy ref")
 

@@ -52,6 +52,11 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
   was neither a retained head nor an acknowledged checkpoint the log keeps
   (tests/chaos_refs.py); an acknowledged ``resolve`` named a checkpoint the log shows at
   depth N of that branch at some time during the call (tests/chaos_names.py);
+* while the operator's rollback of a ref stands (tests/chaos_rollback.py: a ``main`` ref
+  put back to an older head with a true check, then ``repair_ref``), retention refuses
+  (``meta/refs_digest``) and nothing it must keep is swept: no sweep is acknowledged, the
+  side chain recorded on the older head is never counted as newer nor swept, and
+  conflicts and resolves meanwhile are the ones the log explains;
 * no worker hung (every wait is bounded), and none died by itself: one found dead when
   its kill comes, or ending without ``end``, fails the run with its last log lines.
 
@@ -86,10 +91,11 @@ from chaos_check import (
 )
 from chaos_compactor import compactor, set_deadline
 from chaos_errors import refusal_problems
-from chaos_log import Log
+from chaos_log import Log, ready, started
 from chaos_process import work
 from chaos_refs import refs_and_sweeps_hold
 from chaos_roles import damage_and_repair
+from chaos_rollback import DIGEST, roll_back_and_repair, rollback_problems
 from chaos_worker import SHARED
 from pg_cluster import fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
 
@@ -126,7 +132,7 @@ def check(
         (b["t"], before.end(e) + 1e9, f"where='refs/{b['run']}/{b['branch']}'")
         for b, e in before.ops
         if b["op"] == "damage"
-    ]
+    ] + [(r.begin, r.end + 1e9, f"where='{DIGEST}'") for r in before.rollbacks]  # rolled back
     problems += [
         f"verify in the mix: {a['problems']}"
         for b, a in before.acked("verify")
@@ -205,6 +211,7 @@ def check(
     problems += deletes_hold(store, after)
     problems += saver_problems(store, after, lambda: Model(read_logs(logdir)))
     problems += refs_and_sweeps_hold(store, after, lambda: Model(read_logs(logdir)))
+    problems += rollback_problems(store, after, may_have_committed)  # tests/chaos_rollback.py
     if peer is not None and final:
         problems += peer_problems(peer, after)
     if final:
@@ -224,25 +231,6 @@ def _start(ctx: Any, store: str, logdir: Path, w: int, inc: int, *, seed: int, *
     p = ctx.Process(target=work, args=(store, str(logdir), w, inc), kwargs=kwargs, daemon=True)
     p.start()
     return p
-
-
-def _ready(logdir: Path, w: int) -> bool:
-    """True when worker ``w``'s first incarnation is ready (imports done)."""
-    path = logdir / f"w{w}.log"
-    return path.exists() and '"ready"' in path.read_text()
-
-
-def _started(logdir: Path, w: int, inc: int) -> bool:
-    """True when incarnation ``inc`` of worker ``w`` began an operation (the compactor: a
-    compaction)."""
-    path = logdir / f"w{w}.log"
-    if not path.exists():
-        return False
-    for raw in path.read_text().split("\n")[:-1]:
-        r = json.loads(raw)
-        if r["inc"] == inc and r["ev"] == "b" and r["op"] != "open":
-            return True
-    return False
 
 
 def _unkilled(proc: Any, logdir: Path, w: int, inc: int) -> str | None:
@@ -303,7 +291,7 @@ def chaos(
         procs[90] = _start_compactor(ctx, store, logdir, 0)
         incs[90] = 0
     ready_by = time.monotonic() + 300
-    while not all(_ready(logdir, w) for w in procs):  # the run's clock starts once all are
+    while not all(ready(logdir, w) for w in procs):  # the run's clock starts once all are
         assert time.monotonic() < ready_by, "a worker never got ready"
         assert all(p.is_alive() for p in procs.values()), "a worker died starting"
         time.sleep(0.05)
@@ -316,8 +304,11 @@ def chaos(
     try:
         while time.monotonic() < deadline - 1.5:
             time.sleep(rng.uniform(0.3, 1.5))
-            if rng.random() < 0.5 and not compact:  # compaction wants the store closed often
+            pick = rng.random()  # compaction wants the store closed often: no operator
+            if pick < 0.35 and not compact:
                 damage_and_repair(store, operator, rng)
+            elif pick < 0.7 and not compact:
+                roll_back_and_repair(store, operator, rng)  # a ref put back, true check
             if server is not None and rng.random() < 0.5:
                 oid = operator.op()
                 operator.write("b", sync=True, op="restart", id=oid)
@@ -328,12 +319,12 @@ def chaos(
             if compact and rng.random() < 0.2:
                 w = 90
             while (
-                not _started(logdir, w, incs[w])
+                not started(logdir, w, incs[w])
                 and procs[w].is_alive()  # one that died starting is reported below
                 and time.monotonic() < deadline - 1.5
             ):
                 time.sleep(0.1)  # a kill before it ran its mix tests nothing (and starves a run)
-            if procs[w].is_alive() and not _started(logdir, w, incs[w]):
+            if procs[w].is_alive() and not started(logdir, w, incs[w]):
                 continue
             gone = _unkilled(procs[w], logdir, w, incs[w])
             if gone is not None:
