@@ -3,7 +3,8 @@
 Each episode (a fixed seed) runs normal API operations (recorder checkpoints, fork,
 reset_ref, release_retained, prune), snapshots every checkpoint a ref or a retained head
 holds, damages the refs table or ``meta/refs_digest`` behind the store's back (a row
-deleted, a row put back to an older valid value, a row added, digest bytes flipped,
+deleted, a row put back to an older valid value, a row added, a ref value's byte
+flipped, digest bytes flipped,
 one to three at once, sometimes with ref moves in between), then repairs (naming the
 damaged branch, with its true head or another, or any other branch) until retention
 runs again, and sweeps with ``prune(keep_last=1)``. Invariant: every checkpoint held
@@ -25,7 +26,7 @@ import cpstore
 from cpstore.errors import ConflictError, CpstoreError, IntegrityError, NotFoundError
 from cpstore.store.facade import Store
 from cpstore.store.model import ref_key
-from cpstore.store.refs import RECORDED, REFS_DIGEST_KEY, SET, pack_ref
+from cpstore.store.refs import RECORDED, REFS_DIGEST_KEY, SET, pack_ref, unpack_ref
 
 RUNS = ("r", "s")
 
@@ -73,7 +74,18 @@ class _Episode:
         self.holders: set[tuple[str, str]] | None = None
 
     def _branches(self, run: str) -> dict[str, str]:
-        return self.st.branches(run)
+        """The run's refs as stored, those that pass their check (a damaged one is left
+        out: the API refuses to read it)."""
+        out: dict[str, str] = {}
+        for key, value in _refs(self.st).items():
+            name, branch = key.decode().split("\0")
+            try:
+                cid, _ = unpack_ref(key, value)
+            except IntegrityError:
+                continue
+            if name == run:
+                out[branch] = cid.hex()
+        return out
 
     def checkpoint(self, run: str, branch: str) -> None:
         self.step += 1
@@ -143,9 +155,14 @@ class _Episode:
     def damage(self) -> None:
         st, rng = self.st, self.rng
         refs = _refs(st)
-        kind = rng.choice(("delete", "older", "add", "flip", "count"))
-        if kind in ("delete", "older") and refs:
+        kind = rng.choice(("delete", "older", "add", "flip", "count", "value"))
+        if kind in ("delete", "older", "value") and refs:
             key = rng.choice(sorted(refs))
+            if kind == "value":  # a byte of the value: its check fails
+                value, at = refs[key], rng.randrange(25)
+                _raw(st, key, value[:at] + bytes([value[at] ^ 1]) + value[at + 1 :])
+                self.log.append(f"DAMAGE value {key!r} byte {at}")
+                return
             if kind == "delete":
                 _raw(st, key, None)
                 self.log.append(f"DAMAGE delete {key!r}")
@@ -184,7 +201,7 @@ class _Episode:
         refs = _refs(st)
         names = sorted(k.split(b"\0")[1].decode() for k in refs if k.startswith(run.encode()))
         branch = rng.choice([*names, "main", f"f{rng.randrange(1, self.names + 2)}"])
-        new = rng.choice([*live, None, st.ref(run, branch)])
+        new = rng.choice([*live, None, self._branches(run).get(branch)])
         audit = len(list(st.audit_records()))
         digest, table = _digest(st), refs
         try:
