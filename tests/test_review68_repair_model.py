@@ -225,6 +225,8 @@ class _Episode:
                 return
             except IntegrityError:
                 self.repair_once()
+                if self.rng.random() < 0.15:
+                    self.damage()  # more damage between a repair and the sweep
         for _ in range(6):
             report = self.st.verify()
             bad = [p for p in report.problems if p.where.startswith("refs/")]

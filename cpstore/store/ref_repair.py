@@ -307,6 +307,11 @@ def repair_ref(
             count = before.found - (new_raw is None)
         else:
             count = recorded - (new_raw is None)  # carried: a vanished ref stays reported
+        if not 0 <= count < 1 << 64:
+            # The recorded count is damaged too (below the refs it must count, or past its
+            # 8 bytes): the table's own after the change, as for a damaged digest (review68:
+            # a dropped ref at a recorded count of 0 ended in struct.error, no repair).
+            count = before.found + (damaged is None) - (new_raw is None)
         after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
         kept: list[Forgotten] = []
         if not before.holds:
