@@ -247,9 +247,14 @@ class _Episode:
                     continue
                 break
             else:  # no ref at all to repair through: put one back (its run's newest)
-                run = next(r for r in RUNS if self.live(r))
+                stored = [r for r in RUNS if self.live(r)]
+                if not stored:  # nothing stored at all: record one, repair through it
+                    self.checkpoint("r", "main")
+                    continue
                 with contextlib.suppress(ConflictError, NotFoundError):
-                    self.st.repair_ref(run, "main", self.live(run)[-1], operator="m", reason="p")
+                    self.st.repair_ref(
+                        stored[0], "main", self.live(stored[0])[-1], operator="m", reason="p"
+                    )
             try:
                 self.st.prune(keep_last=1)
                 return
