@@ -97,8 +97,7 @@ def test_a_vanished_fork_at_a_retained_head_survives_its_release(url: str) -> No
         st.reset_ref("r", "main", ids[0], expected_old=ids[2], operator="o", reason="back")
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
-        assert ids[2] in record.body["kept"]
+        st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
         st.release_retained(ids[2], operator="o", reason="main's reset")
         st.prune(keep_last=1)
         assert _stored(st, ids[2]) and _stored(st, ids[1])
