@@ -4,7 +4,7 @@ Each episode (a fixed seed) runs normal API operations (recorder checkpoints, fo
 reset_ref, release_retained, prune), snapshots every checkpoint a ref or a retained head
 holds, damages the refs table or ``meta/refs_digest`` behind the store's back (a row
 deleted, a row put back to an older valid value, a row added, a ref value's byte
-flipped, digest bytes flipped,
+flipped, a row moved to another key, digest bytes flipped,
 one to three at once, sometimes with ref moves in between), then repairs (naming the
 damaged branch, with its true head or another, or any other branch) until retention
 runs again, and sweeps with ``prune(keep_last=1)``. Invariant: every checkpoint held
@@ -130,7 +130,8 @@ class _Episode:
                 self.log.append(f"reset {run}/{branch} {branches[branch][:6]} -> {to and to[:6]}")
                 if self.holders is not None:
                     self.holders.discard((f"{run}/{branch}", branches[branch]))
-                    self.holders.add(("retained", branches[branch]))
+                    if to != branches[branch]:  # a reset to the head itself retains nothing
+                        self.holders.add(("retained", branches[branch]))
                     if to is not None:
                         self.holders.add((f"{run}/{branch}", to))
             except CpstoreError:
@@ -155,9 +156,15 @@ class _Episode:
     def damage(self) -> None:
         st, rng = self.st, self.rng
         refs = _refs(st)
-        kind = rng.choice(("delete", "older", "add", "flip", "count", "value"))
-        if kind in ("delete", "older", "value") and refs:
+        kind = rng.choice(("delete", "older", "add", "flip", "count", "value", "rename"))
+        if kind in ("delete", "older", "value", "rename") and refs:
             key = rng.choice(sorted(refs))
+            if kind == "rename":  # a key byte: the row moves, its check fails there
+                self.names += 1
+                _raw(st, key, None)
+                _raw(st, key.split(b"\0")[0] + f"\0y{self.names}".encode(), refs[key])
+                self.log.append(f"DAMAGE rename {key!r} -> y{self.names}")
+                return
             if kind == "value":  # a byte of the value: its check fails
                 value, at = refs[key], rng.randrange(25)
                 _raw(st, key, value[:at] + bytes([value[at] ^ 1]) + value[at + 1 :])
