@@ -6,7 +6,8 @@ and repairs it through run s. Every repair's scan and re-derived digest share on
 write txn with its change, so a writer's ref move between the damage and the repair is
 neither lost from the digest nor left unkept: afterwards every acknowledged checkpoint
 a writer's branch holds, and r's history, survive ``prune(keep_last=1)``; ``verify`` is
-clean. On both engines.
+clean. And four processes clearing one damage through four branches at once: one
+repair lands, the rest are refused with nothing written. On both engines.
 """
 
 from __future__ import annotations
@@ -84,3 +85,39 @@ def test_repairs_racing_writers_in_other_processes_lose_nothing(url: str) -> Non
         st.manifest(ids[1])
         st.manifest(ids[2])
         assert st.verify().ok
+
+
+def _digest_repair(url: str, run: str) -> bool:
+    with cpstore.open(url) as st:
+        try:
+            st.repair_ref(run, "main", st.ref(run), operator=run, reason="race")
+        except (ConflictError, NotFoundError):
+            return False
+        return True
+
+
+def test_digest_repairs_through_different_branches_at_once_one_wins(url: str) -> None:
+    """Four processes clear the same damage (a vanished fork) through four branches at
+    once: one repair lands, with what it keeps; the others find the table whole and are
+    refused with nothing written."""
+    runs = ["r", "s", "t", "u"]
+    with cpstore.open(url) as st:
+        heads = {}
+        for run in runs:
+            rec = st.recorder(run)
+            heads[run] = [rec.checkpoint(i, {"run": run, "i": i}) for i in range(3)]
+        st.fork("r", "exp", heads["r"][1])
+        audit = len(list(st.audit_records()))
+        refs = st.backend.db("refs")
+        st.backend.write_txn(lambda txn: txn.delete(b"r\0exp", db=refs))
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(4) as pool:
+        wins = pool.starmap(_digest_repair, [(url, run) for run in runs])
+    assert sum(wins) == 1
+    with cpstore.open(url) as st:
+        records = list(st.audit_records())
+        assert len(records) == audit + 1 and records[-1].kind == "ref_repair"
+        assert heads["r"][2] in records[-1].body["kept"]  # every tip: the fork's under it
+        assert st.verify().ok
+        st.prune(keep_last=1)
+        st.manifest(heads["r"][1])
