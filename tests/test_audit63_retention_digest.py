@@ -136,7 +136,7 @@ def test_a_damaged_refs_digest_is_repaired_with_repair_ref(url: str, damage: str
     with cpstore.open(url) as st:
         rec = st.recorder("r")
         ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
-        st.recorder("s").checkpoint(0, {"s": 1})
+        other = st.recorder("s").checkpoint(0, {"s": 1})
         with pytest.raises(ConflictError):
             st.repair_ref("r", "main", ids[2], operator="o", reason="intact")
         good = _digest(st)
@@ -153,6 +153,10 @@ def test_a_damaged_refs_digest_is_repaired_with_repair_ref(url: str, damage: str
         assert _digest(st) == good
         assert st.verify().ok
         assert st.ref("r") == ids[2]
+        # The damaged digest names no ref: every tip is kept (review68); released here.
+        assert record.body["kept"] == sorted([ids[2], other])
+        for cid in record.body["kept"]:
+            st.release_retained(cid, operator="o", reason="the digest was the damage")
         rec = st.recorder("r")
         rec.checkpoint(3, {"i": 3})
         assert st.prune(keep_last=1) == 3

@@ -202,14 +202,15 @@ def test_a_ref_put_back_at_the_wrong_head_keeps_the_true_one(url: str) -> None:
 
 
 def test_two_vanished_refs_keep_both_histories(url: str) -> None:
-    """Two refs missing: the XOR names neither; every unreachable tip is kept."""
+    """Two refs missing: the XOR names neither; every tip of the store is kept (either
+    head could lie in any lineage, review68)."""
     with cpstore.open(url) as st:
         r, t = _three(st), _three(st, "t")
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0main", None)
         _raw_ref(url, b"t\0main", None)
         record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
-        assert sorted(record.body["kept"]) == sorted([r[2], t[2]])
+        assert record.body["kept"] == sorted([r[2], t[2], other])
         assert record.body["refs"] == {"recorded": 3, "found": 1}
         assert st.verify().ok and st.prune(keep_last=1) == 0
         assert _stored(st, r + t)
@@ -217,8 +218,8 @@ def test_two_vanished_refs_keep_both_histories(url: str) -> None:
 
 def test_a_vanished_fork_no_manifest_names_is_kept_inside_a_released_lineage(url: str) -> None:
     """A fork that never recorded has a name no manifest holds, and its head can lie in a
-    lineage a release let go: nothing tells the two apart, so the released head is kept
-    with its lineage (over-kept, not lost)."""
+    lineage a release let go (or in main's): nothing tells them apart, so every tip, the
+    released head too, is kept with its lineage (over-kept, not lost)."""
     with cpstore.open(url) as st:
         ids = _three(st)
         st.fork("r", "exp", ids[1])
@@ -227,7 +228,7 @@ def test_a_vanished_fork_no_manifest_names_is_kept_inside_a_released_lineage(url
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
         record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
-        assert record.body["kept"] == [ids[2]]
+        assert record.body["kept"] == sorted([ids[2], other])
         assert st.verify().ok and st.prune(keep_last=1) == 0
         assert _stored(st, ids)
 
@@ -240,7 +241,7 @@ def test_a_malformed_digest_with_a_vanished_ref_keeps_its_history(url: str) -> N
         _raw_ref(url, REFS_DIGEST_KEY, _digest(st)[:-1], "meta")
         _raw_ref(url, b"r\0main", None)
         record = st.repair_ref("s", "main", other, operator="o", reason="digest truncated")
-        assert record.body["kept"] == [ids[2]]
+        assert record.body["kept"] == sorted([ids[2], other])
         assert record.body["refs"] == {"recorded": None, "found": 1}
         assert st.verify().ok and st.prune(keep_last=1) == 0
         assert _stored(st, ids)
@@ -257,10 +258,10 @@ def _released_lineage(st: Store, base: str) -> list[str]:
     return dropped
 
 
-def test_a_vanished_fork_whose_head_is_still_reached_keeps_nothing(url: str) -> None:
+def test_a_vanished_fork_whose_head_is_still_reached_keeps_only_its_head(url: str) -> None:
     """The digest names the vanished fork (its head was recorded on it); another fork
-    still reaches that head: nothing is lost, so nothing is kept (the released lineage
-    is swept as before)."""
+    still reaches that head, but may move on and a prune(keep_last=N) take it, so the
+    head is kept (review68); the released lineage is swept as before."""
     with cpstore.open(url) as st:
         ids = _three(st)
         st.fork("r", "exp", ids[1])
@@ -270,7 +271,8 @@ def test_a_vanished_fork_whose_head_is_still_reached_keeps_nothing(url: str) -> 
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
         record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
-        assert record.body["kept"] == [] and record.body["refs"] == {"recorded": 4, "found": 3}
+        assert record.body["kept"] == [head]
+        assert record.body["refs"] == {"recorded": 4, "found": 3}
         assert st.verify().ok
         assert st.prune(keep_last=3) == 2 and _swept(st, dropped)
         assert _stored(st, [*ids, head])
@@ -294,7 +296,7 @@ def test_a_name_search_past_its_budget_keeps_every_unreachable_tip(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Many branches per run bound the search for the vanished ref's name (NAME_TRIES):
-    past it, the repair keeps every unreachable tip (the released lineage too), never
+    past it, the repair keeps every tip of the store (the released lineage too), never
     fewer."""
     monkeypatch.setattr(ref_repair, "NAME_TRIES", 0)
     with cpstore.open(url) as st:
@@ -303,7 +305,7 @@ def test_a_name_search_past_its_budget_keeps_every_unreachable_tip(
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0main", None)
         record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
-        assert sorted(record.body["kept"]) == sorted([ids[2], dropped[1]])
+        assert record.body["kept"] == sorted([ids[2], dropped[1], other])
         assert st.verify().ok and st.prune(keep_last=1) == 0
         assert _stored(st, ids + dropped)
 
@@ -332,14 +334,15 @@ def test_a_digest_repair_through_another_branch_keeps_a_changed_ref_history(url:
 
 def test_a_flipped_digest_keeps_what_no_root_reaches(url: str) -> None:
     """A flipped XOR names no ref: a released lineage awaiting the sweep cannot be told
-    from a changed ref's history, so it is kept (over-kept, never lost)."""
+    from a changed ref's history, so it is kept, and so is every other tip (a changed
+    ref's head may lie in any lineage; over-kept, never lost)."""
     with cpstore.open(url) as st:
         ids = _three(st)
         dropped = _released_lineage(st, ids[0])
         good = _digest(st)
         _raw_ref(url, REFS_DIGEST_KEY, bytes([good[0] ^ 1]) + good[1:], "meta")
         record = st.repair_ref("r", "main", ids[2], operator="o", reason="digest flipped")
-        assert record.body["kept"] == [dropped[1]] and _digest(st) == good
+        assert record.body["kept"] == sorted([dropped[1], ids[2]]) and _digest(st) == good
         assert st.verify().ok and st.prune(keep_last=3) == 0
         assert _stored(st, ids + dropped)
 

@@ -109,16 +109,18 @@ def forgotten_heads(
     XOR difference is that ref's full hash; when no ref is short, the difference is
     a changed ref's true hash XOR its hash now. A stored checkpoint with its run and
     a branch name the run uses (its manifests', its refs', the named one) that gives
-    the hash names the ref: kept with its lineage when no root reaches it, nothing
-    kept when one does (or when the missing ref is back in the table).
-    Otherwise (several refs missing or changed, a name nothing holds, a flipped or
-    malformed digest) every tip of U (a member no member names as parent) is kept: a
-    released lineage and a damaged ref's head inside it cannot be told apart (forks
-    are not audited), and a kept head costs a ``release_retained``, a lost one the
-    history.
+    the hash names the ref: its head is kept with its lineage unless it is a retained
+    head already, even when another ref's lineage reaches it (``prune(keep_last=N)``
+    keeps only a ref's newest N, and that ref may move on); nothing is kept when the
+    missing ref is back in the table. Otherwise (several refs missing or changed, a
+    name nothing holds, a flipped or malformed digest) the head may be any stored
+    checkpoint: every tip of the store (a checkpoint no stored one names as parent)
+    not yet a retained head is kept, which keeps every lineage whole until released.
+    A released lineage and a damaged ref's head cannot be told apart there (forks are
+    not audited), and a kept head costs a ``release_retained``, a lost one the history.
     """
     lineage = _lineage(backend, txn)
-    roots: list[bytes] = list(extra_roots)
+    roots: list[bytes] = []
     present: dict[bytes, bytes] = {}  # ref key -> its full hash, refs that pass their check
     names: dict[str, set[str]] = {}
     if named is not None:
@@ -134,7 +136,8 @@ def forgotten_heads(
         present[key] = ref_hash(key, cid, origin)
         run, branch = split_ref_key(key)
         names.setdefault(run, set()).add(branch)
-    roots.extend(retained_heads(txn, backend.db("meta")))
+    held = {*extra_roots, *retained_heads(txn, backend.db("meta"))}  # whole lineage kept
+    roots.extend(held)
     reached: set[bytes] = set()
     for root in roots:
         at: bytes | None = root
@@ -142,8 +145,6 @@ def forgotten_heads(
             reached.add(at)
             at = lineage[at][0]
     unreached = [cid for cid in lineage if cid not in reached]
-    if not unreached:
-        return []
     if any(acc == after[0] for acc, _ in digests):
         return []  # every ref's hash is in the XOR: none is missing (a count damaged)
     missing: set[bytes] = set()  # the full hash of the one ref missing
@@ -164,9 +165,18 @@ def forgotten_heads(
         rest = [cid for cid in unreached if cid not in tipped]
         found = _named_by(lineage, names, (missing, changed), [*tips, *rest, *reached])
         if found is not None:
-            # Its head unreachable: kept; reachable (another root keeps it): nothing.
-            return [] if found.cid in reached else [found]
-    return [Forgotten(cid, lineage[cid][1], lineage[cid][2]) for cid in _tips(lineage, unreached)]
+            # Kept even when another ref's lineage reaches it: prune(keep_last=N) keeps
+            # only a ref's newest N, and that ref may move on (review68). A head that
+            # is a retained head already keeps its whole lineage: nothing more.
+            return [] if found.cid in held else [found]
+    # Unnamed: its head may be any stored checkpoint, reached or not; every tip of the
+    # store (each not yet a retained head) covers them all, whatever keep_last a sweep
+    # is given (review68: a fork's head inside main's lineage was taken by prune).
+    return [
+        Forgotten(cid, lineage[cid][1], lineage[cid][2])
+        for cid in _tips(lineage, list(lineage))
+        if cid not in held
+    ]
 
 
 def _tips(lineage: dict[bytes, tuple[bytes | None, str, str]], among: list[bytes]) -> list[bytes]:
@@ -176,7 +186,7 @@ def _tips(lineage: dict[bytes, tuple[bytes | None, str, str]], among: list[bytes
 
 
 #: Hashes :func:`_named_by` tries before giving up (about a second): a store with
-#: many branches per run falls back to keeping every unreachable tip, not to a long scan.
+#: many branches per run falls back to keeping every tip of the store, not to a long scan.
 NAME_TRIES = 1_000_000
 
 
@@ -297,6 +307,11 @@ def repair_ref(
             count = before.found - (new_raw is None)
         else:
             count = recorded - (new_raw is None)  # carried: a vanished ref stays reported
+        if not 0 <= count < 1 << 64:
+            # The recorded count is damaged too (below the refs it must count, or past its
+            # 8 bytes): the table's own after the change, as for a damaged digest (review68:
+            # a dropped ref at a recorded count of 0 ended in struct.error, no repair).
+            count = before.found + (damaged is None) - (new_raw is None)
         after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
         kept: list[Forgotten] = []
         if not before.holds:

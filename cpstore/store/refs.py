@@ -210,6 +210,9 @@ def _update_digest(txn: Any, meta: Any, out: bytes | None, into: bytes | None) -
         x, count = x ^ int.from_bytes(out, "little"), count - 1
     if into is not None:
         x, count = x ^ int.from_bytes(into, "little"), count + 1
+    # Modulo its 8 bytes, as the XOR is: a count damaged below the refs a move deletes
+    # stays damaged (still reported) instead of ending the move in struct.error (review68).
+    count %= 1 << (8 * _COUNT.size)
     txn.put(REFS_DIGEST_KEY, x.to_bytes(DIGEST_SIZE, "little") + _COUNT.pack(count), db=meta)
 
 
