@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_audit63_retention_digest import _raw_ref
+from test_review68_repair_model import _stored
 
 import cpstore
-from cpstore.errors import NotFoundError
 from cpstore.store.facade import Store
 from cpstore.store.refs import SET, pack_ref
 
@@ -23,14 +23,6 @@ from cpstore.store.refs import SET, pack_ref
 def _three(st: Store, run: str = "r") -> list[str]:
     rec = st.recorder(run)
     return [rec.checkpoint(i, {"i": i, "run": run}) for i in range(3)]
-
-
-def _stored(st: Store, cid: str) -> bool:
-    try:
-        st.manifest(cid)
-    except NotFoundError:
-        return False
-    return True
 
 
 def test_a_vanished_fork_inside_main_lineage_survives_prune(url: str) -> None:
