@@ -43,6 +43,7 @@ __all__ = [
     "history",
     "ref_target",
     "release_retained",
+    "release_retained_by",
     "reset_ref",
     "retained",
     "runs",
@@ -267,6 +268,54 @@ def release_retained(
         )
 
     result: AuditRecord = backend.write_txn(release)
+    return result
+
+
+def release_retained_by(
+    backend: Backend, audit_digest: str, *, operator: str, reason: str
+) -> list[AuditRecord]:
+    """Stop keeping every head that the audit record ``audit_digest`` retained (a
+    ``ref_repair``'s ``retained`` and ``kept``, a ``ref_reset``'s old head), in one
+    write txn: one ``retained_release`` record per head, as :func:`release_retained`
+    writes. A head whose retained row names another record (retained again since) is
+    left. NotFoundError when no retained head names that record."""
+    if not isinstance(audit_digest, str) or len(audit_digest) != 32:
+        raise InvalidInputError(
+            "an audit record's digest is 32 hex characters", where="retained", got=audit_digest
+        )
+    try:
+        digest = bytes.fromhex(audit_digest).hex()
+    except ValueError:
+        raise InvalidInputError(
+            "an audit record's digest is 32 hex characters", where="retained", got=audit_digest
+        ) from None
+    who = check_name(operator, "operator")
+    why = check_name(reason, "reason")
+    when = float(backend.now())
+
+    def release(txn: Txn[memoryview]) -> list[AuditRecord]:
+        meta = backend.db("meta")
+        heads = retained_heads(txn, meta)
+        chosen = sorted(cid for cid, held in heads.items() if held.get("audit") == digest)
+        if not chosen:
+            raise NotFoundError(
+                "no retained head was kept by this audit record", where="retained", got=digest
+            )
+        out: list[AuditRecord] = []
+        for cid in chosen:
+            txn.delete(retained_key(cid), db=meta)
+            out.append(
+                append_audit_txn(
+                    backend,
+                    txn,
+                    "retained_release",
+                    {"checkpoint": cid.hex(), "operator": who, "reason": why},
+                    when,
+                )
+            )
+        return out
+
+    result: list[AuditRecord] = backend.write_txn(release)
     return result
 
 

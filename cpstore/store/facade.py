@@ -23,6 +23,7 @@ from cpstore.store.branches import (
     head_of,
     history,
     release_retained,
+    release_retained_by,
     reset_ref,
     retained,
     runs,
@@ -404,6 +405,15 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
     def release_retained(self, checkpoint_id: str, *, operator: str, reason: str) -> AuditRecord:
         """Stop keeping a head :meth:`reset_ref` retained; audited. The next prune may sweep it."""
         return release_retained(self._backend, checkpoint_id, operator=operator, reason=reason)
+
+    def release_retained_by(
+        self, audit_digest: str, *, operator: str, reason: str
+    ) -> list[AuditRecord]:
+        """Stop keeping every head one audit record retained (a ``ref_repair``'s
+        ``retained`` and ``kept``, a ``ref_reset``'s old head), in one txn, one
+        ``retained_release`` record each; a head retained again since is left.
+        NotFoundError when that record keeps none. The next prune may sweep them."""
+        return release_retained_by(self._backend, audit_digest, operator=operator, reason=reason)
 
     def fork(self, run_id: str, branch: str, checkpoint_id: str) -> None:
         """Create ``branch`` of ``run_id`` at ``checkpoint_id``; ConflictError if it exists."""
