@@ -360,3 +360,22 @@ def test_a_pool_wait_caught_outside_a_logged_call_is_dated_back_to_its_start() -
     assert not judged(wait, 60 * s)  # began at 30 s: 20 s after the restart ended
     assert not judged("the connection to the server was lost", 38 * s)
     assert judged("the connection to the server was lost", 12 * s)  # within the slack
+
+
+def test_a_damage_that_found_its_fork_deleted_passes_and_otherwise_is_reported() -> None:
+    """The operator picks a fork, then flips its ref; a worker's reset of that fork to None
+    begun before the repair may land first, and the repair then says "no such ref"
+    (NotFoundError). Allowed when the log shows such a delete that may have committed;
+    reported without one, or when the delete was refused (seen: pg-variant, 2026-12-05)."""
+    damage_b = {"ev": "b", "op": "damage", "id": "99.0.1", "run": RUN, "branch": BRANCH, "t": 20}
+    damage_x = {"ev": "x", "op": "damage", "id": "99.0.1", "err": "NotFoundError", "t": 40}
+    reset_b = {"ev": "b", "op": "reset", "id": "1.0.1", "run": RUN, "branch": BRANCH,
+               "new": None, "t": 10}  # fmt: skip
+    reset_a = {"ev": "a", "op": "reset", "id": "1.0.1", "t": 30}
+    reset_x = {"ev": "x", "op": "reset", "id": "1.0.1", "err": "ConflictError", "t": 30}
+    assert allowed(damage_b, damage_x, Context([(reset_b, reset_a), (damage_b, damage_x)]))
+    assert allowed(damage_b, damage_x, Context([(reset_b, None), (damage_b, damage_x)]))
+    assert not allowed(damage_b, damage_x, Context([(damage_b, damage_x)]))
+    assert not allowed(damage_b, damage_x, Context([(reset_b, reset_x), (damage_b, damage_x)]))
+    late = {**reset_b, "t": 50}
+    assert not allowed(damage_b, damage_x, Context([(late, reset_a), (damage_b, damage_x)]))
