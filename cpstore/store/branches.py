@@ -279,16 +279,7 @@ def release_retained_by(
     write txn: one ``retained_release`` record per head, as :func:`release_retained`
     writes. A head whose retained row names another record (retained again since) is
     left. NotFoundError when no retained head names that record."""
-    if not isinstance(audit_digest, str) or len(audit_digest) != 32:
-        raise InvalidInputError(
-            "an audit record's digest is 32 hex characters", where="retained", got=audit_digest
-        )
-    try:
-        digest = bytes.fromhex(audit_digest).hex()
-    except ValueError:
-        raise InvalidInputError(
-            "an audit record's digest is 32 hex characters", where="retained", got=audit_digest
-        ) from None
+    digest = parse_id(audit_digest, "audit record digest").hex()
     who = check_name(operator, "operator")
     why = check_name(reason, "reason")
     when = float(backend.now())
