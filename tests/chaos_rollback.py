@@ -60,6 +60,17 @@ DIGEST = "meta/refs_digest"
 #: refs (it may end without a sweep), so it may only refuse with the digest.
 RETENTION = ("prune", "delete", "dry_run")
 SWEEPING = (*RETENTION, "lgdelete", "lgprune")
+
+
+def refused_by_digest(b: dict[str, Any]) -> bool:
+    """Whether operation ``b`` may refuse naming ``meta/refs_digest`` while a rollback
+    stands: retention, and a push or pull (``ckpt`` with ``pull``), which move no ref of
+    a store whose refs table fails its digest, on either side (docs/store.md, "push and
+    pull"; push69). A checkpoint, fork or reset never does."""
+    op = b.get("op")
+    return op in SWEEPING or op == "push" or (op == "ckpt" and bool(b.get("pull")))
+
+
 #: The keep_last of the operator's probe (KEEP's smaller one).
 PROBE_KEEP = 3
 
