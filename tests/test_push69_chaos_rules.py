@@ -5,7 +5,8 @@ Push and pull now move no ref of a store whose refs table fails ``meta/refs_dige
 source) and pulls (its destination) meet the operator's rollbacks and are refused
 naming the digest. The checker allowed that refusal for retention alone, so it would
 have reported each one as a wrong error; now it allows it for push and pull too, only
-while a rollback stands, and still for no checkpoint, fork or reset.
+while a rollback stands, and still for no checkpoint, fork or reset; and a push or pull
+that landed wholly inside a rollback is now reported, as a sweep there is.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 from chaos_check import Model
 from chaos_errors import Context, allowed
+from chaos_rollback import transfer_problems
 from test_chaos68_rollback import DIGEST_MSG, RUN, _lines, _ops, _refusal
 
 PUSH_MSG = (
@@ -74,3 +76,28 @@ def test_a_pulls_integrity_defect_line_is_judged_by_its_operation(
     ]  # fmt: skip
     m = Model(sorted(lines, key=lambda r: r["t"]))
     assert bool(m.defects) is kept
+
+
+@pytest.mark.parametrize(
+    ("op", "fields", "span", "flagged"),
+    [
+        ("push", {}, (22, 25), True),  # landed wholly inside the rollback: push must refuse
+        ("ckpt", {"pull": True}, (22, 25), True),  # a pull into the rolled-back store
+        ("ckpt", {}, (22, 25), False),  # a checkpoint lands on (the older head's line)
+        ("push", {}, (15, 25), False),  # begun before the rollback was written
+        ("push", {}, (30, 45), False),  # ended after the repair began
+    ],
+)
+def test_a_transfer_landed_inside_a_rollback_is_reported(
+    op: str, fields: dict[str, Any], span: tuple[int, int], flagged: bool
+) -> None:
+    rows: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({"t": 20, "op": "rollback", "id": "9", "run": RUN, "branch": "main", "old": "h" * 32,
+          "new": "o" * 32, "line": ["h" * 32]}, {"t": 21, "written": True}),
+        ({"t": 40, "op": "ref_repair", "id": "10", "run": RUN, "branch": "main",
+          "new": "h" * 32}, {"t": 41}),
+        ({"t": span[0], "op": op, "id": "p", "run": RUN, "branch": "main", "src": "h" * 32,
+          **fields}, {"t": span[1], "cid": "c" * 32, "copied": 1}),
+    ]  # fmt: skip
+    problems = transfer_problems(Model(_lines(rows)))
+    assert bool(problems) is flagged, problems
