@@ -24,7 +24,7 @@ from typing import Any
 
 from chaos_errors import CONNECTION
 from chaos_roles import values_digest
-from chaos_rollback import DIGEST, SWEEPING, rollbacks
+from chaos_rollback import DIGEST, refused_by_digest, rollbacks
 from chaos_worker import KEEP, SHARED
 
 import cpstore
@@ -76,7 +76,8 @@ class Model:
             if b["op"] == "damage"
         ]
         # The operator's rollbacks (tests/chaos_rollback.py): while one stands, retention
-        # alone refuses, naming meta/refs_digest; its side chain is kept by the repair.
+        # and push/pull alone refuse, naming meta/refs_digest; its side chain is kept by
+        # the repair.
         self.rollbacks = rollbacks(self.ops)
         self.side = {i for r in self.rollbacks for i in r.side}
         windows += [(r.begin, r.end, DIGEST) for r in self.rollbacks]
@@ -85,7 +86,7 @@ class Model:
             for d in self.defects
             if not (d.get("err") == "IntegrityError" and any(
                 t0 <= d["t"] and d["t"] - 1e9 <= t1 and ref in d.get("tb", "")
-                and (ref != DIGEST or d.get("op") in SWEEPING)
+                and (ref != DIGEST or refused_by_digest(begins.get(d.get("id", ""), d)))
                 for t0, t1, ref in windows
             ))
         ]  # fmt: skip

@@ -16,8 +16,9 @@ Allowed everywhere, under a condition the log shows:
   of that ref stands (docs/store.md "Every ref read is checked": a ref read, a
   ``prune``/``delete_run`` sweep or a push refuses by a damaged ref);
 * ``IntegrityError`` naming ``meta/refs_digest``: only for retention (prune, gc,
-  delete_run, dry runs, a saver's delete or prune) while the operator's rollback of a
-  ref stood; ``ConflictError`` naming that ref for a checkpoint begun before its repair
+  delete_run, dry runs, a saver's delete or prune) and a push or pull (either side's
+  table: docs/store.md, "push and pull") while the operator's rollback of a ref stood;
+  ``ConflictError`` naming that ref for a checkpoint begun before its repair
   ended or extending the older head's line (tests/chaos_rollback.py);
 * ``GateError`` for recording on from a checkpoint whose standing decision is not
   ACCEPT, and ``GateError``/``SignOffError`` for a decision a later one superseded,
@@ -36,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos_names import refusal_allowed as name_refusal_allowed
-from chaos_rollback import SWEEPING, conflict_explained, digest_failed, rollbacks
+from chaos_rollback import conflict_explained, digest_failed, refused_by_digest, rollbacks
 
 #: What a thread's flush says of its checkpoints another thread's failed commit dropped.
 RELAYED = "in another thread's batch commit"
@@ -350,10 +351,10 @@ def allowed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
         return True
     if err == "IntegrityError" and c.damaged_ref(b, e):
         return True
-    # Retention, and only retention, refuses while a ref stands rolled back (its own check
-    # holds; the table fails meta/refs_digest): tests/chaos_rollback.py.
+    # Retention and push/pull, and only they, refuse while a ref stands rolled back (its
+    # own check holds; the table fails meta/refs_digest): tests/chaos_rollback.py.
     if (
-        err == "IntegrityError" and b["op"] in SWEEPING
+        err == "IntegrityError" and refused_by_digest(b)
         and "meta/refs_digest" in e.get("msg", "") and c.digest_failed(b, e)
     ):  # fmt: skip
         return True

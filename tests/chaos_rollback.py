@@ -60,6 +60,17 @@ DIGEST = "meta/refs_digest"
 #: refs (it may end without a sweep), so it may only refuse with the digest.
 RETENTION = ("prune", "delete", "dry_run")
 SWEEPING = (*RETENTION, "lgdelete", "lgprune")
+
+
+def refused_by_digest(b: dict[str, Any]) -> bool:
+    """Whether operation ``b`` may refuse naming ``meta/refs_digest`` while a rollback
+    stands: retention, and a push or pull (``ckpt`` with ``pull``), which move no ref of
+    a store whose refs table fails its digest, on either side (docs/store.md, "push and
+    pull"; push69). A checkpoint, fork or reset never does."""
+    op = b.get("op")
+    return op in SWEEPING or op == "push" or (op == "ckpt" and bool(b.get("pull")))
+
+
 #: The keep_last of the operator's probe (KEEP's smaller one).
 PROBE_KEEP = 3
 
@@ -194,6 +205,21 @@ def retention_problems(m: Any) -> list[str]:
     ]
 
 
+def transfer_problems(m: Any) -> list[str]:
+    """A push from, or a pull into, the worker's store acknowledged wholly inside a
+    standing rollback: it moved refs of (or carried refs out of) a table that fails its
+    digest, which push and pull refuse (docs/store.md, "push and pull"; push69)."""
+    return [
+        f"{b['op']}{' (pull)' if b.get('pull') else ''} {b['id']} landed while {r.ref} stood "
+        f"rolled back to {r.new} (refs digest failing from the write to the repair): push "
+        "and pull must refuse"
+        for r in m.rollbacks
+        if r.written < INF
+        for b, a in [*m.acked("push"), *((b, a) for b, a in m.acked("ckpt") if b.get("pull"))]
+        if r.written < b["t"] and a["t"] < r.repair_begin
+    ]
+
+
 def probe(st: cpstore.Store, log: Log) -> None:
     """The operator's own sweep while the table fails its digest (judged like a prune)."""
     oid = log.op()
@@ -268,10 +294,11 @@ def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:
 
 
 def rollback_problems(store: cpstore.Store, m: Any, committed: Any) -> list[str]:
-    """:func:`retention_problems`; each acknowledged repair's audit record is at its index,
-    and the head it retained is listed and whole unless a release of it may have landed
-    (``committed``: tests/chaos_check.py's may_have_committed)."""
-    problems = retention_problems(m)
+    """:func:`retention_problems` and :func:`transfer_problems`; each acknowledged
+    repair's audit record is at its index, and the head it retained is listed and whole
+    unless a release of it may have landed (``committed``: tests/chaos_check.py's
+    may_have_committed)."""
+    problems = retention_problems(m) + transfer_problems(m)
     retained = store.retained()
     for _, a in m.acked(REPAIR):
         got = store.get_audit(a["digest"]).index

@@ -53,8 +53,9 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
   (tests/chaos_refs.py); an acknowledged ``resolve`` named a checkpoint the log shows at
   depth N of that branch at some time during the call (tests/chaos_names.py);
 * while the operator's rollback of a ref stands (tests/chaos_rollback.py: a ``main`` ref
-  put back to an older head with a true check, then ``repair_ref``), retention refuses
-  (``meta/refs_digest``) and nothing it must keep is swept: no sweep is acknowledged, the
+  put back to an older head with a true check, then ``repair_ref``), retention and
+  push/pull refuse (``meta/refs_digest``) and nothing it must keep is swept: no sweep,
+  push from or pull into the store is acknowledged, the
   side chain recorded on the older head is never counted as newer nor swept, and
   conflicts and resolves meanwhile are the ones the log explains;
 * no worker hung (every wait is bounded), and none died by itself: one found dead when

@@ -31,7 +31,7 @@ from cpstore.store.branches import branches
 from cpstore.store.facade import open as open_store
 from cpstore.store.location import is_store_url, redact, refuse_empty
 from cpstore.store.store_identity import check_distinct, lmdb_file_of, same_store_error
-from cpstore.store.transfer import TransferReport, transfer
+from cpstore.store.transfer import TransferReport, transfer, vouch_refs
 
 __all__ = ["add_transfer_parsers"]
 
@@ -77,6 +77,11 @@ def _run(args: argparse.Namespace, *, pushing: bool) -> int:
     _check_source(source)
     with open_store(source, readonly=True, create=False) as src:
         _refuse_same_store(src.backend, dest)
+        with src.backend.read_txn() as txn:
+            # Before the receiver is opened (as for a mistyped run, below): a source whose
+            # refs fail their checks is refused, and a run whose ref vanished is that, not
+            # "no such run". transfer() asks again, with the refs it carries.
+            vouch_refs(src.backend, txn, "source")
         if args.run is not None and not branches(src.backend, args.run):
             # Asked before the receiver is opened: a mistyped run must not leave a new,
             # empty store at a receiving path that had none.
@@ -124,7 +129,10 @@ _WHAT = (
     "decision in the sender is not ACCEPT lands with that decision appended to the "
     "receiver's audit log (its gates refuse what the sender's do; sign-offs are not "
     "carried); a receiver with a keyed audit log is refused (exit 7) before anything is "
-    "copied when a decision is to be carried, unless --audit-key-file gives its key."
+    "copied when a decision is to be carried, unless --audit-key-file gives its key. "
+    "Either store's refs failing their checks (a ref deleted, changed or added behind "
+    "cpstore's back: verify names it, repair_ref mends it) is refused (exit 5) before "
+    "anything is copied."
 )
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "read_ref",
     "read_ref_hashed",
     "ref_hash",
+    "refs_damage",
     "refs_state",
     "replace_damaged_ref",
     "retained_heads",
@@ -360,6 +361,37 @@ def checked_heads(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[bytes, bytes]]
             got=f"{count} refs, digest {acc.hex()}",
         )
     return out
+
+
+def refs_damage(txn: Any, dbs: Mapping[str, Any]) -> IntegrityError | None:
+    """The refs table's first damage in the caller's txn, or None when it is whole: a ref
+    failing its check (that ref named), a malformed digest, or a table that does not match
+    ``meta/refs_digest`` (a ref vanished, was added or changed outside cpstore). For a
+    caller that must not act on refs it cannot vouch for (push and pull, both sides)."""
+
+    def check(key: bytes, stored: bytes | memoryview) -> bytes:
+        return _unpack_hashed(key, stored)[2]  # IntegrityError at a ref failing its check
+
+    try:
+        acc, count = _table_digest(txn, dbs, check)
+        want_acc, want_count = _digest_state(txn, dbs["meta"])
+    except IntegrityError as exc:
+        return exc
+    if (want_acc, want_count) == (acc, count):
+        return None
+    return IntegrityError(
+        "refs table does not match its digest: "
+        + (
+            "a ref vanished"
+            if count < want_count
+            else "a ref was added outside cpstore"
+            if count > want_count
+            else "a ref or the digest changed outside cpstore"
+        ),
+        where="meta/refs_digest",
+        expected=f"{want_count} refs, digest {want_acc.hex()}",
+        got=f"{count} refs, digest {acc.hex()}",
+    )
 
 
 class RefsState(NamedTuple):

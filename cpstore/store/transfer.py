@@ -29,6 +29,13 @@
    race; an object missing while a checkpoint reaching it stands is an
    :class:`IntegrityError` (:func:`~cpstore.store.transfer_objects._fetch_checked`).
 
+Either store's refs table failing its checks (a ref's own, or ``meta/refs_digest``: a
+ref vanished, was added or changed outside cpstore) is an :class:`IntegrityError`
+before anything is copied (:func:`vouch_refs`: the destination before step 1 and again
+with the heads of step 4's compare-and-set, the source in step 1's txn): a push must not
+recreate a vanished ref over a true head it cannot see, nor carry a ref it cannot vouch
+for (docs/store.md, "push and pull").
+
 A killed transfer leaves objects without checkpoints (step 3) but never a
 ref or checkpoint that names a missing object: the next transfer skips the
 objects already there and finishes. A second transfer copies nothing.
@@ -58,13 +65,13 @@ from cpstore.store.manifest import (
 )
 from cpstore.store.model import split_checkpoint_value, split_ref_key
 from cpstore.store.objects import put_object
-from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, unpack_ref, write_ref
+from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, refs_damage, unpack_ref, write_ref
 from cpstore.store.store_identity import check_distinct
 from cpstore.store.transfer_gates import Carried, carried_decisions, check_carry, land_decisions
 from cpstore.store.transfer_objects import TransferReport, _copy_objects, _present, _resend
 from cpstore.store.verify import child_kind, children
 
-__all__ = ["TransferReport", "transfer"]
+__all__ = ["TransferReport", "transfer", "vouch_refs"]
 
 #: Objects per copy batch, and bytes per batch (whichever is reached first).
 BATCH_OBJECTS = 512
@@ -118,6 +125,28 @@ def _branches(src: Backend, txn: Txn[memoryview], run_id: str | None) -> list[_B
             cid = None if m.parent is None else bytes.fromhex(m.parent)
         out.append(_Branch(key, head, origin, lineage, pruned_root))
     return out
+
+
+def vouch_refs(store: Backend, txn: Txn[memoryview], side: str) -> None:
+    """IntegrityError unless every ref of ``store`` passes its check and the table its
+    digest, in ``txn`` (the one the refs acted on are read in). A destination failing it
+    may have lost the very ref a push would create (the true head on another lineage:
+    no divergence would be seen) or hold one put back to an older head (it would be moved
+    on from there); a source failing it would carry such refs. The digest cannot say
+    which ref is damaged, so no ref of either store moves (review: push69)."""
+    if store.layout_in(txn) < 2:
+        return  # a layout-1 store (read-only) has no checks: docs/security.md
+    damage = refs_damage(txn, store.dbs)
+    if damage is None:
+        return
+    # Short: the first 300 characters (the chaos log's) must still name ``where``.
+    raise IntegrityError(
+        f"the {side} store's refs fail their checks ({damage.what}): push and pull move no "
+        "ref; verify names the damage, repair_ref mends it",
+        where=damage.where,
+        expected=damage.expected,
+        got=damage.got,
+    ) from damage
 
 
 def _prefixed(cur: Any, prefix: bytes) -> Iterable[tuple[bytes, Any]]:
@@ -316,7 +345,10 @@ def transfer(
     source.live()
     dest.live()
     check_distinct(source, dest)  # by what the stores are, not how they are spelled
+    with dest.read_txn() as txn:
+        vouch_refs(dest, txn, "destination")  # before anything is copied
     with source.read_txn() as txn:
+        vouch_refs(source, txn, "source")  # in the txn its refs are read in
         branches = _branches(source, txn, run_id)
         if run_id is not None and not branches:
             raise NotFoundError("no such run in the source store", where="refs", got=run_id)
@@ -365,6 +397,10 @@ def transfer(
         reach=reach,
     )
     with dest.read_txn() as txn:
+        # Again with the heads the landing compare-and-sets against, so a ref that vanished
+        # or changed while objects were copied is refused here; after this txn, the CAS
+        # finds such a ref moved (ConflictError).
+        vouch_refs(dest, txn, "destination")
         expected = {b.key: read_ref(txn, dest.dbs, b.key, layout=dest.layout) for b in branches}
     changed: list[ConflictError] = []  # branches the destination changed meanwhile
     for b in branches:
