@@ -211,3 +211,20 @@ def test_holds_added_and_released_by_racing_processes_are_never_lost(url: str) -
             st.release_retained_by(digest, operator="o", reason="one by one")
         st.prune(keep_last=1)
         assert not _stored(st, ids[2])
+
+
+def test_a_malformed_row_is_listed_not_a_crash(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cpstore retained`` and a gc of a run with no refs read every row; a malformed one
+    was ``{}`` and both ended in KeyError (exit 1)."""
+    with cpstore.open(url) as st:
+        ids = [st.recorder("r").checkpoint(0, {"i": 0})]
+        meta = st.backend.db("meta")
+        key = b"retained/" + bytes.fromhex(ids[0])
+        st.backend.write_txn(lambda txn: txn.put(key, encode_value([9]), db=meta))
+        with pytest.raises(NotFoundError):
+            st.gc(keep_last=1, run_id="gone")
+    capsys.readouterr()
+    assert main(["retained", "--store", url]) == EXIT_OK
+    assert f"{ids[0]}  (its retained row is malformed" in capsys.readouterr().out
