@@ -174,6 +174,7 @@ def test_the_cli_lists_every_holder_and_releases_one(
     base = ["retained", "--store", url, "--release", ids[2], "--operator", "o", "--reason", "r"]
     assert main(base) == EXIT_BAD_INPUT
     assert a.digest in capsys.readouterr().err
+    assert main(["retained", "--store", url, "--holder", b.digest]) == EXIT_BAD_INPUT
     assert main([*base, "--holder", b.digest]) == EXIT_OK
     assert f"still kept by audit {a.digest}" in capsys.readouterr().out
     with cpstore.open(url) as st:

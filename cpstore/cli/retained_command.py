@@ -126,12 +126,12 @@ def _release_by(args: argparse.Namespace) -> int:
 def _retained(args: argparse.Namespace) -> int:
     if args.run is not None:
         check_text(args.run, "--run")
+    if args.holder is not None and args.release is None:
+        raise InvalidInputError("--holder names which hold --release frees")
     if args.release is None and args.release_by is None:
         if args.operator is not None or args.reason is not None:
             raise InvalidInputError("--operator and --reason go with --release or --release-by")
         return _list(args)
-    if args.holder is not None and args.release is None:
-        raise InvalidInputError("--holder names which hold --release frees")
     if args.release is not None and args.release_by is not None:
         raise InvalidInputError("--release names one head, --release-by an audit record: one")
     if args.run is not None:
