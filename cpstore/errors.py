@@ -36,6 +36,7 @@ __all__ = [
     "ReplayDivergenceError",
     "SameStoreError",
     "ServerVersionError",
+    "SeveralHoldersError",
     "SignOffError",
     "StoreClosedError",
     "StoreConnectionError",
@@ -152,6 +153,12 @@ class SameStoreError(InvalidInputError):
         self.source = source
         self.dest = dest
         super().__init__(what, where=where, expected=expected, got=got)
+
+
+class SeveralHoldersError(InvalidInputError):
+    """``release_retained`` of a checkpoint several audit records hold, naming none of
+    them: nothing was released; ``expected`` lists the holders' audit digests (name one
+    as ``holder``)."""
 
 
 class NotFoundError(CpstoreError, KeyError):

@@ -51,7 +51,7 @@ class Worker:
         self.main_pending: list[dict[str, Any]] = []  # batched: queued, not yet acknowledged
         self.acked_main: list[str] = []
         self.forks: dict[str, dict[str, Any]] = {}  # branch -> {"base", "heads": [...], "n"}
-        self.retained: list[tuple[str, str]] = []  # (head id, branch)
+        self.retained: list[tuple[str, str, str]] = []  # (head id, branch, reset's digest)
         self.tmp_runs: list[str] = []
         self.pins: list[str] = []
         self.blobs: list[bytes] = []
@@ -246,7 +246,7 @@ class Worker:
             digest=rec.digest,
             index=rec.index,
         )
-        self.retained.append((old, branch))
+        self.retained.append((old, branch, rec.digest))
         if new is not None and self.rng.random() < 0.5:  # forward again, to the head it left
             oid, _ = self.call(
                 "set_ref",
@@ -260,10 +260,11 @@ class Worker:
         """Release a retained head (the next prune may sweep its history)."""
         if not self.retained:
             return
-        head, branch = self.retained.pop(self.rng.randrange(len(self.retained)))
+        head, branch, holder = self.retained.pop(self.rng.randrange(len(self.retained)))
         oid, rec = self.call(
             "release",
-            lambda: self.st.release_retained(head, operator="chaos", reason="r"),
+            # Its own reset's hold: another's on the same head stands (holders69).
+            lambda: self.st.release_retained(head, operator="chaos", reason="r", holder=holder),
             destructive=True,
             run=self.run,
             branch=branch,

@@ -340,7 +340,7 @@ class TestFirstRulesFalseAlarms:
         rec = st.reset_ref(RUN, branch, None, expected_old=head, operator="o", reason="r")
         log.write("a", sync=True, op="reset", id=oid, run=RUN, branch=branch, old=head,
                   new=None, digest=rec.digest, index=rec.index)  # fmt: skip
-        w.retained = [(str(head), branch)]
+        w.retained = [(str(head), branch, rec.digest)]
         w.op_release()
         roles = Roles(1, None)
         roles.bind(w)

@@ -58,7 +58,13 @@ def test_list_and_release_a_retained_head(
     with open_store(path, readonly=True) as store:
         assert store.retained() == {}
         [rec] = store.audit_records(kind="retained_release")
-        assert rec.body == {"checkpoint": ids[2], "operator": "ann", "reason": "done"}
+        assert rec.body == {
+            "checkpoint": ids[2],
+            "holder": next(store.audit_records(kind="ref_reset")).digest,
+            "holders_left": [],
+            "operator": "ann",
+            "reason": "done",
+        }
     assert main(["gc", "--store", str(path), "--keep-last", "1"]) == 0
     capsys.readouterr()
     with open_store(path, readonly=True) as store:

@@ -25,6 +25,7 @@ from cpstore.store.facade import open as open_store
 from cpstore.store.model import READABLE_VERSIONS, STORE_VERSION
 from cpstore.store.record_codec import inflate_record
 from cpstore.store.refs import REFS_DIGEST_KEY, pack_ref, write_ref
+from cpstore.store.retained import RETAINED_VERSION, decode_holds, encode_holds
 from cpstore.store.transfer import transfer
 
 CANONICAL = [
@@ -466,3 +467,27 @@ def test_a_quarantine_carried_for_its_branch_only_is_pinned(tmp_path: Path) -> N
         "decision",
         {**body, "recorded": only, "imported": imported},
     )
+
+
+def test_retained_head_rows_are_pinned() -> None:
+    """holders69: a retained head's row (meta ``retained/`` + checkpoint id) is the v1 map
+    of its one hold, as every cpstore wrote; two or more holds are ``[2, holds]``, oldest
+    first. Both read back; ``[2, [one hold]]`` is no row a writer makes: malformed."""
+    one = {"run": "r", "branch": "main", "audit": "ab" * 16}
+    two = {"run": "r", "branch": "exp", "audit": "cd" * 16}
+    v1 = (
+        "83a372756ea172a56175646974d920" + "6162" * 16 + "a66272616e6368a46d61696e"
+    )  # fmt: skip
+    v2 = (
+        "9202" "92"
+        "83a372756ea172a56175646974d920" + "6162" * 16 + "a66272616e6368a46d61696e"
+        "83a372756ea172a56175646974d920" + "6364" * 16 + "a66272616e6368a3657870"
+    )  # fmt: skip
+    assert RETAINED_VERSION == 2
+    assert encode_holds([one]).hex() == v1
+    assert encode_holds([one, two]).hex() == v2
+    assert decode_holds(bytes.fromhex(v1)) == [one]
+    assert decode_holds(bytes.fromhex(v2)) == [one, two]
+    assert decode_holds(encode_value([2, [one]])) is None
+    assert decode_holds(encode_value([3, [one, two]])) is None
+    assert decode_holds(encode_value([2, [one, one]])) is None  # one holder twice

@@ -141,7 +141,8 @@ def test_a_digest_repair_through_another_branch_keeps_the_vanished_history(url: 
         _raw_ref(url, b"r\0main", None)
         record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
         assert record.body["kept"] == [ids[2]]  # the digest names the vanished ref
-        assert st.retained() == {ids[2]: {"run": "r", "branch": "main", "audit": record.digest}}
+        hold = {"run": "r", "branch": "main", "audit": record.digest}
+        assert st.retained() == {ids[2]: {**hold, "holds": [hold]}}
         assert st.verify().ok
         assert st.prune(keep_last=1) == 0
         assert st.gc(keep_last=1).checkpoints == ()

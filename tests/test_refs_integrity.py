@@ -104,14 +104,21 @@ class TestAuditedReset:
             "reason": "bad deploy",
         }
         assert store.ref("r") == ids[0]
-        assert store.retained() == {ids[2]: {"run": "r", "branch": "main", "audit": record.digest}}
+        hold = {"run": "r", "branch": "main", "audit": record.digest}
+        assert store.retained() == {ids[2]: {**hold, "holds": [hold]}}
         assert store.prune(keep_last=1) == 0
         assert all(_readable(store, cid) for cid in ids)
         assert store.verify().ok
 
         released = store.release_retained(ids[2], operator="bob", reason="checked")
         assert released.kind == "retained_release"
-        assert released.body == {"checkpoint": ids[2], "operator": "bob", "reason": "checked"}
+        assert released.body == {
+            "checkpoint": ids[2],
+            "holder": record.digest,
+            "holders_left": [],
+            "operator": "bob",
+            "reason": "checked",
+        }
         assert store.retained() == {}
         assert store.prune(keep_last=1) == 2
         assert [_readable(store, cid) for cid in ids] == [True, False, False]

@@ -51,15 +51,25 @@ def test_it_releases_what_one_record_kept_and_nothing_else(url: str) -> None:
     with cpstore.open(url) as st:
         by_reset, made, repair = _setup(st)
         kept = set(repair.body["kept"])
-        assert kept and by_reset not in kept  # the reset's head was retained already
-        assert {c for c, h in st.retained().items() if h["audit"] == repair.digest} == kept
+        # Every tip, the reset's retained head too: a hold of the repair's own beside the
+        # reset's, which the reset's release must not take with it (holders69).
+        assert kept and by_reset in kept
+        assert {
+            c
+            for c, h in st.retained().items()
+            if repair.digest in {hold["audit"] for hold in h["holds"]}
+        } == kept
         assert st.prune(keep_last=1) == 0  # every lineage kept whole
         before = _audit_count(st)
         recs = st.release_retained_by(repair.digest, operator="o", reason="digest mended")
         assert sorted(str(r.body["checkpoint"]) for r in recs) == sorted(kept)
         assert all(r.kind == "retained_release" for r in recs)
         assert _audit_count(st) == before + len(kept)
+        assert by_reset in {str(r.body["checkpoint"]) for r in recs}
         assert set(st.retained()) == {by_reset}  # the reset's hold stands
+        assert [h["audit"] for h in st.retained()[by_reset]["holds"]] == [
+            next(st.audit_records(kind="ref_reset")).digest
+        ]
         assert st.prune(keep_last=1) == 2  # s's two older checkpoints; r's kept by the reset
         for cid in made[3:5]:
             with pytest.raises(NotFoundError):
@@ -78,7 +88,7 @@ def test_a_bad_digest_is_bad_input_and_writes_nothing(url: str, bad: object) -> 
         with pytest.raises(InvalidInputError):
             st.release_retained_by(bad, operator="o", reason="r")  # type: ignore[arg-type]
         assert _audit_count(st) == before and st.retained() == held
-        assert repair.digest in {h["audit"] for h in held.values()}
+        assert repair.digest in {h["audit"] for head in held.values() for h in head["holds"]}
 
 
 def test_the_command_line_releases_by_record(url: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -94,7 +104,7 @@ def test_the_command_line_releases_by_record(url: str, capsys: pytest.CaptureFix
     assert main([*argv, "--operator", "o", "--reason", "r"]) == EXIT_OK
     out = capsys.readouterr().out.splitlines()
     assert {line.split()[3] for line in out[:-1]} == kept
-    assert out[-1].startswith(f"{len(kept)} retained head(s) released")
+    assert out[-1].startswith(f"{len(kept)} hold(s) released")
     assert main([*argv, "--operator", "o", "--reason", "r"]) == EXIT_NOT_FOUND
     with cpstore.open(url) as st:
         assert set(st.retained()) == {by_reset}

@@ -10,7 +10,6 @@ ref kept it through every prune.
 
 from __future__ import annotations
 
-import pytest
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_audit63_retention_digest import _raw_ref
 from test_review68_repair_model import _stored
@@ -75,21 +74,18 @@ def test_a_fork_put_back_outside_cpstore_keeps_its_true_head(url: str) -> None:
         assert _stored(st, ids[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="retained heads are one per checkpoint id: a release of main's reset also lets "
-    "go of the vanished fork at that checkpoint (a multi-holder retained record needed)",
-)
 def test_a_vanished_fork_at_a_retained_head_survives_its_release(url: str) -> None:
     """The vanished fork's head is a retained head (a reset moved main away from it):
-    nothing was kept; the release of main's reset then let prune take the fork's head."""
+    nothing was kept (one retained row per checkpoint); the release of main's reset then
+    let prune take the fork's head. The repair now adds its own hold (holders69)."""
     with cpstore.open(url) as st:
         ids = _three(st)
         st.fork("r", "exp", ids[2])
-        st.reset_ref("r", "main", ids[0], expected_old=ids[2], operator="o", reason="back")
+        reset = st.reset_ref("r", "main", ids[0], expected_old=ids[2], operator="o", reason="back")
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
-        st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
-        st.release_retained(ids[2], operator="o", reason="main's reset")
+        repair = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        assert ids[2] in repair.body["kept"]
+        st.release_retained_by(reset.digest, operator="o", reason="main's reset")
         st.prune(keep_last=1)
         assert _stored(st, ids[2]) and _stored(st, ids[1])

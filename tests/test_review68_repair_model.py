@@ -138,8 +138,11 @@ class _Episode:
             except CpstoreError:
                 pass
         elif op < 0.92 and st.retained() and releases:
-            cid = rng.choice(sorted(st.retained()))
-            st.release_retained(cid, operator="m", reason="m")
+            held = st.retained()
+            cid = rng.choice(sorted(held))
+            holds = held[cid]["holds"]  # several: one named (holders69; one rng call then)
+            holder = rng.choice(holds)["audit"] if len(holds) > 1 else None
+            st.release_retained(cid, operator="m", reason="m", holder=holder)
             self.log.append(f"release {cid[:6]}")
         elif releases:
             try:

@@ -51,9 +51,8 @@ def _repairer(url: str, fork_head: str) -> list[list[str]]:
             kept.append(record.body["kept"])
             if not i % 2:  # the fork is put back (a name nothing else holds: every tip kept)
                 st.fork("r", "exp", fork_head)
-            for cid in record.body["kept"]:
-                if cid in st.retained():
-                    st.release_retained(cid, operator="p", reason="put back")
+            if record.body["kept"]:  # this repair's holds only (holders69)
+                st.release_retained_by(record.digest, operator="p", reason="put back")
     return kept
 
 
@@ -75,8 +74,11 @@ def test_repairs_racing_writers_in_other_processes_lose_nothing(url: str) -> Non
     with cpstore.open(url) as st:
         assert st.verify().ok
         assert len(list(st.audit_records(kind="ref_repair"))) == ROUNDS
-        for cid in st.retained():  # a flipped digest keeps every tip: released here
-            st.release_retained(cid, operator="o", reason="the digest was the damage")
+        for cid, head in st.retained().items():  # a flipped digest keeps every tip
+            for hold in head["holds"]:  # each hold, named (holders69)
+                st.release_retained(
+                    cid, operator="o", reason="the digest was the damage", holder=hold["audit"]
+                )
         st.prune(keep_last=1)
         assert st.ref("r", "exp") == ids[1] and st.ref("r") == ids[2]
         for i, got in enumerate(acked):

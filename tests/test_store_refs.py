@@ -75,7 +75,8 @@ class TestCompareAndSet:
             store.set_ref("run", "main", None, expected_old=c1)  # type: ignore[arg-type]
         store.reset_ref("run", "main", None, expected_old=c1, operator="op", reason="gone")
         assert store.ref("run") is None
-        assert store.retained() == {c1: {"run": "run", "branch": "main", "audit": ANY}}
+        hold = {"run": "run", "branch": "main", "audit": ANY}
+        assert store.retained() == {c1: {**hold, "holds": [hold]}}
 
 
 class TestBranches:

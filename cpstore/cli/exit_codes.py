@@ -37,6 +37,7 @@ from cpstore.errors import (
     ReplayDivergenceError,
     SameStoreError,
     ServerVersionError,
+    SeveralHoldersError,
     SignOffError,
     StoreClosedError,
     StoreConnectionError,
@@ -103,6 +104,7 @@ Its own code, not 1 as in ``git diff --exit-code`` (1 is a bug here) and not
 EXIT_CODES: Mapping[type[CpstoreError], int] = {
     InvalidInputError: EXIT_BAD_INPUT,
     SameStoreError: EXIT_BAD_INPUT,
+    SeveralHoldersError: EXIT_BAD_INPUT,
     RecordFormatError: EXIT_BAD_INPUT,
     CanonicalEncodingError: EXIT_BAD_INPUT,
     DocumentError: EXIT_BAD_INPUT,

@@ -1,5 +1,5 @@
-"""``cpstore retained``: list the heads ``reset_ref`` and ``repair_ref`` keep, or release
-one, or every head one audit record kept (audited).
+"""``cpstore retained``: list the heads ``reset_ref`` and ``repair_ref`` keep (every hold
+on each), or release one hold, or every hold one audit record made (audited).
 
 A head a rollback moved its branch away from stays a retention root, with its whole
 lineage, until it is released (docs/store.md, "Moving a ref back"); before this command
@@ -33,24 +33,32 @@ __all__ = ["add_retained_parser"]
 def _list(args: argparse.Namespace) -> int:
     with open_store_at(args) as store:
         heads = store.retained()
+    # One row per hold (holders69): a checkpoint several audit records keep is listed
+    # once per holder, each of which has its own reason to keep it.
     rows = [
         {  # README's one vocabulary: checkpoint_id and run_id, as inspect, log and verify
             "checkpoint_id": cid,
-            "run_id": head["run"],
-            "branch": head["branch"],
-            "audit": head["audit"],
+            "run_id": hold["run"],
+            "branch": hold["branch"],
+            "audit": hold["audit"],
         }
-        for cid, head in sorted(heads.items(), key=lambda kv: (kv[1]["run"], kv[1]["branch"]))
-        if args.run is None or head["run"] == args.run
+        for cid, head in heads.items()
+        for hold in head["holds"] or [head]  # a malformed row: one row of None
+        if args.run is None or hold["run"] == args.run
     ]
+    rows.sort(key=lambda r: (str(r["run_id"]), str(r["branch"]), r["checkpoint_id"]))
     if args.json:
         print_json(rows)
         return EXIT_OK
     for row in rows:
+        if row["audit"] is None:
+            say(f"{row['checkpoint_id']}  (its retained row is malformed: cpstore verify)")
+            continue
         where = f"{row['run_id']}@{row['branch']}"
         say(f"{row['checkpoint_id']}  {where}  (kept by audit {row['audit']})")
     whose = "" if args.run is None else f" of run {args.run}"
-    say(f"{len(rows)} retained head(s){whose}")
+    count = len({row["checkpoint_id"] for row in rows})
+    say(f"{count} retained head(s){whose}, {len(rows)} hold(s)")
     return EXIT_OK
 
 
@@ -64,9 +72,25 @@ def _release(args: argparse.Namespace) -> int:
                 got=cid,
             )
         # The API's own txn checks again: another process's release meanwhile is exit 4.
-        rec = store.release_retained(cid, operator=args.operator, reason=args.reason)
+        rec = store.release_retained(
+            cid, operator=args.operator, reason=args.reason, holder=args.holder
+        )
+    left = list(rec.body["holders_left"])
     if args.json:
-        print_json({"checkpoint_id": cid, "audit": str(rec.digest), "index": rec.index})
+        print_json(
+            {
+                "checkpoint_id": cid,
+                "holder": rec.body["holder"],
+                "holders_left": left,
+                "audit": str(rec.digest),
+                "index": rec.index,
+            }
+        )
+    elif left:
+        say(
+            f"released the hold of audit {rec.body['holder']} on {cid} (audit {rec.digest}); "
+            f"still kept by audit {', '.join(left)}"
+        )
     else:
         say(f"released retained head {cid} (audit {rec.digest}); the next gc may sweep it")
     return EXIT_OK
@@ -81,20 +105,29 @@ def _release_by(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             [
-                {"checkpoint_id": cid, "audit": str(r.digest), "index": r.index}
+                {
+                    "checkpoint_id": cid,
+                    "holders_left": list(r.body["holders_left"]),
+                    "audit": str(r.digest),
+                    "index": r.index,
+                }
                 for cid, r in zip(released, recs, strict=True)
             ]
         )
     else:
         for cid, r in zip(released, recs, strict=True):
-            say(f"released retained head {cid} (audit {r.digest})")
-        say(f"{len(recs)} retained head(s) released; the next gc may sweep them")
+            left = list(r.body["holders_left"])
+            still = f"; still kept by audit {', '.join(left)}" if left else ""
+            say(f"released retained head {cid} (audit {r.digest}){still}")
+        say(f"{len(recs)} hold(s) released; the next gc may sweep what no hold keeps")
     return EXIT_OK
 
 
 def _retained(args: argparse.Namespace) -> int:
     if args.run is not None:
         check_text(args.run, "--run")
+    if args.holder is not None and args.release is None:
+        raise InvalidInputError("--holder names which hold --release frees")
     if args.release is None and args.release_by is None:
         if args.operator is not None or args.reason is not None:
             raise InvalidInputError("--operator and --reason go with --release or --release-by")
@@ -117,11 +150,13 @@ def add_retained_parser(sub: Any) -> None:
         sub,
         "retained",
         "heads a rollback or a ref repair keeps, with their lineage; --release frees them",
-        "List the retained heads: each a checkpoint a branch was reset away from, kept "
-        "with its whole lineage by every gc until released (id, run@branch, the audit "
-        "digest of its ref_reset record). --release CHECKPOINT --operator WHO --reason "
-        "WHY stops keeping one (a retained_release audit record); the next gc may then "
-        "sweep it. --release-by AUDIT frees every head one audit record retained (a "
+        "List the retained heads: each a checkpoint a branch was reset away from (or a "
+        "ref repair kept), kept with its whole lineage by every gc while any hold on it "
+        "stands: one line per hold (id, run@branch, the digest of the audit record that "
+        "holds it). --release CHECKPOINT --operator WHO --reason WHY releases its hold "
+        "(a retained_release audit record); a checkpoint several records hold needs "
+        "--holder AUDIT (exit 3 lists them). The next gc may sweep it once no hold is "
+        "left. --release-by AUDIT releases every hold one audit record made (a "
         "ref_repair's retained and kept heads), a retained_release record each. "
         f"{ID_HELP} A checkpoint that is not a retained head is exit "
         f"{EXIT_NOT_FOUND}.",
@@ -129,6 +164,12 @@ def add_retained_parser(sub: Any) -> None:
     )
     p.add_argument("--run", help="list only this run's retained heads")
     p.add_argument("--release", metavar="CHECKPOINT", help="release this retained head")
+    p.add_argument(
+        "--holder",
+        metavar="AUDIT",
+        help="with --release: the audit digest of the hold to release (needed when "
+        "several audit records hold the checkpoint)",
+    )
     p.add_argument(
         "--release-by",
         metavar="AUDIT",

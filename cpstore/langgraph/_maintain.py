@@ -326,7 +326,7 @@ def _reclaim(
     for run, heads in before.items():
         for branch, head in sorted(heads.items()):
             try:
-                reset_ref(
+                reset = reset_ref(
                     store.backend,
                     run,
                     branch,
@@ -338,7 +338,8 @@ def _reclaim(
                 )
             except ConflictError:
                 continue  # moved by another writer since, or an entry names it: keep it
-            store.release_retained(head, operator=_OPERATOR, reason=reason)
+            # Its own hold only: another record's on the same head stands (holders69).
+            store.release_retained(head, operator=_OPERATOR, reason=reason, holder=reset.digest)
     # Every lineage a branch still reaches is kept whole: the fresh branches hold just the
     # kept chains, so only what the resets let go is swept. A keep_last bound (the longest
     # kept chain) also cut a branch another process moved meanwhile: of two puts it

@@ -10,15 +10,13 @@ against the :class:`~cpstore.store.backend.Backend` seam.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from cpstore.errors import (
     ConflictError,
     InvalidInputError,
     NotDescendantError,
-    NotFoundError,
 )
-from cpstore.native.canonical import encode_value
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.content import records_of
@@ -29,11 +27,10 @@ from cpstore.store.refs import (
     SET,
     delete_ref,
     read_ref,
-    retained_heads,
-    retained_key,
     unpack_ref,
     write_ref,
 )
+from cpstore.store.retained import add_hold
 
 __all__ = [
     "branches",
@@ -42,10 +39,7 @@ __all__ = [
     "head_unmoved",
     "history",
     "ref_target",
-    "release_retained",
-    "release_retained_by",
     "reset_ref",
-    "retained",
     "runs",
     "runs_with_branches",
     "set_ref",
@@ -225,10 +219,9 @@ def reset_ref(
             when,
         )
         if old_raw is not None and old_raw != new_raw:
-            txn.put(
-                retained_key(old_raw),
-                encode_value({"run": run_id, "branch": branch, "audit": record.digest}),
-                db=backend.db("meta"),
+            # A hold beside any other on that checkpoint (another reset's, a repair's).
+            add_hold(
+                txn, backend.db("meta"), old_raw, run=run_id, branch=branch, audit=record.digest
             )
         if new_raw is None or origin is None:
             delete_ref(txn, backend.dbs, key)
@@ -237,76 +230,6 @@ def reset_ref(
         return record
 
     result: AuditRecord = backend.write_txn(reset)
-    return result
-
-
-def retained(backend: Backend) -> dict[str, dict[str, Any]]:
-    """Heads kept by :func:`reset_ref` or ``repair_ref``: id -> ``{"run", "branch", "audit"}``."""
-    with backend.read_txn() as txn:
-        heads = retained_heads(txn, backend.db("meta"))
-    return {cid.hex(): record for cid, record in heads.items()}
-
-
-def release_retained(
-    backend: Backend, checkpoint_id: str, *, operator: str, reason: str
-) -> AuditRecord:
-    """Stop keeping a head :func:`reset_ref` retained; audited. The next prune may sweep it."""
-    cid = parse_id(checkpoint_id)
-    who = check_name(operator, "operator")
-    why = check_name(reason, "reason")
-    when = float(backend.now())
-
-    def release(txn: Txn[memoryview]) -> AuditRecord:
-        if not txn.delete(retained_key(cid), db=backend.db("meta")):
-            raise NotFoundError("no retained head with this id", where="retained", got=cid.hex())
-        return append_audit_txn(
-            backend,
-            txn,
-            "retained_release",
-            {"checkpoint": cid.hex(), "operator": who, "reason": why},
-            when,
-        )
-
-    result: AuditRecord = backend.write_txn(release)
-    return result
-
-
-def release_retained_by(
-    backend: Backend, audit_digest: str, *, operator: str, reason: str
-) -> list[AuditRecord]:
-    """Stop keeping every head that the audit record ``audit_digest`` retained (a
-    ``ref_repair``'s ``retained`` and ``kept``, a ``ref_reset``'s old head), in one
-    write txn: one ``retained_release`` record per head, as :func:`release_retained`
-    writes. A head whose retained row names another record (retained again since) is
-    left. NotFoundError when no retained head names that record."""
-    digest = parse_id(audit_digest, "audit record digest").hex()
-    who = check_name(operator, "operator")
-    why = check_name(reason, "reason")
-    when = float(backend.now())
-
-    def release(txn: Txn[memoryview]) -> list[AuditRecord]:
-        meta = backend.db("meta")
-        heads = retained_heads(txn, meta)
-        chosen = sorted(cid for cid, held in heads.items() if held.get("audit") == digest)
-        if not chosen:
-            raise NotFoundError(
-                "no retained head was kept by this audit record", where="retained", got=digest
-            )
-        out: list[AuditRecord] = []
-        for cid in chosen:
-            txn.delete(retained_key(cid), db=meta)
-            out.append(
-                append_audit_txn(
-                    backend,
-                    txn,
-                    "retained_release",
-                    {"checkpoint": cid.hex(), "operator": who, "reason": why},
-                    when,
-                )
-            )
-        return out
-
-    result: list[AuditRecord] = backend.write_txn(release)
     return result
 
 

@@ -22,10 +22,7 @@ from cpstore.store.branches import (
     branches,
     head_of,
     history,
-    release_retained,
-    release_retained_by,
     reset_ref,
-    retained,
     runs,
     set_ref,
 )
@@ -49,6 +46,7 @@ from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
 from cpstore.store.ref_repair import repair_ref
 from cpstore.store.refs import pinned_key
+from cpstore.store.retained import release_retained, release_retained_by, retained
 from cpstore.store.url_backend import postgres_backend
 
 if TYPE_CHECKING:
@@ -367,8 +365,9 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
 
         In one write txn: the CAS on ``expected_old``, a ``ref_reset`` audit
         record naming the operator and reason, and the old head kept as a
-        retention root (its whole history survives ``prune``) until
-        :meth:`release_retained` lets it go. Returns the audit record.
+        retention root (its whole history survives ``prune``): a hold of this
+        record's, beside any other on that checkpoint, until :meth:`release_retained`
+        lets it go. Returns the audit record.
         """
         return reset_ref(
             self._backend,
@@ -399,20 +398,28 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
 
     def retained(self) -> dict[str, dict[str, Any]]:
         """Heads kept by :meth:`reset_ref` or :meth:`repair_ref`: id -> ``{"run", "branch",
-        "audit"}``."""
+        "audit", "holds"}``: ``holds`` every hold (``{"run", "branch", "audit"}``, the
+        audit record keeping it), oldest first; the other three the oldest hold's."""
         return retained(self._backend)
 
-    def release_retained(self, checkpoint_id: str, *, operator: str, reason: str) -> AuditRecord:
-        """Stop keeping a head :meth:`reset_ref` retained; audited. The next prune may sweep it."""
-        return release_retained(self._backend, checkpoint_id, operator=operator, reason=reason)
+    def release_retained(
+        self, checkpoint_id: str, *, operator: str, reason: str, holder: str | None = None
+    ) -> AuditRecord:
+        """Release one hold on a retained head; audited (``retained_release``: its
+        ``holder`` and ``holders_left``). ``holder`` (an audit digest) must name the
+        hold when several audit records hold the checkpoint (SeveralHoldersError lists
+        them). The next prune may sweep it once no hold is left."""
+        return release_retained(
+            self._backend, checkpoint_id, operator=operator, reason=reason, holder=holder
+        )
 
     def release_retained_by(
         self, audit_digest: str, *, operator: str, reason: str
     ) -> list[AuditRecord]:
-        """Stop keeping every head one audit record retained (a ``ref_repair``'s
-        ``retained`` and ``kept``, a ``ref_reset``'s old head), in one txn, one
-        ``retained_release`` record each; a head retained again since is left.
-        NotFoundError when that record keeps none. The next prune may sweep them."""
+        """Release every hold one audit record made (a ``ref_repair``'s ``retained`` and
+        ``kept``, a ``ref_reset``'s old head), in one txn, one ``retained_release``
+        record each; another record's hold on the same checkpoint stands.
+        NotFoundError when that record holds none. The next prune may sweep them."""
         return release_retained_by(self._backend, audit_digest, operator=operator, reason=reason)
 
     def fork(self, run_id: str, branch: str, checkpoint_id: str) -> None:

@@ -17,7 +17,6 @@ from typing import NamedTuple
 
 from cpstore.errors import ConflictError, IntegrityError, NotFoundError
 from cpstore.native.binding import digest_small
-from cpstore.native.canonical import encode_value
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
@@ -40,10 +39,9 @@ from cpstore.store.refs import (
     ref_hash,
     refs_state,
     replace_damaged_ref,
-    retained_heads,
-    retained_key,
     unpack_ref,
 )
+from cpstore.store.retained import add_hold, retained_heads
 
 __all__ = ["NAME_TRIES", "Forgotten", "forgotten_heads", "repair_ref"]
 
@@ -109,13 +107,14 @@ def forgotten_heads(
     XOR difference is that ref's full hash; when no ref is short, the difference is
     a changed ref's true hash XOR its hash now. A stored checkpoint with its run and
     a branch name the run uses (its manifests', its refs', the named one) that gives
-    the hash names the ref: its head is kept with its lineage unless it is a retained
-    head already, even when another ref's lineage reaches it (``prune(keep_last=N)``
-    keeps only a ref's newest N, and that ref may move on); nothing is kept when the
+    the hash names the ref: its head is kept with its lineage, even when another ref's
+    lineage reaches it (``prune(keep_last=N)`` keeps only a ref's newest N, and that
+    ref may move on) and when it is a retained head already (another record's hold,
+    which its holder may release: the repair adds its own); nothing is kept when the
     missing ref is back in the table. Otherwise (several refs missing or changed, a
     name nothing holds, a flipped or malformed digest) the head may be any stored
     checkpoint: every tip of the store (a checkpoint no stored one names as parent)
-    not yet a retained head is kept, which keeps every lineage whole until released.
+    is kept, retained or not, which keeps every lineage whole until released.
     A released lineage and a damaged ref's head cannot be told apart there (forks are
     not audited), and a kept head costs a ``release_retained``, a lost one the history.
     """
@@ -166,16 +165,18 @@ def forgotten_heads(
         found = _named_by(lineage, names, (missing, changed), [*tips, *rest, *reached])
         if found is not None:
             # Kept even when another ref's lineage reaches it: prune(keep_last=N) keeps
-            # only a ref's newest N, and that ref may move on (review68). A head that
-            # is a retained head already keeps its whole lineage: nothing more.
-            return [] if found.cid in held else [found]
+            # only a ref's newest N, and that ref may move on (review68); and even when
+            # it is a retained head already: that hold is another record's, which its
+            # holder may release (holders69). Not when this repair retains it anyway.
+            return [] if found.cid in extra_roots else [found]
     # Unnamed: its head may be any stored checkpoint, reached or not; every tip of the
-    # store (each not yet a retained head) covers them all, whatever keep_last a sweep
-    # is given (review68: a fork's head inside main's lineage was taken by prune).
+    # store covers them all, whatever keep_last a sweep is given (review68: a fork's
+    # head inside main's lineage was taken by prune), a retained tip too: its holds are
+    # other records', which their holders may release (holders69).
     return [
         Forgotten(cid, lineage[cid][1], lineage[cid][2])
         for cid in _tips(lineage, list(lineage))
-        if cid not in held
+        if cid not in extra_roots
     ]
 
 
@@ -346,12 +347,11 @@ def repair_ref(
             when,
         )
         meta = backend.db("meta")
+        # Each a hold of this record's, beside any other on the checkpoint (holders69).
         if keep is not None:
-            value = encode_value({"run": run_id, "branch": branch, "audit": record.digest})
-            txn.put(retained_key(keep), value, db=meta)
+            add_hold(txn, meta, keep, run=run_id, branch=branch, audit=record.digest)
         for k in kept:
-            value = encode_value({"run": k.run, "branch": k.branch, "audit": record.digest})
-            txn.put(retained_key(k.cid), value, db=meta)
+            add_hold(txn, meta, k.cid, run=k.run, branch=k.branch, audit=record.digest)
         return record
 
     result: AuditRecord = backend.write_txn(repair)

@@ -24,7 +24,6 @@ from typing import Any, NamedTuple
 
 from cpstore.errors import CpstoreError, IntegrityError
 from cpstore.native.binding import digest_small
-from cpstore.native.canonical import decode_value
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.content import records_of
 from cpstore.store.manifest import decode_manifest
@@ -34,7 +33,6 @@ __all__ = [
     "PINNED_PREFIX",
     "RECORDED",
     "REFS_DIGEST_KEY",
-    "RETAINED_PREFIX",
     "SET",
     "RefsState",
     "check_ref_target",
@@ -49,8 +47,6 @@ __all__ = [
     "refs_damage",
     "refs_state",
     "replace_damaged_ref",
-    "retained_heads",
-    "retained_key",
     "unpack_ref",
     "upgrade_refs_v1",
     "write_ref",
@@ -455,34 +451,6 @@ def upgrade_refs_v1(txn: Any, dbs: Mapping[str, Any]) -> int:
         acc = _xor(acc, _hash(key, cid, origin))
     txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(len(old)), db=dbs["meta"])
     return len(old)
-
-
-# -- retained heads -------------------------------------------------------------
-
-#: ``meta`` keys of heads an audited reset moved a branch away from: retention
-#: treats each as a root (its whole lineage) until an operator releases it.
-RETAINED_PREFIX = b"retained/"
-
-
-def retained_key(cid: bytes) -> bytes:
-    """``meta`` key of a retained head."""
-    return RETAINED_PREFIX + bytes(cid)
-
-
-def retained_heads(txn: Any, meta: Any) -> dict[bytes, dict[str, Any]]:
-    """Retained head id -> its record (run, branch, the audit digest of the reset)."""
-    out: dict[bytes, dict[str, Any]] = {}
-    with txn.cursor(db=meta) as cur:
-        found = cur.set_range(RETAINED_PREFIX)
-        while found and bytes(cur.key()).startswith(RETAINED_PREFIX):
-            key = bytes(cur.key())
-            try:
-                record = decode_value(cur.value())
-            except CpstoreError:
-                record = {}
-            out[key[len(RETAINED_PREFIX) :]] = record if isinstance(record, dict) else {}
-            found = cur.next()
-    return out
 
 
 # -- pinned objects -------------------------------------------------------------

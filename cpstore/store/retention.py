@@ -30,7 +30,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn, audited_among, catch_up_indexes, indexes_lag
 from cpstore.store.backend import Backend, Txn
-from cpstore.store.branches import branches, retained
+from cpstore.store.branches import branches
 from cpstore.store.content import KIND_OBJECT, Content, objects_of, records_of
 from cpstore.store.keyed_audit import check_can_append
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
@@ -39,9 +39,9 @@ from cpstore.store.refs import (
     checked_heads,
     delete_ref,
     pinned_objects,
-    retained_heads,
     unpack_ref,
 )
+from cpstore.store.retained import retained, retained_heads
 from cpstore.store.verify import child_kind, children
 
 __all__ = ["AUDIT_GC", "GcReport", "delete_run", "gc", "prune", "sweep"]

@@ -25,7 +25,8 @@ from cpstore.store.lg_index import check_index
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import Problem, VerifyReport, split_ref_key, unpack_checkpoint_value
 from cpstore.store.objects import load_chunked
-from cpstore.store.refs import check_refs, pinned_objects, retained_heads
+from cpstore.store.refs import check_refs, pinned_objects
+from cpstore.store.retained import retained_heads
 
 __all__ = ["check_checkpoint_objects", "child_kind", "children", "verify"]
 
@@ -475,7 +476,15 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 counts["refs"] = check_refs(txn, dbs, problems)
                 for _ in range(counts["refs"]):
                     tick()
-            for cid in retained_heads(txn, dbs["meta"]):
+            for cid, holds in retained_heads(txn, dbs["meta"]).items():
+                if holds is None:  # still a root; its holders cannot be read or released
+                    problems.append(
+                        Problem(
+                            "retained head row is malformed",
+                            f"meta/retained/{cid.hex()}",
+                            expected="a v1 hold map or [2, two or more holds]",
+                        )
+                    )
                 if not records.exists(txn, cid):
                     problems.append(
                         Problem(

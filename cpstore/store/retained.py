@@ -1,0 +1,246 @@
+"""Retained heads: checkpoints an audited ref move keeps, each with every hold on it.
+
+A *hold* is ``{"run", "branch", "audit"}``: the audit record (a ``ref_reset``, a
+``ref_repair``) that keeps the checkpoint, and the ref it was kept for. A checkpoint is
+a retention root (its whole lineage survives ``prune``) while any hold on it stands.
+Until holders69 the ``meta`` row held one hold, so a second hold on the same
+checkpoint (a repair keeping a vanished fork at a head a reset already retained, two
+branches reset away from one head) replaced or skipped it, and releasing the first let
+the next sweep take what the second still had a reason to keep.
+
+Row (docs/store.md, docs/format.md "Retained-head rows"): key ``b"retained/"`` ‖
+checkpoint id; value v1, the canonical map of the one hold (what every cpstore wrote
+before, and still writes for a single hold), or v2, the canonical array ``[2, holds]``
+with two or more holds (distinct audit digests, oldest first). A reader tells them
+apart by shape; anything else is malformed: still a root (the key names the
+checkpoint), reported by ``verify()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cpstore.errors import CpstoreError, NotFoundError, SeveralHoldersError
+from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.audit import append_audit_txn
+from cpstore.store.backend import Backend, Txn
+from cpstore.store.model import AuditRecord, check_name, parse_id
+
+__all__ = [
+    "RETAINED_PREFIX",
+    "RETAINED_VERSION",
+    "add_hold",
+    "decode_holds",
+    "encode_holds",
+    "release_retained",
+    "release_retained_by",
+    "retained",
+    "retained_heads",
+    "retained_key",
+]
+
+#: ``meta`` keys of retained heads: retention treats each as a root (its whole
+#: lineage) until every hold on it is released.
+RETAINED_PREFIX = b"retained/"
+
+#: The row version written for two or more holds (``[2, holds]``); one hold is the v1 map.
+RETAINED_VERSION = 2
+
+_HOLD_KEYS = frozenset(("run", "branch", "audit"))
+
+Hold = dict[str, str]
+
+
+def retained_key(cid: bytes) -> bytes:
+    """``meta`` key of a retained head."""
+    return RETAINED_PREFIX + bytes(cid)
+
+
+def _hold(value: Any) -> Hold | None:
+    if not isinstance(value, dict) or set(value) != _HOLD_KEYS:
+        return None
+    if not all(isinstance(value[k], str) for k in _HOLD_KEYS):
+        return None
+    audit = value["audit"]
+    if len(audit) != 32 or audit.strip("0123456789abcdef"):
+        return None
+    return {"run": value["run"], "branch": value["branch"], "audit": audit}
+
+
+def decode_holds(raw: bytes | memoryview) -> list[Hold] | None:
+    """The holds of a row's value, oldest first, or None when it is malformed."""
+    try:
+        value = decode_value(raw)
+    except CpstoreError:
+        return None
+    if isinstance(value, dict):
+        one = _hold(value)
+        return None if one is None else [one]
+    if not (isinstance(value, list) and len(value) == 2 and value[0] == RETAINED_VERSION):
+        return None
+    if not isinstance(value[1], list) or len(value[1]) < 2:
+        return None
+    holds = [_hold(h) for h in value[1]]
+    if any(h is None for h in holds):
+        return None
+    out = [h for h in holds if h is not None]
+    if len({h["audit"] for h in out}) != len(out):
+        return None
+    return out
+
+
+def encode_holds(holds: list[Hold]) -> bytes:
+    """A row's value: the v1 map for one hold, ``[2, holds]`` for more."""
+    if not holds:
+        raise ValueError("a retained row holds at least one hold")
+    if len(holds) == 1:
+        return encode_value(dict(holds[0]))
+    return encode_value([RETAINED_VERSION, [dict(h) for h in holds]])
+
+
+def retained_heads(txn: Any, meta: Any) -> dict[bytes, list[Hold] | None]:
+    """Retained head id -> its holds (oldest first), None for a malformed row (a root still)."""
+    out: dict[bytes, list[Hold] | None] = {}
+    with txn.cursor(db=meta) as cur:
+        found = cur.set_range(RETAINED_PREFIX)
+        while found and bytes(cur.key()).startswith(RETAINED_PREFIX):
+            out[bytes(cur.key())[len(RETAINED_PREFIX) :]] = decode_holds(cur.value())
+            found = cur.next()
+    return out
+
+
+def add_hold(txn: Any, meta: Any, cid: bytes, *, run: str, branch: str, audit: str) -> None:
+    """Add a hold on ``cid`` in the caller's write txn, beside any it has (a malformed
+    row, whose holders cannot be read, is replaced: the checkpoint stays a root)."""
+    key = retained_key(cid)
+    stored = txn.get(key, None, meta)
+    holds = [] if stored is None else (decode_holds(stored) or [])
+    if any(h["audit"] == audit for h in holds):
+        return
+    holds.append({"run": run, "branch": branch, "audit": audit})
+    txn.put(key, encode_holds(holds), db=meta)
+
+
+def retained(backend: Backend) -> dict[str, dict[str, Any]]:
+    """Id -> ``{"run", "branch", "audit", "holds"}``: ``holds`` every hold, oldest
+    first; the other three the oldest hold's (None for a malformed row)."""
+    with backend.read_txn() as txn:
+        heads = retained_heads(txn, backend.db("meta"))
+    out: dict[str, dict[str, Any]] = {}
+    for cid, holds in heads.items():
+        first: dict[str, Any] = dict(holds[0]) if holds else dict.fromkeys(_HOLD_KEYS)
+        out[cid.hex()] = {**first, "holds": [dict(h) for h in holds or []]}
+    return out
+
+
+def _drop(txn: Any, meta: Any, cid: bytes, holds: list[Hold], audit: str | None) -> list[str]:
+    """Drop ``audit``'s hold (None: the whole row); the holders left."""
+    left = [h for h in holds if audit is not None and h["audit"] != audit]
+    if left:
+        txn.put(retained_key(cid), encode_holds(left), db=meta)
+    else:
+        txn.delete(retained_key(cid), db=meta)
+    return [h["audit"] for h in left]
+
+
+def _record(
+    backend: Backend,
+    txn: Txn[memoryview],
+    cid: bytes,
+    held: tuple[str | None, list[str]],
+    who_why_when: tuple[str, str, float],
+) -> AuditRecord:
+    holder, left = held
+    who, why, when = who_why_when
+    # The hold released (None: a malformed row, dropped whole) and the holders left
+    # (none: the next prune may sweep it).
+    body = {
+        "checkpoint": cid.hex(),
+        "holder": holder,
+        "holders_left": left,
+        "operator": who,
+        "reason": why,
+    }
+    return append_audit_txn(backend, txn, "retained_release", body, when)
+
+
+def release_retained(
+    backend: Backend,
+    checkpoint_id: str,
+    *,
+    operator: str,
+    reason: str,
+    holder: str | None = None,
+) -> AuditRecord:
+    """Release one hold on a retained head, audited (a ``retained_release`` record).
+
+    ``holder``: the audit digest of the hold to release; needed when several audit
+    records hold the checkpoint (:class:`SeveralHoldersError` lists them, nothing
+    released), optional when one does. NotFoundError when the checkpoint is not
+    retained, or not by ``holder``. The next prune may sweep it once no hold is left.
+    """
+    cid = parse_id(checkpoint_id)
+    named = None if holder is None else parse_id(holder, "holder audit digest").hex()
+    stamp = (check_name(operator, "operator"), check_name(reason, "reason"), float(backend.now()))
+
+    def release(txn: Txn[memoryview]) -> AuditRecord:
+        meta = backend.db("meta")
+        stored = txn.get(retained_key(cid), None, meta)
+        if stored is None:
+            raise NotFoundError("no retained head with this id", where="retained", got=cid.hex())
+        holds = decode_holds(stored)
+        holders = [h["audit"] for h in holds or []]
+        if named is None and len(holders) > 1:
+            raise SeveralHoldersError(
+                f"{len(holders)} audit records hold this retained head: name the one to "
+                "release (holder=, cpstore retained --holder); each has its reason to keep it",
+                where=f"retained/{cid.hex()}",
+                expected=holders,
+                got=None,
+            )
+        if named is not None and named not in holders:
+            raise NotFoundError(
+                "this retained head is not held by that audit record",
+                where=f"retained/{cid.hex()}",
+                expected=holders,
+                got=named,
+            )
+        audit = named if named is not None else (holders[0] if holders else None)
+        left = _drop(txn, meta, cid, holds or [], audit)
+        return _record(backend, txn, cid, (audit, left), stamp)
+
+    result: AuditRecord = backend.write_txn(release)
+    return result
+
+
+def release_retained_by(
+    backend: Backend, audit_digest: str, *, operator: str, reason: str
+) -> list[AuditRecord]:
+    """Release every hold the audit record ``audit_digest`` made (a ``ref_repair``'s
+    ``retained`` and ``kept``, a ``ref_reset``'s old head), in one write txn: one
+    ``retained_release`` record per hold, as :func:`release_retained` writes. Another
+    record's hold on the same checkpoint stands. NotFoundError when that record holds
+    none."""
+    digest = parse_id(audit_digest, "audit record digest").hex()
+    stamp = (check_name(operator, "operator"), check_name(reason, "reason"), float(backend.now()))
+
+    def release(txn: Txn[memoryview]) -> list[AuditRecord]:
+        meta = backend.db("meta")
+        heads = retained_heads(txn, meta)
+        chosen = sorted(
+            (cid, holds)
+            for cid, holds in heads.items()
+            if holds is not None and any(h["audit"] == digest for h in holds)
+        )
+        if not chosen:
+            raise NotFoundError(
+                "no retained head was kept by this audit record", where="retained", got=digest
+            )
+        out: list[AuditRecord] = []
+        for cid, holds in chosen:
+            left = _drop(txn, meta, cid, holds, digest)
+            out.append(_record(backend, txn, cid, (digest, left), stamp))
+        return out
+
+    result: list[AuditRecord] = backend.write_txn(release)
+    return result
