@@ -56,7 +56,7 @@ from cpstore.decision.gates import certify_rollback, check_resume, resume_gate, 
 from cpstore.native import fast_canonical
 from cpstore.native.canonical import decode_value
 from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
-from cpstore.store import audit
+from cpstore.store import audit, audit_read
 from cpstore.store.audit_gates import GATES_INDEXED, SIGNED_PREFIX, USED_PREFIX
 from cpstore.store.audit_named import AUDITED_INDEXED, AUDITED_PREFIX
 from cpstore.store.audit_permits import ODD_ID_PREFIX, PERMIT_PREFIX, QUARANTINE_PREFIX
@@ -143,7 +143,7 @@ def test_audit_scan(
 
     def scan(decode: object) -> None:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(audit, "decode_fast", decode)
+            patch.setattr(audit_read, "decode_fast", decode)
             if sum(1 for _ in store.audit_records()) != records:
                 raise AssertionError("the scan missed records")
 

@@ -7,7 +7,7 @@ from test_decision_support import stored_replay
 
 from cpstore.decision.validate import validate
 from cpstore.run.model import ReplayMode
-from cpstore.store.audit import _INDEX
+from cpstore.store.audit_read import _INDEX
 from cpstore.store.facade import Store
 
 

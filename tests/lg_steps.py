@@ -7,10 +7,15 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 from unittest import mock
 
-from cpstore.langgraph import _maintain
+from cpstore.langgraph import _copy_delete, _maintain
 
-#: The prune's steps a callback sees, by the ``_maintain`` name each wraps.
-STEPS = {"_copy_one": "copy", "reset_ref": "reset", "sweep": "sweep"}
+#: The prune's steps a callback sees, by the name each wraps and the modules calling it:
+#: a copy step is keep_latest's (``_maintain``) and copy_thread's (``_copy_delete``).
+STEPS = {
+    "_copy_one": ("copy", (_maintain, _copy_delete)),
+    "reset_ref": ("reset", (_maintain,)),
+    "sweep": ("sweep", (_maintain,)),
+}
 
 
 @contextmanager
@@ -18,12 +23,13 @@ def prune_steps(event: Callable[[str], None]) -> Iterator[None]:
     """While open, ``event("copy" | "reset" | "sweep")`` runs before each such step of any
     prune, copy or delete in this process (the callback guards its own re-entry)."""
     with ExitStack() as stack:
-        for attr, name in STEPS.items():
-            real = getattr(_maintain, attr)
+        for attr, (name, modules) in STEPS.items():
+            real = getattr(modules[-1], attr)
 
             def step(*args: Any, _real: Any = real, _name: str = name, **kw: Any) -> Any:
                 event(_name)
                 return _real(*args, **kw)
 
-            stack.enter_context(mock.patch.object(_maintain, attr, step))
+            for module in modules:
+                stack.enter_context(mock.patch.object(module, attr, step))
         yield

@@ -19,7 +19,7 @@ from pg_cluster import (  # noqa: F401 - fixtures
 import cpstore
 from cpstore.errors import AuditChainError
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.store import audit
+from cpstore.store import audit, audit_read
 from cpstore.store.audit_named import AUDITED_INDEXED, AUDITED_PREFIX, named_count
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
@@ -181,13 +181,14 @@ def test_a_dry_run_commits_the_catch_up_once_and_removes_nothing(
     _rewrite(store, {}, list(_meta_rows(store)))
     count = len(list(store.audit_records()))
     decoded: list[int] = []
-    real = audit._decode
+    real = audit_read._decode
 
     def counted(index: int, raw: Any, where: str) -> Any:
         decoded.append(index)
         return real(index, raw, where)
 
-    monkeypatch.setattr(audit, "_decode", counted)
+    for module in (audit, audit_read):  # where records are read, and caught up
+        monkeypatch.setattr(module, "_decode", counted)
     dry = store.gc(keep_last=1, run_id="a", dry_run=True)
     assert dry.decided == tuple(sorted(ids[1:4]))
     assert sorted(set(decoded)) == list(range(count))  # the catch-up read the log
@@ -277,13 +278,14 @@ def test_after_the_catch_up_a_sweep_decodes_only_its_witnesses(
     store.append_audit("gate", {"checkpoint_id": ids[1]})
     _rewrite(store, {}, list(_meta_rows(store)))
     decoded: list[int] = []
-    real = audit._decode
+    real = audit_read._decode
 
     def counted(index: int, raw: Any, where: str) -> Any:
         decoded.append(index)
         return real(index, raw, where)
 
-    monkeypatch.setattr(audit, "_decode", counted)
+    for module in (audit, audit_read):  # where records are read, and caught up
+        monkeypatch.setattr(module, "_decode", counted)
     assert store.gc(keep_last=3, run_id="a").decided == ()
     assert len(decoded) == 201  # the one-off catch-up
     decoded.clear()

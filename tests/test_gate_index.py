@@ -27,7 +27,7 @@ from cpstore.errors import (
 )
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.run.model import ReplayMode
-from cpstore.store import audit
+from cpstore.store import audit, audit_read
 from cpstore.store.audit_gates import (
     DECISION_ID_PREFIX,
     GATE_INDEX_VERSION,
@@ -278,15 +278,17 @@ def _index_of(store: Store, digest_hex: str) -> int:
 
 
 def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The indexes of the audit records decoded from now on (audit._decode counted)."""
+    """The indexes of the audit records decoded from now on (``_decode`` counted where the
+    log is read, audit_read, and where it is caught up, audit)."""
     decoded: list[int] = []
-    real = audit._decode
+    real = audit_read._decode
 
     def counted(index: int, raw: Any, where: str) -> Any:
         decoded.append(index)
         return real(index, raw, where)
 
-    monkeypatch.setattr(audit, "_decode", counted)
+    for module in (audit, audit_read):  # where records are read, and caught up
+        monkeypatch.setattr(module, "_decode", counted)
     return decoded
 
 

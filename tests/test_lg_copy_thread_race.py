@@ -24,7 +24,7 @@ from lg_puts import cfg, put_value
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 from cpstore.errors import ConflictError
-from cpstore.langgraph import CpstoreSaver, _maintain
+from cpstore.langgraph import CpstoreSaver, _copy_delete, _maintain
 
 _DELETE = (
     "import sys\nfrom cpstore.langgraph import CpstoreSaver\n"
@@ -63,7 +63,7 @@ def test_a_source_thread_deleted_or_pruned_mid_copy_is_a_named_race_not_a_partia
     at = _where(kind, tmp_path, pg_url)
     with CpstoreSaver.from_conn_string(at) as saver:
         _thread(saver, "src", 5)
-        copy_one = _maintain._copy_one
+        copy_one = _copy_delete._copy_one
         copied: list[int] = []
 
         def copy_then_race(*args: Any) -> None:
@@ -72,7 +72,7 @@ def test_a_source_thread_deleted_or_pruned_mid_copy_is_a_named_race_not_a_partia
             copy_one(*args)
             copied.append(1)
 
-        monkeypatch.setattr(_maintain, "_copy_one", copy_then_race)
+        monkeypatch.setattr(_copy_delete, "_copy_one", copy_then_race)
         with pytest.raises(ConflictError) as info:
             saver.copy_thread("src", "dst")
         assert "changed during the copy" in info.value.what
@@ -177,13 +177,14 @@ def test_copies_and_prunes_beside_a_process_churning_the_source_whole_or_named(
     returns, every checkpoint a target lists reads back as some put of the source, and
     the store verifies."""
     at, stop = _where(kind, tmp_path, pg_url), tmp_path / "stop"
-    copy_one = _maintain._copy_one
+    copy_one = _copy_delete._copy_one
 
     def slower(*args: Any, **kwargs: Any) -> None:
         time.sleep(0.01)  # widen the window between reading a checkpoint and recording it
         copy_one(*args, **kwargs)
 
-    monkeypatch.setattr(_maintain, "_copy_one", slower)
+    for module in (_copy_delete, _maintain):  # copy_thread's calls, and keep_latest's
+        monkeypatch.setattr(module, "_copy_one", slower)
     with CpstoreSaver.from_conn_string(at) as saver:
         put_value(saver, "src", None, "src seed")
         churn = subprocess.Popen(

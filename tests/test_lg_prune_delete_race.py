@@ -20,7 +20,7 @@ import pytest
 from lg_puts import cfg, put_value
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
-from cpstore.langgraph import CpstoreSaver, _maintain
+from cpstore.langgraph import CpstoreSaver, _copy_delete, _maintain
 
 _DELETE = (
     "import sys\nfrom cpstore.langgraph import CpstoreSaver\n"
@@ -44,7 +44,7 @@ def test_a_thread_deleted_while_keep_latest_reclaims_stays_deleted(
         for i in range(4):
             ids.append(put_value(saver, "t", ids[-1] if ids else None, f"secret {i}"))
         other = put_value(saver, "u", None, "kept")
-        copy_one = _maintain._copy_one
+        copy_one = _copy_delete._copy_one  # patched where the prune calls it
         raced: list[bool] = []
 
         def delete_then_record(*args: Any, **kwargs: Any) -> None:

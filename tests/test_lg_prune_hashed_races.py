@@ -21,7 +21,7 @@ from lg_collide import A, conf, placed, put_at, scheme1, scheme1_names, values
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
-from cpstore.langgraph import CpstoreSaver, _maintain
+from cpstore.langgraph import CpstoreSaver, _copy_delete, _maintain
 from cpstore.langgraph._codec import run_for
 
 L = "L" * 198  # hashed in both schemes
@@ -65,7 +65,7 @@ def test_a_hashed_thread_deleted_while_keep_latest_reclaims_stays_deleted(
 ) -> None:
     run = _thread(url, scheme)
     with CpstoreSaver.from_conn_string(url) as saver:
-        copy_one = _maintain._copy_one
+        copy_one = _copy_delete._copy_one  # patched where the prune calls it
         raced: list[bool] = []
 
         def delete_then_record(*args: Any, **kwargs: Any) -> None:

@@ -17,7 +17,7 @@ from lg_collide import conf, put_at, values
 from lg_delta import graph as delta_graph
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
 
-from cpstore.langgraph import CpstoreSaver, _maintain
+from cpstore.langgraph import CpstoreSaver, _copy_delete, _maintain
 from cpstore.langgraph._read import Entry
 from cpstore.store import Store
 from cpstore.store.lg_index import checkpoint_key, pack
@@ -112,7 +112,7 @@ def test_keep_latest_never_reads_wrong_between_its_txns(store: Store) -> None:
     before = list(graph.get_state(config).values["log"])
     kept = len(list(saver.list(config)))
     seen: list[list[Any]] = []
-    real = _maintain._copy_one
+    real = _copy_delete._copy_one  # patched where the prune calls it
 
     def copy_one(*args: Any, **kwargs: Any) -> None:
         seen.append(_lineage(store))

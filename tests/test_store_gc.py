@@ -13,7 +13,7 @@ import pytest
 import cpstore
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.native.binding import digest
-from cpstore.store import audit
+from cpstore.store import audit, audit_read
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.model import CHUNK_SIZE
@@ -233,13 +233,14 @@ class TestDecidedCheckpoints:
         for i in range(30):
             store.append_audit("note", {"i": i, "checkpoint_id": ids[0]})  # not a decision
         decoded: list[int] = []
-        real = audit._decode
+        real = audit_read._decode
 
         def counted(index: int, raw: Any, where: str) -> Any:
             decoded.append(index)
             return real(index, raw, where)
 
-        monkeypatch.setattr(audit, "_decode", counted)
+        for module in (audit, audit_read):  # where records are read, and caught up
+            monkeypatch.setattr(module, "_decode", counted)
         report = store.gc(keep_last=1, run_id="run")
         named = {ids[i] for i in (1, 2, 4, 5, 7, 8)}
         assert len(decoded) == len(named)  # the log holds 33 records

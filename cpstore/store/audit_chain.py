@@ -14,7 +14,9 @@ from typing import Any
 from cpstore.errors import AuditChainError, CanonicalEncodingError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value
-from cpstore.store.audit import (
+from cpstore.store.audit_gates import GateRows, check_gate_index, gate_count
+from cpstore.store.audit_named import check_index_rows, check_named_index, named_by, named_count
+from cpstore.store.audit_read import (
     _INDEX,
     DECISION_PREFIX,
     HEAD_KEY,
@@ -22,8 +24,6 @@ from cpstore.store.audit import (
     decided_checkpoint,
     indexed_count,
 )
-from cpstore.store.audit_gates import GateRows, check_gate_index, gate_count
-from cpstore.store.audit_named import check_index_rows, check_named_index, named_by, named_count
 from cpstore.store.backend import Txn
 from cpstore.store.model import Problem
 
