@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpstore.errors import CpstoreError, NotFoundError, SeveralHoldersError
+from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, SeveralHoldersError
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
@@ -110,11 +110,25 @@ def retained_heads(txn: Any, meta: Any) -> dict[bytes, list[Hold] | None]:
 
 
 def add_hold(txn: Any, meta: Any, cid: bytes, *, run: str, branch: str, audit: str) -> None:
-    """Add a hold on ``cid`` in the caller's write txn, beside any it has (a malformed
-    row, whose holders cannot be read, is replaced: the checkpoint stays a root)."""
+    """Add a hold on ``cid`` in the caller's write txn, beside any it has.
+
+    A malformed row, whose holders cannot be read, refuses (IntegrityError; the caller's
+    txn, a reset or a repair, is rolled back). review69: it was replaced by the new hold,
+    so verify stopped reporting it and the new holder's release let the next sweep take
+    what the unreadable holds still kept; ``release_retained(id)`` drops it, audited.
+    """
     key = retained_key(cid)
     stored = txn.get(key, None, meta)
-    holds = [] if stored is None else (decode_holds(stored) or [])
+    holds = [] if stored is None else decode_holds(stored)
+    if holds is None:
+        raise IntegrityError(
+            "a retained head row is malformed: its holds cannot be read, and a hold added "
+            "would replace them (verify reports it; find its holders in the audit log, "
+            "then release_retained(id) / cpstore retained --release drops it, audited)",
+            where=f"meta/retained/{bytes(cid).hex()}",
+            expected="a v1 hold map or [2, two or more holds]",
+            got=bytes(stored)[:64].hex(),
+        )
     if any(h["audit"] == audit for h in holds):
         return
     holds.append({"run": run, "branch": branch, "audit": audit})
