@@ -22,6 +22,7 @@ from typing import Any
 
 from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, SeveralHoldersError
 from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.audit import _get as get_record
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.model import AuditRecord, check_name, parse_id
@@ -37,6 +38,7 @@ __all__ = [
     "retained",
     "retained_heads",
     "retained_key",
+    "unbacked_holds",
 ]
 
 #: ``meta`` keys of retained heads: retention treats each as a root (its whole
@@ -133,6 +135,37 @@ def add_hold(txn: Any, meta: Any, cid: bytes, *, run: str, branch: str, audit: s
         return
     holds.append({"run": run, "branch": branch, "audit": audit})
     txn.put(key, encode_holds(holds), db=meta)
+
+
+def _holds_made(kind: str, body: Any) -> set[str]:
+    """The checkpoints (hex) an audit record of ``kind`` made a hold on."""
+    if not isinstance(body, dict):
+        return set()
+    if kind == "ref_reset":
+        old, new = body.get("old"), body.get("new")
+        return {old} if isinstance(old, str) and old != new else set()
+    if kind == "ref_repair":
+        kept = body.get("kept")
+        made = {k for k in kept if isinstance(k, str)} if isinstance(kept, list) else set()
+        return made | ({body["retained"]} if isinstance(body.get("retained"), str) else set())
+    return set()
+
+
+def unbacked_holds(txn: Any, dbs: Any, cid: bytes, holds: list[Hold]) -> list[str]:
+    """The audit digests of ``holds`` on ``cid`` that name no audit record holding it (no
+    record with that digest, or one that is not a ``ref_reset`` away from ``cid`` nor a
+    ``ref_repair`` retaining or keeping it): a hold written or moved behind cpstore's
+    back, which keeps its lineage until released (``verify()`` reports it; review69)."""
+    out: list[str] = []
+    for h in holds:
+        try:
+            rec = get_record(txn, dbs, h["audit"])
+        except CpstoreError:  # none (NotFoundError), or a damaged log (verify says so too)
+            out.append(h["audit"])
+            continue
+        if bytes(cid).hex() not in _holds_made(rec.kind, rec.body):
+            out.append(h["audit"])
+    return out
 
 
 def retained(backend: Backend) -> dict[str, dict[str, Any]]:
