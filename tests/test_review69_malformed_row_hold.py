@@ -13,12 +13,15 @@ reset or repair written not at all) until the row is dropped, audited, with
 from __future__ import annotations
 
 import pytest
+from lg_puts import put_value
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_audit63_retention_digest import _digest, _raw_ref
 from test_review68_repair_model import _stored
 
 import cpstore
 from cpstore.errors import IntegrityError
+from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph._codec import run_for
 from cpstore.store.facade import Store
 from cpstore.store.refs import REFS_DIGEST_KEY
 
@@ -89,3 +92,31 @@ def test_a_repair_keeping_a_head_with_a_malformed_row_is_refused(url: str) -> No
         assert ids[2] in record.body["kept"] and _digest(st) == good
         st.prune(keep_last=1)
         assert _stored(st, ids[2]) and _stored(st, ids[1])
+
+
+def test_a_langgraph_prune_stops_at_a_malformed_row_and_finishes_once_dropped(
+    url: str,
+) -> None:
+    """keep_latest resets each old branch away (a hold on its head): on a head whose
+    row is malformed the reset refuses and the prune stops, nothing swept; run again
+    after the row is dropped, it finishes and the store verifies clean."""
+    with cpstore.open(url) as st:
+        saver = CpstoreSaver(st)
+        parent = None
+        for value in ("a1", "a2", "a3"):
+            parent = put_value(saver, "t", parent, value)
+        run = run_for("t")
+        [(branch, head)] = st.branches(run).items()
+        st.fork(run, "kept", head)
+        st.reset_ref(run, "kept", None, expected_old=head, operator="ann", reason="keep")
+        row = _row(st, head)
+        assert row is not None
+        _raw_ref(url, b"retained/" + bytes.fromhex(head), row[:-2], "meta")
+        with pytest.raises(IntegrityError):
+            saver.prune(["t"])
+        assert _stored(st, head) and branch in st.branches(run) and _malformed(st, head)
+        st.release_retained(head, operator="ann", reason="malformed, holders from the log")
+        saver.prune(["t"])
+        assert branch not in st.branches(run) and st.verify().ok
+        latest = saver.get_tuple({"configurable": {"thread_id": "t"}})
+        assert latest is not None and latest.checkpoint["channel_values"]
