@@ -19,7 +19,7 @@ from test_audit63_retention_digest import _digest, _raw_ref
 from test_review68_repair_model import _stored
 
 import cpstore
-from cpstore.errors import IntegrityError
+from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.langgraph import CpstoreSaver
 from cpstore.langgraph._codec import run_for
 from cpstore.store.facade import Store
@@ -120,3 +120,16 @@ def test_a_langgraph_prune_stops_at_a_malformed_row_and_finishes_once_dropped(
         assert branch not in st.branches(run) and st.verify().ok
         latest = saver.get_tuple({"configurable": {"thread_id": "t"}})
         assert latest is not None and latest.checkpoint["channel_values"]
+
+
+def test_release_by_a_record_whose_hold_is_in_a_malformed_row_says_so(url: str) -> None:
+    """release_retained_by of ann's reset, whose one hold is in the truncated row: it is
+    NotFoundError (the row cannot be read), now saying a malformed row may hold it; the
+    row stands."""
+    with cpstore.open(url) as st:
+        ids = _damaged(st, url)
+        [ann] = [r for r in st.audit_records() if r.kind == "ref_reset"]
+        with pytest.raises(NotFoundError) as err:
+            st.release_retained_by(ann.digest, operator="ann", reason="done")
+        assert "1 malformed retained row(s)" in str(err.value)
+        assert _malformed(st, ids[2])

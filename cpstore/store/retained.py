@@ -280,8 +280,19 @@ def release_retained_by(
             if holds is not None and any(h["audit"] == digest for h in holds)
         )
         if not chosen:
+            # A malformed row's holders cannot be read: it may be this record's (review69:
+            # the message said none, and verify is what names such rows).
+            unread = sum(1 for holds in heads.values() if holds is None)
             raise NotFoundError(
-                "no retained head was kept by this audit record", where="retained", got=digest
+                "no retained head was kept by this audit record"
+                + (
+                    f" (or none readable: {unread} malformed retained row(s) cannot be "
+                    "read, verify names them, release_retained(id) drops one)"
+                    if unread
+                    else ""
+                ),
+                where="retained",
+                got=digest,
             )
         out: list[AuditRecord] = []
         for cid, holds in chosen:
