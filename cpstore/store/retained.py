@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from cpstore.errors import CpstoreError, NotFoundError, SeveralHoldersError
+from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, SeveralHoldersError
 from cpstore.native.canonical import decode_value, encode_value
+from cpstore.store.audit import _get as get_record
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.model import AuditRecord, check_name, parse_id
@@ -37,6 +38,7 @@ __all__ = [
     "retained",
     "retained_heads",
     "retained_key",
+    "unbacked_holds",
 ]
 
 #: ``meta`` keys of retained heads: retention treats each as a root (its whole
@@ -110,15 +112,60 @@ def retained_heads(txn: Any, meta: Any) -> dict[bytes, list[Hold] | None]:
 
 
 def add_hold(txn: Any, meta: Any, cid: bytes, *, run: str, branch: str, audit: str) -> None:
-    """Add a hold on ``cid`` in the caller's write txn, beside any it has (a malformed
-    row, whose holders cannot be read, is replaced: the checkpoint stays a root)."""
+    """Add a hold on ``cid`` in the caller's write txn, beside any it has.
+
+    A malformed row, whose holders cannot be read, refuses (IntegrityError; the caller's
+    txn, a reset or a repair, is rolled back). review69: it was replaced by the new hold,
+    so verify stopped reporting it and the new holder's release let the next sweep take
+    what the unreadable holds still kept; ``release_retained(id)`` drops it, audited.
+    """
     key = retained_key(cid)
     stored = txn.get(key, None, meta)
-    holds = [] if stored is None else (decode_holds(stored) or [])
+    holds = [] if stored is None else decode_holds(stored)
+    if holds is None:
+        raise IntegrityError(
+            "a retained head row is malformed: its holds cannot be read, and a hold added "
+            "would replace them (verify reports it; find its holders in the audit log, "
+            "then release_retained(id) / cpstore retained --release drops it, audited)",
+            where=f"meta/retained/{bytes(cid).hex()}",
+            expected="a v1 hold map or [2, two or more holds]",
+            got=bytes(stored)[:64].hex(),
+        )
     if any(h["audit"] == audit for h in holds):
         return
     holds.append({"run": run, "branch": branch, "audit": audit})
     txn.put(key, encode_holds(holds), db=meta)
+
+
+def _holds_made(kind: str, body: Any) -> set[str]:
+    """The checkpoints (hex) an audit record of ``kind`` made a hold on."""
+    if not isinstance(body, dict):
+        return set()
+    if kind == "ref_reset":
+        old, new = body.get("old"), body.get("new")
+        return {old} if isinstance(old, str) and old != new else set()
+    if kind == "ref_repair":
+        kept = body.get("kept")
+        made = {k for k in kept if isinstance(k, str)} if isinstance(kept, list) else set()
+        return made | ({body["retained"]} if isinstance(body.get("retained"), str) else set())
+    return set()
+
+
+def unbacked_holds(txn: Any, dbs: Any, cid: bytes, holds: list[Hold]) -> list[str]:
+    """The audit digests of ``holds`` on ``cid`` that name no audit record holding it (no
+    record with that digest, or one that is not a ``ref_reset`` away from ``cid`` nor a
+    ``ref_repair`` retaining or keeping it): a hold written or moved behind cpstore's
+    back, which keeps its lineage until released (``verify()`` reports it; review69)."""
+    out: list[str] = []
+    for h in holds:
+        try:
+            rec = get_record(txn, dbs, h["audit"])
+        except CpstoreError:  # none (NotFoundError), or a damaged log (verify says so too)
+            out.append(h["audit"])
+            continue
+        if bytes(cid).hex() not in _holds_made(rec.kind, rec.body):
+            out.append(h["audit"])
+    return out
 
 
 def retained(backend: Backend) -> dict[str, dict[str, Any]]:
@@ -233,8 +280,19 @@ def release_retained_by(
             if holds is not None and any(h["audit"] == digest for h in holds)
         )
         if not chosen:
+            # A malformed row's holders cannot be read: it may be this record's (review69:
+            # the message said none, and verify is what names such rows).
+            unread = sum(1 for holds in heads.values() if holds is None)
             raise NotFoundError(
-                "no retained head was kept by this audit record", where="retained", got=digest
+                "no retained head was kept by this audit record"
+                + (
+                    f" (or none readable: {unread} malformed retained row(s) cannot be "
+                    "read, verify names them, release_retained(id) drops one)"
+                    if unread
+                    else ""
+                ),
+                where="retained",
+                got=digest,
             )
         out: list[AuditRecord] = []
         for cid, holds in chosen:

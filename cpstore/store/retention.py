@@ -375,7 +375,14 @@ def gc(
     if named is not None:
         named = check_name(named, "run_id")
         if not branches(store, named):
-            kept = sum(1 for head in retained(store).values() if head["run"] == named)
+            # Any hold of the run's (review69: the oldest hold's run only, so a repair's
+            # hold on another run's checkpoint went uncounted; `cpstore retained --run`
+            # lists it).
+            kept = sum(
+                1
+                for head in retained(store).values()
+                if head["run"] == named or any(h["run"] == named for h in head["holds"])
+            )
             raise NotFoundError(
                 "no such run (it has no refs)"
                 + (

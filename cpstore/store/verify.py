@@ -26,7 +26,7 @@ from cpstore.store.manifest import Manifest, decode_manifest, manifest_reference
 from cpstore.store.model import Problem, VerifyReport, split_ref_key, unpack_checkpoint_value
 from cpstore.store.objects import load_chunked
 from cpstore.store.refs import check_refs, pinned_objects
-from cpstore.store.retained import retained_heads
+from cpstore.store.retained import retained_heads, unbacked_holds
 
 __all__ = ["check_checkpoint_objects", "child_kind", "children", "verify"]
 
@@ -483,6 +483,15 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                             "retained head row is malformed",
                             f"meta/retained/{cid.hex()}",
                             expected="a v1 hold map or [2, two or more holds]",
+                        )
+                    )
+                for audit in unbacked_holds(txn, dbs, cid, holds or []):
+                    problems.append(
+                        Problem(
+                            "retained hold names no audit record that retained it",
+                            f"meta/retained/{cid.hex()}",
+                            expected="a ref_reset away from it or a ref_repair keeping it",
+                            got=audit,
                         )
                     )
                 if not records.exists(txn, cid):
