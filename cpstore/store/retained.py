@@ -22,8 +22,8 @@ from typing import Any
 
 from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, SeveralHoldersError
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.store.audit import _get as get_record
 from cpstore.store.audit import append_audit_txn
+from cpstore.store.audit_read import _get as get_record
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.model import AuditRecord, check_name, parse_id
 
