@@ -183,13 +183,15 @@ def frees(b: dict[str, Any], e: dict[str, Any] | None, hold: str) -> bool:
 
 
 def damage_holds(m: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Each head an acknowledged fork repair of the operator's damage holds, as a reset's
-    (begin, ack) is read: ``old`` the head, ``digest`` the repair's record (chaos69)."""
+    """Each head an acknowledged repair of the operator's holds, as a reset's (begin, ack)
+    is read: ``old`` the head, ``digest`` the repair's record (chaos69). A fork repair's
+    ``retained`` and ``kept``; a rollback's ``kept`` (its ``retained``: rollback_problems)."""
     return [
         (b, {"t": a["t"], "old": cid, "digest": a["digest"], "run": b["run"],
              "branch": b["branch"]})
-        for b, a in m.acked("damage")
-        for cid in dict.fromkeys([a.get("retained"), *(a.get("kept") or ())])
+        for b, a in [*m.acked("damage"), *m.acked("ref_repair")]
+        for cid in dict.fromkeys([a.get("retained") if b["op"] == "damage" else None,
+                                  *(a.get("kept") or ())])
         if cid is not None
     ]  # fmt: skip
 

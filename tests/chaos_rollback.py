@@ -16,7 +16,7 @@ retained head.
 Logged (the operator's ``w99.log``): ``rollback`` (``b``: run, branch, ``old`` = H,
 ``new`` = the older head, ``line`` = the ids from H down to it, exclusive; ``a``:
 ``written``, False when the head had moved), the probe ``prune``, and ``ref_repair``
-(``b``: ``new`` = H; ``a``: digest, index, ``retained``).
+(``b``: ``new`` = H; ``a``: digest, index, ``retained``, ``kept``: the heads it holds).
 
 :func:`rollbacks` reads the windows back for the checker's rules:
 
@@ -274,7 +274,7 @@ def repair(st: cpstore.Store, log: Log, run: str, head: str) -> None:
         log.write("x", sync=True, op=REPAIR, id=oid, err=type(exc).__name__, msg=str(exc)[:300])
         return
     log.write("a", sync=True, op=REPAIR, id=oid, digest=rec.digest, index=rec.index,
-              retained=rec.body["retained"])  # fmt: skip
+              retained=rec.body["retained"], kept=rec.body["kept"])  # fmt: skip
 
 
 def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:

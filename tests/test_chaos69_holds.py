@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chaos_check import Model, damage_holds
 from chaos_errors import Context, allowed
 from chaos_log import Log
 from chaos_worker import Worker
@@ -43,8 +44,7 @@ def _held_twice(st: cpstore.Store) -> tuple[str, list[dict[str, Any]], list[Any]
     # A third hold (the ref deleted, so nothing but the holds keeps the head), unlogged.
     gone = st.reset_ref(RUN, "main", None, expected_old=head, operator="o", reason="r")
     rels = [
-        st.release_retained(head, operator="o", reason="r", holder=h.digest)
-        for h in [*holds, gone]
+        st.release_retained(head, operator="o", reason="r", holder=h.digest) for h in [*holds, gone]
     ]
     lines: list[dict[str, Any]] = []
     for n, h in enumerate(holds):
@@ -66,9 +66,7 @@ def _release(n: str, cid: str, rec: Any, *, holder: str | None, **more: Any) -> 
 
 
 class TestKeepUntilEveryHold:
-    def test_a_head_lost_after_one_of_two_holds_released_is_reported(
-        self, tmp_path: Path
-    ) -> None:
+    def test_a_head_lost_after_one_of_two_holds_released_is_reported(self, tmp_path: Path) -> None:
         """Two acked resets of one head, one release naming the first: the head gone from
         retained() is lost (the second hold stands), and so is a gc reporting it removed.
         Before chaos69 the one release excused both resets."""
@@ -133,9 +131,7 @@ class TestForkCheckpointsKeptByATwin:
             st.reset_ref(run, b, base, expected_old=ck, operator="o", reason="r")
             for b in ("f1", "g1")
         ]
-        rels = [
-            st.release_retained(ck, operator="o", reason="r", holder=r.digest) for r in resets
-        ]
+        rels = [st.release_retained(ck, operator="o", reason="r", holder=r.digest) for r in resets]
         st.gc(keep_last=1)
         assert st.verify_checkpoint(ck)  # swept
         c = {"run": run, "branch": "f1", "parent": base, "sd": sd}
@@ -175,9 +171,7 @@ class TestForkCheckpointsKeptByATwin:
         with st, pytest.raises(AssertionError, match="acknowledged checkpoint lost"):
             check(st, logs, final=True)
 
-    def test_a_fork_checkpoint_swept_after_the_twins_release_passes(
-        self, tmp_path: Path
-    ) -> None:
+    def test_a_fork_checkpoint_swept_after_the_twins_release_passes(self, tmp_path: Path) -> None:
         """With the twin's release logged (branch ``g1``, home ``f1``, nothing left)."""
         st, logs = self._planted(tmp_path, twin_released=True)
         with st:
@@ -228,3 +222,26 @@ def test_a_worker_resets_a_twin_and_releases_each_hold_by_name(tmp_path: Path) -
     assert all(r["holder"] for r in rel if r["ev"] == "b")
     assert [len(r["left"]) for r in rel if r["ev"] == "a"] == [1, 0]
     assert {r["home"] for r in rel if r["ev"] == "b"} == {"f1"}
+
+
+def test_the_heads_a_repair_keeps_are_held_like_a_resets() -> None:
+    """A fork repair's ``retained`` and ``kept``, and a rollback repair's ``kept`` (its
+    ``retained`` is rollback_problems'), are checked as a reset's old head is; an unnamed
+    release of a head such a ``kept`` and a reset hold may be SeveralHoldersError."""
+    x, y, z = "ab" * 16, "cd" * 16, "ef" * 16
+    ops = [
+        ({"ev": "b", "op": "damage", "id": "99.0.1", "run": "r", "branch": "f", "t": 1},
+         {"ev": "a", "op": "damage", "id": "99.0.1", "digest": "1" * 32, "retained": x,
+          "kept": [y], "t": 2}),
+        ({"ev": "b", "op": "ref_repair", "id": "99.0.2", "run": "r", "branch": "main", "t": 3},
+         {"ev": "a", "op": "ref_repair", "id": "99.0.2", "digest": "2" * 32, "retained": y,
+          "kept": [z], "t": 4}),
+    ]  # fmt: skip
+    m = Model([line for pair in ops for line in pair])
+    got = [(a["old"], a["digest"]) for _, a in damage_holds(m)]
+    assert got == [(x, "1" * 32), (y, "1" * 32), (z, "2" * 32)]
+    rel_b = {"ev": "b", "op": "release", "id": "99.0.3", "cid": z, "holder": None, "t": 50}
+    rel_x = {"ev": "x", "op": "release", "id": "99.0.3", "err": "SeveralHoldersError", "t": 60}
+    reset = ({"ev": "b", "op": "reset", "id": "1.0.1", "old": z, "t": 10}, None)
+    assert allowed(rel_b, rel_x, Context([*ops, reset, (rel_b, rel_x)]))
+    assert not allowed(rel_b, rel_x, Context([*ops, (rel_b, rel_x)]))
