@@ -329,12 +329,23 @@ def release_repair_hold(store: str, log: Log, rng: random.Random) -> None:
     """The operator releases a hold one of its fork repairs made (chaos69): when several
     records hold that head (a repair keeping a head a reset holds, holders69), first with
     no holder named, which must be SeveralHoldersError and release nothing, then naming
-    its own record's digest, which must leave the others' holds standing. Logged as a
-    worker's ``release`` is (``holder``; ``a``: ``left``, ``released``)."""
+    its own record's digest, which must leave the others' holds standing. Half the time
+    when some head is held twice, only that unnamed probe of it (one a worker's release
+    left single meanwhile is released: its worker's own release then finds none). Logged
+    as a worker's ``release`` is (``holder``; ``a``: ``left``, ``released``)."""
     with cpstore.open(store) as st:
+        heads = st.retained()
+        many = sorted(cid for cid, row in heads.items() if len(row["holds"]) > 1)
+        if many and rng.random() < 0.5:  # a head held twice (a twin, a reset again): probe
+            cid = rng.choice(many)
+            first = heads[cid]["holds"][0]
+            fields = {"run": first["run"], "branch": first["branch"], "cid": cid,
+                      "home": st.manifest(cid).branch}  # fmt: skip
+            _release(st, log, fields, None)  # refused, unless a release left one meanwhile
+            return
         held = [
             (cid, h, len(row["holds"]))
-            for cid, row in st.retained().items()
+            for cid, row in heads.items()
             for h in row["holds"]
             if h["branch"] != "main" and st.get_audit(h["audit"]).kind == "ref_repair"
         ]  # main: a rollback's repair, whose side chain the checker keeps (chaos_rollback)

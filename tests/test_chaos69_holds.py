@@ -23,6 +23,7 @@ import pytest
 from chaos_check import Model, damage_holds
 from chaos_errors import Context, allowed
 from chaos_log import Log
+from chaos_roles import release_repair_hold
 from chaos_worker import Worker
 from test_chaos_mutations import _fake_log, check
 
@@ -245,3 +246,40 @@ def test_the_heads_a_repair_keeps_are_held_like_a_resets() -> None:
     reset = ({"ev": "b", "op": "reset", "id": "1.0.1", "old": z, "t": 10}, None)
     assert allowed(rel_b, rel_x, Context([*ops, reset, (rel_b, rel_x)]))
     assert not allowed(rel_b, rel_x, Context([*ops, (rel_b, rel_x)]))
+
+
+def test_the_operators_unnamed_release_of_a_head_held_twice_is_refused_and_judged(
+    tmp_path: Path,
+) -> None:
+    """release_repair_hold's probe of a head two resets hold: SeveralHoldersError, both
+    holds stand, and the checker allows the refusal."""
+    with cpstore.open(tmp_path / "s") as st:
+        head, lines, _ = _held_twice_kept(st)
+    _fake_log(tmp_path / "logs", lines)
+    op = Log(str(tmp_path / "logs" / "w99.log"), 99, 0)
+    assert random.Random(1).random() < 0.5  # its first draw picks the probe
+    release_repair_hold(str(tmp_path / "s"), op, random.Random(1))
+    rows = [json.loads(r) for r in (tmp_path / "logs" / "w99.log").read_text().splitlines()]
+    assert [(r["ev"], r.get("err")) for r in rows] == [("b", None), ("x", "SeveralHoldersError")]
+    with cpstore.open(tmp_path / "s") as st:
+        assert len(st.retained()[head]["holds"]) == 2
+        check(st, tmp_path / "logs", final=True)
+
+
+def _held_twice_kept(st: cpstore.Store) -> tuple[str, list[dict[str, Any]], list[Any]]:
+    """``RUN``'s head held by two logged resets (nothing released)."""
+    rec = st.recorder(RUN)
+    first = rec.checkpoint(0, b"a")
+    head = rec.checkpoint(1, b"b")
+    lines: list[dict[str, Any]] = []
+    holds = []
+    for n in range(2):
+        h = st.reset_ref(RUN, "main", first, expected_old=head, operator="o", reason="r")
+        st.set_ref(RUN, "main", head, expected_old=first)
+        holds.append(h)
+        rs = {"run": RUN, "branch": "main", "old": head, "new": first}
+        lines += [
+            {"ev": "b", "op": "reset", "id": f"r{n}", **rs},
+            {"ev": "a", "op": "reset", "id": f"r{n}", "digest": h.digest, "index": h.index, **rs},
+        ]
+    return head, lines, holds
