@@ -2,7 +2,7 @@
 
 Three workers (four with CPSTORE_SOAK=1) run tests/chaos_worker.py's seeded
 random mix (checkpoints on own and shared runs, forks, reset/set/repair of
-refs, retained heads and their release, prune and gc, runs deleted, pinned
+refs, retained heads (held twice too) and their release, prune and gc, runs deleted, pinned
 objects put and unpinned, audit appends, validations and gates, durability
 modes sync/none/batched, a 1 MiB starting map so it grows under load) and
 tests/chaos_roles.py's (a LangGraph saver writing and reading its own thread,
@@ -28,9 +28,9 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
 * a branch only compare-and-set moves (the own and shared runs' ``main``)
   never has two acknowledged children of one parent, and its head's history
   holds only checkpoints some worker began there;
-* an acknowledged pin keeps its object until unpinned; an acknowledged
-  ``reset_ref`` keeps the old head listed in ``retained()`` and intact until
-  released;
+* an acknowledged pin keeps its object until unpinned; an acknowledged ``reset_ref`` (or
+  repair) keeps the head it holds listed in ``retained()`` and intact until a release
+  names that hold (a head is held twice: a twin branch, a second reset; chaos69);
 * each acknowledged audit record is at the index it was given; the chain is
   dense and unforked; a validation of a checkpoint against itself is ACCEPT,
   against another never;
