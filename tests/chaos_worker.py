@@ -262,16 +262,19 @@ class Worker:
         """Fork a second branch at ``head``, where ``branch`` sits, before ``branch`` is reset
         away from it (chaos69): a later reset of the twin holds that head a second time, so
         its checkpoint has two holds, one per branch (holders69), and a release of one must
-        leave it kept. The twin records nothing (``n`` 3); ``home`` is the branch ``head``'s
-        fork checkpoints are logged on (tests/chaos_check.py's Model.released)."""
+        leave it kept. The twin records nothing (``n`` 3); its base (where a reset moves it
+        back, and ``set_ref`` forward again) is ``head``'s parent: ``branch``'s base is no
+        ancestor of a head recorded on it after it was deleted (soak pg-69312: the twin's
+        ``set_ref`` refused NotDescendantError). ``home`` is the branch ``head``'s fork
+        checkpoints are logged on (tests/chaos_check.py's Model.released)."""
         twin = f"g{self.log.op().replace('.', '_')}"
         oid, _ = self.call(
             "fork", lambda: self.st.fork(self.run, twin, head), run=self.run, branch=twin
         )
         self.ack("fork", oid, run=self.run, branch=twin, cid=head)
-        f = self.forks[branch]
-        self.forks[twin] = {"base": f["base"], "heads": [head], "n": 3,
-                            "home": f.get("home", branch)}  # fmt: skip
+        home = self.forks[branch].get("home", branch)
+        base = self.st.manifest(head).parent
+        self.forks[twin] = {"base": base, "heads": [head], "n": 3, "home": home}
 
     def op_release(self) -> None:
         """Release a retained head (the next prune may sweep its history)."""

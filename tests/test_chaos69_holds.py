@@ -283,3 +283,26 @@ def _held_twice_kept(st: cpstore.Store) -> tuple[str, list[dict[str, Any]], list
             {"ev": "a", "op": "reset", "id": f"r{n}", "digest": h.digest, "index": h.index, **rs},
         ]
     return head, lines, holds
+
+
+def test_a_twin_of_a_rerooted_branch_resets_to_an_ancestor_and_forward_again(
+    tmp_path: Path,
+) -> None:
+    """A fork branch deleted and recorded on again (a root, no parent) keeps its old base in
+    the worker's books; the twin at its head takes the head's parent as base, so the
+    worker's reset back and ``set_ref`` forward again land. With the branch's base (soak
+    pg-69312) the forward move was refused NotDescendantError."""
+    with cpstore.open(tmp_path / "s") as st:
+        w = Worker(st, Log(str(tmp_path / "w0.log"), 0, 0), random.Random(7), "w0")
+        base = st.recorder(w.run).checkpoint(0, b"m")
+        rec = st.recorder(w.run, branch="f1")  # re-rooted: no parent
+        root = rec.checkpoint(1, b"r")
+        head = rec.checkpoint(2, b"h")
+        w.forks["f1"] = {"base": base, "heads": [head], "n": 2}
+        w.twin("f1", head)
+        twin = next(b for b in w.forks if b != "f1")
+        back = w.forks[twin]["base"]
+        assert back == root
+        st.reset_ref(w.run, twin, back, expected_old=head, operator="o", reason="r")
+        st.set_ref(w.run, twin, head, expected_old=back)
+        assert st.ref(w.run, twin) == head
