@@ -128,14 +128,17 @@ class Model:
         return False
 
     def released(self, run: str, branch: str, after: float, before: float) -> bool:
-        """A retained head of ``run``/``branch`` released in (after, before)."""
+        """A retained head of ``run``/``branch`` released in (after, before), leaving no
+        hold on it (chaos69: an acknowledged release with ``left`` holds freed nothing; a
+        hold of another branch, a twin's, counts for the branch it sits on, ``home``)."""
         return any(
             b["op"] == "release"
             and b["run"] == run
-            and b["branch"] == branch
+            and branch in (b["branch"], b.get("home"))
             and self.end(e) > after
             and b["t"] < before
             and may_have_committed(e)  # refused, it released nothing
+            and (e is None or e["ev"] != "a" or not e.get("left"))
             for b, e in self.ops
         )
 
@@ -163,6 +166,34 @@ class Model:
 #: What a batched thread's flush says of its queued checkpoints another thread's failed
 #: commit dropped (cpstore/store/batch_owners.py; docs/durability.md, "batched").
 RELAYED = "this thread queued were in another thread's batch commit"
+
+
+def frees(b: dict[str, Any], e: dict[str, Any] | None, hold: str) -> bool:
+    """The release ``b`` (ended ``e``) may have dropped the hold of audit record ``hold``:
+    it may have committed and named that holder, or named none (one hold then, the one
+    its acknowledgement says it ``released``). Before chaos69 any release of the head
+    counted, so a second hold lost with the first went unseen (holders69)."""
+    if b["op"] != "release" or not may_have_committed(e):
+        return False
+    named = b.get("holder")
+    if named is not None:
+        return bool(named == hold)
+    gone = e.get("released") if e is not None and e["ev"] == "a" else None
+    return gone is None or gone == hold
+
+
+def damage_holds(m: Any) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each head an acknowledged repair of the operator's holds, as a reset's (begin, ack)
+    is read: ``old`` the head, ``digest`` the repair's record (chaos69). A fork repair's
+    ``retained`` and ``kept``; a rollback's ``kept`` (its ``retained``: rollback_problems)."""
+    return [
+        (b, {"t": a["t"], "old": cid, "digest": a["digest"], "run": b["run"],
+             "branch": b["branch"]})
+        for b, a in [*m.acked("damage"), *m.acked("ref_repair")]
+        for cid in dict.fromkeys([a.get("retained") if b["op"] == "damage" else None,
+                                  *(a.get("kept") or ())])
+        if cid is not None
+    ]  # fmt: skip
 
 
 def may_have_committed(end: dict[str, Any] | None) -> bool:

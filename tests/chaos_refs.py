@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chaos_check import may_have_committed
+from chaos_check import damage_holds, frees, may_have_committed
 from chaos_names import names_hold
 
 import cpstore
@@ -152,7 +152,7 @@ def _judge_removed(read: dict[str, str | None], m: Any) -> list[str]:
     problems: list[str] = []
     acked_ck = {a["cid"]: (b, a) for b, a in m.acked("ckpt")}
     resets: dict[str, list[dict[str, Any]]] = {}  # retained id -> acknowledged resets of it
-    for _, ra in m.acked("reset"):
+    for _, ra in [*m.acked("reset"), *damage_holds(m)]:  # a fork repair's holds too
         resets.setdefault(ra["old"], []).append(ra)
     releases: dict[str, list[tuple[Any, Any]]] = {}  # id -> releases that may have landed
     for xb, xe in m.ops:
@@ -178,7 +178,8 @@ def _judge_removed(read: dict[str, str | None], m: Any) -> list[str]:
                 ra for ra in resets.get(cid, ())
                 if ra["t"] < t0
                 and not any(
-                    xb["t"] < t1 and m.end(xe) > ra["t"] for xb, xe in releases.get(cid, ())
+                    xb["t"] < t1 and m.end(xe) > ra["t"] and frees(xb, xe, ra["digest"])
+                    for xb, xe in releases.get(cid, ())
                 )
             ]  # fmt: skip
             if held:

@@ -18,7 +18,9 @@ and a second batched writer thread.
   logged as a ``ckpt`` of that run (one new checkpoint a pull, so retention's
   count holds), and the first failed pull ends pulls of the incarnation.
 * :func:`damage_and_repair`: the operator (the test process) breaks a fork
-  branch's ref check, lets the workers meet it, and repairs it.
+  branch's ref check, lets the workers meet it, and repairs it;
+  :func:`release_repair_hold` releases a hold such a repair made (by name when several
+  records hold the head: holderless it must be SeveralHoldersError).
 * :func:`batched_writer`: in batched mode, a second thread with its own recorder
   on ``own-w<N>t``, queueing checkpoints and flushing (a flush acknowledges).
 """
@@ -319,4 +321,53 @@ def damage_and_repair(store: str, log: Log, rng: random.Random) -> None:
         except (ConflictError, NotFoundError) as exc:  # the branch was gone before the flip
             log.write("x", sync=True, op="damage", id=oid, err=type(exc).__name__)
             return
-        log.write("a", sync=True, op="damage", id=oid, digest=rec.digest, index=rec.index)
+        log.write("a", sync=True, op="damage", id=oid, digest=rec.digest, index=rec.index,
+                  retained=rec.body["retained"], kept=rec.body["kept"])  # fmt: skip
+
+
+def release_repair_hold(store: str, log: Log, rng: random.Random) -> None:
+    """The operator releases a hold one of its fork repairs made (chaos69): when several
+    records hold that head (a repair keeping a head a reset holds, holders69), first with
+    no holder named, which must be SeveralHoldersError and release nothing, then naming
+    its own record's digest, which must leave the others' holds standing. Half the time
+    when some head is held twice, only that unnamed probe of it (one a worker's release
+    left single meanwhile is released: its worker's own release then finds none). Logged
+    as a worker's ``release`` is (``holder``; ``a``: ``left``, ``released``)."""
+    with cpstore.open(store) as st:
+        heads = st.retained()
+        many = sorted(cid for cid, row in heads.items() if len(row["holds"]) > 1)
+        if many and rng.random() < 0.5:  # a head held twice (a twin, a reset again): probe
+            cid = rng.choice(many)
+            first = heads[cid]["holds"][0]
+            fields = {"run": first["run"], "branch": first["branch"], "cid": cid,
+                      "home": st.manifest(cid).branch}  # fmt: skip
+            _release(st, log, fields, None)  # refused, unless a release left one meanwhile
+            return
+        held = [
+            (cid, h, len(row["holds"]))
+            for cid, row in heads.items()
+            for h in row["holds"]
+            if h["branch"] != "main" and st.get_audit(h["audit"]).kind == "ref_repair"
+        ]  # main: a rollback's repair, whose side chain the checker keeps (chaos_rollback)
+        if not held:
+            return
+        cid, hold, n = rng.choice(sorted(held, key=lambda x: (x[0], x[1]["audit"])))
+        fields = {"run": hold["run"], "branch": hold["branch"], "cid": cid,
+                  "home": st.manifest(cid).branch}  # fmt: skip
+        if (n > 1 or rng.random() < 0.3) and _release(st, log, fields, None):
+            return
+        _release(st, log, fields, hold["audit"])
+
+
+def _release(st: cpstore.Store, log: Log, fields: dict[str, Any], holder: str | None) -> bool:
+    oid = log.op()
+    log.write("b", sync=True, op="release", id=oid, holder=holder, **fields)
+    try:
+        rec = st.release_retained(fields["cid"], operator="chaos", reason="repaired", holder=holder)
+    except CpstoreError as exc:
+        log.write("x", sync=True, op="release", id=oid, err=type(exc).__name__, msg=str(exc)[:300])
+        return False
+    body = rec.body
+    log.write("a", sync=True, op="release", id=oid, cid=fields["cid"], digest=rec.digest,
+              index=rec.index, left=body["holders_left"], released=body["holder"])  # fmt: skip
+    return True

@@ -16,7 +16,7 @@ retained head.
 Logged (the operator's ``w99.log``): ``rollback`` (``b``: run, branch, ``old`` = H,
 ``new`` = the older head, ``line`` = the ids from H down to it, exclusive; ``a``:
 ``written``, False when the head had moved), the probe ``prune``, and ``ref_repair``
-(``b``: ``new`` = H; ``a``: digest, index, ``retained``).
+(``b``: ``new`` = H; ``a``: digest, index, ``retained``, ``kept``: the heads it holds).
 
 :func:`rollbacks` reads the windows back for the checker's rules:
 
@@ -274,7 +274,7 @@ def repair(st: cpstore.Store, log: Log, run: str, head: str) -> None:
         log.write("x", sync=True, op=REPAIR, id=oid, err=type(exc).__name__, msg=str(exc)[:300])
         return
     log.write("a", sync=True, op=REPAIR, id=oid, digest=rec.digest, index=rec.index,
-              retained=rec.body["retained"])  # fmt: skip
+              retained=rec.body["retained"], kept=rec.body["kept"])  # fmt: skip
 
 
 def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:
@@ -293,11 +293,11 @@ def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:
         repair(st, log, run, done[0])
 
 
-def rollback_problems(store: cpstore.Store, m: Any, committed: Any) -> list[str]:
+def rollback_problems(store: cpstore.Store, m: Any, frees: Any) -> list[str]:
     """:func:`retention_problems` and :func:`transfer_problems`; each acknowledged
     repair's audit record is at its index, and the head it retained is listed and whole
-    unless a release of it may have landed (``committed``: tests/chaos_check.py's
-    may_have_committed)."""
+    unless a release of the repair's hold may have landed (``frees``: tests/chaos_check.py's,
+    which a release naming another holder does not pass)."""
     problems = retention_problems(m) + transfer_problems(m)
     retained = store.retained()
     for _, a in m.acked(REPAIR):
@@ -310,7 +310,8 @@ def rollback_problems(store: cpstore.Store, m: Any, committed: Any) -> list[str]
         if kept is None or (kept in retained and not store.verify_checkpoint(kept)):
             continue
         if not any(
-            rb["op"] == "release" and rb.get("cid") == kept and committed(re) for rb, re in m.ops
+            rb["op"] == "release" and rb.get("cid") == kept and frees(rb, re, a["digest"])
+            for rb, re in m.ops
         ):
             problems.append(f"the head a ref_repair retained is lost: {kept}")
     return problems

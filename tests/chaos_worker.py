@@ -225,6 +225,8 @@ class Worker:
         new = None if self.rng.random() < 0.3 else self.forks[branch]["base"]
         if old is None or old == new:
             return
+        if self.rng.random() < 0.25:
+            self.twin(branch, old)
         oid, rec = self.call(
             "reset",
             lambda: self.st.reset_ref(
@@ -256,11 +258,30 @@ class Worker:
             )
             self.ack("set_ref", oid, run=self.run, branch=branch, old=new, new=old)
 
+    def twin(self, branch: str, head: str) -> None:
+        """Fork a second branch at ``head``, where ``branch`` sits, before ``branch`` is reset
+        away from it (chaos69): a later reset of the twin holds that head a second time, so
+        its checkpoint has two holds, one per branch (holders69), and a release of one must
+        leave it kept. The twin records nothing (``n`` 3); its base (where a reset moves it
+        back, and ``set_ref`` forward again) is ``head``'s parent: ``branch``'s base is no
+        ancestor of a head recorded on it after it was deleted (soak pg-69312: the twin's
+        ``set_ref`` refused NotDescendantError). ``home`` is the branch ``head``'s fork
+        checkpoints are logged on (tests/chaos_check.py's Model.released)."""
+        twin = f"g{self.log.op().replace('.', '_')}"
+        oid, _ = self.call(
+            "fork", lambda: self.st.fork(self.run, twin, head), run=self.run, branch=twin
+        )
+        self.ack("fork", oid, run=self.run, branch=twin, cid=head)
+        home = self.forks[branch].get("home", branch)
+        base = self.st.manifest(head).parent
+        self.forks[twin] = {"base": base, "heads": [head], "n": 3, "home": home}
+
     def op_release(self) -> None:
         """Release a retained head (the next prune may sweep its history)."""
         if not self.retained:
             return
         head, branch, holder = self.retained.pop(self.rng.randrange(len(self.retained)))
+        home = self.forks.get(branch, {}).get("home", branch)
         oid, rec = self.call(
             "release",
             # Its own reset's hold: another's on the same head stands (holders69).
@@ -268,9 +289,13 @@ class Worker:
             destructive=True,
             run=self.run,
             branch=branch,
+            home=home,
             cid=head,
+            holder=holder,
         )
-        self.ack("release", oid, cid=head, digest=rec.digest, index=rec.index)
+        # ``left``: the holds still on it (none: the next sweep may take its history).
+        self.ack("release", oid, cid=head, digest=rec.digest, index=rec.index,
+                 left=rec.body["holders_left"])  # fmt: skip
 
     def op_repair(self) -> None:
         """repair_ref on a healthy ref must be refused (ConflictError) and change nothing.

@@ -2,7 +2,7 @@
 
 Three workers (four with CPSTORE_SOAK=1) run tests/chaos_worker.py's seeded
 random mix (checkpoints on own and shared runs, forks, reset/set/repair of
-refs, retained heads and their release, prune and gc, runs deleted, pinned
+refs, retained heads (held twice too) and their release, prune and gc, runs deleted, pinned
 objects put and unpinned, audit appends, validations and gates, durability
 modes sync/none/batched, a 1 MiB starting map so it grows under load) and
 tests/chaos_roles.py's (a LangGraph saver writing and reading its own thread,
@@ -28,9 +28,9 @@ relies on (docs/store.md, docs/durability.md, docs/decision-table.md):
 * a branch only compare-and-set moves (the own and shared runs' ``main``)
   never has two acknowledged children of one parent, and its head's history
   holds only checkpoints some worker began there;
-* an acknowledged pin keeps its object until unpinned; an acknowledged
-  ``reset_ref`` keeps the old head listed in ``retained()`` and intact until
-  released;
+* an acknowledged pin keeps its object until unpinned; an acknowledged ``reset_ref`` (or
+  repair) keeps the head it holds listed in ``retained()`` and intact until a release
+  names that hold (a head is held twice: a twin branch, a second reset; chaos69);
 * each acknowledged audit record is at the index it was given; the chain is
   dense and unforked; a validation of a checkpoint against itself is ACCEPT,
   against another never;
@@ -82,7 +82,9 @@ import pytest
 from chaos_check import (
     Model,
     cas_linear,
+    damage_holds,
     deletes_hold,
+    frees,
     gates_follow_log,
     gc_names_decided,
     may_have_committed,
@@ -95,7 +97,7 @@ from chaos_errors import refusal_problems
 from chaos_log import Log, ready, started
 from chaos_process import work
 from chaos_refs import refs_and_sweeps_hold
-from chaos_roles import damage_and_repair
+from chaos_roles import damage_and_repair, release_repair_hold
 from chaos_rollback import DIGEST, roll_back_and_repair, rollback_problems
 from chaos_worker import SHARED
 from pg_cluster import fresh_url, pg_cluster, pg_url  # noqa: F401 - fixtures
@@ -163,7 +165,7 @@ def check(
             pins_bad.append((b, a, repr(exc)[:200]))
     retained = store.retained()
     retained_bad = []
-    for b, a in before.acked("reset"):
+    for b, a in [*before.acked("reset"), *damage_holds(before)]:
         ok = a["old"] in retained and not store.verify_checkpoint(a["old"])
         if not ok:
             retained_bad.append((b, a))
@@ -172,9 +174,7 @@ def check(
         got = store.get_audit(a["digest"]).index
         if got != a["index"]:
             problems.append(f"audit record {a['digest']} at {got}, acknowledged at {a['index']}")
-    after = Model(
-        read_logs(logdir)
-    )  # any removal that could explain a miss was logged before this read
+    after = Model(read_logs(logdir))  # a removal explaining a miss was logged before this
     for b, a, why in missing:
         if not after.removable(a, b):
             problems.append(
@@ -191,7 +191,7 @@ def check(
             rb["op"] == "release"
             and rb["cid"] == a["old"]
             and after.end(re) > b["t"]
-            and may_have_committed(re)  # a release the store refused released nothing
+            and frees(rb, re, a["digest"])  # this reset's hold; refused, it released nothing
             for rb, re in after.ops
         ):
             problems.append(f"retained head lost: {a['old']} ({a['run']}@{a['branch']})")
@@ -212,7 +212,7 @@ def check(
     problems += deletes_hold(store, after)
     problems += saver_problems(store, after, lambda: Model(read_logs(logdir)))
     problems += refs_and_sweeps_hold(store, after, lambda: Model(read_logs(logdir)))
-    problems += rollback_problems(store, after, may_have_committed)  # tests/chaos_rollback.py
+    problems += rollback_problems(store, after, frees)  # tests/chaos_rollback.py
     if peer is not None and final:
         problems += peer_problems(peer, after)
     if final:
@@ -310,6 +310,8 @@ def chaos(
                 damage_and_repair(store, operator, rng)
             elif pick < 0.7 and not compact:
                 roll_back_and_repair(store, operator, rng)  # a ref put back, true check
+            elif pick < 0.8 and not compact:
+                release_repair_hold(store, operator, rng)  # chaos69: one of several holds
             if server is not None and rng.random() < 0.5:
                 oid = operator.op()
                 operator.write("b", sync=True, op="restart", id=oid)
@@ -371,7 +373,7 @@ def chaos(
         if r["ev"] == "b" and r["op"] == "compact":
             done["compact_tries"] += 1
         if r["ev"] == "a" and r["op"] in ("compact", "lgput", "lgwrite", "push", "pckpt",
-                                          "ckpt", "resolve"):  # fmt: skip
+                                          "ckpt", "resolve", "release", "ref_repair"):  # fmt: skip
             done[r["op"] + (":pull" if r.get("pull") else "")] += 1
     figures.update(
         kills=kills,
