@@ -10,24 +10,15 @@ record, and the operator's stands. Both engines.
 
 from __future__ import annotations
 
-from lg_puts import put_value
+from lg_puts import thread_with_held_fork
 from pg_cluster import backend_store, pg_cluster, pg_url  # noqa: F401 - fixtures
 from test_review68_repair_model import _stored
 
-from cpstore.langgraph import CpstoreSaver
-from cpstore.langgraph._codec import run_for
 from cpstore.store import Store
 
 
 def test_keep_latest_leaves_an_operators_hold_on_the_head_it_resets(store: Store) -> None:
-    saver = CpstoreSaver(store)
-    parent = None
-    for value in ("a1", "a2", "a3"):
-        parent = put_value(saver, "t", parent, value)
-    run = run_for("t")
-    [(branch, head)] = store.branches(run).items()
-    store.fork(run, "kept", head)
-    hold = store.reset_ref(run, "kept", None, expected_old=head, operator="ann", reason="keep")
+    saver, run, branch, head, hold = thread_with_held_fork(store)
     saver.prune(["t"])
     assert _stored(store, head)  # the operator's hold stands, and so its lineage
     assert [h["audit"] for h in store.retained()[head]["holds"]] == [hold.digest]

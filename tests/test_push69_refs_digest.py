@@ -81,6 +81,17 @@ def _damage(url: str, st: Store, kind: str, key: bytes, older: str) -> None:
         _raw_ref(url, REFS_DIGEST_KEY, good[:-1], "meta")
 
 
+def _pushed_then_other_vanished(url: str, src: Store, dst: Store) -> None:
+    """Runs r and s pushed to ``dst``, r moved on in ``src``, then ``dst``'s ``s/main``
+    deleted behind cpstore's back: the digest cannot say which ref is damaged."""
+    rec = src.recorder("r")
+    rec.checkpoint(0, {"i": 0})
+    src.recorder("s").checkpoint(0, {"s": 0})
+    transfer(src.backend, dst.backend)
+    rec.checkpoint(1, {"i": 1})
+    _raw_ref(url, b"s\0main", None)
+
+
 def _refused(exc: IntegrityError, side: str, kind: str) -> None:
     assert f"the {side} store's refs fail their checks" in exc.what, exc.what
     assert "repair_ref" in exc.what and "verify" in exc.what
@@ -176,12 +187,7 @@ def test_damage_done_while_objects_are_copied_is_refused_before_anything_lands(
 def test_a_run_scoped_pull_into_a_damaged_table_is_refused(url: str, tmp_path: Path) -> None:
     """Another run's ref vanished: the digest cannot say which, so no run's ref moves."""
     with cpstore.open(tmp_path / "src") as src, cpstore.open(url) as dst:
-        rec = src.recorder("r")
-        rec.checkpoint(0, {"i": 0})
-        src.recorder("s").checkpoint(0, {"s": 0})
-        transfer(src.backend, dst.backend)
-        rec.checkpoint(1, {"i": 1})
-        _raw_ref(url, b"s\0main", None)
+        _pushed_then_other_vanished(url, src, dst)
         before = _rows(dst)
         with pytest.raises(IntegrityError) as info:
             transfer(src.backend, dst.backend, run_id="r")
@@ -232,12 +238,7 @@ def test_the_push_command_names_the_destinations_refs_digest(
 ) -> None:
     local = str(tmp_path / "local")
     with cpstore.open(local) as src, cpstore.open(url) as dst:
-        rec = src.recorder("r")
-        rec.checkpoint(0, {"i": 0})
-        src.recorder("s").checkpoint(0, {"s": 0})
-        transfer(src.backend, dst.backend)
-        rec.checkpoint(1, {"i": 1})
-        _raw_ref(url, b"s\0main", None)
+        _pushed_then_other_vanished(url, src, dst)
     capsys.readouterr()
     assert main(["push", url, "--store", local]) == 5
     err = capsys.readouterr().err

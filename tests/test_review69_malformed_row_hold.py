@@ -13,15 +13,13 @@ reset or repair written not at all) until the row is dropped, audited, with
 from __future__ import annotations
 
 import pytest
-from lg_puts import put_value
+from lg_puts import thread_with_held_fork
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_audit63_retention_digest import _digest, _raw_ref
 from test_review68_repair_model import _stored
 
 import cpstore
 from cpstore.errors import IntegrityError, NotFoundError
-from cpstore.langgraph import CpstoreSaver
-from cpstore.langgraph._codec import run_for
 from cpstore.store.facade import Store
 from cpstore.store.refs import REFS_DIGEST_KEY
 
@@ -101,14 +99,7 @@ def test_a_langgraph_prune_stops_at_a_malformed_row_and_finishes_once_dropped(
     row is malformed the reset refuses and the prune stops, nothing swept; run again
     after the row is dropped, it finishes and the store verifies clean."""
     with cpstore.open(url) as st:
-        saver = CpstoreSaver(st)
-        parent = None
-        for value in ("a1", "a2", "a3"):
-            parent = put_value(saver, "t", parent, value)
-        run = run_for("t")
-        [(branch, head)] = st.branches(run).items()
-        st.fork(run, "kept", head)
-        st.reset_ref(run, "kept", None, expected_old=head, operator="ann", reason="keep")
+        saver, run, branch, head, _ = thread_with_held_fork(st)
         row = _row(st, head)
         assert row is not None
         _raw_ref(url, b"retained/" + bytes.fromhex(head), row[:-2], "meta")
