@@ -57,6 +57,15 @@ def _held_twice(st: cpstore.Store) -> tuple[str, list[dict[str, Any]], list[Any]
     return head, lines, rels
 
 
+def _pruned(ids: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The log lines of a ``prune(keep_last=1)`` that removed ``ids``."""
+    return [
+        {"ev": "b", "op": "prune", "id": "p", "keep": 1, "run": None},
+        {"ev": "a", "op": "prune", "id": "p", "removed": len(ids),
+         "ids": list(ids), "keep": 1, "run": None},
+    ]  # fmt: skip
+
+
 def _release(n: str, cid: str, rec: Any, *, holder: str | None, **more: Any) -> list[Any]:
     fields = {"run": RUN, "branch": "main", "cid": cid, "holder": holder}
     return [
@@ -76,11 +85,7 @@ class TestKeepUntilEveryHold:
             gc = st.gc(keep_last=1)
             assert head in gc.checkpoints
             lines += _release("l0", head, rels[0], holder=rels[0].body["holder"])
-            lines += [
-                {"ev": "b", "op": "prune", "id": "p", "keep": 1, "run": None},
-                {"ev": "a", "op": "prune", "id": "p", "removed": len(gc.checkpoints),
-                 "ids": list(gc.checkpoints), "keep": 1, "run": None},
-            ]  # fmt: skip
+            lines += _pruned(gc.checkpoints)
             _fake_log(tmp_path / "logs", lines)
             with pytest.raises(AssertionError) as got:
                 check(st, tmp_path / "logs", final=True)
@@ -95,11 +100,7 @@ class TestKeepUntilEveryHold:
             gc = st.gc(keep_last=1)
             lines += _release("l0", head, rels[0], holder=rels[0].body["holder"])
             lines += _release("l1", head, rels[1], holder=None, released=rels[1].body["holder"])
-            lines += [
-                {"ev": "b", "op": "prune", "id": "p", "keep": 1, "run": None},
-                {"ev": "a", "op": "prune", "id": "p", "removed": len(gc.checkpoints),
-                 "ids": list(gc.checkpoints), "keep": 1, "run": None},
-            ]  # fmt: skip
+            lines += _pruned(gc.checkpoints)
             _fake_log(tmp_path / "logs", lines)
             check(st, tmp_path / "logs", final=True)
 
