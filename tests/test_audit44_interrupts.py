@@ -55,6 +55,11 @@ class _Twice:
     def profile(self, frame: FrameType, event: str, arg: object) -> None:
         if event not in ("call", "c_return") or in_psycopg(frame):  # swept elsewhere
             return
+        if "hypothesis" in frame.f_code.co_filename:
+            # hypothesis's gc callback (in the test process only): an exception raised
+            # there is printed as unraisable and dropped, so the second interrupt would
+            # never reach cpstore's code (a PytestUnraisableExceptionWarning in ci66)
+            return
         self.seen += 1
         if self.seen == self.k:
             sys.setprofile(None)
