@@ -345,16 +345,15 @@ def checked_heads(txn: Any, dbs: Mapping[str, Any]) -> list[tuple[bytes, bytes]]
         keep((key, cid))
         return full
 
-    acc, count = _table_digest(txn, dbs, check)
-    want_acc, want_count = _digest_state(txn, dbs["meta"])
-    if (want_acc, want_count) != (acc, count):
+    damage = _digest_damage(txn, dbs, check)
+    if damage is not None:
         raise IntegrityError(
             "refs table does not match its digest (a ref vanished, was added or changed "
             "outside cpstore): retention stops, it would sweep by heads cpstore did not set; "
             "verify names the damage",
-            where="meta/refs_digest",
-            expected=f"{want_count} refs, digest {want_acc.hex()}",
-            got=f"{count} refs, digest {acc.hex()}",
+            where=damage.where,
+            expected=damage.expected,
+            got=damage.got,
         )
     return out
 
@@ -369,10 +368,17 @@ def refs_damage(txn: Any, dbs: Mapping[str, Any]) -> IntegrityError | None:
         return _unpack_hashed(key, stored)[2]  # IntegrityError at a ref failing its check
 
     try:
-        acc, count = _table_digest(txn, dbs, check)
-        want_acc, want_count = _digest_state(txn, dbs["meta"])
+        return _digest_damage(txn, dbs, check)
     except IntegrityError as exc:
         return exc
+
+
+def _digest_damage(txn: Any, dbs: Mapping[str, Any], check: _OnRef) -> IntegrityError | None:
+    """Walk the table through ``check`` (which may raise at a ref failing its own check)
+    and compare it with ``meta/refs_digest`` (IntegrityError when malformed): the
+    mismatch, or None when the table is what the digest records."""
+    acc, count = _table_digest(txn, dbs, check)
+    want_acc, want_count = _digest_state(txn, dbs["meta"])
     if (want_acc, want_count) == (acc, count):
         return None
     return IntegrityError(
