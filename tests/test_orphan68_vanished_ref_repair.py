@@ -172,10 +172,11 @@ def test_a_released_lineage_awaiting_the_sweep_is_not_kept(url: str) -> None:
         assert st.verify().ok
 
 
-def test_a_fork_back_then_repair_keeps_nothing_more(url: str) -> None:
-    """The documented way (fork the vanished ref back, repair naming it) leaves the
-    digest and the count as a ref vanished and never put back would: the digest's XOR
-    tells them apart, so a pending released lineage is not kept either."""
+def test_a_fork_back_is_refused_and_repair_puts_it_back(url: str) -> None:
+    """A fork of the vanished ref's name used to put it back (its CAS "absent" met only
+    by the damage); now no ref is created from nothing while the table is short of the
+    refs its digest counts (refs70), and repair_ref puts it back: the digest's XOR then
+    holds, so a pending released lineage is not kept either."""
     with cpstore.open(url) as st:
         ids = _three(st)
         st.fork("r", "b", ids[0])
@@ -183,9 +184,11 @@ def test_a_fork_back_then_repair_keeps_nothing_more(url: str) -> None:
         st.reset_ref("r", "b", None, expected_old=dropped, operator="o", reason="drop b")
         st.release_retained(dropped, operator="o", reason="drop b")
         _raw_ref(url, b"r\0main", None)
-        st.fork("r", "main", ids[2])
+        with pytest.raises(IntegrityError, match="fewer refs"):
+            st.fork("r", "main", ids[2])
+        assert st.branches("r") == {}
         record = st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
-        assert record.body["kept"] == [] and record.body["refs"] == {"recorded": 2, "found": 1}
+        assert record.body["kept"] == [] and record.body["refs"] == {"recorded": 1, "found": 0}
         assert st.verify().ok
         assert st.prune(keep_last=1) == 3  # ids[0], ids[1] and the released one
         assert _swept(st, [dropped]) and _stored(st, [ids[2]])

@@ -348,6 +348,9 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         branch must not exist yet), else :class:`NotDescendantError`; moving
         a branch elsewhere or deleting it (``new=None``) is :meth:`reset_ref`,
         which is audited and keeps the old history until it is released.
+        Creating the branch (``expected_old=None``), like every write that creates a
+        ref, is :class:`IntegrityError` while the refs table holds fewer refs than its
+        digest counts (a ref vanished outside cpstore; docs/store.md).
         """
         set_ref(self._backend, run_id, branch, new, expected_old=expected_old)
 
@@ -423,7 +426,10 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         return release_retained_by(self._backend, audit_digest, operator=operator, reason=reason)
 
     def fork(self, run_id: str, branch: str, checkpoint_id: str) -> None:
-        """Create ``branch`` of ``run_id`` at ``checkpoint_id``; ConflictError if it exists."""
+        """Create ``branch`` of ``run_id`` at ``checkpoint_id``; ConflictError if it exists.
+
+        IntegrityError while the refs table is short of its digest's count, as for every
+        create (:meth:`set_ref`)."""
         self.set_ref(run_id, branch, checkpoint_id, expected_old=None)
 
     def runs(self, *, limit: int | None = None) -> list[str]:

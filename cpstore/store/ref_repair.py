@@ -152,7 +152,7 @@ def forgotten_heads(
         diff = _xor(acc, after[0])
         if count - after[1] == 1:
             if diff in present.values():
-                return []  # the one ref missing is back (a fork put it back)
+                return []  # the one ref missing is back in the table
             missing.add(diff)
         elif count == after[1]:
             for key, full in present.items():

@@ -200,8 +200,14 @@ def _table_digest(
     return acc.to_bytes(DIGEST_SIZE, "little"), count
 
 
-def _update_digest(txn: Any, meta: Any, out: bytes | None, into: bytes | None) -> None:
-    acc, count = _digest_state(txn, meta)
+def _update_digest(
+    txn: Any,
+    meta: Any,
+    out: bytes | None,
+    into: bytes | None,
+    state: tuple[bytes, int] | None = None,
+) -> None:
+    acc, count = _digest_state(txn, meta) if state is None else state
     x = int.from_bytes(acc, "little")
     if out is not None:
         x, count = x ^ int.from_bytes(out, "little"), count - 1
@@ -227,13 +233,43 @@ def write_ref(
     ``old`` is the ref as :func:`read_ref` (or :func:`read_ref_hashed`, whose
     hash is used as it is) gave it earlier in this txn: every caller reads it
     first for its compare-and-set, so it is not read again.
+
+    A ref created from nothing (``old`` None) is refused with :class:`IntegrityError` while
+    the refs table holds fewer refs than ``meta/refs_digest`` counts (:func:`_refuse_short`).
     """
     out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
     into = _hash(key, cid, origin)
     value = bytes(cid) + bytes((origin,)) + into[:_CHECK]
+    state = _digest_state(txn, dbs["meta"])
+    if old is None:
+        _refuse_short(txn, dbs, key, state[1])
     txn.put(key, value, db=dbs["refs"])
-    _update_digest(txn, dbs["meta"], out, into)
+    _update_digest(txn, dbs["meta"], out, into, state)
     _WRITTEN[0] = (bytes(key), value, into)
+
+
+def _refuse_short(txn: Any, dbs: Mapping[str, Any], key: bytes, counted: int) -> None:
+    """Refuse to create ref ``key`` from nothing while the refs table holds fewer refs
+    than ``meta/refs_digest`` counts (``counted``): a ref vanished outside cpstore (or
+    the count is damaged), and it may be this one. Creating it would start its run or
+    branch anew (a recorder's new root, a LangGraph thread's first checkpoint) or put a
+    fork or a push's head where the true one stood, its CAS "absent" met only by the
+    damage (push69, refs70). One count of the table's entries (LMDB: constant time;
+    PostgreSQL: a ``count(*)``), paid only when a ref is created. A ref that moves,
+    one changed outside cpstore or a flipped XOR is not seen here (``verify()`` and
+    retention see them): only the count is compared."""
+    found = int(txn.stat(dbs["refs"])["entries"])
+    if found < counted:
+        raise IntegrityError(
+            f"the refs table holds fewer refs than meta/refs_digest counts (a ref vanished "
+            f"outside cpstore, or the count is damaged): {_where(key)} is not created from "
+            f"nothing, which could start anew a branch whose head vanished; run verify, then "
+            f"repair_ref: it puts a vanished ref back at its true head (docs/store.md, "
+            "'Repairing a damaged ref')",
+            where="meta/refs_digest",
+            expected=f"{counted} refs",
+            got=f"{found} refs",
+        )
 
 
 def delete_ref(txn: Any, dbs: Mapping[str, Any], key: bytes) -> None:
