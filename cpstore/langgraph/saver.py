@@ -79,8 +79,11 @@ def _target(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
             "a LangGraph config needs configurable.thread_id", got=repr(config)[:80]
         )
     ns = conf.get("checkpoint_ns") or ""
+    # A falsy id ("") names no checkpoint: the newest is read, a put is a root, as in
+    # LangGraph's own savers and its Pregel loop ("a truthy checkpoint_id"); taken as an
+    # id, get_tuple found none and a graph started its thread over (review70).
     checkpoint_id = conf.get("checkpoint_id")
-    return str(conf["thread_id"]), str(ns), None if checkpoint_id is None else str(checkpoint_id)
+    return str(conf["thread_id"]), str(ns), str(checkpoint_id) if checkpoint_id else None
 
 
 class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
@@ -186,7 +189,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         else:
             prefix, checkpoint_id = CHECKPOINT_PREFIX, None
         at = len(prefix)
-        before_id = get_checkpoint_id(before) if before else None
+        before_id = (get_checkpoint_id(before) or None) if before else None
         backend = self.store.backend
         meta = backend.db("meta")
         left = limit
@@ -252,8 +255,10 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
     ) -> None:
         """Store a task's writes for a checkpoint; special (negative-index) writes replace."""
         thread_id, ns, checkpoint_id = _target(config)
-        if checkpoint_id is None:
-            raise InvalidInputError("put_writes needs configurable.checkpoint_id")
+        if checkpoint_id is None:  # absent or "": writes no read could reach
+            raise InvalidInputError(
+                "put_writes needs a non-empty configurable.checkpoint_id", got=repr(config)[:80]
+            )
         records: list[tuple[bytes, bytes, bool]] = []
         for idx, (channel, value) in enumerate(writes):
             at = WRITES_IDX_MAP.get(channel, idx)
