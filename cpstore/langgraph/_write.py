@@ -95,6 +95,9 @@ class Put(NamedTuple):
     #: The index entry this put replaces, as read (a prune re-recording a kept
     #: checkpoint): recorded only while the entry still holds it, else ConflictError.
     expect_entry: bytes | None = None
+    #: Index records written (a value) or deleted (None) in the checkpoint's own txn (a
+    #: copy: the source's pending writes, and the target's own under this id dropped).
+    records: tuple[tuple[bytes, bytes | None], ...] = ()
 
 
 class _Plan(NamedTuple):
@@ -252,7 +255,7 @@ class Writer:
                         run_id=run_id,
                         have=have,
                     )
-                    return [(key, pack(key, body))]
+                    return [(key, pack(key, body)), *put.records]
 
                 expect = () if put.expect_entry is None else ((key, put.expect_entry),)
                 try:
