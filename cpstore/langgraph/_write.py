@@ -113,15 +113,26 @@ class _Plan(NamedTuple):
 class Writer:
     """The put path of one saver (one lock: puts of one saver are serialized)."""
 
-    def __init__(self, store: Store, serde: Any) -> None:
+    def __init__(self, store: Store, serde: Any, *, share: Writer | None = None) -> None:
         self.store = store
         self.serde = serde
-        self.lock = threading.Lock()
-        self._branches: OrderedDict[tuple[str, str], _Branch] = OrderedDict()
+        # another serde's view (``with_serde``) shares the lock and caches
+        self.lock: threading.Lock = threading.Lock() if share is None else share.lock
+        self._branches: OrderedDict[tuple[str, str], _Branch] = (
+            OrderedDict() if share is None else share._branches
+        )
         # (thread, ns, checkpoint id) -> (run, branch) of each cached branch's head
         # this writer recorded: a put whose parent is one continues that branch
         # without a planning read (the commit's ref CAS still proves the head).
-        self._tips: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._tips: dict[tuple[str, str, str], tuple[str, str]] = (
+            {} if share is None else share._tips
+        )
+
+    def with_serde(self, serde: Any) -> Writer:
+        """This writer when it has ``serde``, else one that encodes and decodes through
+        ``serde`` and shares this one's lock and cached branches (a saver whose ``serde``
+        was assigned after it was made, or ``with_allowlist``'s shallow clone)."""
+        return self if serde is self.serde else Writer(self.store, serde, share=self)
 
     def forget(self, run: str | None = None) -> None:
         """Drop cached recorders (of one run, or all): the store changed under them."""

@@ -115,6 +115,15 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             Any, Any, Callable[[Any, str], Any], tuple[Callable[..., Any], int] | None
         ] = _loaders_of(self.serde)
 
+    def _writer_now(self) -> Writer:
+        """The put path through ``self.serde`` as it is now: LangGraph assigns a saver's
+        ``serde`` (``with_allowlist``'s clone, which ``compile`` makes), and so may a
+        user; the writer made with the first one kept storing through it (review70:
+        an ``EncryptedSerializer`` assigned later encrypted the writes, not the
+        checkpoints)."""
+        writer = self._writer
+        return writer if writer.serde is self.serde else writer.with_serde(self.serde)
+
     def _loader(self, txn: Any, *, share: bool = True) -> Loader:
         """A Loader on ``txn`` with this saver's serde and its cached part loader.
 
@@ -234,7 +243,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         """Store a checkpoint (and its index entry, one txn); return the config naming it."""
         thread_id, ns, parent_id = _target(config)
         metadata = get_checkpoint_metadata(config, metadata)
-        checkpoint_id = self._writer.put(
+        checkpoint_id = self._writer_now().put(
             thread_id, ns, parent_id,
             checkpoint=checkpoint, metadata=metadata, new_versions=new_versions,
         )  # fmt: skip
@@ -334,16 +343,16 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of a thread (all namespaces), and sweep its run."""
-        _maintain.delete_threads(self.store, self._writer, [str(thread_id)])
+        _maintain.delete_threads(self.store, self._writer_now(), [str(thread_id)])
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
-        _maintain.delete_for_runs(self.store, self._writer, [str(r) for r in run_ids])
+        _maintain.delete_for_runs(self.store, self._writer_now(), [str(r) for r in run_ids])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another; no value bytes are copied."""
         _maintain.copy_thread(
-            self.store, self._writer, str(source_thread_id), str(target_thread_id)
+            self.store, self._writer_now(), str(source_thread_id), str(target_thread_id)
         )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -354,9 +363,9 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             )
         threads = [str(t) for t in thread_ids]
         if strategy == "delete":
-            _maintain.delete_threads(self.store, self._writer, threads)
+            _maintain.delete_threads(self.store, self._writer_now(), threads)
         else:
-            _maintain.keep_latest(self.store, self._writer, threads)
+            _maintain.keep_latest(self.store, self._writer_now(), threads)
 
     # -- async twins -----------------------------------------------------------
 
