@@ -207,6 +207,7 @@ class Writer:
                 parts: dict[str, bytes] = {}
                 held_by: dict[str, _Held] = {}
                 inherited: dict[str, tuple[Any, dict[str, bytes]]] | None = None
+                lost: NotFoundError | None = None  # the parent's parts, swept meanwhile
                 last_values = {} if plan.new_branch else branch.values
                 replan = False
                 for k, version in versions.items():
@@ -225,25 +226,32 @@ class Writer:
                             held_by[k] = known
                             parts.update(known[1])
                             continue
-                        if k in values:
-                            chan = pack_value(self.serde, k, values[k], branch.last)
-                        else:
-                            if inherited is None:
-                                try:
-                                    inherited = self._parent_parts(
-                                        plan.parent or self._entry(thread_id, ns, parent_id)
-                                    )
-                                except NotFoundError:
-                                    if plan.parent is None:
-                                        raise
+                        # The value stored at this version (the parent's part) before
+                        # the caller's: a value mutated in place without a new version
+                        # reads as LangGraph's savers read it, whether or not this
+                        # writer recorded the parent (review70: a cold put stored it).
+                        if inherited is None:
+                            try:
+                                inherited = self._parent_parts(
+                                    plan.parent or self._entry(thread_id, ns, parent_id)
+                                )
+                            except NotFoundError as e:
+                                if plan.parent is not None:
                                     # The planned parent was swept since the recorder was
-                                    # made from it (a keep_latest moved it to a kept copy):
-                                    # plan again, as a recorder made after the sweep does.
+                                    # made from it (a keep_latest moved it to a kept
+                                    # copy): plan again, as a recorder made after the
+                                    # sweep does.
                                     self._drop(plan.run, plan.branch)
                                     replan = True
                                     break
-                            held = inherited.get(k)
-                            chan = held[1] if held is not None and held[0] == version else None
+                                inherited, lost = {}, e
+                        held = inherited.get(k)
+                        if held is not None and held[0] == version:
+                            chan = held[1]
+                        elif k in values:
+                            chan = pack_value(self.serde, k, values[k], branch.last)
+                        elif lost is not None:
+                            raise lost
                     if chan is not None:
                         chan = {n: _same(branch.last.get(n), b) for n, b in chan.items()}
                         held_by[k] = (version, chan, chan[CHANNEL + k] != _EMPTY)
