@@ -41,7 +41,7 @@ from cpstore.store.lg_index import (
     scan,
     write_key,
 )
-from cpstore.store.model import ref_key, split_ref_key
+from cpstore.store.model import MAX_KEY_BYTES, ref_key, split_ref_key
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads"]
@@ -289,8 +289,11 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
             # the target's own writes under this id (a run's put_writes that landed after
             # a delete_thread of the target, a run on an earlier copy): the copy holds the
             # source's writes, never the union (review70: a reset thread resumed as the
-            # old run had answered)
-            stale = tuple(k for k, _ in scan(txn, meta, _writes_of(target, e)))
+            # old run had answered); a key longer than a store key may be (an older
+            # release's, PostgreSQL) cannot go in that txn, and stays
+            stale = tuple(
+                k for k, _ in scan(txn, meta, _writes_of(target, e)) if len(k) <= MAX_KEY_BYTES
+            )
         _copy_one(store, writer, target, e, (parts, step, writes, stale))
 
 
