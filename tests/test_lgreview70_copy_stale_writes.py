@@ -15,11 +15,14 @@ from __future__ import annotations
 import multiprocessing
 from typing import Any
 
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command
-from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
+from pg_cluster import backend_url, fresh_url, pg_cluster  # noqa: F401 - fixtures
 from test_langgraph_graphs import _hitl_graph
 
 from cpstore.langgraph import CpstoreSaver
+from cpstore.store.lg_index import pack, write_key
+from cpstore.store.model import MAX_KEY_BYTES
 
 TEMPLATE = {"configurable": {"thread_id": "S"}}
 RESET = {"configurable": {"thread_id": "T"}}
@@ -77,3 +80,30 @@ def test_a_second_copy_replaces_the_target_s_writes_of_each_copied_checkpoint(ur
         again = saver.get_tuple(at_head)
         assert again is not None
         assert again.pending_writes == head.pending_writes
+
+
+def test_a_stale_write_key_longer_than_a_store_key_is_left_not_a_failed_copy(
+    pg_cluster: Any,  # noqa: F811 - the fixture
+) -> None:
+    """PostgreSQL holds write keys an older release stored past today's limit (a long
+    task id). Such a key cannot go in the checkpoint's txn: the copy leaves it and goes
+    on, rather than stopping part-way with the target holding some checkpoints."""
+    url = fresh_url()
+    with CpstoreSaver.from_conn_string(url) as saver:
+        at = saver.put(
+            {"configurable": {"thread_id": "S", "checkpoint_ns": ""}},
+            dict(empty_checkpoint()),
+            {"source": "input", "step": -1},
+            {},
+        )
+        saver.put_writes(at, [("x", 1)], "task")
+        cid = at["configurable"]["checkpoint_id"]
+        long_task = "t" * 600
+        key = write_key("T", "", cid, long_task, 0, sized=False)
+        assert len(key) > MAX_KEY_BYTES
+        body = ["", long_task, 0, "x", *saver.serde.dumps_typed("old")]
+        meta = saver.store.backend.db("meta")
+        saver.store.backend.write_txn(lambda txn: txn.put(key, pack(key, body), db=meta))
+        saver.copy_thread("S", "T")
+        got = saver.get_tuple({"configurable": {"thread_id": "T", "checkpoint_ns": ""}})
+        assert got is not None and ("task", "x", 1) in got.pending_writes
