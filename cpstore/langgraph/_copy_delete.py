@@ -41,7 +41,7 @@ from cpstore.store.lg_index import (
     scan,
     write_key,
 )
-from cpstore.store.model import ref_key, split_ref_key
+from cpstore.store.model import MAX_KEY_BYTES, ref_key, split_ref_key
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads"]
@@ -286,7 +286,20 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
             with CheckpointView(backend, e.cid, verify=True, txn=txn) as view:
                 step = view.manifest.step
             writes = stored_writes(txn, meta, e.thread_id, e.ns, e.checkpoint_id)
-        _copy_one(store, writer, target, e, (parts, step, writes))
+            # the target's own writes under this id (a run's put_writes that landed after
+            # a delete_thread of the target, a run on an earlier copy): the copy holds the
+            # source's writes, never the union (review70: a reset thread resumed as the
+            # old run had answered); a key longer than a store key may be (an older
+            # release's, PostgreSQL) cannot go in that txn, and stays
+            stale = tuple(
+                k for k, _ in scan(txn, meta, _writes_of(target, e)) if len(k) <= MAX_KEY_BYTES
+            )
+        _copy_one(store, writer, target, e, (parts, step, writes, stale))
+
+
+def _writes_of(thread_id: str, e: Entry) -> bytes:
+    """The prefix of the pending writes of ``e``'s checkpoint id under ``thread_id``."""
+    return write_key(thread_id, e.ns, e.checkpoint_id, sized=False)
 
 
 def _decoded(
@@ -307,13 +320,25 @@ def _copy_one(
     writer: Writer,
     target: str,
     e: Entry,
-    read: tuple[dict[str, bytes], int, list[StoredWrite]],
+    read: tuple[dict[str, bytes], int, list[StoredWrite], tuple[bytes, ...]],
     *,
     expect: bytes | None = None,
 ) -> None:
-    parts, step, writes = read
+    """Record ``e`` again on ``target``; ``read`` is its parts, step, the writes to give it
+    and the keys of writes the target holds under its id (dropped)."""
+    parts, step, writes, drop = read
     head = {k: parts[k] for k in ("checkpoint", "metadata")}
     versions, values = _decoded(writer, e, parts)
+    records = []
+    for w in writes:
+        key = write_key(target, e.ns, e.checkpoint_id, w.task_id, w.idx)
+        body = [w.task_path, w.task_id, w.idx, w.channel, w.typed[0], w.typed[1]]
+        records.append((key, pack(key, body)))
+    written = {k for k, _ in records}
+    # The writes go in the checkpoint's own txn, with the target's own writes under this
+    # id dropped there: the copied checkpoint never shows writes that are not the
+    # source's, not even between two txns (review70).
+    in_txn = (*((k, None) for k in drop if k not in written), *records)
     writer.commit(
         Put(
             target,
@@ -327,32 +352,21 @@ def _copy_one(
             versions,
             {},
             expect_entry=expect,
+            records=in_txn,
         )
     )
+    if not records:
+        return
+    # Recorded with its writes in one txn; deleted or pruned from the target since (another
+    # process), they went together: the copy is not whole, and says so.
     backend = store.backend
-    meta = backend.db("meta")
-    records = []
-    for w in writes:
-        key = write_key(target, e.ns, e.checkpoint_id, w.task_id, w.idx)
-        body = [w.task_path, w.task_id, w.idx, w.channel, w.typed[0], w.typed[1]]
-        records.append((key, pack(key, body)))
-
-    held = entry_key(target, e.ns, e.checkpoint_id)
-
-    def put(txn: Txn[memoryview]) -> None:
-        # the checkpoint is recorded in the txn before: one deleted or pruned from the
-        # target since (another process) takes no writes, never writes no entry names
-        if txn.get(held, db=meta) is None:
-            raise ConflictError(
-                "the target thread changed during the copy (a checkpoint the copy recorded "
-                "was deleted or pruned before its writes were written); its writes are not "
-                "written",
-                where=f"thread {target!r} checkpoint {e.checkpoint_id}",
-                expected="the checkpoint the copy recorded",
-                got="no index entry",
-            )
-        for key, value in records:
-            txn.put(key, value, db=meta)
-
-    if records:
-        backend.write_txn(put)
+    with backend.read_txn() as txn:
+        gone = txn.get(entry_key(target, e.ns, e.checkpoint_id), db=backend.db("meta")) is None
+    if gone:
+        raise ConflictError(
+            "the target thread changed during the copy (a checkpoint the copy recorded "
+            "was deleted or pruned, with its writes, before the copy went on)",
+            where=f"thread {target!r} checkpoint {e.checkpoint_id}",
+            expected="the checkpoint the copy recorded",
+            got="no index entry",
+        )

@@ -137,7 +137,7 @@ def _reclaim(
         try:
             # The entry moves only while it is the one read here (its txn checks): a
             # delete_thread acknowledged meanwhile is never undone.
-            _copy_one(store, writer, thread_id, e, (parts, step, []), expect=bytes(entry))
+            _copy_one(store, writer, thread_id, e, (parts, step, [], ()), expect=bytes(entry))
         except ConflictError:
             continue
     writer.forget()

@@ -95,6 +95,9 @@ class Put(NamedTuple):
     #: The index entry this put replaces, as read (a prune re-recording a kept
     #: checkpoint): recorded only while the entry still holds it, else ConflictError.
     expect_entry: bytes | None = None
+    #: Index records written (a value) or deleted (None) in the checkpoint's own txn (a
+    #: copy: the source's pending writes, and the target's own under this id dropped).
+    records: tuple[tuple[bytes, bytes | None], ...] = ()
 
 
 class _Plan(NamedTuple):
@@ -110,15 +113,26 @@ class _Plan(NamedTuple):
 class Writer:
     """The put path of one saver (one lock: puts of one saver are serialized)."""
 
-    def __init__(self, store: Store, serde: Any) -> None:
+    def __init__(self, store: Store, serde: Any, *, share: Writer | None = None) -> None:
         self.store = store
         self.serde = serde
-        self.lock = threading.Lock()
-        self._branches: OrderedDict[tuple[str, str], _Branch] = OrderedDict()
+        # another serde's view (``with_serde``) shares the lock and caches
+        self.lock: threading.Lock = threading.Lock() if share is None else share.lock
+        self._branches: OrderedDict[tuple[str, str], _Branch] = (
+            OrderedDict() if share is None else share._branches
+        )
         # (thread, ns, checkpoint id) -> (run, branch) of each cached branch's head
         # this writer recorded: a put whose parent is one continues that branch
         # without a planning read (the commit's ref CAS still proves the head).
-        self._tips: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._tips: dict[tuple[str, str, str], tuple[str, str]] = (
+            {} if share is None else share._tips
+        )
+
+    def with_serde(self, serde: Any) -> Writer:
+        """This writer when it has ``serde``, else one that encodes and decodes through
+        ``serde`` and shares this one's lock and cached branches (a saver whose ``serde``
+        was assigned after it was made, or ``with_allowlist``'s shallow clone)."""
+        return self if serde is self.serde else Writer(self.store, serde, share=self)
 
     def forget(self, run: str | None = None) -> None:
         """Drop cached recorders (of one run, or all): the store changed under them."""
@@ -193,6 +207,7 @@ class Writer:
                 parts: dict[str, bytes] = {}
                 held_by: dict[str, _Held] = {}
                 inherited: dict[str, tuple[Any, dict[str, bytes]]] | None = None
+                lost: NotFoundError | None = None  # the parent's parts, swept meanwhile
                 last_values = {} if plan.new_branch else branch.values
                 replan = False
                 for k, version in versions.items():
@@ -211,25 +226,32 @@ class Writer:
                             held_by[k] = known
                             parts.update(known[1])
                             continue
-                        if k in values:
-                            chan = pack_value(self.serde, k, values[k], branch.last)
-                        else:
-                            if inherited is None:
-                                try:
-                                    inherited = self._parent_parts(
-                                        plan.parent or self._entry(thread_id, ns, parent_id)
-                                    )
-                                except NotFoundError:
-                                    if plan.parent is None:
-                                        raise
+                        # The value stored at this version (the parent's part) before
+                        # the caller's: a value mutated in place without a new version
+                        # reads as LangGraph's savers read it, whether or not this
+                        # writer recorded the parent (review70: a cold put stored it).
+                        if inherited is None:
+                            try:
+                                inherited = self._parent_parts(
+                                    plan.parent or self._entry(thread_id, ns, parent_id)
+                                )
+                            except NotFoundError as e:
+                                if plan.parent is not None:
                                     # The planned parent was swept since the recorder was
-                                    # made from it (a keep_latest moved it to a kept copy):
-                                    # plan again, as a recorder made after the sweep does.
+                                    # made from it (a keep_latest moved it to a kept
+                                    # copy): plan again, as a recorder made after the
+                                    # sweep does.
                                     self._drop(plan.run, plan.branch)
                                     replan = True
                                     break
-                            held = inherited.get(k)
-                            chan = held[1] if held is not None and held[0] == version else None
+                                inherited, lost = {}, e
+                        held = inherited.get(k)
+                        if held is not None and held[0] == version:
+                            chan = held[1]
+                        elif k in values:
+                            chan = pack_value(self.serde, k, values[k], branch.last)
+                        elif lost is not None:
+                            raise lost
                     if chan is not None:
                         chan = {n: _same(branch.last.get(n), b) for n, b in chan.items()}
                         held_by[k] = (version, chan, chan[CHANNEL + k] != _EMPTY)
@@ -252,7 +274,7 @@ class Writer:
                         run_id=run_id,
                         have=have,
                     )
-                    return [(key, pack(key, body))]
+                    return [(key, pack(key, body)), *put.records]
 
                 expect = () if put.expect_entry is None else ((key, put.expect_entry),)
                 try:

@@ -75,7 +75,7 @@ def _side(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
     if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
         raise InvalidInputError("each side needs configurable.thread_id", got=repr(config)[:80])
     cid = conf.get("checkpoint_id")
-    return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), cid and str(cid)
+    return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), str(cid) if cid else None
 
 
 def _chain(

@@ -79,8 +79,11 @@ def _target(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
             "a LangGraph config needs configurable.thread_id", got=repr(config)[:80]
         )
     ns = conf.get("checkpoint_ns") or ""
+    # A falsy id ("") names no checkpoint: the newest is read, a put is a root, as in
+    # LangGraph's own savers and its Pregel loop ("a truthy checkpoint_id"); taken as an
+    # id, get_tuple found none and a graph started its thread over (review70).
     checkpoint_id = conf.get("checkpoint_id")
-    return str(conf["thread_id"]), str(ns), None if checkpoint_id is None else str(checkpoint_id)
+    return str(conf["thread_id"]), str(ns), str(checkpoint_id) if checkpoint_id else None
 
 
 class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
@@ -111,6 +114,15 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         self._loader_of: tuple[
             Any, Any, Callable[[Any, str], Any], tuple[Callable[..., Any], int] | None
         ] = _loaders_of(self.serde)
+
+    def _writer_now(self) -> Writer:
+        """The put path through ``self.serde`` as it is now: LangGraph assigns a saver's
+        ``serde`` (``with_allowlist``'s clone, which ``compile`` makes), and so may a
+        user; the writer made with the first one kept storing through it (review70:
+        an ``EncryptedSerializer`` assigned later encrypted the writes, not the
+        checkpoints)."""
+        writer = self._writer
+        return writer if writer.serde is self.serde else writer.with_serde(self.serde)
 
     def _loader(self, txn: Any, *, share: bool = True) -> Loader:
         """A Loader on ``txn`` with this saver's serde and its cached part loader.
@@ -186,7 +198,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         else:
             prefix, checkpoint_id = CHECKPOINT_PREFIX, None
         at = len(prefix)
-        before_id = get_checkpoint_id(before) if before else None
+        before_id = (get_checkpoint_id(before) or None) if before else None
         backend = self.store.backend
         meta = backend.db("meta")
         left = limit
@@ -231,7 +243,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         """Store a checkpoint (and its index entry, one txn); return the config naming it."""
         thread_id, ns, parent_id = _target(config)
         metadata = get_checkpoint_metadata(config, metadata)
-        checkpoint_id = self._writer.put(
+        checkpoint_id = self._writer_now().put(
             thread_id, ns, parent_id,
             checkpoint=checkpoint, metadata=metadata, new_versions=new_versions,
         )  # fmt: skip
@@ -252,8 +264,10 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
     ) -> None:
         """Store a task's writes for a checkpoint; special (negative-index) writes replace."""
         thread_id, ns, checkpoint_id = _target(config)
-        if checkpoint_id is None:
-            raise InvalidInputError("put_writes needs configurable.checkpoint_id")
+        if checkpoint_id is None:  # absent or "": writes no read could reach
+            raise InvalidInputError(
+                "put_writes needs a non-empty configurable.checkpoint_id", got=repr(config)[:80]
+            )
         records: list[tuple[bytes, bytes, bool]] = []
         for idx, (channel, value) in enumerate(writes):
             at = WRITES_IDX_MAP.get(channel, idx)
@@ -329,16 +343,16 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of a thread (all namespaces), and sweep its run."""
-        _maintain.delete_threads(self.store, self._writer, [str(thread_id)])
+        _maintain.delete_threads(self.store, self._writer_now(), [str(thread_id)])
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
-        _maintain.delete_for_runs(self.store, self._writer, [str(r) for r in run_ids])
+        _maintain.delete_for_runs(self.store, self._writer_now(), [str(r) for r in run_ids])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another; no value bytes are copied."""
         _maintain.copy_thread(
-            self.store, self._writer, str(source_thread_id), str(target_thread_id)
+            self.store, self._writer_now(), str(source_thread_id), str(target_thread_id)
         )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -349,9 +363,9 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             )
         threads = [str(t) for t in thread_ids]
         if strategy == "delete":
-            _maintain.delete_threads(self.store, self._writer, threads)
+            _maintain.delete_threads(self.store, self._writer_now(), threads)
         else:
-            _maintain.keep_latest(self.store, self._writer, threads)
+            _maintain.keep_latest(self.store, self._writer_now(), threads)
 
     # -- async twins -----------------------------------------------------------
 
