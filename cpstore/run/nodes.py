@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgpack
+
 from cpstore.errors import CanonicalEncodingError, InvalidInputError
-from cpstore.native.canonical import encode_value
+from cpstore.native.canonical import _ext_hook, encode_value
 from cpstore.native.records import STEP_LIMIT
 
 __all__ = ["decision_node"]
@@ -58,7 +60,7 @@ def decision_node(step: object, node: object, fields: Mapping[str, Any]) -> dict
         )
     entry["step"] = step
     try:
-        encode_value(entry)
+        encoded = encode_value(entry)
     except CanonicalEncodingError as exc:
         raise CanonicalEncodingError(
             exc.what,
@@ -66,4 +68,12 @@ def decision_node(step: object, node: object, fields: Mapping[str, Any]) -> dict
             expected=exc.expected,
             got=exc.got,
         ) from None
-    return entry
+    # The entry as decided, read back from its encoding: a fresh object, never the
+    # caller's. review70: the caller's lists and maps were kept, so a runtime that reused
+    # an argument list after the call had the call graph show the later value (a replay
+    # that decided otherwise was an ACCEPT once the list held what the recording does).
+    # The bytes were just made canonical: decoded as the cursor decodes a verified block.
+    decided: dict[str, Any] = msgpack.unpackb(
+        encoded, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True
+    )
+    return decided
