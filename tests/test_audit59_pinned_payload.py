@@ -18,7 +18,7 @@ from stored import edit_raw
 import cpstore
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import IntegrityError
+from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
 from cpstore.replay import PinnedObservations, ReplaySession
 from cpstore.run.model import Observation, Run
@@ -47,11 +47,16 @@ def test_a_damaged_payload_read_unverified_is_never_served(tmp_path: Path) -> No
     edit_raw(path, "objects", key, lambda old: old[:-1] + bytes([old[-1] ^ 0x01]))  # v1 -> v0
     with open_store(path) as store:
         with store.read(cid, verify=False) as cp:
-            session = ReplaySession(cp)
+            # A whole session refuses such a reader (review70: its ledger guard would take
+            # the ledger unchecked); the pinned reader on its own checks each payload.
+            with pytest.raises(InvalidInputError, match="verify=False"):
+                ReplaySession(cp)
+            pinned = PinnedObservations(cp)
             with pytest.raises(IntegrityError, match="recorded digest") as told:
-                session.observations.read(1, "cfg")  # before: b"config-v0"
+                pinned.read(1, "cfg")  # before: b"config-v0"
             assert told.value.expected == observations[0][2]
-            replay = session.finish(cpstore.state_digest(STATE))
+        with store.read(cid) as cp:
+            replay = ReplaySession(cp).finish(cpstore.state_digest(STATE))
         assert replay.observations == ()  # nothing served, nothing claimed
         decision = validate(recorded, replay)  # before: ACCEPT
         assert decision.verdict is Verdict.REJECT

@@ -188,7 +188,17 @@ class LedgerGuard:
 
     @classmethod
     def from_checkpoint(cls, cp: CheckpointSource, *, allow_unsealed: bool = False) -> LedgerGuard:
-        """A guard over an open checkpoint's ledger."""
+        """A guard over an open checkpoint's ledger (:class:`ReplaySession` makes one);
+        InvalidInputError for a view opened with ``verify=False``: its ledger is not
+        hash-checked, and a damaged one could admit an effect never recorded (review70)."""
+        if not cp.verified:
+            raise InvalidInputError(
+                "a replay's ledger guard needs a reader that hash-checks the ledger: open "
+                "the checkpoint with store.read(id), not verify=False",
+                where=f"checkpoint {cp.id}",
+                expected="verified=True",
+                got="verified=False",
+            )
         return cls(
             (Effect(s, t, d) for s, t, d in cp.effects()),
             sealed=bool(cp.manifest.ledger_sealed),

@@ -47,6 +47,10 @@ class CheckpointSource(Protocol):
         """The checkpoint's manifest."""
 
     @property
+    def verified(self) -> bool:
+        """True when every read of the view is hash-checked (not ``verify=False``)."""
+
+    @property
     def lease(self) -> Sequence[bool]:
         """Non-empty exactly while the view's txn is open."""
 

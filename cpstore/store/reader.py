@@ -234,6 +234,11 @@ class CheckpointView:
         return self._id
 
     @property
+    def verified(self) -> bool:
+        """True unless opened with ``verify=False``: every read is hash-checked."""
+        return self._verify
+
+    @property
     def lease(self) -> list[bool]:
         """Non-empty exactly while this reader's txn is open (checked before zero-copy reads).
 
