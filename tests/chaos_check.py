@@ -24,7 +24,7 @@ from typing import Any
 
 from chaos_errors import CONNECTION
 from chaos_roles import values_digest
-from chaos_rollback import DIGEST, refused_by_digest, rollbacks
+from chaos_rollback import DIGEST, SHORT, VANISH, refused_by_digest, rollbacks
 from chaos_worker import KEEP, SHARED
 
 import cpstore
@@ -81,6 +81,8 @@ class Model:
         self.rollbacks = rollbacks(self.ops)
         self.side = {i for r in self.rollbacks for i in r.side}
         windows += [(r.begin, r.end, DIGEST) for r in self.rollbacks]
+        # A vanish (tests/chaos_vanish.py): every create refuses, naming the count (SHORT).
+        windows += [(r.begin, r.end, SHORT) for r in self.rollbacks if r.kind == VANISH]
         self.defects = [
             d
             for d in self.defects

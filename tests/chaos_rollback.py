@@ -53,8 +53,10 @@ from cpstore.errors import CpstoreError
 from cpstore.store.refs import RECORDED, SET, pack_ref
 
 INF = math.inf
-ROLLBACK, REPAIR = "rollback", "ref_repair"
+ROLLBACK, REPAIR, VANISH = "rollback", "ref_repair", "vanish"
 DIGEST = "meta/refs_digest"
+#: What a create refused while the refs table is short of its count says (refs70).
+SHORT = "is not created from nothing"
 #: Retention operations that always sweep (or refuse): none may be acknowledged while
 #: the refs table fails its digest. A saver's delete or prune sweeps only a run with
 #: refs (it may end without a sweep), so it may only refuse with the digest.
@@ -84,7 +86,7 @@ class Rollback:
     run: str
     branch: str
     old: str
-    new: str
+    new: str | None  # None: a vanish
     begin: float  # its ``b``: the write came after
     written: float  # its ``a``: the write committed before (INF: not acknowledged)
     repair_begin: float  # the repair's ``b`` (INF: none logged)
@@ -92,10 +94,17 @@ class Rollback:
     line: set[str] = field(default_factory=set)  # the true head's line above ``new``
     side: set[str] = field(default_factory=set)  # op ids of side-chain checkpoints
     side_cids: set[str] = field(default_factory=set)  # acknowledged side-chain ids
+    #: "vanish" (chaos70: the ref row deleted, ``new`` None; tests/chaos_vanish.py)
+    kind: str = ROLLBACK
 
     @property
     def ref(self) -> str:
         return f"refs/{self.run}/{self.branch}"
+
+    @property
+    def what(self) -> str:
+        """How the ref stood: for the checker's messages."""
+        return "vanished" if self.kind == VANISH else f"rolled back to {self.new}"
 
 
 def _end(e: dict[str, Any] | None) -> float:
@@ -103,9 +112,10 @@ def _end(e: dict[str, Any] | None) -> float:
 
 
 def rollbacks(ops: Ops) -> list[Rollback]:
-    """Every rollback whose write may have committed, with its repair and side chain."""
-    out = []
-    repairs = [(b, e) for b, e in ops if b["op"] == REPAIR]
+    """Every rollback whose write may have committed, with its repair and side chain, and
+    every vanish (chaos70: tests/chaos_vanish.py), whose window the digest fails too."""
+    out = vanishes(ops)
+    repairs = [(b, e) for b, e in ops if b["op"] == REPAIR and "vanish" not in b]
     for b, e in ops:
         if b["op"] != ROLLBACK or (e is not None and not (e["ev"] == "a" and e.get("written"))):
             continue
@@ -122,6 +132,26 @@ def rollbacks(ops: Ops) -> list[Rollback]:
         )  # fmt: skip
         _side(ops, roll)
         out.append(roll)
+    return out
+
+
+def vanishes(ops: Ops) -> list[Rollback]:
+    """Every vanish (a ref row deleted outside cpstore) whose delete may have committed,
+    as a window from its ``b`` to the end of the repair naming it (``vanish``: its id).
+    ``new`` None: while it stands the ref is absent (a CAS on it conflicts) and the refs
+    table is one ref short of its digest's count (no ref is created; retention and
+    push/pull refuse); ``old`` the head it had, which the repair puts back."""
+    out = []
+    for b, e in ops:
+        if b["op"] != VANISH or (e is not None and not (e["ev"] == "a" and e.get("written"))):
+            continue
+        mine = [(rb, re) for rb, re in ops if rb["op"] == REPAIR and rb.get("vanish") == b["id"]]
+        rb_, re_ = mine[0] if mine else (None, None)
+        rep_end = INF if re_ is None or re_["ev"] != "a" else float(re_["t"])
+        out.append(Rollback(
+            b["run"], b["branch"], b["old"], None, b["t"], _end(e),
+            INF if rb_ is None else float(rb_["t"]), rep_end, kind=VANISH,
+        ))  # fmt: skip
     return out
 
 
@@ -195,7 +225,7 @@ def retention_problems(m: Any) -> list[str]:
     """A retention operation acknowledged wholly inside a standing rollback: it swept (or
     dry-ran) by a refs table that fails its digest (``m``: a tests/chaos_check.py Model)."""
     return [
-        f"{b['op']} {b['id']} ran while {r.ref} stood rolled back to {r.new} (refs digest "
+        f"{b['op']} {b['id']} ran while {r.ref} stood {r.what} (refs digest "
         f"failing from the write to the repair): retention must refuse"
         for r in m.rollbacks
         if r.written < INF
@@ -211,7 +241,7 @@ def transfer_problems(m: Any) -> list[str]:
     digest, which push and pull refuse (docs/store.md, "push and pull"; push69)."""
     return [
         f"{b['op']}{' (pull)' if b.get('pull') else ''} {b['id']} landed while {r.ref} stood "
-        f"rolled back to {r.new} (refs digest failing from the write to the repair): push "
+        f"{r.what} (refs digest failing from the write to the repair): push "
         "and pull must refuse"
         for r in m.rollbacks
         if r.written < INF
