@@ -44,14 +44,14 @@ from cpstore.errors import CpstoreError
 def operate(store: str, log: Log, rng: random.Random) -> None:
     """One of the operator's damages (and repairs), or a release of a repair's hold."""
     pick = rng.random()
-    if pick < 0.3:
+    if pick < 0.25:
         damage_and_repair(store, log, rng)  # a ref's check flipped
-    elif pick < 0.6:
+    elif pick < 0.5:
         roll_back_and_repair(store, log, rng)  # a ref put back, true check
-    elif pick < 0.7:
+    elif pick < 0.6:
         release_repair_hold(store, log, rng)  # chaos69: one of several holds
     elif pick < 0.9:
-        vanish_and_repair(store, log, rng)  # chaos70: a ref row deleted
+        vanish_and_repair(store, log, rng)  # chaos70: a ref row deleted (3 turns in 10)
 
 
 def vanish(st: cpstore.Store, log: Log, run: str, branch: str) -> tuple[str, str] | None:
