@@ -40,6 +40,7 @@ from chaos_names import refusal_allowed as name_refusal_allowed
 from chaos_rollback import (
     SHORT,
     VANISH,
+    accepting,
     conflict_explained,
     digest_failed,
     refused_by_digest,
@@ -124,6 +125,15 @@ class Context:
         ):  # fmt: skip
             return False
         return digest_failed(vans, b, e, slack)
+
+    def accepted(self, b: dict[str, Any]) -> bool:
+        """``b`` puts back a vanished ref, and a rollback's repair begun after the vanish
+        accepted the table (its digest holds without the ref) before ``b`` began."""
+        vid = b.get("vanish")
+        begun = [vb["t"] for vb, _ in self.ops if vb["op"] == VANISH and vb["id"] == vid]
+        return bool(begun) and any(
+            ae is not None and ae["t"] < b["t"] for _, ae in accepting(self.ops, begun[0])
+        )
 
     def damage_near(self, run: str, branch: str, b: dict[str, Any], e: dict[str, Any]) -> bool:
         """The operator damaged (and then repaired: deleted) this ref before the op ended,
@@ -342,6 +352,9 @@ TABLE: dict[str, dict[str, Rule]] = {
     # ref" only when the fork may have been deleted first (a false alarm until chaos68's
     # merge met it: pg, own-w1's fork reset to None 15 ms before the flip).
     "damage": {"NotFoundError": _gone_first},
+    # The put back of a vanished ref (tests/chaos_vanish.py): "no such ref, and the table
+    # passes its digest" only once a rollback's repair accepted the table meanwhile.
+    "ref_repair": {"NotFoundError": lambda b, e, c: c.accepted(b)},
     # Required on a healthy ref; while a rollback stands (the table fails its digest) the
     # repair goes on to its bogus target: NotFoundError (tests/chaos_rollback.py).
     "repair": {
@@ -410,6 +423,14 @@ def allowed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
     ):  # fmt: skip
         return True
     if err == "IntegrityError" and SHORT in e.get("msg", "") and c.short_create(b, e):
+        return True
+    # Another thread's batch commit refused so (its own line is judged above), relayed
+    # to this thread's checkpoint or flush: the log cuts the relayed message at 300
+    # characters, before the refusal's own words.
+    if (
+        err == "IntegrityError" and b["op"] in ("ckpt", "flush", "close")
+        and _relayed(b, e, c) and c.short_create({**b, "parent": None}, e)
+    ):  # fmt: skip
         return True
     if (
         err == "ConflictError" and b["op"] in ("ckpt", "flush", "close")

@@ -147,12 +147,29 @@ def vanishes(ops: Ops) -> list[Rollback]:
             continue
         mine = [(rb, re) for rb, re in ops if rb["op"] == REPAIR and rb.get("vanish") == b["id"]]
         rb_, re_ = mine[0] if mine else (None, None)
-        rep_end = INF if re_ is None or re_["ev"] != "a" else float(re_["t"])
+        begin, end = INF if rb_ is None else float(rb_["t"]), _end(re_)
+        if re_ is not None and re_["ev"] != "a":
+            end = INF
+        # A rollback's repair (another ref's) while it stood accepts the table as it
+        # stands: the digest holds again without the vanished ref, whose head it keeps.
+        for ab, ae in accepting(ops, b["t"]):
+            if ab["t"] < end:
+                begin, end = min(begin, float(ab["t"])), min(end, _end(ae))
         out.append(Rollback(
-            b["run"], b["branch"], b["old"], None, b["t"], _end(e),
-            INF if rb_ is None else float(rb_["t"]), rep_end, kind=VANISH,
+            b["run"], b["branch"], b["old"], None, b["t"], _end(e), begin, end, kind=VANISH,
         ))  # fmt: skip
     return out
+
+
+def accepting(ops: Ops, after: float) -> Ops:
+    """The acknowledged repairs of a rollback (not a vanish's own) begun after ``after``
+    that found the table short of its count: each accepted the table as it stood."""
+    return [
+        (b, e) for b, e in ops
+        if b["op"] == REPAIR and "vanish" not in b and b["t"] > after
+        and e is not None and e["ev"] == "a"
+        and (e.get("refs") or {}).get("found", 0) < ((e.get("refs") or {}).get("recorded") or 0)
+    ]  # fmt: skip
 
 
 def _side(ops: Ops, roll: Rollback) -> None:
@@ -304,7 +321,8 @@ def repair(st: cpstore.Store, log: Log, run: str, head: str) -> None:
         log.write("x", sync=True, op=REPAIR, id=oid, err=type(exc).__name__, msg=str(exc)[:300])
         return
     log.write("a", sync=True, op=REPAIR, id=oid, digest=rec.digest, index=rec.index,
-              retained=rec.body["retained"], kept=rec.body["kept"])  # fmt: skip
+              retained=rec.body["retained"], kept=rec.body["kept"],
+              refs=rec.body["refs"])  # fmt: skip
 
 
 def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:

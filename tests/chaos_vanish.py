@@ -110,8 +110,13 @@ def vanish_and_repair(store: str, log: Log, rng: random.Random) -> None:
         if done is None:
             return
         time.sleep(rng.uniform(0.2, 0.8))
-        if rng.random() < 0.3:
-            damage_and_repair(store, log, rng)  # another damage beside it: its rules hold
+        beside = rng.random()  # another damage beside it: its rules hold
+        if beside < 0.3:
+            damage_and_repair(store, log, rng)
+        elif beside < 0.5:
+            # Its repair accepts the table without the vanished ref (keeping its head):
+            # the put back below is then NotFoundError, and the ref stays gone.
+            roll_back_and_repair(store, log, rng)
         probe(st, log)
         time.sleep(rng.uniform(0.05, 0.3))
         put_back(st, log, run, branch, done)

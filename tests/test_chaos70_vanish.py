@@ -258,3 +258,68 @@ def test_the_operators_vanish_and_repair_on_a_real_store(url: str, tmp_path: Pat
     with cpstore.open(url) as st:
         assert st.verify().ok
         assert vanish_problems(st, Model(read_logs(logdir))) == []
+
+
+def _accepting(t: int) -> list[dict[str, Any]]:
+    """A rollback of own-w2's main and its repair at t..t+1, which found the table one ref
+    short (``refs``): it accepted the table without the vanished ref."""
+    ids = {"run": "own-w2", "branch": "main"}
+    return [
+        {"t": 15, "ev": "b", "op": "rollback", "id": "rb", "old": "b" * 32, "new": "c" * 32,
+         "line": ["b" * 32], **ids},
+        {"t": 16, "ev": "a", "op": "rollback", "id": "rb", "written": True},
+        {"t": t, "ev": "b", "op": "ref_repair", "id": "rr", "new": "b" * 32, **ids},
+        {"t": t + 1, "ev": "a", "op": "ref_repair", "id": "rr", "digest": "e" * 64, "index": 0,
+         "retained": "c" * 32, "kept": ["a" * 32], "refs": {"recorded": 5, "found": 4}},
+    ]  # fmt: skip
+
+
+class TestAcceptedByARollbacksRepair:
+    """A rollback's repair while a vanish stands accepts the table as it stands (the
+    digest holds again without the vanished ref, whose head it keeps): the vanish's
+    window ends there, and its own put back is then NotFoundError."""
+
+    def _lines(self) -> list[dict[str, Any]]:
+        lines = [r for r in _vanish_lines("a" * 32) if r["id"] == "v" or r["ev"] == "b"]
+        return [*lines, *_accepting(30)]
+
+    def test_the_window_ends_at_the_accepting_repair(self) -> None:
+        m = Model([{"w": 0, "inc": 0, **r} for r in sorted(self._lines(), key=lambda r: r["t"])])
+        (v,) = [r for r in m.rollbacks if r.kind == "vanish"]
+        assert (v.repair_begin, v.end) == (30, 31)
+
+    @pytest.mark.parametrize(("span", "ok"), [((20, 25), True), ((32, 35), False)])
+    def test_a_create_is_refused_only_before_it(self, span: tuple[int, int], ok: bool) -> None:
+        """A create refused naming the count after the table was accepted: not allowed."""
+        ops = _ops(self._lines())
+        b, e = _refusal("fork", *span, "IntegrityError", SHORT_MSG, run=RUN, branch="f9")
+        assert allowed(b, e, Context([*ops, (b, e)])) is ok
+
+    def test_the_put_back_refused_after_it_is_allowed(self) -> None:
+        ops = _ops(self._lines())
+        (b,) = [b for b, _ in ops if b["id"] == "r"]
+        e = {"t": 42, "w": 0, "inc": 0, "ev": "x", "op": "ref_repair", "id": "r",
+             "err": "NotFoundError", "msg": "no such ref, and the refs table passes"}  # fmt: skip
+        assert allowed(b, e, Context([*ops, (b, e)]))
+        alone = _ops([r for r in self._lines() if r["id"] not in ("rr",)])
+        (b,) = [b for b, _ in alone if b["id"] == "r"]
+        assert not allowed(b, e, Context([*alone, (b, e)]))  # no accepting repair: a defect
+
+
+RELAYED_MSG = (
+    "1 checkpoint(s) this thread queued were in another thread's batch commit, which "
+    "failed: not stored; at /tmp/s; got 'the refs table holds fewer "
+)
+
+
+@pytest.mark.parametrize(
+    ("op", "span", "ok"),
+    [("flush", (20, 25), True), ("ckpt", (20, 25), True), ("flush", (50, 55), False)],
+)
+def test_a_relayed_create_refusal_in_a_vanish(op: str, span: tuple[int, int], ok: bool) -> None:
+    """Another thread's batch commit refused naming the count, relayed to this thread's
+    flush (campaign seed 70007: its logged message cut before the refusal's own words):
+    allowed while a vanish stands, never after its repair."""
+    ops = _ops(_vanish_lines("a" * 32))
+    b, e = _refusal(op, *span, "IntegrityError", RELAYED_MSG, run=RUN, branch="main")
+    assert allowed(b, e, Context([*ops, (b, e)])) is ok
