@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chaos_check import Model, read_logs
-from chaos_errors import Context, allowed
+from chaos_check import Model, frees, read_logs
+from chaos_errors import Context, allowed, refusal_problems
 from chaos_log import Log
+from chaos_rollback import repair, roll_back, rollback_problems
 from chaos_vanish import put_back, vanish, vanish_and_repair, vanish_problems
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
 from test_chaos_mutations import _fake_log, check
@@ -323,3 +324,33 @@ def test_a_relayed_create_refusal_in_a_vanish(op: str, span: tuple[int, int], ok
     ops = _ops(_vanish_lines("a" * 32))
     b, e = _refusal(op, *span, "IntegrityError", RELAYED_MSG, run=RUN, branch="main")
     assert allowed(b, e, Context([*ops, (b, e)])) is ok
+
+
+def test_a_rollback_beside_a_vanish_on_a_real_store(url: str, tmp_path: Path) -> None:
+    """The operator's rollback of main while a fork stands vanished: its repair accepts
+    the table without the fork (keeping the fork's head), the put back is then refused
+    NotFoundError, creates go on; the checker's rules read the log clean."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    log = Log(str(logdir / "w99.log"), 99, 0)
+    with cpstore.open(url) as st:
+        rec = st.recorder(RUN)
+        first = rec.checkpoint(0, {"a": 1})
+        rec.checkpoint(1, {"a": 2})
+        rec.checkpoint(2, {"a": 3})
+        st.fork(RUN, FORK, first)
+        head = st.recorder(RUN, branch=FORK).checkpoint(3, {"f": 1})
+        done = vanish(st, log, RUN, FORK)
+        rolled = roll_back(st, log, RUN, random.Random(0))
+        assert done is not None and rolled is not None
+        repair(st, log, RUN, rolled[0])
+        assert st.verify().ok and head in st.retained()
+        put_back(st, log, RUN, FORK, done)
+        assert st.ref(RUN, FORK) is None
+        st.fork(RUN, "f9", first)  # the table passes its digest: creates go on
+        m = Model(read_logs(logdir))
+        (v,) = [r for r in m.rollbacks if r.kind == "vanish"]
+        (r,) = [r for r in m.rollbacks if r.kind == "rollback"]
+        assert (v.repair_begin, v.end) == (r.repair_begin, r.end)
+        assert refusal_problems(m.ops, m.errs) == []
+        assert vanish_problems(st, m) == [] and rollback_problems(st, m, frees) == []
