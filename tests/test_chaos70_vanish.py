@@ -76,6 +76,9 @@ def _refusal(op: str, t0: int, t1: int, err: str, msg: str, **fields: Any) -> An
         # The vanished branch from the head its recorder held: a CAS on that head, which
         # meets no ref (ConflictError), never a create (rule 4).
         ("ckpt", (20, 25), {"run": RUN, "branch": FORK, "parent": "a" * 32}, False),
+        # Batched: a root queued meanwhile, then one on it (its parent unacknowledged);
+        # the call that commits the batch reports the root's refused create (seed 70033).
+        ("ckpt", (20, 25), {"run": RUN, "branch": FORK, "parent": "f" * 32}, True),
     ],
 )
 def test_a_create_refused_by_the_count(
