@@ -86,6 +86,9 @@ def placements(ops: Ops, run: str, branch: str, committed: Committed) -> list[Pl
         acked = e is not None and e["ev"] == "a"
         if op == "damage":  # broken, then repaired: deleted (IntegrityError meanwhile)
             out.append(Place(b["t"], end, None, acked))
+        elif op == "vanish":  # deleted outside cpstore, then put back (ref_repair, below)
+            if e is None or e.get("written"):
+                out.append(Place(b["t"], end, None, acked))
         elif op == "rollback":  # put back to an older head (tests/chaos_rollback.py)
             if e is None or e.get("written"):
                 out.append(Place(b["t"], end, b["new"], acked))

@@ -53,8 +53,10 @@ from cpstore.errors import CpstoreError
 from cpstore.store.refs import RECORDED, SET, pack_ref
 
 INF = math.inf
-ROLLBACK, REPAIR = "rollback", "ref_repair"
+ROLLBACK, REPAIR, VANISH = "rollback", "ref_repair", "vanish"
 DIGEST = "meta/refs_digest"
+#: What a create refused while the refs table is short of its count says (refs70).
+SHORT = "is not created from nothing"
 #: Retention operations that always sweep (or refuse): none may be acknowledged while
 #: the refs table fails its digest. A saver's delete or prune sweeps only a run with
 #: refs (it may end without a sweep), so it may only refuse with the digest.
@@ -84,7 +86,7 @@ class Rollback:
     run: str
     branch: str
     old: str
-    new: str
+    new: str | None  # None: a vanish
     begin: float  # its ``b``: the write came after
     written: float  # its ``a``: the write committed before (INF: not acknowledged)
     repair_begin: float  # the repair's ``b`` (INF: none logged)
@@ -92,10 +94,17 @@ class Rollback:
     line: set[str] = field(default_factory=set)  # the true head's line above ``new``
     side: set[str] = field(default_factory=set)  # op ids of side-chain checkpoints
     side_cids: set[str] = field(default_factory=set)  # acknowledged side-chain ids
+    #: "vanish" (chaos70: the ref row deleted, ``new`` None; tests/chaos_vanish.py)
+    kind: str = ROLLBACK
 
     @property
     def ref(self) -> str:
         return f"refs/{self.run}/{self.branch}"
+
+    @property
+    def what(self) -> str:
+        """How the ref stood: for the checker's messages."""
+        return "vanished" if self.kind == VANISH else f"rolled back to {self.new}"
 
 
 def _end(e: dict[str, Any] | None) -> float:
@@ -103,9 +112,10 @@ def _end(e: dict[str, Any] | None) -> float:
 
 
 def rollbacks(ops: Ops) -> list[Rollback]:
-    """Every rollback whose write may have committed, with its repair and side chain."""
-    out = []
-    repairs = [(b, e) for b, e in ops if b["op"] == REPAIR]
+    """Every rollback whose write may have committed, with its repair and side chain, and
+    every vanish (chaos70: tests/chaos_vanish.py), whose window the digest fails too."""
+    out = vanishes(ops)
+    repairs = [(b, e) for b, e in ops if b["op"] == REPAIR and "vanish" not in b]
     for b, e in ops:
         if b["op"] != ROLLBACK or (e is not None and not (e["ev"] == "a" and e.get("written"))):
             continue
@@ -123,6 +133,43 @@ def rollbacks(ops: Ops) -> list[Rollback]:
         _side(ops, roll)
         out.append(roll)
     return out
+
+
+def vanishes(ops: Ops) -> list[Rollback]:
+    """Every vanish (a ref row deleted outside cpstore) whose delete may have committed,
+    as a window from its ``b`` to the end of the repair naming it (``vanish``: its id).
+    ``new`` None: while it stands the ref is absent (a CAS on it conflicts) and the refs
+    table is one ref short of its digest's count (no ref is created; retention and
+    push/pull refuse); ``old`` the head it had, which the repair puts back."""
+    out = []
+    for b, e in ops:
+        if b["op"] != VANISH or (e is not None and not (e["ev"] == "a" and e.get("written"))):
+            continue
+        mine = [(rb, re) for rb, re in ops if rb["op"] == REPAIR and rb.get("vanish") == b["id"]]
+        rb_, re_ = mine[0] if mine else (None, None)
+        begin, end = INF if rb_ is None else float(rb_["t"]), _end(re_)
+        if re_ is not None and re_["ev"] != "a":
+            end = INF
+        # A rollback's repair (another ref's) while it stood accepts the table as it
+        # stands: the digest holds again without the vanished ref, whose head it keeps.
+        for ab, ae in accepting(ops, b["t"]):
+            if ab["t"] < end:
+                begin, end = min(begin, float(ab["t"])), min(end, _end(ae))
+        out.append(Rollback(
+            b["run"], b["branch"], b["old"], None, b["t"], _end(e), begin, end, kind=VANISH,
+        ))  # fmt: skip
+    return out
+
+
+def accepting(ops: Ops, after: float) -> Ops:
+    """The acknowledged repairs of a rollback (not a vanish's own) begun after ``after``
+    that found the table short of its count: each accepted the table as it stood."""
+    return [
+        (b, e) for b, e in ops
+        if b["op"] == REPAIR and "vanish" not in b and b["t"] > after
+        and e is not None and e["ev"] == "a"
+        and (e.get("refs") or {}).get("found", 0) < ((e.get("refs") or {}).get("recorded") or 0)
+    ]  # fmt: skip
 
 
 def _side(ops: Ops, roll: Rollback) -> None:
@@ -195,7 +242,7 @@ def retention_problems(m: Any) -> list[str]:
     """A retention operation acknowledged wholly inside a standing rollback: it swept (or
     dry-ran) by a refs table that fails its digest (``m``: a tests/chaos_check.py Model)."""
     return [
-        f"{b['op']} {b['id']} ran while {r.ref} stood rolled back to {r.new} (refs digest "
+        f"{b['op']} {b['id']} ran while {r.ref} stood {r.what} (refs digest "
         f"failing from the write to the repair): retention must refuse"
         for r in m.rollbacks
         if r.written < INF
@@ -211,7 +258,7 @@ def transfer_problems(m: Any) -> list[str]:
     digest, which push and pull refuse (docs/store.md, "push and pull"; push69)."""
     return [
         f"{b['op']}{' (pull)' if b.get('pull') else ''} {b['id']} landed while {r.ref} stood "
-        f"rolled back to {r.new} (refs digest failing from the write to the repair): push "
+        f"{r.what} (refs digest failing from the write to the repair): push "
         "and pull must refuse"
         for r in m.rollbacks
         if r.written < INF
@@ -274,7 +321,8 @@ def repair(st: cpstore.Store, log: Log, run: str, head: str) -> None:
         log.write("x", sync=True, op=REPAIR, id=oid, err=type(exc).__name__, msg=str(exc)[:300])
         return
     log.write("a", sync=True, op=REPAIR, id=oid, digest=rec.digest, index=rec.index,
-              retained=rec.body["retained"], kept=rec.body["kept"])  # fmt: skip
+              retained=rec.body["retained"], kept=rec.body["kept"],
+              refs=rec.body["refs"])  # fmt: skip
 
 
 def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:
