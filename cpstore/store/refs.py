@@ -257,8 +257,22 @@ def _refuse_short(txn: Any, dbs: Mapping[str, Any], key: bytes, counted: int) ->
     damage (push69, refs70). One count of the table's entries (LMDB: constant time;
     PostgreSQL: a ``count(*)``), paid only when a ref is created. A ref that moves,
     one changed outside cpstore or a flipped XOR is not seen here (``verify()`` and
-    retention see them): only the count is compared."""
+    retention see them): only the count is compared. A digest row missing while the table
+    holds refs refuses too: its count is unknown, not 0 (review71)."""
     found = int(txn.stat(dbs["refs"])["entries"])
+    if not counted and found and txn.get(REFS_DIGEST_KEY, None, dbs["meta"]) is None:
+        # No intact store holds a ref without the digest row (every ref write writes it,
+        # layout 1's upgrade too): deleted behind cpstore's back, its count is unknown,
+        # not 0, and read as 0 it hid any ref that vanished beside it (review71).
+        raise IntegrityError(
+            f"meta/refs_digest is missing while the refs table holds refs (deleted outside "
+            f"cpstore: how many refs it counted is unknown, and one may have vanished "
+            f"too): {_where(key)} is not created from nothing; run verify, then repair_ref "
+            "(docs/store.md, 'Repairing a damaged ref')",
+            where="meta/refs_digest",
+            expected="a recorded ref count",
+            got=f"no digest row, {found} refs",
+        )
     if found < counted:
         raise IntegrityError(
             f"the refs table holds fewer refs than meta/refs_digest counts (a ref vanished "
@@ -436,7 +450,8 @@ class RefsState(NamedTuple):
     """``meta/refs_digest`` and the refs table as stored, read together once."""
 
     recorded: tuple[bytes, int] | None
-    """(XOR, ref count) the digest records; None when it is malformed."""
+    """(XOR, ref count) the digest records; None when it is malformed, or missing while
+    the table holds refs (its count unknown: review71)."""
     acc: bytes
     """XOR of the full hash of every ref in the table, as stored."""
     found: int
@@ -457,6 +472,8 @@ def refs_state(txn: Any, dbs: Mapping[str, Any]) -> RefsState:
         recorded: tuple[bytes, int] | None = _digest_state(txn, dbs["meta"])
     except IntegrityError:
         recorded = None
+    if count and txn.get(REFS_DIGEST_KEY, None, dbs["meta"]) is None:
+        recorded = None  # a missing row beside refs: unknown, as a malformed one (review71)
     return RefsState(recorded, acc, count)
 
 

@@ -1,0 +1,77 @@
+"""review71: a refs table with refs and no ``meta/refs_digest`` row creates no ref.
+
+refs70 refuses a create while the table holds fewer refs than the digest counts. A digest
+row deleted behind cpstore's back read as a count of 0, which no table is short of: with
+``r``'s ``main`` row deleted too, a new recorder on ``r`` started a new root (the runtime
+saw its run as new and would replay its effects), the harm refs70 closed, with verify
+saying only "a ref was added outside cpstore". No intact store holds a ref without the
+digest row (every ref write writes it; layout 1's upgrade writes it), so its absence
+beside a ref means the count is unknown: a create is refused then, and ``repair_ref``
+putting the vanished ref back records the table's own count, which ends it and leaves
+the store verified. The damage is done by another process (LMDB) or connection
+(PostgreSQL), on both engines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pg_cluster import backend_url  # noqa: F401 - fixture
+from test_audit63_retention_digest import _raw_ref
+
+import cpstore
+from cpstore.errors import IntegrityError
+from cpstore.store.facade import Store
+from cpstore.store.refs import REFS_DIGEST_KEY
+from cpstore.store.stats import store_stats
+
+
+def _snapshot(st: Store) -> tuple[Any, ...]:
+    """What a refused create must leave as it was: refs, digest row, checkpoints."""
+    b = st.backend
+    with b.read_txn() as txn, txn.cursor(db=b.db("refs")) as cur:
+        refs = sorted((bytes(k), bytes(v)) for k, v in cur)
+        digest = txn.get(REFS_DIGEST_KEY, None, b.db("meta"))
+        row = None if digest is None else bytes(digest)
+    return refs, row, store_stats(st).checkpoints
+
+
+def test_no_create_while_the_digest_row_is_missing(url: str) -> None:
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        st.recorder("s").checkpoint(0, {"s": 0})
+    _raw_ref(url, REFS_DIGEST_KEY, None, table="meta")
+    _raw_ref(url, b"r\0main", None)
+    with cpstore.open(url) as st:
+        before = _snapshot(st)
+        for create in (
+            lambda: st.recorder("r").checkpoint(0, {"i": "a new root"}),
+            lambda: st.fork("s", "b", st.branches("s")["main"]),
+            lambda: st.recorder("t").checkpoint(0, {"t": 0}),
+        ):
+            with pytest.raises(IntegrityError) as info:
+                create()
+            assert info.value.where == "meta/refs_digest"
+            assert "repair_ref" in str(info.value)
+        assert _snapshot(st) == before
+        assert st.branches("r") == {}
+        st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
+        assert st.verify().ok
+        assert st.branches("r") == {"main": ids[2]}
+        st.recorder("t").checkpoint(0, {"t": 0})
+        st.fork("s", "b", st.branches("s")["main"])
+        assert st.verify().ok
+
+
+def test_an_empty_store_without_a_digest_creates(url: str) -> None:
+    with cpstore.open(url) as st:
+        st.recorder("r").checkpoint(0, {"i": 0})
+        st.reset_ref(
+            "r", "main", None, expected_old=st.branches("r")["main"], operator="o", reason="x"
+        )
+    _raw_ref(url, REFS_DIGEST_KEY, None, table="meta")  # the table is empty: nothing lost
+    with cpstore.open(url) as st:
+        st.recorder("r2").checkpoint(0, {"i": 0})
+        assert st.verify().ok
