@@ -14,6 +14,7 @@ the store verified. The damage is done by another process (LMDB) or connection
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from cpstore.errors import IntegrityError
 from cpstore.store.facade import Store
 from cpstore.store.refs import REFS_DIGEST_KEY
 from cpstore.store.stats import store_stats
+from cpstore.store.transfer import transfer
 
 
 def _snapshot(st: Store) -> tuple[Any, ...]:
@@ -75,3 +77,18 @@ def test_an_empty_store_without_a_digest_creates(url: str) -> None:
     with cpstore.open(url) as st:
         st.recorder("r2").checkpoint(0, {"i": 0})
         assert st.verify().ok
+
+
+def test_verify_and_push_say_the_digest_row_is_missing(url: str, tmp_path: Path) -> None:
+    """verify() and a push name what is wrong: the digest row is missing (they said "a ref
+    was added outside cpstore", sending the operator after a ref that was never added)."""
+    with cpstore.open(url) as st:
+        st.recorder("r").checkpoint(0, {"i": 0})
+    _raw_ref(url, REFS_DIGEST_KEY, None, table="meta")
+    with cpstore.open(url) as st:
+        [problem] = st.verify().problems
+        assert problem.where == "meta/refs_digest"
+        assert "meta/refs_digest is missing" in problem.what
+        with cpstore.open(str(tmp_path / "dst")) as dst, pytest.raises(IntegrityError) as info:
+            transfer(st.backend, dst.backend, run_id="r")
+        assert "meta/refs_digest is missing" in str(info.value)

@@ -360,8 +360,7 @@ def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int
     if want_count != count:
         problems.append(
             Problem(
-                "refs table does not match its digest: "
-                + ("a ref vanished" if count < want_count else "a ref was added outside cpstore"),
+                "refs table does not match its digest: " + _why(txn, dbs, count, want_count),
                 "meta/refs_digest",
                 expected=f"{want_count} refs",
                 got=f"{count} refs",
@@ -434,16 +433,23 @@ def _digest_damage(txn: Any, dbs: Mapping[str, Any], check: _OnRef) -> Integrity
     return IntegrityError(
         "refs table does not match its digest: "
         + (
-            "a ref vanished"
-            if count < want_count
-            else "a ref was added outside cpstore"
-            if count > want_count
+            _why(txn, dbs, count, want_count)
+            if count != want_count
             else "a ref or the digest changed outside cpstore"
         ),
         where="meta/refs_digest",
         expected=f"{want_count} refs, digest {want_acc.hex()}",
         got=f"{count} refs, digest {acc.hex()}",
     )
+
+
+def _why(txn: Any, dbs: Mapping[str, Any], count: int, want_count: int) -> str:
+    """What a count that differs from the table's says (count != want_count)."""
+    if count < want_count:
+        return "a ref vanished"
+    if not want_count and txn.get(REFS_DIGEST_KEY, None, dbs["meta"]) is None:
+        return "meta/refs_digest is missing (deleted outside cpstore; review71)"
+    return "a ref was added outside cpstore"
 
 
 class RefsState(NamedTuple):
