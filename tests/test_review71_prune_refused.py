@@ -32,7 +32,10 @@ def _state(saver: CpstoreSaver, thread: str) -> tuple[object, ...]:
     )
 
 
-def test_a_refused_prune_loses_nothing_and_completes_after_the_repair(url: str) -> None:
+@pytest.mark.parametrize("vanished", ["u", "t"])
+def test_a_refused_prune_loses_nothing_and_completes_after_the_repair(
+    url: str, vanished: str
+) -> None:
     with cpstore.open(url) as st:
         saver = CpstoreSaver(st)
         parent = None
@@ -41,16 +44,16 @@ def test_a_refused_prune_loses_nothing_and_completes_after_the_repair(url: str) 
         assert parent is not None
         saver.put_writes(cfg("t", parent), [("x", "w1"), ("y", "w2")], "task-1")
         put_value(saver, "u", None, "u1")
-        run_u = run_for("u")
-        [(branch_u, head_u)] = st.branches(run_u).items()
+        run_v = run_for(vanished)
+        [(branch_v, head_v)] = st.branches(run_v).items()
         want_t, want_u = _state(saver, "t"), _state(saver, "u")
-        _raw_ref(url, f"{run_u}\0{branch_u}".encode(), None)
+        _raw_ref(url, f"{run_v}\0{branch_v}".encode(), None)
         with pytest.raises(IntegrityError) as info:
             saver.prune(["t"])
         assert info.value.where == "meta/refs_digest"
         assert _state(saver, "t") == want_t
         assert [p.where for p in st.verify().problems] == ["meta/refs_digest"]
-        st.repair_ref(run_u, branch_u, head_u, operator="o", reason="put back")
+        st.repair_ref(run_v, branch_v, head_v, operator="o", reason="put back")
         assert st.verify().ok
         assert _state(saver, "u") == want_u
         saver.prune(["t"])
@@ -62,3 +65,31 @@ def test_a_refused_prune_loses_nothing_and_completes_after_the_repair(url: str) 
         saver.prune(["t"])  # a third prune changes nothing
         assert _state(saver, "t") == want_t
         assert _state(saver, "u") == want_u
+
+
+def test_a_recorder_refused_its_first_checkpoint_keeps_its_logs(url: str) -> None:
+    """A recorder whose first checkpoint (a create) met the refusal keeps what it logged:
+    after repair_ref its next checkpoint holds every token, observation and effect."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        st.recorder("s").checkpoint(0, {"s": 0})
+    _raw_ref(url, b"r\0main", None)
+    with cpstore.open(url) as st:
+        n = st.recorder("n")
+        for i in range(3):
+            n.token("llm", f"t{i}")
+        n.observe(0, "web", b"payload", pinned_at=1.0)
+        n.effect("mail", b"send")
+        with pytest.raises(IntegrityError):
+            n.checkpoint(0, {"n": 1})
+        assert st.branches("n") == {}
+        st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
+        n.token("llm", "t3")
+        cid = n.checkpoint(0, {"n": 1})
+        with st.read(cid) as cp:
+            assert [cp.token(i)[3] for i in range(cp.token_count())] == ["t0", "t1", "t2", "t3"]
+            assert [(s, t) for s, t, _ in cp.effects()] == [(0, "mail")]
+            assert cp.payload(0, "web") == b"payload"
+            assert cp.state() == {"n": 1}
+        assert st.verify().ok
