@@ -92,3 +92,20 @@ def test_verify_and_push_say_the_digest_row_is_missing(url: str, tmp_path: Path)
         with cpstore.open(str(tmp_path / "dst")) as dst, pytest.raises(IntegrityError) as info:
             transfer(st.backend, dst.backend, run_id="r")
         assert "meta/refs_digest is missing" in str(info.value)
+
+
+def test_only_the_digest_row_missing_is_mended_naming_an_intact_ref(url: str) -> None:
+    """Nothing vanished but the digest row: creates are refused (the count is unknown)
+    until repair_ref names an intact ref at its own head, which records the table."""
+    with cpstore.open(url) as st:
+        head = st.recorder("r").checkpoint(0, {"i": 0})
+        st.recorder("s").checkpoint(0, {"s": 0})
+    _raw_ref(url, REFS_DIGEST_KEY, None, table="meta")
+    with cpstore.open(url) as st:
+        with pytest.raises(IntegrityError):
+            st.fork("r", "b", head)
+        st.repair_ref("r", "main", head, operator="o", reason="digest row lost")
+        assert st.verify().ok
+        st.fork("r", "b", head)
+        assert st.branches("r") == {"main": head, "b": head}
+        assert st.verify().ok
