@@ -109,3 +109,35 @@ def test_only_the_digest_row_missing_is_mended_naming_an_intact_ref(url: str) ->
         st.fork("r", "b", head)
         assert st.branches("r") == {"main": head, "b": head}
         assert st.verify().ok
+
+
+def test_a_move_or_a_delete_does_not_write_a_missing_row_back(url: str) -> None:
+    """A move (or a delete) on a store whose digest row is missing wrote the row back with
+    a count of 0 (counted from nothing): the next create then met no refusal, and a new
+    recorder on the run whose ``main`` vanished started a new root. The row is left
+    missing until repair_ref records the table."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        s = st.recorder("s")
+        s.checkpoint(0, {"s": 0})
+        st.fork("s", "gone", st.branches("s")["main"])
+    _raw_ref(url, REFS_DIGEST_KEY, None, table="meta")
+    _raw_ref(url, b"r\0main", None)
+    with cpstore.open(url) as st:
+        s = st.recorder("s")
+        s.checkpoint(1, {"s": 1})  # a move
+        with pytest.raises(IntegrityError) as info:
+            st.recorder("r").checkpoint(0, {"i": "a new root"})
+        assert info.value.where == "meta/refs_digest"
+        head = st.branches("s")["gone"]
+        st.reset_ref("s", "gone", None, expected_old=head, operator="o", reason="x")  # a delete
+        with pytest.raises(IntegrityError) as info:
+            st.recorder("r").checkpoint(0, {"i": "a new root"})
+        assert "meta/refs_digest is missing while the refs table holds refs" in str(info.value)
+        assert st.branches("r") == {}
+        assert "meta/refs_digest is missing" in st.verify().problems[0].what
+        st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
+        assert st.verify().ok
+        st.recorder("t").checkpoint(0, {"t": 0})
+        assert st.verify().ok

@@ -244,8 +244,17 @@ def write_ref(
     if old is None:
         _refuse_short(txn, dbs, key, state[1])
     txn.put(key, value, db=dbs["refs"])
-    _update_digest(txn, dbs["meta"], out, into, state)
+    if old is None or state[1] or not _row_missing(txn, dbs):
+        _update_digest(txn, dbs["meta"], out, into, state)
     _WRITTEN[0] = (bytes(key), value, into)
+
+
+def _row_missing(txn: Any, dbs: Mapping[str, Any]) -> bool:
+    """Whether ``meta/refs_digest`` is absent. A move or a delete (a ref was there) leaves
+    an absent row absent: written back, it counted from 0, the next create met no refusal
+    (:func:`_refuse_short`) and a vanished ref's run started a new root (review71).
+    ``repair_ref`` records the table again."""
+    return txn.get(REFS_DIGEST_KEY, None, dbs["meta"]) is None
 
 
 def _refuse_short(txn: Any, dbs: Mapping[str, Any], key: bytes, counted: int) -> None:
@@ -260,7 +269,7 @@ def _refuse_short(txn: Any, dbs: Mapping[str, Any], key: bytes, counted: int) ->
     retention see them): only the count is compared. A digest row missing while the table
     holds refs refuses too: its count is unknown, not 0 (review71)."""
     found = int(txn.stat(dbs["refs"])["entries"])
-    if not counted and found and txn.get(REFS_DIGEST_KEY, None, dbs["meta"]) is None:
+    if not counted and found and _row_missing(txn, dbs):
         # No intact store holds a ref without the digest row (every ref write writes it,
         # layout 1's upgrade too): deleted behind cpstore's back, its count is unknown,
         # not 0, and read as 0 it hid any ref that vanished beside it (review71).
@@ -293,7 +302,8 @@ def delete_ref(txn: Any, dbs: Mapping[str, Any], key: bytes) -> None:
         return
     old_cid, old_origin = unpack_ref(key, old)
     txn.delete(key, db=dbs["refs"])
-    _update_digest(txn, dbs["meta"], _hash(key, old_cid, old_origin), None)
+    if not _row_missing(txn, dbs):  # left absent, as by a move (write_ref)
+        _update_digest(txn, dbs["meta"], _hash(key, old_cid, old_origin), None)
 
 
 def replace_damaged_ref(
