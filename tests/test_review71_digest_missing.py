@@ -141,3 +141,21 @@ def test_a_move_or_a_delete_does_not_write_a_missing_row_back(url: str) -> None:
         assert st.verify().ok
         st.recorder("t").checkpoint(0, {"t": 0})
         assert st.verify().ok
+
+
+def test_a_repair_after_the_row_went_missing_keeps_every_tip(url: str) -> None:
+    """The row missing, the digest names no ref: the repair keeps every tip of the store as
+    a retained head of its own (docs/store.md), so no sweep takes what a ref held."""
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
+        s0 = st.recorder("s").checkpoint(0, {"s": 0})
+    _raw_ref(url, REFS_DIGEST_KEY, None, table="meta")
+    _raw_ref(url, b"r\0main", None)
+    with cpstore.open(url) as st:
+        record = st.repair_ref("s", "main", s0, operator="o", reason="accept")
+        assert sorted(record.body["kept"]) == sorted([ids[2], s0])
+        st.gc(keep_last=1)
+        with st.read(ids[2]) as cp:
+            assert cp.state() == {"i": 2}
+        assert st.verify().ok
