@@ -350,7 +350,8 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         which is audited and keeps the old history until it is released.
         Creating the branch (``expected_old=None``), like every write that creates a
         ref, is :class:`IntegrityError` while the refs table holds fewer refs than its
-        digest counts (a ref vanished outside cpstore; docs/store.md).
+        digest counts (a ref vanished outside cpstore), or holds refs while its digest
+        row is missing (the count unknown; docs/store.md).
         """
         set_ref(self._backend, run_id, branch, new, expected_old=expected_old)
 

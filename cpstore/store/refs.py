@@ -244,8 +244,17 @@ def write_ref(
     if old is None:
         _refuse_short(txn, dbs, key, state[1])
     txn.put(key, value, db=dbs["refs"])
-    _update_digest(txn, dbs["meta"], out, into, state)
+    if old is None or state[1] or not _row_missing(txn, dbs):
+        _update_digest(txn, dbs["meta"], out, into, state)
     _WRITTEN[0] = (bytes(key), value, into)
+
+
+def _row_missing(txn: Any, dbs: Mapping[str, Any]) -> bool:
+    """Whether ``meta/refs_digest`` is absent. A move or a delete (a ref was there) leaves
+    an absent row absent: written back, it counted from 0, the next create met no refusal
+    (:func:`_refuse_short`) and a vanished ref's run started a new root (review71).
+    ``repair_ref`` records the table again."""
+    return txn.get(REFS_DIGEST_KEY, None, dbs["meta"]) is None
 
 
 def _refuse_short(txn: Any, dbs: Mapping[str, Any], key: bytes, counted: int) -> None:
@@ -257,8 +266,22 @@ def _refuse_short(txn: Any, dbs: Mapping[str, Any], key: bytes, counted: int) ->
     damage (push69, refs70). One count of the table's entries (LMDB: constant time;
     PostgreSQL: a ``count(*)``), paid only when a ref is created. A ref that moves,
     one changed outside cpstore or a flipped XOR is not seen here (``verify()`` and
-    retention see them): only the count is compared."""
+    retention see them): only the count is compared. A digest row missing while the table
+    holds refs refuses too: its count is unknown, not 0 (review71)."""
     found = int(txn.stat(dbs["refs"])["entries"])
+    if not counted and found and _row_missing(txn, dbs):
+        # No intact store holds a ref without the digest row (every ref write writes it,
+        # layout 1's upgrade too): deleted behind cpstore's back, its count is unknown,
+        # not 0, and read as 0 it hid any ref that vanished beside it (review71).
+        raise IntegrityError(
+            f"meta/refs_digest is missing while the refs table holds refs (deleted outside "
+            f"cpstore: how many refs it counted is unknown, and one may have vanished "
+            f"too): {_where(key)} is not created from nothing; run verify, then repair_ref "
+            "(docs/store.md, 'Repairing a damaged ref')",
+            where="meta/refs_digest",
+            expected="a recorded ref count",
+            got=f"no digest row, {found} refs",
+        )
     if found < counted:
         raise IntegrityError(
             f"the refs table holds fewer refs than meta/refs_digest counts (a ref vanished "
@@ -279,7 +302,8 @@ def delete_ref(txn: Any, dbs: Mapping[str, Any], key: bytes) -> None:
         return
     old_cid, old_origin = unpack_ref(key, old)
     txn.delete(key, db=dbs["refs"])
-    _update_digest(txn, dbs["meta"], _hash(key, old_cid, old_origin), None)
+    if not _row_missing(txn, dbs):  # left absent, as by a move (write_ref)
+        _update_digest(txn, dbs["meta"], _hash(key, old_cid, old_origin), None)
 
 
 def replace_damaged_ref(
@@ -346,8 +370,7 @@ def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int
     if want_count != count:
         problems.append(
             Problem(
-                "refs table does not match its digest: "
-                + ("a ref vanished" if count < want_count else "a ref was added outside cpstore"),
+                "refs table does not match its digest: " + _why(txn, dbs, count, want_count),
                 "meta/refs_digest",
                 expected=f"{want_count} refs",
                 got=f"{count} refs",
@@ -420,10 +443,8 @@ def _digest_damage(txn: Any, dbs: Mapping[str, Any], check: _OnRef) -> Integrity
     return IntegrityError(
         "refs table does not match its digest: "
         + (
-            "a ref vanished"
-            if count < want_count
-            else "a ref was added outside cpstore"
-            if count > want_count
+            _why(txn, dbs, count, want_count)
+            if count != want_count
             else "a ref or the digest changed outside cpstore"
         ),
         where="meta/refs_digest",
@@ -432,11 +453,21 @@ def _digest_damage(txn: Any, dbs: Mapping[str, Any], check: _OnRef) -> Integrity
     )
 
 
+def _why(txn: Any, dbs: Mapping[str, Any], count: int, want_count: int) -> str:
+    """What a count that differs from the table's says (count != want_count)."""
+    if count < want_count:
+        return "a ref vanished"
+    if not want_count and txn.get(REFS_DIGEST_KEY, None, dbs["meta"]) is None:
+        return "meta/refs_digest is missing (deleted outside cpstore; review71)"
+    return "a ref was added outside cpstore"
+
+
 class RefsState(NamedTuple):
     """``meta/refs_digest`` and the refs table as stored, read together once."""
 
     recorded: tuple[bytes, int] | None
-    """(XOR, ref count) the digest records; None when it is malformed."""
+    """(XOR, ref count) the digest records; None when it is malformed, or missing while
+    the table holds refs (its count unknown: review71)."""
     acc: bytes
     """XOR of the full hash of every ref in the table, as stored."""
     found: int
@@ -457,6 +488,8 @@ def refs_state(txn: Any, dbs: Mapping[str, Any]) -> RefsState:
         recorded: tuple[bytes, int] | None = _digest_state(txn, dbs["meta"])
     except IntegrityError:
         recorded = None
+    if count and txn.get(REFS_DIGEST_KEY, None, dbs["meta"]) is None:
+        recorded = None  # a missing row beside refs: unknown, as a malformed one (review71)
     return RefsState(recorded, acc, count)
 
 
