@@ -25,12 +25,13 @@ from chaos_log import Log
 from chaos_rollback import repair, roll_back, rollback_problems
 from chaos_vanish import put_back, vanish, vanish_and_repair, vanish_problems
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
+from test_chaos_checker_rules import BRANCH as FORK
+from test_chaos_checker_rules import RUN, _store
 from test_chaos_mutations import _fake_log, check
 
 import cpstore
 from cpstore.errors import ConflictError, IntegrityError
 
-RUN, FORK = "own-w0", "f0_0_1"
 SHORT_MSG = (
     "the refs table holds fewer refs than meta/refs_digest counts (a ref vanished outside "
     "cpstore, or the count is damaged): refs/own-w1/f1 is not created from nothing, which "
@@ -122,16 +123,6 @@ def test_a_retention_refusal_by_the_digest_in_a_vanish_is_allowed() -> None:
         assert allowed(b, e, Context([*ops, (b, e)]))
         b, e = _refusal(op, 50, 55, "IntegrityError", msg, run=None, keep=3)
         assert not allowed(b, e, Context([*ops, (b, e)]))
-
-
-def _store(tmp_path: Path) -> tuple[cpstore.Store, str, str]:
-    """RUN's main (two checkpoints) and FORK at the first: the store the planted logs name."""
-    st = cpstore.open(tmp_path / "s")
-    rec = st.recorder(RUN)
-    first = rec.checkpoint(0, {"a": 1})
-    second = rec.checkpoint(1, {"a": 2})
-    st.fork(RUN, FORK, first)
-    return st, first, second
 
 
 def _repaired(st: cpstore.Store, head: str) -> dict[str, Any]:
