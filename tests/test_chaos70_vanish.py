@@ -147,6 +147,13 @@ def _planted(tmp_path: Path, lines: list[dict[str, Any]]) -> None:
     (logdir / "w0.log").write_text("\n".join(rows) + "\n")
 
 
+def _reported(st: cpstore.Store, tmp_path: Path, lines: list[dict[str, Any]], match: str) -> None:
+    """Plant ``lines`` as worker 0's log: the checker must report ``match``."""
+    _planted(tmp_path, lines)
+    with pytest.raises(AssertionError, match=match):
+        check(st, tmp_path / "logs", final=True)
+
+
 class TestPlanted:
     def test_the_clean_vanish_passes(self, tmp_path: Path) -> None:
         st, first, _ = _store(tmp_path)
@@ -162,9 +169,7 @@ class TestPlanted:
             sd = st.manifest(cid).state_digest
             lines = _vanish_lines(first, repair=_repaired(st, first))
             lines += _ckpt("c", 20, cid, sd, run="own-w1", branch="main", parent=None)
-            _planted(tmp_path, lines)
-            with pytest.raises(AssertionError, match="created a ref while"):
-                check(st, tmp_path / "logs", final=True)
+            _reported(st, tmp_path, lines, "created a ref while")
 
     def test_a_fork_acknowledged_inside_a_vanish_is_reported(self, tmp_path: Path) -> None:
         st, first, _ = _store(tmp_path)
@@ -176,9 +181,7 @@ class TestPlanted:
                 {"t": 20, "ev": "b", "op": "fork", "id": "f", **fork},
                 {"t": 21, "ev": "a", "op": "fork", "id": "f", "cid": first, **fork},
             ]
-            _planted(tmp_path, lines)
-            with pytest.raises(AssertionError, match="created a ref while"):
-                check(st, tmp_path / "logs", final=True)
+            _reported(st, tmp_path, lines, "created a ref while")
 
     def test_a_checkpoint_on_the_vanished_branch_inside_is_reported(self, tmp_path: Path) -> None:
         """Acknowledged on the vanished branch from its head, wholly inside: its CAS met
@@ -194,9 +197,7 @@ class TestPlanted:
                 {"t": 3, "ev": "a", "op": "fork", "id": "f", "cid": first, **ids},
                 *_ckpt("c", 20, cid, sd, parent=first, **ids),
             ]
-            _planted(tmp_path, lines)
-            with pytest.raises(AssertionError, match="recorded on refs/own-w0/f0_0_1 while"):
-                check(st, tmp_path / "logs", final=True)
+            _reported(st, tmp_path, lines, "recorded on refs/own-w0/f0_0_1 while")
 
     def test_a_sweep_acknowledged_inside_a_vanish_is_reported(self, tmp_path: Path) -> None:
         st, first, _ = _store(tmp_path)
@@ -207,17 +208,18 @@ class TestPlanted:
                 {"t": 21, "ev": "a", "op": "prune", "id": "p", "keep": 3, "run": None,
                  "removed": 0, "ids": []},
             ]  # fmt: skip
-            _planted(tmp_path, lines)
-            with pytest.raises(AssertionError, match=r"stood vanished .*retention must refuse"):
-                check(st, tmp_path / "logs", final=True)
+            _reported(st, tmp_path, lines, r"stood vanished .*retention must refuse")
 
     def test_a_repair_to_another_head_is_reported(self, tmp_path: Path) -> None:
         """The vanished fork sat at ``first``; the repair put it back at ``second``."""
         st, first, second = _store(tmp_path)
         with st:
-            _planted(tmp_path, _vanish_lines(first, repair=_repaired(st, second)))
-            with pytest.raises(AssertionError, match=r"put back .* not its head"):
-                check(st, tmp_path / "logs", final=True)
+            _reported(
+                st,
+                tmp_path,
+                _vanish_lines(first, repair=_repaired(st, second)),
+                r"put back .* not its head",
+            )
 
 
 def test_the_operators_vanish_and_repair_on_a_real_store(url: str, tmp_path: Path) -> None:
