@@ -534,7 +534,10 @@ def test_a_stored_recording_changed_in_one_thing(
     with open_store(tmp_path / "s") as store:
         _a1, a2 = _record(store, tamper)
         d = validate(a2, p, store=store, record=False)
-    assert _stored_findings(d) == dict(expected)
+    # P is the session replay of the clean store's c2, tagged replay:<c2>: against a2,
+    # another checkpoint, that is a CHECKPOINT_MISMATCH (ident72) beside the tamper's own.
+    assert a2 != c2
+    assert _stored_findings(d) == {**expected, ("CHECKPOINT_MISMATCH", "replayed"): 0}
 
 
 def test_state_parts_and_checkpoint_parents(stored: Any) -> None:

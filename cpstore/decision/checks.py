@@ -225,6 +225,51 @@ def _check_identity(r: Side, p: Side, out: list[Finding]) -> None:
                 f"replay reached step {p.step}, not the recorded checkpoint's step {r.step}",
             )
         )
+    _check_replayed_checkpoint(r, p, out)
+
+
+def _tagged_checkpoint(tag: str) -> str | None:
+    """The checkpoint id a ``replay:<id>`` tag names (lowercase), or None when its
+    rest is not a 32-character hex id (a free-form tag names no checkpoint)."""
+    rest = tag[len("replay:") :]
+    if len(rest) != 32 or any(c not in "0123456789abcdefABCDEF" for c in rest):
+        return None
+    return rest.lower()
+
+
+def _check_replayed_checkpoint(r: Side, p: Side, out: list[Finding]) -> None:
+    # A ReplaySession tags its run replay:<the checkpoint it replayed>. Validated
+    # against another checkpoint R (same run and step, equal streams: a fork at that
+    # step, a re-recording), the replay never started from R's state, so it is no
+    # evidence about R; review70: it was an ACCEPT, recorded as R's standing decision.
+    # Only a tag naming a checkpoint id is compared, and only when R is a stored one.
+    # A replay of what R replayed (R a recording of a replay, REPLAY_OF_REPLAY
+    # already) replayed the same checkpoint: seed 004's replay validated against itself.
+    if r.checkpoint_id is None:
+        return
+    want = r.checkpoint_id.lower()
+    same = {want} | {_tagged_checkpoint(t) for t in r.provenance_tags if t.startswith("replay:")}
+    bad = [
+        (i, t)
+        for i, t in enumerate(p.provenance_tags)
+        if t.startswith("replay:") and _tagged_checkpoint(t) not in (same | {None})
+    ]
+    if bad:
+        i, tag = bad[0]
+        out.append(
+            Finding(
+                FindingCode.CHECKPOINT_MISMATCH,
+                "identity",
+                "replayed",
+                i,
+                "index",
+                f"replay:{want}",
+                tag,
+                f"replay is of checkpoint {_tagged_checkpoint(tag)}, "
+                f"not the recorded checkpoint {want}",
+                len(bad),
+            )
+        )
 
 
 def _recorded_alone(r: Side, out: list[Finding]) -> None:

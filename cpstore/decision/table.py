@@ -83,6 +83,7 @@ class FindingCode(str, enum.Enum):  # noqa: UP042 - StrEnum would change str() o
     TOKEN_COUNT = "TOKEN_COUNT"
     CALL_GRAPH_MISMATCH = "CALL_GRAPH_MISMATCH"
     OBSERVATION_MISMATCH = "OBSERVATION_MISMATCH"
+    CHECKPOINT_MISMATCH = "CHECKPOINT_MISMATCH"
     UNPINNED_OBSERVATION = "UNPINNED_OBSERVATION"
     LIVE_RESOLUTION = "LIVE_RESOLUTION"
     BEST_EFFORT = "BEST_EFFORT"
@@ -106,6 +107,7 @@ FINDING_RULES: Mapping[FindingCode, tuple[Verdict, bool]] = {
     FindingCode.TOKEN_COUNT: (_R, False),
     FindingCode.CALL_GRAPH_MISMATCH: (_R, False),
     FindingCode.OBSERVATION_MISMATCH: (_R, True),
+    FindingCode.CHECKPOINT_MISMATCH: (_Q, True),
     FindingCode.UNPINNED_OBSERVATION: (_Q, True),
     FindingCode.LIVE_RESOLUTION: (_Q, True),
     FindingCode.BEST_EFFORT: (_Q, True),

@@ -105,7 +105,9 @@ class ReplaySession:
         that does not count steps; audit68: it was always taken, so STEP_MISMATCH could
         not fire through a session). The run is tagged
         ``replay:<checkpoint id>``: validated as the *recording* of a later replay it
-        is a REPLAY_OF_REPLAY (seed 004's recursion guard); as P its tags are not compared.
+        is a REPLAY_OF_REPLAY (seed 004's recursion guard); as P against another stored
+        checkpoint it is a CHECKPOINT_MISMATCH (QUARANTINE: a replay is evidence only
+        about the checkpoint it replayed).
         """
         if not isinstance(state_digest, str):
             raise InvalidInputError(
