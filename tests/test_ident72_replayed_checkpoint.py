@@ -164,3 +164,17 @@ def test_a_replay_of_what_r_replayed_is_of_the_same_checkpoint(store: cpstore.St
     assert FindingCode.CHECKPOINT_MISMATCH not in of_a.codes
     of_b = cpstore.validate(pid, _replay(store, b), store=store, record=False)
     assert FindingCode.CHECKPOINT_MISMATCH in of_b.codes
+
+
+def test_an_operator_who_knows_b_shares_as_pre_state_may_release_it(
+    store: cpstore.Store,
+) -> None:
+    """Releasable: a sign-off of the recorded QUARANTINE, then a resume gate, gives the
+    permit a recorder from B needs (audited, used once)."""
+    a, b = _two(store)
+    wrong = cpstore.validate(b, _replay(store, a), store=store)
+    so = cpstore.sign_off(store, wrong, operator="op", reason="A and B share their pre-state")
+    permit = cpstore.resume_gate(store, b, wrong, sign_off=so)
+    rec = store.recorder("r", branch="alt", permit=permit)
+    rec.token("rng", 8)
+    assert rec.checkpoint(2, {"a": 2}, seal_ledger=True) != b
