@@ -57,6 +57,9 @@ _Held = tuple[Any, dict[str, bytes], bool]
 
 _CACHED_BRANCHES = 256
 _RETRIES = 8
+#: Serde views (``Writer.with_serde``) kept per writer: the saver's assigned serde and a
+#: few ``with_allowlist`` clones' (each a strong reference, so an id is never reused).
+_CACHED_VIEWS = 8
 
 
 @dataclass
@@ -127,12 +130,32 @@ class Writer:
         self._tips: dict[tuple[str, str, str], tuple[str, str]] = (
             {} if share is None else share._tips
         )
+        # id(serde) -> (serde, its view), shared by every view, oldest first
+        self._views: OrderedDict[int, tuple[Any, Writer]] = (
+            OrderedDict() if share is None else share._views
+        )
 
     def with_serde(self, serde: Any) -> Writer:
         """This writer when it has ``serde``, else one that encodes and decodes through
         ``serde`` and shares this one's lock and cached branches (a saver whose ``serde``
-        was assigned after it was made, or ``with_allowlist``'s shallow clone)."""
-        return self if serde is self.serde else Writer(self.store, serde, share=self)
+        was assigned after it was made, or ``with_allowlist``'s shallow clone).
+
+        One view per serde object (by identity, the object held so its id is not reused),
+        so every put through an unchanged assigned serde takes the same view (lgfix72:
+        each put built a new one); a serde assigned since gets its own at its first call.
+        """
+        if serde is self.serde:
+            return self
+        with self.lock:
+            held = self._views.get(id(serde))
+            if held is not None and held[0] is serde:
+                self._views.move_to_end(id(serde))
+                return held[1]
+            view = Writer(self.store, serde, share=self)
+            self._views[id(serde)] = (serde, view)
+            while len(self._views) > _CACHED_VIEWS:
+                self._views.popitem(last=False)
+            return view
 
     def forget(self, run: str | None = None) -> None:
         """Drop cached recorders (of one run, or all): the store changed under them."""
