@@ -33,6 +33,7 @@ from cpstore.langgraph._codec import (
     pack_typed,
     pack_value,
     run_for,
+    run_id_of,
     thread_runs,
 )
 from cpstore.langgraph._read import Entry, entry_key, load_parts
@@ -84,7 +85,7 @@ class Put(NamedTuple):
     parent_id: str | None
     checkpoint_id: str
     step: int
-    #: ``metadata["run_id"]`` when it is a str.
+    #: ``metadata["run_id"]`` when it is a str or a UUID (``_codec.run_id_of``).
     run_id: str | None
     #: The ``checkpoint`` and ``metadata`` parts.
     head_parts: Mapping[str, bytes]
@@ -193,7 +194,7 @@ class Writer:
                 parent_id,
                 checkpoint_id,
                 step,
-                run_id if isinstance(run_id, str) else None,
+                run_id_of(run_id),
                 head_parts,
                 {},
                 versions,
