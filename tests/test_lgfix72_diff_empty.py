@@ -17,7 +17,9 @@ from langgraph.checkpoint.base import empty_checkpoint
 from pg_cluster import backend_store, pg_cluster  # noqa: F401 - fixtures
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
+from cpstore.langgraph._read import Entry
 from cpstore.store import Store
+from cpstore.store.lg_index import CHECKPOINT_PREFIX, pack, scan
 
 
 def _cfg(thread: str) -> dict[str, Any]:
@@ -78,3 +80,25 @@ def test_an_empty_channel_and_a_value_still_differ(store: Store) -> None:
     # and in the other order
     back = diff_threads(store, _cfg("b"), _cfg("a"))
     assert back.index == 1 and back.channels == ("c",)
+
+
+def test_entries_without_the_have_hint_diff_alike(store: Store) -> None:
+    """The diff reads a channel's part when the entry does not list it as holding a
+    value; with every entry's ``have`` emptied (a hint, not the truth) it reads them
+    all and finds the same."""
+    saver = CpstoreSaver(store)
+    _two_threads(saver, other_b={"c": "held"})
+    # "e" stores "c" as the empty marker, "f" never holds it
+    _put(saver, _cfg("e"), {"x": 0}, {"x": "1", "c": "1"}, {"x": "1", "c": "1"}, step=0)
+    _put(saver, _cfg("f"), {"x": 0}, {"x": "1"}, {"x": "1"}, step=0)
+    meta = store.backend.db("meta")
+
+    def strip(txn: Any) -> None:
+        for k, v in list(scan(txn, meta, CHECKPOINT_PREFIX)):
+            key = bytes(k)
+            txn.put(key, pack(key, {**Entry.decode(key, v).body(), "have": []}), db=meta)
+
+    store.backend.write_txn(strip)
+    assert diff_threads(store, _cfg("a"), _cfg("b")).channels == ("c",)
+    assert diff_threads(store, _cfg("e"), _cfg("f")).same
+    assert store.verify().ok

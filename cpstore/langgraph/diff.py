@@ -89,7 +89,8 @@ def _is_empty(view: CheckpointView, name: str, key: bytes, empty: dict[bytes, bo
     LangGraph loads as empty, as it loads a channel the checkpoint does not hold (the
     marker is omitted from ``channel_values`` on read, as InMemorySaver omits an "empty"
     blob), so the two compare equal (lgfix72). Each digest is read (hash-checked) once per
-    diff; only its type tag is looked at, nothing is deserialized."""
+    diff, and only for a channel the index entry does not list as holding a value; only
+    its type tag is looked at, nothing is deserialized."""
     known = empty.get(key)
     if known is None:
         part = view.state_part(name)
@@ -121,11 +122,14 @@ def _chain(
             meta_value = load_metadata(serde, view_head(view, entry)[1], where)
             step = meta_value.get("step")
             values: dict[str, bytes] = {}
+            # a channel the entry says holds a value is not read (a wrong hint costs only
+            # a divergence reported as before lgfix72); any other is read to tell
+            have = set(entry.have)
             for name, key in sorted(parts.items()):
                 if name.startswith(CHANNEL):
-                    if _is_empty(view, name, bytes(key), empty):
-                        continue  # compared as a channel the checkpoint does not hold
                     channel = name[len(CHANNEL) :]
+                    if channel not in have and _is_empty(view, name, bytes(key), empty):
+                        continue  # compared as a channel the checkpoint does not hold
                     values[channel] = values.get(channel, b"") + bytes(key)
                 elif name.startswith(SEGMENT):
                     channel = name[len(SEGMENT) :].rsplit("/", 1)[0]
