@@ -131,7 +131,8 @@ class Writer:
         self._tips: dict[tuple[str, str, str], tuple[str, str]] = (
             {} if share is None else share._tips
         )
-        # id(serde) -> (serde, its view), shared by every view, oldest first
+        # id(serde) -> (serde, its view), shared by every view, oldest first; written
+        # only under the lock
         self._views: OrderedDict[int, tuple[Any, Writer]] = (
             OrderedDict() if share is None else share._views
         )
@@ -144,17 +145,22 @@ class Writer:
         One view per serde object (by identity, the object held so its id is not reused),
         so every put through an unchanged assigned serde takes the same view (lgfix72:
         each put built a new one); a serde assigned since gets its own at its first call.
+        A kept view is looked up without the lock (one dict read: a put through it does
+        not wait for the lock twice); a new one is made and kept under it, so threads
+        asking at once get one view.
         """
         if serde is self.serde:
             return self
+        held = self._views.get(id(serde))
+        if held is not None and held[0] is serde:
+            return held[1]
         with self.lock:
             held = self._views.get(id(serde))
             if held is not None and held[0] is serde:
-                self._views.move_to_end(id(serde))
                 return held[1]
             view = Writer(self.store, serde, share=self)
             self._views[id(serde)] = (serde, view)
-            while len(self._views) > _CACHED_VIEWS:
+            while len(self._views) > _CACHED_VIEWS:  # the oldest made goes first
                 self._views.popitem(last=False)
             return view
 
