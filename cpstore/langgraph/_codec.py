@@ -18,9 +18,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+from uuid import UUID
 
 import ormsgpack
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -52,6 +53,8 @@ __all__ = [
     "pack_value",
     "part_loader",
     "run_for",
+    "run_id_of",
+    "run_ids_of",
     "thread_runs",
     "undecodable",
     "unpack_head",
@@ -506,3 +509,48 @@ def load_value(serde: Any, parts: Mapping[str, Any], channel: str, where: str) -
             "a stored list value is malformed", where=where, expected=total, got=len(whole)
         )
     return loads_checked(serde, (tag, whole), where)
+
+
+def run_id_of(value: Any) -> str | None:
+    """The run id an index entry keeps for ``metadata["run_id"]`` (``delete_for_runs``
+    matches it): a str as it is (LangGraph's ``get_checkpoint_metadata`` took NUL out),
+    a ``uuid.UUID`` as its canonical str (the form LangGraph itself writes, ``str(run_id)``;
+    kept as None before lgfix72, so ``delete_for_runs`` never found it), else None: an
+    int, float or bool (which ``get_checkpoint_metadata`` copies from the config's
+    metadata) is no str run id, as InMemorySaver's metadata filter ``{"run_id": "5"}``
+    does not match ``5``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, UUID):
+        return str(value)
+    return None
+
+
+def run_ids_of(run_ids: Any) -> set[str]:
+    """The run ids ``delete_for_runs(run_ids)`` matches, each as :func:`run_id_of` keeps a
+    metadata run id (NUL taken out, as ``get_checkpoint_metadata`` did when it was put).
+
+    ``InvalidInputError`` naming the entry for anything but a str or ``uuid.UUID`` (None,
+    an int, bytes: before lgfix72 each went through ``str()`` and matched nothing, or
+    "None" matched a run of that name), and for a ``run_ids`` that is one str or bytes
+    (a str is a sequence of one-character ids) or not iterable: nothing is deleted."""
+    if isinstance(run_ids, (str, bytes, bytearray, memoryview)) or not isinstance(
+        run_ids, Iterable
+    ):
+        raise InvalidInputError(
+            "delete_for_runs takes a sequence of run ids",
+            expected="a list of str run ids",
+            got=f"{type(run_ids).__name__} {run_ids!r}"[:120],
+        )
+    wanted: set[str] = set()
+    for i, run_id in enumerate(run_ids):
+        kept = run_id_of(run_id)
+        if kept is None:
+            raise InvalidInputError(
+                "a run id to delete is a str (or uuid.UUID)",
+                where=f"run_ids[{i}]",
+                expected="str",
+                got=f"{type(run_id).__name__} {run_id!r}"[:120],
+            )
+        wanted.add(kept.replace("\x00", ""))
+    return wanted

@@ -24,6 +24,7 @@ from cpstore.langgraph._codec import (
     channel_parts,
     load_checkpoint,
     load_metadata,
+    run_ids_of,
     thread_runs,
 )
 from cpstore.langgraph._read import Entry, StoredWrite, entry_key, load_parts, stored, stored_writes
@@ -194,11 +195,13 @@ def _drop_entries(txn: Txn[memoryview], meta: Any, doomed: list[Entry]) -> None:
             txn.delete(key, db=meta)
 
 
-def delete_for_runs(store: Store, writer: Writer, run_ids: list[str]) -> None:
-    """Delete every entry (and its writes) whose metadata ``run_id`` is listed."""
-    if not run_ids:
+def delete_for_runs(store: Store, writer: Writer, run_ids: Any) -> None:
+    """Delete every entry (and its writes) whose metadata ``run_id`` is listed
+    (``_codec.run_ids_of``: InvalidInputError before anything is deleted when an entry
+    of ``run_ids`` is no run id)."""
+    wanted = run_ids_of(run_ids)
+    if not wanted:
         return
-    wanted = set(run_ids)
     backend = store.backend
     meta = backend.db("meta")
 

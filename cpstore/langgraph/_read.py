@@ -88,7 +88,7 @@ class Entry(NamedTuple):
     branch: str
     #: The LangGraph parent checkpoint id, or None.
     parent: str | None
-    #: ``metadata["run_id"]`` when it is a str (``delete_for_runs``).
+    #: ``metadata["run_id"]`` as ``_codec.run_id_of`` keeps it (``delete_for_runs``).
     run_id: str | None
     #: Channels whose value the checkpoint stores (``channel/<name>`` parts).
     have: tuple[str, ...]

@@ -33,6 +33,7 @@ from cpstore.langgraph._codec import (
     pack_typed,
     pack_value,
     run_for,
+    run_id_of,
     thread_runs,
 )
 from cpstore.langgraph._read import Entry, entry_key, load_parts
@@ -57,6 +58,9 @@ _Held = tuple[Any, dict[str, bytes], bool]
 
 _CACHED_BRANCHES = 256
 _RETRIES = 8
+#: Serde views (``Writer.with_serde``) kept per writer: the saver's assigned serde and a
+#: few ``with_allowlist`` clones' (each a strong reference, so an id is never reused).
+_CACHED_VIEWS = 8
 
 
 @dataclass
@@ -81,7 +85,7 @@ class Put(NamedTuple):
     parent_id: str | None
     checkpoint_id: str
     step: int
-    #: ``metadata["run_id"]`` when it is a str.
+    #: ``metadata["run_id"]`` when it is a str or a UUID (``_codec.run_id_of``).
     run_id: str | None
     #: The ``checkpoint`` and ``metadata`` parts.
     head_parts: Mapping[str, bytes]
@@ -127,12 +131,38 @@ class Writer:
         self._tips: dict[tuple[str, str, str], tuple[str, str]] = (
             {} if share is None else share._tips
         )
+        # id(serde) -> (serde, its view), shared by every view, oldest first; written
+        # only under the lock
+        self._views: OrderedDict[int, tuple[Any, Writer]] = (
+            OrderedDict() if share is None else share._views
+        )
 
     def with_serde(self, serde: Any) -> Writer:
         """This writer when it has ``serde``, else one that encodes and decodes through
         ``serde`` and shares this one's lock and cached branches (a saver whose ``serde``
-        was assigned after it was made, or ``with_allowlist``'s shallow clone)."""
-        return self if serde is self.serde else Writer(self.store, serde, share=self)
+        was assigned after it was made, or ``with_allowlist``'s shallow clone).
+
+        One view per serde object (by identity, the object held so its id is not reused),
+        so every put through an unchanged assigned serde takes the same view (lgfix72:
+        each put built a new one); a serde assigned since gets its own at its first call.
+        A kept view is looked up without the lock (one dict read: a put through it does
+        not wait for the lock twice); a new one is made and kept under it, so threads
+        asking at once get one view.
+        """
+        if serde is self.serde:
+            return self
+        held = self._views.get(id(serde))
+        if held is not None and held[0] is serde:
+            return held[1]
+        with self.lock:
+            held = self._views.get(id(serde))
+            if held is not None and held[0] is serde:
+                return held[1]
+            view = Writer(self.store, serde, share=self)
+            self._views[id(serde)] = (serde, view)
+            while len(self._views) > _CACHED_VIEWS:  # the oldest made goes first
+                self._views.popitem(last=False)
+            return view
 
     def forget(self, run: str | None = None) -> None:
         """Drop cached recorders (of one run, or all): the store changed under them."""
@@ -170,7 +200,7 @@ class Writer:
                 parent_id,
                 checkpoint_id,
                 step,
-                run_id if isinstance(run_id, str) else None,
+                run_id_of(run_id),
                 head_parts,
                 {},
                 versions,

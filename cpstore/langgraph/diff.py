@@ -5,7 +5,9 @@ Each side is a LangGraph config (``thread_id``, ``checkpoint_ns``, optionally
 walked from the root to that checkpoint along ``parent`` links and compared
 position by position; values are compared by their content digests (no value
 is deserialized, so it works for any serde), the node is read from the task
-path of the writes that produced the diverging checkpoint.
+path of the writes that produced the diverging checkpoint. A channel stored as
+the empty marker is compared as one the checkpoint does not hold: LangGraph
+loads both as an empty channel.
 """
 
 from __future__ import annotations
@@ -78,8 +80,30 @@ def _side(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
     return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), str(cid) if cid else None
 
 
+#: The serde type tag of the marker a put stores for a new version without a value.
+_EMPTY = b"empty\x00"
+
+
+def _is_empty(view: CheckpointView, name: str, key: bytes, empty: dict[bytes, bool]) -> bool:
+    """Whether the channel part ``name`` (digest ``key``) is the empty marker: a channel
+    LangGraph loads as empty, as it loads a channel the checkpoint does not hold (the
+    marker is omitted from ``channel_values`` on read, as InMemorySaver omits an "empty"
+    blob), so the two compare equal (lgfix72). Each digest is read (hash-checked) once per
+    diff, and only for a channel the index entry does not list as holding a value; only
+    its type tag is looked at, nothing is deserialized."""
+    known = empty.get(key)
+    if known is None:
+        part = view.state_part(name)
+        known = empty[key] = isinstance(part, bytes) and part.startswith(_EMPTY)
+    return known
+
+
 def _chain(
-    txn: Txn[memoryview], store: Store, config: Mapping[str, Any], serde: Any
+    txn: Txn[memoryview],
+    store: Store,
+    config: Mapping[str, Any],
+    serde: Any,
+    empty: dict[bytes, bool],
 ) -> list[_Point]:
     thread_id, ns, checkpoint_id = _side(config)
     meta = store.backend.db("meta")
@@ -97,14 +121,19 @@ def _chain(
             where = f"checkpoint {entry.cid.hex()}"
             meta_value = load_metadata(serde, view_head(view, entry)[1], where)
             step = meta_value.get("step")
-        values: dict[str, bytes] = {}
-        for name, key in sorted(parts.items()):
-            if name.startswith(CHANNEL):
-                channel = name[len(CHANNEL) :]
-                values[channel] = values.get(channel, b"") + bytes(key)
-            elif name.startswith(SEGMENT):
-                channel = name[len(SEGMENT) :].rsplit("/", 1)[0]
-                values[channel] = values.get(channel, b"") + bytes(key)
+            values: dict[str, bytes] = {}
+            # a channel the entry says holds a value is not read (a wrong hint costs only
+            # a divergence reported as before lgfix72); any other is read to tell
+            have = set(entry.have)
+            for name, key in sorted(parts.items()):
+                if name.startswith(CHANNEL):
+                    channel = name[len(CHANNEL) :]
+                    if channel not in have and _is_empty(view, name, bytes(key), empty):
+                        continue  # compared as a channel the checkpoint does not hold
+                    values[channel] = values.get(channel, b"") + bytes(key)
+                elif name.startswith(SEGMENT):
+                    channel = name[len(SEGMENT) :].rsplit("/", 1)[0]
+                    values[channel] = values.get(channel, b"") + bytes(key)
         out.append(_Point(entry, step, values))
         entry = (
             None
@@ -143,7 +172,9 @@ def diff_threads(
     """
     serde = serde or JsonPlusSerializer()
     with store.backend.read_txn() as txn:
-        a, b = _chain(txn, store, config_a, serde), _chain(txn, store, config_b, serde)
+        empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
+        a = _chain(txn, store, config_a, serde, empty)
+        b = _chain(txn, store, config_b, serde, empty)
         shared = None
         for i in range(min(len(a), len(b))):
             pa, pb = a[i], b[i]

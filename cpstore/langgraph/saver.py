@@ -17,6 +17,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
+from uuid import UUID
 
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -345,9 +346,12 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         """Delete every checkpoint and write of a thread (all namespaces), and sweep its run."""
         _maintain.delete_threads(self.store, self._writer_now(), [str(thread_id)])
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed."""
-        _maintain.delete_for_runs(self.store, self._writer_now(), [str(r) for r in run_ids])
+    def delete_for_runs(self, run_ids: Sequence[str | UUID]) -> None:
+        """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed.
+
+        Each run id is a str or a ``uuid.UUID`` (as its str); anything else, or one str
+        for ``run_ids``, is ``InvalidInputError`` and nothing is deleted."""
+        _maintain.delete_for_runs(self.store, self._writer_now(), run_ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another; no value bytes are copied."""
@@ -417,7 +421,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         """:meth:`delete_thread` in the default executor."""
         await self._run(self.delete_thread, thread_id)
 
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+    async def adelete_for_runs(self, run_ids: Sequence[str | UUID]) -> None:
         """:meth:`delete_for_runs` in the default executor."""
         await self._run(self.delete_for_runs, run_ids)
 
