@@ -118,9 +118,63 @@ def forgotten_heads(
     A released lineage and a damaged ref's head cannot be told apart there (forks are
     not audited), and a kept head costs a ``release_retained``, a lost one the history.
     """
+    reach = _reach(backend, txn, extra_roots, named)
+    if any(acc == after[0] for acc, _ in digests):
+        return []  # every ref's hash is in the XOR: none is missing (a count damaged)
+    missing: set[bytes] = set()  # the full hash of the one ref missing
+    changed: dict[bytes, set[bytes]] = {}  # ref key -> the true full hash, if it changed
+    for acc, count in digests:
+        diff = _xor(acc, after[0])
+        if count - after[1] == 1:
+            if diff in reach.present.values():
+                return []  # the one ref missing is back in the table
+            missing.add(diff)
+        elif count == after[1]:
+            for key, full in reach.present.items():
+                changed.setdefault(key, set()).add(_xor(diff, full))
+    if missing or changed:
+        found = _search(reach, (missing, changed))
+        if found is not None:
+            # Kept even when another ref's lineage reaches it: prune(keep_last=N) keeps
+            # only a ref's newest N, and that ref may move on (review68); and even when
+            # it is a retained head already: that hold is another record's, which its
+            # holder may release (holders69). Not when this repair retains it anyway.
+            return [] if found.cid in extra_roots else [found]
+    # Unnamed: its head may be any stored checkpoint, reached or not; every tip of the
+    # store covers them all, whatever keep_last a sweep is given (review68: a fork's
+    # head inside main's lineage was taken by prune), a retained tip too: its holds are
+    # other records', which their holders may release (holders69).
+    lineage = reach.lineage
+    return [
+        Forgotten(cid, lineage[cid][1], lineage[cid][2])
+        for cid in _tips(lineage, list(lineage))
+        if cid not in extra_roots
+    ]
+
+
+class _Reach(NamedTuple):
+    """What the refs and retained heads reach, read in one txn (:func:`_reach`)."""
+
+    lineage: dict[bytes, tuple[bytes | None, str, str]]
+    present: dict[bytes, bytes]
+    """Ref key -> its full hash, for the refs that pass their check."""
+    names: dict[str, set[str]]
+    """Run -> the branch names its refs (and the repair) use."""
+    reached: set[bytes]
+    unreached: list[bytes]
+
+
+def _reach(
+    backend: Backend,
+    txn: Txn[memoryview],
+    extra_roots: tuple[bytes, ...] = (),
+    named: tuple[str, str] | None = None,
+) -> _Reach:
+    """Every stored checkpoint, and which of them a ref (whole lineage), a retained head
+    or one of ``extra_roots`` reaches."""
     lineage = _lineage(backend, txn)
     roots: list[bytes] = []
-    present: dict[bytes, bytes] = {}  # ref key -> its full hash, refs that pass their check
+    present: dict[bytes, bytes] = {}
     names: dict[str, set[str]] = {}
     if named is not None:
         names[named[0]] = {named[1]}
@@ -144,40 +198,17 @@ def forgotten_heads(
             reached.add(at)
             at = lineage[at][0]
     unreached = [cid for cid in lineage if cid not in reached]
-    if any(acc == after[0] for acc, _ in digests):
-        return []  # every ref's hash is in the XOR: none is missing (a count damaged)
-    missing: set[bytes] = set()  # the full hash of the one ref missing
-    changed: dict[bytes, set[bytes]] = {}  # ref key -> the true full hash, if it changed
-    for acc, count in digests:
-        diff = _xor(acc, after[0])
-        if count - after[1] == 1:
-            if diff in present.values():
-                return []  # the one ref missing is back in the table
-            missing.add(diff)
-        elif count == after[1]:
-            for key, full in present.items():
-                changed.setdefault(key, set()).add(_xor(diff, full))
-    if missing or changed:
-        # Its head is most likely a tip of U, then elsewhere in U, then reached.
-        tips = _tips(lineage, unreached)
-        tipped = set(tips)
-        rest = [cid for cid in unreached if cid not in tipped]
-        found = _named_by(lineage, names, (missing, changed), [*tips, *rest, *reached])
-        if found is not None:
-            # Kept even when another ref's lineage reaches it: prune(keep_last=N) keeps
-            # only a ref's newest N, and that ref may move on (review68); and even when
-            # it is a retained head already: that hold is another record's, which its
-            # holder may release (holders69). Not when this repair retains it anyway.
-            return [] if found.cid in extra_roots else [found]
-    # Unnamed: its head may be any stored checkpoint, reached or not; every tip of the
-    # store covers them all, whatever keep_last a sweep is given (review68: a fork's
-    # head inside main's lineage was taken by prune), a retained tip too: its holds are
-    # other records', which their holders may release (holders69).
-    return [
-        Forgotten(cid, lineage[cid][1], lineage[cid][2])
-        for cid in _tips(lineage, list(lineage))
-        if cid not in extra_roots
-    ]
+    return _Reach(lineage, present, names, reached, unreached)
+
+
+def _search(reach: _Reach, hashes: tuple[set[bytes], dict[bytes, set[bytes]]]) -> Forgotten | None:
+    """The ref whose full hash is one of ``hashes`` (:func:`_named_by`), its head tried
+    where it most likely is: a tip of what nothing reaches, then elsewhere there, then
+    among what is reached."""
+    tips = _tips(reach.lineage, reach.unreached)
+    tipped = set(tips)
+    rest = [cid for cid in reach.unreached if cid not in tipped]
+    return _named_by(reach.lineage, reach.names, hashes, [*tips, *rest, *reach.reached])
 
 
 def _tips(lineage: dict[bytes, tuple[bytes | None, str, str]], among: list[bytes]) -> list[bytes]:
