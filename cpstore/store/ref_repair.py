@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from cpstore.errors import ConflictError, IntegrityError, NotFoundError
+from cpstore.errors import (
+    ConflictError,
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    PutBackMismatchError,
+)
 from cpstore.native.binding import digest_small
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn
@@ -258,6 +264,7 @@ def repair_ref(
     *,
     operator: str,
     reason: str,
+    force: bool = False,
 ) -> AuditRecord:
     """Replace, delete (``new=None``) or put back a ref when the store says it is damaged.
 
@@ -268,9 +275,16 @@ def repair_ref(
     digest, and with :class:`NotFoundError` for a ref that is not there when the table
     passes its digest (nothing vanished: ``fork`` makes a branch) or when ``new`` is
     None (nothing to delete). ``new`` must be a stored checkpoint of the run.
+    A ref put back while the table is exactly one ref short of a well-formed digest must
+    be the one that vanished (its name and head give the digest's XOR difference, alone
+    or with one ref changed beside it): another is :class:`PutBackMismatchError`, naming
+    the vanished ref when a stored checkpoint and branch name give it (found as
+    :func:`forgotten_heads` finds it), nothing written; ``force`` accepts it (recorded).
+    Elsewhere (several refs short, a malformed or missing digest, a ref that fails its
+    check, a difference of zero) the put-back is not checked.
     In one write txn: a ``ref_repair`` audit record (``run``, ``branch``, ``damaged``:
     the stored value in hex, None for a ref put back, ``new``, ``retained``, ``kept``,
-    ``operator``, ``reason``, ``refs``), the new value, the digest re-derived, and as
+    ``operator``, ``reason``, ``forced``, ``refs``), the new value, the digest re-derived, and as
     retained heads: the checkpoint a damaged value's first 16 bytes name, if stored
     (``retained``), and every checkpoint the repaired table no longer reaches that a
     ref vanished or changed outside cpstore may have held (``kept``;
@@ -281,6 +295,10 @@ def repair_ref(
     new_raw = None if new is None else parse_id(new)
     who = check_name(operator, "operator")
     why = check_name(reason, "reason")
+    if not isinstance(force, bool):  # recorded as given: a truthy string is no override
+        raise InvalidInputError(
+            "force must be True or False", where="force", expected="bool", got=force
+        )
     when = float(backend.now())
     where = f"refs/{run_id}/{branch}"
 
@@ -321,6 +339,8 @@ def repair_ref(
                         got=damaged.hex(),
                     )
         origin = SET if new_raw is None else ref_target(backend, txn, key, new_raw)
+        if damaged is None and new_raw is not None and not force:
+            _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
         named = b"" if damaged is None else damaged[:DIGEST_SIZE]
         keep = (
             named
@@ -371,6 +391,7 @@ def repair_ref(
                 "kept": [k.cid.hex() for k in kept],
                 "operator": who,
                 "reason": why,
+                "forced": force,  # the put-back check lifted (repair72)
                 # What the digest recorded and the table held before the repair: fewer
                 # found than recorded is a ref vanished; ``kept`` is what it reached.
                 "refs": {"recorded": recorded, "found": before.found},
@@ -417,3 +438,71 @@ def _expected(
     elif before.found >= count and new_raw is not None:  # a ref added, not a hole filled
         acc, count = _xor(acc, ref_hash(key, new_raw, origin)), count + 1
     return acc, count
+
+
+def _vanished_hash(backend: Backend, txn: Txn[memoryview], before: RefsState) -> bytes | None:
+    """The full hash of the one ref the table is missing, or None when it cannot be
+    known: the digest malformed or missing, the table not exactly one ref short of its
+    count, the XOR difference zero (only the count is off: damaged, or a repair of
+    another ref re-derived the XOR without the vanished one), or a ref that fails its
+    check (hashed as stored, its true hash unknown: the difference is not one ref's)."""
+    if before.recorded is None or before.recorded[1] - before.found != 1:
+        return None
+    diff = _xor(before.recorded[0], before.acc)
+    if diff == bytes(DIGEST_SIZE):
+        return None
+    with txn.cursor(db=backend.db("refs")) as cur:
+        for k, v in cur:
+            try:
+                unpack_ref(k, v)
+            except IntegrityError:
+                return None
+    return diff
+
+
+def _check_put_back(
+    backend: Backend,
+    txn: Txn[memoryview],
+    before: RefsState,
+    *,
+    key: bytes,
+    new_raw: bytes,
+) -> None:
+    """PutBackMismatchError unless a ref put back (``key`` at ``new_raw``) is the one the
+    table is missing, when that one is known (:func:`_vanished_hash`): its name and head
+    must give the digest's XOR difference (repair72). Naming another branch, even one
+    that never existed, used to lift refs70's refusal: a new recorder on the vanished
+    ref's run then started a new root with ``verify()`` clean. A ref changed outside
+    cpstore with a true check beside the vanished one makes the difference both: the
+    put-back is accepted when the rest names a present ref's true head (a stored
+    checkpoint of its run), as :func:`forgotten_heads` names a changed ref."""
+    full = _vanished_hash(backend, txn, before)
+    puts = [ref_hash(key, new_raw, o) for o in (RECORDED, SET)]
+    if full is None or full in puts:
+        return
+    reach = _reach(backend, txn)
+    beside = {k: {_xor(_xor(full, p), now) for p in puts} for k, now in reach.present.items()}
+    if _search(reach, (set(), beside)) is not None:
+        return  # the put-back and one ref changed beside it give the difference
+    run, branch = split_ref_key(key)
+    where = f"refs/{run}/{branch}"
+    got = {"run": run, "branch": branch, "head": new_raw.hex()}
+    found = _search(reach, ({full}, {}))
+    if found is None:
+        raise PutBackMismatchError(
+            "the ref put back is not the one that vanished: the refs table is one ref short "
+            "of meta/refs_digest, whose XOR difference no stored checkpoint and branch name "
+            "of a run give (a fork never recorded on, or other damage); put back the ref "
+            "that vanished, at its head, or pass force=True to accept this one",
+            where=where,
+            expected={"run": None, "branch": None, "head": None},
+            got=got,
+        )
+    raise PutBackMismatchError(
+        f"the ref put back is not the one that vanished: the refs table is one ref short "
+        f"of meta/refs_digest, whose XOR difference is refs/{found.run}/{found.branch} at "
+        f"{found.cid.hex()}; put that back, or pass force=True to accept this one",
+        where=where,
+        expected={"run": found.run, "branch": found.branch, "head": found.cid.hex()},
+        got=got,
+    )
