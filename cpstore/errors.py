@@ -29,6 +29,7 @@ __all__ = [
     "NotDescendantError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "PutBackMismatchError",
     "ReadHeldDuringResizeError",
     "RecordFormatError",
     "RecordingGapError",
@@ -170,6 +171,15 @@ class NotFoundError(CpstoreError, KeyError):
 
 class IntegrityError(CpstoreError):
     """Stored bytes do not match their digest, or a reference does not resolve."""
+
+
+class PutBackMismatchError(IntegrityError):
+    """A ``repair_ref`` put-back that is not the ref that vanished: the refs table is one
+    ref short of ``meta/refs_digest``, whose XOR difference is that ref's full hash, and
+    the ref put back (name and head) does not give it. Nothing was written. ``expected``:
+    the vanished ref's ``{"run", "branch", "head"}`` (each None when no stored checkpoint
+    and branch name of a run give the hash); ``got``: the put-back's. Put that ref back,
+    or pass ``force=True`` to accept this one (the vanished history is kept retained)."""
 
 
 class NativeError(CpstoreError):

@@ -125,11 +125,12 @@ def test_a_retention_refusal_by_the_digest_in_a_vanish_is_allowed() -> None:
         assert not allowed(b, e, Context([*ops, (b, e)]))
 
 
-def _repaired(st: cpstore.Store, head: str) -> dict[str, Any]:
-    """A real vanish of FORK put back at ``head``: its repair's acknowledgement fields."""
+def _repaired(st: cpstore.Store, head: str, *, force: bool = False) -> dict[str, Any]:
+    """A real vanish of FORK put back at ``head``: its repair's acknowledgement fields
+    (``force``: a head other than the vanished one, refused since repair72 otherwise)."""
     key = f"{RUN}\0{FORK}".encode()
     st.backend.write_txn(lambda txn: txn.delete(key, db=st.backend.dbs["refs"]))
-    rec = st.repair_ref(RUN, FORK, head, operator="o", reason="r")
+    rec = st.repair_ref(RUN, FORK, head, operator="o", reason="r", force=force)
     return {"digest": rec.digest, "index": rec.index, "new": rec.body["new"]}
 
 
@@ -217,7 +218,7 @@ class TestPlanted:
             _reported(
                 st,
                 tmp_path,
-                _vanish_lines(first, repair=_repaired(st, second)),
+                _vanish_lines(first, repair=_repaired(st, second, force=True)),
                 r"put back .* not its head",
             )
 

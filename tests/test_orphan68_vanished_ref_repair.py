@@ -19,7 +19,13 @@ from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_audit63_retention_digest import _digest, _raw_ref
 
 import cpstore
-from cpstore.errors import ConflictError, IntegrityError, InvalidInputError, NotFoundError
+from cpstore.errors import (
+    ConflictError,
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    PutBackMismatchError,
+)
 from cpstore.store import ref_repair
 from cpstore.store.facade import Store
 from cpstore.store.refs import RECORDED, REFS_DIGEST_KEY, pack_ref
@@ -195,11 +201,16 @@ def test_a_fork_back_is_refused_and_repair_puts_it_back(url: str) -> None:
 
 
 def test_a_ref_put_back_at_the_wrong_head_keeps_the_true_one(url: str) -> None:
+    """Refused unless forced since repair72 (the digest names the true head, and
+    tests/test_repair72_putback_check.py checks the refusal); forced, the true head is
+    kept."""
     with cpstore.open(url) as st:
         ids = _three(st)
         st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0main", None)
-        record = st.repair_ref("r", "main", ids[1], operator="o", reason="put back")
+        with pytest.raises(PutBackMismatchError):
+            st.repair_ref("r", "main", ids[1], operator="o", reason="put back")
+        record = st.repair_ref("r", "main", ids[1], operator="o", reason="put back", force=True)
         assert record.body["kept"] == [ids[2]]
         assert st.verify().ok and st.prune(keep_last=1) == 0
         assert _stored(st, ids)

@@ -25,9 +25,11 @@ ROUNDS = 6
 
 
 def _writer(url: str, run: str) -> list[str]:
+    """Moves of ``run``'s main (made before the race: since refs70 a run's first
+    checkpoint, a create, is refused while a deleted fork ref stands)."""
     with cpstore.open(url) as st:
         rec = st.recorder(run)
-        return [rec.checkpoint(i, {"w": run, "i": i}) for i in range(12)]
+        return [rec.checkpoint(i, {"w": run, "i": i}) for i in range(1, 13)]
 
 
 def _repairer(url: str, fork_head: str) -> list[list[str]]:
@@ -62,6 +64,8 @@ def test_repairs_racing_writers_in_other_processes_lose_nothing(url: str) -> Non
         ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
         st.fork("r", "exp", ids[1])
         st.recorder("s").checkpoint(0, {"s": 0})
+        for i in range(3):
+            st.recorder(f"w{i}").checkpoint(0, {"w": f"w{i}", "i": 0})
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(4) as pool:
         writers = [pool.apply_async(_writer, (url, f"w{i}")) for i in range(3)]

@@ -384,7 +384,14 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         )
 
     def repair_ref(
-        self, run_id: str, branch: str, new: str | None, *, operator: str, reason: str
+        self,
+        run_id: str,
+        branch: str,
+        new: str | None,
+        *,
+        operator: str,
+        reason: str,
+        force: bool = False,
     ) -> AuditRecord:
         """Replace, delete (``new=None``) or put back a damaged or vanished ref, audited.
 
@@ -392,13 +399,18 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         CAS), a damaged refs digest and a ref that vanished (put back at ``new``):
         ConflictError unless the stored ref fails its check or the refs table fails
         ``meta/refs_digest``; NotFoundError for an absent ref when the table passes
-        its digest (``fork`` makes a branch) or ``new`` is None. The audit record
-        carries the damaged bytes (None for a ref put back); a checkpoint they still
-        name is kept as a retained head, and so is what the repaired table no
-        longer reaches that a vanished or changed ref may have held (``kept``).
+        its digest (``fork`` makes a branch) or ``new`` is None. A ref put back while
+        the table is exactly one ref short of its digest must be the ref that vanished
+        (name and head): PutBackMismatchError otherwise, naming it when it can be found,
+        nothing written; ``force=True`` accepts another (``forced`` in the record). The
+        audit record carries the damaged bytes (None for a ref put back); a checkpoint
+        they still name is kept as a retained head, and so is what the repaired table
+        no longer reaches that a vanished or changed ref may have held (``kept``).
         See docs/store.md, "Repairing a damaged ref".
         """
-        return repair_ref(self._backend, run_id, branch, new, operator=operator, reason=reason)
+        return repair_ref(
+            self._backend, run_id, branch, new, operator=operator, reason=reason, force=force
+        )
 
     def retained(self) -> dict[str, dict[str, Any]]:
         """Heads kept by :meth:`reset_ref` or :meth:`repair_ref`: id -> ``{"run", "branch",

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from cpstore.errors import ConflictError, IntegrityError, NotFoundError
+from cpstore.errors import (
+    ConflictError,
+    IntegrityError,
+    InvalidInputError,
+    NotFoundError,
+    PutBackMismatchError,
+)
 from cpstore.native.binding import digest_small
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn
@@ -118,9 +124,63 @@ def forgotten_heads(
     A released lineage and a damaged ref's head cannot be told apart there (forks are
     not audited), and a kept head costs a ``release_retained``, a lost one the history.
     """
+    reach = _reach(backend, txn, extra_roots, named)
+    if any(acc == after[0] for acc, _ in digests):
+        return []  # every ref's hash is in the XOR: none is missing (a count damaged)
+    missing: set[bytes] = set()  # the full hash of the one ref missing
+    changed: dict[bytes, set[bytes]] = {}  # ref key -> the true full hash, if it changed
+    for acc, count in digests:
+        diff = _xor(acc, after[0])
+        if count - after[1] == 1:
+            if diff in reach.present.values():
+                return []  # the one ref missing is back in the table
+            missing.add(diff)
+        elif count == after[1]:
+            for key, full in reach.present.items():
+                changed.setdefault(key, set()).add(_xor(diff, full))
+    if missing or changed:
+        found = _search(reach, (missing, changed))
+        if found is not None:
+            # Kept even when another ref's lineage reaches it: prune(keep_last=N) keeps
+            # only a ref's newest N, and that ref may move on (review68); and even when
+            # it is a retained head already: that hold is another record's, which its
+            # holder may release (holders69). Not when this repair retains it anyway.
+            return [] if found.cid in extra_roots else [found]
+    # Unnamed: its head may be any stored checkpoint, reached or not; every tip of the
+    # store covers them all, whatever keep_last a sweep is given (review68: a fork's
+    # head inside main's lineage was taken by prune), a retained tip too: its holds are
+    # other records', which their holders may release (holders69).
+    lineage = reach.lineage
+    return [
+        Forgotten(cid, lineage[cid][1], lineage[cid][2])
+        for cid in _tips(lineage, list(lineage))
+        if cid not in extra_roots
+    ]
+
+
+class _Reach(NamedTuple):
+    """What the refs and retained heads reach, read in one txn (:func:`_reach`)."""
+
+    lineage: dict[bytes, tuple[bytes | None, str, str]]
+    present: dict[bytes, bytes]
+    """Ref key -> its full hash, for the refs that pass their check."""
+    names: dict[str, set[str]]
+    """Run -> the branch names its refs (and the repair) use."""
+    reached: set[bytes]
+    unreached: list[bytes]
+
+
+def _reach(
+    backend: Backend,
+    txn: Txn[memoryview],
+    extra_roots: tuple[bytes, ...] = (),
+    named: tuple[str, str] | None = None,
+) -> _Reach:
+    """Every stored checkpoint, and which of them a ref (whole lineage), a retained head
+    or one of ``extra_roots`` reaches."""
     lineage = _lineage(backend, txn)
     roots: list[bytes] = []
-    present: dict[bytes, bytes] = {}  # ref key -> its full hash, refs that pass their check
+    present: dict[bytes, bytes] = {}
     names: dict[str, set[str]] = {}
     if named is not None:
         names[named[0]] = {named[1]}
@@ -144,40 +204,17 @@ def forgotten_heads(
             reached.add(at)
             at = lineage[at][0]
     unreached = [cid for cid in lineage if cid not in reached]
-    if any(acc == after[0] for acc, _ in digests):
-        return []  # every ref's hash is in the XOR: none is missing (a count damaged)
-    missing: set[bytes] = set()  # the full hash of the one ref missing
-    changed: dict[bytes, set[bytes]] = {}  # ref key -> the true full hash, if it changed
-    for acc, count in digests:
-        diff = _xor(acc, after[0])
-        if count - after[1] == 1:
-            if diff in present.values():
-                return []  # the one ref missing is back in the table
-            missing.add(diff)
-        elif count == after[1]:
-            for key, full in present.items():
-                changed.setdefault(key, set()).add(_xor(diff, full))
-    if missing or changed:
-        # Its head is most likely a tip of U, then elsewhere in U, then reached.
-        tips = _tips(lineage, unreached)
-        tipped = set(tips)
-        rest = [cid for cid in unreached if cid not in tipped]
-        found = _named_by(lineage, names, (missing, changed), [*tips, *rest, *reached])
-        if found is not None:
-            # Kept even when another ref's lineage reaches it: prune(keep_last=N) keeps
-            # only a ref's newest N, and that ref may move on (review68); and even when
-            # it is a retained head already: that hold is another record's, which its
-            # holder may release (holders69). Not when this repair retains it anyway.
-            return [] if found.cid in extra_roots else [found]
-    # Unnamed: its head may be any stored checkpoint, reached or not; every tip of the
-    # store covers them all, whatever keep_last a sweep is given (review68: a fork's
-    # head inside main's lineage was taken by prune), a retained tip too: its holds are
-    # other records', which their holders may release (holders69).
-    return [
-        Forgotten(cid, lineage[cid][1], lineage[cid][2])
-        for cid in _tips(lineage, list(lineage))
-        if cid not in extra_roots
-    ]
+    return _Reach(lineage, present, names, reached, unreached)
+
+
+def _search(reach: _Reach, hashes: tuple[set[bytes], dict[bytes, set[bytes]]]) -> Forgotten | None:
+    """The ref whose full hash is one of ``hashes`` (:func:`_named_by`), its head tried
+    where it most likely is: a tip of what nothing reaches, then elsewhere there, then
+    among what is reached."""
+    tips = _tips(reach.lineage, reach.unreached)
+    tipped = set(tips)
+    rest = [cid for cid in reach.unreached if cid not in tipped]
+    return _named_by(reach.lineage, reach.names, hashes, [*tips, *rest, *reach.reached])
 
 
 def _tips(lineage: dict[bytes, tuple[bytes | None, str, str]], among: list[bytes]) -> list[bytes]:
@@ -227,6 +264,7 @@ def repair_ref(
     *,
     operator: str,
     reason: str,
+    force: bool = False,
 ) -> AuditRecord:
     """Replace, delete (``new=None``) or put back a ref when the store says it is damaged.
 
@@ -237,9 +275,16 @@ def repair_ref(
     digest, and with :class:`NotFoundError` for a ref that is not there when the table
     passes its digest (nothing vanished: ``fork`` makes a branch) or when ``new`` is
     None (nothing to delete). ``new`` must be a stored checkpoint of the run.
+    A ref put back while the table is exactly one ref short of a well-formed digest must
+    be the one that vanished (its name and head give the digest's XOR difference, alone
+    or with one ref changed beside it): another is :class:`PutBackMismatchError`, naming
+    the vanished ref when a stored checkpoint and branch name give it (found as
+    :func:`forgotten_heads` finds it), nothing written; ``force`` accepts it (recorded).
+    Elsewhere (several refs short, a malformed or missing digest, a ref that fails its
+    check, a difference of zero) the put-back is not checked.
     In one write txn: a ``ref_repair`` audit record (``run``, ``branch``, ``damaged``:
     the stored value in hex, None for a ref put back, ``new``, ``retained``, ``kept``,
-    ``operator``, ``reason``, ``refs``), the new value, the digest re-derived, and as
+    ``operator``, ``reason``, ``forced``, ``refs``), the new value, the digest re-derived, and as
     retained heads: the checkpoint a damaged value's first 16 bytes name, if stored
     (``retained``), and every checkpoint the repaired table no longer reaches that a
     ref vanished or changed outside cpstore may have held (``kept``;
@@ -250,6 +295,10 @@ def repair_ref(
     new_raw = None if new is None else parse_id(new)
     who = check_name(operator, "operator")
     why = check_name(reason, "reason")
+    if not isinstance(force, bool):  # recorded as given: a truthy string is no override
+        raise InvalidInputError(
+            "force must be True or False", where="force", expected="bool", got=force
+        )
     when = float(backend.now())
     where = f"refs/{run_id}/{branch}"
 
@@ -290,6 +339,8 @@ def repair_ref(
                         got=damaged.hex(),
                     )
         origin = SET if new_raw is None else ref_target(backend, txn, key, new_raw)
+        if damaged is None and new_raw is not None and not force:
+            _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
         named = b"" if damaged is None else damaged[:DIGEST_SIZE]
         keep = (
             named
@@ -340,6 +391,7 @@ def repair_ref(
                 "kept": [k.cid.hex() for k in kept],
                 "operator": who,
                 "reason": why,
+                "forced": force,  # the put-back check lifted (repair72)
                 # What the digest recorded and the table held before the repair: fewer
                 # found than recorded is a ref vanished; ``kept`` is what it reached.
                 "refs": {"recorded": recorded, "found": before.found},
@@ -386,3 +438,71 @@ def _expected(
     elif before.found >= count and new_raw is not None:  # a ref added, not a hole filled
         acc, count = _xor(acc, ref_hash(key, new_raw, origin)), count + 1
     return acc, count
+
+
+def _vanished_hash(backend: Backend, txn: Txn[memoryview], before: RefsState) -> bytes | None:
+    """The full hash of the one ref the table is missing, or None when it cannot be
+    known: the digest malformed or missing, the table not exactly one ref short of its
+    count, the XOR difference zero (only the count is off: damaged, or a repair of
+    another ref re-derived the XOR without the vanished one), or a ref that fails its
+    check (hashed as stored, its true hash unknown: the difference is not one ref's)."""
+    if before.recorded is None or before.recorded[1] - before.found != 1:
+        return None
+    diff = _xor(before.recorded[0], before.acc)
+    if diff == bytes(DIGEST_SIZE):
+        return None
+    with txn.cursor(db=backend.db("refs")) as cur:
+        for k, v in cur:
+            try:
+                unpack_ref(k, v)
+            except IntegrityError:
+                return None
+    return diff
+
+
+def _check_put_back(
+    backend: Backend,
+    txn: Txn[memoryview],
+    before: RefsState,
+    *,
+    key: bytes,
+    new_raw: bytes,
+) -> None:
+    """PutBackMismatchError unless a ref put back (``key`` at ``new_raw``) is the one the
+    table is missing, when that one is known (:func:`_vanished_hash`): its name and head
+    must give the digest's XOR difference (repair72). Naming another branch, even one
+    that never existed, used to lift refs70's refusal: a new recorder on the vanished
+    ref's run then started a new root with ``verify()`` clean. A ref changed outside
+    cpstore with a true check beside the vanished one makes the difference both: the
+    put-back is accepted when the rest names a present ref's true head (a stored
+    checkpoint of its run), as :func:`forgotten_heads` names a changed ref."""
+    full = _vanished_hash(backend, txn, before)
+    puts = [ref_hash(key, new_raw, o) for o in (RECORDED, SET)]
+    if full is None or full in puts:
+        return
+    reach = _reach(backend, txn)
+    beside = {k: {_xor(_xor(full, p), now) for p in puts} for k, now in reach.present.items()}
+    if _search(reach, (set(), beside)) is not None:
+        return  # the put-back and one ref changed beside it give the difference
+    run, branch = split_ref_key(key)
+    where = f"refs/{run}/{branch}"
+    got = {"run": run, "branch": branch, "head": new_raw.hex()}
+    found = _search(reach, ({full}, {}))
+    if found is None:
+        raise PutBackMismatchError(
+            "the ref put back is not the one that vanished: the refs table is one ref short "
+            "of meta/refs_digest, whose XOR difference no stored checkpoint and branch name "
+            "of a run give (a fork never recorded on, or other damage); put back the ref "
+            "that vanished, at its head, or pass force=True to accept this one",
+            where=where,
+            expected={"run": None, "branch": None, "head": None},
+            got=got,
+        )
+    raise PutBackMismatchError(
+        f"the ref put back is not the one that vanished: the refs table is one ref short "
+        f"of meta/refs_digest, whose XOR difference is refs/{found.run}/{found.branch} at "
+        f"{found.cid.hex()}; put that back, or pass force=True to accept this one",
+        where=where,
+        expected={"run": found.run, "branch": found.branch, "head": found.cid.hex()},
+        got=got,
+    )
