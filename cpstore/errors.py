@@ -179,7 +179,10 @@ class PutBackMismatchError(IntegrityError):
     the ref put back (name and head) does not give it. Nothing was written. ``expected``:
     the vanished ref's ``{"run", "branch", "head"}`` (each None when no stored checkpoint
     and branch name of a run give the hash); ``got``: the put-back's. Put that ref back,
-    or pass ``force=True`` to accept this one (the vanished history is kept retained)."""
+    or pass ``force=True`` to accept this one (the vanished history is kept retained).
+    Also raised for a repair of an intact ref (moved or deleted) while such a ref is
+    missing: it would re-derive the digest without the vanished ref (``got``: the
+    repaired ref and its new head, None for a delete)."""
 
 
 class NativeError(CpstoreError):

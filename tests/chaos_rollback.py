@@ -311,12 +311,13 @@ def roll_back(st: cpstore.Store, log: Log, run: str, rng: random.Random) -> tupl
     return (old, new) if written else None
 
 
-def repair(st: cpstore.Store, log: Log, run: str, head: str) -> None:
-    """repair_ref of ``run``'s main to its true head ``head``, logged."""
+def repair(st: cpstore.Store, log: Log, run: str, head: str, *, force: bool = False) -> None:
+    """repair_ref of ``run``'s main to its true head ``head``, logged; ``force`` beside a
+    vanish (tests/chaos_vanish.py), whose loss the repair then accepts (repair72)."""
     oid = log.op()
     log.write("b", sync=True, op=REPAIR, id=oid, run=run, branch="main", new=head)
     try:
-        rec = st.repair_ref(run, "main", head, operator="chaos", reason="rolled back")
+        rec = st.repair_ref(run, "main", head, operator="chaos", reason="rolled back", force=force)
     except CpstoreError as exc:
         log.write("x", sync=True, op=REPAIR, id=oid, err=type(exc).__name__, msg=str(exc)[:300])
         return
@@ -325,7 +326,7 @@ def repair(st: cpstore.Store, log: Log, run: str, head: str) -> None:
               refs=rec.body["refs"])  # fmt: skip
 
 
-def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:
+def roll_back_and_repair(store: str, log: Log, rng: random.Random, *, force: bool = False) -> None:
     """The operator: roll a main ref back, let the workers meet it, try a sweep, repair."""
     with cpstore.open(store) as st:
         runs = [r for r in st.runs() if r.startswith("own-")] + [SHARED]
@@ -338,7 +339,7 @@ def roll_back_and_repair(store: str, log: Log, rng: random.Random) -> None:
         time.sleep(rng.uniform(0.2, 1.0))
         probe(st, log)
         time.sleep(rng.uniform(0.05, 0.4))
-        repair(st, log, run, done[0])
+        repair(st, log, run, done[0], force=force)
 
 
 def rollback_problems(store: cpstore.Store, m: Any, frees: Any) -> list[str]:

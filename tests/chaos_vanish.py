@@ -118,7 +118,9 @@ def vanish_and_repair(store: str, log: Log, rng: random.Random) -> None:
             # the put back below is then NotFoundError, and the ref stays gone. Not a
             # main: its worker would record a second root there, which the CAS rule
             # (tests/chaos_check.py cas_linear) reads as a bypassed compare-and-set.
-            roll_back_and_repair(store, log, rng)
+            # Forced: unforced, a repair of an intact ref while the digest names the
+            # vanished one is refused (repair72; tests/test_repair72_intact_route.py).
+            roll_back_and_repair(store, log, rng, force=True)
         probe(st, log)
         time.sleep(rng.uniform(0.05, 0.3))
         put_back(st, log, run, branch, done)

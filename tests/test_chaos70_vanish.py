@@ -30,7 +30,7 @@ from test_chaos_checker_rules import RUN, _store
 from test_chaos_mutations import _fake_log, check
 
 import cpstore
-from cpstore.errors import ConflictError, IntegrityError
+from cpstore.errors import ConflictError, IntegrityError, PutBackMismatchError
 
 SHORT_MSG = (
     "the refs table holds fewer refs than meta/refs_digest counts (a ref vanished outside "
@@ -340,7 +340,10 @@ def test_a_rollback_beside_a_vanish_on_a_real_store(url: str, tmp_path: Path) ->
         done = vanish(st, log, RUN, FORK)
         rolled = roll_back(st, log, RUN, random.Random(0))
         assert done is not None and rolled is not None
-        repair(st, log, RUN, rolled[0])
+        with pytest.raises(PutBackMismatchError) as info:  # unforced: the fork is named
+            st.repair_ref(RUN, "main", rolled[0], operator="o", reason="r")
+        assert info.value.expected == {"run": RUN, "branch": FORK, "head": head}
+        repair(st, log, RUN, rolled[0], force=True)  # as the operator does beside a vanish
         assert st.verify().ok and head in st.retained()
         put_back(st, log, RUN, FORK, done)
         assert st.ref(RUN, FORK) is None

@@ -346,7 +346,9 @@ def test_a_digest_repair_through_another_branch_keeps_a_vanished_ref_history(url
         ids = [rec.checkpoint(i, {"i": i}) for i in range(3)]
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0main", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert record.kind == "ref_repair" and record.body["run"] == "s"
         assert st.verify().ok  # the table is accepted as it stands...
         assert record.body["kept"] == [ids[2]]  # ...and the vanished head kept

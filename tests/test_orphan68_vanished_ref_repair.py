@@ -145,7 +145,9 @@ def test_a_digest_repair_through_another_branch_keeps_the_vanished_history(url: 
         ids = _three(st)
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0main", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert record.body["kept"] == [ids[2]]  # the digest names the vanished ref
         hold = {"run": "r", "branch": "main", "audit": record.digest}
         assert st.retained() == {ids[2]: {**hold, "holds": [hold]}}
@@ -171,7 +173,9 @@ def test_a_released_lineage_awaiting_the_sweep_is_not_kept(url: str) -> None:
         st.release_retained(dropped[1], operator="o", reason="drop b")
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0main", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert record.body["kept"] == [ids[2]]
         assert st.prune(keep_last=1) == 2  # the released lineage, not main's history
         assert _swept(st, dropped) and _stored(st, ids)
@@ -224,7 +228,9 @@ def test_two_vanished_refs_keep_both_histories(url: str) -> None:
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0main", None)
         _raw_ref(url, b"t\0main", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert record.body["kept"] == sorted([r[2], t[2], other])
         assert record.body["refs"] == {"recorded": 3, "found": 1}
         assert st.verify().ok and st.prune(keep_last=1) == 0
@@ -242,7 +248,9 @@ def test_a_vanished_fork_no_manifest_names_is_kept_inside_a_released_lineage(url
         st.release_retained(ids[2], operator="o", reason="back")
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert record.body["kept"] == sorted([ids[2], other])
         assert st.verify().ok and st.prune(keep_last=1) == 0
         assert _stored(st, ids)
@@ -285,7 +293,9 @@ def test_a_vanished_fork_whose_head_is_still_reached_keeps_only_its_head(url: st
         dropped = _released_lineage(st, ids[0])
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert record.body["kept"] == [head]
         assert record.body["refs"] == {"recorded": 4, "found": 3}
         assert st.verify().ok
@@ -319,7 +329,9 @@ def test_a_name_search_past_its_budget_keeps_every_unreachable_tip(
         dropped = _released_lineage(st, ids[0])
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0main", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert record.body["kept"] == sorted([ids[2], dropped[1], other])
         assert st.verify().ok and st.prune(keep_last=1) == 0
         assert _stored(st, ids + dropped)
@@ -339,7 +351,9 @@ def test_a_digest_repair_through_another_branch_keeps_a_changed_ref_history(url:
         other = st.recorder("s").checkpoint(0, {"s": 1})
         key = b"r\0main"
         _raw_ref(url, key, pack_ref(key, bytes.fromhex(ids[0]), RECORDED))
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert record.body["kept"] == [ids[2]]
         assert record.body["refs"] == {"recorded": 2, "found": 2}
         assert st.verify().ok

@@ -33,7 +33,9 @@ def test_a_vanished_fork_inside_main_lineage_survives_prune(url: str) -> None:
         st.fork("r", "exp", ids[1])
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert ids[2] in record.body["kept"]  # unnamed: every tip, main's head too
         assert st.verify().ok
         st.prune(keep_last=1)
@@ -50,7 +52,9 @@ def test_a_vanished_fork_named_by_a_ref_at_its_head_survives_its_moving_on(url: 
         st.fork("r", "exp2", head)
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert head in record.body["kept"]
         rec = st.recorder("r", branch="exp2")
         rec.checkpoint(6, {"exp2": 0})
@@ -68,7 +72,9 @@ def test_a_fork_put_back_outside_cpstore_keeps_its_true_head(url: str) -> None:
         other = st.recorder("s").checkpoint(0, {"s": 1})
         key = b"r\0exp"
         _raw_ref(url, key, pack_ref(key, bytes.fromhex(ids[0]), SET))
-        record = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        record = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert ids[1] in record.body["kept"]
         st.prune(keep_last=1)
         assert _stored(st, ids[1])
@@ -84,7 +90,9 @@ def test_a_vanished_fork_at_a_retained_head_survives_its_release(url: str) -> No
         reset = st.reset_ref("r", "main", ids[0], expected_old=ids[2], operator="o", reason="back")
         other = st.recorder("s").checkpoint(0, {"s": 1})
         _raw_ref(url, b"r\0exp", None)
-        repair = st.repair_ref("s", "main", other, operator="o", reason="clear the digest")
+        repair = st.repair_ref(
+            "s", "main", other, operator="o", reason="clear the digest", force=True
+        )
         assert ids[2] in repair.body["kept"]
         st.release_retained_by(reset.digest, operator="o", reason="main's reset")
         st.prune(keep_last=1)

@@ -249,7 +249,9 @@ class _Episode:
             for run in RUNS:
                 for branch, head in self._branches(run).items():
                     try:
-                        rec = self.st.repair_ref(run, branch, head, operator="m", reason="d")
+                        rec = self.st.repair_ref(
+                            run, branch, head, operator="m", reason="d", force=True
+                        )
                         self.log.append(f"repair digest via {run}/{branch}: {rec.body['kept']}")
                     except ConflictError:
                         continue
@@ -264,7 +266,12 @@ class _Episode:
                     continue
                 with contextlib.suppress(ConflictError, NotFoundError):
                     self.st.repair_ref(
-                        stored[0], "main", self.live(stored[0])[-1], operator="m", reason="p"
+                        stored[0],
+                        "main",
+                        self.live(stored[0])[-1],
+                        operator="m",
+                        reason="p",
+                        force=True,
                     )
             try:
                 self.st.prune(keep_last=1)

@@ -47,7 +47,9 @@ def _repairer(url: str, fork_head: str) -> list[list[str]]:
 
             st.backend.write_txn(damage)
             try:
-                record = st.repair_ref("s", "main", st.ref("s"), operator="p", reason="race")
+                record = st.repair_ref(
+                    "s", "main", st.ref("s"), operator="p", reason="race", force=True
+                )
             except (ConflictError, NotFoundError):
                 continue
             kept.append(record.body["kept"])
@@ -96,7 +98,7 @@ def test_repairs_racing_writers_in_other_processes_lose_nothing(url: str) -> Non
 def _digest_repair(url: str, run: str) -> bool:
     with cpstore.open(url) as st:
         try:
-            st.repair_ref(run, "main", st.ref(run), operator=run, reason="race")
+            st.repair_ref(run, "main", st.ref(run), operator=run, reason="race", force=True)
         except (ConflictError, NotFoundError):
             return False
         return True

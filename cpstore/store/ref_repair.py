@@ -341,6 +341,8 @@ def repair_ref(
         origin = SET if new_raw is None else ref_target(backend, txn, key, new_raw)
         if damaged is None and new_raw is not None and not force:
             _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
+        elif old_hash is not None and not force:
+            _check_intact(backend, txn, before, key=key, now=old_hash, new_raw=new_raw)
         named = b"" if damaged is None else damaged[:DIGEST_SIZE]
         keep = (
             named
@@ -505,4 +507,47 @@ def _check_put_back(
         where=where,
         expected={"run": found.run, "branch": found.branch, "head": found.cid.hex()},
         got=got,
+    )
+
+
+def _check_intact(
+    backend: Backend,
+    txn: Txn[memoryview],
+    before: RefsState,
+    *,
+    key: bytes,
+    now: bytes,
+    new_raw: bytes | None,
+) -> None:
+    """PutBackMismatchError when a repair of an intact ref (``key``, full hash ``now``;
+    moved to ``new_raw`` or deleted) would accept a table missing a ref the digest can
+    name (:func:`_vanished_hash`): the repair re-derives the digest from the table as it
+    stands, which lifts refs70's refusal without the vanished ref back, so a new recorder
+    on its run starts a new root (repair72's other route: ``repair_ref("s", "main",
+    head_of_s)``, the way to clear a damaged digest, while ``r/main`` is gone). The
+    vanished ref is named when a stored checkpoint and branch name give it: its hash is
+    the difference, or the difference once this ref's own change is undone."""
+    full = _vanished_hash(backend, txn, before)
+    if full is None:
+        return
+    reach = _reach(backend, txn)
+    hashes = {full}
+    if new_raw is not None:
+        hashes |= {_xor(_xor(full, now), ref_hash(key, new_raw, o)) for o in (RECORDED, SET)}
+    found = _search(reach, (hashes, {}))
+    run, branch = split_ref_key(key)
+    name = (
+        "a ref no stored checkpoint and branch name of a run give"
+        if found is None
+        else f"refs/{found.run}/{found.branch} at {found.cid.hex()}"
+    )
+    raise PutBackMismatchError(
+        f"the refs table is one ref short of meta/refs_digest ({name} vanished), and this "
+        "repair of an intact ref would re-derive the digest without it: put the vanished "
+        "ref back first, or pass force=True to accept its loss (its history is kept retained)",
+        where=f"refs/{run}/{branch}",
+        expected={"run": None, "branch": None, "head": None}
+        if found is None
+        else {"run": found.run, "branch": found.branch, "head": found.cid.hex()},
+        got={"run": run, "branch": branch, "head": None if new_raw is None else new_raw.hex()},
     )
