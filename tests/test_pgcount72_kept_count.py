@@ -152,3 +152,27 @@ def test_a_layout_1_store_upgrades_with_its_count_exact(pg_url: str) -> None:
         st.recorder("new").checkpoint(0, {"n": 0})
         _exact(pg_url, 4)
         assert st.verify().ok
+
+
+def test_a_renamed_store_keeps_its_own_count(pg_url: str) -> None:
+    """The trigger functions find the counts table by the schema of the refs table they
+    fired on: with the schema written into their bodies, a renamed store's every ref write
+    failed ("relation does not exist"), and a store restored beside its original moved the
+    original's count."""
+    with cpstore.open(pg_url) as st:
+        ids = [st.recorder(f"r{i}").checkpoint(0, {"i": i}) for i in range(2)]
+    old = pg_url.split("schema=")[1]
+    new = f"{old}_moved"
+    sql(pg_url, f'ALTER SCHEMA "{old}" RENAME TO "{new}"')
+    moved = pg_url.replace(f"schema={old}", f"schema={new}")
+    sql(pg_url, f'CREATE SCHEMA "{old}"')  # a store of the old name beside it
+    with cpstore.open(pg_url) as other:
+        other.recorder("x").checkpoint(0, {"x": 0})
+    with cpstore.open(moved) as st:
+        st.fork("r0", "b", ids[0])
+        assert _exact(moved) == 3
+        sql(moved, "DELETE FROM {s}.refs WHERE k = %s", (b"r1\0main",))
+        with pytest.raises(IntegrityError):
+            st.fork("r0", "c", ids[0])
+    assert kept_and_rows(moved) == (2, 2)
+    assert kept_and_rows(pg_url) == (1, 1)

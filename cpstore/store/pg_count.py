@@ -123,14 +123,18 @@ def counts_ready(conn: psycopg.Connection[Any], schema: str) -> bool:
 
 
 def _function(schema: str, name: str, change: str) -> str:
-    counts = _q(schema, COUNTS_TABLE)
+    """A trigger function. The counts table is found through the schema of the table the
+    trigger fired on (``TG_TABLE_SCHEMA``), never a schema name written into the body: a
+    store renamed (``ALTER SCHEMA ... RENAME``) or restored from a dump into another schema
+    beside its original moved the original's count (or failed every write of its refs)."""
+    update = f"UPDATE %I.{COUNTS_TABLE} SET n = "
     if change == "0":
-        body = f"UPDATE {counts} SET n = 0 WHERE name = TG_TABLE_NAME;"
+        body = f"EXECUTE format('{update}0 WHERE name = $1', TG_TABLE_SCHEMA) USING TG_TABLE_NAME;"
     else:
         body = (
             "SELECT count(*) INTO d FROM changed; "
-            f"IF d <> 0 THEN UPDATE {counts} SET n = n {change} d WHERE name = TG_TABLE_NAME; "
-            "END IF;"
+            f"IF d <> 0 THEN EXECUTE format('{update}n {change} $1 WHERE name = $2', "
+            "TG_TABLE_SCHEMA) USING d, TG_TABLE_NAME; END IF;"
         )
     return (
         f"CREATE OR REPLACE FUNCTION {_q(schema, name)}() RETURNS trigger LANGUAGE plpgsql "
