@@ -12,7 +12,8 @@ order alternating; a path's figure is the median (min-max) over the repeats of t
 repeat's median per-fork time. One throwaway cluster (tests/pg_cluster.py: Unix socket,
 ``synchronous_commit=on``); each fork is a durable commit. A last figure is the
 triggers' cost where they fire for nothing: a checkpoint on an existing branch (its ref
-moves), the triggers enabled and disabled, interleaved.
+moves), the triggers enabled and disabled, interleaved; and the kept count's read after
+``--held`` creates while a snapshot older than them is held (its old versions stay).
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/pgcount72_forks.py`` (sizes 1,000,
 10,000 and 50,000; about a minute on two cores).
@@ -123,6 +124,51 @@ def measure_moves(repeats: int, moves: int) -> dict[str, list[float]]:
     return got
 
 
+def measure_held_snapshot(creates: int) -> dict[str, float]:
+    """The kept count's read while a snapshot older than ``creates`` single-row inserts is
+    held (a long verify, pg_dump: the row's old versions stay), best of 20 reads, seconds;
+    and a ``count(*)`` of the table then, for scale."""
+    url = cluster().url(f"b_{uuid.uuid4().hex[:12]}")
+    schema = parse_url(url).schema
+    read = f"SELECT n FROM \"{schema}\".counts WHERE name = 'refs'"
+    star = f'SELECT count(*) FROM "{schema}"."refs"'
+    conninfo = parse_url(url).conninfo
+    out: dict[str, float] = {}
+    with (
+        cpstore.open(url),
+        psycopg.connect(conninfo) as hold,
+        psycopg.connect(conninfo, autocommit=True) as conn,
+    ):
+
+        def best(sql: str) -> float:
+            times = []
+            for _ in range(20):
+                t0 = time.perf_counter()
+                conn.execute(sql).fetchall()
+                times.append(time.perf_counter() - t0)
+            return min(times)
+
+        def create(tag: bytes) -> None:
+            with conn.pipeline():  # one autocommitted insert (and count update) each
+                for i in range(creates):
+                    conn.execute(
+                        f'INSERT INTO "{schema}"."refs" (k, v) VALUES (%s, %s)',
+                        (tag + i.to_bytes(4, "big"), b"v"),
+                    )
+
+        create(b"free\0")
+        out[f"kept, after {creates:,} creates, no snapshot held"] = best(read)
+        hold.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        hold.execute(read).fetchall()  # the snapshot, held until the rollback
+        create(b"held\0")
+        out[f"kept, after {creates:,} more creates under a held snapshot"] = best(read)
+        out[f"count(*) of {2 * creates:,} refs"] = best(star)
+        hold.rollback()
+        create(b"after\0")
+        out[f"kept, snapshot released, after {creates:,} more creates"] = best(read)
+    return out
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
@@ -134,9 +180,10 @@ def _shown(times: list[float]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,50000")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--forks", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--forks", type=int, default=40)
     parser.add_argument("--moves", type=int, default=100)
+    parser.add_argument("--held", type=int, default=20000)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     result = measure(sizes, args.repeats, args.forks)
@@ -158,6 +205,8 @@ def main(argv: list[str] | None = None) -> None:
         f"no triggers {_shown(off)}; triggers/none {statistics.median(paired):.2f}x "
         f"({min(paired):.2f}-{max(paired):.2f})"
     )
+    for label, seconds in measure_held_snapshot(args.held).items():
+        print(f"read of the count: {label}: {_ms(seconds)} ms (best of 20)")
 
 
 if __name__ == "__main__":
