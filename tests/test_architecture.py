@@ -34,6 +34,7 @@ LMDB_MODULES = frozenset(
 PG_MODULES = frozenset(
     {
         "cpstore.store.pg_backend",
+        "cpstore.store.pg_count",
         "cpstore.store.pg_errors",
         "cpstore.store.pg_open",
         "cpstore.store.pg_pool",

@@ -100,7 +100,7 @@ def test_schema_defaults_to_cpstore_and_names_the_tables_store_md_lists(
             store.recorder("r").checkpoint(1, {"a": 1})
         rows = _sql(pg_cluster, "SELECT tablename FROM pg_tables WHERE schemaname = 'cpstore'")
         listed = "meta, objects, checkpoints, refs, tombstones, ledgers, audit, audit_index, "
-        assert {r[0] for r in rows} == set((listed + "audit_mac").split(", "))
+        assert {r[0] for r in rows} == set((listed + "audit_mac, counts").split(", "))
     finally:
         _sql(pg_cluster, "DROP SCHEMA IF EXISTS cpstore CASCADE")
     for bad in ("Upper", "1x", "a-b"):

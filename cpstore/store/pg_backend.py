@@ -54,6 +54,7 @@ from cpstore.store.model import (
 )
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_apply import abort_again, apply_batch
+from cpstore.store.pg_count import COUNTED, counts_table
 from cpstore.store.pg_errors import ENGINE_ERRORS, failed, translate
 from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema, write_identity
@@ -109,6 +110,7 @@ class PgBackend(BackendBase):
         self._audit_key = key
         self._lock_key = lock_key(self._url.schema)
         self._tables = {name: PgTable.of(self._url.schema, name) for name in DB_NAMES}
+        self._extra: list[str] = []  # the counts table (pg_count), when the store has it
         self._ident = self._url.conninfo  # a write's identity on its thread (pg_writing)
         try:
             with connect(self._url.conninfo, self._path) as conn:
@@ -116,9 +118,14 @@ class PgBackend(BackendBase):
                 if not self._readonly:  # the open locks too; by the store's id, not its URL
                     ident = write_identity(conn, self._url)
                     not_nested(ident, self._lock_key, self._path)
-                self._layout = prepare_schema(
+                self._layout, counted = prepare_schema(
                     conn, self._url, readonly=self._readonly, create=create
                 )
+                if counted:  # the refs count the server keeps (pg_count), not a count(*)
+                    self._tables.update(
+                        (name, PgTable.of(self._url.schema, name, counted=True)) for name in COUNTED
+                    )
+                self._extra = [counts_table(self._url.schema)] if counted else []
                 if ident == self._url.conninfo and not self._readonly:  # no id before the lock
                     ident = write_identity(conn, self._url)  # made by prepare_schema, if it may
                 self._ident = ident
@@ -260,7 +267,7 @@ class PgBackend(BackendBase):
         self.live()
         with self.read_txn() as txn:
             assert isinstance(txn, PgTxn)
-            return txn.relation_bytes([t.qualified for t in self._tables.values()])
+            return txn.relation_bytes([t.qualified for t in self._tables.values()] + self._extra)
 
     def space(self) -> StoreSpace:
         """The tables' bytes on the server; ``reusable_bytes`` is 0 (not measured: space of

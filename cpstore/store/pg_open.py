@@ -5,7 +5,8 @@ one database: a table per named table of the store (``DB_NAMES``), each
 ``(k bytea PRIMARY KEY, v bytea NOT NULL)``, holding the same bytes under the
 same keys as the LMDB store (docs/store.md, "PostgreSQL"). Opening checks
 and creates under the store's writer lock, in one transaction (PostgreSQL's
-DDL is transactional): processes creating one store together make it once.
+DDL is transactional): processes creating one store together make it once. A writable
+open also installs the refs count the server keeps (:mod:`pg_count`) in that transaction.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from cpstore.native.canonical import encode_value
 from cpstore.store.lmdb_env import DB_NAMES
 from cpstore.store.lmdb_open import FORMAT_KEY, PG_FORMAT, check_format, refuse
 from cpstore.store.location import redact
+from cpstore.store.pg_count import counts_kept, install_counts
 from cpstore.store.pg_errors import translate
 
 __all__ = [
@@ -155,8 +157,10 @@ def _existing_tables(conn: psycopg.Connection[Any], schema: str) -> set[str]:
 
 def prepare_schema(
     conn: psycopg.Connection[Any], url: StoreUrl, *, readonly: bool, create: bool
-) -> int:
-    """Check (and make, or add missing tables to) the store's schema; its layout version.
+) -> tuple[int, bool]:
+    """Check (and make, or add missing tables to) the store's schema; its layout version,
+    and whether the server keeps the refs table's row count (:mod:`pg_count`: installed
+    here by a writable open, in the same transaction under the writer lock).
 
     A server older than :data:`MIN_SERVER_VERSION` is :class:`ServerVersionError` first.
     A new store is made only when ``create`` and not ``readonly`` and none of
@@ -203,9 +207,10 @@ def prepare_schema(
                 )
             row = conn.execute(f"SELECT v FROM {meta} WHERE k = %s", (FORMAT_KEY,)).fetchone()
             version = check_format(None if row is None else bytes(row[0]), where)
-            if not readonly:
-                _make_store_id(conn, meta)
-            return version
+            if readonly:
+                return version, counts_kept(conn, url.schema)
+            _make_store_id(conn, meta)
+            return version, install_counts(conn, url.schema)
     except psycopg.Error as exc:
         raise translate(exc, where, conn) from None
 

@@ -11,6 +11,8 @@ from typing import Any
 import psycopg
 from psycopg import pq
 
+from cpstore.store.pg_count import count_sql
+
 __all__ = ["EXISTS", "Exists", "PgTable", "settled"]
 
 
@@ -43,8 +45,10 @@ class PgTable:
     sql: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, schema: str, name: str) -> PgTable:
-        """The handle of table ``name`` in ``schema`` (both checked identifiers)."""
+    def of(cls, schema: str, name: str, *, counted: bool = False) -> PgTable:
+        """The handle of table ``name`` in ``schema`` (both checked identifiers); with
+        ``counted``, its count is the one the server keeps (:mod:`pg_count`), not a
+        ``count(*)``."""
         q = f'"{schema}"."{name}"'
         return cls(
             name,
@@ -58,7 +62,7 @@ class PgTable:
                 "last": f"SELECT k, v FROM {q} ORDER BY k DESC LIMIT 1",
                 "before": f"SELECT k, v FROM {q} WHERE k < %b ORDER BY k DESC LIMIT %b",
                 "scan": f"SELECT k, v FROM {q} ORDER BY k",
-                "count": f"SELECT count(*) FROM {q}",
+                "count": count_sql(schema, name) if counted else f"SELECT count(*) FROM {q}",
                 "upsert": f"INSERT INTO {q} (k, v) SELECT * FROM unnest(%b::bytea[], "
                 "%b::bytea[]) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
                 "delete": f"DELETE FROM {q} WHERE k = ANY(%b)",

@@ -228,7 +228,9 @@ class PgTxn:
         return int(rows[0][0])
 
     def stat(self, db: Any) -> dict[str, int]:
-        """``{"entries": rows}`` of the table, counting this txn's writes."""
+        """``{"entries": rows}`` of the table, counting this txn's writes (flushed first):
+        the refs table's count is the one the server keeps when the store has it
+        (pg_count.py, constant time), any other table's a ``count(*)``."""
         table = self._table(db)
         self._flush()
         rows = self._statements(table.sql["count"], ())

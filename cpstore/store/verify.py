@@ -409,6 +409,25 @@ def check_checkpoint_objects(
     return problems
 
 
+def _kept_count(txn: Txn[memoryview], dbs: Mapping[str, Any], walked: int) -> list[Problem]:
+    """The refs table's entry count (what refs70's create check reads) against the refs
+    walked in the same txn. On LMDB they are one number; on PostgreSQL the count is kept
+    by triggers (pg_count.py) and drifts when they were disabled or bypassed (pgcount72)."""
+    kept = int(txn.stat(dbs["refs"])["entries"])
+    if kept == walked:
+        return []
+    return [
+        Problem(
+            "the refs table's kept row count is not its rows (its count triggers were "
+            "disabled or bypassed, e.g. session_replication_role = replica): the create "
+            "check reads this count (docs/store.md, 'No ref is created from nothing')",
+            "counts/refs",
+            expected=f"{walked} refs",
+            got=f"{kept} refs",
+        )
+    ]
+
+
 #: Entries between two progress reports of :func:`verify`.
 PROGRESS_EVERY = 4096
 
@@ -476,6 +495,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 counts["refs"] = check_refs(txn, dbs, problems)
                 for _ in range(counts["refs"]):
                     tick()
+            problems.extend(_kept_count(txn, dbs, counts["refs"]))
             for cid, holds in retained_heads(txn, dbs["meta"]).items():
                 if holds is None:  # still a root; its holders cannot be read or released
                     problems.append(
