@@ -19,8 +19,10 @@ table, the trigger functions and the triggers, and its count taken once by a
 ``count(*)`` while ``CREATE TRIGGER``'s lock keeps every other writer of the refs table
 out until the open commits. The functions are ``SECURITY DEFINER`` (their owner's
 rights, ``search_path`` pinned): a role that may write refs but was granted nothing on
-``counts`` still moves the count. A role that may not create them (or a read-only
-server) opens as before, counting with ``count(*)``.
+``counts`` still moves the count. ``EXECUTE`` on them is revoked from PUBLIC: attached by
+another role to a table of its own (a temp ``refs`` beside a ``counts`` carrying its own
+trigger), a function ran that role's code with the owner's rights. A role that may not
+create them (or a read-only server) opens as before, counting with ``count(*)``.
 """
 
 from __future__ import annotations
@@ -160,6 +162,11 @@ def install_counts(conn: psycopg.Connection[Any], schema: str) -> bool:
             conn.execute(f"COMMENT ON TABLE {counts} IS '{_MARK}{COUNTS_VERSION}'")
             for fn, (_, _, change) in TRIGGERS.items():
                 conn.execute(_function(schema, fn, change))
+                # No one else may attach it to a table of their own: a SECURITY DEFINER
+                # trigger on a role's temp table beside its own "counts" (with its own
+                # trigger) ran that role's code with the owner's rights. Firing the
+                # store's triggers needs no EXECUTE (checked when a trigger is made).
+                conn.execute(f"REVOKE ALL ON FUNCTION {_q(schema, fn)}() FROM PUBLIC")
             for name in COUNTED:
                 table = _q(schema, name)
                 for fn, (event, transition, _) in TRIGGERS.items():
