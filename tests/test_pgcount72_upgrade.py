@@ -70,27 +70,8 @@ def _open_and_create(url: str, i: int, go: Any, out: Any) -> None:
         out.put((i, repr(exc)))
 
 
-def test_processes_opening_an_old_store_at_once_install_once(pg_url: str) -> None:
-    _old_store(pg_url, 20)
-    ctx = multiprocessing.get_context("spawn")
-    go, out = ctx.Event(), ctx.Queue()
-    children = [ctx.Process(target=_open_and_create, args=(pg_url, i, go, out)) for i in range(4)]
-    for child in children:
-        child.start()
-    go.set()
-    results = sorted(out.get(timeout=180) for _ in children)
-    for child in children:
-        child.join(60)
-    assert results == [(i, "ok") for i in range(4)]
-    assert triggers(pg_url) == dict.fromkeys(TRIGGERS, "O")
-    assert sql(pg_url, "SELECT count(*) FROM {s}.counts") == [(1,)]
-    assert kept_and_rows(pg_url) == (24, 24)
-    with cpstore.open(pg_url) as st:
-        assert st.verify().ok
-
-
-def test_processes_creating_a_new_store_at_once_install_once(pg_cluster: object) -> None:
-    url = cluster().url(f"t_c72_{uuid.uuid4().hex[:12]}")
+def _open_at_once(url: str) -> list[tuple[int, str]]:
+    """4 spawned processes open ``url`` together, each starting a run; what each said."""
     ctx = multiprocessing.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     children = [ctx.Process(target=_open_and_create, args=(url, i, go, out)) for i in range(4)]
@@ -100,7 +81,22 @@ def test_processes_creating_a_new_store_at_once_install_once(pg_cluster: object)
     results = sorted(out.get(timeout=180) for _ in children)
     for child in children:
         child.join(60)
-    assert results == [(i, "ok") for i in range(4)]
+    return results
+
+
+def test_processes_opening_an_old_store_at_once_install_once(pg_url: str) -> None:
+    _old_store(pg_url, 20)
+    assert _open_at_once(pg_url) == [(i, "ok") for i in range(4)]
+    assert triggers(pg_url) == dict.fromkeys(TRIGGERS, "O")
+    assert sql(pg_url, "SELECT count(*) FROM {s}.counts") == [(1,)]
+    assert kept_and_rows(pg_url) == (24, 24)
+    with cpstore.open(pg_url) as st:
+        assert st.verify().ok
+
+
+def test_processes_creating_a_new_store_at_once_install_once(pg_cluster: object) -> None:
+    url = cluster().url(f"t_c72_{uuid.uuid4().hex[:12]}")
+    assert _open_at_once(url) == [(i, "ok") for i in range(4)]
     assert triggers(url) == dict.fromkeys(TRIGGERS, "O")
     assert kept_and_rows(url) == (4, 4)
 
