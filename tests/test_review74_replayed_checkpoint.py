@@ -1,0 +1,119 @@
+"""review74: ident72's CHECKPOINT_MISMATCH, adversarially (LMDB and PostgreSQL).
+
+A replay's ``replay:<id>`` tag spelled otherwise than ``ReplaySession`` writes it
+(another case, whitespace around it or around the id: a replay engine that writes its
+own documents, an id read from a file with its newline) still names that checkpoint,
+as ``Store.resolve`` reads a typed id padded or in upper case. Before review74 such a
+tag was read as free-form, so a replay of A validated against B was an ACCEPT and,
+recorded, B's standing decision. R's own tags still exempt a replay only when they
+start with ``replay:`` exactly (those that make R a REPLAY_OF_REPLAY, a REJECT): a
+recording tagged ``Replay:<A>`` is no replay by seed 004's rule, and must not let a
+replay of A pass as evidence about it.
+
+Also pinned: a replay reaches the check whichever way it is handed over (a ``.cprun``,
+JSON or msgpack file on the command line, with and without ``--record``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from pg_cluster import backend_store, backend_url  # noqa: F401 - fixtures
+from test_cli import run
+
+import cpstore
+from cpstore import cli
+from cpstore.decision.table import FindingCode, Verdict
+from cpstore.errors import GateError
+
+STATE = {"a": 1}
+
+
+def _record(store: cpstore.Store, branch: str, *, tags: tuple[str, ...] = ()) -> str:
+    """One checkpoint at step 1 of run ``r``: the same streams and state on every branch."""
+    rec = store.recorder("r", branch=branch)
+    rec.decision(1, "run_tool", args=["ls"])
+    rec.token("rng", 7)
+    return rec.checkpoint(1, STATE, seal_ledger=True, tags=tags)
+
+
+def _replay(store: cpstore.Store, cid: str) -> cpstore.Run:
+    """A faithful strict replay of ``cid``, tagged ``replay:<cid>`` by the session."""
+    with store.read(cid) as cp:
+        session = cpstore.ReplaySession(cp)
+        session.decision(1, "run_tool", args=["ls"])
+        session.cursor.resolve("rng")
+        return session.finish(cpstore.state_digest(STATE))
+
+
+SPELLINGS = [
+    "Replay:{}",
+    "REPLAY:{}",
+    " replay:{}",
+    "replay: {}",
+    "replay:{} ",
+    "replay:{}\n",
+    "\treplay:\t{}\r\n",
+]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_a_replay_tag_spelled_otherwise_still_names_its_checkpoint(
+    store: cpstore.Store, spelling: str
+) -> None:
+    a, b = _record(store, "main"), _record(store, "alt")
+    tag = spelling.format(a)
+    replayed = dataclasses.replace(_replay(store, a), provenance_tags=(tag,))
+    wrong = cpstore.validate(b, replayed, store=store, record=False)
+    assert wrong.verdict is Verdict.QUARANTINE
+    (f,) = wrong.findings
+    assert (f.code, f.position, f.expected, f.observed) == (
+        FindingCode.CHECKPOINT_MISMATCH,
+        0,
+        f"replay:{b}",
+        tag,
+    )
+    assert a in f.message
+    # The checkpoint it names, spelled in upper case too, is the one replayed: no finding.
+    for named in (a, a.upper()):
+        right = dataclasses.replace(replayed, provenance_tags=(spelling.format(named),))
+        assert cpstore.validate(a, right, store=store, record=False).verdict is Verdict.ACCEPT
+
+
+def test_r_tagged_otherwise_exempts_no_replay(store: cpstore.Store) -> None:
+    """R tagged ``Replay:<a>`` is no recording of a replay (no REPLAY_OF_REPLAY, seed 004's
+    ``startswith("replay:")``), so it is no exemption either: a replay of A against it
+    stays a CHECKPOINT_MISMATCH, never an ACCEPT."""
+    a = _record(store, "main")
+    b = _record(store, "alt", tags=(f"Replay:{a}",))
+    d = cpstore.validate(b, _replay(store, a), store=store, record=False)
+    assert d.codes == {FindingCode.CHECKPOINT_MISMATCH}
+
+
+@pytest.mark.parametrize("encoding", ["cprun", "json", "msgpack"])
+def test_a_replay_file_on_the_command_line_is_compared(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], encoding: str
+) -> None:
+    """``cpstore validate B replay-of-A.FILE``: QUARANTINE (exit 11), looking only; with
+    ``--record`` it is B's standing decision and a recorder from B needs a permit."""
+    with cpstore.open(url) as store:
+        a, b = _record(store, "main"), _record(store, "alt")
+        path = tmp_path / f"p.{encoding}"
+        with store.read(a) as cp, open(path, "wb") as fh:
+            session = cpstore.ReplaySession(cp)
+            session.decision(1, "run_tool", args=["ls"])
+            session.cursor.resolve("rng")
+            session.write(fh, cpstore.state_digest(STATE), encoding=encoding)
+    for name in (b, "r@alt", b[:10].upper()):
+        code, out, _ = run(["validate", name, str(path), "--store", url], capsys)
+        assert code == cli.EXIT_QUARANTINE and "CHECKPOINT_MISMATCH" in out
+    code, _, _ = run(["validate", "r@main", str(path), "--store", url], capsys)
+    assert code == cli.EXIT_OK
+    with cpstore.open(url) as store:
+        store.recorder("r", branch="alt").close()  # nothing recorded yet: not gated
+    code, _, _ = run(["validate", b, str(path), "--store", url, "--record"], capsys)
+    assert code == cli.EXIT_QUARANTINE
+    with cpstore.open(url) as store, pytest.raises(GateError):
+        store.recorder("r", branch="alt")
