@@ -26,7 +26,7 @@ from test_cli import run
 import cpstore
 from cpstore import cli
 from cpstore.decision.table import FindingCode, Verdict
-from cpstore.errors import GateError
+from cpstore.errors import GateError, InvalidInputError
 
 STATE = {"a": 1}
 
@@ -117,3 +117,16 @@ def test_a_replay_file_on_the_command_line_is_compared(
     assert code == cli.EXIT_QUARANTINE
     with cpstore.open(url) as store, pytest.raises(GateError):
         store.recorder("r", branch="alt")
+
+
+def test_an_open_checkpoint_view_is_no_side(store: cpstore.Store) -> None:
+    """A ``CheckpointView`` handed over as R or P is bad input (its id is what names the
+    checkpoint), never read as a run without its id, which would skip the check."""
+    a, b = _record(store, "main"), _record(store, "alt")
+    replayed = _replay(store, a)
+    with store.read(b) as cp:
+        with pytest.raises(InvalidInputError, match="checkpoint id"):
+            cpstore.validate(cp, replayed, store=store)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="checkpoint id"):
+            cpstore.validate(a, cp, store=store)  # type: ignore[arg-type]
+    assert not [r for r in store.audit_records() if r.kind == "decision"]  # nothing recorded
