@@ -130,3 +130,20 @@ def test_an_open_checkpoint_view_is_no_side(store: cpstore.Store) -> None:
         with pytest.raises(InvalidInputError, match="checkpoint id"):
             cpstore.validate(a, cp, store=store)  # type: ignore[arg-type]
     assert not [r for r in store.audit_records() if r.kind == "decision"]  # nothing recorded
+
+
+def test_a_recorded_mix_up_quarantines_rs_branch_for_rollback_for_good(
+    store: cpstore.Store,
+) -> None:
+    """As every QUARANTINE recorded about a checkpoint: a later ACCEPT of a replay of B
+    itself supersedes it for a resume, not for ``certify_rollback`` (a quarantined branch
+    is never rolled back). Pinned as documented; A's branch is untouched."""
+    a, b = _record(store, "main"), _record(store, "alt")
+    cpstore.validate(b, _replay(store, a), store=store)
+    right = cpstore.validate(b, _replay(store, b), store=store)
+    assert right.verdict is Verdict.ACCEPT
+    store.recorder("r", branch="alt").close()  # the resume is released
+    with pytest.raises(GateError, match="quarantined"):
+        cpstore.certify_rollback(store, b, right)
+    on_a = cpstore.validate(a, _replay(store, a), store=store)
+    assert cpstore.certify_rollback(store, a, on_a).branch == "main"
