@@ -82,6 +82,31 @@ def test_a_replay_tag_spelled_otherwise_still_names_its_checkpoint(
         assert cpstore.validate(a, right, store=store, record=False).verdict is Verdict.ACCEPT
 
 
+class _Liar(str):
+    """A runtime's own tag type whose text methods say it names nothing."""
+
+    __hash__ = str.__hash__
+
+    def startswith(self, *args: object, **kwargs: object) -> bool:
+        return False
+
+    def strip(self, chars: str | None = None) -> str:
+        return "free-form"
+
+    def lower(self) -> str:
+        return "free-form"
+
+
+def test_a_tag_of_a_str_subclass_is_read_as_its_text(store: cpstore.Store) -> None:
+    """P's tags are read as the plain text they hold (audit68's rule for a Run), so a
+    subclass's ``startswith``, ``strip`` or ``lower`` decides nothing."""
+    a, b = _record(store, "main"), _record(store, "alt")
+    replayed = dataclasses.replace(_replay(store, a), provenance_tags=(_Liar(f"Replay:{a}"),))
+    assert cpstore.validate(b, replayed, store=store, record=False).codes == {
+        FindingCode.CHECKPOINT_MISMATCH
+    }
+
+
 def test_r_tagged_otherwise_exempts_no_replay(store: cpstore.Store) -> None:
     """R tagged ``Replay:<a>`` is no recording of a replay (no REPLAY_OF_REPLAY, seed 004's
     ``startswith("replay:")``), so it is no exemption either: a replay of A against it
