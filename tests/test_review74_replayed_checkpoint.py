@@ -172,3 +172,20 @@ def test_a_recorded_mix_up_quarantines_rs_branch_for_rollback_for_good(
         cpstore.certify_rollback(store, b, right)
     on_a = cpstore.validate(a, _replay(store, a), store=store)
     assert cpstore.certify_rollback(store, a, on_a).branch == "main"
+
+
+def test_the_gates_take_an_id_in_either_case_as_validate_does(store: cpstore.Store) -> None:
+    """``validate`` reads 32 hex characters in either case as the one checkpoint (audit68)
+    and records its decision about the lowercase id; before review74 ``resume_gate`` and
+    ``certify_rollback`` named so refused it as "a decision about another checkpoint"."""
+    a, b = _record(store, "main"), _record(store, "alt")
+    wrong = cpstore.validate(b.upper(), _replay(store, a), store=store)
+    assert wrong.recorded.checkpoint_id == b
+    so = cpstore.sign_off(store, wrong, operator="op", reason="A and B share their pre-state")
+    permit = cpstore.resume_gate(store, b.upper(), wrong, sign_off=so)
+    assert permit.checkpoint_id == b
+    store.recorder("r", branch="alt", permit=permit).close()
+    right = cpstore.validate(a.upper(), _replay(store, a), store=store)
+    assert cpstore.certify_rollback(store, a.upper(), right).checkpoint_id == a
+    with pytest.raises(GateError, match="another checkpoint"):
+        cpstore.certify_rollback(store, b.upper(), right)  # still about A, not B
