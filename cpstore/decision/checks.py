@@ -228,11 +228,23 @@ def _check_identity(r: Side, p: Side, out: list[Finding]) -> None:
     _check_replayed_checkpoint(r, p, out)
 
 
+_REPLAY = "replay:"
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
 def _tagged_checkpoint(tag: str) -> str | None:
-    """The checkpoint id a ``replay:<id>`` tag names (lowercase), or None when its
-    rest is not a 32-character hex id (a free-form tag names no checkpoint)."""
-    rest = tag[len("replay:") :]
-    if len(rest) != 32 or any(c not in "0123456789abcdefABCDEF" for c in rest):
+    """The checkpoint id a replay tag names (lowercase), or None when it names none.
+
+    A tag names one when, surrounding whitespace dropped, it starts with ``replay:`` in
+    any case and the rest, whitespace dropped again, is a 32-character hex id in any case
+    (as ``Store.resolve`` reads a typed id); a free-form rest names no checkpoint.
+    review74: only ``replay:`` exactly, followed by exactly the id, was read, so a
+    replay of A tagged ``Replay:<A>``, or with a trailing newline, was an ACCEPT against B."""
+    text = tag.strip()
+    if text[: len(_REPLAY)].lower() != _REPLAY:
+        return None
+    rest = text[len(_REPLAY) :].strip()
+    if len(rest) != 32 or not set(rest) <= _HEX:
         return None
     return rest.lower()
 
@@ -245,17 +257,17 @@ def _check_replayed_checkpoint(r: Side, p: Side, out: list[Finding]) -> None:
     # Only a tag naming a checkpoint id is compared, and only when R is a stored one.
     # A replay of what R replayed (R a recording of a replay, REPLAY_OF_REPLAY
     # already) replayed the same checkpoint: seed 004's replay validated against itself.
+    # Only R's tags that make it a REPLAY_OF_REPLAY (a REJECT) exempt: one spelled
+    # otherwise (``Replay:<A>``) is no replay tag of R's, so it must not let a replay of
+    # A pass (review74).
     if r.checkpoint_id is None:
         return
     want = r.checkpoint_id.lower()
-    same = {want} | {_tagged_checkpoint(t) for t in r.provenance_tags if t.startswith("replay:")}
-    bad = [
-        (i, t)
-        for i, t in enumerate(p.provenance_tags)
-        if t.startswith("replay:") and _tagged_checkpoint(t) not in (same | {None})
-    ]
+    same = {want} | {_tagged_checkpoint(t) for t in r.provenance_tags if t.startswith(_REPLAY)}
+    named = [(i, t, _tagged_checkpoint(t)) for i, t in enumerate(p.provenance_tags)]
+    bad = [(i, t, c) for i, t, c in named if c is not None and c not in same]
     if bad:
-        i, tag = bad[0]
+        i, tag, other = bad[0]
         out.append(
             Finding(
                 FindingCode.CHECKPOINT_MISMATCH,
@@ -265,8 +277,7 @@ def _check_replayed_checkpoint(r: Side, p: Side, out: list[Finding]) -> None:
                 "index",
                 f"replay:{want}",
                 tag,
-                f"replay is of checkpoint {_tagged_checkpoint(tag)}, "
-                f"not the recorded checkpoint {want}",
+                f"replay is of checkpoint {other}, not the recorded checkpoint {want}",
                 len(bad),
             )
         )

@@ -231,6 +231,16 @@ def _gate_body(
     }
 
 
+def _checkpoint_named(checkpoint_id: str) -> str:
+    """``checkpoint_id`` as the decision records name it: 32 hex characters in either case
+    are that id in lowercase, as ``validate`` reads them (audit68). review74: a gate named
+    so refused the checkpoint's own decision as one "about another checkpoint"."""
+    text = str.__str__(non_empty_text(checkpoint_id, "checkpoint_id"))  # a subclass's text
+    if len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text):
+        return text.lower()
+    return text
+
+
 def resume_gate(
     store: AuditStore,
     checkpoint_id: str,
@@ -239,7 +249,7 @@ def resume_gate(
     sign_off: SignOff | str | None = None,
 ) -> ResumePermit:
     """Allow a resume from ``checkpoint_id`` or raise :class:`GateError`."""
-    non_empty_text(checkpoint_id, "checkpoint_id")
+    checkpoint_id = _checkpoint_named(checkpoint_id)
     _id_of(decision)
     digest: str | None = None
     if sign_off is not None:
@@ -282,7 +292,7 @@ def certify_rollback(
     store: AuditStore, checkpoint_id: str, decision: Decision | str
 ) -> RollbackCertificate:
     """Certify rolling back the branch of ``checkpoint_id`` or raise :class:`GateError`."""
-    non_empty_text(checkpoint_id, "checkpoint_id")
+    checkpoint_id = _checkpoint_named(checkpoint_id)
     _id_of(decision)
     passed: dict[str, Any] = {}
 
