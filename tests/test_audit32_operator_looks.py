@@ -115,10 +115,12 @@ def _pg_rows(url: str) -> str:
         ).fetchall()
         for (table,) in tables:
             h.update(table.encode() + b"\0")
-            for k, v in conn.execute(f'SELECT k, v FROM "{schema}"."{table}" ORDER BY k'):
-                h.update(
-                    len(k).to_bytes(4, "big") + bytes(k) + len(v).to_bytes(4, "big") + bytes(v)
-                )
+            # every column: the k/v tables and pgcount72's counts (name text, n bigint)
+            for row in conn.execute(f'SELECT * FROM "{schema}"."{table}" ORDER BY 1'):
+                for cell in row:
+                    got = bytes(cell) if isinstance(cell, memoryview | bytes) else repr(cell)
+                    raw = got if isinstance(got, bytes) else got.encode()
+                    h.update(len(raw).to_bytes(4, "big") + raw)
     return h.hexdigest()
 
 
