@@ -37,6 +37,7 @@ __all__ = [
     "STORE_EPILOG",
     "audit_key_arg",
     "audit_key_of",
+    "checkpoint_or_file",
     "command",
     "human",
     "is_full_id",
@@ -252,7 +253,39 @@ def names_checkpoint(arg: str) -> bool:
         return True
     if os.path.exists(arg):
         return False
+    return _reads_as_name(arg)
+
+
+def _reads_as_name(arg: str) -> bool:
     return "@" in arg or (bool(arg) and all(c in "0123456789abcdefABCDEF" for c in arg))
+
+
+def checkpoint_or_file(store: Store, arg: str) -> str | None:
+    """The checkpoint id ``arg`` names in ``store``, or None when it is a file.
+
+    As :func:`names_checkpoint`, except for a bare name (no directory part) that is both
+    a file in the working directory and a name the store resolves (an id prefix,
+    ``RUN@BRANCH``): that is :class:`InvalidInputError` (exit 3), not the file. Before,
+    the file won silently, so what was validated or diffed depended on the working
+    directory: the auditor's ``cpstore validate agent@main replay.json`` next to an
+    exported ``agent@main`` validated the export, a decision about no checkpoint.
+    ``./NAME`` (any directory part) is the file; the full id is the checkpoint."""
+    if names_checkpoint(arg):
+        resolved: str = store.resolve(arg)
+        return resolved
+    if not _reads_as_name(arg) or os.path.dirname(arg) or (os.altsep and os.altsep in arg):
+        return None
+    try:
+        named: str = store.resolve(arg)
+    except (InvalidInputError, NotFoundError):
+        return None  # no checkpoint of that name (or too short to be one): the file
+    raise InvalidInputError(
+        f"{arg!r} is both a file here and a checkpoint name in the store: write "
+        f"./{arg} for the file, or the checkpoint's full id",
+        where=arg,
+        expected="./NAME for a file, a full id for a checkpoint",
+        got=named,
+    )
 
 
 #: How often a name is resolved again when what it named is gone by the read.

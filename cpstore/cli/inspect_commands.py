@@ -12,9 +12,9 @@ from typing import Any
 from cpstore.cli.common import (
     ID_HELP,
     STORE_CODES,
+    checkpoint_or_file,
     command,
     json_arg,
-    names_checkpoint,
     nonnegative,
     open_store_at,
     positive,
@@ -155,11 +155,10 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _side(store: Any, name: str) -> str:
-    """A file stays a file; anything else names a checkpoint (prefix, RUN@BRANCH~N)."""
-    if not names_checkpoint(name):
-        return name
-    resolved: str = store.resolve(name)
-    return resolved
+    """A file stays a file; anything else names a checkpoint (prefix, RUN@BRANCH~N); a
+    bare name that is both is exit 3 (:func:`checkpoint_or_file`)."""
+    named = checkpoint_or_file(store, name)
+    return name if named is None else named
 
 
 # -- log -------------------------------------------------------------------------------

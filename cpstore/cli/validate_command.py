@@ -24,9 +24,9 @@ from typing import Any, TextIO
 from cpstore.cli.common import (
     audit_key_arg,
     audit_key_of,
+    checkpoint_or_file,
     is_full_id,
     jsonable,
-    names_checkpoint,
     printable,
     refuse_keying,
 )
@@ -194,10 +194,13 @@ def _load(arg: str, store: Store | None, max_bytes: int = MAX_DOCUMENT_BYTES) ->
 
     32 hex characters are always an id; an existing file is a document; with a
     store, hex of 8+ characters is an id prefix and a name with ``@`` is
-    ``RUN@BRANCH[~N]``; anything else is a file (a missing one is exit 4).
+    ``RUN@BRANCH[~N]``; anything else is a file (a missing one is exit 4). A bare name
+    that is both is exit 3 (:func:`checkpoint_or_file`).
     """
-    if store is not None and names_checkpoint(arg):
-        return store.resolve(arg)
+    if store is not None:
+        named = checkpoint_or_file(store, arg)
+        if named is not None:
+            return named
     if is_full_id(arg):
         return arg  # validate says a checkpoint id needs a store
     try:
