@@ -284,9 +284,10 @@ def repair_ref(
     check, a difference of zero) the put-back is not checked.
     In one write txn: a ``ref_repair`` audit record (``run``, ``branch``, ``damaged``:
     the stored value in hex, None for a ref put back, ``new``, ``retained``, ``kept``,
-    ``operator``, ``reason``, ``forced``, ``refs``), the new value, the digest re-derived, and as
-    retained heads: the checkpoint a damaged value's first 16 bytes name, if stored
-    (``retained``), and every checkpoint the repaired table no longer reaches that a
+    ``operator``, ``reason``, ``forced``, ``overrode``: the vanished ref the check named
+    when ``force`` lifted its refusal, else None; ``refs``), the new value, the digest
+    re-derived, and as retained heads: the checkpoint a damaged value's first 16 bytes
+    name, if stored (``retained``), and every checkpoint the repaired table no longer reaches that a
     ref vanished or changed outside cpstore may have held (``kept``;
     :func:`forgotten_heads`).
     Returns the record.
@@ -339,10 +340,18 @@ def repair_ref(
                         got=damaged.hex(),
                     )
         origin = SET if new_raw is None else ref_target(backend, txn, key, new_raw)
-        if damaged is None and new_raw is not None and not force:
-            _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
-        elif old_hash is not None and not force:
-            _check_intact(backend, txn, before, key=key, now=old_hash, new_raw=new_raw)
+        # Checked when forced too: the record then names the vanished ref ``force`` lifted
+        # the refusal over (None: nothing lifted), which ``forced`` alone did not (review73).
+        overrode: object = None
+        try:
+            if damaged is None and new_raw is not None:
+                _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
+            elif old_hash is not None:
+                _check_intact(backend, txn, before, key=key, now=old_hash, new_raw=new_raw)
+        except PutBackMismatchError as exc:
+            if not force:
+                raise
+            overrode = exc.expected
         named = b"" if damaged is None else damaged[:DIGEST_SIZE]
         keep = (
             named
@@ -394,6 +403,10 @@ def repair_ref(
                 "operator": who,
                 "reason": why,
                 "forced": force,  # the put-back check lifted (repair72)
+                # The vanished ref the check named when ``force`` lifted its refusal
+                # ({"run", "branch", "head"}, each None when unnamed); None when it lifted
+                # nothing: an exact put-back, or no check applied (review73).
+                "overrode": overrode,
                 # What the digest recorded and the table held before the repair: fewer
                 # found than recorded is a ref vanished; ``kept`` is what it reached.
                 "refs": {"recorded": recorded, "found": before.found},
