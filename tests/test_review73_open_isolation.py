@@ -9,6 +9,7 @@ install's ``count(*)`` then counted the table as it stood before that write. Her
 writer deletes a ref (audited, digest moved): the kept count ended one above the rows,
 so a ref deleted later behind cpstore's back no longer refused a create (refs70): a new
 recorder on its run started a new root, ``verify()`` reporting only a count drift.
+The ``read committed`` case is the guard (it passed before).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def _waiting_on_lock(url: str) -> bool:
     )
 
 
-@pytest.mark.parametrize("level", ["repeatable read", "serializable"])
+@pytest.mark.parametrize("level", ["read committed", "repeatable read", "serializable"])
 def test_an_install_waiting_on_an_older_writer_counts_what_it_committed(
     pg_url: str, level: str
 ) -> None:
