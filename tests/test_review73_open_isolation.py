@@ -47,7 +47,7 @@ def _rr_url(url: str) -> str:
 def _old_writer(url: str, holding: Any, go: Any) -> None:
     """A writer of a release before pgcount72 (it installs nothing): deletes ref b/main in
     a write txn (the digest moved), held open under the writer lock until told."""
-    pg_open.install_counts = lambda conn, schema: False  # type: ignore[assignment]
+    pg_open.install_counts = lambda conn, schema: False  # type: ignore[attr-defined]
     with cpstore.open(url) as st:
 
         def delete(txn: Any) -> None:
