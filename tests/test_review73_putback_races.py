@@ -8,7 +8,9 @@ test putting back the exact ref. Every wrong put-back is PutBackMismatchError na
 ``r/main`` at its head while the ref is missing and NotFoundError (nothing vanished) once
 it is back, never accepted; every delete lands; the creator's forks land only once the
 ref is back (each acknowledged fork is there, each refused one is not); one ``ref_repair``
-record, keeping nothing; the store verifies. Both engines.
+record, keeping nothing; the store verifies. And the XOR a repair keeps naming a ref
+still missing (review73's carry) while two processes move their heads: the wrong
+put-backs after it are refused (accepted before the carry). Both engines.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_refs70_create_short import _main_vanished
+from test_repair72_putback_check import _flip_check, _mover
 
 import cpstore
 from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, PutBackMismatchError
@@ -132,4 +135,49 @@ def test_a_put_back_racing_creates_deletes_and_wrong_put_backs(url: str) -> None
         assert set(created) <= set(branches) and not set(refused) & set(branches)
         assert set(st.branches("v")) == {"main"}
         assert [r.body["branch"] for r in st.audit_records(kind="ref_repair")] == ["main"]
+        assert st.verify().ok
+
+
+def test_a_carried_difference_racing_moves_in_other_processes(url: str) -> None:
+    """r/main vanished and t/main failing its check while two processes move s's and v's
+    heads: t repaired at its true head keeps the digest naming r/main (the moves shift
+    the recorded XOR and the table's alike, in their own txns), so every wrong put-back
+    after it is refused naming r/main at its head and the exact one lands; no move is
+    refused and the store verifies."""
+    with cpstore.open(url) as st:
+        t0 = st.recorder("t").checkpoint(0, {"t": 0})
+        st.recorder("v").checkpoint(0, {"v": 0})
+        ids = _main_vanished(url, st)
+        _flip_check(url, st, b"t\0main")
+    vanished = {"run": "r", "branch": "main", "head": ids[2]}
+    ctx = multiprocessing.get_context("spawn")
+    start, stop, out = ctx.Barrier(3), ctx.Event(), ctx.Queue()
+    movers = [ctx.Process(target=_mover, args=(url, run, start, stop, out)) for run in "sv"]
+    for p in movers:
+        p.start()
+    try:
+        with cpstore.open(url) as st:
+            start.wait()
+            st.repair_ref("t", "main", t0, operator="o", reason="check failed")
+            for i in range(20):
+                try:
+                    st.repair_ref(
+                        "r", f"b{i}" if i % 2 else "main", ids[i % 2], operator="o", reason="wrong"
+                    )
+                except PutBackMismatchError as exc:
+                    assert exc.expected == vanished
+                else:
+                    raise AssertionError("a wrong put-back was accepted")
+            record = st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
+            assert record.body["forced"] is False
+    finally:
+        stop.set()
+        results = [out.get(timeout=300) for _ in movers]
+        for p in movers:
+            p.join(120)
+    assert all(p.exitcode == 0 for p in movers)
+    assert [e for _, e in results if e] == []
+    assert all(h for h, _ in results)
+    with cpstore.open(url) as st:
+        assert st.ref("r") == ids[2] and st.ref("t") == t0
         assert st.verify().ok
