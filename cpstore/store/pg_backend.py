@@ -54,7 +54,7 @@ from cpstore.store.model import (
 )
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_apply import abort_again, apply_batch
-from cpstore.store.pg_count import COUNTED, counts_table
+from cpstore.store.pg_count import COUNTED, counts_kept, counts_table
 from cpstore.store.pg_errors import ENGINE_ERRORS, failed, translate
 from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema, write_identity
@@ -124,6 +124,11 @@ class PgBackend(BackendBase):
                 if counted:  # the refs count the server keeps (pg_count), not a count(*)
                     self._tables.update(
                         (name, PgTable.of(self._url.schema, name, counted=True)) for name in COUNTED
+                    )
+                elif counts_kept(conn, self._url.schema):  # not reinstalled by this role:
+                    # its creates count(*), verify() compares the kept count (review73)
+                    self._tables.update(
+                        (name, PgTable.of(self._url.schema, name, kept=True)) for name in COUNTED
                     )
                 self._extra = [counts_table(self._url.schema)] if counted else []
                 if ident == self._url.conninfo and not self._readonly:  # no id before the lock

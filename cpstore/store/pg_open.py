@@ -176,6 +176,11 @@ def prepare_schema(
     check_server_version(conn.info.server_version, where)
     try:
         with conn.transaction():
+            # READ COMMITTED whatever the server's default_transaction_isolation: under
+            # REPEATABLE READ the lock's statement took the snapshot before its wait, and
+            # the kept count's install counted the refs as they stood before the writer
+            # it waited for committed (review73).
+            conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
             if not readonly:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(url.schema),))
             tables = _existing_tables(conn, url.schema)

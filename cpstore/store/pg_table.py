@@ -45,11 +45,15 @@ class PgTable:
     sql: dict[str, str] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def of(cls, schema: str, name: str, *, counted: bool = False) -> PgTable:
+    def of(cls, schema: str, name: str, *, counted: bool = False, kept: bool = False) -> PgTable:
         """The handle of table ``name`` in ``schema`` (both checked identifiers); with
         ``counted``, its count is the one the server keeps (:mod:`pg_count`), not a
-        ``count(*)``."""
+        ``count(*)``; with ``kept`` (not counted), a ``count(*)`` and the kept count beside
+        it, which ``verify()`` compares (review73)."""
         q = f'"{schema}"."{name}"'
+        count = count_sql(schema, name) if counted else f"SELECT count(*) FROM {q}"
+        if kept and not counted:
+            count = f"SELECT ({count}), ({count_sql(schema, name)})"
         return cls(
             name,
             q,
@@ -62,7 +66,7 @@ class PgTable:
                 "last": f"SELECT k, v FROM {q} ORDER BY k DESC LIMIT 1",
                 "before": f"SELECT k, v FROM {q} WHERE k < %b ORDER BY k DESC LIMIT %b",
                 "scan": f"SELECT k, v FROM {q} ORDER BY k",
-                "count": count_sql(schema, name) if counted else f"SELECT count(*) FROM {q}",
+                "count": count,
                 "upsert": f"INSERT INTO {q} (k, v) SELECT * FROM unnest(%b::bytea[], "
                 "%b::bytea[]) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v",
                 "delete": f"DELETE FROM {q} WHERE k = ANY(%b)",

@@ -230,10 +230,14 @@ class PgTxn:
     def stat(self, db: Any) -> dict[str, int]:
         """``{"entries": rows}`` of the table, counting this txn's writes (flushed first):
         the refs table's count is the one the server keeps when the store has it
-        (pg_count.py, constant time), any other table's a ``count(*)``."""
+        (pg_count.py, constant time), any other table's a ``count(*)``. A handle that
+        counts the refs with ``count(*)`` while the store keeps a count it may read (it
+        could not install the triggers again) also gives that count as ``kept``."""
         table = self._table(db)
         self._flush()
         rows = self._statements(table.sql["count"], ())
+        if len(rows[0]) > 1:  # a count(*) and the kept count beside it (pg_table, review73)
+            return {"entries": int(rows[0][0]), "kept": int(rows[0][1])}
         return {"entries": int(rows[0][0])}
 
     def cursor(self, db: Any = None) -> PgCursor:

@@ -42,6 +42,7 @@ from cpstore.store.refs import (
     RECORDED,
     SET,
     RefsState,
+    record_refs_digest,
     ref_hash,
     refs_state,
     replace_damaged_ref,
@@ -281,12 +282,14 @@ def repair_ref(
     the vanished ref when a stored checkpoint and branch name give it (found as
     :func:`forgotten_heads` finds it), nothing written; ``force`` accepts it (recorded).
     Elsewhere (several refs short, a malformed or missing digest, a ref that fails its
-    check, a difference of zero) the put-back is not checked.
+    check, a difference of zero) the put-back is not checked; a repair that leaves the
+    table one ref short keeps the recorded XOR while it names that ref (review73).
     In one write txn: a ``ref_repair`` audit record (``run``, ``branch``, ``damaged``:
     the stored value in hex, None for a ref put back, ``new``, ``retained``, ``kept``,
-    ``operator``, ``reason``, ``forced``, ``refs``), the new value, the digest re-derived, and as
-    retained heads: the checkpoint a damaged value's first 16 bytes name, if stored
-    (``retained``), and every checkpoint the repaired table no longer reaches that a
+    ``operator``, ``reason``, ``forced``, ``overrode``: the vanished ref the check named
+    when ``force`` lifted its refusal, else None; ``refs``), the new value, the digest
+    re-derived, and as retained heads: the checkpoint a damaged value's first 16 bytes
+    name, if stored (``retained``), and every checkpoint the repaired table no longer reaches that a
     ref vanished or changed outside cpstore may have held (``kept``;
     :func:`forgotten_heads`).
     Returns the record.
@@ -339,10 +342,18 @@ def repair_ref(
                         got=damaged.hex(),
                     )
         origin = SET if new_raw is None else ref_target(backend, txn, key, new_raw)
-        if damaged is None and new_raw is not None and not force:
-            _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
-        elif old_hash is not None and not force:
-            _check_intact(backend, txn, before, key=key, now=old_hash, new_raw=new_raw)
+        # Checked when forced too: the record then names the vanished ref ``force`` lifted
+        # the refusal over (None: nothing lifted), which ``forced`` alone did not (review73).
+        overrode: object = None
+        try:
+            if damaged is None and new_raw is not None:
+                _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
+            elif old_hash is not None:
+                _check_intact(backend, txn, before, key=key, now=old_hash, new_raw=new_raw)
+        except PutBackMismatchError as exc:
+            if not force:
+                raise
+            overrode = exc.expected
         named = b"" if damaged is None else damaged[:DIGEST_SIZE]
         keep = (
             named
@@ -367,6 +378,8 @@ def repair_ref(
             # a dropped ref at a recorded count of 0 ended in struct.error, no repair).
             count = before.found + (damaged is None) - (new_raw is None)
         after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
+        if new_raw is not None and old_hash is None:  # a put-back, or a damaged ref replaced
+            _carry_missing(backend, txn, before, after, count)
         kept: list[Forgotten] = []
         if not before.holds:
             adjusted = _expected(
@@ -394,6 +407,10 @@ def repair_ref(
                 "operator": who,
                 "reason": why,
                 "forced": force,  # the put-back check lifted (repair72)
+                # The vanished ref the check named when ``force`` lifted its refusal
+                # ({"run", "branch", "head"}, each None when unnamed); None when it lifted
+                # nothing: an exact put-back, or no check applied (review73).
+                "overrode": overrode,
                 # What the digest recorded and the table held before the repair: fewer
                 # found than recorded is a ref vanished; ``kept`` is what it reached.
                 "refs": {"recorded": recorded, "found": before.found},
@@ -410,6 +427,28 @@ def repair_ref(
 
     result: AuditRecord = backend.write_txn(repair)
     return result
+
+
+def _carry_missing(
+    backend: Backend, txn: Txn[memoryview], before: RefsState, after: tuple[bytes, int], count: int
+) -> None:
+    """Keep the recorded XOR when the table stays one ref short of ``count`` and the XOR
+    difference after the repair names a ref absent from the table (a stored checkpoint and
+    branch name give it): the ref still missing, which the next put-back is then checked
+    against (:func:`_check_put_back`). Re-derived, the difference was zero and any
+    put-back was accepted: after a damaged ref beside the vanished one was repaired, or
+    one of two vanished refs put back (review73). A damaged ref replaced at another head
+    than its true one leaves a difference of two refs, which names none: re-derived."""
+    if before.recorded is None or count - after[1] != 1:
+        return
+    diff = _xor(before.recorded[0], after[0])
+    if diff == bytes(DIGEST_SIZE):
+        return
+    found = _search(_reach(backend, txn), ({diff}, {}))
+    refs = backend.db("refs")
+    if found is None or txn.get(ref_key(found.run, found.branch), None, refs) is not None:
+        return
+    record_refs_digest(txn, backend.dbs, before.recorded[0], count)
 
 
 def _expected(

@@ -43,6 +43,7 @@ __all__ = [
     "pinned_objects",
     "read_ref",
     "read_ref_hashed",
+    "record_refs_digest",
     "ref_hash",
     "refs_damage",
     "refs_state",
@@ -334,6 +335,12 @@ def replace_damaged_ref(
     acc, found = _table_digest(txn, dbs)
     txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(count), db=dbs["meta"])
     return acc, found
+
+
+def record_refs_digest(txn: Any, dbs: Mapping[str, Any], acc: bytes, count: int) -> None:
+    """Write ``meta/refs_digest`` as (``acc``, ``count``): a repair keeping the XOR that
+    still names a ref missing from the table (``ref_repair``, review73)."""
+    txn.put(REFS_DIGEST_KEY, acc + _COUNT.pack(count), db=dbs["meta"])
 
 
 def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int:

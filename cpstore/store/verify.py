@@ -413,7 +413,8 @@ def _kept_count(txn: Txn[memoryview], dbs: Mapping[str, Any], walked: int) -> li
     """The refs table's entry count (what refs70's create check reads) against the refs
     walked in the same txn. On LMDB they are one number; on PostgreSQL the count is kept
     by triggers (pg_count.py) and drifts when they were disabled or bypassed (pgcount72)."""
-    kept = int(txn.stat(dbs["refs"])["entries"])
+    stat = txn.stat(dbs["refs"])
+    kept = int(stat.get("kept", stat["entries"]))  # a count(*) handle's kept one (review73)
     if kept == walked:
         return []
     return [
