@@ -22,31 +22,12 @@ from pathlib import Path
 import pytest
 from pg_cluster import backend_store, backend_url  # noqa: F401 - fixtures
 from test_cli import run
+from test_ident72_replayed_checkpoint import STATE, _record, _replay
 
 import cpstore
 from cpstore import cli
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.errors import GateError, InvalidInputError
-
-STATE = {"a": 1}
-
-
-def _record(store: cpstore.Store, branch: str, *, tags: tuple[str, ...] = ()) -> str:
-    """One checkpoint at step 1 of run ``r``: the same streams and state on every branch."""
-    rec = store.recorder("r", branch=branch)
-    rec.decision(1, "run_tool", args=["ls"])
-    rec.token("rng", 7)
-    return rec.checkpoint(1, STATE, seal_ledger=True, tags=tags)
-
-
-def _replay(store: cpstore.Store, cid: str) -> cpstore.Run:
-    """A faithful strict replay of ``cid``, tagged ``replay:<cid>`` by the session."""
-    with store.read(cid) as cp:
-        session = cpstore.ReplaySession(cp)
-        session.decision(1, "run_tool", args=["ls"])
-        session.cursor.resolve("rng")
-        return session.finish(cpstore.state_digest(STATE))
-
 
 SPELLINGS = [
     "Replay:{}",
