@@ -160,3 +160,22 @@ def test_a_newer_counts_version_is_left_as_it_is_with_a_trigger_disabled(
 
 def _counts(url: str) -> str:
     return f'"{url.split("schema=")[1]}"."counts"'
+
+
+def test_security_md_says_a_repair_keeps_the_xor_naming_a_missing_ref(url: str) -> None:
+    """security.md said ``repair_ref`` re-derives the XOR from the table as it stands and
+    a repair of the digest itself takes the table's count: since repair72 that repair is
+    refused while the difference names the vanished ref, and since review73 a repair
+    leaving the table one short keeps the XOR naming it."""
+    text = _flat(DOCS / "security.md")
+    assert "whose difference still names that ref: that XOR is kept, review73" in text
+    assert "(refused, unless forced, while the difference names the vanished ref" in text
+    with cpstore.open(url) as st:
+        ids = _main_vanished(url, st)
+        s0 = st.ref("s")
+        assert s0 is not None
+        with pytest.raises(PutBackMismatchError) as info:
+            st.repair_ref("s", "main", s0, operator="o", reason="clear the digest")
+        assert info.value.expected == {"run": "r", "branch": "main", "head": ids[2]}
+        record = st.repair_ref("s", "main", s0, operator="o", reason="accept", force=True)
+        assert record.body["overrode"] == {"run": "r", "branch": "main", "head": ids[2]}
