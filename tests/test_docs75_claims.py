@@ -179,3 +179,11 @@ def test_security_md_says_a_repair_keeps_the_xor_naming_a_missing_ref(url: str) 
         assert info.value.expected == {"run": "r", "branch": "main", "head": ids[2]}
         record = st.repair_ref("s", "main", s0, operator="o", reason="accept", force=True)
         assert record.body["overrode"] == {"run": "r", "branch": "main", "head": ids[2]}
+
+
+def test_runs_provenance_tags_doc_says_what_p_s_replay_tag_is_compared_with() -> None:
+    """docs/api.md's ``Run.provenance_tags`` said only that a ``replay:`` tag marks a
+    recording of a replay; as P (ident72) it names the checkpoint replayed."""
+    api = _flat(DOCS / "api.md")
+    line = api.split("- `provenance_tags`:", 1)[1].split("- `", 1)[0]
+    assert "CHECKPOINT_MISMATCH" in line and "REPLAY_OF_REPLAY" in line
