@@ -33,8 +33,8 @@ import cpstore
 from cpstore.cli.exit_codes import EXIT_CODES
 from cpstore.decision.table import FINDING_RULES, FindingCode, Verdict
 from cpstore.errors import IntegrityError, PutBackMismatchError
+from cpstore.store import pg_count
 from cpstore.store.facade import Store
-from cpstore.store.pg_count import COUNTS_VERSION
 from cpstore.store.refs import REFS_DIGEST_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,7 +147,7 @@ def test_a_newer_counts_version_is_left_as_it_is_with_a_trigger_disabled(
 ) -> None:
     with cpstore.open(pg_url) as st:
         st.recorder("r").checkpoint(0, {"a": 0})
-    newer = f"cpstore counts {COUNTS_VERSION + 1}"
+    newer = f"cpstore counts {pg_count.COUNTS_VERSION + 1}"
     sql(pg_url, f"COMMENT ON TABLE {{s}}.counts IS '{newer}'")
     sql(pg_url, "ALTER TABLE {s}.refs DISABLE TRIGGER cpstore_count_added")
     with cpstore.open(pg_url):
@@ -187,3 +187,10 @@ def test_runs_provenance_tags_doc_says_what_p_s_replay_tag_is_compared_with() ->
     api = _flat(DOCS / "api.md")
     line = api.split("- `provenance_tags`:", 1)[1].split("- `", 1)[0]
     assert "CHECKPOINT_MISMATCH" in line and "REPLAY_OF_REPLAY" in line
+
+
+def test_pg_counts_docstring_says_a_role_that_may_not_install_reads_a_ready_count() -> None:
+    """pg_count's docstring said such a role opens counting with ``count(*)``; it reads the
+    kept count when nothing is missing (pinned by the role test above)."""
+    doc = " ".join((pg_count.__doc__ or "").split())
+    assert "reads the kept count when nothing is missing" in doc
