@@ -258,7 +258,9 @@ class Run:
     harness_accesses: tuple[Any, ...] = ()
     """P: the replay harness's own accesses (seed 004); should be empty."""
     provenance_tags: tuple[str, ...] = ()
-    """Tags; one starting with ``replay:`` marks a recording of a replay."""
+    """Tags; one starting with ``replay:`` marks a recording of a replay (R: a
+    REPLAY_OF_REPLAY); P's ``replay:<checkpoint id>`` names the checkpoint it replayed,
+    a CHECKPOINT_MISMATCH against another stored one (ident72)."""
     mode: ReplayMode | None = None
     """P: how the replay resolved tokens; None means not declared (not strict)."""
 

@@ -402,7 +402,9 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         its digest (``fork`` makes a branch) or ``new`` is None. A ref put back while
         the table is exactly one ref short of its digest must be the ref that vanished
         (name and head): PutBackMismatchError otherwise, naming it when it can be found,
-        nothing written; ``force=True`` accepts another (``forced`` in the record). The
+        nothing written; so is a repair of an intact ref (moved, deleted or at its own
+        head) while that ref is missing. ``force=True`` accepts either (the record's
+        ``forced``, and ``overrode``: the vanished ref the refusal named). The
         audit record carries the damaged bytes (None for a ref put back); a checkpoint
         they still name is kept as a retained head, and so is what the repaired table
         no longer reaches that a vanished or changed ref may have held (``kept``).

@@ -22,7 +22,8 @@ rights, ``search_path`` pinned): a role that may write refs but was granted noth
 ``counts`` still moves the count. ``EXECUTE`` on them is revoked from PUBLIC: attached by
 another role to a table of its own (a temp ``refs`` beside a ``counts`` carrying its own
 trigger), a function ran that role's code with the owner's rights. A role that may not
-create them (or a read-only server) opens as before, counting with ``count(*)``.
+create them (or a read-only server) reads the kept count when nothing is missing; when
+something is, it opens as before, counting with ``count(*)``.
 """
 
 from __future__ import annotations

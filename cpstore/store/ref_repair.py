@@ -280,10 +280,13 @@ def repair_ref(
     be the one that vanished (its name and head give the digest's XOR difference, alone
     or with one ref changed beside it): another is :class:`PutBackMismatchError`, naming
     the vanished ref when a stored checkpoint and branch name give it (found as
-    :func:`forgotten_heads` finds it), nothing written; ``force`` accepts it (recorded).
-    Elsewhere (several refs short, a malformed or missing digest, a ref that fails its
-    check, a difference of zero) the put-back is not checked; a repair that leaves the
-    table one ref short keeps the recorded XOR while it names that ref (review73).
+    :func:`forgotten_heads` finds it), nothing written; so is a repair of an intact ref
+    (moved, deleted, or at its own head) while such a ref is missing, as it would
+    re-derive the digest without it. ``force`` accepts either (recorded: ``forced``, and
+    ``overrode``; the check runs when forced too). Elsewhere (several refs short, a
+    malformed or missing digest, a ref that fails its check, a difference of zero) the
+    put-back is not checked; a repair that leaves the table one ref short keeps the
+    recorded XOR while it names that ref (review73).
     In one write txn: a ``ref_repair`` audit record (``run``, ``branch``, ``damaged``:
     the stored value in hex, None for a ref put back, ``new``, ``retained``, ``kept``,
     ``operator``, ``reason``, ``forced``, ``overrode``: the vanished ref the check named
