@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from pg_cluster import backend_store, backend_url, pg_cluster, pg_url  # noqa: F401 - fixtures
-from pg_counts import sql
+from pg_counts import sql, triggers
 from test_audit63_retention_digest import _raw_ref
 from test_ident72_replayed_checkpoint import _replay, _two
 from test_pgcount72_upgrade import _role_url
@@ -137,11 +137,6 @@ def test_a_writable_role_that_may_not_install_reads_the_kept_count_when_nothing_
         assert [p.where for p in st.verify().problems] == ["counts/refs"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/format.md: a newer counts version is left as it is; an open finding a "
-    "trigger disabled (or the row deleted) installs version 1 over it (docs75, reported)",
-)
 def test_a_newer_counts_version_is_left_as_it_is_with_a_trigger_disabled(
     pg_url: str,  # noqa: F811 - fixture
 ) -> None:
@@ -150,12 +145,17 @@ def test_a_newer_counts_version_is_left_as_it_is_with_a_trigger_disabled(
     newer = f"cpstore counts {pg_count.COUNTS_VERSION + 1}"
     sql(pg_url, f"COMMENT ON TABLE {{s}}.counts IS '{newer}'")
     sql(pg_url, "ALTER TABLE {s}.refs DISABLE TRIGGER cpstore_count_added")
-    with cpstore.open(pg_url):
-        pass
+    with cpstore.open(pg_url) as st:
+        # its creates count the rows (the kept count may be stale): still refused short
+        st.recorder("s").checkpoint(0, {"a": 1})
+        sql(pg_url, "DELETE FROM {s}.refs WHERE k = %s", (b"r\0main",))
+        with pytest.raises(IntegrityError, match="fewer refs"):
+            st.recorder("t").checkpoint(0, {"a": 2})
     [(comment,)] = sql(
         pg_url, "SELECT obj_description(to_regclass(%s), 'pg_class')", (_counts(pg_url),)
     )
-    assert comment == newer
+    assert comment == newer  # not version 1 installed over it
+    assert triggers(pg_url)["cpstore_count_added"] == "D"  # nor its trigger re-enabled
 
 
 def _counts(url: str) -> str:
