@@ -22,6 +22,7 @@ import pytest
 from chaos_check import Model, frees, read_logs
 from chaos_errors import Context, allowed, refusal_problems
 from chaos_log import Log
+from chaos_refs import refs_and_sweeps_hold
 from chaos_rollback import repair, roll_back, rollback_problems
 from chaos_vanish import put_back, vanish, vanish_and_repair, vanish_problems
 from pg_cluster import backend_url, pg_cluster  # noqa: F401 - fixtures
@@ -335,8 +336,13 @@ def test_a_rollback_beside_a_vanish_on_a_real_store(url: str, tmp_path: Path) ->
         first = rec.checkpoint(0, {"a": 1})
         rec.checkpoint(1, {"a": 2})
         rec.checkpoint(2, {"a": 3})
+        fid, cid = log.op(), log.op()  # logged as a worker's: refs_hold judges them
+        log.write("b", sync=True, op="fork", id=fid, run=RUN, branch=FORK)
         st.fork(RUN, FORK, first)
+        log.write("a", sync=True, op="fork", id=fid, run=RUN, branch=FORK, cid=first)
+        log.write("b", sync=True, op="ckpt", id=cid, run=RUN, branch=FORK, parent=first)
         head = st.recorder(RUN, branch=FORK).checkpoint(3, {"f": 1})
+        log.write("a", sync=True, op="ckpt", id=cid, cid=head, parent=first)
         done = vanish(st, log, RUN, FORK)
         rolled = roll_back(st, log, RUN, random.Random(0))
         assert done is not None and rolled is not None
@@ -354,6 +360,17 @@ def test_a_rollback_beside_a_vanish_on_a_real_store(url: str, tmp_path: Path) ->
         assert (v.repair_begin, v.end) == (r.repair_begin, r.end)
         assert refusal_problems(m.ops, m.errs) == []
         assert vanish_problems(st, m) == [] and rollback_problems(st, m, frees) == []
+        # the fork, acknowledged, stays gone as documented (ci75, seed 761169123: the
+        # refs rule read it as a lost fork); put back, it must be there again
+        assert refs_and_sweeps_hold(st, m, lambda: m) == []
+        pid = log.op()  # planted: had a put-back been acknowledged, the fork is lost
+        log.write("b", sync=True, op="ref_repair", id=pid, run=RUN, branch=FORK, new=head,
+                  vanish=done[0])  # fmt: skip
+        log.write("a", sync=True, op="ref_repair", id=pid, digest="d" * 64, index=0,
+                  retained=None, kept=[], damaged=None, new=head)  # fmt: skip
+        m = Model(read_logs(logdir))
+        (lost,) = refs_and_sweeps_hold(st, m, lambda: m)
+        assert lost.startswith(f"acknowledged fork not visible: {RUN}@{FORK}")
 
 
 @pytest.mark.parametrize(("at", "ok"), [(1_100_000_041, True), (5, False)])
