@@ -7,11 +7,15 @@ position by position; values are compared by their content digests (no value
 is deserialized, so it works for any serde), the node is read from the task
 path of the writes that produced the diverging checkpoint. A channel stored as
 the empty marker is compared as one the checkpoint does not hold: LangGraph
-loads both as an empty channel.
+loads both as an empty channel. A DeltaChannel without a stored value (between
+snapshots) is rebuilt by LangGraph from the parent chain's writes: it is compared
+by the writes to it at the parent (review75), so equal positions before it make
+equal rebuilt values.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +74,14 @@ class _Point:
     entry: Entry
     step: int | None
     values: dict[str, bytes]  # channel -> digest of its head part and segments
+    #: The channels its metadata counts as DeltaChannels (``counters_since_delta_snapshot``).
+    delta: frozenset[str] = frozenset()
+
+
+#: The metadata key LangGraph counts a DeltaChannel's updates since its snapshot under.
+_DELTA_COUNTERS = "counters_since_delta_snapshot"
+#: Prefix of a delta channel's compared key when it holds no value (never a digest list).
+_WRITES = b"writes:"
 
 
 def _side(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
@@ -121,6 +133,10 @@ def _chain(
             where = f"checkpoint {entry.cid.hex()}"
             meta_value = load_metadata(serde, view_head(view, entry)[1], where)
             step = meta_value.get("step")
+            counters = meta_value.get(_DELTA_COUNTERS)
+            delta = frozenset(
+                c for c in (counters if isinstance(counters, Mapping) else ()) if type(c) is str
+            )
             values: dict[str, bytes] = {}
             # a channel the entry says holds a value is not read (a wrong hint costs only
             # a divergence reported as before lgfix72); any other is read to tell
@@ -134,13 +150,53 @@ def _chain(
                 elif name.startswith(SEGMENT):
                     channel = name[len(SEGMENT) :].rsplit("/", 1)[0]
                     values[channel] = values.get(channel, b"") + bytes(key)
-        out.append(_Point(entry, step, values))
+        out.append(_Point(entry, step, values, delta))
         entry = (
             None
             if entry.parent is None
             else entry_at(txn, meta, entry.thread_id, entry.ns, entry.parent)
         )
     out.reverse()
+    return out
+
+
+def _rebuilt(
+    txn: Txn[memoryview],
+    store: Store,
+    point: _Point,
+    deltas: frozenset[str],
+    cache: dict[tuple[str, str, str], dict[str, bytes]],
+) -> dict[str, bytes]:
+    """``point.values`` plus, for each of ``deltas`` it holds no value for, the digest of
+    the writes to it at the parent in ``writes_sort_key`` order (as
+    ``get_delta_channel_history`` replays them; their serde pairs, nothing deserialized).
+    LangGraph rebuilds such a channel from its value at the nearest ancestor holding one
+    plus those writes: chains equal at every position before, with equal writes here,
+    rebuild it equal; other writes (or another order) rebuild it otherwise (review75:
+    they compared equal). A root's is the empty list of writes."""
+    missing = [c for c in sorted(deltas) if c not in point.values]
+    if not missing:
+        return point.values
+    e = point.entry
+    written: dict[str, bytes] = {}
+    if e.parent is not None:
+        key = (e.thread_id, e.ns, e.parent)
+        held = cache.get(key)
+        if held is None:
+            hashes: dict[str, Any] = {}
+            meta = store.backend.db("meta")
+            for w in stored_writes(txn, meta, e.thread_id, e.ns, e.parent):
+                h = hashes.get(w.channel)
+                if h is None:
+                    h = hashes[w.channel] = hashlib.blake2b(digest_size=32)
+                kind, data = w.typed[0].encode("utf-8"), bytes(w.typed[1])
+                h.update(len(kind).to_bytes(8, "big") + kind + len(data).to_bytes(8, "big"))
+                h.update(data)
+            held = cache[key] = {c: h.digest() for c, h in hashes.items()}
+        written = held
+    out = dict(point.values)
+    for c in missing:
+        out[c] = _WRITES + written.get(c, b"")
     return out
 
 
@@ -176,13 +232,16 @@ def diff_threads(
         a = _chain(txn, store, config_a, serde, empty)
         b = _chain(txn, store, config_b, serde, empty)
         shared = None
+        # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
+        deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
+        cache: dict[tuple[str, str, str], dict[str, bytes]] = {}
         for i in range(min(len(a), len(b))):
             pa, pb = a[i], b[i]
             if pa.entry.cid == pb.entry.cid:
                 shared = i
-            differ = sorted(
-                c for c in set(pa.values) | set(pb.values) if pa.values.get(c) != pb.values.get(c)
-            )
+            va = _rebuilt(txn, store, pa, deltas, cache)
+            vb = _rebuilt(txn, store, pb, deltas, cache)
+            differ = sorted(c for c in set(va) | set(vb) if va.get(c) != vb.get(c))
             if differ:
                 parent = a[i - 1].entry if i else None
                 nodes = _nodes(txn, store, parent, set(differ))
