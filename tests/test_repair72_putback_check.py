@@ -16,7 +16,9 @@ Both engines; the damage is done by another process (LMDB) or connection (Postgr
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -276,6 +278,28 @@ def _mover(url: str, run: str, start: Any, stop: Any, out: Any) -> None:
     out.put((heads, errors))
 
 
+@contextlib.contextmanager
+def _moving(url: str, runs: str) -> Iterator[Any]:
+    """A spawned process per run of ``runs`` moving its head (:func:`_mover`) until the
+    block ends; yields the barrier the block waits on with them. After: none failed,
+    every one moved its head."""
+    ctx = multiprocessing.get_context("spawn")
+    start, stop, out = ctx.Barrier(len(runs) + 1), ctx.Event(), ctx.Queue()
+    movers = [ctx.Process(target=_mover, args=(url, run, start, stop, out)) for run in runs]
+    for p in movers:
+        p.start()
+    try:
+        yield start
+    finally:
+        stop.set()
+        results = [out.get(timeout=300) for _ in movers]
+        for p in movers:
+            p.join(120)
+    assert all(p.exitcode == 0 for p in movers)
+    assert [e for _, e in results if e] == []
+    assert all(h for h, _ in results)
+
+
 def test_put_backs_racing_moves_in_other_processes(url: str) -> None:
     """Two processes move their runs' heads while the test puts r/main back: every wrong
     put-back is refused naming r/main at its head, the exact one is accepted, no move is
@@ -287,28 +311,14 @@ def test_put_backs_racing_moves_in_other_processes(url: str) -> None:
         ids = _main_vanished(url, st)
         u0 = st.ref("u")
         assert u0 is not None
-    ctx = multiprocessing.get_context("spawn")
-    start, stop, out = ctx.Barrier(3), ctx.Event(), ctx.Queue()
-    movers = [ctx.Process(target=_mover, args=(url, run, start, stop, out)) for run in "sv"]
-    for p in movers:
-        p.start()
-    try:
-        with cpstore.open(url) as st:
-            start.wait()
-            for i in range(40):
-                with pytest.raises(PutBackMismatchError) as info:
-                    st.repair_ref("u", f"typo{i}", u0, operator="o", reason="race")
-                assert info.value.expected == {"run": "r", "branch": "main", "head": ids[2]}
-            record = st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
-            assert record.body["kept"] == []
-    finally:
-        stop.set()
-        results = [out.get(timeout=300) for _ in movers]
-        for p in movers:
-            p.join(120)
-    assert all(p.exitcode == 0 for p in movers)
-    assert [e for _, e in results if e] == []
-    assert all(h for h, _ in results)
+    with _moving(url, "sv") as start, cpstore.open(url) as st:
+        start.wait()
+        for i in range(40):
+            with pytest.raises(PutBackMismatchError) as info:
+                st.repair_ref("u", f"typo{i}", u0, operator="o", reason="race")
+            assert info.value.expected == {"run": "r", "branch": "main", "head": ids[2]}
+        record = st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
+        assert record.body["kept"] == []
     with cpstore.open(url) as st:
         assert st.ref("r") == ids[2] and st.verify().ok
         assert len(list(st.audit_records(kind="ref_repair"))) == 1

@@ -20,7 +20,7 @@ from typing import Any
 
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_refs70_create_short import _main_vanished
-from test_repair72_putback_check import _flip_check, _mover
+from test_repair72_putback_check import _flip_check, _moving
 
 import cpstore
 from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, PutBackMismatchError
@@ -150,34 +150,20 @@ def test_a_carried_difference_racing_moves_in_other_processes(url: str) -> None:
         ids = _main_vanished(url, st)
         _flip_check(url, st, b"t\0main")
     vanished = {"run": "r", "branch": "main", "head": ids[2]}
-    ctx = multiprocessing.get_context("spawn")
-    start, stop, out = ctx.Barrier(3), ctx.Event(), ctx.Queue()
-    movers = [ctx.Process(target=_mover, args=(url, run, start, stop, out)) for run in "sv"]
-    for p in movers:
-        p.start()
-    try:
-        with cpstore.open(url) as st:
-            start.wait()
-            st.repair_ref("t", "main", t0, operator="o", reason="check failed")
-            for i in range(20):
-                try:
-                    st.repair_ref(
-                        "r", f"b{i}" if i % 2 else "main", ids[i % 2], operator="o", reason="wrong"
-                    )
-                except PutBackMismatchError as exc:
-                    assert exc.expected == vanished
-                else:
-                    raise AssertionError("a wrong put-back was accepted")
-            record = st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
-            assert record.body["forced"] is False
-    finally:
-        stop.set()
-        results = [out.get(timeout=300) for _ in movers]
-        for p in movers:
-            p.join(120)
-    assert all(p.exitcode == 0 for p in movers)
-    assert [e for _, e in results if e] == []
-    assert all(h for h, _ in results)
+    with _moving(url, "sv") as start, cpstore.open(url) as st:
+        start.wait()
+        st.repair_ref("t", "main", t0, operator="o", reason="check failed")
+        for i in range(20):
+            try:
+                st.repair_ref(
+                    "r", f"b{i}" if i % 2 else "main", ids[i % 2], operator="o", reason="wrong"
+                )
+            except PutBackMismatchError as exc:
+                assert exc.expected == vanished
+            else:
+                raise AssertionError("a wrong put-back was accepted")
+        record = st.repair_ref("r", "main", ids[2], operator="o", reason="put back")
+        assert record.body["forced"] is False
     with cpstore.open(url) as st:
         assert st.ref("r") == ids[2] and st.ref("t") == t0
         assert st.verify().ok
