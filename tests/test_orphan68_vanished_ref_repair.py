@@ -26,7 +26,7 @@ from cpstore.errors import (
     NotFoundError,
     PutBackMismatchError,
 )
-from cpstore.store import ref_repair
+from cpstore.store import ref_forgotten
 from cpstore.store.facade import Store
 from cpstore.store.refs import RECORDED, REFS_DIGEST_KEY, pack_ref
 
@@ -323,7 +323,7 @@ def test_a_name_search_past_its_budget_keeps_every_unreachable_tip(
     """Many branches per run bound the search for the vanished ref's name (NAME_TRIES):
     past it, the repair keeps every tip of the store (the released lineage too), never
     fewer."""
-    monkeypatch.setattr(ref_repair, "NAME_TRIES", 0)
+    monkeypatch.setattr(ref_forgotten, "NAME_TRIES", 0)
     with cpstore.open(url) as st:
         ids = _three(st)
         dropped = _released_lineage(st, ids[0])

@@ -6,14 +6,13 @@ something is damaged: the ref fails its check, or the refs table fails
 the digest itself was damaged). The digest is then re-derived, so retention runs
 again. The digest cannot say which ref vanished or changed, so a repair that accepts
 the table as it stands would let the next sweep take that ref's history:
-:func:`forgotten_heads` finds what the repaired table no longer reaches and the
-repair keeps what a damaged ref held as retained heads (docs/store.md, "Repairing a
-damaged ref").
+:func:`~cpstore.store.ref_forgotten.forgotten_heads` finds what the repaired table no
+longer reaches and the repair keeps what a damaged ref held as retained heads
+(docs/store.md, "Repairing a damaged ref"). The put-back checks (repair72, review73)
+are here; the search they share with it is in ``ref_forgotten.py``.
 """
 
 from __future__ import annotations
-
-from typing import NamedTuple
 
 from cpstore.errors import (
     ConflictError,
@@ -22,13 +21,11 @@ from cpstore.errors import (
     NotFoundError,
     PutBackMismatchError,
 )
-from cpstore.native.binding import digest_small
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.audit import append_audit_txn
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import ref_target
 from cpstore.store.content import records_of
-from cpstore.store.manifest import decode_manifest
 from cpstore.store.model import (
     AuditRecord,
     check_name,
@@ -36,8 +33,8 @@ from cpstore.store.model import (
     parse_id,
     ref_key,
     split_ref_key,
-    unpack_checkpoint_value,
 )
+from cpstore.store.ref_forgotten import Forgotten, forgotten_heads, reach_all, search, xor_bytes
 from cpstore.store.refs import (
     RECORDED,
     SET,
@@ -48,213 +45,9 @@ from cpstore.store.refs import (
     replace_damaged_ref,
     unpack_ref,
 )
-from cpstore.store.retained import add_hold, retained_heads
+from cpstore.store.retained import add_hold
 
-__all__ = ["NAME_TRIES", "Forgotten", "forgotten_heads", "repair_ref"]
-
-
-class Forgotten(NamedTuple):
-    """A checkpoint a repair keeps as a retained head: no ref or retained head reaches it."""
-
-    cid: bytes
-    run: str
-    branch: str
-    """The vanished ref's branch when the digest named it, else the manifest's branch."""
-
-
-def _xor(a: bytes, b: bytes) -> bytes:
-    return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(
-        DIGEST_SIZE, "little"
-    )
-
-
-def _lineage(backend: Backend, txn: Txn[memoryview]) -> dict[bytes, tuple[bytes | None, str, str]]:
-    """Every stored checkpoint a sweep could remove -> (parent, run, branch).
-
-    Records the sweep leaves alone (a damaged location, a manifest that does not hash
-    to its id) are left out, as the sweep leaves them out: verify names them.
-    """
-    out: dict[bytes, tuple[bytes | None, str, str]] = {}
-    for cid, value in records_of(backend.dbs).items(txn):
-        if value is None:
-            continue
-        try:
-            created, data = unpack_checkpoint_value(bytes(value))
-        except IntegrityError:
-            continue
-        if digest_small(data) != cid:
-            continue
-        m = decode_manifest(cid, bytes(data), created)
-        out[cid] = (None if m.parent is None else bytes.fromhex(m.parent), m.run_id, m.branch)
-    return out
-
-
-def forgotten_heads(
-    backend: Backend,
-    txn: Txn[memoryview],
-    digests: tuple[tuple[bytes, int], ...],
-    after: tuple[bytes, int],
-    *,
-    extra_roots: tuple[bytes, ...] = (),
-    named: tuple[str, str] | None = None,
-) -> list[Forgotten]:
-    """What to keep so a repair that accepts a damaged refs table loses no checkpoint.
-
-    Called after the repair's change, in its txn. ``digests``: the (XOR, count) the
-    digest recorded, and that with the repair's own change applied (none when the
-    digest was malformed); ``after``: the table's now; ``named``: the (run, branch)
-    the repair names.
-
-    The unreachable set U is every stored checkpoint no ref (whole lineage) or
-    retained head (or ``extra_roots``) reaches. Between sweeps, U holds only what a
-    release made unreachable (the lineage of a released head: the next sweep's to
-    remove) and what damage did (a vanished ref's history, the history a ref changed
-    outside cpstore no longer reaches). When the table's XOR is what the digest
-    recorded, nothing is missing: nothing is kept. When it is one ref short, the
-    XOR difference is that ref's full hash; when no ref is short, the difference is
-    a changed ref's true hash XOR its hash now. A stored checkpoint with its run and
-    a branch name the run uses (its manifests', its refs', the named one) that gives
-    the hash names the ref: its head is kept with its lineage, even when another ref's
-    lineage reaches it (``prune(keep_last=N)`` keeps only a ref's newest N, and that
-    ref may move on) and when it is a retained head already (another record's hold,
-    which its holder may release: the repair adds its own); nothing is kept when the
-    missing ref is back in the table. Otherwise (several refs missing or changed, a
-    name nothing holds, a flipped or malformed digest) the head may be any stored
-    checkpoint: every tip of the store (a checkpoint no stored one names as parent)
-    is kept, retained or not, which keeps every lineage whole until released.
-    A released lineage and a damaged ref's head cannot be told apart there (forks are
-    not audited), and a kept head costs a ``release_retained``, a lost one the history.
-    """
-    reach = _reach(backend, txn, extra_roots, named)
-    if any(acc == after[0] for acc, _ in digests):
-        return []  # every ref's hash is in the XOR: none is missing (a count damaged)
-    missing: set[bytes] = set()  # the full hash of the one ref missing
-    changed: dict[bytes, set[bytes]] = {}  # ref key -> the true full hash, if it changed
-    for acc, count in digests:
-        diff = _xor(acc, after[0])
-        if count - after[1] == 1:
-            if diff in reach.present.values():
-                return []  # the one ref missing is back in the table
-            missing.add(diff)
-        elif count == after[1]:
-            for key, full in reach.present.items():
-                changed.setdefault(key, set()).add(_xor(diff, full))
-    if missing or changed:
-        found = _search(reach, (missing, changed))
-        if found is not None:
-            # Kept even when another ref's lineage reaches it: prune(keep_last=N) keeps
-            # only a ref's newest N, and that ref may move on (review68); and even when
-            # it is a retained head already: that hold is another record's, which its
-            # holder may release (holders69). Not when this repair retains it anyway.
-            return [] if found.cid in extra_roots else [found]
-    # Unnamed: its head may be any stored checkpoint, reached or not; every tip of the
-    # store covers them all, whatever keep_last a sweep is given (review68: a fork's
-    # head inside main's lineage was taken by prune), a retained tip too: its holds are
-    # other records', which their holders may release (holders69).
-    lineage = reach.lineage
-    return [
-        Forgotten(cid, lineage[cid][1], lineage[cid][2])
-        for cid in _tips(lineage, list(lineage))
-        if cid not in extra_roots
-    ]
-
-
-class _Reach(NamedTuple):
-    """What the refs and retained heads reach, read in one txn (:func:`_reach`)."""
-
-    lineage: dict[bytes, tuple[bytes | None, str, str]]
-    present: dict[bytes, bytes]
-    """Ref key -> its full hash, for the refs that pass their check."""
-    names: dict[str, set[str]]
-    """Run -> the branch names its refs (and the repair) use."""
-    reached: set[bytes]
-    unreached: list[bytes]
-
-
-def _reach(
-    backend: Backend,
-    txn: Txn[memoryview],
-    extra_roots: tuple[bytes, ...] = (),
-    named: tuple[str, str] | None = None,
-) -> _Reach:
-    """Every stored checkpoint, and which of them a ref (whole lineage), a retained head
-    or one of ``extra_roots`` reaches."""
-    lineage = _lineage(backend, txn)
-    roots: list[bytes] = []
-    present: dict[bytes, bytes] = {}
-    names: dict[str, set[str]] = {}
-    if named is not None:
-        names[named[0]] = {named[1]}
-    with txn.cursor(db=backend.db("refs")) as cur:
-        refs = [(bytes(k), bytes(v)) for k, v in cur]
-    for key, value in refs:
-        try:
-            cid, origin = unpack_ref(key, value)
-        except IntegrityError:
-            continue  # a damaged ref reaches nothing here: what it named stays kept
-        roots.append(cid)
-        present[key] = ref_hash(key, cid, origin)
-        run, branch = split_ref_key(key)
-        names.setdefault(run, set()).add(branch)
-    held = {*extra_roots, *retained_heads(txn, backend.db("meta"))}  # whole lineage kept
-    roots.extend(held)
-    reached: set[bytes] = set()
-    for root in roots:
-        at: bytes | None = root
-        while at is not None and at in lineage and at not in reached:
-            reached.add(at)
-            at = lineage[at][0]
-    unreached = [cid for cid in lineage if cid not in reached]
-    return _Reach(lineage, present, names, reached, unreached)
-
-
-def _search(reach: _Reach, hashes: tuple[set[bytes], dict[bytes, set[bytes]]]) -> Forgotten | None:
-    """The ref whose full hash is one of ``hashes`` (:func:`_named_by`), its head tried
-    where it most likely is: a tip of what nothing reaches, then elsewhere there, then
-    among what is reached."""
-    tips = _tips(reach.lineage, reach.unreached)
-    tipped = set(tips)
-    rest = [cid for cid in reach.unreached if cid not in tipped]
-    return _named_by(reach.lineage, reach.names, hashes, [*tips, *rest, *reach.reached])
-
-
-def _tips(lineage: dict[bytes, tuple[bytes | None, str, str]], among: list[bytes]) -> list[bytes]:
-    """The members of ``among`` no member names as its parent, sorted."""
-    parents = {lineage[cid][0] for cid in among}
-    return sorted(cid for cid in among if cid not in parents)
-
-
-#: Hashes :func:`_named_by` tries before giving up (about a second): a store with
-#: many branches per run falls back to keeping every tip of the store, not to a long scan.
-NAME_TRIES = 1_000_000
-
-
-def _named_by(
-    lineage: dict[bytes, tuple[bytes | None, str, str]],
-    names: dict[str, set[str]],
-    hashes: tuple[set[bytes], dict[bytes, set[bytes]]],
-    among: list[bytes],
-) -> Forgotten | None:
-    """The ref whose full hash is one of ``hashes`` (any key's, or the given key's): a
-    checkpoint of ``among`` (tried in that order) with its run and a branch name the
-    run uses, or None (none gives one within :data:`NAME_TRIES`)."""
-    anywhere, by_key = hashes
-    for _, run, branch in lineage.values():
-        names.setdefault(run, set()).add(branch)
-    keys = {
-        run: [(name, ref_key(run, name)) for name in sorted(given)] for run, given in names.items()
-    }
-    tries = 0
-    for cid in among:
-        if tries >= NAME_TRIES:
-            return None
-        _, run, recorded_on = lineage[cid]
-        for name, key in keys[run]:
-            full = ref_hash(key, cid, RECORDED if name == recorded_on else SET)
-            if full in anywhere or full in by_key.get(key, ()):
-                return Forgotten(cid, run, name)
-        tries += len(keys[run])
-    return None
+__all__ = ["repair_ref"]
 
 
 def repair_ref(
@@ -444,10 +237,10 @@ def _carry_missing(
     than its true one leaves a difference of two refs, which names none: re-derived."""
     if before.recorded is None or count - after[1] != 1:
         return
-    diff = _xor(before.recorded[0], after[0])
+    diff = xor_bytes(before.recorded[0], after[0])
     if diff == bytes(DIGEST_SIZE):
         return
-    found = _search(_reach(backend, txn), ({diff}, {}))
+    found = search(reach_all(backend, txn), ({diff}, {}))
     refs = backend.db("refs")
     if found is None or txn.get(ref_key(found.run, found.branch), None, refs) is not None:
         return
@@ -474,13 +267,13 @@ def _expected(
         if old_hash is None and new_raw is None:
             return None
         if old_hash is not None:  # an intact ref moved or deleted: out with its hash
-            acc = _xor(acc, old_hash)
+            acc = xor_bytes(acc, old_hash)
             if new_raw is None:
                 count -= 1
             else:
-                acc = _xor(acc, ref_hash(key, new_raw, origin))
+                acc = xor_bytes(acc, ref_hash(key, new_raw, origin))
     elif before.found >= count and new_raw is not None:  # a ref added, not a hole filled
-        acc, count = _xor(acc, ref_hash(key, new_raw, origin)), count + 1
+        acc, count = xor_bytes(acc, ref_hash(key, new_raw, origin)), count + 1
     return acc, count
 
 
@@ -492,7 +285,7 @@ def _vanished_hash(backend: Backend, txn: Txn[memoryview], before: RefsState) ->
     check (hashed as stored, its true hash unknown: the difference is not one ref's)."""
     if before.recorded is None or before.recorded[1] - before.found != 1:
         return None
-    diff = _xor(before.recorded[0], before.acc)
+    diff = xor_bytes(before.recorded[0], before.acc)
     if diff == bytes(DIGEST_SIZE):
         return None
     with txn.cursor(db=backend.db("refs")) as cur:
@@ -524,14 +317,16 @@ def _check_put_back(
     puts = [ref_hash(key, new_raw, o) for o in (RECORDED, SET)]
     if full is None or full in puts:
         return
-    reach = _reach(backend, txn)
-    beside = {k: {_xor(_xor(full, p), now) for p in puts} for k, now in reach.present.items()}
-    if _search(reach, (set(), beside)) is not None:
+    reach = reach_all(backend, txn)
+    beside = {
+        k: {xor_bytes(xor_bytes(full, p), now) for p in puts} for k, now in reach.present.items()
+    }
+    if search(reach, (set(), beside)) is not None:
         return  # the put-back and one ref changed beside it give the difference
     run, branch = split_ref_key(key)
     where = f"refs/{run}/{branch}"
     got = {"run": run, "branch": branch, "head": new_raw.hex()}
-    found = _search(reach, ({full}, {}))
+    found = search(reach, ({full}, {}))
     if found is None:
         raise PutBackMismatchError(
             "the ref put back is not the one that vanished: the refs table is one ref short "
@@ -572,11 +367,13 @@ def _check_intact(
     full = _vanished_hash(backend, txn, before)
     if full is None:
         return
-    reach = _reach(backend, txn)
+    reach = reach_all(backend, txn)
     hashes = {full}
     if new_raw is not None:
-        hashes |= {_xor(_xor(full, now), ref_hash(key, new_raw, o)) for o in (RECORDED, SET)}
-    found = _search(reach, (hashes, {}))
+        hashes |= {
+            xor_bytes(xor_bytes(full, now), ref_hash(key, new_raw, o)) for o in (RECORDED, SET)
+        }
+    found = search(reach, (hashes, {}))
     run, branch = split_ref_key(key)
     name = (
         "a ref no stored checkpoint and branch name of a run give"
