@@ -24,7 +24,7 @@ from cpstore.errors import (
     NotFoundError,
     StoreError,
 )
-from cpstore.native.args import int_argument
+from cpstore.native.args import full_checkpoint_id, int_argument, is_hex
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.location import is_store_url, redact
@@ -241,7 +241,7 @@ def say(text: str) -> None:
 def is_full_id(text: str) -> bool:
     """True for 32 hex characters (either case): always a checkpoint id, never a file name
     (audit68: an uppercase id was read as a file of that name when one existed)."""
-    return len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text)
+    return full_checkpoint_id(text) is not None
 
 
 def names_checkpoint(arg: str) -> bool:
@@ -257,7 +257,7 @@ def names_checkpoint(arg: str) -> bool:
 
 
 def _reads_as_name(arg: str) -> bool:
-    return "@" in arg or (bool(arg) and all(c in "0123456789abcdefABCDEF" for c in arg))
+    return "@" in arg or (bool(arg) and is_hex(arg))
 
 
 def checkpoint_or_file(store: Store, arg: str) -> str | None:

@@ -14,6 +14,7 @@ from cpstore.decision.sides import Side, canonical_or_repr
 from cpstore.decision.table import Finding, FindingCode
 from cpstore.decision.token_checks import check_tokens, scan_findings, token_scan
 from cpstore.errors import CpstoreError
+from cpstore.native.args import full_checkpoint_id
 from cpstore.native.canonical import encode_value
 from cpstore.run.model import Observation, ReplayMode
 
@@ -229,7 +230,6 @@ def _check_identity(r: Side, p: Side, out: list[Finding]) -> None:
 
 
 _REPLAY = "replay:"
-_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def _tagged_checkpoint(tag: str) -> str | None:
@@ -243,10 +243,7 @@ def _tagged_checkpoint(tag: str) -> str | None:
     text = tag.strip()
     if text[: len(_REPLAY)].lower() != _REPLAY:
         return None
-    rest = text[len(_REPLAY) :].strip()
-    if len(rest) != 32 or not set(rest) <= _HEX:
-        return None
-    return rest.lower()
+    return full_checkpoint_id(text[len(_REPLAY) :].strip())
 
 
 def _check_replayed_checkpoint(r: Side, p: Side, out: list[Finding]) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from cpstore.decision.ports import AuditEntry, AuditView
 from cpstore.decision.table import AUDIT_DECISION, FINDING_RULES, Decision, FindingCode, Verdict
 from cpstore.errors import AuditChainError, GateError, InvalidInputError, NotFoundError
+from cpstore.native.args import is_hex
 
 
 def _linked(store: AuditView, rec: AuditEntry) -> None:
@@ -48,7 +49,7 @@ MIN_PREFIX = 8
 
 def _by_digest(store: AuditView, ident: str) -> list[AuditEntry]:
     """The decision record whose audit digest is ``ident`` (32 lowercase hex), if any."""
-    if len(ident) != 32 or not _is_hex(ident) or ident != ident.lower():
+    if len(ident) != 32 or not is_hex(ident) or ident != ident.lower():
         return []
     try:
         rec = store.get_audit(ident)
@@ -70,7 +71,7 @@ def _decision_by_name(store: AuditView, ident: str) -> list[AuditEntry]:
     found = _by_digest(store, ident)
     if found:
         return found
-    if len(ident) < MIN_PREFIX or not _is_hex(ident):
+    if len(ident) < MIN_PREFIX or not is_hex(ident):
         # No id or digest can start with it: a mistake in the name, not a missing
         # decision (exit 3, as a checkpoint prefix too short for Store.resolve).
         raise InvalidInputError(
@@ -91,10 +92,6 @@ def _decision_by_name(store: AuditView, ident: str) -> list[AuditEntry]:
             got=f"{len(matches)} decisions",
         )
     return list(matches.values())
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def _decision_record(store: AuditView, decision: Decision | str) -> AuditEntry:

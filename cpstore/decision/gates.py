@@ -51,7 +51,7 @@ from cpstore.decision.gate_reads import (
 from cpstore.decision.ports import AuditEntry, AuditStore, AuditView
 from cpstore.decision.table import AUDIT_DECISION, FINDING_RULES, Decision, Verdict
 from cpstore.errors import GateError, InvalidInputError, NotFoundError, SignOffError
-from cpstore.native.args import non_empty_text
+from cpstore.native.args import full_checkpoint_id, non_empty_text
 
 __all__ = [
     "AUDIT_DECISION",
@@ -236,9 +236,7 @@ def _checkpoint_named(checkpoint_id: str) -> str:
     are that id in lowercase, as ``validate`` reads them (audit68). review74: a gate named
     so refused the checkpoint's own decision as one "about another checkpoint"."""
     text = str.__str__(non_empty_text(checkpoint_id, "checkpoint_id"))  # a subclass's text
-    if len(text) == 32 and all(c in "0123456789abcdefABCDEF" for c in text):
-        return text.lower()
-    return text
+    return full_checkpoint_id(text) or text
 
 
 def resume_gate(

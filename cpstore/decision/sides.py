@@ -7,7 +7,6 @@ becomes INTEGRITY findings, never an exception.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -26,14 +25,13 @@ from cpstore.errors import (
     InvalidInputError,
     NotFoundError,
 )
+from cpstore.native.args import full_checkpoint_id
 from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import kind_name, unpack_token
 from cpstore.run.document import load_document, parse_document
 from cpstore.run.model import Effect, Observation, ReplayMode, Run, TokenInfo
 
 __all__ = ["DamagedSideError", "RunSource", "Side", "canonical_or_repr", "load_side"]
-
-_CHECKPOINT_ID = re.compile(r"[0-9a-fA-F]{32}")
 
 #: What :func:`~cpstore.decision.validate.validate` accepts for R or P.
 RunSource = Union[Run, Mapping[str, Any], str, "os.PathLike[str]", bytes]
@@ -244,7 +242,10 @@ def _checkpoint_ref(source: object, store: CheckpointStore | None) -> str | None
     whose file name looks like an id is passed as ``Path(name)`` or ``./name``.
     audit68: only lowercase hex was an id, so an uppercase one read a file named so.
     """
-    if not isinstance(source, str) or not _CHECKPOINT_ID.fullmatch(source):
+    if not isinstance(source, str):
+        return None
+    cid = full_checkpoint_id(source)
+    if cid is None:
         return None
     if store is None:
         raise InvalidInputError(
@@ -252,7 +253,7 @@ def _checkpoint_ref(source: object, store: CheckpointStore | None) -> str | None
             "for a document file named like an id, pass ./NAME",
             got=source,
         )
-    return source.lower()
+    return cid
 
 
 def load_side(

@@ -26,7 +26,9 @@ __all__ = [
     "check_offsets",
     "check_text",
     "field_mask",
+    "full_checkpoint_id",
     "int_argument",
+    "is_hex",
     "little_endian_offsets",
     "non_empty_text",
     "writable_view",
@@ -48,6 +50,24 @@ ByteOrder = Literal["native", "little", "big"]
 HOST_BYTE_ORDER: str = sys.byteorder
 
 _STRUCT_ORDER = {"little": "<", "big": ">"}
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def is_hex(text: str) -> bool:
+    """True when every character of ``text`` is a hex digit, either case (so for "")."""
+    return set(text) <= _HEX_DIGITS
+
+
+def full_checkpoint_id(text: str) -> str | None:
+    """``text`` as a checkpoint id when it is exactly 32 hex characters in either case
+    (lowercased, as ``Store.resolve`` and ``validate`` read a typed id), else None.
+
+    The one reading of "a full id" for the decision layer and the CLI (audit68 and
+    review74 each found a place that read only lowercase, or only an exact spelling)."""
+    if len(text) == 32 and is_hex(text):
+        return str.lower(text)
+    return None
 
 
 def as_bytes_view(data: object, name: str) -> memoryview:
