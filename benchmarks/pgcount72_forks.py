@@ -177,6 +177,12 @@ def _shown(times: list[float]) -> str:
     return f"{_ms(statistics.median(times))} ({_ms(min(times))}-{_ms(max(times))}) ms"
 
 
+def _paired(a: list[float], b: list[float]) -> str:
+    """a/b paired within each repeat: median (min-max)."""
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    return f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,50000")
@@ -191,19 +197,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"(each the median of {args.forks} forks)")
     for n, got in result.items():
         kept, star = got["kept"], got["count(*)"]
-        paired = [s / k for s, k in zip(star, kept, strict=True)]
         print(
             f"{n:>7,} refs: kept {_shown(kept)}; count(*) {_shown(star)}; "
-            f"count(*)/kept {statistics.median(paired):.2f}x "
-            f"({min(paired):.2f}-{max(paired):.2f})"
+            f"count(*)/kept {_paired(star, kept)}"
         )
     moved = measure_moves(args.repeats, args.moves)
     on, off = moved["triggers"], moved["no triggers"]
-    paired = [a / b for a, b in zip(on, off, strict=True)]
     print(
         f"checkpoint on an existing branch (median of {args.moves}): triggers {_shown(on)}; "
-        f"no triggers {_shown(off)}; triggers/none {statistics.median(paired):.2f}x "
-        f"({min(paired):.2f}-{max(paired):.2f})"
+        f"no triggers {_shown(off)}; triggers/none {_paired(on, off)}"
     )
     for label, seconds in measure_held_snapshot(args.held).items():
         print(f"read of the count: {label}: {_ms(seconds)} ms (best of 20)")
