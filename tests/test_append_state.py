@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import linecache
 import multiprocessing
 import os
@@ -444,6 +445,7 @@ def _pause_mid_append(
         return local if frame.f_code is code else None
 
     def run() -> None:
+        gc.disable()  # collector off while hooked: tests/trace_interrupts.py
         sys.settrace(tracer)
         try:
             log.append(item)
@@ -451,6 +453,7 @@ def _pause_mid_append(
             errors.append(exc)
         finally:
             sys.settrace(None)
+            gc.enable()
 
     thread = threading.Thread(target=run)
     thread.start()

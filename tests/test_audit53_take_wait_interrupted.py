@@ -13,6 +13,7 @@ acknowledged checkpoint.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -56,11 +57,13 @@ def test_an_interrupt_in_the_wait_for_a_batch_in_flight_is_the_interrupt(
     def swept(self: BatchOwners[Any], *args: Any) -> Any:
         if landing.armed and threading.current_thread() is threading.main_thread():
             landing.armed = False
+            gc.disable()  # collector off while hooked: tests/trace_interrupts.py
             sys.setprofile(landing.profile)
             try:
                 return real(self, *args)
             finally:
                 sys.setprofile(None)
+                gc.enable()
         return real(self, *args)
 
     monkeypatch.setattr(BatchOwners, where, swept)
@@ -90,6 +93,7 @@ def test_an_interrupt_in_the_wait_for_a_batch_in_flight_is_the_interrupt(
                 problems.append(f"k={k} at {landing.landed}: {type(exc).__name__}: {exc}")
             finally:
                 sys.setprofile(None)
+                gc.enable()
                 settler.join()
             st.flush()
             if [m.id for m in st.history(f"r{k}")] != ids[::-1]:
@@ -100,4 +104,5 @@ def test_an_interrupt_in_the_wait_for_a_batch_in_flight_is_the_interrupt(
         assert not problems, problems
     finally:
         sys.setprofile(None)
+        gc.enable()
         st.close()

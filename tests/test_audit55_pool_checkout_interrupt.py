@@ -23,6 +23,7 @@ names the limit. This test fails (StoreConnectionError after POOL_WAIT) until it
 
 from __future__ import annotations
 
+import gc
 import sys
 from types import FrameType
 
@@ -59,6 +60,7 @@ def test_an_interrupt_inside_the_pool_checkout_leaves_the_pool_whole(
     for k in range(1, MOST):
         with cpstore.open(url) as st:
             trace, landed = interrupting(k, _in_pool)
+            gc.disable()  # collector off while hooked: tests/trace_interrupts.py
             sys.settrace(trace)
             try:
                 st.ref("r")
@@ -66,6 +68,7 @@ def test_an_interrupt_inside_the_pool_checkout_leaves_the_pool_whole(
                 pass
             finally:
                 sys.settrace(None)
+                gc.enable()
             if not landed:
                 break  # the read ran through: every entry was swept
             landed_at.append(landed[0])

@@ -13,6 +13,7 @@ use real threads with no pause and assert only what every interleaving must give
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import sys
 import threading
@@ -66,11 +67,13 @@ def _paused(
         return local if frame.f_code is code else None
 
     def run_a() -> None:
+        gc.disable()  # collector off while hooked: tests/trace_interrupts.py
         sys.settrace(tracer)
         try:
             call(first, out_a)
         finally:
             sys.settrace(None)
+            gc.enable()
 
     threads: list[threading.Thread] = []
     a = threading.Thread(target=run_a)

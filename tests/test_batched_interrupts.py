@@ -13,6 +13,7 @@ that is (or is later) stored, and nothing is stored twice.
 from __future__ import annotations
 
 import functools
+import gc
 import queue
 import sys
 import threading
@@ -43,6 +44,7 @@ def check_an_interrupt_anywhere_in_a_flush_never_hangs_or_lies(store: str) -> No
             # (the writer lock an interrupt there used to leave held is pinned by
             # test_an_interrupt_in_psycopgs_pipeline_io_never_keeps_the_writer_lock)
             trace, landed = interrupting(k, not_in_psycopg)
+            gc.disable()  # collector off while hooked: tests/trace_interrupts.py
             sys.settrace(trace)
             try:
                 st.flush()
@@ -50,6 +52,7 @@ def check_an_interrupt_anywhere_in_a_flush_never_hangs_or_lies(store: str) -> No
                 pass
             finally:
                 sys.settrace(None)
+                gc.enable()
             try:
                 told = b.run(st.flush, timeout=60)
             except queue.Empty:

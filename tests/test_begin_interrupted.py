@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import gc
 import os
 import sys
 import threading
@@ -96,6 +97,7 @@ def _sweep(env: Env, begin: Callable[[], Any], end: Callable[[Any], None]) -> in
     while True:
         k += 1
         trace, landed = _interrupting(k, _BEGIN)
+        gc.disable()  # collector off while hooked: tests/trace_interrupts.py
         sys.settrace(trace)
         try:
             got = begin()
@@ -103,6 +105,7 @@ def _sweep(env: Env, begin: Callable[[], Any], end: Callable[[Any], None]) -> in
             got = None
         finally:
             sys.settrace(None)
+            gc.enable()
         if not landed:
             end(got)
             return k - 1

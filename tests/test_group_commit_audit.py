@@ -10,6 +10,7 @@ told "stored" for a write that is not stored, nothing is stored twice.
 
 from __future__ import annotations
 
+import gc as collector
 import os
 import random
 import sys
@@ -78,11 +79,13 @@ def interrupts_entering_group_commit(rnd: random.Random, chance: float) -> Itera
             raise KeyboardInterrupt
         return None
 
+    collector.disable()  # collector off while hooked: tests/trace_interrupts.py
     sys.settrace(trace)
     try:
         yield
     finally:
         sys.settrace(None)
+        collector.enable()
 
 
 def _waiting_group() -> tuple[_Store, GroupCommit[str]]:
@@ -132,11 +135,13 @@ def _group_of_two_interrupted_at(function: str) -> tuple[dict[str, str], _Store]
 
     def one(name: str, trace: Any = None) -> None:
         if trace is not None:
+            collector.disable()  # collector off while hooked: tests/trace_interrupts.py
             sys.settrace(trace)
         try:
             commit(name)
         finally:
             sys.settrace(None)
+            collector.enable()
 
     _x_y_then_z(gc, outcome, one, y_args=(_interrupt_on_entering(function, gc),))
     return outcome, store

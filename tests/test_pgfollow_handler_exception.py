@@ -22,6 +22,7 @@ its checkpoint.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -206,11 +207,13 @@ def _trace_the_next_commit(monkeypatch: pytest.MonkeyPatch, trace: Callable[...,
             real(self)
             return
         armed[0] = False
+        gc.disable()  # collector off while hooked: tests/trace_interrupts.py
         sys.settrace(trace)
         try:
             real(self)
         finally:
             sys.settrace(None)
+            gc.enable()
 
     monkeypatch.setattr(PgTxn, "commit", commit)
 

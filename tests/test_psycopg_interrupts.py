@@ -24,6 +24,7 @@ CI sweeps every ``STRIDE``-th psycopg entry from a random offset (printed; set
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import queue
 import random
@@ -63,6 +64,7 @@ def check_an_interrupt_inside_psycopg_keeps_the_batched_contract(
         run = f"b{k}"
         cid = b.run(functools.partial(st.recorder(run).checkpoint, 1, {"k": k}))
         trace, landed = interrupting(k, in_psycopg)
+        gc.disable()  # collector off while hooked: tests/trace_interrupts.py
         sys.settrace(trace)
         try:
             st.flush()
@@ -73,6 +75,7 @@ def check_an_interrupt_inside_psycopg_keeps_the_batched_contract(
                 problems.append(f"k={k}: a flush nothing interrupted raised {exc!r}")
         finally:
             sys.settrace(None)
+            gc.enable()
         try:
             told = b.run(st.flush, timeout=60)
         except queue.Empty:

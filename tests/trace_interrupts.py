@@ -1,6 +1,13 @@
 """KeyboardInterrupt raised by a trace function on a chosen function entry, for tests that
 sweep where an interrupt lands in a commit or a flush; and whether psycopg's own code is on
-the stack (its frames swept by tests/test_psycopg_interrupts.py, left out elsewhere)."""
+the stack (its frames swept by tests/test_psycopg_interrupts.py, left out elsewhere).
+
+Every test that sets a trace or profile function turns the garbage collector off while
+it is set (``gc.disable()`` before, ``gc.enable()`` after unsetting it, inline: a helper
+function called under the hook would itself be a traced call and move the sweep's
+count). CPython 3.11 can segfault reporting an unraisable (an earlier test's unclosed
+resource, found by a collection) while a profile function is set (memray#260); ci78
+died so in tests/test_audit44_interrupts.py."""
 
 from __future__ import annotations
 
