@@ -15,6 +15,7 @@ equal rebuilt values.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,7 +25,14 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT, load_metadata
-from cpstore.langgraph._read import Entry, entry_at, stored, stored_writes, view_head
+from cpstore.langgraph._read import (
+    Entry,
+    StoredWrite,
+    entry_at,
+    stored,
+    stored_writes,
+    view_head,
+)
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
@@ -53,6 +61,10 @@ class ThreadDiff:
     shared_until: int | None
     #: One sentence saying what was found.
     summary: str
+    #: True when every position holds equal values and the divergence is in the pending
+    #: writes of the two last checkpoints (what a resume applies; ``channels`` and
+    #: ``nodes`` then name the writes that differ).
+    pending: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -66,6 +78,7 @@ class ThreadDiff:
             "checkpoint_b": self.checkpoint_b,
             "shared_until": self.shared_until,
             "summary": self.summary,
+            "pending": self.pending,
         }
 
 
@@ -183,21 +196,99 @@ def _rebuilt(
         key = (e.thread_id, e.ns, e.parent)
         held = cache.get(key)
         if held is None:
-            hashes: dict[str, Any] = {}
             meta = store.backend.db("meta")
-            for w in stored_writes(txn, meta, e.thread_id, e.ns, e.parent):
-                h = hashes.get(w.channel)
-                if h is None:
-                    h = hashes[w.channel] = hashlib.blake2b(digest_size=32)
-                kind, data = w.typed[0].encode("utf-8"), bytes(w.typed[1])
-                h.update(len(kind).to_bytes(8, "big") + kind + len(data).to_bytes(8, "big"))
-                h.update(data)
-            held = cache[key] = {c: h.digest() for c, h in hashes.items()}
+            held = cache[key] = _by_channel(stored_writes(txn, meta, *key), paths=False)
         written = held
     out = dict(point.values)
     for c in missing:
         out[c] = _WRITES + written.get(c, b"")
     return out
+
+
+#: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
+_INTERRUPT = "__interrupt__"
+
+
+def _interrupts_without_ids(serde: Any, typed: tuple[str, bytes]) -> tuple[str, bytes]:
+    """An interrupt write's serde pair with each interrupt's ``id`` blanked. LangGraph
+    derives the id from the task id, itself derived from the checkpoint id, so equal
+    interrupts on two threads carry other ids. A write the serde cannot load (another
+    serde, a cipher) or that holds no list of dataclasses is compared as stored."""
+    try:
+        value = serde.loads_typed(typed)
+        if not isinstance(value, (list, tuple)) or not all(
+            dataclasses.is_dataclass(i) and not isinstance(i, type) and hasattr(i, "id")
+            for i in value
+        ):
+            return typed
+        out: tuple[str, bytes] = serde.dumps_typed([dataclasses.replace(i, id="") for i in value])
+    except Exception:  # anything the serde raises: the stored bytes are compared
+        return typed
+    return out
+
+
+def _by_channel(writes: list[StoredWrite], *, paths: bool, serde: Any = None) -> dict[str, bytes]:
+    """Per channel, a digest of the writes to it in their order (``writes_sort_key``):
+    each one's serde pair, and its task path when ``paths``. Task ids are left out
+    (LangGraph derives them from the checkpoint id, which differs between threads), and
+    with ``serde`` so are the ids of interrupts (:func:`_interrupts_without_ids`)."""
+    hashes: dict[str, Any] = {}
+    for w in writes:
+        h = hashes.get(w.channel)
+        if h is None:
+            h = hashes[w.channel] = hashlib.blake2b(digest_size=32)
+        kind, data = w.typed[0], bytes(w.typed[1])
+        if serde is not None and w.channel == _INTERRUPT:
+            kind, data = _interrupts_without_ids(serde, (kind, data))
+        for text in (w.task_path, kind) if paths else (kind,):
+            raw = text.encode("utf-8", "surrogatepass")
+            h.update(len(raw).to_bytes(8, "big") + raw)
+        h.update(len(data).to_bytes(8, "big") + data)
+    return {c: h.digest() for c, h in hashes.items()}
+
+
+def _pending_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[_Point], list[_Point]],
+    shared: int | None,
+) -> ThreadDiff | None:
+    """The divergence in the pending writes of the two last checkpoints (chains of equal
+    values and length), or None when they are equal. Resuming applies a checkpoint's
+    pending writes (a super-step interrupted part-way: the finished tasks' writes, the
+    interrupt) and skips the tasks that made them; before, threads whose pending writes
+    differed were "same values" (review75's leftover)."""
+    a, b = pair
+    if not a:
+        return None
+    meta = store.backend.db("meta")
+    ea, eb = a[-1].entry, b[-1].entry
+    wa = stored_writes(txn, meta, ea.thread_id, ea.ns, ea.checkpoint_id)
+    wb = stored_writes(txn, meta, eb.thread_id, eb.ns, eb.checkpoint_id)
+    da = _by_channel(wa, paths=True, serde=serde)
+    db = _by_channel(wb, paths=True, serde=serde)
+    differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
+    if not differ:
+        return None
+    nodes = sorted(
+        {w.task_path.split(",")[-1].strip() or w.task_id for w in wa + wb if w.channel in differ}
+    )
+    i = len(a) - 1
+    return ThreadDiff(
+        False,
+        i,
+        a[-1].step,
+        tuple(nodes),
+        tuple(differ),
+        ea.checkpoint_id,
+        eb.checkpoint_id,
+        shared,
+        f"same values at all {len(a)} checkpoints, but the pending writes at the last "
+        f"(step {a[-1].step}) differ: node {', '.join(nodes)} wrote different "
+        f"{', '.join(differ)}",
+        pending=True,
+    )
 
 
 def _nodes(
@@ -262,6 +353,9 @@ def diff_threads(
                     f"{', '.join(nodes)} wrote different {', '.join(differ)}",
                 )
         if len(a) == len(b):
+            found = _pending_diff(txn, store, serde, (a, b), shared)
+            if found is not None:
+                return found
             return ThreadDiff(
                 True,
                 None,
