@@ -38,6 +38,7 @@ from cpstore.cli import (
     inspect_commands,
     lg_diff_command,
     maintenance_commands,
+    repair_command,
     retained_command,
     transfer_commands,
     validate_command,
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     audit_commands.add_audit_parsers(sub)
     maintenance_commands.add_maintenance_parsers(sub)
     retained_command.add_retained_parser(sub)
+    repair_command.add_repair_parser(sub)
     lg_diff_command.add_lg_diff_parser(sub)
     transfer_commands.add_transfer_parsers(sub)
     convert_command.add_convert_parser(sub)

@@ -278,7 +278,7 @@ def _refuse_short(txn: Any, dbs: Mapping[str, Any], key: bytes, counted: int) ->
             f"meta/refs_digest is missing while the refs table holds refs (deleted outside "
             f"cpstore: how many refs it counted is unknown, and one may have vanished "
             f"too): {_where(key)} is not created from nothing; run verify, then repair_ref "
-            "(docs/store.md, 'Repairing a damaged ref')",
+            "(cpstore repair-ref; docs/store.md, 'Repairing a damaged ref')",
             where="meta/refs_digest",
             expected="a recorded ref count",
             got=f"no digest row, {found} refs",
@@ -288,8 +288,8 @@ def _refuse_short(txn: Any, dbs: Mapping[str, Any], key: bytes, counted: int) ->
             f"the refs table holds fewer refs than meta/refs_digest counts (a ref vanished "
             f"outside cpstore, or the count is damaged): {_where(key)} is not created from "
             f"nothing, which could start anew a branch whose head vanished; run verify, then "
-            f"repair_ref: it puts a vanished ref back at its true head (docs/store.md, "
-            "'Repairing a damaged ref')",
+            f"repair_ref (cpstore repair-ref): it puts a vanished ref back at its true head "
+            "(docs/store.md, 'Repairing a damaged ref')",
             where="meta/refs_digest",
             expected=f"{counted} refs",
             got=f"{found} refs",
