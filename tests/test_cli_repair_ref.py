@@ -172,3 +172,51 @@ def test_a_checkpoint_of_another_run_is_refused(
     assert "checkpoint of its own run" in capsys.readouterr().err
     with cpstore.open(url) as st:
         assert _snapshot(st) == before and len(list(st.audit_records())) == audits
+
+
+def test_verify_names_the_vanished_ref_and_the_command_that_puts_it_back(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ids, _, _, _ = _vanished(url)
+    capsys.readouterr()
+    assert main(["verify", "--store", url, "--json"]) == 5
+    got = json.loads(capsys.readouterr().out)
+    assert got["vanished_ref"] == {"run": "r", "branch": "main", "head": ids[2]}
+    assert main(["verify", "--store", url]) == 5
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("the vanished ref is"))
+    cmd = line.split(": ", 1)[1].split()
+    assert cmd[:5] == ["cpstore", "repair-ref", "r", "main", ids[2]]
+    # the command as printed, with the operator and reason filled in, mends the store
+    assert _cli(url, *cmd[2:5], *WHO) == 0
+    capsys.readouterr()
+    assert main(["verify", "--store", url, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["vanished_ref"] is None
+
+
+def test_vanished_ref_is_none_when_the_digest_cannot_say_which(url: str) -> None:
+    with cpstore.open(url) as st:
+        rec = st.recorder("r")
+        ids = [rec.checkpoint(i, {"i": i}) for i in range(2)]
+        st.fork("r", "side", ids[0])
+        side = st.recorder("r", branch="side").checkpoint(5, {"side": 1})
+        st.fork("r", "bare", ids[0])  # never recorded on: its name is in no checkpoint
+        assert st.vanished_ref() is None  # nothing vanished
+    _raw_ref(url, b"r\0side", None)
+    with cpstore.open(url) as st:
+        assert st.vanished_ref() == {"run": "r", "branch": "side", "head": side}
+    _raw_ref(url, b"r\0main", None)  # two refs short: the difference names neither
+    with cpstore.open(url) as st:
+        assert st.vanished_ref() is None
+
+
+def test_a_vanished_fork_never_recorded_on_is_not_named(url: str) -> None:
+    """Its branch name is in no stored checkpoint, so no name gives the difference: verify
+    still reports the vanish and says how to mend it, without naming the ref."""
+    with cpstore.open(url) as st:
+        cid = st.recorder("r").checkpoint(0, {"i": 0})
+        st.fork("r", "bare", cid)
+    _raw_ref(url, b"r\0bare", None)
+    with cpstore.open(url) as st:
+        assert st.vanished_ref() is None
+        assert any(p.where == "meta/refs_digest" for p in st.verify().problems)

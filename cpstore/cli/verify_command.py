@@ -7,6 +7,7 @@ over a pipe; a child killed by a signal is reported as damage (exit 5).
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -59,22 +60,25 @@ def _verify_report(
             report = store.verify(progress=progress)
             args.affects = _affects(store, report)
             args.macs = _macs_checked(store)
+            args.vanished = _vanished(store, report)
             return report
 
-    def walk(send: Send) -> tuple[VerifyReport, dict[str, list[Any]], bool | None]:
+    def walk(
+        send: Send,
+    ) -> tuple[VerifyReport, dict[str, list[Any]], bool | None, dict[str, str] | None]:
         send("phase", "opening the store")
         with open_store_at(args, audit_key=key) as store:
             send("phase", "walking the store")
             report = store.verify(
                 progress=(lambda done, total: send("progress", (done, total))) if progress else None
             )
-            return report, _affects(store, report), _macs_checked(store)
+            return report, _affects(store, report), _macs_checked(store), _vanished(store, report)
 
     def heard(kind: str, value: Any) -> None:
         if kind == "progress" and progress is not None:
             progress(*value)
 
-    report, args.affects, args.macs = in_child(
+    report, args.affects, args.macs, args.vanished = in_child(
         walk, store=args.store or "", doing="walking it", name="verify", heard=heard
     )
     return report
@@ -84,7 +88,7 @@ def verify_report(args: argparse.Namespace) -> VerifyReport:
     """The store's verify report, walked in a child process as ``cpstore verify`` walks it
     (``audit --check``); the store must not be open in this process. ``args.macs`` is
     then :func:`_macs_checked`'s answer."""
-    args.affects, args.macs = {}, None
+    args.affects, args.macs, args.vanished = {}, None, None
     return _verify_report(args, None)
 
 
@@ -101,6 +105,20 @@ MACS_UNCHECKED = (
     "chain alone does not show a record forged in the data file; --audit-key-file or "
     "$CPSTORE_AUDIT_KEY_FILE checks them)"
 )
+
+
+#: Said under a refs problem: how the operator mends it (the command exists since
+#: repair-ref; before, the only way was the API's ``repair_ref``).
+REFS_MEND = (
+    "a ref or the refs digest is damaged or a ref vanished: put the ref back at its true "
+    "head, or replace or delete it, with cpstore repair-ref RUN BRANCH CHECKPOINT|--delete "
+    "--operator WHO --reason WHY (docs/store.md, 'Repairing a damaged ref')"
+)
+
+
+def _about_refs(problem: Problem) -> bool:
+    where = problem.where if isinstance(problem.where, str) else ""
+    return where.startswith("refs/") or where == "meta/refs_digest"
 
 
 def _damaged_object(problem: Problem) -> bytes | None:
@@ -129,8 +147,19 @@ def _affects(store: Any, report: VerifyReport) -> dict[str, list[Any]]:
         return {}  # the walk itself hit damage: the problems above still stand
 
 
+def _vanished(store: Any, report: VerifyReport) -> dict[str, str] | None:
+    """The vanished ref the refs digest names, when a problem is about the digest."""
+    if not any(p.where == "meta/refs_digest" for p in report.problems):
+        return None
+    try:
+        found: dict[str, str] | None = store.vanished_ref()
+    except CpstoreError:
+        return None  # the walk hit damage: the problems above still stand
+    return found
+
+
 def _verify(args: argparse.Namespace) -> int:
-    args.affects, args.macs = {}, None
+    args.affects, args.macs, args.vanished = {}, None, None
     bar = _progress_bar("verify") if sys.stderr.isatty() else None
     report = _verify_report(args, bar)
     if bar is not None:
@@ -141,6 +170,7 @@ def _verify(args: argparse.Namespace) -> int:
                 "ok": report.ok,
                 "audit_macs_checked": args.macs,
                 "counts": report.counts,
+                "vanished_ref": args.vanished,
                 "problems": [
                     {
                         "what": p.what,
@@ -171,6 +201,15 @@ def _verify(args: argparse.Namespace) -> int:
                 say(f"  affects {len(hit)} checkpoint(s):")
                 for c, r, b, s in hit:
                     say(f"    {c}  {r}@{b} step {s}")
+        if any(_about_refs(p) for p in report.problems):
+            say(REFS_MEND)
+        gone = args.vanished
+        if gone is not None:
+            cmd = " ".join(shlex.quote(gone[k]) for k in ("run", "branch", "head"))
+            say(
+                f"the vanished ref is {gone['run']}@{gone['branch']} at {gone['head']}: "
+                f"cpstore repair-ref {cmd} --operator WHO --reason WHY"
+            )
         if args.macs is False:
             say(MACS_UNCHECKED)
         verdict = "ok" if report.ok else f"{len(report.problems)} problem(s) found"

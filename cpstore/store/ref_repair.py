@@ -225,6 +225,23 @@ def repair_ref(
     return result
 
 
+def vanished_ref(backend: Backend) -> dict[str, str] | None:
+    """The ref the refs table is missing, ``{"run", "branch", "head"}``, when the digest
+    names it: the table exactly one ref short of a well-formed digest, every ref passing
+    its check, and the XOR difference one stored checkpoint and branch name of its run
+    give (the ref :func:`repair_ref` then accepts back unforced). None otherwise (no ref
+    vanished, several did, or the difference names none). Read-only; walks the stored
+    checkpoints once, only when the table is one short."""
+    with backend.read_txn() as txn:
+        full = _vanished_hash(backend, txn, refs_state(txn, backend.dbs))
+        if full is None:
+            return None
+        found = search(reach_all(backend, txn), ({full}, {}))
+    if found is None:
+        return None
+    return {"run": found.run, "branch": found.branch, "head": found.cid.hex()}
+
+
 def _carry_missing(
     backend: Backend, txn: Txn[memoryview], before: RefsState, after: tuple[bytes, int], count: int
 ) -> None:
