@@ -182,7 +182,9 @@ class PutBackMismatchError(IntegrityError):
     or pass ``force=True`` to accept this one (the vanished history is kept retained).
     Also raised for a repair of an intact ref (moved or deleted) while such a ref is
     missing: it would re-derive the digest without the vanished ref (``got``: the
-    repaired ref and its new head, None for a delete)."""
+    repaired ref and its new head, None for a delete). With two refs short, when two
+    stored checkpoints and branch names give the difference, a put-back that is neither:
+    ``expected`` names one, and the other under ``"or"``."""
 
 
 class NativeError(CpstoreError):

@@ -181,17 +181,17 @@ def test_verify_names_the_vanished_ref_and_the_command_that_puts_it_back(
     capsys.readouterr()
     assert main(["verify", "--store", url, "--json"]) == 5
     got = json.loads(capsys.readouterr().out)
-    assert got["vanished_ref"] == {"run": "r", "branch": "main", "head": ids[2]}
+    assert got["vanished_refs"] == [{"run": "r", "branch": "main", "head": ids[2]}]
     assert main(["verify", "--store", url]) == 5
     out = capsys.readouterr().out
-    line = next(ln for ln in out.splitlines() if ln.startswith("the vanished ref is"))
-    cmd = line.split(": ", 1)[1].split()
+    line = next(ln for ln in out.splitlines() if ln.startswith("vanished: "))
+    cmd = line.split(": ", 2)[2].split()
     assert cmd[:5] == ["cpstore", "repair-ref", "r", "main", ids[2]]
     # the command as printed, with the operator and reason filled in, mends the store
     assert _cli(url, *cmd[2:5], *WHO) == 0
     capsys.readouterr()
     assert main(["verify", "--store", url, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["vanished_ref"] is None
+    assert json.loads(capsys.readouterr().out)["vanished_refs"] == []
 
 
 def test_vanished_ref_is_none_when_the_digest_cannot_say_which(url: str) -> None:
@@ -201,13 +201,20 @@ def test_vanished_ref_is_none_when_the_digest_cannot_say_which(url: str) -> None
         st.fork("r", "side", ids[0])
         side = st.recorder("r", branch="side").checkpoint(5, {"side": 1})
         st.fork("r", "bare", ids[0])  # never recorded on: its name is in no checkpoint
-        assert st.vanished_ref() is None  # nothing vanished
+        assert st.vanished_refs() == []  # nothing vanished
     _raw_ref(url, b"r\0side", None)
     with cpstore.open(url) as st:
-        assert st.vanished_ref() == {"run": "r", "branch": "side", "head": side}
-    _raw_ref(url, b"r\0main", None)  # two refs short: the difference names neither
+        assert st.vanished_refs() == [{"run": "r", "branch": "side", "head": side}]
+    _raw_ref(url, b"r\0main", None)  # two refs short: the difference is both
     with cpstore.open(url) as st:
-        assert st.vanished_ref() is None
+        got = sorted(st.vanished_refs(), key=lambda d: d["branch"])
+        assert got == [
+            {"run": "r", "branch": "main", "head": ids[1]},
+            {"run": "r", "branch": "side", "head": side},
+        ]
+    _raw_ref(url, b"r\0bare", None)  # three: not named
+    with cpstore.open(url) as st:
+        assert st.vanished_refs() == []
 
 
 def test_a_vanished_fork_never_recorded_on_is_not_named(url: str) -> None:
@@ -218,5 +225,5 @@ def test_a_vanished_fork_never_recorded_on_is_not_named(url: str) -> None:
         st.fork("r", "bare", cid)
     _raw_ref(url, b"r\0bare", None)
     with cpstore.open(url) as st:
-        assert st.vanished_ref() is None
+        assert st.vanished_refs() == []
         assert any(p.where == "meta/refs_digest" for p in st.verify().problems)

@@ -65,7 +65,7 @@ def _verify_report(
 
     def walk(
         send: Send,
-    ) -> tuple[VerifyReport, dict[str, list[Any]], bool | None, dict[str, str] | None]:
+    ) -> tuple[VerifyReport, dict[str, list[Any]], bool | None, list[dict[str, str]]]:
         send("phase", "opening the store")
         with open_store_at(args, audit_key=key) as store:
             send("phase", "walking the store")
@@ -88,7 +88,7 @@ def verify_report(args: argparse.Namespace) -> VerifyReport:
     """The store's verify report, walked in a child process as ``cpstore verify`` walks it
     (``audit --check``); the store must not be open in this process. ``args.macs`` is
     then :func:`_macs_checked`'s answer."""
-    args.affects, args.macs, args.vanished = {}, None, None
+    args.affects, args.macs, args.vanished = {}, None, []
     return _verify_report(args, None)
 
 
@@ -147,19 +147,19 @@ def _affects(store: Any, report: VerifyReport) -> dict[str, list[Any]]:
         return {}  # the walk itself hit damage: the problems above still stand
 
 
-def _vanished(store: Any, report: VerifyReport) -> dict[str, str] | None:
-    """The vanished ref the refs digest names, when a problem is about the digest."""
+def _vanished(store: Any, report: VerifyReport) -> list[dict[str, str]]:
+    """The vanished refs the refs digest names, when a problem is about the digest."""
     if not any(p.where == "meta/refs_digest" for p in report.problems):
-        return None
+        return []
     try:
-        found: dict[str, str] | None = store.vanished_ref()
+        found: list[dict[str, str]] = store.vanished_refs()
     except CpstoreError:
-        return None  # the walk hit damage: the problems above still stand
+        return []  # the walk hit damage: the problems above still stand
     return found
 
 
 def _verify(args: argparse.Namespace) -> int:
-    args.affects, args.macs, args.vanished = {}, None, None
+    args.affects, args.macs, args.vanished = {}, None, []
     bar = _progress_bar("verify") if sys.stderr.isatty() else None
     report = _verify_report(args, bar)
     if bar is not None:
@@ -170,7 +170,7 @@ def _verify(args: argparse.Namespace) -> int:
                 "ok": report.ok,
                 "audit_macs_checked": args.macs,
                 "counts": report.counts,
-                "vanished_ref": args.vanished,
+                "vanished_refs": args.vanished,
                 "problems": [
                     {
                         "what": p.what,
@@ -203,11 +203,10 @@ def _verify(args: argparse.Namespace) -> int:
                     say(f"    {c}  {r}@{b} step {s}")
         if any(_about_refs(p) for p in report.problems):
             say(REFS_MEND)
-        gone = args.vanished
-        if gone is not None:
+        for gone in args.vanished:
             cmd = " ".join(shlex.quote(gone[k]) for k in ("run", "branch", "head"))
             say(
-                f"the vanished ref is {gone['run']}@{gone['branch']} at {gone['head']}: "
+                f"vanished: {gone['run']}@{gone['branch']} at {gone['head']}: "
                 f"cpstore repair-ref {cmd} --operator WHO --reason WHY"
             )
         if args.macs is False:

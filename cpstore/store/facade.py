@@ -44,7 +44,7 @@ from cpstore.store.objects import as_digest
 from cpstore.store.objects import put_object as put_stored_object
 from cpstore.store.reader import CheckpointView
 from cpstore.store.recorder import Recorder
-from cpstore.store.ref_repair import repair_ref, vanished_ref
+from cpstore.store.ref_repair import repair_ref, vanished_refs
 from cpstore.store.refs import pinned_key
 from cpstore.store.retained import release_retained, release_retained_by, retained
 from cpstore.store.url_backend import postgres_backend
@@ -414,12 +414,12 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
             self._backend, run_id, branch, new, operator=operator, reason=reason, force=force
         )
 
-    def vanished_ref(self) -> dict[str, str] | None:
-        """The ref the refs table is missing (``{"run", "branch", "head"}``), which
-        :meth:`repair_ref` puts back, when ``meta/refs_digest`` names it (one ref short,
-        found among the stored checkpoints); None when no ref vanished or the digest
-        cannot say which. Read-only (``cpstore verify`` prints it with the repair)."""
-        return vanished_ref(self._backend)
+    def vanished_refs(self) -> list[dict[str, str]]:
+        """The refs the refs table is missing (each ``{"run", "branch", "head"}``), which
+        :meth:`repair_ref` puts back, when ``meta/refs_digest`` names them (one or two
+        refs short, found among the stored checkpoints); empty when none vanished or the
+        digest cannot say which. Read-only (``cpstore verify`` prints the repairs)."""
+        return vanished_refs(self._backend)
 
     def retained(self) -> dict[str, dict[str, Any]]:
         """Heads kept by :meth:`reset_ref` or :meth:`repair_ref`: id -> ``{"run", "branch",

@@ -24,9 +24,11 @@ from cpstore.store.retained import retained_heads
 
 __all__ = [
     "NAME_TRIES",
+    "PAIR_TRIES",
     "Forgotten",
     "Reach",
     "forgotten_heads",
+    "pair_search",
     "reach_all",
     "search",
     "xor_bytes",
@@ -234,4 +236,44 @@ def _named_by(
             if full in anywhere or full in by_key.get(key, ()):
                 return Forgotten(cid, run, name)
         tries += len(keys[run])
+    return None
+
+
+#: Candidate refs :func:`pair_search` holds before giving up (each a hash and its name,
+#: ~200 bytes: ~40 MB at most).
+PAIR_TRIES = 200_000
+
+
+def pair_search(reach: Reach, diff: bytes) -> tuple[Forgotten, Forgotten] | None:
+    """Two refs absent from the table whose full hashes XOR to ``diff`` (a table two refs
+    short of its digest: the difference is both vanished refs' hashes), each a stored
+    checkpoint with its run and a branch name the run uses, tried where
+    :func:`search` tries; None when no two such refs give it within
+    :data:`PAIR_TRIES` candidates (one of them never recorded on, say)."""
+    lineage, names = reach.lineage, reach.names
+    for _, run, branch in lineage.values():
+        names.setdefault(run, set()).add(branch)
+    keys = {
+        run: [
+            (name, ref_key(run, name))
+            for name in sorted(given)
+            if ref_key(run, name) not in reach.present
+        ]
+        for run, given in names.items()
+    }
+    tips = _tips(lineage, reach.unreached)
+    tipped = set(tips)
+    among = [*tips, *(c for c in reach.unreached if c not in tipped), *reach.reached]
+    seen: dict[bytes, Forgotten] = {}
+    for cid in among:
+        _, run, recorded_on = lineage[cid]
+        for name, key in keys[run]:
+            full = ref_hash(key, cid, RECORDED if name == recorded_on else SET)
+            other = seen.get(xor_bytes(diff, full))
+            here = Forgotten(cid, run, name)
+            if other is not None and ref_key(other.run, other.branch) != key:
+                return other, here
+            seen.setdefault(full, here)
+            if len(seen) >= PAIR_TRIES:
+                return None
     return None

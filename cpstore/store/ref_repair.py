@@ -34,7 +34,14 @@ from cpstore.store.model import (
     ref_key,
     split_ref_key,
 )
-from cpstore.store.ref_forgotten import Forgotten, forgotten_heads, reach_all, search, xor_bytes
+from cpstore.store.ref_forgotten import (
+    Forgotten,
+    forgotten_heads,
+    pair_search,
+    reach_all,
+    search,
+    xor_bytes,
+)
 from cpstore.store.refs import (
     RECORDED,
     SET,
@@ -225,21 +232,24 @@ def repair_ref(
     return result
 
 
-def vanished_ref(backend: Backend) -> dict[str, str] | None:
-    """The ref the refs table is missing, ``{"run", "branch", "head"}``, when the digest
-    names it: the table exactly one ref short of a well-formed digest, every ref passing
-    its check, and the XOR difference one stored checkpoint and branch name of its run
-    give (the ref :func:`repair_ref` then accepts back unforced). None otherwise (no ref
-    vanished, several did, or the difference names none). Read-only; walks the stored
-    checkpoints once, only when the table is one short."""
+def vanished_refs(backend: Backend) -> list[dict[str, str]]:
+    """The refs the refs table is missing, each ``{"run", "branch", "head"}``, when the
+    digest names them: the table one or two refs short of a well-formed digest, every
+    ref passing its check, and the XOR difference the hash of one stored checkpoint and
+    branch name of its run (two: their XOR), the refs :func:`repair_ref` accepts back
+    unforced. Empty otherwise (none vanished, more did, or the difference names none: a
+    fork never recorded on). Read-only; walks the stored checkpoints once when short."""
     with backend.read_txn() as txn:
-        full = _vanished_hash(backend, txn, refs_state(txn, backend.dbs))
-        if full is None:
-            return None
-        found = search(reach_all(backend, txn), ({full}, {}))
-    if found is None:
-        return None
-    return {"run": found.run, "branch": found.branch, "head": found.cid.hex()}
+        before = refs_state(txn, backend.dbs)
+        full = _vanished_hash(backend, txn, before)
+        if full is not None:
+            found = search(reach_all(backend, txn), ({full}, {}))
+            named = [] if found is None else [found]
+        else:
+            diff = _vanished_hash(backend, txn, before, short=2)
+            pair = None if diff is None else pair_search(reach_all(backend, txn), diff)
+            named = [] if pair is None else list(pair)
+    return [{"run": f.run, "branch": f.branch, "head": f.cid.hex()} for f in named]
 
 
 def _carry_missing(
@@ -294,13 +304,16 @@ def _expected(
     return acc, count
 
 
-def _vanished_hash(backend: Backend, txn: Txn[memoryview], before: RefsState) -> bytes | None:
-    """The full hash of the one ref the table is missing, or None when it cannot be
-    known: the digest malformed or missing, the table not exactly one ref short of its
-    count, the XOR difference zero (only the count is off: damaged, or a repair of
-    another ref re-derived the XOR without the vanished one), or a ref that fails its
-    check (hashed as stored, its true hash unknown: the difference is not one ref's)."""
-    if before.recorded is None or before.recorded[1] - before.found != 1:
+def _vanished_hash(
+    backend: Backend, txn: Txn[memoryview], before: RefsState, short: int = 1
+) -> bytes | None:
+    """The full hash of the one ref the table is missing (with ``short=2``: the XOR of
+    the two refs' hashes), or None when it cannot be known: the digest malformed or
+    missing, the table not exactly ``short`` refs short of its count, the XOR difference
+    zero (only the count is off: damaged, or a repair of another ref re-derived the XOR
+    without the vanished one), or a ref that fails its check (hashed as stored, its
+    true hash unknown: the difference is not the vanished refs')."""
+    if before.recorded is None or before.recorded[1] - before.found != short:
         return None
     diff = xor_bytes(before.recorded[0], before.acc)
     if diff == bytes(DIGEST_SIZE):
@@ -332,7 +345,10 @@ def _check_put_back(
     checkpoint of its run), as :func:`forgotten_heads` names a changed ref."""
     full = _vanished_hash(backend, txn, before)
     puts = [ref_hash(key, new_raw, o) for o in (RECORDED, SET)]
-    if full is None or full in puts:
+    if full is None:
+        _check_one_of_two(backend, txn, before, key=key, puts=puts, new_raw=new_raw)
+        return
+    if full in puts:
         return
     reach = reach_all(backend, txn)
     beside = {
@@ -361,6 +377,49 @@ def _check_put_back(
         where=where,
         expected={"run": found.run, "branch": found.branch, "head": found.cid.hex()},
         got=got,
+    )
+
+
+def _check_one_of_two(
+    backend: Backend,
+    txn: Txn[memoryview],
+    before: RefsState,
+    *,
+    key: bytes,
+    puts: list[bytes],
+    new_raw: bytes,
+) -> None:
+    """PutBackMismatchError when the table is exactly two refs short of a well-formed
+    digest, two stored checkpoints and branch names give the XOR difference, and the ref
+    put back is neither (review73 left the first of two put-backs unchecked: a wrong one,
+    then any second, re-derived the digest and lifted refs70's refusal with both refs
+    lost). Accepted when the put-back and one nameable ref give the difference, and
+    when no two refs give it (one of them a fork never recorded on: the put-back may be
+    the right one, so it is not refused, as before)."""
+    diff = _vanished_hash(backend, txn, before, short=2)
+    if diff is None:
+        return
+    reach = reach_all(backend, txn)
+    if search(reach, ({xor_bytes(diff, p) for p in puts}, {})) is not None:
+        return  # this put-back and another vanished ref give the difference
+    pair = pair_search(reach, diff)
+    if pair is None:
+        return
+    a, b = pair
+    run, branch = split_ref_key(key)
+    raise PutBackMismatchError(
+        f"the ref put back is not one of the two that vanished: the refs table is two refs "
+        f"short of meta/refs_digest, whose XOR difference is refs/{a.run}/{a.branch} at "
+        f"{a.cid.hex()} with refs/{b.run}/{b.branch} at {b.cid.hex()}; put those back, or "
+        "pass force=True to accept this one",
+        where=f"refs/{run}/{branch}",
+        expected={
+            "run": a.run,
+            "branch": a.branch,
+            "head": a.cid.hex(),
+            "or": {"run": b.run, "branch": b.branch, "head": b.cid.hex()},
+        },
+        got={"run": run, "branch": branch, "head": new_raw.hex()},
     )
 
 
