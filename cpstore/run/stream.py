@@ -190,7 +190,13 @@ def _json_tokens(
                     toks = []
                 done = len(toks) == count and cols.add_structs(toks)
             if not done:
-                cols.add_strict(strict(text), len(cols))
+                items = strict(text)
+                # A chunk of no member but a trailing comma's (``[t0, ..., t32767, ]``)
+                # is the text ``[]``: it decodes, to fewer members than were counted
+                # (review76). The whole document goes to the strict path, which refuses it.
+                if not isinstance(items, list) or len(items) != count:
+                    return None
+                cols.add_strict(items, len(cols))
         if split.done:
             # The splitter ends a container at any closing bracket; only ']' ends
             # an array (a '}' here is invalid JSON the strict path refuses).
