@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cpstore.cli.entry import main
-from cpstore.cli.exit_codes import EXIT_INTEGRITY
+from cpstore.cli.exit_codes import EXIT_BAD_INPUT, EXIT_INTEGRITY
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import IntegrityError
+from cpstore.errors import IntegrityError, RecordFormatError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import Provenance, kind_code, pack_token
@@ -139,3 +139,60 @@ def test_faithful_values_still_write_and_read_back_as_the_same_records(values: l
         assert [encode_value(v) for v in back.tokens.values or []] == [
             encode_value(v) for v in values
         ]
+
+
+# -- kind names and record form: the document says kinds by name -----------------
+
+
+def _replay_with(records: bytes | memoryview, kind_names: dict[int, str]) -> Run:
+    tokens = PackedTokens(records, values=[1], kind_names=kind_names)
+    return Run("run", 1, STATE, tokens=tokens, mode=ReplayMode.STRICT)
+
+
+def _foo_recording() -> Run:
+    tokens = PackedTokens.from_tokens([Token(0, "foo", 1)])
+    return Run("run", 1, STATE, tokens=tokens, ledger_sealed=True)
+
+
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_a_hashed_code_named_by_a_name_of_another_code_is_not_written(encoding: str) -> None:
+    """P's records hold kind "bar"'s code, its names call that code "foo": a REJECT of a
+    "foo" recording. Before: written as kind "foo", read back with "foo"'s code, an ACCEPT."""
+    bar = PackedTokens.from_tokens([Token(0, "bar", 1)])
+    replay = _replay_with(bar.view(), {kind_code("bar"): "foo"})
+    assert validate(_foo_recording(), replay).verdict is Verdict.REJECT
+    assert validate(_foo_recording(), parse_cprun(dump_cprun(replay))).verdict is Verdict.REJECT
+    out = io.BytesIO()
+    with pytest.raises(RecordFormatError, match="does not hash to its code") as told:
+        write_document(replay, out, encoding=encoding)
+    assert told.value.where == "tokens[0].kind" and out.getvalue() == b""
+    with pytest.raises(RecordFormatError):
+        dump_document(replay, encoding=encoding)
+
+
+@pytest.mark.parametrize(
+    ("code", "what"),
+    [(kind_code("foo"), "has no name"), (5, "neither a standard kind nor a hashed one")],
+)
+def test_a_kind_code_the_document_cannot_name_is_not_written(code: int, what: str) -> None:
+    """Before: written as "kind#<code>", a name that reads back as another hashed code."""
+    record = pack_token(0, code, Provenance.RECORDED, digest(encode_value(1)))
+    with pytest.raises(RecordFormatError, match=what):
+        dump_document(_replay_with(record, {}), encoding="json")
+
+
+def test_a_malformed_record_is_not_written_as_a_well_formed_token(tmp_path: Path) -> None:
+    """A reserved byte set: validate raises RecordFormatError. Before: the document dropped
+    the byte, and the converted replay was an ACCEPT."""
+    record = bytearray(_foo_recording().tokens.view())
+    record[13] = 1
+    replay = _replay_with(bytes(record), dict(_foo_recording().tokens.kind_names))
+    with pytest.raises(RecordFormatError, match="malformed"):
+        validate(_foo_recording(), replay)
+    src = tmp_path / "p.cprun"
+    src.write_bytes(dump_cprun(replay))
+    assert main(["convert", str(src), str(tmp_path / "p.json")]) == EXIT_BAD_INPUT
+    assert not (tmp_path / "p.json").exists()
+    with pytest.raises(RecordFormatError, match="malformed") as told:
+        dump_document(replay, encoding="msgpack")
+    assert told.value.where == "tokens[0]"

@@ -43,7 +43,7 @@ from cpstore.errors import (
 from cpstore.native.canonical import encode_value
 from cpstore.native.records import PROVENANCE_CODES
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
-from cpstore.run.faithful import check_values_match
+from cpstore.run.faithful import check_faithful
 from cpstore.run.keys import check_keys
 from cpstore.run.model import (
     Effect,
@@ -461,7 +461,7 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
         return dump_cprun(run)
     if encoding in ("json", "msgpack"):
         check_keys(run, json=encoding == "json")  # a key the document could not read back
-        check_values_match(run.tokens)  # values the records do not hash: another run (review76)
+        check_faithful(run.tokens)  # kinds or values the records do not say (review76)
     body = document_dict(run)
     if encoding == "json":
         try:
