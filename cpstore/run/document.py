@@ -389,7 +389,10 @@ def _strict_msgpack(raw: bytes) -> Any:
         )
     except DocumentError:
         raise
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+    except (msgpack.StackError, RecursionError):
+        # review76: was "neither a JSON object nor a msgpack map", got 'StackError'
+        raise DocumentError("document nested too deeply", where="document") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise DocumentError(
             "neither a JSON object nor a msgpack map",
             where="document",
