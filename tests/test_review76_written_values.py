@@ -196,3 +196,17 @@ def test_a_malformed_record_is_not_written_as_a_well_formed_token(tmp_path: Path
     with pytest.raises(RecordFormatError, match="malformed") as told:
         dump_document(replay, encoding="msgpack")
     assert told.value.where == "tokens[0]"
+
+
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_offsets_that_go_back_are_refused_not_looped_on(encoding: str) -> None:
+    """Values whose offsets decrease mid-way (first and last right): an IntegrityError on
+    both encodings (JSON: was a CanonicalEncodingError naming no token)."""
+    values = [1.5, 2.5, 3.5]
+    blob = b"".join(encode_value(v) for v in values)
+    records = PackedTokens.from_tokens([Token(i, "rng", v) for i, v in enumerate(values)]).view()
+    offsets = EncodedValues(blob, array("Q", [0, 9, 5, len(blob)]))
+    run = Run("run", 1, STATE, tokens=PackedTokens(records, values=offsets))
+    with pytest.raises(IntegrityError, match="canonical form at its offsets") as told:
+        dump_document(run, encoding=encoding)
+    assert told.value.where in ("tokens[1].value", "tokens[2].value")

@@ -27,7 +27,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cpstore.errors import InvalidInputError
+from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.native.canonical import key_refusal
 from cpstore.run.model import Run
 from cpstore.run.values import EncodedValues
@@ -118,8 +118,17 @@ def _encoded(values: EncodedValues, json: bool) -> None:
         index = bisect_right(offs, found.start(), index) - 1
         if index >= n:  # pragma: no cover - the last offset is the blob's end
             break
-        _check_value(values[index], f"tokens[{index}].value", json)
-        found = suspect.search(blob, offs[index + 1])
+        try:
+            value = values[index]
+        except InvalidInputError as exc:  # a damaged .cprun: offsets or bytes (faithful.py)
+            raise IntegrityError(
+                "token value is not one value in canonical form at its offsets",
+                where=f"tokens[{index}].value",
+                got=exc.what,
+            ) from None
+        _check_value(value, f"tokens[{index}].value", json)
+        # Past the match whatever the offsets say (a damaged .cprun's need not rise).
+        found = suspect.search(blob, max(offs[index + 1], found.start() + 1))
 
 
 def check_keys(run: Run, *, json: bool) -> None:
