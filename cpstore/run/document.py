@@ -393,16 +393,41 @@ def _strict_msgpack(raw: bytes) -> Any:
         # review76: was "neither a JSON object nor a msgpack map", got 'StackError'
         raise DocumentError("document nested too deeply", where="document") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise DocumentError(
-            "neither a JSON object nor a msgpack map",
-            where="document",
-            got=str(exc) or type(exc).__name__,
-        ) from None
+        raise _not_a_document(raw, str(exc) or type(exc).__name__) from None
+
+
+#: Byte-order marks: no msgpack map starts with one (each is a negative fixint or 0).
+_BOMS = (
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xef\xbb\xbf", "UTF-8"),
+    (b"\xff\xfe", "UTF-16 or UTF-32"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+def _not_a_document(raw: bytes, got: str) -> DocumentError:
+    """Why ``raw`` is no document, said plainly where it can be (review76: an empty
+    file and a JSON file with a byte-order mark were "unpack(b) received extra data")."""
+    if not raw.strip():
+        return DocumentError(
+            "empty document", where="document", expected="a JSON object or a msgpack map"
+        )
+    for mark, name in _BOMS:
+        if raw.startswith(mark):
+            return DocumentError(
+                f"the document starts with a {name} byte-order mark; write a JSON run document as "
+                "UTF-8 without one",
+                where="document",
+                got=mark.hex(),
+            )
+    return DocumentError("neither a JSON object nor a msgpack map", where="document", got=got)
 
 
 def _parse_bytes(raw: bytes) -> Run:
     """A run from a document's bytes: tokens streamed when possible, strictly always."""
     head = raw.lstrip()[:1]
+    if not head:  # one blank byte is a msgpack int, but no one means that: say empty
+        raise _not_a_document(raw, "")
     is_json = head in (b"{", b"[")
     run = decode_fast(
         raw,
