@@ -33,14 +33,12 @@ from typing import Any, Union
 import msgpack
 
 from cpstore.errors import (
-    CanonicalEncodingError,
     DocumentError,
     FormatVersionError,
     InvalidInputError,
     NotFoundError,
     RecordFormatError,
 )
-from cpstore.native.canonical import encode_value
 from cpstore.native.records import PROVENANCE_CODES
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
 from cpstore.run.faithful import check_faithful
@@ -51,6 +49,7 @@ from cpstore.run.model import (
     ReplayMode,
     Run,
     TokenPacker,
+    check_canonical,
     check_node,
     check_step,
     check_str,
@@ -152,12 +151,7 @@ def parse_document(doc: Any) -> Run:
 
     harness = list_of(top.get("harness_accesses", []), "harness_accesses")
     for i, access in enumerate(harness):
-        try:
-            encode_value(access)
-        except CanonicalEncodingError as exc:
-            raise DocumentError(
-                "cannot be canonically encoded", where=f"harness_accesses[{i}]", got=exc.what
-            ) from None
+        check_canonical(access, f"harness_accesses[{i}]")
     tags = list_of(top.get("provenance_tags", []), "provenance_tags")
     for i, tag in enumerate(tags):
         check_str(tag, f"provenance_tags[{i}]")

@@ -45,6 +45,7 @@ __all__ = [
     "Token",
     "TokenInfo",
     "TokenPacker",
+    "check_canonical",
     "check_items",
     "check_node",
     "check_step",
@@ -304,6 +305,10 @@ class Run:
                 where="harness_accesses",
                 got=type(self.harness_accesses).__name__,
             )
+        # Canonical values, as a document's are (review76: an object() or a set was
+        # taken here, and the msgpack writer died of a bare TypeError mid-stream).
+        for i, access in enumerate(self.harness_accesses):
+            check_canonical(access, f"harness_accesses[{i}]")
         if not isinstance(self.provenance_tags, tuple):
             raise DocumentError(
                 "provenance_tags must be a tuple",
@@ -346,6 +351,14 @@ def check_items(items: Any, cls: type, where: str) -> None:
             raise DocumentError(
                 f"must be {cls.__name__}", where=f"{where}[{i}]", got=type(item).__name__
             )
+
+
+def check_canonical(value: Any, where: str) -> None:
+    """DocumentError at ``where`` unless ``value`` has a canonical encoding."""
+    try:
+        encode_value(value)
+    except CanonicalEncodingError as exc:
+        raise DocumentError("cannot be canonically encoded", where=where, got=exc.what) from None
 
 
 def check_node(node: Any, where: str) -> None:
