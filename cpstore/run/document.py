@@ -46,6 +46,7 @@ from cpstore.run.keys import check_keys
 from cpstore.run.model import (
     Effect,
     Observation,
+    PackedTokens,
     ReplayMode,
     Run,
     TokenPacker,
@@ -435,19 +436,23 @@ def _parse_bytes(raw: bytes) -> Run:
 def document_dict(run: Run) -> dict[str, Any]:
     """The run as the mapping a JSON or msgpack document holds (tokens as dicts)."""
     packed = run.tokens
-    if packed.values is None:
+    values = packed.values
+    if values is None:
         raise InvalidInputError(
             "cannot write a document without token values", where="tokens.values"
         )
+    bare = PackedTokens(packed.records, kind_names=packed.kind_names)  # info without values
     tokens = []
     for i in range(len(packed)):
-        info = packed.info(i)
+        info = bare.info(i)
         if info.provenance not in PROVENANCE_CODES:
             raise RecordFormatError(
                 "token has an invalid provenance", where=f"tokens[{i}]", got=info.provenance
             )
+        # The value as given (info shows only a value proven to be the record's; the
+        # writers check them all first: cpstore.run.faithful).
         tokens.append(
-            {"seq": info.seq, "kind": info.kind, "value": info.value, "provenance": info.provenance}
+            {"seq": info.seq, "kind": info.kind, "value": values[i], "provenance": info.provenance}
         )
     return {
         "format": DOCUMENT_FORMAT,
