@@ -11,7 +11,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import Literal, cast
 
 from cpstore.errors import InvalidInputError, RecordFormatError
 from cpstore.native.records import RECORD_FIELDS, RecordType
@@ -253,3 +253,85 @@ def field_mask(rtype: RecordType, fields: Iterable[str] | None) -> int:
             )
         mask |= 1 << names.index(field)
     return mask
+
+
+__all__ += ["split_args", "token_columns"]
+
+
+def _bounded(value: object, name: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise InvalidInputError(
+            f"{name} must be an int in [0, {high}]", where=name, expected=f"[0, {high}]", got=value
+        )
+    return value
+
+
+def split_args(
+    data: object, start: object, cap: object, expect_members: object, remaining: object = 0
+) -> tuple[memoryview, int]:
+    """The checked arguments of the member splitters (``cp_json_split``,
+    ``cp_msgpack_split`` and their twins): ``data``'s byte view, and ``cap`` clamped to
+    ``len(data) + 1`` (every member takes a byte, so no call finds more; the native
+    wrapper allocates ``cap`` ends). review76: the twins disagreed (a negative
+    ``start`` read from the end in the reference; an ``expect_members`` past 32 bits
+    was a bare OverflowError natively)."""
+    view = as_bytes_view(data, "data")
+    _bounded(start, "start", 2**64 - 1)
+    most = _bounded(cap, "cap", 2**64 - 1)
+    _bounded(expect_members, "expect_members", 2**32 - 1)
+    _bounded(remaining, "remaining", 2**64 - 1)
+    return view, min(most, len(view) + 1)
+
+
+def token_columns(
+    kinds: object, provs: object, digests: object, seqs: object, first_seq: object
+) -> tuple[array[int], memoryview, memoryview, array[int] | None, int]:
+    """The checked columns of ``cp_pack_tokens`` and its twin: kinds as ``array('I')``,
+    provenance bytes, digests, seqs as ``array('Q')`` (or None) and the record count.
+
+    A column of neither 1 nor n entries is a :class:`RecordFormatError` in both twins
+    (the native wrapper said InvalidInputError); a kind or provenance that does not fit
+    its field is an :class:`InvalidInputError`, never a bare OverflowError (review76)."""
+    dig = as_bytes_view(digests, "digests")
+    n, rest = divmod(len(dig), 16)
+    if rest:
+        raise InvalidInputError(
+            "digests must be whole 16-byte digests", where="digests", got=len(dig)
+        )
+    seq_col = None if seqs is None else _column("Q", seqs, "seqs")
+    if seq_col is not None and len(seq_col) != n:
+        raise InvalidInputError(
+            "seqs must have one entry per digest", where="seqs", expected=n, got=len(seq_col)
+        )
+    if (
+        isinstance(first_seq, bool)
+        or not isinstance(first_seq, int)
+        or not 0 <= first_seq <= 2**64 - max(n, 1)
+    ):
+        raise InvalidInputError(
+            "first_seq + n must stay within [0, 2**64]", where="first_seq", got=first_seq
+        )
+    kind_col = _column("I", kinds, "kinds")
+    prov_col = as_bytes_view(provs, "provs")
+    if n and (len(kind_col) not in (1, n) or len(prov_col) not in (1, n)):
+        raise RecordFormatError(
+            "a token column's length is neither 1 nor n",
+            expected=(1, n),
+            got=(len(kind_col), len(prov_col)),
+        )
+    return kind_col, prov_col, dig, seq_col, n
+
+
+def _column(code: str, values: object, name: str) -> array[int]:
+    if isinstance(values, array) and values.typecode == code:
+        return values
+    bits = 64 if code == "Q" else 32
+    try:
+        return array(code, cast("Iterable[int]", values))
+    except (TypeError, OverflowError, ValueError):
+        pass
+    got: object = type(values).__name__
+    if isinstance(values, Iterable) and not isinstance(values, (str, bytes, bytearray)):
+        fits = [isinstance(v, int) and 0 <= v < 2**bits for v in values]
+        got = next((v for v, ok in zip(values, fits, strict=True) if not ok), got)
+    raise InvalidInputError(f"{name} must be ints in [0, 2**{bits})", where=name, got=got)

@@ -20,6 +20,8 @@ from cpstore.native.args import (
     as_offsets,
     check_offsets,
     field_mask,
+    split_args,
+    token_columns,
     writable_view,
 )
 from cpstore.native.chunking import CHUNK_AVG, CHUNK_MAX, CHUNK_MIN
@@ -374,12 +376,11 @@ _SPLIT_ERRORS = {
 }
 
 
-def _split_args(data: Buffer, start: int, cap: int) -> tuple[memoryview, Any, Any]:
-    view = as_bytes_view(data, "data")
-    for name, value in (("start", start), ("cap", cap)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidInputError(f"{name} must be a non-negative int", got=value)
-    return view, ffi.new("uint64_t[]", max(cap, 1)), ffi.new("cp_split_result *")
+def _split_args(
+    data: Buffer, start: int, cap: int, expect: int, remaining: int = 0
+) -> tuple[memoryview, int, Any, Any]:
+    view, cap = split_args(data, start, cap, expect, remaining)
+    return view, cap, ffi.new("uint64_t[]", max(cap, 1)), ffi.new("cp_split_result *")
 
 
 def _split_result(rc: int, call: str, where: str, ends: Any, out: Any) -> SplitResult:
@@ -402,7 +403,7 @@ def json_split(
     data: Buffer, start: int, *, first: bool, expect_members: int = 0, cap: int
 ) -> SplitResult:
     """Members of the JSON array/object whose body starts at ``data[start]`` (see cpstore.h)."""
-    view, ends, out = _split_args(data, start, cap)
+    view, cap, ends, out = _split_args(data, start, cap, expect_members)
     rc = lib.cp_json_split(
         _buf(view), len(view), start, bool(first), expect_members, ends, cap, out
     )
@@ -413,9 +414,7 @@ def msgpack_split(
     data: Buffer, start: int, remaining: int, *, expect_members: int = 0, cap: int
 ) -> SplitResult:
     """The next ``min(remaining, cap)`` msgpack items at ``data[start]`` (see cpstore.h)."""
-    view, ends, out = _split_args(data, start, cap)
-    if isinstance(remaining, bool) or not isinstance(remaining, int) or remaining < 0:
-        raise InvalidInputError("remaining must be a non-negative int", got=remaining)
+    view, cap, ends, out = _split_args(data, start, cap, expect_members, remaining)
     rc = lib.cp_msgpack_split(
         _buf(view), len(view), start, remaining, expect_members, ends, cap, out
     )
@@ -443,15 +442,6 @@ def hashed_kinds(records: Buffer, cap: int = 256) -> tuple[list[int], bool]:
 __all__ += ["pack_tokens"]
 
 
-def _u64_column(values: Any, name: str) -> Any:
-    if isinstance(values, array) and values.typecode == "Q":
-        return values
-    try:
-        return array("Q", values)
-    except (TypeError, OverflowError):
-        raise InvalidInputError(f"{name} must be ints in [0, 2**64)", where=name) from None
-
-
 def pack_tokens(
     kinds: Any,
     provs: bytes | bytearray,
@@ -465,20 +455,7 @@ def pack_tokens(
     ``seqs`` None numbers them on from ``first_seq``; a ``kinds`` ('I') or
     ``provs`` column of length 1 is used for every record.
     """
-    dig = as_bytes_view(digests, "digests")
-    n, rest = divmod(len(dig), 16)
-    if rest:
-        raise InvalidInputError("digests must be whole 16-byte digests", got=len(dig))
-    seq_col = None if seqs is None else _u64_column(seqs, "seqs")
-    if seq_col is not None and len(seq_col) != n:
-        raise InvalidInputError("seqs must have one entry per digest", expected=n, got=len(seq_col))
-    if (
-        isinstance(first_seq, bool)
-        or not isinstance(first_seq, int)
-        or not 0 <= first_seq <= 2**64 - max(n, 1)
-    ):
-        raise InvalidInputError("first_seq + n must stay within [0, 2**64]", got=first_seq)
-    kind_col = kinds if isinstance(kinds, array) and kinds.typecode == "I" else array("I", kinds)
+    kind_col, prov_col, dig, seq_col, n = token_columns(kinds, provs, digests, seqs, first_seq)
     out = bytearray(32 * n)
     if n == 0:
         return out
@@ -487,19 +464,13 @@ def pack_tokens(
         first_seq,
         ffi.from_buffer("uint32_t[]", kind_col),
         len(kind_col),
-        ffi.from_buffer("uint8_t[]", provs),
-        len(provs),
+        _buf(prov_col),
+        len(prov_col),
         _buf(dig),
         n,
         ffi.from_buffer("uint8_t[]", out),
     )
-    if rc == lib.CP_ERR_LENGTH:
-        raise InvalidInputError(
-            "a token column's length is neither 1 nor n",
-            expected=(1, n),
-            got=(len(kind_col), len(provs)),
-        )
-    _check(rc, "cp_pack_tokens")
+    _check(rc, "cp_pack_tokens")  # token_columns checked every length first
     return out
 
 

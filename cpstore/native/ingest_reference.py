@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cpstore.errors import CanonicalEncodingError, RecordFormatError
+from cpstore.native.args import split_args, token_columns
 from cpstore.native.canonical import decode_value, encode_value
 
 __all__ = [
@@ -57,6 +58,8 @@ def json_split(
     data: bytes, start: int, *, first: bool, expect_members: int = 0, cap: int
 ) -> SplitResult:
     """Members of the JSON array/object whose body starts at ``data[start]``."""
+    view, cap = split_args(data, start, cap, expect_members)
+    data = view.tobytes()
     ends: list[int] = []
     nxt, first_odd, nested = start, None, False
     if start > len(data):
@@ -152,6 +155,8 @@ def msgpack_split(
     data: bytes, start: int, remaining: int, *, expect_members: int = 0, cap: int
 ) -> SplitResult:
     """The next ``min(remaining, cap)`` msgpack items starting at ``data[start]``."""
+    view, cap = split_args(data, start, cap, expect_members, remaining)
+    data = view.tobytes()
     ends: list[int] = []
     first_odd, nested = None, False
     if start > len(data):
@@ -217,21 +222,16 @@ def pack_tokens(
     first_seq: int = 0,
 ) -> bytes:
     """TOKEN records from columns (``cp_pack_tokens``); a column of length 1 is broadcast."""
-    n = len(digests) // 16
+    kind_col, prov_col, dig, seq_col, n = token_columns(kinds, provs, digests, seqs, first_seq)
     if n == 0:
         return b""
-    if len(kinds) not in (1, n) or len(provs) not in (1, n):
-        raise RecordFormatError(
-            "a token column's length is neither 1 nor n",
-            expected=(1, n),
-            got=(len(kinds), len(provs)),
-        )
+    raw = dig.tobytes()
     return b"".join(
         _TOKEN.pack(
-            first_seq + i if seqs is None else seqs[i],
-            kinds[0 if len(kinds) == 1 else i],
-            provs[0 if len(provs) == 1 else i],
-            digests[16 * i : 16 * i + 16],
+            first_seq + i if seq_col is None else seq_col[i],
+            kind_col[0 if len(kind_col) == 1 else i],
+            prov_col[0 if len(prov_col) == 1 else i],
+            raw[16 * i : 16 * i + 16],
         )
         for i in range(n)
     )

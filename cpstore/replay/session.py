@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
-from cpstore.errors import InvalidInputError
+from cpstore.errors import CanonicalEncodingError, InvalidInputError
+from cpstore.native.canonical import encode_value
 from cpstore.replay.cursor import ReplayCursor
 from cpstore.replay.guards import LedgerGuard, PinnedObservations
 from cpstore.replay.source import CheckpointSource
@@ -68,7 +69,17 @@ class ReplaySession:
         self._decisions.append(decision_node(step, node, fields))
 
     def harness_access(self, access: Any) -> None:
-        """Record an access the replay harness itself made (seed 004)."""
+        """Record an access the replay harness itself made (seed 004): any canonical value
+        (:class:`InvalidInputError` otherwise, here rather than at :meth:`finish`)."""
+        try:
+            encode_value(access)
+        except CanonicalEncodingError as exc:
+            raise InvalidInputError(
+                "a harness access must be a canonical value",
+                where="harness_access(access)",
+                expected="None, bool, int, float, str, bytes, or lists and maps of them",
+                got=exc.what,
+            ) from None
         self._harness.append(access)
 
     def observe_live(self, step: int, source: str, payload: bytes) -> None:

@@ -33,23 +33,24 @@ from typing import Any, Union
 import msgpack
 
 from cpstore.errors import (
-    CanonicalEncodingError,
     DocumentError,
     FormatVersionError,
     InvalidInputError,
     NotFoundError,
     RecordFormatError,
 )
-from cpstore.native.canonical import encode_value
 from cpstore.native.records import PROVENANCE_CODES
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
+from cpstore.run.faithful import check_faithful
 from cpstore.run.keys import check_keys
 from cpstore.run.model import (
     Effect,
     Observation,
+    PackedTokens,
     ReplayMode,
     Run,
     TokenPacker,
+    check_canonical,
     check_node,
     check_step,
     check_str,
@@ -151,12 +152,7 @@ def parse_document(doc: Any) -> Run:
 
     harness = list_of(top.get("harness_accesses", []), "harness_accesses")
     for i, access in enumerate(harness):
-        try:
-            encode_value(access)
-        except CanonicalEncodingError as exc:
-            raise DocumentError(
-                "cannot be canonically encoded", where=f"harness_accesses[{i}]", got=exc.what
-            ) from None
+        check_canonical(access, f"harness_accesses[{i}]")
     tags = list_of(top.get("provenance_tags", []), "provenance_tags")
     for i, tag in enumerate(tags):
         check_str(tag, f"provenance_tags[{i}]")
@@ -388,17 +384,45 @@ def _strict_msgpack(raw: bytes) -> Any:
         )
     except DocumentError:
         raise
-    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
-        raise DocumentError(
-            "neither a JSON object nor a msgpack map",
-            where="document",
-            got=str(exc) or type(exc).__name__,
-        ) from None
+    except (msgpack.StackError, RecursionError):
+        # review76: was "neither a JSON object nor a msgpack map", got 'StackError'
+        raise DocumentError("document nested too deeply", where="document") from None
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise _not_a_document(raw, str(exc) or type(exc).__name__) from None
+
+
+#: Byte-order marks: no msgpack map starts with one (each is a negative fixint or 0).
+_BOMS = (
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xef\xbb\xbf", "UTF-8"),
+    (b"\xff\xfe", "UTF-16 or UTF-32"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
+
+def _not_a_document(raw: bytes, got: str) -> DocumentError:
+    """Why ``raw`` is no document, said plainly where it can be (review76: an empty
+    file and a JSON file with a byte-order mark were "unpack(b) received extra data")."""
+    if not raw.strip():
+        return DocumentError(
+            "empty document", where="document", expected="a JSON object or a msgpack map"
+        )
+    for mark, name in _BOMS:
+        if raw.startswith(mark):
+            return DocumentError(
+                f"the document starts with a {name} byte-order mark; write a JSON run document as "
+                "UTF-8 without one",
+                where="document",
+                got=mark.hex(),
+            )
+    return DocumentError("neither a JSON object nor a msgpack map", where="document", got=got)
 
 
 def _parse_bytes(raw: bytes) -> Run:
     """A run from a document's bytes: tokens streamed when possible, strictly always."""
     head = raw.lstrip()[:1]
+    if not head:  # one blank byte is a msgpack int, but no one means that: say empty
+        raise _not_a_document(raw, "")
     is_json = head in (b"{", b"[")
     run = decode_fast(
         raw,
@@ -412,19 +436,23 @@ def _parse_bytes(raw: bytes) -> Run:
 def document_dict(run: Run) -> dict[str, Any]:
     """The run as the mapping a JSON or msgpack document holds (tokens as dicts)."""
     packed = run.tokens
-    if packed.values is None:
+    values = packed.values
+    if values is None:
         raise InvalidInputError(
             "cannot write a document without token values", where="tokens.values"
         )
+    bare = PackedTokens(packed.records, kind_names=packed.kind_names)  # info without values
     tokens = []
     for i in range(len(packed)):
-        info = packed.info(i)
+        info = bare.info(i)
         if info.provenance not in PROVENANCE_CODES:
             raise RecordFormatError(
                 "token has an invalid provenance", where=f"tokens[{i}]", got=info.provenance
             )
+        # The value as given (info shows only a value proven to be the record's; the
+        # writers check them all first: cpstore.run.faithful).
         tokens.append(
-            {"seq": info.seq, "kind": info.kind, "value": info.value, "provenance": info.provenance}
+            {"seq": info.seq, "kind": info.kind, "value": values[i], "provenance": info.provenance}
         )
     return {
         "format": DOCUMENT_FORMAT,
@@ -460,6 +488,7 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
         return dump_cprun(run)
     if encoding in ("json", "msgpack"):
         check_keys(run, json=encoding == "json")  # a key the document could not read back
+        check_faithful(run.tokens)  # kinds or values the records do not say (review76)
     body = document_dict(run)
     if encoding == "json":
         try:

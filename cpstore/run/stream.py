@@ -72,6 +72,11 @@ _FAST_ERRORS = (
     CpstoreError,
 )
 
+#: What msgspec raises on a chunk the strict decoder must read instead: a nested value
+#: past msgspec's recursion limit is a RecursionError, not a DecodeError (review76: it
+#: escaped load_document bare).
+_CHUNK_ERRORS = (msgspec.DecodeError, RecursionError)
+
 #: Decodes one chunk strictly (the document's own decoder): bytes -> list of tokens.
 StrictDecode = Callable[[bytes], Any]
 #: Builds the run from every field but the tokens (``tokens`` given as []).
@@ -186,11 +191,17 @@ def _json_tokens(
             if split.first_odd is None and not split.nested_map:
                 try:
                     toks = _JSON_CHUNK.decode(text)
-                except msgspec.DecodeError:
+                except _CHUNK_ERRORS:  # the strict decoder says why ("nested too deeply")
                     toks = []
                 done = len(toks) == count and cols.add_structs(toks)
             if not done:
-                cols.add_strict(strict(text), len(cols))
+                items = strict(text)
+                # A chunk of no member but a trailing comma's (``[t0, ..., t32767, ]``)
+                # is the text ``[]``: it decodes, to fewer members than were counted
+                # (review76). The whole document goes to the strict path, which refuses it.
+                if not isinstance(items, list) or len(items) != count:
+                    return None
+                cols.add_strict(items, len(cols))
         if split.done:
             # The splitter ends a container at any closing bracket; only ']' ends
             # an array (a '}' here is invalid JSON the strict path refuses).
@@ -305,7 +316,7 @@ def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | Non
         if split.first_odd is None and not split.nested_map:
             try:
                 toks = _MSGPACK_CHUNK.decode(text)
-            except msgspec.DecodeError:
+            except _CHUNK_ERRORS:
                 toks = []
             done = len(toks) == count and cols.add_structs(toks)
         if not done:
@@ -351,7 +362,7 @@ def decode_fast(
     else:
         try:
             top: Mapping[str, msgspec.Raw] = _MSGPACK_TOP.decode(raw)
-        except msgspec.DecodeError:
+        except _CHUNK_ERRORS:
             return None
         if "tokens" not in top or "format" not in top or len(top) != _map_size(raw):
             return None  # a repeated key (the dict kept one): the strict path refuses it

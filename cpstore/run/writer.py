@@ -21,6 +21,7 @@ from cpstore.native.canonical import array_header
 from cpstore.native.records import PROVENANCE_CODES, kind_name, provenance_name
 from cpstore.run.cprun import write_cprun
 from cpstore.run.document import document_dict
+from cpstore.run.faithful import check_faithful
 from cpstore.run.keys import check_keys
 from cpstore.run.model import PackedTokens, Run
 
@@ -142,6 +143,7 @@ def write_document(run: Run, out: BinaryIO, *, encoding: str) -> int:
         raise InvalidInputError("run must be a Run", got=type(run).__name__)
     if encoding in ("json", "msgpack"):
         check_keys(run, json=encoding == "json")  # before a byte is written
+        check_faithful(run.tokens)  # kinds or values that are not the records' (review76)
     if encoding == "json":
         return _write_json(run, out)
     if encoding == "msgpack":

@@ -1,0 +1,147 @@
+"""Refuse, before a byte is written, a document that would say another run than its records.
+
+A :class:`Run` is validated by its packed TOKEN records alone; ``tokens.values``
+and ``tokens.kind_names`` only make findings readable and are taken unchecked
+(``PackedTokens(records, values=..., kind_names=...)``, a ``.cprun`` file's values
+section and metadata). A JSON or msgpack document has no records: it holds each
+token's kind *name* and value, and its reader packs the records from them. Written
+as they were, a run whose values were not its records', whose hashed kind code was
+named by a name that hashes to another code, or whose records were malformed (an
+error when validated) gave a document that said another run: a ``.cprun`` replay
+that was a REJECT converted (``cpstore convert``, ``dump_document``,
+``write_document``) into a JSON or msgpack replay that was an ACCEPT (review76).
+The writers now check records, kind names and values first, as the replay cursor
+checks values before it serves one (audit59).
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+
+from cpstore.errors import (
+    CanonicalEncodingError,
+    IntegrityError,
+    InvalidInputError,
+    RecordFormatError,
+)
+from cpstore.native.args import as_offsets
+from cpstore.native.binding import canonical_check, digest_batch, scan_tokens
+from cpstore.native.columns import encode_values, first_unencodable
+from cpstore.native.records import kind_code, kind_name
+from cpstore.run.model import PackedTokens
+from cpstore.run.values import EncodedValues
+
+__all__ = ["check_faithful", "check_kinds", "check_values_match"]
+
+_CHUNK = 1 << 15
+_MISMATCH = "token value does not match its record (its digest is another value's)"
+
+
+def _compare(digests: bytes, records: memoryview, first: int, last: int) -> None:
+    recs = bytes(records[32 * first : 32 * last])
+    # Byte k of every digest against byte 16+k of every record: 16 slice
+    # compares per chunk; a mismatch is then located token by token.
+    if all(digests[k::16] == recs[16 + k :: 32] for k in range(16)):
+        return
+    for j in range(last - first):
+        if digests[16 * j : 16 * j + 16] != recs[32 * j + 16 : 32 * j + 32]:
+            raise IntegrityError(
+                _MISMATCH,
+                where=f"tokens[{first + j}].value",
+                expected=recs[32 * j + 16 : 32 * j + 32].hex(),
+                got=digests[16 * j : 16 * j + 16].hex(),
+            )
+
+
+def check_values_match(tokens: PackedTokens) -> None:
+    """Raise :class:`IntegrityError` at the first token whose value's canonical
+    encoding does not hash to its record's value digest (nothing when
+    ``tokens.values`` is None: the writers refuse that themselves)."""
+    values = tokens.values
+    if values is None:
+        return
+    records = tokens.view()
+    if isinstance(values, EncodedValues):
+        # Each value must be one canonical value where its offsets say: the
+        # writers decode it, and a non-canonical one would be re-encoded as
+        # other bytes (another digest) by the reader of the document.
+        offsets = as_offsets(values.offsets)
+        bad = canonical_check(values.blob, offsets)
+        if bad is not None:
+            raise IntegrityError(
+                f"token value is not one value in canonical form at its offsets: {bad[2]}",
+                where=f"tokens[{bad[0]}].value",
+            )
+        _compare(digest_batch(values.blob, offsets), records, 0, len(values))
+        return
+    for first in range(0, len(tokens), _CHUNK):
+        last = min(len(tokens), first + _CHUNK)
+        chunk = list(values[first:last])
+        try:
+            blob, offs = encode_values(chunk)
+        except CanonicalEncodingError:
+            found = first_unencodable(chunk)
+            index, exc = found if found is not None else (0, None)
+            raise InvalidInputError(
+                "token value cannot be canonically encoded",
+                where=f"tokens[{first + index}].value",
+                got=None if exc is None else exc.what,
+            ) from None
+        _compare(digest_batch(blob, offs), records, first, last)
+
+
+_HASHED = 0x80000000
+
+
+def _kind_codes(records: memoryview) -> array[int]:
+    # The kind column (bytes 8..12 of each record) without copying the records.
+    codes = array("I", records.cast("I")[2::8])
+    if sys.byteorder != "little":
+        codes.byteswap()
+    return codes
+
+
+def check_kinds(tokens: PackedTokens) -> None:
+    """Raise :class:`RecordFormatError` at the first token whose kind code the document
+    could not say back: a code neither standard nor hashed, or a hashed code with no
+    name or a name that hashes to another code (read back, the name is that code)."""
+    codes = _kind_codes(tokens.view())
+    for code in set(codes):
+        if not code & _HASHED:
+            if kind_name(code) is not None:
+                continue
+            what, name = "kind code is neither a standard kind nor a hashed one", None
+        else:
+            name = tokens.kind_names.get(code)
+            try:
+                if name is not None and kind_code(name) == code:
+                    continue
+            except RecordFormatError:
+                pass
+            what = (
+                "hashed kind code has no name"
+                if name is None
+                else "kind name does not hash to its code (read back, it would be another kind)"
+            )
+        raise RecordFormatError(
+            what,
+            where=f"tokens[{codes.index(code)}].kind",
+            expected="a standard kind code, or a hashed code named by a name hashing to it",
+            got=f"0x{code:08x}" if name is None else f"0x{code:08x} named {name!r}",
+        )
+
+
+def check_faithful(tokens: PackedTokens) -> None:
+    """Everything a JSON or msgpack document of ``tokens`` must say as the records do:
+    well-formed records (:class:`RecordFormatError`, as ``validate`` raises), kind
+    names that hash to their codes, and values that hash to their records' digests
+    (:class:`IntegrityError`). Nothing is written before this passes."""
+    scan = scan_tokens(tokens.view())
+    if scan.first_malformed is not None:
+        raise RecordFormatError(
+            "malformed token record (kind 0, unknown provenance or reserved bytes set)",
+            where=f"tokens[{scan.first_malformed}]",
+        )
+    check_kinds(tokens)
+    check_values_match(tokens)
