@@ -183,7 +183,7 @@ def repair_ref(
             count = before.found + (damaged is None) - (new_raw is None)
         after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
         if new_raw is not None and old_hash is None:  # a put-back, or a damaged ref replaced
-            _carry_missing(backend, txn, before, after, count, other)
+            _carry_missing(backend, txn, before, after, count, other=other)
         kept: list[Forgotten] = []
         if not before.holds:
             adjusted = _expected(
@@ -259,6 +259,7 @@ def _carry_missing(
     before: RefsState,
     after: tuple[bytes, int],
     count: int,
+    *,
     other: Forgotten | None = None,
 ) -> None:
     """Keep the recorded XOR when the table stays one ref short of ``count`` and the XOR
