@@ -20,7 +20,7 @@ class _Lying(str):
     def __iter__(self) -> Iterator[str]:
         return iter("a" * 32)
 
-    def lower(self) -> str:  # type: ignore[override]
+    def lower(self) -> str:
         return "b" * 32
 
 
