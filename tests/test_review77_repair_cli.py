@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_audit63_retention_digest import _raw_ref
+from test_keyed_audit import KEY, _quarantined
 
 import cpstore
 from cpstore.cli import main
@@ -96,3 +97,30 @@ def test_a_url_password_is_not_printed() -> None:
     got = repair_command(args, {"run": "r", "branch": "main", "head": "ab" * 16})
     assert "secret" not in got and "other" not in got
     assert _bash_words(got)[-4:] == ["--", "r", "main", "ab" * 16]
+
+
+def test_a_keyed_log_gets_its_key_file_in_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The repair appends a keyed audit record: it needs the key verify was given (and
+    says ``FILE`` when verify walked a keyed log without it)."""
+    monkeypatch.delenv("CPSTORE_PATH", raising=False)
+    monkeypatch.delenv("CPSTORE_AUDIT_KEY_FILE", raising=False)
+    url = str(tmp_path / "s")
+    key_file = tmp_path / "audit.key"
+    key_file.write_bytes(KEY)
+    with cpstore.open(url, audit_key=KEY) as st:
+        _quarantined(st)  # a keyed record in the log
+        head = st.recorder("r").checkpoint(0, {"i": 0})
+    _raw_ref(url, ref_key("r", "main"), None)
+    capsys.readouterr()
+    assert main(["verify", "--store", url]) == 5
+    [cmd] = _printed(capsys.readouterr().out)
+    assert cmd[cmd.index("--audit-key-file") + 1] == "FILE"
+    assert main(["verify", "--store", url, "--audit-key-file", str(key_file)]) == 5
+    [cmd] = _printed(capsys.readouterr().out)
+    assert cmd[cmd.index("--audit-key-file") + 1] == str(key_file)
+    argv = [w.replace("WHO", "ops").replace("WHY", "put back") for w in cmd[1:]]
+    assert main(argv) == 0, capsys.readouterr().err
+    with cpstore.open(url, audit_key=KEY) as st:
+        assert st.ref("r") == head and st.verify().ok
