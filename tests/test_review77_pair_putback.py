@@ -24,6 +24,7 @@ import cpstore
 from cpstore.errors import CpstoreError, IntegrityError, PutBackMismatchError
 from cpstore.store import ref_forgotten
 from cpstore.store.model import ref_key
+from cpstore.store.refs import RECORDED, pack_ref
 
 
 def _two_forks_vanished(url: str) -> tuple[str, str]:
@@ -108,3 +109,27 @@ def test_the_two_right_put_backs_from_two_processes_are_both_accepted(url: str) 
     with cpstore.open(url) as st:
         assert st.branches("r")["a"] == a and st.branches("r")["b"] == b
         assert st.verify().ok
+
+
+def test_two_vanished_beside_a_changed_ref_is_unchecked(url: str) -> None:
+    """Policy (a limit, pinned): two refs vanished while a third was changed outside
+    cpstore (a true check, another head) make the difference four hashes, which no pair
+    gives: ``vanished_refs`` names none and a put-back is not checked, a wrong one
+    accepted (searching triples would cost the cube). Its repair keeps every tip of
+    the store retained (``forgotten_heads``'s unnamed case), so no history is swept."""
+    with cpstore.open(url) as st:
+        heads = {}
+        for run in ("r", "s", "t"):
+            recorder = st.recorder(run)
+            heads[run] = [recorder.checkpoint(i, {run: i}) for i in range(2)]
+    key = ref_key("t", "main")
+    older = bytes.fromhex(heads["t"][0])
+    _raw_ref(url, key, pack_ref(key, older, RECORDED))
+    _raw_ref(url, ref_key("r", "main"), None)
+    _raw_ref(url, ref_key("s", "main"), None)
+    with cpstore.open(url) as st:
+        assert st.vanished_refs() == []
+        done = st.repair_ref("t", "typo", heads["t"][1], operator="o", reason="wrong")
+        assert done.body["overrode"] is None
+        kept = set(done.body["kept"])
+        assert {heads["r"][1], heads["s"][1], heads["t"][1]} <= kept
