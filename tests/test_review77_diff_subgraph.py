@@ -17,7 +17,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -115,3 +115,27 @@ def test_errors_are_compared_by_their_bytes(url: str) -> None:
                 graph.invoke({"log": ["in"]}, _cfg(t))
         diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
         assert not diff.same and diff.pending and diff.channels == ("__error__",)
+
+
+def test_sends_that_differ_are_named_by_their_task_paths(url: str) -> None:
+    """A Send's task path holds indices only (``~__pregel_push, 0000000002, ...``): the
+    two workers whose writes differ are told apart by it, not both "0000000000"."""
+
+    def fan(state: _S) -> list[Send]:
+        return [Send("w", {"log": [str(i)]}) for i in range(3)]
+
+    def w(state: _S, config: RunnableConfig) -> dict[str, Any]:
+        if state["log"] == ["1"]:
+            interrupt("w1?")
+        return {"log": ["done " + state["log"][0] + config["configurable"]["thread_id"]]}
+
+    with CpstoreSaver.from_conn_string(url) as saver:
+        g = StateGraph(_S)
+        g.add_node("w", w)
+        g.add_conditional_edges(START, fan, ["w"])
+        graph = g.compile(checkpointer=saver)
+        for t in ("a", "b"):
+            graph.invoke({"log": ["in"]}, _cfg(t))
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert not diff.same and diff.pending and diff.channels == ("log",)
+        assert len(diff.nodes) == 2 and all(n.startswith("~__pregel_push") for n in diff.nodes)

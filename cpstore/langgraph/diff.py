@@ -272,9 +272,7 @@ def _pending_diff(
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     if not differ:
         return _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
-    nodes = sorted(
-        {w.task_path.split(",")[-1].strip() or w.task_id for w in wa + wb if w.channel in differ}
-    )
+    nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
     i = len(a) - 1
     return ThreadDiff(
         False,
@@ -290,6 +288,20 @@ def _pending_diff(
         f"{', '.join(differ)}",
         pending=True,
     )
+
+
+#: How the task path of a node's (pull) task starts; the node's name follows.
+_PULL_PATH = "~__pregel_pull, "
+
+
+def _node_of(w: StoredWrite) -> str:
+    """The name to report a write's task by: a pull task's node (its path's last part);
+    a push task's (a ``Send``, a functional call) path holds only indices, so the whole
+    path (review77: two Sends' differing writes were both "node 0000000000"); the task
+    id when the path is empty."""
+    if w.task_path.startswith(_PULL_PATH):
+        return w.task_path[len(_PULL_PATH) :]
+    return w.task_path.strip() or w.task_id
 
 
 #: LangGraph's separator of namespace levels, and of a level's node name and task id.
@@ -396,7 +408,7 @@ def _nodes(
     meta = store.backend.db("meta")
     for w in stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id):
         if w.channel in channels or not channels:
-            found.add(w.task_path.split(",")[-1].strip() or w.task_id)
+            found.add(_node_of(w))
     return sorted(found) or ["(update_state or input)"]
 
 
