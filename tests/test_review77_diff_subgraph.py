@@ -139,3 +139,42 @@ def test_sends_that_differ_are_named_by_their_task_paths(url: str) -> None:
         diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
         assert not diff.same and diff.pending and diff.channels == ("log",)
         assert len(diff.nodes) == 2 and all(n.startswith("~__pregel_push") for n in diff.nodes)
+
+
+class _Inner(TypedDict):
+    log: Annotated[list[str], operator.add]
+    tmp: str
+
+
+def test_a_finished_subgraph_is_compared_by_its_writes_only(url: str) -> None:
+    """A subgraph that finished beside a node that interrupted: its writes to the parent
+    are pending there (compared); its own checkpoints are history a resume does not
+    read, so steps inside it that differed do not make the threads diverge."""
+
+    def scratch(state: _Inner, config: RunnableConfig) -> dict[str, Any]:
+        return {"tmp": config["configurable"]["thread_id"]}
+
+    def settle(state: _Inner) -> dict[str, Any]:
+        return {"tmp": "same", "log": ["sub done"]}
+
+    def asks(state: _S) -> dict[str, Any]:
+        return {"log": ["asked " + str(interrupt("ok?"))]}
+
+    inner = StateGraph(_Inner)
+    inner.add_node("scratch", scratch)
+    inner.add_node("settle", settle)
+    inner.add_edge(START, "scratch")
+    inner.add_edge("scratch", "settle")
+    with CpstoreSaver.from_conn_string(url) as saver:
+        g = StateGraph(_S)
+        g.add_node("sub", inner.compile())
+        g.add_node("asks", asks)
+        g.add_edge(START, "sub")
+        g.add_edge(START, "asks")
+        graph = g.compile(checkpointer=saver)
+        for t in ("a", "b"):
+            graph.invoke({"log": ["in"]}, _cfg(t))
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert diff.same, diff.summary
+        got = [graph.invoke(Command(resume="ok"), _cfg(t))["log"] for t in ("a", "b")]
+        assert got[0] == got[1]

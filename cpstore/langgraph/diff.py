@@ -304,6 +304,11 @@ def _node_of(w: StoredWrite) -> str:
     return w.task_path.strip() or w.task_id
 
 
+#: The channels a task that did not finish writes (an interrupt, an error, the resume
+#: values it consumed): its subgraph is mid-run, and its checkpoints are what a resume
+#: goes on from.
+_UNFINISHED = frozenset({_INTERRUPT, "__error__", "__error_source_node__", "__resume__"})
+
 #: LangGraph's separator of namespace levels, and of a level's node name and task id.
 _NS_SEP, _NS_END = "|", ":"
 
@@ -311,10 +316,12 @@ _NS_SEP, _NS_END = "|", ":"
 def _subgraphs(
     txn: Txn[memoryview], store: Store, serde: Any, last: Entry, writes: list[StoredWrite]
 ) -> dict[str, str | None]:
-    """The namespaces of subgraphs run from ``last`` (one level under its namespace, their
-    newest checkpoint's ``metadata["parents"]`` naming it), keyed by the task path of
-    the task running each (its writes at ``last``: an interrupt), else ``(node NAME)``;
-    None for a key two share (not compared: which is which is unknown)."""
+    """The namespaces of subgraphs run from ``last`` and not finished there (one level
+    under its namespace, their newest checkpoint's ``metadata["parents"]`` naming it, no
+    write of the task's at ``last`` but an interrupt, an error or resume values), keyed
+    by the task path of the task running each (its writes at ``last``: an interrupt),
+    else ``(node NAME)``; None for a key two share (not compared: which is which is
+    unknown)."""
     newest: dict[str, Entry] = {}
     for e in thread_entries(txn, store.backend.db("meta"), [last.thread_id]):
         # a subgraph run from ``last`` checkpoints after it (LangGraph's ids sort by time)
@@ -329,6 +336,9 @@ def _subgraphs(
         if held is None or e.checkpoint_id > held.checkpoint_id:
             newest[e.ns] = e
     paths = {w.task_id: w.task_path for w in writes}
+    # A task that finished left its writes (or LangGraph's no-writes marker): a resume
+    # applies those, compared already, and reads nothing of its subgraph's checkpoints.
+    finished = {w.task_id for w in writes if w.channel not in _UNFINISHED}
     out: dict[str, str | None] = {}
     for ns, e in sorted(newest.items()):
         if not stored(txn, store, e):
@@ -339,6 +349,8 @@ def _subgraphs(
         if not isinstance(parents, Mapping) or parents.get(last.ns) != last.checkpoint_id:
             continue
         node, _, task = ns.rpartition(_NS_SEP)[2].partition(_NS_END)
+        if task in finished:
+            continue
         key = paths.get(task) or f"(node {node})"
         out[key] = None if key in out else ns
     return out
