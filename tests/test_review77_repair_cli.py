@@ -124,3 +124,25 @@ def test_a_keyed_log_gets_its_key_file_in_the_command(
     assert main(argv) == 0, capsys.readouterr().err
     with cpstore.open(url, audit_key=KEY) as st:
         assert st.ref("r") == head and st.verify().ok
+
+
+def test_two_vanished_refs_are_put_back_by_the_two_printed_commands(
+    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both commands, run in the order printed, put both back; the runs go on."""
+    monkeypatch.delenv("CPSTORE_PATH", raising=False)
+    with cpstore.open(url) as st:
+        heads = {run: st.recorder(run).checkpoint(0, {run: 0}) for run in ("-r", "s s", "t")}
+    _raw_ref(url, ref_key("-r", "main"), None)
+    _raw_ref(url, ref_key("s s", "main"), None)
+    capsys.readouterr()
+    assert main(["verify", "--store", url]) == 5
+    cmds = _printed(capsys.readouterr().out)
+    assert sorted(c[-3] for c in cmds) == ["-r", "s s"]
+    for cmd in cmds:
+        argv = [w.replace("WHO", "ops").replace("WHY", "put back") for w in cmd[1:]]
+        assert main(argv) == 0, capsys.readouterr().err
+    with cpstore.open(url) as st:
+        for run in ("-r", "s s"):
+            assert st.manifest(st.recorder(run).checkpoint(1, {run: 1})).parent == heads[run]
+        assert st.verify().ok
