@@ -7,6 +7,7 @@ cpstore's back by another process (LMDB) or connection (PostgreSQL)."""
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import pytest
@@ -185,10 +186,11 @@ def test_verify_names_the_vanished_ref_and_the_command_that_puts_it_back(
     assert main(["verify", "--store", url]) == 5
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("vanished: "))
-    cmd = line.split(": ", 2)[2].split()
-    assert cmd[:5] == ["cpstore", "repair-ref", "r", "main", ids[2]]
+    cmd = shlex.split(line.split(": ", 2)[2])
+    assert cmd[:4] == ["cpstore", "repair-ref", "--store", cmd[3]]
+    assert cmd[-4:] == ["--", "r", "main", ids[2]]  # names after -- (review77)
     # the command as printed, with the operator and reason filled in, mends the store
-    assert _cli(url, *cmd[2:5], *WHO) == 0
+    assert main([w.replace("WHO", "ops").replace("WHY", "why") for w in cmd[1:]]) == 0
     capsys.readouterr()
     assert main(["verify", "--store", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["vanished_refs"] == []

@@ -109,7 +109,9 @@ def add_repair_parser(sub: Any) -> None:
         "the audit record); a ref that is absent while nothing vanished is exit "
         f"{EXIT_NOT_FOUND}. Each repair is one ref_repair audit record (--operator, "
         "--reason); the damaged ref's head and what the repaired table no longer "
-        f"reaches are kept as retained heads (cpstore retained). {ID_HELP}",
+        "reaches are kept as retained heads (cpstore retained). A RUN or BRANCH that "
+        "starts with '-' goes after '--', the options before it (as verify prints the "
+        f"command). {ID_HELP}",
         (*STORE_CODES, EXIT_CONFLICT),
     )
     p.add_argument("run", metavar="RUN", help="the run of the ref")

@@ -7,6 +7,7 @@ over a pipe; a child killed by a signal is reported as damage (exit 5).
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from cpstore.errors import (
     CpstoreError,
 )
 from cpstore.store.affected import checkpoints_reaching
+from cpstore.store.location import is_store_url, redact
 from cpstore.store.model import Problem, VerifyReport
 
 __all__ = ["MACS_UNCHECKED", "add_verify_parser", "verify_report"]
@@ -111,8 +113,9 @@ MACS_UNCHECKED = (
 #: repair-ref; before, the only way was the API's ``repair_ref``).
 REFS_MEND = (
     "a ref or the refs digest is damaged or a ref vanished: put the ref back at its true "
-    "head, or replace or delete it, with cpstore repair-ref RUN BRANCH CHECKPOINT|--delete "
-    "--operator WHO --reason WHY (docs/store.md, 'Repairing a damaged ref')"
+    "head, or replace or delete it, with cpstore repair-ref --store STORE --operator WHO "
+    "--reason WHY [--delete] -- RUN BRANCH [CHECKPOINT] (docs/store.md, 'Repairing a "
+    "damaged ref')"
 )
 
 
@@ -156,6 +159,44 @@ def _vanished(store: Any, report: VerifyReport) -> list[dict[str, str]]:
     except CpstoreError:
         return []  # the walk hit damage: the problems above still stand
     return found
+
+
+def repair_command(args: argparse.Namespace, gone: dict[str, str]) -> str:
+    """The ``cpstore repair-ref`` command that puts ``gone`` back, to run as printed in a
+    POSIX shell: the store verify opened (absolute, a URL's password ``***``), the audit
+    key file when one was given (``FILE`` when the log is keyed and none was), the options
+    first and the names after ``--``, each quoted (:func:`shell_word`). review77: the store
+    was left out, so the command failed or ran on ``$CPSTORE_PATH``'s store, a run named
+    ``-x`` was read as an option, and a name with a newline became another name."""
+    store = args.store or ""
+    where = redact(store) if is_store_url(store) else os.path.abspath(store)
+    parts = ["cpstore", "repair-ref", "--store", shlex.quote(where)]
+    if args.audit_key_file:
+        parts += ["--audit-key-file", shlex.quote(os.path.abspath(args.audit_key_file))]
+    elif args.macs is False:
+        parts += ["--audit-key-file", "FILE"]
+    parts += ["--operator", "WHO", "--reason", "WHY", "--"]
+    parts += [shell_word(gone[k]) for k in ("run", "branch", "head")]
+    return " ".join(parts)
+
+
+def shell_word(text: str) -> str:
+    """``text`` quoted as one shell word that stays what it is once ``say`` prints it:
+    ``shlex.quote`` when every character is printable, else ANSI-C quoting (``$'...'``,
+    bash, zsh, ksh, POSIX.1-2024 sh), each character that is not printable as its UTF-8
+    bytes in ``\\xHH`` (``say`` escapes a newline to the two characters ``\\n``, which a
+    single-quoted word keeps as they are: another name)."""
+    if text.isprintable():
+        return shlex.quote(text)
+    out = []
+    for c in text:
+        if c in "\\'":
+            out.append("\\" + c)
+        elif c.isprintable():
+            out.append(c)
+        else:
+            out.append("".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogatepass")))
+    return "$'" + "".join(out) + "'"
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -204,10 +245,9 @@ def _verify(args: argparse.Namespace) -> int:
         if any(_about_refs(p) for p in report.problems):
             say(REFS_MEND)
         for gone in args.vanished:
-            cmd = " ".join(shlex.quote(gone[k]) for k in ("run", "branch", "head"))
             say(
                 f"vanished: {gone['run']}@{gone['branch']} at {gone['head']}: "
-                f"cpstore repair-ref {cmd} --operator WHO --reason WHY"
+                f"{repair_command(args, gone)}"
             )
         if args.macs is False:
             say(MACS_UNCHECKED)

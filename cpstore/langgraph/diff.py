@@ -31,6 +31,7 @@ from cpstore.langgraph._read import (
     entry_at,
     stored,
     stored_writes,
+    thread_entries,
     view_head,
 )
 from cpstore.store import Store
@@ -270,10 +271,8 @@ def _pending_diff(
     db = _by_channel(wb, paths=True, serde=serde)
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     if not differ:
-        return None
-    nodes = sorted(
-        {w.task_path.split(",")[-1].strip() or w.task_id for w in wa + wb if w.channel in differ}
-    )
+        return _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+    nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
     i = len(a) - 1
     return ThreadDiff(
         False,
@@ -291,6 +290,126 @@ def _pending_diff(
     )
 
 
+#: How the task path of a node's (pull) task starts; the node's name follows.
+_PULL_PATH = "~__pregel_pull, "
+
+
+def _node_of(w: StoredWrite) -> str:
+    """The name to report a write's task by: a pull task's node (its path's last part);
+    a push task's (a ``Send``, a functional call) path holds only indices, so the whole
+    path (review77: two Sends' differing writes were both "node 0000000000"); the task
+    id when the path is empty."""
+    if w.task_path.startswith(_PULL_PATH):
+        return w.task_path[len(_PULL_PATH) :]
+    return w.task_path.strip() or w.task_id
+
+
+#: The channels a task that did not finish writes (an interrupt, an error, the resume
+#: values it consumed): its subgraph is mid-run, and its checkpoints are what a resume
+#: goes on from.
+_UNFINISHED = frozenset({_INTERRUPT, "__error__", "__error_source_node__", "__resume__"})
+
+#: LangGraph's separator of namespace levels, and of a level's node name and task id.
+_NS_SEP, _NS_END = "|", ":"
+
+
+def _subgraphs(
+    txn: Txn[memoryview], store: Store, serde: Any, last: Entry, writes: list[StoredWrite]
+) -> dict[str, str | None]:
+    """The namespaces of subgraphs run from ``last`` and not finished there (one level
+    under its namespace, their newest checkpoint's ``metadata["parents"]`` naming it, no
+    write of the task's at ``last`` but an interrupt, an error or resume values), keyed
+    by the task path of the task running each (its writes at ``last``: an interrupt),
+    else ``(node NAME)``; None for a key two share (not compared: which is which is
+    unknown)."""
+    newest: dict[str, Entry] = {}
+    for e in thread_entries(txn, store.backend.db("meta"), [last.thread_id]):
+        # a subgraph run from ``last`` checkpoints after it (LangGraph's ids sort by time)
+        if e.checkpoint_id <= last.checkpoint_id:
+            continue
+        if last.ns and not e.ns.startswith(last.ns + _NS_SEP):
+            continue
+        rest = e.ns[len(last.ns) + 1 :] if last.ns else e.ns
+        if _NS_SEP in rest or _NS_END not in rest:
+            continue  # the parent's own, or deeper: compared by the level under it
+        held = newest.get(e.ns)
+        if held is None or e.checkpoint_id > held.checkpoint_id:
+            newest[e.ns] = e
+    paths = {w.task_id: w.task_path for w in writes}
+    # A task that finished left its writes (or LangGraph's no-writes marker): a resume
+    # applies those, compared already, and reads nothing of its subgraph's checkpoints.
+    finished = {w.task_id for w in writes if w.channel not in _UNFINISHED}
+    out: dict[str, str | None] = {}
+    for ns, e in sorted(newest.items()):
+        if not stored(txn, store, e):
+            continue
+        with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
+            md = load_metadata(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
+        parents = md.get("parents")
+        if not isinstance(parents, Mapping) or parents.get(last.ns) != last.checkpoint_id:
+            continue
+        node, _, task = ns.rpartition(_NS_SEP)[2].partition(_NS_END)
+        if task in finished:
+            continue
+        key = paths.get(task) or f"(node {node})"
+        out[key] = None if key in out else ns
+    return out
+
+
+def _subgraph_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[_Point], list[_Point]],
+    *,
+    shared: int | None,
+    writes: tuple[list[StoredWrite], list[StoredWrite]],
+) -> ThreadDiff | None:
+    """The divergence inside a subgraph run from the two last checkpoints (its own
+    namespace, named by a task id that differs between threads), or None. A subgraph
+    interrupted mid-run keeps its finished nodes' writes pending on its own checkpoint,
+    which resuming applies there: review77 found threads whose subgraphs' pending writes
+    differed "same values" (the parent's pending writes hold only the interrupt)."""
+    a, b = pair
+    ea, eb = a[-1].entry, b[-1].entry
+    sa = _subgraphs(txn, store, serde, ea, writes[0])
+    sb = _subgraphs(txn, store, serde, eb, writes[1])
+    for key in sorted(set(sa) | set(sb)):
+        na, nb = sa.get(key), sb.get(key)
+        if (key in sa and na is None) or (key in sb and nb is None):
+            continue  # two share the key on a side: not compared
+        node = key.split(",")[-1].strip()
+        if na is None or nb is None:
+            said = f"subgraph {node} is mid-run on {'A' if nb is None else 'B'} only"
+            channels: tuple[str, ...] = ()
+            nodes: tuple[str, ...] = (node,)
+        else:
+            inner = _diff(
+                txn,
+                store,
+                {"configurable": {"thread_id": ea.thread_id, "checkpoint_ns": na}},
+                {"configurable": {"thread_id": eb.thread_id, "checkpoint_ns": nb}},
+                serde,
+            )
+            if inner.same:
+                continue
+            said = f"subgraph {node} ({na!r}, {nb!r}): {inner.summary}"
+            channels, nodes = inner.channels, tuple(sorted({node, *inner.nodes}))
+        return ThreadDiff(
+            False,
+            len(a) - 1,
+            a[-1].step,
+            nodes,
+            channels,
+            ea.checkpoint_id,
+            eb.checkpoint_id,
+            shared,
+            f"same values at all {len(a)} checkpoints, but {said}",
+            pending=True,
+        )
+    return None
+
+
 def _nodes(
     txn: Txn[memoryview], store: Store, parent: Entry | None, channels: set[str]
 ) -> list[str]:
@@ -301,7 +420,7 @@ def _nodes(
     meta = store.backend.db("meta")
     for w in stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id):
         if w.channel in channels or not channels:
-            found.add(w.task_path.split(",")[-1].strip() or w.task_id)
+            found.add(_node_of(w))
     return sorted(found) or ["(update_state or input)"]
 
 
@@ -319,65 +438,74 @@ def diff_threads(
     """
     serde = serde or JsonPlusSerializer()
     with store.backend.read_txn() as txn:
-        empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
-        a = _chain(txn, store, config_a, serde, empty)
-        b = _chain(txn, store, config_b, serde, empty)
-        shared = None
-        # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
-        deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
-        cache: dict[tuple[str, str, str], dict[str, bytes]] = {}
-        for i in range(min(len(a), len(b))):
-            pa, pb = a[i], b[i]
-            if pa.entry.cid == pb.entry.cid:
-                shared = i
-            va = _rebuilt(txn, store, pa, deltas, cache)
-            vb = _rebuilt(txn, store, pb, deltas, cache)
-            differ = sorted(c for c in set(va) | set(vb) if va.get(c) != vb.get(c))
-            if differ:
-                parent = a[i - 1].entry if i else None
-                nodes = _nodes(txn, store, parent, set(differ))
-                if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
-                    nodes = sorted(
-                        set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(differ)))
-                    )
-                return ThreadDiff(
-                    False,
-                    i,
-                    pa.step,
-                    tuple(nodes),
-                    tuple(differ),
-                    pa.entry.checkpoint_id,
-                    pb.entry.checkpoint_id,
-                    shared,
-                    f"diverge at step {pa.step} (checkpoint {i} of each chain): node "
-                    f"{', '.join(nodes)} wrote different {', '.join(differ)}",
-                )
-        if len(a) == len(b):
-            found = _pending_diff(txn, store, serde, (a, b), shared)
-            if found is not None:
-                return found
+        return _diff(txn, store, config_a, config_b, serde)
+
+
+def _diff(
+    txn: Txn[memoryview],
+    store: Store,
+    config_a: Mapping[str, Any],
+    config_b: Mapping[str, Any],
+    serde: Any,
+) -> ThreadDiff:
+    """:func:`diff_threads` in a read txn (a subgraph's namespaces compared in the same)."""
+    empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
+    a = _chain(txn, store, config_a, serde, empty)
+    b = _chain(txn, store, config_b, serde, empty)
+    shared = None
+    # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
+    deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
+    cache: dict[tuple[str, str, str], dict[str, bytes]] = {}
+    for i in range(min(len(a), len(b))):
+        pa, pb = a[i], b[i]
+        if pa.entry.cid == pb.entry.cid:
+            shared = i
+        va = _rebuilt(txn, store, pa, deltas, cache)
+        vb = _rebuilt(txn, store, pb, deltas, cache)
+        differ = sorted(c for c in set(va) | set(vb) if va.get(c) != vb.get(c))
+        if differ:
+            parent = a[i - 1].entry if i else None
+            nodes = _nodes(txn, store, parent, set(differ))
+            if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
+                nodes = sorted(set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(differ))))
             return ThreadDiff(
-                True,
-                None,
-                None,
-                (),
-                (),
-                None,
-                None,
+                False,
+                i,
+                pa.step,
+                tuple(nodes),
+                tuple(differ),
+                pa.entry.checkpoint_id,
+                pb.entry.checkpoint_id,
                 shared,
-                f"same values at all {len(a)} checkpoints",
+                f"diverge at step {pa.step} (checkpoint {i} of each chain): node "
+                f"{', '.join(nodes)} wrote different {', '.join(differ)}",
             )
-        longer, name = (a, "A") if len(a) > len(b) else (b, "B")
-        i = min(len(a), len(b))
-        nxt = longer[i]
+    if len(a) == len(b):
+        found = _pending_diff(txn, store, serde, (a, b), shared)
+        if found is not None:
+            return found
         return ThreadDiff(
-            False,
-            i,
-            nxt.step,
-            tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
+            True,
+            None,
+            None,
             (),
-            a[i].entry.checkpoint_id if len(a) > i else None,
-            b[i].entry.checkpoint_id if len(b) > i else None,
+            (),
+            None,
+            None,
             shared,
-            f"same values for {i} checkpoints; only {name} goes on (step {nxt.step})",
+            f"same values at all {len(a)} checkpoints",
         )
+    longer, name = (a, "A") if len(a) > len(b) else (b, "B")
+    i = min(len(a), len(b))
+    nxt = longer[i]
+    return ThreadDiff(
+        False,
+        i,
+        nxt.step,
+        tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
+        (),
+        a[i].entry.checkpoint_id if len(a) > i else None,
+        b[i].entry.checkpoint_id if len(b) > i else None,
+        shared,
+        f"same values for {i} checkpoints; only {name} goes on (step {nxt.step})",
+    )

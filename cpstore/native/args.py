@@ -64,9 +64,14 @@ def full_checkpoint_id(text: str) -> str | None:
     (lowercased, as ``Store.resolve`` and ``validate`` read a typed id), else None.
 
     The one reading of "a full id" for the decision layer and the CLI (audit68 and
-    review74 each found a place that read only lowercase, or only an exact spelling)."""
-    if len(text) == 32 and is_hex(text):
-        return str.lower(text)
+    review74 each found a place that read only lowercase, or only an exact spelling).
+    A str subclass is read by its characters (review77: its own ``__len__`` and
+    ``__iter__`` made a path read as an id, where the regex this replaced did not)."""
+    if not isinstance(text, str):
+        return None
+    own = str.__str__(text)
+    if len(own) == 32 and is_hex(own):
+        return own.lower()
     return None
 
 

@@ -148,9 +148,10 @@ def repair_ref(
         # Checked when forced too: the record then names the vanished ref ``force`` lifted
         # the refusal over (None: nothing lifted), which ``forced`` alone did not (review73).
         overrode: object = None
+        other: Forgotten | None = None  # the other of two vanished, this one put back
         try:
             if damaged is None and new_raw is not None:
-                _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
+                other = _check_put_back(backend, txn, before, key=key, new_raw=new_raw)
             elif old_hash is not None:
                 _check_intact(backend, txn, before, key=key, now=old_hash, new_raw=new_raw)
         except PutBackMismatchError as exc:
@@ -182,7 +183,7 @@ def repair_ref(
             count = before.found + (damaged is None) - (new_raw is None)
         after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
         if new_raw is not None and old_hash is None:  # a put-back, or a damaged ref replaced
-            _carry_missing(backend, txn, before, after, count)
+            _carry_missing(backend, txn, before, after, count, other=other)
         kept: list[Forgotten] = []
         if not before.holds:
             adjusted = _expected(
@@ -253,7 +254,13 @@ def vanished_refs(backend: Backend) -> list[dict[str, str]]:
 
 
 def _carry_missing(
-    backend: Backend, txn: Txn[memoryview], before: RefsState, after: tuple[bytes, int], count: int
+    backend: Backend,
+    txn: Txn[memoryview],
+    before: RefsState,
+    after: tuple[bytes, int],
+    count: int,
+    *,
+    other: Forgotten | None = None,
 ) -> None:
     """Keep the recorded XOR when the table stays one ref short of ``count`` and the XOR
     difference after the repair names a ref absent from the table (a stored checkpoint and
@@ -261,13 +268,16 @@ def _carry_missing(
     against (:func:`_check_put_back`). Re-derived, the difference was zero and any
     put-back was accepted: after a damaged ref beside the vanished one was repaired, or
     one of two vanished refs put back (review73). A damaged ref replaced at another head
-    than its true one leaves a difference of two refs, which names none: re-derived."""
+    than its true one leaves a difference of two refs, which names none: re-derived.
+    ``other``: the other of two vanished refs when this put-back was found one of the two
+    (:func:`_check_one_of_two`), so still missing though ``search`` may give up before
+    it (review77: the digest was then re-derived, and the second put-back unchecked)."""
     if before.recorded is None or count - after[1] != 1:
         return
     diff = xor_bytes(before.recorded[0], after[0])
     if diff == bytes(DIGEST_SIZE):
         return
-    found = search(reach_all(backend, txn), ({diff}, {}))
+    found = other if other is not None else search(reach_all(backend, txn), ({diff}, {}))
     refs = backend.db("refs")
     if found is None or txn.get(ref_key(found.run, found.branch), None, refs) is not None:
         return
@@ -334,7 +344,7 @@ def _check_put_back(
     *,
     key: bytes,
     new_raw: bytes,
-) -> None:
+) -> Forgotten | None:
     """PutBackMismatchError unless a ref put back (``key`` at ``new_raw``) is the one the
     table is missing, when that one is known (:func:`_vanished_hash`): its name and head
     must give the digest's XOR difference (repair72). Naming another branch, even one
@@ -346,16 +356,15 @@ def _check_put_back(
     full = _vanished_hash(backend, txn, before)
     puts = [ref_hash(key, new_raw, o) for o in (RECORDED, SET)]
     if full is None:
-        _check_one_of_two(backend, txn, before, key=key, puts=puts, new_raw=new_raw)
-        return
+        return _check_one_of_two(backend, txn, before, key=key, puts=puts, new_raw=new_raw)
     if full in puts:
-        return
+        return None
     reach = reach_all(backend, txn)
     beside = {
         k: {xor_bytes(xor_bytes(full, p), now) for p in puts} for k, now in reach.present.items()
     }
     if search(reach, (set(), beside)) is not None:
-        return  # the put-back and one ref changed beside it give the difference
+        return None  # the put-back and one ref changed beside it give the difference
     run, branch = split_ref_key(key)
     where = f"refs/{run}/{branch}"
     got = {"run": run, "branch": branch, "head": new_raw.hex()}
@@ -388,25 +397,33 @@ def _check_one_of_two(
     key: bytes,
     puts: list[bytes],
     new_raw: bytes,
-) -> None:
+) -> Forgotten | None:
     """PutBackMismatchError when the table is exactly two refs short of a well-formed
     digest, two stored checkpoints and branch names give the XOR difference, and the ref
     put back is neither (review73 left the first of two put-backs unchecked: a wrong one,
     then any second, re-derived the digest and lifted refs70's refusal with both refs
-    lost). Accepted when the put-back and one nameable ref give the difference, and
+    lost). Accepted when the put-back and one nameable ref give the difference, when it
+    is one of the two the difference names (both return the other, still missing), and
     when no two refs give it (one of them a fork never recorded on: the put-back may be
-    the right one, so it is not refused, as before)."""
+    the right one, so it is not refused, as before: None)."""
     diff = _vanished_hash(backend, txn, before, short=2)
     if diff is None:
-        return
+        return None
     reach = reach_all(backend, txn)
-    if search(reach, ({xor_bytes(diff, p) for p in puts}, {})) is not None:
-        return  # this put-back and another vanished ref give the difference
+    found = search(reach, ({xor_bytes(diff, p) for p in puts}, {}))
+    if found is not None:
+        return found  # this put-back and another vanished ref give the difference
     pair = pair_search(reach, diff)
     if pair is None:
-        return
+        return None
     a, b = pair
     run, branch = split_ref_key(key)
+    for mine, theirs in ((a, b), (b, a)):
+        if (mine.run, mine.branch, mine.cid) == (run, branch, new_raw):
+            # The right one, though ``search`` gave up before the other (its cap counts
+            # every name of a run, ``pair_search``'s only the absent ones): review77
+            # found it refused, named as one of the two that vanished.
+            return theirs
     raise PutBackMismatchError(
         f"the ref put back is not one of the two that vanished: the refs table is two refs "
         f"short of meta/refs_digest, whose XOR difference is refs/{a.run}/{a.branch} at "
