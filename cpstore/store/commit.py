@@ -144,7 +144,7 @@ def apply_write(
                 "different manifest stored under this checkpoint id",
                 where=f"checkpoints/{op.cid.hex()}",
             )
-    txn.delete(op.cid, db=dbs["tombstones"])
+    txn.delete(op.cid, b"", dbs["tombstones"])  # positional: every engine's delete takes it
     if op.sealed_ledger is not None:
         txn.put(op.sealed_ledger, op.cid, overwrite=False, db=dbs["ledgers"])
     write_ref(txn, dbs, rkey, op.cid, RECORDED, old=current)
