@@ -179,6 +179,8 @@ def pack_checkpoint_value(created_at: float, manifest: bytes, cid: bytes | None 
     """
     created = _CREATED.pack(created_at)
     key = digest(manifest) if cid is None else cid
+    if type(key) is bytes:  # _created_check's bytes, without copying what is bytes already
+        return created + digest_small(key + created)[:_CHECK_SIZE] + manifest
     return created + _created_check(key, created) + manifest
 
 

@@ -251,14 +251,14 @@ def write_ref(
     """
     out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
     into = _hash(key, cid, origin)
-    value = bytes(cid) + _ORIGIN_BYTE[origin] + into[:_CHECK]
+    value = (cid if type(cid) is bytes else bytes(cid)) + _ORIGIN_BYTE[origin] + into[:_CHECK]
     state = _digest_state(txn, dbs["meta"])
     if old is None:
         _refuse_short(txn, dbs, key, state[1])
     txn.put(key, value, True, True, False, dbs["refs"])  # positional: ~1k below keywords
     if old is None or state[1] or not _row_missing(txn, dbs):
         _update_digest(txn, dbs["meta"], out, into, state)
-    _WRITTEN[0] = (bytes(key), value, into)
+    _WRITTEN[0] = (key if type(key) is bytes else bytes(key), value, into)
 
 
 def _row_missing(txn: Any, dbs: Mapping[str, Any]) -> bool:
