@@ -102,7 +102,9 @@ class EnvTxns:
             if self._readers_checked_at:  # else the open's own reader_check is this one
                 self._clear_dead_readers()
             self._readers_checked_at = last + step
-        self._tail.cover(last)
+        tail = self._tail
+        if (last + 1) * tail.psize > tail.covered:  # cover()'s own first test, without its call
+            tail.cover(last)
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -311,7 +313,8 @@ class EnvTxns:
         self.check_pid()
         if self.options.readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
-        self._lock_writes()
+        if not self.write_lock.acquire(blocking=False):  # _lock_writes' first try, inline
+            self._lock_writes()
         try:
             while True:
                 try:
