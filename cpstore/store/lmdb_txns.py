@@ -96,7 +96,9 @@ class EnvTxns:
         :data:`~cpstore.store.lmdb_pages.TAIL_STEP` the file's pages grow by, free dead
         readers' slots (:meth:`_clear_dead_readers`): one int compare per txn, one
         ``reader_check`` per MiB of growth (audit36)."""
-        last = self.env.info()["last_pgno"]
+        last = self._tail.last_pgno()  # env.info()'s, read from the meta pages
+        if last is None:
+            last = self.env.info()["last_pgno"]
         if last >= self._readers_checked_at:
             step = max(TAIL_STEP // max(self._tail.psize, 1), 1)
             if self._readers_checked_at:  # else the open's own reader_check is this one
