@@ -105,3 +105,20 @@ def test_lmdb_is_asked_when_the_meta_pages_do_not_read(
         assert len(seen) == 2 and seen[1][0] == seen[1][1] > seen[0][1]
         data = os.path.getsize(os.path.join(tmp_path / "s", "data.mdb"))
         assert data >= (seen[1][0] + 1) * tail.psize
+
+
+def test_the_write_txn_hands_out_views_and_takes_the_lock(tmp_path: Path) -> None:
+    """The write txn is begun with py-lmdb's positional arguments (trim76): a write txn
+    (a put lands) handing out zero-copy views (buffers), under the held write lock."""
+    with cpstore.open(tmp_path / "s", durability="none") as st:
+        env = _env(st)
+        seen: list[Any] = []
+
+        def probe(txn: Any) -> None:
+            txn.put(b"trim76", b"v", db=env.dbs["meta"])
+            seen.append((type(txn.get(b"trim76", None, env.dbs["meta"])), env.writes_here()))
+            txn.delete(b"trim76", b"", env.dbs["meta"])
+
+        env.write(probe)
+        assert seen == [(memoryview, True)]
+        assert not env.writes_here()

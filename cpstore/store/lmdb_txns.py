@@ -214,7 +214,7 @@ class EnvTxns:
             txn: Txn[memoryview] | None = None
             try:
                 if write:
-                    txn = self.env.begin(write=True, buffers=True)
+                    txn = self.env.begin(None, None, True, True)  # write, buffers
                 else:
                     self._enter_read()
                     txn = self.env.begin(buffers=self.locked)
@@ -315,7 +315,7 @@ class EnvTxns:
         self.check_pid()
         if self.options.readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
-        if not self.write_lock.acquire(blocking=False):  # _lock_writes' first try, inline
+        if not self.write_lock.acquire(False):  # _lock_writes' first try, inline (not blocking)
             self._lock_writes()
         try:
             while True:
@@ -344,7 +344,7 @@ class EnvTxns:
         """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
         txn: Txn[memoryview] | None = None
         try:
-            txn = self.env.begin(write=True, buffers=True)
+            txn = self.env.begin(None, None, True, True)  # db, parent, write, buffers: py-lmdb's
             self._txns.append(txn)  # see _txns
             return txn
         except BaseException as exc:
