@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from stored import raw_delete, raw_items
 
@@ -42,6 +42,14 @@ from cpstore.store.refs import check_refs, read_ref, read_ref_hashed, write_ref
 _digests = st.binary(min_size=16, max_size=16)
 _opt = st.one_of(st.none(), _digests)
 _names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12)
+_LOGS = ("observations", "call_graph", "effects", "harness", "transcript")
+_BARE: dict[str, Any] = {
+    "parent": None,
+    "logs": dict.fromkeys(_LOGS),
+    "tags": [],
+    "meta": {},
+    "tokens": None,
+}
 _TOKENS = {"records": b"r" * 16, "values": b"v" * 16, "offsets": b"o" * 16, "count": 7, "kinds": {}}
 
 
@@ -83,6 +91,12 @@ class TestEncoders:
         meta=st.dictionaries(_names, st.integers(), max_size=3),
         tokens=st.one_of(st.none(), st.just(_TOKENS)),
     )
+    # The encoder's table of small steps ends at 4096 (trim76): each side of it, and the ends.
+    @example(step=0, sealed=False, **_BARE)
+    @example(step=127, sealed=True, **_BARE)
+    @example(step=4095, sealed=True, **_BARE)
+    @example(step=4096, sealed=True, **_BARE)
+    @example(step=2**63 - 1, sealed=True, **_BARE)
     def test_recorded_manifest_equals_the_canonical_encoding(  # noqa: PLR0917 - given's arguments
         self,
         step: int,

@@ -422,8 +422,10 @@ class Content:
         else:
             at = int.from_bytes(next_seq(txn, self.heap), "big")
         seq = at.to_bytes(SEQ_SIZE, "big")
-        # The index row first, write-once: one call both asks and claims the key.
-        if not txn.put(key, seq, overwrite=False, db=index):
+        # The index row first, write-once: one call both asks and claims the key. The
+        # heap's puts are py-lmdb's alone (no other engine has a heap): its positional
+        # arguments (dupdata, overwrite, append, db), ~1k instructions below keywords.
+        if not txn.put(key, seq, True, False, False, index):
             return False
         if txn.get(key, None, self.legacy) is not None:  # stored before the upgrade
             txn.delete(key, db=index)
@@ -432,7 +434,7 @@ class Content:
             entry = record_entry(key, hints, data)
         else:
             entry = self.heads[len(key)] + key + data
-        if not txn.put(seq, entry, append=True, db=self.heap):
+        if not txn.put(seq, entry, True, True, True, self.heap):  # append
             # MDB_APPEND refuses (py-lmdb: returns False) a key not above the last
             # one: only damage puts one there (next_seq checks its length), or a
             # stale _APPENDED. The index row claimed above must not name an entry

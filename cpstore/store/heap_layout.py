@@ -49,7 +49,7 @@ def record_entry(key: bytes, hints: bytes, record: bytes | memoryview) -> bytes:
 
 def next_seq(txn: Any, heap: Any) -> bytes:
     """The next free heap key in a write txn: the last one + 1 (1 for an empty heap)."""
-    with txn.cursor(db=heap) as cur:
+    with txn.cursor(heap) as cur:  # positional: py-lmdb's (db=None) without the keyword
         if not cur.last():
             return (1).to_bytes(SEQ_SIZE, "big")
         last = bytes(cur.key())

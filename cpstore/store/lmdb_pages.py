@@ -14,6 +14,7 @@ as that format makes it answer "not shown whole" and the caller refuses.
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
 from collections.abc import Callable, Mapping
@@ -31,6 +32,9 @@ _MAGIC = 0xBEEFC0DE
 _DB_SIZE = 48  # struct MDB_db
 _META_DBS = _PAGEHDRSZ + 24  # magic, version, address, mapsize precede mm_dbs
 _DB_ROOT = 40  # md_root inside MDB_db
+#: A meta page past its page header: mm_magic, then (past mm_version, mm_address,
+#: mm_mapsize and mm_dbs) mm_last_pg and mm_txnid.
+_META_TAIL = struct.Struct(f"<I{_META_DBS + 2 * _DB_SIZE - _PAGEHDRSZ - 4}xQQ")
 #: Walks tried while other processes' commits keep moving the meta page on.
 _ATTEMPTS = 3
 #: TailCover allocates the data file up to a multiple of this.
@@ -201,6 +205,9 @@ class TailCover:
         #: Fill a step ahead; False (exactly what is committed) until the
         #: file is known to be a cpstore store: a refused open changes nothing.
         self.ahead = False
+        #: The held file's two meta pages, mapped read-only (:meth:`last_pgno`); None until
+        #: a write txn first asks, False when they cannot be mapped (LMDB is asked then).
+        self.metas: mmap.mmap | bool | None = None
 
     def hold(self, folder: str, writable: bool) -> str:
         """Hold ``folder``'s data file (the one LMDB opened: ``folder`` is the pinned
@@ -242,8 +249,38 @@ class TailCover:
         except OSError:
             pass
 
+    def last_pgno(self) -> int | None:
+        """LMDB's ``last_pgno`` (``env.info()``'s: the newer meta page's, by txn id, as
+        LMDB 0.9's ``mdb_env_pick_meta`` picks it), read from the held data file's meta
+        pages: ~1k instructions where ``env.info()`` builds a dict of six (~9k, every
+        write txn). Asked under LMDB's writer lock, where no commit writes a meta page
+        (LMDB writes them through the file, which the map shows). None when the pages
+        cannot be mapped or either is not a meta page: the caller asks LMDB."""
+        metas = self.metas
+        if metas is None:
+            metas = self.metas = self._map_metas()
+        if metas is False:
+            return None
+        magic0, last0, txnid0 = _META_TAIL.unpack_from(metas, _PAGEHDRSZ)  # type: ignore[arg-type]
+        magic1, last1, txnid1 = _META_TAIL.unpack_from(metas, self.psize + _PAGEHDRSZ)  # type: ignore[arg-type]
+        if magic0 != _MAGIC or magic1 != _MAGIC:
+            return None
+        return int(last1 if txnid0 < txnid1 else last0)
+
+    def _map_metas(self) -> mmap.mmap | bool:
+        held, psize = self.held, self.psize
+        if held is None or psize <= 0:
+            return False
+        try:
+            return mmap.mmap(held, 2 * psize, mmap.MAP_SHARED, mmap.PROT_READ)
+        except (OSError, ValueError):  # a file shorter than two pages, no mmap here
+            return False
+
     def close(self) -> None:
         """Close the held descriptor (in the opening process)."""
+        metas, self.metas = self.metas, None
+        if isinstance(metas, mmap.mmap):
+            metas.close()
         fd, held, self.fd, self.held = self.fd, self.held, None, None
         if held is not None:
             os.close(held)

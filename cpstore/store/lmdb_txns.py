@@ -96,13 +96,17 @@ class EnvTxns:
         :data:`~cpstore.store.lmdb_pages.TAIL_STEP` the file's pages grow by, free dead
         readers' slots (:meth:`_clear_dead_readers`): one int compare per txn, one
         ``reader_check`` per MiB of growth (audit36)."""
-        last = self.env.info()["last_pgno"]
+        last = self._tail.last_pgno()  # env.info()'s, read from the meta pages
+        if last is None:
+            last = self.env.info()["last_pgno"]
         if last >= self._readers_checked_at:
             step = max(TAIL_STEP // max(self._tail.psize, 1), 1)
             if self._readers_checked_at:  # else the open's own reader_check is this one
                 self._clear_dead_readers()
             self._readers_checked_at = last + step
-        self._tail.cover(last)
+        tail = self._tail
+        if (last + 1) * tail.psize > tail.covered:  # cover()'s own first test, without its call
+            tail.cover(last)
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -210,7 +214,7 @@ class EnvTxns:
             txn: Txn[memoryview] | None = None
             try:
                 if write:
-                    txn = self.env.begin(write=True, buffers=True)
+                    txn = self.env.begin(None, None, True, True)  # write, buffers
                 else:
                     self._enter_read()
                     txn = self.env.begin(buffers=self.locked)
@@ -311,7 +315,8 @@ class EnvTxns:
         self.check_pid()
         if self.options.readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
-        self._lock_writes()
+        if not self.write_lock.acquire(False):  # _lock_writes' first try, inline (not blocking)
+            self._lock_writes()
         try:
             while True:
                 try:
@@ -339,7 +344,7 @@ class EnvTxns:
         """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
         txn: Txn[memoryview] | None = None
         try:
-            txn = self.env.begin(write=True, buffers=True)
+            txn = self.env.begin(None, None, True, True)  # db, parent, write, buffers: py-lmdb's
             self._txns.append(txn)  # see _txns
             return txn
         except BaseException as exc:

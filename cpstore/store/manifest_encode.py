@@ -205,40 +205,53 @@ def encode_recorded_manifest(
     the module checks is the canonical one; a test pins equality with
     :func:`encode_manifest`.
     """
-    d = _enc_digest
-    return b"".join(
-        (
-            _MANIFEST_HEAD,
-            _MK["step"],
-            msgpack.packb(step),
-            _MK["tags"],
-            tags,
-            _MK["state"],
-            state,
-            _MK["branch"],
-            branch,
-            _MK["parent"],
-            d(parent),
-            _MK["run_id"],
-            run_id,
-            _MK["tokens"],
-            tokens,
-            _VERSION_PIECE,
-            d(logs["effects"]),
-            _MK["harness"],
-            d(logs["harness"]),
-            _MK["metadata"],
-            metadata,
-            _MK["call_graph"],
-            d(logs["call_graph"]),
-            _MK["transcript"],
-            d(logs["transcript"]),
-            _MK["observations"],
-            d(logs["observations"]),
-            _MK["ledger_sealed"],
-            b"\xc3" if ledger_sealed else b"\xc2",
-        )
+    # One bytes ``%`` format of a template holding every fixed key (_RECORDED_TEMPLATE);
+    # a digest is its bin8 header and bytes, an absent one nil (_enc_digest's bytes).
+    effects, harness = logs["effects"], logs["harness"]
+    call_graph, transcript, observations = (
+        logs["call_graph"],
+        logs["transcript"],
+        logs["observations"],
     )
+    return _RECORDED_TEMPLATE % (
+        _STEPS[step] if step < _STEPS_CACHED else msgpack.packb(step),
+        tags,
+        state,
+        branch,
+        _NIL if parent is None else _BIN16 + parent,
+        run_id,
+        tokens,
+        _NIL if effects is None else _BIN16 + effects,
+        _NIL if harness is None else _BIN16 + harness,
+        metadata,
+        _NIL if call_graph is None else _BIN16 + call_graph,
+        _NIL if transcript is None else _BIN16 + transcript,
+        _NIL if observations is None else _BIN16 + observations,
+        b"\xc3" if ledger_sealed else b"\xc2",
+    )
+
+
+_NIL, _BIN16 = b"\xc0", b"\xc4\x10"
+#: msgpack's bytes of the steps below this (a step is an int in [0, 2**63)): no Packer.
+_STEPS_CACHED = 4096
+_STEPS = tuple(msgpack.packb(i) for i in range(_STEPS_CACHED))
+
+
+def _recorded_template() -> bytes:
+    """The manifest's bytes in ``_RECORDED_ORDER`` with a ``%b`` for each value (a ``%``
+    in the fixed bytes escaped): ``cpstore``'s value is fixed, written with its key."""
+    pieces = [_MANIFEST_HEAD]
+    for key in _RECORDED_ORDER:
+        if key == "cpstore":
+            continue  # in _VERSION_PIECE, with the key that follows it
+        if key == "effects":
+            pieces.append(_VERSION_PIECE.replace(b"%", b"%%") + b"%b")
+            continue
+        pieces.append(_MK[key].replace(b"%", b"%%") + b"%b")
+    return b"".join(pieces)
+
+
+_RECORDED_TEMPLATE = _recorded_template()
 
 
 if tuple(k for _, k in _MANIFEST_KEYS) != _RECORDED_ORDER or tuple(k for _, k in _STATE_KEYS) != (

@@ -143,7 +143,18 @@ def hex_id(raw: bytes | None) -> str | None:
 
 def ref_key(run_id: str, branch: str) -> bytes:
     """Key of a ref: ``run_id`` UTF-8, NUL, ``branch`` UTF-8."""
-    return run_id.encode("utf-8", "surrogatepass") + b"\0" + branch.encode("utf-8", "surrogatepass")
+    last = _LAST_REF_KEY[0]
+    if last[0] is run_id and last[1] is branch:  # the very str objects: the same bytes
+        return last[2]
+    key = run_id.encode("utf-8", "surrogatepass") + b"\0" + branch.encode("utf-8", "surrogatepass")
+    if type(run_id) is str and type(branch) is str:  # never a subclass's (its encode may vary)
+        _LAST_REF_KEY[0] = (run_id, branch, key)
+    return key
+
+
+#: (run_id, branch, ref key) of the last :func:`ref_key` of two plain strs: a commit asks
+#: for its recorder's key every put (~2.6k instructions to encode). One slot, replaced whole.
+_LAST_REF_KEY: list[tuple[object, object, bytes]] = [(object(), object(), b"")]
 
 
 def split_ref_key(key: bytes | memoryview) -> tuple[str, str]:
@@ -168,6 +179,8 @@ def pack_checkpoint_value(created_at: float, manifest: bytes, cid: bytes | None 
     """
     created = _CREATED.pack(created_at)
     key = digest(manifest) if cid is None else cid
+    if type(key) is bytes:  # _created_check's bytes, without copying what is bytes already
+        return created + digest_small(key + created)[:_CHECK_SIZE] + manifest
     return created + _created_check(key, created) + manifest
 
 

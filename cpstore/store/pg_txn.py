@@ -250,11 +250,10 @@ class PgTxn:
         if not self.write:
             raise StoreReadOnlyError("a read transaction cannot write", where=self.where)
 
-    def put(
+    def put(  # noqa: PLR0917 - py-lmdb's own signature (the commit passes them positionally)
         self,
         key: bytes,
         value: bytes | memoryview,
-        *,
         dupdata: bool = True,
         overwrite: bool = True,
         append: bool = False,

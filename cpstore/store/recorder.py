@@ -74,6 +74,9 @@ _TOKEN = struct.Struct("<QIB3x16s")
 _PROVENANCE = {name: int(code) for name, code in PROVENANCE_CODES.items()}
 _INT64, _UINT64_END = 2**63, 2**64
 _msgpack = msgspec.msgpack.Encoder().encode
+_LOG_NAMES = ("observations", "call_graph", "effects", "harness")
+#: Built-in types no AppendLog is (skips the ABC's isinstance for a plain part value).
+_NOT_APPEND_LOG = frozenset((str, bytes, int, float, bool, type(None), list, dict, tuple))
 
 
 def _step(value: object) -> int:
@@ -301,7 +304,7 @@ class Recorder(BulkAppends, RecorderEnds):
             whole = self._blob(as_payload(state, "state"), chunked, "bytes", canonical=False)
             st = {"kind": "bytes", "digest": whole, "parts": {}, "chunked": chunked}
             return st, encode_state(st, b"\x80")
-        if not isinstance(state, Mapping):
+        if type(state) is not dict and not isinstance(state, Mapping):  # dict: no ABC check
             raise InvalidInputError(
                 "state must be bytes or a mapping of part names to values",
                 got=type(state).__name__,
@@ -323,7 +326,7 @@ class Recorder(BulkAppends, RecorderEnds):
                 kept[name] = cached
                 continue
             check_text(name, "state part name")
-            if isinstance(value, AppendLog):
+            if type(value) not in _NOT_APPEND_LOG and isinstance(value, AppendLog):
                 parts[name] = self._appends.part(self, name, value, chunked)
                 continue
             try:
@@ -431,8 +434,9 @@ class Recorder(BulkAppends, RecorderEnds):
             self._tags_enc = (len(self._tags), encode_value(list(self._tags)))
         cached_tokens = self._logs.get("tokens")
         fields: dict[str, Any] = {"state": state_map, "tokens": tokens}
-        for name in ("observations", "call_graph", "effects", "harness"):
-            fields[name] = logs(name)
+        dirty, stored_log = self._dirty, self._logs.get  # _log's own answer when clean
+        for name in _LOG_NAMES:
+            fields[name] = logs(name) if name in dirty else stored_log(name)
         fields["transcript"] = self._transcript
         manifest = encode_recorded_manifest(
             fields,

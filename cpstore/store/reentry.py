@@ -45,12 +45,14 @@ class Reentry:
 
     def run(self, fn: Callable[..., None], *args: object) -> None:
         """``fn(*args)`` as this thread's write, refused when it is inside one already."""
-        self.refuse()
+        local = self._local
+        if getattr(local, "on", False):  # refuse(), inline: once per write
+            raise reentrant_write(self._where)
         try:  # set inside: an interrupt before the try leaves it unset, never stuck on
-            self._local.on = True
+            local.on = True
             fn(*args)
         finally:
-            self._local.on = False
+            local.on = False
 
 
 #: One :class:`Reentry` per shared environment (every handle of one LMDB path): a handler

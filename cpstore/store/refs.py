@@ -62,8 +62,12 @@ _COUNT = struct.Struct("<Q")
 _ZERO = bytes(DIGEST_SIZE)
 
 
+#: An origin's stored byte (``bytes((origin,))``, without the tuple and the call).
+_ORIGIN_BYTE = tuple(bytes((i,)) for i in range(256))
+
+
 def _hash(key: bytes, cid: bytes, origin: int) -> bytes:
-    return digest_small(b"".join((cid, bytes((origin,)), key)))  # digest()'s bytes
+    return digest_small(b"".join((cid, _ORIGIN_BYTE[origin], key)))  # digest()'s bytes
 
 
 #: (key, value, full hash) of the ref this process wrote last: a read of that very
@@ -74,7 +78,7 @@ _WRITTEN: list[tuple[bytes, bytes, bytes] | None] = [None]
 
 def pack_ref(key: bytes, cid: bytes, origin: int) -> bytes:
     """The stored value of ref ``key`` naming ``cid``."""
-    return bytes(cid) + bytes((origin,)) + _hash(key, cid, origin)[:_CHECK]
+    return bytes(cid) + _ORIGIN_BYTE[origin] + _hash(key, cid, origin)[:_CHECK]
 
 
 def _where(key: bytes | memoryview) -> str:
@@ -217,7 +221,14 @@ def _update_digest(
     # Modulo its 8 bytes, as the XOR is: a count damaged below the refs a move deletes
     # stays damaged (still reported) instead of ending the move in struct.error (review68).
     count %= 1 << (8 * _COUNT.size)
-    txn.put(REFS_DIGEST_KEY, x.to_bytes(DIGEST_SIZE, "little") + _COUNT.pack(count), db=meta)
+    txn.put(
+        REFS_DIGEST_KEY,
+        x.to_bytes(DIGEST_SIZE, "little") + _COUNT.pack(count),
+        True,
+        True,
+        False,
+        meta,
+    )
 
 
 def write_ref(
@@ -240,14 +251,14 @@ def write_ref(
     """
     out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
     into = _hash(key, cid, origin)
-    value = bytes(cid) + bytes((origin,)) + into[:_CHECK]
+    value = (cid if type(cid) is bytes else bytes(cid)) + _ORIGIN_BYTE[origin] + into[:_CHECK]
     state = _digest_state(txn, dbs["meta"])
     if old is None:
         _refuse_short(txn, dbs, key, state[1])
-    txn.put(key, value, db=dbs["refs"])
+    txn.put(key, value, True, True, False, dbs["refs"])  # positional: ~1k below keywords
     if old is None or state[1] or not _row_missing(txn, dbs):
         _update_digest(txn, dbs["meta"], out, into, state)
-    _WRITTEN[0] = (bytes(key), value, into)
+    _WRITTEN[0] = (key if type(key) is bytes else bytes(key), value, into)
 
 
 def _row_missing(txn: Any, dbs: Mapping[str, Any]) -> bool:
