@@ -26,7 +26,7 @@ from bench_store import Comparison, Workload, _timed, interleave, make_workload
 from pytest_benchmark.fixture import BenchmarkFixture
 
 import cpstore
-from cpstore.store import content
+from cpstore.store import heap_layout
 from cpstore.store.content import records_of
 from cpstore.store.record_codec import compress_record
 
@@ -50,7 +50,9 @@ def _record(path: Path, wl: Workload, compact: bool, mp: pytest.MonkeyPatch) -> 
     ``compact=False`` turns the record compression off (``compress_record`` ->
     None: the writer's fallback, a ``c`` entry); ``mp`` restores it at teardown.
     """
-    mp.setattr(content, "compress_record", compress_record if compact else lambda record: None)
+    # heap_layout.record_entry is the caller (content.py had it once; patching content
+    # then raised AttributeError and the benchmark never ran)
+    mp.setattr(heap_layout, "compress_record", compress_record if compact else lambda record: None)
     with cpstore.open(path, durability="none") as st:
         rec = st.recorder("r")
         return _timed(lambda: [rec.checkpoint(i, s) for i, s in enumerate(wl.states)])
