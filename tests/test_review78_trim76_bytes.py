@@ -273,3 +273,55 @@ def test_processes_recording_non_ascii_runs_into_one_store(url: str, tmp_path: P
                     assert (m.step, m.run_id, m.branch) == (n - 1, r, b)
         report = store.verify()
         assert report.ok, report
+
+
+_ROOT = Path(__file__).resolve().parent.parent
+_RECORD = Path(__file__).resolve().parent / "review78_record.py"
+
+
+def _tree(at: Path, commit: str) -> Path | None:
+    """``commit``'s cpstore package exported under ``at`` with this build's native core (its
+    C sources are trim76's own: csrc did not change since 60c078b), or None without git."""
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(_ROOT), "archive", commit, "cpstore"],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    at.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(at)], input=archive, check=True, timeout=60)
+    native = next((_ROOT / "cpstore").glob("_cpstore_native*.so"))
+    (at / "cpstore" / native.name).write_bytes(native.read_bytes())
+    return at
+
+
+@pytest.mark.parametrize("seed", [3, 5, 6, 11])
+def test_the_store_is_60c078bs_byte_for_byte(url: str, tmp_path: Path, seed: int) -> None:
+    """The same seeded scenario (tests/review78_record.py) recorded by 60c078b's cpstore and
+    by this one, same clock and hash seed: every stored entry equal, on both engines."""
+    old_tree = _tree(tmp_path / "old", "60c078b")
+    if old_tree is None:
+        pytest.skip("60c078b is not in this checkout")
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    got = []
+    for tree, where in ((old_tree, "a"), (_ROOT, "b")):
+        location = (
+            str(tmp_path / where)
+            if not url.startswith("postgresql:")
+            else (url if where == "a" else url.replace("schema=", "schema=b"))
+        )
+        run = subprocess.run(
+            [sys.executable, str(_RECORD), str(tree), location, str(seed)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert run.returncode == 0, run.stderr
+        got.append(run.stdout.split())
+    assert got[0] == got[1] and int(got[0][0]) > 100
