@@ -325,3 +325,37 @@ def test_the_store_is_60c078bs_byte_for_byte(url: str, tmp_path: Path, seed: int
         assert run.returncode == 0, run.stderr
         got.append(run.stdout.split())
     assert got[0] == got[1] and int(got[0][0]) > 100
+
+
+_CHECKS = Path(__file__).resolve().parent / "review78_checks.py"
+#: trim76's tip (merged as 06f4681): its refusals, before other branches changed messages.
+_TRIM76 = "816f091cfe24e16424dc06f0e8f178a1d8ec3726"
+
+
+def test_the_put_paths_refusals_are_60c078bs(url: str, tmp_path: Path) -> None:
+    """A named object deleted (twice), its heap entry gone, a damaged ref, a vanished ref
+    beside a new and a re-made run (refs70), a reentrant write, a moved branch, a read-only
+    store (tests/review78_checks.py): 60c078b and trim76 raise the same class with the same
+    message and fields, on both engines."""
+    trees = [
+        _tree(tmp_path / name, commit) for name, commit in (("old", "60c078b"), ("new", _TRIM76))
+    ]
+    if None in trees:
+        pytest.skip("60c078b or trim76 is not in this checkout")
+    got = []
+    for n, tree in enumerate(trees):
+        pg = url.startswith("postgresql:")
+        base = url.replace("schema=", f"schema=t{n}") if pg else str(tmp_path / f"s{n}")
+        run = subprocess.run(
+            [sys.executable, str(_CHECKS), str(tree), base],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
+        assert run.returncode == 0, run.stderr
+        got.append(run.stdout)
+    assert got[0] == got[1]
+    assert got[1].count("\n") >= (6 if url.startswith("postgresql:") else 9), got[1]
+    assert "no error" not in got[1]
