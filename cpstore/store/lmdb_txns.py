@@ -315,8 +315,18 @@ class EnvTxns:
         self.check_pid()
         if self.options.readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
-        if not self.write_lock.acquire(False):  # _lock_writes' first try, inline (not blocking)
-            self._lock_writes()
+        lock = self.write_lock
+        held = lock._is_owned()  # type: ignore[attr-defined]  # see writes_here
+        try:
+            if not lock.acquire(False):  # _lock_writes' first try, inline (not blocking)
+                self._lock_writes()
+        except BaseException:
+            # A signal handler's exception landing on an acquire's return (here or in
+            # _lock_writes): the lock this call took is let go, else it stayed this
+            # thread's and every other thread's write waited forever (review78).
+            if not held and lock._is_owned():  # type: ignore[attr-defined]
+                lock.release()
+            raise
         try:
             while True:
                 try:
