@@ -43,6 +43,7 @@ from cpstore.store.lmdb_interrupted import GroupFates, commit_raised
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_registry import acquire_env, release_env
 from cpstore.store.lmdb_settle import batch_landed, commit_failed, growth_failed
+from cpstore.store.lmdb_txns import take_write_lock
 from cpstore.store.model import CheckpointWrite
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.reentry import shared_reentry
@@ -209,7 +210,7 @@ class LmdbBackend(BackendBase):
         env = self.env
         if env.writes_here() or env.holds_read() or self._reentry.inside():  # another handle's
             return False  # write on this thread (shared_reentry): refused as nested; helper
-        if not env.write_lock.acquire(blocking=False):
+        if not take_write_lock(env.write_lock, blocking=False):
             return False
         try:
             if env.reads_anywhere():

@@ -24,6 +24,7 @@ from cpstore.store.lmdb_open import (
     pin_folder,
     unlock_folder,
 )
+from cpstore.store.lmdb_txns import take_write_lock
 
 __all__ = [
     "acquire_env",
@@ -436,7 +437,7 @@ def _close_left_open(key: str) -> None:
             return
         if env.reads_anywhere() or env.writes_here():  # this thread's write: the RLock is its
             return  # (a handler's open inside it closed the env under that write; audit50)
-        if not env.write_lock.acquire(blocking=False):
+        if not take_write_lock(env.write_lock, blocking=False):
             return  # still in use (or another thread's release is closing it)
         env.write_lock.release()
         _CLOSING_LEFT.add(env)  # first: a fork() child must never see the handle alone

@@ -33,9 +33,26 @@ from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
 
-__all__ = ["EnvTxns"]
+__all__ = ["EnvTxns", "take_write_lock"]
 
 T = TypeVar("T")
+
+
+def take_write_lock(lock: Any, *, blocking: bool = True, timeout: float = -1) -> bool:
+    """``lock.acquire(blocking, timeout)`` on a lock the calling thread does not hold,
+    letting go of it when an interrupt (a signal handler's exception) lands on the
+    acquire's return: the caller's ``try`` that releases it was not entered yet, so the
+    lock stayed this thread's for good and every other thread's write waited forever
+    (review78 found it in ``write``; ``try_flush_here``, ``quiesced`` and the registry's
+    close of an environment left open had the same window)."""
+    try:
+        got: bool = lock.acquire(blocking, timeout)
+    except BaseException:
+        if lock._is_owned():
+            lock.release()
+        raise
+    return got
+
 
 _TWICE = (0, 1)
 #: The longest a close waits for another thread's txn of the environment to end (a daemon
@@ -452,7 +469,7 @@ class EnvTxns:
         and the process died of SIGSEGV when that thread's begin returned)."""
         me, deadline = get_ident(), time.monotonic() + CLOSE_WAIT_SECONDS
         self.closing = True  # a thread refused meanwhile is told the store is closing
-        held = self.write_lock.acquire(timeout=CLOSE_WAIT_SECONDS)
+        held = take_write_lock(self.write_lock, timeout=CLOSE_WAIT_SECONDS)
         try:
             with self._gate:
                 self._resizing = True  # a writer waiting for the lock while it reads is refused

@@ -1,0 +1,112 @@
+"""review78's leftover: the other places that take the in-process write lock and then
+enter a ``try``, swept as review78 swept ``EnvTxns.write``.
+
+``LmdbBackend.try_flush_here`` (a finalizer's flush), ``EnvTxns.quiesced`` (a close's wait
+for other threads' txns) and the registry's close of an environment a close left open each
+took the lock, then entered the ``try`` whose ``finally`` lets it go. An interrupt (a signal
+handler's exception) landing on the acquire's return left the lock this thread's for good:
+every other thread's write then waited forever. The sweep lands a KeyboardInterrupt at
+each point where CPython runs a pending handler in those frames and in the helper they
+now share (``take_write_lock``); after each landing the lock must be free."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_begin_interrupted import _interrupting
+from test_review78_write_lock_interrupt import _another_thread_writes
+
+import cpstore
+from cpstore.store.lmdb_txns import take_write_lock
+
+NAMES = {"take_write_lock", "try_flush_here", "quiesced", "_close_left_open"}
+
+
+def _sweep(env: Any, call: Callable[[], Any]) -> tuple[int, list[str]]:
+    """Interrupt ``call`` at each landing in turn until it runs through; the number of
+    landings and those after which the write lock stayed held (released here)."""
+    left: list[str] = []
+    k = 0
+    while True:
+        k += 1
+        trace, landed = _interrupting(k, NAMES)
+        gc.disable()
+        sys.settrace(trace)
+        try:
+            call()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+            gc.enable()
+        if not landed:
+            return k - 1, left
+        if env.write_lock._is_owned():
+            left.append(landed[0])
+            while env.write_lock._is_owned():
+                env.write_lock.release()
+        assert _another_thread_writes(env), landed[0]
+
+
+def test_a_finalizers_flush_interrupted_anywhere_leaves_the_lock_free(tmp_path: Path) -> None:
+    st = cpstore.open(tmp_path / "s", durability="batched", batch_size=1000)
+    try:
+        rec = st.recorder("r")
+        rec.checkpoint(0, {"a": 1})
+        env: Any = st.backend.env
+        landings, left = _sweep(env, st.backend.try_flush_here)
+        assert landings > 2 and left == []
+        st.flush()
+        assert _another_thread_writes(env)
+    finally:
+        st.close()
+
+
+def test_a_close_wait_interrupted_anywhere_leaves_the_lock_free(tmp_path: Path) -> None:
+    st = cpstore.open(tmp_path / "s", durability="none")
+    try:
+        st.recorder("r").checkpoint(0, {"a": 1})
+        env: Any = st.backend.env
+
+        def wait() -> None:
+            with env.quiesced() as quiet:
+                assert quiet
+
+        landings, left = _sweep(env, wait)
+        assert landings > 2 and left == []
+    finally:
+        st.close()
+
+
+@pytest.mark.parametrize("how", ["try", "wait"])
+def test_take_write_lock_interrupted_anywhere_keeps_no_lock(how: str) -> None:
+    """The helper all three share (the registry's close of an environment left open
+    takes the lock through it and lets it go at once), on a lock the thread does not
+    hold (each caller returns before when it does)."""
+    lock = threading.RLock()
+    k = 0
+    while True:
+        k += 1
+        trace, landed = _interrupting(k, {"take_write_lock"})
+        got = False
+        gc.disable()
+        sys.settrace(trace)
+        try:
+            got = take_write_lock(lock, blocking=how == "wait")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+            gc.enable()
+        if not landed:
+            assert got
+            lock.release()
+            break
+        assert not lock._is_owned(), landed[0]  # type: ignore[attr-defined]
+    assert k > 1
