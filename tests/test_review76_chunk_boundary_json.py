@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from run_docs import doc_body, rng_token
 from test_audit31_json_paths import _outcome, _strict
 
 from cpstore.errors import DocumentError
@@ -27,20 +28,8 @@ from cpstore.run.document import load_document
 
 
 def _doc_text(tokens: int, tail: str = "") -> bytes:
-    body = {
-        "format": 1,
-        "run_id": "r",
-        "step": 0,
-        "state_digest": "s",
-        "observations": [],
-        "call_graph": [],
-        "transcript_digest": None,
-        "effects": [],
-    }
-    toks = ",".join(
-        json.dumps({"seq": i, "kind": "rng", "value": i, "provenance": "recorded"})
-        for i in range(tokens)
-    )
+    body = doc_body()
+    toks = ",".join(json.dumps(rng_token(i, i)) for i in range(tokens))
     return (json.dumps(body)[:-1] + ', "tokens": [' + toks + tail + "]}").encode()
 
 

@@ -15,21 +15,12 @@ from typing import Any
 
 import msgpack
 import pytest
+from run_docs import doc_body, rng_token
 
 from cpstore.errors import DocumentError
 from cpstore.run.document import load_document
 
-DOC: dict[str, Any] = {
-    "format": 1,
-    "run_id": "r",
-    "step": 0,
-    "state_digest": "s",
-    "observations": [],
-    "call_graph": [],
-    "transcript_digest": None,
-    "effects": [],
-    "tokens": [{"seq": 0, "kind": "rng", "value": 0, "provenance": "recorded"}],
-}
+DOC: dict[str, Any] = doc_body(tokens=[rng_token()])
 
 
 def _json(value: str) -> bytes:

@@ -18,22 +18,13 @@ import json
 from typing import Any
 
 import pytest
+from run_docs import doc_body, rng_token
 
 from cpstore.errors import DocumentError
 from cpstore.native.canonical import encode_value
 from cpstore.run.document import load_document
 
-DOC: dict[str, Any] = {
-    "format": 1,
-    "run_id": "r",
-    "step": 0,
-    "state_digest": "s",
-    "observations": [],
-    "call_graph": [],
-    "transcript_digest": None,
-    "effects": [],
-    "tokens": [{"seq": 0, "kind": "rng", "value": "é\U0001f600", "provenance": "recorded"}],
-}
+DOC: dict[str, Any] = doc_body(tokens=[rng_token(value="é\U0001f600")])
 
 
 @pytest.mark.parametrize("raw", [b"", b" ", b"\n\t\r "])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from run_docs import doc_body, rng_token
 
 from cpstore.decision.table import Verdict
 from cpstore.decision.validate import validate
@@ -23,19 +24,7 @@ from cpstore.run.document import load_document, parse_document
 
 
 def _doc(literal: str, mode: str | None = None) -> bytes:
-    body = {
-        "format": 1,
-        "run_id": "r",
-        "step": 0,
-        "state_digest": "s",
-        "observations": [],
-        "call_graph": [],
-        "transcript_digest": None,
-        "effects": [],
-        "ledger_sealed": True,
-        "mode": mode,
-        "tokens": [{"seq": 0, "kind": "clock", "value": "VALUE", "provenance": "recorded"}],
-    }
+    body = doc_body(ledger_sealed=True, mode=mode, tokens=[rng_token(value="VALUE", kind="clock")])
     return json.dumps(body).replace('"VALUE"', literal).encode()
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 
+from run_docs import doc_body
+
 from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
 from cpstore.run.document import load_document
@@ -20,19 +22,7 @@ from cpstore.run.document import load_document
 
 def _doc(pin: float, mode: str | None = None) -> bytes:
     observation = {"step": 1, "source": "clock", "payload_digest": "p", "pinned_at": pin}
-    body = {
-        "format": 1,
-        "run_id": "r",
-        "step": 5,
-        "state_digest": "s",
-        "observations": [observation],
-        "tokens": [],
-        "call_graph": [],
-        "transcript_digest": None,
-        "effects": [],
-        "ledger_sealed": True,
-        "mode": mode,
-    }
+    body = doc_body(step=5, observations=[observation], tokens=[], ledger_sealed=True, mode=mode)
     return json.dumps(body).encode()
 
 
