@@ -33,6 +33,7 @@ import random
 import time
 from typing import Any
 
+from chaos_check import may_have_committed
 from chaos_log import Log
 from chaos_roles import damage_and_repair, release_repair_hold
 from chaos_rollback import INF, REPAIR, VANISH, probe, roll_back_and_repair
@@ -129,16 +130,21 @@ def vanish_and_repair(store: str, log: Log, rng: random.Random) -> None:
 def _creates(m: Any, b: dict[str, Any], a: dict[str, Any]) -> bool:
     """Whether acknowledged operation ``b`` created a ref: a fork, a root checkpoint (a
     new run or branch, a first pull, a LangGraph thread's first put), or a fork branch's
-    first checkpoint (its recorder made with the base as parent)."""
+    first checkpoint (its recorder made with the base as parent). Not a fork branch's
+    checkpoint after one on it that may have committed unacknowledged (a lost
+    connection's, a killed one's: the ref then stood, and this one moved it; seed 76205's
+    server-crash run: a resumed branch's first checkpoint told StoreConnectionError, the
+    worker's next one on it acknowledged inside a vanish and read as a create)."""
     op = b["op"]
     if op == "fork" or (op in ("ckpt", "lgput") and b.get("parent") is None):
         return True
     if op != "ckpt" or not str(b.get("branch", "")).startswith(("f", "g")):
         return False
     return not any(
-        ob["op"] in ("ckpt", "fork") and oe["t"] < b["t"]
+        ob["op"] in ("ckpt", "fork") and ob["t"] < b["t"]
+        and (oe is None or oe["t"] < b["t"]) and may_have_committed(oe)
         and (ob.get("run"), ob.get("branch")) == (b["run"], b["branch"])
-        for ob, oe in m.acks
+        for ob, oe in m.ops
     )  # fmt: skip
 
 

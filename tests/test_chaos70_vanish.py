@@ -385,3 +385,41 @@ def test_a_relayed_refusal_told_late(at: int, ok: bool) -> None:
     d = {"t": at + 1, "w": 0, "inc": 0, "ev": "defect", "op": "flush", "id": b["id"],
          "err": "IntegrityError", "tb": tb}  # fmt: skip
     assert (Model([{"w": 0, "inc": 0, **r} for r in lines] + [d]).defects == []) is ok
+
+
+class TestUnacknowledgedFirstCheckpoint:
+    """Seed 76205 (server-crash variant): a resumed fork branch's first checkpoint (the
+    create, made with the base as parent) was told StoreConnectionError though it
+    committed; the worker's next checkpoint on that branch, a move, was acknowledged
+    inside a vanish and the checker read it as a create ("created a ref while ... stood
+    vanished"). A checkpoint after one on its branch that may have committed is a move."""
+
+    def _lines(self, st: cpstore.Store, first: str, err: str) -> list[dict[str, Any]]:
+        ids = {"run": RUN, "branch": "g9"}
+        rec = st.recorder(RUN, branch="g9", parent=first)
+        one = rec.checkpoint(5, {"g": 1})  # the create, committed
+        two = rec.checkpoint(6, {"g": 2})  # the move, inside the vanish
+        sd1, sd2 = st.manifest(one).state_digest, st.manifest(two).state_digest
+        lines = _vanish_lines(first, repair=_repaired(st, first))
+        lines += [
+            {"t": 2, "ev": "b", "op": "ckpt", "id": "g1", "sd": sd1, "parent": first, **ids},
+            {"t": 3, "ev": "x", "op": "ckpt", "id": "g1", "err": err, "msg": "server gone"},
+            *_ckpt("g2", 20, two, sd2, parent=one, **ids),
+        ]
+        return lines
+
+    def test_a_move_after_a_lost_connections_create_is_allowed(self, tmp_path: Path) -> None:
+        st, first, _ = _store(tmp_path)
+        with st:
+            _planted(tmp_path, self._lines(st, first, "StoreConnectionError"))
+            found = vanish_problems(st, Model(read_logs(tmp_path / "logs")))
+            assert not [p for p in found if "created a ref while" in p], found
+
+    def test_after_a_refused_create_it_is_still_reported(self, tmp_path: Path) -> None:
+        """A first checkpoint refused (an IntegrityError: nothing committed) leaves the
+        next one the create: acknowledged inside the vanish, it is reported."""
+        st, first, _ = _store(tmp_path)
+        with st:
+            _planted(tmp_path, self._lines(st, first, "IntegrityError"))
+            found = vanish_problems(st, Model(read_logs(tmp_path / "logs")))
+            assert [p for p in found if "created a ref while" in p], found
