@@ -269,7 +269,7 @@ class EnvTxns:
         try:
             active.append(me)
             if not self._resizing:
-                # db, parent, write, buffers: positional (py-lmdb parses a keyword ~1k instructions slower)
+                # db, parent, write, buffers: positional (a keyword: ~1k instructions more)
                 txn = self.env.begin(None, None, False, self.locked)  # copies: no slot
                 self._txns.append(txn)  # see _txns
                 return self._legacy_read(txn) if self._legacy_ro else txn
