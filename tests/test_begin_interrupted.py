@@ -137,11 +137,14 @@ class _FullOnce:
     def __init__(self, real: Any) -> None:
         self.real, self.full = real, True
 
-    def begin(self, **kwargs: Any) -> Any:
-        if not kwargs.get("write") and self.full:
+    def begin(
+        self, db: Any = None, parent: Any = None, write: bool = False, buffers: bool = False
+    ) -> Any:
+        # py-lmdb's signature: the store passes these positionally
+        if not write and self.full:
             self.full = False
             raise lmdb.ReadersFullError("mdb_txn_begin: MDB_READERS_FULL (test)")
-        return self.real.begin(**kwargs)
+        return self.real.begin(db, parent, write, buffers)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)

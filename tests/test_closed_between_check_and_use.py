@@ -41,11 +41,14 @@ class _FullReaders:
         self.real, self.active, self.full = real, active, 2
         self.counted: list[bool] = []
 
-    def begin(self, **kwargs: Any) -> Any:
-        if not kwargs.get("write") and self.full:
+    def begin(
+        self, db: Any = None, parent: Any = None, write: bool = False, buffers: bool = False
+    ) -> Any:
+        # py-lmdb's signature: the store passes these positionally
+        if not write and self.full:
             self.full -= 1
             raise lmdb.ReadersFullError("mdb_txn_begin: MDB_READERS_FULL (test)")
-        return self.real.begin(**kwargs)
+        return self.real.begin(db, parent, write, buffers)
 
     def reader_check(self) -> int:
         self.counted.append(get_ident() in self.active)

@@ -247,7 +247,7 @@ def get(txn: Txn[memoryview], db: Any, key: bytes) -> bytes | None:
     (stored on PostgreSQL by an older release) is looked up by :func:`scan`, so the
     same call finds it there and finds nothing on LMDB, which cannot hold it."""
     if len(key) <= MAX_KEY_BYTES:
-        found = txn.get(key, db=db)
+        found = txn.get(key, None, db)  # positional: py-lmdb parses a keyword ~1k slower
         return None if found is None else bytes(found)
     for k, value in scan(txn, db, key):
         if k == key:

@@ -234,7 +234,7 @@ class EnvTxns:
                     txn = self.env.begin(None, None, True, True)  # write, buffers
                 else:
                     self._enter_read()
-                    txn = self.env.begin(buffers=self.locked)
+                    txn = self.env.begin(None, None, False, self.locked)  # buffers
                 self._txns.append(txn)
                 return txn
             except BaseException:
@@ -269,7 +269,8 @@ class EnvTxns:
         try:
             active.append(me)
             if not self._resizing:
-                txn = self.env.begin(buffers=self.locked)  # copies: no slot
+                # db, parent, write, buffers: positional (a keyword: ~1k instructions more)
+                txn = self.env.begin(None, None, False, self.locked)  # copies: no slot
                 self._txns.append(txn)  # see _txns
                 return self._legacy_read(txn) if self._legacy_ro else txn
         except BaseException as exc:
