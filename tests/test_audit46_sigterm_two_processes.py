@@ -30,7 +30,11 @@ def write(name):
     for step in range(per):
         cid = rec.checkpoint(step, {"step": step})
         with lock:
-            print(name, step, cid, flush=True)
+            # One write call: print() writes each field and the separators on its own,
+            # so the handler's SystemExit could land inside a line and leave it cut,
+            # a worker's line then run on after it (ci83: "too many values to unpack").
+            sys.stdout.write(f"{name} {step} {cid}\n")
+            sys.stdout.flush()
 
 workers = [threading.Thread(target=write, args=(f"{tag}-{t}",)) for t in range(4)]
 for t in workers:
