@@ -423,3 +423,44 @@ class TestUnacknowledgedFirstCheckpoint:
             _planted(tmp_path, self._lines(st, first, "IntegrityError"))
             found = vanish_problems(st, Model(read_logs(tmp_path / "logs")))
             assert [p for p in found if "created a ref while" in p], found
+
+
+def test_a_vanished_head_kept_only_by_lineage_is_left_vanished(tmp_path: Path) -> None:
+    """ci84 (seed 653521893): the beside rollback's forced repair could not name the
+    vanished fork (its difference named no ref within the search), so it kept every tip
+    of the store with its lineage; the fork's head had a child, so it was no tip and not
+    in ``kept``, and the refs rule read the fork as lost. A repair that found the table
+    short and accepted it leaves the vanish documented; without one it is still lost."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    log = Log(str(logdir / "w99.log"), 99, 0)
+    with cpstore.open(tmp_path / "s") as st:
+        rec = st.recorder(RUN)
+        first = rec.checkpoint(0, {"a": 1})
+        rec.checkpoint(1, {"a": 2})
+        rec.checkpoint(2, {"a": 3})
+        fid = log.op()
+        log.write("b", sync=True, op="fork", id=fid, run=RUN, branch=FORK)
+        st.fork(RUN, FORK, first)
+        log.write("a", sync=True, op="fork", id=fid, run=RUN, branch=FORK, cid=first)
+        done = vanish(st, log, RUN, FORK)  # the fork's head ``first`` has children
+        rolled = roll_back(st, log, RUN, random.Random(0))
+        assert done is not None and rolled is not None
+        repair(st, log, RUN, rolled[0], force=True)
+        put_back(st, log, RUN, FORK, done)
+        assert st.ref(RUN, FORK) is None
+        rows = [json.loads(x) for x in (logdir / "w99.log").read_text().splitlines()]
+        for row in rows:  # as a repair that kept every tip logs it: the head not named
+            if row.get("op") == "ref_repair" and row["ev"] == "a":
+                row["kept"] = [k for k in row.get("kept", []) if k != first]
+                assert row["refs"]["found"] < row["refs"]["recorded"]
+        (logdir / "w99.log").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        m = Model(read_logs(logdir))
+        assert refs_and_sweeps_hold(st, m, lambda: m) == []
+        for row in rows:  # a repair that found the table whole explains nothing
+            if row.get("op") == "ref_repair" and row["ev"] == "a":
+                row["refs"] = {"found": 3, "recorded": 3}
+        (logdir / "w99.log").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        m = Model(read_logs(logdir))
+        (lost,) = refs_and_sweeps_hold(st, m, lambda: m)
+        assert lost.startswith(f"acknowledged fork not visible: {RUN}@{FORK}")
