@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpstore.cli.common import is_full_id, names_checkpoint
+from cpstore.cli.common import names_checkpoint
 from cpstore.decision.checks import _tagged_checkpoint
 from cpstore.decision.gates import _checkpoint_named
 from cpstore.native.args import full_checkpoint_id, is_hex
@@ -43,7 +43,6 @@ def test_full_checkpoint_id(text: str, want: str | None) -> None:
     got = full_checkpoint_id(text)
     assert got == want
     assert got is None or type(got) is str
-    assert is_full_id(text) is (want is not None)
 
 
 @given(st.text(max_size=40))

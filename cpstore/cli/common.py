@@ -40,7 +40,6 @@ __all__ = [
     "checkpoint_or_file",
     "command",
     "human",
-    "is_full_id",
     "json_arg",
     "jsonable",
     "names_checkpoint",
@@ -238,18 +237,12 @@ def say(text: str) -> None:
     print(printable(text))
 
 
-def is_full_id(text: str) -> bool:
-    """True for 32 hex characters (either case): always a checkpoint id, never a file name
-    (audit68: an uppercase id was read as a file of that name when one existed)."""
-    return full_checkpoint_id(text) is not None
-
-
 def names_checkpoint(arg: str) -> bool:
     """True when ``arg`` is not an existing file and reads as a checkpoint name (hex or @).
 
     Hex of any length counts, so ``Store.resolve`` says a prefix shorter than 8 is bad
     input (exit 3) instead of a missing file (exit 4), as ``inspect`` and ``sign-off`` do."""
-    if is_full_id(arg):
+    if full_checkpoint_id(arg) is not None:  # always an id, never a file (audit68)
         return True
     if os.path.exists(arg):
         return False

@@ -25,7 +25,6 @@ from cpstore.cli.common import (
     audit_key_arg,
     audit_key_of,
     checkpoint_or_file,
-    is_full_id,
     jsonable,
     printable,
     refuse_keying,
@@ -44,6 +43,7 @@ from cpstore.cli.exit_codes import (
 from cpstore.decision.table import Decision, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import CpstoreError, NotFoundError
+from cpstore.native.args import full_checkpoint_id
 from cpstore.run.document import MAX_DOCUMENT_BYTES, load_document
 from cpstore.run.model import Run
 from cpstore.store.facade import Store
@@ -201,7 +201,7 @@ def _load(arg: str, store: Store | None, max_bytes: int = MAX_DOCUMENT_BYTES) ->
         named = checkpoint_or_file(store, arg)
         if named is not None:
             return named
-    if is_full_id(arg):
+    if full_checkpoint_id(arg) is not None:
         return arg  # validate says a checkpoint id needs a store
     try:
         return load_document(arg, max_bytes=max_bytes)

@@ -23,7 +23,7 @@ keyed by the raw id), so it reads only the matching keys; it uses only the seam'
 from __future__ import annotations
 
 from cpstore.errors import InvalidInputError, NotFoundError
-from cpstore.native.args import check_text
+from cpstore.native.args import check_text, is_hex
 from cpstore.store.backend import Backend
 from cpstore.store.content import records_of
 from cpstore.store.model import check_name, ref_key
@@ -35,8 +35,6 @@ MIN_PREFIX = 8
 #: Candidates listed in an "ambiguous prefix" error.
 MAX_CANDIDATES = 10
 
-_HEX = frozenset("0123456789abcdef")
-
 
 def resolve(backend: Backend, spec: str) -> str:
     """The checkpoint id ``spec`` names (module docstring); errors say what was tried."""
@@ -45,7 +43,7 @@ def resolve(backend: Backend, spec: str) -> str:
     check_text(spec, "checkpoint")
     text = spec.strip()  # an id has no spaces: a padded one is that id
     low = text.lower()
-    if low and set(low) <= _HEX:
+    if low and is_hex(low):
         if len(low) == 32:
             return low
         if len(low) > 32:
