@@ -12,9 +12,9 @@ from array import array
 from collections.abc import Sequence
 from typing import Any, overload
 
-from cpstore.errors import InvalidInputError
+from cpstore.errors import CpstoreError, InvalidInputError
 from cpstore.native.args import as_bytes_view
-from cpstore.native.canonical import decode_value
+from cpstore.native.canonical import decode_value, encode_value
 
 __all__ = ["EncodedValues"]
 
@@ -68,14 +68,21 @@ class EncodedValues(Sequence[Any]):
         return bytes(self._blob[start:end])
 
     def __eq__(self, other: object) -> bool:
-        # A drop-in for the list of values it replaces: equal to any sequence
-        # (not a str or bytes) holding equal values in the same order.
+        """Equal to a sequence (not a str or bytes) of values with the same canonical
+        encodings in the same order: the values a validation would judge equal. Python's
+        own equality is not used (``1 == True == 1.0`` there; three different tokens to a
+        replay check); a value with no canonical form is equal to none."""
         if isinstance(other, EncodedValues):
             return len(self) == len(other) and all(
                 self.encoding(i) == other.encoding(i) for i in range(len(self))
             )
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes, bytearray)):
-            return len(self) == len(other) and list(self) == list(other)
+            if len(self) != len(other):
+                return False
+            try:
+                return all(self.encoding(i) == encode_value(v) for i, v in enumerate(other))
+            except CpstoreError:  # no canonical form (a set, NaN, a too-deep value)
+                return False
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
