@@ -114,10 +114,10 @@ def test_streamed_values_are_an_encoded_blob_not_python_objects() -> None:
 @pytest.mark.parametrize(
     ("token_text", "where"),
     [
-        ('{"seq": 0, "seq": 1, "kind": "rng", "value": 1, "provenance": "recorded"}', "document"),
+        ('{"seq": 0, "seq": 1, "kind": "rng", "value": 1, "provenance": "recorded"}', "tokens[4]"),
         (
             '{"seq": 0, "kind": "rng", "value": {"a": 1, "a": 2}, "provenance": "recorded"}',
-            "document",
+            "tokens[4].value",
         ),
         ('{"seq": -1, "kind": "rng", "value": 1, "provenance": "recorded"}', "tokens[4].seq"),
         ('{"seq": 4, "kind": "", "value": 1, "provenance": "recorded"}', "tokens[4].kind"),
@@ -125,7 +125,7 @@ def test_streamed_values_are_an_encoded_blob_not_python_objects() -> None:
         ('{"seq": 4, "kind": "rng", "value": "\\ud800", "provenance": "live"}', "tokens[4].value"),
         ('{"seq": 4, "kind": "rng", "value": 1, "provenance": "live", "x": 0}', "tokens[4].x"),
         ('{"seq": 4, "kind": "rng", "value": 1}', "tokens[4].provenance"),
-        ('{"seq": 4, "kind": "rng", "value": NaN, "provenance": "live"}', "document"),
+        ('{"seq": 4, "kind": "rng", "value": NaN, "provenance": "live"}', "tokens[4].value"),
         ("7", "tokens[4]"),
     ],
 )

@@ -26,7 +26,7 @@ import json
 import math
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -43,6 +43,7 @@ from cpstore.native.records import PROVENANCE_CODES
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
 from cpstore.run.faithful import check_faithful
 from cpstore.run.keys import check_keys
+from cpstore.run.locate import locate, locate_json
 from cpstore.run.model import (
     Effect,
     Observation,
@@ -356,39 +357,66 @@ def _strict_json(raw: bytes) -> Any:
         )
     except RecursionError:
         raise DocumentError("document nested too deeply", where="document") from None
+    except DocumentError as exc:  # a constant, a number past the float range, a repeated key
+        where = locate_json(raw) or "document"
+        raise DocumentError(exc.what, where=where, expected=exc.expected, got=exc.got) from None
     except (ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, DocumentError):
-            raise
         raise DocumentError("not valid JSON", where="document", got=str(exc)) from None
 
 
 def _strict_msgpack(raw: bytes) -> Any:
-    # Limits tied to the input size, so a header declaring a billion entries is
-    # refused instead of allocated.
-    limit = len(raw)
     try:
-        return msgpack.unpackb(
-            raw,
-            raw=False,
-            # A map key is any canonical value (docs/format.md): a token value keyed by
-            # ints, floats, None or bools is what the writers write and .cprun keeps.
-            # Keys equal in Python (1, 1.0, True) are refused as repeated by the hook.
-            strict_map_key=False,
-            use_list=True,
-            max_str_len=limit,
-            max_bin_len=limit,
-            max_array_len=limit,
-            max_map_len=limit // 2,
-            max_ext_len=0,
-            object_pairs_hook=_unique_msgpack_pairs,
-        )
-    except DocumentError:
-        raise
+        return _unpack(raw, len(raw))
+    except DocumentError as exc:  # a repeated key, a key no dict holds: say where
+        where = locate(raw, _unpack_within(len(raw))) or "document"
+        raise DocumentError(exc.what, where=where, expected=exc.expected, got=exc.got) from None
     except (msgpack.StackError, RecursionError):
         # review76: was "neither a JSON object nor a msgpack map", got 'StackError'
         raise DocumentError("document nested too deeply", where="document") from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise _not_a_document(raw, str(exc) or type(exc).__name__) from None
+        got = str(exc) or type(exc).__name__
+        head = raw[0] if raw else 0
+        if 0x80 <= head <= 0x9F or head in (0xDC, 0xDD, 0xDE, 0xDF):  # a map or an array
+            where = locate(raw, _unpack_within(len(raw))) or "document"
+            raise DocumentError("not valid msgpack", where=where, got=got) from None
+        raise _not_a_document(raw, got) from None
+
+
+def _unpack(raw: bytes, limit: int) -> Any:
+    # Limits tied to the input size, so a header declaring a billion entries is
+    # refused instead of allocated.
+    return msgpack.unpackb(
+        raw,
+        raw=False,
+        # A map key is any canonical value (docs/format.md): a token value keyed by
+        # ints, floats, None or bools is what the writers write and .cprun keeps.
+        # Keys equal in Python (1, 1.0, True) are refused as repeated by the hook.
+        strict_map_key=False,
+        use_list=True,
+        max_str_len=limit,
+        max_bin_len=limit,
+        max_array_len=limit,
+        max_map_len=limit // 2,
+        max_ext_len=limit,  # every extension type reaches the hook, which refuses it
+        ext_hook=_no_ext,
+        object_pairs_hook=_unique_msgpack_pairs,
+    )
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    # No run-document value is an extension type (docs/run-document.md). msgpack handed
+    # a zero-length one over as ExtType, a tuple, so it loaded as the list [code, b""]:
+    # another value than the file's (max_ext_len=0 refused only those with data).
+    raise DocumentError(
+        "a msgpack extension type is no run-document value",
+        expected="nil, bool, int, float, str, bin, array or map",
+        got=f"ext type {code} ({len(data)} bytes)",
+    )
+
+
+def _unpack_within(limit: int) -> Callable[[bytes], Any]:
+    """The strict decoder for a part of a document of ``limit`` bytes (:func:`locate`)."""
+    return lambda part: _unpack(part, limit)
 
 
 #: Byte-order marks: no msgpack map starts with one (each is a negative fixint or 0).

@@ -195,7 +195,9 @@ def _json_tokens(
                     toks = []
                 done = len(toks) == count and cols.add_structs(toks)
             if not done:
-                items = strict(text)
+                items = _strict_chunk(
+                    strict, text, raw, start=pos, ends=split.ends, base=len(cols), json=True
+                )
                 # A chunk of no member but a trailing comma's (``[t0, ..., t32767, ]``)
                 # is the text ``[]``: it decodes, to fewer members than were counted
                 # (review76). The whole document goes to the strict path, which refuses it.
@@ -320,9 +322,54 @@ def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | Non
                 toks = []
             done = len(toks) == count and cols.add_structs(toks)
         if not done:
-            cols.add_strict(strict(text), len(cols))
+            items = _strict_chunk(
+                strict, text, raw, start=pos, ends=split.ends, base=len(cols), json=False
+            )
+            cols.add_strict(items, len(cols))
         pos = split.next
     return cols.finish()
+
+
+def _at(exc: DocumentError, where: str) -> DocumentError:
+    """``exc`` placed at ``where`` (followed by its own place inside, if it names one)."""
+    inner = exc.where if exc.where not in (None, "document") else ""
+    at = f"{where}.{inner}" if inner and not inner.startswith("[") else where + inner
+    return DocumentError(exc.what, where=at, expected=exc.expected, got=exc.got)
+
+
+def _strict_field(strict: StrictDecode, key: str, value: Any) -> Any:
+    try:
+        return strict(bytes(value))
+    except DocumentError as exc:
+        raise _at(exc, key) from None
+
+
+def _strict_chunk(
+    strict: StrictDecode,
+    text: bytes,
+    raw: memoryview,
+    *,
+    start: int,
+    ends: Any,
+    base: int,
+    json: bool,
+) -> Any:
+    """``strict(text)``; when it refuses the chunk, the refusal of the first token that
+    fails alone, at ``tokens[i]`` (it said ``document``: review76's leftover). The tokens
+    are decoded one by one only on that error path."""
+    try:
+        return strict(text)
+    except DocumentError:
+        for i, end in enumerate(ends):
+            piece = bytes(raw[start:end])
+            start = end
+            if json:  # a member after the first starts with its separating comma
+                piece = piece.lstrip(b" \t\r\n").removeprefix(b",")
+            try:
+                strict(piece)
+            except DocumentError as exc:
+                raise _at(exc, f"tokens[{base + i}]") from None
+        raise
 
 
 def _map_size(raw: bytes) -> int:
@@ -366,7 +413,9 @@ def decode_fast(
             return None
         if "tokens" not in top or "format" not in top or len(top) != _map_size(raw):
             return None  # a repeated key (the dict kept one): the strict path refuses it
-        rest = {key: strict(bytes(value)) for key, value in top.items() if key != "tokens"}
+        rest = {
+            key: _strict_field(strict, key, value) for key, value in top.items() if key != "tokens"
+        }
         try:
             tokens = _msgpack_tokens(memoryview(top["tokens"]).cast("B"), strict)
         except DocumentError as exc:
