@@ -25,13 +25,13 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT, load_metadata
+from cpstore.langgraph._diff_subgraphs import subgraph_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
     entry_at,
     stored,
     stored_writes,
-    thread_entries,
     view_head,
 )
 from cpstore.store import Store
@@ -66,6 +66,10 @@ class ThreadDiff:
     #: writes of the two last checkpoints (what a resume applies; ``channels`` and
     #: ``nodes`` then name the writes that differ).
     pending: bool = False
+    #: True when the diff cannot tell whether the chains are equal (``same`` is then
+    #: False; ``summary`` says why): subgraphs sharing a task path that differ, with
+    #: no way to pair them (lgsub80).
+    undecidable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -80,6 +84,7 @@ class ThreadDiff:
             "shared_until": self.shared_until,
             "summary": self.summary,
             "pending": self.pending,
+            "undecidable": self.undecidable,
         }
 
 
@@ -304,58 +309,6 @@ def _node_of(w: StoredWrite) -> str:
     return w.task_path.strip() or w.task_id
 
 
-#: The channels a task that did not finish writes (an interrupt, an error, the resume
-#: values it consumed): its subgraph is mid-run, and its checkpoints are what a resume
-#: goes on from.
-_UNFINISHED = frozenset({_INTERRUPT, "__error__", "__error_source_node__", "__resume__"})
-
-#: LangGraph's separator of namespace levels, and of a level's node name and task id.
-_NS_SEP, _NS_END = "|", ":"
-
-
-def _subgraphs(
-    txn: Txn[memoryview], store: Store, serde: Any, last: Entry, writes: list[StoredWrite]
-) -> dict[str, str | None]:
-    """The namespaces of subgraphs run from ``last`` and not finished there (one level
-    under its namespace, their newest checkpoint's ``metadata["parents"]`` naming it, no
-    write of the task's at ``last`` but an interrupt, an error or resume values), keyed
-    by the task path of the task running each (its writes at ``last``: an interrupt),
-    else ``(node NAME)``; None for a key two share (not compared: which is which is
-    unknown)."""
-    newest: dict[str, Entry] = {}
-    for e in thread_entries(txn, store.backend.db("meta"), [last.thread_id]):
-        # a subgraph run from ``last`` checkpoints after it (LangGraph's ids sort by time)
-        if e.checkpoint_id <= last.checkpoint_id:
-            continue
-        if last.ns and not e.ns.startswith(last.ns + _NS_SEP):
-            continue
-        rest = e.ns[len(last.ns) + 1 :] if last.ns else e.ns
-        if _NS_SEP in rest or _NS_END not in rest:
-            continue  # the parent's own, or deeper: compared by the level under it
-        held = newest.get(e.ns)
-        if held is None or e.checkpoint_id > held.checkpoint_id:
-            newest[e.ns] = e
-    paths = {w.task_id: w.task_path for w in writes}
-    # A task that finished left its writes (or LangGraph's no-writes marker): a resume
-    # applies those, compared already, and reads nothing of its subgraph's checkpoints.
-    finished = {w.task_id for w in writes if w.channel not in _UNFINISHED}
-    out: dict[str, str | None] = {}
-    for ns, e in sorted(newest.items()):
-        if not stored(txn, store, e):
-            continue
-        with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
-            md = load_metadata(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
-        parents = md.get("parents")
-        if not isinstance(parents, Mapping) or parents.get(last.ns) != last.checkpoint_id:
-            continue
-        node, _, task = ns.rpartition(_NS_SEP)[2].partition(_NS_END)
-        if task in finished:
-            continue
-        key = paths.get(task) or f"(node {node})"
-        out[key] = None if key in out else ns
-    return out
-
-
 def _subgraph_diff(
     txn: Txn[memoryview],
     store: Store,
@@ -365,49 +318,27 @@ def _subgraph_diff(
     shared: int | None,
     writes: tuple[list[StoredWrite], list[StoredWrite]],
 ) -> ThreadDiff | None:
-    """The divergence inside a subgraph run from the two last checkpoints (its own
-    namespace, named by a task id that differs between threads), or None. A subgraph
-    interrupted mid-run keeps its finished nodes' writes pending on its own checkpoint,
-    which resuming applies there: review77 found threads whose subgraphs' pending writes
-    differed "same values" (the parent's pending writes hold only the interrupt)."""
+    """The divergence inside a subgraph run from the two last checkpoints, or None
+    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`)."""
     a, b = pair
     ea, eb = a[-1].entry, b[-1].entry
-    sa = _subgraphs(txn, store, serde, ea, writes[0])
-    sb = _subgraphs(txn, store, serde, eb, writes[1])
-    for key in sorted(set(sa) | set(sb)):
-        na, nb = sa.get(key), sb.get(key)
-        if (key in sa and na is None) or (key in sb and nb is None):
-            continue  # two share the key on a side: not compared
-        node = key.split(",")[-1].strip()
-        if na is None or nb is None:
-            said = f"subgraph {node} is mid-run on {'A' if nb is None else 'B'} only"
-            channels: tuple[str, ...] = ()
-            nodes: tuple[str, ...] = (node,)
-        else:
-            inner = _diff(
-                txn,
-                store,
-                {"configurable": {"thread_id": ea.thread_id, "checkpoint_ns": na}},
-                {"configurable": {"thread_id": eb.thread_id, "checkpoint_ns": nb}},
-                serde,
-            )
-            if inner.same:
-                continue
-            said = f"subgraph {node} ({na!r}, {nb!r}): {inner.summary}"
-            channels, nodes = inner.channels, tuple(sorted({node, *inner.nodes}))
-        return ThreadDiff(
-            False,
-            len(a) - 1,
-            a[-1].step,
-            nodes,
-            channels,
-            ea.checkpoint_id,
-            eb.checkpoint_id,
-            shared,
-            f"same values at all {len(a)} checkpoints, but {said}",
-            pending=True,
-        )
-    return None
+    last = ((ea, a[-1].step), (eb, b[-1].step))
+    found = subgraph_divergence(txn, store, serde, last, writes, diff=_diff)
+    if found is None:
+        return None
+    return ThreadDiff(
+        False,
+        len(a) - 1,
+        a[-1].step,
+        found.nodes,
+        found.channels,
+        ea.checkpoint_id,
+        eb.checkpoint_id,
+        shared,
+        f"same values at all {len(a)} checkpoints, but {found.said}",
+        pending=True,
+        undecidable=found.undecidable,
+    )
 
 
 def _nodes(
