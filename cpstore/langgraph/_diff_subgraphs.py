@@ -22,7 +22,7 @@ from typing import Any
 
 from xxhash import xxh3_128_hexdigest
 
-from cpstore.langgraph._codec import load_metadata
+from cpstore.langgraph._diff_sealed import metadata_of
 from cpstore.langgraph._read import Entry, StoredWrite, stored, thread_entries, view_head
 from cpstore.store import Store
 from cpstore.store.backend import Txn
@@ -133,7 +133,7 @@ def _subgraphs(
         if not stored(txn, store, e):
             continue
         with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
-            md = load_metadata(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
+            md = metadata_of(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
         parents = md.get("parents")
         if not isinstance(parents, Mapping) or parents.get(entry.ns) != entry.checkpoint_id:
             continue

@@ -3,9 +3,13 @@
 Each side is a LangGraph config (``thread_id``, ``checkpoint_ns``, optionally
 ``checkpoint_id``: the newest of the namespace otherwise). Both chains are
 walked from the root to that checkpoint along ``parent`` links and compared
-position by position; values are compared by their content digests (no value
-is deserialized, so it works for any serde), the node is read from the task
-path of the writes that produced the diverging checkpoint. A channel stored as
+position by position; values are compared by their content digests (no plain
+value is deserialized, so it works for any serde), the node is read from the task
+path of the writes that produced the diverging checkpoint. A value or write an
+encrypting serde sealed (type ``<type>+<cipher>``: a random nonce makes equal values
+other bytes) whose bytes differ is decoded with the diff's serde and compared as the
+plain JsonPlusSerializer writes it; one it cannot decode makes the result
+``undecidable``, never the same (``_diff_sealed``, lgsub80). A channel stored as
 the empty marker is compared as one the checkpoint does not hold: LangGraph
 loads both as an empty channel. A DeltaChannel without a stored value (between
 snapshots) is rebuilt by LangGraph from the parent chain's writes: it is compared
@@ -24,7 +28,15 @@ from typing import Any
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import InvalidInputError, NotFoundError
-from cpstore.langgraph._codec import CHANNEL, SEGMENT, load_metadata
+from cpstore.langgraph._codec import CHANNEL, SEGMENT
+from cpstore.langgraph._diff_sealed import (
+    SEALED,
+    Undecidable,
+    canonical_write,
+    metadata_of,
+    plain_value,
+    sealed_channel,
+)
 from cpstore.langgraph._diff_subgraphs import subgraph_divergence
 from cpstore.langgraph._read import (
     Entry,
@@ -67,8 +79,11 @@ class ThreadDiff:
     #: ``nodes`` then name the writes that differ).
     pending: bool = False
     #: True when the diff cannot tell whether the chains are equal (``same`` is then
-    #: False; ``summary`` says why): subgraphs sharing a task path that differ, with
-    #: no way to pair them (lgsub80).
+    #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
+    #: metadata did not decode): bytes sealed by an encrypting serde the diff's serde
+    #: does not decode, or subgraphs of one side sharing a task path that differ and
+    #: cannot be paired (lgsub80). A divergence found past such a position is reported
+    #: as found (``undecidable`` False; its summary notes the doubt).
     undecidable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -150,7 +165,7 @@ def _chain(
         with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
             parts: dict[str, bytes] = view.manifest.raw["state"]["parts"]
             where = f"checkpoint {entry.cid.hex()}"
-            meta_value = load_metadata(serde, view_head(view, entry)[1], where)
+            meta_value = metadata_of(serde, view_head(view, entry)[1], where)
             step = meta_value.get("step")
             counters = meta_value.get(_DELTA_COUNTERS)
             delta = frozenset(
@@ -182,7 +197,9 @@ def _chain(
 def _rebuilt(
     txn: Txn[memoryview],
     store: Store,
+    serde: Any,
     point: _Point,
+    *,
     deltas: frozenset[str],
     cache: dict[tuple[str, str, str], dict[str, bytes]],
 ) -> dict[str, bytes]:
@@ -203,7 +220,8 @@ def _rebuilt(
         held = cache.get(key)
         if held is None:
             meta = store.backend.db("meta")
-            held = cache[key] = _by_channel(stored_writes(txn, meta, *key), paths=False)
+            writes = stored_writes(txn, meta, *key)
+            held = cache[key] = _by_channel(writes, paths=False, serde=serde)
         written = held
     out = dict(point.values)
     for c in missing:
@@ -211,46 +229,74 @@ def _rebuilt(
     return out
 
 
-#: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
-_INTERRUPT = "__interrupt__"
+#: The last byte of a writes digest (:func:`_by_channel`): every write compared as
+#: canonical, or some sealed write the serde does not decode (a difference undecidable).
+_DECIDED, _UNSURE = b"=", b"?"
 
 
-def _interrupts_without_ids(serde: Any, typed: tuple[str, bytes]) -> tuple[str, bytes]:
-    """An interrupt write's serde pair with each interrupt's ``id`` blanked. LangGraph
-    derives the id from the task id, itself derived from the checkpoint id, so equal
-    interrupts on two threads carry other ids. A write the serde cannot load (another
-    serde, a cipher) or that holds no list of dataclasses is compared as stored."""
-    try:
-        value = serde.loads_typed(typed)
-        if not isinstance(value, (list, tuple)) or not all(
-            dataclasses.is_dataclass(i) and not isinstance(i, type) and hasattr(i, "id")
-            for i in value
-        ):
-            return typed
-        out: tuple[str, bytes] = serde.dumps_typed([dataclasses.replace(i, id="") for i in value])
-    except Exception:  # anything the serde raises: the stored bytes are compared
-        return typed
-    return out
-
-
-def _by_channel(writes: list[StoredWrite], *, paths: bool, serde: Any = None) -> dict[str, bytes]:
+def _by_channel(writes: list[StoredWrite], *, paths: bool, serde: Any) -> dict[str, bytes]:
     """Per channel, a digest of the writes to it in their order (``writes_sort_key``):
-    each one's serde pair, and its task path when ``paths``. Task ids are left out
-    (LangGraph derives them from the checkpoint id, which differs between threads), and
-    with ``serde`` so are the ids of interrupts (:func:`_interrupts_without_ids`)."""
+    each one's serde pair as :func:`~cpstore.langgraph._diff_sealed.canonical_write`
+    gives it (interrupt ids blanked, a sealed write decoded), and its task path when
+    ``paths``. Task ids are left out (LangGraph derives them from the checkpoint id,
+    which differs between threads). The digest ends in ``_UNSURE`` when a sealed write
+    to the channel did not decode (then compared as stored)."""
     hashes: dict[str, Any] = {}
+    unsure: set[str] = set()
     for w in writes:
         h = hashes.get(w.channel)
         if h is None:
             h = hashes[w.channel] = hashlib.blake2b(digest_size=32)
-        kind, data = w.typed[0], bytes(w.typed[1])
-        if serde is not None and w.channel == _INTERRUPT:
-            kind, data = _interrupts_without_ids(serde, (kind, data))
+        typed = (w.typed[0], bytes(w.typed[1]))
+        plain = canonical_write(serde, w.channel, typed)
+        if plain is None:
+            unsure.add(w.channel)
+        kind, data = plain or typed
         for text in (w.task_path, kind) if paths else (kind,):
             raw = text.encode("utf-8", "surrogatepass")
             h.update(len(raw).to_bytes(8, "big") + raw)
+        data = bytes(data)
         h.update(len(data).to_bytes(8, "big") + data)
-    return {c: h.digest() for c, h in hashes.items()}
+    return {c: h.digest() + (_UNSURE if c in unsure else _DECIDED) for c, h in hashes.items()}
+
+
+def _settle(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[_Point, _Point], differ: list[str]
+) -> tuple[list[str], list[str]]:
+    """``(differ, unsure)``: of the channels whose digests differ at a position, those
+    whose values differ, and those the diff cannot tell. A plain value differs by its
+    bytes (nothing is decoded); a sealed one (either side) is decoded with ``serde`` on
+    both and compared as the plain JsonPlusSerializer writes it (lgsub80: a cipher's
+    nonce made equal values differ); one that does not decode is unsure, as is a
+    DeltaChannel's writes holding a sealed write that did not."""
+    pa, pb = pair
+    out: list[str] = []
+    unsure: list[str] = []
+    with (
+        CheckpointView(store.backend, pa.entry.cid, verify=True, txn=txn) as va,
+        CheckpointView(store.backend, pb.entry.cid, verify=True, txn=txn) as vb,
+    ):
+        for c in differ:
+            ka, kb = pa.values.get(c, b""), pb.values.get(c, b"")
+            if ka.startswith(_WRITES) or kb.startswith(_WRITES):
+                both = ka.startswith(_WRITES) and kb.startswith(_WRITES)
+                doubt = both and _UNSURE in (ka[-1:], kb[-1:])
+                (unsure if doubt else out).append(c)
+                continue
+            if not (sealed_channel(va, c) or sealed_channel(vb, c)):
+                out.append(c)
+                continue
+            got = [
+                plain_value(serde, v, c, f"checkpoint {p.entry.cid.hex()}")
+                if c in p.values
+                else b""
+                for v, p in ((va, pa), (vb, pb))
+            ]
+            if None in got:
+                unsure.append(c)
+            elif got[0] != got[1]:
+                out.append(c)
+    return out, unsure
 
 
 def _pending_diff(
@@ -275,10 +321,29 @@ def _pending_diff(
     da = _by_channel(wa, paths=True, serde=serde)
     db = _by_channel(wb, paths=True, serde=serde)
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
+    unsure = [c for c in differ if c in da and c in db and _UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
         return _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
-    nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
     i = len(a) - 1
+    if len(unsure) == len(differ):
+        nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
+        said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
+        return ThreadDiff(
+            False,
+            i,
+            a[-1].step,
+            tuple(nodes),
+            tuple(differ),
+            ea.checkpoint_id,
+            eb.checkpoint_id,
+            shared,
+            f"cannot tell: same values at all {len(a)} checkpoints, but the pending writes "
+            f"at the last (step {a[-1].step}) to {said}",
+            pending=True,
+            undecidable=True,
+        )
+    differ = [c for c in differ if c not in unsure]
+    nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
     return ThreadDiff(
         False,
         i,
@@ -365,7 +430,13 @@ def diff_threads(
     """The first step, node and channel where two checkpoint chains diverge.
 
     ``serde`` reads each checkpoint's metadata (for its step); the saver's
-    default, JsonPlusSerializer, when None. Values are compared by digest.
+    default, JsonPlusSerializer, when None. Values are compared by digest; a
+    value or pending write stored sealed by an encrypting serde (an
+    ``EncryptedSerializer``: equal values are other bytes) whose bytes differ is
+    decoded with ``serde`` on both sides and compared as JsonPlusSerializer
+    writes it. Pass the saver's serde for such threads: without it (or with
+    another key) the result is ``undecidable`` (``same`` False), as it is for
+    subgraphs sharing a task path that cannot be paired.
     """
     serde = serde or JsonPlusSerializer()
     with store.backend.read_txn() as txn:
@@ -379,7 +450,33 @@ def _diff(
     config_b: Mapping[str, Any],
     serde: Any,
 ) -> ThreadDiff:
-    """:func:`diff_threads` in a read txn (a subgraph's namespaces compared in the same)."""
+    """:func:`diff_threads` in a read txn (a subgraph's namespaces compared in the same);
+    a checkpoint whose sealed metadata does not decode makes it undecidable."""
+    try:
+        return _compare(txn, store, config_a, config_b, serde)
+    except Undecidable as exc:
+        return ThreadDiff(
+            False, None, None, (), (), None, None, None, f"cannot tell: {exc.args[0]}",
+            undecidable=True,
+        )  # fmt: skip
+
+
+def _noted(found: ThreadDiff, doubt: ThreadDiff | None) -> ThreadDiff:
+    """A divergence found after a position the diff could not tell (``doubt``): said."""
+    if doubt is None or found.undecidable:
+        return doubt or found
+    note = f"; checkpoint {doubt.index} may differ already ({', '.join(doubt.channels)}: {SEALED})"
+    return dataclasses.replace(found, summary=found.summary + note)
+
+
+def _compare(
+    txn: Txn[memoryview],
+    store: Store,
+    config_a: Mapping[str, Any],
+    config_b: Mapping[str, Any],
+    serde: Any,
+) -> ThreadDiff:
+    """:func:`_diff`, letting :class:`Undecidable` out."""
     empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
     a = _chain(txn, store, config_a, serde, empty)
     b = _chain(txn, store, config_b, serde, empty)
@@ -387,34 +484,57 @@ def _diff(
     # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
     deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
     cache: dict[tuple[str, str, str], dict[str, bytes]] = {}
+    doubt: ThreadDiff | None = None  # the first position whose values it cannot tell
     for i in range(min(len(a), len(b))):
         pa, pb = a[i], b[i]
         if pa.entry.cid == pb.entry.cid:
             shared = i
-        va = _rebuilt(txn, store, pa, deltas, cache)
-        vb = _rebuilt(txn, store, pb, deltas, cache)
+        va = _rebuilt(txn, store, serde, pa, deltas=deltas, cache=cache)
+        vb = _rebuilt(txn, store, serde, pb, deltas=deltas, cache=cache)
         differ = sorted(c for c in set(va) | set(vb) if va.get(c) != vb.get(c))
+        if not differ:
+            continue
+        differ, unsure = _settle(
+            txn,
+            store,
+            serde,
+            (dataclasses.replace(pa, values=va), dataclasses.replace(pb, values=vb)),
+            differ,
+        )
+        if not differ and (not unsure or doubt is not None):
+            continue
+        channels = differ or unsure
+        parent = a[i - 1].entry if i else None
+        nodes = _nodes(txn, store, parent, set(channels))
+        if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
+            nodes = sorted(set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(channels))))
+        found = ThreadDiff(
+            False,
+            i,
+            pa.step,
+            tuple(nodes),
+            tuple(channels),
+            pa.entry.checkpoint_id,
+            pb.entry.checkpoint_id,
+            shared,
+            f"diverge at step {pa.step} (checkpoint {i} of each chain): node "
+            f"{', '.join(nodes)} wrote different {', '.join(channels)}",
+        )
         if differ:
-            parent = a[i - 1].entry if i else None
-            nodes = _nodes(txn, store, parent, set(differ))
-            if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
-                nodes = sorted(set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(differ))))
-            return ThreadDiff(
-                False,
-                i,
-                pa.step,
-                tuple(nodes),
-                tuple(differ),
-                pa.entry.checkpoint_id,
-                pb.entry.checkpoint_id,
-                shared,
-                f"diverge at step {pa.step} (checkpoint {i} of each chain): node "
-                f"{', '.join(nodes)} wrote different {', '.join(differ)}",
-            )
+            return _noted(found, doubt)
+        doubt = dataclasses.replace(
+            found,
+            summary=f"cannot tell at step {pa.step} (checkpoint {i} of each chain): "
+            f"{', '.join(channels)} written by node {', '.join(nodes)} differ by their "
+            f"bytes, {SEALED}",
+            undecidable=True,
+        )
     if len(a) == len(b):
-        found = _pending_diff(txn, store, serde, (a, b), shared)
-        if found is not None:
-            return found
+        pending = _pending_diff(txn, store, serde, (a, b), shared)
+        if pending is not None:
+            return _noted(pending, doubt)
+        if doubt is not None:
+            return doubt
         return ThreadDiff(
             True,
             None,
@@ -429,14 +549,17 @@ def _diff(
     longer, name = (a, "A") if len(a) > len(b) else (b, "B")
     i = min(len(a), len(b))
     nxt = longer[i]
-    return ThreadDiff(
-        False,
-        i,
-        nxt.step,
-        tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
-        (),
-        a[i].entry.checkpoint_id if len(a) > i else None,
-        b[i].entry.checkpoint_id if len(b) > i else None,
-        shared,
-        f"same values for {i} checkpoints; only {name} goes on (step {nxt.step})",
+    return _noted(
+        ThreadDiff(
+            False,
+            i,
+            nxt.step,
+            tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
+            (),
+            a[i].entry.checkpoint_id if len(a) > i else None,
+            b[i].entry.checkpoint_id if len(b) > i else None,
+            shared,
+            f"same values for {i} checkpoints; only {name} goes on (step {nxt.step})",
+        ),
+        doubt,
     )
