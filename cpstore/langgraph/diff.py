@@ -3,9 +3,13 @@
 Each side is a LangGraph config (``thread_id``, ``checkpoint_ns``, optionally
 ``checkpoint_id``: the newest of the namespace otherwise). Both chains are
 walked from the root to that checkpoint along ``parent`` links and compared
-position by position; values are compared by their content digests (no value
-is deserialized, so it works for any serde), the node is read from the task
-path of the writes that produced the diverging checkpoint. A channel stored as
+position by position; values are compared by their content digests (no plain
+value is deserialized, so it works for any serde), the node is read from the task
+path of the writes that produced the diverging checkpoint. A value or write an
+encrypting serde sealed (type ``<type>+<cipher>``: a random nonce makes equal values
+other bytes) whose bytes differ is decoded with the diff's serde and compared as the
+plain JsonPlusSerializer writes it; one it cannot decode makes the result
+``undecidable``, never the same (``_diff_sealed``, lgsub80). A channel stored as
 the empty marker is compared as one the checkpoint does not hold: LangGraph
 loads both as an empty channel. A DeltaChannel without a stored value (between
 snapshots) is rebuilt by LangGraph from the parent chain's writes: it is compared
@@ -24,14 +28,22 @@ from typing import Any
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import InvalidInputError, NotFoundError
-from cpstore.langgraph._codec import CHANNEL, SEGMENT, load_metadata
+from cpstore.langgraph._codec import CHANNEL, SEGMENT
+from cpstore.langgraph._diff_sealed import (
+    SEALED,
+    Undecidable,
+    canonical_write,
+    metadata_of,
+    plain_value,
+    sealed_channel,
+)
+from cpstore.langgraph._diff_subgraphs import subgraph_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
     entry_at,
     stored,
     stored_writes,
-    thread_entries,
     view_head,
 )
 from cpstore.store import Store
@@ -66,6 +78,13 @@ class ThreadDiff:
     #: writes of the two last checkpoints (what a resume applies; ``channels`` and
     #: ``nodes`` then name the writes that differ).
     pending: bool = False
+    #: True when the diff cannot tell whether the chains are equal (``same`` is then
+    #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
+    #: metadata did not decode): bytes sealed by an encrypting serde the diff's serde
+    #: does not decode, or subgraphs of one side sharing a task path that differ and
+    #: cannot be paired (lgsub80). A divergence found past such a position is reported
+    #: as found (``undecidable`` False; its summary notes the doubt).
+    undecidable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -80,6 +99,7 @@ class ThreadDiff:
             "shared_until": self.shared_until,
             "summary": self.summary,
             "pending": self.pending,
+            "undecidable": self.undecidable,
         }
 
 
@@ -145,7 +165,7 @@ def _chain(
         with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
             parts: dict[str, bytes] = view.manifest.raw["state"]["parts"]
             where = f"checkpoint {entry.cid.hex()}"
-            meta_value = load_metadata(serde, view_head(view, entry)[1], where)
+            meta_value = metadata_of(serde, view_head(view, entry)[1], where)
             step = meta_value.get("step")
             counters = meta_value.get(_DELTA_COUNTERS)
             delta = frozenset(
@@ -177,7 +197,9 @@ def _chain(
 def _rebuilt(
     txn: Txn[memoryview],
     store: Store,
+    serde: Any,
     point: _Point,
+    *,
     deltas: frozenset[str],
     cache: dict[tuple[str, str, str], dict[str, bytes]],
 ) -> dict[str, bytes]:
@@ -198,7 +220,8 @@ def _rebuilt(
         held = cache.get(key)
         if held is None:
             meta = store.backend.db("meta")
-            held = cache[key] = _by_channel(stored_writes(txn, meta, *key), paths=False)
+            writes = stored_writes(txn, meta, *key)
+            held = cache[key] = _by_channel(writes, paths=False, serde=serde)
         written = held
     out = dict(point.values)
     for c in missing:
@@ -206,46 +229,74 @@ def _rebuilt(
     return out
 
 
-#: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
-_INTERRUPT = "__interrupt__"
+#: The last byte of a writes digest (:func:`_by_channel`): every write compared as
+#: canonical, or some sealed write the serde does not decode (a difference undecidable).
+_DECIDED, _UNSURE = b"=", b"?"
 
 
-def _interrupts_without_ids(serde: Any, typed: tuple[str, bytes]) -> tuple[str, bytes]:
-    """An interrupt write's serde pair with each interrupt's ``id`` blanked. LangGraph
-    derives the id from the task id, itself derived from the checkpoint id, so equal
-    interrupts on two threads carry other ids. A write the serde cannot load (another
-    serde, a cipher) or that holds no list of dataclasses is compared as stored."""
-    try:
-        value = serde.loads_typed(typed)
-        if not isinstance(value, (list, tuple)) or not all(
-            dataclasses.is_dataclass(i) and not isinstance(i, type) and hasattr(i, "id")
-            for i in value
-        ):
-            return typed
-        out: tuple[str, bytes] = serde.dumps_typed([dataclasses.replace(i, id="") for i in value])
-    except Exception:  # anything the serde raises: the stored bytes are compared
-        return typed
-    return out
-
-
-def _by_channel(writes: list[StoredWrite], *, paths: bool, serde: Any = None) -> dict[str, bytes]:
+def _by_channel(writes: list[StoredWrite], *, paths: bool, serde: Any) -> dict[str, bytes]:
     """Per channel, a digest of the writes to it in their order (``writes_sort_key``):
-    each one's serde pair, and its task path when ``paths``. Task ids are left out
-    (LangGraph derives them from the checkpoint id, which differs between threads), and
-    with ``serde`` so are the ids of interrupts (:func:`_interrupts_without_ids`)."""
+    each one's serde pair as :func:`~cpstore.langgraph._diff_sealed.canonical_write`
+    gives it (interrupt ids blanked, a sealed write decoded), and its task path when
+    ``paths``. Task ids are left out (LangGraph derives them from the checkpoint id,
+    which differs between threads). The digest ends in ``_UNSURE`` when a sealed write
+    to the channel did not decode (then compared as stored)."""
     hashes: dict[str, Any] = {}
+    unsure: set[str] = set()
     for w in writes:
         h = hashes.get(w.channel)
         if h is None:
             h = hashes[w.channel] = hashlib.blake2b(digest_size=32)
-        kind, data = w.typed[0], bytes(w.typed[1])
-        if serde is not None and w.channel == _INTERRUPT:
-            kind, data = _interrupts_without_ids(serde, (kind, data))
+        typed = (w.typed[0], bytes(w.typed[1]))
+        plain = canonical_write(serde, w.channel, typed)
+        if plain is None:
+            unsure.add(w.channel)
+        kind, data = plain or typed
         for text in (w.task_path, kind) if paths else (kind,):
             raw = text.encode("utf-8", "surrogatepass")
             h.update(len(raw).to_bytes(8, "big") + raw)
+        data = bytes(data)
         h.update(len(data).to_bytes(8, "big") + data)
-    return {c: h.digest() for c, h in hashes.items()}
+    return {c: h.digest() + (_UNSURE if c in unsure else _DECIDED) for c, h in hashes.items()}
+
+
+def _settle(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[_Point, _Point], differ: list[str]
+) -> tuple[list[str], list[str]]:
+    """``(differ, unsure)``: of the channels whose digests differ at a position, those
+    whose values differ, and those the diff cannot tell. A plain value differs by its
+    bytes (nothing is decoded); a sealed one (either side) is decoded with ``serde`` on
+    both and compared as the plain JsonPlusSerializer writes it (lgsub80: a cipher's
+    nonce made equal values differ); one that does not decode is unsure, as is a
+    DeltaChannel's writes holding a sealed write that did not."""
+    pa, pb = pair
+    out: list[str] = []
+    unsure: list[str] = []
+    with (
+        CheckpointView(store.backend, pa.entry.cid, verify=True, txn=txn) as va,
+        CheckpointView(store.backend, pb.entry.cid, verify=True, txn=txn) as vb,
+    ):
+        for c in differ:
+            ka, kb = pa.values.get(c, b""), pb.values.get(c, b"")
+            if ka.startswith(_WRITES) or kb.startswith(_WRITES):
+                both = ka.startswith(_WRITES) and kb.startswith(_WRITES)
+                doubt = both and _UNSURE in (ka[-1:], kb[-1:])
+                (unsure if doubt else out).append(c)
+                continue
+            if not (sealed_channel(va, c) or sealed_channel(vb, c)):
+                out.append(c)
+                continue
+            got = [
+                plain_value(serde, v, c, f"checkpoint {p.entry.cid.hex()}")
+                if c in p.values
+                else b""
+                for v, p in ((va, pa), (vb, pb))
+            ]
+            if None in got:
+                unsure.append(c)
+            elif got[0] != got[1]:
+                out.append(c)
+    return out, unsure
 
 
 def _pending_diff(
@@ -270,10 +321,29 @@ def _pending_diff(
     da = _by_channel(wa, paths=True, serde=serde)
     db = _by_channel(wb, paths=True, serde=serde)
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
+    unsure = [c for c in differ if c in da and c in db and _UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
         return _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
-    nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
     i = len(a) - 1
+    if len(unsure) == len(differ):
+        nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
+        said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
+        return ThreadDiff(
+            False,
+            i,
+            a[-1].step,
+            tuple(nodes),
+            tuple(differ),
+            ea.checkpoint_id,
+            eb.checkpoint_id,
+            shared,
+            f"cannot tell: same values at all {len(a)} checkpoints, but the pending writes "
+            f"at the last (step {a[-1].step}) to {said}",
+            pending=True,
+            undecidable=True,
+        )
+    differ = [c for c in differ if c not in unsure]
+    nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
     return ThreadDiff(
         False,
         i,
@@ -304,58 +374,6 @@ def _node_of(w: StoredWrite) -> str:
     return w.task_path.strip() or w.task_id
 
 
-#: The channels a task that did not finish writes (an interrupt, an error, the resume
-#: values it consumed): its subgraph is mid-run, and its checkpoints are what a resume
-#: goes on from.
-_UNFINISHED = frozenset({_INTERRUPT, "__error__", "__error_source_node__", "__resume__"})
-
-#: LangGraph's separator of namespace levels, and of a level's node name and task id.
-_NS_SEP, _NS_END = "|", ":"
-
-
-def _subgraphs(
-    txn: Txn[memoryview], store: Store, serde: Any, last: Entry, writes: list[StoredWrite]
-) -> dict[str, str | None]:
-    """The namespaces of subgraphs run from ``last`` and not finished there (one level
-    under its namespace, their newest checkpoint's ``metadata["parents"]`` naming it, no
-    write of the task's at ``last`` but an interrupt, an error or resume values), keyed
-    by the task path of the task running each (its writes at ``last``: an interrupt),
-    else ``(node NAME)``; None for a key two share (not compared: which is which is
-    unknown)."""
-    newest: dict[str, Entry] = {}
-    for e in thread_entries(txn, store.backend.db("meta"), [last.thread_id]):
-        # a subgraph run from ``last`` checkpoints after it (LangGraph's ids sort by time)
-        if e.checkpoint_id <= last.checkpoint_id:
-            continue
-        if last.ns and not e.ns.startswith(last.ns + _NS_SEP):
-            continue
-        rest = e.ns[len(last.ns) + 1 :] if last.ns else e.ns
-        if _NS_SEP in rest or _NS_END not in rest:
-            continue  # the parent's own, or deeper: compared by the level under it
-        held = newest.get(e.ns)
-        if held is None or e.checkpoint_id > held.checkpoint_id:
-            newest[e.ns] = e
-    paths = {w.task_id: w.task_path for w in writes}
-    # A task that finished left its writes (or LangGraph's no-writes marker): a resume
-    # applies those, compared already, and reads nothing of its subgraph's checkpoints.
-    finished = {w.task_id for w in writes if w.channel not in _UNFINISHED}
-    out: dict[str, str | None] = {}
-    for ns, e in sorted(newest.items()):
-        if not stored(txn, store, e):
-            continue
-        with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
-            md = load_metadata(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
-        parents = md.get("parents")
-        if not isinstance(parents, Mapping) or parents.get(last.ns) != last.checkpoint_id:
-            continue
-        node, _, task = ns.rpartition(_NS_SEP)[2].partition(_NS_END)
-        if task in finished:
-            continue
-        key = paths.get(task) or f"(node {node})"
-        out[key] = None if key in out else ns
-    return out
-
-
 def _subgraph_diff(
     txn: Txn[memoryview],
     store: Store,
@@ -365,49 +383,27 @@ def _subgraph_diff(
     shared: int | None,
     writes: tuple[list[StoredWrite], list[StoredWrite]],
 ) -> ThreadDiff | None:
-    """The divergence inside a subgraph run from the two last checkpoints (its own
-    namespace, named by a task id that differs between threads), or None. A subgraph
-    interrupted mid-run keeps its finished nodes' writes pending on its own checkpoint,
-    which resuming applies there: review77 found threads whose subgraphs' pending writes
-    differed "same values" (the parent's pending writes hold only the interrupt)."""
+    """The divergence inside a subgraph run from the two last checkpoints, or None
+    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`)."""
     a, b = pair
     ea, eb = a[-1].entry, b[-1].entry
-    sa = _subgraphs(txn, store, serde, ea, writes[0])
-    sb = _subgraphs(txn, store, serde, eb, writes[1])
-    for key in sorted(set(sa) | set(sb)):
-        na, nb = sa.get(key), sb.get(key)
-        if (key in sa and na is None) or (key in sb and nb is None):
-            continue  # two share the key on a side: not compared
-        node = key.split(",")[-1].strip()
-        if na is None or nb is None:
-            said = f"subgraph {node} is mid-run on {'A' if nb is None else 'B'} only"
-            channels: tuple[str, ...] = ()
-            nodes: tuple[str, ...] = (node,)
-        else:
-            inner = _diff(
-                txn,
-                store,
-                {"configurable": {"thread_id": ea.thread_id, "checkpoint_ns": na}},
-                {"configurable": {"thread_id": eb.thread_id, "checkpoint_ns": nb}},
-                serde,
-            )
-            if inner.same:
-                continue
-            said = f"subgraph {node} ({na!r}, {nb!r}): {inner.summary}"
-            channels, nodes = inner.channels, tuple(sorted({node, *inner.nodes}))
-        return ThreadDiff(
-            False,
-            len(a) - 1,
-            a[-1].step,
-            nodes,
-            channels,
-            ea.checkpoint_id,
-            eb.checkpoint_id,
-            shared,
-            f"same values at all {len(a)} checkpoints, but {said}",
-            pending=True,
-        )
-    return None
+    last = ((ea, a[-1].step), (eb, b[-1].step))
+    found = subgraph_divergence(txn, store, serde, last, writes, diff=_diff)
+    if found is None:
+        return None
+    return ThreadDiff(
+        False,
+        len(a) - 1,
+        a[-1].step,
+        found.nodes,
+        found.channels,
+        ea.checkpoint_id,
+        eb.checkpoint_id,
+        shared,
+        f"same values at all {len(a)} checkpoints, but {found.said}",
+        pending=True,
+        undecidable=found.undecidable,
+    )
 
 
 def _nodes(
@@ -434,7 +430,13 @@ def diff_threads(
     """The first step, node and channel where two checkpoint chains diverge.
 
     ``serde`` reads each checkpoint's metadata (for its step); the saver's
-    default, JsonPlusSerializer, when None. Values are compared by digest.
+    default, JsonPlusSerializer, when None. Values are compared by digest; a
+    value or pending write stored sealed by an encrypting serde (an
+    ``EncryptedSerializer``: equal values are other bytes) whose bytes differ is
+    decoded with ``serde`` on both sides and compared as JsonPlusSerializer
+    writes it. Pass the saver's serde for such threads: without it (or with
+    another key) the result is ``undecidable`` (``same`` False), as it is for
+    subgraphs sharing a task path that cannot be paired.
     """
     serde = serde or JsonPlusSerializer()
     with store.backend.read_txn() as txn:
@@ -448,7 +450,33 @@ def _diff(
     config_b: Mapping[str, Any],
     serde: Any,
 ) -> ThreadDiff:
-    """:func:`diff_threads` in a read txn (a subgraph's namespaces compared in the same)."""
+    """:func:`diff_threads` in a read txn (a subgraph's namespaces compared in the same);
+    a checkpoint whose sealed metadata does not decode makes it undecidable."""
+    try:
+        return _compare(txn, store, config_a, config_b, serde)
+    except Undecidable as exc:
+        return ThreadDiff(
+            False, None, None, (), (), None, None, None, f"cannot tell: {exc.args[0]}",
+            undecidable=True,
+        )  # fmt: skip
+
+
+def _noted(found: ThreadDiff, doubt: ThreadDiff | None) -> ThreadDiff:
+    """A divergence found after a position the diff could not tell (``doubt``): said."""
+    if doubt is None or found.undecidable:
+        return doubt or found
+    note = f"; checkpoint {doubt.index} may differ already ({', '.join(doubt.channels)}: {SEALED})"
+    return dataclasses.replace(found, summary=found.summary + note)
+
+
+def _compare(
+    txn: Txn[memoryview],
+    store: Store,
+    config_a: Mapping[str, Any],
+    config_b: Mapping[str, Any],
+    serde: Any,
+) -> ThreadDiff:
+    """:func:`_diff`, letting :class:`Undecidable` out."""
     empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
     a = _chain(txn, store, config_a, serde, empty)
     b = _chain(txn, store, config_b, serde, empty)
@@ -456,34 +484,57 @@ def _diff(
     # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
     deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
     cache: dict[tuple[str, str, str], dict[str, bytes]] = {}
+    doubt: ThreadDiff | None = None  # the first position whose values it cannot tell
     for i in range(min(len(a), len(b))):
         pa, pb = a[i], b[i]
         if pa.entry.cid == pb.entry.cid:
             shared = i
-        va = _rebuilt(txn, store, pa, deltas, cache)
-        vb = _rebuilt(txn, store, pb, deltas, cache)
+        va = _rebuilt(txn, store, serde, pa, deltas=deltas, cache=cache)
+        vb = _rebuilt(txn, store, serde, pb, deltas=deltas, cache=cache)
         differ = sorted(c for c in set(va) | set(vb) if va.get(c) != vb.get(c))
+        if not differ:
+            continue
+        differ, unsure = _settle(
+            txn,
+            store,
+            serde,
+            (dataclasses.replace(pa, values=va), dataclasses.replace(pb, values=vb)),
+            differ,
+        )
+        if not differ and (not unsure or doubt is not None):
+            continue
+        channels = differ or unsure
+        parent = a[i - 1].entry if i else None
+        nodes = _nodes(txn, store, parent, set(channels))
+        if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
+            nodes = sorted(set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(channels))))
+        found = ThreadDiff(
+            False,
+            i,
+            pa.step,
+            tuple(nodes),
+            tuple(channels),
+            pa.entry.checkpoint_id,
+            pb.entry.checkpoint_id,
+            shared,
+            f"diverge at step {pa.step} (checkpoint {i} of each chain): node "
+            f"{', '.join(nodes)} wrote different {', '.join(channels)}",
+        )
         if differ:
-            parent = a[i - 1].entry if i else None
-            nodes = _nodes(txn, store, parent, set(differ))
-            if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
-                nodes = sorted(set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(differ))))
-            return ThreadDiff(
-                False,
-                i,
-                pa.step,
-                tuple(nodes),
-                tuple(differ),
-                pa.entry.checkpoint_id,
-                pb.entry.checkpoint_id,
-                shared,
-                f"diverge at step {pa.step} (checkpoint {i} of each chain): node "
-                f"{', '.join(nodes)} wrote different {', '.join(differ)}",
-            )
+            return _noted(found, doubt)
+        doubt = dataclasses.replace(
+            found,
+            summary=f"cannot tell at step {pa.step} (checkpoint {i} of each chain): "
+            f"{', '.join(channels)} written by node {', '.join(nodes)} differ by their "
+            f"bytes, {SEALED}",
+            undecidable=True,
+        )
     if len(a) == len(b):
-        found = _pending_diff(txn, store, serde, (a, b), shared)
-        if found is not None:
-            return found
+        pending = _pending_diff(txn, store, serde, (a, b), shared)
+        if pending is not None:
+            return _noted(pending, doubt)
+        if doubt is not None:
+            return doubt
         return ThreadDiff(
             True,
             None,
@@ -498,14 +549,17 @@ def _diff(
     longer, name = (a, "A") if len(a) > len(b) else (b, "B")
     i = min(len(a), len(b))
     nxt = longer[i]
-    return ThreadDiff(
-        False,
-        i,
-        nxt.step,
-        tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
-        (),
-        a[i].entry.checkpoint_id if len(a) > i else None,
-        b[i].entry.checkpoint_id if len(b) > i else None,
-        shared,
-        f"same values for {i} checkpoints; only {name} goes on (step {nxt.step})",
+    return _noted(
+        ThreadDiff(
+            False,
+            i,
+            nxt.step,
+            tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
+            (),
+            a[i].entry.checkpoint_id if len(a) > i else None,
+            b[i].entry.checkpoint_id if len(b) > i else None,
+            shared,
+            f"same values for {i} checkpoints; only {name} goes on (step {nxt.step})",
+        ),
+        doubt,
     )

@@ -1,0 +1,164 @@
+"""What ``diff_threads`` does with values an encrypting serde sealed (lgsub80).
+
+LangGraph's ``EncryptedSerializer`` stores each value as ``(<type>+<cipher>, bytes)``
+and its ciphers draw a random nonce (AES-EAX in ``from_pycryptodome_aes``): equal
+values are different bytes. Equal bytes are equal values whatever the serde, so a
+digest match is kept as it is; a sealed value or write whose bytes differ is decoded
+with the diff's serde on both sides and compared as the plain
+:class:`JsonPlusSerializer` writes it (:func:`plain_value`, :func:`canonical_write`).
+One the serde cannot decode (no serde given, another key) is *undecidable*, never the
+same: equal values may be behind the two ciphertexts, or not. A checkpoint whose
+metadata is sealed and does not decode stops the diff as undecidable
+(:class:`Undecidable`): its step and its DeltaChannels are unknown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from cpstore.errors import IntegrityError
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    LIST_KIND,
+    PASS_THROUGH,
+    SEGMENT,
+    load_metadata,
+    load_value,
+    unpack_typed,
+)
+from cpstore.store.reader import CheckpointView
+
+__all__ = [
+    "SEALED",
+    "Undecidable",
+    "canonical_write",
+    "metadata_of",
+    "plain_value",
+    "sealed",
+    "sealed_channel",
+]
+
+#: How the compared form of a sealed value is written: deterministic for equal values.
+_PLAIN = JsonPlusSerializer()
+
+#: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
+INTERRUPT = "__interrupt__"
+
+
+class Undecidable(Exception):  # noqa: N818 - control flow inside the diff, never raised out
+    """The diff cannot tell whether the chains are equal; ``args[0]`` says why."""
+
+
+def sealed(kind: str) -> bool:
+    """Whether a serde type tag is a cipher's: ``EncryptedSerializer`` writes
+    ``<type>+<cipher name>``, and no plain LangGraph type holds ``+``."""
+    return "+" in kind
+
+
+#: Why a difference in sealed bytes is not told (the summary's words).
+SEALED = (
+    "sealed by an encrypting serde that the diff's serde does not decode (pass the "
+    "saver's serde: diff_threads(..., serde=...))"
+)
+
+
+def _hint(kind: str) -> str:
+    return (
+        f"stored sealed ({kind!r}) and the diff's serde does not decode it: pass the "
+        "saver's serde (diff_threads(..., serde=...)) to compare the values"
+    )
+
+
+def metadata_of(serde: Any, part: Any, where: str) -> dict[str, Any]:
+    """``load_metadata``; :class:`Undecidable` instead of its IntegrityError when the
+    metadata is sealed (the wrong serde or key, not damage: the bytes are hash-checked)."""
+    try:
+        return load_metadata(serde, part, where)
+    except IntegrityError:
+        kind = unpack_typed(part, where)[0]
+        if not sealed(kind):
+            raise
+        raise Undecidable(f"the metadata of {where} is {_hint(kind)}") from None
+
+
+def sealed_channel(view: CheckpointView, channel: str) -> str | None:
+    """The sealed type tag of a channel's stored value, or None (plain, a list head:
+    only a plain msgpack value is cut into segments, or not stored)."""
+    if CHANNEL + channel not in view.manifest.raw["state"]["parts"]:
+        return None
+    kind = unpack_typed(view.state_part(CHANNEL + channel), channel)[0]
+    return kind if sealed(kind) else None
+
+
+def plain_value(serde: Any, view: CheckpointView, channel: str, where: str) -> bytes | None:
+    """A digest of the channel's value as the plain JsonPlusSerializer writes it (decoded
+    with ``serde``), or None when the serde does not decode it or the plain one cannot
+    write it. A channel the view does not hold is the digest of nothing."""
+    names: Mapping[str, Any] = view.manifest.raw["state"]["parts"]
+    if CHANNEL + channel not in names:
+        return b""
+    parts = {CHANNEL + channel: view.state_part(CHANNEL + channel)}
+    if unpack_typed(parts[CHANNEL + channel], where)[0] == LIST_KIND:
+        prefix = f"{SEGMENT}{channel}/"
+        at = len(prefix)
+        parts.update(
+            {n: view.state_part(n) for n in names if n[:at] == prefix and n[at:].isdigit()}
+        )
+    try:
+        value = load_value(serde, parts, channel, where)
+    except IntegrityError as exc:
+        if exc.__cause__ is None:
+            raise  # the framing is wrong (damage), not the serde's refusal (``undecodable``)
+        return None
+    try:
+        kind, data = _PLAIN.dumps_typed(value)
+    except PASS_THROUGH:
+        raise
+    except Exception:  # a value the plain serde cannot write
+        return None
+    return hashlib.blake2b(kind.encode() + b"\x00" + bytes(data), digest_size=32).digest()
+
+
+def _without_ids(value: Any) -> Any:
+    """An interrupt write's value with each interrupt's ``id`` blanked (LangGraph derives
+    it from the task id, itself from the checkpoint id: equal interrupts on two threads
+    carry other ids), or None when it holds no list of dataclasses."""
+    if not isinstance(value, (list, tuple)) or not all(
+        dataclasses.is_dataclass(i) and not isinstance(i, type) and hasattr(i, "id") for i in value
+    ):
+        return None
+    return [dataclasses.replace(i, id="") for i in value]
+
+
+def canonical_write(serde: Any, channel: str, typed: tuple[str, bytes]) -> tuple[str, bytes] | None:
+    """The serde pair a pending write is compared by. A plain write as stored; an
+    ``__interrupt__`` one with its interrupts' ids blanked (re-dumped by ``serde``, or
+    the plain JsonPlusSerializer when ``serde`` seals; as stored when the serde cannot
+    load it or it holds no interrupts); a sealed one
+    decoded with ``serde`` and written by the plain JsonPlusSerializer (ids blanked
+    too). None: a sealed write the serde does not decode (compared as stored, and a
+    difference is undecidable)."""
+    kind = typed[0]
+    is_sealed = sealed(kind)
+    if not is_sealed and channel != INTERRUPT:
+        return typed
+    try:
+        value = serde.loads_typed(typed)
+        if channel == INTERRUPT:
+            blanked = _without_ids(value)
+            if blanked is None and not is_sealed:
+                return typed
+            value = value if blanked is None else blanked
+        out: tuple[str, bytes] = (_PLAIN if is_sealed else serde).dumps_typed(value)
+        if sealed(out[0]):  # a plain interrupt, an encrypting serde: its nonce is new
+            out = _PLAIN.dumps_typed(value)
+    except PASS_THROUGH:
+        raise
+    except Exception:  # anything the serde raises: compared as stored
+        return None if is_sealed else typed
+    return out

@@ -1,0 +1,250 @@
+"""Subgraphs interrupted mid-run under the two last checkpoints ``diff_threads`` compares.
+
+A subgraph run from a checkpoint and not finished there keeps its own checkpoints (and
+pending writes) in the namespace ``node:<task id>`` one level under it, which a resume
+goes on from (review77). The task id differs between threads (LangGraph derives it
+from the checkpoint id), so the subgraphs of the two sides are paired by the task path
+of the task running each (its interrupt write), else by its ``Send`` index recovered
+from the task id (:func:`_send_indices`), else by its node name. Subgraphs of one side
+sharing a key are compared as a group (:func:`_group_diff`): before lgsub80 they were
+skipped, and threads whose two ``Send``s to a subgraph stopped by ``interrupt_before``
+(no write to the parent) with other values were "same values" while their resumes
+differed (``tests/test_lgsub80_diff_shared_path.py``).
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from xxhash import xxh3_128_hexdigest
+
+from cpstore.langgraph._diff_sealed import metadata_of
+from cpstore.langgraph._read import Entry, StoredWrite, stored, thread_entries, view_head
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+from cpstore.store.reader import CheckpointView
+
+__all__ = ["SEND_TRIES", "Found", "subgraph_divergence"]
+
+#: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
+_INTERRUPT = "__interrupt__"
+
+#: The channels a task that did not finish writes (an interrupt, an error, the resume
+#: values it consumed): its subgraph is mid-run, and its checkpoints are what a resume
+#: goes on from.
+_UNFINISHED = frozenset({_INTERRUPT, "__error__", "__error_source_node__", "__resume__"})
+
+#: LangGraph's separator of namespace levels, and of a level's node name and task id.
+_NS_SEP, _NS_END = "|", ":"
+
+#: The ``Send`` indices tried when recovering a subgraph's index from its task id (a
+#: fan-out of more Sends leaves the ones above unpaired: compared as a group).
+SEND_TRIES = 10_000
+
+#: LangGraph's trigger of a push task (a ``Send``): ``langgraph._internal._constants.PUSH``.
+_PUSH = "__pregel_push"
+
+#: ``diff(txn, store, config_a, config_b, serde)``: ``diff._diff`` (a ThreadDiff).
+Compare = Callable[[Txn[memoryview], Store, Mapping[str, Any], Mapping[str, Any], Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A subgraph divergence: what to say, the nodes and channels, whether decided."""
+
+    said: str
+    nodes: tuple[str, ...]
+    channels: tuple[str, ...]
+    undecidable: bool = False
+
+
+def _task_id(hexdigest: str) -> str:
+    h = hexdigest
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _send_indices(last: Entry, step: Any, node: str, wanted: set[str]) -> dict[str, int]:
+    """Task id -> ``Send`` index for the ids in ``wanted`` that LangGraph derived for a
+    ``Send`` to ``node`` from ``last`` (``prepare_push_task_send``: the checkpoint id's
+    bytes, then ``parent_ns|node``, the step, the node, ``__pregel_push`` and the index;
+    XXH3-128 for checkpoints of format 2, SHA-1 before). A 128-bit match is the task;
+    an id that matches none (another LangGraph's derivation, an index past
+    :data:`SEND_TRIES`) is left out, and its subgraph is paired by node name."""
+    if type(step) is not int or not wanted:
+        return {}
+    try:
+        base = binascii.unhexlify(last.checkpoint_id.replace("-", ""))
+    except (binascii.Error, ValueError):
+        return {}
+    ns = f"{last.ns}{_NS_SEP}{node}" if last.ns else node
+    head = f"{ns}{step + 1}{node}{_PUSH}"
+    found: dict[str, int] = {}
+    for i in range(SEND_TRIES):
+        raw = base + (head + str(i)).encode("utf-8", "surrogatepass")
+        for tid in (
+            _task_id(xxh3_128_hexdigest(raw)),
+            _task_id(hashlib.sha1(raw, usedforsecurity=False).hexdigest()),
+        ):
+            if tid in wanted:
+                found[tid] = i
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def _subgraphs(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    last: tuple[Entry, Any],
+    writes: list[StoredWrite],
+) -> dict[str, list[str]]:
+    """The namespaces of subgraphs run from the checkpoint ``last`` (its entry and step)
+    and not finished there (one level under its namespace, their newest checkpoint's
+    ``metadata["parents"]`` naming it, no write of the task's at ``last`` but an
+    interrupt, an error or resume values), grouped by the key pairing them across
+    threads: the task path of the task running each (its writes at ``last``), else
+    ``(node NAME, send I)`` (:func:`_send_indices`), else ``(node NAME)``."""
+    entry, step = last
+    newest: dict[str, Entry] = {}
+    for e in thread_entries(txn, store.backend.db("meta"), [entry.thread_id]):
+        # a subgraph run from ``last`` checkpoints after it (LangGraph's ids sort by time)
+        if e.checkpoint_id <= entry.checkpoint_id:
+            continue
+        if entry.ns and not e.ns.startswith(entry.ns + _NS_SEP):
+            continue
+        rest = e.ns[len(entry.ns) + 1 :] if entry.ns else e.ns
+        if _NS_SEP in rest or _NS_END not in rest:
+            continue  # the parent's own, or deeper: compared by the level under it
+        held = newest.get(e.ns)
+        if held is None or e.checkpoint_id > held.checkpoint_id:
+            newest[e.ns] = e
+    paths = {w.task_id: w.task_path for w in writes if w.task_path.strip()}
+    # A task that finished left its writes (or LangGraph's no-writes marker): a resume
+    # applies those, compared already, and reads nothing of its subgraph's checkpoints.
+    finished = {w.task_id for w in writes if w.channel not in _UNFINISHED}
+    unkeyed: dict[str, list[tuple[str, str]]] = {}  # node -> (task id, ns) without a path
+    out: dict[str, list[str]] = {}
+    for ns, e in sorted(newest.items()):
+        if not stored(txn, store, e):
+            continue
+        with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
+            md = metadata_of(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
+        parents = md.get("parents")
+        if not isinstance(parents, Mapping) or parents.get(entry.ns) != entry.checkpoint_id:
+            continue
+        node, _, task = ns.rpartition(_NS_SEP)[2].partition(_NS_END)
+        if task in finished:
+            continue
+        if task in paths:
+            out.setdefault(paths[task], []).append(ns)
+        else:
+            unkeyed.setdefault(node, []).append((task, ns))
+    for name, waiting in sorted(unkeyed.items()):
+        index = _send_indices(entry, step, name, {tid for tid, _ in waiting})
+        for tid, sub_ns in waiting:
+            at = index.get(tid)
+            key = f"(node {name})" if at is None else f"(node {name}, send {at})"
+            out.setdefault(key, []).append(sub_ns)
+    return out
+
+
+def _names(key: str) -> tuple[str, str]:
+    """``(label, node)``: how the summary names a key's subgraph (``sub, send 0``,
+    ``sub``, a pull task's node, a push task's whole path, as ``diff._node_of``) and
+    the node ``nodes`` names."""
+    if key.startswith("(node ") and key.endswith(")"):
+        label = key[len("(node ") : -1]
+        return label, label.split(", send ")[0]
+    if key.startswith("~__pregel_pull, "):
+        node = key[len("~__pregel_pull, ") :]
+        return node, node
+    return key, key
+
+
+def subgraph_divergence(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    last: tuple[tuple[Entry, Any], tuple[Entry, Any]],
+    writes: tuple[list[StoredWrite], list[StoredWrite]],
+    *,
+    diff: Compare,
+) -> Found | None:
+    """The first divergence inside a subgraph run from the two last checkpoints (each
+    side's entry and step), paired by key (:func:`_subgraphs`), or None. A subgraph
+    interrupted mid-run keeps its finished nodes' writes pending on its own checkpoint,
+    which resuming applies there: review77 found threads whose subgraphs' pending
+    writes differed "same values" (the parent's pending writes hold only the interrupt)."""
+    (ea, _), (eb, _) = last
+    sa = _subgraphs(txn, store, serde, last[0], writes[0])
+    sb = _subgraphs(txn, store, serde, last[1], writes[1])
+    for key in sorted(set(sa) | set(sb)):
+        la, lb = sa.get(key, []), sb.get(key, [])
+        label, node = _names(key)
+        if not la or not lb:
+            return Found(f"subgraph {label} is mid-run on {'A' if lb == [] else 'B'} only",
+                         (node,), ())  # fmt: skip
+        if len(la) == 1 and len(lb) == 1:
+            inner = diff(txn, store, _conf(ea, la[0]), _conf(eb, lb[0]), serde)
+            if inner.same:
+                continue
+            said = f"subgraph {label} ({la[0]!r}, {lb[0]!r}): {inner.summary}"
+            nodes = tuple(sorted({node, *inner.nodes}))
+            return Found(said, nodes, inner.channels, inner.undecidable)
+        found = _group_diff(txn, store, serde, (ea, la), (eb, lb), names=(label, node), diff=diff)
+        if found is not None:
+            return found
+    return None
+
+
+def _conf(entry: Entry, ns: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": entry.thread_id, "checkpoint_ns": ns}}
+
+
+def _group_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    a: tuple[Entry, list[str]],
+    b: tuple[Entry, list[str]],
+    *,
+    names: tuple[str, str],
+    diff: Compare,
+) -> Found | None:
+    """Subgraphs sharing a key on a side, which of A's resumes as which of B's unknown:
+    each is sorted into a class of equal ones (:func:`diff` with a class's first).
+    One class holding as many of A's as of B's: every pairing resumes alike (None).
+    Another count of some class on each side: no pairing does (a divergence). Else the
+    pairing decides: ``undecidable``, never the same; so too when a comparison was."""
+    reps: list[tuple[Entry, str]] = []
+    counts: list[list[int]] = []
+    unsure = False
+    for side, (entry, held) in enumerate((a, b)):
+        for ns in held:
+            for k, (re, rns) in enumerate(reps):
+                inner = diff(txn, store, _conf(entry, ns), _conf(re, rns), serde)
+                unsure = unsure or inner.undecidable
+                if inner.same:
+                    counts[k][side] += 1
+                    break
+            else:
+                reps.append((entry, ns))
+                counts.append([1 - side, side])
+    uneven = any(ca != cb for ca, cb in counts)
+    if len(reps) == 1 and not uneven and not unsure:
+        return None
+    label, node = names
+    shared = f"{len(a[1])} subgraphs {label} on A and {len(b[1])} on B share their key"
+    if uneven and not unsure:
+        said = f"{shared}, and {len(reps)} kinds of them are not as many on each side"
+        return Found(said, (node,), ())
+    said = (
+        f"{shared} and differ ({len(reps)} kinds): which of B's resumes as which of A's "
+        "is unknown, so the threads are not told the same (undecidable)"
+    )
+    return Found(said, (node,), (), undecidable=True)
