@@ -19,7 +19,7 @@ from cpstore.cli.common import (
     say,
     store_arg,
 )
-from cpstore.cli.exit_codes import EXIT_DIFFERENT, EXIT_OK
+from cpstore.cli.exit_codes import EXIT_DIFFERENT, EXIT_OK, EXIT_QUARANTINE
 from cpstore.errors import InvalidInputError
 
 __all__ = ["add_lg_diff_parser"]
@@ -34,8 +34,9 @@ def add_lg_diff_parser(sub: Any) -> None:
         "Compare two LangGraph threads written by CpstoreSaver (or a thread and its fork) "
         "by content digest, and name the first step, the node(s) and the channel(s) where "
         "they diverge, and their shared fork point. Exit 12 when they diverge, 0 when "
-        "they do not (as cpstore diff).",
-        (EXIT_DIFFERENT, *STORE_CODES),
+        "they do not (as cpstore diff), 11 when it cannot tell (values sealed by a serde "
+        "the command cannot decode, subgraphs it cannot pair: not the same).",
+        (EXIT_DIFFERENT, EXIT_QUARANTINE, *STORE_CODES),
     )
     p.add_argument("thread_a", metavar="THREAD_A", help="a LangGraph thread id")
     p.add_argument("thread_b", metavar="THREAD_B", help="another (or the same) thread id")
@@ -71,7 +72,11 @@ def _lg_diff(args: argparse.Namespace) -> int:
         print_json(found.as_dict())
     else:
         say(found.summary)
-        if not found.same:
-            say(f"  A: {found.checkpoint_a}")
-            say(f"  B: {found.checkpoint_b}")
-    return EXIT_OK if found.same else EXIT_DIFFERENT  # as ``cpstore diff``
+        for side, checkpoint in (("A", found.checkpoint_a), ("B", found.checkpoint_b)):
+            if not found.same and checkpoint is not None:
+                say(f"  {side}: {checkpoint}")
+    if found.same:
+        return EXIT_OK
+    # Undecided is not the same, but not a proven divergence either: the exit code a
+    # validation gives when equivalence cannot be proven (QUARANTINE).
+    return EXIT_QUARANTINE if found.undecidable else EXIT_DIFFERENT
