@@ -53,7 +53,7 @@ from cpstore.native.records import Provenance, kind_code, pack_token
 from cpstore.run import faithful, stream
 from cpstore.run.cprun import dump_cprun, parse_cprun
 from cpstore.run.document import dump_document, load_document
-from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
+from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run, Token
 from cpstore.run.values import EncodedValues
 from cpstore.run.writer import write_document
 
@@ -540,3 +540,18 @@ def test_every_float_a_writer_accepts_reads_back_bit_for_bit(bits: list[int]) ->
         assert isinstance(back.tokens.values, EncodedValues)
         assert bytes(back.tokens.values.blob) == bytes(values.blob)
         assert bytes(back.tokens.view()) == bytes(run.tokens.view())
+
+
+@pytest.mark.parametrize("pin", [2**64, -(2**63) - 1, 2**70])
+def test_a_pin_msgpack_cannot_hold_is_refused_before_a_byte_is_written(pin: int) -> None:
+    """Before: write_document wrote the head (format, run_id, step, state_digest: 52 bytes)
+    and refused at the observations, naming nothing. JSON holds the pin (a float read
+    back, pinned either way)."""
+    run = Run("r", 1, "s", tokens=PackedTokens(b"", values=[]), observations=(
+        Observation(1, "src", "d", pin),
+    ))  # fmt: skip
+    data, refused = _written(run, "msgpack")
+    assert data is None and isinstance(refused, InvalidInputError)
+    assert refused.where == "observations[0].pinned_at"
+    back = _load(_written(run, "json")[0])
+    assert back.observations[0].pinned_at == float(pin)

@@ -77,7 +77,7 @@ _SUSPECT = {
 def _scalar(item: Any, at: str, json: bool) -> None:
     """Refuse a scalar the encoding cannot hold (InvalidInputError naming where)."""
     kind = type(item)
-    if kind is int:
+    if kind is int or (kind is not bool and isinstance(item, int)):  # a pin may subclass int
         if _INT_MIN <= item < _INT_END:
             return
         if not json:
@@ -255,6 +255,11 @@ def check_keys(run: Run, *, json: bool) -> Run:
     written = [_written(node, f"call_graph[{i}]", json) for i, node in enumerate(nodes)]
     if any(a is not b for a, b in zip(written, nodes, strict=True)):
         changed["call_graph"] = tuple(written)
+    # A pin is written as given: an int one outside msgpack's range (or past the int-to-str
+    # limit) was refused after the head was written (review79).
+    for i, obs in enumerate(run.observations):
+        if obs.pinned_at is not None:
+            _scalar(obs.pinned_at, f"observations[{i}].pinned_at", json)
     accesses = run.harness_accesses
     written = [_written(a, f"harness_accesses[{i}]", json) for i, a in enumerate(accesses)]
     if any(a is not b for a, b in zip(written, accesses, strict=True)):
