@@ -35,12 +35,15 @@ import struct
 import types
 from array import array
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from cpstore.cli.entry import main
+from cpstore.cli.exit_codes import EXIT_INTEGRITY
 from cpstore.decision import token_checks
 from cpstore.decision.table import Decision, Verdict
 from cpstore.decision.validate import validate
@@ -555,3 +558,13 @@ def test_a_pin_msgpack_cannot_hold_is_refused_before_a_byte_is_written(pin: int)
     assert refused.where == "observations[0].pinned_at"
     back = _load(_written(run, "json")[0])
     assert back.observations[0].pinned_at == float(pin)
+
+
+def test_convert_says_integrity_for_a_damaged_nan_whatever_the_target(tmp_path: Path) -> None:
+    """Before (8c2b516): ``cpstore convert p.cprun p.json`` exited EXIT_BAD_INPUT advising
+    msgpack, and p.msgpack then exited EXIT_INTEGRITY; both say the damage now."""
+    src = tmp_path / "p.cprun"
+    src.write_bytes(dump_cprun(_cprun_of([b"\x01", _f64(NAN_BITS[0])])))
+    for name in ("p.json", "p.msgpack"):
+        assert main(["convert", str(src), str(tmp_path / name)]) == EXIT_INTEGRITY
+        assert not (tmp_path / name).exists()
