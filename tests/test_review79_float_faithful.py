@@ -47,7 +47,7 @@ from cpstore.cli.exit_codes import EXIT_INTEGRITY
 from cpstore.decision import token_checks
 from cpstore.decision.table import Decision, Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError
+from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError, RecordFormatError
 from cpstore.native import binding, ingest_reference, reference
 from cpstore.native.args import as_offsets
 from cpstore.native.binding import canonical_check, digest
@@ -568,3 +568,35 @@ def test_convert_says_integrity_for_a_damaged_nan_whatever_the_target(tmp_path: 
     for name in ("p.json", "p.msgpack"):
         assert main(["convert", str(src), str(tmp_path / name)]) == EXIT_INTEGRITY
         assert not (tmp_path / name).exists()
+
+
+class _LyingKind(str):
+    """A kind name whose ``encode`` gives another kind's bytes (kind_code hashes those)."""
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return b"beta"
+
+
+class _Name(str):
+    """A str subclass that changes nothing."""
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_a_kind_name_is_checked_as_the_text_the_document_writes(engine: str, encoding: str) -> None:
+    """Before: P's record said kind "beta" (a REJECT against a recording of "alpha"),
+    named by a str subclass of "alpha" whose encode() said "beta": check_kinds took it,
+    the document said "alpha", and read back it was an ACCEPT."""
+    r_run = _run(_packed([("alpha", 1)]), replay=False)
+    code = kind_code("beta")
+    records = _packed([("beta", 1)]).view()
+    lying = _run(
+        PackedTokens(records, values=[1], kind_names={code: _LyingKind("alpha")}), replay=True
+    )
+    assert validate(r_run, lying).verdict is Verdict.REJECT
+    data, refused = _written(lying, encoding)
+    assert data is None and isinstance(refused, RecordFormatError)
+    assert refused.where == "tokens[0].kind"
+    plain = _run(PackedTokens(records, values=[1], kind_names={code: _Name("beta")}), replay=True)
+    back = _load(_written(plain, encoding)[0])
+    assert bytes(back.tokens.view()) == bytes(records)
+    assert _key(validate(r_run, back)) == _key(validate(r_run, plain))
