@@ -1,30 +1,18 @@
 """review79: a JSON or msgpack document of a run says what the run says, floats included.
 
-Two recent changes decide whether a written document says its run: the writers check
-records, kind names and values before a byte is written (``cpstore/run/faithful.py``),
-and a token value that is one float64 is judged by its bits (``cpstore/run/keys.py``,
-8c2b516). What review79 found and fixed:
-
-* A value of a subclass of float, int or bytes (or a call-graph node holding one) was
-  hashed by the canonical encoder through its methods (``value + 0.0``, ``int(value)``,
-  ``bytes(value)``) but written by ``json``/``msgpack`` as the builtin value beneath: a
-  float subclass whose ``__add__`` said 2.0, in a replay whose record said 2.0 (a REJECT
-  against a recording of 1.0), was written as 1.0 and read back as an ACCEPT. Such a
-  value is now written as its canonical value.
-* A memoryview (JSON) or a Mapping that is not a dict (both) passed the up-front check
-  and was refused mid-stream, after the head was written, without the token's index
-  (msgpack: a bare TypeError). A memoryview is refused for JSON up front at its index;
-  a Mapping is written as its canonical dict.
-* 8c2b516's float fast path refused a damaged ``.cprun``'s NaN of other bits as JSON's
-  NaN ("use encoding='msgpack'", InvalidInputError) where before it was the damage it
-  is (IntegrityError); msgpack said IntegrityError all along.
-
-The rest pins the strongest cases tried, which held: a round trip through either
-document keeps every record bit for bit and the verdict, findings and first divergence
-of ``validate`` (native and reference engines), for -0.0, NaN payloads, +-inf,
-subnormals, 1.0 vs 1 vs True, ints at 2**53, 2**63 and 2**64, float-looking strs and
-nested floats; a values section that differs from the records only in a float's
-encoding is refused; and every refusal names the token with nothing written.
+Reviewed: the writers' checks of records, kind names and values (``run/faithful.py``)
+and 8c2b516's float token judged by its bits (``run/keys.py``). Fixed here: a value of a
+float/int/bytes subclass (or a call-graph node holding one) hashed through its methods
+(``value + 0.0``, ``int(value)``, ``bytes(value)``) but written as the builtin beneath,
+and a kind name hashed through a str subclass's ``encode()``: REJECT replays read back
+from their documents as ACCEPTs; a memoryview, a non-dict Mapping, a run without token
+values and an out-of-range pin refused mid-stream; a damaged ``.cprun`` NaN (or -0.0)
+refused as JSON's NaN ("use msgpack") instead of as damage. The rest pins the strongest
+cases tried, which held: round trips keep every record bit for bit and validate's
+verdict, findings and first divergence (native and reference engines) for -0.0, NaN
+payloads, +-inf, subnormals, 1.0 / 1 / True, ints at 2**53, 2**63, 2**64, float-looking
+strs and nested floats; values differing from the records only in a float's encoding
+are refused; every refusal names its place with nothing written.
 """
 
 from __future__ import annotations
