@@ -515,7 +515,9 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
     if encoding == "cprun":
         return dump_cprun(run)
     if encoding in ("json", "msgpack"):
-        check_keys(run, json=encoding == "json")  # a key the document could not read back
+        # A key or value the document could not read back; a value of a type other than
+        # the builtins is written as its canonical value (review79).
+        run = check_keys(run, json=encoding == "json")
         check_faithful(run.tokens)  # kinds or values the records do not say (review76)
     body = document_dict(run)
     if encoding == "json":

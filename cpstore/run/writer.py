@@ -142,7 +142,9 @@ def write_document(run: Run, out: BinaryIO, *, encoding: str) -> int:
     if not isinstance(run, Run):
         raise InvalidInputError("run must be a Run", got=type(run).__name__)
     if encoding in ("json", "msgpack"):
-        check_keys(run, json=encoding == "json")  # before a byte is written
+        # Before a byte is written; a value of a type other than the builtins is written
+        # as its canonical value (review79).
+        run = check_keys(run, json=encoding == "json")
         check_faithful(run.tokens)  # kinds or values that are not the records' (review76)
     if encoding == "json":
         return _write_json(run, out)
