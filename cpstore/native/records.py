@@ -175,6 +175,11 @@ def value_digest(value: Any) -> Digest:
     return Digest(xxhash.xxh3_128_digest(encode_value(value)))
 
 
+def encoding_digest(encoded: bytes) -> Digest:
+    """Digest of a canonical encoding (:func:`value_digest` of the value it encodes)."""
+    return Digest(xxhash.xxh3_128_digest(encoded))
+
+
 _REFUSED_DIGEST = value_digest(None)
 #: Bytes 12..32 of every :func:`pack_refused` record (provenance, reserved, digest).
 REFUSED_TAIL = bytes((int(Provenance.RECORDED), 0, 0, 0)) + _REFUSED_DIGEST

@@ -21,13 +21,14 @@ from cpstore.errors import (
     RecordFormatError,
 )
 from cpstore.native.args import as_bytes_view, check_text
-from cpstore.native.canonical import encode_value
+from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import (
     PROVENANCE_CODES,
     RECORD_SIZE,
     STEP_LIMIT,
     KindTable,
     RecordType,
+    encoding_digest,
     kind_name,
     pack_token,
     provenance_name,
@@ -179,9 +180,13 @@ class PackedTokens:
         # unchecked, and a finding said "recorded rng 1 vs replayed rng 1" for a record
         # of 2 given the value 1, or raised a bare CanonicalEncodingError out of
         # validate for a damaged .cprun values section. Otherwise the digest is shown.
+        # Shown as its canonical value (review79): a -0.0, a tuple or a subclass given in a
+        # Python list showed as given, where the same run read from a document shows 0.0,
+        # a list, the plain value: the findings, and so the decision id, differed.
         try:
-            value = self.values[index]
-            shown = value_digest(value) == dig
+            encoded = encode_value(self.values[index])
+            shown = encoding_digest(encoded) == dig
+            value = decode_value(encoded) if shown else None
         except (CanonicalEncodingError, InvalidInputError):
             shown = False
         if not shown:
