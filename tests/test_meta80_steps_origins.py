@@ -136,7 +136,7 @@ def test_a_ref_origin_that_is_not_one_writes_nothing(store: Store, bad: Any) -> 
     for fn in (move, replace):
         seen: list[_Writes] = []
 
-        def counted(txn: Any, fn: Any = fn) -> None:
+        def counted(txn: Any, fn: Any = fn, seen: list[_Writes] = seen) -> None:
             seen.append(_Writes(txn))
             fn(seen[-1])
 
