@@ -50,9 +50,9 @@ _FORK_IN_ITS_CLOSE = (
     SCRIPT_HEAD
     + """
 real = lmdb_registry.release_env
-def release_env(env, failed=None):
+def release_env(env, failed=None, **kwargs):  # kwargs: _close_left_open's taken (meta80)
     fork_child_writes(path, "none")
-    return real(env, failed)
+    return real(env, failed, **kwargs)
 lmdb_registry.release_env = release_env
 lmdb_registry.is_open_here(path)  # closes the store left open (release_env)
 lmdb_registry.release_env = real

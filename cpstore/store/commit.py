@@ -19,7 +19,7 @@ from cpstore.store.backend import Txn
 from cpstore.store.content import Content, appended_hint, objects_of, records_of
 from cpstore.store.model import CheckpointWrite, hex_id, ref_key, unpack_checkpoint_value
 from cpstore.store.objects import put_object
-from cpstore.store.refs import RECORDED, read_ref_hashed, write_ref
+from cpstore.store.refs import RECORDED, commit_ref, read_ref_hashed
 
 __all__ = ["TxnChecked", "apply_write", "apply_writes", "landed", "objects_to_check"]
 
@@ -148,7 +148,7 @@ def apply_write(
     txn.delete(op.cid, b"", dbs["tombstones"])  # positional: every engine's delete takes it
     if op.sealed_ledger is not None:
         txn.put(op.sealed_ledger, op.cid, overwrite=False, db=dbs["ledgers"])
-    write_ref(txn, dbs, rkey, op.cid, RECORDED, old=current)
+    commit_ref(txn, dbs, rkey, op.cid, RECORDED, old=current)  # write_ref, origin unchecked
     for mkey, mvalue in op.extra_meta:
         if mvalue is None:
             txn.delete(mkey, db=dbs["meta"])

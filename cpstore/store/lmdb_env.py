@@ -119,6 +119,7 @@ class Env(EnvTxns):
             # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
             self.env.reader_check()
             self._tail.psize = int(self.env.stat()["psize"])
+            self._tail.info = self.env.info  # what its meta pages must agree with first
             self._check_file_size()
             self.dbs = self._open_dbs()
             self._tail.ahead = True  # a cpstore store: its tail may be allocated ahead

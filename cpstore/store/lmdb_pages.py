@@ -25,16 +25,23 @@ from cpstore.errors import IntegrityError
 __all__ = ["TailCover", "check_data_size", "highest_reachable_page"]
 
 _PAGEHDRSZ = 16
-_P_BRANCH, _P_LEAF, _P_OVERFLOW, _P_LEAF2 = 0x01, 0x02, 0x04, 0x20
+_P_BRANCH, _P_LEAF, _P_OVERFLOW, _P_META, _P_LEAF2 = 0x01, 0x02, 0x04, 0x08, 0x20
 _F_BIGDATA, _F_SUBDATA, _F_DUPDATA = 0x01, 0x02, 0x04
 _P_INVALID = (1 << 64) - 1
 _MAGIC = 0xBEEFC0DE
+#: LMDB 0.9's MDB_DATA_VERSION (an MDB_DEVEL build writes 999: another format).
+_DATA_VERSION = 1
 _DB_SIZE = 48  # struct MDB_db
 _META_DBS = _PAGEHDRSZ + 24  # magic, version, address, mapsize precede mm_dbs
 _DB_ROOT = 40  # md_root inside MDB_db
 #: A meta page past its page header: mm_magic, then (past mm_version, mm_address,
 #: mm_mapsize and mm_dbs) mm_last_pg and mm_txnid.
 _META_TAIL = struct.Struct(f"<I{_META_DBS + 2 * _DB_SIZE - _PAGEHDRSZ - 4}xQQ")
+#: A meta page's head, which LMDB 0.9 writes when it makes the file (mdb_env_init_meta;
+#: a commit rewrites a meta from mm_mapsize on, mm_psize with its own value): the page
+#: header's mp_pgno (a 64-bit pgno_t) and mp_flags, mm_magic, mm_version and, past the
+#: pointer mm_address and the size_t mm_mapsize, mm_psize (mm_dbs[0].md_pad).
+_META_HEAD = struct.Struct(f"<Q2xH4xII{_META_DBS - _PAGEHDRSZ - 8}xI")
 #: Walks tried while other processes' commits keep moving the meta page on.
 _ATTEMPTS = 3
 #: TailCover allocates the data file up to a multiple of this.
@@ -58,6 +65,17 @@ def _meta(page: bytes) -> tuple[int, int, int, int] | None:
     return txnid, last_pg, free_root, main_root
 
 
+def _shows_layout(pages: Any, at: int, pgno: int, psize: int) -> bool:
+    """Whether the meta page ``pgno`` at byte ``at`` of ``pages`` reads as LMDB 0.9's 64-bit
+    layout puts it: its own number, P_META alone, the magic, data version 1 and ``psize``
+    each where that layout has it. Another layout keeping the magic at byte 16 (a 32-bit
+    ``size_t`` or pointer, an MDB_DEVEL build) shows another value in one of them."""
+    if len(pages) < at + _META_HEAD.size:
+        return False
+    got = _META_HEAD.unpack_from(pages, at)
+    return got == (pgno, _P_META, _MAGIC, _DATA_VERSION, psize)
+
+
 def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) -> int | None:
     """The highest page number the meta page of ``txnid`` reaches, None when not shown.
 
@@ -77,7 +95,8 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
         meta = None
         for pgno in (0, 1):
             raw = page(pgno)
-            found = None if raw is None else _meta(raw)
+            shown = raw is not None and _shows_layout(raw, 0, pgno, psize)
+            found = _meta(raw) if shown and raw is not None else None
             if found is not None and found[0] == txnid and found[1] == last_pgno:
                 meta = found
         if meta is None:
@@ -206,8 +225,11 @@ class TailCover:
         #: file is known to be a cpstore store: a refused open changes nothing.
         self.ahead = False
         #: The held file's two meta pages, mapped read-only (:meth:`last_pgno`); None until
-        #: a write txn first asks, False when they cannot be mapped (LMDB is asked then).
+        #: a write txn first asks, False when they cannot be mapped or do not prove the
+        #: layout read (:meth:`_map_metas`): LMDB is asked then, for good.
         self.metas: mmap.mmap | bool | None = None
+        #: LMDB's ``env.info`` (set once open): what the mapped pages must first agree with.
+        self.info: Callable[[], Mapping[str, Any]] | None = None
 
     def hold(self, folder: str, writable: bool) -> str:
         """Hold ``folder``'s data file (the one LMDB opened: ``folder`` is the pinned
@@ -255,7 +277,8 @@ class TailCover:
         pages: ~1k instructions where ``env.info()`` builds a dict of six (~9k, every
         write txn). Asked under LMDB's writer lock, where no commit writes a meta page
         (LMDB writes them through the file, which the map shows). None when the pages
-        cannot be mapped or either is not a meta page: the caller asks LMDB."""
+        cannot be mapped, did not prove their layout when mapped (:meth:`_map_metas`) or
+        either is not a meta page: the caller asks LMDB."""
         metas = self.metas
         if metas is None:
             metas = self.metas = self._map_metas()
@@ -268,17 +291,35 @@ class TailCover:
         return int(last1 if txnid0 < txnid1 else last0)
 
     def _map_metas(self) -> mmap.mmap | bool:
-        held, psize = self.held, self.psize
-        if held is None or psize <= 0:
+        """The two meta pages mapped, once they prove the layout :meth:`last_pgno` reads
+        (LMDB 0.9's, 64-bit); False, and LMDB asked for good, when they do not. Proof, once
+        per open, in the first write txn (under LMDB's writer lock: no commit moves them):
+        each page's head is as that layout has it (:func:`_shows_layout`; ``psize`` is
+        env.stat()'s), and the ``last_pgno`` and txn id read are ``env.info()``'s."""
+        held, psize, info = self.held, self.psize, self.info
+        if held is None or psize <= 0 or info is None:
             return False
         try:
-            return mmap.mmap(held, 2 * psize, mmap.MAP_SHARED, mmap.PROT_READ)
+            metas = mmap.mmap(held, 2 * psize, mmap.MAP_SHARED, mmap.PROT_READ)
         except (OSError, ValueError):  # a file shorter than two pages, no mmap here
             return False
+        try:
+            if _shows_layout(metas, 0, 0, psize) and _shows_layout(metas, psize, 1, psize):
+                _, last0, txnid0 = _META_TAIL.unpack_from(metas, _PAGEHDRSZ)
+                _, last1, txnid1 = _META_TAIL.unpack_from(metas, psize + _PAGEHDRSZ)
+                read = (last1, txnid1) if txnid0 < txnid1 else (last0, txnid0)
+                now = info()
+                if read == (int(now["last_pgno"]), int(now["last_txnid"])):
+                    return metas
+        except BaseException:  # env.info()'s failure: the map is let go, the error raised
+            metas.close()
+            raise
+        metas.close()
+        return False
 
     def close(self) -> None:
         """Close the held descriptor (in the opening process)."""
-        metas, self.metas = self.metas, None
+        metas, self.metas, self.info = self.metas, None, None
         if isinstance(metas, mmap.mmap):
             metas.close()
         fd, held, self.fd, self.held = self.fd, self.held, None, None

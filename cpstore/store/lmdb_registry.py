@@ -390,10 +390,14 @@ def is_open_here(path: str) -> bool:
         return env is not None and env.pid == os.getpid()
 
 
-def release_env(env: Env, failed: BaseException | None = None) -> None:
+def release_env(
+    env: Env, failed: BaseException | None = None, *, taken: list[Env | None] | None = None
+) -> None:
     """Drop one handle; the last one closes the environment, unless another thread's txn
     of it did not end (Env.left_open: raised, or a note on ``failed``, the close's own
-    error, which it does not hide).
+    error, which it does not hide). ``taken``: _close_left_open's note of the handle it
+    took, cleared as the handle is dropped (with no point between where an interrupt
+    can land), so its ``finally`` gives back a handle this call never dropped.
 
     The close proper runs under the registry lock: closing drops every POSIX lock this
     process holds on ``lock.mdb``, so an environment opened beside this one meanwhile
@@ -403,6 +407,8 @@ def release_env(env: Env, failed: BaseException | None = None) -> None:
     open of this one shares it (a handle taken), which leaves it open (audit36)."""
     with _REGISTRY_LOCK:
         env.handles -= 1
+        if taken is not None:
+            taken[0] = None
         if env.handles > 0:
             return
     if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
@@ -431,25 +437,40 @@ def _close_left_open(key: str) -> None:
     every handle was closed (audit49). Still in use: left as it is (an open shares it)."""
     if not _LEFT_OPEN:  # read without the lock: a set only a close that gave up fills
         return
-    with _REGISTRY_LOCK:
-        env = _registered(key)[0]
-        if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
-            return
-        if env.reads_anywhere() or env.writes_here():  # this thread's write: the RLock is its
-            return  # (a handler's open inside it closed the env under that write; audit50)
-        if not take_write_lock(env.write_lock, blocking=False):
-            return  # still in use (or another thread's release is closing it)
-        env.write_lock.release()
-        _CLOSING_LEFT.add(env)  # first: a fork() child must never see the handle alone
-        env.handles += 1  # this close's own handle, dropped by release_env
+    # The env whose handle this close took, until release_env drops it: an interrupt (a
+    # signal handler's exception) landing between the two (the registry lock's release,
+    # release_env's first line) left the handle taken and the env open for good: every
+    # later open with another mode or durability and every compact refused "already
+    # open" (meta80). ``added``: the env this close put in _CLOSING_LEFT.
+    taken: list[Env | None] = [None]
+    added: Env | None = None
     try:
-        release_env(env)
-    except StoreError as exc:
-        if env.closed:  # closed, its ``none`` fsync failed: say so (was swallowed, audit50)
-            warnings.warn(_UNSYNCED.format(path=env.path, exc=exc), RuntimeWarning, 3)
-        # else a txn began meanwhile: left open again, shared as before
+        with _REGISTRY_LOCK:
+            env = _registered(key)[0]
+            if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
+                return
+            if env.reads_anywhere() or env.writes_here():  # this thread's write: its RLock
+                return  # (a handler's open inside it closed the env under that write; audit50)
+            if not take_write_lock(env.write_lock, blocking=False):
+                return  # still in use (or another thread's release is closing it)
+            env.write_lock.release()
+            added = env
+            _CLOSING_LEFT.add(env)  # first: a fork() child must never see the handle alone
+            env.handles += 1  # this close's own handle, dropped by release_env
+            taken[0] = env
+        release_env(env, taken=taken)
+    except StoreError as exc:  # release_env's: ``added`` is its env
+        if added is not None and added.closed:  # closed, its ``none`` fsync failed: say so
+            warnings.warn(_UNSYNCED.format(path=added.path, exc=exc), RuntimeWarning, 3)
+        # else a txn began meanwhile: left open again, shared as before (audit50)
     finally:
-        _CLOSING_LEFT.discard(env)
+        if taken[0] is not None:  # interrupted before release_env dropped it: left open
+            with _REGISTRY_LOCK:  # as it was, for the next open's close to close
+                held, taken[0] = taken[0], None
+                if held is not None:
+                    held.handles -= 1
+        if added is not None:
+            _CLOSING_LEFT.discard(added)
 
 
 #: What the close of an environment a close left open says when its fsync failed: the

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgpack
 
+from cpstore.errors import InvalidInputError
 from cpstore.native.canonical import encode_value, map_header
 from cpstore.store.model import MANIFEST_VERSION
 
@@ -201,7 +202,9 @@ def encode_recorded_manifest(
     ``logs`` holds the digest (or None) of observations, call_graph, effects,
     harness and transcript (other keys are ignored); ``run_id``, ``branch``,
     ``state``, ``tokens``, ``tags`` and ``metadata`` are canonical bytes; the
-    step is an int in [0, 2**63). Keys are written in ``_RECORDED_ORDER``, which
+    step is an int in [0, 2**63), as the recorder checks it first (naming its run): a
+    negative or too large one is InvalidInputError here too, never read from the step
+    table's end. Keys are written in ``_RECORDED_ORDER``, which
     the module checks is the canonical one; a test pins equality with
     :func:`encode_manifest`.
     """
@@ -214,7 +217,7 @@ def encode_recorded_manifest(
         logs["observations"],
     )
     return _RECORDED_TEMPLATE % (
-        _STEPS[step] if step < _STEPS_CACHED else msgpack.packb(step),
+        _STEPS[step] if 0 <= step < _STEPS_CACHED else _step_bytes(step),
         tags,
         state,
         branch,
@@ -235,6 +238,19 @@ _NIL, _BIN16 = b"\xc0", b"\xc4\x10"
 #: msgpack's bytes of the steps below this (a step is an int in [0, 2**63)): no Packer.
 _STEPS_CACHED = 4096
 _STEPS = tuple(msgpack.packb(i) for i in range(_STEPS_CACHED))
+
+
+def _step_bytes(step: int) -> bytes:
+    """msgpack's bytes of a step past the table; InvalidInputError for anything not a step
+    (a negative one would have indexed the table from its end)."""
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < 2**63:
+        raise InvalidInputError(
+            "step must be an int in [0, 2**63)",
+            where="manifest step",
+            expected="an int (not a bool) in [0, 2**63)",
+            got=step,
+        )
+    return bytes(msgpack.packb(step))
 
 
 def _recorded_template() -> bytes:

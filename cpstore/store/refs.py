@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from cpstore.errors import CpstoreError, IntegrityError
+from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError
 from cpstore.native.binding import digest_small
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.content import records_of
@@ -38,6 +38,7 @@ __all__ = [
     "check_ref_target",
     "check_refs",
     "checked_heads",
+    "commit_ref",
     "delete_ref",
     "pinned_key",
     "pinned_objects",
@@ -77,8 +78,23 @@ _WRITTEN: list[tuple[bytes, bytes, bytes] | None] = [None]
 
 
 def pack_ref(key: bytes, cid: bytes, origin: int) -> bytes:
-    """The stored value of ref ``key`` naming ``cid``."""
+    """The stored value of ref ``key`` naming ``cid``, its origin checked (_checked_origin)."""
+    origin = _checked_origin(key, origin)
     return bytes(cid) + _ORIGIN_BYTE[origin] + _hash(key, cid, origin)[:_CHECK]
+
+
+def _checked_origin(key: bytes | memoryview, origin: object) -> int:
+    """``origin`` when it is RECORDED or SET (an int, not a bool), else InvalidInputError
+    before anything is written (a negative one indexed ``_ORIGIN_BYTE`` from its end). No
+    public call takes one: each is a constant, ``ref_target``'s or a stored checked byte."""
+    if type(origin) is not int or not RECORDED <= origin <= SET:
+        raise InvalidInputError(
+            "a ref's origin must be RECORDED or SET",
+            where=_where(key),
+            expected=f"an int, {RECORDED} (RECORDED) or {SET} (SET)",
+            got=origin,
+        )
+    return origin
 
 
 def _where(key: bytes | memoryview) -> str:
@@ -248,7 +264,20 @@ def write_ref(
 
     A ref created from nothing (``old`` None) is refused with :class:`IntegrityError` while
     the refs table holds fewer refs than ``meta/refs_digest`` counts (:func:`_refuse_short`).
+    Its ``origin`` is checked before the txn is read or written (:func:`_checked_origin`).
     """
+    commit_ref(txn, dbs, key, cid, _checked_origin(key, origin), old=old)
+
+
+_Old = tuple[bytes, int] | tuple[bytes, int, bytes] | None  # write_ref's ``old``: read in the txn
+
+
+def commit_ref(
+    txn: Any, dbs: Mapping[str, Any], key: bytes, cid: bytes, origin: int, *, old: _Old
+) -> None:
+    """:func:`write_ref` without its origin check: a commit's own ref (``commit.py``), its
+    origin the constant RECORDED (no check on the put path). Every other writer of a ref
+    goes through :func:`write_ref`."""
     out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
     into = _hash(key, cid, origin)
     value = (cid if type(cid) is bytes else bytes(cid)) + _ORIGIN_BYTE[origin] + into[:_CHECK]
@@ -512,8 +541,8 @@ def refs_state(txn: Any, dbs: Mapping[str, Any]) -> RefsState:
 
 
 def ref_hash(key: bytes, cid: bytes, origin: int) -> bytes:
-    """The full hash of ref ``key`` naming ``cid`` with ``origin`` (what the digest XORs)."""
-    return _hash(key, cid, origin)
+    """The full hash of ref ``key`` naming ``cid`` with ``origin`` (checked; the digest XORs it)."""
+    return _hash(key, cid, _checked_origin(key, origin))
 
 
 def upgrade_refs_v1(txn: Any, dbs: Mapping[str, Any]) -> int:
