@@ -38,6 +38,7 @@ from cpstore.langgraph._diff_sealed import (
     sealed_channel,
 )
 from cpstore.langgraph._diff_subgraphs import subgraph_divergence
+from cpstore.langgraph._diff_triggers import trigger_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
@@ -323,7 +324,9 @@ def _pending_diff(
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and _UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
-        return _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        return _trigger_diff(txn, store, serde, pair, shared) or _subgraph_diff(
+            txn, store, serde, pair, shared=shared, writes=(wa, wb)
+        )
     i = len(a) - 1
     if len(unsure) == len(differ):
         nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
@@ -358,6 +361,31 @@ def _pending_diff(
         f"{', '.join(differ)}",
         pending=True,
     )
+
+
+def _trigger_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[_Point], list[_Point]],
+    shared: int | None,
+) -> ThreadDiff | None:
+    """The nodes a resume from one last checkpoint runs and from the other not (equal
+    values, other versions: :func:`~cpstore.langgraph._diff_triggers.trigger_divergence`,
+    review80), or None."""
+    pa, pb = pair[0][-1], pair[1][-1]
+    found = trigger_divergence(txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values))
+    if found is None:
+        return None
+    nodes, channels = found
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
+        pb.entry.checkpoint_id, shared,
+        f"same values at all {len(pair[0])} checkpoints, but a resume from the last (step "
+        f"{pa.step}) triggers node {', '.join(nodes)} on one side only: the versions of "
+        f"{', '.join(channels) or 'the channels'} moved past what it saw on one side",
+        pending=True,
+    )  # fmt: skip
 
 
 #: How the task path of a node's (pull) task starts; the node's name follows.
