@@ -35,16 +35,20 @@ from cpstore.langgraph._codec import (
     unpack_typed,
     value_pair,
 )
+from cpstore.langgraph._read import StoredWrite
 from cpstore.store.reader import CheckpointView
 
 __all__ = [
+    "DECIDED",
     "SEALED",
+    "UNSURE",
     "Undecidable",
     "canonical_write",
     "metadata_of",
     "plain_value",
     "sealed",
     "sealed_channel",
+    "writes_digest",
 ]
 
 #: How the compared form of a sealed value is written: deterministic for equal values.
@@ -214,3 +218,34 @@ def canonical_write(serde: Any, channel: str, typed: tuple[str, bytes]) -> tuple
     except Exception:  # anything the serde raises: compared as stored
         return None if is_sealed else typed
     return out
+
+
+#: The last byte of a writes digest (:func:`writes_digest`): every write compared as
+#: canonical, or some sealed write the serde does not decode (a difference undecidable).
+DECIDED, UNSURE = b"=", b"?"
+
+
+def writes_digest(writes: list[StoredWrite], *, paths: bool, serde: Any) -> dict[str, bytes]:
+    """Per channel, a digest of the writes to it in their order (``writes_sort_key``):
+    each one's serde pair as :func:`canonical_write`
+    gives it (interrupt ids blanked, a sealed write decoded), and its task path when
+    ``paths``. Task ids are left out (LangGraph derives them from the checkpoint id,
+    which differs between threads). The digest ends in ``UNSURE`` when a sealed write
+    to the channel did not decode (then compared as stored)."""
+    hashes: dict[str, Any] = {}
+    unsure: set[str] = set()
+    for w in writes:
+        h = hashes.get(w.channel)
+        if h is None:
+            h = hashes[w.channel] = hashlib.blake2b(digest_size=32)
+        typed = (w.typed[0], bytes(w.typed[1]))
+        plain = canonical_write(serde, w.channel, typed)
+        if plain is None:
+            unsure.add(w.channel)
+        kind, data = plain or typed
+        for text in (w.task_path, kind) if paths else (kind,):
+            raw = text.encode("utf-8", "surrogatepass")
+            h.update(len(raw).to_bytes(8, "big") + raw)
+        data = bytes(data)
+        h.update(len(data).to_bytes(8, "big") + data)
+    return {c: h.digest() + (UNSURE if c in unsure else DECIDED) for c, h in hashes.items()}
