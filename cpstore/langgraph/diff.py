@@ -28,6 +28,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import InvalidInputError, NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
+from cpstore.langgraph._diff_chain import aligned, node_of, nodes_at
+from cpstore.langgraph._diff_chain import nodes as _nodes
 from cpstore.langgraph._diff_sealed import (
     SEALED,
     UNSURE,
@@ -298,7 +300,7 @@ def _pending_diff(
         )
     i = len(a) - 1
     if len(unsure) == len(differ):
-        nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
+        nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
         said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
         return ThreadDiff(
             False,
@@ -315,7 +317,7 @@ def _pending_diff(
             undecidable=True,
         )
     differ = [c for c in differ if c not in unsure]
-    nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
+    nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
     return ThreadDiff(
         False,
         i,
@@ -357,20 +359,6 @@ def _trigger_diff(
     )  # fmt: skip
 
 
-#: How the task path of a node's (pull) task starts; the node's name follows.
-_PULL_PATH = "~__pregel_pull, "
-
-
-def _node_of(w: StoredWrite) -> str:
-    """The name to report a write's task by: a pull task's node (its path's last part);
-    a push task's (a ``Send``, a functional call) path holds only indices, so the whole
-    path (review77: two Sends' differing writes were both "node 0000000000"); the task
-    id when the path is empty."""
-    if w.task_path.startswith(_PULL_PATH):
-        return w.task_path[len(_PULL_PATH) :]
-    return w.task_path.strip() or w.task_id
-
-
 def _subgraph_diff(
     txn: Txn[memoryview],
     store: Store,
@@ -401,20 +389,6 @@ def _subgraph_diff(
         pending=True,
         undecidable=found.undecidable,
     )
-
-
-def _nodes(
-    txn: Txn[memoryview], store: Store, parent: Entry | None, channels: set[str]
-) -> list[str]:
-    """Nodes whose writes at ``parent`` touched ``channels`` (task path ``..., node``)."""
-    if parent is None:
-        return ["(input)"]
-    found: set[str] = set()
-    meta = store.backend.db("meta")
-    for w in stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id):
-        if w.channel in channels or not channels:
-            found.add(_node_of(w))
-    return sorted(found) or ["(update_state or input)"]
 
 
 def diff_threads(
@@ -502,8 +476,18 @@ def _compare(
     if itself is not None:
         return itself
     empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
-    a = _chain(txn, store, config_a, serde, empty)
-    b = _chain(txn, store, config_b, serde, empty)
+    a, b, cut = aligned(
+        _chain(txn, store, config_a, serde, empty), _chain(txn, store, config_b, serde, empty)
+    )
+    found = _walk(txn, store, serde, (a, b))
+    return dataclasses.replace(found, summary=found.summary + cut) if cut else found
+
+
+def _walk(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]]
+) -> ThreadDiff:
+    """:func:`_compare` on the two chains, aligned."""
+    a, b = pair
     shared = None
     # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
     deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
@@ -528,10 +512,7 @@ def _compare(
         if not differ and (not unsure or doubt is not None):
             continue
         channels = differ or unsure
-        parent = a[i - 1].entry if i else None
-        nodes = _nodes(txn, store, parent, set(channels))
-        if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
-            nodes = sorted(set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(channels))))
+        nodes = nodes_at(txn, store, (a, b), i, set(channels))
         found = ThreadDiff(
             False,
             i,

@@ -1,0 +1,116 @@
+"""The positions ``diff_threads`` compares: where two chains start, and who wrote one.
+
+A chain is walked back from its newest checkpoint along ``parent`` links, and stops at
+the first checkpoint retention pruned (``saver.prune``, keep_latest): a pruned thread's
+chain starts at a later step than its root. Compared position by position from their
+start, a pruned chain's newest checkpoint met the other's root (review80: "diverge at
+step 2 (checkpoint 0 of each chain): node (input) wrote different __start__, log",
+where the threads differed in what node ``b`` wrote at step 2). :func:`aligned`
+starts both chains at the newest first step either keeps; :func:`nodes_at` names the
+node(s) whose writes at the parent made a position, ``(pruned)`` when those are gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
+
+from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored_writes
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+
+__all__ = ["aligned", "node_of", "nodes", "nodes_at"]
+
+
+class _Position(Protocol):
+    @property
+    def entry(self) -> Entry: ...
+
+    @property
+    def step(self) -> int | None: ...
+
+
+P = TypeVar("P", bound=_Position)
+
+#: How the task path of a node's (pull) task starts; the node's name follows.
+_PULL_PATH = "~__pregel_pull, "
+
+
+def node_of(w: StoredWrite) -> str:
+    """The name to report a write's task by: a pull task's node (its path's last part);
+    a push task's (a ``Send``, a functional call) path holds only indices, so the whole
+    path (review77: two Sends' differing writes were both "node 0000000000"); the task
+    id when the path is empty."""
+    if w.task_path.startswith(_PULL_PATH):
+        return w.task_path[len(_PULL_PATH) :]
+    return w.task_path.strip() or w.task_id
+
+
+def nodes(
+    txn: Txn[memoryview], store: Store, parent: Entry | None, channels: set[str]
+) -> list[str]:
+    """Nodes whose writes at ``parent`` touched ``channels`` (task path ``..., node``)."""
+    if parent is None:
+        return ["(input)"]
+    found: set[str] = set()
+    meta = store.backend.db("meta")
+    for w in stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id):
+        if w.channel in channels or not channels:
+            found.add(node_of(w))
+    return sorted(found) or ["(update_state or input)"]
+
+
+def _first_step(chain: Sequence[_Position]) -> int | None:
+    """The step a chain cut by a prune starts at (its first checkpoint has a parent),
+    or None: it starts at its root, or its step is unknown."""
+    if not chain or chain[0].entry.parent is None or type(chain[0].step) is not int:
+        return None
+    return chain[0].step
+
+
+def aligned(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
+    """Both chains from the newest first step either keeps when a prune cut one, and
+    the note the summary ends with (empty when neither was cut, or when a side would
+    be left empty: then compared as they are)."""
+    cut = [s for s in (_first_step(a), _first_step(b)) if s is not None]
+    if not cut:
+        return a, b, ""
+    start = max(cut)
+
+    def skip(chain: list[P]) -> list[P]:
+        k = 0
+        for k, p in enumerate(chain):  # noqa: B007 - k is where the kept part starts
+            step = p.step
+            if not isinstance(step, int) or step >= start:
+                break
+        else:
+            k = len(chain)
+        return chain[k:]
+
+    ta, tb = skip(a), skip(b)
+    if not ta or not tb:
+        return a, b, ""
+    sides = " and ".join(n for n, s in (("A", _first_step(a)), ("B", _first_step(b))) if s)
+    return ta, tb, f" (compared from step {start}: older checkpoints of {sides} were pruned)"
+
+
+def nodes_at(
+    txn: Txn[memoryview], store: Store, pair: tuple[Sequence[Any], Sequence[Any]], i: int,
+    channels: set[str],
+) -> list[str]:  # fmt: skip
+    """The nodes whose writes at the parent made position ``i`` of both chains (each
+    side's parent when they differ): the root's ``(input)``, or ``(pruned)`` when a
+    parent's writes are gone with it (a side whose parent is known names them)."""
+    a, b = pair
+    if i:
+        found = set(nodes(txn, store, a[i - 1].entry, channels))
+        if b[i - 1].entry.cid != a[i - 1].entry.cid:
+            found |= set(nodes(txn, store, b[i - 1].entry, channels))
+        return sorted(found)
+    meta = store.backend.db("meta")
+    known: set[str] = set()
+    for e in (a[0].entry, b[0].entry):
+        parent = None if e.parent is None else entry_at(txn, meta, e.thread_id, e.ns, e.parent)
+        if e.parent is None or parent is not None:
+            known |= set(nodes(txn, store, parent, channels))
+    return sorted(known) or ["(pruned)"]
