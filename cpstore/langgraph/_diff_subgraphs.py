@@ -9,7 +9,10 @@ from the task id (:func:`_send_indices`), else by its node name. Subgraphs of on
 sharing a key are compared as a group (:func:`_group_diff`): before lgsub80 they were
 skipped, and threads whose two ``Send``s to a subgraph stopped by ``interrupt_before``
 (no write to the parent) with other values were "same values" while their resumes
-differed (``tests/test_lgsub80_diff_shared_path.py``).
+differed (``tests/test_lgsub80_diff_shared_path.py``). A subgraph compiled with
+``checkpointer=True`` keeps one history per thread in a namespace without task ids
+(``sub``): it is compared at its newest checkpoint by the time of the parent's, mid-run
+or finished (its state is memory the next run reads; review80: it was skipped).
 """
 
 from __future__ import annotations
@@ -111,7 +114,13 @@ def _subgraphs(
     ``(node NAME, send I)`` (:func:`_send_indices`), else ``(node NAME)``."""
     entry, step = last
     newest: dict[str, Entry] = {}
+    own = _persistent_prefix(entry.ns)
+    kept: dict[str, list[Entry]] = {}  # a checkpointer=True subgraph's ns -> its entries
     for e in thread_entries(txn, store.backend.db("meta"), [entry.thread_id]):
+        name = e.ns[len(own) :] if e.ns.startswith(own) and e.ns != entry.ns else _NS_SEP
+        if _NS_SEP not in name and _NS_END not in name:
+            kept.setdefault(e.ns, []).append(e)  # a task id in no level: checkpointer=True
+            continue
         # a subgraph run from ``last`` checkpoints after it (LangGraph's ids sort by time)
         if e.checkpoint_id <= entry.checkpoint_id:
             continue
@@ -150,13 +159,57 @@ def _subgraphs(
             at = index.get(tid)
             key = f"(node {name})" if at is None else f"(node {name}, send {at})"
             out.setdefault(key, []).append(sub_ns)
+    for ns, history in sorted(kept.items()):
+        chosen = _kept_state(txn, store, serde, entry, history)
+        if chosen is not None:
+            out[f"{_KEPT}{ns[len(own) :]})"] = [chosen]
     return out
+
+
+#: How a ``checkpointer=True`` subgraph's key starts (its node name and ``)`` follow).
+_KEPT = "(kept "
+#: Between a kept subgraph's namespace and the checkpoint id it is compared at.
+_AT = "\x00"
+
+
+def _persistent_prefix(ns: str) -> str:
+    """What the namespace of a ``checkpointer=True`` subgraph of the graph running in
+    ``ns`` starts with: ``ns`` without its task ids, then ``|`` (LangGraph's
+    ``_own_checkpoint_config``); empty for the root."""
+    if not ns:
+        return ""
+    return _NS_SEP.join(p.split(_NS_END)[0] for p in ns.split(_NS_SEP)) + _NS_SEP
+
+
+def _kept_state(
+    txn: Txn[memoryview], store: Store, serde: Any, entry: Entry, held: list[Entry]
+) -> str | None:
+    """``ns NUL checkpoint id`` of the newest checkpoint a ``checkpointer=True``
+    subgraph kept by the time of ``entry`` (its ``metadata["parents"]`` naming no later
+    checkpoint of ``entry``'s namespace), or None. That subgraph goes on from it: on
+    a resume when it stopped mid-run, on the thread's next run when it finished (its
+    state is memory), so it is compared whatever its parent's writes (review80: it was
+    skipped, its namespace holding no task id)."""
+    for e in sorted(held, key=lambda e: e.checkpoint_id, reverse=True):
+        if not stored(txn, store, e):
+            continue
+        with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
+            md = metadata_of(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
+        parents = md.get("parents")
+        at = parents.get(entry.ns) if isinstance(parents, Mapping) else None
+        if isinstance(at, str) and at > entry.checkpoint_id:
+            continue  # kept after the checkpoint compared
+        return f"{e.ns}{_AT}{e.checkpoint_id}"
+    return None
 
 
 def _names(key: str) -> tuple[str, str]:
     """``(label, node)``: how the summary names a key's subgraph (``sub, send 0``,
     ``sub``, a pull task's node, a push task's whole path, as ``diff._node_of``) and
     the node ``nodes`` names."""
+    if key.startswith(_KEPT) and key.endswith(")"):
+        node = key[len(_KEPT) : -1]
+        return f"{node} (checkpointer=True)", node
     if key.startswith("(node ") and key.endswith(")"):
         label = key[len("(node ") : -1]
         return label, label.split(", send ")[0]
@@ -193,7 +246,8 @@ def subgraph_divergence(
             inner = diff(txn, store, _conf(ea, la[0]), _conf(eb, lb[0]), serde)
             if inner.same:
                 continue
-            said = f"subgraph {label} ({la[0]!r}, {lb[0]!r}): {inner.summary}"
+            ns_a, ns_b = la[0].partition(_AT)[0], lb[0].partition(_AT)[0]
+            said = f"subgraph {label} ({ns_a!r}, {ns_b!r}): {inner.summary}"
             nodes = tuple(sorted({node, *inner.nodes}))
             return Found(said, nodes, inner.channels, inner.undecidable)
         found = _group_diff(txn, store, serde, (ea, la), (eb, lb), names=(label, node), diff=diff)
@@ -203,7 +257,10 @@ def subgraph_divergence(
 
 
 def _conf(entry: Entry, ns: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": entry.thread_id, "checkpoint_ns": ns}}
+    """The config of a subgraph namespace (at a checkpoint id, a kept subgraph's)."""
+    ns, _, at = ns.partition(_AT)
+    conf = {"thread_id": entry.thread_id, "checkpoint_ns": ns}
+    return {"configurable": {**conf, "checkpoint_id": at} if at else conf}
 
 
 def _group_diff(
