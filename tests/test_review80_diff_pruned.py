@@ -15,11 +15,14 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
+from cpstore.errors import NotFoundError
 from cpstore.langgraph import CpstoreSaver, diff_threads
+from cpstore.store import retention
 
 
 class _S(TypedDict):
@@ -64,3 +67,33 @@ def test_a_pruned_thread_is_compared_from_the_step_both_keep(url: str) -> None:
         diff = diff_threads(saver.store, _cfg("x"), _cfg("y"))
         assert not diff.same and diff.step == 2 and diff.channels == ("log",), diff.summary
         assert diff.nodes == ("(pruned)",), diff.summary  # before: "(input)"
+
+
+def _at(thread: str, checkpoint_id: str) -> dict[str, Any]:
+    conf = {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}
+    return {"configurable": conf}
+
+
+def test_checkpoints_retention_swept_are_not_found_never_the_same(url: str) -> None:
+    """Store retention (``cpstore gc --keep-last``) sweeps a thread's older checkpoints
+    and leaves their index entries (tombstoned): a side naming one had an empty chain,
+    and two such sides were "same values at all 0 checkpoints" (their values differed).
+    Such a side is now NotFoundError, as ``get_tuple`` finds no such checkpoint."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        graph = _graph(saver)
+        for t in "xy":
+            graph.invoke({"log": ["in"]}, _cfg(t))
+        older = {
+            t: [
+                s.config["configurable"]["checkpoint_id"] for s in graph.get_state_history(_cfg(t))
+            ][1]
+            for t in "xy"
+        }
+        assert retention.prune(saver.store.backend, keep_last=1, run_id=None) > 0
+        for one, other in ((_at("x", older["x"]), _at("y", older["y"])),
+                           (_at("x", older["x"]), _at("x", older["x"]))):  # fmt: skip
+            with pytest.raises(NotFoundError, match="pruned"):
+                diff_threads(saver.store, one, other)
+        assert saver.get_tuple(_at("x", older["x"])) is None
+        diff = diff_threads(saver.store, _cfg("x"), _cfg("y"))  # the newest are kept
+        assert not diff.same and diff.step == 2 and diff.nodes == ("b",), diff.summary

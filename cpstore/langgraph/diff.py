@@ -193,6 +193,12 @@ def _chain(
             if entry.parent is None
             else entry_at(txn, meta, entry.thread_id, entry.ns, entry.parent)
         )
+    if not out:  # review80: two such sides were "same values at all 0 checkpoints"
+        raise NotFoundError(
+            "the LangGraph checkpoint was pruned by retention: its values are gone",
+            where=f"thread {thread_id!r} ns {ns!r}",
+            got=checkpoint_id or "the newest",
+        )
     out.reverse()
     return out
 
@@ -452,6 +458,8 @@ def _itself(
     entry = entry_at(txn, meta, ta, na, ia)
     if (ta, na) != (tb, nb) or entry is None or ib not in (None, entry.checkpoint_id):
         return None
+    if not stored(txn, store, entry):
+        return None  # pruned: _chain says so
     if ib is None and ia is not None and entry_at(txn, meta, tb, nb, None) != entry:
         return None  # B is the newest, A an older checkpoint
     n = 0
@@ -461,7 +469,7 @@ def _itself(
             n += 1
         at = None if at.parent is None else entry_at(txn, meta, at.thread_id, at.ns, at.parent)
     said = f"same values at all {n} checkpoints (one checkpoint of one thread on both sides)"
-    return ThreadDiff(True, None, None, (), (), None, None, n - 1 if n else None, said)
+    return ThreadDiff(True, None, None, (), (), None, None, n - 1, said)
 
 
 def _compare(
