@@ -7,9 +7,14 @@ position by position; values are compared by their content digests (no plain
 value is deserialized, so it works for any serde), the node is read from the task
 path of the writes that produced the diverging checkpoint. A value or write an
 encrypting serde sealed (type ``<type>+<cipher>``: a random nonce makes equal values
-other bytes) whose bytes differ is decoded with the diff's serde and compared as the
-plain JsonPlusSerializer writes it; one it cannot decode makes the result
-``undecidable``, never the same (``_diff_sealed``, lgsub80). A channel stored as
+other bytes) whose bytes differ is opened with the diff's serde (an
+EncryptedSerializer's cipher decrypts it, and the inner serde's bytes are compared;
+review80) or decoded and compared as the plain JsonPlusSerializer writes it; one it
+cannot open makes the result ``undecidable``, never the same (``_diff_sealed``,
+lgsub80). Chains whose start retention pruned are compared from the newest first step
+both keep (``_diff_chain``, review80); at the last checkpoints, which nodes a resume
+triggers (``_diff_triggers``), the pending writes and the subgraphs a resume goes on
+in (``_diff_subgraphs``) are compared too. A channel stored as
 the empty marker is compared as one the checkpoint does not hold: LangGraph
 loads both as an empty channel. A DeltaChannel without a stored value (between
 snapshots) is rebuilt by LangGraph from the parent chain's writes: it is compared
@@ -62,7 +67,8 @@ class ThreadDiff:
 
     #: True when both chains hold the same values step for step and have the same length.
     same: bool
-    #: Position in the chains (0 = root) of the first checkpoint that differs, or None.
+    #: Position in the chains (0 = root, or the newest first step both keep when retention
+    #: pruned a chain's start) of the first checkpoint that differs, or None.
     index: int | None
     #: ``metadata["step"]`` of that checkpoint on side A (or B when A ended), or None.
     step: int | None
@@ -79,7 +85,8 @@ class ThreadDiff:
     summary: str
     #: True when every position holds equal values and the divergence is in the pending
     #: writes of the two last checkpoints (what a resume applies; ``channels`` and
-    #: ``nodes`` then name the writes that differ).
+    #: ``nodes`` then name the writes that differ), in which nodes a resume from them
+    #: triggers (a version moved under an equal value), or in a subgraph a resume goes on in.
     pending: bool = False
     #: True when the diff cannot tell whether the chains are equal (``same`` is then
     #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
@@ -410,10 +417,13 @@ def diff_threads(
     default, JsonPlusSerializer, when None. Values are compared by digest; a
     value or pending write stored sealed by an encrypting serde (an
     ``EncryptedSerializer``: equal values are other bytes) whose bytes differ is
-    decoded with ``serde`` on both sides and compared as JsonPlusSerializer
-    writes it. Pass the saver's serde for such threads: without it (or with
-    another key) the result is ``undecidable`` (``same`` False), as it is for
-    subgraphs sharing a task path that cannot be paired.
+    opened with ``serde`` on both sides: an ``EncryptedSerializer``'s cipher
+    decrypts it and its inner serde's bytes are compared (any other serde decodes
+    it, compared as JsonPlusSerializer writes it). Pass the saver's serde for such
+    threads: without it (or with another key) the result is ``undecidable``
+    (``same`` False), as it is for subgraphs sharing a task path that cannot be
+    paired. Both sides naming one checkpoint of one thread are the same without
+    decoding anything. A side whose checkpoint retention swept is NotFoundError.
     """
     serde = serde or JsonPlusSerializer()
     with store.backend.read_txn() as txn:
