@@ -64,8 +64,10 @@ class Undecidable(Exception):  # noqa: N818 - control flow inside the diff, neve
 
 def sealed(kind: str) -> bool:
     """Whether a serde type tag is a cipher's: ``EncryptedSerializer`` writes
-    ``<type>+<cipher name>``, and no plain LangGraph type holds ``+``."""
-    return "+" in kind
+    ``<type>+<cipher name>``, both named, and no plain LangGraph type holds ``+``
+    (review80: a bare ``+``, ``x+`` or ``+y`` is damage, IntegrityError as elsewhere)."""
+    kind_, plus, cipher = kind.partition("+")
+    return bool(plus and kind_ and cipher)
 
 
 #: Why a difference in sealed bytes is not told (the summary's words).

@@ -29,13 +29,13 @@ from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["trigger_divergence"]
+__all__ = ["head_of", "trigger_divergence"]
 
 #: ``versions_seen``'s key for the versions seen at the last interrupt (LangGraph's INTERRUPT).
 _INTERRUPT = "__interrupt__"
 
 
-def _head(txn: Txn[memoryview], store: Store, serde: Any, entry: Entry) -> dict[str, Any]:
+def head_of(txn: Txn[memoryview], store: Store, serde: Any, entry: Entry) -> dict[str, Any]:
     """The LangGraph checkpoint (without values) of ``entry``; :class:`Undecidable` when
     it is sealed and ``serde`` does not decode it."""
     where = f"checkpoint {entry.cid.hex()}"
@@ -94,7 +94,7 @@ def trigger_divergence(
     (``available``: the channels each holds a value for, equal on both), or None. A
     difference in whether a channel moved since the last interrupt is the node
     ``__interrupt__`` with no channel."""
-    ha, hb = (_head(txn, store, serde, e) for e in last)
+    ha, hb = (head_of(txn, store, serde, e) for e in last)
     (fa, ma), (fb, mb) = _fresh(ha, available[0]), _fresh(hb, available[1])
     all_a = frozenset(c for c in available[0] if c in (ha.get("channel_versions") or {}))
     all_b = frozenset(c for c in available[1] if c in (hb.get("channel_versions") or {}))

@@ -45,7 +45,7 @@ from cpstore.langgraph._diff_sealed import (
     writes_digest,
 )
 from cpstore.langgraph._diff_subgraphs import subgraph_divergence
-from cpstore.langgraph._diff_triggers import trigger_divergence
+from cpstore.langgraph._diff_triggers import head_of, trigger_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
@@ -457,13 +457,17 @@ def _noted(found: ThreadDiff, doubt: ThreadDiff | None) -> ThreadDiff:
 
 
 def _itself(
-    txn: Txn[memoryview], store: Store, config_a: Mapping[str, Any], config_b: Mapping[str, Any]
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    configs: tuple[Mapping[str, Any], Mapping[str, Any]],
 ) -> ThreadDiff | None:
     """The same, when both sides name one checkpoint of one thread and namespace: one
     chain, one set of pending writes and of subgraphs, whose resumes are one resume
     (review80: sealed, without the saver's serde, it was undecidable, the metadata not
-    decoding). Every checkpoint of the chain is still read, hash-checked; else None."""
-    (ta, na, ia), (tb, nb, ib) = _side(config_a), _side(config_b)
+    decoding). Every checkpoint of the chain is still read, hash-checked, its head
+    framing checked and decoded where the serde can; else None."""
+    (ta, na, ia), (tb, nb, ib) = _side(configs[0]), _side(configs[1])
     meta = store.backend.db("meta")
     entry = entry_at(txn, meta, ta, na, ia)
     if (ta, na) != (tb, nb) or entry is None or ib not in (None, entry.checkpoint_id):
@@ -475,8 +479,14 @@ def _itself(
     n = 0
     at: Entry | None = entry
     while at is not None and stored(txn, store, at):
-        with CheckpointView(store.backend, at.cid, verify=True, txn=txn):
-            n += 1
+        n += 1
+        with CheckpointView(store.backend, at.cid, verify=True, txn=txn) as view:
+            md = view_head(view, at)[1]  # its framing checked: damage is refused
+        try:  # and each half decoded, unless sealed beyond the serde: one byte is one byte
+            metadata_of(serde, md, f"checkpoint {at.cid.hex()}")
+            head_of(txn, store, serde, at)
+        except Undecidable:
+            pass
         at = None if at.parent is None else entry_at(txn, meta, at.thread_id, at.ns, at.parent)
     said = f"same values at all {n} checkpoints (one checkpoint of one thread on both sides)"
     return ThreadDiff(True, None, None, (), (), None, None, n - 1, said)
@@ -490,7 +500,7 @@ def _compare(
     serde: Any,
 ) -> ThreadDiff:
     """:func:`_diff`, letting :class:`Undecidable` out."""
-    itself = _itself(txn, store, config_a, config_b)
+    itself = _itself(txn, store, serde, (config_a, config_b))
     if itself is not None:
         return itself
     empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
