@@ -97,3 +97,18 @@ def test_checkpoints_retention_swept_are_not_found_never_the_same(url: str) -> N
         assert saver.get_tuple(_at("x", older["x"])) is None
         diff = diff_threads(saver.store, _cfg("x"), _cfg("y"))  # the newest are kept
         assert not diff.same and diff.step == 2 and diff.nodes == ("b",), diff.summary
+
+
+def test_a_chain_cut_at_step_0_is_named(url: str) -> None:
+    """Step 0 is a step: the note named no side when the cut chain started there."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        g = StateGraph(_S)
+        g.add_node("a", lambda state: {"log": ["a"]})
+        g.add_edge(START, "a")
+        graph = g.compile(checkpointer=saver, interrupt_before=["a"])
+        for t in "xy":
+            graph.invoke({"log": ["in"]}, _cfg(t))
+        saver.prune(["x"])
+        diff = diff_threads(saver.store, _cfg("x"), _cfg("y"))
+        assert diff.same, diff.summary
+        assert diff.summary.endswith("(compared from step 0: older checkpoints of A were pruned)")

@@ -90,7 +90,9 @@ def aligned(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
     ta, tb = skip(a), skip(b)
     if not ta or not tb:
         return a, b, ""
-    sides = " and ".join(n for n, s in (("A", _first_step(a)), ("B", _first_step(b))) if s)
+    sides = " and ".join(
+        n for n, s in (("A", _first_step(a)), ("B", _first_step(b))) if s is not None
+    )
     return ta, tb, f" (compared from step {start}: older checkpoints of {sides} were pruned)"
 
 
