@@ -12,14 +12,18 @@ node(s) whose writes at the parent made a position, ``(pruned)`` when those are 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored_writes
+from cpstore.errors import InvalidInputError
+from cpstore.langgraph._diff_sealed import Undecidable, metadata_of
+from cpstore.langgraph._diff_triggers import head_of
+from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored, stored_writes, view_head
 from cpstore.store import Store
 from cpstore.store.backend import Txn
+from cpstore.store.reader import CheckpointView
 
-__all__ = ["aligned", "node_of", "nodes", "nodes_at"]
+__all__ = ["aligned", "node_of", "nodes", "nodes_at", "one_checkpoint", "side"]
 
 
 class _Position(Protocol):
@@ -116,3 +120,48 @@ def nodes_at(
         if e.parent is None or parent is not None:
             known |= set(nodes(txn, store, parent, channels))
     return sorted(known) or ["(pruned)"]
+
+
+def side(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
+    """``(thread_id, checkpoint_ns, checkpoint_id or None)`` of a side's config."""
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
+        raise InvalidInputError("each side needs configurable.thread_id", got=repr(config)[:80])
+    cid = conf.get("checkpoint_id")
+    return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), str(cid) if cid else None
+
+
+def one_checkpoint(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    configs: tuple[Mapping[str, Any], Mapping[str, Any]],
+) -> int | None:
+    """The length of the chain both sides name when they name one checkpoint of one
+    thread and namespace (the newest, or the same id), else None: one chain, one set of
+    pending writes and of subgraphs, whose resumes are one resume (review80: sealed,
+    without the saver's serde, it was undecidable, the metadata not decoding). Every
+    checkpoint of the chain is still read, hash-checked, its head's framing checked and
+    both halves decoded where the serde can (damage is refused)."""
+    (ta, na, ia), (tb, nb, ib) = side(configs[0]), side(configs[1])
+    meta = store.backend.db("meta")
+    entry = entry_at(txn, meta, ta, na, ia)
+    if (ta, na) != (tb, nb) or entry is None or ib not in (None, entry.checkpoint_id):
+        return None
+    if not stored(txn, store, entry):
+        return None  # pruned: the diff's chain says so
+    if ib is None and ia is not None and entry_at(txn, meta, tb, nb, None) != entry:
+        return None  # B is the newest, A an older checkpoint
+    n = 0
+    at: Entry | None = entry
+    while at is not None and stored(txn, store, at):
+        n += 1
+        with CheckpointView(store.backend, at.cid, verify=True, txn=txn) as view:
+            md = view_head(view, at)[1]  # its framing checked
+        try:  # and each half decoded, unless sealed beyond the serde: one byte is one byte
+            metadata_of(serde, md, f"checkpoint {at.cid.hex()}")
+            head_of(txn, store, serde, at)
+        except Undecidable:
+            pass
+        at = None if at.parent is None else entry_at(txn, meta, at.thread_id, at.ns, at.parent)
+    return n

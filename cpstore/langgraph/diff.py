@@ -31,9 +31,9 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
-from cpstore.langgraph._diff_chain import aligned, node_of, nodes_at
+from cpstore.langgraph._diff_chain import aligned, node_of, nodes_at, one_checkpoint, side
 from cpstore.langgraph._diff_chain import nodes as _nodes
 from cpstore.langgraph._diff_sealed import (
     SEALED,
@@ -45,7 +45,7 @@ from cpstore.langgraph._diff_sealed import (
     writes_digest,
 )
 from cpstore.langgraph._diff_subgraphs import subgraph_divergence
-from cpstore.langgraph._diff_triggers import head_of, trigger_divergence
+from cpstore.langgraph._diff_triggers import trigger_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
@@ -128,14 +128,6 @@ _DELTA_COUNTERS = "counters_since_delta_snapshot"
 _WRITES = b"writes:"
 
 
-def _side(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
-    conf = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
-        raise InvalidInputError("each side needs configurable.thread_id", got=repr(config)[:80])
-    cid = conf.get("checkpoint_id")
-    return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), str(cid) if cid else None
-
-
 #: The serde type tag of the marker a put stores for a new version without a value.
 _EMPTY = b"empty\x00"
 
@@ -161,7 +153,7 @@ def _chain(
     serde: Any,
     empty: dict[bytes, bool],
 ) -> list[_Point]:
-    thread_id, ns, checkpoint_id = _side(config)
+    thread_id, ns, checkpoint_id = side(config)
     meta = store.backend.db("meta")
     entry = entry_at(txn, meta, thread_id, ns, checkpoint_id)
     if entry is None:
@@ -462,32 +454,11 @@ def _itself(
     serde: Any,
     configs: tuple[Mapping[str, Any], Mapping[str, Any]],
 ) -> ThreadDiff | None:
-    """The same, when both sides name one checkpoint of one thread and namespace: one
-    chain, one set of pending writes and of subgraphs, whose resumes are one resume
-    (review80: sealed, without the saver's serde, it was undecidable, the metadata not
-    decoding). Every checkpoint of the chain is still read, hash-checked, its head
-    framing checked and decoded where the serde can; else None."""
-    (ta, na, ia), (tb, nb, ib) = _side(configs[0]), _side(configs[1])
-    meta = store.backend.db("meta")
-    entry = entry_at(txn, meta, ta, na, ia)
-    if (ta, na) != (tb, nb) or entry is None or ib not in (None, entry.checkpoint_id):
+    """The same when both sides name one checkpoint of one thread and namespace
+    (:func:`~cpstore.langgraph._diff_chain.one_checkpoint`), else None."""
+    n = one_checkpoint(txn, store, serde, configs)
+    if n is None:
         return None
-    if not stored(txn, store, entry):
-        return None  # pruned: _chain says so
-    if ib is None and ia is not None and entry_at(txn, meta, tb, nb, None) != entry:
-        return None  # B is the newest, A an older checkpoint
-    n = 0
-    at: Entry | None = entry
-    while at is not None and stored(txn, store, at):
-        n += 1
-        with CheckpointView(store.backend, at.cid, verify=True, txn=txn) as view:
-            md = view_head(view, at)[1]  # its framing checked: damage is refused
-        try:  # and each half decoded, unless sealed beyond the serde: one byte is one byte
-            metadata_of(serde, md, f"checkpoint {at.cid.hex()}")
-            head_of(txn, store, serde, at)
-        except Undecidable:
-            pass
-        at = None if at.parent is None else entry_at(txn, meta, at.thread_id, at.ns, at.parent)
     said = f"same values at all {n} checkpoints (one checkpoint of one thread on both sides)"
     return ThreadDiff(True, None, None, (), (), None, None, n - 1, said)
 
