@@ -9,12 +9,16 @@ resumes gave ``d`` 2 and 1. Both engines."""
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels import LastValue
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import START, StateGraph
 from langgraph.pregel import NodeBuilder, Pregel
 from langgraph.pregel._write import ChannelWriteEntry
+from langgraph.types import Send
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -85,3 +89,37 @@ def test_equal_triggers_are_the_same(url: str) -> None:
         for t in "cd":
             again.invoke(1, _cfg(t), interrupt_after=["two"])
         assert diff_threads(saver.store, _cfg("c"), _cfg("d")).same
+
+
+class _S(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def test_pending_sends_of_an_older_checkpoint_format_are_compared(url: str) -> None:
+    """A checkpoint of format 1 to 3 (LangGraph before 0.3) keeps its pending ``Send``s
+    in its head (``pending_sends``), which LangGraph moves into ``__pregel_tasks`` when
+    it loads one (``_migrate_checkpoint``): two such checkpoints of equal values whose
+    Sends carried other args were "same values at all 1 checkpoints" while their
+    resumes ran ``w`` on "1" and on "2"."""
+
+    def w(state: _S) -> dict[str, Any]:
+        return {"log": ["w" + state["log"][0]]}
+
+    with CpstoreSaver.from_conn_string(url) as saver:
+        g = StateGraph(_S)
+        g.add_node("w", w)
+        g.add_edge(START, "w")
+        graph = g.compile(checkpointer=saver)
+        for t, arg in (("a", "1"), ("b", "2"), ("c", "1")):
+            cp = empty_checkpoint()
+            cp["v"] = 1
+            cp["channel_values"] = {"log": ["in"]}
+            cp["channel_versions"] = {"log": saver.get_next_version(None, None)}
+            cp["pending_sends"] = [Send("w", {"log": [arg]})]
+            saver.put(_cfg(t), cp, {"source": "loop", "step": 0, "parents": {}}, {})
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert not diff.same and diff.pending, diff.summary  # before: the same
+        assert diff.channels == ("__pregel_tasks",) and diff.nodes == ("w",), diff.summary
+        assert diff_threads(saver.store, _cfg("a"), _cfg("c")).same
+        got = [graph.invoke(None, _cfg(t))["log"] for t in "ab"]
+        assert got == [["in", "w1"], ["in", "w2"]]

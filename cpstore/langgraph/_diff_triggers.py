@@ -21,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
 from cpstore.errors import IntegrityError
-from cpstore.langgraph._codec import load_checkpoint, unpack_typed
+from cpstore.langgraph._codec import PASS_THROUGH, load_checkpoint, unpack_typed
 from cpstore.langgraph._diff_sealed import Undecidable, sealed
 from cpstore.langgraph._read import Entry, view_head
 from cpstore.store import Store
@@ -30,6 +32,9 @@ from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["head_of", "trigger_divergence"]
+
+#: How a format 1-3 head's pending Send's arg is compared (deterministic for equal args).
+_PLAIN = JsonPlusSerializer()
 
 #: ``versions_seen``'s key for the versions seen at the last interrupt (LangGraph's INTERRUPT).
 _INTERRUPT = "__interrupt__"
@@ -83,6 +88,30 @@ def _fresh(
     return out, moved
 
 
+#: LangGraph's channel of pending ``Send``s (a format 1-3 head's ``pending_sends``).
+_TASKS = "__pregel_tasks"
+
+
+def _old_sends(head: Mapping[str, Any]) -> list[tuple[str, bytes]]:
+    """A format 1-3 head's pending ``Send``s (review80: ignored, while LangGraph moves
+    them into ``__pregel_tasks`` and runs them: other args were the same), each as its
+    node and its arg as the plain JsonPlusSerializer writes it; empty for format 4."""
+    v, sends = head.get("v"), head.get("pending_sends")
+    if not isinstance(v, int) or v >= 4 or not isinstance(sends, list):
+        return []
+    out = []
+    for send in sends:
+        node, arg = getattr(send, "node", None), getattr(send, "arg", send)
+        try:
+            kind, data = _PLAIN.dumps_typed(arg)
+        except PASS_THROUGH:
+            raise
+        except Exception:  # an arg the plain serde cannot write: its repr
+            kind, data = "repr", repr(arg).encode("utf-8", "surrogatepass")
+        out.append((str(node), kind.encode() + b"\x00" + bytes(data)))
+    return out
+
+
 def trigger_divergence(
     txn: Txn[memoryview],
     store: Store,
@@ -93,7 +122,8 @@ def trigger_divergence(
     """``(nodes, channels)`` whose triggering differs between the two last checkpoints
     (``available``: the channels each holds a value for, equal on both), or None. A
     difference in whether a channel moved since the last interrupt is the node
-    ``__interrupt__`` with no channel."""
+    ``__interrupt__`` with no channel; other pending ``Send``s of a format 1-3 head,
+    their nodes and ``__pregel_tasks``."""
     ha, hb = (head_of(txn, store, serde, e) for e in last)
     (fa, ma), (fb, mb) = _fresh(ha, available[0]), _fresh(hb, available[1])
     all_a = frozenset(c for c in available[0] if c in (ha.get("channel_versions") or {}))
@@ -108,6 +138,11 @@ def trigger_divergence(
             channels |= xa ^ xb
     if ma != mb:
         nodes.add(_INTERRUPT)
-    if not nodes:
+    sends = _old_sends(ha), _old_sends(hb)
+    if sends[0] != sends[1]:
+        # format 1-3 heads: LangGraph moves them into __pregel_tasks when it loads one
+        nodes |= {n for n, _ in set(sends[0]) ^ set(sends[1])}
+        channels.add(_TASKS)
+    if not nodes and not channels:
         return None
     return tuple(sorted(nodes)), tuple(sorted(channels))

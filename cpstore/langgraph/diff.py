@@ -358,8 +358,8 @@ def _trigger_diff(
         False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
         pb.entry.checkpoint_id, shared,
         f"same values at all {len(pair[0])} checkpoints, but a resume from the last (step "
-        f"{pa.step}) triggers node {', '.join(nodes)} on one side only: the versions of "
-        f"{', '.join(channels) or 'the channels'} moved past what it saw on one side",
+        f"{pa.step}) runs other tasks: node {', '.join(nodes)} (the versions of, or "
+        f"Sends pending in, {', '.join(channels) or 'the channels'} differ)",
         pending=True,
     )  # fmt: skip
 
