@@ -114,3 +114,21 @@ def test_what_a_persistent_subgraph_remembers_is_compared(url: str) -> None:
         assert diff_threads(saver.store, _cfg("c"), _cfg("d")).same
         got = [graph.invoke({"log": ["again"]}, _cfg(t))["log"][-1] for t in "ab"]
         assert got[0] != got[1]  # the next runs differ
+
+
+def test_a_persistent_subgraph_on_one_side_only_is_a_divergence(url: str) -> None:
+    inner = StateGraph(_S)
+    inner.add_node("note", lambda state: {"log": ["noted"]})
+    inner.add_edge(START, "note")
+    with CpstoreSaver.from_conn_string(url) as saver:
+        for t, sub in (
+            ("a", inner.compile(checkpointer=True)),
+            ("b", lambda s: {"log": ["in", "noted"]}),
+        ):
+            g = StateGraph(_S)
+            g.add_node("sub", sub)
+            g.add_edge(START, "sub")
+            g.compile(checkpointer=saver).invoke({"log": ["in"]}, _cfg(t))
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert not diff.same and diff.nodes == ("sub",), diff.summary
+        assert "keeps checkpoints on A only" in diff.summary, diff.summary

@@ -260,7 +260,8 @@ def subgraph_divergence(
         la, lb = sa.get(key, []), sb.get(key, [])
         label, node = _names(key)
         if not la or not lb:
-            return Found(f"subgraph {label} is mid-run on {'A' if lb == [] else 'B'} only",
+            how = "keeps checkpoints" if key.startswith(_KEPT) else "is mid-run"
+            return Found(f"subgraph {label} {how} on {'A' if lb == [] else 'B'} only",
                          (node,), ())  # fmt: skip
         if len(la) == 1 and len(lb) == 1:
             inner = diff(txn, store, _conf(ea, la[0]), _conf(eb, lb[0]), serde)
