@@ -112,3 +112,22 @@ def test_a_chain_cut_at_step_0_is_named(url: str) -> None:
         diff = diff_threads(saver.store, _cfg("x"), _cfg("y"))
         assert diff.same, diff.summary
         assert diff.summary.endswith("(compared from step 0: older checkpoints of A were pruned)")
+
+
+def test_steps_one_side_did_not_record_are_skipped(url: str) -> None:
+    """``durability="exit"`` records a run's last checkpoint only (a root at step 2):
+    it was compared position by position with the other's root, "diverge at step -1
+    (checkpoint 0 of each chain): node (input) wrote different __start__, log", though
+    both hold the same at step 2 and resume alike. The chains are compared at the steps
+    both recorded; a divergence there is named at its step."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        graph = _graph(saver)
+        graph.invoke({"log": ["in"]}, _cfg("p"))
+        graph.invoke({"log": ["in"]}, _cfg("q"), durability="exit")
+        graph.invoke({"log": ["in"]}, _cfg("y"), durability="exit")
+        diff = diff_threads(saver.store, _cfg("p"), _cfg("q"))
+        assert diff.same, diff.summary
+        assert "recorded on A only" in diff.summary, diff.summary
+        diff = diff_threads(saver.store, _cfg("p"), _cfg("y"))
+        assert not diff.same and diff.step == 2 and diff.channels == ("log",), diff.summary
+        assert diff.nodes == ("b",), diff.summary  # y did not record who wrote it

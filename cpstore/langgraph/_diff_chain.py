@@ -23,7 +23,15 @@ from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["aligned", "node_of", "nodes", "nodes_at", "one_checkpoint", "side"]
+__all__ = [
+    "aligned",
+    "node_of",
+    "nodes",
+    "nodes_at",
+    "one_checkpoint",
+    "parent_nodes",
+    "side",
+]
 
 
 class _Position(Protocol):
@@ -72,7 +80,7 @@ def _first_step(chain: Sequence[_Position]) -> int | None:
     return chain[0].step
 
 
-def aligned(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
+def _cut(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
     """Both chains from the newest first step either keeps when a prune cut one, and
     the note the summary ends with (empty when neither was cut, or when a side would
     be left empty: then compared as they are)."""
@@ -100,26 +108,76 @@ def aligned(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
     return ta, tb, f" (compared from step {start}: older checkpoints of {sides} were pruned)"
 
 
+def _steps(chain: Sequence[_Position]) -> list[int] | None:
+    """The chain's steps when each is an int and they only increase, else None."""
+    out: list[int] = []
+    for p in chain:
+        step = p.step
+        if type(step) is not int or (out and step <= out[-1]):
+            return None
+        out.append(step)
+    return out
+
+
+def _unrecorded(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
+    """Both chains at the steps both recorded, up to the last step both reach (what
+    follows on one side stays: it goes on), and the note; as they are when the steps
+    match, or are not increasing ints, or none is shared. ``durability="exit"``
+    records a run's last checkpoint only (a root at step 2): compared position by
+    position with the other's root, it "diverged at step -1" (review80)."""
+    sa, sb = _steps(a), _steps(b)
+    if sa is None or sb is None or sa == sb or not sa or not sb or not set(sa) & set(sb):
+        return a, b, ""
+    last, both = min(sa[-1], sb[-1]), set(sa) & set(sb)
+    only = [
+        (name, [s for s in steps if s not in both and s <= last])
+        for name, steps in (("A", sa), ("B", sb))
+    ]
+    said = "; ".join(f"steps {', '.join(map(str, s))} recorded on {n} only" for n, s in only if s)
+    ka = [p for p, s in zip(a, sa, strict=True) if s in both or s > last]
+    kb = [p for p, s in zip(b, sb, strict=True) if s in both or s > last]
+    return ka, kb, f" (compared at the steps both recorded: {said})"
+
+
+def aligned(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
+    """Both chains as they are compared, and the note the summary ends with: from the
+    newest first step either keeps when a prune cut one (review80: a pruned thread's
+    step 2 met the other's root), then at the steps both recorded."""
+    a, b, cut = _cut(a, b)
+    a, b, gaps = _unrecorded(a, b)
+    return a, b, cut + gaps
+
+
+def parent_nodes(
+    txn: Txn[memoryview], store: Store, points: Sequence[Any], channels: set[str]
+) -> list[str]:
+    """The nodes whose writes at its parent made each of ``points`` (one per side; each
+    distinct parent read once): a root's ``(input)``; nothing from a root past step -1
+    (a run that did not record its earlier steps) or from a parent retention pruned,
+    ``(pruned)`` when no side names any."""
+    meta = store.backend.db("meta")
+    known: set[str] = set()
+    done: set[bytes] = set()
+    for p in points:
+        e = p.entry
+        if e.parent is None:
+            if type(p.step) is not int or p.step <= -1:
+                known |= set(nodes(txn, store, None, channels))
+            continue
+        parent = entry_at(txn, meta, e.thread_id, e.ns, e.parent)
+        if parent is not None and parent.cid not in done:
+            done.add(parent.cid)
+            known |= set(nodes(txn, store, parent, channels))
+    return sorted(known) or ["(pruned)"]
+
+
 def nodes_at(
     txn: Txn[memoryview], store: Store, pair: tuple[Sequence[Any], Sequence[Any]], i: int,
     channels: set[str],
 ) -> list[str]:  # fmt: skip
-    """The nodes whose writes at the parent made position ``i`` of both chains (each
-    side's parent when they differ): the root's ``(input)``, or ``(pruned)`` when a
-    parent's writes are gone with it (a side whose parent is known names them)."""
-    a, b = pair
-    if i:
-        found = set(nodes(txn, store, a[i - 1].entry, channels))
-        if b[i - 1].entry.cid != a[i - 1].entry.cid:
-            found |= set(nodes(txn, store, b[i - 1].entry, channels))
-        return sorted(found)
-    meta = store.backend.db("meta")
-    known: set[str] = set()
-    for e in (a[0].entry, b[0].entry):
-        parent = None if e.parent is None else entry_at(txn, meta, e.thread_id, e.ns, e.parent)
-        if e.parent is None or parent is not None:
-            known |= set(nodes(txn, store, parent, channels))
-    return sorted(known) or ["(pruned)"]
+    """The nodes whose writes at each side's parent made position ``i`` of both chains
+    (:func:`parent_nodes`)."""
+    return parent_nodes(txn, store, (pair[0][i], pair[1][i]), channels)
 
 
 def side(config: Mapping[str, Any]) -> tuple[str, str, str | None]:

@@ -33,8 +33,14 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
-from cpstore.langgraph._diff_chain import aligned, node_of, nodes_at, one_checkpoint, side
-from cpstore.langgraph._diff_chain import nodes as _nodes
+from cpstore.langgraph._diff_chain import (
+    aligned,
+    node_of,
+    nodes_at,
+    one_checkpoint,
+    parent_nodes,
+    side,
+)
 from cpstore.langgraph._diff_sealed import (
     SEALED,
     UNSURE,
@@ -65,10 +71,11 @@ __all__ = ["ThreadDiff", "diff_threads"]
 class ThreadDiff:
     """The first divergence of two checkpoint chains (``same`` when there is none)."""
 
-    #: True when both chains hold the same values step for step and have the same length.
+    #: True when both chains hold the same values step for step (at the steps both keep:
+    #: a pruned start, a run that recorded its last checkpoint only) and end alike.
     same: bool
-    #: Position in the chains (0 = root, or the newest first step both keep when retention
-    #: pruned a chain's start) of the first checkpoint that differs, or None.
+    #: Position in the compared chains (0 = root, or the newest first step both keep; steps
+    #: one side did not record skipped) of the first checkpoint that differs, or None.
     index: int | None
     #: ``metadata["step"]`` of that checkpoint on side A (or B when A ended), or None.
     step: int | None
@@ -558,7 +565,7 @@ def _walk(
             False,
             i,
             nxt.step,
-            tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
+            tuple(parent_nodes(txn, store, (nxt,), set())),
             (),
             a[i].entry.checkpoint_id if len(a) > i else None,
             b[i].entry.checkpoint_id if len(b) > i else None,
