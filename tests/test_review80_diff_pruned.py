@@ -131,3 +131,16 @@ def test_steps_one_side_did_not_record_are_skipped(url: str) -> None:
         diff = diff_threads(saver.store, _cfg("p"), _cfg("y"))
         assert not diff.same and diff.step == 2 and diff.channels == ("log",), diff.summary
         assert diff.nodes == ("b",), diff.summary  # y did not record who wrote it
+
+
+def test_a_chain_that_goes_on_has_no_note(url: str) -> None:
+    with CpstoreSaver.from_conn_string(url) as saver:
+        _graph(saver).invoke({"log": ["in"]}, _cfg("p"))
+        g = StateGraph(_S)
+        g.add_node("a", lambda state: {"log": ["a"]})
+        g.add_node("b", lambda state: {"log": ["b same"]})
+        g.add_edge(START, "a")
+        g.add_edge("a", "b")
+        g.compile(checkpointer=saver, interrupt_before=["b"]).invoke({"log": ["in"]}, _cfg("q"))
+        diff = diff_threads(saver.store, _cfg("p"), _cfg("q"))
+        assert diff.summary == "same values for 3 checkpoints; only A goes on (step 2)"

@@ -134,6 +134,8 @@ def _unrecorded(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
         for name, steps in (("A", sa), ("B", sb))
     ]
     said = "; ".join(f"steps {', '.join(map(str, s))} recorded on {n} only" for n, s in only if s)
+    if not said:
+        return a, b, ""  # one chain goes on past the other's last step: as they are
     ka = [p for p, s in zip(a, sa, strict=True) if s in both or s > last]
     kb = [p for p, s in zip(b, sb, strict=True) if s in both or s > last]
     return ka, kb, f" (compared at the steps both recorded: {said})"
