@@ -132,3 +132,34 @@ def test_a_persistent_subgraph_on_one_side_only_is_a_divergence(url: str) -> Non
         diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
         assert not diff.same and diff.nodes == ("sub",), diff.summary
         assert "keeps checkpoints on A only" in diff.summary, diff.summary
+
+
+def test_what_a_persistent_subgraph_under_a_finished_one_remembers_is_compared(
+    url: str,
+) -> None:
+    """``mid`` (a plain subgraph, finished) runs ``sub`` (``checkpointer=True``): its
+    memory lives in ``mid|sub``, which the next run of ``mid`` reads; it was compared
+    only under a ``mid`` still mid-run, so the threads were "same values at all 3
+    checkpoints" while their next runs differed."""
+
+    def note(state: _Inner, config: RunnableConfig) -> dict[str, Any]:
+        return {"memo": config["configurable"]["thread_id"],
+                "log": ["remembered " + state.get("memo", "")]}  # fmt: skip
+
+    inner = StateGraph(_Inner)
+    inner.add_node("note", note)
+    inner.add_edge(START, "note")
+    mid = StateGraph(_S)
+    mid.add_node("sub", inner.compile(checkpointer=True))
+    mid.add_edge(START, "sub")
+    with CpstoreSaver.from_conn_string(url) as saver:
+        g = StateGraph(_S)
+        g.add_node("mid", mid.compile())
+        g.add_edge(START, "mid")
+        graph = g.compile(checkpointer=saver)
+        for t in "ab":
+            graph.invoke({"log": ["in"]}, _cfg(t))
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert not diff.same and diff.channels == ("memo",), diff.summary  # before: same
+        got = [graph.invoke({"log": ["again"]}, _cfg(t))["log"][-1] for t in "ab"]
+        assert got == ["remembered a", "remembered b"]

@@ -119,9 +119,11 @@ def _subgraphs(
     own = _persistent_prefix(entry.ns)
     kept: dict[str, list[Entry]] = {}  # a checkpointer=True subgraph's ns -> its entries
     for e in thread_entries(txn, store.backend.db("meta"), [entry.thread_id]):
-        name = e.ns[len(own) :] if e.ns.startswith(own) and e.ns != entry.ns else _NS_SEP
-        if _NS_SEP not in name and _NS_END not in name:
-            kept.setdefault(e.ns, []).append(e)  # a task id in no level: checkpointer=True
+        name = e.ns[len(own) :] if e.ns.startswith(own) and e.ns != entry.ns else _NS_END
+        if _NS_END not in name:
+            # a task id in no level below: checkpointer=True, at any depth (one under a
+            # finished subgraph is memory too: the next run of its parent reads it)
+            kept.setdefault(e.ns, []).append(e)
             continue
         # a subgraph run from ``last`` checkpoints after it (LangGraph's ids sort by time)
         if e.checkpoint_id <= entry.checkpoint_id:
