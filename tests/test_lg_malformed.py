@@ -19,7 +19,7 @@ from typing import Any
 
 import ormsgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -37,6 +37,7 @@ from cpstore.langgraph._codec import (
     pack_head,
     pack_typed,
     run_for,
+    unpack_typed,
 )
 from cpstore.langgraph._read import Entry, entry_at
 from cpstore.store import Store
@@ -237,6 +238,8 @@ def test_a_head_of_wrong_framing_is_refused_by_every_read_path_and_reported_by_v
 
 @_SETTINGS
 @given(pair=_undecodable(), half=st.sampled_from(["checkpoint", "metadata"]))
+@example(pair=pack_typed(("+", b"")), half="metadata")  # review80: was "sealed", undecidable
+@example(pair=pack_typed(("a+b", b"")), half="metadata")
 def test_a_head_the_serde_cannot_decode_is_integrity_error_on_every_read_path(
     store: Store, pair: bytes, half: str
 ) -> None:
@@ -247,6 +250,11 @@ def test_a_head_the_serde_cannot_decode_is_integrity_error_on_every_read_path(
     paths = _paths(saver, thread, checkpoint_id)
     # a put's parent decodes only the checkpoint half, diff only the metadata
     paths.pop("put parent" if half == "metadata" else "diff")
+    kind, plus, cipher = unpack_typed(pair, "drawn")[0].partition("+")
+    if half == "metadata" and kind and plus and cipher:
+        # ``<type>+<cipher>``: what an encrypting serde the diff lacks writes (lgsub80),
+        # not told from damage; a thread against itself is one byte (review80)
+        assert paths.pop("diff")().same
     for name, call in paths.items():
         with pytest.raises(CpstoreError) as info:
             call()

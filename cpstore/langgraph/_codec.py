@@ -59,6 +59,7 @@ __all__ = [
     "undecodable",
     "unpack_head",
     "unpack_typed",
+    "value_pair",
 ]
 
 #: State part name prefix of a channel value.
@@ -488,12 +489,12 @@ def _list_head(data: bytes, where: str) -> tuple[str, bytes, int, int]:
     return tag, prefix, _COUNT.unpack_from(rest, 0)[0], _COUNT.unpack_from(rest, _COUNT.size)[0]
 
 
-def load_value(serde: Any, parts: Mapping[str, Any], channel: str, where: str) -> Any:
-    """The value of ``channel`` the parts hold (IntegrityError when the framing is wrong
-    or the serde refuses the bytes)."""
+def value_pair(parts: Mapping[str, Any], channel: str, where: str) -> tuple[str, bytes]:
+    """The serde pair of ``channel`` the parts hold, a list's segments joined back
+    (IntegrityError when the framing is wrong)."""
     kind, data = unpack_typed(parts[CHANNEL + channel], where)
     if kind != LIST_KIND:
-        return loads_checked(serde, (kind, data), where)
+        return kind, data
     tag, prefix, segments, total = _list_head(data, where)
     pieces = [prefix]
     for i in range(segments):
@@ -508,7 +509,13 @@ def load_value(serde: Any, parts: Mapping[str, Any], channel: str, where: str) -
         raise IntegrityError(
             "a stored list value is malformed", where=where, expected=total, got=len(whole)
         )
-    return loads_checked(serde, (tag, whole), where)
+    return tag, whole
+
+
+def load_value(serde: Any, parts: Mapping[str, Any], channel: str, where: str) -> Any:
+    """The value of ``channel`` the parts hold (IntegrityError when the framing is wrong
+    or the serde refuses the bytes)."""
+    return loads_checked(serde, value_pair(parts, channel, where), where)
 
 
 def run_id_of(value: Any) -> str | None:

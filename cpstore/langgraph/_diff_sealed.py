@@ -3,9 +3,12 @@
 LangGraph's ``EncryptedSerializer`` stores each value as ``(<type>+<cipher>, bytes)``
 and its ciphers draw a random nonce (AES-EAX in ``from_pycryptodome_aes``): equal
 values are different bytes. Equal bytes are equal values whatever the serde, so a
-digest match is kept as it is; a sealed value or write whose bytes differ is decoded
-with the diff's serde on both sides and compared as the plain
-:class:`JsonPlusSerializer` writes it (:func:`plain_value`, :func:`canonical_write`).
+digest match is kept as it is; a sealed value or write whose bytes differ is opened
+with the diff's serde on both sides: given an ``EncryptedSerializer``, its cipher
+decrypts it and the inner serde's bytes are compared, as plain values are (review80: a
+decode that cannot rebuild a class made a dataclass equal to the dict of its fields);
+any other serde decodes it, and it is compared as the plain :class:`JsonPlusSerializer`
+writes it (:func:`plain_value`, :func:`canonical_write`).
 One the serde cannot decode (no serde given, another key) is *undecidable*, never the
 same: equal values may be behind the two ciphertexts, or not. A checkpoint whose
 metadata is sealed and does not decode stops the diff as undecidable
@@ -28,19 +31,24 @@ from cpstore.langgraph._codec import (
     PASS_THROUGH,
     SEGMENT,
     load_metadata,
-    load_value,
+    loads_checked,
     unpack_typed,
+    value_pair,
 )
+from cpstore.langgraph._read import StoredWrite
 from cpstore.store.reader import CheckpointView
 
 __all__ = [
+    "DECIDED",
     "SEALED",
+    "UNSURE",
     "Undecidable",
     "canonical_write",
     "metadata_of",
     "plain_value",
     "sealed",
     "sealed_channel",
+    "writes_digest",
 ]
 
 #: How the compared form of a sealed value is written: deterministic for equal values.
@@ -56,8 +64,10 @@ class Undecidable(Exception):  # noqa: N818 - control flow inside the diff, neve
 
 def sealed(kind: str) -> bool:
     """Whether a serde type tag is a cipher's: ``EncryptedSerializer`` writes
-    ``<type>+<cipher name>``, and no plain LangGraph type holds ``+``."""
-    return "+" in kind
+    ``<type>+<cipher name>``, both named, and no plain LangGraph type holds ``+``
+    (review80: a bare ``+``, ``x+`` or ``+y`` is damage, IntegrityError as elsewhere)."""
+    kind_, plus, cipher = kind.partition("+")
+    return bool(plus and kind_ and cipher)
 
 
 #: Why a difference in sealed bytes is not told (the summary's words).
@@ -95,10 +105,42 @@ def sealed_channel(view: CheckpointView, channel: str) -> str | None:
     return kind if sealed(kind) else None
 
 
+def _inner(serde: Any) -> Any:
+    """The serde an ``EncryptedSerializer``-shaped ``serde`` seals the output of (its
+    ``serde``, beside a ``cipher`` that decrypts), or None."""
+    cipher, inner = getattr(serde, "cipher", None), getattr(serde, "serde", None)
+    if callable(getattr(cipher, "decrypt", None)) and callable(getattr(inner, "loads_typed", None)):
+        return inner
+    return None
+
+
+def _opened(serde: Any, inner: Any, typed: tuple[str, bytes]) -> tuple[str, bytes] | None:
+    """The inner serde's pair under a sealed one (``serde.cipher`` decrypts it), or None
+    when it does not decrypt or the inner serde does not load it (a wrong key that
+    decrypts without raising gives bytes no serde loads, as a rule)."""
+    kind, ciphername = typed[0].split("+", 1)
+    try:
+        pair = (kind, bytes(serde.cipher.decrypt(ciphername, bytes(typed[1]))))
+        inner.loads_typed(pair)
+    except PASS_THROUGH:
+        raise
+    except Exception:  # anything the cipher or the serde raises: not decided
+        return None
+    return pair
+
+
+def _digest(typed: tuple[str, bytes]) -> bytes:
+    return hashlib.blake2b(typed[0].encode() + b"\x00" + bytes(typed[1]), digest_size=32).digest()
+
+
 def plain_value(serde: Any, view: CheckpointView, channel: str, where: str) -> bytes | None:
-    """A digest of the channel's value as the plain JsonPlusSerializer writes it (decoded
-    with ``serde``), or None when the serde does not decode it or the plain one cannot
-    write it. A channel the view does not hold is the digest of nothing."""
+    """A digest of the channel's value as compared across a cipher, or None when the
+    serde does not open it. Given an ``EncryptedSerializer`` (review80), the pair its
+    inner serde wrote, a sealed one decrypted: bytes, as a plain value is compared
+    (a decode loses what a value is when the serde may not rebuild its class: a
+    dataclass and the dict of its fields were equal). Else the value decoded with
+    ``serde`` and written by the plain JsonPlusSerializer. A channel the view does not
+    hold is the digest of nothing."""
     names: Mapping[str, Any] = view.manifest.raw["state"]["parts"]
     if CHANNEL + channel not in names:
         return b""
@@ -109,19 +151,26 @@ def plain_value(serde: Any, view: CheckpointView, channel: str, where: str) -> b
         parts.update(
             {n: view.state_part(n) for n in names if n[:at] == prefix and n[at:].isdigit()}
         )
+    pair = value_pair(parts, channel, where)
+    inner = _inner(serde)
+    if inner is not None:
+        if sealed(pair[0]):
+            opened = _opened(serde, inner, pair)
+            return None if opened is None else _digest(opened)
+        return _digest(pair)
     try:
-        value = load_value(serde, parts, channel, where)
+        value = loads_checked(serde, pair, where)
     except IntegrityError as exc:
         if exc.__cause__ is None:
             raise  # the framing is wrong (damage), not the serde's refusal (``undecodable``)
         return None
     try:
-        kind, data = _PLAIN.dumps_typed(value)
+        plain = _PLAIN.dumps_typed(value)
     except PASS_THROUGH:
         raise
     except Exception:  # a value the plain serde cannot write
         return None
-    return hashlib.blake2b(kind.encode() + b"\x00" + bytes(data), digest_size=32).digest()
+    return _digest(plain)
 
 
 def _without_ids(value: Any) -> Any:
@@ -142,7 +191,16 @@ def canonical_write(serde: Any, channel: str, typed: tuple[str, bytes]) -> tuple
     load it or it holds no interrupts); a sealed one
     decoded with ``serde`` and written by the plain JsonPlusSerializer (ids blanked
     too). None: a sealed write the serde does not decode (compared as stored, and a
-    difference is undecidable)."""
+    difference is undecidable). Given an ``EncryptedSerializer``, a sealed write is
+    first opened to its inner serde's pair, compared as a plain write is (review80)."""
+    inner = _inner(serde)
+    if inner is not None:
+        if sealed(typed[0]):
+            opened = _opened(serde, inner, typed)
+            if opened is None:
+                return None
+            typed = opened
+        serde = inner
     kind = typed[0]
     is_sealed = sealed(kind)
     if not is_sealed and channel != INTERRUPT:
@@ -162,3 +220,34 @@ def canonical_write(serde: Any, channel: str, typed: tuple[str, bytes]) -> tuple
     except Exception:  # anything the serde raises: compared as stored
         return None if is_sealed else typed
     return out
+
+
+#: The last byte of a writes digest (:func:`writes_digest`): every write compared as
+#: canonical, or some sealed write the serde does not decode (a difference undecidable).
+DECIDED, UNSURE = b"=", b"?"
+
+
+def writes_digest(writes: list[StoredWrite], *, paths: bool, serde: Any) -> dict[str, bytes]:
+    """Per channel, a digest of the writes to it in their order (``writes_sort_key``):
+    each one's serde pair as :func:`canonical_write`
+    gives it (interrupt ids blanked, a sealed write decoded), and its task path when
+    ``paths``. Task ids are left out (LangGraph derives them from the checkpoint id,
+    which differs between threads). The digest ends in ``UNSURE`` when a sealed write
+    to the channel did not decode (then compared as stored)."""
+    hashes: dict[str, Any] = {}
+    unsure: set[str] = set()
+    for w in writes:
+        h = hashes.get(w.channel)
+        if h is None:
+            h = hashes[w.channel] = hashlib.blake2b(digest_size=32)
+        typed = (w.typed[0], bytes(w.typed[1]))
+        plain = canonical_write(serde, w.channel, typed)
+        if plain is None:
+            unsure.add(w.channel)
+        kind, data = plain or typed
+        for text in (w.task_path, kind) if paths else (kind,):
+            raw = text.encode("utf-8", "surrogatepass")
+            h.update(len(raw).to_bytes(8, "big") + raw)
+        data = bytes(data)
+        h.update(len(data).to_bytes(8, "big") + data)
+    return {c: h.digest() + (UNSURE if c in unsure else DECIDED) for c, h in hashes.items()}

@@ -9,7 +9,10 @@ from the task id (:func:`_send_indices`), else by its node name. Subgraphs of on
 sharing a key are compared as a group (:func:`_group_diff`): before lgsub80 they were
 skipped, and threads whose two ``Send``s to a subgraph stopped by ``interrupt_before``
 (no write to the parent) with other values were "same values" while their resumes
-differed (``tests/test_lgsub80_diff_shared_path.py``).
+differed (``tests/test_lgsub80_diff_shared_path.py``). A subgraph compiled with
+``checkpointer=True`` keeps one history per thread in a namespace without task ids
+(``sub``): it is compared at its newest checkpoint by the time of the parent's, mid-run
+or finished (its state is memory the next run reads; review80: it was skipped).
 """
 
 from __future__ import annotations
@@ -108,17 +111,27 @@ def _subgraphs(
     ``metadata["parents"]`` naming it, no write of the task's at ``last`` but an
     interrupt, an error or resume values), grouped by the key pairing them across
     threads: the task path of the task running each (its writes at ``last``), else
-    ``(node NAME, send I)`` (:func:`_send_indices`), else ``(node NAME)``."""
+    ``(node NAME, send I)`` (:func:`_send_indices`), else ``(node NAME)``; a node's
+    later call of a subgraph (``node:<task id>|1``) adds `` call 1``; a
+    ``checkpointer=True`` subgraph's is ``(kept NAME)`` (:func:`_kept_state`)."""
     entry, step = last
     newest: dict[str, Entry] = {}
+    own = _persistent_prefix(entry.ns)
+    kept: dict[str, list[Entry]] = {}  # a checkpointer=True subgraph's ns -> its entries
     for e in thread_entries(txn, store.backend.db("meta"), [entry.thread_id]):
+        name = e.ns[len(own) :] if e.ns.startswith(own) and e.ns != entry.ns else _NS_END
+        if _NS_END not in name:
+            # a task id in no level below: checkpointer=True, at any depth (one under a
+            # finished subgraph is memory too: the next run of its parent reads it)
+            kept.setdefault(e.ns, []).append(e)
+            continue
         # a subgraph run from ``last`` checkpoints after it (LangGraph's ids sort by time)
         if e.checkpoint_id <= entry.checkpoint_id:
             continue
         if entry.ns and not e.ns.startswith(entry.ns + _NS_SEP):
             continue
-        rest = e.ns[len(entry.ns) + 1 :] if entry.ns else e.ns
-        if _NS_SEP in rest or _NS_END not in rest:
+        head, _, call = _call_of(entry.ns, e.ns)
+        if _NS_END not in head or not (call == "" or call.isdigit()):
             continue  # the parent's own, or deeper: compared by the level under it
         held = newest.get(e.ns)
         if held is None or e.checkpoint_id > held.checkpoint_id:
@@ -127,7 +140,7 @@ def _subgraphs(
     # A task that finished left its writes (or LangGraph's no-writes marker): a resume
     # applies those, compared already, and reads nothing of its subgraph's checkpoints.
     finished = {w.task_id for w in writes if w.channel not in _UNFINISHED}
-    unkeyed: dict[str, list[tuple[str, str]]] = {}  # node -> (task id, ns) without a path
+    unkeyed: dict[str, list[tuple[str, str, str]]] = {}  # node -> (task id, ns, call)
     out: dict[str, list[str]] = {}
     for ns, e in sorted(newest.items()):
         if not stored(txn, store, e):
@@ -137,26 +150,88 @@ def _subgraphs(
         parents = md.get("parents")
         if not isinstance(parents, Mapping) or parents.get(entry.ns) != entry.checkpoint_id:
             continue
-        node, _, task = ns.rpartition(_NS_SEP)[2].partition(_NS_END)
+        head, _, call = _call_of(entry.ns, ns)
+        node, _, task = head.partition(_NS_END)
         if task in finished:
             continue
+        called = f"{_CALL}{call}" if call else ""  # the node's later calls of a subgraph
         if task in paths:
-            out.setdefault(paths[task], []).append(ns)
+            out.setdefault(paths[task] + called, []).append(ns)
         else:
-            unkeyed.setdefault(node, []).append((task, ns))
+            unkeyed.setdefault(node, []).append((task, ns, called))
     for name, waiting in sorted(unkeyed.items()):
-        index = _send_indices(entry, step, name, {tid for tid, _ in waiting})
-        for tid, sub_ns in waiting:
+        index = _send_indices(entry, step, name, {tid for tid, _, _ in waiting})
+        for tid, sub_ns, called in waiting:
             at = index.get(tid)
             key = f"(node {name})" if at is None else f"(node {name}, send {at})"
-            out.setdefault(key, []).append(sub_ns)
+            out.setdefault(key + called, []).append(sub_ns)
+    for ns, history in sorted(kept.items()):
+        chosen = _kept_state(txn, store, serde, entry, history)
+        if chosen is not None:
+            out[f"{_KEPT}{ns[len(own) :]})"] = [chosen]
     return out
+
+
+#: Between a key and the number of a node's later call of a subgraph (LangGraph keeps
+#: the second call's checkpoints in ``node:<task id>|1``; review80: it was taken for a
+#: deeper level and skipped, and two threads whose second calls stopped with other
+#: pending writes were the same).
+_CALL = " call "
+
+
+def _call_of(parent: str, ns: str) -> tuple[str, str, str]:
+    """``(node:<task id>, "|", call number or "")`` of a namespace under ``parent``."""
+    return (ns[len(parent) + 1 :] if parent else ns).partition(_NS_SEP)
+
+
+#: How a ``checkpointer=True`` subgraph's key starts (its node name and ``)`` follow).
+_KEPT = "(kept "
+#: Between a kept subgraph's namespace and the checkpoint id it is compared at.
+_AT = "\x00"
+
+
+def _persistent_prefix(ns: str) -> str:
+    """What the namespace of a ``checkpointer=True`` subgraph of the graph running in
+    ``ns`` starts with: ``ns`` without its task ids, then ``|`` (LangGraph's
+    ``_own_checkpoint_config``); empty for the root."""
+    if not ns:
+        return ""
+    return _NS_SEP.join(p.split(_NS_END)[0] for p in ns.split(_NS_SEP)) + _NS_SEP
+
+
+def _kept_state(
+    txn: Txn[memoryview], store: Store, serde: Any, entry: Entry, held: list[Entry]
+) -> str | None:
+    """``ns NUL checkpoint id`` of the newest checkpoint a ``checkpointer=True``
+    subgraph kept by the time of ``entry`` (its ``metadata["parents"]`` naming no later
+    checkpoint of ``entry``'s namespace), or None. That subgraph goes on from it: on
+    a resume when it stopped mid-run, on the thread's next run when it finished (its
+    state is memory), so it is compared whatever its parent's writes (review80: it was
+    skipped, its namespace holding no task id)."""
+    for e in sorted(held, key=lambda e: e.checkpoint_id, reverse=True):
+        if not stored(txn, store, e):
+            continue
+        with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
+            md = metadata_of(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
+        parents = md.get("parents")
+        at = parents.get(entry.ns) if isinstance(parents, Mapping) else None
+        if isinstance(at, str) and at > entry.checkpoint_id:
+            continue  # kept after the checkpoint compared
+        return f"{e.ns}{_AT}{e.checkpoint_id}"
+    return None
 
 
 def _names(key: str) -> tuple[str, str]:
     """``(label, node)``: how the summary names a key's subgraph (``sub, send 0``,
     ``sub``, a pull task's node, a push task's whole path, as ``diff._node_of``) and
     the node ``nodes`` names."""
+    base, called, call = key.rpartition(_CALL)
+    if called and call.isdigit():
+        label, node = _names(base)
+        return f"{label}, call {call}", node
+    if key.startswith(_KEPT) and key.endswith(")"):
+        node = key[len(_KEPT) : -1]
+        return f"{node} (checkpointer=True)", node
     if key.startswith("(node ") and key.endswith(")"):
         label = key[len("(node ") : -1]
         return label, label.split(", send ")[0]
@@ -187,13 +262,15 @@ def subgraph_divergence(
         la, lb = sa.get(key, []), sb.get(key, [])
         label, node = _names(key)
         if not la or not lb:
-            return Found(f"subgraph {label} is mid-run on {'A' if lb == [] else 'B'} only",
+            how = "keeps checkpoints" if key.startswith(_KEPT) else "is mid-run"
+            return Found(f"subgraph {label} {how} on {'A' if lb == [] else 'B'} only",
                          (node,), ())  # fmt: skip
         if len(la) == 1 and len(lb) == 1:
             inner = diff(txn, store, _conf(ea, la[0]), _conf(eb, lb[0]), serde)
             if inner.same:
                 continue
-            said = f"subgraph {label} ({la[0]!r}, {lb[0]!r}): {inner.summary}"
+            ns_a, ns_b = la[0].partition(_AT)[0], lb[0].partition(_AT)[0]
+            said = f"subgraph {label} ({ns_a!r}, {ns_b!r}): {inner.summary}"
             nodes = tuple(sorted({node, *inner.nodes}))
             return Found(said, nodes, inner.channels, inner.undecidable)
         found = _group_diff(txn, store, serde, (ea, la), (eb, lb), names=(label, node), diff=diff)
@@ -203,7 +280,10 @@ def subgraph_divergence(
 
 
 def _conf(entry: Entry, ns: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": entry.thread_id, "checkpoint_ns": ns}}
+    """The config of a subgraph namespace (at a checkpoint id, a kept subgraph's)."""
+    ns, _, at = ns.partition(_AT)
+    conf = {"thread_id": entry.thread_id, "checkpoint_ns": ns}
+    return {"configurable": {**conf, "checkpoint_id": at} if at else conf}
 
 
 def _group_diff(

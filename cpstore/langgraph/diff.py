@@ -7,9 +7,14 @@ position by position; values are compared by their content digests (no plain
 value is deserialized, so it works for any serde), the node is read from the task
 path of the writes that produced the diverging checkpoint. A value or write an
 encrypting serde sealed (type ``<type>+<cipher>``: a random nonce makes equal values
-other bytes) whose bytes differ is decoded with the diff's serde and compared as the
-plain JsonPlusSerializer writes it; one it cannot decode makes the result
-``undecidable``, never the same (``_diff_sealed``, lgsub80). A channel stored as
+other bytes) whose bytes differ is opened with the diff's serde (an
+EncryptedSerializer's cipher decrypts it, and the inner serde's bytes are compared;
+review80) or decoded and compared as the plain JsonPlusSerializer writes it; one it
+cannot open makes the result ``undecidable``, never the same (``_diff_sealed``,
+lgsub80). Chains whose start retention pruned are compared from the newest first step
+both keep (``_diff_chain``, review80); at the last checkpoints, which nodes a resume
+triggers (``_diff_triggers``), the pending writes and the subgraphs a resume goes on
+in (``_diff_subgraphs``) are compared too. A channel stored as
 the empty marker is compared as one the checkpoint does not hold: LangGraph
 loads both as an empty channel. A DeltaChannel without a stored value (between
 snapshots) is rebuilt by LangGraph from the parent chain's writes: it is compared
@@ -20,24 +25,33 @@ equal rebuilt values.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
+from cpstore.langgraph._diff_chain import (
+    aligned,
+    node_of,
+    nodes_at,
+    one_checkpoint,
+    parent_nodes,
+    side,
+)
 from cpstore.langgraph._diff_sealed import (
     SEALED,
+    UNSURE,
     Undecidable,
-    canonical_write,
     metadata_of,
     plain_value,
     sealed_channel,
+    writes_digest,
 )
 from cpstore.langgraph._diff_subgraphs import subgraph_divergence
+from cpstore.langgraph._diff_triggers import trigger_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
@@ -57,9 +71,11 @@ __all__ = ["ThreadDiff", "diff_threads"]
 class ThreadDiff:
     """The first divergence of two checkpoint chains (``same`` when there is none)."""
 
-    #: True when both chains hold the same values step for step and have the same length.
+    #: True when both chains hold the same values step for step (at the steps both keep:
+    #: a pruned start, a run that recorded its last checkpoint only) and end alike.
     same: bool
-    #: Position in the chains (0 = root) of the first checkpoint that differs, or None.
+    #: Position in the compared chains (0 = root, or the newest first step both keep; steps
+    #: one side did not record skipped) of the first checkpoint that differs, or None.
     index: int | None
     #: ``metadata["step"]`` of that checkpoint on side A (or B when A ended), or None.
     step: int | None
@@ -76,7 +92,8 @@ class ThreadDiff:
     summary: str
     #: True when every position holds equal values and the divergence is in the pending
     #: writes of the two last checkpoints (what a resume applies; ``channels`` and
-    #: ``nodes`` then name the writes that differ).
+    #: ``nodes`` then name the writes that differ), in which nodes a resume from them
+    #: triggers (a version moved under an equal value), or in a subgraph a resume goes on in.
     pending: bool = False
     #: True when the diff cannot tell whether the chains are equal (``same`` is then
     #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
@@ -118,14 +135,6 @@ _DELTA_COUNTERS = "counters_since_delta_snapshot"
 _WRITES = b"writes:"
 
 
-def _side(config: Mapping[str, Any]) -> tuple[str, str, str | None]:
-    conf = config.get("configurable") if isinstance(config, Mapping) else None
-    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
-        raise InvalidInputError("each side needs configurable.thread_id", got=repr(config)[:80])
-    cid = conf.get("checkpoint_id")
-    return str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""), str(cid) if cid else None
-
-
 #: The serde type tag of the marker a put stores for a new version without a value.
 _EMPTY = b"empty\x00"
 
@@ -151,7 +160,7 @@ def _chain(
     serde: Any,
     empty: dict[bytes, bool],
 ) -> list[_Point]:
-    thread_id, ns, checkpoint_id = _side(config)
+    thread_id, ns, checkpoint_id = side(config)
     meta = store.backend.db("meta")
     entry = entry_at(txn, meta, thread_id, ns, checkpoint_id)
     if entry is None:
@@ -190,6 +199,12 @@ def _chain(
             if entry.parent is None
             else entry_at(txn, meta, entry.thread_id, entry.ns, entry.parent)
         )
+    if not out:  # review80: two such sides were "same values at all 0 checkpoints"
+        raise NotFoundError(
+            "the LangGraph checkpoint was pruned by retention: its values are gone",
+            where=f"thread {thread_id!r} ns {ns!r}",
+            got=checkpoint_id or "the newest",
+        )
     out.reverse()
     return out
 
@@ -221,43 +236,12 @@ def _rebuilt(
         if held is None:
             meta = store.backend.db("meta")
             writes = stored_writes(txn, meta, *key)
-            held = cache[key] = _by_channel(writes, paths=False, serde=serde)
+            held = cache[key] = writes_digest(writes, paths=False, serde=serde)
         written = held
     out = dict(point.values)
     for c in missing:
         out[c] = _WRITES + written.get(c, b"")
     return out
-
-
-#: The last byte of a writes digest (:func:`_by_channel`): every write compared as
-#: canonical, or some sealed write the serde does not decode (a difference undecidable).
-_DECIDED, _UNSURE = b"=", b"?"
-
-
-def _by_channel(writes: list[StoredWrite], *, paths: bool, serde: Any) -> dict[str, bytes]:
-    """Per channel, a digest of the writes to it in their order (``writes_sort_key``):
-    each one's serde pair as :func:`~cpstore.langgraph._diff_sealed.canonical_write`
-    gives it (interrupt ids blanked, a sealed write decoded), and its task path when
-    ``paths``. Task ids are left out (LangGraph derives them from the checkpoint id,
-    which differs between threads). The digest ends in ``_UNSURE`` when a sealed write
-    to the channel did not decode (then compared as stored)."""
-    hashes: dict[str, Any] = {}
-    unsure: set[str] = set()
-    for w in writes:
-        h = hashes.get(w.channel)
-        if h is None:
-            h = hashes[w.channel] = hashlib.blake2b(digest_size=32)
-        typed = (w.typed[0], bytes(w.typed[1]))
-        plain = canonical_write(serde, w.channel, typed)
-        if plain is None:
-            unsure.add(w.channel)
-        kind, data = plain or typed
-        for text in (w.task_path, kind) if paths else (kind,):
-            raw = text.encode("utf-8", "surrogatepass")
-            h.update(len(raw).to_bytes(8, "big") + raw)
-        data = bytes(data)
-        h.update(len(data).to_bytes(8, "big") + data)
-    return {c: h.digest() + (_UNSURE if c in unsure else _DECIDED) for c, h in hashes.items()}
 
 
 def _settle(
@@ -280,7 +264,7 @@ def _settle(
             ka, kb = pa.values.get(c, b""), pb.values.get(c, b"")
             if ka.startswith(_WRITES) or kb.startswith(_WRITES):
                 both = ka.startswith(_WRITES) and kb.startswith(_WRITES)
-                doubt = both and _UNSURE in (ka[-1:], kb[-1:])
+                doubt = both and UNSURE in (ka[-1:], kb[-1:])
                 (unsure if doubt else out).append(c)
                 continue
             if not (sealed_channel(va, c) or sealed_channel(vb, c)):
@@ -318,15 +302,17 @@ def _pending_diff(
     ea, eb = a[-1].entry, b[-1].entry
     wa = stored_writes(txn, meta, ea.thread_id, ea.ns, ea.checkpoint_id)
     wb = stored_writes(txn, meta, eb.thread_id, eb.ns, eb.checkpoint_id)
-    da = _by_channel(wa, paths=True, serde=serde)
-    db = _by_channel(wb, paths=True, serde=serde)
+    da = writes_digest(wa, paths=True, serde=serde)
+    db = writes_digest(wb, paths=True, serde=serde)
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
-    unsure = [c for c in differ if c in da and c in db and _UNSURE in (da[c][-1:], db[c][-1:])]
+    unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
-        return _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        return _trigger_diff(txn, store, serde, pair, shared) or _subgraph_diff(
+            txn, store, serde, pair, shared=shared, writes=(wa, wb)
+        )
     i = len(a) - 1
     if len(unsure) == len(differ):
-        nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
+        nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
         said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
         return ThreadDiff(
             False,
@@ -343,7 +329,7 @@ def _pending_diff(
             undecidable=True,
         )
     differ = [c for c in differ if c not in unsure]
-    nodes = sorted({_node_of(w) for w in wa + wb if w.channel in differ})
+    nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
     return ThreadDiff(
         False,
         i,
@@ -360,18 +346,29 @@ def _pending_diff(
     )
 
 
-#: How the task path of a node's (pull) task starts; the node's name follows.
-_PULL_PATH = "~__pregel_pull, "
-
-
-def _node_of(w: StoredWrite) -> str:
-    """The name to report a write's task by: a pull task's node (its path's last part);
-    a push task's (a ``Send``, a functional call) path holds only indices, so the whole
-    path (review77: two Sends' differing writes were both "node 0000000000"); the task
-    id when the path is empty."""
-    if w.task_path.startswith(_PULL_PATH):
-        return w.task_path[len(_PULL_PATH) :]
-    return w.task_path.strip() or w.task_id
+def _trigger_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[_Point], list[_Point]],
+    shared: int | None,
+) -> ThreadDiff | None:
+    """The nodes a resume from one last checkpoint runs and from the other not (equal
+    values, other versions: :func:`~cpstore.langgraph._diff_triggers.trigger_divergence`,
+    review80), or None."""
+    pa, pb = pair[0][-1], pair[1][-1]
+    found = trigger_divergence(txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values))
+    if found is None:
+        return None
+    nodes, channels = found
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
+        pb.entry.checkpoint_id, shared,
+        f"same values at all {len(pair[0])} checkpoints, but a resume from the last (step "
+        f"{pa.step}) runs other tasks: node {', '.join(nodes)} (the versions of, or "
+        f"Sends pending in, {', '.join(channels) or 'the channels'} differ)",
+        pending=True,
+    )  # fmt: skip
 
 
 def _subgraph_diff(
@@ -406,20 +403,6 @@ def _subgraph_diff(
     )
 
 
-def _nodes(
-    txn: Txn[memoryview], store: Store, parent: Entry | None, channels: set[str]
-) -> list[str]:
-    """Nodes whose writes at ``parent`` touched ``channels`` (task path ``..., node``)."""
-    if parent is None:
-        return ["(input)"]
-    found: set[str] = set()
-    meta = store.backend.db("meta")
-    for w in stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id):
-        if w.channel in channels or not channels:
-            found.add(_node_of(w))
-    return sorted(found) or ["(update_state or input)"]
-
-
 def diff_threads(
     store: Store,
     config_a: Mapping[str, Any],
@@ -433,10 +416,13 @@ def diff_threads(
     default, JsonPlusSerializer, when None. Values are compared by digest; a
     value or pending write stored sealed by an encrypting serde (an
     ``EncryptedSerializer``: equal values are other bytes) whose bytes differ is
-    decoded with ``serde`` on both sides and compared as JsonPlusSerializer
-    writes it. Pass the saver's serde for such threads: without it (or with
-    another key) the result is ``undecidable`` (``same`` False), as it is for
-    subgraphs sharing a task path that cannot be paired.
+    opened with ``serde`` on both sides: an ``EncryptedSerializer``'s cipher
+    decrypts it and its inner serde's bytes are compared (any other serde decodes
+    it, compared as JsonPlusSerializer writes it). Pass the saver's serde for such
+    threads: without it (or with another key) the result is ``undecidable``
+    (``same`` False), as it is for subgraphs sharing a task path that cannot be
+    paired. Both sides naming one checkpoint of one thread are the same without
+    decoding anything. A side whose checkpoint retention swept is NotFoundError.
     """
     serde = serde or JsonPlusSerializer()
     with store.backend.read_txn() as txn:
@@ -469,6 +455,21 @@ def _noted(found: ThreadDiff, doubt: ThreadDiff | None) -> ThreadDiff:
     return dataclasses.replace(found, summary=found.summary + note)
 
 
+def _itself(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    configs: tuple[Mapping[str, Any], Mapping[str, Any]],
+) -> ThreadDiff | None:
+    """The same when both sides name one checkpoint of one thread and namespace
+    (:func:`~cpstore.langgraph._diff_chain.one_checkpoint`), else None."""
+    n = one_checkpoint(txn, store, serde, configs)
+    if n is None:
+        return None
+    said = f"same values at all {n} checkpoints (one checkpoint of one thread on both sides)"
+    return ThreadDiff(True, None, None, (), (), None, None, n - 1, said)
+
+
 def _compare(
     txn: Txn[memoryview],
     store: Store,
@@ -477,9 +478,22 @@ def _compare(
     serde: Any,
 ) -> ThreadDiff:
     """:func:`_diff`, letting :class:`Undecidable` out."""
+    itself = _itself(txn, store, serde, (config_a, config_b))
+    if itself is not None:
+        return itself
     empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
-    a = _chain(txn, store, config_a, serde, empty)
-    b = _chain(txn, store, config_b, serde, empty)
+    a, b, cut = aligned(
+        _chain(txn, store, config_a, serde, empty), _chain(txn, store, config_b, serde, empty)
+    )
+    found = _walk(txn, store, serde, (a, b))
+    return dataclasses.replace(found, summary=found.summary + cut) if cut else found
+
+
+def _walk(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]]
+) -> ThreadDiff:
+    """:func:`_compare` on the two chains, aligned."""
+    a, b = pair
     shared = None
     # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
     deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
@@ -504,10 +518,7 @@ def _compare(
         if not differ and (not unsure or doubt is not None):
             continue
         channels = differ or unsure
-        parent = a[i - 1].entry if i else None
-        nodes = _nodes(txn, store, parent, set(channels))
-        if i and b[i - 1].entry.cid != a[i - 1].entry.cid:
-            nodes = sorted(set(nodes) | set(_nodes(txn, store, b[i - 1].entry, set(channels))))
+        nodes = nodes_at(txn, store, (a, b), i, set(channels))
         found = ThreadDiff(
             False,
             i,
@@ -554,7 +565,7 @@ def _compare(
             False,
             i,
             nxt.step,
-            tuple(_nodes(txn, store, longer[i - 1].entry if i else None, set())),
+            tuple(parent_nodes(txn, store, (nxt,), set())),
             (),
             a[i].entry.checkpoint_id if len(a) > i else None,
             b[i].entry.checkpoint_id if len(b) > i else None,
