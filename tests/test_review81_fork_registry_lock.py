@@ -47,9 +47,12 @@ def test_a_child_forked_while_a_waiter_takes_the_registry_lock_opens_stores(
         time.sleep(0.3)  # the waiter is in its blocking acquire, the GIL let go
         sys.setswitchinterval(1000.0)  # this thread keeps the GIL until it waits
         lock.release()
-        end = time.perf_counter() + 0.05
-        while time.perf_counter() < end:  # the waiter wakes, takes the semaphore, needs the GIL
-            pass
+        taken, end = False, time.perf_counter() + 10
+        while not taken and time.perf_counter() < end:  # until the waiter took it
+            if lock.acquire(blocking=False):  # not yet: given back (the waiter woken again)
+                lock.release()
+            else:
+                taken = True  # taken by the waiter, which waits for the GIL this thread keeps
         shown_free = not lock.locked()  # the flag: the waiter has not run since
         outcome = _in_a_child(tmp_path / "s")
     finally:
@@ -57,5 +60,5 @@ def test_a_child_forked_while_a_waiter_takes_the_registry_lock_opens_stores(
         if not got.wait(60):
             lock.release()
         waiter.join(60)
-    assert shown_free
+    assert taken and shown_free  # the window: taken, yet locked() False
     assert outcome == "opened"
