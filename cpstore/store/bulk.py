@@ -16,7 +16,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Sequence
-from functools import wraps
+from functools import partial, wraps
 from typing import Any, TypeVar, cast
 
 from cpstore.errors import (
@@ -123,6 +123,8 @@ def _kinds_kept_only_on_success(method: F) -> F:
 class BulkAppends:
     """Batch appends of a recorder (mixed into :class:`Recorder`)."""
 
+    _run_id: str
+    _branch: str
     _tokens: bytearray
     _values: bytearray
     _offsets: array[int]
@@ -380,7 +382,8 @@ class BulkAppends:
                 and len(payload) <= MAX_OBJECT_SIZE
                 and (pinned_at is None or (type(pinned_at) is float and math.isfinite(pinned_at)))
             ):  # anything off the fast path: observe()'s own checks, the index named
-                step, source, payload, pinned_at = _at(i, _checked_read, item)
+                where = f"run {self._run_id} branch {self._branch} observation"
+                step, source, payload, pinned_at = _at(i, partial(_checked_read, where=where), item)
             elif pinned_at is not None:
                 pinned_at += 0.0  # -0.0 is stored as 0.0, as observe() does
             rows.append([step, source, None, pinned_at])
@@ -481,11 +484,22 @@ def _one_value_each(blob: bytes | memoryview, offs: array[int]) -> None:
         )
 
 
-def _checked_read(item: tuple[Any, Any, Any, Any]) -> tuple[int, str, bytes, float | None]:
-    """One observation checked exactly as :meth:`Recorder.observe` checks it."""
+def _checked_read(
+    item: tuple[Any, Any, Any, Any], *, where: str
+) -> tuple[int, str, bytes, float | None]:
+    """One observation checked exactly as :meth:`Recorder.observe` checks it (``where``:
+    its refusal's, run and branch)."""
     step, source, payload, pinned_at = item
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < STEP_LIMIT:
-        raise InvalidInputError("step must be an int in [0, 2**63)", got=step)
+    given = step
+    if isinstance(step, int) and not isinstance(step, bool):
+        step = int.__index__(step)  # its value: an int subclass's own comparisons may lie
+    if type(step) is not int or not 0 <= step < STEP_LIMIT:
+        raise InvalidInputError(
+            "step must be an int in [0, 2**63)",
+            where=where,
+            expected="an int (not a bool) in [0, 2**63)",  # Recorder.observe's refusal
+            got=given,
+        )
     non_empty_text(source, "source")
     data = as_payload(payload, "observation payload")
     return step, source, data, None if pinned_at is None else checked_pin(pinned_at)

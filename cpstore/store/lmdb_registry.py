@@ -71,8 +71,11 @@ def _after_fork_in_child() -> None:
     that store for its whole life. Every entry stays (the parent's environments are
     refused there: ForkError); a half-made one (the open under way) is not in it and its
     LMDB environment is never closed in the child."""
-    if _REGISTRY_LOCK.locked():  # by a thread of the parent: the child has only this one
-        _REGISTRY_LOCK.release()
+    # Made free outright (what threading does for its own locks), not released when
+    # ``locked()``: that flag is set by an acquiring thread only once it holds the GIL
+    # again, so a thread of the parent woken in its blocking acquire had taken the lock
+    # with the flag still clear, and the child's first open hung forever (review81).
+    _REGISTRY_LOCK._at_fork_reinit()  # type: ignore[attr-defined]
     _COMPACTING.clear()
     _LEFT_OPEN.clear()
     closing = set(_CLOSING_LEFT)

@@ -80,16 +80,19 @@ _NOT_APPEND_LOG = frozenset((str, bytes, int, float, bool, type(None), list, dic
 
 
 def _step(value: object, where: str) -> int:
-    """``value`` when it is a step (an int, not a bool, in [0, 2**63)); else
-    InvalidInputError saying where (the run and branch), before anything is written."""
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < STEP_LIMIT:
-        raise InvalidInputError(
-            "step must be an int in [0, 2**63)",
-            where=where,
-            expected="an int (not a bool) in [0, 2**63)",
-            got=value,
-        )
-    return value
+    """``value``'s int when it is a step (an int, not a bool, in [0, 2**63), judged by its
+    value: an int subclass's own comparisons may lie); else InvalidInputError saying where
+    (the run and branch), before anything is written."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        step = int.__index__(value)  # its value: an int subclass's own comparisons may lie
+        if 0 <= step < STEP_LIMIT:
+            return step
+    raise InvalidInputError(
+        "step must be an int in [0, 2**63)",
+        where=where,
+        expected="an int (not a bool) in [0, 2**63)",
+        got=value,
+    )
 
 
 class Recorder(BulkAppends, RecorderEnds):
@@ -209,7 +212,7 @@ class Recorder(BulkAppends, RecorderEnds):
 
     def observe(self, step: int, source: str, payload: bytes, *, pinned_at: float | None) -> None:
         """Record an external read; ``pinned_at`` None means re-fetched (unpinned)."""
-        _step(step, f"run {self._run_id} branch {self._branch} observation")
+        step = _step(step, f"run {self._run_id} branch {self._branch} observation")
         non_empty_text(source, "source")
         data = as_payload(payload, "observation payload")
         if pinned_at is not None:
@@ -414,8 +417,8 @@ class Recorder(BulkAppends, RecorderEnds):
     ) -> str:
         """:meth:`checkpoint`, its state's objects staged apart from the queue (audit34: a
         failed commit left them queued, and they rode along with every later checkpoint)."""
-        if type(step) is not int or not 0 <= step < STEP_LIMIT:  # an int subclass may pass
-            _step(step, f"run {self._run_id} branch {self._branch}")
+        if type(step) is not int or not 0 <= step < STEP_LIMIT:  # an int subclass: its value
+            step = _step(step, f"run {self._run_id} branch {self._branch}")
         if self._closed:
             raise StoreError("the recorder is closed", where=f"run {self._run_id}")
         if self._last_step is not None and step < self._last_step:
