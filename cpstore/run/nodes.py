@@ -25,8 +25,14 @@ __all__ = ["decision_node"]
 
 def decision_node(step: object, node: object, fields: Mapping[str, Any]) -> dict[str, Any]:
     """The stored entry of a decision (module docstring), or InvalidInputError."""
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < STEP_LIMIT:
-        raise InvalidInputError("step must be an int in [0, 2**63)", got=step)
+    # Judged by its value (review81): an int subclass's own comparisons may lie, and one
+    # answering True to every bound check was stored as its value, -1.
+    value = int.__index__(step) if isinstance(step, int) and not isinstance(step, bool) else None
+    if value is None or not 0 <= value < STEP_LIMIT:
+        raise InvalidInputError(
+            "step must be an int in [0, 2**63)", got=step if value is None else value
+        )
+    step = value
     if isinstance(node, Mapping):
         if fields:
             raise InvalidInputError(
