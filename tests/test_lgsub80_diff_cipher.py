@@ -13,10 +13,7 @@ same, other values diverge as before); without it (or with another key) the thre
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import operator
-import os
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -25,6 +22,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
+from lg_cipher import NonceCipher
 from lg_delta import Rare
 from lg_delta import graph as delta_graph
 from pg_cluster import backend_url  # noqa: F401 - fixture
@@ -34,38 +32,8 @@ from cpstore.langgraph._codec import unpack_typed
 from cpstore.langgraph._read import entry_at, load_parts
 
 
-class _NonceCipher:
-    """A stand-in AEAD: a random 16-byte nonce, a keyed BLAKE2b keystream XORed in, and
-    a 16-byte tag (a wrong key fails, as AES-EAX does)."""
-
-    def __init__(self, key: bytes) -> None:
-        self.key = key
-
-    def _stream(self, nonce: bytes, n: int) -> bytes:
-        out = b""
-        for i in range(0, n, 64):
-            out += hashlib.blake2b(nonce + i.to_bytes(8, "big"), key=self.key).digest()
-        return out[:n]
-
-    def _tag(self, nonce: bytes, body: bytes) -> bytes:
-        return hashlib.blake2b(nonce + body, key=self.key, digest_size=16).digest()
-
-    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
-        nonce = os.urandom(16)
-        body = bytes(
-            x ^ y for x, y in zip(plaintext, self._stream(nonce, len(plaintext)), strict=True)
-        )
-        return "xn", nonce + self._tag(nonce, body) + body
-
-    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
-        nonce, tag, body = ciphertext[:16], ciphertext[16:32], ciphertext[32:]
-        if ciphername != "xn" or not hmac.compare_digest(tag, self._tag(nonce, body)):
-            raise ValueError("wrong key or damaged ciphertext")
-        return bytes(x ^ y for x, y in zip(body, self._stream(nonce, len(body)), strict=True))
-
-
 def _serde(key: bytes = b"k" * 32) -> EncryptedSerializer:
-    return EncryptedSerializer(_NonceCipher(key), JsonPlusSerializer())
+    return EncryptedSerializer(NonceCipher(key), JsonPlusSerializer())
 
 
 class _S(TypedDict):

@@ -13,10 +13,7 @@ wrong key that decrypts without raising is ``undecidable``). Both engines."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import operator
-import os
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
 
@@ -24,6 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
+from lg_cipher import NonceCipher
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -34,39 +32,9 @@ class Item:
     name: str
 
 
-class _Cipher:
-    """A stand-in AEAD (random nonce, keyed BLAKE2b stream, 16-byte tag); ``tagless``:
-    no tag check, so a wrong key decrypts to other bytes without raising."""
-
-    def __init__(self, key: bytes, *, tagless: bool = False) -> None:
-        self.key, self.tagless = key, tagless
-
-    def _stream(self, nonce: bytes, n: int) -> bytes:
-        out = b""
-        for i in range(0, n, 64):
-            out += hashlib.blake2b(nonce + i.to_bytes(8, "big"), key=self.key).digest()
-        return out[:n]
-
-    def _tag(self, nonce: bytes, body: bytes) -> bytes:
-        return hashlib.blake2b(nonce + body, key=self.key, digest_size=16).digest()
-
-    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
-        nonce = os.urandom(16)
-        body = bytes(
-            x ^ y for x, y in zip(plaintext, self._stream(nonce, len(plaintext)), strict=True)
-        )
-        return "xn", nonce + self._tag(nonce, body) + body
-
-    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
-        nonce, tag, body = ciphertext[:16], ciphertext[16:32], ciphertext[32:]
-        if not self.tagless and not hmac.compare_digest(tag, self._tag(nonce, body)):
-            raise ValueError("wrong key or damaged ciphertext")
-        return bytes(x ^ y for x, y in zip(body, self._stream(nonce, len(body)), strict=True))
-
-
 def _serde(*, strict: bool = False, key: bytes = b"k" * 32, tagless: bool = False) -> Any:
     inner = JsonPlusSerializer(allowed_msgpack_modules=None) if strict else JsonPlusSerializer()
-    return EncryptedSerializer(_Cipher(key, tagless=tagless), inner)
+    return EncryptedSerializer(NonceCipher(key, tagless=tagless), inner)
 
 
 class _S(TypedDict):

@@ -310,39 +310,31 @@ def _pending_diff(
         return _trigger_diff(txn, store, serde, pair, shared) or _subgraph_diff(
             txn, store, serde, pair, shared=shared, writes=(wa, wb)
         )
-    i = len(a) - 1
-    if len(unsure) == len(differ):
-        nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
-        said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
-        return ThreadDiff(
-            False,
-            i,
-            a[-1].step,
-            tuple(nodes),
-            tuple(differ),
-            ea.checkpoint_id,
-            eb.checkpoint_id,
-            shared,
-            f"cannot tell: same values at all {len(a)} checkpoints, but the pending writes "
-            f"at the last (step {a[-1].step}) to {said}",
-            pending=True,
-            undecidable=True,
-        )
-    differ = [c for c in differ if c not in unsure]
+    undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
+    if not undecided:
+        differ = [c for c in differ if c not in unsure]
     nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
+    head = f"same values at all {len(a)} checkpoints, but the pending writes at the last"
+    if undecided:
+        said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
+        summary = f"cannot tell: {head} (step {a[-1].step}) to {said}"
+    else:
+        summary = (
+            f"{head} (step {a[-1].step}) differ: node {', '.join(nodes)} wrote different "
+            f"{', '.join(differ)}"
+        )
     return ThreadDiff(
         False,
-        i,
+        len(a) - 1,
         a[-1].step,
         tuple(nodes),
         tuple(differ),
         ea.checkpoint_id,
         eb.checkpoint_id,
         shared,
-        f"same values at all {len(a)} checkpoints, but the pending writes at the last "
-        f"(step {a[-1].step}) differ: node {', '.join(nodes)} wrote different "
-        f"{', '.join(differ)}",
+        summary,
         pending=True,
+        undecidable=undecided,
     )
 
 
