@@ -238,13 +238,24 @@ def test_resets_racing_recorders_and_gc_keep_retained_lineages(url: str, tmp_pat
         ctx.Process(target=_recorder, args=(url, "other", 40, out)),
         ctx.Process(target=_operator, args=(url, 30, out)),
     ]
-    for p in procs:
-        p.start()
-    got = dict(out.get(timeout=300) for _ in procs)
-    open(until, "w").close()
-    got.update([out.get(timeout=300)])
+    try:
+        for p in procs:
+            p.start()
+        got = dict(out.get(timeout=300) for _ in procs)
+        open(until, "w").close()
+        got.update([out.get(timeout=300)])
+    finally:
+        # A child that died leaves the rest waiting: the pruner loops until ``until`` is
+        # there, and pytest's exit waited on it for good (Python 3.13's run hung so).
+        open(until, "w").close()
+        for p in [*procs, pruner]:
+            if p.pid is None:  # never started
+                continue
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+                p.join(10)
     for p in [*procs, pruner]:
-        p.join(60)
         assert p.exitcode == 0
     for name, result in got.items():
         assert result["errors"] == [], (name, result["errors"])
