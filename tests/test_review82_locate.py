@@ -59,3 +59,18 @@ def test_a_key_no_dict_holds_is_placed_at_its_map() -> None:
 def test_a_late_bad_value_in_a_big_document_is_named() -> None:
     err = _refusal({"ok": 1, "bad": [1, ExtType(9, b"")]}, index=40_000, n=40_001)
     assert (err.where, err.got) == ("tokens[40000].value.bad[1]", "ext type 9 (0 bytes)")
+
+
+@pytest.mark.parametrize("n", [3, 40_001])
+def test_a_token_that_is_a_bad_string_is_no_document_refusal(n: int) -> None:
+    """A token that is a msgpack str of invalid UTF-8: the chunk's refusal is "not valid
+    msgpack"; decoded alone to find its place, the token fell into the whole-document
+    message, "neither a JSON object nor a msgpack map", which the document is."""
+    tokens: list[Any] = [rng_token(i, i) for i in range(n)]
+    tokens[n - 2] = "PLACEHOLDERX"
+    raw = msgpack.packb(doc_body(tokens=tokens))
+    raw = raw.replace(msgpack.packb("PLACEHOLDERX"), b"\xac" + b"\xff" * 12)
+    with pytest.raises(DocumentError) as err:
+        load_document(raw)
+    assert (err.value.what, err.value.where) == ("not valid msgpack", f"tokens[{n - 2}]")
+    assert "utf-8" in str(err.value.got)
