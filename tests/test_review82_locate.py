@@ -104,9 +104,9 @@ def test_every_value_kind_round_trips_through_msgpack(values: list[Any]) -> None
     """Refusing every extension type refuses nothing a msgpack document holds: bin,
     non-str keys (None, bools, ints to 2**64 - 1, floats, bytes) load, dump and load
     again to the same canonical values."""
-    tokens = [
-        {"seq": i, "kind": "rng", "value": v, "provenance": "recorded"} for i, v in enumerate(values)
-    ]
+    tokens = [rng_token(i, i) for i in range(len(values))]
+    for token, value in zip(tokens, values, strict=True):
+        token["value"] = value
     run = load_document(msgpack.packb(doc_body(tokens=tokens)))
     back = load_document(dump_document(run, encoding="msgpack"))
     assert back.tokens.values == run.tokens.values
