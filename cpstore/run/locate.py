@@ -37,7 +37,18 @@ def locate(raw: bytes, unpack: Callable[[bytes], Any]) -> str:
 def _place(raw: bytes, unpack: Callable[[bytes], Any], depth: int) -> str:
     if depth == 0:
         return ""
-    for step, part in _parts(raw):
+    for key, index, part in _parts(raw):
+        if key is not None:
+            # The decoder reads a key before its value (review82): a key it refuses
+            # (an extension type) fails first, and its place is this map, not a later
+            # value of it.
+            try:
+                name = unpack(key)
+            except Exception:
+                return ""
+            step = f".{name}" if isinstance(name, str) else f"[{name!r}]"
+        else:
+            step = f"[{index}]"
         try:
             unpack(part)
         except Exception:
@@ -48,9 +59,9 @@ def _place(raw: bytes, unpack: Callable[[bytes], Any], depth: int) -> str:
     return ""
 
 
-def _parts(raw: bytes) -> Iterator[tuple[str, bytes]]:
-    """(``.key`` or ``[i]``, the part's bytes) for each entry of a map or item of an
-    array; nothing for a scalar."""
+def _parts(raw: bytes) -> Iterator[tuple[bytes | None, int, bytes]]:
+    """(a map entry's key bytes or None for an array item, its index, the part's bytes)
+    for each entry of a map or item of an array; nothing for a scalar."""
     head = raw[0]
     is_map = 0x80 <= head <= 0x8F or head in (0xDE, 0xDF)
     if not (is_map or 0x90 <= head <= 0x9F or head in (0xDC, 0xDD)):
@@ -58,16 +69,18 @@ def _parts(raw: bytes) -> Iterator[tuple[str, bytes]]:
     reader = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(raw) + 1)
     reader.feed(raw)
     if is_map:
-        for _ in range(reader.read_map_header()):
-            key = reader.unpack()
+        for i in range(reader.read_map_header()):
             start = reader.tell()
             reader.skip()
-            yield f".{key}" if isinstance(key, str) else f"[{key!r}]", raw[start : reader.tell()]
+            key = raw[start : reader.tell()]
+            start = reader.tell()
+            reader.skip()
+            yield key, i, raw[start : reader.tell()]
     else:
         for i in range(reader.read_array_header()):
             start = reader.tell()
             reader.skip()
-            yield f"[{i}]", raw[start : reader.tell()]
+            yield None, i, raw[start : reader.tell()]
 
 
 class _Refused:

@@ -365,10 +365,18 @@ def _strict_chunk(
             start = end
             if json:  # a member after the first starts with its separating comma
                 piece = piece.lstrip(b" \t\r\n").removeprefix(b",")
+            # Decoded as a one-item array, as deep as in the chunk: alone, a token is a
+            # whole document to ``strict``, and a bad scalar one was refused as "neither
+            # a JSON object nor a msgpack map" (review82).
             try:
-                strict(piece)
+                strict(b"[" + piece + b"]" if json else b"\x91" + piece)
             except DocumentError as exc:
-                raise _at(exc, f"tokens[{base + i}]") from None
+                inner = exc.where or ""
+                inner = inner[3:].removeprefix(".") if inner.startswith("[0]") else ""
+                placed = DocumentError(
+                    exc.what, where=inner or None, expected=exc.expected, got=exc.got
+                )
+                raise _at(placed, f"tokens[{base + i}]") from None
         raise
 
 
