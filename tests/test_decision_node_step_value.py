@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from test_review81_steps import _LYING, _Step
 
-from cpstore.errors import InvalidInputError
+from cpstore.errors import DocumentError, InvalidInputError
+from cpstore.native.records import step_value
+from cpstore.run.model import check_step
 from cpstore.run.nodes import decision_node
 
 
@@ -34,3 +36,13 @@ def test_other_bad_steps_are_refused_naming_them(bad: Any) -> None:
     with pytest.raises(InvalidInputError) as err:
         decision_node(bad, "pick", {})
     assert err.value.got == bad
+
+
+@pytest.mark.parametrize("bad", _LYING, ids=lambda v: f"agrees({int(v)})")
+def test_every_step_reader_judges_by_value(bad: Any) -> None:
+    """One reading (``native.records.step_value``) for the recorder, bulk observations,
+    decisions and run documents: a run document's step is judged by its value too."""
+    assert step_value(bad) is None
+    with pytest.raises(DocumentError):
+        check_step(bad, "step")
+    assert check_step(_Step.THIRD, "step") == 3 and type(check_step(_Step.THIRD, "step")) is int

@@ -52,6 +52,7 @@ __all__ = [
     "record_count",
     "seq_prefix",
     "seq_trailer",
+    "step_value",
     "string_digest",
     "unpack_decision",
     "unpack_effect",
@@ -105,6 +106,18 @@ def provenance_name(code: int) -> str:
 #: documents, records): a step fits a signed 64-bit column, and never meets the
 #: all-ones ``NONE`` of the record formats.
 STEP_LIMIT = 2**63
+
+
+def step_value(value: object) -> int | None:
+    """``value`` as a step: its int value when it is an int (not a bool) in
+    ``[0, STEP_LIMIT)``, judged by that value (an int subclass's own comparisons may lie:
+    one answering True to every bound check was stored as -1, review81); else None. Every
+    place a step is taken asks this and raises its own error."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        step = int.__index__(value)
+        if 0 <= step < STEP_LIMIT:
+            return step
+    return None
 
 
 class DivergenceKind(enum.IntEnum):

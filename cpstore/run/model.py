@@ -25,7 +25,6 @@ from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import (
     PROVENANCE_CODES,
     RECORD_SIZE,
-    STEP_LIMIT,
     KindTable,
     RecordType,
     encoding_digest,
@@ -33,6 +32,7 @@ from cpstore.native.records import (
     pack_token,
     provenance_name,
     record_count,
+    step_value,
     unpack_token,
     value_digest,
 )
@@ -342,9 +342,10 @@ class Run:
 
 def check_step(value: Any, where: str) -> int:
     """A step: an int in ``[0, STEP_LIMIT)`` (:data:`cpstore.native.records.STEP_LIMIT`)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < STEP_LIMIT:
+    step = step_value(value)
+    if step is None:
         raise DocumentError("must be an integer in [0, 2**63)", where=where, got=value)
-    return value
+    return step
 
 
 def check_uint(value: Any, where: str) -> int:

@@ -18,20 +18,16 @@ import msgpack
 
 from cpstore.errors import CanonicalEncodingError, InvalidInputError
 from cpstore.native.canonical import _ext_hook, encode_value
-from cpstore.native.records import STEP_LIMIT
+from cpstore.native.records import step_value
 
 __all__ = ["decision_node"]
 
 
 def decision_node(step: object, node: object, fields: Mapping[str, Any]) -> dict[str, Any]:
     """The stored entry of a decision (module docstring), or InvalidInputError."""
-    # Judged by its value (review81): an int subclass's own comparisons may lie, and one
-    # answering True to every bound check was stored as its value, -1.
-    value = int.__index__(step) if isinstance(step, int) and not isinstance(step, bool) else None
-    if value is None or not 0 <= value < STEP_LIMIT:
-        raise InvalidInputError(
-            "step must be an int in [0, 2**63)", got=step if value is None else value
-        )
+    value = step_value(step)  # judged by its value (review81)
+    if value is None:
+        raise InvalidInputError("step must be an int in [0, 2**63)", got=step)
     step = value
     if isinstance(node, Mapping):
         if fields:

@@ -37,7 +37,7 @@ from cpstore.native.binding import (
 from cpstore.native.canonical import encode_value
 from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.fast_canonical import encode_fast
-from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, KindTable
+from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, KindTable, step_value
 from cpstore.run.model import PackedTokens
 from cpstore.run.values import EncodedValues
 from cpstore.store.model import MAX_OBJECT_SIZE, as_payload
@@ -490,16 +490,15 @@ def _checked_read(
     """One observation checked exactly as :meth:`Recorder.observe` checks it (``where``:
     its refusal's, run and branch)."""
     step, source, payload, pinned_at = item
-    given = step
-    if isinstance(step, int) and not isinstance(step, bool):
-        step = int.__index__(step)  # its value: an int subclass's own comparisons may lie
-    if type(step) is not int or not 0 <= step < STEP_LIMIT:
+    value = step_value(step)
+    if value is None:
         raise InvalidInputError(
             "step must be an int in [0, 2**63)",
             where=where,
             expected="an int (not a bool) in [0, 2**63)",  # Recorder.observe's refusal
-            got=given,
+            got=step,
         )
+    step = value
     non_empty_text(source, "source")
     data = as_payload(payload, "observation payload")
     return step, source, data, None if pinned_at is None else checked_pin(pinned_at)

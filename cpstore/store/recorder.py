@@ -36,7 +36,7 @@ from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.native.columns import fast_encoding
 from cpstore.native.fast_canonical import encode_fast
-from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable
+from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, Digest, KindTable, step_value
 from cpstore.run.nodes import decision_node
 from cpstore.store.append_state import AppendParts
 from cpstore.store.at_exit import track_recorder
@@ -83,10 +83,9 @@ def _step(value: object, where: str) -> int:
     """``value``'s int when it is a step (an int, not a bool, in [0, 2**63), judged by its
     value: an int subclass's own comparisons may lie); else InvalidInputError saying where
     (the run and branch), before anything is written."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        step = int.__index__(value)  # its value: an int subclass's own comparisons may lie
-        if 0 <= step < STEP_LIMIT:
-            return step
+    step = step_value(value)
+    if step is not None:
+        return step
     raise InvalidInputError(
         "step must be an int in [0, 2**63)",
         where=where,
