@@ -39,16 +39,20 @@ T = TypeVar("T")
 
 
 def take_write_lock(lock: Any, *, blocking: bool = True, timeout: float = -1) -> bool:
-    """``lock.acquire(blocking, timeout)`` on a lock the calling thread does not hold,
-    letting go of it when an interrupt (a signal handler's exception) lands on the
-    acquire's return: the caller's ``try`` that releases it was not entered yet, so the
-    lock stayed this thread's for good and every other thread's write waited forever
-    (review78 found it in ``write``; ``try_flush_here``, ``quiesced`` and the registry's
-    close of an environment left open had the same window)."""
+    """``lock.acquire(blocking, timeout)`` on an RLock, letting go of the hold it took
+    when an interrupt (a signal handler's exception) lands on the acquire's return: the
+    caller's ``try`` that releases it was not entered yet, so the lock stayed this
+    thread's for good and every other thread's write waited forever (review78 found it
+    in ``write``; ``try_flush_here``, ``quiesced`` and the registry's close of an
+    environment left open had the same window). Whether this call took a hold is told
+    by the RLock's own recursion count, before and after, so a thread that already held
+    the lock keeps its outer hold whatever the interrupt lands on (``write``'s inline
+    copy asked only whether the lock was owned, and kept a second hold for good)."""
+    before: int = lock._recursion_count()
     try:
         got: bool = lock.acquire(blocking, timeout)
     except BaseException:
-        if lock._is_owned():
+        if lock._recursion_count() > before:
             lock.release()
         raise
     return got
@@ -334,15 +338,16 @@ class EnvTxns:
         if self.options.readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
         lock = self.write_lock
-        held = lock._is_owned()  # type: ignore[attr-defined]  # see writes_here
+        held = lock._recursion_count()  # type: ignore[attr-defined]  # take_write_lock's
         try:
             if not lock.acquire(False):  # _lock_writes' first try, inline (not blocking)
                 self._lock_writes()
         except BaseException:
             # A signal handler's exception landing on an acquire's return (here or in
-            # _lock_writes): the lock this call took is let go, else it stayed this
-            # thread's and every other thread's write waited forever (review78).
-            if not held and lock._is_owned():  # type: ignore[attr-defined]
+            # _lock_writes): the hold this call took is let go, else it stayed this
+            # thread's and every other thread's write waited forever (review78); an
+            # outer hold of this thread is kept (the count says which: take_write_lock).
+            if lock._recursion_count() > held:  # type: ignore[attr-defined]
                 lock.release()
             raise
         try:
