@@ -222,8 +222,13 @@ def _swap_compacted(path: str, check: Callable[[str, int], None]) -> tuple[int, 
 @contextlib.contextmanager
 def _exclusive(lock_path: str, where: str):  # type: ignore[no-untyped-def]
     """Hold LMDB's liveness byte exclusively, or refuse: another process has the store open."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fds: list[int] = []
     try:
+        # The open and the keeping of its descriptor are one C call (as
+        # lmdb_registry.pinned_for_compact's take): an interrupt landing on a bare
+        # open's return, before the try, leaked the descriptor.
+        fds.extend(map(os.open, (lock_path,), (os.O_RDWR | os.O_CREAT,), (0o644,)))
+        fd = fds[0]
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0, os.SEEK_SET)
         except OSError as exc:
@@ -235,4 +240,5 @@ def _exclusive(lock_path: str, where: str):  # type: ignore[no-untyped-def]
             raise
         yield
     finally:
-        os.close(fd)  # closing any descriptor of the file drops this process's locks
+        if fds:
+            os.close(fds[0])  # closing any descriptor of the file drops this process's locks

@@ -317,21 +317,50 @@ def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     """
     key = canonical(path)
     _close_left_open(key)
-    with _REGISTRY_LOCK:
-        env, file_id = _registered(key)
-        if (
-            (env is not None and env.pid == os.getpid())
-            or key in _COMPACTING
-            or (file_id is not None and file_id in _COMPACTING)
-        ):
-            raise StoreError(_CLOSE_HERE, where=path)
-        reserved: list[str | tuple[int, int]] = [key] if file_id is None else [key, file_id]
-        _COMPACTING.update(reserved)
+    reserved: list[str | tuple[int, int]] = []
     try:
+        # Inside the try: an interrupt (a signal handler's exception) landing on the
+        # update's return or the lock's release left the reservation for good, and every
+        # later open of the store in this process was refused as compacting.
+        with _REGISTRY_LOCK:
+            env, file_id = _registered(key)
+            if (
+                (env is not None and env.pid == os.getpid())
+                or key in _COMPACTING
+                or (file_id is not None and file_id in _COMPACTING)
+            ):
+                raise StoreError(_CLOSE_HERE, where=path)
+            reserved[:] = [key] if file_id is None else [key, file_id]  # no call: no
+            _COMPACTING.update(reserved)  # landing between the two
         yield reserved
     finally:
-        with _REGISTRY_LOCK:
-            _COMPACTING.difference_update(reserved)
+        if reserved:
+            with _REGISTRY_LOCK:
+                _COMPACTING.difference_update(reserved)
+
+
+def _pin_for_compact(
+    path: str, locked: int | None, reserved: list[str | tuple[int, int]]
+) -> tuple[str, int | None]:
+    """:func:`pinned_for_compact`'s work under the registry lock: the folder pinned, its
+    data file refused if open here and else reserved."""
+    try:
+        folder, own = pin_folder(path, locked, _BY_FILE)
+    except FileOpenHereError:
+        # reserved_for_compact looked before a rename to ``path``, and this process's
+        # own locks on lock.mdb would not conflict with compact's.
+        raise StoreError(_CLOSE_HERE, where=path) from None
+    file_id = _file_of(folder)
+    # (no /proc: the path's file; a folder an environment here opened: its lock.mdb)
+    if file_id is None or file_id in _BY_FILE or _in_folder(folder) is not None:
+        unlock_folder(own)
+        if file_id is None:  # the folder at the path when it was locked (or none)
+            raise InvalidInputError("not a store folder (no data.mdb)", where=path)
+        raise StoreError(_CLOSE_HERE, where=path)
+    if file_id not in _COMPACTING:
+        reserved.append(file_id)  # first: reserved_for_compact's end releases it
+        _COMPACTING.add(file_id)
+    return folder, own
 
 
 @contextmanager
@@ -346,28 +375,22 @@ def pinned_for_compact(
     nothing, when the registry lock is busy: an open may hold it while it waits for this
     very creation lock; the caller lets the lock go and takes it again.
     """
-    if not _REGISTRY_LOCK.acquire(timeout=0.05):
+    took: list[bool] = []
+    try:
+        # The timed take and the keeping of its answer are one C call (map calls acquire,
+        # extend appends what it returned, no bytecode between): an interrupt (a signal
+        # handler's exception) landing on a bare acquire's return lost the answer with
+        # the lock held, and the next take of this thread (reserved_for_compact's end)
+        # waited on itself for good, as did every open of the process.
+        took.extend(map(_REGISTRY_LOCK.acquire, (True,), (0.05,)))
+        if took[0]:
+            folder, own = _pin_for_compact(path, locked, reserved)
+    finally:
+        if took and took[0]:
+            _REGISTRY_LOCK.release()
+    if not took[0]:
         yield None
         return
-    try:
-        try:
-            folder, own = pin_folder(path, locked, _BY_FILE)
-        except FileOpenHereError:
-            # reserved_for_compact looked before a rename to ``path``, and this process's
-            # own locks on lock.mdb would not conflict with compact's.
-            raise StoreError(_CLOSE_HERE, where=path) from None
-        file_id = _file_of(folder)
-        # (no /proc: the path's file; a folder an environment here opened: its lock.mdb)
-        if file_id is None or file_id in _BY_FILE or _in_folder(folder) is not None:
-            unlock_folder(own)
-            if file_id is None:  # the folder at the path when it was locked (or none)
-                raise InvalidInputError("not a store folder (no data.mdb)", where=path)
-            raise StoreError(_CLOSE_HERE, where=path)
-        if file_id not in _COMPACTING:
-            _COMPACTING.add(file_id)
-            reserved.append(file_id)
-    finally:
-        _REGISTRY_LOCK.release()
     try:
         yield folder
     finally:
