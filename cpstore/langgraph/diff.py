@@ -52,6 +52,7 @@ from cpstore.langgraph._diff_sealed import (
 )
 from cpstore.langgraph._diff_subgraphs import subgraph_divergence
 from cpstore.langgraph._diff_triggers import trigger_divergence
+from cpstore.langgraph._diff_updated import updated_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
@@ -307,9 +308,15 @@ def _pending_diff(
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
-        return _trigger_diff(txn, store, serde, pair, shared) or _subgraph_diff(
-            txn, store, serde, pair, shared=shared, writes=(wa, wb)
-        )
+        found = _trigger_diff(txn, store, serde, pair, shared)
+        upd = found or _updated_diff(txn, store, serde, pair, shared)
+        if upd is not None and not upd.undecidable:
+            return upd
+        sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        if sub is None or upd is None or sub.undecidable:
+            return sub or upd
+        note = "; the last checkpoints' updated_channels may differ in effect too"
+        return dataclasses.replace(sub, summary=sub.summary + note)
     undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
     if not undecided:
         differ = [c for c in differ if c not in unsure]
@@ -360,6 +367,30 @@ def _trigger_diff(
         f"{pa.step}) runs other tasks: node {', '.join(nodes)} (the versions of, or "
         f"Sends pending in, {', '.join(channels) or 'the channels'} differ)",
         pending=True,
+    )  # fmt: skip
+
+
+def _updated_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[_Point], list[_Point]],
+    shared: int | None,
+) -> ThreadDiff | None:
+    """The nodes a resume from the last checkpoints picks otherwise by their
+    ``updated_channels`` (:func:`~cpstore.langgraph._diff_updated.updated_divergence`,
+    lgdiff83), or None."""
+    pa, pb = pair[0][-1], pair[1][-1]
+    last, held = (pa.entry, pb.entry), (pa.values, pb.values)
+    found = updated_divergence(txn, store, serde, last, held, delta=pa.delta | pb.delta)
+    if found is None:
+        return None
+    nodes, channels, undecidable, why = found
+    head = f"same values at all {len(pair[0])} checkpoints, but at the last (step {pa.step})"
+    said = f"cannot tell: {head} {why}" if undecidable else f"{head} {why}"
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
+        pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
     )  # fmt: skip
 
 

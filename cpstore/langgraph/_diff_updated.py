@@ -1,0 +1,195 @@
+"""Whether the ``updated_channels`` of the two last checkpoints make resumes differ (lgdiff83).
+
+LangGraph's loop stores in each checkpoint the channels its step updated
+(``Checkpoint["updated_channels"]``), and a resume takes as candidates only the nodes
+those channels trigger (``prepare_next_tasks``: ``trigger_to_nodes``); ``None`` or an
+empty list makes every node a candidate (``update_state``, ``__copy__`` and fork
+checkpoints store ``None``). A candidate runs when one of its triggers is newer than it
+saw (compared by ``_diff_triggers``). Two last checkpoints of equal values, versions
+seen and pending writes whose ``updated_channels`` differ resume alike when each set
+names every channel its checkpoint's step moved: a node made fresh by an older update
+was a candidate at the step after that update, and ran. Else they may not: a checkpoint
+put with ``updated_channels`` that leave out the ``branch:to:n`` its step wrote resumes
+without running ``n`` (``tests/test_lgdiff83_updated_channels.py``); ``diff_threads``
+said "same values at all 3 checkpoints".
+
+What is compared: the two sets (``None`` and ``[]`` alike: every node). When they
+differ, a node either side's ``versions_seen`` names (its triggers: the channels it
+saw) that is fresh and a candidate on one side only is a divergence; otherwise, a set
+that leaves out a channel its step moved (an available channel whose version differs
+from the parent checkpoint's; not a DeltaChannel, whose snapshot moves its version
+beside the step, nor a channel the parent's null-task writes moved, which a resume
+adds to the set) makes it undecidable: a node that has not run yet may be triggered by
+it. Channels no node is triggered by (a list a node appended ``[]`` to moves its
+version) make no difference then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from cpstore.langgraph._diff_sealed import Undecidable
+from cpstore.langgraph._diff_triggers import head_of
+from cpstore.langgraph._read import Entry, entry_at, stored, stored_writes
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+
+__all__ = ["UpdatedDivergence", "updated_divergence"]
+
+#: ``versions_seen``'s key for the versions seen at the last interrupt (not a node).
+_INTERRUPT = "__interrupt__"
+#: The task id LangGraph stores input and ``Command(update=...)`` writes under.
+_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+#: ``(nodes, channels, undecidable, why)``: what differs and the summary's words.
+UpdatedDivergence = tuple[tuple[str, ...], tuple[str, ...], bool, str]
+
+
+def _updated(head: Mapping[str, Any], where: str) -> frozenset[str] | None:
+    """A head's ``updated_channels`` as a resume reads it: None (every node a candidate)
+    when absent or empty, else the set of its names."""
+    got = head.get("updated_channels")
+    if not got:
+        return None
+    if not isinstance(got, (list, tuple, set, frozenset)) or not all(type(c) is str for c in got):
+        raise Undecidable(
+            f"the updated_channels of {where} are not a list of channel names "
+            f"({type(got).__name__}): which nodes a resume runs is unknown"
+        )
+    return frozenset(got)
+
+
+def _newer(version: Any, seen: Any) -> bool:
+    """LangGraph's ``version > seen`` (a seen version of another type: newer)."""
+    try:
+        return bool(version > seen)
+    except TypeError:
+        return True
+
+
+def _seen(head: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    seen = head.get("versions_seen")
+    if not isinstance(seen, Mapping):
+        return {}
+    return {
+        n: (s if isinstance(s, Mapping) else {})
+        for n, s in seen.items()
+        if type(n) is str and n != _INTERRUPT
+    }
+
+
+def _fresh(head: Mapping[str, Any], node: str, triggers: frozenset[str], held: set[str]) -> bool:
+    """Whether one of the node's ``triggers`` holds a value newer than it saw."""
+    versions = head.get("channel_versions") or {}
+    seen = _seen(head).get(node, {})
+    null = type(next(iter(versions.values()), ""))()
+    return any(
+        c in held and c in versions and _newer(versions[c], seen.get(c, null)) for c in triggers
+    )
+
+
+def _known(
+    heads: tuple[Mapping[str, Any], Mapping[str, Any]],
+    sets: tuple[frozenset[str] | None, frozenset[str] | None],
+    held: tuple[set[str], set[str]],
+) -> tuple[set[str], set[str]]:
+    """The nodes either side's ``versions_seen`` names that a resume runs on one side
+    only (fresh, and a candidate on one side), and the channels of the sets that make it."""
+    sa, sb = _seen(heads[0]), _seen(heads[1])
+    nodes: set[str] = set()
+    channels: set[str] = set()
+    for node in sorted(set(sa) | set(sb)):
+        triggers = frozenset(sa.get(node, {})) | frozenset(sb.get(node, {}))
+        runs = [
+            _fresh(h, node, triggers, k) and (s is None or bool(triggers & s))
+            for h, s, k in zip(heads, sets, held, strict=True)
+        ]
+        if runs[0] != runs[1]:
+            nodes.add(node)
+            on = sets[0] if runs[0] else sets[1]
+            channels |= triggers & on if on is not None else triggers
+    return nodes, channels
+
+
+def _moved(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    at: tuple[Entry, Mapping[str, Any]],
+    skip: tuple[set[str], frozenset[str]],
+) -> set[str] | None:
+    """The available channels (``skip[0]``: those holding a value) whose version moved
+    since the parent checkpoint, less the DeltaChannels (``skip[1]``) and those the
+    parent's null-task writes moved; None when the parent is pruned or gone."""
+    (entry, head), (held, delta) = at, skip
+    versions = head.get("channel_versions") or {}
+    before: Mapping[str, Any] = {}
+    nulls: set[str] = set()
+    if entry.parent is not None:
+        meta = store.backend.db("meta")
+        parent = entry_at(txn, meta, entry.thread_id, entry.ns, entry.parent)
+        if parent is None or not stored(txn, store, parent):
+            return None
+        before = head_of(txn, store, serde, parent).get("channel_versions") or {}
+        writes = stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id)
+        nulls = {w.channel for w in writes if w.task_id == _NULL_TASK_ID}
+    return {
+        c
+        for c, v in versions.items()
+        if c in held and c not in delta and c not in nulls and before.get(c) != v
+    }
+
+
+def updated_divergence(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    last: tuple[Entry, Entry],
+    available: tuple[Iterable[str], Iterable[str]],
+    *,
+    delta: frozenset[str],
+) -> UpdatedDivergence | None:
+    """How the ``updated_channels`` of the two last checkpoints (``available``: the
+    channels each holds a value for; ``delta``: the DeltaChannels) make their resumes
+    differ, or None when they do not."""
+    heads = tuple(head_of(txn, store, serde, e) for e in last)
+    ha, hb = heads[0], heads[1]
+    wheres = [f"checkpoint {e.cid.hex()}" for e in last]
+    sets = (_updated(ha, wheres[0]), _updated(hb, wheres[1]))
+    if sets[0] == sets[1]:
+        return None
+    held = (set(available[0]), set(available[1]))
+    nodes, channels = _known((ha, hb), sets, held)
+    shown = ", ".join(
+        f"{n}: {'all' if s is None else '[' + ', '.join(sorted(s)) + ']'}"
+        for n, s in zip("AB", sets, strict=True)
+    )
+    if nodes:
+        why = (
+            f"their updated_channels differ ({shown}), which a resume picks its candidate "
+            f"nodes by: node {', '.join(sorted(nodes))} runs on one side only"
+        )
+        return tuple(sorted(nodes)), tuple(sorted(channels)), False, why
+    short: dict[str, set[str] | None] = {}
+    for name, e, h, s, k in zip("AB", last, heads, sets, held, strict=True):
+        if s is None:
+            continue
+        moved = _moved(txn, store, serde, (e, h), (k, delta))
+        if moved is None or not moved <= s:
+            short[name] = None if moved is None else moved - s
+    if not short:
+        return None  # each names every channel its step moved: every fresh node is a candidate
+    said = "; ".join(
+        f"{n}'s cannot be checked (its parent is pruned)"
+        if m is None
+        else f"{n}'s leave out {', '.join(sorted(m))}, which its last step moved"
+        for n, m in short.items()
+    )
+    missing = sorted({c for m in short.values() if m for c in m})
+    why = (
+        f"their updated_channels differ ({shown}), which a resume picks its candidate nodes "
+        f"by, and {said}: a node not run yet that the channels its step moved trigger may "
+        "run on one side only"
+    )
+    return (), tuple(missing), True, why

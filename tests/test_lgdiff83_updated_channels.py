@@ -1,0 +1,115 @@
+"""lgdiff83: ``diff_threads`` and the ``updated_channels`` of the last checkpoints.
+
+A resume takes as candidates only the nodes the last checkpoint's ``updated_channels``
+trigger (``None`` or ``[]``: every node). Two threads whose last checkpoints differ
+only there (each put through the saver as LangGraph puts a checkpoint, the
+``updated_channels`` of one left out the ``branch:to:n`` its step wrote) resumed
+differently, ``n`` running on one only, while ``diff_threads`` said "same values at all
+3 checkpoints". Sets that each name what their step moved (a node appending ``[]`` to a
+list, a checkpoint storing ``None`` as ``update_state`` and copies do) stay the same.
+Both engines."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import copy_checkpoint
+from langgraph.graph import END, START, StateGraph
+from pg_cluster import backend_url  # noqa: F401 - fixture
+
+from cpstore.langgraph import CpstoreSaver, diff_threads
+
+
+class _S(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _graph(saver: CpstoreSaver, *, again: bool = False, empty: str = "") -> Any:
+    """``a`` then ``n``, stopped before ``n``; ``again``: ``n`` goes back to ``a`` once
+    (so ``n`` has run when it stops before it the second time); on thread ``empty``,
+    ``a`` appends ``[]`` to ``log`` (its version moves, its value does not)."""
+
+    def a(_: _S, config: RunnableConfig) -> dict[str, Any]:
+        return {"log": []} if config["configurable"]["thread_id"] == empty else {}
+
+    def n(_: _S) -> dict[str, Any]:
+        return {"log": ["n"]}
+
+    def after_n(state: _S) -> str:
+        return "a" if again and state["log"].count("n") == 1 else END
+
+    g = StateGraph(_S)
+    g.add_node("a", a)
+    g.add_node("n", n)
+    g.add_edge(START, "a")
+    g.add_edge("a", "n")
+    g.add_conditional_edges("n", after_n, ["a", END])
+    return g.compile(checkpointer=saver, interrupt_before=["n"])
+
+
+def _put_copy(saver: CpstoreSaver, src: str, dst: str, updated: Any) -> None:
+    """Thread ``src``'s chain put as thread ``dst`` through ``saver.put`` (as the loop
+    puts each checkpoint), the newest with ``updated_channels`` = ``updated``."""
+    chain = list(saver.list(_cfg(src)))[::-1]
+    parent: str | None = None
+    for i, tup in enumerate(chain):
+        cp = copy_checkpoint(tup.checkpoint)
+        if i == len(chain) - 1:
+            cp["updated_channels"] = updated
+        out = saver.put(_cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        parent = out["configurable"]["checkpoint_id"]
+
+
+def test_updated_channels_leaving_out_a_new_trigger_are_not_the_same(url: str) -> None:
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver)
+        app.invoke({"log": ["in"]}, _cfg("a"))
+        assert saver.get_tuple(_cfg("a")).checkpoint["updated_channels"] == ["branch:to:n"]
+        _put_copy(saver, "a", "b", ["log"])
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        # before: "same values at all 3 checkpoints"
+        assert not diff.same and diff.undecidable and diff.pending, diff.summary
+        assert diff.channels == ("branch:to:n",) and diff.index == 2, diff.summary
+        assert "updated_channels" in diff.summary and "B's leave out" in diff.summary
+        got = [app.invoke(None, _cfg(t))["log"] for t in "ab"]
+        assert got == [["in", "n"], ["in"]]  # and the resumes do differ
+
+
+def test_a_node_that_ran_picked_on_one_side_only_is_a_divergence(url: str) -> None:
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver, again=True)
+        app.invoke({"log": ["in"]}, _cfg("a"))
+        app.invoke(None, _cfg("a"))  # n runs, then a, then it stops before n again
+        assert "n" in saver.get_tuple(_cfg("a")).checkpoint["versions_seen"]
+        _put_copy(saver, "a", "b", ["log"])
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        # before: "same values at all 5 checkpoints"
+        assert not diff.same and not diff.undecidable and diff.pending, diff.summary
+        assert diff.nodes == ("n",) and diff.channels == ("branch:to:n",), diff.summary
+        got = [app.invoke(None, _cfg(t))["log"] for t in "ab"]
+        assert got == [["in", "n", "n"], ["in", "n"]]
+
+
+def test_sets_naming_what_their_step_moved_are_the_same(url: str) -> None:
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver, empty="x")
+        for t in "xy":
+            app.invoke({"log": ["in"]}, _cfg(t))
+        sets = [saver.get_tuple(_cfg(t)).checkpoint["updated_channels"] for t in "xy"]
+        assert sets == [["branch:to:n", "log"], ["branch:to:n"]]
+        assert diff_threads(saver.store, _cfg("x"), _cfg("y")).same  # [] to a list
+        for t, updated in (("none", None), ("empty", []), ("more", ["branch:to:n", "log"])):
+            _put_copy(saver, "y", t, updated)  # None and []: every node (update_state, copies)
+            diff = diff_threads(saver.store, _cfg("y"), _cfg(t))
+            assert diff.same, (t, diff.summary)
+        got = {app.invoke(None, _cfg(t))["log"] == ["in", "n"] for t in ("x", "y", "none", "more")}
+        assert got == {True}
