@@ -447,7 +447,7 @@ def diff_threads(
     paired. Both sides naming one checkpoint of one thread are the same without
     decoding anything. A side whose checkpoint retention swept is NotFoundError.
     """
-    serde = serde or JsonPlusSerializer()
+    serde = JsonPlusSerializer() if serde is None else serde
     with store.backend.read_txn() as txn:
         return _diff(txn, store, config_a, config_b, serde)
 
