@@ -56,6 +56,13 @@ def _graph(saver: CpstoreSaver, *, again: bool = False, empty: str = "") -> Any:
     return g.compile(checkpointer=saver, interrupt_before=["n"])
 
 
+def _head(saver: CpstoreSaver, thread: str) -> Any:
+    """The newest checkpoint of ``thread``."""
+    tup = saver.get_tuple(_cfg(thread))
+    assert tup is not None
+    return tup.checkpoint
+
+
 def _put_copy(saver: CpstoreSaver, src: str, dst: str, updated: Any) -> None:
     """Thread ``src``'s chain put as thread ``dst`` through ``saver.put`` (as the loop
     puts each checkpoint), the newest with ``updated_channels`` = ``updated``."""
@@ -73,7 +80,7 @@ def test_updated_channels_leaving_out_a_new_trigger_are_not_the_same(url: str) -
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _graph(saver)
         app.invoke({"log": ["in"]}, _cfg("a"))
-        assert saver.get_tuple(_cfg("a")).checkpoint["updated_channels"] == ["branch:to:n"]
+        assert _head(saver, "a")["updated_channels"] == ["branch:to:n"]
         _put_copy(saver, "a", "b", ["log"])
         diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
         # before: "same values at all 3 checkpoints"
@@ -89,7 +96,7 @@ def test_a_node_that_ran_picked_on_one_side_only_is_a_divergence(url: str) -> No
         app = _graph(saver, again=True)
         app.invoke({"log": ["in"]}, _cfg("a"))
         app.invoke(None, _cfg("a"))  # n runs, then a, then it stops before n again
-        assert "n" in saver.get_tuple(_cfg("a")).checkpoint["versions_seen"]
+        assert "n" in _head(saver, "a")["versions_seen"]
         _put_copy(saver, "a", "b", ["log"])
         diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
         # before: "same values at all 5 checkpoints"
@@ -104,7 +111,7 @@ def test_sets_naming_what_their_step_moved_are_the_same(url: str) -> None:
         app = _graph(saver, empty="x")
         for t in "xy":
             app.invoke({"log": ["in"]}, _cfg(t))
-        sets = [saver.get_tuple(_cfg(t)).checkpoint["updated_channels"] for t in "xy"]
+        sets = [_head(saver, t)["updated_channels"] for t in "xy"]
         assert sets == [["branch:to:n", "log"], ["branch:to:n"]]
         assert diff_threads(saver.store, _cfg("x"), _cfg("y")).same  # [] to a list
         for t, updated in (("none", None), ("empty", []), ("more", ["branch:to:n", "log"])):

@@ -13,9 +13,9 @@ review80) or decoded and compared as the plain JsonPlusSerializer writes it; one
 cannot open makes the result ``undecidable``, never the same (``_diff_sealed``,
 lgsub80). Chains whose start retention pruned are compared from the newest first step
 both keep (``_diff_chain``, review80); at the last checkpoints, which nodes a resume
-triggers (``_diff_triggers``), the pending writes and the subgraphs a resume goes on
-in (``_diff_subgraphs``) are compared too. A channel stored as
-the empty marker is compared as one the checkpoint does not hold: LangGraph
+triggers (``_diff_triggers``) and considers (``_diff_updated``), the pending writes
+and the subgraphs a resume goes on in (``_diff_subgraphs``) are compared too. A channel
+stored as the empty marker is compared as one the checkpoint does not hold: LangGraph
 loads both as an empty channel. A DeltaChannel without a stored value (between
 snapshots) is rebuilt by LangGraph from the parent chain's writes: it is compared
 by the writes to it at the parent (review75), so equal positions before it make
@@ -94,14 +94,17 @@ class ThreadDiff:
     #: True when every position holds equal values and the divergence is in the pending
     #: writes of the two last checkpoints (what a resume applies; ``channels`` and
     #: ``nodes`` then name the writes that differ), in which nodes a resume from them
-    #: triggers (a version moved under an equal value), or in a subgraph a resume goes on in.
+    #: triggers (a version moved under an equal value) or considers (their
+    #: ``updated_channels``), or in a subgraph a resume goes on in.
     pending: bool = False
     #: True when the diff cannot tell whether the chains are equal (``same`` is then
     #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
     #: metadata did not decode): bytes sealed by an encrypting serde the diff's serde
-    #: does not decode, or subgraphs of one side sharing a task path that differ and
-    #: cannot be paired (lgsub80). A divergence found past such a position is reported
-    #: as found (``undecidable`` False; its summary notes the doubt).
+    #: does not decode, subgraphs of one side sharing a task path that differ and
+    #: cannot be paired (lgsub80), or last checkpoints whose ``updated_channels`` differ
+    #: and leave out a channel their step moved (lgdiff83). A divergence found past
+    #: such a position is reported as found (``undecidable`` False; its summary notes
+    #: the doubt).
     undecidable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -371,15 +374,11 @@ def _trigger_diff(
 
 
 def _updated_diff(
-    txn: Txn[memoryview],
-    store: Store,
-    serde: Any,
-    pair: tuple[list[_Point], list[_Point]],
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]],
     shared: int | None,
-) -> ThreadDiff | None:
-    """The nodes a resume from the last checkpoints picks otherwise by their
-    ``updated_channels`` (:func:`~cpstore.langgraph._diff_updated.updated_divergence`,
-    lgdiff83), or None."""
+) -> ThreadDiff | None:  # fmt: skip
+    """What the last checkpoints' ``updated_channels`` make a resume run otherwise
+    (:func:`~cpstore.langgraph._diff_updated.updated_divergence`), or None."""
     pa, pb = pair[0][-1], pair[1][-1]
     last, held = (pa.entry, pb.entry), (pa.values, pb.values)
     found = updated_divergence(txn, store, serde, last, held, delta=pa.delta | pb.delta)
