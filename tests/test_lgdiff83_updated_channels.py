@@ -21,6 +21,9 @@ from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
 
+#: The task id LangGraph stores input and ``Command`` writes under.
+_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
 
 class _S(TypedDict):
     log: Annotated[list[str], operator.add]
@@ -120,3 +123,20 @@ def test_sets_naming_what_their_step_moved_are_the_same(url: str) -> None:
             assert diff.same, (t, diff.summary)
         got = {app.invoke(None, _cfg(t))["log"] == ["in", "n"] for t in ("x", "y", "none", "more")}
         assert got == {True}
+
+
+def test_a_resume_adds_the_null_task_writes_to_the_set(url: str) -> None:
+    """A ``Command(goto="n")`` stored on the last checkpoints (null-task writes, as
+    ``_first`` puts them) makes ``n`` a candidate on both: the sets resume alike."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver)
+        app.invoke({"log": ["in"]}, _cfg("a"))
+        _put_copy(saver, "a", "b", ["log"])
+        for t in "ab":
+            conf = saver.get_tuple(_cfg(t))
+            assert conf is not None
+            saver.put_writes(conf.config, [("branch:to:n", "__start__")], _NULL_TASK_ID)
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert diff.same, diff.summary
+        got = [app.invoke(None, _cfg(t))["log"] for t in "ab"]
+        assert got == [["in", "n"], ["in", "n"]]

@@ -13,15 +13,17 @@ put with ``updated_channels`` that leave out the ``branch:to:n`` its step wrote 
 without running ``n`` (``tests/test_lgdiff83_updated_channels.py``); ``diff_threads``
 said "same values at all 3 checkpoints".
 
-What is compared: the two sets (``None`` and ``[]`` alike: every node). When they
-differ, a node either side's ``versions_seen`` names (its triggers: the channels it
-saw) that is fresh and a candidate on one side only is a divergence; otherwise, a set
-that leaves out a channel its step moved (an available channel whose version differs
-from the parent checkpoint's; not a DeltaChannel, whose snapshot moves its version
-beside the step, nor a channel the parent's null-task writes moved, which a resume
-adds to the set) makes it undecidable: a node that has not run yet may be triggered by
-it. Channels no node is triggered by (a list a node appended ``[]`` to moves its
-version) make no difference then.
+What is compared: the two sets (``None`` and ``[]`` alike: every node), each with the
+channels its checkpoint's own null-task writes name (``Command(update=..., goto=...)``:
+a resume adds what they update to a set). When they differ, a node either side's
+``versions_seen`` names (its triggers: the channels it saw) that is fresh and a
+candidate on one side only is a divergence; otherwise, a set that leaves out a channel
+its step moved (an available channel whose version differs from the parent
+checkpoint's; not a DeltaChannel, whose snapshot moves its version beside the step, nor
+a channel the parent's null-task writes moved, which a resume adds to the set) makes it
+undecidable: a node that has not run yet may be triggered by it. Channels no node is
+triggered by (a list a node appended ``[]`` to moves its version) make no difference
+then.
 """
 
 from __future__ import annotations
@@ -156,14 +158,26 @@ def updated_divergence(
     heads = tuple(head_of(txn, store, serde, e) for e in last)
     ha, hb = heads[0], heads[1]
     wheres = [f"checkpoint {e.cid.hex()}" for e in last]
-    sets = (_updated(ha, wheres[0]), _updated(hb, wheres[1]))
+    stored_sets = (_updated(ha, wheres[0]), _updated(hb, wheres[1]))
+    if stored_sets[0] == stored_sets[1]:
+        return None
+    # a resume adds what its null-task writes (Command(update=..., goto=...)) update to a set
+    meta = store.backend.db("meta")
+    nulls = [
+        {w.channel for w in stored_writes(txn, meta, *e[:3]) if w.task_id == _NULL_TASK_ID}
+        for e in last
+    ]
+    sets = (
+        None if stored_sets[0] is None else stored_sets[0] | nulls[0],
+        None if stored_sets[1] is None else stored_sets[1] | nulls[1],
+    )
     if sets[0] == sets[1]:
         return None
     held = (set(available[0]), set(available[1]))
     nodes, channels = _known((ha, hb), sets, held)
     shown = ", ".join(
         f"{n}: {'all' if s is None else '[' + ', '.join(sorted(s)) + ']'}"
-        for n, s in zip("AB", sets, strict=True)
+        for n, s in zip("AB", stored_sets, strict=True)
     )
     if nodes:
         why = (
