@@ -6,24 +6,26 @@ those channels trigger (``prepare_next_tasks``: ``trigger_to_nodes``); ``None`` 
 empty list makes every node a candidate (``update_state``, ``__copy__`` and fork
 checkpoints store ``None``). A candidate runs when one of its triggers is newer than it
 saw (compared by ``_diff_triggers``). Two last checkpoints of equal values, versions
-seen and pending writes whose ``updated_channels`` differ resume alike when each set
-names every channel its checkpoint's step moved: a node made fresh by an older update
-was a candidate at the step after that update, and ran. Else they may not: a checkpoint
-put with ``updated_channels`` that leave out the ``branch:to:n`` its step wrote resumes
-without running ``n`` (``tests/test_lgdiff83_updated_channels.py``); ``diff_threads``
-said "same values at all 3 checkpoints".
+seen and pending writes whose ``updated_channels`` differ resume alike when each set is
+the one LangGraph's loop writes, what its checkpoint's step moved: a node made fresh by
+an older update was a candidate at the step after that update, and ran (the earlier
+checkpoints' sets are taken to be the loop's). Else they may not: a checkpoint put with
+``updated_channels`` that leave out the ``branch:to:n`` its step wrote resumes without
+running ``n`` (``tests/test_lgdiff83_updated_channels.py``); ``diff_threads`` said "same
+values at all 3 checkpoints".
 
 What is compared: the two sets (``None`` and ``[]`` alike: every node), each with the
 channels its checkpoint's own null-task writes name (``Command(update=..., goto=...)``:
 a resume adds what they update to a set). When they differ, a node either side's
 ``versions_seen`` names (its triggers: the channels it saw) that is fresh and a
-candidate on one side only is a divergence; otherwise, a set that leaves out a channel
+candidate on one side only is a divergence; otherwise a set that leaves out a channel
 its step moved (an available channel whose version differs from the parent
 checkpoint's; not a DeltaChannel, whose snapshot moves its version beside the step, nor
-a channel the parent's null-task writes moved, which a resume adds to the set) makes it
-undecidable: a node that has not run yet may be triggered by it. Channels no node is
-triggered by (a list a node appended ``[]`` to moves its version) make no difference
-then.
+a channel the parent's null-task writes moved, which the resume that made the step
+added to its set), or names one it did not move (nor a DeltaChannel), makes it
+undecidable: a node that has not run yet may be triggered by it on one side only. Sets
+that are the loop's are the same (a node that appended ``[]`` to a list moved its
+version: its set names it, the other thread's not).
 """
 
 from __future__ import annotations
@@ -120,10 +122,12 @@ def _moved(
     serde: Any,
     at: tuple[Entry, Mapping[str, Any]],
     skip: tuple[set[str], frozenset[str]],
-) -> set[str] | None:
-    """The available channels (``skip[0]``: those holding a value) whose version moved
-    since the parent checkpoint, less the DeltaChannels (``skip[1]``) and those the
-    parent's null-task writes moved; None when the parent is pruned or gone."""
+) -> tuple[set[str], set[str]] | None:
+    """``(must, may)``: the available channels (``skip[0]``: those holding a value) whose
+    version moved since the parent checkpoint, less the DeltaChannels (``skip[1]``) and
+    those the parent's null-task writes moved (a set LangGraph's loop writes names them
+    all), and the channels such a set may name (those moved, the DeltaChannels); None
+    when the parent is pruned or gone."""
     (entry, head), (held, delta) = at, skip
     versions = head.get("channel_versions") or {}
     before: Mapping[str, Any] = {}
@@ -136,11 +140,26 @@ def _moved(
         before = head_of(txn, store, serde, parent).get("channel_versions") or {}
         writes = stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id)
         nulls = {w.channel for w in writes if w.task_id == _NULL_TASK_ID}
-    return {
-        c
-        for c, v in versions.items()
-        if c in held and c not in delta and c not in nulls and before.get(c) != v
-    }
+    moved = {c for c, v in versions.items() if before.get(c) != v}
+    return {c for c in moved if c in held and c not in delta and c not in nulls}, moved | delta
+
+
+def _unlike(
+    name: str, got: tuple[set[str], set[str]] | None, sets: tuple[frozenset[str], frozenset[str]]
+) -> tuple[str, set[str]] | None:
+    """Why side ``name``'s set is not the one LangGraph's loop writes, and the channels
+    that make it so, or None when it is. ``got``: :func:`_moved`; ``sets``: the set as
+    stored, and with its checkpoint's null-task writes (what a resume reads)."""
+    if got is None:
+        return f"{name}'s cannot be checked (its parent is pruned)", set()
+    (must, may), (stored_set, read) = got, sets
+    leave, extra = must - read, stored_set - may
+    said = [
+        f"{name}'s {verb} {', '.join(sorted(chs))}, which its step {moved}"
+        for verb, chs, moved in (("leave out", leave, "moved"), ("name", extra, "did not move"))
+        if chs
+    ]
+    return ("; ".join(said), leave | extra) if said else None
 
 
 def updated_divergence(
@@ -185,25 +204,23 @@ def updated_divergence(
             f"nodes by: node {', '.join(sorted(nodes))} runs on one side only"
         )
         return tuple(sorted(nodes)), tuple(sorted(channels)), False, why
-    short: dict[str, set[str] | None] = {}
-    for name, e, h, s, k in zip("AB", last, heads, sets, held, strict=True):
-        if s is None:
+    said: list[str] = []
+    missing: set[str] = set()
+    for name, e, h, read, k, as_stored in zip(
+        "AB", last, heads, sets, held, stored_sets, strict=True
+    ):
+        if read is None or as_stored is None:
             continue
-        moved = _moved(txn, store, serde, (e, h), (k, delta))
-        if moved is None or not moved <= s:
-            short[name] = None if moved is None else moved - s
-    if not short:
-        return None  # each names every channel its step moved: every fresh node is a candidate
-    said = "; ".join(
-        f"{n}'s cannot be checked (its parent is pruned)"
-        if m is None
-        else f"{n}'s leave out {', '.join(sorted(m))}, which its last step moved"
-        for n, m in short.items()
-    )
-    missing = sorted({c for m in short.values() if m for c in m})
+        got = _moved(txn, store, serde, (e, h), (k, delta))
+        unlike = _unlike(name, got, (as_stored, read))
+        if unlike is not None:
+            said.append(unlike[0])
+            missing |= unlike[1]
+    if not said:
+        return None  # each is the set its step wrote: every node a resume may run is a candidate
     why = (
         f"their updated_channels differ ({shown}), which a resume picks its candidate nodes "
-        f"by, and {said}: a node not run yet that the channels its step moved trigger may "
-        "run on one side only"
+        f"by, and {'; '.join(said)}: a node not run yet that those trigger may run on one "
+        "side only"
     )
-    return (), tuple(missing), True, why
+    return (), tuple(sorted(missing)), True, why
