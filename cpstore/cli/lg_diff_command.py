@@ -88,8 +88,12 @@ def _failed(spec: str, doing: str, exc: BaseException) -> InvalidInputError:
 def _import(spec: str, module: str) -> Any:
     """``module`` imported; NotFoundError when it (or a package holding it) is not found,
     InvalidInputError when importing it raises anything else (its own missing import)."""
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())  # as `python -m` finds the caller's modules, but last
+    try:
+        here = os.getcwd()
+    except OSError:  # the current directory was removed: nothing to search there
+        here = None
+    if here is not None and here not in sys.path:
+        sys.path.append(here)  # as `python -m` finds the caller's modules, but last
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
