@@ -153,3 +153,16 @@ def test_a_resume_adds_the_null_task_writes_to_the_set(url: str) -> None:
         assert diff.same, diff.summary
         got = [app.invoke(None, _cfg(t))["log"] for t in "ab"]
         assert got == [["in", "n"], ["in", "n"]]
+
+
+def test_updated_channels_that_are_no_list_of_names_are_undecidable(url: str) -> None:
+    """A string (LangGraph would take its characters for channel names) on one side."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver)
+        app.invoke({"log": ["in"]}, _cfg("a"))
+        _put_copy(saver, "a", "b", "branch:to:n")
+        _put_copy(saver, "a", "c", "branch:to:n")
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert not diff.same and diff.undecidable, diff.summary
+        assert "not a list of channel names" in diff.summary, diff.summary
+        assert diff_threads(saver.store, _cfg("b"), _cfg("c")).same  # one value on both
