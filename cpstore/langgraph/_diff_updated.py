@@ -34,12 +34,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cpstore.langgraph._diff_sealed import Undecidable
+from cpstore.langgraph._diff_task_ids import task_id_divergence
 from cpstore.langgraph._diff_triggers import head_of
-from cpstore.langgraph._read import Entry, entry_at, stored, stored_writes
+from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored, stored_writes
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 
-__all__ = ["UpdatedDivergence", "updated_divergence"]
+__all__ = ["UpdatedDivergence", "resume_divergence", "updated_divergence"]
 
 #: ``versions_seen``'s key for the versions seen at the last interrupt (not a node).
 _INTERRUPT = "__interrupt__"
@@ -226,3 +227,28 @@ def updated_divergence(
         "side only"
     )
     return (), tuple(sorted(missing)), True, why
+
+
+def resume_divergence(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    last: tuple[Entry, Entry],
+    available: tuple[Iterable[str], Iterable[str]],
+    *,
+    delta: frozenset[str],
+    writes: tuple[list[StoredWrite], list[StoredWrite]],
+) -> UpdatedDivergence | None:
+    """:func:`updated_divergence` and
+    :func:`~cpstore.langgraph._diff_task_ids.task_id_divergence` of the two last
+    checkpoints (``writes``: their pending writes, equal but for their task ids): a
+    divergence first, then a doubt, or None."""
+    found = [
+        f
+        for f in (
+            updated_divergence(txn, store, serde, last, available, delta=delta),
+            task_id_divergence(last, writes),
+        )
+        if f is not None
+    ]
+    return min(found, key=lambda f: f[2]) if found else None

@@ -52,7 +52,7 @@ from cpstore.langgraph._diff_sealed import (
 )
 from cpstore.langgraph._diff_subgraphs import subgraph_divergence
 from cpstore.langgraph._diff_triggers import trigger_divergence
-from cpstore.langgraph._diff_updated import updated_divergence
+from cpstore.langgraph._diff_updated import resume_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
@@ -312,13 +312,13 @@ def _pending_diff(
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
         found = _trigger_diff(txn, store, serde, pair, shared)
-        upd = found or _updated_diff(txn, store, serde, pair, shared)
+        upd = found or _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
         if upd is not None and not upd.undecidable:
             return upd
         sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
         if sub is None or upd is None or sub.undecidable:
             return sub or upd
-        note = "; the last checkpoints' updated_channels may differ in effect too"
+        note = "; the last checkpoints' updated_channels or task ids may differ in effect too"
         return dataclasses.replace(sub, summary=sub.summary + note)
     undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
     if not undecided:
@@ -375,18 +375,19 @@ def _trigger_diff(
 
 def _updated_diff(
     txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]],
-    shared: int | None,
+    *, shared: int | None, writes: tuple[list[StoredWrite], list[StoredWrite]],
 ) -> ThreadDiff | None:  # fmt: skip
-    """What the last checkpoints' ``updated_channels`` make a resume run otherwise
-    (:func:`~cpstore.langgraph._diff_updated.updated_divergence`), or None."""
+    """:func:`~cpstore.langgraph._diff_updated.resume_divergence` of the last two, or None."""
     pa, pb = pair[0][-1], pair[1][-1]
-    last, held = (pa.entry, pb.entry), (pa.values, pb.values)
-    found = updated_divergence(txn, store, serde, last, held, delta=pa.delta | pb.delta)
+    found = resume_divergence(
+        txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values),
+        delta=pa.delta | pb.delta, writes=writes,
+    )  # fmt: skip
     if found is None:
         return None
     nodes, channels, undecidable, why = found
-    head = f"same values at all {len(pair[0])} checkpoints, but at the last (step {pa.step})"
-    said = f"cannot tell: {head} {why}" if undecidable else f"{head} {why}"
+    said = ("cannot tell: " if undecidable else "") + f"same values at all {len(pair[0])} "
+    said += f"checkpoints, but at the last (step {pa.step}) {why}"
     return ThreadDiff(
         False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
         pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
