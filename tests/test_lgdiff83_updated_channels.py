@@ -15,11 +15,18 @@ import operator
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels import LastValue
 from langgraph.checkpoint.base import copy_checkpoint
 from langgraph.graph import END, START, StateGraph
+from langgraph.pregel import NodeBuilder, Pregel
+from langgraph.types import Command, Send, interrupt
+from lg_delta import graph as delta_graph
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
+from cpstore.langgraph._diff_triggers import head_of
+from cpstore.langgraph._diff_updated import _moved, _unlike, _updated
+from cpstore.langgraph._read import entry_at, stored_writes
 
 #: The task id LangGraph stores input and ``Command`` writes under.
 _NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
@@ -166,3 +173,119 @@ def test_updated_channels_that_are_no_list_of_names_are_undecidable(url: str) ->
         assert not diff.same and diff.undecidable, diff.summary
         assert "not a list of channel names" in diff.summary, diff.summary
         assert diff_threads(saver.store, _cfg("b"), _cfg("c")).same  # one value on both
+
+
+class _W(TypedDict):
+    log: Annotated[list[str], operator.add]
+    v: int
+
+
+def _loop_threads(saver: CpstoreSaver) -> None:
+    """Threads LangGraph's loop writes: ``interrupt()`` resumed with ``Command(update=...)``
+    and ``Command(goto=...)``, a ``Send`` fan-out, ``interrupt_before``/``after``,
+    ``update_state``, a deferred node, ``durability="exit"`` and ``"async"``,
+    DeltaChannels, a raw Pregel graph and a subgraph."""
+
+    def ask(_: _W) -> dict[str, Any]:
+        return {"log": ["asked " + str(interrupt("?"))]}
+
+    def fan(_: _W) -> list[Send]:
+        return [Send("w", {"log": [str(i)], "v": 0}) for i in range(3)]
+
+    g = StateGraph(_W)
+    g.add_node("a", lambda _: {"log": ["a"], "v": 1})
+    g.add_node("ask", ask)
+    g.add_node("w", lambda s: {"log": ["w" + s["log"][0]]})
+    g.add_node("b", lambda _: {"v": 1})
+    g.add_edge(START, "a")
+    g.add_edge("a", "ask")
+    g.add_conditional_edges("ask", fan, ["w"])
+    g.add_edge("w", "b")
+    app = g.compile(checkpointer=saver)
+    app.invoke({"log": ["in"]}, _cfg("t1"))
+    app.invoke(Command(resume="ok", update={"v": 5}), _cfg("t1"))
+    app.invoke({"log": ["again"]}, _cfg("t1"))
+    app.invoke(Command(resume="x", goto="b"), _cfg("t1"))
+    stops = g.compile(checkpointer=saver, interrupt_before=["b"], interrupt_after=["a"])
+    stops.invoke({"log": ["in"]}, _cfg("t2"))
+    stops.invoke(None, _cfg("t2"))
+    stops.invoke(Command(resume="ok"), _cfg("t2"))
+    stops.update_state(_cfg("t2"), {"v": 9}, as_node="w")
+    stops.invoke(None, _cfg("t2"))
+    d = StateGraph(_W)
+    d.add_node("a", lambda _: {"log": ["a"]})
+    d.add_node("b", lambda _: {"log": ["b"]})
+    d.add_node("d", lambda _: {"v": 2}, defer=True)
+    d.add_edge(START, "a")
+    d.add_edge(START, "b")
+    d.add_edge("a", "d")
+    d.add_edge("b", "d")
+    deferred = d.compile(checkpointer=saver)
+    for t, durability in (("t3", "sync"), ("t4", "exit"), ("t5", "async")):
+        deferred.invoke({"log": ["x"]}, _cfg(t), durability=durability)
+    deltas = delta_graph(saver)
+    for i in range(6):
+        deltas.invoke({"log": [f"i{i}"]}, _cfg("t6"))
+    raw = Pregel(
+        nodes={
+            "one": NodeBuilder().subscribe_only("a").do(lambda _: 0).write_to("c"),
+            "two": NodeBuilder()
+            .subscribe_to("c")
+            .read_from("d")
+            .do(lambda i: (i.get("d") or 0) + 1)
+            .write_to("d"),
+        },
+        channels={"a": LastValue(int), "c": LastValue(int), "d": LastValue(int)},
+        input_channels="a",
+        output_channels=["c", "d"],
+        checkpointer=saver,
+    )
+    raw.invoke(1, _cfg("t7"))
+    raw.invoke(2, _cfg("t7"))
+    sub = StateGraph(_W)
+    sub.add_node("s1", lambda _: {"log": ["s1"]})
+    sub.add_node("s2", ask)
+    sub.add_edge(START, "s1")
+    sub.add_edge("s1", "s2")
+    parent = StateGraph(_W)
+    parent.add_node("sub", sub.compile())
+    parent.add_edge(START, "sub")
+    nested = parent.compile(checkpointer=saver)
+    nested.invoke({"log": ["in"]}, _cfg("t8"))
+    nested.invoke(Command(resume="k"), _cfg("t8"))
+
+
+def test_every_set_the_loop_writes_is_read_as_the_loop_s(url: str) -> None:
+    """The rule's premise: each ``updated_channels`` LangGraph 1.x's loop stores names
+    what its step moved and nothing else (``_moved``: version against the parent's), so
+    threads that differ only there are the same; a ``durability="exit"`` run's one
+    checkpoint (a root at step 2) cannot be checked."""
+    meta_null = "00000000-0000-0000-0000-000000000000"
+    with CpstoreSaver.from_conn_string(url) as saver:
+        _loop_threads(saver)
+        store, meta = saver.store, saver.store.backend.db("meta")
+        odd: dict[tuple[str, str, Any], str] = {}
+        checked = 0
+        with store.backend.read_txn() as txn:
+            for tup in saver.list(None):
+                conf, md = tup.config["configurable"], tup.metadata
+                at = conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
+                entry = entry_at(txn, meta, *at)
+                assert entry is not None
+                head = head_of(txn, store, saver.serde, entry)
+                stored_set = _updated(head, "head")
+                if stored_set is None:
+                    continue
+                checked += 1
+                held = set(tup.checkpoint["channel_values"])
+                delta = frozenset(md.get("counters_since_delta_snapshot") or {})
+                got = _moved(txn, store, saver.serde, (entry, head), (held, delta))
+                nulls = {w.channel for w in stored_writes(txn, meta, *at) if w.task_id == meta_null}
+                unlike = _unlike("X", got, (stored_set, stored_set | nulls))
+                if unlike is not None:
+                    odd[at[0], at[1], md.get("step")] = unlike[0]
+        assert checked > 40, checked
+        assert odd == {
+            ("t4", "", 2): "X's cannot be checked (it is a root at step 2: the steps before "
+            "were not recorded)"
+        }, odd

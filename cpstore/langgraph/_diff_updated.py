@@ -33,17 +33,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cpstore.langgraph._diff_sealed import Undecidable
+from cpstore.langgraph._diff_sealed import Undecidable, metadata_of
 from cpstore.langgraph._diff_task_ids import task_id_divergence
 from cpstore.langgraph._diff_triggers import head_of
-from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored, stored_writes
+from cpstore.langgraph._read import (
+    Entry,
+    StoredWrite,
+    entry_at,
+    stored,
+    stored_writes,
+    view_head,
+)
 from cpstore.store import Store
 from cpstore.store.backend import Txn
+from cpstore.store.reader import CheckpointView
 
 __all__ = ["UpdatedDivergence", "resume_divergence", "updated_divergence"]
 
 #: ``versions_seen``'s key for the versions seen at the last interrupt (not a node).
 _INTERRUPT = "__interrupt__"
+#: LangGraph's channel of pending ``Send``s: stored empty (``[]``) once consumed, and run
+#: as push tasks whatever the set (it triggers no node).
+_TASKS = "__pregel_tasks"
 #: The task id LangGraph stores input and ``Command(update=...)`` writes under.
 _NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -117,42 +128,58 @@ def _known(
     return nodes, channels
 
 
+def _step(txn: Txn[memoryview], store: Store, serde: Any, entry: Entry) -> Any:
+    """``metadata["step"]`` of ``entry``'s checkpoint."""
+    with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+        part = view_head(view, entry)[1]
+    return metadata_of(serde, part, f"checkpoint {entry.cid.hex()}").get("step")
+
+
 def _moved(
     txn: Txn[memoryview],
     store: Store,
     serde: Any,
     at: tuple[Entry, Mapping[str, Any]],
     skip: tuple[set[str], frozenset[str]],
-) -> tuple[set[str], set[str]] | None:
+) -> tuple[set[str], set[str]] | str:
     """``(must, may)``: the available channels (``skip[0]``: those holding a value) whose
-    version moved since the parent checkpoint, less the DeltaChannels (``skip[1]``) and
-    those the parent's null-task writes moved (a set LangGraph's loop writes names them
-    all), and the channels such a set may name (those moved, the DeltaChannels); None
-    when the parent is pruned or gone."""
+    version moved since the parent checkpoint, less the DeltaChannels (``skip[1]``),
+    those the parent's null-task writes moved and ``__pregel_tasks`` (a set LangGraph's
+    loop writes names them all), and the channels such a set may name (those moved, the
+    DeltaChannels). Why it cannot be told when the parent is pruned or gone, or steps
+    between them were not recorded (``durability="exit"``)."""
     (entry, head), (held, delta) = at, skip
     versions = head.get("channel_versions") or {}
     before: Mapping[str, Any] = {}
     nulls: set[str] = set()
-    if entry.parent is not None:
+    if entry.parent is None:
+        step = _step(txn, store, serde, entry)
+        if type(step) is int and step > -1:  # the loop's first checkpoint is input, step -1
+            return f"it is a root at step {step}: the steps before were not recorded"
+    else:
         meta = store.backend.db("meta")
         parent = entry_at(txn, meta, entry.thread_id, entry.ns, entry.parent)
         if parent is None or not stored(txn, store, parent):
-            return None
+            return "its parent is pruned"
+        steps = _step(txn, store, serde, entry), _step(txn, store, serde, parent)
+        if all(type(s) is int for s in steps) and steps[0] != steps[1] + 1:
+            return f"its parent is step {steps[1]}: the steps between were not recorded"
         before = head_of(txn, store, serde, parent).get("channel_versions") or {}
         writes = stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id)
         nulls = {w.channel for w in writes if w.task_id == _NULL_TASK_ID}
     moved = {c for c, v in versions.items() if before.get(c) != v}
-    return {c for c in moved if c in held and c not in delta and c not in nulls}, moved | delta
+    skipped = delta | nulls | {_TASKS}
+    return {c for c in moved if c in held and c not in skipped}, moved | delta
 
 
 def _unlike(
-    name: str, got: tuple[set[str], set[str]] | None, sets: tuple[frozenset[str], frozenset[str]]
+    name: str, got: tuple[set[str], set[str]] | str, sets: tuple[frozenset[str], frozenset[str]]
 ) -> tuple[str, set[str]] | None:
     """Why side ``name``'s set is not the one LangGraph's loop writes, and the channels
     that make it so, or None when it is. ``got``: :func:`_moved`; ``sets``: the set as
     stored, and with its checkpoint's null-task writes (what a resume reads)."""
-    if got is None:
-        return f"{name}'s cannot be checked (its parent is pruned)", set()
+    if isinstance(got, str):
+        return f"{name}'s cannot be checked ({got})", set()
     (must, may), (stored_set, read) = got, sets
     leave, extra = must - read, stored_set - may
     said = [
