@@ -38,7 +38,8 @@ def add_lg_diff_parser(sub: Any) -> None:
         "by content digest, and name the first step, the node(s) and the channel(s) where "
         "they diverge, and their shared fork point. Exit 12 when they diverge, 0 when "
         "they do not (as cpstore diff), 11 when it cannot tell (values sealed by a serde "
-        "the command cannot decode, subgraphs it cannot pair: not the same). Threads "
+        "the command cannot decode, subgraphs it cannot pair, updated_channels or "
+        "pending writes' task ids it cannot vouch for: not the same). Threads "
         "written through an encrypting serde (EncryptedSerializer) are compared with "
         "--serde naming the saver's serde.",
         (EXIT_DIFFERENT, EXIT_QUARANTINE, *STORE_CODES),
