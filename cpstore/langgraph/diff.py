@@ -1,25 +1,24 @@
 """Where two LangGraph threads (or a thread and its fork) diverge: step, node and channel.
 
 Each side is a LangGraph config (``thread_id``, ``checkpoint_ns``, optionally
-``checkpoint_id``: the newest of the namespace otherwise). Both chains are
-walked from the root to that checkpoint along ``parent`` links and compared
-position by position; values are compared by their content digests (no plain
-value is deserialized, so it works for any serde), the node is read from the task
-path of the writes that produced the diverging checkpoint. A value or write an
-encrypting serde sealed (type ``<type>+<cipher>``: a random nonce makes equal values
-other bytes) whose bytes differ is opened with the diff's serde (an
-EncryptedSerializer's cipher decrypts it, and the inner serde's bytes are compared;
-review80) or decoded and compared as the plain JsonPlusSerializer writes it; one it
-cannot open makes the result ``undecidable``, never the same (``_diff_sealed``,
-lgsub80). Chains whose start retention pruned are compared from the newest first step
-both keep (``_diff_chain``, review80); at the last checkpoints, which nodes a resume
-triggers (``_diff_triggers``) and considers (``_diff_updated``), the pending writes
-and the subgraphs a resume goes on in (``_diff_subgraphs``) are compared too. A channel
-stored as the empty marker is compared as one the checkpoint does not hold: LangGraph
-loads both as an empty channel. A DeltaChannel without a stored value (between
-snapshots) is rebuilt by LangGraph from the parent chain's writes: it is compared
-by the writes to it at the parent (review75), so equal positions before it make
-equal rebuilt values.
+``checkpoint_id``: the newest of the namespace otherwise). Both chains are walked from
+the root to that checkpoint along ``parent`` links and compared position by position;
+values are compared by their content digests (no plain value is deserialized, so it
+works for any serde), the node is read from the task path of the writes that produced
+the diverging checkpoint. A value or write an encrypting serde sealed (type
+``<type>+<cipher>``: a random nonce makes equal values other bytes) whose bytes differ
+is opened with the diff's serde (an EncryptedSerializer's cipher decrypts it, and the
+inner serde's bytes are compared; review80) or decoded and compared as the plain
+JsonPlusSerializer writes it; one it cannot open makes the result ``undecidable``,
+never the same (``_diff_sealed``, lgsub80). Chains whose start retention pruned are
+compared from the newest first step both keep (``_diff_chain``, review80); at the last
+checkpoints, which nodes a resume triggers (``_diff_triggers``) and considers, the
+writes' task ids (``_diff_updated``), the pending writes and the subgraphs a resume goes
+on in (``_diff_subgraphs``) are compared too. A channel stored as the empty marker is
+compared as one the checkpoint does not hold: LangGraph loads both as an empty channel.
+A DeltaChannel without a stored value (between snapshots) is rebuilt by LangGraph from
+the parent chain's writes: it is compared by the writes to it at the parent (review75),
+so equal positions before it make equal rebuilt values.
 """
 
 from __future__ import annotations
@@ -101,10 +100,10 @@ class ThreadDiff:
     #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
     #: metadata did not decode): bytes sealed by an encrypting serde the diff's serde
     #: does not decode, subgraphs of one side sharing a task path that differ and
-    #: cannot be paired (lgsub80), or last checkpoints whose ``updated_channels`` differ
-    #: and leave out a channel their step moved (lgdiff83). A divergence found past
-    #: such a position is reported as found (``undecidable`` False; its summary notes
-    #: the doubt).
+    #: cannot be paired (lgsub80), last checkpoints whose ``updated_channels`` differ
+    #: and are not the sets LangGraph's loop writes, or whose writes' task ids are not
+    #: the ones it derives (lgdiff83). A divergence found past such a position is
+    #: reported as found (``undecidable`` False; its summary notes the doubt).
     undecidable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -318,8 +317,7 @@ def _pending_diff(
         sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
         if sub is None or upd is None or sub.undecidable:
             return sub or upd
-        note = "; the last checkpoints' updated_channels or task ids may differ in effect too"
-        return dataclasses.replace(sub, summary=sub.summary + note)
+        return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
     undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
     if not undecided:
         differ = [c for c in differ if c not in unsure]
@@ -444,8 +442,10 @@ def diff_threads(
     it, compared as JsonPlusSerializer writes it). Pass the saver's serde for such
     threads: without it (or with another key) the result is ``undecidable``
     (``same`` False), as it is for subgraphs sharing a task path that cannot be
-    paired. Both sides naming one checkpoint of one thread are the same without
-    decoding anything. A side whose checkpoint retention swept is NotFoundError.
+    paired, and for last checkpoints whose ``updated_channels`` or pending writes'
+    task ids are not LangGraph's own (``ThreadDiff.undecidable``). Both sides naming
+    one checkpoint of one thread are the same without decoding anything. A side
+    whose checkpoint retention swept is NotFoundError.
     """
     serde = JsonPlusSerializer() if serde is None else serde
     with store.backend.read_txn() as txn:
