@@ -1,25 +1,24 @@
 """Where two LangGraph threads (or a thread and its fork) diverge: step, node and channel.
 
 Each side is a LangGraph config (``thread_id``, ``checkpoint_ns``, optionally
-``checkpoint_id``: the newest of the namespace otherwise). Both chains are
-walked from the root to that checkpoint along ``parent`` links and compared
-position by position; values are compared by their content digests (no plain
-value is deserialized, so it works for any serde), the node is read from the task
-path of the writes that produced the diverging checkpoint. A value or write an
-encrypting serde sealed (type ``<type>+<cipher>``: a random nonce makes equal values
-other bytes) whose bytes differ is opened with the diff's serde (an
-EncryptedSerializer's cipher decrypts it, and the inner serde's bytes are compared;
-review80) or decoded and compared as the plain JsonPlusSerializer writes it; one it
-cannot open makes the result ``undecidable``, never the same (``_diff_sealed``,
-lgsub80). Chains whose start retention pruned are compared from the newest first step
-both keep (``_diff_chain``, review80); at the last checkpoints, which nodes a resume
-triggers (``_diff_triggers``), the pending writes and the subgraphs a resume goes on
-in (``_diff_subgraphs``) are compared too. A channel stored as
-the empty marker is compared as one the checkpoint does not hold: LangGraph
-loads both as an empty channel. A DeltaChannel without a stored value (between
-snapshots) is rebuilt by LangGraph from the parent chain's writes: it is compared
-by the writes to it at the parent (review75), so equal positions before it make
-equal rebuilt values.
+``checkpoint_id``: the newest of the namespace otherwise). Both chains are walked from
+the root to that checkpoint along ``parent`` links and compared position by position;
+values are compared by their content digests (no plain value is deserialized, so it
+works for any serde), the node is read from the task path of the writes that produced
+the diverging checkpoint. A value or write an encrypting serde sealed (type
+``<type>+<cipher>``: a random nonce makes equal values other bytes) whose bytes differ
+is opened with the diff's serde (an EncryptedSerializer's cipher decrypts it, and the
+inner serde's bytes are compared; review80) or decoded and compared as the plain
+JsonPlusSerializer writes it; one it cannot open makes the result ``undecidable``,
+never the same (``_diff_sealed``, lgsub80). Chains whose start retention pruned are
+compared from the newest first step both keep (``_diff_chain``, review80); at the last
+checkpoints, which nodes a resume triggers (``_diff_triggers``) and considers, the
+writes' task ids (``_diff_updated``), the pending writes and the subgraphs a resume goes
+on in (``_diff_subgraphs``) are compared too. A channel stored as the empty marker is
+compared as one the checkpoint does not hold: LangGraph loads both as an empty channel.
+A DeltaChannel without a stored value (between snapshots) is rebuilt by LangGraph from
+the parent chain's writes: it is compared by the writes to it at the parent (review75),
+so equal positions before it make equal rebuilt values.
 """
 
 from __future__ import annotations
@@ -52,6 +51,7 @@ from cpstore.langgraph._diff_sealed import (
 )
 from cpstore.langgraph._diff_subgraphs import subgraph_divergence
 from cpstore.langgraph._diff_triggers import trigger_divergence
+from cpstore.langgraph._diff_updated import resume_divergence
 from cpstore.langgraph._read import (
     Entry,
     StoredWrite,
@@ -93,14 +93,17 @@ class ThreadDiff:
     #: True when every position holds equal values and the divergence is in the pending
     #: writes of the two last checkpoints (what a resume applies; ``channels`` and
     #: ``nodes`` then name the writes that differ), in which nodes a resume from them
-    #: triggers (a version moved under an equal value), or in a subgraph a resume goes on in.
+    #: triggers (a version moved under an equal value) or considers (their
+    #: ``updated_channels``), or in a subgraph a resume goes on in.
     pending: bool = False
     #: True when the diff cannot tell whether the chains are equal (``same`` is then
     #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
     #: metadata did not decode): bytes sealed by an encrypting serde the diff's serde
-    #: does not decode, or subgraphs of one side sharing a task path that differ and
-    #: cannot be paired (lgsub80). A divergence found past such a position is reported
-    #: as found (``undecidable`` False; its summary notes the doubt).
+    #: does not decode, subgraphs of one side sharing a task path that differ and
+    #: cannot be paired (lgsub80), last checkpoints whose ``updated_channels`` differ
+    #: and are not the sets LangGraph's loop writes, or whose writes' task ids are not
+    #: the ones it derives (lgdiff83). A divergence found past such a position is
+    #: reported as found (``undecidable`` False; its summary notes the doubt).
     undecidable: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -307,9 +310,14 @@ def _pending_diff(
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
-        return _trigger_diff(txn, store, serde, pair, shared) or _subgraph_diff(
-            txn, store, serde, pair, shared=shared, writes=(wa, wb)
-        )
+        found = _trigger_diff(txn, store, serde, pair, shared)
+        upd = found or _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        if upd is not None and not upd.undecidable:
+            return upd
+        sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        if sub is None or upd is None or sub.undecidable:
+            return sub or upd
+        return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
     undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
     if not undecided:
         differ = [c for c in differ if c not in unsure]
@@ -363,6 +371,27 @@ def _trigger_diff(
     )  # fmt: skip
 
 
+def _updated_diff(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]],
+    *, shared: int | None, writes: tuple[list[StoredWrite], list[StoredWrite]],
+) -> ThreadDiff | None:  # fmt: skip
+    """:func:`~cpstore.langgraph._diff_updated.resume_divergence` of the last two, or None."""
+    pa, pb = pair[0][-1], pair[1][-1]
+    found = resume_divergence(
+        txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values),
+        delta=pa.delta | pb.delta, writes=writes,
+    )  # fmt: skip
+    if found is None:
+        return None
+    nodes, channels, undecidable, why = found
+    said = ("cannot tell: " if undecidable else "") + f"same values at all {len(pair[0])} "
+    said += f"checkpoints, but at the last (step {pa.step}) {why}"
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
+        pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
+    )  # fmt: skip
+
+
 def _subgraph_diff(
     txn: Txn[memoryview],
     store: Store,
@@ -413,10 +442,12 @@ def diff_threads(
     it, compared as JsonPlusSerializer writes it). Pass the saver's serde for such
     threads: without it (or with another key) the result is ``undecidable``
     (``same`` False), as it is for subgraphs sharing a task path that cannot be
-    paired. Both sides naming one checkpoint of one thread are the same without
-    decoding anything. A side whose checkpoint retention swept is NotFoundError.
+    paired, and for last checkpoints whose ``updated_channels`` or pending writes'
+    task ids are not LangGraph's own (``ThreadDiff.undecidable``). Both sides naming
+    one checkpoint of one thread are the same without decoding anything. A side
+    whose checkpoint retention swept is NotFoundError.
     """
-    serde = serde or JsonPlusSerializer()
+    serde = JsonPlusSerializer() if serde is None else serde
     with store.backend.read_txn() as txn:
         return _diff(txn, store, config_a, config_b, serde)
 

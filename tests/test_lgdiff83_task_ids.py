@@ -1,0 +1,122 @@
+"""lgdiff83: the task ids of the last checkpoints' pending writes.
+
+A resume hands a pending write back to its task by the write's task id, which
+LangGraph derives from the checkpoint id: a write under another id is not applied and
+its task runs again (a tool call repeated). ``diff_threads`` compares writes without
+their ids; two threads of equal writes, one put (through the saver, as LangGraph puts
+them) with the finished task's writes under another id, were "same values at all 2
+checkpoints" while only that thread's resume ran ``fast`` again. The same for writes
+copied verbatim under checkpoints put with new ids. Now undecidable; a thread and its
+``copy_thread`` copy (ids kept) and two threads run alike stay the same. Both engines."""
+
+from __future__ import annotations
+
+import operator
+import uuid
+from typing import Annotated, Any, TypedDict
+
+from langgraph.checkpoint.base import copy_checkpoint
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command, interrupt
+from pg_cluster import backend_url  # noqa: F401 - fixture
+
+from cpstore.langgraph import CpstoreSaver, diff_threads
+from cpstore.langgraph._read import stored_writes
+
+
+class _S(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _graph(saver: CpstoreSaver, runs: list[str]) -> Any:
+    """``fast`` finishes beside ``asks``, which interrupts (``runs`` counts ``fast``)."""
+
+    def fast(_: _S) -> dict[str, Any]:
+        runs.append("fast")
+        return {"log": ["fast"]}
+
+    def asks(_: _S) -> dict[str, Any]:
+        return {"log": ["asked " + str(interrupt("ok?"))]}
+
+    g = StateGraph(_S)
+    g.add_node("fast", fast)
+    g.add_node("asks", asks)
+    g.add_edge(START, "fast")
+    g.add_edge(START, "asks")
+    return g.compile(checkpointer=saver)
+
+
+def _put_copy(saver: CpstoreSaver, src: str, dst: str, *, new_ids: bool, fast_id: str) -> None:
+    """``src``'s chain put as ``dst`` through ``put``/``put_writes`` with each write's task
+    path, the checkpoints under new ids when ``new_ids``; ``fast``'s writes under
+    ``fast_id`` ("" keeps its id)."""
+    meta = saver.store.backend.db("meta")
+    parent: str | None = None
+    for tup in list(saver.list(_cfg(src)))[::-1]:
+        cp = copy_checkpoint(tup.checkpoint)
+        if new_ids:
+            cp["id"] = str(uuid.uuid1())
+        out = saver.put(_cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        parent = out["configurable"]["checkpoint_id"]
+        with saver.store.backend.read_txn() as txn:
+            writes = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
+        for w in writes:
+            value = saver.serde.loads_typed((w.typed[0], bytes(w.typed[1])))
+            tid = fast_id if fast_id and w.task_path.endswith("fast") else w.task_id
+            saver.put_writes(out, [(w.channel, value)], tid, task_path=w.task_path)
+
+
+def _resumed(app: Any, runs: list[str], thread: str) -> tuple[list[str], list[str]]:
+    runs.clear()
+    out = app.invoke(Command(resume="ok"), _cfg(thread))["log"]
+    return sorted(out), list(runs)
+
+
+def test_a_finished_task_s_writes_under_another_id_are_not_the_same(url: str) -> None:
+    runs: list[str] = []
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver, runs)
+        app.invoke({"log": ["in"]}, _cfg("a"))
+        _put_copy(saver, "a", "b", new_ids=False, fast_id=str(uuid.uuid4()))
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        # before: "same values at all 2 checkpoints"
+        assert not diff.same and diff.undecidable and diff.pending, diff.summary
+        assert diff.nodes == ("fast",) and diff.channels == ("log",), diff.summary
+        assert "task ids" in diff.summary, diff.summary
+        got = [_resumed(app, runs, t) for t in "ab"]
+        assert got[0][0] == got[1][0] and got[0][1] == [] and got[1][1] == ["fast"]
+
+
+def test_writes_copied_under_new_checkpoint_ids_are_not_the_same(url: str) -> None:
+    runs: list[str] = []
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver, runs)
+        app.invoke({"log": ["in"]}, _cfg("a"))
+        _put_copy(saver, "a", "b", new_ids=True, fast_id="")
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        # before: "same values at all 2 checkpoints"
+        assert not diff.same and diff.undecidable, diff.summary
+        assert "fast" in diff.nodes and "are the same on both sides" in diff.summary
+        got = [_resumed(app, runs, t) for t in "ab"]
+        assert got[0][1] == [] and got[1][1] == ["fast"]
+
+
+def test_a_copy_and_threads_run_alike_are_the_same(url: str) -> None:
+    runs: list[str] = []
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver, runs)
+        for t in "ac":
+            app.invoke({"log": ["in"]}, _cfg(t))
+        saver.copy_thread("a", "b")
+        _put_copy(saver, "a", "d", new_ids=False, fast_id="")  # ids kept: as copy_thread
+        for other in "bcd":
+            diff = diff_threads(saver.store, _cfg("a"), _cfg(other))
+            assert diff.same, (other, diff.summary)
+        assert {_resumed(app, runs, t)[1] == [] for t in "abcd"} == {True}
