@@ -32,6 +32,7 @@ from cpstore.errors import CpstoreError, DocumentError, RecordFormatError
 from cpstore.native.binding import digest_batch, json_split, msgpack_split, pack_tokens
 from cpstore.native.columns import encode_values
 from cpstore.native.records import KindTable
+from cpstore.run.locate import join_place, key_step
 from cpstore.run.model import PackedTokens, Run, TokenPacker, fields_of, list_of
 from cpstore.run.values import EncodedValues
 
@@ -283,7 +284,8 @@ def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any]
                 return None
             end = split.ends[0]
             # An unknown field is refused by parse_rest by name; never decoded.
-            fields[name] = strict(raw[pos:end]) if name in _KNOWN else None
+            # Placed under its name (left83: a NaN in harness_accesses[1] was at "[1]").
+            fields[name] = _strict_field(strict, name, view[pos:end]) if name in _KNOWN else None
         if raw[end] == 0x7D:  # '}'
             if raw[end + 1 :].strip(b" \t\r\n"):
                 return None
@@ -333,15 +335,17 @@ def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | Non
 def _at(exc: DocumentError, where: str) -> DocumentError:
     """``exc`` placed at ``where`` (followed by its own place inside, if it names one)."""
     inner = exc.where if exc.where not in (None, "document") else ""
-    at = f"{where}.{inner}" if inner and not inner.startswith("[") else where + inner
-    return DocumentError(exc.what, where=at, expected=exc.expected, got=exc.got)
+    return DocumentError(
+        exc.what, where=join_place(where, inner), expected=exc.expected, got=exc.got
+    )
 
 
 def _strict_field(strict: StrictDecode, key: str, value: Any) -> Any:
     try:
         return strict(bytes(value))
     except DocumentError as exc:
-        raise _at(exc, key) from None
+        # A top-level key like any other (left83: "a.b" read as two steps).
+        raise _at(exc, key_step(key).removeprefix(".")) from None
 
 
 def _strict_chunk(
