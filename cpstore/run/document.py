@@ -39,8 +39,7 @@ from cpstore.errors import (
     NotFoundError,
 )
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
-from cpstore.run.faithful import check_faithful, token_chunks
-from cpstore.run.keys import check_keys
+from cpstore.run.faithful import check_document, token_chunks
 from cpstore.run.locate import locate, locate_json
 from cpstore.run.model import (
     Effect,
@@ -498,8 +497,7 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
     if encoding in ("json", "msgpack"):
         # A key or value the document could not read back; a value of a type other than
         # the builtins is written as its canonical value (review79).
-        run = check_keys(run, json=encoding == "json")
-        check_faithful(run.tokens)  # kinds or values the records do not say (review76)
+        run = check_document(run, json=encoding == "json")
     body = document_dict(run, json=encoding == "json")
     if encoding == "json":
         try:

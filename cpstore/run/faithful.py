@@ -44,11 +44,17 @@ from cpstore.native.binding import canonical_check, digest_batch, scan_tokens
 from cpstore.native.canonical import array_header
 from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.records import kind_code, kind_name, provenance_name
-from cpstore.run.keys import check_encoded
-from cpstore.run.model import PackedTokens
+from cpstore.run.keys import check_encoded, check_keys
+from cpstore.run.model import PackedTokens, Run
 from cpstore.run.values import EncodedValues
 
-__all__ = ["check_faithful", "check_kinds", "check_values_match", "token_chunks"]
+__all__ = [
+    "check_document",
+    "check_faithful",
+    "check_kinds",
+    "check_values_match",
+    "token_chunks",
+]
 
 _CHUNK = 1 << 15
 _MISMATCH = "token value does not match its record (its digest is another value's)"
@@ -262,3 +268,26 @@ def token_chunks(
             }
             for j, value in enumerate(decoded)
         ]
+
+
+def check_document(run: Run, *, json: bool) -> Run:
+    """Everything a JSON (``json``) or msgpack document of ``run`` needs, checked before a
+    byte is written: :func:`~cpstore.run.keys.check_keys` (what the format holds; returns
+    the run to write) and :func:`check_faithful` (what the records say).
+
+    Damage comes first (left83, review79's leftover): a run whose values are not its
+    records' was refused for a later NaN (or bytes, or a non-str key) in JSON, "use
+    encoding='msgpack'", where msgpack then said :class:`IntegrityError` at the first
+    token; no encoding can write such a run, so its damage is what is reported."""
+    try:
+        written = check_keys(run, json=json)
+    except InvalidInputError:
+        try:
+            check_faithful(run.tokens)
+        except (IntegrityError, RecordFormatError):
+            raise
+        except CpstoreError:
+            pass  # no damage the records can tell: the format's refusal stands
+        raise
+    check_faithful(written.tokens)
+    return written

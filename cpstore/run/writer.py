@@ -19,8 +19,7 @@ from cpstore.errors import InvalidInputError
 from cpstore.native.canonical import array_header
 from cpstore.run.cprun import write_cprun
 from cpstore.run.document import document_dict
-from cpstore.run.faithful import check_faithful, token_chunks
-from cpstore.run.keys import check_keys
+from cpstore.run.faithful import check_document, token_chunks
 from cpstore.run.model import PackedTokens, Run
 
 __all__ = ["ENCODINGS", "write_document"]
@@ -107,8 +106,7 @@ def write_document(run: Run, out: BinaryIO, *, encoding: str) -> int:
     if encoding in ("json", "msgpack"):
         # Before a byte is written; a value of a type other than the builtins is written
         # as its canonical value (review79).
-        run = check_keys(run, json=encoding == "json")
-        check_faithful(run.tokens)  # kinds or values that are not the records' (review76)
+        run = check_document(run, json=encoding == "json")
     if encoding == "json":
         return _write_json(run, out)
     if encoding == "msgpack":
