@@ -163,6 +163,10 @@ def parse_document(doc: Any) -> Run:
     mode = None
     if mode_text is not None:
         try:
+            # Only a str is looked up: Enum's own error repr()s any other value, and a list
+            # nested ~1 000 deep raised RecursionError out of the loaders (left83).
+            if not isinstance(mode_text, str):
+                raise ValueError(mode_text)
             mode = ReplayMode(mode_text)
         except ValueError:
             raise DocumentError(
