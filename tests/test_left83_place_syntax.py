@@ -276,3 +276,31 @@ def test_an_odd_key_in_token_40000(encoding: str) -> None:
     place = 'tokens[40000].value[""]["a.b"][1]'
     assert _where(raw) == (place, place)
     assert reach(doc, parse_place(place)) is MARK
+
+
+@pytest.mark.parametrize("depth", [3, 6, 12])
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+@pytest.mark.parametrize("where", ["token", "harness"])
+def test_a_deep_refusal_is_named_alike_by_both_loaders(
+    depth: int, encoding: str, where: str
+) -> None:
+    """msgpack's walk goes eight levels from the document (``locate.MAX_DEPTH``); the
+    streamed loader walked from the token (or field) and named a deeper place than the
+    strict loader. It now decodes each part as deep as in the document: both name the
+    same place, the refused value or its container eight levels down."""
+    value: Any = MARK
+    for i in range(depth):
+        value = {f"k.{i}": [0, value]} if i % 2 else [1, value]
+    doc = _document(where, value, 1)
+    if encoding == "json":
+        raw = json.dumps(doc).replace(json.dumps(MARK), "NaN").encode()
+    else:
+        raw = msgpack.packb(doc).replace(msgpack.packb(MARK), b"\xd4\x05!")
+    streamed, strict = _where(raw)
+    assert streamed == strict
+    assert streamed is not None
+    steps = parse_place(streamed)
+    reached = reach(doc, steps)
+    if reached is not MARK:  # msgpack: a container eight levels down, on the way to it
+        assert encoding == "msgpack" and len(steps) == 8
+        assert isinstance(reached, (list, dict))
