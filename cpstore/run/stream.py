@@ -267,7 +267,6 @@ def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any]
             except RecordFormatError:
                 return None
             end = split.ends[0]
-            # An unknown field is refused by parse_rest by name; never decoded.
             # Placed under its name (left83: a NaN in harness_accesses[1] was at "[1]").
             # An unknown field too, as the strict loader reads it (left83: a NaN or a
             # nesting too deep in one was "unknown field" here, refused for itself there).
