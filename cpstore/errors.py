@@ -56,7 +56,10 @@ def _show(value: Any) -> str:
         raw = bytes(value)
         text = raw.hex()
         return text if len(text) <= 80 else f"{text[:64]}... ({len(raw)} bytes)"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # nested past the interpreter's limit, or a __repr__ of its own raising
+        return f"<{type(value).__name__}>"  # (left83: a RecursionError out of load_document)
     return text if len(text) <= 200 else text[:197] + "..."
 
 

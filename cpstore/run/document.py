@@ -37,17 +37,13 @@ from cpstore.errors import (
     FormatVersionError,
     InvalidInputError,
     NotFoundError,
-    RecordFormatError,
 )
-from cpstore.native.records import PROVENANCE_CODES
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
-from cpstore.run.faithful import check_faithful
-from cpstore.run.keys import check_keys
+from cpstore.run.faithful import check_document, token_chunks
 from cpstore.run.locate import locate, locate_json
 from cpstore.run.model import (
     Effect,
     Observation,
-    PackedTokens,
     ReplayMode,
     Run,
     TokenPacker,
@@ -167,6 +163,10 @@ def parse_document(doc: Any) -> Run:
     mode = None
     if mode_text is not None:
         try:
+            # Only a str is looked up: Enum's own error repr()s any other value, and a list
+            # nested ~1 000 deep raised RecursionError out of the loaders (left83).
+            if not isinstance(mode_text, str):
+                raise ValueError(mode_text)
             mode = ReplayMode(mode_text)
         except ValueError:
             raise DocumentError(
@@ -461,27 +461,11 @@ def _parse_bytes(raw: bytes) -> Run:
     return run if run is not None else parse_document(_decode(raw))
 
 
-def document_dict(run: Run) -> dict[str, Any]:
-    """The run as the mapping a JSON or msgpack document holds (tokens as dicts)."""
-    packed = run.tokens
-    values = packed.values
-    if values is None:
-        raise InvalidInputError(
-            "cannot write a document without token values", where="tokens.values"
-        )
-    bare = PackedTokens(packed.records, kind_names=packed.kind_names)  # info without values
-    tokens = []
-    for i in range(len(packed)):
-        info = bare.info(i)
-        if info.provenance not in PROVENANCE_CODES:
-            raise RecordFormatError(
-                "token has an invalid provenance", where=f"tokens[{i}]", got=info.provenance
-            )
-        # The value as given (info shows only a value proven to be the record's; the
-        # writers check them all first: cpstore.run.faithful).
-        tokens.append(
-            {"seq": info.seq, "kind": info.kind, "value": values[i], "provenance": info.provenance}
-        )
+def document_dict(run: Run, *, json: bool = False) -> dict[str, Any]:
+    """The run as the mapping a JSON (``json``) or msgpack document holds (tokens as
+    dicts, each value decoded from the canonical bytes checked against its record:
+    :func:`cpstore.run.faithful.token_chunks`)."""
+    tokens = [t for chunk in token_chunks(run.tokens, json=json) for t in chunk]
     return {
         "format": DOCUMENT_FORMAT,
         "run_id": run.run_id,
@@ -517,9 +501,8 @@ def dump_document(run: Run, *, encoding: str = "json") -> bytes:
     if encoding in ("json", "msgpack"):
         # A key or value the document could not read back; a value of a type other than
         # the builtins is written as its canonical value (review79).
-        run = check_keys(run, json=encoding == "json")
-        check_faithful(run.tokens)  # kinds or values the records do not say (review76)
-    body = document_dict(run)
+        run = check_document(run, json=encoding == "json")
+    body = document_dict(run, json=encoding == "json")
     if encoding == "json":
         try:
             return json.dumps(body, sort_keys=True, allow_nan=False).encode("utf-8")

@@ -12,27 +12,49 @@ that was a REJECT converted (``cpstore convert``, ``dump_document``,
 ``write_document``) into a JSON or msgpack replay that was an ACCEPT (review76).
 The writers now check records, kind names and values first, as the replay cursor
 checks values before it serves one (audit59).
+
+Those checks read ``tokens.values`` (a caller's Sequence) and the records before the
+writer reads them again to write them (review79's leftover, left83): a Sequence
+answering other values on a later read, or a caller changing a value, a nested dict
+of one or the records while a document is written (from ``out.write``, from another
+thread), gave a document of values that were never checked, the records' digests
+another run's. :func:`token_chunks` reads each chunk of records and values once, checks
+that copy again, and writes values decoded from the very canonical bytes it checked.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from array import array
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
 
 from cpstore.errors import (
     CanonicalEncodingError,
+    CpstoreError,
     IntegrityError,
     InvalidInputError,
     RecordFormatError,
 )
 from cpstore.native.args import as_offsets
 from cpstore.native.binding import canonical_check, digest_batch, scan_tokens
+from cpstore.native.canonical import array_header
 from cpstore.native.columns import encode_values, first_unencodable
-from cpstore.native.records import kind_code, kind_name
-from cpstore.run.model import PackedTokens
+from cpstore.native.records import kind_code, kind_name, provenance_name
+from cpstore.run.keys import check_encoded, check_keys
+from cpstore.run.model import PackedTokens, Run
 from cpstore.run.values import EncodedValues
 
-__all__ = ["check_faithful", "check_kinds", "check_values_match"]
+__all__ = [
+    "check_document",
+    "check_faithful",
+    "check_kinds",
+    "check_values_match",
+    "token_chunks",
+]
 
 _CHUNK = 1 << 15
 _MISMATCH = "token value does not match its record (its digest is another value's)"
@@ -155,3 +177,117 @@ def check_faithful(tokens: PackedTokens) -> None:
         )
     check_kinds(tokens)
     check_values_match(tokens)
+
+
+#: Tokens a writer reads, checks and writes at a time (:func:`token_chunks`).
+WRITE_CHUNK = 1 << 14
+_CHANGED = "the run's tokens changed while its document was written (read again, they {})"
+
+
+def _bigint(code: int, data: bytes) -> Any:
+    # The canonical form's only extension type (ext 1, docs/format.md), already checked.
+    if code != 1:
+        raise IntegrityError("unknown msgpack ext type in a canonical value", got=code)
+    return int.from_bytes(data, "big", signed=True)
+
+
+def _chunk_encodings(values: Any, start: int, end: int) -> tuple[bytes, array[int]]:
+    """The canonical encodings of ``values[start:end]``, read once, and their offsets."""
+    if isinstance(values, EncodedValues):
+        offs = values.offsets
+        first = offs[start]
+        blob = bytes(values.blob[first : offs[end]])
+        return blob, array("Q", (o - first for o in offs[start : end + 1]))
+    chunk = list(values[start:end])
+    if len(chunk) != end - start:
+        raise IntegrityError(
+            _CHANGED.format("are not one value per record"),
+            where=f"tokens[{start}:{end}].value",
+            expected=end - start,
+            got=len(chunk),
+        )
+    encoded, offs = encode_values(chunk)  # CanonicalEncodingError: the caller says where
+    return bytes(encoded), offs
+
+
+def token_chunks(
+    tokens: PackedTokens, *, json: bool, size: int = WRITE_CHUNK
+) -> Iterator[list[dict[str, Any]]]:
+    """The tokens as the dicts a document holds (seq, kind, value, provenance), a chunk
+    at a time. Each chunk's records and values are read once, checked again as
+    :func:`check_faithful` and the writers' key check do, and each value written is
+    decoded from the canonical bytes whose digest was compared with its record: what is
+    written is what was checked, whatever the caller changes meanwhile (left83). A chunk
+    that no longer passes raises :class:`IntegrityError` naming it (its document's head,
+    and the chunks before it, may already be written)."""
+    values = tokens.values
+    if values is None:
+        raise InvalidInputError(
+            "cannot write a document without token values", where="tokens.values"
+        )
+    view = tokens.view()
+    names = dict(tokens.kind_names)
+    count = len(tokens)
+    for start in range(0, count, size):
+        end = min(count, start + size)
+        records = bytes(view[32 * start : 32 * end])
+        try:
+            blob, offs = _chunk_encodings(values, start, end)
+            chunk = PackedTokens(records, values=EncodedValues(blob, offs), kind_names=names)
+            check_faithful(chunk)
+            check_encoded(chunk.values, json)  # type: ignore[arg-type]
+        except CpstoreError as exc:
+            # The whole run passed these checks before a byte was written.
+            found = re.match(r"tokens\[(\d+)\]", exc.where or "")
+            where = (
+                f"tokens[{start + int(found.group(1))}]{(exc.where or '')[found.end() :]}"
+                if found
+                else None
+            )
+            raise IntegrityError(
+                _CHANGED.format("are not what was checked") + f": {exc.what}",
+                where=where or f"tokens[{start}:{end}]",
+                expected=exc.expected,
+                got=exc.got,
+            ) from None
+        decoded = msgpack.unpackb(
+            array_header(end - start) + blob,
+            raw=False,
+            strict_map_key=False,
+            use_list=True,
+            ext_hook=_bigint,
+        )
+        words = memoryview(records).cast("Q")
+        codes = memoryview(records).cast("I")
+        yield [
+            {
+                "seq": words[4 * j],
+                "kind": kind_name(codes[8 * j + 2]) or str.__str__(names[codes[8 * j + 2]]),
+                "value": value,
+                "provenance": provenance_name(records[32 * j + 12]),
+            }
+            for j, value in enumerate(decoded)
+        ]
+
+
+def check_document(run: Run, *, json: bool) -> Run:
+    """Everything a JSON (``json``) or msgpack document of ``run`` needs, checked before a
+    byte is written: :func:`~cpstore.run.keys.check_keys` (what the format holds; returns
+    the run to write) and :func:`check_faithful` (what the records say).
+
+    Damage comes first (left83, review79's leftover): a run whose values are not its
+    records' was refused for a later NaN (or bytes, or a non-str key) in JSON, "use
+    encoding='msgpack'", where msgpack then said :class:`IntegrityError` at the first
+    token; no encoding can write such a run, so its damage is what is reported."""
+    try:
+        written = check_keys(run, json=json)
+    except InvalidInputError:
+        try:
+            check_faithful(run.tokens)
+        except (IntegrityError, RecordFormatError):
+            raise
+        except CpstoreError:
+            pass  # no damage the records can tell: the format's refusal stands
+        raise
+    check_faithful(written.tokens)
+    return written

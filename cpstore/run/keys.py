@@ -42,7 +42,7 @@ from cpstore.native.canonical import decode_value, encode_value, key_refusal
 from cpstore.run.model import PackedTokens, Run
 from cpstore.run.values import EncodedValues
 
-__all__ = ["check_keys"]
+__all__ = ["check_encoded", "check_keys"]
 
 _NOT_JSON = "run is not representable in JSON (a map key that is not a str); use encoding='msgpack'"
 _NOT_JSON_VALUE = (
@@ -185,7 +185,9 @@ def _values(values: Sequence[Any], json: bool) -> dict[int, Any]:
     return replaced
 
 
-def _encoded(values: EncodedValues, json: bool) -> None:
+def check_encoded(values: EncodedValues, json: bool) -> None:
+    """Raise :class:`InvalidInputError` at the first of ``values`` (canonical encodings)
+    its document (``json`` or msgpack) could not hold."""
     # Only values holding a byte that may start something refused are decoded: the
     # search runs over the whole blob in C, and resumes after each value it checked.
     blob, offs = values.blob, values.offsets
@@ -241,7 +243,7 @@ def check_keys(run: Run, *, json: bool) -> Run:
     # Canonical encodings decode to readable keys; JSON's str-only rule and the scalars
     # each encoding cannot hold are left.
     if isinstance(values, EncodedValues):
-        _encoded(values, json)
+        check_encoded(values, json)
     elif values is not None:
         replaced = _values(values, json)
     changed: dict[str, Any] = {}

@@ -8,21 +8,53 @@ entry or array item by item, each part decoded with the same ``unpack`` the stri
 decoder used, and goes into the first part that fails, a few levels deep:
 ``tokens[3].value[1]``. It never decides whether a document is good: the strict decoder
 has already failed; a part it cannot name is left to the level above.
+
+A place is a field name followed by steps (docs/run-document.md, "Errors"): ``[i]`` an
+array item; ``.name`` a map entry whose key is a str of ASCII letters, digits and ``_``
+not starting with a digit; ``["..."]`` any other str key, as a JSON string (``.``, ``[``,
+quotes, blanks and the empty key are never written bare: left83); ``{...}`` a key that
+is no str (msgpack), as its Python literal (``{1}``, ``{-2.5}``, ``{True}``, ``{None}``,
+``{b'\\x00'}``), so the int key 1 is never the array item ``[1]``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgpack
 
-__all__ = ["locate", "locate_json"]
+__all__ = ["join_place", "key_step", "locate", "locate_json"]
 
 #: Levels :func:`locate` goes into (each re-decodes the failing part once).
 MAX_DEPTH = 8
+
+#: A key written bare after a dot (``.name``): nothing in it can be read as a step.
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def key_step(key: Any) -> str:
+    """The step to the entry keyed ``key`` (a decoded key: str, None, bool, int, float
+    or bytes) of a map: ``.name``, ``["..."]`` or ``{...}``."""
+    if isinstance(key, str):
+        text = str.__str__(key)
+        if _BARE.fullmatch(text):
+            return "." + text
+        return "[" + json.dumps(text) + "]"
+    return "{" + repr(key) + "}"  # a decoded key: None, bool, int, float or bytes
+
+
+def join_place(where: str, inner: str) -> str:
+    """The place ``inner`` (steps, its first one written without its dot) inside
+    ``where``: ``tokens[3]`` and ``value.a`` give ``tokens[3].value.a``."""
+    if not inner:
+        return where
+    if not where or inner[0] in "[{":
+        return where + inner
+    return f"{where}.{inner}"
 
 
 def locate(raw: bytes, unpack: Callable[[bytes], Any]) -> str:
@@ -46,7 +78,7 @@ def _place(raw: bytes, unpack: Callable[[bytes], Any], depth: int) -> str:
                 name = unpack(key)
             except Exception:
                 return ""
-            step = f".{name}" if isinstance(name, str) else f"[{name!r}]"
+            step = key_step(name)
         else:
             step = f"[{index}]"
         try:
@@ -122,7 +154,7 @@ def _first_refused(node: Any, at: str) -> str | None:
         return at
     if isinstance(node, _Pairs):
         for key, value in node:
-            found = _first_refused(value, f"{at}.{key}")
+            found = _first_refused(value, at + key_step(key))
             if found is not None:
                 return found
         return at if node.repeated else None

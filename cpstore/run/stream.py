@@ -32,6 +32,7 @@ from cpstore.errors import CpstoreError, DocumentError, RecordFormatError
 from cpstore.native.binding import digest_batch, json_split, msgpack_split, pack_tokens
 from cpstore.native.columns import encode_values
 from cpstore.native.records import KindTable
+from cpstore.run.locate import join_place, key_step
 from cpstore.run.model import PackedTokens, Run, TokenPacker, fields_of, list_of
 from cpstore.run.values import EncodedValues
 
@@ -217,22 +218,6 @@ def _json_tokens(
 # escapes included, is left to the strict path, which names it).
 _KEY = re.compile(rb'[ \t\r\n]*"([a-z_]{1,40})"[ \t\r\n]*:')
 _SKIP = re.compile(rb"[ \t\r\n]*")
-_KNOWN = frozenset(
-    {
-        "format",
-        "run_id",
-        "step",
-        "state_digest",
-        "observations",
-        "call_graph",
-        "transcript_digest",
-        "effects",
-        "ledger_sealed",
-        "harness_accesses",
-        "provenance_tags",
-        "mode",
-    }
-)
 
 
 def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any] | None:
@@ -282,8 +267,10 @@ def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any]
             except RecordFormatError:
                 return None
             end = split.ends[0]
-            # An unknown field is refused by parse_rest by name; never decoded.
-            fields[name] = strict(raw[pos:end]) if name in _KNOWN else None
+            # Placed under its name (left83: a NaN in harness_accesses[1] was at "[1]").
+            # An unknown field too, as the strict loader reads it (left83: a NaN or a
+            # nesting too deep in one was "unknown field" here, refused for itself there).
+            fields[name] = _strict_field(strict, name, view[pos:end], json=True)
         if raw[end] == 0x7D:  # '}'
             if raw[end + 1 :].strip(b" \t\r\n"):
                 return None
@@ -333,15 +320,42 @@ def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | Non
 def _at(exc: DocumentError, where: str) -> DocumentError:
     """``exc`` placed at ``where`` (followed by its own place inside, if it names one)."""
     inner = exc.where if exc.where not in (None, "document") else ""
-    at = f"{where}.{inner}" if inner and not inner.startswith("[") else where + inner
-    return DocumentError(exc.what, where=at, expected=exc.expected, got=exc.got)
+    return DocumentError(
+        exc.what, where=join_place(where, inner), expected=exc.expected, got=exc.got
+    )
 
 
-def _strict_field(strict: StrictDecode, key: str, value: Any) -> Any:
+def _nested(strict: StrictDecode, part: bytes, levels: int, json: bool) -> Any:
+    """``strict`` of ``part`` inside ``levels`` one-item arrays, as deep as it sits in its
+    document (a field or a chunk of tokens: 1, a token: 2), then unwrapped. Decoded
+    alone, a part was one level shallower than in the document, so the streamed loader
+    read one level past the strict loader's limit (msgpack's 1 024 nested containers:
+    review82, left83). An error's place inside the part keeps only what follows the
+    wrapping (``[0]`` steps); None when it names no place inside."""
+    text = b"[" * levels + part + b"]" * levels if json else b"\x91" * levels + part
     try:
-        return strict(bytes(value))
+        value = strict(text)
     except DocumentError as exc:
-        raise _at(exc, key) from None
+        where, wrap = exc.where or "", "[0]" * levels
+        inner = where[len(wrap) :].removeprefix(".") if where.startswith(wrap) else ""
+        raise DocumentError(
+            exc.what, where=inner or None, expected=exc.expected, got=exc.got
+        ) from None
+    for _ in range(levels):
+        if not isinstance(value, list) or len(value) != 1:
+            # JSON only: the part was no one value (empty, or "1], [2"), and the arrays
+            # read it as another shape; alone, the strict decoder says what it is.
+            return strict(part)
+        value = value[0]
+    return value
+
+
+def _strict_field(strict: StrictDecode, key: str, value: Any, *, json: bool) -> Any:
+    try:
+        return _nested(strict, bytes(value), 1, json)
+    except DocumentError as exc:
+        # A top-level key like any other (left83: "a.b" read as two steps).
+        raise _at(exc, key_step(key).removeprefix(".")) from None
 
 
 def _strict_chunk(
@@ -358,25 +372,20 @@ def _strict_chunk(
     fails alone, at ``tokens[i]`` (it said ``document``: review76's leftover). The tokens
     are decoded one by one only on that error path."""
     try:
-        return strict(text)
+        return _nested(strict, text, 1, json)
     except DocumentError:
         for i, end in enumerate(ends):
             piece = bytes(raw[start:end])
             start = end
             if json:  # a member after the first starts with its separating comma
                 piece = piece.lstrip(b" \t\r\n").removeprefix(b",")
-            # Decoded as a one-item array, as deep as in the chunk: alone, a token is a
-            # whole document to ``strict``, and a bad scalar one was refused as "neither
-            # a JSON object nor a msgpack map" (review82).
+            # Decoded in arrays, as deep as in the document: alone, a token is a whole
+            # document to ``strict``, and a bad scalar one was refused as "neither a
+            # JSON object nor a msgpack map" (review82).
             try:
-                strict(b"[" + piece + b"]" if json else b"\x91" + piece)
+                _nested(strict, piece, 2, json)
             except DocumentError as exc:
-                inner = exc.where or ""
-                inner = inner[3:].removeprefix(".") if inner.startswith("[0]") else ""
-                placed = DocumentError(
-                    exc.what, where=inner or None, expected=exc.expected, got=exc.got
-                )
-                raise _at(placed, f"tokens[{base + i}]") from None
+                raise _at(exc, f"tokens[{base + i}]") from None
         raise
 
 
@@ -422,7 +431,9 @@ def decode_fast(
         if "tokens" not in top or "format" not in top or len(top) != _map_size(raw):
             return None  # a repeated key (the dict kept one): the strict path refuses it
         rest = {
-            key: _strict_field(strict, key, value) for key, value in top.items() if key != "tokens"
+            key: _strict_field(strict, key, value, json=False)
+            for key, value in top.items()
+            if key != "tokens"
         }
         try:
             tokens = _msgpack_tokens(memoryview(top["tokens"]).cast("B"), strict)

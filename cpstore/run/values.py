@@ -12,7 +12,7 @@ from array import array
 from collections.abc import Sequence
 from typing import Any, overload
 
-from cpstore.errors import CpstoreError, InvalidInputError
+from cpstore.errors import InvalidInputError
 from cpstore.native.args import as_bytes_view
 from cpstore.native.canonical import decode_value, encode_value
 
@@ -71,18 +71,22 @@ class EncodedValues(Sequence[Any]):
         """Equal to a sequence (not a str or bytes) of values with the same canonical
         encodings in the same order: the values a validation would judge equal. Python's
         own equality is not used (``1 == True == 1.0`` there; three different tokens to a
-        replay check); a value with no canonical form is equal to none."""
+        replay check); a value with no canonical form is equal to none, and so is one
+        whose own methods raise when read (``items()``, ``__index__``, ``__len__`` of a
+        subclass): ``==`` never raises the caller's exception (left83)."""
         if isinstance(other, EncodedValues):
             return len(self) == len(other) and all(
                 self.encoding(i) == other.encoding(i) for i in range(len(self))
             )
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes, bytearray)):
-            if len(self) != len(other):
-                return False
             try:
+                if len(self) != len(other):
+                    return False
                 return all(self.encoding(i) == encode_value(v) for i, v in enumerate(other))
-            except CpstoreError:  # no canonical form (a set, NaN, a too-deep value)
-                return False
+            except MemoryError:
+                raise
+            except Exception:  # no canonical form (a set, NaN, a too-deep value, a method
+                return False  # of the caller's raising): cpstore's errors and the caller's
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]

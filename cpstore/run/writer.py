@@ -11,60 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import msgpack
 
-from cpstore.errors import InvalidInputError, RecordFormatError
+from cpstore.errors import InvalidInputError
 from cpstore.native.canonical import array_header
-from cpstore.native.records import PROVENANCE_CODES, kind_name, provenance_name
 from cpstore.run.cprun import write_cprun
 from cpstore.run.document import document_dict
-from cpstore.run.faithful import check_faithful
-from cpstore.run.keys import check_keys
+from cpstore.run.faithful import check_document, token_chunks
 from cpstore.run.model import PackedTokens, Run
 
 __all__ = ["ENCODINGS", "write_document"]
 
 #: What :func:`write_document` writes.
 ENCODINGS = ("json", "msgpack", "cprun")
-_CHUNK = 1 << 14
 _PLACEHOLDER = "\x00cpstore:tokens\x00"
-
-
-def _token_dicts(tokens: PackedTokens) -> Iterator[list[dict[str, Any]]]:
-    """The tokens as document dicts (seq, kind, value, provenance), a chunk at a time."""
-    values = tokens.values
-    if values is None:
-        raise InvalidInputError(
-            "cannot write a document without token values", where="tokens.values"
-        )
-    raw = tokens.view()
-    words = raw.cast("Q")
-    codes = raw.cast("I")
-    names = dict(tokens.kind_names)
-    for start in range(0, len(tokens), _CHUNK):
-        end = min(len(tokens), start + _CHUNK)
-        chunk = []
-        for i, value in zip(range(start, end), values[start:end], strict=True):
-            prov = raw[32 * i + 12]
-            if provenance_name(prov) not in PROVENANCE_CODES:
-                raise RecordFormatError(
-                    "token has an invalid provenance",
-                    where=f"tokens[{i}]",
-                    got=provenance_name(prov),
-                )
-            code = codes[8 * i + 2]
-            chunk.append(
-                {
-                    "seq": words[4 * i],
-                    "kind": kind_name(code) or names.get(code) or f"kind#{code}",
-                    "value": value,
-                    "provenance": provenance_name(prov),
-                }
-            )
-        yield chunk
 
 
 def _body(run: Run) -> dict[str, Any]:
@@ -84,7 +46,7 @@ def _write_json(run: Run, out: BinaryIO) -> int:
     head, found, tail = text.partition(marker)
     if not found or marker in tail:  # the placeholder text also appears in a value
         data = json.dumps(
-            {**body, "tokens": [t for c in _token_dicts(run.tokens) for t in c]},
+            {**body, "tokens": [t for c in token_chunks(run.tokens, json=True) for t in c]},
             sort_keys=True,
             allow_nan=False,
         ).encode()
@@ -92,7 +54,7 @@ def _write_json(run: Run, out: BinaryIO) -> int:
         return len(data)
     total = out.write(head.encode() + b"[") or 0
     first = True
-    for chunk in _token_dicts(run.tokens):
+    for chunk in token_chunks(run.tokens, json=True):
         try:
             part = json.dumps(chunk, sort_keys=True, allow_nan=False)[1:-1]
         except (TypeError, ValueError) as exc:
@@ -132,7 +94,7 @@ def _write_msgpack_body(run: Run, out: BinaryIO) -> int:
             total += out.write(packer.pack(value)) or 0
             continue
         total += out.write(array_header(len(run.tokens))) or 0
-        for chunk in _token_dicts(run.tokens):
+        for chunk in token_chunks(run.tokens, json=False):
             total += out.write(b"".join(packer.pack(t) for t in chunk)) or 0
     return total
 
@@ -144,8 +106,7 @@ def write_document(run: Run, out: BinaryIO, *, encoding: str) -> int:
     if encoding in ("json", "msgpack"):
         # Before a byte is written; a value of a type other than the builtins is written
         # as its canonical value (review79).
-        run = check_keys(run, json=encoding == "json")
-        check_faithful(run.tokens)  # kinds or values that are not the records' (review76)
+        run = check_document(run, json=encoding == "json")
     if encoding == "json":
         return _write_json(run, out)
     if encoding == "msgpack":
