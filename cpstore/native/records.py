@@ -112,9 +112,12 @@ def step_value(value: object) -> int | None:
     """``value`` as a step: its int value when it is an int (not a bool) in
     ``[0, STEP_LIMIT)``, judged by that value (an int subclass's own comparisons may lie:
     one answering True to every bound check was stored as -1, review81); else None. Every
-    place a step is taken asks this and raises its own error."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        step = int.__index__(value)
+    place a step is taken asks this and raises its own error. Its type is asked, not
+    ``isinstance``: an object answers that through its ``__class__`` (``Mock(spec=int)``
+    does), and ``int.__index__`` then raised a bare TypeError (review83)."""
+    kind = type(value)
+    if issubclass(kind, int) and kind is not bool:
+        step = int.__index__(value)  # type: ignore[arg-type]
         if 0 <= step < STEP_LIMIT:
             return step
     return None
