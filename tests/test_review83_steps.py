@@ -37,8 +37,8 @@ from cpstore.store.facade import Store
 class _ClaimsInt:
     """Says it is an int through ``__class__`` (as ``Mock(spec=int)`` does)."""
 
-    @property
-    def __class__(self) -> type:  # type: ignore[override]
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
         return int
 
     def __index__(self) -> int:

@@ -283,7 +283,9 @@ class Run:
 
     def __post_init__(self) -> None:
         check_str(self.run_id, "run_id")
-        check_step(self.step, "step")
+        step = check_step(self.step, "step")
+        if type(self.step) is not int:  # held as its value (review83, _plain_fields)
+            object.__setattr__(self, "step", step)
         check_str(self.state_digest, "state_digest")
         if not isinstance(self.tokens, PackedTokens):
             raise DocumentError(
@@ -309,6 +311,7 @@ class Run:
             )
         for i, node in enumerate(self.call_graph):
             check_node(node, f"call_graph[{i}]")
+        self._plain_fields()
         if self.transcript_digest is not None:
             check_str(self.transcript_digest, "transcript_digest")
         if not isinstance(self.ledger_sealed, bool):
@@ -336,6 +339,35 @@ class Run:
         if self.mode is not None and not isinstance(self.mode, ReplayMode):
             raise DocumentError("mode must be a ReplayMode or None", where="mode", got=self.mode)
 
+    def _plain_fields(self) -> None:
+        """Hold each checked step, seq and pin as the plain value it was checked as.
+
+        review83: the object given was kept, and the validator and the JSON and msgpack
+        writers read its value, but the canonical encoder (the ``.cprun`` writer, the
+        call graph's comparison) reads an int subclass by its own ``__int__`` and a float
+        subclass by its own ``__add__``: a replay at step 7 by value, 2 by ``__int__``,
+        was a REJECT as given and an ACCEPT as its ``.cprun`` copy."""
+        if not all(
+            type(o.step) is int and (o.pinned_at is None or type(o.pinned_at) in (int, float))
+            for o in self.observations
+        ):
+            plain_obs = tuple(
+                Observation(_plain_number(o.step), o.source, o.payload_digest, _plain_pin(o))
+                for o in self.observations
+            )
+            object.__setattr__(self, "observations", plain_obs)
+        if not all(type(e.seq) is int for e in self.effects):
+            plain_effects = tuple(
+                Effect(_plain_number(e.seq), e.target, e.payload_digest) for e in self.effects
+            )
+            object.__setattr__(self, "effects", plain_effects)
+        if not all(type(n["step"]) is int for n in self.call_graph):
+            nodes = tuple(
+                n if type(n["step"]) is int else {**n, "step": _plain_number(n["step"])}
+                for n in self.call_graph
+            )
+            object.__setattr__(self, "call_graph", nodes)
+
 
 # -- field checks ---------------------------------------------------------------
 
@@ -349,9 +381,29 @@ def check_step(value: Any, where: str) -> int:
 
 
 def check_uint(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-        raise DocumentError("must be an integer in [0, 2**64)", where=where, got=value)
+    """An int in ``[0, 2**64)``, judged by its value (review83: an int subclass's own
+    comparisons were asked, as the steps' were before review81)."""
+    kind = type(value)
+    if issubclass(kind, int) and kind is not bool and 0 <= int.__index__(value) < 2**64:
+        return int.__index__(value)
+    raise DocumentError("must be an integer in [0, 2**64)", where=where, got=value)
+
+
+def _plain_number(value: Any) -> Any:
+    """An int or float subclass's own value (``int.__index__``, ``float.__float__``: never
+    its own ``__int__``, ``__float__`` or arithmetic); any other value as it is."""
+    kind = type(value)
+    if kind is int or kind is float or kind is bool:
+        return value
+    if issubclass(kind, int):
+        return int.__index__(value)
+    if issubclass(kind, float):
+        return float.__float__(value)
     return value
+
+
+def _plain_pin(obs: Observation) -> float | None:
+    return None if obs.pinned_at is None else _plain_number(obs.pinned_at)
 
 
 def check_str(value: Any, where: str) -> str:
@@ -423,10 +475,10 @@ def list_of(obj: Any, where: str) -> list[Any]:
 def pinned_or_none(value: Any, where: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not issubclass(type(value), (int, float)):
         raise DocumentError("must be a number or null", where=where, got=value)
     try:
-        pinned = float(value)
+        pinned = float(_plain_number(value))  # its value, not its own __float__ (review83)
     except OverflowError:  # an int past the float range (JSON ints are unbounded)
         raise DocumentError(
             "must be a number in the float range", where=where, got=str(value)[:40]
