@@ -215,7 +215,7 @@ class TokenPacker:
         self._kinds = kinds if kinds is not None else KindTable()
 
     def add(self, seq: Any, kind: Any, value: Any, provenance: Any, where: str) -> None:
-        check_uint(seq, f"{where}.seq")
+        seq = check_uint(seq, f"{where}.seq")  # its value, packed (review83)
         if not isinstance(kind, str) or not kind:
             raise DocumentError(
                 "token kind must be a non-empty string", where=f"{where}.kind", got=kind
