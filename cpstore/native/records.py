@@ -42,6 +42,7 @@ __all__ = [
     "field_names",
     "kind_code",
     "kind_name",
+    "number_value",
     "pack_decision",
     "pack_effect",
     "pack_observation",
@@ -121,6 +122,23 @@ def step_value(value: object) -> int | None:
         if 0 <= step < STEP_LIMIT:
             return step
     return None
+
+
+def number_value(value: object) -> Any:
+    """An int or float subclass's own value (``int.__index__``, ``float.__float__``: never
+    its own ``__int__``, ``__float__``, comparisons or arithmetic, any of which may lie);
+    a plain int, float or bool, or any other object, as it is. The one reading of a
+    number a run holds (a step, a seq, a pin) wherever it is taken (review83: the
+    recorder read a pin by its ``__float__``, so a NaN whose ``__float__`` said 2.0 was
+    recorded pinned at 2.0)."""
+    kind = type(value)
+    if kind is int or kind is float or kind is bool:
+        return value
+    if issubclass(kind, int):
+        return int.__index__(value)  # type: ignore[arg-type]
+    if issubclass(kind, float):
+        return float.__float__(value)  # type: ignore[arg-type]
+    return value
 
 
 class DivergenceKind(enum.IntEnum):

@@ -29,6 +29,7 @@ from cpstore.native.records import (
     RecordType,
     encoding_digest,
     kind_name,
+    number_value,
     pack_token,
     provenance_name,
     record_count,
@@ -352,18 +353,18 @@ class Run:
             for o in self.observations
         ):
             plain_obs = tuple(
-                Observation(_plain_number(o.step), o.source, o.payload_digest, _plain_pin(o))
+                Observation(number_value(o.step), o.source, o.payload_digest, _plain_pin(o))
                 for o in self.observations
             )
             object.__setattr__(self, "observations", plain_obs)
         if not all(type(e.seq) is int for e in self.effects):
             plain_effects = tuple(
-                Effect(_plain_number(e.seq), e.target, e.payload_digest) for e in self.effects
+                Effect(number_value(e.seq), e.target, e.payload_digest) for e in self.effects
             )
             object.__setattr__(self, "effects", plain_effects)
         if not all(type(n["step"]) is int for n in self.call_graph):
             nodes = tuple(
-                n if type(n["step"]) is int else {**n, "step": _plain_number(n["step"])}
+                n if type(n["step"]) is int else {**n, "step": number_value(n["step"])}
                 for n in self.call_graph
             )
             object.__setattr__(self, "call_graph", nodes)
@@ -389,21 +390,8 @@ def check_uint(value: Any, where: str) -> int:
     raise DocumentError("must be an integer in [0, 2**64)", where=where, got=value)
 
 
-def _plain_number(value: Any) -> Any:
-    """An int or float subclass's own value (``int.__index__``, ``float.__float__``: never
-    its own ``__int__``, ``__float__`` or arithmetic); any other value as it is."""
-    kind = type(value)
-    if kind is int or kind is float or kind is bool:
-        return value
-    if issubclass(kind, int):
-        return int.__index__(value)
-    if issubclass(kind, float):
-        return float.__float__(value)
-    return value
-
-
-def _plain_pin(obs: Observation) -> float | None:
-    return None if obs.pinned_at is None else _plain_number(obs.pinned_at)
+def _plain_pin(obs: Observation) -> Any:
+    return None if obs.pinned_at is None else number_value(obs.pinned_at)
 
 
 def check_str(value: Any, where: str) -> str:
@@ -478,7 +466,7 @@ def pinned_or_none(value: Any, where: str) -> float | None:
     if isinstance(value, bool) or not issubclass(type(value), (int, float)):
         raise DocumentError("must be a number or null", where=where, got=value)
     try:
-        pinned = float(_plain_number(value))  # its value, not its own __float__ (review83)
+        pinned = float(number_value(value))  # its value, not its own __float__ (review83)
     except OverflowError:  # an int past the float range (JSON ints are unbounded)
         raise DocumentError(
             "must be a number in the float range", where=where, got=str(value)[:40]
