@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pg_cluster import backend_store  # noqa: F401 - the ``store`` fixture
 
-from cpstore.errors import CpstoreError, InvalidInputError, RecordingGapError
+from cpstore.errors import CpstoreError, DocumentError, InvalidInputError, RecordingGapError
 from cpstore.native.records import STEP_LIMIT, step_value
 from cpstore.replay.session import ReplaySession
 from cpstore.run.model import Run, check_step
@@ -173,3 +173,17 @@ def test_a_read_is_served_by_its_steps_value(recorded: Any) -> None:
     steps = [o.step for o in p.observations]
     assert steps == [7, 2, 2] and all(type(s) is int for s in steps)
     assert type(p.step) is int and p.step == 2
+
+
+@pytest.mark.parametrize(
+    "given", [True, 1.0, _PosesAsTwo(7), "1", _ClaimsInt()], ids=["True", "1.0", "eq", "str", "cls"]
+)
+def test_a_decision_mapping_step_agrees_only_as_the_same_step(given: Any) -> None:
+    """A node's own "step" must be a step of the step's value, as a document's must be
+    (it was compared with ==: True and 1.0 agreed with step 1)."""
+    with pytest.raises(InvalidInputError):
+        decision_node(1, {"node": "pick", "step": given}, {})
+    if not isinstance(given, _PosesAsTwo):  # a step, of value 7: a document's may be 7
+        with pytest.raises(DocumentError):
+            Run("r", 1, "d", call_graph=({"node": "pick", "step": given},))
+    assert decision_node(_Step.TWO, {"node": "pick", "step": 2}, {})["step"] == 2
