@@ -159,6 +159,34 @@ class PackedTokens:
                 expected=count,
                 got=len(self.values),
             )
+        self._check_kind_names()
+
+    def _check_kind_names(self) -> None:
+        """Kind codes: ints in [0, 2**32), by value, held as plain ints (the names are
+        left as given: audit68).
+
+        review83: taken unchecked, a str or ``Mock(spec=int)`` key was kept, and the
+        ``.cprun`` writer's ``int(k)`` raised a bare ValueError or TypeError, the
+        validator's a TypeError; an int subclass's code was its ``__int__`` there."""
+        names = self.kind_names
+        if not isinstance(names, Mapping):
+            raise InvalidInputError(
+                "tokens.kind_names must map kind codes to names",
+                where="tokens.kind_names",
+                got=type(names).__name__,
+            )
+        plain = True
+        for code in names:
+            kind = type(code)
+            if not issubclass(kind, int) or kind is bool or not 0 <= int.__index__(code) < 2**32:
+                raise InvalidInputError(
+                    "tokens.kind_names must be keyed by kind codes (ints in [0, 2**32))",
+                    where="tokens.kind_names",
+                    got=code,
+                )
+            plain = plain and kind is int
+        if not plain:
+            object.__setattr__(self, "kind_names", {int.__index__(c): n for c, n in names.items()})
 
     def __len__(self) -> int:
         return memoryview(self.records).nbytes // _TOKEN_SIZE
