@@ -26,9 +26,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pg_cluster import backend_store  # noqa: F401 - the ``store`` fixture
 
+from cpstore.decision.validate import validate
 from cpstore.errors import CpstoreError, DocumentError, InvalidInputError, RecordingGapError
 from cpstore.native.records import STEP_LIMIT, step_value
 from cpstore.replay.session import ReplaySession
+from cpstore.run.document import dump_document, load_document
 from cpstore.run.model import Run, check_step
 from cpstore.run.nodes import decision_node
 from cpstore.store.facade import Store
@@ -187,3 +189,24 @@ def test_a_decision_mapping_step_agrees_only_as_the_same_step(given: Any) -> Non
         with pytest.raises(DocumentError):
             Run("r", 1, "d", call_graph=({"node": "pick", "step": given},))
     assert decision_node(_Step.TWO, {"node": "pick", "step": 2}, {})["step"] == 2
+
+
+def test_the_largest_step_round_trips_on_every_path(store: Store) -> None:
+    """2**63 - 1 is a step everywhere: recorded, read back, replayed and validated as
+    itself, and as each document copy (PostgreSQL's BIGINT column included)."""
+    top = STEP_LIMIT - 1
+    rec = store.recorder("r")
+    rec.observe(top, "db", b"row", pinned_at=1.0)
+    rec.decision(top, "pick")
+    cid = rec.checkpoint(top, b"state")
+    rec.close()
+    assert [m.step for m in store.history("r")] == [top]
+    with store.read(cid) as cp:
+        session = ReplaySession(cp)
+        assert session.observations.read(top, "db") == b"row"
+        session.decision(top, "pick")
+        replay = session.finish(cp.manifest.state_digest, step=top)
+    for encoding in ("json", "msgpack", "cprun"):
+        copy = load_document(dump_document(replay, encoding=encoding))
+        assert copy.step == top and copy.observations[0].step == top
+        assert validate(cid, copy, store=store, record=False).verdict.name == "ACCEPT"
