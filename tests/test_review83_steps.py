@@ -18,6 +18,7 @@ run documents one reading:
 from __future__ import annotations
 
 import enum
+from decimal import Decimal
 from typing import Any
 from unittest import mock
 
@@ -78,6 +79,16 @@ class _PosesAsTwo(int):
         return hash(2)
 
 
+class _IndexOnly:
+    """numpy-like: an integer to ``operator.index``, not an int."""
+
+    def __index__(self) -> int:
+        return 2
+
+    def __int__(self) -> int:
+        return 2
+
+
 class _Step(enum.IntEnum):
     TWO = 2
 
@@ -128,8 +139,32 @@ def recorded(store: Store) -> tuple[Store, str]:
 
 @pytest.mark.parametrize(
     "bad",
-    [*_NOT_INTS, _Agrees(-1), _Agrees(2**63), True, 2.0, -1],
-    ids=[*_NOT_INT_IDS, "agrees(-1)", "agrees(2**63)", "True", "2.0", "-1"],
+    [
+        *_NOT_INTS,
+        _Agrees(-1),
+        _Agrees(2**63),
+        True,
+        2.0,
+        -1,
+        Decimal(2),
+        "2",
+        _IndexOnly(),
+        2**100,
+        -(2**100),
+    ],
+    ids=[
+        *_NOT_INT_IDS,
+        "agrees(-1)",
+        "agrees(2**63)",
+        "True",
+        "2.0",
+        "-1",
+        "Decimal",
+        "str",
+        "index-only",
+        "2**100",
+        "-2**100",
+    ],
 )
 def test_a_replay_session_refuses_what_the_recorder_refuses(recorded: Any, bad: Any) -> None:
     store, cid = recorded
