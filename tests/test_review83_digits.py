@@ -100,3 +100,25 @@ def test_a_pool_max_with_leading_zeros_is_its_number() -> None:
     """Read past the URL check (here the connection to port 1 is what fails)."""
     with pytest.raises(StoreConnectionError):
         open_store("postgresql://127.0.0.1:1/x?pool_max=" + "0" * 5000 + "8")
+
+
+class _Other(str):
+    """A name whose own methods speak of another checkpoint."""
+
+    other = ""
+
+    def strip(self, chars: str | None = None) -> str:
+        return self.other
+
+    def lower(self) -> str:
+        return self.other
+
+    def __contains__(self, item: object) -> bool:
+        return False
+
+
+def test_a_str_subclass_is_read_by_its_characters(store: Store) -> None:
+    first, second = _two(store)
+    _Other.other = second
+    for text in (first, first[:8], "r@main~1"):
+        assert store.resolve(_Other(text)) == first  # was the second

@@ -40,6 +40,9 @@ def resolve(backend: Backend, spec: str) -> str:
     """The checkpoint id ``spec`` names (module docstring); errors say what was tried."""
     if not isinstance(spec, str):
         raise InvalidInputError("a checkpoint must be named by a str", got=type(spec).__name__)
+    # A str subclass by its characters, as full_checkpoint_id reads one (review77, review83:
+    # its own strip, lower and __contains__ made S(id_a) resolve to id_b).
+    spec = str.__str__(spec)
     check_text(spec, "checkpoint")
     text = spec.strip()  # an id has no spaces: a padded one is that id
     low = text.lower()
