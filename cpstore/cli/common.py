@@ -250,7 +250,10 @@ def names_checkpoint(arg: str) -> bool:
 
 
 def _reads_as_name(arg: str) -> bool:
-    return "@" in arg or (bool(arg) and is_hex(arg))
+    # Hex as Store.resolve reads it, padded or not (review83: validate and diff took
+    # " ID" for a file, "no such run document", where resolve and inspect took the id).
+    bare = arg.strip()
+    return "@" in arg or (bool(bare) and is_hex(bare))
 
 
 def checkpoint_or_file(store: Store, arg: str) -> str | None:

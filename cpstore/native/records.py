@@ -42,6 +42,7 @@ __all__ = [
     "field_names",
     "kind_code",
     "kind_name",
+    "number_value",
     "pack_decision",
     "pack_effect",
     "pack_observation",
@@ -112,12 +113,32 @@ def step_value(value: object) -> int | None:
     """``value`` as a step: its int value when it is an int (not a bool) in
     ``[0, STEP_LIMIT)``, judged by that value (an int subclass's own comparisons may lie:
     one answering True to every bound check was stored as -1, review81); else None. Every
-    place a step is taken asks this and raises its own error."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        step = int.__index__(value)
+    place a step is taken asks this and raises its own error. Its type is asked, not
+    ``isinstance``: an object answers that through its ``__class__`` (``Mock(spec=int)``
+    does), and ``int.__index__`` then raised a bare TypeError (review83)."""
+    kind = type(value)
+    if issubclass(kind, int) and kind is not bool:
+        step = int.__index__(value)  # type: ignore[arg-type]
         if 0 <= step < STEP_LIMIT:
             return step
     return None
+
+
+def number_value(value: object) -> Any:
+    """An int or float subclass's own value (``int.__index__``, ``float.__float__``: never
+    its own ``__int__``, ``__float__``, comparisons or arithmetic, any of which may lie);
+    a plain int, float or bool, or any other object, as it is. The one reading of a
+    number a run holds (a step, a seq, a pin) wherever it is taken (review83: the
+    recorder read a pin by its ``__float__``, so a NaN whose ``__float__`` said 2.0 was
+    recorded pinned at 2.0)."""
+    kind = type(value)
+    if kind is int or kind is float or kind is bool:
+        return value
+    if issubclass(kind, int):
+        return int.__index__(value)  # type: ignore[arg-type]
+    if issubclass(kind, float):
+        return float.__float__(value)  # type: ignore[arg-type]
+    return value
 
 
 class DivergenceKind(enum.IntEnum):

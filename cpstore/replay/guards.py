@@ -21,6 +21,7 @@ from cpstore.errors import (
     RecordingGapError,
 )
 from cpstore.native.binding import digest
+from cpstore.native.records import step_value
 from cpstore.replay.source import CheckpointSource
 from cpstore.run.model import Effect, Observation
 
@@ -56,9 +57,9 @@ class PinnedObservations:
 
     def read(self, step: int, source: str) -> bytes:
         """The recorded payload of ``source`` at ``step``; RecordingGapError if none."""
-        _check_read(step, source)
+        value = _check_read(step, source)
         with self._lock:
-            return self._read_locked(step, source)
+            return self._read_locked(value, source)
 
     def _read_locked(self, step: int, source: str) -> bytes:
         key = (step, source)
@@ -122,10 +123,10 @@ class PinnedObservations:
         where validation reports it (UNPINNED_OBSERVATION, and OBSERVATION_MISMATCH
         where it differs from the recording): a live read is always visible.
         """
-        _check_read(step, source)
+        value = _check_read(step, source)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
-        live = Observation(step, source, bytes(digest(bytes(payload))).hex(), None)
+        live = Observation(value, source, bytes(digest(bytes(payload))).hex(), None)
         with self._lock:
             self._add_live(live)
 
@@ -148,12 +149,16 @@ class PinnedObservations:
             return tuple(self._read)
 
 
-def _check_read(step: object, source: object) -> None:
-    """A read's step and source as a replay's observation stream holds them."""
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < 2**63:
+def _check_read(step: object, source: object) -> int:
+    """A read's step (returned as its value, as the recorder takes one: review83, a step
+    whose own comparisons, ``__eq__`` or ``__hash__`` lie was taken as given, read by
+    them, and kept) and source as a replay's observation stream holds them."""
+    value = step_value(step)
+    if value is None:
         raise InvalidInputError("step must be an int in [0, 2**63)", got=step)
     if not isinstance(source, str) or not source:
         raise InvalidInputError("source must be a non-empty str", got=source)
+    return value
 
 
 class LedgerGuard:

@@ -26,6 +26,7 @@ from typing import Any, BinaryIO
 
 from cpstore.errors import CanonicalEncodingError, InvalidInputError
 from cpstore.native.canonical import encode_value
+from cpstore.native.records import step_value
 from cpstore.replay.cursor import ReplayCursor
 from cpstore.replay.guards import LedgerGuard, PinnedObservations
 from cpstore.replay.source import CheckpointSource
@@ -127,16 +128,19 @@ class ReplaySession:
                 expected="session.finish(cpstore.state_digest(state))",
                 got=type(state_digest).__name__,
             )
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        # Judged by its value, as every step is (review83: its own comparisons were asked,
+        # and 2**63 passed here to be refused by Run as a DocumentError at "step").
+        reached = None if step is None else step_value(step)
+        if step is not None and reached is None:
             raise InvalidInputError(
-                "step must be a non-negative int (the step the replay reached) or None",
+                "step must be an int in [0, 2**63) (the step the replay reached) or None",
                 where="finish(step)",
                 got=step,
             )
         man = self._cp.manifest
         return Run(
             man.run_id,
-            man.step if step is None else step,
+            man.step if reached is None else reached,
             state_digest,
             tokens=self.cursor.replayed(),
             observations=self.observations.observations,

@@ -315,8 +315,8 @@ def parse_cprun(
     meta = _parse_meta(parts[1], where)
     names = meta["kind_names"]
     if not isinstance(names, Mapping) or not all(
-        isinstance(k, int) and isinstance(v, str) for k, v in names.items()
-    ):
+        type(k) is int and 0 <= k < 2**32 and isinstance(v, str) for k, v in names.items()
+    ):  # as PackedTokens takes them (review83: a bool or a negative code was taken)
         raise _bad("kind_names must map codes to names", f"{where}: metadata.kind_names")
     tokens = PackedTokens(records, values=values, kind_names=dict(names))
     try:

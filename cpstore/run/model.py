@@ -29,6 +29,7 @@ from cpstore.native.records import (
     RecordType,
     encoding_digest,
     kind_name,
+    number_value,
     pack_token,
     provenance_name,
     record_count,
@@ -158,6 +159,34 @@ class PackedTokens:
                 expected=count,
                 got=len(self.values),
             )
+        self._check_kind_names()
+
+    def _check_kind_names(self) -> None:
+        """Kind codes: ints in [0, 2**32), by value, held as plain ints (the names are
+        left as given: audit68).
+
+        review83: taken unchecked, a str or ``Mock(spec=int)`` key was kept, and the
+        ``.cprun`` writer's ``int(k)`` raised a bare ValueError or TypeError, the
+        validator's a TypeError; an int subclass's code was its ``__int__`` there."""
+        names = self.kind_names
+        if not isinstance(names, Mapping):
+            raise InvalidInputError(
+                "tokens.kind_names must map kind codes to names",
+                where="tokens.kind_names",
+                got=type(names).__name__,
+            )
+        plain = True
+        for code in names:
+            kind = type(code)
+            if not issubclass(kind, int) or kind is bool or not 0 <= int.__index__(code) < 2**32:
+                raise InvalidInputError(
+                    "tokens.kind_names must be keyed by kind codes (ints in [0, 2**32))",
+                    where="tokens.kind_names",
+                    got=code,
+                )
+            plain = plain and kind is int
+        if not plain:
+            object.__setattr__(self, "kind_names", {int.__index__(c): n for c, n in names.items()})
 
     def __len__(self) -> int:
         return memoryview(self.records).nbytes // _TOKEN_SIZE
@@ -215,7 +244,7 @@ class TokenPacker:
         self._kinds = kinds if kinds is not None else KindTable()
 
     def add(self, seq: Any, kind: Any, value: Any, provenance: Any, where: str) -> None:
-        check_uint(seq, f"{where}.seq")
+        seq = check_uint(seq, f"{where}.seq")  # its value, packed (review83)
         if not isinstance(kind, str) or not kind:
             raise DocumentError(
                 "token kind must be a non-empty string", where=f"{where}.kind", got=kind
@@ -283,7 +312,9 @@ class Run:
 
     def __post_init__(self) -> None:
         check_str(self.run_id, "run_id")
-        check_step(self.step, "step")
+        step = check_step(self.step, "step")
+        if type(self.step) is not int:  # held as its value (review83, _plain_fields)
+            object.__setattr__(self, "step", step)
         check_str(self.state_digest, "state_digest")
         if not isinstance(self.tokens, PackedTokens):
             raise DocumentError(
@@ -309,6 +340,7 @@ class Run:
             )
         for i, node in enumerate(self.call_graph):
             check_node(node, f"call_graph[{i}]")
+        self._plain_fields()
         if self.transcript_digest is not None:
             check_str(self.transcript_digest, "transcript_digest")
         if not isinstance(self.ledger_sealed, bool):
@@ -336,6 +368,35 @@ class Run:
         if self.mode is not None and not isinstance(self.mode, ReplayMode):
             raise DocumentError("mode must be a ReplayMode or None", where="mode", got=self.mode)
 
+    def _plain_fields(self) -> None:
+        """Hold each checked step, seq and pin as the plain value it was checked as.
+
+        review83: the object given was kept, and the validator and the JSON and msgpack
+        writers read its value, but the canonical encoder (the ``.cprun`` writer, the
+        call graph's comparison) reads an int subclass by its own ``__int__`` and a float
+        subclass by its own ``__add__``: a replay at step 7 by value, 2 by ``__int__``,
+        was a REJECT as given and an ACCEPT as its ``.cprun`` copy."""
+        if not all(
+            type(o.step) is int and (o.pinned_at is None or type(o.pinned_at) in (int, float))
+            for o in self.observations
+        ):
+            plain_obs = tuple(
+                Observation(number_value(o.step), o.source, o.payload_digest, _plain_pin(o))
+                for o in self.observations
+            )
+            object.__setattr__(self, "observations", plain_obs)
+        if not all(type(e.seq) is int for e in self.effects):
+            plain_effects = tuple(
+                Effect(number_value(e.seq), e.target, e.payload_digest) for e in self.effects
+            )
+            object.__setattr__(self, "effects", plain_effects)
+        if not all(type(n["step"]) is int for n in self.call_graph):
+            nodes = tuple(
+                n if type(n["step"]) is int else {**n, "step": number_value(n["step"])}
+                for n in self.call_graph
+            )
+            object.__setattr__(self, "call_graph", nodes)
+
 
 # -- field checks ---------------------------------------------------------------
 
@@ -349,9 +410,16 @@ def check_step(value: Any, where: str) -> int:
 
 
 def check_uint(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**64:
-        raise DocumentError("must be an integer in [0, 2**64)", where=where, got=value)
-    return value
+    """An int in ``[0, 2**64)``, judged by its value (review83: an int subclass's own
+    comparisons were asked, as the steps' were before review81)."""
+    kind = type(value)
+    if issubclass(kind, int) and kind is not bool and 0 <= int.__index__(value) < 2**64:
+        return int.__index__(value)
+    raise DocumentError("must be an integer in [0, 2**64)", where=where, got=value)
+
+
+def _plain_pin(obs: Observation) -> Any:
+    return None if obs.pinned_at is None else number_value(obs.pinned_at)
 
 
 def check_str(value: Any, where: str) -> str:
@@ -423,10 +491,10 @@ def list_of(obj: Any, where: str) -> list[Any]:
 def pinned_or_none(value: Any, where: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not issubclass(type(value), (int, float)):
         raise DocumentError("must be a number or null", where=where, got=value)
     try:
-        pinned = float(value)
+        pinned = float(number_value(value))  # its value, not its own __float__ (review83)
     except OverflowError:  # an int past the float range (JSON ints are unbounded)
         raise DocumentError(
             "must be a number in the float range", where=where, got=str(value)[:40]

@@ -56,7 +56,10 @@ def decision_node(step: object, node: object, fields: Mapping[str, Any]) -> dict
             raise InvalidInputError("decision node keys must be str", got=key)
     if isinstance(node, str) and not node:
         raise InvalidInputError("decision node's name must be a non-empty str", got=node)
-    if "step" in entry and entry["step"] != step:
+    # The mapping's own "step" agrees only as a step of the same value (review83: it was
+    # compared with ==, so True, 1.0 or a subclass equal to everything agreed with step 1,
+    # where a run document refuses such a node's step).
+    if "step" in entry and step_value(entry["step"]) != step:
         raise InvalidInputError(
             "decision node's 'step' disagrees with step", expected=step, got=entry["step"]
         )

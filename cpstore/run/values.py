@@ -8,6 +8,7 @@ for a handful of values; the rest are never decoded.
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Sequence
 from typing import Any, overload
@@ -17,6 +18,10 @@ from cpstore.native.args import as_bytes_view
 from cpstore.native.canonical import decode_value, encode_value
 
 __all__ = ["EncodedValues"]
+
+#: Sequences that are one value, never a list of values: a memoryview is bytes, as a
+#: bytes or bytearray is (review83: ``EncodedValues([97]) == memoryview(b"a")`` was True).
+_BYTES_OR_TEXT = (str, bytes, bytearray, memoryview)
 
 
 class EncodedValues(Sequence[Any]):
@@ -68,25 +73,33 @@ class EncodedValues(Sequence[Any]):
         return bytes(self._blob[start:end])
 
     def __eq__(self, other: object) -> bool:
-        """Equal to a sequence (not a str or bytes) of values with the same canonical
-        encodings in the same order: the values a validation would judge equal. Python's
-        own equality is not used (``1 == True == 1.0`` there; three different tokens to a
-        replay check); a value with no canonical form is equal to none, and so is one
-        whose own methods raise when read (``items()``, ``__index__``, ``__len__`` of a
-        subclass): ``==`` never raises the caller's exception (left83)."""
+        """Equal to a sequence (not a str or a bytes-like) of values with the same
+        canonical encodings in the same order, as it iterates them: the values a
+        validation would judge equal. Python's own equality is not used (``1 == True ==
+        1.0`` there; three different tokens to a replay check); a value with no canonical
+        form is equal to none, and so is one whose own methods raise when read
+        (``items()``, ``__index__``, ``__len__`` of a subclass): ``==`` never raises the
+        caller's exception (left83)."""
         if isinstance(other, EncodedValues):
             return len(self) == len(other) and all(
                 self.encoding(i) == other.encoding(i) for i in range(len(self))
             )
-        if isinstance(other, Sequence) and not isinstance(other, (str, bytes, bytearray)):
+        if isinstance(other, Sequence) and not isinstance(other, _BYTES_OR_TEXT):
+            n = len(self)
             try:
-                if len(self) != len(other):
+                if len(other) != n:
                     return False
-                return all(self.encoding(i) == encode_value(v) for i, v in enumerate(other))
+                # Its items as it iterates them, n of them exactly (review83: a sequence
+                # whose __len__ said more than it iterated was equal to a longer
+                # EncodedValues, and one that iterated more raised IndexError out of ==).
+                items = list(itertools.islice(other, n + 1))
+                if len(items) != n:
+                    return False
+                return all(self.encoding(i) == encode_value(v) for i, v in enumerate(items))
             except MemoryError:
                 raise
-            except Exception:  # no canonical form (a set, NaN, a too-deep value, a method
-                return False  # of the caller's raising): cpstore's errors and the caller's
+            except Exception:  # no canonical form (a set, NaN, a too-deep value), a range
+                return False  # past sys.maxsize, a method of the caller's raising (left83)
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]

@@ -37,7 +37,13 @@ from cpstore.native.binding import (
 from cpstore.native.canonical import encode_value
 from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.fast_canonical import encode_fast
-from cpstore.native.records import PROVENANCE_CODES, STEP_LIMIT, KindTable, step_value
+from cpstore.native.records import (
+    PROVENANCE_CODES,
+    STEP_LIMIT,
+    KindTable,
+    number_value,
+    step_value,
+)
 from cpstore.run.model import PackedTokens
 from cpstore.run.values import EncodedValues
 from cpstore.store.model import MAX_OBJECT_SIZE, as_payload
@@ -505,14 +511,16 @@ def _checked_read(
 
 
 def checked_pin(pinned_at: object) -> float:
-    """A pin time (not None) as the float stored: finite, -0.0 folded, or InvalidInputError."""
-    if (
-        isinstance(pinned_at, bool)
-        or not isinstance(pinned_at, (int, float))
-        or not math.isfinite(as_float(pinned_at))
-    ):
+    """A pin time (not None) as the float stored: finite, -0.0 folded, or InvalidInputError.
+
+    Read by its value (``number_value``), as a ``Run`` reads one (review83: a float
+    subclass's own ``__float__`` was asked, so a NaN saying 2.0 was pinned at 2.0, and
+    ``Mock(spec=float)``, an instance to ``isinstance``, raised a bare TypeError)."""
+    kind = type(pinned_at)
+    value = number_value(pinned_at)
+    if kind is bool or not issubclass(kind, (int, float)) or not math.isfinite(as_float(value)):
         raise InvalidInputError("pinned_at must be a finite number or None", got=pinned_at)
-    return float(pinned_at) + 0.0
+    return float(value) + 0.0
 
 
 def as_float(value: float) -> float:

@@ -40,6 +40,9 @@ def resolve(backend: Backend, spec: str) -> str:
     """The checkpoint id ``spec`` names (module docstring); errors say what was tried."""
     if not isinstance(spec, str):
         raise InvalidInputError("a checkpoint must be named by a str", got=type(spec).__name__)
+    # A str subclass by its characters, as full_checkpoint_id reads one (review77, review83:
+    # its own strip, lower and __contains__ made S(id_a) resolve to id_b).
+    spec = str.__str__(spec)
     check_text(spec, "checkpoint")
     text = spec.strip()  # an id has no spaces: a padded one is that id
     low = text.lower()
@@ -93,10 +96,20 @@ def _by_prefix(backend: Backend, prefix: str) -> str:
     return found[0]
 
 
+#: A ``~N`` at or past this reaches past any history (no chain holds 2**63 checkpoints).
+_FAR = 2**63
+
+
 def _steps(count: str) -> int | None:
     """N of a ``~N`` tail: ASCII digits only (``int`` takes other scripts' digits and
-    ``str.isdigit`` superscripts ``int`` refuses), else None."""
-    return int(count) if count.isascii() and count.isdigit() else None
+    ``str.isdigit`` superscripts ``int`` refuses), else None. An N of 20 digits or more
+    (leading zeros aside) is read as :data:`_FAR`, never converted: ``int`` refuses more
+    than 4,300 digits, and ``RUN@BRANCH~`` and 5,000 ones raised a bare ValueError
+    (review83)."""
+    if not (count.isascii() and count.isdigit()):
+        return None
+    digits = count.lstrip("0")
+    return min(int(digits or "0"), _FAR) if len(digits) < 20 else _FAR
 
 
 def _readings(text: str) -> list[tuple[str, str, int]]:
@@ -117,6 +130,10 @@ def _readings(text: str) -> list[tuple[str, str, int]]:
             except InvalidInputError:
                 continue
     return out
+
+
+def _shown(steps: int) -> int | str:
+    return f">= {_FAR}" if steps >= _FAR else steps
 
 
 def _by_ref(backend: Backend, text: str) -> str:
@@ -152,10 +169,10 @@ def _by_ref(backend: Backend, text: str) -> str:
             parent = backend.load_manifest(txn, cid, verify=True).parent
             if parent is None:
                 raise NotFoundError(
-                    f"{run_id}@{branch} has no ancestor {steps} back",
+                    f"{run_id}@{branch} has no ancestor {_shown(steps)} back",
                     where=text,
                     expected=f"<= {n}",
-                    got=steps,
+                    got=_shown(steps),
                 )
             cid = bytes.fromhex(parent)
     return bytes(cid).hex()

@@ -97,9 +97,14 @@ def counts_kept(conn: psycopg.Connection[Any], schema: str) -> bool:
 
 def counts_version(comment: str | None) -> int:
     """The version a counts table's comment names; 0 for none (or a comment not ours)."""
-    if comment is None or not comment.startswith(_MARK) or not comment[len(_MARK) :].isdigit():
+    if comment is None or not comment.startswith(_MARK):
         return 0
-    return int(comment[len(_MARK) :])
+    digits = comment[len(_MARK) :]
+    # ASCII digits only, a few of them (review83: a superscript, which str.isdigit takes
+    # and int() refuses, or 5,000 digits made the open raise a bare ValueError).
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 9):
+        return 0
+    return int(digits)
 
 
 def _newer(conn: psycopg.Connection[Any], schema: str) -> bool:

@@ -118,7 +118,12 @@ def parse_url(url: str) -> StoreUrl:
             got=schema,
         )
     raw_max = ours.get("pool_max", "8")
-    if not raw_max.isdigit() or not 1 <= int(raw_max) <= 1000:
+    # ASCII digits, few of them (review83: int() of a superscript str.isdigit() takes, or
+    # of more than 4,300 digits, was a bare ValueError; other scripts' digits were read).
+    digits = raw_max.lstrip("0")
+    if not (raw_max.isascii() and raw_max.isdigit() and len(digits) <= 4) or not (
+        1 <= int(digits or "0") <= 1000
+    ):
         raise InvalidInputError(
             "pool_max must be an int from 1 to 1000", where=redact(url), got=raw_max
         )
@@ -131,7 +136,7 @@ def parse_url(url: str) -> StoreUrl:
         raise InvalidInputError(
             "not a usable PostgreSQL URL", where=shown, got=_unquoted(str(exc), parts.password)
         ) from None
-    return StoreUrl(conninfo, schema, int(raw_max), shown)
+    return StoreUrl(conninfo, schema, int(digits), shown)
 
 
 def _unquoted(message: str, password: str | None) -> str:
