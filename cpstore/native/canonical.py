@@ -92,28 +92,6 @@ def _bigint(value: int) -> bytes:
     return packed
 
 
-def _int_read(value: int, path: str) -> int:
-    """``int(value)``: a plain int, or CanonicalEncodingError when a subclass's own
-    ``__int__`` gives none (a bare TypeError before review83)."""
-    try:
-        return int(value)
-    except TypeError as exc:
-        raise CanonicalEncodingError(
-            "an int subclass's __int__ gave no int", where=path, got=str(exc)
-        ) from None
-
-
-def _float_bytes(folded: Any, path: str) -> bytes:
-    """A float's 9 bytes; CanonicalEncodingError when a float subclass's own ``+`` gave
-    no number (``struct.error``, outside cpstore's errors, before review83)."""
-    try:
-        return struct.pack(">Bd", 0xCB, folded)
-    except struct.error as exc:
-        raise CanonicalEncodingError(
-            "a float subclass's + 0.0 gave no float", where=path, got=str(exc)
-        ) from None
-
-
 def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
     if depth > MAX_DEPTH:
         raise CanonicalEncodingError(
@@ -125,7 +103,12 @@ def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
         # The range is asked of the int read, never of the value: an int subclass's own
         # comparisons may lie (review83: one agreeing to every bound with 2**70 raised a
         # bare OverflowError out of msgpack, one denying them wrote 2 as an ext).
-        number = _int_read(value, path)
+        try:  # inline, not a helper's call: this is the reference's hot path
+            number = int(value)
+        except TypeError as exc:  # a subclass's own __int__ gave no int
+            raise CanonicalEncodingError(
+                "an int subclass's __int__ gave no int", where=path, got=str(exc)
+            ) from None
         if _INT_MIN <= number < _INT_END:
             out.append(msgpack.packb(number))
         else:
@@ -134,7 +117,12 @@ def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
         if math.isnan(value):
             out.append(_NAN)
         else:
-            out.append(_float_bytes(value + 0.0, path))  # -0.0 + 0.0 == 0.0
+            try:  # -0.0 + 0.0 == 0.0
+                out.append(struct.pack(">Bd", 0xCB, value + 0.0))
+            except struct.error as exc:  # a float subclass's own + gave no float
+                raise CanonicalEncodingError(
+                    "a float subclass's + 0.0 gave no float", where=path, got=str(exc)
+                ) from None
     elif isinstance(value, str):
         try:
             out.append(msgpack.packb(value))
