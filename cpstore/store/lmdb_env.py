@@ -112,6 +112,7 @@ class Env(EnvTxns):
             self.env = self._open_files(data, won)
         except BaseException:
             self._won = None
+            self._tail.close()  # the data file held (an interrupt after hold leaked it)
             if self._mark is not None:
                 self._mark.close()
             raise
