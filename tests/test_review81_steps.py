@@ -12,35 +12,18 @@ import enum
 from typing import Any
 
 import pytest
+from lying_ints import Agrees
 from pg_cluster import backend_store  # noqa: F401 - the ``store`` fixture
 
 from cpstore.errors import InvalidInputError
 from cpstore.store import Store
 
 
-class _Agrees(int):
-    """An int whose comparisons say every bound holds."""
-
-    def __ge__(self, other: object) -> bool:
-        return True
-
-    def __le__(self, other: object) -> bool:
-        return True
-
-    def __lt__(self, other: object) -> bool:
-        return True
-
-    def __gt__(self, other: object) -> bool:
-        return False
-
-    __hash__ = int.__hash__
-
-
 class _Step(enum.IntEnum):
     THIRD = 3
 
 
-_LYING = [_Agrees(-1), _Agrees(-4096), _Agrees(2**63), _Agrees(2**64)]
+_LYING = [Agrees(-1), Agrees(-4096), Agrees(2**63), Agrees(2**64)]
 
 
 @pytest.mark.parametrize("bad", _LYING, ids=lambda v: f"agrees({int(v)})")
@@ -69,5 +52,5 @@ def test_a_plain_int_subclass_step_is_stored_as_its_value(store: Store) -> None:
     step = store.history("r")[0].step
     assert step == 3 and type(step) is int
     with pytest.raises(InvalidInputError):  # steps never go backwards, judged by value
-        rec.checkpoint(_Agrees(2), {"a": 2})
+        rec.checkpoint(Agrees(2), {"a": 2})
     assert store.verify().ok

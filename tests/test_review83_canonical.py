@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from lying_ints import Agrees, Denies
 from pg_cluster import backend_store  # noqa: F401 - the ``store`` fixture
 
 from cpstore.decision.validate import validate
@@ -25,38 +26,6 @@ from cpstore.native.fast_canonical import encode_fast
 from cpstore.native.records import pack_token, value_digest
 from cpstore.run.model import PackedTokens, ReplayMode, Run, Token
 from cpstore.store.facade import Store
-
-
-class _Agrees(int):
-    def __ge__(self, other: object) -> bool:
-        return True
-
-    def __le__(self, other: object) -> bool:
-        return True
-
-    def __lt__(self, other: object) -> bool:
-        return True
-
-    def __gt__(self, other: object) -> bool:
-        return False
-
-    __hash__ = int.__hash__
-
-
-class _Denies(int):
-    def __ge__(self, other: object) -> bool:
-        return False
-
-    def __le__(self, other: object) -> bool:
-        return False
-
-    def __lt__(self, other: object) -> bool:
-        return False
-
-    def __gt__(self, other: object) -> bool:
-        return False
-
-    __hash__ = int.__hash__
 
 
 class _NoFloat(float):
@@ -82,7 +51,7 @@ class _SaysTwo(int):
 
 @pytest.mark.parametrize(
     "value",
-    [_Agrees(2**70), _Agrees(-(2**70)), _Denies(2), _Denies(-1), _Agrees(2**64), _Denies(2**63)],
+    [Agrees(2**70), Agrees(-(2**70)), Denies(2), Denies(-1), Agrees(2**64), Denies(2**63)],
     ids=["agrees(2**70)", "agrees(-2**70)", "denies(2)", "denies(-1)", "agrees(2**64)", "d(2**63)"],
 )
 def test_an_int_is_encoded_by_the_int_read(value: int) -> None:
@@ -104,11 +73,11 @@ def test_a_subclass_giving_no_number_is_a_canonical_error(value: Any) -> None:
 
 def test_the_recorder_and_validate_take_such_values(store: Store) -> None:
     rec = store.recorder("r")
-    rec.token("rng", _Agrees(2**70))  # was OverflowError
-    rec.decision(0, "pick", x=_Agrees(2**70))
+    rec.token("rng", Agrees(2**70))  # was OverflowError
+    rec.decision(0, "pick", x=Agrees(2**70))
     with pytest.raises(CanonicalEncodingError):
         rec.token("rng", _NoFloat(1.0))  # was struct.error
-    cid = rec.checkpoint(0, {"a": _Agrees(2**70)})
+    cid = rec.checkpoint(0, {"a": Agrees(2**70)})
     rec.close()
     with store.read(cid) as cp:
         man = cp.manifest
@@ -119,7 +88,7 @@ def test_the_recorder_and_validate_take_such_values(store: Store) -> None:
         "r",
         0,
         man.state_digest,
-        tokens=PackedTokens(other, values=[_Agrees(2**71)]),  # shown: not the record's
+        tokens=PackedTokens(other, values=[Agrees(2**71)]),  # shown: not the record's
         call_graph=({"step": 0, "node": "pick", "x": 2**70},),
         transcript_digest=man.transcript_digest,
         provenance_tags=(f"replay:{cid}",),

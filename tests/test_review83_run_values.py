@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from lying_ints import Agrees
 from pg_cluster import backend_store  # noqa: F401 - the ``store`` fixture
 
 from cpstore.decision.validate import validate
@@ -157,22 +158,7 @@ def test_a_run_holds_plain_values(recorded: Any) -> None:
         assert type(value) in (int, float) and value in (7, 3.0, 5), change
 
 
-class _Agrees(int):
-    """Comparisons that say every bound holds."""
-
-    def __ge__(self, other: object) -> bool:
-        return True
-
-    def __le__(self, other: object) -> bool:
-        return True
-
-    def __lt__(self, other: object) -> bool:
-        return True
-
-    __hash__ = int.__hash__
-
-
-@pytest.mark.parametrize("bad", [_Agrees(-1), _Agrees(2**64)], ids=["-1", "2**64"])
+@pytest.mark.parametrize("bad", [Agrees(-1), Agrees(2**64)], ids=["-1", "2**64"])
 def test_an_effect_seq_is_judged_by_its_value(bad: int) -> None:
     """Its own comparisons were asked: a seq of -1 was taken, and every copy refused."""
     with pytest.raises(DocumentError):

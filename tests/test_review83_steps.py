@@ -25,6 +25,7 @@ from unittest import mock
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from lying_ints import Agrees
 from pg_cluster import backend_store  # noqa: F401 - the ``store`` fixture
 
 from cpstore.decision.validate import validate
@@ -46,24 +47,6 @@ class _ClaimsInt:
 
     def __index__(self) -> int:
         return 2
-
-
-class _Agrees(int):
-    """Comparisons that say every bound holds."""
-
-    def __ge__(self, other: object) -> bool:
-        return True
-
-    def __le__(self, other: object) -> bool:
-        return True
-
-    def __lt__(self, other: object) -> bool:
-        return True
-
-    def __gt__(self, other: object) -> bool:
-        return False
-
-    __hash__ = int.__hash__
 
 
 class _PosesAsTwo(int):
@@ -141,8 +124,8 @@ def recorded(store: Store) -> tuple[Store, str]:
     "bad",
     [
         *_NOT_INTS,
-        _Agrees(-1),
-        _Agrees(2**63),
+        Agrees(-1),
+        Agrees(2**63),
         True,
         2.0,
         -1,
@@ -186,7 +169,7 @@ def test_a_replay_session_refuses_what_the_recorder_refuses(recorded: Any, bad: 
 
 
 @pytest.mark.parametrize(
-    "bad", [STEP_LIMIT, _Agrees(-5), _Agrees(2**64)], ids=["2**63", "agrees(-5)", "agrees(2**64)"]
+    "bad", [STEP_LIMIT, Agrees(-5), Agrees(2**64)], ids=["2**63", "agrees(-5)", "agrees(2**64)"]
 )
 def test_finish_names_its_argument_for_every_step_out_of_range(recorded: Any, bad: Any) -> None:
     store, cid = recorded
