@@ -84,6 +84,23 @@ def _interrupting(k: int, names: Container[str]) -> tuple[Callable[..., Any], li
     return trace, landed
 
 
+def interrupted_at(k: int, names: Container[str], call: Callable[[], Any]) -> list[str]:
+    """Run ``call`` with a KeyboardInterrupt raised at its k-th landing in a frame named in
+    ``names`` (:func:`_interrupting`), the collector off while traced; where it landed
+    (empty: ``call`` ran through, its own result dropped). The loop every sweep runs."""
+    trace, landed = _interrupting(k, names)
+    gc.disable()
+    sys.settrace(trace)
+    try:
+        call()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+        gc.enable()
+    return landed
+
+
 def _open_txns_of_this_process(env: Env) -> list[str]:
     """LMDB's reader table lines of this process with a txn open (a txn id, not '-')."""
     lines = str(env.env.readers()).splitlines()[1:]

@@ -21,11 +21,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_begin_interrupted import _interrupting
+from test_begin_interrupted import interrupted_at
 
 import cpstore
 from cpstore.store import lmdb_registry
-from cpstore.store.maintenance import compact_store
+from cpstore.store.maintenance import CompactReport, compact_store
 
 FRAMES = {
     "compact_in_place",
@@ -50,23 +50,20 @@ def _sweep(path: Path) -> list[str]:
     gc.collect()
     before = _fds()
     wrong: list[str] = []
+    reports: list[CompactReport] = []
+
+    def compact() -> None:
+        reports.append(compact_store(path))
+
     k = 0
     while True:
         k += 1
-        trace, landed = _interrupting(k, FRAMES)
-        gc.disable()
-        sys.settrace(trace)
-        try:
-            report = compact_store(path)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
-            gc.enable()
+        reports.clear()
+        landed = interrupted_at(k, FRAMES, compact)
         gc.collect()
         if not landed:
-            if not report.bytes_before >= report.bytes_after > 0:
-                wrong.append(f"ran through: {report}")
+            if not reports or not reports[0].bytes_before >= reports[0].bytes_after > 0:
+                wrong.append(f"ran through: {reports}")
             break
         if lmdb_registry._REGISTRY_LOCK.locked():
             wrong.append(f"{landed[0]}: registry lock held")

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 from pathlib import Path
 
-from test_begin_interrupted import _interrupting
+from test_begin_interrupted import interrupted_at
 
 import cpstore
 from cpstore.store import lmdb_registry
@@ -30,19 +29,18 @@ def test_an_open_interrupted_in_its_file_steps_leaves_no_descriptor(tmp_path: Pa
     gc.collect()
     before = _fds()
     left: list[str] = []
+
+    def open_and_close() -> None:
+        cpstore.open(path, durability="none").close()
+
     k = 0
     while True:
         k += 1
-        trace, landed = _interrupting(k, {"_open_files", "close_on_exec"})
-        gc.disable()
-        sys.settrace(trace)
-        try:
-            cpstore.open(path, durability="none").close()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
-            gc.enable()
+        landed = interrupted_at(
+            k,
+            {"_open_files", "close_on_exec"},
+            lambda: cpstore.open(path, durability="none").close(),
+        )
         gc.collect()
         if not landed:
             break

@@ -13,15 +13,13 @@ landing CPython has; its sweep here pins that)."""
 
 from __future__ import annotations
 
-import gc
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_begin_interrupted import _interrupting
+from test_begin_interrupted import interrupted_at
 from test_review78_write_lock_interrupt import _another_thread_writes
 
 import cpstore
@@ -40,17 +38,8 @@ def _sweep_held(lock: Any, names: set[str], call: Callable[[], Any]) -> tuple[in
     k = 0
     while True:
         k += 1
-        trace, landed = _interrupting(k, names)
         lock.acquire()
-        gc.disable()
-        sys.settrace(trace)
-        try:
-            call()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
-            gc.enable()
+        landed = interrupted_at(k, names, call)
         if landed and _count(lock) != 1:
             wrong.append(f"{landed[0]}: count {_count(lock)}")
         while _count(lock):
@@ -122,16 +111,8 @@ def test_a_finalizers_flush_interrupted_inside_its_write_leaves_the_lock_free(
         k = 0
         while True:
             k += 1
-            trace, landed = _interrupting(k, {"try_flush_here", "write", "_lock_writes"})
-            gc.disable()
-            sys.settrace(trace)
-            try:
-                st.backend.try_flush_here()
-            except KeyboardInterrupt:
-                pass
-            finally:
-                sys.settrace(None)
-                gc.enable()
+            names = {"try_flush_here", "write", "_lock_writes"}
+            landed = interrupted_at(k, names, st.backend.try_flush_here)
             if not landed:
                 break
             if _count(env.write_lock):
