@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cpstore.langgraph._diff_sealed import Undecidable, metadata_of
-from cpstore.langgraph._diff_task_ids import task_id_divergence
+from cpstore.langgraph._diff_task_ids import PUSH_PATH, targets, task_id_divergence
 from cpstore.langgraph._diff_triggers import head_of
 from cpstore.langgraph._read import (
     Entry,
@@ -270,11 +270,22 @@ def resume_divergence(
     :func:`~cpstore.langgraph._diff_task_ids.task_id_divergence` of the two last
     checkpoints (``writes``: their pending writes, equal but for their task ids): a
     divergence first, then a doubt, or None."""
+    # the Sends are loaded (every part of the checkpoint read) only for a Send's writes
+    push = any(w.task_path.startswith(PUSH_PATH) for w in writes[0] + writes[1])
+    sides = tuple(
+        (
+            e,
+            head_of(txn, store, serde, e),
+            _step(txn, store, serde, e),
+            targets(txn, store, serde, e) if push else (),
+        )
+        for e in last
+    )
     found = [
         f
         for f in (
             updated_divergence(txn, store, serde, last, available, delta=delta),
-            task_id_divergence(last, writes),
+            task_id_divergence((sides[0], sides[1]), writes),
         )
         if f is not None
     ]
