@@ -116,3 +116,40 @@ def test_threads_run_alike_and_a_copy_stay_the_same(url: str) -> None:
             for other in "bc":
                 diff = diff_threads(saver.store, _cfg(f"a{sends}"), _cfg(f"{other}{sends}"))
                 assert diff.same, (sends, other, diff.summary)
+
+
+def _null_copy(saver: CpstoreSaver, src: str, dst: str) -> None:
+    """``src``'s chain put as ``dst`` (ids kept, as ``copy_thread``), ``fast``'s writes
+    under the null task's id (their task path kept)."""
+    meta = saver.store.backend.db("meta")
+    parent: str | None = None
+    for tup in list(saver.list(_cfg(src)))[::-1]:
+        cp = copy_checkpoint(tup.checkpoint)
+        out = saver.put(_cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        parent = out["configurable"]["checkpoint_id"]
+        with saver.store.backend.read_txn() as txn:
+            writes = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
+        for w in writes:
+            value = saver.serde.loads_typed((w.typed[0], bytes(w.typed[1])))
+            tid = _NULL_TASK_ID if w.task_path.endswith("fast") else w.task_id
+            saver.put_writes(out, [(w.channel, value)], tid, task_path=w.task_path)
+
+
+def test_a_task_s_writes_under_the_null_task_s_id_on_one_side_diverge(url: str) -> None:
+    """A resume applies null-task writes first and hands none back: ``fast`` ran again
+    and ``log`` held its line twice, while the diff said "same values at all 2
+    checkpoints" (the ids of null-task writes were left out of every check)."""
+    runs: list[str] = []
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _graph(saver, runs)
+        app.invoke({"log": ["in"]}, _cfg("a"))
+        _null_copy(saver, "a", "b")
+        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        assert not diff.same and not diff.undecidable and diff.pending, diff.summary
+        assert diff.nodes == ("fast",) and diff.channels == ("log",), diff.summary
+        assert "null task's id on one side only" in diff.summary, diff.summary
+        got = [_resumed(app, runs, t) for t in "ab"]
+        assert got == [
+            (["asked ok", "fast", "in"], []),
+            (["asked ok", "fast", "fast", "in"], ["fast"]),
+        ]

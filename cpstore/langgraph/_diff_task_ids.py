@@ -33,7 +33,7 @@ neither side (triggers the heads do not show) are left to the rules above.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from hashlib import sha1
 from typing import Any
@@ -171,12 +171,47 @@ def _by_path(writes: list[StoredWrite]) -> dict[str, set[str]]:
     return out
 
 
+def _nulls(writes: list[StoredWrite]) -> Counter[tuple[str, str, bool]]:
+    """Each write's task path and channel, and whether it is the null task's."""
+    return Counter((w.task_path, w.channel, w.task_id == _NULL_TASK_ID) for w in writes)
+
+
+def _null_on_one_side(
+    writes: tuple[list[StoredWrite], list[StoredWrite]],
+) -> tuple[tuple[str, ...], tuple[str, ...], bool, str] | None:
+    """The writes of a task path stored under the null task's id on one side only
+    (review84): a resume applies those before it runs anything and hands none back to
+    the task, which runs again; the other side's are handed back. Before, two such
+    threads were "same values at all 2 checkpoints" while one resume ran the task again
+    and wrote its value twice. A divergence for a task's path; undecidable for the empty
+    path, which LangGraph stores both null writes and writes of no task under."""
+    na, nb = _nulls(writes[0]), _nulls(writes[1])
+    odd = sorted({k[:2] for k in (na - nb) + (nb - na)})
+    if not odd:
+        return None
+    paths = {p for p, _ in odd}
+    chosen = [w for w in writes[0] + writes[1] if (w.task_path, w.channel) in odd]
+    nodes = tuple(sorted({node_of(w) for w in chosen}))
+    channels = tuple(sorted({c for _, c in odd}))
+    unsure = paths == {""}
+    why = (
+        f"the pending writes of node {', '.join(nodes)} to {', '.join(channels)} are stored "
+        "under the null task's id on one side only: a resume applies those first and "
+        "hands none back to the task, which runs again"
+        + (" (if a task of theirs runs)" if unsure else "")
+    )
+    return nodes, channels, unsure, why
+
+
 def task_id_divergence(
     sides: tuple[Side, Side], writes: tuple[list[StoredWrite], list[StoredWrite]]
 ) -> tuple[tuple[str, ...], tuple[str, ...], bool, str] | None:
-    """``(nodes, channels, True, why)`` when the task ids of the last checkpoints' writes
-    (equal but for their ids; ``sides``: each last checkpoint's entry, head and step)
-    are not what LangGraph derives on both sides, else None."""
+    """``(nodes, channels, undecidable, why)`` when the task ids of the last checkpoints'
+    writes (equal but for their ids; ``sides``: each last checkpoint's entry, head and
+    step) are not what LangGraph derives on both sides, else None."""
+    found = _null_on_one_side(writes)
+    if found is not None:
+        return found
     last = (sides[0][0], sides[1][0])
     one = (last[0].ns, last[0].checkpoint_id) == (last[1].ns, last[1].checkpoint_id)
     ia, ib = _by_path(writes[0]), _by_path(writes[1])
