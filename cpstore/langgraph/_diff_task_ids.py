@@ -22,13 +22,18 @@ And each id is derived as LangGraph derives it (review84), from what the heads s
 a pull task's from its checkpoint id, namespace, step (the checkpoint's plus one), node
 and triggers (the sorted channels either side's ``versions_seen`` names for the node,
 its ``branch:to:`` channel, or any one channel of the heads); a ``Send``'s from its
-index and target (a node either head names). A task path whose ids derive on one side
+index and target (the ``Send``'s node in ``__pregel_tasks``, or a node either head
+names). A task path whose ids derive on one side
 and not on the other (or with other triggers) is undecidable: the write under the id
 that does not derive is not handed back, and its task runs again on that side only.
 Before, a thread whose writes were copied under checkpoints put with new ids, each
 write under an id of its own, was "same values at all 2 checkpoints" while its resume
 ran the finished task again (``tests/test_review84_task_ids.py``). Ids derived from
 neither side (triggers the heads do not show) are left to the rules above.
+
+A task's writes under the null task's id on one side only (review84) are a divergence:
+those the resume applies first, handing none back to the task, which runs again
+(undecidable on the empty task path, which writes of no task are stored under too).
 """
 
 from __future__ import annotations
