@@ -159,12 +159,17 @@ def _lg_diff(args: argparse.Namespace) -> int:
         ) from None
     serde = None if args.serde is None else load_serde(args.serde)
     with open_store_at(args) as store:
-        found = diff_threads(
-            store,
-            _config(args.thread_a, args.ns, args.checkpoint_a),
-            _config(args.thread_b, args.ns, args.checkpoint_b),
-            serde=serde,
-        )
+        try:
+            found = diff_threads(
+                store,
+                _config(args.thread_a, args.ns, args.checkpoint_a),
+                _config(args.thread_b, args.ns, args.checkpoint_b),
+                serde=serde,
+            )
+        except SystemExit as exc:  # review84: the serde's sys.exit() was our exit code
+            if serde is None:
+                raise
+            raise _failed(args.serde, "decoding with it", exc) from None
     if args.json:
         print_json(found.as_dict())
     else:

@@ -22,7 +22,9 @@ candidate on one side only is a divergence; otherwise a set that leaves out a ch
 its step moved (an available channel whose version differs from the parent
 checkpoint's; not a DeltaChannel, whose snapshot moves its version beside the step, nor
 a channel the parent's null-task writes moved, which the resume that made the step
-added to its set), or names one it did not move (nor a DeltaChannel), makes it
+added to its set; but a DeltaChannel the step's tasks wrote, the parent's writes under
+a task id: review84, a set leaving one out resumed without the node subscribed to it
+while the diff said same), or names one it did not move (nor a DeltaChannel), makes it
 undecidable: a node that has not run yet may be triggered by it on one side only. Sets
 that are the loop's are the same (a node that appended ``[]`` to a list moved its
 version: its set names it, the other thread's not).
@@ -34,7 +36,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cpstore.langgraph._diff_sealed import Undecidable, metadata_of
-from cpstore.langgraph._diff_task_ids import task_id_divergence
+from cpstore.langgraph._diff_task_ids import PUSH_PATH, targets, task_id_divergence
 from cpstore.langgraph._diff_triggers import head_of
 from cpstore.langgraph._read import (
     Entry,
@@ -144,14 +146,16 @@ def _moved(
 ) -> tuple[set[str], set[str]] | str:
     """``(must, may)``: the available channels (``skip[0]``: those holding a value) whose
     version moved since the parent checkpoint, less the DeltaChannels (``skip[1]``),
-    those the parent's null-task writes moved and ``__pregel_tasks`` (a set LangGraph's
-    loop writes names them all), and the channels such a set may name (those moved, the
+    those the parent's null-task writes moved and ``__pregel_tasks``, plus the
+    DeltaChannels the parent's task writes (the step's) wrote (a set LangGraph's loop
+    writes names them all), and the channels such a set may name (those moved, the
     DeltaChannels). Why it cannot be told when the parent is pruned or gone, or steps
     between them were not recorded (``durability="exit"``)."""
     (entry, head), (held, delta) = at, skip
     versions = head.get("channel_versions") or {}
     before: Mapping[str, Any] = {}
     nulls: set[str] = set()
+    tasks: set[str] = set()  # the DeltaChannels the step's tasks wrote (review84)
     if entry.parent is None:
         step = _step(txn, store, serde, entry)
         if type(step) is int and step > -1:  # the loop's first checkpoint is input, step -1
@@ -167,9 +171,10 @@ def _moved(
         before = head_of(txn, store, serde, parent).get("channel_versions") or {}
         writes = stored_writes(txn, meta, parent.thread_id, parent.ns, parent.checkpoint_id)
         nulls = {w.channel for w in writes if w.task_id == _NULL_TASK_ID}
+        tasks = {w.channel for w in writes if w.task_id != _NULL_TASK_ID and w.channel in delta}
     moved = {c for c, v in versions.items() if before.get(c) != v}
     skipped = delta | nulls | {_TASKS}
-    return {c for c in moved if c in held and c not in skipped}, moved | delta
+    return {c for c in moved if c in held and c not in skipped} | tasks, moved | delta
 
 
 def _unlike(
@@ -270,11 +275,22 @@ def resume_divergence(
     :func:`~cpstore.langgraph._diff_task_ids.task_id_divergence` of the two last
     checkpoints (``writes``: their pending writes, equal but for their task ids): a
     divergence first, then a doubt, or None."""
+    # the Sends are loaded (every part of the checkpoint read) only for a Send's writes
+    push = any(w.task_path.startswith(PUSH_PATH) for w in writes[0] + writes[1])
+    sides = tuple(
+        (
+            e,
+            head_of(txn, store, serde, e),
+            _step(txn, store, serde, e),
+            targets(txn, store, serde, e) if push else (),
+        )
+        for e in last
+    )
     found = [
         f
         for f in (
             updated_divergence(txn, store, serde, last, available, delta=delta),
-            task_id_divergence(last, writes),
+            task_id_divergence((sides[0], sides[1]), writes),
         )
         if f is not None
     ]
