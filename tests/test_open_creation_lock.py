@@ -203,20 +203,21 @@ def test_an_interrupt_right_after_the_registry_lets_a_won_lock_go_closes_nothing
     path = tmp_path / "s"
     with cpstore.open(path) as st:
         st.recorder("r").checkpoint(0, {"a": 1})
-    real_unlock = lmdb_open.unlock_folder  # the registry's own
+    real_release = lmdb_open.release_folders  # the registry's own (review85: was unlock_folder)
     reused: list[int] = []
 
     def busy(key: str, options: object, won: int | None = None) -> object:
         raise lmdb_open.FolderBusyError(key)
 
-    def unlock_then_interrupted(fd: int | None) -> None:
-        real_unlock(fd)
-        if fd is not None and not reused:
+    def release_then_interrupted(held: list[int | None]) -> None:
+        had = any(fd is not None for fd in held)
+        real_release(held)
+        if had and not reused:
             reused.append(os.open(tmp_path / "other", os.O_RDWR | os.O_CREAT, 0o644))
             raise KeyboardInterrupt
 
     monkeypatch.setattr(lmdb_registry, "_acquire", busy)
-    monkeypatch.setattr(lmdb_registry, "unlock_folder", unlock_then_interrupted)
+    monkeypatch.setattr(lmdb_registry, "release_folders", release_then_interrupted)
     try:
         with pytest.raises(KeyboardInterrupt):
             cpstore.open(path)

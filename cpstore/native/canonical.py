@@ -9,6 +9,8 @@ encoding compares values "by type and by value" (seed 002).
   ext type 1 holding the minimal big-endian two's-complement bytes.
 * ``float``: always float 64; every NaN is written as ``0x7ff8000000000000``
   and ``-0.0`` as ``0.0`` (they compare equal in Python, so they encode equal).
+* An ``int`` or ``float`` subclass is its value (``int.__index__``,
+  ``float.__float__``), never what its own ``__int__`` or ``+`` says.
 * ``str``: UTF-8 msgpack str; ``bytes``/``bytearray``/``memoryview``: msgpack bin.
 * ``list``/``tuple``: msgpack array (a tuple is a list here).
 * ``dict``: msgpack map, entries sorted by the bytes of the encoded key. A key
@@ -100,29 +102,43 @@ def _encode(value: Any, out: list[bytes], depth: int, path: str) -> None:
     if value is None or value is True or value is False:
         out.append(msgpack.packb(value))
     elif isinstance(value, int):
-        # The range is asked of the int read, never of the value: an int subclass's own
-        # comparisons may lie (review83: one agreeing to every bound with 2**70 raised a
-        # bare OverflowError out of msgpack, one denying them wrote 2 as an ext).
-        try:  # inline, not a helper's call: this is the reference's hot path
-            number = int(value)
-        except TypeError as exc:  # a subclass's own __int__ gave no int
-            raise CanonicalEncodingError(
-                "an int subclass's __int__ gave no int", where=path, got=str(exc)
-            ) from None
+        # An int subclass is read by its value (int.__index__), never by its own __int__,
+        # comparisons or arithmetic, as a step, seq or pin is (records.number_value):
+        # review83 made the range the read int's; review85: __int__ was that reading, and
+        # one answering differently at each call made a Run's in-memory verdict differ
+        # from its document's, which holds one answer.
+        if type(value) is int:
+            number = value
+        else:
+            try:  # inline, not a helper's call: this is the reference's hot path
+                number = int.__index__(value)
+            except TypeError:  # an object claiming int (Mock(spec=int)) that is none
+                raise CanonicalEncodingError(
+                    "value claims to be an int but is none",
+                    where=path,
+                    got=type(value).__name__,
+                ) from None
         if _INT_MIN <= number < _INT_END:
             out.append(msgpack.packb(number))
         else:
             out.append(_bigint(number))
     elif isinstance(value, float):
-        if math.isnan(value):
-            out.append(_NAN)
+        # By its value (float.__float__), never its own + (review85, as for an int).
+        if type(value) is float:
+            real = value
         else:
-            try:  # -0.0 + 0.0 == 0.0
-                out.append(struct.pack(">Bd", 0xCB, value + 0.0))
-            except struct.error as exc:  # a float subclass's own + gave no float
+            try:
+                real = float.__float__(value)
+            except TypeError:  # an object claiming float (Mock(spec=float)) that is none
                 raise CanonicalEncodingError(
-                    "a float subclass's + 0.0 gave no float", where=path, got=str(exc)
+                    "value claims to be a float but is none",
+                    where=path,
+                    got=type(value).__name__,
                 ) from None
+        if math.isnan(real):
+            out.append(_NAN)
+        else:  # -0.0 + 0.0 == 0.0
+            out.append(struct.pack(">Bd", 0xCB, real + 0.0))
     elif isinstance(value, str):
         try:
             out.append(msgpack.packb(value))

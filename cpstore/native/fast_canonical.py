@@ -19,7 +19,7 @@ of ``isinstance`` checks. :func:`encode_fast` returns the same bytes:
   subclasses and other Mappings, int/str subclasses, non-str keys, bytearray,
   memoryview) takes a general path that encodes and sorts like the spec
   (a str subclass by its text, never its own ``__str__``: a str-mixin Enum
-  member's str() is its name; a float subclass through the spec's own steps;
+  member's str() is its name; an int or float subclass by its value, as the spec;
   a list, tuple or Mapping key refused, as the spec refuses it).
 
 No error path is computed on the way. When anything goes wrong (an
@@ -169,12 +169,13 @@ def _encode(value: Any, out: list[bytes], depth: int) -> None:
         _sequence(value, out, depth)
     elif kind is float:
         out.append(_float(value))
-    elif isinstance(value, int):  # an int subclass (bool is exact, above)
-        if not _INT_MIN <= value < _INT_END:
+    elif isinstance(value, int):  # an int subclass (bool is exact, above): by its value
+        number = int.__index__(value)  # a TypeError (Mock(spec=int)): the spec says why
+        if not _INT_MIN <= number < _INT_END:
             raise _RefusedError  # a big int: the spec's ext form
-        out.append(_mp(int(value)))
-    elif isinstance(value, float):  # as the spec: isnan and "+ 0.0" on the value itself
-        out.append(_float(value))
+        out.append(_mp(number))
+    elif isinstance(value, float):  # as the spec: by its value, never its own +
+        out.append(_float(float.__float__(value)))
     elif isinstance(value, str):  # its text, never str() (a str-mixin Enum's str() is its name)
         out.append(_mp(str.__str__(value)))
     elif isinstance(value, (bytes, bytearray, memoryview)):

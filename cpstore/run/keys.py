@@ -20,10 +20,11 @@ after ``write_document`` had written the document's head.
 
 A value holding a type other than the builtins (a subclass of int, float, str, bytes,
 list, tuple or dict, or a Mapping that is not a dict) is written as its canonical value
-(review79): the canonical encoder reads such a value through its methods (``value +
-0.0``, ``int(value)``, ``bytes(value)``, ``items()``) while ``json`` and ``msgpack``
-write the builtin value beneath, so a float subclass whose ``__add__`` said 2.0 had its
-record hashed as 2.0 and was written as 1.0: a REJECT replay became an ACCEPT document.
+(review79): the canonical encoder reads such a value through its methods (``bytes(value)``,
+``items()``; before review85 an int's ``__int__`` and a float's ``+`` too) while ``json``
+and ``msgpack`` write the builtin value beneath, so a float subclass whose ``__add__`` said
+2.0 had its record hashed as 2.0 and was written as 1.0: a REJECT replay became an ACCEPT
+document.
 A non-dict Mapping or a memoryview was refused only mid-stream, after the head.
 """
 

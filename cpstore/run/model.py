@@ -357,6 +357,11 @@ class Run:
         # taken here, and the msgpack writer died of a bare TypeError mid-stream).
         for i, access in enumerate(self.harness_accesses):
             check_canonical(access, f"harness_accesses[{i}]")
+        if not all(map(_plain, self.harness_accesses)):  # as a call-graph node (review85)
+            accesses = tuple(
+                a if _plain(a) else decode_value(encode_value(a)) for a in self.harness_accesses
+            )
+            object.__setattr__(self, "harness_accesses", accesses)
         if not isinstance(self.provenance_tags, tuple):
             raise DocumentError(
                 "provenance_tags must be a tuple",
@@ -390,9 +395,17 @@ class Run:
                 Effect(number_value(e.seq), e.target, e.payload_digest) for e in self.effects
             )
             object.__setattr__(self, "effects", plain_effects)
-        if not all(type(n["step"]) is int for n in self.call_graph):
+        # A node holding any other type (a dict subclass, a Mapping, a bytearray) is held
+        # as its canonical value, read once: validate encoded it again at each call, so a
+        # dict subclass whose items() answered otherwise at each read was an ACCEPT in
+        # memory where its document, written from one read, was a REJECT (review85).
+        if not all(
+            type(n) is dict and type(n["step"]) is int and _plain(n) for n in self.call_graph
+        ):
             nodes = tuple(
-                n if type(n["step"]) is int else {**n, "step": number_value(n["step"])}
+                n
+                if type(n) is dict and type(n["step"]) is int and _plain(n)
+                else decode_value(encode_value({**n, "step": number_value(n["step"])}))
                 for n in self.call_graph
             )
             object.__setattr__(self, "call_graph", nodes)
@@ -436,6 +449,27 @@ def check_items(items: Any, cls: type, where: str) -> None:
             raise DocumentError(
                 f"must be {cls.__name__}", where=f"{where}[{i}]", got=type(item).__name__
             )
+
+
+#: The types a value is held as it is: its encoder reads them without their own methods.
+_PLAIN = frozenset({dict, list, tuple, int, float, str, bytes, bool, type(None)})
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` holds only :data:`_PLAIN` types (keys too)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind not in _PLAIN:
+            return False
+        if kind is dict:
+            if not _PLAIN.issuperset(map(type, item)):
+                return False
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+    return True
 
 
 def check_canonical(value: Any, where: str) -> None:

@@ -44,7 +44,7 @@ from cpstore.store.lmdb_open import (
     open_tables,
     pin_folder,
     refuse,
-    unlock_folder,
+    release_folders,
 )
 from cpstore.store.lmdb_pages import TailCover, check_data_size
 from cpstore.store.lmdb_txns import EnvTxns
@@ -169,8 +169,14 @@ class Env(EnvTxns):
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
                 return close_on_exec(env, where, self.file_id)  # LMDB's data file's too
             finally:
-                unlock_folder(pin)
-                unlock_folder(locked)
+                # Both in one release, tried again if interrupted: an interrupt landing at
+                # the pin's release skipped the lock's, held for good (review85).
+                going = [pin, locked]
+                try:
+                    release_folders(going)
+                except BaseException:
+                    release_folders(going)
+                    raise
         except lmdb.Error as exc:
             raise translate(exc, path) from None
         except PermissionError as exc:

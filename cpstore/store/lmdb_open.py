@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import operator
 import os
 import threading
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISREG
@@ -48,6 +50,7 @@ __all__ = [
     "open_tables",
     "pin_folder",
     "refuse",
+    "release_folders",
     "unlock_folder",
 ]
 
@@ -158,7 +161,12 @@ def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> Iterator[
     try:
         yield fd
     finally:
-        unlock_folder(fd)
+        held = [fd]
+        try:
+            release_folders(held)
+        except BaseException:  # an interrupt in the release: see release_folders
+            release_folders(held)
+            raise
 
 
 def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
@@ -168,12 +176,19 @@ def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
     checks under it say so), and nothing is held. ``wait=False``: raise
     :class:`FolderBusyError` (holding nothing) where another holder would make it wait.
     Anything else raised meanwhile (a KeyboardInterrupt in the wait) closes the descriptor."""
-    with FORK_GUARD:  # a fork() meanwhile waits: its child never inherits an unlisted fd
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        FORK_CLOSED_FDS.add(fd)
+    got: list[int | None] = []
+    try:
+        with FORK_GUARD:  # a fork() meanwhile waits: its child never inherits an unlisted fd
+            # Opened and kept in one C call (map opens, extend keeps, no bytecode between):
+            # an interrupt landing on a bare open's return leaked the descriptor (review85).
+            got.extend(map(os.open, (path,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)))
+            FORK_CLOSED_FDS.add(got[0])  # type: ignore[arg-type]
+    except OSError:
+        return None
+    except BaseException:  # an interrupt after the open: closed, listed or not
+        release_folders(got)
+        raise
+    fd: int = got[0]  # type: ignore[assignment]
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     try:  # no flock here: open as before
         fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
@@ -203,11 +218,33 @@ class FolderBusyError(Exception):
 
 
 def unlock_folder(fd: int | None) -> None:
-    """Release a :func:`lock_folder` lock (closing its descriptor releases the flock)."""
-    if fd is not None:
-        with FORK_GUARD:  # a fork() between these two would hand the child the lock
-            FORK_CLOSED_FDS.discard(fd)
-            os.close(fd)
+    """Release a :func:`lock_folder` lock (closing its descriptor releases the flock).
+    A caller releasing on its way out (not in an ``except``) uses :func:`release_folders`."""
+    release_folders([fd])
+
+
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
+_call: Callable[..., Any] = operator.call
+
+
+def release_folders(held: list[int | None]) -> None:
+    """Release the :func:`lock_folder` locks (or :func:`pin_folder` descriptors) in
+    ``held``, taking each out of it as it is closed, so an interrupt (a signal handler's
+    exception) landing anywhere here leaves ``held`` naming exactly those still open. A
+    caller releasing on its way out calls this again from an ``except BaseException``:
+    an interrupt landing at this call's start, or between two releases, skipped the
+    close, and a creation lock's flock stayed this process's for good: every later open
+    of the folder, here or in another process, waited on it (review85)."""
+    while held:
+        fd = held[-1]
+        if fd is None:
+            held.pop()
+            continue
+        with FORK_GUARD:  # a fork() between the discard and the close would hand the child the lock
+            # One C call (map calls each, no bytecode between, so no handler runs): forgotten,
+            # taken out of ``held`` and closed together. Taken out before the close: a close
+            # that fails has freed the number all the same (Linux), never to be closed twice.
+            _consume(map(_call, (FORK_CLOSED_FDS.discard, held.pop, os.close), (fd, -1, fd)))
 
 
 class FileOpenHereError(Exception):

@@ -22,6 +22,7 @@ from cpstore.store.lmdb_open import (
     FolderBusyError,
     lock_folder,
     pin_folder,
+    release_folders,
     unlock_folder,
 )
 from cpstore.store.lmdb_txns import take_write_lock
@@ -202,12 +203,23 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
             except FolderBusyError:
                 pass
             # Forgotten before it is closed: an interrupt landing after the close must not
-            # make the finally close the number again (another thread's file by then).
-            held, won = won, None
-            unlock_folder(held)
+            # make the finally close the number again (another thread's file by then);
+            # ``held`` says what is left open when one lands in the release (release_folders).
+            held, won = [won], None
+            try:
+                release_folders(held)
+            except BaseException:
+                release_folders(held)
+                raise
             won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
     finally:
-        unlock_folder(won)
+        if won is not None:  # no call otherwise: no landing after _acquire's return
+            going: list[int | None] = [won]
+            try:
+                release_folders(going)
+            except BaseException:  # an interrupt at its start left the lock held (review85)
+                release_folders(going)
+                raise
 
 
 def _acquire(key: str, options: EnvOptions, won: int | None = None) -> Env:
@@ -394,7 +406,12 @@ def pinned_for_compact(
     try:
         yield folder
     finally:
-        unlock_folder(own)
+        held = [own]
+        try:
+            release_folders(held)
+        except BaseException:  # an interrupt in the release: see release_folders
+            release_folders(held)
+            raise
 
 
 def registry_settled() -> None:

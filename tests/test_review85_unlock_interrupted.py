@@ -1,0 +1,122 @@
+"""review85: an interrupt landing in the release of a folder's creation lock leaves it held
+for good.
+
+tests/test_begin_interrupted.py's sweep, widened to the frames that release the lock
+(``unlock_folder``, ``creation_lock``, ``acquire_env``): an open's ``_open_files`` let go
+of the pinned folder's descriptor and then of the lock in two calls, so a KeyboardInterrupt
+landing at the first's start skipped the second; ``unlock_folder`` forgot the descriptor
+(``FORK_CLOSED_FDS.discard``) and closed it in two calls, so one landing on the discard's
+return skipped the close; ``creation_lock``'s and ``acquire_env``'s ends had one call each,
+whose start is a landing too. The exclusive flock then stayed this process's, and every
+later open of the store, here or in any other process, waited on it forever (the
+compaction's sweep hung at its verify's open). Now every release on the way out takes the
+descriptors out of a list as one C call closes each, and is tried again from an
+``except`` when interrupted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import test_compact_interrupted as compact
+from test_begin_interrupted import interrupted_at
+
+import cpstore
+from cpstore.store import lmdb_registry
+
+#: Every frame of an open and of a compaction that takes or lets go of the folder's lock.
+_LOCKING = {
+    "acquire_env",
+    "_open_files",
+    "creation_lock",
+    "lock_folder",
+    "unlock_folder",
+    "release_folders",
+    "pin_folder",
+}
+
+
+def _folder_lock_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # drops the flock taken here
+    return True
+
+
+def _open_sweep(path: Path) -> list[str]:
+    """Interrupt an open at each landing in the locking frames; what each left wrong."""
+    with cpstore.open(path, durability="none") as st:
+        cid = st.recorder("r").checkpoint(0, {"a": 1})
+    gc.collect()
+    before = set(os.listdir("/proc/self/fd"))
+    wrong: list[str] = []
+    k = 0
+    while True:
+        k += 1
+        landed = interrupted_at(k, _LOCKING, lambda: cpstore.open(path, durability="none").close())
+        gc.collect()
+        if not landed:
+            break
+        if not _folder_lock_free(path):
+            wrong.append(f"{landed[0]}: the folder's creation lock held")
+            break  # every open would wait on it
+        if set(os.listdir("/proc/self/fd")) != before:
+            wrong.append(f"{landed[0]}: descriptors left open")
+            break
+        if lmdb_registry._REGISTRY:
+            wrong.append(f"{landed[0]}: an environment left registered")
+            break
+        with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
+            if cp.state() != {"a": 1}:
+                wrong.append(f"{landed[0]}: read {cp.state()!r}")
+        gc.collect()
+    if k <= 10:
+        wrong.append(f"only {k - 1} landings")
+    return wrong
+
+
+def _compact_sweep(path: Path) -> list[str]:
+    compact.FRAMES = compact.FRAMES | _LOCKING
+    return compact._sweep(path)
+
+
+def _in_child(sweep: str, path: Path) -> list[str]:
+    """Run ``sweep`` in a child with a time limit: before the fix a landing hung it."""
+    code = (
+        "import sys, json; from pathlib import Path; "
+        f"from test_review85_unlock_interrupted import {sweep}; "
+        f"print(json.dumps({sweep}(Path(sys.argv[1]))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the sweep hung: {exc.stdout!r}") from None
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_an_open_interrupted_in_its_locking_leaves_the_folder_unlocked(tmp_path: Path) -> None:
+    assert _in_child("_open_sweep", tmp_path / "s") == []
+
+
+def test_a_compaction_interrupted_in_its_opens_locking_leaves_no_lock(tmp_path: Path) -> None:
+    assert _in_child("_compact_sweep", tmp_path / "s") == []
