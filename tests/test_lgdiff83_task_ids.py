@@ -11,46 +11,16 @@ copied verbatim under checkpoints put with new ids. Now undecidable; a thread an
 
 from __future__ import annotations
 
-import operator
 import uuid
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 from langgraph.checkpoint.base import copy_checkpoint
-from langgraph.graph import START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
+from lg_threads import cfg, fast_beside_asks
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
 from cpstore.langgraph._read import stored_writes
-
-
-class _S(TypedDict):
-    log: Annotated[list[str], operator.add]
-
-
-def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
-
-
-def _graph(saver: CpstoreSaver, runs: list[str]) -> Any:
-    """``fast`` finishes beside ``asks``, which interrupts (``runs`` counts ``fast``)."""
-
-    def fast(_: _S) -> dict[str, Any]:
-        runs.append("fast")
-        return {"log": ["fast"]}
-
-    def asks(_: _S) -> dict[str, Any]:
-        return {"log": ["asked " + str(interrupt("ok?"))]}
-
-    g = StateGraph(_S)
-    g.add_node("fast", fast)
-    g.add_node("asks", asks)
-    g.add_edge(START, "fast")
-    g.add_edge(START, "asks")
-    return g.compile(checkpointer=saver)
 
 
 def _put_copy(saver: CpstoreSaver, src: str, dst: str, *, new_ids: bool, fast_id: str) -> None:
@@ -59,11 +29,11 @@ def _put_copy(saver: CpstoreSaver, src: str, dst: str, *, new_ids: bool, fast_id
     ``fast_id`` ("" keeps its id)."""
     meta = saver.store.backend.db("meta")
     parent: str | None = None
-    for tup in list(saver.list(_cfg(src)))[::-1]:
+    for tup in list(saver.list(cfg(src)))[::-1]:
         cp = copy_checkpoint(tup.checkpoint)
         if new_ids:
             cp["id"] = str(uuid.uuid1())
-        out = saver.put(_cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
         parent = out["configurable"]["checkpoint_id"]
         with saver.store.backend.read_txn() as txn:
             writes = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
@@ -75,17 +45,17 @@ def _put_copy(saver: CpstoreSaver, src: str, dst: str, *, new_ids: bool, fast_id
 
 def _resumed(app: Any, runs: list[str], thread: str) -> tuple[list[str], list[str]]:
     runs.clear()
-    out = app.invoke(Command(resume="ok"), _cfg(thread))["log"]
+    out = app.invoke(Command(resume="ok"), cfg(thread))["log"]
     return sorted(out), list(runs)
 
 
 def test_a_finished_task_s_writes_under_another_id_are_not_the_same(url: str) -> None:
     runs: list[str] = []
     with CpstoreSaver.from_conn_string(url) as saver:
-        app = _graph(saver, runs)
-        app.invoke({"log": ["in"]}, _cfg("a"))
+        app = fast_beside_asks(saver, runs)
+        app.invoke({"log": ["in"]}, cfg("a"))
         _put_copy(saver, "a", "b", new_ids=False, fast_id=str(uuid.uuid4()))
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         # before: "same values at all 2 checkpoints"
         assert not diff.same and diff.undecidable and diff.pending, diff.summary
         assert diff.nodes == ("fast",) and diff.channels == ("log",), diff.summary
@@ -97,10 +67,10 @@ def test_a_finished_task_s_writes_under_another_id_are_not_the_same(url: str) ->
 def test_writes_copied_under_new_checkpoint_ids_are_not_the_same(url: str) -> None:
     runs: list[str] = []
     with CpstoreSaver.from_conn_string(url) as saver:
-        app = _graph(saver, runs)
-        app.invoke({"log": ["in"]}, _cfg("a"))
+        app = fast_beside_asks(saver, runs)
+        app.invoke({"log": ["in"]}, cfg("a"))
         _put_copy(saver, "a", "b", new_ids=True, fast_id="")
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         # before: "same values at all 2 checkpoints"
         assert not diff.same and diff.undecidable, diff.summary
         assert "fast" in diff.nodes and "are the same on both sides" in diff.summary
@@ -111,12 +81,12 @@ def test_writes_copied_under_new_checkpoint_ids_are_not_the_same(url: str) -> No
 def test_a_copy_and_threads_run_alike_are_the_same(url: str) -> None:
     runs: list[str] = []
     with CpstoreSaver.from_conn_string(url) as saver:
-        app = _graph(saver, runs)
+        app = fast_beside_asks(saver, runs)
         for t in "ac":
-            app.invoke({"log": ["in"]}, _cfg(t))
+            app.invoke({"log": ["in"]}, cfg(t))
         saver.copy_thread("a", "b")
         _put_copy(saver, "a", "d", new_ids=False, fast_id="")  # ids kept: as copy_thread
         for other in "bcd":
-            diff = diff_threads(saver.store, _cfg("a"), _cfg(other))
+            diff = diff_threads(saver.store, cfg("a"), cfg(other))
             assert diff.same, (other, diff.summary)
         assert {_resumed(app, runs, t)[1] == [] for t in "abcd"} == {True}

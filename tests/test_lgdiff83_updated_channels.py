@@ -21,26 +21,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import NodeBuilder, Pregel
 from langgraph.types import Command, Send, interrupt
 from lg_delta import graph as delta_graph
+from lg_threads import NULL_TASK_ID, LogState, cfg, unlike_sets
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
-from cpstore.langgraph._diff_triggers import head_of
-from cpstore.langgraph._diff_updated import _moved, _unlike, _updated
-from cpstore.langgraph._read import entry_at, stored_writes
-
-#: The task id LangGraph stores input and ``Command`` writes under.
-_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-
-
-class _S(TypedDict):
-    log: Annotated[list[str], operator.add]
-
-
-def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 def _graph(saver: CpstoreSaver, *, again: bool = False, empty: str = "") -> Any:
@@ -48,16 +32,16 @@ def _graph(saver: CpstoreSaver, *, again: bool = False, empty: str = "") -> Any:
     (so ``n`` has run when it stops before it the second time); on thread ``empty``,
     ``a`` appends ``[]`` to ``log`` (its version moves, its value does not)."""
 
-    def a(_: _S, config: RunnableConfig) -> dict[str, Any]:
+    def a(_: LogState, config: RunnableConfig) -> dict[str, Any]:
         return {"log": []} if config["configurable"]["thread_id"] == empty else {}
 
-    def n(_: _S) -> dict[str, Any]:
+    def n(_: LogState) -> dict[str, Any]:
         return {"log": ["n"]}
 
-    def after_n(state: _S) -> str:
+    def after_n(state: LogState) -> str:
         return "a" if again and state["log"].count("n") == 1 else END
 
-    g = StateGraph(_S)
+    g = StateGraph(LogState)
     g.add_node("a", a)
     g.add_node("n", n)
     g.add_edge(START, "a")
@@ -68,7 +52,7 @@ def _graph(saver: CpstoreSaver, *, again: bool = False, empty: str = "") -> Any:
 
 def _head(saver: CpstoreSaver, thread: str) -> Any:
     """The newest checkpoint of ``thread``."""
-    tup = saver.get_tuple(_cfg(thread))
+    tup = saver.get_tuple(cfg(thread))
     assert tup is not None
     return tup.checkpoint
 
@@ -76,43 +60,43 @@ def _head(saver: CpstoreSaver, thread: str) -> Any:
 def _put_copy(saver: CpstoreSaver, src: str, dst: str, updated: Any) -> None:
     """Thread ``src``'s chain put as thread ``dst`` through ``saver.put`` (as the loop
     puts each checkpoint), the newest with ``updated_channels`` = ``updated``."""
-    chain = list(saver.list(_cfg(src)))[::-1]
+    chain = list(saver.list(cfg(src)))[::-1]
     parent: str | None = None
     for i, tup in enumerate(chain):
         cp = copy_checkpoint(tup.checkpoint)
         if i == len(chain) - 1:
             cp["updated_channels"] = updated
-        out = saver.put(_cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
         parent = out["configurable"]["checkpoint_id"]
 
 
 def test_updated_channels_leaving_out_a_new_trigger_are_not_the_same(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _graph(saver)
-        app.invoke({"log": ["in"]}, _cfg("a"))
+        app.invoke({"log": ["in"]}, cfg("a"))
         assert _head(saver, "a")["updated_channels"] == ["branch:to:n"]
         _put_copy(saver, "a", "b", ["log"])
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         # before: "same values at all 3 checkpoints"
         assert not diff.same and diff.undecidable and diff.pending, diff.summary
         assert diff.channels == ("branch:to:n", "log") and diff.index == 2, diff.summary
         assert "B's leave out branch:to:n" in diff.summary, diff.summary
-        got = [app.invoke(None, _cfg(t))["log"] for t in "ab"]
+        got = [app.invoke(None, cfg(t))["log"] for t in "ab"]
         assert got == [["in", "n"], ["in"]]  # and the resumes do differ
 
 
 def test_a_node_that_ran_picked_on_one_side_only_is_a_divergence(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _graph(saver, again=True)
-        app.invoke({"log": ["in"]}, _cfg("a"))
-        app.invoke(None, _cfg("a"))  # n runs, then a, then it stops before n again
+        app.invoke({"log": ["in"]}, cfg("a"))
+        app.invoke(None, cfg("a"))  # n runs, then a, then it stops before n again
         assert "n" in _head(saver, "a")["versions_seen"]
         _put_copy(saver, "a", "b", ["log"])
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         # before: "same values at all 5 checkpoints"
         assert not diff.same and not diff.undecidable and diff.pending, diff.summary
         assert diff.nodes == ("n",) and diff.channels == ("branch:to:n",), diff.summary
-        got = [app.invoke(None, _cfg(t))["log"] for t in "ab"]
+        got = [app.invoke(None, cfg(t))["log"] for t in "ab"]
         assert got == [["in", "n", "n"], ["in", "n"]]
 
 
@@ -120,15 +104,15 @@ def test_sets_naming_what_their_step_moved_are_the_same(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _graph(saver, empty="x")
         for t in "xy":
-            app.invoke({"log": ["in"]}, _cfg(t))
+            app.invoke({"log": ["in"]}, cfg(t))
         sets = [_head(saver, t)["updated_channels"] for t in "xy"]
         assert sets == [["branch:to:n", "log"], ["branch:to:n"]]
-        assert diff_threads(saver.store, _cfg("x"), _cfg("y")).same  # [] to a list
+        assert diff_threads(saver.store, cfg("x"), cfg("y")).same  # [] to a list
         for t, updated in (("none", None), ("empty", [])):
             _put_copy(saver, "y", t, updated)  # None and []: every node (update_state, copies)
-            diff = diff_threads(saver.store, _cfg("y"), _cfg(t))
+            diff = diff_threads(saver.store, cfg("y"), cfg(t))
             assert diff.same, (t, diff.summary)
-        got = {app.invoke(None, _cfg(t))["log"] == ["in", "n"] for t in ("x", "y", "none")}
+        got = {app.invoke(None, cfg(t))["log"] == ["in", "n"] for t in ("x", "y", "none")}
         assert got == {True}
 
 
@@ -137,9 +121,9 @@ def test_a_set_naming_a_channel_its_step_did_not_move_is_undecidable(url: str) -
     node no checkpoint names a candidate on one side only (here none is: both run n)."""
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _graph(saver)
-        app.invoke({"log": ["in"]}, _cfg("a"))
+        app.invoke({"log": ["in"]}, cfg("a"))
         _put_copy(saver, "a", "b", ["branch:to:n", "log"])
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         assert not diff.same and diff.undecidable and diff.channels == ("log",), diff.summary
         assert "B's name log, which its step did not move" in diff.summary, diff.summary
 
@@ -150,15 +134,15 @@ def test_a_resume_adds_the_null_task_writes_to_the_set(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _graph(saver, empty="c")  # on c, a appends [] to log: its step moves log
         for t in "ac":
-            app.invoke({"log": ["in"]}, _cfg(t))
+            app.invoke({"log": ["in"]}, cfg(t))
         _put_copy(saver, "c", "b", ["log"])  # leaving out branch:to:n, which goto names
         for t in "ab":
-            conf = saver.get_tuple(_cfg(t))
+            conf = saver.get_tuple(cfg(t))
             assert conf is not None
-            saver.put_writes(conf.config, [("branch:to:n", "__start__")], _NULL_TASK_ID)
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+            saver.put_writes(conf.config, [("branch:to:n", "__start__")], NULL_TASK_ID)
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         assert diff.same, diff.summary
-        got = [app.invoke(None, _cfg(t))["log"] for t in "ab"]
+        got = [app.invoke(None, cfg(t))["log"] for t in "ab"]
         assert got == [["in", "n"], ["in", "n"]]
 
 
@@ -166,13 +150,13 @@ def test_updated_channels_that_are_no_list_of_names_are_undecidable(url: str) ->
     """A string (LangGraph would take its characters for channel names) on one side."""
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _graph(saver)
-        app.invoke({"log": ["in"]}, _cfg("a"))
+        app.invoke({"log": ["in"]}, cfg("a"))
         _put_copy(saver, "a", "b", "branch:to:n")
         _put_copy(saver, "a", "c", "branch:to:n")
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         assert not diff.same and diff.undecidable, diff.summary
         assert "not a list of channel names" in diff.summary, diff.summary
-        assert diff_threads(saver.store, _cfg("b"), _cfg("c")).same  # one value on both
+        assert diff_threads(saver.store, cfg("b"), cfg("c")).same  # one value on both
 
 
 class _W(TypedDict):
@@ -202,16 +186,16 @@ def _loop_threads(saver: CpstoreSaver) -> None:
     g.add_conditional_edges("ask", fan, ["w"])
     g.add_edge("w", "b")
     app = g.compile(checkpointer=saver)
-    app.invoke({"log": ["in"]}, _cfg("t1"))
-    app.invoke(Command(resume="ok", update={"v": 5}), _cfg("t1"))
-    app.invoke({"log": ["again"]}, _cfg("t1"))
-    app.invoke(Command(resume="x", goto="b"), _cfg("t1"))
+    app.invoke({"log": ["in"]}, cfg("t1"))
+    app.invoke(Command(resume="ok", update={"v": 5}), cfg("t1"))
+    app.invoke({"log": ["again"]}, cfg("t1"))
+    app.invoke(Command(resume="x", goto="b"), cfg("t1"))
     stops = g.compile(checkpointer=saver, interrupt_before=["b"], interrupt_after=["a"])
-    stops.invoke({"log": ["in"]}, _cfg("t2"))
-    stops.invoke(None, _cfg("t2"))
-    stops.invoke(Command(resume="ok"), _cfg("t2"))
-    stops.update_state(_cfg("t2"), {"v": 9}, as_node="w")
-    stops.invoke(None, _cfg("t2"))
+    stops.invoke({"log": ["in"]}, cfg("t2"))
+    stops.invoke(None, cfg("t2"))
+    stops.invoke(Command(resume="ok"), cfg("t2"))
+    stops.update_state(cfg("t2"), {"v": 9}, as_node="w")
+    stops.invoke(None, cfg("t2"))
     d = StateGraph(_W)
     d.add_node("a", lambda _: {"log": ["a"]})
     d.add_node("b", lambda _: {"log": ["b"]})
@@ -222,10 +206,10 @@ def _loop_threads(saver: CpstoreSaver) -> None:
     d.add_edge("b", "d")
     deferred = d.compile(checkpointer=saver)
     for t, durability in (("t3", "sync"), ("t4", "exit"), ("t5", "async")):
-        deferred.invoke({"log": ["x"]}, _cfg(t), durability=durability)
+        deferred.invoke({"log": ["x"]}, cfg(t), durability=durability)
     deltas = delta_graph(saver)
     for i in range(6):
-        deltas.invoke({"log": [f"i{i}"]}, _cfg("t6"))
+        deltas.invoke({"log": [f"i{i}"]}, cfg("t6"))
     raw = Pregel(
         nodes={
             "one": NodeBuilder().subscribe_only("a").do(lambda _: 0).write_to("c"),
@@ -240,8 +224,8 @@ def _loop_threads(saver: CpstoreSaver) -> None:
         output_channels=["c", "d"],
         checkpointer=saver,
     )
-    raw.invoke(1, _cfg("t7"))
-    raw.invoke(2, _cfg("t7"))
+    raw.invoke(1, cfg("t7"))
+    raw.invoke(2, cfg("t7"))
     sub = StateGraph(_W)
     sub.add_node("s1", lambda _: {"log": ["s1"]})
     sub.add_node("s2", ask)
@@ -251,8 +235,8 @@ def _loop_threads(saver: CpstoreSaver) -> None:
     parent.add_node("sub", sub.compile())
     parent.add_edge(START, "sub")
     nested = parent.compile(checkpointer=saver)
-    nested.invoke({"log": ["in"]}, _cfg("t8"))
-    nested.invoke(Command(resume="k"), _cfg("t8"))
+    nested.invoke({"log": ["in"]}, cfg("t8"))
+    nested.invoke(Command(resume="k"), cfg("t8"))
 
 
 def test_every_set_the_loop_writes_is_read_as_the_loop_s(url: str) -> None:
@@ -260,30 +244,9 @@ def test_every_set_the_loop_writes_is_read_as_the_loop_s(url: str) -> None:
     what its step moved and nothing else (``_moved``: version against the parent's), so
     threads that differ only there are the same; a ``durability="exit"`` run's one
     checkpoint (a root at step 2) cannot be checked."""
-    meta_null = "00000000-0000-0000-0000-000000000000"
     with CpstoreSaver.from_conn_string(url) as saver:
         _loop_threads(saver)
-        store, meta = saver.store, saver.store.backend.db("meta")
-        odd: dict[tuple[str, str, Any], str] = {}
-        checked = 0
-        with store.backend.read_txn() as txn:
-            for tup in saver.list(None):
-                conf, md = tup.config["configurable"], tup.metadata
-                at = conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
-                entry = entry_at(txn, meta, *at)
-                assert entry is not None
-                head = head_of(txn, store, saver.serde, entry)
-                stored_set = _updated(head, "head")
-                if stored_set is None:
-                    continue
-                checked += 1
-                held = set(tup.checkpoint["channel_values"])
-                delta = frozenset(md.get("counters_since_delta_snapshot") or {})
-                got = _moved(txn, store, saver.serde, (entry, head), (held, delta))
-                nulls = {w.channel for w in stored_writes(txn, meta, *at) if w.task_id == meta_null}
-                unlike = _unlike("X", got, (stored_set, stored_set | nulls))
-                if unlike is not None:
-                    odd[at[0], at[1], md.get("step")] = unlike[0]
+        checked, odd = unlike_sets(saver)
         assert checked > 40, checked
         assert odd == {
             ("t4", "", 2): "X's cannot be checked (it is a root at step 2: the steps before "

@@ -23,21 +23,10 @@ from langgraph.graph import START, StateGraph
 from langgraph.pregel import NodeBuilder, Pregel
 from langgraph.types import Command, Send, interrupt
 from lg_delta import concat
+from lg_threads import cfg, unlike_sets
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
-from cpstore.langgraph._diff_triggers import head_of
-from cpstore.langgraph._diff_updated import _moved, _unlike, _updated
-from cpstore.langgraph._read import entry_at, stored_writes
-
-_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-
-
-def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
 
 
 def _raw(saver: CpstoreSaver, runs: list[str], every: int = 1000) -> Any:
@@ -71,13 +60,13 @@ def _raw(saver: CpstoreSaver, runs: list[str], every: int = 1000) -> Any:
 
 def _put_copy(saver: CpstoreSaver, src: str, dst: str, updated: Any) -> None:
     """``src``'s chain and writes put as ``dst``, the newest with ``updated``."""
-    chain = list(saver.list(_cfg(src)))[::-1]
+    chain = list(saver.list(cfg(src)))[::-1]
     parent: str | None = None
     for i, tup in enumerate(chain):
         cp = copy_checkpoint(tup.checkpoint)
         if i == len(chain) - 1:
             cp["updated_channels"] = updated
-        out = saver.put(_cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
         for tid, channel, value in tup.pending_writes or []:
             saver.put_writes(out, [(channel, value)], tid)
         parent = out["configurable"]["checkpoint_id"]
@@ -87,17 +76,17 @@ def test_a_set_leaving_out_a_delta_channel_its_step_wrote_is_not_the_same(url: s
     runs: list[str] = []
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _raw(saver, runs)
-        app.invoke(1, _cfg("a"))
-        assert saver.get_tuple(_cfg("a")).checkpoint["updated_channels"] == ["c", "d"]  # type: ignore[union-attr]
+        app.invoke(1, cfg("a"))
+        assert saver.get_tuple(cfg("a")).checkpoint["updated_channels"] == ["c", "d"]  # type: ignore[union-attr]
         _put_copy(saver, "a", "b", ["c"])
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         # before: "same values at all 2 checkpoints"
         assert not diff.same and diff.undecidable and diff.pending, diff.summary
         assert "B's leave out d" in diff.summary and diff.channels == ("d",), diff.summary
         got = []
         for t in "ab":
             runs.clear()
-            got.append((app.invoke(None, _cfg(t)), list(runs)))
+            got.append((app.invoke(None, cfg(t)), list(runs)))
         assert got == [({"c": 1, "e": 1}, ["two"]), ({"c": 1}, [])]
 
 
@@ -113,9 +102,9 @@ def _delta_threads(saver: CpstoreSaver, pre: str) -> list[str]:
         for durability in ("sync", "async", "exit"):
             t = f"{pre}raw{every}{durability}"
             app = _raw(saver, runs, every)
-            app.invoke(1, _cfg(t), durability=durability)
-            app.invoke(None, _cfg(t), durability=durability)
-            app.invoke(2, _cfg(t), durability=durability)
+            app.invoke(1, cfg(t), durability=durability)
+            app.invoke(None, cfg(t), durability=durability)
+            app.invoke(2, cfg(t), durability=durability)
 
     def ask(_: _D) -> dict[str, Any]:
         return {"log": ["asked " + str(interrupt("?"))], "more": ["m"]}
@@ -129,39 +118,20 @@ def _delta_threads(saver: CpstoreSaver, pre: str) -> list[str]:
     app = g.compile(checkpointer=saver)
     for durability in ("sync", "async", "exit"):
         t = f"{pre}sg{durability}"
-        app.invoke({"log": ["in"]}, _cfg(t), durability=durability)
-        app.invoke(Command(resume="ok", update={"more": ["u"]}), _cfg(t), durability=durability)
-        app.invoke({"log": ["again"]}, _cfg(t), durability=durability)
-        app.invoke(Command(resume="x"), _cfg(t), durability=durability)
+        app.invoke({"log": ["in"]}, cfg(t), durability=durability)
+        app.invoke(Command(resume="ok", update={"more": ["u"]}), cfg(t), durability=durability)
+        app.invoke({"log": ["again"]}, cfg(t), durability=durability)
+        app.invoke(Command(resume="x"), cfg(t), durability=durability)
     return sorted({str(c.config["configurable"]["thread_id"]) for c in saver.list(None)})
 
 
 def test_every_set_the_loop_writes_for_delta_channels_is_the_loop_s(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         _delta_threads(saver, "x")
-        store, meta = saver.store, saver.store.backend.db("meta")
-        odd: dict[tuple[str, Any], str] = {}
-        checked = 0
-        with store.backend.read_txn() as txn:
-            for tup in saver.list(None):
-                conf, md = tup.config["configurable"], tup.metadata
-                at = conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
-                entry = entry_at(txn, meta, *at)
-                assert entry is not None
-                head = head_of(txn, store, saver.serde, entry)
-                stored_set = _updated(head, "head")
-                if stored_set is None:
-                    continue
-                checked += 1
-                held = set(tup.checkpoint["channel_values"])
-                delta = frozenset(md.get("counters_since_delta_snapshot") or {})
-                got = _moved(txn, store, saver.serde, (entry, head), (held, delta))
-                nulls = {
-                    w.channel for w in stored_writes(txn, meta, *at) if w.task_id == _NULL_TASK_ID
-                }
-                unlike = _unlike("X", got, (stored_set, stored_set | nulls))
-                if unlike is not None and "cannot be checked" not in unlike[0]:
-                    odd[at[0], md.get("step")] = unlike[0]
+        checked, unlike = unlike_sets(saver)
+        odd = {
+            (t, step): why for (t, _, step), why in unlike.items() if "cannot be checked" not in why
+        }
         assert checked > 40, checked
         assert odd == {}, odd
 
@@ -171,5 +141,5 @@ def test_delta_threads_run_alike_are_the_same(url: str) -> None:
         threads = _delta_threads(saver, "p")
         _delta_threads(saver, "q")
         for t in threads:
-            diff = diff_threads(saver.store, _cfg(t), _cfg("q" + t[1:]))
+            diff = diff_threads(saver.store, cfg(t), cfg("q" + t[1:]))
             assert diff.same, (t, diff.summary)

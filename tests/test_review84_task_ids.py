@@ -12,52 +12,16 @@ thread against its ``copy_thread`` copy, stay the same. Both engines."""
 
 from __future__ import annotations
 
-import operator
 import uuid
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 from langgraph.checkpoint.base import copy_checkpoint
-from langgraph.graph import START, StateGraph
-from langgraph.types import Command, Send, interrupt
+from langgraph.types import Command
+from lg_threads import NULL_TASK_ID, cfg, fast_beside_asks
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
 from cpstore.langgraph._read import stored_writes
-
-_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-
-
-class _S(TypedDict):
-    log: Annotated[list[str], operator.add]
-
-
-def _cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    conf = {"thread_id": thread, "checkpoint_ns": ""}
-    if checkpoint_id is not None:
-        conf["checkpoint_id"] = checkpoint_id
-    return {"configurable": conf}
-
-
-def _graph(saver: CpstoreSaver, runs: list[str], *, sends: bool = False) -> Any:
-    """``fast`` finishes beside ``asks``, which interrupts (``runs`` counts ``fast``);
-    ``sends``: ``fast`` is run by a ``Send`` from ``START``."""
-
-    def fast(_: _S) -> dict[str, Any]:
-        runs.append("fast")
-        return {"log": ["fast"]}
-
-    def asks(_: _S) -> dict[str, Any]:
-        return {"log": ["asked " + str(interrupt("ok?"))]}
-
-    g = StateGraph(_S)
-    g.add_node("fast", fast)
-    g.add_node("asks", asks)
-    if sends:
-        g.add_conditional_edges(START, lambda _: [Send("fast", {}), "asks"], ["fast", "asks"])
-    else:
-        g.add_edge(START, "fast")
-        g.add_edge(START, "asks")
-    return g.compile(checkpointer=saver)
 
 
 def _reid(saver: CpstoreSaver, src: str, dst: str) -> None:
@@ -65,11 +29,11 @@ def _reid(saver: CpstoreSaver, src: str, dst: str) -> None:
     an id of its own (the null task's kept), through ``put``/``put_writes``."""
     meta = saver.store.backend.db("meta")
     parent: str | None = None
-    ids: dict[str, str] = {_NULL_TASK_ID: _NULL_TASK_ID}
-    for tup in list(saver.list(_cfg(src)))[::-1]:
+    ids: dict[str, str] = {NULL_TASK_ID: NULL_TASK_ID}
+    for tup in list(saver.list(cfg(src)))[::-1]:
         cp = copy_checkpoint(tup.checkpoint)
         cp["id"] = str(uuid.uuid1())
-        out = saver.put(_cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
         parent = out["configurable"]["checkpoint_id"]
         with saver.store.backend.read_txn() as txn:
             writes = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
@@ -81,7 +45,7 @@ def _reid(saver: CpstoreSaver, src: str, dst: str) -> None:
 
 def _resumed(app: Any, runs: list[str], thread: str) -> tuple[list[str], list[str]]:
     runs.clear()
-    out = app.invoke(Command(resume="ok"), _cfg(thread))["log"]
+    out = app.invoke(Command(resume="ok"), cfg(thread))["log"]
     return sorted(out), list(runs)
 
 
@@ -92,10 +56,10 @@ def test_writes_under_ids_of_their_own_beside_new_checkpoint_ids_are_not_the_sam
         runs: list[str] = []
         with CpstoreSaver.from_conn_string(url) as saver:
             a, b = f"a{sends}", f"b{sends}"
-            app = _graph(saver, runs, sends=sends)
-            app.invoke({"log": ["in"]}, _cfg(a))
+            app = fast_beside_asks(saver, runs, sends=sends)
+            app.invoke({"log": ["in"]}, cfg(a))
             _reid(saver, a, b)
-            diff = diff_threads(saver.store, _cfg(a), _cfg(b))
+            diff = diff_threads(saver.store, cfg(a), cfg(b))
             # before: "same values at all 2 checkpoints"
             assert not diff.same and diff.undecidable and diff.pending, diff.summary
             assert "asks" in diff.nodes and "log" in diff.channels, diff.summary
@@ -109,12 +73,12 @@ def test_threads_run_alike_and_a_copy_stay_the_same(url: str) -> None:
     for sends in (False, True):
         runs: list[str] = []
         with CpstoreSaver.from_conn_string(url) as saver:
-            app = _graph(saver, runs, sends=sends)
+            app = fast_beside_asks(saver, runs, sends=sends)
             for t in "ac":
-                app.invoke({"log": ["in"]}, _cfg(f"{t}{sends}"))
+                app.invoke({"log": ["in"]}, cfg(f"{t}{sends}"))
             saver.copy_thread(f"a{sends}", f"b{sends}")
             for other in "bc":
-                diff = diff_threads(saver.store, _cfg(f"a{sends}"), _cfg(f"{other}{sends}"))
+                diff = diff_threads(saver.store, cfg(f"a{sends}"), cfg(f"{other}{sends}"))
                 assert diff.same, (sends, other, diff.summary)
 
 
@@ -123,15 +87,15 @@ def _null_copy(saver: CpstoreSaver, src: str, dst: str) -> None:
     under the null task's id (their task path kept)."""
     meta = saver.store.backend.db("meta")
     parent: str | None = None
-    for tup in list(saver.list(_cfg(src)))[::-1]:
+    for tup in list(saver.list(cfg(src)))[::-1]:
         cp = copy_checkpoint(tup.checkpoint)
-        out = saver.put(_cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
         parent = out["configurable"]["checkpoint_id"]
         with saver.store.backend.read_txn() as txn:
             writes = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
         for w in writes:
             value = saver.serde.loads_typed((w.typed[0], bytes(w.typed[1])))
-            tid = _NULL_TASK_ID if w.task_path.endswith("fast") else w.task_id
+            tid = NULL_TASK_ID if w.task_path.endswith("fast") else w.task_id
             saver.put_writes(out, [(w.channel, value)], tid, task_path=w.task_path)
 
 
@@ -141,10 +105,10 @@ def test_a_task_s_writes_under_the_null_task_s_id_on_one_side_diverge(url: str) 
     checkpoints" (the ids of null-task writes were left out of every check)."""
     runs: list[str] = []
     with CpstoreSaver.from_conn_string(url) as saver:
-        app = _graph(saver, runs)
-        app.invoke({"log": ["in"]}, _cfg("a"))
+        app = fast_beside_asks(saver, runs)
+        app.invoke({"log": ["in"]}, cfg("a"))
         _null_copy(saver, "a", "b")
-        diff = diff_threads(saver.store, _cfg("a"), _cfg("b"))
+        diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         assert not diff.same and not diff.undecidable and diff.pending, diff.summary
         assert diff.nodes == ("fast",) and diff.channels == ("log",), diff.summary
         assert "null task's id on one side only" in diff.summary, diff.summary

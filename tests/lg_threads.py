@@ -1,0 +1,80 @@
+"""Pieces the LangGraph thread-diff tests share (lgdiff83, review84): a log-only state,
+a thread's config, the ``fast``-beside-``asks`` graph, and the check that every
+``updated_channels`` set a saver holds is the one LangGraph's loop writes."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import START, StateGraph
+from langgraph.types import Send, interrupt
+
+from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph._diff_triggers import head_of
+from cpstore.langgraph._diff_updated import _moved, _unlike, _updated
+from cpstore.langgraph._read import entry_at, stored_writes
+
+#: The task id LangGraph stores input and ``Command`` writes under.
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+
+class LogState(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    conf = {"thread_id": thread, "checkpoint_ns": ""}
+    if checkpoint_id is not None:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def fast_beside_asks(saver: CpstoreSaver, runs: list[str], *, sends: bool = False) -> Any:
+    """``fast`` finishes beside ``asks``, which interrupts (``runs`` counts ``fast``);
+    ``sends``: ``fast`` is run by a ``Send`` from ``START``."""
+
+    def fast(_: LogState) -> dict[str, Any]:
+        runs.append("fast")
+        return {"log": ["fast"]}
+
+    def asks(_: LogState) -> dict[str, Any]:
+        return {"log": ["asked " + str(interrupt("ok?"))]}
+
+    g = StateGraph(LogState)
+    g.add_node("fast", fast)
+    g.add_node("asks", asks)
+    if sends:
+        g.add_conditional_edges(START, lambda _: [Send("fast", {}), "asks"], ["fast", "asks"])
+    else:
+        g.add_edge(START, "fast")
+        g.add_edge(START, "asks")
+    return g.compile(checkpointer=saver)
+
+
+def unlike_sets(saver: CpstoreSaver) -> tuple[int, dict[tuple[str, str, Any], str]]:
+    """Every checkpoint of ``saver`` whose stored ``updated_channels`` is a set: how many,
+    and those the diff finds unlike what their step moved, (thread, ns, step) → why."""
+    store, meta = saver.store, saver.store.backend.db("meta")
+    odd: dict[tuple[str, str, Any], str] = {}
+    checked = 0
+    with store.backend.read_txn() as txn:
+        for tup in saver.list(None):
+            conf, md = tup.config["configurable"], tup.metadata
+            at = conf["thread_id"], conf["checkpoint_ns"], conf["checkpoint_id"]
+            entry = entry_at(txn, meta, *at)
+            if entry is None:
+                raise AssertionError(f"no index entry for {at}")
+            head = head_of(txn, store, saver.serde, entry)
+            stored_set = _updated(head, "head")
+            if stored_set is None:
+                continue
+            checked += 1
+            held = set(tup.checkpoint["channel_values"])
+            delta = frozenset(md.get("counters_since_delta_snapshot") or {})
+            got = _moved(txn, store, saver.serde, (entry, head), (held, delta))
+            nulls = {w.channel for w in stored_writes(txn, meta, *at) if w.task_id == NULL_TASK_ID}
+            unlike = _unlike("X", got, (stored_set, stored_set | nulls))
+            if unlike is not None:
+                odd[at[0], at[1], md.get("step")] = unlike[0]
+    return checked, odd
