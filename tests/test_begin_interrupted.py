@@ -14,7 +14,9 @@ from __future__ import annotations
 import dis
 import functools
 import gc
+import json
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Container
@@ -99,6 +101,32 @@ def interrupted_at(k: int, names: Container[str], call: Callable[[], Any]) -> li
         sys.settrace(None)
         gc.enable()
     return landed
+
+
+def sweep_in_child(module: str, sweep: str, path: Path, timeout: float = 240) -> list[str]:
+    """Run ``module.sweep(path)`` (a sweep returning what each landing left wrong) in a
+    child process with a time limit, for sweeps where a landing can hang the process: what
+    it returned. A hang fails with what the child printed."""
+    code = (
+        "import sys, json; from pathlib import Path; "
+        f"from {module} import {sweep}; "
+        f"print(json.dumps({sweep}(Path(sys.argv[1]))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the sweep hung: {exc.stdout!r}") from None
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return result
 
 
 def _open_txns_of_this_process(env: Env) -> list[str]:

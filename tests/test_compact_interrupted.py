@@ -15,13 +15,10 @@ descriptor."""
 from __future__ import annotations
 
 import gc
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from test_begin_interrupted import interrupted_at
+from test_begin_interrupted import interrupted_at, sweep_in_child
 
 import cpstore
 from cpstore.store import lmdb_registry
@@ -88,22 +85,4 @@ def _sweep(path: Path) -> list[str]:
 def test_compact_interrupted_anywhere_leaves_the_process_as_before(tmp_path: Path) -> None:
     """In a child process with a time limit: before the fix one landing made the
     compaction wait on its own thread's lock for good."""
-    code = (
-        "import sys, json; from pathlib import Path; "
-        "from test_compact_interrupted import _sweep; "
-        "print(json.dumps(_sweep(Path(sys.argv[1]))))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(tmp_path / "s")],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=env,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"the sweep hung: {exc.stdout!r}") from None
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == []
+    assert sweep_in_child("test_compact_interrupted", "_sweep", tmp_path / "s") == []

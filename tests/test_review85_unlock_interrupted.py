@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import fcntl
 import gc
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import test_compact_interrupted as compact
-from test_begin_interrupted import interrupted_at
+from test_begin_interrupted import interrupted_at, sweep_in_child
 
 import cpstore
 from cpstore.store import lmdb_registry
@@ -92,26 +89,7 @@ def _compact_sweep(path: Path) -> list[str]:
 
 def _in_child(sweep: str, path: Path) -> list[str]:
     """Run ``sweep`` in a child with a time limit: before the fix a landing hung it."""
-    code = (
-        "import sys, json; from pathlib import Path; "
-        f"from test_review85_unlock_interrupted import {sweep}; "
-        f"print(json.dumps({sweep}(Path(sys.argv[1]))))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(path)],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=env,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"the sweep hung: {exc.stdout!r}") from None
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: list[str] = json.loads(done.stdout.splitlines()[-1])
-    return result
+    return sweep_in_child("test_review85_unlock_interrupted", sweep, path)
 
 
 def test_an_open_interrupted_in_its_locking_leaves_the_folder_unlocked(tmp_path: Path) -> None:

@@ -12,15 +12,13 @@ registry's close must leave the environment closable: meta80)."""
 
 from __future__ import annotations
 
-import gc
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_begin_interrupted import _interrupting
+from test_begin_interrupted import interrupted_at
 from test_review78_write_lock_interrupt import _another_thread_writes
 
 import cpstore
@@ -38,16 +36,7 @@ def _sweep(env: Any, call: Callable[[], Any]) -> tuple[int, list[str]]:
     k = 0
     while True:
         k += 1
-        trace, landed = _interrupting(k, NAMES)
-        gc.disable()
-        sys.settrace(trace)
-        try:
-            call()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
-            gc.enable()
+        landed = interrupted_at(k, NAMES, call)
         if not landed:
             return k - 1, left
         if env.write_lock._is_owned():
@@ -93,22 +82,18 @@ def test_take_write_lock_interrupted_anywhere_keeps_no_lock(how: str) -> None:
     takes the lock through it and lets it go at once), on a lock the thread does not
     hold (each caller returns before when it does)."""
     lock = threading.RLock()
+    got: list[bool] = []
+
+    def take() -> None:
+        got.append(take_write_lock(lock, blocking=how == "wait"))
+
     k = 0
     while True:
         k += 1
-        trace, landed = _interrupting(k, {"take_write_lock"})
-        got = False
-        gc.disable()
-        sys.settrace(trace)
-        try:
-            got = take_write_lock(lock, blocking=how == "wait")
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
-            gc.enable()
+        got.clear()
+        landed = interrupted_at(k, {"take_write_lock"}, take)
         if not landed:
-            assert got
+            assert got == [True]
             lock.release()
             break
         assert not lock._is_owned(), landed[0]  # type: ignore[attr-defined]
@@ -160,16 +145,11 @@ def test_the_registrys_close_of_an_env_left_open_interrupted_anywhere(
     while True:
         k += 1
         env = _left_open(path, monkeypatch)
-        trace, landed = _interrupting(k, {"_close_left_open", "take_write_lock", "release_env"})
-        gc.disable()
-        sys.settrace(trace)
-        try:
-            lmdb_registry._close_left_open(key)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            sys.settrace(None)
-            gc.enable()
+        landed = interrupted_at(
+            k,
+            {"_close_left_open", "take_write_lock", "release_env"},
+            lambda: lmdb_registry._close_left_open(key),
+        )
         if not landed:
             assert env.closed
             break
