@@ -1,14 +1,18 @@
 """Pieces the LangGraph thread-diff tests share (lgdiff83, review84): a log-only state,
-a thread's config, the ``fast``-beside-``asks`` graph, and the check that every
-``updated_channels`` set a saver holds is the one LangGraph's loop writes."""
+a thread's config, the ``fast``-beside-``asks`` graph, a thread's copy under a chosen id
+policy, a resume's log and runs, and the check that every ``updated_channels`` set a
+saver holds is the one LangGraph's loop writes."""
 
 from __future__ import annotations
 
 import operator
+import uuid
+from collections.abc import Callable
 from typing import Annotated, Any, TypedDict
 
+from langgraph.checkpoint.base import copy_checkpoint
 from langgraph.graph import START, StateGraph
-from langgraph.types import Send, interrupt
+from langgraph.types import Command, Send, interrupt
 
 from cpstore.langgraph import CpstoreSaver
 from cpstore.langgraph._diff_triggers import head_of
@@ -28,6 +32,40 @@ def cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
     if checkpoint_id is not None:
         conf["checkpoint_id"] = checkpoint_id
     return {"configurable": conf}
+
+
+def put_copy(
+    saver: CpstoreSaver,
+    src: str,
+    dst: str,
+    *,
+    new_ids: bool = False,
+    task_id: Callable[[str, str], str] = lambda tid, path: tid,
+) -> None:
+    """``src``'s chain put as ``dst`` through ``put``/``put_writes`` (as LangGraph puts
+    them), the checkpoints under new ids when ``new_ids``, each write under
+    ``task_id(its task id, its task path)`` with its task path kept."""
+    meta = saver.store.backend.db("meta")
+    parent: str | None = None
+    for tup in list(saver.list(cfg(src)))[::-1]:
+        cp = copy_checkpoint(tup.checkpoint)
+        if new_ids:
+            cp["id"] = str(uuid.uuid1())
+        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        parent = out["configurable"]["checkpoint_id"]
+        with saver.store.backend.read_txn() as txn:
+            writes = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
+        for w in writes:
+            value = saver.serde.loads_typed((w.typed[0], bytes(w.typed[1])))
+            tid = task_id(w.task_id, w.task_path)
+            saver.put_writes(out, [(w.channel, value)], tid, task_path=w.task_path)
+
+
+def resumed(app: Any, runs: list[str], thread: str) -> tuple[list[str], list[str]]:
+    """``thread`` resumed with ``"ok"``: its log, sorted, and the ``runs`` it made."""
+    runs.clear()
+    out = app.invoke(Command(resume="ok"), cfg(thread))["log"]
+    return sorted(out), list(runs)
 
 
 def fast_beside_asks(saver: CpstoreSaver, runs: list[str], *, sends: bool = False) -> Any:

@@ -12,41 +12,23 @@ copied verbatim under checkpoints put with new ids. Now undecidable; a thread an
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
-from langgraph.checkpoint.base import copy_checkpoint
-from langgraph.types import Command
-from lg_threads import cfg, fast_beside_asks
+from lg_threads import cfg, fast_beside_asks, put_copy, resumed
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
-from cpstore.langgraph._read import stored_writes
 
 
 def _put_copy(saver: CpstoreSaver, src: str, dst: str, *, new_ids: bool, fast_id: str) -> None:
-    """``src``'s chain put as ``dst`` through ``put``/``put_writes`` with each write's task
-    path, the checkpoints under new ids when ``new_ids``; ``fast``'s writes under
-    ``fast_id`` ("" keeps its id)."""
-    meta = saver.store.backend.db("meta")
-    parent: str | None = None
-    for tup in list(saver.list(cfg(src)))[::-1]:
-        cp = copy_checkpoint(tup.checkpoint)
-        if new_ids:
-            cp["id"] = str(uuid.uuid1())
-        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
-        parent = out["configurable"]["checkpoint_id"]
-        with saver.store.backend.read_txn() as txn:
-            writes = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
-        for w in writes:
-            value = saver.serde.loads_typed((w.typed[0], bytes(w.typed[1])))
-            tid = fast_id if fast_id and w.task_path.endswith("fast") else w.task_id
-            saver.put_writes(out, [(w.channel, value)], tid, task_path=w.task_path)
-
-
-def _resumed(app: Any, runs: list[str], thread: str) -> tuple[list[str], list[str]]:
-    runs.clear()
-    out = app.invoke(Command(resume="ok"), cfg(thread))["log"]
-    return sorted(out), list(runs)
+    """``src``'s chain put as ``dst``, the checkpoints under new ids when ``new_ids``;
+    ``fast``'s writes under ``fast_id`` ("" keeps its id)."""
+    put_copy(
+        saver,
+        src,
+        dst,
+        new_ids=new_ids,
+        task_id=lambda tid, path: fast_id if fast_id and path.endswith("fast") else tid,
+    )
 
 
 def test_a_finished_task_s_writes_under_another_id_are_not_the_same(url: str) -> None:
@@ -60,7 +42,7 @@ def test_a_finished_task_s_writes_under_another_id_are_not_the_same(url: str) ->
         assert not diff.same and diff.undecidable and diff.pending, diff.summary
         assert diff.nodes == ("fast",) and diff.channels == ("log",), diff.summary
         assert "task ids" in diff.summary, diff.summary
-        got = [_resumed(app, runs, t) for t in "ab"]
+        got = [resumed(app, runs, t) for t in "ab"]
         assert got[0][0] == got[1][0] and got[0][1] == [] and got[1][1] == ["fast"]
 
 
@@ -74,7 +56,7 @@ def test_writes_copied_under_new_checkpoint_ids_are_not_the_same(url: str) -> No
         # before: "same values at all 2 checkpoints"
         assert not diff.same and diff.undecidable, diff.summary
         assert "fast" in diff.nodes and "are the same on both sides" in diff.summary
-        got = [_resumed(app, runs, t) for t in "ab"]
+        got = [resumed(app, runs, t) for t in "ab"]
         assert got[0][1] == [] and got[1][1] == ["fast"]
 
 
@@ -89,4 +71,4 @@ def test_a_copy_and_threads_run_alike_are_the_same(url: str) -> None:
         for other in "bcd":
             diff = diff_threads(saver.store, cfg("a"), cfg(other))
             assert diff.same, (other, diff.summary)
-        assert {_resumed(app, runs, t)[1] == [] for t in "abcd"} == {True}
+        assert {resumed(app, runs, t)[1] == [] for t in "abcd"} == {True}
