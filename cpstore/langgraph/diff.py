@@ -25,21 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
-from cpstore.langgraph._diff_chain import (
-    aligned,
-    node_of,
-    nodes_at,
-    one_checkpoint,
-    parent_nodes,
-    side,
-)
+from cpstore.langgraph._diff_chain import aligned, nodes_at, one_checkpoint, parent_nodes, side
+from cpstore.langgraph._diff_last import pending_diff
+from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import (
     SEALED,
     UNSURE,
@@ -49,87 +43,12 @@ from cpstore.langgraph._diff_sealed import (
     sealed_channel,
     writes_digest,
 )
-from cpstore.langgraph._diff_subgraphs import subgraph_divergence
-from cpstore.langgraph._diff_triggers import trigger_divergence
-from cpstore.langgraph._diff_updated import resume_divergence
-from cpstore.langgraph._read import (
-    Entry,
-    StoredWrite,
-    entry_at,
-    stored,
-    stored_writes,
-    view_head,
-)
+from cpstore.langgraph._read import entry_at, stored, stored_writes, view_head
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["ThreadDiff", "diff_threads"]
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadDiff:
-    """The first divergence of two checkpoint chains (``same`` when there is none)."""
-
-    #: True when both chains hold the same values step for step (at the steps both keep:
-    #: a pruned start, a run that recorded its last checkpoint only) and end alike.
-    same: bool
-    #: Position in the compared chains (0 = root, or the newest first step both keep; steps
-    #: one side did not record skipped) of the first checkpoint that differs, or None.
-    index: int | None
-    #: ``metadata["step"]`` of that checkpoint on side A (or B when A ended), or None.
-    step: int | None
-    #: The node(s) whose writes produced it, from the writes' task paths, sorted.
-    nodes: tuple[str, ...]
-    #: The channels whose values differ there, sorted.
-    channels: tuple[str, ...]
-    #: The LangGraph checkpoint ids at that position (None: that chain ended).
-    checkpoint_a: str | None
-    checkpoint_b: str | None
-    #: The last position both chains share the same cpstore checkpoint (a fork point), or None.
-    shared_until: int | None
-    #: One sentence saying what was found.
-    summary: str
-    #: True when every position holds equal values and the divergence is in the pending
-    #: writes of the two last checkpoints (what a resume applies; ``channels`` and
-    #: ``nodes`` then name the writes that differ), in which nodes a resume from them
-    #: triggers (a version moved under an equal value) or considers (their
-    #: ``updated_channels``), or in a subgraph a resume goes on in.
-    pending: bool = False
-    #: True when the diff cannot tell whether the chains are equal (``same`` is then
-    #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
-    #: metadata did not decode): bytes sealed by an encrypting serde the diff's serde
-    #: does not decode, subgraphs of one side sharing a task path that differ and
-    #: cannot be paired (lgsub80), last checkpoints whose ``updated_channels`` differ
-    #: and are not the sets LangGraph's loop writes, or whose writes' task ids are not
-    #: the ones it derives (lgdiff83). A divergence found past such a position is
-    #: reported as found (``undecidable`` False; its summary notes the doubt).
-    undecidable: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {
-            "same": self.same,
-            "index": self.index,
-            "step": self.step,
-            "nodes": list(self.nodes),
-            "channels": list(self.channels),
-            "checkpoint_a": self.checkpoint_a,
-            "checkpoint_b": self.checkpoint_b,
-            "shared_until": self.shared_until,
-            "summary": self.summary,
-            "pending": self.pending,
-            "undecidable": self.undecidable,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class _Point:
-    entry: Entry
-    step: int | None
-    values: dict[str, bytes]  # channel -> digest of its head part and segments
-    #: The channels its metadata counts as DeltaChannels (``counters_since_delta_snapshot``).
-    delta: frozenset[str] = frozenset()
 
 
 #: The metadata key LangGraph counts a DeltaChannel's updates since its snapshot under.
@@ -162,7 +81,7 @@ def _chain(
     config: Mapping[str, Any],
     serde: Any,
     empty: dict[bytes, bool],
-) -> list[_Point]:
+) -> list[Point]:
     thread_id, ns, checkpoint_id = side(config)
     meta = store.backend.db("meta")
     entry = entry_at(txn, meta, thread_id, ns, checkpoint_id)
@@ -172,7 +91,7 @@ def _chain(
             where=f"thread {thread_id!r} ns {ns!r}",
             got=checkpoint_id or "no checkpoints",
         )
-    out: list[_Point] = []
+    out: list[Point] = []
     while entry is not None and stored(txn, store, entry):
         with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
             parts: dict[str, bytes] = view.manifest.raw["state"]["parts"]
@@ -196,7 +115,7 @@ def _chain(
                 elif name.startswith(SEGMENT):
                     channel = name[len(SEGMENT) :].rsplit("/", 1)[0]
                     values[channel] = values.get(channel, b"") + bytes(key)
-        out.append(_Point(entry, step, values, delta))
+        out.append(Point(entry, step, values, delta))
         entry = (
             None
             if entry.parent is None
@@ -216,7 +135,7 @@ def _rebuilt(
     txn: Txn[memoryview],
     store: Store,
     serde: Any,
-    point: _Point,
+    point: Point,
     *,
     deltas: frozenset[str],
     cache: dict[tuple[str, str, str], dict[str, bytes]],
@@ -248,7 +167,7 @@ def _rebuilt(
 
 
 def _settle(
-    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[_Point, _Point], differ: list[str]
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[Point, Point], differ: list[str]
 ) -> tuple[list[str], list[str]]:
     """``(differ, unsure)``: of the channels whose digests differ at a position, those
     whose values differ, and those the diff cannot tell. A plain value differs by its
@@ -284,144 +203,6 @@ def _settle(
             elif got[0] != got[1]:
                 out.append(c)
     return out, unsure
-
-
-def _pending_diff(
-    txn: Txn[memoryview],
-    store: Store,
-    serde: Any,
-    pair: tuple[list[_Point], list[_Point]],
-    shared: int | None,
-) -> ThreadDiff | None:
-    """The divergence in the pending writes of the two last checkpoints (chains of equal
-    values and length), or None when they are equal. Resuming applies a checkpoint's
-    pending writes (a super-step interrupted part-way: the finished tasks' writes, the
-    interrupt) and skips the tasks that made them; before, threads whose pending writes
-    differed were "same values" (review75's leftover)."""
-    a, b = pair
-    if not a:
-        return None
-    meta = store.backend.db("meta")
-    ea, eb = a[-1].entry, b[-1].entry
-    wa = stored_writes(txn, meta, ea.thread_id, ea.ns, ea.checkpoint_id)
-    wb = stored_writes(txn, meta, eb.thread_id, eb.ns, eb.checkpoint_id)
-    da = writes_digest(wa, paths=True, serde=serde)
-    db = writes_digest(wb, paths=True, serde=serde)
-    differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
-    unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
-    if not differ:
-        found = _trigger_diff(txn, store, serde, pair, shared)
-        upd = found or _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
-        if upd is not None and not upd.undecidable:
-            return upd
-        sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
-        if sub is None or upd is None or sub.undecidable:
-            return sub or upd
-        return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
-    undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
-    if not undecided:
-        differ = [c for c in differ if c not in unsure]
-    nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
-    head = f"same values at all {len(a)} checkpoints, but the pending writes at the last"
-    if undecided:
-        said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
-        summary = f"cannot tell: {head} (step {a[-1].step}) to {said}"
-    else:
-        summary = (
-            f"{head} (step {a[-1].step}) differ: node {', '.join(nodes)} wrote different "
-            f"{', '.join(differ)}"
-        )
-    return ThreadDiff(
-        False,
-        len(a) - 1,
-        a[-1].step,
-        tuple(nodes),
-        tuple(differ),
-        ea.checkpoint_id,
-        eb.checkpoint_id,
-        shared,
-        summary,
-        pending=True,
-        undecidable=undecided,
-    )
-
-
-def _trigger_diff(
-    txn: Txn[memoryview],
-    store: Store,
-    serde: Any,
-    pair: tuple[list[_Point], list[_Point]],
-    shared: int | None,
-) -> ThreadDiff | None:
-    """The nodes a resume from one last checkpoint runs and from the other not (equal
-    values, other versions: :func:`~cpstore.langgraph._diff_triggers.trigger_divergence`,
-    review80), or None."""
-    pa, pb = pair[0][-1], pair[1][-1]
-    found = trigger_divergence(txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values))
-    if found is None:
-        return None
-    nodes, channels = found
-    return ThreadDiff(
-        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
-        pb.entry.checkpoint_id, shared,
-        f"same values at all {len(pair[0])} checkpoints, but a resume from the last (step "
-        f"{pa.step}) runs other tasks: node {', '.join(nodes)} (the versions of, or "
-        f"Sends pending in, {', '.join(channels) or 'the channels'} differ)",
-        pending=True,
-    )  # fmt: skip
-
-
-def _updated_diff(
-    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]],
-    *, shared: int | None, writes: tuple[list[StoredWrite], list[StoredWrite]],
-) -> ThreadDiff | None:  # fmt: skip
-    """:func:`~cpstore.langgraph._diff_updated.resume_divergence` of the last two, or None."""
-    pa, pb = pair[0][-1], pair[1][-1]
-    found = resume_divergence(
-        txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values),
-        delta=pa.delta | pb.delta, writes=writes,
-    )  # fmt: skip
-    if found is None:
-        return None
-    nodes, channels, undecidable, why = found
-    said = ("cannot tell: " if undecidable else "") + f"same values at all {len(pair[0])} "
-    said += f"checkpoints, but at the last (step {pa.step}) {why}"
-    return ThreadDiff(
-        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
-        pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
-    )  # fmt: skip
-
-
-def _subgraph_diff(
-    txn: Txn[memoryview],
-    store: Store,
-    serde: Any,
-    pair: tuple[list[_Point], list[_Point]],
-    *,
-    shared: int | None,
-    writes: tuple[list[StoredWrite], list[StoredWrite]],
-) -> ThreadDiff | None:
-    """The divergence inside a subgraph run from the two last checkpoints, or None
-    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`)."""
-    a, b = pair
-    ea, eb = a[-1].entry, b[-1].entry
-    last = ((ea, a[-1].step), (eb, b[-1].step))
-    found = subgraph_divergence(txn, store, serde, last, writes, diff=_diff)
-    if found is None:
-        return None
-    return ThreadDiff(
-        False,
-        len(a) - 1,
-        a[-1].step,
-        found.nodes,
-        found.channels,
-        ea.checkpoint_id,
-        eb.checkpoint_id,
-        shared,
-        f"same values at all {len(a)} checkpoints, but {found.said}",
-        pending=True,
-        undecidable=found.undecidable,
-    )
 
 
 def diff_threads(
@@ -513,7 +294,7 @@ def _compare(
 
 
 def _walk(
-    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]]
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]]
 ) -> ThreadDiff:
     """:func:`_compare` on the two chains, aligned."""
     a, b = pair
@@ -564,7 +345,7 @@ def _walk(
             undecidable=True,
         )
     if len(a) == len(b):
-        pending = _pending_diff(txn, store, serde, (a, b), shared)
+        pending = pending_diff(txn, store, serde, (a, b), shared, diff=_diff)
         if pending is not None:
             return _noted(pending, doubt)
         if doubt is not None:

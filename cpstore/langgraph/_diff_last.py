@@ -1,0 +1,164 @@
+"""What ``diff_threads`` compares at the two last checkpoints once every position holds
+equal values: what a resume from each reads beside the values. Their pending writes
+(what it applies), which nodes their versions trigger (``_diff_triggers``), their
+``updated_channels`` and the writes' task ids (``_diff_updated``, which nodes it
+considers and which writes it hands back), and the subgraphs it goes on in
+(``_diff_subgraphs``). Each answer is a :class:`ThreadDiff` with ``pending`` set, or None."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cpstore.langgraph._diff_chain import node_of
+from cpstore.langgraph._diff_result import Point, ThreadDiff
+from cpstore.langgraph._diff_sealed import SEALED, UNSURE, writes_digest
+from cpstore.langgraph._diff_subgraphs import Compare, subgraph_divergence
+from cpstore.langgraph._diff_triggers import trigger_divergence
+from cpstore.langgraph._diff_updated import resume_divergence
+from cpstore.langgraph._read import StoredWrite, stored_writes
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+
+__all__ = ["pending_diff"]
+
+
+def pending_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    shared: int | None,
+    *,
+    diff: Compare,
+) -> ThreadDiff | None:
+    """The divergence in the pending writes of the two last checkpoints (chains of equal
+    values and length), or None when they are equal. Resuming applies a checkpoint's
+    pending writes (a super-step interrupted part-way: the finished tasks' writes, the
+    interrupt) and skips the tasks that made them; before, threads whose pending writes
+    differed were "same values" (review75's leftover)."""
+    a, b = pair
+    if not a:
+        return None
+    meta = store.backend.db("meta")
+    ea, eb = a[-1].entry, b[-1].entry
+    wa = stored_writes(txn, meta, ea.thread_id, ea.ns, ea.checkpoint_id)
+    wb = stored_writes(txn, meta, eb.thread_id, eb.ns, eb.checkpoint_id)
+    da = writes_digest(wa, paths=True, serde=serde)
+    db = writes_digest(wb, paths=True, serde=serde)
+    differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
+    unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
+    if not differ:
+        found = _trigger_diff(txn, store, serde, pair, shared)
+        upd = found or _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        if upd is not None and not upd.undecidable:
+            return upd
+        sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb), diff=diff)
+        if sub is None or upd is None or sub.undecidable:
+            return sub or upd
+        return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
+    undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
+    if not undecided:
+        differ = [c for c in differ if c not in unsure]
+    nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
+    head = f"same values at all {len(a)} checkpoints, but the pending writes at the last"
+    if undecided:
+        said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
+        summary = f"cannot tell: {head} (step {a[-1].step}) to {said}"
+    else:
+        summary = (
+            f"{head} (step {a[-1].step}) differ: node {', '.join(nodes)} wrote different "
+            f"{', '.join(differ)}"
+        )
+    return ThreadDiff(
+        False,
+        len(a) - 1,
+        a[-1].step,
+        tuple(nodes),
+        tuple(differ),
+        ea.checkpoint_id,
+        eb.checkpoint_id,
+        shared,
+        summary,
+        pending=True,
+        undecidable=undecided,
+    )
+
+
+def _trigger_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    shared: int | None,
+) -> ThreadDiff | None:
+    """The nodes a resume from one last checkpoint runs and from the other not (equal
+    values, other versions: :func:`~cpstore.langgraph._diff_triggers.trigger_divergence`,
+    review80), or None."""
+    pa, pb = pair[0][-1], pair[1][-1]
+    found = trigger_divergence(txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values))
+    if found is None:
+        return None
+    nodes, channels = found
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
+        pb.entry.checkpoint_id, shared,
+        f"same values at all {len(pair[0])} checkpoints, but a resume from the last (step "
+        f"{pa.step}) runs other tasks: node {', '.join(nodes)} (the versions of, or "
+        f"Sends pending in, {', '.join(channels) or 'the channels'} differ)",
+        pending=True,
+    )  # fmt: skip
+
+
+def _updated_diff(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]],
+    *, shared: int | None, writes: tuple[list[StoredWrite], list[StoredWrite]],
+) -> ThreadDiff | None:  # fmt: skip
+    """:func:`~cpstore.langgraph._diff_updated.resume_divergence` of the last two, or None."""
+    pa, pb = pair[0][-1], pair[1][-1]
+    found = resume_divergence(
+        txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values),
+        delta=pa.delta | pb.delta, writes=writes,
+    )  # fmt: skip
+    if found is None:
+        return None
+    nodes, channels, undecidable, why = found
+    said = ("cannot tell: " if undecidable else "") + f"same values at all {len(pair[0])} "
+    said += f"checkpoints, but at the last (step {pa.step}) {why}"
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
+        pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
+    )  # fmt: skip
+
+
+def _subgraph_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    *,
+    shared: int | None,
+    writes: tuple[list[StoredWrite], list[StoredWrite]],
+    diff: Compare,
+) -> ThreadDiff | None:
+    """The divergence inside a subgraph run from the two last checkpoints, or None
+    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`)."""
+    a, b = pair
+    ea, eb = a[-1].entry, b[-1].entry
+    last = ((ea, a[-1].step), (eb, b[-1].step))
+    found = subgraph_divergence(txn, store, serde, last, writes, diff=diff)
+    if found is None:
+        return None
+    return ThreadDiff(
+        False,
+        len(a) - 1,
+        a[-1].step,
+        found.nodes,
+        found.channels,
+        ea.checkpoint_id,
+        eb.checkpoint_id,
+        shared,
+        f"same values at all {len(a)} checkpoints, but {found.said}",
+        pending=True,
+        undecidable=found.undecidable,
+    )
