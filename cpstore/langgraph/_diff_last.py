@@ -49,10 +49,13 @@ def pending_diff(
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
-        found = _trigger_diff(txn, store, serde, pair, shared)
-        upd = found or _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        trig = _trigger_diff(txn, store, serde, pair, shared)
+        if trig is not None and not trig.undecidable:
+            return trig
+        upd = _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
         if upd is not None and not upd.undecidable:
             return upd
+        upd = trig or upd  # a doubt: a divergence found in the subgraphs goes first
         sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb), diff=diff)
         if sub is None or upd is None or sub.undecidable:
             return sub or upd
@@ -94,19 +97,30 @@ def _trigger_diff(
 ) -> ThreadDiff | None:
     """The nodes a resume from one last checkpoint runs and from the other not (equal
     values, other versions: :func:`~cpstore.langgraph._diff_triggers.trigger_divergence`,
-    review80), or None."""
+    review80), or None; undecidable when the channels that make it are not known to
+    trigger those nodes (lgleft86)."""
     pa, pb = pair[0][-1], pair[1][-1]
     found = trigger_divergence(txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values))
     if found is None:
         return None
-    nodes, channels = found
+    nodes, channels, undecidable = found
+    head = f"same values at all {len(pair[0])} checkpoints, but"
+    if undecidable:
+        said = (
+            f"cannot tell: {head} at the last (step {pa.step}) {', '.join(channels)} is newer "
+            f"than node {', '.join(nodes)} saw on one side only, and no versions_seen names "
+            "it for them: whether it triggers them (and they run on one side) is not known "
+            "without the graph"
+        )
+    else:
+        said = (
+            f"{head} a resume from the last (step {pa.step}) runs other tasks: node "
+            f"{', '.join(nodes)} (the versions of, or Sends pending in, "
+            f"{', '.join(channels) or 'the channels'} differ)"
+        )
     return ThreadDiff(
         False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
-        pb.entry.checkpoint_id, shared,
-        f"same values at all {len(pair[0])} checkpoints, but a resume from the last (step "
-        f"{pa.step}) runs other tasks: node {', '.join(nodes)} (the versions of, or "
-        f"Sends pending in, {', '.join(channels) or 'the channels'} differ)",
-        pending=True,
+        pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
     )  # fmt: skip
 
 
