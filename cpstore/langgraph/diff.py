@@ -41,6 +41,7 @@ from cpstore.langgraph._diff_sealed import (
     metadata_of,
     plain_value,
     sealed_channel,
+    starting_value,
     writes_digest,
 )
 from cpstore.langgraph._read import entry_at, stored, stored_writes, view_head
@@ -168,16 +169,20 @@ def _rebuilt(
 
 def _settle(
     txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[Point, Point], differ: list[str]
-) -> tuple[list[str], list[str]]:
-    """``(differ, unsure)``: of the channels whose digests differ at a position, those
-    whose values differ, and those the diff cannot tell. A plain value differs by its
-    bytes (nothing is decoded); a sealed one (either side) is decoded with ``serde`` on
-    both and compared as the plain JsonPlusSerializer writes it (lgsub80: a cipher's
-    nonce made equal values differ); one that does not decode is unsure, as is a
+) -> tuple[list[str], list[str], list[str]]:
+    """``(differ, unsure, starting)``: of the channels whose digests differ at a
+    position, those whose values differ, those the diff cannot tell, and those one side
+    holds at the value a reducer channel starts as (``[]``, ``0``...) and the other
+    never wrote (lgleft86: a reducer loads both alike, a ``LastValue`` does not, and the
+    checkpoint does not say which the channel is). A plain value differs by its bytes
+    (nothing is decoded); a sealed one (either side) is decoded with ``serde`` on both
+    and compared as the plain JsonPlusSerializer writes it (lgsub80: a cipher's nonce
+    made equal values differ); one that does not decode is unsure, as is a
     DeltaChannel's writes holding a sealed write that did not."""
     pa, pb = pair
     out: list[str] = []
     unsure: list[str] = []
+    starting: list[str] = []
     with (
         CheckpointView(store.backend, pa.entry.cid, verify=True, txn=txn) as va,
         CheckpointView(store.backend, pb.entry.cid, verify=True, txn=txn) as vb,
@@ -189,6 +194,11 @@ def _settle(
                 doubt = both and UNSURE in (ka[-1:], kb[-1:])
                 (unsure if doubt else out).append(c)
                 continue
+            if not ka or not kb:  # held on one side only
+                v, p = (va, pa) if ka else (vb, pb)
+                if starting_value(serde, v, c, f"checkpoint {p.entry.cid.hex()}"):
+                    starting.append(c)
+                    continue
             if not (sealed_channel(va, c) or sealed_channel(vb, c)):
                 out.append(c)
                 continue
@@ -202,7 +212,7 @@ def _settle(
                 unsure.append(c)
             elif got[0] != got[1]:
                 out.append(c)
-    return out, unsure
+    return out, unsure, starting
 
 
 def diff_threads(
@@ -251,12 +261,29 @@ def _diff(
         )  # fmt: skip
 
 
-def _noted(found: ThreadDiff, doubt: ThreadDiff | None) -> ThreadDiff:
-    """A divergence found after a position the diff could not tell (``doubt``): said."""
+def _noted(found: ThreadDiff, doubt: ThreadDiff | None, why: str = SEALED) -> ThreadDiff:
+    """A divergence found after a position the diff could not tell (``doubt``, ``why``
+    not): said."""
     if doubt is None or found.undecidable:
         return doubt or found
-    note = f"; checkpoint {doubt.index} may differ already ({', '.join(doubt.channels)}: {SEALED})"
+    note = f"; checkpoint {doubt.index} may differ already ({', '.join(doubt.channels)}: {why})"
     return dataclasses.replace(found, summary=found.summary + note)
+
+
+def _why(unsure: list[str], starting: list[str]) -> tuple[str, str]:
+    """Why the channels of a position it cannot tell may differ (``_settle``): the
+    summary's words after the nodes, and the note a later divergence gets."""
+    if not starting:
+        return f" differ by their bytes, {SEALED}", SEALED
+    said = [f"{', '.join(unsure)} differ by their bytes, {SEALED}"] if unsure else []
+    one = len(starting) == 1
+    said.append(
+        f"{', '.join(starting)} {'holds' if one else 'hold'} on one side the value a reducer "
+        f"channel starts as ([], 0...) and {'was' if one else 'were'} never written on the "
+        "other: LangGraph loads both alike for a reducer channel, not for a LastValue, and "
+        "which it is is not known without the graph"
+    )
+    return ": " + "; ".join(said), "; ".join(said)
 
 
 def _itself(
@@ -303,6 +330,7 @@ def _walk(
     deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
     cache: dict[tuple[str, str, str], dict[str, bytes]] = {}
     doubt: ThreadDiff | None = None  # the first position whose values it cannot tell
+    doubt_why = ""
     for i in range(min(len(a), len(b))):
         pa, pb = a[i], b[i]
         if pa.entry.cid == pb.entry.cid:
@@ -312,16 +340,16 @@ def _walk(
         differ = sorted(c for c in set(va) | set(vb) if va.get(c) != vb.get(c))
         if not differ:
             continue
-        differ, unsure = _settle(
+        differ, unsure, starting = _settle(
             txn,
             store,
             serde,
             (dataclasses.replace(pa, values=va), dataclasses.replace(pb, values=vb)),
             differ,
         )
-        if not differ and (not unsure or doubt is not None):
+        if not differ and ((not unsure and not starting) or doubt is not None):
             continue
-        channels = differ or unsure
+        channels = differ or sorted(unsure + starting)
         nodes = nodes_at(txn, store, (a, b), i, set(channels))
         found = ThreadDiff(
             False,
@@ -336,18 +364,18 @@ def _walk(
             f"{', '.join(nodes)} wrote different {', '.join(channels)}",
         )
         if differ:
-            return _noted(found, doubt)
+            return _noted(found, doubt, doubt_why)
+        why, doubt_why = _why(unsure, starting)
         doubt = dataclasses.replace(
             found,
             summary=f"cannot tell at step {pa.step} (checkpoint {i} of each chain): "
-            f"{', '.join(channels)} written by node {', '.join(nodes)} differ by their "
-            f"bytes, {SEALED}",
+            f"{', '.join(channels)} written by node {', '.join(nodes)}{why}",
             undecidable=True,
         )
     if len(a) == len(b):
         pending = pending_diff(txn, store, serde, (a, b), shared, diff=_diff)
         if pending is not None:
-            return _noted(pending, doubt)
+            return _noted(pending, doubt, doubt_why)
         if doubt is not None:
             return doubt
         return ThreadDiff(
