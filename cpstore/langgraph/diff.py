@@ -240,7 +240,8 @@ def diff_threads(
     """
     serde = JsonPlusSerializer() if serde is None else serde
     with store.backend.read_txn() as txn:
-        return _diff(txn, store, config_a, config_b, serde)
+        named = side(config_a)[2] is not None, side(config_b)[2] is not None
+        return _diff(txn, store, config_a, config_b, serde, named=named)
 
 
 def _diff(
@@ -249,11 +250,13 @@ def _diff(
     config_a: Mapping[str, Any],
     config_b: Mapping[str, Any],
     serde: Any,
+    *,
+    named: tuple[bool, bool] | None = None,
 ) -> ThreadDiff:
     """:func:`diff_threads` in a read txn (a subgraph's namespaces compared in the same);
     a checkpoint whose sealed metadata does not decode makes it undecidable."""
     try:
-        return _compare(txn, store, config_a, config_b, serde)
+        return _compare(txn, store, (config_a, config_b), serde, named)
     except Undecidable as exc:
         return ThreadDiff(
             False, None, None, (), (), None, None, None, f"cannot tell: {exc.args[0]}",
@@ -304,11 +307,12 @@ def _itself(
 def _compare(
     txn: Txn[memoryview],
     store: Store,
-    config_a: Mapping[str, Any],
-    config_b: Mapping[str, Any],
+    configs: tuple[Mapping[str, Any], Mapping[str, Any]],
     serde: Any,
+    named: tuple[bool, bool] | None,
 ) -> ThreadDiff:
     """:func:`_diff`, letting :class:`Undecidable` out."""
+    config_a, config_b = configs
     itself = _itself(txn, store, serde, (config_a, config_b))
     if itself is not None:
         return itself
@@ -316,14 +320,18 @@ def _compare(
     a, b, cut = aligned(
         _chain(txn, store, config_a, serde, empty), _chain(txn, store, config_b, serde, empty)
     )
-    found = _walk(txn, store, serde, (a, b))
+    found = _walk(txn, store, serde, (a, b), named)
     return dataclasses.replace(found, summary=found.summary + cut) if cut else found
 
 
 def _walk(
-    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]]
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    named: tuple[bool, bool] | None,
 ) -> ThreadDiff:
-    """:func:`_compare` on the two chains, aligned."""
+    """:func:`_compare` on the two chains, aligned (``named``: :func:`pending_diff`'s)."""
     a, b = pair
     shared = None
     # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
@@ -373,7 +381,7 @@ def _walk(
             undecidable=True,
         )
     if len(a) == len(b):
-        pending = pending_diff(txn, store, serde, (a, b), shared, diff=_diff)
+        pending = pending_diff(txn, store, serde, (a, b), shared, diff=_diff, named=named)
         if pending is not None:
             return _noted(pending, doubt, doubt_why)
         if doubt is not None:
