@@ -46,7 +46,11 @@ class ThreadDiff:
     #: does not decode, subgraphs of one side sharing a task path that differ and
     #: cannot be paired (lgsub80), last checkpoints whose ``updated_channels`` differ
     #: and are not the sets LangGraph's loop writes, or whose writes' task ids are not
-    #: the ones it derives (lgdiff83). A divergence found past such a position is
+    #: the ones it derives (lgdiff83); what turns on the graph, which a checkpoint does
+    #: not hold (lgleft86): a channel held at a reducer's starting value (``[]``, ``0``)
+    #: on one side and never written on the other, a node fresh on one side only by a
+    #: channel no ``versions_seen`` names for it, a newest checkpoint named by its id
+    #: against one its thread moved past. A divergence found past such a position is
     #: reported as found (``undecidable`` False; its summary notes the doubt).
     undecidable: bool = False
 

@@ -16,9 +16,11 @@ checkpoints, which nodes a resume triggers (``_diff_triggers``) and considers, t
 writes' task ids (``_diff_updated``), the pending writes and the subgraphs a resume goes
 on in (``_diff_subgraphs``) are compared too. A channel stored as the empty marker is
 compared as one the checkpoint does not hold: LangGraph loads both as an empty channel.
-A DeltaChannel without a stored value (between snapshots) is rebuilt by LangGraph from
-the parent chain's writes: it is compared by the writes to it at the parent (review75),
-so equal positions before it make equal rebuilt values.
+A channel one side holds at a reducer's starting value (``[]``, ``0``...) and the
+other never wrote is undecidable (lgleft86: a reducer loads both alike, a LastValue
+does not). A DeltaChannel without a stored value (between snapshots) is rebuilt by
+LangGraph from the parent chain's writes: it is compared by the writes to it at the
+parent (review75), so equal positions before it make equal rebuilt values.
 """
 
 from __future__ import annotations
@@ -234,9 +236,10 @@ def diff_threads(
     threads: without it (or with another key) the result is ``undecidable``
     (``same`` False), as it is for subgraphs sharing a task path that cannot be
     paired, and for last checkpoints whose ``updated_channels`` or pending writes'
-    task ids are not LangGraph's own (``ThreadDiff.undecidable``). Both sides naming
-    one checkpoint of one thread are the same without decoding anything. A side
-    whose checkpoint retention swept is NotFoundError.
+    task ids are not LangGraph's own, and for what turns on the graph, which a
+    checkpoint does not hold (``ThreadDiff.undecidable``). Both sides naming one
+    checkpoint of one thread are the same without decoding anything. A side whose
+    checkpoint retention swept is NotFoundError.
     """
     serde = JsonPlusSerializer() if serde is None else serde
     with store.backend.read_txn() as txn:
