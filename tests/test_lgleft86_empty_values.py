@@ -21,6 +21,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from lg_threads import cfg
 from pg_cluster import backend_url  # noqa: F401 - fixture
+from test_lgsub80_diff_cipher import _serde
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
 
@@ -115,6 +116,25 @@ def test_a_value_that_differs_beside_it_or_later_is_still_a_divergence(url: str)
         assert not later.same and not later.undecidable, later.summary
         assert later.channels == ("__start__",) and later.index == 4, later.summary
         assert "checkpoint 2 may differ already (count, other:" in later.summary, later.summary
+
+
+def test_a_sealed_starting_value_against_none_is_undecidable_with_or_without_the_serde(
+    url: str,
+) -> None:
+    """Stored by an encrypting serde (a stand-in cipher with a random nonce): opened
+    with the saver's serde it is the starting value; unopened it cannot be told."""
+    with CpstoreSaver.from_conn_string(url, serde=_serde()) as saver:
+        app = _graph(saver, _Reduced)
+        for t in ("x", "y"):
+            app.invoke({"log": ["in"]}, cfg(t))
+        opened = diff_threads(saver.store, cfg("x"), cfg("y"), serde=saver.serde)
+        # before: "diverge at step 1 ... wrote different count, other"
+        assert not opened.same and opened.undecidable, opened.summary
+        assert "never written on the other" in opened.summary, opened.summary
+        unopened = diff_threads(saver.store, cfg("x"), cfg("y"))
+        assert not unopened.same and unopened.undecidable, unopened.summary
+        got = [app.invoke(None, cfg(t))["log"] for t in ("x", "y")]
+        assert got == [["in", "n read [] 0"], ["in", "n read [] 0"]]
 
 
 def test_lg_diff_exits_11_on_an_empty_list_against_none(url: str) -> None:

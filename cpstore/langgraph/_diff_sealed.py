@@ -146,6 +146,8 @@ def starting_value(serde: Any, view: CheckpointView, channel: str, where: str) -
     """Whether the channel holds the value a reducer channel of a builtin type starts
     as (``[]``, ``{}``, ``""``, ``0``...): a plain pair by its bytes (nothing decoded),
     a sealed one as :func:`plain_value` opens it."""
+    if CHANNEL + channel not in view.manifest.raw["state"]["parts"]:
+        return False  # segments without their head: compared by their digests
     if sealed_channel(view, channel) is not None:
         return plain_value(serde, view, channel, where) in _STARTS
     kind, data = unpack_typed(view.state_part(CHANNEL + channel), where)
