@@ -116,3 +116,19 @@ def unlike_sets(saver: CpstoreSaver) -> tuple[int, dict[tuple[str, str, Any], st
             if unlike is not None:
                 odd[at[0], at[1], md.get("step")] = unlike[0]
     return checked, odd
+
+
+def put_chain(saver: CpstoreSaver, src: str, dst: str, edit: Any = None) -> None:
+    """Thread ``src``'s chain put as thread ``dst`` through ``saver.put`` (as the loop puts
+    each checkpoint: every channel's version passed as new), ``edit(checkpoint)`` applied
+    to the newest first (lgleft86: a version set by hand)."""
+    from langgraph.checkpoint.base import copy_checkpoint  # noqa: PLC0415 - only these tests
+
+    chain = list(saver.list(cfg(src)))[::-1]
+    parent: str | None = None
+    for i, tup in enumerate(chain):
+        cp = copy_checkpoint(tup.checkpoint)
+        if edit is not None and i == len(chain) - 1:
+            edit(cp)
+        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
+        parent = out["configurable"]["checkpoint_id"]

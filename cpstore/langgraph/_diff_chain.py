@@ -124,10 +124,18 @@ def _unrecorded(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
     follows on one side stays: it goes on), and the note; as they are when the steps
     match, or are not increasing ints, or none is shared. ``durability="exit"``
     records a run's last checkpoint only (a root at step 2): compared position by
-    position with the other's root, it "diverged at step -1" (review80)."""
+    position with the other's root, it "diverged at step -1" (review80). Chains of one
+    length whose steps differ only at the last are compared as they are, the last
+    checkpoints with each other (lgleft86): ``as_node="__copy__"`` stores its copy
+    beside the original (same parent) at the original's step plus one, and a resume
+    reads only the last checkpoint (its values, versions, pending writes, subgraphs:
+    all compared), so the copy and its original "only B goes on" while both resumes
+    ran the same nodes to the same state."""
     sa, sb = _steps(a), _steps(b)
     if sa is None or sb is None or sa == sb or not sa or not sb or not set(sa) & set(sb):
         return a, b, ""
+    if len(sa) == len(sb) >= 2 and sa[:-1] == sb[:-1]:
+        return a, b, f" (the last checkpoints are step {sa[-1]} on A and {sb[-1]} on B)"
     last, both = min(sa[-1], sb[-1]), set(sa) & set(sb)
     only = [
         (name, [s for s in steps if s not in both and s <= last])

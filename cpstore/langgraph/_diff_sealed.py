@@ -48,6 +48,7 @@ __all__ = [
     "plain_value",
     "sealed",
     "sealed_channel",
+    "starting_value",
     "writes_digest",
 ]
 
@@ -131,6 +132,26 @@ def _opened(serde: Any, inner: Any, typed: tuple[str, bytes]) -> tuple[str, byte
 
 def _digest(typed: tuple[str, bytes]) -> bytes:
     return hashlib.blake2b(typed[0].encode() + b"\x00" + bytes(typed[1]), digest_size=32).digest()
+
+
+#: The values a reducer channel (``BinaryOperatorAggregate``) of a builtin type holds
+#: before any write (``typ()``), as the plain JsonPlusSerializer writes them: LangGraph
+#: loads such a channel never written as that value, a ``LastValue`` never written as
+#: missing, and the checkpoint does not say which the channel is (lgleft86).
+_START_VALUES: tuple[Any, ...] = ([], {}, (), set(), frozenset(), "", b"", 0, 0.0, False)
+_STARTS = frozenset(_digest(_PLAIN.dumps_typed(v)) for v in _START_VALUES)
+
+
+def starting_value(serde: Any, view: CheckpointView, channel: str, where: str) -> bool:
+    """Whether the channel holds the value a reducer channel of a builtin type starts
+    as (``[]``, ``{}``, ``""``, ``0``...): a plain pair by its bytes (nothing decoded),
+    a sealed one as :func:`plain_value` opens it."""
+    if CHANNEL + channel not in view.manifest.raw["state"]["parts"]:
+        return False  # segments without their head: compared by their digests
+    if sealed_channel(view, channel) is not None:
+        return plain_value(serde, view, channel, where) in _STARTS
+    kind, data = unpack_typed(view.state_part(CHANNEL + channel), where)
+    return kind != LIST_KIND and _digest((kind, data)) in _STARTS
 
 
 def plain_value(serde: Any, view: CheckpointView, channel: str, where: str) -> bytes | None:

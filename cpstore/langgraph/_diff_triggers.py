@@ -118,24 +118,36 @@ def trigger_divergence(
     serde: Any,
     last: tuple[Entry, Entry],
     available: tuple[Iterable[str], Iterable[str]],
-) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
-    """``(nodes, channels)`` whose triggering differs between the two last checkpoints
-    (``available``: the channels each holds a value for, equal on both), or None. A
+) -> tuple[tuple[str, ...], tuple[str, ...], bool] | None:
+    """``(nodes, channels, undecidable)`` whose triggering differs between the two last
+    checkpoints (``available``: the channels each holds a value for), or None. A
     difference in whether a channel moved since the last interrupt is the node
     ``__interrupt__`` with no channel; other pending ``Send``s of a format 1-3 head,
-    their nodes and ``__pregel_tasks``."""
+    their nodes and ``__pregel_tasks``. A node whose freshness differs only on channels
+    neither side's ``versions_seen`` names for it is ``undecidable`` (lgleft86): LangGraph
+    records there only the node's triggers, so such a channel may be one (a Pregel
+    node subscribed to it) or not (a ``StateGraph`` node's state key: a version hand-set
+    to ``""``, LangGraph's null version, on ``log``, or a channel held on one side
+    only, ran the same nodes while the diff said they differ)."""
     ha, hb = (head_of(txn, store, serde, e) for e in last)
     (fa, ma), (fb, mb) = _fresh(ha, available[0]), _fresh(hb, available[1])
     all_a = frozenset(c for c in available[0] if c in (ha.get("channel_versions") or {}))
     all_b = frozenset(c for c in available[1] if c in (hb.get("channel_versions") or {}))
+    seen = (_seen_by(ha), _seen_by(hb))
     nodes: set[str] = set()
     channels: set[str] = set()
+    maybe: tuple[set[str], set[str]] = (set(), set())  # nodes and channels not known triggers
     for node in sorted(set(fa) | set(fb)):
         # a node a side's versions_seen does not name has seen nothing: all are newer
         xa, xb = fa.get(node, all_a), fb.get(node, all_b)
-        if xa != xb:
+        if xa == xb:
+            continue
+        if (xa ^ xb) & (seen[0].get(node, frozenset()) | seen[1].get(node, frozenset())):
             nodes.add(node)
             channels |= xa ^ xb
+        else:
+            maybe[0].add(node)
+            maybe[1].update(xa ^ xb)
     if ma != mb:
         nodes.add(_INTERRUPT)
     sends = _old_sends(ha), _old_sends(hb)
@@ -144,5 +156,19 @@ def trigger_divergence(
         nodes |= {n for n, _ in set(sends[0]) ^ set(sends[1])}
         channels.add(_TASKS)
     if not nodes and not channels:
+        if maybe[0]:
+            return tuple(sorted(maybe[0])), tuple(sorted(maybe[1])), True
         return None
-    return tuple(sorted(nodes)), tuple(sorted(channels))
+    return tuple(sorted(nodes)), tuple(sorted(channels)), False
+
+
+def _seen_by(head: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    """Per node, the channels ``versions_seen`` names for it (its triggers LangGraph saw)."""
+    seen_all = head.get("versions_seen")
+    if not isinstance(seen_all, Mapping):
+        return {}
+    return {
+        n: frozenset(c for c in s if type(c) is str)
+        for n, s in seen_all.items()
+        if type(n) is str and isinstance(s, Mapping)
+    }

@@ -16,30 +16,26 @@ checkpoints, which nodes a resume triggers (``_diff_triggers``) and considers, t
 writes' task ids (``_diff_updated``), the pending writes and the subgraphs a resume goes
 on in (``_diff_subgraphs``) are compared too. A channel stored as the empty marker is
 compared as one the checkpoint does not hold: LangGraph loads both as an empty channel.
-A DeltaChannel without a stored value (between snapshots) is rebuilt by LangGraph from
-the parent chain's writes: it is compared by the writes to it at the parent (review75),
-so equal positions before it make equal rebuilt values.
+A channel one side holds at a reducer's starting value (``[]``, ``0``...) and the
+other never wrote is undecidable (lgleft86: a reducer loads both alike, a LastValue
+does not). A DeltaChannel without a stored value (between snapshots) is rebuilt by
+LangGraph from the parent chain's writes: it is compared by the writes to it at the
+parent (review75), so equal positions before it make equal rebuilt values.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
-from cpstore.langgraph._diff_chain import (
-    aligned,
-    node_of,
-    nodes_at,
-    one_checkpoint,
-    parent_nodes,
-    side,
-)
+from cpstore.langgraph._diff_chain import aligned, nodes_at, one_checkpoint, parent_nodes, side
+from cpstore.langgraph._diff_last import pending_diff
+from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import (
     SEALED,
     UNSURE,
@@ -47,89 +43,15 @@ from cpstore.langgraph._diff_sealed import (
     metadata_of,
     plain_value,
     sealed_channel,
+    starting_value,
     writes_digest,
 )
-from cpstore.langgraph._diff_subgraphs import subgraph_divergence
-from cpstore.langgraph._diff_triggers import trigger_divergence
-from cpstore.langgraph._diff_updated import resume_divergence
-from cpstore.langgraph._read import (
-    Entry,
-    StoredWrite,
-    entry_at,
-    stored,
-    stored_writes,
-    view_head,
-)
+from cpstore.langgraph._read import entry_at, stored, stored_writes, view_head
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["ThreadDiff", "diff_threads"]
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadDiff:
-    """The first divergence of two checkpoint chains (``same`` when there is none)."""
-
-    #: True when both chains hold the same values step for step (at the steps both keep:
-    #: a pruned start, a run that recorded its last checkpoint only) and end alike.
-    same: bool
-    #: Position in the compared chains (0 = root, or the newest first step both keep; steps
-    #: one side did not record skipped) of the first checkpoint that differs, or None.
-    index: int | None
-    #: ``metadata["step"]`` of that checkpoint on side A (or B when A ended), or None.
-    step: int | None
-    #: The node(s) whose writes produced it, from the writes' task paths, sorted.
-    nodes: tuple[str, ...]
-    #: The channels whose values differ there, sorted.
-    channels: tuple[str, ...]
-    #: The LangGraph checkpoint ids at that position (None: that chain ended).
-    checkpoint_a: str | None
-    checkpoint_b: str | None
-    #: The last position both chains share the same cpstore checkpoint (a fork point), or None.
-    shared_until: int | None
-    #: One sentence saying what was found.
-    summary: str
-    #: True when every position holds equal values and the divergence is in the pending
-    #: writes of the two last checkpoints (what a resume applies; ``channels`` and
-    #: ``nodes`` then name the writes that differ), in which nodes a resume from them
-    #: triggers (a version moved under an equal value) or considers (their
-    #: ``updated_channels``), or in a subgraph a resume goes on in.
-    pending: bool = False
-    #: True when the diff cannot tell whether the chains are equal (``same`` is then
-    #: False; ``summary`` says why, ``index`` is where, None when a checkpoint's
-    #: metadata did not decode): bytes sealed by an encrypting serde the diff's serde
-    #: does not decode, subgraphs of one side sharing a task path that differ and
-    #: cannot be paired (lgsub80), last checkpoints whose ``updated_channels`` differ
-    #: and are not the sets LangGraph's loop writes, or whose writes' task ids are not
-    #: the ones it derives (lgdiff83). A divergence found past such a position is
-    #: reported as found (``undecidable`` False; its summary notes the doubt).
-    undecidable: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return {
-            "same": self.same,
-            "index": self.index,
-            "step": self.step,
-            "nodes": list(self.nodes),
-            "channels": list(self.channels),
-            "checkpoint_a": self.checkpoint_a,
-            "checkpoint_b": self.checkpoint_b,
-            "shared_until": self.shared_until,
-            "summary": self.summary,
-            "pending": self.pending,
-            "undecidable": self.undecidable,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class _Point:
-    entry: Entry
-    step: int | None
-    values: dict[str, bytes]  # channel -> digest of its head part and segments
-    #: The channels its metadata counts as DeltaChannels (``counters_since_delta_snapshot``).
-    delta: frozenset[str] = frozenset()
 
 
 #: The metadata key LangGraph counts a DeltaChannel's updates since its snapshot under.
@@ -162,7 +84,7 @@ def _chain(
     config: Mapping[str, Any],
     serde: Any,
     empty: dict[bytes, bool],
-) -> list[_Point]:
+) -> list[Point]:
     thread_id, ns, checkpoint_id = side(config)
     meta = store.backend.db("meta")
     entry = entry_at(txn, meta, thread_id, ns, checkpoint_id)
@@ -172,7 +94,7 @@ def _chain(
             where=f"thread {thread_id!r} ns {ns!r}",
             got=checkpoint_id or "no checkpoints",
         )
-    out: list[_Point] = []
+    out: list[Point] = []
     while entry is not None and stored(txn, store, entry):
         with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
             parts: dict[str, bytes] = view.manifest.raw["state"]["parts"]
@@ -196,7 +118,7 @@ def _chain(
                 elif name.startswith(SEGMENT):
                     channel = name[len(SEGMENT) :].rsplit("/", 1)[0]
                     values[channel] = values.get(channel, b"") + bytes(key)
-        out.append(_Point(entry, step, values, delta))
+        out.append(Point(entry, step, values, delta))
         entry = (
             None
             if entry.parent is None
@@ -216,7 +138,7 @@ def _rebuilt(
     txn: Txn[memoryview],
     store: Store,
     serde: Any,
-    point: _Point,
+    point: Point,
     *,
     deltas: frozenset[str],
     cache: dict[tuple[str, str, str], dict[str, bytes]],
@@ -248,17 +170,21 @@ def _rebuilt(
 
 
 def _settle(
-    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[_Point, _Point], differ: list[str]
-) -> tuple[list[str], list[str]]:
-    """``(differ, unsure)``: of the channels whose digests differ at a position, those
-    whose values differ, and those the diff cannot tell. A plain value differs by its
-    bytes (nothing is decoded); a sealed one (either side) is decoded with ``serde`` on
-    both and compared as the plain JsonPlusSerializer writes it (lgsub80: a cipher's
-    nonce made equal values differ); one that does not decode is unsure, as is a
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[Point, Point], differ: list[str]
+) -> tuple[list[str], list[str], list[str]]:
+    """``(differ, unsure, starting)``: of the channels whose digests differ at a
+    position, those whose values differ, those the diff cannot tell, and those one side
+    holds at the value a reducer channel starts as (``[]``, ``0``...) and the other
+    never wrote (lgleft86: a reducer loads both alike, a ``LastValue`` does not, and the
+    checkpoint does not say which the channel is). A plain value differs by its bytes
+    (nothing is decoded); a sealed one (either side) is decoded with ``serde`` on both
+    and compared as the plain JsonPlusSerializer writes it (lgsub80: a cipher's nonce
+    made equal values differ); one that does not decode is unsure, as is a
     DeltaChannel's writes holding a sealed write that did not."""
     pa, pb = pair
     out: list[str] = []
     unsure: list[str] = []
+    starting: list[str] = []
     with (
         CheckpointView(store.backend, pa.entry.cid, verify=True, txn=txn) as va,
         CheckpointView(store.backend, pb.entry.cid, verify=True, txn=txn) as vb,
@@ -270,6 +196,11 @@ def _settle(
                 doubt = both and UNSURE in (ka[-1:], kb[-1:])
                 (unsure if doubt else out).append(c)
                 continue
+            if not ka or not kb:  # held on one side only
+                v, p = (va, pa) if ka else (vb, pb)
+                if starting_value(serde, v, c, f"checkpoint {p.entry.cid.hex()}"):
+                    starting.append(c)
+                    continue
             if not (sealed_channel(va, c) or sealed_channel(vb, c)):
                 out.append(c)
                 continue
@@ -283,145 +214,7 @@ def _settle(
                 unsure.append(c)
             elif got[0] != got[1]:
                 out.append(c)
-    return out, unsure
-
-
-def _pending_diff(
-    txn: Txn[memoryview],
-    store: Store,
-    serde: Any,
-    pair: tuple[list[_Point], list[_Point]],
-    shared: int | None,
-) -> ThreadDiff | None:
-    """The divergence in the pending writes of the two last checkpoints (chains of equal
-    values and length), or None when they are equal. Resuming applies a checkpoint's
-    pending writes (a super-step interrupted part-way: the finished tasks' writes, the
-    interrupt) and skips the tasks that made them; before, threads whose pending writes
-    differed were "same values" (review75's leftover)."""
-    a, b = pair
-    if not a:
-        return None
-    meta = store.backend.db("meta")
-    ea, eb = a[-1].entry, b[-1].entry
-    wa = stored_writes(txn, meta, ea.thread_id, ea.ns, ea.checkpoint_id)
-    wb = stored_writes(txn, meta, eb.thread_id, eb.ns, eb.checkpoint_id)
-    da = writes_digest(wa, paths=True, serde=serde)
-    db = writes_digest(wb, paths=True, serde=serde)
-    differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
-    unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
-    if not differ:
-        found = _trigger_diff(txn, store, serde, pair, shared)
-        upd = found or _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
-        if upd is not None and not upd.undecidable:
-            return upd
-        sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
-        if sub is None or upd is None or sub.undecidable:
-            return sub or upd
-        return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
-    undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
-    if not undecided:
-        differ = [c for c in differ if c not in unsure]
-    nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
-    head = f"same values at all {len(a)} checkpoints, but the pending writes at the last"
-    if undecided:
-        said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
-        summary = f"cannot tell: {head} (step {a[-1].step}) to {said}"
-    else:
-        summary = (
-            f"{head} (step {a[-1].step}) differ: node {', '.join(nodes)} wrote different "
-            f"{', '.join(differ)}"
-        )
-    return ThreadDiff(
-        False,
-        len(a) - 1,
-        a[-1].step,
-        tuple(nodes),
-        tuple(differ),
-        ea.checkpoint_id,
-        eb.checkpoint_id,
-        shared,
-        summary,
-        pending=True,
-        undecidable=undecided,
-    )
-
-
-def _trigger_diff(
-    txn: Txn[memoryview],
-    store: Store,
-    serde: Any,
-    pair: tuple[list[_Point], list[_Point]],
-    shared: int | None,
-) -> ThreadDiff | None:
-    """The nodes a resume from one last checkpoint runs and from the other not (equal
-    values, other versions: :func:`~cpstore.langgraph._diff_triggers.trigger_divergence`,
-    review80), or None."""
-    pa, pb = pair[0][-1], pair[1][-1]
-    found = trigger_divergence(txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values))
-    if found is None:
-        return None
-    nodes, channels = found
-    return ThreadDiff(
-        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
-        pb.entry.checkpoint_id, shared,
-        f"same values at all {len(pair[0])} checkpoints, but a resume from the last (step "
-        f"{pa.step}) runs other tasks: node {', '.join(nodes)} (the versions of, or "
-        f"Sends pending in, {', '.join(channels) or 'the channels'} differ)",
-        pending=True,
-    )  # fmt: skip
-
-
-def _updated_diff(
-    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]],
-    *, shared: int | None, writes: tuple[list[StoredWrite], list[StoredWrite]],
-) -> ThreadDiff | None:  # fmt: skip
-    """:func:`~cpstore.langgraph._diff_updated.resume_divergence` of the last two, or None."""
-    pa, pb = pair[0][-1], pair[1][-1]
-    found = resume_divergence(
-        txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values),
-        delta=pa.delta | pb.delta, writes=writes,
-    )  # fmt: skip
-    if found is None:
-        return None
-    nodes, channels, undecidable, why = found
-    said = ("cannot tell: " if undecidable else "") + f"same values at all {len(pair[0])} "
-    said += f"checkpoints, but at the last (step {pa.step}) {why}"
-    return ThreadDiff(
-        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
-        pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
-    )  # fmt: skip
-
-
-def _subgraph_diff(
-    txn: Txn[memoryview],
-    store: Store,
-    serde: Any,
-    pair: tuple[list[_Point], list[_Point]],
-    *,
-    shared: int | None,
-    writes: tuple[list[StoredWrite], list[StoredWrite]],
-) -> ThreadDiff | None:
-    """The divergence inside a subgraph run from the two last checkpoints, or None
-    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`)."""
-    a, b = pair
-    ea, eb = a[-1].entry, b[-1].entry
-    last = ((ea, a[-1].step), (eb, b[-1].step))
-    found = subgraph_divergence(txn, store, serde, last, writes, diff=_diff)
-    if found is None:
-        return None
-    return ThreadDiff(
-        False,
-        len(a) - 1,
-        a[-1].step,
-        found.nodes,
-        found.channels,
-        ea.checkpoint_id,
-        eb.checkpoint_id,
-        shared,
-        f"same values at all {len(a)} checkpoints, but {found.said}",
-        pending=True,
-        undecidable=found.undecidable,
-    )
+    return out, unsure, starting
 
 
 def diff_threads(
@@ -443,13 +236,15 @@ def diff_threads(
     threads: without it (or with another key) the result is ``undecidable``
     (``same`` False), as it is for subgraphs sharing a task path that cannot be
     paired, and for last checkpoints whose ``updated_channels`` or pending writes'
-    task ids are not LangGraph's own (``ThreadDiff.undecidable``). Both sides naming
-    one checkpoint of one thread are the same without decoding anything. A side
-    whose checkpoint retention swept is NotFoundError.
+    task ids are not LangGraph's own, and for what turns on the graph, which a
+    checkpoint does not hold (``ThreadDiff.undecidable``). Both sides naming one
+    checkpoint of one thread are the same without decoding anything. A side whose
+    checkpoint retention swept is NotFoundError.
     """
     serde = JsonPlusSerializer() if serde is None else serde
     with store.backend.read_txn() as txn:
-        return _diff(txn, store, config_a, config_b, serde)
+        named = side(config_a)[2] is not None, side(config_b)[2] is not None
+        return _diff(txn, store, config_a, config_b, serde, named=named)
 
 
 def _diff(
@@ -458,11 +253,13 @@ def _diff(
     config_a: Mapping[str, Any],
     config_b: Mapping[str, Any],
     serde: Any,
+    *,
+    named: tuple[bool, bool] | None = None,
 ) -> ThreadDiff:
     """:func:`diff_threads` in a read txn (a subgraph's namespaces compared in the same);
     a checkpoint whose sealed metadata does not decode makes it undecidable."""
     try:
-        return _compare(txn, store, config_a, config_b, serde)
+        return _compare(txn, store, (config_a, config_b), serde, named)
     except Undecidable as exc:
         return ThreadDiff(
             False, None, None, (), (), None, None, None, f"cannot tell: {exc.args[0]}",
@@ -470,12 +267,29 @@ def _diff(
         )  # fmt: skip
 
 
-def _noted(found: ThreadDiff, doubt: ThreadDiff | None) -> ThreadDiff:
-    """A divergence found after a position the diff could not tell (``doubt``): said."""
+def _noted(found: ThreadDiff, doubt: ThreadDiff | None, why: str = SEALED) -> ThreadDiff:
+    """A divergence found after a position the diff could not tell (``doubt``, ``why``
+    not): said."""
     if doubt is None or found.undecidable:
         return doubt or found
-    note = f"; checkpoint {doubt.index} may differ already ({', '.join(doubt.channels)}: {SEALED})"
+    note = f"; checkpoint {doubt.index} may differ already ({', '.join(doubt.channels)}: {why})"
     return dataclasses.replace(found, summary=found.summary + note)
+
+
+def _why(unsure: list[str], starting: list[str]) -> tuple[str, str]:
+    """Why the channels of a position it cannot tell may differ (``_settle``): the
+    summary's words after the nodes, and the note a later divergence gets."""
+    if not starting:
+        return f" differ by their bytes, {SEALED}", SEALED
+    said = [f"{', '.join(unsure)} differ by their bytes, {SEALED}"] if unsure else []
+    one = len(starting) == 1
+    said.append(
+        f"{', '.join(starting)} {'holds' if one else 'hold'} on one side the value a reducer "
+        f"channel starts as ([], 0...) and {'was' if one else 'were'} never written on the "
+        "other: LangGraph loads both alike for a reducer channel, not for a LastValue, and "
+        "which it is is not known without the graph"
+    )
+    return ": " + "; ".join(said), "; ".join(said)
 
 
 def _itself(
@@ -496,11 +310,12 @@ def _itself(
 def _compare(
     txn: Txn[memoryview],
     store: Store,
-    config_a: Mapping[str, Any],
-    config_b: Mapping[str, Any],
+    configs: tuple[Mapping[str, Any], Mapping[str, Any]],
     serde: Any,
+    named: tuple[bool, bool] | None,
 ) -> ThreadDiff:
     """:func:`_diff`, letting :class:`Undecidable` out."""
+    config_a, config_b = configs
     itself = _itself(txn, store, serde, (config_a, config_b))
     if itself is not None:
         return itself
@@ -508,20 +323,25 @@ def _compare(
     a, b, cut = aligned(
         _chain(txn, store, config_a, serde, empty), _chain(txn, store, config_b, serde, empty)
     )
-    found = _walk(txn, store, serde, (a, b))
+    found = _walk(txn, store, serde, (a, b), named)
     return dataclasses.replace(found, summary=found.summary + cut) if cut else found
 
 
 def _walk(
-    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[_Point], list[_Point]]
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    named: tuple[bool, bool] | None,
 ) -> ThreadDiff:
-    """:func:`_compare` on the two chains, aligned."""
+    """:func:`_compare` on the two chains, aligned (``named``: :func:`pending_diff`'s)."""
     a, b = pair
     shared = None
     # a channel either side's metadata counts as a DeltaChannel anywhere in its chain
     deltas = frozenset().union(*(p.delta for p in a), *(p.delta for p in b))
     cache: dict[tuple[str, str, str], dict[str, bytes]] = {}
     doubt: ThreadDiff | None = None  # the first position whose values it cannot tell
+    doubt_why = ""
     for i in range(min(len(a), len(b))):
         pa, pb = a[i], b[i]
         if pa.entry.cid == pb.entry.cid:
@@ -531,16 +351,16 @@ def _walk(
         differ = sorted(c for c in set(va) | set(vb) if va.get(c) != vb.get(c))
         if not differ:
             continue
-        differ, unsure = _settle(
+        differ, unsure, starting = _settle(
             txn,
             store,
             serde,
             (dataclasses.replace(pa, values=va), dataclasses.replace(pb, values=vb)),
             differ,
         )
-        if not differ and (not unsure or doubt is not None):
+        if not differ and ((not unsure and not starting) or doubt is not None):
             continue
-        channels = differ or unsure
+        channels = differ or sorted(unsure + starting)
         nodes = nodes_at(txn, store, (a, b), i, set(channels))
         found = ThreadDiff(
             False,
@@ -555,18 +375,18 @@ def _walk(
             f"{', '.join(nodes)} wrote different {', '.join(channels)}",
         )
         if differ:
-            return _noted(found, doubt)
+            return _noted(found, doubt, doubt_why)
+        why, doubt_why = _why(unsure, starting)
         doubt = dataclasses.replace(
             found,
             summary=f"cannot tell at step {pa.step} (checkpoint {i} of each chain): "
-            f"{', '.join(channels)} written by node {', '.join(nodes)} differ by their "
-            f"bytes, {SEALED}",
+            f"{', '.join(channels)} written by node {', '.join(nodes)}{why}",
             undecidable=True,
         )
     if len(a) == len(b):
-        pending = _pending_diff(txn, store, serde, (a, b), shared)
+        pending = pending_diff(txn, store, serde, (a, b), shared, diff=_diff, named=named)
         if pending is not None:
-            return _noted(pending, doubt)
+            return _noted(pending, doubt, doubt_why)
         if doubt is not None:
             return doubt
         return ThreadDiff(

@@ -1,0 +1,240 @@
+"""What ``diff_threads`` compares at the two last checkpoints once every position holds
+equal values: what a resume from each reads beside the values. Their pending writes
+(what it applies), which nodes their versions trigger (``_diff_triggers``), their
+``updated_channels`` and the writes' task ids (``_diff_updated``, which nodes it
+considers and which writes it hands back), and the subgraphs it goes on in
+(``_diff_subgraphs``). Each answer is a :class:`ThreadDiff` with ``pending`` set, or None."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cpstore.langgraph._diff_chain import node_of
+from cpstore.langgraph._diff_result import Point, ThreadDiff
+from cpstore.langgraph._diff_sealed import SEALED, UNSURE, writes_digest
+from cpstore.langgraph._diff_subgraphs import Compare, subgraph_divergence
+from cpstore.langgraph._diff_triggers import trigger_divergence
+from cpstore.langgraph._diff_updated import resume_divergence
+from cpstore.langgraph._read import StoredWrite, entry_at, stored_writes
+from cpstore.store import Store
+from cpstore.store.backend import Txn
+
+__all__ = ["pending_diff"]
+
+
+def pending_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    shared: int | None,
+    *,
+    diff: Compare,
+    named: tuple[bool, bool] | None = None,
+) -> ThreadDiff | None:
+    """The divergence in the pending writes of the two last checkpoints (chains of equal
+    values and length), or None when they are equal. Resuming applies a checkpoint's
+    pending writes (a super-step interrupted part-way: the finished tasks' writes, the
+    interrupt) and skips the tasks that made them; before, threads whose pending writes
+    differed were "same values" (review75's leftover). ``named``: whether each side's
+    config names a checkpoint id (the compared threads; None for a subgraph's
+    namespaces): a resume of a checkpoint its thread has moved past runs those tasks
+    again (:func:`_moved_past`)."""
+    a, b = pair
+    if not a:
+        return None
+    meta = store.backend.db("meta")
+    ea, eb = a[-1].entry, b[-1].entry
+    wa = stored_writes(txn, meta, ea.thread_id, ea.ns, ea.checkpoint_id)
+    wb = stored_writes(txn, meta, eb.thread_id, eb.ns, eb.checkpoint_id)
+    da = writes_digest(wa, paths=True, serde=serde)
+    db = writes_digest(wb, paths=True, serde=serde)
+    differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
+    unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
+    if not differ:
+        past = _moved_past(txn, store, pair, (wa, wb), named=named, shared=shared)
+        if past is not None and not past.undecidable:
+            return past
+        trig = _trigger_diff(txn, store, serde, pair, shared)
+        if trig is not None and not trig.undecidable:
+            return trig
+        upd = _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        if upd is not None and not upd.undecidable:
+            return upd
+        upd = past or trig or upd  # a doubt: a divergence found in the subgraphs goes first
+        sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb), diff=diff)
+        if sub is None or upd is None or sub.undecidable:
+            return sub or upd
+        return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
+    undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
+    if not undecided:
+        differ = [c for c in differ if c not in unsure]
+    nodes = sorted({node_of(w) for w in wa + wb if w.channel in differ})
+    head = f"same values at all {len(a)} checkpoints, but the pending writes at the last"
+    if undecided:
+        said = f"{', '.join(differ)} by node {', '.join(nodes)} differ by their bytes, {SEALED}"
+        summary = f"cannot tell: {head} (step {a[-1].step}) to {said}"
+    else:
+        summary = (
+            f"{head} (step {a[-1].step}) differ: node {', '.join(nodes)} wrote different "
+            f"{', '.join(differ)}"
+        )
+    return ThreadDiff(
+        False,
+        len(a) - 1,
+        a[-1].step,
+        tuple(nodes),
+        tuple(differ),
+        ea.checkpoint_id,
+        eb.checkpoint_id,
+        shared,
+        summary,
+        pending=True,
+        undecidable=undecided,
+    )
+
+
+def _trigger_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    shared: int | None,
+) -> ThreadDiff | None:
+    """The nodes a resume from one last checkpoint runs and from the other not (equal
+    values, other versions: :func:`~cpstore.langgraph._diff_triggers.trigger_divergence`,
+    review80), or None; undecidable when the channels that make it are not known to
+    trigger those nodes (lgleft86)."""
+    pa, pb = pair[0][-1], pair[1][-1]
+    found = trigger_divergence(txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values))
+    if found is None:
+        return None
+    nodes, channels, undecidable = found
+    head = f"same values at all {len(pair[0])} checkpoints, but"
+    if undecidable:
+        said = (
+            f"cannot tell: {head} at the last (step {pa.step}) {', '.join(channels)} is newer "
+            f"than node {', '.join(nodes)} saw on one side only, and no versions_seen names "
+            "it for them: whether it triggers them (and they run on one side) is not known "
+            "without the graph"
+        )
+    else:
+        said = (
+            f"{head} a resume from the last (step {pa.step}) runs other tasks: node "
+            f"{', '.join(nodes)} (the versions of, or Sends pending in, "
+            f"{', '.join(channels) or 'the channels'} differ)"
+        )
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
+        pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
+    )  # fmt: skip
+
+
+def _updated_diff(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]],
+    *, shared: int | None, writes: tuple[list[StoredWrite], list[StoredWrite]],
+) -> ThreadDiff | None:  # fmt: skip
+    """:func:`~cpstore.langgraph._diff_updated.resume_divergence` of the last two, or None."""
+    pa, pb = pair[0][-1], pair[1][-1]
+    found = resume_divergence(
+        txn, store, serde, (pa.entry, pb.entry), (pa.values, pb.values),
+        delta=pa.delta | pb.delta, writes=writes,
+    )  # fmt: skip
+    if found is None:
+        return None
+    nodes, channels, undecidable, why = found
+    said = ("cannot tell: " if undecidable else "") + f"same values at all {len(pair[0])} "
+    said += f"checkpoints, but at the last (step {pa.step}) {why}"
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pa.step, nodes, channels, pa.entry.checkpoint_id,
+        pb.entry.checkpoint_id, shared, said, pending=True, undecidable=undecidable,
+    )  # fmt: skip
+
+
+def _subgraph_diff(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    *,
+    shared: int | None,
+    writes: tuple[list[StoredWrite], list[StoredWrite]],
+    diff: Compare,
+) -> ThreadDiff | None:
+    """The divergence inside a subgraph run from the two last checkpoints, or None
+    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`)."""
+    a, b = pair
+    ea, eb = a[-1].entry, b[-1].entry
+    last = ((ea, a[-1].step), (eb, b[-1].step))
+    found = subgraph_divergence(txn, store, serde, last, writes, diff=diff)
+    if found is None:
+        return None
+    return ThreadDiff(
+        False,
+        len(a) - 1,
+        a[-1].step,
+        found.nodes,
+        found.channels,
+        ea.checkpoint_id,
+        eb.checkpoint_id,
+        shared,
+        f"same values at all {len(a)} checkpoints, but {found.said}",
+        pending=True,
+        undecidable=found.undecidable,
+    )
+
+
+#: The channels of a task's writes that say what became of it, not what it produced
+#: (LangGraph's ``CONTROL_WRITES`` but ``__error_source_node__``, which only a resume
+#: handing writes back reads: it routes the failed task to its error handler).
+_CONTROL = frozenset({"__interrupt__", "__error__", "__resume__"})
+#: The task id LangGraph stores input and ``Command`` writes under (never handed back).
+_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def _moved_past(
+    txn: Txn[memoryview], store: Store, pair: tuple[list[Point], list[Point]],
+    writes: tuple[list[StoredWrite], list[StoredWrite]], *, named: tuple[bool, bool] | None,
+    shared: int | None,
+) -> ThreadDiff | None:  # fmt: skip
+    """The divergence when one last checkpoint is its namespace's newest and the other
+    not (its thread moved past it: a copy, a fork, a later run), and they hold a
+    finished task's writes (equal on both), or None (lgleft86). LangGraph 1.2.24 hands
+    such writes back to their tasks only on a resume of the newest checkpoint (or of
+    one no id names): a resume addressed at a checkpoint its thread moved past replays
+    it, its finished tasks running again (``_loop``: ``is_replaying``). A tool call
+    repeated on one side only: the diff said "same values at all 2 checkpoints". When
+    the newest side's config names its id, a resume of it invoked with None replays it
+    too (time travel) and one with ``Command(resume=...)`` does not: undecidable."""
+    if named is None:
+        return None
+    meta = store.backend.db("meta")
+    last = pair[0][-1].entry, pair[1][-1].entry
+    past = [entry_at(txn, meta, e.thread_id, e.ns, None) != e for e in last]
+    if past[0] == past[1]:
+        return None
+    k = 0 if past[0] else 1
+    done = [w for w in writes[k] if w.task_id != _NULL_TASK_ID and w.channel not in _CONTROL]
+    if not done:
+        return None
+    nodes = tuple(sorted({node_of(w) for w in done}))
+    channels = tuple(sorted({w.channel for w in done}))
+    moved, other = "AB"[k], "AB"[1 - k]
+    undecidable = named[1 - k]
+    said = (
+        f"same values at all {len(pair[0])} checkpoints, but {moved}'s last (step "
+        f"{pair[k][-1].step}) is not the newest of its thread: a resume of it replays it, "
+        f"running node {', '.join(nodes)} again, whose writes a resume of {other}'s "
+    )
+    if undecidable:
+        said = (
+            f"cannot tell: {said}hands back when invoked with Command(resume=...), not "
+            f"with None ({other} names its checkpoint id: a time travel replays it too)"
+        )
+    else:
+        said += "hands back"
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pair[0][-1].step, nodes, channels, last[0].checkpoint_id,
+        last[1].checkpoint_id, shared, said, pending=True, undecidable=undecidable,
+    )  # fmt: skip
