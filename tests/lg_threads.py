@@ -41,21 +41,30 @@ def put_copy(
     *,
     new_ids: bool = False,
     task_id: Callable[[str, str], str] = lambda tid, path: tid,
+    writes: bool = True,
+    edit: Callable[[Any], None] | None = None,
 ) -> None:
-    """``src``'s chain put as ``dst`` through ``put``/``put_writes`` (as LangGraph puts
-    them), the checkpoints under new ids when ``new_ids``, each write under
-    ``task_id(its task id, its task path)`` with its task path kept."""
+    """``src``'s chain put as ``dst`` through ``put``/``put_writes`` (as LangGraph's loop
+    puts them: every channel's version passed as new), the checkpoints under new ids when
+    ``new_ids``, each write under ``task_id(its task id, its task path)`` with its task
+    path kept (none when not ``writes``), ``edit(checkpoint)`` applied to the newest
+    first (lgleft86: a version set by hand)."""
     meta = saver.store.backend.db("meta")
     parent: str | None = None
-    for tup in list(saver.list(cfg(src)))[::-1]:
+    chain = list(saver.list(cfg(src)))[::-1]
+    for i, tup in enumerate(chain):
         cp = copy_checkpoint(tup.checkpoint)
         if new_ids:
             cp["id"] = str(uuid.uuid1())
+        if edit is not None and i == len(chain) - 1:
+            edit(cp)
         out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
         parent = out["configurable"]["checkpoint_id"]
+        if not writes:
+            continue
         with saver.store.backend.read_txn() as txn:
-            writes = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
-        for w in writes:
+            held = stored_writes(txn, meta, src, "", tup.config["configurable"]["checkpoint_id"])
+        for w in held:
             value = saver.serde.loads_typed((w.typed[0], bytes(w.typed[1])))
             tid = task_id(w.task_id, w.task_path)
             saver.put_writes(out, [(w.channel, value)], tid, task_path=w.task_path)
@@ -116,19 +125,3 @@ def unlike_sets(saver: CpstoreSaver) -> tuple[int, dict[tuple[str, str, Any], st
             if unlike is not None:
                 odd[at[0], at[1], md.get("step")] = unlike[0]
     return checked, odd
-
-
-def put_chain(saver: CpstoreSaver, src: str, dst: str, edit: Any = None) -> None:
-    """Thread ``src``'s chain put as thread ``dst`` through ``saver.put`` (as the loop puts
-    each checkpoint: every channel's version passed as new), ``edit(checkpoint)`` applied
-    to the newest first (lgleft86: a version set by hand)."""
-    from langgraph.checkpoint.base import copy_checkpoint  # noqa: PLC0415 - only these tests
-
-    chain = list(saver.list(cfg(src)))[::-1]
-    parent: str | None = None
-    for i, tup in enumerate(chain):
-        cp = copy_checkpoint(tup.checkpoint)
-        if edit is not None and i == len(chain) - 1:
-            edit(cp)
-        out = saver.put(cfg(dst, parent), cp, tup.metadata, dict(cp["channel_versions"]))
-        parent = out["configurable"]["checkpoint_id"]

@@ -22,7 +22,7 @@ from typing import Any
 from langgraph.channels import LastValue
 from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import NodeBuilder, Pregel
-from lg_threads import LogState, cfg, put_chain
+from lg_threads import LogState, cfg, put_copy
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -70,7 +70,7 @@ def test_a_state_key_s_version_set_to_empty_is_not_a_divergence(url: str) -> Non
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _graph(saver)
         app.invoke({"log": ["in"]}, cfg("a"))
-        put_chain(saver, "a", "b", _version("log"))
+        put_copy(saver, "a", "b", writes=False, edit=_version("log"))
         diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         # before: "... a resume from the last (step 1) runs other tasks: node __input__,
         # __start__, a (the versions of ... log differ)", undecidable False
@@ -89,7 +89,7 @@ def test_a_trigger_no_versions_seen_names_set_to_empty_is_undecidable(url: str) 
         app.invoke(1, cfg("a"), interrupt_after=["one"])
         tup = saver.get_tuple(cfg("a"))
         assert tup is not None and set(tup.checkpoint["versions_seen"]["two"]) == {"a"}
-        put_chain(saver, "a", "b", _version("c"))
+        put_copy(saver, "a", "b", writes=False, edit=_version("c"))
         diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         assert not diff.same and diff.undecidable and diff.channels == ("c",), diff.summary
         assert "two" in diff.nodes, diff.summary
@@ -102,7 +102,7 @@ def test_a_trigger_the_node_saw_set_to_empty_is_a_divergence(url: str) -> None:
         app = _graph(saver, again=True)
         app.invoke({"log": ["in"]}, cfg("a"))
         app.invoke(None, cfg("a"))  # n runs, then a, then it stops before n again
-        put_chain(saver, "a", "b", _version("branch:to:n"))
+        put_copy(saver, "a", "b", writes=False, edit=_version("branch:to:n"))
         diff = diff_threads(saver.store, cfg("a"), cfg("b"))
         assert not diff.same and not diff.undecidable, diff.summary
         assert diff.nodes == ("n",) and diff.channels == ("branch:to:n",), diff.summary
@@ -113,7 +113,7 @@ def test_a_trigger_the_node_saw_set_to_empty_is_a_divergence(url: str) -> None:
 def test_lg_diff_exits_11_on_a_version_set_to_empty(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         _graph(saver).invoke({"log": ["in"]}, cfg("a"))
-        put_chain(saver, "a", "b", _version("log"))
+        put_copy(saver, "a", "b", writes=False, edit=_version("log"))
     out = subprocess.run(
         [sys.executable, "-m", "cpstore.cli", "lg-diff", "a", "b", "--store", url],
         capture_output=True,
