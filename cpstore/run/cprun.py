@@ -37,8 +37,9 @@ from cpstore.errors import CanonicalEncodingError, DocumentError, FormatVersionE
 from cpstore.native.args import HOST_BYTE_ORDER, as_offsets, little_endian_offsets
 from cpstore.native.binding import native_digest
 from cpstore.native.canonical import decode_value, encode_value
-from cpstore.native.columns import encode_values
+from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.records import RECORD_SIZE, RecordType
+from cpstore.run.locate import canonical_place
 from cpstore.run.model import (
     Effect,
     Observation,
@@ -87,24 +88,31 @@ def is_cprun(head: bytes | bytearray | memoryview) -> bool:
 
 
 def _meta(run: Run) -> bytes:
-    return encode_value(
-        {
-            "run_id": run.run_id,
-            "step": run.step,
-            "state_digest": run.state_digest,
-            "observations": [
-                [o.step, o.source, o.payload_digest, o.pinned_at] for o in run.observations
-            ],
-            "call_graph": [dict(n) for n in run.call_graph],
-            "transcript_digest": run.transcript_digest,
-            "effects": [[e.seq, e.target, e.payload_digest] for e in run.effects],
-            "ledger_sealed": run.ledger_sealed,
-            "harness_accesses": list(run.harness_accesses),
-            "provenance_tags": list(run.provenance_tags),
-            "mode": None if run.mode is None else run.mode.value,
-            "kind_names": {int(k): v for k, v in run.tokens.kind_names.items()},
-        }
-    )
+    meta: dict[str, Any] = {
+        "run_id": run.run_id,
+        "step": run.step,
+        "state_digest": run.state_digest,
+        "observations": [
+            [o.step, o.source, o.payload_digest, o.pinned_at] for o in run.observations
+        ],
+        "call_graph": [dict(n) for n in run.call_graph],
+        "transcript_digest": run.transcript_digest,
+        "effects": [[e.seq, e.target, e.payload_digest] for e in run.effects],
+        "ledger_sealed": run.ledger_sealed,
+        "harness_accesses": list(run.harness_accesses),
+        "provenance_tags": list(run.provenance_tags),
+        "mode": None if run.mode is None else run.mode.value,
+        "kind_names": {int(k): v for k, v in run.tokens.kind_names.items()},
+    }
+    try:
+        return encode_value(meta)
+    except CanonicalEncodingError as exc:
+        # Named as the loaders name places (runleft86: the encoder's own spelling got out,
+        # ``${'call_graph'}[0]{'node'}``); the metadata's field is the place's first step.
+        place = canonical_place(meta, exc.where).removeprefix(".")
+        raise CanonicalEncodingError(
+            exc.what, where=place or "metadata", expected=exc.expected, got=exc.got
+        ) from None
 
 
 def _token_sections(run: Run) -> tuple[memoryview, bytes | memoryview, bytes | memoryview]:
@@ -123,11 +131,18 @@ def _token_sections(run: Run) -> tuple[memoryview, bytes | memoryview, bytes | m
         )
         return packed.view(), offsets, values.blob
     # Plain values: encode them (the canonical form is what the file keeps).
+    plain = list(values)
     try:
-        blob, offs_array = encode_values(list(values))
+        blob, offs_array = encode_values(plain)
     except CanonicalEncodingError as exc:
+        # The token, as the document writers and the loaders name it (it said
+        # ``tokens.values`` before runleft86).
+        found = first_unencodable(plain)
+        index, why = found if found is not None else (None, exc)
         raise DocumentError(
-            "token value cannot be canonically encoded", where="tokens.values", got=exc.what
+            "token value cannot be canonically encoded",
+            where="tokens.values" if index is None else f"tokens[{index}].value",
+            got=why.what,
         ) from None
     return packed.view(), little_endian_offsets(offs_array), blob
 

@@ -22,12 +22,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgpack
 
-__all__ = ["join_place", "key_step", "locate", "locate_json"]
+__all__ = ["canonical_place", "join_place", "key_step", "locate", "locate_json"]
 
 #: Levels :func:`locate` goes into (each re-decodes the failing part once).
 MAX_DEPTH = 8
@@ -38,13 +38,51 @@ _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def key_step(key: Any) -> str:
     """The step to the entry keyed ``key`` (a decoded key: str, None, bool, int, float
-    or bytes) of a map: ``.name``, ``["..."]`` or ``{...}``."""
+    or bytes; a writer's memoryview key is named as the bytes it is written as) of a map:
+    ``.name``, ``["..."]`` or ``{...}``."""
     if isinstance(key, str):
         text = str.__str__(key)
         if _BARE.fullmatch(text):
             return "." + text
         return "[" + json.dumps(text) + "]"
+    if isinstance(key, (bytearray, memoryview)):
+        key = bytes(key)
     return "{" + repr(key) + "}"  # a decoded key: None, bool, int, float or bytes
+
+
+def canonical_place(value: Any, path: str | None, limit: int = MAX_DEPTH) -> str:
+    """The place, in steps (``[i]``, ``.name``, ``["..."]``, ``{1}``), of the part of
+    ``value`` the canonical encoder refused at ``path`` (its own spelling: ``$``, then
+    ``[i]`` and ``{repr(key)}``; runleft86: the ``.cprun`` writer passed it on as it was,
+    ``${'call_graph'}[0]{'node'}``). Walked against ``value`` itself, so a key whose
+    ``repr`` holds brackets is read right; "" when the path does not fit ``value``. At
+    most ``limit`` steps, as :func:`locate` names a deeper refusal at its container."""
+    if not path or not path.startswith("$"):
+        return ""
+    steps: list[str] = []
+    node, pos = value, 1
+    try:
+        while pos < len(path) and len(steps) < limit:
+            if path[pos] == "[" and isinstance(node, (list, tuple)):
+                end = path.index("]", pos)
+                index = int(path[pos + 1 : end])
+                node, pos = node[index], end + 1
+                steps.append(f"[{index}]")
+                continue
+            if path[pos] == "{" and isinstance(node, Mapping):
+                for key, item in node.items():
+                    spelled = "{" + repr(key) + "}"
+                    if path.startswith(spelled, pos):
+                        node, pos = item, pos + len(spelled)
+                        steps.append(key_step(key))
+                        break
+                else:
+                    return ""
+                continue
+            return ""
+    except Exception:  # a caller's key whose repr raises, an index past the end
+        return ""
+    return "".join(steps)
 
 
 def join_place(where: str, inner: str) -> str:
