@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import msgpack
+from cpstore.native.binding import msgpack_split
 
 __all__ = ["canonical_place", "join_place", "key_step", "locate", "locate_json"]
 
@@ -95,18 +95,22 @@ def join_place(where: str, inner: str) -> str:
     return f"{where}.{inner}"
 
 
-def locate(raw: bytes, unpack: Callable[[bytes], Any]) -> str:
+def locate(raw: bytes, unpack: Callable[[bytes], Any], *, as_deep: bool = False) -> str:
     """The place inside the msgpack item ``raw`` of the first part ``unpack`` refuses:
-    ``.key`` or ``[i]`` steps (``key`` alone first), "" when no part can be named."""
+    ``.key`` or ``[i]`` steps (``key`` alone first), "" when no part can be named.
+    ``as_deep``: each part is decoded inside as many one-item arrays as it has containers
+    above it, as deep as it sits in ``raw`` (the nesting limit: runleft86)."""
     try:
-        return _place(raw, unpack, MAX_DEPTH).removeprefix(".")
+        return _place(raw, unpack, MAX_DEPTH, 1 if as_deep else 0).removeprefix(".")
     except Exception:
         return ""
 
 
-def _place(raw: bytes, unpack: Callable[[bytes], Any], depth: int) -> str:
+def _place(raw: bytes, unpack: Callable[[bytes], Any], depth: int, level: int = 0) -> str:
     if depth == 0:
         return ""
+    wrap = b"\x91" * level
+    unpack_part = (lambda part: unpack(wrap + part)) if level else unpack
     for key, index, part in _parts(raw):
         if key is not None:
             # The decoder reads a key before its value (review82): a key it refuses
@@ -114,16 +118,17 @@ def _place(raw: bytes, unpack: Callable[[bytes], Any], depth: int) -> str:
             # value of it.
             try:
                 name = unpack(key)
+                unpack_part(key)
             except Exception:
                 return ""
             step = key_step(name)
         else:
             step = f"[{index}]"
         try:
-            unpack(part)
+            unpack_part(part)
         except Exception:
             try:
-                return step + _place(part, unpack, depth - 1)
+                return step + _place(part, unpack, depth - 1, level + 1 if level else 0)
             except Exception:
                 return step
     return ""
@@ -131,26 +136,33 @@ def _place(raw: bytes, unpack: Callable[[bytes], Any], depth: int) -> str:
 
 def _parts(raw: bytes) -> Iterator[tuple[bytes | None, int, bytes]]:
     """(a map entry's key bytes or None for an array item, its index, the part's bytes)
-    for each entry of a map or item of an array; nothing for a scalar."""
+    for each entry of a map or item of an array; nothing for a scalar. Cut by the native
+    splitter, which has no stack limit (msgpack's ``skip`` refused a part nested past
+    1 024 containers of its own: runleft86)."""
     head = raw[0]
-    is_map = 0x80 <= head <= 0x8F or head in (0xDE, 0xDF)
-    if not (is_map or 0x90 <= head <= 0x9F or head in (0xDC, 0xDD)):
-        return
-    reader = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=len(raw) + 1)
-    reader.feed(raw)
-    if is_map:
-        for i in range(reader.read_map_header()):
-            start = reader.tell()
-            reader.skip()
-            key = raw[start : reader.tell()]
-            start = reader.tell()
-            reader.skip()
-            yield key, i, raw[start : reader.tell()]
+    if 0x80 <= head <= 0x9F:
+        count, pos = head & 0x0F, 1
+    elif head in (0xDC, 0xDE):
+        count, pos = int.from_bytes(raw[1:3], "big"), 3
+    elif head in (0xDD, 0xDF):
+        count, pos = int.from_bytes(raw[1:5], "big"), 5
     else:
-        for i in range(reader.read_array_header()):
-            start = reader.tell()
-            reader.skip()
-            yield None, i, raw[start : reader.tell()]
+        return
+    is_map = head in (0xDE, 0xDF) or head <= 0x8F
+    remaining = 2 * count if is_map else count
+    index = 0
+    key: bytes | None = None
+    while remaining:
+        split = msgpack_split(raw, pos, remaining, cap=min(remaining, 4096))
+        for end in split.ends:
+            part = raw[pos:end]
+            pos = end
+            remaining -= 1
+            if is_map and key is None:
+                key = part
+                continue
+            yield key, index, part
+            key, index = None, index + 1
 
 
 class _Refused:
