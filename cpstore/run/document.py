@@ -39,9 +39,15 @@ from cpstore.errors import (
     NotFoundError,
 )
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
-from cpstore.run.depth import MAX_NESTING, json_overflow, nested_past, recursion_headroom
 from cpstore.run.faithful import check_document, token_chunks
-from cpstore.run.locate import locate, locate_json
+from cpstore.run.locate import (
+    MAX_NESTING,
+    json_overflow,
+    locate,
+    locate_json,
+    nested_past,
+    recursion_headroom,
+)
 from cpstore.run.model import (
     Effect,
     Observation,
