@@ -163,7 +163,7 @@ def _write_file(run: Run, path: Path, encoding: str) -> int:
     fd, tmp = _temp_beside(target)
     try:
         with os.fdopen(fd, "wb") as fh:
-            if info is not None:  # replaced, not rewritten: keep the file's permissions
+            if info is not None and hasattr(os, "fchmod"):  # replaced: keep its permissions
                 os.fchmod(fh.fileno(), stat.S_IMODE(info.st_mode))
             total = _write(run, fh, encoding)
             fh.flush()
