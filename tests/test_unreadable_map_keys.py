@@ -226,7 +226,7 @@ def test_json_refuses_a_non_str_key_in_a_call_graph_node() -> None:
     run = parse_document(doc)
     with pytest.raises(InvalidInputError) as err:
         dump_document(run, encoding="json")
-    assert err.value.where == "call_graph[0]{'node'}"
+    assert err.value.where == "call_graph[0].node"
 
 
 # --- Property: whatever the encoder accepts reads back equal, in every format.

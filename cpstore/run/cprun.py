@@ -26,6 +26,7 @@ Sections, in this order: 1 metadata (canonical map), 2 token records
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import struct
@@ -33,12 +34,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgpack
+
 from cpstore.errors import CanonicalEncodingError, DocumentError, FormatVersionError
 from cpstore.native.args import HOST_BYTE_ORDER, as_offsets, little_endian_offsets
 from cpstore.native.binding import native_digest
-from cpstore.native.canonical import decode_value, encode_value
-from cpstore.native.columns import encode_values
+from cpstore.native.canonical import _ext_hook, array_header, encode_value, map_header
+from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.records import RECORD_SIZE, RecordType
+from cpstore.run.locate import canonical_place
 from cpstore.run.model import (
     Effect,
     Observation,
@@ -87,24 +91,89 @@ def is_cprun(head: bytes | bytearray | memoryview) -> bool:
 
 
 def _meta(run: Run) -> bytes:
-    return encode_value(
-        {
-            "run_id": run.run_id,
-            "step": run.step,
-            "state_digest": run.state_digest,
-            "observations": [
-                [o.step, o.source, o.payload_digest, o.pinned_at] for o in run.observations
-            ],
-            "call_graph": [dict(n) for n in run.call_graph],
-            "transcript_digest": run.transcript_digest,
-            "effects": [[e.seq, e.target, e.payload_digest] for e in run.effects],
-            "ledger_sealed": run.ledger_sealed,
-            "harness_accesses": list(run.harness_accesses),
-            "provenance_tags": list(run.provenance_tags),
-            "mode": None if run.mode is None else run.mode.value,
-            "kind_names": {int(k): v for k, v in run.tokens.kind_names.items()},
-        }
-    )
+    meta: dict[str, Any] = {
+        "run_id": run.run_id,
+        "step": run.step,
+        "state_digest": run.state_digest,
+        "observations": [
+            [o.step, o.source, o.payload_digest, o.pinned_at] for o in run.observations
+        ],
+        "call_graph": [dict(n) for n in run.call_graph],
+        "transcript_digest": run.transcript_digest,
+        "effects": [[e.seq, e.target, e.payload_digest] for e in run.effects],
+        "ledger_sealed": run.ledger_sealed,
+        "harness_accesses": list(run.harness_accesses),
+        "provenance_tags": list(run.provenance_tags),
+        "mode": None if run.mode is None else run.mode.value,
+        "kind_names": {int(k): v for k, v in run.tokens.kind_names.items()},
+    }
+    try:
+        return _meta_bytes(meta)
+    except CanonicalEncodingError as exc:
+        # Named as the loaders name places (runleft86: the encoder's own spelling got out,
+        # ``${'call_graph'}[0]{'node'}``); the metadata's field is the place's first step.
+        place = canonical_place(meta, exc.where).removeprefix(".")
+        raise CanonicalEncodingError(
+            exc.what, where=place or "metadata", expected=exc.expected, got=exc.got
+        ) from None
+
+
+#: Fields whose items are values of their own, encoded each from its own root: a node or
+#: a harness access as deep as a run document holds it (runleft86, below).
+_ITEM_FIELDS = ("call_graph", "harness_accesses")
+
+
+def _meta_bytes(meta: Mapping[Any, Any]) -> bytes:
+    """The canonical encoding of the metadata map, byte for byte ``encode_value(meta)``,
+    with each call-graph node and harness access encoded from its own root.
+
+    The canonical limit (a leaf at depth 256) holds for each node and access as it holds in
+    a run document, where they sit at the root of their own encoding. Encoded whole, the
+    map held them two levels down (map, list), so a node or access at the limit loaded
+    from JSON or msgpack but could not be written here (``CanonicalEncodingError``) until
+    runleft86. A canonical container is its header and its items' encodings, whatever its
+    depth, so the bytes are those ``encode_value`` gives whenever it gives any."""
+    entries = []
+    for key, value in meta.items():
+        items = key in _ITEM_FIELDS and type(value) is list
+        parts = [array_header(len(value))] if items else []
+        for i, item in enumerate(value if items else [value]):
+            try:
+                parts.append(encode_value(item))
+            except CanonicalEncodingError as exc:  # its place in the map, as encode_value says
+                inner = (exc.where or "$")[1:]
+                raise CanonicalEncodingError(
+                    exc.what,
+                    where=f"${{{key!r}}}" + (f"[{i}]" if items else "") + inner,
+                    expected=exc.expected,
+                    got=exc.got,
+                ) from None
+        entries.append((encode_value(key), b"".join(parts)))
+    entries.sort(key=lambda entry: entry[0])
+    for (k1, _), (k2, _) in itertools.pairwise(entries):
+        if k1 == k2:
+            raise CanonicalEncodingError("two map keys have the same canonical encoding", got=k1)
+    return map_header(len(entries)) + b"".join(k + v for k, v in entries)
+
+
+def _decode_meta(raw: bytes | memoryview) -> Any:
+    """The metadata map, refused unless its bytes are :func:`_meta_bytes` of it."""
+    data = bytes(raw)
+    try:
+        meta = msgpack.unpackb(
+            data, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True
+        )
+    except CanonicalEncodingError:
+        raise
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise CanonicalEncodingError(
+            "bytes are not a msgpack value", expected=str(exc) or None
+        ) from None
+    if not isinstance(meta, dict):
+        raise CanonicalEncodingError("metadata is no map", got=type(meta).__name__)
+    if _meta_bytes(meta) != data:
+        raise CanonicalEncodingError("bytes are msgpack but not the canonical encoding")
+    return meta
 
 
 def _token_sections(run: Run) -> tuple[memoryview, bytes | memoryview, bytes | memoryview]:
@@ -123,11 +192,18 @@ def _token_sections(run: Run) -> tuple[memoryview, bytes | memoryview, bytes | m
         )
         return packed.view(), offsets, values.blob
     # Plain values: encode them (the canonical form is what the file keeps).
+    plain = list(values)
     try:
-        blob, offs_array = encode_values(list(values))
+        blob, offs_array = encode_values(plain)
     except CanonicalEncodingError as exc:
+        # The token, as the document writers and the loaders name it (it said
+        # ``tokens.values`` before runleft86).
+        found = first_unencodable(plain)
+        index, why = found if found is not None else (None, exc)
         raise DocumentError(
-            "token value cannot be canonically encoded", where="tokens.values", got=exc.what
+            "token value cannot be canonically encoded",
+            where="tokens.values" if index is None else f"tokens[{index}].value",
+            got=why.what,
         ) from None
     return packed.view(), little_endian_offsets(offs_array), blob
 
@@ -180,7 +256,7 @@ def _bad(what: str, where: str, **kw: Any) -> DocumentError:
 
 def _parse_meta(raw: bytes | memoryview, where: str) -> Mapping[str, Any]:
     try:
-        meta = decode_value(raw)
+        meta = _decode_meta(raw)
     except CanonicalEncodingError as exc:
         raise _bad("metadata is not a canonical map", f"{where}: metadata", got=exc.what) from None
     return fields_of(meta, f"{where}: metadata", _META_FIELDS)

@@ -40,7 +40,14 @@ from cpstore.errors import (
 )
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
 from cpstore.run.faithful import check_document, token_chunks
-from cpstore.run.locate import locate, locate_json
+from cpstore.run.locate import (
+    MAX_NESTING,
+    json_overflow,
+    locate,
+    locate_json,
+    nested_past,
+    recursion_headroom,
+)
 from cpstore.run.model import (
     Effect,
     Observation,
@@ -95,6 +102,11 @@ _TOP_OPTIONAL = ("ledger_sealed", "harness_accesses", "provenance_tags", "mode")
 
 def parse_document(doc: Any) -> Run:
     """Build a :class:`Run` from a decoded document (a mapping)."""
+    with recursion_headroom():  # the canonical encoder's 256 levels, whatever the limit
+        return _parse_document(doc)
+
+
+def _parse_document(doc: Any) -> Run:
     if not isinstance(doc, Mapping):
         raise DocumentError(
             "a run document must be an object", where="document", got=type(doc).__name__
@@ -313,6 +325,12 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
     """
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
         raise InvalidInputError("max_bytes must be a non-negative int", got=max_bytes)
+    # Nesting is limited by the document, never by the caller's recursion limit (runleft86).
+    with recursion_headroom():
+        return _load_document(source, max_bytes)
+
+
+def _load_document(source: PathOrBytes, max_bytes: int) -> Run:
     if isinstance(source, (bytes, bytearray, memoryview)):
         if is_cprun(source):
             return parse_cprun(source)
@@ -347,21 +365,61 @@ def load_document(source: PathOrBytes, *, max_bytes: int = MAX_DOCUMENT_BYTES) -
     return _parse_bytes(raw)
 
 
-def _strict_json(raw: bytes) -> Any:
+def _json_loads(raw: bytes | str) -> Any:
+    return json.loads(
+        raw,
+        parse_constant=_no_constant,
+        parse_float=_finite_float,
+        object_pairs_hook=_unique_pairs,
+    )
+
+
+def _too_deep(where: str | None) -> DocumentError:
+    return DocumentError(
+        "document nested too deeply",
+        where=where or "document",
+        expected=f"at most {MAX_NESTING} nested arrays and maps",
+    )
+
+
+def _deeper_first(raw: bytes) -> DocumentError | None:
+    """ "nested too deeply" when the text nests past the limit before anything else the
+    decoder refuses (a raised recursion limit let it read on), else None."""
+    found = json_overflow(raw)
+    if found is None:
+        return None
+    place, before = found
     try:
-        return json.loads(
-            raw,
-            parse_constant=_no_constant,
-            parse_float=_finite_float,
-            object_pairs_hook=_unique_pairs,
-        )
-    except RecursionError:
-        raise DocumentError("document nested too deeply", where="document") from None
-    except DocumentError as exc:  # a constant, a number past the float range, a repeated key
-        where = locate_json(raw) or "document"
-        raise DocumentError(exc.what, where=where, expected=exc.expected, got=exc.got) from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise DocumentError("not valid JSON", where="document", got=str(exc)) from None
+        _json_loads(before)  # what comes before the deep container, closed
+    except (DocumentError, ValueError, RecursionError):
+        return None  # refused before it: that refusal stands
+    return _too_deep(place)
+
+
+def _strict_json(raw: bytes) -> Any:
+    # The limit is MAX_NESTING, as msgpack's, never the interpreter's recursion limit
+    # (runleft86): the decoder is given the frames it needs and refused past it.
+    with recursion_headroom():
+        try:
+            value = _json_loads(raw)
+        except RecursionError:
+            found = json_overflow(raw)
+            raise _too_deep(found[0] if found else None) from None
+        except DocumentError as exc:  # a constant, a number past the float range, a repeated key
+            deeper = _deeper_first(raw)
+            if deeper is not None:
+                raise deeper from None
+            where = locate_json(raw) or "document"
+            raise DocumentError(exc.what, where=where, expected=exc.expected, got=exc.got) from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            deeper = _deeper_first(raw)
+            if deeper is not None:
+                raise deeper from None
+            raise DocumentError("not valid JSON", where="document", got=str(exc)) from None
+        if nested_past(value):
+            found = json_overflow(raw)
+            raise _too_deep(found[0] if found else None)
+        return value
 
 
 def _strict_msgpack(raw: bytes) -> Any:
@@ -371,8 +429,10 @@ def _strict_msgpack(raw: bytes) -> Any:
         where = locate(raw, _unpack_within(len(raw))) or "document"
         raise DocumentError(exc.what, where=where, expected=exc.expected, got=exc.got) from None
     except (msgpack.StackError, RecursionError):
-        # review76: was "neither a JSON object nor a msgpack map", got 'StackError'
-        raise DocumentError("document nested too deeply", where="document") from None
+        # review76: was "neither a JSON object nor a msgpack map", got 'StackError'. Named
+        # where the streamed loader names it (runleft86: it said "document" here and the
+        # field or token there): each part decoded as deep as it sits in the document.
+        raise _too_deep(locate(raw, _unpack_within(len(raw)), as_deep=True)) from None
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         got = str(exc) or type(exc).__name__
         head = raw[0] if raw else 0

@@ -40,6 +40,7 @@ from typing import Any, overload
 
 from cpstore.errors import CanonicalEncodingError, IntegrityError, InvalidInputError
 from cpstore.native.canonical import decode_value, encode_value, key_refusal
+from cpstore.run.locate import key_step
 from cpstore.run.model import PackedTokens, Run
 from cpstore.run.values import EncodedValues
 
@@ -122,7 +123,8 @@ def _check_value(value: Any, where: str, json: bool) -> bool:
                 if json and not isinstance(key, str):
                     raise InvalidInputError(_NOT_JSON, where=at, got=key)
                 _scalar(key, at, json)
-                stack.append((sub, f"{at}{{{key!r}}}"))
+                # The documented step (runleft86: ``{'node'}`` here, ``.node`` in the loaders).
+                stack.append((sub, at + key_step(key)))
         elif isinstance(item, (list, tuple)):
             stack.extend((sub, f"{at}[{i}]") for i, sub in enumerate(item))
         else:
