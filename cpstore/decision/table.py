@@ -14,12 +14,15 @@ from typing import Any
 from cpstore.errors import (
     ValidationFailedError,
 )
+from cpstore.native.binding import digest
+from cpstore.native.canonical import MAX_DEPTH, encode_value
 from cpstore.native.records import RECORD_SIZE, RecordType
 from cpstore.run.model import ReplayMode
 
 __all__ = [
     "AUDIT_DECISION",
     "FINDING_RULES",
+    "FINDING_VALUE_DEPTH",
     "TOKEN_FIELDS",
     "TOKEN_SIZE",
     "Decision",
@@ -119,6 +122,36 @@ FINDING_RULES: Mapping[FindingCode, tuple[Verdict, bool]] = {
 }
 
 
+#: Containers a finding's ``expected`` or ``observed`` may nest in its plain data: the
+#: decision's audit record holds it four containers down (record, body, findings, the
+#: finding) and canonical encoding stops at :data:`MAX_DEPTH`.
+FINDING_VALUE_DEPTH = MAX_DEPTH - 4
+
+
+def _nests_past(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` lists, tuples and maps (itself
+    counted), walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, (dict, list, tuple)):
+            continue
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as a finding's plain data shows it: itself, or, nested past
+    :data:`FINDING_VALUE_DEPTH` (a call-graph node or token value at a run's depth limit),
+    its canonical digest, so the decision can still be recorded (left86's xfail)."""
+    if not _nests_past(value, FINDING_VALUE_DEPTH):
+        return value
+    return {"nested_too_deeply": True, "digest": bytes(digest(encode_value(value))).hex()}
+
+
 @dataclass(frozen=True)
 class Finding:
     """One row of the table that fired, located in its stream."""
@@ -164,8 +197,8 @@ class Finding:
             "side": self.side,
             "position": self.position,
             "unit": self.unit,
-            "expected": self.expected,
-            "observed": self.observed,
+            "expected": _plain(self.expected),
+            "observed": _plain(self.observed),
             "message": self.message,
             "count": self.count,
         }
