@@ -190,14 +190,21 @@ def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
         raise
     fd: int = got[0]  # type: ignore[assignment]
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    try:  # no flock here: open as before
-        fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
-    except OSError as exc:
-        if not wait and exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            unlock_folder(fd)
-            raise FolderBusyError(path) from None
-    except BaseException:  # e.g. KeyboardInterrupt in the wait: the descriptor is not leaked
-        unlock_folder(fd)
+    try:
+        try:  # no flock here: open as before
+            fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
+        except OSError as exc:
+            if not wait and exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise FolderBusyError(path) from None
+    except BaseException:  # busy, or e.g. KeyboardInterrupt in the wait: closed
+        # Also for one landing in the busy path (the error's making, or the start of the
+        # close that followed it): the descriptor was leaked (left86). Tried again when
+        # interrupted, as every release on the way out (release_folders).
+        try:
+            release_folders(got)
+        except BaseException:
+            release_folders(got)
+            raise
         raise
     return fd
 
