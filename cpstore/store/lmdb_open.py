@@ -277,31 +277,42 @@ def pin_folder(
     :class:`FileOpenHereError` when that file is in ``open_files``. Without
     ``/proc`` (or the folder), ``path`` itself.
     """
-    own = None
-    if fd is None:
-        try:
-            fd = own = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return path, None
+    # The descriptor opened here, kept as it is opened (one C call: map opens, extend
+    # keeps) and closed on every way out but its return: an interrupt (a signal handler's
+    # exception) landing on a bare open's return, or on a look after it, leaked it (left86).
+    own: list[int | None] = []
     try:
-        st = os.stat("data.mdb", dir_fd=fd)
-        here: tuple[int, int] | None = (st.st_dev, st.st_ino)
-    except OSError:
-        here = None
-    if here is not None and here not in open_files:
-        here = None  # a data file, but none this process has open
-    pinned = f"/proc/self/fd/{fd}"
-    try:  # os.path.isdir(pinned), inline (a fresh process's open pays each call cold)
-        usable = here is None and S_ISDIR(os.stat(pinned).st_mode)
-    except OSError:
-        usable = False
-    if here is not None or not usable:
-        if own is not None:
-            os.close(own)
+        if fd is None:
+            try:
+                own.extend(map(os.open, (path,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)))
+            except OSError:
+                return path, None
+            fd = own[0]
+        try:
+            st = os.stat("data.mdb", dir_fd=fd)
+            here: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            here = None
+        if here is not None and here not in open_files:
+            here = None  # a data file, but none this process has open
+        pinned = f"/proc/self/fd/{fd}"
+        try:  # os.path.isdir(pinned), inline (a fresh process's open pays each call cold)
+            usable = here is None and S_ISDIR(os.stat(pinned).st_mode)
+        except OSError:
+            usable = False
         if here is not None:
             raise FileOpenHereError(here)
-        return path, None
-    return pinned, own
+        if not usable:
+            return path, None
+        yours, own = (own[0] if own else None), []  # the caller's now: no call between
+        return pinned, yours
+    finally:
+        if own:
+            try:
+                release_folders(own)
+            except BaseException:  # an interrupt in the release: see release_folders
+                release_folders(own)
+                raise
 
 
 def close_on_exec(env: Any, folder: str, data_id: tuple[int, int] | None = None) -> Any:
