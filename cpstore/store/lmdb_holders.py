@@ -62,28 +62,28 @@ class HolderMark:
         self.fd: int | None = None
         if _F_OFD_SETLK is None:
             return
-        # The descriptor, kept as it is opened (one C call: map opens, extend keeps, no
-        # bytecode between) and closed on every way out but the mark's: an interrupt (a
-        # signal handler's exception) landing on a bare open's return, or anywhere after
-        # it before the mark held it, leaked it, with its lock once taken (left86).
-        got: list[int | None] = []
+        # The descriptor, kept as it is opened (map opens and the loop's step stores, with
+        # no call between: no landing) and closed on every way out but the mark's: an
+        # interrupt (a signal handler's exception) landing on a bare open's return, or
+        # anywhere after it before the mark held it, leaked it, with its lock (left86).
+        fd: int | None = None
         try:
             with FORK_GUARD:  # a fork() meanwhile waits: a child never keeps an unlisted mark
-                got.extend(map(os.open, (folder,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)))
-                FORK_CLOSED_FDS.add(got[0])  # type: ignore[arg-type]
-                # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
-                at = _offset(layout, os.getpid())
-                lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
-                fcntl.fcntl(got[0], _F_OFD_SETLK, lock)  # type: ignore[arg-type]  # never waits
+                for fd in map(os.open, (folder,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)):
+                    FORK_CLOSED_FDS.add(fd)
+                    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
+                    at = _offset(layout, os.getpid())
+                    lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
+                    fcntl.fcntl(fd, _F_OFD_SETLK, lock)  # never waits (SETLK)
         except OSError:
             # No folder yet (the open makes it), not readable, or a file system without
             # locks: no mark, as without /proc.
-            _close(got)
+            _close([fd])
             return
         except BaseException:
-            _close(got)
+            _close([fd])
             raise
-        self.fd = got[0]  # no call after the try (its last, the guard's release): no landing
+        self.fd = fd  # no call after the try (its last, the guard's release): no landing
 
     def folder(self, default: str) -> str:
         """The marked folder by this descriptor (``/proc/self/fd``: the one LMDB opened,
