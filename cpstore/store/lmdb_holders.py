@@ -78,10 +78,22 @@ class HolderMark:
         except OSError:
             # No folder yet (the open makes it), not readable, or a file system without
             # locks: no mark, as without /proc.
-            _close([fd])
+            got, late = [fd], None
+            while got:  # until closed: an interrupt landing in the close caught, raised after
+                try:
+                    release_folders(got)
+                except BaseException as exc:
+                    late = exc
+            if late is not None:
+                raise late from None
             return
         except BaseException:
-            _close([fd])
+            got = [fd]
+            while got:  # until closed: a second interrupt landing in the close caught (left86)
+                try:
+                    release_folders(got)
+                except BaseException:
+                    continue
             raise
         self.fd = fd  # no call after the try (its last, the guard's release): no landing
 
@@ -93,11 +105,16 @@ class HolderMark:
 
     def close(self) -> None:
         """Drop the mark (closing the only descriptor of its file description)."""
-        try:
-            self._drop()
-        except BaseException:  # an interrupt (a signal handler's exception): tried again
-            self._drop()  # (the descriptor is ``fd`` until the one call closing it)
-            raise
+        late: BaseException | None = None
+        # Until dropped (the descriptor is ``fd`` until the one call closing it): each
+        # interrupt (a signal handler's exception) landing in the drop caught, raised after.
+        while self.fd is not None:
+            try:
+                self._drop()
+            except BaseException as exc:
+                late = exc
+        if late is not None:
+            raise late
 
     def _drop(self) -> None:
         with FORK_GUARD:  # a fork() between discard and close would keep the mark
@@ -123,15 +140,6 @@ class HolderMark:
 
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 _call: Callable[..., Any] = operator.call
-
-
-def _close(got: list[int | None]) -> None:
-    """Close a mark's descriptor not kept (release_folders), tried again if interrupted."""
-    try:
-        release_folders(got)
-    except BaseException:
-        release_folders(got)
-        raise
 
 
 def _offset(layout: int, pid: int) -> int:

@@ -162,11 +162,14 @@ def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> Iterator[
         yield fd
     finally:
         held = [fd]
-        try:
-            release_folders(held)
-        except BaseException:  # an interrupt in the release: see release_folders
-            release_folders(held)
-            raise
+        late: BaseException | None = None
+        while held:  # until released: each interrupt landing in it caught (see release_folders)
+            try:
+                release_folders(held)
+            except BaseException as exc:
+                late = exc
+        if late is not None:
+            raise late
 
 
 def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
@@ -187,7 +190,12 @@ def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
     except OSError:
         return None
     except BaseException:  # an interrupt after the open: closed, listed or not
-        release_folders([fd])
+        got = [fd]
+        while got:  # until closed: a second interrupt landing in the close caught (left86)
+            try:
+                release_folders(got)
+            except BaseException:
+                continue
         raise
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     try:
@@ -198,14 +206,14 @@ def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
                 raise FolderBusyError(path) from None
     except BaseException:  # busy, or e.g. KeyboardInterrupt in the wait: closed
         # Also for one landing in the busy path (the error's making, or the start of the
-        # close that followed it): the descriptor was leaked (left86). Tried again when
-        # interrupted, as every release on the way out (release_folders).
+        # close that followed it): the descriptor was leaked (left86). Tried until it is
+        # closed, each interrupt landing in the release caught (release_folders).
         held = [fd]
-        try:
-            release_folders(held)
-        except BaseException:
-            release_folders(held)
-            raise
+        while held:
+            try:
+                release_folders(held)
+            except BaseException:
+                continue
         raise
     return fd
 
@@ -239,10 +247,12 @@ def release_folders(held: list[int | None]) -> None:
     """Release the :func:`lock_folder` locks (or :func:`pin_folder` descriptors) in
     ``held``, taking each out of it as it is closed, so an interrupt (a signal handler's
     exception) landing anywhere here leaves ``held`` naming exactly those still open. A
-    caller releasing on its way out calls this again from an ``except BaseException``:
-    an interrupt landing at this call's start, or between two releases, skipped the
-    close, and a creation lock's flock stayed this process's for good: every later open
-    of the folder, here or in another process, waited on it (review85)."""
+    caller releasing on its way out calls this in a loop until ``held`` is empty, each
+    interrupt caught (and raised after when nothing else is under way): one landing at
+    this call's start, or between two releases, skipped the close, and a creation lock's
+    flock stayed this process's for good: every later open of the folder, here or in
+    another process, waited on it (review85; a second one landing in the ``except`` that
+    called it again, left86)."""
     while held:
         fd = held[-1]
         if fd is None:
@@ -308,12 +318,14 @@ def pin_folder(
         yours, own = (own[0] if own else None), []  # the caller's now: no call between
         return pinned, yours
     finally:
-        if own:
+        late: BaseException | None = None
+        while own:  # until closed: each interrupt landing in the release caught (left86)
             try:
                 release_folders(own)
-            except BaseException:  # an interrupt in the release: see release_folders
-                release_folders(own)
-                raise
+            except BaseException as exc:
+                late = exc
+        if late is not None:
+            raise late
 
 
 def close_on_exec(env: Any, folder: str, data_id: tuple[int, int] | None = None) -> Any:

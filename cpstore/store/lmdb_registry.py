@@ -215,23 +215,36 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                 # not make the finally close the number again (another thread's file by
                 # then); ``held`` says what is left open when one lands in the release.
                 held, won = [won], None
-                try:
-                    release_folders(held)
-                except BaseException:
-                    release_folders(held)
-                    raise
+                late: BaseException | None = None
+                while held:  # until closed: each interrupt landing in it caught, raised after
+                    try:
+                        release_folders(held)
+                    except BaseException as exc:
+                        late = exc
+                if late is not None:
+                    raise late
                 won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
         finally:
             if won is not None:  # no call otherwise: no landing after _acquire's return
+                # Until released: an interrupt at its start left the lock held (review85), a
+                # second one at the start of the release tried again too (left86).
                 going: list[int | None] = [won]
-                try:
-                    release_folders(going)
-                except BaseException:  # an interrupt at its start left the lock held (review85)
-                    release_folders(going)
-                    raise
+                last: BaseException | None = None
+                while going:
+                    try:
+                        release_folders(going)
+                    except BaseException as exc:
+                        last = exc
+                if last is not None:
+                    raise last
     except BaseException as exc:
-        if taken[0] is not None:  # its handle, dropped (the last closes it)
-            release_env(taken[0], exc, taken=taken)
+        # Its handle, dropped (the last closes it): until ``taken`` says so, each interrupt
+        # landing before the drop caught (release_env clears it as it drops the handle).
+        while taken[0] is not None:
+            try:
+                release_env(taken[0], exc, taken=taken)
+            except BaseException:
+                continue
         raise
 
 
@@ -317,9 +330,12 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
         # handle is counted: the environment no handle holds is forgotten and closed (it
         # was left open, unregistered or registered with no handle: left86). No other
         # thread has seen it (the registry lock is held since the open). Never a stranded one.
-        if env not in _STRANDED:
-            _unregister(env)
-            env.close_quiesced()
+        while env not in _STRANDED and not env.closed:  # until closed: a second interrupt
+            try:  # landing in the close caught (one inside Env.close_quiesced: see its own)
+                _unregister(env)
+                env.close_quiesced()
+            except BaseException:
+                continue
         raise
 
 
@@ -431,11 +447,14 @@ def pinned_for_compact(
         yield folder
     finally:
         held = [own]
-        try:
-            release_folders(held)
-        except BaseException:  # an interrupt in the release: see release_folders
-            release_folders(held)
-            raise
+        late: BaseException | None = None
+        while held:  # until released: each interrupt landing in it caught (release_folders)
+            try:
+                release_folders(held)
+            except BaseException as exc:
+                late = exc
+        if late is not None:
+            raise late
 
 
 def registry_settled() -> None:
