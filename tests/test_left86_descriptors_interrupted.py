@@ -47,11 +47,17 @@ def _fds() -> set[str]:
 
 
 def _interrupted_in(
-    k: int, owner: str, call: Callable[[], Any], *, not_at_start: frozenset[str] = frozenset()
+    k: int,
+    owner: str,
+    call: Callable[[], Any],
+    *,
+    not_at_start: frozenset[str] = frozenset(),
+    names: frozenset[str] = frozenset(),
 ) -> list[str]:
-    """interrupted_at's sweep, in the frames of ``owner``'s methods only (by qualified
-    name: ``__init__`` and ``close`` are not names of their own). ``not_at_start``: methods
-    whose frame's start is no landing swept (one there is its caller's to undo)."""
+    """interrupted_at's sweep, in the frames of ``owner``'s methods (by qualified name:
+    ``__init__`` and ``close`` are not names of their own; "": none) and of ``names``
+    only. ``not_at_start``: those whose frame's start is no landing swept (one there is
+    its caller's to undo)."""
     seen, landed = [0], []
     called_python: set[int] = set()
 
@@ -59,7 +65,7 @@ def _interrupted_in(
         if event == "call" and frame.f_back is not None:
             called_python.add(id(frame.f_back))
         name = frame.f_code.co_qualname
-        if not name.startswith(owner + "."):
+        if not (owner and name.startswith(owner + ".")) and name not in names:
             return None
         frame.f_trace_opcodes = True
         at_landing = (event == "call" and name not in not_at_start) or (

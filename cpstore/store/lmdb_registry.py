@@ -497,6 +497,12 @@ def release_env(
             taken[0] = None
         if env.handles > 0:
             return
+        # Noted as left open from its last handle's drop until it is closed (_unregister
+        # forgets it; no call between, so no landing): an interrupt (a signal handler's
+        # exception) landing before the close ended left it registered and open with no
+        # handle, unnoted: "already open in this process" for good (left86). The next
+        # open's _close_left_open closes it (a fork() child's: never, as before).
+        _LEFT_OPEN.add(env)
     if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
         with _REGISTRY_LOCK:
             if env.handles == 0:
@@ -504,16 +510,27 @@ def release_env(
         return
     with env.quiesced() as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
         if env.handles > 0 or env.closed:
+            _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
             return  # opened again while the close waited (or closed by an earlier release)
         if not quiet:  # left open and registered: an open of it shares it
-            _LEFT_OPEN.add(env)
             left = env.left_open()
             if failed is None:
                 raise left
             failed.add_note(str(left))
             return
-        _unregister(env)
-        env.close_quiesced()
+        # Forgotten and closed, each interrupt landing in them caught and the two tried
+        # again until closed (one landing in _unregister left it forgotten and open: its
+        # descriptors leaked, and an open of the store here would have had LMDB open its
+        # file a second time); the close's own error, or the first interrupt, raised after.
+        late: BaseException | None = None
+        while not env.closed:
+            try:
+                _unregister(env)
+                env.close_quiesced()
+            except BaseException as exc:
+                late = exc
+        if late is not None:
+            raise late
 
 
 def _close_left_open(key: str) -> None:
