@@ -10,8 +10,9 @@ return, ``c_return``, whose result is then lost as an interrupt there loses it).
 frame's start counts when its caller is one of the frames too: the undoing of
 ``lmdb_env`` (``Env._open_files``' release, ``Env.__init__``'s close of its mark) is not
 this layer's, nor is a first one at the start of the mark's close (Env.close_quiesced
-calls it once). After each pair the folder's creation lock is free, no descriptor is left
-and nothing is registered.
+calls it once) or of ``release_env`` (the backend's close). After each pair
+``is_open_here`` says no (closing an environment noted as left open), the folder's
+creation lock is free, no descriptor is left and nothing is registered.
 
 Before: a second interrupt landing at the start of the undoing call (``release_folders``
 in ``lock_folder``'s handlers, ``_close`` in ``HolderMark.__init__``'s) leaked the
@@ -49,8 +50,13 @@ _MINE = frozenset(
         "HolderMark.__init__",
         "HolderMark.close",
         "HolderMark._drop",
+        "release_env",
+        "_unregister",
     }
 )
+#: Frames whose start, called from outside the layer, is their caller's landing: the
+#: backend's close calls ``release_env`` once, ``Env.close_quiesced`` the mark's close.
+_CALLERS_OWN = frozenset({"HolderMark.close", "release_env"})
 
 
 def _twice(k: int, m: int, call: Callable[[], Any]) -> list[str]:
@@ -66,7 +72,13 @@ def _twice(k: int, m: int, call: Callable[[], Any]) -> list[str]:
         if name not in _MINE:
             return None
         frame.f_trace_opcodes = True
-        at_landing = (event == "call" and name != "HolderMark.close") or (
+        at_landing = (
+            event == "call"
+            and (
+                name not in _CALLERS_OWN
+                or (frame.f_back is not None and frame.f_back.f_code.co_qualname in _MINE)
+            )
+        ) or (
             event == "opcode"
             and frame.f_lasti in _after_calls(frame.f_code)
             and id(frame) not in called_python
@@ -154,6 +166,8 @@ def twice_sweep(path: Path, contended: bool) -> list[str]:
                 if not landed:
                     return [] if pairs > 20 else [f"only {pairs} pairs"]
                 pairs += len(landed) == 2
+                if lmdb_registry.is_open_here(str(path)):  # closes what a close left open
+                    return [f"{landed}: still open here, no handle"]
                 if not _folder_lock_free(path):
                     return [f"{landed}: the folder's creation lock held"]
                 if set(os.listdir("/proc/self/fd")) != before:
