@@ -206,7 +206,7 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
         try:
             while True:
                 try:
-                    with _REGISTRY_LOCK:  # taken here, not in _acquire: see ``taken``
+                    with _REGISTRY_LOCK:  # held here, not in _acquire: see ``taken``
                         env = taken[0] = _acquire(key, options, won)
                     return env
                 except FolderBusyError:
