@@ -29,12 +29,17 @@ older processes first) is all there is.
 from __future__ import annotations
 
 import fcntl
+import operator
 import os
 import struct
+from collections import deque
+from collections.abc import Callable, Iterable
 from contextlib import suppress
+from itertools import starmap
+from typing import Any
 
 from cpstore.errors import StoreError
-from cpstore.store.lmdb_open import FORK_CLOSED_FDS, FORK_GUARD
+from cpstore.store.lmdb_open import FORK_CLOSED_FDS, FORK_GUARD, release_folders
 
 __all__ = ["HolderMark", "older_holders", "refuse_beside_older_holders"]
 
@@ -57,21 +62,40 @@ class HolderMark:
         self.fd: int | None = None
         if _F_OFD_SETLK is None:
             return
-        with FORK_GUARD:  # a fork() meanwhile waits: a child never keeps an unlisted mark
-            try:
-                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            except OSError:
-                return  # no folder yet (the open makes it) or not readable: no mark
-            try:
-                # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
-                at = _offset(layout, os.getpid())
-                lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
-                fcntl.fcntl(fd, _F_OFD_SETLK, lock)  # never waits (SETLK)
-            except OSError:
-                os.close(fd)  # a file system without locks: no mark, as without /proc
-                return
-            self.fd = fd
-            FORK_CLOSED_FDS.add(fd)
+        # The descriptor, kept as it is opened (map opens and the loop's step stores, with
+        # no call between: no landing) and closed on every way out but the mark's: an
+        # interrupt (a signal handler's exception) landing on a bare open's return, or
+        # anywhere after it before the mark held it, leaked it, with its lock (left86).
+        fd: int | None = None
+        try:
+            with FORK_GUARD:  # a fork() meanwhile waits: a child never keeps an unlisted mark
+                for fd in map(os.open, (folder,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)):
+                    FORK_CLOSED_FDS.add(fd)
+                    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
+                    at = _offset(layout, os.getpid())
+                    lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
+                    fcntl.fcntl(fd, _F_OFD_SETLK, lock)  # never waits (SETLK)
+        except OSError:
+            # No folder yet (the open makes it), not readable, or a file system without
+            # locks: no mark, as without /proc.
+            got, late = [fd], None
+            while got:  # until closed: an interrupt landing in the close caught, raised after
+                try:
+                    release_folders(got)
+                except BaseException as exc:
+                    late = exc
+            if late is not None:
+                raise late from None
+            return
+        except BaseException:
+            got = [fd]
+            while got:  # until closed: a second interrupt landing in the close caught (left86)
+                try:
+                    release_folders(got)
+                except BaseException:
+                    continue
+            raise
+        self.fd = fd  # no call after the try (its last, the guard's release): no landing
 
     def folder(self, default: str) -> str:
         """The marked folder by this descriptor (``/proc/self/fd``: the one LMDB opened,
@@ -81,12 +105,41 @@ class HolderMark:
 
     def close(self) -> None:
         """Drop the mark (closing the only descriptor of its file description)."""
-        fd, self.fd = self.fd, None
+        late: BaseException | None = None
+        # Until dropped (the descriptor is ``fd`` until the one call closing it): each
+        # interrupt (a signal handler's exception) landing in the drop caught, raised after.
+        while self.fd is not None:
+            try:
+                self._drop()
+            except BaseException as exc:
+                late = exc
+        if late is not None:
+            raise late
+
+    def _drop(self) -> None:
         with FORK_GUARD:  # a fork() between discard and close would keep the mark
-            if fd is not None and fd in FORK_CLOSED_FDS:  # not one a fork() child closed
-                FORK_CLOSED_FDS.discard(fd)
-                with suppress(OSError):
-                    os.close(fd)
+            fd = self.fd
+            if fd is None or fd not in FORK_CLOSED_FDS:  # none, or one a fork() child closed
+                self.fd = None
+                return
+            # Forgotten, let go and closed in one C call (starmap calls each, no bytecode
+            # between): an interrupt landing on the discard's return skipped the close, and
+            # the descriptor and its mark stayed for the process's life (left86).
+            with suppress(OSError):  # closed all the same (Linux frees the number)
+                _consume(
+                    starmap(
+                        _call,
+                        (
+                            (FORK_CLOSED_FDS.discard, fd),
+                            (setattr, self, "fd", None),
+                            (os.close, fd),
+                        ),
+                    )
+                )
+
+
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
+_call: Callable[..., Any] = operator.call
 
 
 def _offset(layout: int, pid: int) -> int:

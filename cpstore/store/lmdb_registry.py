@@ -196,78 +196,105 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     key = canonical(path)
     _close_left_open(key)  # another mode or durability may open it then
     won: int | None = None
+    # The environment whose handle _acquire counted, kept with no landing between (its
+    # return is a Python function's): an interrupt (a signal handler's exception) landing
+    # after (the registry lock's release, the release of a creation lock waited for)
+    # reached the caller without it, registered with a handle nobody held, open for the
+    # process's life (left86). Dropped on the way out.
+    taken: list[Env | None] = [None]
     try:
-        while True:
+        try:
+            while True:
+                try:
+                    with _REGISTRY_LOCK:  # held here, not in _acquire: see ``taken``
+                        env = taken[0] = _acquire(key, options, won)
+                    return env
+                except FolderBusyError:
+                    pass
+                # Forgotten before it is closed: an interrupt landing after the close must
+                # not make the finally close the number again (another thread's file by
+                # then); ``held`` says what is left open when one lands in the release.
+                held, won = [won], None
+                late: BaseException | None = None
+                while held:  # until closed: each interrupt landing in it caught, raised after
+                    try:
+                        release_folders(held)
+                    except BaseException as exc:
+                        late = exc
+                if late is not None:
+                    raise late
+                won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
+        finally:
+            if won is not None:  # no call otherwise: no landing after _acquire's return
+                # Until released: an interrupt at its start left the lock held (review85), a
+                # second one at the start of the release tried again too (left86).
+                going: list[int | None] = [won]
+                last: BaseException | None = None
+                while going:
+                    try:
+                        release_folders(going)
+                    except BaseException as exc:
+                        last = exc
+                if last is not None:
+                    raise last
+    except BaseException as exc:
+        # Its handle, dropped (the last closes it): until ``taken`` says so, each interrupt
+        # landing before the drop caught (release_env clears it as it drops the handle).
+        while taken[0] is not None:
             try:
-                return _acquire(key, options, won)
-            except FolderBusyError:
-                pass
-            # Forgotten before it is closed: an interrupt landing after the close must not
-            # make the finally close the number again (another thread's file by then);
-            # ``held`` says what is left open when one lands in the release (release_folders).
-            held, won = [won], None
-            try:
-                release_folders(held)
+                release_env(taken[0], exc, taken=taken)
             except BaseException:
-                release_folders(held)
-                raise
-            won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
-    finally:
-        if won is not None:  # no call otherwise: no landing after _acquire's return
-            going: list[int | None] = [won]
-            try:
-                release_folders(going)
-            except BaseException:  # an interrupt at its start left the lock held (review85)
-                release_folders(going)
-                raise
+                continue
+        raise
 
 
 def _acquire(key: str, options: EnvOptions, won: int | None = None) -> Env:
-    with _REGISTRY_LOCK:
-        env, file_id = _registered(key)
-        if env is not None:
-            _shared(key, env)  # ForkError for one inherited through fork()
-        if env is not None and env.file_id != file_id:  # _same_folder's: never shared
-            # Its LMDB works on a file no longer at ``key`` (a new handle's writes would be
-            # acknowledged and lost), and a second environment would share its lock file.
+    """acquire_env's look and open, under the registry lock (the caller's: an interrupt
+    landing on its release is the caller's to undo, the handle counted here)."""
+    env, file_id = _registered(key)
+    if env is not None:
+        _shared(key, env)  # ForkError for one inherited through fork()
+    if env is not None and env.file_id != file_id:  # _same_folder's: never shared
+        # Its LMDB works on a file no longer at ``key`` (a new handle's writes would be
+        # acknowledged and lost), and a second environment would share its lock file.
+        raise StoreError(
+            "this process has the store here open on a data file no longer at this "
+            "path (data.mdb replaced or removed while open, or the folder renamed "
+            "where the open cannot tell): close every handle of it here, then open again",
+            where=key,
+            expected=f"data.mdb {env.file_id}",
+            got=f"data.mdb {file_id}",
+        )
+    if env is None:
+        if key in _COMPACTING or (file_id is not None and file_id in _COMPACTING):
+            # Never wait here: compact's own verify of its copy opens a store
+            # through this registry while it holds the folder's creation lock.
             raise StoreError(
-                "this process has the store here open on a data file no longer at this "
-                "path (data.mdb replaced or removed while open, or the folder renamed "
-                "where the open cannot tell): close every handle of it here, then open again",
+                "this process is compacting the store; open it after compact returns",
                 where=key,
-                expected=f"data.mdb {env.file_id}",
-                got=f"data.mdb {file_id}",
             )
-        if env is None:
-            if key in _COMPACTING or (file_id is not None and file_id in _COMPACTING):
-                # Never wait here: compact's own verify of its copy opens a store
-                # through this registry while it holds the folder's creation lock.
-                raise StoreError(
-                    "this process is compacting the store; open it after compact returns",
-                    where=key,
-                )
-            env = _open_new(key, options, won)
-        if env.options.readonly != options.readonly:
-            raise StoreError(
-                "the store is already open in this process with another mode",
-                where=key,
-                expected=f"readonly={env.options.readonly}",
-                got=f"readonly={options.readonly}",
-            )
-        if env.options.sync != options.sync and not options.readonly:
-            # MDB_NOSYNC is a flag of the one LMDB environment handle this
-            # process has for the path: "none" beside "sync"/"batched" would
-            # silently weaken (or strengthen) the other handle's commits.
-            raise StoreError(
-                "the store is already open in this process with another durability",
-                where=key,
-                expected='durability="none"'
-                if not env.options.sync
-                else 'durability="sync" or "batched"',
-                got='durability="none"' if not options.sync else 'durability="sync" or "batched"',
-            )
-        env.handles += 1
-        return env
+        env = _open_new(key, options, won)
+    if env.options.readonly != options.readonly:
+        raise StoreError(
+            "the store is already open in this process with another mode",
+            where=key,
+            expected=f"readonly={env.options.readonly}",
+            got=f"readonly={options.readonly}",
+        )
+    if env.options.sync != options.sync and not options.readonly:
+        # MDB_NOSYNC is a flag of the one LMDB environment handle this
+        # process has for the path: "none" beside "sync"/"batched" would
+        # silently weaken (or strengthen) the other handle's commits.
+        raise StoreError(
+            "the store is already open in this process with another durability",
+            where=key,
+            expected='durability="none"'
+            if not env.options.sync
+            else 'durability="sync" or "batched"',
+            got='durability="none"' if not options.sync else 'durability="sync" or "batched"',
+        )
+    env.handles += 1
+    return env
 
 
 def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
@@ -280,23 +307,36 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
         env = Env(key, options, won)  # ``won``: acquire_env's, used while it locks key's folder
     except FileOpenHereError as here:
         return _shared(key, _BY_FILE[here.file_id])
-    at_key = _file_of(key)  # a new store's file exists now
-    file_id = env.file_id or at_key  # the file LMDB opened (key's folder may be renamed)
-    twin = None if file_id is None else _BY_FILE.get(file_id)
-    if twin is not None:  # its data file swapped after the open's check
-        _STRANDED.append(env)  # see _STRANDED: closing it would unprotect twin's reads
-        return _shared(key, twin)
-    if at_key == file_id:  # else key names another folder now: found by file only
-        _REGISTRY[key] = env
-    env.file_id = file_id
-    if file_id is not None:
-        _BY_FILE[file_id] = env
-    folder_id = _folder_of(env)
-    held = None if folder_id is None else _BY_FOLDER.get(folder_id)
-    if folder_id is not None and (held is None or held.pid != env.pid):
-        # A parent's before fork() is never this child's (_in_folder): it must not hide it.
-        _BY_FOLDER[folder_id] = env
-    return env
+    try:
+        at_key = _file_of(key)  # a new store's file exists now
+        file_id = env.file_id or at_key  # the file LMDB opened (key's folder may be renamed)
+        twin = None if file_id is None else _BY_FILE.get(file_id)
+        if twin is not None:  # its data file swapped after the open's check
+            _STRANDED.append(env)  # see _STRANDED: closing it would unprotect twin's reads
+            return _shared(key, twin)
+        if at_key == file_id:  # else key names another folder now: found by file only
+            _REGISTRY[key] = env
+        env.file_id = file_id
+        if file_id is not None:
+            _BY_FILE[file_id] = env
+        folder_id = _folder_of(env)
+        held = None if folder_id is None else _BY_FOLDER.get(folder_id)
+        if folder_id is not None and (held is None or held.pid != env.pid):
+            # A parent's before fork() is never this child's (_in_folder): it must not hide it.
+            _BY_FOLDER[folder_id] = env
+        return env
+    except BaseException:
+        # An interrupt (a signal handler's exception) landing here, before the open's
+        # handle is counted: the environment no handle holds is forgotten and closed (it
+        # was left open, unregistered or registered with no handle: left86). No other
+        # thread has seen it (the registry lock is held since the open). Never a stranded one.
+        while env not in _STRANDED and not env.closed:  # until closed: a second interrupt
+            try:  # landing in the close caught (one inside Env.close_quiesced: see its own)
+                _unregister(env)
+                env.close_quiesced()
+            except BaseException:
+                continue
+        raise
 
 
 def _shared(key: str, twin: Env) -> Env:
@@ -407,11 +447,14 @@ def pinned_for_compact(
         yield folder
     finally:
         held = [own]
-        try:
-            release_folders(held)
-        except BaseException:  # an interrupt in the release: see release_folders
-            release_folders(held)
-            raise
+        late: BaseException | None = None
+        while held:  # until released: each interrupt landing in it caught (release_folders)
+            try:
+                release_folders(held)
+            except BaseException as exc:
+                late = exc
+        if late is not None:
+            raise late
 
 
 def registry_settled() -> None:
@@ -454,6 +497,12 @@ def release_env(
             taken[0] = None
         if env.handles > 0:
             return
+        # Noted as left open from its last handle's drop until it is closed (_unregister
+        # forgets it; no call between, so no landing): an interrupt (a signal handler's
+        # exception) landing before the close ended left it registered and open with no
+        # handle, unnoted: "already open in this process" for good (left86). The next
+        # open's _close_left_open closes it (a fork() child's: never, as before).
+        _LEFT_OPEN.add(env)
     if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
         with _REGISTRY_LOCK:
             if env.handles == 0:
@@ -461,16 +510,27 @@ def release_env(
         return
     with env.quiesced() as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
         if env.handles > 0 or env.closed:
+            _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
             return  # opened again while the close waited (or closed by an earlier release)
         if not quiet:  # left open and registered: an open of it shares it
-            _LEFT_OPEN.add(env)
             left = env.left_open()
             if failed is None:
                 raise left
             failed.add_note(str(left))
             return
-        _unregister(env)
-        env.close_quiesced()
+        # Forgotten and closed, each interrupt landing in them caught and the two tried
+        # again until closed (one landing in _unregister left it forgotten and open: its
+        # descriptors leaked, and an open of the store here would have had LMDB open its
+        # file a second time); the close's own error, or the first interrupt, raised after.
+        late: BaseException | None = None
+        while not env.closed:
+            try:
+                _unregister(env)
+                env.close_quiesced()
+            except BaseException as exc:
+                late = exc
+        if late is not None:
+            raise late
 
 
 def _close_left_open(key: str) -> None:

@@ -1,0 +1,160 @@
+"""left86: an interrupt (a signal handler's exception) landing in ``acquire_env`` after the
+environment's handle was taken left the environment registered with a handle nobody held.
+
+``_acquire`` counted the handle under the registry lock and returned; the lock's release
+(the ``with`` block's end, a C call) and, for an open that had waited for a busy folder's
+creation lock, acquire_env's release of that lock on its way out are landings after the
+count. An interrupt there reached the caller without the environment: it stayed in the
+registry, open, its handle count one too high, for the life of the process (a close of
+every other handle never closed it; compact and an open with another mode or durability
+were refused "already open in this process"). Now acquire_env drops that handle when
+anything is raised after it was taken.
+
+The sweep of tests/test_begin_interrupted.py lands a KeyboardInterrupt at each point of
+the registry's open frames, for an open that finds the folder free and for one that
+finds its creation lock held (by another descriptor of this process, let go just as the
+open starts to wait for it); run in a child with a time limit, as a lock left held would
+make the next open wait for ever.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from test_begin_interrupted import interrupted_at
+
+import cpstore
+from cpstore.store import lmdb_open, lmdb_registry
+
+#: The frames of the registry's open, and the creation lock's take and release.
+_OPENING = {
+    "acquire_env",
+    "_acquire",
+    "_open_new",
+    "_registered",
+    "_shared",
+    "lock_folder",
+    "unlock_folder",
+    "release_folders",
+}
+
+
+def _folder_lock_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _sweep(path: Path, contended: bool) -> list[str]:
+    """Interrupt an open at each landing of ``_OPENING``; what each left wrong.
+    ``contended``: the folder's creation lock is held (by a descriptor of this test) when
+    the open starts, and let go as the open begins its wait for it."""
+    with cpstore.open(path, durability="none") as st:
+        cid = st.recorder("r").checkpoint(0, {"a": 1})
+    gc.collect()
+    before = set(os.listdir("/proc/self/fd"))
+    real_lock = lmdb_open.lock_folder
+    blocker: list[int] = []
+
+    def let_go_then_lock(key: str, *, exclusive: bool, wait: bool = True) -> Any:
+        while blocker:
+            os.close(blocker.pop())  # the other holder lets go: the wait ends at once
+        return real_lock(key, exclusive=exclusive, wait=wait)
+
+    setattr(lmdb_registry, "lock_folder", let_go_then_lock)  # noqa: B010 (not exported)
+    wrong: list[str] = []
+    waited = 0
+    k = 0
+    try:
+        while True:
+            k += 1
+            if contended:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                blocker.append(fd)
+            landed = interrupted_at(
+                k, _OPENING, lambda: cpstore.open(path, durability="none").close()
+            )
+            waited += not blocker
+            while blocker:  # interrupted before the open waited: let go here
+                os.close(blocker.pop())
+            gc.collect()
+            if not landed:
+                break
+            if lmdb_registry._REGISTRY or lmdb_registry._BY_FILE:
+                envs = list(lmdb_registry._BY_FILE.values())
+                wrong.append(f"{landed[0]}: left registered, {envs[0].handles} handle(s)")
+                break
+            if not _folder_lock_free(path):
+                wrong.append(f"{landed[0]}: the folder's creation lock held")
+                break
+            if set(os.listdir("/proc/self/fd")) != before:
+                wrong.append(f"{landed[0]}: descriptors left open")
+                break
+            with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
+                if cp.state() != {"a": 1}:
+                    wrong.append(f"{landed[0]}: read {cp.state()!r}")
+            gc.collect()
+    finally:
+        setattr(lmdb_registry, "lock_folder", real_lock)  # noqa: B010
+    if k <= 10:
+        wrong.append(f"only {k - 1} landings")
+    if contended and waited < 5:
+        wrong.append(f"the open waited for the lock in only {waited} runs")
+    return wrong
+
+
+def free_sweep(path: Path) -> list[str]:
+    return _sweep(path, contended=False)
+
+
+def contended_sweep(path: Path) -> list[str]:
+    return _sweep(path, contended=True)
+
+
+def _in_child(sweep: str, path: Path) -> list[str]:
+    """Run ``sweep`` in a child with a time limit (a lock left held hangs the next open)."""
+    code = (
+        "import sys, json; from pathlib import Path; "
+        f"from test_left86_acquire_interrupted import {sweep}; "
+        f"print(json.dumps({sweep}(Path(sys.argv[1]))))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the sweep hung: {exc.stdout!r}") from None
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_an_open_interrupted_after_its_handle_was_taken_leaves_nothing_registered(
+    tmp_path: Path,
+) -> None:
+    assert _in_child("free_sweep", tmp_path / "s") == []
+
+
+def test_an_open_that_waited_interrupted_in_its_release_leaves_nothing_registered(
+    tmp_path: Path,
+) -> None:
+    assert _in_child("contended_sweep", tmp_path / "s") == []

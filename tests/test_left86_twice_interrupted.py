@@ -1,0 +1,211 @@
+"""left86: a second interrupt (a signal handler's exception) landing in the undoing of a
+first, in the opening layer's own frames.
+
+Every sweep before this one stops at the first interrupt: tests/test_begin_interrupted.py's
+landings leave out those inside an ``except`` or a ``finally`` run for an exception. Here
+the first interrupt lands at each of those landings in turn (a trace function, which
+Python unsets once it raised), and a second one at each later landing of the same frames
+in turn, handlers included (a profile function: a frame's start, or a C function's
+return, ``c_return``, whose result is then lost as an interrupt there loses it). A
+frame's start counts when its caller is one of the frames too: the undoing of
+``lmdb_env`` (``Env._open_files``' release, ``Env.__init__``'s close of its mark) is not
+this layer's, nor is a first one at the start of the mark's close (Env.close_quiesced
+calls it once) or of ``release_env`` (the backend's close). After each pair
+``is_open_here`` says no (closing an environment noted as left open), the folder's
+creation lock is free, no descriptor is left and nothing is registered.
+
+Before: a second interrupt landing at the start of the undoing call (``release_folders``
+in ``lock_folder``'s handlers, ``_close`` in ``HolderMark.__init__``'s) leaked the
+descriptor; each undoing now loops until its list is empty, catching what lands in it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from test_begin_interrupted import _after_calls
+
+import cpstore
+from cpstore.store import lmdb_open, lmdb_registry
+
+#: This layer's frames (by qualified name).
+_MINE = frozenset(
+    {
+        "acquire_env",
+        "_acquire",
+        "_open_new",
+        "lock_folder",
+        "unlock_folder",
+        "release_folders",
+        "pin_folder",
+        "HolderMark.__init__",
+        "HolderMark.close",
+        "HolderMark._drop",
+        "release_env",
+        "_unregister",
+    }
+)
+#: Frames whose start, called from outside the layer, is their caller's landing: the
+#: backend's close calls ``release_env`` once, ``Env.close_quiesced`` the mark's close.
+_CALLERS_OWN = frozenset({"HolderMark.close", "release_env"})
+
+
+def _twice(k: int, m: int, call: Callable[[], Any]) -> list[str]:
+    """Run ``call`` with a KeyboardInterrupt at its k-th first landing and another at the
+    m-th landing after it (module docstring); where they landed."""
+    seen, after, landed = [0], [0], []
+    called_python: set[int] = set()
+
+    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
+        if event == "call" and frame.f_back is not None:
+            called_python.add(id(frame.f_back))
+        name = frame.f_code.co_qualname
+        if name not in _MINE:
+            return None
+        frame.f_trace_opcodes = True
+        at_landing = (
+            event == "call"
+            and (
+                name not in _CALLERS_OWN
+                or (frame.f_back is not None and frame.f_back.f_code.co_qualname in _MINE)
+            )
+        ) or (
+            event == "opcode"
+            and frame.f_lasti in _after_calls(frame.f_code)
+            and id(frame) not in called_python
+        )
+        if event == "opcode":
+            called_python.discard(id(frame))
+        if at_landing:
+            seen[0] += 1
+            if seen[0] == k:
+                landed.append(f"{name}@{frame.f_lasti}")
+                raise KeyboardInterrupt(landed[0])
+        return trace
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        if len(landed) != 1 or event not in ("call", "c_return"):
+            return
+        if frame.f_code.co_qualname not in _MINE:
+            return
+        if event == "call" and (
+            frame.f_back is None or frame.f_back.f_code.co_qualname not in _MINE
+        ):
+            return
+        after[0] += 1
+        if after[0] == m:
+            landed.append(f"{frame.f_code.co_qualname}@{frame.f_lasti}:{event}")
+            raise KeyboardInterrupt(landed[1])
+
+    gc.disable()
+    sys.setprofile(profile)
+    sys.settrace(trace)
+    try:
+        call()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+        sys.setprofile(None)
+        gc.enable()
+    return landed
+
+
+def _folder_lock_free(path: Path) -> bool:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def twice_sweep(path: Path, contended: bool) -> list[str]:
+    """Every pair of landings of an open and close; the first that left something wrong.
+    ``contended``: the creation lock is held when the open starts, let go as it waits."""
+    with cpstore.open(path, durability="none") as st:
+        st.recorder("r").checkpoint(0, {"a": 1})
+    gc.collect()
+    before = set(os.listdir("/proc/self/fd"))
+    real_lock = lmdb_open.lock_folder
+    blocker: list[int] = []
+
+    def let_go_then_lock(key: str, *, exclusive: bool, wait: bool = True) -> Any:
+        while blocker:
+            os.close(blocker.pop())
+        return real_lock(key, exclusive=exclusive, wait=wait)
+
+    setattr(lmdb_registry, "lock_folder", let_go_then_lock)  # noqa: B010 (not exported)
+    pairs = 0
+    try:
+        k = 0
+        while True:
+            k += 1
+            m = 0
+            while True:
+                m += 1
+                if contended:
+                    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    blocker.append(fd)
+                landed = _twice(k, m, lambda: cpstore.open(path, durability="none").close())
+                while blocker:
+                    os.close(blocker.pop())
+                gc.collect()
+                if not landed:
+                    return [] if pairs > 20 else [f"only {pairs} pairs"]
+                pairs += len(landed) == 2
+                if lmdb_registry.is_open_here(str(path)):  # closes what a close left open
+                    return [f"{landed}: still open here, no handle"]
+                if not _folder_lock_free(path):
+                    return [f"{landed}: the folder's creation lock held"]
+                if set(os.listdir("/proc/self/fd")) != before:
+                    return [f"{landed}: {sorted(set(os.listdir('/proc/self/fd')) - before)} open"]
+                if lmdb_registry._REGISTRY or lmdb_registry._BY_FILE:
+                    return [f"{landed}: left registered"]
+                if len(landed) == 1:
+                    break  # no landing after the first: the next first landing
+    finally:
+        setattr(lmdb_registry, "lock_folder", real_lock)  # noqa: B010
+
+
+def _in_child(contended: bool, path: Path) -> list[str]:
+    code = (
+        "import sys, json; from pathlib import Path; "
+        "from test_left86_twice_interrupted import twice_sweep; "
+        f"print(json.dumps(twice_sweep(Path(sys.argv[1]), {contended})))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"the sweep hung: {exc.stdout!r}") from None
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+def test_a_second_interrupt_in_an_opens_undoing_leaves_nothing(tmp_path: Path) -> None:
+    assert _in_child(False, tmp_path / "s") == []
+
+
+def test_a_second_interrupt_in_a_waiting_opens_undoing_leaves_nothing(tmp_path: Path) -> None:
+    assert _in_child(True, tmp_path / "s") == []
