@@ -103,14 +103,18 @@ def interrupted_at(k: int, names: Container[str], call: Callable[[], Any]) -> li
     return landed
 
 
-def sweep_in_child(module: str, sweep: str, path: Path, timeout: float = 240) -> list[str]:
-    """Run ``module.sweep(path)`` (a sweep returning what each landing left wrong) in a
-    child process with a time limit, for sweeps where a landing can hang the process: what
-    it returned. A hang fails with what the child printed."""
+def sweep_in_child(
+    module: str, sweep: str, path: Path, *args: object, timeout: float = 240
+) -> list[str]:
+    """Run ``module.sweep(path, *args)`` (a sweep returning what each landing left wrong;
+    ``args`` plain values, passed by their repr) in a child process with a time limit, for
+    sweeps where a landing can hang the process: what it returned. A hang fails with what
+    the child printed."""
+    rest = "".join(f", {arg!r}" for arg in args)
     code = (
         "import sys, json; from pathlib import Path; "
         f"from {module} import {sweep}; "
-        f"print(json.dumps({sweep}(Path(sys.argv[1]))))"
+        f"print(json.dumps({sweep}(Path(sys.argv[1]){rest})))"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
     try:

@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import fcntl
 import gc
-import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from test_begin_interrupted import _after_calls
+from test_begin_interrupted import _after_calls, sweep_in_child
 
 import cpstore
 from cpstore.store import lmdb_open, lmdb_registry
@@ -181,26 +179,9 @@ def twice_sweep(path: Path, contended: bool) -> list[str]:
 
 
 def _in_child(contended: bool, path: Path) -> list[str]:
-    code = (
-        "import sys, json; from pathlib import Path; "
-        "from test_left86_twice_interrupted import twice_sweep; "
-        f"print(json.dumps(twice_sweep(Path(sys.argv[1]), {contended})))"
+    return sweep_in_child(
+        "test_left86_twice_interrupted", "twice_sweep", path, contended, timeout=300
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(path)],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=env,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"the sweep hung: {exc.stdout!r}") from None
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: list[str] = json.loads(done.stdout.splitlines()[-1])
-    return result
 
 
 def test_a_second_interrupt_in_an_opens_undoing_leaves_nothing(tmp_path: Path) -> None:

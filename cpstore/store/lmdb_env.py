@@ -169,14 +169,19 @@ class Env(EnvTxns):
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
                 return close_on_exec(env, where, self.file_id)  # LMDB's data file's too
             finally:
-                # Both in one release, tried again if interrupted: an interrupt landing at
-                # the pin's release skipped the lock's, held for good (review85).
-                going = [pin, locked]
-                try:
-                    release_folders(going)
-                except BaseException:
-                    release_folders(going)
-                    raise
+                # Both in one release, until released: an interrupt landing at the pin's
+                # release skipped the lock's, held for good (review85), and so did a second
+                # one landing at the start of the release tried again (left86). Each caught,
+                # the last raised after.
+                going: list[int | None] = [pin, locked]
+                late: BaseException | None = None
+                while going:
+                    try:
+                        release_folders(going)
+                    except BaseException as exc:
+                        late = exc
+                if late is not None:
+                    raise late
         except lmdb.Error as exc:
             raise translate(exc, path) from None
         except PermissionError as exc:
