@@ -112,9 +112,12 @@ class Env(EnvTxns):
             self.env = self._open_files(data, won)
         except BaseException:
             self._won = None
-            self._tail.close()  # the data file held (an interrupt after hold leaked it)
-            if self._mark is not None:
-                self._mark.close()
+            while True:  # the data file held (an interrupt after hold leaked it), the mark
+                try:
+                    if self._let_go(False):
+                        break
+                except BaseException:  # one landing in the undoing: tried again
+                    continue
             raise
         try:
             # Slots left by processes that died (SIGKILL) would otherwise pin old pages.
@@ -125,13 +128,29 @@ class Env(EnvTxns):
             self.dbs = self._open_dbs()
             self._tail.ahead = True  # a cpstore store: its tail may be allocated ahead
         except BaseException:
-            self.env.close()
-            self._tail.close()
-            if self._mark is not None:
-                self._mark.close()
+            while True:
+                try:
+                    if self._let_go(True):
+                        break
+                except BaseException:  # one landing in the undoing: tried again
+                    continue
             raise
         finally:
             self._won = None  # the caller closes it
+
+    def _let_go(self, env: bool) -> bool:
+        """Close LMDB's environment (``env``), the held data file and the mark; True. Each
+        step may run again: callers loop until it returns, catching each interrupt (a
+        signal handler's exception), since one landing at a close's start skipped the
+        rest (left86: the held file's descriptor and the mark, with its lock, left open
+        for the process's life)."""
+        if env:
+            self.env.close()  # py-lmdb: closing a closed environment does nothing
+            self._txns.clear()  # closed with the environment: freeing them is safe now
+        self._tail.close()  # sets its descriptors to None before closing them
+        if self._mark is not None:
+            self._mark.close()  # until dropped (HolderMark.close)
+        return True
 
     def _open_files(self, data: str, won: int | None) -> Any:
         """Decide what the folder holds and open LMDB on it, under the creation lock (``won``,
@@ -274,15 +293,22 @@ class Env(EnvTxns):
         Without fsync per commit (``durability="none"``) it fsyncs once first, so a store
         closed cleanly is durable; LMDB's own close does not sync."""
         try:
-            if not self.options.sync and not self.options.readonly:
+            # Not again once closed: an interrupt (a signal handler's exception) landing
+            # after LMDB's close made release_env call this again, whose sync then raised
+            # "operate on closed" out of the store's close.
+            if not self.closed and not self.options.sync and not self.options.readonly:
                 self.sync()  # its failure a StoreError, as every other sync's
         finally:
-            self.env.close()
             self.closed = True  # before new reads are let go (EnvTxns.closed_error)
-            self._txns.clear()  # closed with the environment: freeing them is safe now
-            self._tail.close()
-            if self._mark is not None:
-                self._mark.close()
+            late: BaseException | None = None
+            while True:  # each step again until done, each interrupt caught, the last raised
+                try:
+                    if self._let_go(True):
+                        break
+                except BaseException as exc:
+                    late = exc
+            if late is not None:
+                raise late
 
     def _open_dbs(self) -> dict[str, Any]:
         """Open the named databases of a cpstore store, or make a new store's.
