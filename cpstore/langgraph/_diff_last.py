@@ -191,6 +191,60 @@ def _subgraph_diff(
 _CONTROL = frozenset({"__interrupt__", "__error__", "__resume__"})
 #: The task id LangGraph stores input and ``Command`` writes under (never handed back).
 _NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+#: The channel of the resume values a task consumed (LangGraph's ``RESUME``).
+_RESUME = "__resume__"
+
+
+def replayed(writes: list[StoredWrite]) -> list[StoredWrite]:
+    """The pending writes a resume of their checkpoint treats otherwise when it replays
+    it (review86): a finished task's (handed back, or the task runs again) and the
+    resume values an interrupted task consumed (``__resume__``, kept, or dropped by a
+    time travel and its interrupts asked again)."""
+    return [
+        w
+        for w in writes
+        if w.channel == _RESUME or (w.task_id != _NULL_TASK_ID and w.channel not in _CONTROL)
+    ]
+
+
+def named_newest(
+    writes: list[StoredWrite], named: tuple[bool, bool], n: int, step: object
+) -> tuple[tuple[str, ...], tuple[str, ...], str] | None:
+    """``(nodes, channels, summary)`` of the doubt when both last checkpoints are their
+    thread's newest, one side's config names its id and the other's names none, and
+    they hold writes a replay treats otherwise (:func:`replayed`), else None
+    (review86). Invoked with None (or a ``Command`` without ``resume``) the named side
+    time-travels: LangGraph 1.2.24 replays it (``_loop``: ``is_time_traveling``), its
+    finished tasks run again and its ``__resume__`` writes are dropped, while the
+    unnamed side hands them back; with ``Command(resume=...)`` both hand them back. The
+    diff said "same values at all 2 checkpoints" (and ``one_checkpoint`` the same for
+    one thread named both ways) while the None resumes differed."""
+    if named[0] == named[1]:
+        return None
+    done = replayed(writes)
+    if not done:
+        return None
+    nodes = tuple(sorted({node_of(w) for w in done if w.task_id != _NULL_TASK_ID}))
+    channels = tuple(sorted({w.channel for w in done}))
+    who, other = ("A", "B") if named[0] else ("B", "A")
+    ran = sorted({node_of(w) for w in done if w.channel != _RESUME})
+    asked = sorted(
+        {node_of(w) for w in done if w.channel == _RESUME and w.task_id != _NULL_TASK_ID}
+    )
+    what = [f"node {', '.join(ran)} runs again"] if ran else []
+    if any(w.channel == _RESUME for w in done):
+        what.append(
+            "the resume values given are dropped (interrupts"
+            + (f" of node {', '.join(asked)}" if asked else "")
+            + " asked again)"
+        )
+    said = (
+        f"cannot tell: same values at all {n} checkpoints, but at the last (step {step}) "
+        f"{who}'s config names its checkpoint id and {other}'s names none: a resume of "
+        f"{who} invoked with None time-travels (a replay): {' and '.join(what)}, on a resume "
+        f"of {other} not; with Command(resume=...) on neither"
+    )
+    return nodes, channels, said
 
 
 def _moved_past(
@@ -212,12 +266,32 @@ def _moved_past(
     meta = store.backend.db("meta")
     last = pair[0][-1].entry, pair[1][-1].entry
     past = [entry_at(txn, meta, e.thread_id, e.ns, None) != e for e in last]
+    if not past[0] and not past[1]:
+        found = named_newest(writes[0] + writes[1], named, len(pair[0]), pair[0][-1].step)
+        if found is None:
+            return None
+        return ThreadDiff(
+            False, len(pair[0]) - 1, pair[0][-1].step, found[0], found[1],
+            last[0].checkpoint_id, last[1].checkpoint_id, shared, found[2], pending=True,
+            undecidable=True,
+        )  # fmt: skip
     if past[0] == past[1]:
         return None
     k = 0 if past[0] else 1
     done = [w for w in writes[k] if w.task_id != _NULL_TASK_ID and w.channel not in _CONTROL]
     if not done:
-        return None
+        if named[1 - k]:
+            return None  # both drop their resume values with None, keep them with resume=
+        # review86: resume values only. Invoked with None the moved-past side
+        # time-travels and drops them (its interrupts asked again); the newest keeps them
+        found = named_newest(writes[k], (k == 0, k == 1), len(pair[0]), pair[0][-1].step)
+        if found is None:
+            return None
+        return ThreadDiff(
+            False, len(pair[0]) - 1, pair[0][-1].step, found[0], found[1],
+            last[0].checkpoint_id, last[1].checkpoint_id, shared, found[2], pending=True,
+            undecidable=True,
+        )  # fmt: skip
     nodes = tuple(sorted({node_of(w) for w in done}))
     channels = tuple(sorted({w.channel for w in done}))
     moved, other = "AB"[k], "AB"[1 - k]

@@ -34,7 +34,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
 from cpstore.langgraph._diff_chain import aligned, nodes_at, one_checkpoint, parent_nodes, side
-from cpstore.langgraph._diff_last import pending_diff
+from cpstore.langgraph._diff_last import pending_diff, replayed
 from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import (
     SEALED,
@@ -297,12 +297,24 @@ def _itself(
     store: Store,
     serde: Any,
     configs: tuple[Mapping[str, Any], Mapping[str, Any]],
+    named: tuple[bool, bool] | None,
 ) -> ThreadDiff | None:
     """The same when both sides name one checkpoint of one thread and namespace
-    (:func:`~cpstore.langgraph._diff_chain.one_checkpoint`), else None."""
+    (:func:`~cpstore.langgraph._diff_chain.one_checkpoint`), else None; None too when
+    one side names it by id and the other by none and it holds writes a replay treats
+    otherwise (review86: a resume invoked with None time-travels on the named side
+    only; compared in full, :func:`~cpstore.langgraph._diff_last.named_newest`)."""
     n = one_checkpoint(txn, store, serde, configs)
     if n is None:
         return None
+    if named is not None and named[0] != named[1]:
+        thread_id, ns, _ = side(configs[0])
+        meta = store.backend.db("meta")
+        newest = entry_at(txn, meta, thread_id, ns, None)
+        if newest is not None:
+            held = stored_writes(txn, meta, thread_id, ns, newest.checkpoint_id)
+            if replayed(held):
+                return None
     said = f"same values at all {n} checkpoints (one checkpoint of one thread on both sides)"
     return ThreadDiff(True, None, None, (), (), None, None, n - 1, said)
 
@@ -316,7 +328,7 @@ def _compare(
 ) -> ThreadDiff:
     """:func:`_diff`, letting :class:`Undecidable` out."""
     config_a, config_b = configs
-    itself = _itself(txn, store, serde, (config_a, config_b))
+    itself = _itself(txn, store, serde, (config_a, config_b), named)
     if itself is not None:
         return itself
     empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
