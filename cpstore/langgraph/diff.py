@@ -20,7 +20,9 @@ A channel one side holds at a reducer's starting value (``[]``, ``0``...) and th
 other never wrote is undecidable (lgleft86: a reducer loads both alike, a LastValue
 does not). A DeltaChannel without a stored value (between snapshots) is rebuilt by
 LangGraph from the parent chain's writes: it is compared by the writes to it at the
-parent (review75), so equal positions before it make equal rebuilt values.
+parent (review75), so equal positions before it make equal rebuilt values. Chains
+equal to their last checkpoints at other steps are undecidable, never the same
+(review86: a resume hands each node its step).
 """
 
 from __future__ import annotations
@@ -401,6 +403,8 @@ def _walk(
             return _noted(pending, doubt, doubt_why)
         if doubt is not None:
             return doubt
+        if a[-1].step != b[-1].step:
+            return _other_steps(a, b, shared)
         return ThreadDiff(
             True,
             None,
@@ -429,3 +433,22 @@ def _walk(
         ),
         doubt,
     )
+
+
+def _other_steps(a: list[Point], b: list[Point], shared: int | None) -> ThreadDiff:
+    """Chains equal to the last but for the steps of their last checkpoints (a
+    ``__copy__`` at its original's step plus one, a step ``durability="exit"`` did not
+    record, roots of two steps): undecidable, not the same (review86). A resume runs its
+    first tasks at the step after its checkpoint's and hands each node that step
+    (``config["metadata"]["langgraph_step"]``): a node reading it wrote ``n@2`` on one
+    side and ``n@3`` on the other while the diff said "same values at all 3
+    checkpoints"; whether a node reads it is the graph's, not the checkpoint's."""
+    pa, pb = a[-1], b[-1]
+    return ThreadDiff(
+        False, len(a) - 1, pa.step, (), (), pa.entry.checkpoint_id, pb.entry.checkpoint_id,
+        shared,
+        f"cannot tell: same values at all {len(a)} checkpoints, but not at the same step: "
+        "a resume of each runs its nodes at another step, which a node reads (its config's "
+        "langgraph_step) or not, as the graph says",
+        undecidable=True,
+    )  # fmt: skip
