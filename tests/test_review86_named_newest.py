@@ -121,3 +121,42 @@ def test_lg_diff_exits_11_on_a_side_naming_the_newest_by_id(url: str) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 0
+
+
+def _parent(saver: CpstoreSaver, runs: list[str]) -> Any:
+    """``fast`` beside ``asks`` as a subgraph ``sub``: ``fast``'s writes are pending in
+    the subgraph's namespace, the parent holds only the interrupt."""
+    g = StateGraph(LogState)
+    g.add_node("sub", fast_beside_asks(None, runs))  # type: ignore[arg-type]
+    g.add_edge(START, "sub")
+    return g.compile(checkpointer=saver)
+
+
+def test_a_subgraph_s_finished_writes_under_a_side_named_by_id_are_undecidable(
+    url: str,
+) -> None:
+    with CpstoreSaver.from_conn_string(url) as saver:
+        runs: list[str] = []
+        app = _parent(saver, runs)
+        threads = ("a", "b", "c", "p1", "p2")
+        for t in threads:
+            app.invoke({"log": ["in"]}, cfg(t))
+        ids = {t: _newest(saver, t) for t in threads}
+        for t in ("p1", "p2"):
+            app.update_state(cfg(t, ids[t]), None, as_node="__copy__")
+        for a, b in (
+            (cfg("a"), cfg("b", ids["b"])),  # both newest, one named
+            (cfg("c", ids["c"]), cfg("c")),  # one thread named both ways
+            (cfg("a"), cfg("p1", ids["p1"])),  # one moved past
+        ):
+            diff = diff_threads(saver.store, a, b)
+            # before: "same values at all 2 checkpoints" (one thread: "... one checkpoint
+            # of one thread on both sides")
+            assert not diff.same and diff.undecidable and diff.nodes == ("fast",), diff.summary
+        assert _run(app, runs, None, cfg("a"))[2] == []
+        assert _run(app, runs, None, cfg("b", ids["b"]))[2] == ["fast"]  # replayed below
+        assert _run(app, runs, None, cfg("p1", ids["p1"]))[2] == ["fast"]
+        # with Command(resume=...) neither runs fast again
+        want: tuple[list[str], list[str], list[str]] = (["in", "in", "asked y", "fast"], [], [])
+        assert _run(app, runs, Command(resume="y"), cfg("c")) == want
+        assert _run(app, runs, Command(resume="y"), cfg("p2", ids["p2"])) == want

@@ -13,14 +13,14 @@ from typing import Any
 from cpstore.langgraph._diff_chain import node_of
 from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import SEALED, UNSURE, writes_digest
-from cpstore.langgraph._diff_subgraphs import Compare, subgraph_divergence
+from cpstore.langgraph._diff_subgraphs import Compare, mid_run_writes, subgraph_divergence
 from cpstore.langgraph._diff_triggers import trigger_divergence
 from cpstore.langgraph._diff_updated import resume_divergence
-from cpstore.langgraph._read import StoredWrite, entry_at, stored_writes
+from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored_writes
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 
-__all__ = ["pending_diff"]
+__all__ = ["pending_diff", "replayed", "replayed_below"]
 
 
 def pending_diff(
@@ -53,7 +53,7 @@ def pending_diff(
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
-        past = _moved_past(txn, store, pair, (wa, wb), named=named, shared=shared)
+        past = _moved_past(txn, store, serde, pair, (wa, wb), named=named, shared=shared)
         if past is not None and not past.undecidable:
             return past
         trig = _trigger_diff(txn, store, serde, pair, shared)
@@ -207,6 +207,24 @@ def replayed(writes: list[StoredWrite]) -> list[StoredWrite]:
     ]
 
 
+def replayed_below(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    last: list[tuple[Entry, list[StoredWrite]]],
+) -> list[StoredWrite]:
+    """:func:`replayed` of each last checkpoint's pending writes (its entry and writes)
+    or, when none, of those of the subgraphs mid-run under it (review86: a subgraph
+    whose ``fast`` finished beside an interrupted ``asks`` holds fast's writes in its
+    own namespace, the parent only the interrupt: a time travel of the parent replays
+    the subgraph too, and ``fast`` ran again)."""
+    got = replayed([w for _, held in last for w in held])
+    if got:
+        return got
+    below = [w for e, held in last for w in mid_run_writes(txn, store, serde, e, held)]
+    return replayed(below)
+
+
 def named_newest(
     writes: list[StoredWrite], named: tuple[bool, bool], n: int, step: object
 ) -> tuple[tuple[str, ...], tuple[str, ...], str] | None:
@@ -248,7 +266,7 @@ def named_newest(
 
 
 def _moved_past(
-    txn: Txn[memoryview], store: Store, pair: tuple[list[Point], list[Point]],
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]],
     writes: tuple[list[StoredWrite], list[StoredWrite]], *, named: tuple[bool, bool] | None,
     shared: int | None,
 ) -> ThreadDiff | None:  # fmt: skip
@@ -267,7 +285,10 @@ def _moved_past(
     last = pair[0][-1].entry, pair[1][-1].entry
     past = [entry_at(txn, meta, e.thread_id, e.ns, None) != e for e in last]
     if not past[0] and not past[1]:
-        found = named_newest(writes[0] + writes[1], named, len(pair[0]), pair[0][-1].step)
+        if named[0] == named[1]:
+            return None
+        held = replayed_below(txn, store, serde, [(last[0], writes[0]), (last[1], writes[1])])
+        found = named_newest(held, named, len(pair[0]), pair[0][-1].step)
         if found is None:
             return None
         return ThreadDiff(
@@ -282,9 +303,11 @@ def _moved_past(
     if not done:
         if named[1 - k]:
             return None  # both drop their resume values with None, keep them with resume=
-        # review86: resume values only. Invoked with None the moved-past side
-        # time-travels and drops them (its interrupts asked again); the newest keeps them
-        found = named_newest(writes[k], (k == 0, k == 1), len(pair[0]), pair[0][-1].step)
+        # review86: resume values only, or writes pending in a subgraph mid-run under
+        # it. Invoked with None the moved-past side time-travels, dropping the values
+        # (its interrupts asked again) and replaying the subgraph; the newest does not
+        held = replayed_below(txn, store, serde, [(last[k], writes[k])])
+        found = named_newest(held, (k == 0, k == 1), len(pair[0]), pair[0][-1].step)
         if found is None:
             return None
         return ThreadDiff(

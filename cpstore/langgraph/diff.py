@@ -36,7 +36,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
 from cpstore.langgraph._diff_chain import aligned, nodes_at, one_checkpoint, parent_nodes, side
-from cpstore.langgraph._diff_last import pending_diff, replayed
+from cpstore.langgraph._diff_last import pending_diff, replayed_below
 from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import (
     SEALED,
@@ -315,7 +315,7 @@ def _itself(
         newest = entry_at(txn, meta, thread_id, ns, None)
         if newest is not None:
             held = stored_writes(txn, meta, thread_id, ns, newest.checkpoint_id)
-            if replayed(held):
+            if replayed_below(txn, store, serde, [(newest, held)]):
                 return None
     said = f"same values at all {n} checkpoints (one checkpoint of one thread on both sides)"
     return ThreadDiff(True, None, None, (), (), None, None, n - 1, said)
