@@ -160,3 +160,31 @@ def test_a_subgraph_s_finished_writes_under_a_side_named_by_id_are_undecidable(
         want: tuple[list[str], list[str], list[str]] = (["in", "in", "asked y", "fast"], [], [])
         assert _run(app, runs, Command(resume="y"), cfg("c")) == want
         assert _run(app, runs, Command(resume="y"), cfg("p2", ids["p2"])) == want
+
+
+def test_an_interrupt_alone_named_against_none_stays_the_same(url: str) -> None:
+    """Nothing finished, nothing answered: both resumes ask the interrupt again (None)
+    or answer it (``Command(resume=...)``) alike."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        runs: list[str] = []
+
+        def asks(_: LogState) -> dict[str, Any]:
+            runs.append("asks")
+            return {"log": [str(interrupt("q?"))]}
+
+        g = StateGraph(LogState)
+        g.add_node("asks", asks)
+        g.add_edge(START, "asks")
+        app = g.compile(checkpointer=saver)
+        threads = ("u1", "u2", "n1", "n2")
+        for t in threads:
+            app.invoke({"log": ["in"]}, cfg(t))
+        ids = {t: _newest(saver, t) for t in threads}
+        assert diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"])).same
+        assert diff_threads(saver.store, cfg("n2", ids["n2"]), cfg("n2")).same
+        asked = (["in"], ["q?"], ["asks"])
+        assert _run(app, runs, None, cfg("u1")) == asked
+        assert _run(app, runs, None, cfg("n1", ids["n1"])) == asked
+        answered: tuple[list[str], list[str], list[str]] = (["in", "z"], [], ["asks"])
+        assert _run(app, runs, Command(resume="z"), cfg("u2")) == answered
+        assert _run(app, runs, Command(resume="z"), cfg("n2", ids["n2"])) == answered
