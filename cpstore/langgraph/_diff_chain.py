@@ -130,7 +130,8 @@ def _unrecorded(a: list[P], b: list[P]) -> tuple[list[P], list[P], str]:
     beside the original (same parent) at the original's step plus one, and a resume
     reads only the last checkpoint (its values, versions, pending writes, subgraphs:
     all compared), so the copy and its original "only B goes on" while both resumes
-    ran the same nodes to the same state."""
+    ran the same nodes to the same state. Equal there, they are undecidable, not the
+    same (review86, ``diff._other_steps``: a node reading its step resumes otherwise)."""
     sa, sb = _steps(a), _steps(b)
     if sa is None or sb is None or sa == sb or not sa or not sb or not set(sa) & set(sb):
         return a, b, ""

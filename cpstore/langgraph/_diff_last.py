@@ -13,14 +13,14 @@ from typing import Any
 from cpstore.langgraph._diff_chain import node_of
 from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import SEALED, UNSURE, writes_digest
-from cpstore.langgraph._diff_subgraphs import Compare, subgraph_divergence
+from cpstore.langgraph._diff_subgraphs import Compare, mid_run_writes, subgraph_divergence
 from cpstore.langgraph._diff_triggers import trigger_divergence
 from cpstore.langgraph._diff_updated import resume_divergence
-from cpstore.langgraph._read import StoredWrite, entry_at, stored_writes
+from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored_writes
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 
-__all__ = ["pending_diff"]
+__all__ = ["pending_diff", "replayed", "replayed_below"]
 
 
 def pending_diff(
@@ -53,7 +53,7 @@ def pending_diff(
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
-        past = _moved_past(txn, store, pair, (wa, wb), named=named, shared=shared)
+        past = _moved_past(txn, store, serde, pair, (wa, wb), named=named, shared=shared)
         if past is not None and not past.undecidable:
             return past
         trig = _trigger_diff(txn, store, serde, pair, shared)
@@ -191,10 +191,82 @@ def _subgraph_diff(
 _CONTROL = frozenset({"__interrupt__", "__error__", "__resume__"})
 #: The task id LangGraph stores input and ``Command`` writes under (never handed back).
 _NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+#: The channel of the resume values a task consumed (LangGraph's ``RESUME``).
+_RESUME = "__resume__"
+
+
+def replayed(writes: list[StoredWrite]) -> list[StoredWrite]:
+    """The pending writes a resume of their checkpoint treats otherwise when it replays
+    it (review86): a finished task's (handed back, or the task runs again) and the
+    resume values an interrupted task consumed (``__resume__``, kept, or dropped by a
+    time travel and its interrupts asked again)."""
+    return [
+        w
+        for w in writes
+        if w.channel == _RESUME or (w.task_id != _NULL_TASK_ID and w.channel not in _CONTROL)
+    ]
+
+
+def replayed_below(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    last: list[tuple[Entry, list[StoredWrite]]],
+) -> list[StoredWrite]:
+    """:func:`replayed` of each last checkpoint's pending writes (its entry and writes)
+    or, when none, of those of the subgraphs mid-run under it (review86: a subgraph
+    whose ``fast`` finished beside an interrupted ``asks`` holds fast's writes in its
+    own namespace, the parent only the interrupt: a time travel of the parent replays
+    the subgraph too, and ``fast`` ran again)."""
+    got = replayed([w for _, held in last for w in held])
+    if got:
+        return got
+    below = [w for e, held in last for w in mid_run_writes(txn, store, serde, e, held)]
+    return replayed(below)
+
+
+def named_newest(
+    writes: list[StoredWrite], named: tuple[bool, bool], n: int, step: object
+) -> tuple[tuple[str, ...], tuple[str, ...], str] | None:
+    """``(nodes, channels, summary)`` of the doubt when both last checkpoints are their
+    thread's newest, one side's config names its id and the other's names none, and
+    they hold writes a replay treats otherwise (:func:`replayed`), else None
+    (review86). Invoked with None (or a ``Command`` without ``resume``) the named side
+    time-travels: LangGraph 1.2.24 replays it (``_loop``: ``is_time_traveling``), its
+    finished tasks run again and its ``__resume__`` writes are dropped, while the
+    unnamed side hands them back; with ``Command(resume=...)`` both hand them back. The
+    diff said "same values at all 2 checkpoints" (and ``one_checkpoint`` the same for
+    one thread named both ways) while the None resumes differed."""
+    if named[0] == named[1]:
+        return None
+    done = replayed(writes)
+    if not done:
+        return None
+    nodes = tuple(sorted({node_of(w) for w in done if w.task_id != _NULL_TASK_ID}))
+    channels = tuple(sorted({w.channel for w in done}))
+    who, other = ("A", "B") if named[0] else ("B", "A")
+    ran = sorted({node_of(w) for w in done if w.channel != _RESUME})
+    asked = sorted(
+        {node_of(w) for w in done if w.channel == _RESUME and w.task_id != _NULL_TASK_ID}
+    )
+    what = [f"node {', '.join(ran)} runs again"] if ran else []
+    if any(w.channel == _RESUME for w in done):
+        what.append(
+            "the resume values given are dropped (interrupts"
+            + (f" of node {', '.join(asked)}" if asked else "")
+            + " asked again)"
+        )
+    said = (
+        f"cannot tell: same values at all {n} checkpoints, but at the last (step {step}) "
+        f"{who}'s config names its checkpoint id and {other}'s names none: a resume of "
+        f"{who} invoked with None time-travels (a replay): {' and '.join(what)}, on a resume "
+        f"of {other} not; with Command(resume=...) on neither"
+    )
+    return nodes, channels, said
 
 
 def _moved_past(
-    txn: Txn[memoryview], store: Store, pair: tuple[list[Point], list[Point]],
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]],
     writes: tuple[list[StoredWrite], list[StoredWrite]], *, named: tuple[bool, bool] | None,
     shared: int | None,
 ) -> ThreadDiff | None:  # fmt: skip
@@ -212,12 +284,37 @@ def _moved_past(
     meta = store.backend.db("meta")
     last = pair[0][-1].entry, pair[1][-1].entry
     past = [entry_at(txn, meta, e.thread_id, e.ns, None) != e for e in last]
+    if not past[0] and not past[1]:
+        if named[0] == named[1]:
+            return None
+        held = replayed_below(txn, store, serde, [(last[0], writes[0]), (last[1], writes[1])])
+        found = named_newest(held, named, len(pair[0]), pair[0][-1].step)
+        if found is None:
+            return None
+        return ThreadDiff(
+            False, len(pair[0]) - 1, pair[0][-1].step, found[0], found[1],
+            last[0].checkpoint_id, last[1].checkpoint_id, shared, found[2], pending=True,
+            undecidable=True,
+        )  # fmt: skip
     if past[0] == past[1]:
         return None
     k = 0 if past[0] else 1
     done = [w for w in writes[k] if w.task_id != _NULL_TASK_ID and w.channel not in _CONTROL]
     if not done:
-        return None
+        if named[1 - k]:
+            return None  # both drop their resume values with None, keep them with resume=
+        # review86: resume values only, or writes pending in a subgraph mid-run under
+        # it. Invoked with None the moved-past side time-travels, dropping the values
+        # (its interrupts asked again) and replaying the subgraph; the newest does not
+        held = replayed_below(txn, store, serde, [(last[k], writes[k])])
+        found = named_newest(held, (k == 0, k == 1), len(pair[0]), pair[0][-1].step)
+        if found is None:
+            return None
+        return ThreadDiff(
+            False, len(pair[0]) - 1, pair[0][-1].step, found[0], found[1],
+            last[0].checkpoint_id, last[1].checkpoint_id, shared, found[2], pending=True,
+            undecidable=True,
+        )  # fmt: skip
     nodes = tuple(sorted({node_of(w) for w in done}))
     channels = tuple(sorted({w.channel for w in done}))
     moved, other = "AB"[k], "AB"[1 - k]

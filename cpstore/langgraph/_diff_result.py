@@ -50,7 +50,11 @@ class ThreadDiff:
     #: not hold (lgleft86): a channel held at a reducer's starting value (``[]``, ``0``)
     #: on one side and never written on the other, a node fresh on one side only by a
     #: channel no ``versions_seen`` names for it, a newest checkpoint named by its id
-    #: against one its thread moved past. A divergence found past such a position is
+    #: against one its thread moved past; what turns on how a resume is invoked or on
+    #: the graph (review86): a newest checkpoint named by its id against one named by
+    #: none, holding a finished task's writes or resume values (invoked with None the
+    #: first time-travels), last checkpoints equal but at other steps (a node may read
+    #: its step). A divergence found past such a position is
     #: reported as found (``undecidable`` False; its summary notes the doubt).
     undecidable: bool = False
 

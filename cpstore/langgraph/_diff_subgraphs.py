@@ -26,12 +26,20 @@ from typing import Any
 from xxhash import xxh3_128_hexdigest
 
 from cpstore.langgraph._diff_sealed import metadata_of
-from cpstore.langgraph._read import Entry, StoredWrite, stored, thread_entries, view_head
+from cpstore.langgraph._read import (
+    Entry,
+    StoredWrite,
+    entry_at,
+    stored,
+    stored_writes,
+    thread_entries,
+    view_head,
+)
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["SEND_TRIES", "Found", "subgraph_divergence"]
+__all__ = ["SEND_TRIES", "Found", "mid_run_writes", "subgraph_divergence"]
 
 #: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
 _INTERRUPT = "__interrupt__"
@@ -328,3 +336,24 @@ def _group_diff(
         "is unknown, so the threads are not told the same (undecidable)"
     )
     return Found(said, (node,), (), undecidable=True)
+
+
+def mid_run_writes(
+    txn: Txn[memoryview], store: Store, serde: Any, entry: Entry, writes: list[StoredWrite]
+) -> list[StoredWrite]:
+    """The writes pending at the newest checkpoint of each subgraph run from ``entry``
+    (whose own pending writes are ``writes``) and not finished there, level by level
+    (:func:`_subgraphs`; not a ``checkpointer=True`` subgraph's): what a resume of it
+    goes on from below (review86: a time travel replays them too)."""
+    meta = store.backend.db("meta")
+    out: list[StoredWrite] = []
+    for spaces in _subgraphs(txn, store, serde, (entry, None), writes).values():
+        for ns in spaces:
+            if _AT in ns:
+                continue
+            sub = entry_at(txn, meta, entry.thread_id, ns, None)
+            if sub is None or not stored(txn, store, sub):
+                continue
+            held = stored_writes(txn, meta, sub.thread_id, sub.ns, sub.checkpoint_id)
+            out += held + mid_run_writes(txn, store, serde, sub, held)
+    return out

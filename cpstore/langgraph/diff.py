@@ -20,7 +20,9 @@ A channel one side holds at a reducer's starting value (``[]``, ``0``...) and th
 other never wrote is undecidable (lgleft86: a reducer loads both alike, a LastValue
 does not). A DeltaChannel without a stored value (between snapshots) is rebuilt by
 LangGraph from the parent chain's writes: it is compared by the writes to it at the
-parent (review75), so equal positions before it make equal rebuilt values.
+parent (review75), so equal positions before it make equal rebuilt values. Chains
+equal to their last checkpoints at other steps are undecidable, never the same
+(review86: a resume hands each node its step).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from cpstore.errors import NotFoundError
 from cpstore.langgraph._codec import CHANNEL, SEGMENT
 from cpstore.langgraph._diff_chain import aligned, nodes_at, one_checkpoint, parent_nodes, side
-from cpstore.langgraph._diff_last import pending_diff
+from cpstore.langgraph._diff_last import pending_diff, replayed_below
 from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import (
     SEALED,
@@ -297,12 +299,24 @@ def _itself(
     store: Store,
     serde: Any,
     configs: tuple[Mapping[str, Any], Mapping[str, Any]],
+    named: tuple[bool, bool] | None,
 ) -> ThreadDiff | None:
     """The same when both sides name one checkpoint of one thread and namespace
-    (:func:`~cpstore.langgraph._diff_chain.one_checkpoint`), else None."""
+    (:func:`~cpstore.langgraph._diff_chain.one_checkpoint`), else None; None too when
+    one side names it by id and the other by none and it holds writes a replay treats
+    otherwise (review86: a resume invoked with None time-travels on the named side
+    only; compared in full, :func:`~cpstore.langgraph._diff_last.named_newest`)."""
     n = one_checkpoint(txn, store, serde, configs)
     if n is None:
         return None
+    if named is not None and named[0] != named[1]:
+        thread_id, ns, _ = side(configs[0])
+        meta = store.backend.db("meta")
+        newest = entry_at(txn, meta, thread_id, ns, None)
+        if newest is not None:
+            held = stored_writes(txn, meta, thread_id, ns, newest.checkpoint_id)
+            if replayed_below(txn, store, serde, [(newest, held)]):
+                return None
     said = f"same values at all {n} checkpoints (one checkpoint of one thread on both sides)"
     return ThreadDiff(True, None, None, (), (), None, None, n - 1, said)
 
@@ -316,7 +330,7 @@ def _compare(
 ) -> ThreadDiff:
     """:func:`_diff`, letting :class:`Undecidable` out."""
     config_a, config_b = configs
-    itself = _itself(txn, store, serde, (config_a, config_b))
+    itself = _itself(txn, store, serde, (config_a, config_b), named)
     if itself is not None:
         return itself
     empty: dict[bytes, bool] = {}  # digest -> whether it is the empty marker
@@ -389,6 +403,8 @@ def _walk(
             return _noted(pending, doubt, doubt_why)
         if doubt is not None:
             return doubt
+        if a[-1].step != b[-1].step:
+            return _other_steps(a, b, shared)
         return ThreadDiff(
             True,
             None,
@@ -417,3 +433,22 @@ def _walk(
         ),
         doubt,
     )
+
+
+def _other_steps(a: list[Point], b: list[Point], shared: int | None) -> ThreadDiff:
+    """Chains equal to the last but for the steps of their last checkpoints (a
+    ``__copy__`` at its original's step plus one, a step ``durability="exit"`` did not
+    record, roots of two steps): undecidable, not the same (review86). A resume runs its
+    first tasks at the step after its checkpoint's and hands each node that step
+    (``config["metadata"]["langgraph_step"]``): a node reading it wrote ``n@2`` on one
+    side and ``n@3`` on the other while the diff said "same values at all 3
+    checkpoints"; whether a node reads it is the graph's, not the checkpoint's."""
+    pa, pb = a[-1], b[-1]
+    return ThreadDiff(
+        False, len(a) - 1, pa.step, (), (), pa.entry.checkpoint_id, pb.entry.checkpoint_id,
+        shared,
+        f"cannot tell: same values at all {len(a)} checkpoints, but not at the same step: "
+        "a resume of each runs its nodes at another step, which a node reads (its config's "
+        "langgraph_step) or not, as the graph says",
+        undecidable=True,
+    )  # fmt: skip
