@@ -385,8 +385,8 @@ class Content:
     def items(self, txn: Any) -> Iterator[tuple[bytes, Any]]:
         """(key, stored bytes or None when its location is damaged), legacy table first.
 
-        The bytes are views valid until the txn's next write; a damaged
-        location yields None (:meth:`get` raises naming it).
+        The bytes are views valid until the txn's next write (bytes in a write txn); a
+        damaged location yields None (:meth:`get` raises naming it).
         """
         with txn.cursor(db=self.legacy) as cur:
             for key, value in cur:  # iteration: what every backend's cursor has
