@@ -3,13 +3,15 @@
 
 Same workload and sides as bench_store.py's put tests (10 channels x 1 KB, one changing
 per step): ``CpstoreSide(..., "none")``, the ``RawLayout5`` raw limit (cpstore's layout
-and checks in bare LMDB) and LangGraph's LMDBSaver with ``sync=False``. Each figure is
+and checks in bare LMDB) and LangGraph's LMDBSaver with ``sync=False``; ``saver`` is
+cpstore's own LangGraph saver on a ``durability="none"`` store, called as LangGraph
+calls a saver's ``put`` (bench_store's ``SaverSide``; not in the default sides). Each figure is
 (instructions recording ``HIGH`` steps - recording ``LOW`` steps) / (HIGH - LOW): the
 process start, imports, opening and the workload's generation (made for ``HIGH`` steps
 on both runs) cancel out. ``PYTHONHASHSEED=0``. Needs ``valgrind`` and the bench extra.
 
-Run: ``.venv/bin/python benchmarks/ir_puts.py [cpstore,raw,lmdbsaver] [LOW HIGH]``
-(default all three sides, 100 and 600 steps).
+Run: ``.venv/bin/python benchmarks/ir_puts.py [cpstore,raw,lmdbsaver,saver] [LOW HIGH]``
+(default the first three sides, 100 and 600 steps).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SIDES = ("cpstore", "raw", "lmdbsaver")
+#: Sides counted only when named.
+EXTRA_SIDES = ("saver",)
 
 
 def _side(root: Path, who: str) -> Any:
@@ -34,6 +38,10 @@ def _side(root: Path, who: str) -> Any:
         return bs.CpstoreSide(root / "cp", "none")
     if who == "raw":
         return bs.RawLayout5(root / "raw")
+    if who == "saver":
+        import bench_langgraph as bl  # noqa: PLC0415
+
+        return bl.SAVERS["cpstore none"](root / "sv")
     return bs.lmdb_saver(root / "lm", sync=False)
 
 
@@ -81,8 +89,9 @@ def main(argv: list[str]) -> None:
     sides = argv[0].split(",") if argv else list(SIDES)
     low, high = (int(argv[1]), int(argv[2])) if len(argv) >= 3 else (100, 600)
     for who in sides:
-        if who not in SIDES:
-            raise SystemExit(f"unknown side {who!r}; expected some of {', '.join(SIDES)}")
+        if who not in SIDES + EXTRA_SIDES:
+            known = ", ".join(SIDES + EXTRA_SIDES)
+            raise SystemExit(f"unknown side {who!r}; expected some of {known}")
         per_put = (_count(who, high, high) - _count(who, low, high)) / (high - low)
         print(f"{who}: {per_put:,.0f} instructions per put ({low} -> {high} steps)", flush=True)
 

@@ -51,14 +51,9 @@ def apply_writes(
 ) -> None:
     """Apply ``ops`` in order in ``txn`` (:func:`apply_write` each, an object's location
     read once per txn: :class:`TxnChecked`); a damaged location refuses as it does alone."""
-    objects = contents[0]
-
-    def exists(key: bytes) -> bool:
-        return objects.stored(txn, key)  # a damaged location refuses
-
     checked = TxnChecked() if len(ops) > 1 else None
-    for op in ops:
-        apply_write(txn, dbs, op, layout=layout, exists=exists, contents=contents, checked=checked)
+    for op in ops:  # exists None: the objects' Content.stored (a damaged location refuses)
+        apply_write(txn, dbs, op, layout=layout, exists=None, contents=contents, checked=checked)
 
 
 def apply_write(
@@ -67,12 +62,13 @@ def apply_write(
     op: CheckpointWrite,
     *,
     layout: int,
-    exists: Callable[[bytes], bool],
+    exists: Callable[[bytes], bool] | None,
     contents: tuple[Content, Content] | None = None,
     checked: TxnChecked | None = None,
 ) -> None:
     """Apply ``op`` in ``txn`` (``dbs``: named table -> handle), or raise and write nothing
     the caller commits (ConflictError on a moved branch or a pruned parent).
+    ``exists``: whether an object is stored (None: the objects' :meth:`Content.stored`).
     ``contents``: (objects, records) of ``dbs`` when the caller keeps them; ``checked``:
     what earlier writes of this same txn checked (:class:`TxnChecked`), kept up to date."""
     objects, cps = (objects_of(dbs), records_of(dbs)) if contents is None else contents
@@ -129,7 +125,7 @@ def apply_write(
     )
     # One C-level subset test when the location reads answered every must-exist key.
     for key in () if indexed.issuperset(op.must_exist) else op.must_exist:
-        if key not in indexed and not exists(key):
+        if key not in indexed and not (objects.stored(txn, key) if exists is None else exists(key)):
             raise IntegrityError(
                 "checkpoint references an object that is not stored",
                 where=f"checkpoint {op.cid.hex()}",

@@ -255,19 +255,25 @@ class Content:
             # piece is). Anything else takes the per-key loop below.
             keys = keys if isinstance(keys, (list, tuple)) else list(keys)
             rows: list[Any] = [get(key, None, index) for key in keys]
-            # all(), not ``None in``: comparing a view with None costs ~0.25 us.
-            if all(rows) and _ONLY_8.issuperset(map(len, rows)):
+            try:  # len(None) raises: a key with no row takes the loop below
+                rows_ok = _ONLY_8.issuperset(map(len, rows))
+            except TypeError:
+                rows_ok = False
+            if rows_ok and _ONLY_16.issuperset(map(len, keys)):
                 n = len(keys)
                 seqs_of, hints_of = _plans(n)
-                seqs = seqs_of(b"".join(rows))
-                if max(seqs) < _HINT_LIMIT and _ONLY_16.issuperset(map(len, keys)):
-                    entries: list[Any] = [get(seq, None, heap) for seq in rows]
-                    head = heads[16]
-                    if all(entries) and b"".join(
-                        [entry[:18] for entry in entries]
-                    ) == head + head.join(keys):
+                entries: list[Any] = [get(seq, None, heap) for seq in rows]
+                head = heads[16]
+                if all(entries) and b"".join([entry[:18] for entry in entries]) == head + head.join(
+                    keys
+                ):
+                    try:  # a seq past 2**32 - 1 does not pack: the loop below writes 0
+                        block = hints_of(n, *seqs_of(b"".join(rows)))
+                    except struct.error:
+                        pass
+                    else:
                         found.update(keys)
-                        return hints_of(n, *seqs)
+                        return block
         out = bytearray()
         n = 0
         for key in keys:
@@ -385,8 +391,8 @@ class Content:
     def items(self, txn: Any) -> Iterator[tuple[bytes, Any]]:
         """(key, stored bytes or None when its location is damaged), legacy table first.
 
-        The bytes are views valid until the txn's next write; a damaged
-        location yields None (:meth:`get` raises naming it).
+        The bytes are views valid until the txn's next write (bytes in a write txn); a
+        damaged location yields None (:meth:`get` raises naming it).
         """
         with txn.cursor(db=self.legacy) as cur:
             for key, value in cur:  # iteration: what every backend's cursor has

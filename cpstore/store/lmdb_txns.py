@@ -235,7 +235,7 @@ class EnvTxns:
             txn: Txn[memoryview] | None = None
             try:
                 if write:
-                    txn = self.env.begin(None, None, True, True)  # write, buffers
+                    txn = self.env.begin(None, None, True, False)  # write, copies: see write()
                 else:
                     self._enter_read()
                     txn = self.env.begin(None, None, False, self.locked)  # buffers
@@ -331,8 +331,11 @@ class EnvTxns:
     def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn and commit; retried after growing the map.
 
-        ``fn`` must depend only on the txn (it may run more than once). Views
-        it reads are valid only until its next put.
+        ``fn`` must depend only on the txn (it may run more than once). What it
+        reads are bytes copies, not views (put86): every value a commit reads is
+        small (an index row, a heap entry's head, a ref, a record), and py-lmdb's
+        view (a memoryview and its buffer, ~1 k instructions made and freed, more
+        for each slice) costs more than copying it; a copy also outlives the put.
         """
         self.check_pid()
         if self.options.readonly:
@@ -377,7 +380,7 @@ class EnvTxns:
         """A write txn (``write_lock`` held); on an LMDB error :meth:`_begin` names it."""
         txn: Txn[memoryview] | None = None
         try:
-            txn = self.env.begin(None, None, True, True)  # db, parent, write, buffers: py-lmdb's
+            txn = self.env.begin(None, None, True, False)  # db, parent, write, copies: py-lmdb's
             self._txns.append(txn)  # see _txns
             return txn
         except BaseException as exc:
