@@ -89,6 +89,13 @@ class LmdbBackend(BackendBase):
         # GroupCommit[CheckpointWrite](...): ~50 us on first use, in every fresh open.
         self.group: GroupCommit[CheckpointWrite] = GroupCommit(self._commit_many, GroupFates(self))
         key = None if audit_key is None else check_key(audit_key)
+        self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
+        self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
+        self._closed = False
+        # The close under way (its thread, and set when done): one close releases (close).
+        self._closer: tuple[int, threading.Event] | None = None
+        self._close_claim = threading.Lock()
+        self._audit_key = key
         self.env = acquire_env(
             path,
             EnvOptions(
@@ -100,18 +107,16 @@ class LmdbBackend(BackendBase):
                 sync=durability != "none" or bool(readonly),
             ),
         )
-        # Never wait for a commit whose map growth waits for this thread's read.
-        # A signal handler's write inside commit() or flush() of any handle of the env.
-        self._reentry = shared_reentry(self.env, path)
-        self._owners.blocked = self.env.read_blocks_resize
-        self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
-        self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
-        self._closed = False
-        # The close under way (its thread, and set when done): one close releases (close).
-        self._closer: tuple[int, threading.Event] | None = None
-        self._close_claim = threading.Lock()
-        self._audit_key = key
+        # From here the handle is released on every way out: an interrupt (a signal
+        # handler's exception) landing at shared_reentry's start, before the try, left the
+        # environment registered with a handle nobody held (left86's leftover: another
+        # mode's open and a compaction refused for the process's life). Released, not
+        # closed: no batch can be queued yet, and close() needs what is set here.
         try:
+            # Never wait for a commit whose map growth waits for this thread's read.
+            # A signal handler's write inside commit() or flush() of any handle of the env.
+            self._reentry = shared_reentry(self.env, path)
+            self._owners.blocked = self.env.read_blocks_resize
             if key is None or readonly:
                 txn = self.env.begin_read()  # not read_txn(): no generator on the open path
                 try:
@@ -125,7 +130,8 @@ class LmdbBackend(BackendBase):
                     self.write_txn(lambda txn: adopt_key(txn, self.env.dbs, key))
                 )
         except BaseException:
-            self.close()
+            self._closed = True
+            release_env(self.env)
             raise
 
     # -- what it is ------------------------------------------------------------
