@@ -12,6 +12,7 @@ the bookkeeping is checked."""
 from __future__ import annotations
 
 import dis
+import fcntl
 import functools
 import gc
 import json
@@ -101,6 +102,19 @@ def interrupted_at(k: int, names: Container[str], call: Callable[[], Any]) -> li
         sys.settrace(None)
         gc.enable()
     return landed
+
+
+def folder_lock_free(path: Path) -> bool:
+    """Whether ``path``'s creation lock (an exclusive flock on the folder) is free: a lock
+    an interrupt left held makes every later open of the store wait forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # drops the flock taken here
+    return True
 
 
 def sweep_in_child(

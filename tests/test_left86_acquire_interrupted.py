@@ -21,14 +21,11 @@ from __future__ import annotations
 
 import fcntl
 import gc
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from test_begin_interrupted import interrupted_at
+from test_begin_interrupted import folder_lock_free, interrupted_at, sweep_in_child
 
 import cpstore
 from cpstore.store import lmdb_open, lmdb_registry
@@ -44,17 +41,6 @@ _OPENING = {
     "unlock_folder",
     "release_folders",
 }
-
-
-def _folder_lock_free(path: Path) -> bool:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 def _sweep(path: Path, contended: bool) -> list[str]:
@@ -97,7 +83,7 @@ def _sweep(path: Path, contended: bool) -> list[str]:
                 envs = list(lmdb_registry._BY_FILE.values())
                 wrong.append(f"{landed[0]}: left registered, {envs[0].handles} handle(s)")
                 break
-            if not _folder_lock_free(path):
+            if not folder_lock_free(path):
                 wrong.append(f"{landed[0]}: the folder's creation lock held")
                 break
             if set(os.listdir("/proc/self/fd")) != before:
@@ -126,26 +112,7 @@ def contended_sweep(path: Path) -> list[str]:
 
 def _in_child(sweep: str, path: Path) -> list[str]:
     """Run ``sweep`` in a child with a time limit (a lock left held hangs the next open)."""
-    code = (
-        "import sys, json; from pathlib import Path; "
-        f"from test_left86_acquire_interrupted import {sweep}; "
-        f"print(json.dumps({sweep}(Path(sys.argv[1]))))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", code, str(path)],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            env=env,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"the sweep hung: {exc.stdout!r}") from None
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: list[str] = json.loads(done.stdout.splitlines()[-1])
-    return result
+    return sweep_in_child("test_left86_acquire_interrupted", sweep, path)
 
 
 def test_an_open_interrupted_after_its_handle_was_taken_leaves_nothing_registered(

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from test_begin_interrupted import _after_calls, sweep_in_child
+from test_begin_interrupted import _after_calls, folder_lock_free, sweep_in_child
 
 import cpstore
 from cpstore.store import lmdb_open, lmdb_registry
@@ -118,17 +118,6 @@ def _twice(k: int, m: int, call: Callable[[], Any]) -> list[str]:
     return landed
 
 
-def _folder_lock_free(path: Path) -> bool:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
 def twice_sweep(path: Path, contended: bool) -> list[str]:
     """Every pair of landings of an open and close; the first that left something wrong.
     ``contended``: the creation lock is held when the open starts, let go as it waits."""
@@ -166,7 +155,7 @@ def twice_sweep(path: Path, contended: bool) -> list[str]:
                 pairs += len(landed) == 2
                 if lmdb_registry.is_open_here(str(path)):  # closes what a close left open
                     return [f"{landed}: still open here, no handle"]
-                if not _folder_lock_free(path):
+                if not folder_lock_free(path):
                     return [f"{landed}: the folder's creation lock held"]
                 if set(os.listdir("/proc/self/fd")) != before:
                     return [f"{landed}: {sorted(set(os.listdir('/proc/self/fd')) - before)} open"]

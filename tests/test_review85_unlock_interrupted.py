@@ -16,13 +16,12 @@ descriptors out of a list as one C call closes each, and is tried again from an
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import os
 from pathlib import Path
 
 import test_compact_interrupted as compact
-from test_begin_interrupted import interrupted_at, sweep_in_child
+from test_begin_interrupted import folder_lock_free, interrupted_at, sweep_in_child
 
 import cpstore
 from cpstore.store import lmdb_registry
@@ -39,17 +38,6 @@ _LOCKING = {
 }
 
 
-def _folder_lock_free(path: Path) -> bool:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)  # drops the flock taken here
-    return True
-
-
 def _open_sweep(path: Path) -> list[str]:
     """Interrupt an open at each landing in the locking frames; what each left wrong."""
     with cpstore.open(path, durability="none") as st:
@@ -64,7 +52,7 @@ def _open_sweep(path: Path) -> list[str]:
         gc.collect()
         if not landed:
             break
-        if not _folder_lock_free(path):
+        if not folder_lock_free(path):
             wrong.append(f"{landed[0]}: the folder's creation lock held")
             break  # every open would wait on it
         if set(os.listdir("/proc/self/fd")) != before:
