@@ -265,6 +265,19 @@ def named_newest(
     return nodes, channels, said
 
 
+def _named_doubt(
+    pair: tuple[list[Point], list[Point]],
+    shared: int | None,
+    found: tuple[tuple[str, ...], tuple[str, ...], str],
+) -> ThreadDiff:
+    """The undecidable answer at the last checkpoints for :func:`named_newest`'s doubt."""
+    return ThreadDiff(
+        False, len(pair[0]) - 1, pair[0][-1].step, found[0], found[1],
+        pair[0][-1].entry.checkpoint_id, pair[1][-1].entry.checkpoint_id, shared, found[2],
+        pending=True, undecidable=True,
+    )  # fmt: skip
+
+
 def _moved_past(
     txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]],
     writes: tuple[list[StoredWrite], list[StoredWrite]], *, named: tuple[bool, bool] | None,
@@ -291,11 +304,7 @@ def _moved_past(
         found = named_newest(held, named, len(pair[0]), pair[0][-1].step)
         if found is None:
             return None
-        return ThreadDiff(
-            False, len(pair[0]) - 1, pair[0][-1].step, found[0], found[1],
-            last[0].checkpoint_id, last[1].checkpoint_id, shared, found[2], pending=True,
-            undecidable=True,
-        )  # fmt: skip
+        return _named_doubt(pair, shared, found)
     if past[0] == past[1]:
         return None
     k = 0 if past[0] else 1
@@ -310,11 +319,7 @@ def _moved_past(
         found = named_newest(held, (k == 0, k == 1), len(pair[0]), pair[0][-1].step)
         if found is None:
             return None
-        return ThreadDiff(
-            False, len(pair[0]) - 1, pair[0][-1].step, found[0], found[1],
-            last[0].checkpoint_id, last[1].checkpoint_id, shared, found[2], pending=True,
-            undecidable=True,
-        )  # fmt: skip
+        return _named_doubt(pair, shared, found)
     nodes = tuple(sorted({node_of(w) for w in done}))
     channels = tuple(sorted({w.channel for w in done}))
     moved, other = "AB"[k], "AB"[1 - k]
