@@ -75,6 +75,10 @@ DB_NAMES = (
 LMDB_TABLES = DB_NAMES + HEAP_TABLES
 
 
+#: Env.env until LMDB's open returned (typed Any: EnvTxns.env's).
+_NOT_OPEN: Any = None
+
+
 class Env(EnvTxns):
     """An open LMDB environment and its named databases (its txns: :class:`EnvTxns`)."""
 
@@ -108,13 +112,16 @@ class Env(EnvTxns):
         self._mark: HolderMark | None = None
         #: ``won`` while this open uses it (its folder's lock until the open is done).
         self._won: int | None = None
+        #: LMDB's environment, kept from its open's return on (_open_files): undone by
+        #: _let_go whatever lands after it.
+        self.env = _NOT_OPEN
         try:
-            self.env = self._open_files(data, won)
+            self._open_files(data, won)
         except BaseException:
             self._won = None
-            while True:  # the data file held (an interrupt after hold leaked it), the mark
+            while True:  # LMDB's, the data file held (an interrupt after hold leaked it), the mark
                 try:
-                    if self._let_go(False):
+                    if self._let_go():
                         break
                 except BaseException:  # one landing in the undoing: tried again
                     continue
@@ -130,7 +137,7 @@ class Env(EnvTxns):
         except BaseException:
             while True:
                 try:
-                    if self._let_go(True):
+                    if self._let_go():
                         break
                 except BaseException:  # one landing in the undoing: tried again
                     continue
@@ -138,13 +145,13 @@ class Env(EnvTxns):
         finally:
             self._won = None  # the caller closes it
 
-    def _let_go(self, env: bool) -> bool:
-        """Close LMDB's environment (``env``), the held data file and the mark; True. Each
-        step may run again: callers loop until it returns, catching each interrupt (a
+    def _let_go(self) -> bool:
+        """Close LMDB's environment (once opened), the held data file and the mark; True.
+        Each step may run again: callers loop until it returns, catching each interrupt (a
         signal handler's exception), since one landing at a close's start skipped the
         rest (left86: the held file's descriptor and the mark, with its lock, left open
         for the process's life)."""
-        if env:
+        if self.env is not None:
             self.env.close()  # py-lmdb: closing a closed environment does nothing
             self._txns.clear()  # closed with the environment: freeing them is safe now
         self._tail.close()  # sets its descriptors to None before closing them
@@ -152,9 +159,9 @@ class Env(EnvTxns):
             self._mark.close()  # until dropped (HolderMark.close)
         return True
 
-    def _open_files(self, data: str, won: int | None) -> Any:
-        """Decide what the folder holds and open LMDB on it, under the creation lock (``won``,
-        when it locks the folder at the path: see __init__)."""
+    def _open_files(self, data: str, won: int | None) -> None:
+        """Decide what the folder holds and open LMDB on it (``self.env``), under the
+        creation lock (``won``, when it locks the folder at the path: see __init__)."""
         path, options = self.path, self.options
         try:
             if not options.readonly and options.create and not os.path.exists(path):
@@ -170,9 +177,20 @@ class Env(EnvTxns):
                 held = locked if self._won is None else self._won
                 where, pin = pin_folder(path, held, self.open_files)  # see FileOpenHereError
                 self._seen_size = check_data_file(path, data, options, where)
-                self._mark = HolderMark(where, STORE_VERSION)
+                # Kept as it is made (map calls the class, the loop's step stores: no
+                # landing between): an interrupt (a signal handler's exception) landing
+                # on a class call's return, where CPython runs pending handlers, lost the
+                # mark with its descriptor and lock for the process's life (review87).
+                for self._mark in map(HolderMark, (where,), (STORE_VERSION,)):
+                    pass
                 try:
-                    env = self._open_env(where)
+                    # Kept on self at once (a Python function's return: no landing): in a
+                    # local until this returned, an interrupt landing after (the scan
+                    # below, the lock's release) left it to the exception's traceback, open
+                    # while that lived: a new open here opened LMDB on the file again, and
+                    # the old one's close when freed dropped this process's locks on
+                    # lock.mdb under it (review87).
+                    self.env = self._open_env(where)
                 except lmdb.InvalidError as exc:
                     # Judged by the file LMDB refused (the pinned folder's): the path may
                     # name another folder by now (a rename racing this open).
@@ -186,7 +204,7 @@ class Env(EnvTxns):
                 self.data_at = self._tail.hold(where, not options.readonly)
                 if self._tail.held is not None:  # the file LMDB opened (the registry's key)
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
-                return close_on_exec(env, where, self.file_id)  # LMDB's data file's too
+                close_on_exec(self.env, where, self.file_id)  # LMDB's data file's too
             finally:
                 # Both in one release, until released: an interrupt landing at the pin's
                 # release skipped the lock's, held for good (review85), and so did a second
@@ -303,7 +321,7 @@ class Env(EnvTxns):
             late: BaseException | None = None
             while True:  # each step again until done, each interrupt caught, the last raised
                 try:
-                    if self._let_go(True):
+                    if self._let_go():
                         break
                 except BaseException as exc:
                     late = exc

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from stat import S_ISLNK
+from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
 from cpstore.store.lmdb_env import Env
@@ -303,11 +304,15 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
     was renamed to ``key`` after :func:`_registered` looked), that environment. The
     open itself checks, on the folder it then opens (lmdb_open.pin_folder): LMDB must
     never open that file a second time (FileOpenHereError says why)."""
+    env: Env | None = None
     try:
-        env = Env(key, options, won)  # ``won``: acquire_env's, used while it locks key's folder
-    except FileOpenHereError as here:
-        return _shared(key, _BY_FILE[here.file_id])
-    try:
+        try:  # ``won``: acquire_env's. Kept as made (map calls, the loop stores: no landing
+            # between; one on a class call's return lost the Env, mark and held file: review87)
+            for env in map(Env, (key,), (options,), (won,)):  # noqa: B007
+                pass
+        except FileOpenHereError as here:
+            return _shared(key, _BY_FILE[here.file_id])
+        env = cast(Env, env)
         at_key = _file_of(key)  # a new store's file exists now
         file_id = env.file_id or at_key  # the file LMDB opened (key's folder may be renamed)
         twin = None if file_id is None else _BY_FILE.get(file_id)
@@ -326,12 +331,10 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
             _BY_FOLDER[folder_id] = env
         return env
     except BaseException:
-        # An interrupt (a signal handler's exception) landing here, before the open's
-        # handle is counted: the environment no handle holds is forgotten and closed (it
-        # was left open, unregistered or registered with no handle: left86). No other
-        # thread has seen it (the registry lock is held since the open). Never a stranded one.
-        while env not in _STRANDED and not env.closed:  # until closed: a second interrupt
-            try:  # landing in the close caught (one inside Env.close_quiesced: see its own)
+        # An interrupt landing before the handle is counted: the env, seen by no other thread
+        # (the registry lock held), forgotten and closed (left open: left86). Never a stranded one.
+        while env is not None and env not in _STRANDED and not env.closed:  # until closed:
+            try:  # a second interrupt landing in the close caught (Env.close_quiesced's own)
                 _unregister(env)
                 env.close_quiesced()
             except BaseException:
