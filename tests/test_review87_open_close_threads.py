@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -45,7 +46,7 @@ def _compacting(exc: StoreError) -> bool:
 
 @pytest.mark.parametrize("durability", ["sync", "none"])
 def test_threads_opening_closing_writing_and_compacting_one_store_keep_every_ack(
-    tmp_path: Path, durability: str
+    tmp_path: Path, durability: Literal["sync", "none"]
 ) -> None:
     path = tmp_path / "s"
     with cpstore.open(path, durability=durability) as st:
@@ -73,7 +74,7 @@ def test_threads_opening_closing_writing_and_compacting_one_store_keep_every_ack
                 with lock:
                     acked[cid] = (name, i)
                 i += 1
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             errors.append(exc)
 
     def opener() -> None:
@@ -86,7 +87,7 @@ def test_threads_opening_closing_writing_and_compacting_one_store_keep_every_ack
                     if not _compacting(exc):
                         raise
                 lmdb_registry.is_open_here(str(path))
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     def compactor() -> None:
@@ -98,7 +99,7 @@ def test_threads_opening_closing_writing_and_compacting_one_store_keep_every_ack
                 except StoreError as exc:
                     assert "open" in str(exc) or "changed" in str(exc), exc
                     compacted[1] += 1
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     workers = [threading.Thread(target=writer, args=(f"w{k}",)) for k in (1, 2)]

@@ -15,8 +15,8 @@ import operator
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Container, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from stat import S_ISDIR, S_ISREG
 from typing import Any
@@ -144,8 +144,7 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
     return None
 
 
-@contextmanager
-def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> Iterator[int | None]:
+def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> CreationLock:
     """``flock`` the store directory around deciding what it holds and opening LMDB.
 
     LMDB creates data.mdb and then writes its meta pages; a second opener
@@ -157,11 +156,30 @@ def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> Iterator[
     descriptor (:func:`lock_folder`'s), e.g. for :func:`pin_folder`. ``wait=False``:
     :class:`FolderBusyError` instead of waiting for another holder.
     """
-    fd = lock_folder(path, exclusive=exclusive, wait=wait)
-    try:
-        yield fd
-    finally:
-        held = [fd]
+    return CreationLock(path, exclusive, wait)
+
+
+class CreationLock:
+    """:func:`creation_lock`'s context manager. A class, not ``@contextmanager``: an
+    interrupt (a signal handler's exception) landing in contextlib's ``__enter__`` on
+    ``next()``'s return, the lock taken, raised before the ``with`` block, so no
+    ``__exit__`` ran, and the suspended generator, kept by the exception's traceback,
+    released the lock only when that was freed: while the caller kept the exception,
+    every open of the store, here or in another process, waited (review87). Here the
+    lock is taken in ``__enter__`` by a Python call, whose return runs no handler."""
+
+    __slots__ = ("_exclusive", "_held", "_path", "_wait")
+
+    def __init__(self, path: str, exclusive: bool, wait: bool) -> None:
+        self._path, self._exclusive, self._wait = path, exclusive, wait
+        self._held: list[int | None] = []
+
+    def __enter__(self) -> int | None:
+        self._held = [lock_folder(self._path, exclusive=self._exclusive, wait=self._wait)]
+        return self._held[0]
+
+    def __exit__(self, *raised: object) -> None:
+        held = self._held
         late: BaseException | None = None
         while held:  # until released: each interrupt landing in it caught (see release_folders)
             try:

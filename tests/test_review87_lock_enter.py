@@ -1,0 +1,126 @@
+"""review87: an interrupt (a signal handler's exception) landing in the creation lock's
+``__enter__`` once the lock is taken (LMDB only: the folder's flock).
+
+``creation_lock`` was a ``@contextmanager``: contextlib's ``__enter__`` calls ``next()``
+on the generator, which takes the lock and yields; a landing on that C call's return
+raised before the ``with`` block began, so no ``__exit__`` ran, and the suspended
+generator, kept by the exception's traceback (``__enter__``'s frame), released the lock
+only when that was freed. While the caller kept the exception (a REPL's
+``sys.last_value``, an agent runtime logging it), the store's exclusive creation lock
+stayed held: every open of the store, in this process or another, waited on it. Compact
+takes it so, and so does a writable open upgrading an older layout."""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+from test_begin_interrupted import _after_calls
+
+import cpstore
+from cpstore.store import lmdb_open
+from cpstore.store.maintenance import compact_store
+
+_PROBE = (
+    "import fcntl, os, sys\n"
+    "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+    "try:\n"
+    "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+    "    print('free')\n"
+    "except OSError:\n"
+    "    print('held')\n"
+)
+
+
+def _folder_lock(path: Path) -> str:
+    """Whether another process finds the folder's creation lock held."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+_GEN = inspect.CO_GENERATOR
+
+
+def _is_creation_locks(frame: FrameType) -> bool:
+    owner = frame.f_locals.get("self")
+    gen = getattr(owner, "gen", None)
+    return getattr(gen, "__name__", "") == "creation_lock" or isinstance(
+        owner, getattr(lmdb_open, "_CreationLock", ())
+    )
+
+
+def _landing_in_enter() -> tuple[Callable[..., Any], list[str]]:
+    """A trace function raising KeyboardInterrupt at the first point of the creation lock's
+    ``__enter__`` where CPython runs a pending handler: a C function's return (a Python
+    function's runs none). Where it landed."""
+    landed: list[str] = []
+    python_call: set[int] = set()
+
+    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
+        # A generator resumed by next() (a C function) is not a Python call: its return
+        # to ``next``'s caller is a C function's.
+        if event == "call" and frame.f_back is not None and not frame.f_code.co_flags & _GEN:
+            python_call.add(id(frame.f_back))
+        if frame.f_code.co_name != "__enter__" or not _is_creation_locks(frame):
+            return None
+        frame.f_trace_opcodes = True
+        if (
+            event == "opcode"
+            and not landed
+            and frame.f_lasti in _after_calls(frame.f_code)
+            and id(frame) not in python_call
+        ):
+            landed.append(f"{frame.f_code.co_qualname}@{frame.f_lasti}")
+            raise KeyboardInterrupt(landed[0])
+        if event == "opcode":
+            python_call.discard(id(frame))
+        return trace
+
+    return trace, landed
+
+
+def _kept_interrupt(call: Callable[[], Any]) -> BaseException | None:
+    trace, _ = _landing_in_enter()
+    sys.settrace(trace)
+    try:
+        call()
+    except KeyboardInterrupt as exc:
+        return exc  # the caller keeps it
+    finally:
+        sys.settrace(None)
+    return None
+
+
+@pytest.mark.parametrize("via", ["creation_lock", "compact_store"])
+def test_an_interrupt_in_the_creation_locks_enter_leaves_the_lock_free(
+    tmp_path: Path, via: str
+) -> None:
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        cid = st.recorder("r").checkpoint(0, {"a": 1})
+
+    def take() -> None:
+        if via == "compact_store":
+            compact_store(path)
+        else:
+            with lmdb_open.creation_lock(str(path), exclusive=True):
+                pass
+
+    kept = _kept_interrupt(take)
+    # Before: 'held' while ``kept`` lived (contextlib's __enter__@54, after next()).
+    assert _folder_lock(path) == "free"
+    del kept
+    gc.collect()
+    assert _folder_lock(path) == "free"
+    with cpstore.open(path) as st, st.read(cid) as cp:
+        assert cp.state() == {"a": 1}
+        assert st.verify().ok
