@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 import inspect
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -50,16 +51,19 @@ def _folder_lock(path: Path) -> str:
 _GEN = inspect.CO_GENERATOR
 
 
-def _is_creation_locks(frame: FrameType) -> bool:
+def _is_cm_of(frame: FrameType, name: str) -> bool:
+    """Whether ``frame`` is the ``__enter__`` of ``name``'s context manager."""
     owner = frame.f_locals.get("self")
     gen = getattr(owner, "gen", None)
-    return getattr(gen, "__name__", "") == "creation_lock" or isinstance(
-        owner, getattr(lmdb_open, "_CreationLock", ())
-    )
+    if name == "creation_lock":
+        return getattr(gen, "__name__", "") == name or isinstance(
+            owner, getattr(lmdb_open, "CreationLock", ())
+        )
+    return getattr(gen, "__name__", "") == name
 
 
-def _landing_in_enter() -> tuple[Callable[..., Any], list[str]]:
-    """A trace function raising KeyboardInterrupt at the first point of the creation lock's
+def _landing_in_enter(name: str) -> tuple[Callable[..., Any], list[str]]:
+    """A trace function raising KeyboardInterrupt at the first point of ``name``'s
     ``__enter__`` where CPython runs a pending handler: a C function's return (a Python
     function's runs none). Where it landed."""
     landed: list[str] = []
@@ -70,7 +74,7 @@ def _landing_in_enter() -> tuple[Callable[..., Any], list[str]]:
         # to ``next``'s caller is a C function's.
         if event == "call" and frame.f_back is not None and not frame.f_code.co_flags & _GEN:
             python_call.add(id(frame.f_back))
-        if frame.f_code.co_name != "__enter__" or not _is_creation_locks(frame):
+        if frame.f_code.co_name != "__enter__" or not _is_cm_of(frame, name):
             return None
         frame.f_trace_opcodes = True
         if (
@@ -88,8 +92,8 @@ def _landing_in_enter() -> tuple[Callable[..., Any], list[str]]:
     return trace, landed
 
 
-def _kept_interrupt(call: Callable[[], Any]) -> BaseException | None:
-    trace, _ = _landing_in_enter()
+def _kept_interrupt(name: str, call: Callable[[], Any]) -> BaseException | None:
+    trace, _ = _landing_in_enter(name)
     sys.settrace(trace)
     try:
         call()
@@ -115,7 +119,7 @@ def test_an_interrupt_in_the_creation_locks_enter_leaves_the_lock_free(
             with lmdb_open.creation_lock(str(path), exclusive=True):
                 pass
 
-    kept = _kept_interrupt(take)
+    kept = _kept_interrupt("creation_lock", take)
     # Before: 'held' while ``kept`` lived (contextlib's __enter__@54, after next()).
     assert _folder_lock(path) == "free"
     del kept
@@ -124,3 +128,33 @@ def test_an_interrupt_in_the_creation_locks_enter_leaves_the_lock_free(
     with cpstore.open(path) as st, st.read(cid) as cp:
         assert cp.state() == {"a": 1}
         assert st.verify().ok
+
+
+def _fds_in(folder: Path) -> list[str]:
+    where, found = str(folder), []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target == where or target.startswith(where + "/"):
+            found.append(target)
+    return found
+
+
+@pytest.mark.parametrize("name", ["reserved_for_compact", "pinned_for_compact"])
+def test_an_interrupt_in_compacts_reservation_or_pins_enter_leaves_neither(
+    tmp_path: Path, name: str
+) -> None:
+    """Before: while the exception lived, every open of the store in this process was
+    refused "this process is compacting the store" (the reservation's generator not
+    finalized), or the pinned folder's descriptor stayed open."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        cid = st.recorder("r").checkpoint(0, {"a": 1})
+    kept = _kept_interrupt(name, lambda: compact_store(path))
+    assert kept is not None
+    assert _fds_in(path) == []
+    with cpstore.open(path) as st, st.read(cid) as cp:
+        assert cp.state() == {"a": 1}
+    del kept

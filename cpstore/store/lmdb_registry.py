@@ -11,7 +11,6 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from stat import S_ISLNK
 from typing import cast
 
@@ -21,6 +20,7 @@ from cpstore.store.lmdb_open import (
     EnvOptions,
     FileOpenHereError,
     FolderBusyError,
+    kept_contextmanager,
     lock_folder,
     pin_folder,
     release_folders,
@@ -360,7 +360,7 @@ def _shared(key: str, twin: Env) -> Env:
 _CLOSE_HERE = "close the store in this process before compacting it"
 
 
-@contextmanager
+@kept_contextmanager  # contextlib's leaves a landing after the yield: see its own
 def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     """Refuse every open of ``path`` in this process while the block runs.
 
@@ -418,7 +418,7 @@ def _pin_for_compact(
     return folder, own
 
 
-@contextmanager
+@kept_contextmanager
 def pinned_for_compact(
     path: str, locked: int | None, reserved: list[str | tuple[int, int]]
 ) -> Iterator[str | None]:
