@@ -17,6 +17,7 @@ import inspect
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -26,7 +27,7 @@ import pytest
 from test_begin_interrupted import _after_calls
 
 import cpstore
-from cpstore.store import lmdb_open
+from cpstore.store import lmdb_open, lmdb_registry
 from cpstore.store.maintenance import compact_store
 
 _PROBE = (
@@ -156,5 +157,35 @@ def test_an_interrupt_in_compacts_reservation_or_pins_enter_leaves_neither(
     assert kept is not None
     assert _fds_in(path) == []
     with cpstore.open(path) as st, st.read(cid) as cp:
+        assert cp.state() == {"a": 1}
+    del kept
+
+
+def test_an_interrupt_in_the_closes_quiesced_enter_leaves_the_env_usable(tmp_path: Path) -> None:
+    """release_env enters ``env.quiesced()`` (the write lock taken, new reads held back,
+    the gate's lock held while it yields). Before: a landing on contextlib's ``next()``
+    return left the suspended generator holding them while the exception lived: every
+    other thread's open and read of the store waited (found hung)."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        cid = st.recorder("r").checkpoint(0, {"a": 1})
+    st = cpstore.open(path)
+    env = lmdb_registry._REGISTRY[lmdb_registry.canonical(str(path))]
+    kept = _kept_interrupt("quiesced", st.close)
+    assert kept is not None
+    free: list[bool] = []
+
+    def other() -> None:  # another thread: the locks are RLocks, this one's would re-enter
+        took = env.write_lock.acquire(blocking=False)
+        if took:
+            env.write_lock.release()
+        free.append(took and not env._resizing)
+
+    probe = threading.Thread(target=other)
+    probe.start()
+    probe.join()
+    assert free == [True]
+    assert not lmdb_registry.is_open_here(str(path))  # closed now (left open, idle)
+    with cpstore.open(path) as again, again.read(cid) as cp:
         assert cp.state() == {"a": 1}
     del kept

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container
+from contextlib import _GeneratorContextManager
 from threading import get_ident
 from typing import Any
 
@@ -39,6 +40,7 @@ from cpstore.store.lmdb_open import (
     has_lmdb_meta_page,
     is_folder_at,
     is_lock_permission_error,
+    kept_contextmanager,
     lock_folder,
     open_dbs_readonly,
     open_tables,
@@ -75,6 +77,8 @@ DB_NAMES = (
 LMDB_TABLES = DB_NAMES + HEAP_TABLES
 
 
+#: EnvTxns.quiesced's generator, as Env.quiesced enters it.
+_kept_quiesced = kept_contextmanager(EnvTxns.quiesced.__wrapped__)  # type: ignore[attr-defined]
 #: Env.env until LMDB's open returned (typed Any: EnvTxns.env's).
 _NOT_OPEN: Any = None
 
@@ -303,6 +307,14 @@ class Env(EnvTxns):
             exc.add_note(str(left))  # before: the sync's error alone (audit50)
             return exc
         return left
+
+    def quiesced(self) -> _GeneratorContextManager[bool]:
+        """:meth:`EnvTxns.quiesced`, entered with no landing between its ``yield`` and the
+        ``with`` block (lmdb_open.kept_contextmanager): an interrupt (a signal handler's
+        exception) landing on contextlib's ``next()`` return in release_env left the
+        suspended generator holding the write lock and the gate, new reads held back,
+        while the exception lived: every other thread's open and read waited (review87)."""
+        return _kept_quiesced(self)
 
     def close_quiesced(self) -> None:
         """Close the environment inside :meth:`quiesced` (lmdb_registry.release_env waits

@@ -16,7 +16,7 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, _GeneratorContextManager, suppress
+from contextlib import _GeneratorContextManager, suppress
 from dataclasses import dataclass
 from functools import wraps
 from stat import S_ISDIR, S_ISREG
@@ -162,7 +162,9 @@ class _KeptGeneratorContextManager(_GeneratorContextManager[T]):
         raise RuntimeError("generator didn't yield") from None
 
 
-def kept_contextmanager(func: Callable[P, Iterator[T]]) -> Callable[P, AbstractContextManager[T]]:
+def kept_contextmanager(
+    func: Callable[P, Iterator[T]],
+) -> Callable[P, _GeneratorContextManager[T]]:
     """``contextlib.contextmanager``, but an interrupt (a signal handler's exception) never
     lands between the generator's ``yield`` and the ``with`` block: contextlib's
     ``__enter__`` returns ``next()``'s value, and one landing on that C call's return ran
@@ -171,7 +173,7 @@ def kept_contextmanager(func: Callable[P, Iterator[T]]) -> Callable[P, AbstractC
     store in this process while the caller kept the exception)."""
 
     @wraps(func)
-    def helper(*args: P.args, **kwds: P.kwargs) -> AbstractContextManager[T]:
+    def helper(*args: P.args, **kwds: P.kwargs) -> _GeneratorContextManager[T]:
         return _KeptGeneratorContextManager(cast(Any, func), args, kwds)
 
     return helper
