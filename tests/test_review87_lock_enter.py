@@ -189,3 +189,18 @@ def test_an_interrupt_in_the_closes_quiesced_enter_leaves_the_env_usable(tmp_pat
     with cpstore.open(path) as again, again.read(cid) as cp:
         assert cp.state() == {"a": 1}
     del kept
+
+
+def test_an_interrupt_in_a_held_opens_enter_leaves_no_read_counted(tmp_path: Path) -> None:
+    """``env.held_open()`` counts a read (LMDB's copy, ``disk_bytes``). Before: a landing
+    on contextlib's ``next()`` return left the entry while the exception lived: another
+    thread's close waited its 5 s and left the environment open, and this thread's own
+    map resizes were refused as holding a read."""
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        st.recorder("r").checkpoint(0, {"a": 1})
+        env = lmdb_registry._REGISTRY[lmdb_registry.canonical(str(path))]
+        kept = _kept_interrupt("held_open", st.disk_bytes)
+        assert kept is not None
+        assert threading.get_ident() not in env._active
+        del kept

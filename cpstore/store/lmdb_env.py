@@ -77,8 +77,9 @@ DB_NAMES = (
 LMDB_TABLES = DB_NAMES + HEAP_TABLES
 
 
-#: EnvTxns.quiesced's generator, as Env.quiesced enters it.
+#: EnvTxns.quiesced's and held_open's generators, as Env's enter them.
 _kept_quiesced = kept_contextmanager(EnvTxns.quiesced.__wrapped__)  # type: ignore[attr-defined]
+_kept_held_open = kept_contextmanager(EnvTxns.held_open.__wrapped__)  # type: ignore[attr-defined]
 #: Env.env until LMDB's open returned (typed Any: EnvTxns.env's).
 _NOT_OPEN: Any = None
 
@@ -315,6 +316,12 @@ class Env(EnvTxns):
         suspended generator holding the write lock and the gate, new reads held back,
         while the exception lived: every other thread's open and read waited (review87)."""
         return _kept_quiesced(self)
+
+    def held_open(self) -> _GeneratorContextManager[None]:
+        """:meth:`EnvTxns.held_open`, entered as :meth:`quiesced` is: a landing on contextlib's
+        ``next()`` return left its read counted while the exception lived (a close of
+        another thread waited and left the environment open; resizes refused: review87)."""
+        return _kept_held_open(self)
 
     def close_quiesced(self) -> None:
         """Close the environment inside :meth:`quiesced` (lmdb_registry.release_env waits
