@@ -117,6 +117,9 @@ class Env(EnvTxns):
         self._mark: HolderMark | None = None
         #: ``won`` while this open uses it (its folder's lock until the open is done).
         self._won: int | None = None
+        #: The fsync failure of the close (close_quiesced), which may be another thread's
+        #: than the one whose handle was the last (release_env raises it there too).
+        self.unsynced: StoreError | None = None
         #: LMDB's environment, kept from its open's return on (_open_files): undone by
         #: _let_go whatever lands after it.
         self.env = _NOT_OPEN
@@ -335,6 +338,9 @@ class Env(EnvTxns):
             # "operate on closed" out of the store's close.
             if not self.closed and not self.options.sync and not self.options.readonly:
                 self.sync()  # its failure a StoreError, as every other sync's
+        except StoreError as exc:
+            self.unsynced = exc  # for a close this one ran for (lmdb_registry.release_env)
+            raise
         finally:
             self.closed = True  # before new reads are let go (EnvTxns.closed_error)
             late: BaseException | None = None

@@ -197,11 +197,9 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     key = canonical(path)
     _close_left_open(key)  # another mode or durability may open it then
     won: int | None = None
-    # The environment whose handle _acquire counted, kept with no landing between (its
-    # return is a Python function's): an interrupt (a signal handler's exception) landing
-    # after (the registry lock's release, the release of a creation lock waited for)
-    # reached the caller without it, registered with a handle nobody held, open for the
-    # process's life (left86). Dropped on the way out.
+    # The env whose handle _acquire counted, kept with no landing between (a Python return):
+    # an interrupt landing after (the registry lock's release, a won lock's) left it with a
+    # handle nobody held, open for the process's life (left86). Dropped on the way out.
     taken: list[Env | None] = [None]
     try:
         try:
@@ -374,9 +372,8 @@ def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     _close_left_open(key)
     reserved: list[str | tuple[int, int]] = []
     try:
-        # Inside the try: an interrupt (a signal handler's exception) landing on the
-        # update's return or the lock's release left the reservation for good, and every
-        # later open of the store in this process was refused as compacting.
+        # Inside the try: an interrupt landing on the update's return or the lock's release
+        # left the reservation for good (every later open here refused as compacting).
         with _REGISTRY_LOCK:
             env, file_id = _registered(key)
             if (
@@ -500,11 +497,10 @@ def release_env(
             taken[0] = None
         if env.handles > 0:
             return
-        # Noted as left open from its last handle's drop until it is closed (_unregister
-        # forgets it; no call between, so no landing): an interrupt (a signal handler's
-        # exception) landing before the close ended left it registered and open with no
-        # handle, unnoted: "already open in this process" for good (left86). The next
-        # open's _close_left_open closes it (a fork() child's: never, as before).
+        # Noted as left open from its last handle's drop until closed (_unregister forgets
+        # it): an interrupt landing before the close ended left it open with no handle,
+        # unnoted: "already open in this process" for good (left86). The next open's
+        # _close_left_open closes it (a fork() child's: never, as before).
         _LEFT_OPEN.add(env)
     if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
         with _REGISTRY_LOCK:
@@ -514,6 +510,10 @@ def release_env(
     with env.quiesced() as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
         if env.handles > 0 or env.closed:
             _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
+            if env.handles == 0 and env.unsynced is not None:  # closed by another thread's
+                if failed is None:  # _close_left_open, its fsync failed: this close's too
+                    raise env.unsynced  # (review87: it returned as a clean, durable close)
+                failed.add_note(str(env.unsynced))
             return  # opened again while the close waited (or closed by an earlier release)
         if not quiet:  # left open and registered: an open of it shares it
             left = env.left_open()
@@ -521,10 +521,10 @@ def release_env(
                 raise left
             failed.add_note(str(left))
             return
-        # Forgotten and closed, each interrupt landing in them caught and the two tried
-        # again until closed (one landing in _unregister left it forgotten and open: its
-        # descriptors leaked, and an open of the store here would have had LMDB open its
-        # file a second time); the close's own error, or the first interrupt, raised after.
+        # Forgotten and closed, each interrupt landing in them caught, tried again until
+        # closed (one in _unregister left it forgotten and open: its descriptors leaked, and
+        # LMDB's open here again opened its file twice); the close's own error, or the last
+        # interrupt, raised after.
         late: BaseException | None = None
         while not env.closed:
             try:
