@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container
+from contextlib import _GeneratorContextManager
 from threading import get_ident
 from typing import Any
 
@@ -39,6 +40,7 @@ from cpstore.store.lmdb_open import (
     has_lmdb_meta_page,
     is_folder_at,
     is_lock_permission_error,
+    kept_contextmanager,
     lock_folder,
     open_dbs_readonly,
     open_tables,
@@ -75,6 +77,13 @@ DB_NAMES = (
 LMDB_TABLES = DB_NAMES + HEAP_TABLES
 
 
+#: EnvTxns.quiesced's and held_open's generators, as Env's enter them.
+_kept_quiesced = kept_contextmanager(EnvTxns.quiesced.__wrapped__)  # type: ignore[attr-defined]
+_kept_held_open = kept_contextmanager(EnvTxns.held_open.__wrapped__)  # type: ignore[attr-defined]
+#: Env.env until LMDB's open returned (typed Any: EnvTxns.env's).
+_NOT_OPEN: Any = None
+
+
 class Env(EnvTxns):
     """An open LMDB environment and its named databases (its txns: :class:`EnvTxns`)."""
 
@@ -108,13 +117,19 @@ class Env(EnvTxns):
         self._mark: HolderMark | None = None
         #: ``won`` while this open uses it (its folder's lock until the open is done).
         self._won: int | None = None
+        #: The fsync failure of the close (close_quiesced), which may be another thread's
+        #: than the one whose handle was the last (release_env raises it there too).
+        self.unsynced: StoreError | None = None
+        #: LMDB's environment, kept from its open's return on (_open_files): undone by
+        #: _let_go whatever lands after it.
+        self.env = _NOT_OPEN
         try:
-            self.env = self._open_files(data, won)
+            self._open_files(data, won)
         except BaseException:
             self._won = None
-            while True:  # the data file held (an interrupt after hold leaked it), the mark
+            while True:  # LMDB's, the data file held (an interrupt after hold leaked it), the mark
                 try:
-                    if self._let_go(False):
+                    if self._let_go():
                         break
                 except BaseException:  # one landing in the undoing: tried again
                     continue
@@ -130,7 +145,7 @@ class Env(EnvTxns):
         except BaseException:
             while True:
                 try:
-                    if self._let_go(True):
+                    if self._let_go():
                         break
                 except BaseException:  # one landing in the undoing: tried again
                     continue
@@ -138,13 +153,13 @@ class Env(EnvTxns):
         finally:
             self._won = None  # the caller closes it
 
-    def _let_go(self, env: bool) -> bool:
-        """Close LMDB's environment (``env``), the held data file and the mark; True. Each
-        step may run again: callers loop until it returns, catching each interrupt (a
+    def _let_go(self) -> bool:
+        """Close LMDB's environment (once opened), the held data file and the mark; True.
+        Each step may run again: callers loop until it returns, catching each interrupt (a
         signal handler's exception), since one landing at a close's start skipped the
         rest (left86: the held file's descriptor and the mark, with its lock, left open
         for the process's life)."""
-        if env:
+        if self.env is not None:
             self.env.close()  # py-lmdb: closing a closed environment does nothing
             self._txns.clear()  # closed with the environment: freeing them is safe now
         self._tail.close()  # sets its descriptors to None before closing them
@@ -152,9 +167,9 @@ class Env(EnvTxns):
             self._mark.close()  # until dropped (HolderMark.close)
         return True
 
-    def _open_files(self, data: str, won: int | None) -> Any:
-        """Decide what the folder holds and open LMDB on it, under the creation lock (``won``,
-        when it locks the folder at the path: see __init__)."""
+    def _open_files(self, data: str, won: int | None) -> None:
+        """Decide what the folder holds and open LMDB on it (``self.env``), under the
+        creation lock (``won``, when it locks the folder at the path: see __init__)."""
         path, options = self.path, self.options
         try:
             if not options.readonly and options.create and not os.path.exists(path):
@@ -170,9 +185,20 @@ class Env(EnvTxns):
                 held = locked if self._won is None else self._won
                 where, pin = pin_folder(path, held, self.open_files)  # see FileOpenHereError
                 self._seen_size = check_data_file(path, data, options, where)
-                self._mark = HolderMark(where, STORE_VERSION)
+                # Kept as it is made (map calls the class, the loop's step stores: no
+                # landing between): an interrupt (a signal handler's exception) landing
+                # on a class call's return, where CPython runs pending handlers, lost the
+                # mark with its descriptor and lock for the process's life (review87).
+                for self._mark in map(HolderMark, (where,), (STORE_VERSION,)):
+                    pass
                 try:
-                    env = self._open_env(where)
+                    # Kept on self at once (a Python function's return: no landing): in a
+                    # local until this returned, an interrupt landing after (the scan
+                    # below, the lock's release) left it to the exception's traceback, open
+                    # while that lived: a new open here opened LMDB on the file again, and
+                    # the old one's close when freed dropped this process's locks on
+                    # lock.mdb under it (review87).
+                    self.env = self._open_env(where)
                 except lmdb.InvalidError as exc:
                     # Judged by the file LMDB refused (the pinned folder's): the path may
                     # name another folder by now (a rename racing this open).
@@ -186,7 +212,7 @@ class Env(EnvTxns):
                 self.data_at = self._tail.hold(where, not options.readonly)
                 if self._tail.held is not None:  # the file LMDB opened (the registry's key)
                     self.file_id = (st := os.fstat(self._tail.held)).st_dev, st.st_ino
-                return close_on_exec(env, where, self.file_id)  # LMDB's data file's too
+                close_on_exec(self.env, where, self.file_id)  # LMDB's data file's too
             finally:
                 # Both in one release, until released: an interrupt landing at the pin's
                 # release skipped the lock's, held for good (review85), and so did a second
@@ -286,6 +312,20 @@ class Env(EnvTxns):
             return exc
         return left
 
+    def quiesced(self) -> _GeneratorContextManager[bool]:
+        """:meth:`EnvTxns.quiesced`, entered with no landing between its ``yield`` and the
+        ``with`` block (lmdb_open.kept_contextmanager): an interrupt (a signal handler's
+        exception) landing on contextlib's ``next()`` return in release_env left the
+        suspended generator holding the write lock and the gate, new reads held back,
+        while the exception lived: every other thread's open and read waited (review87)."""
+        return _kept_quiesced(self)
+
+    def held_open(self) -> _GeneratorContextManager[None]:
+        """:meth:`EnvTxns.held_open`, entered as :meth:`quiesced` is: a landing on contextlib's
+        ``next()`` return left its read counted while the exception lived (a close of
+        another thread waited and left the environment open; resizes refused: review87)."""
+        return _kept_held_open(self)
+
     def close_quiesced(self) -> None:
         """Close the environment inside :meth:`quiesced` (lmdb_registry.release_env waits
         there without the registry lock, then closes under it; in the opening process
@@ -298,12 +338,15 @@ class Env(EnvTxns):
             # "operate on closed" out of the store's close.
             if not self.closed and not self.options.sync and not self.options.readonly:
                 self.sync()  # its failure a StoreError, as every other sync's
+        except StoreError as exc:
+            self.unsynced = exc  # for a close this one ran for (lmdb_registry.release_env)
+            raise
         finally:
             self.closed = True  # before new reads are let go (EnvTxns.closed_error)
             late: BaseException | None = None
             while True:  # each step again until done, each interrupt caught, the last raised
                 try:
-                    if self._let_go(True):
+                    if self._let_go():
                         break
                 except BaseException as exc:
                     late = exc

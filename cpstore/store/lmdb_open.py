@@ -16,10 +16,11 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import _GeneratorContextManager, suppress
 from dataclasses import dataclass
+from functools import wraps
 from stat import S_ISDIR, S_ISREG
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
 import lmdb
 
@@ -45,6 +46,7 @@ __all__ = [
     "has_lmdb_meta_page",
     "is_folder_at",
     "is_lock_permission_error",
+    "kept_contextmanager",
     "lock_folder",
     "open_dbs_readonly",
     "open_tables",
@@ -53,6 +55,9 @@ __all__ = [
     "release_folders",
     "unlock_folder",
 ]
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 FORMAT_KEY = b"format"
 FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
@@ -144,8 +149,37 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
     return None
 
 
-@contextmanager
-def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> Iterator[int | None]:
+class _KeptGeneratorContextManager(_GeneratorContextManager[T]):
+    """contextlib's, entered with no landing between the generator's ``yield`` and the
+    ``with`` block (:func:`kept_contextmanager`)."""
+
+    def __enter__(self) -> T:
+        del self.args, self.kwds, self.func
+        # map calls next(), the loop's step stores and returns: no call, so no landing,
+        # between (a bare ``next()``'s return is one: see kept_contextmanager).
+        for value in map(next, (self.gen,)):
+            return value
+        raise RuntimeError("generator didn't yield") from None
+
+
+def kept_contextmanager(
+    func: Callable[P, Iterator[T]],
+) -> Callable[P, _GeneratorContextManager[T]]:
+    """``contextlib.contextmanager``, but an interrupt (a signal handler's exception) never
+    lands between the generator's ``yield`` and the ``with`` block: contextlib's
+    ``__enter__`` returns ``next()``'s value, and one landing on that C call's return ran
+    no ``__exit__``, so what the generator held stayed held until the exception's
+    traceback was freed (review87: a compaction's reservation refused every open of the
+    store in this process while the caller kept the exception)."""
+
+    @wraps(func)
+    def helper(*args: P.args, **kwds: P.kwargs) -> _GeneratorContextManager[T]:
+        return _KeptGeneratorContextManager(cast(Any, func), args, kwds)
+
+    return helper
+
+
+def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> CreationLock:
     """``flock`` the store directory around deciding what it holds and opening LMDB.
 
     LMDB creates data.mdb and then writes its meta pages; a second opener
@@ -157,11 +191,30 @@ def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> Iterator[
     descriptor (:func:`lock_folder`'s), e.g. for :func:`pin_folder`. ``wait=False``:
     :class:`FolderBusyError` instead of waiting for another holder.
     """
-    fd = lock_folder(path, exclusive=exclusive, wait=wait)
-    try:
-        yield fd
-    finally:
-        held = [fd]
+    return CreationLock(path, exclusive, wait)
+
+
+class CreationLock:
+    """:func:`creation_lock`'s context manager. A class, not ``@contextmanager``: an
+    interrupt (a signal handler's exception) landing in contextlib's ``__enter__`` on
+    ``next()``'s return, the lock taken, raised before the ``with`` block, so no
+    ``__exit__`` ran, and the suspended generator, kept by the exception's traceback,
+    released the lock only when that was freed: while the caller kept the exception,
+    every open of the store, here or in another process, waited (review87). Here the
+    lock is taken in ``__enter__`` by a Python call, whose return runs no handler."""
+
+    __slots__ = ("_exclusive", "_held", "_path", "_wait")
+
+    def __init__(self, path: str, exclusive: bool, wait: bool) -> None:
+        self._path, self._exclusive, self._wait = path, exclusive, wait
+        self._held: list[int | None] = []
+
+    def __enter__(self) -> int | None:
+        self._held = [lock_folder(self._path, exclusive=self._exclusive, wait=self._wait)]
+        return self._held[0]
+
+    def __exit__(self, *raised: object) -> None:
+        held = self._held
         late: BaseException | None = None
         while held:  # until released: each interrupt landing in it caught (see release_folders)
             try:

@@ -237,7 +237,11 @@ class TailCover:
         (a renamed folder). The path it is read by while held; ``data`` if not held."""
         flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
         try:  # not ``with suppress(...)``: its object and two Python calls, cold in every open
-            self.held = os.open(os.path.join(folder, "data.mdb"), flags)
+            # Kept as it is opened (map opens, the loop's step stores: no landing between):
+            # an interrupt (a signal handler's exception) landing on a bare open's return
+            # leaked the descriptor (review87).
+            for self.held in map(os.open, (os.path.join(folder, "data.mdb"),), (flags,)):
+                pass
         except OSError:
             self.held = None
         if writable:  # a read-only open never opens the data file for writing

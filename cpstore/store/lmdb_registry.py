@@ -11,8 +11,8 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from stat import S_ISLNK
+from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
 from cpstore.store.lmdb_env import Env
@@ -20,6 +20,7 @@ from cpstore.store.lmdb_open import (
     EnvOptions,
     FileOpenHereError,
     FolderBusyError,
+    kept_contextmanager,
     lock_folder,
     pin_folder,
     release_folders,
@@ -196,11 +197,9 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     key = canonical(path)
     _close_left_open(key)  # another mode or durability may open it then
     won: int | None = None
-    # The environment whose handle _acquire counted, kept with no landing between (its
-    # return is a Python function's): an interrupt (a signal handler's exception) landing
-    # after (the registry lock's release, the release of a creation lock waited for)
-    # reached the caller without it, registered with a handle nobody held, open for the
-    # process's life (left86). Dropped on the way out.
+    # The env whose handle _acquire counted, kept with no landing between (a Python return):
+    # an interrupt landing after (the registry lock's release, a won lock's) left it with a
+    # handle nobody held, open for the process's life (left86). Dropped on the way out.
     taken: list[Env | None] = [None]
     try:
         try:
@@ -303,11 +302,15 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
     was renamed to ``key`` after :func:`_registered` looked), that environment. The
     open itself checks, on the folder it then opens (lmdb_open.pin_folder): LMDB must
     never open that file a second time (FileOpenHereError says why)."""
+    env: Env | None = None
     try:
-        env = Env(key, options, won)  # ``won``: acquire_env's, used while it locks key's folder
-    except FileOpenHereError as here:
-        return _shared(key, _BY_FILE[here.file_id])
-    try:
+        try:  # ``won``: acquire_env's. Kept as made (map calls, the loop stores: no landing
+            # between; one on a class call's return lost the Env, mark and held file: review87)
+            for env in map(Env, (key,), (options,), (won,)):  # noqa: B007
+                pass
+        except FileOpenHereError as here:
+            return _shared(key, _BY_FILE[here.file_id])
+        env = cast(Env, env)
         at_key = _file_of(key)  # a new store's file exists now
         file_id = env.file_id or at_key  # the file LMDB opened (key's folder may be renamed)
         twin = None if file_id is None else _BY_FILE.get(file_id)
@@ -326,12 +329,10 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
             _BY_FOLDER[folder_id] = env
         return env
     except BaseException:
-        # An interrupt (a signal handler's exception) landing here, before the open's
-        # handle is counted: the environment no handle holds is forgotten and closed (it
-        # was left open, unregistered or registered with no handle: left86). No other
-        # thread has seen it (the registry lock is held since the open). Never a stranded one.
-        while env not in _STRANDED and not env.closed:  # until closed: a second interrupt
-            try:  # landing in the close caught (one inside Env.close_quiesced: see its own)
+        # An interrupt landing before the handle is counted: the env, seen by no other thread
+        # (the registry lock held), forgotten and closed (left open: left86). Never a stranded one.
+        while env is not None and env not in _STRANDED and not env.closed:  # until closed:
+            try:  # a second interrupt landing in the close caught (Env.close_quiesced's own)
                 _unregister(env)
                 env.close_quiesced()
             except BaseException:
@@ -357,7 +358,7 @@ def _shared(key: str, twin: Env) -> Env:
 _CLOSE_HERE = "close the store in this process before compacting it"
 
 
-@contextmanager
+@kept_contextmanager  # contextlib's leaves a landing after the yield: see its own
 def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     """Refuse every open of ``path`` in this process while the block runs.
 
@@ -371,9 +372,8 @@ def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     _close_left_open(key)
     reserved: list[str | tuple[int, int]] = []
     try:
-        # Inside the try: an interrupt (a signal handler's exception) landing on the
-        # update's return or the lock's release left the reservation for good, and every
-        # later open of the store in this process was refused as compacting.
+        # Inside the try: an interrupt landing on the update's return or the lock's release
+        # left the reservation for good (every later open here refused as compacting).
         with _REGISTRY_LOCK:
             env, file_id = _registered(key)
             if (
@@ -415,7 +415,7 @@ def _pin_for_compact(
     return folder, own
 
 
-@contextmanager
+@kept_contextmanager
 def pinned_for_compact(
     path: str, locked: int | None, reserved: list[str | tuple[int, int]]
 ) -> Iterator[str | None]:
@@ -497,11 +497,10 @@ def release_env(
             taken[0] = None
         if env.handles > 0:
             return
-        # Noted as left open from its last handle's drop until it is closed (_unregister
-        # forgets it; no call between, so no landing): an interrupt (a signal handler's
-        # exception) landing before the close ended left it registered and open with no
-        # handle, unnoted: "already open in this process" for good (left86). The next
-        # open's _close_left_open closes it (a fork() child's: never, as before).
+        # Noted as left open from its last handle's drop until closed (_unregister forgets
+        # it): an interrupt landing before the close ended left it open with no handle,
+        # unnoted: "already open in this process" for good (left86). The next open's
+        # _close_left_open closes it (a fork() child's: never, as before).
         _LEFT_OPEN.add(env)
     if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
         with _REGISTRY_LOCK:
@@ -511,6 +510,10 @@ def release_env(
     with env.quiesced() as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
         if env.handles > 0 or env.closed:
             _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
+            if env.handles == 0 and env.unsynced is not None:  # closed by another thread's
+                if failed is None:  # _close_left_open, its fsync failed: this close's too
+                    raise env.unsynced  # (review87: it returned as a clean, durable close)
+                failed.add_note(str(env.unsynced))
             return  # opened again while the close waited (or closed by an earlier release)
         if not quiet:  # left open and registered: an open of it shares it
             left = env.left_open()
@@ -518,10 +521,10 @@ def release_env(
                 raise left
             failed.add_note(str(left))
             return
-        # Forgotten and closed, each interrupt landing in them caught and the two tried
-        # again until closed (one landing in _unregister left it forgotten and open: its
-        # descriptors leaked, and an open of the store here would have had LMDB open its
-        # file a second time); the close's own error, or the first interrupt, raised after.
+        # Forgotten and closed, each interrupt landing in them caught, tried again until
+        # closed (one in _unregister left it forgotten and open: its descriptors leaked, and
+        # LMDB's open here again opened its file twice); the close's own error, or the last
+        # interrupt, raised after.
         late: BaseException | None = None
         while not env.closed:
             try:
