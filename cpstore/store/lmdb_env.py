@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container
-from contextlib import _GeneratorContextManager
 from threading import get_ident
 from typing import Any
 
@@ -40,7 +39,6 @@ from cpstore.store.lmdb_open import (
     has_lmdb_meta_page,
     is_folder_at,
     is_lock_permission_error,
-    kept_contextmanager,
     lock_folder,
     open_dbs_readonly,
     open_tables,
@@ -77,9 +75,6 @@ DB_NAMES = (
 LMDB_TABLES = DB_NAMES + HEAP_TABLES
 
 
-#: EnvTxns.quiesced's and held_open's generators, as Env's enter them.
-_kept_quiesced = kept_contextmanager(EnvTxns.quiesced.__wrapped__)  # type: ignore[attr-defined]
-_kept_held_open = kept_contextmanager(EnvTxns.held_open.__wrapped__)  # type: ignore[attr-defined]
 #: Env.env until LMDB's open returned (typed Any: EnvTxns.env's).
 _NOT_OPEN: Any = None
 
@@ -311,20 +306,6 @@ class Env(EnvTxns):
             exc.add_note(str(left))  # before: the sync's error alone (audit50)
             return exc
         return left
-
-    def quiesced(self) -> _GeneratorContextManager[bool]:
-        """:meth:`EnvTxns.quiesced`, entered with no landing between its ``yield`` and the
-        ``with`` block (lmdb_open.kept_contextmanager): an interrupt (a signal handler's
-        exception) landing on contextlib's ``next()`` return in release_env left the
-        suspended generator holding the write lock and the gate, new reads held back,
-        while the exception lived: every other thread's open and read waited (review87)."""
-        return _kept_quiesced(self)
-
-    def held_open(self) -> _GeneratorContextManager[None]:
-        """:meth:`EnvTxns.held_open`, entered as :meth:`quiesced` is: a landing on contextlib's
-        ``next()`` return left its read counted while the exception lived (a close of
-        another thread waited and left the environment open; resizes refused: review87)."""
-        return _kept_held_open(self)
 
     def close_quiesced(self) -> None:
         """Close the environment inside :meth:`quiesced` (lmdb_registry.release_env waits

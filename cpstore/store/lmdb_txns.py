@@ -12,7 +12,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from sys import getrefcount
 from threading import get_ident
 from typing import Any, TypeVar
@@ -30,7 +29,7 @@ from cpstore.errors import (
 )
 from cpstore.store.backend import Txn
 from cpstore.store.lmdb_errors import translate
-from cpstore.store.lmdb_open import EnvOptions
+from cpstore.store.lmdb_open import EnvOptions, kept_contextmanager
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
 
 __all__ = ["EnvTxns", "take_write_lock"]
@@ -191,7 +190,7 @@ class EnvTxns:
                 while self._resizing:
                     self._gate.wait()
 
-    @contextmanager
+    @kept_contextmanager  # no landing between its yield and the with block (review87)
     def held_open(self) -> Iterator[None]:
         """A block that uses the environment outside this class's txns (LMDB's copy, which
         reads through a txn of its own with the GIL released), counted as a read: a close
@@ -465,7 +464,7 @@ class EnvTxns:
         except lmdb.Error:
             return False
 
-    @contextmanager
+    @kept_contextmanager  # no landing between its yield and the with block (review87)
     def quiesced(self) -> Iterator[bool]:
         """A block (the environment's close) no txn of another thread of this process runs
         in: the write lock held, new reads held back (as during a resize) and the open reads
