@@ -26,10 +26,10 @@ import threading
 import weakref
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, overload
 
 from cpstore.errors import CanonicalEncodingError, InvalidInputError
+from cpstore.kept import kept_contextmanager
 from cpstore.native.canonical import array_header, decode_value
 from cpstore.native.fast_canonical import encode_element
 
@@ -183,7 +183,7 @@ def _restore(body: bytes, ends: bytes) -> AppendLog:
     return log
 
 
-@contextmanager
+@kept_contextmanager
 def log_view(log: AppendLog) -> Iterator[tuple[bytes, memoryview, array[int]]]:
     """(array header, read-only view of the encoded elements, element end offsets) now.
 

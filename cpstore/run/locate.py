@@ -29,9 +29,9 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from typing import Any
 
+from cpstore.kept import kept_contextmanager
 from cpstore.native.binding import msgpack_split
 
 __all__ = [
@@ -269,7 +269,7 @@ def _frames() -> int:
     return count
 
 
-@contextmanager
+@kept_contextmanager
 def recursion_headroom(frames: int = HEADROOM) -> Iterator[None]:
     """The interpreter's recursion limit at least ``frames`` above the caller's stack for
     the block; lowered back when the last such block ends, unless someone set another

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from typing import Any
 
 from cpstore.errors import (
@@ -25,6 +24,7 @@ from cpstore.errors import (
     InvalidInputError,
     NotFoundError,
 )
+from cpstore.kept import kept_contextmanager
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value
 from cpstore.native.fast_canonical import decode_fast
@@ -286,7 +286,7 @@ def check_record_mac(store: Backend, txn: Txn[memoryview], index: int) -> None:
     check_mac(txn, store.dbs, store.audit_key, index)
 
 
-@contextmanager
+@kept_contextmanager
 def audit_view(store: Backend) -> Iterator[AuditView]:
     """An :class:`AuditView` over a read txn, for the ``with`` block."""
     with store.read_txn() as txn:

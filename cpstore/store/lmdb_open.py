@@ -15,12 +15,11 @@ import operator
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
-from contextlib import _GeneratorContextManager, suppress
+from collections.abc import Callable, Container, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
-from functools import wraps
 from stat import S_ISDIR, S_ISREG
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any
 
 import lmdb
 
@@ -46,7 +45,6 @@ __all__ = [
     "has_lmdb_meta_page",
     "is_folder_at",
     "is_lock_permission_error",
-    "kept_contextmanager",
     "lock_folder",
     "open_dbs_readonly",
     "open_tables",
@@ -55,9 +53,6 @@ __all__ = [
     "release_folders",
     "unlock_folder",
 ]
-
-T = TypeVar("T")
-P = ParamSpec("P")
 
 FORMAT_KEY = b"format"
 FORMAT = {"layout": "cpstore", "version": STORE_VERSION, "digest": "xxh3-128"}
@@ -147,36 +142,6 @@ def check_data_file(path: str, data: str, options: EnvOptions, at: str | None = 
     check_new_store_path(path, options, at)
     os.makedirs(at, exist_ok=True)
     return None
-
-
-class _KeptGeneratorContextManager(_GeneratorContextManager[T]):
-    """contextlib's, entered with no landing between the generator's ``yield`` and the
-    ``with`` block (:func:`kept_contextmanager`)."""
-
-    def __enter__(self) -> T:
-        del self.args, self.kwds, self.func
-        # map calls next(), the loop's step stores and returns: no call, so no landing,
-        # between (a bare ``next()``'s return is one: see kept_contextmanager).
-        for value in map(next, (self.gen,)):
-            return value
-        raise RuntimeError("generator didn't yield") from None
-
-
-def kept_contextmanager(
-    func: Callable[P, Iterator[T]],
-) -> Callable[P, _GeneratorContextManager[T]]:
-    """``contextlib.contextmanager``, but an interrupt (a signal handler's exception) never
-    lands between the generator's ``yield`` and the ``with`` block: contextlib's
-    ``__enter__`` returns ``next()``'s value, and one landing on that C call's return ran
-    no ``__exit__``, so what the generator held stayed held until the exception's
-    traceback was freed (review87: a compaction's reservation refused every open of the
-    store in this process while the caller kept the exception)."""
-
-    @wraps(func)
-    def helper(*args: P.args, **kwds: P.kwargs) -> _GeneratorContextManager[T]:
-        return _KeptGeneratorContextManager(cast(Any, func), args, kwds)
-
-    return helper
 
 
 def creation_lock(path: str, *, exclusive: bool, wait: bool = True) -> CreationLock:

@@ -15,12 +15,12 @@ from stat import S_ISLNK
 from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
+from cpstore.kept import kept_contextmanager
 from cpstore.store.lmdb_env import Env
 from cpstore.store.lmdb_open import (
     EnvOptions,
     FileOpenHereError,
     FolderBusyError,
-    kept_contextmanager,
     lock_folder,
     pin_folder,
     release_folders,

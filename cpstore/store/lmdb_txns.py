@@ -27,9 +27,10 @@ from cpstore.errors import (
     StoreFullError,
     StoreReadOnlyError,
 )
+from cpstore.kept import kept_contextmanager
 from cpstore.store.backend import Txn
 from cpstore.store.lmdb_errors import translate
-from cpstore.store.lmdb_open import EnvOptions, kept_contextmanager
+from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
 
 __all__ = ["EnvTxns", "take_write_lock"]
