@@ -153,3 +153,32 @@ def test_lg_diff_exits_11_on_a_kept_subgraph_named_by_id(url: str) -> None:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 0
+
+
+@pytest.mark.parametrize("shape", ["pre", "alone"])
+def test_a_kept_subgraph_s_second_run_starts_over_from_its_first_s_end(
+    url: str, shape: str
+) -> None:
+    """The thread's second run: a time travel loads the ``checkpointer=True``
+    subgraph's state at its first run's end and applies its input again; ``pre`` runs
+    again on the named side only (undecidable), ``asks`` alone runs alike (same)."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        runs: list[str] = []
+        app = _parent(saver, runs, shape, kept=True)
+        ids: dict[str, str] = {}
+        for t in ("u1", "u2", "n1", "n2"):
+            app.invoke({"log": ["in"]}, cfg(t))
+            app.invoke(Command(resume="r1"), cfg(t))
+            app.invoke({"log": ["in2"]}, cfg(t))
+            ids[t] = _newest(saver, t)
+        diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
+        # before (pre): "same values at all 5 checkpoints"
+        assert diff.same == (shape == "alone") and diff.undecidable != diff.same, diff.summary
+        assert diff_threads(saver.store, cfg("n1", ids["n1"]), cfg("n2", ids["n2"])).same
+        unnamed = _run(app, runs, None, cfg("u1"))
+        named = _run(app, runs, None, cfg("n1", ids["n1"]))
+        assert unnamed[:2] == named[:2] and unnamed[2] == ["asks"]
+        assert named[2] == (["pre", "asks"] if shape == "pre" else ["asks"])
+        resumed = [_run(app, runs, Command(resume="y"), cfg("u2"))]
+        resumed.append(_run(app, runs, Command(resume="y"), cfg("n2", ids["n2"])))
+        assert resumed[0] == resumed[1] and resumed[0][2] == ["asks"]
