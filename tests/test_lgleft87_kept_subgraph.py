@@ -38,8 +38,8 @@ def _newest(saver: CpstoreSaver, thread: str) -> str:
     return str(tup.config["configurable"]["checkpoint_id"])
 
 
-def _parent(saver: CpstoreSaver, runs: list[str], shape: str, *, kept: bool) -> Any:
-    """A subgraph ``sub`` (``checkpointer=True`` when ``kept``) stopped by ``asks``'s
+def _sub(runs: list[str], shape: str, *, kept: bool) -> Any:
+    """A subgraph (``checkpointer=True`` when ``kept``) stopped by ``asks``'s
     interrupt: beside a finished ``fast`` (``shape`` "fast"), after ``pre`` ran a step
     ("pre"), or alone ("alone"); ``runs`` counts each node's runs."""
 
@@ -64,8 +64,13 @@ def _parent(saver: CpstoreSaver, runs: list[str], shape: str, *, kept: bool) -> 
         s.add_edge("pre", "asks")
     else:
         s.add_edge(START, "asks")
+    return s.compile(checkpointer=True if kept else None)
+
+
+def _parent(saver: CpstoreSaver, runs: list[str], shape: str, *, kept: bool) -> Any:
+    """:func:`_sub` as the node ``sub`` of a graph on ``saver``."""
     g = StateGraph(LogState)
-    g.add_node("sub", s.compile(checkpointer=True if kept else None))
+    g.add_node("sub", _sub(runs, shape, kept=kept))
     g.add_edge(START, "sub")
     return g.compile(checkpointer=saver)
 
@@ -182,3 +187,30 @@ def test_a_kept_subgraph_s_second_run_starts_over_from_its_first_s_end(
         resumed = [_run(app, runs, Command(resume="y"), cfg("u2"))]
         resumed.append(_run(app, runs, Command(resume="y"), cfg("n2", ids["n2"])))
         assert resumed[0] == resumed[1] and resumed[0][2] == ["asks"]
+
+
+@pytest.mark.parametrize(
+    ("outer", "inner"), [(True, True), (True, False), (False, True), (False, False)]
+)  # fmt: skip
+def test_a_nested_subgraph_started_over_is_undecidable(url: str, outer: bool, inner: bool) -> None:
+    """``pre`` then ``asks`` in ``inner``, inside ``outer`` (each ``checkpointer=True``
+    or not): a time travel starts ``inner`` over, ``pre`` runs again on the named side."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        runs: list[str] = []
+        mid = StateGraph(LogState)
+        mid.add_node("inner", _sub(runs, "pre", kept=inner))
+        mid.add_edge(START, "inner")
+        g = StateGraph(LogState)
+        g.add_node("outer", mid.compile(checkpointer=True if outer else None))
+        g.add_edge(START, "outer")
+        app = g.compile(checkpointer=saver)
+        for t in ("u1", "u2", "n1", "n2"):
+            app.invoke({"log": ["in"]}, cfg(t))
+        ids = {t: _newest(saver, t) for t in ("n1", "n2")}
+        diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
+        # before: "same values at all 2 checkpoints"
+        assert not diff.same and diff.undecidable and "inner" in diff.nodes, diff.summary
+        assert _run(app, runs, None, cfg("u1"))[2] == ["asks"]
+        assert _run(app, runs, None, cfg("n1", ids["n1"]))[2] == ["pre", "asks"]
+        got = [_run(app, runs, Command(resume="y"), c) for c in (cfg("u2"), cfg("n2", ids["n2"]))]
+        assert got[0] == got[1] and got[0][2] == ["asks"]

@@ -397,7 +397,8 @@ def mid_run_below(
             step = _step(txn, store, serde, sub)[0]
             start = -2 if base is None else _step(txn, store, serde, base)[0]
             if type(step) is not int or type(start) is not int or step > start + 2:
-                restarted.append(_names(key)[1])  # steps past its first run again
+                # steps past its first run again (a kept one's node: its level's name)
+                restarted.append(_names(key)[1].rpartition(_NS_SEP)[2])
             held = stored_writes(txn, meta, sub.thread_id, sub.ns, sub.checkpoint_id)
             more, again = mid_run_below(txn, store, serde, sub, held, bound=bound)
             out += held + more
