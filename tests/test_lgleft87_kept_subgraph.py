@@ -214,3 +214,28 @@ def test_a_nested_subgraph_started_over_is_undecidable(url: str, outer: bool, in
         assert _run(app, runs, None, cfg("n1", ids["n1"]))[2] == ["pre", "asks"]
         got = [_run(app, runs, Command(resume="y"), c) for c in (cfg("u2"), cfg("n2", ids["n2"]))]
         assert got[0] == got[1] and got[0][2] == ["asks"]
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_after_update_state_only_a_kept_subgraph_resumes_otherwise(url: str, kept: bool) -> None:
+    """``update_state`` on the interrupted parent: its newest (``source`` "update") runs
+    ``sub`` under a new task id, so a plain subgraph starts over on both sides (same,
+    alike); a ``checkpointer=True`` one goes on from its newest on the side naming none
+    and starts over on the named side (``pre`` again: undecidable)."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        runs: list[str] = []
+        app = _parent(saver, runs, "pre", kept=kept)
+        for t in ("u1", "u2", "n1", "n2"):
+            app.invoke({"log": ["in"]}, cfg(t))
+            app.update_state(cfg(t), {"log": ["x"]}, as_node="__start__")
+        ids = {t: _newest(saver, t) for t in ("n1", "n2")}
+        diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
+        # before (kept): "same values at all 3 checkpoints"
+        assert diff.same != kept and diff.undecidable == kept, diff.summary
+        unnamed = _run(app, runs, None, cfg("u1"))
+        named = _run(app, runs, None, cfg("n1", ids["n1"]))
+        assert unnamed[:2] == named[:2] == (["in", "x"], ["ok?"])
+        assert named[2] == ["pre", "asks"]
+        assert unnamed[2] == (["asks"] if kept else ["pre", "asks"])
+        got = [_run(app, runs, Command(resume="y"), c) for c in (cfg("u2"), cfg("n2", ids["n2"]))]
+        assert got[0] == got[1]
