@@ -13,7 +13,7 @@ from typing import Any
 from cpstore.langgraph._diff_chain import node_of
 from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import SEALED, UNSURE, writes_digest
-from cpstore.langgraph._diff_subgraphs import Compare, mid_run_writes, subgraph_divergence
+from cpstore.langgraph._diff_subgraphs import Compare, mid_run_below, subgraph_divergence
 from cpstore.langgraph._diff_triggers import trigger_divergence
 from cpstore.langgraph._diff_updated import resume_divergence
 from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored_writes
@@ -212,21 +212,31 @@ def replayed_below(
     store: Store,
     serde: Any,
     last: list[tuple[Entry, list[StoredWrite]]],
-) -> list[StoredWrite]:
+) -> tuple[list[StoredWrite], tuple[str, ...]]:
     """:func:`replayed` of each last checkpoint's pending writes (its entry and writes)
     or, when none, of those of the subgraphs mid-run under it (review86: a subgraph
     whose ``fast`` finished beside an interrupted ``asks`` holds fast's writes in its
     own namespace, the parent only the interrupt: a time travel of the parent replays
-    the subgraph too, and ``fast`` ran again)."""
+    the subgraph too, and ``fast`` ran again; lgleft87: a ``checkpointer=True``
+    subgraph's too), and the nodes of the subgraphs such a time travel starts over
+    (:func:`~cpstore.langgraph._diff_subgraphs.mid_run_below`)."""
     got = replayed([w for _, held in last for w in held])
     if got:
-        return got
-    below = [w for e, held in last for w in mid_run_writes(txn, store, serde, e, held)]
-    return replayed(below)
+        return got, ()
+    below: list[StoredWrite] = []
+    restarted: set[str] = set()
+    for e, held in last:
+        more, again = mid_run_below(txn, store, serde, e, held, bound=None)
+        below += more
+        restarted.update(again)
+    return replayed(below), tuple(sorted(restarted))
 
 
 def named_newest(
-    writes: list[StoredWrite], named: tuple[bool, bool], n: int, step: object
+    held: tuple[list[StoredWrite], tuple[str, ...]],
+    named: tuple[bool, bool],
+    n: int,
+    step: object,
 ) -> tuple[tuple[str, ...], tuple[str, ...], str] | None:
     """``(nodes, channels, summary)`` of the doubt when both last checkpoints are their
     thread's newest, one side's config names its id and the other's names none, and
@@ -236,13 +246,14 @@ def named_newest(
     finished tasks run again and its ``__resume__`` writes are dropped, while the
     unnamed side hands them back; with ``Command(resume=...)`` both hand them back. The
     diff said "same values at all 2 checkpoints" (and ``one_checkpoint`` the same for
-    one thread named both ways) while the None resumes differed."""
+    one thread named both ways) while the None resumes differed. ``held``: the writes
+    and the subgraphs a time travel starts over (:func:`replayed_below`, lgleft87)."""
     if named[0] == named[1]:
         return None
-    done = replayed(writes)
-    if not done:
+    done, restarted = replayed(held[0]), held[1]
+    if not done and not restarted:
         return None
-    nodes = tuple(sorted({node_of(w) for w in done if w.task_id != _NULL_TASK_ID}))
+    nodes = {node_of(w) for w in done if w.task_id != _NULL_TASK_ID} | set(restarted)
     channels = tuple(sorted({w.channel for w in done}))
     who, other = ("A", "B") if named[0] else ("B", "A")
     ran = sorted({node_of(w) for w in done if w.channel != _RESUME})
@@ -256,13 +267,18 @@ def named_newest(
             + (f" of node {', '.join(asked)}" if asked else "")
             + " asked again)"
         )
+    if restarted:
+        what.append(
+            f"the subgraph of node {', '.join(restarted)} starts over (its steps past the "
+            "first run again)"
+        )
     said = (
         f"cannot tell: same values at all {n} checkpoints, but at the last (step {step}) "
         f"{who}'s config names its checkpoint id and {other}'s names none: a resume of "
         f"{who} invoked with None time-travels (a replay): {' and '.join(what)}, on a resume "
         f"of {other} not; with Command(resume=...) on neither"
     )
-    return nodes, channels, said
+    return tuple(sorted(nodes)), channels, said
 
 
 def _named_doubt(

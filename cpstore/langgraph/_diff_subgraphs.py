@@ -39,7 +39,7 @@ from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["SEND_TRIES", "Found", "mid_run_writes", "subgraph_divergence"]
+__all__ = ["SEND_TRIES", "Found", "mid_run_below", "subgraph_divergence"]
 
 #: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
 _INTERRUPT = "__interrupt__"
@@ -338,22 +338,69 @@ def _group_diff(
     return Found(said, (node,), (), undecidable=True)
 
 
-def mid_run_writes(
-    txn: Txn[memoryview], store: Store, serde: Any, entry: Entry, writes: list[StoredWrite]
-) -> list[StoredWrite]:
+def _step(txn: Txn[memoryview], store: Store, serde: Any, e: Entry) -> Any:
+    """``metadata["step"]`` and ``["source"]`` of a stored checkpoint."""
+    with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
+        md = metadata_of(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
+    return md.get("step"), md.get("source")
+
+
+def replay_bound(txn: Txn[memoryview], store: Store, serde: Any, entry: Entry) -> str:
+    """The checkpoint id a time travel of ``entry`` (a compared thread's last) loads its
+    subgraphs below (LangGraph 1.2.24 ``ReplayState``: its id, its parent's when it was
+    put by ``update_state`` or a fork)."""
+    if entry.parent and _step(txn, store, serde, entry)[1] in ("update", "fork"):
+        return entry.parent
+    return entry.checkpoint_id
+
+
+def mid_run_below(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    entry: Entry,
+    writes: list[StoredWrite],
+    *,
+    bound: str | None,
+) -> tuple[list[StoredWrite], list[str]]:
     """The writes pending at the newest checkpoint of each subgraph run from ``entry``
     (whose own pending writes are ``writes``) and not finished there, level by level
-    (:func:`_subgraphs`; not a ``checkpointer=True`` subgraph's): what a resume of it
-    goes on from below (review86: a time travel replays them too)."""
+    (:func:`_subgraphs`, a ``checkpointer=True`` subgraph's too), and the nodes of
+    those a time travel of the thread's checkpoint ``bound`` (:func:`replay_bound` of
+    ``entry`` when None) starts over: what a resume of it goes on from below
+    (review86: a time travel replays them too). LangGraph 1.2.24 loads a subgraph
+    replayed the newest checkpoint of its namespace below ``bound`` (none for one whose
+    namespace holds a task id; a ``checkpointer=True`` subgraph's state before this
+    run) and applies its input again: every step it ran past its first runs again.
+    lgleft87: a ``checkpointer=True`` subgraph's writes were not read, and a subgraph
+    interrupted at its second step, holding no finished write, was "same" named
+    against unnamed while its first node ran again on the named side only."""
     meta = store.backend.db("meta")
     out: list[StoredWrite] = []
-    for spaces in _subgraphs(txn, store, serde, (entry, None), writes).values():
-        for ns in spaces:
-            if _AT in ns:
-                continue
-            sub = entry_at(txn, meta, entry.thread_id, ns, None)
+    restarted: list[str] = []
+    for key, spaces in _subgraphs(txn, store, serde, (entry, None), writes).items():
+        for space in spaces:
+            ns, _, at = space.partition(_AT)
+            if bound is None:  # read only under a subgraph (a sealed thread stays unread)
+                bound = replay_bound(txn, store, serde, entry)
+            sub = entry_at(txn, meta, entry.thread_id, ns, at or None)
             if sub is None or not stored(txn, store, sub):
                 continue
+            below = [
+                e
+                for e in thread_entries(txn, meta, [entry.thread_id])
+                if e.ns == ns and e.checkpoint_id < bound and stored(txn, store, e)
+            ]
+            base = max(below, key=lambda e: e.checkpoint_id, default=None)
+            if base == sub:
+                continue  # a replay loads the same checkpoint (a kept subgraph's memory)
+            step = _step(txn, store, serde, sub)[0]
+            start = -2 if base is None else _step(txn, store, serde, base)[0]
+            if type(step) is not int or type(start) is not int or step > start + 2:
+                # steps past its first run again (a kept one's node: its level's name)
+                restarted.append(_names(key)[1].rpartition(_NS_SEP)[2])
             held = stored_writes(txn, meta, sub.thread_id, sub.ns, sub.checkpoint_id)
-            out += held + mid_run_writes(txn, store, serde, sub, held)
-    return out
+            more, again = mid_run_below(txn, store, serde, sub, held, bound=bound)
+            out += held + more
+            restarted += again
+    return out, restarted

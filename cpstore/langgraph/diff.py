@@ -315,7 +315,7 @@ def _itself(
         newest = entry_at(txn, meta, thread_id, ns, None)
         if newest is not None:
             held = stored_writes(txn, meta, thread_id, ns, newest.checkpoint_id)
-            if replayed_below(txn, store, serde, [(newest, held)]):
+            if any(replayed_below(txn, store, serde, [(newest, held)])):
                 return None
     said = f"same values at all {n} checkpoints (one checkpoint of one thread on both sides)"
     return ThreadDiff(True, None, None, (), (), None, None, n - 1, said)
