@@ -104,6 +104,19 @@ def interrupted_at(k: int, names: Container[str], call: Callable[[], Any]) -> li
     return landed
 
 
+def fds_in(folder: Path) -> list[str]:
+    """This process's descriptors open on ``folder`` or a file in it, sorted."""
+    where, found = str(folder), []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target == where or target.startswith(where + "/"):
+            found.append(target)
+    return sorted(found)
+
+
 def folder_lock_free(path: Path) -> bool:
     """Whether ``path``'s creation lock (an exclusive flock on the folder) is free: a lock
     an interrupt left held makes every later open of the store wait forever."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import gc
 import inspect
-import os
 import subprocess
 import sys
 import threading
@@ -24,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from test_begin_interrupted import _after_calls
+from test_begin_interrupted import _after_calls, fds_in
 
 import cpstore
 from cpstore.store import lmdb_open, lmdb_registry
@@ -131,18 +130,6 @@ def test_an_interrupt_in_the_creation_locks_enter_leaves_the_lock_free(
         assert st.verify().ok
 
 
-def _fds_in(folder: Path) -> list[str]:
-    where, found = str(folder), []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target == where or target.startswith(where + "/"):
-            found.append(target)
-    return found
-
-
 @pytest.mark.parametrize("name", ["reserved_for_compact", "pinned_for_compact"])
 def test_an_interrupt_in_compacts_reservation_or_pins_enter_leaves_neither(
     tmp_path: Path, name: str
@@ -155,7 +142,7 @@ def test_an_interrupt_in_compacts_reservation_or_pins_enter_leaves_neither(
         cid = st.recorder("r").checkpoint(0, {"a": 1})
     kept = _kept_interrupt(name, lambda: compact_store(path))
     assert kept is not None
-    assert _fds_in(path) == []
+    assert fds_in(path) == []
     with cpstore.open(path) as st, st.read(cid) as cp:
         assert cp.state() == {"a": 1}
     del kept

@@ -11,12 +11,12 @@ read back afterwards, ``verify`` passes, nothing stays open and no descriptor is
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Literal
 
 import pytest
+from test_begin_interrupted import fds_in
 
 import cpstore
 from cpstore.errors import StoreError
@@ -24,18 +24,6 @@ from cpstore.store import lmdb_registry
 from cpstore.store.maintenance import compact_store
 
 ROUNDS = 40
-
-
-def _fds_in(folder: Path) -> list[str]:
-    where, found = str(folder), []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target == where or target.startswith(where + "/"):
-            found.append(target)
-    return found
 
 
 def _compacting(exc: StoreError) -> bool:
@@ -116,7 +104,7 @@ def test_threads_opening_closing_writing_and_compacting_one_store_keep_every_ack
     assert sum(compacted) > 0
     assert len(acked) == 2 * ROUNDS
     assert not lmdb_registry.is_open_here(str(path))
-    assert _fds_in(path) == []
+    assert fds_in(path) == []
     assert not lmdb_registry._LEFT_OPEN
     with cpstore.open(path, durability=durability) as st:
         assert st.verify().ok

@@ -21,7 +21,6 @@ environment, holder mark or held data file).
 from __future__ import annotations
 
 import gc
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -30,24 +29,10 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from test_begin_interrupted import _after_calls
+from test_begin_interrupted import _after_calls, fds_in
 
 import cpstore
 from cpstore.store import lmdb_env, lmdb_open, lmdb_registry
-
-
-def _fds_in(folder: Path) -> list[str]:
-    """This process's descriptors open on ``folder`` or a file in it."""
-    where, found = str(folder), []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if target == where or target.startswith(where + "/"):
-            found.append(target)
-    return sorted(found)
-
 
 _PROBE = (
     "import fcntl, os, sys\n"
@@ -117,7 +102,7 @@ def test_an_open_interrupted_after_lmdbs_open_closes_lmdb_before_it_raises(
     monkeypatch.undo()
     gc.collect()
     # Before: LMDB's environment (data.mdb twice, lock.mdb) open while ``kept`` lived.
-    assert _fds_in(store) == []
+    assert fds_in(store) == []
     with cpstore.open(store) as st:
         assert _liveness_lock(store) == "held"
         kept = None
@@ -189,7 +174,7 @@ def test_an_interrupt_on_a_class_calls_return_in_the_open_leaves_no_descriptor(
     gc.collect()
     # Before: the Env (its mark's folder descriptor and the held data.mdb) or the mark, or
     # the held file, left open for the process's life.
-    assert _fds_in(store) == []
+    assert fds_in(store) == []
     assert not lmdb_registry.is_open_here(str(store))
     with cpstore.open(store) as st, st.read(_CID[0]) as cp:
         assert cp.state() == {"a": 1}
@@ -207,12 +192,12 @@ def _landing_after_open_in(name: str, folder: Path) -> tuple[Callable[..., Any],
             return None
         frame.f_trace_opcodes = True
         if event == "call":
-            before[:] = [len(_fds_in(folder))]
+            before[:] = [len(fds_in(folder))]
         elif (
             event == "opcode"
             and not landed
             and frame.f_lasti in _after_calls(frame.f_code)
-            and len(_fds_in(folder)) > before[0]
+            and len(fds_in(folder)) > before[0]
         ):
             landed.append(f"{name}@{frame.f_lasti}")
             raise KeyboardInterrupt(landed[0])
