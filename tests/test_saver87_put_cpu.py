@@ -22,6 +22,7 @@ from cpstore.langgraph import CpstoreSaver
 from cpstore.langgraph._codec import CHANNEL, pack_typed, pack_value
 from cpstore.langgraph._read import entry_at
 from cpstore.store import Store
+from cpstore.store.lg_index import checkpoint_key, pack
 
 
 @pytest.fixture(params=["lmdb", "postgresql"])
@@ -114,11 +115,15 @@ def test_have_follows_values_emptied_added_and_dropped(store: Store) -> None:
     for step, (values, versions, new, have) in enumerate(steps):
         config = _put(saver, config, step, values=values, versions=versions, new=new)
         conf = config["configurable"]
+        key = checkpoint_key(conf["thread_id"], "", conf["checkpoint_id"])
         with store.backend.read_txn() as txn:
             entry = entry_at(
                 txn, store.backend.db("meta"), conf["thread_id"], "", conf["checkpoint_id"]
             )
+            raw = bytes(txn.get(key, db=store.backend.db("meta")))
         assert entry is not None and list(entry.have) == have, step
+        # the writer's map spelt out is Entry.body_of's, byte for byte
+        assert raw == pack(key, entry.body())
         tup = saver.get_tuple(config)
         assert tup is not None
         assert tup.checkpoint["channel_values"] == {k: values[k] for k in have}

@@ -198,7 +198,8 @@ class Writer:
         dumps = self.serde.dumps_typed
         head_parts = {
             "checkpoint": pack_typed(dumps(c)),
-            "metadata": pack_typed(dumps(dict(metadata))),
+            # a dict as it is (get_checkpoint_metadata's own): the same bytes, no copy
+            "metadata": pack_typed(dumps(metadata if type(metadata) is dict else dict(metadata))),
         }
         step = metadata.get("step")
         step = step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
@@ -338,15 +339,17 @@ class Writer:
                 def extra(
                     cid: bytes, *, plan: _Plan = plan, have: list[str] = have
                 ) -> list[tuple[bytes, bytes | None]]:
-                    # Entry.body() of the entry, without building the Entry (~1.5 us).
-                    body = Entry.body_of(
-                        bytes(cid),
-                        run=plan.run,
-                        branch=plan.branch,
-                        parent=parent_id,
-                        run_id=run_id,
-                        have=have,
-                    )
+                    # Entry.body_of() of the entry, its map spelt out: no call, and
+                    # ``have`` (a list nobody changes) not copied (saver87; the
+                    # entry's bytes are pinned by tests/test_langgraph_put_bytes.py).
+                    body = {
+                        "cp": bytes(cid),
+                        "run": plan.run,
+                        "branch": plan.branch,
+                        "parent": parent_id,
+                        "run_id": run_id,
+                        "have": have,
+                    }
                     return [(key, pack(key, body)), *put.records]
 
                 expect = () if put.expect_entry is None else ((key, put.expect_entry),)
