@@ -126,9 +126,18 @@ def fork_branch(ns: str, checkpoint_id: str, attempt: int = 0) -> str:
     return name if _fits(name) else _hashed("fork#", name)
 
 
+#: The packed prefix (tag, NUL) of the type tags LangGraph's serdes give, by tag: a pair
+#: of one of them and exact bytes needs no check (saver87: ~1 k instructions a put).
+_TAG_PREFIX = {k: k.encode("utf-8") + b"\x00" for k in ("msgpack", "json", "null", "bytes")}
+
+
 def pack_typed(typed: tuple[str, bytes]) -> bytes:
     """One serde ``(type, bytes)`` pair as one state part value."""
     kind, data = typed
+    if type(data) is bytes and type(kind) is str:
+        prefix = _TAG_PREFIX.get(kind)
+        if prefix is not None:
+            return prefix + data
     if not isinstance(kind, str) or "\x00" in kind:
         raise InvalidInputError("a serde type tag must be a str without NUL", got=kind)
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -332,8 +341,12 @@ def pack_value(
     ``previous`` (this channel's parts at the last checkpoint) lets the closed
     segments it had be found again with a byte compare instead of a parse.
     """
-    kind, data = serde.dumps_typed(value)
-    data = bytes(data)
+    typed = serde.dumps_typed(value)
+    kind, data = typed
+    if type(data) is not bytes:
+        data = bytes(data)
+    elif len(data) <= SEGMENT_BYTES:  # the common case: one part, the pair as given
+        return {CHANNEL + channel: pack_typed(typed)}
     header = _array_header(data) if kind == "msgpack" and len(data) > SEGMENT_BYTES else None
     if header is None:
         return {CHANNEL + channel: pack_typed((kind, data))}

@@ -228,7 +228,13 @@ def entry_key(thread_id: str, ns: str, checkpoint_id: str) -> bytes:
     """``checkpoint_key(thread_id, ns, checkpoint_id)`` (the same bytes, the same size check
     and the same InvalidInputError for an id without a UTF-8 form)."""
     try:
-        key = ns_prefix(thread_id, ns) + checkpoint_id.encode("utf-8")
+        # ns_prefix(), inline: one call less a put and a get (saver87)
+        prefix = (
+            _ns_prefix(thread_id, ns)
+            if len(thread_id) + len(ns) <= _CACHED_CHARS
+            else checkpoint_key(thread_id, ns)
+        )
+        key = prefix + checkpoint_id.encode("utf-8")
     except (UnicodeEncodeError, AttributeError):
         return checkpoint_key(thread_id, ns, checkpoint_id)
     return key if len(key) <= _ENTRY_KEY_MAX else checked_entry_key(key)

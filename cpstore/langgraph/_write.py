@@ -18,6 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from cpstore.errors import ConflictError, IntegrityError, NotFoundError, StoreError
@@ -73,6 +74,8 @@ class _Branch:
     values: dict[str, _Held] = field(default_factory=dict)
     #: part name -> bytes of the last checkpoint (equal bytes reuse the object: no re-hash).
     last: dict[str, bytes] = field(default_factory=dict)
+    #: The channels of ``values`` holding a value, sorted (the index entry's ``have``).
+    have: list[str] = field(default_factory=list)
     #: (thread, ns, checkpoint id) of the head this writer recorded last.
     tip: tuple[str, str, str] | None = None
 
@@ -102,6 +105,12 @@ class Put(NamedTuple):
     #: Index records written (a value) or deleted (None) in the checkpoint's own txn (a
     #: copy: the source's pending writes, and the target's own under this id dropped).
     records: tuple[tuple[bytes, bytes | None], ...] = ()
+
+
+#: ``Put.fresh`` of a put made from a LangGraph checkpoint (none: its values are packed).
+_NO_FRESH: Mapping[str, Mapping[str, bytes]] = MappingProxyType({})
+#: ``tuple.__new__``: a NamedTuple of all its fields in order, without its Python ``__new__``.
+_new_tuple = tuple.__new__
 
 
 class _Plan(NamedTuple):
@@ -185,27 +194,36 @@ class Writer:
         values: Mapping[str, Any] = c.pop("channel_values", None) or {}
         checkpoint_id = str(c["id"])
         versions: Mapping[str, Any] = c.get("channel_versions") or {}
-        new = frozenset(k for k in new_versions if k in versions)
+        new = frozenset(versions.keys() & new_versions.keys())
+        dumps = self.serde.dumps_typed
         head_parts = {
-            "checkpoint": pack_typed(self.serde.dumps_typed(c)),
-            "metadata": pack_typed(self.serde.dumps_typed(dict(metadata))),
+            "checkpoint": pack_typed(dumps(c)),
+            # a dict as it is (get_checkpoint_metadata's own): the same bytes, no copy
+            "metadata": pack_typed(dumps(metadata if type(metadata) is dict else dict(metadata))),
         }
         step = metadata.get("step")
         step = step if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else 0
         run_id = metadata.get("run_id")
+        # tuple.__new__: the Put of these fields (defaults spelt out) without the
+        # NamedTuple's Python-level __new__ (saver87)
         return self.commit(
-            Put(
-                thread_id,
-                ns,
-                parent_id,
-                checkpoint_id,
-                step,
-                run_id_of(run_id),
-                head_parts,
-                {},
-                versions,
-                values,
-                new,
+            _new_tuple(
+                Put,
+                (
+                    thread_id,
+                    ns,
+                    parent_id,
+                    checkpoint_id,
+                    step,
+                    run_id if type(run_id) is str else run_id_of(run_id),
+                    head_parts,
+                    _NO_FRESH,
+                    versions,
+                    values,
+                    new,
+                    None,
+                    (),
+                ),
             )
         )
 
@@ -226,36 +244,47 @@ class Writer:
         with self.lock:
             for attempt in range(_RETRIES):
                 tip = None if parent_id is None else self._tips.get((thread_id, ns, parent_id))
-                if tip is not None and attempt == 0:
-                    plan = _Plan(tip[0], tip[1], None, False, None)
+                cached = None if tip is None or attempt else self._branches.get(tip)
+                if cached is not None and tip is not None:
+                    # the tip of a cached branch: continue it (what _branch returns for
+                    # this plan, without the call; saver87)
+                    plan = _new_tuple(_Plan, (tip[0], tip[1], None, False, None))
+                    self._branches.move_to_end(tip)
+                    branch = cached
                 else:
-                    plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
-                try:
-                    branch = self._branch(plan)
-                except ConflictError:  # the branch was made or moved since the plan's read
-                    continue
+                    if tip is not None and attempt == 0:
+                        plan = _Plan(tip[0], tip[1], None, False, None)
+                    else:
+                        plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
+                    try:
+                        branch = self._branch(plan)
+                    except ConflictError:  # the branch was made or moved since the plan read
+                        continue
                 parts: dict[str, bytes] = {}
                 held_by: dict[str, _Held] = {}
                 inherited: dict[str, tuple[Any, dict[str, bytes]]] | None = None
                 lost: NotFoundError | None = None  # the parent's parts, swept meanwhile
                 last_values = {} if plan.new_branch else branch.values
                 replan = False
+                # locals, not attribute lookups at each channel (saver87)
+                new, serde, last = put.new, self.serde, branch.last
+                regroup = plan.new_branch  # whether ``have`` must be built again
+                # channels whose parts are never the last checkpoint's as they are
+                made = new if not fresh else new | fresh.keys()
                 for k, version in versions.items():
-                    chan = fresh.get(k)
-                    if chan is None and k in put.new:
-                        chan = (
-                            pack_value(self.serde, k, values[k], branch.last)
-                            if k in values
-                            else _empty(k)
-                        )
-                    if chan is None:
-                        known = last_values.get(k)
-                        if known is not None and known[0] == version:
-                            # The last checkpoint's parts, the very objects the
-                            # recorder hashed: nothing to compare or re-key.
-                            held_by[k] = known
-                            parts.update(known[1])
-                            continue
+                    known = last_values.get(k)
+                    if known is not None and known[0] == version and k not in made:
+                        # The last checkpoint's parts, the very objects the
+                        # recorder hashed: nothing to compare or re-key.
+                        held_by[k] = known
+                        parts.update(known[1])
+                        continue
+                    chan = fresh.get(k) if fresh else None
+                    if chan is not None:
+                        pass
+                    elif k in new:
+                        chan = pack_value(serde, k, values[k], last) if k in values else _empty(k)
+                    else:
                         # The value stored at this version (the parent's part) before
                         # the caller's: a value mutated in place without a new version
                         # reads as LangGraph's savers read it, whether or not this
@@ -279,31 +308,48 @@ class Writer:
                         if held is not None and held[0] == version:
                             chan = held[1]
                         elif k in values:
-                            chan = pack_value(self.serde, k, values[k], branch.last)
+                            chan = pack_value(serde, k, values[k], last)
                         elif lost is not None:
                             raise lost
                     if chan is not None:
-                        chan = {n: _same(branch.last.get(n), b) for n, b in chan.items()}
-                        held_by[k] = (version, chan, chan[CHANNEL + k] != _EMPTY)
+                        # _same() of each part, inline: no call per part (saver87)
+                        same: dict[str, bytes] = {}
+                        for n, b in chan.items():
+                            o = last.get(n)
+                            same[n] = o if o is not None and o == b else b
+                        chan = same
+                        flag = chan[CHANNEL + k] != _EMPTY
+                        held_by[k] = (version, chan, flag)
                         parts.update(chan)
+                        if not regroup:
+                            prev = last_values.get(k)
+                            regroup = prev is None or prev[2] != flag
                 if replan:
                     continue
                 # A held channel's flag was computed when its parts were made: an
-                # unchanged channel's bytes are not looked up and compared again.
-                have = sorted([k for k, h in held_by.items() if h[2]])
+                # unchanged channel's bytes are not looked up and compared again. The
+                # same channels holding values as at the last checkpoint (each one a
+                # known channel or a flag compared above, and no channel gone): the
+                # last checkpoint's sorted list, not a new one (saver87).
+                if regroup or len(held_by) != len(last_values):
+                    have = sorted([k for k, h in held_by.items() if h[2]])
+                else:
+                    have = branch.have
 
                 def extra(
                     cid: bytes, *, plan: _Plan = plan, have: list[str] = have
                 ) -> list[tuple[bytes, bytes | None]]:
-                    # Entry.body() of the entry, without building the Entry (~1.5 us).
-                    body = Entry.body_of(
-                        bytes(cid),
-                        run=plan.run,
-                        branch=plan.branch,
-                        parent=parent_id,
-                        run_id=run_id,
-                        have=have,
-                    )
+                    # Entry.body_of() of the entry, its map spelt out: no call, and
+                    # ``have`` (a list nobody changes) not copied (saver87; the
+                    # entry's bytes are pinned by tests/test_langgraph_put_bytes.py).
+                    body = {
+                        "cp": bytes(cid),
+                        "run": plan.run,
+                        "branch": plan.branch,
+                        "parent": parent_id,
+                        "run_id": run_id,
+                        "have": have,
+                    }
                     return [(key, pack(key, body)), *put.records]
 
                 expect = () if put.expect_entry is None else ((key, put.expect_entry),)
@@ -319,6 +365,7 @@ class Writer:
                         raise  # the entry it replaces changed (deleted): not ours to write
                     continue
                 branch.values = held_by
+                branch.have = have
                 branch.last = parts
                 if branch.tip is not None:
                     self._tips.pop(branch.tip, None)
