@@ -21,15 +21,16 @@ from test_begin_interrupted import interrupted_at
 
 import cpstore
 from cpstore.store import lmdb_registry
+from cpstore.store.lmdb_backend import Durability
 
 
 @pytest.mark.parametrize("durability", ["sync", "none", "batched"])
 def test_a_close_interrupted_at_the_release_lets_the_handle_go(
-    tmp_path: Path, durability: str
+    tmp_path: Path, durability: Durability
 ) -> None:
     path = tmp_path / "s"
-    with cpstore.open(path) as st:
-        cid = st.recorder("r").checkpoint(0, {"a": 1})
+    with cpstore.open(path) as first:
+        cid = first.recorder("r").checkpoint(0, {"a": 1})
     k = 0
     while True:
         k += 1
