@@ -13,7 +13,7 @@ the exception (a REPL's ``sys.last_value``, a runtime logging it):
 - ``recursion_headroom`` (a run document's load) kept the interpreter's recursion limit
   raised and its user counted.
 
-Each is now a ``cpstore.kept.kept_contextmanager``: no landing between the ``yield`` and
+Each is now a ``cpstore.native.kept.kept_contextmanager``: no landing between the ``yield`` and
 the ``with`` block. The landing is found as tests/test_review87_lock_enter.py finds it."""
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 from cpstore.errors import CanonicalEncodingError, InvalidInputError
-from cpstore.kept import kept_contextmanager
 from cpstore.native.canonical import array_header, decode_value
 from cpstore.native.fast_canonical import encode_element
+from cpstore.native.kept import kept_contextmanager
 
 __all__ = ["AppendLog", "array_header", "log_view"]
 

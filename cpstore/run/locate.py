@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from cpstore.kept import kept_contextmanager
 from cpstore.native.binding import msgpack_split
+from cpstore.native.kept import kept_contextmanager
 
 __all__ = [
     "MAX_NESTING",

@@ -24,10 +24,10 @@ from cpstore.errors import (
     InvalidInputError,
     NotFoundError,
 )
-from cpstore.kept import kept_contextmanager
 from cpstore.native.binding import digest
 from cpstore.native.canonical import decode_value
 from cpstore.native.fast_canonical import decode_fast
+from cpstore.native.kept import kept_contextmanager
 from cpstore.store.audit_lookups import GateLookups
 from cpstore.store.audit_named import AUDITED_PREFIX, named_by
 from cpstore.store.audit_permits import index_row

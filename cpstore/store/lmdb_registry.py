@@ -15,7 +15,7 @@ from stat import S_ISLNK
 from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
-from cpstore.kept import kept_contextmanager
+from cpstore.native.kept import kept_contextmanager
 from cpstore.store.lmdb_env import Env
 from cpstore.store.lmdb_open import (
     EnvOptions,

@@ -27,7 +27,7 @@ from cpstore.errors import (
     StoreFullError,
     StoreReadOnlyError,
 )
-from cpstore.kept import kept_contextmanager
+from cpstore.native.kept import kept_contextmanager
 from cpstore.store.backend import Txn
 from cpstore.store.lmdb_errors import translate
 from cpstore.store.lmdb_open import EnvOptions
