@@ -18,7 +18,7 @@ from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore.store as cpstore_store
 from cpstore.errors import InvalidInputError
-from cpstore.langgraph import CpstoreSaver
+from cpstore.langgraph import CpstoreSaver, _write
 from cpstore.langgraph._codec import CHANNEL, pack_typed, pack_value
 from cpstore.langgraph._read import entry_at
 from cpstore.store import Store
@@ -134,3 +134,44 @@ def test_have_follows_values_emptied_added_and_dropped(store: Store) -> None:
             assert branch.have is kept
         kept = branch.have
         assert kept == have
+
+
+def test_the_puts_built_without_their_new_are_whole(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Writer.put`` and a cached branch's plan build their NamedTuples through
+    ``tuple.__new__`` with every field spelt out (saver87): a field added to ``Put`` or
+    ``_Plan`` without those calls would make a tuple one short, read by name wrongly."""
+    assert _write.Put._fields == (  # a new field: add it to Writer.put's _new_tuple too
+        "thread_id", "ns", "parent_id", "checkpoint_id", "step", "run_id", "head_parts",
+        "fresh", "versions", "values", "new", "expect_entry", "records",
+    )  # fmt: skip
+    assert _write._Plan._fields == (  # a new field: add it to Writer.commit's too
+        "run", "branch", "fork_from", "new_branch", "parent",
+    )  # fmt: skip
+    seen: list[Any] = []
+    plans: list[Any] = []
+    commit, branch = _write.Writer.commit, _write.Writer._branch
+
+    def keep_commit(self: Any, put: Any) -> str:
+        seen.append(put)
+        return commit(self, put)
+
+    def keep_branch(self: Any, plan: Any) -> Any:
+        plans.append(plan)
+        return branch(self, plan)
+
+    monkeypatch.setattr(_write.Writer, "commit", keep_commit)
+    monkeypatch.setattr(_write.Writer, "_branch", keep_branch)
+    saver = CpstoreSaver(store)
+    config: dict[str, Any] = {"configurable": {"thread_id": "s87-new", "checkpoint_ns": ""}}
+    for step in range(3):
+        config = _put(saver, config, step, values={"a": step}, versions={"a": str(step + 1)},
+                      new={"a": str(step + 1)})  # fmt: skip
+    assert len(seen) == 3 and plans
+    for put in seen:
+        assert type(put) is _write.Put and len(put) == len(_write.Put._fields)
+        assert _write.Put(**put._asdict()) == put
+        assert (put.expect_entry, put.records, put.step) == (None, (), seen.index(put))
+    for plan in plans:
+        assert type(plan) is _write._Plan and len(plan) == len(_write._Plan._fields)

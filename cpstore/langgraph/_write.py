@@ -109,7 +109,8 @@ class Put(NamedTuple):
 
 #: ``Put.fresh`` of a put made from a LangGraph checkpoint (none: its values are packed).
 _NO_FRESH: Mapping[str, Mapping[str, bytes]] = MappingProxyType({})
-#: ``tuple.__new__``: a NamedTuple of all its fields in order, without its Python ``__new__``.
+#: ``tuple.__new__``: a NamedTuple of all its fields in order, without its Python ``__new__``
+#: (every field spelt out: tests/test_saver87_put_cpu.py pins ``Put``'s and ``_Plan``'s).
 _new_tuple = tuple.__new__
 
 
@@ -280,11 +281,9 @@ class Writer:
                         parts.update(known[1])
                         continue
                     chan = fresh.get(k) if fresh else None
-                    if chan is not None:
-                        pass
-                    elif k in new:
+                    if chan is None and k in new:
                         chan = pack_value(serde, k, values[k], last) if k in values else _empty(k)
-                    else:
+                    elif chan is None:
                         # The value stored at this version (the parent's part) before
                         # the caller's: a value mutated in place without a new version
                         # reads as LangGraph's savers read it, whether or not this

@@ -124,8 +124,8 @@ class Env(EnvTxns):
             self._won = None
             while True:  # LMDB's, the data file held (an interrupt after hold leaked it), the mark
                 try:
-                    if self._let_go():
-                        break
+                    self._let_go()
+                    break
                 except BaseException:  # one landing in the undoing: tried again
                     continue
             raise
@@ -140,16 +140,16 @@ class Env(EnvTxns):
         except BaseException:
             while True:
                 try:
-                    if self._let_go():
-                        break
+                    self._let_go()
+                    break
                 except BaseException:  # one landing in the undoing: tried again
                     continue
             raise
         finally:
             self._won = None  # the caller closes it
 
-    def _let_go(self) -> bool:
-        """Close LMDB's environment (once opened), the held data file and the mark; True.
+    def _let_go(self) -> None:
+        """Close LMDB's environment (once opened), the held data file and the mark.
         Each step may run again: callers loop until it returns, catching each interrupt (a
         signal handler's exception), since one landing at a close's start skipped the
         rest (left86: the held file's descriptor and the mark, with its lock, left open
@@ -160,7 +160,6 @@ class Env(EnvTxns):
         self._tail.close()  # sets its descriptors to None before closing them
         if self._mark is not None:
             self._mark.close()  # until dropped (HolderMark.close)
-        return True
 
     def _open_files(self, data: str, won: int | None) -> None:
         """Decide what the folder holds and open LMDB on it (``self.env``), under the
@@ -327,8 +326,8 @@ class Env(EnvTxns):
             late: BaseException | None = None
             while True:  # each step again until done, each interrupt caught, the last raised
                 try:
-                    if self._let_go():
-                        break
+                    self._let_go()
+                    break
                 except BaseException as exc:
                     late = exc
             if late is not None:
