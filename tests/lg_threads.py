@@ -6,12 +6,14 @@ saver holds is the one LangGraph's loop writes."""
 from __future__ import annotations
 
 import operator
+import subprocess
+import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, TypedDict
 
 from langgraph.checkpoint.base import copy_checkpoint
-from langgraph.graph import START, StateGraph
+from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
 from cpstore.langgraph import CpstoreSaver
@@ -32,6 +34,77 @@ def cfg(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
     if checkpoint_id is not None:
         conf["checkpoint_id"] = checkpoint_id
     return {"configurable": conf}
+
+
+def newest_id(saver: CpstoreSaver, thread: str) -> str:
+    """The id of ``thread``'s newest checkpoint."""
+    tup = saver.get_tuple(cfg(thread))
+    assert tup is not None
+    return str(tup.config["configurable"]["checkpoint_id"])
+
+
+def started(
+    app: Any,
+    saver: CpstoreSaver,
+    threads: Iterable[str],
+    *then: Any,
+    moved_past: Iterable[str] = (),
+) -> dict[str, str]:
+    """Each of ``threads`` invoked with ``{"log": ["in"]}``, then with each of ``then`` in
+    turn: the ids of their newest checkpoints; then each thread of ``moved_past`` moved
+    past it by a copy of it (``__copy__``)."""
+    ids: dict[str, str] = {}
+    for t in threads:
+        app.invoke({"log": ["in"]}, cfg(t))
+        for value in then:
+            app.invoke(value, cfg(t))
+        ids[t] = newest_id(saver, t)
+    for t in moved_past:
+        app.update_state(cfg(t, ids[t]), None, as_node="__copy__")
+    return ids
+
+
+def invoked(
+    app: Any, runs: list[str], value: Any, conf: Any, *, sort: bool = False
+) -> tuple[list[str], list[str], list[str]]:
+    """``app`` invoked with ``value`` on ``conf``: its log (sorted when ``sort``), the
+    values of the interrupts it asks, and the ``runs`` it made."""
+    runs.clear()
+    out = app.invoke(value, conf)
+    log = sorted(out["log"]) if sort else out["log"]
+    return log, [str(i.value) for i in out.get("__interrupt__", ())], list(runs)
+
+
+def a_then_n(
+    saver: CpstoreSaver | None,
+    a: Callable[..., Any],
+    n: Callable[..., Any],
+    *,
+    state: Any = LogState,
+    after_n: Callable[[Any], str] | None = None,
+) -> Any:
+    """``a`` then ``n``, stopped before ``n``; then the end, or (``after_n``) the one of
+    ``a`` and the end it names."""
+    g = StateGraph(state)
+    g.add_node("a", a)
+    g.add_node("n", n)
+    g.add_edge(START, "a")
+    g.add_edge("a", "n")
+    if after_n is None:
+        g.add_edge("n", END)
+    else:
+        g.add_conditional_edges("n", after_n, ["a", END])
+    return g.compile(checkpointer=saver, interrupt_before=["n"])
+
+
+def lg_diff(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``cpstore lg-diff *args --store url`` run as a command."""
+    return subprocess.run(
+        [sys.executable, "-m", "cpstore.cli", "lg-diff", *args, "--store", url],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def put_copy(

@@ -27,3 +27,18 @@ def doc_body(**fields: Any) -> dict[str, Any]:
     }
     body.update(fields)
     return body
+
+
+def marked_document(field: str, mark: str) -> dict[str, Any]:
+    """A document holding the string ``mark`` in one place of ``field``: a token's value
+    ("token", its second token), a harness access ("harness"), a call graph node's
+    field ("node"), the mode ("mode"), or an unknown field ``zzz`` (anything else)."""
+    if field == "token":
+        return doc_body(tokens=[rng_token(0, 1), rng_token(1, mark)])
+    if field == "harness":
+        return doc_body(tokens=[rng_token()], harness_accesses=[mark])
+    if field == "node":
+        return doc_body(tokens=[rng_token()], call_graph=[{"step": 0, "node": "n", "x": mark}])
+    if field == "mode":
+        return doc_body(tokens=[rng_token()], mode=mark)
+    return doc_body(tokens=[rng_token()], zzz=mark)  # an unknown field

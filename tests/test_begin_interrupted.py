@@ -30,6 +30,7 @@ import lmdb
 import pytest
 
 import cpstore
+from cpstore.store import lmdb_open, lmdb_registry
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.lmdb_env import Env
 
@@ -56,21 +57,30 @@ def _after_calls(code: CodeType) -> frozenset[int]:
 _HANDLED = {"POP_EXCEPT", "RERAISE", "RAISE_VARARGS"}
 
 
-def _interrupting(k: int, names: Container[str]) -> tuple[Callable[..., Any], list[str]]:
+def _interrupting(
+    k: int,
+    names: Container[str],
+    *,
+    qualified: bool = False,
+    start_counts: Callable[[FrameType], bool] | None = None,
+) -> tuple[Callable[..., Any], list[str]]:
     """A trace function raising KeyboardInterrupt at the k-th point, in a frame named in
     ``names``, where CPython runs a pending signal's handler: a frame's start, and the
     return of a call of a C function (not of a Python function: its return runs none).
-    Where it landed."""
+    Where it landed. ``qualified``: frames are named by their qualified name
+    (``HolderMark.close``); ``start_counts(frame)``: whether that frame's start is a
+    landing swept (default: every one)."""
     seen, landed = [0], []
     called_python: set[int] = set()  # frames whose last call was of a Python function
 
     def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
         if event == "call" and frame.f_back is not None:
             called_python.add(id(frame.f_back))  # its return is no landing point
-        if frame.f_code.co_name not in names:
+        name = frame.f_code.co_qualname if qualified else frame.f_code.co_name
+        if name not in names:
             return None
         frame.f_trace_opcodes = True
-        at_landing = event == "call" or (
+        at_landing = (event == "call" and (start_counts is None or start_counts(frame))) or (
             event == "opcode"
             and frame.f_lasti in _after_calls(frame.f_code)
             and id(frame) not in called_python
@@ -78,7 +88,7 @@ def _interrupting(k: int, names: Container[str]) -> tuple[Callable[..., Any], li
         if at_landing:
             seen[0] += 1
             if seen[0] == k:
-                landed.append(f"{frame.f_code.co_name}@{frame.f_lasti}")
+                landed.append(f"{name}@{frame.f_lasti}")
                 raise KeyboardInterrupt(landed[0])
         if event == "opcode":
             called_python.discard(id(frame))
@@ -87,21 +97,121 @@ def _interrupting(k: int, names: Container[str]) -> tuple[Callable[..., Any], li
     return trace, landed
 
 
-def interrupted_at(k: int, names: Container[str], call: Callable[[], Any]) -> list[str]:
-    """Run ``call`` with a KeyboardInterrupt raised at its k-th landing in a frame named in
-    ``names`` (:func:`_interrupting`), the collector off while traced; where it landed
-    (empty: ``call`` ran through, its own result dropped). The loop every sweep runs."""
-    trace, landed = _interrupting(k, names)
-    gc.disable()
+def run_traced(
+    trace: Callable[..., Any], call: Callable[[], Any], profile: Callable[..., Any] | None = None
+) -> Any:
+    """``call()`` with ``trace`` (and ``profile``) set and the collector off while traced:
+    its result, None when a KeyboardInterrupt ended it."""
+    gc.disable()  # collector off while hooked: tests/trace_interrupts.py
+    if profile is not None:
+        sys.setprofile(profile)
     sys.settrace(trace)
     try:
-        call()
+        return call()
     except KeyboardInterrupt:
-        pass
+        return None
     finally:
         sys.settrace(None)
+        if profile is not None:
+            sys.setprofile(None)
         gc.enable()
+
+
+def interrupted_at(
+    k: int,
+    names: Container[str],
+    call: Callable[[], Any],
+    *,
+    qualified: bool = False,
+    start_counts: Callable[[FrameType], bool] | None = None,
+) -> list[str]:
+    """Run ``call`` with a KeyboardInterrupt raised at its k-th landing in a frame named in
+    ``names`` (:func:`_interrupting`, with its ``qualified`` and ``start_counts``), the
+    collector off while traced; where it landed (empty: ``call`` ran through, its own
+    result dropped). The loop every sweep runs."""
+    trace, landed = _interrupting(k, names, qualified=qualified, start_counts=start_counts)
+    run_traced(trace, call)
     return landed
+
+
+def sweep_landings(
+    interrupt: Callable[[int], list[str]],
+    left_wrong: Callable[[], str | None],
+    *,
+    at_least: int,
+) -> list[str]:
+    """``interrupt(k)`` (a run interrupted at its k-th landing: where it landed) for k = 1,
+    2, ... until a run goes through, garbage collected after each; after each landing
+    ``left_wrong()`` says what it left wrong (None: nothing), the sweep stopping at the
+    first. What was wrong, and "only n landings" when fewer than ``at_least``."""
+    wrong: list[str] = []
+    k = 0
+    while True:
+        k += 1
+        landed = interrupt(k)
+        gc.collect()
+        if not landed:
+            break
+        why = left_wrong()
+        if why is not None:
+            wrong.append(f"{landed[0]}: {why}")
+            break
+        gc.collect()
+    if k - 1 < at_least:
+        wrong.append(f"only {k - 1} landings")
+    return wrong
+
+
+def one_checkpoint(path: Path) -> str:
+    """A store at ``path`` holding one checkpoint, closed, its garbage collected: its id."""
+    with cpstore.open(path, durability="none") as st:
+        cid: str = st.recorder("r").checkpoint(0, {"a": 1})
+    gc.collect()
+    return cid
+
+
+def read_wrong(path: Path, cid: str) -> str | None:
+    """What an open of ``path`` reads wrong at :func:`one_checkpoint`'s ``cid`` (None:
+    its state)."""
+    with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
+        state = cp.state()
+        return None if state == {"a": 1} else f"read {state!r}"
+
+
+class LockBlocker:
+    """The folder's creation lock held by a descriptor of this process (:meth:`hold`)
+    when an open starts, let go as the open starts to wait for it: while entered,
+    ``lmdb_registry``'s ``lock_folder`` lets go of it first."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fds: list[int] = []
+        self.real = lmdb_open.lock_folder
+
+    def hold(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self.fds.append(fd)
+
+    def let_go(self) -> bool:
+        """Let go of the lock here (an open interrupted before it waited): whether it was
+        still held."""
+        held = bool(self.fds)
+        while self.fds:
+            os.close(self.fds.pop())  # the other holder lets go: a wait ends at once
+        return held
+
+    def _let_go_then_lock(self, key: str, *, exclusive: bool, wait: bool = True) -> Any:
+        self.let_go()
+        return self.real(key, exclusive=exclusive, wait=wait)
+
+    def __enter__(self) -> LockBlocker:
+        setattr(lmdb_registry, "lock_folder", self._let_go_then_lock)  # noqa: B010 (not exported)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(lmdb_registry, "lock_folder", self.real)  # noqa: B010
+        self.let_go()
 
 
 def fds_in(folder: Path) -> list[str]:
@@ -173,15 +283,7 @@ def _sweep(env: Env, begin: Callable[[], Any], end: Callable[[Any], None]) -> in
     while True:
         k += 1
         trace, landed = _interrupting(k, _BEGIN)
-        gc.disable()  # collector off while hooked: tests/trace_interrupts.py
-        sys.settrace(trace)
-        try:
-            got = begin()
-        except KeyboardInterrupt:
-            got = None
-        finally:
-            sys.settrace(None)
-            gc.enable()
+        got = run_traced(trace, begin)
         if not landed:
             end(got)
             return k - 1

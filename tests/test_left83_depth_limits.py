@@ -35,7 +35,7 @@ import msgpack
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from run_docs import doc_body, rng_token
+from run_docs import marked_document
 
 from cpstore.errors import CpstoreError, DocumentError, IntegrityError
 from cpstore.native import binding, ingest_reference
@@ -79,15 +79,7 @@ _MSGPACK_LEAVES = {"int": "\x01", "empty list": "\x90", "empty map": "\x80"}
 
 
 def _document(field: str) -> dict[str, Any]:
-    if field == "token":
-        return doc_body(tokens=[rng_token(0, 1), rng_token(1, MARK)])
-    if field == "harness":
-        return doc_body(tokens=[rng_token()], harness_accesses=[MARK])
-    if field == "node":
-        return doc_body(tokens=[rng_token()], call_graph=[{"step": 0, "node": "n", "x": MARK}])
-    if field == "mode":
-        return doc_body(tokens=[rng_token()], mode=MARK)
-    return doc_body(tokens=[rng_token()], zzz=MARK)  # an unknown field
+    return marked_document(field, MARK)
 
 
 #: Containers around MARK in _document(field) (the value's own depth is added to it).

@@ -19,16 +19,21 @@ make the next open wait for ever.
 
 from __future__ import annotations
 
-import fcntl
-import gc
 import os
 from pathlib import Path
-from typing import Any
 
-from test_begin_interrupted import folder_lock_free, interrupted_at, sweep_in_child
+from test_begin_interrupted import (
+    LockBlocker,
+    folder_lock_free,
+    interrupted_at,
+    one_checkpoint,
+    read_wrong,
+    sweep_in_child,
+    sweep_landings,
+)
 
 import cpstore
-from cpstore.store import lmdb_open, lmdb_registry
+from cpstore.store import lmdb_registry
 
 #: The frames of the registry's open, and the creation lock's take and release.
 _OPENING = {
@@ -47,58 +52,31 @@ def _sweep(path: Path, contended: bool) -> list[str]:
     """Interrupt an open at each landing of ``_OPENING``; what each left wrong.
     ``contended``: the folder's creation lock is held (by a descriptor of this test) when
     the open starts, and let go as the open begins its wait for it."""
-    with cpstore.open(path, durability="none") as st:
-        cid = st.recorder("r").checkpoint(0, {"a": 1})
-    gc.collect()
+    cid = one_checkpoint(path)
     before = set(os.listdir("/proc/self/fd"))
-    real_lock = lmdb_open.lock_folder
-    blocker: list[int] = []
+    waited = [0]
 
-    def let_go_then_lock(key: str, *, exclusive: bool, wait: bool = True) -> Any:
-        while blocker:
-            os.close(blocker.pop())  # the other holder lets go: the wait ends at once
-        return real_lock(key, exclusive=exclusive, wait=wait)
+    def interrupt(k: int) -> list[str]:
+        if contended:
+            blocker.hold()
+        landed = interrupted_at(k, _OPENING, lambda: cpstore.open(path, durability="none").close())
+        waited[0] += not blocker.let_go()  # still held: interrupted before the open waited
+        return landed
 
-    setattr(lmdb_registry, "lock_folder", let_go_then_lock)  # noqa: B010 (not exported)
-    wrong: list[str] = []
-    waited = 0
-    k = 0
-    try:
-        while True:
-            k += 1
-            if contended:
-                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                blocker.append(fd)
-            landed = interrupted_at(
-                k, _OPENING, lambda: cpstore.open(path, durability="none").close()
-            )
-            waited += not blocker
-            while blocker:  # interrupted before the open waited: let go here
-                os.close(blocker.pop())
-            gc.collect()
-            if not landed:
-                break
-            if lmdb_registry._REGISTRY or lmdb_registry._BY_FILE:
-                envs = list(lmdb_registry._BY_FILE.values())
-                wrong.append(f"{landed[0]}: left registered, {envs[0].handles} handle(s)")
-                break
-            if not folder_lock_free(path):
-                wrong.append(f"{landed[0]}: the folder's creation lock held")
-                break
-            if set(os.listdir("/proc/self/fd")) != before:
-                wrong.append(f"{landed[0]}: descriptors left open")
-                break
-            with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
-                if cp.state() != {"a": 1}:
-                    wrong.append(f"{landed[0]}: read {cp.state()!r}")
-            gc.collect()
-    finally:
-        setattr(lmdb_registry, "lock_folder", real_lock)  # noqa: B010
-    if k <= 10:
-        wrong.append(f"only {k - 1} landings")
-    if contended and waited < 5:
-        wrong.append(f"the open waited for the lock in only {waited} runs")
+    def left_wrong() -> str | None:
+        if lmdb_registry._REGISTRY or lmdb_registry._BY_FILE:
+            envs = list(lmdb_registry._BY_FILE.values())
+            return f"left registered, {envs[0].handles} handle(s)"
+        if not folder_lock_free(path):
+            return "the folder's creation lock held"
+        if set(os.listdir("/proc/self/fd")) != before:
+            return "descriptors left open"
+        return read_wrong(path, cid)
+
+    with LockBlocker(path) as blocker:
+        wrong = sweep_landings(interrupt, left_wrong, at_least=10)
+    if contended and waited[0] < 5:
+        wrong.append(f"the open waited for the lock in only {waited[0]} runs")
     return wrong
 
 

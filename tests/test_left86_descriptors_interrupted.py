@@ -21,14 +21,13 @@ from __future__ import annotations
 import fcntl
 import gc
 import os
-import sys
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
-from test_begin_interrupted import _after_calls, interrupted_at
+from test_begin_interrupted import interrupted_at, one_checkpoint, read_wrong, sweep_landings
 
 import cpstore
 from cpstore.store import lmdb_registry
@@ -46,6 +45,17 @@ def _fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
+class _Owned:
+    """The qualified names of ``owner``'s methods ("": none) and ``names``."""
+
+    def __init__(self, owner: str, names: frozenset[str]) -> None:
+        self.owner, self.names = owner, names
+
+    def __contains__(self, name: object) -> bool:
+        own = bool(self.owner) and isinstance(name, str) and name.startswith(self.owner + ".")
+        return own or name in self.names
+
+
 def _interrupted_in(
     k: int,
     owner: str,
@@ -58,81 +68,72 @@ def _interrupted_in(
     ``__init__`` and ``close`` are not names of their own; "": none) and of ``names``
     only. ``not_at_start``: those whose frame's start is no landing swept (one there is
     its caller's to undo)."""
-    seen, landed = [0], []
-    called_python: set[int] = set()
-
-    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
-        if event == "call" and frame.f_back is not None:
-            called_python.add(id(frame.f_back))
-        name = frame.f_code.co_qualname
-        if not (owner and name.startswith(owner + ".")) and name not in names:
-            return None
-        frame.f_trace_opcodes = True
-        at_landing = (event == "call" and name not in not_at_start) or (
-            event == "opcode"
-            and frame.f_lasti in _after_calls(frame.f_code)
-            and id(frame) not in called_python
-        )
-        if at_landing:
-            seen[0] += 1
-            if seen[0] == k:
-                landed.append(f"{name}@{frame.f_lasti}")
-                raise KeyboardInterrupt(landed[0])
-        if event == "opcode":
-            called_python.discard(id(frame))
-        return trace
-
-    gc.disable()
-    sys.settrace(trace)
-    try:
-        call()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sys.settrace(None)
-        gc.enable()
-    return landed
+    return interrupted_at(
+        k,
+        _Owned(owner, names),
+        call,
+        qualified=True,
+        start_counts=lambda frame: frame.f_code.co_qualname not in not_at_start,
+    )
 
 
-def _store(path: Path) -> str:
-    with cpstore.open(path, durability="none") as st:
-        cid: str = st.recorder("r").checkpoint(0, {"a": 1})
+def _sweep_fds(
+    names: Container[str],
+    call: Callable[[], Any],
+    *,
+    at_least: int = 2,
+    fresh: Callable[[], Callable[[], Any]] | None = None,
+    reads: tuple[Path, str] | None = None,
+    qualified: bool = False,
+    start_counts: Callable[[FrameType], bool] | None = None,
+) -> list[str]:
+    """Interrupt ``call`` (or, each time, the one ``fresh()`` makes before the trace is
+    set) at each landing in ``names`` (:func:`interrupted_at`, with its ``qualified`` and
+    ``start_counts``); the landing that left a descriptor (or, with ``reads``, a store's
+    path and checkpoint id, left an environment registered or the store unreadable), and
+    fewer than ``at_least`` landings."""
     gc.collect()
-    return cid
+    before = _fds()
+
+    def interrupt(k: int) -> list[str]:
+        run = call if fresh is None else fresh()
+        return interrupted_at(k, names, run, qualified=qualified, start_counts=start_counts)
+
+    def left_wrong() -> str | None:
+        if _fds() != before:
+            return f"{sorted(_fds() - before)} left open"
+        if reads is None:
+            return None
+        if lmdb_registry._REGISTRY:
+            return "left registered"
+        return read_wrong(*reads)
+
+    return sweep_landings(interrupt, left_wrong, at_least=at_least)
 
 
-def _reads(path: Path, cid: str) -> bool:
-    with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
-        return bool(cp.state() == {"a": 1})
+def _holder_sweep(
+    path: Path,
+    at_least: int,
+    call: Callable[[], Any],
+    fresh: Callable[[], Callable[[], Any]] | None = None,
+) -> list[str]:
+    """:func:`_sweep_fds` of ``call`` (or ``fresh``'s), in ``HolderMark``'s frames (its
+    close's start left out), on a store at ``path`` made to hold one checkpoint."""
+    return _sweep_fds(
+        _Owned("HolderMark", frozenset()),
+        call,
+        at_least=at_least,
+        fresh=fresh,
+        reads=(path, one_checkpoint(path)),
+        qualified=True,
+        start_counts=lambda frame: frame.f_code.co_qualname not in _CLOSE,
+    )
 
 
 @needs_ofd
 def test_an_open_interrupted_in_its_holder_mark_leaves_no_descriptor(tmp_path: Path) -> None:
     path = tmp_path / "s"
-    cid = _store(path)
-    before = _fds()
-    wrong: list[str] = []
-    k = 0
-    while True:
-        k += 1
-        landed = _interrupted_in(
-            k,
-            "HolderMark",
-            lambda: cpstore.open(path, durability="none").close(),
-            not_at_start=_CLOSE,
-        )
-        gc.collect()
-        if not landed:
-            break
-        if _fds() != before:
-            wrong.append(f"{landed[0]}: {sorted(_fds() - before)} left open")
-            break
-        if lmdb_registry._REGISTRY or not _reads(path, cid):
-            wrong.append(f"{landed[0]}: left registered, or the store unreadable")
-            break
-        gc.collect()
-    assert wrong == []
-    assert k > 4
+    assert _holder_sweep(path, 4, lambda: cpstore.open(path, durability="none").close()) == []
 
 
 @needs_ofd
@@ -140,51 +141,18 @@ def test_a_close_interrupted_in_its_holder_marks_release_leaves_no_descriptor(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "s"
-    cid = _store(path)
-    before = _fds()
-    wrong: list[str] = []
-    k = 0
-    while True:
-        k += 1
-        st = cpstore.open(path, durability="none")
-        landed = _interrupted_in(k, "HolderMark", st.close, not_at_start=_CLOSE)
-        gc.collect()
-        if not landed:
-            break
-        if _fds() != before:
-            wrong.append(f"{landed[0]}: {sorted(_fds() - before)} left open")
-            break
-        if lmdb_registry._REGISTRY or not _reads(path, cid):
-            wrong.append(f"{landed[0]}: left registered, or the store unreadable")
-            break
-        gc.collect()
-    assert wrong == []
-    assert k > 1
+    held: list[cpstore.Store] = []
 
+    def fresh() -> Callable[[], Any]:
+        held[:] = [cpstore.open(path, durability="none")]  # kept through the checks
+        return held[0].close
 
-def _sweep_fds(names: set[str], call: Callable[[], Any]) -> list[str]:
-    """Interrupt ``call`` at each landing in ``names``; the landings that left a descriptor."""
-    gc.collect()
-    before = _fds()
-    wrong: list[str] = []
-    k = 0
-    while True:
-        k += 1
-        landed = interrupted_at(k, names, call)
-        gc.collect()
-        if not landed:
-            break
-        if _fds() != before:
-            wrong.append(f"{landed[0]}: {sorted(_fds() - before)} left open")
-            break
-    if k <= 2:
-        wrong.append(f"only {k - 1} landings")
-    return wrong
+    assert _holder_sweep(path, 1, lambda: None, fresh) == []
 
 
 def test_a_pin_of_its_own_interrupted_leaves_no_descriptor(tmp_path: Path) -> None:
     path = tmp_path / "s"
-    _store(path)
+    one_checkpoint(path)
 
     def pin() -> None:
         where, own = pin_folder(str(path), None, ())
@@ -196,7 +164,7 @@ def test_a_pin_of_its_own_interrupted_leaves_no_descriptor(tmp_path: Path) -> No
 
 def test_a_busy_lock_try_interrupted_leaves_no_descriptor(tmp_path: Path) -> None:
     path = tmp_path / "s"
-    _store(path)
+    one_checkpoint(path)
     blocker = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(blocker, fcntl.LOCK_EX)
 
@@ -212,7 +180,7 @@ def test_a_busy_lock_try_interrupted_leaves_no_descriptor(tmp_path: Path) -> Non
 
 def test_a_lock_take_interrupted_leaves_no_descriptor(tmp_path: Path) -> None:
     path = tmp_path / "s"
-    _store(path)
+    one_checkpoint(path)
 
     def take() -> None:
         unlock_folder(lock_folder(str(path), exclusive=True))

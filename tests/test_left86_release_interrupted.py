@@ -21,10 +21,10 @@ open), no descriptor may be left and nothing registered, and the store opens and
 
 from __future__ import annotations
 
-import gc
 import os
 from pathlib import Path
 
+from test_begin_interrupted import one_checkpoint, read_wrong, sweep_landings
 from test_left86_descriptors_interrupted import _interrupted_in
 
 import cpstore
@@ -32,41 +32,30 @@ from cpstore.store import lmdb_registry
 
 
 def _sweep(path: Path, mode: dict[str, object]) -> list[str]:
-    with cpstore.open(path, durability="none") as st:
-        cid = st.recorder("r").checkpoint(0, {"a": 1})
-    gc.collect()
+    cid = one_checkpoint(path)
     before = set(os.listdir("/proc/self/fd"))
-    wrong: list[str] = []
-    k = 0
-    while True:
-        k += 1
-        st = cpstore.open(path, **mode)  # type: ignore[arg-type]
-        landed = _interrupted_in(
+    held: list[cpstore.Store] = []
+
+    def interrupt(k: int) -> list[str]:
+        held[:] = [cpstore.open(path, **mode)]  # type: ignore[arg-type]  # kept through the checks
+        return _interrupted_in(
             k,
             "",
-            st.close,
+            held[0].close,
             names=frozenset({"release_env", "_unregister"}),
             not_at_start=frozenset({"release_env"}),
         )
-        gc.collect()
-        if not landed:
-            break
+
+    def left_wrong() -> str | None:
         if lmdb_registry.is_open_here(str(path)):
-            wrong.append(f"{landed[0]}: still open here, no handle")
-            break
+            return "still open here, no handle"
         if set(os.listdir("/proc/self/fd")) != before:
-            wrong.append(f"{landed[0]}: {sorted(set(os.listdir('/proc/self/fd')) - before)} open")
-            break
+            return f"{sorted(set(os.listdir('/proc/self/fd')) - before)} open"
         if lmdb_registry._REGISTRY or lmdb_registry._BY_FILE or lmdb_registry._LEFT_OPEN:
-            wrong.append(f"{landed[0]}: left registered")
-            break
-        with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
-            if cp.state() != {"a": 1}:
-                wrong.append(f"{landed[0]}: read {cp.state()!r}")
-        gc.collect()
-    if k <= 4:
-        wrong.append(f"only {k - 1} landings")
-    return wrong
+            return "left registered"
+        return read_wrong(path, cid)
+
+    return sweep_landings(interrupt, left_wrong, at_least=4)
 
 
 def test_a_close_interrupted_in_its_release_leaves_nothing_open(tmp_path: Path) -> None:

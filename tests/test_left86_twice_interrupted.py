@@ -21,19 +21,24 @@ descriptor; each undoing now loops until its list is empty, catching what lands 
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from test_begin_interrupted import _after_calls, folder_lock_free, sweep_in_child
+from test_begin_interrupted import (
+    LockBlocker,
+    _interrupting,
+    folder_lock_free,
+    one_checkpoint,
+    run_traced,
+    sweep_in_child,
+)
 
 import cpstore
-from cpstore.store import lmdb_open, lmdb_registry
+from cpstore.store import lmdb_registry
 
 #: This layer's frames (by qualified name).
 _MINE = frozenset(
@@ -57,46 +62,27 @@ _MINE = frozenset(
 _CALLERS_OWN = frozenset({"HolderMark.close", "release_env"})
 
 
+def _starts_counted(frame: FrameType) -> bool:
+    """Whether a frame's start is a landing: not that of one of ``_CALLERS_OWN`` called
+    from outside the layer."""
+    name, back = frame.f_code.co_qualname, frame.f_back
+    return name not in _CALLERS_OWN or (back is not None and back.f_code.co_qualname in _MINE)
+
+
 def _twice(k: int, m: int, call: Callable[[], Any]) -> list[str]:
     """Run ``call`` with a KeyboardInterrupt at its k-th first landing and another at the
     m-th landing after it (module docstring); where they landed."""
-    seen, after, landed = [0], [0], []
-    called_python: set[int] = set()
-
-    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
-        if event == "call" and frame.f_back is not None:
-            called_python.add(id(frame.f_back))
-        name = frame.f_code.co_qualname
-        if name not in _MINE:
-            return None
-        frame.f_trace_opcodes = True
-        at_landing = (
-            event == "call"
-            and (
-                name not in _CALLERS_OWN
-                or (frame.f_back is not None and frame.f_back.f_code.co_qualname in _MINE)
-            )
-        ) or (
-            event == "opcode"
-            and frame.f_lasti in _after_calls(frame.f_code)
-            and id(frame) not in called_python
-        )
-        if event == "opcode":
-            called_python.discard(id(frame))
-        if at_landing:
-            seen[0] += 1
-            if seen[0] == k:
-                landed.append(f"{name}@{frame.f_lasti}")
-                raise KeyboardInterrupt(landed[0])
-        return trace
+    mine = _MINE  # read at each call: tests/test_env_twice_interrupted.py widens it
+    trace, landed = _interrupting(k, mine, qualified=True, start_counts=_starts_counted)
+    after = [0]
 
     def profile(frame: FrameType, event: str, arg: object) -> None:
         if len(landed) != 1 or event not in ("call", "c_return"):
             return
-        if frame.f_code.co_qualname not in _MINE:
+        if frame.f_code.co_qualname not in mine:
             return
         if event == "call" and (
-            frame.f_back is None or frame.f_back.f_code.co_qualname not in _MINE
+            frame.f_back is None or frame.f_back.f_code.co_qualname not in mine
         ):
             return
         after[0] += 1
@@ -104,38 +90,17 @@ def _twice(k: int, m: int, call: Callable[[], Any]) -> list[str]:
             landed.append(f"{frame.f_code.co_qualname}@{frame.f_lasti}:{event}")
             raise KeyboardInterrupt(landed[1])
 
-    gc.disable()
-    sys.setprofile(profile)
-    sys.settrace(trace)
-    try:
-        call()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sys.settrace(None)
-        sys.setprofile(None)
-        gc.enable()
+    run_traced(trace, call, profile)
     return landed
 
 
 def twice_sweep(path: Path, contended: bool) -> list[str]:
     """Every pair of landings of an open and close; the first that left something wrong.
     ``contended``: the creation lock is held when the open starts, let go as it waits."""
-    with cpstore.open(path, durability="none") as st:
-        st.recorder("r").checkpoint(0, {"a": 1})
-    gc.collect()
+    one_checkpoint(path)
     before = set(os.listdir("/proc/self/fd"))
-    real_lock = lmdb_open.lock_folder
-    blocker: list[int] = []
-
-    def let_go_then_lock(key: str, *, exclusive: bool, wait: bool = True) -> Any:
-        while blocker:
-            os.close(blocker.pop())
-        return real_lock(key, exclusive=exclusive, wait=wait)
-
-    setattr(lmdb_registry, "lock_folder", let_go_then_lock)  # noqa: B010 (not exported)
     pairs = 0
-    try:
+    with LockBlocker(path) as blocker:
         k = 0
         while True:
             k += 1
@@ -143,12 +108,9 @@ def twice_sweep(path: Path, contended: bool) -> list[str]:
             while True:
                 m += 1
                 if contended:
-                    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    blocker.append(fd)
+                    blocker.hold()
                 landed = _twice(k, m, lambda: cpstore.open(path, durability="none").close())
-                while blocker:
-                    os.close(blocker.pop())
+                blocker.let_go()
                 gc.collect()
                 if not landed:
                     return [] if pairs > 20 else [f"only {pairs} pairs"]
@@ -163,8 +125,6 @@ def twice_sweep(path: Path, contended: bool) -> list[str]:
                     return [f"{landed}: left registered"]
                 if len(landed) == 1:
                     break  # no landing after the first: the next first landing
-    finally:
-        setattr(lmdb_registry, "lock_folder", real_lock)  # noqa: B010
 
 
 def _in_child(contended: bool, path: Path) -> list[str]:

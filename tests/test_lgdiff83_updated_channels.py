@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.pregel import NodeBuilder, Pregel
 from langgraph.types import Command, Send, interrupt
 from lg_delta import graph as delta_graph
-from lg_threads import NULL_TASK_ID, LogState, cfg, unlike_sets
+from lg_threads import NULL_TASK_ID, LogState, a_then_n, cfg, unlike_sets
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -41,13 +41,7 @@ def _graph(saver: CpstoreSaver, *, again: bool = False, empty: str = "") -> Any:
     def after_n(state: LogState) -> str:
         return "a" if again and state["log"].count("n") == 1 else END
 
-    g = StateGraph(LogState)
-    g.add_node("a", a)
-    g.add_node("n", n)
-    g.add_edge(START, "a")
-    g.add_edge("a", "n")
-    g.add_conditional_edges("n", after_n, ["a", END])
-    return g.compile(checkpointer=saver, interrupt_before=["n"])
+    return a_then_n(saver, a, n, after_n=after_n)
 
 
 def _head(saver: CpstoreSaver, thread: str) -> Any:

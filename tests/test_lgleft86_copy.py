@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
-from lg_threads import LogState, cfg, fast_beside_asks
+from lg_threads import LogState, a_then_n, cfg, fast_beside_asks
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -36,13 +35,7 @@ def _graph(saver: CpstoreSaver, runs: list[str]) -> Any:
         runs.append("n")
         return {"log": ["n"]}
 
-    g = StateGraph(LogState)
-    g.add_node("a", a)
-    g.add_node("n", n)
-    g.add_edge(START, "a")
-    g.add_edge("a", "n")
-    g.add_edge("n", END)
-    return g.compile(checkpointer=saver, interrupt_before=["n"])
+    return a_then_n(saver, a, n)
 
 
 def _copy(app: Any, saver: CpstoreSaver, thread: str) -> tuple[str, str]:

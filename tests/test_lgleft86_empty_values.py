@@ -13,13 +13,10 @@ other: the checkpoint does not say which channel it is, so both are undecidable 
 from __future__ import annotations
 
 import operator
-import subprocess
-import sys
 from typing import Annotated, Any, TypedDict
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.graph import END, START, StateGraph
-from lg_threads import cfg
+from lg_threads import a_then_n, cfg, lg_diff
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_lgsub80_diff_cipher import _serde
 
@@ -52,13 +49,7 @@ def _graph(saver: CpstoreSaver, state: Any) -> Any:
     def n(s: Any) -> dict[str, Any]:
         return {"log": [f"n read {s.get('other')!r} {s.get('count')!r}"]}
 
-    g = StateGraph(state)
-    g.add_node("a", a)
-    g.add_node("n", n)
-    g.add_edge(START, "a")
-    g.add_edge("a", "n")
-    g.add_edge("n", END)
-    return g.compile(checkpointer=saver, interrupt_before=["n"])
+    return a_then_n(saver, a, n, state=state)
 
 
 def _held(saver: CpstoreSaver, thread: str) -> dict[str, Any]:
@@ -142,10 +133,5 @@ def test_lg_diff_exits_11_on_an_empty_list_against_none(url: str) -> None:
         app = _graph(saver, _Reduced)
         for t in ("x", "y"):
             app.invoke({"log": ["in"]}, cfg(t))
-    out = subprocess.run(
-        [sys.executable, "-m", "cpstore.cli", "lg-diff", "x", "y", "--store", url],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = lg_diff(url, "x", "y")
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 12

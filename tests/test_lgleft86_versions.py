@@ -15,14 +15,12 @@ engines."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 from langgraph.channels import LastValue
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END
 from langgraph.pregel import NodeBuilder, Pregel
-from lg_threads import LogState, cfg, put_copy
+from lg_threads import LogState, a_then_n, cfg, lg_diff, put_copy
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -34,13 +32,7 @@ def _graph(saver: CpstoreSaver, *, again: bool = False) -> Any:
     def after_n(state: LogState) -> str:
         return "a" if again and state["log"].count("n") == 1 else END
 
-    g = StateGraph(LogState)
-    g.add_node("a", lambda _: {"log": ["a"]})
-    g.add_node("n", lambda _: {"log": ["n"]})
-    g.add_edge(START, "a")
-    g.add_edge("a", "n")
-    g.add_conditional_edges("n", after_n, ["a", END])
-    return g.compile(checkpointer=saver, interrupt_before=["n"])
+    return a_then_n(saver, lambda _: {"log": ["a"]}, lambda _: {"log": ["n"]}, after_n=after_n)
 
 
 def _version(channel: str) -> Any:
@@ -114,10 +106,5 @@ def test_lg_diff_exits_11_on_a_version_set_to_empty(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         _graph(saver).invoke({"log": ["in"]}, cfg("a"))
         put_copy(saver, "a", "b", writes=False, edit=_version("log"))
-    out = subprocess.run(
-        [sys.executable, "-m", "cpstore.cli", "lg-diff", "a", "b", "--store", url],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = lg_diff(url, "a", "b")
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 12

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from langgraph.types import Command
-from lg_threads import cfg, fast_beside_asks
+from lg_threads import cfg, fast_beside_asks, invoked, started
 from pg_cluster import backend_url  # noqa: F401 - fixture
 from test_review86_named_newest import _twice
 
@@ -39,16 +39,8 @@ def _command(kind: str, node: str) -> Command[Any]:
     return Command(update={"log": ["up"]}, goto=node)
 
 
-def _newest(saver: CpstoreSaver, thread: str) -> str:
-    tup = saver.get_tuple(cfg(thread))
-    assert tup is not None
-    return str(tup.config["configurable"]["checkpoint_id"])
-
-
 def _run(app: Any, runs: list[str], value: Any, conf: Any) -> tuple[Any, list[str], list[str]]:
-    runs.clear()
-    out = app.invoke(value, conf)
-    return sorted(out["log"]), [str(i.value) for i in out.get("__interrupt__", ())], list(runs)
+    return invoked(app, runs, value, conf, sort=True)  # the log sorted
 
 
 @pytest.mark.parametrize("kind", _COMMANDS)
@@ -59,10 +51,7 @@ def test_a_command_without_resume_reruns_a_finished_task_on_the_named_side(
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
         app = fast_beside_asks(saver, runs)
-        for t in ("u", "n", "p"):
-            app.invoke({"log": ["in"]}, cfg(t))
-        ids = {t: _newest(saver, t) for t in ("n", "p")}
-        app.update_state(cfg("p", ids["p"]), None, as_node="__copy__")
+        ids = started(app, saver, ("u", "n", "p"), moved_past=("p",))
         named = diff_threads(saver.store, cfg("u"), cfg("n", ids["n"]))
         assert not named.same and named.undecidable and named.nodes == ("fast",), named.summary
         past = diff_threads(saver.store, cfg("u"), cfg("p", ids["p"]))
@@ -87,11 +76,7 @@ def test_a_command_without_resume_drops_the_resume_values_on_the_named_side(
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
         app = _twice(saver, runs)
-        for t in ("u", "n", "p"):
-            app.invoke({"log": ["in"]}, cfg(t))
-            app.invoke(Command(resume="A1"), cfg(t))
-        ids = {t: _newest(saver, t) for t in ("n", "p")}
-        app.update_state(cfg("p", ids["p"]), None, as_node="__copy__")
+        ids = started(app, saver, ("u", "n", "p"), Command(resume="A1"), moved_past=("p",))
         for other in (cfg("n", ids["n"]), cfg("p", ids["p"])):
             diff = diff_threads(saver.store, cfg("u"), other)
             assert not diff.same and diff.undecidable, diff.summary

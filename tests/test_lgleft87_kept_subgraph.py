@@ -19,23 +19,15 @@ engines."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
-from lg_threads import LogState, cfg
+from lg_threads import LogState, cfg, invoked, lg_diff, newest_id, started
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
-
-
-def _newest(saver: CpstoreSaver, thread: str) -> str:
-    tup = saver.get_tuple(cfg(thread))
-    assert tup is not None
-    return str(tup.config["configurable"]["checkpoint_id"])
 
 
 def _sub(runs: list[str], shape: str, *, kept: bool) -> Any:
@@ -76,20 +68,12 @@ def _parent(saver: CpstoreSaver, runs: list[str], shape: str, *, kept: bool) -> 
 
 
 def _run(app: Any, runs: list[str], value: Any, conf: Any) -> tuple[Any, list[str], list[str]]:
-    runs.clear()
-    out = app.invoke(value, conf)
-    return sorted(out["log"]), [str(i.value) for i in out.get("__interrupt__", ())], list(runs)
+    return invoked(app, runs, value, conf, sort=True)  # the log sorted
 
 
 def _threads(app: Any, saver: CpstoreSaver) -> dict[str, str]:
     """Threads u1 u2 n1 n2 p1 p2 interrupted alike; p1 and p2 moved past (``__copy__``)."""
-    ids: dict[str, str] = {}
-    for t in ("u1", "u2", "n1", "n2", "p1", "p2"):
-        app.invoke({"log": ["in"]}, cfg(t))
-        ids[t] = _newest(saver, t)
-    for t in ("p1", "p2"):
-        app.update_state(cfg(t, ids[t]), None, as_node="__copy__")
-    return ids
+    return started(app, saver, ("u1", "u2", "n1", "n2", "p1", "p2"), moved_past=("p1", "p2"))
 
 
 @pytest.mark.parametrize(
@@ -148,15 +132,8 @@ def test_a_subgraph_s_interrupt_alone_named_against_none_stays_the_same(
 
 def test_lg_diff_exits_11_on_a_kept_subgraph_named_by_id(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
-        app = _parent(saver, [], "fast", kept=True)
-        for t in ("a", "b"):
-            app.invoke({"log": ["in"]}, cfg(t))
-        named = _newest(saver, "b")
-    out = subprocess.run(
-        [sys.executable, "-m", "cpstore.cli", "lg-diff", "a", "b", "--checkpoint-b", named,
-         "--store", url],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        named = started(_parent(saver, [], "fast", kept=True), saver, ("a", "b"))["b"]
+    out = lg_diff(url, "a", "b", "--checkpoint-b", named)
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 0
 
 
@@ -170,12 +147,7 @@ def test_a_kept_subgraph_s_second_run_starts_over_from_its_first_s_end(
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
         app = _parent(saver, runs, shape, kept=True)
-        ids: dict[str, str] = {}
-        for t in ("u1", "u2", "n1", "n2"):
-            app.invoke({"log": ["in"]}, cfg(t))
-            app.invoke(Command(resume="r1"), cfg(t))
-            app.invoke({"log": ["in2"]}, cfg(t))
-            ids[t] = _newest(saver, t)
+        ids = started(app, saver, ("u1", "u2", "n1", "n2"), Command(resume="r1"), {"log": ["in2"]})
         diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
         # before (pre): "same values at all 5 checkpoints"
         assert diff.same == (shape == "alone") and diff.undecidable != diff.same, diff.summary
@@ -204,9 +176,7 @@ def test_a_nested_subgraph_started_over_is_undecidable(url: str, outer: bool, in
         g.add_node("outer", mid.compile(checkpointer=True if outer else None))
         g.add_edge(START, "outer")
         app = g.compile(checkpointer=saver)
-        for t in ("u1", "u2", "n1", "n2"):
-            app.invoke({"log": ["in"]}, cfg(t))
-        ids = {t: _newest(saver, t) for t in ("n1", "n2")}
+        ids = started(app, saver, ("u1", "u2", "n1", "n2"))
         diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
         # before: "same values at all 2 checkpoints"
         assert not diff.same and diff.undecidable and "inner" in diff.nodes, diff.summary
@@ -228,7 +198,7 @@ def test_after_update_state_only_a_kept_subgraph_resumes_otherwise(url: str, kep
         for t in ("u1", "u2", "n1", "n2"):
             app.invoke({"log": ["in"]}, cfg(t))
             app.update_state(cfg(t), {"log": ["x"]}, as_node="__start__")
-        ids = {t: _newest(saver, t) for t in ("n1", "n2")}
+        ids = {t: newest_id(saver, t) for t in ("n1", "n2")}
         diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
         # before (kept): "same values at all 3 checkpoints"
         assert diff.same != kept and diff.undecidable == kept, diff.summary

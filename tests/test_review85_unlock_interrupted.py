@@ -16,12 +16,18 @@ descriptors out of a list as one C call closes each, and is tried again from an
 
 from __future__ import annotations
 
-import gc
 import os
 from pathlib import Path
 
 import test_compact_interrupted as compact
-from test_begin_interrupted import folder_lock_free, interrupted_at, sweep_in_child
+from test_begin_interrupted import (
+    folder_lock_free,
+    interrupted_at,
+    one_checkpoint,
+    read_wrong,
+    sweep_in_child,
+    sweep_landings,
+)
 
 import cpstore
 from cpstore.store import lmdb_registry
@@ -40,34 +46,22 @@ _LOCKING = {
 
 def _open_sweep(path: Path) -> list[str]:
     """Interrupt an open at each landing in the locking frames; what each left wrong."""
-    with cpstore.open(path, durability="none") as st:
-        cid = st.recorder("r").checkpoint(0, {"a": 1})
-    gc.collect()
+    cid = one_checkpoint(path)
     before = set(os.listdir("/proc/self/fd"))
-    wrong: list[str] = []
-    k = 0
-    while True:
-        k += 1
-        landed = interrupted_at(k, _LOCKING, lambda: cpstore.open(path, durability="none").close())
-        gc.collect()
-        if not landed:
-            break
+
+    def interrupt(k: int) -> list[str]:
+        return interrupted_at(k, _LOCKING, lambda: cpstore.open(path, durability="none").close())
+
+    def left_wrong() -> str | None:
         if not folder_lock_free(path):
-            wrong.append(f"{landed[0]}: the folder's creation lock held")
-            break  # every open would wait on it
+            return "the folder's creation lock held"  # every open would wait on it
         if set(os.listdir("/proc/self/fd")) != before:
-            wrong.append(f"{landed[0]}: descriptors left open")
-            break
+            return "descriptors left open"
         if lmdb_registry._REGISTRY:
-            wrong.append(f"{landed[0]}: an environment left registered")
-            break
-        with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
-            if cp.state() != {"a": 1}:
-                wrong.append(f"{landed[0]}: read {cp.state()!r}")
-        gc.collect()
-    if k <= 10:
-        wrong.append(f"only {k - 1} landings")
-    return wrong
+            return "an environment left registered"
+        return read_wrong(path, cid)
+
+    return sweep_landings(interrupt, left_wrong, at_least=10)
 
 
 def _compact_sweep(path: Path) -> list[str]:

@@ -17,22 +17,14 @@ newest was "same" with the same None resumes differing. Both engines."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
-from lg_threads import LogState, cfg, fast_beside_asks
+from lg_threads import LogState, cfg, fast_beside_asks, invoked, lg_diff, started
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
-
-
-def _newest(saver: CpstoreSaver, thread: str) -> str:
-    tup = saver.get_tuple(cfg(thread))
-    assert tup is not None
-    return str(tup.config["configurable"]["checkpoint_id"])
 
 
 def _twice(saver: CpstoreSaver, runs: list[str]) -> Any:
@@ -49,20 +41,11 @@ def _twice(saver: CpstoreSaver, runs: list[str]) -> Any:
     return g.compile(checkpointer=saver)
 
 
-def _run(app: Any, runs: list[str], value: Any, conf: Any) -> tuple[Any, list[str], list[str]]:
-    runs.clear()
-    out = app.invoke(value, conf)
-    return out["log"], [str(i.value) for i in out.get("__interrupt__", ())], list(runs)
-
-
 def test_a_side_naming_the_newest_by_id_against_none_is_undecidable(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
         app = fast_beside_asks(saver, runs)
-        threads = ("a", "b", "c", "d", "e")
-        for t in threads:
-            app.invoke({"log": ["in"]}, cfg(t))
-        ids = {t: _newest(saver, t) for t in threads}
+        ids = started(app, saver, ("a", "b", "c", "d", "e"))
         diff = diff_threads(saver.store, cfg("a"), cfg("b", ids["b"]))
         # before: "same values at all 2 checkpoints"
         assert not diff.same and diff.undecidable and diff.pending, diff.summary
@@ -75,23 +58,19 @@ def test_a_side_naming_the_newest_by_id_against_none_is_undecidable(url: str) ->
         assert diff_threads(saver.store, cfg("a"), cfg("b")).same
         # each resume on a thread of its own: invoked with None, fast runs again on the
         # named side only; with Command(resume=...) on neither
-        assert _run(app, runs, None, cfg("a"))[2] == []
-        assert _run(app, runs, None, cfg("b", ids["b"]))[2] == ["fast"]
-        assert _run(app, runs, Command(resume="y"), cfg("c"))[2] == []
-        assert _run(app, runs, Command(resume="y"), cfg("d", ids["d"]))[2] == []
+        assert invoked(app, runs, None, cfg("a"))[2] == []
+        assert invoked(app, runs, None, cfg("b", ids["b"]))[2] == ["fast"]
+        assert invoked(app, runs, Command(resume="y"), cfg("c"))[2] == []
+        assert invoked(app, runs, Command(resume="y"), cfg("d", ids["d"]))[2] == []
 
 
 def test_resume_values_only_against_a_side_naming_none_are_undecidable(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
         app = _twice(saver, runs)
+        # the first answered, the second asked; a copy moves p1 and p2 past it
         threads = ("u1", "u2", "n1", "p1", "p2")
-        for t in threads:
-            app.invoke({"log": ["in"]}, cfg(t))
-            app.invoke(Command(resume="A1"), cfg(t))  # the first answered, the second asked
-        ids = {t: _newest(saver, t) for t in threads}
-        for t in ("p1", "p2"):  # a copy moves each thread past its interrupted checkpoint
-            app.update_state(cfg(t, ids[t]), None, as_node="__copy__")
+        ids = started(app, saver, threads, Command(resume="A1"), moved_past=("p1", "p2"))
         for named in (cfg("n1", ids["n1"]), cfg("p1", ids["p1"])):
             diff = diff_threads(saver.store, cfg("u1"), named)
             # before: "same values at all 2 checkpoints"
@@ -101,25 +80,18 @@ def test_resume_values_only_against_a_side_naming_none_are_undecidable(url: str)
         assert diff_threads(saver.store, cfg("n1", ids["n1"]), cfg("p2", ids["p2"])).same
         done: tuple[list[str], list[str], list[str]] = (["in", "A1/A1"], [], ["twice"])
         asked = (["in"], ["first?"], ["twice"])
-        assert _run(app, runs, None, cfg("u1")) == done  # its null resume answers both
-        assert _run(app, runs, None, cfg("n1", ids["n1"])) == asked
-        assert _run(app, runs, None, cfg("p1", ids["p1"])) == asked
+        assert invoked(app, runs, None, cfg("u1")) == done  # its null resume answers both
+        assert invoked(app, runs, None, cfg("n1", ids["n1"])) == asked
+        assert invoked(app, runs, None, cfg("p1", ids["p1"])) == asked
         # with Command(resume=...) the resume values are kept on both
-        assert _run(app, runs, Command(resume="Z"), cfg("u2"))[0] == ["in", "A1/Z"]
-        assert _run(app, runs, Command(resume="Z"), cfg("p2", ids["p2"]))[0] == ["in", "A1/Z"]
+        assert invoked(app, runs, Command(resume="Z"), cfg("u2"))[0] == ["in", "A1/Z"]
+        assert invoked(app, runs, Command(resume="Z"), cfg("p2", ids["p2"]))[0] == ["in", "A1/Z"]
 
 
 def test_lg_diff_exits_11_on_a_side_naming_the_newest_by_id(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
-        app = fast_beside_asks(saver, [])
-        for t in ("a", "b"):
-            app.invoke({"log": ["in"]}, cfg(t))
-        named = _newest(saver, "b")
-    out = subprocess.run(
-        [sys.executable, "-m", "cpstore.cli", "lg-diff", "a", "b", "--checkpoint-b", named,
-         "--store", url],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        named = started(fast_beside_asks(saver, []), saver, ("a", "b"))["b"]
+    out = lg_diff(url, "a", "b", "--checkpoint-b", named)
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 0
 
 
@@ -138,12 +110,7 @@ def test_a_subgraph_s_finished_writes_under_a_side_named_by_id_are_undecidable(
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
         app = _parent(saver, runs)
-        threads = ("a", "b", "c", "p1", "p2")
-        for t in threads:
-            app.invoke({"log": ["in"]}, cfg(t))
-        ids = {t: _newest(saver, t) for t in threads}
-        for t in ("p1", "p2"):
-            app.update_state(cfg(t, ids[t]), None, as_node="__copy__")
+        ids = started(app, saver, ("a", "b", "c", "p1", "p2"), moved_past=("p1", "p2"))
         for a, b in (
             (cfg("a"), cfg("b", ids["b"])),  # both newest, one named
             (cfg("c", ids["c"]), cfg("c")),  # one thread named both ways
@@ -153,13 +120,13 @@ def test_a_subgraph_s_finished_writes_under_a_side_named_by_id_are_undecidable(
             # before: "same values at all 2 checkpoints" (one thread: "... one checkpoint
             # of one thread on both sides")
             assert not diff.same and diff.undecidable and diff.nodes == ("fast",), diff.summary
-        assert _run(app, runs, None, cfg("a"))[2] == []
-        assert _run(app, runs, None, cfg("b", ids["b"]))[2] == ["fast"]  # replayed below
-        assert _run(app, runs, None, cfg("p1", ids["p1"]))[2] == ["fast"]
+        assert invoked(app, runs, None, cfg("a"))[2] == []
+        assert invoked(app, runs, None, cfg("b", ids["b"]))[2] == ["fast"]  # replayed below
+        assert invoked(app, runs, None, cfg("p1", ids["p1"]))[2] == ["fast"]
         # with Command(resume=...) neither runs fast again
         want: tuple[list[str], list[str], list[str]] = (["in", "in", "asked y", "fast"], [], [])
-        assert _run(app, runs, Command(resume="y"), cfg("c")) == want
-        assert _run(app, runs, Command(resume="y"), cfg("p2", ids["p2"])) == want
+        assert invoked(app, runs, Command(resume="y"), cfg("c")) == want
+        assert invoked(app, runs, Command(resume="y"), cfg("p2", ids["p2"])) == want
 
 
 def test_an_interrupt_alone_named_against_none_stays_the_same(url: str) -> None:
@@ -176,15 +143,12 @@ def test_an_interrupt_alone_named_against_none_stays_the_same(url: str) -> None:
         g.add_node("asks", asks)
         g.add_edge(START, "asks")
         app = g.compile(checkpointer=saver)
-        threads = ("u1", "u2", "n1", "n2")
-        for t in threads:
-            app.invoke({"log": ["in"]}, cfg(t))
-        ids = {t: _newest(saver, t) for t in threads}
+        ids = started(app, saver, ("u1", "u2", "n1", "n2"))
         assert diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"])).same
         assert diff_threads(saver.store, cfg("n2", ids["n2"]), cfg("n2")).same
         asked = (["in"], ["q?"], ["asks"])
-        assert _run(app, runs, None, cfg("u1")) == asked
-        assert _run(app, runs, None, cfg("n1", ids["n1"])) == asked
+        assert invoked(app, runs, None, cfg("u1")) == asked
+        assert invoked(app, runs, None, cfg("n1", ids["n1"])) == asked
         answered: tuple[list[str], list[str], list[str]] = (["in", "z"], [], ["asks"])
-        assert _run(app, runs, Command(resume="z"), cfg("u2")) == answered
-        assert _run(app, runs, Command(resume="z"), cfg("n2", ids["n2"])) == answered
+        assert invoked(app, runs, Command(resume="z"), cfg("u2")) == answered
+        assert invoked(app, runs, Command(resume="z"), cfg("n2", ids["n2"])) == answered

@@ -14,14 +14,12 @@ alike (``tests/test_lgleft86_copy.py``). Both engines."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
-from lg_threads import LogState, cfg
+from lg_threads import LogState, a_then_n, cfg, lg_diff
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -33,24 +31,20 @@ def _n(_: LogState, config: RunnableConfig) -> dict[str, Any]:
 
 
 def _copied(saver: CpstoreSaver) -> Any:
-    """``a`` then ``n``, stopped before ``n``."""
-    g = StateGraph(LogState)
-    g.add_node("a", lambda _: {"log": ["a"]})
-    g.add_node("n", _n)
-    g.add_edge(START, "a")
-    g.add_edge("a", "n")
-    g.add_edge("n", END)
-    return g.compile(checkpointer=saver, interrupt_before=["n"])
+    """``a`` then ``n``, stopped before ``n``, run on ``o`` and ``c``, and ``c``'s newest
+    copied (``__copy__``)."""
+    app = a_then_n(saver, lambda _: {"log": ["a"]}, _n)
+    for t in ("o", "c"):
+        app.invoke({"log": ["in"]}, cfg(t))
+    tup = saver.get_tuple(cfg("c"))
+    assert tup is not None
+    app.update_state(tup.config, None, as_node="__copy__")
+    return app
 
 
 def test_a_copy_against_its_original_is_undecidable(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         app = _copied(saver)
-        for t in ("o", "c"):
-            app.invoke({"log": ["in"]}, cfg(t))
-        tup = saver.get_tuple(cfg("c"))
-        assert tup is not None
-        app.update_state(tup.config, None, as_node="__copy__")
         diff = diff_threads(saver.store, cfg("o"), cfg("c"))
         # before: "same values at all 3 checkpoints (the last checkpoints are step 1 on
         # A and 2 on B)"
@@ -96,16 +90,6 @@ def test_a_step_recorded_on_one_side_only_is_undecidable(url: str) -> None:
 
 def test_lg_diff_exits_11_on_a_copy_against_its_original(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
-        app = _copied(saver)
-        for t in ("o", "c"):
-            app.invoke({"log": ["in"]}, cfg(t))
-        tup = saver.get_tuple(cfg("c"))
-        assert tup is not None
-        app.update_state(tup.config, None, as_node="__copy__")
-    out = subprocess.run(
-        [sys.executable, "-m", "cpstore.cli", "lg-diff", "o", "c", "--store", url],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+        _copied(saver)
+    out = lg_diff(url, "o", "c")
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 0

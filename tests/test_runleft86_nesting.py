@@ -23,7 +23,7 @@ from typing import Any
 
 import msgpack
 import pytest
-from run_docs import doc_body, rng_token
+from run_docs import doc_body, marked_document, rng_token
 
 from cpstore.errors import CpstoreError
 from cpstore.run.document import _decode, load_document, parse_document
@@ -43,15 +43,7 @@ _FIELDS = {
 
 
 def _document(field: str) -> dict[str, Any]:
-    if field == "token":
-        return doc_body(tokens=[rng_token(0, 1), rng_token(1, MARK)])
-    if field == "harness":
-        return doc_body(tokens=[rng_token()], harness_accesses=[MARK])
-    if field == "node":
-        return doc_body(tokens=[rng_token()], call_graph=[{"step": 0, "node": "n", "x": MARK}])
-    if field == "mode":
-        return doc_body(tokens=[rng_token()], mode=MARK)
-    return doc_body(tokens=[rng_token()], zzz=MARK)
+    return marked_document(field, MARK)
 
 
 def _raw(field: str, encoding: str, total: int, *, after: Any = None) -> bytes:

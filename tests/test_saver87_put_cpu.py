@@ -8,35 +8,19 @@ value's pair as given. Each is checked against what it replaced, on both engines
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixtures
+from pg_cluster import backend_store  # noqa: F401 - fixture
 
-import cpstore.store as cpstore_store
 from cpstore.errors import InvalidInputError
 from cpstore.langgraph import CpstoreSaver, _write
 from cpstore.langgraph._codec import CHANNEL, pack_typed, pack_value
 from cpstore.langgraph._read import entry_at
 from cpstore.store import Store
 from cpstore.store.lg_index import checkpoint_key, pack
-
-
-@pytest.fixture(params=["lmdb", "postgresql"])
-def store(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Store]:
-    if request.param == "lmdb":
-        url = str(tmp_path_factory.mktemp("s87") / "s")
-    else:
-        request.getfixturevalue("pg_cluster")
-        url = str(fresh_url())
-    st = cpstore_store.open(url)
-    yield st
-    st.close()
 
 
 def _generic_pack(kind: str, data: bytes) -> bytes:
