@@ -322,10 +322,15 @@ class TailCover:
         return False
 
     def close(self) -> None:
-        """Close the held descriptor (in the opening process)."""
-        metas, self.metas, self.info = self.metas, None, None
+        """Close the held descriptor (in the opening process). Each step may run again
+        (Env._let_go's loop): the map is forgotten only once closed (closing a closed map
+        does nothing); taken into a local first, an interrupt (a signal handler's exception)
+        landing on ``isinstance``'s return left it, with the descriptor it holds, to that
+        exception's traceback, a cycle only the collector frees (intr88)."""
+        metas = self.metas
         if isinstance(metas, mmap.mmap):
             metas.close()
+        self.metas = self.info = None
         fd, held, self.fd, self.held = self.fd, self.held, None, None
         if held is not None:
             os.close(held)
