@@ -258,10 +258,17 @@ class TailCover:
         need = (last_pgno + 1) * self.psize
         if need <= self.covered:
             return
-        fd = self.fd
+        data = self.data
         try:
-            if fd is None:
-                fd = self.fd = os.open(self.data, os.O_WRONLY | os.O_CLOEXEC)
+            if self.fd is None:
+                # Kept as it is opened (map opens, the loop's step stores: no landing
+                # between), as in hold: an interrupt (a signal handler's exception) landing
+                # on a bare open's return leaked the descriptor (intr88).
+                for self.fd in map(os.open, (data,), (os.O_WRONLY | os.O_CLOEXEC,)):
+                    pass
+            fd = self.fd
+            if fd is None:  # mypy: the loop above ran once or raised
+                return
             size = os.fstat(fd).st_size
             target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
             if size < target:
