@@ -82,8 +82,13 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
     ``last_pgno`` and ``txnid`` are LMDB's own (``env.info()``): the meta page
     read here must agree with both, or the answer is None.
     """
-    fd = os.open(path, os.O_RDONLY)
+    # Kept as it is opened (one C call: map opens, extend keeps), inside the try that
+    # closes it: an interrupt (a signal handler's exception) landing on a bare open's
+    # return leaked the descriptor (intr88).
+    fds: list[int] = []
     try:
+        fds.extend(map(os.open, (path,), (os.O_RDONLY | os.O_CLOEXEC,)))
+        fd = fds[0]
         file_pages = os.fstat(fd).st_size // psize
 
         def page(pgno: int) -> bytes | None:
@@ -145,7 +150,8 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
                         stack.append(root)
         return highest
     finally:
-        os.close(fd)
+        if fds:
+            os.close(fds[0])
 
 
 def check_data_size(
