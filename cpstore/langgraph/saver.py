@@ -15,7 +15,7 @@ import random
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -54,6 +54,7 @@ from cpstore.langgraph._read import (
     stored_writes,
 )
 from cpstore.langgraph._write import Writer
+from cpstore.native.kept import kept_contextmanager
 from cpstore.store import Store
 from cpstore.store.lg_index import (
     CHECKPOINT_PREFIX,
@@ -146,11 +147,15 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         return Loader(txn, self.store, serde, held[2], held[3], share=share)
 
     @classmethod
-    @contextmanager
+    @kept_contextmanager
     def from_conn_string(
         cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
     ) -> Iterator[CpstoreSaver]:
-        """Open ``cpstore.open(conn_string, **options)``, yield a saver, close the store on exit."""
+        """Open ``cpstore.open(conn_string, **options)``, yield a saver, close the store on exit.
+
+        A ``kept_contextmanager``: an interrupt (a signal handler's exception) landing on
+        contextlib's ``next()`` return in ``__enter__`` kept the opened store open, its
+        handle counted, while the caller kept the exception (intr88)."""
         store = _store.open(conn_string, **options)
         try:
             yield cls(store, serde=serde)

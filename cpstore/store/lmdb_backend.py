@@ -178,32 +178,37 @@ class LmdbBackend(BackendBase):
             return
         self._reentry.refuse()  # a signal handler's close: never under a write under way
         done = threading.Event()
-        with self._close_claim:
-            closer = self._closer
-            if closer is None:
-                self._closer = (threading.get_ident(), done)
-        if closer is not None:
-            if closer[0] != threading.get_ident():  # never waits for itself
-                self._owners.wait_closed(closer[1])  # raises if it would wait on this one
-                self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
-            return
+        mine = (threading.get_ident(), done)
         failed: BaseException | None = None
+        # The claim is taken inside the try whose finally ends it: an interrupt (a signal
+        # handler's exception) landing on the claim lock's release (a C call's return) left
+        # it set, so every later close returned at once, clean, the store open for the
+        # process's life (and a batched store refused every put: "closing"; intr88).
         try:
+            with self._close_claim:
+                closer = self._closer
+                if closer is None:
+                    self._closer = mine
+            if closer is not None:
+                if closer[0] != mine[0]:  # never waits for itself
+                    self._owners.wait_closed(closer[1])  # raises if it would wait on this one
+                    self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
+                return
             if self.durability == "batched":
-                try:
-                    self._owners.drain(self.flush, self._pending)  # raises as flush()
-                except BaseException as exc:
-                    failed = exc  # kept open if its batch is queued again (no call here)
-                    raise
+                self._owners.drain(self.flush, self._pending)  # raises as flush()
+        except BaseException as exc:
+            failed = exc  # kept open if its batch is queued again (no call here)
+            raise
         finally:
-            try:  # kept open: the next close or the exit flush commits it (closed, lost)
-                if failed is not None and self._pending:
-                    self._closer = None
-                else:
-                    self._closed = True
-                    self._release(failed)
-            finally:
-                done.set()
+            if self._closer is mine:
+                try:  # kept open: the next close or the exit flush commits it (closed, lost)
+                    if failed is not None and self._pending:
+                        self._closer = None
+                    else:
+                        self._closed = True
+                        self._release(failed)
+                finally:
+                    done.set()
 
     def _release(self, failed: BaseException | None) -> None:
         """``release_env`` (left open: raised, or a note on ``failed``), tried again while

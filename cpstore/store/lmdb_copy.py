@@ -35,11 +35,12 @@ import errno
 import fcntl
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import lmdb
 
 from cpstore.errors import InvalidInputError, StoreError
+from cpstore.native.kept import kept_contextmanager
 from cpstore.store.lmdb_env import LMDB_TABLES, Env
 from cpstore.store.lmdb_open import close_on_exec, creation_lock
 from cpstore.store.lmdb_registry import pinned_for_compact, registry_settled, reserved_for_compact
@@ -48,11 +49,16 @@ __all__ = ["compact_in_place", "copy_env", "copy_open", "space_of"]
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    # Kept as it is opened (one C call: map opens, extend keeps), inside the try that
+    # closes it: an interrupt (a signal handler's exception) landing on a bare open's
+    # return leaked the descriptor, and with it a compaction's deleted copy (intr88).
+    fds: list[int] = []
     try:
-        os.fsync(fd)
+        fds.extend(map(os.open, (path,), (os.O_RDONLY | (os.O_DIRECTORY if directory else 0),)))
+        os.fsync(fds[0])
     finally:
-        os.close(fd)
+        if fds:
+            os.close(fds[0])
 
 
 def _check_dest(dest: str) -> bool:
@@ -219,8 +225,8 @@ def _swap_compacted(path: str, check: Callable[[str, int], None]) -> tuple[int, 
     return before, os.path.getsize(data)
 
 
-@contextlib.contextmanager
-def _exclusive(lock_path: str, where: str):  # type: ignore[no-untyped-def]
+@kept_contextmanager  # contextlib's: a landing on next()'s return kept the lock (intr88)
+def _exclusive(lock_path: str, where: str) -> Iterator[None]:
     """Hold LMDB's liveness byte exclusively, or refuse: another process has the store open."""
     fds: list[int] = []
     try:

@@ -163,18 +163,20 @@ def _device(path: str, kernel_dev: str | None = None) -> tuple[str, int] | None:
 
 def _read_proc(path: str) -> str | None:
     """The text of a ``/proc`` file, or None when it cannot be read (gone, not ours)."""
+    # Kept as it is opened (one C call: map opens, extend keeps), inside the try that
+    # closes it: an interrupt (a signal handler's exception) landing on a bare open's
+    # return leaked the descriptor (intr88).
+    fds: list[int] = []
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
+        fds.extend(map(os.open, (path,), (os.O_RDONLY | os.O_CLOEXEC,)))
         chunks: list[bytes] = []
-        while chunk := os.read(fd, 1 << 16):
+        while chunk := os.read(fds[0], 1 << 16):
             chunks.append(chunk)
     except OSError:
         return None
     finally:
-        os.close(fd)
+        if fds:
+            os.close(fds[0])
     return b"".join(chunks).decode("ascii", "replace")
 
 

@@ -189,6 +189,16 @@ class CreationLock:
         if late is not None:
             raise late
 
+    def __del__(self) -> None:
+        # An interrupt landing at __exit__'s start (a frame's start: CPython runs pending
+        # handlers there) ran nothing of it: the descriptor, an int in ``_held``, outlived
+        # this object, and the folder's flock with it, so every later open of the store,
+        # here or in another process, waited for good (intr88). Released here, once the
+        # exception that keeps __exit__'s frame (and so this object) is freed.
+        held = getattr(self, "_held", None)  # None: __init__ interrupted before it was set
+        if held:
+            release_folders(held)
+
 
 def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
     """Take :func:`creation_lock` without a context manager (the open path's form:

@@ -82,8 +82,13 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
     ``last_pgno`` and ``txnid`` are LMDB's own (``env.info()``): the meta page
     read here must agree with both, or the answer is None.
     """
-    fd = os.open(path, os.O_RDONLY)
+    # Kept as it is opened (one C call: map opens, extend keeps), inside the try that
+    # closes it: an interrupt (a signal handler's exception) landing on a bare open's
+    # return leaked the descriptor (intr88).
+    fds: list[int] = []
     try:
+        fds.extend(map(os.open, (path,), (os.O_RDONLY | os.O_CLOEXEC,)))
+        fd = fds[0]
         file_pages = os.fstat(fd).st_size // psize
 
         def page(pgno: int) -> bytes | None:
@@ -145,7 +150,8 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
                         stack.append(root)
         return highest
     finally:
-        os.close(fd)
+        if fds:
+            os.close(fds[0])
 
 
 def check_data_size(
@@ -258,10 +264,17 @@ class TailCover:
         need = (last_pgno + 1) * self.psize
         if need <= self.covered:
             return
-        fd = self.fd
+        data = self.data
         try:
-            if fd is None:
-                fd = self.fd = os.open(self.data, os.O_WRONLY | os.O_CLOEXEC)
+            if self.fd is None:
+                # Kept as it is opened (map opens, the loop's step stores: no landing
+                # between), as in hold: an interrupt (a signal handler's exception) landing
+                # on a bare open's return leaked the descriptor (intr88).
+                for self.fd in map(os.open, (data,), (os.O_WRONLY | os.O_CLOEXEC,)):
+                    pass
+            fd = self.fd
+            if fd is None:  # mypy: the loop above ran once or raised
+                return
             size = os.fstat(fd).st_size
             target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
             if size < target:
@@ -322,10 +335,15 @@ class TailCover:
         return False
 
     def close(self) -> None:
-        """Close the held descriptor (in the opening process)."""
-        metas, self.metas, self.info = self.metas, None, None
+        """Close the held descriptor (in the opening process). Each step may run again
+        (Env._let_go's loop): the map is forgotten only once closed (closing a closed map
+        does nothing); taken into a local first, an interrupt (a signal handler's exception)
+        landing on ``isinstance``'s return left it, with the descriptor it holds, to that
+        exception's traceback, a cycle only the collector frees (intr88)."""
+        metas = self.metas
         if isinstance(metas, mmap.mmap):
             metas.close()
+        self.metas = self.info = None
         fd, held, self.fd, self.held = self.fd, self.held, None, None
         if held is not None:
             os.close(held)

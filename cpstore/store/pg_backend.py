@@ -216,33 +216,36 @@ class PgBackend(BackendBase):
             return  # closes nothing of the parent's (the pool's connections)
         self._reentry.refuse()  # a signal handler's close: never under a write under way
         done = threading.Event()
-        with self._close_claim:
-            closer = self._closer
-            if closer is None and not self._closed:
-                self._closer = (threading.get_ident(), done)
-        if closer is not None or self._closed:
-            if closer is not None and closer[0] != threading.get_ident():
-                closer[1].wait()  # never waits for itself
-                self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
-            return
+        mine = (threading.get_ident(), done)
         kept = False
+        # The claim is taken inside the try whose finally ends it (as LmdbBackend.close):
+        # an interrupt landing on the claim lock's release left it set (intr88).
         try:
+            with self._close_claim:
+                closer = self._closer
+                if closer is None and not self._closed:
+                    self._closer = mine
+            if closer is not None or self._closed:
+                if closer is not None and closer[0] != mine[0]:
+                    closer[1].wait()  # never waits for itself
+                    self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
+                return
             if self.durability == "batched" and os.getpid() == self._pid:
-                try:
-                    self._owners.drain(self.flush, self._pending)  # raises as flush()
-                except BaseException:
-                    kept = True  # kept open if its batch is queued again (no call here)
-                    raise
+                self._owners.drain(self.flush, self._pending)  # raises as flush()
+        except BaseException:
+            kept = True  # kept open if its batch is queued again (no call here)
+            raise
         finally:
-            try:  # kept open: the next close or the exit flush commits it (lmdb_backend)
-                if kept and self._pending:
-                    self._closer = None
-                else:
-                    self._closed = True
-                    if os.getpid() == self._pid:
-                        self._pool.close()
-            finally:
-                done.set()
+            if self._closer is mine:
+                try:  # kept open: the next close or the exit flush commits it (lmdb_backend)
+                    if kept and self._pending:
+                        self._closer = None
+                    else:
+                        self._closed = True
+                        if os.getpid() == self._pid:
+                            self._pool.close()
+                finally:
+                    done.set()
 
     def _here(self) -> bool:
         return not self._closed and os.getpid() == self._pid

@@ -1,0 +1,71 @@
+"""intr88: an interrupt (a signal handler's exception: Ctrl-C, a watchdog's alarm) landing
+at the start of the creation lock's ``__exit__``.
+
+A frame's start is a point where CPython runs pending signal handlers, so such a landing
+runs nothing of ``__exit__``: ``CreationLock`` keeps the folder's descriptor as an int in
+a list, so when the lock object was freed with the exception the descriptor stayed open,
+and the store's exclusive creation lock (an flock on it) was this process's for good:
+every later open of the store, here or in another process, waited forever. Compaction
+takes it so, and so does a writable open upgrading an older layout. ``CreationLock``
+now lets go of what it still holds when it is freed (``__del__``): held while the
+exception lives, as every lock in a frame that exception keeps, never for good."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+from test_begin_interrupted import fds_in, folder_lock_free
+
+import cpstore
+from cpstore.store import lmdb_open
+from cpstore.store.maintenance import compact_store
+
+
+def _landing_at_start(qualname: str, call: Callable[[], Any]) -> bool:
+    """Run ``call`` with a KeyboardInterrupt at the first start of a frame named
+    ``qualname``; whether it landed (the exception dropped)."""
+    landed: list[str] = []
+
+    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
+        if event == "call" and frame.f_code.co_qualname == qualname and not landed:
+            landed.append(qualname)
+            raise KeyboardInterrupt(f"{qualname}@0")
+        return None
+
+    sys.settrace(trace)
+    try:
+        call()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+    return bool(landed)
+
+
+@pytest.mark.parametrize("via", ["creation_lock", "compact_store"])
+def test_a_creation_lock_exit_interrupted_at_its_start_frees_the_lock(
+    tmp_path: Path, via: str
+) -> None:
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        cid = st.recorder("r").checkpoint(0, {"a": 1})
+
+    def take() -> None:
+        if via == "compact_store":
+            compact_store(path)
+        else:
+            with lmdb_open.creation_lock(str(path), exclusive=True):
+                pass
+
+    assert _landing_at_start("CreationLock.__exit__", take)
+    gc.collect()  # the exception is gone: nothing keeps the lock object
+    assert folder_lock_free(path)  # before: held for good, every later open waited
+    assert fds_in(path) == []
+    with cpstore.open(path) as st, st.read(cid) as cp:
+        assert cp.state() == {"a": 1}
