@@ -35,8 +35,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
+import xxhash
 
-from cpstore.errors import CanonicalEncodingError, DocumentError, FormatVersionError
+from cpstore.errors import (
+    CanonicalEncodingError,
+    DocumentError,
+    FormatVersionError,
+    IntegrityError,
+)
 from cpstore.native.args import HOST_BYTE_ORDER, as_offsets, little_endian_offsets
 from cpstore.native.binding import native_digest
 from cpstore.native.canonical import _ext_hook, array_header, encode_value, map_header
@@ -224,29 +230,79 @@ def _header(sections: list[tuple[int, Any]]) -> tuple[bytes, list[int]]:
     return head, starts
 
 
-def _chunks(sections: list[tuple[int, Any]]) -> Iterator[bytes | memoryview]:
+#: Bytes of a section copied, hashed and written at a time (the writers' memory bound).
+_SLICE = 1 << 22
+
+
+def _changed(kind: int, expected: bytes, got: bytes) -> IntegrityError:
+    return IntegrityError(
+        "a buffer of the run changed while its packed run file was written (its header "
+        "holds the digest of the bytes before); nothing usable was written",
+        where=_NAMES[kind],
+        expected=expected.hex(),
+        got=got.hex(),
+    )
+
+
+def _chunks(sections: list[tuple[int, Any]]) -> Iterator[bytes]:
+    """The file's bytes: the header, then each section as copies of slices of it, each
+    hashed as it is yielded; IntegrityError naming the section when what was yielded
+    is not what the header's digest is of (run88: a caller's buffer changed between the
+    digest and the write gave a file refused on load as damaged)."""
     head, starts = _header(sections)
     yield head
     at = len(head)
-    for (_, data), start in zip(sections, starts, strict=True):
+    for (kind, data), start, entry in zip(
+        sections, starts, range(_HEAD.size, _DATA_START, _SECTION.size), strict=True
+    ):
         if start > at:
             yield bytes(start - at)
         view = memoryview(data).cast("B")
-        yield view
+        hasher = xxhash.xxh3_128()
+        for pos in range(0, view.nbytes, _SLICE):
+            piece = bytes(view[pos : pos + _SLICE])  # what is hashed is what is written
+            hasher.update(piece)
+            yield piece
+        expected = _SECTION.unpack_from(head, entry)[4]
+        if hasher.digest() != expected:
+            raise _changed(kind, expected, hasher.digest())
         at = start + view.nbytes
 
 
 def dump_cprun(run: Run) -> bytes:
-    """The packed run file of ``run`` as bytes."""
-    return b"".join(_chunks(_sections(run)))
+    """The packed run file of ``run`` as bytes (:class:`IntegrityError` naming the section
+    when a buffer of the run changed meanwhile, as :func:`write_cprun`)."""
+    sections = _sections(run)
+    head, starts = _header(sections)
+    parts: list[bytes | memoryview] = [head]
+    at = len(head)
+    for (_, data), start in zip(sections, starts, strict=True):
+        view = memoryview(data).cast("B")
+        parts += [bytes(start - at), view]
+        at = start + view.nbytes
+    whole = b"".join(parts)
+    # Checked on the bytes returned, which nothing can change: one copy, not two.
+    for (kind, _), start, entry in zip(
+        sections, starts, range(_HEAD.size, _DATA_START, _SECTION.size), strict=True
+    ):
+        _, _, _, size, expected = _SECTION.unpack_from(head, entry)
+        got = native_digest(memoryview(whole)[start : start + size])
+        if got != expected:
+            raise _changed(kind, expected, got)
+    return whole
 
 
 def write_cprun(run: Run, out: BinaryIO) -> int:
-    """Write the packed run file of ``run`` to a binary stream; returns bytes written."""
+    """Write the packed run file of ``run`` to a binary stream; returns bytes written.
+
+    A buffer of the run changed during the write (from another thread, from ``out``'s
+    own ``write``) is refused when its section ends (:class:`IntegrityError` naming the
+    section): the stream then holds a partial file, which
+    :func:`cpstore.run.writer.write_document` removes or takes back."""
     total = 0
     for chunk in _chunks(_sections(run)):
         out.write(chunk)
-        total += memoryview(chunk).nbytes
+        total += len(chunk)
     return total
 
 
