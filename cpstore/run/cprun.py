@@ -48,17 +48,12 @@ from cpstore.native.binding import native_digest
 from cpstore.native.canonical import _ext_hook, array_header, encode_value, map_header
 from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.records import RECORD_SIZE, RecordType
+from cpstore.run.fields import PACKED_CHECKS, run_of_fields
 from cpstore.run.locate import canonical_place
 from cpstore.run.model import (
-    Effect,
-    Observation,
     PackedTokens,
-    ReplayMode,
     Run,
-    check_str,
-    check_uint,
     fields_of,
-    list_of,
 )
 from cpstore.run.values import EncodedValues
 
@@ -318,49 +313,6 @@ def _parse_meta(raw: bytes | memoryview, where: str) -> Mapping[str, Any]:
     return fields_of(meta, f"{where}: metadata", _META_FIELDS)
 
 
-def _run_from(meta: Mapping[str, Any], tokens: PackedTokens, where: str) -> Run:
-    observations = []
-    for i, item in enumerate(list_of(meta["observations"], "observations")):
-        if not isinstance(item, list) or len(item) != 4:
-            raise _bad(
-                "must be [step, source, payload_digest, pinned_at]", f"{where}: observations[{i}]"
-            )
-        step, source, payload, pinned = item
-        observations.append(Observation(step, source, payload, pinned))
-    effects = []
-    for i, item in enumerate(list_of(meta["effects"], "effects")):
-        if not isinstance(item, list) or len(item) != 3:
-            raise _bad("must be [seq, target, payload_digest]", f"{where}: effects[{i}]")
-        effects.append(Effect(check_uint(item[0], f"effects[{i}].seq"), item[1], item[2]))
-    mode = meta["mode"]
-    try:
-        mode_value = None if mode is None else ReplayMode(mode)
-    except ValueError:
-        raise _bad("unknown replay mode", f"{where}: mode", got=mode) from None
-    for i, obs in enumerate(observations):
-        if isinstance(obs.step, bool) or not isinstance(obs.step, int):
-            raise _bad("must be an integer", f"{where}: observations[{i}].step", got=obs.step)
-        if obs.pinned_at is not None and (
-            isinstance(obs.pinned_at, bool) or not isinstance(obs.pinned_at, (int, float))
-        ):
-            raise _bad("must be a number or null", f"{where}: observations[{i}].pinned_at")
-    check_str(meta["run_id"], "run_id")
-    return Run(
-        meta["run_id"],
-        meta["step"],
-        meta["state_digest"],
-        tokens=tokens,
-        observations=tuple(observations),
-        call_graph=tuple(list_of(meta["call_graph"], "call_graph")),
-        transcript_digest=meta["transcript_digest"],
-        effects=tuple(effects),
-        ledger_sealed=meta["ledger_sealed"],
-        harness_accesses=tuple(list_of(meta["harness_accesses"], "harness_accesses")),
-        provenance_tags=tuple(list_of(meta["provenance_tags"], "provenance_tags")),
-        mode=mode_value,
-    )
-
-
 def parse_cprun(
     data: bytes | bytearray | memoryview | mmap.mmap,
     *,
@@ -445,17 +397,18 @@ def parse_cprun(
             "value offsets do not span the values", f"{where}: value offsets", got=str(exc)
         ) from None
     meta = _parse_meta(parts[1], where)
-    names = meta["kind_names"]
-    if not isinstance(names, Mapping) or not all(
-        type(k) is int and 0 <= k < 2**32 and isinstance(v, str) for k, v in names.items()
-    ):  # as PackedTokens takes them (review83: a bool or a negative code was taken)
-        raise _bad("kind_names must map codes to names", f"{where}: metadata.kind_names")
-    tokens = PackedTokens(records, values=values, kind_names=dict(names))
+
+    def tokens_of(names: Any) -> PackedTokens:
+        if not isinstance(names, Mapping) or not all(
+            type(k) is int and 0 <= k < 2**32 and isinstance(v, str) for k, v in names.items()
+        ):  # as PackedTokens takes them (review83: a bool or a negative code was taken)
+            raise _bad("kind_names must map codes to names", "metadata.kind_names")
+        return PackedTokens(records, values=values, kind_names=dict(names))
+
     try:
-        return _run_from(meta, tokens, where)
+        # Each field in the metadata's order, as a document's (run88: an order of its own).
+        return run_of_fields(meta, {**PACKED_CHECKS, "kind_names": tokens_of}, into="kind_names")
     except DocumentError as exc:
-        if exc.where and exc.where.startswith(where):
-            raise
         raise DocumentError(
             exc.what, where=f"{where}: {exc.where}", expected=exc.expected, got=exc.got
         ) from None
