@@ -53,7 +53,7 @@ from cpstore.run.model import (
     Run,
     fields_of,
 )
-from cpstore.run.stream import decode_fast
+from cpstore.run.stream import NOT_JSON, decode_fast
 
 __all__ = [
     "DOCUMENT_FORMAT",
@@ -333,7 +333,7 @@ def _strict_json(raw: bytes) -> Any:
             deeper = _deeper_first(raw)
             if deeper is not None:
                 raise deeper from None
-            raise DocumentError("not valid JSON", where="document", got=str(exc)) from None
+            raise DocumentError(NOT_JSON, where="document", got=str(exc)) from None
         if nested_past(value):
             found = json_overflow(raw)
             raise _too_deep(found[0] if found else None)

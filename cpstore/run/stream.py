@@ -36,7 +36,7 @@ from cpstore.run.locate import join_place, key_step
 from cpstore.run.model import PackedTokens, Run, TokenPacker, fields_of, list_of
 from cpstore.run.values import EncodedValues
 
-__all__ = ["CHUNK", "TokenColumns", "decode_fast"]
+__all__ = ["CHUNK", "NOT_JSON", "TokenColumns", "decode_fast"]
 
 #: Tokens decoded per chunk: large enough that per-chunk costs vanish, small
 #: enough that a chunk's transient objects stay a few MiB.
@@ -77,6 +77,9 @@ _FAST_ERRORS = (
 #: past msgspec's recursion limit is a RecursionError, not a DecodeError (review76: it
 #: escaped load_document bare).
 _CHUNK_ERRORS = (msgspec.DecodeError, RecursionError)
+
+#: What the strict JSON decoder says of text that is no JSON at all (a syntax error).
+NOT_JSON = "not valid JSON"
 
 #: Decodes one chunk strictly (the document's own decoder): bytes -> list of tokens.
 StrictDecode = Callable[[bytes], Any]
@@ -427,7 +430,15 @@ def decode_fast(
     own strict decoder; ``parse_rest`` builds the run from the fields in their order.
     """
     if encoding == "json":
-        fields = _json_fields(raw, strict)
+        try:
+            fields = _json_fields(raw, strict)
+        except DocumentError as exc:
+            if exc.what == NOT_JSON:
+                # Text no JSON reader takes: said by the whole document's decoder, which
+                # names it at ``document`` with its offset in the document (run88: here it
+                # was the field's or token's place, with its offset in that part).
+                return None
+            raise
         if fields is None:
             return None
         if "tokens" not in fields:
