@@ -355,6 +355,16 @@ def parse_cprun(
                 expected=f"8-aligned, at >= {end}, within {view.nbytes} bytes",
                 got=f"offset {offset}, {size} bytes",
             )
+        gap = view[end:offset]
+        if gap.nbytes > 7 or any(gap):
+            # No digest covers them: the format says zero bytes, just to the next multiple
+            # of 8 (run88: any bytes, any number of them, were taken, unread).
+            raise _bad(
+                "bytes between sections are not the zero padding",
+                f"{where}: {name}",
+                expected=f"{-end % 8} zero bytes before offset {offset}",
+                got=f"{gap.nbytes} bytes, {bytes(gap[:16]).hex()}",
+            )
         part = view[offset : offset + size]
         if verify and native_digest(part) != digest:
             raise _bad(

@@ -33,6 +33,7 @@ from typing import Any, Union
 import msgpack
 
 from cpstore.errors import (
+    CpstoreError,
     DocumentError,
     FormatVersionError,
     InvalidInputError,
@@ -261,7 +262,9 @@ def _load_document(source: PathOrBytes, max_bytes: int) -> Run:
         got: bytes | Run
         try:
             got = _read_regular_file(path, max_bytes)
-        except DocumentError:
+        except CpstoreError:
+            # As from its bytes (run88: a .cprun's FormatVersionError, a ValueError, was
+            # "not a usable path" below, exit 3 where the bytes gave 9).
             raise
         except FileNotFoundError:
             raise NotFoundError("no such run document", where=str(path)) from None
@@ -270,8 +273,6 @@ def _load_document(source: PathOrBytes, max_bytes: int) -> Run:
                 "cannot read run document", where=str(path), got=exc.strerror or str(exc)
             ) from None
         except ValueError as exc:  # e.g. an embedded NUL: no OS path can hold it
-            if isinstance(exc, DocumentError):
-                raise
             raise DocumentError("not a usable path", where=repr(str(path)), got=str(exc)) from None
         if isinstance(got, Run):
             return got
