@@ -74,3 +74,31 @@ def test_bytes_between_sections_must_be_the_zero_padding() -> None:
     with pytest.raises(CpstoreError) as err:
         load_document(bytes(wider))
     assert err.value.what == "bytes between sections are not the zero padding"
+
+
+@pytest.mark.parametrize(
+    ("damaged", "named"),
+    [
+        ((1, 2, 3, 4), "metadata"),
+        ((2, 4), "token records"),
+        ((3, 4), "value offsets"),
+        ((4,), "values"),
+    ],
+)
+def test_several_damaged_sections_name_the_first_in_the_file(
+    tmp_path: Path, damaged: tuple[int, ...], named: str
+) -> None:
+    """Checked in table order, which is the file's (a pin: it held before run88), from
+    bytes and from the path alike."""
+    run = Run("r", 3, "s", tokens=PackedTokens.from_tokens([Token(0, "rng", 1)]))
+    data = bytearray(dump_document(run, encoding="cprun"))
+    for kind, _, offset, size in _sections(bytes(data)):
+        if kind in damaged:
+            data[offset + size - 1] ^= 0x01
+    path = tmp_path / "r.cprun"
+    path.write_bytes(data)
+    for source in (bytes(data), str(path)):
+        with pytest.raises(CpstoreError) as err:
+            load_document(source)
+        assert err.value.what == "section digest mismatch (the file is damaged)"
+        assert (err.value.where or "").endswith(f": {named}")
