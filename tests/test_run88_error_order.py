@@ -275,3 +275,23 @@ def test_several_bad_packed_fields_name_the_first_in_the_metadata(fields: set[st
         load_document(data)
     first = min(fields, key=order.index)
     assert _field((err.value.where or "").removeprefix("document: ")) == first
+
+
+@pytest.mark.parametrize("change", ["unknown", "missing"])
+def test_an_unknown_or_missing_packed_field_is_named_as_the_documents(change: str) -> None:
+    """``<file>: surprise`` as a document's ``surprise`` (it was ``<file>:
+    metadata.surprise``, where a known field's value was ``<file>: run_id``)."""
+    run = load_document(_raw(dict(GOOD, tokens=[_token(0, None)]), "msgpack"))
+    meta = cprun._decode_meta(cprun._meta(run))
+    doc = dict(GOOD, tokens=[_token(0, None)])
+    if change == "unknown":
+        meta["surprise"] = doc["surprise"] = 1
+    else:
+        del meta["state_digest"], doc["state_digest"]
+    records, offsets, blob = cprun._token_sections(run)
+    sections = [(1, cprun._meta_bytes(meta)), (2, records), (3, offsets), (4, blob)]
+    with pytest.raises(CpstoreError) as err:
+        load_document(b"".join(cprun._chunks(sections)))
+    got = _refusal(_raw(doc, "msgpack"), streamed=True)
+    assert err.value.where == f"document: {got[2]}"
+    assert err.value.what == got[1]

@@ -305,12 +305,12 @@ def _bad(what: str, where: str, **kw: Any) -> DocumentError:
     return DocumentError(what, where=where, **kw)
 
 
-def _parse_meta(raw: bytes | memoryview, where: str) -> Mapping[str, Any]:
+def _parse_meta(raw: bytes | memoryview, where: str) -> Any:
     try:
         meta = _decode_meta(raw)
     except CanonicalEncodingError as exc:
         raise _bad("metadata is not a canonical map", f"{where}: metadata", got=exc.what) from None
-    return fields_of(meta, f"{where}: metadata", _META_FIELDS)
+    return meta
 
 
 def parse_cprun(
@@ -412,11 +412,15 @@ def parse_cprun(
         if not isinstance(names, Mapping) or not all(
             type(k) is int and 0 <= k < 2**32 and isinstance(v, str) for k, v in names.items()
         ):  # as PackedTokens takes them (review83: a bool or a negative code was taken)
-            raise _bad("kind_names must map codes to names", "metadata.kind_names")
+            raise _bad("kind_names must map codes to names", "kind_names")
         return PackedTokens(records, values=values, kind_names=dict(names))
 
     try:
         # Each field in the metadata's order, as a document's (run88: an order of its own).
+        # A field named as a document names it, after the file (run88: an unknown or a
+        # missing field and kind_names were "<file>: metadata.<field>", the others
+        # "<file>: <field>").
+        fields_of(meta, "", _META_FIELDS)
         return run_of_fields(meta, {**PACKED_CHECKS, "kind_names": tokens_of}, into="kind_names")
     except DocumentError as exc:
         raise DocumentError(
