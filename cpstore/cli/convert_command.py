@@ -4,16 +4,15 @@ IN's kind is told by its content (:func:`cpstore.load_document`); OUT's by
 ``--to`` or else by its extension (``.json``, ``.msgpack``/``.mpk``,
 ``.cprun``). Tokens stream in both directions: a document's token list is
 parsed a chunk at a time into packed records, and written back a chunk at a
-time. OUT is written to a temporary file beside it and renamed into place
-only when complete, so an interrupted or failed conversion leaves no partial
-file; an existing OUT is replaced only with ``--force``.
+time. OUT is written as ``write_document`` writes a path: to a temporary file
+beside it, renamed into place only when complete, so an interrupted or failed
+conversion leaves no partial file; an existing OUT is replaced only with
+``--force``, keeping its permissions (a symlink is written through).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -91,14 +90,8 @@ def run_convert(args: argparse.Namespace) -> int:
     if out.exists() and not args.force:
         raise InvalidInputError("output exists; pass --force to replace it", where=str(out))
     run = load_document(args.input, max_bytes=args.max_bytes)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write_document(run, fh, encoding=encoding)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    # write_document's own path write (run88: a temporary file of its own, made by
+    # mkstemp, left OUT readable by its owner only (0600, a replaced OUT's mode lost),
+    # replaced a symlink OUT by a file and synced no folder after the rename).
+    write_document(run, out, encoding=encoding)
     return EXIT_OK

@@ -21,6 +21,7 @@ decision boundary):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
@@ -89,15 +90,19 @@ class ReplaySession:
 
     def write(
         self,
-        out: BinaryIO,
+        out: BinaryIO | str | os.PathLike[str],
         state_digest: str,
         *,
         transcript_digest: str | None = None,
         step: int | None = None,
         encoding: str = "cprun",
     ) -> int:
-        """Write the replay (:meth:`finish`'s run) to a binary stream; returns bytes written.
+        """Write the replay (:meth:`finish`'s run) to a binary stream or a path; returns
+        bytes written.
 
+        ``write_document(self.finish(state_digest, ...), out, encoding=encoding)``: a path
+        is written through a temporary file renamed only once complete, a failed write
+        on a seekable stream is taken back (:func:`cpstore.run.writer.write_document`).
         ``cprun`` (the default) writes the packed records as they are, so a
         replay validated in another process needs no document at all:
         ``validate(cp_id, load_document(path), store=store)``.

@@ -35,24 +35,25 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
+import xxhash
 
-from cpstore.errors import CanonicalEncodingError, DocumentError, FormatVersionError
+from cpstore.errors import (
+    CanonicalEncodingError,
+    DocumentError,
+    FormatVersionError,
+    IntegrityError,
+)
 from cpstore.native.args import HOST_BYTE_ORDER, as_offsets, little_endian_offsets
 from cpstore.native.binding import native_digest
 from cpstore.native.canonical import _ext_hook, array_header, encode_value, map_header
 from cpstore.native.columns import encode_values, first_unencodable
 from cpstore.native.records import RECORD_SIZE, RecordType
+from cpstore.run.fields import PACKED_CHECKS, run_of_fields
 from cpstore.run.locate import canonical_place
 from cpstore.run.model import (
-    Effect,
-    Observation,
     PackedTokens,
-    ReplayMode,
     Run,
-    check_str,
-    check_uint,
     fields_of,
-    list_of,
 )
 from cpstore.run.values import EncodedValues
 
@@ -224,29 +225,79 @@ def _header(sections: list[tuple[int, Any]]) -> tuple[bytes, list[int]]:
     return head, starts
 
 
-def _chunks(sections: list[tuple[int, Any]]) -> Iterator[bytes | memoryview]:
+#: Bytes of a section copied, hashed and written at a time (the writers' memory bound).
+_SLICE = 1 << 22
+
+
+def _changed(kind: int, expected: bytes, got: bytes) -> IntegrityError:
+    return IntegrityError(
+        "a buffer of the run changed while its packed run file was written (its header "
+        "holds the digest of the bytes before); nothing usable was written",
+        where=_NAMES[kind],
+        expected=expected.hex(),
+        got=got.hex(),
+    )
+
+
+def _chunks(sections: list[tuple[int, Any]]) -> Iterator[bytes]:
+    """The file's bytes: the header, then each section as copies of slices of it, each
+    hashed as it is yielded; IntegrityError naming the section when what was yielded
+    is not what the header's digest is of (run88: a caller's buffer changed between the
+    digest and the write gave a file refused on load as damaged)."""
     head, starts = _header(sections)
     yield head
     at = len(head)
-    for (_, data), start in zip(sections, starts, strict=True):
+    for (kind, data), start, entry in zip(
+        sections, starts, range(_HEAD.size, _DATA_START, _SECTION.size), strict=True
+    ):
         if start > at:
             yield bytes(start - at)
         view = memoryview(data).cast("B")
-        yield view
+        hasher = xxhash.xxh3_128()
+        for pos in range(0, view.nbytes, _SLICE):
+            piece = bytes(view[pos : pos + _SLICE])  # what is hashed is what is written
+            hasher.update(piece)
+            yield piece
+        expected = _SECTION.unpack_from(head, entry)[4]
+        if hasher.digest() != expected:
+            raise _changed(kind, expected, hasher.digest())
         at = start + view.nbytes
 
 
 def dump_cprun(run: Run) -> bytes:
-    """The packed run file of ``run`` as bytes."""
-    return b"".join(_chunks(_sections(run)))
+    """The packed run file of ``run`` as bytes (:class:`IntegrityError` naming the section
+    when a buffer of the run changed meanwhile, as :func:`write_cprun`)."""
+    sections = _sections(run)
+    head, starts = _header(sections)
+    parts: list[bytes | memoryview] = [head]
+    at = len(head)
+    for (_, data), start in zip(sections, starts, strict=True):
+        view = memoryview(data).cast("B")
+        parts += [bytes(start - at), view]
+        at = start + view.nbytes
+    whole = b"".join(parts)
+    # Checked on the bytes returned, which nothing can change: one copy, not two.
+    for (kind, _), start, entry in zip(
+        sections, starts, range(_HEAD.size, _DATA_START, _SECTION.size), strict=True
+    ):
+        _, _, _, size, expected = _SECTION.unpack_from(head, entry)
+        got = native_digest(memoryview(whole)[start : start + size])
+        if got != expected:
+            raise _changed(kind, expected, got)
+    return whole
 
 
 def write_cprun(run: Run, out: BinaryIO) -> int:
-    """Write the packed run file of ``run`` to a binary stream; returns bytes written."""
+    """Write the packed run file of ``run`` to a binary stream; returns bytes written.
+
+    A buffer of the run changed during the write (from another thread, from ``out``'s
+    own ``write``) is refused when its section ends (:class:`IntegrityError` naming the
+    section): the stream then holds a partial file, which
+    :func:`cpstore.run.writer.write_document` removes or takes back."""
     total = 0
     for chunk in _chunks(_sections(run)):
         out.write(chunk)
-        total += memoryview(chunk).nbytes
+        total += len(chunk)
     return total
 
 
@@ -254,55 +305,12 @@ def _bad(what: str, where: str, **kw: Any) -> DocumentError:
     return DocumentError(what, where=where, **kw)
 
 
-def _parse_meta(raw: bytes | memoryview, where: str) -> Mapping[str, Any]:
+def _parse_meta(raw: bytes | memoryview, where: str) -> Any:
     try:
         meta = _decode_meta(raw)
     except CanonicalEncodingError as exc:
         raise _bad("metadata is not a canonical map", f"{where}: metadata", got=exc.what) from None
-    return fields_of(meta, f"{where}: metadata", _META_FIELDS)
-
-
-def _run_from(meta: Mapping[str, Any], tokens: PackedTokens, where: str) -> Run:
-    observations = []
-    for i, item in enumerate(list_of(meta["observations"], "observations")):
-        if not isinstance(item, list) or len(item) != 4:
-            raise _bad(
-                "must be [step, source, payload_digest, pinned_at]", f"{where}: observations[{i}]"
-            )
-        step, source, payload, pinned = item
-        observations.append(Observation(step, source, payload, pinned))
-    effects = []
-    for i, item in enumerate(list_of(meta["effects"], "effects")):
-        if not isinstance(item, list) or len(item) != 3:
-            raise _bad("must be [seq, target, payload_digest]", f"{where}: effects[{i}]")
-        effects.append(Effect(check_uint(item[0], f"effects[{i}].seq"), item[1], item[2]))
-    mode = meta["mode"]
-    try:
-        mode_value = None if mode is None else ReplayMode(mode)
-    except ValueError:
-        raise _bad("unknown replay mode", f"{where}: mode", got=mode) from None
-    for i, obs in enumerate(observations):
-        if isinstance(obs.step, bool) or not isinstance(obs.step, int):
-            raise _bad("must be an integer", f"{where}: observations[{i}].step", got=obs.step)
-        if obs.pinned_at is not None and (
-            isinstance(obs.pinned_at, bool) or not isinstance(obs.pinned_at, (int, float))
-        ):
-            raise _bad("must be a number or null", f"{where}: observations[{i}].pinned_at")
-    check_str(meta["run_id"], "run_id")
-    return Run(
-        meta["run_id"],
-        meta["step"],
-        meta["state_digest"],
-        tokens=tokens,
-        observations=tuple(observations),
-        call_graph=tuple(list_of(meta["call_graph"], "call_graph")),
-        transcript_digest=meta["transcript_digest"],
-        effects=tuple(effects),
-        ledger_sealed=meta["ledger_sealed"],
-        harness_accesses=tuple(list_of(meta["harness_accesses"], "harness_accesses")),
-        provenance_tags=tuple(list_of(meta["provenance_tags"], "provenance_tags")),
-        mode=mode_value,
-    )
+    return meta
 
 
 def parse_cprun(
@@ -347,6 +355,16 @@ def parse_cprun(
                 expected=f"8-aligned, at >= {end}, within {view.nbytes} bytes",
                 got=f"offset {offset}, {size} bytes",
             )
+        gap = view[end:offset]
+        if gap.nbytes > 7 or any(gap):
+            # No digest covers them: the format says zero bytes, just to the next multiple
+            # of 8 (run88: any bytes, any number of them, were taken, unread).
+            raise _bad(
+                "bytes between sections are not the zero padding",
+                f"{where}: {name}",
+                expected=f"{-end % 8} zero bytes before offset {offset}",
+                got=f"{gap.nbytes} bytes, {bytes(gap[:16]).hex()}",
+            )
         part = view[offset : offset + size]
         if verify and native_digest(part) != digest:
             raise _bad(
@@ -389,17 +407,22 @@ def parse_cprun(
             "value offsets do not span the values", f"{where}: value offsets", got=str(exc)
         ) from None
     meta = _parse_meta(parts[1], where)
-    names = meta["kind_names"]
-    if not isinstance(names, Mapping) or not all(
-        type(k) is int and 0 <= k < 2**32 and isinstance(v, str) for k, v in names.items()
-    ):  # as PackedTokens takes them (review83: a bool or a negative code was taken)
-        raise _bad("kind_names must map codes to names", f"{where}: metadata.kind_names")
-    tokens = PackedTokens(records, values=values, kind_names=dict(names))
+
+    def tokens_of(names: Any) -> PackedTokens:
+        if not isinstance(names, Mapping) or not all(
+            type(k) is int and 0 <= k < 2**32 and isinstance(v, str) for k, v in names.items()
+        ):  # as PackedTokens takes them (review83: a bool or a negative code was taken)
+            raise _bad("kind_names must map codes to names", "kind_names")
+        return PackedTokens(records, values=values, kind_names=dict(names))
+
     try:
-        return _run_from(meta, tokens, where)
+        # Each field in the metadata's order, as a document's (run88: an order of its own).
+        # A field named as a document names it, after the file (run88: an unknown or a
+        # missing field and kind_names were "<file>: metadata.<field>", the others
+        # "<file>: <field>").
+        fields_of(meta, "", _META_FIELDS)
+        return run_of_fields(meta, {**PACKED_CHECKS, "kind_names": tokens_of}, into="kind_names")
     except DocumentError as exc:
-        if exc.where and exc.where.startswith(where):
-            raise
         raise DocumentError(
             exc.what, where=f"{where}: {exc.where}", expected=exc.expected, got=exc.got
         ) from None

@@ -33,6 +33,7 @@ from typing import Any, Union
 import msgpack
 
 from cpstore.errors import (
+    CpstoreError,
     DocumentError,
     FormatVersionError,
     InvalidInputError,
@@ -40,6 +41,7 @@ from cpstore.errors import (
 )
 from cpstore.run.cprun import CPRUN_MAGIC, dump_cprun, is_cprun, load_cprun, parse_cprun
 from cpstore.run.faithful import check_document, token_chunks
+from cpstore.run.fields import DOCUMENT_CHECKS, run_of_fields
 from cpstore.run.locate import (
     MAX_NESTING,
     json_overflow,
@@ -49,21 +51,10 @@ from cpstore.run.locate import (
     recursion_headroom,
 )
 from cpstore.run.model import (
-    Effect,
-    Observation,
-    ReplayMode,
     Run,
-    TokenPacker,
-    check_canonical,
-    check_node,
-    check_step,
-    check_str,
-    check_uint,
     fields_of,
-    list_of,
-    pinned_or_none,
 )
-from cpstore.run.stream import decode_fast
+from cpstore.run.stream import NOT_JSON, decode_fast
 
 __all__ = [
     "DOCUMENT_FORMAT",
@@ -101,7 +92,12 @@ _TOP_OPTIONAL = ("ledger_sealed", "harness_accesses", "provenance_tags", "mode")
 
 
 def parse_document(doc: Any) -> Run:
-    """Build a :class:`Run` from a decoded document (a mapping)."""
+    """Build a :class:`Run` from a decoded document (a mapping).
+
+    A document with several bad fields is refused for one, the same one whichever
+    loader read it (docs/run-document.md, "Which error"): ``format`` first, then an
+    unknown field (the first in the document) or a missing one, then the first field,
+    in the document's order, whose value is bad."""
     with recursion_headroom():  # the canonical encoder's 256 levels, whatever the limit
         return _parse_document(doc)
 
@@ -122,86 +118,9 @@ def _parse_document(doc: Any) -> Run:
             "unknown run-document format version", where="format", expected=DOCUMENT_FORMAT, got=fmt
         )
     top = fields_of(doc, "", _TOP_REQUIRED, _TOP_OPTIONAL)
-
-    packer = TokenPacker()
-    for i, item in enumerate(list_of(top["tokens"], "tokens")):
-        where = f"tokens[{i}]"
-        tok = fields_of(item, where, ("seq", "kind", "value", "provenance"))
-        packer.add(tok["seq"], tok["kind"], tok["value"], tok["provenance"], where)
-
-    observations = []
-    for i, item in enumerate(list_of(top["observations"], "observations")):
-        where = f"observations[{i}]"
-        obs = fields_of(item, where, ("step", "source", "payload_digest", "pinned_at"))
-        observations.append(
-            Observation(
-                check_step(obs["step"], f"{where}.step"),
-                check_str(obs["source"], f"{where}.source"),
-                check_str(obs["payload_digest"], f"{where}.payload_digest"),
-                pinned_or_none(obs["pinned_at"], f"{where}.pinned_at"),
-            )
-        )
-
-    call_graph = []
-    for i, node in enumerate(list_of(top["call_graph"], "call_graph")):
-        check_node(node, f"call_graph[{i}]")
-        call_graph.append(dict(node))
-
-    effects = []
-    for i, item in enumerate(list_of(top["effects"], "effects")):
-        where = f"effects[{i}]"
-        eff = fields_of(item, where, ("seq", "target", "payload_digest"))
-        effects.append(
-            Effect(
-                check_uint(eff["seq"], f"{where}.seq"),
-                check_str(eff["target"], f"{where}.target"),
-                check_str(eff["payload_digest"], f"{where}.payload_digest"),
-            )
-        )
-
-    harness = list_of(top.get("harness_accesses", []), "harness_accesses")
-    for i, access in enumerate(harness):
-        check_canonical(access, f"harness_accesses[{i}]")
-    tags = list_of(top.get("provenance_tags", []), "provenance_tags")
-    for i, tag in enumerate(tags):
-        check_str(tag, f"provenance_tags[{i}]")
-    transcript = top["transcript_digest"]
-    if transcript is not None:
-        check_str(transcript, "transcript_digest")
-    sealed = top.get("ledger_sealed", False)
-    if not isinstance(sealed, bool):
-        raise DocumentError("must be true or false", where="ledger_sealed", got=sealed)
-    mode_text = top.get("mode")
-    mode = None
-    if mode_text is not None:
-        try:
-            # Only a str is looked up: Enum's own error repr()s any other value, and a list
-            # nested ~1 000 deep raised RecursionError out of the loaders (left83).
-            if not isinstance(mode_text, str):
-                raise ValueError(mode_text)
-            mode = ReplayMode(mode_text)
-        except ValueError:
-            raise DocumentError(
-                "unknown replay mode",
-                where="mode",
-                expected=["strict", "best_effort", None],
-                got=mode_text,
-            ) from None
-
-    return Run(
-        check_str(top["run_id"], "run_id"),
-        check_step(top["step"], "step"),
-        check_str(top["state_digest"], "state_digest"),
-        tokens=packer.finish(),
-        observations=tuple(observations),
-        call_graph=tuple(call_graph),
-        transcript_digest=transcript,
-        effects=tuple(effects),
-        ledger_sealed=sealed,
-        harness_accesses=tuple(harness),
-        provenance_tags=tuple(tags),
-        mode=mode,
-    )
+    # In the document's order (run88: the streamed loader checked the token list last,
+    # this one first, so a document with two bad fields was refused for either).
+    return run_of_fields(top, DOCUMENT_CHECKS)
 
 
 def _no_constant(name: str) -> Any:
@@ -343,7 +262,9 @@ def _load_document(source: PathOrBytes, max_bytes: int) -> Run:
         got: bytes | Run
         try:
             got = _read_regular_file(path, max_bytes)
-        except DocumentError:
+        except CpstoreError:
+            # As from its bytes (run88: a .cprun's FormatVersionError, a ValueError, was
+            # "not a usable path" below, exit 3 where the bytes gave 9).
             raise
         except FileNotFoundError:
             raise NotFoundError("no such run document", where=str(path)) from None
@@ -352,8 +273,6 @@ def _load_document(source: PathOrBytes, max_bytes: int) -> Run:
                 "cannot read run document", where=str(path), got=exc.strerror or str(exc)
             ) from None
         except ValueError as exc:  # e.g. an embedded NUL: no OS path can hold it
-            if isinstance(exc, DocumentError):
-                raise
             raise DocumentError("not a usable path", where=repr(str(path)), got=str(exc)) from None
         if isinstance(got, Run):
             return got
@@ -415,7 +334,7 @@ def _strict_json(raw: bytes) -> Any:
             deeper = _deeper_first(raw)
             if deeper is not None:
                 raise deeper from None
-            raise DocumentError("not valid JSON", where="document", got=str(exc)) from None
+            raise DocumentError(NOT_JSON, where="document", got=str(exc)) from None
         if nested_past(value):
             found = json_overflow(raw)
             raise _too_deep(found[0] if found else None)

@@ -19,7 +19,6 @@ path whole (:func:`decode_fast` returns None).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from array import array
 from collections.abc import Callable, Mapping
@@ -32,11 +31,12 @@ from cpstore.errors import CpstoreError, DocumentError, RecordFormatError
 from cpstore.native.binding import digest_batch, json_split, msgpack_split, pack_tokens
 from cpstore.native.columns import encode_values
 from cpstore.native.records import KindTable
+from cpstore.run.fields import StreamedTokens
 from cpstore.run.locate import join_place, key_step
 from cpstore.run.model import PackedTokens, Run, TokenPacker, fields_of, list_of
 from cpstore.run.values import EncodedValues
 
-__all__ = ["CHUNK", "TokenColumns", "decode_fast"]
+__all__ = ["CHUNK", "NOT_JSON", "TokenColumns", "decode_fast"]
 
 #: Tokens decoded per chunk: large enough that per-chunk costs vanish, small
 #: enough that a chunk's transient objects stay a few MiB.
@@ -78,9 +78,12 @@ _FAST_ERRORS = (
 #: escaped load_document bare).
 _CHUNK_ERRORS = (msgspec.DecodeError, RecursionError)
 
+#: What the strict JSON decoder says of text that is no JSON at all (a syntax error).
+NOT_JSON = "not valid JSON"
+
 #: Decodes one chunk strictly (the document's own decoder): bytes -> list of tokens.
 StrictDecode = Callable[[bytes], Any]
-#: Builds the run from every field but the tokens (``tokens`` given as []).
+#: Builds the run from the fields in document order, the tokens a :class:`StreamedTokens`.
 ParseRest = Callable[[dict[str, Any]], Run]
 
 
@@ -172,14 +175,20 @@ class TokenColumns:
 
 def _json_tokens(
     raw: memoryview, start: int, strict: StrictDecode
-) -> tuple[PackedTokens, int] | None:
-    """The token array whose text starts at ``raw[start]``, and the offset just past it."""
+) -> tuple[StreamedTokens, int] | None:
+    """The token array whose text starts at ``raw[start]``, and the offset just past it.
+
+    A token the decoder refuses (not JSON, a NaN, nesting too deep) raises at once, as
+    the whole-document decoder meets it; the first token whose fields are bad is
+    returned as the array's refusal, and the array read on for a refusal of the first
+    kind."""
     while start < len(raw) and raw[start] in b" \t\r\n":
         start += 1
     if start >= len(raw) or raw[start] != 0x5B:  # '[': anything else, the strict path says why
         return None
     cols = TokenColumns()
-    pos, first = start + 1, True
+    bad: DocumentError | None = None
+    pos, first, seen = start + 1, True, 0
     while True:
         try:
             split = json_split(raw, pos, first=first, expect_members=4, cap=CHUNK)
@@ -197,21 +206,35 @@ def _json_tokens(
                 done = len(toks) == count and cols.add_structs(toks)
             if not done:
                 items = _strict_chunk(
-                    strict, text, raw, start=pos, ends=split.ends, base=len(cols), json=True
+                    strict, text, raw, start=pos, ends=split.ends, base=seen, json=True
                 )
                 # A chunk of no member but a trailing comma's (``[t0, ..., t32767, ]``)
                 # is the text ``[]``: it decodes, to fewer members than were counted
                 # (review76). The whole document goes to the strict path, which refuses it.
                 if not isinstance(items, list) or len(items) != count:
                     return None
-                cols.add_strict(items, len(cols))
+                bad = _add_strict(cols, items, seen, bad)
+            seen += count
         if split.done:
             # The splitter ends a container at any closing bracket; only ']' ends
             # an array (a '}' here is invalid JSON the strict path refuses).
             if raw[split.next - 1] != 0x5D:
                 return None
-            return cols.finish(), split.next
+            return StreamedTokens(cols.finish() if bad is None else bad), split.next
         pos, first = split.next, False
+
+
+def _add_strict(
+    cols: TokenColumns, items: Any, base: int, bad: DocumentError | None
+) -> DocumentError | None:
+    """``cols.add_strict``; the first refusal of a token's fields is kept, not raised."""
+    if bad is not None:
+        return bad  # the first bad token is named; the rest is only decoded
+    try:
+        cols.add_strict(items, base)
+    except DocumentError as exc:
+        return exc
+    return None
 
 
 # A top-level key of a run document: plain lowercase names (anything else,
@@ -220,12 +243,12 @@ _KEY = re.compile(rb'[ \t\r\n]*"([a-z_]{1,40})"[ \t\r\n]*:')
 _SKIP = re.compile(rb"[ \t\r\n]*")
 
 
-def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any] | None:
-    """One pass over a JSON document's top level: (other fields decoded, tokens or error).
+def _json_fields(raw: bytes, strict: StrictDecode) -> dict[str, Any] | None:
+    """One pass over a JSON document's top level: its fields in order, decoded.
 
-    The token array is streamed where it stands; every other value is found
-    by the splitter and decoded strictly. None when the top level is not a
-    plain object of plain keys, or repeats a key (the strict path says why).
+    The token array is streamed where it stands (a :class:`StreamedTokens`); every
+    other value is found by the splitter and decoded strictly. None when the top level
+    is not a plain object of plain keys, or repeats a key (the strict path says why).
     """
     view = memoryview(raw)
     pos = _SKIP.match(raw, 0).end()  # type: ignore[union-attr]
@@ -233,34 +256,22 @@ def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any]
         return None
     pos += 1
     fields: dict[str, Any] = {}
-    tokens: Any = None
     while True:
         key = _KEY.match(raw, pos)
         if key is None:
             return None
         name = key.group(1).decode()
-        if name in fields or (name == "tokens" and tokens is not None):
+        if name in fields:
             return None
         pos = key.end()
         if name == "tokens":
-            try:
-                found = _json_tokens(view, pos, strict)
-            except DocumentError as exc:
-                # Raised after the other fields' own errors, as the strict path
-                # would: skip the array and read on.
-                tokens, found = exc, None
+            found = _json_tokens(view, pos, strict)
             if found is None:
-                if tokens is None:
-                    return None
-                try:
-                    end = json_split(view, pos, first=False, cap=1).ends[0]
-                except RecordFormatError:
-                    return None
-            else:
-                tokens, pos = found
-                end = _SKIP.match(raw, pos).end()  # type: ignore[union-attr]
-                if end >= len(raw) or raw[end] not in b",}":
-                    return None
+                return None
+            fields[name], pos = found  # in its place: fields are checked in this order
+            end = _SKIP.match(raw, pos).end()  # type: ignore[union-attr]
+            if end >= len(raw) or raw[end] not in b",}":
+                return None
         else:
             try:
                 split = json_split(view, pos, first=False, cap=1)
@@ -274,13 +285,14 @@ def _json_fields(raw: bytes, strict: StrictDecode) -> tuple[dict[str, Any], Any]
         if raw[end] == 0x7D:  # '}'
             if raw[end + 1 :].strip(b" \t\r\n"):
                 return None
-            return fields, tokens
+            return fields
         if raw[end] != 0x2C:  # a ']' is no separator: the strict path says why
             return None
         pos = end + 1
 
 
-def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | None:
+def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> StreamedTokens | None:
+    """The token array ``raw``, streamed; refusals as :func:`_json_tokens` gives them."""
     if not raw:
         return None
     head = raw[0]
@@ -294,9 +306,11 @@ def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | Non
     else:
         return None
     cols = TokenColumns()
-    while total > len(cols):
+    bad: DocumentError | None = None
+    seen = 0
+    while total > seen:
         try:
-            split = msgpack_split(raw, pos, total - len(cols), expect_members=4, cap=CHUNK)
+            split = msgpack_split(raw, pos, total - seen, expect_members=4, cap=CHUNK)
         except RecordFormatError:
             return None
         count = len(split.ends)
@@ -310,11 +324,12 @@ def _msgpack_tokens(raw: memoryview, strict: StrictDecode) -> PackedTokens | Non
             done = len(toks) == count and cols.add_structs(toks)
         if not done:
             items = _strict_chunk(
-                strict, text, raw, start=pos, ends=split.ends, base=len(cols), json=False
+                strict, text, raw, start=pos, ends=split.ends, base=seen, json=False
             )
-            cols.add_strict(items, len(cols))
+            bad = _add_strict(cols, items, seen, bad)
+        seen += count
         pos = split.next
-    return cols.finish()
+    return StreamedTokens(cols.finish() if bad is None else bad)
 
 
 def _at(exc: DocumentError, where: str) -> DocumentError:
@@ -412,16 +427,22 @@ def decode_fast(
     None when the top level is not a plain object/map the fast path can read
     (the caller then parses the whole document strictly, which raises the
     right error). ``strict`` decodes a chunk or a field with the document's
-    own strict decoder; ``parse_rest`` builds the run from the other fields.
+    own strict decoder; ``parse_rest`` builds the run from the fields in their order.
     """
-    tokens: Any
     if encoding == "json":
-        found = _json_fields(raw, strict)
-        if found is None:
+        try:
+            fields = _json_fields(raw, strict)
+        except DocumentError as exc:
+            if exc.what == NOT_JSON:
+                # Text no JSON reader takes: said by the whole document's decoder, which
+                # names it at ``document`` with its offset in the document (run88: here it
+                # was the field's or token's place, with its offset in that part).
+                return None
+            raise
+        if fields is None:
             return None
-        rest, tokens = found
-        if tokens is None:
-            parse_rest(rest)  # raises: the tokens field is missing
+        if "tokens" not in fields:
+            parse_rest(fields)  # raises: the tokens field is missing
             return None
     else:
         try:
@@ -430,20 +451,15 @@ def decode_fast(
             return None
         if "tokens" not in top or "format" not in top or len(top) != _map_size(raw):
             return None  # a repeated key (the dict kept one): the strict path refuses it
-        rest = {
-            key: _strict_field(strict, key, value, json=False)
-            for key, value in top.items()
-            if key != "tokens"
-        }
-        try:
-            tokens = _msgpack_tokens(memoryview(top["tokens"]).cast("B"), strict)
-        except DocumentError as exc:
-            tokens = exc
-        if tokens is None:
-            return None
-    # The other fields first: a wrong format or a bad field is reported the
-    # way the strict path reports it, before any token error.
-    run = parse_rest({**rest, "tokens": []})
-    if isinstance(tokens, DocumentError):
-        raise tokens
-    return dataclasses.replace(run, tokens=tokens)
+        fields = {}
+        for key, value in top.items():  # in the document's order, as the decoder reads
+            if key != "tokens":
+                fields[key] = _strict_field(strict, key, value, json=False)
+                continue
+            streamed = _msgpack_tokens(memoryview(value).cast("B"), strict)
+            if streamed is None:
+                return None
+            fields[key] = streamed
+    # Checked as the strict path checks them: format, unknown and missing fields, then
+    # each field in the document's order, the token list in its place.
+    return parse_rest(fields)
