@@ -141,3 +141,29 @@ def test_lg_diff_exits_11_on_a_kept_subgraph_gone_on_past_the_named_checkpoint(u
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 0
+
+
+@pytest.mark.parametrize("inner", [True, False])
+def test_a_kept_outer_subgraph_gone_on_past_a_named_checkpoint_is_not_the_same(
+    url: str, inner: bool
+) -> None:
+    """``inner`` (``checkpointer=True`` or not) stopped after ``pre`` inside a
+    ``checkpointer=True`` ``sub``: the same resumes differed, the diff said the same."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        runs: list[str] = []
+        mid = StateGraph(LogState)
+        mid.add_node("inner", _sub(runs, "pre", kept=inner))
+        mid.add_edge(START, "inner")
+        g = StateGraph(LogState)
+        g.add_node("sub", mid.compile(checkpointer=True))
+        g.add_edge(START, "sub")
+        app = g.compile(checkpointer=saver)
+        p1 = _threads(app, saver, ("m1", "m2", "n1", "n2"))
+        moved, named = cfg("m1", p1["m1"]), cfg("n1", p1["n1"])
+        diff = diff_threads(saver.store, moved, named)
+        # before: "same values at all 2 checkpoints"
+        assert not diff.same and diff.undecidable and "sub" in diff.nodes, diff.summary
+        got = [_run(app, runs, Command(resume="y"), c) for c in (moved, named)]
+        assert "u" in got[0][0] and "u" not in got[1][0], got
+        again = [_run(app, runs, None, cfg(t, p1[t])) for t in ("m2", "n2")]
+        assert again[0] == again[1], again
