@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import binascii
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +41,7 @@ from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["SEND_TRIES", "Found", "mid_run_below", "subgraph_divergence"]
+__all__ = ["SEND_TRIES", "Found", "mid_run_below", "one_scan", "subgraph_divergence"]
 
 #: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
 _INTERRUPT = "__interrupt__"
@@ -71,6 +73,39 @@ class Found:
     nodes: tuple[str, ...]
     channels: tuple[str, ...]
     undecidable: bool = False
+
+
+#: Each thread's entries by namespace, read once per diff (:func:`one_scan`): lgleft88
+#: measured ``mid_run_below`` and ``_subgraphs`` scanning the whole thread again for
+#: every subgraph found (a named side against an unnamed one with 8
+#: ``checkpointer=True`` subgraphs on 786 checkpoints: 52 scans, 20,436 entries decoded).
+_SCANNED: ContextVar[dict[str, dict[str, list[Entry]]] | None] = ContextVar(
+    "cpstore_lg_diff_scanned", default=None
+)
+
+
+@contextmanager
+def one_scan() -> Iterator[None]:
+    """Within it, each thread's index entries are scanned once (the caller holds one
+    read txn across it: the entries cannot change)."""
+    token = _SCANNED.set({})
+    try:
+        yield
+    finally:
+        _SCANNED.reset(token)
+
+
+def _by_ns(txn: Txn[memoryview], store: Store, thread_id: str) -> dict[str, list[Entry]]:
+    """The thread's entries by namespace (scanned once within :func:`one_scan`)."""
+    held = _SCANNED.get()
+    if held is not None and thread_id in held:
+        return held[thread_id]
+    out: dict[str, list[Entry]] = {}
+    for e in thread_entries(txn, store.backend.db("meta"), [thread_id]):
+        out.setdefault(e.ns, []).append(e)
+    if held is not None:
+        held[thread_id] = out
+    return out
 
 
 def _task_id(hexdigest: str) -> str:
@@ -113,6 +148,8 @@ def _subgraphs(
     serde: Any,
     last: tuple[Entry, Any],
     writes: list[StoredWrite],
+    *,
+    latest: dict[str, str] | None = None,
 ) -> dict[str, list[str]]:
     """The namespaces of subgraphs run from the checkpoint ``last`` (its entry and step)
     and not finished there (one level under its namespace, their newest checkpoint's
@@ -121,12 +158,14 @@ def _subgraphs(
     threads: the task path of the task running each (its writes at ``last``), else
     ``(node NAME, send I)`` (:func:`_send_indices`), else ``(node NAME)``; a node's
     later call of a subgraph (``node:<task id>|1``) adds `` call 1``; a
-    ``checkpointer=True`` subgraph's is ``(kept NAME)`` (:func:`_kept_state`)."""
+    ``checkpointer=True`` subgraph's is ``(kept NAME)`` (:func:`_kept_state`), its
+    newest checkpoint put in ``latest`` under the key when given."""
     entry, step = last
     newest: dict[str, Entry] = {}
     own = _persistent_prefix(entry.ns)
     kept: dict[str, list[Entry]] = {}  # a checkpointer=True subgraph's ns -> its entries
-    for e in thread_entries(txn, store.backend.db("meta"), [entry.thread_id]):
+    every = [e for held in _by_ns(txn, store, entry.thread_id).values() for e in held]
+    for e in every:
         name = e.ns[len(own) :] if e.ns.startswith(own) and e.ns != entry.ns else _NS_END
         if _NS_END not in name:
             # a task id in no level below: checkpointer=True, at any depth (one under a
@@ -176,7 +215,10 @@ def _subgraphs(
     for ns, history in sorted(kept.items()):
         chosen = _kept_state(txn, store, serde, entry, history)
         if chosen is not None:
-            out[f"{_KEPT}{ns[len(own) :]})"] = [chosen]
+            key = f"{_KEPT}{ns[len(own) :]})"
+            out[key] = [chosen[0]]
+            if latest is not None:
+                latest[key] = chosen[1]
     return out
 
 
@@ -209,23 +251,27 @@ def _persistent_prefix(ns: str) -> str:
 
 def _kept_state(
     txn: Txn[memoryview], store: Store, serde: Any, entry: Entry, held: list[Entry]
-) -> str | None:
+) -> tuple[str, str] | None:
     """``ns NUL checkpoint id`` of the newest checkpoint a ``checkpointer=True``
     subgraph kept by the time of ``entry`` (its ``metadata["parents"]`` naming no later
-    checkpoint of ``entry``'s namespace), or None. That subgraph goes on from it: on
-    a resume when it stopped mid-run, on the thread's next run when it finished (its
-    state is memory), so it is compared whatever its parent's writes (review80: it was
-    skipped, its namespace holding no task id)."""
+    checkpoint of ``entry``'s namespace), and of its newest stored one, or None. That
+    subgraph goes on from the first: on a resume when it stopped mid-run, on the
+    thread's next run when it finished (its state is memory), so it is compared
+    whatever its parent's writes (review80: it was skipped, its namespace holding no
+    task id). A resume of a checkpoint its thread moved past with
+    ``Command(resume=...)`` loads the second (:func:`_kept_moved_on`)."""
+    newest: str | None = None
     for e in sorted(held, key=lambda e: e.checkpoint_id, reverse=True):
         if not stored(txn, store, e):
             continue
+        newest = newest or f"{e.ns}{_AT}{e.checkpoint_id}"
         with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
             md = metadata_of(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
         parents = md.get("parents")
         at = parents.get(entry.ns) if isinstance(parents, Mapping) else None
         if isinstance(at, str) and at > entry.checkpoint_id:
             continue  # kept after the checkpoint compared
-        return f"{e.ns}{_AT}{e.checkpoint_id}"
+        return f"{e.ns}{_AT}{e.checkpoint_id}", newest
     return None
 
 
@@ -264,8 +310,10 @@ def subgraph_divergence(
     which resuming applies there: review77 found threads whose subgraphs' pending
     writes differed "same values" (the parent's pending writes hold only the interrupt)."""
     (ea, _), (eb, _) = last
-    sa = _subgraphs(txn, store, serde, last[0], writes[0])
-    sb = _subgraphs(txn, store, serde, last[1], writes[1])
+    na: dict[str, str] = {}
+    nb: dict[str, str] = {}
+    sa = _subgraphs(txn, store, serde, last[0], writes[0], latest=na)
+    sb = _subgraphs(txn, store, serde, last[1], writes[1], latest=nb)
     for key in sorted(set(sa) | set(sb)):
         la, lb = sa.get(key, []), sb.get(key, [])
         label, node = _names(key)
@@ -284,6 +332,44 @@ def subgraph_divergence(
         found = _group_diff(txn, store, serde, (ea, la), (eb, lb), names=(label, node), diff=diff)
         if found is not None:
             return found
+    return _kept_moved_on(txn, store, serde, ((ea, sa, na), (eb, sb, nb)), diff=diff)
+
+
+def _kept_moved_on(
+    txn: Txn[memoryview],
+    store: Store,
+    serde: Any,
+    sides: tuple[
+        tuple[Entry, dict[str, list[str]], dict[str, str]],
+        tuple[Entry, dict[str, list[str]], dict[str, str]],
+    ],
+    *,
+    diff: Compare,
+) -> Found | None:
+    """Undecidable when a ``checkpointer=True`` subgraph went on past a compared
+    checkpoint (its newest state is not the one compared) and the newest states of the
+    two sides differ, else None (lgleft88). A resume of a checkpoint its thread moved
+    past invoked with ``Command(resume=...)`` is no time travel: LangGraph 1.2.24 loads
+    the subgraph's newest checkpoint, whatever run put it; invoked with None it starts
+    the subgraph over from its state before. A ``Command(update=...)`` time travel of
+    the interrupted checkpoint ran the subgraph again with ``u``: ``Command(resume=...)``
+    of the checkpoint brought ``u`` back on that side only, and the diff said "same"."""
+    (ea, sa, na), (eb, sb, nb) = sides
+    for key in sorted(set(na) & set(nb)):
+        if na[key] == sa[key][0] and nb[key] == sb[key][0]:
+            continue
+        inner = diff(txn, store, _conf(ea, na[key]), _conf(eb, nb[key]), serde)
+        if inner.same:
+            continue
+        label, node = _names(key)
+        moved = " and ".join(s for s, n, o in (("A", na, sa), ("B", nb, sb)) if n[key] != o[key][0])
+        said = (
+            f"subgraph {label} went on past the checkpoint compared on {moved}: a resume "
+            "with Command(resume=...) loads its newest state, and the newest states differ "
+            f"({inner.summary}); a time travel (None) starts it over from before: whether "
+            "the resumes differ turns on how they are invoked"
+        )
+        return Found(said, tuple(sorted({node, *inner.nodes})), inner.channels, True)
     return None
 
 
@@ -386,12 +472,13 @@ def mid_run_below(
             sub = entry_at(txn, meta, entry.thread_id, ns, at or None)
             if sub is None or not stored(txn, store, sub):
                 continue
-            below = [
-                e
-                for e in thread_entries(txn, meta, [entry.thread_id])
-                if e.ns == ns and e.checkpoint_id < bound and stored(txn, store, e)
-            ]
-            base = max(below, key=lambda e: e.checkpoint_id, default=None)
+            held_ns = _by_ns(txn, store, entry.thread_id).get(ns, [])
+            below = sorted(
+                (e for e in held_ns if e.checkpoint_id < bound),
+                key=lambda e: e.checkpoint_id,
+                reverse=True,
+            )
+            base = next((e for e in below if stored(txn, store, e)), None)
             if base == sub:
                 continue  # a replay loads the same checkpoint (a kept subgraph's memory)
             step = _step(txn, store, serde, sub)[0]

@@ -48,6 +48,7 @@ from cpstore.langgraph._diff_sealed import (
     starting_value,
     writes_digest,
 )
+from cpstore.langgraph._diff_subgraphs import one_scan
 from cpstore.langgraph._read import entry_at, stored, stored_writes, view_head
 from cpstore.store import Store
 from cpstore.store.backend import Txn
@@ -244,7 +245,7 @@ def diff_threads(
     checkpoint retention swept is NotFoundError.
     """
     serde = JsonPlusSerializer() if serde is None else serde
-    with store.backend.read_txn() as txn:
+    with store.backend.read_txn() as txn, one_scan():
         named = side(config_a)[2] is not None, side(config_b)[2] is not None
         return _diff(txn, store, config_a, config_b, serde, named=named)
 
