@@ -1,0 +1,201 @@
+"""The LangGraph saver's maintenance (prune keep_latest, delete_thread, copy_thread) in one
+process while another runs LangGraph's loop (put, then put_writes) on the same thread and
+a third reads it (get_tuple, list), LMDB and PostgreSQL, free-running (no placement).
+
+What must hold, whatever the interleaving: every read is one checkpoint with its own
+values and its own writes (``review88_workers.check_tuple``); a checkpoint acknowledged
+after the last maintenance call reads back whole; keep_latest never loses the newest;
+verify is clean.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+from typing import Any
+
+import review88_workers as w
+from pg_cluster import backend_url  # noqa: F401 - fixture
+
+from cpstore.langgraph import CpstoreSaver
+
+_CTX = mp.get_context("spawn")
+
+
+def _run(procs: list[Any], q: Any, timeout: float = 25.0) -> list[tuple[Any, Any]]:
+    """Start the processes, collect what they report until each said done."""
+    for p in procs:
+        p.start()
+    got: list[tuple[Any, Any]] = []
+    done = 0
+    try:
+        while done < len(procs):
+            try:
+                item = q.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"a worker went quiet; so far {got[-5:]!r}") from None
+            if item[0] == "error":
+                raise AssertionError(item[1])
+            if item[0] == "done":
+                done += 1
+            else:
+                got.append(item)
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return got
+
+
+def _acked(got: list[tuple[Any, Any]]) -> list[tuple[int, str]]:
+    return [(i, cid) for i, cid in got if isinstance(i, int)]
+
+
+def _check_thread(saver: CpstoreSaver, thread: str) -> list[int]:
+    steps = []
+    for tup in saver.list(w.cfg(thread)):
+        steps.append(w.check_tuple(tup))
+        again = saver.get_tuple(tup.config)
+        assert again is not None and w.check_tuple(again) == steps[-1]
+    return steps
+
+
+def _with_writes(saver: CpstoreSaver, thread: str, i: int, cid: str) -> None:
+    tup = saver.get_tuple(w.cfg(thread, cid))
+    assert tup is not None, f"acknowledged step {i} gone"
+    assert w.check_tuple(tup) == i
+    assert list(tup.pending_writes) == [(f"task{i}", "x", f"w{i}")]
+
+
+def test_keep_latest_beside_the_loop_and_a_reader(url: str) -> None:
+    """The loop puts 30 steps while a maintainer prunes 12 times and a reader reads:
+    no read mixes two checkpoints; the loop's last step (put after the maintainer is
+    done) reads with its writes; a quiet prune afterwards leaves the newest alone."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        w.put_step(saver, "t", None, 0)
+    q = _CTX.Queue()
+    go = _CTX.Event()
+    procs = [
+        _CTX.Process(target=w.loop, args=(url, "t", 30, q, go)),
+        _CTX.Process(target=w.maintain, args=(url, "prune", "t", 12, q)),
+        _CTX.Process(target=w.read, args=(url, "t", 20, q)),
+    ]
+    for p in procs:
+        p.start()
+    got: list[tuple[Any, Any]] = []
+    done = 0
+    pruned = 0
+    try:
+        while done < 3:
+            item = q.get(timeout=25)
+            if item[0] == "error":
+                raise AssertionError(item[1])
+            if item[0] == "done":
+                done += 1
+            elif item[0] == "prune":
+                pruned += 1
+                if pruned == 12:
+                    go.set()
+            else:
+                got.append(item)
+    finally:
+        go.set()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    acked = _acked(got)
+    assert [i for i, _ in acked] == list(range(1, 31))
+    with CpstoreSaver.from_conn_string(url) as saver:
+        steps = _check_thread(saver, "t")
+        assert steps and max(steps) == 30
+        _with_writes(saver, "t", *acked[-1])
+        newest = saver.get_tuple(w.cfg("t"))
+        assert newest is not None and w.check_tuple(newest) == 30
+        assert saver.store.verify().ok
+        saver.prune(["t"])
+        assert _check_thread(saver, "t") == [30]
+        _with_writes(saver, "t", *acked[-1])
+        assert saver.store.verify().ok
+
+
+def test_delete_thread_beside_the_loop_and_a_reader(url: str) -> None:
+    """delete_thread 8 times while the loop puts 25 steps: every read is whole; what is
+    left after is a consistent thread, its steps among the acknowledged; the last step
+    (after the deletes) reads with its writes; verify clean."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        w.put_step(saver, "d", None, 0)
+    q = _CTX.Queue()
+    go = _CTX.Event()
+    procs = [
+        _CTX.Process(target=w.loop, args=(url, "d", 25, q, go)),
+        _CTX.Process(target=w.maintain, args=(url, "delete", "d", 8, q)),
+        _CTX.Process(target=w.read, args=(url, "d", 20, q)),
+    ]
+    for p in procs:
+        p.start()
+    got: list[tuple[Any, Any]] = []
+    done = deleted = 0
+    try:
+        while done < 3:
+            item = q.get(timeout=25)
+            if item[0] == "error":
+                raise AssertionError(item[1])
+            if item[0] == "done":
+                done += 1
+            elif item[0] == "delete":
+                deleted += 1
+                if deleted == 8:
+                    go.set()
+            else:
+                got.append(item)
+    finally:
+        go.set()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    acked = _acked(got)
+    assert [i for i, _ in acked] == list(range(1, 26))
+    with CpstoreSaver.from_conn_string(url) as saver:
+        steps = _check_thread(saver, "d")
+        assert 25 in steps and set(steps) <= set(range(26))
+        _with_writes(saver, "d", *acked[-1])
+        assert saver.store.verify().ok
+        saver.delete_thread("d")
+        assert _check_thread(saver, "d") == []
+        assert saver.get_tuple(w.cfg("d")) is None
+        assert saver.store.verify().ok
+
+
+def test_copy_thread_beside_the_loop_on_its_source(url: str) -> None:
+    """copy_thread s -> c 8 times while the loop puts 25 steps on s and a reader reads
+    c: every read of the copy is whole (values and writes of one step); the source keeps
+    every acknowledged step with its writes; a quiet copy afterwards holds them all."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        w.put_step(saver, "s", None, 0)
+    q = _CTX.Queue()
+    got = _run(
+        [
+            _CTX.Process(target=w.loop, args=(url, "s", 25, q)),
+            _CTX.Process(target=w.maintain, args=(url, "copy:c", "s", 8, q)),
+            _CTX.Process(target=w.read, args=(url, "c", 20, q)),
+        ],
+        q,
+    )
+    acked = _acked(got)
+    assert [i for i, _ in acked] == list(range(1, 26))
+    with CpstoreSaver.from_conn_string(url) as saver:
+        assert sorted(_check_thread(saver, "s")) == list(range(26))
+        for i, cid in acked:
+            _with_writes(saver, "s", i, cid)
+        assert set(_check_thread(saver, "c")) <= set(range(26))
+        saver.copy_thread("s", "c")
+        assert sorted(_check_thread(saver, "c")) == list(range(26))
+        for i, cid in acked:
+            _with_writes(saver, "c", i, cid)
+        assert saver.store.verify().ok
