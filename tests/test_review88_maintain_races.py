@@ -10,11 +10,13 @@ verify is clean.
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import queue
 from typing import Any
 
 import review88_workers as w
+from langgraph.checkpoint.base import empty_checkpoint
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver
@@ -198,4 +200,69 @@ def test_copy_thread_beside_the_loop_on_its_source(url: str) -> None:
         assert sorted(_check_thread(saver, "c")) == list(range(26))
         for i, cid in acked:
             _with_writes(saver, "c", i, cid)
+        assert saver.store.verify().ok
+
+
+async def _async_mix(saver: CpstoreSaver) -> list[tuple[int, str]]:
+    """The async loop (aput, aput_writes), aprune and a reader as tasks on one saver."""
+    acked: list[tuple[int, str]] = []
+
+    async def put_loop() -> None:
+        newest = await saver.aget_tuple(w.cfg("a"))
+        assert newest is not None
+        parent = newest.config["configurable"]["checkpoint_id"]
+        for i in range(1, 21):
+            cp: dict[str, Any] = dict(empty_checkpoint())
+            cp["channel_values"] = {"x": f"p{i}"}
+            cp["channel_versions"] = {"x": f"{i:08d}"}
+            meta = {"source": "loop", "step": i, "parents": {}}
+            done = await saver.aput(w.cfg("a", parent), cp, meta, {"x": f"{i:08d}"})
+            parent = done["configurable"]["checkpoint_id"]
+            await saver.aput_writes(w.cfg("a", parent), [("x", f"w{i}")], f"task{i}")
+            acked.append((i, parent))
+
+    async def prunes() -> None:
+        for _ in range(8):
+            await saver.aprune(["a"])
+
+    async def reads() -> None:
+        for _ in range(15):
+            newest = await saver.aget_tuple(w.cfg("a"))
+            if newest is not None:
+                w.check_tuple(newest)
+            async for tup in saver.alist(w.cfg("a")):
+                w.check_tuple(tup)
+
+    await asyncio.gather(put_loop(), prunes(), reads())
+    return acked
+
+
+def test_async_saver_keep_latest_beside_its_own_loop_and_another_process(url: str) -> None:
+    """The async saver's aput/aput_writes loop, aprune and reads as tasks of one process
+    while another process prunes the thread too: every read whole, the last step reads
+    with its writes, verify clean, a quiet prune leaves it alone."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        w.put_step(saver, "a", None, 0)
+    q = _CTX.Queue()
+    other = _CTX.Process(target=w.maintain, args=(url, "prune", "a", 10, q))
+    other.start()
+    try:
+        with CpstoreSaver.from_conn_string(url) as saver:
+            acked = asyncio.run(_async_mix(saver))
+        item = q.get(timeout=25)
+        while item[0] == "prune":
+            item = q.get(timeout=25)
+        assert item[0] == "done", item
+    finally:
+        other.join(30)
+        if other.is_alive():
+            other.kill()
+            other.join()
+    assert [i for i, _ in acked] == list(range(1, 21))
+    with CpstoreSaver.from_conn_string(url) as saver:
+        assert max(_check_thread(saver, "a")) == 20
+        _with_writes(saver, "a", *acked[-1])
+        saver.prune(["a"])
+        assert _check_thread(saver, "a") == [20]
+        _with_writes(saver, "a", *acked[-1])
         assert saver.store.verify().ok
