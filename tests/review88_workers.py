@@ -94,11 +94,14 @@ def maintain(url: str, what: str, thread: str, n: int, out: Any) -> None:
     out.put(("done", None))
 
 
-def read(url: str, thread: str, n: int, out: Any) -> None:
-    """``n`` rounds of get_tuple (newest, then by id) and list, each tuple checked."""
+def read(url: str, thread: str, stop: Any, out: Any) -> None:
+    """Rounds of get_tuple (newest, then by id) and list, each tuple checked, until
+    ``stop`` (an Event) is set: at least one, at most ``READS``."""
     try:
         with CpstoreSaver.from_conn_string(url) as saver:
-            for _ in range(n):
+            for n in range(READS):
+                if n and stop.is_set():
+                    break
                 newest = saver.get_tuple(cfg(thread))
                 if newest is not None:
                     check_tuple(newest)
@@ -111,6 +114,10 @@ def read(url: str, thread: str, n: int, out: Any) -> None:
         out.put(("error", traceback.format_exc()))
         raise
     out.put(("done", None))
+
+
+#: The most rounds a reader reads (a bound if its stop is never set).
+READS = 2000
 
 
 def kill_at(url: str, what: str, thread: str, point: str, n: int) -> None:

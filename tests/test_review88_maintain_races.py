@@ -15,6 +15,7 @@ import multiprocessing as mp
 import queue
 from typing import Any
 
+import pytest
 import review88_workers as w
 from langgraph.checkpoint.base import empty_checkpoint
 from pg_cluster import backend_url  # noqa: F401 - fixture
@@ -24,8 +25,9 @@ from cpstore.langgraph import CpstoreSaver
 _CTX = mp.get_context("spawn")
 
 
-def _run(procs: list[Any], q: Any, timeout: float = 25.0) -> list[tuple[Any, Any]]:
-    """Start the processes, collect what they report until each said done."""
+def _run(procs: list[Any], q: Any, stop: Any, timeout: float = 25.0) -> list[tuple[Any, Any]]:
+    """Start the processes, collect what they report until each said done; ``stop`` is
+    set once all but one (the reader, last in ``procs``, most likely) are done."""
     for p in procs:
         p.start()
     got: list[tuple[Any, Any]] = []
@@ -40,9 +42,12 @@ def _run(procs: list[Any], q: Any, timeout: float = 25.0) -> list[tuple[Any, Any
                 raise AssertionError(item[1])
             if item[0] == "done":
                 done += 1
+                if done == len(procs) - 1:
+                    stop.set()
             else:
                 got.append(item)
     finally:
+        stop.set()
         for p in procs:
             p.join(30)
             if p.is_alive():
@@ -71,18 +76,20 @@ def _with_writes(saver: CpstoreSaver, thread: str, i: int, cid: str) -> None:
     assert list(tup.pending_writes) == [(f"task{i}", "x", f"w{i}")]
 
 
-def test_keep_latest_beside_the_loop_and_a_reader(url: str) -> None:
-    """The loop puts 30 steps while a maintainer prunes 12 times and a reader reads:
-    no read mixes two checkpoints; the loop's last step (put after the maintainer is
-    done) reads with its writes; a quiet prune afterwards leaves the newest alone."""
+@pytest.mark.parametrize("pruners", [1, 2])
+def test_keep_latest_beside_the_loop_and_a_reader(url: str, pruners: int) -> None:
+    """The loop puts 30 steps while one or two maintainers prune 12 times each and a
+    reader reads: no read mixes two checkpoints; the loop's last step (put after the
+    maintainers are done) reads with its writes; a quiet prune afterwards leaves the
+    newest alone."""
     with CpstoreSaver.from_conn_string(url) as saver:
         w.put_step(saver, "t", None, 0)
     q = _CTX.Queue()
-    go = _CTX.Event()
+    go, stop = _CTX.Event(), _CTX.Event()
     procs = [
         _CTX.Process(target=w.loop, args=(url, "t", 30, q, go)),
-        _CTX.Process(target=w.maintain, args=(url, "prune", "t", 12, q)),
-        _CTX.Process(target=w.read, args=(url, "t", 20, q)),
+        _CTX.Process(target=w.read, args=(url, "t", stop, q)),
+        *(_CTX.Process(target=w.maintain, args=(url, "prune", "t", 12, q)) for _ in range(pruners)),
     ]
     for p in procs:
         p.start()
@@ -90,20 +97,23 @@ def test_keep_latest_beside_the_loop_and_a_reader(url: str) -> None:
     done = 0
     pruned = 0
     try:
-        while done < 3:
+        while done < len(procs):
             item = q.get(timeout=25)
             if item[0] == "error":
                 raise AssertionError(item[1])
             if item[0] == "done":
                 done += 1
+                if done == len(procs) - 1:  # all but the reader, most likely
+                    stop.set()
             elif item[0] == "prune":
                 pruned += 1
-                if pruned == 12:
+                if pruned == 12 * pruners:
                     go.set()
             else:
                 got.append(item)
     finally:
         go.set()
+        stop.set()
         for p in procs:
             p.join(30)
             if p.is_alive():
@@ -131,23 +141,25 @@ def test_delete_thread_beside_the_loop_and_a_reader(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         w.put_step(saver, "d", None, 0)
     q = _CTX.Queue()
-    go = _CTX.Event()
+    go, stop = _CTX.Event(), _CTX.Event()
     procs = [
         _CTX.Process(target=w.loop, args=(url, "d", 25, q, go)),
         _CTX.Process(target=w.maintain, args=(url, "delete", "d", 8, q)),
-        _CTX.Process(target=w.read, args=(url, "d", 20, q)),
+        _CTX.Process(target=w.read, args=(url, "d", stop, q)),
     ]
     for p in procs:
         p.start()
     got: list[tuple[Any, Any]] = []
     done = deleted = 0
     try:
-        while done < 3:
+        while done < len(procs):
             item = q.get(timeout=25)
             if item[0] == "error":
                 raise AssertionError(item[1])
             if item[0] == "done":
                 done += 1
+                if done == len(procs) - 1:
+                    stop.set()
             elif item[0] == "delete":
                 deleted += 1
                 if deleted == 8:
@@ -156,6 +168,7 @@ def test_delete_thread_beside_the_loop_and_a_reader(url: str) -> None:
                 got.append(item)
     finally:
         go.set()
+        stop.set()
         for p in procs:
             p.join(30)
             if p.is_alive():
@@ -181,13 +194,15 @@ def test_copy_thread_beside_the_loop_on_its_source(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         w.put_step(saver, "s", None, 0)
     q = _CTX.Queue()
+    stop = _CTX.Event()
     got = _run(
         [
             _CTX.Process(target=w.loop, args=(url, "s", 25, q)),
             _CTX.Process(target=w.maintain, args=(url, "copy:c", "s", 8, q)),
-            _CTX.Process(target=w.read, args=(url, "c", 20, q)),
+            _CTX.Process(target=w.read, args=(url, "c", stop, q)),
         ],
         q,
+        stop,
     )
     acked = _acked(got)
     assert [i for i, _ in acked] == list(range(1, 26))
