@@ -184,7 +184,9 @@ def test_delete_thread_beside_the_loop_and_a_reader(url: str) -> None:
         saver.delete_thread("d")
         assert _check_thread(saver, "d") == []
         assert saver.get_tuple(w.cfg("d")) is None
-        assert saver.store.verify().ok
+        report = saver.store.verify()
+        assert report.ok, report
+        assert report.counts["checkpoints"] == report.counts["objects"] == 0
 
 
 def test_copy_thread_beside_the_loop_on_its_source(url: str) -> None:
@@ -281,3 +283,66 @@ def test_async_saver_keep_latest_beside_its_own_loop_and_another_process(url: st
         assert _check_thread(saver, "a") == [20]
         _with_writes(saver, "a", *acked[-1])
         assert saver.store.verify().ok
+
+
+def test_prune_delete_and_copy_all_at_once_beside_the_loop(url: str) -> None:
+    """The loop puts 25 steps on m while three processes prune m, delete m and copy m
+    to c (8 times each) and a reader reads m: every read whole, the step put after all
+    three are done reads with its writes, what m and c hold is whole, verify clean."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        w.put_step(saver, "m", None, 0)
+    q = _CTX.Queue()
+    go, stop = _CTX.Event(), _CTX.Event()
+    procs = [
+        _CTX.Process(target=w.loop, args=(url, "m", 25, q, go)),
+        _CTX.Process(target=w.maintain, args=(url, "prune", "m", 8, q)),
+        _CTX.Process(target=w.maintain, args=(url, "delete", "m", 8, q)),
+        _CTX.Process(target=w.maintain, args=(url, "copy:c", "m", 8, q)),
+        _CTX.Process(target=w.read, args=(url, "m", stop, q)),
+    ]
+    for p in procs:
+        p.start()
+    got: list[tuple[Any, Any]] = []
+    done = calls = 0
+    try:
+        while done < len(procs):
+            item = q.get(timeout=25)
+            if item[0] == "error":
+                raise AssertionError(item[1])
+            if item[0] == "done":
+                done += 1
+                if done == len(procs) - 1:
+                    stop.set()
+            elif item[0] in ("prune", "delete", "copy"):
+                calls += 1
+                if calls == 24:
+                    go.set()
+            else:
+                got.append(item)
+    finally:
+        go.set()
+        stop.set()
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    acked = _acked(got)
+    assert [i for i, _ in acked] == list(range(1, 26))
+    with CpstoreSaver.from_conn_string(url) as saver:
+        steps = _check_thread(saver, "m")
+        assert 25 in steps and set(steps) <= set(range(26))
+        _with_writes(saver, "m", *acked[-1])
+        assert set(_check_thread(saver, "c")) <= set(range(26))
+        assert saver.store.verify().ok
+        saver.prune(["m"])
+        assert _check_thread(saver, "m") == [25]
+        _with_writes(saver, "m", *acked[-1])
+        saver.delete_thread("m")
+        saver.delete_thread("c")
+        assert _check_thread(saver, "m") == _check_thread(saver, "c") == []
+        report = saver.store.verify()
+        assert report.ok, report
+        # nothing of either thread is left stored: no hold, no checkpoint, no value
+        assert saver.store.retained() == {}
+        assert report.counts["checkpoints"] == report.counts["objects"] == 0
