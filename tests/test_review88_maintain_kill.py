@@ -208,3 +208,26 @@ def test_a_prune_whose_hold_another_process_released_finishes(
                 assert steps == []
         if other == "delete":
             assert report.counts["checkpoints"] == 0
+
+
+@pytest.mark.parametrize("then", ["prune", "delete"])
+def test_a_long_id_threads_left_hold_is_released_too(url: str, then: str) -> None:
+    """A thread whose id is past a run name (a hashed run, its prune reason a digest):
+    the hold a killed keep_latest left is released by the next prune or delete alike."""
+    thread = "long-" + "x" * 300
+    _thread(url, thread, 3)
+    _killed(url, "prune", thread, "cpstore.langgraph._maintain.reset_ref", 1)
+    with CpstoreSaver.from_conn_string(url) as saver:
+        assert saver.store.retained()  # the killed prune's hold
+        if then == "prune":
+            saver.prune([thread])
+            for ns in _NS:
+                assert _steps(saver, thread, ns) == [2]
+        else:
+            saver.delete_thread(thread)
+            for ns in _NS:
+                assert _steps(saver, thread, ns) == []
+        assert saver.store.retained() == {}
+        report = saver.store.verify()
+        assert report.ok, report
+        assert report.counts["checkpoints"] == (2 if then == "prune" else 0)
