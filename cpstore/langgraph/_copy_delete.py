@@ -9,15 +9,19 @@ and writes are written (no value bytes).
 A keep_latest prune (``_maintain``, which sits above this module and re-exports its
 public names) records its kept checkpoints again with the same step (``_copy_one``), after
 the same checks (``_refuse_gated``, ``_refuse_over_limit``, ``_decoded``), and drops
-entries and tells shared runs and live entries as the deletes here do.
+entries and tells shared runs and live entries as the deletes here do. Its audit
+operator and reason are named here (``PRUNE_OPERATOR``, ``prune_reason``), so that a
+delete or a later prune releases the holds a prune killed mid-way left
+(``release_left_holds``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from cpstore.errors import ConflictError, GateError
+from cpstore.errors import ConflictError, CpstoreError, GateError, NotFoundError
 from cpstore.langgraph._codec import (
     CHANNEL,
     HASHED_RUN,
@@ -42,10 +46,71 @@ from cpstore.store.lg_index import (
     scan,
     write_key,
 )
-from cpstore.store.model import MAX_KEY_BYTES, ref_key, split_ref_key
+from cpstore.store.model import MAX_KEY_BYTES, MAX_NAME_BYTES, ref_key, split_ref_key
 from cpstore.store.reader import CheckpointView
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads"]
+
+#: The operator a keep_latest prune audits its resets and releases as.
+PRUNE_OPERATOR = "cpstore.langgraph"
+
+
+def prune_reason(thread_id: str) -> str:
+    """The audit reason of a keep_latest prune: the thread's id when it fits a name
+    (``MAX_NAME_BYTES``), else its length and BLAKE2b-256 (a longer reason was refused
+    after the kept checkpoints were re-recorded, leaving the old branches unswept; an
+    XXH3-128 tag named two chosen ids alike, as their scheme-1 runs did)."""
+    reason = f"LangGraph prune keep_latest of thread {thread_id!r}"
+    if len(reason.encode("utf-8", "backslashreplace")) <= MAX_NAME_BYTES:
+        return reason
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    tag = hashlib.blake2b(raw, digest_size=32).hexdigest()
+    size = len(thread_id)
+    return f"LangGraph prune keep_latest of a thread id of {size} chars, BLAKE2b-256 {tag}"
+
+
+def release_left_holds(store: Store, thread_id: str, runs: Iterable[str]) -> int:
+    """Release the holds a keep_latest prune of ``thread_id`` left on ``runs``; their count.
+
+    A prune resets each old branch away (``reset_ref``: a hold on its head, in the
+    reset's txn) and releases that hold in the next txn. A prune killed between the two
+    left the hold, and nothing released it: the next prune released only its own, a
+    delete_thread swept around it, so the old head and its lineage (the values of a
+    pruned, even of a deleted thread) stayed stored for good (review88,
+    tests/test_review88_maintain_kill.py). A hold is the prune's when its audit record
+    is a ``ref_reset`` to None of that head on that run by ``PRUNE_OPERATOR`` with this
+    thread's ``prune_reason``; any other hold (an operator's) stands. One released
+    meanwhile (a prune in flight, its own) is passed over.
+    """
+    wanted = set(runs)
+    reason = prune_reason(thread_id)
+    released = 0
+    for head, row in store.retained().items():
+        for hold in row["holds"]:
+            if hold.get("run") not in wanted or not isinstance(hold.get("audit"), str):
+                continue
+            try:
+                rec = store.get_audit(hold["audit"])
+            except CpstoreError:  # no such record, or a damaged log: not provably ours
+                continue
+            body = rec.body if isinstance(rec.body, dict) else {}
+            if (
+                rec.kind != "ref_reset"
+                or body.get("operator") != PRUNE_OPERATOR
+                or body.get("reason") != reason
+                or body.get("new") is not None
+                or body.get("old") != head
+                or body.get("run") != hold["run"]
+            ):
+                continue
+            try:
+                store.release_retained(
+                    head, operator=PRUNE_OPERATOR, reason=reason, holder=hold["audit"]
+                )
+            except NotFoundError:
+                continue
+            released += 1
+    return released
 
 
 def _refuse_gated(store: Store, txn: Txn[memoryview], entries: list[Entry], what: str) -> None:
@@ -118,7 +183,9 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
         runs, heads = backend.write_txn(drop)
         for run in sorted(heads):
             writer.forget(run)
-            if run in runs or heads[run]:  # no whole-store sweep for a run without refs
+            # a killed keep_latest's hold on the run would keep what the sweep frees
+            left = release_left_holds(store, thread_id, [run])
+            if run in runs or heads[run] or left:  # no whole-store sweep for a run without refs
                 store.backend.live()
                 retention.delete_run(
                     backend, run, only_heads=heads[run], keep_ref=_named_ref(backend, thread_id)

@@ -7,14 +7,20 @@ its kept checkpoints again with the copy's step and frees the old branches, then
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
-from cpstore.errors import ConflictError, InvalidInputError
-from cpstore.langgraph._codec import CHANNEL, load_checkpoint, load_metadata, load_value
+from cpstore.errors import ConflictError, InvalidInputError, NotFoundError
+from cpstore.langgraph._codec import (
+    CHANNEL,
+    load_checkpoint,
+    load_metadata,
+    load_value,
+    thread_runs,
+)
 from cpstore.langgraph._copy_delete import (
+    PRUNE_OPERATOR,
     _copy_one,
     _decoded,
     _drop_entries,
@@ -25,6 +31,8 @@ from cpstore.langgraph._copy_delete import (
     copy_thread,
     delete_for_runs,
     delete_threads,
+    prune_reason,
+    release_left_holds,
 )
 from cpstore.langgraph._read import Entry, entry_key, load_parts, stored
 from cpstore.langgraph._write import Writer, own_run
@@ -32,7 +40,6 @@ from cpstore.store import Store
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.branches import branches_in, reset_ref
 from cpstore.store.lg_index import checkpoint_key, scan
-from cpstore.store.model import MAX_NAME_BYTES
 from cpstore.store.reader import CheckpointView
 from cpstore.store.retention import sweep
 
@@ -90,7 +97,7 @@ def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
         _reclaim(store, writer, thread_id, chains, before)
 
 
-_OPERATOR = "cpstore.langgraph"
+_OPERATOR = PRUNE_OPERATOR
 
 
 #: The checkpoint metadata key LangGraph counts each DeltaChannel's updates since its
@@ -121,7 +128,7 @@ def _reclaim(
     kept = [e for chain in chains for e in chain]
     if not kept:
         return
-    reason = _prune_reason(thread_id)  # before any work: an audit reason is a bounded name
+    reason = prune_reason(thread_id)  # before any work: an audit reason is a bounded name
     writer.forget()
     meta = store.backend.db("meta")
     for e in kept:
@@ -157,7 +164,13 @@ def _reclaim(
             except ConflictError:
                 continue  # moved by another writer since, or an entry names it: keep it
             # Its own hold only: another record's on the same head stands (holders69).
-            store.release_retained(head, operator=_OPERATOR, reason=reason, holder=reset.digest)
+            try:
+                store.release_retained(head, operator=_OPERATOR, reason=reason, holder=reset.digest)
+            except NotFoundError:
+                continue  # released meanwhile by another prune or delete of the thread
+    # The holds an earlier prune of the thread left, killed between a reset and its
+    # release: nothing else ever releases them (review88).
+    release_left_holds(store, thread_id, set(before) | set(thread_runs(thread_id)))
     # Every lineage a branch still reaches is kept whole: the fresh branches hold just the
     # kept chains, so only what the resets let go is swept. A keep_last bound (the longest
     # kept chain) also cut a branch another process moved meanwhile: of two puts it
@@ -191,20 +204,6 @@ def _unnamed(backend: Backend, thread_id: str, run: str, branch: str) -> Any:
                 )
 
     return guard
-
-
-def _prune_reason(thread_id: str) -> str:
-    """The audit reason of a keep_latest prune: the thread's id when it fits a name
-    (``MAX_NAME_BYTES``), else its length and BLAKE2b-256 (a longer reason was refused
-    after the kept checkpoints were re-recorded, leaving the old branches unswept; an
-    XXH3-128 tag named two chosen ids alike, as their scheme-1 runs did)."""
-    reason = f"LangGraph prune keep_latest of thread {thread_id!r}"
-    if len(reason.encode("utf-8", "backslashreplace")) <= MAX_NAME_BYTES:
-        return reason
-    raw = thread_id.encode("utf-8", "surrogatepass")
-    tag = hashlib.blake2b(raw, digest_size=32).hexdigest()
-    size = len(thread_id)
-    return f"LangGraph prune keep_latest of a thread id of {size} chars, BLAKE2b-256 {tag}"
 
 
 def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Entry]) -> set[str]:
