@@ -245,7 +245,7 @@ class Loader:
         names = _thread_ns(entry.thread_id, entry.ns)
         cursor = self._cursor
         if cursor is None:
-            cursor = self._cursor = self._txn.cursor(self._meta)  # positional: see lg_index.get
+            cursor = self._cursor = self._txn.cursor(db=self._meta)
         if self._share:  # a list batch: is any write of the namespace stored at all?
             written = self._written.get(names)
             if written is None:
