@@ -8,6 +8,7 @@ txn and a serde's refusal of hash-checked bytes is an :class:`IntegrityError`.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,8 @@ from langgraph.checkpoint.base import CheckpointTuple, PendingWrite
 from cpstore.errors import IntegrityError
 from cpstore.langgraph._codec import (
     CHANNEL,
+    HEAD_KEY,
+    HEAD_LAYOUT,
     LIST_KIND,
     PASS_THROUGH,
     load_value,
@@ -61,8 +64,8 @@ class Loader:
     """
 
     __slots__ = (
-        "_cursor", "_load", "_meta", "_opts", "_prev", "_reads",
-        "_serde", "_share", "_tombstones", "_txn", "_written",
+        "_backend", "_cursor", "_load", "_meta", "_opts", "_prev", "_reads",
+        "_serde", "_share", "_txn", "_written",
     )  # fmt: skip
 
     def __init__(
@@ -85,7 +88,8 @@ class Loader:
         #: the loop below by ``ormsgpack.unpackb`` called there, with no call between.
         self._opts = msgpack_options(serde) if load is None else opts
         self._meta = backend.db("meta")
-        self._tombstones = backend.db("tombstones")
+        #: The tombstones table is looked up only when a checkpoint is missing.
+        self._backend = backend
         self._cursor: Any = None
         #: Whether values of one tuple are kept for the next (a ``list`` batch).
         self._share = share
@@ -102,7 +106,7 @@ class Loader:
         """:func:`_head` of the entry's checkpoint; None when retention pruned it."""
         got = self._reads.state_and_metadata(entry.cid)
         if got is None:
-            _pruned(self._txn, self._tombstones, entry)
+            _pruned(self._txn, self._backend.db("tombstones"), entry)
             return None
         return _head(got[0], got[1], entry)
 
@@ -120,10 +124,29 @@ class Loader:
 
     def tuple(self, entry: Entry) -> CheckpointTuple | None:
         """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
-        got = self._read(entry)
+        got = self._reads.state_and_metadata(entry.cid)
         if got is None:
+            _pruned(self._txn, self._backend.db("tombstones"), entry)
             return None
-        head, head_meta, parts = got
+        parts: Any = got[0]  # a dict of bytes for a LangGraph checkpoint (checked below)
+        manifest_meta = got[1]
+        # _head() of a layout-2 checkpoint (lg_head.split_head's checks), inline: four
+        # calls less a tuple; any other shape (layout 1, a malformed or unknown head)
+        # takes _head, which splits it or raises naming what is wrong.
+        framed = (
+            manifest_meta.get(HEAD_KEY)
+            if type(parts) is dict and "checkpoint" not in parts and type(manifest_meta) is dict
+            else None
+        )
+        if type(framed) is bytes and len(framed) >= _HEAD_AT:
+            layout, size = _HEAD_LEN.unpack_from(framed)
+            end = _HEAD_AT + size
+            if layout != HEAD_LAYOUT or end > len(framed):
+                head, head_meta, parts = _head(parts, manifest_meta, entry)
+            else:
+                head, head_meta = framed[_HEAD_AT:end], framed[end:]
+        else:
+            head, head_meta, parts = _head(parts, manifest_meta, entry)
         load, prev, opts = self._load, self._prev, self._opts
         hook, option = opts if opts is not None else (None, 0)
         if (
@@ -230,7 +253,16 @@ class Loader:
                 written = self._written[names] = _starts(cursor, under)
             if not written:
                 return []
-        if not _starts(cursor, write_prefix(names, entry.checkpoint_id, sized=False)):
+        raw_id = entry.checkpoint_id.encode("utf-8")  # decoded from a key: it has one
+        if len(raw_id) > _MAX_FIELD:
+            prefix = write_prefix(names, entry.checkpoint_id, sized=False)  # its error
+        else:  # write_prefix(names, checkpoint_id, sized=False), inline
+            prefix = WRITE_PREFIX + names + len(raw_id).to_bytes(2, "big") + raw_id
+        n = len(prefix)
+        # _starts(cursor, prefix), inline
+        if n <= MAX_KEY_BYTES and not (
+            cursor.set_range(prefix) and bytes(cursor.key()[:n]) == prefix
+        ):
             return []
         serde = self._serde
         return [
@@ -286,3 +318,8 @@ _LIST = LIST_KIND.encode() + b"\x00"
 _MSGPACK = b"msgpack\x00"
 _MSGPACK_AT = len(_MSGPACK)
 _EMPTY = b"empty\x00"
+#: A layout-2 head's framing (lg_head): layout byte, uint32 big-endian checkpoint length.
+_HEAD_LEN = struct.Struct(">BI")
+_HEAD_AT = _HEAD_LEN.size
+#: The longest key field (lg_index.field): a longer id takes write_prefix, which refuses it.
+_MAX_FIELD = 0xFFFF

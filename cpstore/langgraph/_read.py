@@ -39,6 +39,7 @@ from cpstore.store.lg_index import (
     unpack,
     write_key,
 )
+from cpstore.store.model import MAX_KEY_BYTES
 from cpstore.store.reader import CheckpointView
 
 __all__ = [
@@ -94,7 +95,9 @@ class Entry(NamedTuple):
     have: tuple[str, ...]
 
     @classmethod
-    def decode(cls, key: bytes, value: bytes, names: tuple[str, str, str] | None = None) -> Entry:
+    def decode(
+        cls, key: bytes, value: bytes | memoryview, names: tuple[str, str, str] | None = None
+    ) -> Entry:
         """The entry stored under ``key``; IntegrityError when it fails its check or shape.
 
         ``names`` is ``(thread_id, ns, checkpoint_id)`` when the caller built the key.
@@ -398,7 +401,8 @@ def entry_at(
             raise
         key = checkpoint_key(thread_id, ns, checkpoint_id, sized=False)
     if checkpoint_id is not None:
-        found = get(txn, meta, key)
+        # lg_index.get, inline for a key LMDB can hold: Entry.decode copies the view
+        found = txn.get(key, None, meta) if len(key) <= MAX_KEY_BYTES else get(txn, meta, key)
         if found is None:
             return None
         return Entry.decode(key, found, (thread_id, ns, checkpoint_id))

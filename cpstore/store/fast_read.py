@@ -15,6 +15,7 @@ handed out).
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,10 +26,12 @@ from cpstore.store.content import Content, objects_of, records_of
 from cpstore.store.decode import (
     ALIKE_SCALARS,
     DECODE_ERRORS,
+    MSGSPEC_SAFE_LIMIT,
     decode_part,
     decoded_alike,
-    msgspec_safe,
 )
+
+_recursion_limit = sys.getrecursionlimit
 
 #: Where an object's bytes start in its heap entry (kind, key length 16, the digest).
 _PART_AT = 18
@@ -92,7 +95,7 @@ def read_parts(
     part-by-part path names it; and when msgspec may not decode
     (:func:`~cpstore.store.decode.msgspec_safe`).
     """
-    if not msgspec_safe():
+    if _recursion_limit() > MSGSPEC_SAFE_LIMIT:  # not msgspec_safe(), inline
         return None  # a raised recursion limit: the part-by-part path (msgpack) decodes
     heap = objects.heap
     n = len(parts)

@@ -54,17 +54,19 @@ class StateReads:
         None when no record of ``cid`` is stored (the caller tells pruned from
         lost); IntegrityError naming damage.
         """
-        got = self._read(cid, header=False)  # as CheckpointView.state(): created_at unused
+        # as CheckpointView.state(): created_at unused
+        got = self.state_and_metadata(cid, header=False)
         return None if got is None else got[0]
 
-    def state_and_metadata(self, cid: bytes) -> tuple[bytes | dict[str, Any], Any] | None:
+    def state_and_metadata(
+        self, cid: bytes, *, header: bool = True
+    ) -> tuple[bytes | dict[str, Any], Any] | None:
         """:meth:`state` and the manifest's ``metadata`` field as decoded (hash-checked
         with the manifest against ``cid``, not shape-checked: the caller checks what it
         uses; no other manifest field is looked at; the header's ``created_at`` check is
-        verified, its value not used: the manifest is used, as ``CheckpointView.manifest``)."""
-        return self._read(cid, header=True)
-
-    def _read(self, cid: bytes, *, header: bool) -> tuple[bytes | dict[str, Any], Any] | None:
+        verified, its value not used: the manifest is used, as ``CheckpointView.manifest``).
+        ``header=False`` (:meth:`state`) leaves the header's check out, as
+        ``CheckpointView.state`` does."""
         backend, txn = self._backend, self._txn
         hints: list[bytes] = []
         try:
