@@ -17,8 +17,6 @@ import os
 import struct
 from array import array
 from collections.abc import Callable, Mapping, Sequence
-from itertools import compress
-from operator import is_, is_not
 from typing import Any
 
 import msgspec
@@ -81,34 +79,6 @@ _LOG_NAMES = ("observations", "call_graph", "effects", "harness")
 _NOT_APPEND_LOG = frozenset((str, bytes, int, float, bool, type(None), list, dict, tuple))
 
 
-#: What :class:`_Kept` holds for a part whose value is not kept (not bytes or str): no
-#: value object of a state ``is`` it, so the part is encoded again.
-_UNCACHED = object()
-
-
-def _cached(value: object) -> object:
-    """``value`` when a later checkpoint may reuse its digest (bytes or str: immutable;
-    never bytes(), which may change), else :data:`_UNCACHED`."""
-    return value if type(value) is bytes or isinstance(value, str) else _UNCACHED
-
-
-class _Kept:
-    """A recorder's state parts of its last checkpoint: the names in the state's order, their
-    value objects (:func:`_cached`), name -> digest (the manifest's ``parts``, never changed
-    once made: a later checkpoint copies it) and name -> chunk-tree root of the chunked."""
-
-    __slots__ = ("chunked", "names", "parts", "values")
-
-    def __init__(
-        self,
-        names: tuple[str, ...],
-        values: list[object],
-        parts: dict[str, bytes],
-        chunked: dict[str, bytes],
-    ) -> None:
-        self.names, self.values, self.parts, self.chunked = names, values, parts, chunked
-
-
 def _step(value: object, where: str) -> int:
     """``value``'s int when it is a step (an int, not a bool, in [0, 2**63), judged by its
     value: an int subclass's own comparisons may lie); else InvalidInputError saying where
@@ -166,9 +136,9 @@ class Recorder(BulkAppends, RecorderEnds):
         self._logs: dict[str, bytes | None] = {}
         self._dirty = {"tokens", "observations", "call_graph", "effects", "harness"}
         self._inherited: set[bytes] = set()
-        # The last checkpoint's parts (names, value objects, digests, chunk roots):
-        # unchanged bytes/str parts are not re-encoded or re-hashed each checkpoint.
-        self._parts = _Kept((), [], {}, {})
+        # name -> (immutable value, part digest, chunk index digest): unchanged
+        # bytes/str parts are not re-encoded or re-hashed each checkpoint.
+        self._parts: dict[str, tuple[object, bytes, bytes | None]] = {}
         #: The state parts' digests in the manifest's order (the commit's hint keys).
         self._order: tuple[bytes, ...] = ()
         self._appends = AppendParts()  # AppendLog parts: trees continued (append_state.py)
@@ -348,72 +318,45 @@ class Recorder(BulkAppends, RecorderEnds):
                 "state must be bytes or a mapping of part names to values",
                 got=type(state).__name__,
             )
-        # The cache keeps only this checkpoint's parts: a hit must name an object the
-        # head reaches (see _confirmed), never an older one. A hit is the very value
-        # object (bytes or str: immutable) of the same part name.
-        cache = self._parts
-        if type(state) is dict and len(state) == len(cache.names):
-            names = tuple(state)
-            if all(map(is_, names, cache.names)):  # the same name objects, checked before
-                return self._parts_state(self._same_names(names, state, cache))
-        lookup = {name: i for i, name in enumerate(cache.names)}  # the last one of a name
         parts: dict[str, bytes] = {}
-        names_seen: list[str] = []
-        values: list[object] = []
+        # The cache keeps only this checkpoint's parts: a hit must name an
+        # object the head reaches (see _confirmed), never an older one.
+        cache = self._parts
+        kept: dict[str, tuple[object, bytes, bytes | None]] = {}
+        self._parts = kept
         for name, value in state.items():
             if not isinstance(name, str) or not name:
                 raise InvalidInputError("state part names must be non-empty str", got=name)
-            i = lookup.get(name)
-            if i is not None and cache.values[i] is value:  # its name was checked when cached
-                parts[name] = cache.parts[name]
-                if name in cache.chunked:
-                    chunked[name] = cache.chunked[name]
-            else:
-                check_text(name, "state part name")
-                parts[name] = self._part(name, value, chunked)
-            names_seen.append(name)
-            values.append(_cached(value))  # a hit's value: bytes or str, kept
-        return self._parts_state(_Kept(tuple(names_seen), values, parts, chunked))
-
-    def _same_names(self, names: tuple[str, ...], state: dict[str, Any], cache: _Kept) -> _Kept:
-        """:meth:`_state`'s loop when the state has the cached names (the same objects) in
-        the same order: only the parts whose value object changed are encoded (in order)."""
-        values = list(state.values())
-        parts, chunked = cache.parts.copy(), cache.chunked.copy()
-        for i in compress(range(len(names)), map(is_not, values, cache.values)):
-            name, value = names[i], values[i]
+            cached = cache.get(name)
+            if cached is not None and cached[0] is value:  # its name was checked when cached
+                parts[name] = cached[1]
+                if cached[2] is not None:
+                    chunked[name] = cached[2]
+                kept[name] = cached
+                continue
             check_text(name, "state part name")
-            chunked.pop(name, None)
-            parts[name] = self._part(name, value, chunked)
-            values[i] = _cached(value)
-        return _Kept(names, values, parts, chunked)
-
-    def _part(self, name: str, value: Any, chunked: dict[str, bytes]) -> bytes:
-        """The digest of state part ``name`` (encoded, stashed; a chunk tree in ``chunked``)."""
-        if type(value) not in _NOT_APPEND_LOG and isinstance(value, AppendLog):
-            return self._appends.part(self, name, value, chunked)
-        try:
-            enc = encode_fast(value)  # encode_value's bytes and errors
-        except CanonicalEncodingError as exc:  # its path starts at "$": name the part
-            raise CanonicalEncodingError(
-                exc.what,
-                where=f"state[{name!r}]" + (exc.where or "$")[1:],
-                expected=exc.expected,
-                got=exc.got,
-            ) from None
-        if len(enc) > MAX_OBJECT_SIZE:
-            raise InvalidInputError(
-                "state part is larger than the largest object",
-                where=f"state[{name!r}]",
-                expected=f"<= {MAX_OBJECT_SIZE} bytes",
-                got=f"{len(enc)} bytes",
-            )
-        return self._blob(enc, chunked, name)
-
-    def _parts_state(self, kept: _Kept) -> tuple[dict[str, Any], bytes]:
-        """The parts state map of ``kept`` (now the cache) and its canonical bytes."""
-        self._parts = kept
-        parts, chunked = kept.parts, kept.chunked
+            if type(value) not in _NOT_APPEND_LOG and isinstance(value, AppendLog):
+                parts[name] = self._appends.part(self, name, value, chunked)
+                continue
+            try:
+                enc = encode_fast(value)  # encode_value's bytes and errors
+            except CanonicalEncodingError as exc:  # its path starts at "$": name the part
+                raise CanonicalEncodingError(
+                    exc.what,
+                    where=f"state[{name!r}]" + (exc.where or "$")[1:],
+                    expected=exc.expected,
+                    got=exc.got,
+                ) from None
+            if len(enc) > MAX_OBJECT_SIZE:
+                raise InvalidInputError(
+                    "state part is larger than the largest object",
+                    where=f"state[{name!r}]",
+                    expected=f"<= {MAX_OBJECT_SIZE} bytes",
+                    got=f"{len(enc)} bytes",
+                )
+            parts[name] = self._blob(enc, chunked, name)
+            if type(value) is bytes or isinstance(value, str):  # never bytes(), which may change
+                kept[name] = (value, parts[name], chunked.get(name))
         parts_bytes, order = digest_map_and_order(parts)
         if not chunked:
             self._order = order
