@@ -44,6 +44,8 @@ from __future__ import annotations
 import heapq
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from cpstore.errors import IntegrityError
@@ -254,7 +256,9 @@ class Content:
             # of pieces all checked to have one length (equal as a whole iff each
             # piece is). Anything else takes the per-key loop below.
             keys = keys if isinstance(keys, (list, tuple)) else list(keys)
-            rows: list[Any] = [get(key, None, index) for key in keys]
+            # map() calls the txn's get per key with no Python frame per key (a list
+            # comprehension's function and bytecode cost more than the get's own call).
+            rows: list[Any] = list(map(get, keys, repeat(None), repeat(index)))
             try:  # len(None) raises: a key with no row takes the loop below
                 rows_ok = _ONLY_8.issuperset(map(len, rows))
             except TypeError:
@@ -262,11 +266,9 @@ class Content:
             if rows_ok and _ONLY_16.issuperset(map(len, keys)):
                 n = len(keys)
                 seqs_of, hints_of = _plans(n)
-                entries: list[Any] = [get(seq, None, heap) for seq in rows]
+                entries: list[Any] = list(map(get, rows, repeat(None), repeat(heap)))
                 head = heads[16]
-                if all(entries) and b"".join([entry[:18] for entry in entries]) == head + head.join(
-                    keys
-                ):
+                if all(entries) and b"".join(map(_HEAD_16, entries)) == head + head.join(keys):
                     try:  # a seq past 2**32 - 1 does not pack: the loop below writes 0
                         block = hints_of(n, *seqs_of(b"".join(rows)))
                     except struct.error:
@@ -498,6 +500,8 @@ _APPENDED: list[tuple[Any, int] | None] = [None]
 
 
 _ONLY_8 = frozenset((SEQ_SIZE,))
+#: An entry's first 18 bytes: its kind, key length and a 16-byte key.
+_HEAD_16 = itemgetter(slice(0, 18))
 _ONLY_16 = frozenset((16,))
 _HINT_LIMIT = 1 << 32
 #: n -> (unpack of n 8-byte BE seqs, pack of a hint block of n): locations' fast path.

@@ -60,6 +60,7 @@ _CHECK = 8
 REF_SIZE = DIGEST_SIZE + 1 + _CHECK
 REFS_DIGEST_KEY = b"refs_digest"
 _COUNT = struct.Struct("<Q")
+_ROW_SIZE = DIGEST_SIZE + _COUNT.size  # meta/refs_digest: the refs' hashes XORed, their count
 _ZERO = bytes(DIGEST_SIZE)
 
 
@@ -175,8 +176,8 @@ def check_ref_target(key: bytes, origin: int, run_id: object, branch: object) ->
         )
 
 
-def _digest_state(txn: Any, meta: Any) -> tuple[bytes, int]:
-    raw = txn.get(REFS_DIGEST_KEY, None, meta)
+def _digest_state(txn: Any, meta: Any, raw: Any = False) -> tuple[bytes, int]:
+    raw = txn.get(REFS_DIGEST_KEY, None, meta) if raw is False else raw  # False: unread
     if raw is None:
         return _ZERO, 0
     raw = bytes(raw)
@@ -237,24 +238,15 @@ def _update_digest(
     # Modulo its 8 bytes, as the XOR is: a count damaged below the refs a move deletes
     # stays damaged (still reported) instead of ending the move in struct.error (review68).
     count %= 1 << (8 * _COUNT.size)
-    txn.put(
-        REFS_DIGEST_KEY,
-        x.to_bytes(DIGEST_SIZE, "little") + _COUNT.pack(count),
-        True,
-        True,
-        False,
-        meta,
-    )
+    row = x.to_bytes(DIGEST_SIZE, "little") + _COUNT.pack(count)
+    txn.put(REFS_DIGEST_KEY, row, True, True, False, meta)  # positional, as commit_ref's
+
+
+_Old = tuple[bytes, int] | tuple[bytes, int, bytes] | None  # write_ref's ``old``: read in the txn
 
 
 def write_ref(
-    txn: Any,
-    dbs: Mapping[str, Any],
-    key: bytes,
-    cid: bytes,
-    origin: int,
-    *,
-    old: tuple[bytes, int] | tuple[bytes, int, bytes] | None,
+    txn: Any, dbs: Mapping[str, Any], key: bytes, cid: bytes, origin: int, *, old: _Old
 ) -> None:
     """Point ref ``key`` at ``cid``; the table digest moves in this same txn.
 
@@ -269,19 +261,25 @@ def write_ref(
     commit_ref(txn, dbs, key, cid, _checked_origin(key, origin), old=old)
 
 
-_Old = tuple[bytes, int] | tuple[bytes, int, bytes] | None  # write_ref's ``old``: read in the txn
-
-
 def commit_ref(
     txn: Any, dbs: Mapping[str, Any], key: bytes, cid: bytes, origin: int, *, old: _Old
 ) -> None:
     """:func:`write_ref` without its origin check: a commit's own ref (``commit.py``), its
     origin the constant RECORDED (no check on the put path). Every other writer of a ref
     goes through :func:`write_ref`."""
-    out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
     into = _hash(key, cid, origin)
     value = (cid if type(cid) is bytes else bytes(cid)) + _ORIGIN_BYTE[origin] + into[:_CHECK]
-    state = _digest_state(txn, dbs["meta"])
+    raw = txn.get(REFS_DIGEST_KEY, None, dbs["meta"])
+    if old is not None and len(old) == 3 and type(raw) is bytes and len(raw) == _ROW_SIZE:
+        # A commit's move beside a sound row (put88): its XOR moved, its count kept.
+        txn.put(key, value, True, True, False, dbs["refs"])  # positional: ~1k below keywords
+        x = int.from_bytes(raw[:DIGEST_SIZE], "little") ^ int.from_bytes(old[2], "little")
+        row = (x ^ int.from_bytes(into, "little")).to_bytes(DIGEST_SIZE, "little") + raw[16:]
+        txn.put(REFS_DIGEST_KEY, row, True, True, False, dbs["meta"])
+        _WRITTEN[0] = (key if type(key) is bytes else bytes(key), value, into)
+        return
+    out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
+    state = _digest_state(txn, dbs["meta"], raw)
     if old is None:
         _refuse_short(txn, dbs, key, state[1])
     txn.put(key, value, True, True, False, dbs["refs"])  # positional: ~1k below keywords
