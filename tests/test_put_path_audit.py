@@ -368,7 +368,9 @@ def test_writers_killed_while_growing_the_file_leave_a_store_that_opens_and_veri
     )
     acked: dict[str, str] = {}
     rounds = 0
-    while time.time() < until - 2:
+    # three rounds at least, past the opener's end if a loaded machine is slow to spawn
+    # (put88 saw two rounds in the 12 s at load 7, and 'rounds >= 3' failed)
+    while rounds < 3 or time.time() < until - 2:
         rounds += 1
         kids = [spawn_ready([_GROWER, path, f"g{k}"]) for k in range(2)]
         time.sleep(0.4 + rnd.random() * 0.8)  # from both ready (tests/spawn_ready.py)
@@ -381,7 +383,7 @@ def test_writers_killed_while_growing_the_file_leave_a_store_that_opens_and_veri
                 acked[f"g{k}"] = lines[-1]
     out, err = opener.communicate(timeout=120)
     assert opener.returncode == 0, err
-    assert int(out) > 0 and rounds >= 3 and acked
+    assert int(out) > 0 and acked
     with open_store(path) as store:
         for run, cid in acked.items():
             head = store.ref(run)
