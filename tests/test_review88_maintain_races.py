@@ -25,13 +25,24 @@ from cpstore.langgraph import CpstoreSaver
 _CTX = mp.get_context("spawn")
 
 
-def _run(procs: list[Any], q: Any, stop: Any, timeout: float = 25.0) -> list[tuple[Any, Any]]:
+def _run(
+    procs: list[Any],
+    q: Any,
+    stop: Any,
+    timeout: float = 25.0,
+    *,
+    go: Any = None,
+    calls: tuple[str, ...] = (),
+    go_after: int = 0,
+) -> list[tuple[Any, Any]]:
     """Start the processes, collect what they report until each said done; ``stop`` is
-    set once all but one (the reader, last in ``procs``, most likely) are done."""
+    set once all but one (the reader, last in ``procs``, most likely) are done. Reports
+    whose kind is in ``calls`` (a maintenance call's) are counted, not kept: ``go`` is set
+    at the ``go_after``-th (the loop's last step waits for it), and at the end."""
     for p in procs:
         p.start()
     got: list[tuple[Any, Any]] = []
-    done = 0
+    done = called = 0
     try:
         while done < len(procs):
             try:
@@ -44,9 +55,15 @@ def _run(procs: list[Any], q: Any, stop: Any, timeout: float = 25.0) -> list[tup
                 done += 1
                 if done == len(procs) - 1:
                     stop.set()
+            elif item[0] in calls:
+                called += 1
+                if called == go_after and go is not None:
+                    go.set()
             else:
                 got.append(item)
     finally:
+        if go is not None:
+            go.set()
         stop.set()
         for p in procs:
             p.join(30)
@@ -91,34 +108,7 @@ def test_keep_latest_beside_the_loop_and_a_reader(url: str, pruners: int) -> Non
         _CTX.Process(target=w.read, args=(url, "t", stop, q)),
         *(_CTX.Process(target=w.maintain, args=(url, "prune", "t", 12, q)) for _ in range(pruners)),
     ]
-    for p in procs:
-        p.start()
-    got: list[tuple[Any, Any]] = []
-    done = 0
-    pruned = 0
-    try:
-        while done < len(procs):
-            item = q.get(timeout=25)
-            if item[0] == "error":
-                raise AssertionError(item[1])
-            if item[0] == "done":
-                done += 1
-                if done == len(procs) - 1:  # all but the reader, most likely
-                    stop.set()
-            elif item[0] == "prune":
-                pruned += 1
-                if pruned == 12 * pruners:
-                    go.set()
-            else:
-                got.append(item)
-    finally:
-        go.set()
-        stop.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+    got = _run(procs, q, stop, go=go, calls=("prune",), go_after=12 * pruners)
     acked = _acked(got)
     assert [i for i, _ in acked] == list(range(1, 31))
     with CpstoreSaver.from_conn_string(url) as saver:
@@ -147,33 +137,7 @@ def test_delete_thread_beside_the_loop_and_a_reader(url: str) -> None:
         _CTX.Process(target=w.maintain, args=(url, "delete", "d", 8, q)),
         _CTX.Process(target=w.read, args=(url, "d", stop, q)),
     ]
-    for p in procs:
-        p.start()
-    got: list[tuple[Any, Any]] = []
-    done = deleted = 0
-    try:
-        while done < len(procs):
-            item = q.get(timeout=25)
-            if item[0] == "error":
-                raise AssertionError(item[1])
-            if item[0] == "done":
-                done += 1
-                if done == len(procs) - 1:
-                    stop.set()
-            elif item[0] == "delete":
-                deleted += 1
-                if deleted == 8:
-                    go.set()
-            else:
-                got.append(item)
-    finally:
-        go.set()
-        stop.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+    got = _run(procs, q, stop, go=go, calls=("delete",), go_after=8)
     acked = _acked(got)
     assert [i for i, _ in acked] == list(range(1, 26))
     with CpstoreSaver.from_conn_string(url) as saver:
@@ -300,33 +264,7 @@ def test_prune_delete_and_copy_all_at_once_beside_the_loop(url: str) -> None:
         _CTX.Process(target=w.maintain, args=(url, "copy:c", "m", 8, q)),
         _CTX.Process(target=w.read, args=(url, "m", stop, q)),
     ]
-    for p in procs:
-        p.start()
-    got: list[tuple[Any, Any]] = []
-    done = calls = 0
-    try:
-        while done < len(procs):
-            item = q.get(timeout=25)
-            if item[0] == "error":
-                raise AssertionError(item[1])
-            if item[0] == "done":
-                done += 1
-                if done == len(procs) - 1:
-                    stop.set()
-            elif item[0] in ("prune", "delete", "copy"):
-                calls += 1
-                if calls == 24:
-                    go.set()
-            else:
-                got.append(item)
-    finally:
-        go.set()
-        stop.set()
-        for p in procs:
-            p.join(30)
-            if p.is_alive():
-                p.kill()
-                p.join()
+    got = _run(procs, q, stop, go=go, calls=("prune", "delete", "copy"), go_after=24)
     acked = _acked(got)
     assert [i for i, _ in acked] == list(range(1, 26))
     with CpstoreSaver.from_conn_string(url) as saver:
