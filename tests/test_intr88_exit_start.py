@@ -13,6 +13,7 @@ exception lives, as every lock in a frame that exception keeps, never for good."
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,3 +70,48 @@ def test_a_creation_lock_exit_interrupted_at_its_start_frees_the_lock(
     assert fds_in(path) == []
     with cpstore.open(path) as st, st.read(cid) as cp:
         assert cp.state() == {"a": 1}
+
+
+_FREED_UNDER_THE_FORK_GUARD = """
+import fcntl, os, sys, threading
+from cpstore.store import lmdb_open
+
+path = sys.argv[1]
+lock = lmdb_open.creation_lock(path, exclusive=True)
+lock.__enter__()  # taken; its __exit__ never runs (an interrupt landed at its start)
+with lmdb_open.FORK_GUARD:  # the collector ran __del__ in a guarded region of this thread
+    del lock
+for t in threading.enumerate():
+    if t.name == "cpstore-creation-lock":
+        t.join(20)
+fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("free")
+except BlockingIOError:
+    print("held")
+"""
+
+
+def test_a_lost_creation_lock_freed_inside_a_fork_guarded_region_does_not_deadlock(
+    tmp_path: Path,
+) -> None:
+    """The collector may free a lost ``CreationLock`` while this very thread holds
+    ``FORK_GUARD`` (a plain lock, held around the descriptor bookkeeping, where an
+    allocation can start a collection): its ``__del__`` waiting for the guard waited for
+    good. It leaves the release to a thread of its own then, which frees the lock once
+    the guard is let go."""
+    path = tmp_path / "d"
+    path.mkdir()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _FREED_UNDER_THE_FORK_GUARD, str(path)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("freeing the lost lock under FORK_GUARD deadlocked")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["free"]

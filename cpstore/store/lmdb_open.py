@@ -196,8 +196,18 @@ class CreationLock:
         # here or in another process, waited for good (intr88). Released here, once the
         # exception that keeps __exit__'s frame (and so this object) is freed.
         held = getattr(self, "_held", None)  # None: __init__ interrupted before it was set
-        if held:
+        if not held:
+            return
+        # Not waiting for FORK_GUARD here: the collector may run this inside a region of
+        # this very thread that holds it (a plain Lock: the wait would never end). When
+        # it is taken, a thread of its own waits for it and releases.
+        if FORK_GUARD.acquire(blocking=False):
+            FORK_GUARD.release()
             release_folders(held)
+        else:
+            threading.Thread(
+                target=release_folders, args=(held,), name="cpstore-creation-lock", daemon=True
+            ).start()
 
 
 def lock_folder(path: str, *, exclusive: bool, wait: bool = True) -> int | None:
