@@ -1,0 +1,99 @@
+"""review89: a creation lock (``lmdb_open.CreationLock``) carried into a fork() child.
+
+A fork child closes at once every folder descriptor a creation lock holds
+(``FORK_CLOSED_FDS``: the child must never keep its parent's flock), so in the child
+the lock's number is free and the child's next open takes it. The lock object came
+along all the same: freed there (intr88's ``__del__``, for a lock whose ``__exit__`` an
+interrupt skipped and that garbage kept), or left there by a forking thread inside its
+``with`` (``__exit__``), it closed that number: another descriptor of the child's, here
+the child's own creation lock on another store, whose flock went with it (two writers
+creating or compacting one store at once), and its owner later closed a number that
+was no longer its own. A lock now closes only in the process that took it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+_CHILD = """
+import fcntl, gc, os, sys
+from cpstore.store import lmdb_open
+
+a, b, how = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def take(n):
+    # The child's next open takes the number the fork closed (the gaps below it filled).
+    fill = []
+    while (fd := os.open(os.devnull, os.O_RDONLY)) < n:
+        fill.append(fd)
+    os.close(fd)
+    return lmdb_open.lock_folder(b, exclusive=True)
+
+
+def report(n, mine):
+    probe = os.open(b, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        state = "lost"
+    except BlockingIOError:
+        state = "held"
+    try:
+        same = os.path.samestat(os.fstat(mine), os.stat(b))
+    except OSError:
+        same = False
+    print(mine == n, state, same, flush=True)
+    os._exit(0)
+
+
+def wait(pid):
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+
+
+if how == "garbage":  # __exit__ skipped by an interrupt; garbage keeps the lock object
+    gc.disable()
+    lost = lmdb_open.creation_lock(a, exclusive=True)
+    n = lost.__enter__()
+    cycle = [lost]
+    cycle.append(cycle)
+    del lost, cycle
+    pid = os.fork()
+    if pid == 0:
+        mine = take(n)
+        gc.collect()  # the inherited lock object freed here
+        report(n, mine)
+    wait(pid)
+else:  # forked inside the with; the child leaves it too
+    with lmdb_open.creation_lock(a, exclusive=True) as n:
+        pid = os.fork()
+        if pid == 0:
+            mine = take(n)
+    if pid == 0:
+        report(n, mine)
+    wait(pid)
+"""
+
+
+@pytest.mark.parametrize("how", ["garbage", "with"])
+def test_a_creation_lock_in_a_fork_child_never_closes_the_childs_descriptor(
+    tmp_path: Path, how: str
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(a), str(b), how],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    took_its_number, state, still_open = done.stdout.split()
+    assert took_its_number == "True"  # the child's lock took the number the fork freed
+    assert state == "held"  # before: "lost", the child's lock on b released by a's object
+    assert still_open == "True"
