@@ -206,27 +206,26 @@ class LmdbBackend(BackendBase):
                         self._closer = None
                     else:
                         self._closed = True
-                        self._release(failed)
+                        # ``release_env`` (left open: raised, or a note on ``failed``), tried
+                        # again while an interrupt (a signal handler's exception) lands
+                        # before it dropped the handle (``taken`` cleared as it drops it):
+                        # one landing at its start kept the handle with ``_closed`` set, so
+                        # no later close released it, and the environment stayed open for
+                        # the process's life (left86's leftover). Inline, not a method: a
+                        # landing at such a method's start did the same (review89).
+                        taken: list[Env | None] = [self.env]
+                        late: BaseException | None = None
+                        while taken[0] is not None:
+                            try:
+                                release_env(self.env, failed, taken=taken)
+                            except BaseException as exc:
+                                if taken[0] is None:  # dropped: the close's own error, or
+                                    raise  # a later landing
+                                late = exc
+                        if late is not None:
+                            raise late
                 finally:
                     done.set()
-
-    def _release(self, failed: BaseException | None) -> None:
-        """``release_env`` (left open: raised, or a note on ``failed``), tried again while
-        an interrupt (a signal handler's exception) lands before it dropped the handle
-        (``taken`` cleared as it drops it): one landing at its start kept the handle with
-        ``_closed`` set, so no later close released it, and the environment stayed open
-        for the process's life (left86's leftover). The interrupt is raised after."""
-        taken: list[Env | None] = [self.env]
-        late: BaseException | None = None
-        while taken[0] is not None:
-            try:
-                release_env(self.env, failed, taken=taken)
-            except BaseException as exc:
-                if taken[0] is None:  # dropped: the close's own error, or a later landing
-                    raise
-                late = exc
-        if late is not None:
-            raise late
 
     def _here(self) -> bool:
         return not self._closed and os.getpid() == self.env.pid

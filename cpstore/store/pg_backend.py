@@ -242,8 +242,22 @@ class PgBackend(BackendBase):
                         self._closer = None
                     else:
                         self._closed = True
-                        if os.getpid() == self._pid:
-                            self._pool.close()
+                        # Tried again while an interrupt (a signal handler's exception)
+                        # lands before the pool is closed: one landing on ``os.getpid()``'s
+                        # return or at the pool close's start left it open, with its server
+                        # connections, for the process's life, ``_closed`` set so no later
+                        # close closed it (review89).
+                        # Its own error ends the loop too: the pool sets ``closed`` first.
+                        late: BaseException | None = None
+                        while True:
+                            try:
+                                if os.getpid() != self._pid or self._pool.closed:
+                                    break
+                                self._pool.close()
+                            except BaseException as exc:
+                                late = exc
+                        if late is not None:
+                            raise late
                 finally:
                     done.set()
 
