@@ -12,12 +12,17 @@ while the claim stayed this thread's, so the caller's retry returned at once, cl
   server connections, stayed open for the process's life.
 
 Swept as intr88's test (tests/test_begin_interrupted.py's landings), over the frames
-named ``close`` and ``_release``, the collector off until each landing is checked."""
+named ``close`` and ``_release``, the collector off until each landing is checked.
+
+And a landing at the start of ``threading.Event.set``, which told another closing thread
+that the close had ended: skipped, every other thread's close of the store waited for
+good. The close now holds a plain lock until it ends and lets it go by a C call."""
 
 from __future__ import annotations
 
 import gc
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +88,45 @@ def test_a_close_interrupted_once_decided_then_closed_again_releases_the_store(
             assert cp.state() == {"k": k}, landed  # acknowledged, never lost
     assert k > 4
     assert wrong == []
+
+
+@pytest.mark.parametrize("durability", ["sync", "batched"])
+def test_a_close_interrupted_anywhere_never_leaves_another_threads_close_waiting(
+    url: str, durability: Durability
+) -> None:
+    """The close's end tells a second closing thread it may go on (``done``): a landing
+    in that telling (the start of ``threading.Event.set``, a frame of its own) skipped
+    it, and every other thread's close of the store waited for good (LMDB polled a flag
+    never set, PostgreSQL waited on it). Swept over the frames named ``close``,
+    ``_release`` and ``set``; after each landing and the caller's retry, another
+    thread's close must return."""
+    stuck: list[str] = []
+    k = 0
+    while True:
+        k += 1
+        st = cpstore.open(url, durability=durability)
+        cid = st.recorder(f"r{k}").checkpoint(0, {"k": k})
+        trace, landed = _interrupting(k, {"close", "_release", "set"})
+        gc.disable()
+        sys.settrace(trace)
+        try:
+            st.close()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+            gc.enable()
+        if not landed:
+            break
+        st.close()  # the caller's retry
+        other = threading.Thread(target=st.close, daemon=True)
+        other.start()
+        other.join(60)  # a generous bound: it returns at once unless stuck for good
+        if other.is_alive():
+            stuck.append(landed[0])
+            break  # that thread stays stuck: the sweep stops here
+        gc.collect()
+        with cpstore.open(url) as again, again.read(cid) as cp:
+            assert cp.state() == {"k": k}, landed
+    assert k > 4 or stuck
+    assert stuck == []  # before: ['set@0'], the other thread's close waited for good
