@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from _thread import LockType
 from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
@@ -268,13 +269,22 @@ class BatchOwners(Generic[W]):
         finally:
             self._local.bound = None
 
-    def wait_closed(self, done: threading.Event) -> None:
-        """A second close's wait for the close another thread has under way (``done``);
-        raises instead of waiting when a map growth waits for this thread's open read view:
-        that close waits for the growth's commit (:meth:`drain`), which waits for this
-        thread. The three waited on each other for ever: a close inside ``store.read()``
-        while another thread's close waited for a third thread's growing flush (audit47)."""
-        while not done.wait(_POLL):
+    def wait_closed(self, done: LockType) -> None:
+        """A second close's wait for the close another thread has under way (``done``, a
+        lock that close holds until it ends); raises instead of waiting when a map growth
+        waits for this thread's open read view: that close waits for the growth's commit
+        (:meth:`drain`), which waits for this thread. The three waited on each other for
+        ever: a close inside ``store.read()`` while another thread's close waited for a
+        third thread's growing flush (audit47)."""
+        while True:
+            # Taken and given back with no point between where an interrupt (a signal
+            # handler's exception) lands (map calls acquire, the loop's step and the
+            # release's call follow with no call between): one landing while it was held
+            # here left every other waiter waiting for good.
+            for got in map(done.acquire, (True,), (_POLL,)):
+                if got:
+                    done.release()
+                    return
             if self.blocked is not None and self.blocked():
                 raise OutcomeUnknownError(
                     "another thread's close waits for a batch commit that grows the map and "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from _thread import LockType
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
@@ -93,8 +94,9 @@ class LmdbBackend(BackendBase):
         self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._closed = False
-        # The close under way (its thread, and set when done): one close releases (close).
-        self._closer: tuple[int, threading.Event] | None = None
+        # The close under way (its thread, and a lock it holds until done): one close
+        # releases (close).
+        self._closer: tuple[int, LockType] | None = None
         self._close_claim = threading.Lock()
         self._audit_key = key
         self.env = acquire_env(
@@ -177,7 +179,12 @@ class LmdbBackend(BackendBase):
                 release_env(self.env)
             return
         self._reentry.refuse()  # a signal handler's close: never under a write under way
-        done = threading.Event()
+        # Held until this close ends, released in its last ``finally`` by a C call: an
+        # Event's ``set`` is Python, and an interrupt (a signal handler's exception)
+        # landing at its start skipped it, so every other thread's close waited for good
+        # (review89). Taken before the claim: nobody waits on it until then.
+        done = threading.Lock()
+        done.acquire()
         mine = (threading.get_ident(), done)
         failed: BaseException | None = None
         # The claim is taken inside the try whose finally ends it: an interrupt (a signal
@@ -206,27 +213,26 @@ class LmdbBackend(BackendBase):
                         self._closer = None
                     else:
                         self._closed = True
-                        self._release(failed)
+                        # ``release_env`` (left open: raised, or a note on ``failed``), tried
+                        # again while an interrupt (a signal handler's exception) lands
+                        # before it dropped the handle (``taken`` cleared as it drops it):
+                        # one landing at its start kept the handle with ``_closed`` set, so
+                        # no later close released it, and the environment stayed open for
+                        # the process's life (left86's leftover). Inline, not a method: a
+                        # landing at such a method's start did the same (review89).
+                        taken: list[Env | None] = [self.env]
+                        late: BaseException | None = None
+                        while taken[0] is not None:
+                            try:
+                                release_env(self.env, failed, taken=taken)
+                            except BaseException as exc:
+                                if taken[0] is None:  # dropped: the close's own error, or
+                                    raise  # a later landing
+                                late = exc
+                        if late is not None:
+                            raise late
                 finally:
-                    done.set()
-
-    def _release(self, failed: BaseException | None) -> None:
-        """``release_env`` (left open: raised, or a note on ``failed``), tried again while
-        an interrupt (a signal handler's exception) lands before it dropped the handle
-        (``taken`` cleared as it drops it): one landing at its start kept the handle with
-        ``_closed`` set, so no later close released it, and the environment stayed open
-        for the process's life (left86's leftover). The interrupt is raised after."""
-        taken: list[Env | None] = [self.env]
-        late: BaseException | None = None
-        while taken[0] is not None:
-            try:
-                release_env(self.env, failed, taken=taken)
-            except BaseException as exc:
-                if taken[0] is None:  # dropped: the close's own error, or a later landing
-                    raise
-                late = exc
-        if late is not None:
-            raise late
+                    done.release()
 
     def _here(self) -> bool:
         return not self._closed and os.getpid() == self.env.pid

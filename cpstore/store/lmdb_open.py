@@ -168,18 +168,32 @@ class CreationLock:
     every open of the store, here or in another process, waited (review87). Here the
     lock is taken in ``__enter__`` by a Python call, whose return runs no handler."""
 
-    __slots__ = ("_exclusive", "_held", "_path", "_wait")
+    __slots__ = ("_exclusive", "_held", "_path", "_pid", "_wait")
 
     def __init__(self, path: str, exclusive: bool, wait: bool) -> None:
         self._path, self._exclusive, self._wait = path, exclusive, wait
         self._held: list[int | None] = []
+        self._pid = os.getpid()
 
     def __enter__(self) -> int | None:
+        self._pid = os.getpid()  # the process whose descriptor ``_held`` names
         self._held = [lock_folder(self._path, exclusive=self._exclusive, wait=self._wait)]
         return self._held[0]
 
+    def _forked(self, held: list[int | None]) -> bool:
+        """Whether this is a fork() child of the process that took the lock: the fork
+        closed its descriptor (``FORK_CLOSED_FDS``) and the child's next open took that
+        number, which a close here released (the child's own creation lock on another
+        store, review89); forgotten then, never closed."""
+        if self._pid == os.getpid():
+            return False
+        held.clear()
+        return True
+
     def __exit__(self, *raised: object) -> None:
         held = self._held
+        if self._forked(held):
+            return
         late: BaseException | None = None
         while held:  # until released: each interrupt landing in it caught (see release_folders)
             try:
@@ -196,7 +210,7 @@ class CreationLock:
         # here or in another process, waited for good (intr88). Released here, once the
         # exception that keeps __exit__'s frame (and so this object) is freed.
         held = getattr(self, "_held", None)  # None: __init__ interrupted before it was set
-        if not held:
+        if not held or self._forked(held):
             return
         # Not waiting for FORK_GUARD here: the collector may run this inside a region of
         # this very thread that holds it (a plain Lock: the wait would never end). When

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+from _thread import LockType
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
@@ -103,8 +104,9 @@ class PgBackend(BackendBase):
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._pid = os.getpid()
         self._closed = True
-        # The close under way (its thread, and set when done): one close releases (close).
-        self._closer: tuple[int, threading.Event] | None = None
+        # The close under way (its thread, and a lock it holds until done): one close
+        # releases (close).
+        self._closer: tuple[int, LockType] | None = None
         self._close_claim = threading.Lock()
         key = None if audit_key is None else check_key(audit_key)
         self._audit_key = key
@@ -212,10 +214,15 @@ class PgBackend(BackendBase):
         """Flush queued checkpoints (batched mode) and close the pool: once when two threads
         close at once, the later waiting for the earlier's (as LmdbBackend.close)."""
         if os.getpid() != self._pid:  # a fork child: never waits for the parent's close (the
-            self._closed = True  # claim's Event no thread of it sets: it hung, audit48) and
+            self._closed = True  # claim's lock no thread of it lets go: it hung, audit48) and
             return  # closes nothing of the parent's (the pool's connections)
         self._reentry.refuse()  # a signal handler's close: never under a write under way
-        done = threading.Event()
+        # Held until this close ends, released in its last ``finally`` by a C call: an
+        # Event's ``set`` is Python, and an interrupt (a signal handler's exception)
+        # landing at its start skipped it, so every other thread's close waited for good
+        # (review89). Taken before the claim: nobody waits on it until then.
+        done = threading.Lock()
+        done.acquire()
         mine = (threading.get_ident(), done)
         kept = False
         # The claim is taken inside the try whose finally ends it (as LmdbBackend.close):
@@ -227,7 +234,8 @@ class PgBackend(BackendBase):
                     self._closer = mine
             if closer is not None or self._closed:
                 if closer is not None and closer[0] != mine[0]:
-                    closer[1].wait()  # never waits for itself
+                    with closer[1]:  # never waits for itself; free once that close ended
+                        pass  # taken and given back with no point between where one lands
                     self._owners.after_other_close(lambda: self._closed, self.close)  # kept open
                 return
             if self.durability == "batched" and os.getpid() == self._pid:
@@ -242,10 +250,24 @@ class PgBackend(BackendBase):
                         self._closer = None
                     else:
                         self._closed = True
-                        if os.getpid() == self._pid:
-                            self._pool.close()
+                        # Tried again while an interrupt (a signal handler's exception)
+                        # lands before the pool is closed: one landing on ``os.getpid()``'s
+                        # return or at the pool close's start left it open, with its server
+                        # connections, for the process's life, ``_closed`` set so no later
+                        # close closed it (review89).
+                        # Its own error ends the loop too: the pool sets ``closed`` first.
+                        late: BaseException | None = None
+                        while True:
+                            try:
+                                if os.getpid() != self._pid or self._pool.closed:
+                                    break
+                                self._pool.close()
+                            except BaseException as exc:
+                                late = exc
+                        if late is not None:
+                            raise late
                 finally:
-                    done.set()
+                    done.release()
 
     def _here(self) -> bool:
         return not self._closed and os.getpid() == self._pid
