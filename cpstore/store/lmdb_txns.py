@@ -27,36 +27,15 @@ from cpstore.errors import (
     StoreFullError,
     StoreReadOnlyError,
 )
-from cpstore.native.kept import kept_contextmanager
+from cpstore.native.kept import kept_contextmanager, take_write_lock
 from cpstore.store.backend import Txn
-from cpstore.store.lmdb_errors import translate
+from cpstore.store.lmdb_errors import closed_store_error, translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
 
 __all__ = ["EnvTxns", "take_write_lock"]
 
 T = TypeVar("T")
-
-
-def take_write_lock(lock: Any, *, blocking: bool = True, timeout: float = -1) -> bool:
-    """``lock.acquire(blocking, timeout)`` on an RLock, letting go of the hold it took
-    when an interrupt (a signal handler's exception) lands on the acquire's return: the
-    caller's ``try`` that releases it was not entered yet, so the lock stayed this
-    thread's for good and every other thread's write waited forever (review78 found it
-    in ``write``; ``try_flush_here``, ``quiesced`` and the registry's close of an
-    environment left open had the same window). Whether this call took a hold is told
-    by the RLock's own recursion count, before and after, so a thread that already held
-    the lock keeps its outer hold whatever the interrupt lands on (``write``'s inline
-    copy asked only whether the lock was owned, and kept a second hold for good)."""
-    before: int = lock._recursion_count()
-    try:
-        got: bool = lock.acquire(blocking, timeout)
-    except BaseException:
-        if lock._recursion_count() > before:
-            lock.release()
-        raise
-    return got
-
 
 _TWICE = (0, 1)
 #: The longest a close waits for another thread's txn of the environment to end (a daemon
@@ -406,23 +385,9 @@ class EnvTxns:
             del txn  # the last reference: py-lmdb frees it here
 
     def closed_error(self) -> StoreClosedError:
-        """What a thread using the store while another thread closes it gets: the StoreError
-        of a use after close (LmdbBackend.live), not the resize's refusal the close's wait
-        shares its bookkeeping with (audit36)."""
-        if self.closed:
-            return StoreClosedError(
-                "the store is closed",
-                where=self.path,
-                expected="the store open until no other thread of the process uses it",
-                got="closed by another thread of this process while this one used it",
-            )
-        return StoreClosedError(
-            "the store is closing",
-            where=self.path,
-            expected="the store open until no other thread of the process uses it",
-            got="another thread of this process is closing it (it waits for this "
-            "thread's open read view to end)",
-        )
+        """What a thread using the store while another thread closes it gets (audit36):
+        :func:`~cpstore.store.lmdb_errors.closed_store_error`."""
+        return closed_store_error(self.path, closed=self.closed)
 
     def error_of(self, exc: lmdb.Error) -> CpstoreError:
         """The cpstore error for an LMDB failure of this environment: the closed store's
