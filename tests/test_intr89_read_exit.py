@@ -209,3 +209,41 @@ def test_every_landing_in_a_read_blocks_exit_ends_the_read_exactly_once(
     assert me not in env._active
     assert _open_txns_of_this_process(env) == []
     assert _close_in_another_thread(st) == ["closed"]
+
+
+@pytest.mark.parametrize("where", _WHERE)
+def test_a_lost_reads_thread_waits_for_a_resize_under_way(tmp_path: Path, where: str) -> None:
+    """A thread holding a read goes on past a resize under way (the resize waits for that
+    read anyway); one whose only entry is a lost read must not: the resize counts that one
+    as ended, and LMDB's begin could run beside its remap (taken for nested: before)."""
+    st = cpstore.open(tmp_path / "s")
+    cid = st.recorder("r").checkpoint(0, {"a": 1})
+    env = _env(st)
+    assert _landing_at_start(where, _exits(st, cid)[where])
+    gc.collect()  # this thread's only entry is a lost read now, not ended yet
+    assert env._active.count(get_ident()) == 1
+    entered = threading.Event()
+
+    def resize_under_way() -> None:  # as _resize does while it waits for reads
+        with env._gate:
+            env._resizing = True
+        entered.wait(3)  # the read below returns at once if it goes past the resize
+        with env._gate:
+            env._resizing = False
+            env._gate.notify_all()
+
+    resizer = threading.Thread(target=resize_under_way)
+    with env._gate:
+        resizer.start()
+        while not env._resizing:
+            env._gate.wait(0.01)
+    env._enter_read()  # a read's entry, as a begin makes it
+    went_past_the_resize = env._resizing
+    entered.set()
+    resizer.join(30)
+    env._leave_read()
+    assert not went_past_the_resize
+    with st._backend.read_txn() as txn:  # the next read ends the lost one
+        txn.get(b"x")
+    assert get_ident() not in env._active
+    assert _close_in_another_thread(st) == ["closed"]

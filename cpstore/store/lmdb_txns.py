@@ -127,9 +127,10 @@ class EnvTxns:
     def holds_read(self) -> bool:
         """True when the calling thread has a read txn of this env open (not a lost one)."""
         me, active = get_ident(), self._active
-        if me not in active:
-            return False
-        return not self._lost or active.count(me) > [w for w, _ in tuple(self._lost)].count(me)
+        return me in active and (not self._lost or active.count(me) > self._lost_of(me))
+
+    def _lost_of(self, me: int) -> int:
+        return [who for who, _ in tuple(self._lost)].count(me)  # lost_read's, not yet ended
 
     def writes_here(self) -> bool:
         """True when the calling thread holds ``write_lock`` (inside a write txn or a resize).
@@ -191,12 +192,12 @@ class EnvTxns:
         # then waits for _active to empty, so one always sees the other (GIL).
         active, me = self._active, get_ident()
         while True:
-            # A thread already holding a read goes on: the resize waits for
-            # that read anyway, and making this one wait would deadlock.
+            # A thread already holding a read goes on: the resize waits for that read
+            # anyway, and making this one wait would deadlock (a lost one: not waited for).
             before = active.count(me)
             try:
                 active.append(me)  # an interrupt on its return: removed (_unwind_begin)
-                if not self._resizing or before:
+                if not self._resizing or before > self._lost_of(me):
                     return
             except BaseException:
                 if active.count(me) > before:
