@@ -7,7 +7,9 @@ began. No ``__exit__`` ran, and the suspended generator, kept by the exception's
 traceback, let go of what it held (a lock, a txn, a reservation) only when that was
 freed: while a caller kept the exception (a REPL's ``sys.last_value``, a runtime logging
 it), every other user waited or was refused (review87). :func:`kept_contextmanager` is a
-drop-in with no landing there. Imports nothing of cpstore: every layer may use it.
+drop-in with no landing there; :func:`take_write_lock` an RLock acquire that lets go of
+the hold an interrupt on its return left. Imports nothing of cpstore: every layer may use
+them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from contextlib import _GeneratorContextManager
 from functools import wraps
 from typing import Any, ParamSpec, TypeVar, cast
 
-__all__ = ["kept_contextmanager"]
+__all__ = ["kept_contextmanager", "take_write_lock"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -51,3 +53,23 @@ def kept_contextmanager(
         return _KeptGeneratorContextManager(cast(Any, func), args, kwds)
 
     return helper
+
+
+def take_write_lock(lock: Any, *, blocking: bool = True, timeout: float = -1) -> bool:
+    """``lock.acquire(blocking, timeout)`` on an RLock, letting go of the hold it took
+    when an interrupt (a signal handler's exception) lands on the acquire's return: the
+    caller's ``try`` that releases it was not entered yet, so the lock stayed this
+    thread's for good and every other thread's write waited forever (review78 found it
+    in ``write``; ``try_flush_here``, ``quiesced`` and the registry's close of an
+    environment left open had the same window). Whether this call took a hold is told
+    by the RLock's own recursion count, before and after, so a thread that already held
+    the lock keeps its outer hold whatever the interrupt lands on (``write``'s inline
+    copy asked only whether the lock was owned, and kept a second hold for good)."""
+    before: int = lock._recursion_count()
+    try:
+        got: bool = lock.acquire(blocking, timeout)
+    except BaseException:
+        if lock._recursion_count() > before:
+            lock.release()
+        raise
+    return got

@@ -168,8 +168,12 @@ class Backend(Protocol):
     def begin_read(self) -> Txn[memoryview]:
         """A read txn held by an object (the checkpoint view); end it with :meth:`end_read`."""
 
-    def end_read(self, txn: Txn[memoryview]) -> None:
-        """End a txn from :meth:`begin_read`, exactly once."""
+    def end_read(self, txn: Txn[memoryview], holder: Any = None) -> None:
+        """End a txn from :meth:`begin_read`, exactly once (``holder``: EnvTxns.end_read)."""
+
+    def lost_read(self, txn: Txn[memoryview], who: int) -> None:
+        """From a finalizer, any thread: thread ``who``'s txn from :meth:`begin_read` that
+        :meth:`end_read` never got (an interrupt where its block's exit began)."""
 
     def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn and commit it; ``fn`` may run more than once."""

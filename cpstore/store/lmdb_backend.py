@@ -318,9 +318,13 @@ class LmdbBackend(BackendBase):
             raise StoreClosedError(where=self._path)
         return self.env.begin_read()
 
-    def end_read(self, txn: Txn[memoryview]) -> None:
-        """End a txn from :meth:`begin_read`."""
-        self.env.end_read(txn)
+    def end_read(self, txn: Txn[memoryview], holder: Any = None) -> None:
+        """End a txn from :meth:`begin_read` (``holder``: EnvTxns.end_read)."""
+        self.env.end_read(txn, holder)
+
+    def lost_read(self, txn: Txn[memoryview], who: int) -> None:
+        """A txn :meth:`end_read` never got (Backend's; EnvTxns.lost_read)."""
+        self.env.lost_read(txn, who)
 
     def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn and commit (retried after the map grows).

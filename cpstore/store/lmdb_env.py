@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Container
-from threading import get_ident
 from typing import Any
 
 import lmdb
@@ -419,7 +418,7 @@ class Env(EnvTxns):
         if check_format(fmt, self.path) < HEAP_LAYOUT:
             return txn
         self.end_read(txn)
-        if get_ident() in self._active:
+        if self.holds_read():
             if self._legacy_ro:  # nobody else can adopt the tables while this read is open
                 raise StoreError(
                     "another process upgraded this store to layout 5 while this thread "
@@ -433,7 +432,7 @@ class Env(EnvTxns):
                 if self._legacy_ro:
                     self._resizing = True
                     try:
-                        while self._active:
+                        while self._reads_left(None):  # a lost read: never used again
                             self._gate.wait(0.05)
                         self.dbs.update(
                             open_tables(self.env, HEAP_TABLES, self.path, required=True)

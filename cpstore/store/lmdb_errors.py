@@ -16,13 +16,14 @@ from cpstore.errors import (
     CpstoreError,
     FormatVersionError,
     IntegrityError,
+    StoreClosedError,
     StoreError,
     StoreFatalError,
     StoreFullError,
     StoreReadOnlyError,
 )
 
-__all__ = ["FULL_DISK_SLACK", "errno_of", "translate"]
+__all__ = ["FULL_DISK_SLACK", "closed_store_error", "errno_of", "translate"]
 
 
 #: Free bytes below which an I/O error on write is taken for a full disk.
@@ -81,3 +82,23 @@ def translate(exc: lmdb.Error, where: str) -> CpstoreError:
             "not an LMDB environment this build can read", where=where, got=text
         )
     return StoreError("LMDB failed", where=where, got=text)
+
+
+def closed_store_error(where: str, *, closed: bool) -> StoreClosedError:
+    """What a thread using the store while another thread closes it gets: the StoreError
+    of a use after close (LmdbBackend.live), not the resize's refusal the close's wait
+    shares its bookkeeping with (audit36). ``closed``: closed already, else closing."""
+    if closed:
+        return StoreClosedError(
+            "the store is closed",
+            where=where,
+            expected="the store open until no other thread of the process uses it",
+            got="closed by another thread of this process while this one used it",
+        )
+    return StoreClosedError(
+        "the store is closing",
+        where=where,
+        expected="the store open until no other thread of the process uses it",
+        got="another thread of this process is closing it (it waits for this "
+        "thread's open read view to end)",
+    )

@@ -27,36 +27,15 @@ from cpstore.errors import (
     StoreFullError,
     StoreReadOnlyError,
 )
-from cpstore.native.kept import kept_contextmanager
+from cpstore.native.kept import kept_contextmanager, take_write_lock
 from cpstore.store.backend import Txn
-from cpstore.store.lmdb_errors import translate
+from cpstore.store.lmdb_errors import closed_store_error, translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
 
 __all__ = ["EnvTxns", "take_write_lock"]
 
 T = TypeVar("T")
-
-
-def take_write_lock(lock: Any, *, blocking: bool = True, timeout: float = -1) -> bool:
-    """``lock.acquire(blocking, timeout)`` on an RLock, letting go of the hold it took
-    when an interrupt (a signal handler's exception) lands on the acquire's return: the
-    caller's ``try`` that releases it was not entered yet, so the lock stayed this
-    thread's for good and every other thread's write waited forever (review78 found it
-    in ``write``; ``try_flush_here``, ``quiesced`` and the registry's close of an
-    environment left open had the same window). Whether this call took a hold is told
-    by the RLock's own recursion count, before and after, so a thread that already held
-    the lock keeps its outer hold whatever the interrupt lands on (``write``'s inline
-    copy asked only whether the lock was owned, and kept a second hold for good)."""
-    before: int = lock._recursion_count()
-    try:
-        got: bool = lock.acquire(blocking, timeout)
-    except BaseException:
-        if lock._recursion_count() > before:
-            lock.release()
-        raise
-    return got
-
 
 _TWICE = (0, 1)
 #: The longest a close waits for another thread's txn of the environment to end (a daemon
@@ -106,6 +85,8 @@ class EnvTxns:
         #: inside read blocks (audit36). Held here, a txn object is freed only by
         #: :meth:`_drop_unused_txns` (never beside a close) or after the close.
         self._txns: deque[Any] = deque()
+        #: (thread ident, txn) of each read whose block's exit never ran: lost_read.
+        self._lost: deque[tuple[int, Any]] = deque()
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
         """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
@@ -144,8 +125,12 @@ class EnvTxns:
     # -- transactions -------------------------------------------------------
 
     def holds_read(self) -> bool:
-        """True when the calling thread has a read txn of this env open."""
-        return get_ident() in self._active
+        """True when the calling thread has a read txn of this env open (not a lost one)."""
+        me, active = get_ident(), self._active
+        return me in active and (not self._lost or active.count(me) > self._lost_of(me))
+
+    def _lost_of(self, me: int) -> int:
+        return [who for who, _ in tuple(self._lost)].count(me)  # lost_read's, not yet ended
 
     def writes_here(self) -> bool:
         """True when the calling thread holds ``write_lock`` (inside a write txn or a resize).
@@ -157,11 +142,44 @@ class EnvTxns:
 
     def reads_anywhere(self) -> bool:
         """True when any thread of this process has a read txn of this env open."""
-        return bool(self._active)
+        return self._reads_left(None) if self._lost else bool(self._active)
+
+    def lost_read(self, txn: Txn[memoryview], who: int) -> None:
+        """From a finalizer, any thread: thread ``who``'s read :meth:`end_read` never got
+        (an interrupt as its exit began; its entry stayed: closes gave up, its resizes were
+        refused). Only ``who`` removes the entry (:meth:`_end_lost`: another thread's change
+        falsified its counts); a close and a resize count it as ended (the resize aborts)."""
+        if os.getpid() == self.pid:  # a fork() child's: the parent's txn, never ended here
+            self._lost.append((who, txn))
+
+    def _end_lost(self) -> None:
+        """End this thread's lost reads (txn aborted, then entry removed) unless a resize or
+        a close runs (it counts them as ended); under the gate, as its look at them."""
+        me, lost = get_ident(), self._lost
+        if not lost:
+            return
+        with self._gate:
+            if self._resizing:
+                return
+            for item in tuple(lost):
+                if item[0] == me:
+                    item[1].abort()  # py-lmdb: a second abort does nothing
+                    try:
+                        lost.remove(item)
+                    finally:
+                        self._active.remove(me)
+
+    def _reads_left(self, me: int | None) -> bool:
+        """Whether a read of a thread other than ``me`` is open, lost ones not counted."""
+        active = tuple(self._active)
+        if not self._lost:
+            return any(t != me for t in active)
+        lost = [who for who, _ in tuple(self._lost)]
+        return any(t != me and active.count(t) > lost.count(t) for t in set(active))
 
     def read_blocks_resize(self) -> bool:
         """True when a map resize under way waits for the calling thread's open read."""
-        return self._resizing and get_ident() in self._active
+        return self._resizing and self.holds_read()
 
     def _leave_read(self) -> None:
         self._active.remove(get_ident())
@@ -174,12 +192,12 @@ class EnvTxns:
         # then waits for _active to empty, so one always sees the other (GIL).
         active, me = self._active, get_ident()
         while True:
-            # A thread already holding a read goes on: the resize waits for
-            # that read anyway, and making this one wait would deadlock.
+            # A thread already holding a read goes on: the resize waits for that read
+            # anyway, and making this one wait would deadlock (a lost one: not waited for).
             before = active.count(me)
             try:
                 active.append(me)  # an interrupt on its return: removed (_unwind_begin)
-                if not self._resizing or before:
+                if not self._resizing or before > self._lost_of(me):
                     return
             except BaseException:
                 if active.count(me) > before:
@@ -267,6 +285,8 @@ class EnvTxns:
         """
         if os.getpid() != self.pid:
             self.check_pid()
+        if self._lost:  # a read of some thread lost at its exit: this one's ended here
+            self._end_lost()
         active, me = self._active, get_ident()
         before = active.count(me)  # an interrupt lands on a C call's return: see the except
         txn: Txn[memoryview] | None = None
@@ -303,8 +323,10 @@ class EnvTxns:
             if counted:
                 self._leave_read()
 
-    def end_read(self, txn: Txn[memoryview]) -> None:
+    def end_read(self, txn: Txn[memoryview], holder: Any = None) -> None:
         """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline.
+        ``holder`` (a ``_Read``, a checkpoint view): its ``_txn`` forgotten as the entry is
+        removed, no landing between: its finalizer calls :meth:`lost_read` exactly before.
 
         In a fork() child (a read block left that the parent was in when it forked) only
         the bookkeeping is left: the txn, its reader slot in the shared lock file and the
@@ -318,7 +340,11 @@ class EnvTxns:
             txn.abort()
             self._drop_unused_txns()  # before this read leaves: no close runs meanwhile
         finally:
-            self._active.remove(get_ident())
+            if holder is None:
+                self._active.remove(get_ident())
+            else:
+                holder._txn = None
+                self._active.remove(holder._who)
             if self._resizing:
                 with self._gate:
                     self._gate.notify_all()
@@ -406,23 +432,9 @@ class EnvTxns:
             del txn  # the last reference: py-lmdb frees it here
 
     def closed_error(self) -> StoreClosedError:
-        """What a thread using the store while another thread closes it gets: the StoreError
-        of a use after close (LmdbBackend.live), not the resize's refusal the close's wait
-        shares its bookkeeping with (audit36)."""
-        if self.closed:
-            return StoreClosedError(
-                "the store is closed",
-                where=self.path,
-                expected="the store open until no other thread of the process uses it",
-                got="closed by another thread of this process while this one used it",
-            )
-        return StoreClosedError(
-            "the store is closing",
-            where=self.path,
-            expected="the store open until no other thread of the process uses it",
-            got="another thread of this process is closing it (it waits for this "
-            "thread's open read view to end)",
-        )
+        """What a thread using the store while another thread closes it gets (audit36):
+        :func:`~cpstore.store.lmdb_errors.closed_store_error`."""
+        return closed_store_error(self.path, closed=self.closed)
 
     def error_of(self, exc: lmdb.Error) -> CpstoreError:
         """The cpstore error for an LMDB failure of this environment: the closed store's
@@ -446,9 +458,8 @@ class EnvTxns:
         lock = self.write_lock
         if lock.acquire(blocking=False):
             return
-        me = get_ident()
         while not lock.acquire(timeout=0.05):
-            if self._resizing and me in self._active:
+            if self._resizing and self.holds_read():
                 raise self._holds_read_during_resize()
 
     def _clear_dead_readers(self) -> bool:
@@ -483,9 +494,9 @@ class EnvTxns:
             with self._gate:
                 self._resizing = True  # a writer waiting for the lock while it reads is refused
                 try:
-                    while any(t != me for t in self._active) and time.monotonic() < deadline:
+                    while self._reads_left(me) and time.monotonic() < deadline:
                         self._gate.wait(0.05)
-                    yield held and not any(t != me for t in self._active)
+                    yield held and not self._reads_left(me)  # LMDB's close aborts lost ones
                 finally:
                     self.closing = self.closed  # a close given up (a handle taken meanwhile)
                     self._resizing = False
@@ -499,14 +510,15 @@ class EnvTxns:
     def _resize(self, size: int) -> None:
         # LMDB allows mdb_env_set_mapsize only while this process has no open
         # txn: hold the write lock and wait for every reader to leave.
-        if get_ident() in self._active:
+        self._end_lost()  # this thread's lost reads (counted as ended while another resizes)
+        if self.holds_read():
             raise self._holds_read_during_resize()
         with self.write_lock, self._gate:
             self._resizing = True
             try:
                 bound = self.resize_wait
                 deadline = None if bound is None else time.monotonic() + bound
-                while self._active:
+                while self._reads_left(None):
                     if deadline is not None and time.monotonic() >= deadline:
                         raise StoreError(
                             "the map must change size but a read of another thread "
@@ -516,6 +528,8 @@ class EnvTxns:
                             got=f"{len(self._active)} open read(s)",
                         )
                     self._gate.wait(0.05)
+                for _, txn in tuple(self._lost):  # no lost txn open across the resize
+                    txn.abort()
                 try:
                     self.env.set_mapsize(size)
                 except lmdb.Error as exc:
@@ -554,7 +568,7 @@ class _Read:
     whatever happened. A class, not ``@contextmanager``: no generator and no wrapper per
     read (~10k of a ~350k instruction LangGraph ``get_tuple``)."""
 
-    __slots__ = ("_env", "_txn")
+    __slots__ = ("_env", "_txn", "_who")
 
     def __init__(self, env: EnvTxns) -> None:
         self._env = env
@@ -563,14 +577,21 @@ class _Read:
     def __enter__(self) -> Txn[memoryview]:
         if self._txn is not None:
             raise StoreError("a read txn block is entered once", where=self._env.path)
+        self._who = get_ident()  # first: set before any read is begun (__del__)
         txn = self._txn = self._env.begin_read()
         return txn
 
+    def __del__(self) -> None:
+        # The txn still here: the read's entry is too (an interrupt landed at __exit__'s
+        # start, or in end_read before the removal): handed over (EnvTxns.lost_read).
+        if self._txn is not None:
+            self._env.lost_read(self._txn, self._who)
+
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        txn, self._txn = self._txn, None
+        txn = self._txn  # forgotten by end_read as the read's entry is removed
         try:
             if isinstance(exc, lmdb.Error):
                 raise self._env.error_of(exc) from None
         finally:
             if txn is not None:
-                self._env.end_read(txn)
+                self._env.end_read(txn, self)

@@ -368,9 +368,12 @@ class PgBackend(BackendBase):
         self.live()
         return self._txn(write=False)
 
-    def end_read(self, txn: Txn[memoryview]) -> None:
-        """End a txn from :meth:`begin_read`."""
+    def end_read(self, txn: Txn[memoryview], holder: Any = None) -> None:
+        """End a txn from :meth:`begin_read` (``holder``: no bookkeeping to tell)."""
         txn.abort()
+
+    def lost_read(self, txn: Txn[memoryview], who: int) -> None:
+        """Nothing: no bookkeeping of this process waits for a read (Backend's)."""
 
     def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn under the store's writer lock and commit."""

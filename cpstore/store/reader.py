@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from threading import get_ident
 from typing import Any
 
 from cpstore.errors import (
@@ -96,6 +97,7 @@ class CheckpointView:
         "_txn",
         "_verify",
         "_views",
+        "_who",
     )
 
     def __init__(
@@ -143,6 +145,7 @@ class CheckpointView:
                 "a checkpoint reader is entered once", where=self._cid.hex() or None
             )
         self._entered = True
+        self._who = get_ident()  # before the txn is begun: __del__ may need it
         store = self._store
         borrowed = self._owner
         # begin_read refuses a closed store and checks the pid
@@ -191,11 +194,23 @@ class CheckpointView:
         if self._views:
             self._release_views()
         self._cache.clear()
+        if self._owner is None:  # on LMDB self._txn is forgotten as the read's entry goes
+            self._store.end_read(txn, self)
         self._txn = None
-        if self._owner is None:
-            self._store.end_read(txn)
         if exc is not None and isinstance(exc, self._store.engine_error):
             raise self._store.translate(exc) from None
+
+    def __del__(self) -> None:
+        # The txn still here: __exit__ stopped before the read's end (an interrupt landed
+        # at its start, or in end_read before the entry's removal), or never ran (one
+        # landed in __enter__ once the txn was taken). The lease ends (a cursor built from
+        # this reader must not read the map once the txn ends and the map may move) and
+        # the read is handed over to be ended (EnvTxns.lost_read; PostgreSQL: nothing).
+        if self._txn is not None and self._owner is None:
+            self._lease.clear()
+            if _LEASES:
+                _LEASES.pop(id(self._lease), None)
+            self._store.lost_read(self._txn, self._who)
 
     def _fields(self) -> dict[str, Any]:
         """The manifest map with every field shape-checked (checked once, on first use)."""
