@@ -1,0 +1,105 @@
+"""lgdiff89: the interrupts of one ``__interrupt__`` write are compared as a multiset.
+
+A subgraph whose parallel nodes each call ``interrupt()`` stops with both pending; its
+task in the parent writes one ``__interrupt__`` write listing them in the order its
+tasks raised (thread timing, which varies between runs). ``diff_threads`` compared the
+list in order: two threads interrupted alike were "same values at all 2 checkpoints" on
+one run and "the pending writes at the last (step 0) differ: node sub wrote different
+__interrupt__" on the next (a verdict must not turn on timing), while resuming either
+with the same answers ran alike. A resume reads the interrupts by id (a resume map),
+never by their place in the list. Now each write's interrupts are sorted (ids blanked)
+before they are compared. Both engines."""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command, interrupt
+from lg_threads import cfg, newest_id
+from pg_cluster import backend_url  # noqa: F401 - fixture
+
+from cpstore.langgraph import CpstoreSaver, diff_threads
+from cpstore.langgraph._read import stored_writes
+
+
+class _State(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _asker(name: str) -> Any:
+    def run(_: _State) -> dict[str, Any]:
+        return {"log": [f"{name}:{interrupt(name + '?')}"]}
+
+    return run
+
+
+def _app(saver: CpstoreSaver, *, kept: bool = False) -> Any:
+    """A subgraph ``sub`` whose parallel ``a`` and ``b`` each ask."""
+    s = StateGraph(_State)
+    s.add_node("a", _asker("a"))
+    s.add_node("b", _asker("b"))
+    s.add_edge(START, "a")
+    s.add_edge(START, "b")
+    g = StateGraph(_State)
+    g.add_node("sub", s.compile(checkpointer=True if kept else None))
+    g.add_edge(START, "sub")
+    return g.compile(checkpointer=saver)
+
+
+def _answered(app: Any, thread: str) -> list[str]:
+    """``thread`` resumed with every pending interrupt answered by its value: the log."""
+    pending = app.get_state(cfg(thread), subgraphs=True).interrupts
+    assert len(pending) == 2, pending
+    out = app.invoke(Command(resume={i.id: f"{i.value}!" for i in pending}), cfg(thread))
+    return list(out["log"])
+
+
+def _reversed_interrupts(saver: CpstoreSaver, thread: str) -> None:
+    """The parent's ``__interrupt__`` write at ``thread``'s newest checkpoint put again
+    with its interrupts in the other order (LangGraph replaces such a write)."""
+    last = cfg(thread, newest_id(saver, thread))
+    meta = saver.store.backend.db("meta")
+    with saver.store.backend.read_txn() as txn:
+        held = stored_writes(txn, meta, thread, "", last["configurable"]["checkpoint_id"])
+    (w,) = [w for w in held if w.channel == "__interrupt__"]
+    value = saver.serde.loads_typed((w.typed[0], bytes(w.typed[1])))
+    assert len(value) == 2, value
+    saver.put_writes(last, [("__interrupt__", value[::-1])], w.task_id, task_path=w.task_path)
+
+
+@pytest.mark.parametrize("kept", [False, True])
+def test_interrupts_listed_in_another_order_are_the_same(url: str, kept: bool) -> None:
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _app(saver, kept=kept)
+        app.invoke({"log": ["in"]}, cfg("t"))
+        saver.copy_thread("t", "u")
+        _reversed_interrupts(saver, "u")
+        diff = diff_threads(saver.store, cfg("t"), cfg("u"))
+        # before: "... the pending writes at the last (step 0) differ: node sub wrote
+        # different __interrupt__"
+        assert diff.same, diff.summary
+        assert _answered(app, "t") == _answered(app, "u")
+
+
+def test_subgraph_interrupts_raised_in_any_order_are_the_same(url: str) -> None:
+    """Real runs: whatever order each thread's tasks raised in, the verdict is the same,
+    as the resumes are; an answer given on one side only is still a divergence."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _app(saver)
+        threads = [f"t{i}" for i in range(6)]
+        for t in threads:
+            app.invoke({"log": ["in"]}, cfg(t))
+        for t in threads[1:]:
+            diff = diff_threads(saver.store, cfg(threads[0]), cfg(t))
+            assert diff.same, diff.summary
+        pending = app.get_state(cfg("t5"), subgraphs=True).interrupts
+        (first,) = [i for i in pending if i.value == "a?"]
+        app.invoke(Command(resume={first.id: "x"}), cfg("t5"))
+        diff = diff_threads(saver.store, cfg("t4"), cfg("t5"))
+        assert not diff.same and not diff.undecidable, diff.summary
+        logs = [sorted(_answered(app, t)) for t in threads[:4]]
+        assert all(log == logs[0] for log in logs), logs
+
