@@ -103,3 +103,58 @@ def test_subgraph_interrupts_raised_in_any_order_are_the_same(url: str) -> None:
         logs = [sorted(_answered(app, t)) for t in threads[:4]]
         assert all(log == logs[0] for log in logs), logs
 
+
+def _beside_c(saver: CpstoreSaver) -> Any:
+    """:func:`_app`'s ``sub`` beside a node ``c`` that asks too (three interrupts)."""
+    s = StateGraph(_State)
+    s.add_node("a", _asker("a"))
+    s.add_node("b", _asker("b"))
+    s.add_edge(START, "a")
+    s.add_edge(START, "b")
+    g = StateGraph(_State)
+    g.add_node("sub", s.compile())
+    g.add_node("c", _asker("c"))
+    g.add_edge(START, "sub")
+    g.add_edge(START, "c")
+    return g.compile(checkpointer=saver)
+
+
+def _answer(app: Any, thread: str, *answers: tuple[str, str]) -> None:
+    """``thread`` resumed once per answer, each naming one pending interrupt by value."""
+    for value, given in answers:
+        pending = app.get_state(cfg(thread), subgraphs=True).interrupts
+        (ask,) = [i for i in pending if i.value == value]
+        app.invoke(Command(resume={ask.id: given}), cfg(thread))
+
+
+def test_a_finished_task_s_last_interrupt_is_not_compared(url: str) -> None:
+    """``sub``'s ``a`` and ``b`` answered one at a time, in either order, and ``c`` not:
+    ``sub`` finished on both threads, its ``__interrupt__`` write holding the last
+    question it asked (``b?`` on one, ``a?`` on the other). LangGraph reads a finished
+    task's interrupts as answered (``read_task_statuses``: a task with an output write
+    has no pending interrupt) and hands its output back: the resumes ran alike while
+    the diff said "node c, sub wrote different __interrupt__"."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        app = _beside_c(saver)
+        for t in ("t1", "t2", "u1", "u2", "z"):
+            app.invoke({"log": ["in"]}, cfg(t))
+        for t in ("t1", "t2"):
+            _answer(app, t, ("a?", "x"), ("b?", "x"))
+        for t in ("u1", "u2"):
+            _answer(app, t, ("b?", "x"), ("a?", "x"))
+        _answer(app, "z", ("b?", "z"), ("a?", "x"))
+        diff = diff_threads(saver.store, cfg("t1"), cfg("u1"))
+        # before: "... the pending writes at the last (step 0) differ: node c, sub wrote
+        # different __interrupt__"
+        assert diff.same, diff.summary
+        other = diff_threads(saver.store, cfg("t1"), cfg("z"))
+        assert not other.same and not other.undecidable and "log" in other.channels, other
+        got = [app.invoke(None, cfg(t))["log"] for t in ("t1", "u1")]
+        assert got[0] == got[1] and "c:x" not in got[0], got
+        got = [_answered_one(app, t) for t in ("t2", "u2", "z")]
+        assert got[0] == got[1] != got[2], got
+
+
+def _answered_one(app: Any, thread: str) -> list[str]:
+    """``thread`` resumed with its one pending interrupt answered by ``"y"``: the log."""
+    return list(app.invoke(Command(resume="y"), cfg(thread))["log"])

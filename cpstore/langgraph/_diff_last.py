@@ -48,8 +48,8 @@ def pending_diff(
     ea, eb = a[-1].entry, b[-1].entry
     wa = stored_writes(txn, meta, ea.thread_id, ea.ns, ea.checkpoint_id)
     wb = stored_writes(txn, meta, eb.thread_id, eb.ns, eb.checkpoint_id)
-    da = writes_digest(wa, paths=True, serde=serde)
-    db = writes_digest(wb, paths=True, serde=serde)
+    da = writes_digest(_asking(wa), paths=True, serde=serde)
+    db = writes_digest(_asking(wb), paths=True, serde=serde)
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
     if not differ:
@@ -93,6 +93,25 @@ def pending_diff(
         pending=True,
         undecidable=undecided,
     )
+
+
+#: The channels LangGraph 1.2.24 does not count as a task's output
+#: (``_task_status.CONTROL_WRITES``): a task with a write to any other has finished.
+_NOT_OUTPUT = frozenset({"__interrupt__", "__error__", "__error_source_node__", "__resume__"})
+
+
+def _asking(writes: list[StoredWrite]) -> list[StoredWrite]:
+    """``writes`` but the ``__interrupt__`` writes of finished tasks (lgdiff89). A task
+    that finished after an interrupt keeps its last question in the write's slot, but
+    LangGraph reads a task with an output write as finished, its interrupts answered
+    (``read_task_statuses``: none pending), and hands its output back: the question is
+    read by nothing a resume does. A subgraph whose two interrupts were answered one at
+    a time kept the one answered last, ``a?`` or ``b?`` by the order: "node sub wrote
+    different __interrupt__" while the resumes ran alike."""
+    done = {
+        w.task_id for w in writes if w.task_id != _NULL_TASK_ID and w.channel not in _NOT_OUTPUT
+    }
+    return [w for w in writes if not (w.channel == "__interrupt__" and w.task_id in done)]
 
 
 def _trigger_diff(
