@@ -254,12 +254,23 @@ def _kept_state(
 ) -> tuple[str, str] | None:
     """``ns NUL checkpoint id`` of the newest checkpoint a ``checkpointer=True``
     subgraph kept by the time of ``entry`` (its ``metadata["parents"]`` naming no later
-    checkpoint of ``entry``'s namespace), and of its newest stored one, or None. That
+    checkpoint of ``entry``'s namespace, nor of any namespace above it than ``entry``'s
+    own ``parents`` do), and of its newest stored one, or None. That
     subgraph goes on from the first: on a resume when it stopped mid-run, on the
     thread's next run when it finished (its state is memory), so it is compared
     whatever its parent's writes (review80: it was skipped, its namespace holding no
     task id). A resume of a checkpoint its thread moved past with
-    ``Command(resume=...)`` loads the second (:func:`_kept_moved_on`)."""
+    ``Command(resume=...)`` loads the second (:func:`_kept_moved_on`). lgdiff89: under
+    a plain subgraph (``mid|inner``) the states a time travel's run of ``mid`` put, in
+    another ``mid:<task id>``, name no checkpoint of the compared ``mid`` namespace:
+    only the root's fork, later than the compared root checkpoint, tells them apart."""
+    bounds = {entry.ns: entry.checkpoint_id}
+    if entry.ns:  # the checkpoints above it by the time of it: its own parents
+        with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+            md = metadata_of(serde, view_head(view, entry)[1], f"checkpoint {entry.cid.hex()}")
+        above = md.get("parents")
+        if isinstance(above, Mapping):
+            bounds.update({k: v for k, v in above.items() if type(k) is str and type(v) is str})
     newest: str | None = None
     for e in sorted(held, key=lambda e: e.checkpoint_id, reverse=True):
         if not stored(txn, store, e):
@@ -268,9 +279,10 @@ def _kept_state(
         with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
             md = metadata_of(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
         parents = md.get("parents")
-        at = parents.get(entry.ns) if isinstance(parents, Mapping) else None
-        if isinstance(at, str) and at > entry.checkpoint_id:
-            continue  # kept after the checkpoint compared
+        if isinstance(parents, Mapping) and any(
+            isinstance(at := parents.get(ns), str) and at > bound for ns, bound in bounds.items()
+        ):
+            continue  # kept after the checkpoint compared (or one above it)
         return f"{e.ns}{_AT}{e.checkpoint_id}", newest
     return None
 
