@@ -52,17 +52,21 @@ def pending_diff(
     db = writes_digest(_asking(wb), paths=True, serde=serde)
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
-    if not differ:
+    lone, alike = None, (wa, wb)  # the writes but lone interrupts (lgdiff89)
+    if differ == [_INTERRUPT]:
+        lone, alike = _lone_doubt(serde, pair, shared, (wa, wb))
+    if not differ or lone is not None:
         past = _moved_past(txn, store, serde, pair, (wa, wb), named=named, shared=shared)
         if past is not None and not past.undecidable:
             return past
         trig = _trigger_diff(txn, store, serde, pair, shared)
         if trig is not None and not trig.undecidable:
             return trig
-        upd = _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        upd = _updated_diff(txn, store, serde, pair, shared=shared, writes=alike)
         if upd is not None and not upd.undecidable:
             return upd
-        upd = past or trig or upd  # a doubt: a divergence found in the subgraphs goes first
+        # a doubt: a divergence found in the subgraphs goes first
+        upd = past or trig or upd or lone
         sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb), diff=diff)
         if sub is None or upd is None or sub.undecidable:
             return sub or upd
@@ -112,6 +116,56 @@ def _asking(writes: list[StoredWrite]) -> list[StoredWrite]:
         w.task_id for w in writes if w.task_id != _NULL_TASK_ID and w.channel not in _NOT_OUTPUT
     }
     return [w for w in writes if not (w.channel == "__interrupt__" and w.task_id in done)]
+
+
+#: LangGraph's channel for the interrupts a task raised.
+_INTERRUPT = "__interrupt__"
+
+
+def _lone_doubt(
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    shared: int | None,
+    writes: tuple[list[StoredWrite], list[StoredWrite]],
+) -> tuple[ThreadDiff | None, tuple[list[StoredWrite], list[StoredWrite]]]:
+    """Undecidable when the pending writes differ only by the interrupts of unfinished
+    tasks whose task path wrote nothing on the other side (lgdiff89), else None. An
+    ``update_state(..., as_node="__copy__")`` copy of an interrupted checkpoint holds no
+    pending write: its resume runs the task again and it asks again, as the original's
+    does (the stored question is read by no resume), and the diff said "node asks
+    wrote different __interrupt__" while both resumes ran alike, invoked with None or
+    ``Command(resume=...)``. But LangGraph counts the stored interrupts: with two
+    pending, ``Command(resume=value)`` raises on the original and answers the first
+    task to ask on the copy; a resume map names them by id. Not the same, then. And
+    ``writes`` without those interrupts (the task ids are checked on the rest)."""
+    wa, wb = (_asking(w) for w in writes)
+    paths = [{w.task_path for w in ws} for ws in (wa, wb)]
+    kept: list[list[StoredWrite]] = [[], []]
+    lone: list[StoredWrite] = []
+    for k, ws in enumerate((wa, wb)):
+        for w in ws:
+            alone = w.channel == _INTERRUPT and w.task_path.strip() != ""
+            if alone and w.task_path not in paths[1 - k]:
+                lone.append(w)
+            else:
+                kept[k].append(w)
+    if not lone or writes_digest(kept[0], paths=True, serde=serde) != writes_digest(
+        kept[1], paths=True, serde=serde
+    ):
+        return None, writes
+    nodes = tuple(sorted({node_of(w) for w in lone}))
+    a = pair[0]
+    said = (
+        f"cannot tell: same values at all {len(a)} checkpoints, but at the last (step "
+        f"{a[-1].step}) node {', '.join(nodes)} has an interrupt pending on one side only "
+        "(a copy holds none): a resume runs it again on both, but LangGraph counts the "
+        "pending interrupts (Command(resume=value) raises when more than one is) and a "
+        "resume map names them by id"
+    )
+    return ThreadDiff(
+        False, len(a) - 1, a[-1].step, nodes, (_INTERRUPT,), a[-1].entry.checkpoint_id,
+        pair[1][-1].entry.checkpoint_id, shared, said, pending=True, undecidable=True,
+    ), (kept[0], kept[1])  # fmt: skip
 
 
 def _trigger_diff(
