@@ -71,6 +71,9 @@ def pending_diff(
         if sub is None or upd is None or sub.undecidable:
             return sub or upd
         return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
+    replay = _replay_doubt(txn, store, serde, pair, (wa, wb), shared=shared, named=named)
+    if replay is not None:
+        return replay
     undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
     if not undecided:
         differ = [c for c in differ if c not in unsure]
@@ -166,6 +169,86 @@ def _lone_doubt(
         False, len(a) - 1, a[-1].step, nodes, (_INTERRUPT,), a[-1].entry.checkpoint_id,
         pair[1][-1].entry.checkpoint_id, shared, said, pending=True, undecidable=True,
     ), (kept[0], kept[1])  # fmt: skip
+
+
+def _replayed_view(writes: list[StoredWrite], *, replays: bool, travels: bool) -> list[StoredWrite]:
+    """The pending writes a resume reads (lgdiff89): all (but finished tasks' stale
+    interrupts) when it hands them back; when it replays the checkpoint, none of a
+    task's output or error writes (its task runs again: LangGraph 1.2.24
+    ``_reapplies_pending_writes`` is False), and no ``__resume__`` write when it is a
+    time travel (``is_time_traveling`` drops them)."""
+    out = _asking(writes)
+    if not replays:
+        return out
+    return [
+        w
+        for w in out
+        if w.task_id == _NULL_TASK_ID
+        or w.channel == _INTERRUPT
+        or (w.channel == _RESUME and not travels)
+    ]
+
+
+def _replay_doubt(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]],
+    writes: tuple[list[StoredWrite], list[StoredWrite]], *, shared: int | None,
+    named: tuple[bool, bool] | None,
+) -> ThreadDiff | None:  # fmt: skip
+    """Undecidable when the pending writes differ but a resume invoked one way (None, or
+    ``Command(resume=...)``) reads them alike, else None (lgdiff89): a side that replays
+    its checkpoint (its thread moved past it, or its config names it and the resume is
+    a time travel) runs its finished tasks again instead of taking their writes back.
+    ``fast`` finished beside an interrupted ``asks``, the checkpoint then copied
+    (``__copy__``): the original named against its copy "differed" by fast's writes,
+    while both resumes ran ``fast`` again, alike. Only the compared threads' last
+    checkpoints (``named`` given); differing writes read alike both ways are not told
+    the same either (the checks after them are not made)."""
+    if named is None:
+        return None
+    meta = store.backend.db("meta")
+    last = pair[0][-1].entry, pair[1][-1].entry
+    past = [entry_at(txn, meta, e.thread_id, e.ns, None) != e for e in last]
+    alike: list[str] = []
+    for how, command in (("None", False), ("Command(resume=...)", True)):
+        views = [
+            _replayed_view(
+                ws,
+                replays=past[k] or (named[k] and not command),
+                travels=named[k] and not command,
+            )
+            for k, ws in enumerate(writes)
+        ]
+        if not any(past[k] or (named[k] and not command) for k in (0, 1)):
+            continue  # neither replays: the writes differ as compared
+        kept = _lone_doubt(serde, pair, shared, (views[0], views[1]))[1]
+        digests = [writes_digest(ws, paths=True, serde=serde) for ws in kept]
+        if digests[0] == digests[1]:
+            alike.append(how)
+    if not alike:
+        return None
+    trig = _trigger_diff(txn, store, serde, pair, shared)
+    if trig is not None and not trig.undecidable:
+        return trig
+    chosen = [w for w in writes[0] + writes[1] if w.task_id != _NULL_TASK_ID]
+    nodes = tuple(sorted({node_of(w) for w in chosen}))
+    a = pair[0]
+    said = (
+        f"cannot tell: same values at all {len(a)} checkpoints, but the pending writes at "
+        f"the last (step {a[-1].step}) of node {', '.join(nodes)} differ, and a resume "
+        f"invoked with {' or '.join(alike)} replays the checkpoint (its finished tasks run "
+        "again) where they differ: "
+        + (
+            "read alike either way, but not told the same (what the diff compares after "
+            "the pending writes is not compared)"
+            if len(alike) == 2
+            else "read alike that way only"
+        )
+    )
+    return ThreadDiff(
+        False, len(a) - 1, a[-1].step, nodes, tuple(sorted({w.channel for w in chosen})),
+        last[0].checkpoint_id, last[1].checkpoint_id, shared, said, pending=True,
+        undecidable=True,
+    )  # fmt: skip
 
 
 def _trigger_diff(
