@@ -67,7 +67,9 @@ def pending_diff(
             return upd
         # a doubt: a divergence found in the subgraphs goes first
         upd = past or trig or upd or lone
-        sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb), diff=diff)
+        sub = _subgraph_diff(
+            txn, store, serde, pair, shared=shared, writes=(wa, wb), diff=diff, named=named
+        )
         if sub is None or upd is None or sub.undecidable:
             return sub or upd
         return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
@@ -317,15 +319,33 @@ def _subgraph_diff(
     shared: int | None,
     writes: tuple[list[StoredWrite], list[StoredWrite]],
     diff: Compare,
+    named: tuple[bool, bool] | None = None,
 ) -> ThreadDiff | None:
     """The divergence inside a subgraph run from the two last checkpoints, or None
-    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`)."""
+    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`). A subgraph mid-run
+    on one side only, that side's resume invoked with None a time travel (its config
+    names its checkpoint, or its thread moved past it), is undecidable (lgdiff89): the
+    time travel starts the subgraph over, as the other side runs it afresh, while
+    ``Command(resume=...)`` goes on mid-run. ``P1`` named against its ``__copy__``
+    "diverged" (the subgraph mid-run on A only) while invoked with None both ran
+    alike."""
     a, b = pair
     ea, eb = a[-1].entry, b[-1].entry
     last = ((ea, a[-1].step), (eb, b[-1].step))
     found = subgraph_divergence(txn, store, serde, last, writes, diff=diff)
     if found is None:
         return None
+    if found.only is not None and named is not None and not found.undecidable:
+        k = found.only
+        e = last[k][0]
+        meta = store.backend.db("meta")
+        if named[k] or entry_at(txn, meta, e.thread_id, e.ns, None) != e:
+            said = (
+                f"{found.said}, whose resume invoked with None is a time "
+                "travel starting it over (as the other side runs it afresh), and with "
+                "Command(resume=...) goes on with it mid-run"
+            )
+            found = dataclasses.replace(found, said=said, undecidable=True)
     return ThreadDiff(
         False,
         len(a) - 1,
@@ -335,7 +355,8 @@ def _subgraph_diff(
         ea.checkpoint_id,
         eb.checkpoint_id,
         shared,
-        f"same values at all {len(a)} checkpoints, but {found.said}",
+        ("cannot tell: " if found.only is not None and found.undecidable else "")
+        + f"same values at all {len(a)} checkpoints, but {found.said}",
         pending=True,
         undecidable=found.undecidable,
     )

@@ -73,6 +73,9 @@ class Found:
     nodes: tuple[str, ...]
     channels: tuple[str, ...]
     undecidable: bool = False
+    #: The side (0 for A, 1 for B) a subgraph is mid-run (or kept) on, the other
+    #: holding none of it; None for any other divergence.
+    only: int | None = None
 
 
 #: Each thread's entries by namespace, read once per diff (:func:`one_scan`): lgleft88
@@ -332,7 +335,7 @@ def subgraph_divergence(
         if not la or not lb:
             how = "keeps checkpoints" if key.startswith(_KEPT) else "is mid-run"
             return Found(f"subgraph {label} {how} on {'A' if lb == [] else 'B'} only",
-                         (node,), ())  # fmt: skip
+                         (node,), (), only=0 if lb == [] else 1)  # fmt: skip
         if len(la) == 1 and len(lb) == 1:
             inner = diff(txn, store, _conf(ea, la[0]), _conf(eb, lb[0]), serde)
             if inner.same:
