@@ -13,7 +13,12 @@ from typing import Any
 from cpstore.langgraph._diff_chain import node_of
 from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import SEALED, UNSURE, writes_digest
-from cpstore.langgraph._diff_subgraphs import Compare, mid_run_below, subgraph_divergence
+from cpstore.langgraph._diff_subgraphs import (
+    Compare,
+    mid_run_below,
+    subgraph_divergence,
+    subgraph_tasks,
+)
 from cpstore.langgraph._diff_triggers import trigger_divergence
 from cpstore.langgraph._diff_updated import resume_divergence
 from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored_writes
@@ -526,6 +531,16 @@ def _moved_past(
         said = (
             f"cannot tell: {said}hands back when invoked with Command(resume=...), not "
             f"with None ({other} names its checkpoint id: a time travel replays it too)"
+        )
+    elif {w.task_id for w in done} <= subgraph_tasks(txn, store, last[k]):
+        # lgdiff89: each task run again ran a subgraph, which goes on from its own
+        # checkpoints (finished: nothing of it runs) when the replay is no time travel
+        undecidable = True
+        said = (
+            f"cannot tell: {said}hands back; each ran a subgraph, which a replay invoked "
+            "with Command(resume=...) goes on from its own checkpoints (a finished one runs "
+            "nothing again) and one invoked with None starts over: whether anything runs "
+            "again outside it is the node's"
         )
     else:
         said += "hands back"

@@ -41,7 +41,14 @@ from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["SEND_TRIES", "Found", "mid_run_below", "one_scan", "subgraph_divergence"]
+__all__ = [
+    "SEND_TRIES",
+    "Found",
+    "mid_run_below",
+    "one_scan",
+    "subgraph_divergence",
+    "subgraph_tasks",
+]
 
 #: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
 _INTERRUPT = "__interrupt__"
@@ -108,6 +115,22 @@ def _by_ns(txn: Txn[memoryview], store: Store, thread_id: str) -> dict[str, list
         out.setdefault(e.ns, []).append(e)
     if held is not None:
         held[thread_id] = out
+    return out
+
+
+def subgraph_tasks(txn: Txn[memoryview], store: Store, entry: Entry) -> set[str]:
+    """The ids of the tasks that ran a subgraph with checkpoints of its own one level
+    under ``entry``'s namespace (``node:<task id>``; a ``checkpointer=True`` one's,
+    holding no task id, is not attributed)."""
+    out: set[str] = set()
+    prefix = entry.ns + _NS_SEP if entry.ns else ""
+    for ns in _by_ns(txn, store, entry.thread_id):
+        if ns == entry.ns or not ns.startswith(prefix):
+            continue
+        head = _call_of(entry.ns, ns)[0]
+        _, sep, task = head.partition(_NS_END)
+        if sep and task:
+            out.add(task)
     return out
 
 
