@@ -183,16 +183,15 @@ def _replayed_view(writes: list[StoredWrite], *, replays: bool, travels: bool) -
     interrupts) when it hands them back; when it replays the checkpoint, none of a
     task's output or error writes (its task runs again: LangGraph 1.2.24
     ``_reapplies_pending_writes`` is False), and no ``__resume__`` write when it is a
-    time travel (``is_time_traveling`` drops them)."""
+    time travel (``is_time_traveling`` drops them), nor an ``__interrupt__`` one (a
+    resume without a value reads no pending interrupt: each task asks again)."""
     out = _asking(writes)
     if not replays:
         return out
     return [
         w
         for w in out
-        if w.task_id == _NULL_TASK_ID
-        or w.channel == _INTERRUPT
-        or (w.channel == _RESUME and not travels)
+        if w.task_id == _NULL_TASK_ID or (w.channel in (_INTERRUPT, _RESUME) and not travels)
     ]
 
 
@@ -225,6 +224,8 @@ def _replay_doubt(
             )
             for k, ws in enumerate(writes)
         ]
+        if not command:  # no resume value: no pending interrupt is read, on either side
+            views = [[w for w in ws if w.channel != _INTERRUPT] for ws in views]
         if not any(past[k] or (named[k] and not command) for k in (0, 1)):
             continue  # neither replays: the writes differ as compared
         kept = _lone_doubt(serde, pair, shared, (views[0], views[1]))[1]
@@ -340,10 +341,29 @@ def _subgraph_diff(
     found = subgraph_divergence(txn, store, serde, last, writes, diff=diff)
     if found is None:
         return None
-    if found.only is not None and named is not None and not found.undecidable:
+    meta = store.backend.db("meta")
+    prefix = ""  # "cannot tell: " when a divergence is made a doubt here
+    if (
+        named is not None
+        and not found.undecidable
+        and all(
+            named[k] or entry_at(txn, meta, e.thread_id, e.ns, None) != e
+            for k, (e, _) in enumerate(last)
+        )
+    ):
+        # lgdiff89: invoked with None both sides time-travel, a plain subgraph starting
+        # over on both (a kept one from its state before): what differs mid-run is
+        # dropped that way, and read with Command(resume=...)
+        said = (
+            f"{found.said}; but both sides' resumes invoked with None time-travel (each "
+            "config names its checkpoint, or its thread moved past it), starting the "
+            "subgraphs over: whether the resumes differ turns on how they are invoked"
+        )
+        found = dataclasses.replace(found, said=said, undecidable=True)
+        prefix = "cannot tell: "
+    elif found.only is not None and named is not None and not found.undecidable:
         k = found.only
         e = last[k][0]
-        meta = store.backend.db("meta")
         if named[k] or entry_at(txn, meta, e.thread_id, e.ns, None) != e:
             said = (
                 f"{found.said}, whose resume invoked with None is a time "
@@ -351,6 +371,7 @@ def _subgraph_diff(
                 "Command(resume=...) goes on with it mid-run"
             )
             found = dataclasses.replace(found, said=said, undecidable=True)
+            prefix = "cannot tell: "
     return ThreadDiff(
         False,
         len(a) - 1,
@@ -360,8 +381,7 @@ def _subgraph_diff(
         ea.checkpoint_id,
         eb.checkpoint_id,
         shared,
-        ("cannot tell: " if found.only is not None and found.undecidable else "")
-        + f"same values at all {len(a)} checkpoints, but {found.said}",
+        f"{prefix}same values at all {len(a)} checkpoints, but {found.said}",
         pending=True,
         undecidable=found.undecidable,
     )
