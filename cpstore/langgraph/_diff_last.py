@@ -13,7 +13,12 @@ from typing import Any
 from cpstore.langgraph._diff_chain import node_of
 from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import SEALED, UNSURE, writes_digest
-from cpstore.langgraph._diff_subgraphs import Compare, mid_run_below, subgraph_divergence
+from cpstore.langgraph._diff_subgraphs import (
+    Compare,
+    mid_run_below,
+    subgraph_divergence,
+    subgraph_tasks,
+)
 from cpstore.langgraph._diff_triggers import trigger_divergence
 from cpstore.langgraph._diff_updated import resume_divergence
 from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored_writes
@@ -48,25 +53,34 @@ def pending_diff(
     ea, eb = a[-1].entry, b[-1].entry
     wa = stored_writes(txn, meta, ea.thread_id, ea.ns, ea.checkpoint_id)
     wb = stored_writes(txn, meta, eb.thread_id, eb.ns, eb.checkpoint_id)
-    da = writes_digest(wa, paths=True, serde=serde)
-    db = writes_digest(wb, paths=True, serde=serde)
+    da = writes_digest(_asking(wa), paths=True, serde=serde)
+    db = writes_digest(_asking(wb), paths=True, serde=serde)
     differ = sorted(c for c in set(da) | set(db) if da.get(c) != db.get(c))
     unsure = [c for c in differ if c in da and c in db and UNSURE in (da[c][-1:], db[c][-1:])]
-    if not differ:
+    lone, alike = None, (wa, wb)  # the writes but lone interrupts (lgdiff89)
+    if differ == [_INTERRUPT]:
+        lone, alike = _lone_doubt(serde, pair, shared, (wa, wb))
+    if not differ or lone is not None:
         past = _moved_past(txn, store, serde, pair, (wa, wb), named=named, shared=shared)
         if past is not None and not past.undecidable:
             return past
         trig = _trigger_diff(txn, store, serde, pair, shared)
         if trig is not None and not trig.undecidable:
             return trig
-        upd = _updated_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb))
+        upd = _updated_diff(txn, store, serde, pair, shared=shared, writes=alike)
         if upd is not None and not upd.undecidable:
             return upd
-        upd = past or trig or upd  # a doubt: a divergence found in the subgraphs goes first
-        sub = _subgraph_diff(txn, store, serde, pair, shared=shared, writes=(wa, wb), diff=diff)
+        # a doubt: a divergence found in the subgraphs goes first
+        upd = past or trig or upd or lone
+        sub = _subgraph_diff(
+            txn, store, serde, pair, shared=shared, writes=(wa, wb), diff=diff, named=named
+        )
         if sub is None or upd is None or sub.undecidable:
             return sub or upd
         return dataclasses.replace(sub, summary=f"{sub.summary}; and {upd.summary}")
+    replay = _replay_doubt(txn, store, serde, pair, (wa, wb), shared=shared, named=named)
+    if replay is not None:
+        return replay
     undecided = len(unsure) == len(differ)  # every differing channel sealed, unread
     if not undecided:
         differ = [c for c in differ if c not in unsure]
@@ -93,6 +107,156 @@ def pending_diff(
         pending=True,
         undecidable=undecided,
     )
+
+
+#: The channels LangGraph 1.2.24 does not count as a task's output
+#: (``_task_status.CONTROL_WRITES``): a task with a write to any other has finished.
+_NOT_OUTPUT = frozenset({"__interrupt__", "__error__", "__error_source_node__", "__resume__"})
+
+
+def _asking(writes: list[StoredWrite]) -> list[StoredWrite]:
+    """``writes`` but the ``__interrupt__`` writes of finished tasks (lgdiff89). A task
+    that finished after an interrupt keeps its last question in the write's slot, but
+    LangGraph reads a task with an output write as finished, its interrupts answered
+    (``read_task_statuses``: none pending), and hands its output back: the question is
+    read by nothing a resume does. A subgraph whose two interrupts were answered one at
+    a time kept the one answered last, ``a?`` or ``b?`` by the order: "node sub wrote
+    different __interrupt__" while the resumes ran alike."""
+    done = {
+        w.task_id for w in writes if w.task_id != _NULL_TASK_ID and w.channel not in _NOT_OUTPUT
+    }
+    return [w for w in writes if not (w.channel == "__interrupt__" and w.task_id in done)]
+
+
+#: LangGraph's channel for the interrupts a task raised.
+_INTERRUPT = "__interrupt__"
+
+
+def _lone_doubt(
+    serde: Any,
+    pair: tuple[list[Point], list[Point]],
+    shared: int | None,
+    writes: tuple[list[StoredWrite], list[StoredWrite]],
+) -> tuple[ThreadDiff | None, tuple[list[StoredWrite], list[StoredWrite]]]:
+    """Undecidable when the pending writes differ only by the interrupts of unfinished
+    tasks whose task path wrote nothing on the other side (lgdiff89), else None. An
+    ``update_state(..., as_node="__copy__")`` copy of an interrupted checkpoint holds no
+    pending write: its resume runs the task again and it asks again, as the original's
+    does (the stored question is read by no resume), and the diff said "node asks
+    wrote different __interrupt__" while both resumes ran alike, invoked with None or
+    ``Command(resume=...)``. But LangGraph counts the stored interrupts: with two
+    pending, ``Command(resume=value)`` raises on the original and answers the first
+    task to ask on the copy; a resume map names them by id. Not the same, then. And
+    ``writes`` without those interrupts (the task ids are checked on the rest)."""
+    wa, wb = (_asking(w) for w in writes)
+    paths = [{w.task_path for w in ws} for ws in (wa, wb)]
+    kept: list[list[StoredWrite]] = [[], []]
+    lone: list[StoredWrite] = []
+    for k, ws in enumerate((wa, wb)):
+        for w in ws:
+            alone = w.channel == _INTERRUPT and w.task_path.strip() != ""
+            if alone and w.task_path not in paths[1 - k]:
+                lone.append(w)
+            else:
+                kept[k].append(w)
+    if not lone or writes_digest(kept[0], paths=True, serde=serde) != writes_digest(
+        kept[1], paths=True, serde=serde
+    ):
+        return None, writes
+    nodes = tuple(sorted({node_of(w) for w in lone}))
+    a = pair[0]
+    said = (
+        f"cannot tell: same values at all {len(a)} checkpoints, but at the last (step "
+        f"{a[-1].step}) node {', '.join(nodes)} has an interrupt pending on one side only "
+        "(a copy holds none): a resume runs it again on both, but LangGraph counts the "
+        "pending interrupts (Command(resume=value) raises when more than one is) and a "
+        "resume map names them by id"
+    )
+    return ThreadDiff(
+        False, len(a) - 1, a[-1].step, nodes, (_INTERRUPT,), a[-1].entry.checkpoint_id,
+        pair[1][-1].entry.checkpoint_id, shared, said, pending=True, undecidable=True,
+    ), (kept[0], kept[1])  # fmt: skip
+
+
+def _replayed_view(writes: list[StoredWrite], *, replays: bool, travels: bool) -> list[StoredWrite]:
+    """The pending writes a resume reads (lgdiff89): all (but finished tasks' stale
+    interrupts) when it hands them back; when it replays the checkpoint, none of a
+    task's output or error writes (its task runs again: LangGraph 1.2.24
+    ``_reapplies_pending_writes`` is False), and no ``__resume__`` write when it is a
+    time travel (``is_time_traveling`` drops them), nor an ``__interrupt__`` one (a
+    resume without a value reads no pending interrupt: each task asks again)."""
+    out = _asking(writes)
+    if not replays:
+        return out
+    return [
+        w
+        for w in out
+        if w.task_id == _NULL_TASK_ID or (w.channel in (_INTERRUPT, _RESUME) and not travels)
+    ]
+
+
+def _replay_doubt(
+    txn: Txn[memoryview], store: Store, serde: Any, pair: tuple[list[Point], list[Point]],
+    writes: tuple[list[StoredWrite], list[StoredWrite]], *, shared: int | None,
+    named: tuple[bool, bool] | None,
+) -> ThreadDiff | None:  # fmt: skip
+    """Undecidable when the pending writes differ but a resume invoked one way (None, or
+    ``Command(resume=...)``) reads them alike, else None (lgdiff89): a side that replays
+    its checkpoint (its thread moved past it, or its config names it and the resume is
+    a time travel) runs its finished tasks again instead of taking their writes back.
+    ``fast`` finished beside an interrupted ``asks``, the checkpoint then copied
+    (``__copy__``): the original named against its copy "differed" by fast's writes,
+    while both resumes ran ``fast`` again, alike. Only the compared threads' last
+    checkpoints (``named`` given); differing writes read alike both ways are not told
+    the same either (the checks after them are not made)."""
+    if named is None:
+        return None
+    meta = store.backend.db("meta")
+    last = pair[0][-1].entry, pair[1][-1].entry
+    past = [entry_at(txn, meta, e.thread_id, e.ns, None) != e for e in last]
+    alike: list[str] = []
+    for how, command in (("None", False), ("Command(resume=...)", True)):
+        views = [
+            _replayed_view(
+                ws,
+                replays=past[k] or (named[k] and not command),
+                travels=named[k] and not command,
+            )
+            for k, ws in enumerate(writes)
+        ]
+        if not command:  # no resume value: no pending interrupt is read, on either side
+            views = [[w for w in ws if w.channel != _INTERRUPT] for ws in views]
+        if not any(past[k] or (named[k] and not command) for k in (0, 1)):
+            continue  # neither replays: the writes differ as compared
+        kept = _lone_doubt(serde, pair, shared, (views[0], views[1]))[1]
+        digests = [writes_digest(ws, paths=True, serde=serde) for ws in kept]
+        if digests[0] == digests[1]:
+            alike.append(how)
+    if not alike:
+        return None
+    trig = _trigger_diff(txn, store, serde, pair, shared)
+    if trig is not None and not trig.undecidable:
+        return trig
+    chosen = [w for w in writes[0] + writes[1] if w.task_id != _NULL_TASK_ID]
+    nodes = tuple(sorted({node_of(w) for w in chosen}))
+    a = pair[0]
+    said = (
+        f"cannot tell: same values at all {len(a)} checkpoints, but the pending writes at "
+        f"the last (step {a[-1].step}) of node {', '.join(nodes)} differ, and a resume "
+        f"invoked with {' or '.join(alike)} replays the checkpoint (its finished tasks run "
+        "again) where they differ: "
+        + (
+            "read alike either way, but not told the same (what the diff compares after "
+            "the pending writes is not compared)"
+            if len(alike) == 2
+            else "read alike that way only"
+        )
+    )
+    return ThreadDiff(
+        False, len(a) - 1, a[-1].step, nodes, tuple(sorted({w.channel for w in chosen})),
+        last[0].checkpoint_id, last[1].checkpoint_id, shared, said, pending=True,
+        undecidable=True,
+    )  # fmt: skip
 
 
 def _trigger_diff(
@@ -161,15 +325,53 @@ def _subgraph_diff(
     shared: int | None,
     writes: tuple[list[StoredWrite], list[StoredWrite]],
     diff: Compare,
+    named: tuple[bool, bool] | None = None,
 ) -> ThreadDiff | None:
     """The divergence inside a subgraph run from the two last checkpoints, or None
-    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`)."""
+    (:func:`~cpstore.langgraph._diff_subgraphs.subgraph_divergence`). A subgraph mid-run
+    on one side only, that side's resume invoked with None a time travel (its config
+    names its checkpoint, or its thread moved past it), is undecidable (lgdiff89): the
+    time travel starts the subgraph over, as the other side runs it afresh, while
+    ``Command(resume=...)`` goes on mid-run. ``P1`` named against its ``__copy__``
+    "diverged" (the subgraph mid-run on A only) while invoked with None both ran
+    alike."""
     a, b = pair
     ea, eb = a[-1].entry, b[-1].entry
     last = ((ea, a[-1].step), (eb, b[-1].step))
     found = subgraph_divergence(txn, store, serde, last, writes, diff=diff)
     if found is None:
         return None
+    meta = store.backend.db("meta")
+    prefix = ""  # "cannot tell: " when a divergence is made a doubt here
+    if (
+        named is not None
+        and not found.undecidable
+        and all(
+            named[k] or entry_at(txn, meta, e.thread_id, e.ns, None) != e
+            for k, (e, _) in enumerate(last)
+        )
+    ):
+        # lgdiff89: invoked with None both sides time-travel, a plain subgraph starting
+        # over on both (a kept one from its state before): what differs mid-run is
+        # dropped that way, and read with Command(resume=...)
+        said = (
+            f"{found.said}; but both sides' resumes invoked with None time-travel (each "
+            "config names its checkpoint, or its thread moved past it), starting the "
+            "subgraphs over: whether the resumes differ turns on how they are invoked"
+        )
+        found = dataclasses.replace(found, said=said, undecidable=True)
+        prefix = "cannot tell: "
+    elif found.only is not None and named is not None and not found.undecidable:
+        k = found.only
+        e = last[k][0]
+        if named[k] or entry_at(txn, meta, e.thread_id, e.ns, None) != e:
+            said = (
+                f"{found.said}, whose resume invoked with None is a time "
+                "travel starting it over (as the other side runs it afresh), and with "
+                "Command(resume=...) goes on with it mid-run"
+            )
+            found = dataclasses.replace(found, said=said, undecidable=True)
+            prefix = "cannot tell: "
     return ThreadDiff(
         False,
         len(a) - 1,
@@ -179,7 +381,7 @@ def _subgraph_diff(
         ea.checkpoint_id,
         eb.checkpoint_id,
         shared,
-        f"same values at all {len(a)} checkpoints, but {found.said}",
+        f"{prefix}same values at all {len(a)} checkpoints, but {found.said}",
         pending=True,
         undecidable=found.undecidable,
     )
@@ -349,6 +551,16 @@ def _moved_past(
         said = (
             f"cannot tell: {said}hands back when invoked with Command(resume=...), not "
             f"with None ({other} names its checkpoint id: a time travel replays it too)"
+        )
+    elif {w.task_id for w in done} <= subgraph_tasks(txn, store, last[k]):
+        # lgdiff89: each task run again ran a subgraph, which goes on from its own
+        # checkpoints (finished: nothing of it runs) when the replay is no time travel
+        undecidable = True
+        said = (
+            f"cannot tell: {said}hands back; each ran a subgraph, which a replay invoked "
+            "with Command(resume=...) goes on from its own checkpoints (a finished one runs "
+            "nothing again) and one invoked with None starts over: whether anything runs "
+            "again outside it is the node's"
         )
     else:
         said += "hands back"

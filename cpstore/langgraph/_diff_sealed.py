@@ -197,12 +197,17 @@ def plain_value(serde: Any, view: CheckpointView, channel: str, where: str) -> b
 def _without_ids(value: Any) -> Any:
     """An interrupt write's value with each interrupt's ``id`` blanked (LangGraph derives
     it from the task id, itself from the checkpoint id: equal interrupts on two threads
-    carry other ids), or None when it holds no list of dataclasses."""
+    carry other ids) and the interrupts sorted by the bytes the plain JsonPlusSerializer
+    writes for each, or None when it holds no list of dataclasses. Sorted (lgdiff89): a
+    subgraph whose parallel nodes each interrupt lists them in the order its tasks raised
+    (thread timing), and a resume reads them by id, never by place; in order, two
+    threads interrupted alike were the same on one run and diverged on the next."""
     if not isinstance(value, (list, tuple)) or not all(
         dataclasses.is_dataclass(i) and not isinstance(i, type) and hasattr(i, "id") for i in value
     ):
         return None
-    return [dataclasses.replace(i, id="") for i in value]
+    blanked = [dataclasses.replace(i, id="") for i in value]
+    return sorted(blanked, key=_PLAIN.dumps_typed)
 
 
 def canonical_write(serde: Any, channel: str, typed: tuple[str, bytes]) -> tuple[str, bytes] | None:

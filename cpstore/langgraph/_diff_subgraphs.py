@@ -41,7 +41,14 @@ from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
 
-__all__ = ["SEND_TRIES", "Found", "mid_run_below", "one_scan", "subgraph_divergence"]
+__all__ = [
+    "SEND_TRIES",
+    "Found",
+    "mid_run_below",
+    "one_scan",
+    "subgraph_divergence",
+    "subgraph_tasks",
+]
 
 #: LangGraph's channel for the interrupts a task raised (``langgraph.types.interrupt``).
 _INTERRUPT = "__interrupt__"
@@ -73,6 +80,9 @@ class Found:
     nodes: tuple[str, ...]
     channels: tuple[str, ...]
     undecidable: bool = False
+    #: The side (0 for A, 1 for B) a subgraph is mid-run (or kept) on, the other
+    #: holding none of it; None for any other divergence.
+    only: int | None = None
 
 
 #: Each thread's entries by namespace, read once per diff (:func:`one_scan`): lgleft88
@@ -105,6 +115,22 @@ def _by_ns(txn: Txn[memoryview], store: Store, thread_id: str) -> dict[str, list
         out.setdefault(e.ns, []).append(e)
     if held is not None:
         held[thread_id] = out
+    return out
+
+
+def subgraph_tasks(txn: Txn[memoryview], store: Store, entry: Entry) -> set[str]:
+    """The ids of the tasks that ran a subgraph with checkpoints of its own one level
+    under ``entry``'s namespace (``node:<task id>``; a ``checkpointer=True`` one's,
+    holding no task id, is not attributed)."""
+    out: set[str] = set()
+    prefix = entry.ns + _NS_SEP if entry.ns else ""
+    for ns in _by_ns(txn, store, entry.thread_id):
+        if ns == entry.ns or not ns.startswith(prefix):
+            continue
+        head = _call_of(entry.ns, ns)[0]
+        _, sep, task = head.partition(_NS_END)
+        if sep and task:
+            out.add(task)
     return out
 
 
@@ -254,12 +280,23 @@ def _kept_state(
 ) -> tuple[str, str] | None:
     """``ns NUL checkpoint id`` of the newest checkpoint a ``checkpointer=True``
     subgraph kept by the time of ``entry`` (its ``metadata["parents"]`` naming no later
-    checkpoint of ``entry``'s namespace), and of its newest stored one, or None. That
+    checkpoint of ``entry``'s namespace, nor of any namespace above it than ``entry``'s
+    own ``parents`` do), and of its newest stored one, or None. That
     subgraph goes on from the first: on a resume when it stopped mid-run, on the
     thread's next run when it finished (its state is memory), so it is compared
     whatever its parent's writes (review80: it was skipped, its namespace holding no
     task id). A resume of a checkpoint its thread moved past with
-    ``Command(resume=...)`` loads the second (:func:`_kept_moved_on`)."""
+    ``Command(resume=...)`` loads the second (:func:`_kept_moved_on`). lgdiff89: under
+    a plain subgraph (``mid|inner``) the states a time travel's run of ``mid`` put, in
+    another ``mid:<task id>``, name no checkpoint of the compared ``mid`` namespace:
+    only the root's fork, later than the compared root checkpoint, tells them apart."""
+    bounds = {entry.ns: entry.checkpoint_id}
+    if entry.ns:  # the checkpoints above it by the time of it: its own parents
+        with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
+            md = metadata_of(serde, view_head(view, entry)[1], f"checkpoint {entry.cid.hex()}")
+        above = md.get("parents")
+        if isinstance(above, Mapping):
+            bounds.update({k: v for k, v in above.items() if type(k) is str and type(v) is str})
     newest: str | None = None
     for e in sorted(held, key=lambda e: e.checkpoint_id, reverse=True):
         if not stored(txn, store, e):
@@ -268,9 +305,10 @@ def _kept_state(
         with CheckpointView(store.backend, e.cid, verify=True, txn=txn) as view:
             md = metadata_of(serde, view_head(view, e)[1], f"checkpoint {e.cid.hex()}")
         parents = md.get("parents")
-        at = parents.get(entry.ns) if isinstance(parents, Mapping) else None
-        if isinstance(at, str) and at > entry.checkpoint_id:
-            continue  # kept after the checkpoint compared
+        if isinstance(parents, Mapping) and any(
+            isinstance(at := parents.get(ns), str) and at > bound for ns, bound in bounds.items()
+        ):
+            continue  # kept after the checkpoint compared (or one above it)
         return f"{e.ns}{_AT}{e.checkpoint_id}", newest
     return None
 
@@ -320,7 +358,7 @@ def subgraph_divergence(
         if not la or not lb:
             how = "keeps checkpoints" if key.startswith(_KEPT) else "is mid-run"
             return Found(f"subgraph {label} {how} on {'A' if lb == [] else 'B'} only",
-                         (node,), ())  # fmt: skip
+                         (node,), (), only=0 if lb == [] else 1)  # fmt: skip
         if len(la) == 1 and len(lb) == 1:
             inner = diff(txn, store, _conf(ea, la[0]), _conf(eb, lb[0]), serde)
             if inner.same:
