@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpstore.errors import IntegrityError
+from cpstore.store.lmdb_open import open_into
 
 __all__ = ["TailCover", "check_data_size", "highest_reachable_page"]
 
@@ -82,13 +83,12 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
     ``last_pgno`` and ``txnid`` are LMDB's own (``env.info()``): the meta page
     read here must agree with both, or the answer is None.
     """
-    # Kept as it is opened (one C call: map opens, extend keeps), inside the try that
-    # closes it: an interrupt (a signal handler's exception) landing on a bare open's
-    # return leaked the descriptor (intr88).
+    # Kept as it is opened (open_into), inside the try that closes it: an interrupt (a
+    # signal handler's exception) landing on a bare open's return leaked the descriptor
+    # (intr88).
     fds: list[int] = []
     try:
-        fds.extend(map(os.open, (path,), (os.O_RDONLY | os.O_CLOEXEC,)))
-        fd = fds[0]
+        fd = open_into(fds, path, os.O_RDONLY | os.O_CLOEXEC)
         file_pages = os.fstat(fd).st_size // psize
 
         def page(pgno: int) -> bytes | None:
@@ -224,9 +224,13 @@ class TailCover:
     def __init__(self, data: str, psize: int) -> None:
         self.data, self.psize = data, psize
         self.covered = 0
+        #: The descriptor :meth:`cover` writes by: ``held`` if writable, else ``own``'s.
         self.fd: int | None = None
         #: The descriptor :meth:`hold` holds the data file by (``fd`` too if writable).
         self.held: int | None = None
+        #: The descriptor :meth:`cover` opened itself (none held for writing), kept as it
+        #: is opened (lmdb_open.open_into) and closed by :meth:`close`.
+        self.own: list[int] = []
         #: Fill a step ahead; False (exactly what is committed) until the
         #: file is known to be a cpstore store: a refused open changes nothing.
         self.ahead = False
@@ -264,17 +268,13 @@ class TailCover:
         need = (last_pgno + 1) * self.psize
         if need <= self.covered:
             return
-        data = self.data
         try:
-            if self.fd is None:
-                # Kept as it is opened (map opens, the loop's step stores: no landing
-                # between), as in hold: an interrupt (a signal handler's exception) landing
-                # on a bare open's return leaked the descriptor (intr88).
-                for self.fd in map(os.open, (data,), (os.O_WRONLY | os.O_CLOEXEC,)):
-                    pass
             fd = self.fd
-            if fd is None:  # mypy: the loop above ran once or raised
-                return
+            if fd is None:
+                # Kept as it is opened (open_into, in ``own``), as hold keeps its own: an
+                # interrupt (a signal handler's exception) landing on a bare open's return
+                # leaked the descriptor (intr88).
+                fd = self.fd = open_into(self.own, self.data, os.O_WRONLY | os.O_CLOEXEC)
             size = os.fstat(fd).st_size
             target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
             if size < target:
@@ -344,8 +344,8 @@ class TailCover:
         if isinstance(metas, mmap.mmap):
             metas.close()
         self.metas = self.info = None
-        fd, held, self.fd, self.held = self.fd, self.held, None, None
+        held, own, self.fd, self.held, self.own = self.held, self.own, None, None, []
         if held is not None:
             os.close(held)
-        if fd is not None and fd != held:
+        for fd in own:  # ``fd`` when it is not ``held``
             os.close(fd)
