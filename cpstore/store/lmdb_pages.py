@@ -224,13 +224,9 @@ class TailCover:
     def __init__(self, data: str, psize: int) -> None:
         self.data, self.psize = data, psize
         self.covered = 0
-        #: The descriptor :meth:`cover` writes by: ``held`` if writable, else ``own``'s.
         self.fd: int | None = None
         #: The descriptor :meth:`hold` holds the data file by (``fd`` too if writable).
         self.held: int | None = None
-        #: The descriptor :meth:`cover` opened itself (none held for writing), kept as it
-        #: is opened (lmdb_open.open_into) and closed by :meth:`close`.
-        self.own: list[int] = []
         #: Fill a step ahead; False (exactly what is committed) until the
         #: file is known to be a cpstore store: a refused open changes nothing.
         self.ahead = False
@@ -271,10 +267,16 @@ class TailCover:
         try:
             fd = self.fd
             if fd is None:
-                # Kept as it is opened (open_into, in ``own``), as hold keeps its own: an
+                # Kept as it is opened (open_into) and closed unless ``fd`` keeps it: an
                 # interrupt (a signal handler's exception) landing on a bare open's return
-                # leaked the descriptor (intr88).
-                fd = self.fd = open_into(self.own, self.data, os.O_WRONLY | os.O_CLOEXEC)
+                # leaked the descriptor (intr88). Not a list the cover keeps: one more
+                # attribute cost a fresh open ~1.5k instructions (benchmarks/ir_fresh.py).
+                opened: list[int] = []
+                try:
+                    fd = self.fd = open_into(opened, self.data, os.O_WRONLY | os.O_CLOEXEC)
+                finally:
+                    if self.fd is None and opened:
+                        os.close(opened[0])
             size = os.fstat(fd).st_size
             target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
             if size < target:
@@ -344,8 +346,8 @@ class TailCover:
         if isinstance(metas, mmap.mmap):
             metas.close()
         self.metas = self.info = None
-        held, own, self.fd, self.held, self.own = self.held, self.own, None, None, []
+        fd, held, self.fd, self.held = self.fd, self.held, None, None
         if held is not None:
             os.close(held)
-        for fd in own:  # ``fd`` when it is not ``held``
+        if fd is not None and fd != held:
             os.close(fd)
