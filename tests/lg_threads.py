@@ -1,7 +1,8 @@
 """Pieces the LangGraph thread-diff tests share (lgdiff83, review84): a log-only state,
-a thread's config, the ``fast``-beside-``asks`` graph, a thread's copy under a chosen id
-policy, a resume's log and runs, and the check that every ``updated_channels`` set a
-saver holds is the one LangGraph's loop writes."""
+a thread's config, the ``fast``-beside-``asks`` graph, the subgraph stopped by ``asks``
+(lgleft87, lgleft88), a thread's copy under a chosen id policy, a resume's log and runs,
+and the check that every ``updated_channels`` set a saver holds is the one LangGraph's
+loop writes."""
 
 from __future__ import annotations
 
@@ -169,6 +170,58 @@ def fast_beside_asks(saver: CpstoreSaver, runs: list[str], *, sends: bool = Fals
     else:
         g.add_edge(START, "fast")
         g.add_edge(START, "asks")
+    return g.compile(checkpointer=saver)
+
+
+def asks_subgraph(runs: list[str], shape: str, *, kept: bool) -> Any:
+    """A subgraph (``checkpointer=True`` when ``kept``) stopped by ``asks``'s interrupt:
+    beside a finished ``fast`` (``shape`` "fast"), after ``pre`` ran a step ("pre"), or
+    alone ("alone"); ``runs`` counts each node's runs."""
+
+    def node(name: str) -> Any:
+        def run(_: LogState) -> dict[str, Any]:
+            runs.append(name)
+            if name == "asks":
+                return {"log": ["asked " + str(interrupt("ok?"))]}
+            return {"log": [name]}
+
+        return run
+
+    s = StateGraph(LogState)
+    s.add_node("asks", node("asks"))
+    if shape == "fast":
+        s.add_node("fast", node("fast"))
+        s.add_edge(START, "fast")
+        s.add_edge(START, "asks")
+    elif shape == "pre":
+        s.add_node("pre", node("pre"))
+        s.add_edge(START, "pre")
+        s.add_edge("pre", "asks")
+    else:
+        s.add_edge(START, "asks")
+    return s.compile(checkpointer=True if kept else None)
+
+
+def with_subgraph(saver: CpstoreSaver, runs: list[str], shape: str, *, kept: bool = True) -> Any:
+    """:func:`asks_subgraph` as the node ``sub`` of a graph on ``saver``."""
+    g = StateGraph(LogState)
+    g.add_node("sub", asks_subgraph(runs, shape, kept=kept))
+    g.add_edge(START, "sub")
+    return g.compile(checkpointer=saver)
+
+
+def with_nested_subgraph(
+    saver: CpstoreSaver, runs: list[str], *, outer: bool, inner: bool, name: str = "sub"
+) -> Any:
+    """:func:`asks_subgraph` ("pre"; ``checkpointer=True`` when ``inner``) as the node
+    ``inner`` of a subgraph (``checkpointer=True`` when ``outer``), itself the node ``name``
+    of a graph on ``saver``."""
+    mid = StateGraph(LogState)
+    mid.add_node("inner", asks_subgraph(runs, "pre", kept=inner))
+    mid.add_edge(START, "inner")
+    g = StateGraph(LogState)
+    g.add_node(name, mid.compile(checkpointer=True if outer else None))
+    g.add_edge(START, name)
     return g.compile(checkpointer=saver)
 
 

@@ -33,6 +33,7 @@ import cpstore
 from cpstore.store import lmdb_open, lmdb_registry
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.lmdb_env import Env
+from cpstore.store.maintenance import compact_store
 
 #: The functions whose every opcode the sweep lands on.
 _BEGIN = {"begin_read", "_begin", "attempt", "_enter_read", "_begin_write", "held_open"}
@@ -117,6 +118,20 @@ def run_traced(
         gc.enable()
 
 
+def kept_landing(trace: Callable[..., Any], call: Callable[[], Any]) -> KeyboardInterrupt | None:
+    """``call()`` with ``trace`` set (the collector as the caller left it): the
+    KeyboardInterrupt a landing raised, kept as a caller logging it (or a REPL's
+    ``sys.last_value``) keeps it; None when ``call`` ran through."""
+    sys.settrace(trace)
+    try:
+        call()
+    except KeyboardInterrupt as exc:
+        return exc
+    finally:
+        sys.settrace(None)
+    return None
+
+
 def interrupted_at(
     k: int,
     names: Container[str],
@@ -160,6 +175,17 @@ def sweep_landings(
     if k - 1 < at_least:
         wrong.append(f"only {k - 1} landings")
     return wrong
+
+
+def take_creation_lock(path: Path, via: str) -> None:
+    """Take the store folder's exclusive creation lock and let it go: by
+    ``lmdb_open.creation_lock`` itself, or (``via="compact_store"``) by a compaction of
+    the store, which takes it so."""
+    if via == "compact_store":
+        compact_store(path)
+    else:
+        with lmdb_open.creation_lock(str(path), exclusive=True):
+            pass
 
 
 def one_checkpoint(path: Path) -> str:

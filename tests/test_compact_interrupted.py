@@ -31,6 +31,7 @@ FRAMES = {
     "pinned_for_compact",
     "_pin_for_compact",
     "_exclusive",
+    "open_into",
 }
 
 

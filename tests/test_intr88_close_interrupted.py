@@ -20,13 +20,12 @@ mark's, the pool's), the collector off until each landing is checked."""
 from __future__ import annotations
 
 import gc
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pg_cluster import backend_url  # noqa: F401 - fixture
-from test_begin_interrupted import _interrupting, fds_in
+from test_begin_interrupted import _interrupting, fds_in, kept_landing
 
 import cpstore
 from cpstore.store import lmdb_registry
@@ -38,13 +37,7 @@ def _close_interrupted(st: Any, k: int) -> list[str]:
     ``close``; where it landed (empty: it ran through). The collector stays off."""
     trace, landed = _interrupting(k, {"close"})
     gc.disable()
-    sys.settrace(trace)
-    try:
-        st.close()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sys.settrace(None)
+    kept_landing(trace, st.close)
     return landed
 
 

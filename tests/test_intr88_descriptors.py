@@ -86,7 +86,7 @@ def test_a_compaction_interrupted_in_its_fsyncs_leaves_no_descriptor(
     store: tuple[Path, str, dict[str, Any]],
 ) -> None:
     path, cid, _ = store
-    landings, left = _sweep({"_fsync_path"}, lambda: compact_store(path), path)
+    landings, left = _sweep({"_fsync_path", "open_into"}, lambda: compact_store(path), path)
     assert left == []  # before: _fsync_path@96, the copy's data.mdb (deleted) kept open
     assert landings >= 6  # three fsyncs
     _reads(path, cid)
@@ -104,7 +104,7 @@ def test_a_short_files_page_walk_interrupted_leaves_no_descriptor(
         )
         assert top is not None
 
-    landings, left = _sweep({"highest_reachable_page"}, walk, path)
+    landings, left = _sweep({"highest_reachable_page", "open_into"}, walk, path)
     assert left == []  # before: highest_reachable_page@70, data.mdb kept open
     assert landings >= 3
     _reads(path, cid)
@@ -112,6 +112,6 @@ def test_a_short_files_page_walk_interrupted_leaves_no_descriptor(
 
 def test_a_proc_read_interrupted_leaves_no_descriptor() -> None:
     me = Path(f"/proc/{os.getpid()}")
-    landings, left = _sweep({"_read_proc"}, lambda: _read_proc("/proc/self/maps"), me)
+    landings, left = _sweep({"_read_proc", "open_into"}, lambda: _read_proc("/proc/self/maps"), me)
     assert left == []  # before: _read_proc@90, /proc/<pid>/maps kept open
     assert landings >= 3

@@ -21,11 +21,14 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from test_begin_interrupted import fds_in, folder_lock_free
-
-import cpstore
-from cpstore.store import lmdb_open
-from cpstore.store.maintenance import compact_store
+from test_begin_interrupted import (
+    fds_in,
+    folder_lock_free,
+    kept_landing,
+    one_checkpoint,
+    read_wrong,
+    take_creation_lock,
+)
 
 
 def _landing_at_start(qualname: str, call: Callable[[], Any]) -> bool:
@@ -39,14 +42,7 @@ def _landing_at_start(qualname: str, call: Callable[[], Any]) -> bool:
             raise KeyboardInterrupt(f"{qualname}@0")
         return None
 
-    sys.settrace(trace)
-    try:
-        call()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sys.settrace(None)
-    return bool(landed)
+    return kept_landing(trace, call) is not None
 
 
 @pytest.mark.parametrize("via", ["creation_lock", "compact_store"])
@@ -54,22 +50,12 @@ def test_a_creation_lock_exit_interrupted_at_its_start_frees_the_lock(
     tmp_path: Path, via: str
 ) -> None:
     path = tmp_path / "s"
-    with cpstore.open(path) as st:
-        cid = st.recorder("r").checkpoint(0, {"a": 1})
-
-    def take() -> None:
-        if via == "compact_store":
-            compact_store(path)
-        else:
-            with lmdb_open.creation_lock(str(path), exclusive=True):
-                pass
-
-    assert _landing_at_start("CreationLock.__exit__", take)
+    cid = one_checkpoint(path)
+    assert _landing_at_start("CreationLock.__exit__", lambda: take_creation_lock(path, via))
     gc.collect()  # the exception is gone: nothing keeps the lock object
     assert folder_lock_free(path)  # before: held for good, every later open waited
     assert fds_in(path) == []
-    with cpstore.open(path) as st, st.read(cid) as cp:
-        assert cp.state() == {"a": 1}
+    assert read_wrong(path, cid) is None
 
 
 _FREED_UNDER_THE_FORK_GUARD = """

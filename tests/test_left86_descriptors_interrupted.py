@@ -159,7 +159,7 @@ def test_a_pin_of_its_own_interrupted_leaves_no_descriptor(tmp_path: Path) -> No
         assert own is not None and where.startswith("/proc/self/fd/")
         unlock_folder(own)
 
-    assert _sweep_fds({"pin_folder"}, pin) == []
+    assert _sweep_fds({"pin_folder", "open_into"}, pin) == []
 
 
 def test_a_busy_lock_try_interrupted_leaves_no_descriptor(tmp_path: Path) -> None:

@@ -50,6 +50,7 @@ _MINE = frozenset(
         "unlock_folder",
         "release_folders",
         "pin_folder",
+        "open_into",
         "HolderMark.__init__",
         "HolderMark.close",
         "HolderMark._drop",

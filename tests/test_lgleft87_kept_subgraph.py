@@ -22,49 +22,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from langgraph.graph import START, StateGraph
-from langgraph.types import Command, interrupt
-from lg_threads import LogState, cfg, invoked, lg_diff, newest_id, started
+from langgraph.types import Command
+from lg_threads import (
+    cfg,
+    invoked,
+    lg_diff,
+    newest_id,
+    started,
+    with_nested_subgraph,
+    with_subgraph,
+)
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
-
-
-def _sub(runs: list[str], shape: str, *, kept: bool) -> Any:
-    """A subgraph (``checkpointer=True`` when ``kept``) stopped by ``asks``'s
-    interrupt: beside a finished ``fast`` (``shape`` "fast"), after ``pre`` ran a step
-    ("pre"), or alone ("alone"); ``runs`` counts each node's runs."""
-
-    def node(name: str) -> Any:
-        def run(_: LogState) -> dict[str, Any]:
-            runs.append(name)
-            if name == "asks":
-                return {"log": ["asked " + str(interrupt("ok?"))]}
-            return {"log": [name]}
-
-        return run
-
-    s = StateGraph(LogState)
-    s.add_node("asks", node("asks"))
-    if shape == "fast":
-        s.add_node("fast", node("fast"))
-        s.add_edge(START, "fast")
-        s.add_edge(START, "asks")
-    elif shape == "pre":
-        s.add_node("pre", node("pre"))
-        s.add_edge(START, "pre")
-        s.add_edge("pre", "asks")
-    else:
-        s.add_edge(START, "asks")
-    return s.compile(checkpointer=True if kept else None)
-
-
-def _parent(saver: CpstoreSaver, runs: list[str], shape: str, *, kept: bool) -> Any:
-    """:func:`_sub` as the node ``sub`` of a graph on ``saver``."""
-    g = StateGraph(LogState)
-    g.add_node("sub", _sub(runs, shape, kept=kept))
-    g.add_edge(START, "sub")
-    return g.compile(checkpointer=saver)
 
 
 def _run(app: Any, runs: list[str], value: Any, conf: Any) -> tuple[Any, list[str], list[str]]:
@@ -84,7 +54,7 @@ def test_what_a_time_travel_replays_below_a_side_named_by_id_is_undecidable(
 ) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        app = _parent(saver, runs, shape, kept=kept)
+        app = with_subgraph(saver, runs, shape, kept=kept)
         ids = _threads(app, saver)
         for a, b in (
             (cfg("u1"), cfg("n1", ids["n1"])),  # both newest, one named
@@ -118,7 +88,7 @@ def test_a_subgraph_s_interrupt_alone_named_against_none_stays_the_same(
     starts it over to the same interrupt, so both resumes run alike (no overreach)."""
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        app = _parent(saver, runs, "alone", kept=kept)
+        app = with_subgraph(saver, runs, "alone", kept=kept)
         ids = _threads(app, saver)
         assert diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"])).same
         assert diff_threads(saver.store, cfg("n2", ids["n2"]), cfg("n2")).same
@@ -132,7 +102,7 @@ def test_a_subgraph_s_interrupt_alone_named_against_none_stays_the_same(
 
 def test_lg_diff_exits_11_on_a_kept_subgraph_named_by_id(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
-        named = started(_parent(saver, [], "fast", kept=True), saver, ("a", "b"))["b"]
+        named = started(with_subgraph(saver, [], "fast", kept=True), saver, ("a", "b"))["b"]
     out = lg_diff(url, "a", "b", "--checkpoint-b", named)
     assert out.returncode == 11, (out.returncode, out.stdout, out.stderr)  # before: 0
 
@@ -146,7 +116,7 @@ def test_a_kept_subgraph_s_second_run_starts_over_from_its_first_s_end(
     again on the named side only (undecidable), ``asks`` alone runs alike (same)."""
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        app = _parent(saver, runs, shape, kept=True)
+        app = with_subgraph(saver, runs, shape, kept=True)
         ids = started(app, saver, ("u1", "u2", "n1", "n2"), Command(resume="r1"), {"log": ["in2"]})
         diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
         # before (pre): "same values at all 5 checkpoints"
@@ -169,13 +139,7 @@ def test_a_nested_subgraph_started_over_is_undecidable(url: str, outer: bool, in
     or not): a time travel starts ``inner`` over, ``pre`` runs again on the named side."""
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        mid = StateGraph(LogState)
-        mid.add_node("inner", _sub(runs, "pre", kept=inner))
-        mid.add_edge(START, "inner")
-        g = StateGraph(LogState)
-        g.add_node("outer", mid.compile(checkpointer=True if outer else None))
-        g.add_edge(START, "outer")
-        app = g.compile(checkpointer=saver)
+        app = with_nested_subgraph(saver, runs, outer=outer, inner=inner, name="outer")
         ids = started(app, saver, ("u1", "u2", "n1", "n2"))
         diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
         # before: "same values at all 2 checkpoints"
@@ -194,7 +158,7 @@ def test_after_update_state_only_a_kept_subgraph_resumes_otherwise(url: str, kep
     and starts over on the named side (``pre`` again: undecidable)."""
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        app = _parent(saver, runs, "pre", kept=kept)
+        app = with_subgraph(saver, runs, "pre", kept=kept)
         for t in ("u1", "u2", "n1", "n2"):
             app.invoke({"log": ["in"]}, cfg(t))
             app.update_state(cfg(t), {"log": ["x"]}, as_node="__start__")

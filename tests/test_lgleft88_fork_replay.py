@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from langgraph.graph import START, StateGraph
 from langgraph.types import Command
-from lg_threads import LogState, cfg
+from lg_threads import LogState, asks_subgraph, cfg, with_subgraph
 from pg_cluster import backend_url  # noqa: F401 - fixture
-from test_lgleft88_kept_moved_on import _app, _ids, _run, _sub
+from test_lgleft88_kept_moved_on import _ids, _run
 
 import cpstore.langgraph._diff_subgraphs as subgraphs
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -65,7 +65,7 @@ def test_a_fork_named_against_unnamed_is_undecidable_when_its_subgraph_starts_ov
     its newest state on the side naming none and starts over on the named side."""
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        app = _app(saver, runs, "pre", kept=kept)
+        app = with_subgraph(saver, runs, "pre", kept=kept)
         ids = {t: _forked(app, saver, t, fork) for t in ("u1", "u2", "n1", "n2")}
         over = kept or fork != "copy"
         diff = diff_threads(saver.store, cfg("u1"), cfg("n1", ids["n1"]))
@@ -83,7 +83,7 @@ def test_a_fork_named_against_unnamed_is_undecidable_when_its_subgraph_starts_ov
 def test_forks_both_named_are_the_same_and_resume_alike(url: str, fork: str, kept: bool) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        app = _app(saver, runs, "pre", kept=kept)
+        app = with_subgraph(saver, runs, "pre", kept=kept)
         names = [f"{s}{k}" for k in _RESUMES for s in "ab"]
         ids = {t: _forked(app, saver, t, fork) for t in ["a", "b", *names]}
         diff = diff_threads(saver.store, cfg("a", ids["a"]), cfg("b", ids["b"]))
@@ -103,7 +103,7 @@ def test_the_subgraph_reads_scan_each_thread_once(
         runs: list[str] = []
         parent = StateGraph(LogState)
         for i in range(3):
-            parent.add_node(f"sub{i}", _sub(runs, "pre", kept=True))
+            parent.add_node(f"sub{i}", asks_subgraph(runs, "pre", kept=True))
             parent.add_edge(START, f"sub{i}")
         app = parent.compile(checkpointer=saver)
         for t in ("a", "b"):

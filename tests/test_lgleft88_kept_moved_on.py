@@ -22,9 +22,8 @@ import sys
 from typing import Any
 
 import pytest
-from langgraph.graph import START, StateGraph
-from langgraph.types import Command, interrupt
-from lg_threads import LogState, cfg
+from langgraph.types import Command
+from lg_threads import cfg, with_nested_subgraph, with_subgraph
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
@@ -33,41 +32,6 @@ from cpstore.langgraph import CpstoreSaver, diff_threads
 def _ids(saver: CpstoreSaver, thread: str) -> list[str]:
     """The thread's checkpoint ids, newest first."""
     return [str(t.config["configurable"]["checkpoint_id"]) for t in saver.list(cfg(thread))]
-
-
-def _sub(runs: list[str], shape: str, *, kept: bool) -> Any:
-    """A subgraph (``checkpointer=True`` when ``kept``) stopping at ``asks``'s
-    interrupt: after ``pre`` ("pre"), beside a finished ``fast`` ("fast"), or alone
-    ("alone"); ``runs`` counts each node's runs."""
-
-    def node(name: str) -> Any:
-        def run(_: LogState) -> dict[str, Any]:
-            runs.append(name)
-            if name == "asks":
-                return {"log": ["asked " + str(interrupt("ok?"))]}
-            return {"log": [name]}
-
-        return run
-
-    s = StateGraph(LogState)
-    s.add_node("asks", node("asks"))
-    if shape == "alone":
-        s.add_edge(START, "asks")
-    else:
-        s.add_node(shape, node(shape))
-        s.add_edge(START, shape)
-        s.add_edge(shape, "asks" if shape == "pre" else "__end__")
-        if shape == "fast":
-            s.add_edge(START, "asks")
-    return s.compile(checkpointer=True if kept else None)
-
-
-def _app(saver: CpstoreSaver, runs: list[str], shape: str, *, kept: bool = True) -> Any:
-    """:func:`_sub` as the node ``sub`` of a graph on ``saver``."""
-    g = StateGraph(LogState)
-    g.add_node("sub", _sub(runs, shape, kept=kept))
-    g.add_edge(START, "sub")
-    return g.compile(checkpointer=saver)
 
 
 def _run(app: Any, runs: list[str], value: Any, conf: Any) -> tuple[Any, list[str], list[str]]:
@@ -94,7 +58,7 @@ def test_a_kept_subgraph_gone_on_past_a_named_checkpoint_is_not_the_same(
 ) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        app = _app(saver, runs, shape)
+        app = with_subgraph(saver, runs, shape)
         p1 = _threads(app, saver, ("m1", "m2", "m3", "m4", "n1", "n2", "n3"))
         assert len(_ids(saver, "m1")) == 3  # the fork went on after P1
         moved, named = cfg("m1", p1["m1"]), cfg("n1", p1["n1"])
@@ -122,7 +86,7 @@ def test_a_plain_subgraph_gone_on_past_a_named_checkpoint_stays_the_same(url: st
     resume of ``P1`` never loads it, and both resumes run alike (no overreach)."""
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        app = _app(saver, runs, "pre", kept=False)
+        app = with_subgraph(saver, runs, "pre", kept=False)
         p1 = _threads(app, saver, ("m1", "m2", "n1", "n2"))
         moved, named = cfg("m1", p1["m1"]), cfg("n1", p1["n1"])
         assert diff_threads(saver.store, moved, named).same
@@ -134,7 +98,7 @@ def test_a_plain_subgraph_gone_on_past_a_named_checkpoint_stays_the_same(url: st
 
 def test_lg_diff_exits_11_on_a_kept_subgraph_gone_on_past_the_named_checkpoint(url: str) -> None:
     with CpstoreSaver.from_conn_string(url) as saver:
-        p1 = _threads(_app(saver, [], "pre"), saver, ("m", "n"))
+        p1 = _threads(with_subgraph(saver, [], "pre"), saver, ("m", "n"))
     out = subprocess.run(
         [sys.executable, "-m", "cpstore.cli", "lg-diff", "m", "n", "--checkpoint-a", p1["m"],
          "--checkpoint-b", p1["n"], "--store", url],
@@ -151,13 +115,7 @@ def test_a_kept_outer_subgraph_gone_on_past_a_named_checkpoint_is_not_the_same(
     ``checkpointer=True`` ``sub``: the same resumes differed, the diff said the same."""
     with CpstoreSaver.from_conn_string(url) as saver:
         runs: list[str] = []
-        mid = StateGraph(LogState)
-        mid.add_node("inner", _sub(runs, "pre", kept=inner))
-        mid.add_edge(START, "inner")
-        g = StateGraph(LogState)
-        g.add_node("sub", mid.compile(checkpointer=True))
-        g.add_edge(START, "sub")
-        app = g.compile(checkpointer=saver)
+        app = with_nested_subgraph(saver, runs, outer=True, inner=inner)
         p1 = _threads(app, saver, ("m1", "m2", "n1", "n2"))
         moved, named = cfg("m1", p1["m1"]), cfg("n1", p1["n1"])
         diff = diff_threads(saver.store, moved, named)

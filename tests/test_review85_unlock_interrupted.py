@@ -41,6 +41,7 @@ _LOCKING = {
     "unlock_folder",
     "release_folders",
     "pin_folder",
+    "open_into",
 }
 
 

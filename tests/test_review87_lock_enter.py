@@ -23,7 +23,13 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from test_begin_interrupted import _after_calls, fds_in
+from test_begin_interrupted import (
+    _after_calls,
+    fds_in,
+    kept_landing,
+    one_checkpoint,
+    take_creation_lock,
+)
 
 import cpstore
 from cpstore.store import lmdb_open, lmdb_registry
@@ -93,15 +99,9 @@ def _landing_in_enter(name: str) -> tuple[Callable[..., Any], list[str]]:
 
 
 def _kept_interrupt(name: str, call: Callable[[], Any]) -> BaseException | None:
-    trace, _ = _landing_in_enter(name)
-    sys.settrace(trace)
-    try:
-        call()
-    except KeyboardInterrupt as exc:
-        return exc  # the caller keeps it
-    finally:
-        sys.settrace(None)
-    return None
+    """``call()`` interrupted at the first landing in ``name``'s ``__enter__``: the
+    exception, which the caller keeps (None: it ran through)."""
+    return kept_landing(_landing_in_enter(name)[0], call)
 
 
 @pytest.mark.parametrize("via", ["creation_lock", "compact_store"])
@@ -109,17 +109,8 @@ def test_an_interrupt_in_the_creation_locks_enter_leaves_the_lock_free(
     tmp_path: Path, via: str
 ) -> None:
     path = tmp_path / "s"
-    with cpstore.open(path) as st:
-        cid = st.recorder("r").checkpoint(0, {"a": 1})
-
-    def take() -> None:
-        if via == "compact_store":
-            compact_store(path)
-        else:
-            with lmdb_open.creation_lock(str(path), exclusive=True):
-                pass
-
-    kept = _kept_interrupt("creation_lock", take)
+    cid = one_checkpoint(path)
+    kept = _kept_interrupt("creation_lock", lambda: take_creation_lock(path, via))
     # Before: 'held' while ``kept`` lived (contextlib's __enter__@54, after next()).
     assert _folder_lock(path) == "free"
     del kept

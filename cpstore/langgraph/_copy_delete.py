@@ -69,8 +69,9 @@ def prune_reason(thread_id: str) -> str:
     return f"LangGraph prune keep_latest of a thread id of {size} chars, BLAKE2b-256 {tag}"
 
 
-def release_left_holds(store: Store, thread_id: str, runs: Iterable[str]) -> int:
-    """Release the holds a keep_latest prune of ``thread_id`` left on ``runs``; their count.
+def release_left_holds(store: Store, thread_id: str, runs: Iterable[str]) -> set[str]:
+    """Release the holds a keep_latest prune of ``thread_id`` left on ``runs``; the runs
+    it released one on.
 
     A prune resets each old branch away (``reset_ref``: a hold on its head, in the
     reset's txn) and releases that hold in the next txn. A prune killed between the two
@@ -83,8 +84,10 @@ def release_left_holds(store: Store, thread_id: str, runs: Iterable[str]) -> int
     meanwhile (a prune in flight, its own) is passed over.
     """
     wanted = set(runs)
+    released: set[str] = set()
+    if not wanted:
+        return released
     reason = prune_reason(thread_id)
-    released = 0
     for head, row in store.retained().items():
         for hold in row["holds"]:
             if hold.get("run") not in wanted or not isinstance(hold.get("audit"), str):
@@ -109,7 +112,7 @@ def release_left_holds(store: Store, thread_id: str, runs: Iterable[str]) -> int
                 )
             except NotFoundError:
                 continue
-            released += 1
+            released.add(hold["run"])
     return released
 
 
@@ -181,11 +184,12 @@ def delete_threads(store: Store, writer: Writer, thread_ids: list[str]) -> None:
             return runs - shared, {r: _heads(backend, txn, r) for r in (runs | unnamed) - shared}
 
         runs, heads = backend.write_txn(drop)
+        # a killed keep_latest's holds on the runs would keep what their sweeps free:
+        # released before the first (one read of the store's holds for all the runs)
+        left = release_left_holds(store, thread_id, heads)
         for run in sorted(heads):
             writer.forget(run)
-            # a killed keep_latest's hold on the run would keep what the sweep frees
-            left = release_left_holds(store, thread_id, [run])
-            if run in runs or heads[run] or left:  # no whole-store sweep for a run without refs
+            if run in runs or heads[run] or run in left:  # no whole-store sweep without refs
                 store.backend.live()
                 retention.delete_run(
                     backend, run, only_heads=heads[run], keep_ref=_named_ref(backend, thread_id)

@@ -42,20 +42,19 @@ import lmdb
 from cpstore.errors import InvalidInputError, StoreError
 from cpstore.native.kept import kept_contextmanager
 from cpstore.store.lmdb_env import LMDB_TABLES, Env
-from cpstore.store.lmdb_open import close_on_exec, creation_lock
+from cpstore.store.lmdb_open import close_on_exec, creation_lock, open_into
 from cpstore.store.lmdb_registry import pinned_for_compact, registry_settled, reserved_for_compact
 
 __all__ = ["compact_in_place", "copy_env", "copy_open", "space_of"]
 
 
 def _fsync_path(path: str, directory: bool = False) -> None:
-    # Kept as it is opened (one C call: map opens, extend keeps), inside the try that
-    # closes it: an interrupt (a signal handler's exception) landing on a bare open's
-    # return leaked the descriptor, and with it a compaction's deleted copy (intr88).
+    # Kept as it is opened (open_into), inside the try that closes it: an interrupt (a
+    # signal handler's exception) landing on a bare open's return leaked the descriptor,
+    # and with it a compaction's deleted copy (intr88).
     fds: list[int] = []
     try:
-        fds.extend(map(os.open, (path,), (os.O_RDONLY | (os.O_DIRECTORY if directory else 0),)))
-        os.fsync(fds[0])
+        os.fsync(open_into(fds, path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0)))
     finally:
         if fds:
             os.close(fds[0])
@@ -230,11 +229,9 @@ def _exclusive(lock_path: str, where: str) -> Iterator[None]:
     """Hold LMDB's liveness byte exclusively, or refuse: another process has the store open."""
     fds: list[int] = []
     try:
-        # The open and the keeping of its descriptor are one C call (as
-        # lmdb_registry.pinned_for_compact's take): an interrupt landing on a bare
-        # open's return, before the try, leaked the descriptor.
-        fds.extend(map(os.open, (lock_path,), (os.O_RDWR | os.O_CREAT,), (0o644,)))
-        fd = fds[0]
+        # Kept as it is opened (open_into): an interrupt landing on a bare open's return,
+        # before the try, leaked the descriptor.
+        fd = open_into(fds, lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0, os.SEEK_SET)
         except OSError as exc:

@@ -39,7 +39,7 @@ from itertools import starmap
 from typing import Any
 
 from cpstore.errors import StoreError
-from cpstore.store.lmdb_open import FORK_CLOSED_FDS, FORK_GUARD, release_folders
+from cpstore.store.lmdb_open import FORK_CLOSED_FDS, FORK_GUARD, open_into, release_folders
 
 __all__ = ["HolderMark", "older_holders", "refuse_beside_older_holders"]
 
@@ -163,14 +163,14 @@ def _device(path: str, kernel_dev: str | None = None) -> tuple[str, int] | None:
 
 def _read_proc(path: str) -> str | None:
     """The text of a ``/proc`` file, or None when it cannot be read (gone, not ours)."""
-    # Kept as it is opened (one C call: map opens, extend keeps), inside the try that
-    # closes it: an interrupt (a signal handler's exception) landing on a bare open's
-    # return leaked the descriptor (intr88).
+    # Kept as it is opened (open_into), inside the try that closes it: an interrupt (a
+    # signal handler's exception) landing on a bare open's return leaked the descriptor
+    # (intr88).
     fds: list[int] = []
     try:
-        fds.extend(map(os.open, (path,), (os.O_RDONLY | os.O_CLOEXEC,)))
+        fd = open_into(fds, path, os.O_RDONLY | os.O_CLOEXEC)
         chunks: list[bytes] = []
-        while chunk := os.read(fds[0], 1 << 16):
+        while chunk := os.read(fd, 1 << 16):
             chunks.append(chunk)
     except OSError:
         return None

@@ -47,6 +47,7 @@ __all__ = [
     "is_lock_permission_error",
     "lock_folder",
     "open_dbs_readonly",
+    "open_into",
     "open_tables",
     "pin_folder",
     "refuse",
@@ -295,7 +296,20 @@ _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 _call: Callable[..., Any] = operator.call
 
 
-def release_folders(held: list[int | None]) -> None:
+def open_into(fds: list[int], path: str, flags: int, mode: int = 0o777) -> int:
+    """``os.open(path, flags, mode)``'s descriptor, appended to ``fds`` by the same C call
+    (``extend`` runs ``map``, which runs the open: no bytecode between the open's return
+    and the keeping, so no signal handler runs there). An interrupt (a signal handler's
+    exception) landing on a bare ``fd = os.open(...)``'s return lost the descriptor for
+    the process's life (review85, intr88). Here one landing at this call's start comes
+    before the open, and one on the ``extend``'s return finds the descriptor in ``fds``:
+    the caller makes ``fds`` before the call and closes what it holds on every way out
+    that does not keep it (a ``finally``, or the owner's close)."""
+    fds.extend(map(os.open, (path,), (flags,), (mode,)))
+    return fds[-1]
+
+
+def release_folders(held: list[int] | list[int | None]) -> None:
     """Release the :func:`lock_folder` locks (or :func:`pin_folder` descriptors) in
     ``held``, taking each out of it as it is closed, so an interrupt (a signal handler's
     exception) landing anywhere here leaves ``held`` naming exactly those still open. A
@@ -340,17 +354,16 @@ def pin_folder(
     :class:`FileOpenHereError` when that file is in ``open_files``. Without
     ``/proc`` (or the folder), ``path`` itself.
     """
-    # The descriptor opened here, kept as it is opened (one C call: map opens, extend
-    # keeps) and closed on every way out but its return: an interrupt (a signal handler's
-    # exception) landing on a bare open's return, or on a look after it, leaked it (left86).
-    own: list[int | None] = []
+    # The descriptor opened here, kept as it is opened (open_into) and closed on every way
+    # out but its return: an interrupt (a signal handler's exception) landing on a bare
+    # open's return, or on a look after it, leaked it (left86).
+    own: list[int] = []
     try:
         if fd is None:
             try:
-                own.extend(map(os.open, (path,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)))
+                fd = open_into(own, path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             except OSError:
                 return path, None
-            fd = own[0]
         try:
             st = os.stat("data.mdb", dir_fd=fd)
             here: tuple[int, int] | None = (st.st_dev, st.st_ino)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cpstore.errors import IntegrityError
+from cpstore.store.lmdb_open import open_into
 
 __all__ = ["TailCover", "check_data_size", "highest_reachable_page"]
 
@@ -82,13 +83,12 @@ def highest_reachable_page(path: str, psize: int, last_pgno: int, txnid: int) ->
     ``last_pgno`` and ``txnid`` are LMDB's own (``env.info()``): the meta page
     read here must agree with both, or the answer is None.
     """
-    # Kept as it is opened (one C call: map opens, extend keeps), inside the try that
-    # closes it: an interrupt (a signal handler's exception) landing on a bare open's
-    # return leaked the descriptor (intr88).
+    # Kept as it is opened (open_into), inside the try that closes it: an interrupt (a
+    # signal handler's exception) landing on a bare open's return leaked the descriptor
+    # (intr88).
     fds: list[int] = []
     try:
-        fds.extend(map(os.open, (path,), (os.O_RDONLY | os.O_CLOEXEC,)))
-        fd = fds[0]
+        fd = open_into(fds, path, os.O_RDONLY | os.O_CLOEXEC)
         file_pages = os.fstat(fd).st_size // psize
 
         def page(pgno: int) -> bytes | None:
@@ -264,17 +264,19 @@ class TailCover:
         need = (last_pgno + 1) * self.psize
         if need <= self.covered:
             return
-        data = self.data
         try:
-            if self.fd is None:
-                # Kept as it is opened (map opens, the loop's step stores: no landing
-                # between), as in hold: an interrupt (a signal handler's exception) landing
-                # on a bare open's return leaked the descriptor (intr88).
-                for self.fd in map(os.open, (data,), (os.O_WRONLY | os.O_CLOEXEC,)):
-                    pass
             fd = self.fd
-            if fd is None:  # mypy: the loop above ran once or raised
-                return
+            if fd is None:
+                # Kept as it is opened (open_into) and closed unless ``fd`` keeps it: an
+                # interrupt (a signal handler's exception) landing on a bare open's return
+                # leaked the descriptor (intr88). Not a list the cover keeps: one more
+                # attribute cost a fresh open ~1.5k instructions (benchmarks/ir_fresh.py).
+                opened: list[int] = []
+                try:
+                    fd = self.fd = open_into(opened, self.data, os.O_WRONLY | os.O_CLOEXEC)
+                finally:
+                    if self.fd is None and opened:
+                        os.close(opened[0])
             size = os.fstat(fd).st_size
             target = -(-need // TAIL_STEP) * TAIL_STEP if self.ahead else need
             if size < target:

@@ -274,8 +274,8 @@ def commit_ref(
         # A commit's move beside a sound row (put88): its XOR moved, its count kept.
         txn.put(key, value, True, True, False, dbs["refs"])  # positional: ~1k below keywords
         x = int.from_bytes(raw[:DIGEST_SIZE], "little") ^ int.from_bytes(old[2], "little")
-        row = (x ^ int.from_bytes(into, "little")).to_bytes(DIGEST_SIZE, "little") + raw[16:]
-        txn.put(REFS_DIGEST_KEY, row, True, True, False, dbs["meta"])
+        row = (x ^ int.from_bytes(into, "little")).to_bytes(DIGEST_SIZE, "little")
+        txn.put(REFS_DIGEST_KEY, row + raw[DIGEST_SIZE:], True, True, False, dbs["meta"])
         _WRITTEN[0] = (key if type(key) is bytes else bytes(key), value, into)
         return
     out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
