@@ -49,6 +49,10 @@ _unpackb = ormsgpack.unpackb
 
 _IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None)})
 
+#: A head's two maps (checkpoint, metadata).
+#: Aliases: inside the class, ``tuple`` names Loader.tuple.
+_HeadMaps = tuple[dict[str, Any], dict[str, Any]]
+
 
 class Loader:
     """CheckpointTuples of index entries, read in one read txn the caller owns.
@@ -124,6 +128,10 @@ class Loader:
 
     def tuple(self, entry: Entry) -> CheckpointTuple | None:
         """The CheckpointTuple of ``entry`` (None when retention pruned its checkpoint)."""
+        if not self._share:  # one tuple (get_tuple): decoded straight from the part bytes
+            fast = self._from_views(entry)
+            if fast is not None:
+                return fast
         got = self._reads.state_and_metadata(entry.cid)
         if got is None:
             _pruned(self._txn, self._backend.db("tombstones"), entry)
@@ -155,7 +163,7 @@ class Loader:
             and type(head_meta) is bytes
             and head.startswith(_MSGPACK)
             and head_meta.startswith(_MSGPACK)
-        ):  # load(), inline
+        ):  # _head_maps(), inline: a list batch pays no call for it
             try:
                 checkpoint = _unpackb(head[_MSGPACK_AT:], ext_hook=hook, option=option)
                 metadata = _unpackb(head_meta[_MSGPACK_AT:], ext_hook=hook, option=option)
@@ -163,17 +171,10 @@ class Loader:
                 raise
             except Exception as exc:  # the serde's refusal of hash-checked bytes
                 raise undecodable(exc, f"checkpoint {entry.cid.hex()}") from exc
+            if type(checkpoint) is not dict or type(metadata) is not dict:
+                checkpoint, metadata = self._head_maps(entry, head, head_meta)  # its error
         else:
-            where = f"checkpoint {entry.cid.hex()}"
-            checkpoint = load(head, where)
-            metadata = load(head_meta, where)
-        if type(checkpoint) is not dict or type(metadata) is not dict:
-            raise IntegrityError(
-                "a LangGraph checkpoint head does not decode to two maps",
-                where=f"checkpoint {entry.cid.hex()}",
-                expected="checkpoint dict, metadata dict",
-                got=(type(checkpoint).__name__, type(metadata).__name__),
-            )
+            checkpoint, metadata = self._head_maps(entry, head, head_meta)
         values: dict[str, Any] = {}
         share = self._share
         kept: dict[str, tuple[bytes, Any, str]] = {}
@@ -214,6 +215,105 @@ class Loader:
             if share and type(value) in _IMMUTABLE:
                 kept[name] = (part, value, channel)
         self._prev = kept
+        return self._finish(entry, checkpoint, metadata, values)
+
+    def _head_maps(self, entry: Entry, head: Any, head_meta: Any) -> _HeadMaps:
+        """(checkpoint, metadata) a head's two halves decode to; IntegrityError when they
+        do not decode, or decode to anything but two maps."""
+        opts = self._opts
+        if (
+            opts is not None
+            and type(head) is bytes
+            and type(head_meta) is bytes
+            and head.startswith(_MSGPACK)
+            and head_meta.startswith(_MSGPACK)
+        ):  # load(), inline
+            hook, option = opts
+            try:
+                checkpoint = _unpackb(head[_MSGPACK_AT:], ext_hook=hook, option=option)
+                metadata = _unpackb(head_meta[_MSGPACK_AT:], ext_hook=hook, option=option)
+            except PASS_THROUGH:
+                raise
+            except Exception as exc:  # the serde's refusal of hash-checked bytes
+                raise undecodable(exc, f"checkpoint {entry.cid.hex()}") from exc
+        else:
+            where = f"checkpoint {entry.cid.hex()}"
+            checkpoint = self._load(head, where)
+            metadata = self._load(head_meta, where)
+        if type(checkpoint) is not dict or type(metadata) is not dict:
+            raise IntegrityError(
+                "a LangGraph checkpoint head does not decode to two maps",
+                where=f"checkpoint {entry.cid.hex()}",
+                expected="checkpoint dict, metadata dict",
+                got=(type(checkpoint).__name__, type(metadata).__name__),
+            )
+        return checkpoint, metadata
+
+    def _from_views(self, entry: Entry) -> CheckpointTuple | None:
+        """:meth:`tuple` of the common case, each channel value decoded from the bytes of
+        its part as stored (hash-checked, :meth:`StateReads.part_views`), not from a copy
+        msgpack's decode made: a layout-2 checkpoint whose every part is a channel's,
+        each one msgpack bin (nothing before or after it) holding the serde's type and
+        bytes. None for anything else, and for a channel stored as a list: the caller
+        then takes the general path, which reads the checkpoint again and decodes (or
+        refuses, naming what is wrong) exactly as it always did. Every value is decoded
+        afresh: nothing is shared with another tuple."""
+        got = self._reads.part_views(entry.cid)
+        if got is None:
+            return None
+        parts, views, manifest_meta = got
+        framed = manifest_meta.get(HEAD_KEY)
+        if type(framed) is not bytes or len(framed) < _HEAD_AT or "checkpoint" in parts:
+            return None
+        layout, size = _HEAD_LEN.unpack_from(framed)
+        end = _HEAD_AT + size
+        if layout != HEAD_LAYOUT or end > len(framed):
+            return None
+        # Every part's framing first (the general path decodes every part before the
+        # head): one msgpack bin (bin16, else bin8) of exactly the part's length holding
+        # "msgpack" NUL and the serde's bytes; anything else takes the general path.
+        names: list[str] = []
+        payloads: list[memoryview] = []
+        channels = _CHANNELS
+        try:
+            for name, view in zip(parts, views):  # noqa: B905 - equal lengths
+                kind, n, tag = _BIN16(view)
+                if kind == 0xC5 and n == len(view) - 3 and tag == _MSGPACK:
+                    payloads.append(view[_BIN16_AT:])
+                else:
+                    kind, n, tag = _BIN8(view)
+                    if kind != 0xC4 or n != len(view) - 2 or tag != _MSGPACK:
+                        return None
+                    payloads.append(view[_BIN8_AT:])
+                names.append(name)
+        except struct.error:
+            return None  # shorter than a header and a tag
+        checkpoint, metadata = self._head_maps(entry, framed[_HEAD_AT:end], framed[end:])
+        opts = self._opts
+        values: dict[str, Any] = {}
+        for name, payload in zip(names, payloads):  # noqa: B905 - equal lengths
+            channel = channels.get(name, _MISS)  # _channel_of(name), its lookup inline
+            if channel is _MISS:
+                channel = _channel_of(name)
+            if channel is None:
+                return None  # not a channel's part (a list's segment): the general path
+            if opts is None:  # another serde: its loads_typed, on the part as a copy
+                where = f"checkpoint {entry.cid.hex()}: state[{name!r}]"
+                values[channel] = self._load(_MSGPACK + bytes(payload), where)
+                continue
+            try:  # load(), inline, on the stored bytes
+                values[channel] = _unpackb(payload, ext_hook=opts[0], option=opts[1])
+            except PASS_THROUGH:
+                raise
+            except Exception as exc:  # the serde's refusal of hash-checked bytes
+                where = f"checkpoint {entry.cid.hex()}: state[{name!r}]"
+                raise undecodable(exc, where) from exc
+        return self._finish(entry, checkpoint, metadata, values)
+
+    def _finish(
+        self, entry: Entry, checkpoint: dict[str, Any], metadata: Any, values: dict[str, Any]
+    ) -> CheckpointTuple:
+        """The CheckpointTuple of ``entry`` with its head maps and channel values."""
         checkpoint["channel_values"] = values
         thread_id, ns, parent = entry.thread_id, entry.ns, entry.parent
         # Dict literals and tuple.__new__ (the fields in order): what _config and
@@ -318,6 +418,11 @@ _LIST = LIST_KIND.encode() + b"\x00"
 _MSGPACK = b"msgpack\x00"
 _MSGPACK_AT = len(_MSGPACK)
 _EMPTY = b"empty\x00"
+#: A part's msgpack bin16 and bin8 headers and the type tag after them (Loader._from_views).
+_BIN16 = struct.Struct(">BH8s").unpack_from
+_BIN8 = struct.Struct(">BB8s").unpack_from
+_BIN16_AT = 3 + _MSGPACK_AT
+_BIN8_AT = 2 + _MSGPACK_AT
 #: A layout-2 head's framing (lg_head): layout byte, uint32 big-endian checkpoint length.
 _HEAD_LEN = struct.Struct(">BI")
 _HEAD_AT = _HEAD_LEN.size

@@ -36,7 +36,7 @@ _recursion_limit = sys.getrecursionlimit
 #: Where an object's bytes start in its heap entry (kind, key length 16, the digest).
 _PART_AT = 18
 
-__all__ = ["checked_part", "contents", "hint_seqs", "read_parts"]
+__all__ = ["checked_part", "contents", "hint_seqs", "part_views", "read_parts"]
 
 #: id(dbs) -> (dbs, its heap handle, objects, records). The dbs dict is kept so
 #: its id cannot be reused while cached; an entry is used only while the dict
@@ -119,6 +119,28 @@ def read_parts(
                     return dict(zip(parts, values))  # noqa: B905 - equal lengths
                 return None  # msgpack would decode one otherwise: the slow path does
     return _read_parts_one_by_one(txn, objects, parts, hints)
+
+
+def part_views(
+    txn: Txn[memoryview], objects: Content, parts: dict[str, bytes], hints: bytes
+) -> list[memoryview] | None:
+    """The bytes of every part of ``parts``, in its order, each hash-checked against its
+    digest, when every part is at its hinted heap entry (what a writer of this layout
+    leaves); None for anything else (the caller then takes :func:`read_parts`' way).
+    :func:`read_parts`' first steps without the decode: views into the txn's pages, which
+    a caller decodes before the txn ends and never hands out. None too where
+    :func:`read_parts` gives None without looking (a raised recursion limit): a caller
+    then reads as it would have (the part-by-part path, through the index)."""
+    heap = objects.heap
+    n = len(parts)
+    if heap is None or len(hints) != 4 * n or _recursion_limit() > MSGSPEC_SAFE_LIMIT:
+        return None
+    get: Any = txn.get  # None for a missing entry: the TypeError below
+    try:
+        found = [get(key, None, heap)[_PART_AT:] for key in _keys_of(n)(hints)]
+    except TypeError:
+        return None  # a hint named no entry (None is not subscriptable)
+    return found if list(map(_digest, found)) == list(parts.values()) else None
 
 
 def _read_parts_one_by_one(

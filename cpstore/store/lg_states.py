@@ -24,7 +24,7 @@ from typing import Any
 from cpstore.errors import NotFoundError
 from cpstore.store.backend import Backend, Txn
 from cpstore.store.decode import ALIKE_SCALARS
-from cpstore.store.fast_read import contents, read_parts
+from cpstore.store.fast_read import contents, part_views, read_parts
 from cpstore.store.model import check_created
 from cpstore.store.reader import CheckpointView
 
@@ -86,6 +86,30 @@ class StateReads:
                 return out, meta
         with CheckpointView(backend, cid, verify=True, txn=txn) as view:
             return view.state(), meta
+
+    def part_views(self, cid: bytes) -> tuple[dict[str, bytes], list[memoryview], Any] | None:
+        """(the parts, name -> digest; their bytes, each hash-checked, in that order; the
+        manifest's ``metadata``) of checkpoint ``cid``, read and checked as
+        :meth:`state_and_metadata` reads them, the parts not decoded: for a caller that
+        decodes them itself within the txn (the views are the txn's pages). None for
+        anything but a parts state (not chunked) whose every part is at its hinted heap
+        entry, and for a missing record: the caller then takes
+        :meth:`state_and_metadata`, which reads it again and names what is wrong.
+        Nothing is shared: every part is read and hashed at each call."""
+        backend, txn = self._backend, self._txn
+        hints: list[bytes] = []
+        try:
+            raw, head = backend.load_raw(txn, cid, verify=True, full=False, hints=hints)
+        except NotFoundError:
+            return None
+        check_created(head, cid)  # as state_and_metadata, in its order
+        st = raw["state"]
+        meta = raw.get("metadata")
+        parts: dict[str, bytes] | None = st.get("parts")
+        if type(meta) is not dict or st["kind"] != "parts" or st.get("chunked") or not parts:
+            return None
+        views = part_views(txn, self._objects, parts, hints[0] if hints else b"")
+        return None if views is None else (parts, views, meta)
 
     def _parts(self, parts: dict[str, bytes], hints: bytes) -> dict[str, Any] | None:
         """Every part, the ones not checked in this txn through ``read_parts``; None: the view."""
