@@ -132,6 +132,31 @@ def kept_landing(trace: Callable[..., Any], call: Callable[[], Any]) -> Keyboard
     return None
 
 
+def close_interrupted(st: Any, k: int, names: Container[str]) -> list[str]:
+    """``st.close()`` with a KeyboardInterrupt at its k-th landing in a frame named in
+    ``names``; where it landed (empty: it ran through). The collector is left off (the
+    caller turns it on again once it has looked)."""
+    trace, landed = _interrupting(k, names)
+    gc.disable()
+    kept_landing(trace, st.close)
+    return landed
+
+
+def landing_at_start(qualname: str, call: Callable[[], Any]) -> bool:
+    """Run ``call`` with a KeyboardInterrupt at the first start of a frame named
+    ``qualname``; whether it landed (the exception dropped at once, so what only its
+    traceback held is freed)."""
+    landed: list[str] = []
+
+    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
+        if event == "call" and frame.f_code.co_qualname == qualname and not landed:
+            landed.append(qualname)
+            raise KeyboardInterrupt(f"{qualname}@0")
+        return None
+
+    return kept_landing(trace, call) is not None
+
+
 def interrupted_at(
     k: int,
     names: Container[str],

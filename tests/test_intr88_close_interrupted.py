@@ -21,24 +21,14 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pg_cluster import backend_url  # noqa: F401 - fixture
-from test_begin_interrupted import _interrupting, fds_in, kept_landing
+from test_begin_interrupted import close_interrupted, fds_in
 
 import cpstore
 from cpstore.store import lmdb_registry
 from cpstore.store.lmdb_backend import Durability
-
-
-def _close_interrupted(st: Any, k: int) -> list[str]:
-    """``st.close()`` with a KeyboardInterrupt at its k-th landing in a frame named
-    ``close``; where it landed (empty: it ran through). The collector stays off."""
-    trace, landed = _interrupting(k, {"close"})
-    gc.disable()
-    kept_landing(trace, st.close)
-    return landed
 
 
 @pytest.mark.parametrize("durability", ["sync", "batched"])
@@ -55,7 +45,7 @@ def test_a_close_interrupted_in_its_frames_then_closed_again_is_closed(
         st = cpstore.open(url, durability=durability)
         cid = st.recorder(f"r{k}").checkpoint(0, {"k": k})  # queued when batched
         try:
-            landed = _close_interrupted(st, k)
+            landed = close_interrupted(st, k, {"close"})
             if not landed:
                 break
             st.close()  # the caller's retry

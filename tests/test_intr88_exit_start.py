@@ -15,34 +15,17 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import pytest
 from test_begin_interrupted import (
     fds_in,
     folder_lock_free,
-    kept_landing,
+    landing_at_start,
     one_checkpoint,
     read_wrong,
     take_creation_lock,
 )
-
-
-def _landing_at_start(qualname: str, call: Callable[[], Any]) -> bool:
-    """Run ``call`` with a KeyboardInterrupt at the first start of a frame named
-    ``qualname``; whether it landed (the exception dropped)."""
-    landed: list[str] = []
-
-    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
-        if event == "call" and frame.f_code.co_qualname == qualname and not landed:
-            landed.append(qualname)
-            raise KeyboardInterrupt(f"{qualname}@0")
-        return None
-
-    return kept_landing(trace, call) is not None
 
 
 @pytest.mark.parametrize("via", ["creation_lock", "compact_store"])
@@ -51,7 +34,7 @@ def test_a_creation_lock_exit_interrupted_at_its_start_frees_the_lock(
 ) -> None:
     path = tmp_path / "s"
     cid = one_checkpoint(path)
-    assert _landing_at_start("CreationLock.__exit__", lambda: take_creation_lock(path, via))
+    assert landing_at_start("CreationLock.__exit__", lambda: take_creation_lock(path, via))
     gc.collect()  # the exception is gone: nothing keeps the lock object
     assert folder_lock_free(path)  # before: held for good, every later open waited
     assert fds_in(path) == []

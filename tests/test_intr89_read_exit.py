@@ -15,42 +15,19 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from threading import get_ident
-from types import FrameType
 from typing import Any
 
 import pytest
-from test_begin_interrupted import interrupted_at, sweep_landings
+from test_begin_interrupted import interrupted_at, landing_at_start, sweep_landings
 
 import cpstore
 from cpstore.store import lmdb_registry
 from cpstore.store.lmdb_backend import LmdbBackend
 from cpstore.store.lmdb_env import Env
-
-
-def _landing_at_start(qualname: str, call: Callable[[], Any]) -> bool:
-    """Run ``call`` with a KeyboardInterrupt at the first start of a frame named
-    ``qualname``; whether it landed (the exception dropped at once)."""
-    landed: list[str] = []
-
-    def trace(frame: FrameType, event: str, arg: object) -> Callable[..., Any] | None:
-        if event == "call" and frame.f_code.co_qualname == qualname and not landed:
-            landed.append(qualname)
-            raise KeyboardInterrupt(f"{qualname}@0")
-        return None
-
-    sys.settrace(trace)
-    try:
-        call()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sys.settrace(None)
-    return bool(landed)
 
 
 def _env(st: Any) -> Env:
@@ -105,7 +82,7 @@ def test_a_read_exit_interrupted_at_its_start_does_not_keep_a_close_waiting(
     path = tmp_path / "s"
     st = cpstore.open(path)
     cid = st.recorder("r").checkpoint(0, {"a": 1})
-    assert _landing_at_start(where, _exits(st, cid)[where])
+    assert landing_at_start(where, _exits(st, cid)[where])
     gc.collect()  # the exception is gone: nothing keeps the read object
     got = _close_in_another_thread(st)
     assert got == ["closed"]  # before: StoreError "left open" after 5 s
@@ -123,7 +100,7 @@ def test_this_thread_reads_and_grows_the_map_after_a_read_exit_interrupted(
     cid = st.recorder("r").checkpoint(0, {"a": 1})
     env = _env(st)
     size = env.env.info()["map_size"]
-    assert _landing_at_start(where, _exits(st, cid)[where])
+    assert landing_at_start(where, _exits(st, cid)[where])
     gc.collect()
     with st.read(cid) as cp:  # the next read of this thread
         assert cp.state() == {"a": 1}
@@ -148,7 +125,7 @@ def test_another_thread_grows_the_map_past_a_read_lost_at_its_exit(
     env = _env(st)
     env.resize_wait = 20.0  # before: StoreError "a read of another thread did not end"
     size = env.env.info()["map_size"]
-    assert _landing_at_start(where, _exits(st, cid)[where])
+    assert landing_at_start(where, _exits(st, cid)[where])
     gc.collect()
     got: list[str] = []
 
@@ -219,7 +196,7 @@ def test_a_lost_reads_thread_waits_for_a_resize_under_way(tmp_path: Path, where:
     st = cpstore.open(tmp_path / "s")
     cid = st.recorder("r").checkpoint(0, {"a": 1})
     env = _env(st)
-    assert _landing_at_start(where, _exits(st, cid)[where])
+    assert landing_at_start(where, _exits(st, cid)[where])
     gc.collect()  # this thread's only entry is a lost read now, not ended yet
     assert env._active.count(get_ident()) == 1
     entered = threading.Event()

@@ -20,38 +20,19 @@ from typing import Any
 
 import pytest
 from langgraph.graph import START, StateGraph
-from langgraph.types import Command, interrupt
-from lg_threads import LogState, cfg, newest_id
+from langgraph.types import Command
+from lg_threads import LogState, asks_subgraph, cfg, newest_id
 from pg_cluster import backend_url  # noqa: F401 - fixture
 
 from cpstore.langgraph import CpstoreSaver, diff_threads
 
 
 def _app(saver: CpstoreSaver, runs: list[str], shape: str) -> Any:
-    """``inner`` (``checkpointer=True``: ``asks`` after ``pre``, beside ``fast``, or
-    ``alone``) inside a plain ``mid``; ``runs`` counts each node's runs."""
-
-    def node(name: str) -> Any:
-        def run(_: LogState) -> dict[str, Any]:
-            runs.append(name)
-            if name == "asks":
-                return {"log": ["asked " + str(interrupt("ok?"))]}
-            return {"log": [name]}
-
-        return run
-
-    inner = StateGraph(LogState)
-    inner.add_node("asks", node("asks"))
-    if shape == "alone":
-        inner.add_edge(START, "asks")
-    else:
-        inner.add_node(shape, node(shape))
-        inner.add_edge(START, shape)
-        inner.add_edge(shape, "asks" if shape == "pre" else "__end__")
-        if shape == "fast":
-            inner.add_edge(START, "asks")
+    """``inner`` (lg_threads.asks_subgraph, ``checkpointer=True``: ``asks`` after
+    ``pre``, beside ``fast``, or ``alone``) inside a plain ``mid``; ``runs`` counts each
+    node's runs."""
     mid = StateGraph(LogState)
-    mid.add_node("inner", inner.compile(checkpointer=True))
+    mid.add_node("inner", asks_subgraph(runs, shape, kept=True))
     mid.add_edge(START, "inner")
     g = StateGraph(LogState)
     g.add_node("mid", mid.compile())

@@ -21,33 +21,16 @@ good. The close now holds a plain lock until it ends and lets it go by a C call.
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pg_cluster import backend_url  # noqa: F401 - fixture
-from test_begin_interrupted import _interrupting, fds_in
+from test_begin_interrupted import close_interrupted, fds_in
 
 import cpstore
 from cpstore.store import lmdb_registry
 from cpstore.store.lmdb_backend import Durability
-
-
-def _close_interrupted(st: Any, k: int) -> list[str]:
-    """``st.close()`` with a KeyboardInterrupt at its k-th landing in a frame named
-    ``close`` or ``_release``; where it landed (empty: it ran through)."""
-    trace, landed = _interrupting(k, {"close", "_release"})
-    gc.disable()
-    sys.settrace(trace)
-    try:
-        st.close()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        sys.settrace(None)
-    return landed
 
 
 @pytest.mark.parametrize("durability", ["sync", "batched"])
@@ -64,7 +47,7 @@ def test_a_close_interrupted_once_decided_then_closed_again_releases_the_store(
         st = cpstore.open(url, durability=durability)
         cid = st.recorder(f"r{k}").checkpoint(0, {"k": k})  # queued when batched
         try:
-            landed = _close_interrupted(st, k)
+            landed = close_interrupted(st, k, {"close", "_release"})
             if not landed:
                 break
             st.close()  # the caller's retry
@@ -106,15 +89,9 @@ def test_a_close_interrupted_anywhere_never_leaves_another_threads_close_waiting
         k += 1
         st = cpstore.open(url, durability=durability)
         cid = st.recorder(f"r{k}").checkpoint(0, {"k": k})
-        trace, landed = _interrupting(k, {"close", "_release", "set"})
-        gc.disable()
-        sys.settrace(trace)
         try:
-            st.close()
-        except KeyboardInterrupt:
-            pass
+            landed = close_interrupted(st, k, {"close", "_release", "set"})
         finally:
-            sys.settrace(None)
             gc.enable()
         if not landed:
             break
