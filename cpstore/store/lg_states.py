@@ -67,25 +67,32 @@ class StateReads:
         verified, its value not used: the manifest is used, as ``CheckpointView.manifest``).
         ``header=False`` (:meth:`state`) leaves the header's check out, as
         ``CheckpointView.state`` does."""
-        backend, txn = self._backend, self._txn
-        hints: list[bytes] = []
-        try:
-            raw, head = backend.load_raw(txn, cid, verify=True, full=False, hints=hints)
-        except NotFoundError:
+        got = self._manifest(cid, header)
+        if got is None:
             return None
-        if header:
-            check_created(head, cid)  # created_at_of's check, as every verified use of the manifest
-        st = raw["state"]
-        meta = raw.get("metadata")
+        st, meta, hints = got
         parts: dict[str, bytes] | None = st.get("parts")
         if type(meta) is dict and st["kind"] == "parts" and not st.get("chunked"):
             if not parts:
                 return {}, meta  # no part to read: what CheckpointView.state() returns
-            out = self._parts(parts, hints[0] if hints else b"")
+            out = self._parts(parts, hints)
             if out is not None:
                 return out, meta
-        with CheckpointView(backend, cid, verify=True, txn=txn) as view:
+        with CheckpointView(self._backend, cid, verify=True, txn=self._txn) as view:
             return view.state(), meta
+
+    def _manifest(self, cid: bytes, header: bool) -> tuple[dict[str, Any], Any, bytes] | None:
+        """(the manifest's ``state`` and ``metadata`` fields, its parts' location hints)
+        of checkpoint ``cid``, hash-checked against ``cid`` (and its header's
+        ``created_at`` check when ``header``); None when no record is stored."""
+        hints: list[bytes] = []
+        try:
+            raw, head = self._backend.load_raw(self._txn, cid, verify=True, full=False, hints=hints)
+        except NotFoundError:
+            return None
+        if header:
+            check_created(head, cid)  # created_at_of's check, as every verified use of the manifest
+        return raw["state"], raw.get("metadata"), hints[0] if hints else b""
 
     def part_views(self, cid: bytes) -> tuple[dict[str, bytes], list[memoryview], Any] | None:
         """(the parts, name -> digest; their bytes, each hash-checked, in that order; the
@@ -96,19 +103,14 @@ class StateReads:
         entry, and for a missing record: the caller then takes
         :meth:`state_and_metadata`, which reads it again and names what is wrong.
         Nothing is shared: every part is read and hashed at each call."""
-        backend, txn = self._backend, self._txn
-        hints: list[bytes] = []
-        try:
-            raw, head = backend.load_raw(txn, cid, verify=True, full=False, hints=hints)
-        except NotFoundError:
+        got = self._manifest(cid, True)  # as state_and_metadata, in its order
+        if got is None:
             return None
-        check_created(head, cid)  # as state_and_metadata, in its order
-        st = raw["state"]
-        meta = raw.get("metadata")
+        st, meta, hints = got
         parts: dict[str, bytes] | None = st.get("parts")
         if type(meta) is not dict or st["kind"] != "parts" or st.get("chunked") or not parts:
             return None
-        views = part_views(txn, self._objects, parts, hints[0] if hints else b"")
+        views = part_views(self._txn, self._objects, parts, hints)
         return None if views is None else (parts, views, meta)
 
     def _parts(self, parts: dict[str, bytes], hints: bytes) -> dict[str, Any] | None:
