@@ -70,11 +70,9 @@ __all__ = [
     "KIND_RECORD",
     "Content",
     "appended_hint",
-    "appended_tail",
     "entry_header",
     "objects_of",
     "records_of",
-    "tail_committed",
     "uses_heap",
 ]
 
@@ -430,16 +428,7 @@ class Content:
         if last is not None and last[0] is txn:
             at = last[1] + 1  # this txn appended before: no cursor
         else:
-            done = _COMMITTED[0]
-            if (
-                done is not None
-                and done[0] is self.heap
-                and done[1] + 1 == txn.id()
-                and done[2] < _LAST_SEQ
-            ):
-                at = done[2] + 1  # the txn just before committed this heap's last key
-            else:
-                at = int.from_bytes(next_seq(txn, self.heap), "big")
+            at = int.from_bytes(next_seq(txn, self.heap), "big")
         seq = at.to_bytes(SEQ_SIZE, "big")
         # The index row first, write-once: one call both asks and claims the key. The
         # heap's puts are py-lmdb's alone (no other engine has a heap): its positional
@@ -496,23 +485,6 @@ def appended_hint(txn: Any) -> bytes | None:
     return at.to_bytes(4, "big") if at < _HINT_LIMIT else ZERO4
 
 
-def appended_tail(txn: Any, heap: Any) -> tuple[Any, int, int] | None:
-    """Before ``txn`` commits: (``heap``, its txn id, the heap seq it appended last), or
-    None when it appended nothing. Hand it to :func:`tail_committed` once it committed,
-    and only from a txn whose heap writes were :meth:`Content.add`'s appends alone (a
-    checkpoint commit's: commit.apply_writes), so that seq is the heap's last key."""
-    last = _APPENDED[0]
-    if last is None or last[0] is not txn or heap is None:
-        return None
-    return heap, txn.id(), last[1]
-
-
-def tail_committed(tail: tuple[Any, int, int]) -> None:
-    """``tail`` (:func:`appended_tail`'s) committed: a write txn with the next id (no
-    commit of any process came in between) appends after that seq without a cursor."""
-    _COMMITTED[0] = tail
-
-
 def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
     with txn.cursor(db=db) as cur:
         if not cur.set_range(start):
@@ -526,16 +498,6 @@ def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
 #: replaced whole); holding the txn object keeps its identity from being reused.
 _APPENDED: list[tuple[Any, int] | None] = [None]
 
-
-#: (heap table, id of a write txn that committed, the heap seq it appended last), set by
-#: :func:`tail_committed`: the first append of a write txn whose id is the next one takes
-#: the next seq without a cursor (next_seq). LMDB gives a write txn the last committed
-#: txn's id + 1, so an equal id means no commit of any process came in between (an
-#: aborted txn changes nothing and takes no id), and the heap's last key is still that
-#: seq. Anything else (another id, another heap) reads the heap's last key. MDB_APPEND
-#: still refuses a key not above the last one (IntegrityError, nothing written).
-_COMMITTED: list[tuple[Any, int, int] | None] = [None]
-_LAST_SEQ = (1 << 8 * SEQ_SIZE) - 1
 
 _ONLY_8 = frozenset((SEQ_SIZE,))
 #: An entry's first 18 bytes: its kind, key length and a 16-byte key.

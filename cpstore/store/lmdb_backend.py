@@ -33,7 +33,7 @@ from cpstore.store.backend_base import BackendBase
 from cpstore.store.batch_fates import foreign, interrupted
 from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_writes
-from cpstore.store.content import appended_tail, objects_of, tail_committed
+from cpstore.store.content import objects_of
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
 from cpstore.store.group_commit import GroupCommit
@@ -467,14 +467,11 @@ class LmdbBackend(BackendBase):
         """Apply ``ops`` in order in one write txn (all or nothing), durable unless told
         not to sync; an error once applied is settled by lmdb_interrupted.commit_raised."""
         applied = False
-        tail: tuple[Any, int, int] | None = None
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal applied, tail
+            nonlocal applied
             applied = False  # a retried txn (map growth) applies them again
-            tail = None
             self._apply(txn, ops)
-            tail = appended_tail(txn, self.env.dbs.get("heap"))  # only appends to the heap
             applied = True
 
         try:
@@ -482,8 +479,6 @@ class LmdbBackend(BackendBase):
                 self.write_txn(apply_all)
             else:
                 self.env.write(apply_all)
-            if tail is not None:  # committed: the next txn's first append needs no cursor
-                tail_committed(tail)
         except BaseException as exc:
             if not commit_raised(self, ops, exc, applied, _FULL):
                 raise  # a handler's exception; or refused, or failed before its commit
