@@ -322,9 +322,11 @@ class RawLayout5:
     of LMDB and Python at least; above it is cpstore's own code.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, durable: bool = False) -> None:
+        """``durable``: LMDB's sync and metasync on every commit (as cpstore's ``sync``
+        mode and LMDBSaver's default env); otherwise no fsync until ``record``'s end."""
         path.mkdir(parents=True, exist_ok=True)
-        self.env = lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=12, sync=False, metasync=True)
+        self.env = lmdb.open(str(path), map_size=MAP_SIZE, max_dbs=12, sync=durable, metasync=True)
         names = ("heap", "oloc", "cloc", "refs", "meta", "objects", "checkpoints", "tombstones")
         self.dbs = {n: self.env.open_db(n.encode()) for n in names}
 
@@ -686,6 +688,7 @@ def test_put(
     if _probe_none_mode(tmp_path_factory.mktemp("probe")):
         openers["cpstore none"] = lambda p: CpstoreSide(p, "none")
     openers["raw layout-5 sync=False"] = RawLayout5
+    openers["raw layout-5 durable"] = lambda p: RawLayout5(p, durable=True)
 
     def contender(opener: Callable[[Path], Side]) -> Callable[[], float]:
         def run() -> float:
@@ -716,6 +719,15 @@ def test_put(
         Comparison("cpstore durable", "raw LMDB durable", None, True, "raw limit"),
         Comparison("raw LMDB durable", "LMDBSaver durable", None, True, "raw limit vs peer"),
         Comparison("raw LMDB durable", "SqliteSaver FULL", None, True, "raw limit vs peer"),
+        # The durable race's layout raw limit: cpstore's reads and writes, a commit
+        # with LMDB's two syncs each, no cpstore code.
+        Comparison("cpstore durable", "raw layout-5 durable", None, True, "layout raw limit"),
+        Comparison(
+            "raw layout-5 durable", "LMDBSaver durable", None, True, "layout raw limit vs peer"
+        ),
+        Comparison(
+            "raw layout-5 durable", "SqliteSaver FULL", None, True, "layout raw limit vs peer"
+        ),
         # The CPU race's raw limit: the same loop with no fsync at all.
         Comparison("cpstore none", "raw LMDB sync=False", None, True, "raw limit"),
         Comparison("raw LMDB sync=False", "LMDBSaver sync=False", None, True, "raw limit vs peer"),
