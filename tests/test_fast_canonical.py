@@ -17,6 +17,7 @@ from test_unreadable_map_keys import _Frozen
 from cpstore.errors import CanonicalEncodingError
 from cpstore.native.canonical import MAX_DEPTH, decode_value, encode_value
 from cpstore.native.fast_canonical import decode_fast, encode_element, encode_fast
+from cpstore.store.model import checked_metadata
 
 
 class _Small(IntEnum):
@@ -273,3 +274,17 @@ def test_fast_decoding_of_adversarial_bytes_equals_the_reference(data: bytes) ->
     """Empty, reserved, unsorted, over-long, NaN-payload and truncated bytes: decode_fast
     and decode_value agree on every one."""
     assert _decoded(decode_fast, data) == _decoded(decode_value, data)
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.text(max_size=8), values, max_size=5))
+def test_checkpoint_metadata_bytes_and_errors_are_the_references(metadata: dict[str, Any]) -> None:
+    """``checked_metadata`` (every checkpoint's metadata, encoded by encode_fast) keeps
+    encode_value's bytes, and its errors with the path named from the argument."""
+    want = _outcome(encode_value, metadata)
+    got = _outcome(lambda m: checked_metadata(m, "metadata")[1], metadata)
+    if want[0] == "ok":
+        assert got == want
+    else:
+        kind, what, where, expected, value = want[1]
+        assert got == ("error", (kind, what, "metadata" + (where or "$")[1:], expected, value))

@@ -21,7 +21,7 @@ from cpstore.errors import (
 )
 from cpstore.native.args import as_bytes_view, check_text
 from cpstore.native.binding import digest, digest_small
-from cpstore.native.canonical import encode_value
+from cpstore.native.fast_canonical import encode_fast
 from cpstore.native.records import DIGEST_SIZE, Digest
 
 __all__ = [
@@ -336,7 +336,7 @@ def checked_metadata(value: object, what: str) -> tuple[dict[str, Any], bytes]:
         if not isinstance(key, str):
             raise InvalidInputError(f"{what} keys must be str", got=key)
     try:
-        encoded = encode_value(out)
+        encoded = encode_fast(out)  # encode_value's bytes and errors, without its walk
     except CanonicalEncodingError as exc:  # its path starts at "$": name the argument
         raise CanonicalEncodingError(
             exc.what, where=what + (exc.where or "$")[1:], expected=exc.expected, got=exc.got
