@@ -390,14 +390,16 @@ class PgBackend(BackendBase):
         """Abort each lost read (lost_read): its connection goes back to the pool."""
         lost = self._lost
         while lost and os.getpid() == self._pid:
+            taken: list[Txn[memoryview]] = []
             try:
-                txn = lost.popleft()
-            except IndexError:  # another thread took the last one
-                return
-            try:
-                txn.abort()
-            except BaseException:
-                lost.append(txn)  # tried again by the next acquire (abort: once)
+                # Kept as it is taken (map: no bytecode between, so no landing of an
+                # interrupt), inside the try that puts it back if its abort is cut short.
+                taken.extend(map(deque.popleft, (lost,)))
+                taken[0].abort()
+            except BaseException as exc:
+                if not taken and isinstance(exc, IndexError):
+                    return  # another thread took the last one
+                lost.extend(taken)  # tried again by the next acquire (abort: once)
                 raise
 
     def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
