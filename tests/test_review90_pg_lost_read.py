@@ -39,3 +39,26 @@ def test_reads_lost_at_their_exit_leave_the_pool_usable(pg_cluster: Cluster) -> 
         assert stats["pool_size"] - stats.get("pool_available", 0) == 0  # none checked out
     finally:
         st.close()
+
+
+def test_a_close_ends_the_reads_lost_since_the_last_connection_taken(
+    pg_cluster: Cluster,  # noqa: F811
+) -> None:
+    """With no use of the store after it, a lost read's session ends with the close (its
+    REPEATABLE READ snapshot held on the server, idle in transaction, until then)."""
+    st = cpstore.open(fresh_url())
+    backend = st._backend
+    assert isinstance(backend, PgBackend)
+    cid = str(st.recorder("r").checkpoint(0, {"a": 1}))
+
+    def block() -> Any:
+        with st.read(cid) as cp:
+            return cp.state()
+
+    assert landing_at_start("CheckpointView.__exit__", block)
+    gc.collect()
+    conns = [txn._conn for txn in backend._lost]  # type: ignore[attr-defined]
+    assert len(conns) == 1 and conns[0] is not None and not conns[0].closed
+    st.close()
+    assert list(backend._lost) == []  # before: kept, its session open
+    assert conns[0].closed

@@ -267,6 +267,10 @@ class PgBackend(BackendBase):
                                 self._pool.close()
                             except BaseException as exc:
                                 late = exc
+                        try:  # lost reads: their sessions end (the pool closes what comes back)
+                            self._end_lost()
+                        except BaseException as exc:
+                            late = late or exc
                         if late is not None:
                             raise late
                 finally:
@@ -379,10 +383,9 @@ class PgBackend(BackendBase):
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
         """From a finalizer, any thread (Backend's): ``txn`` is ended by the next connection
-        taken from the pool (:meth:`_end_lost`), not here (a rollback's round trip, the
-        pool's lock). Before (review90), nothing ended it: its pooled connection stayed
-        checked out for good, and ``pool_max`` such reads (a ``store.read()`` block whose
-        exit an interrupt cut short) left every later use waiting 30 s and failing."""
+        taken from the pool or the close (:meth:`_end_lost`), not here (a round trip, the
+        pool's lock). Before, its connection stayed checked out for good: ``pool_max`` lost
+        reads left every later use waiting 30 s and failing (review90)."""
         if os.getpid() == self._pid:  # a fork() child's: the parent's connection
             self._lost.append(txn)
 
