@@ -343,6 +343,10 @@ class EnvTxns:
             if holder is None:
                 self._active.remove(get_ident())
             else:
+                if self._lost:  # its finalizer ran first (a cycle's, PEP 442: any order)
+                    with self._gate:  # no longer lost; gated as _end_lost's look (review90)
+                        for item in [it for it in tuple(self._lost) if it[1] is txn]:
+                            self._lost.remove(item)
                 holder._txn = None
                 self._active.remove(holder._who)
             if self._resizing:
@@ -432,8 +436,7 @@ class EnvTxns:
             del txn  # the last reference: py-lmdb frees it here
 
     def closed_error(self) -> StoreClosedError:
-        """What a thread using the store while another thread closes it gets (audit36):
-        :func:`~cpstore.store.lmdb_errors.closed_store_error`."""
+        """What a thread using the store as another closes it gets: closed_store_error."""
         return closed_store_error(self.path, closed=self.closed)
 
     def error_of(self, exc: lmdb.Error) -> CpstoreError:

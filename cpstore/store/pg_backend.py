@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from _thread import LockType
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
@@ -107,6 +108,8 @@ class PgBackend(BackendBase):
         # The close under way (its thread, and a lock it holds until done): one close
         # releases (close).
         self._closer: tuple[int, LockType] | None = None
+        #: Read txns whose holder was freed before its exit ended them (lost_read).
+        self._lost: deque[Txn[memoryview]] = deque()
         self._close_claim = threading.Lock()
         key = None if audit_key is None else check_key(audit_key)
         self._audit_key = key
@@ -264,6 +267,10 @@ class PgBackend(BackendBase):
                                 self._pool.close()
                             except BaseException as exc:
                                 late = exc
+                        try:  # lost reads: their sessions end (the pool closes what comes back)
+                            self._end_lost()
+                        except BaseException as exc:
+                            late = late or exc
                         if late is not None:
                             raise late
                 finally:
@@ -316,6 +323,8 @@ class PgBackend(BackendBase):
     # -- connections and transactions ------------------------------------------------
 
     def _acquire(self, wait: float = POOL_WAIT) -> psycopg.Connection[Any]:
+        if self._lost:  # their connections back first (lost_read)
+            self._end_lost()
         try:
             return self._pool.getconn(timeout=wait)
         except PoolTimeout as exc:
@@ -373,7 +382,28 @@ class PgBackend(BackendBase):
         txn.abort()
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
-        """Nothing: no bookkeeping of this process waits for a read (Backend's)."""
+        """From a finalizer, any thread (Backend's): ``txn`` is ended by the next connection
+        taken from the pool or the close (:meth:`_end_lost`), not here (a round trip, the
+        pool's lock). Before, its connection stayed checked out for good: ``pool_max`` lost
+        reads left every later use waiting 30 s and failing (review90)."""
+        if os.getpid() == self._pid:  # a fork() child's: the parent's connection
+            self._lost.append(txn)
+
+    def _end_lost(self) -> None:
+        """Abort each lost read (lost_read): its connection goes back to the pool."""
+        lost = self._lost
+        while lost and os.getpid() == self._pid:
+            taken: list[Txn[memoryview]] = []
+            try:
+                # Kept as it is taken (map: no bytecode between, so no landing of an
+                # interrupt), inside the try that puts it back if its abort is cut short.
+                taken.extend(map(deque.popleft, (lost,)))
+                taken[0].abort()
+            except BaseException as exc:
+                if not taken and isinstance(exc, IndexError):
+                    return  # another thread took the last one
+                lost.extend(taken)  # tried again by the next acquire (abort: once)
+                raise
 
     def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn under the store's writer lock and commit."""
