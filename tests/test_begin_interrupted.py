@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 from threading import get_ident
 from types import CodeType, FrameType
@@ -31,7 +31,7 @@ import pytest
 
 import cpstore
 from cpstore.store import lmdb_open, lmdb_registry
-from cpstore.store.lmdb_backend import LmdbBackend
+from cpstore.store.lmdb_backend import Durability, LmdbBackend
 from cpstore.store.lmdb_env import Env
 from cpstore.store.maintenance import compact_store
 
@@ -140,6 +140,31 @@ def close_interrupted(st: Any, k: int, names: Container[str]) -> list[str]:
     gc.disable()
     kept_landing(trace, st.close)
     return landed
+
+
+def closes_interrupted(
+    url: str, durability: Durability, names: Container[str]
+) -> Iterator[tuple[Any, str]]:
+    """For k = 1, 2, ... until a close runs through: a store of ``url`` opened, a checkpoint
+    recorded and its close interrupted at the k-th landing in a frame named in ``names``
+    (:func:`close_interrupted`); (the store, where it landed), the collector still off
+    while the caller looks. Then, the collector on again and run, that checkpoint read
+    back from a fresh open: acknowledged, never lost. The loop every close sweep runs."""
+    k = 0
+    while True:
+        k += 1
+        st = cpstore.open(url, durability=durability)
+        cid = st.recorder(f"r{k}").checkpoint(0, {"k": k})  # queued when batched
+        try:
+            landed = close_interrupted(st, k, names)
+            if not landed:
+                return
+            yield st, landed[0]
+        finally:
+            gc.enable()
+        gc.collect()
+        with cpstore.open(url) as again, again.read(cid) as cp:
+            assert cp.state() == {"k": k}, landed  # acknowledged, never lost
 
 
 def landing_at_start(qualname: str, call: Callable[[], Any]) -> bool:

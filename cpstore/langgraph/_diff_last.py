@@ -15,6 +15,7 @@ from cpstore.langgraph._diff_result import Point, ThreadDiff
 from cpstore.langgraph._diff_sealed import SEALED, UNSURE, writes_digest
 from cpstore.langgraph._diff_subgraphs import (
     Compare,
+    Found,
     mid_run_below,
     subgraph_divergence,
     subgraph_tasks,
@@ -354,23 +355,23 @@ def _subgraph_diff(
         # lgdiff89: invoked with None both sides time-travel, a plain subgraph starting
         # over on both (a kept one from its state before): what differs mid-run is
         # dropped that way, and read with Command(resume=...)
-        said = (
-            f"{found.said}; but both sides' resumes invoked with None time-travel (each "
-            "config names its checkpoint, or its thread moved past it), starting the "
-            "subgraphs over: whether the resumes differ turns on how they are invoked"
+        found = _undecidable(
+            found,
+            "; but both sides' resumes invoked with None time-travel (each config names its "
+            "checkpoint, or its thread moved past it), starting the subgraphs over: whether "
+            "the resumes differ turns on how they are invoked",
         )
-        found = dataclasses.replace(found, said=said, undecidable=True)
         prefix = "cannot tell: "
     elif found.only is not None and named is not None and not found.undecidable:
         k = found.only
         e = last[k][0]
         if named[k] or entry_at(txn, meta, e.thread_id, e.ns, None) != e:
-            said = (
-                f"{found.said}, whose resume invoked with None is a time "
-                "travel starting it over (as the other side runs it afresh), and with "
-                "Command(resume=...) goes on with it mid-run"
+            found = _undecidable(
+                found,
+                ", whose resume invoked with None is a time travel starting it over (as the "
+                "other side runs it afresh), and with Command(resume=...) goes on with it "
+                "mid-run",
             )
-            found = dataclasses.replace(found, said=said, undecidable=True)
             prefix = "cannot tell: "
     return ThreadDiff(
         False,
@@ -385,6 +386,11 @@ def _subgraph_diff(
         pending=True,
         undecidable=found.undecidable,
     )
+
+
+def _undecidable(found: Found, why: str) -> Found:
+    """``found`` made a doubt: undecidable, ``why`` said after what it said."""
+    return dataclasses.replace(found, said=found.said + why, undecidable=True)
 
 
 #: The channels of a task's writes that say what became of it, not what it produced

@@ -138,23 +138,18 @@ class Loader:
             return None
         parts: Any = got[0]  # a dict of bytes for a LangGraph checkpoint (checked below)
         manifest_meta = got[1]
-        # _head() of a layout-2 checkpoint (lg_head.split_head's checks), inline: four
-        # calls less a tuple; any other shape (layout 1, a malformed or unknown head)
-        # takes _head, which splits it or raises naming what is wrong.
-        framed = (
-            manifest_meta.get(HEAD_KEY)
+        # _head() of a layout-2 checkpoint by _halves (lg_head.split_head's checks), one
+        # call where _head makes four; any other shape (layout 1, a malformed or unknown
+        # head) takes _head, which splits it or raises naming what is wrong.
+        halves = (
+            _halves(manifest_meta.get(HEAD_KEY))
             if type(parts) is dict and "checkpoint" not in parts and type(manifest_meta) is dict
             else None
         )
-        if type(framed) is bytes and len(framed) >= _HEAD_AT:
-            layout, size = _HEAD_LEN.unpack_from(framed)
-            end = _HEAD_AT + size
-            if layout != HEAD_LAYOUT or end > len(framed):
-                head, head_meta, parts = _head(parts, manifest_meta, entry)
-            else:
-                head, head_meta = framed[_HEAD_AT:end], framed[end:]
-        else:
+        if halves is None:
             head, head_meta, parts = _head(parts, manifest_meta, entry)
+        else:
+            head, head_meta = halves
         load, prev, opts = self._load, self._prev, self._opts
         hook, option = opts if opts is not None else (None, 0)
         if (
@@ -262,12 +257,8 @@ class Loader:
         if got is None:
             return None
         parts, views, manifest_meta = got
-        framed = manifest_meta.get(HEAD_KEY)
-        if type(framed) is not bytes or len(framed) < _HEAD_AT or "checkpoint" in parts:
-            return None
-        layout, size = _HEAD_LEN.unpack_from(framed)
-        end = _HEAD_AT + size
-        if layout != HEAD_LAYOUT or end > len(framed):
+        halves = None if "checkpoint" in parts else _halves(manifest_meta.get(HEAD_KEY))
+        if halves is None:
             return None
         # Every part's framing first (the general path decodes every part before the
         # head): one msgpack bin (bin16, else bin8) of exactly the part's length holding
@@ -288,7 +279,7 @@ class Loader:
                 names.append(name)
         except struct.error:
             return None  # shorter than a header and a tag
-        checkpoint, metadata = self._head_maps(entry, framed[_HEAD_AT:end], framed[end:])
+        checkpoint, metadata = self._head_maps(entry, halves[0], halves[1])
         opts = self._opts
         values: dict[str, Any] = {}
         for name, payload in zip(names, payloads):  # noqa: B905 - equal lengths
@@ -394,6 +385,19 @@ def _channel_of(name: str) -> str | None:
             _CHANNELS.clear()
         _CHANNELS[name] = channel
     return channel
+
+
+def _halves(framed: object) -> tuple[bytes, bytes] | None:
+    """A layout-2 head's two halves (checkpoint, metadata), cut as ``lg_head.split_head``
+    cuts them; None for anything else (not bytes, shorter than its framing, another
+    layout, a length past its end), which the caller reads the general way."""
+    if type(framed) is not bytes or len(framed) < _HEAD_AT:
+        return None
+    layout, size = _HEAD_LEN.unpack_from(framed)
+    end = _HEAD_AT + size
+    if layout != HEAD_LAYOUT or end > len(framed):
+        return None
+    return framed[_HEAD_AT:end], framed[end:]
 
 
 def _starts(cursor: Any, prefix: bytes) -> bool:

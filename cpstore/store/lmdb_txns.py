@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from sys import getrefcount
 from threading import get_ident
@@ -127,10 +127,12 @@ class EnvTxns:
     def holds_read(self) -> bool:
         """True when the calling thread has a read txn of this env open (not a lost one)."""
         me, active = get_ident(), self._active
-        return me in active and (not self._lost or active.count(me) > self._lost_of(me))
+        return me in active and (not self._lost or active.count(me) > self._lost_counts()[me])
 
-    def _lost_of(self, me: int) -> int:
-        return [who for who, _ in tuple(self._lost)].count(me)  # lost_read's, not yet ended
+    def _lost_counts(self) -> Counter[int]:
+        """Thread ident -> its reads lost_read handed over, not yet ended: one copy of the
+        deque (``tuple()``, one C call under the GIL), nothing removed, no lock taken."""
+        return Counter(who for who, _ in tuple(self._lost))
 
     def writes_here(self) -> bool:
         """True when the calling thread holds ``write_lock`` (inside a write txn or a resize).
@@ -174,8 +176,8 @@ class EnvTxns:
         active = tuple(self._active)
         if not self._lost:
             return any(t != me for t in active)
-        lost = [who for who, _ in tuple(self._lost)]
-        return any(t != me and active.count(t) > lost.count(t) for t in set(active))
+        lost = self._lost_counts()
+        return any(t != me and active.count(t) > lost[t] for t in set(active))
 
     def read_blocks_resize(self) -> bool:
         """True when a map resize under way waits for the calling thread's open read."""
@@ -197,7 +199,7 @@ class EnvTxns:
             before = active.count(me)
             try:
                 active.append(me)  # an interrupt on its return: removed (_unwind_begin)
-                if not self._resizing or before > self._lost_of(me):
+                if not self._resizing or before > self._lost_counts()[me]:
                     return
             except BaseException:
                 if active.count(me) > before:
