@@ -136,7 +136,6 @@ class EnvTxns:
 
     def writes_here(self) -> bool:
         """True when the calling thread holds ``write_lock`` (inside a write txn or a resize).
-
         RLock's own ``_is_owned`` (what ``threading.Condition`` asks): one C call, no
         bookkeeping of ours that an interrupt could leave half-done."""
         owned: bool = self.write_lock._is_owned()  # type: ignore[attr-defined]
@@ -329,7 +328,6 @@ class EnvTxns:
         """End a txn from :meth:`begin_read` (exactly once); :meth:`_leave_read` inline.
         ``holder`` (a ``_Read``, a checkpoint view): its ``_txn`` forgotten as the entry is
         removed, no landing between: its finalizer calls :meth:`lost_read` exactly before.
-
         In a fork() child (a read block left that the parent was in when it forked) only
         the bookkeeping is left: the txn, its reader slot in the shared lock file and the
         txn objects :attr:`_txns` holds are the parent's, and aborting or freeing them
