@@ -65,10 +65,45 @@ def test_a_read_ended_by_its_exit_after_its_finalizer_is_not_left_lost(
     cid = st.recorder("r").checkpoint(0, {"a": 1})
     env = _env(st)
     _finalized_first(st, cid, kind)
-    assert get_ident() not in env._active  # the exit ended the read
-    assert list(env._lost) == []  # before: still recorded as lost
-    with st.read(cid) as cp:  # before: ValueError from _end_lost
+    # The finalizer handed the read over and forgot it, so the exit left it to this
+    # thread's next read: one note, the entry still there, not counted as held.
+    assert [who for who, _ in env._lost] == [get_ident()]
+    assert env._active.count(get_ident()) == 1
+    assert not env.holds_read()
+    with st.read(cid) as cp:  # review90's "before": ValueError from _end_lost
         assert cp.state() == {"a": 1}
+    assert get_ident() not in env._active
+    assert list(env._lost) == []
+    st.close()
+
+
+@pytest.mark.parametrize("kind", ["_Read", "CheckpointView"])
+def test_a_collection_on_another_thread_never_ends_the_owners_read_twice(
+    tmp_path: Path, kind: str
+) -> None:
+    """The cycle's finalizers run on the collecting thread B, and the owner A may run
+    between them: B's holder finalizer hands A's read over, A's next read ends it, then
+    B's generator close runs the block's exit. Before (review90's first fix), that exit
+    ended the read again and removed one of A's entries: the one of A's read now open,
+    which was then not counted (holds_read False; a resize would remap under it)."""
+    st = cpstore.open(tmp_path / "s")
+    cid = st.recorder("r").checkpoint(0, {"a": 1})
+    env = _env(st)
+    gen = _blocks(st, cid)[kind]()
+    holder = next(gen)
+    worker = threading.Thread(target=holder.__del__)  # B: the holder's finalizer
+    worker.start()
+    worker.join(60)
+    assert [who for who, _ in env._lost] == [get_ident()]
+    with st._backend.read_txn() as txn:  # A: its next read ends the lost one
+        assert list(env._lost) == []
+        assert env._active.count(get_ident()) == 1
+        closer = threading.Thread(target=gen.close)  # B: the generator's finalizer
+        closer.start()
+        closer.join(60)
+        assert env._active.count(get_ident()) == 1  # before: 0, this read's entry gone
+        assert env.holds_read()
+        txn.get(b"x")
     assert get_ident() not in env._active
     st.close()
 
@@ -132,8 +167,9 @@ def test_a_real_collection_in_that_order_leaves_nothing_lost(tmp_path: Path) -> 
         gc.unfreeze()
     del box, gen
     gc.collect()
-    assert get_ident() not in env._active
-    assert list(env._lost) == []
-    with st._backend.read_txn() as txn:  # before: ValueError
+    assert [who for who, _ in env._lost] == [get_ident()]  # left to this thread's next read
+    with st._backend.read_txn() as txn:  # review90's "before": ValueError
         txn.get(b"x")
+        assert env._active.count(get_ident()) == 1 and list(env._lost) == []
+    assert get_ident() not in env._active
     st.close()

@@ -343,10 +343,6 @@ class EnvTxns:
             if holder is None:
                 self._active.remove(get_ident())
             else:
-                if self._lost:  # its finalizer ran first (a cycle's, PEP 442: any order)
-                    with self._gate:  # no longer lost; gated as _end_lost's look (review90)
-                        for item in [it for it in tuple(self._lost) if it[1] is txn]:
-                            self._lost.remove(item)
                 holder._txn = None
                 self._active.remove(holder._who)
             if self._resizing:
@@ -586,9 +582,13 @@ class _Read:
 
     def __del__(self) -> None:
         # The txn still here: the read's entry is too (an interrupt landed at __exit__'s
-        # start, or in end_read before the removal): handed over (EnvTxns.lost_read).
-        if self._txn is not None:
-            self._env.lost_read(self._txn, self._who)
+        # start, or in end_read before the removal): handed over (EnvTxns.lost_read), and
+        # forgotten, so an exit run after this (a cycle's finalizers, PEP 442: any order,
+        # any thread) leaves it to its owner's _end_lost, which may have ended it already.
+        txn = self._txn
+        if txn is not None:
+            self._txn = None
+            self._env.lost_read(txn, self._who)
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         txn = self._txn  # forgotten by end_read as the read's entry is removed

@@ -207,14 +207,18 @@ class CheckpointView:
         # this reader must not read the map once the txn ends and the map may move) and
         # the read is handed over to be ended (EnvTxns.lost_read; PostgreSQL: nothing).
         # Its zero-copy views are released first, as __exit__ releases them: one kept by a
-        # caller (token_value_views) read the pages of an ended txn (review90).
-        if self._txn is not None and self._owner is None:
+        # caller (token_value_views) read the pages of an ended txn (review90). The txn is
+        # forgotten: an __exit__ run after this (a cycle's finalizers, any order, any
+        # thread) returns, leaving the read to its owner, who may have ended it already.
+        txn = self._txn
+        if txn is not None and self._owner is None:
             self._lease.clear()
             if _LEASES:
                 _LEASES.pop(id(self._lease), None)
             if self._views:
                 self._release_views()
-            self._store.lost_read(self._txn, self._who)
+            self._txn = None
+            self._store.lost_read(txn, self._who)
 
     def _fields(self) -> dict[str, Any]:
         """The manifest map with every field shape-checked (checked once, on first use)."""
