@@ -374,7 +374,8 @@ class CheckpointView:
         return view
 
     def token_records(self) -> memoryview:
-        """The packed TOKEN records, zero-copy from LMDB: only for use inside the block."""
+        """The packed TOKEN records, zero-copy from LMDB: only for use inside the block
+        (a slice of it is not released at the block's end: see token_value_views)."""
         if self._fork != _FORKS[0]:  # the cached view is of the parent's txn (audit45)
             raise self._not_live()
         if "tokens" not in self._cache:
@@ -401,7 +402,10 @@ class CheckpointView:
         return pair
 
     def token_value_views(self) -> tuple[memoryview, memoryview]:
-        """(values, offsets), zero-copy from LMDB: only for use inside the block."""
+        """(values, offsets), zero-copy from LMDB: only for use inside the block. They are
+        released at its end, but a slice or a view made from them is not (Python cannot):
+        read after the block it reads freed pages, and after a map resize kills the process
+        (SIGBUS). Copy (``bytes(...)``) what must outlive the block."""
         if self._fork != _FORKS[0]:  # the cached views are of the parent's txn (audit45)
             raise self._not_live()
         if "values" not in self._cache:
