@@ -112,7 +112,7 @@ def apply_write(
             )
     for key, data in op.objects.items():
         if put_object(txn, objects, key, data) and checked is not None:
-            hint = appended_hint(txn)  # appended by this txn just now: its location
+            hint = appended_hint(txn, objects.heap)  # appended by this txn just now: its location
             if hint is not None:
                 checked.hints[key] = hint
     # The hints' location reads also answer the must-exist reads of the same keys
