@@ -145,11 +145,13 @@ def apply_write(
     if op.sealed_ledger is not None:
         txn.put(op.sealed_ledger, op.cid, overwrite=False, db=dbs["ledgers"])
     commit_ref(txn, dbs, rkey, op.cid, RECORDED, old=current)  # write_ref, origin unchecked
-    for mkey, mvalue in op.extra_meta:
-        if mvalue is None:
-            txn.delete(mkey, db=dbs["meta"])
-        else:
-            txn.put(mkey, mvalue, db=dbs["meta"])
+    if op.extra_meta:  # positional, as the Txn protocol has them: ~1k instructions each
+        meta = dbs["meta"]
+        for mkey, mvalue in op.extra_meta:
+            if mvalue is None:
+                txn.delete(mkey, b"", meta)
+            else:
+                txn.put(mkey, mvalue, True, True, False, meta)
 
 
 def objects_to_check(
