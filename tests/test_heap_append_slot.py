@@ -1,9 +1,9 @@
 """The heap's next seq within a write txn: taken from the txn's own previous append.
 
-``content._APPENDED`` remembers (write txn, last seq) for the process; a put in
-the same txn takes the next seq without a cursor. Threads writing different
-stores at once replace the slot under each other: each must still append above
-its own heap's last key, and a slot naming another txn must never be used.
+``content.HeapTail.last`` remembers (write txn, last seq) per heap handle (put90; a
+slot for the process before); a put in the same txn takes the next seq without a
+cursor. Threads writing different stores at once: each must still append above its
+own heap's last key, and a slot naming another txn must never be used.
 """
 
 from __future__ import annotations
@@ -63,9 +63,9 @@ def test_a_slot_naming_another_txn_is_not_used(tmp_path: Path) -> None:
             rec.checkpoint(step, {"a": step})
     with cpstore.open(tmp_path / "small") as small:
         small.recorder("r").checkpoint(0, {"a": "first"})
-        stale = content._APPENDED[0]
-        assert stale is not None
-        content._APPENDED[0] = (object(), 10_000)  # another txn's slot
+        tail = content._tail_of(small.backend.dbs["heap"])
+        assert tail.last is not None
+        tail.last = (object(), 10_000)  # another txn's slot
         cid = small.recorder("r2").checkpoint(0, {"a": "second"})
         dbs = small.backend.dbs
         with small.backend.read_txn() as txn, txn.cursor(db=dbs["heap"]) as cur:
@@ -85,7 +85,7 @@ def test_a_wrong_slot_for_this_txn_is_refused_not_written(
         real_add = content.Content.add
 
         def add_with_stale_slot(self: Any, txn: Any, key: bytes, *args: Any) -> bool:
-            content._APPENDED[0] = (txn, 0)  # claims seq 1, below the heap's last key
+            content._tail_of(self.heap).last = (txn, 0)  # claims seq 1, below the last key
             return real_add(self, txn, key, *args)
 
         monkeypatch.setattr(content.Content, "add", add_with_stale_slot)

@@ -239,10 +239,10 @@ def test_the_hint_of_an_object_a_txn_appended_is_its_location_as_read(tmp_path: 
         keys = [bytes([i]) * 16 for i in range(1, 4)]
         txn = env.begin(write=True, buffers=True)
         try:
-            assert appended_hint(txn) is None  # nothing appended by this txn yet
+            assert appended_hint(txn, objects.heap) is None  # nothing appended by this txn yet
             for key in keys:
                 assert put_object(txn, objects, key, b"bytes of " + key)
-                assert appended_hint(txn) == objects.locations(txn, [key])[4:]
+                assert appended_hint(txn, objects.heap) == objects.locations(txn, [key])[4:]
             assert not put_object(txn, objects, keys[0], b"bytes of " + keys[0])
             txn.commit()
         except BaseException:
@@ -250,6 +250,6 @@ def test_the_hint_of_an_object_a_txn_appended_is_its_location_as_read(tmp_path: 
             raise
         other = env.begin(write=True, buffers=True)
         try:
-            assert appended_hint(other) is None
+            assert appended_hint(other, objects.heap) is None
         finally:
             other.abort()

@@ -112,7 +112,7 @@ def apply_write(
             )
     for key, data in op.objects.items():
         if put_object(txn, objects, key, data) and checked is not None:
-            hint = appended_hint(txn)  # appended by this txn just now: its location
+            hint = appended_hint(txn, objects.heap)  # appended by this txn just now: its location
             if hint is not None:
                 checked.hints[key] = hint
     # The hints' location reads also answer the must-exist reads of the same keys
@@ -145,11 +145,13 @@ def apply_write(
     if op.sealed_ledger is not None:
         txn.put(op.sealed_ledger, op.cid, overwrite=False, db=dbs["ledgers"])
     commit_ref(txn, dbs, rkey, op.cid, RECORDED, old=current)  # write_ref, origin unchecked
-    for mkey, mvalue in op.extra_meta:
-        if mvalue is None:
-            txn.delete(mkey, db=dbs["meta"])
-        else:
-            txn.put(mkey, mvalue, db=dbs["meta"])
+    if op.extra_meta:  # positional, as the Txn protocol has them: ~1k instructions each
+        meta = dbs["meta"]
+        for mkey, mvalue in op.extra_meta:
+            if mvalue is None:
+                txn.delete(mkey, b"", meta)
+            else:
+                txn.put(mkey, mvalue, True, True, False, meta)
 
 
 def objects_to_check(

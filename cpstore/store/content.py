@@ -69,10 +69,12 @@ __all__ = [
     "KIND_OBJECT",
     "KIND_RECORD",
     "Content",
+    "HeapTail",
     "appended_hint",
     "entry_header",
     "objects_of",
     "records_of",
+    "tail_committed",
     "uses_heap",
 ]
 
@@ -424,11 +426,24 @@ class Content:
         index = self.index
         if index is None:
             return bool(txn.put(key, data, overwrite=False, db=self.legacy))
-        last = _APPENDED[0]
+        heap = self.heap
+        try:
+            tail = _TAILS[heap]  # a subscript: below .get's method call
+        except KeyError:
+            tail = _tail_of(heap)
+        last = tail.last
         if last is not None and last[0] is txn:
             at = last[1] + 1  # this txn appended before: no cursor
+        elif (
+            last is not None
+            and (done := tail.committed) is not None
+            and done[0] is last[0]  # nothing appended to this heap since that commit
+            and done[1] + 1 == txn.id()  # no commit of any writer since it (HeapTail)
+            and last[1] < _LAST_SEQ
+        ):
+            at = last[1] + 1  # this txn's first append: after that commit's last
         else:
-            at = int.from_bytes(next_seq(txn, self.heap), "big")
+            at = int.from_bytes(next_seq(txn, heap), "big")
         seq = at.to_bytes(SEQ_SIZE, "big")
         # The index row first, write-once: one call both asks and claims the key. The
         # heap's puts are py-lmdb's alone (no other engine has a heap): its positional
@@ -445,14 +460,14 @@ class Content:
         if not txn.put(seq, entry, True, True, True, self.heap):  # append
             # MDB_APPEND refuses (py-lmdb: returns False) a key not above the last
             # one: only damage puts one there (next_seq checks its length), or a
-            # stale _APPENDED. The index row claimed above must not name an entry
+            # stale HeapTail. The index row claimed above must not name an entry
             # that was not written, so nothing of this txn lands.
             raise IntegrityError(
                 "the heap refused an appended entry: its last key is not a location",
                 where=f"heap/{int.from_bytes(seq, 'big')}",
                 expected="a key above every heap key",
             )
-        _APPENDED[0] = (txn, at)
+        tail.last = (txn, at)
         return True
 
     def delete(self, txn: Any, key: bytes) -> bool:
@@ -475,10 +490,12 @@ class Content:
         return bool(txn.delete(key, db=self.legacy))
 
 
-def appended_hint(txn: Any) -> bytes | None:
+def appended_hint(txn: Any, heap: Any) -> bytes | None:
     """The location hint (4 bytes; zero past 2**32 - 1) of the heap entry ``txn`` appended
-    last (the :meth:`Content.add` that returned True), or None when it appended none."""
-    last = _APPENDED[0]
+    last to ``heap`` (the :meth:`Content.add` that returned True), or None when it
+    appended none."""
+    tail = _TAILS.get(heap)
+    last = None if tail is None else tail.last
     if last is None or last[0] is not txn:
         return None
     at = last[1]
@@ -493,10 +510,54 @@ def _keys_of(txn: Any, db: Any, start: bytes) -> Iterator[bytes]:
             yield bytes(key)
 
 
-#: (write txn, the heap seq it appended last): the next append in the same txn takes
-#: the next seq without a cursor. One slot for the process (a tuple, read and
-#: replaced whole); holding the txn object keeps its identity from being reused.
-_APPENDED: list[tuple[Any, int] | None] = [None]
+class HeapTail:
+    """What this process knows of one heap table handle's last key (one LMDB environment
+    handle: its write txns are one at a time), read and replaced whole (tuples).
+
+    ``last``: (the write txn that appended to this heap last, the seq it appended last):
+    that txn's next append takes the next seq without a cursor. ``committed``: (a txn
+    that was ``last``'s, its LMDB id), set by :func:`tail_committed` once it committed
+    as a checkpoint commit (its heap writes were these appends alone). A write txn's
+    first append (``last`` names another txn) follows ``last``'s seq without a cursor
+    only while ``committed`` names ``last``'s txn (no append to this heap since) and the
+    txn's id is that id + 1: LMDB gives a write txn the last committed id + 1, so no
+    commit of any writer (process, handle, copy) came in between (docs/store.md, put90).
+    Holding the txn objects keeps their identities from being reused.
+    """
+
+    __slots__ = ("committed", "last")
+
+    def __init__(self) -> None:
+        self.last: tuple[Any, int] | None = None
+        self.committed: tuple[Any, int] | None = None
+
+
+def _tail_of(heap: Any) -> HeapTail:
+    tail = _TAILS.get(heap)
+    if tail is None:
+        if len(_TAILS) >= _MAX_TAILS:
+            _TAILS.clear()  # a tail no longer here only costs a cursor: nothing reads it
+        tail = _TAILS[heap] = HeapTail()
+    return tail
+
+
+def tail_committed(heap: Any, txn: Any, txn_id: int) -> None:
+    """``txn`` (LMDB id ``txn_id``, a checkpoint commit: its only heap writes were
+    :meth:`Content.add`'s appends) committed: when it was the last to append to
+    ``heap``, the next write txn's first append needs no cursor (:class:`HeapTail`)."""
+    tail = _TAILS.get(heap)
+    if tail is not None:
+        last = tail.last
+        if last is not None and last[0] is txn:
+            tail.committed = (txn, txn_id)
+
+
+#: heap table handle (py-lmdb hashes it by identity; kept as the key, its identity is
+#: not reused while it is here) -> its HeapTail. Every use looks it up here: a tail
+#: dropped by the bound is never written or read again, so one heap never has two.
+_TAILS: dict[Any, HeapTail] = {}
+_MAX_TAILS = 64
+_LAST_SEQ = (1 << 8 * SEQ_SIZE) - 1
 
 
 _ONLY_8 = frozenset((SEQ_SIZE,))

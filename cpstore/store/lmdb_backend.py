@@ -33,7 +33,7 @@ from cpstore.store.backend_base import BackendBase
 from cpstore.store.batch_fates import foreign, interrupted
 from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_writes
-from cpstore.store.content import objects_of
+from cpstore.store.content import objects_of, tail_committed
 from cpstore.store.entries import read_entry, read_head
 from cpstore.store.fast_read import contents
 from cpstore.store.group_commit import GroupCommit
@@ -467,11 +467,13 @@ class LmdbBackend(BackendBase):
         """Apply ``ops`` in order in one write txn (all or nothing), durable unless told
         not to sync; an error once applied is settled by lmdb_interrupted.commit_raised."""
         applied = False
+        ran: tuple[Any, int] | None = None
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal applied
+            nonlocal applied, ran
             applied = False  # a retried txn (map growth) applies them again
             self._apply(txn, ops)
+            ran = (txn, txn.id())  # type: ignore[attr-defined]
             applied = True
 
         try:
@@ -479,6 +481,8 @@ class LmdbBackend(BackendBase):
                 self.write_txn(apply_all)
             else:
                 self.env.write(apply_all)
+            if ran is not None:  # committed: the next txn's first append needs no cursor
+                tail_committed(self.env.dbs.get("heap"), *ran)
         except BaseException as exc:
             if not commit_raised(self, ops, exc, applied, _FULL):
                 raise  # a handler's exception; or refused, or failed before its commit
@@ -519,8 +523,10 @@ class LmdbBackend(BackendBase):
         took = applied = False
         behind: tuple[int, ...] = ()  # batches in flight: nothing taken (BatchOwners.taken)
 
+        ran: tuple[Any, int] | None = None
+
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal took, applied, behind
+            nonlocal took, applied, behind, ran
             applied = False
             if not took:  # a retried txn (map growth) applies the same batch again
                 if self._exit_gate is not None:
@@ -532,6 +538,7 @@ class LmdbBackend(BackendBase):
             queue = (self._pending, self._pending_lock)  # interrupted: requeued in the txn
             engine = (lmdb.Error,)  # an LMDB error in the apply is the batch's own: dropped
             self._owners.applying(lambda: self._apply(txn, batch), (owners, batch), queue, engine)
+            ran = (txn, txn.id())  # type: ignore[attr-defined]
             applied = True
 
         failed: BaseException | None = None
@@ -539,6 +546,8 @@ class LmdbBackend(BackendBase):
         try:
             try:
                 self.write_txn(apply_all)
+                if ran is not None:  # committed: the next txn's first append needs no cursor
+                    tail_committed(self.env.dbs.get("heap"), *ran)
             except Exception as exc:
                 if not applied or not batch or foreign(exc) or growth_failed(exc, _FULL):
                     raise  # foreign: a handler's exception, settled below (never swallowed)
