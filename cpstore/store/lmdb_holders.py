@@ -60,6 +60,8 @@ class HolderMark:
 
     def __init__(self, folder: str, layout: int) -> None:
         self.fd: int | None = None
+        #: The process whose descriptor ``fd`` names (:meth:`_drop`), read under the guard.
+        self.pid = 0
         if _F_OFD_SETLK is None:
             return
         # The descriptor, kept as it is opened (map opens and the loop's step stores, with
@@ -72,7 +74,8 @@ class HolderMark:
                 for fd in map(os.open, (folder,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)):
                     FORK_CLOSED_FDS.add(fd)
                     # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
-                    at = _offset(layout, os.getpid())
+                    self.pid = pid = os.getpid()
+                    at = _offset(layout, pid)
                     lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
                     fcntl.fcntl(fd, _F_OFD_SETLK, lock)  # never waits (SETLK)
         except OSError:
@@ -119,7 +122,12 @@ class HolderMark:
     def _drop(self) -> None:
         with FORK_GUARD:  # a fork() between discard and close would keep the mark
             fd = self.fd
-            if fd is None or fd not in FORK_CLOSED_FDS:  # none, or one a fork() child closed
+            # None, or a mark carried into a fork() child: the child closed its descriptor
+            # (FORK_CLOSED_FDS) and its next open took that number, listed again when it
+            # was another mark or creation lock; told by that listing, the child's close
+            # of the parent's mark closed it, and its lock went (left90, as review89 for
+            # CreationLock): forgotten there, never closed.
+            if fd is None or self.pid != os.getpid() or fd not in FORK_CLOSED_FDS:
                 self.fd = None
                 return
             # Forgotten, let go and closed in one C call (starmap calls each, no bytecode
