@@ -460,12 +460,35 @@ class AsyncCpstoreSaver(CpstoreSaver):
     async def from_conn_string(  # type: ignore[override]
         cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
     ) -> AsyncIterator[AsyncCpstoreSaver]:
-        """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit."""
+        """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit.
+
+        The close is tried again after an interrupt (a signal handler's exception) that
+        landed before it ran: one landing in ``_settled`` before the close reached the
+        executor (the coroutine's creation, its start, ``get_running_loop``'s return) ran
+        nothing of it, and the store stayed open in this process for its life (left90)."""
         store = await _settled(functools.partial(_store.open, conn_string, **options), undo=_close)
         try:
             yield cls(store, serde=serde)
         finally:
-            await _settled(store.close, abandon=False)
+            # Inline, not a helper: a landing at a helper's start would run none of it. A
+            # close of a closed store returns at once, and one submitted beside a close
+            # still running waits for it, so a retry after a close that did run is safe.
+            late: BaseException | None = None
+            while True:
+                try:
+                    await _settled(store.close, abandon=False)
+                except (Exception, asyncio.CancelledError) as exc:
+                    # The close's own failure (it ran), or a cancellation (_settled waited
+                    # for the close to end): raised, the interrupt before it noted.
+                    if late is not None:
+                        exc.add_note(f"the close ran again after {type(late).__name__}: {late}")
+                    raise
+                except BaseException as exc:  # KeyboardInterrupt, SystemExit: close again
+                    late = exc
+                    continue
+                break
+            if late is not None:
+                raise late
 
 
 async def _settled(
