@@ -460,19 +460,15 @@ class AsyncCpstoreSaver(CpstoreSaver):
     async def from_conn_string(  # type: ignore[override]
         cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
     ) -> AsyncIterator[AsyncCpstoreSaver]:
-        """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit.
-
-        The close is tried again after an interrupt (a signal handler's exception) that
-        landed before it ran: one landing in ``_settled`` before the close reached the
-        executor (the coroutine's creation, its start, ``get_running_loop``'s return) ran
-        nothing of it, and the store stayed open in this process for its life (left90)."""
+        """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit
+        (again after an interrupt, a signal handler's exception: one landing in ``_settled``
+        before the close reached the executor ran none of it, the store open for good)."""
         store = await _settled(functools.partial(_store.open, conn_string, **options), undo=_close)
         try:
             yield cls(store, serde=serde)
         finally:
-            # Inline, not a helper: a landing at a helper's start would run none of it. A
-            # close of a closed store returns at once, and one submitted beside a close
-            # still running waits for it, so a retry after a close that did run is safe.
+            # Inline (a landing at a helper's start would run none of it; left90). A close
+            # of a closed store returns at once, one beside a running close waits for it.
             late: BaseException | None = None
             while True:
                 try:
