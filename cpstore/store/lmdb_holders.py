@@ -58,10 +58,12 @@ _READS = 8
 class HolderMark:
     """This process's mark on a store folder: held while its environment is open."""
 
+    # Slots: ``pid`` as one more instance attribute cost a fresh open ~900 instructions
+    # (its dict, cold; benchmarks/ir_fresh.py).
+    __slots__ = ("fd", "pid")
+
     def __init__(self, folder: str, layout: int) -> None:
         self.fd: int | None = None
-        #: The process whose descriptor ``fd`` names (:meth:`_drop`), read under the guard.
-        self.pid = 0
         if _F_OFD_SETLK is None:
             return
         # The descriptor, kept as it is opened (map opens and the loop's step stores, with
@@ -74,6 +76,8 @@ class HolderMark:
                 for fd in map(os.open, (folder,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)):
                     FORK_CLOSED_FDS.add(fd)
                     # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
+                    # The process whose descriptor ``fd`` names (:meth:`_drop`; set
+                    # before ``fd`` is, which alone makes the mark's close read it).
                     self.pid = pid = os.getpid()
                     at = _offset(layout, pid)
                     lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
