@@ -48,6 +48,7 @@ from cpstore.store.lg_index import (
 )
 from cpstore.store.model import MAX_KEY_BYTES, MAX_NAME_BYTES, ref_key, split_ref_key
 from cpstore.store.reader import CheckpointView
+from cpstore.store.retained import holds_on_runs
 
 __all__ = ["copy_thread", "delete_for_runs", "delete_threads"]
 
@@ -88,31 +89,29 @@ def release_left_holds(store: Store, thread_id: str, runs: Iterable[str]) -> set
     if not wanted:
         return released
     reason = prune_reason(thread_id)
-    for head, row in store.retained().items():
-        for hold in row["holds"]:
-            if hold.get("run") not in wanted or not isinstance(hold.get("audit"), str):
-                continue
-            try:
-                rec = store.get_audit(hold["audit"])
-            except CpstoreError:  # no such record, or a damaged log: not provably ours
-                continue
-            body = rec.body if isinstance(rec.body, dict) else {}
-            if (
-                rec.kind != "ref_reset"
-                or body.get("operator") != PRUNE_OPERATOR
-                or body.get("reason") != reason
-                or body.get("new") is not None
-                or body.get("old") != head
-                or body.get("run") != hold["run"]
-            ):
-                continue
-            try:
-                store.release_retained(
-                    head, operator=PRUNE_OPERATOR, reason=reason, holder=hold["audit"]
-                )
-            except NotFoundError:
-                continue
-            released.add(hold["run"])
+    # Only the rows naming the runs are decoded (holds_on_runs): every row was, per call.
+    for head, hold in holds_on_runs(store.backend, wanted):
+        try:
+            rec = store.get_audit(hold["audit"])
+        except CpstoreError:  # no such record, or a damaged log: not provably ours
+            continue
+        body = rec.body if isinstance(rec.body, dict) else {}
+        if (
+            rec.kind != "ref_reset"
+            or body.get("operator") != PRUNE_OPERATOR
+            or body.get("reason") != reason
+            or body.get("new") is not None
+            or body.get("old") != head
+            or body.get("run") != hold["run"]
+        ):
+            continue
+        try:
+            store.release_retained(
+                head, operator=PRUNE_OPERATOR, reason=reason, holder=hold["audit"]
+            )
+        except NotFoundError:
+            continue
+        released.add(hold["run"])
     return released
 
 

@@ -460,12 +460,31 @@ class AsyncCpstoreSaver(CpstoreSaver):
     async def from_conn_string(  # type: ignore[override]
         cls, conn_string: str | os.PathLike[str], *, serde: Any = None, **options: Any
     ) -> AsyncIterator[AsyncCpstoreSaver]:
-        """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit."""
+        """Open the store at ``conn_string`` off the loop, yield a saver, close it on exit
+        (again after an interrupt, a signal handler's exception: one landing in ``_settled``
+        before the close reached the executor ran none of it, the store open for good)."""
         store = await _settled(functools.partial(_store.open, conn_string, **options), undo=_close)
         try:
             yield cls(store, serde=serde)
         finally:
-            await _settled(store.close, abandon=False)
+            # Inline (a landing at a helper's start would run none of it; left90). A close
+            # of a closed store returns at once, one beside a running close waits for it.
+            late: BaseException | None = None
+            while True:
+                try:
+                    await _settled(store.close, abandon=False)
+                except (Exception, asyncio.CancelledError) as exc:
+                    # The close's own failure (it ran), or a cancellation (_settled waited
+                    # for the close to end): raised, the interrupt before it noted.
+                    if late is not None:
+                        exc.add_note(f"the close ran again after {type(late).__name__}: {late}")
+                    raise
+                except BaseException as exc:  # KeyboardInterrupt, SystemExit: close again
+                    late = exc
+                    continue
+                break
+            if late is not None:
+                raise late
 
 
 async def _settled(

@@ -58,6 +58,10 @@ _READS = 8
 class HolderMark:
     """This process's mark on a store folder: held while its environment is open."""
 
+    # Slots: ``pid`` as one more instance attribute cost a fresh open ~900 instructions
+    # (its dict, cold; benchmarks/ir_fresh.py).
+    __slots__ = ("fd", "pid")
+
     def __init__(self, folder: str, layout: int) -> None:
         self.fd: int | None = None
         if _F_OFD_SETLK is None:
@@ -72,7 +76,10 @@ class HolderMark:
                 for fd in map(os.open, (folder,), (os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,)):
                     FORK_CLOSED_FDS.add(fd)
                     # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
-                    at = _offset(layout, os.getpid())
+                    # The process whose descriptor ``fd`` names (:meth:`_drop`; set
+                    # before ``fd`` is, which alone makes the mark's close read it).
+                    self.pid = pid = os.getpid()
+                    at = _offset(layout, pid)
                     lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
                     fcntl.fcntl(fd, _F_OFD_SETLK, lock)  # never waits (SETLK)
         except OSError:
@@ -119,7 +126,12 @@ class HolderMark:
     def _drop(self) -> None:
         with FORK_GUARD:  # a fork() between discard and close would keep the mark
             fd = self.fd
-            if fd is None or fd not in FORK_CLOSED_FDS:  # none, or one a fork() child closed
+            # None, or a mark carried into a fork() child: the child closed its descriptor
+            # (FORK_CLOSED_FDS) and its next open took that number, listed again when it
+            # was another mark or creation lock; told by that listing, the child's close
+            # of the parent's mark closed it, and its lock went (left90, as review89 for
+            # CreationLock): forgotten there, never closed.
+            if fd is None or self.pid != os.getpid() or fd not in FORK_CLOSED_FDS:
                 self.fd = None
                 return
             # Forgotten, let go and closed in one C call (starmap calls each, no bytecode

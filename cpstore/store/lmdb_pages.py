@@ -341,13 +341,18 @@ class TailCover:
         (Env._let_go's loop): the map is forgotten only once closed (closing a closed map
         does nothing); taken into a local first, an interrupt (a signal handler's exception)
         landing on ``isinstance``'s return left it, with the descriptor it holds, to that
-        exception's traceback, a cycle only the collector frees (intr88)."""
+        exception's traceback, a cycle only the collector frees (intr88). Each descriptor
+        is forgotten just before its own close: both forgotten first, one landing on the
+        held one's close's return left the cover's own write descriptor in a local only,
+        open for the process's life (left90)."""
         metas = self.metas
         if isinstance(metas, mmap.mmap):
             metas.close()
         self.metas = self.info = None
-        fd, held, self.fd, self.held = self.fd, self.held, None, None
+        fd, held = self.fd, self.held
+        if fd is not None and fd != held:  # the cover's own (cover: nothing held writable)
+            self.fd = None
+            os.close(fd)
+        self.fd = self.held = None
         if held is not None:
             os.close(held)
-        if fd is not None and fd != held:
-            os.close(fd)

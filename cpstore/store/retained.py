@@ -18,6 +18,7 @@ checkpoint), reported by ``verify()``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, SeveralHoldersError
@@ -33,6 +34,7 @@ __all__ = [
     "add_hold",
     "decode_holds",
     "encode_holds",
+    "holds_on_runs",
     "release_retained",
     "release_retained_by",
     "retained",
@@ -107,6 +109,42 @@ def retained_heads(txn: Any, meta: Any) -> dict[bytes, list[Hold] | None]:
         found = cur.set_range(RETAINED_PREFIX)
         while found and bytes(cur.key()).startswith(RETAINED_PREFIX):
             out[bytes(cur.key())[len(RETAINED_PREFIX) :]] = decode_holds(cur.value())
+            found = cur.next()
+    return out
+
+
+def holds_on_runs(backend: Backend, runs: Iterable[str]) -> list[tuple[str, Hold]]:
+    """(retained head id, hold) for every hold on one of ``runs``, in row order, as
+    :func:`retained` lists them (a malformed row: none), in one read txn.
+
+    A row's value is decoded only when its bytes hold one of the runs' names: a canonical
+    str is its UTF-8 bytes as they are (a lone surrogate is refused, so a name holding one
+    names no hold). A keep_latest prune and each delete_thread ask this for one thread's
+    runs beside every other hold of the store: decoding every row (:func:`retained`) cost
+    them ~256 ms per call beside 10 000 holds of other runs (left90)."""
+    wanted: set[str] = set()
+    needles: list[bytes] = []
+    for run in runs:
+        try:
+            needles.append(run.encode("utf-8"))
+        except UnicodeEncodeError:  # no stored hold names it
+            continue
+        wanted.add(run)
+    out: list[tuple[str, Hold]] = []
+    if not wanted:
+        return out
+    skip = len(RETAINED_PREFIX)
+    with backend.read_txn() as txn, txn.cursor(db=backend.db("meta")) as cur:
+        found = cur.set_range(RETAINED_PREFIX)
+        while found:
+            key = bytes(cur.key())
+            if not key.startswith(RETAINED_PREFIX):
+                break
+            raw = bytes(cur.value())
+            if any(needle in raw for needle in needles):
+                out += [
+                    (key[skip:].hex(), h) for h in decode_holds(raw) or [] if h["run"] in wanted
+                ]
             found = cur.next()
     return out
 
