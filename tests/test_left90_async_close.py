@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_begin_interrupted import _interrupting, fds_in
+from test_begin_interrupted import _interrupting
+from test_intr88_saver_enter import _left, _reads
 
 import cpstore
 from cpstore.langgraph import AsyncCpstoreSaver
-from cpstore.store import lmdb_registry
-from cpstore.store.maintenance import compact_store
 
 _FRAMES = frozenset({"_settled", "from_conn_string"})
 
@@ -45,17 +44,6 @@ def store(tmp_path: Path) -> tuple[Path, str]:
     with cpstore.open(path) as st:
         cid = st.recorder("r").checkpoint(0, {"a": 1})
     return path, cid
-
-
-def _left(path: Path) -> list[str]:
-    left = ["open here"] if lmdb_registry.is_open_here(str(path)) else []
-    return left + [f"descriptor {fd}" for fd in fds_in(path)]
-
-
-def _reads(path: Path, cid: str) -> None:
-    compact_store(path)  # refused while this process has the store open
-    with cpstore.open(path) as st, st.read(cid) as cp:
-        assert cp.state() == {"a": 1}
 
 
 def _exit_traced(path: Path, trace: Callable[..., Any], kept: list[BaseException]) -> None:

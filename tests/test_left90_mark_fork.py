@@ -97,14 +97,16 @@ except OSError:
 """
 
 
-def _run(tmp_path: Path, mine_is: str, closer: str) -> str:
+def _in_child(tmp_path: Path, script: str, *args: str) -> str:
+    """``script`` run in a fresh interpreter with a store at ``a`` and an empty folder
+    ``b``; its output (it must exit 0)."""
     a, b = tmp_path / "a", tmp_path / "b"
     b.mkdir()
     with __import__("cpstore").open(a, durability="none"):
         pass
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(a), str(b), mine_is, closer],
+        [sys.executable, "-c", script, str(a), str(b), *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -113,6 +115,10 @@ def _run(tmp_path: Path, mine_is: str, closer: str) -> str:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def _run(tmp_path: Path, mine_is: str, closer: str) -> str:
+    return _in_child(tmp_path, _CHILD, mine_is, closer)
 
 
 @pytest.mark.parametrize("mine_is", ["lock", "mark"])
@@ -157,18 +163,5 @@ def test_compacts_pin_left_in_a_fork_child_closes_only_the_childs_copy(tmp_path:
     """``pinned_for_compact``'s own descriptor (a folder without a creation lock) is no
     fork-closed one: the child keeps its copy, so no open of the child takes its number,
     and the block's ``finally`` run there closes that copy alone (review89's doubt)."""
-    a, b = tmp_path / "a", tmp_path / "b"
-    b.mkdir()
-    with __import__("cpstore").open(a, durability="none"):
-        pass
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    done = subprocess.run(
-        [sys.executable, "-c", _PINNED, str(a), str(b)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines()[0] == "True True held", done.stdout
+    out = _in_child(tmp_path, _PINNED)
+    assert out.splitlines()[0] == "True True held", out
