@@ -1,0 +1,76 @@
+"""review91: put90's new landing point in a batched flush's txn.
+
+put90 reads the txn's LMDB id (``txn.id()``, a C call) in ``_flush_once``'s
+``apply_all`` after the batch is applied and before ``applied`` is set: an interrupt (a
+signal handler's exception) can land on that call's return, inside the txn, outside
+``BatchOwners.applying`` (whose requeue under the writer lock audit42 added for an
+interrupt in the apply). The txn is aborted and the batch goes back on the queue only
+once the txn has ended; another thread's flush, let go right then with a checkpoint
+extending one of the batch queued, must wait for it (``BatchOwners.wait_mine``), never
+commit ahead of it (ConflictError dropping its batch) or lose it.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+from flush_threads import assert_all_committed, flush_interrupted_beside_writer
+
+import cpstore
+from cpstore.store import lmdb_backend
+
+
+def _after_the_id(landed: list[str]) -> Callable[[], None]:
+    """Arm: a KeyboardInterrupt on the return of ``txn.id()`` in the main thread's next
+    batch ``apply_all``; where it landed goes to ``landed``."""
+
+    def trace(frame: FrameType, event: str, arg: object) -> Any:
+        code = frame.f_code
+        if code.co_name != "apply_all" or code.co_filename != lmdb_backend.__file__:
+            return None
+        frame.f_trace_opcodes = True
+        if event == "opcode" and frame.f_lasti in _id_returns(code):
+            sys.settrace(None)
+            landed.append(f"apply_all@{frame.f_lasti}")
+            raise KeyboardInterrupt(landed[-1])
+        return trace
+
+    return lambda: sys.settrace(trace)
+
+
+def _id_returns(code: Any) -> list[int]:
+    """Offsets of ``code``'s instructions right after its ``.id()`` calls (a C call's
+    return: where CPython runs a pending signal's handler)."""
+    out: list[int] = []
+    loaded = previous = ""
+    for ins in dis.get_instructions(code):
+        if previous == "CALL" and loaded == "id":
+            out.append(ins.offset)
+        if ins.opname in ("LOAD_METHOD", "LOAD_ATTR"):
+            loaded = str(ins.argval)
+        previous = ins.opname
+    return out
+
+
+def test_an_interrupt_on_the_txn_ids_return_keeps_the_batch_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    st = cpstore.open(tmp_path / "s", durability="batched", batch_size=1000)
+    landed: list[str] = []
+    try:
+        try:
+            w = flush_interrupted_beside_writer(
+                st, monkeypatch, [lmdb_backend], _after_the_id(landed)
+            )
+        finally:
+            sys.settrace(None)
+        assert len(landed) == 1
+        assert_all_committed(st, w)
+    finally:
+        st.close()
