@@ -34,6 +34,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_KEY",
     "PG_FORMAT",
+    "PROCESS",
     "EnvOptions",
     "FileOpenHereError",
     "FolderBusyError",
@@ -169,15 +170,15 @@ class CreationLock:
     every open of the store, here or in another process, waited (review87). Here the
     lock is taken in ``__enter__`` by a Python call, whose return runs no handler."""
 
-    __slots__ = ("_exclusive", "_held", "_path", "_pid", "_wait")
+    __slots__ = ("_exclusive", "_held", "_path", "_process", "_wait")
 
     def __init__(self, path: str, exclusive: bool, wait: bool) -> None:
         self._path, self._exclusive, self._wait = path, exclusive, wait
         self._held: list[int | None] = []
-        self._pid = os.getpid()
+        self._process = PROCESS[0]
 
     def __enter__(self) -> int | None:
-        self._pid = os.getpid()  # the process whose descriptor ``_held`` names
+        self._process = PROCESS[0]  # the process whose descriptor ``_held`` names
         self._held = [lock_folder(self._path, exclusive=self._exclusive, wait=self._wait)]
         return self._held[0]
 
@@ -185,8 +186,9 @@ class CreationLock:
         """Whether this is a fork() child of the process that took the lock: the fork
         closed its descriptor (``FORK_CLOSED_FDS``) and the child's next open took that
         number, which a close here released (the child's own creation lock on another
-        store, review89); forgotten then, never closed."""
-        if self._pid == os.getpid():
+        store, review89); forgotten then, never closed. Told by :data:`PROCESS`, not the
+        pid: a descendant forked once this process exited may have its pid (review92)."""
+        if self._process is PROCESS[0]:
             return False
         held.clear()
         return True
@@ -441,8 +443,15 @@ FORK_CLOSED_FDS: set[int] = set()
 #: across a wait (flock waits outside it).
 FORK_GUARD = threading.Lock()
 
+#: This process, as an object a fork() child replaces with its own (``_close_fds_in_child``):
+#: what a creation lock or a holder mark records to close its descriptor only where it was
+#: made. Not the pid: a process forked (by a long-lived child) after this one exited may get
+#: its pid again, and passed that check with this one's objects (review92).
+PROCESS: list[object] = [object()]
+
 
 def _close_fds_in_child() -> None:
+    PROCESS[0] = object()
     if FORK_GUARD.locked():  # held by the forking thread (or one the child does not have)
         FORK_GUARD.release()
     for fd in list(FORK_CLOSED_FDS):
