@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixture
 
 _SCRIPT = """
 import os, sys
@@ -40,7 +41,7 @@ if os.fork() == 0:  # X: opens a (its mark) or holds its creation lock, forks C,
     x = os.getpid()
     if made in ("mark", "store"):
         store = cpstore.open(a, durability="none")
-        n = store._backend.env._mark.fd
+        n = store._backend.env._mark.fd if made == "mark" else -1
     else:
         lock = lmdb_open.creation_lock(a, exclusive=True)
         n = lock.__enter__()
@@ -56,8 +57,10 @@ if os.fork() == 0:  # X: opens a (its mark) or holds its creation lock, forks C,
                 got = []
                 for use in (lambda: cpstore.open(a, durability="none"), store.retained):
                     try:
-                        use()
+                        opened = use()
                         got.append("used")
+                        if mine_is == "postgresql" and isinstance(opened, cpstore.Store):
+                            opened.close()
                     except cpstore.errors.ForkError:
                         got.append("refused")
                 os.write(out_w, (" ".join(got) + "\\n").encode())
@@ -147,18 +150,23 @@ def test_a_descendant_with_the_makers_pid_keeps_its_own(
     assert done.stdout.splitlines() == ["True True"], (done.stdout, done.stderr[-3000:])
 
 
-def test_a_descendant_with_the_openers_pid_is_refused_its_environment(tmp_path: Path) -> None:
-    """The registry told a parent's environment by its opener's pid too: G's open of the
-    store was handed X's environment (inherited through two forks: LMDB's liveness lock
-    on X's pid is no process's, so another process's reader check frees G's reader slots
-    and a writer may reuse the pages G reads), and X's store read on in G."""
+@pytest.mark.parametrize("backend", ["lmdb", "postgresql"])
+def test_a_descendant_with_the_openers_pid_is_refused_its_store(
+    tmp_path: Path, backend: str
+) -> None:
+    """The LMDB registry told a parent's environment by its opener's pid, and
+    ``PgBackend`` its process: G's open of the store was handed X's environment
+    (inherited through two forks: LMDB's liveness lock on X's pid is no process's, so
+    another process's reader check frees G's reader slots and a writer may reuse the
+    pages G reads), and X's store read on in G (on PostgreSQL through X's pool, whose
+    threads G does not have)."""
     cmd = _unshare()
-    a = tmp_path / "a"
+    a = str(tmp_path / "a") if backend == "lmdb" else fresh_url()
     with __import__("cpstore").open(a, durability="none"):
         pass
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     done = subprocess.run(
-        [*cmd, sys.executable, "-c", _SCRIPT, str(a), str(tmp_path), "store", "-", "-"],
+        [*cmd, sys.executable, "-c", _SCRIPT, a, str(tmp_path), "store", backend, "-"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -168,4 +176,6 @@ def test_a_descendant_with_the_openers_pid_is_refused_its_environment(tmp_path: 
     assert done.returncode == 0, done.stderr[-3000:]
     if done.stdout.strip() == "no reuse":
         pytest.skip("the grandchild did not get the pid")
-    assert done.stdout.splitlines() == ["refused refused"], (done.stdout, done.stderr[-3000:])
+    # LMDB refuses the open too; PostgreSQL's open of the URL in G makes a pool of G's own.
+    want = "refused refused" if backend == "lmdb" else "used refused"
+    assert done.stdout.splitlines() == [want], (done.stdout, done.stderr[-3000:])
