@@ -216,8 +216,8 @@ class CreationLock:
         if not held or self._forked(held):
             return
         # Not waiting for FORK_GUARD here: the collector may run this inside a region of
-        # this very thread that holds it (a plain Lock: the wait would never end). When
-        # it is taken, a thread of its own waits for it and releases.
+        # another thread's (re-entrant: this thread's own goes on). When it is taken, a
+        # thread of its own waits for it and releases.
         if FORK_GUARD.acquire(blocking=False):
             FORK_GUARD.release()
             release_folders(held)
@@ -440,8 +440,10 @@ FORK_CLOSED_FDS: set[int] = set()
 #: Held from opening such a descriptor until it is in :data:`FORK_CLOSED_FDS`, and
 #: from taking it out until it is closed; ``os.fork()`` takes it first (its
 #: ``before`` handler), so no child is forked inside either window. Never held
-#: across a wait (flock waits outside it).
-FORK_GUARD = threading.Lock()
+#: across a wait (flock waits outside it). Re-entrant: a fork made by the thread inside
+#: a region (a signal handler's, a finalizer's) waited for itself, the process hung for
+#: good (review92); no region has a landing point inside either window.
+FORK_GUARD = threading.RLock()
 
 #: This process, as an object a fork() child replaces with its own (``_close_fds_in_child``):
 #: what a creation lock or a holder mark records to close its descriptor only where it was
@@ -452,7 +454,7 @@ PROCESS: list[object] = [object()]
 
 def _close_fds_in_child() -> None:
     PROCESS[0] = object()
-    if FORK_GUARD.locked():  # held by the forking thread (or one the child does not have)
+    with suppress(RuntimeError):  # the before handler's hold (the thread's regions: theirs)
         FORK_GUARD.release()
     for fd in list(FORK_CLOSED_FDS):
         with suppress(OSError):
