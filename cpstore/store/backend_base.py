@@ -9,8 +9,10 @@ never wrapped: a call costs what it cost on the backend's own class.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
+import weakref
 from typing import Any
 
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
@@ -19,7 +21,20 @@ from cpstore.store.batch_owners import BatchOwners
 from cpstore.store.manifest import Manifest, manifest_from_raw
 from cpstore.store.model import CheckpointWrite, created_at_of
 
-__all__ = ["BackendBase"]
+__all__ = ["FORK_MARKED", "BackendBase"]
+
+#: The backends that tell their process by ``_pid`` (``PgBackend`` adds each): a fork()
+#: child makes each no process's (0). A descendant forked after the opener exited, given
+#: its pid, used the opener's store as its own (review92; LMDB's: lmdb_registry).
+FORK_MARKED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _mark_in_child() -> None:
+    for backend in list(FORK_MARKED):
+        backend._pid = 0
+
+
+os.register_at_fork(after_in_child=_mark_in_child)
 
 
 class BackendBase:

@@ -39,7 +39,13 @@ from itertools import starmap
 from typing import Any
 
 from cpstore.errors import StoreError
-from cpstore.store.lmdb_open import FORK_CLOSED_FDS, FORK_GUARD, open_into, release_folders
+from cpstore.store.lmdb_open import (
+    FORK_CLOSED_FDS,
+    FORK_GUARD,
+    PROCESS,
+    open_into,
+    release_folders,
+)
 
 __all__ = ["HolderMark", "older_holders", "refuse_beside_older_holders"]
 
@@ -58,9 +64,9 @@ _READS = 8
 class HolderMark:
     """This process's mark on a store folder: held while its environment is open."""
 
-    # Slots: ``pid`` as one more instance attribute cost a fresh open ~900 instructions
-    # (its dict, cold; benchmarks/ir_fresh.py).
-    __slots__ = ("fd", "pid")
+    # Slots: ``made_in`` as one more instance attribute cost a fresh open ~900
+    # instructions (its dict, cold; benchmarks/ir_fresh.py).
+    __slots__ = ("fd", "made_in")
 
     def __init__(self, folder: str, layout: int) -> None:
         self.fd: int | None = None
@@ -77,9 +83,10 @@ class HolderMark:
                     FORK_CLOSED_FDS.add(fd)
                     # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for OFD locks).
                     # The process whose descriptor ``fd`` names (:meth:`_drop`; set
-                    # before ``fd`` is, which alone makes the mark's close read it).
-                    self.pid = pid = os.getpid()
-                    at = _offset(layout, pid)
+                    # before ``fd`` is, which alone makes the mark's close read it):
+                    # lmdb_open.PROCESS, not the pid, which a descendant may get again.
+                    self.made_in = PROCESS[0]
+                    at = _offset(layout, os.getpid())
                     lock = struct.pack("hhqqi", fcntl.F_RDLCK, os.SEEK_SET, at, 1, 0)
                     fcntl.fcntl(fd, _F_OFD_SETLK, lock)  # never waits (SETLK)
         except OSError:
@@ -130,8 +137,9 @@ class HolderMark:
             # (FORK_CLOSED_FDS) and its next open took that number, listed again when it
             # was another mark or creation lock; told by that listing, the child's close
             # of the parent's mark closed it, and its lock went (left90, as review89 for
-            # CreationLock): forgotten there, never closed.
-            if fd is None or self.pid != os.getpid() or fd not in FORK_CLOSED_FDS:
+            # CreationLock): forgotten there, never closed. Told by lmdb_open.PROCESS: a
+            # descendant forked after this process exited may have its pid (review92).
+            if fd is None or self.made_in is not PROCESS[0] or fd not in FORK_CLOSED_FDS:
                 self.fd = None
                 return
             # Forgotten, let go and closed in one C call (starmap calls each, no bytecode

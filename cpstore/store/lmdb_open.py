@@ -34,6 +34,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_KEY",
     "PG_FORMAT",
+    "PROCESS",
     "EnvOptions",
     "FileOpenHereError",
     "FolderBusyError",
@@ -169,15 +170,15 @@ class CreationLock:
     every open of the store, here or in another process, waited (review87). Here the
     lock is taken in ``__enter__`` by a Python call, whose return runs no handler."""
 
-    __slots__ = ("_exclusive", "_held", "_path", "_pid", "_wait")
+    __slots__ = ("_exclusive", "_held", "_path", "_process", "_wait")
 
     def __init__(self, path: str, exclusive: bool, wait: bool) -> None:
         self._path, self._exclusive, self._wait = path, exclusive, wait
         self._held: list[int | None] = []
-        self._pid = os.getpid()
+        self._process = PROCESS[0]
 
     def __enter__(self) -> int | None:
-        self._pid = os.getpid()  # the process whose descriptor ``_held`` names
+        self._process = PROCESS[0]  # the process whose descriptor ``_held`` names
         self._held = [lock_folder(self._path, exclusive=self._exclusive, wait=self._wait)]
         return self._held[0]
 
@@ -185,8 +186,9 @@ class CreationLock:
         """Whether this is a fork() child of the process that took the lock: the fork
         closed its descriptor (``FORK_CLOSED_FDS``) and the child's next open took that
         number, which a close here released (the child's own creation lock on another
-        store, review89); forgotten then, never closed."""
-        if self._pid == os.getpid():
+        store, review89); forgotten then, never closed. Told by :data:`PROCESS`, not the
+        pid: a descendant forked once this process exited may have its pid (review92)."""
+        if self._process is PROCESS[0]:
             return False
         held.clear()
         return True
@@ -214,8 +216,8 @@ class CreationLock:
         if not held or self._forked(held):
             return
         # Not waiting for FORK_GUARD here: the collector may run this inside a region of
-        # this very thread that holds it (a plain Lock: the wait would never end). When
-        # it is taken, a thread of its own waits for it and releases.
+        # another thread's (re-entrant: this thread's own goes on). When it is taken, a
+        # thread of its own waits for it and releases.
         if FORK_GUARD.acquire(blocking=False):
             FORK_GUARD.release()
             release_folders(held)
@@ -438,12 +440,21 @@ FORK_CLOSED_FDS: set[int] = set()
 #: Held from opening such a descriptor until it is in :data:`FORK_CLOSED_FDS`, and
 #: from taking it out until it is closed; ``os.fork()`` takes it first (its
 #: ``before`` handler), so no child is forked inside either window. Never held
-#: across a wait (flock waits outside it).
-FORK_GUARD = threading.Lock()
+#: across a wait (flock waits outside it). Re-entrant: a fork made by the thread inside
+#: a region (a signal handler's, a finalizer's) waited for itself, the process hung for
+#: good (review92); no region has a landing point inside either window.
+FORK_GUARD = threading.RLock()
+
+#: This process, as an object a fork() child replaces with its own (``_close_fds_in_child``):
+#: what a creation lock or a holder mark records to close its descriptor only where it was
+#: made. Not the pid: a process forked (by a long-lived child) after this one exited may get
+#: its pid again, and passed that check with this one's objects (review92).
+PROCESS: list[object] = [object()]
 
 
 def _close_fds_in_child() -> None:
-    if FORK_GUARD.locked():  # held by the forking thread (or one the child does not have)
+    PROCESS[0] = object()
+    with suppress(RuntimeError):  # the before handler's hold (the thread's regions: theirs)
         FORK_GUARD.release()
     for fd in list(FORK_CLOSED_FDS):
         with suppress(OSError):

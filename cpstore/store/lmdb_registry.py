@@ -70,14 +70,15 @@ def _after_fork_in_child() -> None:
     """A fork() child starts with a free registry lock and no compaction reservation:
     the thread that held the one or made the other (an open or close under way, a
     compact) is not in the child, so its first open would hang forever or be refused
-    that store for its whole life. Every entry stays (the parent's environments are
-    refused there: ForkError); a half-made one (the open under way) is not in it and its
-    LMDB environment is never closed in the child."""
-    # Made free outright (what threading does for its own locks), not released when
-    # ``locked()``: that flag is set by an acquiring thread only once it holds the GIL
-    # again, so a thread of the parent woken in its blocking acquire had taken the lock
-    # with the flag still clear, and the child's first open hung forever (review81).
+    that store for its whole life. Every entry stays, no process's (pid 0: a descendant
+    given an exited opener's pid took them, review92), refused there (ForkError); a
+    half-made one (the open under way) is not in it, never closed in the child."""
+    # Made free outright (as threading's own locks), not released when ``locked()``: an
+    # acquiring thread sets that flag only once it holds the GIL again, so a parent's thread
+    # woken in its blocking acquire had the lock, the flag clear: the child hung (review81).
     _REGISTRY_LOCK._at_fork_reinit()  # type: ignore[attr-defined]
+    for env in {*_REGISTRY.values(), *_BY_FILE.values(), *_BY_FOLDER.values(), *_STRANDED}:
+        env.pid = 0  # _LEFT_OPEN's and _CLOSING_LEFT's are registered
     _COMPACTING.clear()
     _LEFT_OPEN.clear()
     closing = set(_CLOSING_LEFT)
@@ -349,7 +350,7 @@ def _shared(key: str, twin: Env) -> Env:
             "the store was opened before fork(); open it only after fork() "
             "(or use the spawn start method)",
             where=key,
-            expected=f"pid {twin.pid}",
+            expected="the process that opened it",
             got=f"pid {os.getpid()}",
         )
     return twin

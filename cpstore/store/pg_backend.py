@@ -36,7 +36,7 @@ from cpstore.native.records import Digest
 from cpstore.store.at_exit import ExitGate
 from cpstore.store.audit_mac import check_key
 from cpstore.store.backend import StoreSpace, Txn
-from cpstore.store.backend_base import BackendBase
+from cpstore.store.backend_base import FORK_MARKED, BackendBase
 from cpstore.store.batch_fates import interrupted
 from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import settle_by_reading
@@ -46,9 +46,7 @@ from cpstore.store.keyed_audit import adopt_key
 from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
 from cpstore.store.lmdb_open import FORMAT_KEY, PG_FORMAT, check_format
-from cpstore.store.manifest import (
-    manifest_references,
-)
+from cpstore.store.manifest import manifest_references
 from cpstore.store.model import (
     BARE_REF_LAYOUTS,
     PG_STORE_VERSION,
@@ -104,6 +102,7 @@ class PgBackend(BackendBase):
         self._exit_gate: ExitGate | None = None  # the exit flush's bound on the writer lock
         self._exit_ran = False  # what it left queued it named: no flush from __del__ after it
         self._pid = os.getpid()
+        FORK_MARKED.add(self)  # 0 in a fork() child (backend_base)
         self._closed = True
         # The close under way (its thread, and a lock it holds until done): one close
         # releases (close).

@@ -1,0 +1,70 @@
+"""review92: ``AsyncCpstoreSaver.from_conn_string``'s close interrupted while the block's
+own exception leaves it (left90's retry loop with an exception being handled).
+
+tests/test_begin_interrupted.py's sweep over ``_settled`` and the generator while an
+``async with`` block raising ValueError exits under ``asyncio.run``: the generator's
+resumption with the thrown ValueError is no landing (CPython resumes a thrown generator
+without its eval-breaker check; the trace's "call" event there would unwind the frame
+with no handler run, which no signal can do), its first start and every C call's return
+are. After each: the interrupt reaches the caller with the block's ValueError as its
+context, the store is closed here and no descriptor is left on its folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+from pathlib import Path
+from types import FrameType
+
+from test_begin_interrupted import _interrupting, fds_in
+
+import cpstore
+from cpstore.langgraph import AsyncCpstoreSaver
+from cpstore.store import lmdb_registry
+
+_FRAMES = frozenset({"_settled", "from_conn_string"})
+
+
+def _first_start(frame: FrameType) -> bool:
+    return frame.f_code.co_name != "from_conn_string" or frame.f_lasti <= 0
+
+
+def test_the_blocks_error_stays_the_context_and_the_store_closes(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    with cpstore.open(path) as st:
+        st.recorder("r").checkpoint(0, {"a": 1})
+    wrong: list[str] = []
+    k = 0
+    while True:
+        k += 1
+        trace, landed = _interrupting(k, _FRAMES, start_counts=_first_start)
+
+        async def block(trace: object = trace) -> None:
+            async with AsyncCpstoreSaver.from_conn_string(path):
+                sys.settrace(trace)  # type: ignore[arg-type]
+                raise ValueError("the block's")
+
+        got: BaseException | None = None
+        gc.disable()
+        try:
+            asyncio.run(block())
+        except BaseException as exc:  # kept, as a runtime logging it would
+            got = exc
+        finally:
+            sys.settrace(None)
+            gc.enable()
+        if not landed:
+            assert isinstance(got, ValueError), repr(got)
+            break
+        if not (isinstance(got, KeyboardInterrupt) and isinstance(got.__context__, ValueError)):
+            wrong.append(f"{landed[0]}: raised {got!r}")
+        if lmdb_registry.is_open_here(str(path)) or fds_in(path):
+            wrong.append(f"{landed[0]}: left open")
+        if wrong:
+            break
+        got = None
+        gc.collect()
+    assert wrong == []
+    assert k > 4
