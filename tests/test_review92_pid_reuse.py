@@ -116,6 +116,24 @@ def _unshare() -> list[str]:
     return cmd
 
 
+def _script(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """_SCRIPT run under ``cmd`` (the pid namespace) with ``args``; skips when the
+    grandchild did not get the exited opener's pid."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    done = subprocess.run(
+        [*cmd, sys.executable, "-c", _SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    if done.stdout.strip() == "no reuse":
+        pytest.skip("the grandchild did not get the pid")
+    return done
+
+
 @pytest.mark.parametrize(
     ("made", "mine_is", "closer"),
     [
@@ -134,18 +152,7 @@ def test_a_descendant_with_the_makers_pid_keeps_its_own(
     b.mkdir()
     with __import__("cpstore").open(a, durability="none"):
         pass
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    done = subprocess.run(
-        [*cmd, sys.executable, "-c", _SCRIPT, str(a), str(b), made, mine_is, closer],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    if done.stdout.strip() == "no reuse":
-        pytest.skip("the grandchild did not get the pid")
+    done = _script(cmd, str(a), str(b), made, mine_is, closer)
     # G's lock or mark took the number X's held; X's close or exit in G left it open.
     assert done.stdout.splitlines() == ["True True"], (done.stdout, done.stderr[-3000:])
 
@@ -164,18 +171,7 @@ def test_a_descendant_with_the_openers_pid_is_refused_its_store(
     a = str(tmp_path / "a") if backend == "lmdb" else fresh_url()
     with __import__("cpstore").open(a, durability="none"):
         pass
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    done = subprocess.run(
-        [*cmd, sys.executable, "-c", _SCRIPT, a, str(tmp_path), "store", backend, "-"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    if done.stdout.strip() == "no reuse":
-        pytest.skip("the grandchild did not get the pid")
+    done = _script(cmd, a, str(tmp_path), "store", backend, "-")
     # LMDB refuses the open too; PostgreSQL's open of the URL in G makes a pool of G's own.
     want = "refused refused" if backend == "lmdb" else "used refused"
     assert done.stdout.splitlines() == [want], (done.stdout, done.stderr[-3000:])
