@@ -28,6 +28,7 @@ from typing import Any
 
 import lmdb
 import pytest
+from trace_interrupts import a_signal_lands_at_entry
 
 import cpstore
 from cpstore.store import lmdb_open, lmdb_registry
@@ -68,9 +69,12 @@ def _interrupting(
     """A trace function raising KeyboardInterrupt at the k-th point, in a frame named in
     ``names``, where CPython runs a pending signal's handler: a frame's start, and the
     return of a call of a C function (not of a Python function: its return runs none).
-    Where it landed. ``qualified``: frames are named by their qualified name
-    (``HolderMark.close``); ``start_counts(frame)``: whether that frame's start is a
-    landing swept (default: every one)."""
+    Where it landed. A frame's "call" event is a landing only where a signal can land
+    (:func:`trace_interrupts.a_signal_lands_at_entry`: its start, a resumption after a
+    plain ``yield``; not a resumption by ``throw``/``athrow`` or after ``await``).
+    ``qualified``: frames are named by their qualified name (``HolderMark.close``);
+    ``start_counts(frame)``: whether that frame's start is a landing swept (default: every
+    one)."""
     seen, landed = [0], []
     called_python: set[int] = set()  # frames whose last call was of a Python function
 
@@ -81,7 +85,11 @@ def _interrupting(
         if name not in names:
             return None
         frame.f_trace_opcodes = True
-        at_landing = (event == "call" and (start_counts is None or start_counts(frame))) or (
+        at_landing = (
+            event == "call"
+            and a_signal_lands_at_entry(frame)
+            and (start_counts is None or start_counts(frame))
+        ) or (
             event == "opcode"
             and frame.f_lasti in _after_calls(frame.f_code)
             and id(frame) not in called_python

@@ -27,76 +27,92 @@ from pathlib import Path
 import pytest
 from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixture
 
-_SCRIPT = """
+#: Runs ``in_x()`` in a process X, which forks C and exits; once X is reaped, C sets
+#: ``ns_last_pid`` and forks G, which gets X's pid and prints ``in_g(<in_x's result>)``
+#: ("no reuse" when G did not get it). A script defines both and ends with ``descend()``.
+_DESCEND = """
 import os, sys
+
+def descend():
+    go_r, go_w = os.pipe()
+    out_r, out_w = os.pipe()
+    if os.fork() == 0:  # X
+        x = os.getpid()
+        made = in_x()
+        if os.fork() == 0:  # C: once X is reaped, forks G with X's pid
+            os.read(go_r, 1)
+            with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+                f.write(str(x - 1))
+            if os.fork() == 0:  # G
+                try:
+                    said = in_g(made) if os.getpid() == x else "no reuse"
+                except BaseException as exc:
+                    said = f"G raised {exc!r}"
+                os.write(out_w, f"{said}\\n".encode())
+                os._exit(0)
+            os.wait()
+            os._exit(0)
+        os._exit(0)
+    os.wait()  # X
+    os.write(go_w, b"g")
+    os.close(out_w)
+    while True:  # C, reparented to this process (pid 1 of the namespace)
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
+    print(os.read(out_r, 1000).decode(), end="")
+"""
+
+_SCRIPT = """
 import cpstore
 import cpstore.errors
 from cpstore.store import lmdb_open
 from cpstore.store.lmdb_holders import HolderMark
 
-a, b, made, mine_is, closer = sys.argv[1:6]
-go_r, go_w = os.pipe()
-out_r, out_w = os.pipe()
-if os.fork() == 0:  # X: opens a (its mark) or holds its creation lock, forks C, exits
-    x = os.getpid()
-    if made in ("mark", "store"):
+a, b, made_is, mine_is, closer = sys.argv[1:6]
+
+def in_x():  # opens a (its mark) or holds its creation lock
+    if made_is in ("mark", "store"):
         store = cpstore.open(a, durability="none")
-        n = store._backend.env._mark.fd if made == "mark" else -1
-    else:
-        lock = lmdb_open.creation_lock(a, exclusive=True)
-        n = lock.__enter__()
-    if os.fork() == 0:  # C: once X is reaped, forks G with X's pid
-        os.read(go_r, 1)
-        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-            f.write(str(x - 1))
-        if os.fork() == 0:  # G
-            if os.getpid() != x:
-                os.write(out_w, b"no reuse\\n")
-                os._exit(0)
-            if made == "store":  # X's store used here: refused, as in any fork child
-                got = []
-                for use in (lambda: cpstore.open(a, durability="none"), store.retained):
-                    try:
-                        opened = use()
-                        got.append("used")
-                        if mine_is == "postgresql" and isinstance(opened, cpstore.Store):
-                            opened.close()
-                    except cpstore.errors.ForkError:
-                        got.append("refused")
-                os.write(out_w, (" ".join(got) + "\\n").encode())
-                os._exit(0)
-            fill = []  # G's next open takes the number the forks closed
-            while (fd := os.open(os.devnull, os.O_RDONLY)) < n:
-                fill.append(fd)
-            os.close(fd)
-            mine = (
-                lmdb_open.lock_folder(b, exclusive=True) if mine_is == "lock"
-                else HolderMark(b, 7).fd
-            )
-            if made == "lock":
-                lock.__exit__(None, None, None)
-            elif closer == "mark":
-                store._backend.env._mark.close()
-            else:
-                store.close()
+        return store, (store._backend.env._mark.fd if made_is == "mark" else -1)
+    lock = lmdb_open.creation_lock(a, exclusive=True)
+    return lock, lock.__enter__()
+
+def in_g(made):
+    held, n = made
+    if made_is == "store":  # X's store used here: refused, as in any fork child
+        got = []
+        for use in (lambda: cpstore.open(a, durability="none"), held.retained):
             try:
-                same = os.path.samestat(os.fstat(mine), os.stat(b))
-            except OSError:
-                same = False
-            os.write(out_w, f"{mine == n} {same}\\n".encode())
-            os._exit(0)
-        os.wait()
-        os._exit(0)
-    os._exit(0)
-os.wait()  # X
-os.write(go_w, b"g")
-os.close(out_w)
-while True:  # C, reparented to this process (pid 1 of the namespace)
+                opened = use()
+                got.append("used")
+                if mine_is == "postgresql" and isinstance(opened, cpstore.Store):
+                    opened.close()
+            except cpstore.errors.ForkError:
+                got.append("refused")
+        return " ".join(got)
+    fill = []  # G's next open takes the number the forks closed
+    while (fd := os.open(os.devnull, os.O_RDONLY)) < n:
+        fill.append(fd)
+    os.close(fd)
+    mine = (
+        lmdb_open.lock_folder(b, exclusive=True) if mine_is == "lock"
+        else HolderMark(b, 7).fd
+    )
+    if made_is == "lock":
+        held.__exit__(None, None, None)
+    elif closer == "mark":
+        held._backend.env._mark.close()
+    else:
+        held.close()
     try:
-        os.wait()
-    except ChildProcessError:
-        break
-print(os.read(out_r, 1000).decode(), end="")
+        same = os.path.samestat(os.fstat(mine), os.stat(b))
+    except OSError:
+        same = False
+    return f"{mine == n} {same}"
+
+descend()
 """
 
 
@@ -116,12 +132,12 @@ def _unshare() -> list[str]:
     return cmd
 
 
-def _script(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-    """_SCRIPT run under ``cmd`` (the pid namespace) with ``args``; skips when the
-    grandchild did not get the exited opener's pid."""
+def _script(cmd: list[str], *args: str, script: str = _SCRIPT) -> subprocess.CompletedProcess[str]:
+    """``script`` (after _DESCEND) run under ``cmd`` (the pid namespace) with ``args``;
+    skips when the grandchild did not get the exited opener's pid."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     done = subprocess.run(
-        [*cmd, sys.executable, "-c", _SCRIPT, *args],
+        [*cmd, sys.executable, "-c", _DESCEND + script, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -175,3 +191,46 @@ def test_a_descendant_with_the_openers_pid_is_refused_its_store(
     # LMDB refuses the open too; PostgreSQL's open of the URL in G makes a pool of G's own.
     want = "refused refused" if backend == "lmdb" else "used refused"
     assert done.stdout.splitlines() == [want], (done.stdout, done.stderr[-3000:])
+
+
+_RECORDER = """
+import gc, warnings
+import cpstore
+
+a, b, end = sys.argv[1:4]
+
+def in_x():  # a recorder holding one effect no checkpoint sealed
+    rec = cpstore.open(a, durability="none").recorder("r")
+    rec.effect("mail", b"sent")
+    return [rec]
+
+def ended(held):  # the dropped-effects warnings the recorder's end gave here
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        if end == "exit":  # its with-block left on an error
+            held[0].__exit__(ValueError, ValueError("x"), None)
+        held.clear()  # collected
+        gc.collect()
+    return sum("dropped" in str(w.message) for w in seen)
+
+def in_g(held):
+    own = [cpstore.open(b, durability="none").recorder("r")]  # G's own: warned, a control
+    own[0].effect("mail", b"sent")
+    return f"{ended(held)} {ended(own)}"
+
+descend()
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "gc"])
+def test_a_descendant_with_the_makers_pid_is_silent_on_its_recorder(
+    tmp_path: Path, end: str
+) -> None:
+    """left93: the recorder told the process that made it by the pid (``recorder_ends``):
+    G, given X's pid, warned that X's recorder dropped effects X still holds (a
+    ``RuntimeWarning`` naming X's run, an error under ``-W error``, in place of the error
+    leaving the block)."""
+    cmd = _unshare()
+    done = _script(cmd, str(tmp_path / "a"), str(tmp_path / "b"), end, script=_RECORDER)
+    # X's recorder: silent in G, as in any fork child; G's own: warned.
+    assert done.stdout.splitlines() == ["0 1"], (done.stdout, done.stderr[-3000:])

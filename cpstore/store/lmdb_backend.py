@@ -176,7 +176,21 @@ class LmdbBackend(BackendBase):
         if os.getpid() != self.env.pid:
             if not self._closed:  # else the parent's closer released it before the fork
                 self._closed = True
-                release_env(self.env)
+                # Its handle dropped, tried again while an interrupt lands before the drop
+                # (as below): one at release_env's start kept it, ``_closed`` set, and the
+                # child was refused the store (ForkError) for life (left93). One past the
+                # drop leaves the environment noted: the child's next open forgets it.
+                held: list[Env | None] = [self.env]
+                landed: BaseException | None = None
+                while held[0] is not None:
+                    try:
+                        release_env(self.env, taken=held)
+                    except BaseException as exc:
+                        if held[0] is None:
+                            raise
+                        landed = exc
+                if landed is not None:
+                    raise landed
             return
         self._reentry.refuse()  # a signal handler's close: never under a write under way
         # Held until this close ends, released in its last ``finally`` by a C call: an

@@ -51,8 +51,7 @@ Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpen
 #: a second environment there would share whatever its data file is (_in_folder).
 _BY_FOLDER: dict[tuple[int, int], Env] = {}
 _REGISTRY_LOCK = threading.Lock()
-#: Paths (and data files) this process is compacting (:func:`reserved_for_compact`):
-#: opens refuse them.
+#: Paths (and data files) this process is compacting (reserved_for_compact): opens refuse.
 _COMPACTING: set[str | tuple[int, int]] = set()
 #: Environments a close left open (release_env), until closed: while it is empty (nearly
 #: always) an open does not look for one (_close_left_open), not even a stat.
@@ -282,9 +281,9 @@ def _acquire(key: str, options: EnvOptions, won: int | None = None) -> Env:
             got=f"readonly={options.readonly}",
         )
     if env.options.sync != options.sync and not options.readonly:
-        # MDB_NOSYNC is a flag of the one LMDB environment handle this
-        # process has for the path: "none" beside "sync"/"batched" would
-        # silently weaken (or strengthen) the other handle's commits.
+        # MDB_NOSYNC is a flag of the one LMDB environment handle this process has for
+        # the path: "none" beside "sync"/"batched" would silently weaken (or strengthen)
+        # the other handle's commits.
         raise StoreError(
             "the store is already open in this process with another durability",
             where=key,
@@ -501,7 +500,7 @@ def release_env(
         # Noted as left open from its last handle's drop until closed (_unregister forgets
         # it): an interrupt landing before the close ended left it open with no handle,
         # unnoted: "already open in this process" for good (left86). The next open's
-        # _close_left_open closes it (a fork() child's: never, as before).
+        # _close_left_open closes it (a fork() child's: forgets it, left93).
         _LEFT_OPEN.add(env)
     if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
         with _REGISTRY_LOCK:
@@ -522,10 +521,9 @@ def release_env(
                 raise left
             failed.add_note(str(left))
             return
-        # Forgotten and closed, each interrupt landing in them caught, tried again until
-        # closed (one in _unregister left it forgotten and open: its descriptors leaked, and
-        # LMDB's open here again opened its file twice); the close's own error, or the last
-        # interrupt, raised after.
+        # Forgotten and closed, each interrupt landing in them caught, tried again until closed
+        # (one in _unregister left it forgotten and open: its descriptors leaked, and LMDB's
+        # open here again opened its file twice); the close's error, or the last one, raised.
         late: BaseException | None = None
         while not env.closed:
             try:
@@ -554,6 +552,8 @@ def _close_left_open(key: str) -> None:
     try:
         with _REGISTRY_LOCK:
             env = _registered(key)[0]
+            if env is not None and not env.handles and env.pid != os.getpid():
+                _unregister(env)  # a fork() child's, its close interrupted past the drop
             if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
                 return
             if env.reads_anywhere() or env.writes_here():  # this thread's write: its RLock
@@ -590,7 +590,6 @@ _UNSYNCED = (
 
 def _unregister(env: Env) -> None:
     """Forget ``env`` in every map of the registry (under the registry lock)."""
-    _LEFT_OPEN.discard(env)
     if _REGISTRY.get(env.path) is env:
         del _REGISTRY[env.path]
     if env.file_id is not None and _BY_FILE.get(env.file_id) is env:
@@ -598,3 +597,4 @@ def _unregister(env: Env) -> None:
     # By identity, not its mark's descriptor (a fork() child closed that one).
     for folder_id in [at for at, there in _BY_FOLDER.items() if there is env]:
         del _BY_FOLDER[folder_id]
+    _LEFT_OPEN.discard(env)  # last: a landing before leaves it to the next open (left93)

@@ -13,7 +13,6 @@ cold ends, loading the checkpoint it extends and its close, are its base
 
 from __future__ import annotations
 
-import os
 import struct
 from array import array
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +44,7 @@ from cpstore.store.branches import head_of, head_unmoved
 from cpstore.store.bulk import BulkAppends, checked_pin
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
 from cpstore.store.commit import objects_to_check
+from cpstore.store.lmdb_open import PROCESS
 from cpstore.store.manifest import (
     digest_map_and_order,
     encode_recorded_manifest,
@@ -100,8 +100,9 @@ class Recorder(BulkAppends, RecorderEnds):
     def __init__(self, store: Backend, run_id: str, branch: str, parent: str | None) -> None:
         self._store = store
         # A fork() child inherits this object but not its effects: only the
-        # process that made it may report them dropped (docs/durability.md).
-        self._pid = os.getpid()
+        # process that made it may report them dropped (docs/durability.md). Told by
+        # lmdb_open.PROCESS, not the pid, which a descendant may get again (left93).
+        self._process = PROCESS[0]
         self._run_id = run_id
         self._branch = branch
         head_hex = head_of(store, run_id, branch)

@@ -10,7 +10,6 @@ wrapped; the per-step and per-checkpoint calls stay in ``recorder.py``.
 
 from __future__ import annotations
 
-import os
 import warnings
 from array import array
 from typing import Any, Self
@@ -21,6 +20,7 @@ from cpstore.native.canonical import decode_value, encode_value
 from cpstore.native.records import KindTable
 from cpstore.store.backend import Backend
 from cpstore.store.content import objects_of
+from cpstore.store.lmdb_open import PROCESS
 from cpstore.store.manifest import referenced_digests
 from cpstore.store.objects import get_object
 
@@ -33,7 +33,7 @@ class RecorderEnds:
     """A recorder's start from a checkpoint and its end (a base of :class:`Recorder`)."""
 
     _store: Backend
-    _pid: int
+    _process: object
     _run_id: str
     _branch: str
     _parent: bytes | None
@@ -153,8 +153,8 @@ class RecorderEnds:
 
     def _warn_unsealed(self, when: str) -> None:
         """RuntimeWarning naming the run when effects are dropped unsealed (once)."""
-        if self._closed or os.getpid() != self._pid:
-            return  # a fork() child's copy: the parent still holds (and seals) them
+        if self._closed or self._process is not PROCESS[0]:
+            return  # a fork() child's copy (or a descendant's): the parent holds (and seals) them
         self._closed = True
         count = self.unsealed_effects
         if count:
