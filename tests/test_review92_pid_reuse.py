@@ -18,13 +18,13 @@ pid; skipped where that cannot be made.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fork_child import run_child
 from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixture
 
 _SCRIPT = """
@@ -32,7 +32,7 @@ import os, sys
 import cpstore
 import cpstore.errors
 from cpstore.store import lmdb_open
-from cpstore.store.lmdb_holders import HolderMark
+from fork_child import same_folder, take
 
 a, b, made, mine_is, closer = sys.argv[1:6]
 go_r, go_w = os.pipe()
@@ -65,25 +65,14 @@ if os.fork() == 0:  # X: opens a (its mark) or holds its creation lock, forks C,
                         got.append("refused")
                 os.write(out_w, (" ".join(got) + "\\n").encode())
                 os._exit(0)
-            fill = []  # G's next open takes the number the forks closed
-            while (fd := os.open(os.devnull, os.O_RDONLY)) < n:
-                fill.append(fd)
-            os.close(fd)
-            mine = (
-                lmdb_open.lock_folder(b, exclusive=True) if mine_is == "lock"
-                else HolderMark(b, 7).fd
-            )
+            mine = take(n, b, mine_is)  # G's next open takes the number the forks closed
             if made == "lock":
                 lock.__exit__(None, None, None)
             elif closer == "mark":
                 store._backend.env._mark.close()
             else:
                 store.close()
-            try:
-                same = os.path.samestat(os.fstat(mine), os.stat(b))
-            except OSError:
-                same = False
-            os.write(out_w, f"{mine == n} {same}\\n".encode())
+            os.write(out_w, f"{mine == n} {same_folder(mine, b)}\\n".encode())
             os._exit(0)
         os.wait()
         os._exit(0)
@@ -119,16 +108,7 @@ def _unshare() -> list[str]:
 def _script(cmd: list[str], *args: str) -> subprocess.CompletedProcess[str]:
     """_SCRIPT run under ``cmd`` (the pid namespace) with ``args``; skips when the
     grandchild did not get the exited opener's pid."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    done = subprocess.run(
-        [*cmd, sys.executable, "-c", _SCRIPT, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_child(_SCRIPT, *args, prefix=tuple(cmd))
     if done.stdout.strip() == "no reuse":
         pytest.skip("the grandchild did not get the pid")
     return done
