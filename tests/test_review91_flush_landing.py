@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dis
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -68,22 +68,24 @@ def _id_returns(code: Any) -> list[int]:
     return out
 
 
+@pytest.fixture
+def st(tmp_path: Path) -> Iterator[Store]:
+    """A batched store (no flush but the test's), closed after the test."""
+    store = cpstore.open(tmp_path / "s", durability="batched", batch_size=1000)
+    yield store
+    store.close()
+
+
 def test_an_interrupt_on_the_txn_ids_return_keeps_the_batch_ahead(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    st: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    st = cpstore.open(tmp_path / "s", durability="batched", batch_size=1000)
     landed: list[str] = []
     try:
-        try:
-            w = flush_interrupted_beside_writer(
-                st, monkeypatch, [lmdb_backend], _after_the_id(landed)
-            )
-        finally:
-            sys.settrace(None)
-        assert len(landed) == 1
-        assert_all_committed(st, w)
+        w = flush_interrupted_beside_writer(st, monkeypatch, [lmdb_backend], _after_the_id(landed))
     finally:
-        st.close()
+        sys.settrace(None)
+    assert len(landed) == 1
+    assert_all_committed(st, w)
 
 
 class _LateWriter(WaitingWriter):
@@ -108,26 +110,22 @@ class _LateWriter(WaitingWriter):
 
 
 def test_a_flush_let_go_beside_the_interrupted_batch_returns_once_its_own_is_committed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    st: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    st = cpstore.open(tmp_path / "s", durability="batched", batch_size=1000)
     landed: list[str] = []
+    v = _LateWriter(st, "v")
+    v.start()
+    st.recorder("r").checkpoint(0, {"r": 0})
+    v.go_once_the_txn_ended(monkeypatch, [lmdb_backend])
     try:
-        v = _LateWriter(st, "v")
-        v.start()
-        st.recorder("r").checkpoint(0, {"r": 0})
-        v.go_once_the_txn_ended(monkeypatch, [lmdb_backend])
-        try:
-            _after_the_id(landed)()
-            with pytest.raises(KeyboardInterrupt):
-                st.flush()
-        finally:
-            sys.settrace(None)
-        v.join()
-        assert len(landed) == 1
-        assert v.told == [None], v.told
-        assert v.stored == [[0]]  # committed by its own flush, not by the one below
-        st.flush()
-        assert [m.step for m in st.history("r")] == [0]
+        _after_the_id(landed)()
+        with pytest.raises(KeyboardInterrupt):
+            st.flush()
     finally:
-        st.close()
+        sys.settrace(None)
+    v.join()
+    assert len(landed) == 1
+    assert v.told == [None], v.told
+    assert v.stored == [[0]]  # committed by its own flush, not by the one below
+    st.flush()
+    assert [m.step for m in st.history("r")] == [0]
