@@ -10,10 +10,13 @@ malformed rows, a lone surrogate asked for (no stored name holds one)."""
 
 from __future__ import annotations
 
+from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pg_cluster import backend_store, pg_cluster  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.store.retained import RETAINED_PREFIX, add_hold, holds_on_runs
@@ -65,3 +68,36 @@ def test_the_same_holds_as_the_whole_decode(
         store.backend.write_txn(hold_all)
         assert holds_on_runs(store.backend, asked) == _reference(store, asked)
         assert holds_on_runs(store.backend, iter(asked)) == _reference(store, asked)
+
+
+_ROWS = [
+    [("lg:t", "b")],
+    [("lg:t2", "lg:t"), ("t", "é")],
+    [("é", "e\u0301"), ("e\u0301", "lg:té"), ("ü:lg:t", "t")],
+    [("b", "lg:")],
+    [("lg:", "ü:lg:t"), ("lg:té", "lg:t2")],
+]
+
+
+def test_each_backend_names_the_holds_the_whole_decode_names(store: cpstore.Store) -> None:
+    """Both backends' cursors (PostgreSQL's returns the bytea as stored): rows of one to
+    three holds, a malformed row naming runs, each name and pair of names asked for."""
+    rec = store.recorder("r")
+    cids = [bytes.fromhex(rec.checkpoint(i, {"i": i})) for i in range(len(_ROWS) + 1)]
+    meta = store.backend.db("meta")
+
+    def hold_all(txn: Any) -> None:
+        for i, (cid, holds) in enumerate(zip(cids, _ROWS, strict=False)):
+            for j, (run, branch) in enumerate(holds):
+                add_hold(txn, meta, cid, run=run, branch=branch, audit=f"{i:016x}{j:016x}")
+        txn.put(RETAINED_PREFIX + cids[-1], b"\xa4lg:t\xa2lg:\xa1t", db=meta)
+
+    store.backend.write_txn(hold_all)
+    names = sorted({name for holds in _ROWS for hold in holds for name in hold})
+    asks = [{a} for a in names] + [set(p) for p in combinations(names, 2)]
+    asks += [{"a\udc80", "lg:t"}, {"nobody"}, set()]
+    for asked in asks:
+        assert holds_on_runs(store.backend, asked) == _reference(store, asked)
+    assert {h["run"] for _, h in holds_on_runs(store.backend, names)} == {
+        run for holds in _ROWS for run, _ in holds
+    }

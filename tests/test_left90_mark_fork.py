@@ -16,19 +16,16 @@ closes only in the process that made it, as review89's ``CreationLock``.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from fork_child import run_child
 
 _CHILD = """
-import fcntl, os, sys
+import os, sys
 import cpstore
-from cpstore.store import lmdb_open
-from cpstore.store.lmdb_holders import HolderMark
 from cpstore.store.lmdb_registry import is_open_here
+from fork_child import report, take
 
 a, b, mine_is, closer = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 store = cpstore.open(a, durability="none")
@@ -37,52 +34,16 @@ n = env._mark.fd
 assert n is not None
 
 
-def take(n):
-    # The child's next open takes the number the fork closed (the gaps below it filled).
-    fill = []
-    while (fd := os.open(os.devnull, os.O_RDONLY)) < n:
-        fill.append(fd)
-    os.close(fd)
-    if mine_is == "lock":
-        return lmdb_open.lock_folder(b, exclusive=True)
-    mark = HolderMark(b, 7)
-    return mark.fd
-
-
-def report(n, mine):
-    if mine_is == "lock":  # the child's flock on b: another open of b cannot take it
-        probe = os.open(b, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            state = "lost"
-        except BlockingIOError:
-            state = "held"
-    else:  # the child's mark on b: its OFD lock, named by this pid, in /proc/locks
-        st = os.stat(b)
-        where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        at = str(7 << 32 | os.getpid())
-        with open("/proc/locks") as f:
-            lines = [ln.split() for ln in f]
-        found = any(ln[1] == "OFDLCK" and ln[5] == where and ln[6] == at for ln in lines)
-        state = "held" if found else "lost"
-    try:
-        same = os.path.samestat(os.fstat(mine), os.stat(b))
-    except OSError:
-        same = False
-    print(mine == n, state, same, flush=True)
-    os._exit(0)
-
-
 pid = os.fork()
 if pid == 0:
-    mine = take(n)
+    mine = take(n, b, mine_is)
     if closer == "let_go":  # the environment's undoing, run in the child
         env._let_go()
     elif closer == "mark":
         env._mark.close()
     else:  # the store's close: a child's releases nothing of its parent's
         store.close()
-    report(n, mine)
+    report(n, mine, b, mine_is)
 _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0, status
 # The parent's mark is its own still, and closes with its store.
@@ -104,17 +65,7 @@ def _in_child(tmp_path: Path, script: str, *args: str) -> str:
     b.mkdir()
     with __import__("cpstore").open(a, durability="none"):
         pass
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    done = subprocess.run(
-        [sys.executable, "-c", script, str(a), str(b), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return run_child(script, str(a), str(b), *args).stdout
 
 
 def _run(tmp_path: Path, mine_is: str, closer: str) -> str:
@@ -133,10 +84,11 @@ def test_a_parents_mark_closed_in_a_fork_child_leaves_the_childs_own(
 
 
 _PINNED = """
-import fcntl, os, sys
+import os, sys
 import cpstore
 from cpstore.store import lmdb_open
 from cpstore.store.lmdb_registry import pinned_for_compact, reserved_for_compact
+from fork_child import flock_state
 
 a, b = sys.argv[1], sys.argv[2]
 with reserved_for_compact(a) as reserved, pinned_for_compact(a, None, reserved) as folder:
@@ -146,13 +98,7 @@ with reserved_for_compact(a) as reserved, pinned_for_compact(a, None, reserved) 
         inherited = os.path.samestat(os.fstat(own), os.stat(a))  # not closed by the fork
         mine = lmdb_open.lock_folder(b, exclusive=True)
 if pid == 0:  # the child left the block: its finally closed its own copy of ``own``
-    probe = os.open(b, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        state = "lost"
-    except BlockingIOError:
-        state = "held"
-    print(inherited, mine != own, state, flush=True)
+    print(inherited, mine != own, flock_state(b), flush=True)
     os._exit(0)
 _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0, status

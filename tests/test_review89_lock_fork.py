@@ -19,36 +19,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from fork_child import child_env, run_child
 
 _CHILD = """
-import fcntl, gc, os, sys
+import gc, os, sys
 from cpstore.store import lmdb_open
+from fork_child import report, take
 
 a, b, how = sys.argv[1], sys.argv[2], sys.argv[3]
-
-
-def take(n):
-    # The child's next open takes the number the fork closed (the gaps below it filled).
-    fill = []
-    while (fd := os.open(os.devnull, os.O_RDONLY)) < n:
-        fill.append(fd)
-    os.close(fd)
-    return lmdb_open.lock_folder(b, exclusive=True)
-
-
-def report(n, mine):
-    probe = os.open(b, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        state = "lost"
-    except BlockingIOError:
-        state = "held"
-    try:
-        same = os.path.samestat(os.fstat(mine), os.stat(b))
-    except OSError:
-        same = False
-    print(mine == n, state, same, flush=True)
-    os._exit(0)
 
 
 def wait(pid):
@@ -65,17 +43,17 @@ if how == "garbage":  # __exit__ skipped by an interrupt; garbage keeps the lock
     del lost, cycle
     pid = os.fork()
     if pid == 0:
-        mine = take(n)
+        mine = take(n, b, "lock")
         gc.collect()  # the inherited lock object freed here
-        report(n, mine)
+        report(n, mine, b)
     wait(pid)
 else:  # forked inside the with; the child leaves it too
     with lmdb_open.creation_lock(a, exclusive=True) as n:
         pid = os.fork()
         if pid == 0:
-            mine = take(n)
+            mine = take(n, b, "lock")
     if pid == 0:
-        report(n, mine)
+        report(n, mine, b)
     wait(pid)
 """
 
@@ -87,14 +65,7 @@ def test_a_creation_lock_in_a_fork_child_never_closes_the_childs_descriptor(
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(a), str(b), how],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_child(_CHILD, str(a), str(b), how)
     took_its_number, state, still_open = done.stdout.split()
     assert took_its_number == "True"  # the child's lock took the number the fork freed
     assert state == "held"  # before: "lost", the child's lock on b released by a's object
@@ -102,8 +73,9 @@ def test_a_creation_lock_in_a_fork_child_never_closes_the_childs_descriptor(
 
 
 _PENDING = """
-import fcntl, gc, os, sys, threading
+import gc, os, sys, threading
 from cpstore.store import lmdb_open
+from fork_child import flock_state, take
 
 a, b = sys.argv[1], sys.argv[2]
 kept = lmdb_open.creation_lock(a, exclusive=False)
@@ -117,18 +89,10 @@ def fork_then_lock():
     # Waits in os.fork()'s before hook for FORK_GUARD, as the release thread does.
     pid = os.fork()
     if pid == 0:
-        fill = []
-        while (fd := os.open(os.devnull, os.O_RDONLY)) < n:
-            fill.append(fd)
-        os.close(fd)
-        mine = lmdb_open.lock_folder(b, exclusive=True)
+        mine = take(n, b, "lock")
         gc.collect()
-        probe = os.open(b, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if flock_state(b) == "lost":
             os._exit(3)  # the child's lock on b was released
-        except BlockingIOError:
-            pass
         os.fstat(mine)
         os._exit(0)
     forked.append(pid)
@@ -180,6 +144,7 @@ def test_a_lost_lock_released_by_its_thread_leaves_live_locks_and_a_fork_child_a
     b.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-c", _PENDING, str(a), str(b)],
+        env=child_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

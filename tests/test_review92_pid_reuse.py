@@ -18,13 +18,13 @@ pid; skipped where that cannot be made.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from fork_child import run_child
 from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixture
 
 #: Runs ``in_x()`` in a process X, which forks C and exits; once X is reaped, C sets
@@ -68,7 +68,7 @@ _SCRIPT = """
 import cpstore
 import cpstore.errors
 from cpstore.store import lmdb_open
-from cpstore.store.lmdb_holders import HolderMark
+from fork_child import same_folder, take
 
 a, b, made_is, mine_is, closer = sys.argv[1:6]
 
@@ -92,25 +92,14 @@ def in_g(made):
             except cpstore.errors.ForkError:
                 got.append("refused")
         return " ".join(got)
-    fill = []  # G's next open takes the number the forks closed
-    while (fd := os.open(os.devnull, os.O_RDONLY)) < n:
-        fill.append(fd)
-    os.close(fd)
-    mine = (
-        lmdb_open.lock_folder(b, exclusive=True) if mine_is == "lock"
-        else HolderMark(b, 7).fd
-    )
+    mine = take(n, b, mine_is)  # G's next open takes the number the forks closed
     if made_is == "lock":
         held.__exit__(None, None, None)
     elif closer == "mark":
         held._backend.env._mark.close()
     else:
         held.close()
-    try:
-        same = os.path.samestat(os.fstat(mine), os.stat(b))
-    except OSError:
-        same = False
-    return f"{mine == n} {same}"
+    return f"{mine == n} {same_folder(mine, b)}"
 
 descend()
 """
@@ -135,16 +124,7 @@ def _unshare() -> list[str]:
 def _script(cmd: list[str], *args: str, script: str = _SCRIPT) -> subprocess.CompletedProcess[str]:
     """``script`` (after _DESCEND) run under ``cmd`` (the pid namespace) with ``args``;
     skips when the grandchild did not get the exited opener's pid."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    done = subprocess.run(
-        [*cmd, sys.executable, "-c", _DESCEND + script, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_child(_DESCEND + script, *args, prefix=tuple(cmd))
     if done.stdout.strip() == "no reuse":
         pytest.skip("the grandchild did not get the pid")
     return done

@@ -18,7 +18,7 @@ checkpoint), reported by ``verify()``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from cpstore.errors import CpstoreError, IntegrityError, NotFoundError, SeveralHoldersError
@@ -102,13 +102,29 @@ def encode_holds(holds: list[Hold]) -> bytes:
     return encode_value([RETAINED_VERSION, [dict(h) for h in holds]])
 
 
-def retained_heads(txn: Any, meta: Any) -> dict[bytes, list[Hold] | None]:
-    """Retained head id -> its holds (oldest first), None for a malformed row (a root still)."""
+def retained_heads(
+    txn: Any, meta: Any, *, needles: Collection[bytes] | None = None
+) -> dict[bytes, list[Hold] | None]:
+    """Retained head id -> its holds (oldest first), None for a malformed row (a root still),
+    in row order.
+
+    ``needles``: only the rows whose value bytes hold one of them are decoded and listed
+    (none: no row), a cheap prefilter that leaves choosing among the decoded holds to the
+    caller (:func:`holds_on_runs`). Every other caller lists every row: each is a root."""
     out: dict[bytes, list[Hold] | None] = {}
+    skip = len(RETAINED_PREFIX)
     with txn.cursor(db=meta) as cur:
         found = cur.set_range(RETAINED_PREFIX)
-        while found and bytes(cur.key()).startswith(RETAINED_PREFIX):
-            out[bytes(cur.key())[len(RETAINED_PREFIX) :]] = decode_holds(cur.value())
+        while found:
+            key = bytes(cur.key())
+            if not key.startswith(RETAINED_PREFIX):
+                break
+            if needles is None:
+                out[key[skip:]] = decode_holds(cur.value())
+            else:
+                raw = bytes(cur.value())
+                if any(needle in raw for needle in needles):
+                    out[key[skip:]] = decode_holds(raw)
             found = cur.next()
     return out
 
@@ -117,11 +133,12 @@ def holds_on_runs(backend: Backend, runs: Iterable[str]) -> list[tuple[str, Hold
     """(retained head id, hold) for every hold on one of ``runs``, in row order, as
     :func:`retained` lists them (a malformed row: none), in one read txn.
 
-    A row's value is decoded only when its bytes hold one of the runs' names: a canonical
-    str is its UTF-8 bytes as they are (a lone surrogate is refused, so a name holding one
-    names no hold). A keep_latest prune and each delete_thread ask this for one thread's
-    runs beside every other hold of the store: decoding every row (:func:`retained`) cost
-    them ~256 ms per call beside 10 000 holds of other runs (left90)."""
+    A row's value is decoded only when its bytes hold one of the runs' names
+    (:func:`retained_heads`' ``needles``): a canonical str is its UTF-8 bytes as they are
+    (a lone surrogate is refused, so a name holding one names no hold). A keep_latest
+    prune and each delete_thread ask this for one thread's runs beside every other hold
+    of the store: decoding every row (:func:`retained`) cost them ~256 ms per call beside
+    10 000 holds of other runs (left90)."""
     wanted: set[str] = set()
     needles: list[bytes] = []
     for run in runs:
@@ -130,23 +147,13 @@ def holds_on_runs(backend: Backend, runs: Iterable[str]) -> list[tuple[str, Hold
         except UnicodeEncodeError:  # no stored hold names it
             continue
         wanted.add(run)
-    out: list[tuple[str, Hold]] = []
     if not wanted:
-        return out
-    skip = len(RETAINED_PREFIX)
-    with backend.read_txn() as txn, txn.cursor(db=backend.db("meta")) as cur:
-        found = cur.set_range(RETAINED_PREFIX)
-        while found:
-            key = bytes(cur.key())
-            if not key.startswith(RETAINED_PREFIX):
-                break
-            raw = bytes(cur.value())
-            if any(needle in raw for needle in needles):
-                out += [
-                    (key[skip:].hex(), h) for h in decode_holds(raw) or [] if h["run"] in wanted
-                ]
-            found = cur.next()
-    return out
+        return []
+    with backend.read_txn() as txn:
+        heads = retained_heads(txn, backend.db("meta"), needles=needles)
+    return [
+        (cid.hex(), h) for cid, holds in heads.items() for h in holds or [] if h["run"] in wanted
+    ]
 
 
 def add_hold(txn: Any, meta: Any, cid: bytes, *, run: str, branch: str, audit: str) -> None:
