@@ -1,8 +1,7 @@
 """review91: put90's new landing point in a batched flush's txn.
 
 put90 reads the txn's LMDB id (``txn.id()``, a C call) in ``_flush_once``'s
-``apply_all`` (since tidy93 in ``_CheckpointTxn.applied``, which it calls) after the batch
-is applied and before ``applied`` is set: an interrupt (a
+``apply_all`` after the batch is applied and before ``applied`` is set: an interrupt (a
 signal handler's exception) can land on that call's return, inside the txn, outside
 ``BatchOwners.applying`` (whose requeue under the writer lock audit42 added for an
 interrupt in the apply). The txn is aborted and the batch goes back on the queue only
@@ -30,24 +29,19 @@ import cpstore
 from cpstore.store import lmdb_backend
 from cpstore.store.facade import Store
 
-_FLUSH_APPLY = "LmdbBackend._flush_once.<locals>.apply_all"
-
 
 def _after_the_id(landed: list[str]) -> Callable[[], None]:
     """Arm: a KeyboardInterrupt on the return of ``txn.id()`` in the main thread's next
-    batch ``apply_all`` (in ``_CheckpointTxn.applied``, called there); where it landed
-    goes to ``landed``."""
-    applied = lmdb_backend._CheckpointTxn.applied.__code__
+    batch ``apply_all``; where it landed goes to ``landed``."""
 
     def trace(frame: FrameType, event: str, arg: object) -> Any:
         code = frame.f_code
-        caller = frame.f_back
-        if code is not applied or caller is None or caller.f_code.co_qualname != _FLUSH_APPLY:
+        if code.co_name != "apply_all" or code.co_filename != lmdb_backend.__file__:
             return None
         frame.f_trace_opcodes = True
         if event == "opcode" and frame.f_lasti in _id_returns(code):
             sys.settrace(None)
-            landed.append(f"applied@{frame.f_lasti}")
+            landed.append(f"apply_all@{frame.f_lasti}")
             raise KeyboardInterrupt(landed[-1])
         return trace
 

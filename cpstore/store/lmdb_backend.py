@@ -55,27 +55,6 @@ __all__ = ["DURABILITY_MODES", "Durability", "LmdbBackend"]
 T = TypeVar("T")
 _FULL = lmdb.MapFullError  # lmdb_settle.growth_failed: only this module imports lmdb
 
-
-class _CheckpointTxn:
-    """What the heap's tail needs of a checkpoint commit's write txn (its only heap writes
-    are Content.add's appends): :meth:`applied` in the txn once its writes are (the txn and
-    its LMDB id: an ended txn has none), :meth:`committed` once it committed: then the next
-    write txn's first append needs no cursor (content.tail_committed, which checks the txn
-    appended last). A txn retried after map growth calls :meth:`applied` again."""
-
-    __slots__ = ("_ran",)
-
-    def __init__(self) -> None:
-        self._ran: tuple[Any, int] | None = None
-
-    def applied(self, txn: Any) -> None:
-        self._ran = (txn, txn.id())
-
-    def committed(self, heap: Any) -> None:
-        if self._ran is not None:
-            tail_committed(heap, *self._ran)
-
-
 #: ``"sync"``: every checkpoint is fsynced before the call returns.
 #: ``"batched"``: checkpoints are queued and committed ``batch_size`` at a time.
 #: ``"none"``: every checkpoint is committed at once but never fsynced by cpstore
@@ -502,13 +481,13 @@ class LmdbBackend(BackendBase):
         """Apply ``ops`` in order in one write txn (all or nothing), durable unless told
         not to sync; an error once applied is settled by lmdb_interrupted.commit_raised."""
         applied = False
-        tail = _CheckpointTxn()
+        ran: tuple[Any, int] | None = None
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal applied
+            nonlocal applied, ran
             applied = False  # a retried txn (map growth) applies them again
             self._apply(txn, ops)
-            tail.applied(txn)
+            ran = (txn, txn.id())  # type: ignore[attr-defined]
             applied = True
 
         try:
@@ -516,7 +495,8 @@ class LmdbBackend(BackendBase):
                 self.write_txn(apply_all)
             else:
                 self.env.write(apply_all)
-            tail.committed(self.env.dbs.get("heap"))
+            if ran is not None:  # committed: the next txn's first append needs no cursor
+                tail_committed(self.env.dbs.get("heap"), *ran)
         except BaseException as exc:
             if not commit_raised(self, ops, exc, applied, _FULL):
                 raise  # a handler's exception; or refused, or failed before its commit
@@ -556,10 +536,11 @@ class LmdbBackend(BackendBase):
         owners: list[Owner] = []
         took = applied = False
         behind: tuple[int, ...] = ()  # batches in flight: nothing taken (BatchOwners.taken)
-        tail = _CheckpointTxn()
+
+        ran: tuple[Any, int] | None = None
 
         def apply_all(txn: Txn[memoryview]) -> None:
-            nonlocal took, applied, behind
+            nonlocal took, applied, behind, ran
             applied = False
             if not took:  # a retried txn (map growth) applies the same batch again
                 if self._exit_gate is not None:
@@ -571,7 +552,7 @@ class LmdbBackend(BackendBase):
             queue = (self._pending, self._pending_lock)  # interrupted: requeued in the txn
             engine = (lmdb.Error,)  # an LMDB error in the apply is the batch's own: dropped
             self._owners.applying(lambda: self._apply(txn, batch), (owners, batch), queue, engine)
-            tail.applied(txn)
+            ran = (txn, txn.id())  # type: ignore[attr-defined]
             applied = True
 
         failed: BaseException | None = None
@@ -579,7 +560,8 @@ class LmdbBackend(BackendBase):
         try:
             try:
                 self.write_txn(apply_all)
-                tail.committed(self.env.dbs.get("heap"))
+                if ran is not None:  # committed: the next txn's first append needs no cursor
+                    tail_committed(self.env.dbs.get("heap"), *ran)
             except Exception as exc:
                 if not applied or not batch or foreign(exc) or growth_failed(exc, _FULL):
                     raise  # foreign: a handler's exception, settled below (never swallowed)
