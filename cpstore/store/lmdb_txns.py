@@ -146,16 +146,16 @@ class EnvTxns:
         return self._reads_left(None) if self._lost else bool(self._active)
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
-        """From a finalizer, any thread: thread ``who``'s read :meth:`end_read` never got
-        (an interrupt as its exit began; its entry stayed: closes gave up, its resizes were
-        refused). Only ``who`` removes the entry (:meth:`_end_lost`: another thread's change
-        falsified its counts); a close and a resize count it as ended (the resize aborts)."""
+        """From a finalizer, any thread: thread ``who``'s read :meth:`end_read` never got (an
+        interrupt as its exit began; its entry stayed: closes gave up, resizes were refused).
+        Any thread's next read or a resize aborts the txn; only ``who`` removes the entry
+        (:meth:`_end_lost`: others falsified its counts); a close or resize counts it ended."""
         if os.getpid() == self.pid:  # a fork() child's: the parent's txn, never ended here
             self._lost.append((who, txn))
 
     def _end_lost(self) -> None:
-        """End this thread's lost reads (txn aborted, then entry removed) unless a resize or
-        a close runs (it counts them as ended); under the gate, as its look at them."""
+        """Abort every lost read's txn (an owner never reading again pinned its snapshot:
+        review93) and end this thread's (entry removed), unless a resize or close runs."""
         me, lost = get_ident(), self._lost
         if not lost:
             return
@@ -163,8 +163,8 @@ class EnvTxns:
             if self._resizing:
                 return
             for item in tuple(lost):
+                item[1].abort()  # py-lmdb: a second abort does nothing
                 if item[0] == me:
-                    item[1].abort()  # py-lmdb: a second abort does nothing
                     try:
                         lost.remove(item)
                     finally:
