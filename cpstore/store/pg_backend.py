@@ -104,8 +104,7 @@ class PgBackend(BackendBase):
         self._pid = os.getpid()
         FORK_MARKED.add(self)  # 0 in a fork() child (backend_base)
         self._closed = True
-        # The close under way (its thread, and a lock it holds until done): one close
-        # releases (close).
+        # The close under way (its thread, a lock it holds until done): released by close.
         self._closer: tuple[int, LockType] | None = None
         #: Read txns whose holder was freed before its exit ended them (lost_read).
         self._lost: deque[Txn[memoryview]] = deque()
@@ -377,8 +376,10 @@ class PgBackend(BackendBase):
         return self._txn(write=False)
 
     def end_read(self, txn: Txn[memoryview], holder: Any = None) -> None:
-        """End a txn from :meth:`begin_read` (``holder``: no bookkeeping to tell)."""
-        txn.abort()
+        """End a txn from :meth:`begin_read` (``holder``: nothing to tell); a fork() child's is
+        left: its ROLLBACK, on the parent's session, ended the parent's snapshot (review93)."""
+        if os.getpid() == self._pid:
+            txn.abort()
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
         """From a finalizer, any thread (Backend's): ``txn`` is ended by the next connection
