@@ -382,8 +382,8 @@ class PgBackend(BackendBase):
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
         """From a finalizer, any thread (Backend's): ``txn`` is ended by the next connection
         taken from the pool, a wait for one (pg_pool.take) or the close (:meth:`_end_lost`),
-        not here (a round trip, the pool's lock). Before, its connection stayed checked out for good: ``pool_max`` lost
-        reads left every later use waiting 30 s and failing (review90)."""
+        not here (a round trip, the pool's lock). Before, its connection stayed checked out
+        for good: ``pool_max`` lost reads left every later use failing after 30 s (review90)."""
         if os.getpid() == self._pid:  # a fork() child's: the parent's connection
             self._lost.append(txn)
 
