@@ -146,16 +146,16 @@ class EnvTxns:
         return self._reads_left(None) if self._lost else bool(self._active)
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
-        """From a finalizer, any thread: thread ``who``'s read :meth:`end_read` never got
-        (an interrupt as its exit began; its entry stayed: closes gave up, its resizes were
-        refused). Only ``who`` removes the entry (:meth:`_end_lost`: another thread's change
-        falsified its counts); a close and a resize count it as ended (the resize aborts)."""
+        """From a finalizer, any thread: thread ``who``'s read :meth:`end_read` never got (an
+        interrupt as its exit began; its entry stayed: closes gave up, resizes were refused).
+        Any thread's next read, write or resize aborts the txn; only ``who`` removes the entry
+        (:meth:`_end_lost`: others falsified its counts); a close or resize counts it ended."""
         if os.getpid() == self.pid:  # a fork() child's: the parent's txn, never ended here
             self._lost.append((who, txn))
 
     def _end_lost(self) -> None:
-        """End this thread's lost reads (txn aborted, then entry removed) unless a resize or
-        a close runs (it counts them as ended); under the gate, as its look at them."""
+        """Abort every lost read's txn (at any read or write: an owner never reading again
+        pinned its snapshot, review93) and end this thread's, unless a resize or close runs."""
         me, lost = get_ident(), self._lost
         if not lost:
             return
@@ -163,8 +163,8 @@ class EnvTxns:
             if self._resizing:
                 return
             for item in tuple(lost):
+                item[1].abort()  # py-lmdb: a second abort does nothing
                 if item[0] == me:
-                    item[1].abort()  # py-lmdb: a second abort does nothing
                     try:
                         lost.remove(item)
                     finally:
@@ -357,12 +357,10 @@ class EnvTxns:
     def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn and commit; retried after growing the map.
 
-        ``fn`` must depend only on the txn (it may run more than once). What it
-        reads are bytes copies, not views (put86): every value a commit reads is
-        small (an index row, a heap entry's head, a ref, a record), and py-lmdb's
-        view (a memoryview and its buffer, ~1 k instructions made and freed, more
-        for each slice) costs more than copying it; a copy also outlives the put.
-        """
+        ``fn`` must depend only on the txn (it may run more than once). What it reads are
+        bytes copies, not views (put86): every value a commit reads is small (an index row,
+        a heap entry's head, a ref, a record), and py-lmdb's view (~1 k instructions made
+        and freed, more per slice) costs more than copying it; a copy outlives the put."""
         self.check_pid()
         if self.options.readonly:
             raise StoreReadOnlyError("the store was opened read-only", where=self.path)
@@ -380,12 +378,13 @@ class EnvTxns:
                 lock.release()
             raise
         try:
+            if self._lost:  # a writer may never read: lost txns end here too (review93)
+                self._end_lost()
             while True:
                 try:
                     with self._begin_write() as txn:
-                        # Under LMDB's writer lock: no commit of any process runs
-                        # while the tail is filled (zeros written past the end
-                        # must not race a commit reusing those pages).
+                        # Under LMDB's writer lock: no commit of any process runs while
+                        # the tail is filled (zeros past the end must not race a commit).
                         self._cover_tail()
                         return fn(txn)
                 except lmdb.MapFullError:

@@ -58,7 +58,7 @@ from cpstore.store.pg_count import COUNTED, counts_kept, counts_table
 from cpstore.store.pg_errors import ENGINE_ERRORS, failed, translate
 from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema, write_identity
-from cpstore.store.pg_pool import connect, make_pool
+from cpstore.store.pg_pool import connect, make_pool, take
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_table import PgTable, settled
 from cpstore.store.pg_txn import PgTxn
@@ -104,8 +104,7 @@ class PgBackend(BackendBase):
         self._pid = os.getpid()
         FORK_MARKED.add(self)  # 0 in a fork() child (backend_base)
         self._closed = True
-        # The close under way (its thread, and a lock it holds until done): one close
-        # releases (close).
+        # The close under way (its thread, a lock it holds until done): released by close.
         self._closer: tuple[int, LockType] | None = None
         #: Read txns whose holder was freed before its exit ended them (lost_read).
         self._lost: deque[Txn[memoryview]] = deque()
@@ -322,10 +321,8 @@ class PgBackend(BackendBase):
     # -- connections and transactions ------------------------------------------------
 
     def _acquire(self, wait: float = POOL_WAIT) -> psycopg.Connection[Any]:
-        if self._lost:  # their connections back first (lost_read)
-            self._end_lost()
-        try:
-            return self._pool.getconn(timeout=wait)
+        try:  # lost reads' connections back first, and as it waits (lost_read, pg_pool.take)
+            return take(self._pool, wait, self._end_lost)
         except PoolTimeout as exc:
             raise failed(
                 f"no connection to the server within {wait:.0f} s", self._path, exc
@@ -377,14 +374,16 @@ class PgBackend(BackendBase):
         return self._txn(write=False)
 
     def end_read(self, txn: Txn[memoryview], holder: Any = None) -> None:
-        """End a txn from :meth:`begin_read` (``holder``: no bookkeeping to tell)."""
-        txn.abort()
+        """End a txn from :meth:`begin_read` (``holder``: nothing to tell); a fork() child's is
+        left: its ROLLBACK, on the parent's session, ended the parent's snapshot (review93)."""
+        if os.getpid() == self._pid:
+            txn.abort()
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
         """From a finalizer, any thread (Backend's): ``txn`` is ended by the next connection
-        taken from the pool or the close (:meth:`_end_lost`), not here (a round trip, the
-        pool's lock). Before, its connection stayed checked out for good: ``pool_max`` lost
-        reads left every later use waiting 30 s and failing (review90)."""
+        taken from the pool, a wait for one (pg_pool.take) or the close (:meth:`_end_lost`),
+        not here (a round trip, the pool's lock). Before, its connection stayed checked out
+        for good: ``pool_max`` lost reads left every later use failing after 30 s (review90)."""
         if os.getpid() == self._pid:  # a fork() child's: the parent's connection
             self._lost.append(txn)
 

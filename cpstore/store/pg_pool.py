@@ -24,15 +24,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from cpstore.store.pg_errors import failed
 
-__all__ = ["CONNECT_WAIT", "RECONNECT_SPAN", "connect", "make_pool"]
+__all__ = ["CONNECT_WAIT", "LOST_SLICE", "RECONNECT_SPAN", "connect", "make_pool", "take"]
 
 #: Seconds one reconnect attempt series runs before it starts over (see the module doc).
 RECONNECT_SPAN = 5.0
@@ -42,6 +44,8 @@ RECONNECT_SPAN = 5.0
 #: (psycopg_pool stops waiting for it after 5 s), and RECONNECT_SPAN bounded nothing
 #: (tests/test_pg_audit48_hung_server.py).
 CONNECT_WAIT = 15
+#: Seconds :func:`take` waits for a connection between two looks for lost reads.
+LOST_SLICE = 0.5
 
 
 class _Pool(ConnectionPool[psycopg.Connection[Any]]):
@@ -63,6 +67,26 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
             if counted:
                 with self._asking_lock:
                     self.asking -= 1
+
+
+def take(
+    pool: ConnectionPool[psycopg.Connection[Any]], wait: float, between: Callable[[], object]
+) -> psycopg.Connection[Any]:
+    """``pool.getconn(timeout=wait)``, waited for in slices of :data:`LOST_SLICE` with
+    ``between()`` (the store's ``_end_lost``) run before each: a connection held by a read
+    handed over as lost (its holder's finalizer, on any thread: PgBackend.lost_read) goes
+    back only when a taker of the pool ends that read. Looked for only before the wait, a
+    read lost while it waited was never ended (its owner idle): a store of ``pool_max=1``
+    failed the waiting thread after 30 s with the one connection free to take (review93).
+    PoolTimeout once ``wait`` ran out; PoolClosed as getconn raises it."""
+    end = monotonic() + wait
+    while True:
+        between()
+        try:
+            return pool.getconn(max(min(end - monotonic(), LOST_SLICE), 0.001))
+        except PoolTimeout:
+            if monotonic() >= end:
+                raise
 
 
 def _ours_ignored(record: logging.LogRecord) -> bool:
