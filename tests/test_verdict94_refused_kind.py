@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_decision_cli import cli
 from test_decision_support import colliding_kinds
 
 from cpstore.decision.table import FindingCode, Verdict
@@ -103,3 +104,25 @@ def test_a_retry_after_the_refusal_is_still_located_at_it(tmp_path: Path) -> Non
     assert d.verdict is Verdict.REJECT
     assert {FindingCode.TOKEN_MISMATCH, FindingCode.TOKEN_COUNT} <= d.codes
     assert d.divergences["tokens"].position == 0
+
+
+@pytest.mark.parametrize("encoding", ["cprun", "json", "msgpack"])
+def test_the_command_line_rejects_the_written_replay(tmp_path: Path, encoding: str) -> None:
+    """``ReplaySession.write`` of the swallowed refusal, validated by ``cpstore validate``
+    against the checkpoint named by its id, in upper case, by a prefix and by RUN@BRANCH."""
+    path = tmp_path / "s"
+    with open_store(path) as store:
+        rec = store.recorder("agent")
+        rec.token("rng", 1)
+        rec.token(_KIND_A, None)
+        cid = rec.checkpoint(1, {"memory": "x"}, seal_ledger=True)
+        with store.read(cid) as cp:
+            session = ReplaySession(cp)
+            session.cursor.resolve("rng")
+            with pytest.raises(ReplayDivergenceError):
+                session.cursor.resolve(_KIND_B)
+            session.write(tmp_path / "p", cp.manifest.state_digest, encoding=encoding)
+    for name in (cid, cid.upper(), cid[:10], "agent@main"):
+        code, out = cli([name, str(tmp_path / "p"), "--store", str(path)])
+        assert code == 10, out
+        assert "TOKEN_MISMATCH" in out
