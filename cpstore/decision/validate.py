@@ -42,6 +42,7 @@ from cpstore.errors import (
     NotFoundError,
     ReadHeldDuringResizeError,
 )
+from cpstore.native.args import full_checkpoint_id
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 
@@ -82,8 +83,10 @@ def fidelity_of(
 
 
 def _empty_subject(source: object) -> Subject:
-    cid = source.lower() if isinstance(source, str) else None  # the id as the store names it
-    return Subject("", 0, cid, None, 0)
+    # The id as the store names it, read as load_side read it (its characters: verdict94,
+    # a str subclass's own lower() named another checkpoint, whose standing decision the
+    # unreadable one's REJECT then became, while the unreadable one's stood).
+    return Subject("", 0, full_checkpoint_id(source) if isinstance(source, str) else None, None, 0)
 
 
 def _body_digest(body: Mapping[str, Any]) -> str:

@@ -324,9 +324,7 @@ class ReplayCursor:
             # Another name with the code of a kind the log names: a kind mismatch the codes
             # cannot show, refused and kept in P as any other (audit68: InvalidInputError,
             # nothing kept, so a retry loop that swallowed it left P equal to R, an ACCEPT).
-            code = kind_code(kind)
-            self._out += pack_refused(self._idx, code)
-            self._out_values.append(None)
+            self._keep_refused(kind_code(kind), kind)
             raise ReplayDivergenceError(
                 "token kind differs from the recording: another name with its hashed code",
                 where=f"seq={self._idx}",
@@ -385,6 +383,22 @@ class ReplayCursor:
             self._idx = i + 1
             return value
 
+    def _keep_refused(self, code: int, kind: str) -> None:
+        """Keep a refused request in P at the cursor's position: the kind asked for and the
+        value None, or, where that record would be the recording's own (a name sharing the
+        recorded token's hashed code, recorded with the value None), the value
+        ``{"refused_kind": <the name asked>}``: a refusal never equals the recorded token.
+        verdict94: a swallowed refusal of a colliding name at a token recorded as None was
+        R's record byte for byte, so a replay that then stopped was an ACCEPT."""
+        i = self._idx
+        record = pack_refused(i, code)
+        value: Any = None
+        if i < self._count and record == self._view[i * _SIZE : (i + 1) * _SIZE]:
+            value = {"refused_kind": str.__str__(kind)}
+            record = pack_token(i, code, Provenance.RECORDED, _value_digest(value))
+        self._out += record
+        self._out_values.append(value)
+
     def _fall_through(
         self,
         code: int,
@@ -400,8 +414,7 @@ class ReplayCursor:
             # The refused request stays in what the replay did (as the ledger guard keeps
             # a refused effect): a retry loop that swallows this error and asks again
             # still yields a P that differs here, never one equal to R (audit31).
-            self._out += pack_refused(self._idx, code)
-            self._out_values.append(None)
+            self._keep_refused(code, kind)
             raise ReplayDivergenceError(
                 f"{what} (STRICT: no live fall-through)"
                 if self._strict
@@ -428,8 +441,9 @@ class ReplayCursor:
 
     def replayed(self) -> PackedTokens:
         """The tokens this replay resolved, packed (``live`` ones tagged), and each request
-        it refused, at its position with the kind asked for and the value None: a P that
-        is never equal to the recording there."""
+        it refused, at its position with the kind asked for and the value None (or
+        ``{"refused_kind": <name>}`` where None would make it the recorded token's own
+        record): a P that is never equal to the recording there."""
         with self._lock:  # records and values of the same resolves
             return PackedTokens(
                 bytes(self._out), values=list(self._out_values), kind_names=dict(self._kinds.names)

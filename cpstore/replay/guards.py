@@ -59,7 +59,7 @@ class PinnedObservations:
         """The recorded payload of ``source`` at ``step``; RecordingGapError if none."""
         value = _check_read(step, source)
         with self._lock:
-            return self._read_locked(value, source)
+            return self._read_locked(value, _text(source))
 
     def _read_locked(self, step: int, source: str) -> bytes:
         key = (step, source)
@@ -126,7 +126,7 @@ class PinnedObservations:
         value = _check_read(step, source)
         if not isinstance(payload, (bytes, bytearray, memoryview)):
             raise InvalidInputError("payload must be bytes", got=type(payload).__name__)
-        live = Observation(value, source, bytes(digest(bytes(payload))).hex(), None)
+        live = Observation(value, _text(source), bytes(digest(bytes(payload))).hex(), None)
         with self._lock:
             self._add_live(live)
 
@@ -159,6 +159,12 @@ def _check_read(step: object, source: object) -> int:
     if not isinstance(source, str) or not source:
         raise InvalidInputError("source must be a non-empty str", got=source)
     return value
+
+
+def _text(source: str) -> str:
+    """A read's source as the text it holds (a str subclass's own ``__hash__`` and ``__eq__``
+    found another source's recorded payload, verdict94), as validate reads it."""
+    return str.__str__(source)
 
 
 class LedgerGuard:
@@ -228,6 +234,11 @@ class LedgerGuard:
                 "target and payload_digest must be str",
                 got=(type(target).__name__, type(payload_digest).__name__),
             )
+        # Compared as the text they hold, as validate reads them (a runtime's own str
+        # type): a subclass's own __eq__ decided the comparison with the ledger entry, so
+        # one equal to everything was admitted, the effect escaping, where validate then
+        # read its text as an UNRECORDED_EFFECT (verdict94).
+        target, payload_digest = str.__str__(target), str.__str__(payload_digest)
         with self._lock:
             i = len(self._attempted)
             expected = self._ledger[i] if i < len(self._ledger) else None
