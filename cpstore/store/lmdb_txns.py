@@ -21,7 +21,6 @@ import lmdb
 from cpstore.errors import (
     CpstoreError,
     ForkError,
-    ReadHeldDuringResizeError,
     StoreClosedError,
     StoreError,
     StoreFullError,
@@ -29,6 +28,7 @@ from cpstore.errors import (
 )
 from cpstore.native.kept import kept_contextmanager, take_write_lock
 from cpstore.store.backend import Txn
+from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by
 from cpstore.store.lmdb_errors import closed_store_error, translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
@@ -87,6 +87,8 @@ class EnvTxns:
         self._txns: deque[Any] = deque()
         #: (thread ident, txn) of each read whose block's exit never ran: lost_read.
         self._lost: deque[tuple[int, Any]] = deque()
+        #: (thread ident, holder) of each read a caller's views keep past its block.
+        self.kept: deque[tuple[int, Any]] = deque()  # kept_views.KeptViews
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
         """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
@@ -442,13 +444,8 @@ class EnvTxns:
         return self.closed_error() if self.closed else translate(exc, self.path)
 
     def _holds_read_during_resize(self) -> StoreError:
-        if self.closing:
-            return self.closed_error()
-        return ReadHeldDuringResizeError(
-            "the map must change size but this thread holds an open read view",
-            where=self.path,
-            expected="no open store.read() in a thread that writes while the map grows",
-        )
+        closing, me = self.closing, get_ident()
+        return self.closed_error() if closing else held_read_error(self.path, self.kept, me)
 
     def _lock_writes(self) -> None:
         """Take the write lock, or StoreError where waiting would deadlock: a resize holds
@@ -495,7 +492,8 @@ class EnvTxns:
                 try:
                     while self._reads_left(me) and time.monotonic() < deadline:
                         self._gate.wait(0.05)
-                    yield held and not self._reads_left(me)  # LMDB's close aborts lost ones
+                    # LMDB's close aborts lost reads; a kept one of this thread: not closed
+                    yield held and not self._reads_left(me) and not kept_by(self.kept, me)
                 finally:
                     self.closing = self.closed  # a close given up (a handle taken meanwhile)
                     self._resizing = False
@@ -515,17 +513,9 @@ class EnvTxns:
         with self.write_lock, self._gate:
             self._resizing = True
             try:
-                bound = self.resize_wait
-                deadline = None if bound is None else time.monotonic() + bound
+                waiting = ResizeWait(self.path, self.resize_wait)  # raises when it is over
                 while self._reads_left(None):
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise StoreError(
-                            "the map must change size but a read of another thread "
-                            "of this process did not end",
-                            where=self.path,
-                            expected=f"every store.read() block ended within {bound} s",
-                            got=f"{len(self._active)} open read(s)",
-                        )
+                    waiting.check(tuple(self._active), self._lost_counts(), self.kept)
                     self._gate.wait(0.05)
                 for _, txn in tuple(self._lost):  # no lost txn open across the resize
                     txn.abort()

@@ -1,0 +1,270 @@
+"""slices93: what is made from a checkpoint reader's zero-copy views outlives its block.
+
+``token_value_views()`` and ``token_records()`` point into LMDB's map. The block's end
+released them, but CPython cannot release a slice (``v[1:5]``), ``memoryview(v)`` or an
+export (``pickle.PickleBuffer(v)``): the read txn ended under them, so a slice read later
+read pages a writer had reused (wrong bytes) or, once the map moved (a resize here, or
+adopting another process's growth), memory no longer mapped (the process died of
+SIGSEGV/SIGBUS). Now the views handed out keep their read open until the last object
+made from them is released (kept_views.py), and what that blocks says so."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cpstore
+from cpstore.errors import ReadHeldDuringResizeError, StoreError
+from cpstore.store import kept_views
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def _recorded(path: Path, *, map_size: int = 1 << 20, n: int = 40) -> tuple[Any, str]:
+    st = cpstore.open(path, map_size=map_size)
+    rec = st.recorder("r")
+    for i in range(n):
+        rec.token("rng", f"value {i}")
+    cid = str(rec.checkpoint(0, {"a": 1}))
+    rec.close()
+    return st, cid
+
+
+def _kept(st: Any, cid: str, how: str) -> tuple[Any, bytes]:
+    """An object made from the values view inside the block, and the bytes it read there."""
+    with st.read(cid) as cp:
+        values = cp.token_value_views()[0]
+        made: Any = values[1:]
+        if how == "memoryview":
+            made = memoryview(values)
+        elif how == "cast":
+            made = values.cast("c")
+        elif how == "export":
+            made = pickle.PickleBuffer(values)
+        elif how == "records":
+            made = cp.token_records()[32:64]
+        return made, bytes(memoryview(made))
+
+
+def _churn(st: Any, rounds: int = 30) -> None:
+    """Writes that free and reuse pages: every checkpoint of run "r" deleted and swept."""
+    for i in range(rounds):
+        rec = st.recorder(f"w{i}")
+        for j in range(40):
+            rec.token("rng", f"other {i} {j} " + "x" * 40)
+        rec.checkpoint(0, {"b": i})
+        rec.close()
+    st.delete_run("r")  # swept: its pages free for the writes below
+    for _ in range(rounds):
+        st.put_object(os.urandom(3000))
+
+
+@pytest.mark.parametrize("how", ["slice", "memoryview", "cast", "export", "records"])
+def test_what_is_made_from_a_view_reads_the_recorded_bytes_after_writes_reuse_pages(
+    tmp_path: Path, how: str
+) -> None:
+    """A slice, memoryview(), cast or export read after the block gives what it read inside."""
+    st, cid = _recorded(tmp_path / "s", map_size=64 << 20)
+    made, inside = _kept(st, cid, how)
+    _churn(st)
+    assert bytes(memoryview(made)) == inside  # before: pages a later write reused
+    del made
+    gc.collect()
+    st.close()
+
+
+def test_releasing_the_last_slice_ends_the_read(tmp_path: Path) -> None:
+    """With the last slice gone the read ends: a close is clean, nothing is kept."""
+    st, cid = _recorded(tmp_path / "s")
+    made, _ = _kept(st, cid, "slice")
+    env = st._backend.env
+    assert env.kept  # the read the slice holds
+    del made
+    assert not env.kept
+    with st.read(cid) as cp:  # this thread's next read ends the handed-over one
+        assert cp.token_count() == 40
+    assert not env._active
+    st.close()  # before the slice was released: "left open"
+
+
+def test_a_close_while_a_slice_lives_leaves_the_environment_open_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """A close under a kept slice refuses to unmap it: StoreError naming the zero-copy view."""
+    st, cid = _recorded(tmp_path / "s")
+    made, inside = _kept(st, cid, "slice")
+    with pytest.raises(StoreError, match="zero-copy view") as err:
+        st.close()  # before: closed, the map unmapped under the slice
+    assert "left open" in str(err.value)
+    assert bytes(made) == inside
+    del made
+    with cpstore.open(tmp_path / "s") as again, again.read(cid) as cp:  # closes the left open
+        assert cp.token_count() == 40
+
+
+_RESIZE_HERE = """
+import sys, cpstore, os
+from cpstore.errors import ReadHeldDuringResizeError
+st = cpstore.open(sys.argv[1], map_size=1 << 20)
+rec = st.recorder("r")
+for i in range(40):
+    rec.token("rng", f"value {i}")
+cid = str(rec.checkpoint(0, {"a": 1}))
+rec.close()
+with st.read(cid) as cp:
+    kept = cp.token_value_views()[0][1:]
+    inside = bytes(kept)
+try:
+    for _ in range(12):
+        st.put_object(os.urandom(256 * 1024))  # the map must grow
+    print("grown")
+except ReadHeldDuringResizeError as exc:
+    assert "zero-copy view" in str(exc), exc
+    print("refused")
+assert bytes(kept) == inside  # before: the map was moved under the slice (SIGSEGV)
+del kept
+for _ in range(12):
+    st.put_object(os.urandom(256 * 1024))  # the read ended: the map grows
+st.close()
+print("ok")
+"""
+
+
+def _script(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": _ROOT}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_slice_kept_while_this_thread_must_grow_the_map(tmp_path: Path) -> None:
+    """The growth is refused (ReadHeldDuringResizeError) while the slice lives, then goes."""
+    done = _script(_RESIZE_HERE, str(tmp_path / "s"))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # before: -11/-7
+    assert done.stdout.split() == ["refused", "ok"]
+
+
+_GROW = """
+import sys, os, cpstore
+with cpstore.open(sys.argv[1], map_size=1 << 20) as st:
+    for _ in range(12):
+        st.put_object(os.urandom(256 * 1024))
+"""
+
+_ADOPT = """
+import sys, cpstore, subprocess
+from cpstore.errors import ReadHeldDuringResizeError
+path, grow = sys.argv[1], sys.argv[2]
+st = cpstore.open(path, map_size=1 << 20)
+rec = st.recorder("r")
+for i in range(40):
+    rec.token("rng", f"value {i}")
+cid = str(rec.checkpoint(0, {"a": 1}))
+rec.close()
+with st.read(cid) as cp:
+    kept = cp.token_value_views()[0][1:]
+    inside = bytes(kept)
+subprocess.run([sys.executable, "-c", grow, path], check=True)  # another process grows it
+try:
+    with st.read(cid) as cp:  # adopts the growth: the map moves
+        pass
+    print("adopted")
+except ReadHeldDuringResizeError as exc:
+    assert "zero-copy view" in str(exc), exc
+    print("refused")
+assert bytes(kept) == inside  # before: the old map was unmapped (SIGSEGV)
+del kept
+with st.read(cid) as cp:
+    assert cp.token_count() == 40
+st.close()
+print("ok")
+"""
+
+
+def test_a_slice_kept_while_another_process_grows_the_map(tmp_path: Path) -> None:
+    """Adopting another process's growth waits for the slice's release, with an error."""
+    done = _script(_ADOPT, str(tmp_path / "s"), textwrap.dedent(_GROW))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])  # before: -11/-7
+    assert done.stdout.split() == ["refused", "ok"]
+
+
+def test_another_threads_growth_is_refused_while_a_slice_lives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer thread that must grow the map is refused once only kept views hold reads."""
+    monkeypatch.setattr(kept_views, "KEPT_WAIT_SECONDS", 0.2)
+    st, cid = _recorded(tmp_path / "s")
+    made, inside = _kept(st, cid, "slice")
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            for _ in range(12):
+                st.put_object(os.urandom(256 * 1024))
+        except BaseException as exc:
+            errors.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    writer.join(60)
+    assert len(errors) == 1 and isinstance(errors[0], ReadHeldDuringResizeError), errors
+    assert "still referenced" in str(errors[0])  # before: grown under the slice
+    assert bytes(made) == inside
+    del made
+    write()  # the read handed over: the resize aborts it and grows
+    assert len(errors) == 1
+    st.close()
+
+
+@pytest.mark.parametrize("released_on", ["owner", "main"])
+def test_a_slice_kept_by_another_thread_ends_its_read_where_it_is_released(
+    tmp_path: Path, released_on: str
+) -> None:
+    """The release runs on the thread that drops it; the read ends, the close is clean."""
+    st, cid = _recorded(tmp_path / "s")
+    handed: list[Any] = []
+
+    def owner() -> None:
+        made, inside = _kept(st, cid, "slice")
+        assert bytes(made) == inside
+        handed.append((made, inside))
+        if released_on == "owner":
+            handed.clear()
+            del made
+
+    thread = threading.Thread(target=owner)
+    thread.start()
+    thread.join(60)
+    env = st._backend.env
+    if handed:
+        made, inside = handed.pop()
+        assert env.kept and bytes(made) == inside
+        del made
+    assert not env.kept and env._lost  # handed over to be ended (lost_read)
+    st.close()  # counted as ended: no "left open"
+
+
+def test_a_leased_view_is_not_kept(tmp_path: Path) -> None:
+    """leased=True (the replay cursor's) keeps nothing: its slice is not a kept read."""
+    st, cid = _recorded(tmp_path / "s")
+    with st.read(cid) as cp:
+        made = cp.token_value_views(leased=True)[0][1:]
+        handed = cp.token_value_views()[0]
+        assert handed.readonly and bytes(handed) == bytes(cp.token_value_views(leased=True)[0])
+    assert not st._backend.env.kept
+    del made
+    st.close()
