@@ -268,3 +268,18 @@ def test_a_leased_view_is_not_kept(tmp_path: Path) -> None:
     assert not st._backend.env.kept
     del made
     st.close()
+
+
+def test_reads_kept_until_each_function_returns_free_their_reader_slots(tmp_path: Path) -> None:
+    """A slice local to a function keeps its read to the return; the next read frees it."""
+    st, cid = _recorded(tmp_path / "s")
+
+    def replay() -> bytes:
+        with st.read(cid) as cp:
+            head = cp.token_value_views()[0][:4]  # alive until the return: the read kept
+        return bytes(head)
+
+    first = replay()
+    for _ in range(1100):  # the 1022 reader slots: each kept read's txn object freed
+        assert replay() == first  # before the txn objects were freed: MDB_READERS_FULL
+    st.close()

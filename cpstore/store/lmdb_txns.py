@@ -171,6 +171,7 @@ class EnvTxns:
                         lost.remove(item)
                     finally:
                         self._active.remove(me)
+            self._drop_unused_txns()  # an aborted read keeps its reader slot until freed
 
     def _reads_left(self, me: int | None) -> bool:
         """Whether a read of a thread other than ``me`` is open, lost ones not counted."""
