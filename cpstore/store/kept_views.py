@@ -33,6 +33,7 @@ __all__ = [
     "ResizeWait",
     "held_read_error",
     "kept_by",
+    "release_views",
 ]
 
 #: The longest a map resize waits for reads that only kept views hold (they end only
@@ -109,19 +110,17 @@ class KeptViews:
             kept.remove((self._who, self))
 
 
-class ReaderViews:
-    """A checkpoint reader's views of the map: ``raw``, those it read (released at the
-    block's end), and those it handed to its caller (kept: :class:`KeptViews`)."""
+class ReaderViews(list[memoryview]):
+    """A checkpoint reader's views of the map once it handed one out: itself the list of
+    those it read (a plain list until then: the read path's appends and truth tests stay
+    C calls), ``handed`` those handed to its caller, and the read they keep."""
 
-    __slots__ = ("handed", "kept", "raw")
+    __slots__ = ("handed", "kept")
 
-    def __init__(self) -> None:
-        self.raw: list[memoryview] = []
+    def __init__(self, read: list[memoryview]) -> None:
+        super().__init__(read)
         self.handed: list[memoryview] = []
         self.kept: KeptViews | None = None
-
-    def __bool__(self) -> bool:
-        return bool(self.raw or self.handed)
 
     def hand(self, store: Backend, txn: Txn[memoryview], who: int, view: memoryview) -> memoryview:
         """``view`` as handed to the caller: kept when it points into memory no object owns
@@ -133,20 +132,21 @@ class ReaderViews:
         self.handed.append(self.kept.wrap(view))
         return self.handed[-1]
 
-    def release(self) -> None:
-        """At the block's end: every view released, except what a slice or export keeps
-        (handed ones first: each exports its map view until the last object made from it
-        goes)."""
-        for views in (self.handed, self.raw):
-            for view in views:
-                with contextlib.suppress(BufferError):  # exported: kept, or internal
-                    view.release()
-            views.clear()
-
     def block_ended(self) -> bool:
         """True when the reader ends its read now; False: kept views hold it."""
         kept = self.kept
         return kept is None or kept.block_ended()
+
+
+def release_views(views: list[memoryview]) -> None:
+    """At a reader's block end: every view released but what a slice or an export keeps
+    (the handed ones first: each exports its map view until the last object made from it
+    goes)."""
+    for each in (views.handed, views) if type(views) is ReaderViews else (views,):
+        for view in each:
+            with contextlib.suppress(BufferError):  # exported: kept, or an internal use's
+                view.release()
+        each.clear()
 
 
 def kept_by(kept: deque[tuple[int, Any]], who: int | None) -> bool:

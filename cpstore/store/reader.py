@@ -1,14 +1,13 @@
 """The reader a replay engine uses: one checkpoint, inside one LMDB read txn.
 
-``tokens()`` and ``token_values()`` return owned copies, and every other accessor
-returns decoded values or bytes. ``token_records()`` and ``token_value_views()`` point
-into the LMDB map: CPython cannot revoke a memoryview's slices and exports, so the
-views they hand out keep their read open while anything made from them is referenced
-after the block (kept_views.py: a slice read later reads the recorded bytes, never a
-page reused by a writer or unmapped by a resize). The package's own readers (validate,
-the replay cursor) take them with ``leased=True``: not kept, checked against
-:attr:`CheckpointView.lease` before each use. Every object is hash-checked on first
-use unless the reader was opened with ``verify=False``.
+``tokens()`` and ``token_values()`` return owned copies, every other accessor decoded
+values or bytes. ``token_records()`` and ``token_value_views()`` point into the LMDB
+map: CPython cannot revoke a memoryview's slices and exports, so the views they hand
+out keep their read open while anything made from them outlives the block (kept_views.py:
+a slice read later reads the recorded bytes, never a page reused or unmapped). The
+package's own readers (validate, the replay cursor) take ``leased=True`` views: not
+kept, checked against :attr:`CheckpointView.lease` before each use. Every object is
+hash-checked on first use unless the reader was opened with ``verify=False``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ from cpstore.store.backend import FORKS as _FORKS
 from cpstore.store.backend import LEASES as _LEASES
 from cpstore.store.backend import Backend, Txn, forked_view
 from cpstore.store.fast_read import contents, read_parts
-from cpstore.store.kept_views import ReaderViews
+from cpstore.store.kept_views import ReaderViews, release_views
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
 from cpstore.store.model import Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
@@ -126,8 +125,8 @@ class CheckpointView:
         self._built: Manifest | None = None
         self._id: str | None = None
         self._verify = verify
-        # The map's views read and handed out, and the read those keep (kept_views.py).
-        self._views = ReaderViews()
+        # The map's views read; a ReaderViews once one is handed out (kept_views.py).
+        self._views: list[memoryview] = []
         # Non-empty exactly while the txn is open. Objects built from this
         # reader (the replay cursor) keep a reference and test its truth
         # before touching a view of the map: one cheap check per call.
@@ -194,10 +193,10 @@ class CheckpointView:
         if _LEASES:
             _LEASES.pop(id(self._lease), None)
         if self._views:
-            self._views.release()
+            release_views(self._views)
         self._cache.clear()
         if self._owner is None:
-            if not self._views.block_ended():
+            if type(self._views) is ReaderViews and not self._views.block_ended():
                 self._txn = None  # the caller's views hold it: the last one's release ends it
             else:  # on LMDB self._txn is forgotten as the read's entry goes
                 self._store.end_read(txn, self)
@@ -222,10 +221,10 @@ class CheckpointView:
             if _LEASES:
                 _LEASES.pop(id(self._lease), None)
             if self._views:
-                self._views.release()
+                release_views(self._views)
             self._cache.clear()
             self._txn = None
-            if self._views.block_ended():
+            if type(self._views) is not ReaderViews or self._views.block_ended():
                 self._store.lost_read(txn, self._who)
 
     def _fields(self) -> dict[str, Any]:
@@ -313,7 +312,7 @@ class CheckpointView:
         if check:
             self._checked.add(bytes(key))
         if type(view) is memoryview:  # a copy (a read without LMDB's lock file) has none
-            self._views.raw.append(view)
+            self._views.append(view)
         return view
 
     def verify_objects(self, *, derive_tokens: bool = True) -> tuple[Problem, ...]:
@@ -398,6 +397,8 @@ class CheckpointView:
         # A borrowed txn ends when its owner ends it: its views are the owner's.
         if self._txn is None or self._owner is not None:
             return view
+        if type(self._views) is not ReaderViews:
+            self._views = ReaderViews(self._views)
         return self._views.hand(self._store, self._txn, self._who, view)
 
     def token_count(self) -> int:
