@@ -419,7 +419,7 @@ class CheckpointView:
     def token_value_views(self, *, leased: bool = False) -> tuple[memoryview, memoryview]:
         """(values, uint64 LE offsets), zero-copy from LMDB, read-only: released at the
         block's end. A slice, ``memoryview()``, cast or export (``numpy.frombuffer``,
-        ctypes ``from_buffer``) of one still referenced then keeps reading the recorded
+        ``pickle.PickleBuffer``) of one still referenced then keeps reading the recorded
         bytes: the read stays open until the last is released, on any thread. Meanwhile
         the map cannot change size in this process (ReadHeldDuringResizeError) and a close
         leaves the environment open: copy (``bytes(view[a:b])``, :meth:`token_values`)
