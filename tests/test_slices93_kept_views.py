@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_begin_interrupted import interrupted_at
 
 import cpstore
 from cpstore.errors import ReadHeldDuringResizeError, StoreError
@@ -87,12 +88,12 @@ def test_releasing_the_last_slice_ends_the_read(tmp_path: Path) -> None:
     st, cid = _recorded(tmp_path / "s")
     made, _ = _kept(st, cid, "slice")
     env = st._backend.env
-    assert env.kept  # the read the slice holds
+    assert env.kept and env.reads_anywhere()  # the read the slice holds
     del made
-    assert not env.kept
+    assert not env.reads_anywhere()  # handed over (lost_read's note), counted as ended
     with st.read(cid) as cp:  # this thread's next read ends the handed-over one
         assert cp.token_count() == 40
-    assert not env._active
+    assert not env.kept and not env._active and not env._lost
     st.close()  # before the slice was released: "left open"
 
 
@@ -254,7 +255,8 @@ def test_a_slice_kept_by_another_thread_ends_its_read_where_it_is_released(
         made, inside = handed.pop()
         assert env.kept and bytes(made) == inside
         del made
-    assert not env.kept and env._lost  # handed over to be ended (lost_read)
+    assert not env.reads_anywhere()  # handed over to be ended (lost_read's note)
+    assert not env.kept and env._lost
     st.close()  # counted as ended: no "left open"
 
 
@@ -325,3 +327,70 @@ def test_a_fork_child_reads_a_kept_slice_while_the_parents_read_lasts(tmp_path: 
     done = _script(_FORKED, str(tmp_path / "s"))
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.split() == ["child-same", "ok"]  # before: the pages were reused
+
+
+_EXIT_FRAMES = {
+    "CheckpointView.__exit__",
+    "release_views",
+    "ReaderViews.block_ended",
+    "KeptViews.block_ended",
+    "KeptViews._claim",
+    "LmdbBackend.end_read",
+    "EnvTxns.end_read",
+}
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_an_interrupt_anywhere_in_the_blocks_end_never_ends_a_kept_read(
+    tmp_path: Path, keep: bool
+) -> None:
+    """Every landing of the block's end with a slice kept: the slice reads what it read inside
+    (its read not ended under it), and once it is released the read ends (nothing left);
+    with the views handed out and nothing kept, the read ends as well."""
+    st = cpstore.open(tmp_path / "s", map_size=256 << 20)
+    env = st._backend.env
+
+    def left_wrong(k: int, held: list[Any]) -> str | None:
+        made, inside = held[0] if held else (b"", b"")
+        st.delete_run(f"r{k}")  # its pages free for the writes below, unless the read holds
+        for _ in range(10):
+            st.put_object(os.urandom(3000))
+        if bytes(made) != inside:
+            return "the slice read reused pages"
+        held.clear()
+        del made
+        gc.collect()
+        with st._backend.read_txn():  # this thread's next read ends a handed-over one
+            pass
+        if env.kept or env._lost or env._active:
+            return f"left kept={list(env.kept)} lost={list(env._lost)} active={list(env._active)}"
+        return None
+
+    cids: dict[int, str] = {}
+    wrong: list[str] = []
+    k = 0
+    while not wrong:
+        k += 1
+        rec = st.recorder(f"r{k}")
+        for i in range(40):
+            rec.token("rng", f"value {k} {i}")
+        cids[k] = str(rec.checkpoint(0, {"k": k}))
+        rec.close()
+        held: list[Any] = []
+
+        def block(k: int = k, held: list[Any] = held) -> None:
+            with st.read(cids[k]) as cp:
+                made = cp.token_value_views()[0][1:]
+                if keep:
+                    held.append((made, bytes(made)))
+
+        landed = interrupted_at(k, _EXIT_FRAMES, block, qualified=True)
+        gc.collect()
+        why = left_wrong(k, held)
+        if why is not None:
+            wrong.append(f"{landed[0] if landed else 'through'}: {why}")
+        if not landed:
+            break
+    print("landings", k - 1)
+    assert wrong == [] and k > 10, (wrong, k)
+    st.close()

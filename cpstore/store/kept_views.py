@@ -18,8 +18,11 @@ environment open (``Env.left_open``).
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import time
 from collections import Counter, deque
+from operator import length_hint
 from typing import Any
 
 from cpstore.errors import ReadHeldDuringResizeError, StoreError
@@ -34,6 +37,7 @@ __all__ = [
     "held_read_error",
     "kept_by",
     "release_views",
+    "settle",
 ]
 
 #: The longest a map resize waits for reads that only kept views hold (they end only
@@ -49,65 +53,86 @@ _HOW = (
 class KeptViews:
     """The views one reader's read handed to its caller, and who ends that read.
 
-    Every step is one C call under the GIL (a list's append or pop, a deque's), never a
-    lock: the release runs in a finalizer, on any thread, inside any other call (a write
-    txn of this store, a resize's wait). Exactly one of the block's end and the last
-    release ends the read: whichever finds the block ended and no view left takes the
-    txn out of ``_txn`` (a one-item deque's ``pop``)."""
+    No Python code runs when a view goes: its ``ffi.gc`` callback is ``next(gone, cdata)``
+    (``functools.partial`` over a range iterator: C calls only, so no pending signal
+    handler lands in it, where an exception would be swallowed and the read never
+    ended; it runs on any thread, inside any other call), and ``length_hint(gone)`` says
+    how many went. The read is ended by the block's end when every view is gone by then,
+    else handed over by :func:`settle` (a thread's next read, a resize's or a close's
+    wait). Exactly one of them takes it: ``_handover`` (the read, then :data:`_END`) is
+    emptied into the taker's deque by one C call (``extend`` over ``iter(popleft,
+    _END)``), so nothing lands between the taking and the handing over, and a second
+    taker finds it empty (IndexError)."""
 
-    __slots__ = ("_by_block", "_ended", "_kept", "_live", "_store", "_txn", "_who")
+    __slots__ = (
+        "_by_block",
+        "_ended",
+        "_gone",
+        "_handover",
+        "_kept",
+        "_live",
+        "_on_release",
+        "_pid",
+        "_who",
+    )
 
-    def __init__(self, store: Backend, txn: Txn[memoryview], who: int) -> None:
-        self._store = store
-        self._txn: deque[Txn[memoryview]] = deque((txn,))
-        self._who = who
-        self._live: list[None] = []  # one per view made and not yet released
+    def __init__(self, kept: deque[tuple[int, Any]], txn: Txn[memoryview], who: int) -> None:
+        self._handover: deque[Any] = deque(((who, txn), _END))
+        self._live: list[None] = []  # one per view made
+        self._gone = iter(range(_MANY))  # one step per view gone
+        self._on_release = functools.partial(next, self._gone)
         self._ended: list[None] = []  # non-empty once the block ended
-        self._by_block: list[None] = []  # non-empty once the block's end took the read
-        self._kept: deque[tuple[int, Any]] | None = store.kept_reads()
+        self._by_block: deque[Any] = deque()  # the read, once the block's end took it
+        self._kept, self._who, self._pid = kept, who, os.getpid()
 
     def wrap(self, view: memoryview) -> memoryview:
-        """``view`` as a caller's view whose last slice or export ends the read."""
+        """``view`` as a caller's view whose last slice or export may end the read."""
         # Counted first and never undone: an interrupt landing before the callback is set
         # leaves the read open (a close gives up, a resize refuses), never ended early.
         self._live.append(None)
-        return kept_view(view, self._released)
+        return kept_view(view, self._on_release)
+
+    def all_released(self) -> bool:
+        """Whether the block ended and every view made from this read is gone."""
+        return bool(self._ended) and _MANY - length_hint(self._gone) >= len(self._live)
 
     def block_ended(self) -> bool:
         """At the block's end (its exit, or the reader's finalizer): True when the caller
-        ends the read now (no view outlives the block), False when kept views hold it.
-        Called again (an interrupt cut its caller short), it answers as before."""
+        ends the read now (no view outlives the block), False when kept views hold it
+        (noted as kept: :func:`settle` hands it over once they are gone). Called again
+        (an interrupt cut its caller short), it answers as before."""
         if self._by_block:
             return True
-        kept, entry = self._kept, (self._who, self)
-        if kept is not None and not self._ended and entry not in kept:
-            kept.append(entry)  # first: a resize or a close sees the read as kept
         self._ended.append(None)
-        if self._live or self._claim() is None:
-            return False
-        self._by_block.append(None)
-        if kept is not None and entry in kept:
-            kept.remove(entry)
-        return True
+        if self.all_released():
+            try:
+                self._by_block.extend(iter(self._handover.popleft, _END))
+            except IndexError:  # a settle took it: handed over as lost
+                return False
+            return True
+        entry = (self._who, self)
+        if entry not in self._kept:
+            self._kept.append(entry)
+        return False
 
-    def _claim(self) -> Txn[memoryview] | None:
-        try:
-            return self._txn.pop()
-        except IndexError:  # the other side took it
-            return None
 
-    def _released(self, _cdata: Any) -> None:
-        # ffi.gc's callback: the last object made from one view is gone.
-        self._live.pop()
-        if self._live or not self._ended:
-            return
-        txn = self._claim()
-        if txn is None:
-            return
-        self._store.lost_read(txn, self._who)  # first: the read is lost before not kept
-        kept = self._kept
-        if kept is not None:
-            kept.remove((self._who, self))
+#: The end of a :class:`KeptViews`' handover deque.
+_END = object()
+#: More views than one read makes (the range :class:`KeptViews` counts the gone ones by).
+_MANY = 1 << 62
+
+
+def settle(kept: deque[tuple[int, Any]], lost: deque[tuple[int, Any]]) -> None:
+    """Hand every kept read whose views are all gone over as a lost read (``lost``:
+    ``EnvTxns._lost``: its thread's next read ends it, a resize or a close counts it as
+    ended), and forget it as kept. Any thread; in a fork() child, none (the parent's)."""
+    for entry in tuple(kept):
+        views = entry[1]
+        if views.all_released() and views._pid == os.getpid():
+            with contextlib.suppress(IndexError):  # taken: by the block, or another settle
+                lost.extend(iter(views._handover.popleft, _END))
+            with contextlib.suppress(ValueError):
+                kept.remove(entry)
 
 
 class ReaderViews(list[memoryview]):
@@ -128,7 +153,10 @@ class ReaderViews(list[memoryview]):
         if type(view) is not memoryview or view.obj is not None:
             return view
         if self.kept is None:
-            self.kept = KeptViews(store, txn, who)
+            kept = store.kept_reads()
+            if kept is None:  # the engine's views are copies: nothing to keep
+                return view
+            self.kept = KeptViews(kept, txn, who)
         self.handed.append(self.kept.wrap(view))
         return self.handed[-1]
 
@@ -144,19 +172,22 @@ def release_views(views: list[memoryview]) -> None:
     goes)."""
     for each in (views.handed, views) if type(views) is ReaderViews else (views,):
         for view in each:
-            with contextlib.suppress(BufferError):  # exported: kept, or an internal use's
+            try:  # not contextlib.suppress: ~0.4 us a view less, on every reader's exit
                 view.release()
+            except BufferError:  # exported: kept, or an internal use's
+                continue
         each.clear()
 
 
-def kept_by(kept: deque[tuple[int, Any]], who: int | None) -> bool:
-    """Whether thread ``who`` (None: any) has a read that kept views hold."""
-    return any(who is None or t == who for t, _ in tuple(kept))
+def kept_by(kept: deque[tuple[int, Any]], who: int, lost: deque[tuple[int, Any]]) -> bool:
+    """Whether thread ``who`` has a read that kept views hold (those all gone settled)."""
+    settle(kept, lost)
+    return any(t == who for t, _ in tuple(kept))
 
 
 def held_read_error(path: str, kept: deque[tuple[int, Any]], who: int) -> StoreError:
     """What a resize (or a write waiting for one) tells thread ``who`` holding a read."""
-    if kept_by(kept, who):
+    if any(t == who for t, _ in tuple(kept)):
         return ReadHeldDuringResizeError(
             "the map must change size but a zero-copy view this thread took from a "
             "checkpoint reader (token_records, token_value_views) is still referenced "

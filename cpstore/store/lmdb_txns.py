@@ -28,7 +28,7 @@ from cpstore.errors import (
 )
 from cpstore.native.kept import kept_contextmanager, take_write_lock
 from cpstore.store.backend import Txn
-from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by
+from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by, settle
 from cpstore.store.lmdb_errors import closed_store_error, translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
@@ -129,6 +129,7 @@ class EnvTxns:
     def holds_read(self) -> bool:
         """True when the calling thread has a read txn of this env open (not a lost one)."""
         me, active = get_ident(), self._active
+        settle(self.kept, self._lost)  # a kept read whose views are all gone: not held
         return me in active and (not self._lost or active.count(me) > self._lost_counts()[me])
 
     def _lost_counts(self) -> Counter[int]:
@@ -145,6 +146,7 @@ class EnvTxns:
 
     def reads_anywhere(self) -> bool:
         """True when any thread of this process has a read txn of this env open."""
+        settle(self.kept, self._lost)  # as holds_read
         return self._reads_left(None) if self._lost else bool(self._active)
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
@@ -289,6 +291,8 @@ class EnvTxns:
         """
         if os.getpid() != self.pid:
             self.check_pid()
+        if self.kept:  # kept reads whose views are all gone: handed over as lost
+            settle(self.kept, self._lost)
         if self._lost:  # a read of some thread lost at its exit: this one's ended here
             self._end_lost()
         active, me = self._active, get_ident()
@@ -493,8 +497,10 @@ class EnvTxns:
                 try:
                     while self._reads_left(me) and time.monotonic() < deadline:
                         self._gate.wait(0.05)
+                        settle(self.kept, self._lost)
                     # LMDB's close aborts lost reads; a kept one of this thread: not closed
-                    yield held and not self._reads_left(me) and not kept_by(self.kept, me)
+                    quiet = not kept_by(self.kept, me, self._lost) and not self._reads_left(me)
+                    yield held and quiet
                 finally:
                     self.closing = self.closed  # a close given up (a handle taken meanwhile)
                     self._resizing = False
@@ -508,6 +514,7 @@ class EnvTxns:
     def _resize(self, size: int) -> None:
         # LMDB allows mdb_env_set_mapsize only while this process has no open
         # txn: hold the write lock and wait for every reader to leave.
+        settle(self.kept, self._lost)  # kept reads whose views are all gone: lost
         self._end_lost()  # this thread's lost reads (counted as ended while another resizes)
         if self.holds_read():
             raise self._holds_read_during_resize()
@@ -518,6 +525,7 @@ class EnvTxns:
                 while self._reads_left(None):
                     waiting.check(tuple(self._active), self._lost_counts(), self.kept)
                     self._gate.wait(0.05)
+                    settle(self.kept, self._lost)  # a slice released meanwhile: lost
                 for _, txn in tuple(self._lost):  # no lost txn open across the resize
                     txn.abort()
                 try:
