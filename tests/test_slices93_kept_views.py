@@ -347,7 +347,7 @@ def test_an_interrupt_anywhere_in_the_blocks_end_never_ends_a_kept_read(
     """Every landing of the block's end with a slice kept: the slice reads what it read inside
     (its read not ended under it), and once it is released the read ends (nothing left);
     with the views handed out and nothing kept, the read ends as well."""
-    st = cpstore.open(tmp_path / "s", map_size=256 << 20)
+    st: Any = cpstore.open(tmp_path / "s", map_size=256 << 20)
     env = st._backend.env
 
     def left_wrong(k: int, held: list[Any]) -> str | None:

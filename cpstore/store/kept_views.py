@@ -7,11 +7,12 @@ read txn ended they read pages a writer may reuse (wrong bytes), and once the ma
 (a resize here, or adopting another process's growth) memory no longer mapped (SIGBUS).
 So each view handed out is made by :func:`~cpstore.native.binding.kept_view`, which
 calls back when the last object made from it is gone, and the read ends then: at the
-block's end when nothing made from the views is left (the common case), else when the
-last slice or export is released, on whatever thread that is, through the handover of
-a lost read (``Backend.lost_read``: the owner thread's next read ends it; a resize or a
-close counts it as ended). Until then the read is open: the map cannot change size in
-this process (:class:`ResizeWait`, :func:`held_read_error`) and a close leaves the
+block's end when nothing made from the views is left (the common case), else once the
+last slice or export is released (on any thread): the next read, resize or close of
+the environment (:func:`settle`) hands it over as a lost read (``EnvTxns._lost``, what
+``lost_read`` appends to: the owner thread's next read ends it; a resize or a close
+counts it as ended). Until then the read is open: the map cannot change size in this
+process (:class:`ResizeWait`, :func:`held_read_error`) and a close leaves the
 environment open (``Env.left_open``).
 """
 
