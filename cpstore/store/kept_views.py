@@ -110,6 +110,7 @@ class KeptViews:
                 self._by_block.extend(iter(self._handover.popleft, _END))
             except IndexError:  # a settle took it: handed over as lost
                 return False
+            self._by_block[0] = _END  # the txn let go of: end_read frees its object
             return True
         entry = (self._who, self)
         if entry not in self._kept:

@@ -197,7 +197,7 @@ class CheckpointView:
         self._cache.clear()
         if self._owner is None:
             if type(self._views) is ReaderViews and not self._views.block_ended():
-                self._txn = None  # the caller's views hold it: the last one's release ends it
+                self._txn = None  # the caller's views hold it: settle() hands it over
             else:  # on LMDB self._txn is forgotten as the read's entry goes
                 self._store.end_read(txn, self)
         self._txn = None
