@@ -79,7 +79,7 @@ class _View:
         self.lease: Any = [True]
         self.id = "c" * 32
 
-    def token_value_views(self) -> tuple[memoryview, memoryview]:
+    def token_value_views(self, *, leased: bool = False) -> tuple[memoryview, memoryview]:
         return memoryview(self._blob), memoryview(self._offs).cast("B")
 
     def closed_error(self) -> Exception:

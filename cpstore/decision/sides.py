@@ -180,7 +180,7 @@ def _side_from_store(
     stack: ExitStack, store: CheckpointStore, checkpoint_id: str, label: str, verify: bool
 ) -> Side:
     cp = stack.enter_context(store.read(checkpoint_id, verify=verify))
-    view = memoryview(cp.token_records()).cast("B")  # zero-copy: used inside the block
+    view = memoryview(cp.token_records(leased=True)).cast("B")  # zero-copy: inside the block
     # Re-hash everything R names only by digest, in this read txn (the records
     # blob was just checked by token_records() and is not hashed again). Token value
     # digests are not re-derived one by one: the values and offsets objects

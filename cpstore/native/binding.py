@@ -58,6 +58,7 @@ __all__ = [
     "digest_batch_into",
     "digest_small",
     "first_divergence",
+    "kept_view",
     "native_digest",
     "scan_tokens",
     "select_simd",
@@ -108,6 +109,21 @@ def _buf(view: memoryview) -> Any:
     # from_buffer keeps a reference to the view for the lifetime of the cdata;
     # an empty view still yields a valid (non-dereferenced) pointer.
     return ffi.from_buffer("uint8_t[]", view)
+
+
+def kept_view(view: memoryview, on_release: Callable[[Any], None]) -> memoryview:
+    """A read-only view of ``view``'s bytes (no copy) that calls ``on_release`` once the
+    last object made from it is gone: the view, every slice, ``memoryview()`` and cast of
+    it and every export (``numpy.frombuffer``, ``pickle.PickleBuffer``). Python 3.11 has no
+    ``__buffer__``; cffi gives one: those objects share one managed buffer, which holds
+    cffi's buffer object, which holds the ``ffi.gc`` cdata, which holds the export of
+    ``view`` (keeping its memory) and runs ``on_release`` when freed, on the thread that
+    drops the last reference or collects it (a finalizer: it must not block). ``view``
+    stays exported until then (its ``release()`` raises BufferError). The result's ``.obj``
+    is cffi's buffer, which is writable: writing through it into a read-only mapping
+    kills the process (SIGSEGV), as any raw pointer does."""
+    tracked = ffi.gc(ffi.from_buffer(view), on_release)
+    return memoryview(_buffer(tracked, len(view))).toreadonly()
 
 
 def simd_path() -> str:

@@ -159,7 +159,7 @@ class _CheckpointValues(_BlockValues):
 
     def __init__(self, cp: CheckpointSource, records: memoryview, count: int) -> None:
         super().__init__(records, count, str(cp.id))
-        values, offsets = cp.token_value_views()
+        values, offsets = cp.token_value_views(leased=True)  # the lease is checked
         self._lease: Sized = cp.lease
         self._closed_error: Callable[[], Exception] = cp.closed_error
         self._values = memoryview(values).cast("B")
@@ -290,7 +290,7 @@ class ReplayCursor:
         """A zero-copy cursor over an open checkpoint view, usable inside that ``with``."""
         # Zero-copy: the views are private to the cursor, which checks the
         # reader's lease before each read (a copy of a 10 M token log is 320 MB).
-        view = memoryview(cp.token_records()).cast("B")
+        view = memoryview(cp.token_records(leased=True)).cast("B")
         count = view.nbytes // _SIZE
         log = cp.manifest.raw.get("tokens") if isinstance(cp.manifest.raw, Mapping) else None
         names = dict(log.get("kinds") or {}) if isinstance(log, Mapping) else {}

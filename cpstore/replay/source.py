@@ -3,8 +3,8 @@
 :class:`cpstore.CheckpointView` (``with store.read(id) as cp``) is the one
 cpstore ships; the replay room imports nothing of the store. The zero-copy
 members (``token_records``, ``token_value_views``) hand out views into the
-store's map: they are valid only while ``lease`` is non-empty, and
-``closed_error()`` is what to raise once it is empty.
+store's map; with ``leased=True`` (what the replay cursor asks) they are valid only
+while ``lease`` is non-empty, and ``closed_error()`` is what to raise once it is empty.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ class CheckpointSource(Protocol):
     def closed_error(self) -> Exception:
         """The error to raise for a use after the view closed."""
 
-    def token_records(self) -> memoryview:
+    def token_records(self, *, leased: bool = False) -> memoryview:
         """The packed TOKEN records (hash-checked), zero-copy."""
 
-    def token_value_views(self) -> tuple[memoryview, memoryview]:
+    def token_value_views(self, *, leased: bool = False) -> tuple[memoryview, memoryview]:
         """The token values blob and its offsets, zero-copy."""
 
     def effects(self) -> list[tuple[int, str, str]]:

@@ -12,6 +12,7 @@ implementation. Table and key layouts are the store's, not the engine's
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -174,6 +175,11 @@ class Backend(Protocol):
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
         """From a finalizer, any thread: thread ``who``'s txn from :meth:`begin_read` that
         :meth:`end_read` never got (an interrupt where its block's exit began)."""
+
+    def kept_reads(self) -> deque[tuple[int, Any]] | None:
+        """Reads whose zero-copy views (a slice of one) outlive their block, as (thread
+        ident, :class:`~cpstore.store.kept_views.KeptViews`); None: this engine's views are
+        copies, nothing is kept (kept_views.py)."""
 
     def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn and commit it; ``fn`` may run more than once."""

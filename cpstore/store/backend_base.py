@@ -13,6 +13,7 @@ import os
 import time
 import warnings
 import weakref
+from collections import deque
 from typing import Any
 
 from cpstore.store.at_exit import ExitGate, flush_bounded, lost_message
@@ -57,6 +58,11 @@ class BackendBase:
 
     def _exit_bound(self, wait: float) -> None:
         """Bound this engine's own waits of the exit flush by ``wait`` seconds (none)."""
+
+    def kept_reads(self) -> deque[tuple[int, Any]] | None:
+        """Reads a caller's zero-copy views keep past their block (Backend's): None, the
+        engine's views are copies (PostgreSQL); LMDB's are its environment's."""
+        return None
 
     def flush(self) -> None:
         """Commit every queued checkpoint (the engine's)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from _thread import LockType
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
@@ -339,6 +340,10 @@ class LmdbBackend(BackendBase):
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
         """A txn :meth:`end_read` never got (Backend's; EnvTxns.lost_read)."""
         self.env.lost_read(txn, who)
+
+    def kept_reads(self) -> deque[tuple[int, Any]]:
+        """Reads a caller's zero-copy views keep past their block (EnvTxns.kept)."""
+        return self.env.kept
 
     def write_txn(self, fn: Callable[[Txn[memoryview]], T]) -> T:
         """Run ``fn`` in one write txn and commit (retried after the map grows).

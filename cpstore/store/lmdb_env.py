@@ -289,9 +289,16 @@ class Env(EnvTxns):
         open, this process's other thread inside a txn of it; a ``none`` store is synced.
         A failed sync is the error (what may not be on disk), the left open a note on it."""
         wait = lmdb_txns.CLOSE_WAIT_SECONDS
+        held = (
+            "a zero-copy view of a checkpoint reader (token_records, token_value_views: a "
+            "slice, memoryview() or an export of one) still referenced after its block "
+            "keeps a read of this process open (kept_views.py; copy what must outlive the "
+            "block)"
+            if self.kept
+            else f"a transaction of another thread of this process did not end within {wait:.0f} s"
+        )
         left = StoreError(
-            f"the store's environment was left open: a transaction of another thread of "
-            f"this process did not end within {wait:.0f} s (closing it under "
+            f"the store's environment was left open: {held} (closing it under "
             "that transaction could crash the process); this handle is closed, the "
             "transaction ends as it would, and the next open of the store closes the "
             "environment once it is idle (else the process releases it at exit)",

@@ -21,7 +21,6 @@ import lmdb
 from cpstore.errors import (
     CpstoreError,
     ForkError,
-    ReadHeldDuringResizeError,
     StoreClosedError,
     StoreError,
     StoreFullError,
@@ -29,6 +28,7 @@ from cpstore.errors import (
 )
 from cpstore.native.kept import kept_contextmanager, take_write_lock
 from cpstore.store.backend import Txn
+from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by, settle
 from cpstore.store.lmdb_errors import closed_store_error, translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
@@ -87,6 +87,8 @@ class EnvTxns:
         self._txns: deque[Any] = deque()
         #: (thread ident, txn) of each read whose block's exit never ran: lost_read.
         self._lost: deque[tuple[int, Any]] = deque()
+        #: (thread ident, holder) of each read a caller's views keep past its block.
+        self.kept: deque[tuple[int, Any]] = deque()  # kept_views.KeptViews
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
         """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
@@ -127,6 +129,7 @@ class EnvTxns:
     def holds_read(self) -> bool:
         """True when the calling thread has a read txn of this env open (not a lost one)."""
         me, active = get_ident(), self._active
+        settle(self.kept, self._lost)  # a kept read whose views are all gone: not held
         return me in active and (not self._lost or active.count(me) > self._lost_counts()[me])
 
     def _lost_counts(self) -> Counter[int]:
@@ -143,6 +146,7 @@ class EnvTxns:
 
     def reads_anywhere(self) -> bool:
         """True when any thread of this process has a read txn of this env open."""
+        settle(self.kept, self._lost)  # as holds_read
         return self._reads_left(None) if self._lost else bool(self._active)
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
@@ -169,6 +173,7 @@ class EnvTxns:
                         lost.remove(item)
                     finally:
                         self._active.remove(me)
+            self._drop_unused_txns()  # an aborted read keeps its reader slot until freed
 
     def _reads_left(self, me: int | None) -> bool:
         """Whether a read of a thread other than ``me`` is open, lost ones not counted."""
@@ -286,6 +291,8 @@ class EnvTxns:
         """
         if os.getpid() != self.pid:
             self.check_pid()
+        if self.kept:  # kept reads whose views are all gone: handed over as lost
+            settle(self.kept, self._lost)
         if self._lost:  # a read of some thread lost at its exit: this one's ended here
             self._end_lost()
         active, me = self._active, get_ident()
@@ -378,7 +385,9 @@ class EnvTxns:
                 lock.release()
             raise
         try:
-            if self._lost:  # a writer may never read: lost txns end here too (review93)
+            if self.kept:  # a writer may never read: kept reads settle and lost txns
+                settle(self.kept, self._lost)  # end here too (review93)
+            if self._lost:
                 self._end_lost()
             while True:
                 try:
@@ -441,13 +450,8 @@ class EnvTxns:
         return self.closed_error() if self.closed else translate(exc, self.path)
 
     def _holds_read_during_resize(self) -> StoreError:
-        if self.closing:
-            return self.closed_error()
-        return ReadHeldDuringResizeError(
-            "the map must change size but this thread holds an open read view",
-            where=self.path,
-            expected="no open store.read() in a thread that writes while the map grows",
-        )
+        closing, me = self.closing, get_ident()
+        return self.closed_error() if closing else held_read_error(self.path, self.kept, me)
 
     def _lock_writes(self) -> None:
         """Take the write lock, or StoreError where waiting would deadlock: a resize holds
@@ -494,7 +498,10 @@ class EnvTxns:
                 try:
                     while self._reads_left(me) and time.monotonic() < deadline:
                         self._gate.wait(0.05)
-                    yield held and not self._reads_left(me)  # LMDB's close aborts lost ones
+                        settle(self.kept, self._lost)
+                    # LMDB's close aborts lost reads; a kept one of this thread: not closed
+                    quiet = not kept_by(self.kept, me, self._lost) and not self._reads_left(me)
+                    yield held and quiet
                 finally:
                     self.closing = self.closed  # a close given up (a handle taken meanwhile)
                     self._resizing = False
@@ -508,24 +515,18 @@ class EnvTxns:
     def _resize(self, size: int) -> None:
         # LMDB allows mdb_env_set_mapsize only while this process has no open
         # txn: hold the write lock and wait for every reader to leave.
+        settle(self.kept, self._lost)  # kept reads whose views are all gone: lost
         self._end_lost()  # this thread's lost reads (counted as ended while another resizes)
         if self.holds_read():
             raise self._holds_read_during_resize()
         with self.write_lock, self._gate:
             self._resizing = True
             try:
-                bound = self.resize_wait
-                deadline = None if bound is None else time.monotonic() + bound
+                waiting = ResizeWait(self.path, self.resize_wait)  # raises when it is over
                 while self._reads_left(None):
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise StoreError(
-                            "the map must change size but a read of another thread "
-                            "of this process did not end",
-                            where=self.path,
-                            expected=f"every store.read() block ended within {bound} s",
-                            got=f"{len(self._active)} open read(s)",
-                        )
+                    waiting.check(tuple(self._active), self._lost_counts(), self.kept)
                     self._gate.wait(0.05)
+                    settle(self.kept, self._lost)  # a slice released meanwhile: lost
                 for _, txn in tuple(self._lost):  # no lost txn open across the resize
                     txn.abort()
                 try:

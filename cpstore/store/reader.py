@@ -1,18 +1,17 @@
 """The reader a replay engine uses: one checkpoint, inside one LMDB read txn.
 
-Nothing handed to user code points into the LMDB map: ``tokens()`` and
-``token_values()`` return owned copies, and every other accessor returns
-decoded values or bytes. The zero-copy views of the map stay inside the
-package (validate, the replay cursor), which check :attr:`CheckpointView.lease`
-before each use, because CPython cannot revoke a memoryview's slices and
-py-lmdb's buffers point straight into the map: once the block ends and the
-map grows, such a view would read unmapped memory (SIGSEGV). Every object is
+``tokens()`` and ``token_values()`` return owned copies, every other accessor decoded
+values or bytes. ``token_records()`` and ``token_value_views()`` point into the LMDB
+map: CPython cannot revoke a memoryview's slices and exports, so the views they hand
+out keep their read open while anything made from them outlives the block (kept_views.py:
+a slice read later reads the recorded bytes, never a page reused or unmapped). The
+package's own readers (validate, the replay cursor) take ``leased=True`` views: not
+kept, checked against :attr:`CheckpointView.lease` before each use. Every object is
 hash-checked on first use unless the reader was opened with ``verify=False``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import struct
 from threading import get_ident
 from typing import Any
@@ -34,6 +33,7 @@ from cpstore.store.backend import FORKS as _FORKS
 from cpstore.store.backend import LEASES as _LEASES
 from cpstore.store.backend import Backend, Txn, forked_view
 from cpstore.store.fast_read import contents, read_parts
+from cpstore.store.kept_views import ReaderViews, release_views
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
 from cpstore.store.model import Problem, created_at_of
 from cpstore.store.objects import get_object, load_chunked
@@ -125,6 +125,7 @@ class CheckpointView:
         self._built: Manifest | None = None
         self._id: str | None = None
         self._verify = verify
+        # The map's views read; a ReaderViews once one is handed out (kept_views.py).
         self._views: list[memoryview] = []
         # Non-empty exactly while the txn is open. Objects built from this
         # reader (the replay cursor) keep a reference and test its truth
@@ -192,10 +193,13 @@ class CheckpointView:
         if _LEASES:
             _LEASES.pop(id(self._lease), None)
         if self._views:
-            self._release_views()
+            release_views(self._views)
         self._cache.clear()
-        if self._owner is None:  # on LMDB self._txn is forgotten as the read's entry goes
-            self._store.end_read(txn, self)
+        if self._owner is None:
+            if type(self._views) is ReaderViews and not self._views.block_ended():
+                self._txn = None  # the caller's views hold it: settle() hands it over
+            else:  # on LMDB self._txn is forgotten as the read's entry goes
+                self._store.end_read(txn, self)
         self._txn = None
         if exc is not None and isinstance(exc, self._store.engine_error):
             raise self._store.translate(exc) from None
@@ -207,18 +211,21 @@ class CheckpointView:
         # this reader must not read the map once the txn ends and the map may move) and
         # the read is handed over to be ended (EnvTxns.lost_read; PostgreSQL: nothing).
         # Its zero-copy views are released first, as __exit__ releases them: one kept by a
-        # caller (token_value_views) read the pages of an ended txn (review90). The txn is
-        # forgotten: an __exit__ run after this (a cycle's finalizers, any order, any
-        # thread) returns, leaving the read to its owner, who may have ended it already.
+        # caller (token_value_views) read the pages of an ended txn (review90); a slice kept
+        # holds the read until its release hands it over (slices93). The txn is forgotten:
+        # an __exit__ run after this (a cycle's finalizers, any order, any thread) returns,
+        # leaving the read to its owner, who may have ended it already.
         txn = self._txn
         if txn is not None and self._owner is None:
             self._lease.clear()
             if _LEASES:
                 _LEASES.pop(id(self._lease), None)
             if self._views:
-                self._release_views()
+                release_views(self._views)
+            self._cache.clear()
             self._txn = None
-            self._store.lost_read(txn, self._who)
+            if type(self._views) is not ReaderViews or self._views.block_ended():
+                self._store.lost_read(txn, self._who)
 
     def _fields(self) -> dict[str, Any]:
         """The manifest map with every field shape-checked (checked once, on first use)."""
@@ -284,12 +291,6 @@ class CheckpointView:
             expected="use inside with store.read(checkpoint_id) as cp: ...",
             got="use after the with block ended",
         )
-
-    def _release_views(self) -> None:
-        for view in self._views:
-            with contextlib.suppress(BufferError):  # still exported: the txn ends anyway
-                view.release()
-        self._views.clear()
 
     def _not_live(self) -> InvalidInputError | ForkError:
         """Why this view cannot read (its txn is None, or it was entered before a fork():
@@ -369,13 +370,15 @@ class CheckpointView:
         anything sliced or cast from it stay valid after the block ends.
         """
         if "tokens_copy" not in self._cache:
-            self._cache["tokens_copy"] = memoryview(bytes(self.token_records()))
+            self._cache["tokens_copy"] = memoryview(bytes(self.token_records(leased=True)))
         view: memoryview = self._cache["tokens_copy"]
         return view
 
-    def token_records(self) -> memoryview:
-        """The packed TOKEN records, zero-copy from LMDB: only for use inside the block
-        (a slice of it is not released at the block's end: see token_value_views)."""
+    def token_records(self, *, leased: bool = False) -> memoryview:
+        """The packed TOKEN records (32 bytes each), zero-copy from LMDB, read-only: released
+        at the block's end, what is made from it kept valid as :meth:`token_value_views`
+        says. ``leased=True``: the map's own view, not kept, for a caller that checks
+        :attr:`lease` before each read and keeps no slice past the block (the cursor)."""
         if self._fork != _FORKS[0]:  # the cached view is of the parent's txn (audit45)
             raise self._not_live()
         if "tokens" not in self._cache:
@@ -384,7 +387,19 @@ class CheckpointView:
                 memoryview(b"") if log is None else self._object(log["records"], "token records")
             )
         view: memoryview = self._cache["tokens"]
-        return view
+        if leased:
+            return view
+        if "tokens_kept" not in self._cache:
+            self._cache["tokens_kept"] = self._hand(view)
+        return self._cache["tokens_kept"]  # type: ignore[no-any-return]
+
+    def _hand(self, view: memoryview) -> memoryview:
+        # A borrowed txn ends when its owner ends it: its views are the owner's.
+        if self._txn is None or self._owner is not None:
+            return view
+        if type(self._views) is not ReaderViews:
+            self._views = ReaderViews(self._views)
+        return self._views.hand(self._store, self._txn, self._who, view)
 
     def token_count(self) -> int:
         """Number of recorded tokens."""
@@ -396,16 +411,20 @@ class CheckpointView:
         Copied once per reader, like :meth:`tokens`.
         """
         if "values_copy" not in self._cache:
-            values, offsets = self.token_value_views()
+            values, offsets = self.token_value_views(leased=True)
             self._cache["values_copy"] = (memoryview(bytes(values)), memoryview(bytes(offsets)))
         pair: tuple[memoryview, memoryview] = self._cache["values_copy"]
         return pair
 
-    def token_value_views(self) -> tuple[memoryview, memoryview]:
-        """(values, offsets), zero-copy from LMDB: only for use inside the block. They are
-        released at its end, but a slice or a view made from them is not (Python cannot):
-        read after the block it reads freed pages, and after a map resize kills the process
-        (SIGBUS). Copy (``bytes(...)``) what must outlive the block."""
+    def token_value_views(self, *, leased: bool = False) -> tuple[memoryview, memoryview]:
+        """(values, uint64 LE offsets), zero-copy from LMDB, read-only: released at the
+        block's end. A slice, ``memoryview()``, cast or export (``numpy.frombuffer``,
+        ``pickle.PickleBuffer``) of one still referenced then keeps reading the recorded
+        bytes: the read stays open until the last is released, on any thread. Meanwhile
+        the map cannot change size in this process (ReadHeldDuringResizeError) and a close
+        leaves the environment open: copy (``bytes(view[a:b])``, :meth:`token_values`)
+        what must outlive the block (docs/store.md, "Zero-copy views", fork() children).
+        ``leased=True``: as :meth:`token_records`'s."""
         if self._fork != _FORKS[0]:  # the cached views are of the parent's txn (audit45)
             raise self._not_live()
         if "values" not in self._cache:
@@ -424,16 +443,20 @@ class CheckpointView:
                     )
                 self._cache["values"] = (values, offsets)
         pair: tuple[memoryview, memoryview] = self._cache["values"]
-        return pair
+        if leased:
+            return pair
+        if "values_kept" not in self._cache:
+            self._cache["values_kept"] = (self._hand(pair[0]), self._hand(pair[1]))
+        return self._cache["values_kept"]  # type: ignore[no-any-return]
 
     def token(self, i: int) -> tuple[int, str, str, Any]:
         """(seq, kind name, provenance, value) of token ``i``, for reports."""
         count = self.token_count()
         if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < count:
             raise InvalidInputError("token index out of range", expected=f"0 <= i < {count}", got=i)
-        records = self.token_records()
+        records = self.token_records(leased=True)
         seq, code, prov = _TOKEN_HEAD.unpack_from(records, 32 * i)
-        values, offsets = self.token_value_views()
+        values, offsets = self.token_value_views(leased=True)
         start = _OFFSET.unpack_from(offsets, 8 * i)[0]
         end = _OFFSET.unpack_from(offsets, 8 * i + 8)[0]
         if not start <= end <= len(values):
