@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_review90_lost_cycle import _blocks
 
 import cpstore
 from cpstore.store.lmdb_backend import LmdbBackend
@@ -43,21 +43,6 @@ def _file_bytes(st: Any) -> int:
 def _put_and_delete(st: Any, run: str) -> None:
     st.recorder(run).checkpoint(0, {"x": os.urandom(_STATE).hex()})
     st.delete_run(run)
-
-
-def _blocks(st: Any, cid: str) -> dict[str, Callable[[], Generator[Any, None, None]]]:
-    def read_txn_block() -> Generator[Any, None, None]:
-        holder = st._backend.read_txn()
-        with holder as txn:
-            yield holder
-            txn.get(b"x")
-
-    def checkpoint_view() -> Generator[Any, None, None]:
-        with st.read(cid) as cp:
-            yield cp
-            cp.state()
-
-    return {"_Read": read_txn_block, "CheckpointView": checkpoint_view}
 
 
 def _lose_a_read(st: Any, cid: str, kind: str, idle: threading.Event | None) -> None:

@@ -137,10 +137,9 @@ def test_a_close_while_a_slice_lives_leaves_the_environment_open_and_says_why(
         assert cp.token_count() == 40
 
 
-_RESIZE_HERE = """
-import sys, cpstore, os
-from cpstore.errors import ReadHeldDuringResizeError
-st = cpstore.open(sys.argv[1], map_size=1 << 20)
+#: A child script's start: ``st`` open, a run recorded, a slice ``kept`` of its values view
+#: made in a block that ended, and the bytes it read there (``inside``).
+_KEPT = """
 rec = st.recorder("r")
 for i in range(40):
     rec.token("rng", f"value {i}")
@@ -149,7 +148,16 @@ rec.close()
 with st.read(cid) as cp:
     kept = cp.token_value_views()[0][1:]
     inside = bytes(kept)
-try:
+"""
+
+_RESIZE_HERE = (
+    """
+import sys, cpstore, os
+from cpstore.errors import ReadHeldDuringResizeError
+st = cpstore.open(sys.argv[1], map_size=1 << 20)
+"""
+    + _KEPT
+    + """try:
     for _ in range(12):
         st.put_object(os.urandom(256 * 1024))  # the map must grow
     print("grown")
@@ -163,6 +171,7 @@ for _ in range(12):
 st.close()
 print("ok")
 """
+)
 
 
 def _script(code: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -191,20 +200,15 @@ with cpstore.open(sys.argv[1], map_size=1 << 20) as st:
         st.put_object(os.urandom(256 * 1024))
 """
 
-_ADOPT = """
+_ADOPT = (
+    """
 import sys, cpstore, subprocess
 from cpstore.errors import ReadHeldDuringResizeError
 path, grow = sys.argv[1], sys.argv[2]
 st = cpstore.open(path, map_size=1 << 20)
-rec = st.recorder("r")
-for i in range(40):
-    rec.token("rng", f"value {i}")
-cid = str(rec.checkpoint(0, {"a": 1}))
-rec.close()
-with st.read(cid) as cp:
-    kept = cp.token_value_views()[0][1:]
-    inside = bytes(kept)
-subprocess.run([sys.executable, "-c", grow, path], check=True)  # another process grows it
+"""
+    + _KEPT
+    + """subprocess.run([sys.executable, "-c", grow, path], check=True)  # another grows it
 try:
     with st.read(cid) as cp:  # adopts the growth: the map moves
         pass
@@ -219,6 +223,7 @@ with st.read(cid) as cp:
 st.close()
 print("ok")
 """
+)
 
 
 def test_a_slice_kept_while_another_process_grows_the_map(tmp_path: Path) -> None:
@@ -312,18 +317,13 @@ def test_reads_kept_until_each_function_returns_free_their_reader_slots(tmp_path
     st.close()
 
 
-_FORKED = """
+_FORKED = (
+    """
 import os, sys, cpstore
 st = cpstore.open(sys.argv[1], map_size=64 << 20)
-rec = st.recorder("r")
-for i in range(40):
-    rec.token("rng", f"value {i}")
-cid = str(rec.checkpoint(0, {"a": 1}))
-rec.close()
-with st.read(cid) as cp:
-    kept = cp.token_value_views()[0][1:]
-    inside = bytes(kept)
-r, w = os.pipe()
+"""
+    + _KEPT
+    + """r, w = os.pipe()
 go_r, go_w = os.pipe()
 pid = os.fork()
 if pid == 0:
@@ -344,6 +344,7 @@ del kept
 st.close()
 print("ok")
 """
+)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
