@@ -78,7 +78,8 @@ def take(
     back only when a taker of the pool ends that read. Looked for only before the wait, a
     read lost while it waited was never ended (its owner idle): a store of ``pool_max=1``
     failed the waiting thread after 30 s with the one connection free to take (review93).
-    PoolTimeout once ``wait`` ran out; PoolClosed as getconn raises it."""
+    PoolTimeout once ``wait`` ran out, naming ``wait`` (the last slice's named its own
+    fraction of a second: review94); PoolClosed as getconn raises it."""
     end = monotonic() + wait
     while True:
         between()
@@ -86,7 +87,7 @@ def take(
             return pool.getconn(max(min(end - monotonic(), LOST_SLICE), 0.001))
         except PoolTimeout:
             if monotonic() >= end:
-                raise
+                raise PoolTimeout(f"couldn't get a connection after {wait:.2f} sec") from None
 
 
 def _ours_ignored(record: logging.LogRecord) -> bool:
