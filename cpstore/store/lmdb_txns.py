@@ -85,7 +85,8 @@ class EnvTxns:
         #: inside read blocks (audit36). Held here, a txn object is freed only by
         #: :meth:`_drop_unused_txns` (never beside a close) or after the close.
         self._txns: deque[Any] = deque()
-        #: (thread ident, txn) of each read whose block's exit never ran: lost_read.
+        #: (thread ident, txn: None once aborted by another thread) of each read whose
+        #: block's exit never ran (lost_read).
         self._lost: deque[tuple[int, Any]] = deque()
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
@@ -155,7 +156,9 @@ class EnvTxns:
 
     def _end_lost(self) -> None:
         """Abort every lost read's txn (at any read or write: an owner never reading again
-        pinned its snapshot, review93) and end this thread's, unless a resize or close runs."""
+        pinned its snapshot, review93) and end this thread's, unless a resize or close runs.
+        Another's is let go once aborted: py-lmdb keeps an aborted read's reader slot until
+        its object is freed, and idle owners' ran the lock file's 1,022 out (review94)."""
         me, lost = get_ident(), self._lost
         if not lost:
             return
@@ -163,12 +166,16 @@ class EnvTxns:
             if self._resizing:
                 return
             for item in tuple(lost):
-                item[1].abort()  # py-lmdb: a second abort does nothing
-                if item[0] == me:
+                who, txn = item
+                if txn is not None:
+                    txn.abort()  # py-lmdb: a second abort does nothing
+                if who == me:
                     try:
                         lost.remove(item)
                     finally:
                         self._active.remove(me)
+                elif txn is not None:  # let go: py-lmdb frees its reader slot with it (_txns)
+                    lost[lost.index(item)] = (who, None)
 
     def _reads_left(self, me: int | None) -> bool:
         """Whether a read of a thread other than ``me`` is open, lost ones not counted."""
@@ -228,12 +235,9 @@ class EnvTxns:
                 self._leave_read()
 
     def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
-        """Run ``attempt`` (which begins txns) again until the map it sees is current.
-
-        The one place that handles growth by another process: LMDB refuses
-        every txn of this one with MDB_MAP_RESIZED until it adopts the new size
-        (``adopt=False`` while opening, when opening again does it).
-        """
+        """Run ``attempt`` (which begins txns) again until the map it sees is current: the
+        one place that handles growth by another process (LMDB refuses every txn of this one
+        with MDB_MAP_RESIZED until it adopts the new size; ``adopt=False`` while opening)."""
         while True:
             try:
                 return attempt()
@@ -242,11 +246,9 @@ class EnvTxns:
                     self.adopt_map_size()
 
     def _begin(self, *, write: bool) -> Txn[memoryview]:
-        """Begin a txn, adopting map growth (:meth:`begin_read` inlines the common read).
-
-        A read is entered in the bookkeeping (pair it with :meth:`_leave_read`);
-        a write needs the caller to hold ``write_lock``.
-        """
+        """Begin a txn, adopting map growth (:meth:`begin_read` inlines the common read). A
+        read is entered in the bookkeeping (pair it with :meth:`_leave_read`); a write needs
+        the caller to hold ``write_lock``."""
 
         def attempt() -> Txn[memoryview]:
             active, me = self._active, get_ident()
@@ -278,12 +280,10 @@ class EnvTxns:
                 raise self.error_of(exc) from None
 
     def begin_read(self) -> Txn[memoryview]:
-        """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`.
-
-        The common case is inline (entry published before looking for a resize,
-        as in :meth:`_enter_read`); a resize, growth to adopt, full reader slots
-        or an error to translate take :meth:`_begin`.
-        """
+        """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`. The
+        common case is inline (entry published before looking for a resize, as in
+        :meth:`_enter_read`); a resize, growth to adopt, full reader slots or an error to
+        translate take :meth:`_begin`."""
         if os.getpid() != self.pid:
             self.check_pid()
         if self._lost:  # a read of some thread lost at its exit: this one's ended here
@@ -527,7 +527,7 @@ class EnvTxns:
                         )
                     self._gate.wait(0.05)
                 for _, txn in tuple(self._lost):  # no lost txn open across the resize
-                    txn.abort()
+                    txn is None or txn.abort()
                 try:
                     self.env.set_mapsize(size)
                 except lmdb.Error as exc:
