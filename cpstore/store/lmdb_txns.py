@@ -85,8 +85,7 @@ class EnvTxns:
         #: inside read blocks (audit36). Held here, a txn object is freed only by
         #: :meth:`_drop_unused_txns` (never beside a close) or after the close.
         self._txns: deque[Any] = deque()
-        #: (thread ident, txn: None once aborted by another thread) of each read whose
-        #: block's exit never ran (lost_read).
+        #: (thread ident, txn: None once another aborted it) per read never exited: lost_read.
         self._lost: deque[tuple[int, Any]] = deque()
 
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
@@ -156,9 +155,9 @@ class EnvTxns:
 
     def _end_lost(self) -> None:
         """Abort every lost read's txn (at any read or write: an owner never reading again
-        pinned its snapshot, review93) and end this thread's, unless a resize or close runs.
-        Another's is let go once aborted: py-lmdb keeps an aborted read's reader slot until
-        its object is freed, and idle owners' ran the lock file's 1,022 out (review94)."""
+        pinned its snapshot, review93), let go of another's (py-lmdb frees its reader slot
+        with it, review94) and end this thread's, unless a resize or close runs; one a read
+        begun inside (a signal handler's) ended is passed over (review94)."""
         me, lost = get_ident(), self._lost
         if not lost:
             return
@@ -169,6 +168,8 @@ class EnvTxns:
                 who, txn = item
                 if txn is not None:
                     txn.abort()  # py-lmdb: a second abort does nothing
+                if item not in lost:  # ended meanwhile: a read begun there (review94)
+                    continue
                 if who == me:
                     try:
                         lost.remove(item)
@@ -350,8 +351,8 @@ class EnvTxns:
                     self._gate.notify_all()
 
     def read(self) -> _Read:
-        """A read txn handing out zero-copy views, for a ``with`` block; views die with
-        the txn. An LMDB error raised in the block is translated (lmdb_errors)."""
+        """A read txn (its zero-copy views die with it) for a ``with`` block; an LMDB error
+        raised in the block is translated (lmdb_errors)."""
         return _Read(self)
 
     def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
