@@ -131,8 +131,8 @@ class EnvTxns:
 
     def _lost_counts(self) -> Counter[int]:
         """Thread ident -> its reads lost_read handed over, not yet ended: one copy of the
-        deque (``tuple()``, one C call under the GIL), nothing removed, no lock taken."""
-        return Counter(who for who, _ in tuple(self._lost))
+        deque (``list()``, no collection inside: tuple()'s raised, review94), no lock."""
+        return Counter(who for who, _ in list(self._lost))
 
     def writes_here(self) -> bool:
         """True when the calling thread holds ``write_lock`` (inside a write txn or a resize).
@@ -164,7 +164,7 @@ class EnvTxns:
         with self._gate:
             if self._resizing:
                 return
-            for item in tuple(lost):
+            for item in list(lost):
                 who, txn = item
                 if txn is not None:
                     txn.abort()  # py-lmdb: a second abort does nothing
@@ -180,7 +180,7 @@ class EnvTxns:
 
     def _reads_left(self, me: int | None) -> bool:
         """Whether a read of a thread other than ``me`` is open, lost ones not counted."""
-        active = tuple(self._active)
+        active = list(self._active)
         if not self._lost:
             return any(t != me for t in active)
         lost = self._lost_counts()
@@ -527,7 +527,7 @@ class EnvTxns:
                             got=f"{len(self._active)} open read(s)",
                         )
                     self._gate.wait(0.05)
-                for _, txn in tuple(self._lost):  # no lost txn open across the resize
+                for _, txn in list(self._lost):  # no lost txn open across the resize
                     txn is None or txn.abort()
                 try:
                     self.env.set_mapsize(size)
