@@ -5,7 +5,8 @@ pool (``_acquire`` ends the lost reads first). A thread already waiting for a co
 had looked before the read was lost: with the pool's connections held by reads that were
 then handed over as lost (their holders' finalizers) and their owners idle, nothing ended
 them, and the waiting thread failed after 30 s (StoreConnectionError) with a connection
-free to take. The wait now looks for lost reads every ``pg_pool.LOST_SLICE`` seconds.
+free to take. The wait now looks for lost reads every ``pg_pool.LOST_SLICE`` seconds (since
+review94: a thread the finalizer starts while threads wait, ``pg_pool.end_lost_for_waiters``).
 """
 
 from __future__ import annotations

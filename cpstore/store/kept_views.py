@@ -128,7 +128,7 @@ def settle(kept: deque[tuple[int, Any]], lost: deque[tuple[int, Any]]) -> None:
     """Hand every kept read whose views are all gone over as a lost read (``lost``:
     ``EnvTxns._lost``: its thread's next read ends it, a resize or a close counts it as
     ended), and forget it as kept. Any thread; in a fork() child, none (the parent's)."""
-    for entry in tuple(kept):
+    for entry in list(kept):
         views = entry[1]
         if views.all_released() and views._made_in is PROCESS[0]:
             with contextlib.suppress(IndexError):  # taken: by the block, or another settle
@@ -184,12 +184,12 @@ def release_views(views: list[memoryview]) -> None:
 def kept_by(kept: deque[tuple[int, Any]], who: int, lost: deque[tuple[int, Any]]) -> bool:
     """Whether thread ``who`` has a read that kept views hold (those all gone settled)."""
     settle(kept, lost)
-    return any(t == who for t, _ in tuple(kept))
+    return any(t == who for t, _ in list(kept))
 
 
 def held_read_error(path: str, kept: deque[tuple[int, Any]], who: int) -> StoreError:
     """What a resize (or a write waiting for one) tells thread ``who`` holding a read."""
-    if any(t == who for t, _ in tuple(kept)):
+    if any(t == who for t, _ in list(kept)):
         return ReadHeldDuringResizeError(
             "the map must change size but a zero-copy view this thread took from a "
             "checkpoint reader (token_records, token_value_views) is still referenced "
@@ -215,9 +215,7 @@ class ResizeWait:
         self._deadline = None if bound is None else time.monotonic() + bound
         self._kept_since: float | None = None
 
-    def check(
-        self, active: tuple[int, ...], lost: Counter[int], kept: deque[tuple[int, Any]]
-    ) -> None:
+    def check(self, active: list[int], lost: Counter[int], kept: deque[tuple[int, Any]]) -> None:
         """Raise when the wait is over; ``active``/``lost``: EnvTxns' reads, lost reads."""
         now = time.monotonic()
         if self._deadline is not None and now >= self._deadline:
@@ -227,7 +225,7 @@ class ResizeWait:
                 expected=f"every store.read() block ended within {self._bound} s",
                 got=f"{len(active)} open read(s)",
             )
-        held = Counter(t for t, _ in tuple(kept)) if kept else None
+        held = Counter(t for t, _ in list(kept)) if kept else None
         if held is None or any(active.count(t) - lost[t] > held[t] for t in set(active)):
             self._kept_since = None  # a read of a block still running: it ends by itself
             return

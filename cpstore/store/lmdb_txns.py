@@ -1,8 +1,7 @@
 """An LMDB environment's transactions: this process's read bookkeeping, map growth.
 
-The base of :class:`~cpstore.store.lmdb_env.Env` (which opens the environment and
-its named databases): every txn of a store begins here, and this is the one place
-the map size changes (after a map full, or to adopt another process's growth).
+The base of :class:`~cpstore.store.lmdb_env.Env` (which opens the environment and its
+named databases): every txn of a store begins here, and the map size changes only here.
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ class EnvTxns:
         #: inside read blocks (audit36). Held here, a txn object is freed only by
         #: :meth:`_drop_unused_txns` (never beside a close) or after the close.
         self._txns: deque[Any] = deque()
-        #: (thread ident, txn) of each read whose block's exit never ran: lost_read.
+        #: (thread ident, txn: None once another aborted it) per read never exited: lost_read.
         self._lost: deque[tuple[int, Any]] = deque()
         #: (thread ident, holder) of each read a caller's views keep past its block.
         self.kept: deque[tuple[int, Any]] = deque()  # kept_views.KeptViews
@@ -134,8 +133,8 @@ class EnvTxns:
 
     def _lost_counts(self) -> Counter[int]:
         """Thread ident -> its reads lost_read handed over, not yet ended: one copy of the
-        deque (``tuple()``, one C call under the GIL), nothing removed, no lock taken."""
-        return Counter(who for who, _ in tuple(self._lost))
+        deque (``list()``, no collection inside: tuple()'s raised, review94), no lock."""
+        return Counter(who for who, _ in list(self._lost))
 
     def writes_here(self) -> bool:
         """True when the calling thread holds ``write_lock`` (inside a write txn or a resize).
@@ -159,25 +158,33 @@ class EnvTxns:
 
     def _end_lost(self) -> None:
         """Abort every lost read's txn (at any read or write: an owner never reading again
-        pinned its snapshot, review93) and end this thread's, unless a resize or close runs."""
+        pinned its snapshot, review93), let go of another's (py-lmdb frees its reader slot
+        with it, review94) and end this thread's, unless a resize or close runs; one a read
+        begun inside (a signal handler's) ended is passed over (review94)."""
         me, lost = get_ident(), self._lost
         if not lost:
             return
         with self._gate:
             if self._resizing:
                 return
-            for item in tuple(lost):
-                item[1].abort()  # py-lmdb: a second abort does nothing
-                if item[0] == me:
+            for item in list(lost):
+                who, txn = item
+                if txn is not None:
+                    txn.abort()  # py-lmdb: a second abort does nothing
+                if item not in lost:  # ended meanwhile: a read begun there (review94)
+                    continue
+                if who == me:
                     try:
                         lost.remove(item)
                     finally:
                         self._active.remove(me)
+                elif txn is not None:  # let go: py-lmdb frees its reader slot with it (_txns)
+                    lost[lost.index(item)] = (who, None)
             self._drop_unused_txns()  # an aborted read keeps its reader slot until freed
 
     def _reads_left(self, me: int | None) -> bool:
         """Whether a read of a thread other than ``me`` is open, lost ones not counted."""
-        active = tuple(self._active)
+        active = list(self._active)
         if not self._lost:
             return any(t != me for t in active)
         lost = self._lost_counts()
@@ -233,12 +240,9 @@ class EnvTxns:
                 self._leave_read()
 
     def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
-        """Run ``attempt`` (which begins txns) again until the map it sees is current.
-
-        The one place that handles growth by another process: LMDB refuses
-        every txn of this one with MDB_MAP_RESIZED until it adopts the new size
-        (``adopt=False`` while opening, when opening again does it).
-        """
+        """Run ``attempt`` (which begins txns) again until the map it sees is current: the
+        one place that handles growth by another process (LMDB refuses every txn of this one
+        with MDB_MAP_RESIZED until it adopts the new size; ``adopt=False`` while opening)."""
         while True:
             try:
                 return attempt()
@@ -247,11 +251,9 @@ class EnvTxns:
                     self.adopt_map_size()
 
     def _begin(self, *, write: bool) -> Txn[memoryview]:
-        """Begin a txn, adopting map growth (:meth:`begin_read` inlines the common read).
-
-        A read is entered in the bookkeeping (pair it with :meth:`_leave_read`);
-        a write needs the caller to hold ``write_lock``.
-        """
+        """Begin a txn, adopting map growth (:meth:`begin_read` inlines the common read). A
+        read is entered in the bookkeeping (pair it with :meth:`_leave_read`); a write needs
+        the caller to hold ``write_lock``."""
 
         def attempt() -> Txn[memoryview]:
             active, me = self._active, get_ident()
@@ -283,12 +285,10 @@ class EnvTxns:
                 raise self.error_of(exc) from None
 
     def begin_read(self) -> Txn[memoryview]:
-        """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`.
-
-        The common case is inline (entry published before looking for a resize,
-        as in :meth:`_enter_read`); a resize, growth to adopt, full reader slots
-        or an error to translate take :meth:`_begin`.
-        """
+        """Begin a read txn handing out zero-copy views; pair it with :meth:`end_read`. The
+        common case is inline (entry published before looking for a resize, as in
+        :meth:`_enter_read`); a resize, growth to adopt, full reader slots or an error to
+        translate take :meth:`_begin`."""
         if os.getpid() != self.pid:
             self.check_pid()
         if self.kept:  # kept reads whose views are all gone: handed over as lost
@@ -357,8 +357,8 @@ class EnvTxns:
                     self._gate.notify_all()
 
     def read(self) -> _Read:
-        """A read txn handing out zero-copy views, for a ``with`` block; views die with
-        the txn. An LMDB error raised in the block is translated (lmdb_errors)."""
+        """A read txn (its zero-copy views die with it) for a ``with`` block; an LMDB error
+        raised in the block is translated (lmdb_errors)."""
         return _Read(self)
 
     def write(self, fn: Callable[[Txn[memoryview]], T]) -> T:
@@ -524,11 +524,11 @@ class EnvTxns:
             try:
                 waiting = ResizeWait(self.path, self.resize_wait)  # raises when it is over
                 while self._reads_left(None):
-                    waiting.check(tuple(self._active), self._lost_counts(), self.kept)
+                    waiting.check(list(self._active), self._lost_counts(), self.kept)
                     self._gate.wait(0.05)
                     settle(self.kept, self._lost)  # a slice released meanwhile: lost
-                for _, txn in tuple(self._lost):  # no lost txn open across the resize
-                    txn.abort()
+                for _, txn in list(self._lost):  # no lost txn open across the resize
+                    txn is None or txn.abort()
                 try:
                     self.env.set_mapsize(size)
                 except lmdb.Error as exc:

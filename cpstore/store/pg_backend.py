@@ -58,7 +58,7 @@ from cpstore.store.pg_count import COUNTED, counts_kept, counts_table
 from cpstore.store.pg_errors import ENGINE_ERRORS, failed, translate
 from cpstore.store.pg_interrupted import commit_alone
 from cpstore.store.pg_open import lock_key, parse_url, prepare_schema, write_identity
-from cpstore.store.pg_pool import connect, make_pool, take
+from cpstore.store.pg_pool import connect, end_lost_for_waiters, make_pool, take
 from cpstore.store.pg_settle import SETTLE_WAIT, landed_on_server, read_back_begin
 from cpstore.store.pg_table import PgTable, settled
 from cpstore.store.pg_txn import PgTxn
@@ -321,7 +321,7 @@ class PgBackend(BackendBase):
     # -- connections and transactions ------------------------------------------------
 
     def _acquire(self, wait: float = POOL_WAIT) -> psycopg.Connection[Any]:
-        try:  # lost reads' connections back first, and as it waits (lost_read, pg_pool.take)
+        try:  # lost reads' connections back first, and while it waits (pg_pool.take)
             return take(self._pool, wait, self._end_lost)
         except PoolTimeout as exc:
             raise failed(
@@ -381,11 +381,12 @@ class PgBackend(BackendBase):
 
     def lost_read(self, txn: Txn[memoryview], who: int) -> None:
         """From a finalizer, any thread (Backend's): ``txn`` is ended by the next connection
-        taken from the pool, a wait for one (pg_pool.take) or the close (:meth:`_end_lost`),
-        not here (a round trip, the pool's lock). Before, its connection stayed checked out
-        for good: ``pool_max`` lost reads left every later use failing after 30 s (review90)."""
+        taken from the pool, a thread started for a wait under way (pg_pool) or the close
+        (:meth:`_end_lost`), not here (a round trip, the pool's lock). Before, its connection
+        stayed checked out: ``pool_max`` lost reads failed every later use after 30 s (review90)."""
         if os.getpid() == self._pid:  # a fork() child's: the parent's connection
             self._lost.append(txn)
+            end_lost_for_waiters(self._pool, self._end_lost)
 
     def _end_lost(self) -> None:
         """Abort each lost read (lost_read): its connection goes back to the pool."""

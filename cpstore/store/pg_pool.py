@@ -21,20 +21,27 @@ it); the pool then drops that connection from its count, and
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import threading
 from collections.abc import Callable
-from time import monotonic
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from cpstore.store.pg_errors import failed
 
-__all__ = ["CONNECT_WAIT", "LOST_SLICE", "RECONNECT_SPAN", "connect", "make_pool", "take"]
+__all__ = [
+    "CONNECT_WAIT",
+    "RECONNECT_SPAN",
+    "connect",
+    "end_lost_for_waiters",
+    "make_pool",
+    "take",
+]
 
 #: Seconds one reconnect attempt series runs before it starts over (see the module doc).
 RECONNECT_SPAN = 5.0
@@ -44,8 +51,6 @@ RECONNECT_SPAN = 5.0
 #: (psycopg_pool stops waiting for it after 5 s), and RECONNECT_SPAN bounded nothing
 #: (tests/test_pg_audit48_hung_server.py).
 CONNECT_WAIT = 15
-#: Seconds :func:`take` waits for a connection between two looks for lost reads.
-LOST_SLICE = 0.5
 
 
 class _Pool(ConnectionPool[psycopg.Connection[Any]]):
@@ -56,12 +61,17 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
         self._asking_lock = threading.Lock()
         super().__init__(*args, **kwargs)
 
-    def getconn(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+    def getconn(
+        self, timeout: float | None = None, between: Callable[[], object] | None = None
+    ) -> psycopg.Connection[Any]:
+        """psycopg_pool's, counted in :attr:`asking` from before ``between()`` (:func:`take`)."""
         counted = False  # an interrupt landing anywhere never leaves the count up
         try:
             with self._asking_lock:
                 self.asking += 1
                 counted = True
+            if between is not None:
+                between()
             return super().getconn(timeout)
         finally:
             if counted:
@@ -72,21 +82,38 @@ class _Pool(ConnectionPool[psycopg.Connection[Any]]):
 def take(
     pool: ConnectionPool[psycopg.Connection[Any]], wait: float, between: Callable[[], object]
 ) -> psycopg.Connection[Any]:
-    """``pool.getconn(timeout=wait)``, waited for in slices of :data:`LOST_SLICE` with
-    ``between()`` (the store's ``_end_lost``) run before each: a connection held by a read
-    handed over as lost (its holder's finalizer, on any thread: PgBackend.lost_read) goes
-    back only when a taker of the pool ends that read. Looked for only before the wait, a
-    read lost while it waited was never ended (its owner idle): a store of ``pool_max=1``
-    failed the waiting thread after 30 s with the one connection free to take (review93).
+    """``pool.getconn(timeout=wait)`` with ``between()`` (the store's ``_end_lost``) run first,
+    the caller counted as asking from before it: a read handed over as lost (its holder's
+    finalizer, on any thread: PgBackend.lost_read) goes back only when someone ends it,
+    and a read lost once this wait began is ended by a thread :func:`end_lost_for_waiters`
+    starts (review93's waiting thread failed after 30 s with the connection free to take).
+    One request for the whole wait: psycopg_pool serves its waiters in order, and
+    review93's 0.5 s slices, each queued again at the tail, starved a waiter (served once in
+    12 s beside 15 threads served 13 times each; FIFO: none waited over 0.95 s; review94).
     PoolTimeout once ``wait`` ran out; PoolClosed as getconn raises it."""
-    end = monotonic() + wait
-    while True:
-        between()
-        try:
-            return pool.getconn(max(min(end - monotonic(), LOST_SLICE), 0.001))
-        except PoolTimeout:
-            if monotonic() >= end:
-                raise
+    if isinstance(pool, _Pool):
+        return pool.getconn(wait, between)
+    between()
+    return pool.getconn(wait)
+
+
+def end_lost_for_waiters(
+    pool: ConnectionPool[psycopg.Connection[Any]], end_lost: Callable[[], object]
+) -> None:
+    """From PgBackend.lost_read (a finalizer, any thread, the lost read already listed):
+    while a thread waits for a connection (``asking``, counted before its own look at the
+    lost reads: one of the two sees the read), a new thread runs ``end_lost``, whose
+    ROLLBACK gives the connection to the pool's first waiter. Never here: a finalizer runs
+    at any allocation, maybe inside the pool's own lock. ``_thread``'s start, not
+    ``threading``'s: that takes a lock the finalizer's thread may hold (a thread's start)."""
+    if getattr(pool, "asking", 0) > 0:
+        with contextlib.suppress(RuntimeError):  # no thread at the interpreter's shutdown
+            _thread.start_new_thread(_quietly, (end_lost,))
+
+
+def _quietly(end_lost: Callable[[], object]) -> None:
+    with contextlib.suppress(Exception):  # the abort's own errors close the connection
+        end_lost()
 
 
 def _ours_ignored(record: logging.LogRecord) -> bool:
