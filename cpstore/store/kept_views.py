@@ -37,6 +37,7 @@ __all__ = [
     "ResizeWait",
     "held_read_error",
     "kept_by",
+    "kept_in",
     "release_views",
     "settle",
 ]
@@ -185,6 +186,13 @@ def kept_by(kept: deque[tuple[int, Any]], who: int, lost: deque[tuple[int, Any]]
     """Whether thread ``who`` has a read that kept views hold (those all gone settled)."""
     settle(kept, lost)
     return any(t == who for t, _ in list(kept))
+
+
+def kept_in(kept: deque[tuple[int, Any]], who: int) -> int:
+    """How many reads of thread ``who`` kept views hold (none of them a running block's): a
+    thread with no other read waits for a resize (review95: it began read after read
+    beside another thread's growth, which never saw kept reads alone and waited for ever)."""
+    return sum(t == who for t, _ in list(kept)) if kept else 0
 
 
 def held_read_error(path: str, kept: deque[tuple[int, Any]], who: int) -> StoreError:

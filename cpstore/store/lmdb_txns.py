@@ -27,7 +27,7 @@ from cpstore.errors import (
 )
 from cpstore.native.kept import kept_contextmanager, take_write_lock
 from cpstore.store.backend import Txn
-from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by, settle
+from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by, kept_in, settle
 from cpstore.store.lmdb_errors import closed_store_error, translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
@@ -205,12 +205,12 @@ class EnvTxns:
         # then waits for _active to empty, so one always sees the other (GIL).
         active, me = self._active, get_ident()
         while True:
-            # A thread already holding a read goes on: the resize waits for that read
-            # anyway, and making this one wait would deadlock (a lost one: not waited for).
+            # A thread inside a read block goes on: the resize waits for that read anyway,
+            # and making this one wait would deadlock (a lost or kept one: not, review95).
             before = active.count(me)
             try:
                 active.append(me)  # an interrupt on its return: removed (_unwind_begin)
-                if not self._resizing or before > self._lost_counts()[me]:
+                if not self._resizing or before > self._lost_counts()[me] + kept_in(self.kept, me):
                     return
             except BaseException:
                 if active.count(me) > before:
