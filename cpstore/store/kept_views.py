@@ -191,8 +191,9 @@ def kept_by(kept: deque[tuple[int, Any]], who: int, lost: deque[tuple[int, Any]]
 def kept_in(kept: deque[tuple[int, Any]], who: int) -> int:
     """How many reads of thread ``who`` kept views hold (none of them a running block's): a
     thread with no other read waits for a resize (review95: it began read after read
-    beside another thread's growth, which never saw kept reads alone and waited for ever)."""
-    return sum(t == who for t, _ in list(kept)) if kept else 0
+    beside another thread's growth, which never saw kept reads alone and waited for ever).
+    An entry whose read was taken (handed over as lost, or ended) is not counted."""
+    return sum(t == who and bool(v._handover) for t, v in list(kept)) if kept else 0
 
 
 def held_read_error(path: str, kept: deque[tuple[int, Any]], who: int) -> StoreError:
