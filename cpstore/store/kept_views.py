@@ -37,6 +37,7 @@ __all__ = [
     "ResizeWait",
     "held_read_error",
     "kept_by",
+    "kept_in",
     "release_views",
     "settle",
 ]
@@ -187,6 +188,14 @@ def kept_by(kept: deque[tuple[int, Any]], who: int, lost: deque[tuple[int, Any]]
     return any(t == who for t, _ in list(kept))
 
 
+def kept_in(kept: deque[tuple[int, Any]], who: int) -> int:
+    """How many reads of thread ``who`` kept views hold (none of them a running block's): a
+    thread with no other read waits for a resize (review95: it began read after read
+    beside another thread's growth, which never saw kept reads alone and waited for ever).
+    An entry whose read was taken (handed over as lost, or ended) is not counted."""
+    return sum(t == who and bool(v._handover) for t, v in list(kept)) if kept else 0
+
+
 def held_read_error(path: str, kept: deque[tuple[int, Any]], who: int) -> StoreError:
     """What a resize (or a write waiting for one) tells thread ``who`` holding a read."""
     if any(t == who for t, _ in list(kept)):
@@ -216,22 +225,18 @@ class ResizeWait:
         self._kept_since: float | None = None
 
     def check(self, active: list[int], lost: Counter[int], kept: deque[tuple[int, Any]]) -> None:
-        """Raise when the wait is over; ``active``/``lost``: EnvTxns' reads, lost reads."""
+        """Raise when the wait is over; ``active``/``lost``: EnvTxns' reads, lost reads. Once
+        only kept views hold reads, the error names them, at the bound too (an exit flush's:
+        it said "a read of another thread ... did not end", review95)."""
         now = time.monotonic()
-        if self._deadline is not None and now >= self._deadline:
-            raise StoreError(
-                "the map must change size but a read of another thread of this process did not end",
-                where=self._path,
-                expected=f"every store.read() block ended within {self._bound} s",
-                got=f"{len(active)} open read(s)",
-            )
         held = Counter(t for t, _ in list(kept)) if kept else None
         if held is None or any(active.count(t) - lost[t] > held[t] for t in set(active)):
             self._kept_since = None  # a read of a block still running: it ends by itself
-            return
-        if self._kept_since is None:
+        elif self._kept_since is None:
             self._kept_since = now
-        elif now - self._kept_since >= KEPT_WAIT_SECONDS:
+        over = self._deadline is not None and now >= self._deadline
+        since = self._kept_since
+        if held is not None and since is not None and (over or now - since >= KEPT_WAIT_SECONDS):
             raise ReadHeldDuringResizeError(
                 "the map must change size but zero-copy views taken from a checkpoint "
                 "reader (token_records, token_value_views) are still referenced after "
@@ -239,5 +244,12 @@ class ResizeWait:
                 f"{sum(held.values())} read(s) of this process, which stay open until then",
                 where=self._path,
                 expected=_HOW,
-                got=f"still referenced after {KEPT_WAIT_SECONDS:.0f} s",
+                got=f"still referenced after {now - since:.0f} s",
+            )
+        if over:
+            raise StoreError(
+                "the map must change size but a read of another thread of this process did not end",
+                where=self._path,
+                expected=f"every store.read() block ended within {self._bound} s",
+                got=f"{len(active)} open read(s)",
             )

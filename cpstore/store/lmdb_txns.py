@@ -27,7 +27,7 @@ from cpstore.errors import (
 )
 from cpstore.native.kept import kept_contextmanager, take_write_lock
 from cpstore.store.backend import Txn
-from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by, settle
+from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by, kept_in, settle
 from cpstore.store.lmdb_errors import closed_store_error, translate
 from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
@@ -159,8 +159,8 @@ class EnvTxns:
     def _end_lost(self) -> None:
         """Abort every lost read's txn (at any read or write: an owner never reading again
         pinned its snapshot, review93), let go of another's (py-lmdb frees its reader slot
-        with it, review94) and end this thread's, unless a resize or close runs; one a read
-        begun inside (a signal handler's) ended is passed over (review94)."""
+        with it, review94; every unused txn object freed, not two: review95) and end this
+        thread's, unless a resize or close runs; one a nested read ended: passed over."""
         me, lost = get_ident(), self._lost
         if not lost:
             return
@@ -180,7 +180,7 @@ class EnvTxns:
                         self._active.remove(me)
                 elif txn is not None:  # let go: py-lmdb frees its reader slot with it (_txns)
                     lost[lost.index(item)] = (who, None)
-            self._drop_unused_txns()  # an aborted read keeps its reader slot until freed
+            self._drop_unused_txns(range(len(self._txns)))  # an aborted read keeps its slot
 
     def _reads_left(self, me: int | None) -> bool:
         """Whether a read of a thread other than ``me`` is open, lost ones not counted."""
@@ -205,12 +205,12 @@ class EnvTxns:
         # then waits for _active to empty, so one always sees the other (GIL).
         active, me = self._active, get_ident()
         while True:
-            # A thread already holding a read goes on: the resize waits for that read
-            # anyway, and making this one wait would deadlock (a lost one: not waited for).
+            # A thread inside a read block goes on: the resize waits for that read anyway,
+            # and making this one wait would deadlock (a lost or kept one: not, review95).
             before = active.count(me)
             try:
                 active.append(me)  # an interrupt on its return: removed (_unwind_begin)
-                if not self._resizing or before > self._lost_counts()[me]:
+                if not self._resizing or before > self._lost_counts()[me] + kept_in(self.kept, me):
                     return
             except BaseException:
                 if active.count(me) > before:
@@ -423,12 +423,12 @@ class EnvTxns:
                 raise
         return self._begin(write=True)
 
-    def _drop_unused_txns(self) -> None:
-        """Let go of up to two txn objects :attr:`_txns` holds that nobody else does (the
-        oldest first), in a thread no close can run beside: one inside a read of this
-        environment or holding its write lock (EnvTxns.quiesced waits for both)."""
+    def _drop_unused_txns(self, rounds: range | tuple[int, ...] = _TWICE) -> None:
+        """Let go of up to two (``rounds``) txn objects :attr:`_txns` holds that nobody else
+        does (oldest first), where no close can run beside: inside a read of this environment,
+        holding its write lock (EnvTxns.quiesced waits for both) or the gate (_end_lost)."""
         txns = self._txns
-        for _ in _TWICE:
+        for _ in rounds:
             if len(txns) < 2:  # the newest is the caller's own, alive: left for later
                 return
             try:
