@@ -30,6 +30,15 @@ _ROUNDS = 6
 _STATE = 1 << 20  # random bytes per checkpoint (hex: 2 MB of pages)
 
 
+def _reopened_intact(path: Path, cid: str) -> None:
+    """The store opened again reads the kept checkpoint and verifies whole."""
+    st = cpstore.open(path)
+    with st.read(cid) as cp:
+        assert cp.state() == {"a": 1}
+    assert st.verify().ok
+    st.close()
+
+
 def _env(st: Any) -> Env:
     backend = st._backend
     assert isinstance(backend, LmdbBackend)
@@ -95,11 +104,7 @@ def test_a_lost_read_of_a_thread_that_never_reads_again_frees_its_snapshot(
         if idle is not None:
             idle.set()
     st.close()
-    st = cpstore.open(tmp_path / "s")
-    with st.read(cid) as cp:
-        assert cp.state() == {"a": 1}
-    assert st.verify().ok
-    st.close()
+    _reopened_intact(tmp_path / "s", cid)
 
 
 def test_the_owner_ends_its_own_lost_read_after_another_thread_aborted_it(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_review93_lost_read_idle_owner import _reopened_intact
 
 import cpstore
 from cpstore.store.lmdb_backend import LmdbBackend
@@ -106,8 +107,4 @@ def test_lost_reads_of_idle_owners_give_their_reader_slots_back(
         for thread in threads:
             thread.join()
     st.close()
-    st = cpstore.open(tmp_path / "s")
-    with st.read(cid) as cp:
-        assert cp.state() == {"a": 1}
-    assert st.verify().ok
-    st.close()
+    _reopened_intact(tmp_path / "s", cid)
