@@ -26,6 +26,7 @@ from test_begin_interrupted import interrupted_at
 import cpstore
 from cpstore.errors import ReadHeldDuringResizeError, StoreError
 from cpstore.store import kept_views
+from cpstore.store.lmdb_backend import Durability
 
 _ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -99,7 +100,7 @@ def test_releasing_the_last_slice_ends_the_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("durability", ["sync", "none", "batched"])
 def test_a_writer_that_never_reads_again_ends_a_released_slices_read(
-    tmp_path: Path, durability: str
+    tmp_path: Path, durability: Durability
 ) -> None:
     """A thread that only writes once its last slice is gone ends that read at its next
     write, as review93 ends lost reads there: before, in ``none`` and ``batched`` mode
@@ -112,7 +113,7 @@ def test_a_writer_that_never_reads_again_ends_a_released_slices_read(
     rec.close()
     st.flush()
     made, _ = _kept(st, cid, "slice")
-    env = st._backend.env
+    env: Any = st._backend.env  # type: ignore[union-attr]
     rec = st.recorder("w")
     del made
     rec.checkpoint(0, {"b": 1})  # a write only: no read of this thread since
