@@ -81,6 +81,7 @@ def test_an_object_swept_and_recorded_again_before_the_check_is_the_race_not_dam
 
 
 # Prunes every run r<k> to its head, and deletes the even ones, until told to stop.
+# Runs the test records while this loop runs are odd, so only pruned, never deleted.
 _SWEEP_LOOP = r"""
 import os, sys, cpstore
 path, stop = sys.argv[1], sys.argv[2]
@@ -148,7 +149,9 @@ def test_pushes_beside_a_process_pruning_the_source_land_whole_or_fail_with_the_
                         with dst.latest(run) as cp:  # hash-checked, chunk trees walked
                             state = cp.state()
                             assert isinstance(state, dict) and state["big"].startswith(b"r")
-                _record_run(src, f"r{100 + push}", 3, [b"shared %d" % push])
+                # odd: the sweeper deletes even runs, which could land mid-recording
+                # and refuse the recorder's next checkpoint (the branch moved)
+                _record_run(src, f"r{101 + 2 * push}", 3, [b"shared %d" % push])
         finally:
             stop.touch()
             out, err = sweeper.communicate(timeout=300)
