@@ -41,6 +41,7 @@ from hypothesis.stateful import (
 from pg_cluster import fresh_url, pg_cluster  # noqa: F401 - fixture
 
 import cpstore
+from cpstore import AppendLog
 from cpstore.decision.gates import resume_gate, sign_off
 from cpstore.decision.table import FindingCode
 from cpstore.errors import GateError, InvalidInputError, NotFoundError, SignOffError
@@ -74,6 +75,7 @@ class Model:
         self.standing: dict[str, str] = {}  # cid -> verdict of its latest decision
         self.permits: dict[str, str] = {}  # cid -> an unused permit for its standing decision
         self.signed: set[str] = set()  # cids whose standing decision is signed off
+        self.items: dict[str, list[bytes]] = {}  # cid -> its AppendLog part's elements
 
     def needs_permit(self, cid: str | None) -> bool:
         return cid is not None and self.standing.get(cid, "ACCEPT") != "ACCEPT"
@@ -139,10 +141,17 @@ class RetentionModel(RuleBasedStateMachine):
             rec = self.store.recorder(run, branch=branch, parent=parent)
         prev = rec.head
         assert prev == start
+        # An AppendLog part: each checkpoint continues the chunk tree of the one before
+        # (append_state.py), so a kept head's tree shares nodes and frames with swept ones.
+        items = [] if prev is None else list(self.model.items[prev])
+        log = AppendLog(items)
         for n in range(steps):
             self.tick += 1
             rec.observe(self.tick, "src", POOL[(k + n) % len(POOL)], pinned_at=1.0)
-            cid = rec.checkpoint(self.tick, {"s": POOL[(k * 3 + n) % len(POOL)], "n": k % 3})
+            log.append(POOL[(k + 2 * n) % len(POOL)] + b"%d" % self.tick)
+            state = {"s": POOL[(k * 3 + n) % len(POOL)], "n": k % 3, "log": log}
+            cid = rec.checkpoint(self.tick, state)
+            self.model.items.setdefault(cid, list(log))
             self.model.parent.setdefault(cid, prev)
             STATS["checkpoints"] += 1
             self.model.stored.add(cid)
@@ -324,6 +333,13 @@ class RetentionModel(RuleBasedStateMachine):
             expected = self.model.sweep(keep, run)
         real = self.store.gc(**kw)
         assert set(real.checkpoints) == expected
+        # Never silently: each removed checkpoint the log holds a decision about is named,
+        # and the sweep's gc record lists them.
+        assert set(real.decided) == expected & set(self.model.standing)
+        STATS["decided removed"] += len(real.decided)
+        if real.decided:
+            last = list(self.store.audit_records(kind="gc"))[-1]
+            assert last.body["decided"] == list(real.decided)
         assert (dry.checkpoints, dry.objects_removed, dry.bytes_removed) == (
             real.checkpoints,
             real.objects_removed,
@@ -366,6 +382,11 @@ class RetentionModel(RuleBasedStateMachine):
                     self.store.manifest(cid)
         for key in self.model.pinned:
             assert self.store.has_object(key)
+        for head in set(self.model.refs.values()):
+            with self.store.read(head) as cp:
+                state = cp.state()
+                assert isinstance(state, dict)
+                assert list(state["log"]) == self.model.items[head]
 
 
 def _settings(n: int) -> settings:
