@@ -1,10 +1,11 @@
 """An interrupt landing anywhere in a sweep, a ref move or a hold's release.
 
 Each maintenance call (``prune``, ``gc(delete_run=)`` with a decided checkpoint swept,
-so its ``gc`` audit record is written, ``reset_ref``, ``set_ref``, ``release_retained``)
-runs on a small store with a trace function raising KeyboardInterrupt at the k-th
-function entry of cpstore's own code (every ``STRIDE``-th k, through to the call running
-through; tests/trace_interrupts.py). After each landing:
+so its ``gc`` audit record is written, ``delete_run``, ``reset_ref``, ``set_ref``,
+``release_retained``, ``release_retained_by``) runs on a small store with a trace
+function raising KeyboardInterrupt at the k-th function entry of cpstore's own code
+(every ``STRIDE``-th k, through to the call running through; tests/trace_interrupts.py).
+After each landing:
 
 * the store is one of exactly two states: the call's (it landed whole) or the one before
   it (nothing of it): refs, holds, the stored checkpoints and the audit kinds;
@@ -91,6 +92,10 @@ OPS: dict[str, Callable[[Store, dict[str, str]], Any]] = {
     ),
     "set_ref": lambda st, n: st.set_ref("r", "main", n["m3"], expected_old=n["m2"]),
     "release_retained": lambda st, n: st.release_retained(n["m3"], operator="o", reason="t"),
+    "release_retained_by": lambda st, n: st.release_retained_by(
+        st.retained()[n["m3"]]["audit"], operator="o", reason="t"
+    ),
+    "delete_run": lambda st, n: st.delete_run("r"),
 }
 
 
