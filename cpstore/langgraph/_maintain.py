@@ -34,7 +34,7 @@ from cpstore.langgraph._copy_delete import (
     prune_reason,
     release_left_holds,
 )
-from cpstore.langgraph._read import Entry, entry_key, load_parts, stored
+from cpstore.langgraph._read import Entry, entry_key, load_parts, parent_loop, stored
 from cpstore.langgraph._write import Writer, own_run
 from cpstore.store import Store
 from cpstore.store.backend import Backend, Txn
@@ -228,7 +228,9 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
     missing = {c for c in cp.get("channel_versions") or {} if c not in latest.have}
     chain: list[Entry] = []
     at = latest.parent
-    while missing and at is not None and at in group:
+    seen = {latest.checkpoint_id}  # each ancestor once: the links can loop (parent_loop)
+    while missing and at is not None and at in group and at not in seen:
+        seen.add(at)
         entry = group[at]
         chain.append(entry)
         found = [c for c in missing if c in entry.have]
@@ -242,4 +244,8 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
         at = entry.parent
     if missing & delta:  # no value before the chain ends: its history is the whole chain
         kept.update(e.checkpoint_id for e in chain)
+    if chain and chain[-1].checkpoint_id in kept and chain[-1].parent in seen:
+        # The kept ancestors loop back (re-puts): no order records them again with steps
+        # that never go backwards; refused before anything is dropped (lgsaver96).
+        raise parent_loop(chain[-1])
     return kept

@@ -321,7 +321,10 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         with backend.read_txn() as txn:
             target = entry_at(txn, meta, thread_id, ns, checkpoint_id)
             parent = None if target is None else target.parent
-            while parent is not None and remaining:
+            # each ancestor once: re-puts can make the parent links loop (_read.parent_loop)
+            seen = set() if target is None else {target.checkpoint_id}
+            while parent is not None and remaining and parent not in seen:
+                seen.add(parent)
                 entry = entry_at(txn, meta, thread_id, ns, parent)
                 if entry is None or not stored(txn, self.store, entry):
                     break
