@@ -321,8 +321,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         with backend.read_txn() as txn:
             target = entry_at(txn, meta, thread_id, ns, checkpoint_id)
             parent = None if target is None else target.parent
-            # each ancestor once: re-puts can make the parent links loop (_read.parent_loop)
-            seen = set() if target is None else {target.checkpoint_id}
+            seen = set() if target is None else {target.checkpoint_id}  # links may loop
             while parent is not None and remaining and parent not in seen:
                 seen.add(parent)
                 entry = entry_at(txn, meta, thread_id, ns, parent)
