@@ -7,6 +7,7 @@ its kept checkpoints again with the copy's step and frees the old branches, then
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -43,7 +44,46 @@ from cpstore.store.lg_index import checkpoint_key, scan
 from cpstore.store.reader import CheckpointView
 from cpstore.store.retention import sweep
 
-__all__ = ["copy_thread", "delete_for_runs", "delete_threads", "keep_latest"]
+__all__ = [
+    "copy_thread",
+    "delete_for_runs",
+    "delete_threads",
+    "keep_latest",
+    "thread_id_of",
+    "thread_ids_of",
+]
+
+
+def thread_ids_of(thread_ids: Any) -> list[str]:
+    """The threads ``prune(thread_ids)`` names, each as a config's ``thread_id`` is read
+    (``str()``). ``InvalidInputError`` before anything is pruned for one str or bytes (a
+    str is a sequence of one-character ids: ``prune("ab", strategy="delete")`` deleted
+    threads ``a`` and ``b``, lgsaver96), for what is not iterable, and for a None or
+    bytes entry (None deleted a thread named ``"None"``), as ``delete_for_runs`` refuses
+    its run ids (``_codec.run_ids_of``)."""
+    if isinstance(thread_ids, (str, bytes, bytearray, memoryview)) or not isinstance(
+        thread_ids, Iterable
+    ):
+        raise InvalidInputError(
+            "prune takes a sequence of thread ids",
+            expected="a list of thread ids",
+            got=f"{type(thread_ids).__name__} {thread_ids!r}"[:120],
+        )
+    return [thread_id_of(t, f"thread_ids[{i}]") for i, t in enumerate(thread_ids)]
+
+
+def thread_id_of(thread_id: Any, where: str) -> str:
+    """``str(thread_id)``, as a config's ``thread_id`` is read; ``InvalidInputError`` for
+    None (which names no thread: ``delete_thread(None)`` deleted a thread named
+    ``"None"``, lgsaver96) and for bytes (``"b'...'"`` names no thread a put made)."""
+    if thread_id is None or isinstance(thread_id, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(
+            "a thread id is a str",
+            where=where,
+            expected="str",
+            got=f"{type(thread_id).__name__} {thread_id!r}"[:120],
+        )
+    return str(thread_id)
 
 
 def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
