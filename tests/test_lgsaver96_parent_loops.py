@@ -53,11 +53,12 @@ def _bounded(fn: Callable[[], T]) -> T:
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
         return local if "cpstore/langgraph" in frame.f_code.co_filename else None
 
+    before = sys.gettrace()  # a coverage run's tracer: put back after
     sys.settrace(tracer)
     try:
         return fn()
     finally:
-        sys.settrace(None)
+        sys.settrace(before)
 
 
 def _cp(cid: str, value: int) -> dict[str, Any]:
