@@ -7,9 +7,10 @@ along ``parent`` links went round for ever: a ``keep_latest`` prune (in its writ
 so every writer of the store, in every process, waited behind it),
 ``get_delta_channel_history`` and ``diff_threads``. Now the history visits each ancestor
 once; a diff, which needs a root to align the chains at, refuses the loop
-(IntegrityError), and so does a prune whose kept checkpoints loop (no order records them
-again with steps that never go backwards), before it drops anything; a self-loop alone
-is pruned.
+(IntegrityError), and so do a prune whose kept checkpoints loop and a ``copy_thread``
+of a looped thread (no order records them again with steps that never go backwards),
+before anything is dropped or copied (the copy failed part-way, its target holding the
+first checkpoints); a self-loop alone is pruned and copied.
 
 A walk that never ends is caught by counting the lines the saver's code runs (no clock).
 """
@@ -181,3 +182,30 @@ def test_diff_of_a_looped_chain_is_refused_not_walked_for_ever(
 
         with pytest.raises(IntegrityError, match="parent chain loops"):
             _bounded(diff)
+
+
+def test_copy_of_a_self_loop_is_whole(saver: CpstoreSaver) -> None:
+    """``A`` (its own parent) is copied with its writes, as it reads on the source."""
+    _self_loop(saver, "t")
+    saver.copy_thread("t", "u")
+
+    def as_read(thread: str) -> list[Any]:
+        return [
+            (t.checkpoint, t.metadata, t.pending_writes, t.parent_config is None)
+            for t in saver.list(_conf(thread))
+        ]
+
+    assert as_read("u") == as_read("t")
+    assert len(as_read("u")) == 1
+
+
+def test_copy_of_a_two_loop_is_refused_before_anything_is_copied(saver: CpstoreSaver) -> None:
+    """IntegrityError naming the loop; the target holds nothing (it held ``A``, then
+    the copy of ``B`` under it failed as a step backwards), the source as before."""
+    _two_loop(saver, "t")
+    before = _seen(saver, "t")
+    with pytest.raises(IntegrityError, match="parent chain loops"):
+        _bounded(lambda: saver.copy_thread("t", "u"))
+    assert _seen(saver, "u") == []
+    assert _seen(saver, "t") == before
+    assert saver.store.verify().ok
