@@ -31,7 +31,15 @@ from cpstore.langgraph._codec import (
     run_ids_of,
     thread_runs,
 )
-from cpstore.langgraph._read import Entry, StoredWrite, entry_key, load_parts, stored, stored_writes
+from cpstore.langgraph._read import (
+    Entry,
+    StoredWrite,
+    entry_key,
+    load_parts,
+    parent_loop,
+    stored,
+    stored_writes,
+)
 from cpstore.langgraph._write import Put, Writer, own_run
 from cpstore.store import Store, retention
 from cpstore.store.audit import AuditView
@@ -314,8 +322,15 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
         ready = [
             e
             for e in pending
-            if e.parent is None or (e.ns, e.parent) not in ids or (e.ns, e.parent) in done
-        ] or pending[:1]  # a cycle cannot be recorded in order: break it
+            if e.parent is None
+            or e.parent == e.checkpoint_id  # its own parent (a retried put): recorded first
+            or (e.ns, e.parent) not in ids
+            or (e.ns, e.parent) in done
+        ]
+        if not ready:
+            # A longer loop (re-puts): no order records it with steps that never go
+            # backwards; refused before anything is copied (it failed part-way, lgsaver96).
+            raise parent_loop(_in_loop(pending))
         for e in ready:
             order.append(e)
             done.add((e.ns, e.checkpoint_id))
@@ -368,6 +383,16 @@ def copy_thread(store: Store, writer: Writer, source: str, target: str) -> None:
                 k for k, _ in scan(txn, meta, _writes_of(target, e)) if len(k) <= MAX_KEY_BYTES
             )
         _copy_one(store, writer, target, e, (parts, step, writes, stale))
+
+
+def _in_loop(pending: list[Entry]) -> Entry:
+    """An entry of a loop among ``pending``, none of which has its parent outside them."""
+    at = {(e.ns, e.checkpoint_id): e for e in pending}
+    e, seen = pending[0], set()
+    while (e.ns, e.checkpoint_id) not in seen:
+        seen.add((e.ns, e.checkpoint_id))
+        e = at[e.ns, str(e.parent)]
+    return e
 
 
 def _writes_of(thread_id: str, e: Entry) -> bytes:

@@ -18,7 +18,15 @@ from typing import Any, Protocol, TypeVar
 from cpstore.errors import InvalidInputError
 from cpstore.langgraph._diff_sealed import Undecidable, metadata_of
 from cpstore.langgraph._diff_triggers import head_of
-from cpstore.langgraph._read import Entry, StoredWrite, entry_at, stored, stored_writes, view_head
+from cpstore.langgraph._read import (
+    Entry,
+    StoredWrite,
+    entry_at,
+    parent_loop,
+    stored,
+    stored_writes,
+    view_head,
+)
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
@@ -223,7 +231,11 @@ def one_checkpoint(
         return None  # B is the newest, A an older checkpoint
     n = 0
     at: Entry | None = entry
+    seen: set[str] = set()
     while at is not None and stored(txn, store, at):
+        if at.checkpoint_id in seen:
+            raise parent_loop(at)  # as the diff's walk (diff._chain)
+        seen.add(at.checkpoint_id)
         n += 1
         with CheckpointView(store.backend, at.cid, verify=True, txn=txn) as view:
             md = view_head(view, at)[1]  # its framing checked

@@ -7,6 +7,7 @@ its kept checkpoints again with the copy's step and frees the old branches, then
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -34,7 +35,7 @@ from cpstore.langgraph._copy_delete import (
     prune_reason,
     release_left_holds,
 )
-from cpstore.langgraph._read import Entry, entry_key, load_parts, stored
+from cpstore.langgraph._read import Entry, entry_key, load_parts, parent_loop, stored
 from cpstore.langgraph._write import Writer, own_run
 from cpstore.store import Store
 from cpstore.store.backend import Backend, Txn
@@ -43,7 +44,46 @@ from cpstore.store.lg_index import checkpoint_key, scan
 from cpstore.store.reader import CheckpointView
 from cpstore.store.retention import sweep
 
-__all__ = ["copy_thread", "delete_for_runs", "delete_threads", "keep_latest"]
+__all__ = [
+    "copy_thread",
+    "delete_for_runs",
+    "delete_threads",
+    "keep_latest",
+    "thread_id_of",
+    "thread_ids_of",
+]
+
+
+def thread_ids_of(thread_ids: Any) -> list[str]:
+    """The threads ``prune(thread_ids)`` names, each as a config's ``thread_id`` is read
+    (``str()``). ``InvalidInputError`` before anything is pruned for one str or bytes (a
+    str is a sequence of one-character ids: ``prune("ab", strategy="delete")`` deleted
+    threads ``a`` and ``b``, lgsaver96), for what is not iterable, and for a None or
+    bytes entry (None deleted a thread named ``"None"``), as ``delete_for_runs`` refuses
+    its run ids (``_codec.run_ids_of``)."""
+    if isinstance(thread_ids, (str, bytes, bytearray, memoryview)) or not isinstance(
+        thread_ids, Iterable
+    ):
+        raise InvalidInputError(
+            "prune takes a sequence of thread ids",
+            expected="a list of thread ids",
+            got=f"{type(thread_ids).__name__} {thread_ids!r}"[:120],
+        )
+    return [thread_id_of(t, f"thread_ids[{i}]") for i, t in enumerate(thread_ids)]
+
+
+def thread_id_of(thread_id: Any, where: str) -> str:
+    """``str(thread_id)``, as a config's ``thread_id`` is read; ``InvalidInputError`` for
+    None (which names no thread: ``delete_thread(None)`` deleted a thread named
+    ``"None"``, lgsaver96) and for bytes (``"b'...'"`` names no thread a put made)."""
+    if thread_id is None or isinstance(thread_id, (bytes, bytearray, memoryview)):
+        raise InvalidInputError(
+            "a thread id is a str",
+            where=where,
+            expected="str",
+            got=f"{type(thread_id).__name__} {thread_id!r}"[:120],
+        )
+    return str(thread_id)
 
 
 def keep_latest(store: Store, writer: Writer, thread_ids: list[str]) -> None:
@@ -228,7 +268,9 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
     missing = {c for c in cp.get("channel_versions") or {} if c not in latest.have}
     chain: list[Entry] = []
     at = latest.parent
-    while missing and at is not None and at in group:
+    seen = {latest.checkpoint_id}  # each ancestor once: the links can loop (parent_loop)
+    while missing and at is not None and at in group and at not in seen:
+        seen.add(at)
         entry = group[at]
         chain.append(entry)
         found = [c for c in missing if c in entry.have]
@@ -242,4 +284,8 @@ def _needed(txn: Txn[memoryview], store: Store, serde: Any, group: dict[str, Ent
         at = entry.parent
     if missing & delta:  # no value before the chain ends: its history is the whole chain
         kept.update(e.checkpoint_id for e in chain)
+    if chain and chain[-1].checkpoint_id in kept and chain[-1].parent in seen:
+        # The kept ancestors loop back (re-puts): no order records them again with steps
+        # that never go backwards; refused before anything is dropped (lgsaver96).
+        raise parent_loop(chain[-1])
     return kept

@@ -50,6 +50,7 @@ __all__ = [
     "id_after",
     "load_parts",
     "ns_prefix",
+    "parent_loop",
     "stored_writes",
     "view_head",
 ]
@@ -418,3 +419,17 @@ def thread_entries(txn: Txn[memoryview], meta: Any, thread_ids: Iterable[str]) -
         prefix = checkpoint_key(thread_id, sized=False)
         out.extend(Entry.decode(k, v) for k, v in scan(txn, meta, prefix))
     return out
+
+
+def parent_loop(e: Entry) -> IntegrityError:
+    """The error of a parent chain that comes back to ``e``: each re-put of a stored id
+    (any saver takes one, LangGraph's loop never makes one) may name any parent, the id
+    itself too, so ``parent`` links can loop. A walk that must reach the root (a diff)
+    refuses it; the other walks stop at the first checkpoint they see again (lgsaver96:
+    they went round for ever, a prune holding the writer lock)."""
+    return IntegrityError(
+        "the LangGraph parent chain loops (a checkpoint re-put under a later parent)",
+        where=f"thread {e.thread_id[:64]!r} ns {e.ns[:64]!r}",
+        expected="parent links that end at a root",
+        got=f"checkpoint {e.checkpoint_id[:64]!r} met twice",
+    )

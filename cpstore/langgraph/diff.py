@@ -49,7 +49,7 @@ from cpstore.langgraph._diff_sealed import (
     writes_digest,
 )
 from cpstore.langgraph._diff_subgraphs import one_scan
-from cpstore.langgraph._read import entry_at, stored, stored_writes, view_head
+from cpstore.langgraph._read import entry_at, parent_loop, stored, stored_writes, view_head
 from cpstore.store import Store
 from cpstore.store.backend import Txn
 from cpstore.store.reader import CheckpointView
@@ -98,7 +98,11 @@ def _chain(
             got=checkpoint_id or "no checkpoints",
         )
     out: list[Point] = []
+    seen: set[str] = set()
     while entry is not None and stored(txn, store, entry):
+        if entry.checkpoint_id in seen:
+            raise parent_loop(entry)  # no root to align the chains at
+        seen.add(entry.checkpoint_id)
         with CheckpointView(store.backend, entry.cid, verify=True, txn=txn) as view:
             parts: dict[str, bytes] = view.manifest.raw["state"]["parts"]
             where = f"checkpoint {entry.cid.hex()}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import os
 import random
 import sys
@@ -321,7 +322,9 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
         with backend.read_txn() as txn:
             target = entry_at(txn, meta, thread_id, ns, checkpoint_id)
             parent = None if target is None else target.parent
-            while parent is not None and remaining:
+            seen = set() if target is None else {target.checkpoint_id}  # links may loop
+            while parent is not None and remaining and parent not in seen:
+                seen.add(parent)
                 entry = entry_at(txn, meta, thread_id, ns, parent)
                 if entry is None or not stored(txn, self.store, entry):
                     break
@@ -352,7 +355,8 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and write of a thread (all namespaces), and sweep its run."""
-        _maintain.delete_threads(self.store, self._writer_now(), [str(thread_id)])
+        threads = [_maintain.thread_id_of(thread_id, "thread_id")]  # None names none
+        _maintain.delete_threads(self.store, self._writer_now(), threads)
 
     def delete_for_runs(self, run_ids: Sequence[str | UUID]) -> None:
         """Delete the checkpoints (and their writes) whose metadata ``run_id`` is listed.
@@ -363,9 +367,9 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint and write of a thread to another; no value bytes are copied."""
-        _maintain.copy_thread(
-            self.store, self._writer_now(), str(source_thread_id), str(target_thread_id)
-        )
+        source = _maintain.thread_id_of(source_thread_id, "source_thread_id")
+        target = _maintain.thread_id_of(target_thread_id, "target_thread_id")
+        _maintain.copy_thread(self.store, self._writer_now(), source, target)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``keep_latest`` per namespace (and the ancestors DeltaChannel needs), or ``delete``."""
@@ -373,7 +377,7 @@ class CpstoreSaver(BaseCheckpointSaver[str]):  # type: ignore[misc]
             raise InvalidInputError(
                 "unknown prune strategy", expected=["keep_latest", "delete"], got=strategy
             )
-        threads = [str(t) for t in thread_ids]
+        threads = _maintain.thread_ids_of(thread_ids)  # one str is refused, not its letters
         if strategy == "delete":
             _maintain.delete_threads(self.store, self._writer_now(), threads)
         else:
@@ -577,12 +581,7 @@ def _loaders_of(
 
 
 def _take(it: Iterator[T], n: int) -> list[T]:
-    out: list[T] = []
-    for item in it:
-        out.append(item)
-        if len(out) >= n:
-            break
-    return out
+    return list(itertools.islice(it, n))
 
 
 def _wanted(key: bytes, checkpoint_id: str | None, before_id: str | None) -> bool:
