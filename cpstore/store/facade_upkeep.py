@@ -107,14 +107,14 @@ class StoreUpkeep:
 
     def delete_run(self, run_id: str) -> int:
         """Delete every ref of ``run_id`` and sweep; returns checkpoints removed."""
-        self._backend.live()
+        self._flush_before_sweep()
         return delete_run(self._backend, check_name(run_id, "run_id"))
 
     def prune(self, *, keep_last: int, run_id: str | None = None) -> int:
         """Keep each branch's newest ``keep_last`` checkpoints (of ``run_id`` or all); sweep."""
         if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
             raise InvalidInputError("keep_last must be an int >= 1", got=keep_last)
-        self._backend.live()
+        self._flush_before_sweep()
         return prune(
             self._backend,
             keep_last=keep_last,
@@ -131,9 +131,18 @@ class StoreUpkeep:
     ) -> GcReport:
         """:meth:`prune` (``keep_last``) or :meth:`delete_run` (NotFoundError for a run
         without refs), reporting every checkpoint removed, the objects and bytes, and
-        those the audit log names; ``dry_run`` changes nothing (docs/store.md, "gc")."""
-        self._backend.live()
+        those the audit log names; ``dry_run`` changes nothing (docs/store.md, "gc")
+        but, as every sweep, first commits this handle's queued checkpoints."""
+        self._flush_before_sweep()
         return gc(self._backend, keep_last, run_id, delete_run, dry_run)
+
+    def _flush_before_sweep(self) -> None:
+        """A sweep on a batched handle first commits the handle's queue (as a copy does):
+        blind to it, the sweep could remove a queued checkpoint's parent, and the failed
+        flush would then drop the whole batch, ids already returned (retention96)."""
+        self._backend.live()
+        if self._backend.pending:
+            self._backend.flush()
 
     def now(self) -> float:
         """The clock the store stamps records with."""
