@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 
 import lmdb
 
-from cpstore.errors import InvalidInputError, StoreError
+from cpstore.errors import IntegrityError, InvalidInputError, StoreError
 from cpstore.native.kept import kept_contextmanager
 from cpstore.store.lmdb_env import LMDB_TABLES, Env
 from cpstore.store.lmdb_open import close_on_exec, creation_lock, open_into
@@ -92,8 +92,9 @@ class _MapResizedError(StoreError):
     """LMDB's copy refused: another process grew the map past this process's."""
 
 
-def copy_env(env: object, dest: str, *, compact: bool) -> None:
-    """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced."""
+def copy_env(env: object, dest: str, *, compact: bool, source: str) -> None:
+    """Write one consistent snapshot of the open environment ``env`` (the store at
+    ``source``) into ``dest``, fsynced."""
     made = _check_dest(dest)
     ours = True  # the data file is this copy's (LMDB creates it exclusively)
     try:
@@ -106,6 +107,15 @@ def copy_env(env: object, dest: str, *, compact: bool) -> None:
             _undo_copy(dest, made)
         if not isinstance(exc, lmdb.Error):
             raise
+        if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError)):
+            # The source's pages (the copy walks its trees): damage, exit 5, not "could
+            # not copy" (StoreError, exit 7: store unavailable) as before cli96.
+            raise IntegrityError(
+                "the store's data file is damaged: LMDB's copy met a page it cannot read "
+                "(cpstore verify lists the damage)",
+                where=source,
+                got=str(exc),
+            ) from None
         resized = isinstance(exc, lmdb.MapResizedError)
         raise (_MapResizedError if resized else StoreError)(
             "LMDB could not copy the store", where=dest, got=str(exc)
@@ -124,7 +134,7 @@ def copy_open(env: Env, dest: str, *, compact: bool) -> None:
     for attempt in range(_COPY_ATTEMPTS):  # bounded: a map growing without end, refused
         with env.held_open():
             try:
-                copy_env(env.env, dest, compact=compact)
+                copy_env(env.env, dest, compact=compact, source=env.path)
                 return
             except _MapResizedError:  # its empty data.mdb removed (copy_env)
                 if attempt == _COPY_ATTEMPTS - 1:
@@ -207,7 +217,7 @@ def _swap_compacted(path: str, check: Callable[[str, int], None]) -> tuple[int, 
     close_on_exec(env, path)  # held through the copy: no program exec'd meanwhile gets it
     try:
         copied = int(env.info()["last_txnid"])
-        copy_env(env, work, compact=True)
+        copy_env(env, work, compact=True, source=path)
     finally:
         env.close()
     try:
