@@ -16,6 +16,7 @@ Each is exit 5 now, the source left as it was and no copy left behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import struct
@@ -25,6 +26,8 @@ import pytest
 
 import cpstore
 from cpstore import cli
+from cpstore.store import lmdb_copy
+from cpstore.store.lmdb_open import open_into
 
 #: LMDB's MDB_db record: pad, flags, depth, then branch/leaf/overflow pages, entries, root.
 _ROOT_AT = 40
@@ -101,3 +104,25 @@ def test_copy_of_a_store_with_a_damaged_table_record_is_damage_and_leaves_nothin
     assert code == 5, err
     assert Path(path, "data.mdb").read_bytes() == damaged
     assert not Path(path, "compact.tmp").exists()
+
+
+def test_compact_on_a_read_only_store_names_the_store_not_a_proc_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only file system (a bind mount, EROFS) at compact's lock file: exit 7 naming
+    the store; it said "Read-only file system: /proc/self/fd/4/lock.mdb"."""
+    path = _store(tmp_path)
+    real = open_into
+
+    def read_only(fds: list[int], at: str, flags: int, mode: int = 0o777) -> int:
+        if at.endswith("lock.mdb") and flags & os.O_RDWR:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), at)
+        return real(fds, at, flags, mode)
+
+    monkeypatch.setattr(lmdb_copy, "open_into", read_only)
+    before = Path(path, "data.mdb").read_bytes()
+    code, out, err = _run(["compact", "--store", path], capsys)
+    assert code == 7, err
+    assert out == "" and "/proc/" not in err and path in err
+    assert err.startswith("cpstore compact: the store cannot be written")
+    assert Path(path, "data.mdb").read_bytes() == before

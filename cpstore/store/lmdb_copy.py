@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 
 import lmdb
 
-from cpstore.errors import IntegrityError, InvalidInputError, StoreError
+from cpstore.errors import IntegrityError, InvalidInputError, StoreError, StoreReadOnlyError
 from cpstore.native.kept import kept_contextmanager
 from cpstore.store.lmdb_env import LMDB_TABLES, Env
 from cpstore.store.lmdb_open import close_on_exec, creation_lock, open_into
@@ -241,7 +241,18 @@ def _exclusive(lock_path: str, where: str) -> Iterator[None]:
     try:
         # Kept as it is opened (open_into): an interrupt landing on a bare open's return,
         # before the try, leaked the descriptor.
-        fd = open_into(fds, lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = open_into(fds, lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            # Named by the store's path: the lock file's is the pinned folder's
+            # /proc/self/fd one ("Read-only file system: /proc/self/fd/4/lock.mdb", cli96).
+            raise StoreReadOnlyError(
+                "the store cannot be written (compact rewrites its data file)",
+                where=where,
+                got=exc.strerror,
+            ) from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0, os.SEEK_SET)
         except OSError as exc:
