@@ -92,9 +92,18 @@ class _MapResizedError(StoreError):
     """LMDB's copy refused: another process grew the map past this process's."""
 
 
-def copy_env(env: object, dest: str, *, compact: bool, source: str) -> None:
-    """Write one consistent snapshot of the open environment ``env`` (the store at
-    ``source``) into ``dest``, fsynced."""
+class _DamagedSourceError(IntegrityError):
+    """LMDB's copy met a page of the store it cannot read (:func:`_damaged_source` names
+    the store: ``env``'s own path may be a ``/proc/self/fd`` one)."""
+
+
+def _damaged_source(exc: _DamagedSourceError, source: str) -> IntegrityError:
+    """``exc`` as an IntegrityError naming the store at ``source``."""
+    return IntegrityError(exc.what, where=source, got=exc.got)
+
+
+def copy_env(env: object, dest: str, *, compact: bool) -> None:
+    """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced."""
     made = _check_dest(dest)
     ours = True  # the data file is this copy's (LMDB creates it exclusively)
     try:
@@ -110,10 +119,9 @@ def copy_env(env: object, dest: str, *, compact: bool, source: str) -> None:
         if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError)):
             # The source's pages (the copy walks its trees): damage, exit 5, not "could
             # not copy" (StoreError, exit 7: store unavailable) as before cli96.
-            raise IntegrityError(
+            raise _DamagedSourceError(
                 "the store's data file is damaged: LMDB's copy met a page it cannot read "
                 "(cpstore verify lists the damage)",
-                where=source,
                 got=str(exc),
             ) from None
         resized = isinstance(exc, lmdb.MapResizedError)
@@ -134,8 +142,10 @@ def copy_open(env: Env, dest: str, *, compact: bool) -> None:
     for attempt in range(_COPY_ATTEMPTS):  # bounded: a map growing without end, refused
         with env.held_open():
             try:
-                copy_env(env.env, dest, compact=compact, source=env.path)
+                copy_env(env.env, dest, compact=compact)
                 return
+            except _DamagedSourceError as exc:
+                raise _damaged_source(exc, env.path) from None
             except _MapResizedError:  # its empty data.mdb removed (copy_env)
                 if attempt == _COPY_ATTEMPTS - 1:
                     raise
@@ -217,7 +227,9 @@ def _swap_compacted(path: str, check: Callable[[str, int], None]) -> tuple[int, 
     close_on_exec(env, path)  # held through the copy: no program exec'd meanwhile gets it
     try:
         copied = int(env.info()["last_txnid"])
-        copy_env(env, work, compact=True, source=path)
+        copy_env(env, work, compact=True)
+    except _DamagedSourceError as exc:
+        raise _damaged_source(exc, path) from None
     finally:
         env.close()
     try:
