@@ -14,24 +14,35 @@ result is a :class:`StoreError`, one that failed with any other exception (a bug
 a KeyboardInterrupt in the child's work is raised again in the parent, as in process. A command run
 where ``fork()`` is missing, or whose store this process already has open, does its
 work here, unprotected.
+
+The child never outlives the command: SIGTERM or SIGHUP to the parent (``timeout``, a
+closed terminal, a supervisor stopping it) is :class:`Terminated` in the parent while it
+waits, which kills the child and lets the command clean up as after Ctrl-C (a signal
+ignored when the command started, as under ``nohup``, stays ignored); on Linux the child
+is also killed when the parent dies of SIGKILL. Before, the parent died at once and the
+child went on alone: a ``copy`` told nothing and wrote DEST after the command ended, a
+``compact`` kept the store's locks.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import pickle
 import signal
 import sys
 import tempfile
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, TypeVar
 
 from cpstore.cli.exit_codes import EXIT_INTERNAL
 from cpstore.errors import CpstoreError, IntegrityError, StoreError
 from cpstore.store.lmdb_registry import is_open_here
 
-__all__ = ["Send", "can_fork_for", "in_child"]
+__all__ = ["Send", "Terminated", "can_fork_for", "in_child"]
 
 T = TypeVar("T")
 #: How the child's work says something to the parent: ``send(kind, value)``;
@@ -43,6 +54,57 @@ _DAMAGE_SIGNALS = frozenset(
     getattr(signal, name) for name in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")
 )
 _RESULT, _ERROR, _EXIT, _INTERRUPT = "\x00result", "\x00error", "\x00exit", "\x00interrupt"
+#: Signals that end a command from outside (``timeout``, ``kill``, a closed terminal).
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: Linux's prctl option: the signal a process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP ended the command while a child did its work (the child killed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        """The signal's name (``SIGTERM``)."""
+        return signal.Signals(self.signum).name
+
+
+@contextlib.contextmanager
+def _ending_raises() -> Iterator[list[int]]:
+    """While in the block, an ending signal whose handler is the default raises
+    :class:`Terminated` (main thread only; one ignored stays ignored). Yields the signals
+    it took over, which the child gives back to the default at once."""
+    taken: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield taken
+        return
+
+    def ended(signum: int, _frame: Any) -> None:
+        raise Terminated(signum)
+
+    try:
+        for signum in _ENDING_SIGNALS:
+            if signal.getsignal(signum) == signal.SIG_DFL:
+                signal.signal(signum, ended)
+                taken.append(signum)
+        yield taken
+    finally:
+        for back in taken:
+            signal.signal(back, signal.SIG_DFL)
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child: be killed when the parent dies (Linux), even of SIGKILL."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the prctl: nobody waits
+        os._exit(EXIT_INTERNAL)
 
 
 def can_fork_for(path: str | None) -> bool:
@@ -63,26 +125,37 @@ def in_child(
     the errors of a child that died."""
     sys.stdout.flush()
     sys.stderr.flush()
-    with tempfile.TemporaryFile() as err:
+    parent = os.getpid()
+    with tempfile.TemporaryFile() as err, _ending_raises() as taken:
         read_end, write_end = os.pipe()
+        # Held back across the fork: one landing between the fork and the child's reset
+        # (or the parent's try that kills the child) would run the command's code in the
+        # child, or leave it alone. Each side lets them in where it is ready for them.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, [*taken, signal.SIGINT])
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, which never returns
+            for signum in taken:  # the child ends by them as any process does
+                signal.signal(signum, signal.SIG_DFL)
             os.close(read_end)
-            _child(work, write_end, err.fileno())
+            _child(work, write_end, err.fileno(), parent=parent, mask=mask)
         os.close(write_end)
         try:
             result: T = _parent(
-                pid, read_end, err, store=store, doing=doing, name=name, heard=heard
+                pid, read_end, err, store=store, doing=doing, name=name, heard=heard, mask=mask
             )
             return result
         finally:
             os.close(read_end)
 
 
-def _child(work: Callable[[Send], Any], out_fd: int, err_fd: int) -> None:
+def _child(
+    work: Callable[[Send], Any], out_fd: int, err_fd: int, *, parent: int, mask: Iterable[int]
+) -> None:
     """The child half of :func:`in_child`: every result goes down ``out_fd``."""
     code = 0
     try:
+        _die_with_parent(parent)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.dup2(err_fd, 2)  # liblmdb's assertion text, for the parent's one line
         with os.fdopen(out_fd, "wb") as out:
 
@@ -151,12 +224,14 @@ def _parent(
     doing: str,
     name: str,
     heard: Callable[[str, Any], None] | None,
+    mask: Iterable[int],
 ) -> Any:
     """The parent half of :func:`in_child`: relay what the child says, then its result."""
     phase, done, total = "starting", 0, 0
     result: tuple[str, Any] | None = None
     status = None
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Terminated from here kills it
         with os.fdopen(os.dup(read_end), "rb") as inp:
             while True:
                 try:

@@ -44,6 +44,7 @@ from cpstore.cli import (
     validate_command,
     verify_command,
 )
+from cpstore.cli.child import Terminated
 from cpstore.cli.common import printable
 from cpstore.cli.exit_codes import (
     EXIT_BAD_INPUT,
@@ -121,6 +122,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"cpstore {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:  # SIGTERM/SIGHUP while a child worked: killed, cleaned up
+        print(f"cpstore {args.command}: terminated ({exc.name})", file=sys.stderr)
+        return 128 + exc.signum
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 
 import lmdb
 
-from cpstore.errors import InvalidInputError, StoreError
+from cpstore.errors import IntegrityError, InvalidInputError, StoreError, StoreReadOnlyError
 from cpstore.native.kept import kept_contextmanager
 from cpstore.store.lmdb_env import LMDB_TABLES, Env
 from cpstore.store.lmdb_open import close_on_exec, creation_lock, open_into
@@ -92,6 +92,16 @@ class _MapResizedError(StoreError):
     """LMDB's copy refused: another process grew the map past this process's."""
 
 
+class _DamagedSourceError(IntegrityError):
+    """LMDB's copy met a page of the store it cannot read (:func:`_damaged_source` names
+    the store: ``env``'s own path may be a ``/proc/self/fd`` one)."""
+
+
+def _damaged_source(exc: _DamagedSourceError, source: str) -> IntegrityError:
+    """``exc`` as an IntegrityError naming the store at ``source``."""
+    return IntegrityError(exc.what, where=source, got=exc.got)
+
+
 def copy_env(env: object, dest: str, *, compact: bool) -> None:
     """Write one consistent snapshot of the open environment ``env`` into ``dest``, fsynced."""
     made = _check_dest(dest)
@@ -106,6 +116,14 @@ def copy_env(env: object, dest: str, *, compact: bool) -> None:
             _undo_copy(dest, made)
         if not isinstance(exc, lmdb.Error):
             raise
+        if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError)):
+            # The source's pages (the copy walks its trees): damage, exit 5, not "could
+            # not copy" (StoreError, exit 7: store unavailable) as before cli96.
+            raise _DamagedSourceError(
+                "the store's data file is damaged: LMDB's copy met a page it cannot read "
+                "(cpstore verify lists the damage)",
+                got=str(exc),
+            ) from None
         resized = isinstance(exc, lmdb.MapResizedError)
         raise (_MapResizedError if resized else StoreError)(
             "LMDB could not copy the store", where=dest, got=str(exc)
@@ -126,6 +144,8 @@ def copy_open(env: Env, dest: str, *, compact: bool) -> None:
             try:
                 copy_env(env.env, dest, compact=compact)
                 return
+            except _DamagedSourceError as exc:
+                raise _damaged_source(exc, env.path) from None
             except _MapResizedError:  # its empty data.mdb removed (copy_env)
                 if attempt == _COPY_ATTEMPTS - 1:
                     raise
@@ -208,6 +228,8 @@ def _swap_compacted(path: str, check: Callable[[str, int], None]) -> tuple[int, 
     try:
         copied = int(env.info()["last_txnid"])
         copy_env(env, work, compact=True)
+    except _DamagedSourceError as exc:
+        raise _damaged_source(exc, path) from None
     finally:
         env.close()
     try:
@@ -231,7 +253,18 @@ def _exclusive(lock_path: str, where: str) -> Iterator[None]:
     try:
         # Kept as it is opened (open_into): an interrupt landing on a bare open's return,
         # before the try, leaked the descriptor.
-        fd = open_into(fds, lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = open_into(fds, lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+            # Named by the store's path: the lock file's is the pinned folder's
+            # /proc/self/fd one ("Read-only file system: /proc/self/fd/4/lock.mdb", cli96).
+            raise StoreReadOnlyError(
+                "the store cannot be written (compact rewrites its data file)",
+                where=where,
+                got=exc.strerror,
+            ) from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0, os.SEEK_SET)
         except OSError as exc:

@@ -444,12 +444,7 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
     with store.read_txn() as txn:
         dbs = store.dbs  # a read-only handle may have adopted the heap tables at this begin
         objects, records = objects_of(dbs), records_of(dbs)
-        total = (
-            objects.count(txn)
-            + records.count(txn)
-            + sum(txn.stat(dbs[name])["entries"] for name in ("refs", "ledgers"))
-        )
-        done = 0
+        total = done = 0
 
         def tick() -> None:
             nonlocal done
@@ -458,6 +453,14 @@ def verify(store: Backend, progress: Progress | None = None) -> VerifyReport:
                 progress(done, total)
 
         try:
+            # Counted inside the try: LMDB's mdb_stat reads a table's root without saying
+            # that it could not (a damaged table record), and the txn's next call fails
+            # MDB_BAD_TXN; before the try that was "LMDB failed", exit 7, not damage (cli96).
+            total = (
+                objects.count(txn)
+                + records.count(txn)
+                + sum(txn.stat(dbs[name])["entries"] for name in ("refs", "ledgers"))
+            )
             for key, value in objects.items(txn):
                 tick()
                 counts["objects"] += 1
