@@ -11,12 +11,15 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
-from stat import S_ISLNK
 from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
 from cpstore.native.kept import kept_contextmanager
 from cpstore.store.lmdb_env import Env
+from cpstore.store.lmdb_identity import canonical
+from cpstore.store.lmdb_identity import file_of as _file_of
+from cpstore.store.lmdb_identity import folder_of as _folder_of
+from cpstore.store.lmdb_identity import same_folder as _same_folder
 from cpstore.store.lmdb_open import (
     EnvOptions,
     FileOpenHereError,
@@ -93,15 +96,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _file_of(folder: str) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of ``folder``'s data.mdb; None without one."""
-    try:
-        st = os.stat(os.path.join(folder, "data.mdb"))
-    except (OSError, ValueError):
-        return None
-    return st.st_dev, st.st_ino
-
-
 def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
     """(the environment of ``key``'s data file, that file's identity): by the key while
     ``key`` still names its folder (it may have been renamed away, another store put at
@@ -113,20 +107,6 @@ def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
         return env, file_id
     env = None if file_id is None else _BY_FILE.get(file_id)
     return (_in_folder(key) if env is None else env), file_id
-
-
-def _folder_of(env: Env) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of the folder ``env`` opened, by its holder mark's descriptor
-    (None without a mark: no OFD locks, or the folder was not readable)."""
-    mark = env._mark
-    fd = None if mark is None else mark.fd
-    if fd is None:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def _in_folder(key: str) -> Env | None:
@@ -144,44 +124,6 @@ def _in_folder(key: str) -> Env | None:
     # Not a parent's before fork(): this child closed its mark (the folder may be gone
     # and its inode reused), never uses it, and holds none of its locks.
     return env if env is not None and env.pid == os.getpid() else None
-
-
-def _same_folder(key: str, env: Env) -> bool:
-    """Whether ``key`` names the folder ``env`` opened (its data.mdb replaced in place, not
-    renamed away: a second environment there would share its lock file, which LMDB's
-    second open in one process resets under the first); True where it cannot tell (no
-    holder mark, or a parent's environment in a fork() child, which closed the mark).
-    Told by the mark's descriptor itself (fstat), so also without /proc."""
-    there = _folder_of(env) if env.pid == os.getpid() else None
-    try:
-        here = os.stat(key)
-    except OSError:
-        return False
-    return there is None or (here.st_dev, here.st_ino) == there
-
-
-def canonical(path: str) -> str:
-    """``os.path.realpath(path)``: the registry's key for a store folder.
-
-    An absolute, normalised path (no ``.``, ``..``, doubled or trailing slash, not
-    ``//``-rooted) none of whose components is a symbolic link is its own real path.
-    That is checked here with one ``lstat`` per component, as ``realpath`` does, in
-    one loop instead of ``realpath``'s ~20 calls (a fresh process's open pays each
-    cold, ~25 us in all); every other path (relative, a link, a missing component)
-    is ``realpath``'s own answer.
-    """
-    if path[:1] == "/" and path[:2] != "//" and os.path.normpath(path) == path:
-        at = 0
-        try:
-            while True:
-                at = path.find("/", at + 1)
-                if S_ISLNK(os.lstat(path if at < 0 else path[:at]).st_mode):
-                    break
-                if at < 0:
-                    return path
-        except (OSError, ValueError):
-            pass  # missing, unreadable, a NUL: realpath says what it says
-    return os.path.realpath(path)
 
 
 def acquire_env(path: str, options: EnvOptions) -> Env:
