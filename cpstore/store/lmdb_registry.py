@@ -7,8 +7,8 @@ one environment (:mod:`cpstore.store.lmdb_env`); the last handle closes it.
 
 from __future__ import annotations
 
+import _thread
 import os
-import threading
 import warnings
 from collections.abc import Iterator
 from typing import cast
@@ -30,6 +30,7 @@ from cpstore.store.lmdb_open import (
     unlock_folder,
 )
 from cpstore.store.lmdb_txns import take_write_lock
+from cpstore.store.reentry import reentrant_open
 
 __all__ = [
     "acquire_env",
@@ -40,6 +41,17 @@ __all__ = [
     "release_env",
     "reserved_for_compact",
 ]
+
+
+class _RegistryLock(_thread.RLock):  # type: ignore[misc]  # final in typeshed only
+    """The registry lock: C's re-entrant lock (acquire, release and ``with`` are its own C
+    calls: no Python frame, so no landing for a signal's handler, between taking it and the
+    block), with a plain Lock's ``locked()`` (held by some thread; a waiter that has the
+    lock but not yet the GIL counts as not holding it, as a Lock's flag)."""
+
+    def locked(self) -> bool:
+        """Whether some thread holds the lock (its count, which C's repr shows first)."""
+        return _thread.RLock.__repr__(self).startswith("<locked")
 
 
 _REGISTRY: dict[str, Env] = {}
@@ -53,7 +65,12 @@ Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpen
 #: mark's descriptor holds it; none without a mark): the folder of ``lock.mdb``, which
 #: a second environment there would share whatever its data file is (_in_folder).
 _BY_FOLDER: dict[tuple[int, int], Env] = {}
-_REGISTRY_LOCK = threading.Lock()
+#: Re-entrant only so a thread can tell it holds it (``_is_owned``, one C call): a signal
+#: handler or a finaliser run inside an open or close on that thread would wait for its own
+#: lock for good with a plain Lock, and taking it again would show it the registry
+#: mid-update (a half-made env, a closing one still registered). Never taken twice: an
+#: open there is refused (_refuse_nested), a close drops its handle only (_drop_nested).
+_REGISTRY_LOCK = _RegistryLock()
 #: Paths (and data files) this process is compacting (reserved_for_compact): opens refuse.
 _COMPACTING: set[str | tuple[int, int]] = set()
 #: Environments a close left open (release_env), until closed: while it is empty (nearly
@@ -136,6 +153,7 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     holding the lock it won: the open (and a layout upgrade) uses it when ``path`` still
     names that folder (Env), so lock churn cannot refuse it a second time.
     """
+    _refuse_nested(path)
     key = canonical(path)
     _close_left_open(key)  # another mode or durability may open it then
     won: int | None = None
@@ -310,6 +328,7 @@ def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     conflict with the compaction's own lock on ``lock.mdb``). Yields what is
     reserved (:func:`pinned_for_compact` adds to it; all released at the end).
     """
+    _refuse_nested(path)
     key = canonical(path)
     _close_left_open(key)
     reserved: list[str | tuple[int, int]] = []
@@ -369,6 +388,7 @@ def pinned_for_compact(
     nothing, when the registry lock is busy: an open may hold it while it waits for this
     very creation lock; the caller lets the lock go and takes it again.
     """
+    _refuse_nested(path)  # a timed take would not wait: the re-entrant lock is its own
     took: list[bool] = []
     try:
         # The timed take and the keeping of its answer are one C call (map calls acquire,
@@ -402,12 +422,14 @@ def pinned_for_compact(
 def registry_settled() -> None:
     """Wait until no thread of this process holds the registry lock (an open may hold it
     while it waits for a creation lock: call this without one)."""
+    _refuse_nested("the registry of open stores")  # else it returns at once: held here
     with _REGISTRY_LOCK:
         pass
 
 
 def is_open_here(path: str) -> bool:
     """True when this process (not a parent before fork()) has ``path`` open."""
+    _refuse_nested(path)
     try:
         real = canonical(path)
     except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
@@ -432,7 +454,14 @@ def release_env(
     would be left without LMDB's liveness and reader locks. Its wait for other threads'
     txns (Env.quiesced, up to 5 s) runs before, without the registry lock, the
     environment still registered: an open of any other store goes on meanwhile, and an
-    open of this one shares it (a handle taken), which leaves it open (audit36)."""
+    open of this one shares it (a handle taken), which leaves it open (audit36).
+
+    On a thread already inside an open or close (a signal handler's or finaliser's close,
+    the registry lock its own): the handle is dropped at once, never waiting for that lock
+    (_drop_nested)."""
+    if _REGISTRY_LOCK._is_owned():  # type: ignore[attr-defined]
+        _drop_nested(env, failed, taken)
+        return
     with _REGISTRY_LOCK:
         env.handles -= 1
         if taken is not None:
@@ -475,6 +504,38 @@ def release_env(
                 late = exc
         if late is not None:
             raise late
+
+
+def _refuse_nested(where: str) -> None:
+    """ReentrantOpenError when this thread holds the registry lock: a signal handler or a
+    finaliser inside its open or close. Taken again, the lock would show it the registry
+    mid-update (the env of a path half-made, or closing yet registered)."""
+    if _REGISTRY_LOCK._is_owned():  # type: ignore[attr-defined]
+        raise reentrant_open(where)
+
+
+def _drop_nested(env: Env, failed: BaseException | None, taken: list[Env | None] | None) -> None:
+    """release_env on a thread holding the registry lock (a signal handler's or finaliser's
+    close inside its open or close): no other thread is in the registry, and no step of the
+    interrupted one depends on a count it has not read yet (it re-reads it under the lock
+    before it closes or hands out an env). The last handle's env is not closed here (the
+    interrupted step may be about to share it): it is noted left open, as a close that gave
+    up leaves it, for the next open of it (or is_open_here, or compact) to close once idle,
+    else the process's exit; a ``none`` store is synced first, so the close is durable."""
+    env.handles -= 1  # no call between: the caller's ``taken`` says whether it was dropped
+    if taken is not None:
+        taken[0] = None
+    if env.handles > 0:
+        return
+    _LEFT_OPEN.add(env)
+    if env.pid != os.getpid() or env.options.sync or env.options.readonly:
+        return  # a fork() child's: the next open here forgets it
+    try:
+        env.sync()
+    except StoreError as exc:
+        if failed is None:
+            raise
+        failed.add_note(str(exc))
 
 
 def _close_left_open(key: str) -> None:

@@ -1,6 +1,7 @@
 """Writes from inside a write: a signal handler (or a finalizer) writing a store on a thread
 already inside one of that store's commits or flushes is ReentrantWriteError, never a wait
-for itself (:class:`Reentry`, one per LMDB environment: :func:`shared_reentry`).
+for itself (:class:`Reentry`, one per LMDB environment: :func:`shared_reentry`). Opens from
+inside an open or close: :class:`ReentrantOpenError` (lmdb_registry refuses them).
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from cpstore.errors import ReentrantWriteError
+from cpstore.errors import ReentrantWriteError, StoreError
 
-__all__ = ["Reentry", "reentrant_write", "shared_reentry"]
+__all__ = ["ReentrantOpenError", "Reentry", "reentrant_open", "reentrant_write", "shared_reentry"]
 
 
 def reentrant_write(where: str) -> ReentrantWriteError:
@@ -23,6 +24,28 @@ def reentrant_write(where: str) -> ReentrantWriteError:
         expected="no checkpoint or flush of a store from a signal handler of a thread "
         "that writes it (set a flag there; flush and exit in the main code)",
         got="a nested write",
+    )
+
+
+class ReentrantOpenError(StoreError):
+    """A store was opened (or compacted, or the registry asked whether it is open here) on
+    a thread already inside an open or close of a store: a signal handler or a finaliser
+    (``__del__``, a weakref callback run by a collection) running inside it, its thread
+    holding the process's registry of environments mid-update. Refused at once, since it
+    would wait for its own thread; nothing was opened or reserved. (A close there is not
+    refused: it drops its handle, lmdb_registry.release_env.)"""
+
+
+def reentrant_open(where: str) -> ReentrantOpenError:
+    """The error of an open (or compact, or registry look) nested in its thread's open or
+    close."""
+    return ReentrantOpenError(
+        "a store was opened on a thread already inside an open or close of a store (a "
+        "signal handler or a finaliser running inside it): it would wait for itself",
+        where=where,
+        expected="no open or compact of a store from a signal handler or finaliser "
+        "(set a flag there; open in the main code)",
+        got="an open nested in an open or close",
     )
 
 
