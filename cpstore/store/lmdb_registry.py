@@ -7,10 +7,11 @@ one environment (:mod:`cpstore.store.lmdb_env`); the last handle closes it.
 
 from __future__ import annotations
 
-import _thread
+import gc
 import os
 import warnings
 from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
@@ -30,7 +31,7 @@ from cpstore.store.lmdb_open import (
     unlock_folder,
 )
 from cpstore.store.lmdb_txns import take_write_lock
-from cpstore.store.reentry import reentrant_open
+from cpstore.store.reentry import OwnedLock, reentrant_open
 
 __all__ = [
     "acquire_env",
@@ -41,17 +42,6 @@ __all__ = [
     "release_env",
     "reserved_for_compact",
 ]
-
-
-class _RegistryLock(_thread.RLock):  # type: ignore[misc]  # final in typeshed only
-    """The registry lock: C's re-entrant lock (acquire, release and ``with`` are its own C
-    calls: no Python frame, so no landing for a signal's handler, between taking it and the
-    block), with a plain Lock's ``locked()`` (held by some thread; a waiter that has the
-    lock but not yet the GIL counts as not holding it, as a Lock's flag)."""
-
-    def locked(self) -> bool:
-        """Whether some thread holds the lock (its count, which C's repr shows first)."""
-        return _thread.RLock.__repr__(self).startswith("<locked")
 
 
 _REGISTRY: dict[str, Env] = {}
@@ -65,12 +55,11 @@ Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpen
 #: mark's descriptor holds it; none without a mark): the folder of ``lock.mdb``, which
 #: a second environment there would share whatever its data file is (_in_folder).
 _BY_FOLDER: dict[tuple[int, int], Env] = {}
-#: Re-entrant only so a thread can tell it holds it (``_is_owned``, one C call): a signal
-#: handler or a finaliser run inside an open or close on that thread would wait for its own
-#: lock for good with a plain Lock, and taking it again would show it the registry
-#: mid-update (a half-made env, a closing one still registered). Never taken twice: an
-#: open there is refused (_refuse_nested), a close drops its handle only (_drop_nested).
-_REGISTRY_LOCK = _RegistryLock()
+#: Never taken twice by a thread: a signal handler's or finaliser's open inside an open or
+#: close waited for its own thread for good, and would see the registry mid-update (a
+#: half-made env, a closing one still registered). Refused there (_refuse_nested); a
+#: close drops its handle only (_drop_nested).
+_REGISTRY_LOCK = OwnedLock()
 #: Paths (and data files) this process is compacting (reserved_for_compact): opens refuse.
 _COMPACTING: set[str | tuple[int, int]] = set()
 #: Environments a close left open (release_env), until closed: while it is empty (nearly
@@ -478,51 +467,59 @@ def release_env(
             if env.handles == 0:
                 _unregister(env)
         return
-    with env.quiesced() as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
-        if env.handles > 0 or env.closed:
-            _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
-            if env.handles == 0 and env.unsynced is not None:  # closed by another thread's
-                if failed is None:  # _close_left_open, its fsync failed: this close's too
-                    raise env.unsynced  # (review87: it returned as a clean, durable close)
-                failed.add_note(str(env.unsynced))
-            return  # opened again while the close waited (or closed by an earlier release)
-        if not quiet:  # left open and registered: an open of it shares it
-            left = env.left_open()
-            if failed is None:
-                raise left
-            failed.add_note(str(left))
-            return
-        # Forgotten and closed, each interrupt landing in them caught, tried again until closed
-        # (one in _unregister left it forgotten and open: its descriptors leaked, and LMDB's
-        # open here again opened its file twice); the close's error, or the last one, raised.
-        late: BaseException | None = None
-        while not env.closed:
-            try:
-                _unregister(env)
-                env.close_quiesced()
-            except BaseException as exc:
-                late = exc
-        if late is not None:
-            raise late
+    # A wait run out while reads stay open collects garbage once (a reader or a kept view
+    # dropped in a reference cycle holds its read until collected: the close gave up on a
+    # read nothing alive held), then waits again only if that ended every read.
+    wait, collected = True, False
+    while True:
+        quiesced = env.quiesced() if wait else nullcontext(False)
+        with quiesced as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
+            if env.handles > 0 or env.closed:
+                _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
+                if env.handles == 0 and env.unsynced is not None:  # closed by another
+                    if failed is None:  # thread's _close_left_open, its fsync failed: this
+                        raise env.unsynced  # close's too (review87: it returned as clean)
+                    failed.add_note(str(env.unsynced))
+                return  # opened again while the close waited (or closed by an earlier release)
+            if not quiet and (collected or not env.reads_anywhere()):
+                left = env.left_open()  # left open and registered: an open of it shares it
+                if failed is None:
+                    raise left
+                failed.add_note(str(left))
+                return
+            if quiet:  # forgotten and closed, each interrupt landing in them caught, tried
+                # again until closed (one in _unregister left it forgotten and open: its
+                # descriptors leaked, and LMDB's open here again opened its file twice);
+                # the close's error, or the last one, raised
+                late: BaseException | None = None
+                while not env.closed:
+                    try:
+                        _unregister(env)
+                        env.close_quiesced()
+                    except BaseException as exc:
+                        late = exc
+                if late is not None:
+                    raise late
+                return
+        gc.collect()  # the give-up path only, holding no lock: its finalisers may close stores
+        collected = True
+        wait = not env.reads_anywhere()
 
 
 def _refuse_nested(where: str) -> None:
-    """ReentrantOpenError when this thread holds the registry lock: a signal handler or a
-    finaliser inside its open or close. Taken again, the lock would show it the registry
-    mid-update (the env of a path half-made, or closing yet registered)."""
+    """ReentrantOpenError when this thread holds the registry lock (see _REGISTRY_LOCK)."""
     if _REGISTRY_LOCK._is_owned():  # type: ignore[attr-defined]
         raise reentrant_open(where)
 
 
 def _drop_nested(env: Env, failed: BaseException | None, taken: list[Env | None] | None) -> None:
-    """release_env on a thread holding the registry lock (a signal handler's or finaliser's
-    close inside its open or close): no other thread is in the registry, and no step of the
-    interrupted one depends on a count it has not read yet (it re-reads it under the lock
-    before it closes or hands out an env). The last handle's env is not closed here (the
-    interrupted step may be about to share it): it is noted left open, as a close that gave
-    up leaves it, for the next open of it (or is_open_here, or compact) to close once idle,
-    else the process's exit; a ``none`` store is synced first, so the close is durable."""
-    env.handles -= 1  # no call between: the caller's ``taken`` says whether it was dropped
+    """release_env on a thread holding the registry lock (a handler's or finaliser's close
+    inside its open or close): no other thread is in the registry, and the interrupted
+    step reads a count again under the lock before it acts on it. The last handle's env is
+    not closed here (that step may be about to share it): noted left open, as a close
+    that gave up leaves it, for the next open of it (is_open_here, compact) to close once
+    idle, else the exit; a ``none`` store is synced first, so the close is durable."""
+    env.handles -= 1  # no call between: ``taken`` says whether it was dropped
     if taken is not None:
         taken[0] = None
     if env.handles > 0:

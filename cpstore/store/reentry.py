@@ -6,13 +6,21 @@ inside an open or close: :class:`ReentrantOpenError` (lmdb_registry refuses them
 
 from __future__ import annotations
 
+import _thread
 import threading
 import weakref
 from collections.abc import Callable
 
 from cpstore.errors import ReentrantWriteError, StoreError
 
-__all__ = ["ReentrantOpenError", "Reentry", "reentrant_open", "reentrant_write", "shared_reentry"]
+__all__ = [
+    "OwnedLock",
+    "ReentrantOpenError",
+    "Reentry",
+    "reentrant_open",
+    "reentrant_write",
+    "shared_reentry",
+]
 
 
 def reentrant_write(where: str) -> ReentrantWriteError:
@@ -25,6 +33,18 @@ def reentrant_write(where: str) -> ReentrantWriteError:
         "that writes it (set a flag there; flush and exit in the main code)",
         got="a nested write",
     )
+
+
+class OwnedLock(_thread.RLock):  # type: ignore[misc]  # final in typeshed only
+    """A lock that can tell its owner (``_is_owned``; lmdb_registry's): C's re-entrant lock
+    (acquire, release and ``with`` are its own C calls: no Python frame, so no landing for
+    a signal's handler, between taking it and the block), with a plain Lock's ``locked()``
+    (held by some thread; a waiter that has the lock but not yet the GIL counts as not
+    holding it, as a Lock's flag)."""
+
+    def locked(self) -> bool:
+        """Whether some thread holds the lock (its count, which C's repr shows first)."""
+        return _thread.RLock.__repr__(self).startswith("<locked")
 
 
 class ReentrantOpenError(StoreError):
