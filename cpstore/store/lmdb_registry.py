@@ -12,6 +12,7 @@ import os
 import warnings
 from collections.abc import Iterator
 from contextlib import nullcontext
+from threading import get_ident
 from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
@@ -31,7 +32,7 @@ from cpstore.store.lmdb_open import (
     unlock_folder,
 )
 from cpstore.store.lmdb_txns import take_write_lock
-from cpstore.store.reentry import OwnedLock, reentrant_open
+from cpstore.store.reentry import OwnedLock
 
 __all__ = [
     "acquire_env",
@@ -57,7 +58,7 @@ Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpen
 _BY_FOLDER: dict[tuple[int, int], Env] = {}
 #: Never taken twice by a thread: a signal handler's or finaliser's open inside an open or
 #: close waited for its own thread for good, and would see the registry mid-update (a
-#: half-made env, a closing one still registered). Refused there (_refuse_nested); a
+#: half-made env, a closing one still registered). Refused there (OwnedLock.refuse); a
 #: close drops its handle only (_drop_nested).
 _REGISTRY_LOCK = OwnedLock()
 #: Paths (and data files) this process is compacting (reserved_for_compact): opens refuse.
@@ -84,7 +85,7 @@ def _after_fork_in_child() -> None:
     # Made free outright (as threading's own locks), not released when ``locked()``: an
     # acquiring thread sets that flag only once it holds the GIL again, so a parent's thread
     # woken in its blocking acquire had the lock, the flag clear: the child hung (review81).
-    _REGISTRY_LOCK._at_fork_reinit()  # type: ignore[attr-defined]
+    _REGISTRY_LOCK.after_fork()
     for env in {*_REGISTRY.values(), *_BY_FILE.values(), *_BY_FOLDER.values(), *_STRANDED}:
         env.pid = 0  # _LEFT_OPEN's and _CLOSING_LEFT's are registered
     _COMPACTING.clear()
@@ -142,8 +143,8 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     holding the lock it won: the open (and a layout upgrade) uses it when ``path`` still
     names that folder (Env), so lock churn cannot refuse it a second time.
     """
-    _refuse_nested(path)
-    key = canonical(path)
+    _REGISTRY_LOCK.refuse(path)
+    key, me = canonical(path), get_ident()
     _close_left_open(key)  # another mode or durability may open it then
     won: int | None = None
     # The env whose handle _acquire counted, kept with no landing between (a Python return):
@@ -171,8 +172,12 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                         late = exc
                 if late is not None:
                     raise late
+                _REGISTRY_LOCK.beside[me] = True  # a handler's open here would wait for ``won``
                 won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
         finally:
+            _REGISTRY_LOCK.beside[me] = (
+                False  # first, and no call: no landing before ``won``'s release
+            )
             if won is not None:  # no call otherwise: no landing after _acquire's return
                 # Until released: an interrupt at its start left the lock held (review85), a
                 # second one at the start of the release tried again too (left86).
@@ -317,7 +322,7 @@ def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     conflict with the compaction's own lock on ``lock.mdb``). Yields what is
     reserved (:func:`pinned_for_compact` adds to it; all released at the end).
     """
-    _refuse_nested(path)
+    _REGISTRY_LOCK.refuse(path)
     key = canonical(path)
     _close_left_open(key)
     reserved: list[str | tuple[int, int]] = []
@@ -377,7 +382,7 @@ def pinned_for_compact(
     nothing, when the registry lock is busy: an open may hold it while it waits for this
     very creation lock; the caller lets the lock go and takes it again.
     """
-    _refuse_nested(path)  # a timed take would not wait: the re-entrant lock is its own
+    _REGISTRY_LOCK.refuse(path)  # a timed take would not wait: the re-entrant lock is its own
     took: list[bool] = []
     try:
         # The timed take and the keeping of its answer are one C call (map calls acquire,
@@ -411,14 +416,14 @@ def pinned_for_compact(
 def registry_settled() -> None:
     """Wait until no thread of this process holds the registry lock (an open may hold it
     while it waits for a creation lock: call this without one)."""
-    _refuse_nested("the registry of open stores")  # else it returns at once: held here
+    _REGISTRY_LOCK.refuse("the registry of open stores")  # else it returns at once: held here
     with _REGISTRY_LOCK:
         pass
 
 
 def is_open_here(path: str) -> bool:
     """True when this process (not a parent before fork()) has ``path`` open."""
-    _refuse_nested(path)
+    _REGISTRY_LOCK.refuse(path)
     try:
         real = canonical(path)
     except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
@@ -504,12 +509,6 @@ def release_env(
         gc.collect()  # the give-up path only, holding no lock: its finalisers may close stores
         collected = True
         wait = not env.reads_anywhere()
-
-
-def _refuse_nested(where: str) -> None:
-    """ReentrantOpenError when this thread holds the registry lock (see _REGISTRY_LOCK)."""
-    if _REGISTRY_LOCK._is_owned():  # type: ignore[attr-defined]
-        raise reentrant_open(where)
 
 
 def _drop_nested(env: Env, failed: BaseException | None, taken: list[Env | None] | None) -> None:

@@ -42,9 +42,33 @@ class OwnedLock(_thread.RLock):  # type: ignore[misc]  # final in typeshed only
     (held by some thread; a waiter that has the lock but not yet the GIL counts as not
     holding it, as a Lock's flag)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: Thread ident -> whether it holds (or waits for) a lock an open takes without
+        #: this one (the creation lock acquire_env waits for): a nested open would wait for
+        #: it. Set and cleared by subscript (no call, so no landing after either).
+        self.beside: dict[int, bool] = {}
+
     def locked(self) -> bool:
         """Whether some thread holds the lock (its count, which C's repr shows first)."""
         return _thread.RLock.__repr__(self).startswith("<locked")
+
+    def after_fork(self) -> None:
+        """In a fork() child: free (the holder is not in the child: made free outright, as
+        threading's own locks), and no other thread's entry in :attr:`beside` (gone; a
+        new thread given its ident would be refused every open)."""
+        self._at_fork_reinit()  # type: ignore[attr-defined]
+        me = threading.get_ident()
+        mine = self.beside.get(me, False)  # the forking thread's own open may be under way
+        self.beside.clear()
+        self.beside[me] = mine
+
+    def refuse(self, where: str) -> None:
+        """ReentrantOpenError when this thread holds the lock, or one beside it: a signal
+        handler or a finaliser inside its open or close (taken again, the lock would show
+        it the registry mid-update: the env of a path half-made, or closing yet registered)."""
+        if self._is_owned() or self.beside.get(threading.get_ident()):  # type: ignore[attr-defined]
+            raise reentrant_open(where)
 
 
 class ReentrantOpenError(StoreError):
