@@ -7,16 +7,21 @@ one environment (:mod:`cpstore.store.lmdb_env`); the last handle closes it.
 
 from __future__ import annotations
 
+import gc
 import os
-import threading
 import warnings
 from collections.abc import Iterator
-from stat import S_ISLNK
+from contextlib import nullcontext
+from threading import get_ident
 from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
 from cpstore.native.kept import kept_contextmanager
 from cpstore.store.lmdb_env import Env
+from cpstore.store.lmdb_identity import canonical
+from cpstore.store.lmdb_identity import file_of as _file_of
+from cpstore.store.lmdb_identity import folder_of as _folder_of
+from cpstore.store.lmdb_identity import same_folder as _same_folder
 from cpstore.store.lmdb_open import (
     EnvOptions,
     FileOpenHereError,
@@ -27,6 +32,7 @@ from cpstore.store.lmdb_open import (
     unlock_folder,
 )
 from cpstore.store.lmdb_txns import take_write_lock
+from cpstore.store.reentry import OwnedLock
 
 __all__ = [
     "acquire_env",
@@ -50,7 +56,11 @@ Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpen
 #: mark's descriptor holds it; none without a mark): the folder of ``lock.mdb``, which
 #: a second environment there would share whatever its data file is (_in_folder).
 _BY_FOLDER: dict[tuple[int, int], Env] = {}
-_REGISTRY_LOCK = threading.Lock()
+#: Never taken twice by a thread: a signal handler's or finaliser's open inside an open or
+#: close waited for its own thread for good, and would see the registry mid-update (a
+#: half-made env, a closing one still registered). Refused there (OwnedLock.refuse); a
+#: close drops its handle only (_drop_nested).
+_REGISTRY_LOCK = OwnedLock()
 #: Paths (and data files) this process is compacting (reserved_for_compact): opens refuse.
 _COMPACTING: set[str | tuple[int, int]] = set()
 #: Environments a close left open (release_env), until closed: while it is empty (nearly
@@ -75,7 +85,7 @@ def _after_fork_in_child() -> None:
     # Made free outright (as threading's own locks), not released when ``locked()``: an
     # acquiring thread sets that flag only once it holds the GIL again, so a parent's thread
     # woken in its blocking acquire had the lock, the flag clear: the child hung (review81).
-    _REGISTRY_LOCK._at_fork_reinit()  # type: ignore[attr-defined]
+    _REGISTRY_LOCK.after_fork()
     for env in {*_REGISTRY.values(), *_BY_FILE.values(), *_BY_FOLDER.values(), *_STRANDED}:
         env.pid = 0  # _LEFT_OPEN's and _CLOSING_LEFT's are registered
     _COMPACTING.clear()
@@ -93,15 +103,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _file_of(folder: str) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of ``folder``'s data.mdb; None without one."""
-    try:
-        st = os.stat(os.path.join(folder, "data.mdb"))
-    except (OSError, ValueError):
-        return None
-    return st.st_dev, st.st_ino
-
-
 def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
     """(the environment of ``key``'s data file, that file's identity): by the key while
     ``key`` still names its folder (it may have been renamed away, another store put at
@@ -113,20 +114,6 @@ def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
         return env, file_id
     env = None if file_id is None else _BY_FILE.get(file_id)
     return (_in_folder(key) if env is None else env), file_id
-
-
-def _folder_of(env: Env) -> tuple[int, int] | None:
-    """(st_dev, st_ino) of the folder ``env`` opened, by its holder mark's descriptor
-    (None without a mark: no OFD locks, or the folder was not readable)."""
-    mark = env._mark
-    fd = None if mark is None else mark.fd
-    if fd is None:
-        return None
-    try:
-        st = os.fstat(fd)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def _in_folder(key: str) -> Env | None:
@@ -146,44 +133,6 @@ def _in_folder(key: str) -> Env | None:
     return env if env is not None and env.pid == os.getpid() else None
 
 
-def _same_folder(key: str, env: Env) -> bool:
-    """Whether ``key`` names the folder ``env`` opened (its data.mdb replaced in place, not
-    renamed away: a second environment there would share its lock file, which LMDB's
-    second open in one process resets under the first); True where it cannot tell (no
-    holder mark, or a parent's environment in a fork() child, which closed the mark).
-    Told by the mark's descriptor itself (fstat), so also without /proc."""
-    there = _folder_of(env) if env.pid == os.getpid() else None
-    try:
-        here = os.stat(key)
-    except OSError:
-        return False
-    return there is None or (here.st_dev, here.st_ino) == there
-
-
-def canonical(path: str) -> str:
-    """``os.path.realpath(path)``: the registry's key for a store folder.
-
-    An absolute, normalised path (no ``.``, ``..``, doubled or trailing slash, not
-    ``//``-rooted) none of whose components is a symbolic link is its own real path.
-    That is checked here with one ``lstat`` per component, as ``realpath`` does, in
-    one loop instead of ``realpath``'s ~20 calls (a fresh process's open pays each
-    cold, ~25 us in all); every other path (relative, a link, a missing component)
-    is ``realpath``'s own answer.
-    """
-    if path[:1] == "/" and path[:2] != "//" and os.path.normpath(path) == path:
-        at = 0
-        try:
-            while True:
-                at = path.find("/", at + 1)
-                if S_ISLNK(os.lstat(path if at < 0 else path[:at]).st_mode):
-                    break
-                if at < 0:
-                    return path
-        except (OSError, ValueError):
-            pass  # missing, unreadable, a NUL: realpath says what it says
-    return os.path.realpath(path)
-
-
 def acquire_env(path: str, options: EnvOptions) -> Env:
     """The process's :class:`Env` for ``path``, opened on first use.
 
@@ -194,7 +143,8 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
     holding the lock it won: the open (and a layout upgrade) uses it when ``path`` still
     names that folder (Env), so lock churn cannot refuse it a second time.
     """
-    key = canonical(path)
+    _REGISTRY_LOCK.refuse(path)
+    key, me = canonical(path), get_ident()
     _close_left_open(key)  # another mode or durability may open it then
     won: int | None = None
     # The env whose handle _acquire counted, kept with no landing between (a Python return):
@@ -222,8 +172,12 @@ def acquire_env(path: str, options: EnvOptions) -> Env:
                         late = exc
                 if late is not None:
                     raise late
+                _REGISTRY_LOCK.beside[me] = True  # a handler's open here would wait for ``won``
                 won = lock_folder(key, exclusive=not options.readonly)  # waits: no registry lock
         finally:
+            _REGISTRY_LOCK.beside[me] = (
+                False  # first, and no call: no landing before ``won``'s release
+            )
             if won is not None:  # no call otherwise: no landing after _acquire's return
                 # Until released: an interrupt at its start left the lock held (review85), a
                 # second one at the start of the release tried again too (left86).
@@ -368,6 +322,7 @@ def reserved_for_compact(path: str) -> Iterator[list[str | tuple[int, int]]]:
     conflict with the compaction's own lock on ``lock.mdb``). Yields what is
     reserved (:func:`pinned_for_compact` adds to it; all released at the end).
     """
+    _REGISTRY_LOCK.refuse(path)
     key = canonical(path)
     _close_left_open(key)
     reserved: list[str | tuple[int, int]] = []
@@ -427,6 +382,7 @@ def pinned_for_compact(
     nothing, when the registry lock is busy: an open may hold it while it waits for this
     very creation lock; the caller lets the lock go and takes it again.
     """
+    _REGISTRY_LOCK.refuse(path)  # a timed take would not wait: the re-entrant lock is its own
     took: list[bool] = []
     try:
         # The timed take and the keeping of its answer are one C call (map calls acquire,
@@ -460,12 +416,14 @@ def pinned_for_compact(
 def registry_settled() -> None:
     """Wait until no thread of this process holds the registry lock (an open may hold it
     while it waits for a creation lock: call this without one)."""
+    _REGISTRY_LOCK.refuse("the registry of open stores")  # else it returns at once: held here
     with _REGISTRY_LOCK:
         pass
 
 
 def is_open_here(path: str) -> bool:
     """True when this process (not a parent before fork()) has ``path`` open."""
+    _REGISTRY_LOCK.refuse(path)
     try:
         real = canonical(path)
     except (ValueError, OSError):  # a NUL byte, a loop: no store of ours is open there
@@ -490,7 +448,14 @@ def release_env(
     would be left without LMDB's liveness and reader locks. Its wait for other threads'
     txns (Env.quiesced, up to 5 s) runs before, without the registry lock, the
     environment still registered: an open of any other store goes on meanwhile, and an
-    open of this one shares it (a handle taken), which leaves it open (audit36)."""
+    open of this one shares it (a handle taken), which leaves it open (audit36).
+
+    On a thread already inside an open or close (a signal handler's or finaliser's close,
+    the registry lock its own): the handle is dropped at once, never waiting for that lock
+    (_drop_nested)."""
+    if _REGISTRY_LOCK._is_owned():  # type: ignore[attr-defined]
+        _drop_nested(env, failed, taken)
+        return
     with _REGISTRY_LOCK:
         env.handles -= 1
         if taken is not None:
@@ -507,32 +472,66 @@ def release_env(
             if env.handles == 0:
                 _unregister(env)
         return
-    with env.quiesced() as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
-        if env.handles > 0 or env.closed:
-            _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
-            if env.handles == 0 and env.unsynced is not None:  # closed by another thread's
-                if failed is None:  # _close_left_open, its fsync failed: this close's too
-                    raise env.unsynced  # (review87: it returned as a clean, durable close)
-                failed.add_note(str(env.unsynced))
-            return  # opened again while the close waited (or closed by an earlier release)
-        if not quiet:  # left open and registered: an open of it shares it
-            left = env.left_open()
-            if failed is None:
-                raise left
-            failed.add_note(str(left))
-            return
-        # Forgotten and closed, each interrupt landing in them caught, tried again until closed
-        # (one in _unregister left it forgotten and open: its descriptors leaked, and LMDB's
-        # open here again opened its file twice); the close's error, or the last one, raised.
-        late: BaseException | None = None
-        while not env.closed:
-            try:
-                _unregister(env)
-                env.close_quiesced()
-            except BaseException as exc:
-                late = exc
-        if late is not None:
-            raise late
+    # A wait run out while reads stay open collects garbage once (a reader or a kept view
+    # dropped in a reference cycle holds its read until collected: the close gave up on a
+    # read nothing alive held), then waits again only if that ended every read.
+    wait, collected = True, False
+    while True:
+        quiesced = env.quiesced() if wait else nullcontext(False)
+        with quiesced as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
+            if env.handles > 0 or env.closed:
+                _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
+                if env.handles == 0 and env.unsynced is not None:  # closed by another
+                    if failed is None:  # thread's _close_left_open, its fsync failed: this
+                        raise env.unsynced  # close's too (review87: it returned as clean)
+                    failed.add_note(str(env.unsynced))
+                return  # opened again while the close waited (or closed by an earlier release)
+            if not quiet and (collected or not env.reads_anywhere()):
+                left = env.left_open()  # left open and registered: an open of it shares it
+                if failed is None:
+                    raise left
+                failed.add_note(str(left))
+                return
+            if quiet:  # forgotten and closed, each interrupt landing in them caught, tried
+                # again until closed (one in _unregister left it forgotten and open: its
+                # descriptors leaked, and LMDB's open here again opened its file twice);
+                # the close's error, or the last one, raised
+                late: BaseException | None = None
+                while not env.closed:
+                    try:
+                        _unregister(env)
+                        env.close_quiesced()
+                    except BaseException as exc:
+                        late = exc
+                if late is not None:
+                    raise late
+                return
+        gc.collect()  # the give-up path only, holding no lock: its finalisers may close stores
+        collected = True
+        wait = not env.reads_anywhere()
+
+
+def _drop_nested(env: Env, failed: BaseException | None, taken: list[Env | None] | None) -> None:
+    """release_env on a thread holding the registry lock (a handler's or finaliser's close
+    inside its open or close): no other thread is in the registry, and the interrupted
+    step reads a count again under the lock before it acts on it. The last handle's env is
+    not closed here (that step may be about to share it): noted left open, as a close
+    that gave up leaves it, for the next open of it (is_open_here, compact) to close once
+    idle, else the exit; a ``none`` store is synced first, so the close is durable."""
+    env.handles -= 1  # no call between: ``taken`` says whether it was dropped
+    if taken is not None:
+        taken[0] = None
+    if env.handles > 0:
+        return
+    _LEFT_OPEN.add(env)
+    if env.pid != os.getpid() or env.options.sync or env.options.readonly:
+        return  # a fork() child's: the next open here forgets it
+    try:
+        env.sync()
+    except StoreError as exc:
+        if failed is None:
+            raise
+        failed.add_note(str(exc))
 
 
 def _close_left_open(key: str) -> None:
