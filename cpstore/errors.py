@@ -33,6 +33,7 @@ __all__ = [
     "ReadHeldDuringResizeError",
     "RecordFormatError",
     "RecordingGapError",
+    "ReentrantOpenError",
     "ReentrantWriteError",
     "ReplayDivergenceError",
     "SameStoreError",
@@ -239,6 +240,15 @@ class ReentrantWriteError(StoreError):
     """A checkpoint or flush was asked of a store on a thread already inside one of the
     store's writes: a signal handler (or a finalizer) running inside it. Refused, since
     that write would wait for the very write it interrupted; nothing of it was written."""
+
+
+class ReentrantOpenError(StoreError):
+    """A store was opened (or compacted, or the registry asked whether it is open here) on
+    a thread already inside an open or close of a store: a signal handler or a finaliser
+    (``__del__``, a weakref callback run by a collection) running inside it, its thread
+    holding the process's registry of environments mid-update. Refused at once, since it
+    would wait for its own thread; nothing was opened or reserved. (A close there is not
+    refused: it drops its handle, lmdb_registry.release_env.)"""
 
 
 class ReadHeldDuringResizeError(StoreError):

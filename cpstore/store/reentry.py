@@ -11,7 +11,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from cpstore.errors import ReentrantWriteError, StoreError
+from cpstore.errors import ReentrantOpenError, ReentrantWriteError
 
 __all__ = [
     "OwnedLock",
@@ -69,15 +69,6 @@ class OwnedLock(_thread.RLock):  # type: ignore[misc]  # final in typeshed only
         it the registry mid-update: the env of a path half-made, or closing yet registered)."""
         if self._is_owned() or self.beside.get(threading.get_ident()):  # type: ignore[attr-defined]
             raise reentrant_open(where)
-
-
-class ReentrantOpenError(StoreError):
-    """A store was opened (or compacted, or the registry asked whether it is open here) on
-    a thread already inside an open or close of a store: a signal handler or a finaliser
-    (``__del__``, a weakref callback run by a collection) running inside it, its thread
-    holding the process's registry of environments mid-update. Refused at once, since it
-    would wait for its own thread; nothing was opened or reserved. (A close there is not
-    refused: it drops its handle, lmdb_registry.release_env.)"""
 
 
 def reentrant_open(where: str) -> ReentrantOpenError:
