@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from cpstore.errors import StoreError
-from cpstore.store import lmdb_copy, lmdb_env, lmdb_open, lmdb_registry
+from cpstore.store import lmdb_copy, lmdb_env, lmdb_identity, lmdb_open, lmdb_registry
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_env import Env
@@ -142,7 +142,7 @@ def test_a_rename_after_the_creation_lock_registers_the_file_lmdb_opened(
                 third.close()
         finally:
             second.backend.end_read(txn)
-        assert second.backend.env.file_id == lmdb_registry._file_of(str(t))
+        assert second.backend.env.file_id == lmdb_identity.file_of(str(t))
     finally:
         second.close()
 
