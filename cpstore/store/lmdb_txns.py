@@ -302,9 +302,15 @@ class EnvTxns(EnvGrowth):
         the bookkeeping is left: the txn, its reader slot in the shared lock file and the
         txn objects :attr:`_txns` holds are the parent's, and aborting or freeing them
         here reset the parent's live read (its pages unprotected) and gave its slots away
-        (audit39)."""
+        (audit39). The entry removed there is the holder's too: the child's one thread
+        ending a view another parent thread entered removed its own (ValueError, or its
+        own live read's entry, txns96)."""
         if os.getpid() != self.pid:
-            self._active.remove(get_ident())
+            if holder is None:
+                self._active.remove(get_ident())
+            else:
+                holder._txn = None
+                self._active.remove(holder._who)
             return
         try:
             txn.abort()
