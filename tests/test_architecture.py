@@ -23,6 +23,7 @@ LMDB_MODULES = frozenset(
     {
         "cpstore.store.lmdb_env",
         "cpstore.store.lmdb_txns",
+        "cpstore.store.lmdb_growth",
         "cpstore.store.lmdb_errors",
         "cpstore.store.lmdb_open",
         "cpstore.store.lmdb_backend",

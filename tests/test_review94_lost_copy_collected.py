@@ -13,6 +13,7 @@ allocation the collector counts.
 from __future__ import annotations
 
 import gc
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,13 @@ def test_a_collection_inside_the_copy_does_not_break_it(tmp_path: Path, which: s
     backend = st._backend
     assert isinstance(backend, LmdbBackend)
     env: Env = backend.env
-    stranger = -1  # no thread's ident: its items change no thread's counts
+    # A live idle thread's ident, not this one's: its items change no thread's counts (a
+    # gone thread's, since txns96, are removed with its reader entries).
+    idle = threading.Event()
+    idler = threading.Thread(target=idle.wait, args=(60,))
+    idler.start()
+    stranger = idler.ident
+    assert stranger is not None
     env._lost.append((stranger, None))  # a lost read another thread already let go of
     into = env._lost if which == "_end_lost" else env._active
     thresholds = gc.get_threshold()
@@ -67,4 +74,6 @@ def test_a_collection_inside_the_copy_does_not_break_it(tmp_path: Path, which: s
     env._lost.clear()
     while stranger in env._active:
         env._active.remove(stranger)
+    idle.set()
+    idler.join()
     st.close()

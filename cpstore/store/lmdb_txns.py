@@ -1,56 +1,50 @@
-"""An LMDB environment's transactions: this process's read bookkeeping, map growth.
+"""An LMDB environment's transactions: this process's read and write txn bookkeeping.
 
 The base of :class:`~cpstore.store.lmdb_env.Env` (which opens the environment and its
-named databases): every txn of a store begins here, and the map size changes only here.
+named databases): every txn of a store begins here. Its own base,
+:class:`~cpstore.store.lmdb_growth.EnvGrowth`, is the one place the map size changes.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
-from sys import getrefcount
+from sys import _current_frames, getrefcount
 from threading import get_ident
 from typing import Any, TypeVar
 
 import lmdb
 
 from cpstore.errors import (
-    CpstoreError,
     ForkError,
-    StoreClosedError,
     StoreError,
-    StoreFullError,
     StoreReadOnlyError,
 )
 from cpstore.native.kept import kept_contextmanager, take_write_lock
 from cpstore.store.backend import Txn
-from cpstore.store.kept_views import ResizeWait, held_read_error, kept_by, kept_in, settle
-from cpstore.store.lmdb_errors import closed_store_error, translate
-from cpstore.store.lmdb_open import EnvOptions
-from cpstore.store.lmdb_pages import TAIL_STEP, TailCover
+from cpstore.store.kept_views import kept_in, settle
+from cpstore.store.lmdb_errors import translate
+from cpstore.store.lmdb_growth import EnvGrowth
 
 __all__ = ["EnvTxns", "take_write_lock"]
 
 T = TypeVar("T")
 
 _TWICE = (0, 1)
+#: Thread ident -> each running threading thread (a lookup: no allocation, no frames).
+_THREADS: dict[int, Any] = threading._active  # type: ignore[attr-defined]
 #: The longest a close waits for another thread's txn of the environment to end (a daemon
 #: thread's read may never end): then it gives up and leaves the environment open
-#: (closing it under that txn could crash the process: EnvTxns.quiesced).
+#: (closing it under that txn could crash the process: EnvGrowth.quiesced).
 CLOSE_WAIT_SECONDS = 5.0
 
 
-class EnvTxns:
-    """Txn bookkeeping and map growth of an open LMDB environment (:class:`Env`'s base)."""
+class EnvTxns(EnvGrowth):
+    """Txn bookkeeping of an open LMDB environment (:class:`Env`'s base; map growth: its
+    base, :class:`~cpstore.store.lmdb_growth.EnvGrowth`)."""
 
-    #: Set by the subclass's open: the LMDB environment, its folder, how it was opened.
-    env: Any
-    path: str
-    options: EnvOptions
-    _tail: TailCover
     #: A read-only open of a pre-layout-5 store: reads look for an upgrade (_legacy_read).
     _legacy_ro: bool
     #: False when a read-only open could not use the lock file (Env._open_env). Its read
@@ -89,27 +83,13 @@ class EnvTxns:
         #: (thread ident, holder) of each read a caller's views keep past its block.
         self.kept: deque[tuple[int, Any]] = deque()  # kept_views.KeptViews
 
+    def _close_wait(self) -> float:
+        """The close's bound (:meth:`quiesced`): :data:`CLOSE_WAIT_SECONDS` as it is now."""
+        return CLOSE_WAIT_SECONDS
+
     def _legacy_read(self, txn: Txn[memoryview]) -> Txn[memoryview]:
         """``txn``, or a new read txn seeing a layout another process upgraded to (Env's)."""
         return txn
-
-    def _cover_tail(self) -> None:
-        """At the start of a write txn (under LMDB's writer lock), make the data file
-        reach every committed page (lmdb_pages.TailCover says why and how), and once per
-        :data:`~cpstore.store.lmdb_pages.TAIL_STEP` the file's pages grow by, free dead
-        readers' slots (:meth:`_clear_dead_readers`): one int compare per txn, one
-        ``reader_check`` per MiB of growth (audit36)."""
-        last = self._tail.last_pgno()  # env.info()'s, read from the meta pages
-        if last is None:
-            last = self.env.info()["last_pgno"]
-        if last >= self._readers_checked_at:
-            step = max(TAIL_STEP // max(self._tail.psize, 1), 1)
-            if self._readers_checked_at:  # else the open's own reader_check is this one
-                self._clear_dead_readers()
-            self._readers_checked_at = last + step
-        tail = self._tail
-        if (last + 1) * tail.psize > tail.covered:  # cover()'s own first test, without its call
-            tail.cover(last)
 
     # -- bookkeeping ---------------------------------------------------------
 
@@ -152,7 +132,8 @@ class EnvTxns:
         """From a finalizer, any thread: thread ``who``'s read :meth:`end_read` never got (an
         interrupt as its exit began; its entry stayed: closes gave up, resizes were refused).
         Any thread's next read, write or resize aborts the txn; only ``who`` removes the entry
-        (:meth:`_end_lost`: others falsified its counts); a close or resize counts it ended."""
+        (:meth:`_end_lost`: others falsified its counts), or any thread once ``who`` is gone; a
+        close or resize counts it ended."""
         if os.getpid() == self.pid:  # a fork() child's: the parent's txn, never ended here
             self._lost.append((who, txn))
 
@@ -160,24 +141,36 @@ class EnvTxns:
         """Abort every lost read's txn (at any read or write: an owner never reading again
         pinned its snapshot, review93), let go of another's (py-lmdb frees its reader slot
         with it, review94; every unused txn object freed, not two: review95) and end this
-        thread's, unless a resize or close runs; one a nested read ended: passed over."""
+        thread's, and a thread's that is gone (txns96: a kept slice's read, released after
+        its thread ended, stayed listed for the process's life, and every later read of
+        any thread took the gate and walked them: 1,000 such reads made a read 4.8 times
+        slower), unless a resize or close runs; one a nested read ended: passed over."""
         me, lost = get_ident(), self._lost
         if not lost:
             return
         with self._gate:
             if self._resizing:
                 return
+            alive: set[int] | None = None  # each running thread's ident
             for item in list(lost):
                 who, txn = item
                 if txn is not None:
                     txn.abort()  # py-lmdb: a second abort does nothing
                 if item not in lost:  # ended meanwhile: a read begun there (review94)
                     continue
-                if who == me:
+                if who != me and who not in _THREADS and alive is None:
+                    # Not a threading thread still running: every thread running Python
+                    # code, raw _thread ones too (built only here: ~30 us beside 20 idle
+                    # threads); the frames let go of at once (kept, they held returned
+                    # begins' txns: their slots kept).
+                    alive = set(_current_frames())
+                if who == me or (alive is not None and who not in alive and who not in _THREADS):
+                    # Its owner's, or a thread's with no Python frame (gone, or back in C):
+                    # no count its frames took (before/after an append) changes under them.
                     try:
                         lost.remove(item)
                     finally:
-                        self._active.remove(me)
+                        self._active.remove(who)
                 elif txn is not None:  # let go: py-lmdb frees its reader slot with it (_txns)
                     lost[lost.index(item)] = (who, None)
             self._drop_unused_txns(range(len(self._txns)))  # an aborted read keeps its slot
@@ -189,10 +182,6 @@ class EnvTxns:
             return any(t != me for t in active)
         lost = self._lost_counts()
         return any(t != me and active.count(t) > lost[t] for t in set(active))
-
-    def read_blocks_resize(self) -> bool:
-        """True when a map resize under way waits for the calling thread's open read."""
-        return self._resizing and self.holds_read()
 
     def _leave_read(self) -> None:
         self._active.remove(get_ident())
@@ -238,17 +227,6 @@ class EnvTxns:
         finally:
             if active.count(me) > before:
                 self._leave_read()
-
-    def _adopting_growth(self, attempt: Callable[[], T], *, adopt: bool = True) -> T:
-        """Run ``attempt`` (which begins txns) again until the map it sees is current: the
-        one place that handles growth by another process (LMDB refuses every txn of this one
-        with MDB_MAP_RESIZED until it adopts the new size; ``adopt=False`` while opening)."""
-        while True:
-            try:
-                return attempt()
-            except lmdb.MapResizedError:
-                if adopt:
-                    self.adopt_map_size()
 
     def _begin(self, *, write: bool) -> Txn[memoryview]:
         """Begin a txn, adopting map growth (:meth:`begin_read` inlines the common read). A
@@ -339,9 +317,15 @@ class EnvTxns:
         the bookkeeping is left: the txn, its reader slot in the shared lock file and the
         txn objects :attr:`_txns` holds are the parent's, and aborting or freeing them
         here reset the parent's live read (its pages unprotected) and gave its slots away
-        (audit39)."""
+        (audit39). The entry removed there is the holder's too: the child's one thread
+        ending a view another parent thread entered removed its own (ValueError, or its
+        own live read's entry, txns96)."""
         if os.getpid() != self.pid:
-            self._active.remove(get_ident())
+            if holder is None:
+                self._active.remove(get_ident())
+            else:
+                holder._txn = None
+                self._active.remove(holder._who)
             return
         try:
             txn.abort()
@@ -438,127 +422,6 @@ class EnvTxns:
             if getrefcount(txn) > 2:  # held beyond this local (and getrefcount's argument)
                 txns.append(txn)
             del txn  # the last reference: py-lmdb frees it here
-
-    def closed_error(self) -> StoreClosedError:
-        """What a thread using the store as another closes it gets: closed_store_error."""
-        return closed_store_error(self.path, closed=self.closed)
-
-    def error_of(self, exc: lmdb.Error) -> CpstoreError:
-        """The cpstore error for an LMDB failure of this environment: the closed store's
-        once it is closed (LMDB says "Attempt to operate on closed/deleted/dropped
-        object"), else :func:`~cpstore.store.lmdb_errors.translate`'s."""
-        return self.closed_error() if self.closed else translate(exc, self.path)
-
-    def _holds_read_during_resize(self) -> StoreError:
-        closing, me = self.closing, get_ident()
-        return self.closed_error() if closing else held_read_error(self.path, self.kept, me)
-
-    def _lock_writes(self) -> None:
-        """Take the write lock, or StoreError where waiting would deadlock: a resize holds
-        it until every read of this process ended, so a thread holding a read that waited
-        for it would wait forever; it gets the error instead (and its read block can end)."""
-        lock = self.write_lock
-        if lock.acquire(blocking=False):
-            return
-        while not lock.acquire(timeout=0.05):
-            if self._resizing and self.holds_read():
-                raise self._holds_read_during_resize()
-
-    def _clear_dead_readers(self) -> bool:
-        """After a full map, before growing it, and as the file grows (:meth:`_cover_tail`):
-        free the reader slots of processes that died holding a read (LMDB's reader_check).
-        Such a slot keeps its snapshot's pages, and every page freed since, from reuse for as
-        long as this environment stays open: a writer beside a reader killed mid-read grew
-        the file without bound, and at ``max_map_size`` was refused StoreFullError with most
-        of the file free (audit34); freed at a full map only, the file first grew to the
-        whole map (audit36). True when a slot was freed: the write is tried again in the map
-        as it is."""
-        try:
-            return bool(self.env.reader_check())
-        except lmdb.Error:
-            return False
-
-    @kept_contextmanager  # no landing between its yield and the with block (review87)
-    def quiesced(self) -> Iterator[bool]:
-        """A block (the environment's close) no txn of another thread of this process runs
-        in: the write lock held, new reads held back (as during a resize) and the open reads
-        of other threads ended, each wait at most :data:`CLOSE_WAIT_SECONDS`. LMDB frees the
-        environment at close, and a thread inside a call that released the GIL (a write
-        txn's begin waiting for LMDB's writer lock, a commit's fsync) used freed memory: the
-        process died of SIGSEGV when a store was closed under writing threads (audit34).
-        Yields whether that holds: False once a wait ran out (another process held LMDB's
-        writer lock longer, a read view kept open), and the caller must not close (it did,
-        and the process died of SIGSEGV when that thread's begin returned)."""
-        me, deadline = get_ident(), time.monotonic() + CLOSE_WAIT_SECONDS
-        self.closing = True  # a thread refused meanwhile is told the store is closing
-        held = take_write_lock(self.write_lock, timeout=CLOSE_WAIT_SECONDS)
-        try:
-            with self._gate:
-                self._resizing = True  # a writer waiting for the lock while it reads is refused
-                try:
-                    while self._reads_left(me) and time.monotonic() < deadline:
-                        self._gate.wait(0.05)
-                        settle(self.kept, self._lost)
-                    # LMDB's close aborts lost reads; a kept one of this thread: not closed
-                    quiet = not kept_by(self.kept, me, self._lost) and not self._reads_left(me)
-                    yield held and quiet
-                finally:
-                    self.closing = self.closed  # a close given up (a handle taken meanwhile)
-                    self._resizing = False
-                    self._gate.notify_all()
-        finally:
-            if held:
-                self.write_lock.release()
-
-    # -- the one place the map size changes ------------------------------
-
-    def _resize(self, size: int) -> None:
-        # LMDB allows mdb_env_set_mapsize only while this process has no open
-        # txn: hold the write lock and wait for every reader to leave.
-        settle(self.kept, self._lost)  # kept reads whose views are all gone: lost
-        self._end_lost()  # this thread's lost reads (counted as ended while another resizes)
-        if self.holds_read():
-            raise self._holds_read_during_resize()
-        with self.write_lock, self._gate:
-            self._resizing = True
-            try:
-                waiting = ResizeWait(self.path, self.resize_wait)  # raises when it is over
-                while self._reads_left(None):
-                    waiting.check(list(self._active), self._lost_counts(), self.kept)
-                    self._gate.wait(0.05)
-                    settle(self.kept, self._lost)  # a slice released meanwhile: lost
-                for _, txn in list(self._lost):  # no lost txn open across the resize
-                    txn is None or txn.abort()
-                try:
-                    self.env.set_mapsize(size)
-                except lmdb.Error as exc:
-                    raise self.error_of(exc) from None
-            finally:
-                self._resizing = False
-                self._gate.notify_all()
-
-    def adopt_map_size(self) -> None:
-        """Take up a map size another process grew the file to."""
-        self._resize(0)
-
-    def grow(self) -> None:
-        """Double the map (up to ``max_map_size``) or raise :class:`StoreFullError`."""
-        try:
-            current = self.env.info()["map_size"]
-        except lmdb.Error as exc:  # closed by another thread meanwhile: never a raw LMDB error
-            raise self.error_of(exc) from None
-        limit = self.options.max_map_size
-        if current >= limit:
-            raise StoreFullError(
-                # A sweep writes too: the gc that would free space needs the way out.
-                "the store reached its maximum map size; open it with a larger "
-                "max_map_size (retention as well: a gc or prune writes, and is refused "
-                "here; `cpstore gc` opens with the default, 1 TiB, and frees the space)",
-                where=self.path,
-                expected=f"<= {limit} bytes",
-                got=f"{current} bytes in use",
-            )
-        self._resize(min(current * 2, limit))
 
 
 class _Read:
