@@ -4,7 +4,8 @@ One :class:`Env` per data file per process (LMDB's fcntl locks belong to the
 process: a second open of one file resets its lock file under the first, a close drops
 them), shared by every :class:`~cpstore.Store` handle on that path. This module is the
 only one that opens environments; its base, :mod:`cpstore.store.lmdb_txns`, the only
-one that begins transactions or changes the map size.
+one that begins transactions, and that one's base, :mod:`cpstore.store.lmdb_growth`, the
+only one that changes the map size.
 """
 
 from __future__ import annotations
