@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from small_store import small_store
 
 import cpstore
 
@@ -47,13 +48,7 @@ sys.exit(entry.main(["copy", dest, "--store", src]))
 
 
 def _store(tmp_path: Path) -> str:
-    path = str(tmp_path / "src")
-    with cpstore.open(path) as store:
-        rec = store.recorder("run")
-        for step in range(1, 4):
-            rec.observe(step, "cfg", os.urandom(64), pinned_at=1.0)
-            rec.checkpoint(step, {"blob": os.urandom(256)}, seal_ledger=False)
-    return path
+    return small_store(tmp_path, "src")
 
 
 def _start(

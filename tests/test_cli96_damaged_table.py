@@ -23,8 +23,8 @@ import struct
 from pathlib import Path
 
 import pytest
+from small_store import small_store
 
-import cpstore
 from cpstore import cli
 from cpstore.store import lmdb_copy
 from cpstore.store.lmdb_open import open_into
@@ -36,13 +36,7 @@ _F_SUBDATA = 2
 
 
 def _store(tmp_path: Path) -> str:
-    path = str(tmp_path / "store")
-    with cpstore.open(path) as store:
-        rec = store.recorder("run")
-        for step in range(1, 4):
-            rec.observe(step, "cfg", os.urandom(64), pinned_at=1.0)
-            rec.checkpoint(step, {"blob": os.urandom(256)}, seal_ledger=False)
-    return path
+    return small_store(tmp_path, "store")
 
 
 def _point_root_past_the_file(path: str, table: str) -> bytes:

@@ -546,6 +546,15 @@ def run_id_of(value: Any) -> str | None:
     return None
 
 
+def refuse_one_id(ids: object, message: str, expected: str) -> None:
+    """InvalidInputError for ``ids`` that is one str or bytes (a str is a sequence of
+    one-character ids) or not iterable, where a call takes a sequence of ids."""
+    if isinstance(ids, (str, bytes, bytearray, memoryview)) or not isinstance(ids, Iterable):
+        raise InvalidInputError(
+            message, expected=expected, got=f"{type(ids).__name__} {ids!r}"[:120]
+        )
+
+
 def run_ids_of(run_ids: Any) -> set[str]:
     """The run ids ``delete_for_runs(run_ids)`` matches, each as :func:`run_id_of` keeps a
     metadata run id (NUL taken out, as ``get_checkpoint_metadata`` did when it was put).
@@ -554,14 +563,7 @@ def run_ids_of(run_ids: Any) -> set[str]:
     an int, bytes: before lgfix72 each went through ``str()`` and matched nothing, or
     "None" matched a run of that name), and for a ``run_ids`` that is one str or bytes
     (a str is a sequence of one-character ids) or not iterable: nothing is deleted."""
-    if isinstance(run_ids, (str, bytes, bytearray, memoryview)) or not isinstance(
-        run_ids, Iterable
-    ):
-        raise InvalidInputError(
-            "delete_for_runs takes a sequence of run ids",
-            expected="a list of str run ids",
-            got=f"{type(run_ids).__name__} {run_ids!r}"[:120],
-        )
+    refuse_one_id(run_ids, "delete_for_runs takes a sequence of run ids", "a list of str run ids")
     wanted: set[str] = set()
     for i, run_id in enumerate(run_ids):
         kept = run_id_of(run_id)

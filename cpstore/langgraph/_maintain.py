@@ -7,7 +7,6 @@ its kept checkpoints again with the copy's step and frees the old branches, then
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
@@ -18,6 +17,7 @@ from cpstore.langgraph._codec import (
     load_checkpoint,
     load_metadata,
     load_value,
+    refuse_one_id,
     thread_runs,
 )
 from cpstore.langgraph._copy_delete import (
@@ -61,14 +61,7 @@ def thread_ids_of(thread_ids: Any) -> list[str]:
     threads ``a`` and ``b``, lgsaver96), for what is not iterable, and for a None or
     bytes entry (None deleted a thread named ``"None"``), as ``delete_for_runs`` refuses
     its run ids (``_codec.run_ids_of``)."""
-    if isinstance(thread_ids, (str, bytes, bytearray, memoryview)) or not isinstance(
-        thread_ids, Iterable
-    ):
-        raise InvalidInputError(
-            "prune takes a sequence of thread ids",
-            expected="a list of thread ids",
-            got=f"{type(thread_ids).__name__} {thread_ids!r}"[:120],
-        )
+    refuse_one_id(thread_ids, "prune takes a sequence of thread ids", "a list of thread ids")
     return [thread_id_of(t, f"thread_ids[{i}]") for i, t in enumerate(thread_ids)]
 
 
