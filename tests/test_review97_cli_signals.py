@@ -116,3 +116,39 @@ print([signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
 
 def test_two_commands_leave_handlers_and_mask_as_found() -> None:
     assert _run(_TWICE) == "[True, True, []]"
+
+
+_LANDS_AFTER_REAP = """
+import signal, sys
+from cpstore.cli import child
+
+fired = []
+
+def profile(frame, event, arg):
+    # SIGTERM's handler runs at the first point after the child was reaped where one can.
+    if (
+        event == "c_return"
+        and frame.f_code.co_name == "_parent"
+        and getattr(arg, "__name__", "") in ("waitpid", "extend")
+        and not fired
+    ):
+        fired.append(arg.__name__)
+        signal.raise_signal(signal.SIGTERM)
+
+sys.setprofile(profile)
+try:
+    child.in_child(lambda send: 1, store="s", doing="walking it", name="verify")
+except child.Terminated as exc:
+    told = exc.name
+except OSError as exc:
+    told = type(exc).__name__
+sys.setprofile(None)
+print([told, len(fired)])
+"""
+
+
+def test_signal_landing_after_the_reap_kills_no_reaped_pid() -> None:
+    # Before: the status was lost with the child reaped, so the clean-up killed a pid no
+    # longer the child's (ProcessLookupError, or another process given that pid) and the
+    # command failed with that error instead of "terminated (SIGTERM)".
+    assert _run(_LANDS_AFTER_REAP) == "['SIGTERM', 1]"

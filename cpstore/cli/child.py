@@ -250,7 +250,7 @@ def _parent(
     """The parent half of :func:`in_child`: relay what the child says, then its result."""
     phase, done, total = "starting", 0, 0
     result: tuple[str, Any] | None = None
-    status = None
+    reaped: list[tuple[int, int]] = []
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Terminated from here kills it
         with os.fdopen(os.dup(read_end), "rb") as inp:
@@ -268,11 +268,16 @@ def _parent(
                     done, total = value
                 if heard is not None:
                     heard(kind, value)
-        _, status = os.waitpid(pid, 0)
+        # Reaped and kept in one C call (map calls waitpid, extend stores its answer: no
+        # bytecode between): a Terminated landing on a bare call's return lost the status
+        # with the child reaped, and the clean-up killed a pid no longer the child's
+        # (ProcessLookupError instead of "terminated", or another process given it; review97).
+        reaped.extend(map(os.waitpid, (pid,), (0,)))
     finally:
-        if status is None:  # interrupted: the child must not outlive the command
+        if not reaped:  # interrupted: the child must not outlive the command
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+    status = reaped[0][1]
     if result is not None:
         kind, value = result
         if kind == _ERROR:
