@@ -89,12 +89,25 @@ def _ending_raises() -> Iterator[list[int]]:
     try:
         for signum in _ENDING_SIGNALS:
             if signal.getsignal(signum) == signal.SIG_DFL:
-                signal.signal(signum, ended)
+                # Noted first: a signal landing on the install's return left the handler
+                # installed and unnoted, so never given back (review97).
                 taken.append(signum)
+                signal.signal(signum, ended)
         yield taken
     finally:
-        for back in taken:
-            signal.signal(back, signal.SIG_DFL)
+        # Each given back even when a Terminated lands in the loop (signal.signal runs the
+        # handlers of signals already pending before it changes one): one raised there left
+        # the rest raising Terminated in the caller's code after the command (review97).
+        # That Terminated is raised once all are back: the signal is not lost.
+        late: BaseException | None = None
+        while taken:
+            try:
+                signal.signal(taken[-1], signal.SIG_DFL)
+                taken.pop()
+            except Terminated as exc:
+                late = exc
+        if late is not None:
+            raise late
 
 
 def _die_with_parent(parent: int) -> None:
@@ -132,7 +145,15 @@ def in_child(
         # (or the parent's try that kills the child) would run the command's code in the
         # child, or leave it alone. Each side lets them in where it is ready for them.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, [*taken, signal.SIGINT])
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except BaseException:
+            # A failed fork (EAGAIN, ENOMEM) left them blocked in this thread for good:
+            # Ctrl-C, SIGTERM and SIGHUP never reached it again (review97).
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+            os.close(read_end)
+            os.close(write_end)
+            raise
         if pid == 0:  # pragma: no cover - runs in the child, which never returns
             for signum in taken:  # the child ends by them as any process does
                 signal.signal(signum, signal.SIG_DFL)
@@ -229,7 +250,7 @@ def _parent(
     """The parent half of :func:`in_child`: relay what the child says, then its result."""
     phase, done, total = "starting", 0, 0
     result: tuple[str, Any] | None = None
-    status = None
+    reaped: list[tuple[int, int]] = []
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Terminated from here kills it
         with os.fdopen(os.dup(read_end), "rb") as inp:
@@ -247,11 +268,16 @@ def _parent(
                     done, total = value
                 if heard is not None:
                     heard(kind, value)
-        _, status = os.waitpid(pid, 0)
+        # Reaped and kept in one C call (map calls waitpid, extend stores its answer: no
+        # bytecode between): a Terminated landing on a bare call's return lost the status
+        # with the child reaped, and the clean-up killed a pid no longer the child's
+        # (ProcessLookupError instead of "terminated", or another process given it; review97).
+        reaped.extend(map(os.waitpid, (pid,), (0,)))
     finally:
-        if status is None:  # interrupted: the child must not outlive the command
+        if not reaped:  # interrupted: the child must not outlive the command
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+    status = reaped[0][1]
     if result is not None:
         kind, value = result
         if kind == _ERROR:

@@ -1,8 +1,8 @@
 """The process's registry of open LMDB environments: one :class:`Env` per data file.
 
-py-lmdb refuses a second open of the same files in one process, and LMDB's
-fcntl locks belong to the process, so every store handle on a path shares
-one environment (:mod:`cpstore.store.lmdb_env`); the last handle closes it.
+py-lmdb refuses a second open of the same files in one process, and LMDB's fcntl locks belong
+to the process, so every store handle on a path shares one environment
+(:mod:`cpstore.store.lmdb_env`); the last handle closes it.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import gc
 import os
 import warnings
 from collections.abc import Iterator
-from contextlib import nullcontext
-from threading import get_ident
+from contextlib import nullcontext, suppress
+from threading import Thread, get_ident
 from typing import cast
 
 from cpstore.errors import ForkError, InvalidInputError, StoreError
@@ -46,10 +46,9 @@ __all__ = [
 
 
 _REGISTRY: dict[str, Env] = {}
-#: The same environments by their data file's (st_dev, st_ino): a real path does not
-#: name a file uniquely (a bind mount, a folder renamed while open), and a second
-#: environment of one file would drop the first's LMDB locks when it closes. The
-#: open environment holds the file, so its inode is not reused while it is here.
+#: The same environments by their data file's (st_dev, st_ino): a real path does not name a
+#: file uniquely (a bind mount, a folder renamed while open), and a second environment of
+#: one file would drop the first's LMDB locks when it closes (its inode is held meanwhile).
 _BY_FILE: dict[tuple[int, int], Env] = {}
 Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpenHereError)
 #: The same environments by the (st_dev, st_ino) of the folder LMDB opened (its holder
@@ -512,26 +511,28 @@ def release_env(
 
 
 def _drop_nested(env: Env, failed: BaseException | None, taken: list[Env | None] | None) -> None:
-    """release_env on a thread holding the registry lock (a handler's or finaliser's close
-    inside its open or close): no other thread is in the registry, and the interrupted
-    step reads a count again under the lock before it acts on it. The last handle's env is
-    not closed here (that step may be about to share it): noted left open, as a close
-    that gave up leaves it, for the next open of it (is_open_here, compact) to close once
-    idle, else the exit; a ``none`` store is synced first, so the close is durable."""
+    """release_env on a thread holding the registry lock (a handler's or finaliser's close in its
+    open or close): the handle dropped at once. The last one's env (the interrupted step may
+    share it) synced (``none``), left open, and closed by a thread once the lock is free if idle
+    (left to the path's next open, it kept its locks: others' compacts refused; review97)."""
     env.handles -= 1  # no call between: ``taken`` says whether it was dropped
     if taken is not None:
         taken[0] = None
     if env.handles > 0:
         return
     _LEFT_OPEN.add(env)
-    if env.pid != os.getpid() or env.options.sync or env.options.readonly:
-        return  # a fork() child's: the next open here forgets it
+    if env.pid != os.getpid():
+        return  # a fork() child's: its next open here forgets it
     try:
-        env.sync()
+        if not (env.options.sync or env.options.readonly):
+            env.sync()
     except StoreError as exc:
         if failed is None:
             raise
         failed.add_note(str(exc))
+    finally:  # no daemon: the exit waits for the close (a RuntimeError: left as before)
+        with suppress(RuntimeError):  # (at the exit, or no thread to be had)
+            Thread(target=_close_left_open, args=(env.path,), daemon=False).start()
 
 
 def _close_left_open(key: str) -> None:
