@@ -22,12 +22,21 @@ ignored when the command started, as under ``nohup``, stays ignored); on Linux t
 is also killed when the parent dies of SIGKILL. Before, the parent died at once and the
 child went on alone: a ``copy`` told nothing and wrote DEST after the command ended, a
 ``compact`` kept the store's locks.
+
+:func:`reads_in_child` runs a whole command so (``stats``, ``log``; bus97): a damaged
+leaf whose value's length runs past the end of ``data.mdb`` (LMDB checks no node size) is
+read past the file inside the map, and the process died of SIGBUS with no word; now that
+is exit 5 naming the store. Their output is held in the child and printed by the parent
+once the command's work is done. :func:`told_as_damage` words an MDB_BAD_TXN of the store
+a command reads as damage (``inspect``, ``diff``, ``push``, ``pull`` too, in process).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
+import io
 import os
 import pickle
 import signal
@@ -40,9 +49,11 @@ from typing import IO, Any, TypeVar
 
 from cpstore.cli.exit_codes import EXIT_INTERNAL
 from cpstore.errors import CpstoreError, IntegrityError, StoreError
+from cpstore.store.lmdb_errors import read_damage
 from cpstore.store.lmdb_registry import is_open_here
+from cpstore.store.location import is_store_url
 
-__all__ = ["Send", "Terminated", "can_fork_for", "in_child"]
+__all__ = ["Send", "Terminated", "can_fork_for", "in_child", "reads_in_child", "told_as_damage"]
 
 T = TypeVar("T")
 #: How the child's work says something to the parent: ``send(kind, value)``;
@@ -167,6 +178,51 @@ def in_child(
             return result
         finally:
             os.close(read_end)
+
+
+def told_as_damage(
+    handler: Callable[[argparse.Namespace], int], *, store: str = "store"
+) -> Callable[[argparse.Namespace], int]:
+    """``handler`` (a command) with an MDB_BAD_TXN of the store in ``args.<store>``, which
+    it opens read-only, raised as the damage it is (:func:`lmdb_errors.read_damage`)."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except StoreError as exc:
+            path = getattr(args, store, None)
+            raise (read_damage(exc, path) if path else exc) from None
+
+    return guarded
+
+
+def reads_in_child(
+    handler: Callable[[argparse.Namespace], int], *, doing: str
+) -> Callable[[argparse.Namespace], int]:
+    """``handler`` (a command reading the LMDB store ``--store`` names, read-only) run
+    whole in a child by :func:`in_child` when it can fork for it: what it prints is held
+    there and printed here with its exit code; a child that died of SIGBUS (a value read
+    past the end of the data file), SIGSEGV or an abort is :class:`IntegrityError`, exit
+    5. A URL, or a store this process has open, is read here as before."""
+    guarded = told_as_damage(handler)
+
+    def run(args: argparse.Namespace) -> int:
+        path = args.store
+        if not path or is_store_url(path) or not can_fork_for(path):
+            return guarded(args)
+
+        def work(_send: Send) -> tuple[int, str, str]:
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = guarded(args)
+            return code, out.getvalue(), err.getvalue()
+
+        code, out, err = in_child(work, store=path, doing=doing, name=args.command)
+        sys.stderr.write(err)
+        sys.stdout.write(out)
+        return code
+
+    return run
 
 
 def _child(

@@ -11,7 +11,7 @@ import contextlib
 import os
 from typing import Any
 
-from cpstore.cli.child import Send, can_fork_for, in_child
+from cpstore.cli.child import Send, can_fork_for, in_child, reads_in_child
 from cpstore.cli.common import (
     STORE_CODES,
     audit_key_of,
@@ -321,4 +321,4 @@ def add_maintenance_parsers(sub: Any) -> None:
     )
     store_arg(p)
     json_arg(p)
-    p.set_defaults(handler=_stats)
+    p.set_defaults(handler=reads_in_child(_stats, doing="counting it"))

@@ -12,6 +12,7 @@ import argparse
 import os
 from typing import Any
 
+from cpstore.cli.child import told_as_damage
 from cpstore.cli.common import (
     STORE_CODES,
     audit_key_of,
@@ -150,7 +151,7 @@ def add_transfer_parsers(sub: Any) -> None:
     p.add_argument("--run", help="only this run (default: every run)")
     store_arg(p, "the receiving store's (DEST)")
     json_arg(p)
-    p.set_defaults(handler=_push)
+    p.set_defaults(handler=told_as_damage(_push))
 
     p = command(
         sub,
@@ -163,4 +164,4 @@ def add_transfer_parsers(sub: Any) -> None:
     p.add_argument("--run", help="only this run (default: every run)")
     store_arg(p, "the receiving store's (--store)")
     json_arg(p)
-    p.set_defaults(handler=_pull)
+    p.set_defaults(handler=told_as_damage(_pull, store="source"))

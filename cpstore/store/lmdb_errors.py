@@ -23,7 +23,7 @@ from cpstore.errors import (
     StoreReadOnlyError,
 )
 
-__all__ = ["FULL_DISK_SLACK", "closed_store_error", "errno_of", "translate"]
+__all__ = ["FULL_DISK_SLACK", "closed_store_error", "errno_of", "read_damage", "translate"]
 
 
 #: Free bytes below which an I/O error on write is taken for a full disk.
@@ -53,8 +53,16 @@ def errno_of(text: str) -> int:
     return _ERRNO_TEXT.get(text.rpartition(": ")[2], 0)
 
 
-def translate(exc: lmdb.Error, where: str) -> CpstoreError:
-    """The cpstore exception for an LMDB failure (full, read-only, corrupt, other)."""
+def translate(exc: lmdb.Error, where: str, *, readonly: bool = False) -> CpstoreError:
+    """The cpstore exception for an LMDB failure (full, read-only, corrupt, other).
+
+    ``readonly``: the environment was opened read-only, so every txn of it is a read.
+    MDB_BAD_TXN there is damage (bus97): a read txn is poisoned only by a page LMDB could
+    not read (past the last page, or not the page it should be), and ``mdb_stat`` or a
+    table's first use swallows that failure, so the txn's next call fails MDB_BAD_TXN; a
+    read txn used after its end is py-lmdb's own error, and a read has no child txn. In a
+    writable environment MDB_BAD_TXN is also a write txn used after a failed put (LMDB
+    marks it so after MDB_MAP_FULL), a cpstore bug: it stays a StoreError there."""
     text = str(exc)
     code = getattr(exc, "code", 0) or errno_of(text)
     if isinstance(exc, lmdb.MapFullError) or code in (errno.ENOSPC, errno.EDQUOT):
@@ -77,11 +85,32 @@ def translate(exc: lmdb.Error, where: str) -> CpstoreError:
         )
     if isinstance(exc, (lmdb.CorruptedError, lmdb.PageNotFoundError)):
         return IntegrityError("the LMDB data file is corrupt", where=where, got=text)
+    if readonly and isinstance(exc, lmdb.BadTxnError):
+        return IntegrityError(
+            "the LMDB data file is corrupt: a page a read needed could not be read",
+            where=where,
+            got=text,
+        )
     if isinstance(exc, (lmdb.VersionMismatchError, lmdb.InvalidError)):
         return FormatVersionError(
             "not an LMDB environment this build can read", where=where, got=text
         )
     return StoreError("LMDB failed", where=where, got=text)
+
+
+def read_damage(exc: CpstoreError, readonly_path: str) -> CpstoreError:
+    """``exc`` as :func:`translate` words it for a read-only environment when it is the
+    plain StoreError of an MDB_BAD_TXN (its ``__context__``: raised ``from None``) of the
+    store at ``readonly_path``, a store the caller opened read-only; else ``exc`` itself.
+    For a translation that had no ``readonly`` to give (EnvTxns' read blocks)."""
+    cause = exc.__context__
+    if type(exc) is not StoreError or not isinstance(cause, lmdb.BadTxnError):
+        return exc
+    try:
+        same = os.path.samefile(str(exc.where), readonly_path)
+    except (OSError, ValueError):
+        return exc
+    return translate(cause, str(exc.where), readonly=True) if same else exc
 
 
 def closed_store_error(where: str, *, closed: bool) -> StoreClosedError:
