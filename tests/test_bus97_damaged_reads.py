@@ -29,6 +29,7 @@ import cpstore
 from cpstore import cli
 from cpstore.errors import IntegrityError, StoreError
 from cpstore.store.lmdb_errors import read_damage, translate
+from cpstore.store.stats import store_stats
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 _PAGE = 4096
@@ -183,3 +184,16 @@ def test_bad_txn_is_damage_only_in_a_read_only_environment(tmp_path: Path) -> No
     assert read_damage(told, str(mine)) is told  # another store's (a push's receiver)
     plain = StoreError("LMDB failed", where=str(other))
     assert read_damage(plain, str(other)) is plain  # not an MDB_BAD_TXN
+
+
+@pytest.mark.parametrize("table", ["objects", "heap"])
+def test_a_library_reader_of_a_read_only_store_is_told_damage_too(
+    tmp_path: Path, table: str
+) -> None:
+    """Not only the CLI: the store's own translation says IntegrityError for MDB_BAD_TXN
+    on a read-only store (before, a plain StoreError "LMDB failed ... MDB_BAD_TXN")."""
+    path = _store(tmp_path)
+    _point_root_past_the_file(path, table)
+    with cpstore.open(path, readonly=True) as store, pytest.raises(IntegrityError) as told:
+        store_stats(store)
+    assert "MDB_BAD_TXN" in str(told.value)

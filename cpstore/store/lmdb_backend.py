@@ -167,7 +167,11 @@ class LmdbBackend(BackendBase):
 
     def translate(self, exc: Exception) -> CpstoreError:
         """The cpstore error for an LMDB failure (StoreClosedError once closed, audit39)."""
-        return self.env.closed_error() if self.env.closed else translate(exc, self._path)
+        return (
+            self.env.closed_error()
+            if self.env.closed
+            else translate(exc, self._path, readonly=self.readonly)
+        )
 
     def close(self) -> None:
         """Flush queued checkpoints (batched mode) and release the environment: once when two

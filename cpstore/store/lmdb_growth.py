@@ -101,7 +101,11 @@ class EnvGrowth:
         """The cpstore error for an LMDB failure of this environment: the closed store's
         once it is closed (LMDB says "Attempt to operate on closed/deleted/dropped
         object"), else :func:`~cpstore.store.lmdb_errors.translate`'s."""
-        return self.closed_error() if self.closed else translate(exc, self.path)
+        return (
+            self.closed_error()
+            if self.closed
+            else translate(exc, self.path, readonly=self.options.readonly)
+        )
 
     def _holds_read_during_resize(self) -> StoreError:
         closing, me = self.closing, get_ident()
