@@ -162,13 +162,17 @@ class EnvTxns(EnvGrowth):
                     txn.abort()  # py-lmdb: a second abort does nothing
                 if item not in lost:  # ended meanwhile: a read begun there (review94)
                     continue
-                if who != me and alive is None and not _running(who):
-                    # Not a threading thread still running: every thread running Python
-                    # code, raw _thread ones too (built only here: ~30 us beside 20 idle
-                    # threads); the frames let go of at once (kept, they held returned
-                    # begins' txns: their slots kept).
-                    alive = set(_current_frames())
-                if who == me or (alive is not None and who not in alive and not _running(who)):
+                gone = who == me
+                thread = None if gone else _THREADS.get(who)  # inline: walked at every read
+                if not gone and (thread is None or isinstance(thread, _DUMMY)):
+                    if alive is None:
+                        # Not a threading thread still running: every thread running Python
+                        # code, raw _thread ones too (built only here: ~30 us beside 20 idle
+                        # threads); the frames let go of at once (kept, they held returned
+                        # begins' txns: their slots kept).
+                        alive = set(_current_frames())
+                    gone = who not in alive and not _running(_THREADS.get(who))
+                if gone:
                     # Its owner's, or a thread's with no Python frame (gone, or back in C):
                     # no count its frames took (before/after an append) changes under them.
                     try:
@@ -428,11 +432,11 @@ class EnvTxns(EnvGrowth):
             del txn  # the last reference: py-lmdb frees it here
 
 
-def _running(who: int) -> bool:
-    """Whether thread ``who`` is a running ``threading`` thread: listed, and not as a
-    ``_DummyThread``, which stays listed once its thread ended (judged by its frames,
-    as a raw thread: review98; taken for alive, its lost reads stayed for good)."""
-    thread = _THREADS.get(who)
+def _running(thread: Any) -> bool:
+    """Whether ``thread`` (:data:`_THREADS`' entry of an ident, or None) is a running
+    ``threading`` thread: not a ``_DummyThread``, which stays listed once its thread ended
+    (judged by its frames, as a raw thread: review98; taken for alive, its lost reads
+    stayed for good)."""
     return thread is not None and not isinstance(thread, _DUMMY)
 
 
