@@ -107,19 +107,19 @@ class StoreUpkeep:
 
     def delete_run(self, run_id: str) -> int:
         """Delete every ref of ``run_id`` and sweep; returns checkpoints removed."""
+        self._backend.live()  # a closed or forked handle first, as before the flush came
+        run = check_name(run_id, "run_id")  # refused before the flush: nothing changes
         self._flush_before_sweep()
-        return delete_run(self._backend, check_name(run_id, "run_id"))
+        return delete_run(self._backend, run)
 
     def prune(self, *, keep_last: int, run_id: str | None = None) -> int:
         """Keep each branch's newest ``keep_last`` checkpoints (of ``run_id`` or all); sweep."""
         if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
             raise InvalidInputError("keep_last must be an int >= 1", got=keep_last)
+        self._backend.live()
+        run = None if run_id is None else check_name(run_id, "run_id")  # as keep_last
         self._flush_before_sweep()
-        return prune(
-            self._backend,
-            keep_last=keep_last,
-            run_id=None if run_id is None else check_name(run_id, "run_id"),
-        )
+        return prune(self._backend, keep_last=keep_last, run_id=run)
 
     def gc(
         self,

@@ -33,8 +33,12 @@ __all__ = ["EnvTxns", "take_write_lock"]
 T = TypeVar("T")
 
 _TWICE = (0, 1)
-#: Thread ident -> each running threading thread (a lookup: no allocation, no frames).
+#: Thread ident -> each running threading thread (a lookup: no allocation, no frames), and
+#: each thread threading did not start that asked for ``current_thread()`` (a raw
+#: ``_thread`` one, one started from C; ``logging`` asks for every record): that one's
+#: ``_DummyThread`` stays listed after its thread ended (review98), see :func:`_running`.
 _THREADS: dict[int, Any] = threading._active  # type: ignore[attr-defined]
+_DUMMY: type = threading._DummyThread
 #: The longest a close waits for another thread's txn of the environment to end (a daemon
 #: thread's read may never end): then it gives up and leaves the environment open
 #: (closing it under that txn could crash the process: EnvGrowth.quiesced).
@@ -158,13 +162,17 @@ class EnvTxns(EnvGrowth):
                     txn.abort()  # py-lmdb: a second abort does nothing
                 if item not in lost:  # ended meanwhile: a read begun there (review94)
                     continue
-                if who != me and who not in _THREADS and alive is None:
-                    # Not a threading thread still running: every thread running Python
-                    # code, raw _thread ones too (built only here: ~30 us beside 20 idle
-                    # threads); the frames let go of at once (kept, they held returned
-                    # begins' txns: their slots kept).
-                    alive = set(_current_frames())
-                if who == me or (alive is not None and who not in alive and who not in _THREADS):
+                gone = who == me
+                thread = None if gone else _THREADS.get(who)  # inline: walked at every read
+                if not gone and (thread is None or isinstance(thread, _DUMMY)):
+                    if alive is None:
+                        # Not a threading thread still running: every thread running Python
+                        # code, raw _thread ones too (built only here: ~30 us beside 20 idle
+                        # threads); the frames let go of at once (kept, they held returned
+                        # begins' txns: their slots kept).
+                        alive = set(_current_frames())
+                    gone = who not in alive and not _running(_THREADS.get(who))
+                if gone:
                     # Its owner's, or a thread's with no Python frame (gone, or back in C):
                     # no count its frames took (before/after an append) changes under them.
                     try:
@@ -422,6 +430,14 @@ class EnvTxns(EnvGrowth):
             if getrefcount(txn) > 2:  # held beyond this local (and getrefcount's argument)
                 txns.append(txn)
             del txn  # the last reference: py-lmdb frees it here
+
+
+def _running(thread: Any) -> bool:
+    """Whether ``thread`` (:data:`_THREADS`' entry of an ident, or None) is a running
+    ``threading`` thread: not a ``_DummyThread``, which stays listed once its thread ended
+    (judged by its frames, as a raw thread: review98; taken for alive, its lost reads
+    stayed for good)."""
+    return thread is not None and not isinstance(thread, _DUMMY)
 
 
 class _Read:
