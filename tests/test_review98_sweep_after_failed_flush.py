@@ -69,13 +69,26 @@ def test_a_sweep_whose_flush_fails_raises_it_and_removes_nothing(url: str) -> No
         lambda s: s.delete_run(5),
         lambda s: s.prune(keep_last=1, run_id=""),
         lambda s: s.prune(keep_last=1, run_id=["r"]),
+        lambda s: s.gc(keep_last=1, delete_run="r"),
+        lambda s: s.gc(delete_run=""),
+        lambda s: s.gc(keep_last=0),
+        lambda s: s.gc(keep_last=1, dry_run="yes"),
     ],
-    ids=["delete_run-empty", "delete_run-int", "prune-empty-run", "prune-list-run"],
+    ids=[
+        "delete_run-empty",
+        "delete_run-int",
+        "prune-empty-run",
+        "prune-list-run",
+        "gc-both",
+        "gc-empty-run",
+        "gc-keep-0",
+        "gc-dry-run-str",
+    ],
 )
 def test_a_sweep_refusing_its_run_id_commits_nothing(url: str, call: Any) -> None:
-    """A run id the sweep refuses (InvalidInputError) is refused before the queue is
-    committed, as ``prune``'s ``keep_last`` was: the refused call changes nothing, and a
-    queue whose commit would fail is not what it reports."""
+    """A run id (or a gc argument) the sweep refuses (InvalidInputError) is refused
+    before the queue is committed, as ``prune``'s ``keep_last`` was: the refused call
+    changes nothing, and a queue whose commit would fail is not what it reports."""
     with cpstore.open(url, durability="batched", batch_size=1000) as s:
         rec = s.recorder("r")
         rec.checkpoint(0, {"i": 0})

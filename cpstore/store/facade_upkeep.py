@@ -21,7 +21,7 @@ from cpstore.store.audit import (
     get_audit,
 )
 from cpstore.store.model import AuditRecord, Problem, VerifyReport, check_name, parse_id
-from cpstore.store.retention import GcReport, delete_run, gc, prune
+from cpstore.store.retention import GcReport, check_gc_arguments, delete_run, gc, prune
 from cpstore.store.verify import check_checkpoint_objects, verify
 
 if TYPE_CHECKING:
@@ -133,6 +133,8 @@ class StoreUpkeep:
         without refs), reporting every checkpoint removed, the objects and bytes, and
         those the audit log names; ``dry_run`` changes nothing (docs/store.md, "gc")
         but, as every sweep, first commits this handle's queued checkpoints."""
+        self._backend.live()
+        check_gc_arguments(keep_last, run_id, delete_run, dry_run)  # before the flush
         self._flush_before_sweep()
         return gc(self._backend, keep_last, run_id, delete_run, dry_run)
 

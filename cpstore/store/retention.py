@@ -44,7 +44,7 @@ from cpstore.store.refs import (
 from cpstore.store.retained import retained, retained_heads
 from cpstore.store.verify import child_kind, children
 
-__all__ = ["AUDIT_GC", "GcReport", "delete_run", "gc", "prune", "sweep"]
+__all__ = ["AUDIT_GC", "GcReport", "check_gc_arguments", "delete_run", "gc", "prune", "sweep"]
 
 #: Audit kind of the record a sweep leaves when it removes checkpoints the log names.
 AUDIT_GC = "gc"
@@ -346,16 +346,12 @@ def prune(store: Backend, *, keep_last: int, run_id: str | None) -> int:
     return len(sweep(store, keep_last=keep_last, run_id=run_id).checkpoints)
 
 
-def gc(
-    store: Backend,
-    keep_last: int | None,
-    run_id: str | None,
-    drop_run: str | None,
-    dry_run: bool,
-) -> GcReport:
-    """:func:`sweep` with its arguments checked: exactly one of ``keep_last`` and
-    ``drop_run``; a run named that has no refs is NotFoundError (a typo must not
-    look like "nothing to remove")."""
+def check_gc_arguments(
+    keep_last: int | None, run_id: str | None, drop_run: str | None, dry_run: bool
+) -> str | None:
+    """InvalidInputError unless exactly one of ``keep_last`` and ``drop_run`` is given, each
+    well-formed; returns the run named (checked), if any. Asked before anything is written
+    (a batched handle's queue is committed before a sweep: review98)."""
     if (keep_last is None) == (drop_run is None):
         raise InvalidInputError("give exactly one of keep_last and delete_run")
     if drop_run is not None and run_id is not None:
@@ -372,27 +368,38 @@ def gc(
     ):
         raise InvalidInputError("keep_last must be an int >= 1", got=keep_last)
     named = drop_run if drop_run is not None else run_id
-    if named is not None:
-        named = check_name(named, "run_id")
-        if not branches(store, named):
-            # Any hold of the run's (review69: the oldest hold's run only, so a repair's
-            # hold on another run's checkpoint went uncounted; `cpstore retained --run`
-            # lists it).
-            kept = sum(
-                1
-                for head in retained(store).values()
-                if head["run"] == named or any(h["run"] == named for h in head["holds"])
-            )
-            raise NotFoundError(
-                "no such run (it has no refs)"
-                + (
-                    f"; {kept} retained head(s) of it keep its history (`cpstore retained "
-                    "--run`, Store.retained(); release them to let gc sweep it)"
-                    if kept
-                    else ""
-                ),
-                where=named,
-            )
+    return None if named is None else check_name(named, "run_id")
+
+
+def gc(
+    store: Backend,
+    keep_last: int | None,
+    run_id: str | None,
+    drop_run: str | None,
+    dry_run: bool,
+) -> GcReport:
+    """:func:`sweep` with its arguments checked (:func:`check_gc_arguments`); a run named
+    that has no refs is NotFoundError (a typo must not look like "nothing to remove")."""
+    named = check_gc_arguments(keep_last, run_id, drop_run, dry_run)
+    if named is not None and not branches(store, named):
+        # Any hold of the run's (review69: the oldest hold's run only, so a repair's
+        # hold on another run's checkpoint went uncounted; `cpstore retained --run`
+        # lists it).
+        kept = sum(
+            1
+            for head in retained(store).values()
+            if head["run"] == named or any(h["run"] == named for h in head["holds"])
+        )
+        raise NotFoundError(
+            "no such run (it has no refs)"
+            + (
+                f"; {kept} retained head(s) of it keep its history (`cpstore retained "
+                "--run`, Store.retained(); release them to let gc sweep it)"
+                if kept
+                else ""
+            ),
+            where=named,
+        )
     if drop_run is not None:
         return sweep(store, delete_run=named, dry_run=dry_run)
     return sweep(store, keep_last=keep_last, run_id=named, dry_run=dry_run)
