@@ -8,12 +8,17 @@ read what the name names then, not answer "checkpoint was pruned" (exit 4) for a
 that exists. Also: a push whose receiving branch another process moves mid-transfer,
 and sign-off commands racing for one decision. The tests put real processes (spawn)
 exactly into each window.
+
+The commands run their reads in a forked child (cli.child.reads_in_child, damage98: a
+damaged page's SIGBUS is exit 5, not a silent death), where the monkeypatched hooks run
+too: what a hook did is noted in a file (:class:`_Notes`), which the test reads back.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,12 +53,35 @@ def _record(url: str, steps: int) -> list[str]:
         return [rec.checkpoint(i, {"step": i}) for i in range(steps)]
 
 
-class _Between:
-    """Patches Store.resolve: after its first ``times`` answers, another process moves
-    run-a/main and prunes everything but the new head (what the name then names)."""
+class _Notes:
+    """A list of str kept in a file: a hook running in the command's child (a fork of this
+    process) appends, and the test reads back what it appended."""
 
-    def __init__(self, url: str, times: int = 1) -> None:
-        self.url, self.left, self.heads = url, times, list[str]()
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.write_text("")
+
+    def append(self, value: str) -> None:
+        with self.path.open("a") as fh:
+            fh.write(value + "\n")
+
+    def _all(self) -> list[str]:
+        return self.path.read_text().splitlines()
+
+    def __getitem__(self, i: int) -> str:
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+class _Between:
+    """Patches Store.resolve: after its first ``times`` answers (in each process the
+    command runs in), another process moves run-a/main and prunes everything but the new
+    head (what the name then names); ``heads`` notes those heads."""
+
+    def __init__(self, url: str, notes: Path, times: int = 1) -> None:
+        self.url, self.left, self.heads = url, times, _Notes(notes)
         self.real = Store.resolve
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> _Between:
@@ -79,39 +107,46 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
 
 @pytest.mark.parametrize("name", ["run-a@main", "run-a@main~0"])
 def test_inspect_and_cat_of_a_branch_pruned_between_resolve_and_read(
-    url: str, name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    url: str,
+    name: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """inspect/cat RUN@BRANCH read the head the branch has once the read begins."""
     _record(url, 3)
-    between = _Between(url).install(monkeypatch)
+    between = _Between(url, tmp_path / "heads").install(monkeypatch)
     code, out, err = _run(["inspect", name, "--json", "--store", url], capsys)
     assert code == 0, (code, err)
-    assert json.loads(out)["checkpoint_id"] == between.heads[0]
-    between.left = 1
+    assert len(between.heads) == 1 and json.loads(out)["checkpoint_id"] == between.heads[0]
+    between.left = 1  # cat reads here: its resolve moves the branch again
     code, out, err = _run(["cat", name, "tokens", "--json", "--store", url], capsys)
     assert code == 0 and json.loads(out) == [], (code, err)
+    assert len(between.heads) == 2  # the move happened between cat's resolve and read
 
 
 def test_diff_of_names_pruned_between_resolve_and_read(
-    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """diff RUN@BRANCH~1 RUN@BRANCH compares what both name once read (exit 12)."""
     _record(url, 3)
-    between = _Between(url).install(monkeypatch)
+    between = _Between(url, tmp_path / "heads").install(monkeypatch)
     code, out, err = _run(["diff", "run-a@main", "run-a@main", "--json", "--store", url], capsys)
     assert code == 0, (code, err)
     data: dict[str, Any] = json.loads(out)
+    assert len(between.heads) == 1
     assert data["a"] == data["b"] == between.heads[-1] and not data["differs"]
 
 
 def test_a_full_id_pruned_before_the_read_is_still_not_found(
-    url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An id names one checkpoint: pruned, it is exit 4 "pruned", never another one."""
     ids = _record(url, 3)
-    _Between(url).install(monkeypatch)
+    between = _Between(url, tmp_path / "heads").install(monkeypatch)
     code, _, err = _run(["inspect", ids[-1], "--store", url], capsys)
     assert code == cli.EXIT_NOT_FOUND and "pruned" in err, (code, err)
+    assert len(between.heads) == 1  # pruned between the resolve and the read
 
 
 def _record_on(url: str, run: str, step: int) -> str:
@@ -141,7 +176,7 @@ def test_a_receiving_branch_moved_during_a_push_is_named_and_the_others_still_la
         store.recorder("a").checkpoint(1, {"a": 1})
         b_head = store.recorder("b").checkpoint(0, {"b": 0})
     real = transfer_module._land_branch
-    moved: list[str] = []
+    moved = _Notes(tmp_path / "moved")  # the push's landing runs in its child
 
     def land(src_b: Any, dst_b: Any, branch: Any, **kwargs: Any) -> str:
         if not moved:  # a/main lands first (key order): the other writer goes in between
@@ -154,6 +189,7 @@ def test_a_receiving_branch_moved_during_a_push_is_named_and_the_others_still_la
     monkeypatch.setattr(transfer_module, "_land_branch", land)
     code, _, err = _run(["push", url, "--store", src], capsys)
     assert code == cli.EXIT_CONFLICT and "a/main" in err, (code, err)
+    assert len(moved) == 1
     with cpstore.open(url, readonly=True) as store:
         assert store.ref("a", "main") == moved[0]
         assert store.ref("b", "main") == b_head, "b/main did not land"

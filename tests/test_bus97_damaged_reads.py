@@ -6,7 +6,8 @@ error or "store unavailable".
   its 1 GiB map runs past the 32 KiB file): the read touched memory past the file's end
   and the process died of SIGBUS, no word, no exit code of cpstore's. ``stats`` and
   ``log`` now read in a child (cpstore.cli.child.reads_in_child), as ``verify`` does;
-  ``inspect`` and ``push`` still die so (strict xfail).
+  so do ``inspect``/``show``, ``diff``, ``push`` and ``pull`` since damage98 (``inspect``
+  and ``push`` were strict xfails here).
 * A table's root pointed past the file (as in test_cli96_damaged_table): "LMDB failed ...
   MDB_BAD_TXN", exit 7. A read-only environment's MDB_BAD_TXN is damage
   (lmdb_errors.translate's ``readonly``); a writable one's stays a StoreError, since a
@@ -97,21 +98,17 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-#: Left in process (their tests watch monkeypatched hooks from the test's process, which a
-#: child's work would hide: test_audit32_operator_races); each still dies of SIGBUS.
-_STILL_IN_PROCESS = pytest.mark.xfail(
-    strict=True, reason="reads in process: SIGBUS (bus97's report, 'left')"
-)
-
-
 @pytest.mark.parametrize(
     "argv",
     [
         ("stats",),
         ("log",),
         ("log", "run"),
-        pytest.param(("inspect", "run@main"), marks=_STILL_IN_PROCESS),
-        pytest.param(("push", "DEST"), marks=_STILL_IN_PROCESS),
+        ("inspect", "run@main"),  # was SIGBUS until damage98 (strict xfail)
+        ("show", "run@main"),
+        ("diff", "run@main~1", "run@main"),
+        ("push", "DEST"),  # was SIGBUS until damage98 (strict xfail)
+        ("pull", "SOURCE"),
     ],
 )
 def test_a_value_past_the_end_of_the_file_is_damage_not_a_bus_error(
@@ -120,13 +117,13 @@ def test_a_value_past_the_end_of_the_file_is_damage_not_a_bus_error(
     path = _store(tmp_path)
     damaged = _values_past_the_file(path)
     dest = tmp_path / "dest"
-    args = [str(dest) if a == "DEST" else a for a in argv]
-    done = _cli(*args, "--store", path)
+    args = [str(dest) if a == "DEST" else path if a == "SOURCE" else a for a in argv]
+    done = _cli(*args, "--store", str(dest) if argv[0] == "pull" else path)
     assert done.returncode == 5, (done.returncode, done.stderr)  # was -SIGBUS
     assert done.stderr.startswith(f"cpstore {argv[0]}: the data file is damaged: liblmdb died")
     assert path in done.stderr and done.stdout == ""
     assert Path(path, "data.mdb").read_bytes() == damaged  # only looked
-    if dest.exists():  # push: nothing of the damaged store landed
+    if dest.exists():  # push, pull: the receiver opens again, whole, none of it landed
         with cpstore.open(str(dest), readonly=True, create=False) as store:
             report = store.verify()
             assert report.ok and not report.counts["checkpoints"], report

@@ -23,12 +23,12 @@ is also killed when the parent dies of SIGKILL. Before, the parent died at once 
 child went on alone: a ``copy`` told nothing and wrote DEST after the command ended, a
 ``compact`` kept the store's locks.
 
-:func:`reads_in_child` runs a whole command so (``stats``, ``log``; bus97): a damaged
-leaf whose value's length runs past the end of ``data.mdb`` (LMDB checks no node size) is
-read past the file inside the map, and the process died of SIGBUS with no word; now that
-is exit 5 naming the store. Their output is held in the child and printed by the parent
-once the command's work is done. :func:`told_as_damage` words an MDB_BAD_TXN of the store
-a command reads as damage (``inspect``, ``diff``, ``push``, ``pull`` too, in process).
+:func:`reads_in_child` runs a whole command so (``stats``, ``log``; bus97; ``inspect``/
+``show``, ``diff``, ``push``, ``pull``, damage98): a damaged leaf whose value's length runs
+past the end of ``data.mdb`` (LMDB checks no node size) is read past the file inside the
+map, and the process died of SIGBUS with no word; now that is exit 5 naming the store.
+Their output is held in the child and printed by the parent once the command's work is
+done. :func:`told_as_damage` words an MDB_BAD_TXN of the store a command reads as damage.
 """
 
 from __future__ import annotations
@@ -197,18 +197,28 @@ def told_as_damage(
 
 
 def reads_in_child(
-    handler: Callable[[argparse.Namespace], int], *, doing: str
+    handler: Callable[[argparse.Namespace], int],
+    *,
+    doing: str,
+    store: str = "store",
+    beside: str = "",
 ) -> Callable[[argparse.Namespace], int]:
-    """``handler`` (a command reading the LMDB store ``--store`` names, read-only) run
+    """``handler`` (a command reading the LMDB store ``args.<store>`` names, read-only) run
     whole in a child by :func:`in_child` when it can fork for it: what it prints is held
     there and printed here with its exit code; a child that died of SIGBUS (a value read
     past the end of the data file), SIGSEGV or an abort is :class:`IntegrityError`, exit
-    5. A URL, or a store this process has open, is read here as before."""
-    guarded = told_as_damage(handler)
+    5. A URL, or a store this process has open, is read here as before; so is the whole
+    command when ``args.<beside>`` (the store a push or pull writes) is a folder this
+    process has open. A ``push``/``pull`` whose child dies leaves the receiver as a killed
+    transfer does: every landed ref names what it reaches, and running it again resumes."""
+    guarded = told_as_damage(handler, store=store)
 
     def run(args: argparse.Namespace) -> int:
-        path = args.store
+        path = getattr(args, store, None)
+        other = getattr(args, beside, None) if beside else None
         if not path or is_store_url(path) or not can_fork_for(path):
+            return guarded(args)
+        if other and not is_store_url(other) and not can_fork_for(other):
             return guarded(args)
 
         def work(_send: Send) -> tuple[int, str, str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cpstore.cli.child import reads_in_child, told_as_damage
+from cpstore.cli.child import reads_in_child
 from cpstore.cli.common import (
     ID_HELP,
     STORE_CODES,
@@ -229,7 +229,7 @@ def add_inspect_parsers(sub: Any) -> None:
         )
         store_arg(p)
         json_arg(p)
-        p.set_defaults(handler=told_as_damage(_inspect))
+        p.set_defaults(handler=reads_in_child(_inspect, doing="reading the checkpoint"))
 
     p = command(
         sub,
@@ -246,7 +246,7 @@ def add_inspect_parsers(sub: Any) -> None:
     p.add_argument("b", metavar="B", help="run-document file or checkpoint (observed)")
     store_arg(p)
     json_arg(p)
-    p.set_defaults(handler=told_as_damage(_diff))
+    p.set_defaults(handler=reads_in_child(_diff, doing="reading the checkpoints"))
 
     p = command(
         sub,

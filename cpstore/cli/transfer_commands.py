@@ -12,7 +12,7 @@ import argparse
 import os
 from typing import Any
 
-from cpstore.cli.child import told_as_damage
+from cpstore.cli.child import reads_in_child
 from cpstore.cli.common import (
     STORE_CODES,
     audit_key_of,
@@ -151,7 +151,7 @@ def add_transfer_parsers(sub: Any) -> None:
     p.add_argument("--run", help="only this run (default: every run)")
     store_arg(p, "the receiving store's (DEST)")
     json_arg(p)
-    p.set_defaults(handler=told_as_damage(_push))
+    p.set_defaults(handler=reads_in_child(_push, doing="reading the source", beside="dest"))
 
     p = command(
         sub,
@@ -164,4 +164,6 @@ def add_transfer_parsers(sub: Any) -> None:
     p.add_argument("--run", help="only this run (default: every run)")
     store_arg(p, "the receiving store's (--store)")
     json_arg(p)
-    p.set_defaults(handler=told_as_damage(_pull, store="source"))
+    p.set_defaults(
+        handler=reads_in_child(_pull, doing="reading the source", store="source", beside="store")
+    )

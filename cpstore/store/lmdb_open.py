@@ -23,8 +23,16 @@ from typing import Any
 
 import lmdb
 
-from cpstore.errors import CanonicalEncodingError, FormatVersionError, NotFoundError, StoreError
+from cpstore.errors import (
+    CanonicalEncodingError,
+    CpstoreError,
+    FormatVersionError,
+    IntegrityError,
+    NotFoundError,
+    StoreError,
+)
 from cpstore.native.canonical import decode_value
+from cpstore.store.lmdb_descriptors import close_on_exec
 from cpstore.store.lmdb_errors import errno_of
 from cpstore.store.model import PG_STORE_VERSION, READABLE_VERSIONS, STORE_VERSION
 
@@ -395,42 +403,6 @@ def pin_folder(
             raise late
 
 
-def close_on_exec(env: Any, folder: str, data_id: tuple[int, int] | None = None) -> Any:
-    """Set FD_CLOEXEC on every descriptor of this process open on ``folder``'s data or
-    lock file (LMDB opens its data file without it: a program exec'd meanwhile, e.g.
-    ``subprocess`` with ``close_fds=False`` or ``os.system``, would inherit it and could
-    write the store or keep a compacted-away file alive). ``env``, returned: the LMDB
-    environment just opened there; ``data_id``: the data file's (st_dev, st_ino) if known
-    (then only the lock file is looked up by path).
-    Found through ``/proc/self/fd`` (py-lmdb does not expose LMDB's descriptors); nothing
-    without it. A program another thread execs between LMDB's open and this still
-    inherits it (LMDB gives no way to open it close-on-exec)."""
-    files = {data_id}
-    # try/except, not ``with suppress(...)``: a suppress object and its two Python calls
-    # per descriptor cost a fresh process's open ~40% of the scan (benchmarks/ir_fresh.py).
-    # The data file's identity when the caller has it (the held descriptor's fstat of the
-    # same pinned folder's data.mdb, just before): not looked up by path a second time.
-    for name in ("data.mdb", "lock.mdb") if data_id is None else ("lock.mdb",):
-        try:
-            st = os.stat(os.path.join(folder, name))
-        except (OSError, ValueError):
-            continue
-        files.add((st.st_dev, st.st_ino))
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:
-        return env
-    inheritable, fstat = os.get_inheritable, os.fstat
-    for name in fds:
-        try:
-            fd = int(name)
-            if inheritable(fd) and ((st := fstat(fd)).st_dev, st.st_ino) in files:
-                os.set_inheritable(fd, False)
-        except (OSError, ValueError):
-            pass  # listdir's own descriptor, closed by now
-    return env
-
-
 #: Descriptors a fork() child closes at once: the folder fds creation locks hold
 #: right now (another thread forked mid-open: the child's lifetime would hold the
 #: lock) and the holder marks (lmdb_holders: an OFD lock lives while any copy of
@@ -528,6 +500,34 @@ def check_format(raw: bytes | memoryview | None, path: str) -> int:
     return int(version)
 
 
+#: Tables a sound store of a layout may lack (docs/store.md, "Store layout versions"):
+#: ``audit_mac`` joined layout 1 a build after its first, with no version bump (11d4558).
+#: Every other table :func:`open_dbs_readonly` is asked for is in every readable layout;
+#: the heap tables (layout 5 on) are :func:`open_tables`' ``required``.
+_LATER_IN_LAYOUT = {1: frozenset({"audit_mac"})}
+
+
+def _missing(name: str, path: str, layout: int | None) -> CpstoreError:
+    """A table a read-only open found missing: damage (damage98) unless a build after the
+    store's ``layout`` (None: a layout known to have it) added it. Its name in LMDB's main
+    table changed (a flipped byte) was "open it writable once to add it", exit 7, and a
+    writable open then added the table empty: the store's refs, say, gone from sight."""
+    if layout is not None and name in _LATER_IN_LAYOUT.get(layout, ()):
+        return StoreError(
+            "the store lacks a named database; open it writable once to add it",
+            where=path,
+            expected=name,
+        )
+    return IntegrityError(
+        "the data file is damaged: a table its store layout has is missing (its name in "
+        "LMDB's main table was changed); restore the store from a copy (a writable open "
+        "would add the table empty)",
+        where=path,
+        expected=name,
+        got="no such table" + ("" if layout is None else f" in a layout-{layout} store"),
+    )
+
+
 def open_dbs_readonly(
     env: Any,
     names: Sequence[str],
@@ -542,7 +542,7 @@ def open_dbs_readonly(
     ``begin()``/``end`` are the environment's read txn pair. A
     read-only open reads an older layout as it is (no upgrade), and refuses
     an empty environment, one without the format record or one that lacks a
-    named database. py-lmdb resets (not commits) a read txn passed to
+    named database (:func:`_missing`). py-lmdb resets (not commits) a read txn passed to
     ``open_db``, which would close the handles again: each ``open_db``
     without a txn commits its own; ``meta`` is opened once.
     """
@@ -571,19 +571,15 @@ def open_dbs_readonly(
         try:
             dbs[name] = env.open_db(name.encode(), create=False)
         except lmdb.NotFoundError:
-            raise StoreError(
-                "the store lacks a named database; open it writable once to add it",
-                where=path,
-                expected=name,
-            ) from None
+            raise _missing(name, path, layout) from None
     return dbs, layout
 
 
 def open_tables(env: Any, names: Sequence[str], path: str, *, required: bool) -> dict[str, Any]:
     """Handles of the named databases ``names`` of a read-only environment.
 
-    Missing ones are left out, or refused when ``required`` (as
-    :func:`open_dbs_readonly` refuses them).
+    Missing ones are left out, or refused when ``required`` (the store's layout has
+    them: damage, as :func:`open_dbs_readonly` tells it).
     """
     dbs: dict[str, Any] = {}
     for name in names:
@@ -591,9 +587,5 @@ def open_tables(env: Any, names: Sequence[str], path: str, *, required: bool) ->
             dbs[name] = env.open_db(name.encode(), create=False)
         except lmdb.NotFoundError:
             if required:
-                raise StoreError(
-                    "the store lacks a named database; open it writable once to add it",
-                    where=path,
-                    expected=name,
-                ) from None
+                raise _missing(name, path, None) from None
     return dbs
