@@ -40,6 +40,7 @@ from cpstore.store.lmdb_open import (
     is_folder_at,
     is_lock_permission_error,
     lock_folder,
+    missing_table,
     open_dbs_readonly,
     open_tables,
     pin_folder,
@@ -380,8 +381,19 @@ class Env(EnvTxns):
             return dbs
         version = check_format(txn.get(FORMAT_KEY, db=meta), self.path)
         for name in LMDB_TABLES:
-            # A store from before a database was added gets it here (heap tables).
-            dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
+            # A store from before a database was added gets it here (heap tables); one its
+            # layout has is damage if missing (its name changed): added empty, the store's
+            # refs (say) would be gone from sight and a gc would sweep what they kept.
+            try:
+                dbs[name] = self.env.open_db(name.encode(), txn=txn, create=False)
+            except lmdb.NotFoundError:
+                if name in HEAP_TABLES and version < HEAP_LAYOUT:
+                    dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
+                    continue
+                missing = missing_table(name, self.path, version)
+                if isinstance(missing, IntegrityError):
+                    raise missing from None
+                dbs[name] = self.env.open_db(name.encode(), txn=txn, create=True)
         if version != STORE_VERSION:
             if not upgrade:
                 raise _UpgradeFirstError

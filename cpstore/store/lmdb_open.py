@@ -55,6 +55,7 @@ __all__ = [
     "is_folder_at",
     "is_lock_permission_error",
     "lock_folder",
+    "missing_table",
     "open_dbs_readonly",
     "open_into",
     "open_tables",
@@ -507,8 +508,8 @@ def check_format(raw: bytes | memoryview | None, path: str) -> int:
 _LATER_IN_LAYOUT = {1: frozenset({"audit_mac"})}
 
 
-def _missing(name: str, path: str, layout: int | None) -> CpstoreError:
-    """A table a read-only open found missing: damage (damage98) unless a build after the
+def missing_table(name: str, path: str, layout: int | None) -> CpstoreError:
+    """A table an open found missing: damage (damage98) unless a build after the
     store's ``layout`` (None: a layout known to have it) added it. Its name in LMDB's main
     table changed (a flipped byte) was "open it writable once to add it", exit 7, and a
     writable open then added the table empty: the store's refs, say, gone from sight."""
@@ -542,7 +543,7 @@ def open_dbs_readonly(
     ``begin()``/``end`` are the environment's read txn pair. A
     read-only open reads an older layout as it is (no upgrade), and refuses
     an empty environment, one without the format record or one that lacks a
-    named database (:func:`_missing`). py-lmdb resets (not commits) a read txn passed to
+    named database (:func:`missing_table`). py-lmdb resets (not commits) a read txn passed to
     ``open_db``, which would close the handles again: each ``open_db``
     without a txn commits its own; ``meta`` is opened once.
     """
@@ -571,7 +572,7 @@ def open_dbs_readonly(
         try:
             dbs[name] = env.open_db(name.encode(), create=False)
         except lmdb.NotFoundError:
-            raise _missing(name, path, layout) from None
+            raise missing_table(name, path, layout) from None
     return dbs, layout
 
 
@@ -587,5 +588,5 @@ def open_tables(env: Any, names: Sequence[str], path: str, *, required: bool) ->
             dbs[name] = env.open_db(name.encode(), create=False)
         except lmdb.NotFoundError:
             if required:
-                raise _missing(name, path, None) from None
+                raise missing_table(name, path, None) from None
     return dbs
