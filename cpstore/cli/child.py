@@ -28,7 +28,9 @@ child went on alone: a ``copy`` told nothing and wrote DEST after the command en
 past the end of ``data.mdb`` (LMDB checks no node size) is read past the file inside the
 map, and the process died of SIGBUS with no word; now that is exit 5 naming the store.
 Their output is held in the child and printed by the parent once the command's work is
-done. :func:`told_as_damage` words an MDB_BAD_TXN of the store a command reads as damage.
+done.
+An MDB_BAD_TXN of a store a command opened read-only is already damage as the store
+words it (``lmdb_errors.translate(..., readonly=True)``).
 """
 
 from __future__ import annotations
@@ -49,11 +51,10 @@ from typing import IO, Any, TypeVar
 
 from cpstore.cli.exit_codes import EXIT_INTERNAL
 from cpstore.errors import CpstoreError, IntegrityError, StoreError
-from cpstore.store.lmdb_errors import read_damage
 from cpstore.store.lmdb_registry import is_open_here
 from cpstore.store.location import is_store_url
 
-__all__ = ["Send", "Terminated", "can_fork_for", "in_child", "reads_in_child", "told_as_damage"]
+__all__ = ["Send", "Terminated", "can_fork_for", "in_child", "reads_in_child"]
 
 T = TypeVar("T")
 #: How the child's work says something to the parent: ``send(kind, value)``;
@@ -180,22 +181,6 @@ def in_child(
             os.close(read_end)
 
 
-def told_as_damage(
-    handler: Callable[[argparse.Namespace], int], *, store: str = "store"
-) -> Callable[[argparse.Namespace], int]:
-    """``handler`` (a command) with an MDB_BAD_TXN of the store in ``args.<store>``, which
-    it opens read-only, raised as the damage it is (:func:`lmdb_errors.read_damage`)."""
-
-    def guarded(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except StoreError as exc:
-            path = getattr(args, store, None)
-            raise (read_damage(exc, path) if path else exc) from None
-
-    return guarded
-
-
 def reads_in_child(
     handler: Callable[[argparse.Namespace], int],
     *,
@@ -211,20 +196,19 @@ def reads_in_child(
     command when ``args.<beside>`` (the store a push or pull writes) is a folder this
     process has open. A ``push``/``pull`` whose child dies leaves the receiver as a killed
     transfer does: every landed ref names what it reaches, and running it again resumes."""
-    guarded = told_as_damage(handler, store=store)
 
     def run(args: argparse.Namespace) -> int:
         path = getattr(args, store, None)
         other = getattr(args, beside, None) if beside else None
         if not path or is_store_url(path) or not can_fork_for(path):
-            return guarded(args)
+            return handler(args)
         if other and not is_store_url(other) and not can_fork_for(other):
-            return guarded(args)
+            return handler(args)
 
         def work(_send: Send) -> tuple[int, str, str]:
             out, err = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = guarded(args)
+                code = handler(args)
             return code, out.getvalue(), err.getvalue()
 
         code, out, err = in_child(work, store=path, doing=doing, name=args.command)

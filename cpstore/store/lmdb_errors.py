@@ -23,7 +23,7 @@ from cpstore.errors import (
     StoreReadOnlyError,
 )
 
-__all__ = ["FULL_DISK_SLACK", "closed_store_error", "errno_of", "read_damage", "translate"]
+__all__ = ["FULL_DISK_SLACK", "closed_store_error", "errno_of", "translate"]
 
 
 #: Free bytes below which an I/O error on write is taken for a full disk.
@@ -96,21 +96,6 @@ def translate(exc: lmdb.Error, where: str, *, readonly: bool = False) -> Cpstore
             "not an LMDB environment this build can read", where=where, got=text
         )
     return StoreError("LMDB failed", where=where, got=text)
-
-
-def read_damage(exc: CpstoreError, readonly_path: str) -> CpstoreError:
-    """``exc`` as :func:`translate` words it for a read-only environment when it is the
-    plain StoreError of an MDB_BAD_TXN (its ``__context__``: raised ``from None``) of the
-    store at ``readonly_path``, a store the caller opened read-only; else ``exc`` itself.
-    For a translation that had no ``readonly`` to give (EnvTxns' read blocks)."""
-    cause = exc.__context__
-    if type(exc) is not StoreError or not isinstance(cause, lmdb.BadTxnError):
-        return exc
-    try:
-        same = os.path.samefile(str(exc.where), readonly_path)
-    except (OSError, ValueError):
-        return exc
-    return translate(cause, str(exc.where), readonly=True) if same else exc
 
 
 def closed_store_error(where: str, *, closed: bool) -> StoreClosedError:
