@@ -24,7 +24,11 @@ Allowed everywhere, under a condition the log shows:
   ACCEPT, and ``GateError``/``SignOffError`` for a decision a later one superseded,
   when the log shows a validation of it began before (docs/decision-table.md);
 * a batched checkpoint or flush relaying another thread's failed commit
-  (docs/durability.md "batched"): the relayed error is judged as that commit's.
+  (docs/durability.md "batched"): the relayed error is judged as that commit's;
+* a sweep (prune, gc, delete_run, a dry run) on a batched handle commits the handle's
+  queue first (docs/durability.md "batched") and raises what that commit raises, so it
+  may meet every refusal a flush may (:func:`commits_queue`; ci stop 52, seed 522991484:
+  "refusal not allowed: prune ConflictError ... refs/own-w2/main").
 
 Per operation (docs/store.md "Recorder and reader", "Refs, branches, listing",
 "Retention", "push and pull"; docs/decision-table.md for gates), in :data:`TABLE`.
@@ -46,6 +50,7 @@ from chaos_rollback import (
     refused_by_digest,
     rollbacks,
 )
+from chaos_worker import BATCH_SWEEPS
 
 #: What a thread's flush says of its checkpoints another thread's failed commit dropped.
 RELAYED = "in another thread's batch commit"
@@ -232,7 +237,7 @@ class Context:
         run, me = found.group(1), (e["w"], e["inc"])
         drops = [
             oe["t"] for ob, oe in self.ops
-            if oe is not None and oe["ev"] == "x" and ob["op"] in ("flush", "ckpt", "close")
+            if oe is not None and oe["ev"] == "x" and commits_queue(ob)
             and (oe["w"], oe["inc"]) == me and ob["t"] < e["t"] and oe["id"] != e.get("id")
         ]  # fmt: skip
         return any(
@@ -264,6 +269,14 @@ def _msg(*parts: str) -> Rule:
 def _raced(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
     """A compare-and-set lost on a run every worker writes (the message names its ref)."""
     return any(ref in e.get("msg", "") for ref in RACED)
+
+
+def commits_queue(b: dict[str, Any]) -> bool:
+    """The call commits a batched handle's queue: a checkpoint (one that fills the batch),
+    a flush, a close, or a sweep on a batched handle (it flushes first)."""
+    return b["op"] in ("ckpt", "flush", "close") or (
+        bool(b.get("batched")) and b["op"] in BATCH_SWEEPS
+    )
 
 
 def _batch(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
@@ -442,16 +455,22 @@ def allowed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
     # A drop is owed to the thread until a flush of it waits on another's commit: told
     # late (seed 70042: 1.1 s after the repair, its flush before raised its own conflict).
     if (
-        err == "IntegrityError" and b["op"] in ("ckpt", "flush", "close") and _relayed(b, e, c)
+        err == "IntegrityError" and commits_queue(b) and _relayed(b, e, c)
         and any(r.kind == VANISH and r.begin < e["t"] for r in c.rollbacks)
     ):  # fmt: skip
         return True
     if (
-        err == "ConflictError" and b["op"] in ("ckpt", "flush", "close")
+        err == "ConflictError" and commits_queue(b)
         and conflict_explained(c.rollbacks, b, e, c.ops)
     ):  # fmt: skip
         return True
-    if err == "ConflictError" and b["op"] in ("ckpt", "flush", "close") and _relayed(b, e, c):
+    if err == "ConflictError" and commits_queue(b) and _relayed(b, e, c):
+        return True
+    # A batched handle's sweep met its own queue's commit refused as a flush's would be.
+    if (
+        err == "ConflictError" and b["op"] in BATCH_SWEEPS and commits_queue(b)
+        and (_batch(b, e, c) or _pruned(b, e, c))
+    ):  # fmt: skip
         return True
     if err in ("GateError", "SignOffError") and c.decided(e):
         return True

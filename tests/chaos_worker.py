@@ -40,6 +40,11 @@ def data_verdict(d: Decision) -> Verdict:
     return verdict_for([f for f in d.findings if f.code is not FindingCode.BEST_EFFORT])
 
 
+#: The sweeps a worker runs on its own handle: on a batched one each commits the queue
+#: first (docs/durability.md "batched"), so it may fail as a flush does (logged ``batched``).
+BATCH_SWEEPS = ("prune", "delete", "dry_run")
+
+
 class Worker:
     """The random mix; every store call goes through :meth:`call`."""
 
@@ -67,6 +72,8 @@ class Worker:
     ) -> Any:
         """Run ``fn`` logged: ``b`` before, ``a`` or ``x`` after; a non-CpstoreError is a defect."""
         oid = self.log.op()
+        if self.batched and op in BATCH_SWEEPS:
+            fields["batched"] = True  # it commits the queue first (tests/chaos_errors.py)
         self.log.write("b", sync=destructive, op=op, id=oid, **fields)
         try:
             out = fn()
@@ -76,11 +83,12 @@ class Worker:
             )
             if not isinstance(exc, IntegrityError):
                 exc.add_note(LOGGED)  # a loop that catches it logs it no second time
-            if op == "ckpt" and self.batched:
+            if (op == "ckpt" or op in BATCH_SWEEPS) and self.batched:
                 # Batched: any checkpoint call may report that a batch holding this thread's
                 # queued checkpoints was dropped ("... not stored"), so none of them is
                 # acknowledged by a later flush (op_tmp's direct call once did: a false
-                # "acknowledged checkpoint lost").
+                # "acknowledged checkpoint lost"). A sweep commits the queue first: its
+                # failure may be that commit's, the batch dropped.
                 self.main_pending = []
             if isinstance(exc, IntegrityError):
                 self.log.write(

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_begin_interrupted import interrupted_at, sweep_landings
 
 import cpstore
@@ -51,6 +52,10 @@ def _left(env: Any) -> str | None:
     return None
 
 
+# A landing inside ``__del__`` (the kept view's finaliser) is one the sweep means to make:
+# Python reports an exception raised there as unraisable and carries on, which is the
+# case to check, so its report is expected here (ci110's one warning), not a finding.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_an_interrupt_in_a_kept_blocks_end_leaves_nothing_once_the_slice_goes(
     tmp_path: Path,
 ) -> None:
