@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 from chaos_check import Model, read_logs
-from chaos_errors import RELAYED, Context, allowed, refusal_problems
+from chaos_errors import RELAYED, refusal_problems
 from chaos_log import Log
+from chaos_planted import judged, queued_ckpt, writer_of
 from chaos_worker import SHARED, Worker
 
 import cpstore
@@ -28,14 +28,6 @@ from cpstore.errors import ConflictError, CpstoreError
 
 OWN = "the branch moved since this recorder read it; at refs/own-w0/main"
 SHARED_MSG = f"the branch moved since this recorder read it; at refs/{SHARED}/main"
-
-
-def _writer_of(w: Worker) -> Worker:
-    """The second batched writer thread's worker (as chaos_roles.batched_writer makes it)."""
-    t = Worker.__new__(Worker)
-    t.__dict__.update(w.__dict__)
-    t.name, t.run, t.main_pending, t.acked_main = f"{w.name}t", f"own-{w.name}t", [], []
-    return t
 
 
 @pytest.mark.parametrize("sweep", ["prune", "gc", "delete", "dry_run"])
@@ -52,7 +44,7 @@ def test_a_batched_sweep_refused_by_its_queue_commit_passes(tmp_path: Path, swee
         tmp.checkpoint(1, {"v": 1})
         st.flush()
         w = Worker(st, log, random.Random(1), "w0")
-        t = _writer_of(w)
+        t = writer_of(w)
         w.checkpoint(w.main, w.run, "main", flush=False)  # C1, queued
         head = st.ref(SHARED)
         first, second = st.recorder(SHARED, parent=head), st.recorder(SHARED, parent=head)
@@ -87,20 +79,6 @@ def test_a_batched_sweep_refused_by_its_queue_commit_passes(tmp_path: Path, swee
     assert refusal_problems(m.ops, m.errs) == []
 
 
-def _judged(lines: list[dict[str, Any]]) -> bool:
-    """Whether the own run's conflict (operation "3") in ``lines`` (worker 0, incarnation
-    0, in time order) is allowed."""
-    rows = [{"w": 0, "inc": 0, "t": i + 1, **r} for i, r in enumerate(lines)]
-    ops = Model(rows).ops
-    b, e = next((b, e) for b, e in ops if e is not None and e["id"] == "3")
-    return allowed(b, e, Context(ops))
-
-
-def _ckpt(i: str) -> dict[str, Any]:
-    return {"ev": "b", "op": "ckpt", "id": i, "run": "own-w0", "branch": "main",
-            "parent": None, "sd": "0" * 32}  # fmt: skip
-
-
 def test_the_sweep_excuse_needs_a_batched_handle_and_a_drop_before() -> None:
     """The excuse stays narrow: a sweep on a handle that is not batched commits no queue, and
     a batched sweep's conflict on the own run with no drop of the process before it (or
@@ -109,17 +87,17 @@ def test_the_sweep_excuse_needs_a_batched_handle_and_a_drop_before() -> None:
     fail = {"ev": "x", "op": "flush", "err": "ConflictError", "msg": SHARED_MSG}
     prune = {"ev": "b", "op": "prune", "keep": 3, "run": None, "batched": True}
     own = {"ev": "x", "op": "prune", "err": "ConflictError", "msg": OWN}
-    assert _judged([  # the CI run's order: C1 queued, dropped by the writer, the prune's commit
-        _ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**prune, "id": "3"},
+    assert judged([  # the CI run's order: C1 queued, dropped by the writer, the prune's commit
+        queued_ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**prune, "id": "3"},
         {**own, "id": "3"},
     ])  # fmt: skip
     unbatched = {k: v for k, v in prune.items() if k != "batched"}
-    assert not _judged([
-        _ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**unbatched, "id": "3"},
+    assert not judged([
+        queued_ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**unbatched, "id": "3"},
         {**own, "id": "3"},
     ])  # fmt: skip
-    assert not _judged([_ckpt("1"), {**prune, "id": "3"}, {**own, "id": "3"}])  # no drop
-    assert not _judged([  # the only queued checkpoint came after the failure ended
-        {**flush, "id": "2"}, {**fail, "id": "2"}, _ckpt("1"), {**prune, "id": "3"},
+    assert not judged([queued_ckpt("1"), {**prune, "id": "3"}, {**own, "id": "3"}])  # no drop
+    assert not judged([  # the only queued checkpoint came after the failure ended
+        {**flush, "id": "2"}, {**fail, "id": "2"}, queued_ckpt("1"), {**prune, "id": "3"},
         {**own, "id": "3"},
     ])  # fmt: skip

@@ -24,8 +24,9 @@ from typing import Any
 
 import pytest
 from chaos_check import Model, read_logs
-from chaos_errors import RELAYED, Context, allowed, refusal_problems
+from chaos_errors import RELAYED, refusal_problems
 from chaos_log import Log
+from chaos_planted import judged, queued_ckpt, writer_of
 from chaos_worker import SHARED, Worker
 
 import cpstore
@@ -52,14 +53,6 @@ class _LateLog(Log):
         super().write(ev, sync=sync, **fields)
 
 
-def _writer_of(w: Worker) -> Worker:
-    """The second batched writer thread's worker (as chaos_roles.batched_writer makes it)."""
-    t = Worker.__new__(Worker)
-    t.__dict__.update(w.__dict__)
-    t.name, t.run, t.main_pending, t.acked_main = f"{w.name}t", f"own-{w.name}t", [], []
-    return t
-
-
 def test_a_conflict_logged_before_the_drop_that_caused_it_passes(tmp_path: Path) -> None:
     """The real store and worker code in the failing order: the writer thread's batch (the
     main thread's C1 in it) fails on the shared run; the main thread's flush of C2 (on C1)
@@ -72,7 +65,7 @@ def test_a_conflict_logged_before_the_drop_that_caused_it_passes(tmp_path: Path)
     st = cpstore.open(tmp_path / "s", durability="batched", batch_size=100)
     try:
         w = Worker(st, log, random.Random(1), "w0")
-        t = _writer_of(w)
+        t = writer_of(w)
         w.checkpoint(w.main, w.run, "main", flush=False)  # C1, queued
         head = st.ref(SHARED)
         first, second = st.recorder(SHARED, parent=head), st.recorder(SHARED, parent=head)
@@ -108,20 +101,6 @@ def test_a_conflict_logged_before_the_drop_that_caused_it_passes(tmp_path: Path)
     assert refusal_problems(m.ops, m.errs) == []
 
 
-def _judged(lines: list[dict[str, Any]]) -> bool:
-    """Whether the own run's conflict (operation "3") in ``lines`` (worker 0, incarnation
-    0, in time order) is allowed."""
-    rows = [{"w": 0, "inc": 0, "t": i + 1, **r} for i, r in enumerate(lines)]
-    ops = Model(rows).ops
-    b, e = next((b, e) for b, e in ops if e is not None and e["id"] == "3")
-    return allowed(b, e, Context(ops))
-
-
-def _ckpt(i: str) -> dict[str, Any]:
-    return {"ev": "b", "op": "ckpt", "id": i, "run": "own-w0", "branch": "main",
-            "parent": None, "sd": "0" * 32}  # fmt: skip
-
-
 def test_the_late_drop_excuses_only_a_failure_begun_before_the_conflict() -> None:
     """The excuse stays narrow: a failure that began only after the conflict was raised,
     a checkpoint queued only after the failure ended, or the conflicting flush itself
@@ -129,16 +108,16 @@ def test_the_late_drop_excuses_only_a_failure_begun_before_the_conflict() -> Non
     flush = {"ev": "b", "op": "flush"}
     fail = {"ev": "x", "op": "flush", "err": "ConflictError", "msg": SHARED_MSG}
     own = {"ev": "x", "op": "flush", "err": "ConflictError", "msg": OWN}
-    assert _judged([  # the CI run's order: C1, the writer's flush begins, ours fails first
-        _ckpt("1"), {**flush, "id": "2"}, {**flush, "id": "3"}, {**own, "id": "3"},
+    assert judged([  # the CI run's order: C1, the writer's flush begins, ours fails first
+        queued_ckpt("1"), {**flush, "id": "2"}, {**flush, "id": "3"}, {**own, "id": "3"},
         {**fail, "id": "2"},
     ])  # fmt: skip
-    assert not _judged([  # the other flush began after the conflict was raised
-        _ckpt("1"), {**flush, "id": "3"}, {**own, "id": "3"}, {**flush, "id": "2"},
+    assert not judged([  # the other flush began after the conflict was raised
+        queued_ckpt("1"), {**flush, "id": "3"}, {**own, "id": "3"}, {**flush, "id": "2"},
         {**fail, "id": "2"},
     ])  # fmt: skip
-    assert not _judged([  # the only queued checkpoint came after the failure ended
-        {**flush, "id": "2"}, {**fail, "id": "2"}, _ckpt("1"), {**flush, "id": "3"},
+    assert not judged([  # the only queued checkpoint came after the failure ended
+        {**flush, "id": "2"}, {**fail, "id": "2"}, queued_ckpt("1"), {**flush, "id": "3"},
         {**own, "id": "3"},
     ])  # fmt: skip
-    assert not _judged([_ckpt("1"), {**flush, "id": "3"}, {**own, "id": "3"}])  # itself
+    assert not judged([queued_ckpt("1"), {**flush, "id": "3"}, {**own, "id": "3"}])  # itself
