@@ -29,6 +29,10 @@
    race; an object missing while a checkpoint reaching it stands is an
    :class:`IntegrityError` (:func:`~cpstore.store.transfer_objects._fetch_checked`).
 
+A batched ``dest`` handle's queued checkpoints are committed before step 3, once every
+refusal has been made (review99: blind to them, a landing moved a branch one extends and
+the handle's next flush dropped its whole batch).
+
 Either store's refs table failing its checks (a ref's own, or ``meta/refs_digest``: a
 ref vanished, was added or changed outside cpstore) is an :class:`IntegrityError`
 before anything is copied (:func:`vouch_refs`: the destination before step 1 and again
@@ -327,6 +331,25 @@ def _land_branch(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _flush_queue(dest: Backend) -> None:
+    """Commit the checkpoints a batched ``dest`` handle queued, before the transfer moves
+    its refs: blind to them, the transfer moved a branch one of them extends, and the
+    handle's next flush failed ConflictError and dropped the whole batch, other runs'
+    checkpoints too, their ids already returned (review99; a sweep does the same,
+    retention96). Its failure is raised as the flush raised it, with a note."""
+    queued = dest.pending
+    if not queued:
+        return
+    try:
+        dest.flush()
+    except Exception as exc:
+        exc.add_note(
+            f"raised committing the receiving handle's queued checkpoints ({queued} "
+            "queued) before the transfer, which copied nothing"
+        )
+        raise
+
+
 def transfer(
     source: Backend,
     dest: Backend,
@@ -386,6 +409,7 @@ def transfer(
         pairs = [split_ref_key(b.key) for b in branches]
         decisions = carried_decisions(source, txn, every, pairs)
     check_carry(dest, decisions)  # before anything is copied
+    _flush_queue(dest)  # every refusal above changed nothing; the heads are read below
     needed = list(dict.fromkeys(k for c in missing for k in reach[c]))
     stored = _present(dest, "objects", needed)
     _copy_objects(
