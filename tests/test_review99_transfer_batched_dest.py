@@ -72,5 +72,6 @@ def test_a_refused_transfer_commits_nothing_and_a_failed_commit_says_so(
         exc = raised.value
         assert exc.where == "refs/a/main" and "before the" not in str(exc)
         notes = getattr(exc, "__notes__", [])
-        assert len(notes) == 1 and "before the transfer, which copied nothing" in notes[0]
+        assert len(notes) == 1, notes
+        assert "before the transfer, which did not run: nothing was copied" in notes[0]
         assert d.ref("b") is None  # nothing copied

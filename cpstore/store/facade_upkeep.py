@@ -20,6 +20,7 @@ from cpstore.store.audit import (
     check_record_mac,
     get_audit,
 )
+from cpstore.store.batch_fates import commit_queue_first
 from cpstore.store.model import AuditRecord, Problem, VerifyReport, check_name, parse_id
 from cpstore.store.retention import GcReport, check_gc_arguments, delete_run, gc, prune
 from cpstore.store.verify import check_checkpoint_objects, verify
@@ -147,19 +148,8 @@ class StoreUpkeep:
         with a note naming the sweep (``sweep``: "prune") it ran for: the error of a
         queued checkpoint ("the branch moved since this recorder read it") read as the
         sweep's own, and nothing said the sweep had not run (review99)."""
-        backend = self._backend
-        backend.live()
-        queued = backend.pending
-        if not queued:
-            return
-        try:
-            backend.flush()
-        except Exception as exc:
-            exc.add_note(
-                f"raised committing this handle's queued checkpoints ({queued} queued) "
-                f"before the {sweep}, which did not run: nothing was swept"
-            )
-            raise
+        self._backend.live()
+        commit_queue_first(self._backend, "this handle's", f"the {sweep}", "nothing was swept")
 
     def now(self) -> float:
         """The clock the store stamps records with."""

@@ -61,6 +61,7 @@ from typing import Any
 from cpstore.errors import ConflictError, IntegrityError, NotFoundError
 from cpstore.native.binding import digest, digest_small
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.batch_fates import commit_queue_first
 from cpstore.store.content import Content, objects_of, records_of
 from cpstore.store.manifest import (
     check_manifest_state,
@@ -331,25 +332,6 @@ def _land_branch(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _flush_queue(dest: Backend) -> None:
-    """Commit the checkpoints a batched ``dest`` handle queued, before the transfer moves
-    its refs: blind to them, the transfer moved a branch one of them extends, and the
-    handle's next flush failed ConflictError and dropped the whole batch, other runs'
-    checkpoints too, their ids already returned (review99; a sweep does the same,
-    retention96). Its failure is raised as the flush raised it, with a note."""
-    queued = dest.pending
-    if not queued:
-        return
-    try:
-        dest.flush()
-    except Exception as exc:
-        exc.add_note(
-            f"raised committing the receiving handle's queued checkpoints ({queued} "
-            "queued) before the transfer, which copied nothing"
-        )
-        raise
-
-
 def transfer(
     source: Backend,
     dest: Backend,
@@ -409,7 +391,8 @@ def transfer(
         pairs = [split_ref_key(b.key) for b in branches]
         decisions = carried_decisions(source, txn, every, pairs)
     check_carry(dest, decisions)  # before anything is copied
-    _flush_queue(dest)  # every refusal above changed nothing; the heads are read below
+    # every refusal above changed nothing; the heads are read below (review99)
+    commit_queue_first(dest, "the receiving handle's", "the transfer", "nothing was copied")
     needed = list(dict.fromkeys(k for c in missing for k in reach[c]))
     stored = _present(dest, "objects", needed)
     _copy_objects(
