@@ -52,7 +52,7 @@ from typing import IO, Any, TypeVar
 from cpstore.cli.exit_codes import EXIT_INTERNAL
 from cpstore.errors import CpstoreError, IntegrityError, StoreError
 from cpstore.store.lmdb_registry import is_open_here
-from cpstore.store.location import is_store_url
+from cpstore.store.location import is_store_url, redact
 
 __all__ = ["Send", "Terminated", "can_fork_for", "in_child", "reads_in_child"]
 
@@ -70,6 +70,11 @@ _RESULT, _ERROR, _EXIT, _INTERRUPT = "\x00result", "\x00error", "\x00exit", "\x0
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 #: Linux's prctl option: the signal a process gets when its parent dies.
 _PR_SET_PDEATHSIG = 1
+#: What a push or pull whose child died left in the receiver (reads_in_child).
+_LANDED = (
+    "the branches it landed before stay in the receiver, each whole (every ref names what "
+    "it reaches), the others did not land"
+)
 
 
 class Terminated(BaseException):
@@ -144,10 +149,12 @@ def in_child(
     doing: str,
     name: str,
     heard: Callable[[str, Any], None] | None = None,
+    died: str = "",
 ) -> T:
     """``work(send)``'s result, run in a forked child; ``heard(kind, value)`` gets what
     it sends. ``store`` (where), ``doing`` ("walking it") and ``name`` ("verify") word
-    the errors of a child that died."""
+    the errors of a child that died; ``died``, when given, is added to their message
+    (what such a death left, as "; <died>")."""
     sys.stdout.flush()
     sys.stderr.flush()
     parent = os.getpid()
@@ -174,7 +181,15 @@ def in_child(
         os.close(write_end)
         try:
             result: T = _parent(
-                pid, read_end, err, store=store, doing=doing, name=name, heard=heard, mask=mask
+                pid,
+                read_end,
+                err,
+                store=store,
+                doing=doing,
+                name=name,
+                heard=heard,
+                mask=mask,
+                died=died,
             )
             return result
         finally:
@@ -195,7 +210,9 @@ def reads_in_child(
     5. A URL, or a store this process has open, is read here as before; so is the whole
     command when ``args.<beside>`` (the store a push or pull writes) is a folder this
     process has open. A ``push``/``pull`` whose child dies leaves the receiver as a killed
-    transfer does: every landed ref names what it reaches, and running it again resumes."""
+    transfer does: every landed ref names what it reaches, and running it again resumes.
+    Its child reads the receiver too: a death names both stores and says so (review99: a
+    receiver's damaged record was told "reading the source" at the sound source)."""
 
     def run(args: argparse.Namespace) -> int:
         path = getattr(args, store, None)
@@ -205,13 +222,18 @@ def reads_in_child(
         if other and not is_store_url(other) and not can_fork_for(other):
             return handler(args)
 
-        def work(_send: Send) -> tuple[int, str, str]:
+        def work(send: Send) -> tuple[int, str, str]:
+            send("phase", "under way")  # not "starting": a push may have landed branches
             out, err = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = handler(args)
             return code, out.getvalue(), err.getvalue()
 
-        code, out, err = in_child(work, store=path, doing=doing, name=args.command)
+        where, what, died = path, doing, ""
+        if other:
+            where = f"{path} (the source) or {redact(other)} (the receiver)"
+            what, died = f"{doing} or the receiver", _LANDED
+        code, out, err = in_child(work, store=where, doing=what, name=args.command, died=died)
         sys.stderr.write(err)
         sys.stdout.write(out)
         return code
@@ -296,6 +318,7 @@ def _parent(
     name: str,
     heard: Callable[[str, Any], None] | None,
     mask: Iterable[int],
+    died: str = "",
 ) -> Any:
     """The parent half of :func:`in_child`: relay what the child says, then its result."""
     phase, done, total = "starting", 0, 0
@@ -347,12 +370,12 @@ def _parent(
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) in _DAMAGE_SIGNALS:
         raise IntegrityError(
             "the data file is damaged: liblmdb died with "
-            f"{signal.Signals(os.WTERMSIG(status)).name} {doing}",
+            f"{signal.Signals(os.WTERMSIG(status)).name} {doing}" + (f"; {died}" if died else ""),
             where=where,
             got=lines[-1] if lines else None,
         )
     raise StoreError(
-        f"the {name} process ended without a result",
+        f"the {name} process ended without a result" + (f"; {died}" if died else ""),
         where=where,
         got=lines[-1] if lines else f"wait status {status}",
     )

@@ -17,7 +17,7 @@ from cpstore.errors import (
     StoreError,
 )
 
-__all__ = ["dropped_error", "foreign", "interrupted"]
+__all__ = ["commit_queue_first", "dropped_error", "foreign", "interrupted"]
 
 
 def dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
@@ -115,3 +115,33 @@ def interrupted(
         for op in batch:
             op.committed = True
     return None if found is None else not found
+
+
+class _Queue(Protocol):
+    """A handle's batched queue: what :func:`commit_queue_first` needs of a backend."""
+
+    @property
+    def pending(self) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+def commit_queue_first(backend: _Queue, whose: str, before: str, nothing: str) -> None:
+    """Commit a batched handle's queued checkpoints before an operation of that handle
+    that is blind to them (a sweep, a copy, a transfer into it: retention96, review99).
+    A commit that fails is raised as the flush raised it (``str()`` unchanged: callers
+    and the chaos checker match it) with a note naming ``before`` ("the prune") and that
+    it did not run (``nothing``: "nothing was swept"): the queued checkpoint's own error
+    ("the branch moved since this recorder read it") read as the operation's. ``whose``:
+    "this handle's"."""
+    queued = backend.pending
+    if not queued:
+        return
+    try:
+        backend.flush()
+    except Exception as exc:
+        exc.add_note(
+            f"raised committing {whose} queued checkpoints ({queued} queued) before "
+            f"{before}, which did not run: {nothing}"
+        )
+        raise

@@ -20,6 +20,7 @@ from cpstore.store.audit import (
     check_record_mac,
     get_audit,
 )
+from cpstore.store.batch_fates import commit_queue_first
 from cpstore.store.model import AuditRecord, Problem, VerifyReport, check_name, parse_id
 from cpstore.store.retention import GcReport, check_gc_arguments, delete_run, gc, prune
 from cpstore.store.verify import check_checkpoint_objects, verify
@@ -109,7 +110,7 @@ class StoreUpkeep:
         """Delete every ref of ``run_id`` and sweep; returns checkpoints removed."""
         self._backend.live()  # a closed or forked handle first, as before the flush came
         run = check_name(run_id, "run_id")  # refused before the flush: nothing changes
-        self._flush_before_sweep()
+        self._flush_before_sweep("delete_run")
         return delete_run(self._backend, run)
 
     def prune(self, *, keep_last: int, run_id: str | None = None) -> int:
@@ -118,7 +119,7 @@ class StoreUpkeep:
             raise InvalidInputError("keep_last must be an int >= 1", got=keep_last)
         self._backend.live()
         run = None if run_id is None else check_name(run_id, "run_id")  # as keep_last
-        self._flush_before_sweep()
+        self._flush_before_sweep("prune")
         return prune(self._backend, keep_last=keep_last, run_id=run)
 
     def gc(
@@ -135,16 +136,20 @@ class StoreUpkeep:
         but, as every sweep, first commits this handle's queued checkpoints."""
         self._backend.live()
         check_gc_arguments(keep_last, run_id, delete_run, dry_run)  # before the flush
-        self._flush_before_sweep()
+        self._flush_before_sweep("gc (dry run)" if dry_run else "gc")
         return gc(self._backend, keep_last, run_id, delete_run, dry_run)
 
-    def _flush_before_sweep(self) -> None:
+    def _flush_before_sweep(self, sweep: str) -> None:
         """A sweep on a batched handle first commits the handle's queue (as a copy does):
         blind to it, the sweep could remove a queued checkpoint's parent, and the failed
-        flush would then drop the whole batch, ids already returned (retention96)."""
+        flush would then drop the whole batch, ids already returned (retention96).
+
+        A commit that fails is raised as the flush raised it (its ``str()`` unchanged),
+        with a note naming the sweep (``sweep``: "prune") it ran for: the error of a
+        queued checkpoint ("the branch moved since this recorder read it") read as the
+        sweep's own, and nothing said the sweep had not run (review99)."""
         self._backend.live()
-        if self._backend.pending:
-            self._backend.flush()
+        commit_queue_first(self._backend, "this handle's", f"the {sweep}", "nothing was swept")
 
     def now(self) -> float:
         """The clock the store stamps records with."""

@@ -60,14 +60,19 @@ def _fsync_path(path: str, directory: bool = False) -> None:
             os.close(fds[0])
 
 
+def refuse_used_dest(dest: str) -> None:
+    """InvalidInputError unless ``dest`` is a new or empty folder: a copy never overwrites
+    anything. copy_store asks before a batched handle's queue is committed (review99: a
+    refused copy committed it, and beside a queue that conflicts said ConflictError)."""
+    if os.path.lexists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise InvalidInputError("the copy's destination must be a new or empty folder", where=dest)
+
+
 def _check_dest(dest: str) -> bool:
     """A copy goes into a new or empty folder: it never overwrites anything. True when
     this call made the folder."""
+    refuse_used_dest(dest)
     if os.path.lexists(dest):
-        if not os.path.isdir(dest) or os.listdir(dest):
-            raise InvalidInputError(
-                "the copy's destination must be a new or empty folder", where=dest
-            )
         return False
     os.makedirs(dest)
     return True

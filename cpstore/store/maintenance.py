@@ -18,9 +18,10 @@ import shutil
 from dataclasses import dataclass
 
 from cpstore.errors import IntegrityError, InvalidInputError, StoreError
+from cpstore.store.batch_fates import commit_queue_first
 from cpstore.store.facade import Store
 from cpstore.store.facade import open as open_store
-from cpstore.store.lmdb_copy import compact_in_place
+from cpstore.store.lmdb_copy import compact_in_place, refuse_used_dest
 from cpstore.store.lmdb_registry import is_open_here
 from cpstore.store.location import is_store_url, redact, refuse_empty
 from cpstore.store.model import VerifyReport
@@ -89,6 +90,8 @@ def copy_store(store: Store, dest: str | os.PathLike[str], *, compact: bool = Tr
         )
     if os.path.realpath(target) == os.path.realpath(store.path):
         raise InvalidInputError("a store cannot be copied onto itself", where=target)
+    refuse_used_dest(target)  # before a batched handle's queue is committed (review99)
+    commit_queue_first(store.backend, "this handle's", "the copy", "nothing was copied")
     store.backend.copy_to(target, compact=compact)
     try:
         return _verified(target, store.backend.audit_key)[0]

@@ -29,6 +29,10 @@
    race; an object missing while a checkpoint reaching it stands is an
    :class:`IntegrityError` (:func:`~cpstore.store.transfer_objects._fetch_checked`).
 
+A batched ``dest`` handle's queued checkpoints are committed before step 3, once every
+refusal has been made (review99: blind to them, a landing moved a branch one extends and
+the handle's next flush dropped its whole batch).
+
 Either store's refs table failing its checks (a ref's own, or ``meta/refs_digest``: a
 ref vanished, was added or changed outside cpstore) is an :class:`IntegrityError`
 before anything is copied (:func:`vouch_refs`: the destination before step 1 and again
@@ -57,6 +61,7 @@ from typing import Any
 from cpstore.errors import ConflictError, IntegrityError, NotFoundError
 from cpstore.native.binding import digest, digest_small
 from cpstore.store.backend import Backend, Txn
+from cpstore.store.batch_fates import commit_queue_first
 from cpstore.store.content import Content, objects_of, records_of
 from cpstore.store.manifest import (
     check_manifest_state,
@@ -386,6 +391,8 @@ def transfer(
         pairs = [split_ref_key(b.key) for b in branches]
         decisions = carried_decisions(source, txn, every, pairs)
     check_carry(dest, decisions)  # before anything is copied
+    # every refusal above changed nothing; the heads are read below (review99)
+    commit_queue_first(dest, "the receiving handle's", "the transfer", "nothing was copied")
     needed = list(dict.fromkeys(k for c in missing for k in reach[c]))
     stored = _present(dest, "objects", needed)
     _copy_objects(
