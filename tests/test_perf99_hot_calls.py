@@ -3,6 +3,7 @@ calls did: the recorder builds its ``CheckpointWrite`` positionally, ``Store.rea
 passes ``verify`` positionally, and the checkpoint id of a manifest and of a parsed hex
 id come from functions typed as giving a ``Digest`` (no ``Digest()`` call). Each field
 is checked by name here, so a positional argument out of its field's place fails.
+``fast_read.contents`` returns its cached pair as it is (no tuple built per call).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from xxhash import xxh3_128_digest
 import cpstore
 from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
+from cpstore.store.content import KIND_OBJECT, KIND_RECORD
+from cpstore.store.fast_read import contents
 from cpstore.store.model import CheckpointWrite, parse_id, unpack_checkpoint_value
 
 
@@ -96,3 +99,20 @@ def test_store_read_passes_verify_through(tmp_path: Path) -> None:
             pass
         with st.read(cid, verify=False) as cp:
             assert cp.state() == {"a": 1}
+
+
+def test_contents_is_built_once_per_table_set_and_again_after_adoption(tmp_path: Path) -> None:
+    """``fast_read.contents``: every hit hands out the one (objects, records) pair built for
+    that dbs dict (immutable, its handles stateless); a dbs whose heap handle changed (a
+    read-only handle adopting the heap tables in place) gets a new pair on its tables."""
+    with cpstore.open(tmp_path / "s", durability="none") as st:
+        dbs = st.backend.dbs
+        objects, records = pair = contents(dbs)
+        assert contents(dbs) is pair
+        assert (objects.kind, records.kind) == (KIND_OBJECT, KIND_RECORD)
+        assert objects.heap is dbs["heap"] and records.heap is dbs["heap"]
+        moved = dict(dbs)
+        moved["heap"] = object()  # another handle under the same name, as adoption makes
+        again = contents(moved)
+        assert again is not pair and again[0].heap is moved["heap"]
+        assert contents(moved) is again
