@@ -3,12 +3,15 @@ calls did: the recorder builds its ``CheckpointWrite`` positionally, ``Store.rea
 passes ``verify`` positionally, and the checkpoint id of a manifest and of a parsed hex
 id come from functions typed as giving a ``Digest`` (no ``Digest()`` call). Each field
 is checked by name here, so a positional argument out of its field's place fails.
-``fast_read.contents`` returns its cached pair as it is (no tuple built per call).
+``fast_read.contents`` returns its cached pair as it is (no tuple built per call);
+``checked_metadata`` takes a dict without the ABC check, every other mapping with it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import msgpack
@@ -20,7 +23,12 @@ from cpstore.errors import IntegrityError, InvalidInputError
 from cpstore.native.binding import digest
 from cpstore.store.content import KIND_OBJECT, KIND_RECORD
 from cpstore.store.fast_read import contents
-from cpstore.store.model import CheckpointWrite, parse_id, unpack_checkpoint_value
+from cpstore.store.model import (
+    CheckpointWrite,
+    checked_metadata,
+    parse_id,
+    unpack_checkpoint_value,
+)
 
 
 def _capture(st: Any) -> list[CheckpointWrite]:
@@ -116,3 +124,40 @@ def test_contents_is_built_once_per_table_set_and_again_after_adoption(tmp_path:
         again = contents(moved)
         assert again is not pair and again[0].heap is moved["heap"]
         assert contents(moved) is again
+
+
+class _Meta(Mapping[str, Any]):
+    """A mapping that is not a dict (the ABC path of checked_metadata)."""
+
+    def __init__(self, items: dict[str, Any]) -> None:
+        self._items = items
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class _DictKind(dict[str, Any]):
+    """A dict subclass: not ``type(...) is dict``, still a mapping."""
+
+
+def test_checked_metadata_takes_every_mapping_and_refuses_the_rest() -> None:
+    """The dict shortcut before the ABC check answers as the ABC does."""
+    want = checked_metadata({"source": "loop", "step": 3}, "metadata")
+    for same in (
+        _Meta({"source": "loop", "step": 3}),
+        _DictKind(source="loop", step=3),
+        MappingProxyType({"source": "loop", "step": 3}),
+    ):
+        assert checked_metadata(same, "metadata") == want
+    assert checked_metadata(None, "metadata") == ({}, b"\x80")
+    for bad in ([("source", "loop")], "source", b"x", 3, (("a", 1),)):
+        with pytest.raises(InvalidInputError, match="metadata must be a mapping"):
+            checked_metadata(bad, "metadata")
+    with pytest.raises(InvalidInputError, match="keys must be str"):
+        checked_metadata({1: "x"}, "metadata")

@@ -334,7 +334,7 @@ def checked_metadata(value: object, what: str) -> tuple[dict[str, Any], bytes]:
     """:func:`check_metadata` and the canonical bytes it checked (one encoding)."""
     if value is None:
         return {}, b"\x80"
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # a dict: no ABC check
         raise InvalidInputError(f"{what} must be a mapping", got=type(value).__name__)
     out = dict(value)
     for key in out:
