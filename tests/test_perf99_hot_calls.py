@@ -4,7 +4,8 @@ passes ``verify`` positionally, and the checkpoint id of a manifest and of a par
 id come from functions typed as giving a ``Digest`` (no ``Digest()`` call). Each field
 is checked by name here, so a positional argument out of its field's place fails.
 ``fast_read.contents`` returns its cached pair as it is (no tuple built per call);
-``checked_metadata`` takes a dict without the ABC check, every other mapping with it.
+``checked_metadata`` takes a dict without the ABC check, every other mapping with it;
+``extension_records`` takes bytes as they are and copies any other buffer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from cpstore.store.fast_read import contents
 from cpstore.store.model import (
     CheckpointWrite,
     checked_metadata,
+    extension_records,
     parse_id,
     unpack_checkpoint_value,
 )
@@ -161,3 +163,20 @@ def test_checked_metadata_takes_every_mapping_and_refuses_the_rest() -> None:
             checked_metadata(bad, "metadata")
     with pytest.raises(InvalidInputError, match="keys must be str"):
         checked_metadata({1: "x"}, "metadata")
+
+
+def test_extension_records_are_bytes_copied_from_any_buffer() -> None:
+    """Bytes pass as they are; a bytearray or a memoryview is copied (a later change to
+    it leaves the records as given); None stays None; the prefix check refuses as before."""
+    key, value = b"lg/" + b"k" * 20, b"v" * 30
+    buf_key, buf_value = bytearray(key), bytearray(value)
+    given: list[Any] = [(key, value), (buf_key, None), (memoryview(key), memoryview(buf_value))]
+    got = extension_records(given)
+    assert got == ((key, value), (key, None), (key, value))
+    assert all(type(k) is bytes and (v is None or type(v) is bytes) for k, v in got)
+    assert got[0][0] is key and got[0][1] is value
+    buf_key[0:3] = b"xx/"
+    buf_value[0:1] = b"w"
+    assert got == ((key, value), (key, None), (key, value))
+    with pytest.raises(InvalidInputError, match="extension prefix"):
+        extension_records([(b"other/" + key, value)])

@@ -411,7 +411,10 @@ def extension_records(
 ) -> tuple[tuple[bytes, bytes | None], ...]:
     """``extra_meta``'s records as bytes; InvalidInputError for a key outside the
     extension prefixes (``EXTENSION_META_PREFIXES``) or over ``MAX_KEY_BYTES``."""
-    out = tuple((bytes(k), None if v is None else bytes(v)) for k, v in records)
+    out = tuple(  # bytes taken as they are: bytes() of bytes is the same object, by a type call
+        (k if type(k) is bytes else bytes(k), v if v is None or type(v) is bytes else bytes(v))
+        for k, v in records
+    )
     for key, _ in out:
         if not key.startswith(EXTENSION_META_PREFIXES):
             raise InvalidInputError(
