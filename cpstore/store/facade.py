@@ -300,7 +300,7 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         """
         cid = parse_id(checkpoint_id)
         self._refuse_closed()
-        return CheckpointView(self._backend, cid, verify=verify)  # the pid is checked on entry
+        return CheckpointView(self._backend, cid, verify)  # the pid is checked on entry
 
     def latest(self, run_id: str, branch: str = "main", *, verify: bool = True) -> CheckpointView:
         """A reader over the head of ``run_id``/``branch``: ``with store.latest(run) as cp``.

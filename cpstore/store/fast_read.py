@@ -38,11 +38,12 @@ _PART_AT = 18
 
 __all__ = ["checked_part", "contents", "hint_seqs", "part_views", "read_parts"]
 
-#: id(dbs) -> (dbs, its heap handle, objects, records). The dbs dict is kept so
+#: id(dbs) -> (dbs, its heap handle, (objects, records)). The dbs dict is kept so
 #: its id cannot be reused while cached; an entry is used only while the dict
 #: still holds the heap handle it was built with (a read-only handle adopts the
-#: heap tables in place).
-_CONTENTS: dict[int, tuple[Mapping[str, Any], Any, Content, Content]] = {}
+#: heap tables in place). The pair is the one tuple every hit returns (immutable,
+#: and its two handles stateless: perf99, no tuple built per call).
+_CONTENTS: dict[int, tuple[Mapping[str, Any], Any, tuple[Content, Content]]] = {}
 _MAX_CACHED = 64
 
 
@@ -50,12 +51,12 @@ def contents(dbs: Mapping[str, Any]) -> tuple[Content, Content]:
     """(objects, records) :class:`Content` of the tables ``dbs``, built once per table set."""
     hit = _CONTENTS.get(id(dbs))
     if hit is not None and hit[0] is dbs and hit[1] is dbs.get("heap"):
-        return hit[2], hit[3]
-    objects, records = objects_of(dbs), records_of(dbs)
+        return hit[2]
+    pair = objects_of(dbs), records_of(dbs)
     if len(_CONTENTS) >= _MAX_CACHED:
         _CONTENTS.clear()
-    _CONTENTS[id(dbs)] = (dbs, dbs.get("heap"), objects, records)
-    return objects, records
+    _CONTENTS[id(dbs)] = (dbs, dbs.get("heap"), pair)
+    return pair
 
 
 def hint_seqs(objects: Content, hints: bytes, n: int) -> list[bytes | None]:
