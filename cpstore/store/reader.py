@@ -309,6 +309,16 @@ class CheckpointView:
             view = get_object(txn, self._objects, key, verify=check, where=f"{where} of {self.id}")
         except self._store.engine_error as exc:  # the store closed under this view: it says so
             raise self._store.translate(exc) from None
+        except NotFoundError as exc:
+            # An object this checkpoint's (hash-checked) manifest names is not stored: no
+            # sweep removes one a stored checkpoint names, so it is damage (a flipped key),
+            # not absence (cli99: `inspect` said "object not in the store", exit 4).
+            raise IntegrityError(
+                "an object this checkpoint names is not in the store (damaged or lost)",
+                where=exc.where,
+                expected="stored",
+                got=exc.got,
+            ) from None
         if check:
             self._checked.add(bytes(key))
         if type(view) is memoryview:  # a copy (a read without LMDB's lock file) has none
