@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from stored import raw_delete, raw_get, raw_put
 
-from cpstore.errors import FormatVersionError, IntegrityError, NotFoundError
+from cpstore.errors import FormatVersionError, IntegrityError
 from cpstore.native.binding import digest
 from cpstore.native.canonical import encode_value
 from cpstore.store.facade import Store
@@ -97,10 +97,11 @@ class TestGetAndLatest:
             assert cp.state() == _states(1)[0] | {"c": "step 0"}
 
     def test_a_missing_part_is_refused_naming_the_part(self, store: Store) -> None:
-        """A part whose object is gone raises, naming it, instead of a partial state."""
+        """A part whose object is gone raises, naming it, instead of a partial state:
+        IntegrityError since cli99 (the manifest names it, so it is damage, not absence)."""
         cid = store.recorder("r").checkpoint(0, _states(1)[0])
         _rewrite(store, "objects", _part_key(store, cid, "a"), lambda _: None)
-        with pytest.raises(NotFoundError) as info, store.read(cid) as cp:
+        with pytest.raises(IntegrityError) as info, store.read(cid) as cp:
             cp.state()
         assert "state['a']" in str(info.value.where)
 

@@ -31,9 +31,10 @@ from cpstore.cli.exit_codes import (
     EXIT_DIFFERENT,
     EXIT_OK,
 )
-from cpstore.errors import InvalidInputError, NotFoundError
+from cpstore.errors import InvalidInputError
 from cpstore.store.branches import runs_with_branches
 from cpstore.store.diff import diff
+from cpstore.store.ids import missing_ref
 
 __all__ = ["add_inspect_parsers"]
 
@@ -181,7 +182,8 @@ def _log(args: argparse.Namespace) -> int:
             return EXIT_OK
         history = store.history(args.run, branch, limit=args.limit)
         if not history and store.ref(args.run, branch) is None:
-            raise NotFoundError("no such run or branch", where=f"{args.run}/{branch}")
+            with store.backend.read_txn() as txn:  # damaged refs: exit 5, not "no such run"
+                raise missing_ref(store.backend, txn, f"{args.run}/{branch}")
     if args.json:
         print_json(
             [

@@ -22,11 +22,14 @@ keyed by the raw id), so it reads only the matching keys; it uses only the seam'
 
 from __future__ import annotations
 
-from cpstore.errors import InvalidInputError, NotFoundError
+from typing import Any
+
+from cpstore.errors import CpstoreError, IntegrityError, InvalidInputError, NotFoundError
 from cpstore.native.args import check_text, is_hex
 from cpstore.store.backend import Backend
 from cpstore.store.content import records_of
 from cpstore.store.model import check_name, ref_key
+from cpstore.store.refs import refs_damage
 
 __all__ = ["MAX_CANDIDATES", "MIN_PREFIX", "resolve"]
 
@@ -136,6 +139,40 @@ def _shown(steps: int) -> int | str:
     return f">= {_FAR}" if steps >= _FAR else steps
 
 
+def missing_ref(backend: Backend, txn: Any, where: str) -> CpstoreError:
+    """No ref reads ``where`` (RUN@BRANCH): NotFoundError, unless the refs table fails its
+    checks or its digest in ``txn`` (cli99): a ref whose key bytes were flipped, or one
+    that vanished, read as "no such run or branch" (exit 4), sending the operator to look
+    for a typo in a damaged store. The digest cannot say which ref vanished, so this name
+    may be it: IntegrityError. Walks the refs table, on this error's path only."""
+    if backend.layout_in(txn) >= 2:  # a layout-1 store's refs carry no checks, no digest
+        damage = refs_damage(txn, backend.dbs)
+        if damage is not None:
+            return IntegrityError(
+                f"no ref reads {where}, and the store's refs fail their checks "
+                f"({damage.what}): this ref may be the damaged one; verify names the "
+                "damage, repair_ref mends it",
+                where=damage.where,
+                expected=damage.expected,
+                got=damage.got,
+            )
+    return NotFoundError("no such run or branch", where=where)
+
+
+def _lost_parent(exc: NotFoundError, child: bytes, text: str) -> CpstoreError:
+    """The parent a stored (hash-checked) checkpoint names is not stored: damage unless a
+    tombstone says retention pruned it (``exc`` says "pruned"; docs/store.md, "Damaged
+    records and retention"); before cli99 a lost one was "no such checkpoint", exit 4."""
+    if "pruned" in exc.what:
+        return exc
+    return IntegrityError(
+        f"parent checkpoint does not resolve (no tombstone says it was pruned), walking {text}",
+        where=f"checkpoints/{child.hex()}",
+        expected="the parent stored, or pruned",
+        got=f"{exc.what}: {exc.got}",
+    )
+
+
 def _by_ref(backend: Backend, text: str) -> str:
     run_id, _, rest = text.rpartition("@")
     head, tilde, count = rest.rpartition("~")
@@ -163,10 +200,14 @@ def _by_ref(backend: Backend, text: str) -> str:
             branch = head if tilde else rest
             check_name(run_id, "run_id")
             check_name(branch or "main", "branch")
-            raise NotFoundError("no such run or branch", where=f"{run_id}@{branch or 'main'}")
+            raise missing_ref(backend, txn, f"{run_id}@{branch or 'main'}")
         run_id, branch, steps, cid = found[0]
+        child = cid
         for n in range(steps):
-            parent = backend.load_manifest(txn, cid, verify=True).parent
+            try:
+                parent = backend.load_manifest(txn, cid, verify=True).parent
+            except NotFoundError as exc:
+                raise _lost_parent(exc, child, text) if n else exc from None
             if parent is None:
                 raise NotFoundError(
                     f"{run_id}@{branch} has no ancestor {_shown(steps)} back",
@@ -174,5 +215,14 @@ def _by_ref(backend: Backend, text: str) -> str:
                     expected=f"<= {n}",
                     got=_shown(steps),
                 )
-            cid = bytes.fromhex(parent)
+            child, cid = cid, bytes.fromhex(parent)
+        if steps:
+            # The ancestor named must be stored (or pruned): its child's hash-checked
+            # manifest names it, so a lost one is damage here, not a reader's "no such
+            # checkpoint" later (cli99). Its hash is the reader's to check.
+            try:
+                backend.load_raw(txn, cid, verify=False, full=False)
+            except NotFoundError as exc:
+                if "pruned" not in exc.what:  # a pruned one is named: its read says so
+                    raise _lost_parent(exc, child, text) from None
     return bytes(cid).hex()

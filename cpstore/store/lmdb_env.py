@@ -40,14 +40,13 @@ from cpstore.store.lmdb_open import (
     is_folder_at,
     is_lock_permission_error,
     lock_folder,
-    missing_table,
     open_dbs_readonly,
     open_tables,
     pin_folder,
-    refuse,
     release_folders,
 )
 from cpstore.store.lmdb_pages import TailCover, check_data_size
+from cpstore.store.lmdb_tables import missing_table, without_format
 from cpstore.store.lmdb_txns import EnvTxns
 from cpstore.store.model import BARE_REF_LAYOUTS, HEAP_LAYOUT, STORE_VERSION
 from cpstore.store.refs import upgrade_refs_v1
@@ -371,7 +370,10 @@ class Env(EnvTxns):
             meta = self.env.open_db(b"meta", txn=txn, create=False)
         except lmdb.NotFoundError:
             if not self._never_committed(txn):
-                raise refuse("no cpstore format record", self.path) from None
+                # Another program's file, or a store whose meta table's name was damaged.
+                raise without_format(
+                    "no cpstore format record", self.path, txn, no_meta=True
+                ) from None
             if not self.options.create:
                 raise self._nothing_here() from None
             for name in LMDB_TABLES:
@@ -379,7 +381,7 @@ class Env(EnvTxns):
             txn.put(FORMAT_KEY, encode_value(FORMAT), overwrite=False, db=dbs["meta"])
             self.layout = STORE_VERSION
             return dbs
-        version = check_format(txn.get(FORMAT_KEY, db=meta), self.path)
+        version = check_format(txn.get(FORMAT_KEY, db=meta), self.path, txn)
         for name in LMDB_TABLES:
             # A store from before a database was added gets it here (heap tables); one its
             # layout has is damage if missing (its name changed): added empty, the store's
@@ -435,7 +437,7 @@ class Env(EnvTxns):
         ends its older read.
         """
         fmt = txn.get(FORMAT_KEY, db=self.dbs["meta"])
-        if check_format(fmt, self.path) < HEAP_LAYOUT:
+        if check_format(fmt, self.path, txn) < HEAP_LAYOUT:
             return txn
         self.end_read(txn)
         if self.holds_read():
@@ -470,7 +472,7 @@ class Env(EnvTxns):
         layout is read again from the format record in the txn at hand."""
         if self.layout == STORE_VERSION:
             return STORE_VERSION  # layouts only move forward
-        return check_format(txn.get(FORMAT_KEY, db=self.dbs["meta"]), self.path)
+        return check_format(txn.get(FORMAT_KEY, db=self.dbs["meta"]), self.path, txn)
 
     def _nothing_here(self) -> NotFoundError:
         return NotFoundError("no store at this path (an empty LMDB environment)", where=self.path)

@@ -27,13 +27,13 @@ from cpstore.errors import (
     CanonicalEncodingError,
     CpstoreError,
     FormatVersionError,
-    IntegrityError,
     NotFoundError,
     StoreError,
 )
 from cpstore.native.canonical import decode_value
 from cpstore.store.lmdb_descriptors import close_on_exec
 from cpstore.store.lmdb_errors import errno_of
+from cpstore.store.lmdb_tables import missing_table, refuse, without_format
 from cpstore.store.model import PG_STORE_VERSION, READABLE_VERSIONS, STORE_VERSION
 
 __all__ = [
@@ -84,12 +84,6 @@ class EnvOptions:
     #: ``MDB_NOSYNC`` (``durability="none"``, docs/durability.md). A flag of the
     #: environment handle, so every store handle of one process shares it.
     sync: bool = True
-
-
-def refuse(what: str, where: str) -> FormatVersionError:
-    return FormatVersionError(
-        f"not a cpstore store ({what})", where=where, expected="a cpstore store"
-    )
 
 
 def check_new_store_path(path: str, options: EnvOptions, at: str | None = None) -> None:
@@ -477,10 +471,15 @@ _FORMAT_RECORDS = {
 }
 
 
-def check_format(raw: bytes | memoryview | None, path: str) -> int:
-    """The layout version of format record ``raw``; raise unless this build reads it."""
+def check_format(raw: bytes | memoryview | None, path: str, txn: Any = None) -> int:
+    """The layout version of format record ``raw``; raise unless this build reads it.
+
+    ``txn`` (an LMDB txn, the record's): a missing or unreadable record, or a known
+    version with another digest, is damage when its main table names the store's tables
+    (:func:`~cpstore.store.lmdb_tables.without_format`); only an unknown version stays a
+    :class:`FormatVersionError` there (a newer cpstore's store)."""
     if raw is None:
-        raise refuse("no cpstore format record", path)
+        raise _no_format("no cpstore format record", path, txn)
     known = _FORMAT_RECORDS.get(bytes(raw))
     if known is not None:
         return known
@@ -489,8 +488,10 @@ def check_format(raw: bytes | memoryview | None, path: str) -> int:
     except CanonicalEncodingError:
         fmt = None
     if not isinstance(fmt, dict) or fmt.get("layout") != "cpstore":
-        raise refuse("bad format record", path)
+        raise _no_format("bad format record", path, txn)
     version = fmt.get("version")
+    if version in READABLE_VERSIONS and fmt.get("digest") != "xxh3-128":
+        raise _no_format("bad format record", path, txn)  # a known layout's other digest
     if version not in READABLE_VERSIONS or fmt.get("digest") != "xxh3-128":
         raise FormatVersionError(
             "store of an unknown version",
@@ -501,32 +502,8 @@ def check_format(raw: bytes | memoryview | None, path: str) -> int:
     return int(version)
 
 
-#: Tables a sound store of a layout may lack (docs/store.md, "Store layout versions"):
-#: ``audit_mac`` joined layout 1 a build after its first, with no version bump (11d4558).
-#: Every other table :func:`open_dbs_readonly` is asked for is in every readable layout;
-#: the heap tables (layout 5 on) are :func:`open_tables`' ``required``.
-_LATER_IN_LAYOUT = {1: frozenset({"audit_mac"})}
-
-
-def missing_table(name: str, path: str, layout: int | None) -> CpstoreError:
-    """A table an open found missing: damage (damage98) unless a build after the
-    store's ``layout`` (None: a layout known to have it) added it. Its name in LMDB's main
-    table changed (a flipped byte) was "open it writable once to add it", exit 7, and a
-    writable open then added the table empty: the store's refs, say, gone from sight."""
-    if layout is not None and name in _LATER_IN_LAYOUT.get(layout, ()):
-        return StoreError(
-            "the store lacks a named database; open it writable once to add it",
-            where=path,
-            expected=name,
-        )
-    return IntegrityError(
-        "the data file is damaged: a table its store layout has is missing (its name in "
-        "LMDB's main table was changed); restore the store from a copy (a writable open "
-        "would add the table empty)",
-        where=path,
-        expected=name,
-        got="no such table" + ("" if layout is None else f" in a layout-{layout} store"),
-    )
+def _no_format(what: str, path: str, txn: Any) -> CpstoreError:
+    return refuse(what, path) if txn is None else without_format(what, path, txn)
 
 
 def open_dbs_readonly(
@@ -552,17 +529,17 @@ def open_dbs_readonly(
     except lmdb.NotFoundError:
         txn = begin()
         try:
-            empty = never_committed(txn)
+            if never_committed(txn):
+                raise NotFoundError(
+                    "no store at this path (an empty LMDB environment)", where=path
+                ) from None
+            # No meta table: another program's file, or a store whose meta name was damaged.
+            raise without_format("no cpstore format record", path, txn, no_meta=True) from None
         finally:
             end(txn)
-        if empty:
-            raise NotFoundError(
-                "no store at this path (an empty LMDB environment)", where=path
-            ) from None
-        raise refuse("no cpstore format record", path) from None
     txn = begin()
     try:
-        layout = check_format(txn.get(FORMAT_KEY, db=meta), path)
+        layout = check_format(txn.get(FORMAT_KEY, db=meta), path, txn)
     finally:
         end(txn)
     dbs: dict[str, Any] = {"meta": meta}

@@ -16,7 +16,7 @@ from cpstore.store.codec import check_frame, is_frame_key
 from cpstore.store.content import Content
 from cpstore.store.model import CHUNK_SIZE, parse_id
 
-__all__ = ["as_digest", "chunk_index", "get_object", "load_chunked", "put_object"]
+__all__ = ["as_digest", "chunk_index", "get_object", "load_chunked", "named_object", "put_object"]
 
 
 def put_object(
@@ -69,6 +69,24 @@ def get_object(
                 got=got.hex(),
             )
     return view
+
+
+def named_object(
+    txn: Txn[memoryview], objects: Content, key: bytes, *, verify: bool, where: str
+) -> memoryview:
+    """:func:`get_object` of an object a stored checkpoint's (hash-checked) manifest names:
+    missing, it is damage (:class:`IntegrityError`), not absence. No sweep removes an
+    object a stored checkpoint names, so a lookup that misses met a flipped key or a lost
+    row (cli99: ``inspect`` said "object not in the store", exit 4)."""
+    try:
+        return get_object(txn, objects, key, verify=verify, where=where)
+    except NotFoundError as exc:
+        raise IntegrityError(
+            "an object this checkpoint names is not in the store (damaged or lost)",
+            where=exc.where,
+            expected="stored",
+            got=exc.got,
+        ) from None
 
 
 def chunk_index(data: bytes) -> tuple[list[bytes], bytes]:

@@ -36,7 +36,7 @@ from cpstore.store.fast_read import contents, read_parts
 from cpstore.store.kept_views import ReaderViews, release_views
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
 from cpstore.store.model import Problem, created_at_of
-from cpstore.store.objects import get_object, load_chunked
+from cpstore.store.objects import load_chunked, named_object
 from cpstore.store.refs import RECORDED, check_ref_target, read_ref
 from cpstore.store.verify import check_checkpoint_objects
 
@@ -304,12 +304,12 @@ class CheckpointView:
         if self._checked_parts is not None:
             self._checked.update(self._checked_parts.values())
             self._checked_parts = None
-        check = self._verify and key not in self._checked
-        try:
-            view = get_object(txn, self._objects, key, verify=check, where=f"{where} of {self.id}")
+        vet = self._verify and key not in self._checked
+        try:  # one the manifest names: missing is damage (cli99), not NotFoundError
+            view = named_object(txn, self._objects, key, verify=vet, where=f"{where} of {self.id}")
         except self._store.engine_error as exc:  # the store closed under this view: it says so
             raise self._store.translate(exc) from None
-        if check:
+        if vet:
             self._checked.add(bytes(key))
         if type(view) is memoryview:  # a copy (a read without LMDB's lock file) has none
             self._views.append(view)

@@ -6,7 +6,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cpstore.errors import IntegrityError
+from cpstore.errors import CanonicalEncodingError, IntegrityError
 from cpstore.store.chunk_tree import read_root, read_v2_index
 from cpstore.store.codec import frame_content_size, is_frame_key
 from cpstore.store.content import objects_of, records_of
@@ -121,7 +121,13 @@ def store_stats(store: Store) -> StoreStats:
                     referenced += whole[d]
                 elif kind == "log":
                     if d not in logs:
-                        named = [bytes(c) for c in children(txn, objects, field, d)]
+                        try:
+                            named = [bytes(c) for c in children(txn, objects, field, d)]
+                        except CanonicalEncodingError:
+                            # Damaged: counted as stored, its payloads as unreached (verify
+                            # names it). It was "bytes are not a msgpack value", exit 3:
+                            # damage told as bad input (cli99's flips).
+                            named = []
                         reached_any.update(named)
                         logs[d] = sum(sizes.get(c, 0) for c in named)
                     referenced += sizes.get(d, 0) + logs[d]
