@@ -1,8 +1,7 @@
 """audit54: a side that cannot be read does not hide what the other side shows on its own.
 
-When the store cannot give one side (a damaged stored side), the decision is REJECT with
-INTEGRITY (a checkpoint id that names nothing is NotFoundError since cli99: nothing to
-judge; these tests used one as the unreadable side until then). Before audit54 that was its only
+When the store cannot give one side (a checkpoint id that names nothing, a damaged
+stored side), the decision is REJECT with INTEGRITY. Before audit54 that was its only
 finding: the side that *was* read lost every finding it shows by itself, though none of
 them needs the other side: a recording tagged ``replay:`` (REPLAY_OF_REPLAY), its
 unsealed ledger, its unpinned reads and live tokens; a replay's best-effort mode and its
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_decision_support import clean_doc, replay_of, stored_replay, unreadable_checkpoint
+from test_decision_support import clean_doc, replay_of, stored_replay
 
 from cpstore.decision.checks import find_alone
 from cpstore.decision.gates import certify_rollback
@@ -30,6 +29,8 @@ from cpstore.decision.table import FindingCode, Verdict
 from cpstore.decision.validate import validate
 from cpstore.errors import GateError
 from cpstore.store.facade import open as open_store
+
+MISSING = "0" * 32
 
 
 def _unverified_recording(path: Path) -> str:
@@ -46,10 +47,9 @@ def _unverified_recording(path: Path) -> str:
 def test_the_recordings_own_findings_stay_when_the_replay_cannot_be_read(
     tmp_path: Path,
 ) -> None:
-    gone = unreadable_checkpoint(tmp_path / "s")
     cid = _unverified_recording(tmp_path / "s")
     with open_store(tmp_path / "s") as store:
-        d = validate(cid, gone, store=store, record=False)
+        d = validate(cid, MISSING, store=store, record=False)
     assert d.verdict is Verdict.REJECT
     assert {(f.code, f.side) for f in d.findings} == {
         (FindingCode.INTEGRITY, "replayed"),
@@ -71,9 +71,8 @@ def test_the_replays_own_findings_stay_when_the_recording_cannot_be_read(
     doc = replay_of(clean_doc(), mode=mode, harness_accesses=[{"resource": "cache"}])
     doc["tokens"][1]["provenance"] = "live"
     doc["observations"][2]["pinned_at"] = None
-    gone = unreadable_checkpoint(tmp_path / "s")
     with open_store(tmp_path / "s") as store:
-        d = validate(gone, doc, store=store, record=False)
+        d = validate(MISSING, doc, store=store, record=False)
     assert d.verdict is Verdict.REJECT
     assert {(f.code, f.side) for f in d.findings} == {
         (FindingCode.INTEGRITY, "recorded"),
@@ -85,9 +84,8 @@ def test_the_replays_own_findings_stay_when_the_recording_cannot_be_read(
 
 
 def test_a_clean_side_adds_nothing_to_the_integrity_finding(tmp_path: Path) -> None:
-    gone = unreadable_checkpoint(tmp_path / "s")
     with open_store(tmp_path / "s") as store:
-        d = validate(gone, replay_of(clean_doc()), store=store, record=False)
+        d = validate(MISSING, replay_of(clean_doc()), store=store, record=False)
     assert [f.code for f in d.findings] == [FindingCode.INTEGRITY]
 
 
@@ -95,7 +93,6 @@ def test_the_unverified_recording_quarantines_its_branch(tmp_path: Path) -> None
     # One recorder writes X, its ledger unsealed (unverified on its own), then Y, which
     # seals it. X validated against a replay that cannot be read, Y against a
     # faithful STRICT replay: before audit54 Y's rollback was certified.
-    gone = unreadable_checkpoint(tmp_path / "s")
     with open_store(tmp_path / "s") as store:
         rec = store.recorder("run")
         rec.token("rng", 1)
@@ -103,7 +100,7 @@ def test_the_unverified_recording_quarantines_its_branch(tmp_path: Path) -> None
         x = rec.checkpoint(2, {"a": 1}, seal_ledger=False)
         y = rec.checkpoint(4, {"a": 2})
         rec.close()
-        validate(x, gone, store=store)
+        validate(x, MISSING, store=store)
         dy = validate(y, stored_replay(store, y), store=store)
         assert dy.verdict is Verdict.ACCEPT, dy.findings
         with pytest.raises(GateError, match="quarantined"):

@@ -11,7 +11,7 @@ from stored import edit_raw, flip_byte
 from cpstore.decision.gates import certify_rollback, resume_gate, sign_off
 from cpstore.decision.table import Fidelity, FindingCode, Verdict
 from cpstore.decision.validate import validate
-from cpstore.errors import GateError, LedgerGuardError, NotFoundError, ReplayDivergenceError
+from cpstore.errors import GateError, LedgerGuardError, ReplayDivergenceError
 from cpstore.native.binding import digest
 from cpstore.replay.session import ReplaySession
 from cpstore.run.model import Effect, Observation, PackedTokens, ReplayMode, Run, Token
@@ -323,13 +323,11 @@ def test_damaged_recording_is_an_integrity_reject_not_an_exception(tmp_path: Pat
         assert any(r.body["decision_id"] == d.id for r in store.audit_records(kind="decision"))
 
 
-def test_missing_checkpoint_is_not_found_not_a_reject(tmp_path: Path) -> None:
-    """A checkpoint id the store does not hold is NotFoundError, nothing recorded: nothing
-    was compared (an INTEGRITY REJECT until cli99; tests/test_cli99_validate_not_stored.py)."""
+def test_missing_checkpoint_is_an_integrity_reject(tmp_path: Path) -> None:
+    """A checkpoint id the store does not hold ends in INTEGRITY, never an exception."""
     with open_store(tmp_path / "s") as store:
-        with pytest.raises(NotFoundError):
-            validate("ab" * 16, Run("r", 1, "s", mode=ReplayMode.STRICT), store=store)
-        assert not list(store.audit_records(kind="decision"))
+        d = validate("ab" * 16, Run("r", 1, "s", mode=ReplayMode.STRICT), store=store)
+        assert d.codes == {FindingCode.INTEGRITY} and d.verdict is Verdict.REJECT
 
 
 def test_a_damaged_object_named_only_by_digest_is_an_integrity_reject(tmp_path: Path) -> None:

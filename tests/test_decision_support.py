@@ -6,14 +6,11 @@ import copy
 import functools
 import itertools
 import json
-import os
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
 from cpstore import dump_document, parse_document
-from cpstore import open as open_store
 from cpstore.native.records import kind_code
 from cpstore.run.model import Observation, PackedTokens, ReplayMode, Run
 
@@ -129,24 +126,3 @@ def input_forms(doc: dict[str, Any]) -> dict[str, Any]:
         "msgpack": msgpack.packb(doc, use_bin_type=True),
         "cprun": dump_document(run, encoding="cprun"),
     }
-
-
-def unreadable_checkpoint(path: str | os.PathLike[str]) -> str:
-    """The id of a checkpoint stored at ``path`` (run ``gone``, made here, the store closed
-    after) whose manifest bytes no longer hash to it: a stored side that cannot be read
-    (IntegrityError on entering its reader). A missing id is no longer that: validate
-    raises NotFoundError for it (cli99). One character of a metadata value in its
-    manifest is changed wherever the data file holds it (stale pages too)."""
-    marker = b"unreadable-side-marker"
-    with open_store(path) as store:
-        rec = store.recorder("gone")
-        gone = rec.checkpoint(1, {"a": 1}, metadata={"m": marker.decode()})
-    data = Path(path, "data.mdb")
-    raw = bytearray(data.read_bytes())
-    at = raw.find(marker)
-    assert at >= 0, "the marker is not in the data file"
-    while at >= 0:
-        raw[at] ^= 0x01
-        at = raw.find(marker, at + 1)
-    data.write_bytes(bytes(raw))
-    return gone

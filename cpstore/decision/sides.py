@@ -1,9 +1,7 @@
 """The two sides of a validation: R and P loaded from a run document or a stored checkpoint.
 
 Both map to one :class:`Side`; damage to what a stored side references
-becomes INTEGRITY findings, never an exception. A checkpoint id the store does not
-hold (never stored, or pruned) is :class:`NotFoundError`: nothing to judge (cli99;
-before, a REJECT with INTEGRITY, a proven divergence claimed of a typo).
+becomes INTEGRITY findings, never an exception.
 """
 
 from __future__ import annotations
@@ -33,14 +31,7 @@ from cpstore.native.records import kind_name, unpack_token
 from cpstore.run.document import load_document, parse_document
 from cpstore.run.model import Effect, Observation, ReplayMode, Run, TokenInfo
 
-__all__ = [
-    "DamagedSideError",
-    "NotStoredError",
-    "RunSource",
-    "Side",
-    "canonical_or_repr",
-    "load_side",
-]
+__all__ = ["DamagedSideError", "RunSource", "Side", "canonical_or_repr", "load_side"]
 
 #: What :func:`~cpstore.decision.validate.validate` accepts for R or P.
 RunSource = Union[Run, Mapping[str, Any], str, "os.PathLike[str]", bytes]
@@ -177,15 +168,6 @@ def _integrity_finding(problem: Any, label: str) -> Finding:
     )
 
 
-class NotStoredError(Exception):
-    """The side names a checkpoint the store does not hold: ``error`` (a NotFoundError)
-    is what :func:`load_side` raises, once the caller has looked at the other side."""
-
-    def __init__(self, error: NotFoundError) -> None:
-        super().__init__(error)
-        self.error = error
-
-
 class DamagedSideError(Exception):
     """The side could not be built; the integrity findings found first travel with it."""
 
@@ -197,19 +179,7 @@ class DamagedSideError(Exception):
 def _side_from_store(
     stack: ExitStack, store: CheckpointStore, checkpoint_id: str, label: str, verify: bool
 ) -> Side:
-    try:
-        # Entering reads the checkpoint's entry: NotFoundError here is the id itself not
-        # in the store (a damaged entry is IntegrityError); a missing object later is damage.
-        cp = stack.enter_context(store.read(checkpoint_id, verify=verify))
-    except NotFoundError as exc:
-        raise NotStoredError(
-            NotFoundError(
-                f"{label} checkpoint is not in the store: {exc.what}",
-                where=exc.where,
-                expected=exc.expected,
-                got=exc.got,
-            )
-        ) from None
+    cp = stack.enter_context(store.read(checkpoint_id, verify=verify))
     view = memoryview(cp.token_records(leased=True)).cast("B")  # zero-copy: inside the block
     # Re-hash everything R names only by digest, in this read txn (the records
     # blob was just checked by token_records() and is not hashed again). Token value
@@ -289,8 +259,7 @@ def _checkpoint_ref(source: object, store: CheckpointStore | None) -> str | None
 def load_side(
     stack: ExitStack, source: object, label: str, store: CheckpointStore | None, verify: bool
 ) -> tuple[Side | None, list[Finding]]:
-    """The side, or (None, INTEGRITY findings) when the store cannot give it (damage);
-    :class:`NotStoredError` for a checkpoint id the store does not hold."""
+    """The side, or (None, INTEGRITY findings) when the store cannot give it."""
     if isinstance(source, Run):
         return _side_from_run(source, label), []
     if isinstance(source, Mapping):

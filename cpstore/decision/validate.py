@@ -10,9 +10,8 @@ the gates (:mod:`cpstore.decision.gates`) act only on decisions found there.
 
 A failed validation is data, not an exception: ``raise_on_failure=True`` (or
 :meth:`Decision.raise_for_verdict`) opts in to raising. Errors in the *inputs*
-(a malformed document, a bad argument, a checkpoint id the store does not hold:
-:class:`NotFoundError`) always raise; damage to what R references in the store is a
-finding (INTEGRITY), never an exception.
+(a malformed document, a bad argument) always raise; damage to what R
+references in the store is a finding (INTEGRITY), never an exception.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from typing import Any
 
 from cpstore.decision.checks import find_all, find_alone, sort_findings
 from cpstore.decision.ports import CheckpointStore
-from cpstore.decision.sides import NotStoredError, RunSource, Side, load_side
+from cpstore.decision.sides import RunSource, Side, load_side
 from cpstore.decision.table import (
     AUDIT_DECISION,
     Decision,
@@ -95,19 +94,6 @@ def _body_digest(body: Mapping[str, Any]) -> str:
     return bytes(digest(encode_value(dict(body)))).hex()
 
 
-def _swapped(r: Side, p: Side | None, replayed: object) -> InvalidInputError:
-    """A replay's Run given as R against a stored checkpoint as P (audit56)."""
-    mode = r.mode.value if r.mode is not None else None
-    return InvalidInputError(
-        "the sides look swapped: RECORDED is a replay (it declares a replay "
-        "mode) and REPLAYED is a stored checkpoint",
-        where="validate(recorded, replayed)",
-        expected="validate(checkpoint_id, replay_run)",
-        got=f"validate(replay_run with mode={mode}, "
-        f"{p.checkpoint_id if p is not None else repr(replayed)})",
-    )
-
-
 def validate(
     recorded: RunSource,
     replayed: RunSource,
@@ -129,10 +115,7 @@ def validate(
     verify-on-read, an explicit choice for looking only: with ``record`` (and a
     store) it is refused, since the gates would act on it, and a decision that read a
     stored side so is never evidence (:attr:`Decision.verified`). ``raise_on_failure`` raises
-    :class:`ValidationFailedError` for anything but ACCEPT. A checkpoint id the store
-    does not hold (never stored, or pruned) is :class:`NotFoundError`, nothing recorded:
-    there is nothing to judge (a stored checkpoint that cannot be read is an INTEGRITY
-    finding, REJECT).
+    :class:`ValidationFailedError` for anything but ACCEPT.
     """
     if not isinstance(verify, bool) or not isinstance(record, bool):
         raise InvalidInputError("verify and record must be bools", got=(verify, record))
@@ -155,23 +138,21 @@ def validate(
     for attempt in range(_LOAD_TRIES):
         try:
             with ExitStack() as stack:
-                try:
-                    r, r_bad = load_side(stack, recorded, "recorded", store, verify)
-                except NotStoredError as exc:
-                    raise exc.error from None
-                try:
-                    p, p_bad = load_side(stack, replayed, "replayed", store, verify)
-                except NotStoredError as exc:
-                    # The swapped call is told first: its shape is wrong whatever P holds.
-                    if r is not None and r.mode is not None:
-                        raise _swapped(r, None, replayed) from None
-                    raise exc.error from None
+                r, r_bad = load_side(stack, recorded, "recorded", store, verify)
+                p, p_bad = load_side(stack, replayed, "replayed", store, verify)
                 if r is not None and r.mode is not None and (p is None or p.from_store):
                     # A replay's Run as R against a stored recording as P would be judged
                     # backwards (and end in QUARANTINE for a mode the checkpoint lacks).
                     # Only a checkpoint id gives no side (p None): swapped too, though
                     # unreadable (audit56: R's own findings were listed as a recording's).
-                    raise _swapped(r, p, replayed)
+                    raise InvalidInputError(
+                        "the sides look swapped: RECORDED is a replay (it declares a replay "
+                        "mode) and REPLAYED is a stored checkpoint",
+                        where="validate(recorded, replayed)",
+                        expected="validate(checkpoint_id, replay_run)",
+                        got=f"validate(replay_run with mode={r.mode.value}, "
+                        f"{p.checkpoint_id if p is not None else repr(replayed)})",
+                    )
                 cg_step: int | None = None
                 if r is None or p is None:
                     # The side that was read still shows what it shows alone (audit54:
