@@ -68,9 +68,11 @@ def refused_by_digest(b: dict[str, Any]) -> bool:
     """Whether operation ``b`` may refuse naming ``meta/refs_digest`` while a rollback
     stands: retention, and a push or pull (``ckpt`` with ``pull``), which move no ref of
     a store whose refs table fails its digest, on either side (docs/store.md, "push and
-    pull"; push69). A checkpoint, fork or reset never does."""
+    pull"; push69), and a ``RUN@BRANCH`` name no ref reads (``resolve``: the missing ref
+    may be the one the table lost, so it is damage, not "no such branch"; cli99,
+    docs/store.md). A checkpoint, fork or reset never does."""
     op = b.get("op")
-    return op in SWEEPING or op == "push" or (op == "ckpt" and bool(b.get("pull")))
+    return op in SWEEPING or op in ("push", "resolve") or (op == "ckpt" and bool(b.get("pull")))
 
 
 #: The keep_last of the operator's probe (KEEP's smaller one).

@@ -126,6 +126,21 @@ def test_a_retention_refusal_by_the_digest_in_a_vanish_is_allowed() -> None:
         assert not allowed(b, e, Context([*ops, (b, e)]))
 
 
+def test_a_resolve_of_a_name_no_ref_reads_in_a_vanish_is_damage_allowed() -> None:
+    """cli99: RUN@BRANCH that no ref reads while the table fails its digest is damage (the
+    missing ref may be the vanished one): allowed inside the vanish, never outside it; a
+    fork (which resolves no name) is still never refused by the digest (seeds 41001-41003
+    met it for `resolve` first)."""
+    ops = _ops(_vanish_lines("a" * 32))
+    msg = f"no ref reads {RUN}@main, and the store's refs fail their checks; at meta/refs_digest"
+    b, e = _refusal("resolve", 20, 25, "IntegrityError", msg, run=RUN, branch="main")
+    assert allowed(b, e, Context([*ops, (b, e)]))
+    b, e = _refusal("resolve", 50, 55, "IntegrityError", msg, run=RUN, branch="main")
+    assert not allowed(b, e, Context([*ops, (b, e)]))
+    b, e = _refusal("fork", 20, 25, "IntegrityError", msg, run=RUN, branch="g1")
+    assert not allowed(b, e, Context([*ops, (b, e)]))
+
+
 def _repaired(st: cpstore.Store, head: str, *, force: bool = False) -> dict[str, Any]:
     """A real vanish of FORK put back at ``head``: its repair's acknowledgement fields
     (``force``: a head other than the vanished one, refused since repair72 otherwise)."""
