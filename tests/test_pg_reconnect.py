@@ -55,33 +55,53 @@ def test_a_txn_after_an_outage_gets_a_connection_at_once(pg_url: str, pg_cluster
         assert store.recorder("run").checkpoint(1, {"i": 1}) == store.ref("run")
 
 
+def _wait_through(store: Any, cluster: Cluster) -> tuple[list[Any], float]:
+    """One outage with a txn waiting THROUGH s for a connection across it: what the waiter
+    got, and how many seconds of its wait were left when the server was back up."""
+    _down(store, cluster)
+    got: list[Any] = []
+    began: list[float] = []
+
+    def waiter() -> None:  # waits THROUGH s (of POOL_WAIT's 30) for a connection
+        began.append(time.monotonic())
+        try:
+            conn = store.backend._acquire(THROUGH)
+            store.backend._release(conn, False)
+            got.append(store.ref("run"))
+        except Exception as exc:  # reported by the caller
+            got.append(exc)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    try:
+        time.sleep(OUTAGE)
+    finally:
+        cluster.start()  # pg_ctl -w: returns once the server accepts connections
+    up = time.monotonic()
+    thread.join(60)
+    assert not thread.is_alive()
+    return got, began[0] + THROUGH - up
+
+
 def test_a_txn_waiting_through_an_outage_gets_a_connection_when_it_ends(
     pg_url: str, pg_cluster: Cluster
 ) -> None:
+    """Run again (up to three times) when the server came back with too little of the
+    wait left to judge: under load a restart took > 10 s ("the database system is
+    starting up"), and a wait that ran out then says nothing about the series (ci111)."""
     with cpstore.open(pg_url) as store:
         cid = store.recorder("run").checkpoint(0, {"i": 0})
-        _down(store, pg_cluster)
-        got: list[Any] = []
-
-        def waiter() -> None:  # waits THROUGH s (of POOL_WAIT's 30) for a connection
-            try:
-                conn = store.backend._acquire(THROUGH)
-                store.backend._release(conn, False)
-                got.append(store.ref("run"))
-            except Exception as exc:  # reported below
-                got.append(exc)
-
-        thread = threading.Thread(target=waiter)
-        thread.start()
-        try:
-            time.sleep(OUTAGE)
-        finally:
-            pg_cluster.start()
-        thread.join(60)
-        assert not thread.is_alive()
-        # Without the fix the next attempt lay ≥ 27.9 s after the outage began: the
-        # waiter's THROUGH ran out with the server up for ~10 s of it.
-        assert got == [cid]
+        late: list[float] = []
+        for _ in range(3):
+            got, left = _wait_through(store, pg_cluster)
+            if left >= pg_pool.RECONNECT_SPAN + 1.0:
+                # Without the fix the next attempt lay >= 27.9 s after the outage began:
+                # the waiter's THROUGH ran out with the server up for ~10 s of it.
+                assert got == [cid]
+                break
+            late.append(round(left, 1))
+        else:
+            pytest.fail(f"the server was back too late to judge in every try (wait left: {late} s)")
         assert store.verify().ok
 
 
