@@ -13,9 +13,6 @@ Run: ``.venv/bin/python benchmarks/ir_gets.py [STEPS]`` (default 300).
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -40,29 +37,11 @@ def _child(root: str, steps: int, passes: int) -> None:
 
 
 def _count(steps: int, passes: int) -> int:
+    sys.path.insert(0, str(HERE))
+    from valgrind_ir import instructions  # noqa: PLC0415
+
     with tempfile.TemporaryDirectory() as root:
-        out = subprocess.run(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                "--cachegrind-out-file=/dev/null",
-                sys.executable,
-                __file__,
-                "--child",
-                root,
-                str(steps),
-                str(passes),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": "0"},
-        )
-    found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output: {out.stderr[-500:]}")
-    return int(found.group(1).replace(",", ""))
+        return instructions(__file__, root, str(steps), str(passes))
 
 
 def main(argv: list[str]) -> None:

@@ -16,9 +16,6 @@ Run: ``.venv/bin/python benchmarks/ir_puts.py [cpstore,raw,lmdbsaver,saver] [LOW
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -56,30 +53,11 @@ def _child(root: str, who: str, steps: int, high: int) -> None:
 
 
 def _count(who: str, steps: int, high: int) -> int:
+    sys.path.insert(0, str(HERE))
+    from valgrind_ir import instructions  # noqa: PLC0415
+
     with tempfile.TemporaryDirectory() as root:
-        out = subprocess.run(
-            [
-                "valgrind",
-                "--tool=cachegrind",
-                "--cache-sim=no",
-                "--cachegrind-out-file=/dev/null",
-                sys.executable,
-                __file__,
-                "--child",
-                root,
-                who,
-                str(steps),
-                str(high),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            env={**os.environ, "PYTHONHASHSEED": "0"},
-        )
-    found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
-    if found is None:
-        raise RuntimeError(f"no instruction count in valgrind's output: {out.stderr[-500:]}")
-    return int(found.group(1).replace(",", ""))
+        return instructions(__file__, root, who, str(steps), str(high))
 
 
 def main(argv: list[str]) -> None:

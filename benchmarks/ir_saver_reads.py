@@ -13,8 +13,6 @@ Run: ``.venv/bin/python benchmarks/ir_saver_reads.py [steps]`` (default 300).
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +23,7 @@ sys.path.insert(0, str(HERE))
 
 import bench_langgraph as bl  # noqa: E402
 import bench_store  # noqa: E402
+from valgrind_ir import instructions  # noqa: E402
 
 
 def _side(root: Path, who: str) -> Any:
@@ -66,17 +65,7 @@ def run(root: Path, who: str, mode: str, passes: int) -> None:
 
 
 def _count(root: Path, who: str, mode: str, passes: int) -> int:
-    out = subprocess.run(
-        [
-            "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-            sys.executable, __file__, "--child", str(root), who, mode, str(passes),
-        ],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
-    if found is None:
-        raise RuntimeError(out.stderr[-2000:])
-    return int(found.group(1).replace(",", ""))
+    return instructions(__file__, str(root), who, mode, str(passes))
 
 
 def main(argv: list[str]) -> None:
