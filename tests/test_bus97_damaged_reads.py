@@ -25,6 +25,7 @@ from pathlib import Path
 
 import lmdb
 import pytest
+from small_store import compact_small_store, leaf_nodes
 
 import cpstore
 from cpstore import cli
@@ -33,21 +34,6 @@ from cpstore.store.lmdb_errors import translate
 from cpstore.store.stats import store_stats
 
 _ROOT = str(Path(__file__).resolve().parents[1])
-_PAGE = 4096
-_P_LEAF, _P_LEAF2 = 0x02, 0x20
-
-
-def _store(tmp_path: Path) -> str:
-    """A small store, compacted (a copy), so every page of the file is a live one."""
-    path = str(tmp_path / "raw")
-    with cpstore.open(path) as store:
-        rec = store.recorder("run")
-        for step in range(1, 4):
-            rec.observe(step, "cfg", os.urandom(64), pinned_at=1.0)
-            rec.checkpoint(step, {"blob": os.urandom(256)}, seal_ledger=False)
-    compact = str(tmp_path / "store")
-    assert cli.main(["copy", compact, "--store", path]) == 0
-    return compact
 
 
 def _values_past_the_file(path: str) -> bytes:
@@ -56,17 +42,11 @@ def _values_past_the_file(path: str) -> bytes:
     data_path = os.path.join(path, "data.mdb")
     data = bytearray(Path(data_path).read_bytes())
     hit = 0
-    for page in range(2, len(data) // _PAGE):  # pages 0 and 1: the meta pages
-        at = page * _PAGE
-        flags, lower = struct.unpack_from("<HH", data, at + 10)
-        if not flags & _P_LEAF or flags & _P_LEAF2:
-            continue
-        for i in range((lower - 16) // 2):
-            node = at + struct.unpack_from("<H", data, at + 16 + 2 * i)[0]
-            hi, node_flags, key_size = struct.unpack_from("<HHH", data, node + 2)
-            if key_size == 16 and node_flags == 0:
-                struct.pack_into("<H", data, node + 2, hi | 0x10)
-                hit += 1
+    for node in leaf_nodes(data):
+        hi, node_flags, key_size = struct.unpack_from("<HHH", data, node + 2)
+        if key_size == 16 and node_flags == 0:
+            struct.pack_into("<H", data, node + 2, hi | 0x10)
+            hit += 1
     assert hit, "no leaf node with a 16-byte key in the file"
     Path(data_path).write_bytes(data)
     return bytes(data)
@@ -114,7 +94,7 @@ def _cli(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_a_value_past_the_end_of_the_file_is_damage_not_a_bus_error(
     tmp_path: Path, argv: tuple[str, ...]
 ) -> None:
-    path = _store(tmp_path)
+    path = compact_small_store(tmp_path)
     damaged = _values_past_the_file(path)
     dest = tmp_path / "dest"
     args = [str(dest) if a == "DEST" else path if a == "SOURCE" else a for a in argv]
@@ -134,7 +114,7 @@ def test_a_value_past_the_end_of_the_file_is_damage_not_a_bus_error(
 def test_a_table_root_past_the_file_is_damage_in_the_reading_commands(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], table: str, argv: tuple[str, ...]
 ) -> None:
-    path = _store(tmp_path)
+    path = compact_small_store(tmp_path)
     _point_root_past_the_file(path, table)
     capsys.readouterr()  # the copy's line
     dest = tmp_path / "dest"
@@ -175,7 +155,7 @@ def test_a_library_reader_of_a_read_only_store_is_told_damage_too(
 ) -> None:
     """Not only the CLI: the store's own translation says IntegrityError for MDB_BAD_TXN
     on a read-only store (before, a plain StoreError "LMDB failed ... MDB_BAD_TXN")."""
-    path = _store(tmp_path)
+    path = compact_small_store(tmp_path)
     _point_root_past_the_file(path, table)
     with cpstore.open(path, readonly=True) as store, pytest.raises(IntegrityError) as told:
         store_stats(store)

@@ -21,23 +21,12 @@ import struct
 from pathlib import Path
 
 import pytest
-from small_store import small_store
+from small_store import compact_small_store, leaf_nodes
 
 import cpstore
 from cpstore import cli
 from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.store.model import ref_key
-
-_PAGE = 4096
-_P_LEAF, _P_LEAF2 = 0x02, 0x20
-
-
-def _compact_store(tmp_path: Path) -> str:
-    """A small store (run "run", steps 1-3), copied (compacted): every page a live one."""
-    path = small_store(tmp_path, "raw")
-    compact = str(tmp_path / "store")
-    assert cli.main(["copy", compact, "--store", path]) == 0
-    return compact
 
 
 def _flip_key(path: str, key: bytes) -> bytes:
@@ -45,17 +34,11 @@ def _flip_key(path: str, key: bytes) -> bytes:
     data_path = os.path.join(path, "data.mdb")
     data = bytearray(Path(data_path).read_bytes())
     hit = 0
-    for page in range(2, len(data) // _PAGE):  # pages 0 and 1: the meta pages
-        at = page * _PAGE
-        flags, lower = struct.unpack_from("<HH", data, at + 10)
-        if not flags & _P_LEAF or flags & _P_LEAF2:
-            continue
-        for i in range((lower - 16) // 2):
-            node = at + struct.unpack_from("<H", data, at + 16 + 2 * i)[0]
-            size = struct.unpack_from("<H", data, node + 6)[0]
-            if data[node + 8 : node + 8 + size] == key:
-                data[node + 8 + size - 1] ^= 0x01
-                hit += 1
+    for node in leaf_nodes(data):
+        size = struct.unpack_from("<H", data, node + 6)[0]
+        if data[node + 8 : node + 8 + size] == key:
+            data[node + 8 + size - 1] ^= 0x01
+            hit += 1
     assert hit == 1, hit
     Path(data_path).write_bytes(data)
     return bytes(data)
@@ -72,7 +55,7 @@ def _names(path: str) -> tuple[str, str, str]:
 def test_a_flipped_ref_key_is_damage_not_no_such_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     damaged = _flip_key(path, ref_key("run", "main"))
     capsys.readouterr()
     with cpstore.open(path, readonly=True) as store, pytest.raises(IntegrityError) as told:
@@ -89,7 +72,7 @@ def test_a_flipped_ref_key_is_damage_not_no_such_run(
 def test_a_flipped_parent_key_is_damage_not_no_such_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     head, parent, _ = _names(path)
     _flip_key(path, bytes.fromhex(parent))
     capsys.readouterr()
@@ -106,7 +89,7 @@ def test_a_flipped_parent_key_is_damage_not_no_such_checkpoint(
 def test_a_flipped_object_key_is_damage_not_object_not_in_the_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     head, _, observations = _names(path)
     _flip_key(path, bytes.fromhex(observations))
     capsys.readouterr()
@@ -127,7 +110,7 @@ def test_what_is_simply_not_there_is_still_not_found(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Sound refs: another run, an ancestor past the root, a pruned ancestor stay exit 4."""
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     for name in ("other@main", "run@side", "run@main~3"):
         with cpstore.open(path, readonly=True) as store, pytest.raises(NotFoundError):
             store.resolve(name)
@@ -146,7 +129,7 @@ def test_stats_counts_a_log_that_does_not_decode_instead_of_calling_it_bad_input
     never uses): ``stats`` said "bytes are not a msgpack value", exit 3 (bad input, of a
     store's own bytes: cli99's flips, 3 of 1 000). It counts on, as for other damage
     (verify names it), and ``verify`` says exit 5."""
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     _, _, observations = _names(path)
     with cpstore.open(path, readonly=True) as store:
         raw = store.get_object(observations)

@@ -16,19 +16,11 @@ from pathlib import Path
 
 import lmdb
 import pytest
-from small_store import small_store
+from small_store import compact_small_store
 
 import cpstore
 from cpstore import cli
 from cpstore.errors import FormatVersionError, IntegrityError, NotFoundError
-
-
-def _compact_store(tmp_path: Path) -> str:
-    """A small store, copied (compacted): each record is once in the file."""
-    path = small_store(tmp_path, "raw")
-    compact = str(tmp_path / "store")
-    assert cli.main(["copy", compact, "--store", path]) == 0
-    return compact
 
 
 def _damage(path: str, how: str) -> bytes:
@@ -62,7 +54,7 @@ _HOW = ["meta name", "record key", "record value"]
 def test_an_open_of_a_store_whose_format_record_is_damaged_says_damage(
     tmp_path: Path, how: str, readonly: bool
 ) -> None:
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     damaged = _damage(path, how)
     with pytest.raises(IntegrityError) as told:  # was FormatVersionError, "not a cpstore store"
         cpstore.open(path, readonly=readonly)
@@ -90,7 +82,7 @@ def test_an_open_of_a_store_whose_format_record_is_damaged_says_damage(
 def test_the_commands_say_damage_exit_5(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
 ) -> None:
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     damaged = _damage(path, "meta name")
     capsys.readouterr()  # the copy's line
     args = [str(tmp_path / "dest") if a == "DEST" else a for a in argv]

@@ -16,14 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from small_store import leaf_nodes
 
 import cpstore
 from cpstore import cli
 from cpstore.cli import child
 
 _ROOT = str(Path(__file__).resolve().parents[1])
-_PAGE = 4096
-_P_LEAF, _P_LEAF2 = 0x02, 0x20
 
 
 def _source(tmp_path: Path) -> tuple[str, str, dict[str, str]]:
@@ -45,17 +44,11 @@ def _value_past_the_file(path: str, key: bytes) -> None:
     data_path = os.path.join(path, "data.mdb")
     data = bytearray(Path(data_path).read_bytes())
     hit = 0
-    for page in range(2, len(data) // _PAGE):
-        at = page * _PAGE
-        flags, lower = struct.unpack_from("<HH", data, at + 10)
-        if not flags & _P_LEAF or flags & _P_LEAF2:
-            continue
-        for i in range((lower - 16) // 2):
-            node = at + struct.unpack_from("<H", data, at + 16 + 2 * i)[0]
-            hi, node_flags, key_size = struct.unpack_from("<HHH", data, node + 2)
-            if node_flags == 0 and data[node + 8 : node + 8 + key_size] == key:
-                struct.pack_into("<H", data, node + 2, hi | 0x10)
-                hit += 1
+    for node in leaf_nodes(data):
+        hi, node_flags, key_size = struct.unpack_from("<HHH", data, node + 2)
+        if node_flags == 0 and data[node + 8 : node + 8 + key_size] == key:
+            struct.pack_into("<H", data, node + 2, hi | 0x10)
+            hit += 1
     assert hit == 1, hit
     Path(data_path).write_bytes(data)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import lmdb
 import pytest
-from small_store import small_store
+from small_store import compact_small_store, small_store
 
 import cpstore
 from cpstore import cli
@@ -27,14 +27,6 @@ from cpstore.store.stats import store_stats
 
 #: Renamed so the main table's keys stay in order (LMDB then finds every other name).
 _RENAMED = {"refs": "reft", "heap": "heaq", "ledgers": "ledgert", "audit_mac": "audit_mad"}
-
-
-def _compact_store(tmp_path: Path) -> str:
-    """A small store, copied (compacted): each table's record is once in the file."""
-    path = small_store(tmp_path, "raw")
-    compact = str(tmp_path / "store")
-    assert cli.main(["copy", compact, "--store", path]) == 0
-    return compact
 
 
 def _rename_table(path: str, table: str) -> bytes:
@@ -57,7 +49,7 @@ def _rename_table(path: str, table: str) -> bytes:
 def test_a_read_only_open_of_a_store_missing_one_of_its_layouts_tables_is_damage(
     tmp_path: Path, table: str
 ) -> None:
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     damaged = _rename_table(path, table)
     with (
         pytest.raises(IntegrityError) as told,  # was StoreError, "open it writable once"
@@ -85,7 +77,7 @@ def test_a_read_only_open_of_a_store_missing_one_of_its_layouts_tables_is_damage
 def test_the_reading_commands_say_damage_exit_5(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
 ) -> None:
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     damaged = _rename_table(path, "refs")
     capsys.readouterr()  # the copy's line
     other = str(tmp_path / "other")
@@ -153,7 +145,7 @@ def test_a_writable_open_of_a_store_missing_one_of_its_layouts_tables_refuses(
     """The writable open added such a table empty, with no word: the store's refs (say)
     gone from sight, a gc then free to sweep every checkpoint they kept. Now it is
     IntegrityError naming the table, and the data file is left as it was."""
-    path = _compact_store(tmp_path)
+    path = compact_small_store(tmp_path)
     damaged = _rename_table(path, table)
     with pytest.raises(IntegrityError) as told:
         cpstore.open(path)

@@ -21,17 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import cpstore
-
-
-def _store(path: Path) -> tuple[Any, str]:
-    st: Any = cpstore.open(path, durability="none")
-    rec = st.recorder("r")
-    for i in range(4):
-        rec.token("rng", f"value {i}")
-    cid = str(rec.checkpoint(0, {"a": 1}))
-    rec.close()
-    return st, cid
+from lost_reads import a_live_raw_threads_lost_read_is_left_to_it, token_store
 
 
 def _ran(fn: Any) -> None:
@@ -60,7 +50,7 @@ def test_an_exited_dummy_threads_lost_read_is_ended_by_another_threads_read(
 ) -> None:
     """Raw threads that asked ``threading.current_thread()`` keep slices and end; the
     caller drops the slices and reads: no lost read and no reader entry is left."""
-    st, cid = _store(tmp_path / "s")
+    st, cid = token_store(tmp_path / "s")
     env = st._backend.env
     held: list[memoryview] = []
 
@@ -86,34 +76,9 @@ def test_a_live_dummy_threads_lost_read_is_left_to_it(tmp_path: Path) -> None:
     """A raw thread that asked ``threading.current_thread()`` keeps a slice and waits (in
     Python: it has a frame); the caller's read leaves its released read to it, and its
     own next read ends it."""
-    st, cid = _store(tmp_path / "s")
-    env = st._backend.env
-    held: list[memoryview] = []
-    kept, go, done = threading.Event(), threading.Event(), threading.Event()
-    who: list[int] = []
-
-    def keep() -> None:
-        who.append(threading.current_thread().ident or 0)
-        with st.read(cid) as cp:
-            held.append(cp.token_value_views()[0][1:])
-        kept.set()
-        go.wait(30)
-        with st.read(cid):
-            pass
-        done.set()
-
-    _thread.start_new_thread(keep, ())
-    assert kept.wait(30)
-    held.clear()
-    gc.collect()
-    with st.read(cid):
-        pass
-    assert [w for w, _ in env._lost] == who and list(env._active) == who
-    go.set()
-    assert done.wait(30)
-    assert list(env._lost) == [] and list(env._active) == []
-    st.close()
-    assert env.closed
+    a_live_raw_threads_lost_read_is_left_to_it(
+        tmp_path / "s", lambda: threading.current_thread().ident or 0
+    )
 
 
 def test_a_new_thread_given_an_exited_threads_ident_keeps_its_own_read(
@@ -123,7 +88,7 @@ def test_a_new_thread_given_an_exited_threads_ident_keeps_its_own_read(
     ident again at once) sits inside a read block while the caller drops the slices and
     reads: the new thread still holds its read, ends it, and once it has read again no
     lost read and no entry is left."""
-    st, cid = _store(tmp_path / "s")
+    st, cid = token_store(tmp_path / "s")
     env = st._backend.env
     held: list[memoryview] = []
     old: list[int] = []

@@ -11,29 +11,17 @@ entries of a thread that is gone, and still leaves a live (idle) thread's to it.
 
 from __future__ import annotations
 
-import _thread
 import gc
 import threading
 from pathlib import Path
-from typing import Any
 
-import cpstore
-
-
-def _store(path: Path) -> tuple[Any, str]:
-    st: Any = cpstore.open(path, durability="none")
-    rec = st.recorder("r")
-    for i in range(4):
-        rec.token("rng", f"value {i}")
-    cid = str(rec.checkpoint(0, {"a": 1}))
-    rec.close()
-    return st, cid
+from lost_reads import a_live_raw_threads_lost_read_is_left_to_it, token_store
 
 
 def test_reads_released_after_their_threads_ended_leave_no_entry(tmp_path: Path) -> None:
     """Ten threads each keep a slice and end; the caller drops the slices and reads: no
     lost read and no reader entry is left, and the store closes."""
-    st, cid = _store(tmp_path / "s")
+    st, cid = token_store(tmp_path / "s")
     env = st._backend.env
     held: list[memoryview] = []
 
@@ -59,31 +47,4 @@ def test_a_live_idle_threads_lost_read_is_left_to_it(tmp_path: Path) -> None:
     """A raw ``_thread`` thread (not in threading's registry) keeps a slice and waits; its
     read, released by the caller, stays its own (aborted, listed) until it reads again,
     which ends it; the caller's read never removes a live thread's entry."""
-    st, cid = _store(tmp_path / "s")
-    env = st._backend.env
-    held: list[memoryview] = []
-    kept, go, done = threading.Event(), threading.Event(), threading.Event()
-    who: list[int] = []
-
-    def keep() -> None:
-        who.append(threading.get_ident())
-        with st.read(cid) as cp:
-            held.append(cp.token_value_views()[0][1:])
-        kept.set()
-        go.wait(30)
-        with st.read(cid):  # its own next read ends its lost one
-            pass
-        done.set()
-
-    _thread.start_new_thread(keep, ())
-    assert kept.wait(30)
-    held.clear()
-    gc.collect()
-    with st.read(cid):
-        pass
-    assert [w for w, _ in env._lost] == who and list(env._active) == who
-    go.set()
-    assert done.wait(30)
-    assert list(env._lost) == [] and list(env._active) == []
-    st.close()
-    assert env.closed
+    a_live_raw_threads_lost_read_is_left_to_it(tmp_path / "s", threading.get_ident)
