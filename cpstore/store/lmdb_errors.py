@@ -62,7 +62,13 @@ def translate(exc: lmdb.Error, where: str, *, readonly: bool = False) -> Cpstore
     table's first use swallows that failure, so the txn's next call fails MDB_BAD_TXN; a
     read txn used after its end is py-lmdb's own error, and a read has no child txn. In a
     writable environment MDB_BAD_TXN is also a write txn used after a failed put (LMDB
-    marks it so after MDB_MAP_FULL), a cpstore bug: it stays a StoreError there."""
+    marks it so after MDB_MAP_FULL), a cpstore bug: it stays a StoreError there.
+    MDB_BAD_VALSIZE and MDB_INCOMPATIBLE in a read-only environment are damage too
+    (session 42; cli99's flip sweep, seeds 771 and 1243): every name a caller passes is
+    checked first (1 to 200 bytes, ids 16 bytes), so a read meets them only on a leaf
+    page whose flags say LEAF2 or a table record whose flags changed. In a writable
+    environment they stay a StoreError (a write with an unchecked size would be a
+    cpstore bug)."""
     text = str(exc)
     code = getattr(exc, "code", 0) or errno_of(text)
     if isinstance(exc, lmdb.MapFullError) or code in (errno.ENOSPC, errno.EDQUOT):
@@ -88,6 +94,13 @@ def translate(exc: lmdb.Error, where: str, *, readonly: bool = False) -> Cpstore
     if readonly and isinstance(exc, lmdb.BadTxnError):
         return IntegrityError(
             "the LMDB data file is corrupt: a page a read needed could not be read",
+            where=where,
+            got=text,
+        )
+    if readonly and isinstance(exc, (lmdb.BadValsizeError, lmdb.IncompatibleError)):
+        return IntegrityError(
+            "the LMDB data file is corrupt: a page or a table record does not hold what "
+            "the read expects",
             where=where,
             got=text,
         )
