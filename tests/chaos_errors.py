@@ -29,7 +29,7 @@ Allowed everywhere, under a condition the log shows:
   queue first (docs/durability.md "batched") and raises what that commit raises, so it
   may meet every refusal a flush may (:func:`commits_queue`; ci stop 52, seed 522991484:
   "refusal not allowed: prune ConflictError ... refs/own-w2/main"); so does a ref
-  write on a batched handle (fork, reset_ref, set_ref: review100).
+  write on a batched handle (fork, reset_ref, set_ref) and a push from one (review100).
 
 Per operation (docs/store.md "Recorder and reader", "Refs, branches, listing",
 "Retention", "push and pull"; docs/decision-table.md for gates), in :data:`TABLE`.
@@ -274,7 +274,8 @@ def _raced(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
 
 def commits_queue(b: dict[str, Any]) -> bool:
     """The call commits a batched handle's queue: a checkpoint (one that fills the batch),
-    a flush, a close, or a sweep or ref write on a batched handle (it flushes first)."""
+    a flush, a close, or a sweep, ref write or push of a batched handle (it flushes
+    first)."""
     return b["op"] in ("ckpt", "flush", "close") or (
         bool(b.get("batched")) and b["op"] in QUEUE_FIRST
     )
@@ -467,7 +468,7 @@ def allowed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
         return True
     if err == "ConflictError" and commits_queue(b) and _relayed(b, e, c):
         return True
-    # A batched handle's sweep or ref write met its own queue's commit refused as a
+    # A batched handle's sweep, ref write or push met its own queue's commit refused as a
     # flush's would be.
     if (
         err == "ConflictError" and b["op"] in QUEUE_FIRST and commits_queue(b)

@@ -46,8 +46,11 @@ BATCH_SWEEPS = ("prune", "delete", "dry_run")
 #: The ref writes a worker runs on its own handle: on a batched one each commits the queue
 #: first too (review100: blind to it, a reset dropped the batch), logged ``batched`` alike.
 BATCH_REF_WRITES = ("fork", "reset", "set_ref")
+#: A push from a batched handle commits it too (review100: it sent what was committed).
+#: A pull is logged as a checkpoint, which commits the queue anyway.
+BATCH_TRANSFERS = ("push",)
 #: Every operation that, on a batched handle, commits the handle's queue before it runs.
-QUEUE_FIRST = (*BATCH_SWEEPS, *BATCH_REF_WRITES)
+QUEUE_FIRST = (*BATCH_SWEEPS, *BATCH_REF_WRITES, *BATCH_TRANSFERS)
 
 
 class Worker:
@@ -92,8 +95,8 @@ class Worker:
                 # Batched: any checkpoint call may report that a batch holding this thread's
                 # queued checkpoints was dropped ("... not stored"), so none of them is
                 # acknowledged by a later flush (op_tmp's direct call once did: a false
-                # "acknowledged checkpoint lost"). A sweep or a ref write commits the queue
-                # first: its failure may be that commit's, the batch dropped.
+                # "acknowledged checkpoint lost"). A sweep, a ref write or a push commits the
+                # queue first: its failure may be that commit's, the batch dropped.
                 self.main_pending = []
             if isinstance(exc, IntegrityError):
                 self.log.write(

@@ -1,16 +1,16 @@
 """The chaos checker and worker on a batched handle's ref write that commits a dropped line.
 
-Since review100 ``fork``, ``reset_ref`` and ``set_ref`` on a batched handle commit the
-handle's queue first and raise what that commit raises (docs/durability.md, "batched"),
-as sweeps do since retention96 (tests/test_chaosflake_batched_sweep.py). The chaos
-workers run all three on batched handles: a ref write now meets every conflict a flush
-meets, here the main thread's queued C1 dropped by another thread's failed commit and
-the ref write's commit of C2 (on C1) losing its compare-and-set. The table allowed
-that for a checkpoint, flush, close or sweep only ("refusal not allowed: fork
-ConflictError ... refs/own-w0/main"), and the worker kept the queued checkpoints as
-pending after such a failure, so its next flush, with nothing queued, would have
-acknowledged checkpoints the dropped batch never stored (a false "acknowledged
-checkpoint lost").
+Since review100 ``fork``, ``reset_ref`` and ``set_ref`` on a batched handle, and a
+``transfer()`` from one (the chaos push), commit the handle's queue first and raise what
+that commit raises (docs/durability.md, "batched"), as sweeps do since retention96
+(tests/test_chaosflake_batched_sweep.py). The chaos workers run all four on batched
+handles: each now meets every conflict a flush meets, here the main thread's queued C1
+dropped by another thread's failed commit and the operation's commit of C2 (on C1)
+losing its compare-and-set. The table allowed that for a checkpoint, flush, close or
+sweep only ("refusal not allowed: fork ConflictError ... refs/own-w0/main"), and the
+worker kept the queued checkpoints as pending after such a failure, so its next flush,
+with nothing queued, would have acknowledged checkpoints the dropped batch never stored
+(a false "acknowledged checkpoint lost").
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from chaos_worker import SHARED, Worker
 
 import cpstore
 from cpstore.errors import ConflictError, CpstoreError
+from cpstore.store.transfer import transfer
 
 OWN = "the branch moved since this recorder read it; at refs/own-w0/main"
 SHARED_MSG = f"the branch moved since this recorder read it; at refs/{SHARED}/main"
 
 
-@pytest.mark.parametrize("op", ["fork", "reset", "set_ref"])
+@pytest.mark.parametrize("op", ["fork", "reset", "set_ref", "push"])
 def test_a_batched_ref_write_refused_by_its_queue_commit_passes(tmp_path: Path, op: str) -> None:
     """The real store and worker code: the writer's batch (the main thread's C1 in it) fails
     on the shared run; the main thread queues C2 on C1 and writes a ref, whose commit of C2
@@ -41,6 +42,7 @@ def test_a_batched_ref_write_refused_by_its_queue_commit_passes(tmp_path: Path, 
     logdir.mkdir()
     log = Log(str(logdir / "w0.log"), 0, 0)
     st = cpstore.open(tmp_path / "s", durability="batched", batch_size=100)
+    peer = cpstore.open(tmp_path / "peer")
     try:
         w = Worker(st, log, random.Random(1), "w0")
         base = w.checkpoint(w.main, w.run, "main")  # acknowledged (flushed)
@@ -62,6 +64,7 @@ def test_a_batched_ref_write_refused_by_its_queue_commit_passes(tmp_path: Path, 
                 w.run, "fb", None, expected_old=base, operator="chaos", reason="r"
             ),
             "set_ref": lambda: st.set_ref(w.run, "fc", base, expected_old=None),
+            "push": lambda: transfer(st.backend, peer.backend, run_id=w.run),
         }
         branch = "fb" if op == "reset" else "fc"
         with pytest.raises(CpstoreError) as exc:
@@ -69,8 +72,10 @@ def test_a_batched_ref_write_refused_by_its_queue_commit_passes(tmp_path: Path, 
         assert "at refs/own-w0/main" in str(exc.value)
         assert w.main_pending == []  # nothing queued is acknowledged by a later flush
         assert st.ref(w.run, "fb") == base and st.ref(w.run, "fc") is None  # it did not run
+        assert peer.ref(w.run) is None
         w.flush()  # the queue is empty: acknowledges nothing
     finally:  # the drop is told at the main thread's next commit (or its close)
+        peer.close()
         try:
             st.close()
         except ConflictError as raised:
@@ -84,7 +89,7 @@ def test_a_batched_ref_write_refused_by_its_queue_commit_passes(tmp_path: Path, 
     assert refusal_problems(m.ops, m.errs) == []
 
 
-@pytest.mark.parametrize("op", ["fork", "reset", "set_ref"])
+@pytest.mark.parametrize("op", ["fork", "reset", "set_ref", "push"])
 def test_the_ref_write_excuse_needs_a_batched_handle_and_a_drop_before(op: str) -> None:
     """The excuse stays narrow: a ref write on a handle that is not batched commits no
     queue, and a batched one's conflict on the own run with no drop of the process before
