@@ -25,7 +25,7 @@ from typing import Any
 from chaos_errors import CONNECTION
 from chaos_roles import values_digest
 from chaos_rollback import DIGEST, SHORT, VANISH, refused_by_digest, rollbacks
-from chaos_worker import BATCH_SWEEPS, KEEP, SHARED
+from chaos_worker import KEEP, QUEUE_FIRST, SHARED
 
 import cpstore
 from cpstore.errors import CpstoreError
@@ -179,7 +179,7 @@ def relayed_short(d: dict[str, Any], vanished: list[float]) -> bool:
     the repair (seed 70042)."""
     tb = d.get("tb", "")
     return (
-        d.get("op") in ("ckpt", "flush", "close", *BATCH_SWEEPS) and RELAYED in tb and SHORT in tb
+        d.get("op") in ("ckpt", "flush", "close", *QUEUE_FIRST) and RELAYED in tb and SHORT in tb
         and any(t0 < d["t"] for t0 in vanished)
     )  # fmt: skip
 

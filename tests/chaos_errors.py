@@ -28,7 +28,8 @@ Allowed everywhere, under a condition the log shows:
 * a sweep (prune, gc, delete_run, a dry run) on a batched handle commits the handle's
   queue first (docs/durability.md "batched") and raises what that commit raises, so it
   may meet every refusal a flush may (:func:`commits_queue`; ci stop 52, seed 522991484:
-  "refusal not allowed: prune ConflictError ... refs/own-w2/main").
+  "refusal not allowed: prune ConflictError ... refs/own-w2/main"); so does a ref
+  write on a batched handle (fork, reset_ref, set_ref) and a push from one (review100).
 
 Per operation (docs/store.md "Recorder and reader", "Refs, branches, listing",
 "Retention", "push and pull"; docs/decision-table.md for gates), in :data:`TABLE`.
@@ -50,7 +51,7 @@ from chaos_rollback import (
     refused_by_digest,
     rollbacks,
 )
-from chaos_worker import BATCH_SWEEPS
+from chaos_worker import QUEUE_FIRST
 
 #: What a thread's flush says of its checkpoints another thread's failed commit dropped.
 RELAYED = "in another thread's batch commit"
@@ -273,9 +274,10 @@ def _raced(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
 
 def commits_queue(b: dict[str, Any]) -> bool:
     """The call commits a batched handle's queue: a checkpoint (one that fills the batch),
-    a flush, a close, or a sweep on a batched handle (it flushes first)."""
+    a flush, a close, or a sweep, ref write or push of a batched handle (it flushes
+    first)."""
     return b["op"] in ("ckpt", "flush", "close") or (
-        bool(b.get("batched")) and b["op"] in BATCH_SWEEPS
+        bool(b.get("batched")) and b["op"] in QUEUE_FIRST
     )
 
 
@@ -466,9 +468,10 @@ def allowed(b: dict[str, Any], e: dict[str, Any], c: Context) -> bool:
         return True
     if err == "ConflictError" and commits_queue(b) and _relayed(b, e, c):
         return True
-    # A batched handle's sweep met its own queue's commit refused as a flush's would be.
+    # A batched handle's sweep, ref write or push met its own queue's commit refused as a
+    # flush's would be.
     if (
-        err == "ConflictError" and b["op"] in BATCH_SWEEPS and commits_queue(b)
+        err == "ConflictError" and b["op"] in QUEUE_FIRST and commits_queue(b)
         and (_batch(b, e, c) or _pruned(b, e, c))
     ):  # fmt: skip
         return True

@@ -43,6 +43,14 @@ def data_verdict(d: Decision) -> Verdict:
 #: The sweeps a worker runs on its own handle: on a batched one each commits the queue
 #: first (docs/durability.md "batched"), so it may fail as a flush does (logged ``batched``).
 BATCH_SWEEPS = ("prune", "delete", "dry_run")
+#: The ref writes a worker runs on its own handle: on a batched one each commits the queue
+#: first too (review100: blind to it, a reset dropped the batch), logged ``batched`` alike.
+BATCH_REF_WRITES = ("fork", "reset", "set_ref")
+#: A push from a batched handle commits it too (review100: it sent what was committed).
+#: A pull is logged as a checkpoint, which commits the queue anyway.
+BATCH_TRANSFERS = ("push",)
+#: Every operation that, on a batched handle, commits the handle's queue before it runs.
+QUEUE_FIRST = (*BATCH_SWEEPS, *BATCH_REF_WRITES, *BATCH_TRANSFERS)
 
 
 class Worker:
@@ -72,7 +80,7 @@ class Worker:
     ) -> Any:
         """Run ``fn`` logged: ``b`` before, ``a`` or ``x`` after; a non-CpstoreError is a defect."""
         oid = self.log.op()
-        if self.batched and op in BATCH_SWEEPS:
+        if self.batched and op in QUEUE_FIRST:
             fields["batched"] = True  # it commits the queue first (tests/chaos_errors.py)
         self.log.write("b", sync=destructive, op=op, id=oid, **fields)
         try:
@@ -83,12 +91,12 @@ class Worker:
             )
             if not isinstance(exc, IntegrityError):
                 exc.add_note(LOGGED)  # a loop that catches it logs it no second time
-            if (op == "ckpt" or op in BATCH_SWEEPS) and self.batched:
+            if (op == "ckpt" or op in QUEUE_FIRST) and self.batched:
                 # Batched: any checkpoint call may report that a batch holding this thread's
                 # queued checkpoints was dropped ("... not stored"), so none of them is
                 # acknowledged by a later flush (op_tmp's direct call once did: a false
-                # "acknowledged checkpoint lost"). A sweep commits the queue first: its
-                # failure may be that commit's, the batch dropped.
+                # "acknowledged checkpoint lost"). A sweep, a ref write or a push commits the
+                # queue first: its failure may be that commit's, the batch dropped.
                 self.main_pending = []
             if isinstance(exc, IntegrityError):
                 self.log.write(

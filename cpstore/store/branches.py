@@ -75,7 +75,13 @@ def head_unmoved(backend: Backend, run_id: str, branch: str, read: str) -> None:
 
 
 def set_ref(
-    backend: Backend, run_id: str, branch: str, new: str, *, expected_old: str | None
+    backend: Backend,
+    run_id: str,
+    branch: str,
+    new: str,
+    *,
+    expected_old: str | None,
+    first: Callable[[], None] | None = None,
 ) -> None:
     """Compare-and-set a head: move it to ``new`` if it is ``expected_old``.
 
@@ -83,6 +89,8 @@ def set_ref(
     branch must not exist yet), else :class:`NotDescendantError`; moving
     a branch elsewhere or deleting it (``new=None``) is :func:`reset_ref`,
     which is audited and keeps the old history until it is released.
+    ``first`` runs once the arguments passed their checks, before the write txn (the
+    facade commits a batched handle's queue there: review100).
     """
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
     if new is None:
@@ -94,6 +102,8 @@ def set_ref(
         )
     new_raw = parse_id(new)
     old_raw = None if expected_old is None else parse_id(expected_old, "expected_old")
+    if first is not None:
+        first()
 
     def cas(txn: Txn[memoryview]) -> None:
         found = _cas(backend, txn, key, old_raw)
@@ -182,6 +192,7 @@ def reset_ref(
     operator: str,
     reason: str,
     guard: Callable[[Txn[memoryview]], None] | None = None,
+    first: Callable[[], None] | None = None,
 ) -> AuditRecord:
     """Move a head anywhere in its run (or delete it, ``new=None``), audited.
 
@@ -190,7 +201,7 @@ def reset_ref(
     retention root (its whole history survives ``prune``) until
     :func:`release_retained` lets it go. Returns the audit record.
     ``guard`` (the caller's condition) runs first in that txn; what it raises
-    (ConflictError) refuses the reset.
+    (ConflictError) refuses the reset. ``first``: as :func:`set_ref`'s.
     """
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
     new_raw = None if new is None else parse_id(new)
@@ -198,6 +209,8 @@ def reset_ref(
     who = check_name(operator, "operator")
     why = check_name(reason, "reason")
     when = float(backend.now())
+    if first is not None:
+        first()
 
     def reset(txn: Txn[memoryview]) -> AuditRecord:
         if guard is not None:

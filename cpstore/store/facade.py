@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from cpstore.decision.gates import ResumePermit, check_resume
@@ -18,6 +19,7 @@ from cpstore.native.binding import digest
 from cpstore.native.records import Digest
 from cpstore.store.at_exit import EXIT_WAIT, flush_collected, track_store
 from cpstore.store.backend import StoreSpace, Txn
+from cpstore.store.batch_fates import commit_queue_first
 from cpstore.store.branches import (
     branches,
     head_of,
@@ -351,9 +353,18 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         Creating the branch (``expected_old=None``), like every write that creates a
         ref, is :class:`IntegrityError` while the refs table holds fewer refs than its
         digest counts (a ref vanished outside cpstore), or holds refs while its digest
-        row is missing (the count unknown; docs/store.md).
+        row is missing (the count unknown; docs/store.md). On a batched handle, first
+        commits its queued checkpoints (docs/store.md, "Refs, branches, listing"): a
+        queued id may be set.
         """
-        set_ref(self._backend, run_id, branch, new, expected_old=expected_old)
+        set_ref(
+            self._backend,
+            run_id,
+            branch,
+            new,
+            expected_old=expected_old,
+            first=self._queue_first("the set_ref", "no ref was written"),
+        )
 
     def reset_ref(
         self,
@@ -371,7 +382,8 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         record naming the operator and reason, and the old head kept as a
         retention root (its whole history survives ``prune``): a hold of this
         record's, beside any other on that checkpoint, until :meth:`release_retained`
-        lets it go. Returns the audit record.
+        lets it go. Returns the audit record. On a batched handle, first commits its
+        queued checkpoints (docs/store.md, "Refs, branches, listing").
         """
         return reset_ref(
             self._backend,
@@ -381,7 +393,19 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
             expected_old=expected_old,
             operator=operator,
             reason=reason,
+            first=self._queue_first("the reset_ref", "no ref was moved"),
         )
+
+    def _queue_first(self, before: str, nothing: str) -> Callable[[], None]:
+        """What a ref write (set_ref, fork, reset_ref) runs once its arguments passed their
+        checks: commit this handle's queued checkpoints. Blind to them, a reset or set_ref
+        moved a branch a queued checkpoint extends and the next flush dropped the whole
+        batch, other runs' returned ids too; a fork or set_ref of a queued id was
+        NotFoundError (review100). A commit that fails is raised as the flush raised it,
+        with a note that the write did not run. Not :meth:`repair_ref` (a repair is what
+        lets a queue on a damaged or vanished ref commit) nor the releases (they move no
+        ref; a sweep commits the queue itself)."""
+        return lambda: commit_queue_first(self._backend, "this handle's", before, nothing)
 
     def repair_ref(
         self,
@@ -451,8 +475,16 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         """Create ``branch`` of ``run_id`` at ``checkpoint_id``; ConflictError if it exists.
 
         IntegrityError while the refs table is short of its digest's count, as for every
-        create (:meth:`set_ref`)."""
-        self.set_ref(run_id, branch, checkpoint_id, expected_old=None)
+        create (:meth:`set_ref`). On a batched handle, first commits its queued checkpoints
+        (docs/store.md, "Refs, branches, listing"): a queued id may be forked."""
+        set_ref(
+            self._backend,
+            run_id,
+            branch,
+            checkpoint_id,
+            expected_old=None,
+            first=self._queue_first("the fork", "no branch was created"),
+        )
 
     def runs(self, *, limit: int | None = None) -> list[str]:
         """Run ids that have at least one ref, in sorted order."""

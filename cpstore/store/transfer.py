@@ -31,7 +31,10 @@
 
 A batched ``dest`` handle's queued checkpoints are committed before step 3, once every
 refusal has been made (review99: blind to them, a landing moved a branch one extends and
-the handle's next flush dropped its whole batch).
+the handle's next flush dropped its whole batch). A batched ``source`` handle's are
+committed before step 1 reads its refs (review100: a head the handle returned was sent
+at its committed parent, a run it queued whole was "no such run"); a commit that fails
+is raised with a note, nothing copied.
 
 Either store's refs table failing its checks (a ref's own, or ``meta/refs_digest``: a
 ref vanished, was added or changed outside cpstore) is an :class:`IntegrityError`
@@ -352,6 +355,9 @@ def transfer(
     check_distinct(source, dest)  # by what the stores are, not how they are spelled
     with dest.read_txn() as txn:
         vouch_refs(dest, txn, "destination")  # before anything is copied
+    # A batched source's queue is not in the store read below: a head the handle returned
+    # was sent at its committed parent, a queued run was "no such run" (review100).
+    commit_queue_first(source, "the sending handle's", "the transfer", "nothing was copied")
     with source.read_txn() as txn:
         vouch_refs(source, txn, "source")  # in the txn its refs are read in
         branches = _branches(source, txn, run_id)

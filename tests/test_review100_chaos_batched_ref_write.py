@@ -1,0 +1,114 @@
+"""The chaos checker and worker on a batched handle's ref write that commits a dropped line.
+
+Since review100 ``fork``, ``reset_ref`` and ``set_ref`` on a batched handle, and a
+``transfer()`` from one (the chaos push), commit the handle's queue first and raise what
+that commit raises (docs/durability.md, "batched"), as sweeps do since retention96
+(tests/test_chaosflake_batched_sweep.py). The chaos workers run all four on batched
+handles: each now meets every conflict a flush meets, here the main thread's queued C1
+dropped by another thread's failed commit and the operation's commit of C2 (on C1)
+losing its compare-and-set. The table allowed that for a checkpoint, flush, close or
+sweep only ("refusal not allowed: fork ConflictError ... refs/own-w0/main"), and the
+worker kept the queued checkpoints as pending after such a failure, so its next flush,
+with nothing queued, would have acknowledged checkpoints the dropped batch never stored
+(a false "acknowledged checkpoint lost").
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from chaos_check import Model, read_logs
+from chaos_errors import RELAYED, refusal_problems
+from chaos_log import Log
+from chaos_planted import judged, queued_ckpt, writer_of
+from chaos_worker import SHARED, Worker
+
+import cpstore
+from cpstore.errors import ConflictError, CpstoreError
+from cpstore.store.transfer import transfer
+
+OWN = "the branch moved since this recorder read it; at refs/own-w0/main"
+SHARED_MSG = f"the branch moved since this recorder read it; at refs/{SHARED}/main"
+
+
+@pytest.mark.parametrize("op", ["fork", "reset", "set_ref", "push"])
+def test_a_batched_ref_write_refused_by_its_queue_commit_passes(tmp_path: Path, op: str) -> None:
+    """The real store and worker code: the writer's batch (the main thread's C1 in it) fails
+    on the shared run; the main thread queues C2 on C1 and writes a ref, whose commit of C2
+    loses on the own run. The checker excuses it, and the worker acknowledges neither."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    log = Log(str(logdir / "w0.log"), 0, 0)
+    st = cpstore.open(tmp_path / "s", durability="batched", batch_size=100)
+    peer = cpstore.open(tmp_path / "peer")
+    try:
+        w = Worker(st, log, random.Random(1), "w0")
+        base = w.checkpoint(w.main, w.run, "main")  # acknowledged (flushed)
+        assert base is not None
+        st.fork(w.run, "fb", base)  # a branch the reset moves (outside the log)
+        t = writer_of(w)
+        w.checkpoint(w.main, w.run, "main", flush=False)  # C1, queued
+        head = st.ref(SHARED)
+        first, second = st.recorder(SHARED, parent=head), st.recorder(SHARED, parent=head)
+        w.checkpoint(w.main, w.run, "main", flush=False)  # C2 on C1, queued
+        t.checkpoint(first, SHARED, "main", flush=False)
+        with pytest.raises(ConflictError, match="refs/shared/main"):
+            t.checkpoint(second, SHARED, "main")  # its flush: C1 and C2 dropped with it
+        assert len(w.main_pending) == 2
+        w.checkpoint(w.main, w.run, "main", flush=False)  # C3 on C2: queued, conflicts
+        calls = {
+            "fork": lambda: st.fork(w.run, "fc", base),
+            "reset": lambda: st.reset_ref(
+                w.run, "fb", None, expected_old=base, operator="chaos", reason="r"
+            ),
+            "set_ref": lambda: st.set_ref(w.run, "fc", base, expected_old=None),
+            "push": lambda: transfer(st.backend, peer.backend, run_id=w.run),
+        }
+        branch = "fb" if op == "reset" else "fc"
+        with pytest.raises(CpstoreError) as exc:
+            w.call(op, calls[op], destructive=op == "reset", run=w.run, branch=branch)
+        assert "at refs/own-w0/main" in str(exc.value)
+        assert w.main_pending == []  # nothing queued is acknowledged by a later flush
+        assert st.ref(w.run, "fb") == base and st.ref(w.run, "fc") is None  # it did not run
+        assert peer.ref(w.run) is None
+        w.flush()  # the queue is empty: acknowledges nothing
+    finally:  # the drop is told at the main thread's next commit (or its close)
+        peer.close()
+        try:
+            st.close()
+        except ConflictError as raised:
+            assert RELAYED in str(raised)
+    lines = read_logs(logdir)
+    acked = [r for r in lines if r["ev"] == "a" and r.get("op") == "ckpt"]
+    assert len(acked) == 1  # the base alone
+    begun = [r for r in lines if r["ev"] == "b" and r["op"] == op]
+    assert begun and begun[0]["batched"] is True
+    m = Model(lines)
+    assert refusal_problems(m.ops, m.errs) == []
+
+
+@pytest.mark.parametrize("op", ["fork", "reset", "set_ref", "push"])
+def test_the_ref_write_excuse_needs_a_batched_handle_and_a_drop_before(op: str) -> None:
+    """The excuse stays narrow: a ref write on a handle that is not batched commits no
+    queue, and a batched one's conflict on the own run with no drop of the process before
+    it (or with only a checkpoint queued after the drop) is still a defect."""
+    flush = {"ev": "b", "op": "flush"}
+    fail = {"ev": "x", "op": "flush", "err": "ConflictError", "msg": SHARED_MSG}
+    write = {"ev": "b", "op": op, "run": "own-w0", "branch": "fc", "batched": True}
+    own = {"ev": "x", "op": op, "err": "ConflictError", "msg": OWN}
+    assert judged([  # C1 queued, dropped by the writer, the ref write's commit
+        queued_ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**write, "id": "3"},
+        {**own, "id": "3"},
+    ])  # fmt: skip
+    unbatched = {k: v for k, v in write.items() if k != "batched"}
+    assert not judged([
+        queued_ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**unbatched, "id": "3"},
+        {**own, "id": "3"},
+    ])  # fmt: skip
+    assert not judged([queued_ckpt("1"), {**write, "id": "3"}, {**own, "id": "3"}])  # no drop
+    assert not judged([  # the only queued checkpoint came after the failure ended
+        {**flush, "id": "2"}, {**fail, "id": "2"}, queued_ckpt("1"), {**write, "id": "3"},
+        {**own, "id": "3"},
+    ])  # fmt: skip
