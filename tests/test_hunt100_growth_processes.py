@@ -195,3 +195,26 @@ def test_a_commit_refused_by_a_file_size_limit_writes_nothing_and_the_recorder_c
     with cpstore.open(path, create=False) as st:  # one chain: each parent the one before
         parents = [st.manifest(c).parent for c in got["acked"]]
         assert parents == [None, *got["acked"][:-1]]
+
+
+def _open_big(path: str) -> None:
+    with cpstore.open(path, map_size=1 << 20) as st:  # the default max_map_size, 1 TiB
+        rec = st.recorder("big")
+        for i in range(48):  # ~6 MiB: past the other handle's 4 MiB maximum
+            rec.checkpoint(i, {"blob": os.urandom(_BLOB).hex()})
+
+
+def test_max_map_size_bounds_a_handles_own_growth_not_a_map_another_process_committed(
+    tmp_path: Path,
+) -> None:
+    """docs/durability.md: a map another process grew past this handle's maximum is
+    adopted as it is (LMDB refuses this handle's txns until it is), and written in."""
+    path = str(tmp_path / "s")
+    with cpstore.open(path, map_size=1 << 20, max_map_size=4 << 20) as st:
+        rec = st.recorder("w")
+        rec.checkpoint(0, {"w": 0})
+        _joined(_spawn(_open_big, path))
+        acked = [rec.checkpoint(i, {"blob": os.urandom(_BLOB).hex()}) for i in range(1, 8)]
+        assert st.ref("w") == acked[-1]
+        assert st.verify().ok
+    assert os.path.getsize(os.path.join(path, "data.mdb")) > 6 << 20
