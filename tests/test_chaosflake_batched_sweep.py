@@ -24,25 +24,25 @@ from chaos_planted import judged, queued_ckpt, writer_of
 from chaos_worker import SHARED, Worker
 
 import cpstore
-from cpstore.errors import ConflictError, CpstoreError
+from cpstore.errors import ConflictError
 
 OWN = "the branch moved since this recorder read it; at refs/own-w0/main"
 SHARED_MSG = f"the branch moved since this recorder read it; at refs/{SHARED}/main"
 
 
-@pytest.mark.parametrize("sweep", ["prune", "gc", "delete", "dry_run"])
-def test_a_batched_sweep_refused_by_its_queue_commit_passes(tmp_path: Path, sweep: str) -> None:
-    """The real store and worker code: the writer's batch (the main thread's C1 in it) fails
-    on the shared run; the main thread queues C2 on C1 and sweeps, whose commit of C2 loses
-    on the own run. The checker excuses it, and the worker acknowledges neither C1 nor C2."""
+def test_a_checkpoint_on_a_dropped_queued_line_is_refused_and_passes(tmp_path: Path) -> None:
+    """The real store and worker code: the writer's batch (the main thread's C1 and C2 in
+    it) fails on the shared run. Before hunt100 the main thread then queued C3 on C2 and a
+    sweep's commit of it lost on the own run (the CI run above); since hunt100 the recorder
+    refuses C3 at once (its head was dropped: docs/durability.md, "batched"), with the
+    compare-and-set's place. The checker excuses it, and the worker acknowledges none of
+    C1, C2, C3. A sweep's commit still meets such a conflict when C3 is queued while the
+    failing batch is in flight, not yet settled: the synthetic test below keeps that rule."""
     logdir = tmp_path / "logs"
     logdir.mkdir()
     log = Log(str(logdir / "w0.log"), 0, 0)
     st = cpstore.open(tmp_path / "s", durability="batched", batch_size=100)
     try:
-        tmp = st.recorder("tmp-x")  # a run the delete sweeps may name
-        tmp.checkpoint(1, {"v": 1})
-        st.flush()
         w = Worker(st, log, random.Random(1), "w0")
         t = writer_of(w)
         w.checkpoint(w.main, w.run, "main", flush=False)  # C1, queued
@@ -53,19 +53,10 @@ def test_a_batched_sweep_refused_by_its_queue_commit_passes(tmp_path: Path, swee
         with pytest.raises(ConflictError, match="refs/shared/main"):
             t.checkpoint(second, SHARED, "main")  # its flush: C1 and C2 dropped with it
         assert len(w.main_pending) == 2
-        w.checkpoint(w.main, w.run, "main", flush=False)  # C3 on C2: queued, conflicts
-        calls = {
-            "prune": lambda: st.prune(keep_last=3, run_id=w.run),
-            "gc": lambda: st.gc(keep_last=3, run_id=w.run),
-            "delete": lambda: st.delete_run("tmp-x"),
-            "dry_run": lambda: st.gc(keep_last=1, dry_run=True),
-        }
-        op = "prune" if sweep == "gc" else sweep
-        with pytest.raises(CpstoreError) as exc:
-            w.call(op, calls[sweep], destructive=True, run="tmp-x" if op == "delete" else None)
-        assert "at refs/own-w0/main" in str(exc.value)
-        assert w.main_pending == []  # nothing queued is acknowledged by a later flush
-        w.flush()  # the queue is empty: acknowledges nothing
+        with pytest.raises(ConflictError, match="at refs/own-w0/main") as c3:
+            w.checkpoint(w.main, w.run, "main", flush=False)  # C3 on C2: refused
+        assert "not stored" in str(c3.value)
+        assert st.pending == 0  # C3 was never queued
     finally:  # the drop is told at the main thread's next commit (or its close)
         try:
             st.close()
@@ -73,8 +64,6 @@ def test_a_batched_sweep_refused_by_its_queue_commit_passes(tmp_path: Path, swee
             assert RELAYED in str(exc)
     lines = read_logs(logdir)
     assert not [r for r in lines if r["ev"] == "a" and r.get("op") == "ckpt"]
-    begun = [r for r in lines if r["ev"] == "b" and r["op"] == op]
-    assert begun and begun[0]["batched"] is True
     m = Model(lines)
     assert refusal_problems(m.ops, m.errs) == []
 

@@ -12,7 +12,9 @@ failed flush's ``x`` line: written after the writer's call returned, so when the
 thread's own ``x`` line came first (the writer thread descheduled between its commit and
 its log write) the documented conflict was reported as a defect. The rule now needs the
 failed operation to have *begun* before the conflict (its commit lies between its two
-lines), as the rule for sweeps does.
+lines), as the rule for sweeps does. Since hunt100 the conflict is the main thread's
+``checkpoint()`` of C2 itself, refused before it is queued (its recorder's head C1 was
+dropped), at the same ``refs/own-w<N>/main``, and the same rule excuses it.
 """
 
 from __future__ import annotations

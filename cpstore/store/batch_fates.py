@@ -17,7 +17,7 @@ from cpstore.errors import (
     StoreError,
 )
 
-__all__ = ["commit_queue_first", "dropped_error", "foreign", "interrupted"]
+__all__ = ["commit_queue_first", "dropped_error", "foreign", "interrupted", "not_stored"]
 
 
 def dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
@@ -67,6 +67,15 @@ def dropped_error(exc: BaseException, count: int, where: str) -> CpstoreError:
         )
     cls = type(exc) if isinstance(exc, CpstoreError) else StoreError
     return cls(f"{what}: not stored", where=where, got=str(exc)[:300])
+
+
+def not_stored(exc: BaseException) -> bool:
+    """Whether a batch that failed with ``exc`` is told to its owners as not stored (every
+    :func:`dropped_error` but "may or may not be stored")."""
+    told = dropped_error(exc, 1, "")
+    if isinstance(told, OutcomeUnknownError):
+        return False
+    return not isinstance(told, CommitLostError) or told.stored is False
 
 
 class _Committable(Protocol):

@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 
 from cpstore.errors import CpstoreError, OutcomeUnknownError
 from cpstore.store.at_exit import ExitGate
-from cpstore.store.batch_fates import dropped_error, foreign
+from cpstore.store.batch_fates import dropped_error, foreign, not_stored
 from cpstore.store.reentry import reentrant_write
 
 __all__ = ["BatchOwners", "Owner"]
@@ -157,8 +157,12 @@ class BatchOwners(Generic[W]):
             flying = self._flying.get(key)
             if flying is None:
                 return  # settled already: a call again after an interrupt changes nothing
+            dropped = exc is not None and not_stored(exc)
             for op in flying[1]:
                 self._owner.pop(id(op), None)
+                marks = getattr(op, "dropped", None)  # CheckpointWrite.dropped: its recorder's
+                if dropped and marks is not None and not getattr(op, "committed", False):
+                    marks.append(exc)  # that recorder refuses to extend it (hunt100)
             if exc is not None:
                 for t, n in Counter(t for t in owners if t is not me).items():
                     self._dropped[t] = dropped_error(exc, n, self._where)

@@ -290,6 +290,11 @@ class CheckpointWrite:
     #: earlier checkpoints another thread's failed commit dropped; the handler's
     #: exception); the recorder follows the stored checkpoint all the same.
     committed: bool = False
+    #: Shared with the recorder that built it: the error of a batch commit that dropped
+    #: it, not stored (``BatchOwners.settled``; an outcome unknown is not put here). The
+    #: recorder then refuses to extend it (hunt100: each later checkpoint of that recorder
+    #: failed the batch holding it, other recorders' checkpoints with it).
+    dropped: list[BaseException] = field(default_factory=list)
 
 
 def commit_stored(

@@ -111,6 +111,9 @@ class Recorder(BulkAppends, RecorderEnds):
         head_hex = head_of(store, run_id, branch)
         head = None if head_hex is None else bytes.fromhex(head_hex)
         self._expected = head
+        # The head's CheckpointWrite.dropped when this recorder queued it (batched mode):
+        # filled when the batch holding it was dropped, not stored (hunt100).
+        self._dropped: list[BaseException] = []
         self._parent: bytes | None = None
         # The step of the checkpoint this recorder extends: steps never go backwards.
         self._last_step: int | None = None
@@ -407,6 +410,22 @@ class Recorder(BulkAppends, RecorderEnds):
                 self._pending, self._parts = pending, parts
             raise
 
+    def _extends_dropped(self) -> ConflictError:
+        """The refusal of a checkpoint extending this recorder's head, which a failed batch
+        commit dropped: queued, it would fail the next batch and drop every checkpoint in
+        it, other recorders' too, each later one again (hunt100)."""
+        head = "" if self._expected is None else self._expected.hex()
+        # Where as the compare-and-set's it replaces ("at refs/RUN/BRANCH", which the
+        # chaos checker reads); the cause by its class only (its text names another ref).
+        return ConflictError(
+            f"this recorder's last checkpoint is not stored: the batch commit holding it "
+            f"failed ({type(self._dropped[0]).__name__}), so a checkpoint extending it "
+            "would fail every later batch; open a new recorder on the branch (it "
+            "continues from the stored head)",
+            where=f"refs/{self._run_id}/{self._branch}",
+            got=head,
+        )
+
     def _checkpoint(
         self,
         step: int,
@@ -424,6 +443,8 @@ class Recorder(BulkAppends, RecorderEnds):
             step = _step(step, f"run {self._run_id} branch {self._branch}")
         if self._closed:
             raise StoreError("the recorder is closed", where=f"run {self._run_id}")
+        if self._dropped:
+            raise self._extends_dropped()
         if self._last_step is not None and step < self._last_step:
             raise InvalidInputError(
                 "steps never go backwards: a checkpoint's step is at least its parent's",
@@ -498,6 +519,7 @@ class Recorder(BulkAppends, RecorderEnds):
         self._expected = cid
         self._parent = cid
         self._last_step = step
+        self._dropped = op.dropped  # a batch that drops it says so here (hunt100)
         if seal_ledger:
             self._sealed = True
             self._sealed_count = len(self._effects)
