@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import nullcontext, suppress
@@ -18,6 +19,7 @@ from typing import cast
 
 from cpstore.errors import InvalidInputError, StoreError
 from cpstore.native.kept import kept_contextmanager
+from cpstore.store import lmdb_txns
 from cpstore.store.lmdb_env import Env
 from cpstore.store.lmdb_identity import canonical
 from cpstore.store.lmdb_identity import file_of as _file_of
@@ -40,6 +42,7 @@ from cpstore.store.lmdb_registry_state import (
     _REGISTRY,
     _REGISTRY_LOCK,
     _STRANDED,
+    LeftOpenClose,
     _in_folder,
     _registered,
     _shared,
@@ -450,36 +453,65 @@ def _close_left_open(key: str) -> None:
     """Close ``key``'s environment when a close left it open (release_env: registered, no
     handle) and the txn that kept it open has ended since: an open with another mode or
     durability and a compact were refused "already open in this process" for ever after
-    every handle was closed (audit49). Still in use: left as it is (an open shares it)."""
+    every handle was closed (audit49). Still in use: left as it is (an open shares it).
+
+    Another thread's close of it under way (the registry's own thread closing what a
+    handler's close left open: _drop_nested), its outcome is waited for, at most about as
+    long as that close may wait for txns (never on its own thread, nor inside this thread's
+    write of it, which that close waits for): in its middle its own handle, or its wait
+    for other threads' txns, had is_open_here say "open here" with no handle left, compact
+    refuse and an open with another mode refuse "already open" (registry100)."""
     if not _LEFT_OPEN:  # read without the lock: a set only a close that gave up fills
         return
+    deadline: float | None = None
+    while (pending := _close_left_open_once(key)) is not None:
+        if deadline is None:  # that close's waits for txns (two at most) and its fsync
+            deadline = time.monotonic() + 3 * lmdb_txns.CLOSE_WAIT_SECONDS
+        if not pending.done.wait(max(0.0, deadline - time.monotonic())):
+            return  # still under way: answered as it is (open)
+
+
+def _close_left_open_once(key: str) -> LeftOpenClose | None:
+    """_close_left_open's one look (and close): another thread's close of the environment
+    when one is under way (nothing done then), else None."""
     # The env whose handle this close took, until release_env drops it: an interrupt (a
     # signal handler's exception) landing between the two (the registry lock's release,
     # release_env's first line) left the handle taken and the env open for good: every
     # later open with another mode or durability and every compact refused "already
-    # open" (meta80). ``added``: the env this close put in _CLOSING_LEFT.
+    # open" (meta80). ``added``: the env this close put in _CLOSING_LEFT, with ``closing``.
     taken: list[Env | None] = [None]
     added: Env | None = None
+    closing = LeftOpenClose()
     try:
         with _REGISTRY_LOCK:
             env = _registered(key)[0]
             if env is not None and not env.handles and env.pid != os.getpid():
                 _unregister(env)  # a fork() child's, its close interrupted past the drop
+            other = None if env is None else _CLOSING_LEFT.get(env)
+            if (
+                env is not None
+                and other is not None
+                and other.thread != closing.thread
+                and not other.done.is_set()
+                and not env.writes_here()
+            ):
+                return other  # checked before its handle: that close's, not a user's
             if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
-                return
+                return None
             if env.reads_anywhere() or env.writes_here():  # this thread's write: its RLock
-                return  # (a handler's open inside it closed the env under that write; audit50)
+                return None  # (a handler's open inside it closed the env under that write; audit50)
             if not take_write_lock(env.write_lock, blocking=False):
-                return  # still in use (or another thread's release is closing it)
+                return None  # still in use (or another thread's release is closing it)
             env.write_lock.release()
             added = env
-            _CLOSING_LEFT.add(env)  # first: a fork() child must never see the handle alone
+            # First: a fork() child must never see the handle alone. No call between.
+            _CLOSING_LEFT[env] = closing
             env.handles += 1  # this close's own handle, dropped by release_env
             taken[0] = env
         release_env(env, taken=taken)
     except StoreError as exc:  # release_env's: ``added`` is its env
         if added is not None and added.closed:  # closed, its ``none`` fsync failed: say so
-            warnings.warn(_UNSYNCED.format(path=added.path, exc=exc), RuntimeWarning, 3)
+            warnings.warn(_UNSYNCED.format(path=added.path, exc=exc), RuntimeWarning, 4)
         # else a txn began meanwhile: left open again, shared as before (audit50)
     finally:
         if taken[0] is not None:  # interrupted before release_env dropped it: left open
@@ -488,7 +520,11 @@ def _close_left_open(key: str) -> None:
                 if held is not None:
                     held.handles -= 1
         if added is not None:
-            _CLOSING_LEFT.discard(added)
+            try:
+                _CLOSING_LEFT.pop(added, None)
+            finally:  # a waiter looks again (an interrupt here: it waits out its bound)
+                closing.done.set()
+    return None
 
 
 #: What the close of an environment a close left open says when its fsync failed: the

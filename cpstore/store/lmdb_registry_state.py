@@ -8,6 +8,7 @@ child. Opening, closing and compaction's reservation are the registry's own.
 from __future__ import annotations
 
 import os
+from threading import Event, get_ident
 
 from cpstore.errors import ForkError
 from cpstore.store.lmdb_env import Env
@@ -15,7 +16,7 @@ from cpstore.store.lmdb_identity import file_of as _file_of
 from cpstore.store.lmdb_identity import same_folder as _same_folder
 from cpstore.store.reentry import OwnedLock
 
-__all__: list[str] = []  # the registry's own: imported by name there only
+__all__ = ["LeftOpenClose"]  # and the registry's own private names, imported there only
 
 _REGISTRY: dict[str, Env] = {}
 #: The same environments by their data file's (st_dev, st_ino): a real path does not name a
@@ -37,8 +38,24 @@ _COMPACTING: set[str | tuple[int, int]] = set()
 #: Environments a close left open (release_env), until closed: while it is empty (nearly
 #: always) an open does not look for one (_close_left_open), not even a stat.
 _LEFT_OPEN: set[Env] = set()
-#: Those _close_left_open is closing: the handle it takes is no user's (_after_fork_in_child).
-_CLOSING_LEFT: set[Env] = set()
+
+
+class LeftOpenClose:
+    """A close of an environment a close left open, under way (lmdb_registry's
+    _close_left_open): the thread running it, and ``done``, set once it ended (the
+    environment closed, or left open again for a txn still running or a new handle)."""
+
+    __slots__ = ("done", "thread")
+
+    def __init__(self) -> None:
+        self.thread = get_ident()
+        self.done = Event()
+
+
+#: Those _close_left_open is closing, each with its close: the handle it takes is no user's
+#: (_after_fork_in_child), and a look of another thread at the store meanwhile waits for
+#: the close's outcome instead of answering from its middle (registry100).
+_CLOSING_LEFT: dict[Env, LeftOpenClose] = {}
 #: Environments opened on the file of one already open (its data.mdb swapped in between
 #: the open's own check and LMDB's open; a renamed folder is caught by that check):
 #: never closed, as LMDB's close would clear this process's reader slots in that file
