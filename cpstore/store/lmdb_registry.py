@@ -2,26 +2,28 @@
 
 py-lmdb refuses a second open of the same files in one process, and LMDB's fcntl locks belong
 to the process, so every store handle on a path shares one environment
-(:mod:`cpstore.store.lmdb_env`); the last handle closes it.
+(:mod:`cpstore.store.lmdb_env`); the last handle closes it. The maps, the lock and the
+looks at them are :mod:`cpstore.store.lmdb_registry_state`'s.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import nullcontext, suppress
 from threading import Thread, get_ident
 from typing import cast
 
-from cpstore.errors import ForkError, InvalidInputError, StoreError
+from cpstore.errors import InvalidInputError, StoreError
 from cpstore.native.kept import kept_contextmanager
+from cpstore.store import lmdb_txns
 from cpstore.store.lmdb_env import Env
 from cpstore.store.lmdb_identity import canonical
 from cpstore.store.lmdb_identity import file_of as _file_of
 from cpstore.store.lmdb_identity import folder_of as _folder_of
-from cpstore.store.lmdb_identity import same_folder as _same_folder
 from cpstore.store.lmdb_open import (
     EnvOptions,
     FileOpenHereError,
@@ -31,8 +33,22 @@ from cpstore.store.lmdb_open import (
     release_folders,
     unlock_folder,
 )
+from cpstore.store.lmdb_registry_state import (
+    _BY_FILE,
+    _BY_FOLDER,
+    _CLOSING_LEFT,
+    _COMPACTING,
+    _LEFT_OPEN,
+    _REGISTRY,
+    _REGISTRY_LOCK,
+    _STRANDED,
+    LeftOpenClose,
+    _in_folder,
+    _registered,
+    _shared,
+    _unregister,
+)
 from cpstore.store.lmdb_txns import take_write_lock
-from cpstore.store.reentry import OwnedLock
 
 __all__ = [
     "acquire_env",
@@ -43,93 +59,6 @@ __all__ = [
     "release_env",
     "reserved_for_compact",
 ]
-
-
-_REGISTRY: dict[str, Env] = {}
-#: The same environments by their data file's (st_dev, st_ino): a real path does not name a
-#: file uniquely (a bind mount, a folder renamed while open), and a second environment of
-#: one file would drop the first's LMDB locks when it closes (its inode is held meanwhile).
-_BY_FILE: dict[tuple[int, int], Env] = {}
-Env.open_files = _BY_FILE  # an open of one of these refuses (lmdb_open.FileOpenHereError)
-#: The same environments by the (st_dev, st_ino) of the folder LMDB opened (its holder
-#: mark's descriptor holds it; none without a mark): the folder of ``lock.mdb``, which
-#: a second environment there would share whatever its data file is (_in_folder).
-_BY_FOLDER: dict[tuple[int, int], Env] = {}
-#: Never taken twice by a thread: a signal handler's or finaliser's open inside an open or
-#: close waited for its own thread for good, and would see the registry mid-update (a
-#: half-made env, a closing one still registered). Refused there (OwnedLock.refuse); a
-#: close drops its handle only (_drop_nested).
-_REGISTRY_LOCK = OwnedLock()
-#: Paths (and data files) this process is compacting (reserved_for_compact): opens refuse.
-_COMPACTING: set[str | tuple[int, int]] = set()
-#: Environments a close left open (release_env), until closed: while it is empty (nearly
-#: always) an open does not look for one (_close_left_open), not even a stat.
-_LEFT_OPEN: set[Env] = set()
-#: Those _close_left_open is closing: the handle it takes is no user's (_after_fork_in_child).
-_CLOSING_LEFT: set[Env] = set()
-#: Environments opened on the file of one already open (its data.mdb swapped in between
-#: the open's own check and LMDB's open; a renamed folder is caught by that check):
-#: never closed, as LMDB's close would clear this process's reader slots in that file
-#: and drop its locks on it.
-_STRANDED: list[Env] = []
-
-
-def _after_fork_in_child() -> None:
-    """A fork() child starts with a free registry lock and no compaction reservation:
-    the thread that held the one or made the other (an open or close under way, a
-    compact) is not in the child, so its first open would hang forever or be refused
-    that store for its whole life. Every entry stays, no process's (pid 0: a descendant
-    given an exited opener's pid took them, review92), refused there (ForkError); a
-    half-made one (the open under way) is not in it, never closed in the child."""
-    # Made free outright (as threading's own locks), not released when ``locked()``: an
-    # acquiring thread sets that flag only once it holds the GIL again, so a parent's thread
-    # woken in its blocking acquire had the lock, the flag clear: the child hung (review81).
-    _REGISTRY_LOCK.after_fork()
-    for env in {*_REGISTRY.values(), *_BY_FILE.values(), *_BY_FOLDER.values(), *_STRANDED}:
-        env.pid = 0  # _LEFT_OPEN's and _CLOSING_LEFT's are registered
-    _COMPACTING.clear()
-    _LEFT_OPEN.clear()
-    closing = set(_CLOSING_LEFT)
-    _CLOSING_LEFT.clear()
-    # One no handle holds (a close left it open, or a close under way) is forgotten: the
-    # child may open the store itself, as beside a half-made one (audit49). So is one whose
-    # only handle is _close_left_open's own: the child was refused it for life (audit50).
-    for env in {*_REGISTRY.values(), *_BY_FILE.values()}:
-        if not env.handles or (env.handles == 1 and env in closing):
-            _unregister(env)
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _registered(key: str) -> tuple[Env | None, tuple[int, int] | None]:
-    """(the environment of ``key``'s data file, that file's identity): by the key while
-    ``key`` still names its folder (it may have been renamed away, another store put at
-    ``key``), or else by the file (another path to it). Under the registry lock. The
-    identity is of the file at ``key`` now: not the environment's when its data.mdb was
-    replaced in place (_acquire refuses that)."""
-    env, file_id = _REGISTRY.get(key), _file_of(key)
-    if env is not None and (env.file_id == file_id or _same_folder(key, env)):
-        return env, file_id
-    env = None if file_id is None else _BY_FILE.get(file_id)
-    return (_in_folder(key) if env is None else env), file_id
-
-
-def _in_folder(key: str) -> Env | None:
-    """The environment this process opened in ``key``'s folder, found by the folder when
-    neither the key nor the data file finds it: the folder renamed to ``key`` after its
-    data.mdb was replaced or removed ("mv a t", a new data.mdb in t). A second
-    environment there would share its ``lock.mdb`` (LMDB's second open in one process
-    resets the lock table, and the two files' commits set one txn id: a new handle did not
-    see its own acknowledged checkpoint), so _acquire refuses it, as for the key."""
-    try:
-        st = os.stat(key)
-    except (OSError, ValueError):
-        return None
-    env = _BY_FOLDER.get((st.st_dev, st.st_ino))
-    # Not a parent's before fork(): this child closed its mark (the folder may be gone
-    # and its inode reused), never uses it, and holds none of its locks.
-    return env if env is not None and env.pid == os.getpid() else None
 
 
 def acquire_env(path: str, options: EnvOptions) -> Env:
@@ -291,21 +220,6 @@ def _open_new(key: str, options: EnvOptions, won: int | None = None) -> Env:
             except BaseException:
                 continue
         raise
-
-
-def _shared(key: str, twin: Env) -> Env:
-    """``twin``, the environment this process has open on ``key``'s data file; ForkError
-    for one inherited through fork(): it must not be reused or closed here, and py-lmdb
-    refuses to open the same files again in this process."""
-    if twin.pid != os.getpid():
-        raise ForkError(
-            "the store was opened before fork(); open it only after fork() "
-            "(or use the spawn start method)",
-            where=key,
-            expected="the process that opened it",
-            got=f"pid {os.getpid()}",
-        )
-    return twin
 
 
 _CLOSE_HERE = "close the store in this process before compacting it"
@@ -539,36 +453,65 @@ def _close_left_open(key: str) -> None:
     """Close ``key``'s environment when a close left it open (release_env: registered, no
     handle) and the txn that kept it open has ended since: an open with another mode or
     durability and a compact were refused "already open in this process" for ever after
-    every handle was closed (audit49). Still in use: left as it is (an open shares it)."""
+    every handle was closed (audit49). Still in use: left as it is (an open shares it).
+
+    Another thread's close of it under way (the registry's own thread closing what a
+    handler's close left open: _drop_nested), its outcome is waited for, at most about as
+    long as that close may wait for txns (never on its own thread, nor inside this thread's
+    write of it, which that close waits for): in its middle its own handle, or its wait
+    for other threads' txns, had is_open_here say "open here" with no handle left, compact
+    refuse and an open with another mode refuse "already open" (registry100)."""
     if not _LEFT_OPEN:  # read without the lock: a set only a close that gave up fills
         return
+    deadline: float | None = None
+    while (pending := _close_left_open_once(key)) is not None:
+        if deadline is None:  # that close's waits for txns (two at most) and its fsync
+            deadline = time.monotonic() + 3 * lmdb_txns.CLOSE_WAIT_SECONDS
+        if not pending.done.wait(max(0.0, deadline - time.monotonic())):
+            return  # still under way: answered as it is (open)
+
+
+def _close_left_open_once(key: str) -> LeftOpenClose | None:
+    """_close_left_open's one look (and close): another thread's close of the environment
+    when one is under way (nothing done then), else None."""
     # The env whose handle this close took, until release_env drops it: an interrupt (a
     # signal handler's exception) landing between the two (the registry lock's release,
     # release_env's first line) left the handle taken and the env open for good: every
     # later open with another mode or durability and every compact refused "already
-    # open" (meta80). ``added``: the env this close put in _CLOSING_LEFT.
+    # open" (meta80). ``added``: the env this close put in _CLOSING_LEFT, with ``closing``.
     taken: list[Env | None] = [None]
     added: Env | None = None
+    closing = LeftOpenClose()
     try:
         with _REGISTRY_LOCK:
             env = _registered(key)[0]
             if env is not None and not env.handles and env.pid != os.getpid():
                 _unregister(env)  # a fork() child's, its close interrupted past the drop
+            other = None if env is None else _CLOSING_LEFT.get(env)
+            if (
+                env is not None
+                and other is not None
+                and other.thread != closing.thread
+                and not other.done.is_set()
+                and not env.writes_here()
+            ):
+                return other  # checked before its handle: that close's, not a user's
             if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
-                return
+                return None
             if env.reads_anywhere() or env.writes_here():  # this thread's write: its RLock
-                return  # (a handler's open inside it closed the env under that write; audit50)
+                return None  # (a handler's open inside it closed the env under that write; audit50)
             if not take_write_lock(env.write_lock, blocking=False):
-                return  # still in use (or another thread's release is closing it)
+                return None  # still in use (or another thread's release is closing it)
             env.write_lock.release()
             added = env
-            _CLOSING_LEFT.add(env)  # first: a fork() child must never see the handle alone
+            # First: a fork() child must never see the handle alone. No call between.
+            _CLOSING_LEFT[env] = closing
             env.handles += 1  # this close's own handle, dropped by release_env
             taken[0] = env
         release_env(env, taken=taken)
     except StoreError as exc:  # release_env's: ``added`` is its env
         if added is not None and added.closed:  # closed, its ``none`` fsync failed: say so
-            warnings.warn(_UNSYNCED.format(path=added.path, exc=exc), RuntimeWarning, 3)
+            warnings.warn(_UNSYNCED.format(path=added.path, exc=exc), RuntimeWarning, 4)
         # else a txn began meanwhile: left open again, shared as before (audit50)
     finally:
         if taken[0] is not None:  # interrupted before release_env dropped it: left open
@@ -577,7 +520,11 @@ def _close_left_open(key: str) -> None:
                 if held is not None:
                     held.handles -= 1
         if added is not None:
-            _CLOSING_LEFT.discard(added)
+            try:
+                _CLOSING_LEFT.pop(added, None)
+            finally:  # a waiter looks again (an interrupt here: it waits out its bound)
+                closing.done.set()
+    return None
 
 
 #: What the close of an environment a close left open says when its fsync failed: the
@@ -586,15 +533,3 @@ _UNSYNCED = (
     "cpstore store {path}: closing the environment an earlier close left open, its fsync "
     "failed; checkpoints committed after that close may be lost if the system crashes: {exc}"
 )
-
-
-def _unregister(env: Env) -> None:
-    """Forget ``env`` in every map of the registry (under the registry lock)."""
-    if _REGISTRY.get(env.path) is env:
-        del _REGISTRY[env.path]
-    if env.file_id is not None and _BY_FILE.get(env.file_id) is env:
-        del _BY_FILE[env.file_id]
-    # By identity, not its mark's descriptor (a fork() child closed that one).
-    for folder_id in [at for at, there in _BY_FOLDER.items() if there is env]:
-        del _BY_FOLDER[folder_id]
-    _LEFT_OPEN.discard(env)  # last: a landing before leaves it to the next open (left93)
