@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry_state
 from cpstore.store.facade import open as open_store
 from cpstore.store.lmdb_backend import Durability, LmdbBackend
 
@@ -62,7 +62,7 @@ def test_closers_and_openers_racing_leave_every_handle_counted(
         assert not any(th.is_alive() for th in threads), "a close or an open hung"
         assert not errors, errors
         if keep is None:
-            assert not lmdb_registry._REGISTRY, rnd
+            assert not lmdb_registry_state._REGISTRY, rnd
         else:
             backend = keep._backend
             assert isinstance(backend, LmdbBackend)

@@ -18,7 +18,7 @@ from typing import Any
 from test_begin_interrupted import interrupted_at
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry_state
 
 
 def test_an_open_interrupted_after_its_handle_was_taken_lets_it_go(tmp_path: Path) -> None:
@@ -41,7 +41,7 @@ def test_an_open_interrupted_after_its_handle_was_taken_lets_it_go(tmp_path: Pat
         gc.collect()
         if not landed:
             break
-        assert not lmdb_registry._REGISTRY, f"{landed[0]}: left registered"
+        assert not lmdb_registry_state._REGISTRY, f"{landed[0]}: left registered"
         assert set(os.listdir("/proc/self/fd")) == before, f"{landed[0]}: descriptors left"
         with cpstore.open(path, readonly=True) as ro, ro.read(cid) as cp:
             assert cp.state() == {"a": 1}, landed[0]

@@ -21,7 +21,7 @@ from pathlib import Path
 from test_begin_interrupted import interrupted_at, sweep_in_child
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry_state
 from cpstore.store.maintenance import CompactReport, compact_store
 
 FRAMES = {
@@ -63,12 +63,14 @@ def _sweep(path: Path) -> list[str]:
             if not reports or not reports[0].bytes_before >= reports[0].bytes_after > 0:
                 wrong.append(f"ran through: {reports}")
             break
-        if lmdb_registry._REGISTRY_LOCK.locked():
+        if lmdb_registry_state._REGISTRY_LOCK.locked():
             wrong.append(f"{landed[0]}: registry lock held")
-            lmdb_registry._REGISTRY_LOCK.release()
-        if lmdb_registry._COMPACTING:
-            wrong.append(f"{landed[0]}: reserved {sorted(map(str, lmdb_registry._COMPACTING))}")
-            lmdb_registry._COMPACTING.clear()
+            lmdb_registry_state._REGISTRY_LOCK.release()
+        if lmdb_registry_state._COMPACTING:
+            wrong.append(
+                f"{landed[0]}: reserved {sorted(map(str, lmdb_registry_state._COMPACTING))}"
+            )
+            lmdb_registry_state._COMPACTING.clear()
         if _fds() != before:
             wrong.append(f"{landed[0]}: descriptors {sorted(_fds() - before)} left open")
         with cpstore.open(path, durability="none") as again, again.read(cid) as cp:

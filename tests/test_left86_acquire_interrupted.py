@@ -33,7 +33,7 @@ from test_begin_interrupted import (
 )
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry_state
 
 #: The frames of the registry's open, and the creation lock's take and release.
 _OPENING = {
@@ -64,8 +64,8 @@ def _sweep(path: Path, contended: bool) -> list[str]:
         return landed
 
     def left_wrong() -> str | None:
-        if lmdb_registry._REGISTRY or lmdb_registry._BY_FILE:
-            envs = list(lmdb_registry._BY_FILE.values())
+        if lmdb_registry_state._REGISTRY or lmdb_registry_state._BY_FILE:
+            envs = list(lmdb_registry_state._BY_FILE.values())
             return f"left registered, {envs[0].handles} handle(s)"
         if not folder_lock_free(path):
             return "the folder's creation lock held"

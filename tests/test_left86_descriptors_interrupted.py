@@ -30,7 +30,7 @@ import pytest
 from test_begin_interrupted import interrupted_at, one_checkpoint, read_wrong, sweep_landings
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry_state
 from cpstore.store.lmdb_holders import _F_OFD_SETLK
 from cpstore.store.lmdb_open import FolderBusyError, lock_folder, pin_folder, unlock_folder
 
@@ -104,7 +104,7 @@ def _sweep_fds(
             return f"{sorted(_fds() - before)} left open"
         if reads is None:
             return None
-        if lmdb_registry._REGISTRY:
+        if lmdb_registry_state._REGISTRY:
             return "left registered"
         return read_wrong(*reads)
 

@@ -28,7 +28,7 @@ from test_begin_interrupted import one_checkpoint, read_wrong, sweep_landings
 from test_left86_descriptors_interrupted import _interrupted_in
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry, lmdb_registry_state
 
 
 def _sweep(path: Path, mode: dict[str, object]) -> list[str]:
@@ -51,7 +51,11 @@ def _sweep(path: Path, mode: dict[str, object]) -> list[str]:
             return "still open here, no handle"
         if set(os.listdir("/proc/self/fd")) != before:
             return f"{sorted(set(os.listdir('/proc/self/fd')) - before)} open"
-        if lmdb_registry._REGISTRY or lmdb_registry._BY_FILE or lmdb_registry._LEFT_OPEN:
+        if (
+            lmdb_registry_state._REGISTRY
+            or lmdb_registry_state._BY_FILE
+            or lmdb_registry_state._LEFT_OPEN
+        ):
             return "left registered"
         return read_wrong(path, cid)
 

@@ -38,7 +38,7 @@ from test_begin_interrupted import (
 )
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry, lmdb_registry_state
 
 #: This layer's frames (by qualified name).
 _MINE = frozenset(
@@ -122,7 +122,7 @@ def twice_sweep(path: Path, contended: bool) -> list[str]:
                     return [f"{landed}: the folder's creation lock held"]
                 if set(os.listdir("/proc/self/fd")) != before:
                     return [f"{landed}: {sorted(set(os.listdir('/proc/self/fd')) - before)} open"]
-                if lmdb_registry._REGISTRY or lmdb_registry._BY_FILE:
+                if lmdb_registry_state._REGISTRY or lmdb_registry_state._BY_FILE:
                     return [f"{landed}: left registered"]
                 if len(landed) == 1:
                     break  # no landing after the first: the next first landing

@@ -21,7 +21,7 @@ import pytest
 
 import cpstore
 import cpstore.errors
-from cpstore.store import lmdb_open, lmdb_pages, lmdb_registry
+from cpstore.store import lmdb_open, lmdb_pages, lmdb_registry_state
 from cpstore.store.maintenance import compact_store
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/fd")
@@ -32,9 +32,9 @@ def _held() -> tuple[set[str], int, int, int, int]:
     environments, fork-close descriptors)."""
     return (
         set(os.listdir("/proc/self/fd")),
-        len(lmdb_registry._REGISTRY),
-        len(lmdb_registry._BY_FILE),
-        len(lmdb_registry._STRANDED),
+        len(lmdb_registry_state._REGISTRY),
+        len(lmdb_registry_state._BY_FILE),
+        len(lmdb_registry_state._STRANDED),
         len(lmdb_open.FORK_CLOSED_FDS),
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from test_begin_interrupted import interrupted_at
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry_state
 
 
 def _fds() -> set[str]:
@@ -47,7 +47,7 @@ def test_an_open_interrupted_in_its_file_steps_leaves_no_descriptor(tmp_path: Pa
         if _fds() != before:  # stop at the first: each leak lengthens the scan swept
             left.append(f"{landed[0]}: {sorted(_fds() - before)}")
             break
-        assert not lmdb_registry._REGISTRY, landed[0]
+        assert not lmdb_registry_state._REGISTRY, landed[0]
         with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
             assert cp.state() == {"a": 1}, landed[0]
         gc.collect()

@@ -19,7 +19,7 @@ from left_open import read_held
 
 import cpstore
 from cpstore.errors import StoreError
-from cpstore.store import lmdb_registry, lmdb_txns
+from cpstore.store import lmdb_registry, lmdb_registry_state, lmdb_txns
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_a_close_collects_a_cycle_holding_another_threads_reader(tmp_path: Path)
     _dropped_in_a_cycle(st, cid)
     st.close()  # before: StoreError "left open"
     assert not lmdb_registry.is_open_here(path)
-    assert not lmdb_registry._LEFT_OPEN
+    assert not lmdb_registry_state._LEFT_OPEN
     with cpstore.open(path, durability="none") as again:  # another durability: not shared
         assert again.ref("r") == cid
         assert again.verify().ok
@@ -93,6 +93,6 @@ def test_a_close_collects_a_cycle_holding_its_own_threads_kept_slice(tmp_path: P
     cycle["self"] = cycle
     del cycle
     st.close()  # before: StoreError "left open" naming the zero-copy view
-    assert not lmdb_registry._LEFT_OPEN
+    assert not lmdb_registry_state._LEFT_OPEN
     with cpstore.open(path, durability="none") as again, again.read(cid) as cp:
         assert cp.token_count() == 8

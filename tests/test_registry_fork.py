@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry, lmdb_registry_state
 from cpstore.store.lmdb_holders import HolderMark
 from cpstore.store.lmdb_open import lock_folder, unlock_folder
 
@@ -76,7 +76,7 @@ def test_a_child_forked_while_another_thread_holds_the_registry_lock_opens_store
 ) -> None:
     """Another thread is inside the registry (held here as an open or close holds it)
     when the process forks: the child opens a store (it hung on 25e8a39)."""
-    with _held_by_another_thread(lambda: lmdb_registry._REGISTRY_LOCK):
+    with _held_by_another_thread(lambda: lmdb_registry_state._REGISTRY_LOCK):
         assert _in_a_child(tmp_path / "s") == "opened"
     with cpstore.open(tmp_path / "s", readonly=True) as st:
         assert st.runs() == ["child"]
@@ -114,7 +114,7 @@ if sys.platform.startswith("linux"):  # a real open in another thread, not a hel
         try:
             for i in range(3):
                 for _ in range(10_000_000):  # bounded: the worker may have died
-                    if lmdb_registry._REGISTRY_LOCK.locked():
+                    if lmdb_registry_state._REGISTRY_LOCK.locked():
                         break
                 assert _in_a_child(tmp_path / f"child{i}") == "opened"
         finally:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from test_registry_fork import _in_a_child
 
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry_state
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="fork()")
 
@@ -32,7 +32,7 @@ def test_a_child_forked_while_a_waiter_takes_the_registry_lock_opens_stores(
     go and, this thread keeping the GIL (a long switch interval), the waiter has taken the
     lock's semaphore but not yet the GIL (``locked()`` still False) when the process forks:
     the child opens a store ("hung" before: the lock stayed taken in the child)."""
-    lock = lmdb_registry._REGISTRY_LOCK
+    lock = lmdb_registry_state._REGISTRY_LOCK
     got = threading.Event()
 
     def wait_for_it() -> None:

@@ -27,7 +27,7 @@ from test_begin_interrupted import _interrupting
 
 import cpstore
 from cpstore.errors import StoreError
-from cpstore.store import lmdb_registry, lmdb_txns
+from cpstore.store import lmdb_registry, lmdb_registry_state, lmdb_txns
 from cpstore.store.maintenance import compact_store
 
 #: A writer: every write txn's fast read of last_pgno checked against env.info() (under
@@ -246,7 +246,7 @@ def test_eight_threads_opening_and_closing_one_store_in_mixed_modes(
     assert not any(t.is_alive() for t in threads)
     assert unexpected == []
     assert not lmdb_registry.is_open_here(str(path))  # closes one left open
-    assert not lmdb_registry._CLOSING_LEFT
+    assert not lmdb_registry_state._CLOSING_LEFT
     for mode in modes:
         with cpstore.open(path, **mode) as st:
             assert st.verify().ok

@@ -30,7 +30,7 @@ from test_begin_interrupted import (
 )
 
 import cpstore
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry_state
 
 #: Every frame of an open and of a compaction that takes or lets go of the folder's lock.
 _LOCKING = {
@@ -58,7 +58,7 @@ def _open_sweep(path: Path) -> list[str]:
             return "the folder's creation lock held"  # every open would wait on it
         if set(os.listdir("/proc/self/fd")) != before:
             return "descriptors left open"
-        if lmdb_registry._REGISTRY:
+        if lmdb_registry_state._REGISTRY:
             return "an environment left registered"
         return read_wrong(path, cid)
 

@@ -21,7 +21,7 @@ import pytest
 
 import cpstore
 from cpstore.errors import StoreError
-from cpstore.store import lmdb_env, lmdb_registry
+from cpstore.store import lmdb_env, lmdb_registry, lmdb_registry_state
 
 
 @pytest.mark.parametrize("other", ["is_open_here", "open"])
@@ -31,7 +31,7 @@ def test_a_none_close_whose_fsync_another_thread_ran_and_failed_raises_it(
     path = tmp_path / "s"
     st = cpstore.open(path, durability="none")
     st.recorder("r").checkpoint(0, {"a": 1})
-    env = lmdb_registry._REGISTRY[lmdb_registry.canonical(str(path))]
+    env = lmdb_registry_state._REGISTRY[lmdb_registry.canonical(str(path))]
     past_drop, go = threading.Event(), threading.Event()
     real = env.quiesced
 

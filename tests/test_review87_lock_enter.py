@@ -32,7 +32,7 @@ from test_begin_interrupted import (
 )
 
 import cpstore
-from cpstore.store import lmdb_open, lmdb_registry
+from cpstore.store import lmdb_open, lmdb_registry, lmdb_registry_state
 from cpstore.store.maintenance import compact_store
 
 _PROBE = (
@@ -148,7 +148,7 @@ def test_an_interrupt_in_the_closes_quiesced_enter_leaves_the_env_usable(tmp_pat
     with cpstore.open(path) as st:
         cid = st.recorder("r").checkpoint(0, {"a": 1})
     st = cpstore.open(path)
-    env = lmdb_registry._REGISTRY[lmdb_registry.canonical(str(path))]
+    env = lmdb_registry_state._REGISTRY[lmdb_registry.canonical(str(path))]
     kept = _kept_interrupt("quiesced", st.close)
     assert kept is not None
     free: list[bool] = []
@@ -177,7 +177,7 @@ def test_an_interrupt_in_a_held_opens_enter_leaves_no_read_counted(tmp_path: Pat
     path = tmp_path / "s"
     with cpstore.open(path) as st:
         st.recorder("r").checkpoint(0, {"a": 1})
-        env = lmdb_registry._REGISTRY[lmdb_registry.canonical(str(path))]
+        env = lmdb_registry_state._REGISTRY[lmdb_registry.canonical(str(path))]
         kept = _kept_interrupt("held_open", st.disk_bytes)
         assert kept is not None
         assert threading.get_ident() not in env._active

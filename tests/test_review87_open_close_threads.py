@@ -20,7 +20,7 @@ from test_begin_interrupted import fds_in
 
 import cpstore
 from cpstore.errors import StoreError
-from cpstore.store import lmdb_registry
+from cpstore.store import lmdb_registry, lmdb_registry_state
 from cpstore.store.maintenance import compact_store
 
 ROUNDS = 40
@@ -105,7 +105,7 @@ def test_threads_opening_closing_writing_and_compacting_one_store_keep_every_ack
     assert len(acked) == 2 * ROUNDS
     assert not lmdb_registry.is_open_here(str(path))
     assert fds_in(path) == []
-    assert not lmdb_registry._LEFT_OPEN
+    assert not lmdb_registry_state._LEFT_OPEN
     with cpstore.open(path, durability=durability) as st:
         assert st.verify().ok
         for cid, (name, i) in acked.items():
