@@ -102,7 +102,16 @@ def neighbour_damage(
             return
         check(bytes(cur.key()), value)
 
+    near = getattr(txn, "near", None)  # PostgreSQL: the rows in one query (PgTxn.near)
     try:
+        if near is not None:
+            prefix = key[: key.index(0) + 1]
+            rows = near(refs_db, prefix, prefix[:-1] + b"\x01", RUN_ROWS + 1)
+            if sum(k.startswith(prefix) for k, _ in rows) <= RUN_ROWS:
+                for k, v in rows:  # the row before the run's, its rows, the row after
+                    if not (layout == 1 and len(v) == DIGEST_SIZE):
+                        check(k, v)
+                return None
         with txn.cursor(db=refs_db) as cur:
             _walk(cur, key, look)
     except IntegrityError as exc:
