@@ -22,9 +22,10 @@ rows lie between. Those stay for ``verify()``, retention and push/pull (the full
 ``refs.check_refs``). It improves detection; it does not make it complete (docs/store.md,
 "Refs, branches, listing").
 
-Cost: one cursor positioned twice (LMDB: two B-tree descents; PostgreSQL: two queries)
-and one hash per row checked, paid when a ref is created from nothing or read as absent,
-never on a move or a present ref's read.
+Cost: one hash per row checked, and on LMDB a cursor positioned twice (two B-tree
+descents), on PostgreSQL one query (``PgTxn.near``; a run with more refs than
+:data:`RUN_ROWS` falls back to the cursor, three queries more), paid when a ref is created
+from nothing or read as absent, never on a move or a present ref's read.
 """
 
 from __future__ import annotations
