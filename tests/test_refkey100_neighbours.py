@@ -160,16 +160,18 @@ def test_a_flipped_separator_sorts_just_past_the_run_and_is_seen(url: str) -> No
 
 def test_a_run_with_many_refs_checks_the_rows_beside_the_key(url: str) -> None:
     """Past RUN_ROWS refs of the run, the rows just before and after the key are checked:
-    ``b076`` -> ``b077`` (the run's 39th row) refuses ``b076``'s create beside it; a create
-    far from it in the same run (``b001``) does not see it (documented)."""
+    the run's next-to-last fork, its last byte flipped (an even number made odd), refuses
+    its own create beside it; a create far from it in the same run (``b001``, near the
+    run's first rows) does not see it (documented)."""
     names = tuple(f"b{i:03d}" for i in range(0, 2 * (RUN_ROWS + 8), 2))
     with cpstore.open(url) as st:
         head = _store(st, names)
-        damaged = _flipped(ref_key("run", "b076"), -1, 0x01)
-        assert damaged == ref_key("run", "b077")
-        _rename(url, ref_key("run", "b076"), damaged)
+        target = names[-2]
+        damaged = _flipped(ref_key("run", target), -1, 0x01)
+        assert damaged.decode()[-1] in "13579" and damaged.decode()[4:] not in names
+        _rename(url, ref_key("run", target), damaged)
         with pytest.raises(IntegrityError) as created:
-            st.fork("run", "b076", head)
+            st.fork("run", target, head)
         _damage_named(created.value, damaged)
         st.fork("run", "b001", head)  # not beside it: not seen here (verify names it)
         assert st.ref("run", "b001") == head
