@@ -16,9 +16,10 @@ from cpstore.store.backend import Txn
 from cpstore.store.fast_read import contents
 from cpstore.store.manifest import check_manifest, check_manifest_state
 from cpstore.store.model import _HEADER_SIZE, split_checkpoint_value, split_ref_key
-from cpstore.store.refs import check_ref_target, read_ref
+from cpstore.store.ref_neighbours import refuse_damaged_neighbours
+from cpstore.store.refs import check_ref_target, read_ref, unpack_ref
 
-__all__ = ["read_entry", "read_head"]
+__all__ = ["absent_head", "read_entry", "read_head"]
 
 
 def read_entry(
@@ -64,6 +65,13 @@ def read_entry(
     return (check_manifest(cid, data) if full else check_manifest_state(cid, data)), header
 
 
+def absent_head(txn: Txn[memoryview], dbs: Mapping[str, Any], key: bytes, *, layout: int) -> None:
+    """For a head read that found ref ``key`` absent: IntegrityError when a ref row beside
+    it fails its check (``ref_neighbours``): its key may be this ref's, damaged, and a
+    resume reading "absent" would start the run anew (refkey100)."""
+    refuse_damaged_neighbours(txn, dbs["refs"], key, unpack_ref, layout=layout)
+
+
 def read_head(
     txn: Txn[memoryview],
     dbs: Mapping[str, Any],
@@ -75,11 +83,13 @@ def read_head(
     """The checkpoint ref ``key`` names, or None; its check and target are verified.
 
     IntegrityError when the ref fails its check, names a checkpoint that is
-    not stored, or one of another run (or branch, for a recorded head).
+    not stored, or one of another run (or branch, for a recorded head); and when
+    it is absent while a ref row beside it fails its check (``ref_neighbours``).
     ``load_raw`` is the backend's (it may prefetch what a reader needs next).
     """
     found = read_ref(txn, dbs, key, layout=layout)
     if found is None:
+        absent_head(txn, dbs, key, layout=layout)
         return None
     cid, origin = found
     try:

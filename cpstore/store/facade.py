@@ -308,7 +308,9 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
         """A reader over the head of ``run_id``/``branch``: ``with store.latest(run) as cp``.
 
         The ref and the checkpoint are read in the same txn, so the head
-        cannot move in between. NotFoundError when the branch does not exist.
+        cannot move in between. NotFoundError when the branch does not exist;
+        IntegrityError when it is absent while a ref row beside its key fails its check
+        (as :meth:`ref`).
         """
         key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
         self._refuse_closed()
@@ -340,7 +342,11 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
     # -- refs ----------------------------------------------------------------
 
     def ref(self, run_id: str, branch: str = "main") -> str | None:
-        """The head checkpoint id of ``run_id``/``branch``, or None."""
+        """The head checkpoint id of ``run_id``/``branch``, or None when there is none.
+
+        IntegrityError when the ref fails its check or its target's, and when it is absent
+        while a ref row beside its key fails its check: that row's key may be this ref's,
+        damaged (docs/store.md, "Refs, branches, listing"; not every such flip is seen)."""
         return head_of(self._backend, run_id, branch)
 
     def set_ref(self, run_id: str, branch: str, new: str, *, expected_old: str | None) -> None:

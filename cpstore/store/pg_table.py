@@ -65,6 +65,10 @@ class PgTable:
                 "after": f"SELECT k, v FROM {q} WHERE k > %b ORDER BY k LIMIT %b",
                 "last": f"SELECT k, v FROM {q} ORDER BY k DESC LIMIT 1",
                 "before": f"SELECT k, v FROM {q} WHERE k < %b ORDER BY k DESC LIMIT %b",
+                # The row before a key range, up to %b rows in it, the row after it.
+                "near": f"(SELECT k, v FROM {q} WHERE k < %b ORDER BY k DESC LIMIT 1) UNION ALL "
+                f"(SELECT k, v FROM {q} WHERE k >= %b AND k < %b ORDER BY k LIMIT %b) UNION ALL "
+                f"(SELECT k, v FROM {q} WHERE k >= %b ORDER BY k LIMIT 1)",
                 "scan": f"SELECT k, v FROM {q} ORDER BY k",
                 "count": count,
                 "upsert": f"INSERT INTO {q} (k, v) SELECT * FROM unnest(%b::bytea[], "

@@ -410,6 +410,16 @@ class PgTxn:
         self._flush()
         return self._statements(table.sql["before"], (end, size))[::-1]
 
+    def near(self, db: Any, start: bytes, end: bytes, size: int) -> list[tuple[bytes, bytes]]:
+        """In key order, one round trip (writes flushed first): the row just before
+        ``start``, up to ``size`` rows in [``start``, ``end``) and the first row at or
+        after ``end``. For the check of the refs rows beside an absent ref
+        (``ref_neighbours``), which a cursor made in three queries."""
+        table = self._table(db)
+        self._flush()
+        rows = self._statements(table.sql["near"], (start, start, end, size, end))
+        return sorted((bytes(k), bytes(v)) for k, v in rows)
+
     def last_row(self, table: PgTable) -> Any:
         """The row with the largest key, or None."""
         self._flush()

@@ -25,13 +25,11 @@ from cpstore.errors import (
     RecordingGapError,
 )
 from cpstore.native.binding import digest
-from cpstore.native.records import (
-    kind_name,
-    provenance_name,
-)
+from cpstore.native.records import kind_name, provenance_name
 from cpstore.store.backend import FORKS as _FORKS
 from cpstore.store.backend import LEASES as _LEASES
 from cpstore.store.backend import Backend, Txn, forked_view
+from cpstore.store.entries import absent_head
 from cpstore.store.fast_read import contents, read_parts
 from cpstore.store.kept_views import ReaderViews, release_views
 from cpstore.store.manifest import Manifest, check_manifest_rest, decode_trusted, manifest_from_raw
@@ -159,7 +157,8 @@ class CheckpointView:
             if head is not None:
                 key, run_id, branch = head
                 found = read_ref(txn, store.dbs, key, layout=store.layout)
-                if found is None:
+                if found is None:  # absent, unless a row beside it is damaged (refkey100)
+                    absent_head(txn, store.dbs, key, layout=store.layout)
                     raise NotFoundError("no such branch", where=f"refs/{run_id}/{branch}")
                 self._cid, origin = found
             self._raw, self._header = store.load_raw(

@@ -28,6 +28,7 @@ from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.content import records_of
 from cpstore.store.manifest import decode_manifest
 from cpstore.store.model import Problem, split_ref_key, unpack_checkpoint_value
+from cpstore.store.ref_neighbours import refuse_damaged_neighbours
 
 __all__ = [
     "PINNED_PREFIX",
@@ -255,7 +256,8 @@ def write_ref(
     first for its compare-and-set, so it is not read again.
 
     A ref created from nothing (``old`` None) is refused with :class:`IntegrityError` while
-    the refs table holds fewer refs than ``meta/refs_digest`` counts (:func:`_refuse_short`).
+    the refs table holds fewer refs than ``meta/refs_digest`` counts (:func:`_refuse_short`),
+    or while a ref row beside ``key`` fails its check (``ref_neighbours``: a damaged key).
     Its ``origin`` is checked before the txn is read or written (:func:`_checked_origin`).
     """
     commit_ref(txn, dbs, key, cid, _checked_origin(key, origin), old=old)
@@ -280,8 +282,9 @@ def commit_ref(
         return
     out = None if old is None else old[2] if len(old) == 3 else _hash(key, old[0], old[1])
     state = _digest_state(txn, dbs["meta"], raw)
-    if old is None:
+    if old is None:  # a ref created from nothing: a vanished or damaged row may be it
         _refuse_short(txn, dbs, key, state[1])
+        refuse_damaged_neighbours(txn, dbs["refs"], key, _unpack_hashed)
     txn.put(key, value, True, True, False, dbs["refs"])  # positional: ~1k below keywords
     if old is None or state[1] or not _row_missing(txn, dbs):
         _update_digest(txn, dbs["meta"], out, into, state)
