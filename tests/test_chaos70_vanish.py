@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import chaos_process
 import pytest
 from chaos_check import Model, frees, read_logs
 from chaos_errors import Context, allowed, refusal_problems
@@ -139,6 +143,34 @@ def test_a_resolve_of_a_name_no_ref_reads_in_a_vanish_is_damage_allowed() -> Non
     assert not allowed(b, e, Context([*ops, (b, e)]))
     b, e = _refusal("fork", 20, 25, "IntegrityError", msg, run=RUN, branch="g1")
     assert not allowed(b, e, Context([*ops, (b, e)]))
+
+
+def test_a_reader_threads_resolve_refused_by_the_digest_in_a_vanish_is_no_defect(
+    tmp_path: Path,
+) -> None:
+    """The reader thread beside a worker (tests/chaos_process.py ``_reader``) logs an
+    IntegrityError as a defect line. Its ``resolve`` of ``shared@main`` before the shared
+    run's first checkpoint, while an operator's vanish of another run's ref stands, is
+    damage since cli99 (the missing ref may be the vanished one), which the checker allows
+    a resolve inside a vanish; the line said ``read``, so seed 42004 (session 42, the
+    server-restarts variant) reported it 29 times. The real reader on a real vanish: its
+    lines name ``resolve`` and the model keeps no defect."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    log = Log(str(logdir / "w1.log"), 1, 0)
+    with cpstore.open(tmp_path / "s") as st:
+        head = st.recorder(RUN).checkpoint(1, {"v": 1})
+        st.fork(RUN, FORK, head)
+        assert vanish(st, log, RUN, FORK) is not None  # stands: the table one ref short
+        seed = next(x / 1000 for x in range(1000) if random.Random(x / 1000).randrange(6) == 4)
+        w = SimpleNamespace(rng=SimpleNamespace(random=lambda: seed), st=st, log=log, pins=[],
+                            acked_main=[], run=RUN)  # fmt: skip
+        chaos_process._reader(w, time.monotonic() + 0.3, threading.Event())  # type: ignore[arg-type]
+    lines = read_logs(logdir)
+    met = [r for r in lines if r["ev"] == "defect"]
+    assert met and {r["op"] for r in met} == {"resolve"}, met  # was "read"
+    assert "meta/refs_digest" in met[0]["tb"]
+    assert Model(lines).defects == []
 
 
 def _repaired(st: cpstore.Store, head: str, *, force: bool = False) -> dict[str, Any]:
