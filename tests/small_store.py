@@ -12,7 +12,7 @@ from pathlib import Path
 import cpstore
 from cpstore import cli
 
-__all__ = ["compact_small_store", "leaf_nodes", "small_store"]
+__all__ = ["compact_small_store", "flip_key", "leaf_nodes", "small_store"]
 
 _PAGE = 4096
 _P_LEAF, _P_LEAF2 = 0x02, 0x20
@@ -50,3 +50,20 @@ def leaf_nodes(data: bytes | bytearray) -> Iterator[int]:
             continue
         for i in range((lower - 16) // 2):
             yield at + struct.unpack_from("<H", data, at + 16 + 2 * i)[0]
+
+
+def flip_key(path: str, key: bytes) -> bytes:
+    """One bit of the last byte of the leaf node keyed ``key`` in ``path``'s data file
+    flipped (the key must be on exactly one leaf: a compacted store); the file after."""
+    data_path = os.path.join(path, "data.mdb")
+    data = bytearray(Path(data_path).read_bytes())
+    hit = 0
+    for node in leaf_nodes(data):
+        size = struct.unpack_from("<H", data, node + 6)[0]
+        if data[node + 8 : node + 8 + size] == key:
+            data[node + 8 + size - 1] ^= 0x01
+            hit += 1
+    if hit != 1:
+        raise AssertionError(f"{hit} leaf nodes keyed {key!r}, not 1")
+    Path(data_path).write_bytes(data)
+    return bytes(data)

@@ -16,32 +16,15 @@ an ancestor past the root, a pruned ancestor) keeps exit 4.
 
 from __future__ import annotations
 
-import os
-import struct
 from pathlib import Path
 
 import pytest
-from small_store import compact_small_store, leaf_nodes
+from small_store import compact_small_store, flip_key
 
 import cpstore
 from cpstore import cli
 from cpstore.errors import IntegrityError, NotFoundError
 from cpstore.store.model import ref_key
-
-
-def _flip_key(path: str, key: bytes) -> bytes:
-    """The last byte of the leaf node keyed ``key`` flipped (one bit); the data file after."""
-    data_path = os.path.join(path, "data.mdb")
-    data = bytearray(Path(data_path).read_bytes())
-    hit = 0
-    for node in leaf_nodes(data):
-        size = struct.unpack_from("<H", data, node + 6)[0]
-        if data[node + 8 : node + 8 + size] == key:
-            data[node + 8 + size - 1] ^= 0x01
-            hit += 1
-    assert hit == 1, hit
-    Path(data_path).write_bytes(data)
-    return bytes(data)
 
 
 def _names(path: str) -> tuple[str, str, str]:
@@ -56,7 +39,7 @@ def test_a_flipped_ref_key_is_damage_not_no_such_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = compact_small_store(tmp_path)
-    damaged = _flip_key(path, ref_key("run", "main"))
+    damaged = flip_key(path, ref_key("run", "main"))
     capsys.readouterr()
     with cpstore.open(path, readonly=True) as store, pytest.raises(IntegrityError) as told:
         store.resolve("run@main")  # was NotFoundError "no such run or branch"
@@ -75,7 +58,7 @@ def test_a_flipped_parent_key_is_damage_not_no_such_checkpoint(
 ) -> None:
     path = compact_small_store(tmp_path)
     head, parent, _ = _names(path)
-    _flip_key(path, bytes.fromhex(parent))
+    flip_key(path, bytes.fromhex(parent))
     capsys.readouterr()
     with cpstore.open(path, readonly=True) as store, pytest.raises(IntegrityError) as told:
         store.resolve("run@main~1")  # was the parent's id, then "no such checkpoint"
@@ -92,7 +75,7 @@ def test_a_flipped_object_key_is_damage_not_object_not_in_the_store(
 ) -> None:
     path = compact_small_store(tmp_path)
     head, _, observations = _names(path)
-    _flip_key(path, bytes.fromhex(observations))
+    flip_key(path, bytes.fromhex(observations))
     capsys.readouterr()
     with (
         cpstore.open(path, readonly=True) as store,

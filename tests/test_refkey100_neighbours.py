@@ -16,7 +16,6 @@ the row's key on another connection.
 from __future__ import annotations
 
 import os
-import struct
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,7 +25,7 @@ import psycopg
 import pytest
 from lg_puts import cfg, put_value
 from pg_cluster import backend_url  # noqa: F401 - fixture
-from small_store import compact_small_store, leaf_nodes
+from small_store import compact_small_store, flip_key
 
 import cpstore
 from cpstore.errors import IntegrityError
@@ -227,26 +226,13 @@ def test_the_langgraph_saver_finds_the_thread_and_refuses_to_go_on(url: str) -> 
         assert _refs(st) == before
 
 
-def _flip_in_file(path: str, key: bytes) -> None:
-    data_path = os.path.join(path, "data.mdb")
-    data = bytearray(Path(data_path).read_bytes())
-    hit = 0
-    for node in leaf_nodes(data):
-        size = struct.unpack_from("<H", data, node + 6)[0]
-        if data[node + 8 : node + 8 + size] == key:
-            data[node + 8 + size - 1] ^= 0x01
-            hit += 1
-    assert hit == 1, hit
-    Path(data_path).write_bytes(data)
-
-
 def test_one_bit_flipped_in_the_data_file(tmp_path: Path) -> None:
     """The defect as found: a bit of the ref key flipped in ``data.mdb`` (LMDB)."""
     path = compact_small_store(tmp_path)
     with cpstore.open(path, readonly=True) as st:
         head = st.ref("run")
     assert head is not None
-    _flip_in_file(path, ref_key("run", "main"))
+    flip_key(path, ref_key("run", "main"))
     with cpstore.open(path) as st:
         before = _refs(st)
         acts: list[Callable[[], object]] = [
