@@ -11,7 +11,8 @@ caught UnicodeDecodeError, which ``split_ref_key`` had already turned into Integ
 Now the repair of an absent ref whose row sits under a damaged key (a row failing its own
 check whose value passes the check under the ref's key: it is that ref) deletes that row
 in the same txn and records its key (``moved_from``); the refusal names a row whose key is
-not a name as ``refs/<hex>``.
+not a name as ``refs/<hex>``, and says when the damaged row's value passes the check
+under the absent ref's key (the row is that ref: the name ``repair_ref`` needs).
 """
 
 from __future__ import annotations
@@ -64,8 +65,13 @@ def test_the_put_back_deletes_the_ref_row_under_its_damaged_key(
         with pytest.raises(IntegrityError) as refused:
             st.fork("run", "other", head)
         assert refused.value.where != "refs", refused.value  # the row is named
+        assert "it is that ref" not in str(refused.value)  # run/other's: it is not
         if at == -3:
             assert refused.value.where == f"refs/{damaged.hex()}"
+        with pytest.raises(IntegrityError) as read:
+            st.ref("run")
+        # The name repair_ref needs, which the damaged key no longer gives.
+        assert "passes the check under refs/run/main: it is that ref" in str(read.value)
         record = st.repair_ref("run", "main", head, operator="op", reason="flipped key")
         assert record.body["moved_from"] == damaged.hex()
         assert record.body["damaged"] is not None
