@@ -15,27 +15,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
 from cpstore.errors import ConflictError, OutcomeUnknownError
 from cpstore.store import lmdb_backend
 from cpstore.store.content import tail_committed
+from cpstore.store.pg_backend import PgBackend
 
 
 def _unknown(*args: Any, **kwargs: Any) -> None:
     raise OutcomeUnknownError("injected: the batch may or may not be stored")
 
 
-def test_an_unknown_outcome_not_stored_refuses_and_spares_the_next_batch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with cpstore.open(str(tmp_path / "s"), durability="batched") as st:
+def check_not_stored(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with cpstore.open(url, durability="batched") as st:
         rec = st.recorder("a")
         first = rec.checkpoint(0, {"a": 0})
         st.flush()
         lost = rec.checkpoint(1, {"a": 1})
         with monkeypatch.context() as m:
             m.setattr(lmdb_backend, "apply_writes", _unknown)
+            m.setattr(PgBackend, "_apply_all", _unknown)
             with pytest.raises(OutcomeUnknownError):
                 st.flush()
         assert st.ref("a") == first  # it did not land
@@ -50,6 +51,19 @@ def test_an_unknown_outcome_not_stored_refuses_and_spares_the_next_batch(
         again.checkpoint(2, {"a": 2})
         st.flush()
         assert st.verify().ok
+
+
+def test_an_unknown_outcome_not_stored_refuses_and_spares_the_next_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check_not_stored(str(tmp_path / "s"), monkeypatch)
+
+
+def test_an_unknown_outcome_not_stored_refuses_on_postgres(
+    pg_url: str,  # noqa: F811 - the fixture
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    check_not_stored(pg_url, monkeypatch)
 
 
 def test_an_unknown_outcome_that_landed_lets_the_recorder_go_on(
