@@ -62,6 +62,7 @@ def _repair(args: argparse.Namespace) -> int:
                 "branch": body["branch"],
                 "checkpoint_id": body["new"],
                 "damaged": body["damaged"],
+                "moved_from": body["moved_from"],
                 "retained": body["retained"],
                 "kept": list(body["kept"]),
                 "forced": body["forced"],

@@ -157,7 +157,9 @@ class BatchOwners(Generic[W]):
             flying = self._flying.get(key)
             if flying is None:
                 return  # settled already: a call again after an interrupt changes nothing
-            dropped = exc is not None and not_stored(exc)
+            # Not stored, or (the batch's own failure, never requeued: not foreign) its
+            # outcome unknown, which the recorder settles by reading its head (review101).
+            dropped = exc is not None and (not_stored(exc) or not foreign(exc))
             for op in flying[1]:
                 self._owner.pop(id(op), None)
                 marks = getattr(op, "dropped", None)  # CheckpointWrite.dropped: its recorder's

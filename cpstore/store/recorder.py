@@ -40,6 +40,7 @@ from cpstore.run.nodes import decision_node
 from cpstore.store.append_state import AppendParts
 from cpstore.store.at_exit import track_recorder
 from cpstore.store.backend import Backend
+from cpstore.store.batch_fates import not_stored
 from cpstore.store.branches import head_of, head_unmoved
 from cpstore.store.bulk import BulkAppends, checked_pin
 from cpstore.store.chunk_tree import TREE_THRESHOLD, build_tree, stash_tree
@@ -410,6 +411,20 @@ class Recorder(BulkAppends, RecorderEnds):
                 self._pending, self._parts = pending, parts
             raise
 
+    def _still_dropped(self) -> bool:
+        """Whether this recorder's head, in a batch commit that failed, is not stored: told
+        so, or its outcome unknown (the commit lost, a failure after it) and the branch's
+        stored head is not it. Stored after all, the recorder goes on: an outcome unknown
+        was passed over, and its next checkpoint, on a head that was never stored, failed
+        the next batch and dropped every other recorder's checkpoint in it (review101)."""
+        if any(not_stored(exc) for exc in self._dropped):
+            return True
+        expected = None if self._expected is None else self._expected.hex()
+        if head_of(self._store, self._run_id, self._branch) != expected:
+            return True
+        self._dropped = []
+        return False
+
     def _extends_dropped(self) -> ConflictError:
         """The refusal of a checkpoint extending this recorder's head, which a failed batch
         commit dropped: queued, it would fail the next batch and drop every checkpoint in
@@ -443,7 +458,7 @@ class Recorder(BulkAppends, RecorderEnds):
             step = _step(step, f"run {self._run_id} branch {self._branch}")
         if self._closed:
             raise StoreError("the recorder is closed", where=f"run {self._run_id}")
-        if self._dropped:
+        if self._dropped and self._still_dropped():
             raise self._extends_dropped()
         if self._last_step is not None and step < self._last_step:
             raise InvalidInputError(

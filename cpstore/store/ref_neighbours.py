@@ -99,11 +99,19 @@ def neighbour_damage(
     if 0 not in key:
         return None  # not a ref key (ref_key always writes the NUL)
 
-    def look() -> None:
-        value = cur.value()
+    seen: list[bytes] = []  # the value of the row that failed its check
+
+    def checked(k: bytes, value: Any) -> None:
         if layout == 1 and len(value) == DIGEST_SIZE:
             return
-        check(bytes(cur.key()), value)
+        try:
+            check(k, value)
+        except IntegrityError:
+            seen.append(bytes(value))  # only on a failure: nothing more per row checked
+            raise
+
+    def look() -> None:
+        checked(bytes(cur.key()), cur.value())
 
     near = getattr(txn, "near", None)  # PostgreSQL: the rows in one query (PgTxn.near)
     try:
@@ -112,17 +120,21 @@ def neighbour_damage(
             rows = near(refs_db, prefix, prefix[:-1] + b"\x01", RUN_ROWS + 1)
             if sum(k.startswith(prefix) for k, _ in rows) <= RUN_ROWS:
                 for k, v in rows:  # the row before the run's, its rows, the row after
-                    if not (layout == 1 and len(v) == DIGEST_SIZE):
-                        check(k, v)
+                    checked(k, v)
                 return None
         with txn.cursor(db=refs_db) as cur:
             _walk(cur, key, look)
     except IntegrityError as exc:
+        try:  # its value checked under this key: it is this ref, its key damaged (review101)
+            check(key, seen[0])
+            this = f"; its value passes the check under {_where(key)}: it is that ref"
+        except (IntegrityError, IndexError):
+            this = ""
         return IntegrityError(
             f"{NEIGHBOUR}: {_where(key)} is absent, and the ref row {exc.where} beside it "
-            f"fails its check ({exc.what}); it is not created from nothing nor read as "
-            "absent: run verify, then repair_ref (cpstore repair-ref; docs/store.md, "
-            "'Repairing a damaged ref')",
+            f"fails its check ({exc.what}){this}; it is not created from nothing nor read "
+            "as absent: run verify, then repair_ref naming the ref the row is (cpstore "
+            "repair-ref; docs/store.md, 'Repairing a damaged ref')",
             where=exc.where,
             expected=exc.expected,
             got=exc.got,

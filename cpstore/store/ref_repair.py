@@ -110,7 +110,10 @@ def repair_ref(
 
     def repair(txn: Txn[memoryview]) -> AuditRecord:
         before = refs_state(txn, backend.dbs)  # the one read of the digest and the table
-        stored = txn.get(key, None, backend.db("refs"))
+        stored: bytes | memoryview | None = txn.get(key, None, backend.db("refs"))
+        row = key  # the row repaired: this ref's own, or the one its key was flipped to
+        if stored is None and not before.holds:
+            row, stored = _moved_row(txn, backend.db("refs"), key) or (key, None)
         damaged = None if stored is None else bytes(stored)
         old_hash: bytes | None = None  # the named ref's full hash, when its check holds
         if damaged is None:
@@ -181,6 +184,8 @@ def repair_ref(
             # 8 bytes): the table's own after the change, as for a damaged digest (review68:
             # a dropped ref at a recorded count of 0 ended in struct.error, no repair).
             count = before.found + (damaged is None) - (new_raw is None)
+        if row != key:  # this ref's row under a damaged key: out, the ref at its own key
+            txn.delete(row, db=backend.db("refs"))
         after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
         if new_raw is not None and old_hash is None:  # a put-back, or a damaged ref replaced
             _carry_missing(backend, txn, before, after, count, other=other)
@@ -205,6 +210,9 @@ def repair_ref(
                 "run": run_id,
                 "branch": branch,
                 "damaged": None if damaged is None else damaged.hex(),
+                # The damaged key this ref's row was stored under (hex), deleted; None when
+                # the row was at its own key (review101).
+                "moved_from": None if row == key else row.hex(),
                 "new": hex_id(new_raw),
                 "retained": hex_id(keep),
                 "kept": [k.cid.hex() for k in kept],
@@ -231,6 +239,28 @@ def repair_ref(
 
     result: AuditRecord = backend.write_txn(repair)
     return result
+
+
+def _moved_row(txn: Txn[memoryview], refs: object, key: bytes) -> tuple[bytes, bytes] | None:
+    """(stored key, value) of the row that is ref ``key`` stored under a damaged key, or
+    None: a row of another key that fails its own check while its value passes the check
+    computed with ``key`` (8 bytes of XXH3 over the id, origin and key: one flipped bit in
+    a key, a row ``ref_neighbours`` refuses creates beside). Its key may be one no name
+    encodes to (not UTF-8, its NUL flipped), which no repair could name (review101)."""
+    with txn.cursor(db=refs) as cur:
+        for k, v in cur:
+            stored = bytes(k)
+            if stored == key:
+                continue
+            try:
+                unpack_ref(stored, v)
+            except IntegrityError:
+                try:
+                    unpack_ref(key, v)
+                except IntegrityError:
+                    continue
+                return stored, bytes(v)
+    return None
 
 
 def vanished_refs(backend: Backend) -> list[dict[str, str]]:

@@ -102,7 +102,7 @@ def _checked_origin(key: bytes | memoryview, origin: object) -> int:
 def _where(key: bytes | memoryview) -> str:
     try:
         run, branch = split_ref_key(key)
-    except UnicodeDecodeError:
+    except IntegrityError:  # split_ref_key's for a key no name encodes to (review101)
         return f"refs/{bytes(key).hex()}"
     return f"refs/{run}/{branch}"
 
