@@ -191,9 +191,9 @@ env.close()
 
 
 def test_a_flipped_ref_key_names_nothing(url: str) -> None:
-    """r@main's row renamed r@maio by one bit: r@maio is refused, r@main is gone (not
-    another checkpoint; resolving it is damage since cli99), retention stops, verify names
-    the damaged key."""
+    """r@main's row renamed r@maio by one bit: r@maio is refused, r@main reads as damage
+    naming r@maio (never another checkpoint nor absent: refkey100, review101), retention
+    stops, verify names the damaged key."""
     old, new = b"r\0main", b"r\0maio"  # 'n' ^ 0x01 == 'o'
     with cpstore.open(url) as st:
         rec = st.recorder("r")
@@ -216,11 +216,13 @@ def test_a_flipped_ref_key_names_nothing(url: str) -> None:
         ):
             with pytest.raises(IntegrityError):
                 read()
-        assert st.ref("r") is None
-        # No ref reads r@main while the table fails its checks: damage, not "no such run
-        # or branch" (cli99: exit 5, not 4; tests/test_cli99_damage_not_absence.py).
-        with pytest.raises(IntegrityError, match="refs fail their checks"):
-            st.resolve("r@main")
+        # r@main read as absent beside the damaged row that is it: damage, never None or
+        # "no such run or branch" (refkey100: the row beside the key fails its check, and
+        # its value passes the check under r@main, review101; cli99: exit 5, not 4).
+        for absent in (lambda: st.ref("r"), lambda: st.resolve("r@main")):
+            with pytest.raises(IntegrityError, match="passes the check under refs/r/main") as told:
+                absent()
+            assert told.value.where == "refs/r/maio"
         assert any(p.where == "refs/r/maio" for p in st.verify().problems)
         for cid in ids:
             with st.read(cid) as cp:
