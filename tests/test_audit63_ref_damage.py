@@ -219,9 +219,10 @@ def test_a_flipped_ref_key_names_nothing(url: str) -> None:
         # r@main read as absent beside the damaged row that is it: damage, never None or
         # "no such run or branch" (refkey100: the row beside the key fails its check, and
         # its value passes the check under r@main, review101; cli99: exit 5, not 4).
-        for absent in (lambda: st.ref("r"), lambda: st.resolve("r@main")):
+        absent: list[Callable[[], object]] = [lambda: st.ref("r"), lambda: st.resolve("r@main")]
+        for read_absent in absent:
             with pytest.raises(IntegrityError, match="passes the check under refs/r/main") as told:
-                absent()
+                read_absent()
             assert told.value.where == "refs/r/maio"
         assert any(p.where == "refs/r/maio" for p in st.verify().problems)
         for cid in ids:
