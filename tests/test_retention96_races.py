@@ -34,9 +34,10 @@ WORKERS = 2
 WAIT = 300
 
 
-def _sweeper(url: str, stop: Any, counts: Any) -> None:
+def _sweeper(url: str, stop: Any, counts: Any, ready: Any) -> None:
     n = 0
     with cpstore.open(url) as st:
+        ready.set()  # the workers start now: before, a slow spawn swept nothing (ci115)
         while not stop.is_set():
             n += 1
             if n % 3 == 0:
@@ -104,10 +105,11 @@ def test_sweeper_beside_writers_loses_nothing_acknowledged(url: str) -> None:
     """Every head and held checkpoint survives the sweeper whole; no ref moves backwards."""
     cpstore.open(url).close()
     ctx = multiprocessing.get_context("spawn")
-    stop, counts, out = ctx.Event(), ctx.Queue(), ctx.Queue()
-    sweeper = ctx.Process(target=_sweeper, args=(url, stop, counts))
+    stop, counts, out, ready = ctx.Event(), ctx.Queue(), ctx.Queue(), ctx.Event()
+    sweeper = ctx.Process(target=_sweeper, args=(url, stop, counts, ready))
     workers = [ctx.Process(target=_worker, args=(url, w, out)) for w in range(WORKERS)]
     sweeper.start()
+    assert ready.wait(WAIT), "the sweeper did not open the store"
     for p in workers:
         p.start()
     results = [out.get(timeout=WAIT) for _ in workers]
