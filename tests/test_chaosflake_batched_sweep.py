@@ -16,18 +16,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pytest
 from chaos_check import Model, read_logs
 from chaos_errors import RELAYED, refusal_problems
 from chaos_log import Log
-from chaos_planted import judged, queued_ckpt, writer_of
-from chaos_worker import SHARED, Worker
+from chaos_planted import drop_queued_line, excuse_is_narrow
+from chaos_worker import Worker
 
 import cpstore
 from cpstore.errors import ConflictError
-
-OWN = "the branch moved since this recorder read it; at refs/own-w0/main"
-SHARED_MSG = f"the branch moved since this recorder read it; at refs/{SHARED}/main"
 
 
 def test_a_checkpoint_on_a_dropped_queued_line_is_refused_and_passes(tmp_path: Path) -> None:
@@ -44,19 +40,7 @@ def test_a_checkpoint_on_a_dropped_queued_line_is_refused_and_passes(tmp_path: P
     st = cpstore.open(tmp_path / "s", durability="batched", batch_size=100)
     try:
         w = Worker(st, log, random.Random(1), "w0")
-        t = writer_of(w)
-        w.checkpoint(w.main, w.run, "main", flush=False)  # C1, queued
-        head = st.ref(SHARED)
-        first, second = st.recorder(SHARED, parent=head), st.recorder(SHARED, parent=head)
-        w.checkpoint(w.main, w.run, "main", flush=False)  # C2 on C1, queued
-        t.checkpoint(first, SHARED, "main", flush=False)
-        with pytest.raises(ConflictError, match="refs/shared/main"):
-            t.checkpoint(second, SHARED, "main")  # its flush: C1 and C2 dropped with it
-        assert len(w.main_pending) == 2
-        with pytest.raises(ConflictError, match="at refs/own-w0/main") as c3:
-            w.checkpoint(w.main, w.run, "main", flush=False)  # C3 on C2: refused
-        assert "not stored" in str(c3.value)
-        assert st.pending == 0  # C3 was never queued
+        drop_queued_line(w)  # C1, C2 dropped by the writer thread's flush; C3 refused
     finally:  # the drop is told at the main thread's next commit (or its close)
         try:
             st.close()
@@ -72,21 +56,4 @@ def test_the_sweep_excuse_needs_a_batched_handle_and_a_drop_before() -> None:
     """The excuse stays narrow: a sweep on a handle that is not batched commits no queue, and
     a batched sweep's conflict on the own run with no drop of the process before it (or
     with only a checkpoint queued after the drop) is still a defect."""
-    flush = {"ev": "b", "op": "flush"}
-    fail = {"ev": "x", "op": "flush", "err": "ConflictError", "msg": SHARED_MSG}
-    prune = {"ev": "b", "op": "prune", "keep": 3, "run": None, "batched": True}
-    own = {"ev": "x", "op": "prune", "err": "ConflictError", "msg": OWN}
-    assert judged([  # the CI run's order: C1 queued, dropped by the writer, the prune's commit
-        queued_ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**prune, "id": "3"},
-        {**own, "id": "3"},
-    ])  # fmt: skip
-    unbatched = {k: v for k, v in prune.items() if k != "batched"}
-    assert not judged([
-        queued_ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**unbatched, "id": "3"},
-        {**own, "id": "3"},
-    ])  # fmt: skip
-    assert not judged([queued_ckpt("1"), {**prune, "id": "3"}, {**own, "id": "3"}])  # no drop
-    assert not judged([  # the only queued checkpoint came after the failure ended
-        {**flush, "id": "2"}, {**fail, "id": "2"}, queued_ckpt("1"), {**prune, "id": "3"},
-        {**own, "id": "3"},
-    ])  # fmt: skip
+    excuse_is_narrow({"ev": "b", "op": "prune", "keep": 3, "run": None, "batched": True})

@@ -22,15 +22,12 @@ import pytest
 from chaos_check import Model, read_logs
 from chaos_errors import RELAYED, refusal_problems
 from chaos_log import Log
-from chaos_planted import judged, queued_ckpt, writer_of
-from chaos_worker import SHARED, Worker
+from chaos_planted import drop_queued_line, excuse_is_narrow
+from chaos_worker import Worker
 
 import cpstore
 from cpstore.errors import ConflictError
 from cpstore.store.transfer import transfer
-
-OWN = "the branch moved since this recorder read it; at refs/own-w0/main"
-SHARED_MSG = f"the branch moved since this recorder read it; at refs/{SHARED}/main"
 
 
 @pytest.mark.parametrize("op", ["fork", "reset", "set_ref", "push"])
@@ -52,19 +49,7 @@ def test_a_batched_ref_write_refused_by_its_queue_commit_passes(tmp_path: Path, 
         base = w.checkpoint(w.main, w.run, "main")  # acknowledged (flushed)
         assert base is not None
         st.fork(w.run, "fb", base)  # a branch the reset moves (outside the log)
-        t = writer_of(w)
-        w.checkpoint(w.main, w.run, "main", flush=False)  # C1, queued
-        head = st.ref(SHARED)
-        first, second = st.recorder(SHARED, parent=head), st.recorder(SHARED, parent=head)
-        w.checkpoint(w.main, w.run, "main", flush=False)  # C2 on C1, queued
-        t.checkpoint(first, SHARED, "main", flush=False)
-        with pytest.raises(ConflictError, match="refs/shared/main"):
-            t.checkpoint(second, SHARED, "main")  # its flush: C1 and C2 dropped with it
-        assert len(w.main_pending) == 2
-        with pytest.raises(ConflictError, match="at refs/own-w0/main") as c3:
-            w.checkpoint(w.main, w.run, "main", flush=False)  # C3 on C2: refused (hunt100)
-        assert "not stored" in str(c3.value)
-        assert st.pending == 0 and w.main_pending == []  # C3 never queued, C1-C2 forgotten
+        drop_queued_line(w)  # C1, C2 dropped by the writer thread's flush; C3 refused
         calls = {
             "fork": lambda: st.fork(w.run, "fc", base),
             "reset": lambda: st.reset_ref(
@@ -106,21 +91,4 @@ def test_the_ref_write_excuse_needs_a_batched_handle_and_a_drop_before(op: str) 
     """The excuse stays narrow: a ref write on a handle that is not batched commits no
     queue, and a batched one's conflict on the own run with no drop of the process before
     it (or with only a checkpoint queued after the drop) is still a defect."""
-    flush = {"ev": "b", "op": "flush"}
-    fail = {"ev": "x", "op": "flush", "err": "ConflictError", "msg": SHARED_MSG}
-    write = {"ev": "b", "op": op, "run": "own-w0", "branch": "fc", "batched": True}
-    own = {"ev": "x", "op": op, "err": "ConflictError", "msg": OWN}
-    assert judged([  # C1 queued, dropped by the writer, the ref write's commit
-        queued_ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**write, "id": "3"},
-        {**own, "id": "3"},
-    ])  # fmt: skip
-    unbatched = {k: v for k, v in write.items() if k != "batched"}
-    assert not judged([
-        queued_ckpt("1"), {**flush, "id": "2"}, {**fail, "id": "2"}, {**unbatched, "id": "3"},
-        {**own, "id": "3"},
-    ])  # fmt: skip
-    assert not judged([queued_ckpt("1"), {**write, "id": "3"}, {**own, "id": "3"}])  # no drop
-    assert not judged([  # the only queued checkpoint came after the failure ended
-        {**flush, "id": "2"}, {**fail, "id": "2"}, queued_ckpt("1"), {**write, "id": "3"},
-        {**own, "id": "3"},
-    ])  # fmt: skip
+    excuse_is_narrow({"ev": "b", "op": op, "run": "own-w0", "branch": "fc", "batched": True})
