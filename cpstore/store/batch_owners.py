@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 
 from cpstore.errors import CpstoreError, OutcomeUnknownError
 from cpstore.store.at_exit import ExitGate
-from cpstore.store.batch_fates import dropped_error, foreign, not_stored
+from cpstore.store.batch_fates import dropped_error, foreign
 from cpstore.store.reentry import reentrant_write
 
 __all__ = ["BatchOwners", "Owner"]
@@ -157,9 +157,10 @@ class BatchOwners(Generic[W]):
             flying = self._flying.get(key)
             if flying is None:
                 return  # settled already: a call again after an interrupt changes nothing
-            # Not stored, or (the batch's own failure, never requeued: not foreign) its
+            # The batch's own failure (never requeued: not foreign): not stored, or its
             # outcome unknown, which the recorder settles by reading its head (review101).
-            dropped = exc is not None and (not_stored(exc) or not foreign(exc))
+            # A foreign one (an interrupt, a handler's) is never marked.
+            dropped = exc is not None and not foreign(exc)
             for op in flying[1]:
                 self._owner.pop(id(op), None)
                 marks = getattr(op, "dropped", None)  # CheckpointWrite.dropped: its recorder's
