@@ -19,7 +19,7 @@ between the damaged row and the run's rows. What it cannot: a flip in an early b
 run id moves the row among other runs' refs (``thread-7`` stored as ``thread-3`` sorts by
 ``thread-3``'s refs), and a flip that makes the key match another valid name whose own
 rows lie between. Those stay for ``verify()``, retention and push/pull (the full walk:
-``refs.check_refs``). It improves detection; it does not make it complete (docs/store.md,
+``ref_table.check_refs``). It improves detection; it does not make it complete (docs/store.md,
 "Refs, branches, listing").
 
 Cost: one hash per row checked, and on LMDB a cursor positioned twice (two B-tree
@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cpstore.errors import CpstoreError, IntegrityError
+from cpstore.errors import IntegrityError
 from cpstore.native.records import DIGEST_SIZE
-from cpstore.store.model import split_ref_key
+from cpstore.store.model import ref_where
 
 __all__ = ["NEIGHBOUR", "RUN_ROWS", "neighbour_damage", "refuse_damaged_neighbours"]
 
@@ -50,14 +50,6 @@ RUN_ROWS = 8
 
 #: A row's own check: raises IntegrityError when it fails (``refs.unpack_ref``).
 RowCheck = Callable[[bytes, Any], object]
-
-
-def _where(key: bytes) -> str:
-    try:
-        run, branch = split_ref_key(key)
-    except CpstoreError:  # not UTF-8: only damage writes such a key
-        return f"refs/{bytes(key).hex()}"
-    return f"refs/{run}/{branch}"
 
 
 def _walk(cur: Any, key: bytes, look: Callable[[], None]) -> None:
@@ -127,11 +119,11 @@ def neighbour_damage(
     except IntegrityError as exc:
         try:  # its value checked under this key: it is this ref, its key damaged (review101)
             check(key, seen[0])
-            this = f"; its value passes the check under {_where(key)}: it is that ref"
+            this = f"; its value passes the check under {ref_where(key)}: it is that ref"
         except (IntegrityError, IndexError):
             this = ""
         return IntegrityError(
-            f"{NEIGHBOUR}: {_where(key)} is absent, and the ref row {exc.where} beside it "
+            f"{NEIGHBOUR}: {ref_where(key)} is absent, and the ref row {exc.where} beside it "
             f"fails its check ({exc.what}){this}; it is not created from nothing nor read "
             "as absent: run verify, then repair_ref naming the ref the row is (cpstore "
             "repair-ref; docs/store.md, 'Repairing a damaged ref')",

@@ -42,16 +42,13 @@ from cpstore.store.ref_forgotten import (
     search,
     xor_bytes,
 )
-from cpstore.store.refs import (
-    RECORDED,
-    SET,
+from cpstore.store.ref_table import (
     RefsState,
     record_refs_digest,
-    ref_hash,
     refs_state,
     replace_damaged_ref,
-    unpack_ref,
 )
+from cpstore.store.refs import RECORDED, SET, ref_hash, unpack_ref
 from cpstore.store.retained import add_hold
 
 __all__ = ["repair_ref"]
