@@ -11,7 +11,9 @@ leaves the damaged key sharing the first ``i`` bytes with the true one, so every
 sorting between the two shares them too. :func:`neighbour_damage` checks, for an absent
 ``key``: every row of its run (keys starting ``run NUL``, up to :data:`RUN_ROWS` of
 them), the row just before the run's rows and the row just after them; when the run holds
-more rows than that, the rows just before and just after ``key`` itself. What this
+more rows than that, the rows just before and just after ``key`` itself instead of the
+rest of its rows (the rows just before and just after the run's still checked: a big run
+skipped the one after before review102). What this
 catches: a flip in the branch part (the damaged row stays among its run's rows) while the
 run holds at most :data:`RUN_ROWS` refs, else one with no other ref of the run between it
 and ``key``; a flip in the NUL or a late byte of the run id when no other run's ref sorts
@@ -24,7 +26,8 @@ rows lie between. Those stay for ``verify()``, retention and push/pull (the full
 
 Cost: one hash per row checked, and on LMDB a cursor positioned twice (two B-tree
 descents), on PostgreSQL one query (``PgTxn.near``; a run with more refs than
-:data:`RUN_ROWS` falls back to the cursor, three queries more), paid when a ref is created
+:data:`RUN_ROWS` falls back to the cursor, three queries more, and one cursor positioning
+more on both engines for the row just past the run's), paid when a ref is created
 from nothing or read as absent, never on a move or a present ref's read.
 """
 
@@ -74,6 +77,10 @@ def _walk(cur: Any, key: bytes, look: Callable[[], None]) -> None:
                 if cur.prev():
                     look()
             elif cur.last():
+                look()
+            # And the row just past the run's rows, as in a smaller run (review102: a big
+            # run's NUL or last run byte flipped sorted the ref there, unchecked).
+            if cur.set_range(prefix[:-1] + b"\x01"):
                 look()
             break
     if cur.set_range(prefix) and cur.prev():
