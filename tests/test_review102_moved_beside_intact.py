@@ -146,3 +146,33 @@ def test_a_row_that_is_not_this_ref_is_never_deleted(url: str) -> None:
         assert st.ref("zz") == zz_head
         report = st.verify()
         assert report.ok, report.problems
+
+
+def test_verify_and_a_refusal_name_the_ref_a_damaged_key_row_is(url: str) -> None:
+    """The row under ``\\xf2un\\0main`` was named only by its hex key (no name encodes to
+    it): verify and the refusal of a create beside it now name ``refs/run/main``, the ref
+    ``repair_ref`` needs (its value passes the check under a key one bit away)."""
+    with cpstore.open(url) as st:
+        head, _ = _blind(st, url)
+        said = "passes the check under refs/run/main, one bit of its key flipped: the row is"
+        whats = [p.what for p in st.verify().problems if p.where == f"refs/{_DAMAGED.hex()}"]
+        assert len(whats) == 1 and said in whats[0], whats
+        with pytest.raises(IntegrityError) as refused:
+            st.recorder("zzz").checkpoint(0, {"x": 1})
+        assert said in str(refused.value)
+        st.repair_ref("run", "main", head, operator="op", reason="verify named it")
+        _whole(st)
+
+
+def test_a_value_flip_names_no_other_ref(url: str) -> None:
+    """Control: a row damaged in its value passes no key one bit away; verify says what
+    it said."""
+    with cpstore.open(url) as st:
+        st.recorder("run").checkpoint(0, {"i": 0})
+        value = dict(_refs(st))[_KEY]
+        flipped = bytearray(value)
+        flipped[3] ^= 0x10
+        b = st.backend
+        b.write_txn(lambda txn: txn.put(_KEY, bytes(flipped), db=b.db("refs")))
+        whats = [p.what for p in st.verify().problems if p.where == "refs/run/main"]
+        assert whats == ["ref does not match its check (key or value damaged)"], whats

@@ -40,7 +40,13 @@ from cpstore.errors import IntegrityError
 from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.model import ref_where
 
-__all__ = ["NEIGHBOUR", "RUN_ROWS", "neighbour_damage", "refuse_damaged_neighbours"]
+__all__ = [
+    "NEIGHBOUR",
+    "RUN_ROWS",
+    "flipped_from",
+    "neighbour_damage",
+    "refuse_damaged_neighbours",
+]
 
 #: The words every refusal of :func:`neighbour_damage` begins with (the damaged row named
 #: right after the absent key: a log that keeps a message's first 300 characters keeps both).
@@ -98,7 +104,7 @@ def neighbour_damage(
     if 0 not in key:
         return None  # not a ref key (ref_key always writes the NUL)
 
-    seen: list[bytes] = []  # the value of the row that failed its check
+    seen: list[tuple[bytes, bytes]] = []  # the row that failed its check: key, value
 
     def checked(k: bytes, value: Any) -> None:
         if layout == 1 and len(value) == DIGEST_SIZE:
@@ -106,7 +112,7 @@ def neighbour_damage(
         try:
             check(k, value)
         except IntegrityError:
-            seen.append(bytes(value))  # only on a failure: nothing more per row checked
+            seen.append((k, bytes(value)))  # only on a failure: nothing more per row checked
             raise
 
     def look() -> None:
@@ -125,10 +131,16 @@ def neighbour_damage(
             _walk(cur, key, look)
     except IntegrityError as exc:
         try:  # its value checked under this key: it is this ref, its key damaged (review101)
-            check(key, seen[0])
+            check(key, seen[0][1])
             this = f"; its value passes the check under {ref_where(key)}: it is that ref"
         except (IntegrityError, IndexError):
-            this = ""
+            true = flipped_from(*seen[0], check) if seen else None
+            this = (
+                ""
+                if true is None
+                else f"; its value passes the check under {ref_where(true)}, one bit of its "
+                "key flipped: the row is that ref"
+            )
         return IntegrityError(
             f"{NEIGHBOUR}: {ref_where(key)} is absent, and the ref row {exc.where} beside it "
             f"fails its check ({exc.what}){this}; it is not created from nothing nor read "
@@ -138,6 +150,27 @@ def neighbour_damage(
             expected=exc.expected,
             got=exc.got,
         )
+    return None
+
+
+def flipped_from(key: bytes, value: bytes, check: RowCheck) -> bytes | None:
+    """The key one flipped bit away from ``key`` under which ``value`` passes ``check``
+    (the ref a row failing its own check is, its key damaged: the name ``repair_ref``
+    needs, which a key not UTF-8 does not give), or None (a value damaged, or more than
+    one bit). Eight hashes per key byte (about 1 ms for a 64-byte key), paid only for a
+    row that failed its check; a false name is one chance in 2^64 per key tried
+    (review102)."""
+    raw = bytearray(key)
+    for i in range(len(raw)):
+        for bit in (1, 2, 4, 8, 16, 32, 64, 128):
+            raw[i] ^= bit
+            other = bytes(raw)
+            raw[i] ^= bit
+            try:
+                check(other, value)
+            except IntegrityError:
+                continue
+            return other
     return None
 
 

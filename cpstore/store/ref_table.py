@@ -19,6 +19,7 @@ from cpstore.native.records import DIGEST_SIZE
 from cpstore.store.content import records_of
 from cpstore.store.manifest import decode_manifest
 from cpstore.store.model import Problem, ref_where, unpack_checkpoint_value
+from cpstore.store.ref_neighbours import flipped_from
 from cpstore.store.refs import (
     REF_SIZE,
     REFS_DIGEST_KEY,
@@ -28,6 +29,7 @@ from cpstore.store.refs import (
     pack_ref,
     stored_hash,
     unpack_hashed,
+    unpack_ref,
 )
 
 __all__ = [
@@ -113,7 +115,15 @@ def check_refs(txn: Any, dbs: Mapping[str, Any], problems: list[Problem]) -> int
         try:
             cid, origin, full = unpack_hashed(key, stored)
         except CpstoreError as exc:  # hashed as stored, when REF_SIZE bytes
-            problems.append(Problem(exc.what, exc.where or "refs", exc.expected, exc.got))
+            true = flipped_from(key, bytes(stored), unpack_ref)
+            what = (
+                exc.what
+                if true is None
+                else f"{exc.what}; its value passes the check under {ref_where(true)}, one bit "
+                f"of its key flipped: the row is that ref, stored under a damaged key "
+                f"(repair_ref names {ref_where(true)}; docs/store.md, 'Out of the blind spot')"
+            )
+            problems.append(Problem(what, exc.where or "refs", exc.expected, exc.got))
             return None
         try:
             value = cps.get(txn, cid)
