@@ -176,3 +176,33 @@ def test_a_value_flip_names_no_other_ref(url: str) -> None:
         b.write_txn(lambda txn: txn.put(_KEY, bytes(flipped), db=b.db("refs")))
         whats = [p.what for p in st.verify().problems if p.where == "refs/run/main"]
         assert whats == ["ref does not match its check (key or value damaged)"], whats
+
+
+def test_a_row_that_passes_no_refs_check_is_deleted_by_its_own_name(url: str) -> None:
+    """What docs/store.md says is left: a row under a damaged key whose value is damaged
+    too passes no ref's check, so no repair finds it; when its key is a name, the repair
+    of that name (``--delete``) takes it out, its head kept."""
+    with cpstore.open(url) as st:
+        head = st.recorder("run").checkpoint(0, {"i": 0})
+        st.recorder("zz").checkpoint(0, {"z": 0})
+        value = bytearray(dict(_refs(st))[_KEY])
+        value[-1] ^= 0x01  # the check's last byte: the value passes no key's check
+        moved = ref_key("run", "maio")
+        b = st.backend
+
+        def write(txn: object) -> None:
+            refs = b.db("refs")
+            txn.delete(_KEY, db=refs)  # type: ignore[attr-defined]
+            txn.put(moved, bytes(value), db=refs)  # type: ignore[attr-defined]
+
+        b.write_txn(write)
+        problems = st.verify().problems
+        assert [p.what for p in problems if p.where == "refs/run/maio"] == [
+            "ref does not match its check (key or value damaged)"
+        ], problems
+        record = st.repair_ref("run", "maio", None, operator="op", reason="two flips")
+        assert record.body["retained"] == head and head in st.retained()
+        assert moved not in dict(_refs(st))
+        st.fork("run", "main", head)
+        report = st.verify()
+        assert report.ok, report.problems
