@@ -19,15 +19,8 @@ from cpstore.errors import CpstoreError, InvalidInputError
 from cpstore.store import Store
 from cpstore.store.manifest_encode import encode_recorded_manifest
 from cpstore.store.model import ref_key
-from cpstore.store.refs import (
-    RECORDED,
-    SET,
-    pack_ref,
-    read_ref,
-    ref_hash,
-    replace_damaged_ref,
-    write_ref,
-)
+from cpstore.store.ref_table import replace_damaged_ref
+from cpstore.store.refs import RECORDED, SET, pack_ref, read_ref, ref_hash, write_ref
 
 _NOT_STEPS = [-1, -4096, -(2**63), 2**63, True, False, 1.5, "3", None]
 _NOT_ORIGINS = [-1, -255, 2, 255, True, False, 1.0, "1", None]

@@ -59,19 +59,19 @@ def test_the_move_writes_what_the_general_path_writes(
     env: Any, *, key: bytes, cid: bytes, old_cid: bytes, old_origin: int, acc: bytes, count: int
 ) -> None:
     row = acc + count.to_bytes(8, "little")
-    old_hash = refs._hash(key, old_cid, old_origin)
+    old_hash = refs.stored_hash(key, old_cid, old_origin)
     fast = _after(env, key, cid, (old_cid, old_origin, old_hash), row)
     general = _after(env, key, cid, (old_cid, old_origin), row)  # no hash given: general
     assert fast == general
     x = int.from_bytes(acc, "little") ^ int.from_bytes(old_hash, "little")
-    x ^= int.from_bytes(refs._hash(key, cid, RECORDED), "little")
+    x ^= int.from_bytes(refs.stored_hash(key, cid, RECORDED), "little")
     assert fast[1] == x.to_bytes(16, "little") + row[16:]
 
 
 @pytest.mark.parametrize("row", [None, b"", bytes(23), bytes(25)])
 def test_an_odd_row_takes_the_general_path(env: Any, row: bytes | None) -> None:
     key, cid, old = b"run\x00main", bytes(range(16)), bytes(16)
-    old3 = (old, RECORDED, refs._hash(key, old, RECORDED))
+    old3 = (old, RECORDED, refs.stored_hash(key, old, RECORDED))
     if row is None:  # a move with the row missing: written back? the general path says
         assert _after(env, key, cid, old3, row) == _after(env, key, cid, old3[:2], row)
         return
@@ -81,9 +81,9 @@ def test_an_odd_row_takes_the_general_path(env: Any, row: bytes | None) -> None:
 
 def test_the_commit_path_writes_the_ref_and_its_hash(env: Any) -> None:
     key, cid, old = b"r\x00b", bytes(range(16)), bytes(16)
-    old3 = (old, RECORDED, refs._hash(key, old, RECORDED))
+    old3 = (old, RECORDED, refs.stored_hash(key, old, RECORDED))
     row = bytes(16) + (3).to_bytes(8, "little")
     value, got_row, written = _after(env, key, cid, old3, row)
     assert value == pack_ref(key, cid, RECORDED)
     assert got_row[16:] == row[16:]
-    assert written == (key, value, refs._hash(key, cid, RECORDED))
+    assert written == (key, value, refs.stored_hash(key, cid, RECORDED))

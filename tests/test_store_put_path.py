@@ -37,7 +37,8 @@ from cpstore.store.model import (
     ref_key,
     unpack_checkpoint_value,
 )
-from cpstore.store.refs import check_refs, read_ref, read_ref_hashed, write_ref
+from cpstore.store.ref_table import check_refs
+from cpstore.store.refs import read_ref, read_ref_hashed, write_ref
 
 _digests = st.binary(min_size=16, max_size=16)
 _opt = st.one_of(st.none(), _digests)

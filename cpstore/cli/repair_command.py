@@ -63,6 +63,7 @@ def _repair(args: argparse.Namespace) -> int:
                 "checkpoint_id": body["new"],
                 "damaged": body["damaged"],
                 "moved_from": body["moved_from"],
+                "moved_value": body["moved_value"],
                 "retained": body["retained"],
                 "kept": list(body["kept"]),
                 "forced": body["forced"],
@@ -76,6 +77,8 @@ def _repair(args: argparse.Namespace) -> int:
     where = f"{body['run']}@{body['branch']}"
     done = "deleted" if body["new"] is None else f"set to {body['new']}"
     say(f"repaired {where}: {done} (audit {rec.digest})")
+    if body["moved_from"] is not None:
+        say(f"deleted its row stored under the damaged key {body['moved_from']} (hex)")
     overrode = body["overrode"]
     if overrode is not None:
         named = (

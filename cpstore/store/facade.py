@@ -427,8 +427,9 @@ class Store(StoreUpkeep):  # the audit and maintenance calls: facade_upkeep.py
 
         The repair path for a damaged ref (which blocks ``prune`` and every
         CAS), a damaged refs digest and a ref that vanished (put back at ``new``):
-        ConflictError unless the stored ref fails its check or the refs table fails
-        ``meta/refs_digest``; NotFoundError for an absent ref when the table passes
+        ConflictError unless the stored ref fails its check, the refs table fails
+        ``meta/refs_digest`` or the ref's row sits under a damaged key too (deleted,
+        ``moved_from``, its head kept); NotFoundError for an absent ref when the table passes
         its digest (``fork`` makes a branch) or ``new`` is None. A ref put back while
         the table is exactly one ref short of its digest must be the ref that vanished
         (name and head): PutBackMismatchError otherwise, naming it when it can be found,

@@ -29,7 +29,7 @@ from cpstore.native.args import check_text, is_hex
 from cpstore.store.backend import Backend
 from cpstore.store.content import records_of
 from cpstore.store.model import check_name, ref_key
-from cpstore.store.refs import refs_damage
+from cpstore.store.ref_table import refs_damage
 
 __all__ = ["MAX_CANDIDATES", "MIN_PREFIX", "resolve"]
 

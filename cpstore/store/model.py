@@ -48,6 +48,7 @@ __all__ = [
     "hex_id",
     "parse_id",
     "ref_key",
+    "ref_where",
     "split_checkpoint_value",
     "split_ref_key",
 ]
@@ -170,6 +171,16 @@ def split_ref_key(key: bytes | memoryview) -> tuple[str, str]:
         return run.decode("utf-8", "surrogatepass"), branch.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError:  # only damage writes a key no name encodes to
         raise IntegrityError("a ref key is not UTF-8", where="refs", got=raw) from None
+
+
+def ref_where(key: bytes | memoryview) -> str:
+    """Where a ref row is, for an error or a problem: ``refs/RUN/BRANCH``, or ``refs/<hex>``
+    for a key no name encodes to (only damage writes one: review101)."""
+    try:
+        run, branch = split_ref_key(key)
+    except IntegrityError:
+        return f"refs/{bytes(key).hex()}"
+    return f"refs/{run}/{branch}"
 
 
 def _created_check(cid: bytes, created: bytes | memoryview) -> bytes:

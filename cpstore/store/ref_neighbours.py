@@ -11,7 +11,9 @@ leaves the damaged key sharing the first ``i`` bytes with the true one, so every
 sorting between the two shares them too. :func:`neighbour_damage` checks, for an absent
 ``key``: every row of its run (keys starting ``run NUL``, up to :data:`RUN_ROWS` of
 them), the row just before the run's rows and the row just after them; when the run holds
-more rows than that, the rows just before and just after ``key`` itself. What this
+more rows than that, the rows just before and just after ``key`` itself instead of the
+rest of its rows (the rows just before and just after the run's still checked: a big run
+skipped the one after before review102). What this
 catches: a flip in the branch part (the damaged row stays among its run's rows) while the
 run holds at most :data:`RUN_ROWS` refs, else one with no other ref of the run between it
 and ``key``; a flip in the NUL or a late byte of the run id when no other run's ref sorts
@@ -19,12 +21,13 @@ between the damaged row and the run's rows. What it cannot: a flip in an early b
 run id moves the row among other runs' refs (``thread-7`` stored as ``thread-3`` sorts by
 ``thread-3``'s refs), and a flip that makes the key match another valid name whose own
 rows lie between. Those stay for ``verify()``, retention and push/pull (the full walk:
-``refs.check_refs``). It improves detection; it does not make it complete (docs/store.md,
+``ref_table.check_refs``). It improves detection; it does not make it complete (docs/store.md,
 "Refs, branches, listing").
 
 Cost: one hash per row checked, and on LMDB a cursor positioned twice (two B-tree
 descents), on PostgreSQL one query (``PgTxn.near``; a run with more refs than
-:data:`RUN_ROWS` falls back to the cursor, three queries more), paid when a ref is created
+:data:`RUN_ROWS` falls back to the cursor, three queries more, and one cursor positioning
+more on both engines for the row just past the run's), paid when a ref is created
 from nothing or read as absent, never on a move or a present ref's read.
 """
 
@@ -33,11 +36,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cpstore.errors import CpstoreError, IntegrityError
+from cpstore.errors import IntegrityError
 from cpstore.native.records import DIGEST_SIZE
-from cpstore.store.model import split_ref_key
+from cpstore.store.model import ref_where
 
-__all__ = ["NEIGHBOUR", "RUN_ROWS", "neighbour_damage", "refuse_damaged_neighbours"]
+__all__ = [
+    "NEIGHBOUR",
+    "RUN_ROWS",
+    "flipped_from",
+    "neighbour_damage",
+    "refuse_damaged_neighbours",
+]
 
 #: The words every refusal of :func:`neighbour_damage` begins with (the damaged row named
 #: right after the absent key: a log that keeps a message's first 300 characters keeps both).
@@ -50,14 +59,6 @@ RUN_ROWS = 8
 
 #: A row's own check: raises IntegrityError when it fails (``refs.unpack_ref``).
 RowCheck = Callable[[bytes, Any], object]
-
-
-def _where(key: bytes) -> str:
-    try:
-        run, branch = split_ref_key(key)
-    except CpstoreError:  # not UTF-8: only damage writes such a key
-        return f"refs/{bytes(key).hex()}"
-    return f"refs/{run}/{branch}"
 
 
 def _walk(cur: Any, key: bytes, look: Callable[[], None]) -> None:
@@ -83,6 +84,10 @@ def _walk(cur: Any, key: bytes, look: Callable[[], None]) -> None:
                     look()
             elif cur.last():
                 look()
+            # And the row just past the run's rows, as in a smaller run (review102: a big
+            # run's NUL or last run byte flipped sorted the ref there, unchecked).
+            if cur.set_range(prefix[:-1] + b"\x01"):
+                look()
             break
     if cur.set_range(prefix) and cur.prev():
         look()  # the row just before the run's rows
@@ -99,7 +104,7 @@ def neighbour_damage(
     if 0 not in key:
         return None  # not a ref key (ref_key always writes the NUL)
 
-    seen: list[bytes] = []  # the value of the row that failed its check
+    seen: list[tuple[bytes, bytes]] = []  # the row that failed its check: key, value
 
     def checked(k: bytes, value: Any) -> None:
         if layout == 1 and len(value) == DIGEST_SIZE:
@@ -107,7 +112,7 @@ def neighbour_damage(
         try:
             check(k, value)
         except IntegrityError:
-            seen.append(bytes(value))  # only on a failure: nothing more per row checked
+            seen.append((k, bytes(value)))  # only on a failure: nothing more per row checked
             raise
 
     def look() -> None:
@@ -126,12 +131,18 @@ def neighbour_damage(
             _walk(cur, key, look)
     except IntegrityError as exc:
         try:  # its value checked under this key: it is this ref, its key damaged (review101)
-            check(key, seen[0])
-            this = f"; its value passes the check under {_where(key)}: it is that ref"
+            check(key, seen[0][1])
+            this = f"; its value passes the check under {ref_where(key)}: it is that ref"
         except (IntegrityError, IndexError):
-            this = ""
+            true = flipped_from(*seen[0], check) if seen else None
+            this = (
+                ""
+                if true is None
+                else f"; its value passes the check under {ref_where(true)}, one bit of its "
+                "key flipped: the row is that ref"
+            )
         return IntegrityError(
-            f"{NEIGHBOUR}: {_where(key)} is absent, and the ref row {exc.where} beside it "
+            f"{NEIGHBOUR}: {ref_where(key)} is absent, and the ref row {exc.where} beside it "
             f"fails its check ({exc.what}){this}; it is not created from nothing nor read "
             "as absent: run verify, then repair_ref naming the ref the row is (cpstore "
             "repair-ref; docs/store.md, 'Repairing a damaged ref')",
@@ -139,6 +150,27 @@ def neighbour_damage(
             expected=exc.expected,
             got=exc.got,
         )
+    return None
+
+
+def flipped_from(key: bytes, value: bytes, check: RowCheck) -> bytes | None:
+    """The key one flipped bit away from ``key`` under which ``value`` passes ``check``
+    (the ref a row failing its own check is, its key damaged: the name ``repair_ref``
+    needs, which a key not UTF-8 does not give), or None (a value damaged, or more than
+    one bit). Eight hashes per key byte (about 1 ms for a 64-byte key), paid only for a
+    row that failed its check; a false name is one chance in 2^64 per key tried
+    (review102)."""
+    raw = bytearray(key)
+    for i in range(len(raw)):
+        for bit in (1, 2, 4, 8, 16, 32, 64, 128):
+            raw[i] ^= bit
+            other = bytes(raw)
+            raw[i] ^= bit
+            try:
+                check(other, value)
+            except IntegrityError:
+                continue
+            return other
     return None
 
 

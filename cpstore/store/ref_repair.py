@@ -42,16 +42,13 @@ from cpstore.store.ref_forgotten import (
     search,
     xor_bytes,
 )
-from cpstore.store.refs import (
-    RECORDED,
-    SET,
+from cpstore.store.ref_table import (
     RefsState,
     record_refs_digest,
-    ref_hash,
     refs_state,
     replace_damaged_ref,
-    unpack_ref,
 )
+from cpstore.store.refs import RECORDED, SET, ref_hash, unpack_ref
 from cpstore.store.retained import add_hold
 
 __all__ = ["repair_ref"]
@@ -87,14 +84,20 @@ def repair_ref(
     malformed or missing digest, a ref that fails its check, a difference of zero) the
     put-back is not checked; a repair that leaves the table one ref short keeps the
     recorded XOR while it names that ref (review73).
+    This ref's row stored under a damaged key (a row of another key failing its own check
+    whose value passes the check under this ref's key) is deleted in the same txn: when
+    the ref is absent (review101), and beside the ref intact at its own key (review102: a
+    flip where ``ref_neighbours`` does not look, the run started anew), where it lifts
+    the ConflictError even when the digest was re-derived over it; its head is kept.
     In one write txn: a ``ref_repair`` audit record (``run``, ``branch``, ``damaged``:
     the stored value in hex, None for a ref put back, ``new``, ``retained``, ``kept``,
+    ``moved_from``, ``moved_value``: that row's key and, beside an intact ref, its value,
     ``operator``, ``reason``, ``forced``, ``overrode``: the vanished ref the check named
     when ``force`` lifted its refusal, else None; ``refs``), the new value, the digest
     re-derived, and as retained heads: the checkpoint a damaged value's first 16 bytes
     name, if stored (``retained``), and every checkpoint the repaired table no longer reaches that a
-    ref vanished or changed outside cpstore may have held (``kept``;
-    :func:`forgotten_heads`).
+    ref vanished or changed outside cpstore may have held, a moved row's head first
+    (``kept``; :func:`forgotten_heads`).
     Returns the record.
     """
     key = ref_key(check_name(run_id, "run_id"), check_name(branch, "branch"))
@@ -112,10 +115,13 @@ def repair_ref(
         before = refs_state(txn, backend.dbs)  # the one read of the digest and the table
         stored: bytes | memoryview | None = txn.get(key, None, backend.db("refs"))
         row = key  # the row repaired: this ref's own, or the one its key was flipped to
-        if stored is None and not before.holds:
+        if stored is None:  # a digest re-derived over the moved row holds: looked for too
             row, stored = _moved_row(txn, backend.db("refs"), key) or (key, None)
         damaged = None if stored is None else bytes(stored)
         old_hash: bytes | None = None  # the named ref's full hash, when its check holds
+        # This ref's row under a damaged key beside an intact ref at its own key (made
+        # where refkey100's check does not look): deleted too, its head kept (review102).
+        moved: tuple[bytes, bytes] | None = None
         if damaged is None:
             if new_raw is None:
                 raise NotFoundError(
@@ -139,7 +145,9 @@ def repair_ref(
                 pass
             else:
                 old_hash = ref_hash(key, old_cid, old_origin)
-                if before.holds:
+                if row == key:
+                    moved = _moved_row(txn, backend.db("refs"), key)
+                if before.holds and moved is None and row == key:
                     raise ConflictError(
                         "the ref passes its check and the refs table its digest; repair_ref "
                         "only replaces a damaged ref (use set_ref or reset_ref)",
@@ -161,29 +169,28 @@ def repair_ref(
             if not force:
                 raise
             overrode = exc.expected
-        named = b"" if damaged is None else damaged[:DIGEST_SIZE]
-        keep = (
-            named
-            if len(named) == DIGEST_SIZE
-            and named != new_raw
-            and records_of(backend.dbs).exists(txn, named)
-            else None
+        keep, keep_moved = (
+            _kept_head(backend, txn, value, new_raw) for value in (damaged, moved and moved[1])
         )
+        keep_moved = None if keep_moved == keep else keep_moved
         recorded = None if before.recorded is None else before.recorded[1]
         if damaged is None:
             # It fills the hole of a ref vanished (which the digest still counts), or
             # is one more ref (a table not short).
             count = before.found + 1 if recorded is None else recorded + (before.found >= recorded)
         elif recorded is None or old_hash is not None:
-            # The ref intact, the digest is what is repaired: its count too (review66).
-            count = before.found - (new_raw is None)
+            # The ref intact, the digest is what is repaired: its count too (review66);
+            # less the moved row of this ref deleted beside it (review102).
+            count = before.found - (new_raw is None) - (moved is not None)
         else:
             count = recorded - (new_raw is None)  # carried: a vanished ref stays reported
         if not 0 <= count < 1 << 64:
             # The recorded count is damaged too (below the refs it must count, or past its
             # 8 bytes): the table's own after the change, as for a damaged digest (review68:
             # a dropped ref at a recorded count of 0 ended in struct.error, no repair).
-            count = before.found + (damaged is None) - (new_raw is None)
+            count = before.found + (damaged is None) - (new_raw is None) - (moved is not None)
+        if moved is not None:
+            row = moved[0]
         if row != key:  # this ref's row under a damaged key: out, the ref at its own key
             txn.delete(row, db=backend.db("refs"))
         after = replace_damaged_ref(txn, backend.dbs, key, new_raw, origin, count=count)
@@ -192,14 +199,20 @@ def repair_ref(
         kept: list[Forgotten] = []
         if not before.holds:
             adjusted = _expected(
-                before, key=key, damaged=damaged, old_hash=old_hash, new_raw=new_raw, origin=origin
+                before,
+                key=key,
+                damaged=damaged,
+                old_hash=old_hash,
+                new_raw=new_raw,
+                origin=origin,
+                moved=None if moved is None else unpack_ref(key, moved[1]),
             )
             kept = forgotten_heads(
                 backend,
                 txn,
                 tuple(dict.fromkeys(d for d in (before.recorded, adjusted) if d is not None)),
                 after,
-                extra_roots=() if keep is None else (keep,),
+                extra_roots=tuple(k for k in (keep, keep_moved) if k is not None),
                 named=(run_id, branch),
             )
         record = append_audit_txn(
@@ -213,9 +226,15 @@ def repair_ref(
                 # The damaged key this ref's row was stored under (hex), deleted; None when
                 # the row was at its own key (review101).
                 "moved_from": None if row == key else row.hex(),
+                # That row's value (hex) when it was deleted beside an intact ref at the
+                # ref's own key, whose value is ``damaged``; else None (review102).
+                "moved_value": None if moved is None else moved[1].hex(),
                 "new": hex_id(new_raw),
                 "retained": hex_id(keep),
-                "kept": [k.cid.hex() for k in kept],
+                "kept": [
+                    *([] if keep_moved is None else [keep_moved.hex()]),
+                    *(k.cid.hex() for k in kept if k.cid != keep_moved),
+                ],
                 "operator": who,
                 "reason": why,
                 "forced": force,  # the put-back check lifted (repair72)
@@ -231,14 +250,30 @@ def repair_ref(
         )
         meta = backend.db("meta")
         # Each a hold of this record's, beside any other on the checkpoint (holders69).
-        if keep is not None:
-            add_hold(txn, meta, keep, run=run_id, branch=branch, audit=record.digest)
+        for head in (keep, keep_moved):
+            if head is not None:
+                add_hold(txn, meta, head, run=run_id, branch=branch, audit=record.digest)
         for k in kept:
             add_hold(txn, meta, k.cid, run=k.run, branch=k.branch, audit=record.digest)
         return record
 
     result: AuditRecord = backend.write_txn(repair)
     return result
+
+
+def _kept_head(
+    backend: Backend, txn: Txn[memoryview], value: bytes | None, new_raw: bytes | None
+) -> bytes | None:
+    """The checkpoint a replaced ref value's first 16 bytes name, kept as a retained head
+    by the repair: None when it is not stored, or is the head the repair puts."""
+    named = b"" if value is None else value[:DIGEST_SIZE]
+    if (
+        len(named) == DIGEST_SIZE
+        and named != new_raw
+        and records_of(backend.dbs).exists(txn, named)
+    ):
+        return named
+    return None
 
 
 def _moved_row(txn: Txn[memoryview], refs: object, key: bytes) -> tuple[bytes, bytes] | None:
@@ -322,6 +357,7 @@ def _expected(
     old_hash: bytes | None,
     new_raw: bytes | None,
     origin: int,
+    moved: tuple[bytes, int] | None = None,
 ) -> tuple[bytes, int] | None:
     """The (XOR, count) the digest recorded with the repair's own change applied, or None
     when unknowable (a malformed digest; a damaged ref deleted: its true hash is not
@@ -330,6 +366,8 @@ def _expected(
     if before.recorded is None:
         return None
     acc, count = before.recorded
+    if moved is not None:  # the ref's row under a damaged key, deleted: its true hash out
+        acc, count = xor_bytes(acc, ref_hash(key, moved[0], moved[1])), count - 1
     if damaged is not None:
         if old_hash is None and new_raw is None:
             return None

@@ -35,12 +35,8 @@ from cpstore.store.content import KIND_OBJECT, Content, objects_of, records_of
 from cpstore.store.keyed_audit import check_can_append
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import check_name, split_ref_key, unpack_checkpoint_value
-from cpstore.store.refs import (
-    checked_heads,
-    delete_ref,
-    pinned_objects,
-    unpack_ref,
-)
+from cpstore.store.ref_table import checked_heads
+from cpstore.store.refs import delete_ref, pinned_objects, unpack_ref
 from cpstore.store.retained import retained, retained_heads
 from cpstore.store.verify import child_kind, children
 

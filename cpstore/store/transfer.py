@@ -73,7 +73,8 @@ from cpstore.store.manifest import (
 )
 from cpstore.store.model import split_checkpoint_value, split_ref_key
 from cpstore.store.objects import put_object
-from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, refs_damage, unpack_ref, write_ref
+from cpstore.store.ref_table import refs_damage
+from cpstore.store.refs import REFS_DIGEST_KEY, read_ref, unpack_ref, write_ref
 from cpstore.store.store_identity import check_distinct
 from cpstore.store.transfer_gates import Carried, carried_decisions, check_carry, land_decisions
 from cpstore.store.transfer_objects import TransferReport, _copy_objects, _present, _resend

@@ -25,7 +25,8 @@ from cpstore.store.lg_index import check_index
 from cpstore.store.manifest import Manifest, decode_manifest, manifest_references
 from cpstore.store.model import Problem, VerifyReport, split_ref_key, unpack_checkpoint_value
 from cpstore.store.objects import load_chunked
-from cpstore.store.refs import check_refs, pinned_objects
+from cpstore.store.ref_table import check_refs
+from cpstore.store.refs import pinned_objects
 from cpstore.store.retained import retained_heads, unbacked_holds
 
 __all__ = ["check_checkpoint_objects", "child_kind", "children", "verify"]
