@@ -27,7 +27,7 @@ import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
-from cpstore.errors import ConflictError, CpstoreError, OutcomeUnknownError
+from cpstore.errors import ConflictError, CpstoreError, OutcomeUnknownError, StoreFullError
 from cpstore.store import lmdb_backend, pg_backend
 from cpstore.store.commit import apply_writes
 from cpstore.store.content import tail_committed
@@ -323,4 +323,40 @@ def test_a_checkpoint_queued_on_one_in_flight_whose_outcome_is_unknown(
             assert st.ref("a") == first and not _stored(st, dependent)
             with pytest.raises(ConflictError, match="not stored"):
                 rec.checkpoint(3, {"a": 3})
+        assert st.verify().ok
+
+
+def _full(*args: Any, **kwargs: Any) -> None:
+    raise StoreFullError("injected: the map is full")
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["same-batch", "own-batches"])
+def test_a_retry_that_writes_the_dropped_checkpoint_again_is_not_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, together: bool
+) -> None:
+    """A new recorder on the branch retries the dropped step with the same state: its
+    checkpoint has the dropped one's id (content-addressed), and the next one extends that
+    id. Cut by the id alone, every later checkpoint on the branch was refused, reopened or
+    not (a control for the cut: it must simulate the compare-and-set, never guess)."""
+    with cpstore.open(str(tmp_path / "s"), durability="batched", batch_size=1000) as st:
+        rec = st.recorder("a")
+        first = rec.checkpoint(0, {"a": 0})
+        st.flush()
+        lost = rec.checkpoint(1, {"a": 1})
+        with monkeypatch.context() as m:
+            m.setattr(lmdb_backend, "apply_writes", _full)
+            with pytest.raises(StoreFullError):
+                st.flush()
+        assert st.ref("a") == first
+        again = st.recorder("a")
+        assert again.checkpoint(1, {"a": 1}) == lost  # the same id, stored this time
+        if not together:
+            st.flush()
+            assert st.ref("a") == lost
+        nxt = again.checkpoint(2, {"a": 2})
+        st.flush()
+        assert st.ref("a") == nxt and st.manifest(nxt).parent == lost
+        last = again.checkpoint(3, {"a": 3})
+        st.flush()
+        assert st.ref("a") == last
         assert st.verify().ok

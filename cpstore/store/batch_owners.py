@@ -77,10 +77,10 @@ class BatchOwners(Generic[W]):
         #: their own flush commits them (:meth:`wait_mine` returns True).
         self._again: set[Owner] = set()
         #: Ids of checkpoints a settled batch dropped, not stored, and of queued ones taken off
-        #: for extending one (:meth:`_cut`): a queued checkpoint whose ``expected_ref`` is one
-        #: of them is taken off the queue at the next take (inflight102). ``_doubt``: those a
-        #: batch whose outcome is unknown held; one extending them is taken off unless its
-        #: branch's head, read in the taking txn, is its ``expected_ref`` (it landed).
+        #: for extending one; ``_doubt``: those a batch whose outcome is unknown held. A
+        #: queued checkpoint whose ``expected_ref`` is one of them has its compare-and-set
+        #: simulated at the next take, and is taken off when it cannot succeed (:meth:`_cut`,
+        #: inflight102).
         self._gone: set[bytes] = set()
         self._doubt: set[bytes] = set()
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
@@ -199,36 +199,44 @@ class BatchOwners(Generic[W]):
             self._cond.notify_all()  # interrupted here, the waiters see it on their next poll
 
     def _cut(self, ops: list[W], head: Head | None) -> list[W]:
-        """``ops`` (the queue, under its lock and this lock) but those extending a checkpoint
-        a failed batch dropped (``expected_ref`` in :attr:`_gone`), in a chain too (C3 on C2
-        on the dropped C1): queued while that batch was in flight, each one's
-        compare-and-set failed the next batch, and every other recorder's checkpoint in it
-        was dropped with it (inflight102). Each is told to its recorder (it refuses after)
-        and to its thread (its flush raises; a note when it is owed an error already). One
-        extending a checkpoint in :attr:`_doubt` is kept when ``head`` shows that checkpoint
-        is its branch's head (the batch landed), else taken off; kept, without ``head``.
+        """``ops`` (the queue, under its lock and this lock) but those whose compare-and-set
+        cannot succeed because they extend a checkpoint a failed batch dropped: queued while
+        that batch was in flight, each one failed the next batch, and every other recorder's
+        checkpoint in it was dropped with it (inflight102). Only an op whose
+        ``expected_ref`` is in :attr:`_gone` or :attr:`_doubt` is looked at, and its CAS is
+        simulated: the branch head ``head`` reads in the taking txn (under the writer lock:
+        exact), or the id of the last op kept on that branch in this batch. Equal, it is
+        kept (the dropped batch landed, or a retry stored the same content-addressed id:
+        cut by the id alone, every later checkpoint on the branch was refused); else it is
+        taken off, in a chain too (C3 on C2 on the dropped C1), and told to its recorder
+        (it refuses after) and its thread (its flush raises; a note when it is owed an error
+        already). Without ``head``: taken off when in :attr:`_gone`, kept when in doubt.
         Interrupted, the queue is untouched and the next take cuts again (idempotent but
         for a repeated mark or note, and the thread told: the taking one, for an op whose
         owner entry this call had already popped)."""
         me, gone, doubt = self.me(), self._gone, self._doubt
         kept: list[W] = []
         cut: dict[Owner, list[W]] = {}
+        moved: dict[tuple[str, str], bytes] = {}  # branch -> the last op kept on it here
         for op in ops:
             parent = getattr(op, "expected_ref", None)
-            if parent in doubt and head is not None:  # landed: its head (read exactly, in
-                now = head(getattr(op, "run_id", ""), getattr(op, "branch", ""))  # the txn)
-                if now == parent:
-                    doubt.discard(parent)
+            ref = (getattr(op, "run_id", ""), getattr(op, "branch", ""))
+            if parent in gone or parent in doubt:
+                if head is None:
+                    stays = parent not in gone
                 else:
-                    gone.add(parent)
-            if parent not in gone:
-                kept.append(op)
-                continue
-            gone.add(bytes(getattr(op, "cid", b"")))
-            marks = getattr(op, "dropped", None)
-            if marks is not None:
-                marks.append(_extends_gone(op, 1))
-            cut.setdefault(self._owner.pop(id(op), me), []).append(op)
+                    stays = (moved[ref] if ref in moved else head(*ref)) == parent
+                if not stays:
+                    gone.add(bytes(getattr(op, "cid", b"")))
+                    marks = getattr(op, "dropped", None)
+                    if marks is not None:
+                        marks.append(_extends_gone(op, 1))
+                    cut.setdefault(self._owner.pop(id(op), me), []).append(op)
+                    continue
+                gone.discard(parent)  # it is the head: stored, or kept before it here
+                doubt.discard(parent)
+            kept.append(op)
+            moved[ref] = bytes(getattr(op, "cid", b""))
         for owner, mine in cut.items():
             err = _extends_gone(mine[0], len(mine))
             owed = self._dropped.get(owner)
