@@ -21,14 +21,22 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from pg_cluster import pg_cluster, pg_url  # noqa: F401 - fixtures
 
 import cpstore
-from cpstore.errors import ConflictError, CpstoreError, OutcomeUnknownError, StoreFullError
+from cpstore.errors import (
+    ConflictError,
+    CpstoreError,
+    OutcomeUnknownError,
+    StoreError,
+    StoreFullError,
+)
 from cpstore.store import lmdb_backend, pg_backend
+from cpstore.store.batch_owners import BatchOwners, Owner
 from cpstore.store.commit import apply_writes
 from cpstore.store.content import tail_committed
 from cpstore.store.lmdb_backend import LmdbBackend
@@ -360,3 +368,44 @@ def test_a_retry_that_writes_the_dropped_checkpoint_again_is_not_cut(
         st.flush()
         assert st.ref("a") == last
         assert st.verify().ok
+
+
+def _op(cid: bytes, parent: bytes | None, run: str = "a") -> SimpleNamespace:
+    return SimpleNamespace(
+        cid=cid, expected_ref=parent, run_id=run, branch="main", dropped=[], committed=False
+    )
+
+
+def test_the_cut_reads_before_it_changes_anything_and_never_loses_a_duplicate() -> None:
+    """BatchOwners alone: a head read that raises leaves the queue and every mark as they
+    were; two queued ops with the same id that cannot succeed are both taken off and told
+    (keyed by id, one of them left the queue untold)."""
+    owners: BatchOwners[SimpleNamespace] = BatchOwners("test")
+    c0, c1, c2 = b"0" * 16, b"1" * 16, b"2" * 16
+    who: list[Owner] = []
+    flying: list[SimpleNamespace] = []
+    first = _op(c1, c0)
+    assert owners.taken([first], who, flying) == ()
+    owners.settled(who, StoreFullError("injected"))  # c1 dropped, not stored
+    assert first.dropped
+    dependent, twin, bystander = _op(c2, c1), _op(c2, c1), _op(b"b" * 16, None, "b")
+    late = _op(b"3" * 16, c1, "x")  # its branch's head read fails, after the others' reads
+    queue = [dependent, twin, late, bystander]
+
+    def unreadable(run: str, branch: str) -> bytes | None:
+        if run == "x":
+            raise StoreError("injected: the head cannot be read")
+        return c0
+
+    with pytest.raises(StoreError):
+        owners.taken(queue, [], [], unreadable)
+    assert queue == [dependent, twin, late, bystander]
+    assert not dependent.dropped and not twin.dropped  # marked, then kept queued: refused
+    batch: list[SimpleNamespace] = []
+    last: list[Owner] = []
+    assert owners.taken(queue, last, batch, lambda run, branch: c0) == ()
+    assert batch == [bystander] and queue == []
+    assert dependent.dropped and twin.dropped and late.dropped
+    owners.settled(last, None)  # the bystander's batch committed
+    with pytest.raises(ConflictError, match="3 checkpoint"):
+        owners.wait_mine()

@@ -211,32 +211,41 @@ class BatchOwners(Generic[W]):
         taken off, in a chain too (C3 on C2 on the dropped C1), and told to its recorder
         (it refuses after) and its thread (its flush raises; a note when it is owed an error
         already). Without ``head``: taken off when in :attr:`_gone`, kept when in doubt.
-        Interrupted, the queue is untouched and the next take cuts again (idempotent but
-        for a repeated mark or note, and the thread told: the taking one, for an op whose
-        owner entry this call had already popped)."""
+        Every read comes first: one that raises (a lost connection, a damaged ref) leaves
+        the queue, the marks and the sets as they were. Interrupted after, the queue is
+        untouched and the next take cuts again (idempotent but for a repeated mark or note,
+        and the thread told: the taking one, for an op whose owner entry this call had
+        already popped)."""
         me, gone, doubt = self.me(), self._gone, self._doubt
         kept: list[W] = []
-        cut: dict[Owner, list[W]] = {}
+        dead: set[bytes] = set()  # the ids taken off in this walk (of ``off``)
+        off: list[W] = []
+        found: list[bytes] = []  # on the head after all: forgotten
         moved: dict[tuple[str, str], bytes] = {}  # branch -> the last op kept on it here
         for op in ops:
             parent = getattr(op, "expected_ref", None)
             ref = (getattr(op, "run_id", ""), getattr(op, "branch", ""))
-            if parent in gone or parent in doubt:
-                if head is None:
-                    stays = parent not in gone
+            if parent in gone or parent in doubt or parent in dead:
+                if parent in dead or head is None:
+                    stays = parent not in dead and parent not in gone
                 else:
                     stays = (moved[ref] if ref in moved else head(*ref)) == parent
                 if not stays:
-                    gone.add(bytes(getattr(op, "cid", b"")))
-                    marks = getattr(op, "dropped", None)
-                    if marks is not None:
-                        marks.append(_extends_gone(op, 1))
-                    cut.setdefault(self._owner.pop(id(op), me), []).append(op)
+                    dead.add(bytes(getattr(op, "cid", b"")))
+                    off.append(op)
                     continue
-                gone.discard(parent)  # it is the head: stored, or kept before it here
-                doubt.discard(parent)
+                found.append(parent)  # the head: stored, or kept before it here
             kept.append(op)
             moved[ref] = bytes(getattr(op, "cid", b""))
+        gone.difference_update(found)
+        doubt.difference_update(found)
+        gone.update(dead)
+        cut: dict[Owner, list[W]] = {}
+        for op in off:
+            marks = getattr(op, "dropped", None)
+            if marks is not None:
+                marks.append(_extends_gone(op, 1))
+            cut.setdefault(self._owner.pop(id(op), me), []).append(op)
         for owner, mine in cut.items():
             err = _extends_gone(mine[0], len(mine))
             owed = self._dropped.get(owner)
