@@ -21,14 +21,16 @@ from contextlib import suppress
 from threading import get_ident
 from typing import Generic, TypeVar
 
-from cpstore.errors import CpstoreError, OutcomeUnknownError
+from cpstore.errors import ConflictError, CpstoreError, OutcomeUnknownError
 from cpstore.store.at_exit import ExitGate
-from cpstore.store.batch_fates import dropped_error, foreign
+from cpstore.store.batch_fates import dropped_error, foreign, not_stored
 from cpstore.store.reentry import reentrant_write
 
 __all__ = ["BatchOwners", "Owner"]
 
 W = TypeVar("W")
+#: ``head(run_id, branch)``: that branch's head checkpoint id, read in the taking write txn.
+Head = Callable[[str, str], "bytes | None"]
 
 #: Seconds between looks at ``BatchOwners.blocked`` while a flush waits.
 _POLL = 0.05
@@ -74,6 +76,13 @@ class BatchOwners(Generic[W]):
         #: Owners whose writes an interrupted flush put back on the queue (:meth:`requeued`):
         #: their own flush commits them (:meth:`wait_mine` returns True).
         self._again: set[Owner] = set()
+        #: Ids of checkpoints a settled batch dropped, not stored, and of queued ones taken off
+        #: for extending one; ``_doubt``: those a batch whose outcome is unknown held. A
+        #: queued checkpoint whose ``expected_ref`` is one of them has its compare-and-set
+        #: simulated at the next take, and is taken off when it cannot succeed (:meth:`_cut`,
+        #: inflight102).
+        self._gone: set[bytes] = set()
+        self._doubt: set[bytes] = set()
         self.exit_wait: float | None = None  # set by the exit flush: it never hangs
         self.gate: ExitGate | None = None  # the exit flush's: a take of nothing leaves it
         #: The backend's "the commit this thread waits for waits on this thread" (LMDB: a
@@ -100,7 +109,12 @@ class BatchOwners(Generic[W]):
             self._owner[id(op)] = me
 
     def take(
-        self, pending: list[W], lock: threading.Lock, owners: list[Owner], batch: list[W]
+        self,
+        pending: list[W],
+        lock: threading.Lock,
+        owners: list[Owner],
+        batch: list[W],
+        head: Head | None = None,
     ) -> tuple[int, ...]:
         """:meth:`taken` under the queue's ``lock`` (the caller holds the writer lock) once the
         batches in flight have settled, waited for at most ``_POLL`` s: most settle at once
@@ -111,12 +125,14 @@ class BatchOwners(Generic[W]):
         while self._flying and time.monotonic() < deadline:  # a read: no lock needed
             time.sleep(0.002)
         with lock:
-            behind = self.taken(pending, owners, batch)
+            behind = self.taken(pending, owners, batch, head)
         if behind and self.gate is not None:
             self.gate.leave()  # nothing taken: the exit may give up on the next txn's lock
         return behind
 
-    def taken(self, pending: list[W], owners: list[Owner], batch: list[W]) -> tuple[int, ...]:
+    def taken(
+        self, pending: list[W], owners: list[Owner], batch: list[W], head: Head | None = None
+    ) -> tuple[int, ...]:
         """Move the queue ``pending`` into ``batch`` and its owners into ``owners`` (both
         empty lists the caller made; call under the queue's lock and the writer lock): in
         flight until :meth:`settled` is given ``owners``. Interrupted anywhere, the queue is
@@ -130,13 +146,15 @@ class BatchOwners(Generic[W]):
         queued after it committed first: a checkpoint extending one of it failed
         ConflictError and was dropped, though acknowledged as queued (audit44). The keys
         of those batches are returned, for :meth:`wait_mine` once the caller's txn has
-        ended (the read-back waits for the writer lock); the caller then flushes again."""
+        ended (the read-back waits for the writer lock); the caller then flushes again.
+        Queued checkpoints extending one a failed batch dropped are taken off (:meth:`_cut`;
+        ``head(run, branch)`` reads a branch's head in the caller's txn)."""
         me = self.me()
         key = id(owners)
         with self._lock:
             if self._flying:
                 return tuple(self._flying)
-            ops = pending[:]
+            ops = self._cut(pending[:], head) if self._gone or self._doubt else pending[:]
             got = [self._owner.get(id(op), me) for op in ops]
             owners[:] = got
             batch[:] = ops
@@ -157,21 +175,85 @@ class BatchOwners(Generic[W]):
             flying = self._flying.get(key)
             if flying is None:
                 return  # settled already: a call again after an interrupt changes nothing
-            # The batch's own failure (never requeued: not foreign): not stored, or its
-            # outcome unknown, which the recorder settles by reading its head (review101).
-            # A foreign one (an interrupt, a handler's) is never marked.
-            dropped = exc is not None and not foreign(exc)
+            # Still in flight with an exception, the batch is never committed again: a
+            # requeued one (an interrupt before its txn wrote) has left the flight. Its own
+            # failure: not stored, or its outcome unknown, which the recorder settles by
+            # reading its head (review101). A foreign one (an interrupt, a handler's) whose
+            # read-back could not tell is marked too: its recorder went on from a head that
+            # may not be stored (inflight102); its txn has ended, so the head read is exact.
             for op in flying[1]:
                 self._owner.pop(id(op), None)
+                if exc is None or getattr(op, "committed", False):
+                    continue
                 marks = getattr(op, "dropped", None)  # CheckpointWrite.dropped: its recorder's
-                if dropped and marks is not None and not getattr(op, "committed", False):
+                if marks is not None:
                     marks.append(exc)  # that recorder refuses to extend it (hunt100)
+                cid = getattr(op, "cid", None)
+                if cid is not None:  # what extends it is taken off the queue (_cut)
+                    (self._gone if not_stored(exc) else self._doubt).add(bytes(cid))
             if exc is not None:
                 for t, n in Counter(t for t in owners if t is not me).items():
                     self._dropped[t] = dropped_error(exc, n, self._where)
             self._committer.pop(key, None)
             del self._flying[key]
             self._cond.notify_all()  # interrupted here, the waiters see it on their next poll
+
+    def _cut(self, ops: list[W], head: Head | None) -> list[W]:
+        """``ops`` (the queue, under its lock and this lock) but those whose compare-and-set
+        cannot succeed because they extend a checkpoint a failed batch dropped: queued while
+        that batch was in flight, each one failed the next batch, and every other recorder's
+        checkpoint in it was dropped with it (inflight102). Only an op whose
+        ``expected_ref`` is in :attr:`_gone` or :attr:`_doubt` is looked at, and its CAS is
+        simulated: the branch head ``head`` reads in the taking txn (under the writer lock:
+        exact), or the id of the last op kept on that branch in this batch. Equal, it is
+        kept (the dropped batch landed, or a retry stored the same content-addressed id:
+        cut by the id alone, every later checkpoint on the branch was refused); else it is
+        taken off, in a chain too (C3 on C2 on the dropped C1), and told to its recorder
+        (it refuses after) and its thread (its flush raises; a note when it is owed an error
+        already). Without ``head``: taken off when in :attr:`_gone`, kept when in doubt.
+        Every read comes first: one that raises (a lost connection, a damaged ref) leaves
+        the queue, the marks and the sets as they were. Interrupted after, the queue is
+        untouched and the next take cuts again (idempotent but for a repeated mark or note,
+        and the thread told: the taking one, for an op whose owner entry this call had
+        already popped)."""
+        me, gone, doubt = self.me(), self._gone, self._doubt
+        kept: list[W] = []
+        dead: set[bytes] = set()  # the ids taken off in this walk (of ``off``)
+        off: list[W] = []
+        found: list[bytes] = []  # on the head after all: forgotten
+        moved: dict[tuple[str, str], bytes] = {}  # branch -> the last op kept on it here
+        for op in ops:
+            parent = getattr(op, "expected_ref", None)
+            ref = (getattr(op, "run_id", ""), getattr(op, "branch", ""))
+            if parent in gone or parent in doubt or parent in dead:
+                if parent in dead or head is None:
+                    stays = parent not in dead and parent not in gone
+                else:
+                    stays = (moved[ref] if ref in moved else head(*ref)) == parent
+                if not stays:
+                    dead.add(bytes(getattr(op, "cid", b"")))
+                    off.append(op)
+                    continue
+                found.append(parent)  # the head: stored, or kept before it here
+            kept.append(op)
+            moved[ref] = bytes(getattr(op, "cid", b""))
+        gone.difference_update(found)
+        doubt.difference_update(found)
+        gone.update(dead)
+        cut: dict[Owner, list[W]] = {}
+        for op in off:
+            marks = getattr(op, "dropped", None)
+            if marks is not None:
+                marks.append(_extends_gone(op, 1))
+            cut.setdefault(self._owner.pop(id(op), me), []).append(op)
+        for owner, mine in cut.items():
+            err = _extends_gone(mine[0], len(mine))
+            owed = self._dropped.get(owner)
+            if owed is None:
+                self._dropped[owner] = err
+            else:
+                owed.add_note(f"cpstore: also {err}")
+        return kept
 
     def requeued(self, owners: list[Owner], batch: list[W], pending: list[W]) -> None:
         """A taken batch whose txn wrote nothing (its flush was interrupted while applying
@@ -449,3 +531,20 @@ class BatchOwners(Generic[W]):
             dropped, self._dropped = list(self._dropped.values()), {}
         if dropped:
             raise dropped[0]
+
+
+def _extends_gone(op: object, count: int) -> ConflictError:
+    """The error of ``count`` queued checkpoints (``op`` the first) taken off the queue for
+    extending one a failed batch dropped (:meth:`BatchOwners._cut`). At refs/RUN/BRANCH,
+    as the compare-and-set's failure it replaces (the chaos checker reads it)."""
+    run, branch = getattr(op, "run_id", "?"), getattr(op, "branch", "?")
+    parent = getattr(op, "expected_ref", None)
+    return ConflictError(
+        f"{count} checkpoint(s) this thread queued extend a checkpoint a failed batch commit "
+        "dropped (not stored, or not known to be): taken off the queue, not stored, so that "
+        "they fail no later batch; their recorder refuses its next checkpoint (open a new "
+        "recorder on the branch)",
+        where=f"refs/{run}/{branch}",
+        expected=None if not isinstance(parent, bytes) else parent.hex(),
+        got=bytes(getattr(op, "cid", b"")).hex(),
+    )

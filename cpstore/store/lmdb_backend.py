@@ -47,7 +47,7 @@ from cpstore.store.lmdb_open import EnvOptions
 from cpstore.store.lmdb_registry import acquire_env, release_env
 from cpstore.store.lmdb_settle import batch_landed, commit_failed, growth_failed
 from cpstore.store.lmdb_txns import take_write_lock
-from cpstore.store.model import CheckpointWrite
+from cpstore.store.model import CheckpointWrite, ref_key
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.reentry import shared_reentry
 
@@ -556,7 +556,8 @@ class LmdbBackend(BackendBase):
                     self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
                 # Queue and owners go in flight together or not at all (taken off the
                 # queue first, the batch was lost unowned and its owners told ok: audit20).
-                behind = self._owners.take(self._pending, self._pending_lock, owners, batch)
+                head = lambda run, branch: self.head(txn, ref_key(run, branch))  # noqa: E731
+                behind = self._owners.take(self._pending, self._pending_lock, owners, batch, head)
                 took = True
             queue = (self._pending, self._pending_lock)  # interrupted: requeued in the txn
             engine = (lmdb.Error,)  # an LMDB error in the apply is the batch's own: dropped

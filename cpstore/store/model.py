@@ -302,11 +302,13 @@ class CheckpointWrite:
     #: exception); the recorder follows the stored checkpoint all the same.
     committed: bool = False
     #: Shared with the recorder that built it: the error of a batch commit that dropped
-    #: it, not stored, or its outcome unknown by the batch's own failure (not an interrupt
-    #: or a handler's exception: ``BatchOwners.settled``). The recorder then refuses to
-    #: extend it (hunt100: each later checkpoint of that recorder failed the batch holding
-    #: it, other recorders' checkpoints with it), unless, the outcome unknown, the branch's
-    #: stored head is it (review101).
+    #: it, not stored, or its outcome unknown (the batch's own failure, or an interrupt or
+    #: a handler's exception the read-back could not settle; never one whose batch was
+    #: queued again: ``BatchOwners.settled``, inflight102), or of its being taken off the
+    #: queue for extending a dropped one (``BatchOwners._cut``). The recorder then refuses
+    #: to extend it (hunt100: each later checkpoint of that recorder failed the batch
+    #: holding it, other recorders' checkpoints with it), unless, the outcome unknown, the
+    #: branch's stored head is it (review101).
     dropped: list[BaseException] = field(default_factory=list)
 
 

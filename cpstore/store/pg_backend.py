@@ -47,11 +47,7 @@ from cpstore.store.lmdb_backend import Durability
 from cpstore.store.lmdb_env import DB_NAMES
 from cpstore.store.lmdb_open import FORMAT_KEY, PG_FORMAT, check_format
 from cpstore.store.manifest import manifest_references
-from cpstore.store.model import (
-    BARE_REF_LAYOUTS,
-    PG_STORE_VERSION,
-    CheckpointWrite,
-)
+from cpstore.store.model import BARE_REF_LAYOUTS, PG_STORE_VERSION, CheckpointWrite, ref_key
 from cpstore.store.objects import get_object, put_object
 from cpstore.store.pg_apply import abort_again, apply_batch
 from cpstore.store.pg_count import COUNTED, counts_kept, counts_table
@@ -560,7 +556,8 @@ class PgBackend(BackendBase):
             if self._exit_gate is not None:
                 self._exit_gate.enter()  # the exit flush gave up on the lock: not taken
             # The queue and its owners go in flight together or not at all (lmdb_backend).
-            behind = self._owners.take(self._pending, self._pending_lock, owners, batch)
+            head = lambda run, branch: self.head(txn, ref_key(run, branch))  # noqa: E731
+            behind = self._owners.take(self._pending, self._pending_lock, owners, batch, head)
             if batch:  # interrupted: requeued in the txn, under the writer lock (batch_owners)
                 taken, queue = (owners, batch), (self._pending, self._pending_lock)
                 self._owners.applying(lambda: self._apply_all(txn, batch), taken, queue)

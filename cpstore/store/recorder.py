@@ -413,7 +413,8 @@ class Recorder(BulkAppends, RecorderEnds):
 
     def _still_dropped(self) -> bool:
         """Whether this recorder's head, in a batch commit that failed, is not stored: told
-        so, or its outcome unknown (the commit lost, a failure after it) and the branch's
+        so, or its outcome unknown (the commit lost, a failure after it, an interrupt the
+        read-back could not settle: inflight102; never a requeued batch) and the branch's
         stored head is not it. Stored after all, the recorder goes on: an outcome unknown
         was passed over, and its next checkpoint, on a head that was never stored, failed
         the next batch and dropped every other recorder's checkpoint in it (review101)."""
