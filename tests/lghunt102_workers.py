@@ -192,3 +192,26 @@ def maintainer(url: str, stop: Any, started: Any, out: Any) -> None:
                 out.put(("prune", k))
             k += 1
     out.put(("done", "maintainer"))
+
+
+def maintenance_victim(url: str, op: str, out: Any) -> None:
+    """Loop ``op`` on thread ``c`` (``copy``: copy ``b`` to ``c``, delete ``c``; ``prune``:
+    copy, keep_latest, delete) until killed; ``cp`` sent after each checkpoint recorded
+    (the parent kills on a count of them: mid-copy, mid-prune, between)."""
+    from cpstore.store import recorder  # noqa: PLC0415 - patched in this child only
+
+    recorded = recorder.Recorder.checkpoint
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cid = recorded(self, *args, **kwargs)
+        out.put("cp")
+        return cid
+
+    recorder.Recorder.checkpoint = counted  # type: ignore[method-assign]
+    with CpstoreSaver.from_conn_string(url) as saver:
+        out.put("go")
+        for _ in range(100_000):
+            saver.copy_thread("b", "c")
+            if op == "prune":
+                saver.prune(["c"], strategy="keep_latest")
+            saver.delete_thread("c")
