@@ -61,6 +61,7 @@ def planned(
         "i": i,
         "writer": name,
         "parents": {},
+        "run_id": f"run-{thread}-{i % 4}",
     }
     pid = None if parent is None else parent.config["configurable"]["checkpoint_id"]
     writes = [("doc", f"w:{name}:{i}"), ("log", [f"w{i}"])]
@@ -167,15 +168,19 @@ def kill_worker(url: str, name: str, start: Any, out: Any, opts: dict[str, Any])
 
 def maintainer(url: str, stop: Any, started: Any, out: Any) -> None:
     """Until ``stop``: delete thread ``a``, copy ``b`` to ``c<k>`` and ``a`` to ``d<k>``,
-    prune ``a`` (keep_latest); each outcome sent on ``out`` (a refused copy by its error)."""
+    prune ``a`` (keep_latest), delete ``a``'s runs (``delete_for_runs``); each outcome
+    sent on ``out`` (a refused copy by its error)."""
     with CpstoreSaver.from_conn_string(url) as saver:
         out.put(("ready", "maintainer"))
         if not started.wait(WAIT):
             raise TimeoutError("never started")
         k = 0
         while not stop.is_set() and k < 400:
-            op = k % 4
-            if op == 0:
+            op = k % 5
+            if op == 4:
+                saver.delete_for_runs([f"run-a-{k % 3}"])
+                out.put(("delete_for_runs", k))
+            elif op == 0:
                 saver.delete_thread("a")
                 out.put(("delete", k))
             elif op == 1:
