@@ -7,7 +7,7 @@ worker was acknowledged (its record arrived) is then read back exactly: checkpoi
 values and versions, metadata, parent, writes; ``list`` holds each once, newest first,
 every parent link resolving; the newest is the greatest acknowledged id; ``verify()``
 is clean. Event-driven: every wait has a timeout, nothing sleeps to synchronise.
-LMDB (``sync`` and ``none``) and PostgreSQL.
+LMDB and PostgreSQL, ``sync`` and ``none``.
 """
 
 from __future__ import annotations
@@ -39,13 +39,6 @@ import cpstore
 from cpstore.langgraph import CpstoreSaver
 
 CTX = multiprocessing.get_context("spawn")
-
-
-def _durable(url: str, durability: str) -> str:
-    """``url`` for ``durability`` (LMDB only: PostgreSQL runs its default once)."""
-    if durability != "sync" and url.startswith("postgresql:"):
-        pytest.skip("durability modes are an LMDB option here")
-    return url
 
 
 def _collect(out: Any, workers: int, procs: list[Any] = ()) -> list[Any]:  # type: ignore[assignment]
@@ -126,8 +119,7 @@ def _list_consistent(saver: CpstoreSaver, thread: str, *, links: bool = True) ->
 def test_processes_putting_on_one_thread_lose_nothing(url: str, durability: str) -> None:
     """Three processes, 60 puts each (with writes) on two threads x two namespaces,
     half of them continuing whatever is newest (two processes forking one parent)."""
-    url = _durable(url, durability)
-    opts: dict[str, Any] = {} if url.startswith("postgresql:") else {"durability": durability}
+    opts: dict[str, Any] = {"durability": durability}
     cpstore.open(url, **opts).close()
     start, out = CTX.Event(), CTX.Queue()
     procs = [
@@ -285,8 +277,7 @@ def test_a_writer_killed_mid_puts_loses_no_acknowledged_put(
     (5-40) records arrived, while another process puts on ``t``: the N read back exactly,
     the other process finishes, ``verify()`` is clean and a new saver continues the chain
     (``durability="none"``: a process crash loses nothing either)."""
-    url = _durable(url, durability)
-    opts: dict[str, Any] = {} if durability == "sync" else {"durability": durability}
+    opts: dict[str, Any] = {"durability": durability}
     cpstore.open(url).close()
     rng = random.Random(seed)
     n = rng.randint(5, 40)
