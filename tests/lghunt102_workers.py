@@ -220,3 +220,17 @@ def maintenance_victim(url: str, op: str, out: Any) -> None:
             if op == "prune":
                 saver.prune(["c"], strategy="keep_latest")
             saver.delete_thread("c")
+
+
+def pruner(url: str, stop: Any, started: Any, out: Any) -> None:
+    """``keep_latest`` of thread ``a`` until ``stop`` (at most 300 times); the count sent."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        out.put(("ready", "pruner"))
+        if not started.wait(WAIT):
+            raise TimeoutError("never started")
+        k = 0
+        while not stop.is_set() and k < 300:
+            saver.prune(["a"], strategy="keep_latest")
+            k += 1
+        out.put(("pruned", k))
+    out.put(("done", "pruner"))

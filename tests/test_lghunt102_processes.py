@@ -30,6 +30,7 @@ from lghunt102_workers import (
     kill_worker,
     maintainer,
     one_put,
+    pruner,
     same_id_worker,
     same_thread_worker,
 )
@@ -320,3 +321,46 @@ def test_a_writer_killed_mid_puts_loses_no_acknowledged_put(
         assert newest is not None and newest.checkpoint["id"] == rec[2]
     with pytest.raises(queue.Empty):
         bout.get_nowait()
+
+
+def test_keep_latest_of_another_process_keeps_each_namespaces_newest_put(url: str) -> None:
+    """Two processes put 50 each on thread ``a`` (two namespaces; roots, forks and
+    continuations) while a third loops ``keep_latest`` of ``a``: each namespace's newest
+    acknowledged put (the greatest id) is kept and reads back exactly, with its writes;
+    every listed checkpoint is an acknowledged put, whole; ``verify()`` is clean."""
+    cpstore.open(url).close()
+    start, stop, out, pout = CTX.Event(), CTX.Event(), CTX.Queue(), CTX.Queue()
+    writers = [
+        CTX.Process(
+            target=same_thread_worker,
+            args=(url, f"w{n}"),
+            kwargs={"seed": 600 + n, "n": 50, "threads": ["a"], "start": start, "out": out},
+            name=f"w{n}",
+        )
+        for n in range(2)
+    ]
+    keeper = CTX.Process(target=pruner, args=(url, stop, start, pout), name="p")
+    for p in [*writers, keeper]:
+        p.start()
+    _ready(out, 2)
+    _ready(pout, 1)
+    start.set()
+    got = _collect(out, 2, writers)
+    stop.set()
+    pruned = _collect(pout, 1, [keeper])
+    _joined([*writers, keeper])
+    assert pruned and pruned[0][1] > 0, pruned  # the premise: it pruned
+    recs: list[Put] = [body for kind, body in got if kind == "put"]
+    by_id = {(r[1], r[2]): r for r in recs}
+    with CpstoreSaver.from_conn_string(url) as saver:
+        for ns in ("", "sub"):
+            mine = [r for r in recs if r[1] == ns]
+            if mine:
+                _reads_back(saver, max(mine, key=lambda r: r[2]))
+        for t in _list_consistent(saver, "a", links=False):
+            conf = t.config["configurable"]
+            held = by_id.get((conf["checkpoint_ns"], conf["checkpoint_id"]))
+            assert held is not None, f"a lists {conf}, never acknowledged"
+            _reads_back(saver, held)
+        report = saver.store.verify()
+        assert report.ok, report
