@@ -234,3 +234,31 @@ def pruner(url: str, stop: Any, started: Any, out: Any) -> None:
             k += 1
         out.put(("pruned", k))
     out.put(("done", "pruner"))
+
+
+def chain_writer(url: str, start: Any, out: Any) -> None:
+    """60 puts on thread ``T``, each continuing the last (the first: ``T``'s newest)."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        out.put(("ready", "chain"))
+        if not start.wait(WAIT):
+            raise TimeoutError("never started")
+        parent = saver.get_tuple(cfg("T"))
+        for i in range(10, 70):
+            rec = one_put(saver, ("T", ""), "w", i, parent)
+            out.put(("put", rec))
+            parent = saver.get_tuple(cfg("T", "", rec[2]))
+    out.put(("done", "chain"))
+
+
+def copier(url: str, stop: Any, started: Any, out: Any) -> None:
+    """``copy_thread(S, T)`` until ``stop`` (at most 300 times); the count sent."""
+    with CpstoreSaver.from_conn_string(url) as saver:
+        out.put(("ready", "copier"))
+        if not started.wait(WAIT):
+            raise TimeoutError("never started")
+        k = 0
+        while not stop.is_set() and k < 300:
+            saver.copy_thread("S", "T")
+            k += 1
+        out.put(("copies", k))
+    out.put(("done", "copier"))

@@ -27,6 +27,8 @@ from lghunt102_workers import (
     WAIT,
     Put,
     cfg,
+    chain_writer,
+    copier,
     kill_worker,
     maintainer,
     one_put,
@@ -362,5 +364,40 @@ def test_keep_latest_of_another_process_keeps_each_namespaces_newest_put(url: st
             held = by_id.get((conf["checkpoint_ns"], conf["checkpoint_id"]))
             assert held is not None, f"a lists {conf}, never acknowledged"
             _reads_back(saver, held)
+        report = saver.store.verify()
+        assert report.ok, report
+
+
+def test_copies_onto_a_thread_another_process_puts_on_lose_nothing(url: str) -> None:
+    """``S`` is a copy of ``T``'s first 10; one process puts 60 more on ``T`` (a chain)
+    while another copies ``S`` onto ``T`` again and again (the same ids, the same
+    content): every acknowledged put of ``T`` reads back exactly, ``T`` lists exactly
+    them, ``verify()`` is clean."""
+    recs: list[Put] = []
+    with CpstoreSaver.from_conn_string(url) as saver:
+        parent = None
+        for i in range(10):
+            recs.append(one_put(saver, ("T", ""), "w", i, parent))
+            parent = saver.get_tuple(cfg("T", "", recs[-1][2]))
+        saver.copy_thread("T", "S")
+    start, stop, out, cout = CTX.Event(), CTX.Event(), CTX.Queue(), CTX.Queue()
+    writer = CTX.Process(target=chain_writer, args=(url, start, out), name="w")
+    copying = CTX.Process(target=copier, args=(url, stop, start, cout), name="c")
+    for p in (writer, copying):
+        p.start()
+    _ready(out, 1)
+    _ready(cout, 1)
+    start.set()
+    recs += [body for kind, body in _collect(out, 1, [writer]) if kind == "put"]
+    stop.set()
+    copies = _collect(cout, 1, [copying])
+    _joined([writer, copying])
+    assert copies and copies[0][1] > 0, copies  # the premise: it copied
+    assert len(recs) == 70
+    with CpstoreSaver.from_conn_string(url) as saver:
+        for rec in recs:
+            _reads_back(saver, rec)
+        listed = _list_consistent(saver, "T")
+        assert sorted(t.checkpoint["id"] for t in listed) == sorted(r[2] for r in recs)
         report = saver.store.verify()
         assert report.ok, report
