@@ -78,6 +78,9 @@ class _Branch:
     have: list[str] = field(default_factory=list)
     #: (thread, ns, checkpoint id) of the head this writer recorded last.
     tip: tuple[str, str, str] | None = None
+    #: The index entry's bytes this writer wrote for ``tip`` (a put continuing the tip
+    #: expects them in its txn: lghunt102).
+    tip_entry: bytes | None = None
 
 
 class Put(NamedTuple):
@@ -246,17 +249,24 @@ class Writer:
             for attempt in range(_RETRIES):
                 tip = None if parent_id is None else self._tips.get((thread_id, ns, parent_id))
                 cached = None if tip is None or attempt else self._branches.get(tip)
-                if cached is not None and tip is not None:
+                parent_expect: tuple[tuple[bytes, bytes], ...] = ()
+                if (
+                    cached is not None
+                    and tip is not None
+                    and cached.tip_entry is not None
+                    and cached.tip == (thread_id, ns, parent_id)
+                ):
                     # the tip of a cached branch: continue it (what _branch returns for
-                    # this plan, without the call; saver87)
+                    # this plan, without the call; saver87), expecting the parent's entry
+                    # as this writer wrote it: another writer that put the parent's id
+                    # again (its entry naming another checkpoint) leaves this branch's
+                    # head as it was, so only the entry tells (lghunt102)
                     plan = _new_tuple(_Plan, (tip[0], tip[1], None, False, None))
                     self._branches.move_to_end(tip)
                     branch = cached
+                    parent_expect = ((entry_key(thread_id, ns, str(parent_id)), cached.tip_entry),)
                 else:
-                    if tip is not None and attempt == 0:
-                        plan = _Plan(tip[0], tip[1], None, False, None)
-                    else:
-                        plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
+                    plan = self._plan(thread_id, ns, parent_id, checkpoint_id, attempt)
                     try:
                         branch = self._branch(plan)
                     except ConflictError:  # the branch was made or moved since the plan read
@@ -335,8 +345,14 @@ class Writer:
                 else:
                     have = branch.have
 
+                written: list[bytes] = []  # the entry's bytes, once extra() made them
+
                 def extra(
-                    cid: bytes, *, plan: _Plan = plan, have: list[str] = have
+                    cid: bytes,
+                    *,
+                    plan: _Plan = plan,
+                    have: list[str] = have,
+                    written: list[bytes] = written,
                 ) -> list[tuple[bytes, bytes | None]]:
                     # Entry.body_of() of the entry, its map spelt out: no call, and
                     # ``have`` (a list nobody changes) not copied (saver87; the
@@ -349,12 +365,17 @@ class Writer:
                         "run_id": run_id,
                         "have": have,
                     }
-                    return [(key, pack(key, body)), *put.records]
+                    written.append(pack(key, body))
+                    return [(key, written[-1]), *put.records]
 
                 expect = () if put.expect_entry is None else ((key, put.expect_entry),)
                 try:
                     branch.recorder.checkpoint(
-                        put.step, parts, metadata=head, extra_meta=extra, meta_expected=expect
+                        put.step,
+                        parts,
+                        metadata=head,
+                        extra_meta=extra,
+                        meta_expected=expect + parent_expect,
                     )
                 except ConflictError:
                     # Another process moved the branch (or pruned the fork
@@ -369,6 +390,7 @@ class Writer:
                 if branch.tip is not None:
                     self._tips.pop(branch.tip, None)
                 branch.tip = (thread_id, ns, checkpoint_id)
+                branch.tip_entry = written[-1] if written else None
                 self._tips[branch.tip] = (plan.run, plan.branch)
                 return checkpoint_id
         raise StoreError(

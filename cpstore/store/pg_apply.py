@@ -24,7 +24,9 @@ def apply_batch(
     txn.prefetch(
         {
             t["refs"]: [ref_key(op.run_id, op.branch) for op in ops],
-            t["meta"]: [REFS_DIGEST_KEY],
+            # the records a conditional commit expects (a LangGraph put continuing its
+            # tip expects its parent's entry: lghunt102): no round trip of their own
+            t["meta"]: [REFS_DIGEST_KEY, *(k for op in ops for k, _ in op.meta_expected)],
             t["checkpoints"]: cps,
             t["tombstones"]: cps,
             t["ledgers"]: [op.sealed_ledger for op in ops if op.sealed_ledger is not None],
