@@ -131,8 +131,8 @@ def test_closes_compacts_and_looks_racing_across_processes_lose_nothing(tmp_path
         assert "alive 0" in lines and "unexpected []" in lines, (lines[-4:], err)
         for line in lines:
             if line.startswith("acked "):
-                _, run, step, cid = line.split()
-                assert int(step) == len(acked.setdefault(run, []))
+                _, run, at, cid = line.split()
+                assert int(at) == len(acked.setdefault(run, []))
                 acked[run].append(cid)
     assert sorted(acked) == ["p0", "p1"]
     compacted = [ln for _, out, _ in outs for ln in out.splitlines() if ln.startswith("compacted")]
