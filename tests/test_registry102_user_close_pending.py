@@ -20,10 +20,17 @@ events; before the fix the look never waits and answers from the middle of the c
 from __future__ import annotations
 
 import subprocess
+import sys
+import threading
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import pytest
 from script_run import run_script
+
+import cpstore
+from cpstore.store import lmdb_registry, lmdb_registry_state
 
 #: argv: look, point, store path. Prints "look <answer>", "close <outcome>", facts, "done".
 _SCRIPT = r"""
@@ -230,3 +237,49 @@ def test_a_look_inside_a_read_the_close_waits_for_does_not_wait_for_that_close(
     assert "look True" in lines, lines
     assert "waited" in lines, lines  # no wait called in the registry
     assert "close closed" in lines, lines  # the read ended, the close went on
+
+
+def test_a_look_on_the_closing_thread_itself_never_waits_for_its_own_close(
+    tmp_path: Path,
+) -> None:
+    """A signal handler's (or finaliser's) look on the closing thread, inside its close's
+    wait (the env's write lock held): answered at once from the registry (registered:
+    open here), never a wait for the close it interrupts (it would wait out its bound,
+    then answer the same)."""
+
+    path = str(tmp_path / "s")
+    st = cpstore.open(path)
+    answers: list[bool] = []
+    waited: list[str] = []
+
+    def look_here(frame: FrameType, event: str, arg: object) -> Any:
+        if (
+            frame.f_code.co_name == "take_write_lock"
+            and frame.f_back is not None
+            and (frame.f_back.f_code.co_name == "quiesced")
+        ):
+
+            def at_return(frame: FrameType, event: str, arg: object) -> Any:
+                if event == "return" and not answers:
+                    sys.settrace(watch_waits)  # as a handler run where the close is
+                    answers.append(lmdb_registry.is_open_here(path))
+                    sys.settrace(None)
+                return at_return
+
+            return at_return
+        return None
+
+    def watch_waits(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code.co_qualname == "LeftOpenClose.wait":
+            waited.append(frame.f_code.co_qualname)
+
+    assert threading.current_thread() is threading.main_thread()
+    sys.settrace(look_here)
+    try:
+        st.close()
+    finally:
+        sys.settrace(None)
+    assert answers == [True]  # still registered in the close's middle: open here
+    assert waited == []
+    assert not lmdb_registry_state._CLOSING_LEFT
+    assert not lmdb_registry.is_open_here(path)
