@@ -130,3 +130,22 @@ def test_a_users_last_close_interrupted_at_any_point_publishes_its_outcome(
     with cpstore.open(path) as st, st.read(cid) as cp:
         assert cp.state() == {"a": 1}
         assert st.verify().ok
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_a_waiter_interrupted_in_its_wait_never_keeps_the_closes_done(ended: bool) -> None:
+    """A look waiting for a close (``LeftOpenClose.wait``) interrupted at each landing:
+    the close's ``done`` is as the close left it (held while under way, let go once
+    ended), never kept by the waiter (every other look would then wait out its bound)."""
+    done = lmdb_registry_state.LeftOpenClose()
+    if ended:
+        done.done.release()
+
+    def interrupt(k: int) -> list[str]:
+        return interrupted_at(k, {"LeftOpenClose.wait"}, lambda: done.wait(0.01), qualified=True)
+
+    def left_wrong() -> str | None:
+        return None if done.ended() == ended else f"ended {done.ended()}"
+
+    assert sweep_landings(interrupt, left_wrong, at_least=2) == []
+    assert done.wait(0.01) == ended
