@@ -369,59 +369,86 @@ def release_env(
     if _REGISTRY_LOCK._is_owned():  # type: ignore[attr-defined]
         _drop_nested(env, failed, taken)
         return
-    with _REGISTRY_LOCK:
-        env.handles -= 1
-        if taken is not None:
-            taken[0] = None
-        if env.handles > 0:
-            return
-        # Noted as left open from its last handle's drop until closed (_unregister forgets
-        # it): an interrupt landing before the close ended left it open with no handle,
-        # unnoted: "already open in this process" for good (left86). The next open's
-        # _close_left_open closes it (a fork() child's: forgets it, left93).
-        _LEFT_OPEN.add(env)
-    if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
+    # This close's entry in _CLOSING_LEFT, made as the last handle is dropped (none when
+    # another close of the env is under way: _close_left_open's own calling this): a look
+    # of another thread waits for its outcome, not answering from its middle (is_open_here
+    # True, compact refused, an open refused "another mode"), and the finally publishes it
+    # whatever lands (registry102).
+    closing: list[LeftOpenClose] = []
+    try:
         with _REGISTRY_LOCK:
-            if env.handles == 0:
-                _unregister(env)
-        return
-    # A wait run out while reads stay open collects garbage once (a reader or a kept view
-    # dropped in a reference cycle holds its read until collected: the close gave up on a
-    # read nothing alive held), then waits again only if that ended every read.
-    wait, collected = True, False
-    while True:
-        quiesced = env.quiesced() if wait else nullcontext(False)
-        with quiesced as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
-            if env.handles > 0 or env.closed:
-                _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
-                if env.handles == 0 and env.unsynced is not None:  # closed by another
-                    if failed is None:  # thread's _close_left_open, its fsync failed: this
-                        raise env.unsynced  # close's too (review87: it returned as clean)
-                    failed.add_note(str(env.unsynced))
-                return  # opened again while the close waited (or closed by an earlier release)
-            if not quiet and (collected or not env.reads_anywhere()):
-                left = env.left_open()  # left open and registered: an open of it shares it
-                if failed is None:
-                    raise left
-                failed.add_note(str(left))
+            env.handles -= 1
+            if taken is not None:
+                taken[0] = None
+            if env.handles > 0:
                 return
-            if quiet:  # forgotten and closed, each interrupt landing in them caught, tried
-                # again until closed (one in _unregister left it forgotten and open: its
-                # descriptors leaked, and LMDB's open here again opened its file twice);
-                # the close's error, or the last one, raised
-                late: BaseException | None = None
-                while not env.closed:
+            # Noted as left open from its last handle's drop until closed (_unregister
+            # forgets it): an interrupt landing before the close ended left it open with no
+            # handle, unnoted: "already open in this process" for good (left86). The next
+            # open's _close_left_open closes it (a fork() child's: forgets it, left93).
+            _LEFT_OPEN.add(env)
+            other = _CLOSING_LEFT.get(env)
+            if other is None or other.ended():
+                closing.append(LeftOpenClose())
+                _CLOSING_LEFT[env] = closing[0]  # no call: no landing before it
+        if env.pid != os.getpid():  # a fork() child: closes nothing, waits for nothing
+            with _REGISTRY_LOCK:
+                if env.handles == 0:
+                    _unregister(env)
+            return
+        # A wait run out while reads stay open collects garbage once (a reader or a kept view
+        # dropped in a reference cycle holds its read until collected: the close gave up on a
+        # read nothing alive held), then waits again only if that ended every read.
+        wait, collected = True, False
+        while True:
+            quiesced = env.quiesced() if wait else nullcontext(False)
+            with quiesced as quiet, _REGISTRY_LOCK:  # the env's locks, then the registry's
+                if env.handles > 0 or env.closed:
+                    _LEFT_OPEN.discard(env)  # in use again (its last close notes it again)
+                    if env.handles == 0 and env.unsynced is not None:  # closed by another
+                        if failed is None:  # thread's _close_left_open, its fsync failed: this
+                            raise env.unsynced  # close's too (review87: it returned as clean)
+                        failed.add_note(str(env.unsynced))
+                    return  # opened again while the close waited (or closed by an earlier release)
+                if not quiet and (collected or not env.reads_anywhere()):
+                    left = env.left_open()  # left open and registered: an open of it shares it
+                    if failed is None:
+                        raise left
+                    failed.add_note(str(left))
+                    return
+                if quiet:  # forgotten and closed, each interrupt landing in them caught, tried
+                    # again until closed (one in _unregister left it forgotten and open: its
+                    # descriptors leaked, and LMDB's open here again opened its file twice);
+                    # the close's error, or the last one, raised
+                    late: BaseException | None = None
+                    while not env.closed:
+                        try:
+                            _unregister(env)
+                            env.close_quiesced()
+                        except BaseException as exc:
+                            late = exc
+                    if late is not None:
+                        raise late
+                    return
+            gc.collect()  # the give-up path only, holding no lock: its finalisers may close stores
+            collected = True
+            wait = not env.reads_anywhere()
+    finally:
+        if closing:  # published: forgotten, then ``done`` let go (one C call, no landing
+            # before it), each interrupt landing in the forgetting caught, the last raised
+            lost: BaseException | None = None
+            try:
+                while True:
                     try:
-                        _unregister(env)
-                        env.close_quiesced()
+                        if _CLOSING_LEFT.get(env) is closing[0]:
+                            del _CLOSING_LEFT[env]
+                        break
                     except BaseException as exc:
-                        late = exc
-                if late is not None:
-                    raise late
-                return
-        gc.collect()  # the give-up path only, holding no lock: its finalisers may close stores
-        collected = True
-        wait = not env.reads_anywhere()
+                        lost = exc
+            finally:
+                closing[0].done.release()
+            if lost is not None:
+                raise lost
 
 
 def _drop_nested(env: Env, failed: BaseException | None, taken: list[Env | None] | None) -> None:
@@ -455,19 +482,20 @@ def _close_left_open(key: str) -> None:
     durability and a compact were refused "already open in this process" for ever after
     every handle was closed (audit49). Still in use: left as it is (an open shares it).
 
-    Another thread's close of it under way (the registry's own thread closing what a
-    handler's close left open: _drop_nested), its outcome is waited for, at most about as
-    long as that close may wait for txns (never on its own thread, nor inside this thread's
-    write of it, which that close waits for): in its middle its own handle, or its wait
+    Another thread's close of it under way (a user's last close, from its handle's drop
+    to its end: registry102; the registry's own thread closing what a handler's close left
+    open: _drop_nested, registry100), its outcome is waited for, at most about as long as
+    that close may wait for txns (never on its own thread, nor inside this thread's write
+    or read of it, which that close waits for): in its middle its own handle, or its wait
     for other threads' txns, had is_open_here say "open here" with no handle left, compact
-    refuse and an open with another mode refuse "already open" (registry100)."""
-    if not _LEFT_OPEN:  # read without the lock: a set only a close that gave up fills
+    refuse and an open with another mode refuse "already open"."""
+    if not _LEFT_OPEN:  # read without the lock: filled from a last handle's drop to its close
         return
     deadline: float | None = None
     while (pending := _close_left_open_once(key)) is not None:
         if deadline is None:  # that close's waits for txns (two at most) and its fsync
             deadline = time.monotonic() + 3 * lmdb_txns.CLOSE_WAIT_SECONDS
-        if not pending.done.wait(max(0.0, deadline - time.monotonic())):
+        if not pending.wait(max(0.0, deadline - time.monotonic())):
             return  # still under way: answered as it is (open)
 
 
@@ -478,10 +506,11 @@ def _close_left_open_once(key: str) -> LeftOpenClose | None:
     # signal handler's exception) landing between the two (the registry lock's release,
     # release_env's first line) left the handle taken and the env open for good: every
     # later open with another mode or durability and every compact refused "already
-    # open" (meta80). ``added``: the env this close put in _CLOSING_LEFT, with ``closing``.
+    # open" (meta80). ``added``: the env this close put in _CLOSING_LEFT, with ``closing``
+    # (made only then: every close made is registered, and published by the finally).
     taken: list[Env | None] = [None]
     added: Env | None = None
-    closing = LeftOpenClose()
+    closing: LeftOpenClose | None = None
     try:
         with _REGISTRY_LOCK:
             env = _registered(key)[0]
@@ -491,9 +520,10 @@ def _close_left_open_once(key: str) -> LeftOpenClose | None:
             if (
                 env is not None
                 and other is not None
-                and other.thread != closing.thread
-                and not other.done.is_set()
+                and other.thread != get_ident()
+                and not other.ended()
                 and not env.writes_here()
+                and not env.holds_read()
             ):
                 return other  # checked before its handle: that close's, not a user's
             if env is None or env.handles > 0 or env.closed or env.pid != os.getpid():
@@ -503,6 +533,7 @@ def _close_left_open_once(key: str) -> LeftOpenClose | None:
             if not take_write_lock(env.write_lock, blocking=False):
                 return None  # still in use (or another thread's release is closing it)
             env.write_lock.release()
+            closing = LeftOpenClose(handle=True)
             added = env
             # First: a fork() child must never see the handle alone. No call between.
             _CLOSING_LEFT[env] = closing
@@ -514,16 +545,27 @@ def _close_left_open_once(key: str) -> LeftOpenClose | None:
             warnings.warn(_UNSYNCED.format(path=added.path, exc=exc), RuntimeWarning, 4)
         # else a txn began meanwhile: left open again, shared as before (audit50)
     finally:
-        if taken[0] is not None:  # interrupted before release_env dropped it: left open
-            with _REGISTRY_LOCK:  # as it was, for the next open's close to close
-                held, taken[0] = taken[0], None
-                if held is not None:
-                    held.handles -= 1
-        if added is not None:
-            try:
-                _CLOSING_LEFT.pop(added, None)
-            finally:  # a waiter looks again (an interrupt here: it waits out its bound)
-                closing.done.set()
+        try:
+            if taken[0] is not None:  # interrupted before release_env dropped it: left open
+                with _REGISTRY_LOCK:  # as it was, for the next open's close to close
+                    held, taken[0] = taken[0], None
+                    if held is not None:
+                        held.handles -= 1
+        finally:
+            if added is not None and closing is not None:  # published whatever lands
+                late: BaseException | None = None
+                try:
+                    while True:
+                        try:
+                            if _CLOSING_LEFT.get(added) is closing:
+                                del _CLOSING_LEFT[added]
+                            break
+                        except BaseException as exc:
+                            late = exc
+                finally:  # a waiter looks again at once (registry102)
+                    closing.done.release()
+                if late is not None:
+                    raise late
     return None
 
 

@@ -8,7 +8,7 @@ child. Opening, closing and compaction's reservation are the registry's own.
 from __future__ import annotations
 
 import os
-from threading import Event, get_ident
+from threading import Lock, get_ident
 
 from cpstore.errors import ForkError
 from cpstore.store.lmdb_env import Env
@@ -41,20 +41,45 @@ _LEFT_OPEN: set[Env] = set()
 
 
 class LeftOpenClose:
-    """A close of an environment a close left open, under way (lmdb_registry's
-    _close_left_open): the thread running it, and ``done``, set once it ended (the
-    environment closed, or left open again for a txn still running or a new handle)."""
+    """A close under way of an environment whose last handle was dropped: a user's close
+    (lmdb_registry.release_env, from the drop to its end) or the registry's close of one a
+    close left open (_close_left_open: ``handle``, it took a handle of its own). The
+    thread running it, and ``done``: a lock held from the start, let go (one C call, no
+    landing for a signal's handler before it) once the close ended (the environment
+    closed, or left open: a txn still running, a new handle). Not an Event: its ``set``
+    is Python, and an interrupt landing at its start left it unset, so a look waited out
+    its whole bound (registry102)."""
 
-    __slots__ = ("done", "thread")
+    __slots__ = ("done", "handle", "thread")
 
-    def __init__(self) -> None:
+    def __init__(self, handle: bool = False) -> None:
         self.thread = get_ident()
-        self.done = Event()
+        self.handle = handle
+        self.done = Lock()
+        self.done.acquire()
+
+    def ended(self) -> bool:
+        """Whether the close ended (a waiter holds ``done`` for a moment: not ended then)."""
+        return not self.done.locked()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the close's end; whether it ended. The
+        timed take and the keeping of its answer are one C call (map, extend): an
+        interrupt landing on a bare take's return kept ``done`` held, and every other
+        look at the close waited out its bound."""
+        took: list[bool] = []
+        try:
+            took.extend(map(self.done.acquire, (True,), (timeout,)))
+        finally:
+            if took and took[0]:
+                self.done.release()
+        return bool(took) and took[0]
 
 
-#: Those _close_left_open is closing, each with its close: the handle it takes is no user's
-#: (_after_fork_in_child), and a look of another thread at the store meanwhile waits for
-#: the close's outcome instead of answering from its middle (registry100).
+#: The closes under way (LeftOpenClose), by environment: a look of another thread at the
+#: store meanwhile waits for the close's outcome instead of answering from its middle
+#: (registry100: the registry's own closes; registry102: a user's). The handle a
+#: ``handle`` close takes is no user's (_after_fork_in_child).
 _CLOSING_LEFT: dict[Env, LeftOpenClose] = {}
 #: Environments opened on the file of one already open (its data.mdb swapped in between
 #: the open's own check and LMDB's open; a renamed folder is caught by that check):
@@ -78,7 +103,7 @@ def _after_fork_in_child() -> None:
         env.pid = 0  # _LEFT_OPEN's and _CLOSING_LEFT's are registered
     _COMPACTING.clear()
     _LEFT_OPEN.clear()
-    closing = set(_CLOSING_LEFT)
+    closing = {env for env, close in _CLOSING_LEFT.items() if close.handle}
     _CLOSING_LEFT.clear()
     # One no handle holds (a close left it open, or a close under way) is forgotten: the
     # child may open the store itself, as beside a half-made one (audit49). So is one whose
