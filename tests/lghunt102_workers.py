@@ -222,18 +222,22 @@ def maintenance_victim(url: str, op: str, out: Any) -> None:
             saver.delete_thread("c")
 
 
-def pruner(url: str, stop: Any, started: Any, out: Any) -> None:
-    """``keep_latest`` of thread ``a`` until ``stop`` (at most 300 times); the count sent."""
+def repeater(url: str, op: str, stop: Any, started: Any, out: Any) -> None:
+    """``op`` until ``stop`` (at most 300 times), then ``("count", times)``: ``"prune"``,
+    ``keep_latest`` of thread ``a``; ``"copy"``, ``copy_thread(S, T)``."""
     with CpstoreSaver.from_conn_string(url) as saver:
-        out.put(("ready", "pruner"))
+        out.put(("ready", op))
         if not started.wait(WAIT):
             raise TimeoutError("never started")
         k = 0
         while not stop.is_set() and k < 300:
-            saver.prune(["a"], strategy="keep_latest")
+            if op == "prune":
+                saver.prune(["a"], strategy="keep_latest")
+            else:
+                saver.copy_thread("S", "T")
             k += 1
-        out.put(("pruned", k))
-    out.put(("done", "pruner"))
+        out.put(("count", k))
+    out.put(("done", op))
 
 
 def chain_writer(url: str, start: Any, out: Any) -> None:
@@ -248,17 +252,3 @@ def chain_writer(url: str, start: Any, out: Any) -> None:
             out.put(("put", rec))
             parent = saver.get_tuple(cfg("T", "", rec[2]))
     out.put(("done", "chain"))
-
-
-def copier(url: str, stop: Any, started: Any, out: Any) -> None:
-    """``copy_thread(S, T)`` until ``stop`` (at most 300 times); the count sent."""
-    with CpstoreSaver.from_conn_string(url) as saver:
-        out.put(("ready", "copier"))
-        if not started.wait(WAIT):
-            raise TimeoutError("never started")
-        k = 0
-        while not stop.is_set() and k < 300:
-            saver.copy_thread("S", "T")
-            k += 1
-        out.put(("copies", k))
-    out.put(("done", "copier"))

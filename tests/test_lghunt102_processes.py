@@ -28,11 +28,10 @@ from lghunt102_workers import (
     Put,
     cfg,
     chain_writer,
-    copier,
     kill_worker,
     maintainer,
     one_put,
-    pruner,
+    repeater,
     same_id_worker,
     same_thread_worker,
 )
@@ -73,6 +72,54 @@ def _joined(procs: list[Any]) -> None:
     for p in procs:
         p.join(WAIT)
         assert p.exitcode == 0, (p.name, p.exitcode)
+
+
+def _writers(
+    url: str,
+    seed: int,
+    threads: list[str],
+    start: Any,
+    out: Any,
+    *,
+    count: int = 2,
+    n: int = 50,
+    opts: dict[str, Any] | None = None,
+) -> list[Any]:
+    """``count`` writer processes ``w0``..., ``n`` puts each on ``threads`` (seeds from
+    ``seed``), each on a saver of its own opened with ``opts``."""
+    return [
+        CTX.Process(
+            target=same_thread_worker,
+            args=(url, f"w{k}"),
+            kwargs={
+                "seed": seed + k,
+                "n": n,
+                "threads": threads,
+                "start": start,
+                "out": out,
+                "opts": opts,
+            },
+            name=f"w{k}",
+        )
+        for k in range(count)
+    ]
+
+
+def _race(
+    writers: list[Any], side: Any, start: Any, stop: Any, *, out: Any, side_out: Any
+) -> tuple[list[Any], list[Any]]:
+    """Start ``writers`` (reporting on ``out``) and ``side`` (on ``side_out``), let them go
+    together, stop ``side`` once every writer is done: (the writers' messages, its)."""
+    for p in [*writers, side]:
+        p.start()
+    _ready(out, len(writers))
+    _ready(side_out, 1)
+    start.set()
+    got = _collect(out, len(writers), writers)
+    stop.set()
+    side_got = _collect(side_out, 1, [side])
+    _joined([*writers, side])
+    return got, side_got
 
 
 def _reads_back(saver: CpstoreSaver, rec: Put, *, writes: str = "all") -> None:
@@ -125,22 +172,7 @@ def test_processes_putting_on_one_thread_lose_nothing(url: str, durability: str)
     opts: dict[str, Any] = {"durability": durability}
     cpstore.open(url, **opts).close()
     start, out = CTX.Event(), CTX.Queue()
-    procs = [
-        CTX.Process(
-            target=same_thread_worker,
-            args=(url, f"w{n}"),
-            kwargs={
-                "seed": 100 + n,
-                "n": 60,
-                "threads": ["t", "u"],
-                "start": start,
-                "out": out,
-                "opts": opts,
-            },
-            name=f"w{n}",
-        )
-        for n in range(3)
-    ]
+    procs = _writers(url, 100, ["t", "u"], start, out, count=3, n=60, opts=opts)
     for p in procs:
         p.start()
     _ready(out, len(procs))
@@ -218,25 +250,9 @@ def test_puts_beside_delete_copy_and_prune_of_another_process(url: str) -> None:
     continuing its last acknowledged one reads back, and ``verify()`` is clean."""
     cpstore.open(url).close()
     start, stop, out, mout = CTX.Event(), CTX.Event(), CTX.Queue(), CTX.Queue()
-    writers = [
-        CTX.Process(
-            target=same_thread_worker,
-            args=(url, f"w{n}"),
-            kwargs={"seed": 200 + n, "n": 50, "threads": ["a", "b"], "start": start, "out": out},
-            name=f"w{n}",
-        )
-        for n in range(2)
-    ]
+    writers = _writers(url, 200, ["a", "b"], start, out)
     maint = CTX.Process(target=maintainer, args=(url, stop, start, mout), name="m")
-    for p in [*writers, maint]:
-        p.start()
-    _ready(out, 2)
-    _ready(mout, 1)
-    start.set()
-    got = _collect(out, 2, writers)
-    stop.set()
-    done = _collect(mout, 1)
-    _joined([*writers, maint])
+    got, done = _race(writers, maint, start, stop, out=out, side_out=mout)
     recs: list[Put] = [body for kind, body in got if kind == "put"]
     by_id = {(r[0], r[1], r[2]): r for r in recs}
     assert any(kind == "delete" for kind, _ in done), done  # the premise: it raced
@@ -332,25 +348,9 @@ def test_keep_latest_of_another_process_keeps_each_namespaces_newest_put(url: st
     every listed checkpoint is an acknowledged put, whole; ``verify()`` is clean."""
     cpstore.open(url).close()
     start, stop, out, pout = CTX.Event(), CTX.Event(), CTX.Queue(), CTX.Queue()
-    writers = [
-        CTX.Process(
-            target=same_thread_worker,
-            args=(url, f"w{n}"),
-            kwargs={"seed": 600 + n, "n": 50, "threads": ["a"], "start": start, "out": out},
-            name=f"w{n}",
-        )
-        for n in range(2)
-    ]
-    keeper = CTX.Process(target=pruner, args=(url, stop, start, pout), name="p")
-    for p in [*writers, keeper]:
-        p.start()
-    _ready(out, 2)
-    _ready(pout, 1)
-    start.set()
-    got = _collect(out, 2, writers)
-    stop.set()
-    pruned = _collect(pout, 1, [keeper])
-    _joined([*writers, keeper])
+    writers = _writers(url, 600, ["a"], start, out)
+    keeper = CTX.Process(target=repeater, args=(url, "prune", stop, start, pout), name="p")
+    got, pruned = _race(writers, keeper, start, stop, out=out, side_out=pout)
     assert pruned and pruned[0][1] > 0, pruned  # the premise: it pruned
     recs: list[Put] = [body for kind, body in got if kind == "put"]
     by_id = {(r[1], r[2]): r for r in recs}
@@ -382,16 +382,9 @@ def test_copies_onto_a_thread_another_process_puts_on_lose_nothing(url: str) -> 
         saver.copy_thread("T", "S")
     start, stop, out, cout = CTX.Event(), CTX.Event(), CTX.Queue(), CTX.Queue()
     writer = CTX.Process(target=chain_writer, args=(url, start, out), name="w")
-    copying = CTX.Process(target=copier, args=(url, stop, start, cout), name="c")
-    for p in (writer, copying):
-        p.start()
-    _ready(out, 1)
-    _ready(cout, 1)
-    start.set()
-    recs += [body for kind, body in _collect(out, 1, [writer]) if kind == "put"]
-    stop.set()
-    copies = _collect(cout, 1, [copying])
-    _joined([writer, copying])
+    copying = CTX.Process(target=repeater, args=(url, "copy", stop, start, cout), name="c")
+    got, copies = _race([writer], copying, start, stop, out=out, side_out=cout)
+    recs += [body for kind, body in got if kind == "put"]
     assert copies and copies[0][1] > 0, copies  # the premise: it copied
     assert len(recs) == 70
     with CpstoreSaver.from_conn_string(url) as saver:
