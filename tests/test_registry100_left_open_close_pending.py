@@ -22,10 +22,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from registry_looks import LOOK
 from script_run import run_script
 
 #: argv: look, held point, store path. Prints "look <answer>", facts, "done" last.
-_SCRIPT = r"""
+_SCRIPT = (
+    r"""
 import sys, threading
 import cpstore
 from cpstore.errors import StoreError
@@ -66,44 +68,9 @@ def in_close_thread(frame, event, arg):
     return None
 
 
-def in_look_thread(frame, event, arg):
-    # The look waits in the registry for the close under way: let the close go on.
-    caller = frame.f_back
-    if (
-        event == "call"
-        and frame.f_code.co_name == "wait"
-        and caller is not None
-        and "/cpstore/store/" in caller.f_code.co_filename
-    ):
-        go.set()
-    return None
-
-
-answer = []
-
-
-def run_look():
-    sys.settrace(in_look_thread)
-    try:
-        if look == "is_open_here":
-            answer.append(lmdb_registry.is_open_here(path))
-        elif look == "compact":
-            compact_store(path)
-            answer.append("compacted")
-        elif look == "reserve":
-            with lmdb_registry.reserved_for_compact(path):
-                answer.append("reserved")
-        elif look in ("open readonly", "open"):
-            with cpstore.open(path, readonly=look == "open readonly") as st:
-                answer.append(f"opened {st.ref('r') == head}")
-        else:
-            raise SystemExit(f"no look {look}")
-    except StoreError as exc:
-        answer.append(f"{type(exc).__name__}: {exc.what}")
-    finally:
-        sys.settrace(None)
-
-
+"""
+    + LOOK
+    + r"""
 st = cpstore.open(path)
 threading.settrace(in_close_thread)
 with lmdb_registry._REGISTRY_LOCK:  # as a handler's close inside this thread's open
@@ -124,6 +91,7 @@ with cpstore.open(path) as st:
     print("head kept", st.ref("r") == head and st.verify().ok)
 print("done")
 """
+)
 
 
 def _look(look: str, held_at: str, tmp_path: Path) -> str:

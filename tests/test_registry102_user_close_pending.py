@@ -27,13 +27,15 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from registry_looks import LOOK
 from script_run import run_script
 
 import cpstore
 from cpstore.store import lmdb_registry, lmdb_registry_state
 
 #: argv: look, point, store path. Prints "look <answer>", "close <outcome>", facts, "done".
-_SCRIPT = r"""
+_SCRIPT = (
+    r"""
 import sys, threading
 import cpstore
 from cpstore.errors import StoreError
@@ -70,45 +72,12 @@ def in_close_thread(frame, event, arg):
     return None
 
 
-def in_look_thread(frame, event, arg):
-    # The look waits in the registry for the close under way: let the close go on.
-    caller = frame.f_back
-    if (
-        event == "call"
-        and frame.f_code.co_name == "wait"
-        and caller is not None
-        and "/cpstore/store/" in caller.f_code.co_filename
-    ):
-        waited.append(frame.f_code.co_qualname)
-        go.set()
-    return None
+outcome = []
 
 
-answer, outcome, waited = [], [], []
-
-
-def run_look():
-    sys.settrace(in_look_thread)
-    try:
-        if look == "is_open_here":
-            answer.append(lmdb_registry.is_open_here(path))
-        elif look == "compact":
-            compact_store(path)
-            answer.append("compacted")
-        elif look == "reserve":
-            with lmdb_registry.reserved_for_compact(path):
-                answer.append("reserved")
-        elif look in ("open readonly", "open"):
-            with cpstore.open(path, readonly=look == "open readonly") as st:
-                answer.append(f"opened {st.ref('r') == head}")
-        else:
-            raise SystemExit(f"no look {look}")
-    except StoreError as exc:
-        answer.append(f"{type(exc).__name__}: {exc.what}")
-    finally:
-        sys.settrace(None)
-
-
+"""
+    + LOOK
+    + r"""
 st = cpstore.open(path)
 
 
@@ -160,6 +129,7 @@ with cpstore.open(path) as st:
     print("head kept", st.ref("r") == head and st.verify().ok)
 print("done")
 """
+)
 
 
 def _run(look: str, point: str, tmp_path: Path) -> list[str]:
