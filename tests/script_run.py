@@ -48,3 +48,34 @@ def script_output(script: str, *args: str, timeout: float = 120.0) -> str:
     done = run_script(script, *args, timeout=timeout)
     assert done.returncode == 0, (done.returncode, done.stderr[-4000:])
     return done.stdout
+
+
+def run_scripts_together(
+    runs: list[tuple[str, ...]], timeout: float = 120.0
+) -> list[tuple[int, str, str]]:
+    """Start every ``(script, *args)`` of ``runs`` at once (``python -X faulthandler -c``),
+    then wait for each in turn, at most ``timeout`` s: (exit code, stdout, stderr's tail)
+    of each, in order. One still running then is killed and the call fails: "hung"."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-X", "faulthandler", "-c", *run],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for run in runs
+    ]
+    outs: list[tuple[int, str, str]] = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            outs.append((proc.returncode, out, err[-3000:]))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc in procs:
+            if proc.poll() is None:  # hung: killed, the call fails below
+                proc.kill()
+                proc.communicate()
+    assert len(outs) == len(runs), f"a process hung ({len(outs)} of {len(runs)} ended)"
+    return outs

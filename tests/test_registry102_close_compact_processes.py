@@ -15,9 +15,9 @@ store verifies. (A safety check, not a reproducer: it passes before registry102 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from script_run import run_scripts_together
 
 import cpstore
 
@@ -98,32 +98,12 @@ print("done", flush=True)
 """
 
 
-def _start(script: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-X", "faulthandler", "-c", script, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def test_closes_compacts_and_looks_racing_across_processes_lose_nothing(tmp_path: Path) -> None:
     """Two processes of a writer and a compacting looker each: all end, nothing
     unexpected refused, every acknowledged checkpoint kept in order, verify clean."""
     path, n = tmp_path / "s", 60
     cpstore.open(path).close()
-    procs = [_start(_CHURN, str(path), tag, str(n)) for tag in ("p0", "p1")]
-    outs: list[tuple[int, str, str]] = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=240)
-            outs.append((proc.returncode, out, err[-3000:]))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:  # hung: killed, the test fails below
-                proc.kill()
-                proc.communicate()
-    assert len(outs) == 2, "a process hung"
+    outs = run_scripts_together([(_CHURN, str(path), tag, str(n)) for tag in ("p0", "p1")], 240)
     acked: dict[str, list[str]] = {}
     for code, out, err in outs:
         lines = out.splitlines()

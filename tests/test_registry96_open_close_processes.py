@@ -10,9 +10,9 @@ time, and every acknowledged checkpoint is on the branch afterwards, the store v
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from script_run import run_scripts_together
 
 import cpstore
 
@@ -81,15 +81,6 @@ print("done", flush=True)
 """
 
 
-def _start(script: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-X", "faulthandler", "-c", script, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def test_racing_opens_and_closes_across_processes_lose_nothing_and_never_hang(
     tmp_path: Path,
 ) -> None:
@@ -97,19 +88,8 @@ def test_racing_opens_and_closes_across_processes_lose_nothing_and_never_hang(
     all end, and every checkpoint the writer was told stored is on the branch."""
     path, others = tmp_path / "s", [tmp_path / "b0", tmp_path / "b1"]
     cpstore.open(path).close()
-    procs = [_start(_CHURN, str(path), str(b), "3") for b in others]
-    procs.append(_start(_WRITER, str(path), "150"))
-    outs: list[tuple[int, str, str]] = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=90)
-            outs.append((proc.returncode, out, err[-3000:]))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:  # hung: killed, the test fails below
-                proc.kill()
-                proc.communicate()
-    assert len(outs) == 3, "a process hung"
+    runs = [(_CHURN, str(path), str(b), "3") for b in others]
+    outs = run_scripts_together([*runs, (_WRITER, str(path), "150")], 90)
     for code, out, err in outs:
         assert code == 0 and out.splitlines()[-1] == "done", (code, out[-500:], err)
     churned = [out.splitlines()[-2].split() for _, out, _ in outs[:2]]
