@@ -19,7 +19,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -79,6 +80,35 @@ def _held_apply(
     return apply
 
 
+@contextmanager
+def _flush_held(
+    st: cpstore.Store, m: pytest.MonkeyPatch, real: Callable[..., None] = apply_writes
+) -> Iterator[list[BaseException]]:
+    """A flush of ``st`` on another thread, held between its take and its commit (its apply:
+    ``real`` on LMDB, the backend's own on PostgreSQL) for the block; let go and joined at
+    its end. Yields the list the flush's error, if any, lands in."""
+    taken, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def flusher() -> None:
+        try:
+            st.flush()
+        except BaseException as exc:
+            errors.append(exc)
+
+    m.setattr(lmdb_backend, "apply_writes", _held_apply(real, taken, go))
+    m.setattr(PgBackend, "_apply_all", _held_apply(PgBackend._apply_all, taken, go))
+    t = threading.Thread(target=flusher)
+    t.start()
+    try:
+        assert taken.wait(_WAIT), "the flusher never took the batch"
+        yield errors
+    finally:
+        go.set()
+        t.join(_WAIT)
+    assert not t.is_alive()
+
+
 def check_queued_while_in_flight(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with cpstore.open(url, durability="batched", batch_size=1000) as st:
         rec = st.recorder("a")
@@ -87,27 +117,10 @@ def check_queued_while_in_flight(url: str, monkeypatch: pytest.MonkeyPatch) -> N
         lost = rec.checkpoint(1, {"a": 1})  # C1, in the batch that fails
         bystander = st.recorder("bystander")
         _move_elsewhere(url, "a")  # the held batch's compare-and-set on refs/a/main fails
-        taken, go = threading.Event(), threading.Event()
-        errors: list[BaseException] = []
-
-        def flusher() -> None:
-            try:
-                st.flush()
-            except BaseException as exc:
-                errors.append(exc)
-
-        with monkeypatch.context() as m:
-            m.setattr(lmdb_backend, "apply_writes", _held_apply(apply_writes, taken, go))
-            m.setattr(PgBackend, "_apply_all", _held_apply(PgBackend._apply_all, taken, go))
-            t = threading.Thread(target=flusher)
-            t.start()
-            assert taken.wait(_WAIT), "the flusher never took the batch"
+        with monkeypatch.context() as m, _flush_held(st, m) as errors:
             # C1's batch is in flight: C2 extends it, the bystander's checkpoint is innocent.
             dependent = rec.checkpoint(2, {"a": 2})
             innocent = bystander.checkpoint(0, {"b": 0})
-            go.set()
-            t.join(_WAIT)
-            assert not t.is_alive()
         assert len(errors) == 1 and isinstance(errors[0], ConflictError)  # C1's batch
         with pytest.raises(ConflictError, match="not stored") as told:
             st.flush()  # C2 taken off the queue; dropped the bystander's checkpoint before
@@ -153,15 +166,8 @@ def test_a_chain_queued_in_flight_is_taken_off_whole_and_other_threads_are_told(
         rec.checkpoint(1, {"a": 1})
         mine = st.recorder("mine")
         _move_elsewhere(url, "a")
-        taken, go = threading.Event(), threading.Event()
         queued, told = threading.Event(), threading.Event()
         errors: dict[str, BaseException] = {}
-
-        def flusher() -> None:
-            try:
-                st.flush()
-            except BaseException as exc:
-                errors["flusher"] = exc
 
         def writer() -> None:
             rec.checkpoint(2, {"a": 2})
@@ -174,23 +180,17 @@ def test_a_chain_queued_in_flight_is_taken_off_whole_and_other_threads_are_told(
             except BaseException as exc:
                 errors["writer"] = exc
 
-        with monkeypatch.context() as m:
-            m.setattr(lmdb_backend, "apply_writes", _held_apply(apply_writes, taken, go))
-            t = threading.Thread(target=flusher)
-            t.start()
-            assert taken.wait(_WAIT)
+        with monkeypatch.context() as m, _flush_held(st, m) as flushed:
             w = threading.Thread(target=writer)
             w.start()
             assert queued.wait(_WAIT)
-            go.set()
-            t.join(_WAIT)
         own = mine.checkpoint(0, {"m": 0})
         with pytest.raises(ConflictError, match="not stored"):  # C1, this thread's, only
             st.flush()  # takes C2, C3 off (the writer thread's), commits ``own``
         told.set()
         w.join(_WAIT)
-        assert not t.is_alive() and not w.is_alive()
-        assert isinstance(errors.get("flusher"), ConflictError)
+        assert not w.is_alive()
+        assert len(flushed) == 1 and isinstance(flushed[0], ConflictError)
         assert isinstance(errors.get("writer"), ConflictError)
         assert "2 checkpoint(s)" in str(errors["writer"])
         assert st.ref("mine") == own
@@ -296,28 +296,12 @@ def test_a_checkpoint_queued_on_one_in_flight_whose_outcome_is_unknown(
         st.flush()
         head = rec.checkpoint(1, {"a": 1})
         bystander = st.recorder("bystander")
-        taken, go = threading.Event(), threading.Event()
-        errors: list[BaseException] = []
-
-        def flusher() -> None:
-            try:
-                st.flush()
-            except BaseException as exc:
-                errors.append(exc)
-
         with monkeypatch.context() as m:
-            real = apply_writes if landed else _unknown
-            m.setattr(lmdb_backend, "apply_writes", _held_apply(real, taken, go))
             m.setattr(lmdb_backend, "tail_committed", after)
             m.setattr(lmdb_backend, "commit_failed", unsettled)
-            t = threading.Thread(target=flusher)
-            t.start()
-            assert taken.wait(_WAIT)
-            dependent = rec.checkpoint(2, {"a": 2})
-            innocent = bystander.checkpoint(0, {"b": 0})
-            go.set()
-            t.join(_WAIT)
-            assert not t.is_alive()
+            with _flush_held(st, m, apply_writes if landed else _unknown) as errors:
+                dependent = rec.checkpoint(2, {"a": 2})
+                innocent = bystander.checkpoint(0, {"b": 0})
         assert len(errors) == 1 and isinstance(errors[0], OutcomeUnknownError)
         with pytest.raises(OutcomeUnknownError):  # C1's fate, owed to this thread
             st.flush()
